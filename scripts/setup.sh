@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs every Debian package the project needs. A no-op when all are present.
+set -euo pipefail
+PKGS=(
+  build-essential cmake ninja-build pkg-config git
+  libtorch-dev libgloo-dev libopenblas0-openmp libopenblas-openmp-dev
+  libboost1.81-dev nlohmann-json3-dev libpcre2-dev libutf8proc-dev
+  libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev libsqlite3-dev
+  libgtest-dev libgmock-dev libncurses-dev libssl-dev
+  python3-torch python3-numpy
+  curl zip unzip clang
+
+)
+missing=()
+for p in "${PKGS[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#PKGS[@]} packages present"
+  exit 0
+fi
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "setup: installing ${missing[*]}"
+$SUDO apt-get update -q
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,106 @@
+#include "common/json.h"
+
+#include "common/error.h"
+
+namespace ajet {
+
+Json parse_json(std::string_view text, std::string_view what) {
+  try {
+    return Json::parse(text.begin(), text.end());
+  } catch (const Json::parse_error& e) {
+    invalid_argument(std::string(what) + ": invalid JSON: " + e.what());
+  }
+}
+
+std::string_view json_type_name(const Json& value) {
+  switch (value.type()) {
+    case Json::value_t::null: return "null";
+    case Json::value_t::object: return "object";
+    case Json::value_t::array: return "array";
+    case Json::value_t::string: return "string";
+    case Json::value_t::boolean: return "boolean";
+    case Json::value_t::number_integer:
+    case Json::value_t::number_unsigned: return "integer";
+    case Json::value_t::number_float: return "number";
+    case Json::value_t::binary: return "binary";
+    case Json::value_t::discarded: return "discarded";
+  }
+  return "unknown";
+}
+
+namespace {
+
+const Json* find_field(const Json& obj, std::string_view key, std::string_view where) {
+  if (!obj.is_object()) {
+    invalid_argument(std::string(where) + ": expected a JSON object, got " + std::string(json_type_name(obj)));
+  }
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) {
+    return nullptr;
+  }
+  return &*it;
+}
+
+[[noreturn]] void wrong_type(std::string_view key, std::string_view where, std::string_view expected,
+                             const Json& got) {
+  invalid_argument(std::string(where) + ": field '" + std::string(key) + "' must be " + std::string(expected) +
+                   ", got " + std::string(json_type_name(got)));
+}
+
+[[noreturn]] void missing(std::string_view key, std::string_view where) {
+  invalid_argument(std::string(where) + ": missing required field '" + std::string(key) + "'");
+}
+
+}  // namespace
+
+std::optional<std::string> get_optional_string(const Json& obj, std::string_view key, std::string_view where) {
+  const Json* v = find_field(obj, key, where);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_string()) wrong_type(key, where, "a string", *v);
+  return v->get<std::string>();
+}
+
+std::string get_string(const Json& obj, std::string_view key, std::string_view where) {
+  auto v = get_optional_string(obj, key, where);
+  if (!v) missing(key, where);
+  return *v;
+}
+
+std::optional<int64_t> get_optional_int(const Json& obj, std::string_view key, std::string_view where) {
+  const Json* v = find_field(obj, key, where);
+  if (v == nullptr) return std::nullopt;
+  if (v->is_number_integer()) return v->get<int64_t>();
+  if (v->is_number_float()) {
+    double d = v->get<double>();
+    if (d == static_cast<double>(static_cast<int64_t>(d))) return static_cast<int64_t>(d);
+  }
+  wrong_type(key, where, "an integer", *v);
+}
+
+int64_t get_int(const Json& obj, std::string_view key, std::string_view where) {
+  auto v = get_optional_int(obj, key, where);
+  if (!v) missing(key, where);
+  return *v;
+}
+
+std::optional<double> get_optional_number(const Json& obj, std::string_view key, std::string_view where) {
+  const Json* v = find_field(obj, key, where);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_number()) wrong_type(key, where, "a number", *v);
+  return v->get<double>();
+}
+
+double get_number(const Json& obj, std::string_view key, std::string_view where) {
+  auto v = get_optional_number(obj, key, where);
+  if (!v) missing(key, where);
+  return *v;
+}
+
+std::optional<bool> get_optional_bool(const Json& obj, std::string_view key, std::string_view where) {
+  const Json* v = find_field(obj, key, where);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_boolean()) wrong_type(key, where, "a boolean", *v);
+  return v->get<bool>();
+}
+
+}  // namespace ajet

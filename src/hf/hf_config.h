@@ -1,0 +1,43 @@
+// A Hugging Face `config.json` for the Qwen2 / Qwen3 / Llama decoder family, parsed into a typed
+// struct. Missing or inconsistent fields are errors naming the file and the field.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/json.h"
+
+namespace ajet::hf {
+
+struct ModelConfig {
+  std::string model_type = "qwen2";            // qwen2 | qwen3 | llama
+  std::vector<std::string> architectures;      // e.g. {"Qwen2ForCausalLM"}
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;             // defaults to num_attention_heads
+  int64_t head_dim = 0;                        // defaults to hidden_size / num_attention_heads
+  int64_t max_position_embeddings = 0;
+  double rope_theta = 10000.0;
+  double rms_norm_eps = 1e-6;
+  bool tie_word_embeddings = false;
+  bool attention_bias = true;                  // q/k/v projection bias (Qwen2: true; Llama, Qwen3: false)
+  bool qk_norm = false;                        // per-head RMSNorm on q and k (Qwen3)
+  std::string hidden_act = "silu";
+  std::string torch_dtype = "float32";
+  std::optional<int64_t> bos_token_id;
+  std::optional<int64_t> eos_token_id;
+};
+
+// `where` names the source in error messages.
+ModelConfig parse_model_config(const Json& config, std::string_view where);
+ModelConfig load_model_config(const std::filesystem::path& config_json);
+Json model_config_to_json(const ModelConfig& config);  // HF-compatible config.json content
+
+}  // namespace ajet::hf
