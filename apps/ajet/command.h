@@ -1,0 +1,26 @@
+// Subcommands of `ajet` register themselves here: each cmd_*.cc in apps/ajet defines a static
+// `CommandRegistration` that adds its subcommand to the CLI11 app. `ajet` never links libtorch:
+// tensor subcommands (model init, generate, sft) run `ajet-engine` found next to this binary.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace ajet::cli {
+
+// Adds a subcommand to `app` and returns it; the subcommand's callback does the work and may throw
+// ajet::Error, which main() prints and turns into exit code 1 (2 for bad usage).
+using CommandFactory = std::function<void(CLI::App& app)>;
+
+struct CommandRegistration {
+  CommandRegistration(std::string order_key, CommandFactory factory);
+};
+
+void add_registered_commands(CLI::App& app);
+
+// Path of a sibling binary (e.g. "ajet-engine") in the directory of the running executable.
+std::string sibling_binary(const std::string& name);
+
+}  // namespace ajet::cli

@@ -1,0 +1,53 @@
+// `ajet`: the user's command line. Subcommands live in cmd_*.cc files (see command.h).
+#include <cstdio>
+#include <map>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "command.h"
+#include "common/error.h"
+
+namespace ajet::cli {
+
+namespace {
+std::map<std::string, CommandFactory>& registry() {
+  static std::map<std::string, CommandFactory> r;
+  return r;
+}
+}  // namespace
+
+CommandRegistration::CommandRegistration(std::string order_key, CommandFactory factory) {
+  registry().emplace(std::move(order_key), std::move(factory));
+}
+
+void add_registered_commands(CLI::App& app) {
+  for (auto& [key, factory] : registry()) factory(app);
+}
+
+std::string sibling_binary(const std::string& name) {
+  std::error_code ec;
+  auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return name;
+  return (self.parent_path() / name).string();
+}
+
+}  // namespace ajet::cli
+
+int main(int argc, char** argv) {
+  CLI::App app{"AgentJet: train the LLM behind an agent with reinforcement learning"};
+  app.require_subcommand(1);
+  ajet::cli::add_registered_commands(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const ajet::Error& e) {
+    std::fprintf(stderr, "ajet: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ajet: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
