@@ -32,12 +32,21 @@ struct ModelConfig {
   std::string hidden_act = "silu";
   std::string torch_dtype = "float32";
   std::optional<int64_t> bos_token_id;
-  std::optional<int64_t> eos_token_id;
+  std::optional<int64_t> eos_token_id;         // the first of eos_token_ids
+  std::vector<int64_t> eos_token_ids;          // config.json may give one id or a list
+
+  bool operator==(const ModelConfig&) const = default;
 };
 
-// `where` names the source in error messages.
+// `where` names the source in error messages. Unsupported features (rope_scaling, sliding window,
+// mlp_bias, quantization_config, an activation other than silu) are errors, not warnings: ignoring
+// them would load a model that computes something other than what was trained.
 ModelConfig parse_model_config(const Json& config, std::string_view where);
 ModelConfig load_model_config(const std::filesystem::path& config_json);
-Json model_config_to_json(const ModelConfig& config);  // HF-compatible config.json content
+// HF-compatible config.json content; validates first (throws like parse_model_config).
+Json model_config_to_json(const ModelConfig& config);
+// The consistency checks parse_model_config applies: positive sizes, heads divisible by kv heads,
+// even head_dim, token ids inside the vocabulary, attention_bias / qk_norm as the model_type implies.
+void validate_model_config(const ModelConfig& config, std::string_view where);
 
 }  // namespace ajet::hf

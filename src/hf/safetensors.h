@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -48,10 +49,11 @@ class SafetensorsFile {
   SafetensorsFile& operator=(SafetensorsFile&&) noexcept;
   ~SafetensorsFile();
 
-  const std::vector<TensorInfo>& tensors() const;            // in file order
+  const std::vector<TensorInfo>& tensors() const;            // in file order (by data offset)
   const TensorInfo* find(std::string_view name) const;       // nullptr when absent
-  TensorView view(const TensorInfo& info) const;
+  TensorView view(const TensorInfo& info) const;             // `info` must come from this file
   const std::map<std::string, std::string>& metadata() const;  // the "__metadata__" entry
+  const std::string& source() const;                           // the path or source name, for messages
 
  private:
   struct Impl;
@@ -59,8 +61,14 @@ class SafetensorsFile {
   std::unique_ptr<Impl> impl_;
 };
 
-// Writes tensors (in the given order) atomically: temp file + rename.
+// Writes tensors (in the given order) atomically: temp file + fsync + rename. The header is padded
+// with spaces to a multiple of 8 bytes, as the reference implementation does. Throws
+// Error(kInvalidArgument) for duplicate names or data whose size does not match shape x dtype.
 void write_safetensors(const std::filesystem::path& path, const std::vector<TensorView>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
+
+// The same bytes write_safetensors would write, in memory (tests, fuzzing, small payloads).
+std::string serialize_safetensors(const std::vector<TensorView>& tensors,
+                                  const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace ajet::hf
