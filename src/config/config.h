@@ -1,0 +1,187 @@
+// The typed AgentJet configuration: every `ajet.*` YAML key as a struct member with its default.
+// Key names follow upstream AgentJet where the meaning is the same; docs/config.md lists them all.
+// This header holds data only; parsing lives in config/load.h, the key table in config/schema.h.
+// Adding a key: a member here (with its default) + one line in config/schema.cc.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/json.h"
+
+namespace ajet::config {
+
+struct ModelConfig {
+  std::string path;  // required: a directory in Hugging Face layout
+};
+
+struct DataConfig {
+  int64_t max_prompt_length = 3000;
+  int64_t max_response_length = 15000;
+  int64_t train_batch_size = 32;
+};
+
+struct SamplingConfig {  // ajet.rollout.val_kwargs
+  double temperature = 0.0;
+  int64_t top_k = -1;
+  double top_p = 1.0;
+  bool do_sample = false;
+};
+
+struct MultiTurnConfig {
+  int64_t max_sample_per_task = 30;
+  int64_t max_steps = 30;
+};
+
+struct RolloutConfig {
+  std::string user_workflow;
+  bool force_disable_toolcalls = false;
+  int64_t max_env_worker = 64;
+  int64_t max_response_length_in_one_turn = 4096;
+  int64_t max_model_len = 18000;
+  int64_t max_num_seqs = 64;
+  MultiTurnConfig multi_turn;
+  int64_t num_repeat = 4;
+  double temperature = 0.9;
+  double top_p = 1.0;
+  int64_t top_k = -1;
+  SamplingConfig val_kwargs;
+};
+
+struct JsonlFileConfig {
+  std::string training_file_path;
+  std::string validation_file_path;
+};
+
+struct BuiltinTasksConfig {
+  std::string generator = "calc";
+  int64_t num_training_tasks = 1000;
+  int64_t num_validation_tasks = 100;
+  int64_t seed = 1;
+  Json params = Json::object();  // generator-specific, free-form
+};
+
+struct TaskFilterConfig {
+  std::vector<std::string> include_task_ids;
+  std::vector<std::string> exclude_task_ids;
+};
+
+struct TaskReaderConfig {
+  std::string type = "random_dummy";  // jsonl_dataset_file | builtin | random_dummy
+  JsonlFileConfig jsonl_dataset_file;
+  BuiltinTasksConfig builtin;
+  double validation_fraction = 0.0;
+  bool shuffle = true;
+  int64_t shuffle_seed = 42;
+  int64_t max_training_tasks = -1;
+  int64_t max_validation_tasks = -1;
+  TaskFilterConfig filters;
+};
+
+struct TaskJudgeConfig {
+  std::string judge_type = "workflow";  // workflow | builtin
+  std::optional<std::string> judge_protocol;
+};
+
+struct ContextTrackerConfig {
+  std::string timeline_compare_level = "text";  // text | token
+  bool ignore_tools = true;
+  bool fix_retokenization_drift = true;
+  std::vector<std::string> trainable_agents;  // empty: every agent is trained
+};
+
+struct OptimConfig {
+  std::string optimizer = "AdamW";
+  double lr = 1e-6;
+  std::vector<double> betas = {0.9, 0.999};
+  double weight_decay = 0.01;
+  int64_t lr_warmup_steps = -1;
+  double lr_warmup_steps_ratio = 0.0;
+  std::string lr_scheduler_type = "constant";  // constant | cosine
+  double min_lr_ratio = 0.0;
+  double num_cycles = 0.5;
+  double grad_clip = 20.0;
+};
+
+struct AlgorithmConfig {
+  std::string adv_estimator = "grpo";  // grpo | drgrpo | rloo | reinforce_pp
+};
+
+struct TrainerCommonConfig {
+  bool val_before_train = false;
+  int64_t val_pass_n = 4;
+  bool val_only = false;
+  std::optional<int64_t> val_max_num_task_each_validation;
+  int64_t save_freq = 20;
+  int64_t test_freq = 20;
+  std::optional<int64_t> total_training_steps;
+  int64_t total_epochs = 50;
+  int64_t nnodes = 1;
+  int64_t n_gpus_per_node = 1;
+  AlgorithmConfig algorithm;
+  int64_t mini_batch_num = 1;
+  int64_t ppo_epochs = 1;
+  bool use_kl_loss = true;
+  double kl_loss_coef = 0.002;
+  std::string kl_loss_type = "low_var_kl";  // low_var_kl | k1 | k3
+  double clip_ratio_low = 0.2;
+  double clip_ratio_high = 0.2;
+  double clip_ratio_c = 3.0;
+  std::string loss_agg_mode = "token-mean";
+  double entropy_coeff = 0.0;
+  double loss_extra_scale_ratio = 1.0;
+  int64_t ppo_max_token_len_per_gpu = 16384;
+  std::string old_logprob_source = "recompute";  // recompute | rollout
+  std::string checkpoint_base_dir = "./saved_checkpoints";
+  OptimConfig optim;
+};
+
+struct LoraConfig {
+  int64_t lora_rank = 0;  // 0: LoRA off
+  double lora_alpha = 16;
+  double lora_dropout = 0.0;
+  std::vector<std::string> target_modules = {"all-linear"};
+};
+
+struct AsyncConfig {
+  int64_t max_staleness = 1;
+  std::string off_policy_correction = "decoupled_ppo";  // decoupled_ppo | tis | none
+};
+
+struct InterchangeServerConfig {
+  int64_t interchange_server_port = 10086;  // 0 ("auto"): any free port
+};
+
+struct EngineConfig {
+  int64_t threads = 0;  // 0: one per core
+  int64_t kv_cache_memory_mb = 1024;
+  std::string device = "cpu";   // cpu | cuda | auto
+  std::string dtype = "float32";  // float32 | bfloat16 | float16
+  int64_t prefill_chunk_tokens = 512;
+  int64_t seed = 0;
+};
+
+struct Config {
+  std::string project_name = "ajet_default_project";
+  std::string experiment_name = "read_yaml_name";
+  std::string experiment_dir = "auto";
+  std::string backbone = "torch";  // torch | async | debug
+  ModelConfig model;
+  DataConfig data;
+  RolloutConfig rollout;
+  TaskReaderConfig task_reader;
+  TaskJudgeConfig task_judge;
+  ContextTrackerConfig context_tracker;
+  TrainerCommonConfig trainer_common;
+  LoraConfig lora;
+  AsyncConfig async;
+  InterchangeServerConfig interchange_server;
+  EngineConfig engine;
+  std::string swarm_mode_sample_collection_method = "rollout_until_finish_enough_tasks";
+  int64_t swarm_mode_sample_collection_max_cached_episodes = 9999;
+  double swarm_mode_drain_timeout = 600.0;  // seconds in ROLLING_POST before in-flight episodes are dropped
+};
+
+}  // namespace ajet::config

@@ -1,0 +1,415 @@
+#include "config/load.h"
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <ctime>
+#include <map>
+#include <set>
+
+#include "common/error.h"
+#include "common/fs.h"
+#include "config/schema.h"
+
+namespace ajet::config {
+
+namespace {
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::tolower(c); });
+  return out;
+}
+
+std::string describe(const YAML::Node& node) {
+  if (node.IsNull()) return "null";
+  if (node.IsMap()) return "a mapping";
+  if (node.IsSequence()) return "a list";
+  return "'" + node.Scalar() + "'";
+}
+
+// Parsing context: names the source and line in every message.
+struct Ctx {
+  std::string_view source;
+  std::vector<std::string>* warnings;
+
+  std::string at(const YAML::Node& node) const {
+    std::string out(source);
+    if (!node.Mark().is_null()) out += fmt::format(":{}", node.Mark().line + 1);
+    return out;
+  }
+  [[noreturn]] void type_error(const Field& f, const YAML::Node& node, std::string_view expected = {}) const {
+    std::string want(expected.empty() ? field_type_name(f.target) : expected);
+    invalid_argument(at(node) + ": " + f.key + " must be " + want + ", got " + describe(node));
+  }
+  void warn(std::string message) const { warnings->push_back(std::move(message)); }
+};
+
+std::optional<bool> scalar_bool(std::string_view text) {
+  std::string t = lower(text);
+  if (t == "true" || t == "yes" || t == "on") return true;
+  if (t == "false" || t == "no" || t == "off") return false;
+  return std::nullopt;
+}
+
+std::optional<double> scalar_double(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  char* end = nullptr;
+  double v = std::strtod(text.c_str(), &end);
+  if (end != text.c_str() + text.size() || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
+
+std::optional<int64_t> scalar_int(const std::string& text) {
+  int64_t v = 0;
+  const char* begin = text.data() + (text.size() > 1 && text[0] == '+' ? 1 : 0);
+  auto [ptr, ec] = std::from_chars(begin, text.data() + text.size(), v);
+  if (ec == std::errc() && ptr == text.data() + text.size()) return v;
+  // "1e3" or "16.0": accept when the number is integral.
+  auto d = scalar_double(text);
+  if (d && *d == std::floor(*d) && std::fabs(*d) < 9.0e18) return static_cast<int64_t>(*d);
+  return std::nullopt;
+}
+
+bool is_quoted(const YAML::Node& node) { return node.Tag() == "!"; }
+
+Json yaml_to_json(const YAML::Node& node) {
+  if (!node.IsDefined() || node.IsNull()) return nullptr;
+  if (node.IsMap()) {
+    Json obj = Json::object();
+    for (const auto& kv : node) obj[kv.first.Scalar()] = yaml_to_json(kv.second);
+    return obj;
+  }
+  if (node.IsSequence()) {
+    Json arr = Json::array();
+    for (const auto& item : node) arr.push_back(yaml_to_json(item));
+    return arr;
+  }
+  const std::string& text = node.Scalar();
+  if (!is_quoted(node)) {
+    if (auto b = scalar_bool(text)) return *b;
+    int64_t i = 0;
+    auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), i);
+    if (ec == std::errc() && ptr == text.data() + text.size()) return i;
+    if (auto d = scalar_double(text)) return *d;
+  }
+  return text;
+}
+
+std::string canonical_choice(const Field& f, const std::string& value, const YAML::Node& node, const Ctx& ctx) {
+  for (const auto& [given, canonical] : f.aliases) {
+    if (value == given) {
+      ctx.warn(ctx.at(node) + ": " + f.key + ": '" + given + "' is upstream's name; using '" + canonical + "'");
+      return canonical;
+    }
+  }
+  if (!f.choices.empty() && std::find(f.choices.begin(), f.choices.end(), value) == f.choices.end()) {
+    std::string allowed;
+    for (const auto& c : f.choices) allowed += (allowed.empty() ? "" : ", ") + c;
+    invalid_argument(ctx.at(node) + ": " + f.key + " must be one of [" + allowed + "], got '" + value + "'");
+  }
+  return value;
+}
+
+std::string scalar_string(const Field& f, const YAML::Node& node, const Ctx& ctx) {
+  if (!node.IsScalar()) ctx.type_error(f, node);
+  return node.Scalar();
+}
+
+int64_t as_int(const Field& f, const YAML::Node& node, const Ctx& ctx) {
+  if (!node.IsScalar()) ctx.type_error(f, node);
+  if (f.auto_value && lower(node.Scalar()) == "auto") return *f.auto_value;
+  auto v = scalar_int(node.Scalar());
+  if (!v) ctx.type_error(f, node, f.auto_value ? "an integer or `auto`" : "an integer");
+  return *v;
+}
+
+double as_double(const Field& f, const YAML::Node& node, const Ctx& ctx) {
+  if (!node.IsScalar()) ctx.type_error(f, node);
+  auto v = scalar_double(node.Scalar());
+  if (!v) ctx.type_error(f, node, "a finite number");
+  return *v;
+}
+
+// Stores `node` into the member `f` points at.
+void assign(const Field& f, const YAML::Node& node, const Ctx& ctx) {
+  bool nullable = std::holds_alternative<std::optional<int64_t>*>(f.target) ||
+                  std::holds_alternative<std::optional<std::string>*>(f.target);
+  if (node.IsNull() && !nullable) {
+    ctx.warn(ctx.at(node) + ": " + f.key + " is null; keeping the default");
+    return;
+  }
+  struct Visitor {
+    const Field& f;
+    const YAML::Node& node;
+    const Ctx& ctx;
+    void operator()(bool* out) const {
+      auto v = node.IsScalar() ? scalar_bool(node.Scalar()) : std::nullopt;
+      if (!v) ctx.type_error(f, node);
+      *out = *v;
+    }
+    void operator()(int64_t* out) const { *out = as_int(f, node, ctx); }
+    void operator()(double* out) const { *out = as_double(f, node, ctx); }
+    void operator()(std::string* out) const { *out = canonical_choice(f, scalar_string(f, node, ctx), node, ctx); }
+    void operator()(std::vector<std::string>* out) const {
+      std::vector<std::string> items;
+      if (node.IsScalar()) {
+        items.push_back(node.Scalar());  // upstream writes `target_modules: all-linear`
+      } else if (node.IsSequence()) {
+        for (const auto& item : node) {
+          if (!item.IsScalar()) ctx.type_error(f, node);
+          items.push_back(item.Scalar());
+        }
+      } else {
+        ctx.type_error(f, node);
+      }
+      *out = std::move(items);
+    }
+    void operator()(std::vector<double>* out) const {
+      if (!node.IsSequence()) ctx.type_error(f, node);
+      std::vector<double> items;
+      for (const auto& item : node) items.push_back(as_double(f, item, ctx));
+      *out = std::move(items);
+    }
+    void operator()(std::optional<int64_t>* out) const {
+      if (node.IsNull()) {
+        out->reset();
+      } else {
+        *out = as_int(f, node, ctx);
+      }
+    }
+    void operator()(std::optional<std::string>* out) const {
+      if (node.IsNull()) {
+        out->reset();
+      } else {
+        *out = canonical_choice(f, scalar_string(f, node, ctx), node, ctx);
+      }
+    }
+    void operator()(Json* out) const {
+      if (!node.IsMap()) ctx.type_error(f, node);
+      *out = yaml_to_json(node);
+    }
+  };
+  std::visit(Visitor{f, node, ctx}, f.target);
+}
+
+struct KeyIndex {
+  std::map<std::string, const Field*> fields;
+  std::set<std::string> sections;  // every proper prefix of a key: "ajet", "ajet.rollout", …
+
+  explicit KeyIndex(const std::vector<Field>& all) {
+    for (const auto& f : all) {
+      fields[f.key] = &f;
+      for (size_t dot = f.key.find('.'); dot != std::string::npos; dot = f.key.find('.', dot + 1)) {
+        sections.insert(f.key.substr(0, dot));
+      }
+    }
+  }
+};
+
+const std::string* ignored_reason(const std::string& key) {
+  for (const auto& [prefix, reason] : ignored_upstream_keys()) {
+    if (key == prefix || (key.size() > prefix.size() && key.compare(0, prefix.size(), prefix) == 0 &&
+                          key[prefix.size()] == '.')) {
+      return &reason;
+    }
+  }
+  return nullptr;
+}
+
+void walk(const YAML::Node& map, const std::string& prefix, const KeyIndex& index, const Ctx& ctx) {
+  for (const auto& kv : map) {
+    if (!kv.first.IsScalar()) invalid_argument(ctx.at(kv.first) + ": config keys must be plain names");
+    std::string key = prefix.empty() ? kv.first.Scalar() : prefix + "." + kv.first.Scalar();
+    const YAML::Node& value = kv.second;
+    if (auto it = index.fields.find(key); it != index.fields.end()) {
+      assign(*it->second, value, ctx);
+    } else if (index.sections.count(key) != 0) {
+      if (value.IsMap()) {
+        walk(value, key, index, ctx);
+      } else if (!value.IsNull()) {
+        invalid_argument(ctx.at(value) + ": " + key + " must be a mapping, got " + describe(value));
+      }
+    } else if (const std::string* reason = ignored_reason(key)) {
+      ctx.warn(ctx.at(kv.first) + ": upstream key '" + key + "' is not used here (" + *reason + "); ignored");
+    } else if (prefix.empty() && (key == "hydra" || key == "defaults")) {
+      // Upstream's Hydra preamble: meaningless here and harmless.
+    } else {
+      ctx.warn(ctx.at(kv.first) + ": unknown key '" + key + "' (ignored)");
+    }
+  }
+}
+
+std::string format_number(double v) { return fmt::format("{}", v); }
+
+void emit_json(YAML::Emitter& out, const Json& value) {
+  switch (value.type()) {
+    case Json::value_t::object:
+      out << YAML::BeginMap;
+      for (const auto& [k, v] : value.items()) {
+        out << YAML::Key << k << YAML::Value;
+        emit_json(out, v);
+      }
+      out << YAML::EndMap;
+      break;
+    case Json::value_t::array:
+      out << YAML::Flow << YAML::BeginSeq;
+      for (const auto& v : value) emit_json(out, v);
+      out << YAML::EndSeq;
+      break;
+    case Json::value_t::string: out << YAML::DoubleQuoted << value.get<std::string>(); break;
+    case Json::value_t::boolean: out << (value.get<bool>() ? "true" : "false"); break;
+    case Json::value_t::number_integer:
+    case Json::value_t::number_unsigned: out << std::to_string(value.get<int64_t>()); break;
+    case Json::value_t::number_float: out << format_number(value.get<double>()); break;
+    default: out << YAML::Null; break;
+  }
+}
+
+Json field_value(const FieldTarget& target) {
+  return std::visit(
+      [](auto* p) -> Json {
+        using T = std::decay_t<decltype(*p)>;
+        if constexpr (std::is_same_v<T, std::optional<int64_t>> || std::is_same_v<T, std::optional<std::string>>) {
+          return *p ? Json(**p) : Json(nullptr);
+        } else {
+          return Json(*p);
+        }
+      },
+      target);
+}
+
+Json::json_pointer pointer_of(const std::string& dotted) {
+  std::string ptr;
+  for (char c : dotted) ptr += (c == '.') ? '/' : c;
+  return Json::json_pointer("/" + ptr);
+}
+
+}  // namespace
+
+LoadedConfig parse_config(std::string_view yaml_text, std::string_view source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(yaml_text));
+  } catch (const YAML::Exception& e) {
+    invalid_argument(fmt::format("{}:{}:{}: invalid YAML: {}", source, e.mark.line + 1, e.mark.column + 1, e.msg));
+  }
+  LoadedConfig loaded;
+  std::vector<Field> fields = config_fields(loaded.config);
+  KeyIndex index(fields);
+  Ctx ctx{source, &loaded.warnings};
+  if (root.IsMap()) {
+    walk(root, "", index, ctx);
+  } else if (root.IsDefined() && !root.IsNull()) {
+    invalid_argument(std::string(source) + ": the config must be a mapping with an `ajet` section, got " +
+                     describe(root));
+  }
+  validate(loaded.config, source);
+  return loaded;
+}
+
+LoadedConfig load_config_file(const std::filesystem::path& path) {
+  return parse_config(read_file(path), path.string());
+}
+
+void set_config_value(Config& config, std::string_view dotted_key, std::string_view yaml_value) {
+  std::vector<Field> fields = config_fields(config);
+  std::string key(dotted_key);
+  if (key.rfind("ajet.", 0) != 0) key = "ajet." + key;
+  auto it = std::find_if(fields.begin(), fields.end(), [&](const Field& f) { return f.key == key; });
+  if (it == fields.end()) invalid_argument("override: unknown config key '" + key + "'");
+  YAML::Node node;
+  try {
+    node = YAML::Load(std::string(yaml_value));
+  } catch (const YAML::Exception& e) {
+    invalid_argument("override " + key + ": invalid YAML value '" + std::string(yaml_value) + "': " + e.msg);
+  }
+  std::vector<std::string> ignored_warnings;
+  assign(*it, node, Ctx{"override", &ignored_warnings});
+}
+
+void validate(const Config& config, std::string_view source) {
+  Config copy = config;  // config_fields needs mutable targets; the copy is never written
+  std::vector<std::string> problems;
+  for (const Field& f : config_fields(copy)) {
+    Json v = field_value(f.target);
+    if (v.is_number()) {
+      double d = v.get<double>();
+      if (f.min && d < *f.min) problems.push_back(fmt::format("{} must be >= {}, got {}", f.key, *f.min, v.dump()));
+      if (f.max && d > *f.max) problems.push_back(fmt::format("{} must be <= {}, got {}", f.key, *f.max, v.dump()));
+    }
+    if (v.is_string() && !f.choices.empty() &&
+        std::find(f.choices.begin(), f.choices.end(), v.get<std::string>()) == f.choices.end()) {
+      problems.push_back(f.key + " must be one of the documented values, got " + v.dump());
+    }
+  }
+  const auto& r = config.rollout;
+  const auto& d = config.data;
+  auto relation = [&](bool ok, std::string message) {
+    if (!ok) problems.push_back(std::move(message));
+  };
+  relation(!config.model.path.empty(), "ajet.model.path is required (a model directory in Hugging Face layout)");
+  relation(r.max_response_length_in_one_turn <= r.max_model_len,
+           fmt::format("ajet.rollout.max_response_length_in_one_turn ({}) must be <= ajet.rollout.max_model_len ({})",
+                       r.max_response_length_in_one_turn, r.max_model_len));
+  relation(r.max_response_length_in_one_turn <= d.max_response_length,
+           fmt::format("ajet.rollout.max_response_length_in_one_turn ({}) must be <= ajet.data.max_response_length "
+                       "({})",
+                       r.max_response_length_in_one_turn, d.max_response_length));
+  relation(d.max_prompt_length + d.max_response_length <= r.max_model_len,
+           fmt::format("ajet.data.max_prompt_length + ajet.data.max_response_length ({} + {}) must be <= "
+                       "ajet.rollout.max_model_len ({})",
+                       d.max_prompt_length, d.max_response_length, r.max_model_len));
+  const auto& betas = config.trainer_common.optim.betas;
+  relation(betas.size() == 2 && betas[0] >= 0 && betas[0] < 1 && betas[1] >= 0 && betas[1] < 1,
+           "ajet.trainer_common.optim.betas must be two numbers in [0, 1)");
+  relation(config.rollout.top_k != 0 && config.rollout.val_kwargs.top_k != 0,
+           "ajet.rollout.top_k and ajet.rollout.val_kwargs.top_k must be -1 (off) or >= 1, got 0");
+  relation(config.task_reader.type != "jsonl_dataset_file" ||
+               !config.task_reader.jsonl_dataset_file.training_file_path.empty(),
+           "ajet.task_reader.type is jsonl_dataset_file but "
+           "ajet.task_reader.jsonl_dataset_file.training.file_path is empty");
+  relation(config.task_judge.judge_type != "builtin" || config.task_judge.judge_protocol.has_value(),
+           "ajet.task_judge.judge_type is builtin but ajet.task_judge.judge_protocol is not set");
+  relation(config.lora.lora_rank == 0 || config.lora.lora_alpha > 0,
+           "ajet.lora.lora_alpha must be > 0 when ajet.lora.lora_rank > 0");
+  relation(config.lora.lora_rank == 0 || !config.lora.target_modules.empty(),
+           "ajet.lora.target_modules must not be empty when ajet.lora.lora_rank > 0");
+  if (problems.empty()) return;
+  std::string message = std::string(source) + ": invalid config:";
+  for (const auto& p : problems) message += "\n  - " + p;
+  invalid_argument(message);
+}
+
+Json to_json(const Config& config) {
+  Config copy = config;
+  Json out = Json::object();
+  for (const Field& f : config_fields(copy)) out[pointer_of(f.key)] = field_value(f.target);
+  return out;
+}
+
+std::string to_yaml(const Config& config) {
+  YAML::Emitter out;
+  emit_json(out, to_json(config));
+  return std::string(out.c_str()) + "\n";
+}
+
+void resolve_auto_names(Config& config, std::string_view yaml_path, std::chrono::system_clock::time_point now,
+                        const std::filesystem::path& exp_base_dir) {
+  if (config.experiment_name == "read_yaml_name") {
+    std::time_t t = std::chrono::system_clock::to_time_t(now);
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char stamp[32];
+    std::strftime(stamp, sizeof stamp, "%Y%m%d_%H%M", &tm);
+    std::string stem = std::filesystem::path(yaml_path).stem().string();
+    config.experiment_name = (stem.empty() ? std::string("experiment") : stem) + "_" + stamp;
+  }
+  if (config.experiment_dir == "auto") config.experiment_dir = (exp_base_dir / config.experiment_name).string();
+}
+
+}  // namespace ajet::config

@@ -1,0 +1,45 @@
+// Reads, validates, overrides and writes the YAML config (upstream AgentJet key names).
+// Unknown keys are collected as warnings (never fatal); wrong types and broken relations throw
+// Error(kInvalidArgument) naming the full dotted key, what was expected, and the source file.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "config/config.h"
+
+namespace ajet::config {
+
+struct LoadedConfig {
+  Config config;
+  std::vector<std::string> warnings;  // each names the full dotted key, e.g. "unknown key 'ajet.foo' (ignored)"
+};
+
+// Parses YAML text layered over the defaults, then validates. `source` names the text in messages
+// (a file path, or e.g. "sync_train_config body").
+LoadedConfig parse_config(std::string_view yaml_text, std::string_view source);
+
+// Reads and parses a file (Error(kIo) naming the path when unreadable).
+LoadedConfig load_config_file(const std::filesystem::path& path);
+
+// Sets one key from a YAML scalar/flow text ("debug", "[0.9, 0.95]", "null"), e.g. from a CLI flag.
+// Throws for unknown keys and bad values; re-run validate() after a set of overrides.
+void set_config_value(Config& config, std::string_view dotted_key, std::string_view yaml_value);
+
+// Bounds of every key and the relations between keys (e.g. max_response_length_in_one_turn <=
+// max_model_len). Throws one Error listing every violation, each naming its keys and `source`.
+void validate(const Config& config, std::string_view source);
+
+// The whole config as YAML (every key, resolved values) and as nested JSON.
+std::string to_yaml(const Config& config);
+Json to_json(const Config& config);
+
+// Upstream's "auto" names: experiment_name `read_yaml_name` → `{yaml basename}_{YYYYMMDD_HHMM}` (UTC),
+// experiment_dir `auto` → `{exp_base_dir}/{experiment_name}`.
+void resolve_auto_names(Config& config, std::string_view yaml_path, std::chrono::system_clock::time_point now,
+                        const std::filesystem::path& exp_base_dir = "saved_experiments");
+
+}  // namespace ajet::config

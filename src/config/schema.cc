@@ -1,0 +1,248 @@
+#include "config/schema.h"
+
+namespace ajet::config {
+
+namespace {
+
+struct Opt {
+  std::vector<std::string> choices = {};
+  std::optional<double> min = std::nullopt;
+  std::optional<double> max = std::nullopt;
+  std::vector<std::pair<std::string, std::string>> aliases = {};
+  std::optional<int64_t> auto_value = std::nullopt;
+};
+
+class Table {
+ public:
+  template <class T>
+  void add(std::string key, T& member, std::string doc, Opt opt = {}) {
+    fields.push_back(Field{"ajet." + std::move(key), FieldTarget(&member), std::move(doc), std::move(opt.choices),
+                           opt.min, opt.max, std::move(opt.aliases), opt.auto_value});
+  }
+  std::vector<Field> fields;
+};
+
+}  // namespace
+
+std::vector<Field> config_fields(Config& c) {
+  Table t;
+  // Experiment identity.
+  t.add("project_name", c.project_name, "project name shown in logs and metrics");
+  t.add("experiment_name", c.experiment_name,
+        "experiment name; `read_yaml_name` becomes `{yaml basename}_{YYYYMMDD_HHMM}`");
+  t.add("experiment_dir", c.experiment_dir, "experiment directory; `auto` is `{--exp-dir}/{experiment_name}`");
+  t.add("backbone", c.backbone, "torch: synchronous RL; async: rollouts continue while training; debug: inference only",
+        {.choices = {"torch", "async", "debug"}, .aliases = {{"verl", "torch"}, {"trinity", "async"}}});
+  t.add("model.path", c.model.path, "model directory in Hugging Face layout (config.json, safetensors, tokenizer)");
+  // Lengths and batch.
+  t.add("data.max_prompt_length", c.data.max_prompt_length, "max tokens of a training sample's prompt", {.min = 1});
+  t.add("data.max_response_length", c.data.max_response_length, "max tokens of a training sample's response",
+        {.min = 1});
+  t.add("data.train_batch_size", c.data.train_batch_size, "tasks per training step", {.min = 1});
+  // Rollout.
+  t.add("rollout.user_workflow", c.rollout.user_workflow, "classic mode: the workflow that runs each episode");
+  t.add("rollout.force_disable_toolcalls", c.rollout.force_disable_toolcalls, "ignore `tools` in chat requests");
+  t.add("rollout.max_env_worker", c.rollout.max_env_worker, "episodes in flight at once (claimable pool size)",
+        {.min = 1});
+  t.add("rollout.max_response_length_in_one_turn", c.rollout.max_response_length_in_one_turn,
+        "max generated tokens of one LLM call", {.min = 1});
+  t.add("rollout.max_model_len", c.rollout.max_model_len, "context window (prompt + generated tokens)", {.min = 1});
+  t.add("rollout.max_num_seqs", c.rollout.max_num_seqs, "sequences the engine decodes together", {.min = 1});
+  t.add("rollout.multi_turn.max_sample_per_task", c.rollout.multi_turn.max_sample_per_task,
+        "training samples kept per episode", {.min = 1});
+  t.add("rollout.multi_turn.max_steps", c.rollout.multi_turn.max_steps, "agent step cap used by workflows",
+        {.min = 1});
+  t.add("rollout.num_repeat", c.rollout.num_repeat, "episodes per task (GRPO group size)", {.min = 1});
+  t.add("rollout.temperature", c.rollout.temperature, "sampling temperature of train episodes", {.min = 0});
+  t.add("rollout.top_p", c.rollout.top_p, "nucleus sampling of train episodes", {.min = 0, .max = 1});
+  t.add("rollout.top_k", c.rollout.top_k, "top-k of train episodes; -1 disables", {.min = -1});
+  t.add("rollout.val_kwargs.temperature", c.rollout.val_kwargs.temperature, "validation temperature", {.min = 0});
+  t.add("rollout.val_kwargs.top_k", c.rollout.val_kwargs.top_k, "validation top-k; -1 disables", {.min = -1});
+  t.add("rollout.val_kwargs.top_p", c.rollout.val_kwargs.top_p, "validation top-p", {.min = 0, .max = 1});
+  t.add("rollout.val_kwargs.do_sample", c.rollout.val_kwargs.do_sample, "sample in validation (false: greedy)");
+  // Tasks.
+  t.add("task_reader.type", c.task_reader.type, "where tasks come from",
+        {.choices = {"jsonl_dataset_file", "builtin", "random_dummy"}});
+  t.add("task_reader.jsonl_dataset_file.training.file_path", c.task_reader.jsonl_dataset_file.training_file_path,
+        "JSONL of training tasks (task_id, main_query, init_messages, metadata)");
+  t.add("task_reader.jsonl_dataset_file.validation.file_path",
+        c.task_reader.jsonl_dataset_file.validation_file_path, "JSONL of validation tasks (empty: none)");
+  t.add("task_reader.builtin.generator", c.task_reader.builtin.generator, "built-in task generator name");
+  t.add("task_reader.builtin.num_training_tasks", c.task_reader.builtin.num_training_tasks,
+        "generated training tasks", {.min = 1});
+  t.add("task_reader.builtin.num_validation_tasks", c.task_reader.builtin.num_validation_tasks,
+        "generated validation tasks", {.min = 0});
+  t.add("task_reader.builtin.seed", c.task_reader.builtin.seed, "generator seed");
+  t.add("task_reader.builtin.params", c.task_reader.builtin.params, "generator-specific settings (a mapping)");
+  t.add("task_reader.validation_fraction", c.task_reader.validation_fraction,
+        "held out from the training tasks when there is no validation file", {.min = 0, .max = 0.99});
+  t.add("task_reader.shuffle", c.task_reader.shuffle, "shuffle training tasks (deterministically)");
+  t.add("task_reader.shuffle_seed", c.task_reader.shuffle_seed, "seed of the shuffle and of the split");
+  t.add("task_reader.max_training_tasks", c.task_reader.max_training_tasks, "keep the first N; -1 keeps all",
+        {.min = -1});
+  t.add("task_reader.max_validation_tasks", c.task_reader.max_validation_tasks, "keep the first N; -1 keeps all",
+        {.min = -1});
+  t.add("task_reader.filters.include_task_ids", c.task_reader.filters.include_task_ids,
+        "keep only these task ids (empty: all)");
+  t.add("task_reader.filters.exclude_task_ids", c.task_reader.filters.exclude_task_ids, "drop these task ids");
+  t.add("task_judge.judge_type", c.task_judge.judge_type,
+        "workflow: the workflow's own reward; builtin: the judge named by judge_protocol",
+        {.choices = {"workflow", "builtin"}, .aliases = {{"customized_protocol", "builtin"}}});
+  t.add("task_judge.judge_protocol", c.task_judge.judge_protocol, "built-in judge name (null: none)");
+  // Tracking.
+  t.add("context_tracker.timeline_merging_policy.timeline_compare_level",
+        c.context_tracker.timeline_compare_level, "merge timelines by text or by exact token ids",
+        {.choices = {"text", "token"}, .aliases = {{"text_and_image", "text"}}});
+  t.add("context_tracker.timeline_merging_policy.ignore_tools", c.context_tracker.ignore_tools,
+        "ignore tool definitions when comparing timelines");
+  t.add("context_tracker.fix_retokenization_drift", c.context_tracker.fix_retokenization_drift,
+        "render earlier completions with the ids the model generated");
+  t.add("context_tracker.trainable_agents", c.context_tracker.trainable_agents,
+        "agent names whose calls are trained (empty: all)");
+  // Training.
+  auto& tc = c.trainer_common;
+  t.add("trainer_common.val_before_train", tc.val_before_train, "validate before the first step");
+  t.add("trainer_common.val_pass_n", tc.val_pass_n, "k of pass@k in validation", {.min = 1});
+  t.add("trainer_common.val_only", tc.val_only, "validate, then exit without training");
+  t.add("trainer_common.val_max_num_task_each_validation", tc.val_max_num_task_each_validation,
+        "validation tasks per validation (null: all)");
+  t.add("trainer_common.save_freq", tc.save_freq, "checkpoint every N steps; 0 or -1: only on stop", {.min = -1});
+  t.add("trainer_common.test_freq", tc.test_freq, "validate every N steps; 0 or -1: never", {.min = -1});
+  t.add("trainer_common.total_training_steps", tc.total_training_steps, "stop after N steps (null: epochs decide)",
+        {.min = 1});
+  t.add("trainer_common.total_epochs", tc.total_epochs, "passes over the training tasks", {.min = 1});
+  t.add("trainer_common.nnodes", tc.nnodes, "machines with engine ranks", {.min = 1});
+  t.add("trainer_common.n_gpus_per_node", tc.n_gpus_per_node, "engine ranks per machine", {.min = 1});
+  t.add("trainer_common.algorithm.adv_estimator", tc.algorithm.adv_estimator, "advantage estimator",
+        {.choices = {"grpo", "drgrpo", "rloo", "reinforce_pp"},
+         .aliases = {{"reinforce_plus_plus", "reinforce_pp"}, {"dr_grpo", "drgrpo"}}});
+  t.add("trainer_common.mini_batch_num", tc.mini_batch_num, "optimizer steps per batch", {.min = 1});
+  t.add("trainer_common.ppo_epochs", tc.ppo_epochs, "passes over each batch", {.min = 1});
+  t.add("trainer_common.use_kl_loss", tc.use_kl_loss, "KL penalty to the frozen reference model");
+  t.add("trainer_common.kl_loss_coef", tc.kl_loss_coef, "KL coefficient", {.min = 0});
+  t.add("trainer_common.kl_loss_type", tc.kl_loss_type, "KL estimator", {.choices = {"low_var_kl", "k1", "k3"}});
+  t.add("trainer_common.clip_ratio_low", tc.clip_ratio_low, "PPO clip below 1", {.min = 0, .max = 1});
+  t.add("trainer_common.clip_ratio_high", tc.clip_ratio_high, "PPO clip above 1", {.min = 0});
+  t.add("trainer_common.clip_ratio_c", tc.clip_ratio_c, "dual-clip constant for negative advantages", {.min = 1});
+  t.add("trainer_common.loss_agg_mode", tc.loss_agg_mode, "how token losses are averaged",
+        {.choices = {"token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"}});
+  t.add("trainer_common.entropy_coeff", tc.entropy_coeff, "entropy bonus coefficient", {.min = 0});
+  t.add("trainer_common.loss_extra_scale_ratio", tc.loss_extra_scale_ratio, "loss multiplier", {.min = 0});
+  t.add("trainer_common.ppo_max_token_len_per_gpu", tc.ppo_max_token_len_per_gpu,
+        "micro-batch token budget per rank (gradient accumulation beyond it)", {.min = 1});
+  t.add("trainer_common.old_logprob_source", tc.old_logprob_source,
+        "old-policy logprobs: recomputed before the update, or the rollout's own",
+        {.choices = {"recompute", "rollout"}});
+  t.add("trainer_common.checkpoint_base_dir", tc.checkpoint_base_dir, "where checkpoints are written");
+  t.add("trainer_common.optim.optimizer", tc.optim.optimizer, "optimizer", {.choices = {"AdamW"}});
+  t.add("trainer_common.optim.lr", tc.optim.lr, "peak learning rate", {.min = 0});
+  t.add("trainer_common.optim.betas", tc.optim.betas, "AdamW betas [b1, b2]");
+  t.add("trainer_common.optim.weight_decay", tc.optim.weight_decay, "AdamW weight decay", {.min = 0});
+  t.add("trainer_common.optim.lr_warmup_steps", tc.optim.lr_warmup_steps,
+        "linear warmup steps; -1: use lr_warmup_steps_ratio", {.min = -1});
+  t.add("trainer_common.optim.lr_warmup_steps_ratio", tc.optim.lr_warmup_steps_ratio,
+        "warmup as a fraction of total steps", {.min = 0, .max = 1});
+  t.add("trainer_common.optim.lr_scheduler_type", tc.optim.lr_scheduler_type, "schedule after warmup",
+        {.choices = {"constant", "cosine"}});
+  t.add("trainer_common.optim.min_lr_ratio", tc.optim.min_lr_ratio, "cosine floor as a fraction of lr",
+        {.min = 0, .max = 1});
+  t.add("trainer_common.optim.num_cycles", tc.optim.num_cycles, "cosine cycles", {.min = 0});
+  t.add("trainer_common.optim.grad_clip", tc.optim.grad_clip, "clip the global gradient norm; 0: off", {.min = 0});
+  // LoRA, async.
+  t.add("lora.lora_rank", c.lora.lora_rank, "LoRA rank; 0 trains all weights", {.min = 0});
+  t.add("lora.lora_alpha", c.lora.lora_alpha, "LoRA alpha (scale = alpha / rank)", {.min = 0});
+  t.add("lora.lora_dropout", c.lora.lora_dropout, "dropout on the LoRA input", {.min = 0, .max = 1});
+  t.add("lora.target_modules", c.lora.target_modules, "linear layers with adapters (PEFT names or all-linear)");
+  t.add("async.max_staleness", c.async.max_staleness, "async: max policy versions a sample may lag", {.min = 0});
+  t.add("async.off_policy_correction", c.async.off_policy_correction, "async: correction for stale samples",
+        {.choices = {"decoupled_ppo", "tis", "none"}});
+  // Swarm server.
+  t.add("interchange_server.interchange_server_port", c.interchange_server.interchange_server_port,
+        "swarm server port; `auto` (0): any free port", {.min = 0, .max = 65535, .auto_value = 0});
+  t.add("swarm_mode_sample_collection_method", c.swarm_mode_sample_collection_method, "batch trigger",
+        {.choices = {"rollout_until_finish_enough_tasks", "rollout_until_finish_enough_episodes",
+                     "rollout_until_finish_enough_non_dummy_tasks", "rollout_until_any_client_agree_sync_weight",
+                     "rollout_until_all_clients_agree_sync_weight"}});
+  t.add("swarm_mode_sample_collection_max_cached_episodes", c.swarm_mode_sample_collection_max_cached_episodes,
+        "warn when a batch holds this many finished episodes", {.min = 1});
+  t.add("swarm_mode_drain_timeout", c.swarm_mode_drain_timeout,
+        "seconds ROLLING_POST waits for in-flight episodes before dropping them", {.min = 0});
+  // Engine.
+  t.add("engine.threads", c.engine.threads, "compute threads; 0: one per core", {.min = 0});
+  t.add("engine.kv_cache_memory_mb", c.engine.kv_cache_memory_mb, "KV cache budget", {.min = 1});
+  t.add("engine.device", c.engine.device, "compute device", {.choices = {"cpu", "cuda", "auto"}});
+  t.add("engine.dtype", c.engine.dtype, "weight and activation dtype",
+        {.choices = {"float32", "bfloat16", "float16"}});
+  t.add("engine.prefill_chunk_tokens", c.engine.prefill_chunk_tokens, "prompt tokens prefilled per step",
+        {.min = 1});
+  t.add("engine.seed", c.engine.seed, "engine RNG seed");
+  return std::move(t.fields);
+}
+
+const std::vector<std::pair<std::string, std::string>>& ignored_upstream_keys() {
+  static const std::vector<std::pair<std::string, std::string>> keys = {
+      {"ajet.enable_swarm_mode", "the swarm server is always available"},
+      {"ajet.enable_interchange_server", "the swarm server is always available"},
+      {"ajet.enable_experimental_interchange_server", "the swarm server is always available"},
+      {"ajet.interchange_server.interchange_method", "no ZeroMQ here"},
+      {"ajet.interchange_server.num_fastapi_process", "one process with a few I/O threads"},
+      {"ajet.interchange_server.max_fastapi_threads", "one process with a few I/O threads"},
+      {"ajet.interchange_server.max_inference_tracker_threads", "tracking runs in the front"},
+      {"ajet.interchange_server.already_started", "internal to upstream's launcher"},
+      {"ajet.task_runner", "workflows are external commands or built-in agents"},
+      {"ajet.execute_test", "upstream robot testing"},
+      {"ajet.execute_testing_lambda", "upstream robot testing"},
+      {"ajet.debug", "use ajet.backbone: debug"},
+      {"ajet.rollout.gamma", "step rewards are not supported (gamma is 1)"},
+      {"ajet.rollout.compute_madness_checklist", "no madness detection"},
+      {"ajet.rollout.agent_madness_termination", "no madness detection"},
+      {"ajet.rollout.agent_madness_reward", "no madness detection"},
+      {"ajet.rollout.multi_turn.expected_steps", "Trinity batch planning"},
+      {"ajet.rollout.tensor_model_parallel_size", "no tensor parallelism"},
+      {"ajet.rollout.n_vllm_engine", "no vLLM"},
+      {"ajet.rollout.name", "the built-in engine serves the model"},
+      {"ajet.rollout.gpu_memory_utilization", "use ajet.engine.kv_cache_memory_mb"},
+      {"ajet.task_reader.env_service", "task reader type not supported"},
+      {"ajet.task_reader.huggingface_dat_repo", "task reader type not supported"},
+      {"ajet.task_reader.data_generation", "task reader type not supported"},
+      {"ajet.task_judge.alien_llm_model", "no LLM-as-judge"},
+      {"ajet.task_judge.alien_llm_response_length", "no LLM-as-judge"},
+      {"ajet.task_judge.rubrics_auto_grader", "no LLM-as-judge"},
+      {"ajet.context_tracker.log_tool_format_check", "not implemented"},
+      {"ajet.context_tracker.log_tool_format_error_detail", "not implemented"},
+      {"ajet.context_tracker.detect_timeline_snap", "not implemented"},
+      {"ajet.context_tracker.alien_llm_model", "deprecated upstream"},
+      {"ajet.context_tracker.alien_llm_response_length", "deprecated upstream"},
+      {"ajet.trainer_common.val_max_num_task_clip_method", "validation takes the first tasks"},
+      {"ajet.trainer_common.val_print_to_markdown_file_path", "metrics go to the store"},
+      {"ajet.trainer_common.train_print_to_markdown_file_path", "metrics go to the store"},
+      {"ajet.trainer_common.logger", "metrics go to the store and the console"},
+      {"ajet.trainer_common.fsdp_config", "no FSDP"},
+      {"ajet.trainer_common.ulysses_sequence_parallel_size", "no sequence parallelism"},
+      {"ajet.trainer_common.save_trajectory_as_json_file", "episodes and calls are in the store"},
+      {"ajet.trainer_common.algorithm.use_kl_in_reward", "KL is a loss term only"},
+      {"ajet.trainer_common.optim.optimizer_impl", "AdamW is built in"},
+      {"ajet.trainer_common.optim.total_training_steps", "use ajet.trainer_common.total_training_steps"},
+      {"ajet.trainer_common.optim.zero_indexed_step", "steps are zero-indexed"},
+      {"ajet.lora.load_format", "adapters load from safetensors"},
+      {"ajet.lora.layered_summon", "no FSDP"},
+  };
+  return keys;
+}
+
+std::string_view field_type_name(const FieldTarget& target) {
+  struct Name {
+    std::string_view operator()(bool*) const { return "a boolean"; }
+    std::string_view operator()(int64_t*) const { return "an integer"; }
+    std::string_view operator()(double*) const { return "a number"; }
+    std::string_view operator()(std::string*) const { return "a string"; }
+    std::string_view operator()(std::vector<std::string>*) const { return "a list of strings"; }
+    std::string_view operator()(std::vector<double>*) const { return "a list of numbers"; }
+    std::string_view operator()(std::optional<int64_t>*) const { return "an integer or null"; }
+    std::string_view operator()(std::optional<std::string>*) const { return "a string or null"; }
+    std::string_view operator()(Json*) const { return "a mapping"; }
+  };
+  return std::visit(Name{}, target);
+}
+
+}  // namespace ajet::config

@@ -1,0 +1,42 @@
+// The key table of the config: one Field per YAML key, pointing at its member of a Config.
+// Parsing, dumping, documentation checks and command-line overrides all walk this one table, so a
+// key exists in exactly one place. Never put parsing logic here; see config/load.h.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "config/config.h"
+
+namespace ajet::config {
+
+using FieldTarget = std::variant<bool*, int64_t*, double*, std::string*, std::vector<std::string>*,
+                                 std::vector<double>*, std::optional<int64_t>*, std::optional<std::string>*, Json*>;
+
+struct Field {
+  std::string key;  // full dotted key, e.g. "ajet.rollout.num_repeat"
+  FieldTarget target;
+  std::string doc;                   // one line for docs and error messages
+  std::vector<std::string> choices;  // allowed values (string fields); empty: any
+  std::optional<double> min;         // inclusive bounds (numeric fields)
+  std::optional<double> max;
+  // Accepted values that mean another one (upstream names): {given, canonical}. Using one warns.
+  std::vector<std::pair<std::string, std::string>> aliases;
+  std::optional<int64_t> auto_value;  // integer fields: the string `auto` means this value
+};
+
+// Every key of `config`, in document order. Targets point into `config`.
+std::vector<Field> config_fields(Config& config);
+
+// Upstream AgentJet keys that have no meaning here (vLLM, Ray, FSDP, Hydra, …). A YAML that sets one
+// gets a warning that names it and says it is ignored; a subtree entry covers everything below it.
+const std::vector<std::pair<std::string, std::string>>& ignored_upstream_keys();
+
+// "integer", "number", "boolean", "string", "list of strings", … (for messages and docs).
+std::string_view field_type_name(const FieldTarget& target);
+
+}  // namespace ajet::config
