@@ -1,0 +1,112 @@
+// The rows the store keeps: episodes, LLM calls, batches, metrics, and what a restart recovers.
+// Plain data only; the SQL lives in store.cc / store_read.cc.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/json.h"
+
+namespace ajet::store {
+
+// Episode statuses on disk. Registered (unclaimed) episodes are never stored: they are empty slots.
+inline constexpr const char* kEpisodeClaimed = "claimed";
+inline constexpr const char* kEpisodeFinished = "finished";    // ended with a reward; calls kept
+inline constexpr const char* kEpisodeAborted = "aborted";      // calls deleted
+inline constexpr const char* kEpisodeReclaimed = "reclaimed";  // idle past its timeout; calls deleted
+inline constexpr const char* kEpisodeDropped = "dropped";      // in flight at stop / batch boundary; calls deleted
+
+// Batch statuses: taken (handed to the trainer), trained, recorded (debug backbone), abandoned (stop).
+inline constexpr const char* kBatchTaken = "taken";
+inline constexpr const char* kBatchTrained = "trained";
+inline constexpr const char* kBatchRecorded = "recorded";
+inline constexpr const char* kBatchAbandoned = "abandoned";
+
+// Keys of the server-state table.
+inline constexpr const char* kStateEpisodeKeySecret = "episode_key_secret";
+inline constexpr const char* kStateTrainConfigYaml = "train_config_yaml";
+inline constexpr const char* kStateGlobalStep = "global_step";
+inline constexpr const char* kStateEngineStatus = "engine_status";
+inline constexpr const char* kStateRegistrySnapshot = "registry_snapshot";
+
+struct EpisodeRow {
+  std::string uuid;
+  std::string client_uuid;
+  std::string episode_type = "train";  // train | eval
+  std::string status = kEpisodeClaimed;
+  std::string task_id;           // from end_episode
+  std::string optional_task_id;  // from the claim's throttle policy
+  std::optional<double> reward;
+  std::optional<bool> is_success;
+  Json metadata = Json::object();
+  Json log_metrics = Json::object();
+  double discard_episode_timeout = 240.0;  // seconds
+  double claimed_at = 0;                   // unix seconds
+  std::optional<double> ended_at;
+  std::optional<int64_t> batch_id;  // set when the episode's batch is taken
+};
+
+// Token span [begin, end) of one chat message inside the rendered prompt.
+struct MessageSpan {
+  int32_t begin = 0;
+  int32_t end = 0;
+  bool operator==(const MessageSpan&) const = default;
+};
+
+// One LLM call (one completion; a request with n > 1 is n calls with consecutive indices).
+struct CallRow {
+  std::string episode_uuid;
+  std::string agent_name;
+  int64_t call_index = 0;    // per episode, from 0
+  std::string request_json;  // the OpenAI request body as received
+  std::string response_json;  // the answer sent (may be empty for streams)
+  std::vector<int32_t> prompt_ids;
+  std::vector<MessageSpan> message_spans;
+  std::vector<int32_t> completion_ids;
+  std::vector<float> logprobs;      // per completion token, under the sampling distribution used
+  std::vector<float> raw_logprobs;  // per completion token, under the raw model (may be empty)
+  std::vector<int32_t> policy_versions;  // per completion token
+  std::string finish_reason;
+  double latency_ms = 0;
+  double started_at = 0;  // unix seconds
+  double finished_at = 0;
+};
+
+struct BatchRow {
+  int64_t id = 0;
+  int64_t global_step = 0;  // the step this batch trains (or was recorded at)
+  double created_at = 0;
+  std::string status = kBatchTaken;
+  std::optional<double> finished_at;
+  Json stats = Json::object();
+};
+
+struct MetricRow {
+  int64_t step = 0;
+  std::string name;
+  double value = 0;
+  double created_at = 0;
+};
+
+struct RecoveredEpisode {
+  EpisodeRow episode;
+  std::vector<CallRow> calls;  // by call_index
+};
+
+// What a restarted front needs to resume (Store::recover()).
+struct RecoveredState {
+  bool has_data = false;            // any episode, batch or state row existed
+  std::string episode_key_secret;   // empty: none yet
+  std::string train_config_yaml;    // empty: none synced
+  int64_t global_step = 0;
+  std::string engine_status;        // at the last write ("" if never written)
+  Json registry_snapshot = nullptr;
+  int64_t next_batch_id = 1;
+  // Finished train episodes not in a trained/recorded/abandoned batch, oldest first: the current batch.
+  std::vector<EpisodeRow> pending_finished;
+  std::vector<RecoveredEpisode> claimed;  // in flight at the crash, with their calls
+};
+
+}  // namespace ajet::store

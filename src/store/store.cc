@@ -1,0 +1,391 @@
+// Opening (schema, version checks, WAL) and the writer thread with group commit.
+#include "store/store.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "store/blob.h"
+#include "store/sqlite.h"
+
+namespace ajet::store {
+
+namespace {
+
+constexpr const char* kSchema = R"sql(
+CREATE TABLE episodes (
+  uuid TEXT PRIMARY KEY,
+  client_uuid TEXT NOT NULL,
+  episode_type TEXT NOT NULL,
+  status TEXT NOT NULL,
+  task_id TEXT NOT NULL,
+  optional_task_id TEXT NOT NULL,
+  reward REAL,
+  is_success INTEGER,
+  metadata TEXT NOT NULL,
+  log_metrics TEXT NOT NULL,
+  discard_episode_timeout REAL NOT NULL,
+  claimed_at REAL NOT NULL,
+  ended_at REAL,
+  batch_id INTEGER
+);
+CREATE INDEX episodes_by_status ON episodes(status, episode_type);
+CREATE INDEX episodes_by_batch ON episodes(batch_id);
+CREATE TABLE calls (
+  episode_uuid TEXT NOT NULL,
+  call_index INTEGER NOT NULL,
+  agent_name TEXT NOT NULL,
+  request TEXT NOT NULL,
+  response TEXT NOT NULL,
+  prompt_ids BLOB NOT NULL,       -- int32 LE
+  message_spans BLOB NOT NULL,    -- int32 LE pairs [begin, end)
+  completion_ids BLOB NOT NULL,   -- int32 LE
+  logprobs BLOB NOT NULL,         -- float32 LE
+  raw_logprobs BLOB NOT NULL,     -- float32 LE
+  policy_versions BLOB NOT NULL,  -- int32 LE
+  finish_reason TEXT NOT NULL,
+  latency_ms REAL NOT NULL,
+  started_at REAL NOT NULL,
+  finished_at REAL NOT NULL,
+  UNIQUE (episode_uuid, call_index)
+);
+CREATE TABLE batches (
+  id INTEGER PRIMARY KEY,
+  global_step INTEGER NOT NULL,
+  created_at REAL NOT NULL,
+  status TEXT NOT NULL,
+  finished_at REAL,
+  stats TEXT NOT NULL
+);
+CREATE TABLE metrics (
+  step INTEGER NOT NULL,
+  name TEXT NOT NULL,
+  value REAL NOT NULL,
+  created_at REAL NOT NULL
+);
+CREATE INDEX metrics_by_name ON metrics(name, step);
+CREATE TABLE state (
+  key TEXT PRIMARY KEY,
+  value BLOB NOT NULL
+);
+)sql";
+
+int64_t to_int(const std::string& text) { return text.empty() ? 0 : std::stoll(text); }
+
+std::string encode_spans(const std::vector<MessageSpan>& spans) {
+  std::vector<int32_t> flat;
+  flat.reserve(spans.size() * 2);
+  for (const auto& s : spans) {
+    flat.push_back(s.begin);
+    flat.push_back(s.end);
+  }
+  return encode_i32(flat);
+}
+
+// Takes an exclusive lock on `<store>.lock` so two fronts never share a store. The kernel drops it
+// when the process dies, however it dies.
+int lock_store(const std::filesystem::path& path) {
+  std::string lock_path = path.string() + ".lock";
+  int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) fail(ErrorCode::kIo, "store " + path.string() + ": cannot open lock file " + lock_path);
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    ::close(fd);
+    fail(ErrorCode::kFailedPrecondition,
+         "store " + path.string() + " is in use by another process (lock " + lock_path + " is held)");
+  }
+  return fd;
+}
+
+void check_and_create_schema(Db& db, bool fsync_each_commit) {
+  const std::string where = "store " + db.path().string();
+  int64_t app_id = to_int(db.query_text("PRAGMA application_id"));  // SQLITE_NOTADB surfaces here
+  int64_t version = to_int(db.query_text("PRAGMA user_version"));
+  if (version > kSchemaVersion) {
+    fail(ErrorCode::kFailedPrecondition,
+         where + " was written by a newer AgentJet (schema version " + std::to_string(version) +
+             ", this build reads up to " + std::to_string(kSchemaVersion) +
+             "): upgrade AgentJet, or use another store file");
+  }
+  if (app_id != 0 && app_id != kApplicationId) {
+    fail(ErrorCode::kDataLoss, where + " is a SQLite database of another application (application_id " +
+                                   std::to_string(app_id) + "), not an AgentJet store");
+  }
+  if (app_id == 0 && to_int(db.query_text("SELECT count(*) FROM sqlite_master")) > 0) {
+    fail(ErrorCode::kDataLoss, where + " is a SQLite database without the AgentJet marker, not an AgentJet store");
+  }
+  std::string mode = db.query_text("PRAGMA journal_mode=WAL");
+  if (mode != "wal") fail(ErrorCode::kIo, where + ": cannot enable WAL mode (journal_mode is '" + mode + "')");
+  db.exec(fsync_each_commit ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL");
+  if (version == 0) {
+    db.exec("BEGIN IMMEDIATE");
+    db.exec(kSchema);
+    db.exec("PRAGMA application_id=" + std::to_string(kApplicationId));
+    db.exec("PRAGMA user_version=" + std::to_string(kSchemaVersion));
+    db.exec("COMMIT");
+  }
+}
+
+}  // namespace
+
+Store::Store(const std::filesystem::path& path, Options options) : path_(path), options_(options) {
+  lock_fd_ = lock_store(path);
+  try {
+    writer_db_ = std::make_unique<Db>(path);
+    check_and_create_schema(*writer_db_, options.fsync_each_commit);
+    reader_db_ = std::make_unique<Db>(path);
+    reader_db_->exec("PRAGMA query_only=1");
+  } catch (...) {
+    reader_db_.reset();
+    writer_db_.reset();
+    ::close(lock_fd_);
+    throw;
+  }
+  writer_ = std::thread([this] { writer_loop(); });
+}
+
+Store::~Store() {
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    stopping_ = true;
+  }
+  queue_cv_.notify_all();
+  writer_.join();
+  reader_db_.reset();
+  writer_db_.reset();
+  ::close(lock_fd_);
+}
+
+std::future<void> Store::enqueue(std::function<void(Db&)> apply, Done done) {
+  Job job{std::move(apply), {}, std::move(done)};
+  std::future<void> result = job.promise.get_future();
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    if (!stopping_) {
+      queue_.push_back(std::move(job));
+      queue_cv_.notify_one();
+      return result;
+    }
+  }
+  auto error = std::make_exception_ptr(Error(ErrorCode::kFailedPrecondition, "store " + path_.string() + " is closing"));
+  job.promise.set_exception(error);
+  if (job.done) job.done(error);
+  return result;
+}
+
+void Store::writer_loop() {
+  for (;;) {
+    std::vector<Job> group;
+    {
+      std::unique_lock<std::mutex> lock(queue_mu_);
+      queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping and drained
+      while (!queue_.empty() && group.size() < options_.max_group) {
+        group.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+    }
+    commit_group(group);
+  }
+}
+
+// One transaction for the whole group; each job in its own savepoint so one bad write fails alone.
+void Store::commit_group(std::vector<Job>& group) {
+  Db& db = *writer_db_;
+  std::vector<std::exception_ptr> errors(group.size());
+  std::exception_ptr commit_error;
+  try {
+    db.exec("BEGIN IMMEDIATE");
+    for (size_t i = 0; i < group.size(); ++i) {
+      if (!group[i].apply) continue;  // a flush marker
+      try {
+        db.exec("SAVEPOINT job");
+        group[i].apply(db);
+        db.exec("RELEASE job");
+      } catch (...) {
+        errors[i] = std::current_exception();
+        // If even this fails the transaction is broken; the outer catch fails the whole group.
+        db.exec("ROLLBACK TO job");
+        db.exec("RELEASE job");
+      }
+    }
+    db.exec("COMMIT");
+  } catch (...) {
+    commit_error = std::current_exception();
+    try {
+      db.exec("ROLLBACK");
+    } catch (...) {
+    }
+  }
+  for (size_t i = 0; i < group.size(); ++i) {
+    std::exception_ptr error = commit_error ? commit_error : errors[i];
+    if (error) {
+      try {
+        std::rethrow_exception(error);
+      } catch (const std::exception& e) {
+        log().error("store write failed: {}", e.what());
+      }
+      group[i].promise.set_exception(error);
+    } else {
+      group[i].promise.set_value();
+    }
+    if (group[i].done) {
+      try {
+        group[i].done(error);
+      } catch (const std::exception& e) {
+        log().error("store completion callback threw: {}", e.what());
+      }
+    }
+  }
+}
+
+std::future<void> Store::upsert_episode(EpisodeRow row, Done done) {
+  return enqueue(
+      [row = std::move(row)](Db& db) {
+        db.prepare(
+              "INSERT OR REPLACE INTO episodes (uuid, client_uuid, episode_type, status, task_id, optional_task_id, "
+              "reward, is_success, metadata, log_metrics, discard_episode_timeout, claimed_at, ended_at, batch_id) "
+              "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)")
+            .bind(1, row.uuid)
+            .bind(2, row.client_uuid)
+            .bind(3, row.episode_type)
+            .bind(4, row.status)
+            .bind(5, row.task_id)
+            .bind(6, row.optional_task_id)
+            .bind(7, row.reward)
+            .bind(8, row.is_success ? std::optional<int64_t>(*row.is_success ? 1 : 0) : std::nullopt)
+            .bind(9, row.metadata.dump())
+            .bind(10, row.log_metrics.dump())
+            .bind(11, row.discard_episode_timeout)
+            .bind(12, row.claimed_at)
+            .bind(13, row.ended_at)
+            .bind(14, row.batch_id)
+            .run();
+      },
+      std::move(done));
+}
+
+std::future<void> Store::retire_episode(std::string uuid, std::string status, double ended_at, Done done) {
+  return enqueue(
+      [uuid = std::move(uuid), status = std::move(status), ended_at](Db& db) {
+        db.prepare("UPDATE episodes SET status = ?1, ended_at = ?2 WHERE uuid = ?3")
+            .bind(1, status)
+            .bind(2, ended_at)
+            .bind(3, uuid)
+            .run();
+        db.prepare("DELETE FROM calls WHERE episode_uuid = ?1").bind(1, uuid).run();
+      },
+      std::move(done));
+}
+
+std::future<void> Store::put_call(CallRow row, Done done) {
+  return enqueue(
+      [row = std::move(row)](Db& db) {
+        db.prepare(
+              "INSERT OR REPLACE INTO calls (episode_uuid, call_index, agent_name, request, response, prompt_ids, "
+              "message_spans, completion_ids, logprobs, raw_logprobs, policy_versions, finish_reason, latency_ms, "
+              "started_at, finished_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)")
+            .bind(1, row.episode_uuid)
+            .bind(2, row.call_index)
+            .bind(3, row.agent_name)
+            .bind(4, row.request_json)
+            .bind(5, row.response_json)
+            .bind_blob(6, encode_i32(row.prompt_ids))
+            .bind_blob(7, encode_spans(row.message_spans))
+            .bind_blob(8, encode_i32(row.completion_ids))
+            .bind_blob(9, encode_f32(row.logprobs))
+            .bind_blob(10, encode_f32(row.raw_logprobs))
+            .bind_blob(11, encode_i32(row.policy_versions))
+            .bind(12, row.finish_reason)
+            .bind(13, row.latency_ms)
+            .bind(14, row.started_at)
+            .bind(15, row.finished_at)
+            .run();
+      },
+      std::move(done));
+}
+
+std::future<void> Store::put_batch(BatchRow row, std::vector<std::string> episode_uuids, Done done) {
+  return enqueue(
+      [row = std::move(row), uuids = std::move(episode_uuids)](Db& db) {
+        db.prepare(
+              "INSERT OR REPLACE INTO batches (id, global_step, created_at, status, finished_at, stats) "
+              "VALUES (?1, ?2, ?3, ?4, ?5, ?6)")
+            .bind(1, row.id)
+            .bind(2, row.global_step)
+            .bind(3, row.created_at)
+            .bind(4, row.status)
+            .bind(5, row.finished_at)
+            .bind(6, row.stats.dump())
+            .run();
+        for (const auto& uuid : uuids) {
+          db.prepare("UPDATE episodes SET batch_id = ?1 WHERE uuid = ?2").bind(1, row.id).bind(2, uuid).run();
+        }
+      },
+      std::move(done));
+}
+
+std::future<void> Store::update_batch(int64_t id, std::string status, double finished_at, Json stats, Done done) {
+  return enqueue(
+      [=, status = std::move(status), stats = std::move(stats)](Db& db) {
+        db.prepare("UPDATE batches SET status = ?1, finished_at = ?2, stats = ?3 WHERE id = ?4")
+            .bind(1, status)
+            .bind(2, finished_at)
+            .bind(3, stats.dump())
+            .bind(4, id)
+            .run();
+      },
+      std::move(done));
+}
+
+std::future<void> Store::abandon_pending(int64_t batch_id, int64_t global_step, double at, Done done) {
+  return enqueue(
+      [=](Db& db) {
+        db.prepare(
+              "INSERT OR REPLACE INTO batches (id, global_step, created_at, status, finished_at, stats) "
+              "VALUES (?1, ?2, ?3, ?4, ?3, '{}')")
+            .bind(1, batch_id)
+            .bind(2, global_step)
+            .bind(3, at)
+            .bind(4, std::string_view(kBatchAbandoned))
+            .run();
+        db.prepare(
+              "UPDATE episodes SET batch_id = ?1 WHERE status = 'finished' AND episode_type = 'train' AND "
+              "(batch_id IS NULL OR batch_id IN (SELECT id FROM batches WHERE status = 'taken'))")
+            .bind(1, batch_id)
+            .run();
+        db.prepare("UPDATE batches SET status = 'abandoned', finished_at = ?1 WHERE status = 'taken'")
+            .bind(1, at)
+            .run();
+      },
+      std::move(done));
+}
+
+std::future<void> Store::put_metrics(int64_t step, std::vector<std::pair<std::string, double>> values, double at,
+                                     Done done) {
+  return enqueue(
+      [=, values = std::move(values)](Db& db) {
+        for (const auto& [name, value] : values) {
+          db.prepare("INSERT INTO metrics (step, name, value, created_at) VALUES (?1, ?2, ?3, ?4)")
+              .bind(1, step)
+              .bind(2, name)
+              .bind(3, value)
+              .bind(4, at)
+              .run();
+        }
+      },
+      std::move(done));
+}
+
+std::future<void> Store::put_state(std::string key, std::string value, Done done) {
+  return enqueue(
+      [key = std::move(key), value = std::move(value)](Db& db) {
+        db.prepare("INSERT OR REPLACE INTO state (key, value) VALUES (?1, ?2)").bind(1, key).bind_blob(2, value).run();
+      },
+      std::move(done));
+}
+
+std::future<void> Store::flush() { return enqueue(nullptr, nullptr); }
+
+}  // namespace ajet::store

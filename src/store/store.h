@@ -1,0 +1,113 @@
+// The front's durable memory: SQLite in WAL mode holding episodes, LLM calls (token arrays as blobs),
+// batches, metrics and server state, so a restarted front loses nothing it acknowledged.
+// Writes never block the caller: they queue for one writer thread that commits them in groups.
+// Never answer a client "success" for an episode before its write's future/callback has fired.
+//
+// Threads: any thread may call any method. Write methods enqueue and return at once; `done` runs on
+// the writer thread after the commit (nullptr on success, the exception otherwise) and must be
+// quick and must not wait on the store. Read methods run synchronously on a separate connection.
+//
+// Durability: `synchronous=FULL` (default) fsyncs the WAL at every commit, so an acknowledged write
+// survives power loss as well as a killed process; group commit (up to `max_group` writes per
+// transaction) keeps that to one fsync per group. `synchronous=NORMAL` (fsync_each_commit=false)
+// survives SIGKILL but may lose the last commits on power loss.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <filesystem>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "store/records.h"
+
+namespace ajet::store {
+
+class Db;
+
+inline constexpr int kSchemaVersion = 1;        // PRAGMA user_version
+inline constexpr int kApplicationId = 0x414a4554;  // PRAGMA application_id: "AJET"
+
+using Done = std::function<void(std::exception_ptr)>;
+
+class Store {
+ public:
+  struct Options {
+    bool fsync_each_commit = true;  // synchronous=FULL (true) or NORMAL (false)
+    size_t max_group = 512;         // writes per transaction at most
+  };
+
+  // Opens or creates the store. Throws Error(kDataLoss) for a file that is not an AgentJet store or is
+  // corrupt, Error(kFailedPrecondition) for a store written by a newer schema version, kIo otherwise.
+  explicit Store(const std::filesystem::path& path, Options options);
+  explicit Store(const std::filesystem::path& path) : Store(path, Options{}) {}
+  ~Store();  // commits everything queued, then stops the writer
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+
+  // ---- writes (queued, committed in order) ----
+  // Inserts or replaces the whole row.
+  std::future<void> upsert_episode(EpisodeRow row, Done done = nullptr);
+  // Sets status (aborted | reclaimed | dropped) and ended_at, and deletes the episode's calls.
+  std::future<void> retire_episode(std::string uuid, std::string status, double ended_at, Done done = nullptr);
+  // Inserts or replaces (episode_uuid, call_index).
+  std::future<void> put_call(CallRow row, Done done = nullptr);
+  // Inserts or replaces the batch and sets batch_id on the given episodes.
+  std::future<void> put_batch(BatchRow row, std::vector<std::string> episode_uuids, Done done = nullptr);
+  std::future<void> update_batch(int64_t id, std::string status, double finished_at, Json stats,
+                                 Done done = nullptr);
+  // Marks every finished train episode that is in no batch, or in a `taken` one, as part of a new
+  // abandoned batch `batch_id` (used on stop, so a later recovery does not resume them).
+  std::future<void> abandon_pending(int64_t batch_id, int64_t global_step, double at, Done done = nullptr);
+  std::future<void> put_metrics(int64_t step, std::vector<std::pair<std::string, double>> values, double at,
+                                Done done = nullptr);
+  std::future<void> put_state(std::string key, std::string value, Done done = nullptr);
+  // Resolves once everything queued before it is committed.
+  std::future<void> flush();
+
+  // ---- reads (synchronous) ----
+  std::optional<std::string> get_state(const std::string& key);
+  std::optional<EpisodeRow> get_episode(const std::string& uuid);
+  std::vector<CallRow> get_calls(const std::string& episode_uuid);
+  std::vector<EpisodeRow> get_batch_episodes(int64_t batch_id);
+  std::vector<BatchRow> get_batches();
+  std::vector<MetricRow> get_metrics(const std::string& name);
+  int64_t count_episodes(const std::string& status);
+  RecoveredState recover();
+
+  // The per-server secret for episode keys: read it, or create and commit one (blocks until durable).
+  std::string load_or_create_secret();
+
+ private:
+  struct Job {
+    std::function<void(Db&)> apply;
+    std::promise<void> promise;
+    Done done;
+  };
+  std::future<void> enqueue(std::function<void(Db&)> apply, Done done);
+  void writer_loop();
+  void commit_group(std::vector<Job>& group);
+
+  std::filesystem::path path_;
+  Options options_;
+  int lock_fd_ = -1;  // flock on <path>.lock: one front per store
+  std::unique_ptr<Db> writer_db_;  // used only by the writer thread after construction
+  std::unique_ptr<Db> reader_db_;  // guarded by reader_mu_
+  std::mutex reader_mu_;
+
+  std::mutex queue_mu_;
+  std::condition_variable queue_cv_;
+  std::deque<Job> queue_;
+  bool stopping_ = false;
+  std::thread writer_;
+};
+
+}  // namespace ajet::store
