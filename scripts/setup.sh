@@ -8,7 +8,7 @@ PKGS=(
   libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev libsqlite3-dev
   libgtest-dev libgmock-dev libncurses-dev libssl-dev
   python3-torch python3-numpy
-  curl zip unzip clang
+  curl zip unzip clang libclang-rt-14-dev
 
 )
 missing=()

@@ -6,6 +6,7 @@
 #include "common/error.h"
 #include "common/fs.h"
 #include "common/json.h"
+#include "hf/parse_text.h"
 
 namespace ajet::hf {
 namespace {
@@ -23,7 +24,7 @@ void check_shard_name(const std::string& shard, const std::string& tensor, const
 
 // weight_map of an index file: tensor name -> shard file name.
 std::map<std::string, std::string> read_weight_map(const fs::path& index) {
-  Json json = parse_json(read_file(index), index.string());
+  Json json = detail::parse_json_text(read_file(index), index.string());
   if (!json.is_object()) fail(ErrorCode::kDataLoss, index.string() + ": must be a JSON object");
   auto it = json.find("weight_map");
   if (it == json.end() || !it->is_object()) {

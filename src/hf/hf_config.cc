@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "common/fs.h"
+#include "hf/parse_text.h"
 
 namespace ajet::hf {
 namespace {
@@ -156,6 +157,7 @@ ModelConfig parse_model_config(const Json& json, std::string_view where) {
       c.architectures.push_back(a.get<std::string>());
     }
   }
+  if (c.architectures.empty()) c.architectures.push_back(default_architecture(c.model_type));
 
   // Refuse what our decoder does not implement rather than load a model that computes something else.
   if (field(json, "rope_scaling") != nullptr) {
@@ -219,9 +221,12 @@ ModelConfig parse_model_config(const Json& json, std::string_view where) {
   return c;
 }
 
+ModelConfig parse_model_config_text(std::string_view text, std::string_view where) {
+  return parse_model_config(detail::parse_json_text(text, where), where);
+}
+
 ModelConfig load_model_config(const std::filesystem::path& config_json) {
-  std::string where = config_json.string();
-  return parse_model_config(parse_json(read_file(config_json), where), where);
+  return parse_model_config_text(read_file(config_json), config_json.string());
 }
 
 Json model_config_to_json(const ModelConfig& c) {

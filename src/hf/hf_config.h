@@ -15,7 +15,7 @@ namespace ajet::hf {
 
 struct ModelConfig {
   std::string model_type = "qwen2";            // qwen2 | qwen3 | llama
-  std::vector<std::string> architectures;      // e.g. {"Qwen2ForCausalLM"}
+  std::vector<std::string> architectures;      // e.g. {"Qwen2ForCausalLM"}; parse fills it by model_type when absent
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
@@ -42,6 +42,7 @@ struct ModelConfig {
 // mlp_bias, quantization_config, an activation other than silu) are errors, not warnings: ignoring
 // them would load a model that computes something other than what was trained.
 ModelConfig parse_model_config(const Json& config, std::string_view where);
+ModelConfig parse_model_config_text(std::string_view text, std::string_view where);  // bad JSON too
 ModelConfig load_model_config(const std::filesystem::path& config_json);
 // HF-compatible config.json content; validates first (throws like parse_model_config).
 Json model_config_to_json(const ModelConfig& config);

@@ -148,6 +148,8 @@ TEST(Checkpoint, IndexErrorsNameTheIndexShardAndTensor) {
   expect_error([&] { SafetensorsCheckpoint::open(dir.path()); }, ErrorCode::kDataLoss, {"'t0'", "string"});
   write_file_atomic(index_path, "{\"weight_map\": {");
   expect_error([&] { SafetensorsCheckpoint::open(dir.path()); }, ErrorCode::kInvalidArgument, {"invalid JSON"});
+  write_file_atomic(index_path, R"({"metadata": {"total_size": 1e+600}, "weight_map": {}})");
+  expect_error([&] { SafetensorsCheckpoint::open(dir.path()); }, ErrorCode::kInvalidArgument, {"invalid JSON"});
 
   // And the original index still works.
   with_index(good);

@@ -310,6 +310,9 @@ TEST(HfConfig, LoadNamesTheFile) {
   }
   write_file_atomic(dir / "config.json", "{\"model_type\": ");
   EXPECT_THROW(load_model_config(dir / "config.json"), Error);
+  // A number too large for a double is an error, not an escaping nlohmann exception (found by fuzzing).
+  write_file_atomic(dir / "config.json", R"({"model_type": "qwen2", "hidden_size": 1e+600})");
+  EXPECT_THROW(load_model_config(dir / "config.json"), Error);
   EXPECT_THROW(load_model_config(dir / "absent.json"), Error);
 }
 

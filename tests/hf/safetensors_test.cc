@@ -151,6 +151,7 @@ std::vector<BadCase> bad_cases() {
       {"header length over the limit", over_limit, {"100 MB"}},
       {"truncated header", truncated_header, {"exceeds the 12 bytes"}},
       {"bad JSON", safetensors_bytes(R"({"a":{"dtype":)", ""), {"not valid JSON"}},
+      {"number overflow", safetensors_bytes("{" + u8_entry("a", "[0,0]", "[1e+600]") + "}", ""), {"not valid JSON"}},
       {"trailing garbage", safetensors_bytes("{} x", ""), {"not valid JSON"}},
       {"not an object", safetensors_bytes("[1, 2]", ""), {"start with '{'"}},
       {"invalid UTF-8", safetensors_bytes("{\"\xff\":{}}", ""), {"not valid JSON"}},
