@@ -26,6 +26,10 @@ struct TokenizerConfig {
   bool add_bos_token = false;
 };
 
+// Parses tokenizer_config.json text: special tokens as strings or {"content": ...} objects, the chat
+// template as a string or a list of {name, template} (the one named "default", else the first).
+TokenizerConfig parse_tokenizer_config(std::string_view json_text, std::string_view source_name);
+
 class Tokenizer {
  public:
   // `path` is a directory holding tokenizer.json (and optionally tokenizer_config.json), or the
@@ -33,6 +37,8 @@ class Tokenizer {
   static Tokenizer load(const std::filesystem::path& path);
   // Parses tokenizer.json text; `source_name` is used in error messages.
   static Tokenizer from_json(std::string_view tokenizer_json, std::string_view source_name);
+  // Same, with a tokenizer_config.json already parsed (see parse_tokenizer_config).
+  static Tokenizer from_json(std::string_view tokenizer_json, std::string_view source_name, TokenizerConfig config);
 
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
@@ -51,7 +57,7 @@ class Tokenizer {
 
   size_t vocab_size() const;       // max id + 1 over the model vocab and added tokens
   bool is_special(TokenId id) const;
-  bool valid_id(TokenId id) const;
+  bool valid_id(TokenId id) const;  // in range and naming a token (vocab ids may have gaps)
 
   const TokenizerConfig& config() const;
   // Ids of the config's eos / pad tokens when they exist in the vocab.
