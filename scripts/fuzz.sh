@@ -54,9 +54,10 @@ fi
 gen=()
 if command -v ninja >/dev/null 2>&1; then gen=(-G Ninja); fi
 if [ ! -f "$build/CMakeCache.txt" ]; then
+  mkdir -p "$build"
   cmake -S "$here" -B "$build" "${gen[@]}" -DAJET_FUZZ_ONLY=ON -DCMAKE_BUILD_TYPE=Debug \
-    -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ >"$build.configure.log" 2>&1 ||
-    { cat "$build.configure.log" >&2; exit 1; }
+    -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ >"$build/configure.log" 2>&1 ||
+    { cat "$build/configure.log" >&2; rm -f "$build/CMakeCache.txt"; exit 1; }
 fi
 targets=()
 for n in "${names[@]}"; do targets+=("fuzz_$n"); done
