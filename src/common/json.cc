@@ -1,5 +1,7 @@
 #include "common/json.h"
 
+#include <cmath>
+
 #include "common/error.h"
 
 namespace ajet {
@@ -7,7 +9,7 @@ namespace ajet {
 Json parse_json(std::string_view text, std::string_view what) {
   try {
     return Json::parse(text.begin(), text.end());
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // parse_error, and out_of_range for numbers like 1e+600
     invalid_argument(std::string(what) + ": invalid JSON: " + e.what());
   }
 }
@@ -71,8 +73,11 @@ std::optional<int64_t> get_optional_int(const Json& obj, std::string_view key, s
   if (v == nullptr) return std::nullopt;
   if (v->is_number_integer()) return v->get<int64_t>();
   if (v->is_number_float()) {
+    // 2^63 bounds keep the cast defined; only integral values (like 3.0) are accepted.
     double d = v->get<double>();
-    if (d == static_cast<double>(static_cast<int64_t>(d))) return static_cast<int64_t>(d);
+    if (d >= -9.2233720368547758e18 && d < 9.2233720368547758e18 && d == std::floor(d)) {
+      return static_cast<int64_t>(d);
+    }
   }
   wrong_type(key, where, "an integer", *v);
 }

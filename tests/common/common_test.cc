@@ -53,6 +53,12 @@ TEST(Json, ErrorsNameTheField) {
   EXPECT_FALSE(get_optional_int(body, "seed", "body").has_value());
   EXPECT_THROW(get_string(body, "model", "body"), Error);
   EXPECT_THROW(parse_json("{\"a\":", "x.json"), Error);
+  // Found by fuzzing: nlohmann throws out_of_range (not parse_error) for an overflowing number.
+  EXPECT_THROW(parse_json("[1e+600]", "x.json"), Error);
+  Json huge = Json::parse(R"({"n": 1e30, "m": 3.0, "f": 2.5})");
+  EXPECT_THROW(get_int(huge, "n", "body"), Error);
+  EXPECT_EQ(get_int(huge, "m", "body"), 3);
+  EXPECT_THROW(get_int(huge, "f", "body"), Error);
 }
 
 TEST(Fs, AtomicWriteThenRead) {
