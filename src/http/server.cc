@@ -1,0 +1,254 @@
+// HttpServer: listening, I/O threads and shutdown. The connections themselves live in
+// connection.cc; the shared internals and the threading model are described in server_internal.h.
+#include "http/server.h"
+
+#include <cerrno>
+#include <csignal>
+#include <future>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "http/server_internal.h"
+
+namespace ajet::http {
+
+using namespace detail;
+using asio::ip::tcp;
+
+namespace {
+thread_local Worker* tl_worker = nullptr;  // the Worker whose io_context this thread runs
+}  // namespace
+
+struct HttpServer::Impl {
+  Core core;
+  std::vector<std::unique_ptr<Worker>> workers;
+  std::optional<Acceptor> acceptor;
+  std::optional<Timer> grace_timer;
+  std::optional<SignalSet> signals;
+  uint16_t port = 0;
+  size_t next_worker = 0;
+
+  enum class State { kCreated, kRunning, kStopping, kStopped };
+  std::mutex state_mu;
+  State state = State::kCreated;
+  std::atomic<bool> drained{false};
+
+  Worker& main() { return *workers.front(); }
+
+  Task<void> accept_loop() {
+    for (;;) {
+      Worker& worker = *workers[next_worker++ % workers.size()];
+      auto [ec, socket] = co_await acceptor->async_accept(worker.ioc, kNoThrow);
+      if (core.stopping.load() || !acceptor->is_open()) co_return;
+      if (ec) {
+        log().warn("http: accept failed: {}", ec.message());
+        if (ec == asio::error::no_descriptors || ec.value() == EMFILE || ec.value() == ENFILE) {
+          // Out of file descriptors: back off instead of spinning on the same error.
+          Timer pause(acceptor->get_executor(), std::chrono::milliseconds(50));
+          co_await pause.async_wait(kNoThrow);
+        }
+        continue;
+      }
+      error_code ignored;
+      socket.set_option(tcp::no_delay(true), ignored);
+      core.accepted.fetch_add(1, std::memory_order_relaxed);
+      core.live.fetch_add(1);
+      auto connection = std::make_shared<Connection>(core, worker, std::move(socket));
+      asio::co_spawn(worker.ioc, Connection::run(std::move(connection)), asio::detached);
+    }
+  }
+
+  // Worker 0's thread: the first half of stop().
+  void begin_stop() {
+    error_code ec;
+    acceptor->close(ec);
+    core.stopping.store(true);
+    for (auto& worker : workers) {
+      asio::post(worker->ioc, [w = worker.get()] {
+        w->stopping = true;
+        // on_stop() may close a connection, which erases it from the set: iterate a copy.
+        std::vector<Connection*> connections(w->connections.begin(), w->connections.end());
+        for (Connection* c : connections) c->on_stop();
+      });
+    }
+    grace_timer.emplace(main().ioc.get_executor(), core.options.shutdown_grace);
+    grace_timer->async_wait([this](error_code ec) {
+      if (!ec) force_close_all();
+    });
+    if (core.live.load() == 0) on_drained();
+  }
+
+  void force_close_all() {
+    for (auto& worker : workers) {
+      asio::post(worker->ioc, [w = worker.get()] {
+        std::vector<Connection*> connections(w->connections.begin(), w->connections.end());
+        for (Connection* c : connections) c->force_close();
+      });
+    }
+  }
+
+  // Any thread, once: every connection is closed, so the I/O threads may run out of work and exit.
+  void on_drained() {
+    if (drained.exchange(true)) return;
+    for (auto& worker : workers) {
+      asio::post(worker->ioc, [this, w = worker.get()] {
+        if (w == workers.front().get()) {
+          if (grace_timer) grace_timer->cancel();
+          if (signals) {
+            error_code ec;
+            signals->cancel(ec);
+          }
+        }
+        w->guard.reset();
+      });
+    }
+  }
+
+  void wait_signal() {
+    signals->async_wait([this](error_code ec, int signal_number) {
+      if (ec) return;
+      if (request_stop_state()) {
+        log().info("http: signal {}: stopping (a second signal closes every connection)", signal_number);
+        begin_stop();
+      } else {
+        log().info("http: signal {}: closing every connection", signal_number);
+        force_close_all();
+      }
+      wait_signal();
+    });
+  }
+
+  // True when this call moved a running server to stopping.
+  bool request_stop_state() {
+    std::lock_guard lock(state_mu);
+    if (state != State::kRunning) return false;
+    state = State::kStopping;
+    return true;
+  }
+};
+
+HttpServer::HttpServer(ServerOptions options, Handler handler) : impl_(std::make_unique<Impl>()) {
+  Impl& s = *impl_;
+  if (!handler) invalid_argument("HttpServer needs a handler");
+  if (options.io_threads < 1) invalid_argument("ServerOptions.io_threads must be >= 1");
+  s.core.options = std::move(options);
+  s.core.handler = std::move(handler);
+  s.core.on_drained = [&s] { s.on_drained(); };
+  for (int i = 0; i < s.core.options.io_threads; ++i) {
+    s.workers.push_back(std::make_unique<Worker>());
+    s.workers.back()->guard.emplace(s.workers.back()->ioc.get_executor());
+  }
+  const std::string& host = s.core.options.host;
+  std::string where = host + ":" + std::to_string(s.core.options.port);
+  try {
+    asio::ip::basic_resolver<tcp, Executor> resolver(s.main().ioc.get_executor());
+    auto results = resolver.resolve(host, std::to_string(s.core.options.port),
+                                    tcp::resolver::passive | tcp::resolver::numeric_service);
+    tcp::endpoint endpoint = results.begin()->endpoint();
+    s.acceptor.emplace(s.main().ioc.get_executor());
+    s.acceptor->open(endpoint.protocol());
+    s.acceptor->set_option(asio::socket_base::reuse_address(true));
+    s.acceptor->bind(endpoint);
+    s.acceptor->listen(asio::socket_base::max_listen_connections);
+    s.port = s.acceptor->local_endpoint().port();
+  } catch (const boost::system::system_error& e) {
+    fail(ErrorCode::kIo, "http server cannot listen on " + where + ": " + e.code().message());
+  }
+}
+
+HttpServer::~HttpServer() {
+  stop();
+  wait();
+  for (auto& worker : impl_->workers) worker->gate->close();
+  // Destroy asio objects while their io_contexts are alive, then the io_contexts.
+  impl_->signals.reset();
+  impl_->grace_timer.reset();
+  impl_->acceptor.reset();
+}
+
+uint16_t HttpServer::port() const { return impl_->port; }
+const std::string& HttpServer::host() const { return impl_->core.options.host; }
+
+void HttpServer::handle_signals() {
+  Impl& s = *impl_;
+  std::lock_guard lock(s.state_mu);
+  if (s.state != Impl::State::kCreated) fail(ErrorCode::kFailedPrecondition, "handle_signals() must come before start()");
+  if (s.signals) return;
+  s.signals.emplace(s.main().ioc.get_executor(), SIGINT, SIGTERM);
+  s.wait_signal();
+}
+
+void HttpServer::start() {
+  Impl& s = *impl_;
+  {
+    std::lock_guard lock(s.state_mu);
+    if (s.state != Impl::State::kCreated) return;
+    s.state = Impl::State::kRunning;
+  }
+  asio::co_spawn(s.main().ioc, s.accept_loop(), asio::detached);
+  for (auto& worker : s.workers) {
+    worker->thread = std::thread([w = worker.get()] {
+      tl_worker = w;
+      for (;;) {
+        try {
+          w->ioc.run();
+          break;
+        } catch (const std::exception& e) {
+          log().error("http: I/O thread caught: {}", e.what());
+        }
+      }
+    });
+  }
+}
+
+void HttpServer::run() {
+  start();
+  wait();
+}
+
+void HttpServer::stop() {
+  Impl& s = *impl_;
+  {
+    std::lock_guard lock(s.state_mu);
+    if (s.state == Impl::State::kCreated) {
+      // Never started: nothing in flight, just release the port and let wait() return.
+      s.state = Impl::State::kStopped;
+      error_code ec;
+      s.acceptor->close(ec);
+      for (auto& worker : s.workers) worker->guard.reset();
+      return;
+    }
+    if (s.state != Impl::State::kRunning) return;
+    s.state = Impl::State::kStopping;
+  }
+  if (tl_worker == &s.main()) {
+    s.begin_stop();
+    return;
+  }
+  std::promise<void> done;
+  asio::post(s.main().ioc, [&] {
+    s.begin_stop();
+    done.set_value();
+  });
+  done.get_future().wait();
+}
+
+void HttpServer::wait() {
+  Impl& s = *impl_;
+  for (auto& worker : s.workers) {
+    if (worker->thread.joinable()) worker->thread.join();
+  }
+  std::lock_guard lock(s.state_mu);
+  if (s.state != Impl::State::kCreated) s.state = Impl::State::kStopped;
+}
+
+ServerStats HttpServer::stats() const {
+  const Core& core = impl_->core;
+  ServerStats out;
+  out.connections_accepted = core.accepted.load();
+  out.connections_open = static_cast<uint64_t>(std::max<int64_t>(core.live.load(), 0));
+  out.requests = core.requests.load();
+  return out;
+}
+
+}  // namespace ajet::http

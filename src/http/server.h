@@ -1,0 +1,80 @@
+// HttpServer: the HTTP/1.1 server of the swarm front (Boost.Beast + Asio, C++20 coroutines, a few
+// I/O threads), hidden behind the plain structs of message.h. It owns sockets, limits, timeouts and
+// shutdown; it never interprets a route. Handlers must never block an I/O thread.
+//
+//   Router router;
+//   router.get("/health", [](Request, Respond respond) { respond(json_response({{"status", "ok"}})); });
+//   HttpServer server({.port = 10086}, std::move(router));   // binds now; port 0 → server.port()
+//   server.handle_signals();                                  // SIGINT/SIGTERM → stop()
+//   server.run();                                             // until stopped and drained
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "http/message.h"
+
+namespace ajet::http {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  uint16_t port = 0;  // 0: an ephemeral port, see HttpServer::port()
+  int io_threads = 2; // each runs its own event loop; connections are spread round-robin
+  // Over a limit → 413 naming the limit, then the connection closes.
+  size_t max_header_bytes = 32 * 1024;
+  size_t max_body_bytes = 32 * 1024 * 1024;
+  // Slow clients: from a request's first byte to the end of its header; for its whole body; between
+  // requests on a keep-alive connection (and before the first); for each write (a response, one
+  // chunk of a stream). A connection past a timeout is closed. A stream waiting for its producer
+  // has no timeout: the producer decides.
+  std::chrono::milliseconds read_header_timeout{10'000};
+  std::chrono::milliseconds read_body_timeout{60'000};
+  std::chrono::milliseconds idle_timeout{60'000};
+  std::chrono::milliseconds write_timeout{30'000};
+  // stop(): in-flight requests and streams get this long to finish before their connections close.
+  std::chrono::milliseconds shutdown_grace{10'000};
+};
+
+struct ServerStats {
+  uint64_t connections_accepted = 0;
+  uint64_t connections_open = 0;
+  uint64_t requests = 0;  // requests read completely and handed to the handler
+};
+
+class HttpServer {
+ public:
+  // Binds and listens now (throws Error(kIo) naming host:port on failure); serves after start().
+  HttpServer(ServerOptions options, Handler handler);
+  // stop() and wait(): may take up to shutdown_grace when requests are still in flight.
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  uint16_t port() const;  // the bound port (the ephemeral one when options.port was 0)
+  const std::string& host() const;
+
+  // SIGINT/SIGTERM → stop(); a second signal closes every connection at once. Call before start().
+  void handle_signals();
+  // Starts the I/O threads and returns. A server runs once: it cannot be restarted after stop().
+  void start();
+  // start() (if needed) and wait().
+  void run();
+  // Graceful shutdown, from any thread (a handler too): stops accepting (the listening socket is
+  // closed when stop() returns), closes idle keep-alive connections, lets in-flight requests finish
+  // (their responses carry `Connection: close`), and after shutdown_grace closes what is left,
+  // cancelling its streams. Idempotent.
+  void stop();
+  // Blocks until stopped and every connection is closed and the I/O threads exited. Never call it
+  // from a handler (an I/O thread).
+  void wait();
+
+  ServerStats stats() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ajet::http

@@ -1,0 +1,107 @@
+#include "http/stream.h"
+
+namespace ajet::http {
+
+namespace {
+// next() joins queued chunks up to this many bytes: fewer, larger writes when the producer is ahead.
+constexpr size_t kMaxJoinedBytes = 64 * 1024;
+}  // namespace
+
+bool ChannelStream::push(std::string chunk) {
+  Deliver deliver;
+  {
+    std::unique_lock lock(mu_);
+    if (capacity_ > 0) {
+      space_.wait(lock, [&] { return queue_.size() < capacity_ || cancelled_ || closed_; });
+    }
+    if (cancelled_ || closed_) return false;
+    if (!pending_) {
+      queue_.push_back(std::move(chunk));
+      return true;
+    }
+    deliver = std::move(pending_);
+    pending_ = Deliver();
+  }
+  deliver(std::move(chunk));  // outside the lock: it may post to an I/O thread
+  return true;
+}
+
+void ChannelStream::close() {
+  Deliver deliver;
+  {
+    std::lock_guard lock(mu_);
+    if (closed_) return;
+    closed_ = true;
+    if (!pending_) {
+      space_.notify_all();
+      return;
+    }
+    deliver = std::move(pending_);
+    pending_ = Deliver();
+  }
+  space_.notify_all();
+  deliver(std::nullopt);
+}
+
+bool ChannelStream::cancelled() const {
+  std::lock_guard lock(mu_);
+  return cancelled_;
+}
+
+size_t ChannelStream::queued() const {
+  std::lock_guard lock(mu_);
+  return queue_.size();
+}
+
+void ChannelStream::on_cancel(std::function<void()> fn) {
+  {
+    std::lock_guard lock(mu_);
+    if (!cancelled_) {
+      on_cancel_ = std::move(fn);
+      return;
+    }
+  }
+  fn();
+}
+
+void ChannelStream::next(Deliver deliver) {
+  Chunk chunk;
+  {
+    std::lock_guard lock(mu_);
+    if (cancelled_) return;  // `deliver` dies unused: the server ends the body
+    if (queue_.empty()) {
+      if (!closed_) {
+        pending_ = std::move(deliver);
+        return;
+      }
+      chunk = std::nullopt;
+    } else {
+      chunk = std::move(queue_.front());
+      queue_.pop_front();
+      while (!queue_.empty() && chunk->size() + queue_.front().size() <= kMaxJoinedBytes) {
+        chunk->append(queue_.front());
+        queue_.pop_front();
+      }
+    }
+  }
+  space_.notify_all();
+  deliver(std::move(chunk));
+}
+
+void ChannelStream::cancel() {
+  std::function<void()> fn;
+  Deliver dropped;
+  {
+    std::lock_guard lock(mu_);
+    if (cancelled_) return;
+    cancelled_ = true;
+    queue_.clear();
+    dropped = std::move(pending_);
+    pending_ = Deliver();
+    fn = std::move(on_cancel_);
+  }
+  space_.notify_all();
+  if (fn) fn();
+}
+
+}  // namespace ajet::http
