@@ -1,0 +1,63 @@
+// Causal attention of one engine step's new tokens over the paged KV cache. The step's tokens are one
+// flat batch of segments (a decode token, or a prefill chunk, of some sequence); each token attends to
+// every cached position of its own sequence up to its own. Never decides which tokens run (the
+// scheduler does) and never owns cache memory (KvCache does).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "infer/kv_cache.h"
+
+namespace ajet::infer {
+
+// Consecutive tokens of one sequence in the flat batch.
+struct AttentionSegment {
+  int64_t token_begin = 0;  // first row in the flat batch
+  int64_t num_tokens = 0;
+  int64_t start_pos = 0;    // position of the first token; token i sits at start_pos + i
+  int64_t table_begin = 0;  // its block table: AttentionBatch::block_tables()[table_begin, + table_size)
+  int64_t table_size = 0;
+};
+
+// Everything attention needs to know about a step's batch, prepared once and used by every layer.
+class AttentionBatch {
+ public:
+  AttentionBatch(std::vector<AttentionSegment> segments, std::vector<int32_t> block_tables, int64_t block_size,
+                 at::Device device);
+
+  int64_t num_tokens() const { return static_cast<int64_t>(token_segment_.size()); }
+  int64_t block_size() const { return block_size_; }
+  const std::vector<AttentionSegment>& segments() const { return segments_; }
+  const std::vector<int32_t>& block_tables() const { return block_tables_; }
+  const std::vector<int32_t>& token_segment() const { return token_segment_; }  // (N) segment of each token
+  const std::vector<int64_t>& slots() const { return slots_; }                  // (N) block * block_size + offset
+  const at::Tensor& slots_tensor() const { return slots_tensor_; }              // (N) int64, on device
+  const at::Tensor& positions() const { return positions_; }                    // (N) int64, on device
+  const at::Tensor& tables_tensor() const { return tables_tensor_; }            // block_tables, int64, on device
+
+ private:
+  std::vector<AttentionSegment> segments_;
+  std::vector<int32_t> block_tables_;
+  int64_t block_size_;
+  std::vector<int32_t> token_segment_;
+  std::vector<int64_t> slots_;
+  at::Tensor slots_tensor_;
+  at::Tensor positions_;
+  at::Tensor tables_tensor_;
+};
+
+enum class AttentionImpl {
+  kAuto,       // the hand kernel for float32 on CPU, torch ops otherwise
+  kCpuKernel,  // hand-written float32 CPU kernel (parallel over (token, kv head))
+  kTorchOps,   // per-segment gather + matmul + softmax: any device and dtype; the test reference
+};
+
+// q: (N, H, D) for the batch's tokens, whose keys and values are already in the cache.
+// Returns (N, H * D): heads concatenated, in q's dtype. Query head h reads kv head h / (H / Hkv).
+at::Tensor cached_attention(const at::Tensor& q, const KvCache& cache, int64_t layer, const AttentionBatch& batch,
+                            AttentionImpl impl = AttentionImpl::kAuto);
+
+}  // namespace ajet::infer

@@ -1,0 +1,457 @@
+#include "infer/engine.h"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <string>
+
+#include "common/log.h"
+
+namespace ajet::infer {
+namespace {
+
+at::Tensor int64_tensor(const std::vector<int64_t>& values, at::Device device) {
+  return at::tensor(at::ArrayRef<int64_t>(values), at::TensorOptions().dtype(at::kLong)).to(device);
+}
+
+}  // namespace
+
+at::Tensor forward_cached(model::Qwen2Model& model, KvCache& cache, const AttentionBatch& batch,
+                          const std::vector<int64_t>& ids, const std::vector<int64_t>& logit_rows, AttentionImpl impl) {
+  // No-grad rather than inference mode: tensors the model caches lazily (rotary tables) must stay
+  // usable by the trainer's autograd later.
+  at::NoGradGuard no_grad;
+  const at::Device device = model->options().device();
+  at::Tensor x = model->embed(int64_tensor(ids, device));  // (N, C)
+  for (int64_t l = 0; l < model->num_layers(); ++l) {
+    model::DecoderLayer& layer = model->layer(l);
+    model::QKV qkv = layer->attention_inputs(x, batch.positions());  // q (N, H, D), k/v (N, Hkv, D)
+    cache.write(l, qkv.k, qkv.v, batch.slots(), batch.slots_tensor());
+    at::Tensor attn = cached_attention(qkv.q, cache, l, batch, impl);  // (N, H*D)
+    x = layer->attention_outputs(x, attn);                             // (N, C)
+  }
+  if (logit_rows.empty()) return at::Tensor();
+  at::Tensor last = static_cast<int64_t>(logit_rows.size()) == batch.num_tokens()
+                        ? x
+                        : x.index_select(0, int64_tensor(logit_rows, device));  // (M, C)
+  return model->lm_head(model->final_norm(last)).to(at::kCPU, at::kFloat).contiguous();  // (M, V)
+}
+
+InferenceEngine::InferenceEngine(model::Qwen2Model model, const EngineConfig& config)
+    : model_(std::move(model)), config_(config), seed_source_(std::random_device{}()) {
+  const hf::ModelConfig& mc = model_->config();
+  vocab_size_ = mc.vocab_size;
+  const at::TensorOptions options = model_->options();
+  KvCacheShape shape{mc.num_hidden_layers, mc.num_key_value_heads, mc.head_dim, config_.block_size};
+  if (config_.block_size < 1) invalid_argument("engine config: block_size must be >= 1");
+  const int64_t num_blocks = KvCache::blocks_for_bytes(shape, config_.cache_bytes, options.dtype().itemsize());
+  cache_ = std::make_unique<KvCache>(shape, num_blocks, options);
+  scheduler_ = std::make_unique<Scheduler>(
+      SchedulerConfig{config_.block_size, config_.max_batch_tokens, config_.max_running}, num_blocks);
+  // A sequence alone must always fit in the cache, so preemption can always make progress.
+  max_model_len_ = config_.max_model_len > 0 ? config_.max_model_len : mc.max_position_embeddings;
+  if (max_model_len_ <= 0) max_model_len_ = num_blocks * config_.block_size;
+  if (mc.max_position_embeddings > 0) max_model_len_ = std::min(max_model_len_, mc.max_position_embeddings);
+  max_model_len_ = std::min(max_model_len_, num_blocks * config_.block_size);
+  model_->eval();
+  counters_.total_blocks = num_blocks;
+  counters_.block_size = config_.block_size;
+  counters_.max_model_len = max_model_len_;
+  counters_.free_blocks = num_blocks;
+  stats_ = counters_;
+  log().info("inference engine: {} cache blocks of {} tokens ({:.1f} MiB, {}), max_model_len {}, "
+             "max_batch_tokens {}, max_running {}",
+             num_blocks, config_.block_size, static_cast<double>(config_.cache_bytes) / (1 << 20),
+             c10::toString(options.dtype().toScalarType()), max_model_len_, config_.max_batch_tokens,
+             config_.max_running);
+  if (config_.start_thread) {
+    thread_ = std::thread([this] { loop(); });
+  } else if (config_.threads > 0) {
+    at::set_num_threads(config_.threads);
+  }
+}
+
+InferenceEngine::~InferenceEngine() { stop(); }
+
+void InferenceEngine::submit(GenerateRequest request, EventCallback callback) {
+  {
+    std::lock_guard lock(mu_);
+    if (!stopped_) {
+      new_requests_.push_back({std::move(request), std::move(callback)});
+      wake_.notify_one();
+      return;
+    }
+  }
+  // No engine thread any more: answer here.
+  RequestState state;
+  state.callback = std::move(callback);
+  GenerateEvent event;
+  event.request_id = request.id;
+  event.request_finished = true;
+  event.error = Error(ErrorCode::kUnavailable, "inference engine is stopped");
+  call(state, event);
+}
+
+std::future<GenerateResult> InferenceEngine::generate(GenerateRequest request) {
+  auto promise = std::make_shared<std::promise<GenerateResult>>();
+  auto result = std::make_shared<GenerateResult>();
+  result->samples.resize(static_cast<size_t>(std::max<int64_t>(request.n, 1)));
+  std::future<GenerateResult> future = promise->get_future();
+  submit(std::move(request), [promise, result](const GenerateEvent& event) {
+    if (event.error) {
+      result->error = event.error;
+    } else {
+      SampleOutput& sample = result->samples.at(static_cast<size_t>(event.sample_index));
+      sample.tokens.insert(sample.tokens.end(), event.tokens.begin(), event.tokens.end());
+      if (event.finish) sample.finish = event.finish;
+    }
+    if (event.request_finished) promise->set_value(std::move(*result));
+  });
+  return future;
+}
+
+void InferenceEngine::abort(const std::string& request_id) {
+  std::lock_guard lock(mu_);
+  aborts_.push_back(request_id);
+  wake_.notify_one();
+}
+
+std::future<void> InferenceEngine::run_exclusive(std::function<void(model::Qwen2Model&)> fn, bool bump_version) {
+  auto task = std::make_unique<ExclusiveTask>();
+  task->fn = std::move(fn);
+  task->bump_version = bump_version;
+  return enqueue(std::move(task));
+}
+
+std::future<void> InferenceEngine::set_policy_version(int64_t version) {
+  auto task = std::make_unique<ExclusiveTask>();
+  task->set_version = version;
+  return enqueue(std::move(task));
+}
+
+std::future<void> InferenceEngine::enqueue(std::unique_ptr<ExclusiveTask> task) {
+  std::future<void> done = task->done.get_future();
+  std::lock_guard lock(mu_);
+  if (stopped_) {
+    task->done.set_exception(std::make_exception_ptr(Error(ErrorCode::kUnavailable, "inference engine is stopped")));
+  } else {
+    exclusive_.push_back(std::move(task));
+    wake_.notify_one();
+  }
+  return done;
+}
+
+EngineStats InferenceEngine::stats() const {
+  std::lock_guard lock(mu_);
+  EngineStats s = stats_;
+  s.policy_version = policy_version_.load();
+  return s;
+}
+
+bool InferenceEngine::has_inbox() const { return !new_requests_.empty() || !aborts_.empty() || !exclusive_.empty(); }
+
+void InferenceEngine::loop() {
+  if (config_.threads > 0) {
+    at::set_num_threads(config_.threads);
+  } else {
+    at::init_num_threads();
+  }
+  while (true) {
+    {
+      std::lock_guard lock(mu_);
+      if (stopping_) break;
+    }
+    if (!step()) {
+      std::unique_lock lock(mu_);
+      wake_.wait(lock, [&] { return stopping_ || has_inbox(); });
+    }
+  }
+  shutdown_requests();
+}
+
+void InferenceEngine::stop() {
+  {
+    std::lock_guard lock(mu_);
+    if (stopped_) return;
+    stopping_ = true;
+    stopped_ = true;
+    wake_.notify_one();
+  }
+  if (thread_.joinable()) {
+    thread_.join();
+  } else {
+    shutdown_requests();
+  }
+}
+
+void InferenceEngine::shutdown_requests() {
+  std::vector<Submission> submissions;
+  std::deque<std::unique_ptr<ExclusiveTask>> tasks;
+  {
+    std::lock_guard lock(mu_);
+    submissions.swap(new_requests_);
+    tasks.swap(exclusive_);
+    aborts_.clear();
+  }
+  for (auto& task : tasks) {
+    task->done.set_exception(std::make_exception_ptr(Error(ErrorCode::kUnavailable, "inference engine stopped")));
+  }
+  for (Submission& s : submissions) {
+    auto state = std::make_shared<RequestState>();
+    state->request.id = s.request.id;
+    state->callback = std::move(s.callback);
+    GenerateEvent event;
+    event.request_id = s.request.id;
+    event.request_finished = true;
+    event.error = Error(ErrorCode::kUnavailable, "inference engine stopped before request '" + s.request.id + "' ran");
+    emit(state, event);
+  }
+  std::vector<std::string> ids;
+  for (const auto& [id, state] : active_) ids.push_back(id);
+  for (const std::string& id : ids) abort_request(id);
+  publish_stats();
+  flush_events();
+}
+
+bool InferenceEngine::step() {
+  const bool handled = handle_inbox();
+  const bool ran = run_batch();
+  // Stats first, so a caller woken by its last event already sees the request counted.
+  publish_stats();
+  flush_events();
+  return handled || ran;
+}
+
+bool InferenceEngine::handle_inbox() {
+  std::vector<Submission> submissions;
+  std::vector<std::string> aborts;
+  std::deque<std::unique_ptr<ExclusiveTask>> tasks;
+  {
+    std::lock_guard lock(mu_);
+    submissions.swap(new_requests_);
+    aborts.swap(aborts_);
+    tasks.swap(exclusive_);
+  }
+  // Between steps: nothing of the model is in use, so the task may change weights freely.
+  for (auto& task : tasks) {
+    try {
+      if (task->fn) task->fn(model_);
+      if (task->set_version) policy_version_.store(*task->set_version);
+      if (task->bump_version) policy_version_.fetch_add(1);
+      task->done.set_value();
+    } catch (...) {
+      task->done.set_exception(std::current_exception());
+    }
+  }
+  for (Submission& s : submissions) admit(std::move(s));
+  for (const std::string& id : aborts) abort_request(id);
+  return !submissions.empty() || !aborts.empty() || !tasks.empty();
+}
+
+void InferenceEngine::validate(const GenerateRequest& r) const {
+  if (r.id.empty()) invalid_argument("request id must not be empty");
+  if (active_.count(r.id)) invalid_argument("request id '" + r.id + "' is already in flight");
+  if (r.prompt.empty()) invalid_argument("prompt must contain at least one token");
+  for (size_t i = 0; i < r.prompt.size(); ++i) {
+    if (r.prompt[i] < 0 || r.prompt[i] >= vocab_size_) {
+      invalid_argument("prompt token " + std::to_string(i) + " has id " + std::to_string(r.prompt[i]) +
+                       ", outside the vocabulary [0, " + std::to_string(vocab_size_) + ")");
+    }
+  }
+  if (static_cast<int64_t>(r.prompt.size()) >= max_model_len_) {
+    invalid_argument("prompt of " + std::to_string(r.prompt.size()) + " tokens leaves no room to generate within " +
+                     "the context of " + std::to_string(max_model_len_) + " tokens");
+  }
+  if (r.max_tokens < 1) invalid_argument("max_tokens must be >= 1, got " + std::to_string(r.max_tokens));
+  if (r.n < 1 || r.n > config_.max_running) {
+    invalid_argument("n must be in [1, " + std::to_string(config_.max_running) + "], got " + std::to_string(r.n));
+  }
+  validate_sampling_params({r.temperature, r.top_p, r.top_k, r.top_logprobs});
+}
+
+void InferenceEngine::admit(Submission submission) {
+  auto state = std::make_shared<RequestState>();
+  state->callback = std::move(submission.callback);
+  state->request = std::move(submission.request);
+  const GenerateRequest& r = state->request;
+  try {
+    validate(r);
+  } catch (const Error& e) {
+    GenerateEvent event;
+    event.request_id = r.id;
+    event.request_finished = true;
+    event.error = e;
+    emit(state, std::move(event));
+    return;
+  }
+  state->sampling = {r.temperature, r.top_p, r.top_k, r.top_logprobs};
+  state->seed = r.seed ? *r.seed : seed_source_();
+  state->sample_done.assign(static_cast<size_t>(r.n), false);
+  state->samples_left = r.n;
+  auto seq = std::make_unique<Sequence>();
+  seq->request = state;
+  seq->pending_forks = r.n - 1;
+  seq->tokens = r.prompt;
+  seq->prompt_len = static_cast<int64_t>(r.prompt.size());
+  seq->rng = SampleRng(state->seed, 0);
+  active_[r.id] = state;
+  scheduler_->add(std::move(seq));
+}
+
+void InferenceEngine::abort_request(const std::string& id) {
+  auto it = active_.find(id);
+  if (it == active_.end()) return;
+  std::shared_ptr<RequestState> state = it->second;
+  scheduler_->remove_if([&](const Sequence& seq) { return seq.request == state; });
+  for (size_t i = 0; i < state->sample_done.size(); ++i) {
+    if (state->sample_done[i]) continue;
+    state->sample_done[i] = true;
+    GenerateEvent event;
+    event.request_id = id;
+    event.sample_index = static_cast<int64_t>(i);
+    event.finish = FinishReason::kAbort;
+    event.request_finished = --state->samples_left == 0;
+    emit(state, std::move(event));
+  }
+  active_.erase(id);
+  ++counters_.requests_finished;
+}
+
+bool InferenceEngine::run_batch() {
+  StepPlan plan = scheduler_->schedule();
+  counters_.preemptions += plan.num_preempted;
+  if (plan.chunks.empty()) return false;
+  at::NoGradGuard no_grad;
+  for (const BlockCopy& copy : plan.copies) cache_->copy_block(copy.src, copy.dst);
+
+  // The flat batch: every chunk's tokens in plan order; logits only for chunks that end a prompt or
+  // carry a decode token.
+  std::vector<AttentionSegment> segments;
+  std::vector<int32_t> tables;
+  std::vector<int64_t> ids;
+  std::vector<int64_t> logit_rows;
+  segments.reserve(plan.chunks.size());
+  ids.reserve(static_cast<size_t>(plan.num_tokens));
+  for (const ScheduledChunk& chunk : plan.chunks) {
+    const Sequence& seq = *chunk.seq;
+    AttentionSegment seg;
+    seg.token_begin = static_cast<int64_t>(ids.size());
+    seg.num_tokens = chunk.length;
+    seg.start_pos = chunk.start;
+    seg.table_begin = static_cast<int64_t>(tables.size());
+    seg.table_size = static_cast<int64_t>(seq.blocks.size());
+    tables.insert(tables.end(), seq.blocks.begin(), seq.blocks.end());
+    ids.insert(ids.end(), seq.tokens.begin() + chunk.start, seq.tokens.begin() + chunk.start + chunk.length);
+    if (chunk.needs_logits) logit_rows.push_back(seg.token_begin + chunk.length - 1);
+    segments.push_back(seg);
+  }
+  AttentionBatch batch(std::move(segments), std::move(tables), config_.block_size, model_->options().device());
+
+  at::Tensor logits = forward_cached(model_, *cache_, batch, ids, logit_rows, config_.attention);
+  counters_.tokens_computed += plan.num_tokens;
+  ++counters_.steps;
+  sample_and_emit(plan, logits);
+  return true;
+}
+
+void InferenceEngine::sample_and_emit(const StepPlan& plan, const at::Tensor& logits) {
+  // Which sequence samples from which logits row. A prompt that just finished with n > 1 forks here,
+  // before its first token, so every sample shares the prompt's blocks.
+  struct Draw {
+    Sequence* seq;
+    int64_t row;
+    GeneratedToken token;
+  };
+  std::vector<Draw> draws;
+  int64_t row = 0;
+  for (const ScheduledChunk& chunk : plan.chunks) {
+    Sequence* seq = chunk.seq;
+    seq->num_cached += chunk.length;
+    if (!chunk.needs_logits) continue;
+    draws.push_back({seq, row, {}});
+    if (seq->pending_forks > 0) {
+      for (Sequence* fork : scheduler_->fork(*seq, seq->pending_forks)) {
+        fork->rng = SampleRng(fork->request->seed, static_cast<uint64_t>(fork->sample_index));
+        draws.push_back({fork, row, {}});
+      }
+    }
+    ++row;
+  }
+  if (draws.empty()) return;
+  const float* data = logits.data_ptr<float>();
+  const int64_t vocab = logits.size(1);
+  // Each draw has its own RNG and output slot, so rows can be sampled in parallel.
+  at::parallel_for(0, static_cast<int64_t>(draws.size()), std::max<int64_t>(1, 65536 / vocab),
+                   [&](int64_t begin, int64_t end) {
+                     for (int64_t i = begin; i < end; ++i) {
+                       Draw& d = draws[i];
+                       d.token = sample_token(data + d.row * vocab, vocab, d.seq->request->sampling, d.seq->rng);
+                     }
+                   });
+  const int64_t version = policy_version_.load();
+  for (Draw& d : draws) {
+    Sequence* seq = d.seq;
+    std::shared_ptr<RequestState> keep = seq->request;  // finish_sample destroys seq
+    RequestState& state = *keep;
+    d.token.policy_version = version;
+    seq->tokens.push_back(d.token.id);
+    ++counters_.tokens_generated;
+    GenerateEvent event;
+    event.request_id = state.request.id;
+    event.sample_index = seq->sample_index;
+    event.tokens.push_back(std::move(d.token));
+    const int32_t id = seq->tokens.back();
+    const auto& stops = state.request.stop_token_ids;
+    if (std::find(stops.begin(), stops.end(), id) != stops.end()) {
+      finish_sample(seq, FinishReason::kStop, event);
+    } else if (seq->num_generated() >= state.request.max_tokens ||
+               static_cast<int64_t>(seq->tokens.size()) >= max_model_len_) {
+      finish_sample(seq, FinishReason::kLength, event);
+    }
+    emit(std::move(keep), std::move(event));
+  }
+}
+
+void InferenceEngine::finish_sample(Sequence* seq, FinishReason reason, GenerateEvent& event) {
+  std::shared_ptr<RequestState> state = seq->request;
+  const size_t index = static_cast<size_t>(seq->sample_index);
+  scheduler_->finish(seq);  // seq is gone after this
+  state->sample_done[index] = true;
+  event.finish = reason;
+  if (--state->samples_left == 0) {
+    event.request_finished = true;
+    active_.erase(state->request.id);
+    ++counters_.requests_finished;
+  }
+}
+
+void InferenceEngine::emit(std::shared_ptr<RequestState> request, GenerateEvent event) {
+  outbox_.emplace_back(std::move(request), std::move(event));
+}
+
+void InferenceEngine::flush_events() {
+  std::vector<std::pair<std::shared_ptr<RequestState>, GenerateEvent>> events;
+  events.swap(outbox_);
+  for (const auto& [request, event] : events) call(*request, event);
+}
+
+void InferenceEngine::call(RequestState& request, const GenerateEvent& event) {
+  if (!request.callback) return;
+  try {
+    request.callback(event);
+  } catch (const std::exception& e) {
+    log().error("inference engine: callback for request '{}' threw: {}", event.request_id, e.what());
+  } catch (...) {
+    log().error("inference engine: callback for request '{}' threw", event.request_id);
+  }
+}
+
+void InferenceEngine::publish_stats() {
+  counters_.running = scheduler_->num_running();
+  counters_.waiting = scheduler_->num_waiting();
+  counters_.free_blocks = scheduler_->blocks().num_free();
+  std::lock_guard lock(mu_);
+  stats_ = counters_;
+}
+
+}  // namespace ajet::infer

@@ -1,0 +1,160 @@
+// The inference engine: one thread owns the model and the paged KV cache and runs a continuous-batching
+// loop (admit waiting requests, decode every running sequence, prefill prompts in chunks, sample, emit
+// events). Any thread may submit, abort, read stats, or run code on the model between steps (weight
+// updates). Never sees text or the wire protocol; callbacks run on the engine thread and must be cheap.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "infer/attention.h"
+#include "infer/kv_cache.h"
+#include "infer/request.h"
+#include "infer/scheduler.h"
+#include "model/qwen2.h"
+
+namespace ajet::infer {
+
+struct EngineConfig {
+  int threads = 0;                    // libtorch intra-op threads for the engine thread; 0 = unchanged
+  int64_t cache_bytes = 256LL << 20;  // memory bound of the KV cache (keys + values, all layers)
+  int64_t block_size = 16;            // tokens per cache block
+  int64_t max_batch_tokens = 512;     // tokens per step: decode tokens first, then prefill chunks
+  int64_t max_running = 64;           // sequences decoding at once (samples of n > 1 count each)
+  int64_t max_model_len = 0;          // prompt + generated limit; 0 = max_position_embeddings
+  bool start_thread = true;           // false: no engine thread, the owner calls step() (tests)
+  AttentionImpl attention = AttentionImpl::kAuto;
+};
+
+struct EngineStats {
+  int64_t running = 0;           // sequences admitted (prefilling or decoding)
+  int64_t waiting = 0;           // sequences queued for cache blocks or a slot
+  int64_t free_blocks = 0;
+  int64_t total_blocks = 0;
+  int64_t block_size = 0;
+  int64_t max_model_len = 0;
+  int64_t steps = 0;
+  int64_t tokens_generated = 0;  // sampled tokens
+  int64_t tokens_computed = 0;   // tokens run through the model (prefill, recompute and decode)
+  int64_t preemptions = 0;
+  int64_t requests_finished = 0;
+  int64_t policy_version = 0;
+};
+
+using EventCallback = std::function<void(const GenerateEvent&)>;
+
+// Everything one request produced, gathered from its events (see InferenceEngine::generate).
+struct SampleOutput {
+  std::vector<GeneratedToken> tokens;
+  std::optional<FinishReason> finish;
+};
+struct GenerateResult {
+  std::vector<SampleOutput> samples;  // (n)
+  std::optional<Error> error;
+};
+
+// One forward pass of a step's flat batch over the paged cache: ids (N) are the batch's tokens in
+// segment order; their keys/values are written into the cache and every layer attends over it.
+// Returns float32 CPU logits (M, V) for the rows in logit_rows (undefined tensor when none).
+at::Tensor forward_cached(model::Qwen2Model& model, KvCache& cache, const AttentionBatch& batch,
+                          const std::vector<int64_t>& ids, const std::vector<int64_t>& logit_rows,
+                          AttentionImpl impl = AttentionImpl::kAuto);
+
+class InferenceEngine {
+ public:
+  // The model must already be on its device and dtype; the cache takes both from its parameters.
+  InferenceEngine(model::Qwen2Model model, const EngineConfig& config);
+  ~InferenceEngine();  // stop()
+  InferenceEngine(const InferenceEngine&) = delete;
+  InferenceEngine& operator=(const InferenceEngine&) = delete;
+
+  // Queues a request; every outcome (tokens, finish, or a validation error) arrives through `callback`
+  // on the engine thread. Thread-safe.
+  void submit(GenerateRequest request, EventCallback callback);
+  // Submits and gathers all events; the future is ready when the request is finished.
+  std::future<GenerateResult> generate(GenerateRequest request);
+  // Finishes the request's unfinished samples with `abort`. Unknown or finished ids are ignored.
+  void abort(const std::string& request_id);
+
+  // Runs fn on the engine thread between two steps with exclusive access to the model; afterwards the
+  // policy version is incremented when bump_version is set (and fn did not throw). Tokens sampled after
+  // that carry the new version. Sequences in flight keep their cached keys/values from older weights.
+  std::future<void> run_exclusive(std::function<void(model::Qwen2Model&)> fn, bool bump_version);
+  // Sets the policy version (e.g. restored from a checkpoint), between steps like run_exclusive.
+  std::future<void> set_policy_version(int64_t version);
+  int64_t policy_version() const { return policy_version_.load(); }
+
+  EngineStats stats() const;
+  int64_t max_model_len() const { return max_model_len_; }
+  const EngineConfig& config() const { return config_; }
+
+  // Manual mode (start_thread = false): handles queued submissions, aborts and exclusive tasks, then
+  // runs one batch. Returns false when there was nothing to do at all.
+  bool step();
+  // Stops the engine thread; unfinished requests end with `abort`, queued exclusive tasks fail.
+  void stop();
+
+ private:
+  struct Submission {
+    GenerateRequest request;
+    EventCallback callback;
+  };
+  struct ExclusiveTask {
+    std::function<void(model::Qwen2Model&)> fn;
+    bool bump_version = false;
+    std::optional<int64_t> set_version;
+    std::promise<void> done;
+  };
+
+  std::future<void> enqueue(std::unique_ptr<ExclusiveTask> task);
+  void loop();
+  bool has_inbox() const;  // under mu_
+  bool handle_inbox();
+  void admit(Submission submission);
+  void validate(const GenerateRequest& request) const;
+  void abort_request(const std::string& id);
+  bool run_batch();
+  void sample_and_emit(const StepPlan& plan, const at::Tensor& logits);
+  void finish_sample(Sequence* seq, FinishReason reason, GenerateEvent& event);
+  // Events are queued during a step and delivered after it (stats already published).
+  void emit(std::shared_ptr<RequestState> request, GenerateEvent event);
+  void flush_events();
+  static void call(RequestState& request, const GenerateEvent& event);
+  void shutdown_requests();
+  void publish_stats();
+
+  model::Qwen2Model model_;
+  EngineConfig config_;
+  int64_t max_model_len_ = 0;
+  int64_t vocab_size_ = 0;
+  std::unique_ptr<KvCache> cache_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unordered_map<std::string, std::shared_ptr<RequestState>> active_;  // engine thread only
+  std::mt19937_64 seed_source_;                                            // engine thread only
+  std::vector<std::pair<std::shared_ptr<RequestState>, GenerateEvent>> outbox_;  // engine thread only
+  std::atomic<int64_t> policy_version_{0};
+
+  mutable std::mutex mu_;  // guards the inbox, stopping_ and stats_
+  std::condition_variable wake_;
+  std::vector<Submission> new_requests_;
+  std::vector<std::string> aborts_;
+  std::deque<std::unique_ptr<ExclusiveTask>> exclusive_;
+  bool stopping_ = false;
+  bool stopped_ = false;
+  EngineStats stats_;     // published copy of counters_
+  EngineStats counters_;  // engine thread only
+  std::thread thread_;
+};
+
+}  // namespace ajet::infer

@@ -1,0 +1,172 @@
+#include "infer/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <string>
+#include <vector>
+
+namespace ajet::infer {
+namespace {
+
+uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+// Orders ids by logit, best first; equal logits keep the lower id first so results never depend on
+// the sort implementation.
+struct ByLogitDesc {
+  const float* logits;
+  bool operator()(int32_t a, int32_t b) const {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  }
+};
+
+// Reused per thread: the engine samples rows in parallel, one row per call.
+struct Scratch {
+  std::vector<int32_t> ids;
+  std::vector<float> raw;     // (vocab) exp(logit - max)
+  std::vector<float> scaled;  // (vocab) exp((logit - max) / temperature)
+};
+thread_local Scratch t_scratch;
+
+// Moves the best k ids (by ByLogitDesc) to the front of ids, sorted.
+void top_ids(std::vector<int32_t>& ids, int64_t k, const float* logits) {
+  k = std::min<int64_t>(k, static_cast<int64_t>(ids.size()));
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), ByLogitDesc{logits});
+}
+
+}  // namespace
+
+std::string_view finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kAbort: return "abort";
+  }
+  return "unknown";
+}
+
+void validate_sampling_params(const SamplingParams& params) {
+  if (!std::isfinite(params.temperature) || params.temperature < 0) {
+    invalid_argument("temperature must be a finite number >= 0, got " + std::to_string(params.temperature));
+  }
+  if (!std::isfinite(params.top_p) || params.top_p <= 0 || params.top_p > 1) {
+    invalid_argument("top_p must be in (0, 1], got " + std::to_string(params.top_p));
+  }
+  if (params.top_k < 0) invalid_argument("top_k must be >= 0 (0 = off), got " + std::to_string(params.top_k));
+  if (params.top_logprobs < 0 || params.top_logprobs > 1000) {
+    invalid_argument("top_logprobs must be in [0, 1000], got " + std::to_string(params.top_logprobs));
+  }
+}
+
+SampleRng::SampleRng(uint64_t seed, uint64_t stream) {
+  uint64_t s = stream ^ 0x5851F42D4C957F2DULL;
+  state_ = seed ^ splitmix64(s);
+  splitmix64(state_);
+}
+
+double SampleRng::uniform() { return static_cast<double>(splitmix64(state_) >> 11) * 0x1.0p-53; }
+
+GeneratedToken sample_token(const float* logits, int64_t vocab, const SamplingParams& params, SampleRng& rng) {
+  GeneratedToken out;
+  Scratch& scratch = t_scratch;
+  std::vector<int32_t>& ids = scratch.ids;
+  auto all_ids = [&] {
+    ids.resize(static_cast<size_t>(vocab));
+    std::iota(ids.begin(), ids.end(), 0);
+  };
+
+  // Raw distribution: log-softmax at temperature 1; exponentials in float, sums in double.
+  const float max_logit = *std::max_element(logits, logits + vocab);
+  std::vector<float>& raw = scratch.raw;  // (vocab) exp(logit - max)
+  raw.resize(static_cast<size_t>(vocab));
+  double raw_sum = 0;
+  for (int64_t i = 0; i < vocab; ++i) {
+    raw[i] = std::exp(logits[i] - max_logit);
+    raw_sum += raw[i];
+  }
+  const double raw_lse = max_logit + std::log(raw_sum);
+
+  if (params.temperature == 0) {
+    // Greedy: a point mass on the first maximum, so the sampled-from logprob is log 1 = 0.
+    out.id = static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);
+    out.logprob = 0;
+  } else {
+    // Unnormalised weights after temperature; the same order as the logits.
+    const float inv_t = static_cast<float>(1.0 / params.temperature);
+    const std::vector<float>* weights = &raw;
+    if (params.temperature != 1) {
+      scratch.scaled.resize(static_cast<size_t>(vocab));
+      for (int64_t i = 0; i < vocab; ++i) scratch.scaled[i] = std::exp((logits[i] - max_logit) * inv_t);
+      weights = &scratch.scaled;
+    }
+    const float* w = weights->data();
+    // Candidate set: the first `kept` entries of ids (best first once truncated).
+    int64_t kept = vocab;
+    bool truncated = false;
+    all_ids();
+    if (params.top_k > 0 && params.top_k < vocab) {
+      kept = params.top_k;
+      top_ids(ids, kept, logits);
+      truncated = true;
+    }
+    double total = 0;
+    for (int64_t j = 0; j < kept; ++j) total += w[ids[j]];
+    if (params.top_p < 1) {
+      // Smallest best-first prefix whose probability (after temperature and top-k) reaches top_p.
+      // Without top-k, sort a growing prefix instead of the whole vocabulary.
+      const double target = params.top_p * total;
+      int64_t sorted = truncated ? kept : 0;
+      int64_t cut = kept;  // rounding can leave the sum a hair under target: then keep everything
+      double acc = 0;
+      for (int64_t j = 0; j < kept; ++j) {
+        if (j >= sorted) {
+          sorted = std::min<int64_t>(kept, std::max<int64_t>(64, sorted * 8));
+          std::partial_sort(ids.begin() + j, ids.begin() + sorted, ids.begin() + kept, ByLogitDesc{logits});
+        }
+        acc += w[ids[j]];
+        if (acc >= target) {
+          cut = j + 1;
+          break;
+        }
+      }
+      if (cut < kept) {
+        kept = cut;
+        total = 0;
+        for (int64_t j = 0; j < kept; ++j) total += w[ids[j]];
+      }
+    }
+    // Sample from the kept ids, renormalised.
+    const double target = rng.uniform() * total;
+    double acc = 0;
+    int64_t pick = kept - 1;
+    for (int64_t j = 0; j < kept; ++j) {
+      acc += w[ids[j]];
+      if (acc > target) {
+        pick = j;
+        break;
+      }
+    }
+    while (pick > 0 && w[ids[pick]] == 0) --pick;  // never return a zero-probability token
+    out.id = ids[pick];
+    out.logprob = static_cast<float>((static_cast<double>(logits[out.id]) - max_logit) * inv_t - std::log(total));
+  }
+  out.raw_logprob = static_cast<float>(logits[out.id] - raw_lse);
+
+  if (params.top_logprobs > 0) {
+    all_ids();
+    const int64_t k = std::min<int64_t>(params.top_logprobs, vocab);
+    top_ids(ids, k, logits);
+    out.top_logprobs.reserve(static_cast<size_t>(k));
+    for (int64_t j = 0; j < k; ++j) {
+      out.top_logprobs.push_back({ids[j], static_cast<float>(logits[ids[j]] - raw_lse)});
+    }
+  }
+  return out;
+}
+
+}  // namespace ajet::infer

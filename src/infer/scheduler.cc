@@ -1,0 +1,174 @@
+#include "infer/scheduler.h"
+
+#include <algorithm>
+#include <string>
+
+#include "common/error.h"
+
+namespace ajet::infer {
+namespace {
+
+int64_t uncached(const Sequence& seq) { return static_cast<int64_t>(seq.tokens.size()) - seq.num_cached; }
+
+}  // namespace
+
+Scheduler::Scheduler(const SchedulerConfig& config, int64_t num_blocks) : config_(config), blocks_(num_blocks) {
+  if (config_.block_size < 1) invalid_argument("scheduler: block_size must be >= 1");
+  if (config_.max_running < 1) invalid_argument("scheduler: max_running must be >= 1");
+  // Every running sequence decodes one token per step, so the budget must cover them all.
+  if (config_.max_batch_tokens < config_.max_running) {
+    invalid_argument("scheduler: max_batch_tokens (" + std::to_string(config_.max_batch_tokens) +
+                     ") must be >= max_running (" + std::to_string(config_.max_running) + ")");
+  }
+}
+
+void Scheduler::add(std::unique_ptr<Sequence> seq) {
+  if (seq->tokens.empty() || seq->num_cached != 0 || !seq->blocks.empty()) {
+    fail(ErrorCode::kInternal, "scheduler: a new sequence needs tokens and no cache");
+  }
+  if (1 + seq->pending_forks > config_.max_running) {
+    invalid_argument("n = " + std::to_string(1 + seq->pending_forks) + " exceeds the engine's max running sequences (" +
+                     std::to_string(config_.max_running) + ")");
+  }
+  waiting_.push_back(std::move(seq));
+}
+
+int64_t Scheduler::slots_used() const {
+  int64_t used = 0;
+  for (const auto& seq : running_) used += 1 + seq->pending_forks;
+  return used;
+}
+
+int64_t Scheduler::blocks_for(int64_t num_tokens) const {
+  return (num_tokens + config_.block_size - 1) / config_.block_size;
+}
+
+bool Scheduler::make_writable(Sequence& seq, int64_t pos, StepPlan& plan) {
+  const size_t index = static_cast<size_t>(pos / config_.block_size);
+  if (index == seq.blocks.size()) {
+    std::optional<int32_t> block = blocks_.allocate();
+    if (!block) return false;
+    seq.blocks.push_back(*block);
+    return true;
+  }
+  if (index > seq.blocks.size()) fail(ErrorCode::kInternal, "scheduler: block table has a gap");
+  const int32_t shared = seq.blocks[index];
+  if (blocks_.ref_count(shared) == 1) return true;
+  // Shared with another sample: copy the filled part before writing into it.
+  std::optional<int32_t> block = blocks_.allocate();
+  if (!block) return false;
+  plan.copies.push_back({shared, *block});
+  blocks_.release(shared);
+  seq.blocks[index] = *block;
+  return true;
+}
+
+void Scheduler::release_blocks(Sequence& seq) {
+  for (int32_t block : seq.blocks) blocks_.release(block);
+  seq.blocks.clear();
+  seq.num_cached = 0;
+}
+
+void Scheduler::preempt_last(StepPlan& plan) {
+  std::unique_ptr<Sequence> victim = std::move(running_.back());
+  running_.pop_back();
+  release_blocks(*victim);
+  waiting_.push_front(std::move(victim));
+  ++plan.num_preempted;
+}
+
+StepPlan Scheduler::schedule() {
+  StepPlan plan;
+  int64_t budget = config_.max_batch_tokens;
+
+  // 1. One decode token for every running sequence that has finished its prompt.
+  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    Sequence& seq = *running_[i];
+    if (uncached(seq) != 1) continue;
+    bool writable = make_writable(seq, seq.num_cached, plan);
+    while (!writable) {
+      const bool self = running_.back().get() == &seq;
+      preempt_last(plan);
+      if (self) break;
+      writable = make_writable(seq, seq.num_cached, plan);
+    }
+    if (!writable) break;  // seq preempted itself; it was the last running sequence
+    plan.chunks.push_back({&seq, seq.num_cached, 1, true});
+    --budget;
+  }
+
+  // 2. Continue prompts already admitted (their blocks were allocated at admission).
+  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    Sequence& seq = *running_[i];
+    const int64_t left = uncached(seq);
+    if (left <= 1) continue;
+    const int64_t length = std::min(left, budget);
+    plan.chunks.push_back({&seq, seq.num_cached, length, length == left});
+    budget -= length;
+  }
+
+  // 3. Admit waiting sequences in order while slots, blocks (keeping one spare block per running
+  // sequence for its next decode) and budget allow.
+  while (budget > 0 && !waiting_.empty()) {
+    Sequence& seq = *waiting_.front();
+    if (slots_used() + 1 + seq.pending_forks > config_.max_running) break;
+    const int64_t need = blocks_for(static_cast<int64_t>(seq.tokens.size()));
+    if (blocks_.num_free() < need + num_running()) break;
+    for (int64_t b = 0; b < need; ++b) seq.blocks.push_back(*blocks_.allocate());
+    const int64_t left = uncached(seq);
+    const int64_t length = std::min(left, budget);
+    plan.chunks.push_back({&seq, 0, length, length == left});
+    budget -= length;
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+  }
+
+  plan.num_tokens = config_.max_batch_tokens - budget;
+  return plan;
+}
+
+std::vector<Sequence*> Scheduler::fork(Sequence& parent, int64_t count) {
+  if (count > parent.pending_forks) fail(ErrorCode::kInternal, "scheduler: fork beyond the request's n");
+  std::vector<Sequence*> forks;
+  for (int64_t k = 1; k <= count; ++k) {
+    auto seq = std::make_unique<Sequence>();
+    seq->request = parent.request;
+    seq->sample_index = parent.sample_index + k;
+    seq->tokens = parent.tokens;
+    seq->prompt_len = parent.prompt_len;
+    seq->num_cached = parent.num_cached;
+    seq->blocks = parent.blocks;
+    for (int32_t block : seq->blocks) blocks_.add_ref(block);
+    forks.push_back(seq.get());
+    running_.push_back(std::move(seq));
+  }
+  parent.pending_forks -= count;
+  return forks;
+}
+
+void Scheduler::finish(Sequence* seq) {
+  auto it = std::find_if(running_.begin(), running_.end(), [&](const auto& s) { return s.get() == seq; });
+  if (it == running_.end()) fail(ErrorCode::kInternal, "scheduler: finishing a sequence that is not running");
+  release_blocks(**it);
+  running_.erase(it);
+}
+
+std::vector<std::unique_ptr<Sequence>> Scheduler::remove_if(const std::function<bool(const Sequence&)>& pred) {
+  std::vector<std::unique_ptr<Sequence>> removed;
+  auto take = [&](auto& container) {
+    for (auto it = container.begin(); it != container.end();) {
+      if (pred(**it)) {
+        release_blocks(**it);
+        removed.push_back(std::move(*it));
+        it = container.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  };
+  take(running_);
+  take(waiting_);
+  return removed;
+}
+
+}  // namespace ajet::infer

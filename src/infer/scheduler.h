@@ -1,0 +1,110 @@
+// Decides, once per engine step, which tokens of which sequences run: decode tokens of every running
+// sequence first, then prefill chunks under a token budget, then FIFO admission of waiting sequences
+// when KV blocks and sequence slots allow. Owns the sequences and their block tables; never touches
+// tensors (block copies for copy-on-write are returned in the plan for the engine to perform).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "infer/block_allocator.h"
+#include "infer/request.h"
+#include "infer/sampler.h"
+
+namespace ajet::infer {
+
+// One request as the engine tracks it (shared by its samples).
+struct RequestState {
+  GenerateRequest request;
+  SamplingParams sampling;
+  uint64_t seed = 0;
+  std::function<void(const GenerateEvent&)> callback;
+  std::vector<bool> sample_done;  // (n)
+  int64_t samples_left = 0;
+};
+
+// One sample of a request: token ids and where their keys/values live.
+struct Sequence {
+  std::shared_ptr<RequestState> request;
+  int64_t sample_index = 0;
+  int64_t pending_forks = 0;     // samples to fork off this one once its prompt is computed
+  std::vector<int32_t> tokens;   // prompt, then generated ids
+  int64_t prompt_len = 0;
+  int64_t num_cached = 0;        // leading tokens whose keys/values are in the cache
+  std::vector<int32_t> blocks;   // block table: position p lives in blocks[p / block_size]
+  SampleRng rng{0, 0};
+  int64_t num_generated() const { return static_cast<int64_t>(tokens.size()) - prompt_len; }
+};
+
+struct SchedulerConfig {
+  int64_t block_size = 16;         // tokens per block
+  int64_t max_batch_tokens = 512;  // tokens per step (decode + prefill)
+  int64_t max_running = 64;        // running sequences, counting samples not yet forked
+};
+
+// Tokens [start, start + length) of one sequence run this step (positions = indices).
+struct ScheduledChunk {
+  Sequence* seq = nullptr;
+  int64_t start = 0;
+  int64_t length = 0;
+  bool needs_logits = false;  // the chunk reaches the last known token: sample after it
+};
+
+struct BlockCopy {
+  int32_t src = 0;
+  int32_t dst = 0;
+};
+
+struct StepPlan {
+  std::vector<ScheduledChunk> chunks;  // decode chunks first, then prefill chunks
+  std::vector<BlockCopy> copies;       // copy-on-write, to perform in order before the forward
+  int64_t num_tokens = 0;
+  int64_t num_preempted = 0;
+};
+
+class Scheduler {
+ public:
+  Scheduler(const SchedulerConfig& config, int64_t num_blocks);
+
+  const SchedulerConfig& config() const { return config_; }
+  const BlockAllocator& blocks() const { return blocks_; }
+  int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
+  int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
+  const std::vector<std::unique_ptr<Sequence>>& running() const { return running_; }
+
+  // Queues a sequence with no cached tokens (a new request's first sample, pending_forks = n - 1).
+  void add(std::unique_ptr<Sequence> seq);
+
+  // Plans one step. A running sequence that needs a block when none is free preempts the most recently
+  // admitted running sequences (their blocks are freed; they wait at the front of the queue and are
+  // recomputed from their tokens when readmitted). Empty plan = nothing can run.
+  StepPlan schedule();
+
+  // Forks `count` samples off `parent` (its prompt just finished): they share its blocks and copy its
+  // tokens; sample indices follow the parent's. The caller sets their RNGs. Returns them, in order.
+  std::vector<Sequence*> fork(Sequence& parent, int64_t count);
+
+  // Removes a running sequence and frees its blocks.
+  void finish(Sequence* seq);
+
+  // Removes every sequence (waiting or running) for which pred is true, freeing blocks; returns them.
+  std::vector<std::unique_ptr<Sequence>> remove_if(const std::function<bool(const Sequence&)>& pred);
+
+ private:
+  int64_t slots_used() const;
+  int64_t blocks_for(int64_t num_tokens) const;
+  // Makes the block holding position `pos` exist and belong to seq alone (copy-on-write).
+  bool make_writable(Sequence& seq, int64_t pos, StepPlan& plan);
+  void release_blocks(Sequence& seq);
+  void preempt_last(StepPlan& plan);
+
+  SchedulerConfig config_;
+  BlockAllocator blocks_;
+  std::deque<std::unique_ptr<Sequence>> waiting_;
+  std::vector<std::unique_ptr<Sequence>> running_;  // in admission order
+};
+
+}  // namespace ajet::infer
