@@ -2,12 +2,26 @@
 // It owns parameters and the per-layer maths; it never owns a KV cache or a scheduler (src/infer does)
 // and never sees text (src/text does). Shapes: N = flattened tokens, B = batch, T = time, C = hidden,
 // H = query heads, Hkv = key/value heads, D = head dim, V = vocab.
+//
+// Dtype and device are whatever the parameters hold: build the module (float32, CPU), then
+// `model->to(device, dtype)`; every tensor made inside takes its options from the parameters.
+//
+// LoRA (issue 6) attaches per projection: each of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj,
+// down_proj is a plain torch::nn::Linear registered under its HF name, and every call goes through
+// DecoderLayerImpl::project(), which adds `adapter->delta(x)` when an adapter was attached with
+// attach_adapter(). The adapter is registered as submodule "adapter" of that Linear, so its parameters
+// appear as "...self_attn.q_proj.adapter.<name>" in named_parameters() but never in
+// hf_named_parameters() (the base checkpoint stays exactly the HF layout).
 #pragma once
 
 #include <torch/torch.h>
 
+#include <array>
+#include <cstdint>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "hf/hf_config.h"
@@ -21,6 +35,66 @@ struct QKV {
   torch::Tensor v;  // (..., Hkv, D)
 };
 
+// RMSNorm with HF semantics: normalise in float32, cast back to the input dtype, then * weight.
+class RMSNormImpl : public torch::nn::Module {
+ public:
+  RMSNormImpl(int64_t dim, double eps);
+  torch::Tensor forward(const torch::Tensor& x);  // (..., dim) → (..., dim)
+  torch::Tensor weight;                           // (dim,)
+
+ private:
+  double eps_;
+};
+TORCH_MODULE(RMSNorm);
+
+// Rotary position embedding, HF non-interleaved ("rotate_half") layout. cos/sin tables are computed
+// exactly as HF does (float32 inv_freq, float32 position * inv_freq) and cached per device and dtype;
+// they grow on demand when a position beyond the table is asked for. Thread-safe.
+class Rotary {
+ public:
+  Rotary(int64_t head_dim, double theta, int64_t initial_positions);
+  // x: (..., heads, D); positions: (...) int64. Returns x rotated, same shape and dtype.
+  torch::Tensor apply(const torch::Tensor& x, const torch::Tensor& positions);
+  // cos, sin for positions: each (..., D) in `dtype` on positions' device.
+  std::pair<torch::Tensor, torch::Tensor> cos_sin(const torch::Tensor& positions, torch::ScalarType dtype);
+
+ private:
+  struct Table {
+    torch::Device device = torch::kCPU;
+    torch::ScalarType dtype = torch::kFloat;
+    torch::Tensor cos;  // (P, D)
+    torch::Tensor sin;  // (P, D)
+  };
+  int64_t head_dim_;
+  double theta_;
+  int64_t initial_positions_;
+  std::mutex mu_;
+  std::vector<Table> tables_;
+};
+
+// A low-rank (or any) additive adapter on one linear projection: output = base(x) + delta(x).
+class LinearAdapter : public torch::nn::Module {
+ public:
+  virtual torch::Tensor delta(const torch::Tensor& x) = 0;  // (..., in) → (..., out)
+};
+
+// The seven projections LoRA can target, by PEFT / HF name.
+enum class Proj { kQ, kK, kV, kO, kGate, kUp, kDown };
+inline constexpr std::array<std::string_view, 7> kProjNames = {"q_proj", "k_proj", "v_proj", "o_proj",
+                                                                "gate_proj", "up_proj", "down_proj"};
+std::optional<Proj> proj_from_name(std::string_view name);
+
+// Attention over an explicit boolean mask, GQA by grouping query heads onto their kv head (the same
+// maths as HF's repeat_kv, without copying k and v). Scores and softmax in float32; a query row with
+// no allowed key gives zeros, not NaN. Tq may differ from Tk (a chunk of queries over cached keys).
+// q: (B, Tq, H, D); k, v: (B, Tk, Hkv, D); mask: (B, Tq, Tk) or (1, Tq, Tk) bool, true = may attend.
+// Returns (B, Tq, H*D) in q's dtype.
+torch::Tensor masked_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               const torch::Tensor& mask);
+
+// (T, T) bool lower-triangular mask on `device`.
+torch::Tensor causal_mask(int64_t t, torch::Device device);
+
 class DecoderLayerImpl : public torch::nn::Module {
  public:
   DecoderLayerImpl(const hf::ModelConfig& config, int64_t layer_index);
@@ -32,7 +106,27 @@ class DecoderLayerImpl : public torch::nn::Module {
   // Returns the layer output: x + o_proj(attn), then + mlp(post_attention_norm(.)).
   torch::Tensor attention_outputs(const torch::Tensor& x, const torch::Tensor& attn);
 
-  // Named submodules use HF names so state_dict keys map 1:1 onto HF tensor names.
+  // Named submodules use HF names so state_dict keys map 1:1 onto HF tensor names:
+  // input_layernorm, self_attn.{q,k,v,o}_proj, self_attn.{q,k}_norm (Qwen3), post_attention_layernorm,
+  // mlp.{gate,up,down}_proj.
+  torch::nn::Linear& linear(Proj p);
+  // Applies projection p to x: base Linear plus the attached adapter's delta, if any.
+  torch::Tensor project(Proj p, const torch::Tensor& x);
+  // Attaches (or with nullptr detaches) an adapter on projection p.
+  void attach_adapter(Proj p, std::shared_ptr<LinearAdapter> adapter);
+  const std::shared_ptr<LinearAdapter>& adapter(Proj p) const;
+
+  // Used by Qwen2ModelImpl to share one rotary table across layers.
+  void set_rotary(std::shared_ptr<Rotary> rotary);
+
+ private:
+  int64_t num_heads_, num_kv_heads_, head_dim_;
+  std::shared_ptr<torch::nn::Module> self_attn_, mlp_;
+  RMSNorm input_layernorm_{nullptr}, post_attention_layernorm_{nullptr};
+  RMSNorm q_norm_{nullptr}, k_norm_{nullptr};  // Qwen3 only
+  std::array<torch::nn::Linear, 7> linears_{{nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr}};
+  std::array<std::shared_ptr<LinearAdapter>, 7> adapters_;
+  std::shared_ptr<Rotary> rotary_;
 };
 TORCH_MODULE(DecoderLayer);
 
@@ -59,7 +153,33 @@ class Qwen2ModelImpl : public torch::nn::Module {
   // Parameters under their HF names ("model.layers.0.self_attn.q_proj.weight", "lm_head.weight" only when
   // not tied), in a stable order. Tensors share storage with the module.
   std::vector<std::pair<std::string, torch::Tensor>> hf_named_parameters();
+
+  // Options (dtype, device) of the parameters.
+  torch::TensorOptions options() const;
+  // Total number of elements over hf_named_parameters() (tied embeddings counted once).
+  int64_t parameter_count();
+
+ private:
+  hf::ModelConfig config_;
+  std::shared_ptr<torch::nn::Module> body_;  // "model": embed_tokens, layers, norm
+  torch::nn::Embedding embed_tokens_{nullptr};
+  torch::nn::ModuleList layers_{nullptr};
+  std::vector<DecoderLayer> layer_list_;
+  RMSNorm norm_{nullptr};
+  torch::nn::Linear lm_head_{nullptr};  // absent when tie_word_embeddings
+  std::shared_ptr<Rotary> rotary_;
 };
 TORCH_MODULE(Qwen2Model);
+
+// HF-style random initialisation, reproducible from `seed` and independent of device and dtype:
+// Linear and embedding weights ~ normal(0, std), biases 0, norm weights 1. Values are drawn in
+// float32 on the CPU in hf_named_parameters() order, then copied into the parameters.
+void init_weights(Qwen2Model& model, uint64_t seed, double std = 0.02);
+
+// "float32" | "bfloat16" | "float16" (also "fp32", "bf16", "fp16") → dtype; anything else throws.
+torch::ScalarType parse_dtype(std::string_view name);
+std::string dtype_to_hf_name(torch::ScalarType dtype);  // "float32", "bfloat16", "float16"
+// "cpu", "cuda", "cuda:1" → device; a CUDA device when this libtorch has no CUDA throws.
+torch::Device parse_device(std::string_view name);
 
 }  // namespace ajet::model

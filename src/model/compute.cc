@@ -1,0 +1,60 @@
+#include "model/compute.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/Context.h>
+#include <ATen/Version.h>
+#include <dlfcn.h>
+
+#include <fstream>
+#include <set>
+#include <thread>
+
+namespace ajet::model {
+
+namespace {
+
+// Shared libraries whose path names a BLAS, as mapped into this process right now.
+std::string loaded_blas_libraries() {
+  std::ifstream maps("/proc/self/maps");
+  std::set<std::string> found;
+  std::string line;
+  while (std::getline(maps, line)) {
+    auto slash = line.find('/');
+    if (slash == std::string::npos) continue;
+    std::string path = line.substr(slash);
+    auto base = path.substr(path.rfind('/') + 1);
+    if (base.find("blas") != std::string::npos || base.find("mkl_") != std::string::npos) found.insert(path);
+  }
+  std::string out;
+  for (const auto& p : found) out += (out.empty() ? "" : ", ") + p;
+  return out.empty() ? "none mapped" : out;
+}
+
+}  // namespace
+
+void configure_threads(int n) {
+  if (n <= 0) n = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  at::set_num_threads(n);
+}
+
+std::string describe_compute_backend() {
+  std::string blas = "BLAS " + loaded_blas_libraries();
+  // OpenBLAS reports its build (kernel, threading) when it is the BLAS in use.
+  using ConfigFn = char* (*)();
+  if (auto fn = reinterpret_cast<ConfigFn>(dlsym(RTLD_DEFAULT, "openblas_get_config"))) blas += " (" + std::string(fn()) + ")";
+  std::string parallel = at::get_parallel_info();
+  std::string backend = "unknown";
+  if (auto pos = parallel.find("ATen parallel backend: "); pos != std::string::npos) {
+    backend = parallel.substr(pos + 23, parallel.find('\n', pos) - pos - 23);
+  }
+  std::string config = at::show_config();
+  std::string capability = "unknown";
+  if (auto pos = config.find("CPU capability usage: "); pos != std::string::npos) {
+    capability = config.substr(pos + 22, config.find('\n', pos) - pos - 22);
+  }
+  return blas + ", " + std::to_string(at::get_num_threads()) + " intra-op threads (" + backend + "), " +
+         std::to_string(at::get_num_interop_threads()) + " inter-op, CPU capability " + capability + ", CUDA " +
+         (at::globalContext().hasCUDA() ? "available" : "unavailable");
+}
+
+}  // namespace ajet::model

@@ -1,0 +1,379 @@
+#include "model/qwen2.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "common/error.h"
+
+namespace ajet::model {
+
+namespace {
+
+// q/k/v/o live under self_attn, gate/up/down under mlp.
+bool is_attention_proj(Proj p) { return p == Proj::kQ || p == Proj::kK || p == Proj::kV || p == Proj::kO; }
+
+void check_config(const hf::ModelConfig& c) {
+  auto positive = [](int64_t v, const char* field) {
+    if (v <= 0) invalid_argument(std::string("model config: ") + field + " must be positive, got " + std::to_string(v));
+  };
+  positive(c.vocab_size, "vocab_size");
+  positive(c.hidden_size, "hidden_size");
+  positive(c.intermediate_size, "intermediate_size");
+  positive(c.num_hidden_layers, "num_hidden_layers");
+  positive(c.num_attention_heads, "num_attention_heads");
+  positive(c.num_key_value_heads, "num_key_value_heads");
+  positive(c.head_dim, "head_dim");
+  if (c.num_attention_heads % c.num_key_value_heads != 0) {
+    invalid_argument("model config: num_attention_heads (" + std::to_string(c.num_attention_heads) +
+                     ") must be a multiple of num_key_value_heads (" + std::to_string(c.num_key_value_heads) + ")");
+  }
+  if (c.head_dim % 2 != 0) invalid_argument("model config: head_dim must be even for rotary embeddings");
+  if (c.hidden_act != "silu") invalid_argument("model config: hidden_act '" + c.hidden_act + "' is not supported (silu only)");
+}
+
+}  // namespace
+
+std::optional<Proj> proj_from_name(std::string_view name) {
+  for (size_t i = 0; i < kProjNames.size(); ++i) {
+    if (kProjNames[i] == name) return static_cast<Proj>(i);
+  }
+  return std::nullopt;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// RMSNorm
+
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
+  weight = register_parameter("weight", torch::ones({dim}));
+}
+
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  auto x32 = x.to(torch::kFloat);                                    // (..., dim)
+  auto inv_rms = torch::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps_);  // (..., 1)
+  return weight * (x32 * inv_rms).to(x.scalar_type());
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Rotary
+
+Rotary::Rotary(int64_t head_dim, double theta, int64_t initial_positions)
+    : head_dim_(head_dim), theta_(theta), initial_positions_(std::max<int64_t>(initial_positions, 16)) {}
+
+std::pair<torch::Tensor, torch::Tensor> Rotary::cos_sin(const torch::Tensor& positions, torch::ScalarType dtype) {
+  TORCH_CHECK(positions.scalar_type() == torch::kLong, "rotary embedding: positions must be int64, got ",
+              positions.scalar_type());
+  const auto device = positions.device();
+  int64_t needed = 0;  // table rows needed: max position + 1
+  if (positions.numel() > 0) {
+    auto [lo, hi] = torch::aminmax(positions);
+    if (lo.item<int64_t>() < 0) invalid_argument("rotary embedding: negative position " + std::to_string(lo.item<int64_t>()));
+    needed = hi.item<int64_t>() + 1;
+  }
+  torch::Tensor cos, sin;
+  {
+    std::lock_guard lock(mu_);
+    auto it = std::find_if(tables_.begin(), tables_.end(),
+                           [&](const Table& t) { return t.device == device && t.dtype == dtype; });
+    if (it == tables_.end() || it->cos.size(0) < needed) {
+      int64_t size = initial_positions_;
+      while (size < needed) size *= 2;
+      // As HF: inv_freq = 1 / theta^(arange(0, D, 2) / D) in float32; freqs = position * inv_freq in float32.
+      auto f32 = torch::TensorOptions().dtype(torch::kFloat).device(device);
+      auto exponent = torch::arange(0, head_dim_, 2, torch::TensorOptions().dtype(torch::kLong).device(device))
+                          .to(torch::kFloat) / static_cast<float>(head_dim_);       // (D/2,)
+      auto inv_freq = 1.0 / torch::pow(torch::scalar_tensor(theta_, f32), exponent);  // (D/2,)
+      auto pos = torch::arange(size, f32);                                            // (P,)
+      auto freqs = torch::outer(pos, inv_freq);                                       // (P, D/2)
+      auto emb = torch::cat({freqs, freqs}, -1);                                      // (P, D)
+      Table fresh{device, dtype, emb.cos().to(dtype), emb.sin().to(dtype)};
+      if (it == tables_.end()) {
+        it = tables_.insert(tables_.end(), std::move(fresh));
+      } else {
+        *it = std::move(fresh);
+      }
+    }
+    cos = it->cos;
+    sin = it->sin;
+  }
+  auto flat = positions.reshape({-1});  // (N,)
+  auto shape = positions.sizes().vec();
+  shape.push_back(head_dim_);
+  return {cos.index_select(0, flat).view(shape), sin.index_select(0, flat).view(shape)};  // (..., D)
+}
+
+torch::Tensor Rotary::apply(const torch::Tensor& x, const torch::Tensor& positions) {
+  auto [cos, sin] = cos_sin(positions, x.scalar_type());  // (..., D)
+  cos = cos.unsqueeze(-2);                                // (..., 1, D) broadcast over heads
+  sin = sin.unsqueeze(-2);
+  const int64_t half = head_dim_ / 2;
+  auto x1 = x.narrow(-1, 0, half);                        // (..., heads, D/2)
+  auto x2 = x.narrow(-1, half, half);
+  auto rotated = torch::cat({-x2, x1}, -1);               // rotate_half(x)
+  return x * cos + rotated * sin;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Attention
+
+torch::Tensor causal_mask(int64_t t, torch::Device device) {
+  return torch::ones({t, t}, torch::TensorOptions().dtype(torch::kBool).device(device)).tril();
+}
+
+torch::Tensor masked_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               const torch::Tensor& mask) {
+  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "masked_attention: q, k, v must be 4-d");
+  const int64_t b = q.size(0), tq = q.size(1), h = q.size(2), d = q.size(3);
+  const int64_t tk = k.size(1), hkv = k.size(2);
+  TORCH_CHECK(h % hkv == 0, "masked_attention: ", h, " query heads not a multiple of ", hkv, " kv heads");
+  TORCH_CHECK(mask.dim() == 3 && mask.size(1) == tq && mask.size(2) == tk && (mask.size(0) == b || mask.size(0) == 1),
+              "masked_attention: mask must be (B, Tq, Tk) = (", b, ", ", tq, ", ", tk, "), got ", mask.sizes());
+  TORCH_CHECK(mask.scalar_type() == torch::kBool, "masked_attention: mask must be bool");
+  const int64_t rep = h / hkv;
+  // Query head j uses kv head j / rep (HF repeat_kv): group the rep query heads of each kv head on the
+  // row axis so one matmul per kv head covers them all.
+  auto qg = q.to(torch::kFloat).permute({0, 2, 1, 3}).reshape({b, hkv, rep * tq, d});  // (B, Hkv, rep*Tq, D)
+  auto kt = k.to(torch::kFloat).permute({0, 2, 3, 1});                                   // (B, Hkv, D, Tk)
+  auto scores = torch::matmul(qg, kt) * (1.0 / std::sqrt(static_cast<double>(d)));      // (B, Hkv, rep*Tq, Tk)
+  scores = scores.view({b, h, tq, tk});                                                  // (B, H, Tq, Tk)
+  auto allowed = mask.unsqueeze(1);                                                      // (B|1, 1, Tq, Tk)
+  scores = scores.masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity());
+  auto probs = torch::softmax(scores, -1);                                               // (B, H, Tq, Tk)
+  // A row with no allowed key is all -inf → NaN after softmax; it attends to nothing, so zeros.
+  probs = probs.masked_fill(allowed.any(-1, /*keepdim=*/true).logical_not(), 0.0);
+  auto pg = probs.view({b, hkv, rep * tq, tk}).to(v.scalar_type());                     // (B, Hkv, rep*Tq, Tk)
+  auto vg = v.permute({0, 2, 1, 3});                                                     // (B, Hkv, Tk, D)
+  auto out = torch::matmul(pg, vg).view({b, h, tq, d});                                  // (B, H, Tq, D)
+  return out.permute({0, 2, 1, 3}).reshape({b, tq, h * d}).to(q.scalar_type());         // (B, Tq, H*D)
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Decoder layer
+
+DecoderLayerImpl::DecoderLayerImpl(const hf::ModelConfig& c, int64_t layer_index)
+    : num_heads_(c.num_attention_heads), num_kv_heads_(c.num_key_value_heads), head_dim_(c.head_dim) {
+  check_config(c);
+  const int64_t hidden = c.hidden_size, q_dim = num_heads_ * head_dim_, kv_dim = num_kv_heads_ * head_dim_;
+  input_layernorm_ = register_module("input_layernorm", RMSNorm(hidden, c.rms_norm_eps));
+  self_attn_ = register_module("self_attn", std::make_shared<torch::nn::Module>("SelfAttention"));
+  post_attention_layernorm_ = register_module("post_attention_layernorm", RMSNorm(hidden, c.rms_norm_eps));
+  mlp_ = register_module("mlp", std::make_shared<torch::nn::Module>("MLP"));
+  auto make = [&](Proj p, int64_t in, int64_t out, bool bias) {
+    auto linear = torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
+    auto& parent = is_attention_proj(p) ? self_attn_ : mlp_;
+    linears_[static_cast<size_t>(p)] = parent->register_module(std::string(kProjNames[static_cast<size_t>(p)]), linear);
+  };
+  make(Proj::kQ, hidden, q_dim, c.attention_bias);
+  make(Proj::kK, hidden, kv_dim, c.attention_bias);
+  make(Proj::kV, hidden, kv_dim, c.attention_bias);
+  // Qwen2's o_proj never has a bias; Llama and Qwen3 give it one exactly when attention_bias is set.
+  make(Proj::kO, q_dim, hidden, c.attention_bias && c.model_type != "qwen2");
+  if (c.qk_norm) {
+    q_norm_ = self_attn_->register_module("q_norm", RMSNorm(head_dim_, c.rms_norm_eps));
+    k_norm_ = self_attn_->register_module("k_norm", RMSNorm(head_dim_, c.rms_norm_eps));
+  }
+  make(Proj::kGate, hidden, c.intermediate_size, false);
+  make(Proj::kUp, hidden, c.intermediate_size, false);
+  make(Proj::kDown, c.intermediate_size, hidden, false);
+  // A layer built on its own gets its own table; Qwen2ModelImpl replaces it with a shared one.
+  rotary_ = std::make_shared<Rotary>(head_dim_, c.rope_theta, c.max_position_embeddings);
+  (void)layer_index;
+}
+
+torch::nn::Linear& DecoderLayerImpl::linear(Proj p) { return linears_[static_cast<size_t>(p)]; }
+
+torch::Tensor DecoderLayerImpl::project(Proj p, const torch::Tensor& x) {
+  const auto i = static_cast<size_t>(p);
+  auto out = linears_[i]->forward(x);
+  if (adapters_[i]) out = out + adapters_[i]->delta(x);
+  return out;
+}
+
+void DecoderLayerImpl::attach_adapter(Proj p, std::shared_ptr<LinearAdapter> adapter) {
+  const auto i = static_cast<size_t>(p);
+  auto& base = linears_[i];
+  if (adapters_[i]) base->unregister_module("adapter");
+  adapters_[i] = std::move(adapter);
+  if (adapters_[i]) base->register_module("adapter", adapters_[i]);
+}
+
+const std::shared_ptr<LinearAdapter>& DecoderLayerImpl::adapter(Proj p) const {
+  return adapters_[static_cast<size_t>(p)];
+}
+
+void DecoderLayerImpl::set_rotary(std::shared_ptr<Rotary> rotary) { rotary_ = std::move(rotary); }
+
+QKV DecoderLayerImpl::attention_inputs(const torch::Tensor& x, const torch::Tensor& positions) {
+  auto lead = x.sizes().vec();
+  lead.pop_back();                                                   // (...)
+  auto with_heads = [&](int64_t heads) {
+    auto s = lead;
+    s.push_back(heads);
+    s.push_back(head_dim_);
+    return s;
+  };
+  auto normed = input_layernorm_->forward(x);                        // (..., C)
+  auto q = project(Proj::kQ, normed).view(with_heads(num_heads_));   // (..., H, D)
+  auto k = project(Proj::kK, normed).view(with_heads(num_kv_heads_));  // (..., Hkv, D)
+  auto v = project(Proj::kV, normed).view(with_heads(num_kv_heads_));  // (..., Hkv, D)
+  if (!q_norm_.is_empty()) {
+    q = q_norm_->forward(q);
+    k = k_norm_->forward(k);
+  }
+  q = rotary_->apply(q, positions);
+  k = rotary_->apply(k, positions);
+  return {q, k, v};
+}
+
+torch::Tensor DecoderLayerImpl::attention_outputs(const torch::Tensor& x, const torch::Tensor& attn) {
+  auto h = x + project(Proj::kO, attn);                                // (..., C)
+  auto normed = post_attention_layernorm_->forward(h);                 // (..., C)
+  auto act = torch::silu(project(Proj::kGate, normed)) * project(Proj::kUp, normed);  // (..., I)
+  return h + project(Proj::kDown, act);                                // (..., C)
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Model
+
+Qwen2ModelImpl::Qwen2ModelImpl(const hf::ModelConfig& config) : config_(config) {
+  if (config_.num_key_value_heads == 0) config_.num_key_value_heads = config_.num_attention_heads;
+  if (config_.head_dim == 0 && config_.num_attention_heads > 0) {
+    config_.head_dim = config_.hidden_size / config_.num_attention_heads;
+  }
+  if (config_.architectures.empty()) {  // what HF writes, so config() survives save → load unchanged
+    config_.architectures = {config_.model_type == "qwen3"   ? "Qwen3ForCausalLM"
+                             : config_.model_type == "llama" ? "LlamaForCausalLM"
+                                                             : "Qwen2ForCausalLM"};
+  }
+  check_config(config_);
+  hf::validate_model_config(config_, "model config");
+  body_ = register_module("model", std::make_shared<torch::nn::Module>("Qwen2Body"));
+  embed_tokens_ = body_->register_module("embed_tokens", torch::nn::Embedding(config_.vocab_size, config_.hidden_size));
+  layers_ = body_->register_module("layers", torch::nn::ModuleList());
+  rotary_ = std::make_shared<Rotary>(config_.head_dim, config_.rope_theta, config_.max_position_embeddings);
+  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
+    DecoderLayer layer(config_, i);
+    layer->set_rotary(rotary_);
+    layers_->push_back(layer);
+    layer_list_.push_back(layer);
+  }
+  norm_ = body_->register_module("norm", RMSNorm(config_.hidden_size, config_.rms_norm_eps));
+  if (!config_.tie_word_embeddings) {
+    lm_head_ = register_module("lm_head",
+                               torch::nn::Linear(torch::nn::LinearOptions(config_.hidden_size, config_.vocab_size).bias(false)));
+  }
+}
+
+const hf::ModelConfig& Qwen2ModelImpl::config() const { return config_; }
+int64_t Qwen2ModelImpl::num_layers() const { return static_cast<int64_t>(layer_list_.size()); }
+DecoderLayer& Qwen2ModelImpl::layer(int64_t i) { return layer_list_.at(static_cast<size_t>(i)); }
+
+torch::TensorOptions Qwen2ModelImpl::options() const { return embed_tokens_->weight.options(); }
+
+torch::Tensor Qwen2ModelImpl::embed(const torch::Tensor& ids) { return embed_tokens_->forward(ids); }
+
+torch::Tensor Qwen2ModelImpl::final_norm(const torch::Tensor& x) { return norm_->forward(x); }
+
+torch::Tensor Qwen2ModelImpl::lm_head(const torch::Tensor& hidden) {
+  const auto& w = lm_head_.is_empty() ? embed_tokens_->weight : lm_head_->weight;  // (V, C)
+  return torch::nn::functional::linear(hidden, w);
+}
+
+torch::Tensor Qwen2ModelImpl::forward_hidden(const torch::Tensor& ids, const torch::Tensor& positions,
+                                             const std::optional<torch::Tensor>& mask) {
+  TORCH_CHECK(ids.dim() == 2, "forward_hidden: ids must be (B, T), got ", ids.sizes());
+  TORCH_CHECK(positions.sizes() == ids.sizes(), "forward_hidden: positions ", positions.sizes(),
+              " must match ids ", ids.sizes());
+  const int64_t t = ids.size(1);
+  torch::Tensor m = mask.has_value() ? *mask : causal_mask(t, ids.device()).unsqueeze(0);  // (B|1, T, T)
+  auto h = embed(ids);                                                // (B, T, C)
+  for (auto& layer : layer_list_) {
+    QKV qkv = layer->attention_inputs(h, positions);                  // (B, T, H|Hkv, D)
+    auto attn = masked_attention(qkv.q, qkv.k, qkv.v, m);             // (B, T, H*D)
+    h = layer->attention_outputs(h, attn);                            // (B, T, C)
+  }
+  return final_norm(h);
+}
+
+torch::Tensor Qwen2ModelImpl::forward_logits(const torch::Tensor& ids, const torch::Tensor& positions,
+                                             const std::optional<torch::Tensor>& mask) {
+  return lm_head(forward_hidden(ids, positions, mask));  // (B, T, V)
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> Qwen2ModelImpl::hf_named_parameters() {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  out.emplace_back("model.embed_tokens.weight", embed_tokens_->weight);
+  for (size_t i = 0; i < layer_list_.size(); ++i) {
+    const std::string prefix = "model.layers." + std::to_string(i) + ".";
+    // Module parameters in registration order, skipping adapters (they are not part of the HF layout).
+    for (const auto& item : layer_list_[i]->named_parameters(/*recurse=*/true)) {
+      if (item.key().find(".adapter.") != std::string::npos) continue;
+      out.emplace_back(prefix + item.key(), item.value());
+    }
+  }
+  out.emplace_back("model.norm.weight", norm_->weight);
+  if (!lm_head_.is_empty()) out.emplace_back("lm_head.weight", lm_head_->weight);
+  return out;
+}
+
+int64_t Qwen2ModelImpl::parameter_count() {
+  int64_t n = 0;
+  for (const auto& [name, t] : hf_named_parameters()) n += t.numel();
+  return n;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Initialisation and settings
+
+void init_weights(Qwen2Model& model, uint64_t seed, double std) {
+  torch::NoGradGuard no_grad;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  for (auto& [name, param] : model->hf_named_parameters()) {
+    auto ends_with = [&](std::string_view suffix) {
+      return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+    };
+    if (ends_with("norm.weight")) {  // input_layernorm, post_attention_layernorm, q_norm, k_norm, norm
+      param.fill_(1.0);
+    } else if (ends_with(".bias")) {
+      param.zero_();
+    } else {
+      auto values = torch::empty(param.sizes(), torch::kFloat);
+      values.normal_(0.0, std, gen);
+      param.copy_(values);
+    }
+  }
+}
+
+torch::ScalarType parse_dtype(std::string_view name) {
+  if (name == "float32" || name == "fp32" || name == "float") return torch::kFloat;
+  if (name == "bfloat16" || name == "bf16") return torch::kBFloat16;
+  if (name == "float16" || name == "fp16" || name == "half") return torch::kHalf;
+  invalid_argument("unknown dtype '" + std::string(name) + "' (expected float32, bfloat16 or float16)");
+}
+
+std::string dtype_to_hf_name(torch::ScalarType dtype) {
+  switch (dtype) {
+    case torch::kFloat: return "float32";
+    case torch::kBFloat16: return "bfloat16";
+    case torch::kHalf: return "float16";
+    default: invalid_argument(std::string("dtype ") + c10::toString(dtype) + " is not a model dtype");
+  }
+}
+
+torch::Device parse_device(std::string_view name) {
+  torch::Device device = torch::kCPU;
+  try {
+    device = torch::Device(std::string(name));
+  } catch (const std::exception&) {
+    invalid_argument("unknown device '" + std::string(name) + "' (expected cpu, cuda or cuda:N)");
+  }
+  if (device.is_cuda() && !torch::cuda::is_available()) {
+    invalid_argument("device '" + std::string(name) + "' asked for, but this libtorch has no usable CUDA");
+  }
+  if (!device.is_cpu() && !device.is_cuda()) invalid_argument("device '" + std::string(name) + "' is not supported");
+  return device;
+}
+
+}  // namespace ajet::model
