@@ -1,0 +1,100 @@
+// Typed engine RPC messages on top of generic frames: `generate` and its streamed `tokens` events,
+// `status`, `abort`, and the `train_step` batch. Encode/decode only; the decoders validate shapes
+// and ranges and name the bad field. Vocabulary and context checks belong to the engine.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rpc/frame.h"
+
+namespace ajet::rpc {
+
+inline constexpr std::string_view kMethodGenerate = "generate";
+inline constexpr std::string_view kMethodStatus = "status";
+// Reserved for the trainer (issue 6); see docs/engine-rpc.md.
+inline constexpr std::string_view kMethodTrainStep = "train_step";
+inline constexpr std::string_view kMethodSaveCheckpoint = "save_checkpoint";
+inline constexpr std::string_view kMethodLoadCheckpoint = "load_checkpoint";
+inline constexpr std::string_view kMethodSetWeights = "set_weights";
+
+inline constexpr int kMaxSamplesPerRequest = 256;  // `n`
+inline constexpr int kMaxTopLogprobs = 20;          // as the OpenAI API
+
+// ---- generate -------------------------------------------------------------------------------
+
+struct GenerateRequest {
+  std::vector<int32_t> prompt;          // (P,) token ids, P >= 1
+  int32_t n = 1;                        // samples sharing one prefill, 1..256
+  int32_t max_tokens = 16;              // per sample, >= 1
+  double temperature = 1.0;             // >= 0; 0 = greedy
+  double top_p = 1.0;                   // (0, 1]
+  int32_t top_k = 0;                    // >= 0; 0 = no top-k truncation
+  std::optional<int64_t> seed;          // reproducible per request when set
+  std::vector<int32_t> stop_token_ids;  // generation of any of these ends a sample (the id is kept)
+  int32_t top_logprobs = 0;             // 0..20 alternatives per generated token
+  std::string tag;                      // opaque, for logs (e.g. episode uuid + call index)
+};
+
+Frame encode_generate_request(const GenerateRequest& request);
+// Throws kInvalidArgument naming the field ("generate: 'top_p' must be in (0, 1], got 0").
+GenerateRequest decode_generate_request(const Frame& frame);
+
+enum class FinishReason { kStop, kLength, kAbort };
+std::string_view finish_reason_name(FinishReason reason);
+std::optional<FinishReason> finish_reason_from_name(std::string_view name);
+
+// One streamed reply of `generate`: the next tokens of one sample. T may be 0 (a final event that
+// only carries the finish reason, e.g. after an abort).
+struct TokensEvent {
+  int32_t sample = 0;                    // which of the n samples, 0..n-1
+  std::vector<int32_t> token_ids;        // (T,)
+  std::vector<float> logprobs;           // (T,) under the sampling distribution actually used
+  std::vector<float> raw_logprobs;       // (T,) under the raw model distribution (temperature 1, no truncation)
+  std::vector<int64_t> policy_versions;  // (T,) weights version that produced each token
+  int32_t top_k = 0;                     // K alternatives per token (0 = none)
+  std::vector<int32_t> top_ids;          // (T * K,) row-major: token t's alternatives at [t*K, t*K+K)
+  std::vector<float> top_logprobs;       // (T * K,) their logprobs under the sampling distribution
+  // On the sample's last event only:
+  std::optional<FinishReason> finish_reason;
+  int64_t prompt_tokens = 0;             // P
+  int64_t completion_tokens = 0;         // tokens this sample generated in total
+};
+
+Frame encode_tokens_event(const TokensEvent& event);
+TokensEvent decode_tokens_event(const Frame& frame);
+
+// The final kDone frame of `generate`, sent after every sample's last event.
+struct GenerateDone {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;  // summed over samples
+};
+Frame encode_generate_done(const GenerateDone& done);
+GenerateDone decode_generate_done(const Frame& frame);
+
+// ---- status ---------------------------------------------------------------------------------
+
+// `status` has no parameters; its kDone body is an opaque JSON object (policy_version, model,
+// running, waiting, cache usage, blas, threads ...) defined by the engine.
+Frame make_status_request();
+
+// ---- train_step (issue 6) -------------------------------------------------------------------
+
+// A batch of S samples, N tokens in all, packed back to back. Per-token arrays have N entries;
+// sample s covers tokens [sample_offsets[s], sample_offsets[s+1]). `meta` carries scalars and
+// per-sample values the trainer needs beyond these arrays (step, task ids, rewards, ...).
+struct TrainBatch {
+  std::vector<int64_t> sample_offsets;  // (S+1,) 0 = offsets[0] <= ... <= offsets[S] = N
+  std::vector<int32_t> token_ids;       // (N,)
+  std::vector<uint8_t> loss_mask;       // (N,) 1 on generated tokens, else 0
+  std::vector<float> logprobs;          // (N,) behaviour logprobs from the rollout
+  std::vector<float> advantages;        // (N,) per token (a per-sample advantage repeated)
+  Json meta = Json::object();
+};
+Frame encode_train_batch(const TrainBatch& batch);  // method train_step
+TrainBatch decode_train_batch(const Frame& frame);
+
+}  // namespace ajet::rpc
