@@ -4,7 +4,7 @@
 
 #include <cerrno>
 #include <csignal>
-#include <future>
+#include <latch>
 
 #include "common/error.h"
 #include "common/log.h"
@@ -58,17 +58,18 @@ struct HttpServer::Impl {
     }
   }
 
-  // Worker 0's thread: the first half of stop().
-  void begin_stop() {
+  // Worker 0's thread: the first half of stop(). `told`, when given, counts down once per worker
+  // after that worker has told each of its connections.
+  void begin_stop(std::shared_ptr<std::latch> told = nullptr) {
     error_code ec;
     acceptor->close(ec);
     core.stopping.store(true);
     for (auto& worker : workers) {
-      asio::post(worker->ioc, [w = worker.get()] {
+      asio::post(worker->ioc, [w = worker.get(), told] {
         w->stopping = true;
-        // on_stop() may close a connection, which erases it from the set: iterate a copy.
         std::vector<Connection*> connections(w->connections.begin(), w->connections.end());
         for (Connection* c : connections) c->on_stop();
+        if (told) told->count_down();
       });
     }
     grace_timer.emplace(main().ioc.get_executor(), core.options.shutdown_grace);
@@ -225,12 +226,13 @@ void HttpServer::stop() {
     s.begin_stop();
     return;
   }
-  std::promise<void> done;
-  asio::post(s.main().ioc, [&] {
-    s.begin_stop();
-    done.set_value();
-  });
-  done.get_future().wait();
+  if (tl_worker) {  // another I/O thread: never wait on a peer event loop from inside one
+    asio::post(s.main().ioc, [&s] { s.begin_stop(); });
+    return;
+  }
+  auto told = std::make_shared<std::latch>(static_cast<std::ptrdiff_t>(s.workers.size()));
+  asio::post(s.main().ioc, [&s, told] { s.begin_stop(told); });
+  told->wait();
 }
 
 void HttpServer::wait() {

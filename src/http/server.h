@@ -61,10 +61,11 @@ class HttpServer {
   void start();
   // start() (if needed) and wait().
   void run();
-  // Graceful shutdown, from any thread (a handler too): stops accepting (the listening socket is
-  // closed when stop() returns), closes idle keep-alive connections, lets in-flight requests finish
-  // (their responses carry `Connection: close`), and after shutdown_grace closes what is left,
-  // cancelling its streams. Idempotent.
+  // Graceful shutdown, from any thread (a handler too): stops accepting, closes idle keep-alive
+  // connections, lets in-flight requests finish (their responses carry `Connection: close`), and
+  // after shutdown_grace closes what is left, cancelling its streams. Idempotent. Called from
+  // outside the I/O threads, it returns once the listening socket is closed and every connection
+  // has been told; from a handler it only starts all that.
   void stop();
   // Blocks until stopped and every connection is closed and the I/O threads exited. Never call it
   // from a handler (an I/O thread).

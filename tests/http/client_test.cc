@@ -26,7 +26,7 @@ uint16_t unused_port() {
   return ntohs(addr.sin_port);
 }
 
-TEST(ParseUrl, Forms) {
+TEST(HttpParseUrl, Forms) {
   Url a = parse_url("http://127.0.0.1:10086/v1/chat/completions?x=1");
   EXPECT_EQ(a.host, "127.0.0.1");
   EXPECT_EQ(a.port, 10086);

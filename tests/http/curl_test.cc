@@ -22,7 +22,7 @@ std::pair<std::string, int> curl(const std::string& args) {
   return {r.output.substr(0, nl), std::atoi(r.output.c_str() + nl + 1)};
 }
 
-TEST(Curl, KeepAliveAcrossUrlsOfOneInvocation) {
+TEST(HttpCurl, KeepAliveAcrossUrlsOfOneInvocation) {
   REQUIRE_CURL();
   TestServer ts;
   std::string url = ts.url("/get_engine_status");
@@ -32,7 +32,7 @@ TEST(Curl, KeepAliveAcrossUrlsOfOneInvocation) {
   EXPECT_EQ(ts.server().stats().connections_accepted, 1u);
 }
 
-TEST(Curl, JsonPostAndPathParameters) {
+TEST(HttpCurl, JsonPostAndPathParameters) {
   REQUIRE_CURL();
   TestServer ts;
   auto [body, status] = curl("-X POST -H 'Content-Type: application/json' -H 'X-Test: curl' --data '{\"a\":1}' " +
@@ -46,7 +46,7 @@ TEST(Curl, JsonPostAndPathParameters) {
   EXPECT_EQ(Json::parse(ep)["episode_uuid"], "e-1");
 }
 
-TEST(Curl, OversizedBodyIs413) {
+TEST(HttpCurl, OversizedBodyIs413) {
   REQUIRE_CURL();
   ServerOptions options;
   options.max_body_bytes = 4096;
@@ -67,7 +67,7 @@ TEST(Curl, OversizedBodyIs413) {
   }
 }
 
-TEST(Curl, ErrorShapesAndHead) {
+TEST(HttpCurl, ErrorShapesAndHead) {
   REQUIRE_CURL();
   TestServer ts;
   auto [missing, missing_status] = curl(ts.url("/nope"));
@@ -89,7 +89,7 @@ TEST(Curl, ErrorShapesAndHead) {
 
 // curl -N prints each event as it arrives; the producer pushes event k+1 only after this test read
 // event k from curl's stdout, so the stream completes only if events are not held back.
-TEST(Curl, SseEventsArriveWhileTheStreamIsStillOpen) {
+TEST(HttpCurl, SseEventsArriveWhileTheStreamIsStillOpen) {
   REQUIRE_CURL();
   TestServer ts;
   testing::Shared& shared = ts.shared();

@@ -13,7 +13,7 @@
 namespace ajet::http {
 namespace {
 
-TEST(Headers, LookupIgnoresCaseAndKeepsDuplicates) {
+TEST(HttpHeaders, LookupIgnoresCaseAndKeepsDuplicates) {
   Headers h{{"Content-Type", "application/json"}};
   h.add("X-Tag", "a");
   h.add("x-tag", "b");
@@ -29,7 +29,7 @@ TEST(Headers, LookupIgnoresCaseAndKeepsDuplicates) {
   EXPECT_FALSE(h.has("Content-Type"));
 }
 
-TEST(SplitTarget, DecodesQueryButNotPath) {
+TEST(HttpSplitTarget, DecodesQueryButNotPath) {
   std::string path;
   std::map<std::string, std::string> query;
   split_target("/a%20b/c?x=1&name=J%C3%BCrgen+M&flag&x=2#frag", path, query);
@@ -41,7 +41,7 @@ TEST(SplitTarget, DecodesQueryButNotPath) {
   EXPECT_EQ(percent_decode("%zz%41", false), "%zzA");
 }
 
-TEST(Responses, ErrorHasOpenAiShape) {
+TEST(HttpResponses, ErrorHasOpenAiShape) {
   Response r = error_response(413, "request body exceeds the limit of 10 bytes", "", "request_too_large");
   EXPECT_EQ(r.status, 413);
   EXPECT_EQ(r.headers.get("Content-Type").value(), "application/json");
@@ -55,7 +55,7 @@ TEST(Responses, ErrorHasOpenAiShape) {
   EXPECT_EQ(no_code["error"]["type"], "service_unavailable_error");
 }
 
-TEST(Responses, AjetErrorsMapToStatuses) {
+TEST(HttpResponses, AjetErrorsMapToStatuses) {
   Response r = error_response(Error(ErrorCode::kInvalidArgument, "field 'n' must be an integer"));
   EXPECT_EQ(r.status, 400);
   EXPECT_EQ(Json::parse(r.body)["error"]["code"], "invalid_argument");
@@ -66,7 +66,7 @@ TEST(Responses, AjetErrorsMapToStatuses) {
   EXPECT_EQ(status_for(ErrorCode::kInternal), 500);
 }
 
-TEST(Responses, JsonAndRetryAfter) {
+TEST(HttpResponses, JsonAndRetryAfter) {
   Response r = json_response({{"engine_status", "ENGINE.ROLLING"}}, 201);
   EXPECT_EQ(r.status, 201);
   EXPECT_EQ(Json::parse(r.body)["engine_status"], "ENGINE.ROLLING");
@@ -77,7 +77,7 @@ TEST(Responses, JsonAndRetryAfter) {
   EXPECT_EQ(r.headers.size(), 2u);  // replaced, not added
 }
 
-TEST(Sse, EventsRoundTripThroughTheParserInAnySplit) {
+TEST(HttpSse, EventsRoundTripThroughTheParserInAnySplit) {
   std::string wire = sse_event("{\"a\":1}") + ": keep-alive comment\n\n" + sse_event("line1\nline2", "update") +
                      "data: crlf\r\n\r\n" + "id: 7\ndata:no-space\n\n" + sse_event("[DONE]");
   for (size_t step : {size_t(1), size_t(2), size_t(3), size_t(7), wire.size()}) {
@@ -100,14 +100,14 @@ TEST(Sse, EventsRoundTripThroughTheParserInAnySplit) {
   }
 }
 
-TEST(Sse, ParserStopsWhenTheCallbackSaysSo) {
+TEST(HttpSse, ParserStopsWhenTheCallbackSaysSo) {
   SseParser parser;
   int seen = 0;
   EXPECT_FALSE(parser.feed(sse_event("1") + sse_event("2"), [&](const SseEvent&) { return ++seen < 1; }));
   EXPECT_EQ(seen, 1);
 }
 
-TEST(OnceCallback, DeliversOnceAndLaterCallsAreRefused) {
+TEST(HttpOnceCallback, DeliversOnceAndLaterCallsAreRefused) {
   std::vector<int> got;
   auto cb = OnceCallback<int>::from([&](int v) { got.push_back(v); });
   OnceCallback<int> copy = cb;
@@ -116,7 +116,7 @@ TEST(OnceCallback, DeliversOnceAndLaterCallsAreRefused) {
   EXPECT_EQ(got, std::vector<int>{1});
 }
 
-TEST(OnceCallback, DroppedRespondAnswers500) {
+TEST(HttpOnceCallback, DroppedRespondAnswers500) {
   std::optional<Response> got;
   {
     Respond respond = Respond::from([&](Response r) { got = std::move(r); });
@@ -142,7 +142,7 @@ std::vector<Chunk> drain(BodyStream& stream, size_t max_chunks) {
   return out;
 }
 
-TEST(ChannelStream, QueuedChunksAreJoinedAndCloseEndsTheBody) {
+TEST(HttpChannelStream, QueuedChunksAreJoinedAndCloseEndsTheBody) {
   ChannelStream stream;
   EXPECT_TRUE(stream.push("a"));
   EXPECT_TRUE(stream.push("b"));
@@ -154,7 +154,7 @@ TEST(ChannelStream, QueuedChunksAreJoinedAndCloseEndsTheBody) {
   EXPECT_FALSE(chunks[1].has_value());
 }
 
-TEST(ChannelStream, NextBeforePushWaitsForTheProducerThread) {
+TEST(HttpChannelStream, NextBeforePushWaitsForTheProducerThread) {
   ChannelStream stream;
   std::promise<Chunk> got;
   stream.next(Deliver::from([&](Chunk c) { got.set_value(std::move(c)); }));
@@ -163,7 +163,7 @@ TEST(ChannelStream, NextBeforePushWaitsForTheProducerThread) {
   producer.join();
 }
 
-TEST(ChannelStream, CancelRunsTheCallbackAndStopsTheProducer) {
+TEST(HttpChannelStream, CancelRunsTheCallbackAndStopsTheProducer) {
   ChannelStream stream;
   int cancels = 0;
   stream.on_cancel([&] { ++cancels; });
@@ -179,7 +179,7 @@ TEST(ChannelStream, CancelRunsTheCallbackAndStopsTheProducer) {
   EXPECT_EQ(late, 1);
 }
 
-TEST(ChannelStream, BoundedPushBlocksUntilTheConsumerTakes) {
+TEST(HttpChannelStream, BoundedPushBlocksUntilTheConsumerTakes) {
   ChannelStream stream(1);
   ASSERT_TRUE(stream.push("first"));
   std::promise<void> second_pushed;

@@ -37,7 +37,7 @@ Router make_router() {
   return router;
 }
 
-TEST(Router, ExactPathsByMethod) {
+TEST(HttpRouter, ExactPathsByMethod) {
   Router router = make_router();
   EXPECT_EQ(Json::parse(call(router, "GET", "/health").body)["status"], "ok");
   EXPECT_EQ(call(router, "POST", "/health").body, "posted");
@@ -45,7 +45,7 @@ TEST(Router, ExactPathsByMethod) {
   EXPECT_EQ(head.status, 200);
 }
 
-TEST(Router, PathParametersAreDecodedAndExactPathsWin) {
+TEST(HttpRouter, PathParametersAreDecodedAndExactPathsWin) {
   Router router = make_router();
   Json j = Json::parse(call(router, "GET", "/episodes/ep%2D42?verbose=yes").body);
   EXPECT_EQ(j["episode"], "ep-42");
@@ -54,7 +54,7 @@ TEST(Router, PathParametersAreDecodedAndExactPathsWin) {
   EXPECT_EQ(call(router, "POST", "/tasks/t1/episodes/e2").body, "t1|e2");
 }
 
-TEST(Router, UnknownPathIs404WithTheErrorShape) {
+TEST(HttpRouter, UnknownPathIs404WithTheErrorShape) {
   Router router = make_router();
   for (const char* target : {"/nope", "/episodes", "/episodes/", "/episodes/a/b", "/health/"}) {
     Response r = call(router, "GET", target);
@@ -65,7 +65,7 @@ TEST(Router, UnknownPathIs404WithTheErrorShape) {
   }
 }
 
-TEST(Router, WrongMethodIs405WithAllow) {
+TEST(HttpRouter, WrongMethodIs405WithAllow) {
   Router router = make_router();
   Response r = call(router, "DELETE", "/health");
   EXPECT_EQ(r.status, 405);
@@ -75,7 +75,7 @@ TEST(Router, WrongMethodIs405WithAllow) {
   EXPECT_EQ(call(router, "POST", "/episodes/x").status, 405);
 }
 
-TEST(Router, BadRegistrationsThrow) {
+TEST(HttpRouter, BadRegistrationsThrow) {
   Router router = make_router();
   auto h = [](Request, Respond respond) { respond(Response{}); };
   EXPECT_THROW(router.get("/health", h), Error);
