@@ -325,6 +325,9 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
 Tokenizer Tokenizer::load(const std::filesystem::path& path) {
   std::filesystem::path file = path;
   std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    fail(ErrorCode::kNotFound, path.string() + ": does not exist (expected a directory holding tokenizer.json, or the file)");
+  }
   if (std::filesystem::is_directory(path, ec)) file = path / "tokenizer.json";
   std::string text = read_file(file);
   TokenizerConfig config;

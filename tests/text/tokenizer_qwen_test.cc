@@ -16,7 +16,7 @@
 namespace ajet::text {
 namespace {
 
-using testing::qwen3_dir;
+using tok_testing::qwen3_dir;
 
 struct Reference {
   bool hf_available = false;
@@ -33,15 +33,15 @@ class Qwen3Corpus : public ::testing::Test {
       skip_reason_ = new std::string(why);
       return;
     }
-    if (!testing::have_node()) {
+    if (!tok_testing::have_node()) {
       skip_reason_ = new std::string("node is not installed: the JS reference tokenizer cannot run");
       return;
     }
     std::string modules = dir->parent_path().parent_path().parent_path().string();
-    std::string corpus = (testing::source_dir() / "tests/text/data/tokenizer_corpus.jsonl").string();
-    std::string script = (testing::source_dir() / "tests/js/tokenizer_compare.mjs").string();
-    auto r = testing::run_capture("node " + testing::shell_quote(script) + " " + testing::shell_quote(modules) +
-                                  " " + testing::shell_quote(dir->string()) + " " + testing::shell_quote(corpus));
+    std::string corpus = (tok_testing::source_dir() / "tests/text/data/tokenizer_corpus.jsonl").string();
+    std::string script = (tok_testing::source_dir() / "tests/js/tokenizer_compare.mjs").string();
+    auto r = tok_testing::run_capture("node " + tok_testing::shell_quote(script) + " " + tok_testing::shell_quote(modules) +
+                                  " " + tok_testing::shell_quote(dir->string()) + " " + tok_testing::shell_quote(corpus));
     ASSERT_EQ(r.exit_code, 0) << "tokenizer_compare.mjs failed";
     Json j = parse_json(r.out, "tokenizer_compare.mjs output");
     reference_ = new Reference{j.at("hf_available").get<bool>(), j.at("lines")};

@@ -11,7 +11,7 @@
 #include <string>
 #include <sys/wait.h>
 
-namespace ajet::text::testing {
+namespace ajet::text::tok_testing {
 
 struct ProcessResult {
   int exit_code = -1;
@@ -83,4 +83,4 @@ inline std::optional<std::filesystem::path> qwen3_dir(std::string& why) {
   return dir;
 }
 
-}  // namespace ajet::text::testing
+}  // namespace ajet::text::tok_testing
