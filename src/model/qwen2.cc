@@ -69,8 +69,10 @@ std::pair<torch::Tensor, torch::Tensor> Rotary::cos_sin(const torch::Tensor& pos
   int64_t needed = 0;  // table rows needed: max position + 1
   if (positions.numel() > 0) {
     auto [lo, hi] = torch::aminmax(positions);
-    if (lo.item<int64_t>() < 0) invalid_argument("rotary embedding: negative position " + std::to_string(lo.item<int64_t>()));
-    needed = hi.item<int64_t>() + 1;
+    auto range = torch::stack({lo, hi}).to(torch::kCPU);  // one device sync for both
+    const int64_t min_pos = range[0].item<int64_t>(), max_pos = range[1].item<int64_t>();
+    if (min_pos < 0) invalid_argument("rotary embedding: negative position " + std::to_string(min_pos));
+    needed = max_pos + 1;
   }
   torch::Tensor cos, sin;
   {
