@@ -10,15 +10,6 @@
 
 #include "common/error.h"
 
-// The CPU kernel is compiled for AVX-512, AVX2+FMA and baseline x86-64, picked at load time, so one
-// binary is fast on the machine it runs on without -march=native.
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
-#define AJET_MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define AJET_MULTIVERSION
-#endif
-#define AJET_INLINE inline __attribute__((always_inline))
-
 namespace ajet::infer {
 namespace {
 
@@ -26,126 +17,20 @@ at::Tensor int64_tensor(const std::vector<int64_t>& values, at::Device device) {
   return at::tensor(at::ArrayRef<int64_t>(values), at::TensorOptions().dtype(at::kLong)).to(device);
 }
 
-AJET_INLINE float dot(const float* a, const float* b, int64_t n) {
-  float sum = 0;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
-  return sum;
-}
-
-AJET_INLINE void axpy(float* y, float a, const float* x, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
-}
-
-// exp(x) for x <= 0 (softmax after subtracting the max), Cephes-style: x = n ln2 + r, |r| <= ln2 / 2,
-// degree-6 polynomial for e^r, 2^n from the exponent bits. Relative error ~2e-7; branch-free so the
-// softmax loop vectorises. Inputs below -87 return ~2^-126 instead of underflowing to 0.
-AJET_INLINE float exp_nonpositive(float x) {
-  x = x < -87.0f ? -87.0f : x;
-  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
-  const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float y = p * r * r + r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof(scale));
-  return y * scale;
-}
-
-struct KernelArgs {
-  const float* q;       // (N, H, D)
-  float* out;           // (N, H, D)
-  const float* keys;    // (num_blocks, block_size, Hkv, D)
-  const float* values;  // (num_blocks, block_size, Hkv, D)
-  int64_t heads, kv_heads, head_dim, block_size;
-  float scale;
-  const AttentionBatch* batch;
-};
-
-// Work items [begin, end) of (token, kv head) pairs: the G = H / Hkv query heads of one token that read
-// one kv head, so each cached key and value is loaded once for all of them. Two passes: scores, then
-// softmax-weighted sum of values; float32 throughout. `scores` is scratch for (G, L).
-AJET_MULTIVERSION
-void attend_items(const KernelArgs& a, int64_t begin, int64_t end, std::vector<float>& scores) {
-  const int64_t group = a.heads / a.kv_heads;
-  const int64_t d = a.head_dim;
-  const int64_t bs = a.block_size;
-  const int64_t pos_stride = a.kv_heads * d;  // floats between consecutive positions of a block
-  const std::vector<AttentionSegment>& segments = a.batch->segments();
-  const int32_t* tables = a.batch->block_tables().data();
-  const int32_t* token_segment = a.batch->token_segment().data();
-  float inv_sum[64];
-  for (int64_t item = begin; item < end; ++item) {
-    const int64_t t = item / a.kv_heads;
-    const int64_t g = item % a.kv_heads;
-    const AttentionSegment& seg = segments[token_segment[t]];
-    const int64_t len = seg.start_pos + (t - seg.token_begin) + 1;  // positions [0, len) are visible
-    const int32_t* table = tables + seg.table_begin;
-    const float* qg = a.q + (t * a.heads + g * group) * d;  // (G, D)
-    if (scores.size() < static_cast<size_t>(group * len)) scores.resize(static_cast<size_t>(group * len));
-    float* s = scores.data();  // (G, len)
-
-    for (int64_t p0 = 0, b = 0; p0 < len; p0 += bs, ++b) {
-      const int64_t n = std::min(bs, len - p0);
-      const float* kb = a.keys + (static_cast<int64_t>(table[b]) * bs * a.kv_heads + g) * d;
-      for (int64_t j = 0; j < n; ++j) {
-        const float* kp = kb + j * pos_stride;
-        for (int64_t h = 0; h < group; ++h) s[h * len + p0 + j] = dot(qg + h * d, kp, d) * a.scale;
-      }
-    }
-    for (int64_t h = 0; h < group; ++h) {
-      float* row = s + h * len;
-      float m = -std::numeric_limits<float>::infinity();
-#pragma omp simd reduction(max : m)
-      for (int64_t p = 0; p < len; ++p) m = std::max(m, row[p]);
-      float sum = 0;
-#pragma omp simd reduction(+ : sum)
-      for (int64_t p = 0; p < len; ++p) {
-        const float e = exp_nonpositive(row[p] - m);
-        row[p] = e;
-        sum += e;
-      }
-      inv_sum[h] = 1.0f / sum;
-    }
-    float* og = a.out + (t * a.heads + g * group) * d;  // (G, D)
-    std::memset(og, 0, sizeof(float) * group * d);
-    for (int64_t p0 = 0, b = 0; p0 < len; p0 += bs, ++b) {
-      const int64_t n = std::min(bs, len - p0);
-      const float* vb = a.values + (static_cast<int64_t>(table[b]) * bs * a.kv_heads + g) * d;
-      for (int64_t j = 0; j < n; ++j) {
-        const float* vp = vb + j * pos_stride;
-        for (int64_t h = 0; h < group; ++h) axpy(og + h * d, s[h * len + p0 + j], vp, d);
-      }
-    }
-    for (int64_t h = 0; h < group; ++h) {
-      float* o = og + h * d;
-      const float f = inv_sum[h];
-#pragma omp simd
-      for (int64_t i = 0; i < d; ++i) o[i] *= f;
-    }
-  }
-}
-
 at::Tensor attention_cpu_kernel(const at::Tensor& q, const KvCache& cache, int64_t layer, const AttentionBatch& batch) {
   const int64_t n = q.size(0), heads = q.size(1), d = q.size(2);
   const int64_t kv_heads = cache.shape().num_kv_heads;
-  if (heads / kv_heads > 64) invalid_argument("attention: more than 64 query heads per kv head");
   at::Tensor qc = q.contiguous();
   at::Tensor out = at::empty({n, heads, d}, q.options());
   at::Tensor keys = cache.keys(layer);
   at::Tensor values = cache.values(layer);
-  KernelArgs args{qc.data_ptr<float>(), out.data_ptr<float>(), keys.data_ptr<float>(), values.data_ptr<float>(),
-                  heads, kv_heads, d, cache.shape().block_size, static_cast<float>(1.0 / std::sqrt(double(d))),
-                  &batch};
-  at::parallel_for(0, n * kv_heads, 1, [&](int64_t begin, int64_t end) {
-    thread_local std::vector<float> scores;
-    attend_items(args, begin, end, scores);
+  CpuAttentionArgs args{qc.data_ptr<float>(), out.data_ptr<float>(), keys.data_ptr<float>(), values.data_ptr<float>(),
+                        heads, kv_heads, d, cache.shape().block_size, static_cast<float>(1.0 / std::sqrt(double(d))),
+                        batch.segments().data(), batch.block_tables().data(), batch.tiles().data(),
+                        static_cast<int64_t>(batch.tiles().size())};
+  at::parallel_for(0, static_cast<int64_t>(batch.tiles().size()) * kv_heads, 1, [&](int64_t begin, int64_t end) {
+    thread_local std::vector<float> scratch;
+    attend_cpu_f32(args, begin, end, scratch);
   });
   return out.view({n, heads * d});
 }
@@ -201,6 +86,10 @@ AttentionBatch::AttentionBatch(std::vector<AttentionSegment> segments, std::vect
       token_segment_.push_back(static_cast<int32_t>(s));
       slots_.push_back(int64_t{block_tables_[seg.table_begin + pos / block_size]} * block_size + pos % block_size);
       positions.push_back(pos);
+    }
+    for (int64_t i = 0; i < seg.num_tokens; i += kTileTokens) {
+      tiles_.push_back({static_cast<int32_t>(s), static_cast<int32_t>(seg.token_begin + i),
+                        static_cast<int32_t>(std::min(kTileTokens, seg.num_tokens - i))});
     }
   }
   slots_tensor_ = int64_tensor(slots_, device);

@@ -9,18 +9,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "infer/attention_kernel.h"
 #include "infer/kv_cache.h"
 
 namespace ajet::infer {
-
-// Consecutive tokens of one sequence in the flat batch.
-struct AttentionSegment {
-  int64_t token_begin = 0;  // first row in the flat batch
-  int64_t num_tokens = 0;
-  int64_t start_pos = 0;    // position of the first token; token i sits at start_pos + i
-  int64_t table_begin = 0;  // its block table: AttentionBatch::block_tables()[table_begin, + table_size)
-  int64_t table_size = 0;
-};
 
 // Everything attention needs to know about a step's batch, prepared once and used by every layer.
 class AttentionBatch {
@@ -33,6 +25,7 @@ class AttentionBatch {
   const std::vector<AttentionSegment>& segments() const { return segments_; }
   const std::vector<int32_t>& block_tables() const { return block_tables_; }
   const std::vector<int32_t>& token_segment() const { return token_segment_; }  // (N) segment of each token
+  const std::vector<AttentionTile>& tiles() const { return tiles_; }            // CPU kernel work units
   const std::vector<int64_t>& slots() const { return slots_; }                  // (N) block * block_size + offset
   const at::Tensor& slots_tensor() const { return slots_tensor_; }              // (N) int64, on device
   const at::Tensor& positions() const { return positions_; }                    // (N) int64, on device
@@ -43,6 +36,7 @@ class AttentionBatch {
   std::vector<int32_t> block_tables_;
   int64_t block_size_;
   std::vector<int32_t> token_segment_;
+  std::vector<AttentionTile> tiles_;
   std::vector<int64_t> slots_;
   at::Tensor slots_tensor_;
   at::Tensor positions_;

@@ -95,7 +95,7 @@ void InferenceEngine::submit(GenerateRequest request, EventCallback callback) {
 std::future<GenerateResult> InferenceEngine::generate(GenerateRequest request) {
   auto promise = std::make_shared<std::promise<GenerateResult>>();
   auto result = std::make_shared<GenerateResult>();
-  result->samples.resize(static_cast<size_t>(std::max<int64_t>(request.n, 1)));
+  result->samples.resize(static_cast<size_t>(std::clamp<int64_t>(request.n, 1, config_.max_running)));
   std::future<GenerateResult> future = promise->get_future();
   submit(std::move(request), [promise, result](const GenerateEvent& event) {
     if (event.error) {
@@ -330,6 +330,7 @@ bool InferenceEngine::run_batch() {
   std::vector<int32_t> tables;
   std::vector<int64_t> ids;
   std::vector<int64_t> logit_rows;
+  std::vector<std::shared_ptr<RequestState>> in_batch;  // to fail them if the step throws
   segments.reserve(plan.chunks.size());
   ids.reserve(static_cast<size_t>(plan.num_tokens));
   for (const ScheduledChunk& chunk : plan.chunks) {
@@ -344,14 +345,35 @@ bool InferenceEngine::run_batch() {
     ids.insert(ids.end(), seq.tokens.begin() + chunk.start, seq.tokens.begin() + chunk.start + chunk.length);
     if (chunk.needs_logits) logit_rows.push_back(seg.token_begin + chunk.length - 1);
     segments.push_back(seg);
+    if (in_batch.empty() || in_batch.back() != seq.request) in_batch.push_back(seq.request);
   }
-  AttentionBatch batch(std::move(segments), std::move(tables), config_.block_size, model_->options().device());
-
-  at::Tensor logits = forward_cached(model_, *cache_, batch, ids, logit_rows, config_.attention);
-  counters_.tokens_computed += plan.num_tokens;
-  ++counters_.steps;
-  sample_and_emit(plan, logits);
+  try {
+    AttentionBatch batch(std::move(segments), std::move(tables), config_.block_size, model_->options().device());
+    at::Tensor logits = forward_cached(model_, *cache_, batch, ids, logit_rows, config_.attention);
+    counters_.tokens_computed += plan.num_tokens;
+    ++counters_.steps;
+    sample_and_emit(plan, logits);
+  } catch (const std::exception& e) {
+    // A failed forward (out of memory, a bug) fails the requests in this batch, not the engine.
+    log().error("inference engine: step failed: {}", e.what());
+    fail_requests(in_batch, e.what());
+  }
   return true;
+}
+
+void InferenceEngine::fail_requests(const std::vector<std::shared_ptr<RequestState>>& failed, const std::string& why) {
+  for (const std::shared_ptr<RequestState>& state : failed) {
+    auto it = active_.find(state->request.id);
+    if (it == active_.end() || it->second != state) continue;  // finished before the failure
+    scheduler_->remove_if([&](const Sequence& seq) { return seq.request == state; });
+    active_.erase(state->request.id);
+    ++counters_.requests_finished;
+    GenerateEvent event;
+    event.request_id = state->request.id;
+    event.request_finished = true;
+    event.error = Error(ErrorCode::kInternal, "inference step failed: " + why);
+    emit(state, std::move(event));
+  }
 }
 
 void InferenceEngine::sample_and_emit(const StepPlan& plan, const at::Tensor& logits) {

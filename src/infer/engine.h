@@ -126,6 +126,7 @@ class InferenceEngine {
   void abort_request(const std::string& id);
   bool run_batch();
   void sample_and_emit(const StepPlan& plan, const at::Tensor& logits);
+  void fail_requests(const std::vector<std::shared_ptr<RequestState>>& failed, const std::string& why);
   void finish_sample(Sequence* seq, FinishReason reason, GenerateEvent& event);
   // Events are queued during a step and delivered after it (stats already published).
   void emit(std::shared_ptr<RequestState> request, GenerateEvent event);

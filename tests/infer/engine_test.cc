@@ -23,7 +23,9 @@ void expect_matches_reference(model::Qwen2Model& m, const std::vector<int32_t>& 
   for (size_t i = 0; i < s.tokens.size(); ++i) {
     const int64_t row = static_cast<int64_t>(prompt.size() + i) - 1;
     EXPECT_NEAR(s.tokens[i].raw_logprob, ref[row][s.tokens[i].id].item<double>(), kTol) << "token " << i;
-    if (greedy) EXPECT_EQ(s.tokens[i].id, ref[row].argmax().item<int64_t>()) << "token " << i;
+    if (greedy) {
+      EXPECT_EQ(s.tokens[i].id, ref[row].argmax().item<int64_t>()) << "token " << i;
+    }
   }
 }
 
@@ -334,6 +336,33 @@ TEST(Engine, ThreadedEngineServesConcurrentSubmittersAndSwapsWeights) {
   engine.stop();
   EXPECT_TRUE(engine.generate(request("late", {1}, 1)).get().error);
   EXPECT_THROW(engine.run_exclusive([](model::Qwen2Model&) {}, false).get(), Error);
+}
+
+TEST(Engine, AFailingStepFailsItsRequestsNotTheEngine) {
+  model::Qwen2Model m = tiny_model();
+  InferenceEngine engine(m, manual_config());
+  torch::Tensor saved;
+  auto broken = engine.run_exclusive(
+      [&](model::Qwen2Model& model) {
+        saved = model->layer(1)->linear(model::Proj::kUp)->weight;
+        model->layer(1)->linear(model::Proj::kUp)->weight = torch::zeros({3, 5});  // forward now throws
+      },
+      false);
+  auto failed = engine.generate(request("fails", prompt_of(6, 1), 4));
+  drain(engine);
+  broken.get();
+  GenerateResult r = failed.get();
+  ASSERT_TRUE(r.error);
+  EXPECT_EQ(r.error->code(), ErrorCode::kInternal);
+  EXPECT_EQ(engine.stats().free_blocks, engine.stats().total_blocks);
+  auto fixed = engine.run_exclusive([&](model::Qwen2Model& model) { model->layer(1)->linear(model::Proj::kUp)->weight = saved; },
+                                    false);
+  auto works = engine.generate(request("works", prompt_of(6, 1), 4));
+  drain(engine);
+  fixed.get();
+  GenerateResult w = works.get();
+  ASSERT_FALSE(w.error);
+  EXPECT_EQ(w.samples[0].tokens.size(), 4u);
 }
 
 TEST(Engine, StopAbortsRequestsInFlight) {

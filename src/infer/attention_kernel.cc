@@ -1,0 +1,243 @@
+#include "infer/attention_kernel.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+// Built for AVX-512, AVX2+FMA and baseline x86-64, picked at load time, so one binary is fast on the
+// machine it runs on without -march=native. The vector code uses GCC vector extensions (8 floats),
+// which every target lowers to its own instructions.
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
+#define AJET_MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define AJET_MULTIVERSION
+#endif
+#define AJET_INLINE inline __attribute__((always_inline))
+// The helpers below take and return 32-byte vectors; they are always inlined, so the baseline clone's
+// different calling convention for them never matters.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+namespace ajet::infer {
+namespace {
+
+typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+
+AJET_INLINE v8f load8(const float* p) {
+  v8f v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+AJET_INLINE void store8(float* p, v8f v) { std::memcpy(p, &v, sizeof(v)); }
+
+AJET_INLINE v8f splat8(float x) { return v8f{x, x, x, x, x, x, x, x}; }
+
+AJET_INLINE float hsum8(v8f v) {
+  v8f s = v + __builtin_shuffle(v, v8i{4, 5, 6, 7, 0, 1, 2, 3});
+  s = s + __builtin_shuffle(s, v8i{2, 3, 0, 1, 6, 7, 4, 5});
+  return s[0] + s[1];
+}
+
+// out[i] = sum of a[i]'s lanes, for 8 vectors at once (a transpose-and-add tree).
+AJET_INLINE v8f reduce8x8(const v8f* a) {
+  const v8i lo = {0, 1, 2, 3, 8, 9, 10, 11}, hi = {4, 5, 6, 7, 12, 13, 14, 15};
+  v8f x = __builtin_shuffle(a[0], a[1], lo) + __builtin_shuffle(a[0], a[1], hi);  // a0 x4 | a1 x4
+  v8f y = __builtin_shuffle(a[2], a[3], lo) + __builtin_shuffle(a[2], a[3], hi);  // a2 x4 | a3 x4
+  v8f z = __builtin_shuffle(a[4], a[5], lo) + __builtin_shuffle(a[4], a[5], hi);
+  v8f w = __builtin_shuffle(a[6], a[7], lo) + __builtin_shuffle(a[6], a[7], hi);
+  const v8i even = {0, 1, 8, 9, 4, 5, 12, 13}, odd = {2, 3, 10, 11, 6, 7, 14, 15};
+  v8f xy = __builtin_shuffle(x, y, even) + __builtin_shuffle(x, y, odd);  // a0 a0 a2 a2 a1 a1 a3 a3
+  v8f zw = __builtin_shuffle(z, w, even) + __builtin_shuffle(z, w, odd);  // a4 a4 a6 a6 a5 a5 a7 a7
+  v8f r = __builtin_shuffle(xy, zw, v8i{0, 2, 8, 10, 4, 6, 12, 14}) +
+          __builtin_shuffle(xy, zw, v8i{1, 3, 9, 11, 5, 7, 13, 15});  // a0 a2 a4 a6 a1 a3 a5 a7
+  return __builtin_shuffle(r, v8i{0, 4, 1, 5, 2, 6, 3, 7});
+}
+
+// exp(x) for x <= 0 (softmax after subtracting the max), Cephes-style: x = n ln2 + r, |r| <= ln2 / 2,
+// degree-6 polynomial for e^r, 2^n from the exponent bits. Relative error ~2e-7; branch-free so the
+// softmax loop vectorises. Inputs below -87 return ~2^-126 instead of underflowing to 0.
+AJET_INLINE float exp_nonpositive(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
+  const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float y = p * r * r + r + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return y * scale;
+}
+
+// Softmax of each of the G rows of s (G, len) in place; returns nothing, rows sum to 1.
+AJET_INLINE void softmax_rows(float* s, int64_t group, int64_t len) {
+  for (int64_t h = 0; h < group; ++h) {
+    float* row = s + h * len;
+    float m = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : m)
+    for (int64_t p = 0; p < len; ++p) m = std::max(m, row[p]);
+    float sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t p = 0; p < len; ++p) {
+      const float e = exp_nonpositive(row[p] - m);
+      row[p] = e;
+      sum += e;
+    }
+    const float inv = 1.0f / sum;
+#pragma omp simd
+    for (int64_t p = 0; p < len; ++p) row[p] *= inv;
+  }
+}
+
+// Where position p of the sequence keeps its key (or value) for kv head g.
+struct RowAddress {
+  const int32_t* table;
+  int64_t block_size, kv_heads, head_dim, kv_head;
+  AJET_INLINE int64_t offset(int64_t p) const {
+    return ((static_cast<int64_t>(table[p / block_size]) * block_size + p % block_size) * kv_heads + kv_head) * head_dim;
+  }
+};
+
+// One item: R = T * G query rows (T tokens of the tile, G heads each) against one kv head. Row r is
+// token r / G, head r % G; token i sees positions [0, first_len + i). Scores for all rows (R, len),
+// causal mask, softmax, then the weighted sum of values.
+struct Item {
+  const float* q;   // first row: (T, H, D) rows of the tile's first token, offset to head g * G
+  float* out;       // same layout as q
+  int64_t row_stride;  // floats between tokens (H * D)
+  int64_t tokens, group, first_len;
+  AJET_INLINE const float* q_row(int64_t r, int64_t d) const { return q + (r / group) * row_stride + (r % group) * d; }
+  AJET_INLINE float* out_row(int64_t r, int64_t d) const { return out + (r / group) * row_stride + (r % group) * d; }
+  AJET_INLINE int64_t row_len(int64_t r) const { return first_len + r / group; }
+};
+
+// Masks positions a row may not see, then normalises every row.
+AJET_INLINE void mask_and_softmax(const Item& it, float* s, int64_t len) {
+  const int64_t rows = it.tokens * it.group;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t p = it.row_len(r); p < len; ++p) s[r * len + p] = -std::numeric_limits<float>::infinity();
+  }
+  softmax_rows(s, rows, len);
+}
+
+// D = 8 * ND: scores of 8 keys at a time per row, then values accumulated in registers per row. ND is
+// a compile-time constant at the call sites that matter.
+AJET_INLINE void attend_item_vec(const CpuAttentionArgs& a, const RowAddress& addr, const Item& it, float* s,
+                                 int64_t nd) {
+  const int64_t d = nd * 8;
+  const int64_t rows = it.tokens * it.group;
+  const int64_t len = it.first_len + it.tokens - 1;  // the tile's last token sees the most
+  const v8f scale = splat8(a.scale);
+  int64_t p0 = 0;
+  for (; p0 + 8 <= len; p0 += 8) {
+    const float* kp[8];
+    for (int i = 0; i < 8; ++i) kp[i] = a.keys + addr.offset(p0 + i);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* qr = it.q_row(r, d);
+      v8f acc[8] = {};
+      for (int64_t c = 0; c < nd; ++c) {
+        const v8f qv = load8(qr + 8 * c);
+        for (int i = 0; i < 8; ++i) acc[i] += qv * load8(kp[i] + 8 * c);
+      }
+      store8(s + r * len + p0, reduce8x8(acc) * scale);
+    }
+  }
+  for (; p0 < len; ++p0) {
+    const float* kp = a.keys + addr.offset(p0);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* qr = it.q_row(r, d);
+      v8f acc = {};
+      for (int64_t c = 0; c < nd; ++c) acc += load8(qr + 8 * c) * load8(kp + 8 * c);
+      s[r * len + p0] = hsum8(acc) * a.scale;
+    }
+  }
+  mask_and_softmax(it, s, len);
+  constexpr int64_t kMaxNd = 32;  // D <= 256 keeps the accumulators on the stack
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* w = s + r * len;
+    const int64_t row_len = it.row_len(r);
+    v8f acc[kMaxNd] = {};
+    for (int64_t p = 0; p < row_len; ++p) {
+      const float* vp = a.values + addr.offset(p);
+      const v8f wv = splat8(w[p]);
+      for (int64_t c = 0; c < nd; ++c) acc[c] += wv * load8(vp + 8 * c);
+    }
+    float* o = it.out_row(r, d);
+    for (int64_t c = 0; c < nd; ++c) store8(o + 8 * c, acc[c]);
+  }
+}
+
+// Any D: plain loops (the vectoriser does what it can).
+AJET_INLINE void attend_item_scalar(const CpuAttentionArgs& a, const RowAddress& addr, const Item& it, float* s) {
+  const int64_t d = a.head_dim;
+  const int64_t rows = it.tokens * it.group;
+  const int64_t len = it.first_len + it.tokens - 1;
+  for (int64_t p = 0; p < len; ++p) {
+    const float* kp = a.keys + addr.offset(p);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* qr = it.q_row(r, d);
+      float dot = 0;
+      for (int64_t i = 0; i < d; ++i) dot += qr[i] * kp[i];
+      s[r * len + p] = dot * a.scale;
+    }
+  }
+  mask_and_softmax(it, s, len);
+  for (int64_t r = 0; r < rows; ++r) {
+    float* o = it.out_row(r, d);
+    std::memset(o, 0, sizeof(float) * d);
+    for (int64_t p = 0; p < it.row_len(r); ++p) {
+      const float* vp = a.values + addr.offset(p);
+      const float w = s[r * len + p];
+      for (int64_t i = 0; i < d; ++i) o[i] += w * vp[i];
+    }
+  }
+}
+
+}  // namespace
+
+AJET_MULTIVERSION
+void attend_cpu_f32(const CpuAttentionArgs& a, int64_t begin, int64_t end, std::vector<float>& scratch) {
+  const int64_t group = a.heads / a.kv_heads;
+  const int64_t d = a.head_dim;
+  for (int64_t item = begin; item < end; ++item) {
+    // Zig-zag over tiles (0, last, 1, last - 1, ...) so every contiguous range of items is balanced.
+    const int64_t slot = item / a.kv_heads;
+    const int64_t tile_index = slot % 2 == 0 ? slot / 2 : a.num_tiles - 1 - slot / 2;
+    const int64_t g = item % a.kv_heads;
+    const AttentionTile& tile = a.tiles[tile_index];
+    const AttentionSegment& seg = a.segments[tile.segment];
+    Item it;
+    it.q = a.q + (tile.first_token * a.heads + g * group) * d;
+    it.out = a.out + (tile.first_token * a.heads + g * group) * d;
+    it.row_stride = a.heads * d;
+    it.tokens = tile.num_tokens;
+    it.group = group;
+    it.first_len = seg.start_pos + (tile.first_token - seg.token_begin) + 1;
+    const RowAddress addr{a.block_tables + seg.table_begin, a.block_size, a.kv_heads, d, g};
+    const int64_t len = it.first_len + it.tokens - 1;
+    const size_t need = static_cast<size_t>(it.tokens * group * len);
+    if (scratch.size() < need) scratch.resize(need);
+    float* s = scratch.data();  // (R, len) scores, then weights
+    // Constant ND at the common head sizes lets the compiler unroll and keep accumulators in registers.
+    switch (d) {
+      case 16: attend_item_vec(a, addr, it, s, 2); break;
+      case 32: attend_item_vec(a, addr, it, s, 4); break;
+      case 64: attend_item_vec(a, addr, it, s, 8); break;
+      case 128: attend_item_vec(a, addr, it, s, 16); break;
+      default:
+        if (d % 8 == 0 && d <= 256) {
+          attend_item_vec(a, addr, it, s, d / 8);
+        } else {
+          attend_item_scalar(a, addr, it, s);
+        }
+    }
+  }
+}
+
+}  // namespace ajet::infer

@@ -1,0 +1,49 @@
+// The hand-written float32 CPU kernel behind cached attention, on plain pointers (no libtorch, so it
+// compiles fast and can be built for several instruction sets at once). Never allocates per call
+// beyond a reusable scratch vector; never decides what to attend to (AttentionBatch does).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace ajet::infer {
+
+// Consecutive tokens of one sequence in a step's flat batch.
+struct AttentionSegment {
+  int64_t token_begin = 0;  // first row in the flat batch
+  int64_t num_tokens = 0;
+  int64_t start_pos = 0;    // position of the first token; token i sits at start_pos + i
+  int64_t table_begin = 0;  // its block table: block_tables[table_begin, + table_size)
+  int64_t table_size = 0;
+};
+
+// Up to kTileTokens consecutive tokens of one segment: the kernel's unit of work (with one kv head).
+// Queries of a tile share every key and value they load, so prefill reads the cache once per tile
+// instead of once per token.
+inline constexpr int64_t kTileTokens = 8;
+struct AttentionTile {
+  int32_t segment = 0;
+  int32_t first_token = 0;  // row in the flat batch
+  int32_t num_tokens = 0;
+};
+
+struct CpuAttentionArgs {
+  const float* q;       // (N, H, D)
+  float* out;           // (N, H, D)
+  const float* keys;    // (num_blocks, block_size, Hkv, D) of one layer
+  const float* values;  // (num_blocks, block_size, Hkv, D)
+  int64_t heads, kv_heads, head_dim, block_size;
+  float scale;                        // 1 / sqrt(D)
+  const AttentionSegment* segments;
+  const int32_t* block_tables;
+  const AttentionTile* tiles;
+  int64_t num_tiles;
+};
+
+// Computes work items [begin, end) of num_tiles * Hkv: one tile of tokens with one kv head, covering
+// the H / Hkv query heads of each token that read it. Each token attends to positions [0, its
+// position]. Items are ordered so that any contiguous range mixes short and long contexts (a causal
+// prefill's cost grows with position), which keeps an even split between threads balanced.
+void attend_cpu_f32(const CpuAttentionArgs& args, int64_t begin, int64_t end, std::vector<float>& scratch);
+
+}  // namespace ajet::infer
