@@ -351,7 +351,10 @@ int main(int argc, char** argv) {
       char d[32] = {0};
       if (p && fgets(d, sizeof d, p)) date = std::string(d, strcspn(d, "\n"));
       if (p) pclose(p);
-      std::ofstream md(std::string(AJET_SOURCE_DIR) + "/docs/benchmarks.md", std::ios::app);
+      std::string path = std::string(AJET_SOURCE_DIR) + "/docs/benchmarks.md";
+      bool fresh = !std::ifstream(path).good();
+      std::ofstream md(path, std::ios::app);
+      if (fresh) md << "# Benchmarks\n\nEach section is appended by a program in bench/ (newest last).\n";
       md << "\n## HTTP layer: raw server throughput and idle-stream memory (" << date << ")\n\n"
          << "`build/bin/http_bench` (bench/swarm/http_bench.cc): a trivial JSON route (like `/get_engine_status`)"
          << " with " << o.connections << " keep-alive connections for " << o.seconds << " s after a " << o.warmup

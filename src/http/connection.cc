@@ -139,7 +139,8 @@ Task<void> Connection::serve() {
       std::array<asio::const_buffer, 2> out = prepare_plain(*response, keep_alive, head_only, version);
       error_code write_ec;
       size_t done = write_now(out, write_ec);
-      ok = !write_ec && (done == asio::buffer_size(out) || co_await write_rest(out, done));
+      ok = !write_ec;
+      if (ok && done < asio::buffer_size(out)) ok = co_await write_rest(out, done);  // the socket was full
     }
     if (!ok || !keep_alive) co_return;
   }

@@ -96,7 +96,17 @@ class TestServer {
     router.get("/throw", [](Request, Respond) -> void { throw std::runtime_error("handler exploded"); });
     router.get("/throw_ajet", [](Request, Respond) -> void { fail(ErrorCode::kNotFound, "episode 'x' not found"); });
     router.get("/drop", [](Request, Respond) {});
-    router.get("/big", [](Request, Respond respond) { respond(text_response(std::string(1000, 'x'))); });
+    router.get("/big", [](Request req, Respond respond) {
+      size_t n = req.query.count("n") ? std::stoul(req.query["n"]) : 1000;
+      std::string body(n, 'x');
+      for (size_t i = 0; i < n; i += 4096) body[i] = static_cast<char>('a' + (i / 4096) % 26);
+      respond(text_response(std::move(body)));
+    });
+    router.post("/length", [](Request req, Respond respond) {
+      size_t sum = 0;
+      for (unsigned char c : req.body) sum += c;
+      respond(json_response({{"length", req.body.size()}, {"byte_sum", sum}}));
+    });
     router.get("/hold", [shared](Request, Respond respond) {
       std::lock_guard lock(shared->mu);
       shared->held.push_back(std::move(respond));
