@@ -67,7 +67,7 @@ std::string_view family_name(ChatFamily family);
 std::optional<ChatFamily> family_from_name(std::string_view name);
 
 struct TemplateDetection {
-  ChatFamily family;
+  ChatFamily family = ChatFamily::kQwen3;
   bool verified = false;  // byte-identical to a template the tests render with a real Jinja engine
 };
 
@@ -83,7 +83,7 @@ struct RenderOptions {
   bool add_generation_prompt = false;
   // Jinja variable `enable_thinking`; only qwen3 looks at it (false: empty think block in the
   // generation prompt). nullopt = undefined, the template's default.
-  std::optional<bool> enable_thinking;
+  std::optional<bool> enable_thinking{};
 };
 
 enum class SpanKind { kPreamble, kMessage, kGenerationPrompt };
@@ -100,8 +100,8 @@ struct ChatSpan {
 };
 
 struct RenderedChat {
-  std::string text;
-  std::vector<ChatSpan> spans;  // tile `text` in order
+  std::string text{};
+  std::vector<ChatSpan> spans{};  // tile `text` in order
 
   std::string_view header(const ChatSpan& s) const { return view(s.begin, s.body_begin); }
   std::string_view body(const ChatSpan& s) const { return view(s.body_begin, s.body_end); }
@@ -132,8 +132,8 @@ struct TokenSpan {
 };
 
 struct TokenizedChat {
-  std::vector<TokenId> ids;     // equal to tokenizer.encode(rendered.text)
-  std::vector<TokenSpan> spans;  // one per ChatSpan, tiling `ids`
+  std::vector<TokenId> ids{};     // equal to tokenizer.encode(rendered.text)
+  std::vector<TokenSpan> spans{};  // one per ChatSpan, tiling `ids`
 };
 
 // Tokenises the rendered text piece by piece, cutting only where a special token (<|im_start|>,

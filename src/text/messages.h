@@ -30,26 +30,26 @@ std::string_view role_name(Role role);
 std::optional<Role> role_from_name(std::string_view name);
 
 struct ToolCall {
-  std::string id;         // "call_..."; may be empty when the client sent none
-  std::string name;       // function name
-  std::string arguments;  // JSON text, normally an object: what OpenAI puts in function.arguments
+  std::string id{};         // "call_..."; may be empty when the client sent none
+  std::string name{};       // function name
+  std::string arguments{};  // JSON text, normally an object: what OpenAI puts in function.arguments
 };
 
 struct ChatMessage {
   Role role = Role::kUser;
-  std::string content;   // normalised: text parts joined with "\n", null -> ""
+  std::string content{};   // normalised: text parts joined with "\n", null -> ""
   bool content_was_null = false;  // the client sent null / no content (assistant with tool calls)
-  std::optional<std::string> reasoning_content;  // assistant; null and absent both read as nullopt
-  std::vector<ToolCall> tool_calls;               // assistant only
-  std::optional<std::string> tool_call_id;        // tool only
-  std::optional<std::string> name;
+  std::optional<std::string> reasoning_content{};  // assistant; null and absent both read as nullopt
+  std::vector<ToolCall> tool_calls{};               // assistant only
+  std::optional<std::string> tool_call_id{};        // tool only
+  std::optional<std::string> name{};
 };
 
 struct ChatRequest {
-  std::vector<ChatMessage> messages;
+  std::vector<ChatMessage> messages{};
   // Each {"type": "function", "function": {"name", "description"?, "parameters"?}} kept exactly as
   // sent (including extra keys), because templates serialise the whole object.
-  std::vector<OrderedJson> tools;
+  std::vector<OrderedJson> tools{};
 };
 
 // Reads "messages" (required, non-empty) and "tools" (optional) of a request body; other fields are

@@ -25,8 +25,8 @@ struct ParseIssue {
     kStrayClose,          // </tool_call> without an opening tag
     kUnterminatedThink,   // <think> without </think>: the whole text is kept as content
   };
-  Kind kind;
-  std::string reason;    // human-readable, names the problem
+  Kind kind = Kind::kBadJson;
+  std::string reason{};    // human-readable, names the problem
   size_t byte_begin = 0;  // the offending block in the parsed text, [byte_begin, byte_end)
   size_t byte_end = 0;
 };
@@ -37,10 +37,10 @@ struct ParsedOutput {
   // Text outside well-formed tool-call blocks (malformed blocks included verbatim). When there are
   // tool calls, whitespace around them is dropped and text found between or after them is appended
   // on its own line, so that rendering the message again gives back canonical output.
-  std::string content;
-  std::optional<std::string> reasoning_content;  // text of the <think> block, when there was one
-  std::vector<ToolCall> tool_calls;               // arguments re-serialised with template_json()
-  std::vector<ParseIssue> issues;
+  std::string content{};
+  std::optional<std::string> reasoning_content{};  // text of the <think> block, when there was one
+  std::vector<ToolCall> tool_calls{};               // arguments re-serialised with template_json()
+  std::vector<ParseIssue> issues{};
 
   // The assistant message this output stands for (content null when empty and there are tool calls).
   ChatMessage to_message() const;
@@ -56,7 +56,7 @@ struct ParseOptions {
   // Split a leading "<think>...</think>" (or "...</think>" when the generation prompt already opened
   // the block) into reasoning_content, as Qwen3's template does.
   bool parse_reasoning = true;
-  ToolCallIdSource id_source;  // empty: random_tool_call_id
+  ToolCallIdSource id_source{};  // empty: random_tool_call_id
 };
 
 ParsedOutput parse_model_output(std::string_view text, const ParseOptions& options = {});
