@@ -1,0 +1,99 @@
+// The swarm command API's request and response bodies (PROTOCOL.md, upstream field names) as plain
+// structs: from_json() validates a request body and names the bad field; to_json() is the exact
+// response body. Also the one mapping from ajet::ErrorCode to the HTTP status of swarm routes.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "common/error.h"
+#include "common/json.h"
+
+namespace ajet::swarm {
+
+// PROTOCOL.md statuses: kInvalidArgument / kFailedPrecondition → 400, kUnauthenticated → 401,
+// kPermissionDenied (episode of another client) and kNotFound → 404, kResourceExhausted → 413,
+// kUnavailable (engine not rolling; add Retry-After) → 503, anything else → 500.
+int http_status_for(ErrorCode code);
+
+// A failed command, as delivered to end_episode's completion callback.
+struct CommandError {
+  ErrorCode code = ErrorCode::kInternal;
+  std::string message;
+  int http_status() const { return http_status_for(code); }
+};
+
+struct ThrottlePolicy {
+  double ratio = 1.5;
+  std::optional<int64_t> expected_batch_size;
+  std::optional<int64_t> expected_num_repeat;
+  std::string current_task_id;
+  Json to_json() const;
+};
+
+// POST /claim_episode (alias /begin_episode).
+struct ClaimRequest {
+  std::string client_uuid;
+  std::string episode_type = "train";        // "train" | "eval" (checked by the registry: 400 otherwise)
+  double discard_episode_timeout = 240.0;    // seconds; > 0
+  std::optional<ThrottlePolicy> throttle_policy;
+  static ClaimRequest from_json(const Json& body);
+};
+
+struct ClaimResponse {
+  bool success = false;
+  std::string client_uuid;
+  std::string episode_uuid;
+  std::string openai_base_url;
+  std::string openai_api_key;
+  std::string fail_cause;
+  Json to_json() const;
+};
+
+struct WorkflowOutput {
+  double reward = 0;
+  std::optional<bool> is_success;
+  Json metadata = Json::object();  // always carries "task_id" after parsing
+  Json log_metrics = Json::object();
+};
+
+// POST /end_episode. `task_id` and `workflow_output.metadata.task_id` must agree when both are given
+// (400 naming both); either one alone is copied to the other; neither is a 400. reward is required.
+struct EndRequest {
+  std::string client_uuid;
+  std::string episode_uuid;
+  std::string task_id;
+  WorkflowOutput workflow_output;
+  bool declare_client_active = true;
+  static EndRequest from_json(const Json& body);
+};
+
+// POST /abort_episode (same body as end_episode; only the ids matter).
+struct AbortRequest {
+  std::string client_uuid;
+  std::string episode_uuid;
+  static AbortRequest from_json(const Json& body);
+};
+
+// POST /can_continue_episode.
+struct EpisodeRef {
+  std::string client_uuid;
+  std::string episode_uuid;
+  static EpisodeRef from_json(const Json& body);
+};
+
+// POST /agree_sync_weight.
+struct AgreeRequest {
+  std::string client_uuid;
+  static AgreeRequest from_json(const Json& body);
+};
+
+// {"success", "failure_reason"} (upstream BoolResponse).
+struct BoolResponse {
+  bool success = false;
+  std::string failure_reason;
+  Json to_json() const { return Json{{"success", success}, {"failure_reason", failure_reason}}; }
+};
+
+}  // namespace ajet::swarm

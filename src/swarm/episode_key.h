@@ -1,0 +1,50 @@
+// Signed episode keys: api_key = "sk-ajet-" + base64(JSON{agent_name, target_tag, episode_uuid,
+// episode_address, sig}), where sig = hex HMAC-SHA256(secret, "ajet-episode-key-v1\n" + the JSON of
+// every other field, keys sorted). Wire-compatible with upstream's unsigned key (same prefix, same
+// fields), but a key whose signature does not verify is rejected, so keys cannot be forged or edited.
+// Thread-safe (immutable after construction). Never log a secret.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ajet::swarm {
+
+inline constexpr std::string_view kKeyPrefix = "sk-ajet-";
+inline constexpr std::string_view kDefaultAgentName = "default_agent_name";
+inline constexpr std::string_view kDefaultTargetTag = "default_target_tag";
+
+struct EpisodeKeyClaims {
+  std::string agent_name = std::string(kDefaultAgentName);
+  std::string target_tag = std::string(kDefaultTargetTag);
+  std::string episode_uuid;
+  std::string episode_address;  // upstream's routing address; kept for compatibility, unused here
+};
+
+class EpisodeKeySigner {
+ public:
+  // `secret`: at least 16 bytes (Store::load_or_create_secret gives 64 hex characters).
+  explicit EpisodeKeySigner(std::string secret);
+
+  std::string make_key(const EpisodeKeyClaims& claims) const;
+
+  // Accepts the key alone or an Authorization header value ("Bearer sk-ajet-…" / "bearer …").
+  // Throws Error(kUnauthenticated) with a message saying what is wrong (missing, not an AgentJet
+  // key, not base64, not JSON, missing field, bad signature) — never echoing the secret.
+  EpisodeKeyClaims verify(std::string_view authorization_or_key) const;
+
+ private:
+  std::string secret_;
+};
+
+// The agent a call belongs to: the X-Agent-Name header, else the request's `model` unless it is a
+// placeholder (empty, "reserved_field", "AgentJet-Model", "agentjet", "default", or one of
+// `served_model_names`), else the key's agent_name. Throws Error(kInvalidArgument) for a name longer
+// than 128 bytes or with control characters.
+std::string resolve_agent_name(const EpisodeKeyClaims& claims, std::optional<std::string_view> header,
+                               std::optional<std::string_view> model,
+                               const std::vector<std::string>& served_model_names = {});
+
+}  // namespace ajet::swarm

@@ -1,0 +1,33 @@
+#include "swarm/janitor.h"
+
+#include "common/log.h"
+
+namespace ajet::swarm {
+
+Janitor::Janitor(Registry& registry, std::chrono::milliseconds period, std::function<void(const SweepResult&)> on_sweep)
+    : registry_(registry), period_(period), on_sweep_(std::move(on_sweep)), thread_([this] { run(); }) {}
+
+Janitor::~Janitor() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void Janitor::run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!cv_.wait_for(lock, period_, [&] { return stopping_; })) {
+    lock.unlock();
+    try {
+      SweepResult result = registry_.sweep();
+      if (on_sweep_) on_sweep_(result);
+    } catch (const std::exception& e) {
+      log().error("janitor: sweep failed: {}", e.what());
+    }
+    lock.lock();
+  }
+}
+
+}  // namespace ajet::swarm

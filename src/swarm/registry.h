@@ -1,0 +1,271 @@
+// The episode registry: the front's single owner of swarm state — engine status, the pool of
+// claimable episodes, claimed episodes, the batch being collected, active clients. Every command of
+// PROTOCOL.md maps onto one method whose result is the response body (or an ajet::Error whose code
+// maps to the HTTP status through swarm::http_status_for). No HTTP, no engine RPC, no sleeping here.
+//
+// Threads: every method is thread-safe (one mutex) and quick; none blocks on disk except the two
+// marked "blocks" (never call those from an I/O thread). Hooks run outside the mutex.
+//
+// Who calls what:
+//   routes (HTTP I/O threads): claim_episode, end_episode (async), abort_episode, can_continue_episode,
+//     episode_buffer, pool_info, agree_sync_weight, engine_status_json; for /v1/*: signer().verify(),
+//     begin_llm_call() before generating, record_llm_call() after.
+//   supervisor / app: configure, restore, start_booting, engine_ready, engine_restarting, stop,
+//     set_status_detail, begin_weight_export / end_weight_export.
+//   trainer driver thread (torch/async): wait_batch_ready → take_batch → train → finish_batch.
+//   janitor thread: sweep() every few seconds (swarm/janitor.h).
+// The debug backbone needs no trainer: a full batch is recorded and ROLLING resumes by itself.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/json.h"
+#include "store/records.h"
+#include "swarm/batch_trigger.h"
+#include "swarm/commands.h"
+#include "swarm/engine_state.h"
+#include "swarm/episode_key.h"
+
+namespace ajet::config {
+struct Config;
+}
+namespace ajet::store {
+class Store;
+}
+
+namespace ajet::swarm {
+
+using Clock = std::function<double()>;  // unix seconds
+double system_clock_seconds();
+
+inline constexpr double kClientActiveTimeout = 600.0;  // upstream CLIENT_ACTIVE_TIMEOUT
+inline constexpr size_t kRetiredEpisodesKept = 20000;  // ended episodes remembered for precise errors
+
+struct RegistryOptions {
+  Backbone backbone = Backbone::kTorch;
+  SampleCollection sample_collection = SampleCollection::kEnoughTasks;
+  int64_t train_batch_size = 32;
+  int64_t num_repeat = 4;
+  int64_t max_env_worker = 64;         // pool size: registered + claimed episodes while ROLLING
+  int64_t max_cached_episodes = 9999;  // warn (80 %, 100 %) when a batch holds this many
+  double drain_timeout = 600.0;        // seconds in ROLLING_POST before in-flight episodes are dropped
+  int64_t max_staleness = 1;           // async: claims pause while more batches than this await training
+  double client_active_timeout = kClientActiveTimeout;
+  std::string openai_base_url = "http://127.0.0.1:10086/v1";  // returned by claim_episode
+  std::string training_model_path;                            // shown in pool info
+
+  static RegistryOptions from_config(const config::Config& config, std::string openai_base_url);
+};
+
+// Why an episode stopped being live (for hooks and error messages).
+enum class EpisodeEnd { kFinished, kAborted, kReclaimed, kDropped };
+std::string_view episode_end_name(EpisodeEnd end);
+
+struct EpisodeClosed {
+  std::string episode_uuid;
+  std::string episode_type;  // train | eval
+  EpisodeEnd how;
+};
+
+struct RegistryHooks {
+  // An episode ended, was aborted, reclaimed or dropped: drop its tracker state (finished: its calls
+  // are committed in the store). May run on any thread, including the store's writer thread.
+  std::function<void(const EpisodeClosed&)> on_episode_closed;
+  // One line for /get_verbose_logs (tag, message).
+  std::function<void(const std::string&, const std::string&)> on_verbose_log;
+};
+
+// Returned by begin_llm_call: what the route needs to serve one chat call.
+struct LlmCallTicket {
+  std::string episode_uuid;
+  std::string episode_type;  // train: the server's sampling settings win; eval: the request's
+  std::string client_uuid;
+  int64_t call_index = 0;    // use as CallRow::call_index (n > 1: reserve more with begin_llm_call)
+};
+
+struct Batch {
+  int64_t batch_id = 0;
+  int64_t global_step = 0;  // the step that trains on it
+  double created_at = 0;
+  std::vector<FinishedEpisode> episodes;  // train episodes only; calls are in the store
+  Json summary() const;                   // counts and reward statistics for logs and the store
+};
+
+struct SweepResult {
+  std::vector<std::string> reclaimed;        // idle past discard_episode_timeout; slots back in the pool
+  std::vector<std::string> expired_clients;  // inactive for client_active_timeout
+  std::vector<std::string> dropped;          // still running when the ROLLING_POST drain timed out
+};
+
+class Registry {
+ public:
+  // `store` may be null (tests without persistence): then end_episode succeeds without durability.
+  // The store, if any, must outlive the registry.
+  Registry(RegistryOptions options, EpisodeKeySigner signer, store::Store* store, Clock clock = system_clock_seconds);
+  ~Registry();  // waits for this registry's pending store writes (their callbacks touch it)
+  Registry(const Registry&) = delete;
+  Registry& operator=(const Registry&) = delete;
+
+  void set_hooks(RegistryHooks hooks);  // before serving
+  const EpisodeKeySigner& signer() const { return signer_; }
+  RegistryOptions options() const;
+
+  // ---- engine lifecycle (supervisor) ----
+  void configure(RegistryOptions options);  // only in OFFLINE (sync_train_config → start_engine)
+  // Resumes after a restart: global step, the current batch's finished episodes, claimed episodes
+  // (their keys stay valid: same secret). Only in OFFLINE, before start_booting.
+  void restore(const store::RecoveredState& recovered);
+  void start_booting(std::string detail = "");     // OFFLINE → BOOTING (start_engine)
+  void engine_ready(std::string detail = "");      // BOOTING → ROLLING: fills the pool
+  void engine_restarting(std::string detail);      // any → BOOTING: an untrained batch returns to collection
+  // → OFFLINE from anywhere: drops every live episode (returned), abandons the unfinished batch
+  // (finished episodes stay stored, never trained), forgets active clients.
+  std::vector<std::string> stop(std::string detail = "");
+  void set_status_detail(std::string detail);
+  void begin_weight_export();  // WEIGHT_SYNCING → WEIGHT_EXPORTING
+  void end_weight_export();    // WEIGHT_EXPORTING → WEIGHT_SYNCING
+  EngineStatus engine_status() const;
+  int64_t global_step() const;
+  Json engine_status_json() const;  // GET /get_engine_status body
+
+  // ---- command API (routes) ----
+  // Throws Error(kInvalidArgument) for an unknown episode_type. Not ROLLING, async trainer behind,
+  // or an empty pool: success=false with a fail_cause saying what to wait for.
+  ClaimResponse claim_episode(const ClaimRequest& request);
+  // Validates, commits the episode to the store, then calls `done` with nullopt (answer
+  // {"success": true}) or the error to answer. `done` runs inline for validation errors and without a
+  // store, else on the store's writer thread after the commit: post it back to your executor.
+  void end_episode(EndRequest request, std::function<void(std::optional<CommandError>)> done);
+  // The same, waiting for the commit; throws Error. Blocks.
+  void end_episode_wait(EndRequest request);
+  // Always succeeds ({"success": true}). A claimed episode of this client is dropped with its calls
+  // and its slot returns to the pool.
+  void abort_episode(const AbortRequest& request);
+  bool can_continue_episode(const EpisodeRef& request) const;
+  Json episode_buffer() const;  // {"buffer": [episode status…]} (PROTOCOL.md fields; keys omitted)
+  Json pool_info() const;       // GET /get_current_batch_rollout_pool_information body
+  BoolResponse agree_sync_weight(const AgreeRequest& request);
+
+  // ---- OpenAI API (routes) ----
+  // Before generating. Throws Error(kUnavailable) when the engine is not ROLLING/ROLLING_POST (503 +
+  // Retry-After: retry_after_seconds), Error(kNotFound) for an unknown, unclaimed or ended episode.
+  LlmCallTicket begin_llm_call(const std::string& episode_uuid);
+  // After generating: stores the call (asynchronously) if the episode is still claimed; false when it
+  // ended meanwhile (discard the call). Refreshes the episode's activity.
+  bool record_llm_call(store::CallRow call);
+
+  // ---- batches (trainer driver) ----
+  bool batch_ready() const;
+  // Waits until a batch is ready or the timeout passed; returns false at once while OFFLINE (also
+  // when stop() ends the wait), so a driver loop should exit on OFFLINE. Blocks.
+  bool wait_batch_ready(std::chrono::milliseconds timeout);
+  // Hands over the ready batch (Error(kFailedPrecondition) if none). torch: ROLLING_POST →
+  // WEIGHT_SYNCING and train episodes still running are dropped; async: status unchanged.
+  Batch take_batch();
+  // The trainer is done: global_step + 1; torch: → ROLLING. Blocks until the step is durable.
+  void finish_batch(int64_t batch_id, Json stats);
+  std::optional<Batch> last_recorded_batch() const;  // debug backbone
+
+  // ---- janitor ----
+  // Reclaims claimed episodes idle longer than their discard_episode_timeout, expires inactive
+  // clients, ends a timed-out ROLLING_POST drain, re-checks the batch trigger.
+  SweepResult sweep();
+
+ private:
+  enum class State { kRegistered, kClaimed, kEnding };
+  struct Episode {
+    std::string uuid;
+    std::string api_key;
+    State state = State::kRegistered;
+    std::string client_uuid;
+    std::string episode_type = "train";
+    std::string optional_task_id;
+    double claimed_at = 0;
+    double latest_activity = 0;
+    double discard_episode_timeout = -1;
+    int64_t llm_call_count = 0;
+    int64_t next_call_index = 0;
+    std::vector<int64_t> call_indices;
+  };
+  struct Retired {
+    EpisodeEnd how;
+    std::string client_uuid;
+    std::string episode_type;
+    std::string note;  // why, for error messages
+  };
+  struct ActiveClient {
+    double latest_activity = 0;
+    bool agreed = false;
+  };
+  // Side effects gathered under the mutex and delivered after it is released.
+  struct Outbox {
+    std::vector<EpisodeClosed> closed;
+    std::vector<std::pair<std::string, std::string>> logs;
+    bool batch_ready = false;
+  };
+
+  // All *_locked helpers need mu_ held.
+  void transition_locked(EngineStatus to, double now, std::string detail, Outbox& out);
+  void refill_pool_locked();
+  void retire_locked(const std::string& uuid, EpisodeEnd how, std::string note, Outbox& out, bool store_it);
+  void touch_client_locked(const std::string& client_uuid, double now);
+  void expire_clients_locked(double now, std::vector<std::string>* expired);
+  TriggerInput trigger_input_locked() const;
+  void check_trigger_locked(double now, Outbox& out);
+  void check_drained_locked(double now, Outbox& out, std::vector<std::string>* dropped);
+  void form_ready_batch_locked(double now, Outbox& out);
+  void record_debug_batch_locked(double now, Outbox& out);
+  bool claims_paused_locked() const;
+  size_t train_in_flight_locked() const;
+  void refresh_activity_locked(double now);
+  void end_committed(const std::string& uuid, const EndRequest& request, std::exception_ptr error,
+                     const std::function<void(std::optional<CommandError>)>& done);
+  // proceed: commit the end; else answer at once (nullopt answer: already ended by this client,
+  // which is a success again so a client retrying after a lost response does not fail).
+  struct EndVerdict {
+    bool proceed = false;
+    std::optional<CommandError> answer;
+  };
+  EndVerdict end_precheck_locked(const EndRequest& request) const;
+  void deliver(Outbox& out);
+  Json pool_info_locked(double now) const;
+
+  RegistryOptions options_;
+  EpisodeKeySigner signer_;
+  store::Store* store_;
+  Clock clock_;
+  RegistryHooks hooks_;
+
+  mutable std::mutex mu_;
+  std::condition_variable batch_cv_;
+  EngineState engine_;
+  std::unordered_map<std::string, Episode> live_;
+  std::deque<std::string> unclaimed_;  // FIFO of registered episodes
+  std::unordered_map<std::string, Retired> retired_;
+  std::deque<std::string> retired_order_;
+  std::map<std::string, ActiveClient> clients_;
+  BatchProgress current_;
+  std::optional<Batch> ready_;
+  std::map<int64_t, Batch> training_;
+  std::optional<Batch> last_recorded_;
+  int64_t batches_recorded_ = 0;
+  int64_t next_batch_id_ = 1;
+  double rolling_post_since_ = 0;
+  bool cache_warned_ = false;
+  int64_t eval_finished_ = 0;
+  double eval_reward_sum_ = 0;
+  int64_t eval_successes_ = 0;
+  int64_t pending_store_callbacks_ = 0;
+  std::condition_variable callbacks_cv_;
+};
+
+}  // namespace ajet::swarm

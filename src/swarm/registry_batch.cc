@@ -1,0 +1,264 @@
+// Registry: batch triggers, the ROLLING_POST drain, handing batches to the trainer, the debug
+// backbone's recording, and the janitor sweep.
+#include <fmt/format.h>
+
+#include "store/store.h"
+#include "swarm/registry.h"
+
+namespace ajet::swarm {
+
+TriggerInput Registry::trigger_input_locked() const {
+  TriggerInput in;
+  in.method = options_.sample_collection;
+  in.train_batch_size = options_.train_batch_size;
+  in.num_repeat = options_.num_repeat;
+  in.active_clients = clients_.size();
+  for (const auto& [uuid, c] : clients_) in.agreed_clients += c.agreed ? 1 : 0;
+  return in;
+}
+
+bool Registry::claims_paused_locked() const {
+  if (options_.backbone != Backbone::kAsync) return false;
+  return int64_t(training_.size() + (ready_ ? 1 : 0)) > options_.max_staleness;
+}
+
+size_t Registry::train_in_flight_locked() const {
+  size_t n = 0;
+  for (const auto& [uuid, e] : live_) n += (e.episode_type == "train" && e.state != State::kRegistered) ? 1 : 0;
+  return n;
+}
+
+void Registry::check_trigger_locked(double now, Outbox& out) {
+  if (engine_.status() != EngineStatus::kRolling) return;
+  if (ready_) return;  // async: one batch waits for the trainer at a time
+  TriggerInput in = trigger_input_locked();
+  if (!batch_triggered(current_, in)) return;
+  out.logs.emplace_back("swarm", fmt::format("batch trigger {} fired: {} episodes, {} finished tasks",
+                                             sample_collection_name(in.method), current_.episodes(),
+                                             current_.finished_tasks(in.num_repeat)));
+  if (options_.backbone == Backbone::kAsync) {
+    form_ready_batch_locked(now, out);  // rollouts go on; episodes still running join the next batch
+    return;
+  }
+  transition_locked(EngineStatus::kRollingPost, now,
+                    fmt::format("the batch is full; waiting for {} running train episodes", train_in_flight_locked()),
+                    out);
+  rolling_post_since_ = now;
+  check_drained_locked(now, out, nullptr);
+}
+
+void Registry::check_drained_locked(double now, Outbox& out, std::vector<std::string>* dropped) {
+  if (engine_.status() != EngineStatus::kRollingPost || ready_) return;
+  size_t in_flight = train_in_flight_locked();
+  bool timed_out = now - rolling_post_since_ >= options_.drain_timeout;
+  if (in_flight > 0 && !timed_out) return;
+  if (in_flight > 0) {
+    std::vector<std::string> uuids;
+    for (const auto& [uuid, e] : live_) {
+      if (e.episode_type == "train" && e.state == State::kClaimed) uuids.push_back(uuid);
+    }
+    for (const auto& uuid : uuids) {
+      retire_locked(uuid, EpisodeEnd::kDropped,
+                    fmt::format("it was still running when the batch was closed (the ENGINE.ROLLING_POST drain "
+                                "timed out after {:.0f} s; ENGINE.WEIGHT_SYNCING follows). Start a new episode.",
+                                options_.drain_timeout),
+                    out, true);
+      if (dropped != nullptr) dropped->push_back(uuid);
+    }
+    out.logs.emplace_back("swarm", fmt::format("drain timed out after {:.0f} s: dropped {} running train episodes",
+                                               options_.drain_timeout, uuids.size()));
+  }
+  form_ready_batch_locked(now, out);
+  if (options_.backbone == Backbone::kDebug) record_debug_batch_locked(now, out);
+}
+
+void Registry::form_ready_batch_locked(double now, Outbox& out) {
+  Batch batch;
+  batch.batch_id = next_batch_id_++;
+  batch.global_step = engine_.global_step();
+  batch.created_at = now;
+  batch.episodes = current_.take_all();
+  ready_ = std::move(batch);
+  clients_.clear();  // agreement and activity count from the last batch boundary (upstream resets too)
+  cache_warned_ = false;
+  out.batch_ready = true;
+  out.logs.emplace_back("swarm", fmt::format("batch {} ready: {}", ready_->batch_id, ready_->summary().dump()));
+}
+
+void Registry::record_debug_batch_locked(double now, Outbox& out) {
+  Batch batch = std::move(*ready_);
+  ready_.reset();
+  if (store_ != nullptr) {
+    std::vector<std::string> uuids;
+    for (const auto& e : batch.episodes) uuids.push_back(e.episode_uuid);
+    Json summary = batch.summary();
+    store_->put_batch(store::BatchRow{batch.batch_id, batch.global_step, now, store::kBatchRecorded, now, summary},
+                      std::move(uuids));
+    store_->put_metrics(batch.global_step,
+                        {{"rollout/reward_mean", summary["reward_mean"].get<double>()},
+                         {"rollout/episodes", summary["episodes"].get<double>()}},
+                        now);
+  }
+  batches_recorded_ += 1;
+  std::string detail = fmt::format("debug backbone: batch {} recorded ({} episodes); nothing trains, global_step "
+                                   "stays {}",
+                                   batch.batch_id, batch.episodes.size(), batch.global_step);
+  last_recorded_ = std::move(batch);
+  transition_locked(EngineStatus::kRolling, now, detail, out);
+}
+
+bool Registry::batch_ready() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ready_.has_value();
+}
+
+bool Registry::wait_batch_ready(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  batch_cv_.wait_for(lock, timeout, [&] { return ready_.has_value() || engine_.status() == EngineStatus::kOffline; });
+  return ready_.has_value();
+}
+
+Batch Registry::take_batch() {
+  Outbox out;
+  Batch batch;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!ready_) fail(ErrorCode::kFailedPrecondition, "take_batch(): no batch is ready");
+    double now = clock_();
+    batch = std::move(*ready_);
+    ready_.reset();
+    if (options_.backbone == Backbone::kTorch) {
+      transition_locked(EngineStatus::kWeightSyncing, now,
+                        fmt::format("training step {} on {} episodes", batch.global_step, batch.episodes.size()),
+                        out);
+    }
+    if (store_ != nullptr) {
+      std::vector<std::string> uuids;
+      for (const auto& e : batch.episodes) uuids.push_back(e.episode_uuid);
+      store_->put_batch(store::BatchRow{batch.batch_id, batch.global_step, batch.created_at, store::kBatchTaken,
+                                        std::nullopt, Json::object()},
+                        std::move(uuids));
+    }
+    training_[batch.batch_id] = batch;
+  }
+  deliver(out);
+  return batch;
+}
+
+void Registry::finish_batch(int64_t batch_id, Json stats) {
+  Outbox out;
+  std::future<void> durable;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = training_.find(batch_id);
+    if (it == training_.end()) {
+      fail(ErrorCode::kFailedPrecondition, fmt::format("finish_batch(): batch {} is not being trained", batch_id));
+    }
+    if (options_.backbone == Backbone::kTorch && engine_.status() != EngineStatus::kWeightSyncing) {
+      fail(ErrorCode::kFailedPrecondition, fmt::format("finish_batch(): needs ENGINE.WEIGHT_SYNCING (current: {})",
+                                                       engine_status_name(engine_.status())));
+    }
+    double now = clock_();
+    Json summary = it->second.summary();
+    training_.erase(it);
+    int64_t step = engine_.global_step() + 1;
+    engine_.set_global_step(step);
+    if (store_ != nullptr) {
+      Json all = stats.is_object() ? stats : Json::object();
+      all["rollout"] = summary;
+      store_->update_batch(batch_id, store::kBatchTrained, now, all);
+      store_->put_metrics(step - 1,
+                          {{"rollout/reward_mean", summary["reward_mean"].get<double>()},
+                           {"rollout/episodes", summary["episodes"].get<double>()}},
+                          now);
+      durable = store_->put_state(store::kStateGlobalStep, std::to_string(step));
+    }
+    if (options_.backbone == Backbone::kTorch) {
+      transition_locked(EngineStatus::kRolling, now, fmt::format("step {} done", step - 1), out);
+    } else {
+      out.logs.emplace_back("swarm", fmt::format("step {} done; global_step is {}", step - 1, step));
+    }
+    check_trigger_locked(now, out);
+  }
+  deliver(out);
+  if (durable.valid()) durable.get();
+}
+
+std::optional<Batch> Registry::last_recorded_batch() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_recorded_;
+}
+
+SweepResult Registry::sweep() {
+  Outbox out;
+  SweepResult result;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    double now = clock_();
+    // Idle time only counts while the model can be called; entering ROLLING restarts every clock.
+    if (chat_allowed(engine_.status())) {
+      std::vector<std::pair<std::string, double>> idle;
+      for (const auto& [uuid, e] : live_) {
+        if (e.state == State::kClaimed && now - e.latest_activity > e.discard_episode_timeout) {
+          idle.emplace_back(uuid, now - e.latest_activity);
+        }
+      }
+      for (const auto& [uuid, seconds] : idle) {
+        double timeout = live_.at(uuid).discard_episode_timeout;
+        retire_locked(uuid, EpisodeEnd::kReclaimed,
+                      fmt::format("it was reclaimed after {:.1f} s without activity (discard_episode_timeout = {:.1f} "
+                                  "s). Maybe you take **too long** to submit the workflow output, try increase "
+                                  "`discard_episode_timeout` when `begin_episode`.",
+                                  seconds, timeout),
+                      out, true);
+        result.reclaimed.push_back(uuid);
+      }
+      if (!idle.empty()) {
+        out.logs.emplace_back("janitor", fmt::format("reclaimed {} idle episodes", idle.size()));
+        refill_pool_locked();
+      }
+    }
+    expire_clients_locked(now, &result.expired_clients);
+    check_trigger_locked(now, out);
+    check_drained_locked(now, out, &result.dropped);
+    if (store_ != nullptr) {
+      Json clients = Json::array();
+      for (const auto& [uuid, c] : clients_) clients.push_back({{"client_uuid", uuid}, {"agreed_sync_weight", c.agreed}});
+      store_->put_state(store::kStateRegistrySnapshot, Json{{"active_clients", clients}, {"written_at", now}}.dump());
+    }
+  }
+  deliver(out);
+  return result;
+}
+
+BoolResponse Registry::agree_sync_weight(const AgreeRequest& request) {
+  Outbox out;
+  BoolResponse resp;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    double now = clock_();
+    if (!is_agree_based(options_.sample_collection)) {
+      resp.failure_reason = fmt::format(
+          "agree_sync_weight only applies when ajet.swarm_mode_sample_collection_method is "
+          "rollout_until_any_client_agree_sync_weight or rollout_until_all_clients_agree_sync_weight (current: {}).",
+          sample_collection_name(options_.sample_collection));
+      return resp;
+    }
+    expire_clients_locked(now, nullptr);
+    auto it = clients_.find(request.client_uuid);
+    if (it == clients_.end()) {
+      resp.failure_reason = "Client " + request.client_uuid +
+                            " is not an active client: it must have completed at least one rewarded (non-abort) "
+                            "episode since the last weight sync.";
+      return resp;
+    }
+    it->second.agreed = true;
+    it->second.latest_activity = now;
+    resp.success = true;
+    check_trigger_locked(now, out);
+  }
+  deliver(out);
+  return resp;
+}
+
+}  // namespace ajet::swarm

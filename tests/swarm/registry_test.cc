@@ -1,0 +1,485 @@
+// The episode registry without HTTP and without a store: claims, ends, aborts, the janitor, the
+// engine state machine and the batch life cycle, all on an injected clock.
+#include "registry_test_util.h"
+
+namespace ajet::swarm {
+namespace {
+
+using testing::contains;
+using testing::RegistryHarness;
+using testing::small_options;
+
+std::vector<std::string> buffer_uuids(const Registry& r, const std::string& status) {
+  std::vector<std::string> out;
+  Json buffer = r.episode_buffer();  // keep the temporary alive for the loop
+  for (const auto& e : buffer["buffer"]) {
+    if (e["episode_status"] == status) out.push_back(e["episode_uuid"]);
+  }
+  return out;
+}
+
+TEST(RegistryPool, ClaimsAreFifoAndSlotsReturnToThePool) {
+  RegistryHarness h(small_options(Backbone::kTorch, 8, 4, /*pool=*/3));
+  EXPECT_TRUE(buffer_uuids(h.registry, "registered").empty());  // OFFLINE: no pool
+  h.start();
+  std::vector<std::string> order = buffer_uuids(h.registry, "registered");
+  ASSERT_EQ(order.size(), 3u);
+  std::string a = h.claim("c1"), b = h.claim("c1"), c = h.claim("c2");
+  EXPECT_EQ((std::vector<std::string>{a, b, c}), order);
+  ClaimResponse empty = h.try_claim("c3");
+  EXPECT_FALSE(empty.success);
+  EXPECT_EQ(empty.fail_cause.rfind("No available episodes to claim.", 0), 0u) << empty.fail_cause;
+
+  h.abort("c1", b);  // slot returns (a fresh episode: the aborted key stays dead)
+  h.end("c1", a, "t", 1);
+  std::vector<std::string> refilled = buffer_uuids(h.registry, "registered");
+  ASSERT_EQ(refilled.size(), 2u);
+  EXPECT_EQ(h.claim("c3"), refilled[0]);
+  EXPECT_EQ(h.claim("c3"), refilled[1]);
+  EXPECT_NE(refilled[0], b);
+  EXPECT_EQ(h.registry.episode_buffer()["buffer"].size(), 3u);
+}
+
+TEST(RegistryClaim, ResponseCarriesAVerifiableKeyAndBaseUrl) {
+  RegistryHarness h(small_options());
+  h.start();
+  ClaimResponse r = h.try_claim("c1");
+  ASSERT_TRUE(r.success);
+  EXPECT_EQ(r.client_uuid, "c1");
+  EXPECT_EQ(r.openai_base_url, "http://127.0.0.1:10086/v1");
+  EXPECT_EQ(r.fail_cause, "");
+  EpisodeKeyClaims claims = h.registry.signer().verify("Bearer " + r.openai_api_key);
+  EXPECT_EQ(claims.episode_uuid, r.episode_uuid);
+  EXPECT_EQ(claims.agent_name, "default_agent_name");
+}
+
+TEST(RegistryClaim, RefusedOutsideRollingWithAdviceAndBadTypeIs400) {
+  RegistryHarness h(small_options(Backbone::kTorch, 1, 1));
+  ClaimResponse r = h.try_claim("c1");
+  EXPECT_FALSE(r.success);
+  EXPECT_TRUE(contains(r.fail_cause, "[ENGINE.OFFLINE]")) << r.fail_cause;
+  h.registry.start_booting();
+  EXPECT_TRUE(contains(h.try_claim("c1").fail_cause, "[ENGINE.BOOTING]"));
+  h.registry.engine_ready();
+  std::string a = h.claim("c1"), b = h.claim("c1");
+  h.end("c1", a, "t", 1);  // 1 task x 1 repeat: the batch is full, b is still running
+  EXPECT_EQ(h.registry.engine_status(), EngineStatus::kRollingPost);
+  EXPECT_TRUE(contains(h.try_claim("c1").fail_cause, "[ENGINE.ROLLING_POST]"));
+  try {
+    h.try_claim("c1", "grade");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(http_status_for(e.code()), 400);
+    EXPECT_TRUE(contains(e.what(), "Unknown episode_type: 'grade'"));
+  }
+  (void)b;
+}
+
+TEST(RegistryEnd, EveryErrorPathWithItsStatus) {
+  RegistryHarness h(small_options(Backbone::kTorch, 8, 4));
+  h.start();
+  std::string mine = h.claim("c1");
+
+  CommandError e = h.end_error("c1", "nope");
+  EXPECT_EQ(e.http_status(), 400);
+  EXPECT_EQ(e.message, "Episode nope not found.");
+
+  e = h.end_error("c2", mine);
+  EXPECT_EQ(e.http_status(), 404);
+  EXPECT_TRUE(contains(e.message, "claimed by different client: c1, but got c2")) << e.message;
+
+  std::string unclaimed = buffer_uuids(h.registry, "registered").front();
+  e = h.end_error("c1", unclaimed);
+  EXPECT_EQ(e.http_status(), 400);
+  EXPECT_TRUE(contains(e.message, "never claimed")) << e.message;
+
+  h.end("c1", mine, "t", 1);
+  EXPECT_NO_THROW(h.end("c1", mine, "t", 1));  // a retried end of a finished episode succeeds again
+  e = h.end_error("c2", mine);
+  EXPECT_EQ(e.http_status(), 404);
+
+  std::string aborted = h.claim("c1");
+  h.abort("c1", aborted);
+  e = h.end_error("c1", aborted);
+  EXPECT_EQ(e.http_status(), 400);
+  EXPECT_TRUE(contains(e.message, "aborted")) << e.message;
+}
+
+TEST(RegistryEnd, WeightSyncingRaceGetsA400NamingIt) {
+  RegistryOptions o = small_options(Backbone::kTorch, 1, 1);
+  o.drain_timeout = 30;
+  RegistryHarness h(o);
+  h.start();
+  std::string a = h.claim("c1"), slow = h.claim("c2");
+  h.end("c1", a, "t", 1);
+  EXPECT_EQ(h.registry.engine_status(), EngineStatus::kRollingPost);
+  h.now += 31;  // the drain times out: the slow episode is dropped
+  SweepResult swept = h.registry.sweep();
+  EXPECT_EQ(swept.dropped, std::vector<std::string>{slow});
+  Batch batch = h.registry.take_batch();
+  EXPECT_EQ(h.registry.engine_status(), EngineStatus::kWeightSyncing);
+  ASSERT_EQ(batch.episodes.size(), 1u);
+  CommandError e = h.end_error("c2", slow);
+  EXPECT_EQ(e.http_status(), 400);
+  EXPECT_TRUE(contains(e.message, "WEIGHT_SYNCING")) << e.message;
+  e = h.end_error("c2", "never-seen");
+  EXPECT_TRUE(contains(e.message, "Current status: [ENGINE.WEIGHT_SYNCING]")) << e.message;
+}
+
+TEST(RegistryAbort, AlwaysSucceedsAndOnlyTheOwnerCanAbort) {
+  RegistryHarness h(small_options(Backbone::kTorch, 8, 4, 2));
+  h.abort("c1", "unknown");  // no-op, no throw
+  h.start();
+  std::string a = h.claim("c1");
+  h.abort("intruder", a);
+  EXPECT_TRUE(h.can_continue("c1", a));
+  h.abort("c1", a);
+  EXPECT_FALSE(h.can_continue("c1", a));
+  ASSERT_EQ(h.closed.size(), 1u);
+  EXPECT_EQ(h.closed[0].how, EpisodeEnd::kAborted);
+  EXPECT_EQ(buffer_uuids(h.registry, "registered").size(), 2u);  // slot back in the pool
+  EXPECT_THROW(h.registry.begin_llm_call(a), Error);
+}
+
+TEST(RegistryJanitor, ReclaimsOnlyEpisodesIdlePastTheirTimeout) {
+  RegistryHarness h(small_options(Backbone::kTorch, 8, 4, 2));
+  h.start();
+  std::string quick = h.claim("c1", "train", 10);
+  std::string patient = h.claim("c2", "train", 100);
+  h.now += 8;
+  LlmCallTicket t = h.registry.begin_llm_call(quick);  // activity at t+8
+  EXPECT_EQ(t.call_index, 0);
+  h.now += 9;  // quick idle 9 s, patient 17 s
+  EXPECT_TRUE(h.registry.sweep().reclaimed.empty());
+  h.now += 2;  // quick idle 11 s > 10
+  SweepResult r = h.registry.sweep();
+  EXPECT_EQ(r.reclaimed, std::vector<std::string>{quick});
+  ASSERT_EQ(h.closed.size(), 1u);
+  EXPECT_EQ(h.closed[0].how, EpisodeEnd::kReclaimed);
+  EXPECT_FALSE(h.can_continue("c1", quick));
+  EXPECT_TRUE(h.can_continue("c2", patient));
+  CommandError e = h.end_error("c1", quick);
+  EXPECT_EQ(e.http_status(), 400);
+  EXPECT_TRUE(contains(e.message, "`discard_episode_timeout`")) << e.message;
+  EXPECT_TRUE(contains(e.message, "11.0 s without activity")) << e.message;
+  try {
+    h.registry.begin_llm_call(quick);
+    FAIL();
+  } catch (const Error& err) {
+    EXPECT_EQ(err.code(), ErrorCode::kNotFound);
+  }
+  EXPECT_EQ(buffer_uuids(h.registry, "registered").size(), 1u);  // the slot came back
+  h.now += 100;
+  EXPECT_EQ(h.registry.sweep().reclaimed, std::vector<std::string>{patient});
+}
+
+TEST(RegistryLlmCalls, BookkeepingAndRefusals) {
+  RegistryHarness h(small_options(Backbone::kTorch, 1, 1));
+  try {
+    h.registry.begin_llm_call("x");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(http_status_for(e.code()), 503);  // OFFLINE: retryable
+  }
+  h.start();
+  std::string a = h.claim("c1", "eval");
+  LlmCallTicket t0 = h.registry.begin_llm_call(a), t1 = h.registry.begin_llm_call(a);
+  EXPECT_EQ(t0.episode_type, "eval");
+  EXPECT_EQ(t1.call_index, 1);
+  store::CallRow call;
+  call.episode_uuid = a;
+  call.call_index = t1.call_index;
+  EXPECT_TRUE(h.registry.record_llm_call(call));
+  Json running = h.registry.pool_info()["running_episode_details"][a];
+  EXPECT_EQ(running["llm_call_count"], "2");
+  h.end("c1", a, "t", 1);
+  EXPECT_FALSE(h.registry.record_llm_call(call));  // ended: the late call is discarded
+  try {
+    h.registry.begin_llm_call(a);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kNotFound);
+    EXPECT_TRUE(contains(e.what(), "has ended"));
+  }
+}
+
+TEST(RegistryBatch, DefaultTriggerDrainThenTrainAdvancesTheStep) {
+  RegistryHarness h(small_options(Backbone::kTorch, 2, 2));
+  h.start();
+  std::string a1 = h.claim("c1"), a2 = h.claim("c1"), b1 = h.claim("c2"), b2 = h.claim("c2"), late = h.claim("c2");
+  h.end("c1", a1, "A", 1);
+  h.end("c1", a2, "A", 0);
+  h.end("c2", b1, "B", 1);
+  EXPECT_EQ(h.registry.engine_status(), EngineStatus::kRolling);
+  h.end("c2", b2, "B", 1);  // two tasks with two episodes each: full
+  EXPECT_EQ(h.registry.engine_status(), EngineStatus::kRollingPost);
+  EXPECT_FALSE(h.registry.batch_ready());  // `late` is still running and will be included
+  EXPECT_NO_THROW(h.registry.begin_llm_call(late));  // chat is still served in ROLLING_POST
+  EXPECT_FALSE(h.registry.wait_batch_ready(std::chrono::milliseconds(0)));
+  h.end("c2", late, "C", 0.5);
+  EXPECT_TRUE(h.registry.batch_ready());
+  Batch batch = h.registry.take_batch();
+  EXPECT_EQ(h.registry.engine_status(), EngineStatus::kWeightSyncing);
+  EXPECT_EQ(batch.global_step, 0);
+  std::vector<std::string> uuids;
+  for (const auto& e : batch.episodes) uuids.push_back(e.episode_uuid);
+  EXPECT_EQ(uuids, (std::vector<std::string>{a1, a2, b1, b2, late}));
+  EXPECT_EQ(batch.episodes[4].task_id, "C");
+  EXPECT_TRUE(contains(h.try_claim("c1").fail_cause, "WEIGHT_SYNCING"));
+  h.registry.begin_weight_export();
+  h.registry.end_weight_export();
+  h.registry.finish_batch(batch.batch_id, Json{{"loss", 0.1}});
+  EXPECT_EQ(h.registry.engine_status(), EngineStatus::kRolling);
+  EXPECT_EQ(h.registry.global_step(), 1);
+  EXPECT_EQ(h.registry.engine_status_json()["global_step"], 1);
+  EXPECT_EQ(h.registry.pool_info()["completed_episodes"], 0);
+  EXPECT_THROW(h.registry.take_batch(), Error);
+  EXPECT_THROW(h.registry.finish_batch(batch.batch_id, {}), Error);
+}
+
+TEST(RegistryBatch, EpisodesAndNonDummyTriggers) {
+  RegistryOptions o = small_options(Backbone::kTorch, 2, 2);
+  o.sample_collection = SampleCollection::kEnoughEpisodes;
+  {
+    RegistryHarness h(o);
+    h.start();
+    for (const char* task : {"t0", "t1", "t2"}) h.end("c", h.claim("c"), task, 1);
+    EXPECT_EQ(h.registry.engine_status(), EngineStatus::kRolling);
+    h.end("c", h.claim("c"), "t9", 1);  // 4 = 2 x 2 episodes, whatever the tasks
+    EXPECT_TRUE(h.registry.batch_ready());
+  }
+  o.sample_collection = SampleCollection::kEnoughNonDummyTasks;
+  RegistryHarness h(o);
+  h.start();
+  for (const char* task : {"A", "A", "B", "B"}) h.end("c", h.claim("c"), task, 1);  // all equal: dummy
+  EXPECT_EQ(h.registry.pool_info()["completed_tasks"], 2);
+  EXPECT_EQ(h.registry.pool_info()["completed_non_dummy_tasks"], 0);
+  EXPECT_EQ(h.registry.engine_status(), EngineStatus::kRolling);
+  h.end("c", h.claim("c"), "C", 1);
+  h.end("c", h.claim("c"), "C", 0);
+  h.end("c", h.claim("c"), "A", 0);  // A now varies
+  EXPECT_TRUE(h.registry.batch_ready());
+  EXPECT_EQ(h.registry.take_batch().episodes.size(), 7u);  // dummy tasks stay in the batch
+}
+
+TEST(RegistryBatch, AgreeTriggersUseActiveClients) {
+  RegistryOptions o = small_options(Backbone::kTorch, 100, 4);
+  o.sample_collection = SampleCollection::kAllClientsAgree;
+  RegistryHarness h(o);
+  h.start();
+  BoolResponse r = h.registry.agree_sync_weight(AgreeRequest{"c1"});
+  EXPECT_FALSE(r.success);
+  EXPECT_TRUE(contains(r.failure_reason, "at least one rewarded (non-abort) episode"));
+  h.end("c1", h.claim("c1"), "t", 1);
+  h.end("c2", h.claim("c2"), "t", 0);
+  std::string aborted = h.claim("c3");
+  h.abort("c3", aborted);  // an abort does not make a client active
+  EXPECT_FALSE(h.registry.agree_sync_weight(AgreeRequest{"c3"}).success);
+  EXPECT_TRUE(h.registry.agree_sync_weight(AgreeRequest{"c1"}).success);
+  EXPECT_EQ(h.registry.engine_status(), EngineStatus::kRolling);  // c2 has not agreed
+  EXPECT_EQ(h.registry.pool_info()["active_clients"].size(), 2u);
+  // c2 goes quiet past CLIENT_ACTIVE_TIMEOUT: it no longer blocks the others.
+  h.now += 601;
+  SweepResult swept = h.registry.sweep();
+  EXPECT_EQ(swept.expired_clients, (std::vector<std::string>{"c1", "c2"}));  // c1 agreed at t0, also idle
+  h.end("c1", h.claim("c1"), "t", 1);
+  EXPECT_TRUE(h.registry.agree_sync_weight(AgreeRequest{"c1"}).success);
+  EXPECT_TRUE(h.registry.batch_ready());
+  Batch b = h.registry.take_batch();
+  EXPECT_EQ(b.episodes.size(), 3u);
+  // Agreements reset at the batch boundary.
+  EXPECT_FALSE(h.registry.agree_sync_weight(AgreeRequest{"c1"}).success);
+
+  o.sample_collection = SampleCollection::kEnoughTasks;
+  RegistryHarness plain(o);
+  plain.start();
+  plain.end("c1", plain.claim("c1"), "t", 1);
+  EXPECT_TRUE(contains(plain.registry.agree_sync_weight(AgreeRequest{"c1"}).failure_reason,
+                       "only applies when ajet.swarm_mode_sample_collection_method"));
+}
+
+TEST(RegistryBatch, AnyClientAgreeFires) {
+  RegistryOptions o = small_options(Backbone::kTorch, 100, 4);
+  o.sample_collection = SampleCollection::kAnyClientAgrees;
+  RegistryHarness h(o);
+  h.start();
+  h.end("c1", h.claim("c1"), "t", 1);
+  h.end("c2", h.claim("c2"), "t", 1);
+  EXPECT_TRUE(h.registry.agree_sync_weight(AgreeRequest{"c2"}).success);
+  EXPECT_TRUE(h.registry.batch_ready());
+}
+
+TEST(RegistryBatch, EvalEpisodesAreRecordedButNeverBatched) {
+  RegistryOptions o = small_options(Backbone::kTorch, 1, 1);
+  o.sample_collection = SampleCollection::kEnoughEpisodes;
+  RegistryHarness h(o);
+  h.start();
+  std::string ev = h.claim("c1", "eval");
+  LlmCallTicket t = h.registry.begin_llm_call(ev);
+  EXPECT_EQ(t.episode_type, "eval");
+  h.end("c1", ev, "e1", 0.25);
+  EXPECT_EQ(h.registry.engine_status(), EngineStatus::kRolling);
+  Json info = h.registry.pool_info();
+  EXPECT_EQ(info["completed_episodes"], 0);
+  EXPECT_EQ(info["eval_episodes"]["completed"], 1);
+  EXPECT_DOUBLE_EQ(info["eval_episodes"]["reward_mean"].get<double>(), 0.25);
+  // An eval episode in flight neither blocks the drain nor enters the batch.
+  std::string ev2 = h.claim("c1", "eval");
+  std::string tr = h.claim("c1");
+  h.end("c1", tr, "t1", 1);
+  ASSERT_TRUE(h.registry.batch_ready());
+  Batch b = h.registry.take_batch();
+  ASSERT_EQ(b.episodes.size(), 1u);
+  EXPECT_EQ(b.episodes[0].episode_uuid, tr);
+  // It survives the weight sync and can still be ended (metrics only).
+  EXPECT_TRUE(h.can_continue("c1", ev2));
+  h.registry.finish_batch(b.batch_id, {});
+  EXPECT_NO_THROW(h.registry.begin_llm_call(ev2));
+  h.end("c1", ev2, "e2", 0.75);
+  EXPECT_EQ(h.registry.pool_info()["eval_episodes"]["completed"], 2);
+}
+
+TEST(RegistryBatch, ThrottlePolicyFieldsShowInPoolInfoAndBuffer) {
+  RegistryHarness h(small_options(Backbone::kTorch, 2, 2));
+  h.start();
+  std::string a = h.claim("c1", "train", 60, "math-7");
+  h.now += 2.5;
+  Json info = h.registry.pool_info();
+  Json d = info["running_episode_details"][a];
+  EXPECT_EQ(d, Json::parse(R"({"episode_status": "claimed", "time_since_last_activity": "2.5s",
+      "discard_episode_timeout": "60.0s", "llm_call_count": "0", "client_uuid": "c1", "optional_task_id": "math-7"})"));
+  Json buffer = h.registry.episode_buffer();
+  for (const auto& e : buffer["buffer"]) {
+    if (e["episode_uuid"] == a) {
+      EXPECT_EQ(e["optional_task_id"], "math-7");
+      EXPECT_EQ(e["episode_type"], "train");
+      EXPECT_DOUBLE_EQ(e["latest_activity_timestamp"].get<double>(), 1000.0);
+    }
+  }
+  h.end("c1", a, "math-7", 1);
+  h.end("c2", h.claim("c2"), "math-7", 0);
+  info = h.registry.pool_info();
+  EXPECT_EQ(info["completed_tasks_client_uuids"]["math-7"], Json::parse(R"(["c1", "c2"])"));
+  EXPECT_EQ(info["completed_tasks_details"]["math-7"].size(), 2u);
+  EXPECT_DOUBLE_EQ(info["completed_tasks_reward_stats"]["math-7"]["reward_mean"].get<double>(), 0.5);
+  EXPECT_DOUBLE_EQ(info["completed_tasks_reward_stats"]["math-7"]["reward_std"].get<double>(), 0.5);
+}
+
+TEST(RegistryPoolInfo, CarriesEveryProtocolField) {
+  RegistryHarness h(small_options(Backbone::kTorch, 3, 5));
+  h.registry.start_booting();
+  Json info = h.registry.pool_info();
+  for (const char* f : {"sample_collection_method", "completed_episodes", "completed_episode_target",
+                        "completed_tasks", "completed_task_target", "completed_non_dummy_tasks",
+                        "completed_non_dummy_task_target", "task_expected_num_repeat", "completed_tasks_details",
+                        "completed_tasks_client_uuids", "running_episode_details", "engine_status", "global_step",
+                        "booting_start_time", "training_model_path"}) {
+    EXPECT_TRUE(info.contains(f)) << f;
+  }
+  EXPECT_EQ(info["sample_collection_method"], "rollout_until_finish_enough_tasks");
+  EXPECT_EQ(info["completed_episode_target"], 15);
+  EXPECT_EQ(info["completed_task_target"], 3);
+  EXPECT_EQ(info["task_expected_num_repeat"], 5);
+  EXPECT_EQ(info["engine_status"], "ENGINE.BOOTING");
+  EXPECT_DOUBLE_EQ(info["booting_start_time"].get<double>(), 1000.0);
+  EXPECT_EQ(info["training_model_path"], "/models/tiny");
+  h.registry.engine_ready();
+  EXPECT_TRUE(h.registry.pool_info()["booting_start_time"].is_null());
+}
+
+TEST(RegistryBackbones, DebugRecordsTheBatchAndNeverAdvancesTheStep) {
+  RegistryHarness h(small_options(Backbone::kDebug, 1, 2));
+  h.start();
+  std::string a = h.claim("c"), b = h.claim("c");
+  h.end("c", a, "t", 1);
+  h.end("c", b, "t", 0);
+  // Recorded at once: no trainer, no WEIGHT_SYNCING, global_step unchanged.
+  EXPECT_EQ(h.registry.engine_status(), EngineStatus::kRolling);
+  EXPECT_EQ(h.registry.global_step(), 0);
+  EXPECT_FALSE(h.registry.batch_ready());
+  auto recorded = h.registry.last_recorded_batch();
+  ASSERT_TRUE(recorded);
+  EXPECT_EQ(recorded->episodes.size(), 2u);
+  EXPECT_EQ(h.registry.pool_info()["batches_recorded"], 1);
+  ClaimResponse next = h.try_claim("c");  // claims go on at once
+  ASSERT_TRUE(next.success);
+  h.end("c", next.episode_uuid, "u", 1);
+  h.end("c", h.claim("c"), "u", 1);
+  EXPECT_EQ(h.registry.last_recorded_batch()->batch_id, recorded->batch_id + 1);
+  EXPECT_EQ(h.registry.global_step(), 0);
+}
+
+TEST(RegistryBackbones, AsyncKeepsRollingAndBoundsStaleness) {
+  RegistryOptions o = small_options(Backbone::kAsync, 1, 1);
+  o.max_staleness = 0;
+  RegistryHarness h(o);
+  h.start();
+  std::string running = h.claim("c");
+  h.end("c", h.claim("c"), "t", 1);
+  EXPECT_EQ(h.registry.engine_status(), EngineStatus::kRolling);  // no ROLLING_POST
+  EXPECT_TRUE(h.registry.batch_ready());
+  EXPECT_TRUE(h.can_continue("c", running));  // in-flight episodes go on into the next batch
+  ClaimResponse paused = h.try_claim("c");
+  EXPECT_FALSE(paused.success);
+  EXPECT_TRUE(contains(paused.fail_cause, "max_staleness")) << paused.fail_cause;
+  Batch b = h.registry.take_batch();
+  EXPECT_EQ(h.registry.engine_status(), EngineStatus::kRolling);
+  h.end("c", running, "t2", 0);
+  EXPECT_TRUE(h.registry.batch_ready());  // the next batch fills while the trainer works
+  EXPECT_FALSE(h.try_claim("c").success);
+  h.registry.finish_batch(b.batch_id, {});
+  EXPECT_EQ(h.registry.global_step(), 1);
+  EXPECT_EQ(h.registry.engine_status(), EngineStatus::kRolling);
+  EXPECT_EQ(h.registry.take_batch().episodes.at(0).episode_uuid, running);
+}
+
+TEST(RegistryLifecycle, StopDropsInFlightEpisodes) {
+  RegistryHarness h(small_options(Backbone::kTorch, 8, 4));
+  h.start();
+  std::string done = h.claim("c1"), running = h.claim("c2");
+  h.end("c1", done, "t", 1);
+  std::vector<std::string> dropped = h.registry.stop();
+  EXPECT_EQ(dropped, std::vector<std::string>{running});
+  EXPECT_EQ(h.registry.engine_status(), EngineStatus::kOffline);
+  EXPECT_TRUE(h.registry.episode_buffer()["buffer"].empty());
+  EXPECT_EQ(h.registry.pool_info()["completed_episodes"], 0);
+  CommandError e = h.end_error("c2", running);
+  EXPECT_EQ(e.http_status(), 400);
+  EXPECT_TRUE(contains(e.message, "engine stopped")) << e.message;
+  EXPECT_FALSE(h.registry.wait_batch_ready(std::chrono::milliseconds(0)));
+  // Restart works, with a fresh pool.
+  h.start();
+  EXPECT_TRUE(h.try_claim("c1").success);
+  EXPECT_THROW(h.registry.start_booting(), Error);  // already started
+}
+
+TEST(RegistryLifecycle, EngineRestartReturnsTheUntrainedBatch) {
+  RegistryHarness h(small_options(Backbone::kTorch, 1, 1));
+  h.start();
+  std::string keep = h.claim("c2", "eval");
+  std::string a = h.claim("c1");
+  h.end("c1", a, "t", 1);
+  Batch first = h.registry.take_batch();
+  h.registry.engine_restarting("engine died; restarting from the last checkpoint");
+  EXPECT_EQ(h.registry.engine_status(), EngineStatus::kBooting);
+  EXPECT_TRUE(h.can_continue("c2", keep));  // live episodes survive an engine restart
+  h.registry.engine_ready();
+  ASSERT_TRUE(h.registry.batch_ready());  // the same episodes, collected again
+  Batch again = h.registry.take_batch();
+  ASSERT_EQ(again.episodes.size(), 1u);
+  EXPECT_EQ(again.episodes[0].episode_uuid, a);
+  EXPECT_NE(again.batch_id, first.batch_id);
+  EXPECT_EQ(again.global_step, 0);
+}
+
+TEST(RegistryLifecycle, ConfigureOnlyWhenOffline) {
+  RegistryHarness h(small_options());
+  h.registry.configure(small_options(Backbone::kDebug));
+  EXPECT_EQ(h.registry.options().backbone, Backbone::kDebug);
+  h.start();
+  EXPECT_THROW(h.registry.configure(small_options()), Error);
+  EXPECT_THROW(h.registry.engine_ready(), Error);
+}
+
+}  // namespace
+}  // namespace ajet::swarm
