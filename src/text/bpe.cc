@@ -1,6 +1,7 @@
 #include "text/bpe.h"
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <mutex>
@@ -73,46 +74,91 @@ class BpeModel::MergeTable {
   size_t mask_ = 0;
 };
 
-// Word bytes -> ids, sharded so concurrent encode() calls rarely wait on one lock. A full shard is
-// simply cleared: the cache only saves time, never changes results.
+// Word bytes -> ids, sharded so concurrent encode() calls rarely wait on one lock. Each shard is a
+// flat open-addressing table over two arenas (key bytes, ids): one probe touches one cache line
+// instead of chasing list nodes. A full shard is simply cleared: the cache only saves time, never
+// changes results.
 class BpeModel::WordCache {
  public:
+  WordCache() : shards_(std::make_unique<Shard[]>(kShards)) {}
+
   void lookup_or_fill(std::string_view word, std::vector<BpeId>& out,
                       const std::function<void(std::vector<BpeId>&)>& compute) {
-    size_t h = std::hash<std::string_view>{}(word);
-    Shard& shard = shards_[h % kShards];
+    uint64_t h = hash(word);
+    Shard& shard = shards_[h >> (64 - kShardBits)];
     {
       std::lock_guard<std::mutex> lock(shard.mu);
-      auto it = shard.map.find(word);
-      if (it != shard.map.end()) {
-        out.insert(out.end(), it->second.begin(), it->second.end());
+      if (const Entry* e = shard.find(h, word)) {
+        out.insert(out.end(), shard.ids.begin() + e->ids_off, shard.ids.begin() + e->ids_off + e->n_ids);
         return;
       }
     }
     size_t start = out.size();
     compute(out);
-    std::vector<BpeId> ids(out.begin() + static_cast<std::ptrdiff_t>(start), out.end());
     std::lock_guard<std::mutex> lock(shard.mu);
-    if (shard.map.size() >= kMaxPerShard) shard.map.clear();
-    shard.map.emplace(std::string(word), std::move(ids));
+    if (shard.find(h, word) == nullptr) shard.insert(h, word, out.data() + start, out.size() - start);
   }
 
  private:
-  static constexpr size_t kShards = 64;
-  static constexpr size_t kMaxPerShard = 4096;
-  struct Hash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-  };
-  struct Eq {
-    using is_transparent = void;
-    bool operator()(std::string_view a, std::string_view b) const { return a == b; }
+  static constexpr int kShardBits = 5;  // 32 shards
+  static constexpr size_t kShards = size_t{1} << kShardBits;
+  static constexpr size_t kSlots = 8192;  // per shard; at most half are used
+  struct Entry {
+    uint64_t hash = 0;  // 0: empty slot
+    uint32_t key_off = 0;
+    uint32_t ids_off = 0;
+    uint16_t key_len = 0;
+    uint16_t n_ids = 0;
   };
   struct alignas(64) Shard {
     std::mutex mu;
-    std::unordered_map<std::string, std::vector<BpeId>, Hash, Eq> map;
+    std::vector<Entry> table = std::vector<Entry>(kSlots);
+    std::string keys;
+    std::vector<BpeId> ids;
+    size_t count = 0;
+
+    const Entry* find(uint64_t h, std::string_view word) const {
+      for (size_t i = h & (kSlots - 1);; i = (i + 1) & (kSlots - 1)) {
+        const Entry& e = table[i];
+        if (e.hash == 0) return nullptr;
+        if (e.hash == h && e.key_len == word.size() && std::memcmp(keys.data() + e.key_off, word.data(), word.size()) == 0) {
+          return &e;
+        }
+      }
+    }
+    void insert(uint64_t h, std::string_view word, const BpeId* first, size_t n) {
+      if (count >= kSlots / 2) {
+        std::fill(table.begin(), table.end(), Entry{});
+        keys.clear();
+        ids.clear();
+        count = 0;
+      }
+      size_t i = h & (kSlots - 1);
+      while (table[i].hash != 0) i = (i + 1) & (kSlots - 1);
+      table[i] = Entry{h, static_cast<uint32_t>(keys.size()), static_cast<uint32_t>(ids.size()),
+                       static_cast<uint16_t>(word.size()), static_cast<uint16_t>(n)};
+      keys.append(word);
+      ids.insert(ids.end(), first, first + n);
+      ++count;
+    }
   };
-  std::array<Shard, kShards> shards_;
+
+  // A fast hash for short keys (8 bytes per multiply); never 0, which marks an empty slot.
+  static uint64_t hash(std::string_view s) {
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ (s.size() * 0xff51afd7ed558ccdULL);
+    size_t i = 0;
+    for (; i + 8 <= s.size(); i += 8) {
+      uint64_t w;
+      std::memcpy(&w, s.data() + i, 8);
+      h = mix(h ^ w);
+    }
+    uint64_t w = 0;
+    std::memcpy(&w, s.data() + i, s.size() - i);
+    h = mix(h ^ w ^ 0x5bd1e995u);
+    return h == 0 ? 1 : h;
+  }
+
+  std::unique_ptr<Shard[]> shards_;
 };
 
 BpeModel::BpeModel() : merges_(std::make_unique<MergeTable>(0)), cache_(std::make_unique<WordCache>()) {

@@ -18,7 +18,7 @@ namespace ajet::text {
 namespace {
 
 // Ids above this are rejected at load: a corrupt file must not make us allocate gigabytes.
-constexpr int64_t kMaxTokenId = (int64_t{1} << 24) - 1;
+constexpr int64_t kMaxTokenId = (int64_t{1} << 22) - 1;
 
 [[noreturn]] void bad_file(std::string_view source, const std::string& problem) {
   invalid_argument(std::string(source) + ": " + problem);
@@ -42,6 +42,147 @@ std::optional<std::string> config_token(const Json& cfg, std::string_view key, s
   bad_file(source, "field '" + std::string(key) + "' must be a string, an object with a string 'content', or null");
 }
 
+
+// Parses tokenizer.json, streaming model.vocab and model.merges (some 300k entries in a Qwen file)
+// straight into `vocab` / `merges` while building a DOM for everything else: about twice as fast as
+// a full nlohmann DOM, which matters for every CLI call and engine start.
+class TokenizerJsonSax {
+ public:
+  TokenizerJsonSax(std::string_view source, std::unordered_map<std::string, TokenId>& vocab)
+      : source_(source), vocab_(vocab) {}
+
+  Json root;
+  bool has_vocab = false;
+  bool has_merges = false;
+  std::vector<std::pair<std::string, std::string>> merges;
+  int64_t max_vocab_id = -1;
+
+  bool null() { return scalar(Json()); }
+  bool boolean(bool v) { return scalar(Json(v)); }
+  bool number_integer(Json::number_integer_t v) { return mode_ == kVocab ? vocab_id(v) : scalar(Json(v)); }
+  bool number_unsigned(Json::number_unsigned_t v) {
+    return mode_ == kVocab ? vocab_id(v > static_cast<uint64_t>(kMaxTokenId) ? -1 : static_cast<int64_t>(v))
+                           : scalar(Json(v));
+  }
+  bool number_float(Json::number_float_t v, const std::string&) { return scalar(Json(v)); }
+  bool binary(Json::binary_t&) { return scalar(Json()); }
+  bool string(std::string& v) {
+    if (mode_ == kMerges) {
+      size_t sp = v.find(' ');
+      if (sp == std::string::npos || sp == 0 || sp + 1 >= v.size()) {
+        bad_file(source_, "model.merges[" + std::to_string(merges.size()) + "] = \"" + v + "\" is not of the form \"a b\"");
+      }
+      merges.emplace_back(v.substr(0, sp), v.substr(sp + 1));
+      return true;
+    }
+    if (mode_ == kMergePair) {
+      pair_.push_back(std::move(v));
+      return true;
+    }
+    return scalar(Json(std::move(v)));
+  }
+  bool key(std::string& k) {
+    key_ = std::move(k);
+    return true;
+  }
+  bool start_object(size_t) {
+    if (mode_ == kDom && stack_.size() == 2 && stack_[1] == model_ && key_ == "vocab") {
+      mode_ = kVocab;
+      has_vocab = true;
+      return true;
+    }
+    if (mode_ != kDom) return scalar(Json());  // reports the misplaced object
+    Json* obj = add(Json::object());
+    if (stack_.size() == 1 && key_ == "model" && stack_[0] == &root) model_ = obj;
+    stack_.push_back(obj);
+    return true;
+  }
+  bool end_object() {
+    if (mode_ == kVocab) {
+      mode_ = kDom;
+    } else {
+      stack_.pop_back();
+    }
+    return true;
+  }
+  bool start_array(size_t) {
+    if (mode_ == kDom && stack_.size() == 2 && stack_[1] == model_ && key_ == "merges") {
+      mode_ = kMerges;
+      has_merges = true;
+      return true;
+    }
+    if (mode_ == kMerges) {
+      mode_ = kMergePair;
+      pair_.clear();
+      return true;
+    }
+    if (mode_ != kDom) return scalar(Json());
+    stack_.push_back(add(Json::array()));
+    return true;
+  }
+  bool end_array() {
+    if (mode_ == kMergePair) {
+      if (pair_.size() != 2) bad_merge();
+      merges.emplace_back(std::move(pair_[0]), std::move(pair_[1]));
+      mode_ = kMerges;
+    } else if (mode_ == kMerges) {
+      mode_ = kDom;
+    } else {
+      stack_.pop_back();
+    }
+    return true;
+  }
+  bool parse_error(size_t, const std::string&, const nlohmann::detail::exception& e) {
+    invalid_argument(std::string(source_) + ": invalid JSON: " + e.what());
+  }
+
+ private:
+  enum Mode { kDom, kVocab, kMerges, kMergePair };
+
+  [[noreturn]] void bad_merge() {
+    bad_file(source_, "model.merges[" + std::to_string(merges.size()) + "] must be a string \"a b\" or a pair [\"a\", \"b\"]");
+  }
+  bool vocab_id(int64_t id) {
+    if (id < 0 || id > kMaxTokenId) {
+      bad_file(source_, "model.vocab['" + key_ + "'] must be an integer id in [0, " + std::to_string(kMaxTokenId) + "]");
+    }
+    vocab_.insert_or_assign(key_, static_cast<TokenId>(id));
+    max_vocab_id = std::max(max_vocab_id, id);
+    return true;
+  }
+  bool scalar(Json v) {
+    if (mode_ == kVocab) {
+      bad_file(source_, "model.vocab['" + key_ + "'] must be an integer id in [0, " + std::to_string(kMaxTokenId) + "]");
+    }
+    if (mode_ == kMerges || mode_ == kMergePair) bad_merge();
+    add(std::move(v));
+    return true;
+  }
+  // Places a value in the innermost open container (or as the root). Pointers to open containers
+  // stay valid: a container only grows while it is the innermost one.
+  Json* add(Json v) {
+    if (stack_.empty()) {
+      root = std::move(v);
+      return &root;
+    }
+    Json* top = stack_.back();
+    if (top->is_array()) {
+      top->push_back(std::move(v));
+      return &top->back();
+    }
+    Json& slot = (*top)[key_];
+    slot = std::move(v);
+    return &slot;
+  }
+
+  std::string_view source_;
+  std::unordered_map<std::string, TokenId>& vocab_;
+  std::vector<Json*> stack_;
+  Json* model_ = nullptr;
+  std::string key_;
+  Mode mode_ = kDom;
+  std::vector<std::string> pair_;
+};
 }  // namespace
 
 TokenizerConfig parse_tokenizer_config(std::string_view json_text, std::string_view source_name) {
@@ -100,8 +241,11 @@ struct Tokenizer::Impl {
   BpeModel bpe;
 
   void encode_model(std::string_view text, std::vector<TokenId>& out) const {
-    std::vector<std::string_view> pieces;
-    std::deque<std::string> arena;
+    // Per-thread scratch, reused across calls (encode_model never re-enters itself).
+    thread_local std::vector<std::string_view> pieces;
+    thread_local std::deque<std::string> arena;
+    pieces.clear();
+    arena.clear();
     pre_tokenizer.split(text, pieces, arena);
     for (std::string_view p : pieces) bpe.encode_word(p, out);
   }
@@ -177,21 +321,6 @@ std::deque<AddedToken> parse_added_tokens(const Json& root, std::string_view src
   return added;
 }
 
-std::pair<std::string, std::string> parse_merge(const Json& m, size_t index, std::string_view src) {
-  if (m.is_string()) {
-    const std::string& s = m.get_ref<const std::string&>();
-    size_t sp = s.find(' ');
-    if (sp == std::string::npos || sp == 0 || sp + 1 >= s.size()) {
-      bad_file(src, "model.merges[" + std::to_string(index) + "] = \"" + s + "\" is not of the form \"a b\"");
-    }
-    return {s.substr(0, sp), s.substr(sp + 1)};
-  }
-  if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
-    return {m[0].get<std::string>(), m[1].get<std::string>()};
-  }
-  bad_file(src, "model.merges[" + std::to_string(index) + "] must be a string \"a b\" or a pair [\"a\", \"b\"]");
-}
-
 }  // namespace
 
 Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -207,7 +336,10 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
   auto impl = std::make_unique<Impl>();
   impl->source = std::string(src);
   impl->config = std::move(config);
-  Json root = parse_json(tokenizer_json, src);
+  impl->vocab.reserve(1 << 17);
+  TokenizerJsonSax sax(src, impl->vocab);
+  Json::sax_parse(tokenizer_json.begin(), tokenizer_json.end(), &sax);
+  const Json& root = sax.root;
   if (!root.is_object()) bad_file(src, "expected a JSON object at top level");
 
   const Json& model = require(root, "model", src, "top level");
@@ -235,19 +367,12 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
     ignore_merges = v->get<bool>();
   }
 
-  // Vocabulary.
-  const Json& vocab = require(model, "vocab", src, "model");
-  if (!vocab.is_object()) bad_file(src, "model.vocab must be an object mapping token -> id");
-  int64_t max_id = -1;
-  impl->vocab.reserve(vocab.size());
-  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-    const Json& v = it.value();
-    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > kMaxTokenId) {
-      bad_file(src, "model.vocab['" + it.key() + "'] must be an integer id in [0, " + std::to_string(kMaxTokenId) + "]");
-    }
-    impl->vocab.emplace(it.key(), static_cast<TokenId>(v.get<int64_t>()));
-    max_id = std::max(max_id, v.get<int64_t>());
+  // Vocabulary (already in impl->vocab).
+  if (!sax.has_vocab) {
+    if (model.contains("vocab")) bad_file(src, "model.vocab must be an object mapping token -> id");
+    bad_file(src, "model: missing required field 'vocab'");
   }
+  int64_t max_id = sax.max_vocab_id;
   impl->added = parse_added_tokens(root, src);
   for (const AddedToken& a : impl->added) max_id = std::max<int64_t>(max_id, a.id);
 
@@ -278,27 +403,26 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
   impl->normalized_matcher = AddedTokenMatcher(normalized_tokens);
 
   // Merges: both sides and their concatenation must be in the vocab (HF refuses the file otherwise).
+  if (!sax.has_merges && model.contains("merges") && !model["merges"].is_null()) {
+    bad_file(src, "model.merges must be an array");
+  }
   std::vector<BpeModel::Merge> merges;
-  if (auto m = model.find("merges"); m != model.end() && !m->is_null()) {
-    if (!m->is_array()) bad_file(src, "model.merges must be an array");
-    merges.reserve(m->size());
-    size_t index = 0;
-    for (const Json& entry : *m) {
-      auto [a, b] = parse_merge(entry, index, src);
-      auto lookup = [&](const std::string& tok) {
-        auto it = impl->vocab.find(tok);
-        if (it == impl->vocab.end()) {
-          bad_file(src, "model.merges[" + std::to_string(index) + "] (\"" + a + "\", \"" + b + "\") names token '" +
-                            tok + "' which is not in the vocab");
-        }
-        return it->second;
-      };
-      TokenId left = lookup(a);
-      TokenId right = lookup(b);
-      TokenId merged = lookup(a + b);
-      merges.push_back({left, right, merged});
-      ++index;
-    }
+  merges.reserve(sax.merges.size());
+  std::string joined;
+  for (size_t index = 0; index < sax.merges.size(); ++index) {
+    const auto& [a, b] = sax.merges[index];
+    auto lookup = [&, index](const std::string& tok) {
+      auto it = impl->vocab.find(tok);
+      if (it == impl->vocab.end()) {
+        bad_file(src, "model.merges[" + std::to_string(index) + "] (\"" + sax.merges[index].first + "\", \"" +
+                          sax.merges[index].second + "\") names token '" + tok + "' which is not in the vocab");
+      }
+      return it->second;
+    };
+    TokenId left = lookup(a);
+    TokenId right = lookup(b);
+    joined.assign(a).append(b);
+    merges.push_back({left, right, lookup(joined)});
   }
 
   impl->normalizer = Normalizer::from_json(root.value("normalizer", Json()), src);
