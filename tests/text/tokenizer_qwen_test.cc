@@ -8,6 +8,7 @@
 
 #include "common/fs.h"
 #include "common/json.h"
+#include "text/byte_level.h"
 #include "text/normalizer.h"
 #include "text/tokenizer.h"
 #include "text/utf8.h"
@@ -170,6 +171,15 @@ TEST_F(Qwen3Corpus, SpecialTokensAndConfig) {
   // ...but a non-special added token is still matched.
   EXPECT_EQ(tokenizer_->encode("<tool_call>", false), std::vector<TokenId>{*tool_call});
   EXPECT_EQ(tokenizer_->vocab_size(), 151669u);
+}
+
+TEST_F(Qwen3Corpus, VocabStartsWithTheByteAlphabetInGpt2Order) {
+  // Real data for the byte-to-unicode table: Qwen's ids 0..255 are the 256 byte characters.
+  for (int i = 0; i < 256; ++i) {
+    uint8_t b = byte_level::alphabet_order()[static_cast<size_t>(i)];
+    EXPECT_EQ(tokenizer_->piece(i), byte_level::byte_to_utf8(b)) << "id " << i;
+    EXPECT_EQ(tokenizer_->token_bytes(i), std::string(1, static_cast<char>(b))) << "id " << i;
+  }
 }
 
 }  // namespace
