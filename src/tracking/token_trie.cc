@@ -34,7 +34,6 @@ int32_t TokenTrie::insert(std::span<const TokenId> ids, std::span<const TokenOri
     at = c;
   }
   // Grow the new suffix.
-  nodes_.reserve(nodes_.size() + (ids.size() - i));
   for (; i < ids.size(); ++i) {
     Node n;
     n.token = ids[i];
