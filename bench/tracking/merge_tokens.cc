@@ -14,6 +14,7 @@
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tracking/merge.h"
@@ -92,6 +93,13 @@ Timing time_merge(int repeats) {
   return t;
 }
 
+std::string load_average() {
+  std::ifstream f("/proc/loadavg");
+  std::string one;
+  f >> one;
+  return one.empty() ? "unknown" : one;
+}
+
 std::string today() {
   char d[64] = {0};
   FILE* p = popen("date -I", "r");
@@ -127,8 +135,9 @@ int main(int argc, char** argv) {
   char timing[512];
   std::snprintf(timing, sizeof timing,
                 "merge_episode on %zu calls of %.0f tokens on average: %.1f us per episode, %.2f us per call "
-                "(one core, Release).\n",
-                t.calls, t.tokens_per_call, t.us_per_episode, t.us_per_call);
+                "(one thread, Release, %u hardware threads, load average %s).\n",
+                t.calls, t.tokens_per_call, t.us_per_episode, t.us_per_call, std::thread::hardware_concurrency(),
+                load_average().c_str());
 
   std::cout << table.str() << "\n" << timing;
   const Row& first = rows.front();
