@@ -6,6 +6,8 @@
 // tokenizer from the npm cache (skipped loudly when the cache is unavailable).
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "tracking/episode_tracker.h"
 #include "tracking/merge.h"
 #include "tracking_test_util.h"
@@ -304,6 +306,39 @@ TEST(PromptRender, TrackerRestoredFromStoreRowsSplicesTheSameWay) {
   EXPECT_EQ(restored->render("agent", req).notes.at(0).kind, RenderNote::Kind::kSpliced);
   EXPECT_EQ(restored->calls().at(0).completion_text, "Thank you");
   EXPECT_TRUE(restored->calls().at(0).ended_with_end_token);
+}
+
+}  // namespace
+}  // namespace ajet::tracking
+
+namespace ajet::tracking {
+namespace {
+
+TEST(PromptRender, ConcurrentAgentsRecordAndRenderSafely) {
+  auto tok = testing::trained_tokenizer();
+  const ChatFormat f = ChatFormat::create(*tok, text::ChatFamily::kQwen2_5);
+  EpisodeTracker tracker("ep", f);
+  std::vector<std::thread> threads;
+  for (int a = 0; a < 4; ++a) {
+    threads.emplace_back([&, a] {
+      text::ChatRequest req;
+      req.messages = {message(Role::kUser, "Hello agent " + std::to_string(a))};
+      for (int k = 0; k < 5; ++k) {
+        Ids c = tok->encode("Thank you " + std::to_string(k));
+        c.push_back(f.end_of_turn);
+        auto s = serve(tracker, "agent-" + std::to_string(a), a * 100 + k, req, c, FinishReason::kStop);
+        req.messages.push_back(s.answer);
+        req.messages.push_back(message(Role::kUser, "more"));
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  std::vector<CallRecord> calls = tracker.calls();
+  ASSERT_EQ(calls.size(), 20u);
+  for (size_t i = 1; i < calls.size(); ++i) EXPECT_LT(calls[i - 1].call_index, calls[i].call_index);
+  MergedEpisode m = merge_episode({"ep", "t", 1.0}, calls, {});
+  EXPECT_EQ(m.samples.size(), 4u) << "one linear conversation per agent";
+  for (const Sample& s : m.samples) EXPECT_DOUBLE_EQ(s.weight, 0.25);
 }
 
 }  // namespace

@@ -1,0 +1,65 @@
+// Turn signatures: how the tracker decides that an assistant message a client sent back is an
+// earlier completion (content trimmed, tool calls by name and JSON value, reasoning and ids ignored).
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+#include "tracking/chat_format.h"
+#include "tracking_test_util.h"
+
+namespace ajet::tracking {
+namespace {
+
+text::ChatMessage assistant(std::string content, std::vector<text::ToolCall> calls = {}) {
+  text::ChatMessage m;
+  m.role = text::Role::kAssistant;
+  m.content = std::move(content);
+  m.tool_calls = std::move(calls);
+  return m;
+}
+
+TEST(TurnSignature, ToolCallArgumentsCompareAsJsonValues) {
+  const TurnSignature gen =
+      generated_signature("", "Let me look.\n<tool_call>\n{\"name\":\"f\",\"arguments\":{\"b\":[1,2],\"a\":\"x\"}}\n</tool_call>");
+  // Parsed fields, different key order and spacing, a tool-call id, surrounding whitespace.
+  EXPECT_EQ(message_signature(assistant("  Let me look. ", {{"call_1", "f", "{\"a\": \"x\", \"b\": [1, 2]}"}})).key, gen.key);
+  // The raw text echoed back in content.
+  EXPECT_EQ(message_signature(assistant("Let me look.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": \"x\", \"b\": [1,2]}}\n</tool_call>")).key,
+            gen.key);
+  // A different value, name, or content is another turn.
+  EXPECT_NE(message_signature(assistant("Let me look.", {{"", "f", "{\"a\": \"y\", \"b\": [1, 2]}"}})).key, gen.key);
+  EXPECT_NE(message_signature(assistant("Let me look.", {{"", "g", "{\"a\": \"x\", \"b\": [1, 2]}"}})).key, gen.key);
+  EXPECT_NE(message_signature(assistant("Let me see.", {{"", "f", "{\"a\": \"x\", \"b\": [1, 2]}"}})).key, gen.key);
+  EXPECT_NE(message_signature(assistant("Let me look.")).key, gen.key);
+  // Arguments that are not JSON compare as text and never equal a JSON value.
+  EXPECT_NE(message_signature(assistant("", {{"", "f", "not json"}})).key,
+            message_signature(assistant("", {{"", "f", "\"not json\""}})).key);
+}
+
+TEST(TurnSignature, ReasoningIsSeparateFromTheKey) {
+  const TurnSignature gen = generated_signature("", "<think>\nhmm\n</think>\n\nIt is 4.");
+  EXPECT_EQ(gen.reasoning, "hmm");
+  text::ChatMessage with = assistant("It is 4.");
+  with.reasoning_content = "hmm";
+  EXPECT_EQ(message_signature(with).key, gen.key);
+  EXPECT_EQ(message_signature(with).reasoning, "hmm");
+  EXPECT_EQ(message_signature(assistant("It is 4.")).key, gen.key);
+  EXPECT_EQ(message_signature(assistant("<think>hmm</think>It is 4.")).key, gen.key);
+  // A think block opened by the generation prompt (enable_thinking=false) is empty reasoning.
+  EXPECT_EQ(generated_signature("<think>\n\n</think>\n\n", "It is 4.").reasoning, "");
+  EXPECT_EQ(generated_signature("<think>\n\n</think>\n\n", "It is 4.").key, gen.key);
+}
+
+TEST(ChatFormatProbe, ReadsTheEndOfTurnFromTheTemplate) {
+  auto tok = testing::trained_tokenizer();
+  const ChatFormat f = ChatFormat::from_tokenizer(*tok);
+  EXPECT_EQ(f.family, text::ChatFamily::kQwen2_5);
+  EXPECT_EQ(f.end_of_turn_text, "<|im_end|>");
+  EXPECT_EQ(tok->token_to_id("<|im_end|>"), f.end_of_turn);
+  EXPECT_EQ(f.assistant_header, "<|im_start|>assistant\n");
+  EXPECT_EQ(tok->decode(f.footer_after_end), "\n");
+  const ChatFormat chatml = ChatFormat::create(*tok, text::ChatFamily::kChatml);
+  EXPECT_EQ(chatml.end_of_turn, f.end_of_turn);
+}
+
+}  // namespace
+}  // namespace ajet::tracking
