@@ -107,7 +107,7 @@ struct HttpServer::Impl {
 
   void wait_signal() {
     signals->async_wait([this](error_code ec, int signal_number) {
-      if (ec) return;
+      if (ec || drained.load()) return;  // re-arming after the drain would keep worker 0 alive
       if (request_stop_state()) {
         log().info("http: signal {}: stopping (a second signal closes every connection)", signal_number);
         begin_stop();
