@@ -54,6 +54,26 @@ double layer_flops(const ajet::hf::ModelConfig& c, double ctx) {
 }
 double lm_head_flops(const ajet::hf::ModelConfig& c) { return 2.0 * c.hidden_size * c.vocab_size; }
 
+// GB/s at which one token's matrix-vector products stream the model's weights (every decoder matrix
+// and the lm_head, M = 1, best of reps): what a single decoding sequence can at best reach.
+double weight_stream_gbps(ajet::model::Qwen2Model& model, int reps) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> weights;
+  for (const auto& [name, t] : model->hf_named_parameters()) {
+    if (t.dim() == 2 && name.find("embed_tokens") == std::string::npos) weights.push_back(t);
+  }
+  weights.push_back(model->hf_named_parameters().front().second);  // embeddings: the (tied) lm_head
+  double bytes = 0;
+  for (const auto& w : weights) bytes += static_cast<double>(w.numel()) * w.element_size();
+  double best = 1e30;
+  for (int r = 0; r <= reps; ++r) {
+    auto t0 = Clock::now();
+    for (const auto& w : weights) torch::nn::functional::linear(torch::ones({1, w.size(1)}), w);
+    if (r > 0) best = std::min(best, seconds_since(t0));
+  }
+  return bytes / best / 1e9;
+}
+
 EngineConfig engine_config(int threads, int64_t max_running) {
   EngineConfig e;
   e.start_thread = false;  // the benchmark steps the engine itself: no thread hand-off in the timing
@@ -73,6 +93,14 @@ GenerateRequest make_request(int64_t i, int64_t prompt_len, int64_t max_tokens, 
   r.temperature = 1.0;
   r.seed = static_cast<uint64_t>(i);
   return r;
+}
+
+// Roofline bound on the decode ratio x64 / x1: a lone sequence waits for the weights to stream in
+// (bytes / bandwidth per token), a full batch for the FLOPs (flops / GEMM peak per token).
+double ratio_bound(const ajet::hf::ModelConfig& c, double gbps, double peak_gflops) {
+  const double bytes = 4.0 * (ajet::model::count_parameters(c) - (c.tie_word_embeddings ? 0 : c.vocab_size * c.hidden_size));
+  const double flops = layer_flops(c, 0) + lm_head_flops(c);
+  return (bytes / (gbps * 1e9)) / (flops / (peak_gflops * 1e9));
 }
 
 struct DecodeRow {
@@ -152,6 +180,7 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--no-append") == 0) append = false;
     if (std::strcmp(argv[i], "--threads") == 0 && i + 1 < argc) threads = std::atoi(argv[++i]);
   }
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines show up even when piped
   ajet::set_log_level("warn");
   ajet::model::configure_threads(threads);
   std::printf("compute: %s\n", ajet::model::describe_compute_backend().c_str());
@@ -164,6 +193,8 @@ int main(int argc, char** argv) {
   std::vector<DecodeRow> decode;
   std::vector<PrefillRow> prefill;
   double peak = 0;
+  std::vector<std::pair<std::string, double>> stream;  // preset, weight streaming GB/s
+  std::vector<ajet::hf::ModelConfig> configs;
   std::vector<std::pair<std::string, int64_t>> presets = {{"tiny", 1024}, {"small", 4096}};
   for (const auto& [preset, vocab] : presets) {
     ajet::model::Qwen2Model model(ajet::model::preset_config(preset, vocab));
@@ -173,7 +204,10 @@ int main(int argc, char** argv) {
       std::printf("decode %s x%lld: %.0f tokens/s\n", preset.c_str(), static_cast<long long>(c), decode.back().tokens_per_s);
     }
     prefill.push_back(measure_prefill(preset, model, threads, prefill_len, reps));
+    std::printf("prefill %s: %.0f tokens/s\n", preset.c_str(), prefill.back().tokens_per_s);
     peak = std::max(peak, gemm_peak_gflops(smoke ? 1 : 5));
+    stream.emplace_back(preset, weight_stream_gbps(model, smoke ? 1 : 5));
+    configs.push_back(model->config());
   }
 
   std::ostringstream table;
@@ -190,7 +224,14 @@ int main(int argc, char** argv) {
                   100 * r.gflops / peak);
     table << line;
   }
-  table << "\nPrefill (one " << prefill_len << "-token prompt in 512-token chunks, best of " << reps << "):\n\n"
+  table << "\nRoofline bound on the x64 / x1 ratio (weight bytes per token / streaming bandwidth, over FLOPs per\n"
+        << "token / GEMM peak):";
+  for (size_t i = 0; i < stream.size(); ++i) {
+    std::snprintf(line, sizeof(line), " %s %.1fx (weights stream at %.1f GB/s);", stream[i].first.c_str(),
+                  ratio_bound(configs[i], stream[i].second, peak), stream[i].second);
+    table << line;
+  }
+  table << "\n\nPrefill (one " << prefill_len << "-token prompt in 512-token chunks, best of " << reps << "):\n\n"
         << "| preset | prompt | tokens/s | GFLOP/s | % of GEMM peak |\n|---|---|---|---|---|\n";
   for (const PrefillRow& r : prefill) {
     std::snprintf(line, sizeof(line), "| %s | %lld | %.0f | %.1f | %.0f %% |\n", r.preset.c_str(),

@@ -42,8 +42,8 @@ InferenceEngine::InferenceEngine(model::Qwen2Model model, const EngineConfig& co
   const hf::ModelConfig& mc = model_->config();
   vocab_size_ = mc.vocab_size;
   const at::TensorOptions options = model_->options();
-  KvCacheShape shape{mc.num_hidden_layers, mc.num_key_value_heads, mc.head_dim, config_.block_size};
   if (config_.block_size < 1) invalid_argument("engine config: block_size must be >= 1");
+  KvCacheShape shape{mc.num_hidden_layers, mc.num_key_value_heads, mc.head_dim, config_.block_size};
   const int64_t num_blocks = KvCache::blocks_for_bytes(shape, config_.cache_bytes, options.dtype().itemsize());
   cache_ = std::make_unique<KvCache>(shape, num_blocks, options);
   scheduler_ = std::make_unique<Scheduler>(
@@ -53,7 +53,6 @@ InferenceEngine::InferenceEngine(model::Qwen2Model model, const EngineConfig& co
   if (max_model_len_ <= 0) max_model_len_ = num_blocks * config_.block_size;
   if (mc.max_position_embeddings > 0) max_model_len_ = std::min(max_model_len_, mc.max_position_embeddings);
   max_model_len_ = std::min(max_model_len_, num_blocks * config_.block_size);
-  model_->eval();
   counters_.total_blocks = num_blocks;
   counters_.block_size = config_.block_size;
   counters_.max_model_len = max_model_len_;

@@ -102,8 +102,8 @@ void check_case(const Case& c, const std::vector<SeqSpec>& seqs) {
     new_k.push_back(ks[i].narrow(0, seqs[i].total - seqs[i].chunk, seqs[i].chunk));
     new_v.push_back(vs[i].narrow(0, seqs[i].total - seqs[i].chunk, seqs[i].chunk));
   }
-  // The generic index_copy_ path for the new tokens (the CPU path wrote the history).
-  cache.write(layer, at::cat(new_k).to(at::kDouble).to(at::kFloat), at::cat(new_v), batch.slots(), batch.slots_tensor());
+  // float64 input takes the generic index_copy_ path (the float32 row copy wrote the history).
+  cache.write(layer, at::cat(new_k).to(at::kDouble), at::cat(new_v).to(at::kDouble), batch.slots(), batch.slots_tensor());
 
   at::Tensor q = at::cat(qs);  // (N, H, D)
   at::Tensor kernel = cached_attention(q, cache, layer, batch, AttentionImpl::kCpuKernel);

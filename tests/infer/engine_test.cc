@@ -57,9 +57,13 @@ TEST(ForwardCached, LogitsMatchFullForwardInOneChunkAndInSeveral) {
 
 TEST(Engine, GreedyDecodingMatchesFullRecomputeWithChunkedPrefill) {
   model::Qwen2Model m = tiny_model();
-  for (int64_t budget : {64, 7}) {  // whole prompt in one step; prompt in chunks of at most 7
+  // Whole prompt in one step, or in chunks of at most 7; the CPU kernel, and the torch-op path that
+  // other devices use.
+  for (auto [budget, impl] : {std::pair{64, AttentionImpl::kAuto}, std::pair{7, AttentionImpl::kAuto},
+                              std::pair{7, AttentionImpl::kTorchOps}}) {
     EngineConfig config = manual_config();
     config.max_batch_tokens = budget;
+    config.attention = impl;
     config.max_running = 4;
     InferenceEngine engine(m, config);
     const std::vector<int32_t> prompt = prompt_of(30, 1);

@@ -1,0 +1,265 @@
+// Latency the engine RPC adds per request: the same greedy generate requests (max_tokens 1 and 16,
+// 1 and 8 in flight) run on an in-process InferenceEngine and through a Unix socket to an
+// `ajet-engine serve` process on the same model with the same settings, in one run, interleaved in
+// rounds. Prints p50/p99 per request, the difference and the ratio, and appends the table to
+// docs/benchmarks.md (--no-append skips that; --smoke runs a few requests and never appends).
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <future>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/log.h"
+#include "engine/runtime.h"
+#include "infer/engine.h"
+#include "model/model_dir.h"
+#include "model/presets.h"
+#include "model/qwen2.h"
+#include "rpc/client.h"
+#include "rpc/messages.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+struct Args {
+  int threads = 2;
+  std::string preset = "tiny";
+  int prompt_tokens = 16;
+  int rounds = 3;
+  bool smoke = false;
+  bool append = true;
+};
+
+std::string today() {
+  std::string date = "unknown date";
+  if (FILE* p = ::popen("date -I", "r")) {
+    char buf[64];
+    if (std::fgets(buf, sizeof(buf), p)) date = std::string(buf, std::strcspn(buf, "\n"));
+    ::pclose(p);
+  }
+  return date;
+}
+
+// `ajet-engine serve` as a child; ready when it prints its ready line.
+class ServeProcess {
+ public:
+  ServeProcess(const fs::path& binary, const fs::path& model, const std::string& listen, int threads,
+               const fs::path& log_path) {
+    std::vector<std::string> args = {binary.string(), "serve", "--model", model.string(), "--listen", listen,
+                                     "--threads", std::to_string(threads), "--kv-cache-mb", "64"};
+    int out[2];
+    if (::pipe(out) != 0) throw std::runtime_error("pipe failed");
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::dup2(out[1], 1);
+      const int err = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (err >= 0) ::dup2(err, 2);
+      ::close(out[0]);
+      ::close(out[1]);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+    ::close(out[1]);
+    std::string text;
+    const std::string marker = "ajet-engine: ready on ";
+    char buf[1024];
+    size_t at = std::string::npos;
+    while ((at = text.find(marker)) == std::string::npos || text.find('\n', at) == std::string::npos) {
+      const ssize_t n = ::read(out[0], buf, sizeof buf);
+      if (n <= 0) throw std::runtime_error("ajet-engine serve exited before it was ready; see " + log_path.string());
+      text.append(buf, static_cast<size_t>(n));
+    }
+    at += marker.size();
+    address_ = text.substr(at, text.find('\n', at) - at);
+    stdout_ = out[0];
+  }
+  ~ServeProcess() {
+    ::kill(pid_, SIGTERM);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    ::close(stdout_);
+  }
+  const std::string& address() const { return address_; }
+
+ private:
+  pid_t pid_ = -1;
+  int stdout_ = -1;
+  std::string address_;
+};
+
+std::vector<int32_t> prompt_for(int index, int length) {
+  std::vector<int32_t> p;
+  for (int i = 0; i < length; ++i) p.push_back((index * 131 + i * 17 + 1) % 256);
+  return p;
+}
+
+// Latencies (ms) of `count` requests, `concurrency` in flight, each from `run(index)` which blocks
+// until its request is finished.
+std::vector<double> measure(int count, int concurrency, const std::function<void(int)>& run) {
+  std::vector<double> latencies(static_cast<size_t>(count));
+  std::atomic<int> next{0};
+  std::vector<std::thread> workers;
+  for (int w = 0; w < concurrency; ++w) {
+    workers.emplace_back([&] {
+      for (int i = next.fetch_add(1); i < count; i = next.fetch_add(1)) {
+        const auto t0 = Clock::now();
+        run(i);
+        latencies[static_cast<size_t>(i)] = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  return latencies;
+}
+
+double percentile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  const size_t i = std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5));
+  return v[i];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--smoke") {
+      args.smoke = true;
+    } else if (a == "--no-append") {
+      args.append = false;
+    } else if (a == "--threads" && i + 1 < argc) {
+      args.threads = std::stoi(argv[++i]);
+    } else if (a == "--preset" && i + 1 < argc) {
+      args.preset = argv[++i];
+    } else {
+      std::fprintf(stderr, "usage: rpc_overhead [--threads N] [--preset tiny|small|micro] [--smoke] [--no-append]\n");
+      return 2;
+    }
+  }
+  ajet::set_log_level("warn");
+  const fs::path self = fs::read_symlink("/proc/self/exe");
+  const fs::path engine_binary = self.parent_path() / "ajet-engine";
+  if (!fs::exists(engine_binary)) {
+    std::fprintf(stderr, "rpc_overhead: %s not found (build the ajet-engine target)\n", engine_binary.c_str());
+    return 1;
+  }
+  const fs::path dir = fs::temp_directory_path() / ("ajet_rpc_overhead_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+
+  // A random model of the preset, vocab 1024 (no tokenizer needed: requests are token ids).
+  {
+    ajet::model::Qwen2Model model(ajet::model::preset_config(args.preset, 1024));
+    ajet::model::init_weights(model, 1);
+    ajet::model::save_model_dir(model, dir / "model");
+  }
+  ajet::engine::EngineOptions options;
+  options.model_dir = dir / "model";
+  options.threads = args.threads;
+  options.kv_cache_mb = 64;
+
+  int rc = 0;
+  std::ostringstream table;
+  std::string backend;
+  try {
+    ajet::engine::EngineRuntime direct = ajet::engine::start_engine(options);
+    backend = direct.compute.backend;
+    ServeProcess serve(engine_binary, options.model_dir, "unix:" + (dir / "engine.sock").string(), args.threads,
+                       dir / "serve.log");
+    ajet::rpc::Client client(serve.address());
+    client.connect();
+
+    auto run_direct = [&](int index, int max_tokens) {
+      ajet::infer::GenerateRequest r;
+      r.id = "bench-" + std::to_string(index) + "-" + std::to_string(max_tokens);
+      r.prompt = prompt_for(index, args.prompt_tokens);
+      r.max_tokens = max_tokens;
+      r.temperature = 0;
+      auto result = direct.engine->generate(std::move(r)).get();
+      if (result.error) throw *result.error;
+    };
+    auto run_rpc = [&](int index, int max_tokens) {
+      ajet::rpc::GenerateRequest r;
+      r.prompt = prompt_for(index, args.prompt_tokens);
+      r.max_tokens = max_tokens;
+      r.temperature = 0;
+      auto done = std::make_shared<std::promise<std::optional<ajet::Error>>>();
+      auto future = done->get_future();
+      client.start(ajet::rpc::encode_generate_request(r), [done](ajet::rpc::Frame&& frame) {
+        if (frame.kind == ajet::rpc::FrameKind::kDone) done->set_value(std::nullopt);
+        if (frame.kind == ajet::rpc::FrameKind::kError) done->set_value(ajet::rpc::frame_error(frame));
+      });
+      if (auto error = future.get()) throw *error;
+    };
+
+    table << "| max_tokens | in flight | requests | direct p50 ms | direct p99 ms | rpc p50 ms | rpc p99 ms "
+             "| p50 diff ms | p50 ratio | p99 diff ms | p99 ratio |\n"
+          << "|---|---|---|---|---|---|---|---|---|---|---|\n";
+    std::printf("preset %s, %d threads, prompt %d tokens, greedy; %s\n", args.preset.c_str(), args.threads,
+                args.prompt_tokens, backend.c_str());
+    for (int max_tokens : {1, 16}) {
+      for (int concurrency : {1, 8}) {
+        const int per_round = args.smoke ? 8 : (max_tokens == 1 ? 200 : 48);
+        const int rounds = args.smoke ? 1 : args.rounds;
+        measure(8, concurrency, [&](int i) { run_direct(i, max_tokens); });  // warm-up both paths
+        measure(8, concurrency, [&](int i) { run_rpc(i, max_tokens); });
+        std::vector<double> d, r;
+        for (int round = 0; round < rounds; ++round) {
+          auto a = measure(per_round, concurrency, [&](int i) { run_direct(i, max_tokens); });
+          auto b = measure(per_round, concurrency, [&](int i) { run_rpc(i, max_tokens); });
+          d.insert(d.end(), a.begin(), a.end());
+          r.insert(r.end(), b.begin(), b.end());
+        }
+        const double d50 = percentile(d, 0.5), d99 = percentile(d, 0.99);
+        const double r50 = percentile(r, 0.5), r99 = percentile(r, 0.99);
+        char row[512];
+        std::snprintf(row, sizeof row, "| %d | %d | %zu | %.3f | %.3f | %.3f | %.3f | %+.3f | %.2fx | %+.3f | %.2fx |\n",
+                      max_tokens, concurrency, d.size(), d50, d99, r50, r99, r50 - d50, r50 / d50, r99 - d99,
+                      r99 / d99);
+        table << row;
+        std::printf("%s", row);
+        std::fflush(stdout);
+      }
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rpc_overhead: %s (engine log: %s)\n", e.what(), (dir / "serve.log").c_str());
+    rc = 1;
+  }
+  if (rc == 0) {
+    std::printf("\n%s", table.str().c_str());
+    if (args.append && !args.smoke) {
+      std::ofstream out(AJET_SOURCE_DIR "/docs/benchmarks.md", std::ios::app);
+      out << "\n## Engine RPC overhead per request (bench/engine/rpc_overhead), " << today() << "\n\n"
+          << "The same greedy `generate` requests (" << args.prompt_tokens << "-token prompts, preset " << args.preset
+          << ", vocab 1024, float32, random weights)\nrun on an in-process `InferenceEngine` (direct) and through a "
+          << "Unix socket to an `ajet-engine serve`\nprocess (rpc: frames, socket, server I/O thread, tokens events "
+          << "streamed back per token), with the same\nsettings, " << args.threads
+          << " compute threads each, interleaved in " << args.rounds << " rounds. Latency = submit to final frame.\n"
+          << "Compute: " << backend << "\n\n"
+          << table.str();
+      std::printf("appended to docs/benchmarks.md\n");
+    }
+  }
+  fs::remove_all(dir);
+  return rc;
+}
