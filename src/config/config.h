@@ -108,6 +108,7 @@ struct OptimConfig {
 struct AlgorithmConfig {
   std::string adv_estimator = "grpo";  // grpo | drgrpo | rloo | reinforce_pp
 };
+  bool drop_zero_variance_groups = false;
 
 struct TrainerCommonConfig {
   bool val_before_train = false;
@@ -136,6 +137,9 @@ struct TrainerCommonConfig {
   std::string old_logprob_source = "recompute";  // recompute | rollout
   std::string checkpoint_base_dir = "./saved_checkpoints";
   OptimConfig optim;
+  int64_t max_checkpoints_to_keep = 3;  // -1: all
+  bool episode_loss_weighting = true;
+  std::string sequence_packing = "tree";  // tree | plain
 };
 
 struct LoraConfig {
@@ -149,6 +153,7 @@ struct AsyncConfig {
   int64_t max_staleness = 1;
   std::string off_policy_correction = "decoupled_ppo";  // decoupled_ppo | tis | none
 };
+  double importance_weight_cap = 2.0;  // 0: no truncation
 
 struct InterchangeServerConfig {
   int64_t interchange_server_port = 10086;  // 0 ("auto"): any free port

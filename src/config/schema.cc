@@ -118,6 +118,8 @@ std::vector<Field> config_fields(Config& c) {
          .aliases = {{"reinforce_plus_plus", "reinforce_pp"}, {"dr_grpo", "drgrpo"}}});
   t.add("trainer_common.mini_batch_num", tc.mini_batch_num, "optimizer steps per batch", {.min = 1});
   t.add("trainer_common.ppo_epochs", tc.ppo_epochs, "passes over each batch", {.min = 1});
+  t.add("trainer_common.algorithm.drop_zero_variance_groups", tc.algorithm.drop_zero_variance_groups,
+        "leave out groups whose rewards are all equal (no signal for group estimators)");
   t.add("trainer_common.use_kl_loss", tc.use_kl_loss, "KL penalty to the frozen reference model");
   t.add("trainer_common.kl_loss_coef", tc.kl_loss_coef, "KL coefficient", {.min = 0});
   t.add("trainer_common.kl_loss_type", tc.kl_loss_type, "KL estimator", {.choices = {"low_var_kl", "k1", "k3"}});
@@ -136,6 +138,12 @@ std::vector<Field> config_fields(Config& c) {
   t.add("trainer_common.checkpoint_base_dir", tc.checkpoint_base_dir, "where checkpoints are written");
   t.add("trainer_common.optim.optimizer", tc.optim.optimizer, "optimizer", {.choices = {"AdamW"}});
   t.add("trainer_common.optim.lr", tc.optim.lr, "peak learning rate", {.min = 0});
+  t.add("trainer_common.max_checkpoints_to_keep", tc.max_checkpoints_to_keep, "newest checkpoints kept; -1: all",
+        {.min = -1});
+  t.add("trainer_common.episode_loss_weighting", tc.episode_loss_weighting,
+        "weight each sample's loss terms by 1 / (samples of its episode)");
+  t.add("trainer_common.sequence_packing", tc.sequence_packing,
+        "micro-batch layout: tree (shared prefixes computed once) or plain", {.choices = {"tree", "plain"}});
   t.add("trainer_common.optim.betas", tc.optim.betas, "AdamW betas [b1, b2]");
   t.add("trainer_common.optim.weight_decay", tc.optim.weight_decay, "AdamW weight decay", {.min = 0});
   t.add("trainer_common.optim.lr_warmup_steps", tc.optim.lr_warmup_steps,
@@ -158,6 +166,8 @@ std::vector<Field> config_fields(Config& c) {
         {.choices = {"decoupled_ppo", "tis", "none"}});
   // Swarm server.
   t.add("interchange_server.interchange_server_port", c.interchange_server.interchange_server_port,
+  t.add("async.importance_weight_cap", c.async.importance_weight_cap,
+        "async: truncation of the behaviour-to-proximal importance weight; 0: none", {.min = 0});
         "swarm server port; `auto` (0): any free port", {.min = 0, .max = 65535, .auto_value = 0});
   t.add("swarm_mode_sample_collection_method", c.swarm_mode_sample_collection_method, "batch trigger",
         {.choices = {"rollout_until_finish_enough_tasks", "rollout_until_finish_enough_episodes",

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 namespace ajet::rpc {
 namespace {
@@ -189,7 +190,12 @@ Frame encode_train_batch(const TrainBatch& batch) {
   f.add_array("token_ids", batch.token_ids);
   f.add_array("loss_mask", batch.loss_mask);
   f.add_array("logprobs", batch.logprobs);
-  f.add_array("advantages", batch.advantages);
+  if (!batch.advantages.empty()) f.add_array("advantages", batch.advantages);
+  if (!batch.policy_versions.empty()) f.add_array("policy_versions", batch.policy_versions);
+  if (!batch.rewards.empty()) f.body["rewards"] = batch.rewards;
+  if (!batch.weights.empty()) f.body["weights"] = batch.weights;
+  if (!batch.task_ids.empty()) f.body["task_ids"] = batch.task_ids;
+  if (!batch.episode_uuids.empty()) f.body["episode_uuids"] = batch.episode_uuids;
   return f;
 }
 
@@ -200,11 +206,13 @@ TrainBatch decode_train_batch(const Frame& f) {
   b.token_ids = f.array<int32_t>("token_ids", where);
   b.loss_mask = f.array<uint8_t>("loss_mask", where);
   b.logprobs = f.array<float>("logprobs", where);
-  b.advantages = f.array<float>("advantages", where);
+  b.advantages = f.optional_array<float>("advantages", where).value_or(std::vector<float>{});
+  b.policy_versions = f.optional_array<int32_t>("policy_versions", where).value_or(std::vector<int32_t>{});
   const size_t n = b.token_ids.size();
   check_length(b.loss_mask, n, "loss_mask", where);
   check_length(b.logprobs, n, "logprobs", where);
-  check_length(b.advantages, n, "advantages", where);
+  if (!b.advantages.empty() || n == 0) check_length(b.advantages, n, "advantages", where);
+  if (!b.policy_versions.empty()) check_length(b.policy_versions, n, "policy_versions", where);
   check_token_ids(b.token_ids, "token_ids", where);
   const auto& off = b.sample_offsets;
   if (off.empty() || off.front() != 0 || off.back() != static_cast<int64_t>(n)) {
@@ -219,6 +227,29 @@ TrainBatch decode_train_batch(const Frame& f) {
   if (auto meta = f.body.find("meta"); meta != f.body.end()) {
     if (!meta->is_object()) bad(where, "'meta' must be an object");
     b.meta = *meta;
+  }
+  // Optional per-sample fields: a list of S numbers / strings each.
+  const size_t samples = off.size() - 1;
+  auto per_sample = [&](const char* key, bool numbers, auto& out) {
+    auto it = f.body.find(key);
+    if (it == f.body.end()) return;
+    if (!it->is_array() || it->size() != samples) {
+      bad(where, std::string("'") + key + "' must be a list of " + std::to_string(samples) + " entries (one per sample)");
+    }
+    for (size_t i = 0; i < samples; ++i) {
+      const Json& v = (*it)[i];
+      if (numbers ? !v.is_number() : !v.is_string()) {
+        bad(where, std::string("'") + key + "[" + std::to_string(i) + "]' must be a " + (numbers ? "number" : "string"));
+      }
+    }
+    out = it->get<std::remove_reference_t<decltype(out)>>();
+  };
+  per_sample("rewards", true, b.rewards);
+  per_sample("weights", true, b.weights);
+  per_sample("task_ids", false, b.task_ids);
+  per_sample("episode_uuids", false, b.episode_uuids);
+  if (b.advantages.empty() && b.rewards.empty() && n > 0) {
+    bad(where, "either per-token 'advantages' or per-sample 'rewards' must be given");
   }
   return b;
 }

@@ -91,8 +91,14 @@ struct TrainBatch {
   std::vector<int32_t> token_ids;       // (N,)
   std::vector<uint8_t> loss_mask;       // (N,) 1 on generated tokens, else 0
   std::vector<float> logprobs;          // (N,) behaviour logprobs from the rollout
-  std::vector<float> advantages;        // (N,) per token (a per-sample advantage repeated)
+  std::vector<float> advantages;        // (N,) per token, or empty when `rewards` is given
   Json meta = Json::object();
+  // Optional (empty = absent; added for the trainer, older senders omit them). Per sample (S):
+  std::vector<double> rewards;             // episode reward; the trainer then computes advantages
+  std::vector<double> weights;             // per-episode weight 1 / (samples of the episode)
+  std::vector<std::string> task_ids;       // advantage group
+  std::vector<std::string> episode_uuids;  // advantages are per episode
+  std::vector<int32_t> policy_versions;    // (N,) weights version of each generated token
 };
 Frame encode_train_batch(const TrainBatch& batch);  // method train_step
 TrainBatch decode_train_batch(const Frame& frame);

@@ -1,0 +1,173 @@
+#include "train/checkpoint.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "common/encoding.h"
+#include "common/error.h"
+#include "common/fs.h"
+#include "hf/safetensors.h"
+#include "model/model_dir.h"
+#include "train/lora.h"
+#include "train/tensor_io.h"
+
+namespace ajet::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int kFormat = 1;
+constexpr std::string_view kPrefix = "global_step_";
+
+std::optional<int64_t> step_of(const fs::path& dir) {
+  const std::string name = dir.filename().string();
+  if (name.rfind(kPrefix, 0) != 0 || name.size() == kPrefix.size()) return std::nullopt;
+  int64_t v = 0;
+  for (size_t i = kPrefix.size(); i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9' || v > (int64_t{1} << 55)) return std::nullopt;
+    v = v * 10 + (name[i] - '0');
+  }
+  return v;
+}
+
+// Checkpoint directories under base, oldest first.
+std::vector<std::pair<int64_t, fs::path>> checkpoints(const fs::path& base) {
+  std::vector<std::pair<int64_t, fs::path>> out;
+  std::error_code ec;
+  if (!fs::is_directory(base, ec)) return out;
+  for (const auto& entry : fs::directory_iterator(base, ec)) {
+    if (!entry.is_directory()) continue;
+    if (auto v = step_of(entry.path())) out.emplace_back(*v, entry.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+bool checkpoint_due(int64_t save_freq, int64_t policy_version) {
+  return save_freq > 0 && policy_version > 0 && policy_version % save_freq == 0;
+}
+
+fs::path save_checkpoint(Trainer& trainer, const CheckpointOptions& options, const Json& user) {
+  if (options.base_dir.empty()) invalid_argument("save_checkpoint: base_dir is empty");
+  const std::string name = std::string(kPrefix) + std::to_string(trainer.policy_version());
+  const fs::path final_dir = options.base_dir / name;
+  const fs::path tmp = detail::temp_sibling(final_dir, "tmp");
+  std::error_code ec;
+  fs::create_directories(options.base_dir, ec);
+  fs::remove_all(tmp, ec);
+  if (!fs::create_directory(tmp, ec) || ec) fail(ErrorCode::kIo, tmp.string() + ": cannot create (" + ec.message() + ")");
+  try {
+    auto& model = trainer.model();
+    model::SaveOptions save;
+    save.tokenizer_dir = options.tokenizer_dir;
+    model::save_model_dir(model, tmp / "model", save);
+    const bool lora = trainer.options().lora.enabled();
+    if (lora) save_peft_adapter(model, tmp / "adapter", trainer.options().lora, options.base_model_name_or_path);
+    if (auto ref = trainer.reference_model()) model::save_model_dir(*ref, tmp / "reference");
+
+    Trainer::State st = trainer.state();
+    std::vector<torch::Tensor> keep;
+    std::vector<hf::TensorView> views;
+    Json steps = Json::object();
+    for (const auto& e : st.optimizer) {
+      keep.push_back(e.exp_avg.to(torch::kCPU).contiguous());
+      views.push_back(detail::view_of(e.name + ".exp_avg", keep.back()));
+      keep.push_back(e.exp_avg_sq.to(torch::kCPU).contiguous());
+      views.push_back(detail::view_of(e.name + ".exp_avg_sq", keep.back()));
+      steps[e.name] = e.step;
+    }
+    hf::write_safetensors(tmp / "optimizer.safetensors", views, {{"format", "pt"}});
+    auto rng = st.torch_rng.to(torch::kCPU).contiguous();
+    Json state = {{"format", kFormat},
+                  {"global_step", st.global_step},
+                  {"policy_version", st.policy_version},
+                  {"shuffle_rng", st.shuffle_rng},
+                  {"torch_rng", base64_encode(std::string_view(static_cast<const char*>(rng.data_ptr()), rng.nbytes()))},
+                  {"optimizer_steps", steps},
+                  {"lora", lora},
+                  {"user", user}};
+    write_file_atomic(tmp / "trainer_state.json", state.dump(1) + "\n");
+    detail::publish_dir(tmp, final_dir);
+  } catch (...) {
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+  write_file_atomic(options.base_dir / "latest", name + "\n");
+  if (options.keep_last > 0) {
+    auto all = checkpoints(options.base_dir);
+    const auto excess = static_cast<int64_t>(all.size()) - options.keep_last;
+    for (int64_t i = 0; i < excess; ++i) {
+      if (all[static_cast<size_t>(i)].second == final_dir) continue;
+      fs::remove_all(all[static_cast<size_t>(i)].second, ec);
+    }
+  }
+  return final_dir;
+}
+
+std::optional<fs::path> latest_checkpoint(const fs::path& base) {
+  std::error_code ec;
+  if (fs::exists(base / "latest", ec)) {
+    std::string name = read_file(base / "latest");
+    while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+    if (step_of(name) && fs::is_directory(base / name, ec)) return base / name;
+  }
+  auto all = checkpoints(base);
+  if (all.empty()) return std::nullopt;
+  return all.back().second;
+}
+
+LoadedCheckpoint load_checkpoint(Trainer& trainer, const fs::path& dir) {
+  const fs::path state_path = dir / "trainer_state.json";
+  if (!fs::is_directory(dir)) fail(ErrorCode::kNotFound, "checkpoint " + dir.string() + " does not exist");
+  const Json j = parse_json(read_file(state_path), state_path.string());
+  const std::string where = state_path.string();
+  if (get_int(j, "format", where) != kFormat) invalid_argument(where + ": unsupported checkpoint format");
+  const bool lora = get_optional_bool(j, "lora", where).value_or(false);
+  if (lora != trainer.options().lora.enabled()) {
+    invalid_argument(where + ": checkpoint was written " + (lora ? "with" : "without") + " LoRA, the trainer is " +
+                     (trainer.options().lora.enabled() ? "with" : "without"));
+  }
+  Trainer::State st;
+  st.global_step = get_int(j, "global_step", where);
+  st.policy_version = get_int(j, "policy_version", where);
+  st.shuffle_rng = get_string(j, "shuffle_rng", where);
+  auto rng_bytes = base64_decode(get_string(j, "torch_rng", where));
+  if (!rng_bytes) invalid_argument(where + ": 'torch_rng' is not base64");
+  st.torch_rng = torch::empty({static_cast<int64_t>(rng_bytes->size())}, torch::kByte);
+  std::memcpy(st.torch_rng.data_ptr(), rng_bytes->data(), rng_bytes->size());
+  const auto steps_it = j.find("optimizer_steps");
+  if (steps_it == j.end() || !steps_it->is_object()) invalid_argument(where + ": 'optimizer_steps' must be an object");
+
+  const fs::path opt_path = dir / "optimizer.safetensors";
+  auto file = hf::SafetensorsFile::open(opt_path);
+  for (const auto& [name, step] : steps_it->items()) {
+    if (!step.is_number_integer()) invalid_argument(where + ": optimizer step of '" + name + "' must be an integer");
+    const hf::TensorInfo* avg = file.find(name + ".exp_avg");
+    const hf::TensorInfo* sq = file.find(name + ".exp_avg_sq");
+    if (!avg || !sq) invalid_argument(opt_path.string() + ": moments of '" + name + "' are missing");
+    st.optimizer.push_back({name, step.get<int64_t>(), detail::tensor_from_view(file.view(*avg)),
+                            detail::tensor_from_view(file.view(*sq))});
+  }
+  if (file.tensors().size() != 2 * st.optimizer.size()) {
+    invalid_argument(opt_path.string() + ": holds tensors not listed in trainer_state.json's optimizer_steps");
+  }
+  for (const char* sub : {"model", "adapter", "reference"}) {
+    const bool needed = std::string(sub) == "model" || (std::string(sub) == "adapter" && lora) ||
+                        (std::string(sub) == "reference" && trainer.reference_model().has_value());
+    if (needed && !fs::is_directory(dir / sub)) fail(ErrorCode::kNotFound, "checkpoint " + dir.string() + ": " + sub + "/ is missing");
+  }
+
+  auto& model = trainer.model();
+  model::load_weights(model, dir / "model");
+  if (lora) load_peft_adapter(model, dir / "adapter");
+  if (auto ref = trainer.reference_model()) model::load_weights(*ref, dir / "reference");
+  trainer.load_state(st);
+  auto user = j.find("user");
+  return {dir, st.global_step, st.policy_version, user == j.end() ? Json::object() : *user};
+}
+
+}  // namespace ajet::train

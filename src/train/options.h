@@ -1,0 +1,138 @@
+// The trainer's settings and metrics as plain data (no libtorch), their mapping from the YAML config
+// (ajet.trainer_common.*, ajet.lora.*, ajet.async.*) and the learning-rate schedule. Nothing here
+// computes a gradient.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/json.h"
+#include "train/advantage.h"
+
+namespace ajet::config {
+struct Config;
+struct LoraConfig;
+}  // namespace ajet::config
+
+namespace ajet::train {
+
+enum class KlType {
+  kK1,        // lp - ref
+  kK3,        // exp(ref - lp) - (ref - lp) - 1 (Schulman's k3; unbiased, >= 0)
+  kLowVarKl,  // k3 with ref - lp clamped to [-20, 20] and the result clamped to [-10, 10] (verl)
+};
+std::string_view kl_type_name(KlType type);
+KlType kl_type_from_name(std::string_view name);  // "k1" | "k3" | "low_var_kl" (also "kl" = k1)
+
+// How the ratio's denominator and the importance weight are chosen (see loss.h).
+enum class OffPolicyCorrection { kNone, kDecoupledPpo, kTis };
+std::string_view correction_name(OffPolicyCorrection c);
+OffPolicyCorrection correction_from_name(std::string_view name);  // "none" | "decoupled_ppo" | "tis"
+
+struct LossOptions {
+  double clip_low = 0.2;   // ratio clipped to [1 - clip_low, 1 + clip_high]
+  double clip_high = 0.2;
+  double clip_c = 3.0;     // dual clip for A < 0: the term is at most -A * clip_c; <= 1 disables it
+  bool use_kl = false;
+  KlType kl_type = KlType::kLowVarKl;
+  double kl_coef = 0.0;
+  double entropy_coef = 0.0;  // the loss subtracts entropy_coef * entropy
+  OffPolicyCorrection correction = OffPolicyCorrection::kNone;
+  double is_cap = 2.0;        // truncation of the behaviour -> proximal importance weight; <= 0: none
+};
+
+struct LoraOptions {
+  int64_t rank = 0;  // 0: LoRA off (full fine-tuning)
+  double alpha = 16;
+  double dropout = 0.0;
+  std::vector<std::string> target_modules = {"all-linear"};  // PEFT names, or "all-linear"
+
+  bool enabled() const { return rank > 0; }
+  double scale() const { return alpha / static_cast<double>(rank); }
+  static LoraOptions from_config(const config::LoraConfig& config);  // ajet.lora.*
+};
+
+enum class LossAggregation { kTokenMean, kSeqMeanTokenMean, kSeqMeanTokenSum, kSeqMeanTokenSumNorm };
+LossAggregation aggregation_from_name(std::string_view name);  // the loss_agg_mode names
+std::string_view aggregation_name(LossAggregation agg);
+
+enum class Packing { kPlain, kTree };
+Packing packing_from_name(std::string_view name);  // "plain" | "tree"
+std::string_view packing_name(Packing packing);
+
+struct OptimOptions {
+  double lr = 1e-6;
+  double beta1 = 0.9, beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.01;
+  int64_t warmup_steps = 0;  // linear warmup: step s < W uses lr * (s + 1) / W
+  bool cosine = false;       // after warmup: constant, or cosine down to min_lr_ratio * lr
+  double min_lr_ratio = 0.0;
+  double num_cycles = 0.5;
+  int64_t total_steps = 0;   // optimizer steps in the run (cosine needs it); 0 = unknown
+  double grad_clip = 20.0;   // clip the global gradient norm; <= 0: off
+};
+
+// Learning rate of optimizer step `step` (0-based). Cosine: after warmup, progress q = (s - W) / (total - W)
+// in [0, 1], lr * (min + (1 - min) * 0.5 * (1 + cos(2 pi num_cycles q))).
+double learning_rate(const OptimOptions& o, int64_t step);
+
+struct TrainerOptions {
+  AdvantageOptions advantage;
+  LossOptions loss;
+  LossAggregation aggregation = LossAggregation::kTokenMean;
+  double norm_constant = 1.0;          // seq-mean-token-sum-norm divisor (ajet.data.max_response_length)
+  bool episode_weighting = true;       // multiply each sample's terms by its weight
+  double loss_scale = 1.0;             // loss_extra_scale_ratio
+  bool recompute_old_logprobs = true;  // false: the rollout's logprobs are the PPO "old" policy
+  OptimOptions optim;
+  int64_t mini_batch_num = 1;          // optimizer steps per batch (per epoch)
+  int64_t ppo_epochs = 1;
+  bool shuffle = true;                 // shuffle samples before splitting into mini-batches
+  int64_t micro_batch_tokens = 16384;  // packed tokens per forward/backward (gradient accumulation beyond)
+  Packing packing = Packing::kTree;
+  int64_t attention_block = 128;       // query rows per attention block
+  int64_t logprob_chunk = 1024;        // rows of logits formed at once
+  LoraOptions lora;
+  uint64_t seed = 0;                   // shuffling, LoRA init, dropout
+
+  // From ajet.trainer_common.*, ajet.lora.*, ajet.async.* (the off-policy correction only with
+  // backbone async), ajet.data.max_response_length, ajet.engine.seed. total_steps is
+  // total_training_steps x mini_batch_num x ppo_epochs when set. Throws Error(kInvalidArgument) naming
+  // the key for a cosine schedule or a warmup ratio without total_training_steps.
+  static TrainerOptions from_config(const config::Config& config);
+};
+
+struct TrainMetrics {
+  double loss = 0;                // mean over optimizer steps of the mini-batch loss
+  double pg_loss = 0;             // mean over optimizer steps of sum c * pg
+  double kl = 0;                  // token mean of the KL estimate (0 without use_kl)
+  double entropy = 0;             // token mean
+  double clip_fraction = 0;       // token mean
+  double dual_clip_fraction = 0;  // token mean
+  double approx_kl = 0;           // token mean of old - new logprob
+  double is_weight = 1;           // token mean of the off-policy importance weight
+  double is_truncated_fraction = 0;
+  double grad_norm = 0;           // mean over optimizer steps, before clipping
+  double lr = 0;                  // of the last optimizer step
+  double reward_mean = 0;         // over episodes
+  double advantage_mean = 0, advantage_abs_mean = 0;  // over trained samples
+  int64_t tokens = 0;             // sample tokens trained on (after dropping)
+  int64_t trained_tokens = 0;     // loss-mask tokens
+  int64_t packed_tokens = 0;      // tokens the training forward passes computed (all epochs)
+  int64_t samples = 0;
+  int64_t dropped_samples = 0;    // in zero-variance groups (drop_zero_variance_groups) or untrainable
+  int64_t groups = 0, zero_variance_groups = 0;
+  int64_t optimizer_steps = 0;    // in this train_step
+  int64_t skipped_steps = 0;      // non-finite gradient norm or nothing to train: no update
+  int64_t micro_batches = 0;
+  int64_t global_step = 0;        // optimizer steps since the start of training
+  int64_t policy_version = 0;     // after this step
+  double seconds = 0, old_logprob_seconds = 0, ref_logprob_seconds = 0;
+
+  Json to_json() const;
+};
+
+}  // namespace ajet::train

@@ -1,0 +1,65 @@
+// The training forward over one packed sequence (plain or tree, see tracking/packing.h): block-sparse
+// attention that only computes the query/key blocks the tree mask allows, and target logprobs (and
+// entropies) computed chunk by chunk without keeping (T, V) logits for the backward pass. Both are
+// custom autograd functions with hand-written backward passes; tests check them against the dense
+// masked forward and plain log_softmax. It never owns the model or decides what is trained.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "model/qwen2.h"
+
+namespace ajet::train {
+
+// One query block [q_begin, q_end) and the keys any of its rows may attend.
+struct AttentionBlock {
+  int64_t q_begin = 0;
+  int64_t q_end = 0;
+  int64_t key_begin = 0;    // keys are [key_begin, key_begin + key_count) when key_index is undefined
+  int64_t key_count = 0;
+  torch::Tensor key_index;  // (K,) int64 packed indices of the keys, when they are not one range
+  torch::Tensor bias;       // (Tq, K) float32: 0 where the query may attend the key, -inf elsewhere
+};
+
+struct AttentionPlan {
+  int64_t tokens = 0;
+  std::vector<AttentionBlock> blocks;
+  int64_t computed_pairs() const;  // sum of Tq * K: the score entries computed per head
+};
+
+// Query i may attend key j iff j <= i < subtree_end[j] (tracking::PackedSequence's rule; a plain
+// causal sequence has subtree_end[j] = T). Blocks of `block_rows` queries; the keys of a block are every
+// j < q_end with subtree_end[j] > q_begin, so key blocks no row may see are never computed.
+AttentionPlan plan_attention(std::span<const int32_t> subtree_end, int64_t block_rows = 128);
+
+// softmax(q k^T + bias) v per block, GQA by grouping query heads onto their kv head. q must already
+// carry the 1/sqrt(D) scale. q: (T, H, D); k, v: (T, Hkv, D). Returns (T, H*D) in q's dtype. Scores in
+// float32 (float64 for float64 inputs). The backward pass reuses the forward's probabilities when they
+// fit in `keep_probs_bytes`, else recomputes them from the saved row log-sum-exp. The graph keeps what
+// it needs of the plan.
+torch::Tensor block_sparse_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                     const AttentionPlan& plan, int64_t keep_probs_bytes = int64_t{192} << 20);
+
+// Final-normed hidden states of one packed sequence. ids, positions: (T,) int64. Returns (T, C).
+// Uses each layer's attention_inputs / attention_outputs with block_sparse_attention in between.
+torch::Tensor packed_hidden(model::Qwen2Model& model, const torch::Tensor& ids, const torch::Tensor& positions,
+                            const AttentionPlan& plan);
+
+struct TokenLogprobs {
+  torch::Tensor logprob;  // (M,) log softmax(lm_head(hidden))[target]
+  torch::Tensor entropy;  // (M,) entropy of that distribution
+};
+
+// hidden: (M, C) the rows that predict `targets` (M,) int64. Logits are formed `chunk_rows` rows at a
+// time; the backward pass keeps them when they fit in `keep_logits_bytes`, else recomputes them.
+TokenLogprobs token_logprobs(model::Qwen2Model& model, const torch::Tensor& hidden, const torch::Tensor& targets,
+                             int64_t chunk_rows = 1024, int64_t keep_logits_bytes = int64_t{256} << 20);
+
+// The lm_head weight (V, C) whether tied or not.
+torch::Tensor lm_head_weight(model::Qwen2Model& model);
+
+}  // namespace ajet::train

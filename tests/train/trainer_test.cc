@@ -1,0 +1,374 @@
+// Trainer equivalences and behaviour: micro-batching = full batch, tree = plain packing, merged
+// samples = one sample per call (issue 5), two in-process ranks = one rank, rollout = recomputed old
+// logprobs when they agree, zero-variance groups dropped, and a toy bandit learns.
+#include "train/trainer.h"
+
+#include <gtest/gtest.h>
+
+#include <barrier>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "tracking/merge.h"
+#include "tracking/synthetic.h"
+#include "train_test_util.h"
+
+namespace ajet::train {
+namespace {
+
+using testing::clone_model;
+using testing::random_batch;
+using testing::relative_difference;
+using testing::step_gradients;
+using testing::test_options;
+
+void expect_same_gradients(const std::vector<std::vector<torch::Tensor>>& a, const std::vector<std::vector<torch::Tensor>>& b,
+                           double tolerance, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t s = 0; s < a.size(); ++s) EXPECT_LT(relative_difference(a[s], b[s]), tolerance) << what << " step " << s;
+}
+
+TEST(Trainer, MicroBatchingEqualsTheFullBatch) {
+  auto base = testing::random_model(testing::qwen2_config(), 1);
+  Batch batch = random_batch(3, 4, 9, 7, 61, 2);
+  for (auto agg : {LossAggregation::kTokenMean, LossAggregation::kSeqMeanTokenMean}) {
+    for (auto packing : {Packing::kPlain, Packing::kTree}) {
+      TrainerOptions o = test_options();
+      o.aggregation = agg;
+      o.packing = packing;
+      o.mini_batch_num = 2;
+      o.loss.use_kl = true;
+      o.loss.kl_coef = 0.1;
+      o.loss.entropy_coef = 0.01;
+      Trainer full(clone_model(base), o);
+      o.micro_batch_tokens = 20;  // many micro-batches per mini-batch
+      Trainer micro(clone_model(base), o);
+      TrainMetrics mf, mm;
+      auto gf = step_gradients(full, batch, &mf);
+      auto gm = step_gradients(micro, batch, &mm);
+      const std::string what = std::string(aggregation_name(agg)) + " " + std::string(packing_name(packing));
+      expect_same_gradients(gm, gf, 1e-5, what);
+      EXPECT_GT(mm.micro_batches, mf.micro_batches) << what;
+      EXPECT_NEAR(mm.loss, mf.loss, 1e-5 * std::max(1.0, std::abs(mf.loss))) << what;
+      EXPECT_NEAR(mm.kl, mf.kl, 1e-6) << what;
+      EXPECT_NEAR(mm.entropy, mf.entropy, 1e-5) << what;
+    }
+  }
+}
+
+TEST(Trainer, TreePackingEqualsPlainPacking) {
+  auto base = testing::random_model(testing::qwen3_config(), 3);
+  Batch batch = random_batch(2, 5, 12, 6, 53, 4);
+  TrainerOptions o = test_options();
+  o.loss.use_kl = true;
+  o.loss.kl_coef = 0.05;
+  o.packing = Packing::kPlain;
+  Trainer plain(clone_model(base), o);
+  o.packing = Packing::kTree;
+  Trainer tree(clone_model(base), o);
+  TrainMetrics mp, mt;
+  auto gp = step_gradients(plain, batch, &mp);
+  auto gt = step_gradients(tree, batch, &mt);
+  expect_same_gradients(gt, gp, 1e-5, "tree vs plain");
+  EXPECT_NEAR(mt.loss, mp.loss, 1e-6);
+  EXPECT_LT(mt.packed_tokens, mp.packed_tokens);  // the shared prompts are computed once
+  EXPECT_EQ(mt.trained_tokens, mp.trained_tokens);
+}
+
+// Issue 5: GRPO groups of linear multi-turn episodes, merged by the tracking module (one sample per
+// episode) against one sample per call (the call's prompt as context, its completion trained). With
+// token-mean and every sample weighted 1, every generated token is one term with coefficient 1/N in
+// both, and advantages are per episode, so the loss and its gradients agree token for token.
+TEST(Trainer, MergedSamplesEqualOneSamplePerCall) {
+  auto config = testing::qwen2_config();
+  auto base = testing::random_model(config, 5);
+  tracking::synthetic::AgentShape shape;
+  shape.turns = 4;
+  shape.system_prompt_tokens = 10;
+  shape.task_tokens = 4;
+  shape.generated_tokens_per_turn = 6;
+  shape.observation_tokens_per_turn = 3;
+  shape.vocab_size = static_cast<int>(config.vocab_size);
+  Batch merged, per_call;
+  for (int g = 0; g < 2; ++g) {
+    auto group = tracking::synthetic::grpo_group(shape, 3, 100 + static_cast<uint64_t>(g));
+    for (size_t e = 0; e < group.size(); ++e) {
+      const auto& calls = group[e];
+      const double reward = static_cast<double>((e * 7 + static_cast<size_t>(g)) % 3) - 0.5;
+      const std::string task = "task-" + std::to_string(g);
+      tracking::MergedEpisode m = tracking::merge_episode({calls[0].episode_uuid, task, reward}, calls, {});
+      ASSERT_EQ(m.samples.size(), 1u) << "a linear episode merges into one sample";
+      Batch one = batch_from_samples(m.samples);
+      merged.samples.push_back(one.samples[0]);
+      for (const auto& call : calls) {
+        TrainSample s;
+        s.episode_uuid = call.episode_uuid;
+        s.task_id = task;
+        s.reward = reward;
+        s.token_ids = call.prompt_ids;
+        s.token_ids.insert(s.token_ids.end(), call.completion_ids.begin(), call.completion_ids.end());
+        s.loss_mask.assign(call.prompt_ids.size(), 0);
+        s.loss_mask.insert(s.loss_mask.end(), call.completion_ids.size(), 1);
+        s.logprobs.assign(call.prompt_ids.size(), 0.0f);
+        s.logprobs.insert(s.logprobs.end(), call.logprobs.begin(), call.logprobs.end());
+        per_call.samples.push_back(std::move(s));
+      }
+    }
+  }
+  ASSERT_EQ(merged.trained_tokens(), per_call.trained_tokens());
+  EXPECT_LT(merged.tokens() * 2, per_call.tokens());
+
+  TrainerOptions o = test_options();
+  o.episode_weighting = false;
+  o.loss.use_kl = true;
+  o.loss.kl_coef = 0.1;
+  o.loss.entropy_coef = 0.01;
+  for (bool recompute : {true, false}) {
+    o.recompute_old_logprobs = recompute;
+    Trainer a(clone_model(base), o), b(clone_model(base), o);
+    // Token for token: the logprob of every generated token, in call order.
+    auto la = a.compute_logprobs(merged), lb = b.compute_logprobs(per_call);
+    std::vector<float> fa, fb;
+    for (size_t i = 0; i < la.size(); ++i) {
+      for (size_t p = 0; p < la[i].size(); ++p) {
+        if (merged.samples[i].loss_mask[p]) fa.push_back(la[i][p]);
+      }
+    }
+    for (size_t i = 0; i < lb.size(); ++i) {
+      for (size_t p = 0; p < lb[i].size(); ++p) {
+        if (per_call.samples[i].loss_mask[p]) fb.push_back(lb[i][p]);
+      }
+    }
+    ASSERT_EQ(fa.size(), fb.size());
+    for (size_t k = 0; k < fa.size(); ++k) EXPECT_NEAR(fa[k], fb[k], 1e-5 * std::max(1.0f, std::abs(fb[k]))) << k;
+    TrainMetrics ma, mb;
+    auto ga = step_gradients(a, merged, &ma);
+    auto gb = step_gradients(b, per_call, &mb);
+    expect_same_gradients(ga, gb, 1e-5, recompute ? "recompute" : "rollout logprobs");
+    EXPECT_NEAR(ma.loss, mb.loss, 1e-5 * std::max(1.0, std::abs(mb.loss)));
+    EXPECT_NEAR(ma.pg_loss, mb.pg_loss, 1e-5 * std::max(1.0, std::abs(mb.pg_loss)));
+    EXPECT_NEAR(ma.entropy, mb.entropy, 1e-5);
+    EXPECT_EQ(ma.trained_tokens, mb.trained_tokens);
+    EXPECT_LT(ma.tokens * 2, mb.tokens);  // the point of merging
+  }
+}
+
+// An in-process all-reduce for N threads: the last arrival sums, everyone copies the sum back.
+class ThreadCollective {
+ public:
+  explicit ThreadCollective(int world) : world_(world) {}
+  class Rank : public Collective {
+   public:
+    Rank(ThreadCollective* group, int rank) : group_(group), rank_(rank) {}
+    int rank() const override { return rank_; }
+    int world_size() const override { return group_->world_; }
+    void all_reduce_sum(std::vector<torch::Tensor>& tensors) override { group_->reduce(tensors); }
+
+   private:
+    ThreadCollective* group_;
+    int rank_;
+  };
+
+ private:
+  void reduce(std::vector<torch::Tensor>& tensors) {
+    std::unique_lock lock(mu_);
+    const int64_t generation = generation_;
+    if (arrived_ == 0) {
+      sum_.clear();
+      for (auto& t : tensors) sum_.push_back(t.detach().clone());
+    } else {
+      for (size_t i = 0; i < tensors.size(); ++i) sum_[i].add_(tensors[i]);
+    }
+    if (++arrived_ == world_) {
+      arrived_ = 0;
+      ++generation_;
+      cv_.notify_all();
+    } else {
+      cv_.wait(lock, [&] { return generation_ != generation; });
+    }
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < tensors.size(); ++i) tensors[i].copy_(sum_[i]);
+    // The sums stay valid until every rank has copied them: the next call only starts after all
+    // ranks left this one (each rank calls in lock step), and it rebuilds sum_ under the lock.
+    if (++copied_ == world_) {
+      copied_ = 0;
+      ++released_;
+      cv_.notify_all();
+    } else {
+      const int64_t r = released_;
+      cv_.wait(lock, [&] { return released_ != r; });
+    }
+  }
+
+  int world_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<torch::Tensor> sum_;
+  int arrived_ = 0, copied_ = 0;
+  int64_t generation_ = 0, released_ = 0;
+};
+
+TEST(Trainer, TwoRanksEqualOneRankOnTheWholeBatch) {
+  auto base = testing::random_model(testing::qwen2_config(), 6);
+  Batch all = random_batch(4, 3, 8, 6, 61, 7);
+  Batch half[2];
+  for (size_t i = 0; i < all.samples.size(); ++i) half[i < 6 ? 0 : 1].samples.push_back(all.samples[i]);  // whole groups
+  TrainerOptions o = test_options();
+  o.shuffle = false;
+  o.loss.use_kl = true;
+  o.loss.kl_coef = 0.1;
+  for (auto agg : {LossAggregation::kTokenMean, LossAggregation::kSeqMeanTokenMean}) {
+    o.aggregation = agg;
+    Trainer single(clone_model(base), o);
+    TrainMetrics ms;
+    auto gs = step_gradients(single, all, &ms);
+    ThreadCollective group(2);
+    std::vector<std::vector<torch::Tensor>> gr[2];
+    TrainMetrics mr[2];
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        Trainer t(clone_model(base), o);
+        t.set_collective(std::make_shared<ThreadCollective::Rank>(&group, r));
+        gr[r] = step_gradients(t, half[r], &mr[r]);
+      });
+    }
+    for (auto& t : threads) t.join();
+    expect_same_gradients(gr[0], gs, 1e-5, "rank 0");
+    expect_same_gradients(gr[1], gs, 1e-5, "rank 1");
+    EXPECT_NEAR(mr[0].loss, ms.loss, 1e-5 * std::max(1.0, std::abs(ms.loss)));
+    EXPECT_NEAR(mr[1].kl, ms.kl, 1e-6);
+  }
+}
+
+TEST(Trainer, RolloutLogprobsThatAgreeGiveTheRecomputedResult) {
+  auto base = testing::random_model(testing::qwen2_config(), 8);
+  Batch batch = random_batch(2, 4, 6, 5, 61, 9);
+  TrainerOptions o = test_options();
+  Trainer probe(clone_model(base), o);
+  auto lp = probe.compute_logprobs(batch);
+  for (size_t i = 0; i < batch.samples.size(); ++i) batch.samples[i].logprobs = lp[i];
+  Trainer recompute(clone_model(base), o);
+  o.recompute_old_logprobs = false;
+  Trainer rollout(clone_model(base), o);
+  o.loss.correction = OffPolicyCorrection::kDecoupledPpo;  // behaviour == proximal: weight 1
+  Trainer decoupled(clone_model(base), o);
+  TrainMetrics md;
+  auto g1 = step_gradients(recompute, batch);
+  auto g2 = step_gradients(rollout, batch);
+  auto g3 = step_gradients(decoupled, batch, &md);
+  expect_same_gradients(g2, g1, 1e-5, "rollout");
+  expect_same_gradients(g3, g1, 1e-5, "decoupled");
+  EXPECT_NEAR(md.is_weight, 1.0, 1e-5);
+  EXPECT_EQ(md.clip_fraction, 0.0);
+}
+
+TEST(Trainer, StaleBehaviourLogprobsAreReweighted) {
+  auto base = testing::random_model(testing::qwen2_config(), 8);
+  Batch batch = random_batch(2, 4, 6, 5, 61, 10);
+  TrainerOptions o = test_options();
+  Trainer probe(clone_model(base), o);
+  auto lp = probe.compute_logprobs(batch);
+  // Behaviour = proximal - log 1.5 everywhere: importance weight 1.5 under a cap of 2 scales the
+  // policy-gradient part of every gradient by 1.5 (no KL, no entropy here).
+  for (size_t i = 0; i < batch.samples.size(); ++i) {
+    for (size_t p = 0; p < lp[i].size(); ++p) batch.samples[i].logprobs[p] = lp[i][p] - std::log(1.5f);
+  }
+  Trainer plain(clone_model(base), o);
+  o.loss.correction = OffPolicyCorrection::kTis;
+  Trainer tis(clone_model(base), o);
+  TrainMetrics mt;
+  auto g1 = step_gradients(plain, batch);
+  auto g2 = step_gradients(tis, batch, &mt);
+  std::vector<torch::Tensor> scaled;
+  for (auto& g : g1[0]) scaled.push_back(g * 1.5);
+  EXPECT_LT(relative_difference(g2[0], scaled), 1e-5);
+  EXPECT_NEAR(mt.is_weight, 1.5, 1e-4);
+  EXPECT_EQ(mt.is_truncated_fraction, 0.0);
+}
+
+TEST(Trainer, DropsZeroVarianceGroupsAndReportsMetrics) {
+  auto base = testing::random_model(testing::qwen2_config(), 2);
+  Batch batch = random_batch(3, 4, 6, 5, 61, 12);
+  for (size_t i = 0; i < 4; ++i) batch.samples[i].reward = 1.0;  // group 0 is flat
+  batch.samples[4].reward = 0;
+  batch.samples[5].reward = 1;
+  TrainerOptions o = test_options();
+  o.advantage.drop_zero_variance_groups = true;
+  o.mini_batch_num = 2;
+  o.ppo_epochs = 2;
+  o.optim.warmup_steps = 10;
+  Trainer t(clone_model(base), o);
+  TrainMetrics m = t.train_step(batch);
+  EXPECT_EQ(m.dropped_samples, 4 + (batch.samples[8].reward == batch.samples[9].reward &&
+                                    batch.samples[9].reward == batch.samples[10].reward &&
+                                    batch.samples[10].reward == batch.samples[11].reward ? 4 : 0));
+  EXPECT_EQ(m.zero_variance_groups * 4, m.dropped_samples);
+  EXPECT_EQ(m.groups, 3);
+  EXPECT_EQ(m.optimizer_steps, 4);
+  EXPECT_EQ(m.global_step, 4);
+  EXPECT_EQ(m.policy_version, 1);
+  EXPECT_DOUBLE_EQ(m.lr, o.optim.lr * 4 / 10);  // the 4th step of a 10-step warmup
+  EXPECT_GT(m.grad_norm, 0);
+  EXPECT_GT(m.entropy, 0);
+  EXPECT_EQ(m.samples + m.dropped_samples, 12);
+  int64_t trained = 0;
+  for (size_t i = 4; i < 12; ++i) trained += static_cast<int64_t>(batch.samples[i].trained_tokens());
+  if (m.dropped_samples == 4) {
+    EXPECT_EQ(m.trained_tokens, trained);
+  }
+  const Json j = m.to_json();
+  EXPECT_EQ(j.at("optimizer_steps"), 4);
+}
+
+// A one-step bandit: after the prompt the policy picks token 10 (reward 1) or 11 (reward -1),
+// sampled from the model restricted to those two. GRPO with a group of 8 per step pushes the share
+// of token 10 up.
+TEST(Trainer, LearnsAToyBandit) {
+  auto config = testing::qwen2_config();
+  auto m = testing::random_model(config, 13);
+  const std::vector<int32_t> prompt = {5, 6, 7};
+  auto share = [&](model::Qwen2Model& net) {
+    torch::NoGradGuard no_grad;
+    auto ids = torch::tensor(std::vector<int64_t>(prompt.begin(), prompt.end())).view({1, 3});
+    auto logp = torch::log_softmax(net->forward_logits(ids, torch::arange(3).view({1, 3}))[0][2], -1);
+    const double a = logp[10].exp().item<double>(), b = logp[11].exp().item<double>();
+    return std::tuple{a / (a + b), logp[10].item<float>(), logp[11].item<float>()};
+  };
+  TrainerOptions o = test_options();
+  o.optim.lr = 1e-2;
+  o.optim.weight_decay = 0;
+  o.optim.grad_clip = 1.0;
+  Trainer trainer(m, o);
+  std::mt19937_64 rng(17);
+  const double initial = std::get<0>(share(m));
+  double first_reward = 0, last_reward = 0;
+  for (int step = 0; step < 15; ++step) {
+    auto [p10, lp10, lp11] = share(m);
+    Batch batch;
+    double reward_sum = 0;
+    for (int e = 0; e < 8; ++e) {
+      const bool pick10 = std::uniform_real_distribution<double>(0, 1)(rng) < p10;
+      TrainSample s;
+      s.episode_uuid = std::to_string(step * 100 + e);
+      s.task_id = "bandit";
+      s.reward = pick10 ? 1.0 : -1.0;
+      s.token_ids = {5, 6, 7, pick10 ? 10 : 11};
+      s.loss_mask = {0, 0, 0, 1};
+      s.logprobs = {0, 0, 0, pick10 ? lp10 : lp11};
+      reward_sum += s.reward;
+      batch.samples.push_back(std::move(s));
+    }
+    if (step < 3) first_reward += reward_sum / 24;
+    if (step >= 12) last_reward += reward_sum / 24;
+    trainer.train_step(batch);
+  }
+  const double final_share = std::get<0>(share(m));
+  EXPECT_GT(final_share, 0.95) << "initial share " << initial;
+  EXPECT_GT(final_share, initial);
+  EXPECT_GT(last_reward, first_reward);
+}
+
+}  // namespace
+}  // namespace ajet::train
