@@ -66,6 +66,7 @@ void ChannelStream::on_cancel(std::function<void()> fn) {
 
 void ChannelStream::next(Deliver deliver) {
   Chunk chunk;
+  std::function<void()> finished_cancel;  // destroyed outside the lock
   {
     std::lock_guard lock(mu_);
     if (cancelled_) return;  // `deliver` dies unused: the server ends the body
@@ -75,6 +76,10 @@ void ChannelStream::next(Deliver deliver) {
         return;
       }
       chunk = std::nullopt;
+      // The whole body is out; a cancel can no longer matter. Dropping the callback now breaks
+      // the usual cycle (callback → producer state → this stream).
+      finished_cancel = std::move(on_cancel_);
+      on_cancel_ = nullptr;
     } else {
       chunk = std::move(queue_.front());
       queue_.pop_front();

@@ -27,6 +27,7 @@ class ChannelStream final : public BodyStream {
   bool cancelled() const;
   // Called once when the stream is cancelled (at once, on this thread, if it already was). Runs on
   // the canceller's thread (an I/O thread), so it must not block: signal the producer and return.
+  // Released, uncalled, once the whole body has been handed to the server.
   void on_cancel(std::function<void()> fn);
   size_t queued() const;
 

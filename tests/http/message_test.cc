@@ -179,6 +179,19 @@ TEST(HttpChannelStream, CancelRunsTheCallbackAndStopsTheProducer) {
   EXPECT_EQ(late, 1);
 }
 
+TEST(HttpChannelStream, CancelCallbackIsReleasedOnceTheBodyEnded) {
+  auto token = std::make_shared<int>(0);
+  ChannelStream stream;
+  stream.on_cancel([token] { ++*token; });
+  EXPECT_EQ(token.use_count(), 2);
+  stream.push("last");
+  stream.close();
+  drain(stream, 10);
+  EXPECT_EQ(token.use_count(), 1);  // a cycle through the callback cannot outlive the body
+  stream.cancel();
+  EXPECT_EQ(*token, 0);
+}
+
 TEST(HttpChannelStream, BoundedPushBlocksUntilTheConsumerTakes) {
   ChannelStream stream(1);
   ASSERT_TRUE(stream.push("first"));

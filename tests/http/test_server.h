@@ -114,10 +114,12 @@ class TestServer {
     });
     router.get("/stream", [shared](Request req, Respond respond) {
       auto stream = std::make_shared<ChannelStream>();
-      stream->on_cancel([shared] {
-        std::lock_guard lock(shared->mu);
-        ++shared->cancelled_streams;
-        shared->cv.notify_all();
+      stream->on_cancel([weak = std::weak_ptr<Shared>(shared)] {  // weak: `shared` owns the stream
+        if (auto shared = weak.lock()) {
+          std::lock_guard lock(shared->mu);
+          ++shared->cancelled_streams;
+          shared->cv.notify_all();
+        }
       });
       if (req.query.count("first")) stream->push(sse_event(req.query["first"]));
       respond(sse_response(stream));
