@@ -1,0 +1,332 @@
+"""Client logic that needs no swarm server: the throttle algorithm, config YAML, base-URL rewriting,
+workflow outputs, the code archive, stream assembly; and the retry/drop rules against a scripted
+HTTP test double (a stand-in for server answers that are hard to provoke on cue, e.g. the
+WEIGHT_SYNCING race at a batch boundary). The real server is exercised in test_real_server.py."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import tempfile
+import threading
+import time
+import unittest
+import zipfile
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from ajet_swarm import (ChatClient, RetryPolicy, SwarmClient, SwarmCommandError, SwarmConnectionError,
+                        SwarmServerOfflineError, SwarmTimeoutError, Task, ThrottlePolicy, WorkflowOutput,
+                        accumulate_stream, format_rollout_stat, to_yaml)
+from ajet_swarm.code_sync import zip_tree
+from ajet_swarm.throttle import RecentTasks, check_throttle, decide_and_remember
+
+FAST = RetryPolicy(status_poll=0.01, engine_busy=0.01, empty_pool=0.01, throttle=0.01, agree_sync_weight=0.01,
+                   cannot_connect_retry=0.01, jitter=0)
+
+
+def pool(completed=None, running=None, batch=2, repeat=2, method="rollout_until_finish_enough_tasks"):
+    """Pool info with completed_tasks_client_uuids {task: [client...]} and running {uuid: (client, task)}."""
+    return {
+        "sample_collection_method": method,
+        "completed_task_target": batch,
+        "task_expected_num_repeat": repeat,
+        "completed_tasks_client_uuids": completed or {},
+        "running_episode_details": {u: {"client_uuid": c, "optional_task_id": t} for u, (c, t) in (running or {}).items()},
+    }
+
+
+class ThrottleTest(unittest.TestCase):
+    def test_no_throttle_while_nothing_runs_and_the_batch_is_not_full(self):
+        p = pool(completed={"a": ["me"], "b": ["me"], "c": ["me"]})
+        self.assertFalse(check_throttle(ThrottlePolicy("new", ratio=1.0), p, "me", RecentTasks()).throttle)
+
+    def test_a_new_task_is_held_back_once_this_client_has_batch_times_ratio_distinct_tasks(self):
+        running = {"e1": ("me", "a"), "e2": ("me", "b"), "e3": ("me", "c")}
+        policy = ThrottlePolicy("new", ratio=1.5, expected_batch_size=2, expected_num_repeat=2)
+        d = check_throttle(policy, pool(running=running), "me", RecentTasks())
+        self.assertTrue(d.throttle)
+        self.assertIn("3 distinct tasks", d.reason)
+        # Two own tasks are under the limit of 3.
+        two = {"e1": ("me", "a"), "e2": ("me", "b")}
+        self.assertFalse(check_throttle(policy, pool(running=two), "me", RecentTasks()).throttle)
+
+    def test_tasks_already_in_the_batch_or_seen_recently_are_never_held_back(self):
+        running = {"e1": ("me", "a"), "e2": ("me", "b"), "e3": ("me", "c"), "e4": ("other", "x")}
+        p = pool(running=running)
+        for task in ("a", "x"):  # own task (next repeat), another client's task
+            self.assertFalse(check_throttle(ThrottlePolicy(task, ratio=1.0), p, "me", RecentTasks()).throttle, task)
+        recent = RecentTasks()
+        recent.remember("z", 2, 2)
+        self.assertFalse(check_throttle(ThrottlePolicy("z", ratio=1.0), p, "me", recent).throttle)
+        self.assertTrue(check_throttle(ThrottlePolicy("y", ratio=1.0), p, "me", recent).throttle)
+
+    def test_tasks_shared_with_other_clients_do_not_count_toward_the_limit(self):
+        running = {"e1": ("me", "a"), "e2": ("other", "a"), "e3": ("me", "b"), "e4": ("other", "b"), "e5": ("me", "c")}
+        self.assertFalse(check_throttle(ThrottlePolicy("new", ratio=1.0), pool(running=running), "me",
+                                        RecentTasks()).throttle)
+
+    def test_decide_remembers_admitted_tasks_and_the_buffer_is_bounded(self):
+        recent = RecentTasks()
+        for i in range(20):
+            self.assertIsNone(decide_and_remember(ThrottlePolicy(f"t{i}"), pool(batch=1, repeat=2), "me", recent))
+        self.assertIn("t19", recent)
+        self.assertNotIn("t0", recent)  # capacity batch x repeat x 3 = 6
+
+    def test_other_collection_methods_and_missing_sizes_are_errors(self):
+        with self.assertRaisesRegex(ValueError, "rollout_until_finish_enough_tasks"):
+            check_throttle(ThrottlePolicy("a"), pool(method="rollout_until_finish_enough_episodes"), "me", RecentTasks())
+        with self.assertRaisesRegex(ValueError, "positive"):
+            check_throttle(ThrottlePolicy("a"), {"sample_collection_method": ""}, "me", RecentTasks())
+        with self.assertRaisesRegex(ValueError, "current_task_id"):
+            check_throttle(ThrottlePolicy(""), pool(), "me", RecentTasks())
+
+
+class DataTest(unittest.TestCase):
+    def test_yaml_of_a_nested_config(self):
+        text = to_yaml({"ajet": {"backbone": "debug", "model": {"path": "/m y/model"}, "rollout": {"num_repeat": 4},
+                                 "flags": [1, "two", True, None], "empty": {}, "lr": 1e-6, "on": "x: y"}})
+        self.assertIn('ajet:\n  backbone: "debug"\n  model:\n    path: "/m y/model"\n', text)
+        self.assertIn("  flags:\n    - 1\n    - \"two\"\n    - true\n    - null\n", text)
+        self.assertIn("  empty: {}\n  lr: 1e-06\n  \"on\": \"x: y\"\n", text)
+        with self.assertRaises(TypeError):
+            to_yaml({"a": object()})
+
+    def test_workflow_output_coercion_and_task_ids(self):
+        self.assertEqual(WorkflowOutput.coerce(1).to_json("t"), {"reward": 1.0, "metadata": {"task_id": "t"}})
+        out = WorkflowOutput.coerce({"reward": 0.5, "is_success": True, "metadata": {"k": 1}, "log_metrics": {"m": 2}})
+        self.assertEqual(out.to_json("t"), {"reward": 0.5, "is_success": True, "metadata": {"k": 1, "task_id": "t"},
+                                            "log_metrics": {"m": 2}})
+        with self.assertRaises(TypeError):
+            WorkflowOutput.coerce(True)
+        with self.assertRaises(ValueError):
+            WorkflowOutput.coerce({"is_success": True})
+        client = SwarmClient("http://127.0.0.1:1", retry=FAST, verbose=False)
+        with self.assertRaisesRegex(ValueError, "task_id"):
+            client.end_episode(Task(task_id=""), "e", 1.0)
+
+    def test_base_url_is_rewritten_to_the_dialled_address(self):
+        c = SwarmClient("http://public.example:8080/", verbose=False)
+        self.assertEqual(c.rewrite_base_url("http://10.0.0.5:10086/v1"), "http://public.example:8080/v1")
+        c = SwarmClient("127.0.0.1:9", verbose=False)
+        self.assertEqual(c.rewrite_base_url("https://x/v1"), "http://127.0.0.1:9/v1")
+
+    def test_stream_assembly_joins_content_and_tool_call_fragments(self):
+        chunks = [
+            {"choices": [{"index": 0, "delta": {"role": "assistant", "content": "He"}}]},
+            {"choices": [{"index": 0, "delta": {"content": "llo"}}, {"index": 1, "delta": {"content": "x"}}]},
+            {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "c1", "type": "function",
+                                                                "function": {"name": "calc", "arguments": "{\"a\""}}]}}]},
+            {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": ": 1}"}}]}}]},
+            {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
+        ]
+        m = accumulate_stream(iter(chunks))
+        self.assertEqual(m["content"], "Hello")
+        self.assertEqual(m["tool_calls"], [{"id": "c1", "type": "function",
+                                            "function": {"name": "calc", "arguments": "{\"a\": 1}"}}])
+        self.assertEqual(m["finish_reason"], "tool_calls")
+
+    def test_rollout_stat_marks_the_chosen_trigger(self):
+        text = format_rollout_stat({"sample_collection_method": "rollout_until_finish_enough_tasks",
+                                    "completed_tasks": 1, "completed_task_target": 4,
+                                    "completed_tasks_details": {"t1": ["e1", "e2"]}, "engine_status": "ENGINE.ROLLING"},
+                                   "http://h:1")
+        self.assertIn("Completed tasks:            1 / 4  (chosen)", text)
+        self.assertIn("t1 (2)", text)
+        self.assertIn("unreachable", format_rollout_stat({}, "http://h:1"))
+
+
+class CodeArchiveTest(unittest.TestCase):
+    def test_version_controlled_and_unignored_files_only_with_work_tree_contents(self):
+        with tempfile.TemporaryDirectory() as d:
+            def git(*args):
+                subprocess.run(["git", "-C", d, *args], check=True, capture_output=True)
+            git("init", "-q")
+            files = {"CMakeLists.txt": "project(x)\n", "src/a.cc": "int a;\n", ".gitignore": "build/\n*.o\n"}
+            for rel, text in files.items():
+                os.makedirs(os.path.dirname(os.path.join(d, rel)) or d, exist_ok=True)
+                with open(os.path.join(d, rel), "w") as f:
+                    f.write(text)
+            git("add", ".")
+            git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "x")
+            os.makedirs(os.path.join(d, "build"))
+            for rel, text in {"build/junk": "x", "src/b.o": "x", "src/new.cc": "int n;\n"}.items():
+                with open(os.path.join(d, rel), "w") as f:
+                    f.write(text)
+            with open(os.path.join(d, "src/a.cc"), "w") as f:
+                f.write("int a = 2;\n")  # an uncommitted edit is what the server must build
+            zf = zipfile.ZipFile(io.BytesIO(zip_tree(d)))
+            self.assertEqual(sorted(zf.namelist()), [".gitignore", "CMakeLists.txt", "src/a.cc", "src/new.cc"])
+            self.assertEqual(zf.read("src/a.cc"), b"int a = 2;\n")
+            self.assertIsNone(zf.testzip())
+
+    def test_a_directory_without_git_or_cmakelists_is_refused(self):
+        with tempfile.TemporaryDirectory() as d:
+            with self.assertRaisesRegex(RuntimeError, "CMakeLists.txt"):
+                zip_tree(d)
+            open(os.path.join(d, "CMakeLists.txt"), "w").close()
+            with self.assertRaisesRegex(RuntimeError, "not a git work tree"):
+                zip_tree(d)
+
+
+class Scripted(ThreadingHTTPServer):
+    """A scripted HTTP test double: `answers[path]` is a list of (status, body) served in order (the
+    last one repeats); every request is recorded."""
+
+    daemon_threads = True
+
+    def __init__(self, answers):
+        self.answers = answers
+        self.requests = []
+        self.lock = threading.Lock()
+        super().__init__(("127.0.0.1", 0), _ScriptedHandler)
+        threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def paths(self):
+        with self.lock:
+            return [p for p, _ in self.requests]
+
+
+class _ScriptedHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def _answer(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(n) or b"null")
+        with self.server.lock:
+            self.server.requests.append((self.path, body))
+            queue = self.server.answers.get(self.path, [(404, {"error": {"message": "no such path"}})])
+            status, payload = queue.pop(0) if len(queue) > 1 else queue[0]
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        if status == 503:
+            self.send_header("Retry-After", "0")
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = _answer
+    do_POST = _answer
+
+
+def claim_ok(uuid="ep1"):
+    return (200, {"success": True, "client_uuid": "c", "episode_uuid": uuid, "openai_base_url": "http://10.9.9.9:1/v1",
+                  "openai_api_key": "sk-ajet-x", "fail_cause": ""})
+
+
+def claim_fail(cause):
+    return (200, {"success": False, "client_uuid": "c", "episode_uuid": "", "openai_base_url": "", "openai_api_key": "",
+                  "fail_cause": cause})
+
+
+class RetryRulesTest(unittest.TestCase):
+    def serve(self, answers):
+        s = Scripted(answers)
+        self.addCleanup(s.server_close)
+        self.addCleanup(s.shutdown)
+        return s
+
+    def test_claim_waits_through_not_ready_and_empty_pool_then_rewrites_the_host(self):
+        s = self.serve({"/claim_episode": [
+            claim_fail("Engine not ready. Current status: [ENGINE.BOOTING]. Wait."),
+            claim_fail("No available episodes to claim. Try again (maybe 1 minute) later."),
+            claim_fail("No available episodes to claim. Try again (maybe 1 minute) later."),
+            claim_ok()]})
+        c = SwarmClient(s.url, retry=FAST, verbose=False)
+        episode = c.begin_episode(discard_episode_timeout=5)
+        self.assertEqual(episode.base_url, s.url + "/v1")
+        uuid, api = episode  # upstream's tuple shape
+        self.assertEqual((uuid, api.api_key), ("ep1", "sk-ajet-x"))
+        self.assertEqual(s.paths().count("/claim_episode"), 4)
+        body = s.requests[-1][1]
+        self.assertEqual((body["client_uuid"], body["episode_type"], body["discard_episode_timeout"]),
+                         (c.client_uuid, "train", 5.0))
+
+    def test_claim_gives_up_after_max_wait_and_when_the_engine_goes_offline(self):
+        s = self.serve({"/claim_episode": [claim_fail("No available episodes to claim.")]})
+        with self.assertRaises(SwarmTimeoutError):
+            SwarmClient(s.url, retry=FAST, verbose=False).begin_episode(max_wait=0.2)
+        s2 = self.serve({"/claim_episode": [claim_fail("Engine not ready. Current status: [ENGINE.ROLLING_POST]. x"),
+                                            claim_fail("Engine not ready. Current status: [ENGINE.OFFLINE]. x")]})
+        with self.assertRaises(SwarmServerOfflineError):
+            SwarmClient(s2.url, retry=FAST, verbose=False).begin_episode(max_wait=30)
+
+    def test_end_after_weight_syncing_is_dropped_and_other_refusals_raise(self):
+        s = self.serve({"/claim_episode": [claim_ok()], "/end_episode": [
+            (400, {"error": {"message": "Engine is not in rolling state. Current status: [ENGINE.WEIGHT_SYNCING]. "
+                                        "Cannot end episode."}}),
+            (404, {"error": {"message": "Episode ep1 is claimed by different client: a, but got b."}})]})
+        c = SwarmClient(s.url, retry=FAST, verbose=False)
+        c.begin_episode()
+        with self.assertLogs("ajet_swarm", "WARNING") as logs:
+            self.assertFalse(c.end_episode("t", "ep1", 1.0))
+        self.assertIn("weight update", logs.output[0])
+        with self.assertRaisesRegex(SwarmCommandError, "different client") as e:
+            c.end_episode("t", "ep1", 1.0)
+        self.assertEqual(e.exception.status, 404)
+
+    def test_an_episode_past_its_lifetime_is_aborted_instead_of_ended(self):
+        s = self.serve({"/claim_episode": [claim_ok()], "/abort_episode": [(200, {"success": True})]})
+        c = SwarmClient(s.url, retry=FAST, verbose=False)
+        c.begin_episode(discard_episode_timeout=60)
+        c._expire_at["ep1"] = time.monotonic() - 1  # as if 8 x 60 s had passed
+        self.assertFalse(c.end_episode("t", "ep1", 1.0))
+        self.assertEqual(s.paths(), ["/claim_episode", "/abort_episode"])
+
+    def test_agree_sync_weight_retries_until_accepted(self):
+        s = self.serve({"/agree_sync_weight": [(200, {"success": False, "failure_reason": "no episode yet"}),
+                                               (200, {"success": True, "failure_reason": ""})]})
+        c = SwarmClient(s.url, retry=FAST, verbose=False)
+        self.assertTrue(c.agree_sync_weight())
+        self.assertEqual(s.paths().count("/agree_sync_weight"), 2)
+        s.answers["/agree_sync_weight"] = [(200, {"success": False, "failure_reason": "no"})]
+        self.assertFalse(c.agree_sync_weight(retry=False))
+
+    def test_throttled_claims_wait_for_the_pool_to_change(self):
+        crowded = pool(running={"e1": ("ME", "a"), "e2": ("ME", "b")}, batch=1, repeat=1)
+        s = self.serve({"/get_current_batch_rollout_pool_information": [(200, crowded), (200, crowded),
+                                                                        (200, pool(batch=1, repeat=1))],
+                        "/claim_episode": [claim_ok()]})
+        c = SwarmClient(s.url, client_uuid="ME", retry=FAST, verbose=False)
+        c.begin_episode(throttle_policy=ThrottlePolicy("new", ratio=1.0))
+        self.assertEqual(s.paths(), ["/get_current_batch_rollout_pool_information"] * 3 + ["/claim_episode"])
+        self.assertEqual(s.requests[-1][1]["throttle_policy"], {"current_task_id": "new", "ratio": 1.0})
+
+    def test_an_unreachable_server_reads_as_cannot_connect(self):
+        s = Scripted({})
+        port = s.server_address[1]
+        s.server_close()  # nothing listens on the port any more
+        c = SwarmClient(f"http://127.0.0.1:{port}", retry=FAST, verbose=False)
+        self.assertEqual(c.get_engine_status(), ("ENGINE.CANNOT_CONNECT", {}))
+        self.assertEqual(c.get_rollout_stat(), {})
+        self.assertFalse(c.can_continue_episode("x"))
+        self.assertFalse(c.abort_episode("x"))
+        with self.assertRaisesRegex(SwarmConnectionError, "connection refused"):
+            c.auto_sync_train_config_and_start_engine("ajet: {}\n")
+        with self.assertRaises(SwarmTimeoutError):
+            c.begin_episode(max_wait=0.1)
+
+    def test_chat_retries_a_503_with_retry_after_and_raises_openai_errors(self):
+        done = {"id": "x", "object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant",
+                                                                                             "content": "hi"}}]}
+        s = self.serve({"/v1/chat/completions": [(503, {"error": {"message": "busy"}}), (200, done)]})
+        chat = ChatClient(s.url + "/v1", "sk", max_retries=2)
+        self.assertEqual(chat.chat([{"role": "user", "content": "x"}])["content"], "hi")
+        s.answers["/v1/chat/completions"] = [(401, {"error": {"message": "bad key", "type": "authentication_error",
+                                                              "code": "unauthenticated"}})]
+        with self.assertRaises(Exception) as e:
+            chat.chat([{"role": "user", "content": "x"}])
+        self.assertEqual((e.exception.status, e.exception.code), (401, "unauthenticated"))
+
+
+if __name__ == "__main__":
+    unittest.main()

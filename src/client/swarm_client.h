@@ -1,0 +1,95 @@
+// SwarmClient: the swarm command API (PROTOCOL.md) for C++ agents and the classic-mode launcher, with
+// the same verbs and self-healing rules as the Python client: claims wait while the engine is not
+// rolling or the pool is empty, an episode older than 8 x its discard timeout is aborted instead of
+// ended, the WEIGHT_SYNCING race at a batch boundary is logged and dropped, an unreachable server
+// reads as ENGINE.CANNOT_CONNECT. Thread-safe: share one client between threads (connections are
+// pooled). It never retries a refused command, only connection failures of idempotent ones.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <variant>
+
+#include "client/connection_pool.h"
+#include "client/swarm_types.h"
+#include "client/throttle.h"
+#include "common/json.h"
+
+namespace ajet::client {
+
+struct SwarmClientOptions {
+  std::string admin_token;  // sent to the commands that change the server; default $AJET_ADMIN_TOKEN
+  std::string client_uuid;  // default: a fresh uuid
+  std::chrono::milliseconds timeout{30'000};  // each socket wait of a command
+  std::chrono::milliseconds connect_timeout{5'000};
+  RetryPolicy retry;
+  bool verbose = false;  // log claims and ends at info level (debug otherwise)
+};
+
+class SwarmClient {
+ public:
+  // `server_url`: the address this machine dials ("http://10.0.0.5:10086"); episode base URLs are
+  // rewritten to it. Throws SwarmError(kCommand) for a malformed URL.
+  explicit SwarmClient(std::string server_url, SwarmClientOptions options = {});
+
+  // Claims an episode, waiting while the engine is not ROLLING or the pool is empty (up to
+  // options.max_wait: SwarmError kTimeout). kOffline when the engine goes OFFLINE during the wait
+  // after having been seen in another status.
+  Episode begin_episode(const ClaimOptions& options = {});
+  // Reports the result; `task_id` defines the GRPO group. Refusals other than the WEIGHT_SYNCING race
+  // throw SwarmError(kCommand) with the server's message and status.
+  EndResult end_episode(const std::string& task_id, const std::string& episode_uuid, const WorkflowOutput& output);
+  bool abort_episode(const std::string& episode_uuid);         // never throws; true when confirmed
+  bool can_continue_episode(const std::string& episode_uuid);  // false on any error
+  Json get_episode_buffer();
+
+  EngineStatus get_engine_status();  // never throws: kCannotConnect when unreachable
+  Json sync_train_config(const std::string& yaml);
+  Json sync_train_code(const std::string& zip_archive);
+  Json start_engine(bool wait = true, std::optional<double> max_wait = std::nullopt);
+  void stop_engine(bool wait = true, std::optional<double> max_wait = std::nullopt);
+  // Idempotent (upstream semantics): OFFLINE → sync + start + wait for ROLLING; ROLLING/ROLLING_POST →
+  // nothing; BOOTING/WEIGHT_SYNCING/WEIGHT_EXPORTING → wait; unreachable → one retry, then kConnection.
+  // Returns the status found first.
+  std::string auto_sync_train_config_and_start_engine(const std::string& yaml, bool force_restart = false,
+                                                      std::optional<double> max_wait = std::nullopt);
+  // Polls until `desired`; kOffline when the engine is OFFLINE after it was started (`started`) or
+  // seen in another status; kTimeout after max_wait.
+  EngineStatus wait_for_status(const std::string& desired, std::optional<double> max_wait = std::nullopt,
+                               bool started = false);
+
+  Json get_rollout_stat();  // pool info; {} when unreachable
+  // Retries every retry.agree_sync_weight seconds until accepted when `retry` (or max_wait passes).
+  bool agree_sync_weight(bool retry = true, std::optional<double> max_wait = std::nullopt);
+  Json get_verbose_logs();
+
+  std::string rewrite_base_url(const std::string& base_url) const;
+  const std::string& server_url() const { return server_url_; }
+  const std::string& client_uuid() const { return client_uuid_; }
+
+ private:
+  http::ClientResponse send(const std::string& method, const std::string& path, const Json* body, bool admin,
+                            std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+  http::ClientResponse post_retrying(const std::string& path, const Json& body, int attempts);
+  Json json_or_throw(const http::ClientResponse& r, const std::string& what) const;
+  std::variant<Episode, std::string> claim_once(const ClaimOptions& options);
+  void sleep_within(double seconds, const std::optional<std::chrono::steady_clock::time_point>& deadline,
+                    const std::string& what) const;
+  void note(const std::string& message) const;
+
+  std::string server_url_;
+  SwarmClientOptions options_;
+  std::string client_uuid_;
+  ConnectionPool commands_;       // timeout = options.timeout
+  ConnectionPool long_commands_;  // start/stop/sync_train_code: up to 600 s
+  std::mutex mu_;                 // guards expire_at_ and recent_
+  std::mutex claim_mu_;           // serialises claims under a throttle policy
+  std::map<std::string, std::chrono::steady_clock::time_point> expire_at_;
+  RecentTasks recent_;
+};
+
+}  // namespace ajet::client
