@@ -6,6 +6,7 @@
 # torch.frombuffer (no safetensors module). Prints one JSON line with the timings.
 import json
 import math
+import os
 import struct
 import sys
 import time
@@ -124,7 +125,12 @@ def main():
     tokens = float(mask.sum())
     times = []
     first_old_mean = None
+    profile = os.environ.get("AJET_PROFILE_PY")  # per-op table of one step, for comparing with ours
     for rep in range(spec["warmup"] + spec["reps"]):
+        prof = None
+        if profile and rep == spec["warmup"]:
+            prof = torch.autograd.profiler.profile()
+            prof.__enter__()
         t0 = time.perf_counter()
         with torch.no_grad():
             old = model.forward_logprobs(ids, positions, mask_add)
@@ -140,6 +146,10 @@ def main():
         torch.nn.utils.clip_grad_norm_(model.parameters(), spec["grad_clip"])
         opt.step()
         elapsed = time.perf_counter() - t0
+        if prof is not None:
+            prof.__exit__(None, None, None)
+            with open(profile, "w") as f:
+                f.write(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=40))
         if first_old_mean is None:
             first_old_mean = float((old * mask).sum() / tokens)
         if rep >= spec["warmup"]:

@@ -7,6 +7,7 @@
 #include "common/encoding.h"
 #include "common/error.h"
 #include "common/fs.h"
+#include "config/config.h"
 #include "hf/safetensors.h"
 #include "model/model_dir.h"
 #include "train/lora.h"
@@ -46,6 +47,14 @@ std::vector<std::pair<int64_t, fs::path>> checkpoints(const fs::path& base) {
 }
 
 }  // namespace
+
+CheckpointOptions CheckpointOptions::from_config(const config::Config& c) {
+  CheckpointOptions o;
+  o.base_dir = c.trainer_common.checkpoint_base_dir;
+  o.keep_last = c.trainer_common.max_checkpoints_to_keep;
+  o.base_model_name_or_path = c.model.path;
+  return o;
+}
 
 bool checkpoint_due(int64_t save_freq, int64_t policy_version) {
   return save_freq > 0 && policy_version > 0 && policy_version % save_freq == 0;

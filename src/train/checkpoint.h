@@ -17,6 +17,10 @@
 #include "common/json.h"
 #include "train/trainer.h"
 
+namespace ajet::config {
+struct Config;
+}
+
 namespace ajet::train {
 
 struct CheckpointOptions {
@@ -24,6 +28,9 @@ struct CheckpointOptions {
   int64_t keep_last = 3;                             // newest checkpoints kept; <= 0 keeps all
   std::optional<std::filesystem::path> tokenizer_dir;  // tokenizer files copied into model/
   std::string base_model_name_or_path;               // for adapter_config.json
+
+  // ajet.trainer_common.checkpoint_base_dir, ajet.trainer_common.max_checkpoints_to_keep, ajet.model.path.
+  static CheckpointOptions from_config(const config::Config& config);
 };
 
 // Writes a checkpoint of `trainer` (named after its policy version) with `user` stored verbatim

@@ -248,9 +248,29 @@ TrainMetrics Trainer::train_step(const Batch& batch) {
   s.model->eval();
   const bool corrected = o.loss.correction != OffPolicyCorrection::kNone;
   const bool recompute = o.recompute_old_logprobs || corrected;
-  std::vector<std::vector<float>> recomputed, reference;
+  const size_t count = active.size();
+  // Epoch 0's order is drawn first: the samples of its first mini-batch are trained on the weights
+  // the old logprobs must come from, so their training forward gives the old logprobs (detached) and
+  // only the other mini-batches need a separate pass. With dropout (LoRA) the training forward is
+  // not the policy's, so then every sample gets the separate eval-mode pass.
+  std::vector<size_t> first_order(count);  // positions in `active`
+  for (size_t a = 0; a < count; ++a) first_order[a] = a;
+  if (o.shuffle) std::shuffle(first_order.begin(), first_order.end(), s.rng);
+  const bool reuse_forward = recompute && !(s.lora() && o.lora.dropout > 0);
+  const size_t first_size = count / static_cast<size_t>(o.mini_batch_num);
+  std::vector<std::vector<float>> recomputed(count), reference;
   auto t_old = Clock::now();
-  if (recompute) recomputed = s.evaluate(ptrs, s.model);
+  if (recompute) {
+    std::vector<size_t> need;
+    for (size_t r = reuse_forward ? first_size : 0; r < count; ++r) need.push_back(first_order[r]);
+    std::vector<const TrainSample*> need_ptrs;
+    for (size_t a : need) need_ptrs.push_back(ptrs[a]);
+    auto lp = s.evaluate(need_ptrs, s.model);
+    for (size_t r = 0; r < need.size(); ++r) recomputed[need[r]] = std::move(lp[r]);
+    if (reuse_forward) {
+      for (size_t r = 0; r < first_size; ++r) recomputed[first_order[r]].assign(ptrs[first_order[r]]->size(), 0.0f);
+    }
+  }
   m.old_logprob_seconds = seconds_since(t_old);
   auto t_ref = Clock::now();
   if (o.loss.use_kl) {
@@ -275,12 +295,14 @@ TrainMetrics Trainer::train_step(const Batch& batch) {
   int64_t steps = 0;
 
   s.model->train();
-  const size_t count = active.size();
   for (int64_t epoch = 0; epoch < o.ppo_epochs; ++epoch) {
-    std::vector<size_t> order(count);  // positions in `active`
-    for (size_t a = 0; a < count; ++a) order[a] = a;
-    if (o.shuffle) std::shuffle(order.begin(), order.end(), s.rng);
+    std::vector<size_t> order = first_order;  // positions in `active`
+    if (epoch > 0) {
+      for (size_t a = 0; a < count; ++a) order[a] = a;
+      if (o.shuffle) std::shuffle(order.begin(), order.end(), s.rng);
+    }
     for (int64_t k = 0; k < o.mini_batch_num; ++k) {
+      const bool old_from_forward = reuse_forward && epoch == 0 && k == 0;
       const size_t lo = count * static_cast<size_t>(k) / static_cast<size_t>(o.mini_batch_num);
       const size_t hi = count * static_cast<size_t>(k + 1) / static_cast<size_t>(o.mini_batch_num);
       std::vector<size_t> part(order.begin() + static_cast<std::ptrdiff_t>(lo), order.begin() + static_cast<std::ptrdiff_t>(hi));
@@ -329,6 +351,16 @@ TrainMetrics Trainer::train_step(const Batch& batch) {
         lt.logprob = tl.logprob.index_select(0, mb.term_slot);                 // (K,)
         auto entropy = tl.entropy.index_select(0, mb.term_slot);
         lt.entropy = o.loss.entropy_coef != 0 ? entropy : entropy.detach();
+        if (old_from_forward) {
+          // The weights have not moved yet: this forward's logprobs are the old ones. Kept for later epochs.
+          auto detached = lt.logprob.detach().to(torch::kFloat).contiguous();
+          const float* d = detached.data_ptr<float>();
+          for (size_t q = 0; q < kt; ++q) {
+            const size_t a = part[static_cast<size_t>(mb.term_sample[q])];
+            recomputed[a][static_cast<size_t>(mb.term_position[q])] = d[q];
+            old[q] = d[q];
+          }
+        }
         lt.old_logprob = float_tensor(old);
         lt.advantage = float_tensor(adv);
         lt.coef = float_tensor(cf);
@@ -405,6 +437,23 @@ TrainMetrics Trainer::train_step(const Batch& batch) {
   m.policy_version = s.policy_version;
   m.seconds = seconds_since(t0);
   return m;
+}
+
+void copy_parameters(model::Qwen2Model& from, model::Qwen2Model& to) {
+  auto src = from->named_parameters(/*recurse=*/true);
+  auto dst = to->named_parameters(/*recurse=*/true);
+  if (src.size() != dst.size()) {
+    invalid_argument("copy_parameters: the models have " + std::to_string(src.size()) + " and " +
+                     std::to_string(dst.size()) + " parameters");
+  }
+  for (const auto& item : src) {
+    const torch::Tensor* target = dst.find(item.key());
+    if (!target || target->sizes() != item.value().sizes()) {
+      invalid_argument("copy_parameters: parameter '" + item.key() + "' is missing or has another shape in the target");
+    }
+  }
+  torch::NoGradGuard no_grad;
+  for (const auto& item : src) dst[item.key()].copy_(item.value());
 }
 
 Trainer::State Trainer::state() {

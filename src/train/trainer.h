@@ -12,6 +12,12 @@
 // (seq-mean-token-sum-norm, Dr.GRPO). N and S are over the whole mini-batch on every rank (summed by the
 // Collective), so micro-batching and data parallelism change nothing but float summation order.
 //
+// Old logprobs (recompute mode) are the current weights' logprobs before this step's first update. The
+// first mini-batch of epoch 0 is trained on exactly those weights, so its own forward supplies them
+// (detached; ratio = 1, the PPO gradient) and only the other mini-batches get a separate no-gradient
+// pass first: with mini_batch_num = ppo_epochs = 1 a step costs one forward + backward, not two
+// forwards + backward. With LoRA dropout every sample gets the separate eval-mode pass.
+//
 // Merging invariance (issue 5). Advantages are computed per episode, and with token-mean and
 // episode_weighting off every generated token of an episode is one term with coefficient 1 / N, so the
 // loss and its gradients are the same whether an episode's calls arrive merged into one sample or as
@@ -103,5 +109,10 @@ class Trainer {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// Copies every parameter of `from` into `to` by module name (HF weights and LoRA adapters alike), e.g.
+// to move trained weights into the model an inference engine serves. Both must have the same
+// architecture and adapters; the first missing or mis-shaped parameter is named in an Error.
+void copy_parameters(model::Qwen2Model& from, model::Qwen2Model& to);
 
 }  // namespace ajet::train

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "config/config.h"
 #include "train_test_util.h"
 
 namespace ajet::train {
@@ -102,6 +103,14 @@ TEST(Checkpoint, KeepsTheNewestAndPointsAtTheLatest) {
   for (const char* f : {"model/config.json", "model/model.safetensors", "optimizer.safetensors", "trainer_state.json"}) {
     EXPECT_TRUE(std::filesystem::exists(co.base_dir / "global_step_3" / f)) << f;
   }
+  config::Config c;
+  c.trainer_common.checkpoint_base_dir = "/x/ckpt";
+  c.trainer_common.max_checkpoints_to_keep = 5;
+  c.model.path = "/models/base";
+  CheckpointOptions from = CheckpointOptions::from_config(c);
+  EXPECT_EQ(from.base_dir, "/x/ckpt");
+  EXPECT_EQ(from.keep_last, 5);
+  EXPECT_EQ(from.base_model_name_or_path, "/models/base");
   EXPECT_TRUE(checkpoint_due(20, 40));
   EXPECT_FALSE(checkpoint_due(20, 41));
   EXPECT_FALSE(checkpoint_due(0, 40));

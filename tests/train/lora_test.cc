@@ -178,3 +178,24 @@ TEST(Lora, DropoutOnlyInTraining) {
 
 }  // namespace
 }  // namespace ajet::train
+
+namespace ajet::train {
+namespace {
+
+TEST(Lora, CopyParametersMovesWeightsAndAdapters) {
+  auto trained = testing::random_model(testing::qwen2_config(), 6);
+  attach_lora(trained, lora(2), 1);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& [name, p] : lora_named_parameters(trained)) p.normal_(0.0, 0.3);
+  }
+  auto serving = testing::random_model(testing::qwen2_config(), 7);
+  attach_lora(serving, lora(2), 2);
+  copy_parameters(trained, serving);
+  EXPECT_TRUE(torch::equal(logits(serving), logits(trained)));
+  auto plain = testing::random_model(testing::qwen2_config(), 7);
+  EXPECT_THROW(copy_parameters(trained, plain), Error);  // adapters missing in the target
+}
+
+}  // namespace
+}  // namespace ajet::train
