@@ -66,6 +66,7 @@ struct BuiltinTasksConfig {
 struct TaskFilterConfig {
   std::vector<std::string> include_task_ids;
   std::vector<std::string> exclude_task_ids;
+  Json metadata = Json::object();  // metadata predicate: key -> value | [values] | {min, max} (docs/tasks.md)
 };
 
 struct TaskReaderConfig {
@@ -86,7 +87,7 @@ struct TaskJudgeConfig {
 };
 
 struct ContextTrackerConfig {
-  std::string timeline_compare_level = "text";  // text | token
+  std::string timeline_compare_level = "token";  // token (exact ids, default) | text (upstream fallback)
   bool ignore_tools = true;
   bool fix_retokenization_drift = true;
   std::vector<std::string> trainable_agents;  // empty: every agent is trained
@@ -107,8 +108,8 @@ struct OptimConfig {
 
 struct AlgorithmConfig {
   std::string adv_estimator = "grpo";  // grpo | drgrpo | rloo | reinforce_pp
-};
   bool drop_zero_variance_groups = false;
+};
 
 struct TrainerCommonConfig {
   bool val_before_train = false;
@@ -136,10 +137,10 @@ struct TrainerCommonConfig {
   int64_t ppo_max_token_len_per_gpu = 16384;
   std::string old_logprob_source = "recompute";  // recompute | rollout
   std::string checkpoint_base_dir = "./saved_checkpoints";
-  OptimConfig optim;
   int64_t max_checkpoints_to_keep = 3;  // -1: all
   bool episode_loss_weighting = true;
   std::string sequence_packing = "tree";  // tree | plain
+  OptimConfig optim;
 };
 
 struct LoraConfig {
@@ -152,8 +153,8 @@ struct LoraConfig {
 struct AsyncConfig {
   int64_t max_staleness = 1;
   std::string off_policy_correction = "decoupled_ppo";  // decoupled_ppo | tis | none
-};
   double importance_weight_cap = 2.0;  // 0: no truncation
+};
 
 struct InterchangeServerConfig {
   int64_t interchange_server_port = 10086;  // 0 ("auto"): any free port

@@ -85,6 +85,8 @@ std::vector<Field> config_fields(Config& c) {
   t.add("task_reader.filters.include_task_ids", c.task_reader.filters.include_task_ids,
         "keep only these task ids (empty: all)");
   t.add("task_reader.filters.exclude_task_ids", c.task_reader.filters.exclude_task_ids, "drop these task ids");
+  t.add("task_reader.filters.metadata", c.task_reader.filters.metadata,
+        "keep tasks whose metadata matches: key -> value, [values] or {min, max}");
   t.add("task_judge.judge_type", c.task_judge.judge_type,
         "workflow: the workflow's own reward; builtin: the judge named by judge_protocol",
         {.choices = {"workflow", "builtin"}, .aliases = {{"customized_protocol", "builtin"}}});
@@ -116,10 +118,10 @@ std::vector<Field> config_fields(Config& c) {
   t.add("trainer_common.algorithm.adv_estimator", tc.algorithm.adv_estimator, "advantage estimator",
         {.choices = {"grpo", "drgrpo", "rloo", "reinforce_pp"},
          .aliases = {{"reinforce_plus_plus", "reinforce_pp"}, {"dr_grpo", "drgrpo"}}});
-  t.add("trainer_common.mini_batch_num", tc.mini_batch_num, "optimizer steps per batch", {.min = 1});
-  t.add("trainer_common.ppo_epochs", tc.ppo_epochs, "passes over each batch", {.min = 1});
   t.add("trainer_common.algorithm.drop_zero_variance_groups", tc.algorithm.drop_zero_variance_groups,
         "leave out groups whose rewards are all equal (no signal for group estimators)");
+  t.add("trainer_common.mini_batch_num", tc.mini_batch_num, "optimizer steps per batch", {.min = 1});
+  t.add("trainer_common.ppo_epochs", tc.ppo_epochs, "passes over each batch", {.min = 1});
   t.add("trainer_common.use_kl_loss", tc.use_kl_loss, "KL penalty to the frozen reference model");
   t.add("trainer_common.kl_loss_coef", tc.kl_loss_coef, "KL coefficient", {.min = 0});
   t.add("trainer_common.kl_loss_type", tc.kl_loss_type, "KL estimator", {.choices = {"low_var_kl", "k1", "k3"}});
@@ -136,14 +138,14 @@ std::vector<Field> config_fields(Config& c) {
         "old-policy logprobs: recomputed before the update, or the rollout's own",
         {.choices = {"recompute", "rollout"}});
   t.add("trainer_common.checkpoint_base_dir", tc.checkpoint_base_dir, "where checkpoints are written");
-  t.add("trainer_common.optim.optimizer", tc.optim.optimizer, "optimizer", {.choices = {"AdamW"}});
-  t.add("trainer_common.optim.lr", tc.optim.lr, "peak learning rate", {.min = 0});
   t.add("trainer_common.max_checkpoints_to_keep", tc.max_checkpoints_to_keep, "newest checkpoints kept; -1: all",
         {.min = -1});
   t.add("trainer_common.episode_loss_weighting", tc.episode_loss_weighting,
         "weight each sample's loss terms by 1 / (samples of its episode)");
   t.add("trainer_common.sequence_packing", tc.sequence_packing,
         "micro-batch layout: tree (shared prefixes computed once) or plain", {.choices = {"tree", "plain"}});
+  t.add("trainer_common.optim.optimizer", tc.optim.optimizer, "optimizer", {.choices = {"AdamW"}});
+  t.add("trainer_common.optim.lr", tc.optim.lr, "peak learning rate", {.min = 0});
   t.add("trainer_common.optim.betas", tc.optim.betas, "AdamW betas [b1, b2]");
   t.add("trainer_common.optim.weight_decay", tc.optim.weight_decay, "AdamW weight decay", {.min = 0});
   t.add("trainer_common.optim.lr_warmup_steps", tc.optim.lr_warmup_steps,
@@ -164,10 +166,10 @@ std::vector<Field> config_fields(Config& c) {
   t.add("async.max_staleness", c.async.max_staleness, "async: max policy versions a sample may lag", {.min = 0});
   t.add("async.off_policy_correction", c.async.off_policy_correction, "async: correction for stale samples",
         {.choices = {"decoupled_ppo", "tis", "none"}});
-  // Swarm server.
-  t.add("interchange_server.interchange_server_port", c.interchange_server.interchange_server_port,
   t.add("async.importance_weight_cap", c.async.importance_weight_cap,
         "async: truncation of the behaviour-to-proximal importance weight; 0: none", {.min = 0});
+  // Swarm server.
+  t.add("interchange_server.interchange_server_port", c.interchange_server.interchange_server_port,
         "swarm server port; `auto` (0): any free port", {.min = 0, .max = 65535, .auto_value = 0});
   t.add("swarm_mode_sample_collection_method", c.swarm_mode_sample_collection_method, "batch trigger",
         {.choices = {"rollout_until_finish_enough_tasks", "rollout_until_finish_enough_episodes",
