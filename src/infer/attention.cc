@@ -29,7 +29,7 @@ at::Tensor attention_cpu_kernel(const at::Tensor& q, const KvCache& cache, int64
                         batch.segments().data(), batch.block_tables().data(), batch.tiles().data(),
                         static_cast<int64_t>(batch.tiles().size())};
   at::parallel_for(0, static_cast<int64_t>(batch.tiles().size()) * kv_heads, 1, [&](int64_t begin, int64_t end) {
-    thread_local std::vector<float> scratch;
+    thread_local AttentionScratch scratch;
     attend_cpu_f32(args, begin, end, scratch);
   });
   return out.view({n, heads * d});
@@ -40,7 +40,7 @@ at::Tensor attention_torch_ops(const at::Tensor& q, const KvCache& cache, int64_
   const int64_t kv_heads = cache.shape().num_kv_heads;
   const int64_t group = heads / kv_heads;
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-  at::Tensor keys = cache.keys(layer);  // (num_blocks, block_size, Hkv, D)
+  at::Tensor keys = cache.keys(layer);  // (num_blocks, Hkv, block_size, D)
   at::Tensor values = cache.values(layer);
   at::Tensor out = at::empty({n, heads, d}, q.options());
   const at::TensorOptions index_options = at::TensorOptions().dtype(at::kLong).device(q.device());
@@ -48,8 +48,9 @@ at::Tensor attention_torch_ops(const at::Tensor& q, const KvCache& cache, int64_
     const int64_t t = seg.num_tokens;
     const int64_t len = seg.start_pos + t;
     at::Tensor table = batch.tables_tensor().narrow(0, seg.table_begin, seg.table_size);
-    at::Tensor k = keys.index_select(0, table).reshape({-1, kv_heads, d}).narrow(0, 0, len).to(at::kFloat);  // (L, Hkv, D)
-    at::Tensor v = values.index_select(0, table).reshape({-1, kv_heads, d}).narrow(0, 0, len).to(at::kFloat);
+    // (blocks, Hkv, block_size, D) → (L, Hkv, D)
+    at::Tensor k = keys.index_select(0, table).permute({0, 2, 1, 3}).reshape({-1, kv_heads, d}).narrow(0, 0, len).to(at::kFloat);
+    at::Tensor v = values.index_select(0, table).permute({0, 2, 1, 3}).reshape({-1, kv_heads, d}).narrow(0, 0, len).to(at::kFloat);
     // Query head h = kv * G + i reads kv head kv: (T, H, D) → (Hkv, G * T, D).
     at::Tensor qs = q.narrow(0, seg.token_begin, t).to(at::kFloat).reshape({t, kv_heads, group, d})
                         .permute({1, 2, 0, 3}).reshape({kv_heads, group * t, d});

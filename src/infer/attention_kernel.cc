@@ -95,14 +95,20 @@ AJET_INLINE void softmax_rows(float* s, int64_t group, int64_t len) {
   }
 }
 
-// Where position p of the sequence keeps its key (or value) for kv head g.
+// Where each visible position of the sequence keeps its key (and value) row for kv head g: filled
+// once per item by walking the block table, so the inner loops never divide by the block size.
 struct RowAddress {
-  const int32_t* table;
-  int64_t block_size, kv_heads, head_dim, kv_head;
-  AJET_INLINE int64_t offset(int64_t p) const {
-    return ((static_cast<int64_t>(table[p / block_size]) * block_size + p % block_size) * kv_heads + kv_head) * head_dim;
-  }
+  const int64_t* offsets;  // (len)
+  AJET_INLINE int64_t offset(int64_t p) const { return offsets[p]; }
 };
+
+void fill_offsets(const CpuAttentionArgs& a, const int32_t* table, int64_t kv_head, int64_t len, int64_t* out) {
+  int64_t p = 0;
+  for (int64_t b = 0; p < len; ++b) {
+    const int64_t base = (static_cast<int64_t>(table[b]) * a.kv_heads + kv_head) * a.block_size * a.head_dim;
+    for (int64_t j = 0; j < a.block_size && p < len; ++j, ++p) out[p] = base + j * a.head_dim;
+  }
+}
 
 // One item: R = T * G query rows (T tokens of the tile, G heads each) against one kv head. Row r is
 // token r / G, head r % G; token i sees positions [0, first_len + i). Scores for all rows (R, len),
@@ -202,7 +208,7 @@ AJET_INLINE void attend_item_scalar(const CpuAttentionArgs& a, const RowAddress&
 }  // namespace
 
 AJET_MULTIVERSION
-void attend_cpu_f32(const CpuAttentionArgs& a, int64_t begin, int64_t end, std::vector<float>& scratch) {
+void attend_cpu_f32(const CpuAttentionArgs& a, int64_t begin, int64_t end, AttentionScratch& scratch) {
   const int64_t group = a.heads / a.kv_heads;
   const int64_t d = a.head_dim;
   for (int64_t item = begin; item < end; ++item) {
@@ -219,11 +225,13 @@ void attend_cpu_f32(const CpuAttentionArgs& a, int64_t begin, int64_t end, std::
     it.tokens = tile.num_tokens;
     it.group = group;
     it.first_len = seg.start_pos + (tile.first_token - seg.token_begin) + 1;
-    const RowAddress addr{a.block_tables + seg.table_begin, a.block_size, a.kv_heads, d, g};
     const int64_t len = it.first_len + it.tokens - 1;
     const size_t need = static_cast<size_t>(it.tokens * group * len);
-    if (scratch.size() < need) scratch.resize(need);
-    float* s = scratch.data();  // (R, len) scores, then weights
+    if (scratch.scores.size() < need) scratch.scores.resize(need);
+    if (scratch.offsets.size() < static_cast<size_t>(len)) scratch.offsets.resize(static_cast<size_t>(len));
+    fill_offsets(a, a.block_tables + seg.table_begin, g, len, scratch.offsets.data());
+    const RowAddress addr{scratch.offsets.data()};
+    float* s = scratch.scores.data();  // (R, len) scores, then weights
     // Constant ND at the common head sizes lets the compiler unroll and keep accumulators in registers.
     switch (d) {
       case 16: attend_item_vec(a, addr, it, s, 2); break;

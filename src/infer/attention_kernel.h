@@ -30,8 +30,8 @@ struct AttentionTile {
 struct CpuAttentionArgs {
   const float* q;       // (N, H, D)
   float* out;           // (N, H, D)
-  const float* keys;    // (num_blocks, block_size, Hkv, D) of one layer
-  const float* values;  // (num_blocks, block_size, Hkv, D)
+  const float* keys;    // (num_blocks, Hkv, block_size, D) of one layer
+  const float* values;  // (num_blocks, Hkv, block_size, D)
   int64_t heads, kv_heads, head_dim, block_size;
   float scale;                        // 1 / sqrt(D)
   const AttentionSegment* segments;
@@ -44,6 +44,10 @@ struct CpuAttentionArgs {
 // the H / Hkv query heads of each token that read it. Each token attends to positions [0, its
 // position]. Items are ordered so that any contiguous range mixes short and long contexts (a causal
 // prefill's cost grows with position), which keeps an even split between threads balanced.
-void attend_cpu_f32(const CpuAttentionArgs& args, int64_t begin, int64_t end, std::vector<float>& scratch);
+struct AttentionScratch {
+  std::vector<float> scores;     // (rows, len) of the current item
+  std::vector<int64_t> offsets;  // (len) float offset of each position's key (and value) row
+};
+void attend_cpu_f32(const CpuAttentionArgs& args, int64_t begin, int64_t end, AttentionScratch& scratch);
 
 }  // namespace ajet::infer

@@ -26,11 +26,12 @@ class KvCache {
 
   const KvCacheShape& shape() const { return shape_; }
   int64_t num_blocks() const { return num_blocks_; }
-  at::Tensor keys(int64_t layer) const { return data_[layer][0]; }    // (num_blocks, block_size, Hkv, D)
-  at::Tensor values(int64_t layer) const { return data_[layer][1]; }  // (num_blocks, block_size, Hkv, D)
+  // Head-major blocks: one kv head's block_size rows are contiguous, so attention streams them.
+  at::Tensor keys(int64_t layer) const { return data_[layer][0]; }    // (num_blocks, Hkv, block_size, D)
+  at::Tensor values(int64_t layer) const { return data_[layer][1]; }  // (num_blocks, Hkv, block_size, D)
 
   // Writes the keys and values of N new tokens: k, v (N, Hkv, D) into slots (block * block_size +
-  // offset). `slots` is the same list on the host; `slots_tensor` (N) int64 on the cache's device.
+  // offset), i.e. keys[block, :, offset]. `slots` is the same list on the host; `slots_tensor` (N) int64 on the cache's device.
   void write(int64_t layer, const at::Tensor& k, const at::Tensor& v, const std::vector<int64_t>& slots,
              const at::Tensor& slots_tensor);
 
@@ -40,7 +41,7 @@ class KvCache {
  private:
   KvCacheShape shape_;
   int64_t num_blocks_ = 0;
-  at::Tensor storage_;                          // (L, 2, num_blocks, block_size, Hkv, D)
+  at::Tensor storage_;                          // (L, 2, num_blocks, Hkv, block_size, D)
   std::vector<std::vector<at::Tensor>> data_;   // [layer][k|v] views into storage_
 };
 

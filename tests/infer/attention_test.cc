@@ -130,8 +130,8 @@ TEST(KvCache, CopyBlockCopiesEveryLayer) {
   KvCacheShape shape{3, 2, 4, 8};
   KvCache cache(shape, 4, at::TensorOptions().dtype(at::kFloat));
   for (int64_t l = 0; l < 3; ++l) {
-    cache.keys(l)[1].copy_(at::randn({8, 2, 4}));
-    cache.values(l)[1].copy_(at::randn({8, 2, 4}));
+    cache.keys(l)[1].copy_(at::randn({2, 8, 4}));  // (Hkv, block_size, D)
+    cache.values(l)[1].copy_(at::randn({2, 8, 4}));
   }
   cache.copy_block(1, 3);
   for (int64_t l = 0; l < 3; ++l) {
