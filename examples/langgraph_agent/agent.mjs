@@ -12,7 +12,7 @@ import { AIMessage, HumanMessage, SystemMessage, ToolMessage } from "@langchain/
 import { Annotation, END, START, StateGraph } from "@langchain/langgraph";
 import { ChatOpenAI } from "@langchain/openai";
 import { Swarm } from "../node_agent/swarm.mjs";
-import { CALCULATOR_TOOL, MAX_TOOL_CALLS, SYSTEM_PROMPT, calculator, judgeEpisode } from "./calc.mjs";
+import { CALCULATOR_TOOL, MAX_TOOL_CALLS, SYSTEM_PROMPT, calculator, judgeEpisode } from "../node_agent/calculator.mjs";
 
 const { values: opt } = parseArgs({
   options: {
@@ -174,7 +174,7 @@ async function rollout(swarm, task) {
   });
   return {
     episode_uuid: episodeUuid, task_id: task.task_id, reward: judged.reward, reason: judged.reason,
-    judge: opt.ajet ? "ajet" : "js", js_reason: local.reason, tool_calls: toolCalls, turns, ended,
+    judge: opt.ajet ? "ajet" : "local", local_reason: local.reason, tool_calls: toolCalls, turns, ended,
   };
 }
 
