@@ -20,6 +20,11 @@ struct CommandRegistration {
 
 void add_registered_commands(CLI::App& app);
 
+// The main command (`ajet --conf x.yaml`, no subcommand; cmd_classic.cc): its options on the top
+// level, and the run main() calls when no subcommand was given (returns the exit code).
+void add_main_entry(CLI::App& app);
+int run_main_entry(CLI::App& app);
+
 // Path of a sibling binary (e.g. "ajet-engine") in the directory of the running executable.
 std::string sibling_binary(const std::string& name);
 

@@ -36,10 +36,12 @@ std::string sibling_binary(const std::string& name) {
 
 int main(int argc, char** argv) {
   CLI::App app{"AgentJet: train the LLM behind an agent with reinforcement learning"};
-  app.require_subcommand(1);
+  app.require_subcommand(0, 1);
   ajet::cli::add_registered_commands(app);
+  ajet::cli::add_main_entry(app);  // `ajet --conf x.yaml`: classic mode (cmd_classic.cc)
   try {
     app.parse(argc, argv);
+    if (app.get_subcommands().empty()) return ajet::cli::run_main_entry(app);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const ajet::Error& e) {

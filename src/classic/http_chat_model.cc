@@ -1,0 +1,52 @@
+#include "classic/http_chat_model.h"
+
+#include "client/swarm_types.h"
+#include "common/error.h"
+#include "text/messages.h"
+
+namespace ajet::classic {
+
+namespace {
+Json to_plain(const tasks::OrderedJson& j) { return Json::parse(j.dump()); }
+}  // namespace
+
+HttpChatModel::HttpChatModel(const std::string& base_url, const std::string& api_key, Json params)
+    : chat_(base_url, api_key), params_(std::move(params)) {}
+
+tasks::ModelReply HttpChatModel::complete(const std::vector<text::ChatMessage>& messages,
+                                          const std::vector<tasks::OrderedJson>& tools) {
+  Json body_messages = Json::array();
+  for (const auto& m : messages) body_messages.push_back(to_plain(text::to_openai_json(m)));
+  Json body_tools = nullptr;
+  if (!tools.empty()) {
+    body_tools = Json::array();
+    for (const auto& t : tools) body_tools.push_back(to_plain(t));
+  }
+  Json answer;
+  try {
+    calls_ += 1;
+    answer = chat_.create(body_messages, body_tools, params_);
+  } catch (const client::SwarmError& e) {
+    std::string what = e.what();
+    if (e.http_status() == 400 && (what.find("context") != std::string::npos)) {
+      throw Error(ErrorCode::kResourceExhausted, what);
+    }
+    throw;
+  }
+  if (!answer.contains("choices") || !answer["choices"].is_array() || answer["choices"].empty()) {
+    fail(ErrorCode::kInternal, "chat completion without choices: " + answer.dump().substr(0, 200));
+  }
+  const Json& choice = answer["choices"][0];
+  if (answer.contains("usage") && answer["usage"].is_object()) {
+    completion_tokens_ += answer["usage"].value("completion_tokens", int64_t{0});
+  }
+  tasks::ModelReply reply;
+  reply.message = text::parse_chat_message(tasks::OrderedJson::parse(choice.at("message").dump()), "response message");
+  reply.message.role = text::Role::kAssistant;
+  if (choice.contains("finish_reason") && choice["finish_reason"].is_string()) {
+    reply.finish_reason = choice["finish_reason"].get<std::string>();
+  }
+  return reply;
+}
+
+}  // namespace ajet::classic

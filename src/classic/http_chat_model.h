@@ -1,0 +1,36 @@
+// The built-in agents' ChatModel bound to one episode: POST {base_url}/chat/completions with the
+// episode key (client::ChatClient), the reply parsed back into a text::ChatMessage. Counts calls
+// and generated tokens (usage) for the progress line. One object per episode, one thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "client/openai_chat.h"
+#include "common/json.h"
+#include "tasks/agent.h"
+
+namespace ajet::classic {
+
+class HttpChatModel : public tasks::ChatModel {
+ public:
+  // `params` go into every request body (eval episodes: temperature, top_p; train: {}: the server's
+  // rollout settings apply anyway).
+  HttpChatModel(const std::string& base_url, const std::string& api_key, Json params);
+
+  // A 400 naming the context window becomes Error(kResourceExhausted) (the agent's context_limit);
+  // every other failure is rethrown as is (model_error).
+  tasks::ModelReply complete(const std::vector<text::ChatMessage>& messages,
+                             const std::vector<tasks::OrderedJson>& tools) override;
+
+  int64_t calls() const { return calls_; }
+  int64_t completion_tokens() const { return completion_tokens_; }
+
+ private:
+  client::ChatClient chat_;
+  Json params_;
+  int64_t calls_ = 0;
+  int64_t completion_tokens_ = 0;
+};
+
+}  // namespace ajet::classic

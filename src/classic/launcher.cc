@@ -1,0 +1,346 @@
+#include "classic/launcher.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+#include "classic/episode_runner.h"
+#include "classic/metrics.h"
+#include "classic/store_peek.h"
+#include "classic/swarm_child.h"
+#include "classic/workflow.h"
+#include "client/swarm_client.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "config/load.h"
+#include "tasks/reader.h"
+
+namespace ajet::classic {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+uint64_t mix(uint64_t a, uint64_t b) {  // splitmix-style combination for per-episode env seeds
+  uint64_t z = a * 0x9E3779B97F4A7C15ULL + b + 0x632BE59BD9B4E5ULL;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+uint64_t hash_text(const std::string& s) {
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ULL;
+  return h;
+}
+
+fs::path resolve_path(const fs::path& p, const fs::path& config_dir) {
+  if (p.empty() || p.is_absolute()) return p;
+  if (fs::exists(p)) return fs::absolute(p).lexically_normal();
+  fs::path beside = config_dir / p;
+  if (fs::exists(beside)) return fs::absolute(beside).lexically_normal();
+  return fs::absolute(p).lexically_normal();
+}
+
+}  // namespace
+
+PreparedConfig prepare_config(const LaunchOptions& options) {
+  if (options.conf.empty()) invalid_argument("--conf: a config file is required (see examples/configs/default.yaml)");
+  if (!fs::exists(options.conf)) fail(ErrorCode::kNotFound, "--conf: no such file: " + options.conf.string());
+  const std::string source = options.conf.string();
+  config::LoadedConfig loaded = config::load_config_file(options.conf);
+  PreparedConfig p;
+  p.warnings = loaded.warnings;
+  p.config = loaded.config;
+  p.config_dir = fs::absolute(options.conf).parent_path();
+  config::Config& c = p.config;
+  if (!options.backbone.empty()) {
+    if (options.backbone != "torch" && options.backbone != "async" && options.backbone != "debug") {
+      invalid_argument("--backbone: unknown backbone '" + options.backbone + "' (expected torch, async or debug)");
+    }
+    config::set_config_value(c, "backbone", options.backbone);
+  }
+  if (c.model.path.empty()) invalid_argument(source + ": ajet.model.path is required (a Hugging Face model directory)");
+  c.model.path = resolve_path(c.model.path, p.config_dir).string();
+  if (!fs::is_directory(c.model.path)) {
+    fail(ErrorCode::kNotFound, source + ": ajet.model.path: no such directory: " + c.model.path +
+                                   " (create one with `ajet model init --preset tiny --tokenizer DIR --out DIR`)");
+  }
+  if (c.task_reader.type == "random_dummy") {
+    invalid_argument(source + ": ajet.task_reader.type is random_dummy (no tasks); classic mode needs tasks: use "
+                              "builtin or jsonl_dataset_file");
+  }
+  if (!fs::path(c.trainer_common.checkpoint_base_dir).is_absolute()) {
+    c.trainer_common.checkpoint_base_dir = fs::absolute(c.trainer_common.checkpoint_base_dir).lexically_normal().string();
+  }
+  config::resolve_auto_names(c, options.conf.string(), std::chrono::system_clock::now(), options.exp_base_dir);
+  c.experiment_dir = fs::absolute(c.experiment_dir).lexically_normal().string();
+  config::validate(c, source);
+  p.exp_dir = c.experiment_dir;
+  p.yaml = config::to_yaml(c);
+  return p;
+}
+
+namespace {
+
+class Job {
+ public:
+  Job(const LaunchOptions& options, const std::atomic<bool>& stop, const std::function<void(const std::string&)>& out)
+      : options_(options), stop_(stop), out_(out) {}
+
+  RunResult run();
+
+ private:
+  void say(const std::string& line) { out_(line); }
+  void record(Json r) {
+    append_jsonl(prepared_.exp_dir / "metrics.jsonl", r);
+    result_.records.push_back(std::move(r));
+    write_reward_curve(prepared_.exp_dir / "reward_curve.html", result_.records,
+                       prepared_.config.experiment_name + " (" + prepared_.config.backbone + ")");
+  }
+  void validate(int64_t step);
+  void train_step(int64_t step);
+  void wait_for_global_step(int64_t target);
+
+  const LaunchOptions& options_;
+  const std::atomic<bool>& stop_;
+  const std::function<void(const std::string&)>& out_;
+  PreparedConfig prepared_;
+  tasks::TaskSets tasks_;
+  std::unique_ptr<tasks::TaskStream> stream_;
+  std::unique_ptr<SwarmChild> swarm_;
+  std::unique_ptr<client::SwarmClient> client_;
+  std::unique_ptr<Workflow> workflow_;
+  RunResult result_;
+  int64_t total_steps_ = 0;
+  int64_t start_global_step_ = 0;
+  Clock::time_point t0_ = Clock::now();
+};
+
+void Job::wait_for_global_step(int64_t target) {
+  const auto deadline = Clock::now() + std::chrono::hours(2);
+  auto not_available_since = Clock::time_point::max();
+  while (!stop_) {
+    client::EngineStatus s = client_->get_engine_status();
+    if (s.global_step >= target) return;
+    if (s.status == client::kOffline || s.status == client::kCannotConnect) {
+      fail(ErrorCode::kUnavailable, "the engine is " + s.status + " while training step " + std::to_string(target) +
+                                        ": " + s.detail + (swarm_->exited() ? "\n" + swarm_->last_lines(10) : ""));
+    }
+    if (s.detail.find("not available") != std::string::npos) {
+      if (not_available_since == Clock::time_point::max()) not_available_since = Clock::now();
+      if (Clock::now() - not_available_since > std::chrono::seconds(5)) {
+        fail(ErrorCode::kFailedPrecondition, "the front cannot train (" + s.detail +
+                                                 "); run with --backbone debug to roll out without training");
+      }
+    }
+    if (Clock::now() > deadline) fail(ErrorCode::kUnavailable, "training step " + std::to_string(target) + " never finished");
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // polling an observable status, not synchronising
+  }
+}
+
+void Job::validate(int64_t step) {
+  const config::Config& c = prepared_.config;
+  if (tasks_.validation.empty() || stop_) return;
+  const auto t0 = Clock::now();
+  size_t n = tasks_.validation.size();
+  if (c.trainer_common.val_max_num_task_each_validation && *c.trainer_common.val_max_num_task_each_validation > 0) {
+    n = std::min(n, size_t(*c.trainer_common.val_max_num_task_each_validation));
+  }
+  Json greedy_sampling{{"temperature", c.rollout.val_kwargs.do_sample ? c.rollout.val_kwargs.temperature : 0.0},
+                       {"top_p", c.rollout.val_kwargs.top_p}};
+  Json sampled{{"temperature", c.rollout.temperature}, {"top_p", c.rollout.top_p}};
+  const int64_t k = std::max<int64_t>(0, c.trainer_common.val_pass_n);
+  std::vector<EpisodeJob> greedy_jobs, sampled_jobs;
+  for (size_t i = 0; i < n; ++i) {
+    const tasks::Task* t = &tasks_.validation[i];
+    const uint64_t seed = hash_text(t->task_id);
+    greedy_jobs.push_back(EpisodeJob{t, "eval", greedy_sampling, seed, 0});
+    for (int64_t j = 0; j < k; ++j) sampled_jobs.push_back(EpisodeJob{t, "eval", sampled, mix(seed, uint64_t(j + 1)), j + 1});
+  }
+  std::vector<EpisodeJob> all = greedy_jobs;
+  all.insert(all.end(), sampled_jobs.begin(), sampled_jobs.end());
+  EpisodeRunner runner(*client_, *workflow_, RunnerOptions{c.rollout.max_env_worker, 600, 3}, stop_);
+  std::vector<EpisodeResult> results = runner.run(all);
+  if (stop_) return;
+  std::vector<EpisodeResult> g(results.begin(), results.begin() + long(greedy_jobs.size()));
+  std::vector<EpisodeResult> s(results.begin() + long(greedy_jobs.size()), results.end());
+  ValidationSummary v = summarize_validation(g, s, k);
+  Json r{{"kind", "validation"}, {"step", step}, {"elapsed_s", seconds_since(t0_)}, {"time_s", seconds_since(t0)},
+         {"validation", validation_json(v)}, {"greedy_rollout", rollout_json(summarize(g))}};
+  say(validation_line(r));
+  record(std::move(r));
+}
+
+void Job::train_step(int64_t step) {
+  const config::Config& c = prepared_.config;
+  const auto t0 = Clock::now();
+  std::vector<tasks::Task> batch = stream_->next_batch(size_t(c.data.train_batch_size));
+  std::vector<EpisodeJob> jobs;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    for (int64_t rep = 0; rep < c.rollout.num_repeat; ++rep) {
+      jobs.push_back(EpisodeJob{&batch[i], "train", Json::object(),
+                                mix(mix(uint64_t(c.task_reader.shuffle_seed), uint64_t(step)), i * 1000 + uint64_t(rep)),
+                                rep});
+    }
+  }
+  int64_t done = 0, tokens = 0;
+  double reward_sum = 0;
+  auto draw = [&](bool final_line) {
+    double tps = double(tokens) / std::max(1e-3, seconds_since(t0));
+    std::string bar = progress_bar(step, total_steps_, done, int64_t(jobs.size()), done ? reward_sum / double(done) : 0.0, tps);
+    if (options_.interactive) {
+      std::fprintf(stderr, "\r%s%s", bar.c_str(), final_line ? "\n" : "");
+      std::fflush(stderr);
+    } else if (final_line) {
+      say(bar);
+    }
+  };
+  EpisodeRunner runner(*client_, *workflow_, RunnerOptions{c.rollout.max_env_worker, 600, 3}, stop_);
+  std::vector<EpisodeResult> results = runner.run(jobs, [&](const EpisodeResult& r) {
+    if (!r.ended) return;
+    done += 1;
+    tokens += r.report.completion_tokens;
+    reward_sum += r.report.output.reward;
+    draw(false);
+  });
+  const double rollout_s = seconds_since(t0);
+  draw(true);
+  if (stop_) return;
+  RolloutSummary rollout = summarize(results);
+  if (rollout.failed > 0) {
+    fail(ErrorCode::kUnavailable, fmt::format("step {}: {} episodes could not be stored (first: {}); the batch cannot "
+                                              "complete",
+                                              step, rollout.failed, [&] {
+                                                for (const auto& r : results)
+                                                  if (!r.ended) return r.error;
+                                                return std::string();
+                                              }()));
+  }
+  const auto t_train = Clock::now();
+  if (c.backbone != "debug") {
+    int64_t target = start_global_step_ + step;
+    if (c.backbone == "async") target -= c.async.max_staleness;
+    wait_for_global_step(target);
+  }
+  const double train_wait_s = seconds_since(t_train);
+  client::EngineStatus status = client_->get_engine_status();
+  Json pool = client_->get_rollout_stat();
+  Json trainer = trainer_metrics(status.body, pool);
+  if (trainer.empty() && c.backbone != "debug") {
+    // The front's HTTP API does not report trainer metrics (yet): read the trained batch's stats from
+    // its store. The row is committed just after the step advances, so look a few times.
+    const int64_t batch_step = start_global_step_ + step - 1;
+    for (int i = 0; i < 30 && trainer.empty(); ++i) {
+      if (auto stats = trained_batch_stats(prepared_.exp_dir / "swarm" / "swarm.sqlite", batch_step)) {
+        trainer = trainer_metrics(Json{{"last_train_stats", *stats}}, Json::object());
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  Json r{{"kind", "train"},
+         {"step", step},
+         {"global_step", status.global_step},
+         {"elapsed_s", seconds_since(t0_)},
+         {"step_time_s", seconds_since(t0)},
+         {"rollout_time_s", rollout_s},
+         {"train_wait_s", train_wait_s},
+         {"tokens_per_s", double(rollout.completion_tokens) / std::max(1e-3, rollout_s)},
+         {"epoch", stream_->epoch()},
+         {"rollout", rollout_json(rollout)},
+         {"trainer", trainer}};
+  say(step_line(r, total_steps_));
+  record(std::move(r));
+  result_.steps_done = step;
+}
+
+RunResult Job::run() {
+  prepared_ = prepare_config(options_);
+  const config::Config& c = prepared_.config;
+  for (const auto& w : prepared_.warnings) say("warning: " + w);
+  result_.exp_dir = prepared_.exp_dir;
+  fs::create_directories(prepared_.exp_dir);
+  fs::remove(prepared_.exp_dir / "metrics.jsonl");
+  tasks_ = tasks::load_tasks(c.task_reader, prepared_.config_dir);
+  if (tasks_.training.empty() && !c.trainer_common.val_only) {
+    invalid_argument(options_.conf.string() + ": ajet.task_reader yields no training tasks (after filters)");
+  }
+  workflow_ = make_workflow(c, prepared_.config_dir, prepared_.exp_dir);
+  const int64_t per_epoch =
+      (int64_t(tasks_.training.size()) + c.data.train_batch_size - 1) / std::max<int64_t>(1, c.data.train_batch_size);
+  total_steps_ = c.trainer_common.total_training_steps.value_or(c.trainer_common.total_epochs * per_epoch);
+  if (c.trainer_common.val_only) total_steps_ = 0;
+  say(fmt::format("ajet: {} backbone, {} training / {} validation tasks, {} steps of {} tasks x {} episodes, {} in "
+                  "parallel; workflow: {}",
+                  c.backbone, tasks_.training.size(), tasks_.validation.size(), total_steps_, c.data.train_batch_size,
+                  c.rollout.num_repeat, c.rollout.max_env_worker, workflow_->describe()));
+  say("ajet: experiment directory " + prepared_.exp_dir.string());
+  stream_ = std::make_unique<tasks::TaskStream>(tasks_.training, c.task_reader.shuffle,
+                                                uint64_t(c.task_reader.shuffle_seed));
+
+  fs::path swarm_binary = options_.swarm_binary;
+  swarm_ = std::make_unique<SwarmChild>(SwarmChildOptions{swarm_binary, prepared_.exp_dir / "swarm",
+                                                          prepared_.exp_dir / "swarm.log", options_.swarm_flags});
+  say("ajet: front at " + swarm_->url() + " (log: " + (prepared_.exp_dir / "swarm.log").string() + ")");
+  client::SwarmClientOptions copts;
+  copts.client_uuid = "ajet-classic";
+  client_ = std::make_unique<client::SwarmClient>(swarm_->url(), copts);
+  Json synced = client_->sync_train_config(prepared_.yaml);
+  if (!synced.value("success", false)) {
+    fail(ErrorCode::kInvalidArgument, "the front refused the config: " + synced.value("error", synced.dump()));
+  }
+  const auto boot = Clock::now();
+  client_->start_engine(true, 900.0);
+  client::EngineStatus status = client_->get_engine_status();
+  start_global_step_ = status.global_step;
+  say(fmt::format("ajet: engine rolling after {:.1f} s (global step {})", seconds_since(boot), start_global_step_));
+
+  try {
+    if (c.trainer_common.val_before_train || c.trainer_common.val_only) validate(0);
+    const int64_t test_freq = c.trainer_common.test_freq;
+    for (int64_t step = 1; step <= total_steps_ && !stop_; ++step) {
+      train_step(step);
+      if (stop_) break;
+      if (test_freq > 0 && (step % test_freq == 0 || step == total_steps_)) validate(step);
+    }
+  } catch (...) {
+    try {
+      client_->stop_engine(true, 30.0);
+    } catch (...) {
+    }
+    swarm_->stop();
+    throw;
+  }
+  result_.stopped = stop_;
+  if (stop_) say("ajet: stop requested; stopping the engine and the front");
+  try {
+    client_->stop_engine(true, 60.0);
+  } catch (const std::exception& e) {
+    log().warn("classic: stop_engine: {}", e.what());
+  }
+  swarm_->stop();
+  if (result_.records.empty()) {
+    write_reward_curve(prepared_.exp_dir / "reward_curve.html", result_.records, c.experiment_name);
+  }
+  say("ajet: metrics: " + (prepared_.exp_dir / "metrics.jsonl").string());
+  say("ajet: reward curve: " + (prepared_.exp_dir / "reward_curve.html").string());
+  return result_;
+}
+
+}  // namespace
+
+RunResult run_classic(const LaunchOptions& options, const std::atomic<bool>& stop,
+                      const std::function<void(const std::string&)>& out) {
+  Job job(options, stop, out);
+  return job.run();
+}
+
+}  // namespace ajet::classic

@@ -1,0 +1,53 @@
+// Classic mode: `ajet --conf x.yaml`. Swarm mode with the clients started for you: the launcher
+// starts `ajet-swarm start` as a child, syncs the config and starts the engine through the command
+// API (as any swarm client would), reads the tasks, runs the workflow for train_batch_size ×
+// num_repeat episodes per step with max_env_worker in flight, waits for each step's training,
+// validates every test_freq steps, and writes metrics.jsonl and reward_curve.html into the
+// experiment directory. It never touches tensors or the engine directly: only HTTP to the front.
+#pragma once
+
+#include <atomic>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/json.h"
+#include "config/config.h"
+
+namespace ajet::classic {
+
+struct LaunchOptions {
+  std::filesystem::path conf;                         // --conf
+  std::string backbone;                               // --backbone ("" = the config's)
+  std::filesystem::path exp_base_dir = "saved_experiments";  // --exp-dir
+  std::filesystem::path swarm_binary;                 // ajet-swarm
+  std::vector<std::string> swarm_flags;               // extra flags for `ajet-swarm start`
+  bool interactive = false;                           // redraw the progress bar in place (a terminal)
+};
+
+struct PreparedConfig {
+  config::Config config;
+  std::string yaml;                    // what is synced to the front: every key, resolved
+  std::vector<std::string> warnings;   // unknown keys, by name
+  std::filesystem::path config_dir;    // relative task files and workflow commands start here
+  std::filesystem::path exp_dir;       // absolute
+};
+
+// Loads and checks the config for classic mode: the --backbone override, the model directory,
+// a task source that yields tasks, auto names → an absolute experiment directory. Throws
+// Error(kInvalidArgument / kNotFound) naming the flag, key or file that is wrong.
+PreparedConfig prepare_config(const LaunchOptions& options);
+
+struct RunResult {
+  int64_t steps_done = 0;
+  bool stopped = false;                 // a stop request (SIGINT) ended the run early
+  std::filesystem::path exp_dir;
+  std::vector<Json> records;            // the lines written to metrics.jsonl
+};
+
+// Runs the whole job. `stop` is polled (set it from a signal handler); output lines go to `out`.
+RunResult run_classic(const LaunchOptions& options, const std::atomic<bool>& stop,
+                      const std::function<void(const std::string&)>& out);
+
+}  // namespace ajet::classic

@@ -1,0 +1,307 @@
+#include "classic/metrics.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "common/error.h"
+#include "common/fs.h"
+
+namespace ajet::classic {
+
+namespace {
+bool success_of(const EpisodeResult& r) {
+  return r.report.output.is_success.value_or(r.report.output.reward >= 1.0);
+}
+}  // namespace
+
+RolloutSummary summarize(const std::vector<EpisodeResult>& results) {
+  RolloutSummary s;
+  double reward_sum = 0;
+  int64_t successes = 0;
+  std::map<std::string, std::pair<double, int64_t>> metric_sums;
+  std::map<std::string, int64_t> terms;
+  for (const auto& r : results) {
+    if (!r.ended) {
+      s.failed += 1;
+      continue;
+    }
+    s.episodes += 1;
+    reward_sum += r.report.output.reward;
+    successes += success_of(r) ? 1 : 0;
+    s.llm_calls += r.report.llm_calls;
+    s.completion_tokens += r.report.completion_tokens;
+    terms[r.report.termination.empty() ? "unknown" : r.report.termination] += 1;
+    for (const auto& [k, v] : r.report.output.log_metrics.items()) {
+      if (!v.is_number()) continue;
+      auto& acc = metric_sums[k];
+      acc.first += v.get<double>();
+      acc.second += 1;
+    }
+  }
+  if (s.episodes > 0) {
+    s.reward_mean = reward_sum / double(s.episodes);
+    s.success_rate = double(successes) / double(s.episodes);
+  }
+  for (const auto& [k, n] : terms) s.terminations[k] = n;
+  for (const auto& [k, acc] : metric_sums) s.log_metrics[k] = acc.first / double(acc.second);
+  return s;
+}
+
+ValidationSummary summarize_validation(const std::vector<EpisodeResult>& greedy,
+                                       const std::vector<EpisodeResult>& sampled, int64_t k) {
+  ValidationSummary v;
+  v.k = k;
+  std::set<std::string> tasks;
+  int64_t g_ok = 0, g_n = 0;
+  double g_reward = 0;
+  for (const auto& r : greedy) {
+    tasks.insert(r.job.task->task_id);
+    g_n += 1;
+    if (r.ended) {
+      g_ok += success_of(r) ? 1 : 0;
+      g_reward += r.report.output.reward;
+    }
+  }
+  std::map<std::string, bool> any_success;
+  int64_t s_ok = 0, s_n = 0;
+  for (const auto& r : sampled) {
+    tasks.insert(r.job.task->task_id);
+    bool ok = r.ended && success_of(r);
+    s_n += 1;
+    s_ok += ok ? 1 : 0;
+    any_success[r.job.task->task_id] = any_success[r.job.task->task_id] || ok;
+  }
+  v.tasks = int64_t(tasks.size());
+  if (g_n > 0) {
+    v.greedy_success = double(g_ok) / double(g_n);
+    v.greedy_reward = g_reward / double(g_n);
+  }
+  if (s_n > 0) v.sampled_success = double(s_ok) / double(s_n);
+  if (!any_success.empty()) {
+    int64_t passed = 0;
+    for (const auto& [t, ok] : any_success) passed += ok ? 1 : 0;
+    v.pass_at_k = double(passed) / double(any_success.size());
+  }
+  return v;
+}
+
+Json trainer_metrics(const Json& status_body, const Json& pool_info) {
+  static const std::vector<std::string> kContainers = {"last_train_stats", "train_stats", "trainer", "last_batch_stats"};
+  static const std::vector<std::string> kWanted = {"loss", "kl", "entropy", "merge", "ratio", "clip", "grad", "lr", "tokens", "version", "groups",
+                                                   "samples", "time"};
+  const Json* found = nullptr;
+  for (const Json* body : {&status_body, &pool_info}) {
+    if (!body->is_object()) continue;
+    for (const auto& c : kContainers) {
+      auto it = body->find(c);
+      if (it != body->end() && it->is_object()) {
+        found = &*it;
+        break;
+      }
+    }
+    if (found) break;
+  }
+  Json out = Json::object();
+  if (!found) return out;
+  // Flatten one level of nesting ("train": {"loss": ..}) into "train/loss".
+  std::function<void(const Json&, const std::string&, int)> walk = [&](const Json& j, const std::string& prefix, int depth) {
+    for (const auto& [k, v] : j.items()) {
+      std::string name = prefix.empty() ? k : prefix + "/" + k;
+      if (v.is_object() && depth < 2) {
+        walk(v, name, depth + 1);
+      } else if (v.is_number()) {
+        for (const auto& w : kWanted) {
+          if (name.find(w) != std::string::npos) {
+            out[name] = v;
+            break;
+          }
+        }
+      }
+    }
+  };
+  walk(*found, "", 0);
+  return out;
+}
+
+std::string progress_bar(int64_t step, int64_t total_steps, int64_t done, int64_t total, double reward_mean,
+                         double tokens_per_s, int width) {
+  int filled = total > 0 ? int(std::lround(double(width) * double(done) / double(total))) : width;
+  filled = std::clamp(filled, 0, width);
+  return fmt::format("step {}/{} [{}{}] {}/{} episodes  reward {:.3f}  {:.0f} tok/s", step, total_steps,
+                     std::string(size_t(filled), '#'), std::string(size_t(width - filled), '.'), done, total,
+                     reward_mean, tokens_per_s);
+}
+
+namespace {
+// The first trainer metric whose name ends with one of `names`.
+std::optional<double> pick(const Json& trainer, std::initializer_list<const char*> names) {
+  for (const char* n : names) {
+    for (const auto& [k, v] : trainer.items()) {
+      std::string key = k;
+      std::string want = n;
+      if (key == want || (key.size() > want.size() && key.compare(key.size() - want.size(), want.size(), want) == 0 &&
+                          key[key.size() - want.size() - 1] == '/')) {
+        return v.get<double>();
+      }
+    }
+  }
+  return std::nullopt;
+}
+std::string opt(const char* label, std::optional<double> v, const char* format) {
+  if (!v) return fmt::format("  {} -", label);
+  return fmt::format("  {} ", label) + fmt::format(fmt::runtime(format), *v);
+}
+}  // namespace
+
+std::string step_line(const Json& record, int64_t total_steps) {
+  const Json& r = record.at("rollout");
+  const Json trainer = record.value("trainer", Json::object());
+  std::string line = fmt::format("step {}/{}  reward {:.3f}  success {:.1f}%", record.at("step").get<int64_t>(),
+                                 total_steps, r.value("reward_mean", 0.0), 100.0 * r.value("success_rate", 0.0));
+  line += opt("loss", pick(trainer, {"loss", "pg_loss", "policy_loss"}), "{:.4f}");
+  line += opt("kl", pick(trainer, {"kl", "kl_loss", "ppo_kl"}), "{:.4f}");
+  line += opt("entropy", pick(trainer, {"entropy"}), "{:.3f}");
+  line += opt("merge", pick(trainer, {"merge_ratio", "compression_ratio", "merge_speedup"}), "{:.2f}x");
+  line += fmt::format("  {:.1f} s", record.value("step_time_s", 0.0));
+  return line;
+}
+
+std::string validation_line(const Json& record) {
+  const Json& v = record.at("validation");
+  return fmt::format("val @ step {}  greedy {:.1f}%  pass@{} {:.1f}%  sampled {:.1f}%  ({} tasks, {:.1f} s)",
+                     record.at("step").get<int64_t>(), 100.0 * v.value("greedy_success", 0.0), v.value("k", 0),
+                     100.0 * v.value("pass_at_k", 0.0), 100.0 * v.value("sampled_success", 0.0), v.value("tasks", 0),
+                     record.value("time_s", 0.0));
+}
+
+Json rollout_json(const RolloutSummary& s) {
+  return Json{{"episodes", s.episodes},          {"failed", s.failed},
+              {"reward_mean", s.reward_mean},    {"success_rate", s.success_rate},
+              {"llm_calls", s.llm_calls},        {"completion_tokens", s.completion_tokens},
+              {"terminations", s.terminations}, {"log_metrics", s.log_metrics}};
+}
+
+Json validation_json(const ValidationSummary& s) {
+  return Json{{"tasks", s.tasks},
+              {"greedy_success", s.greedy_success},
+              {"greedy_reward", s.greedy_reward},
+              {"k", s.k},
+              {"sampled_success", s.sampled_success},
+              {"pass_at_k", s.pass_at_k}};
+}
+
+void append_jsonl(const std::filesystem::path& path, const Json& record) {
+  std::ofstream out(path, std::ios::app);
+  if (!out) fail(ErrorCode::kIo, "cannot append to " + path.string());
+  out << record.dump() << '\n';
+}
+
+namespace {
+std::string escape_html(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '&': out += "&amp;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+struct Series {
+  std::string name;
+  std::string color;
+  bool dashed;
+  bool points;
+  std::vector<std::pair<double, double>> xy;
+};
+}  // namespace
+
+std::string reward_curve_html(const std::vector<Json>& records, const std::string& title) {
+  std::vector<Series> series = {{"train reward (mean)", "#1f77b4", false, false, {}},
+                                {"train success rate", "#9ecae1", true, false, {}},
+                                {"validation greedy success", "#ff7f0e", false, true, {}},
+                                {"validation sampled success", "#2ca02c", false, true, {}},
+                                {"validation pass@k", "#7f7f7f", true, true, {}}};
+  double max_x = 1, min_y = 0, max_y = 1;
+  for (const auto& r : records) {
+    const std::string kind = r.value("kind", "");
+    const double step = double(r.value("step", int64_t{0}));
+    if (kind == "train" && r.contains("rollout")) {
+      series[0].xy.emplace_back(step, r["rollout"].value("reward_mean", 0.0));
+      series[1].xy.emplace_back(step, r["rollout"].value("success_rate", 0.0));
+    } else if (kind == "validation" && r.contains("validation")) {
+      series[2].xy.emplace_back(step, r["validation"].value("greedy_success", 0.0));
+      series[3].xy.emplace_back(step, r["validation"].value("sampled_success", 0.0));
+      series[4].xy.emplace_back(step, r["validation"].value("pass_at_k", 0.0));
+    } else {
+      continue;
+    }
+    max_x = std::max(max_x, step);
+  }
+  for (const auto& s : series) {
+    for (const auto& [x, y] : s.xy) {
+      min_y = std::min(min_y, y);
+      max_y = std::max(max_y, y);
+    }
+  }
+  const double W = 760, H = 360, L = 56, R = 16, T = 16, B = 44;
+  auto px = [&](double x) { return L + (W - L - R) * x / max_x; };
+  auto py = [&](double y) { return T + (H - T - B) * (1.0 - (y - min_y) / (max_y - min_y)); };
+  std::string svg = fmt::format("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
+                                "font-family=\"sans-serif\" font-size=\"12\">\n",
+                                W, H);
+  svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"#fff\" stroke=\"#ccc\"/>\n", L, T,
+                     W - L - R, H - T - B);
+  for (int i = 0; i <= 4; ++i) {
+    double y = min_y + (max_y - min_y) * i / 4.0;
+    svg += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#eee\"/>"
+                       "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\">{:.2f}</text>\n",
+                       L, py(y), W - R, py(y), L - 6, py(y) + 4, y);
+  }
+  const int64_t ticks = std::min<int64_t>(10, int64_t(max_x));
+  for (int64_t i = 0; i <= ticks; ++i) {
+    double x = std::round(max_x * double(i) / double(std::max<int64_t>(ticks, 1)));
+    svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n", px(x), H - B + 16,
+                       int64_t(x));
+  }
+  svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">training step</text>\n",
+                     L + (W - L - R) / 2, H - 8);
+  for (const auto& s : series) {
+    if (s.xy.empty()) continue;
+    std::string pts;
+    for (const auto& [x, y] : s.xy) pts += fmt::format("{:.1f},{:.1f} ", px(x), py(y));
+    svg += fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"2\"{} points=\"{}\"/>\n", s.color,
+                       s.dashed ? " stroke-dasharray=\"5,4\"" : "", pts);
+    if (s.points) {
+      for (const auto& [x, y] : s.xy) {
+        svg += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3.5\" fill=\"{}\"/>\n", px(x), py(y), s.color);
+      }
+    }
+  }
+  svg += "</svg>\n";
+  std::string legend = "<ul>\n";
+  for (const auto& s : series) {
+    if (s.xy.empty()) continue;
+    legend += fmt::format("<li><span style=\"color:{}\">&#9632;</span> {} (last {:.3f})</li>\n", s.color,
+                          escape_html(s.name), s.xy.back().second);
+  }
+  legend += "</ul>\n";
+  return "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>" + escape_html(title) +
+         "</title></head>\n<body style=\"font-family:sans-serif\">\n<h2>" + escape_html(title) + "</h2>\n" + svg +
+         legend + "<p>Data: metrics.jsonl in this directory.</p>\n</body></html>\n";
+}
+
+void write_reward_curve(const std::filesystem::path& path, const std::vector<Json>& records, const std::string& title) {
+  write_file_atomic(path, reward_curve_html(records, title));
+}
+
+}  // namespace ajet::classic

@@ -1,0 +1,241 @@
+// End-to-end runs of `ajet --conf` (the real ajet binary, which starts the real ajet-swarm, which
+// starts the real ajet-engine) on the micro model with the debug backbone: counts and files, never
+// speed. Plus the errors a user meets first: unknown backbone, missing file, wrong types.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "common/fs.h"
+#include "common/json.h"
+#include "e2e/e2e_util.h"
+
+namespace ajet::classic {
+namespace {
+
+namespace fs = std::filesystem;
+using e2e::bin;
+using e2e::Captured;
+using e2e::run_capture;
+using e2e::shell_quote;
+
+std::string classic_yaml(const fs::path& model, const std::string& extra = "") {
+  return "ajet:\n"
+         "  experiment_name: run\n"
+         "  backbone: debug\n"
+         "  model:\n"
+         "    path: " + model.string() + "\n"
+         "  data:\n"
+         "    max_prompt_length: 640\n"
+         "    max_response_length: 384\n"
+         "    train_batch_size: 2\n"
+         "  rollout:\n"
+         "    max_env_worker: 4\n"
+         "    max_model_len: 1024\n"
+         "    max_response_length_in_one_turn: 12\n"
+         "    num_repeat: 2\n"
+         "    temperature: 1.0\n"
+         "  task_reader:\n"
+         "    type: builtin\n"
+         "    builtin:\n"
+         "      generator: calc\n"
+         "      num_training_tasks: 6\n"
+         "      num_validation_tasks: 3\n"
+         "      seed: 5\n"
+         "  trainer_common:\n"
+         "    total_training_steps: 2\n"
+         "    test_freq: 1\n"
+         "    val_pass_n: 2\n"
+         "    val_before_train: true\n"
+         "  engine:\n"
+         "    threads: 1\n"
+         "    kv_cache_memory_mb: 16\n" +
+         extra;
+}
+
+std::vector<Json> read_jsonl(const fs::path& path) {
+  std::vector<Json> out;
+  std::istringstream in(read_file(path));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty()) out.push_back(Json::parse(line));
+  }
+  return out;
+}
+
+// A tokenizer trained on the built-in tasks' text (`ajet tasks corpus`), so a calc episode is ~200
+// tokens and fits the micro model's context, and the micro model on it; made once per build tree.
+fs::path micro_model() {
+  const fs::path root = fs::path(AJET_BINARY_DIR) / "classic_fixture";
+  const fs::path tok = root / "tokenizer", model = root / "model-micro";
+  e2e::make_once(tok, [&](const fs::path& out) {
+    fs::create_directories(root);
+    Captured r = run_capture(shell_quote(bin("ajet").string()) + " tasks corpus --out " +
+                             shell_quote((root / "corpus.txt").string()) + " && " + shell_quote(bin("ajet").string()) +
+                             " tokenizer train --corpus " + shell_quote((root / "corpus.txt").string()) +
+                             " --vocab-size 1024 --out " + shell_quote(out.string()));
+    ASSERT_EQ(r.status, 0) << r.out;
+  });
+  e2e::make_once(model, [&](const fs::path& out) {
+    Captured r = run_capture(shell_quote(bin("ajet-engine").string()) + " model init --preset micro --tokenizer " +
+                             shell_quote(tok.string()) + " --seed 7 --out " + shell_quote(out.string()));
+    ASSERT_EQ(r.status, 0) << r.out;
+  });
+  return model;
+}
+
+Captured run_ajet(const std::string& args) { return run_capture(shell_quote(bin("ajet").string()) + " " + args); }
+
+TEST(ClassicRun, DebugBackboneRunsStepsValidatesAndWritesFiles) {
+  e2e::ScratchDir dir;
+  const fs::path model = micro_model();
+  write_file_atomic(dir / "calc.yaml", classic_yaml(model));
+  Captured r = run_ajet("--conf " + shell_quote((dir / "calc.yaml").string()) + " --exp-dir " +
+                        shell_quote((dir / "exps").string()));
+  ASSERT_EQ(r.status, 0) << r.out;
+  const fs::path exp = dir / "exps" / "run";
+  ASSERT_TRUE(fs::exists(exp / "metrics.jsonl")) << r.out;
+  std::vector<Json> records = read_jsonl(exp / "metrics.jsonl");
+  int train = 0, val = 0;
+  for (const auto& rec : records) {
+    if (rec["kind"] == "train") {
+      train += 1;
+      EXPECT_EQ(rec["step"].get<int64_t>(), train);
+      EXPECT_EQ(rec["rollout"]["episodes"].get<int64_t>(), 4) << rec.dump();  // 2 tasks x 2 repeats
+      EXPECT_EQ(rec["rollout"]["failed"].get<int64_t>(), 0);
+      EXPECT_GE(rec["rollout"]["llm_calls"].get<int64_t>(), 4);
+      EXPECT_EQ(rec["global_step"].get<int64_t>(), 0);  // debug: no training
+      // Every episode really talked to the model: none ended on a failed or refused call.
+      EXPECT_FALSE(rec["rollout"]["terminations"].contains("model_error")) << rec.dump();
+      EXPECT_FALSE(rec["rollout"]["terminations"].contains("context_limit")) << rec.dump();
+      EXPECT_GT(rec["rollout"]["completion_tokens"].get<int64_t>(), 0) << rec.dump();
+    } else if (rec["kind"] == "validation") {
+      val += 1;
+      EXPECT_EQ(rec["validation"]["tasks"].get<int64_t>(), 3) << rec.dump();
+      EXPECT_EQ(rec["validation"]["k"].get<int64_t>(), 2);
+      EXPECT_EQ(rec["greedy_rollout"]["episodes"].get<int64_t>(), 3);
+    }
+  }
+  EXPECT_EQ(train, 2) << r.out;
+  EXPECT_EQ(val, 3) << r.out;  // before training, after step 1, after step 2
+  std::string html = read_file(exp / "reward_curve.html");
+  EXPECT_NE(html.find("<svg"), std::string::npos);
+  EXPECT_NE(r.out.find("step 1/2 ["), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("val @ step 0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("reward curve: " + (exp / "reward_curve.html").string()), std::string::npos) << r.out;
+  // The front ran under the experiment directory and stopped cleanly.
+  EXPECT_TRUE(fs::exists(exp / "train_config.yaml"));
+  EXPECT_NE(read_file(exp / "swarm.log").find("ajet-swarm: stopped"), std::string::npos);
+}
+
+TEST(ClassicRun, ExternalCommandWorkflowReportsItsOwnReward) {
+  e2e::ScratchDir dir;
+  const fs::path model = micro_model();
+  // An agent in shell: one chat call with the episode key, then its reward as JSON on the last line.
+  write_file_atomic(dir / "agent.sh",
+                    "#!/bin/sh\n"
+                    "set -e\n"
+                    "test -n \"$AJET_TASK\"\n"
+                    "curl -sf -H \"Authorization: Bearer $OPENAI_API_KEY\" -H 'Content-Type: application/json' "
+                    "-d '{\"model\":\"x\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":3}' "
+                    "\"$OPENAI_BASE_URL/chat/completions\" > /dev/null\n"
+                    "echo 'agent log line'\n"
+                    "echo '{\"reward\": 0.5, \"is_success\": false, \"log_metrics\": {\"llm_calls\": 1}}'\n");
+  fs::permissions(dir / "agent.sh", fs::perms::owner_all);
+  std::string yaml = classic_yaml(model);
+  yaml.replace(yaml.find("  rollout:\n"), 11, "  rollout:\n    user_workflow: \"sh agent.sh\"\n");
+  write_file_atomic(dir / "cmd.yaml", yaml);
+  Captured r = run_ajet("--conf " + shell_quote((dir / "cmd.yaml").string()) + " --exp-dir " +
+                        shell_quote((dir / "exps").string()));
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::vector<Json> records = read_jsonl(dir / "exps" / "run" / "metrics.jsonl");
+  int train = 0;
+  for (const auto& rec : records) {
+    if (rec["kind"] != "train") continue;
+    train += 1;
+    EXPECT_EQ(rec["rollout"]["episodes"].get<int64_t>(), 4);
+    EXPECT_DOUBLE_EQ(rec["rollout"]["reward_mean"].get<double>(), 0.5);
+    EXPECT_EQ(rec["rollout"]["llm_calls"].get<int64_t>(), 4);
+  }
+  EXPECT_EQ(train, 2);
+}
+
+TEST(ClassicRun, SigintStopsCleanly) {
+  e2e::ScratchDir dir;
+  const fs::path model = micro_model();
+  std::string yaml = classic_yaml(model);
+  yaml.replace(yaml.find("total_training_steps: 2"), 23, "total_training_steps: 100000");
+  write_file_atomic(dir / "long.yaml", yaml);
+  const fs::path out = dir / "out.txt";
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    int fd = ::open(out.c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    std::string conf = (dir / "long.yaml").string(), exps = (dir / "exps").string(), ajet = bin("ajet").string();
+    ::execl(ajet.c_str(), ajet.c_str(), "--conf", conf.c_str(), "--exp-dir", exps.c_str(), (char*)nullptr);
+    ::_exit(127);
+  }
+  const fs::path metrics = dir / "exps" / "run" / "metrics.jsonl";
+  // Wait for the first finished step (an observable file), then interrupt.
+  bool stepped = e2e::eventually(
+      [&] { return fs::exists(metrics) && read_file(metrics).find("\"kind\":\"train\"") != std::string::npos; },
+      std::chrono::seconds(180));
+  ::kill(pid, SIGINT);
+  int status = 0;
+  ASSERT_TRUE(e2e::eventually([&] { return ::waitpid(pid, &status, WNOHANG) == pid; }, std::chrono::seconds(60)))
+      << read_file(out);
+  ASSERT_TRUE(stepped) << read_file(out);
+  ASSERT_TRUE(WIFEXITED(status)) << read_file(out);
+  EXPECT_EQ(WEXITSTATUS(status), 130) << read_file(out);
+  EXPECT_NE(read_file(dir / "exps" / "run" / "swarm.log").find("ajet-swarm: stopped"), std::string::npos);
+  EXPECT_TRUE(fs::exists(dir / "exps" / "run" / "reward_curve.html"));
+}
+
+TEST(ClassicErrors, UnknownBackboneMissingFileAndBadTypesNameTheProblem) {
+  e2e::ScratchDir dir;
+  const fs::path model = micro_model();
+  write_file_atomic(dir / "ok.yaml", classic_yaml(model));
+  Captured r = run_ajet("--conf " + shell_quote((dir / "ok.yaml").string()) + " --backbone turbo");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("--backbone"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("turbo"), std::string::npos) << r.out;
+
+  r = run_ajet("--conf " + shell_quote((dir / "nope.yaml").string()));
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("nope.yaml"), std::string::npos) << r.out;
+
+  std::string yaml = classic_yaml(model);
+  yaml.replace(yaml.find("num_repeat: 2"), 13, "num_repeat: many");
+  write_file_atomic(dir / "bad.yaml", yaml);
+  r = run_ajet("--conf " + shell_quote((dir / "bad.yaml").string()));
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("ajet.rollout.num_repeat"), std::string::npos) << r.out;
+
+  write_file_atomic(dir / "nomodel.yaml", classic_yaml(dir / "missing-model"));
+  r = run_ajet("--conf " + shell_quote((dir / "nomodel.yaml").string()));
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("ajet.model.path"), std::string::npos) << r.out;
+
+  yaml = classic_yaml(model);
+  yaml.replace(yaml.find("type: builtin"), 13, "type: random_dummy");
+  write_file_atomic(dir / "dummy.yaml", yaml);
+  r = run_ajet("--conf " + shell_quote((dir / "dummy.yaml").string()));
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("random_dummy"), std::string::npos) << r.out;
+
+  r = run_ajet("--backbone debug");
+  EXPECT_EQ(WEXITSTATUS(r.status), 2);
+  EXPECT_NE(r.out.find("--conf"), std::string::npos) << r.out;
+
+  // Subcommands still work next to the main entry.
+  r = run_ajet("tasks generate --task calc --n 1 --seed 1");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("\"task_id\""), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace ajet::classic
