@@ -30,6 +30,7 @@ inline constexpr const char* kStateTrainConfigYaml = "train_config_yaml";
 inline constexpr const char* kStateGlobalStep = "global_step";
 inline constexpr const char* kStateEngineStatus = "engine_status";
 inline constexpr const char* kStateRegistrySnapshot = "registry_snapshot";
+inline constexpr const char* kStateLatestCheckpoint = "latest_checkpoint";  // the engine's newest save_checkpoint
 
 struct EpisodeRow {
   std::string uuid;

@@ -173,6 +173,12 @@ class Registry {
   Batch take_batch();
   // The trainer is done: global_step + 1; torch: → ROLLING. Blocks until the step is durable.
   void finish_batch(int64_t batch_id, Json stats);
+  // The trainer could not train the batch (the engine rejected it): the batch is stored as abandoned,
+  // global_step stays; torch: → ROLLING. A batch whose engine died is not failed: engine_restarting
+  // returns it to collection. Throws Error(kFailedPrecondition) if the batch is not being trained.
+  void fail_batch(int64_t batch_id, const std::string& reason);
+  // Batches handed to the trainer plus the one ready for it (the async staleness bound counts these).
+  int64_t batches_behind() const;
   std::optional<Batch> last_recorded_batch() const;  // debug backbone
 
   // ---- janitor ----

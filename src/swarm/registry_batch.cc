@@ -184,6 +184,35 @@ void Registry::finish_batch(int64_t batch_id, Json stats) {
   if (durable.valid()) durable.get();
 }
 
+void Registry::fail_batch(int64_t batch_id, const std::string& reason) {
+  Outbox out;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = training_.find(batch_id);
+    if (it == training_.end()) {
+      fail(ErrorCode::kFailedPrecondition, fmt::format("fail_batch(): batch {} is not being trained", batch_id));
+    }
+    double now = clock_();
+    Json stats{{"error", reason}, {"rollout", it->second.summary()}};
+    training_.erase(it);
+    if (store_ != nullptr) store_->update_batch(batch_id, store::kBatchAbandoned, now, stats);
+    std::string detail = fmt::format("batch {} was not trained ({}); global_step stays {}", batch_id, reason,
+                                     engine_.global_step());
+    if (options_.backbone == Backbone::kTorch && engine_.status() == EngineStatus::kWeightSyncing) {
+      transition_locked(EngineStatus::kRolling, now, detail, out);
+    } else {
+      out.logs.emplace_back("swarm", detail);
+    }
+    check_trigger_locked(now, out);
+  }
+  deliver(out);
+}
+
+int64_t Registry::batches_behind() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return int64_t(training_.size() + (ready_ ? 1 : 0));
+}
+
 std::optional<Batch> Registry::last_recorded_batch() const {
   std::lock_guard<std::mutex> lock(mu_);
   return last_recorded_;

@@ -481,5 +481,45 @@ TEST(RegistryLifecycle, ConfigureOnlyWhenOffline) {
   EXPECT_THROW(h.registry.engine_ready(), Error);
 }
 
+
+TEST(RegistryBackbones, AsyncStalenessBoundCountsVersionsBehindTheTrainer) {
+  // max_staleness 1: while one batch trains (policy v -> v+1), episodes claimed now are trained at
+  // v+1 (1 version behind: allowed). Once the next batch is full too, a new episode would be trained
+  // at v+2 on tokens of v (2 behind): claims wait until the trainer finishes a step.
+  RegistryOptions o = small_options(Backbone::kAsync, 1, 1);
+  o.max_staleness = 1;
+  RegistryHarness h(o);
+  h.start();
+  h.end("c", h.claim("c"), "t1", 1);
+  EXPECT_EQ(h.registry.batches_behind(), 1);
+  Batch first = h.registry.take_batch();
+  ASSERT_TRUE(h.try_claim("c").success) << "1 version behind is within max_staleness 1";
+  std::string second = h.claim("c");
+  h.end("c", second, "t2", 1);
+  EXPECT_EQ(h.registry.batches_behind(), 2);
+  ClaimResponse paused = h.try_claim("c");
+  EXPECT_FALSE(paused.success);
+  EXPECT_TRUE(contains(paused.fail_cause, "max_staleness")) << paused.fail_cause;
+  h.registry.finish_batch(first.batch_id, Json{{"policy_version", 1}});
+  EXPECT_EQ(h.registry.global_step(), 1);
+  EXPECT_EQ(h.registry.batches_behind(), 1);
+  EXPECT_TRUE(h.try_claim("c").success);
+  EXPECT_EQ(h.registry.engine_status(), EngineStatus::kRolling);
+}
+
+TEST(RegistryBackbones, FailedBatchKeepsTheStepAndResumesRolling) {
+  RegistryHarness h(small_options(Backbone::kTorch, 1, 1));
+  h.start();
+  h.end("c", h.claim("c"), "t", 1);
+  Batch b = h.registry.take_batch();
+  EXPECT_EQ(h.registry.engine_status(), EngineStatus::kWeightSyncing);
+  h.registry.fail_batch(b.batch_id, "engine said: invalid_argument");
+  EXPECT_EQ(h.registry.engine_status(), EngineStatus::kRolling);
+  EXPECT_EQ(h.registry.global_step(), 0);
+  EXPECT_THROW(h.registry.finish_batch(b.batch_id, {}), Error);
+  EXPECT_THROW(h.registry.fail_batch(b.batch_id, "twice"), Error);
+  EXPECT_TRUE(h.try_claim("c").success);
+}
+
 }  // namespace
 }  // namespace ajet::swarm

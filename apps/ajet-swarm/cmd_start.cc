@@ -1,0 +1,76 @@
+// `ajet-swarm start`: runs the swarm server until SIGINT/SIGTERM. Prints one ready line on stdout
+// once it serves ("ajet-swarm ready: http://HOST:PORT …"; with --port 0 it names the bound port).
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+
+#include "command.h"
+#include "common/error.h"
+#include "swarm/server.h"
+
+namespace ajet::swarm_cli {
+namespace {
+
+void run_start(swarm::ServerOptions options) {
+  if (options.admin_token.empty()) {
+    if (const char* env = std::getenv("AJET_ADMIN_TOKEN"); env != nullptr) options.admin_token = env;
+  }
+  if (options.host != "127.0.0.1" && options.host != "localhost" && options.host != "::1" &&
+      options.admin_token.empty()) {
+    std::fprintf(stderr,
+                 "ajet-swarm: warning: listening on %s without an admin token: anyone who can reach this port can "
+                 "change the config, run synced code and stop the engine (set --admin-token or AJET_ADMIN_TOKEN)\n",
+                 options.host.c_str());
+  }
+  swarm::SwarmServer server(std::move(options));
+  server.handle_signals();
+  server.start();
+  // Upstream clients wait for "Interchange server is running in blocking mode"; keep that phrase.
+  std::cout << "ajet-swarm ready: " << server.url() << " (port " << server.port() << ", store "
+            << server.options().store_path.string() << ", dir " << server.options().server_dir.string()
+            << "). Interchange server is running in blocking mode." << std::endl;
+  server.wait();
+  std::cout << "ajet-swarm: stopped" << std::endl;
+}
+
+const CommandRegistration kStart("start", [](CLI::App& app) {
+  auto options = std::make_shared<swarm::ServerOptions>();
+  auto* cmd = app.add_subcommand("start", "Run the swarm server (OpenAI-compatible API + swarm command API)");
+  cmd->add_option("--port,--swarm-port", options->port, "TCP port (0: any free port, printed in the ready line)")
+      ->capture_default_str();
+  cmd->add_option("--host", options->host, "Address to bind (0.0.0.0 for every interface: set an admin token)")
+      ->capture_default_str();
+  cmd->add_option("--conf", options->conf, "Train config YAML synced at start (clients may sync another later)");
+  cmd->add_option("--admin-token", options->admin_token,
+                  "Token that sync_train_config, sync_train_code, start_engine, stop_engine (and episode views) "
+                  "require as 'Authorization: Bearer <token>' (default: $AJET_ADMIN_TOKEN)");
+  cmd->add_option("--exp-dir", options->server_dir,
+                  "Server directory: the store, experiment directories, synced code")
+      ->capture_default_str();
+  cmd->add_option("--store", options->store_path, "SQLite store file (default: <exp-dir>/swarm.sqlite)");
+  cmd->add_option("--io-threads", options->io_threads, "HTTP I/O threads")->capture_default_str()->check(CLI::Range(1, 64));
+  cmd->add_option("--engine", options->engine_binary, "ajet-engine binary (default: the one next to ajet-swarm)");
+  cmd->add_option("--janitor-interval", options->janitor_interval_s,
+                  "Seconds between janitor sweeps (idle episodes are reclaimed after their discard_episode_timeout)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 3600.0));
+  auto max_body_mb = std::make_shared<double>(double(options->max_body_bytes >> 20));
+  cmd->add_option("--max-body-mb", *max_body_mb, "Largest request body (MiB; sync_train_code archives)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.001, 4096.0));
+  auto max_json_mb = std::make_shared<double>(double(options->max_json_body_bytes >> 20));
+  cmd->add_option("--max-json-mb", *max_json_mb, "Largest JSON body (MiB; commands and OpenAI requests)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.001, 4096.0));
+  cmd->add_option("--engine-boot-timeout", options->engine_boot_timeout_s, "Seconds the engine may take to start")
+      ->capture_default_str();
+  cmd->callback([options, max_body_mb, max_json_mb] {
+    swarm::ServerOptions o = *options;
+    o.max_body_bytes = size_t(*max_body_mb * double(1 << 20));
+    o.max_json_body_bytes = size_t(*max_json_mb * double(1 << 20));
+    run_start(std::move(o));
+  });
+});
+
+}  // namespace
+}  // namespace ajet::swarm_cli

@@ -1,0 +1,44 @@
+// sync_train_code's archive handling: a zip of a source tree is checked entry by entry from its
+// central directory (no absolute paths, no `..`, no links or device files, no encryption, size and
+// count limits) BEFORE anything touches the disk, then unpacked with `unzip` into a fresh directory.
+// It never writes outside that directory and never over an existing one.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ajet::swarm {
+
+struct ArchiveLimits {
+  uint64_t max_total_bytes = 512ull << 20;  // sum of uncompressed sizes
+  uint64_t max_file_bytes = 64ull << 20;    // one member, uncompressed
+  size_t max_entries = 20000;
+};
+
+struct ZipEntry {
+  std::string name;  // as stored ("src/a.cc", "apps/")
+  uint64_t size = 0; // uncompressed bytes
+  bool is_dir = false;
+};
+
+// Reads and validates the central directory. Throws Error(kInvalidArgument) naming the offending
+// entry (unsafe path, link, unsupported method/encryption, not a zip) or Error(kResourceExhausted)
+// naming the limit that was exceeded.
+std::vector<ZipEntry> inspect_zip(std::string_view archive, const ArchiveLimits& limits = {});
+
+struct UnpackedTree {
+  std::filesystem::path dir;   // the fresh directory everything went into
+  std::filesystem::path root;  // the source root: `dir`, or its single top-level directory
+  size_t files = 0;
+  uint64_t bytes = 0;
+};
+
+// inspect_zip, then unpacks into `dest` (created; must not exist yet). The source root must hold a
+// CMakeLists.txt (Error(kInvalidArgument) otherwise; `dest` is removed again on any failure).
+UnpackedTree unpack_source_zip(std::string_view archive, const std::filesystem::path& dest,
+                               const ArchiveLimits& limits = {});
+
+}  // namespace ajet::swarm

@@ -1,0 +1,32 @@
+// The swarm front's HTTP routes (PROTOCOL.md): the command API, the admin endpoints that change the
+// engine, and the OpenAI-compatible API. Handlers run on HTTP I/O threads and never block there:
+// store reads, archives and process control go to ServerContext::pool.
+#pragma once
+
+#include <functional>
+#include <string_view>
+
+#include "common/json.h"
+#include "http/message.h"
+#include "http/router.h"
+#include "swarm/server_context.h"
+
+namespace ajet::swarm {
+
+// /claim_episode (/begin_episode), /end_episode, /abort_episode, /can_continue_episode,
+// /get_episode_buffer, /get_current_batch_rollout_pool_information, /agree_sync_weight,
+// /get_engine_status, /get_server_experiment_dir, /get_verbose_logs, /replay_latest_llm_call,
+// /health, GET /episodes/{episode_uuid}.
+void add_command_routes(http::Router& router, ServerContext& ctx);
+// /sync_train_config, /sync_train_code, /start_engine, /stop_engine (admin token when configured).
+void add_engine_routes(http::Router& router, ServerContext& ctx);
+// /v1/chat/completions, /v1/completions, /v1/models.
+void add_openai_routes(http::Router& router, ServerContext& ctx);
+
+// A JSON request body ({} when empty); Error(kInvalidArgument) for bad JSON, kResourceExhausted
+// naming `limit` for an oversize body.
+Json parse_json_body(const http::Request& request, size_t limit);
+// Runs `fn`; an ajet::Error (or any exception) it throws becomes the error response.
+void answer_errors(const http::Respond& respond, const std::function<void()>& fn);
+
+}  // namespace ajet::swarm

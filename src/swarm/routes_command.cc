@@ -1,0 +1,173 @@
+// The swarm command API for clients (PROTOCOL.md "Command API"): episodes, pool information, logs.
+#include <fmt/format.h>
+
+#include "common/log.h"
+#include "http/response.h"
+#include "store/store.h"
+#include "swarm/openai_call.h"
+#include "swarm/openai_errors.h"
+#include "swarm/registry.h"
+#include "swarm/routes.h"
+#include "swarm/verbose_log.h"
+#include "swarm/work_pool.h"
+#include "tracking/episode_json.h"
+#include "tracking/episode_tracker.h"
+
+namespace ajet::swarm {
+
+namespace {
+
+using http::Request;
+using http::Respond;
+
+std::string size_text(size_t bytes) {
+  if (bytes % (1u << 20) == 0) return fmt::format("{} MiB", bytes >> 20);
+  if (bytes % (1u << 10) == 0) return fmt::format("{} KiB", bytes >> 10);
+  return fmt::format("{} bytes", bytes);
+}
+
+// GET /episodes/{uuid}: the tracker's episode document, built on the work pool (store reads).
+void episode_document(ServerContext& ctx, const std::string& uuid, Respond respond) {
+  ctx.pool.post([&ctx, uuid, respond] {
+    answer_errors(respond, [&] {
+      ctx.store.flush().get();  // calls queued before this request are visible
+      std::optional<store::EpisodeRow> row = ctx.store.get_episode(uuid);
+      if (!row) fail(ErrorCode::kNotFound, "Episode " + uuid + " is not in the store.");
+      std::vector<store::CallRow> rows = ctx.store.get_calls(uuid);
+      std::shared_ptr<const ModelContext> model = ctx.model();
+      const tracking::ChatFormat* format = model ? model->format.get() : nullptr;
+      tracking::MergeOptions options = model ? model->merge_options : tracking::MergeOptions{};
+      if (format == nullptr) options.compare_level = tracking::CompareLevel::kToken;
+      std::vector<tracking::CallRecord> calls = tracking::calls_from_rows(rows, format);
+      tracking::EpisodeInfo info{row->uuid, row->task_id, row->reward.value_or(0.0)};
+      tracking::MergedEpisode merged = tracking::merge_episode(info, calls, options);
+      respond(http::json_response(tracking::episode_json(tracking::EpisodeView::from_row(*row), calls, merged,
+                                                         model ? model->tokenizer.get() : nullptr)));
+    });
+  });
+}
+
+}  // namespace
+
+Json parse_json_body(const Request& request, size_t limit) {
+  if (request.body.size() > limit) {
+    fail(ErrorCode::kResourceExhausted, fmt::format("request body of {} bytes exceeds the limit for JSON bodies ({})",
+                                                    request.body.size(), size_text(limit)));
+  }
+  bool blank = true;
+  for (char c : request.body) blank = blank && (c == ' ' || c == '\n' || c == '\r' || c == '\t');
+  if (blank) return Json::object();
+  Json body = parse_json(request.body, "request body");
+  if (!body.is_object()) invalid_argument("request body must be a JSON object, got " + std::string(json_type_name(body)));
+  return body;
+}
+
+void answer_errors(const Respond& respond, const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    respond(error_for(e));
+  } catch (const std::exception& e) {
+    log().error("route: {}", e.what());
+    respond(openai_error(500, std::string("internal error: ") + e.what(), "internal"));
+  }
+}
+
+void add_command_routes(http::Router& router, ServerContext& ctx) {
+  const size_t limit = ctx.options.max_json_body_bytes;
+  auto claim = [&ctx, limit](Request req, Respond respond) {
+    answer_errors(respond, [&] {
+      ClaimRequest claim = ClaimRequest::from_json(parse_json_body(req, limit));
+      respond(http::json_response(ctx.registry.claim_episode(claim).to_json()));
+    });
+  };
+  router.post("/claim_episode", claim);
+  router.post("/begin_episode", claim);
+
+  router.post("/end_episode", [&ctx, limit](Request req, Respond respond) {
+    answer_errors(respond, [&] {
+      EndRequest end = EndRequest::from_json(parse_json_body(req, limit));
+      // `done` runs inline or on the store's writer thread after the commit; respond is thread-safe.
+      ctx.registry.end_episode(std::move(end), [respond](std::optional<CommandError> error) {
+        if (!error) {
+          respond(http::json_response(Json{{"success", true}}));
+        } else {
+          respond(error_for(Error(error->code, error->message)));
+        }
+      });
+    });
+  });
+
+  router.post("/abort_episode", [&ctx, limit](Request req, Respond respond) {
+    answer_errors(respond, [&] {
+      ctx.registry.abort_episode(AbortRequest::from_json(parse_json_body(req, limit)));
+      respond(http::json_response(Json{{"success", true}}));
+    });
+  });
+
+  router.post("/can_continue_episode", [&ctx, limit](Request req, Respond respond) {
+    answer_errors(respond, [&] {
+      bool ok = ctx.registry.can_continue_episode(EpisodeRef::from_json(parse_json_body(req, limit)));
+      respond(http::json_response(Json{{"can_continue", ok}}));
+    });
+  });
+
+  router.post("/get_episode_buffer", [&ctx, limit](Request req, Respond respond) {
+    answer_errors(respond, [&] {
+      parse_json_body(req, limit);
+      respond(http::json_response(ctx.registry.episode_buffer()));
+    });
+  });
+
+  router.get("/get_current_batch_rollout_pool_information", [&ctx](Request, Respond respond) {
+    answer_errors(respond, [&] { respond(http::json_response(ctx.registry.pool_info())); });
+  });
+
+  router.post("/agree_sync_weight", [&ctx, limit](Request req, Respond respond) {
+    answer_errors(respond, [&] {
+      AgreeRequest agree = AgreeRequest::from_json(parse_json_body(req, limit));
+      respond(http::json_response(ctx.registry.agree_sync_weight(agree).to_json()));
+    });
+  });
+
+  router.get("/get_engine_status", [&ctx](Request, Respond respond) {
+    respond(http::json_response(ctx.registry.engine_status_json()));
+  });
+
+  router.get("/get_server_experiment_dir", [&ctx](Request, Respond respond) {
+    TrainState t = ctx.train();
+    respond(http::json_response(
+        Json{{"server_experiment_dir", t.experiment_dir.empty() ? Json(nullptr) : Json(t.experiment_dir.string())}}));
+  });
+
+  router.get("/get_verbose_logs", [&ctx](Request, Respond respond) {
+    respond(http::json_response(ctx.verbose.to_json()));
+  });
+
+  router.post("/replay_latest_llm_call", [&ctx](Request req, Respond respond) {
+    if (!ctx.admin_ok(req)) {
+      respond(openai_error(401, "replay_latest_llm_call needs the admin token (Authorization: Bearer <token>)",
+                           "unauthenticated"));
+      return;
+    }
+    std::optional<Json> latest = ctx.latest.get();
+    if (!latest) {
+      respond(openai_error(404, "No LLM call has been made yet.", "not_found"));
+      return;
+    }
+    respond(http::json_response(*latest));
+  });
+
+  router.get("/health", [](Request, Respond respond) { respond(http::json_response(Json{{"status", "ok"}})); });
+
+  router.get("/episodes/{episode_uuid}", [&ctx](Request req, Respond respond) {
+    if (!ctx.admin_ok(req)) {
+      respond(openai_error(401, "GET /episodes/{uuid} needs the admin token (Authorization: Bearer <token>)",
+                           "unauthenticated"));
+      return;
+    }
+    episode_document(ctx, req.path_params.at("episode_uuid"), respond);
+  });
+}
+
+}  // namespace ajet::swarm

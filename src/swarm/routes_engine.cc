@@ -1,0 +1,94 @@
+// The command endpoints that change the server (PROTOCOL.md; admin token when one is configured):
+// /sync_train_config, /sync_train_code, /start_engine, /stop_engine. The work (disk, unzip, process
+// control) runs on the work pool; the I/O thread only checks the token and parses the body.
+#include <fmt/format.h>
+
+#include "http/response.h"
+#include "swarm/openai_errors.h"
+#include "swarm/registry.h"
+#include "swarm/routes.h"
+#include "swarm/work_pool.h"
+
+namespace ajet::swarm {
+
+namespace {
+
+using http::Request;
+using http::Respond;
+
+bool check_admin(ServerContext& ctx, const Request& req, const Respond& respond, std::string_view what) {
+  if (ctx.admin_ok(req)) return true;
+  respond(openai_error(401, fmt::format("{} needs the admin token: send Authorization: Bearer <token> (the token "
+                                        "given to ajet-swarm start --admin-token / AJET_ADMIN_TOKEN)",
+                                        what),
+                       "unauthenticated"));
+  return false;
+}
+
+}  // namespace
+
+void add_engine_routes(http::Router& router, ServerContext& ctx) {
+  const size_t limit = ctx.options.max_json_body_bytes;
+
+  router.post("/sync_train_config", [&ctx, limit](Request req, Respond respond) {
+    if (!check_admin(ctx, req, respond, "sync_train_config")) return;
+    answer_errors(respond, [&] {
+      Json body = parse_json_body(req, limit);
+      std::string yaml = get_string(body, "yaml_as_string", "sync_train_config body");
+      ctx.pool.post([&ctx, yaml = std::move(yaml), respond] {
+        answer_errors(respond, [&] {
+          std::vector<std::string> warnings = ctx.sync_train_config(yaml);
+          respond(http::json_response(Json{{"success", true}, {"warnings", warnings}}));
+        });
+      });
+    });
+  });
+
+  router.post("/sync_train_code", [&ctx](Request req, Respond respond) {
+    if (!check_admin(ctx, req, respond, "sync_train_code")) return;
+    auto body = std::make_shared<std::string>(std::move(req.body));
+    ctx.pool.post([&ctx, body, respond] {
+      answer_errors(respond, [&] {
+        UnpackedTree tree = ctx.sync_train_code(*body);
+        respond(http::json_response(
+            Json{{"success", true},
+                 {"message", fmt::format("{} files unpacked into {}; the next start_engine builds the ajet-engine "
+                                         "target of this tree and runs it",
+                                         tree.files, tree.root.string())},
+                 {"temp_ajet_code_path", tree.root.string()},
+                 {"files", tree.files},
+                 {"bytes", tree.bytes}}));
+      });
+    });
+  });
+
+  router.post("/start_engine", [&ctx, limit](Request req, Respond respond) {
+    if (!check_admin(ctx, req, respond, "start_engine")) return;
+    answer_errors(respond, [&] {
+      parse_json_body(req, limit);
+      ctx.pool.post([&ctx, respond] {
+        answer_errors(respond, [&] {
+          int64_t pid = ctx.start_engine("start_engine");
+          Json body = {{"success", true}};
+          if (pid > 0) body["pid"] = pid;
+          respond(http::json_response(body));
+        });
+      });
+    });
+  });
+
+  router.post("/stop_engine", [&ctx, limit](Request req, Respond respond) {
+    if (!check_admin(ctx, req, respond, "stop_engine")) return;
+    answer_errors(respond, [&] {
+      parse_json_body(req, limit);
+      ctx.pool.post([&ctx, respond] {
+        answer_errors(respond, [&] {
+          ctx.stop_engine("stop_engine");
+          respond(http::json_response(Json{{"success", true}}));
+        });
+      });
+    });
+  });
+}
+
+}  // namespace ajet::swarm

@@ -1,0 +1,140 @@
+// The OpenAI-compatible API (PROTOCOL.md): /v1/chat/completions, /v1/completions, /v1/models, with
+// the episode key as the Bearer token. On the I/O thread: verify the key (HMAC), parse and validate
+// the body, render the prompt token-in/token-out through the episode's tracker, then hand the
+// engine request to an LlmCall (openai_call.h), which answers when tokens arrive.
+#include <fmt/format.h>
+
+#include "common/log.h"
+#include "http/response.h"
+#include "swarm/openai_call.h"
+#include "swarm/openai_errors.h"
+#include "swarm/openai_params.h"
+#include "swarm/registry.h"
+#include "swarm/routes.h"
+#include "swarm/supervisor.h"
+#include "swarm/tracker_map.h"
+
+namespace ajet::swarm {
+
+namespace {
+
+using http::Request;
+using http::Respond;
+
+text::OrderedJson parse_ordered_body(const Request& req, size_t limit) {
+  if (req.body.size() > limit) {
+    fail(ErrorCode::kResourceExhausted,
+         fmt::format("request body of {} bytes exceeds the limit for JSON bodies ({} bytes)", req.body.size(), limit));
+  }
+  text::OrderedJson body = text::OrderedJson::parse(req.body, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded()) invalid_argument("request body is not valid JSON");
+  if (!body.is_object()) invalid_argument("request body must be a JSON object");
+  return body;
+}
+
+// The text the generation prompt adds after the assistant header (e.g. Qwen3's empty think block).
+std::string generation_tail(const ModelContext& model, const tracking::RenderedPrompt& prompt) {
+  std::span<const text::TokenId> ids(prompt.ids);
+  std::string text = model.tokenizer->decode(ids.subspan(size_t(prompt.generation_prompt_begin)));
+  if (text.rfind(model.format->assistant_header, 0) == 0) text.erase(0, model.format->assistant_header.size());
+  return text;
+}
+
+void serve_generation(ServerContext& ctx, Request req, Respond respond, CallSetup::Kind kind) {
+  CallSetup setup;
+  setup.kind = kind;
+  setup.started = std::chrono::steady_clock::now();
+  setup.started_at = system_clock_seconds();
+  const bool chat = kind == CallSetup::Kind::kChat;
+
+  EpisodeKeyClaims claims = ctx.registry.signer().verify(req.headers.get("Authorization").value_or(""));
+  text::OrderedJson body = parse_ordered_body(req, ctx.options.max_json_body_bytes);
+  setup.params = chat ? parse_chat_params(body) : parse_completion_params(body);
+  CompletionPrompt completion;
+  if (chat) {
+    setup.request = text::parse_chat_request(body);
+  } else {
+    completion = parse_completion_prompt(body);
+  }
+
+  LlmCallTicket first;
+  try {
+    first = ctx.registry.begin_llm_call(claims.episode_uuid);
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kUnavailable) throw;
+    respond(unavailable_response(e.what(), retry_after_seconds(ctx.registry.engine_status())));
+    return;
+  }
+  std::shared_ptr<const ModelContext> model = ctx.model();
+  if (!model) fail(ErrorCode::kUnavailable, "no model is loaded (start_engine first)");
+  setup.model = model;
+  std::optional<std::string_view> header_agent = req.headers.get("X-Agent-Name");
+  std::optional<std::string_view> model_field;
+  if (!setup.params.model.empty()) model_field = setup.params.model;
+  setup.agent_name = resolve_agent_name(claims, header_agent, model_field, model->served_names);
+
+  TrackedEpisode tracked = ctx.trackers.get_or_create(claims.episode_uuid, model);
+  setup.tracker = tracked.tracker;
+  if (chat) {
+    tracking::PromptOptions options = model->prompt_options;
+    options.enable_thinking = setup.params.enable_thinking;
+    setup.prompt = tracked.tracker->render(setup.agent_name, setup.request, options);
+    setup.generation_prompt_tail = generation_tail(*model, setup.prompt);
+    setup.parse_tools = !setup.request.tools.empty() && setup.params.tool_choice != ToolChoice::kNone;
+  } else {
+    setup.prompt.ids = completion.text ? model->tokenizer->encode(*completion.text) : completion.ids;
+    for (size_t i = 0; i < setup.prompt.ids.size(); ++i) {
+      if (!model->tokenizer->valid_id(setup.prompt.ids[i])) {
+        invalid_argument(fmt::format("request body: field 'prompt[{}]' = {} is not a token id of this model",
+                                     i, setup.prompt.ids[i]));
+      }
+    }
+    setup.prompt.generation_prompt_begin = int32_t(setup.prompt.ids.size());
+  }
+
+  const bool train = first.episode_type == "train";
+  setup.generate = resolve_generation(setup.params, model->sampling, train, setup.prompt.ids.size());
+  setup.generate.prompt = setup.prompt.ids;
+  setup.generate.stop_token_ids = chat ? model->chat_stop_ids : model->completion_stop_ids;
+  setup.generate.tag = fmt::format("{}#{}", claims.episode_uuid, first.call_index);
+  setup.tickets.push_back(first);
+  for (int i = 1; i < setup.params.n; ++i) setup.tickets.push_back(ctx.registry.begin_llm_call(claims.episode_uuid));
+
+  setup.request_body = std::move(req.body);
+  setup.meta.id = new_response_id(chat ? "chatcmpl-" : "cmpl-");
+  setup.meta.created = int64_t(setup.started_at);
+  setup.meta.model = setup.params.model.empty() ? model->served_name : setup.params.model;
+
+  auto call = std::make_shared<LlmCall>(std::move(setup), CallServices{ctx.registry, ctx.latest}, respond);
+  call->start(ctx.supervisor.client());
+}
+
+void generation_route(ServerContext& ctx, Request req, Respond respond, CallSetup::Kind kind) {
+  answer_errors(respond, [&] { serve_generation(ctx, std::move(req), respond, kind); });
+}
+
+}  // namespace
+
+void add_openai_routes(http::Router& router, ServerContext& ctx) {
+  router.post("/v1/chat/completions", [&ctx](Request req, Respond respond) {
+    generation_route(ctx, std::move(req), std::move(respond), CallSetup::Kind::kChat);
+  });
+  router.post("/v1/completions", [&ctx](Request req, Respond respond) {
+    generation_route(ctx, std::move(req), std::move(respond), CallSetup::Kind::kCompletion);
+  });
+  router.get("/v1/models", [&ctx](Request req, Respond respond) {
+    answer_errors(respond, [&] {
+      ctx.registry.signer().verify(req.headers.get("Authorization").value_or(""));
+      Json data = Json::array();
+      if (std::shared_ptr<const ModelContext> model = ctx.model()) {
+        data.push_back({{"id", model->served_name},
+                        {"object", "model"},
+                        {"created", int64_t(system_clock_seconds())},
+                        {"owned_by", "agentjet"}});
+      }
+      respond(http::json_response(Json{{"object", "list"}, {"data", std::move(data)}}));
+    });
+  });
+}
+
+}  // namespace ajet::swarm

@@ -1,0 +1,76 @@
+// The swarm front as one object, as `ajet-swarm start` runs it: the SQLite store (recovered on
+// start), the registry, the janitor, the engine supervisor, the batch loop and the HTTP server with
+// every route of PROTOCOL.md. A restarted front resumes what the store holds: the registry's
+// finished and claimed episodes (their keys stay valid: the key secret is in the store) and, when
+// the engine was running, the engine itself.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "store/records.h"
+#include "swarm/server_context.h"
+
+namespace ajet::http {
+class HttpServer;
+}
+namespace ajet::store {
+class Store;
+}
+
+namespace ajet::swarm {
+
+class Registry;
+class Janitor;
+class WorkPool;
+class EngineSupervisor;
+class TrackerMap;
+class LatestCall;
+class BatchRunner;
+class VerboseLog;
+
+class SwarmServer {
+ public:
+  // Opens (or creates) the store and recovers it, builds every part, binds the port (port 0: an
+  // ephemeral one). Throws Error naming what failed (a store held by another front, a busy port …).
+  explicit SwarmServer(ServerOptions options);
+  ~SwarmServer();  // stop() and shut down in order
+  SwarmServer(const SwarmServer&) = delete;
+  SwarmServer& operator=(const SwarmServer&) = delete;
+
+  uint16_t port() const;
+  std::string url() const;  // "http://HOST:PORT"
+  const ServerOptions& options() const { return options_; }
+
+  void handle_signals();  // SIGINT/SIGTERM → graceful stop (before start())
+  // Resumes from the store (restarting the engine if it was running), syncs --conf, then serves.
+  void start();
+  // Blocks until the server was stopped, then shuts down: the engine is terminated (the store keeps
+  // its status, so the next start resumes it), queued store writes are committed.
+  void wait();
+  void stop();
+
+ private:
+  void shutdown();
+
+  ServerOptions options_;
+  std::unique_ptr<store::Store> store_;
+  store::RecoveredState recovered_;
+  std::unique_ptr<VerboseLog> verbose_;
+  std::unique_ptr<LatestCall> latest_;
+  std::unique_ptr<TrackerMap> trackers_;
+  std::unique_ptr<Registry> registry_;
+  std::unique_ptr<WorkPool> pool_;
+  std::unique_ptr<EngineSupervisor> supervisor_;
+  std::unique_ptr<ServerContext> ctx_;
+  std::unique_ptr<BatchRunner> batches_;
+  std::unique_ptr<Janitor> janitor_;
+  std::unique_ptr<http::HttpServer> http_;
+  bool shut_down_ = false;
+};
+
+// The ajet-engine next to the running executable.
+std::filesystem::path sibling_engine_binary();
+
+}  // namespace ajet::swarm

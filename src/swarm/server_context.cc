@@ -1,0 +1,243 @@
+#include "swarm/server_context.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <ctime>
+
+#include "common/encoding.h"
+#include "common/error.h"
+#include "common/fs.h"
+#include "config/load.h"
+#include "store/store.h"
+#include "swarm/batch_runner.h"
+#include "swarm/registry.h"
+#include "swarm/supervisor.h"
+#include "swarm/tracker_map.h"
+#include "swarm/verbose_log.h"
+
+namespace ajet::swarm {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kStateSyncedCodeRoot = "synced_code_root";
+
+std::string timestamp_micro() {
+  auto now = std::chrono::system_clock::now();
+  std::time_t t = std::chrono::system_clock::to_time_t(now);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d_%H%M%S", &tm);
+  auto micros = std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count() % 1000000;
+  return fmt::format("{}_{:06d}", stamp, micros);
+}
+
+}  // namespace
+
+ServerContext::ServerContext(const ServerOptions& options_in, store::Store& store_in, Registry& registry_in,
+                             VerboseLog& verbose_in, WorkPool& pool_in, EngineSupervisor& supervisor_in,
+                             TrackerMap& trackers_in, LatestCall& latest_in)
+    : options(options_in),
+      store(store_in),
+      registry(registry_in),
+      verbose(verbose_in),
+      pool(pool_in),
+      supervisor(supervisor_in),
+      trackers(trackers_in),
+      latest(latest_in) {}
+
+TrainState ServerContext::train() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return train_;
+}
+
+TrainSettings ServerContext::train_settings() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  TrainSettings s;
+  if (!train_.config) return s;
+  s.save_freq = train_.config->trainer_common.save_freq;
+  fs::path dir = train_.config->trainer_common.checkpoint_base_dir;
+  if (dir.is_relative() && !train_.experiment_dir.empty()) dir = train_.experiment_dir / dir;
+  s.checkpoint_dir = dir;
+  return s;
+}
+
+std::shared_ptr<const ModelContext> ServerContext::model() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return train_.model;
+}
+
+bool ServerContext::admin_ok(const http::Request& request) const {
+  if (options.admin_token.empty()) return true;
+  std::string_view auth = request.headers.get("Authorization").value_or("");
+  if (auth.size() < 7 || !http::iequals(auth.substr(0, 7), "Bearer ")) return false;
+  auth.remove_prefix(7);
+  while (!auth.empty() && auth.front() == ' ') auth.remove_prefix(1);
+  return constant_time_equal(auth, options.admin_token);
+}
+
+void ServerContext::require_offline(const char* what) const {
+  EngineStatus status = registry.engine_status();
+  if (status != EngineStatus::kOffline) {
+    fail(ErrorCode::kFailedPrecondition,
+         fmt::format("{} is only allowed in ENGINE.OFFLINE (current status: [{}]). Call `stop_engine` first.", what,
+                     engine_status_name(status)));
+  }
+}
+
+std::vector<std::string> ServerContext::sync_train_config(const std::string& yaml) {
+  std::lock_guard<std::mutex> lifecycle(lifecycle_mu_);
+  require_offline("sync_train_config");
+  config::LoadedConfig loaded = config::parse_config(yaml, "sync_train_config yaml_as_string");
+  (void)RegistryOptions::from_config(loaded.config, base_url);  // backbone and batch trigger names
+  store.put_state(store::kStateTrainConfigYaml, yaml).get();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    train_.yaml = yaml;
+    train_.config = loaded.config;
+    train_.warnings = loaded.warnings;
+  }
+  verbose.add("swarm", fmt::format("train config synced: model {}, backbone {}, {}{}", loaded.config.model.path,
+                                   loaded.config.backbone, loaded.config.swarm_mode_sample_collection_method,
+                                   loaded.warnings.empty() ? "" : fmt::format(" ({} warnings)", loaded.warnings.size())));
+  return loaded.warnings;
+}
+
+UnpackedTree ServerContext::sync_train_code(std::string_view archive) {
+  std::lock_guard<std::mutex> lifecycle(lifecycle_mu_);
+  require_offline("sync_train_code");
+  const fs::path dest = options.server_dir / "synced_code" / timestamp_micro();
+  UnpackedTree tree = unpack_source_zip(archive, dest, options.archive_limits);
+  store.put_state(kStateSyncedCodeRoot, tree.root.string()).get();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    train_.code_root = tree.root;
+    train_.code_build = dest / "build";
+  }
+  verbose.add("swarm", fmt::format("synced code: {} files ({} bytes) unpacked into {}; the next start_engine builds it",
+                                   tree.files, tree.bytes, tree.root.string()));
+  return tree;
+}
+
+int64_t ServerContext::start_engine(const std::string& reason) {
+  std::lock_guard<std::mutex> lifecycle(lifecycle_mu_);
+  return start_engine_locked(reason, nullptr);
+}
+
+int64_t ServerContext::start_engine_locked(const std::string& reason, const store::RecoveredState* resumed) {
+  TrainState t = train();
+  if (!t.config) {
+    fail(ErrorCode::kFailedPrecondition, "No train config has been synced: call sync_train_config first.");
+  }
+  require_offline("start_engine");
+  config::Config cfg = *t.config;
+  std::shared_ptr<const ModelContext> model = ModelContext::load(cfg);
+  config::resolve_auto_names(cfg, "swarm", std::chrono::system_clock::now(), options.server_dir / "experiments");
+  const fs::path run_dir = fs::absolute(cfg.experiment_dir);
+  fs::create_directories(run_dir);
+  write_file_atomic(run_dir / "train_config.yaml", t.yaml);
+  registry.configure(RegistryOptions::from_config(cfg, base_url));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    train_.model = model;
+    train_.experiment_dir = run_dir;
+  }
+  trackers.clear();
+  if (resumed != nullptr) {
+    for (const auto& claimed : resumed->claimed) {
+      try {
+        std::shared_ptr<tracking::EpisodeTracker> tracker =
+            tracking::EpisodeTracker::restore(claimed.episode.uuid, *model->format, claimed.calls);
+        trackers.put(claimed.episode.uuid, TrackedEpisode{model, std::move(tracker)});
+      } catch (const std::exception& e) {
+        verbose.add("swarm", fmt::format("episode {}: its stored calls could not be restored ({}); later calls start "
+                                         "a new history",
+                                         claimed.episode.uuid, e.what()));
+      }
+    }
+  }
+  // A crashed engine and a restarted front continue from the newest checkpoint; a fresh start_engine
+  // starts from ajet.model.path.
+  fs::path checkpoint;
+  if (resumed != nullptr) {
+    if (auto stored = store.get_state(store::kStateLatestCheckpoint); stored && fs::is_directory(*stored)) {
+      checkpoint = *stored;
+    }
+  } else {
+    store.put_state(store::kStateLatestCheckpoint, "");
+  }
+  supervisor.set_latest_checkpoint(checkpoint);
+  registry.start_booting(reason);
+  EngineLaunch launch{cfg, run_dir / "train_config.yaml", t.code_root, t.code_build, run_dir};
+  int64_t pid = 0;
+  try {
+    pid = supervisor.start(std::move(launch));
+  } catch (const std::exception& e) {
+    registry.stop(std::string("the engine could not be started: ") + e.what());
+    throw;
+  }
+  if (batches != nullptr) batches->notify();
+  verbose.add("swarm", fmt::format("start_engine: {} (engine pid {}; experiment dir {})", reason,
+                                   pid > 0 ? std::to_string(pid) : std::string("pending build"), run_dir.string()));
+  return pid;
+}
+
+void ServerContext::stop_engine(const std::string& reason) {
+  std::lock_guard<std::mutex> lifecycle(lifecycle_mu_);
+  if (batches != nullptr) {
+    try {
+      batches->save_checkpoint("stop_engine");  // steps trained since the last checkpoint are kept
+    } catch (const std::exception& e) {
+      verbose.add("swarm", std::string("stop_engine: the final checkpoint failed: ") + e.what());
+    }
+  }
+  std::vector<std::string> dropped = registry.stop(reason);
+  supervisor.stop();
+  trackers.clear();
+  verbose.add("swarm", fmt::format("stop_engine: {} ({} running episodes dropped)", reason, dropped.size()));
+}
+
+void ServerContext::resume(const store::RecoveredState& recovered) {
+  std::lock_guard<std::mutex> lifecycle(lifecycle_mu_);
+  if (auto root = store.get_state(kStateSyncedCodeRoot); root && fs::is_directory(*root)) {
+    std::lock_guard<std::mutex> lock(mu_);
+    train_.code_root = *root;
+    fs::path dest = fs::path(*root).parent_path();
+    if (dest.filename() == "tree") dest = dest.parent_path();
+    train_.code_build = dest / "build";
+  }
+  if (!recovered.train_config_yaml.empty()) {
+    try {
+      config::LoadedConfig loaded = config::parse_config(recovered.train_config_yaml, "stored train config");
+      registry.configure(RegistryOptions::from_config(loaded.config, base_url));
+      std::lock_guard<std::mutex> lock(mu_);
+      train_.yaml = recovered.train_config_yaml;
+      train_.config = loaded.config;
+      train_.warnings = loaded.warnings;
+    } catch (const std::exception& e) {
+      verbose.add("swarm", std::string("the stored train config does not load any more: ") + e.what());
+    }
+  }
+  registry.restore(recovered);
+  const bool was_running = !recovered.engine_status.empty() &&
+                           recovered.engine_status != engine_status_name(EngineStatus::kOffline);
+  if (!was_running) return;
+  if (!train().config) {
+    verbose.add("swarm", "the engine was running before the restart, but no train config is stored; stay OFFLINE");
+    return;
+  }
+  try {
+    start_engine_locked(fmt::format("resuming after a restart of the front ({} claimed episodes kept)",
+                                    recovered.claimed.size()),
+                        &recovered);
+  } catch (const std::exception& e) {
+    std::string detail = std::string("could not restart the engine after a restart of the front: ") + e.what();
+    verbose.add("swarm", detail);
+    registry.stop(detail);  // restored episodes cannot continue without an engine
+  }
+}
+
+}  // namespace ajet::swarm

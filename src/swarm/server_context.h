@@ -1,0 +1,113 @@
+// What every route of the swarm front shares: the parts (store, registry, supervisor, trackers …)
+// and the synced training state (config YAML, synced code, the loaded model context), plus the
+// engine life-cycle operations the command API and a restarted front both use. Routes stay thin:
+// they parse HTTP and call these. Every operation that may block (disk, processes) is marked and
+// must run on the WorkPool, never on an HTTP I/O thread.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "http/message.h"
+#include "swarm/batch_runner.h"
+#include "swarm/code_archive.h"
+#include "swarm/model_context.h"
+
+namespace ajet::store {
+class Store;
+struct RecoveredState;
+}
+
+namespace ajet::swarm {
+
+class Registry;
+class VerboseLog;
+class WorkPool;
+class EngineSupervisor;
+class TrackerMap;
+class LatestCall;
+class BatchRunner;
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  uint16_t port = 10086;            // 0: an ephemeral port (printed in the ready line)
+  std::string admin_token;          // empty: no admin token (anyone who can reach the port is trusted)
+  std::filesystem::path server_dir = "ajet_swarm";  // --exp-dir: store, experiments, synced code
+  std::filesystem::path store_path;                 // empty: <server_dir>/swarm.sqlite
+  std::filesystem::path conf;       // --conf: a train config to sync at start (when OFFLINE)
+  std::filesystem::path engine_binary;  // empty: the ajet-engine next to ajet-swarm
+  int io_threads = 2;
+  double janitor_interval_s = 5.0;
+  size_t max_body_bytes = 64ull << 20;      // any request (sync_train_code archives are the largest)
+  size_t max_json_body_bytes = 16ull << 20; // JSON bodies: commands and OpenAI requests
+  ArchiveLimits archive_limits;
+  double engine_boot_timeout_s = 600;
+  double engine_stop_grace_s = 10;
+};
+
+// The state sync_train_config / sync_train_code / start_engine leave behind.
+struct TrainState {
+  std::string yaml;
+  std::optional<config::Config> config;
+  std::vector<std::string> warnings;
+  std::filesystem::path code_root;    // synced source tree (empty: none)
+  std::filesystem::path code_build;   // its build directory
+  std::filesystem::path experiment_dir;  // resolved at start_engine (empty before)
+  std::shared_ptr<const ModelContext> model;  // loaded at start_engine
+};
+
+class ServerContext {
+ public:
+  ServerContext(const ServerOptions& options, store::Store& store, Registry& registry, VerboseLog& verbose,
+                WorkPool& pool, EngineSupervisor& supervisor, TrackerMap& trackers, LatestCall& latest);
+
+  const ServerOptions& options;
+  store::Store& store;
+  Registry& registry;
+  VerboseLog& verbose;
+  WorkPool& pool;
+  EngineSupervisor& supervisor;
+  TrackerMap& trackers;
+  LatestCall& latest;
+  BatchRunner* batches = nullptr;  // set once the runner exists
+  std::string base_url;            // "http://HOST:PORT/v1" (claim_episode's openai_base_url)
+
+  TrainState train() const;
+  // save_freq and the checkpoint directory of the synced config (relative checkpoint_base_dir: under
+  // the experiment directory, so the engine's working directory does not matter).
+  TrainSettings train_settings() const;
+  std::shared_ptr<const ModelContext> model() const;
+
+  // True when the request may use an admin endpoint (no token configured, or the right Bearer token).
+  bool admin_ok(const http::Request& request) const;
+
+  // ---- engine life cycle (block: run on the WorkPool) ----
+  // Validates and stores the YAML (only in OFFLINE); returns the warnings (unknown keys). Throws
+  // Error naming the bad key.
+  std::vector<std::string> sync_train_config(const std::string& yaml);
+  // Unpacks a zip of a source tree for the next start_engine (only in OFFLINE).
+  UnpackedTree sync_train_code(std::string_view archive);
+  // OFFLINE → BOOTING with the synced config; returns the engine pid (0 while synced code builds).
+  int64_t start_engine(const std::string& reason);
+  // → OFFLINE; drops live episodes, terminates the engine.
+  void stop_engine(const std::string& reason);
+  // After a front restart: the synced state from the store, the registry restored, and the engine
+  // started again when the store says it was running. Call before serving.
+  void resume(const store::RecoveredState& recovered);
+
+ private:
+  void require_offline(const char* what) const;
+  int64_t start_engine_locked(const std::string& reason, const store::RecoveredState* resumed);
+
+  mutable std::mutex mu_;
+  std::mutex lifecycle_mu_;  // one sync/start/stop at a time
+  TrainState train_;
+};
+
+}  // namespace ajet::swarm

@@ -1,0 +1,119 @@
+// Engine supervision: the front launches `ajet-engine serve` with the synced config on a private Unix
+// socket, waits for its ready line ("ajet-engine: ready on ADDRESS") and connects the rpc::Client, moves
+// the registry BOOTING → ROLLING. If the engine dies it marks the status, logs it in verbose logs and
+// restarts it from latest_checkpoint_dir(); stop() terminates it (SIGTERM, grace, SIGKILL). With
+// synced code (sync_train_code) the tree is built first (cmake, only the ajet-engine target) and its
+// binary runs; a failed build keeps the previous engine and says why in engine_status_detail.
+//
+// Threads: one supervisor thread forks every child (engines, builds), so PR_SET_PDEATHSIG — which
+// follows the forking *thread* — kills them if the front dies; it also reads their output and notices
+// their exit (pidfd). start()/stop() may be called from any thread except an HTTP I/O thread (stop
+// waits for the engine to exit). It never holds the registry's lock while waiting on a process.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <filesystem>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/json.h"
+#include "config/config.h"
+#include "rpc/client.h"
+
+namespace ajet::swarm {
+
+class Registry;
+class VerboseLog;
+class Subprocess;
+
+struct SupervisorOptions {
+  std::filesystem::path default_engine;  // the ajet-engine next to ajet-swarm
+  std::chrono::milliseconds boot_timeout{600'000};
+  std::chrono::milliseconds stop_grace{10'000};
+  int max_restart_failures = 3;  // consecutive failed restarts before giving up (→ OFFLINE)
+  int build_jobs = 2;
+};
+
+struct EngineLaunch {
+  config::Config config;
+  std::filesystem::path config_file;  // the synced YAML written to disk (passed to the engine)
+  std::filesystem::path code_root;    // synced source tree to build first; empty: none
+  std::filesystem::path build_dir;    // where that tree is built (next to it, never inside the install)
+  std::filesystem::path run_dir;      // engine.log and build logs go here
+};
+
+class EngineSupervisor {
+ public:
+  EngineSupervisor(SupervisorOptions options, Registry& registry, VerboseLog& verbose);
+  ~EngineSupervisor();  // stops the engine and joins the thread
+  EngineSupervisor(const EngineSupervisor&) = delete;
+  EngineSupervisor& operator=(const EngineSupervisor&) = delete;
+
+  // Launches the engine in the background; the registry must be BOOTING (the caller called
+  // start_booting). Returns the engine's pid, or 0 when a build of synced code runs first. Throws
+  // Error(kFailedPrecondition) when an engine is already supervised, kIo when it cannot be spawned.
+  int64_t start(EngineLaunch launch);
+  // Terminates the engine (and a running build) and waits until it is gone. Idempotent. Does not
+  // change the registry (the caller calls Registry::stop).
+  void stop();
+
+  // The connection to the ready engine (null while booting, restarting or stopped).
+  std::shared_ptr<rpc::Client> client() const;
+  // The newest trainer checkpoint (save_checkpoint's reply); the next (re)start passes it as
+  // `--resume DIR` so the engine continues from those weights, optimizer and step. Empty: none, the
+  // engine loads ajet.model.path. start() keeps it; clear it with an empty path for a fresh run.
+  void set_latest_checkpoint(std::filesystem::path dir);
+  std::filesystem::path latest_checkpoint_dir() const;
+  // {"pid", "phase", "binary", "socket", "restarts", "build"} for logs and tests.
+  Json status_json() const;
+  int64_t pid() const;
+  bool running() const;  // an engine (or its build) is supervised
+
+ private:
+  enum class Phase { kIdle, kBuilding, kBooting, kReady, kStopping };
+  struct Session;
+
+  void run();
+  void supervise(EngineLaunch launch);
+  std::filesystem::path build_engine(const EngineLaunch& launch, Session& session);
+  std::vector<std::string> engine_command(const std::filesystem::path& binary, const EngineLaunch& launch) const;
+  bool stop_requested() const;
+  void set_phase(Phase phase);
+  void note_line(Session& session, const std::string& line);
+  std::string tail_text(const Session& session, size_t lines) const;
+  bool sleep_unless_stopped(std::chrono::milliseconds d);
+
+  SupervisorOptions options_;
+  Registry& registry_;
+  VerboseLog& verbose_;
+  std::filesystem::path socket_dir_;  // private 0700 directory for the engine socket
+  std::filesystem::path socket_path_;
+
+  std::mutex control_mu_;  // serialises start() and stop()
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool quit_ = false;
+  bool stop_ = false;
+  std::optional<EngineLaunch> pending_;
+  std::optional<std::promise<int64_t>> started_;  // resolved with the pid (or 0 when building)
+  Phase phase_ = Phase::kIdle;
+  int64_t pid_ = 0;
+  int64_t restarts_ = 0;
+  std::string binary_;
+  std::string build_note_;
+  std::filesystem::path last_good_binary_;
+  std::filesystem::path checkpoint_dir_;
+  std::shared_ptr<rpc::Client> client_;
+  std::vector<std::shared_ptr<rpc::Client>> retired_clients_;  // destroyed on this thread only
+  std::thread thread_;
+};
+
+}  // namespace ajet::swarm

@@ -1,0 +1,84 @@
+// Zip archives built in memory (store method, CRC-32, Unix modes) for the sync_train_code tests:
+// members with any name, including the unsafe ones the server must refuse. Test-only.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ajet::swarm::testing {
+
+inline uint32_t crc32(const std::string& data) {
+  uint32_t crc = 0xFFFFFFFFu;
+  for (unsigned char c : data) {
+    crc ^= c;
+    for (int k = 0; k < 8; ++k) crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
+  }
+  return ~crc;
+}
+
+struct ZipMember {
+  std::string name;
+  std::string data;
+  uint32_t unix_mode = 0100644;  // S_IFLNK (0120777) makes a symbolic link
+};
+
+// A zip archive (no compression) with the given members, as `zip` would write it.
+inline std::string make_zip(const std::vector<ZipMember>& members) {
+  auto u16 = [](std::string& s, uint16_t v) {
+    s += char(v & 0xFF);
+    s += char(v >> 8);
+  };
+  auto u32 = [&](std::string& s, uint32_t v) {
+    u16(s, uint16_t(v & 0xFFFF));
+    u16(s, uint16_t(v >> 16));
+  };
+  std::string out, central;
+  for (const auto& m : members) {
+    const uint32_t offset = uint32_t(out.size()), crc = crc32(m.data), size = uint32_t(m.data.size());
+    u32(out, 0x04034b50);
+    u16(out, 20);
+    u16(out, 0);
+    u16(out, 0);
+    u16(out, 0);
+    u16(out, 0x21);
+    u32(out, crc);
+    u32(out, size);
+    u32(out, size);
+    u16(out, uint16_t(m.name.size()));
+    u16(out, 0);
+    out += m.name;
+    out += m.data;
+    u32(central, 0x02014b50);
+    u16(central, 0x0314);  // made by Unix, version 2.0
+    u16(central, 20);
+    u16(central, 0);
+    u16(central, 0);
+    u16(central, 0);
+    u16(central, 0x21);
+    u32(central, crc);
+    u32(central, size);
+    u32(central, size);
+    u16(central, uint16_t(m.name.size()));
+    u16(central, 0);
+    u16(central, 0);
+    u16(central, 0);
+    u16(central, 0);
+    u32(central, m.unix_mode << 16);
+    u32(central, offset);
+    central += m.name;
+  }
+  const uint32_t cd_offset = uint32_t(out.size());
+  out += central;
+  u32(out, 0x06054b50);
+  u16(out, 0);
+  u16(out, 0);
+  u16(out, uint16_t(members.size()));
+  u16(out, uint16_t(members.size()));
+  u32(out, uint32_t(central.size()));
+  u32(out, cd_offset);
+  u16(out, 0);
+  return out;
+}
+
+}  // namespace ajet::swarm::testing
