@@ -1,0 +1,143 @@
+#include "train/dist.h"
+
+#include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef USE_C10D_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include <cstdlib>
+#include <map>
+
+#include "common/error.h"
+#include "common/log.h"
+
+namespace ajet::train {
+
+namespace {
+
+// A c10 error's message without the C++ stack trace torch appends.
+std::string describe(const std::exception& e) {
+  if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) return c10->what_without_backtrace();
+  return e.what();
+}
+
+bool is_loopback(const std::string& addr) { return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1"; }
+
+class SingleRank : public Collective {
+ public:
+  int rank() const override { return 0; }
+  int world_size() const override { return 1; }
+  void all_reduce_sum(std::vector<torch::Tensor>&) override {}
+};
+
+class C10dCollective : public Collective {
+ public:
+  C10dCollective(DistPlacement placement, c10::intrusive_ptr<c10d::Store> store, c10::intrusive_ptr<c10d::ProcessGroup> group)
+      : placement_(std::move(placement)), store_(std::move(store)), group_(std::move(group)) {}
+
+  int rank() const override { return placement_.rank; }
+  int world_size() const override { return placement_.world_size; }
+
+  // One collective per dtype: the tensors of that dtype are flattened into one buffer (gradients of
+  // a whole model are one all-reduce, not one per parameter), summed, and copied back.
+  void all_reduce_sum(std::vector<torch::Tensor>& tensors) override {
+    torch::NoGradGuard no_grad;
+    std::map<torch::ScalarType, std::vector<size_t>> by_dtype;
+    for (size_t i = 0; i < tensors.size(); ++i) by_dtype[tensors[i].scalar_type()].push_back(i);
+    for (auto& [dtype, indices] : by_dtype) {
+      std::vector<torch::Tensor> flat;
+      for (size_t i : indices) flat.push_back(tensors[i].reshape({-1}));
+      std::vector<torch::Tensor> buffer = {flat.size() == 1 ? flat[0].contiguous().clone() : torch::cat(flat)};
+      try {
+        c10d::AllreduceOptions opts;
+        opts.reduceOp = c10d::ReduceOp::SUM;
+        opts.timeout = placement_.timeout;
+        group_->allreduce(buffer, opts)->wait(placement_.timeout);
+      } catch (const std::exception& e) {
+        fail(ErrorCode::kUnavailable, "data parallel all-reduce failed on rank " + std::to_string(placement_.rank) + " of " +
+                                          std::to_string(placement_.world_size) + " (group at " + placement_.master() +
+                                          "): " + describe(e));
+      }
+      int64_t offset = 0;
+      for (size_t i : indices) {
+        const int64_t n = tensors[i].numel();
+        tensors[i].copy_(buffer[0].narrow(0, offset, n).view(tensors[i].sizes()));
+        offset += n;
+      }
+    }
+  }
+
+ private:
+  DistPlacement placement_;
+  c10::intrusive_ptr<c10d::Store> store_;  // rank 0 serves it; kept for the group's lifetime
+  c10::intrusive_ptr<c10d::ProcessGroup> group_;
+};
+
+std::shared_ptr<::gloo::transport::Device> gloo_device(const DistPlacement& p) {
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname != nullptr && *ifname != '\0') {
+    return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
+  }
+  // On one machine (loopback master) every rank binds to loopback; otherwise to this host's address.
+  if (is_loopback(p.master_addr)) return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+}  // namespace
+
+std::shared_ptr<Collective> make_collective(const DistPlacement& p) {
+  if (p.world_size == 1) return std::make_shared<SingleRank>();
+  const std::string where = "rank " + std::to_string(p.rank) + " of " + std::to_string(p.world_size) + ", master " + p.master();
+  bool nccl = p.backend == "nccl";
+#ifdef USE_C10D_NCCL
+  if (p.backend == "auto") nccl = torch::cuda::is_available();
+#else
+  if (nccl) invalid_argument("distributed backend nccl: this libtorch was built without NCCL (use gloo)");
+#endif
+
+  c10::intrusive_ptr<c10d::Store> store;
+  try {
+    c10d::TCPStoreOptions so;
+    so.port = p.master_port;
+    so.isServer = p.rank == 0;
+    so.numWorkers = static_cast<size_t>(p.world_size);
+    so.waitWorkers = true;
+    so.timeout = p.timeout;
+    store = c10::make_intrusive<c10d::TCPStore>(p.master_addr, so);
+  } catch (const std::exception& e) {
+    const std::string why = describe(e);
+    if (p.rank == 0) {
+      fail(ErrorCode::kUnavailable, "distributed rendezvous (" + where + "): could not serve the store on port " +
+                                        std::to_string(p.master_port) + " or not every rank joined within " +
+                                        std::to_string(p.timeout.count() / 1000.0) + " s: " + why);
+    }
+    fail(ErrorCode::kUnavailable, "distributed rendezvous (" + where + "): could not reach the store at " + p.master() +
+                                      " or not every rank joined within " + std::to_string(p.timeout.count() / 1000.0) +
+                                      " s: " + why);
+  }
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>("ajet_default_pg", store);
+  c10::intrusive_ptr<c10d::ProcessGroup> group;
+  try {
+    if (nccl) {
+#ifdef USE_C10D_NCCL
+      auto opts = c10d::ProcessGroupNCCL::Options::create();
+      opts->timeout = p.timeout;
+      group = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, p.rank, p.world_size, opts);
+#endif
+    } else {
+      auto opts = c10d::ProcessGroupGloo::Options::create(p.timeout);
+      opts->devices.push_back(gloo_device(p));
+      opts->threads = 2;
+      group = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, p.rank, p.world_size, opts);
+    }
+  } catch (const std::exception& e) {
+    fail(ErrorCode::kUnavailable, std::string("distributed ") + (nccl ? "NCCL" : "Gloo") + " group (" + where +
+                                      "): connecting the ranks failed: " + describe(e));
+  }
+  log().info("data parallel: {} joined the {} group", where, nccl ? "NCCL" : "Gloo");
+  return std::make_shared<C10dCollective>(p, store, group);
+}
+
+}  // namespace ajet::train
