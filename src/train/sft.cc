@@ -1,0 +1,256 @@
+#include "train/sft.h"
+
+#include <chrono>
+#include <limits>
+#include <cmath>
+#include <numbers>
+#include <random>
+
+#include "common/error.h"
+#include "common/fs.h"
+#include "train/packed_forward.h"
+
+namespace ajet::train {
+
+using text::OrderedJson;
+
+int64_t SftExample::trained_tokens() const {
+  int64_t n = 0;
+  for (uint8_t m : loss_mask) n += m;
+  return n;
+}
+
+SftExample tokenize_demo(const tracking::ChatFormat& format, const std::vector<text::ChatMessage>& messages,
+                         const std::vector<OrderedJson>& tools, std::string source) {
+  text::ChatRequest request;
+  request.messages = messages;
+  request.tools = tools;
+  const text::RenderedChat rendered = text::render_chat(format.family, request);
+  const text::TokenizedChat tokens = text::tokenize_chat(format.tok(), rendered);
+  SftExample ex;
+  ex.source = std::move(source);
+  ex.token_ids.assign(tokens.ids.begin(), tokens.ids.end());
+  ex.loss_mask.assign(tokens.ids.size(), 0);
+  for (const text::TokenSpan& span : tokens.spans) {
+    if (span.kind != text::SpanKind::kMessage || span.message_index < 0) continue;
+    if (messages[static_cast<size_t>(span.message_index)].role != text::Role::kAssistant) continue;
+    // What the model generates in an episode: the body, then the end-of-turn token that stops it.
+    for (size_t i = span.body_begin; i < span.body_end; ++i) ex.loss_mask[i] = 1;
+    if (span.body_end < span.end && tokens.ids[span.body_end] == format.end_of_turn) ex.loss_mask[span.body_end] = 1;
+  }
+  if (!ex.loss_mask.empty()) ex.loss_mask[0] = 0;  // nothing predicts the first token
+  return ex;
+}
+
+DemoSet read_demos_jsonl(const std::filesystem::path& path, const tracking::ChatFormat& format,
+                         const DemoReadOptions& options) {
+  const std::string text = read_file(path);
+  DemoSet set;
+  size_t line_no = 0;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    std::string_view line(text.data() + pos, end - pos);
+    pos = end + 1;
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    const std::string where = path.string() + ":" + std::to_string(line_no);
+    OrderedJson j;
+    try {
+      j = OrderedJson::parse(line);
+    } catch (const OrderedJson::exception& e) {
+      invalid_argument(where + ": invalid JSON: " + e.what());
+    }
+    if (!j.is_object()) invalid_argument(where + ": a demonstration must be a JSON object");
+    if (auto r = j.find("reward"); r != j.end() && !r->is_null()) {
+      if (!r->is_number()) invalid_argument(where + ": field 'reward' must be a number");
+      if (r->get<double>() < options.min_reward) {
+        ++set.skipped_reward;
+        continue;
+      }
+    }
+    auto ms = j.find("messages");
+    if (ms == j.end() || !ms->is_array()) invalid_argument(where + ": field 'messages' must be an array of chat messages");
+    std::vector<text::ChatMessage> messages;
+    bool has_assistant = false;
+    for (size_t i = 0; i < ms->size(); ++i) {
+      messages.push_back(text::parse_chat_message((*ms)[i], where + ": messages[" + std::to_string(i) + "]"));
+      has_assistant = has_assistant || messages.back().role == text::Role::kAssistant;
+    }
+    if (!has_assistant) invalid_argument(where + ": field 'messages' has no assistant message (nothing to train)");
+    std::vector<OrderedJson> tools;
+    if (auto t = j.find("tools"); t != j.end() && !t->is_null()) tools = text::parse_tools(*t, where + ": tools");
+    SftExample ex = tokenize_demo(format, messages, tools, where);
+    if (options.max_tokens > 0 && static_cast<int64_t>(ex.token_ids.size()) > options.max_tokens) {
+      ++set.skipped_too_long;
+      continue;
+    }
+    set.examples.push_back(std::move(ex));
+  }
+  return set;
+}
+
+namespace {
+
+// Several examples side by side in one sequence: positions restart per example and block-sparse
+// attention keeps each example to itself (a token's keys are its own example's earlier tokens).
+struct PackedBatch {
+  torch::Tensor ids, positions;  // (T,) int64
+  torch::Tensor rows, targets;   // (M,) int64: the row whose logits predict each target, the target id
+  AttentionPlan plan;
+  int64_t tokens = 0;
+  int64_t trained = 0;
+};
+
+PackedBatch pack(const std::vector<const SftExample*>& batch, int64_t block_rows) {
+  std::vector<int64_t> ids, pos, rows, targets;
+  std::vector<int32_t> subtree_end;
+  for (const SftExample* ex : batch) {
+    const int64_t base = static_cast<int64_t>(ids.size());
+    const int64_t n = static_cast<int64_t>(ex->token_ids.size());
+    for (int64_t i = 0; i < n; ++i) {
+      ids.push_back(ex->token_ids[static_cast<size_t>(i)]);
+      pos.push_back(i);
+      subtree_end.push_back(static_cast<int32_t>(base + n));
+      if (i > 0 && ex->loss_mask[static_cast<size_t>(i)]) {
+        rows.push_back(base + i - 1);
+        targets.push_back(ex->token_ids[static_cast<size_t>(i)]);
+      }
+    }
+  }
+  PackedBatch p;
+  p.tokens = static_cast<int64_t>(ids.size());
+  p.trained = static_cast<int64_t>(rows.size());
+  p.ids = torch::tensor(ids, torch::kLong);
+  p.positions = torch::tensor(pos, torch::kLong);
+  p.rows = torch::tensor(rows, torch::kLong);
+  p.targets = torch::tensor(targets, torch::kLong);
+  p.plan = plan_attention(subtree_end, block_rows);
+  return p;
+}
+
+// Sum of -log p(target) over the batch's trained tokens: a scalar tensor (with a graph when grad is on).
+torch::Tensor nll_sum(model::Qwen2Model& model, const PackedBatch& p) {
+  const torch::Device device = model->options().device();
+  const torch::Tensor hidden = packed_hidden(model, p.ids.to(device), p.positions.to(device), p.plan);  // (T, C)
+  const TokenLogprobs tl = token_logprobs(model, hidden.index_select(0, p.rows.to(device)), p.targets.to(device));
+  return -tl.logprob.to(torch::kFloat).sum();
+}
+
+// Consecutive examples of `order` from `next` until the token budget is full (always at least one).
+std::vector<const SftExample*> take_batch(const std::vector<SftExample>& examples, const std::vector<size_t>& order,
+                                          size_t& next, int64_t budget) {
+  std::vector<const SftExample*> batch;
+  int64_t tokens = 0;
+  while (next < order.size()) {
+    const SftExample& ex = examples[order[next]];
+    const int64_t n = static_cast<int64_t>(ex.token_ids.size());
+    if (!batch.empty() && tokens + n > budget) break;
+    batch.push_back(&ex);
+    tokens += n;
+    ++next;
+  }
+  return batch;
+}
+
+void validate(const SftOptions& o) {
+  if (o.steps < 0) invalid_argument("sft: steps must be >= 0, got " + std::to_string(o.steps));
+  if (!(o.lr > 0) || !std::isfinite(o.lr)) invalid_argument("sft: lr must be a positive number");
+  if (o.batch_tokens < 1) invalid_argument("sft: batch_tokens must be >= 1");
+  if (o.warmup_steps < 0) invalid_argument("sft: warmup_steps must be >= 0");
+  if (!(o.min_lr_ratio >= 0 && o.min_lr_ratio <= 1)) invalid_argument("sft: min_lr_ratio must be in [0, 1]");
+  if (!(o.weight_decay >= 0)) invalid_argument("sft: weight_decay must be >= 0");
+  if (o.attention_block < 1) invalid_argument("sft: attention_block must be >= 1");
+}
+
+}  // namespace
+
+double sft_learning_rate(const SftOptions& o, int64_t step) {
+  if (step < o.warmup_steps) return o.lr * static_cast<double>(step + 1) / static_cast<double>(o.warmup_steps);
+  const int64_t span = o.steps - o.warmup_steps;
+  if (span <= 1) return o.lr;
+  const double q = static_cast<double>(step - o.warmup_steps) / static_cast<double>(span - 1);
+  const double cosine = 0.5 * (1 + std::cos(std::numbers::pi * std::min(1.0, q)));
+  return o.lr * (o.min_lr_ratio + (1 - o.min_lr_ratio) * cosine);
+}
+
+std::vector<SftStep> run_sft(model::Qwen2Model& model, const std::vector<SftExample>& examples,
+                             const SftOptions& options, const std::function<void(const SftStep&)>& on_step) {
+  validate(options);
+  if (examples.empty()) invalid_argument("sft: no demonstrations to train on");
+  for (const SftExample& ex : examples) {
+    if (ex.token_ids.size() != ex.loss_mask.size()) invalid_argument("sft: " + ex.source + ": mask and ids differ in length");
+  }
+  std::vector<torch::Tensor> params;
+  for (const torch::Tensor& t : model->parameters()) {
+    if (t.requires_grad()) params.push_back(t);
+  }
+  torch::optim::AdamWOptions adam(options.lr);
+  adam.betas({0.9, 0.95}).eps(1e-8).weight_decay(options.weight_decay);
+  torch::optim::AdamW optimizer(params, adam);
+
+  // Our own Fisher-Yates over mt19937_64: std::shuffle's draws are implementation-defined.
+  std::mt19937_64 rng(options.seed);
+  std::vector<size_t> order(examples.size());
+  auto reshuffle = [&] {
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng() % i]);
+  };
+  reshuffle();
+  size_t next = 0;
+
+  std::vector<SftStep> out;
+  for (int64_t s = 0; s < options.steps; ++s) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (next >= order.size()) {
+      reshuffle();
+      next = 0;
+    }
+    const std::vector<const SftExample*> batch = take_batch(examples, order, next, options.batch_tokens);
+    const PackedBatch p = pack(batch, options.attention_block);
+    SftStep m;
+    m.step = s + 1;
+    m.examples = static_cast<int64_t>(batch.size());
+    m.tokens = p.tokens;
+    m.trained_tokens = p.trained;
+    m.lr = sft_learning_rate(options, s);
+    optimizer.zero_grad();
+    if (p.trained > 0) {
+      torch::Tensor loss = nll_sum(model, p) / static_cast<double>(p.trained);
+      loss.backward();
+      m.loss = loss.item<double>();
+      const double max_norm = options.grad_clip > 0 ? options.grad_clip : std::numeric_limits<double>::infinity();
+      m.grad_norm = torch::nn::utils::clip_grad_norm_(params, max_norm);
+      if (std::isfinite(m.grad_norm)) {
+        for (auto& group : optimizer.param_groups()) group.options().set_lr(m.lr);
+        optimizer.step();
+      }
+    }
+    optimizer.zero_grad();
+    m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    out.push_back(m);
+    if (on_step) on_step(m);
+  }
+  return out;
+}
+
+double sft_loss(model::Qwen2Model& model, const std::vector<SftExample>& examples, int64_t batch_tokens) {
+  if (batch_tokens < 1) invalid_argument("sft_loss: batch_tokens must be >= 1");
+  torch::NoGradGuard no_grad;
+  std::vector<size_t> order(examples.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  size_t next = 0;
+  double total = 0;
+  int64_t count = 0;
+  while (next < order.size()) {
+    const PackedBatch p = pack(take_batch(examples, order, next, batch_tokens), 128);
+    if (p.trained == 0) continue;
+    total += nll_sum(model, p).item<double>();
+    count += p.trained;
+  }
+  if (count == 0) invalid_argument("sft_loss: the examples have no trained tokens");
+  return total / static_cast<double>(count);
+}
+
+}  // namespace ajet::train

@@ -1,0 +1,93 @@
+// Supervised fine-tuning (the `ajet sft` warm-up): next-token cross-entropy on the assistant tokens of
+// chat demonstrations, so a freshly initialised model starts RL with a non-zero reward. Demonstrations
+// are OpenAI message lists (JSONL from `ajet tasks demos`), rendered with the model's own chat template
+// and masked by its token spans: loss only on assistant bodies and their end-of-turn token, exactly
+// the tokens the model generates in an episode. It never samples, never talks RPC and never decides
+// when to stop training beyond its step count.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/qwen2.h"
+#include "text/chat_template.h"
+#include "text/messages.h"
+#include "text/tokenizer.h"
+#include "tracking/chat_format.h"
+
+namespace ajet::train {
+
+// One tokenized demonstration. loss_mask[i] = 1 when token i is a training target (predicted from
+// the tokens before it); the first token is never a target.
+struct SftExample {
+  std::vector<int32_t> token_ids;  // (T,)
+  std::vector<uint8_t> loss_mask;  // (T,)
+  std::string source;              // "demos.jsonl:12" (for errors and logs)
+
+  int64_t trained_tokens() const;
+};
+
+// Renders `messages` (with `tools`) with the format's chat template (no generation prompt) and masks
+// every assistant message's body plus the end-of-turn token that closes it.
+SftExample tokenize_demo(const tracking::ChatFormat& format, const std::vector<text::ChatMessage>& messages,
+                         const std::vector<text::OrderedJson>& tools, std::string source = "");
+
+struct DemoReadOptions {
+  int64_t max_tokens = 0;   // skip (and count) demos longer than this; 0 = keep all
+  double min_reward = -1e300;  // skip demos whose "reward" field is below this (missing reward: kept)
+};
+
+struct DemoSet {
+  std::vector<SftExample> examples;
+  int64_t skipped_too_long = 0;
+  int64_t skipped_reward = 0;
+};
+
+// JSONL, one demonstration per line: {"messages": [OpenAI messages], "tools"?: [...], "reward"?: n, ...}
+// (the shape `ajet tasks demos` writes). Errors name the file, the line and the field; a demo without
+// an assistant message is an error (it would train nothing).
+DemoSet read_demos_jsonl(const std::filesystem::path& path, const tracking::ChatFormat& format,
+                         const DemoReadOptions& options = {});
+
+struct SftOptions {
+  int64_t steps = 100;          // optimizer steps
+  double lr = 1e-3;             // peak learning rate (AdamW)
+  int64_t warmup_steps = 0;     // linear warmup to lr, then cosine to min_lr_ratio * lr
+  double min_lr_ratio = 0.1;
+  double weight_decay = 0.0;
+  double grad_clip = 1.0;       // global gradient-norm clip; <= 0: off
+  int64_t batch_tokens = 4096;  // tokens per step: demos are taken in a seeded order until this is full
+  int64_t attention_block = 128;
+  uint64_t seed = 1;            // the order of demos (a fresh permutation per epoch)
+};
+
+struct SftStep {
+  int64_t step = 0;            // 1-based
+  double loss = 0;             // mean cross-entropy over the step's trained tokens (before the update)
+  double lr = 0;
+  double grad_norm = 0;        // before clipping
+  int64_t examples = 0;
+  int64_t tokens = 0;          // packed tokens
+  int64_t trained_tokens = 0;
+  double seconds = 0;          // wall time of this step
+};
+
+// Learning rate of 0-based step `step`.
+double sft_learning_rate(const SftOptions& options, int64_t step);
+
+// Trains `model` in place (full fine-tuning, train mode during steps). Calls on_step after every step.
+// Deterministic for a given model, examples, options and thread count. Throws Error(kInvalidArgument)
+// for bad options or an empty example set.
+std::vector<SftStep> run_sft(model::Qwen2Model& model, const std::vector<SftExample>& examples,
+                             const SftOptions& options, const std::function<void(const SftStep&)>& on_step = {});
+
+// Mean cross-entropy per trained token over `examples` (no gradient), packed `batch_tokens` at a time.
+double sft_loss(model::Qwen2Model& model, const std::vector<SftExample>& examples, int64_t batch_tokens = 4096);
+
+}  // namespace ajet::train
