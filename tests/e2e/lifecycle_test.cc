@@ -1,0 +1,123 @@
+// The front's life cycle with ajet-echo-engine: SIGKILL and restart with the same store (nothing
+// acknowledged is lost, claimed episodes and their keys survive, the engine comes back), an engine
+// that crashes (marked, restarted, logged), and sync_train_code (the synced tree is built and its
+// ajet-engine runs; a tree that does not compile leaves the previous engine running and says why).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "e2e_util.h"
+
+namespace ajet::e2e {
+namespace {
+
+using ::testing::HasSubstr;
+
+class LifecycleTest : public ::testing::Test {
+ protected:
+  void SetUp() override { model_ = fixture(false).tokenizer; }
+  void start(fs::path engine = bin("ajet-echo-engine")) {
+    swarm_ = std::make_unique<SwarmProcess>(SwarmProcess::Options{dir_ / "server", std::move(engine), "", {}});
+    api_ = std::make_unique<Api>(swarm_->url());
+  }
+  ScratchDir dir_;
+  fs::path model_;
+  std::unique_ptr<SwarmProcess> swarm_;
+  std::unique_ptr<Api> api_;
+};
+
+TEST_F(LifecycleTest, SigkilledFrontRestartsWithNothingAcknowledgedLost) {
+  start();
+  api_->boot(config_yaml(model_, "  swarm_mode_sample_collection_method: rollout_until_finish_enough_episodes\n"));
+  Json running = api_->claim("client-a", "train", 600);
+  ASSERT_EQ(api_->chat(running["openai_api_key"], user_chat("second")).status, 200);
+  Json finished = api_->claim("client-a");
+  ASSERT_EQ(api_->chat(finished["openai_api_key"], user_chat("first")).status, 200);
+  // Acknowledged: committed, and with it every store write queued before it (the running call).
+  ASSERT_EQ(api_->end("client-a", finished["episode_uuid"], "task-1", 1.0).status, 200);
+  const int64_t old_engine = api_->engine_pid();
+  ASSERT_GT(old_engine, 0);
+
+  swarm_->stop(SIGKILL);
+  // The engine dies with the front (PR_SET_PDEATHSIG): no orphan keeps the model in memory.
+  EXPECT_TRUE(eventually([&] { return process_gone(old_engine); }, 20s)) << "engine " << old_engine << " survived";
+
+  swarm_->start();
+  api_ = std::make_unique<Api>(swarm_->url());
+  ASSERT_TRUE(eventually([&] { return api_->engine_status() == "ENGINE.ROLLING"; })) << api_->status().dump();
+  Json pool = api_->get("/get_current_batch_rollout_pool_information").json();
+  EXPECT_EQ(pool["completed_episodes"], 1) << pool.dump();
+  EXPECT_EQ(pool["completed_tasks_details"]["task-1"][0], finished["episode_uuid"]);
+  EXPECT_TRUE(pool["running_episode_details"].contains(running["episode_uuid"].get<std::string>())) << pool.dump();
+  // The claimed episode's key still works, and its history continues (one sample after merging).
+  Json turn2 = {{"messages", Json::array({{{"role", "user"}, {"content", "second"}},
+                                          {{"role", "assistant"}, {"content", "second"}},
+                                          {{"role", "user"}, {"content", "third"}}})}};
+  auto r = api_->chat(running["openai_api_key"], turn2);
+  ASSERT_EQ(r.status, 200) << r.body;
+  ASSERT_EQ(api_->end("client-a", running["episode_uuid"], "task-1", 0.0).status, 200);
+  auto episode = api_->get("/episodes/" + running["episode_uuid"].get<std::string>());
+  ASSERT_EQ(episode.status, 200);
+  EXPECT_EQ(episode.json()["calls"].size(), 2u);
+  EXPECT_EQ(episode.json()["samples"].size(), 1u);
+  // The finished episode's key stays refused after the restart.
+  EXPECT_EQ(api_->chat(finished["openai_api_key"], user_chat("again")).status, 404);
+}
+
+TEST_F(LifecycleTest, CrashedEngineIsMarkedRestartedAndLogged) {
+  start();
+  api_->boot(config_yaml(model_));
+  Json claim = api_->claim("client-a", "train", 600);
+  const int64_t first = api_->engine_pid();
+  ASSERT_GT(first, 0);
+  ASSERT_EQ(::kill(pid_t(first), SIGKILL), 0);
+  ASSERT_TRUE(eventually([&] {
+    int64_t now = api_->engine_pid();
+    return api_->engine_status() == "ENGINE.ROLLING" && now > 0 && now != first;
+  })) << api_->status().dump();
+  std::string logs = api_->get("/get_verbose_logs").body;
+  EXPECT_THAT(logs, HasSubstr("exited unexpectedly"));
+  EXPECT_THAT(logs, HasSubstr("restarting"));
+  EXPECT_THAT(logs, HasSubstr("killed by signal 9"));
+  // The claimed episode survived the restart.
+  auto r = api_->chat(claim["openai_api_key"], user_chat("still here"));
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(api_->end("client-a", claim["episode_uuid"], "t", 1.0).status, 200);
+}
+
+TEST_F(LifecycleTest, SyncedCodeIsBuiltAndItsEngineRunsAndABrokenTreeKeepsThePreviousOne) {
+  start();
+  const fs::path marker = dir_ / "built-engine-ran";
+  const std::string cmake =
+      "cmake_minimum_required(VERSION 3.20)\nproject(synced CXX)\nadd_executable(ajet-engine main.cc)\n"
+      "set_target_properties(ajet-engine PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)\n";
+  const std::string main_cc = "#include <unistd.h>\n#include <fstream>\nint main(int, char** argv) {\n"
+                              "  std::ofstream(\"" + marker.string() + "\") << \"ran\\n\";\n"
+                              "  execv(\"" + bin("ajet-echo-engine").string() + "\", argv);\n  return 127;\n}\n";
+  const fs::path zip = dir_ / "code.zip";
+  write_file_atomic(zip, make_zip({{"CMakeLists.txt", cmake}, {"main.cc", main_cc}}));
+  auto synced = curl("POST", swarm_->url() + "/sync_train_code", "", {"Content-Type: application/zip"}, zip.string());
+  ASSERT_EQ(synced.status, 200) << synced.body;
+  api_->boot(config_yaml(model_));
+  EXPECT_TRUE(fs::exists(marker)) << api_->status().dump();
+  EXPECT_THAT(api_->status()["engine_status_detail"].get<std::string>(), HasSubstr("built from the synced code"));
+  Json claim = api_->claim("client-a");
+  EXPECT_EQ(api_->chat(claim["openai_api_key"], user_chat("from the synced engine")).status, 200);
+  ASSERT_EQ(api_->post("/stop_engine", Json::object()).status, 200);
+
+  // A tree that does not compile: the previous engine (the one just built) runs, and the status says why.
+  fs::remove(marker);
+  write_file_atomic(zip, make_zip({{"CMakeLists.txt", cmake}, {"main.cc", "int main( { this is not C++ }\n"}}));
+  synced = curl("POST", swarm_->url() + "/sync_train_code", "", {"Content-Type: application/zip"}, zip.string());
+  ASSERT_EQ(synced.status, 200) << synced.body;
+  ASSERT_EQ(api_->post("/start_engine", Json::object()).status, 200);
+  ASSERT_TRUE(eventually([&] { return api_->engine_status() == "ENGINE.ROLLING"; })) << api_->status().dump();
+  std::string detail = api_->status()["engine_status_detail"];
+  EXPECT_THAT(detail, HasSubstr("failed to build"));
+  EXPECT_THAT(detail, HasSubstr("error"));
+  EXPECT_THAT(detail, HasSubstr("main.cc"));
+  EXPECT_TRUE(fs::exists(marker));  // the previously built engine ran again
+  EXPECT_THAT(api_->get("/get_verbose_logs").body, HasSubstr("failed to build"));
+}
+
+}  // namespace
+}  // namespace ajet::e2e

@@ -1,0 +1,98 @@
+// Training through the engine with ajet-echo-engine (a test double whose train_step validates the batch
+// like the engine, trains nothing and bumps the policy version): a full batch is merged, sent as one
+// train_step, global_step and the served policy version advance, save_freq writes a checkpoint, and an
+// engine that dies is restarted from that checkpoint. The real engine's version of this flow is in
+// real_engine_test.cc.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "e2e_util.h"
+
+namespace ajet::e2e {
+namespace {
+
+using ::testing::HasSubstr;
+
+class TrainingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    model_ = fixture(false).tokenizer;
+    swarm_ = std::make_unique<SwarmProcess>(
+        SwarmProcess::Options{dir_ / "server", bin("ajet-echo-engine"), "", {}});
+    api_ = std::make_unique<Api>(swarm_->url());
+  }
+  // One episode: a chat call whose answer echoes `text`, then end_episode with `reward`.
+  std::string episode(const std::string& task, const std::string& text, double reward) {
+    Json e = api_->claim("client-t");
+    EXPECT_TRUE(e.value("success", false)) << e.dump();
+    auto r = api_->chat(e["openai_api_key"], user_chat(text));
+    EXPECT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(api_->end("client-t", e["episode_uuid"], task, reward).status, 200);
+    return e["episode_uuid"];
+  }
+  // The newest /get_verbose_logs message containing `needle` ("" when none).
+  std::string verbose_line(const std::string& needle) {
+    Json logs = api_->get("/get_verbose_logs").json();
+    std::string found;
+    for (const Json& e : logs["entries"]) {
+      std::string m = e.value("message", "");
+      if (m.find(needle) != std::string::npos) found = m;
+    }
+    return found;
+  }
+  ScratchDir dir_;
+  fs::path model_;
+  std::unique_ptr<SwarmProcess> swarm_;
+  std::unique_ptr<Api> api_;
+};
+
+TEST_F(TrainingTest, FullBatchTrainsOnceCheckpointsAndACrashedEngineResumesFromIt) {
+  const fs::path checkpoints = dir_ / "ckpt";
+  std::string yaml = config_yaml(model_, "  trainer_common:\n    save_freq: 1\n    checkpoint_base_dir: " +
+                                            checkpoints.string() + "\n");
+  yaml.replace(yaml.find("backbone: debug"), std::string("backbone: debug").size(), "backbone: torch");
+  api_->boot(yaml);
+  // train_batch_size 2 tasks x num_repeat 2 episodes; the rewards differ within each task.
+  std::vector<std::string> uuids = {episode("task-a", "alpha", 1.0), episode("task-a", "beta", 0.0),
+                                    episode("task-b", "gamma delta", 0.5)};
+  EXPECT_EQ(api_->status()["global_step"], 0);
+  uuids.push_back(episode("task-b", "epsilon", 2.0));
+
+  ASSERT_TRUE(eventually([&] { return api_->status()["global_step"] == 1; })) << api_->status().dump();
+  EXPECT_TRUE(eventually([&] { return api_->engine_status() == "ENGINE.ROLLING"; })) << api_->status().dump();
+  // What the engine received: 4 single-call episodes -> 4 samples, rewards summed, weights 1 each.
+  std::string line = verbose_line("train_step {");
+  ASSERT_FALSE(line.empty()) << api_->get("/get_verbose_logs").body;
+  Json got = Json::parse(line.substr(line.find('{')));
+  EXPECT_EQ(got["samples"], 4);
+  EXPECT_EQ(got["episodes"], 4);
+  EXPECT_EQ(got["groups"], 2);
+  EXPECT_DOUBLE_EQ(got["reward_sum"].get<double>(), 3.5);
+  EXPECT_DOUBLE_EQ(got["weight_sum"].get<double>(), 4.0);
+  EXPECT_GT(got["trained_tokens"].get<int64_t>(), 4);  // every echoed token plus the end-of-turn token
+  EXPECT_LT(got["trained_tokens"].get<int64_t>(), got["tokens"].get<int64_t>());  // prompts are not trained
+
+  // save_freq 1: a checkpoint of version 1, and the next call is served by policy version 1.
+  EXPECT_TRUE(fs::exists(checkpoints / "global_step_1" / "echo_checkpoint.json"));
+  Json next = api_->claim("client-t");
+  auto r = api_->chat(next["openai_api_key"], user_chat("after the step", {{"logprobs", true}}));
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.json()["system_fingerprint"], "ajet-policy-1") << r.body;
+
+  // The engine dies: the front restarts it with --resume on the newest checkpoint.
+  // (engine_status_detail now tells the step, so the pid comes from the verbose log's ready line.)
+  auto engine_pid = [&] { return pid_in(verbose_line("engine ready (pid")); };
+  const int64_t pid = engine_pid();
+  ASSERT_GT(pid, 0);
+  ASSERT_EQ(::kill(pid_t(pid), SIGKILL), 0);
+  ASSERT_TRUE(eventually([&] {
+    return api_->engine_status() == "ENGINE.ROLLING" && engine_pid() != pid && engine_pid() > 0;
+  })) << api_->status().dump();
+  EXPECT_TRUE(eventually([&] { return !verbose_line("resumed policy_version 1 from").empty(); }, 10s))
+      << api_->get("/get_verbose_logs").body;
+  EXPECT_THAT(verbose_line("exited unexpectedly"), HasSubstr("restarting it from checkpoint"));
+  EXPECT_EQ(api_->status()["global_step"], 1);
+}
+
+}  // namespace
+}  // namespace ajet::e2e
