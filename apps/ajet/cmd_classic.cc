@@ -31,6 +31,7 @@ struct MainArgs {
   std::string exp_dir = "saved_experiments";
   std::string swarm_binary;
   std::vector<std::string> swarm_flags;
+  std::vector<std::string> overrides;
 };
 
 MainArgs& main_args() {
@@ -45,6 +46,8 @@ void add_main_entry(CLI::App& app) {
   app.add_option("--conf", a.conf, "Classic mode: train with this config (YAML, upstream AgentJet key names)");
   app.add_option("--backbone", a.backbone, "torch (synchronous RL), async, or debug (inference only); overrides ajet.backbone");
   app.add_option("--exp-dir", a.exp_dir, "Base directory of experiment directories")->capture_default_str();
+  app.add_option("--set", a.overrides, "Override one config key (repeatable): --set ajet.engine.seed=2")
+      ->allow_extra_args(false);
   app.add_option("--swarm-binary", a.swarm_binary, "ajet-swarm binary (default: the one next to ajet)");
   app.add_option("--swarm-flag", a.swarm_flags, "Extra flag for `ajet-swarm start` (repeatable), e.g. --swarm-flag=--engine=PATH");
 }
@@ -52,8 +55,8 @@ void add_main_entry(CLI::App& app) {
 int run_main_entry(CLI::App& app) {
   MainArgs& a = main_args();
   if (a.conf.empty()) {
-    if (!a.backbone.empty() || app.count("--exp-dir") > 0) {
-      std::fprintf(stderr, "ajet: error: --backbone and --exp-dir need --conf FILE\n");
+    if (!a.backbone.empty() || app.count("--exp-dir") > 0 || !a.overrides.empty()) {
+      std::fprintf(stderr, "ajet: error: --backbone, --exp-dir and --set need --conf FILE\n");
       return 2;
     }
     std::cout << app.help();
@@ -65,6 +68,7 @@ int run_main_entry(CLI::App& app) {
   options.exp_base_dir = a.exp_dir;
   options.swarm_binary = a.swarm_binary.empty() ? sibling_binary("ajet-swarm") : a.swarm_binary;
   options.swarm_flags = a.swarm_flags;
+  options.overrides = a.overrides;
   options.interactive = ::isatty(2) != 0;
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;

@@ -67,6 +67,17 @@ PreparedConfig prepare_config(const LaunchOptions& options) {
     }
     config::set_config_value(c, "backbone", options.backbone);
   }
+  for (const auto& o : options.overrides) {
+    const size_t eq = o.find('=');
+    if (eq == std::string::npos || eq == 0) invalid_argument("--set '" + o + "': expected KEY=VALUE, e.g. ajet.engine.seed=2");
+    std::string key = o.substr(0, eq);
+    if (key.rfind("ajet.", 0) != 0) key = "ajet." + key;
+    try {
+      config::set_config_value(c, key, o.substr(eq + 1));
+    } catch (const Error& e) {
+      throw Error(e.code(), "--set " + o + ": " + e.what());
+    }
+  }
   if (c.model.path.empty()) invalid_argument(source + ": ajet.model.path is required (a Hugging Face model directory)");
   c.model.path = resolve_path(c.model.path, p.config_dir).string();
   if (!fs::is_directory(c.model.path)) {
@@ -134,9 +145,14 @@ void Job::wait_for_global_step(int64_t target) {
       fail(ErrorCode::kUnavailable, "the engine is " + s.status + " while training step " + std::to_string(target) +
                                         ": " + s.detail + (swarm_->exited() ? "\n" + swarm_->last_lines(10) : ""));
     }
-    if (s.detail.find("not available") != std::string::npos) {
+    // The front says why a batch was not trained (an engine without train_step, a rejected batch).
+    const bool untrained = s.detail.find("not available") != std::string::npos ||
+                           s.detail.find("not trained") != std::string::npos;
+    if (!untrained) not_available_since = Clock::time_point::max();
+    if (untrained) {
       if (not_available_since == Clock::time_point::max()) not_available_since = Clock::now();
-      if (Clock::now() - not_available_since > std::chrono::seconds(5)) {
+      if (s.detail.find("unknown engine method") != std::string::npos ||
+          Clock::now() - not_available_since > std::chrono::seconds(10)) {
         fail(ErrorCode::kFailedPrecondition, "the front cannot train (" + s.detail +
                                                  "); run with --backbone debug to roll out without training");
       }
@@ -309,7 +325,12 @@ RunResult Job::run() {
     for (int64_t step = 1; step <= total_steps_ && !stop_; ++step) {
       train_step(step);
       if (stop_) break;
-      if (test_freq > 0 && (step % test_freq == 0 || step == total_steps_)) validate(step);
+      const bool validate_now = test_freq > 0 && (step % test_freq == 0 || step == total_steps_);
+      // async runs ahead of training; validation and the end wait until every step so far trained.
+      if (c.backbone == "async" && (validate_now || step == total_steps_)) {
+        wait_for_global_step(start_global_step_ + step);
+      }
+      if (validate_now) validate(step);
     }
   } catch (...) {
     try {

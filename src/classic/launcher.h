@@ -20,6 +20,7 @@ namespace ajet::classic {
 struct LaunchOptions {
   std::filesystem::path conf;                         // --conf
   std::string backbone;                               // --backbone ("" = the config's)
+  std::vector<std::string> overrides;                 // --set ajet.key=value (YAML value), in order
   std::filesystem::path exp_base_dir = "saved_experiments";  // --exp-dir
   std::filesystem::path swarm_binary;                 // ajet-swarm
   std::vector<std::string> swarm_flags;               // extra flags for `ajet-swarm start`

@@ -204,6 +204,13 @@ TEST(ClassicErrors, UnknownBackboneMissingFileAndBadTypesNameTheProblem) {
   EXPECT_NE(r.out.find("--backbone"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("turbo"), std::string::npos) << r.out;
 
+  r = run_ajet("--conf " + shell_quote((dir / "ok.yaml").string()) + " --set ajet.rollout.nmu_repeat=3");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("ajet.rollout.nmu_repeat"), std::string::npos) << r.out;
+  r = run_ajet("--conf " + shell_quote((dir / "ok.yaml").string()) + " --set rollout.num_repeat=0");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("ajet.rollout.num_repeat"), std::string::npos) << r.out;
+
   r = run_ajet("--conf " + shell_quote((dir / "nope.yaml").string()));
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.out.find("nope.yaml"), std::string::npos) << r.out;

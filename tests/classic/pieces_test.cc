@@ -69,7 +69,7 @@ TEST(ClassicSummary, RolloutCountsOnlyEndedEpisodes) {
   EXPECT_NEAR(s.success_rate, 1.0 / 3, 1e-12);  // 0.1 without is_success is not a success
   EXPECT_EQ(s.completion_tokens, 16);
   EXPECT_EQ(s.terminations["answered"], 2);
-  EXPECT_NEAR(s.log_metrics["turns"].get<double>(), 4.0 / 3, 1e-12);
+  EXPECT_NEAR(s.log_metrics["turns"].get<double>(), 5.0 / 3, 1e-12);  // turns 2, 1, 2 (reward > 0 → 2)
 }
 
 TEST(ClassicSummary, ValidationGreedyAndPassAtK) {
