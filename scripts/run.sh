@@ -48,19 +48,22 @@ else
   say "model: reusing $work/models/tiny-init"
 fi
 
-# 3. Warm-up: SFT on calc demonstrations (30% correct, mostly "no tool" mistakes: the skewed mix of
-#    docs/sft.md), so RL starts from a model with some, not much, reward.
+# 3. Warm-up: SFT on calc demonstrations with the skewed mix of the reference experiment (30% correct,
+#    mostly answers given without the tool), so RL starts from a model with some, not much, reward
+#    and has to change behaviour (use the tool), not only sharpen it.
 if [ ! -f "$work/models/calc-sft/config.json" ]; then
-  if "$bin/ajet" sft --help >/dev/null 2>&1; then
-    say "sft: ajet sft on calc demos"
-    rm -rf "$work/models/calc-sft.tmp"
-    "$bin/ajet" sft --task calc --model "$work/models/tiny-init" --out "$work/models/calc-sft.tmp" \
-      --correct-ratio 0.3 --error-mix 1,1,12 --seconds "${AJET_SFT_SECONDS:-150}" --seed 1
-    mv "$work/models/calc-sft.tmp" "$work/models/calc-sft"
-  else
-    say "sft: 'ajet sft' is not in this build; RL starts from the untrained model (expect reward ~0)"
-    rm -rf "$work/models/calc-sft" && cp -r "$work/models/tiny-init" "$work/models/calc-sft"
+  if [ ! -s "$work/calc-demos.jsonl" ]; then
+    say "sft: ajet tasks demos --task calc (30% correct, error mix 1,1,12)"
+    "$bin/ajet" tasks demos --task calc --n 20000 --correct-ratio 0.3 --error-mix 1,1,12 --seed 1 \
+      > "$work/calc-demos.jsonl.tmp"
+    mv "$work/calc-demos.jsonl.tmp" "$work/calc-demos.jsonl"
   fi
+  say "sft: ajet sft (${AJET_SFT_STEPS:-300} steps of 4096 tokens)"
+  rm -rf "$work/models/calc-sft.tmp"
+  "$bin/ajet" sft --model "$work/models/tiny-init" --demos "$work/calc-demos.jsonl" \
+    --out "$work/models/calc-sft.tmp" --steps "${AJET_SFT_STEPS:-300}" --warmup 30 --lr 1e-3 \
+    --batch-tokens 4096 --seed 1 --threads 2 --log-every 50
+  mv "$work/models/calc-sft.tmp" "$work/models/calc-sft"
 else
   say "sft: reusing $work/models/calc-sft"
 fi

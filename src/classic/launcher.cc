@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <set>
 #include <thread>
 
 #include "classic/episode_runner.h"
@@ -198,7 +199,14 @@ void Job::validate(int64_t step) {
 void Job::train_step(int64_t step) {
   const config::Config& c = prepared_.config;
   const auto t0 = Clock::now();
-  std::vector<tasks::Task> batch = stream_->next_batch(size_t(c.data.train_batch_size));
+  // Distinct tasks only: a task drawn twice (at an epoch boundary) would hold 2 x num_repeat episodes
+  // and count once, so the front's batch trigger would wait for a task that never comes.
+  std::vector<tasks::Task> batch;
+  std::set<std::string> ids;
+  while (batch.size() < size_t(c.data.train_batch_size)) {
+    const tasks::Task& t = stream_->next();
+    if (ids.insert(t.task_id).second) batch.push_back(t);
+  }
   std::vector<EpisodeJob> jobs;
   for (size_t i = 0; i < batch.size(); ++i) {
     for (int64_t rep = 0; rep < c.rollout.num_repeat; ++rep) {
@@ -288,6 +296,10 @@ RunResult Job::run() {
   tasks_ = tasks::load_tasks(c.task_reader, prepared_.config_dir);
   if (tasks_.training.empty() && !c.trainer_common.val_only) {
     invalid_argument(options_.conf.string() + ": ajet.task_reader yields no training tasks (after filters)");
+  }
+  if (!c.trainer_common.val_only && int64_t(tasks_.training.size()) < c.data.train_batch_size) {
+    invalid_argument(fmt::format("{}: ajet.data.train_batch_size ({}) is larger than the number of training tasks ({})",
+                                 options_.conf.string(), c.data.train_batch_size, tasks_.training.size()));
   }
   workflow_ = make_workflow(c, prepared_.config_dir, prepared_.exp_dir);
   const int64_t per_epoch =
