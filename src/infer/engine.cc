@@ -122,6 +122,14 @@ std::future<void> InferenceEngine::run_exclusive(std::function<void(model::Qwen2
   return enqueue(std::move(task));
 }
 
+std::future<void> InferenceEngine::run_exclusive_at_version(std::function<void(model::Qwen2Model&)> fn,
+                                                            int64_t version) {
+  auto task = std::make_unique<ExclusiveTask>();
+  task->fn = std::move(fn);
+  task->set_version = version;
+  return enqueue(std::move(task));
+}
+
 std::future<void> InferenceEngine::set_policy_version(int64_t version) {
   auto task = std::make_unique<ExclusiveTask>();
   task->set_version = version;

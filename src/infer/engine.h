@@ -91,6 +91,9 @@ class InferenceEngine {
   // policy version is incremented when bump_version is set (and fn did not throw). Tokens sampled after
   // that carry the new version. Sequences in flight keep their cached keys/values from older weights.
   std::future<void> run_exclusive(std::function<void(model::Qwen2Model&)> fn, bool bump_version);
+  // run_exclusive, then (when fn did not throw) the policy version becomes `version`: weights restored
+  // from a checkpoint and their version change together, no step runs in between.
+  std::future<void> run_exclusive_at_version(std::function<void(model::Qwen2Model&)> fn, int64_t version);
   // Sets the policy version (e.g. restored from a checkpoint), between steps like run_exclusive.
   std::future<void> set_policy_version(int64_t version);
   int64_t policy_version() const { return policy_version_.load(); }

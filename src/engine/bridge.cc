@@ -1,0 +1,73 @@
+#include "engine/bridge.h"
+
+#include <limits>
+#include <numeric>
+
+namespace ajet::engine {
+
+infer::GenerateRequest to_infer_request(const rpc::GenerateRequest& r, std::string id) {
+  infer::GenerateRequest out;
+  out.id = std::move(id);
+  out.prompt = r.prompt;
+  out.max_tokens = r.max_tokens;
+  out.temperature = r.temperature;
+  out.top_p = r.top_p;
+  out.top_k = r.top_k;
+  if (r.seed) out.seed = static_cast<uint64_t>(*r.seed);
+  out.stop_token_ids = r.stop_token_ids;
+  out.n = r.n;
+  out.top_logprobs = r.top_logprobs;
+  return out;
+}
+
+rpc::FinishReason to_rpc_finish(infer::FinishReason reason) {
+  switch (reason) {
+    case infer::FinishReason::kStop:
+      return rpc::FinishReason::kStop;
+    case infer::FinishReason::kLength:
+      return rpc::FinishReason::kLength;
+    case infer::FinishReason::kAbort:
+      return rpc::FinishReason::kAbort;
+  }
+  return rpc::FinishReason::kAbort;
+}
+
+TokensEventBuilder::TokensEventBuilder(int64_t prompt_tokens, int64_t samples, int32_t top_logprobs)
+    : prompt_tokens_(prompt_tokens), top_logprobs_(top_logprobs), completion_(static_cast<size_t>(samples), 0) {}
+
+rpc::TokensEvent TokensEventBuilder::next(const infer::GenerateEvent& event) {
+  rpc::TokensEvent e;
+  e.sample = static_cast<int32_t>(event.sample_index);
+  const size_t t = event.tokens.size();
+  e.token_ids.reserve(t);
+  e.logprobs.reserve(t);
+  e.raw_logprobs.reserve(t);
+  e.policy_versions.reserve(t);
+  e.top_k = top_logprobs_;
+  for (const infer::GeneratedToken& token : event.tokens) {
+    e.token_ids.push_back(token.id);
+    e.logprobs.push_back(token.logprob);
+    e.raw_logprobs.push_back(token.raw_logprob);
+    e.policy_versions.push_back(token.policy_version);
+    for (int32_t k = 0; k < top_logprobs_; ++k) {
+      const bool have = static_cast<size_t>(k) < token.top_logprobs.size();
+      e.top_ids.push_back(have ? token.top_logprobs[k].id : -1);
+      e.top_logprobs.push_back(have ? token.top_logprobs[k].logprob : -std::numeric_limits<float>::infinity());
+    }
+  }
+  if (static_cast<size_t>(event.sample_index) >= completion_.size()) completion_.resize(event.sample_index + 1, 0);
+  int64_t& done = completion_[static_cast<size_t>(event.sample_index)];
+  done += static_cast<int64_t>(t);
+  if (event.finish) {
+    e.finish_reason = to_rpc_finish(*event.finish);
+    e.prompt_tokens = prompt_tokens_;
+    e.completion_tokens = done;
+  }
+  return e;
+}
+
+rpc::GenerateDone TokensEventBuilder::done() const {
+  return rpc::GenerateDone{prompt_tokens_, std::accumulate(completion_.begin(), completion_.end(), int64_t{0})};
+}
+
+}  // namespace ajet::engine

@@ -1,0 +1,37 @@
+// Translation between the engine RPC's typed messages (src/rpc/messages.h) and the inference
+// engine's requests and events (src/infer/request.h), so the RPC service and the in-process
+// `generate` command put the same frames together. Pure data; no libtorch, no sockets.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "infer/request.h"
+#include "rpc/messages.h"
+
+namespace ajet::engine {
+
+// The engine request for an RPC generate request; `id` names it in the engine (unique in flight).
+infer::GenerateRequest to_infer_request(const rpc::GenerateRequest& request, std::string id);
+
+rpc::FinishReason to_rpc_finish(infer::FinishReason reason);
+
+// Gathers one request's engine events into RPC `tokens` events and the final `done` body: keeps
+// the prompt length and each sample's running completion count, which the events carry.
+class TokensEventBuilder {
+ public:
+  TokensEventBuilder(int64_t prompt_tokens, int64_t samples, int32_t top_logprobs);
+
+  // A non-error engine event of this request. Top alternatives are cut or padded (id -1, logprob
+  // -inf) to exactly `top_logprobs` per token, the fixed row width of the wire format.
+  rpc::TokensEvent next(const infer::GenerateEvent& event);
+  rpc::GenerateDone done() const;
+
+ private:
+  int64_t prompt_tokens_;
+  int32_t top_logprobs_;
+  std::vector<int64_t> completion_;  // (n) tokens so far per sample
+};
+
+}  // namespace ajet::engine

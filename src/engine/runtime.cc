@@ -1,0 +1,89 @@
+#include "engine/runtime.h"
+
+#include <algorithm>
+#include <thread>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "infer/engine.h"
+#include "model/compute.h"
+#include "model/model_dir.h"
+#include "model/qwen2.h"
+
+namespace ajet::engine {
+namespace {
+
+torch::Device resolve_device(const std::string& name) {
+  if (name == "auto") return torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+  try {
+    return model::parse_device(name);
+  } catch (const Error& e) {
+    invalid_argument(std::string("--device: ") + e.what());
+  }
+}
+
+torch::ScalarType resolve_dtype(const std::string& name) {
+  try {
+    return model::parse_dtype(name);
+  } catch (const Error& e) {
+    invalid_argument(std::string("--dtype: ") + e.what());
+  }
+}
+
+}  // namespace
+
+EngineRuntime::EngineRuntime() = default;
+EngineRuntime::EngineRuntime(EngineRuntime&&) noexcept = default;
+EngineRuntime& EngineRuntime::operator=(EngineRuntime&&) noexcept = default;
+EngineRuntime::~EngineRuntime() {
+  if (engine) engine->stop();
+}
+
+EngineRuntime start_engine(const EngineOptions& options, bool start_thread) {
+  validate_options(options);
+  // Every setting is checked before the (possibly large) weights are read.
+  const torch::Device device = resolve_device(options.device);
+  const torch::ScalarType dtype = resolve_dtype(options.dtype);
+
+  EngineRuntime rt;
+  rt.compute.threads = options.threads > 0 ? options.threads
+                                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  model::configure_threads(rt.compute.threads);
+  rt.compute.device = device.str();
+  rt.compute.backend = model::describe_compute_backend();
+  log().info("compute: {} (engine thread: {} intra-op threads, device {})", rt.compute.backend, rt.compute.threads,
+             rt.compute.device);
+
+  model::Qwen2Model model = model::load_model_dir(options.model_dir, model::LoadOptions{dtype, device});
+  rt.model.path = std::filesystem::absolute(options.model_dir).lexically_normal();
+  rt.model.config = model->config();
+  rt.model.parameters = model->parameter_count();
+  rt.model.dtype = model::dtype_to_hf_name(dtype);
+  log().info("model: {} ({} {}, {} parameters, {} layers, hidden {}, vocab {}, {})", rt.model.path.string(),
+             rt.model.config.model_type, rt.model.dtype, rt.model.parameters, rt.model.config.num_hidden_layers,
+             rt.model.config.hidden_size, rt.model.config.vocab_size, rt.compute.device);
+
+  infer::EngineConfig ec;
+  ec.threads = rt.compute.threads;
+  ec.cache_bytes = options.kv_cache_mb << 20;
+  ec.max_batch_tokens = options.max_batch_tokens;
+  ec.max_running = options.max_running;
+  ec.max_model_len = options.max_model_len;
+  ec.start_thread = start_thread;
+  rt.engine = std::make_unique<infer::InferenceEngine>(std::move(model), ec);
+  if (options.policy_version != 0) {
+    std::future<void> set = rt.engine->set_policy_version(options.policy_version);
+    if (!start_thread) rt.engine->step();  // manual mode: nobody else runs the engine's inbox
+    set.get();
+  }
+  return rt;
+}
+
+Json model_info_json(const ModelInfo& info) {
+  return Json{{"path", info.path.string()},
+              {"config", hf::model_config_to_json(info.config)},
+              {"parameters", info.parameters},
+              {"dtype", info.dtype}};
+}
+
+}  // namespace ajet::engine

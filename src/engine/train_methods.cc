@@ -1,0 +1,223 @@
+#include "engine/train_methods.h"
+
+#include <chrono>
+#include <mutex>
+
+#include "common/error.h"
+#include "common/fs.h"
+#include "common/log.h"
+#include "engine/service.h"
+#include "infer/engine.h"
+#include "model/compute.h"
+#include "model/qwen2.h"
+#include "rpc/messages.h"
+#include "train/batch.h"
+#include "train/checkpoint.h"
+#include "train/lora.h"
+#include "train/trainer.h"
+
+namespace ajet::engine {
+namespace fs = std::filesystem;
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// A checkpoint directory as given, or the latest one under a base directory.
+fs::path resolve_checkpoint(const fs::path& dir) {
+  if (fs::is_regular_file(dir / "trainer_state.json")) return dir;
+  if (!fs::is_directory(dir)) fail(ErrorCode::kNotFound, "load_checkpoint: " + dir.string() + ": no such directory");
+  std::optional<fs::path> latest = train::latest_checkpoint(dir);
+  if (!latest) {
+    fail(ErrorCode::kNotFound, "load_checkpoint: " + dir.string() +
+                                   " holds no checkpoint (neither trainer_state.json nor a global_step_* directory)");
+  }
+  return *latest;
+}
+
+}  // namespace
+
+TrainingOptions training_options(const EngineOptions& options) {
+  TrainingOptions t;
+  t.threads = options.threads;
+  if (!options.config) return t;
+  const config::Config& c = *options.config;
+  t.backbone = c.backbone;
+  if (t.backbone != "torch" && t.backbone != "async" && t.backbone != "debug") {
+    invalid_argument("ajet.backbone must be torch, async or debug, got '" + t.backbone + "'");
+  }
+  t.trainer = train::TrainerOptions::from_config(c);
+  t.checkpoint_base_dir = c.trainer_common.checkpoint_base_dir;
+  t.keep_last = c.trainer_common.max_checkpoints_to_keep;
+  return t;
+}
+
+struct TrainMethods::Impl {
+  infer::InferenceEngine& engine;
+  ModelInfo model_info;
+  TrainingOptions options;
+  bool async = false;
+  std::unique_ptr<train::Trainer> trainer;  // built on first use, then only on the caller's thread
+
+  Impl(infer::InferenceEngine& e, ModelInfo info, TrainingOptions o)
+      : engine(e), model_info(std::move(info)), options(std::move(o)), async(options.backbone == "async") {}
+
+  void require_training(std::string_view method) const {
+    if (options.backbone == "debug") {
+      fail(ErrorCode::kFailedPrecondition,
+           std::string(method) + ": the engine runs backbone 'debug' (inference only, never trains)");
+    }
+  }
+
+  // Builds the trainer. torch: on the served model itself, on the engine thread (attaching LoRA or
+  // setting requires_grad must not race a forward). async: on a copy taken between two steps. The
+  // trainer's policy version starts at the served one, so checkpoints are named after served versions.
+  train::Trainer& ensure_trainer() {
+    if (trainer) return *trainer;
+    const int64_t served_version = engine.policy_version();
+    if (!async) {
+      engine.run_exclusive([&](model::Qwen2Model& served) {
+        trainer = std::make_unique<train::Trainer>(served, options.trainer);
+      }, false).get();
+    } else {
+      model::configure_threads(options.threads);
+      engine.run_exclusive([&](model::Qwen2Model& served) {
+        model::Qwen2Model copy(served->config());
+        copy->to(served->options().device(), served->options().dtype().toScalarType());
+        train::copy_parameters(served, copy);
+        trainer = std::make_unique<train::Trainer>(copy, options.trainer);
+        // The served model gets the same (zero-delta) adapters, so every later copy is name for name.
+        if (options.trainer.lora.enabled() && !train::has_lora(served)) {
+          train::attach_lora(served, options.trainer.lora, options.trainer.seed);
+          train::copy_parameters(trainer->model(), served);
+        }
+      }, false).get();
+    }
+    train::Trainer::State state = trainer->state();
+    state.policy_version = served_version;
+    trainer->load_state(state);
+    log().info("trainer ready (backbone {}, {}, policy version {})", options.backbone,
+               options.trainer.lora.enabled() ? "LoRA rank " + std::to_string(options.trainer.lora.rank)
+                                              : std::string("full fine-tuning"),
+               served_version);
+    return *trainer;
+  }
+};
+
+TrainMethods::TrainMethods(EngineService& service, ModelInfo model, TrainingOptions options)
+    : impl_(std::make_unique<Impl>(service.engine(), std::move(model), std::move(options))) {
+  service.add_control_method(std::string(rpc::kMethodTrainStep), [this](const rpc::Frame& request) {
+    rpc::Frame reply;
+    reply.body = train_step(rpc::decode_train_batch(request));
+    return reply;
+  });
+  service.add_control_method(std::string(rpc::kMethodSaveCheckpoint), [this](const rpc::Frame& request) {
+    constexpr std::string_view where = "save_checkpoint";
+    if (!request.body.is_object()) invalid_argument("save_checkpoint: the body must be a JSON object");
+    std::optional<fs::path> dir;
+    if (auto d = get_optional_string(request.body, "dir", where)) dir = *d;
+    const auto cursor = request.body.find("front_cursor");
+    rpc::Frame reply;
+    reply.body = save_checkpoint(dir, cursor == request.body.end() ? Json(nullptr) : *cursor);
+    return reply;
+  });
+  service.add_control_method(std::string(rpc::kMethodLoadCheckpoint), [this](const rpc::Frame& request) {
+    if (!request.body.is_object()) invalid_argument("load_checkpoint: the body must be a JSON object");
+    rpc::Frame reply;
+    reply.body = load_checkpoint(get_string(request.body, "dir", "load_checkpoint"));
+    return reply;
+  });
+}
+
+TrainMethods::~TrainMethods() = default;
+
+Json TrainMethods::train_step(const rpc::TrainBatch& rpc_batch) {
+  Impl& s = *impl_;
+  s.require_training("train_step");
+  // Every check happens before the engine pauses or any weight changes.
+  const train::Batch batch = train::batch_from_rpc(rpc_batch);
+  if (batch.samples.empty()) invalid_argument("train_step batch: no samples");
+  train::validate_batch(batch, s.model_info.config.vocab_size);
+  train::Trainer& trainer = s.ensure_trainer();
+
+  const auto start = std::chrono::steady_clock::now();
+  train::TrainMetrics metrics;
+  double paused = 0;
+  if (!s.async) {
+    // Inference waits while the served weights themselves are trained.
+    s.engine.run_exclusive([&](model::Qwen2Model&) {
+      const auto pause = std::chrono::steady_clock::now();
+      metrics = trainer.train_step(batch);
+      paused = seconds_since(pause);
+    }, true).get();
+  } else {
+    // Inference continues on the current weights; only the copy into the served model pauses it.
+    model::configure_threads(s.options.threads);
+    metrics = trainer.train_step(batch);
+    s.engine.run_exclusive([&](model::Qwen2Model& served) {
+      const auto pause = std::chrono::steady_clock::now();
+      train::copy_parameters(trainer.model(), served);
+      paused = seconds_since(pause);
+    }, true).get();
+  }
+  Json reply = metrics.to_json();
+  reply["trainer_policy_version"] = metrics.policy_version;
+  reply["policy_version"] = s.engine.policy_version();  // the version now served
+  reply["backbone"] = s.options.backbone;
+  reply["step_time_s"] = seconds_since(start);
+  reply["inference_paused_s"] = paused;
+  log().info("train_step: {} samples, {} tokens, loss {:.5f}, grad norm {:.4f}, {:.2f} s; serving policy version {}",
+             metrics.samples, metrics.tokens, metrics.loss, metrics.grad_norm, reply["step_time_s"].get<double>(),
+             reply["policy_version"].get<int64_t>());
+  return reply;
+}
+
+Json TrainMethods::save_checkpoint(const std::optional<fs::path>& base_dir, const Json& front_cursor) {
+  Impl& s = *impl_;
+  s.require_training("save_checkpoint");
+  train::Trainer& trainer = s.ensure_trainer();
+  train::CheckpointOptions o;
+  o.base_dir = base_dir ? *base_dir : s.options.checkpoint_base_dir;
+  if (o.base_dir.empty()) invalid_argument("save_checkpoint: 'dir' is empty");
+  o.keep_last = s.options.keep_last;
+  o.tokenizer_dir = s.model_info.path;
+  o.base_model_name_or_path = s.model_info.path.string();
+  // torch: the served model is the trainer's; saving only reads it, which inference may do meanwhile.
+  const fs::path dir = train::save_checkpoint(trainer, o, Json{{"front_cursor", front_cursor}});
+  log().info("checkpoint saved: {} (policy version {}, global step {})", dir.string(), trainer.policy_version(),
+             trainer.global_step());
+  return Json{{"path", fs::absolute(dir).lexically_normal().string()},
+              {"policy_version", trainer.policy_version()},
+              {"global_step", trainer.global_step()}};
+}
+
+Json TrainMethods::load_checkpoint(const fs::path& dir) {
+  Impl& s = *impl_;
+  s.require_training("load_checkpoint");
+  const fs::path checkpoint = resolve_checkpoint(dir);
+  // The version the restored weights are served at, read first so that weights and version change
+  // in the same exclusive task.
+  const Json state = parse_json(read_file(checkpoint / "trainer_state.json"), (checkpoint / "trainer_state.json").string());
+  const int64_t version = get_int(state, "policy_version", (checkpoint / "trainer_state.json").string());
+  train::Trainer& trainer = s.ensure_trainer();
+  train::LoadedCheckpoint loaded;
+  if (!s.async) {
+    s.engine.run_exclusive_at_version([&](model::Qwen2Model&) { loaded = train::load_checkpoint(trainer, checkpoint); },
+                                      version).get();
+  } else {
+    loaded = train::load_checkpoint(trainer, checkpoint);
+    s.engine.run_exclusive_at_version([&](model::Qwen2Model& served) { train::copy_parameters(trainer.model(), served); },
+                                      version).get();
+  }
+  log().info("checkpoint loaded: {} (policy version {}, global step {})", loaded.dir.string(), loaded.policy_version,
+             loaded.global_step);
+  const auto cursor = loaded.user.find("front_cursor");
+  return Json{{"path", fs::absolute(loaded.dir).lexically_normal().string()},
+              {"policy_version", s.engine.policy_version()},
+              {"global_step", loaded.global_step},
+              {"front_cursor", cursor == loaded.user.end() ? Json(nullptr) : *cursor}};
+}
+
+}  // namespace ajet::engine

@@ -1,0 +1,65 @@
+// The engine's training methods over the RPC: `train_step`, `save_checkpoint`, `load_checkpoint`, on
+// one train::Trainer. Backbone `torch`: a step pauses inference (it runs on the engine thread between
+// two steps) and updates the served weights in place. `async`: the trainer works on its own copy of
+// the model on the control thread while inference continues; the new weights are copied into the
+// served model between two decode steps. `debug`: inference only, the methods answer an error.
+// It never decides when to checkpoint (the caller's save_freq) and never touches sockets. No libtorch
+// in this header.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "common/json.h"
+#include "engine/options.h"
+#include "engine/runtime.h"
+#include "train/options.h"
+
+namespace ajet::rpc {
+struct TrainBatch;
+}
+
+namespace ajet::engine {
+
+class EngineService;
+
+struct TrainingOptions {
+  std::string backbone = "torch";  // torch | async | debug
+  train::TrainerOptions trainer;
+  std::filesystem::path checkpoint_base_dir = "./saved_checkpoints";  // save_checkpoint's default
+  int64_t keep_last = 3;                                               // <= 0 keeps all
+  int threads = 0;  // intra-op threads of the async trainer (0: one per core)
+};
+
+// From the --conf file when the engine options carry one (ajet.backbone, ajet.trainer_common.*,
+// ajet.lora.*, ajet.async.*), else the defaults. Throws Error(kInvalidArgument) naming the key.
+TrainingOptions training_options(const EngineOptions& options);
+
+class TrainMethods {
+ public:
+  // Registers train_step, save_checkpoint and load_checkpoint as control methods of `service`
+  // (before its server listens). The trainer is built on first use, so an engine that never trains
+  // holds no optimizer state or KL reference.
+  TrainMethods(EngineService& service, ModelInfo model, TrainingOptions options);
+  ~TrainMethods();
+  TrainMethods(const TrainMethods&) = delete;
+  TrainMethods& operator=(const TrainMethods&) = delete;
+
+  // Each runs on the caller's thread (the service's control thread for RPC calls); see
+  // docs/engine-rpc.md for the bodies. Bad input throws Error(kInvalidArgument) before any weight changes.
+  Json train_step(const rpc::TrainBatch& batch);
+  // Writes base_dir/global_step_<policy version>/ with {"front_cursor": front_cursor} as the user blob.
+  Json save_checkpoint(const std::optional<std::filesystem::path>& base_dir, const Json& front_cursor);
+  // `dir` is a checkpoint directory or a base directory (its latest checkpoint is loaded). The served
+  // weights and the policy version change together between two engine steps.
+  Json load_checkpoint(const std::filesystem::path& dir);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ajet::engine

@@ -1,0 +1,279 @@
+// The trainer methods of `ajet-engine serve` end to end: train_step over the RPC changes the served
+// weights and bumps the policy version (backbones torch and async), bad batches get an error reply
+// while the engine keeps serving, debug never trains, and save -> a new process with --resume -> the
+// next step gives bit-identical parameters and optimizer state to an uninterrupted run.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "engine_process.h"
+
+namespace ajet::engine {
+namespace {
+
+using namespace testing;
+using std::chrono::seconds;
+
+// The `micro` preset over the byte tokenizer, made once per test process by `ajet-engine model init`.
+const fs::path& micro_model_dir() {
+  static const fs::path dir = [] {
+    const fs::path tok = process_dir() / "micro_tok", out = process_dir() / "micro";
+    model::testing::write_byte_tokenizer(tok);
+    model::testing::write_text(tok / "tokenizer_config.json", R"({"eos_token": "<|im_end|>", "add_bos_token": false})");
+    auto r = run_command(kEngineBinary + " model init --preset micro --seed 5 --threads 1 --tokenizer " + quote(tok) +
+                         " --out " + quote(out));
+    if (r.exit_code != 0) throw std::runtime_error("model init failed: " + r.output);
+    return out;
+  }();
+  return dir;
+}
+
+// A config with a learning rate large enough that one step visibly changes greedy logprobs.
+fs::path write_conf(const std::string& name, const std::string& backbone, const fs::path& checkpoints) {
+  const fs::path conf = process_dir() / (name + ".yaml");
+  model::testing::write_text(conf, "ajet:\n"
+                                   "  backbone: " + backbone + "\n"
+                                   "  trainer_common:\n"
+                                   "    use_kl_loss: false\n"
+                                   "    checkpoint_base_dir: " + checkpoints.string() + "\n"
+                                   "    optim:\n"
+                                   "      lr: 0.01\n"
+                                   "  engine:\n"
+                                   "    seed: 3\n");
+  return conf;
+}
+
+// Four samples in two task groups with different rewards: prompt tokens (mask 0), then a response.
+rpc::TrainBatch make_batch(int salt) {
+  rpc::TrainBatch b;
+  b.sample_offsets.push_back(0);
+  for (int s = 0; s < 4; ++s) {
+    const std::vector<int32_t> prompt = prompt_of(6 + s, salt + s);
+    const std::vector<int32_t> response = prompt_of(5 + s % 2, salt * 7 + s + 1);
+    for (int32_t id : prompt) {
+      b.token_ids.push_back(id);
+      b.loss_mask.push_back(0);
+      b.logprobs.push_back(0.0f);
+    }
+    for (int32_t id : response) {
+      b.token_ids.push_back(id);
+      b.loss_mask.push_back(1);
+      b.logprobs.push_back(-1.5f);
+    }
+    b.sample_offsets.push_back(static_cast<int64_t>(b.token_ids.size()));
+    b.rewards.push_back(s == 0 ? 1.0 : s == 1 ? 0.0 : s == 2 ? 0.5 : 2.0);
+    b.task_ids.push_back(s < 2 ? "task-a" : "task-b");
+    b.episode_uuids.push_back("episode-" + std::to_string(salt) + "-" + std::to_string(s));
+    b.weights.push_back(1.0);
+  }
+  return b;
+}
+
+nlohmann::json call(rpc::Client& client, rpc::Frame request) {
+  return client.call(std::move(request), seconds(120)).done.body;
+}
+
+rpc::Frame method_frame(std::string_view method, nlohmann::json body) {
+  rpc::Frame f;
+  f.method = std::string(method);
+  f.body = std::move(body);
+  return f;
+}
+
+std::string file_bytes(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + path.string());
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+// Greedy tokens of a fixed prompt with their raw logprobs and versions.
+GenerateOutcome probe(rpc::Client& client) { return generate(client, greedy(prompt_of(10, 42), 6)); }
+
+void expect_versions(const GenerateOutcome& o, int64_t version) {
+  ASSERT_TRUE(o.done) << (o.error ? o.error->what() : "no done frame");
+  for (const auto& e : o.events) {
+    for (int64_t v : e.policy_versions) EXPECT_EQ(v, version);
+  }
+}
+
+bool logprobs_differ(const GenerateOutcome& a, const GenerateOutcome& b) {
+  const auto x = a.logprobs(0, true), y = b.logprobs(0, true);
+  if (a.ids() != b.ids() || x.size() != y.size()) return true;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (std::abs(x[i] - y[i]) > 1e-4) return true;
+  }
+  return false;
+}
+
+void expect_step_changes_served_weights(const std::string& backbone) {
+  const fs::path checkpoints = process_dir() / ("ckpt_" + backbone);
+  EngineProcess engine({"--conf", write_conf("train_" + backbone, backbone, checkpoints).string()}, micro_model_dir());
+  rpc::Client client(engine.wait_ready());
+  client.connect();
+  const GenerateOutcome before = probe(client);
+  expect_versions(before, 0);
+
+  const rpc::TrainBatch batch = make_batch(1);
+  const nlohmann::json m = call(client, rpc::encode_train_batch(batch));
+  EXPECT_EQ(m["policy_version"], 1);
+  EXPECT_EQ(m["trainer_policy_version"], 1);
+  EXPECT_EQ(m["global_step"], 1);
+  EXPECT_EQ(m["backbone"], backbone);
+  EXPECT_EQ(m["tokens"], static_cast<int64_t>(batch.token_ids.size()));
+  EXPECT_EQ(m["samples"], 4);
+  for (const char* key : {"loss", "entropy", "grad_norm", "clip_fraction", "kl", "step_time_s"}) {
+    ASSERT_TRUE(m.contains(key)) << key;
+    EXPECT_TRUE(std::isfinite(m[key].get<double>())) << key;
+  }
+  EXPECT_GT(m["grad_norm"].get<double>(), 0.0);
+  EXPECT_EQ(status_of(client)["policy_version"], 1);
+
+  // Generation afterwards runs on the new weights and says so.
+  const GenerateOutcome after = probe(client);
+  expect_versions(after, 1);
+  EXPECT_TRUE(logprobs_differ(before, after)) << "one step at lr 0.01 left the greedy logprobs unchanged";
+
+  // The saved weights differ from the initial ones; the checkpoint is named after the served version.
+  const nlohmann::json saved = call(client, method_frame(rpc::kMethodSaveCheckpoint, {{"front_cursor", {{"epoch", 0}}}}));
+  EXPECT_EQ(saved["policy_version"], 1);
+  const fs::path dir = saved["path"].get<std::string>();
+  EXPECT_EQ(dir.filename(), "global_step_1");
+  EXPECT_EQ(dir.parent_path(), fs::absolute(checkpoints).lexically_normal());
+  EXPECT_NE(file_bytes(dir / "model" / "model.safetensors"), file_bytes(micro_model_dir() / "model.safetensors"));
+}
+
+TEST(EngineTrain, TrainStepUpdatesTheServedModel) { expect_step_changes_served_weights("torch"); }
+
+TEST(EngineTrain, AsyncBackboneSwapsTrainedWeightsIn) { expect_step_changes_served_weights("async"); }
+
+TEST(EngineTrain, AsyncTrainingLetsInflightGenerationFinish) {
+  EngineProcess engine({"--conf", write_conf("train_async_inflight", "async", process_dir() / "ckpt_inflight").string()},
+                       micro_model_dir());
+  rpc::Client client(engine.wait_ready());
+  client.connect();
+  PendingGenerate pending = start_generate(client, greedy(prompt_of(8, 3), 200));
+  pending.first_reply.wait();
+  const nlohmann::json m = call(client, rpc::encode_train_batch(make_batch(2)));
+  EXPECT_EQ(m["policy_version"], 1);
+  const GenerateOutcome o = pending.outcome.get();
+  ASSERT_TRUE(o.done);
+  ASSERT_EQ(o.ids().size(), 200u);
+  // Each token carries the version that produced it: 0 before the swap, 1 after, never back.
+  int64_t last = 0;
+  for (const auto& e : o.events) {
+    for (int64_t v : e.policy_versions) {
+      EXPECT_TRUE(v == 0 || v == 1) << v;
+      EXPECT_GE(v, last);
+      last = v;
+    }
+  }
+}
+
+TEST(EngineTrain, BadBatchesGetErrorsAndTheEngineKeepsServing) {
+  EngineProcess engine({"--conf", write_conf("train_bad", "torch", process_dir() / "ckpt_bad").string()},
+                       micro_model_dir());
+  rpc::Client client(engine.wait_ready());
+  client.connect();
+  auto expect_invalid = [&](const rpc::TrainBatch& batch, const std::string& needle) {
+    try {
+      call(client, rpc::encode_train_batch(batch));
+      ADD_FAILURE() << "accepted a batch that should fail with '" << needle << "'";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  rpc::TrainBatch b = make_batch(1);
+  b.token_ids[7] = 259;  // == vocab size
+  expect_invalid(b, "token_ids");
+  b = make_batch(1);
+  b.loss_mask.pop_back();
+  expect_invalid(b, "loss_mask");
+  b = make_batch(1);
+  b.sample_offsets.back() -= 1;
+  expect_invalid(b, "sample_offsets");
+  b = make_batch(1);
+  b.rewards.pop_back();
+  expect_invalid(b, "rewards");
+  b = make_batch(1);
+  b.loss_mask[b.sample_offsets[1]] = 1;  // sample 1's first token: nothing predicts it
+  expect_invalid(b, "loss_mask[0]");
+  b = make_batch(1);
+  b.logprobs[10] = 0.5f;  // a generated token's logprob above 0
+  expect_invalid(b, "logprobs");
+  try {
+    call(client, method_frame(rpc::kMethodLoadCheckpoint, {{"dir", (process_dir() / "nowhere").string()}}));
+    ADD_FAILURE() << "load_checkpoint of a missing directory succeeded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kNotFound) << e.what();
+  }
+
+  // Nothing changed, and the engine still generates and trains.
+  EXPECT_EQ(status_of(client)["policy_version"], 0);
+  expect_versions(probe(client), 0);
+  EXPECT_EQ(call(client, rpc::encode_train_batch(make_batch(1)))["policy_version"], 1);
+}
+
+TEST(EngineTrain, DebugBackboneNeverTrains) {
+  EngineProcess engine({"--conf", write_conf("train_debug", "debug", process_dir() / "ckpt_debug").string()},
+                       micro_model_dir());
+  rpc::Client client(engine.wait_ready());
+  client.connect();
+  try {
+    call(client, rpc::encode_train_batch(make_batch(1)));
+    ADD_FAILURE() << "backbone debug trained";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kFailedPrecondition) << e.what();
+  }
+  expect_versions(probe(client), 0);
+}
+
+TEST(EngineTrain, ResumeContinuesExactly) {
+  const fs::path run_a = process_dir() / "resume_a", run_b = process_dir() / "resume_b";
+  fs::path after_one, after_two;
+  {
+    // Uninterrupted: step, save, step, save.
+    EngineProcess engine({"--conf", write_conf("resume_a", "torch", run_a).string()}, micro_model_dir());
+    rpc::Client client(engine.wait_ready());
+    client.connect();
+    call(client, rpc::encode_train_batch(make_batch(1)));
+    after_one = call(client, method_frame(rpc::kMethodSaveCheckpoint, {{"front_cursor", {{"task", 4}}}}))["path"]
+                    .get<std::string>();
+    call(client, rpc::encode_train_batch(make_batch(2)));
+    after_two = call(client, method_frame(rpc::kMethodSaveCheckpoint, {{"front_cursor", {{"task", 8}}}}))["path"]
+                    .get<std::string>();
+  }
+  ASSERT_EQ(after_one.filename(), "global_step_1");
+  ASSERT_EQ(after_two.filename(), "global_step_2");
+
+  // A new process resumes from the first checkpoint and takes the second step.
+  EngineProcess engine({"--conf", write_conf("resume_b", "torch", run_b).string(), "--resume", after_one.string()},
+                       micro_model_dir());
+  rpc::Client client(engine.wait_ready());
+  client.connect();
+  EXPECT_EQ(status_of(client)["policy_version"], 1);
+  expect_versions(probe(client), 1);
+  const nlohmann::json m = call(client, rpc::encode_train_batch(make_batch(2)));
+  EXPECT_EQ(m["policy_version"], 2);
+  EXPECT_EQ(m["global_step"], 2);
+  const fs::path resumed = call(client, method_frame(rpc::kMethodSaveCheckpoint, {{"dir", run_b.string()}}))["path"]
+                               .get<std::string>();
+  ASSERT_EQ(resumed.filename(), "global_step_2");
+  EXPECT_EQ(file_bytes(resumed / "model" / "model.safetensors"), file_bytes(after_two / "model" / "model.safetensors"))
+      << "the resumed step's weights differ from the uninterrupted run's";
+  EXPECT_EQ(file_bytes(resumed / "optimizer.safetensors"), file_bytes(after_two / "optimizer.safetensors"));
+
+  // load_checkpoint over the RPC: a base directory loads its latest, with the caller's cursor.
+  const nlohmann::json loaded = call(client, method_frame(rpc::kMethodLoadCheckpoint, {{"dir", run_a.string()}}));
+  EXPECT_EQ(loaded["policy_version"], 2);
+  EXPECT_EQ(loaded["global_step"], 2);
+  EXPECT_EQ(loaded["front_cursor"], nlohmann::json({{"task", 8}}));
+  EXPECT_EQ(status_of(client)["policy_version"], 2);
+}
+
+}  // namespace
+}  // namespace ajet::engine
