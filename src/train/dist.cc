@@ -10,6 +10,7 @@
 
 #include <cstdlib>
 #include <map>
+#include <sstream>
 
 #include "common/error.h"
 #include "common/log.h"
@@ -22,6 +23,12 @@ namespace {
 std::string describe(const std::exception& e) {
   if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) return c10->what_without_backtrace();
   return e.what();
+}
+
+std::string seconds(std::chrono::milliseconds t) {
+  std::ostringstream s;
+  s << static_cast<double>(t.count()) / 1000.0;
+  return s.str();
 }
 
 bool is_loopback(const std::string& addr) { return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1"; }
@@ -108,14 +115,16 @@ std::shared_ptr<Collective> make_collective(const DistPlacement& p) {
     store = c10::make_intrusive<c10d::TCPStore>(p.master_addr, so);
   } catch (const std::exception& e) {
     const std::string why = describe(e);
+    const std::string within = " within " + seconds(p.timeout) + " s";
     if (p.rank == 0) {
-      fail(ErrorCode::kUnavailable, "distributed rendezvous (" + where + "): could not serve the store on port " +
-                                        std::to_string(p.master_port) + " or not every rank joined within " +
-                                        std::to_string(p.timeout.count() / 1000.0) + " s: " + why);
+      const bool bind = why.find("failed to listen") != std::string::npos || why.find("failed to bind") != std::string::npos;
+      fail(ErrorCode::kUnavailable, "distributed rendezvous (" + where + "): " +
+                                        (bind ? "could not serve the store: port " + std::to_string(p.master_port) + " is in use"
+                                              : "not every rank joined the store" + within) +
+                                        ": " + why);
     }
     fail(ErrorCode::kUnavailable, "distributed rendezvous (" + where + "): could not reach the store at " + p.master() +
-                                      " or not every rank joined within " + std::to_string(p.timeout.count() / 1000.0) +
-                                      " s: " + why);
+                                      " or not every rank joined" + within + ": " + why);
   }
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>("ajet_default_pg", store);
   c10::intrusive_ptr<c10d::ProcessGroup> group;
@@ -134,7 +143,8 @@ std::shared_ptr<Collective> make_collective(const DistPlacement& p) {
     }
   } catch (const std::exception& e) {
     fail(ErrorCode::kUnavailable, std::string("distributed ") + (nccl ? "NCCL" : "Gloo") + " group (" + where +
-                                      "): connecting the ranks failed: " + describe(e));
+                                      "): not every rank joined within " + seconds(p.timeout) +
+                                      " s, or the ranks could not connect to each other: " + describe(e));
   }
   log().info("data parallel: {} joined the {} group", where, nccl ? "NCCL" : "Gloo");
   return std::make_shared<C10dCollective>(p, store, group);
