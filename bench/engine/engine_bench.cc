@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -29,17 +30,39 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
+double process_cpu_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
+}
+
+// Wall time, and CPU time per thread: on a machine shared with other work the second is what the run
+// would have taken with its cores to itself (exact for one thread; spin-waits count for two).
+struct Span {
+  double wall = 0;
+  double cpu = 0;
+};
+struct Stopwatch {
+  int threads;
+  Clock::time_point wall0 = Clock::now();
+  double cpu0 = process_cpu_seconds();
+  Span elapsed() const { return {seconds_since(wall0), (process_cpu_seconds() - cpu0) / threads}; }
+};
+int g_threads = 2;
+
 // Best-of-reps GFLOP/s of float32 matmuls: the ceiling the model's GEMMs can reach. Square 1024 and
 // the small preset's MLP shape (512 tokens x 512 -> 1536), whichever is faster.
-double gemm_peak_gflops(int reps) {
-  double best = 0;
+Span gemm_peak_gflops(int reps) {
+  Span best;
   for (auto [m, k, n] : {std::array<int64_t, 3>{1024, 1024, 1024}, {512, 512, 1536}}) {
     auto a = torch::randn({m, k}), b = torch::randn({k, n});
     auto c = torch::matmul(a, b);
     for (int r = 0; r < reps; ++r) {
-      auto t0 = Clock::now();
+      Stopwatch sw{g_threads};
       for (int i = 0; i < 4; ++i) c = torch::matmul(a, b);
-      best = std::max(best, 4 * 2.0 * m * k * n / seconds_since(t0) / 1e9);
+      const Span t = sw.elapsed();
+      best.wall = std::max(best.wall, 4 * 2.0 * m * k * n / t.wall / 1e9);
+      best.cpu = std::max(best.cpu, 4 * 2.0 * m * k * n / t.cpu / 1e9);
     }
   }
   return best;
@@ -106,8 +129,8 @@ double ratio_bound(const ajet::hf::ModelConfig& c, double gbps, double peak_gflo
 struct DecodeRow {
   std::string preset;
   int64_t concurrency;
-  double tokens_per_s;
-  double gflops;
+  Span tokens_per_s;
+  Span gflops;
 };
 
 // Steady-state decode: all prompts are prefilled first (and each has sampled its first token), then
@@ -120,23 +143,23 @@ DecodeRow measure_decode(const std::string& preset, ajet::model::Qwen2Model& mod
   for (int64_t i = 0; i < concurrency; ++i) futures.push_back(engine.generate(make_request(i, prompt_len, max_tokens, c.vocab_size)));
   while (engine.stats().tokens_generated < concurrency) engine.step();
   const int64_t generated0 = engine.stats().tokens_generated;
-  auto t0 = Clock::now();
+  Stopwatch sw{g_threads};
   while (engine.step()) {
   }
-  const double seconds = seconds_since(t0);
+  const Span t = sw.elapsed();
   const int64_t generated = engine.stats().tokens_generated - generated0;
   for (auto& f : futures) f.get();
   // Each timed token sits at context prompt_len + 1 .. prompt_len + max_tokens - 1: use the mean.
   const double mean_ctx = prompt_len + max_tokens / 2.0;
   const double flops = generated * (layer_flops(c, mean_ctx) + lm_head_flops(c));
-  return {preset, concurrency, generated / seconds, flops / seconds / 1e9};
+  return {preset, concurrency, {generated / t.wall, generated / t.cpu}, {flops / t.wall / 1e9, flops / t.cpu / 1e9}};
 }
 
 struct PrefillRow {
   std::string preset;
   int64_t prompt_len;
-  double tokens_per_s;
-  double gflops;
+  Span tokens_per_s;
+  Span gflops;
 };
 
 // Prompts of prompt_len tokens, one request at a time, chunked by the 512-token step budget; one
@@ -145,19 +168,26 @@ PrefillRow measure_prefill(const std::string& preset, ajet::model::Qwen2Model& m
                            int reps) {
   const auto& c = model->config();
   InferenceEngine engine(model, engine_config(threads, 4));
-  double best = 1e30;
+  Span best{1e30, 1e30};
   for (int r = 0; r <= reps; ++r) {  // r = 0 warms up
     auto f = engine.generate(make_request(r, prompt_len, 1, c.vocab_size));
-    auto t0 = Clock::now();
+    Stopwatch sw{g_threads};
     while (engine.step()) {
     }
-    const double s = seconds_since(t0);
+    const Span t = sw.elapsed();
     f.get();
-    if (r > 0) best = std::min(best, s);
+    if (r > 0) best = {std::min(best.wall, t.wall), std::min(best.cpu, t.cpu)};
   }
   double flops = lm_head_flops(c);
   for (int64_t t = 0; t < prompt_len; ++t) flops += layer_flops(c, static_cast<double>(t + 1));
-  return {preset, prompt_len, prompt_len / best, flops / best / 1e9};
+  return {preset, prompt_len, {prompt_len / best.wall, prompt_len / best.cpu}, {flops / best.wall / 1e9, flops / best.cpu / 1e9}};
+}
+
+std::string load_average() {
+  std::ifstream in("/proc/loadavg");
+  std::string one, five, fifteen;
+  in >> one >> five >> fifteen;
+  return one.empty() ? "unknown" : one + " " + five + " " + fifteen;
 }
 
 std::string today() {
@@ -180,10 +210,12 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--no-append") == 0) append = false;
     if (std::strcmp(argv[i], "--threads") == 0 && i + 1 < argc) threads = std::atoi(argv[++i]);
   }
+  g_threads = threads;
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines show up even when piped
   ajet::set_log_level("warn");
   ajet::model::configure_threads(threads);
   std::printf("compute: %s\n", ajet::model::describe_compute_backend().c_str());
+  const std::string load_before = load_average();
   const int64_t prompt_len = smoke ? 8 : 64;
   const int64_t max_tokens = smoke ? 4 : 128;
   const int64_t prefill_len = smoke ? 32 : 1024;
@@ -192,7 +224,7 @@ int main(int argc, char** argv) {
 
   std::vector<DecodeRow> decode;
   std::vector<PrefillRow> prefill;
-  double peak = 0;
+  Span peak;
   std::vector<std::pair<std::string, double>> stream;  // preset, weight streaming GB/s
   std::vector<ajet::hf::ModelConfig> configs;
   std::vector<std::pair<std::string, int64_t>> presets = {{"tiny", 1024}, {"small", 4096}};
@@ -201,41 +233,47 @@ int main(int argc, char** argv) {
     ajet::model::init_weights(model, 0);
     for (int64_t c : concurrencies) {
       decode.push_back(measure_decode(preset, model, threads, c, prompt_len, max_tokens));
-      std::printf("decode %s x%lld: %.0f tokens/s\n", preset.c_str(), static_cast<long long>(c), decode.back().tokens_per_s);
+      std::printf("decode %s x%lld: %.0f tokens/s (%.0f by CPU time)\n", preset.c_str(), static_cast<long long>(c),
+                  decode.back().tokens_per_s.wall, decode.back().tokens_per_s.cpu);
     }
     prefill.push_back(measure_prefill(preset, model, threads, prefill_len, reps));
-    std::printf("prefill %s: %.0f tokens/s\n", preset.c_str(), prefill.back().tokens_per_s);
-    peak = std::max(peak, gemm_peak_gflops(smoke ? 1 : 5));
+    std::printf("prefill %s: %.0f tokens/s (%.0f by CPU time)\n", preset.c_str(), prefill.back().tokens_per_s.wall,
+                prefill.back().tokens_per_s.cpu);
+    const Span p = gemm_peak_gflops(smoke ? 1 : 5);
+    peak = {std::max(peak.wall, p.wall), std::max(peak.cpu, p.cpu)};
     stream.emplace_back(preset, weight_stream_gbps(model, smoke ? 1 : 5));
     configs.push_back(model->config());
   }
 
   std::ostringstream table;
+  char line[320];
+  std::snprintf(line, sizeof(line), "GEMM peak %.1f GFLOP/s (%.1f by CPU time). ", peak.wall, peak.cpu);
   table << "Decode (prompt " << prompt_len << ", " << max_tokens << " generated tokens per sequence, temperature 1, "
-        << threads << " threads; GEMM peak " << static_cast<int>(peak) << " GFLOP/s):\n\n"
+        << threads << " threads). " << line << "Columns: wall clock / by CPU time per thread.\n\n"
         << "| preset | concurrent | tokens/s | vs concurrency 1 | GFLOP/s | % of GEMM peak |\n"
         << "|---|---|---|---|---|---|\n";
-  char line[256];
   for (const DecodeRow& r : decode) {
     const DecodeRow& one = *std::find_if(decode.begin(), decode.end(),
                                          [&](const DecodeRow& x) { return x.preset == r.preset && x.concurrency == 1; });
-    std::snprintf(line, sizeof(line), "| %s | %lld | %.0f | %.1fx | %.1f | %.0f %% |\n", r.preset.c_str(),
-                  static_cast<long long>(r.concurrency), r.tokens_per_s, r.tokens_per_s / one.tokens_per_s, r.gflops,
-                  100 * r.gflops / peak);
+    std::snprintf(line, sizeof(line), "| %s | %lld | %.0f / %.0f | %.1fx / %.1fx | %.1f / %.1f | %.0f %% / %.0f %% |\n",
+                  r.preset.c_str(), static_cast<long long>(r.concurrency), r.tokens_per_s.wall, r.tokens_per_s.cpu,
+                  r.tokens_per_s.wall / one.tokens_per_s.wall, r.tokens_per_s.cpu / one.tokens_per_s.cpu, r.gflops.wall,
+                  r.gflops.cpu, 100 * r.gflops.wall / peak.wall, 100 * r.gflops.cpu / peak.cpu);
     table << line;
   }
   table << "\nRoofline bound on the x64 / x1 ratio (weight bytes per token / streaming bandwidth, over FLOPs per\n"
-        << "token / GEMM peak):";
+        << "token / GEMM peak, wall clock):";
   for (size_t i = 0; i < stream.size(); ++i) {
     std::snprintf(line, sizeof(line), " %s %.1fx (weights stream at %.1f GB/s);", stream[i].first.c_str(),
-                  ratio_bound(configs[i], stream[i].second, peak), stream[i].second);
+                  ratio_bound(configs[i], stream[i].second, peak.wall), stream[i].second);
     table << line;
   }
   table << "\n\nPrefill (one " << prefill_len << "-token prompt in 512-token chunks, best of " << reps << "):\n\n"
         << "| preset | prompt | tokens/s | GFLOP/s | % of GEMM peak |\n|---|---|---|---|---|\n";
   for (const PrefillRow& r : prefill) {
-    std::snprintf(line, sizeof(line), "| %s | %lld | %.0f | %.1f | %.0f %% |\n", r.preset.c_str(),
-                  static_cast<long long>(r.prompt_len), r.tokens_per_s, r.gflops, 100 * r.gflops / peak);
+    std::snprintf(line, sizeof(line), "| %s | %lld | %.0f / %.0f | %.1f / %.1f | %.0f %% / %.0f %% |\n", r.preset.c_str(),
+                  static_cast<long long>(r.prompt_len), r.tokens_per_s.wall, r.tokens_per_s.cpu, r.gflops.wall,
+                  r.gflops.cpu, 100 * r.gflops.wall / peak.wall, 100 * r.gflops.cpu / peak.cpu);
     table << line;
   }
   std::printf("\n%s", table.str().c_str());
@@ -246,7 +284,8 @@ int main(int argc, char** argv) {
         << "vocab 1024 (tiny) and 4096 (small), float32, random weights. FLOPs: 2 per decoder weight per token,\n"
         << "4·H·D per (token, visible key) per layer for attention, 2·C·V for each lm_head row. The GEMM peak is\n"
         << "the best float32 matmul (1024³ or 512x512x1536) at the same thread count in the same run.\n"
-        << "Compute: " << ajet::model::describe_compute_backend() << "\n\n"
+        << "Compute: " << ajet::model::describe_compute_backend() << ". Load average (1/5/15 min) "
+        << load_before << " at the start, " << load_average() << " at the end (other processes share the cores).\n\n"
         << table.str();
     std::printf("appended to docs/benchmarks.md\n");
   }
