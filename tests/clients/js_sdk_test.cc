@@ -68,7 +68,7 @@ TEST(NodeExampleTest, ClaimsCallsToolsAndReportsRewards) {
   // The echo engine answers with the last user-role message: "42" is a correct final answer at once; a
   // question that is a tool call makes the agent run the calculator, and the echoed tool result (Qwen's
   // template renders it as a user-role <tool_response>) is the correct answer; "41" is wrong.
-  write_file(app / "tasks.jsonl",
+  write_file_atomic(app / "tasks.jsonl",
              "{\"task_id\": \"plain\", \"question\": \"42\", \"answer\": 42}\n"
              "{\"task_id\": \"tool\", \"question\": \"<tool_call>\\n{\\\"name\\\": \\\"calculator\\\", "
              "\\\"arguments\\\": {\\\"expression\\\": \\\"(3 + 4) * 5\\\"}}\\n</tool_call>\", \"answer\": 35}\n"

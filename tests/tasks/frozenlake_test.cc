@@ -70,8 +70,12 @@ TEST(FrozenLakeEnv, SlipsAreSeededSidewaysAndAtTheConfiguredRate) {
       EXPECT_EQ(x.slipped, y.slipped);
       if (x.slipped) {
         ++slips;
-        if (action == Move::kRight) EXPECT_TRUE(x.taken == Move::kUp || x.taken == Move::kDown);
-        if (action == Move::kUp) EXPECT_TRUE(x.taken == Move::kLeft || x.taken == Move::kRight);
+        if (action == Move::kRight) {
+          EXPECT_TRUE(x.taken == Move::kUp || x.taken == Move::kDown);
+        }
+        if (action == Move::kUp) {
+          EXPECT_TRUE(x.taken == Move::kLeft || x.taken == Move::kRight);
+        }
       } else {
         EXPECT_EQ(x.taken, action);
       }
