@@ -45,15 +45,25 @@ class BootedSwarm {
     }
     Fixture f = fixture(real);
     model_ = real ? f.model : f.tokenizer;
+    if (real) {
+      // The micro preset has 512 positions; a tool-call turn with the 400-id fixture tokenizer is
+      // ~650 tokens, so the real engine gets a copy with room for it (positions are computed, not stored).
+      model_ = dir_ / "model";
+      fs::copy(f.model, model_, fs::copy_options::recursive);
+      Json config = Json::parse(read_file(model_ / "config.json"));
+      config["max_position_embeddings"] = 2048;
+      write_file_atomic(model_ / "config.json", config.dump(2));
+    }
     swarm_ = std::make_unique<SwarmProcess>(SwarmProcess::Options{dir_ / "server", bin(engine), admin_token, {}});
     api_ = std::make_unique<Api>(swarm_->url());
     http::Headers admin;
     if (!admin_token.empty()) admin.add("Authorization", "Bearer " + admin_token);
     std::string yaml = config_yaml(model_, extra_yaml);
     yaml.replace(yaml.find("train_batch_size: 2"), 19, "train_batch_size: " + std::to_string(train_batch_size));
-    // The echo engine takes any length (the fixture tokenizer's 400 ids make tool prompts long).
+    // The fixture tokenizer's 400 ids make tool prompts long; the echo engine takes any length.
+    yaml.replace(yaml.find("max_prompt_length: 256"), 22, "max_prompt_length: 1536");
+    yaml.replace(yaml.find("max_model_len: 512"), 18, real ? "max_model_len: 2048" : "max_model_len: 4096");
     if (!real) {
-      yaml.replace(yaml.find("max_model_len: 512"), 18, "max_model_len: 4096");
       yaml.replace(yaml.find("max_response_length_in_one_turn: 48"), 35, "max_response_length_in_one_turn: 256");
     }
     api_->boot(yaml, admin);

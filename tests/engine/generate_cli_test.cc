@@ -25,7 +25,8 @@ Output ajet_generate(const std::string& args, const std::string& input = "") {
   const fs::path in = process_dir() / ("in" + std::to_string(counter)), err = process_dir() / ("err" + std::to_string(counter));
   ++counter;
   model::testing::write_text(in, input);
-  auto r = run_command(kAjet + " generate " + args + " < " + quote(in) + " 2> " + quote(err));
+  // run_command appends 2>&1; the subshell keeps the command's own stderr in `err`.
+  auto r = run_command("(" + kAjet + " generate " + args + " < " + quote(in) + " 2> " + quote(err) + ")");
   return Output{r.exit_code, r.output, run_command("cat " + quote(err)).output};
 }
 
