@@ -28,4 +28,8 @@ int run_main_entry(CLI::App& app);
 // Path of a sibling binary (e.g. "ajet-engine") in the directory of the running executable.
 std::string sibling_binary(const std::string& name);
 
+// Adds `ajet NAME ...`, which replaces this process with `ajet-engine NAME ...` (same arguments, stdin
+// and stdout); everything after NAME, --help included, belongs to ajet-engine.
+void add_engine_forward(CLI::App& app, const std::string& name, const std::string& description);
+
 }  // namespace ajet::cli

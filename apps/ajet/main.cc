@@ -1,5 +1,7 @@
 // `ajet`: the user's command line. Subcommands live in cmd_*.cc files (see command.h).
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <unistd.h>
 
@@ -30,6 +32,22 @@ std::string sibling_binary(const std::string& name) {
   auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (ec) return name;
   return (self.parent_path() / name).string();
+}
+
+void add_engine_forward(CLI::App& app, const std::string& name, const std::string& description) {
+  auto* sub = app.add_subcommand(name, description);
+  sub->prefix_command();
+  sub->set_help_flag();
+  sub->callback([sub, name] {
+    const std::string engine = sibling_binary("ajet-engine");
+    std::vector<std::string> args = {engine, name};
+    for (const auto& a : sub->remaining()) args.push_back(a);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(engine.c_str(), argv.data());
+    fail(ErrorCode::kNotFound, "cannot run " + engine + " (" + std::strerror(errno) + "); build the ajet-engine target");
+  });
 }
 
 }  // namespace ajet::cli
