@@ -14,21 +14,24 @@ Json parse_json(std::string_view text, std::string_view what) {
   }
 }
 
-std::string_view json_type_name(const Json& value) {
-  switch (value.type()) {
-    case Json::value_t::null: return "null";
-    case Json::value_t::object: return "object";
-    case Json::value_t::array: return "array";
-    case Json::value_t::string: return "string";
-    case Json::value_t::boolean: return "boolean";
-    case Json::value_t::number_integer:
-    case Json::value_t::number_unsigned: return "integer";
-    case Json::value_t::number_float: return "number";
-    case Json::value_t::binary: return "binary";
-    case Json::value_t::discarded: return "discarded";
+static std::string_view type_name_of(nlohmann::detail::value_t type) {
+  switch (type) {
+    case nlohmann::detail::value_t::null: return "null";
+    case nlohmann::detail::value_t::object: return "object";
+    case nlohmann::detail::value_t::array: return "array";
+    case nlohmann::detail::value_t::string: return "string";
+    case nlohmann::detail::value_t::boolean: return "boolean";
+    case nlohmann::detail::value_t::number_integer:
+    case nlohmann::detail::value_t::number_unsigned: return "integer";
+    case nlohmann::detail::value_t::number_float: return "number";
+    case nlohmann::detail::value_t::binary: return "binary";
+    case nlohmann::detail::value_t::discarded: return "discarded";
   }
   return "unknown";
 }
+
+std::string_view json_type_name(const Json& value) { return type_name_of(value.type()); }
+std::string_view json_type_name(const nlohmann::ordered_json& value) { return type_name_of(value.type()); }
 
 namespace {
 

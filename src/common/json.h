@@ -15,6 +15,7 @@ using Json = nlohmann::json;
 Json parse_json(std::string_view text, std::string_view what);
 
 std::string_view json_type_name(const Json& value);
+std::string_view json_type_name(const nlohmann::ordered_json& value);  // same names (one value_t)
 
 // Typed getters. `where` prefixes the message (e.g. "request body"). Missing required fields and
 // wrong types throw Error(kInvalidArgument).

@@ -1,24 +1,13 @@
 #include "tasks/task.h"
 
 #include "common/error.h"
+#include "common/json.h"
 
 namespace ajet::tasks {
 
 namespace {
 
-std::string_view type_name(const OrderedJson& v) {
-  switch (v.type()) {
-    case OrderedJson::value_t::null: return "null";
-    case OrderedJson::value_t::object: return "object";
-    case OrderedJson::value_t::array: return "array";
-    case OrderedJson::value_t::string: return "string";
-    case OrderedJson::value_t::boolean: return "boolean";
-    case OrderedJson::value_t::number_integer:
-    case OrderedJson::value_t::number_unsigned: return "integer";
-    case OrderedJson::value_t::number_float: return "number";
-    default: return "other";
-  }
-}
+std::string_view type_name(const OrderedJson& v) { return json_type_name(v); }
 
 [[noreturn]] void bad_field(const std::string& where, std::string_view field, std::string_view expected,
                             const OrderedJson& got) {

@@ -4,24 +4,13 @@
 #include <cstdio>
 
 #include "common/error.h"
+#include "common/json.h"
 
 namespace ajet::text {
 
 namespace {
 
-std::string_view type_name(const OrderedJson& v) {
-  switch (v.type()) {
-    case OrderedJson::value_t::null: return "null";
-    case OrderedJson::value_t::object: return "object";
-    case OrderedJson::value_t::array: return "array";
-    case OrderedJson::value_t::string: return "string";
-    case OrderedJson::value_t::boolean: return "boolean";
-    case OrderedJson::value_t::number_integer:
-    case OrderedJson::value_t::number_unsigned: return "integer";
-    case OrderedJson::value_t::number_float: return "number";
-    default: return "other";
-  }
-}
+std::string_view type_name(const OrderedJson& v) { return json_type_name(v); }
 
 [[noreturn]] void wrong_type(const std::string& path, std::string_view expected, const OrderedJson& got) {
   invalid_argument(path + " must be " + std::string(expected) + ", got " + std::string(type_name(got)));
