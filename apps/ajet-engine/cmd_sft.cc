@@ -47,6 +47,7 @@ struct SftArgs {
   double eval_temperature = 0.0;
   int64_t eval_max_tokens = 96;
   int64_t eval_parallel = 16;
+  int64_t eval_every = 0;
   bool eval_only = false;
 };
 
@@ -196,10 +197,19 @@ void run_sft_command(const SftArgs& args) {
   const std::clock_t cpu0 = std::clock();
   const std::vector<train::SftStep> steps = train::run_sft(model, set.examples, args.sft, [&](const train::SftStep& s) {
     if (s.step == 1 || s.step % std::max<int64_t>(1, args.log_every) == 0 || s.step == args.sft.steps) {
-      std::printf("step %lld/%lld loss %.4f lr %.2e grad_norm %.2f demos %lld tokens %lld (%.2f s)\n",
+      std::printf("step %lld/%lld loss %.4f lr %.2e grad_norm %.2f demos %lld tokens %lld (shared prefix %lld) (%.2f s)\n",
                   static_cast<long long>(s.step), static_cast<long long>(args.sft.steps), s.loss, s.lr, s.grad_norm,
-                  static_cast<long long>(s.examples), static_cast<long long>(s.tokens), s.seconds);
+                  static_cast<long long>(s.examples), static_cast<long long>(s.tokens),
+                  static_cast<long long>(s.shared_prefix), s.seconds);
       std::fflush(stdout);
+    }
+    if (!args.eval_task.empty() && args.eval_every > 0 && s.step % args.eval_every == 0 && s.step < args.sft.steps) {
+      const EvalResult e = evaluate(model, format, args);
+      std::printf("eval at step %lld: %s success %.3f reward %.3f over %lld held-out episodes (%.1f s)\n",
+                  static_cast<long long>(s.step), args.eval_task.c_str(), e.success, e.reward,
+                  static_cast<long long>(e.episodes), e.seconds);
+      std::fflush(stdout);
+      report["eval_during"].push_back(OrderedJson{{"step", s.step}, {"eval", e.to_json()}});
     }
   });
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -251,6 +261,10 @@ const CommandRegistration kRegistration("sft", [](CLI::App& app) {
   cmd->add_option("--eval-temperature", a->eval_temperature, "0 = greedy")->capture_default_str();
   cmd->add_option("--eval-max-tokens", a->eval_max_tokens, "Generated tokens per turn")->capture_default_str();
   cmd->add_option("--eval-parallel", a->eval_parallel, "Episodes played at once")->capture_default_str();
+  cmd->add_option("--eval-every", a->eval_every, "Also evaluate every N steps during training (0: only before and after)")
+      ->capture_default_str();
+  cmd->add_flag("!--no-share-prefix", a->sft.share_prefix,
+                "Pack every demo whole (default: the prefix a step's demos share, e.g. the system prompt, is packed once)");
   cmd->add_flag("--eval-only", a->eval_only, "Only evaluate --model (no training, no --demos/--out)");
   cmd->callback([a] { run_sft_command(*a); });
 });

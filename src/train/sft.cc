@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <limits>
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <random>
@@ -94,7 +95,11 @@ DemoSet read_demos_jsonl(const std::filesystem::path& path, const tracking::Chat
 namespace {
 
 // Several examples side by side in one sequence: positions restart per example and block-sparse
-// attention keeps each example to itself (a token's keys are its own example's earlier tokens).
+// attention keeps each example to itself (a token's keys are its own example's earlier tokens). With
+// `shared_prefix` > 0 the first `shared_prefix` tokens, identical in every example and holding no
+// target, are packed once at the front and every example's own tokens attend to them (a one-level
+// tree, tracking/packing.h's rule): the same loss and gradients as packing each example whole, since a
+// causal prefix's hidden states do not depend on what follows it.
 struct PackedBatch {
   torch::Tensor ids, positions;  // (T,) int64
   torch::Tensor rows, targets;   // (M,) int64: the row whose logits predict each target, the target id
@@ -103,22 +108,32 @@ struct PackedBatch {
   int64_t trained = 0;
 };
 
-PackedBatch pack(const std::vector<const SftExample*>& batch, int64_t block_rows) {
+PackedBatch pack(const std::vector<const SftExample*>& batch, int64_t block_rows, int64_t shared_prefix) {
   std::vector<int64_t> ids, pos, rows, targets;
   std::vector<int32_t> subtree_end;
+  if (shared_prefix > 0) {
+    const SftExample& first = *batch.front();
+    for (int64_t i = 0; i < shared_prefix; ++i) {
+      ids.push_back(first.token_ids[static_cast<size_t>(i)]);
+      pos.push_back(i);
+      subtree_end.push_back(0);  // set below, once the packed length is known
+    }
+  }
   for (const SftExample* ex : batch) {
-    const int64_t base = static_cast<int64_t>(ids.size());
+    const int64_t base = static_cast<int64_t>(ids.size()) - shared_prefix;  // packed index of example token 0
     const int64_t n = static_cast<int64_t>(ex->token_ids.size());
-    for (int64_t i = 0; i < n; ++i) {
+    for (int64_t i = shared_prefix; i < n; ++i) {
       ids.push_back(ex->token_ids[static_cast<size_t>(i)]);
       pos.push_back(i);
       subtree_end.push_back(static_cast<int32_t>(base + n));
       if (i > 0 && ex->loss_mask[static_cast<size_t>(i)]) {
-        rows.push_back(base + i - 1);
+        // Token i is predicted by token i - 1: the shared prefix's last row when i == shared_prefix.
+        rows.push_back(i - 1 < shared_prefix ? i - 1 : base + i - 1);
         targets.push_back(ex->token_ids[static_cast<size_t>(i)]);
       }
     }
   }
+  for (int64_t i = 0; i < shared_prefix; ++i) subtree_end[static_cast<size_t>(i)] = static_cast<int32_t>(ids.size());
   PackedBatch p;
   p.tokens = static_cast<int64_t>(ids.size());
   p.trained = static_cast<int64_t>(rows.size());
@@ -130,6 +145,22 @@ PackedBatch pack(const std::vector<const SftExample*>& batch, int64_t block_rows
   return p;
 }
 
+// Index of the first target token (the example's length when it has none).
+int64_t first_target(const SftExample& ex) {
+  for (size_t i = 1; i < ex.loss_mask.size(); ++i) {
+    if (ex.loss_mask[i]) return static_cast<int64_t>(i);
+  }
+  return static_cast<int64_t>(ex.token_ids.size());
+}
+
+// Length of the prefix `ex` shares with `first` that holds no target of `ex` and leaves it a token.
+int64_t common_prefix(const SftExample& first, const SftExample& ex, int64_t limit) {
+  const int64_t n = std::min({limit, first_target(ex), static_cast<int64_t>(ex.token_ids.size()) - 1});
+  int64_t k = 0;
+  while (k < n && first.token_ids[static_cast<size_t>(k)] == ex.token_ids[static_cast<size_t>(k)]) ++k;
+  return k;
+}
+
 // Sum of -log p(target) over the batch's trained tokens: a scalar tensor (with a graph when grad is on).
 torch::Tensor nll_sum(model::Qwen2Model& model, const PackedBatch& p) {
   const torch::Device device = model->options().device();
@@ -139,19 +170,35 @@ torch::Tensor nll_sum(model::Qwen2Model& model, const PackedBatch& p) {
 }
 
 // Consecutive examples of `order` from `next` until the token budget is full (always at least one).
-std::vector<const SftExample*> take_batch(const std::vector<SftExample>& examples, const std::vector<size_t>& order,
-                                          size_t& next, int64_t budget) {
-  std::vector<const SftExample*> batch;
-  int64_t tokens = 0;
+// With `share` the budget counts packed tokens: the prefix all of them share (see pack) once.
+struct TakenBatch {
+  std::vector<const SftExample*> examples;
+  int64_t shared_prefix = 0;
+};
+
+TakenBatch take_batch(const std::vector<SftExample>& examples, const std::vector<size_t>& order, size_t& next,
+                      int64_t budget, bool share) {
+  TakenBatch b;
+  int64_t total = 0;  // sum of example lengths
+  int64_t prefix = 0;
   while (next < order.size()) {
     const SftExample& ex = examples[order[next]];
     const int64_t n = static_cast<int64_t>(ex.token_ids.size());
-    if (!batch.empty() && tokens + n > budget) break;
-    batch.push_back(&ex);
-    tokens += n;
+    int64_t p = 0;
+    if (share) {
+      p = b.examples.empty() ? common_prefix(ex, ex, n) : common_prefix(*b.examples.front(), ex, prefix);
+    }
+    const int64_t count = static_cast<int64_t>(b.examples.size()) + 1;
+    const int64_t packed = total + n - (count - 1) * p;  // prefix p once instead of `count` times
+    if (!b.examples.empty() && packed > budget) break;
+    b.examples.push_back(&ex);
+    total += n;
+    prefix = p;
     ++next;
   }
-  return batch;
+  // One example alone shares nothing.
+  b.shared_prefix = b.examples.size() > 1 ? prefix : 0;
+  return b;
 }
 
 void validate(const SftOptions& o) {
@@ -207,11 +254,12 @@ std::vector<SftStep> run_sft(model::Qwen2Model& model, const std::vector<SftExam
       reshuffle();
       next = 0;
     }
-    const std::vector<const SftExample*> batch = take_batch(examples, order, next, options.batch_tokens);
-    const PackedBatch p = pack(batch, options.attention_block);
+    const TakenBatch batch = take_batch(examples, order, next, options.batch_tokens, options.share_prefix);
+    const PackedBatch p = pack(batch.examples, options.attention_block, batch.shared_prefix);
     SftStep m;
     m.step = s + 1;
-    m.examples = static_cast<int64_t>(batch.size());
+    m.examples = static_cast<int64_t>(batch.examples.size());
+    m.shared_prefix = batch.shared_prefix;
     m.tokens = p.tokens;
     m.trained_tokens = p.trained;
     m.lr = sft_learning_rate(options, s);
@@ -235,7 +283,8 @@ std::vector<SftStep> run_sft(model::Qwen2Model& model, const std::vector<SftExam
   return out;
 }
 
-double sft_loss(model::Qwen2Model& model, const std::vector<SftExample>& examples, int64_t batch_tokens) {
+double sft_loss(model::Qwen2Model& model, const std::vector<SftExample>& examples, int64_t batch_tokens,
+                bool share_prefix) {
   if (batch_tokens < 1) invalid_argument("sft_loss: batch_tokens must be >= 1");
   torch::NoGradGuard no_grad;
   std::vector<size_t> order(examples.size());
@@ -244,7 +293,8 @@ double sft_loss(model::Qwen2Model& model, const std::vector<SftExample>& example
   double total = 0;
   int64_t count = 0;
   while (next < order.size()) {
-    const PackedBatch p = pack(take_batch(examples, order, next, batch_tokens), 128);
+    const TakenBatch b = take_batch(examples, order, next, batch_tokens, share_prefix);
+    const PackedBatch p = pack(b.examples, 128, b.shared_prefix);
     if (p.trained == 0) continue;
     total += nll_sum(model, p).item<double>();
     count += p.trained;

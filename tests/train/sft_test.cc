@@ -212,5 +212,61 @@ TEST(Sft, StepsLowerTheDemoLossDeterministicallyAndTheModelSaves) {
   EXPECT_THROW(run_sft(a, {}, o), Error);
 }
 
+// Packing the prefix a step's demos share once (the default) trains exactly what packing each demo
+// whole does: the same loss and, after a step, the same parameters up to float summation order. The
+// step also holds more demos for the same token budget.
+TEST(Sft, SharedPrefixPackingMatchesWholeDemos) {
+  torch::set_num_threads(1);
+  const std::string text = demos_text();  // every demo starts with the same system prompt + tools block
+  const text::Tokenizer tok = make_tokenizer(text + short_demos_text());
+  const tracking::ChatFormat format = tracking::ChatFormat::from_tokenizer(tok);
+  ScratchDir dir;
+  write(dir / "demos.jsonl", text);
+  const DemoSet set = read_demos_jsonl(dir / "demos.jsonl", format);
+  ASSERT_EQ(set.examples.size(), 12u);
+
+  model::Qwen2Model shared = micro_model(tok, 3);
+  model::Qwen2Model whole = micro_model(tok, 3);
+  const int64_t all = [&] {
+    int64_t n = 0;
+    for (const SftExample& ex : set.examples) n += static_cast<int64_t>(ex.token_ids.size());
+    return n;
+  }();
+  EXPECT_NEAR(sft_loss(shared, set.examples, all, true), sft_loss(whole, set.examples, all, false), 1e-5);
+
+  SftOptions o;
+  o.steps = 1;
+  o.lr = 1e-2;
+  o.batch_tokens = all;  // every demo in the one step, both ways
+  o.share_prefix = true;
+  const std::vector<SftStep> a = run_sft(shared, set.examples, o);
+  o.share_prefix = false;
+  const std::vector<SftStep> b = run_sft(whole, set.examples, o);
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].examples, 12);
+  EXPECT_EQ(b[0].examples, 12);
+  EXPECT_GT(a[0].shared_prefix, 10);  // at least the system turn's header and text
+  EXPECT_EQ(b[0].shared_prefix, 0);
+  EXPECT_EQ(a[0].tokens, b[0].tokens - 11 * a[0].shared_prefix);
+  EXPECT_EQ(a[0].trained_tokens, b[0].trained_tokens);
+  EXPECT_NEAR(a[0].loss, b[0].loss, 1e-5);
+  EXPECT_NEAR(a[0].grad_norm, b[0].grad_norm, 1e-4 * b[0].grad_norm);
+  const auto pa = shared->named_parameters(), pb = whole->named_parameters();
+  // AdamW moves every weight by about lr (1e-2), so tiny gradient differences show at ~1e-6.
+  for (const auto& item : pa) {
+    const torch::Tensor& x = item.value();
+    const torch::Tensor& y = pb[item.key()];
+    EXPECT_TRUE(torch::allclose(x, y, 1e-4, 5e-5)) << item.key() << " differs by " << (x - y).abs().max().item<double>();
+  }
+
+  // With a budget below the whole set, the shared prefix lets a step take more demos than whole packing.
+  o.batch_tokens = all / 3;
+  o.share_prefix = true;
+  const int64_t with_sharing = run_sft(shared, set.examples, o)[0].examples;
+  o.share_prefix = false;
+  const int64_t without = run_sft(whole, set.examples, o)[0].examples;
+  EXPECT_GT(with_sharing, without);
+}
+
 }  // namespace
 }  // namespace ajet::train
