@@ -1,5 +1,5 @@
 // End-to-end runs of `ajet --conf` (the real ajet binary, which starts the real ajet-swarm, which
-// starts the real ajet-engine) on the micro model with the debug backbone: counts and files, never
+// starts the real ajet-engine) on the micro model with the debug and torch backbones: counts and files, never
 // speed. Plus the errors a user meets first: unknown backbone, missing file, wrong types.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -128,6 +128,30 @@ TEST(ClassicRun, DebugBackboneRunsStepsValidatesAndWritesFiles) {
   // The front ran under the experiment directory and stopped cleanly.
   EXPECT_TRUE(fs::exists(exp / "train_config.yaml"));
   EXPECT_NE(read_file(exp / "swarm.log").find("ajet-swarm: stopped"), std::string::npos);
+}
+
+// The torch backbone through the whole stack: every step's batch is trained by the engine (one
+// optimizer step per step) and the trainer's metrics reach metrics.jsonl and the step line.
+TEST(ClassicRun, TorchBackboneTrainsEachStepThroughTheFront) {
+  e2e::ScratchDir dir;
+  const fs::path model = micro_model();
+  std::string yaml = classic_yaml(model);
+  yaml.replace(yaml.find("backbone: debug"), 15, "backbone: torch");
+  yaml.replace(yaml.find("val_before_train: true"), 22, "val_before_train: false");
+  write_file_atomic(dir / "torch.yaml", yaml);
+  Captured r = run_ajet("--conf " + shell_quote((dir / "torch.yaml").string()) + " --exp-dir " +
+                        shell_quote((dir / "exps").string()));
+  ASSERT_EQ(r.status, 0) << r.out;
+  int train = 0;
+  for (const auto& rec : read_jsonl(dir / "exps" / "run" / "metrics.jsonl")) {
+    if (rec["kind"] != "train") continue;
+    train += 1;
+    EXPECT_EQ(rec["global_step"].get<int64_t>(), train) << rec.dump();  // one optimizer step per step
+    EXPECT_TRUE(rec["trainer"].contains("loss")) << rec.dump();          // the trainer's metrics came back
+    EXPECT_EQ(rec["rollout"]["episodes"].get<int64_t>(), 4);
+  }
+  EXPECT_EQ(train, 2) << r.out;
+  EXPECT_NE(r.out.find("loss "), std::string::npos) << r.out;
 }
 
 TEST(ClassicRun, ExternalCommandWorkflowReportsItsOwnReward) {
