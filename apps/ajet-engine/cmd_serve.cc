@@ -3,6 +3,9 @@
 // Unix socket or TCP until SIGINT / SIGTERM, then stops gracefully: in-flight requests finish with
 // `abort`, the socket file is removed. --resume loads a trainer checkpoint before serving.
 // Supervisors wait for the single line "ajet-engine: ready on ADDRESS" on stdout (or on --ready-fd).
+// Data parallel: the torchrun-style flags (--nnodes, --nproc-per-node, --local-rank, --master-addr, ...;
+// train/dist_options.h) or torchrun's variables make it one rank of a c10d group; every train_step
+// then all-reduces gradients with the other ranks. One rank (the default) has no group at all.
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -24,6 +27,8 @@
 #include "infer/engine.h"
 #include "rpc/address.h"
 #include "rpc/server.h"
+#include "train/dist.h"
+#include "train/dist_options.h"
 
 namespace ajet::engine {
 namespace {
@@ -34,6 +39,7 @@ struct ServeArgs {
   std::string resume;  // checkpoint dir, a base dir (its latest), or "auto" (checkpoint_base_dir if any)
   int ready_fd = -1;
   size_t max_connections = 16;
+  train::DistOptions dist;
 };
 
 void write_ready_fd(int fd, const std::string& line) {
@@ -75,6 +81,15 @@ void run_serve(const ServeArgs& args) {
 
   const EngineOptions options = args.engine.resolve();
   TrainingOptions training = training_options(options);  // config errors before the model loads
+  // Flag and variable errors before the model loads; then every rank meets the others (blocks until
+  // all joined, or fails naming the rank and master address) before loading, so they load together.
+  const train::DistPlacement placement = train::resolve_placement(args.dist);
+  if (placement.world_size > 1) {
+    log().info("data parallel: rank {} of {} (local rank {}), joining the group at {} (backend {}, timeout {} s)",
+               placement.rank, placement.world_size, placement.local_rank, placement.master(), placement.backend,
+               placement.timeout.count() / 1000.0);
+    training.collective = train::make_collective(placement);
+  }
   EngineRuntime runtime = start_engine(options);
   EngineService service(*runtime.engine, runtime.model, runtime.compute);
   TrainMethods train(service, runtime.model, training);
@@ -120,6 +135,8 @@ const CommandRegistration kRegistration("serve", [](CLI::App& app) {
                   "Load a trainer checkpoint before serving: a global_step_* directory, a base directory (its "
                   "latest), or 'auto' (ajet.trainer_common.checkpoint_base_dir when it holds one)");
   cmd->add_option("--max-connections", args->max_connections, "RPC peers at once")->capture_default_str();
+  // Without these flags the torchrun variables (RANK, WORLD_SIZE, MASTER_ADDR, ...) place the rank.
+  train::add_dist_flags(*cmd, args->dist);
   cmd->callback([args] { run_serve(*args); });
 });
 

@@ -64,6 +64,11 @@ const CommandRegistration kStart("start", [](CLI::App& app) {
       ->check(CLI::Range(0.001, 4096.0));
   cmd->add_option("--engine-boot-timeout", options->engine_boot_timeout_s, "Seconds the engine may take to start")
       ->capture_default_str();
+  cmd->add_option("--engine-ranks", options->engine_ranks,
+                  "Data-parallel engine processes to start on this machine, each with ajet.engine.threads (or one "
+                  "per core) / N threads; rank 0 serves inference, every rank trains its part of each batch")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
   cmd->callback([options, max_body_mb, max_json_mb] {
     swarm::ServerOptions o = *options;
     o.max_body_bytes = size_t(*max_body_mb * double(1 << 20));

@@ -81,6 +81,7 @@ struct TrainMethods::Impl {
       engine.run_exclusive([&](model::Qwen2Model& served) {
         trainer = std::make_unique<train::Trainer>(served, options.trainer);
       }, false).get();
+      trainer->set_collective(options.collective);
     } else {
       model::configure_threads(options.threads);
       engine.run_exclusive([&](model::Qwen2Model& served) {
@@ -94,6 +95,7 @@ struct TrainMethods::Impl {
           train::copy_parameters(trainer->model(), served);
         }
       }, false).get();
+      trainer->set_collective(options.collective);
     }
     train::Trainer::State state = trainer->state();
     state.policy_version = served_version;
@@ -138,7 +140,10 @@ Json TrainMethods::train_step(const rpc::TrainBatch& rpc_batch) {
   s.require_training("train_step");
   // Every check happens before the engine pauses or any weight changes.
   const train::Batch batch = train::batch_from_rpc(rpc_batch);
-  if (batch.samples.empty()) invalid_argument("train_step batch: no samples");
+  // One of several ranks may get no samples (fewer groups than ranks); it still takes part in the
+  // step's all-reduces, so the group stays in step.
+  const bool data_parallel = s.options.collective && s.options.collective->world_size() > 1;
+  if (batch.samples.empty() && !data_parallel) invalid_argument("train_step batch: no samples");
   train::validate_batch(batch, s.model_info.config.vocab_size);
   train::Trainer& trainer = s.ensure_trainer();
 

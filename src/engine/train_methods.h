@@ -21,6 +21,9 @@
 namespace ajet::rpc {
 struct TrainBatch;
 }
+namespace ajet::train {
+class Collective;
+}
 
 namespace ajet::engine {
 
@@ -32,6 +35,9 @@ struct TrainingOptions {
   std::filesystem::path checkpoint_base_dir = "./saved_checkpoints";  // save_checkpoint's default
   int64_t keep_last = 3;                                               // <= 0 keeps all
   int threads = 0;  // intra-op threads of the async trainer (0: one per core)
+  // The data-parallel group (train/dist.h's make_collective); null: one rank. With one, every
+  // train_step all-reduces gradients with the other ranks, and an empty batch is a valid part.
+  std::shared_ptr<train::Collective> collective;
 };
 
 // From the --conf file when the engine options carry one (ajet.backbone, ajet.trainer_common.*,

@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <future>
+#include <optional>
+
 #include "common/error.h"
 #include "common/log.h"
 #include "rpc/client.h"
@@ -9,6 +13,8 @@
 #include "swarm/model_context.h"
 #include "swarm/verbose_log.h"
 #include "tracking/episode_tracker.h"
+#include "train/batch.h"
+#include "train/dist_split.h"
 
 namespace ajet::swarm {
 
@@ -130,6 +136,71 @@ rpc::TrainBatch build_train_batch(const BatchSamples& samples) {
   return t;
 }
 
+std::vector<rpc::TrainBatch> split_train_batch(const rpc::TrainBatch& request, int world_size,
+                                               const train::AdvantageOptions& advantage) {
+  const std::vector<train::Batch> parts = train::split_batch(train::batch_from_rpc(request), world_size, advantage);
+  std::vector<rpc::TrainBatch> out;
+  for (size_t r = 0; r < parts.size(); ++r) {
+    rpc::TrainBatch part = train::batch_to_rpc(parts[r]);
+    part.meta = request.meta.is_object() ? request.meta : Json::object();
+    part.meta["rank"] = r;
+    part.meta["world_size"] = world_size;
+    out.push_back(std::move(part));
+  }
+  return out;
+}
+
+Json BatchRunner::train_on_ranks(const std::vector<std::shared_ptr<rpc::Client>>& ranks, const rpc::TrainBatch& request,
+                                 const TrainSettings& settings) {
+  const int world = int(ranks.size());
+  std::vector<rpc::TrainBatch> parts = split_train_batch(request, world, settings.advantage);
+  // One thread per rank: each call blocks until its rank finished the step, and the ranks only finish
+  // together (their all-reduces wait for each other).
+  std::vector<std::future<Json>> calls;
+  for (int r = 0; r < world; ++r) {
+    calls.push_back(std::async(std::launch::async, [&, r] {
+      rpc::Client::CallResult res = ranks[size_t(r)]->call(rpc::encode_train_batch(parts[size_t(r)]), settings.train_timeout);
+      return res.done.body.is_object() ? res.done.body : Json::object();
+    }));
+  }
+  std::vector<Json> replies(static_cast<size_t>(world));
+  std::optional<Error> first;
+  for (int r = 0; r < world; ++r) {
+    try {
+      replies[size_t(r)] = calls[size_t(r)].get();
+    } catch (const Error& e) {
+      if (!first) first = Error(e.code(), fmt::format("data-parallel rank {} of {}: {}", r, world, e.what()));
+    } catch (const std::exception& e) {
+      if (!first) first = Error(ErrorCode::kInternal, fmt::format("data-parallel rank {} of {}: {}", r, world, e.what()));
+    }
+  }
+  if (first) throw *first;
+  // Rank 0's reply (its loss terms are its share), with the batch's counts summed over the ranks.
+  Json metrics = replies[0];
+  Json per_rank = Json::array();
+  for (const char* key : {"tokens", "trained_tokens", "packed_tokens", "samples", "dropped_samples"}) {
+    int64_t sum = 0;
+    for (const Json& reply : replies) sum += reply.value(key, int64_t(0));
+    metrics[key] = sum;
+  }
+  for (int r = 0; r < world; ++r) {
+    const Json& reply = replies[size_t(r)];
+    per_rank.push_back(Json{{"rank", r},
+                            {"samples", reply.value("samples", int64_t(0))},
+                            {"tokens", reply.value("tokens", int64_t(0))},
+                            {"loss", reply.value("loss", Json(nullptr))},
+                            {"step_time_s", reply.value("step_time_s", 0.0)},
+                            {"policy_version", reply.value("policy_version", int64_t(-1))}});
+    if (reply.value("policy_version", int64_t(-1)) != metrics.value("policy_version", int64_t(-1))) {
+      verbose_.add("batch", fmt::format("data-parallel rank {} serves policy_version {}, rank 0 {}", r,
+                                        reply.value("policy_version", int64_t(-1)),
+                                        metrics.value("policy_version", int64_t(-1))));
+    }
+  }
+  metrics["data_parallel"] = Json{{"world_size", world}, {"ranks", per_rank}};
+  return metrics;
+}
+
 void BatchRunner::train_on_engine(BatchSamples samples) {
   const Batch& b = samples.batch;
   const TrainSettings settings = link_.settings ? link_.settings() : TrainSettings{};
@@ -149,11 +220,23 @@ void BatchRunner::train_on_engine(BatchSamples samples) {
     verbose_.add("batch", fmt::format("batch {} not trained: the engine is restarting; it is collected again", b.batch_id));
     return;
   }
-  verbose_.add("batch", fmt::format("batch {} (step {}): {}; training on the engine", b.batch_id, b.global_step, merged));
+  std::vector<std::shared_ptr<rpc::Client>> ranks;
+  if (link_.engine_ranks) ranks = link_.engine_ranks();
+  if (std::any_of(ranks.begin(), ranks.end(), [](const auto& rank) { return !rank; })) ranks.clear();
+  if (ranks.size() > 1) {
+    verbose_.add("batch", fmt::format("batch {} (step {}): {}; training on {} data-parallel ranks", b.batch_id,
+                                      b.global_step, merged, ranks.size()));
+  } else {
+    verbose_.add("batch", fmt::format("batch {} (step {}): {}; training on the engine", b.batch_id, b.global_step, merged));
+  }
   Json metrics;
   try {
-    rpc::Client::CallResult r = engine->call(rpc::encode_train_batch(request), settings.train_timeout);
-    metrics = r.done.body.is_object() ? r.done.body : Json::object();
+    if (ranks.size() > 1) {
+      metrics = train_on_ranks(ranks, request, settings);
+    } else {
+      rpc::Client::CallResult r = engine->call(rpc::encode_train_batch(request), settings.train_timeout);
+      metrics = r.done.body.is_object() ? r.done.body : Json::object();
+    }
   } catch (const Error& e) {
     if (e.code() == ErrorCode::kUnavailable) {
       // Lost connection (the supervisor restarts the engine and returns the batch) or a timeout.

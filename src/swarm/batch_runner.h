@@ -5,6 +5,12 @@
 // the supervisor where the newest checkpoint is so a crashed engine restarts from it. The debug
 // backbone never gets here: the registry records its batches itself and ROLLING resumes.
 //
+// Data parallel (ajet-swarm start --engine-ranks N): the request is split with train::split_batch
+// (balanced by tokens, task groups kept whole) and part r goes to rank r's train_step, all at once (an
+// empty part too: every rank takes part in every all-reduce). The step counts when every rank
+// acknowledged it; one rank's error fails the batch, naming the rank. Checkpoints come from rank 0 (the
+// ranks hold the same weights). Inference runs on rank 0 only.
+//
 // torch: the registry is in WEIGHT_SYNCING from take_batch until finish_batch (WEIGHT_EXPORTING while
 // a checkpoint is written). async: the status stays ROLLING; the registry pauses claims when more
 // than ajet.async.max_staleness batches wait for the trainer.
@@ -25,6 +31,7 @@
 #include "rpc/messages.h"
 #include "swarm/registry.h"
 #include "tracking/merge.h"
+#include "train/advantage.h"
 
 namespace ajet::store {
 class Store;
@@ -49,12 +56,15 @@ struct TrainSettings {
   int64_t save_freq = 0;                   // checkpoint when the new policy version is a multiple; <= 0: never
   std::filesystem::path checkpoint_dir;    // passed as save_checkpoint's `dir` (empty: the engine's default)
   std::chrono::milliseconds train_timeout{std::chrono::hours(2)};  // one train_step call
+  train::AdvantageOptions advantage;  // the engine's; how a batch is split across data-parallel ranks
 };
 
 // The runner's view of the rest of the front (all may return null / empty while nothing is loaded).
 struct TrainerLink {
   std::function<std::shared_ptr<const ModelContext>()> model;
   std::function<std::shared_ptr<rpc::Client>()> engine;  // null while booting, restarting or stopped
+  // Every data-parallel rank's connection in rank order (rank 0 = engine()); unset or empty: engine() alone.
+  std::function<std::vector<std::shared_ptr<rpc::Client>>()> engine_ranks;
   std::function<TrainSettings()> settings;
   std::function<void(const std::filesystem::path&)> checkpoint_saved;  // newest checkpoint directory
 };
@@ -63,6 +73,12 @@ struct TrainerLink {
 // are not trainable (no generated token) are left out. advantages stay empty: the engine computes them
 // per task_id group from `rewards`. Throws Error(kFailedPrecondition) when no sample is trainable.
 rpc::TrainBatch build_train_batch(const BatchSamples& samples);
+
+// Rank r's train_step request for `world_size` data-parallel ranks: train::split_batch of `request`
+// (so each rank's advantages equal those of one rank on the whole batch), `meta` carried over with
+// "rank" and "world_size" added. Some parts may hold no sample.
+std::vector<rpc::TrainBatch> split_train_batch(const rpc::TrainBatch& request, int world_size,
+                                               const train::AdvantageOptions& advantage);
 
 class BatchRunner {
  public:
@@ -86,6 +102,10 @@ class BatchRunner {
 
  private:
   void run();
+  // train_step on every rank at once; rank 0's reply with the ranks' counts summed. Throws the first
+  // error (by rank), naming the rank, after every call returned.
+  Json train_on_ranks(const std::vector<std::shared_ptr<rpc::Client>>& ranks, const rpc::TrainBatch& request,
+                      const TrainSettings& settings);
 
   Registry& registry_;
   store::Store& store_;

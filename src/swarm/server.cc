@@ -58,6 +58,7 @@ SwarmServer::SwarmServer(ServerOptions options) : options_(std::move(options)) {
   SupervisorOptions sup;
   sup.default_engine = options_.engine_binary;
   sup.boot_timeout = std::chrono::milliseconds(int64_t(options_.engine_boot_timeout_s * 1000));
+  sup.engine_ranks = options_.engine_ranks;
   sup.stop_grace = std::chrono::milliseconds(int64_t(options_.engine_stop_grace_s * 1000));
   supervisor_ = std::make_unique<EngineSupervisor>(sup, *registry_, *verbose_);
   ctx_ = std::make_unique<ServerContext>(options_, *store_, *registry_, *verbose_, *pool_, *supervisor_, *trackers_,
@@ -86,6 +87,7 @@ SwarmServer::SwarmServer(ServerOptions options) : options_(std::move(options)) {
   TrainerLink link;
   link.model = [ctx] { return ctx->model(); };
   link.engine = [supervisor] { return supervisor->client(); };
+  link.engine_ranks = [supervisor] { return supervisor->rank_clients(); };
   link.settings = [ctx] { return ctx->train_settings(); };
   link.checkpoint_saved = [supervisor, store](const fs::path& dir) {
     supervisor->set_latest_checkpoint(dir);

@@ -15,6 +15,7 @@
 #include "swarm/supervisor.h"
 #include "swarm/tracker_map.h"
 #include "swarm/verbose_log.h"
+#include "train/options.h"
 
 namespace ajet::swarm {
 
@@ -62,6 +63,12 @@ TrainSettings ServerContext::train_settings() const {
   fs::path dir = train_.config->trainer_common.checkpoint_base_dir;
   if (dir.is_relative() && !train_.experiment_dir.empty()) dir = train_.experiment_dir / dir;
   s.checkpoint_dir = dir;
+  // The engine derives its advantage settings from the same config; the split must agree with them.
+  // A config the trainer refuses never gets an engine running; its batches fail there, not here.
+  try {
+    s.advantage = train::TrainerOptions::from_config(*train_.config).advantage;
+  } catch (const Error&) {
+  }
   return s;
 }
 

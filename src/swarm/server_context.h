@@ -48,6 +48,7 @@ struct ServerOptions {
   size_t max_json_body_bytes = 16ull << 20; // JSON bodies: commands and OpenAI requests
   ArchiveLimits archive_limits;
   double engine_boot_timeout_s = 600;
+  int engine_ranks = 1;  // data-parallel engine processes on this machine (rank 0 also serves inference)
   double engine_stop_grace_s = 10;
 };
 

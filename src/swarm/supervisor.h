@@ -2,6 +2,9 @@
 // socket, waits for its ready line ("ajet-engine: ready on ADDRESS") and connects the rpc::Client, moves
 // the registry BOOTING → ROLLING. If the engine dies it marks the status, logs it in verbose logs and
 // restarts it from latest_checkpoint_dir(); stop() terminates it (SIGTERM, grace, SIGKILL). With
+// engine_ranks N > 1 it launches N local data-parallel ranks (one c10d group on loopback, each with
+// threads / N and a socket of its own) and treats them as one engine: ready when all are, and when one
+// dies all are restarted together from the checkpoint (the group cannot continue without it). With
 // synced code (sync_train_code) the tree is built first (cmake, only the ajet-engine target) and its
 // binary runs; a failed build keeps the previous engine and says why in engine_status_detail.
 //
@@ -40,6 +43,9 @@ struct SupervisorOptions {
   std::chrono::milliseconds stop_grace{10'000};
   int max_restart_failures = 3;  // consecutive failed restarts before giving up (→ OFFLINE)
   int build_jobs = 2;
+  // Data-parallel engine ranks started on this machine (ajet-swarm start --engine-ranks). Rank 0 also
+  // serves inference; every rank trains its part of each batch (batch_runner.h).
+  int engine_ranks = 1;
 };
 
 struct EngineLaunch {
@@ -65,8 +71,11 @@ class EngineSupervisor {
   // change the registry (the caller calls Registry::stop).
   void stop();
 
-  // The connection to the ready engine (null while booting, restarting or stopped).
+  // The connection to the ready engine (null while booting, restarting or stopped); rank 0's when
+  // there are several ranks.
   std::shared_ptr<rpc::Client> client() const;
+  // Every rank's connection, rank order (empty while booting, restarting or stopped).
+  std::vector<std::shared_ptr<rpc::Client>> rank_clients() const;
   // The newest trainer checkpoint (save_checkpoint's reply); the next (re)start passes it as
   // `--resume DIR` so the engine continues from those weights, optimizer and step. Empty: none, the
   // engine loads ajet.model.path. start() keeps it; clear it with an empty path for a fresh run.
@@ -84,10 +93,12 @@ class EngineSupervisor {
   void run();
   void supervise(EngineLaunch launch);
   std::filesystem::path build_engine(const EngineLaunch& launch, Session& session);
-  std::vector<std::string> engine_command(const std::filesystem::path& binary, const EngineLaunch& launch) const;
+  std::vector<std::string> engine_command(const std::filesystem::path& binary, const EngineLaunch& launch, int rank,
+                                          int master_port) const;
+  std::filesystem::path rank_socket(int rank) const;
   bool stop_requested() const;
   void set_phase(Phase phase);
-  void note_line(Session& session, const std::string& line);
+  void note_line(Session& session, int rank, const std::string& line);
   std::string tail_text(const Session& session, size_t lines) const;
   bool sleep_unless_stopped(std::chrono::milliseconds d);
 
@@ -112,6 +123,8 @@ class EngineSupervisor {
   std::filesystem::path last_good_binary_;
   std::filesystem::path checkpoint_dir_;
   std::shared_ptr<rpc::Client> client_;
+  std::vector<std::shared_ptr<rpc::Client>> rank_clients_;  // all ranks (client_ is rank 0's)
+  std::vector<int64_t> rank_pids_;
   std::vector<std::shared_ptr<rpc::Client>> retired_clients_;  // destroyed on this thread only
   std::thread thread_;
 };
