@@ -2,13 +2,16 @@
 // `ajet-engine serve` ranks (one c10d Gloo group on loopback), splits the batch with split_batch and
 // trains part r on rank r. With mini_batch_num 1 the weights after the step must equal those of a
 // one-rank front on the same episodes (greedy rollouts, so both fronts record the same tokens), up to
-// float summation order; rank 0 then serves the new policy version. Also: the engine's dist flags
-// and rendezvous failures give clear errors naming the flag, the rank and the address.
+// float summation order; rank 0 then serves the new policy version. Also: a rank that dies takes the
+// group down and the front restarts every rank; the engine's dist flags and rendezvous failures give
+// clear errors naming the flag, the rank and the address.
 #include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+
+#include <csignal>
 
 #include <cmath>
 #include <cstdio>
@@ -60,7 +63,11 @@ RunResult train_one_step(const fs::path& model, const fs::path& dir, int ranks) 
   EXPECT_TRUE(eventually([&] { return api.status()["global_step"] == 1; }, 300s))
       << api.status().dump() << "\n" << api.get("/get_verbose_logs").body;
   EXPECT_TRUE(eventually([&] { return api.engine_status() == "ENGINE.ROLLING"; })) << api.status().dump();
-  out.logs = api.get("/get_verbose_logs").body;
+  // The step's log line is written just after global_step advances.
+  EXPECT_TRUE(eventually([&] {
+    out.logs = api.get("/get_verbose_logs").body;
+    return out.logs.find("step 0 done: policy_version 1") != std::string::npos;
+  })) << out.logs;
   out.checkpoint = dir / "ckpt" / "global_step_1";
   Json next = api.claim("client-d");
   auto r = api.chat(next["openai_api_key"], user_chat("And now?", {{"max_tokens", 4}}));
@@ -155,6 +162,60 @@ TEST(DistTrainingTest, TwoEngineRanksThroughTheFrontTrainTheSameWeightsAsOneRank
   const double weights = max_abs_difference(one.checkpoint / "model", two.checkpoint / "model", true);
   EXPECT_LE(weights, 5e-5);
   std::printf("1 rank vs 2 ranks: first moments %.3g relative, weights %.3g absolute\n", moments, weights);
+}
+
+// The pid of the front's child engine whose command line holds `--local-rank <rank>`; 0 when none.
+int64_t rank_pid(pid_t front, int rank) {
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string stat, cmdline;
+    try {
+      stat = read_file(entry.path() / "stat");
+      cmdline = read_file(entry.path() / "cmdline");
+    } catch (...) {
+      continue;
+    }
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    int64_t ppid = 0;
+    char state = 0;
+    if (std::sscanf(stat.c_str() + close + 1, " %c %ld", &state, &ppid) != 2 || ppid != front) continue;
+    if (cmdline.find(std::string("--local-rank") + '\0' + std::to_string(rank) + '\0') != std::string::npos) {
+      return std::stoll(name);
+    }
+  }
+  return 0;
+}
+
+TEST(DistTrainingTest, ARankThatDiesTakesTheGroupDownAndEveryRankIsRestarted) {
+  if (!fs::exists(bin("ajet-engine"))) GTEST_FAIL() << "ajet-engine is not built: build the ajet-engine target";
+  ScratchDir dir;
+  const fs::path model = fixture(true).model;
+  SwarmProcess swarm(SwarmProcess::Options{dir / "server", {}, "", {"--engine-ranks", "2"}});
+  Api api(swarm.url());
+  std::string yaml = config_yaml(model);
+  yaml.replace(yaml.find("backbone: debug"), std::string("backbone: debug").size(), "backbone: torch");
+  api.boot(yaml);
+  const int64_t rank0 = api.engine_pid();
+  const int64_t rank1 = rank_pid(swarm.pid(), 1);
+  ASSERT_GT(rank0, 0) << api.status().dump();
+  ASSERT_GT(rank1, 0) << "no child of the front runs with --local-rank 1";
+  ASSERT_EQ(::kill(pid_t(rank1), SIGKILL), 0);
+  // Rank 0 cannot train without rank 1: both are replaced.
+  ASSERT_TRUE(eventually([&] {
+    const int64_t now = api.engine_pid();
+    return api.engine_status() == "ENGINE.ROLLING" && now > 0 && now != rank0;
+  })) << api.status().dump();
+  const std::string logs = api.get("/get_verbose_logs").body;
+  EXPECT_THAT(logs, HasSubstr("rank 1 (pid " + std::to_string(rank1) + "): killed by signal 9"));
+  EXPECT_THAT(logs, HasSubstr("restarting it from"));
+  EXPECT_TRUE(eventually([&] { return process_gone(rank0); }, 20s));
+  const int64_t new_rank1 = rank_pid(swarm.pid(), 1);
+  EXPECT_GT(new_rank1, 0);
+  EXPECT_NE(new_rank1, rank1);
+  Json claim = api.claim("client-d");
+  EXPECT_EQ(api.chat(claim["openai_api_key"], user_chat("Hi", {{"max_tokens", 2}})).status, 200);
 }
 
 // `ajet-engine serve` with `args` (after --model and --listen); its exit status and output.
