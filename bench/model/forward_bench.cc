@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 
+#include "gemm_peak.h"
 #include "model/compute.h"
 #include "model/presets.h"
 #include "model/qwen2.h"
@@ -22,19 +23,6 @@ using ajet::model::Qwen2Model;
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-// Best-of-reps GFLOP/s of an n x n x n float32 matmul: the ceiling the forward's GEMMs can reach.
-double gemm_peak_gflops(int64_t n, int reps) {
-  auto a = torch::randn({n, n}), b = torch::randn({n, n});
-  auto c = torch::matmul(a, b);
-  double best = 0;
-  for (int r = 0; r < reps; ++r) {
-    auto t0 = Clock::now();
-    c = torch::matmul(a, b);
-    best = std::max(best, 2.0 * n * n * n / seconds_since(t0) / 1e9);
-  }
-  return best;
-}
 
 // FLOPs of one forward over T tokens: 2 per weight per token (embedding lookup excluded, lm_head
 // included), plus QK^T and PV over the full T x T score matrix the masked attention computes.
@@ -67,7 +55,7 @@ Row measure(const std::string& preset, int threads, int64_t t, int reps) {
     model->forward_logits(ids, pos);
     best = std::min(best, seconds_since(t0));
   }
-  const double peak = gemm_peak_gflops(1024, reps + 2);
+  const double peak = ajet::bench::measure_gemm_peak({.threads = threads, .reps = reps}).gflops;
   return {preset, threads, t, t / best, forward_flops(config, t) / best / 1e9, peak};
 }
 
@@ -111,8 +99,8 @@ int main(int argc, char** argv) {
     out << "\n## Model forward, full sequence (bench/model/forward_bench), " << date << "\n\n"
         << "One sequence of T tokens through `Qwen2ModelImpl::forward_logits` (no KV cache: the prefill and\n"
         << "training-forward path), vocab 1024, float32, best of " << reps << ". GFLOP/s counts 2 per weight per\n"
-        << "token plus the full T x T attention products; the peak is a 1024^3 float32 matmul at the same\n"
-        << "thread count, measured in the same run.\n\n"
+        << "token plus the full T x T attention products; the peak is the best float32 square matmul\n"
+        << "(1024..2048) at the same thread count, measured in the same run (bench/common/gemm_peak).\n\n"
         << table.str();
     std::printf("appended to docs/benchmarks.md\n");
   }

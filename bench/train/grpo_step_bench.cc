@@ -2,11 +2,16 @@
 // against the same model, batch and loss written in Python with Debian's python3-torch
 // (bench/train/grpo_step_ref.py, run as a subprocess with the same thread count), in one run. A step
 // is: recompute old logprobs (no gradient), forward + backward of the PPO-clip token-mean loss, AdamW.
-// MFU counts model FLOPs: 6 per weight per token (forward 2, backward 4; lm_head included, embedding
-// lookup not) plus 3x the forward attention products over each sample's L x L scores, against a
-// float32 1024^3 matmul measured in the same run. Prints a table and appends it to
-// docs/benchmarks.md (--no-append to skip; --smoke for a seconds-long check; --threads N, --reps N,
-// --group N, --prompt N, --completion N, --vocab N to change the shape).
+// The FLOP/s and "% of GEMM peak" columns count, per row, the FLOPs that implementation actually
+// runs: 2 per decoder weight per token it puts through the model (forward; 4 more for the backward),
+// the lm_head on the rows whose logits it forms, and 4*H*D per attention score entry it computes per
+// layer (x3 with the backward). Python runs the padded batch (B x Lmax tokens, full Lmax^2 scores,
+// logits on every row) twice (old logprobs without gradient, then the update); ours runs the packed
+// tokens once (the update's forward gives the old logprobs), the score blocks its attention plan
+// computes, and logits only on trained rows; tree packing runs a shared prompt once. The peak is the
+// best float32 square matmul (bench/common/gemm_peak) at the same thread count, same run. Prints a table
+// and appends it to docs/benchmarks.md (--no-append to skip; --smoke for a seconds-long check;
+// --threads N, --reps N, --group N, --prompt N, --completion N, --vocab N to change the shape).
 #include <torch/csrc/autograd/profiler_legacy.h>
 #include <torch/torch.h>
 
@@ -18,14 +23,18 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <span>
 #include <sstream>
 #include <string>
 #include <unistd.h>
 
 #include "common/json.h"
+#include "gemm_peak.h"
 #include "model/compute.h"
 #include "model/model_dir.h"
 #include "model/presets.h"
+#include "tracking/packing.h"
+#include "train/packed_forward.h"
 #include "train/trainer.h"
 
 namespace {
@@ -35,18 +44,6 @@ namespace fs = std::filesystem;
 using namespace ajet;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-double gemm_peak_gflops(int64_t n, int reps) {
-  auto a = torch::randn({n, n}), b = torch::randn({n, n});
-  auto c = torch::matmul(a, b);
-  double best = 0;
-  for (int r = 0; r < reps; ++r) {
-    auto t0 = Clock::now();
-    c = torch::matmul(a, b);
-    best = std::max(best, 2.0 * n * n * n / seconds_since(t0) / 1e9);
-  }
-  return best;
-}
 
 std::string run_capture(const std::string& command) {
   std::string out;
@@ -75,10 +72,65 @@ model::Qwen2Model clone(model::Qwen2Model& m) {
   return c;
 }
 
+// The work one implementation runs in a step, in model terms.
+struct Work {
+  double tokens = 0;      // token positions put through the decoder layers
+  double logit_rows = 0;  // rows whose lm_head logits are formed
+  double score_pairs = 0; // attention score entries (query, key) computed per head per layer
+  double passes = 3;      // forward = 1, backward = 2 more; Python adds 1 for its no-grad forward
+  double attention_passes = 3;
+};
+
+// FLOPs of `w` on `c`: 2 per decoder weight per token and per pass, 2*C*V per logit row per pass,
+// 4*H*D per score entry per layer per pass (QK^T and PV). Norms, rotary, softmax and AdamW not counted.
+double flops(const hf::ModelConfig& c, const Work& w) {
+  const double h = c.hidden_size, q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
+  const double layer_weights = h * q + 2 * h * kv + q * h + 3 * h * c.intermediate_size;
+  return w.passes * (2 * layer_weights * c.num_hidden_layers * w.tokens + 2 * h * c.vocab_size * w.logit_rows) +
+         w.attention_passes * 4 * q * c.num_hidden_layers * w.score_pairs;
+}
+
+// What our Trainer runs on `batch` in one micro-batch: the packed tokens, the distinct trained rows
+// (a token trained in several samples is predicted once), and the score blocks of the attention plan.
+Work our_work(const train::Batch& batch, train::Packing packing, const train::TrainerOptions& o) {
+  std::vector<std::span<const int32_t>> views;
+  for (const auto& s : batch.samples) views.emplace_back(s.token_ids);
+  const std::span<const std::span<const int32_t>> all(views);
+  auto seqs = packing == train::Packing::kTree ? tracking::pack_tree(all, static_cast<size_t>(o.micro_batch_tokens))
+                                               : tracking::pack_plain(all, static_cast<size_t>(o.micro_batch_tokens));
+  Work w;
+  for (const auto& seq : seqs) {
+    w.tokens += static_cast<double>(seq.size());
+    for (size_t i = 0; i < seq.size(); ++i) {
+      auto ks = seq.occurrence_samples(i);
+      auto ps = seq.occurrence_positions(i);
+      bool trained = false;
+      for (size_t k = 0; k < ks.size() && !trained; ++k) {
+        const auto& s = batch.samples[static_cast<size_t>(seq.samples[static_cast<size_t>(ks[k])])];
+        trained = s.loss_mask[static_cast<size_t>(ps[k])] != 0;
+      }
+      w.logit_rows += trained ? 1 : 0;
+    }
+    w.score_pairs += static_cast<double>(train::plan_attention(seq.subtree_end, o.attention_block).computed_pairs());
+  }
+  return w;
+}
+
+// What grpo_step_ref.py runs: the batch padded to (B, Lmax), logits on every row, the full Lmax x Lmax
+// scores, once without gradient (old logprobs) and once with.
+Work python_work(const train::Batch& batch) {
+  size_t longest = 0;
+  for (const auto& s : batch.samples) longest = std::max(longest, s.size());
+  const double b = static_cast<double>(batch.samples.size()), l = static_cast<double>(longest);
+  return Work{b * l, b * l, b * l * l, 4, 4};
+}
+
 struct Result {
   std::string name;
   double seconds = 0;  // fastest step: the least disturbed by other load on the machine
   double median = 0;
+  double flops = 0;    // FLOPs this implementation runs per step
+  double tokens = 0;   // token positions it puts through the model per step
 };
 
 double median(std::vector<double> v) {
@@ -113,6 +165,10 @@ int main(int argc, char** argv) {
   }
   model::configure_threads(a.threads);
   std::printf("compute: %s\n", model::describe_compute_backend().c_str());
+  bench::GemmPeakOptions peak_options{.threads = a.threads};
+  if (a.smoke) peak_options = {.threads = a.threads, .sizes = {256}, .reps = 1, .min_seconds = 0.01};
+  const bench::GemmPeak peak_before = bench::measure_gemm_peak(peak_options);
+  std::printf("GEMM peak before the steps: %s\n", peak_before.describe().c_str());
   const std::string preset = a.smoke ? "tiny" : "small";
   auto config = model::preset_config(preset, a.vocab);
   model::Qwen2Model base(config);
@@ -199,7 +255,9 @@ int main(int argc, char** argv) {
       trainer.train_step(batch);
       times.push_back(seconds_since(t0));
     }
-    results.push_back({"ours (C++), " + std::string(train::packing_name(packing)) + " packing", fastest(times), median(times)});
+    const Work w = our_work(batch, packing, o);
+    results.push_back({"ours (C++), " + std::string(train::packing_name(packing)) + " packing", fastest(times),
+                       median(times), flops(config, w), w.tokens});
   }
 
   // Python, same threads, same batch.
@@ -216,23 +274,29 @@ int main(int argc, char** argv) {
     fs::remove_all(dir);
     return 1;
   }
-  results.insert(results.begin(), {"Python (python3-torch 1.13), padded batch", py_seconds, py_median});
+  const Work py_work = python_work(batch);
+  results.insert(results.begin(), {"Python (python3-torch 1.13), padded batch", py_seconds, py_median,
+                                   flops(config, py_work), py_work.tokens});
   fs::remove_all(dir);
 
-  const double peak = gemm_peak_gflops(1024, 5);
+  // The peak at the thread count the steps ran with, measured before and after them (the better one:
+  // the least disturbed by other load on the machine).
+  const bench::GemmPeak peak_after = bench::measure_gemm_peak(peak_options);
+  const bench::GemmPeak& peak = peak_before.gflops >= peak_after.gflops ? peak_before : peak_after;
   int64_t tokens = 0;
-  double attention = 0;
+  for (const auto& s : batch.samples) tokens += static_cast<int64_t>(s.size());
+  // The useful work of the step, the same for every row: 6 per decoder weight per sample token, the
+  // lm_head on each trained token, each sample's causal L x L scores (x3 with the backward).
+  Work model_work;
   for (const auto& s : batch.samples) {
-    tokens += static_cast<int64_t>(s.size());
-    attention += 4.0 * config.num_hidden_layers * static_cast<double>(s.size()) * static_cast<double>(s.size()) *
-                 config.num_attention_heads * config.head_dim;
+    model_work.tokens += static_cast<double>(s.size());
+    model_work.score_pairs += static_cast<double>(s.size()) * static_cast<double>(s.size() + 1) / 2;
   }
-  // Model FLOPs of the update (forward + backward): 6 per weight per token + 3x the forward attention.
-  // The reference's extra old-logprob forward is work it does, not work the step needs.
-  const double flops = 6.0 * static_cast<double>(model::count_parameters(config)) * static_cast<double>(tokens) + 3.0 * attention;
+  model_work.logit_rows = static_cast<double>(batch.trained_tokens());
+  const double model_flops = flops(config, model_work);
 
   std::ostringstream table;
-  char line[512];
+  char line[1024];
   std::snprintf(line, sizeof(line),
                 "`%s` preset (%lld parameters, vocab %lld), %d threads; one GRPO group of %d samples: prompt %d + "
                 "completion %d..%d tokens (%lld tokens, %lld trained); fastest of %d steps (median in brackets).\n\n",
@@ -240,17 +304,22 @@ int main(int argc, char** argv) {
                 a.threads, a.group, a.prompt, a.completion - a.completion / 4, a.completion, static_cast<long long>(tokens),
                 static_cast<long long>(batch.trained_tokens()), a.reps);
   table << line;
-  table << "| implementation | step s | tokens/s | GFLOP/s | MFU | speed vs Python |\n|---|---|---|---|---|---|\n";
+  table << "| implementation | step s | sample tokens/s | tokens run | GFLOP run | GFLOP/s | MFU (run / GEMM peak) | "
+           "speed vs Python |\n|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : results) {
-    std::snprintf(line, sizeof(line), "| %s | %.3f (%.3f) | %.0f | %.1f | %.0f %% | %.2fx |\n", r.name.c_str(), r.seconds, r.median,
-                  static_cast<double>(tokens) / r.seconds, flops / r.seconds / 1e9, 100 * flops / r.seconds / 1e9 / peak,
-                  py_seconds / r.seconds);
+    std::snprintf(line, sizeof(line), "| %s | %.3f (%.3f) | %.0f | %.0f | %.1f | %.1f | %.0f %% | %.2fx |\n",
+                  r.name.c_str(), r.seconds, r.median, static_cast<double>(tokens) / r.seconds, r.tokens, r.flops / 1e9,
+                  r.flops / r.seconds / 1e9, 100 * r.flops / r.seconds / 1e9 / peak.gflops, py_seconds / r.seconds);
     table << line;
   }
   std::snprintf(line, sizeof(line),
-                "\nGEMM peak (1024^3 float32 matmul, same run): %.1f GFLOP/s. FLOPs per step: %.1f G. Old-logprob mean "
-                "over trained tokens: ours %.6f, Python %.6f (same model, same tokens).\n",
-                peak, flops / 1e9, ours_old_mean, py_old_mean);
+                "\nGEMM peak (same run, before / after the steps): %.1f / %.1f GFLOP/s; used: %s. \"GFLOP run\" is "
+                "what each row computes per step (padding, a second forward, packing and score blocks as each "
+                "runs them); the step's minimal model FLOPs (each sample token once, causal scores, lm_head on "
+                "trained tokens, forward + backward) are %.1f G. Old-logprob mean over trained tokens: ours %.6f, "
+                "Python %.6f (same model, same tokens).\n",
+                peak_before.gflops, peak_after.gflops, peak.describe().c_str(), model_flops / 1e9, ours_old_mean,
+                py_old_mean);
   table << line;
   std::printf("%s", table.str().c_str());
   if (std::abs(ours_old_mean - py_old_mean) > 1e-3) {

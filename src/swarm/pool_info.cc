@@ -34,14 +34,29 @@ Json Batch::summary() const {
       }
     }
   }
-  return Json{{"batch_id", batch_id},
-              {"global_step", global_step},
-              {"episodes", episodes.size()},
-              {"tasks", tasks.size()},
-              {"non_dummy_tasks", non_dummy},
-              {"reward_mean", mean},
-              {"reward_std", episodes.empty() ? 0.0 : std::sqrt(sq / n)},
-              {"success_rate", judged > 0 ? Json(double(successes) / double(judged)) : Json(nullptr)}};
+  Json out{{"batch_id", batch_id},
+           {"global_step", global_step},
+           {"episodes", episodes.size()},
+           {"tasks", tasks.size()},
+           {"non_dummy_tasks", non_dummy},
+           {"reward_mean", mean},
+           {"reward_std", episodes.empty() ? 0.0 : std::sqrt(sq / n)},
+           {"success_rate", judged > 0 ? Json(double(successes) / double(judged)) : Json(nullptr)}};
+  if (policy_version >= 0) {
+    // async: versions behind the trainer, per episode (its oldest generated token; every sample merged
+    // from the episode lags at most this much). Episodes without a known version are left out.
+    Json staleness = Json::object();
+    int64_t most = 0;
+    for (const auto& e : episodes) {
+      if (e.policy_version < 0) continue;
+      staleness[e.episode_uuid] = policy_version - e.policy_version;
+      most = std::max(most, policy_version - e.policy_version);
+    }
+    out["policy_version"] = policy_version;
+    out["staleness"] = std::move(staleness);
+    out["staleness_max"] = most;
+  }
+  return out;
 }
 
 Json Registry::pool_info() const {

@@ -187,6 +187,9 @@ void Registry::restore(const store::RecoveredState& recovered) {
       for (const auto& call : claimed.calls) {
         e.call_indices.push_back(call.call_index);
         e.next_call_index = std::max(e.next_call_index, call.call_index + 1);
+        for (int32_t v : call.policy_versions) {
+          if (e.oldest_policy_version < 0 || v < e.oldest_policy_version) e.oldest_policy_version = v;
+        }
       }
       e.llm_call_count = int64_t(claimed.calls.size());
       live_[e.uuid] = std::move(e);
@@ -221,7 +224,7 @@ void Registry::start_booting(std::string detail) {
   deliver(out);
 }
 
-void Registry::engine_ready(std::string detail) {
+void Registry::engine_ready(std::string detail, std::optional<int64_t> engine_policy_version) {
   Outbox out;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -229,6 +232,7 @@ void Registry::engine_ready(std::string detail) {
       fail(ErrorCode::kFailedPrecondition, "engine_ready() needs ENGINE.BOOTING (current: " +
                                                std::string(engine_status_name(engine_.status())) + ")");
     }
+    if (engine_policy_version) adopt_engine_version_locked(*engine_policy_version, "on connecting", out);
     double now = clock_();
     transition_locked(EngineStatus::kRolling, now, std::move(detail), out);
     check_trigger_locked(now, out);  // restored episodes may already fill a batch
@@ -444,6 +448,9 @@ bool Registry::record_llm_call(store::CallRow call) {
   e.latest_activity = now;
   e.call_indices.push_back(call.call_index);
   e.next_call_index = std::max(e.next_call_index, call.call_index + 1);
+  for (int32_t v : call.policy_versions) {
+    if (e.oldest_policy_version < 0 || v < e.oldest_policy_version) e.oldest_policy_version = v;
+  }
   // Enqueued under the mutex: a later end_episode's write is queued after this one.
   if (store_ != nullptr) store_->put_call(std::move(call));
   return true;

@@ -96,6 +96,9 @@ struct Batch {
   int64_t batch_id = 0;
   int64_t global_step = 0;  // the step that trains on it
   double created_at = 0;
+  // async: the policy version the trainer starts from (set by take_batch; -1 before). An episode's
+  // staleness is this minus its oldest token's version; none above ajet.async.max_staleness is trained.
+  int64_t policy_version = -1;
   std::vector<FinishedEpisode> episodes;  // train episodes only; calls are in the store
   Json summary() const;                   // counts and reward statistics for logs and the store
 };
@@ -125,7 +128,9 @@ class Registry {
   // (their keys stay valid: same secret). Only in OFFLINE, before start_booting.
   void restore(const store::RecoveredState& recovered);
   void start_booting(std::string detail = "");     // OFFLINE → BOOTING (start_engine)
-  void engine_ready(std::string detail = "");      // BOOTING → ROLLING: fills the pool
+  // BOOTING → ROLLING: fills the pool. `engine_policy_version`: the version the engine reports it
+  // serves (after --resume, its checkpoint's); global_step adopts it, so front and engine agree.
+  void engine_ready(std::string detail = "", std::optional<int64_t> engine_policy_version = std::nullopt);
   void engine_restarting(std::string detail);      // any → BOOTING: an untrained batch returns to collection
   // → OFFLINE from anywhere: drops every live episode (returned), abandons the unfinished batch
   // (finished episodes stay stored, never trained), forgets active clients.
@@ -169,9 +174,12 @@ class Registry {
   // when stop() ends the wait), so a driver loop should exit on OFFLINE. Blocks.
   bool wait_batch_ready(std::chrono::milliseconds timeout);
   // Hands over the ready batch (Error(kFailedPrecondition) if none). torch: ROLLING_POST →
-  // WEIGHT_SYNCING and train episodes still running are dropped; async: status unchanged.
+  // WEIGHT_SYNCING and train episodes still running are dropped; async: status unchanged, and an
+  // episode whose staleness would exceed ajet.async.max_staleness is left out (logged; its calls stay
+  // stored), so no trained sample lags more than that.
   Batch take_batch();
-  // The trainer is done: global_step + 1; torch: → ROLLING. Blocks until the step is durable.
+  // The trainer is done: global_step becomes the engine's `policy_version` from `stats` when it has
+  // one, else global_step + 1; torch: → ROLLING. Blocks until the step is durable.
   void finish_batch(int64_t batch_id, Json stats);
   // The trainer could not train the batch (the engine rejected it): the batch is stored as abandoned,
   // global_step stays; torch: → ROLLING. A batch whose engine died is not failed: engine_restarting
@@ -201,6 +209,7 @@ class Registry {
     int64_t llm_call_count = 0;
     int64_t next_call_index = 0;
     std::vector<int64_t> call_indices;
+    int64_t oldest_policy_version = -1;  // of its calls' generated tokens; -1 before any
   };
   struct Retired {
     EpisodeEnd how;
@@ -229,6 +238,8 @@ class Registry {
   void check_trigger_locked(double now, Outbox& out);
   void check_drained_locked(double now, Outbox& out, std::vector<std::string>* dropped);
   void form_ready_batch_locked(double now, Outbox& out);
+  void drop_stale_episodes_locked(Batch& batch, Outbox& out);
+  void adopt_engine_version_locked(int64_t version, const char* why, Outbox& out);
   void record_debug_batch_locked(double now, Outbox& out);
   bool claims_paused_locked() const;
   size_t train_in_flight_locked() const;

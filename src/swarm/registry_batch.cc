@@ -85,6 +85,43 @@ void Registry::form_ready_batch_locked(double now, Outbox& out) {
   out.logs.emplace_back("swarm", fmt::format("batch {} ready: {}", ready_->batch_id, ready_->summary().dump()));
 }
 
+void Registry::drop_stale_episodes_locked(Batch& batch, Outbox& out) {
+  // The trainer trains batches one after another: this one starts from the version now served.
+  batch.policy_version = engine_.global_step();
+  std::vector<FinishedEpisode> kept;
+  std::vector<std::string> dropped;
+  for (auto& e : batch.episodes) {
+    const int64_t staleness = e.policy_version < 0 ? 0 : batch.policy_version - e.policy_version;
+    if (staleness > options_.max_staleness) {
+      dropped.push_back(fmt::format("{} ({} versions behind)", e.episode_uuid, staleness));
+    } else {
+      kept.push_back(std::move(e));
+    }
+  }
+  batch.episodes = std::move(kept);
+  if (!dropped.empty()) {
+    out.logs.emplace_back("swarm", fmt::format("batch {}: left out {} episodes staler than ajet.async.max_staleness = {} "
+                                               "at policy_version {}: {}",
+                                               batch.batch_id, dropped.size(), options_.max_staleness,
+                                               batch.policy_version, fmt::join(dropped, ", ")));
+  }
+  Json summary = batch.summary();
+  out.logs.emplace_back("swarm", fmt::format("batch {} trains from policy_version {}: staleness {} (max {}, "
+                                             "ajet.async.max_staleness = {})",
+                                             batch.batch_id, batch.policy_version, summary["staleness"].dump(),
+                                             summary["staleness_max"].dump(), options_.max_staleness));
+}
+
+void Registry::adopt_engine_version_locked(int64_t version, const char* why, Outbox& out) {
+  if (version < 0 || version == engine_.global_step()) return;
+  // The weights are what count: an engine that resumed from an older checkpoint (or from none) serves
+  // that checkpoint's version, and the steps after it are gone.
+  out.logs.emplace_back("swarm", fmt::format("global_step {} -> {}: adopted the policy_version the engine serves {}",
+                                             engine_.global_step(), version, why));
+  engine_.set_global_step(version);
+  if (store_ != nullptr) store_->put_state(store::kStateGlobalStep, std::to_string(version));
+}
+
 void Registry::record_debug_batch_locked(double now, Outbox& out) {
   Batch batch = std::move(*ready_);
   ready_.reset();
@@ -127,6 +164,7 @@ Batch Registry::take_batch() {
     double now = clock_();
     batch = std::move(*ready_);
     ready_.reset();
+    if (options_.backbone == Backbone::kAsync) drop_stale_episodes_locked(batch, out);
     if (options_.backbone == Backbone::kTorch) {
       transition_locked(EngineStatus::kWeightSyncing, now,
                         fmt::format("training step {} on {} episodes", batch.global_step, batch.episodes.size()),
@@ -162,6 +200,16 @@ void Registry::finish_batch(int64_t batch_id, Json stats) {
     Json summary = it->second.summary();
     training_.erase(it);
     int64_t step = engine_.global_step() + 1;
+    // The engine's count wins: the front's global_step is the policy version the engine now serves.
+    if (stats.is_object() && stats.contains("policy_version") && stats["policy_version"].is_number_integer()) {
+      const int64_t version = stats["policy_version"].get<int64_t>();
+      if (version != step) {
+        out.logs.emplace_back("swarm", fmt::format("the engine reports policy_version {} after batch {}; global_step "
+                                                   "follows it (the front expected {})",
+                                                   version, batch_id, step));
+      }
+      step = version;
+    }
     engine_.set_global_step(step);
     if (store_ != nullptr) {
       Json all = stats.is_object() ? stats : Json::object();

@@ -137,7 +137,8 @@ void Registry::end_committed(const std::string& uuid, const EndRequest& request,
       const WorkflowOutput& output = request.workflow_output;
       if (e.episode_type == "train") {
         current_.add(FinishedEpisode{uuid, request.task_id, e.client_uuid, output.reward, output.is_success,
-                                     output.metadata, output.log_metrics, e.call_indices, now});
+                                     output.metadata, output.log_metrics, e.call_indices, now,
+                                     e.oldest_policy_version});
         if (request.declare_client_active) {
           ActiveClient& client = clients_[e.client_uuid];
           client.latest_activity = now;
