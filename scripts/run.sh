@@ -2,15 +2,20 @@
 # The README's main command: on a fresh machine, install, build, make the tiny tokenizer and model,
 # warm the model up with `ajet sft` on calc demonstrations, then train the calc agent with RL through
 # the swarm (`ajet --conf examples/configs/calc.yaml`: front + engine + built-in agents) and print
-# where the reward curve is. Idempotent: outputs already present (build, tokenizer, models) are reused.
-# Everything it makes lives under exp/main/ (git-ignored). Budget on 2 cores after the build: about
-# 10 s tokenizer + 2-3 min SFT + 5-6 min RL.
+# where the reward curve is. AJET_RUN_TASK=frozenlake does the same for the grid-world task.
+# Idempotent: outputs already present (build, tokenizer, models) are reused. Everything it makes
+# lives under exp/main/ (git-ignored). Times on 2 cores: docs/learning.md.
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$here"
 build="${AJET_BUILD_DIR:-$here/build}"
 work="$here/exp/main"
-conf="${AJET_RUN_CONF:-examples/configs/calc.yaml}"
+task="${AJET_RUN_TASK:-calc}"  # calc (the default) or frozenlake
+case "$task" in
+  calc|frozenlake) ;;
+  *) echo "run: AJET_RUN_TASK must be calc or frozenlake, got '$task'" >&2; exit 2 ;;
+esac
+conf="${AJET_RUN_CONF:-examples/configs/$task.yaml}"
 start=$(date +%s)
 say() { echo "run: [$(( $(date +%s) - start ))s] $*"; }
 
@@ -48,24 +53,29 @@ else
   say "model: reusing $work/models/tiny-init"
 fi
 
-# 3. Warm-up: SFT on calc demonstrations with the skewed mix of the reference experiment (30% correct,
-#    mostly answers given without the tool), so RL starts from a model with some, not much, reward
-#    and has to change behaviour (use the tool), not only sharpen it.
-if [ ! -f "$work/models/calc-sft/config.json" ]; then
-  if [ ! -s "$work/calc-demos.jsonl" ]; then
-    say "sft: ajet tasks demos --task calc (30% correct, error mix 1,1,12)"
-    "$bin/ajet" tasks demos --task calc --n 20000 --correct-ratio 0.3 --error-mix 1,1,12 --seed 1 \
-      > "$work/calc-demos.jsonl.tmp"
-    mv "$work/calc-demos.jsonl.tmp" "$work/calc-demos.jsonl"
+# 3. Warm-up: SFT on generated demonstrations of the task, so RL starts from a model with some, not
+#    much, reward. calc: correct demos only (copying numbers from the question and from the tool
+#    result is what a fresh model lacks; docs/sft.md). frozenlake: half shortest paths, half random
+#    walks (the reference experiment's "random errors" mix), so RL has a policy to sharpen.
+case "$task" in
+  calc) demo_flags=(--n 20000 --correct-ratio 1.0 --seed 1); sft_steps="${AJET_SFT_STEPS:-500}"; warmup=30; min_lr=0.3 ;;
+  frozenlake) demo_flags=(--n 2000 --correct-ratio 0.5 --error-mix 0,1,0 --seed 5); sft_steps="${AJET_SFT_STEPS:-150}"; warmup=20; min_lr=0.25 ;;
+esac
+sft_model="$work/models/$task-sft"
+if [ ! -f "$sft_model/config.json" ]; then
+  if [ ! -s "$work/$task-demos.jsonl" ]; then
+    say "sft: ajet tasks demos --task $task ${demo_flags[*]}"
+    "$bin/ajet" tasks demos --task "$task" "${demo_flags[@]}" > "$work/$task-demos.jsonl.tmp"
+    mv "$work/$task-demos.jsonl.tmp" "$work/$task-demos.jsonl"
   fi
-  say "sft: ajet sft (${AJET_SFT_STEPS:-300} steps of 4096 tokens)"
-  rm -rf "$work/models/calc-sft.tmp"
-  "$bin/ajet" sft --model "$work/models/tiny-init" --demos "$work/calc-demos.jsonl" \
-    --out "$work/models/calc-sft.tmp" --steps "${AJET_SFT_STEPS:-300}" --warmup 30 --lr 1e-3 \
-    --batch-tokens 4096 --seed 1 --threads 2 --log-every 50
-  mv "$work/models/calc-sft.tmp" "$work/models/calc-sft"
+  say "sft: ajet sft ($sft_steps steps of 4096 tokens)"
+  rm -rf "$sft_model.tmp"
+  "$bin/ajet" sft --model "$work/models/tiny-init" --demos "$work/$task-demos.jsonl" \
+    --out "$sft_model.tmp" --steps "$sft_steps" --warmup "$warmup" --lr 2e-3 --min-lr-ratio "$min_lr" \
+    --batch-tokens 4096 --seed 1 --threads "${AJET_THREADS:-2}" --log-every 50
+  mv "$sft_model.tmp" "$sft_model"
 else
-  say "sft: reusing $work/models/calc-sft"
+  say "sft: reusing $sft_model"
 fi
 
 # 4. RL through the swarm: ajet starts ajet-swarm, which starts ajet-engine; the built-in calc agent
