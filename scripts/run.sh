@@ -54,26 +54,38 @@ else
 fi
 
 # 3. Warm-up: SFT on generated demonstrations of the task, so RL starts from a model with some, not
-#    much, reward. calc: correct demos only (copying numbers from the question and from the tool
-#    result is what a fresh model lacks; docs/sft.md). frozenlake: half shortest paths, half random
-#    walks (the reference experiment's "random errors" mix), so RL has a policy to sharpen.
-case "$task" in
-  calc) demo_flags=(--n 20000 --correct-ratio 1.0 --seed 1); sft_steps="${AJET_SFT_STEPS:-500}"; warmup=30; min_lr=0.3 ;;
-  frozenlake) demo_flags=(--n 2000 --correct-ratio 0.5 --error-mix 0,1,0 --seed 5); sft_steps="${AJET_SFT_STEPS:-150}"; warmup=20; min_lr=0.25 ;;
-esac
+#    all, reward. calc, in two stages: correct demos until the model copies numbers (from the question
+#    into the tool call, from the tool result into the answer: what a fresh model lacks, docs/sft.md),
+#    then a short stage on the reference experiment's mix (70% correct, the rest wrong expressions,
+#    miscopied results, no tool), so the sampled policy makes the mistakes RL removes. frozenlake: half
+#    shortest paths, half random walks.
 sft_model="$work/models/$task-sft"
-if [ ! -f "$sft_model/config.json" ]; then
-  if [ ! -s "$work/$task-demos.jsonl" ]; then
-    say "sft: ajet tasks demos --task $task ${demo_flags[*]}"
-    "$bin/ajet" tasks demos --task "$task" "${demo_flags[@]}" > "$work/$task-demos.jsonl.tmp"
-    mv "$work/$task-demos.jsonl.tmp" "$work/$task-demos.jsonl"
+demos() {  # demos NAME FLAGS...: $work/NAME.jsonl, made once
+  local name="$1"; shift
+  if [ ! -s "$work/$name.jsonl" ]; then
+    say "sft: ajet tasks demos --task $task $*"
+    "$bin/ajet" tasks demos --task "$task" "$@" > "$work/$name.jsonl.tmp"
+    mv "$work/$name.jsonl.tmp" "$work/$name.jsonl"
   fi
-  say "sft: ajet sft ($sft_steps steps of 4096 tokens)"
-  rm -rf "$sft_model.tmp"
-  "$bin/ajet" sft --model "$work/models/tiny-init" --demos "$work/$task-demos.jsonl" \
-    --out "$sft_model.tmp" --steps "$sft_steps" --warmup "$warmup" --lr 2e-3 --min-lr-ratio "$min_lr" \
-    --batch-tokens 4096 --seed 1 --threads "${AJET_THREADS:-2}" --log-every 50
-  mv "$sft_model.tmp" "$sft_model"
+}
+sft() {  # sft FROM DEMOS OUT STEPS WARMUP LR MIN_LR_RATIO
+  say "sft: ajet sft $(basename "$2") → $(basename "$3") ($4 steps of 4096 tokens)"
+  rm -rf "$3.tmp"
+  "$bin/ajet" sft --model "$1" --demos "$2" --out "$3.tmp" --steps "$4" --warmup "$5" --lr "$6" \
+    --min-lr-ratio "$7" --batch-tokens 4096 --seed 1 --threads "${AJET_THREADS:-2}" --log-every 50
+  mv "$3.tmp" "$3"
+}
+if [ ! -f "$sft_model/config.json" ]; then
+  if [ "$task" = calc ]; then
+    demos calc-demos-correct --n 20000 --correct-ratio 1.0 --seed 1
+    demos calc-demos-mix --n 20000 --correct-ratio 0.7 --seed 2
+    [ -f "$work/models/calc-sft-copy/config.json" ] || \
+      sft "$work/models/tiny-init" "$work/calc-demos-correct.jsonl" "$work/models/calc-sft-copy" "${AJET_SFT_STEPS:-450}" 30 2e-3 0.3
+    sft "$work/models/calc-sft-copy" "$work/calc-demos-mix.jsonl" "$sft_model" 60 5 5e-4 0.5
+  else
+    demos frozenlake-demos --n 2000 --correct-ratio 0.5 --error-mix 0,1,0 --seed 5
+    sft "$work/models/tiny-init" "$work/frozenlake-demos.jsonl" "$sft_model" "${AJET_SFT_STEPS:-150}" 20 2e-3 0.25
+  fi
 else
   say "sft: reusing $sft_model"
 fi
