@@ -45,15 +45,7 @@ class BootedSwarm {
     }
     Fixture f = fixture(real);
     model_ = real ? f.model : f.tokenizer;
-    if (real) {
-      // The micro preset has 512 positions; a tool-call turn with the 400-id fixture tokenizer is
-      // ~650 tokens, so the real engine gets a copy with room for it (positions are computed, not stored).
-      model_ = dir_ / "model";
-      fs::copy(f.model, model_, fs::copy_options::recursive);
-      Json config = Json::parse(read_file(model_ / "config.json"));
-      config["max_position_embeddings"] = 2048;
-      write_file_atomic(model_ / "config.json", config.dump(2));
-    }
+    if (real) model_ = model_with_positions(f.model, dir_ / "model", 2048);  // room for a tool-call turn
     swarm_ = std::make_unique<SwarmProcess>(SwarmProcess::Options{dir_ / "server", bin(engine), admin_token, {}});
     api_ = std::make_unique<Api>(swarm_->url());
     http::Headers admin;

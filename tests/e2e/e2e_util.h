@@ -132,6 +132,17 @@ inline Fixture fixture(bool need_model) {
   return f;
 }
 
+// A copy of `model` in `out` whose config allows `positions` positions: the micro preset has 512, and a
+// tool-call turn with the 400-id fixture tokenizer is ~650 tokens (RoPE positions are computed, not
+// stored, so only config.json changes).
+inline fs::path model_with_positions(const fs::path& model, const fs::path& out, int64_t positions) {
+  fs::copy(model, out, fs::copy_options::recursive);
+  Json config = Json::parse(read_file(out / "config.json"));
+  config["max_position_embeddings"] = positions;
+  write_file_atomic(out / "config.json", config.dump(2));
+  return out;
+}
+
 // A train config for the tiny fixtures; `extra` is appended under `ajet:` (two-space indented YAML).
 inline std::string config_yaml(const fs::path& model, const std::string& extra = "") {
   return "ajet:\n"

@@ -35,14 +35,7 @@ class ExampleSwarm {
     const bool real = engine == "ajet-engine";
     Fixture f = fixture(real);
     if (::testing::Test::HasFailure()) return;
-    fs::path model = f.tokenizer;
-    if (real) {
-      model = dir_ / "model";
-      fs::copy(f.model, model, fs::copy_options::recursive);
-      Json config = Json::parse(read_file(model / "config.json"));
-      config["max_position_embeddings"] = 2048;
-      write_file_atomic(model / "config.json", config.dump(2));
-    }
+    const fs::path model = real ? model_with_positions(f.model, dir_ / "model", 2048) : f.tokenizer;
     swarm_ = std::make_unique<SwarmProcess>(SwarmProcess::Options{dir_ / "server", bin(engine), "", {}});
     if (::testing::Test::HasFailure()) return;
     api_ = std::make_unique<Api>(swarm_->url());
