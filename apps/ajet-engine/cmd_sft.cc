@@ -13,6 +13,8 @@
 #include <mutex>
 #include <thread>
 
+#include <ATen/Parallel.h>
+
 #include "command.h"
 #include "common/error.h"
 #include "common/fs.h"
@@ -39,6 +41,8 @@ struct SftArgs {
   int64_t max_demo_tokens = 0;
   double min_reward = -1e300;
   int threads = 2;
+  int workers = 1;
+  double stop_at_success = -1;  // < 0: off
   bool force = false;
   int64_t log_every = 10;
   std::string eval_task;
@@ -158,6 +162,10 @@ void run_sft_command(const SftArgs& args) {
     if (fs::weakly_canonical(out) == fs::weakly_canonical(model_dir)) invalid_argument("--out must differ from --model");
   }
   if (args.eval_only && args.eval_task.empty()) invalid_argument("--eval-only needs --eval-task");
+  if (args.stop_at_success >= 0 && (args.eval_task.empty() || args.eval_every <= 0)) {
+    invalid_argument("--stop-at-success needs --eval-task and --eval-every N (it stops after an evaluation during training)");
+  }
+  if (args.stop_at_success > 1) invalid_argument("--stop-at-success must be a success rate in [0, 1]");
   if (!args.eval_task.empty()) tasks::builtin_task(args.eval_task);  // names the known tasks when wrong
   model::configure_threads(args.threads);
   log().info("compute: {}", model::describe_compute_backend());
@@ -195,7 +203,13 @@ void run_sft_command(const SftArgs& args) {
 
   const auto t0 = std::chrono::steady_clock::now();
   const std::clock_t cpu0 = std::clock();
-  const std::vector<train::SftStep> steps = train::run_sft(model, set.examples, args.sft, [&](const train::SftStep& s) {
+  train::SftOptions sft = args.sft;
+  std::atomic<bool> stop{false};
+  sft.stop = &stop;
+  sft.workers = args.workers;
+  std::cout << "sft: " << sft.workers << " worker thread(s) per step, " << std::max(1, at::get_num_threads() / static_cast<int>(sft.workers))
+            << " intra-op thread(s) each" << std::endl;
+  const std::vector<train::SftStep> steps = train::run_sft(model, set.examples, sft, [&](const train::SftStep& s) {
     if (s.step == 1 || s.step % std::max<int64_t>(1, args.log_every) == 0 || s.step == args.sft.steps) {
       std::printf("step %lld/%lld loss %.4f lr %.2e grad_norm %.2f demos %lld tokens %lld (shared prefix %lld) (%.2f s)\n",
                   static_cast<long long>(s.step), static_cast<long long>(args.sft.steps), s.loss, s.lr, s.grad_norm,
@@ -210,6 +224,13 @@ void run_sft_command(const SftArgs& args) {
                   static_cast<long long>(e.episodes), e.seconds);
       std::fflush(stdout);
       report["eval_during"].push_back(OrderedJson{{"step", s.step}, {"eval", e.to_json()}});
+      if (args.stop_at_success >= 0 && e.success >= args.stop_at_success) {
+        std::printf("sft: held-out success %.3f >= %.3f (--stop-at-success): stopping at step %lld of %lld\n", e.success,
+                    args.stop_at_success, static_cast<long long>(s.step), static_cast<long long>(args.sft.steps));
+        std::fflush(stdout);
+        report["stopped_at_success"] = OrderedJson{{"step", s.step}, {"success", e.success}};
+        stop = true;
+      }
     }
   });
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -253,6 +274,12 @@ const CommandRegistration kRegistration("sft", [](CLI::App& app) {
   cmd->add_option("--max-demo-tokens", a->max_demo_tokens, "Skip longer demos (0: keep all)")->capture_default_str();
   cmd->add_option("--min-reward", a->min_reward, "Skip demos whose reward is below this");
   cmd->add_option("--threads", a->threads, "Intra-op threads (0: all cores)")->capture_default_str();
+  cmd->add_option("--workers", a->workers,
+                  "Threads that each run part of a step's demos, sharing --threads between them. 1: the whole step "
+                  "with all of --threads (fastest on idle cores); --threads N --workers N: one intra-op thread each, "
+                  "which keeps its speed when other jobs share the cores")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--log-every", a->log_every, "Print a step line every N steps")->capture_default_str();
   cmd->add_flag("--force", a->force, "Replace a non-empty output model directory");
   cmd->add_option("--eval-task", a->eval_task, "Play held-out episodes of this built-in task before and after (calc, ...)");
@@ -261,6 +288,9 @@ const CommandRegistration kRegistration("sft", [](CLI::App& app) {
   cmd->add_option("--eval-temperature", a->eval_temperature, "0 = greedy")->capture_default_str();
   cmd->add_option("--eval-max-tokens", a->eval_max_tokens, "Generated tokens per turn")->capture_default_str();
   cmd->add_option("--eval-parallel", a->eval_parallel, "Episodes played at once")->capture_default_str();
+  cmd->add_option("--stop-at-success", a->stop_at_success,
+                  "Stop training after the first --eval-every evaluation whose held-out success reaches this rate (0-1); "
+                  "the lr schedule still spans --steps");
   cmd->add_option("--eval-every", a->eval_every, "Also evaluate every N steps during training (0: only before and after)")
       ->capture_default_str();
   cmd->add_flag("!--no-share-prefix", a->sft.share_prefix,

@@ -6,6 +6,10 @@
 #include <cmath>
 #include <numbers>
 #include <random>
+#include <span>
+#include <thread>
+
+#include <ATen/Parallel.h>
 
 #include "common/error.h"
 #include "common/fs.h"
@@ -161,6 +165,16 @@ int64_t common_prefix(const SftExample& first, const SftExample& ex, int64_t lim
   return k;
 }
 
+// The prefix every one of `examples` shares with the first (common_prefix's rule, folded the way
+// take_batch folds it); 0 for fewer than two examples, since one example alone shares nothing.
+int64_t shared_prefix_of(std::span<const SftExample* const> examples) {
+  if (examples.size() < 2) return 0;
+  const SftExample& first = *examples.front();
+  int64_t p = common_prefix(first, first, static_cast<int64_t>(first.token_ids.size()));
+  for (size_t i = 1; i < examples.size(); ++i) p = common_prefix(first, *examples[i], p);
+  return p;
+}
+
 // Sum of -log p(target) over the batch's trained tokens: a scalar tensor (with a graph when grad is on).
 torch::Tensor nll_sum(model::Qwen2Model& model, const PackedBatch& p) {
   const torch::Device device = model->options().device();
@@ -209,6 +223,36 @@ void validate(const SftOptions& o) {
   if (!(o.min_lr_ratio >= 0 && o.min_lr_ratio <= 1)) invalid_argument("sft: min_lr_ratio must be in [0, 1]");
   if (!(o.weight_decay >= 0)) invalid_argument("sft: weight_decay must be >= 0");
   if (o.attention_block < 1) invalid_argument("sft: attention_block must be >= 1");
+  if (o.workers < 1) invalid_argument("sft: workers must be >= 1, got " + std::to_string(o.workers));
+}
+
+// `examples` cut into at most `parts` consecutive runs of about equal token count, none empty.
+std::vector<std::vector<const SftExample*>> split_parts(const std::vector<const SftExample*>& examples, int64_t parts) {
+  int64_t total = 0;
+  for (const SftExample* ex : examples) total += static_cast<int64_t>(ex->token_ids.size());
+  std::vector<std::vector<const SftExample*>> out(1);
+  int64_t seen = 0;
+  for (const SftExample* ex : examples) {
+    // Start part k + 1 once part k holds its share, while examples remain for the parts after it.
+    const auto k = static_cast<int64_t>(out.size()) - 1;
+    if (!out.back().empty() && k + 1 < parts && seen * parts >= (k + 1) * total) out.emplace_back();
+    out.back().push_back(ex);
+    seen += static_cast<int64_t>(ex->token_ids.size());
+  }
+  return out;
+}
+
+// Gradients of nll_sum(part) / denom with respect to `params` (undefined where a parameter is unused),
+// on the calling thread with `intra_threads` OpenMP threads; also the part's nll sum.
+std::vector<torch::Tensor> part_gradients(model::Qwen2Model& model, const PackedBatch& part, double denom,
+                                          const std::vector<torch::Tensor>& params, int intra_threads, double& nll) {
+  // The OpenMP thread count is per calling thread (OpenBLAS reads it too): give this thread its share.
+  // at::set_num_threads also stores ATen's global default, which run_sft restores after the step.
+  at::set_num_threads(intra_threads);
+  const torch::Tensor sum = nll_sum(model, part);
+  nll = sum.item<double>();
+  return torch::autograd::grad({sum / denom}, params, /*grad_outputs=*/{}, /*retain_graph=*/false,
+                               /*create_graph=*/false, /*allow_unused=*/true);
 }
 
 }  // namespace
@@ -255,19 +299,68 @@ std::vector<SftStep> run_sft(model::Qwen2Model& model, const std::vector<SftExam
       next = 0;
     }
     const TakenBatch batch = take_batch(examples, order, next, options.batch_tokens, options.share_prefix);
-    const PackedBatch p = pack(batch.examples, options.attention_block, batch.shared_prefix);
     SftStep m;
     m.step = s + 1;
     m.examples = static_cast<int64_t>(batch.examples.size());
-    m.shared_prefix = batch.shared_prefix;
-    m.tokens = p.tokens;
-    m.trained_tokens = p.trained;
     m.lr = sft_learning_rate(options, s);
     optimizer.zero_grad();
-    if (p.trained > 0) {
-      torch::Tensor loss = nll_sum(model, p) / static_cast<double>(p.trained);
-      loss.backward();
-      m.loss = loss.item<double>();
+    if (options.workers <= 1 || batch.examples.size() < 2) {
+      const PackedBatch p = pack(batch.examples, options.attention_block, batch.shared_prefix);
+      m.shared_prefix = batch.shared_prefix;
+      m.tokens = p.tokens;
+      m.trained_tokens = p.trained;
+      if (p.trained > 0) {
+        torch::Tensor loss = nll_sum(model, p) / static_cast<double>(p.trained);
+        loss.backward();
+        m.loss = loss.item<double>();
+      }
+    } else {
+      // Parts side by side on their own threads; the loss is still the mean over the whole step.
+      std::vector<PackedBatch> parts;
+      for (const auto& part : split_parts(batch.examples, options.workers)) {
+        const int64_t prefix = options.share_prefix ? shared_prefix_of(part) : 0;
+        parts.push_back(pack(part, options.attention_block, prefix));
+        if (parts.size() == 1) m.shared_prefix = prefix;
+        m.tokens += parts.back().tokens;
+        m.trained_tokens += parts.back().trained;
+      }
+      if (m.trained_tokens > 0) {
+        const int threads_before = at::get_num_threads();
+        const int intra = std::max(1, threads_before / static_cast<int>(parts.size()));
+        const auto denom = static_cast<double>(m.trained_tokens);
+        std::vector<std::vector<torch::Tensor>> grads(parts.size());
+        std::vector<double> nll(parts.size(), 0.0);
+        std::vector<std::exception_ptr> errors(parts.size());
+        std::vector<std::thread> threads;
+        for (size_t k = 0; k < parts.size(); ++k) {
+          threads.emplace_back([&, k] {
+            try {
+              if (parts[k].trained > 0) grads[k] = part_gradients(model, parts[k], denom, params, intra, nll[k]);
+            } catch (...) {
+              errors[k] = std::current_exception();
+            }
+          });
+        }
+        for (auto& t : threads) t.join();
+        at::set_num_threads(threads_before);
+        for (const auto& e : errors) {
+          if (e) std::rethrow_exception(e);
+        }
+        double total = 0;
+        for (double v : nll) total += v;
+        m.loss = total / denom;
+        torch::NoGradGuard no_grad;
+        for (size_t i = 0; i < params.size(); ++i) {
+          torch::Tensor g;
+          for (const auto& part : grads) {  // in part order: the same sum every run
+            if (part.empty() || !part[i].defined()) continue;
+            g = g.defined() ? g + part[i] : part[i];
+          }
+          params[i].mutable_grad() = g.defined() ? g : torch::zeros_like(params[i]);
+        }
+      }
+    }
+    if (m.trained_tokens > 0) {
       const double max_norm = options.grad_clip > 0 ? options.grad_clip : std::numeric_limits<double>::infinity();
       m.grad_norm = torch::nn::utils::clip_grad_norm_(params, max_norm);
       if (std::isfinite(m.grad_norm)) {
@@ -279,6 +372,7 @@ std::vector<SftStep> run_sft(model::Qwen2Model& model, const std::vector<SftExam
     m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     out.push_back(m);
     if (on_step) on_step(m);
+    if (options.stop != nullptr && options.stop->load()) break;
   }
   return out;
 }

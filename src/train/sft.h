@@ -8,6 +8,7 @@
 
 #include <torch/torch.h>
 
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -68,6 +69,16 @@ struct SftOptions {
   // Pack the prefix the step's demos share (system prompt, tools block) once instead of once per demo.
   // Same loss and gradients; a calc demo is ~75% shared prompt, so a step holds ~3x more demos.
   bool share_prefix = true;
+  // Worker threads per step: > 1 splits the step's demos into that many consecutive parts (about equal
+  // in tokens, each packed on its own) that run forward and backward at the same time, each with an
+  // equal share of the intra-op threads (at least one); their gradients are summed in part order, so a
+  // step is deterministic for a given worker and thread count. Same loss and gradients as one part up
+  // to float summation order. On idle cores one worker with all threads is a little faster; single-
+  // threaded workers avoid OpenMP barrier waits when other jobs share the cores.
+  int64_t workers = 1;
+  // Checked after every step (after on_step): when it reads true, training stops there. The schedule
+  // still spans `steps`. Lets a caller stop on a condition it measures (`ajet sft --stop-at-success`).
+  const std::atomic<bool>* stop = nullptr;
 };
 
 struct SftStep {
@@ -77,7 +88,7 @@ struct SftStep {
   double grad_norm = 0;        // before clipping
   int64_t examples = 0;
   int64_t tokens = 0;          // packed tokens
-  int64_t shared_prefix = 0;   // tokens of the prefix packed once for all the step's demos
+  int64_t shared_prefix = 0;   // tokens of the prefix packed once for all the step's demos (per worker part)
   int64_t trained_tokens = 0;
   double seconds = 0;          // wall time of this step
 };

@@ -268,5 +268,58 @@ TEST(Sft, SharedPrefixPackingMatchesWholeDemos) {
   EXPECT_GT(with_sharing, without);
 }
 
+// Splitting a step's demos over worker threads (each its own packed part with its own shared prefix)
+// trains what one part does: the same loss and, after two steps, the same parameters up to float
+// summation order; and a split run repeats itself exactly.
+TEST(Sft, WorkerThreadsMatchOneThread) {
+  torch::set_num_threads(2);
+  const std::string text = demos_text();
+  const text::Tokenizer tok = make_tokenizer(text + short_demos_text());
+  const tracking::ChatFormat format = tracking::ChatFormat::from_tokenizer(tok);
+  ScratchDir dir;
+  write(dir / "demos.jsonl", text);
+  const DemoSet set = read_demos_jsonl(dir / "demos.jsonl", format);
+  ASSERT_EQ(set.examples.size(), 12u);
+
+  SftOptions o;
+  o.steps = 2;
+  o.lr = 1e-2;
+  o.batch_tokens = 700;  // several demos per step (one demo is ~200 tokens, the prefix packed once)
+  o.seed = 3;
+  model::Qwen2Model one = micro_model(tok, 3);
+  const std::vector<SftStep> a = run_sft(one, set.examples, o);
+  o.workers = 2;
+  model::Qwen2Model split = micro_model(tok, 3);
+  const std::vector<SftStep> b = run_sft(split, set.examples, o);
+  ASSERT_EQ(a.size(), 2u);
+  ASSERT_EQ(b.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_GT(a[i].examples, 2) << "step " << i + 1;
+    EXPECT_EQ(a[i].examples, b[i].examples) << "step " << i + 1;
+    EXPECT_EQ(a[i].trained_tokens, b[i].trained_tokens) << "step " << i + 1;
+    // Each part packs its own copy of the prefix.
+    EXPECT_GT(b[i].shared_prefix, 10) << "step " << i + 1;
+    EXPECT_GE(b[i].tokens, a[i].tokens + b[i].shared_prefix / 2) << "step " << i + 1;
+    EXPECT_NEAR(a[i].loss, b[i].loss, 1e-5) << "step " << i + 1;
+    EXPECT_NEAR(a[i].grad_norm, b[i].grad_norm, 1e-4 * a[i].grad_norm) << "step " << i + 1;
+  }
+  const auto pa = one->named_parameters(), pb = split->named_parameters();
+  for (const auto& item : pa) {
+    const torch::Tensor& x = item.value();
+    const torch::Tensor& y = pb[item.key()];
+    EXPECT_TRUE(torch::allclose(x, y, 1e-4, 5e-5)) << item.key() << " differs by " << (x - y).abs().max().item<double>();
+  }
+
+  model::Qwen2Model again = micro_model(tok, 3);
+  const std::vector<SftStep> c = run_sft(again, set.examples, o);
+  for (size_t i = 0; i < 2; ++i) EXPECT_DOUBLE_EQ(c[i].loss, b[i].loss) << "step " << i + 1;
+  const auto pc = again->named_parameters();
+  for (const auto& item : pb) EXPECT_TRUE(torch::equal(item.value(), pc[item.key()])) << item.key();
+
+  o.workers = 0;
+  EXPECT_THROW(run_sft(again, set.examples, o), Error);
+  torch::set_num_threads(1);
+}
+
 }  // namespace
 }  // namespace ajet::train

@@ -1,0 +1,84 @@
+// `ajet sft` end to end: the real `ajet` binary forwarding to `ajet-engine sft` on copy drills from
+// `ajet tasks drills`, with worker threads, periodic evaluation and --stop-at-success; and the flag
+// errors a user meets, each naming what is wrong.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "engine_process.h"
+
+namespace ajet::engine {
+namespace {
+
+using namespace testing;
+
+const fs::path& drills_file() {
+  static const fs::path path = [] {
+    const fs::path p = process_dir() / "drills.jsonl";
+    auto r = run_command(kAjet + " tasks drills --n 64 --seed 3 --max-terms 2 --out " + quote(p));
+    if (r.exit_code != 0) throw std::runtime_error("ajet tasks drills failed: " + r.output);
+    return p;
+  }();
+  return path;
+}
+
+std::string sft_args(const fs::path& out) {
+  return " sft --model " + quote(tiny_model_dir()) + " --demos " + quote(drills_file()) + " --out " + quote(out) +
+         " --batch-tokens 512 --lr 1e-3 --threads 2";
+}
+
+nlohmann::json report_of(const fs::path& out) {
+  return nlohmann::json::parse(run_command("cat " + quote(out / "sft_report.json")).output);
+}
+
+TEST(SftCli, WorkerThreadsTrainAndSaveALoadableModel) {
+  const fs::path out = process_dir() / "sft-workers";
+  auto r = run_command(kAjet + sft_args(out) + " --steps 3 --workers 2 --log-every 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("2 worker thread(s) per step, 1 intra-op thread(s) each"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("step 3/3 loss"), std::string::npos) << r.output;
+  const auto report = report_of(out);
+  EXPECT_EQ(report["steps"].get<int64_t>(), 3);
+  EXPECT_LT(report["loss_after"].get<double>(), report["loss_before"].get<double>());
+  // The saved model generates.
+  auto g = run_command(kAjet + " generate --model " + quote(out) + " --threads 1 --kv-cache-mb 16 --max-tokens 4 --prompt hi");
+  EXPECT_EQ(g.exit_code, 0) << g.output;
+}
+
+// A success threshold the first evaluation always meets stops training right after it.
+TEST(SftCli, StopAtSuccessStopsAfterTheFirstEvaluationThatReachesIt) {
+  const fs::path out = process_dir() / "sft-stop";
+  auto r = run_command(kAjet + sft_args(out) +
+                       " --steps 20 --eval-task frozenlake --eval-n 2 --eval-max-tokens 8 --eval-every 2 --stop-at-success 0");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("(--stop-at-success): stopping at step 2 of 20"), std::string::npos) << r.output;
+  const auto report = report_of(out);
+  EXPECT_EQ(report["steps"].get<int64_t>(), 2);
+  EXPECT_EQ(report["stopped_at_success"]["step"].get<int64_t>(), 2);
+  ASSERT_EQ(report["eval_during"].size(), 1u);
+  EXPECT_TRUE(report.contains("eval_after"));
+}
+
+TEST(SftCli, BadFlagsNameTheProblem) {
+  const fs::path out = process_dir() / "sft-bad";
+  struct Case {
+    std::string flags, message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {" --stop-at-success 0.5", "--stop-at-success needs --eval-task and --eval-every N"},
+           {" --eval-task frozenlake --eval-every 5 --stop-at-success 1.5", "--stop-at-success must be a success rate in [0, 1]"},
+           {" --workers 0", "--workers"},
+           {" --eval-task chess", "unknown built-in task 'chess'"},
+       }) {
+    auto r = run_command(kAjet + sft_args(out) + " --steps 1" + c.flags);
+    EXPECT_NE(r.exit_code, 0) << c.flags;
+    EXPECT_NE(r.output.find(c.message), std::string::npos) << c.flags << "\n" << r.output;
+  }
+  auto r = run_command(kAjet + " sft --model " + quote(tiny_model_dir()) + " --out " + quote(out));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--demos is required"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(out / "config.json"));
+}
+
+}  // namespace
+}  // namespace ajet::engine
