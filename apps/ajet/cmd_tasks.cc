@@ -2,6 +2,7 @@
 // in other languages (docs/tasks.md):
 //   generate  tasks of a split as JSONL (the task-file format the launcher reads)
 //   demos     SFT demonstrations (OpenAI message lists, correct and deliberately imperfect) as JSONL
+//   drills    copy drills (the reply repeats the user's text): the first stage of a tiny model's warm-up
 //   judge     the reward of a task plus an answer / a conversation / a list of moves
 //   corpus    text to train the tiny tokenizer on (`ajet tokenizer train --corpus`)
 //   measure   tokens per rendered episode with a given tokenizer
@@ -19,6 +20,7 @@
 #include "common/fs.h"
 #include "tasks/builtin.h"
 #include "tasks/corpus.h"
+#include "tasks/drills.h"
 #include "tasks/frozenlake.h"
 #include "tasks/reader.h"
 
@@ -198,7 +200,7 @@ struct MeasureArgs {
 };
 
 const CommandRegistration kRegistration("tasks", [](CLI::App& app) {
-  auto* group = app.add_subcommand("tasks", "Built-in tasks (calc, countdown, frozenlake): generate, demos, judge, corpus");
+  auto* group = app.add_subcommand("tasks", "Built-in tasks (calc, countdown, frozenlake): generate, demos, drills, judge, corpus");
   group->require_subcommand(1);
 
   auto g = std::make_shared<GenerateArgs>();
@@ -224,6 +226,24 @@ const CommandRegistration kRegistration("tasks", [](CLI::App& app) {
   demos->add_option("--params", d->params, "Generator params as a JSON object");
   demos->add_option("--out", d->out, "Output file (default stdout)");
   demos->callback([d] { run_demos(*d); });
+
+  auto dr = std::make_shared<tasks::CopyDrillOptions>();
+  auto drill_out = std::make_shared<std::string>();
+  auto* drills = group->add_subcommand(
+      "drills",
+      "Write N copy drills (JSONL like demos: the assistant repeats the user's text, numbers joined by + - *), the "
+      "first warm-up stage of a fresh tiny model: they teach the in-context copying tool calls need (docs/sft.md)");
+  drills->add_option("--n", dr->count, "Number of drills")->capture_default_str()->check(CLI::NonNegativeNumber);
+  drills->add_option("--seed", dr->seed, "Seed of the drills")->capture_default_str();
+  drills->add_option("--min-terms", dr->min_terms, "Fewest numbers in a drill text")->capture_default_str();
+  drills->add_option("--max-terms", dr->max_terms, "Most numbers in a drill text")->capture_default_str();
+  drills->add_option("--max-number", dr->max_number, "Numbers are uniform in [1, this]")->capture_default_str();
+  drills->add_option("--out", *drill_out, "Output file (default stdout)");
+  drills->callback([dr, drill_out] {
+    std::string text;
+    for (const tasks::Demo& d : tasks::copy_drills(*dr)) text += dump(tasks::demo_to_json(d)) + "\n";
+    emit(*drill_out, text);
+  });
 
   auto j = std::make_shared<JudgeArgs>();
   auto* judge = group->add_subcommand(

@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "tasks/builtin.h"
 #include "tasks/corpus.h"
+#include "tasks/drills.h"
 
 namespace ajet::tasks {
 namespace {
@@ -121,6 +122,61 @@ TEST(Demos, BadOptionsAreNamed) {
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("needs 3 weights (bad_expr,bad_copy,no_tool)"), std::string::npos) << e.what();
+  }
+}
+
+// Copy drills: the reply is the user's text, numbers joined by + - * within the asked bounds; the
+// same seed gives the same drills and a longer run starts with a shorter one; bad options are named.
+TEST(Drills, CopyDrillsRepeatTheUserTextWithinTheirBounds) {
+  const std::vector<Demo> drills = copy_drills(CopyDrillOptions{.count = 300, .seed = 4, .min_terms = 2, .max_terms = 3, .max_number = 50});
+  ASSERT_EQ(drills.size(), 300u);
+  std::map<int, int> terms_seen;
+  for (const Demo& d : drills) {
+    ASSERT_EQ(d.messages.size(), 3u);
+    EXPECT_EQ(d.messages[0].role, text::Role::kSystem);
+    EXPECT_EQ(d.messages[1].role, text::Role::kUser);
+    EXPECT_EQ(d.messages[2].role, text::Role::kAssistant);
+    EXPECT_EQ(d.messages[2].content, d.messages[1].content);
+    EXPECT_EQ(d.kind, "copy");
+    EXPECT_EQ(d.judgement.reward, 1.0);
+    const std::string& t = d.messages[1].content;
+    int terms = 1;
+    std::string number;
+    for (char ch : t + "+") {
+      if (ch >= '0' && ch <= '9') {
+        number += ch;
+        continue;
+      }
+      ASSERT_TRUE(ch == '+' || ch == '-' || ch == '*') << t;
+      ASSERT_FALSE(number.empty()) << t;
+      const int v = std::stoi(number);
+      EXPECT_TRUE(v >= 1 && v <= 50) << t;
+      number.clear();
+      terms += 1;
+    }
+    terms -= 1;  // the sentinel
+    terms_seen[terms] += 1;
+  }
+  EXPECT_EQ(terms_seen.size(), 2u);  // 2 and 3 numbers, nothing else
+  EXPECT_GT(terms_seen[2], 100);
+  EXPECT_GT(terms_seen[3], 100);
+
+  const std::vector<Demo> shorter = copy_drills(CopyDrillOptions{.count = 10, .seed = 4, .min_terms = 2, .max_terms = 3, .max_number = 50});
+  for (size_t i = 0; i < shorter.size(); ++i) EXPECT_EQ(shorter[i].messages[1].content, drills[i].messages[1].content);
+  const std::vector<Demo> other = copy_drills(CopyDrillOptions{.count = 10, .seed = 5, .min_terms = 2, .max_terms = 3, .max_number = 50});
+  int same = 0;
+  for (size_t i = 0; i < other.size(); ++i) same += other[i].messages[1].content == drills[i].messages[1].content;
+  EXPECT_LT(same, 3);
+
+  for (const CopyDrillOptions& bad : {CopyDrillOptions{.count = -1}, CopyDrillOptions{.min_terms = 0},
+                                      CopyDrillOptions{.min_terms = 3, .max_terms = 2}, CopyDrillOptions{.max_number = 0}}) {
+    EXPECT_THROW(copy_drills(bad), Error);
+  }
+  try {
+    copy_drills(CopyDrillOptions{.min_terms = 3, .max_terms = 2});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("max_terms"), std::string::npos) << e.what();
   }
 }
 
