@@ -10,6 +10,7 @@
 
 #include "common/fs.h"
 #include "common/json.h"
+#include "classic_fixture.h"
 #include "e2e/e2e_util.h"
 
 namespace ajet::classic {
@@ -65,19 +66,10 @@ std::vector<Json> read_jsonl(const fs::path& path) {
   return out;
 }
 
-// A tokenizer trained on the built-in tasks' text (`ajet tasks corpus`), so a calc episode is ~200
-// tokens and fits the micro model's context, and the micro model on it; made once per build tree.
+// The micro model on the classic tokenizer (classic_fixture.h); made once per build tree.
 fs::path micro_model() {
-  const fs::path root = fs::path(AJET_BINARY_DIR) / "classic_fixture";
-  const fs::path tok = root / "tokenizer", model = root / "model-micro";
-  e2e::make_once(tok, [&](const fs::path& out) {
-    fs::create_directories(root);
-    Captured r = run_capture(shell_quote(bin("ajet").string()) + " tasks corpus --out " +
-                             shell_quote((root / "corpus.txt").string()) + " && " + shell_quote(bin("ajet").string()) +
-                             " tokenizer train --corpus " + shell_quote((root / "corpus.txt").string()) +
-                             " --vocab-size 1024 --out " + shell_quote(out.string()));
-    ASSERT_EQ(r.status, 0) << r.out;
-  });
+  const fs::path tok = classic_tokenizer();
+  const fs::path model = tok.parent_path() / "model-micro";
   e2e::make_once(model, [&](const fs::path& out) {
     Captured r = run_capture(shell_quote(bin("ajet-engine").string()) + " model init --preset micro --tokenizer " +
                              shell_quote(tok.string()) + " --seed 7 --out " + shell_quote(out.string()));

@@ -103,9 +103,13 @@ inline void make_once(const fs::path& dir, const std::function<void(const fs::pa
     const fs::path tmp = dir.string() + ".tmp-" + std::to_string(::getpid());
     fs::remove_all(tmp);
     create(tmp);
-    write_file_atomic(tmp / ".complete", "ok\n");
-    fs::remove_all(dir);
-    fs::rename(tmp, dir);
+    // A creation that failed (a fatal assertion in `create`) is not marked complete: the next test
+    // tries again instead of using half a fixture.
+    if (!::testing::Test::HasFatalFailure()) {
+      write_file_atomic(tmp / ".complete", "ok\n");
+      fs::remove_all(dir);
+      fs::rename(tmp, dir);
+    }
   }
   ::flock(fd, LOCK_UN);
   ::close(fd);
