@@ -161,15 +161,27 @@ model::Qwen2Model micro_model(const text::Tokenizer& tok, uint64_t seed) {
   return m;
 }
 
-TEST(Sft, StepsLowerTheDemoLossDeterministicallyAndTheModelSaves) {
-  torch::set_num_threads(1);
-  const std::string text = short_demos_text();
-  const text::Tokenizer tok = make_tokenizer(demos_text() + text);
+// `text` read back as demos through a file, tokenized with the BPE trained on both demo texts.
+struct LoadedDemos {
+  text::Tokenizer tok;
+  DemoSet set;
+};
+
+LoadedDemos load_demos(const std::string& text) {
+  text::Tokenizer tok = make_tokenizer(demos_text() + short_demos_text());
   const tracking::ChatFormat format = tracking::ChatFormat::from_tokenizer(tok);
   ScratchDir dir;
   write(dir / "demos.jsonl", text);
-  const DemoSet set = read_demos_jsonl(dir / "demos.jsonl", format);
+  DemoSet set = read_demos_jsonl(dir / "demos.jsonl", format);
+  return LoadedDemos{std::move(tok), std::move(set)};
+}
+
+TEST(Sft, StepsLowerTheDemoLossDeterministicallyAndTheModelSaves) {
+  torch::set_num_threads(1);
+  const std::string text = short_demos_text();
+  const auto [tok, set] = load_demos(text);
   ASSERT_EQ(set.examples.size(), 12u);
+  ScratchDir dir;
 
   SftOptions o;
   o.steps = 25;
@@ -217,12 +229,8 @@ TEST(Sft, StepsLowerTheDemoLossDeterministicallyAndTheModelSaves) {
 // step also holds more demos for the same token budget.
 TEST(Sft, SharedPrefixPackingMatchesWholeDemos) {
   torch::set_num_threads(1);
-  const std::string text = demos_text();  // every demo starts with the same system prompt + tools block
-  const text::Tokenizer tok = make_tokenizer(text + short_demos_text());
-  const tracking::ChatFormat format = tracking::ChatFormat::from_tokenizer(tok);
-  ScratchDir dir;
-  write(dir / "demos.jsonl", text);
-  const DemoSet set = read_demos_jsonl(dir / "demos.jsonl", format);
+  // Every demo starts with the same system prompt + tools block.
+  const auto [tok, set] = load_demos(demos_text());
   ASSERT_EQ(set.examples.size(), 12u);
 
   model::Qwen2Model shared = micro_model(tok, 3);
@@ -273,12 +281,8 @@ TEST(Sft, SharedPrefixPackingMatchesWholeDemos) {
 // summation order; and a split run repeats itself exactly.
 TEST(Sft, WorkerThreadsMatchOneThread) {
   torch::set_num_threads(2);
-  const std::string text = demos_text();
-  const text::Tokenizer tok = make_tokenizer(text + short_demos_text());
-  const tracking::ChatFormat format = tracking::ChatFormat::from_tokenizer(tok);
-  ScratchDir dir;
-  write(dir / "demos.jsonl", text);
-  const DemoSet set = read_demos_jsonl(dir / "demos.jsonl", format);
+  // Every demo starts with the same system prompt + tools block.
+  const auto [tok, set] = load_demos(demos_text());
   ASSERT_EQ(set.examples.size(), 12u);
 
   SftOptions o;
