@@ -125,25 +125,35 @@ TEST(ClassicRun, DebugBackboneRunsStepsValidatesAndWritesFiles) {
 // The torch backbone through the whole stack: every step's batch is trained by the engine (one
 // optimizer step per step) and the trainer's metrics reach metrics.jsonl and the step line.
 TEST(ClassicRun, TorchBackboneTrainsEachStepThroughTheFront) {
-  e2e::ScratchDir dir;
-  const fs::path model = micro_model();
-  std::string yaml = classic_yaml(model);
-  yaml.replace(yaml.find("backbone: debug"), 15, "backbone: torch");
-  yaml.replace(yaml.find("val_before_train: true"), 22, "val_before_train: false");
-  write_file_atomic(dir / "torch.yaml", yaml);
-  Captured r = run_ajet("--conf " + shell_quote((dir / "torch.yaml").string()) + " --exp-dir " +
-                        shell_quote((dir / "exps").string()));
-  ASSERT_EQ(r.status, 0) << r.out;
-  int train = 0;
-  for (const auto& rec : read_jsonl(dir / "exps" / "run" / "metrics.jsonl")) {
-    if (rec["kind"] != "train") continue;
-    train += 1;
-    EXPECT_EQ(rec["global_step"].get<int64_t>(), train) << rec.dump();  // one optimizer step per step
-    EXPECT_TRUE(rec["trainer"].contains("loss")) << rec.dump();          // the trainer's metrics came back
-    EXPECT_EQ(rec["rollout"]["episodes"].get<int64_t>(), 4);
+  // Also with two data-parallel engine ranks, passed through to ajet-swarm start.
+  for (const int ranks : {1, 2}) {
+    SCOPED_TRACE("engine ranks " + std::to_string(ranks));
+    e2e::ScratchDir dir;
+    const fs::path model = micro_model();
+    std::string yaml = classic_yaml(model);
+    yaml.replace(yaml.find("backbone: debug"), 15, "backbone: torch");
+    yaml.replace(yaml.find("val_before_train: true"), 22, "val_before_train: false");
+    write_file_atomic(dir / "torch.yaml", yaml);
+    Captured r = run_ajet("--conf " + shell_quote((dir / "torch.yaml").string()) + " --exp-dir " +
+                          shell_quote((dir / "exps").string()) +
+                          (ranks > 1 ? " --swarm-flag=--engine-ranks=" + std::to_string(ranks) : ""));
+    ASSERT_EQ(r.status, 0) << r.out;
+    int train = 0;
+    for (const auto& rec : read_jsonl(dir / "exps" / "run" / "metrics.jsonl")) {
+      if (rec["kind"] != "train") continue;
+      train += 1;
+      EXPECT_EQ(rec["global_step"].get<int64_t>(), train) << rec.dump();  // one optimizer step per step
+      EXPECT_TRUE(rec["trainer"].contains("loss")) << rec.dump();          // the trainer's metrics came back
+      EXPECT_EQ(rec["rollout"]["episodes"].get<int64_t>(), 4);
+    }
+    EXPECT_EQ(train, 2) << r.out;
+    EXPECT_NE(r.out.find("loss "), std::string::npos) << r.out;
+    if (ranks > 1) {
+      const std::string log = read_file(dir / "exps" / "run" / "swarm.log");
+      EXPECT_NE(log.find("2 data-parallel ranks"), std::string::npos) << log;
+      EXPECT_NE(log.find("training on 2 data-parallel ranks"), std::string::npos) << log;
+    }
   }
-  EXPECT_EQ(train, 2) << r.out;
-  EXPECT_NE(r.out.find("loss "), std::string::npos) << r.out;
 }
 
 TEST(ClassicRun, ExternalCommandWorkflowReportsItsOwnReward) {
