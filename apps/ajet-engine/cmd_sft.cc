@@ -13,8 +13,6 @@
 #include <mutex>
 #include <thread>
 
-#include <ATen/Parallel.h>
-
 #include "command.h"
 #include "common/error.h"
 #include "common/fs.h"
@@ -207,7 +205,7 @@ void run_sft_command(const SftArgs& args) {
   std::atomic<bool> stop{false};
   sft.stop = &stop;
   sft.workers = args.workers;
-  std::cout << "sft: " << sft.workers << " worker thread(s) per step, " << std::max(1, at::get_num_threads() / static_cast<int>(sft.workers))
+  std::cout << "sft: " << sft.workers << " worker thread(s) per step, " << train::sft_worker_threads(sft.workers)
             << " intra-op thread(s) each" << std::endl;
   const std::vector<train::SftStep> steps = train::run_sft(model, set.examples, sft, [&](const train::SftStep& s) {
     if (s.step == 1 || s.step % std::max<int64_t>(1, args.log_every) == 0 || s.step == args.sft.steps) {

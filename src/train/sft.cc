@@ -184,35 +184,26 @@ torch::Tensor nll_sum(model::Qwen2Model& model, const PackedBatch& p) {
 }
 
 // Consecutive examples of `order` from `next` until the token budget is full (always at least one).
-// With `share` the budget counts packed tokens: the prefix all of them share (see pack) once.
-struct TakenBatch {
-  std::vector<const SftExample*> examples;
-  int64_t shared_prefix = 0;
-};
-
-TakenBatch take_batch(const std::vector<SftExample>& examples, const std::vector<size_t>& order, size_t& next,
-                      int64_t budget, bool share) {
-  TakenBatch b;
+// With `share` the budget counts packed tokens: the prefix all of them share (shared_prefix_of) once.
+std::vector<const SftExample*> take_batch(const std::vector<SftExample>& examples, const std::vector<size_t>& order,
+                                          size_t& next, int64_t budget, bool share) {
+  std::vector<const SftExample*> taken;
   int64_t total = 0;  // sum of example lengths
   int64_t prefix = 0;
   while (next < order.size()) {
     const SftExample& ex = examples[order[next]];
     const int64_t n = static_cast<int64_t>(ex.token_ids.size());
     int64_t p = 0;
-    if (share) {
-      p = b.examples.empty() ? common_prefix(ex, ex, n) : common_prefix(*b.examples.front(), ex, prefix);
-    }
-    const int64_t count = static_cast<int64_t>(b.examples.size()) + 1;
+    if (share) p = taken.empty() ? common_prefix(ex, ex, n) : common_prefix(*taken.front(), ex, prefix);
+    const int64_t count = static_cast<int64_t>(taken.size()) + 1;
     const int64_t packed = total + n - (count - 1) * p;  // prefix p once instead of `count` times
-    if (!b.examples.empty() && packed > budget) break;
-    b.examples.push_back(&ex);
+    if (!taken.empty() && packed > budget) break;
+    taken.push_back(&ex);
     total += n;
     prefix = p;
     ++next;
   }
-  // One example alone shares nothing.
-  b.shared_prefix = b.examples.size() > 1 ? prefix : 0;
-  return b;
+  return taken;
 }
 
 void validate(const SftOptions& o) {
@@ -257,6 +248,10 @@ std::vector<torch::Tensor> part_gradients(model::Qwen2Model& model, const Packed
 
 }  // namespace
 
+int sft_worker_threads(int64_t workers) {
+  return std::max(1, at::get_num_threads() / static_cast<int>(std::max<int64_t>(1, workers)));
+}
+
 double sft_learning_rate(const SftOptions& o, int64_t step) {
   if (step < o.warmup_steps) return o.lr * static_cast<double>(step + 1) / static_cast<double>(o.warmup_steps);
   const int64_t span = o.steps - o.warmup_steps;
@@ -298,66 +293,60 @@ std::vector<SftStep> run_sft(model::Qwen2Model& model, const std::vector<SftExam
       reshuffle();
       next = 0;
     }
-    const TakenBatch batch = take_batch(examples, order, next, options.batch_tokens, options.share_prefix);
+    const std::vector<const SftExample*> batch = take_batch(examples, order, next, options.batch_tokens, options.share_prefix);
     SftStep m;
     m.step = s + 1;
-    m.examples = static_cast<int64_t>(batch.examples.size());
+    m.examples = static_cast<int64_t>(batch.size());
     m.lr = sft_learning_rate(options, s);
     optimizer.zero_grad();
-    if (options.workers <= 1 || batch.examples.size() < 2) {
-      const PackedBatch p = pack(batch.examples, options.attention_block, batch.shared_prefix);
-      m.shared_prefix = batch.shared_prefix;
-      m.tokens = p.tokens;
-      m.trained_tokens = p.trained;
-      if (p.trained > 0) {
-        torch::Tensor loss = nll_sum(model, p) / static_cast<double>(p.trained);
+    // One part (workers 1) runs on this thread with all its threads; several run side by side.
+    std::vector<PackedBatch> parts;
+    for (const auto& part : split_parts(batch, options.workers)) {
+      const int64_t prefix = options.share_prefix ? shared_prefix_of(part) : 0;
+      parts.push_back(pack(part, options.attention_block, prefix));
+      if (parts.size() == 1) m.shared_prefix = prefix;
+      m.tokens += parts.back().tokens;
+      m.trained_tokens += parts.back().trained;
+    }
+    if (parts.size() == 1) {
+      if (m.trained_tokens > 0) {
+        torch::Tensor loss = nll_sum(model, parts.front()) / static_cast<double>(m.trained_tokens);
         loss.backward();
         m.loss = loss.item<double>();
       }
-    } else {
-      // Parts side by side on their own threads; the loss is still the mean over the whole step.
-      std::vector<PackedBatch> parts;
-      for (const auto& part : split_parts(batch.examples, options.workers)) {
-        const int64_t prefix = options.share_prefix ? shared_prefix_of(part) : 0;
-        parts.push_back(pack(part, options.attention_block, prefix));
-        if (parts.size() == 1) m.shared_prefix = prefix;
-        m.tokens += parts.back().tokens;
-        m.trained_tokens += parts.back().trained;
-      }
-      if (m.trained_tokens > 0) {
-        const int threads_before = at::get_num_threads();
-        const int intra = std::max(1, threads_before / static_cast<int>(parts.size()));
-        const auto denom = static_cast<double>(m.trained_tokens);
-        std::vector<std::vector<torch::Tensor>> grads(parts.size());
-        std::vector<double> nll(parts.size(), 0.0);
-        std::vector<std::exception_ptr> errors(parts.size());
-        std::vector<std::thread> threads;
-        for (size_t k = 0; k < parts.size(); ++k) {
-          threads.emplace_back([&, k] {
-            try {
-              if (parts[k].trained > 0) grads[k] = part_gradients(model, parts[k], denom, params, intra, nll[k]);
-            } catch (...) {
-              errors[k] = std::current_exception();
-            }
-          });
-        }
-        for (auto& t : threads) t.join();
-        at::set_num_threads(threads_before);
-        for (const auto& e : errors) {
-          if (e) std::rethrow_exception(e);
-        }
-        double total = 0;
-        for (double v : nll) total += v;
-        m.loss = total / denom;
-        torch::NoGradGuard no_grad;
-        for (size_t i = 0; i < params.size(); ++i) {
-          torch::Tensor g;
-          for (const auto& part : grads) {  // in part order: the same sum every run
-            if (part.empty() || !part[i].defined()) continue;
-            g = g.defined() ? g + part[i] : part[i];
+    } else if (m.trained_tokens > 0) {  // the loss is still the mean over the whole step
+      const int threads_before = at::get_num_threads();
+      const int intra = sft_worker_threads(static_cast<int64_t>(parts.size()));
+      const auto denom = static_cast<double>(m.trained_tokens);
+      std::vector<std::vector<torch::Tensor>> grads(parts.size());
+      std::vector<double> nll(parts.size(), 0.0);
+      std::vector<std::exception_ptr> errors(parts.size());
+      std::vector<std::thread> threads;
+      for (size_t k = 0; k < parts.size(); ++k) {
+        threads.emplace_back([&, k] {
+          try {
+            if (parts[k].trained > 0) grads[k] = part_gradients(model, parts[k], denom, params, intra, nll[k]);
+          } catch (...) {
+            errors[k] = std::current_exception();
           }
-          params[i].mutable_grad() = g.defined() ? g : torch::zeros_like(params[i]);
+        });
+      }
+      for (auto& t : threads) t.join();
+      at::set_num_threads(threads_before);
+      for (const auto& e : errors) {
+        if (e) std::rethrow_exception(e);
+      }
+      double total = 0;
+      for (double v : nll) total += v;
+      m.loss = total / denom;
+      torch::NoGradGuard no_grad;
+      for (size_t i = 0; i < params.size(); ++i) {
+        torch::Tensor g;
+        for (const auto& part : grads) {  // in part order: the same sum every run
+          if (part.empty() || !part[i].defined()) continue;
+          g = g.defined() ? g + part[i] : part[i];
         }
+        params[i].mutable_grad() = g.defined() ? g : torch::zeros_like(params[i]);
       }
     }
     if (m.trained_tokens > 0) {
@@ -387,8 +376,8 @@ double sft_loss(model::Qwen2Model& model, const std::vector<SftExample>& example
   double total = 0;
   int64_t count = 0;
   while (next < order.size()) {
-    const TakenBatch b = take_batch(examples, order, next, batch_tokens, share_prefix);
-    const PackedBatch p = pack(b.examples, 128, b.shared_prefix);
+    const std::vector<const SftExample*> b = take_batch(examples, order, next, batch_tokens, share_prefix);
+    const PackedBatch p = pack(b, 128, share_prefix ? shared_prefix_of(b) : 0);
     if (p.trained == 0) continue;
     total += nll_sum(model, p).item<double>();
     count += p.trained;

@@ -93,6 +93,9 @@ struct SftStep {
   double seconds = 0;          // wall time of this step
 };
 
+// Intra-op threads each of `workers` worker threads gets: this thread's count shared out, at least one.
+int sft_worker_threads(int64_t workers);
+
 // Learning rate of 0-based step `step`.
 double sft_learning_rate(const SftOptions& options, int64_t step);
 
