@@ -1,9 +1,9 @@
 // Copy drills: SFT demonstrations whose reply repeats the user's text, for the warm-up of a fresh tiny
 // model before a task's own demos (docs/sft.md). Tool use needs in-context copying (calc copies the
-// numbers of the question into its calculator call and the tool's result into its answer), and a tiny
-// model learns that copying in a late, abrupt phase change; on short drills the phase change comes
-// after a few hundred steps and carries over, so the task's demos then teach the format on top of it.
-// A drill is not a task: it has no judge, agent or validation split.
+// numbers of the question into its calculator call and the tool's result into its answer), which a tiny
+// model learns late and abruptly on calc demos; on these short drills it learns to copy within 100-200
+// steps. How much that shortens a calc warm-up is measured, not settled (docs/sft.md). A drill is not
+// a task: it has no judge, agent or validation split.
 #pragma once
 
 #include <cstdint>

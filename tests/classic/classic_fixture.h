@@ -1,4 +1,4 @@
-// The classic tests' shared fixture: a tokenizer trained on the built-in tasks' text (`ajet tasks
+// The classic tests' shared pieces: a JSONL reader and a tokenizer trained on the built-in tasks' text (`ajet tasks
 // corpus`, 1024 ids asked), so a calc or frozenlake episode is a few hundred tokens; made once per
 // build tree under <build>/classic_fixture and shared by the tests that need it.
 #pragma once
@@ -6,7 +6,12 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <sstream>
+#include <string>
+#include <vector>
 
+#include "common/fs.h"
+#include "common/json.h"
 #include "e2e/e2e_util.h"
 
 namespace ajet::classic {
@@ -27,6 +32,17 @@ inline std::filesystem::path classic_tokenizer() {
     ASSERT_EQ(r.status, 0) << r.out;
   });
   return tok;
+}
+
+// The records of a JSONL file (metrics.jsonl), blank lines skipped.
+inline std::vector<Json> read_jsonl(const std::filesystem::path& path) {
+  std::vector<Json> out;
+  std::istringstream in(read_file(path));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty()) out.push_back(Json::parse(line));
+  }
+  return out;
 }
 
 }  // namespace ajet::classic

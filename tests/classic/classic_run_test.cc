@@ -56,16 +56,6 @@ std::string classic_yaml(const fs::path& model, const std::string& extra = "") {
          extra;
 }
 
-std::vector<Json> read_jsonl(const fs::path& path) {
-  std::vector<Json> out;
-  std::istringstream in(read_file(path));
-  std::string line;
-  while (std::getline(in, line)) {
-    if (!line.empty()) out.push_back(Json::parse(line));
-  }
-  return out;
-}
-
 // The micro model on the classic tokenizer (classic_fixture.h); made once per build tree.
 fs::path micro_model() {
   const fs::path tok = classic_tokenizer();

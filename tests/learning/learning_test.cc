@@ -13,7 +13,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <sstream>
 
 #include "classic/classic_fixture.h"
 #include "common/fs.h"
@@ -106,11 +105,8 @@ TEST(Learning, FrozenLakeHeldOutSuccessRisesBeyondNoise) {
   if (r.status != 0) return;
 
   std::vector<Json> val;
-  std::istringstream in(read_file(dir / "exps" / "learn" / "metrics.jsonl"));
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty()) continue;
-    Json rec = Json::parse(line);
-    if (rec["kind"] == "validation") val.push_back(rec);
+  for (Json& rec : read_jsonl(dir / "exps" / "learn" / "metrics.jsonl")) {
+    if (rec["kind"] == "validation") val.push_back(std::move(rec));
   }
   ASSERT_EQ(val.size(), 2u) << r.out;
   EXPECT_EQ(val[0]["step"].get<int64_t>(), 0);
