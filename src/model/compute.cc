@@ -1,5 +1,7 @@
 #include "model/compute.h"
 
+#include "model/blas_kernel.h"
+
 #include <ATen/Parallel.h>
 #include <ATen/Context.h>
 #include <ATen/Version.h>
@@ -42,6 +44,9 @@ std::string describe_compute_backend() {
   // OpenBLAS reports its build (kernel, threading) when it is the BLAS in use.
   using ConfigFn = char* (*)();
   if (auto fn = reinterpret_cast<ConfigFn>(dlsym(RTLD_DEFAULT, "openblas_get_config"))) blas += " (" + std::string(fn()) + ")";
+  if (const std::string was = openblas_core_replaced(); !was.empty()) {
+    blas += " [kernel " + openblas_core() + " set by ajet: OpenBLAS picked " + was + " for this CPU; blas_kernel.h]";
+  }
   std::string parallel = at::get_parallel_info();
   std::string backend = "unknown";
   if (auto pos = parallel.find("ATen parallel backend: "); pos != std::string::npos) {
