@@ -1,6 +1,6 @@
 // The engine settings flags shared by `ajet-engine serve` and `ajet-engine generate`: --model,
 // --conf, --threads, --kv-cache-mb, --max-model-len, --max-batch-tokens, --max-running, --device,
-// --dtype, --policy-version. A flag given on the command line wins over the --conf file, which wins
+// --dtype, --no-prefix-caching, --policy-version. A flag given on the command line wins over the --conf file, which wins
 // over the defaults. No libtorch here.
 #pragma once
 
@@ -29,6 +29,7 @@ class EngineFlags {
   };
   Values flags_;
   std::string conf_;
+  bool no_prefix_caching_ = false;
   // Each given flag copies its value over the config's.
   std::vector<std::pair<CLI::Option*, std::function<void(EngineOptions&)>>> overrides_;
 };
@@ -57,6 +58,9 @@ inline void EngineFlags::add_to(CLI::App* cmd) {
       [this](EngineOptions& x) { x.device = flags_.options.device; });
   add(cmd->add_option("--dtype", o.dtype, "float32, bfloat16 or float16")->capture_default_str(),
       [this](EngineOptions& x) { x.dtype = flags_.options.dtype; });
+  add(cmd->add_flag("--no-prefix-caching", no_prefix_caching_,
+                    "Compute every prompt in full (default: reuse the keys/values of prefixes already computed)"),
+      [](EngineOptions& x) { x.prefix_caching = false; });
   add(cmd->add_option("--policy-version", o.policy_version, "Policy version reported with generated tokens")
           ->capture_default_str(),
       [this](EngineOptions& x) { x.policy_version = flags_.options.policy_version; });
@@ -66,6 +70,7 @@ inline EngineOptions EngineFlags::resolve() const {
   if (conf_.empty()) {
     EngineOptions o = flags_.options;
     o.model_dir = flags_.model_dir_text;
+    if (no_prefix_caching_) o.prefix_caching = false;
     return o;
   }
   EngineOptions o = options_from_config_file(conf_, flags_.model_dir_text);

@@ -166,6 +166,7 @@ struct EngineConfig {
   std::string device = "cpu";   // cpu | cuda | auto
   std::string dtype = "float32";  // float32 | bfloat16 | float16
   int64_t prefill_chunk_tokens = 512;
+  bool enable_prefix_caching = true;  // vLLM's name: reuse keys/values of shared prompt prefixes
   int64_t seed = 0;
 };
 

@@ -187,6 +187,8 @@ std::vector<Field> config_fields(Config& c) {
         {.choices = {"float32", "bfloat16", "float16"}});
   t.add("engine.prefill_chunk_tokens", c.engine.prefill_chunk_tokens, "prompt tokens prefilled per step",
         {.min = 1});
+  t.add("engine.enable_prefix_caching", c.engine.enable_prefix_caching,
+        "reuse the keys/values of prompt prefixes already computed (system prompt, earlier turns)");
   t.add("engine.seed", c.engine.seed, "engine RNG seed");
   return std::move(t.fields);
 }

@@ -19,6 +19,7 @@ EngineOptions options_from_config(const config::Config& config) {
   o.max_batch_tokens = config.engine.prefill_chunk_tokens;
   o.max_model_len = config.rollout.max_model_len;
   o.max_running = config.rollout.max_num_seqs;
+  o.prefix_caching = config.engine.enable_prefix_caching;
   return o;
 }
 

@@ -22,6 +22,7 @@ struct EngineOptions {
   std::string device = "cpu";       // cpu | cuda | cuda:N | auto (cuda when available)
   std::string dtype = "float32";    // float32 | bfloat16 | float16
   int64_t policy_version = 0;       // version reported with every generated token until weights change
+  bool prefix_caching = true;       // reuse keys/values of prompt prefixes already computed
   // The whole --conf file when one was given: the trainer methods take their settings from it
   // (backbone, ajet.trainer_common.*, ajet.lora.*, ajet.async.*); without it they use defaults.
   std::optional<config::Config> config;

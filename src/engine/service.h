@@ -47,7 +47,8 @@ class EngineService {
 
   // The `status` reply: policy_version, model {path, config, parameters, dtype}, engine {running,
   // waiting, free_blocks, total_blocks, block_size, max_model_len, max_batch_tokens, max_running,
-  // steps, tokens_generated, tokens_computed, preemptions, requests_finished}, compute {device,
+  // steps, tokens_generated, tokens_computed, tokens_prefix_cached, cached_blocks, prefix_caching,
+  // preemptions, requests_finished}, compute {device,
   // threads, backend}, rpc {address, generate_requests, request_errors, aborts, disconnects},
   // uptime_s, pid. See docs/engine.md.
   Json status() const;

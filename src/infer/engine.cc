@@ -47,7 +47,8 @@ InferenceEngine::InferenceEngine(model::Qwen2Model model, const EngineConfig& co
   const int64_t num_blocks = KvCache::blocks_for_bytes(shape, config_.cache_bytes, options.dtype().itemsize());
   cache_ = std::make_unique<KvCache>(shape, num_blocks, options);
   scheduler_ = std::make_unique<Scheduler>(
-      SchedulerConfig{config_.block_size, config_.max_batch_tokens, config_.max_running}, num_blocks);
+      SchedulerConfig{config_.block_size, config_.max_batch_tokens, config_.max_running, config_.prefix_caching},
+      num_blocks);
   // A sequence alone must always fit in the cache, so preemption can always make progress.
   max_model_len_ = config_.max_model_len > 0 ? config_.max_model_len : mc.max_position_embeddings;
   if (max_model_len_ <= 0) max_model_len_ = num_blocks * config_.block_size;
@@ -59,10 +60,10 @@ InferenceEngine::InferenceEngine(model::Qwen2Model model, const EngineConfig& co
   counters_.free_blocks = num_blocks;
   stats_ = counters_;
   log().info("inference engine: {} cache blocks of {} tokens ({:.1f} MiB, {}), max_model_len {}, "
-             "max_batch_tokens {}, max_running {}",
+             "max_batch_tokens {}, max_running {}, prefix caching {}",
              num_blocks, config_.block_size, static_cast<double>(config_.cache_bytes) / (1 << 20),
              c10::toString(options.dtype().toScalarType()), max_model_len_, config_.max_batch_tokens,
-             config_.max_running);
+             config_.max_running, config_.prefix_caching ? "on" : "off");
   if (config_.start_thread) {
     thread_ = std::thread([this] { loop(); });
   } else if (config_.threads > 0) {
@@ -245,6 +246,8 @@ bool InferenceEngine::handle_inbox() {
       if (task->fn) task->fn(model_);
       if (task->set_version) policy_version_.store(*task->set_version);
       if (task->bump_version) policy_version_.fetch_add(1);
+      // Keys/values computed before may be from other weights: new prompts must not reuse them.
+      if (task->fn || task->set_version || task->bump_version) scheduler_->forget_cached_prefixes();
       task->done.set_value();
     } catch (...) {
       task->done.set_exception(std::current_exception());
@@ -395,7 +398,7 @@ void InferenceEngine::sample_and_emit(const StepPlan& plan, const at::Tensor& lo
   int64_t row = 0;
   for (const ScheduledChunk& chunk : plan.chunks) {
     Sequence* seq = chunk.seq;
-    seq->num_cached += chunk.length;
+    scheduler_->advance(*seq, chunk.length);
     if (!chunk.needs_logits) continue;
     draws.push_back({seq, row, {}});
     if (seq->pending_forks > 0) {
@@ -479,6 +482,8 @@ void InferenceEngine::publish_stats() {
   counters_.running = scheduler_->num_running();
   counters_.waiting = scheduler_->num_waiting();
   counters_.free_blocks = scheduler_->blocks().num_free();
+  counters_.cached_blocks = scheduler_->blocks().num_cached();
+  counters_.tokens_prefix_cached = scheduler_->prefix_hit_tokens();
   std::lock_guard lock(mu_);
   stats_ = counters_;
 }

@@ -33,6 +33,7 @@ struct EngineConfig {
   int64_t max_batch_tokens = 512;     // tokens per step: decode tokens first, then prefill chunks
   int64_t max_running = 64;           // sequences decoding at once (samples of n > 1 count each)
   int64_t max_model_len = 0;          // prompt + generated limit; 0 = max_position_embeddings
+  bool prefix_caching = true;         // reuse computed full blocks of shared prompt prefixes (scheduler.h)
   bool start_thread = true;           // false: no engine thread, the owner calls step() (tests)
   AttentionImpl attention = AttentionImpl::kAuto;
 };
@@ -47,6 +48,8 @@ struct EngineStats {
   int64_t steps = 0;
   int64_t tokens_generated = 0;  // sampled tokens
   int64_t tokens_computed = 0;   // tokens run through the model (prefill, recompute and decode)
+  int64_t tokens_prefix_cached = 0;  // prompt tokens not computed: their keys/values were cached
+  int64_t cached_blocks = 0;     // blocks whose contents prefix caching can reuse (now)
   int64_t preemptions = 0;
   int64_t requests_finished = 0;
   int64_t policy_version = 0;

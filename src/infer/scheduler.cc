@@ -67,6 +67,42 @@ void Scheduler::release_blocks(Sequence& seq) {
   for (int32_t block : seq.blocks) blocks_.release(block);
   seq.blocks.clear();
   seq.num_cached = 0;
+  seq.num_keyed = 0;
+  seq.last_key = kFirstBlockKey;
+  seq.shares_blocks = true;  // recomputed from its tokens with the weights of that time, if ever
+}
+
+std::vector<int32_t> Scheduler::cached_prefix(const Sequence& seq, uint64_t& last_key) const {
+  std::vector<int32_t> hits;
+  last_key = kFirstBlockKey;
+  if (!config_.prefix_caching || !seq.shares_blocks) return hits;
+  const int64_t bs = config_.block_size;
+  const int64_t max_hits = (static_cast<int64_t>(seq.tokens.size()) - 1) / bs;  // the last token runs: logits
+  uint64_t key = kFirstBlockKey;
+  for (int64_t b = 0; b < max_hits; ++b) {
+    key = chain_block_key(key, seq.tokens.data() + b * bs, bs);
+    std::optional<int32_t> block = blocks_.find(key);
+    if (!block) break;
+    hits.push_back(*block);
+    last_key = key;
+  }
+  return hits;
+}
+
+void Scheduler::advance(Sequence& seq, int64_t length) {
+  seq.num_cached += length;
+  if (!config_.prefix_caching || !seq.shares_blocks) return;
+  const int64_t bs = config_.block_size;
+  while ((seq.num_keyed + 1) * bs <= seq.num_cached) {
+    seq.last_key = chain_block_key(seq.last_key, seq.tokens.data() + seq.num_keyed * bs, bs);
+    blocks_.set_key(seq.blocks[static_cast<size_t>(seq.num_keyed)], seq.last_key);
+    ++seq.num_keyed;
+  }
+}
+
+void Scheduler::forget_cached_prefixes() {
+  blocks_.forget_keys();
+  for (auto& seq : running_) seq->shares_blocks = false;
 }
 
 void Scheduler::preempt_last(StepPlan& plan) {
@@ -113,11 +149,24 @@ StepPlan Scheduler::schedule() {
     Sequence& seq = *waiting_.front();
     if (slots_used() + 1 + seq.pending_forks > config_.max_running) break;
     const int64_t need = blocks_for(static_cast<int64_t>(seq.tokens.size()));
-    if (blocks_.num_free() < need + num_running()) break;
-    for (int64_t b = 0; b < need; ++b) seq.blocks.push_back(*blocks_.allocate());
+    uint64_t last_key = kFirstBlockKey;
+    const std::vector<int32_t> hits = cached_prefix(seq, last_key);
+    int64_t idle_hits = 0;  // cached blocks nobody references: counted in num_free until taken
+    for (int32_t block : hits) idle_hits += blocks_.ref_count(block) == 0 ? 1 : 0;
+    const int64_t fresh = need - static_cast<int64_t>(hits.size());
+    if (blocks_.num_free() - idle_hits < fresh + num_running()) break;
+    for (int32_t block : hits) {
+      blocks_.acquire(block);
+      seq.blocks.push_back(block);
+    }
+    seq.num_cached = static_cast<int64_t>(hits.size()) * config_.block_size;
+    seq.num_keyed = static_cast<int64_t>(hits.size());
+    seq.last_key = last_key;
+    prefix_hit_tokens_ += seq.num_cached;
+    for (int64_t b = 0; b < fresh; ++b) seq.blocks.push_back(*blocks_.allocate());
     const int64_t left = uncached(seq);
     const int64_t length = std::min(left, budget);
-    plan.chunks.push_back({&seq, 0, length, length == left});
+    plan.chunks.push_back({&seq, seq.num_cached, length, length == left});
     budget -= length;
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
@@ -138,6 +187,9 @@ std::vector<Sequence*> Scheduler::fork(Sequence& parent, int64_t count) {
     seq->prompt_len = parent.prompt_len;
     seq->num_cached = parent.num_cached;
     seq->blocks = parent.blocks;
+    seq->num_keyed = parent.num_keyed;
+    seq->last_key = parent.last_key;
+    seq->shares_blocks = parent.shares_blocks;
     for (int32_t block : seq->blocks) blocks_.add_ref(block);
     forks.push_back(seq.get());
     running_.push_back(std::move(seq));

@@ -1,6 +1,8 @@
 // Decides, once per engine step, which tokens of which sequences run: decode tokens of every running
 // sequence first, then prefill chunks under a token budget, then FIFO admission of waiting sequences
-// when KV blocks and sequence slots allow. Owns the sequences and their block tables; never touches
+// when KV blocks and sequence slots allow. With prefix caching, an admitted prompt starts after the
+// full blocks it shares with keys/values already computed (e.g. the system prompt, or an agent's
+// previous turn). Owns the sequences and their block tables; never touches
 // tensors (block copies for copy-on-write are returned in the plan for the engine to perform).
 #pragma once
 
@@ -35,6 +37,9 @@ struct Sequence {
   int64_t prompt_len = 0;
   int64_t num_cached = 0;        // leading tokens whose keys/values are in the cache
   std::vector<int32_t> blocks;   // block table: position p lives in blocks[p / block_size]
+  int64_t num_keyed = 0;         // leading full blocks registered for prefix caching
+  uint64_t last_key = kFirstBlockKey;  // key of block num_keyed - 1
+  bool shares_blocks = true;     // false once the weights changed under it: its blocks are not reusable
   SampleRng rng{0, 0};
   int64_t num_generated() const { return static_cast<int64_t>(tokens.size()) - prompt_len; }
 };
@@ -43,6 +48,7 @@ struct SchedulerConfig {
   int64_t block_size = 16;         // tokens per block
   int64_t max_batch_tokens = 512;  // tokens per step (decode + prefill)
   int64_t max_running = 64;        // running sequences, counting samples not yet forked
+  bool prefix_caching = true;      // reuse computed full blocks across requests with the same prefix
 };
 
 // Tokens [start, start + length) of one sequence run this step (positions = indices).
@@ -87,6 +93,15 @@ class Scheduler {
   // tokens; sample indices follow the parent's. The caller sets their RNGs. Returns them, in order.
   std::vector<Sequence*> fork(Sequence& parent, int64_t count);
 
+  // `length` more tokens of seq were computed: advances num_cached and, with prefix caching, registers
+  // the blocks that became full so later prompts with the same prefix reuse them.
+  void advance(Sequence& seq, int64_t length);
+
+  // The weights changed: no computed block may be reused by a new prompt any more.
+  void forget_cached_prefixes();
+  // Prompt tokens admitted with their keys/values already in the cache, since start.
+  int64_t prefix_hit_tokens() const { return prefix_hit_tokens_; }
+
   // Removes a running sequence and frees its blocks.
   void finish(Sequence* seq);
 
@@ -100,11 +115,14 @@ class Scheduler {
   bool make_writable(Sequence& seq, int64_t pos, StepPlan& plan);
   void release_blocks(Sequence& seq);
   void preempt_last(StepPlan& plan);
+  // The blocks of seq's prompt already computed (prefix caching), leaving at least its last token.
+  std::vector<int32_t> cached_prefix(const Sequence& seq, uint64_t& last_key) const;
 
   SchedulerConfig config_;
   BlockAllocator blocks_;
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;  // in admission order
+  int64_t prefix_hit_tokens_ = 0;
 };
 
 }  // namespace ajet::infer

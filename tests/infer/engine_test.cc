@@ -379,5 +379,74 @@ TEST(Engine, StopAbortsRequestsInFlight) {
   EXPECT_EQ(r.samples[0].finish, FinishReason::kAbort);
 }
 
+
+// Prefix caching: prompts that share a prefix with keys/values already computed (the same system
+// prompt; an agent's next turn, which repeats the previous one) skip those blocks, and every token is
+// still the full recompute's.
+TEST(Engine, PrefixCachingSkipsComputedBlocksAndKeepsEveryToken) {
+  model::Qwen2Model m = tiny_model();
+  std::vector<int32_t> common = prompt_of(24, 4);        // 6 blocks of 4
+  std::vector<int32_t> p1 = common, p2 = common;
+  for (int32_t t : {11, 12, 13, 14, 15, 16}) p1.push_back(t);
+  for (int32_t t : {21, 22, 23, 24, 25}) p2.push_back(t);
+  InferenceEngine engine(m, manual_config());
+  auto f1 = engine.generate(request("p1", p1, 6));
+  drain(engine);
+  const GenerateResult r1 = f1.get();
+  auto f2 = engine.generate(request("p2", p2, 6));
+  drain(engine);
+  const GenerateResult r2 = f2.get();
+  ASSERT_FALSE(r1.error);
+  ASSERT_FALSE(r2.error);
+  EXPECT_EQ(engine.stats().tokens_prefix_cached, 24);
+  expect_matches_reference(m, p1, r1.samples[0], /*greedy=*/true);
+  expect_matches_reference(m, p2, r2.samples[0], /*greedy=*/true);
+
+  // The next turn: the first exchange (prompt and reply) and a new message. 30 + 6 tokens, of which 35
+  // were computed: 8 full blocks.
+  std::vector<int32_t> turn2 = p1;
+  for (int32_t id : ids_of(r1.samples[0])) turn2.push_back(id);
+  for (int32_t t : {31, 32, 33}) turn2.push_back(t);
+  auto f3 = engine.generate(request("turn2", turn2, 5));
+  drain(engine);
+  const GenerateResult r3 = f3.get();
+  ASSERT_FALSE(r3.error);
+  EXPECT_EQ(engine.stats().tokens_prefix_cached, 24 + 32);
+  expect_matches_reference(m, turn2, r3.samples[0], /*greedy=*/true);
+
+  // Without prefix caching the same requests give the same tokens, all computed.
+  EngineConfig off = manual_config();
+  off.prefix_caching = false;
+  InferenceEngine plain(m, off);
+  for (const auto& [id, prompt, out] : {std::tuple{"p1", p1, r1}, std::tuple{"p2", p2, r2}, std::tuple{"turn2", turn2, r3}}) {
+    auto f = plain.generate(request(id, prompt, static_cast<int64_t>(out.samples[0].tokens.size())));
+    drain(plain);
+    EXPECT_EQ(ids_of(f.get().samples[0]), ids_of(out.samples[0])) << id;
+  }
+  EXPECT_EQ(plain.stats().tokens_prefix_cached, 0);
+}
+
+TEST(Engine, PrefixCachingNeverServesKeysAndValuesOfOldWeights) {
+  model::Qwen2Model m = tiny_model();
+  InferenceEngine engine(m, manual_config());
+  const std::vector<int32_t> prompt = prompt_of(21, 2);
+  auto before = engine.generate(request("before", prompt, 4));
+  drain(engine);
+  ASSERT_FALSE(before.get().error);
+  std::future<void> changed = engine.run_exclusive(
+      [](model::Qwen2Model& model) {
+        torch::NoGradGuard no_grad;
+        model->layer(0)->linear(model::Proj::kV)->weight.mul_(-1.5);
+      },
+      /*bump_version=*/true);
+  auto after = engine.generate(request("after", prompt, 8));
+  drain(engine);
+  changed.get();
+  const GenerateResult r = after.get();
+  ASSERT_FALSE(r.error);
+  EXPECT_EQ(engine.stats().tokens_prefix_cached, 0);
+  expect_matches_reference(m, prompt, r.samples[0], /*greedy=*/true);  // m now has the new weights
+}
+
 }  // namespace
 }  // namespace ajet::infer

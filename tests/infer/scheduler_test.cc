@@ -238,5 +238,125 @@ TEST(BlockAllocator, CountsReferences) {
   EXPECT_EQ(a.num_free(), 2);
 }
 
+// ---------------------------------------------------------------------------------------------------
+// Prefix caching
+
+// The engine's part with prefix caching: advance() caches the chunk and registers its full blocks.
+void run_advancing(Scheduler& s, const StepPlan& plan) {
+  for (const ScheduledChunk& c : plan.chunks) {
+    ASSERT_EQ(c.start, c.seq->num_cached);
+    s.advance(*c.seq, c.length);
+    if (c.needs_logits) c.seq->tokens.push_back(7);
+  }
+}
+
+Sequence* admit(Scheduler& s, std::unique_ptr<Sequence> seq) {
+  Sequence* p = seq.get();
+  s.add(std::move(seq));
+  return p;
+}
+
+TEST(PrefixCaching, APromptStartsAfterTheFullBlocksAlreadyComputed) {
+  Scheduler s({/*block_size=*/4, /*max_batch_tokens=*/64, /*max_running=*/4}, 32);
+  Sequence* a = admit(s, make_seq(10));  // tokens 1..10: blocks [1-4] [5-8] full, [9 10] not
+  run_advancing(s, s.schedule());
+  EXPECT_EQ(a->num_keyed, 2);
+  EXPECT_EQ(s.blocks().num_cached(), 2);
+
+  Sequence* b = admit(s, make_seq(10));  // the same prompt
+  StepPlan plan = s.schedule();
+  ASSERT_EQ(plan.chunks.size(), 2u);     // a's decode token, b's prompt
+  EXPECT_EQ(plan.chunks[1].seq, b);
+  EXPECT_EQ(plan.chunks[1].start, 8);
+  EXPECT_EQ(plan.chunks[1].length, 2);
+  EXPECT_EQ(b->blocks[0], a->blocks[0]);
+  EXPECT_EQ(b->blocks[1], a->blocks[1]);
+  EXPECT_NE(b->blocks[2], a->blocks[2]);  // the partial block is b's own
+  EXPECT_EQ(s.blocks().ref_count(a->blocks[0]), 2);
+  EXPECT_EQ(s.prefix_hit_tokens(), 8);
+  run_advancing(s, plan);
+
+  // A prompt that is exactly the cached blocks still computes its last block (its logits are needed).
+  Sequence* c = admit(s, make_seq(8));
+  plan = s.schedule();
+  EXPECT_EQ(plan.chunks.back().seq, c);
+  EXPECT_EQ(plan.chunks.back().start, 4);
+  EXPECT_EQ(s.prefix_hit_tokens(), 12);
+
+  // A prompt that differs inside the second block shares only the first.
+  auto d_seq = make_seq(10);
+  d_seq->tokens[5] = 99;
+  Sequence* d = admit(s, std::move(d_seq));
+  plan = s.schedule();
+  EXPECT_EQ(plan.chunks.back().seq, d);
+  EXPECT_EQ(plan.chunks.back().start, 4);
+}
+
+TEST(PrefixCaching, OffComputesEveryPromptInFull) {
+  Scheduler s({4, 64, 4, /*prefix_caching=*/false}, 32);
+  admit(s, make_seq(10));
+  run_advancing(s, s.schedule());
+  EXPECT_EQ(s.blocks().num_cached(), 0);
+  Sequence* b = admit(s, make_seq(10));
+  StepPlan plan = s.schedule();
+  EXPECT_EQ(plan.chunks.back().seq, b);
+  EXPECT_EQ(plan.chunks.back().start, 0);
+  EXPECT_EQ(s.prefix_hit_tokens(), 0);
+}
+
+TEST(PrefixCaching, GeneratedTokensBecomeAPrefixForTheNextTurn) {
+  Scheduler s({4, 64, 4}, 32);
+  Sequence* a = admit(s, make_seq(6));
+  run_advancing(s, s.schedule());             // prompt computed, token 7 sampled (7 tokens)
+  for (int i = 0; i < 3; ++i) run_advancing(s, s.schedule());  // 3 decode steps: 10 tokens, 9 computed
+  EXPECT_EQ(a->num_cached, 9);
+  EXPECT_EQ(a->num_keyed, 2);                 // [1..4] and [5 6 7 7]
+  auto next_turn = make_seq(12);              // the previous turn's tokens, then the new message
+  std::copy(a->tokens.begin(), a->tokens.end(), next_turn->tokens.begin());
+  Sequence* b = admit(s, std::move(next_turn));
+  StepPlan plan = s.schedule();
+  EXPECT_EQ(plan.chunks.back().seq, b);
+  EXPECT_EQ(plan.chunks.back().start, 8);
+}
+
+TEST(PrefixCaching, FinishedBlocksStayReusableUntilFreshBlocksAreNeeded) {
+  Scheduler s({4, 64, 4}, 6);
+  Sequence* a = admit(s, make_seq(10));       // 3 blocks, 2 of them full
+  run_advancing(s, s.schedule());
+  s.finish(a);
+  EXPECT_EQ(s.blocks().num_free(), 6);        // idle cached blocks still count as free
+  EXPECT_EQ(s.blocks().num_cached(), 2);
+
+  Sequence* b = admit(s, make_seq(10));       // reuses both
+  StepPlan plan = s.schedule();
+  EXPECT_EQ(plan.chunks.back().start, 8);
+  run_advancing(s, plan);
+  s.finish(b);
+
+  auto other = make_seq(20);                  // 5 blocks: the 4 free ones, then the idle block released first
+  for (int32_t& t : other->tokens) t += 100;
+  Sequence* c = admit(s, std::move(other));
+  plan = s.schedule();
+  EXPECT_EQ(plan.chunks.back().seq, c);
+  EXPECT_EQ(plan.chunks.back().start, 0);
+  EXPECT_EQ(s.blocks().num_cached(), 1);      // one cached block was taken back
+  EXPECT_EQ(s.blocks().num_free(), 1);
+}
+
+TEST(PrefixCaching, AWeightChangeForgetsEveryCachedBlock) {
+  Scheduler s({4, 64, 4}, 32);
+  Sequence* a = admit(s, make_seq(10));
+  run_advancing(s, s.schedule());
+  s.forget_cached_prefixes();
+  EXPECT_EQ(s.blocks().num_cached(), 0);
+  for (int i = 0; i < 8; ++i) run_advancing(s, s.schedule());  // a decodes on: its blocks are not registered
+  EXPECT_EQ(s.blocks().num_cached(), 0);
+  Sequence* b = admit(s, make_seq(10));
+  StepPlan plan = s.schedule();
+  EXPECT_EQ(plan.chunks.back().seq, b);
+  EXPECT_EQ(plan.chunks.back().start, 0);
+  EXPECT_GT(a->num_cached, 10);
+}
+
 }  // namespace
 }  // namespace ajet::infer
