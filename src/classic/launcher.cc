@@ -11,6 +11,7 @@
 #include "classic/metrics.h"
 #include "classic/store_peek.h"
 #include "classic/swarm_child.h"
+#include "common/mix.h"
 #include "classic/workflow.h"
 #include "client/swarm_client.h"
 #include "common/error.h"
@@ -30,10 +31,7 @@ double seconds_since(Clock::time_point t0) {
 }
 
 uint64_t mix(uint64_t a, uint64_t b) {  // splitmix-style combination for per-episode env seeds
-  uint64_t z = a * 0x9E3779B97F4A7C15ULL + b + 0x632BE59BD9B4E5ULL;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
+  return splitmix64_finalize(a * kGoldenGamma + b + 0x632BE59BD9B4E5ULL);
 }
 
 uint64_t hash_text(const std::string& s) {

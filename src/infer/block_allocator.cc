@@ -3,26 +3,13 @@
 #include <string>
 
 #include "common/error.h"
+#include "common/mix.h"
 
 namespace ajet::infer {
 
-namespace {
-
-// splitmix64's finaliser: every input bit affects every output bit.
-uint64_t mix(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return x;
-}
-
-}  // namespace
-
 uint64_t chain_block_key(uint64_t previous, const int32_t* tokens, int64_t count) {
-  uint64_t h = mix(previous ^ static_cast<uint64_t>(count));
-  for (int64_t i = 0; i < count; ++i) h = mix(h + static_cast<uint32_t>(tokens[i]) + 0x632be59bd9b4e019ULL);
+  uint64_t h = splitmix64_finalize(previous ^ static_cast<uint64_t>(count));
+  for (int64_t i = 0; i < count; ++i) h = splitmix64_finalize(h + static_cast<uint32_t>(tokens[i]) + kGoldenGamma);
   return h;
 }
 

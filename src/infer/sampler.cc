@@ -6,15 +6,12 @@
 #include <string>
 #include <vector>
 
+#include "common/mix.h"
+
 namespace ajet::infer {
 namespace {
 
-uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
+uint64_t splitmix64(uint64_t& state) { return splitmix64_finalize(state += kGoldenGamma); }
 
 // Orders ids by logit, best first; equal logits keep the lower id first so results never depend on
 // the sort implementation.

@@ -1,18 +1,9 @@
 #include "tasks/rng.h"
 
 #include "common/error.h"
+#include "common/mix.h"
 
 namespace ajet::tasks {
-
-namespace {
-
-uint64_t splitmix_finalize(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-}  // namespace
 
 uint64_t stable_hash(std::string_view text) {
   uint64_t h = 0xcbf29ce484222325ULL;
@@ -20,14 +11,14 @@ uint64_t stable_hash(std::string_view text) {
     h ^= c;
     h *= 0x100000001b3ULL;
   }
-  return splitmix_finalize(h);
+  return splitmix64_finalize(h);
 }
 
-uint64_t mix_seed(uint64_t a, uint64_t b) { return splitmix_finalize(a * 0x9e3779b97f4a7c15ULL + splitmix_finalize(b)); }
+uint64_t mix_seed(uint64_t a, uint64_t b) { return splitmix64_finalize(a * 0x9e3779b97f4a7c15ULL + splitmix64_finalize(b)); }
 
 uint64_t Rng::next_u64() {
   state_ += 0x9e3779b97f4a7c15ULL;
-  return splitmix_finalize(state_);
+  return splitmix64_finalize(state_);
 }
 
 int64_t Rng::uniform_int(int64_t lo, int64_t hi) {
