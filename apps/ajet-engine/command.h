@@ -7,16 +7,12 @@
 #include <functional>
 #include <string>
 
+#include "cli/cli_main.h"
+
 namespace ajet::engine {
 
-// Adds a subcommand to `app`; the subcommand's callback does the work and may throw ajet::Error, which
-// main() prints and turns into exit code 1 (2 for bad usage).
-using CommandFactory = std::function<void(CLI::App& app)>;
-
-struct CommandRegistration {
-  CommandRegistration(std::string order_key, CommandFactory factory);
-};
-
-void add_registered_commands(CLI::App& app);
+using apps::CommandFactory;
+using apps::CommandRegistration;
+using apps::add_registered_commands;
 
 }  // namespace ajet::engine

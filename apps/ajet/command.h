@@ -8,17 +8,13 @@
 #include <string>
 #include <vector>
 
+#include "cli/cli_main.h"
+
 namespace ajet::cli {
 
-// Adds a subcommand to `app` and returns it; the subcommand's callback does the work and may throw
-// ajet::Error, which main() prints and turns into exit code 1 (2 for bad usage).
-using CommandFactory = std::function<void(CLI::App& app)>;
-
-struct CommandRegistration {
-  CommandRegistration(std::string order_key, CommandFactory factory);
-};
-
-void add_registered_commands(CLI::App& app);
+using apps::CommandFactory;
+using apps::CommandRegistration;
+using apps::add_registered_commands;
 
 // The main command (`ajet --conf x.yaml`, no subcommand; cmd_classic.cc): its options on the top
 // level, and the run main() calls when no subcommand was given (returns the exit code).

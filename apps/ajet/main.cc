@@ -2,7 +2,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <map>
 #include <unistd.h>
 
 #include <filesystem>
@@ -11,21 +10,6 @@
 #include "common/error.h"
 
 namespace ajet::cli {
-
-namespace {
-std::map<std::string, CommandFactory>& registry() {
-  static std::map<std::string, CommandFactory> r;
-  return r;
-}
-}  // namespace
-
-CommandRegistration::CommandRegistration(std::string order_key, CommandFactory factory) {
-  registry().emplace(std::move(order_key), std::move(factory));
-}
-
-void add_registered_commands(CLI::App& app) {
-  for (auto& [key, factory] : registry()) factory(app);
-}
 
 std::string sibling_binary(const std::string& name) {
   std::error_code ec;
