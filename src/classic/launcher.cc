@@ -361,6 +361,7 @@ RunResult Job::run() {
   if (result_.records.empty()) {
     write_reward_curve(prepared_.exp_dir / "reward_curve.html", result_.records, c.experiment_name);
   }
+  if (const std::string summary = learning_summary(result_.records); !summary.empty()) say("ajet: " + summary);
   say("ajet: metrics: " + (prepared_.exp_dir / "metrics.jsonl").string());
   say("ajet: reward curve: " + (prepared_.exp_dir / "reward_curve.html").string());
   return result_;

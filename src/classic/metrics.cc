@@ -179,6 +179,26 @@ std::string validation_line(const Json& record) {
                      record.value("time_s", 0.0));
 }
 
+std::string learning_summary(const std::vector<Json>& records) {
+  const Json* first = nullptr;
+  const Json* last = nullptr;
+  for (const Json& r : records) {
+    if (r.value("kind", "") != "validation" || !r.contains("validation")) continue;
+    if (first == nullptr) first = &r;
+    last = &r;
+  }
+  if (first == nullptr || first == last) return "";
+  const Json& a = first->at("validation");
+  const Json& b = last->at("validation");
+  auto change = [&](const char* key) {
+    const double x = 100.0 * a.value(key, 0.0), y = 100.0 * b.value(key, 0.0);
+    return fmt::format("{:.1f}% -> {:.1f}% ({:+.1f})", x, y, y - x);
+  };
+  return fmt::format("held-out success, step {} -> {}: sampled {}, greedy {}, pass@{} {}", first->at("step").get<int64_t>(),
+                     last->at("step").get<int64_t>(), change("sampled_success"), change("greedy_success"),
+                     b.value("k", 0), change("pass_at_k"));
+}
+
 Json rollout_json(const RolloutSummary& s) {
   return Json{{"episodes", s.episodes},          {"failed", s.failed},
               {"reward_mean", s.reward_mean},    {"success_rate", s.success_rate},

@@ -48,6 +48,10 @@ std::string progress_bar(int64_t step, int64_t total_steps, int64_t done, int64_
 std::string step_line(const Json& record, int64_t total_steps);
 // "val @ step 3  greedy 45.0%  pass@4 71.0%  T=1.0 success 40.5%  (100 tasks)"
 std::string validation_line(const Json& record);
+// What the run did to held-out success: the first and the last validation record among `records`, e.g.
+// "held-out success, step 0 -> 96: sampled 48.5% -> 77.0% (+28.5), greedy 65.0% -> 87.0% (+22.0),
+// pass@4 85.0% -> 93.0% (+8.0)". Empty when there are fewer than two validation records.
+std::string learning_summary(const std::vector<Json>& records);
 
 Json rollout_json(const RolloutSummary& s);
 Json validation_json(const ValidationSummary& s);

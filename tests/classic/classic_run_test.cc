@@ -106,6 +106,7 @@ TEST(ClassicRun, DebugBackboneRunsStepsValidatesAndWritesFiles) {
   EXPECT_NE(html.find("<svg"), std::string::npos);
   EXPECT_NE(r.out.find("step 1/2 ["), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("val @ step 0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ajet: held-out success, step 0 -> 2: sampled "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("reward curve: " + (exp / "reward_curve.html").string()), std::string::npos) << r.out;
   // The front ran under the experiment directory and stopped cleanly.
   EXPECT_TRUE(fs::exists(exp / "train_config.yaml"));

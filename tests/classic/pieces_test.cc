@@ -106,6 +106,22 @@ TEST(ClassicTrainerMetrics, PicksNumbersFromWhateverTheFrontReports) {
   EXPECT_NE(line.find("merge 3.00x"), std::string::npos) << line;
 }
 
+TEST(ClassicProgress, LearningSummaryComparesTheFirstAndLastValidation) {
+  auto val = [](int step, double greedy, double sampled, double pass) {
+    return Json{{"kind", "validation"}, {"step", step},
+                {"validation", {{"greedy_success", greedy}, {"sampled_success", sampled}, {"pass_at_k", pass}, {"k", 4}}}};
+  };
+  const Json train = {{"kind", "train"}, {"step", 1}, {"rollout", {{"reward_mean", 0.3}}}};
+  EXPECT_EQ(learning_summary({}), "");
+  EXPECT_EQ(learning_summary({val(0, 0.65, 0.485, 0.85), train}), "") << "one validation: nothing to compare";
+  EXPECT_EQ(learning_summary({val(0, 0.65, 0.485, 0.85), train, val(48, 0.7, 0.6, 0.9), val(96, 0.87, 0.77, 0.93)}),
+            "held-out success, step 0 -> 96: sampled 48.5% -> 77.0% (+28.5), greedy 65.0% -> 87.0% (+22.0), "
+            "pass@4 85.0% -> 93.0% (+8.0)");
+  EXPECT_EQ(learning_summary({val(0, 0.5, 0.5, 0.5), val(10, 0.4, 0.45, 0.5)}),
+            "held-out success, step 0 -> 10: sampled 50.0% -> 45.0% (-5.0), greedy 50.0% -> 40.0% (-10.0), "
+            "pass@4 50.0% -> 50.0% (+0.0)");
+}
+
 TEST(ClassicProgress, BarFillsWithEpisodes) {
   EXPECT_EQ(progress_bar(1, 4, 0, 8, 0, 0, 8), "step 1/4 [........] 0/8 episodes  reward 0.000  0 tok/s");
   EXPECT_EQ(progress_bar(1, 4, 4, 8, 0.5, 12.4, 8), "step 1/4 [####....] 4/8 episodes  reward 0.500  12 tok/s");
