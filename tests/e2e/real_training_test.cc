@@ -37,8 +37,12 @@ TEST(RealTrainingTest, AFullBatchIsOneRealTrainingStepAndAdvancesThePolicyVersio
   ASSERT_TRUE(eventually([&] { return api.status()["global_step"] == 1; }, 300s)) << api.status().dump() << "\n"
                                                                                    << api.get("/get_verbose_logs").body;
   ASSERT_TRUE(eventually([&] { return api.engine_status() == "ENGINE.ROLLING"; })) << api.status().dump();
-  std::string logs = api.get("/get_verbose_logs").body;
-  EXPECT_THAT(logs, HasSubstr("step 0 done: policy_version 1"));
+  // The batch runner logs "step 0 done" just after the registry moved to step 1: wait for the line.
+  std::string logs;
+  EXPECT_TRUE(eventually([&] {
+    logs = api.get("/get_verbose_logs").body;
+    return logs.find("step 0 done: policy_version 1") != std::string::npos;
+  })) << logs;
   EXPECT_THAT(logs, HasSubstr("checkpoint (save_freq 1): policy_version 1"));
   EXPECT_TRUE(fs::exists(dir / "ckpt" / "global_step_1")) << logs;
 
