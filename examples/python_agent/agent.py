@@ -158,7 +158,10 @@ def main():
     client = SwarmClient(args.swarm_url)
     with ThreadPoolExecutor(args.parallel) as pool:
         for summary in pool.map(lambda t: rollout(client, t, args.max_turns, args.ajet), schedule):
-            print(json.dumps(summary), flush=True)
+            # One write per line: with PYTHONUNBUFFERED print() writes the newline separately, and the
+            # workers' log lines (stderr, often the same pipe) could land in between.
+            sys.stdout.write(json.dumps(summary) + "\n")
+            sys.stdout.flush()
     client.print_rollout_stat()
 
 
