@@ -67,7 +67,6 @@ void Scheduler::release_blocks(Sequence& seq) {
   for (int32_t block : seq.blocks) blocks_.release(block);
   seq.blocks.clear();
   seq.num_cached = 0;
-  seq.num_keyed = 0;
   seq.last_key = kFirstBlockKey;
   seq.shares_blocks = true;  // recomputed from its tokens with the weights of that time, if ever
 }
@@ -90,13 +89,13 @@ std::vector<int32_t> Scheduler::cached_prefix(const Sequence& seq, uint64_t& las
 }
 
 void Scheduler::advance(Sequence& seq, int64_t length) {
+  const int64_t bs = config_.block_size;
+  const int64_t full_before = seq.num_cached / bs;  // already keyed (while the sequence shares blocks)
   seq.num_cached += length;
   if (!config_.prefix_caching || !seq.shares_blocks) return;
-  const int64_t bs = config_.block_size;
-  while ((seq.num_keyed + 1) * bs <= seq.num_cached) {
-    seq.last_key = chain_block_key(seq.last_key, seq.tokens.data() + seq.num_keyed * bs, bs);
-    blocks_.set_key(seq.blocks[static_cast<size_t>(seq.num_keyed)], seq.last_key);
-    ++seq.num_keyed;
+  for (int64_t b = full_before; b < seq.num_cached / bs; ++b) {
+    seq.last_key = chain_block_key(seq.last_key, seq.tokens.data() + b * bs, bs);
+    blocks_.set_key(seq.blocks[static_cast<size_t>(b)], seq.last_key);
   }
 }
 
@@ -160,7 +159,6 @@ StepPlan Scheduler::schedule() {
       seq.blocks.push_back(block);
     }
     seq.num_cached = static_cast<int64_t>(hits.size()) * config_.block_size;
-    seq.num_keyed = static_cast<int64_t>(hits.size());
     seq.last_key = last_key;
     prefix_hit_tokens_ += seq.num_cached;
     for (int64_t b = 0; b < fresh; ++b) seq.blocks.push_back(*blocks_.allocate());
@@ -187,7 +185,6 @@ std::vector<Sequence*> Scheduler::fork(Sequence& parent, int64_t count) {
     seq->prompt_len = parent.prompt_len;
     seq->num_cached = parent.num_cached;
     seq->blocks = parent.blocks;
-    seq->num_keyed = parent.num_keyed;
     seq->last_key = parent.last_key;
     seq->shares_blocks = parent.shares_blocks;
     for (int32_t block : seq->blocks) blocks_.add_ref(block);

@@ -37,8 +37,9 @@ struct Sequence {
   int64_t prompt_len = 0;
   int64_t num_cached = 0;        // leading tokens whose keys/values are in the cache
   std::vector<int32_t> blocks;   // block table: position p lives in blocks[p / block_size]
-  int64_t num_keyed = 0;         // leading full blocks registered for prefix caching
-  uint64_t last_key = kFirstBlockKey;  // key of block num_keyed - 1
+  // With prefix caching every full block below num_cached is keyed; this is the key of the last one
+  // (kFirstBlockKey before the first), which the next full block's key chains on.
+  uint64_t last_key = kFirstBlockKey;
   bool shares_blocks = true;     // false once the weights changed under it: its blocks are not reusable
   SampleRng rng{0, 0};
   int64_t num_generated() const { return static_cast<int64_t>(tokens.size()) - prompt_len; }

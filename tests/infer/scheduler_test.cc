@@ -241,6 +241,13 @@ TEST(BlockAllocator, CountsReferences) {
 // ---------------------------------------------------------------------------------------------------
 // Prefix caching
 
+// The key prefix caching gives the first `blocks` full blocks of `tokens` (block size 4).
+uint64_t key_of(const std::vector<int32_t>& tokens, int64_t blocks) {
+  uint64_t key = kFirstBlockKey;
+  for (int64_t b = 0; b < blocks; ++b) key = chain_block_key(key, tokens.data() + b * 4, 4);
+  return key;
+}
+
 // The engine's part with prefix caching: advance() caches the chunk and registers its full blocks.
 void run_advancing(Scheduler& s, const StepPlan& plan) {
   for (const ScheduledChunk& c : plan.chunks) {
@@ -260,7 +267,7 @@ TEST(PrefixCaching, APromptStartsAfterTheFullBlocksAlreadyComputed) {
   Scheduler s({/*block_size=*/4, /*max_batch_tokens=*/64, /*max_running=*/4}, 32);
   Sequence* a = admit(s, make_seq(10));  // tokens 1..10: blocks [1-4] [5-8] full, [9 10] not
   run_advancing(s, s.schedule());
-  EXPECT_EQ(a->num_keyed, 2);
+  EXPECT_EQ(s.blocks().find(key_of(a->tokens, 2)), a->blocks[1]);
   EXPECT_EQ(s.blocks().num_cached(), 2);
 
   Sequence* b = admit(s, make_seq(10));  // the same prompt
@@ -310,7 +317,8 @@ TEST(PrefixCaching, GeneratedTokensBecomeAPrefixForTheNextTurn) {
   run_advancing(s, s.schedule());             // prompt computed, token 7 sampled (7 tokens)
   for (int i = 0; i < 3; ++i) run_advancing(s, s.schedule());  // 3 decode steps: 10 tokens, 9 computed
   EXPECT_EQ(a->num_cached, 9);
-  EXPECT_EQ(a->num_keyed, 2);                 // [1..4] and [5 6 7 7]
+  EXPECT_EQ(s.blocks().num_cached(), 2);      // [1..4] and [5 6 7 7]
+  EXPECT_EQ(s.blocks().find(key_of(a->tokens, 2)), a->blocks[1]);
   auto next_turn = make_seq(12);              // the previous turn's tokens, then the new message
   std::copy(a->tokens.begin(), a->tokens.end(), next_turn->tokens.begin());
   Sequence* b = admit(s, std::move(next_turn));
