@@ -13,17 +13,12 @@
 
 #include "common/error.h"
 #include "common/fs.h"
+#include "common/strings.h"
 #include "config/schema.h"
 
 namespace ajet::config {
 
 namespace {
-
-std::string lower(std::string_view s) {
-  std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::tolower(c); });
-  return out;
-}
 
 std::string describe(const YAML::Node& node) {
   if (node.IsNull()) return "null";
@@ -50,7 +45,7 @@ struct Ctx {
 };
 
 std::optional<bool> scalar_bool(std::string_view text) {
-  std::string t = lower(text);
+  std::string t = ascii_lower(text);
   if (t == "true" || t == "yes" || t == "on") return true;
   if (t == "false" || t == "no" || t == "off") return false;
   return std::nullopt;
@@ -122,7 +117,7 @@ std::string scalar_string(const Field& f, const YAML::Node& node, const Ctx& ctx
 
 int64_t as_int(const Field& f, const YAML::Node& node, const Ctx& ctx) {
   if (!node.IsScalar()) ctx.type_error(f, node);
-  if (f.auto_value && lower(node.Scalar()) == "auto") return *f.auto_value;
+  if (f.auto_value && ascii_lower(node.Scalar()) == "auto") return *f.auto_value;
   auto v = scalar_int(node.Scalar());
   if (!v) ctx.type_error(f, node, f.auto_value ? "an integer or `auto`" : "an integer");
   return *v;

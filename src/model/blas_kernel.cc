@@ -1,11 +1,12 @@
 #include "model/blas_kernel.h"
 
+#include "common/strings.h"
+
 #include <dlfcn.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
-#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -16,12 +17,6 @@ namespace ajet::model {
 namespace {
 
 constexpr const char* kReplacedEnv = "AJET_BLAS_KERNEL_REPLACED";  // the kernel OpenBLAS had picked itself
-
-std::string lower(std::string_view s) {
-  std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return out;
-}
 
 }  // namespace
 
@@ -42,7 +37,7 @@ std::string better_openblas_core(std::string_view current, const CpuFeatures& cp
   // OpenBLAS x86-64 kernels that already use AVX2 (or more): nothing to gain.
   static constexpr std::array<std::string_view, 6> kAvx2Kernels = {"haswell",    "zen",           "skylakex",
                                                                     "cooperlake", "sapphirerapids", "excavator"};
-  const std::string name = lower(current);
+  const std::string name = ascii_lower(current);
   if (name.empty() || std::find(kAvx2Kernels.begin(), kAvx2Kernels.end(), name) != kAvx2Kernels.end()) return "";
   if (cpu.avx512f && cpu.avx512cd && cpu.avx512bw && cpu.avx512dq && cpu.avx512vl) return "SkylakeX";
   if (cpu.avx2 && cpu.fma) return "Haswell";
@@ -77,7 +72,8 @@ __attribute__((constructor)) void pick_blas_kernel(int argc, char** argv, char**
   setenv("OPENBLAS_CORETYPE", better.c_str(), 1);
   setenv(kReplacedEnv, current.c_str(), 1);
   execv("/proc/self/exe", argv);
-  // Still here: the re-exec failed. Carry on with OpenBLAS's own kernel (slower, same results).
+  // Still here: the re-exec failed. Carry on with OpenBLAS's own kernel (slower; results differ only in
+  // float rounding).
   std::fprintf(stderr, "ajet: could not re-execute with OPENBLAS_CORETYPE=%s (%s); keeping OpenBLAS's %s kernel\n",
                better.c_str(), std::strerror(errno), current.c_str());
   unsetenv("OPENBLAS_CORETYPE");

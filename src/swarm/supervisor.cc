@@ -15,6 +15,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/strings.h"
 #include "rpc/messages.h"
 #include "swarm/registry.h"
 #include "swarm/subprocess.h"
@@ -32,11 +33,6 @@ struct EngineSupervisor::Session {
 };
 
 namespace {
-
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return char(std::tolower(c)); });
-  return s;
-}
 
 // A TCP port on loopback that nothing listens on right now: the ranks' rendezvous (rank 0 binds it
 // moments later; a clash is reported by the engine, naming the port, and the restart picks another).
@@ -184,7 +180,7 @@ void EngineSupervisor::note_line(Session& s, int rank, const std::string& raw) {
   if (s.log.is_open()) s.log << line << '\n' << std::flush;
   s.tail.push_back(line);
   while (s.tail.size() > 40) s.tail.pop_front();
-  const std::string l = lower(line);
+  const std::string l = ascii_lower(line);
   const bool notable = l.find("error") != std::string::npos || l.find("ready") != std::string::npos ||
                        l.find("listening") != std::string::npos || l.find("warn") != std::string::npos;
   if (notable && s.forwarded < 50) {
