@@ -1,5 +1,6 @@
 // `ajet-engine model init`: writes a randomly initialised model of a named preset, in HF layout,
 // with the tokenizer's files, so every other command can open it like any HF checkpoint.
+#include <cmath>
 #include <filesystem>
 #include <iostream>
 
@@ -22,6 +23,8 @@ struct InitArgs {
   std::string tokenizer;
   std::string out;
   uint64_t seed = 0;
+  double init_std = 0.02;
+  bool scaled_residual_init = false;
   std::string dtype = "float32";
   bool force = false;
   int threads = 0;
@@ -72,11 +75,15 @@ void run_init(const InitArgs& args) {
   config.torch_dtype = model::dtype_to_hf_name(dtype);
 
   model::Qwen2Model model(config);
-  model::init_weights(model, args.seed);
+  const double output_scale =
+      args.scaled_residual_init ? 1.0 / std::sqrt(2.0 * static_cast<double>(config.num_hidden_layers)) : 1.0;
+  model::init_weights(model, args.seed, args.init_std, output_scale);
   model->to(dtype);
   model::save_model_dir(model, out, model::SaveOptions{tokenizer_dir});
   std::cout << "model init: preset " << args.preset << ", " << with_thousands(model->parameter_count())
-            << " parameters (vocab " << config.vocab_size << ", " << args.dtype << ", seed " << args.seed << ") -> "
+            << " parameters (vocab " << config.vocab_size << ", " << args.dtype << ", seed " << args.seed
+            << ", init std " << args.init_std << (args.scaled_residual_init ? ", residual outputs scaled" : "")
+            << ") -> "
             << out.string() << std::endl;
 }
 
@@ -93,6 +100,11 @@ const CommandRegistration kRegistration("model", [](CLI::App& app) {
   init->add_option("--out", args->out, "Output model directory (must not exist or be empty, unless --force)")
       ->required();
   init->add_option("--seed", args->seed, "Random seed for the weights")->capture_default_str();
+  init->add_option("--init-std", args->init_std, "Standard deviation of the initial weights")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  init->add_flag("--scaled-residual-init", args->scaled_residual_init,
+                 "Initialise o_proj and down_proj with std / sqrt(2 * layers) (GPT-2's residual scaling)");
   init->add_option("--dtype", args->dtype, "float32 or bfloat16")->capture_default_str();
   init->add_flag("--force", args->force, "Replace a non-empty output directory");
   init->add_option("--threads", args->threads, "Intra-op threads (0: all cores)")->capture_default_str();

@@ -329,7 +329,7 @@ int64_t Qwen2ModelImpl::parameter_count() {
 // ---------------------------------------------------------------------------------------------------
 // Initialisation and settings
 
-void init_weights(Qwen2Model& model, uint64_t seed, double std) {
+void init_weights(Qwen2Model& model, uint64_t seed, double std, double output_scale) {
   torch::NoGradGuard no_grad;
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   for (auto& [name, param] : model->hf_named_parameters()) {
@@ -341,8 +341,9 @@ void init_weights(Qwen2Model& model, uint64_t seed, double std) {
     } else if (ends_with(".bias")) {
       param.zero_();
     } else {
+      const bool writes_residual = ends_with("o_proj.weight") || ends_with("down_proj.weight");
       auto values = torch::empty(param.sizes(), torch::kFloat);
-      values.normal_(0.0, std, gen);
+      values.normal_(0.0, writes_residual ? std * output_scale : std, gen);
       param.copy_(values);
     }
   }

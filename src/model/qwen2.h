@@ -172,9 +172,11 @@ class Qwen2ModelImpl : public torch::nn::Module {
 TORCH_MODULE(Qwen2Model);
 
 // HF-style random initialisation, reproducible from `seed` and independent of device and dtype:
-// Linear and embedding weights ~ normal(0, std), biases 0, norm weights 1. Values are drawn in
-// float32 on the CPU in hf_named_parameters() order, then copied into the parameters.
-void init_weights(Qwen2Model& model, uint64_t seed, double std = 0.02);
+// Linear and embedding weights ~ normal(0, std), biases 0, norm weights 1. With `output_scale` != 1
+// the projections that write into the residual stream (o_proj, down_proj) use std * output_scale
+// instead (GPT-2's 1/sqrt(2 * layers)). Values are drawn in float32 on the CPU in
+// hf_named_parameters() order, then copied into the parameters.
+void init_weights(Qwen2Model& model, uint64_t seed, double std = 0.02, double output_scale = 1.0);
 
 // "float32" | "bfloat16" | "float16" (also "fp32", "bf16", "fp16") → dtype; anything else throws.
 torch::ScalarType parse_dtype(std::string_view name);
