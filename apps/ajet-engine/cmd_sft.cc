@@ -207,6 +207,12 @@ void run_sft_command(const SftArgs& args) {
   sft.workers = args.workers;
   std::cout << "sft: " << sft.workers << " worker thread(s) per step, " << train::sft_worker_threads(sft.workers)
             << " intra-op thread(s) each" << std::endl;
+  // The best model by held-out success during training (--eval-every), kept in memory: a warm-up whose
+  // success rises and falls again ends with the best one, not the last one.
+  std::vector<torch::Tensor> best_params;
+  int64_t best_step = -1;
+  double best_success = -1;
+  const auto train_start = std::chrono::steady_clock::now();
   const std::vector<train::SftStep> steps = train::run_sft(model, set.examples, sft, [&](const train::SftStep& s) {
     if (s.step == 1 || s.step % std::max<int64_t>(1, args.log_every) == 0 || s.step == args.sft.steps) {
       std::printf("step %lld/%lld loss %.4f lr %.2e grad_norm %.2f demos %lld tokens %lld (shared prefix %lld) (%.2f s)\n",
@@ -217,9 +223,19 @@ void run_sft_command(const SftArgs& args) {
     }
     if (!args.eval_task.empty() && args.eval_every > 0 && s.step % args.eval_every == 0 && s.step < args.sft.steps) {
       const EvalResult e = evaluate(model, format, args);
-      std::printf("eval at step %lld: %s success %.3f reward %.3f over %lld held-out episodes (%.1f s)\n",
-                  static_cast<long long>(s.step), args.eval_task.c_str(), e.success, e.reward,
-                  static_cast<long long>(e.episodes), e.seconds);
+      if (e.success > best_success) {
+        torch::NoGradGuard no_grad;
+        best_params.clear();
+        for (const auto& p : model->parameters()) best_params.push_back(p.detach().clone());
+        best_step = s.step;
+        best_success = e.success;
+      }
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - train_start).count();
+      const double eta = elapsed / static_cast<double>(s.step) * static_cast<double>(args.sft.steps - s.step);
+      std::printf("eval at step %lld: %s held-out success %.1f%% (best %.1f%% at step %lld) over %lld episodes (%.1f s); "
+                  "%.0f s so far, at most %.0f s to go\n",
+                  static_cast<long long>(s.step), args.eval_task.c_str(), 100 * e.success, 100 * best_success,
+                  static_cast<long long>(best_step), static_cast<long long>(e.episodes), e.seconds, elapsed, eta);
       std::fflush(stdout);
       report["eval_during"].push_back(OrderedJson{{"step", s.step}, {"eval", e.to_json()}});
       if (args.stop_at_success >= 0 && e.success >= args.stop_at_success) {
@@ -243,14 +259,37 @@ void run_sft_command(const SftArgs& args) {
   report["loss_before"] = loss_before;
   report["loss_after"] = loss_after;
 
+  if (!args.eval_task.empty()) {
+    EvalResult after = evaluate(model, format, args);
+    const int64_t last_step = static_cast<int64_t>(steps.size());
+    if (!best_params.empty() && best_success > after.success) {
+      // Restore the best evaluated weights: success fell after that step.
+      torch::NoGradGuard no_grad;
+      auto params = model->parameters();
+      for (size_t i = 0; i < params.size(); ++i) params[i].copy_(best_params[i]);
+      std::printf("sft: keeping the model of step %lld (held-out success %.1f%%), not the last one (step %lld: %.1f%%)\n",
+                  static_cast<long long>(best_step), 100 * best_success, static_cast<long long>(last_step),
+                  100 * after.success);
+      report["kept_step"] = best_step;
+      after = evaluate(model, format, args);
+    } else {
+      report["kept_step"] = last_step;
+    }
+    std::cout << "eval after: " << args.eval_task << " held-out success " << 100 * after.success << "% reward "
+              << after.reward << " over " << after.episodes << " episodes (" << after.seconds << " s)" << std::endl;
+    report["eval_after"] = after.to_json();
+    if (args.stop_at_success >= 0 && after.success < args.stop_at_success) {
+      report["gate_missed"] = OrderedJson{{"gate", args.stop_at_success}, {"success", after.success}};
+      std::printf(
+          "sft: WARNING: the warm-up missed its gate: held-out success %.1f%% < %.1f%% (--stop-at-success) after %lld "
+          "steps.\n  RL from this model starts from few successes and gains little: RL sharpens what the model "
+          "can already do but did not teach the copying itself in the measured runs (docs/sft.md). Train longer "
+          "(--steps), or check the demos.\n",
+          100 * after.success, 100 * args.stop_at_success, static_cast<long long>(last_step));
+    }
+  }
   model::save_model_dir(model, out, model::SaveOptions{.tokenizer_dir = model_dir});
   std::cout << "sft: saved " << out.string() << std::endl;
-  if (!args.eval_task.empty()) {
-    const EvalResult after = evaluate(model, format, args);
-    std::cout << "eval after: " << args.eval_task << " success " << after.success << " reward " << after.reward
-              << " over " << after.episodes << " held-out episodes (" << after.seconds << " s)" << std::endl;
-    report["eval_after"] = after.to_json();
-  }
   write_file_atomic(out / "sft_report.json", report.dump(2) + "\n");
   std::cout << report.dump() << std::endl;
 }
