@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <deque>
 #include <set>
 #include <thread>
 
@@ -94,6 +95,17 @@ PreparedConfig prepare_config(const LaunchOptions& options) {
   c.experiment_dir = fs::absolute(c.experiment_dir).lexically_normal().string();
   config::validate(c, source);
   p.exp_dir = c.experiment_dir;
+  if (c.swarm_mode_sample_collection_method == "rollout_until_finish_enough_non_dummy_tasks") {
+    if (c.backbone == "async") {
+      p.warnings.push_back("ajet.swarm_mode_sample_collection_method rollout_until_finish_enough_non_dummy_tasks: "
+                           "dynamic sampling needs a synchronous backbone; the async backbone collects batches as "
+                           "usual");
+    } else {
+      // The launcher knows every group's rewards, so it decides when the batch is full and says so.
+      p.dynamic_sampling = true;
+      c.swarm_mode_sample_collection_method = "rollout_until_any_client_agree_sync_weight";
+    }
+  }
   p.yaml = config::to_yaml(c);
   return p;
 }
@@ -197,27 +209,19 @@ void Job::validate(int64_t step) {
 void Job::train_step(int64_t step) {
   const config::Config& c = prepared_.config;
   const auto t0 = Clock::now();
-  // Distinct tasks only: a task drawn twice (at an epoch boundary) would hold 2 x num_repeat episodes
-  // and count once, so the front's batch trigger would wait for a task that never comes.
-  std::vector<tasks::Task> batch;
+  // One task batch, or with dynamic sampling as many as it takes (at most max_num_gen_batches) for
+  // train_batch_size groups whose rewards differ. Tasks are distinct within the step: a task drawn
+  // twice (at an epoch boundary) would hold 2 x num_repeat episodes and count once, so the front's
+  // batch trigger would wait for a task that never comes.
+  const int64_t max_gen_batches = prepared_.dynamic_sampling ? c.trainer_common.algorithm.max_num_gen_batches : 1;
+  std::deque<std::vector<tasks::Task>> task_batches;  // the jobs point into these
   std::set<std::string> ids;
-  while (batch.size() < size_t(c.data.train_batch_size)) {
-    const tasks::Task& t = stream_->next();
-    if (ids.insert(t.task_id).second) batch.push_back(t);
-  }
-  std::vector<EpisodeJob> jobs;
-  for (size_t i = 0; i < batch.size(); ++i) {
-    for (int64_t rep = 0; rep < c.rollout.num_repeat; ++rep) {
-      jobs.push_back(EpisodeJob{&batch[i], "train", Json::object(),
-                                mix(mix(uint64_t(c.task_reader.shuffle_seed), uint64_t(step)), i * 1000 + uint64_t(rep)),
-                                rep});
-    }
-  }
-  int64_t done = 0, tokens = 0;
+  std::vector<EpisodeResult> results;
+  int64_t done = 0, tokens = 0, submitted = 0, gen_batches = 0, groups = 0, informative = 0;
   double reward_sum = 0;
   auto draw = [&](bool final_line) {
     double tps = double(tokens) / std::max(1e-3, seconds_since(t0));
-    std::string bar = progress_bar(step, total_steps_, done, int64_t(jobs.size()), done ? reward_sum / double(done) : 0.0, tps);
+    std::string bar = progress_bar(step, total_steps_, done, submitted, done ? reward_sum / double(done) : 0.0, tps);
     if (options_.interactive) {
       std::fprintf(stderr, "\r%s%s", bar.c_str(), final_line ? "\n" : "");
       std::fflush(stderr);
@@ -225,14 +229,44 @@ void Job::train_step(int64_t step) {
       say(bar);
     }
   };
-  EpisodeRunner runner(*client_, *workflow_, RunnerOptions{c.rollout.max_env_worker, 600, 3}, stop_);
-  std::vector<EpisodeResult> results = runner.run(jobs, [&](const EpisodeResult& r) {
-    if (!r.ended) return;
-    done += 1;
-    tokens += r.report.completion_tokens;
-    reward_sum += r.report.output.reward;
-    draw(false);
-  });
+  while (gen_batches < max_gen_batches && !stop_) {
+    std::vector<tasks::Task>& batch = task_batches.emplace_back();
+    while (batch.size() < size_t(c.data.train_batch_size)) {
+      const tasks::Task& t = stream_->next();
+      if (ids.insert(t.task_id).second) batch.push_back(t);
+    }
+    std::vector<EpisodeJob> jobs;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      for (int64_t rep = 0; rep < c.rollout.num_repeat; ++rep) {
+        const uint64_t index = uint64_t(gen_batches) * 1000000 + i * 1000 + uint64_t(rep);
+        jobs.push_back(EpisodeJob{&batch[i], "train", Json::object(),
+                                  mix(mix(uint64_t(c.task_reader.shuffle_seed), uint64_t(step)), index), rep});
+      }
+    }
+    submitted += int64_t(jobs.size());
+    EpisodeRunner runner(*client_, *workflow_, RunnerOptions{c.rollout.max_env_worker, 600, 3}, stop_);
+    std::vector<EpisodeResult> round = runner.run(jobs, [&](const EpisodeResult& r) {
+      if (!r.ended) return;
+      done += 1;
+      tokens += r.report.completion_tokens;
+      reward_sum += r.report.output.reward;
+      draw(false);
+    });
+    gen_batches += 1;
+    const GroupCounts counted = count_groups(round);
+    groups += counted.groups;
+    informative += counted.informative;
+    results.insert(results.end(), std::make_move_iterator(round.begin()), std::make_move_iterator(round.end()));
+    if (informative >= c.data.train_batch_size) break;
+  }
+  if (prepared_.dynamic_sampling && !stop_) {
+    if (informative < c.data.train_batch_size) {
+      log().info("classic: step {}: {} of {} groups carry a signal after {} task batches (max_num_gen_batches); "
+                 "training on them",
+                 step, informative, c.data.train_batch_size, gen_batches);
+    }
+    client_->agree_sync_weight(true);  // the batch is full: the front's trigger is agree-based
+  }
   const double rollout_s = seconds_since(t0);
   draw(true);
   if (stop_) return;
@@ -278,6 +312,7 @@ void Job::train_step(int64_t step) {
          {"tokens_per_s", double(rollout.completion_tokens) / std::max(1e-3, rollout_s)},
          {"epoch", stream_->epoch()},
          {"rollout", rollout_json(rollout)},
+         {"sampling", Json{{"gen_batches", gen_batches}, {"groups", groups}, {"informative_groups", informative}}},
          {"trainer", trainer}};
   say(step_line(r, total_steps_));
   record(std::move(r));

@@ -33,6 +33,11 @@ struct PreparedConfig {
   std::vector<std::string> warnings;   // unknown keys, by name
   std::filesystem::path config_dir;    // relative task files and workflow commands start here
   std::filesystem::path exp_dir;       // absolute
+  // Dynamic sampling (swarm_mode_sample_collection_method rollout_until_finish_enough_non_dummy_tasks,
+  // synchronous backbones): the launcher samples task batches until train_batch_size groups have
+  // unequal rewards (at most algorithm.max_num_gen_batches) and then agrees to sync weights, so the
+  // front's trigger is rollout_until_any_client_agree_sync_weight in `yaml`.
+  bool dynamic_sampling = false;
 };
 
 // Loads and checks the config for classic mode: the --backbone override, the model directory,

@@ -19,6 +19,22 @@ bool success_of(const EpisodeResult& r) {
 }
 }  // namespace
 
+GroupCounts count_groups(const std::vector<EpisodeResult>& results) {
+  std::map<std::string, std::pair<double, bool>> first_and_equal;  // task id -> (first reward, all equal)
+  for (const auto& r : results) {
+    if (!r.ended || r.job.task == nullptr) continue;
+    const double reward = r.report.output.reward;
+    auto [it, fresh] = first_and_equal.try_emplace(r.job.task->task_id, reward, true);
+    if (!fresh && reward != it->second.first) it->second.second = false;
+  }
+  GroupCounts c;
+  for (const auto& [task, v] : first_and_equal) {
+    c.groups += 1;
+    c.informative += v.second ? 0 : 1;
+  }
+  return c;
+}
+
 RolloutSummary summarize(const std::vector<EpisodeResult>& results) {
   RolloutSummary s;
   double reward_sum = 0;
@@ -167,6 +183,9 @@ std::string step_line(const Json& record, int64_t total_steps) {
   line += opt("kl", pick(trainer, {"kl", "kl_loss", "ppo_kl"}), "{:.4f}");
   line += opt("entropy", pick(trainer, {"entropy"}), "{:.3f}");
   line += opt("merge", pick(trainer, {"merge_ratio", "compression_ratio", "merge_speedup"}), "{:.2f}x");
+  if (const Json sampling = record.value("sampling", Json::object()); sampling.value("gen_batches", 1) > 1) {
+    line += fmt::format("  signal groups {}/{}", sampling.value("informative_groups", 0), sampling.value("groups", 0));
+  }
   line += fmt::format("  {:.1f} s", record.value("step_time_s", 0.0));
   return line;
 }

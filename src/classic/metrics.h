@@ -24,6 +24,14 @@ struct RolloutSummary {
 };
 RolloutSummary summarize(const std::vector<EpisodeResult>& results);
 
+// GRPO groups among ended train episodes (by task id) and those whose rewards are not all equal: the
+// ones that carry a signal (dynamic sampling counts them).
+struct GroupCounts {
+  int64_t groups = 0;
+  int64_t informative = 0;
+};
+GroupCounts count_groups(const std::vector<EpisodeResult>& results);
+
 // Validation: greedy results (one per task) and k sampled results per task.
 struct ValidationSummary {
   int64_t tasks = 0;

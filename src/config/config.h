@@ -109,6 +109,10 @@ struct OptimConfig {
 struct AlgorithmConfig {
   std::string adv_estimator = "grpo";  // grpo | drgrpo | rloo | reinforce_pp
   bool drop_zero_variance_groups = false;
+  // Dynamic sampling (DAPO) in classic mode, on with swarm_mode_sample_collection_method
+  // rollout_until_finish_enough_non_dummy_tasks: a step samples batches of train_batch_size tasks
+  // until train_batch_size groups have unequal rewards, at most this many batches.
+  int64_t max_num_gen_batches = 4;
 };
 
 struct TrainerCommonConfig {

@@ -120,6 +120,10 @@ std::vector<Field> config_fields(Config& c) {
          .aliases = {{"reinforce_plus_plus", "reinforce_pp"}, {"dr_grpo", "drgrpo"}}});
   t.add("trainer_common.algorithm.drop_zero_variance_groups", tc.algorithm.drop_zero_variance_groups,
         "leave out groups whose rewards are all equal (no signal for group estimators)");
+  t.add("trainer_common.algorithm.max_num_gen_batches", tc.algorithm.max_num_gen_batches,
+        "classic mode with rollout_until_finish_enough_non_dummy_tasks: task batches sampled per step at most "
+        "(dynamic sampling)",
+        {.min = 1});
   t.add("trainer_common.mini_batch_num", tc.mini_batch_num, "optimizer steps per batch", {.min = 1});
   t.add("trainer_common.ppo_epochs", tc.ppo_epochs, "passes over each batch", {.min = 1});
   t.add("trainer_common.use_kl_loss", tc.use_kl_loss, "KL penalty to the frozen reference model");
