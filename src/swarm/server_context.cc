@@ -1,6 +1,7 @@
 #include "swarm/server_context.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <chrono>
 #include <ctime>
@@ -109,7 +110,7 @@ std::vector<std::string> ServerContext::sync_train_config(const std::string& yam
   }
   verbose.add("swarm", fmt::format("train config synced: model {}, backbone {}, {}{}", loaded.config.model.path,
                                    loaded.config.backbone, loaded.config.swarm_mode_sample_collection_method,
-                                   loaded.warnings.empty() ? "" : fmt::format(" ({} warnings)", loaded.warnings.size())));
+                                   loaded.warnings.empty() ? "" : "; warnings: " + fmt::format("{}", fmt::join(loaded.warnings, "; "))));
   return loaded.warnings;
 }
 
