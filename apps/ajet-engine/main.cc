@@ -3,5 +3,6 @@
 
 int main(int argc, char** argv) {
   CLI::App app{"AgentJet engine: the model, inference and training (libtorch)"};
+  ajet::apps::add_version_flag(app, "ajet-engine", AJET_VERSION);
   return ajet::apps::run_subcommands(app, argc, argv, "ajet-engine");
 }

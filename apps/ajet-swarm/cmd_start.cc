@@ -1,5 +1,7 @@
-// `ajet-swarm start`: runs the swarm server until SIGINT/SIGTERM. Prints one ready line on stdout
-// once it serves ("ajet-swarm ready: http://HOST:PORT …"; with --port 0 it names the bound port).
+// `ajet-swarm start`: runs the swarm server until SIGINT/SIGTERM/SIGHUP. Prints one ready line on
+// stdout once it serves ("ajet-swarm ready: http://HOST:PORT …"; with --port 0 it names the bound
+// port), after what it restored or moved aside and every warning of --conf. A store holding an
+// earlier run needs --resume (continue it) or --fresh (move it aside); without either it exits 2.
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -24,7 +26,9 @@ void run_start(swarm::ServerOptions options) {
   }
   swarm::SwarmServer server(std::move(options));
   server.handle_signals();
-  server.start();
+  const swarm::StartReport report = server.start();
+  for (const auto& note : report.notes) std::cout << "ajet-swarm: " << note << std::endl;
+  for (const auto& warning : report.config_warnings) std::cout << "ajet-swarm: warning: " << warning << std::endl;
   // Upstream clients wait for "Interchange server is running in blocking mode"; keep that phrase.
   std::cout << "ajet-swarm ready: " << server.url() << " (port " << server.port() << ", store "
             << server.options().store_path.string() << ", dir " << server.options().server_dir.string()
@@ -41,6 +45,14 @@ const CommandRegistration kStart("start", [](CLI::App& app) {
   cmd->add_option("--host", options->host, "Address to bind (0.0.0.0 for every interface: set an admin token)")
       ->capture_default_str();
   cmd->add_option("--conf", options->conf, "Train config YAML synced at start (clients may sync another later)");
+  auto* resume = cmd->add_flag_callback(
+      "--resume", [options] { options->old_store = swarm::OldStoreRule::kResume; },
+      "Continue the earlier run the store holds: its episodes, global step and (when it was running) its engine "
+      "from the newest checkpoint. Use it when restarting after a crash; harmless on an empty store");
+  auto* fresh = cmd->add_flag_callback(
+      "--fresh", [options] { options->old_store = swarm::OldStoreRule::kFresh; },
+      "Start a new experiment: a store holding an earlier run is renamed to <store>.before-<time> first");
+  resume->excludes(fresh);
   cmd->add_option("--admin-token", options->admin_token,
                   "Token that sync_train_config, sync_train_code, start_engine, stop_engine (and episode views) "
                   "require as 'Authorization: Bearer <token>' (default: $AJET_ADMIN_TOKEN)");

@@ -1,7 +1,10 @@
 // The main command: `ajet --conf x.yaml [--backbone torch|async|debug] [--exp-dir DIR]` (classic
 // mode, src/classic). Not a subcommand: main() calls run_main_entry() when no subcommand was given.
-// SIGINT/SIGTERM ask the run to stop cleanly (engine and front stopped, metrics kept); a second
-// signal exits at once (the front dies with us: PR_SET_PDEATHSIG).
+// SIGINT/SIGTERM/SIGHUP (a closed terminal) ask the run to stop cleanly (engine and front stopped,
+// metrics and a last checkpoint kept); a second signal exits at once (the front dies with us:
+// PR_SET_PDEATHSIG). SIGPIPE is ignored: a closed stdout (`ajet --conf x.yaml | head`) mutes the
+// output and stops the run the same clean way. The exit code is 128 + the signal (141 for a closed
+// stdout), 0 when every step ran.
 #include <signal.h>
 #include <unistd.h>
 
@@ -17,9 +20,11 @@ namespace ajet::cli {
 namespace {
 
 std::atomic<bool> g_stop{false};
+std::atomic<int> g_stop_signal{0};  // what asked for the stop (SIGPIPE: stdout was closed)
 
-extern "C" void on_stop_signal(int) {
-  if (g_stop.exchange(true)) ::_exit(130);
+extern "C" void on_stop_signal(int sig) {
+  if (g_stop.exchange(true)) ::_exit(128 + sig);
+  g_stop_signal = sig;
   static const char kMsg[] = "\najet: stopping (again to quit at once)\n";
   ssize_t ignored = ::write(2, kMsg, sizeof(kMsg) - 1);
   (void)ignored;
@@ -32,6 +37,7 @@ struct MainArgs {
   std::string swarm_binary;
   std::vector<std::string> swarm_flags;
   std::vector<std::string> overrides;
+  bool resume = false;
 };
 
 MainArgs& main_args() {
@@ -48,6 +54,9 @@ void add_main_entry(CLI::App& app) {
   app.add_option("--exp-dir", a.exp_dir, "Base directory of experiment directories")->capture_default_str();
   app.add_option("--set", a.overrides, "Override one config key (repeatable): --set ajet.engine.seed=2")
       ->allow_extra_args(false);
+  app.add_flag("--resume", a.resume,
+               "Continue the run in the experiment directory (after Ctrl-C, a kill or a crash) from its newest "
+               "checkpoint, appending to its metrics.jsonl; without it a rerun moves the earlier run into earlier/");
   app.add_option("--swarm-binary", a.swarm_binary, "ajet-swarm binary (default: the one next to ajet)");
   app.add_option("--swarm-flag", a.swarm_flags, "Extra flag for `ajet-swarm start` (repeatable), e.g. --swarm-flag=--engine=PATH");
 }
@@ -55,8 +64,8 @@ void add_main_entry(CLI::App& app) {
 int run_main_entry(CLI::App& app) {
   MainArgs& a = main_args();
   if (a.conf.empty()) {
-    if (!a.backbone.empty() || app.count("--exp-dir") > 0 || !a.overrides.empty()) {
-      std::fprintf(stderr, "ajet: error: --backbone, --exp-dir and --set need --conf FILE\n");
+    if (!a.backbone.empty() || app.count("--exp-dir") > 0 || !a.overrides.empty() || a.resume) {
+      std::fprintf(stderr, "ajet: error: --backbone, --exp-dir, --set and --resume need --conf FILE\n");
       return 2;
     }
     std::cout << app.help();
@@ -70,15 +79,28 @@ int run_main_entry(CLI::App& app) {
   options.swarm_flags = a.swarm_flags;
   options.overrides = a.overrides;
   options.interactive = ::isatty(2) != 0;
+  options.resume = a.resume;
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
   ::sigaction(SIGINT, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, nullptr);
+  ::sigaction(SIGHUP, &sa, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);  // a closed stdout is an EPIPE on the next line, handled below
   classic::RunResult result = classic::run_classic(options, g_stop, [](const std::string& line) {
+    static std::atomic<bool> muted{false};
+    if (muted) return;
     std::cout << line << std::endl;
+    if (!std::cout) {  // EPIPE (the reader went away) or EIO (the terminal closed): stop, quietly
+      muted = true;
+      if (!g_stop.exchange(true)) {
+        g_stop_signal = SIGPIPE;
+        std::fprintf(stderr, "ajet: stdout was closed; stopping the run (engine and front stopped, metrics kept)\n");
+      }
+    }
   });
-  return result.stopped ? 130 : 0;
+  if (!result.stopped) return 0;
+  return 128 + (g_stop_signal.load() != 0 ? g_stop_signal.load() : SIGINT);
 }
 
 }  // namespace ajet::cli

@@ -39,16 +39,17 @@ void add_engine_forward(CLI::App& app, const std::string& name, const std::strin
 int main(int argc, char** argv) {
   CLI::App app{"AgentJet: train the LLM behind an agent with reinforcement learning"};
   app.require_subcommand(0, 1);
+  ajet::apps::add_version_flag(app, "ajet", AJET_VERSION);
   ajet::cli::add_registered_commands(app);
   ajet::cli::add_main_entry(app);  // `ajet --conf x.yaml`: classic mode (cmd_classic.cc)
   try {
     app.parse(argc, argv);
     if (app.get_subcommands().empty()) return ajet::cli::run_main_entry(app);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return ajet::apps::report_parse_error(app, e, "ajet", argc, argv);
   } catch (const ajet::Error& e) {
     std::fprintf(stderr, "ajet: error: %s\n", e.what());
-    return 1;
+    return e.code() == ajet::ErrorCode::kInvalidArgument ? 2 : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ajet: error: %s\n", e.what());
     return 1;

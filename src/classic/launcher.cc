@@ -5,10 +5,13 @@
 #include <chrono>
 #include <cmath>
 #include <deque>
+#include <optional>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "classic/episode_runner.h"
+#include "classic/experiment_dir.h"
 #include "classic/metrics.h"
 #include "classic/store_peek.h"
 #include "classic/swarm_child.h"
@@ -16,6 +19,7 @@
 #include "classic/workflow.h"
 #include "client/swarm_client.h"
 #include "common/error.h"
+#include "common/fs.h"
 #include "common/log.h"
 #include "config/load.h"
 #include "tasks/reader.h"
@@ -47,6 +51,22 @@ fs::path resolve_path(const fs::path& p, const fs::path& config_dir) {
   fs::path beside = config_dir / p;
   if (fs::exists(beside)) return fs::absolute(beside).lexically_normal();
   return fs::absolute(p).lexically_normal();
+}
+
+// --resume with `experiment_name: read_yaml_name` ({stem}_{YYYYMMDD_HHMM}, a new name every minute):
+// the newest such experiment under `base` that holds a run, by its name's time stamp.
+std::optional<std::string> newest_timestamped_run(const fs::path& base, const std::string& stem) {
+  std::optional<std::string> newest;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(base, ec)) {
+    const std::string name = entry.path().filename().string();
+    const std::string prefix = (stem.empty() ? std::string("experiment") : stem) + "_";
+    if (name.size() != prefix.size() + 13 || name.compare(0, prefix.size(), prefix) != 0) continue;
+    if (name.find_first_not_of("0123456789_", prefix.size()) != std::string::npos) continue;
+    if (!fs::exists(entry.path() / "swarm" / "swarm.sqlite")) continue;
+    if (!newest || name > *newest) newest = name;
+  }
+  return newest;
 }
 
 }  // namespace
@@ -88,11 +108,17 @@ PreparedConfig prepare_config(const LaunchOptions& options) {
     invalid_argument(source + ": ajet.task_reader.type is random_dummy (no tasks); classic mode needs tasks: use "
                               "builtin or jsonl_dataset_file");
   }
-  if (!fs::path(c.trainer_common.checkpoint_base_dir).is_absolute()) {
-    c.trainer_common.checkpoint_base_dir = fs::absolute(c.trainer_common.checkpoint_base_dir).lexically_normal().string();
+  if (options.resume && c.experiment_name == "read_yaml_name" && c.experiment_dir == "auto") {
+    c.experiment_name = newest_timestamped_run(options.exp_base_dir, options.conf.stem().string()).value_or(c.experiment_name);
   }
   config::resolve_auto_names(c, options.conf.string(), std::chrono::system_clock::now(), options.exp_base_dir);
   c.experiment_dir = fs::absolute(c.experiment_dir).lexically_normal().string();
+  // Checkpoints belong to the experiment (a relative checkpoint_base_dir is under its directory), so
+  // experiments never share a checkpoint directory nor rotate each other's checkpoints away.
+  if (!fs::path(c.trainer_common.checkpoint_base_dir).is_absolute()) {
+    c.trainer_common.checkpoint_base_dir =
+        (fs::path(c.experiment_dir) / c.trainer_common.checkpoint_base_dir).lexically_normal().string();
+  }
   config::validate(c, source);
   p.exp_dir = c.experiment_dir;
   if (c.swarm_mode_sample_collection_method == "rollout_until_finish_enough_non_dummy_tasks") {
@@ -130,6 +156,11 @@ class Job {
   void validate(int64_t step);
   void train_step(int64_t step);
   void wait_for_global_step(int64_t target);
+  std::vector<tasks::Task> draw_batch(std::set<std::string>& ids);
+  void claim_experiment_dir();
+  void boot_engine();
+  int64_t resume_point();
+  void finish();
 
   const LaunchOptions& options_;
   const std::atomic<bool>& stop_;
@@ -137,12 +168,14 @@ class Job {
   PreparedConfig prepared_;
   tasks::TaskSets tasks_;
   std::unique_ptr<tasks::TaskStream> stream_;
+  std::unique_ptr<ExperimentLock> lock_;
   std::unique_ptr<SwarmChild> swarm_;
   std::unique_ptr<client::SwarmClient> client_;
   std::unique_ptr<Workflow> workflow_;
   RunResult result_;
   int64_t total_steps_ = 0;
   int64_t start_global_step_ = 0;
+  int64_t first_step_ = 1;  // > 1 when --resume continues after step first_step_ - 1
   Clock::time_point t0_ = Clock::now();
 };
 
@@ -206,13 +239,23 @@ void Job::validate(int64_t step) {
   record(std::move(r));
 }
 
+std::vector<tasks::Task> Job::draw_batch(std::set<std::string>& ids) {
+  // Distinct tasks only (within a step: `ids`): a task drawn twice (at an epoch boundary) would hold
+  // 2 x num_repeat episodes and count once, so the front's batch trigger would wait for a task that
+  // never comes.
+  std::vector<tasks::Task> batch;
+  while (batch.size() < size_t(prepared_.config.data.train_batch_size)) {
+    const tasks::Task& t = stream_->next();
+    if (ids.insert(t.task_id).second) batch.push_back(t);
+  }
+  return batch;
+}
+
 void Job::train_step(int64_t step) {
   const config::Config& c = prepared_.config;
   const auto t0 = Clock::now();
   // One task batch, or with dynamic sampling as many as it takes (at most max_num_gen_batches) for
-  // train_batch_size groups whose rewards differ. Tasks are distinct within the step: a task drawn
-  // twice (at an epoch boundary) would hold 2 x num_repeat episodes and count once, so the front's
-  // batch trigger would wait for a task that never comes.
+  // train_batch_size groups whose rewards differ.
   const int64_t max_gen_batches = prepared_.dynamic_sampling ? c.trainer_common.algorithm.max_num_gen_batches : 1;
   std::deque<std::vector<tasks::Task>> task_batches;  // the jobs point into these
   std::set<std::string> ids;
@@ -230,11 +273,7 @@ void Job::train_step(int64_t step) {
     }
   };
   while (gen_batches < max_gen_batches && !stop_) {
-    std::vector<tasks::Task>& batch = task_batches.emplace_back();
-    while (batch.size() < size_t(c.data.train_batch_size)) {
-      const tasks::Task& t = stream_->next();
-      if (ids.insert(t.task_id).second) batch.push_back(t);
-    }
+    std::vector<tasks::Task>& batch = task_batches.emplace_back(draw_batch(ids));
     std::vector<EpisodeJob> jobs;
     for (size_t i = 0; i < batch.size(); ++i) {
       for (int64_t rep = 0; rep < c.rollout.num_repeat; ++rep) {
@@ -319,13 +358,129 @@ void Job::train_step(int64_t step) {
   result_.steps_done = step;
 }
 
+// The experiment directory becomes this run's: the lock, leftovers of an earlier run stopped, and
+// (a new run) the earlier run's files moved aside or (--resume) kept to continue.
+void Job::claim_experiment_dir() {
+  const fs::path& dir = prepared_.exp_dir;
+  lock_ = std::make_unique<ExperimentLock>(dir);
+  stop_leftovers(find_leftovers(dir), std::chrono::seconds(30), [this](const std::string& line) { say(line); });
+  if (options_.resume) {
+    if (!fs::exists(dir / "swarm" / "swarm.sqlite")) {
+      say("ajet: --resume: " + dir.string() + " holds no earlier run; starting a new one");
+    }
+    return;
+  }
+  if (const fs::path moved = move_earlier_run_aside(dir); !moved.empty()) {
+    say("ajet: " + dir.string() + " held an earlier run; its files (metrics.jsonl, checkpoints, logs, store) are now in " +
+        moved.string() + " (to continue that run instead, move them back and rerun with --resume)");
+  }
+}
+
+// --resume: the step the earlier run got to, from the front (trained steps: the checkpoint the engine
+// resumed from) or, for the debug backbone (nothing trained), from metrics.jsonl. Also reloads the
+// earlier records up to that step for the summary and the reward curve.
+int64_t Job::resume_point() {
+  const config::Config& c = prepared_.config;
+  const fs::path metrics = prepared_.exp_dir / "metrics.jsonl";
+  std::vector<Json> earlier;
+  if (fs::exists(metrics)) {
+    std::istringstream in(read_file(metrics));
+    std::string line;
+    while (std::getline(in, line)) {
+      Json r = Json::parse(line, nullptr, false);
+      if (!r.is_discarded() && r.is_object()) earlier.push_back(std::move(r));
+    }
+  }
+  int64_t step = 0;
+  if (c.backbone == "debug") {
+    for (const auto& r : earlier) {
+      if (r.value("kind", "") == "train") step = std::max(step, r.value("step", int64_t(0)));
+    }
+  } else {
+    step = client_->get_engine_status().global_step;
+  }
+  for (auto& r : earlier) {
+    const std::string kind = r.value("kind", "");
+    if ((kind == "train" || kind == "validation") && r.value("step", int64_t(0)) <= step) {
+      result_.records.push_back(std::move(r));
+    }
+  }
+  return step;
+}
+
+// Syncs the config and starts the engine: from ajet.model.path for a new run, from the newest
+// checkpoint for --resume (an engine the front resumed by itself is stopped first, so the config
+// synced is this run's).
+void Job::boot_engine() {
+  if (options_.resume && client_->get_engine_status().status != client::kOffline) {
+    say("ajet: --resume: the front restarted the earlier run's engine; restarting it with this config");
+    client_->stop_engine(true, 120.0);
+  }
+  Json synced = client_->sync_train_config(prepared_.yaml);
+  if (!synced.value("success", false)) {
+    fail(ErrorCode::kInvalidArgument, "the front refused the config: " + synced.value("error", synced.dump()));
+  }
+  const auto boot = Clock::now();
+  client_->start_engine(true, 900.0, options_.resume);
+  client::EngineStatus status = client_->get_engine_status();
+  say(fmt::format("ajet: engine rolling after {:.1f} s (global step {})", seconds_since(boot), status.global_step));
+  if (!options_.resume) {
+    start_global_step_ = status.global_step;
+    return;
+  }
+  const int64_t done = resume_point();
+  // Launcher steps and global steps agree in a run of this launcher (a new run's store starts at 0).
+  start_global_step_ = prepared_.config.backbone == "debug" ? status.global_step : 0;
+  first_step_ = done + 1;
+  result_.resumed_from_step = done;
+  // The task order continues where step `done` left it: each step drew the task batches it recorded
+  // (more than one with dynamic sampling).
+  for (int64_t s = 1; s <= done; ++s) {
+    int64_t batches = 1;
+    for (const Json& r : result_.records) {
+      if (r.value("kind", "") == "train" && r.value("step", int64_t(0)) == s) {
+        batches = r.value("sampling", Json::object()).value("gen_batches", int64_t(1));
+      }
+    }
+    std::set<std::string> ids;
+    for (int64_t b = 0; b < batches; ++b) draw_batch(ids);
+  }
+  Json marker{{"kind", "resume"}, {"step", done}, {"global_step", status.global_step}, {"elapsed_s", 0.0}};
+  append_jsonl(prepared_.exp_dir / "metrics.jsonl", marker);
+  say(fmt::format("ajet: --resume: continuing after step {} of {} (global step {}); metrics.jsonl continues after a "
+                  "{{\"kind\":\"resume\"}} line",
+                  done, total_steps_, status.global_step));
+}
+
+// Stops engine and front, then says where everything is: metrics, reward curve, the final model.
+void Job::finish() {
+  const config::Config& c = prepared_.config;
+  try {
+    client_->stop_engine(true, 60.0);  // the front saves a last checkpoint of steps trained since the last one
+  } catch (const std::exception& e) {
+    log().warn("classic: stop_engine: {}", e.what());
+  }
+  swarm_->stop();
+  if (result_.records.empty()) {
+    write_reward_curve(prepared_.exp_dir / "reward_curve.html", result_.records, c.experiment_name);
+  }
+  if (const std::string summary = learning_summary(result_.records); !summary.empty()) say("ajet: " + summary);
+  say("ajet: metrics: " + (prepared_.exp_dir / "metrics.jsonl").string());
+  say("ajet: reward curve: " + (prepared_.exp_dir / "reward_curve.html").string());
+  if (auto checkpoint = latest_checkpoint(prepared_.exp_dir / "swarm" / "swarm.sqlite")) {
+    result_.final_checkpoint = *checkpoint;
+    say("ajet: final model: " + (*checkpoint / "model").string() + " (checkpoint " + checkpoint->filename().string() +
+        "; continue this run with --resume)");
+  } else if (c.backbone != "debug") {
+    say("ajet: no checkpoint was written (no step was trained)");
+  }
+}
+
 RunResult Job::run() {
   prepared_ = prepare_config(options_);
   const config::Config& c = prepared_.config;
   for (const auto& w : prepared_.warnings) say("warning: " + w);
   result_.exp_dir = prepared_.exp_dir;
-  fs::create_directories(prepared_.exp_dir);
-  fs::remove(prepared_.exp_dir / "metrics.jsonl");
   tasks_ = tasks::load_tasks(c.task_reader, prepared_.config_dir);
   if (tasks_.training.empty() && !c.trainer_common.val_only) {
     invalid_argument(options_.conf.string() + ": ajet.task_reader yields no training tasks (after filters)");
@@ -334,6 +489,7 @@ RunResult Job::run() {
     invalid_argument(fmt::format("{}: ajet.data.train_batch_size ({}) is larger than the number of training tasks ({})",
                                  options_.conf.string(), c.data.train_batch_size, tasks_.training.size()));
   }
+  claim_experiment_dir();
   workflow_ = make_workflow(c, prepared_.config_dir, prepared_.exp_dir);
   const int64_t per_epoch =
       (int64_t(tasks_.training.size()) + c.data.train_batch_size - 1) / std::max<int64_t>(1, c.data.train_batch_size);
@@ -347,27 +503,20 @@ RunResult Job::run() {
   stream_ = std::make_unique<tasks::TaskStream>(tasks_.training, c.task_reader.shuffle,
                                                 uint64_t(c.task_reader.shuffle_seed));
 
-  fs::path swarm_binary = options_.swarm_binary;
-  swarm_ = std::make_unique<SwarmChild>(SwarmChildOptions{swarm_binary, prepared_.exp_dir / "swarm",
-                                                          prepared_.exp_dir / "swarm.log", options_.swarm_flags});
+  std::vector<std::string> swarm_flags = options_.swarm_flags;
+  swarm_flags.push_back(options_.resume ? "--resume" : "--fresh");
+  swarm_ = std::make_unique<SwarmChild>(SwarmChildOptions{options_.swarm_binary, prepared_.exp_dir / "swarm",
+                                                          prepared_.exp_dir / "swarm.log", swarm_flags});
+  lock_->set_front_pid(swarm_->pid());
   say("ajet: front at " + swarm_->url() + " (log: " + (prepared_.exp_dir / "swarm.log").string() + ")");
   client::SwarmClientOptions copts;
   copts.client_uuid = "ajet-classic";
   client_ = std::make_unique<client::SwarmClient>(swarm_->url(), copts);
-  Json synced = client_->sync_train_config(prepared_.yaml);
-  if (!synced.value("success", false)) {
-    fail(ErrorCode::kInvalidArgument, "the front refused the config: " + synced.value("error", synced.dump()));
-  }
-  const auto boot = Clock::now();
-  client_->start_engine(true, 900.0);
-  client::EngineStatus status = client_->get_engine_status();
-  start_global_step_ = status.global_step;
-  say(fmt::format("ajet: engine rolling after {:.1f} s (global step {})", seconds_since(boot), start_global_step_));
-
   try {
-    if (c.trainer_common.val_before_train || c.trainer_common.val_only) validate(0);
+    boot_engine();
+    if (first_step_ == 1 && (c.trainer_common.val_before_train || c.trainer_common.val_only)) validate(0);
     const int64_t test_freq = c.trainer_common.test_freq;
-    for (int64_t step = 1; step <= total_steps_ && !stop_; ++step) {
+    for (int64_t step = first_step_; step <= total_steps_ && !stop_; ++step) {
       train_step(step);
       if (stop_) break;
       const bool validate_now = test_freq > 0 && (step % test_freq == 0 || step == total_steps_);
@@ -387,18 +536,7 @@ RunResult Job::run() {
   }
   result_.stopped = stop_;
   if (stop_) say("ajet: stop requested; stopping the engine and the front");
-  try {
-    client_->stop_engine(true, 60.0);
-  } catch (const std::exception& e) {
-    log().warn("classic: stop_engine: {}", e.what());
-  }
-  swarm_->stop();
-  if (result_.records.empty()) {
-    write_reward_curve(prepared_.exp_dir / "reward_curve.html", result_.records, c.experiment_name);
-  }
-  if (const std::string summary = learning_summary(result_.records); !summary.empty()) say("ajet: " + summary);
-  say("ajet: metrics: " + (prepared_.exp_dir / "metrics.jsonl").string());
-  say("ajet: reward curve: " + (prepared_.exp_dir / "reward_curve.html").string());
+  finish();
   return result_;
 }
 

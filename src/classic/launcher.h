@@ -4,6 +4,12 @@
 // num_repeat episodes per step with max_env_worker in flight, waits for each step's training,
 // validates every test_freq steps, and writes metrics.jsonl and reward_curve.html into the
 // experiment directory. It never touches tensors or the engine directly: only HTTP to the front.
+//
+// The experiment directory belongs to one run at a time (experiment_dir.h: a lock and a pid file).
+// A new run stops leftovers of an earlier one (a front or engine still running there) and moves the
+// earlier run's files into earlier/<time>/; --resume instead continues the earlier run from its newest
+// checkpoint (weights, optimizer, step; the task order is replayed to the same cursor) and appends
+// to its metrics.jsonl after a {"kind":"resume"} line. Checkpoints go under the experiment directory.
 #pragma once
 
 #include <atomic>
@@ -25,6 +31,7 @@ struct LaunchOptions {
   std::filesystem::path swarm_binary;                 // ajet-swarm
   std::vector<std::string> swarm_flags;               // extra flags for `ajet-swarm start`
   bool interactive = false;                           // redraw the progress bar in place (a terminal)
+  bool resume = false;                                // --resume: continue the run in the experiment directory
 };
 
 struct PreparedConfig {
@@ -48,7 +55,9 @@ PreparedConfig prepare_config(const LaunchOptions& options);
 struct RunResult {
   int64_t steps_done = 0;
   bool stopped = false;                 // a stop request (SIGINT) ended the run early
+  int64_t resumed_from_step = 0;        // --resume: the step the run continued after (0: a new run)
   std::filesystem::path exp_dir;
+  std::filesystem::path final_checkpoint;  // the newest checkpoint at the end ("" when none)
   std::vector<Json> records;            // the lines written to metrics.jsonl
 };
 

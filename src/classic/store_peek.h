@@ -15,4 +15,7 @@ namespace ajet::classic {
 // The stats of the trained batch of `global_step` (the step that trained on it), or nullopt.
 std::optional<Json> trained_batch_stats(const std::filesystem::path& store_file, int64_t global_step);
 
+// The newest checkpoint directory the front recorded (its `latest_checkpoint` state), or nullopt.
+std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::path& store_file);
+
 }  // namespace ajet::classic

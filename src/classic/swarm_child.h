@@ -35,6 +35,7 @@ class SwarmChild {
   SwarmChild& operator=(const SwarmChild&) = delete;
 
   const std::string& url() const { return url_; }  // "http://127.0.0.1:PORT"
+  pid_t pid() const { return proc_.pid(); }
   // SIGINT, then SIGKILL after `grace`; returns the wait status (idempotent).
   int stop(std::chrono::milliseconds grace = std::chrono::milliseconds(15'000));
   bool exited() const;

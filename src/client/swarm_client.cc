@@ -417,8 +417,9 @@ Json SwarmClient::sync_train_code(const std::string& zip_archive) {
   }
 }
 
-Json SwarmClient::start_engine(bool wait, std::optional<double> max_wait) {
+Json SwarmClient::start_engine(bool wait, std::optional<double> max_wait, bool from_checkpoint) {
   Json body = Json::object();
+  if (from_checkpoint) body["from_checkpoint"] = true;
   Json data = json_or_throw(send("POST", "/start_engine", &body, true, kEngineCommandTimeout), "start_engine");
   note("start_engine accepted");
   if (wait) wait_for_status(kRolling, max_wait, true);

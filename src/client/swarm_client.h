@@ -50,7 +50,8 @@ class SwarmClient {
   EngineStatus get_engine_status();  // never throws: kCannotConnect when unreachable
   Json sync_train_config(const std::string& yaml);
   Json sync_train_code(const std::string& zip_archive);
-  Json start_engine(bool wait = true, std::optional<double> max_wait = std::nullopt);
+  // from_checkpoint: the engine continues from the newest checkpoint the front knows (a stopped run).
+  Json start_engine(bool wait = true, std::optional<double> max_wait = std::nullopt, bool from_checkpoint = false);
   void stop_engine(bool wait = true, std::optional<double> max_wait = std::nullopt);
   // Idempotent (upstream semantics): OFFLINE → sync + start + wait for ROLLING; ROLLING/ROLLING_POST →
   // nothing; BOOTING/WEIGHT_SYNCING/WEIGHT_EXPORTING → wait; unreachable → one retry, then kConnection.

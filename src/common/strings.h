@@ -5,6 +5,7 @@
 #include <cctype>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace ajet {
 
@@ -13,6 +14,39 @@ inline std::string ascii_lower(std::string_view s) {
   std::string out(s);
   std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return out;
+}
+
+// Levenshtein distance between `a` and `b` (insertions, deletions, substitutions each cost 1).
+inline size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// The candidate nearest to `typed` for a "did you mean X?" hint: at most a third of its length
+// (rounded up; at least 1, at most 3) edits away, so "strat" finds "start"; "" when none is that
+// close. Ties go to the first candidate.
+inline std::string closest_name(std::string_view typed, const std::vector<std::string>& candidates) {
+  const size_t limit = std::clamp<size_t>((typed.size() + 2) / 3, 1, 3);
+  std::string best;
+  size_t best_distance = limit + 1;
+  for (const auto& c : candidates) {
+    const size_t d = edit_distance(typed, c);
+    if (d < best_distance) {
+      best_distance = d;
+      best = c;
+    }
+  }
+  return best;
 }
 
 }  // namespace ajet

@@ -234,7 +234,12 @@ void walk(const YAML::Node& map, const std::string& prefix, const KeyIndex& inde
     } else if (prefix.empty() && (key == "hydra" || key == "defaults")) {
       // Upstream's Hydra preamble: meaningless here and harmless.
     } else {
-      ctx.warn(ctx.at(kv.first) + ": unknown key '" + key + "' (ignored)");
+      std::vector<std::string> known;
+      for (const auto& [name, field] : index.fields) known.push_back(name);
+      known.insert(known.end(), index.sections.begin(), index.sections.end());
+      const std::string near = closest_name(key, known);
+      ctx.warn(ctx.at(kv.first) + ": unknown key '" + key + "' (ignored" +
+               (near.empty() ? std::string(")") : "; did you mean '" + near + "'?)"));
     }
   }
 }
@@ -316,7 +321,13 @@ void set_config_value(Config& config, std::string_view dotted_key, std::string_v
   std::string key(dotted_key);
   if (key.rfind("ajet.", 0) != 0) key = "ajet." + key;
   auto it = std::find_if(fields.begin(), fields.end(), [&](const Field& f) { return f.key == key; });
-  if (it == fields.end()) invalid_argument("override: unknown config key '" + key + "'");
+  if (it == fields.end()) {
+    std::vector<std::string> known;
+    for (const auto& f : fields) known.push_back(f.key);
+    const std::string near = closest_name(key, known);
+    invalid_argument("override: unknown config key '" + key + "'" +
+                     (near.empty() ? std::string() : " (did you mean '" + near + "'?)"));
+  }
   YAML::Node node;
   try {
     node = YAML::Load(std::string(yaml_value));

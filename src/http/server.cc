@@ -175,7 +175,7 @@ void HttpServer::handle_signals() {
   std::lock_guard lock(s.state_mu);
   if (s.state != Impl::State::kCreated) fail(ErrorCode::kFailedPrecondition, "handle_signals() must come before start()");
   if (s.signals) return;
-  s.signals.emplace(s.main().ioc.get_executor(), SIGINT, SIGTERM);
+  s.signals.emplace(s.main().ioc.get_executor(), SIGINT, SIGTERM, SIGHUP);  // a closed terminal stops it cleanly too
   s.wait_signal();
 }
 

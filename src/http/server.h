@@ -5,7 +5,7 @@
 //   Router router;
 //   router.get("/health", [](Request, Respond respond) { respond(json_response({{"status", "ok"}})); });
 //   HttpServer server({.port = 10086}, std::move(router));   // binds now; port 0 → server.port()
-//   server.handle_signals();                                  // SIGINT/SIGTERM → stop()
+//   server.handle_signals();                                  // SIGINT/SIGTERM/SIGHUP → stop()
 //   server.run();                                             // until stopped and drained
 #pragma once
 

@@ -65,10 +65,15 @@ void add_engine_routes(http::Router& router, ServerContext& ctx) {
   router.post("/start_engine", [&ctx, limit](Request req, Respond respond) {
     if (!check_admin(ctx, req, respond, "start_engine")) return;
     answer_errors(respond, [&] {
-      parse_json_body(req, limit);
-      ctx.pool.post([&ctx, respond] {
+      Json body = parse_json_body(req, limit);
+      if (body.contains("from_checkpoint") && !body["from_checkpoint"].is_boolean()) {
+        invalid_argument("start_engine: 'from_checkpoint' must be true or false");
+      }
+      const bool from_checkpoint = body.value("from_checkpoint", false);
+      ctx.pool.post([&ctx, respond, from_checkpoint] {
         answer_errors(respond, [&] {
-          int64_t pid = ctx.start_engine("start_engine");
+          int64_t pid = ctx.start_engine(from_checkpoint ? "start_engine from_checkpoint" : "start_engine",
+                                         from_checkpoint);
           Json body = {{"success", true}};
           if (pid > 0) body["pid"] = pid;
           respond(http::json_response(body));

@@ -2,9 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <ctime>
+
 #include "common/error.h"
 #include "common/fs.h"
 #include "common/log.h"
+#include "config/load.h"
 #include "http/router.h"
 #include "http/server.h"
 #include "store/store.h"
@@ -29,7 +32,48 @@ fs::path sibling_engine_binary() {
   return self.parent_path() / "ajet-engine";
 }
 
+std::string describe_earlier_run(const store::RecoveredState& r) {
+  const bool has_run = !r.train_config_yaml.empty() || r.global_step > 0 || !r.pending_finished.empty() ||
+                       !r.claimed.empty();
+  if (!has_run) return "";
+  std::string out = fmt::format("global step {}, engine was {}, {} finished episodes waiting for a batch, {} claimed "
+                                "episodes",
+                                r.global_step, r.engine_status.empty() ? "ENGINE.OFFLINE" : r.engine_status,
+                                r.pending_finished.size(), r.claimed.size());
+  if (!r.train_config_yaml.empty()) {
+    try {
+      config::Config c = config::parse_config(r.train_config_yaml, "stored train config").config;
+      out += fmt::format(", config: experiment {}, backbone {}, model {}", c.experiment_name, c.backbone, c.model.path);
+    } catch (const std::exception&) {
+      out += ", config: (does not load any more)";
+    }
+  }
+  return out;
+}
+
 namespace {
+
+std::string file_stamp() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+  return stamp;
+}
+
+// Renames the store file and its WAL side files to `<store>.before-<stamp>[-N]…`; returns the new name.
+fs::path move_store_aside(const fs::path& store_path) {
+  const std::string stamp = file_stamp();
+  fs::path target = store_path.string() + ".before-" + stamp;
+  for (int n = 2; fs::exists(target); ++n) target = store_path.string() + ".before-" + stamp + "-" + std::to_string(n);
+  fs::rename(store_path, target);
+  for (const char* side : {"-wal", "-shm"}) {
+    const fs::path from = store_path.string() + side;
+    if (fs::exists(from)) fs::rename(from, target.string() + side);
+  }
+  return target;
+}
 
 std::string url_host(const std::string& host) {
   if (host == "0.0.0.0" || host.empty()) return "127.0.0.1";
@@ -47,8 +91,33 @@ SwarmServer::SwarmServer(ServerOptions options) : options_(std::move(options)) {
   if (options_.engine_binary.empty()) options_.engine_binary = sibling_engine_binary();
 
   store_ = std::make_unique<store::Store>(options_.store_path);
-  const std::string secret = store_->load_or_create_secret();
   recovered_ = store_->recover();
+  // An earlier run in the store: resumed only when asked, so a new experiment never continues an old one.
+  if (const std::string earlier = describe_earlier_run(recovered_); !earlier.empty()) {
+    switch (options_.old_store) {
+      case OldStoreRule::kRefuse:
+        invalid_argument(fmt::format("{} holds an earlier run ({}). Continue it with --resume (what a restart after a "
+                                     "crash wants), or start a new experiment with --fresh (the old store is moved "
+                                     "aside, nothing is deleted)",
+                                     options_.store_path.string(), earlier));
+      case OldStoreRule::kResume:
+        store_notes_.push_back("resuming the earlier run in " + options_.store_path.string() + ": " + earlier);
+        break;
+      case OldStoreRule::kFresh: {
+        store_.reset();  // commits and closes, releases the lock
+        const fs::path moved = move_store_aside(options_.store_path);
+        store_notes_.push_back(fmt::format("--fresh: the earlier run in {} ({}) was moved aside to {}",
+                                           options_.store_path.string(), earlier, moved.string()));
+        store_ = std::make_unique<store::Store>(options_.store_path);
+        recovered_ = store_->recover();
+        break;
+      }
+    }
+  } else if (options_.old_store == OldStoreRule::kResume) {
+    store_notes_.push_back("--resume: " + options_.store_path.string() + " holds no earlier run; starting empty");
+  }
+  const std::string secret = store_->load_or_create_secret();
+  recovered_.episode_key_secret = secret;
 
   verbose_ = std::make_unique<VerboseLog>();
   latest_ = std::make_unique<LatestCall>();
@@ -110,16 +179,21 @@ std::string SwarmServer::url() const { return fmt::format("http://{}:{}", url_ho
 
 void SwarmServer::handle_signals() { http_->handle_signals(); }
 
-void SwarmServer::start() {
+StartReport SwarmServer::start() {
+  StartReport report;
+  report.notes = store_notes_;
   ctx_->resume(recovered_);
   if (!options_.conf.empty()) {
     if (registry_->engine_status() == EngineStatus::kOffline) {
-      ctx_->sync_train_config(read_file(options_.conf));
+      report.config_warnings = ctx_->sync_train_config(read_file(options_.conf));
     } else {
-      verbose_->add("swarm", "--conf " + options_.conf.string() + " ignored: the resumed engine runs the stored config");
+      const std::string note = "--conf " + options_.conf.string() + " ignored: the resumed engine runs the stored config";
+      verbose_->add("swarm", note);
+      report.notes.push_back(note);
     }
   }
   http_->start();
+  return report;
 }
 
 void SwarmServer::wait() {

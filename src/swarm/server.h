@@ -1,13 +1,15 @@
 // The swarm front as one object, as `ajet-swarm start` runs it: the SQLite store (recovered on
 // start), the registry, the janitor, the engine supervisor, the batch loop and the HTTP server with
-// every route of PROTOCOL.md. A restarted front resumes what the store holds: the registry's
-// finished and claimed episodes (their keys stay valid: the key secret is in the store) and, when
-// the engine was running, the engine itself.
+// every route of PROTOCOL.md. A store that holds an earlier run is resumed only when asked
+// (OldStoreRule::kResume): then the registry's finished and claimed episodes come back (their keys
+// stay valid: the key secret is in the store) and, when the engine was running, the engine itself.
+// kFresh moves such a store aside; kRefuse (the default) refuses to start and names both choices.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "store/records.h"
 #include "swarm/server_context.h"
@@ -30,10 +32,22 @@ class LatestCall;
 class BatchRunner;
 class VerboseLog;
 
+// What start() did that the operator should read: what was restored or moved aside, and every
+// warning of the --conf it synced, one line each.
+struct StartReport {
+  std::vector<std::string> notes;
+  std::vector<std::string> config_warnings;
+};
+
+// One line for a store's earlier run: "global step 3, engine was ENGINE.ROLLING, 2 finished episodes
+// waiting for a batch, 1 claimed episode, config: backbone torch, model /m"; "" for a store with no run.
+std::string describe_earlier_run(const store::RecoveredState& recovered);
+
 class SwarmServer {
  public:
-  // Opens (or creates) the store and recovers it, builds every part, binds the port (port 0: an
-  // ephemeral one). Throws Error naming what failed (a store held by another front, a busy port …).
+  // Opens (or creates) the store and recovers it (applying options.old_store to an earlier run),
+  // builds every part, binds the port (port 0: an ephemeral one). Throws Error naming what failed (a
+  // store held by another front, a busy port …; kInvalidArgument for an earlier run under kRefuse).
   explicit SwarmServer(ServerOptions options);
   ~SwarmServer();  // stop() and shut down in order
   SwarmServer(const SwarmServer&) = delete;
@@ -45,7 +59,7 @@ class SwarmServer {
 
   void handle_signals();  // SIGINT/SIGTERM → graceful stop (before start())
   // Resumes from the store (restarting the engine if it was running), syncs --conf, then serves.
-  void start();
+  StartReport start();
   // Blocks until the server was stopped, then shuts down: the engine is terminated (the store keeps
   // its status, so the next start resumes it), queued store writes are committed.
   void wait();
@@ -67,6 +81,7 @@ class SwarmServer {
   std::unique_ptr<BatchRunner> batches_;
   std::unique_ptr<Janitor> janitor_;
   std::unique_ptr<http::HttpServer> http_;
+  std::vector<std::string> store_notes_;  // what the constructor restored or moved aside
   bool shut_down_ = false;
 };
 

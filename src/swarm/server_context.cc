@@ -1,6 +1,7 @@
 #include "swarm/server_context.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <chrono>
 #include <ctime>
@@ -109,7 +110,7 @@ std::vector<std::string> ServerContext::sync_train_config(const std::string& yam
   }
   verbose.add("swarm", fmt::format("train config synced: model {}, backbone {}, {}{}", loaded.config.model.path,
                                    loaded.config.backbone, loaded.config.swarm_mode_sample_collection_method,
-                                   loaded.warnings.empty() ? "" : fmt::format(" ({} warnings)", loaded.warnings.size())));
+                                   loaded.warnings.empty() ? "" : "; warnings: " + fmt::format("{}", fmt::join(loaded.warnings, "; "))));
   return loaded.warnings;
 }
 
@@ -129,12 +130,13 @@ UnpackedTree ServerContext::sync_train_code(std::string_view archive) {
   return tree;
 }
 
-int64_t ServerContext::start_engine(const std::string& reason) {
+int64_t ServerContext::start_engine(const std::string& reason, bool from_checkpoint) {
   std::lock_guard<std::mutex> lifecycle(lifecycle_mu_);
-  return start_engine_locked(reason, nullptr);
+  return start_engine_locked(reason, nullptr, from_checkpoint);
 }
 
-int64_t ServerContext::start_engine_locked(const std::string& reason, const store::RecoveredState* resumed) {
+int64_t ServerContext::start_engine_locked(const std::string& reason, const store::RecoveredState* resumed,
+                                           bool from_checkpoint) {
   TrainState t = train();
   if (!t.config) {
     fail(ErrorCode::kFailedPrecondition, "No train config has been synced: call sync_train_config first.");
@@ -166,12 +168,14 @@ int64_t ServerContext::start_engine_locked(const std::string& reason, const stor
       }
     }
   }
-  // A crashed engine and a restarted front continue from the newest checkpoint; a fresh start_engine
-  // starts from ajet.model.path.
+  // A crashed engine, a restarted front and start_engine {"from_checkpoint": true} continue from the
+  // newest checkpoint; a fresh start_engine starts from ajet.model.path.
   fs::path checkpoint;
-  if (resumed != nullptr) {
+  if (resumed != nullptr || from_checkpoint) {
     if (auto stored = store.get_state(store::kStateLatestCheckpoint); stored && fs::is_directory(*stored)) {
       checkpoint = *stored;
+    } else if (from_checkpoint) {
+      verbose.add("swarm", "start_engine: from_checkpoint, but no checkpoint is stored; the engine loads the model");
     }
   } else {
     store.put_state(store::kStateLatestCheckpoint, "");
@@ -187,8 +191,9 @@ int64_t ServerContext::start_engine_locked(const std::string& reason, const stor
     throw;
   }
   if (batches != nullptr) batches->notify();
-  verbose.add("swarm", fmt::format("start_engine: {} (engine pid {}; experiment dir {})", reason,
-                                   pid > 0 ? std::to_string(pid) : std::string("pending build"), run_dir.string()));
+  verbose.add("swarm", fmt::format("start_engine: {} (engine pid {}; experiment dir {}; {})", reason,
+                                   pid > 0 ? std::to_string(pid) : std::string("pending build"), run_dir.string(),
+                                   checkpoint.empty() ? "from the model" : "from checkpoint " + checkpoint.string()));
   return pid;
 }
 

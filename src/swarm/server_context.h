@@ -34,6 +34,11 @@ class TrackerMap;
 class LatestCall;
 class BatchRunner;
 
+// What a front does when its store already holds an earlier run (a synced config, a global step,
+// episodes): continue it (a restart after a crash), move it aside and start empty (a new experiment
+// in the same directory), or refuse to start and say which of the two to choose.
+enum class OldStoreRule { kRefuse, kResume, kFresh };
+
 struct ServerOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 10086;            // 0: an ephemeral port (printed in the ready line)
@@ -41,6 +46,7 @@ struct ServerOptions {
   std::filesystem::path server_dir = "ajet_swarm";  // --exp-dir: store, experiments, synced code
   std::filesystem::path store_path;                 // empty: <server_dir>/swarm.sqlite
   std::filesystem::path conf;       // --conf: a train config to sync at start (when OFFLINE)
+  OldStoreRule old_store = OldStoreRule::kRefuse;  // --resume / --fresh
   std::filesystem::path engine_binary;  // empty: the ajet-engine next to ajet-swarm
   int io_threads = 2;
   double janitor_interval_s = 5.0;
@@ -95,7 +101,9 @@ class ServerContext {
   // Unpacks a zip of a source tree for the next start_engine (only in OFFLINE).
   UnpackedTree sync_train_code(std::string_view archive);
   // OFFLINE → BOOTING with the synced config; returns the engine pid (0 while synced code builds).
-  int64_t start_engine(const std::string& reason);
+  // The engine loads ajet.model.path, or with `from_checkpoint` the newest checkpoint the store
+  // names (weights, optimizer, step: continuing a stopped run; the model when there is none).
+  int64_t start_engine(const std::string& reason, bool from_checkpoint = false);
   // → OFFLINE; drops live episodes, terminates the engine.
   void stop_engine(const std::string& reason);
   // After a front restart: the synced state from the store, the registry restored, and the engine
@@ -104,7 +112,8 @@ class ServerContext {
 
  private:
   void require_offline(const char* what) const;
-  int64_t start_engine_locked(const std::string& reason, const store::RecoveredState* resumed);
+  int64_t start_engine_locked(const std::string& reason, const store::RecoveredState* resumed,
+                              bool from_checkpoint = false);
 
   mutable std::mutex mu_;
   std::mutex lifecycle_mu_;  // one sync/start/stop at a time

@@ -22,54 +22,6 @@ using e2e::Captured;
 using e2e::run_capture;
 using e2e::shell_quote;
 
-std::string classic_yaml(const fs::path& model, const std::string& extra = "") {
-  return "ajet:\n"
-         "  experiment_name: run\n"
-         "  backbone: debug\n"
-         "  model:\n"
-         "    path: " + model.string() + "\n"
-         "  data:\n"
-         "    max_prompt_length: 640\n"
-         "    max_response_length: 384\n"
-         "    train_batch_size: 2\n"
-         "  rollout:\n"
-         "    max_env_worker: 4\n"
-         "    max_model_len: 1024\n"
-         "    max_response_length_in_one_turn: 12\n"
-         "    num_repeat: 2\n"
-         "    temperature: 1.0\n"
-         "  task_reader:\n"
-         "    type: builtin\n"
-         "    builtin:\n"
-         "      generator: calc\n"
-         "      num_training_tasks: 6\n"
-         "      num_validation_tasks: 3\n"
-         "      seed: 5\n"
-         "  trainer_common:\n"
-         "    total_training_steps: 2\n"
-         "    test_freq: 1\n"
-         "    val_pass_n: 2\n"
-         "    val_before_train: true\n"
-         "  engine:\n"
-         "    threads: 1\n"
-         "    kv_cache_memory_mb: 16\n" +
-         extra;
-}
-
-// The micro model on the classic tokenizer (classic_fixture.h); made once per build tree.
-fs::path micro_model() {
-  const fs::path tok = classic_tokenizer();
-  const fs::path model = tok.parent_path() / "model-micro";
-  e2e::make_once(model, [&](const fs::path& out) {
-    Captured r = run_capture(shell_quote(bin("ajet-engine").string()) + " model init --preset micro --tokenizer " +
-                             shell_quote(tok.string()) + " --seed 7 --out " + shell_quote(out.string()));
-    ASSERT_EQ(r.status, 0) << r.out;
-  });
-  return model;
-}
-
-Captured run_ajet(const std::string& args) { return run_capture(shell_quote(bin("ajet").string()) + " " + args); }
-
 TEST(ClassicRun, DebugBackboneRunsStepsValidatesAndWritesFiles) {
   e2e::ScratchDir dir;
   const fs::path model = micro_model();

@@ -6,6 +6,7 @@
 #include "common/error.h"
 #include "common/fs.h"
 #include "common/json.h"
+#include "common/strings.h"
 
 namespace ajet {
 namespace {
@@ -72,6 +73,23 @@ TEST(Fs, AtomicWriteThenRead) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(path.string()), std::string::npos);
   }
+}
+
+}  // namespace
+}  // namespace ajet
+
+namespace ajet {
+namespace {
+
+TEST(ClosestName, FindsTheNearSpellingAndNothingFarAway) {
+  const std::vector<std::string> flags = {"--conf", "--backbone", "--exp-dir"};
+  EXPECT_EQ(closest_name("--cnf", flags), "--conf");
+  EXPECT_EQ(closest_name("--backbon", flags), "--backbone");
+  EXPECT_EQ(closest_name("strat", {"start", "overwatch"}), "start");  // a transposition: 2 edits
+  EXPECT_EQ(closest_name("--verbose", flags), "");
+  EXPECT_EQ(closest_name("x", {"start"}), "");
+  EXPECT_EQ(edit_distance("kitten", "sitting"), 3u);
+  EXPECT_EQ(edit_distance("", "abc"), 3u);
 }
 
 }  // namespace

@@ -107,6 +107,7 @@ ajet:
   for (const auto& w : loaded.warnings) all += w + "\n";
   EXPECT_TRUE(contains(all, "unknown key 'trainer'"));
   EXPECT_TRUE(contains(all, "unknown key 'ajet.rollout.nmu_repeat'"));
+  EXPECT_TRUE(contains(all, "did you mean 'ajet.rollout.num_repeat'?"));  // a hint for a near spelling
   EXPECT_TRUE(contains(all, "'ajet.rollout.gpu_memory_utilization' is not used here"));
   // One warning for the whole ignored subtree, naming its root.
   EXPECT_TRUE(contains(all, "'ajet.task_reader.huggingface_dat_repo' is not used here"));
@@ -189,6 +190,8 @@ TEST(ConfigOverrides, SetValueByDottedKey) {
   EXPECT_EQ(c.backbone, "async");
   EXPECT_EQ(c.trainer_common.optim.betas, (std::vector<double>{0.8, 0.9}));
   EXPECT_FALSE(c.trainer_common.total_training_steps.has_value());
+  EXPECT_TRUE(contains(error_of([&] { set_config_value(c, "ajet.rollout.nmu_repeat", "1"); }),
+                       "did you mean 'ajet.rollout.num_repeat'?"));
   EXPECT_TRUE(contains(error_of([&] { set_config_value(c, "ajet.nope", "1"); }), "unknown config key 'ajet.nope'"));
   EXPECT_TRUE(contains(error_of([&] { set_config_value(c, "ajet.rollout.num_repeat", "many"); }),
                        "ajet.rollout.num_repeat must be an integer"));

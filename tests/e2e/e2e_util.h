@@ -177,6 +177,9 @@ class SwarmProcess {
     fs::path engine;                 // --engine (empty: the real ajet-engine next to ajet-swarm)
     std::string admin_token;
     std::vector<std::string> extra;  // more flags
+    // --resume: a restart continues the run in the store (ajet-swarm refuses an earlier run without
+    // --resume or --fresh). false: neither flag unless `extra` has one.
+    bool resume = true;
   };
 
   explicit SwarmProcess(Options options) : options_(std::move(options)) { start(); }
@@ -187,6 +190,7 @@ class SwarmProcess {
                                      options_.dir.string(), "--janitor-interval", "0.1"};
     if (!options_.engine.empty()) argv.insert(argv.end(), {"--engine", options_.engine.string()});
     if (!options_.admin_token.empty()) argv.insert(argv.end(), {"--admin-token", options_.admin_token});
+    if (options_.resume) argv.push_back("--resume");
     argv.insert(argv.end(), options_.extra.begin(), options_.extra.end());
     {
       std::lock_guard<std::mutex> lock(mu_);
