@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <deque>
@@ -256,7 +257,12 @@ void Job::train_step(int64_t step) {
   const auto t0 = Clock::now();
   // One task batch, or with dynamic sampling as many as it takes (at most max_num_gen_batches) for
   // train_batch_size groups whose rewards differ.
-  const int64_t max_gen_batches = prepared_.dynamic_sampling ? c.trainer_common.algorithm.max_num_gen_batches : 1;
+  // A step's tasks are distinct, so it cannot sample more batches than the training tasks fill.
+  const int64_t max_gen_batches =
+      prepared_.dynamic_sampling
+          ? std::clamp<int64_t>(int64_t(tasks_.training.size()) / std::max<int64_t>(1, c.data.train_batch_size), 1,
+                                c.trainer_common.algorithm.max_num_gen_batches)
+          : 1;
   std::deque<std::vector<tasks::Task>> task_batches;  // the jobs point into these
   std::set<std::string> ids;
   std::vector<EpisodeResult> results;

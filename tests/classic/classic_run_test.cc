@@ -131,6 +131,62 @@ TEST(ClassicRun, ExternalCommandWorkflowReportsItsOwnReward) {
   EXPECT_EQ(train, 2);
 }
 
+// Dynamic sampling (rollout_until_finish_enough_non_dummy_tasks): a step samples task batches until
+// train_batch_size groups have unequal rewards, at most max_num_gen_batches, and the batch the front
+// forms holds every episode sampled. The agent gives a constant reward on two tasks in three and a
+// reward that depends on the episode on the others, so some steps need more than one batch.
+TEST(ClassicRun, DynamicSamplingSamplesUntilEnoughGroupsCarryASignal) {
+  e2e::ScratchDir dir;
+  const fs::path model = micro_model();
+  write_file_atomic(dir / "agent.sh",
+                    "#!/bin/sh\n"
+                    "h=$(printf '%s' \"$AJET_TASK\" | cksum | cut -d' ' -f1)\n"
+                    "last=${AJET_ENV_SEED#${AJET_ENV_SEED%?}}\n"
+                    "if [ $((h % 3)) -eq 0 ]; then r=$((last % 2)); else r=1; fi\n"
+                    "echo \"{\\\"reward\\\": $r}\"\n");
+  std::string yaml = classic_yaml(model,
+                                  "  swarm_mode_sample_collection_method: rollout_until_finish_enough_non_dummy_tasks\n");
+  yaml.replace(yaml.find("  rollout:\n"), 11, "  rollout:\n    user_workflow: \"sh agent.sh\"\n");
+  yaml.replace(yaml.find("num_repeat: 2"), 13, "num_repeat: 4");
+  yaml.replace(yaml.find("num_training_tasks: 6"), 21, "num_training_tasks: 40");
+  yaml.replace(yaml.find("total_training_steps: 2"), 23, "total_training_steps: 4");
+  yaml.replace(yaml.find("    val_before_train: true\n"), 27,
+               "    val_before_train: false\n    algorithm:\n      max_num_gen_batches: 3\n");
+  yaml.replace(yaml.find("test_freq: 1"), 12, "test_freq: 0");
+  write_file_atomic(dir / "ds.yaml", yaml);
+  Captured r = run_ajet("--conf " + shell_quote((dir / "ds.yaml").string()) + " --exp-dir " +
+                        shell_quote((dir / "exps").string()));
+  ASSERT_EQ(r.status, 0) << r.out;
+  int train = 0, more_than_one = 0;
+  int64_t episodes = 0;
+  for (const auto& rec : read_jsonl(dir / "exps" / "run" / "metrics.jsonl")) {
+    if (rec["kind"] != "train") continue;
+    train += 1;
+    const Json& s = rec["sampling"];
+    const int64_t batches = s["gen_batches"].get<int64_t>(), informative = s["informative_groups"].get<int64_t>();
+    EXPECT_GE(batches, 1) << rec.dump();
+    EXPECT_LE(batches, 3) << rec.dump();
+    EXPECT_EQ(s["groups"].get<int64_t>(), batches * 2) << rec.dump();
+    // It stopped early only with enough signal, and sampled on only without it.
+    if (batches < 3) EXPECT_GE(informative, 2) << rec.dump();
+    if (batches > 1) EXPECT_LE(informative, 1 + 2) << rec.dump();  // fewer than 2 before the last batch
+    EXPECT_LE(informative, s["groups"].get<int64_t>()) << rec.dump();
+    EXPECT_EQ(rec["rollout"]["episodes"].get<int64_t>(), batches * 2 * 4) << rec.dump();
+    more_than_one += batches > 1 ? 1 : 0;
+    episodes += rec["rollout"]["episodes"].get<int64_t>();
+  }
+  EXPECT_EQ(train, 4) << r.out;
+  EXPECT_GT(more_than_one, 0) << "every step was done after one batch: the agent's rewards do not exercise the rule";
+  // The front formed one batch per step, holding every episode the step sampled.
+  const std::string log = read_file(dir / "exps" / "run" / "swarm.log");
+  size_t fired = 0;
+  for (size_t at = log.find("rollout_until_any_client_agree_sync_weight fired"); at != std::string::npos;
+       at = log.find("rollout_until_any_client_agree_sync_weight fired", at + 1)) {
+    fired += 1;
+  }
+  EXPECT_EQ(fired, 4u) << log;
+}
+
 TEST(ClassicRun, SigintStopsCleanly) {
   e2e::ScratchDir dir;
   const fs::path model = micro_model();
