@@ -1,14 +1,26 @@
 // The few swarm commands an agent needs (PROTOCOL.md), on Node's built-in fetch: claim an episode
-// (waiting while the engine is not rolling or the pool is empty), end it with a reward, or abort it.
+// (waiting while the engine is not rolling or the pool is empty, and saying why on stderr), end it with
+// a reward, or abort it.
 import { randomUUID } from "node:crypto";
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 export class Swarm {
-  constructor(serverUrl, { clientUuid = randomUUID(), pollMs = 1000 } = {}) {
+  // reportMs: a wait that goes on says why (on stderr) when the reason changes and at least this often.
+  constructor(serverUrl, { clientUuid = randomUUID(), pollMs = 1000, reportMs = 5000 } = {}) {
     this.serverUrl = serverUrl.replace(/\/+$/, "");
     this.clientUuid = clientUuid;
     this.pollMs = pollMs;
+    this.reportMs = reportMs;
+    this.lastReport = { reason: "", at: 0 };
+  }
+
+  // Never wait silently: one stderr line per new reason, then one every reportMs while it lasts.
+  reportWait(reason) {
+    const now = Date.now();
+    if (reason === this.lastReport.reason && now - this.lastReport.at < this.reportMs) return;
+    this.lastReport = { reason, at: now };
+    console.error(reason);
   }
 
   async post(path, body) {
@@ -31,7 +43,7 @@ export class Swarm {
           client_uuid: this.clientUuid, episode_type: episodeType, discard_episode_timeout: discardEpisodeTimeout,
         });
       } catch (e) {
-        console.error(`claim_episode: ${e.message}; retrying`);
+        this.reportWait(`waiting for the swarm server at ${this.serverUrl}: ${e.cause?.code ?? e.cause?.message ?? e.message}`);
         await sleep(3 * this.pollMs);
         continue;
       }
@@ -42,8 +54,13 @@ export class Swarm {
           apiKey: data.openai_api_key,
         };
       }
-      // "Engine not ready ..." or "No available episodes ...": wait and try again.
-      await sleep(data.fail_cause.startsWith("No available") ? this.pollMs / 2 : this.pollMs);
+      // "Engine not ready. Current status: [ENGINE.X] ..." or "No available episodes ...": wait and try again.
+      const status = /\[(ENGINE\.[A-Z_]+)\]/.exec(data.fail_cause)?.[1];
+      const emptyPool = data.fail_cause.startsWith("No available");
+      this.reportWait(status ? `waiting for the engine: status ${status}, an episode can be claimed in ENGINE.ROLLING` +
+        (status === "ENGINE.OFFLINE" ? " (no engine started yet: POST /start_engine, or python3 -m ajet_swarm start)" : "")
+        : emptyPool ? `waiting for a free episode: ${data.fail_cause}` : `claim_episode: ${data.fail_cause}; retrying`);
+      await sleep(emptyPool ? this.pollMs / 2 : this.pollMs);
     }
   }
 

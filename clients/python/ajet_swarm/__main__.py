@@ -15,6 +15,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ajet_swarm", description=__doc__)
     parser.add_argument("--swarm-url", default="http://127.0.0.1:10086")
     parser.add_argument("--admin-token", default=None, help="default: $AJET_ADMIN_TOKEN")
+    parser.add_argument("--wait-server", type=float, default=60.0, metavar="SECONDS",
+                        help="wait this long for the server to answer first (one started a moment ago may not "
+                             "listen yet; default 60)")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("status", help="print the engine status as JSON")
     sub.add_parser("pool", help="print the rollout pool summary")
@@ -28,6 +31,8 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     client = SwarmClient(args.swarm_url, admin_token=args.admin_token)
     try:
+        if args.command != "status":
+            client.wait_for_server(args.wait_server)
         if args.command == "status":
             status, info = client.get_engine_status()
             print(json.dumps(info or {"engine_status": status}))

@@ -61,6 +61,7 @@ class SwarmClient:
         self._expire_at: Dict[str, float] = {}  # episode_uuid -> when the client gives up on it
         self._recent_tasks = RecentTasks()
         self._last_log: Dict[str, float] = {}
+        self._last_wait_report: Dict[str, Tuple[str, float]] = {}  # what -> (reason, when) last reported
         self._last_connect_error = ""
 
     # ------------------------------------------------------------------ episodes
@@ -74,7 +75,8 @@ class SwarmClient:
 
         `discard_episode_timeout`: the server reclaims the episode after this many idle seconds.
         `episode_type`: "train" (trained on) or "eval" (recorded for metrics only).
-        `on_wait(reason)` is called before each wait (progress reporting)."""
+        `on_wait(reason)` is called before each wait (progress reporting). Whatever `verbose` says, a
+        wait is never silent: its reason is logged when it changes and every `retry.wait_report` s."""
         if episode_type not in ("train", "eval"):
             raise ValueError(f"episode_type must be 'train' or 'eval', got {episode_type!r}")
         if discard_episode_timeout <= 0:
@@ -98,7 +100,7 @@ class SwarmClient:
                 else:
                     claimed = self._claim(discard_episode_timeout, episode_type, None)
             except SwarmConnectionError as e:
-                self._log(f"claim_episode: {e}; retrying", logging.WARNING)
+                self._report_wait("claim", f"waiting for the swarm server: {e}", logging.WARNING)
                 delay = self.retry.engine_busy
                 continue
             if isinstance(claimed, Episode):
@@ -116,13 +118,17 @@ class SwarmClient:
                         f"the engine at {self.server_url} went to ENGINE.OFFLINE while this client waited to claim "
                         "an episode (stop_engine was called, or the engine failed)")
                 seen_not_offline = seen_not_offline or status != OFFLINE
-                self._log(f"engine status {status}: waiting for ENGINE.ROLLING")
+                hint = " (no engine started yet: start it with `python3 -m ajet_swarm start --conf FILE`)" \
+                    if status == OFFLINE else ""
+                self._report_wait("claim", f"waiting for the engine: status {status}, an episode can be claimed "
+                                           f"in ENGINE.ROLLING{hint}")
                 delay = self.retry.status_poll
             elif fail_cause.startswith("No available episodes"):
                 seen_not_offline = True
+                self._report_wait("claim", f"waiting for a free episode: {fail_cause}")
                 delay = self.retry.empty_pool
             else:
-                self._log(f"claim_episode failed: {fail_cause}; retrying", logging.WARNING)
+                self._report_wait("claim", f"claim_episode failed: {fail_cause}; retrying", logging.WARNING)
                 delay = self.retry.engine_busy
 
     def _claim(self, discard_episode_timeout: float, episode_type: str,
@@ -316,7 +322,6 @@ class SwarmClient:
         (`started`) or seen in another status; SwarmTimeoutError after `max_wait` seconds."""
         deadline = None if max_wait is None else time.monotonic() + max_wait
         seen_not_offline = started
-        last_report = time.monotonic()
         while True:
             status, info = self.get_engine_status()
             if status == desired:
@@ -327,10 +332,26 @@ class SwarmClient:
                 raise SwarmServerOfflineError(
                     f"the engine at {self.server_url} went to ENGINE.OFFLINE while waiting for {desired}: "
                     f"{info.get('engine_status_detail') or 'no detail (stopped, or failed to boot: see the server log)'}")
-            if time.monotonic() - last_report > 30:
-                self._log(f"still waiting for {desired} (status {status})")
-                last_report = time.monotonic()
+            detail = info.get("engine_status_detail") if info else self._last_connect_error
+            self._report_wait("status", f"waiting for the engine: status {status}, want {desired}"
+                                        + (f" ({detail})" if detail else ""))
             self._sleep_until(self.retry.status_poll, deadline, desired)
+
+    def wait_for_server(self, max_wait: Optional[float] = 60.0) -> None:
+        """Polls until the server answers (a server started a moment ago may not listen yet), saying
+        why every `retry.wait_report` s; SwarmConnectionError after `max_wait` seconds (None: forever)."""
+        deadline = None if max_wait is None else time.monotonic() + max_wait
+        while True:
+            try:
+                self._http.request("GET", "/get_engine_status", timeout=10)
+                return
+            except SwarmConnectionError as e:
+                self._last_connect_error = str(e)
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise SwarmConnectionError(f"the swarm server at {self.server_url} did not answer within "
+                                               f"{max_wait:g} s: {e}") from e
+                self._report_wait("server", f"waiting for the swarm server at {self.server_url}: {e}")
+            self._sleep_until(self.retry.status_poll, None, "the swarm server")
 
     # ------------------------------------------------------------------ pool, weights, logs
 
@@ -430,6 +451,20 @@ class SwarmClient:
                 raise SwarmTimeoutError(f"gave up waiting for {what} at {self.server_url} (max_wait passed)")
             seconds = min(seconds, left)
         time.sleep(seconds)
+
+    def _report_wait(self, what: str, reason: str, level: int = logging.INFO) -> None:
+        """Says why a wait (`what`: "claim", "status", ...) goes on: when the reason changes and then every
+        `retry.wait_report` s. Not silenced by `verbose`, and raised to WARNING when the logger would
+        drop INFO (an agent that never configured logging still sees why it waits)."""
+        now = time.monotonic()
+        with self._lock:
+            last = self._last_wait_report.get(what)
+            if last is not None and last[0] == reason and now - last[1] < self.retry.wait_report:
+                return
+            self._last_wait_report[what] = (reason, now)
+        if not logger.isEnabledFor(level):
+            level = logging.WARNING
+        logger.log(level, "%s", reason)
 
     def _log(self, message: str, level: int = logging.INFO) -> None:
         """Logs, dropping a repeat of the same line within one second (upstream logger_info)."""

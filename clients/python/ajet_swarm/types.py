@@ -109,6 +109,7 @@ class RetryPolicy:
     agree_sync_weight: float = 2.0  # agree_sync_weight refused (upstream 2 s)
     end_episode_attempts: int = 5  # end_episode is retried on connection errors (it is idempotent)
     cannot_connect_retry: float = 4.0  # auto_sync_train_config_and_start_engine, once (upstream 16 s)
+    wait_report: float = 5.0  # a wait that goes on says why at least this often (never silently)
     jitter: float = 0.1
 
     def delay(self, seconds: float) -> float:

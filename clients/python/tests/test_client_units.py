@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -250,6 +251,45 @@ class RetryRulesTest(unittest.TestCase):
         body = s.requests[-1][1]
         self.assertEqual((body["client_uuid"], body["episode_type"], body["discard_episode_timeout"]),
                          (c.client_uuid, "train", 5.0))
+
+    def test_waits_say_why_even_quiet_and_without_logging_configured(self):
+        # A client with verbose=False in an agent that never configured logging (root at WARNING) used to
+        # wait for a booting engine or a full pool without a word.
+        s = self.serve({"/claim_episode": [
+            claim_fail("Engine not ready. Current status: [ENGINE.BOOTING]. Wait."),
+            claim_fail("No available episodes to claim. Try again (maybe 1 minute) later."),
+            claim_ok()]})
+        c = SwarmClient(s.url, retry=FAST, verbose=False)
+        with self.assertLogs("ajet_swarm", "WARNING") as logs:
+            c.begin_episode()
+        self.assertIn("waiting for the engine: status ENGINE.BOOTING", logs.output[0])
+        self.assertIn("waiting for a free episode: No available episodes", logs.output[1])
+        port = s.server_address[1]
+        s.shutdown()
+        s.server_close()  # nothing listens on the port any more
+        c = SwarmClient(f"http://127.0.0.1:{port}", retry=FAST, verbose=False)
+        with self.assertLogs("ajet_swarm", "WARNING") as logs, self.assertRaisesRegex(SwarmConnectionError,
+                                                                                     "did not answer within"):
+            c.wait_for_server(max_wait=0.2)
+        self.assertIn(f"waiting for the swarm server at http://127.0.0.1:{port}", logs.output[0])
+
+    def test_the_node_examples_claims_say_why_they_wait(self):
+        # examples/node_agent/swarm.mjs (also the LangGraph example's) used to poll without a word.
+        node = shutil.which("node")
+        if node is None:
+            raise unittest.SkipTest("node is not installed")
+        s = self.serve({"/claim_episode": [
+            claim_fail("Engine not ready. Current status: [ENGINE.BOOTING]. Wait."),
+            claim_fail("No available episodes to claim. Try again (maybe 1 minute) later."),
+            claim_ok()]})
+        swarm_mjs = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "node_agent", "swarm.mjs")
+        script = (f"const {{ Swarm }} = await import({json.dumps(os.path.abspath(swarm_mjs))});"
+                  f"const e = await new Swarm({json.dumps(s.url)}, {{ pollMs: 10 }}).claimEpisode();"
+                  "console.log(e.episodeUuid);")
+        r = subprocess.run([node, "--input-type=module", "-e", script], capture_output=True, text=True, timeout=60)
+        self.assertEqual((r.returncode, r.stdout.strip()), (0, "ep1"), r.stderr)
+        self.assertIn("waiting for the engine: status ENGINE.BOOTING", r.stderr)
+        self.assertIn("waiting for a free episode: No available episodes", r.stderr)
 
     def test_claim_gives_up_after_max_wait_and_when_the_engine_goes_offline(self):
         s = self.serve({"/claim_episode": [claim_fail("No available episodes to claim.")]})
