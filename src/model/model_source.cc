@@ -76,13 +76,16 @@ ModelSource resolve_model_source(const fs::path& dir_in) {
   if (auto adapter = read_json_if_present(dir / kAdapterConfig)) {
     const std::string where = (dir / kAdapterConfig).string();
     const fs::path base = get_string(*adapter, "base_model_name_or_path", where);
-    if (!fs::exists(base / "config.json", ec)) {
-      fail(ErrorCode::kNotFound, where + ": base_model_name_or_path '" + base.string() +
-                                     "' is not a model directory (no config.json); merge needs the base weights");
+    ModelSource b;  // the base may itself be given as a checkpoint directory (an engine started on one)
+    try {
+      b = resolve_model_source(base);
+    } catch (const Error& e) {
+      fail(e.code(), where + ": base_model_name_or_path '" + base.string() + "' does not name the base weights: " + e.what());
     }
-    ModelSource s{base, dir, tokenizer_dir_of(dir, base), ""};
-    s.description = "base model " + base.string() + " + adapter " + dir.string() + " (LoRA " + lora_summary(*adapter) +
-                    ", merged while loading)";
+    if (b.adapter) invalid_argument(where + ": the base '" + base.string() + "' is itself " + b.description);
+    ModelSource s{b.weights, dir, tokenizer_dir_of(dir, b.tokenizer_dir), ""};
+    s.description = "base model " + b.weights.string() + " + adapter " + dir.string() + " (LoRA " +
+                    lora_summary(*adapter) + ", merged while loading)";
     return s;
   }
   fail(ErrorCode::kNotFound, "model directory " + dir.string() +
