@@ -27,6 +27,7 @@
 #include "engine_flags.h"
 #include "hf/hf_config.h"
 #include "infer/engine.h"
+#include "model/model_source.h"
 #include "rpc/client.h"
 #include "rpc/messages.h"
 #include "text/chat_template.h"
@@ -176,13 +177,16 @@ void run_generate(const GenerateArgs& args) {
     remote = r.get();
     backend = std::move(r);
   }
-  const fs::path model_dir = model_dir_for(args, remote);
-  if (!fs::is_directory(model_dir)) fail(ErrorCode::kNotFound, "--model " + model_dir.string() + ": not a directory");
-  if (!fs::exists(model_dir / "tokenizer.json")) {
-    fail(ErrorCode::kNotFound, "model directory " + model_dir.string() + " has no tokenizer.json");
+  const fs::path given_dir = model_dir_for(args, remote);
+  if (!fs::is_directory(given_dir)) fail(ErrorCode::kNotFound, "--model " + given_dir.string() + ": not a directory");
+  // A checkpoint, a merged model or a PEFT adapter: the tokenizer and config.json of what is loaded.
+  const model::ModelSource source = model::resolve_model_source(given_dir);
+  const fs::path tokenizer_dir = source.tokenizer_dir;
+  if (!fs::exists(tokenizer_dir / "tokenizer.json")) {
+    fail(ErrorCode::kNotFound, "model directory " + tokenizer_dir.string() + " has no tokenizer.json");
   }
-  const text::Tokenizer tokenizer = text::Tokenizer::load(model_dir);
-  const hf::ModelConfig model_config = hf::load_model_config(model_dir / "config.json");
+  const text::Tokenizer tokenizer = text::Tokenizer::load(tokenizer_dir);
+  const hf::ModelConfig model_config = hf::load_model_config(source.weights / "config.json");
   const std::string input = args.prompt ? *args.prompt : read_stdin();
 
   // Prompt ids.
@@ -190,7 +194,7 @@ void run_generate(const GenerateArgs& args) {
   std::vector<int32_t> prompt;
   if (args.chat) {
     const text::ChatRequest chat = text::parse_chat_request(input, args.prompt ? "--prompt" : "stdin");
-    family = text::detect_chat_family(text::load_chat_template(model_dir)).family;
+    family = text::detect_chat_family(text::load_chat_template(tokenizer_dir)).family;
     const text::RenderedChat rendered = text::render_chat(*family, chat, text::RenderOptions{true});
     prompt = text::tokenize_chat(tokenizer, rendered).ids;
   } else {

@@ -6,6 +6,7 @@
 #include "common/fs.h"
 #include "common/log.h"
 #include "config/load.h"
+#include "model/model_source.h"
 
 namespace ajet::engine {
 
@@ -63,10 +64,10 @@ void validate_options(const EngineOptions& o) {
   if (!std::filesystem::is_directory(o.model_dir)) {
     fail(ErrorCode::kNotFound, "--model " + o.model_dir.string() + ": not a directory");
   }
-  if (!std::filesystem::exists(o.model_dir / "config.json")) {
-    fail(ErrorCode::kNotFound, "--model " + o.model_dir.string() +
-                                   ": no config.json (expected a Hugging Face model directory, e.g. from "
-                                   "`ajet model init`)");
+  try {
+    model::resolve_model_source(o.model_dir);  // a model directory, a checkpoint or a PEFT adapter
+  } catch (const Error& e) {
+    fail(e.code(), std::string("--model: ") + e.what());
   }
 }
 

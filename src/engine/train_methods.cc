@@ -9,6 +9,7 @@
 #include "engine/service.h"
 #include "infer/engine.h"
 #include "model/compute.h"
+#include "model/model_source.h"
 #include "model/qwen2.h"
 #include "rpc/messages.h"
 #include "train/batch.h"
@@ -187,7 +188,7 @@ Json TrainMethods::save_checkpoint(const std::optional<fs::path>& base_dir, cons
   o.base_dir = base_dir ? *base_dir : s.options.checkpoint_base_dir;
   if (o.base_dir.empty()) invalid_argument("save_checkpoint: 'dir' is empty");
   o.keep_last = s.options.keep_last;
-  o.tokenizer_dir = s.model_info.path;
+  o.tokenizer_dir = model::resolve_model_source(s.model_info.path).tokenizer_dir;  // --model may be a checkpoint
   o.base_model_name_or_path = s.model_info.path.string();
   // torch: the served model is the trainer's; saving only reads it, which inference may do meanwhile.
   const fs::path dir = train::save_checkpoint(trainer, o, Json{{"front_cursor", front_cursor}});

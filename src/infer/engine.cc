@@ -59,11 +59,12 @@ InferenceEngine::InferenceEngine(model::Qwen2Model model, const EngineConfig& co
   counters_.max_model_len = max_model_len_;
   counters_.free_blocks = num_blocks;
   stats_ = counters_;
-  log().info("inference engine: {} cache blocks of {} tokens ({:.1f} MiB, {}), max_model_len {}, "
-             "max_batch_tokens {}, max_running {}, prefix caching {}",
-             num_blocks, config_.block_size, static_cast<double>(config_.cache_bytes) / (1 << 20),
-             c10::toString(options.dtype().toScalarType()), max_model_len_, config_.max_batch_tokens,
-             config_.max_running, config_.prefix_caching ? "on" : "off");
+  log().log(config_.quiet ? spdlog::level::debug : spdlog::level::info,
+            "inference engine: {} cache blocks of {} tokens ({:.1f} MiB, {}), max_model_len {}, "
+            "max_batch_tokens {}, max_running {}, prefix caching {}",
+            num_blocks, config_.block_size, static_cast<double>(config_.cache_bytes) / (1 << 20),
+            c10::toString(options.dtype().toScalarType()), max_model_len_, config_.max_batch_tokens,
+            config_.max_running, config_.prefix_caching ? "on" : "off");
   if (config_.start_thread) {
     thread_ = std::thread([this] { loop(); });
   } else if (config_.threads > 0) {

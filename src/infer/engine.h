@@ -35,6 +35,7 @@ struct EngineConfig {
   int64_t max_model_len = 0;          // prompt + generated limit; 0 = max_position_embeddings
   bool prefix_caching = true;         // reuse computed full blocks of shared prompt prefixes (scheduler.h)
   bool start_thread = true;           // false: no engine thread, the owner calls step() (tests)
+  bool quiet = false;                 // log the cache sizing at debug, not info (owners that build many engines)
   AttentionImpl attention = AttentionImpl::kAuto;
 };
 

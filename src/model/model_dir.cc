@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <set>
@@ -10,8 +11,10 @@
 #include "common/error.h"
 #include "common/fs.h"
 #include "common/json.h"
+#include "common/log.h"
 #include "hf/checkpoint.h"
 #include "hf/safetensors.h"
+#include "model/model_source.h"
 
 namespace ajet::model {
 
@@ -19,6 +22,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
+constexpr std::string_view kPeftPrefix = "base_model.model.";  // PEFT's names: prefix + HF module + .lora_A.weight
 constexpr size_t kMaxListedProblems = 40;  // a wholly different model would otherwise list thousands
 
 std::optional<torch::ScalarType> torch_dtype_of(hf::DType d) {
@@ -86,16 +90,23 @@ Json generation_config(const hf::ModelConfig& c) {
   return j;
 }
 
+// A fresh float32 CPU tensor with the view's values.
+torch::Tensor float_tensor(const hf::TensorView& v) {
+  auto dtype = torch_dtype_of(v.dtype);
+  if (!dtype) invalid_argument("tensor '" + v.name + "' has dtype " + std::string(hf::dtype_name(v.dtype)) + ", expected a float");
+  return tensor_from_view(v, *dtype).to(torch::kFloat).clone();
+}
+
 }  // namespace
 
 Qwen2Model load_model_dir(const fs::path& dir, const LoadOptions& options) {
-  if (!fs::is_directory(dir)) fail(ErrorCode::kNotFound, "model directory " + dir.string() + " does not exist");
-  const fs::path config_path = dir / "config.json";
-  if (!fs::exists(config_path)) fail(ErrorCode::kNotFound, "model directory " + dir.string() + ": config.json not found");
-  hf::ModelConfig config = hf::load_model_config(config_path);
+  const ModelSource source = resolve_model_source(dir);
+  hf::ModelConfig config = hf::load_model_config(source.weights / "config.json");
   Qwen2Model model(config);
   model->to(options.device, options.dtype);
-  load_weights(model, dir);
+  load_weights(model, source.weights);
+  if (source.adapter) merge_peft_adapter(model, *source.adapter);
+  log().info("loaded {}", source.description);
   return model;
 }
 
@@ -144,7 +155,84 @@ void load_weights(Qwen2Model& model, const fs::path& path) {
   for (auto& [param, view] : copies) param.copy_(tensor_from_view(view, *torch_dtype_of(view.dtype)));
 }
 
-void save_model_dir(Qwen2Model& model, const fs::path& dir_in, const SaveOptions& options) {
+void merge_peft_adapter(Qwen2Model& model, const fs::path& adapter_dir) {
+  const fs::path config_path = adapter_dir / "adapter_config.json";
+  const std::string where = config_path.string();
+  const Json config = parse_json(read_file(config_path), where);
+  const int64_t r = get_int(config, "r", where);
+  const double alpha = get_number(config, "lora_alpha", where);
+  if (r <= 0) invalid_argument(where + ": 'r' must be positive, got " + std::to_string(r));
+  if (get_optional_bool(config, "use_dora", where).value_or(false)) invalid_argument(where + ": DoRA adapters are not supported");
+  for (const char* pattern : {"rank_pattern", "alpha_pattern"}) {
+    auto it = config.find(pattern);
+    if (it != config.end() && !it->is_null() && !it->empty()) {
+      invalid_argument(where + ": '" + pattern + "' (per-module ranks) is not supported");
+    }
+  }
+  const bool rslora = get_optional_bool(config, "use_rslora", where).value_or(false);
+  const double scale = alpha / (rslora ? std::sqrt(static_cast<double>(r)) : static_cast<double>(r));
+
+  const fs::path path = adapter_dir / "adapter_model.safetensors";
+  auto file = hf::SafetensorsFile::open(path);
+  std::map<std::string, torch::Tensor> weights;  // "model.layers.0.self_attn.q_proj" -> its weight
+  for (auto& [name, param] : model->hf_named_parameters()) {
+    if (ends_with(name, ".weight")) weights.emplace(name.substr(0, name.size() - 7), param);
+  }
+  struct Pair {
+    const hf::TensorInfo* a = nullptr;
+    const hf::TensorInfo* b = nullptr;
+  };
+  std::map<std::string, Pair> modules;
+  std::vector<std::string> problems;
+  for (const auto& info : file.tensors()) {
+    const std::string& n = info.name;
+    const bool is_a = ends_with(n, ".lora_A.weight"), is_b = ends_with(n, ".lora_B.weight");
+    if (n.rfind(kPeftPrefix, 0) != 0 || !(is_a || is_b)) {
+      problems.push_back("unexpected tensor '" + n + "'");
+      continue;
+    }
+    const std::string module = n.substr(kPeftPrefix.size(), n.size() - kPeftPrefix.size() - 14);
+    (is_a ? modules[module].a : modules[module].b) = &info;
+  }
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> deltas;  // (weight, scale * B A in float32)
+  for (const auto& [module, pair] : modules) {
+    auto w = weights.find(module);
+    if (w == weights.end()) {
+      problems.push_back("'" + module + "' is not a linear layer of this model");
+      continue;
+    }
+    if (!pair.a || !pair.b) {
+      problems.push_back("'" + module + "' has lora_" + (pair.a ? "A" : "B") + " but not lora_" + (pair.a ? "B" : "A"));
+      continue;
+    }
+    auto a = float_tensor(file.view(*pair.a));  // (r, in)
+    auto b = float_tensor(file.view(*pair.b));  // (out, r)
+    const auto& weight = w->second;             // (out, in)
+    if (a.dim() != 2 || b.dim() != 2 || a.size(0) != r || b.size(1) != r || b.size(0) != weight.size(0) ||
+        a.size(1) != weight.size(1)) {
+      problems.push_back("'" + module + "' has the wrong shape for r=" + std::to_string(r) + " and its weight");
+      continue;
+    }
+    deltas.emplace_back(weight, torch::matmul(b, a) * scale);  // (out, in)
+  }
+  if (modules.empty() && problems.empty()) problems.push_back("no lora_A / lora_B tensors");
+  if (!problems.empty()) {
+    std::string msg = path.string() + ": adapter does not fit the model (" + std::to_string(problems.size()) + " problems): ";
+    for (size_t i = 0; i < problems.size() && i < 20; ++i) msg += (i ? "; " : "") + problems[i];
+    invalid_argument(msg);
+  }
+  torch::NoGradGuard no_grad;
+  for (auto& [weight, delta] : deltas) {
+    weight.copy_((weight.to(torch::kFloat) + delta.to(weight.device())).to(weight.scalar_type()));
+  }
+}
+
+void save_model_dir(Qwen2Model& model, const fs::path& dir, const SaveOptions& options) {
+  save_model_tensors(model->config(), model->hf_named_parameters(), dir, options);
+}
+
+void save_model_tensors(const hf::ModelConfig& model_config, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+                        const fs::path& dir_in, const SaveOptions& options) {
   const fs::path dir = dir_in.has_filename() ? dir_in : dir_in.parent_path();  // "out/" → "out"
   const fs::path parent = dir.parent_path().empty() ? fs::path(".") : dir.parent_path();
   const std::string pid = std::to_string(::getpid());
@@ -163,11 +251,11 @@ void save_model_dir(Qwen2Model& model, const fs::path& dir_in, const SaveOptions
     fail(ErrorCode::kIo, tmp.string() + ": cannot create (" + ec.message() + ")");
   }
   try {
-    hf::ModelConfig config = model->config();
+    hf::ModelConfig config = model_config;
     std::vector<torch::Tensor> cpu;  // keeps the bytes alive while writing
     std::vector<hf::TensorView> views;
     std::optional<torch::ScalarType> dtype;
-    for (auto& [name, param] : model->hf_named_parameters()) {
+    for (const auto& [name, param] : tensors) {
       auto t = param.detach().to(torch::kCPU).contiguous();
       if (!dtype) dtype = t.scalar_type();
       cpu.push_back(t);
@@ -179,6 +267,7 @@ void save_model_dir(Qwen2Model& model, const fs::path& dir_in, const SaveOptions
     write_file_atomic(tmp / "generation_config.json", generation_config(config).dump(2) + "\n");
     hf::write_safetensors_checkpoint(tmp, views, options.max_shard_bytes, {{"format", "pt"}});
     if (options.tokenizer_dir) copy_tokenizer_files(*options.tokenizer_dir, tmp);
+    for (const auto& [name, contents] : options.extra_files) write_file_atomic(tmp / name, contents);
     // Swap in: the old directory (if any) moves aside first, so `dir` is always either whole or absent.
     const bool replacing = fs::exists(dir);
     if (replacing) {

@@ -1,12 +1,15 @@
 #include "train/checkpoint.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstring>
 #include <map>
 #include <set>
 
 #include "common/encoding.h"
 #include "common/error.h"
 #include "common/fs.h"
+#include "common/log.h"
 #include "config/config.h"
 #include "hf/safetensors.h"
 #include "model/model_dir.h"
@@ -46,6 +49,36 @@ std::vector<std::pair<int64_t, fs::path>> checkpoints(const fs::path& base) {
   return out;
 }
 
+// A 64-bit hash (FNV-1a over 8-byte words) of the HF weights' names, shapes, dtypes and bytes as held:
+// the same base loaded the same way hashes the same. Adapters are not HF weights, so with LoRA this is
+// the frozen base. Reads every weight once (a copy to the CPU for device tensors).
+std::string weights_fingerprint(model::Qwen2Model& m) {
+  constexpr uint64_t kPrime = 0x100000001b3ull;
+  uint64_t h = 0xcbf29ce484222325ull;
+  auto mix = [&](const void* data, size_t n) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      uint64_t w;
+      std::memcpy(&w, p + i, 8);
+      h = (h ^ w) * kPrime;
+    }
+    for (; i < n; ++i) h = (h ^ p[i]) * kPrime;
+  };
+  torch::NoGradGuard no_grad;
+  for (auto& [name, param] : m->hf_named_parameters()) {
+    mix(name.data(), name.size());
+    for (int64_t d : param.sizes()) mix(&d, sizeof d);
+    const auto dtype = static_cast<int>(param.scalar_type());
+    mix(&dtype, sizeof dtype);
+    auto t = param.detach().to(torch::kCPU).contiguous();
+    mix(t.data_ptr(), t.nbytes());
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
+
 }  // namespace
 
 CheckpointOptions CheckpointOptions::from_config(const config::Config& c) {
@@ -73,9 +106,14 @@ fs::path save_checkpoint(Trainer& trainer, const CheckpointOptions& options, con
     auto& model = trainer.model();
     model::SaveOptions save;
     save.tokenizer_dir = options.tokenizer_dir;
-    model::save_model_dir(model, tmp / "model", save);
     const bool lora = trainer.options().lora.enabled();
-    if (lora) save_peft_adapter(model, tmp / "adapter", trainer.options().lora, options.base_model_name_or_path);
+    if (lora) {
+      // model/ is what a user runs: the merged model, not the untrained base.
+      save_merged_model(model, tmp / "model", trainer.options().lora, options.base_model_name_or_path, save);
+      save_peft_adapter(model, tmp / "adapter", trainer.options().lora, options.base_model_name_or_path);
+    } else {
+      model::save_model_dir(model, tmp / "model", save);
+    }
     if (auto ref = trainer.reference_model()) model::save_model_dir(*ref, tmp / "reference");
 
     Trainer::State st = trainer.state();
@@ -99,6 +137,10 @@ fs::path save_checkpoint(Trainer& trainer, const CheckpointOptions& options, con
                   {"optimizer_steps", steps},
                   {"lora", lora},
                   {"user", user}};
+    if (lora) {
+      state["lora_base"] = {{"base_model_name_or_path", options.base_model_name_or_path},
+                            {"fingerprint", weights_fingerprint(model)}};
+    }
     write_file_atomic(tmp / "trainer_state.json", state.dump(1) + "\n");
     detail::publish_dir(tmp, final_dir);
   } catch (...) {
@@ -164,19 +206,43 @@ LoadedCheckpoint load_checkpoint(Trainer& trainer, const fs::path& dir) {
   if (file.tensors().size() != 2 * st.optimizer.size()) {
     invalid_argument(opt_path.string() + ": holds tensors not listed in trainer_state.json's optimizer_steps");
   }
+  // With LoRA, model/ holds the merged model; the base to train on is the trainer's own, checked by
+  // fingerprint. A LoRA checkpoint without "lora_base" predates that: its model/ is the base.
+  auto& model = trainer.model();
+  const auto lora_base = j.find("lora_base");
+  const bool base_in_memory = lora && lora_base != j.end();
+  std::string base_name;
+  if (base_in_memory) {
+    if (!lora_base->is_object()) invalid_argument(where + ": 'lora_base' must be an object");
+    base_name = get_string(*lora_base, "base_model_name_or_path", where);
+    const std::string recorded = get_string(*lora_base, "fingerprint", where);
+    const std::string now = weights_fingerprint(model);
+    if (now != recorded) {
+      invalid_argument(where + ": the trainer's base weights (fingerprint " + now + ") are not the base this checkpoint's "
+                       "adapter was trained on (fingerprint " + recorded + ", base_model_name_or_path '" + base_name +
+                       "'); start the engine on that base in the same dtype, not on the checkpoint's merged model/");
+    }
+  }
   for (const char* sub : {"model", "adapter", "reference"}) {
-    const bool needed = std::string(sub) == "model" || (std::string(sub) == "adapter" && lora) ||
+    const bool needed = (std::string(sub) == "model" && !base_in_memory) || (std::string(sub) == "adapter" && lora) ||
                         (std::string(sub) == "reference" && trainer.reference_model().has_value());
     if (needed && !fs::is_directory(dir / sub)) fail(ErrorCode::kNotFound, "checkpoint " + dir.string() + ": " + sub + "/ is missing");
   }
 
-  auto& model = trainer.model();
-  model::load_weights(model, dir / "model");
+  std::string weights;
+  if (base_in_memory) {
+    weights = "base model (the trainer's, from '" + base_name + "', fingerprint matches) + adapter " + (dir / "adapter").string();
+  } else {
+    model::load_weights(model, dir / "model");
+    weights = lora ? "base model " + (dir / "model").string() + " + adapter " + (dir / "adapter").string()
+                   : "model " + (dir / "model").string();
+  }
   if (lora) load_peft_adapter(model, dir / "adapter");
   if (auto ref = trainer.reference_model()) model::load_weights(*ref, dir / "reference");
   trainer.load_state(st);
+  log().info("checkpoint {}: loaded {}", dir.string(), weights);
   auto user = j.find("user");
-  return {dir, st.global_step, st.policy_version, user == j.end() ? Json::object() : *user};
+  return {dir, st.global_step, st.policy_version, user == j.end() ? Json::object() : *user, weights};
 }
 
 }  // namespace ajet::train

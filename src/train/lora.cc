@@ -10,6 +10,7 @@
 #include "common/fs.h"
 #include "common/json.h"
 #include "hf/safetensors.h"
+#include "model/model_source.h"
 #include "train/tensor_io.h"
 
 namespace ajet::train {
@@ -80,7 +81,9 @@ torch::Tensor LoraAdapter::delta(const torch::Tensor& x) {
   return torch::nn::functional::linear(low, lora_B) * scale_;  // (..., out)
 }
 
-torch::Tensor LoraAdapter::merged_delta() const { return torch::matmul(lora_B, lora_A) * scale_; }  // (out, in)
+torch::Tensor LoraAdapter::merged_delta() const {
+  return torch::matmul(lora_B.to(torch::kFloat), lora_A.to(torch::kFloat)) * scale_;  // (out, in)
+}
 
 void attach_lora(model::Qwen2Model& m, const LoraOptions& options, uint64_t seed) {
   if (has_lora(m)) invalid_argument("attach_lora: the model already has LoRA adapters");
@@ -233,31 +236,33 @@ void load_peft_adapter(model::Qwen2Model& m, const fs::path& dir) {
   for (auto& [param, t] : copies) param.copy_(t);
 }
 
-void save_merged_model(model::Qwen2Model& m, const fs::path& dir, const model::SaveOptions& options) {
-  struct Saved {
-    torch::Tensor weight;
-    torch::Tensor original;
-  };
-  std::vector<Saved> saved;
-  {
-    torch::NoGradGuard no_grad;
-    for_each_adapter(m, [&](int64_t l, model::Proj p, LoraAdapter& a) {
-      auto& w = m->layer(l)->linear(p)->weight;
-      saved.push_back({w, w.detach().clone()});
-      w.add_(a.merged_delta().to(w.scalar_type()));
-    });
+std::vector<std::pair<std::string, torch::Tensor>> merged_named_parameters(model::Qwen2Model& m) {
+  torch::NoGradGuard no_grad;
+  std::map<std::string, torch::Tensor> deltas;  // HF weight name -> (out, in) float32 scale * B A
+  for_each_adapter(m, [&](int64_t l, model::Proj p, LoraAdapter& a) {
+    deltas.emplace(module_path(l, p) + ".weight", a.merged_delta().detach());
+  });
+  auto out = m->hf_named_parameters();
+  for (auto& [name, t] : out) {
+    auto d = deltas.find(name);
+    // Merged copies go to the CPU at once: an export of a device model holds one transient copy there.
+    t = d == deltas.end() ? t.detach() : (t.detach().to(torch::kFloat) + d->second).to(torch::kCPU, t.scalar_type());
   }
-  auto restore = [&] {
-    torch::NoGradGuard no_grad;
-    for (auto& s : saved) s.weight.copy_(s.original);  // bit-exact: the clone, not a subtraction
-  };
-  try {
-    model::save_model_dir(m, dir, options);
-  } catch (...) {
-    restore();
-    throw;
-  }
-  restore();
+  return out;
+}
+
+void save_merged_model(model::Qwen2Model& m, const fs::path& dir, const LoraOptions& lora,
+                       const std::string& base_model_name_or_path, model::SaveOptions options) {
+  if (!has_lora(m)) invalid_argument("save_merged_model: the model has no LoRA adapters");
+  std::vector<std::string> targets;
+  for (model::Proj p : resolve_lora_targets(lora.target_modules)) targets.emplace_back(model::kProjNames[static_cast<size_t>(p)]);
+  const Json provenance = {{"merged", "lora"},
+                           {"base_model_name_or_path", base_model_name_or_path},
+                           {"r", lora.rank},
+                           {"lora_alpha", lora.alpha},
+                           {"target_modules", targets}};
+  options.extra_files.emplace_back(model::kMergedLoraFile, provenance.dump(2) + "\n");
+  model::save_model_tensors(m->config(), merged_named_parameters(m), dir, options);
 }
 
 }  // namespace ajet::train

@@ -1,7 +1,7 @@
 // LoRA adapters on the decoder's linear projections (PEFT semantics: y = W x + (alpha / r) B A dropout(x),
 // A kaiming-uniform, B zero, so a fresh adapter changes nothing), their export in PEFT's layout
 // (adapter_model.safetensors + adapter_config.json) and the merged export W + (alpha / r) B A in HF
-// layout. It never changes the base weights for good: merging for export restores them bit for bit.
+// layout. It never changes the base weights: the merged export computes merged copies beside them.
 #pragma once
 
 #include <torch/torch.h>
@@ -27,7 +27,7 @@ class LoraAdapter : public model::LinearAdapter {
   LoraAdapter(int64_t in_features, int64_t out_features, const LoraOptions& options);
   // (..., in) -> (..., out): scale * dropout(x) A^T B^T; zero when disabled. Dropout only in training mode.
   torch::Tensor delta(const torch::Tensor& x) override;
-  // (out, in): scale * B A, the weight change merging adds.
+  // (out, in) float32: scale * B A, the weight change merging adds.
   torch::Tensor merged_delta() const;
 
   torch::Tensor lora_A;  // (r, in)
@@ -62,9 +62,15 @@ void load_peft_adapter(model::Qwen2Model& model, const std::filesystem::path& di
 // Reads dir/adapter_config.json's r, lora_alpha, lora_dropout and target_modules.
 LoraOptions read_peft_config(const std::filesystem::path& dir);
 
-// Saves the model with every adapter merged into its base weight (W + scale B A) in HF layout, as
-// model::save_model_dir does; the model's own weights are unchanged afterwards.
-void save_merged_model(model::Qwen2Model& model, const std::filesystem::path& dir,
-                       const model::SaveOptions& options = {});
+// The model's HF-named weights with every adapter merged in: W + scale B A (computed in float32,
+// stored in W's dtype, on the CPU) for adapted layers, the parameter itself for the others. Never
+// writes to the model, so inference on it may go on meanwhile; costs one CPU copy of every adapted weight.
+std::vector<std::pair<std::string, torch::Tensor>> merged_named_parameters(model::Qwen2Model& model);
+
+// Saves the merged weights in HF layout (model::save_model_tensors, with the tokenizer files when
+// options.tokenizer_dir is set), plus model::kMergedLoraFile naming the base and the adapter's r,
+// lora_alpha and target_modules, so loaders say "merged model". The model is not changed.
+void save_merged_model(model::Qwen2Model& model, const std::filesystem::path& dir, const LoraOptions& lora,
+                       const std::string& base_model_name_or_path, model::SaveOptions options = {});
 
 }  // namespace ajet::train

@@ -52,6 +52,8 @@ TEST(SftCli, StopAtSuccessStopsAfterTheFirstEvaluationThatReachesIt) {
                        " --steps 20 --eval-task frozenlake --eval-n 2 --eval-max-tokens 8 --eval-every 2 --stop-at-success 0");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("(--stop-at-success): stopping at step 2 of 20"), std::string::npos) << r.output;
+  // One line per evaluation: the evaluation's engine does not log its cache sizing (issue 13).
+  EXPECT_EQ(r.output.find("inference engine:"), std::string::npos) << r.output;
   const auto report = report_of(out);
   EXPECT_EQ(report["steps"].get<int64_t>(), 2);
   EXPECT_EQ(report["stopped_at_success"]["step"].get<int64_t>(), 2);

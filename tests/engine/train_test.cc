@@ -1,7 +1,8 @@
 // The trainer methods of `ajet-engine serve` end to end: train_step over the RPC changes the served
 // weights and bumps the policy version (backbones torch and async), bad batches get an error reply
-// while the engine keeps serving, debug never trains, and save -> a new process with --resume -> the
-// next step gives bit-identical parameters and optimizer state to an uninterrupted run.
+// while the engine keeps serving, debug never trains, save -> a new process with --resume -> the
+// next step gives bit-identical parameters and optimizer state to an uninterrupted run, and a LoRA
+// checkpoint's model/ is the merged model that `ajet-engine generate` loads and names (issue 13).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -273,6 +274,57 @@ TEST(EngineTrain, ResumeContinuesExactly) {
   EXPECT_EQ(loaded["global_step"], 2);
   EXPECT_EQ(loaded["front_cursor"], nlohmann::json({{"task", 8}}));
   EXPECT_EQ(status_of(client)["policy_version"], 2);
+}
+
+TEST(EngineTrain, LoraCheckpointHoldsTheMergedModelAndResumes) {
+  auto conf = [](const std::string& name, const fs::path& checkpoints) {
+    const fs::path path = process_dir() / (name + ".yaml");
+    model::testing::write_text(path, "ajet:\n"
+                                     "  backbone: torch\n"
+                                     "  trainer_common:\n"
+                                     "    use_kl_loss: false\n"
+                                     "    checkpoint_base_dir: " + checkpoints.string() + "\n"
+                                     "    optim:\n"
+                                     "      lr: 0.05\n"
+                                     "  lora:\n"
+                                     "    lora_rank: 4\n"
+                                     "    lora_alpha: 8\n"
+                                     "  engine:\n"
+                                     "    seed: 3\n");
+    return path.string();
+  };
+  fs::path saved;
+  GenerateOutcome served;
+  {
+    EngineProcess engine({"--conf", conf("lora_a", process_dir() / "lora_a")}, micro_model_dir());
+    rpc::Client client(engine.wait_ready());
+    client.connect();
+    const GenerateOutcome before = probe(client);
+    call(client, rpc::encode_train_batch(make_batch(1)));
+    served = probe(client);
+    ASSERT_TRUE(logprobs_differ(before, served)) << "one LoRA step at lr 0.05 left the greedy logprobs unchanged";
+    saved = call(client, method_frame(rpc::kMethodSaveCheckpoint, nlohmann::json::object()))["path"].get<std::string>();
+  }
+  for (const char* f : {"model/config.json", "model/model.safetensors", "model/tokenizer.json", "model/ajet_merged_lora.json",
+                        "adapter/adapter_model.safetensors", "adapter/adapter_config.json"}) {
+    EXPECT_TRUE(fs::exists(saved / f)) << f;
+  }
+  EXPECT_NE(file_bytes(saved / "model" / "model.safetensors"), file_bytes(micro_model_dir() / "model.safetensors"))
+      << "model/ of a LoRA checkpoint is the untrained base";
+
+  // `generate --model …/model` runs the merged model and says so.
+  const auto g = run_command(kEngineBinary + " generate --model " + quote(saved / "model") +
+                             " --threads 1 --kv-cache-mb 8 --max-tokens 2 --temperature 0 --prompt hi");
+  ASSERT_EQ(g.exit_code, 0) << g.output;
+  EXPECT_NE(g.output.find("loaded merged model " + (saved / "model").string()), std::string::npos) << g.output;
+
+  // A new process on the base resumes with the adapter and serves what the first one served.
+  EngineProcess engine({"--conf", conf("lora_b", process_dir() / "lora_b"), "--resume", saved.string()}, micro_model_dir());
+  rpc::Client client(engine.wait_ready());
+  client.connect();
+  EXPECT_EQ(status_of(client)["policy_version"], 1);
+  EXPECT_FALSE(logprobs_differ(served, probe(client)));
+  EXPECT_NE(engine.stderr_text().find("loaded base model (the trainer's"), std::string::npos) << engine.stderr_text();
 }
 
 }  // namespace

@@ -1,12 +1,17 @@
 // Checkpoints: resuming gives bit-identical parameters to an uninterrupted run (full fine-tuning with
 // a KL reference, and LoRA with dropout), keep-last pruning, the latest pointer, the caller's blob,
-// and errors that name what is missing.
+// errors that name what is missing, and a LoRA checkpoint's model/ = the merged model (issue 13).
 #include "train/checkpoint.h"
 
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "common/fs.h"
+#include "common/json.h"
 #include "config/config.h"
+#include "model/model_dir.h"
+#include "model/model_source.h"
+#include "train/lora.h"
 #include "train_test_util.h"
 
 namespace ajet::train {
@@ -141,6 +146,86 @@ TEST(Checkpoint, LoadErrorsNameWhatIsWrong) {
     EXPECT_NE(std::string(e.what()).find("without LoRA"), std::string::npos) << e.what();
   }
   EXPECT_THROW(load_checkpoint(t, dir / "nope"), Error);
+}
+
+torch::Tensor logits(model::Qwen2Model& m) {
+  torch::NoGradGuard no_grad;
+  auto ids = torch::tensor(std::vector<int64_t>{3, 14, 15, 9, 26, 5, 35}).view({1, 7});
+  return m->forward_logits(ids, torch::arange(7).view({1, 7}));
+}
+
+torch::Tensor weight(model::Qwen2Model& m, const std::string& name) {
+  for (auto& [n, p] : m->hf_named_parameters()) {
+    if (n == name) return p.detach();
+  }
+  ADD_FAILURE() << name;
+  return {};
+}
+
+bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+
+TEST(Checkpoint, LoraModelDirIsTheMergedModel) {
+  testing::ScratchDir dir;
+  model::testing::write_byte_tokenizer(dir / "tok");
+  auto base = testing::random_model(testing::qwen2_config(), 14);
+  model::save_model_dir(base, dir / "base");
+  TrainerOptions o = testing::test_options();
+  o.lora.rank = 4;
+  o.lora.alpha = 8;
+  o.optim.lr = 2e-2;
+  Trainer t(clone_model(base), o);
+  for (int i = 0; i < 2; ++i) t.train_step(random_batch(2, 4, 6, 5, 61, 100 + static_cast<uint64_t>(i)));
+  CheckpointOptions co;
+  co.base_dir = dir / "ckpt";
+  co.tokenizer_dir = dir / "tok";
+  co.base_model_name_or_path = (dir / "base").string();
+  const auto path = save_checkpoint(t, co);
+  for (const char* f : {"model/config.json", "model/model.safetensors", "model/tokenizer.json", "model/ajet_merged_lora.json",
+                        "adapter/adapter_model.safetensors", "adapter/adapter_config.json"}) {
+    EXPECT_TRUE(std::filesystem::exists(path / f)) << f;
+  }
+
+  // model/ computes what base + adapter computes, and is not the base.
+  const auto adapted = logits(t.model());
+  auto merged = model::load_model_dir(path / "model");
+  EXPECT_LT(testing::relative_difference({logits(merged)}, {adapted}), 1e-5);
+  EXPECT_GT(testing::relative_difference({logits(merged)}, {logits(base)}), 1e-3);
+  EXPECT_FALSE(torch::equal(weight(merged, "model.layers.0.self_attn.q_proj.weight"),
+                            weight(base, "model.layers.0.self_attn.q_proj.weight")));
+  EXPECT_TRUE(starts_with(model::resolve_model_source(path / "model").description, "merged model "));
+  // adapter/ over its base (adapter_config.json's base_model_name_or_path) is the same model.
+  auto via_adapter = model::load_model_dir(path / "adapter");
+  EXPECT_LT(testing::relative_difference({logits(via_adapter)}, {adapted}), 1e-5);
+  EXPECT_TRUE(starts_with(model::resolve_model_source(path / "adapter").description,
+                          "base model " + (dir / "base").string() + " + adapter "));
+
+  // Resuming keeps the trainer's base (same fingerprint) and loads the adapter: bit for bit.
+  Trainer resumed(clone_model(base), o);
+  const LoadedCheckpoint loaded = load_checkpoint(resumed, path);
+  EXPECT_TRUE(starts_with(loaded.weights, "base model (the trainer's")) << loaded.weights;
+  EXPECT_TRUE(torch::equal(logits(resumed.model()), adapted));
+  // A trainer started on the merged model/ instead of the base is refused: the adapter would count twice.
+  Trainer on_merged(model::load_model_dir(path / "model"), o);
+  try {
+    load_checkpoint(on_merged, path);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("fingerprint"), std::string::npos) << e.what();
+  }
+
+  // A checkpoint written before merged export (model/ = the base, no "lora_base"): loaders merge its
+  // adapter in and say so; resuming reads model/ as the base.
+  model::save_model_dir(base, path / "model", model::SaveOptions{dir / "tok"});
+  Json state = parse_json(read_file(path / "trainer_state.json"), "trainer_state.json");
+  state.erase("lora_base");
+  write_file_atomic(path / "trainer_state.json", state.dump(1));
+  EXPECT_TRUE(starts_with(model::resolve_model_source(path / "model").description,
+                          "base model " + (path / "model").string() + " + adapter "));
+  auto old_layout = model::load_model_dir(path / "model");
+  EXPECT_LT(testing::relative_difference({logits(old_layout)}, {adapted}), 1e-5);
+  Trainer old(testing::random_model(testing::qwen2_config(), 99), o);
+  EXPECT_TRUE(starts_with(load_checkpoint(old, path).weights, "base model " + (path / "model").string()));
+  EXPECT_TRUE(torch::equal(logits(old.model()), adapted));
 }
 
 }  // namespace

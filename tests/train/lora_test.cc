@@ -9,6 +9,7 @@
 #include "common/json.h"
 #include "hf/safetensors.h"
 #include "model/model_dir.h"
+#include "model/model_source.h"
 #include "train_test_util.h"
 
 namespace ajet::train {
@@ -134,7 +135,8 @@ TEST(Lora, PeftLayoutAndMergedExport) {
   EXPECT_TRUE(torch::equal(logits(fresh), adapted));
 
   // Merged export: W + (alpha / r) B A in HF layout computes the adapted model's logits.
-  save_merged_model(m, dir / "merged");
+  save_merged_model(m, dir / "merged", o.lora, "some/base-model");
+  EXPECT_TRUE(std::filesystem::exists(dir / "merged" / model::kMergedLoraFile));
   auto merged = model::load_model_dir(dir / "merged");
   EXPECT_LT(testing::relative_difference({logits(merged)}, {adapted}), 1e-5);
   auto after = m->hf_named_parameters();
