@@ -25,6 +25,8 @@ struct InitArgs {
   uint64_t seed = 0;
   double init_std = 0.02;
   bool scaled_residual_init = false;
+  double embed_std = 0;
+  bool untie_embeddings = false;
   std::string dtype = "float32";
   bool force = false;
   int threads = 0;
@@ -73,11 +75,12 @@ void run_init(const InitArgs& args) {
     if (auto id = tokenizer.token_to_id(*bos)) config.bos_token_id = *id;
   }
   config.torch_dtype = model::dtype_to_hf_name(dtype);
+  if (args.untie_embeddings) config.tie_word_embeddings = false;
 
   model::Qwen2Model model(config);
   const double output_scale =
       args.scaled_residual_init ? 1.0 / std::sqrt(2.0 * static_cast<double>(config.num_hidden_layers)) : 1.0;
-  model::init_weights(model, args.seed, args.init_std, output_scale);
+  model::init_weights(model, args.seed, args.init_std, output_scale, args.embed_std);
   model->to(dtype);
   model::save_model_dir(model, out, model::SaveOptions{tokenizer_dir});
   std::cout << "model init: preset " << args.preset << ", " << with_thousands(model->parameter_count())
@@ -105,6 +108,10 @@ const CommandRegistration kRegistration("model", [](CLI::App& app) {
       ->check(CLI::PositiveNumber);
   init->add_flag("--scaled-residual-init", args->scaled_residual_init,
                  "Initialise o_proj and down_proj with std / sqrt(2 * layers) (GPT-2's residual scaling)");
+  init->add_option("--embed-std", args->embed_std, "Standard deviation of the input embeddings (0: --init-std)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  init->add_flag("--untie-embeddings", args->untie_embeddings, "A separate lm_head instead of the preset's tied one");
   init->add_option("--dtype", args->dtype, "float32 or bfloat16")->capture_default_str();
   init->add_flag("--force", args->force, "Replace a non-empty output directory");
   init->add_option("--threads", args->threads, "Intra-op threads (0: all cores)")->capture_default_str();

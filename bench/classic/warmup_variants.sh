@@ -55,6 +55,14 @@ variant_init09() {
   variant_base
   INIT_FLAGS=(--init-std 0.088 --scaled-residual-init)
 }
+variant_embed1u() {  # init05, untied lm_head, input embeddings at std 1 (token identity stays large in the residual)
+  variant_base
+  INIT_FLAGS=(--init-std 0.05 --scaled-residual-init --untie-embeddings --embed-std 1.0)
+}
+variant_embed03() {  # init05 with tied embeddings at std 0.3
+  variant_base
+  INIT_FLAGS=(--init-std 0.05 --scaled-residual-init --embed-std 0.3)
+}
 variant_drills25() {  # a quarter of the demos are copy drills, mixed in from the start
   variant_base
   DEMOS="{ \"$bin/ajet\" tasks demos --task calc --n 20000 --correct-ratio 1.0 --seed $seed; \"$bin/ajet\" tasks drills --n 6667 --seed $seed; }"

@@ -522,15 +522,34 @@ RunResult Job::run() {
     boot_engine();
     if (first_step_ == 1 && (c.trainer_common.val_before_train || c.trainer_common.val_only)) validate(0);
     const int64_t test_freq = c.trainer_common.test_freq;
+    double train_s = 0, last_validation_s = 0;
     for (int64_t step = first_step_; step <= total_steps_ && !stop_; ++step) {
+      const auto step_start = Clock::now();
       train_step(step);
+      train_s += seconds_since(step_start);
       if (stop_) break;
-      const bool validate_now = test_freq > 0 && (step % test_freq == 0 || step == total_steps_);
+      // max_training_seconds: would the next step (and a validation after it) end too late?
+      bool out_of_time = false;
+      if (const auto budget = c.trainer_common.max_training_seconds; budget && step < total_steps_) {
+        const double mean_step_s = train_s / double(step - first_step_ + 1);
+        out_of_time = seconds_since(t0_) + mean_step_s + last_validation_s > double(*budget);
+        if (out_of_time) {
+          say(fmt::format("ajet: stopping after step {} of {}: another step (~{:.1f} s) would pass "
+                          "max_training_seconds ({:.0f} s, {:.0f} s gone)",
+                          step, total_steps_, mean_step_s, double(*budget), seconds_since(t0_)));
+        }
+      }
+      const bool validate_now = test_freq > 0 && (step % test_freq == 0 || step == total_steps_ || out_of_time);
       // async runs ahead of training; validation and the end wait until every step so far trained.
-      if (c.backbone == "async" && (validate_now || step == total_steps_)) {
+      if (c.backbone == "async" && (validate_now || step == total_steps_ || out_of_time)) {
         wait_for_global_step(start_global_step_ + step);
       }
-      if (validate_now) validate(step);
+      if (validate_now) {
+        const auto validation_start = Clock::now();
+        validate(step);
+        last_validation_s = seconds_since(validation_start);
+      }
+      if (out_of_time) break;
     }
   } catch (...) {
     try {

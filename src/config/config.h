@@ -123,6 +123,9 @@ struct TrainerCommonConfig {
   int64_t save_freq = 20;
   int64_t test_freq = 20;
   std::optional<int64_t> total_training_steps;
+  // Classic mode: no step starts that would end after this many seconds since `ajet` started (the
+  // run then validates and ends); null: off. Not an upstream key.
+  std::optional<int64_t> max_training_seconds;
   int64_t total_epochs = 50;
   int64_t nnodes = 1;
   int64_t n_gpus_per_node = 1;

@@ -112,6 +112,9 @@ std::vector<Field> config_fields(Config& c) {
   t.add("trainer_common.test_freq", tc.test_freq, "validate every N steps; 0 or -1: never", {.min = -1});
   t.add("trainer_common.total_training_steps", tc.total_training_steps, "stop after N steps (null: epochs decide)",
         {.min = 1});
+  t.add("trainer_common.max_training_seconds", tc.max_training_seconds,
+        "classic mode: start no step that would end after this many seconds (then validate and end; null: off)",
+        {.min = 1});
   t.add("trainer_common.total_epochs", tc.total_epochs, "passes over the training tasks", {.min = 1});
   t.add("trainer_common.nnodes", tc.nnodes, "machines with engine ranks", {.min = 1});
   t.add("trainer_common.n_gpus_per_node", tc.n_gpus_per_node, "engine ranks per machine", {.min = 1});

@@ -329,7 +329,7 @@ int64_t Qwen2ModelImpl::parameter_count() {
 // ---------------------------------------------------------------------------------------------------
 // Initialisation and settings
 
-void init_weights(Qwen2Model& model, uint64_t seed, double std, double output_scale) {
+void init_weights(Qwen2Model& model, uint64_t seed, double std, double output_scale, double embed_std) {
   torch::NoGradGuard no_grad;
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   for (auto& [name, param] : model->hf_named_parameters()) {
@@ -343,7 +343,8 @@ void init_weights(Qwen2Model& model, uint64_t seed, double std, double output_sc
     } else {
       const bool writes_residual = ends_with("o_proj.weight") || ends_with("down_proj.weight");
       auto values = torch::empty(param.sizes(), torch::kFloat);
-      values.normal_(0.0, writes_residual ? std * output_scale : std, gen);
+      const bool embedding = ends_with("embed_tokens.weight");
+      values.normal_(0.0, embedding && embed_std > 0 ? embed_std : writes_residual ? std * output_scale : std, gen);
       param.copy_(values);
     }
   }

@@ -176,7 +176,9 @@ TORCH_MODULE(Qwen2Model);
 // the projections that write into the residual stream (o_proj, down_proj) use std * output_scale
 // instead (GPT-2's 1/sqrt(2 * layers)). Values are drawn in float32 on the CPU in
 // hf_named_parameters() order, then copied into the parameters.
-void init_weights(Qwen2Model& model, uint64_t seed, double std = 0.02, double output_scale = 1.0);
+// `embed_std` > 0 draws the input embeddings (model.embed_tokens) with that std instead.
+void init_weights(Qwen2Model& model, uint64_t seed, double std = 0.02, double output_scale = 1.0,
+                  double embed_std = 0);
 
 // "float32" | "bfloat16" | "float16" (also "fp32", "bf16", "fp16") → dtype; anything else throws.
 torch::ScalarType parse_dtype(std::string_view name);

@@ -61,6 +61,25 @@ TEST(SftCli, StopAtSuccessStopsAfterTheFirstEvaluationThatReachesIt) {
   EXPECT_TRUE(report.contains("eval_after"));
 }
 
+// A gate the model never reaches: the run ends with the best evaluated model and says loudly that
+// the warm-up missed its gate, with the numbers; the report records both.
+TEST(SftCli, AMissedGateIsReportedLoudlyAndTheBestEvaluatedModelIsKept) {
+  const fs::path out = process_dir() / "sft-missed";
+  auto r = run_command(kAjet + sft_args(out) +
+                       " --steps 4 --eval-task frozenlake --eval-n 2 --eval-max-tokens 8 --eval-every 2 --stop-at-success 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("WARNING: the warm-up missed its gate"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(best "), std::string::npos) << r.output;  // each evaluation line says the best so far
+  const auto report = report_of(out);
+  EXPECT_FALSE(report.contains("stopped_at_success"));
+  ASSERT_TRUE(report.contains("gate_missed"));
+  EXPECT_DOUBLE_EQ(report["gate_missed"]["gate"].get<double>(), 1.0);
+  // The kept step is the last one or the best evaluated one (step 2), never another.
+  const int64_t kept = report["kept_step"].get<int64_t>();
+  EXPECT_TRUE(kept == 4 || kept == 2) << kept;
+  EXPECT_LE(report["eval_after"]["success_rate"].get<double>(), 1.0);
+}
+
 TEST(SftCli, BadFlagsNameTheProblem) {
   const fs::path out = process_dir() / "sft-bad";
   struct Case {

@@ -196,6 +196,25 @@ TEST(Init, SeededAndShapedLikeHuggingFace) {
   EXPECT_TRUE(any_differs);
 }
 
+// The warm-up's initialisation (`ajet model init --init-std --scaled-residual-init --embed-std`):
+// projections into the residual stream at std * output_scale, input embeddings at embed_std.
+TEST(Init, ResidualScalingAndEmbeddingStd) {
+  auto config = qwen2_config();
+  Qwen2Model m(config);
+  init_weights(m, 7, 0.05, 0.25, 0.3);
+  for (const auto& [name, t] : m->hf_named_parameters()) {
+    if (name.find("norm.weight") != std::string::npos || name.find(".bias") != std::string::npos) continue;
+    const double std = t.std().item<double>();
+    if (name.find("o_proj") != std::string::npos || name.find("down_proj") != std::string::npos) {
+      EXPECT_NEAR(std, 0.05 * 0.25, 0.003) << name;
+    } else if (name.find("embed_tokens") != std::string::npos) {
+      EXPECT_NEAR(std, 0.3, 0.03) << name;
+    } else {
+      EXPECT_NEAR(std, 0.05, 0.008) << name;
+    }
+  }
+}
+
 TEST(Presets, SizesAndCountsAgreeWithTheModule) {
   for (const auto& preset : presets()) {
     auto config = preset_config(preset.name, 1024);
