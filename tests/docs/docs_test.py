@@ -65,7 +65,7 @@ EXTERNAL_DIRECTIVES: Dict[str, Dict[str, List[str]]] = {
         "./scripts/run.sh    # fresh machine: install, build, run the main job on the embedded default": [
             "skip: the main command and the full test suite: installs packages, builds everything and trains "
             "for ~10 minutes; CI runs scripts/test.sh itself, and this test runs under it"],
-        "ajet --conf examples/configs/calc.yaml      # what run.sh runs last": [
+        "build/bin/ajet --conf examples/configs/calc.yaml      # the RL stage run.sh runs last (with a seed and time budget)": [
             "skip: the main command's RL stage (minutes of training on the models scripts/run.sh makes)"],
     },
 }
