@@ -188,7 +188,8 @@ void run_judge(const JudgeArgs& a) {
       ++bad;
     }
   }
-  if (bad > 0) fail(ErrorCode::kInvalidArgument, std::to_string(bad) + " of " + std::to_string(line_no) + " judge requests were bad");
+  // Bad input lines are bad data, not bad usage: exit code 1, not 2.
+  if (bad > 0) fail(ErrorCode::kDataLoss, std::to_string(bad) + " of " + std::to_string(line_no) + " judge requests were bad");
 }
 
 struct MeasureArgs {

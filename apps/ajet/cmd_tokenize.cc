@@ -62,7 +62,7 @@ void run_tokenize(const TokenizeArgs& args) {
     for (text::TokenId id : ids) pieces.push_back(tok.piece(id));
     write_line(json_dump(Json{{"ids", ids}, {"pieces", pieces}}));
   }
-  if (bad > 0) fail(ErrorCode::kInvalidArgument, std::to_string(bad) + " of " + std::to_string(line_no) + " input lines were not JSON strings");
+  if (bad > 0) fail(ErrorCode::kDataLoss, std::to_string(bad) + " of " + std::to_string(line_no) + " input lines were not JSON strings");
 }
 
 struct DetokenizeArgs {
@@ -100,7 +100,7 @@ void run_detokenize(const DetokenizeArgs& args) {
       ++bad;
     }
   }
-  if (bad > 0) fail(ErrorCode::kInvalidArgument, std::to_string(bad) + " of " + std::to_string(line_no) + " input lines were bad");
+  if (bad > 0) fail(ErrorCode::kDataLoss, std::to_string(bad) + " of " + std::to_string(line_no) + " input lines were bad");
 }
 
 struct TrainArgs {

@@ -75,7 +75,7 @@ TEST_F(TasksCli, GenerateWritesTheSameTasksAsTheLibrary) {
   EXPECT_EQ(read_task_jsonl(dir_ / "lake.jsonl")[0].metadata["size"], 5);
 
   CliRun bad = ajet("tasks generate --task calc --params '{\"bogus\": 1}'");
-  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_EQ(bad.exit_code, 2);  // a bad flag value is a usage error
   EXPECT_NE(stderr_text().find("unknown calc param 'bogus'"), std::string::npos) << stderr_text();
 }
 
@@ -92,7 +92,7 @@ TEST_F(TasksCli, DemosAreJsonlConversationsWithRewards) {
     for (size_t i = 0; i < d["messages"].size(); ++i) text::parse_chat_message(d["messages"][i], "m");
   }
   CliRun bad = ajet("tasks demos --task calc --n 2 --error-mix 1,x");
-  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_EQ(bad.exit_code, 2);  // a bad flag value is a usage error
   EXPECT_NE(stderr_text().find("--error-mix"), std::string::npos);
 }
 
