@@ -40,7 +40,11 @@ bin="$build/bin"
 start=$(date +%s)  # the 10-minute budget counts from here
 mkdir -p "$work/models"
 
-INIT_FLAGS="${AJET_INIT_FLAGS:---init-std 0.05 --scaled-residual-init --embed-std 0.3}"
+# calc's initial weights (below); frozenlake keeps HF's std 0.02, with which its recipe was measured.
+if [ "$task" = calc ]; then default_init="--init-std 0.05 --scaled-residual-init --embed-std 0.3"; else default_init=""; fi
+INIT_FLAGS="${AJET_INIT_FLAGS-$default_init}"
+init_dir="$work/models/tiny-init"  # frozenlake's (HF init); calc's is tiny-init-calc
+if [ "$task" = calc ]; then init_dir="$work/models/tiny-init-calc"; fi
 
 # 1. The tiny tokenizer, trained on rendered demos of the built-in tasks.
 if [ ! -f "$work/tokenizer/tokenizer.json" ]; then
@@ -53,17 +57,17 @@ else
 fi
 
 # 2. A freshly initialised tiny model (hidden 128, 4 layers).
-if [ ! -f "$work/models/tiny-init/config.json" ]; then
+if [ ! -f "$init_dir/config.json" ]; then
   # Initial weights at std 0.05 with GPT-2's residual scaling and the embeddings at 0.3: with HF's 0.02
   # everywhere the copying that calc needs appeared after 400 to 1000+ SFT steps, or not at all; with
   # these, after 250-450 in most runs (docs/sft.md, bench/classic/warmup_variants.sh).
   say "model: ajet model init --preset tiny $INIT_FLAGS"
-  rm -rf "$work/models/tiny-init.tmp"
+  rm -rf "$init_dir.tmp"
   # shellcheck disable=SC2086
-  "$bin/ajet" model init --preset tiny --tokenizer "$work/tokenizer" --seed "$seed" $INIT_FLAGS --out "$work/models/tiny-init.tmp"
-  mv "$work/models/tiny-init.tmp" "$work/models/tiny-init"
+  "$bin/ajet" model init --preset tiny --tokenizer "$work/tokenizer" --seed "$seed" $INIT_FLAGS --out "$init_dir.tmp"
+  mv "$init_dir.tmp" "$init_dir"
 else
-  say "model: reusing $work/models/tiny-init"
+  say "model: reusing $init_dir"
 fi
 
 # 3. Warm-up: SFT on generated demonstrations of the task, so RL starts from a model with some, not
@@ -99,7 +103,7 @@ race_sft() {  # race_sft DEMOS OUT STEPS
   local threads=$(( ${AJET_THREADS:-2} / n )); [ "$threads" -ge 1 ] || threads=1
   say "sft: $n candidates race to 50% held-out greedy success (up to $steps steps of 4096 tokens, $threads thread(s) each)"
   for (( k = 0; k < n; k++ )); do
-    local init="$work/models/tiny-init" cand="$work/models/sft-candidate$k"
+    local init="$init_dir" cand="$work/models/sft-candidate$k"
     if [ "$k" -gt 0 ]; then
       init="$work/models/tiny-init-candidate$k"
       if [ ! -f "$init/config.json" ]; then
@@ -140,6 +144,7 @@ race_sft() {  # race_sft DEMOS OUT STEPS
   fi
   [ -n "$winner" ] || { echo "run: no warm-up candidate produced a model" >&2; exit 1; }
   rm -rf "$out" && mv "$work/models/sft-candidate$winner" "$out"
+  say "sft: warmed-up model: $out"
   for (( k = 0; k < n; k++ )); do rm -rf "$work/models/sft-candidate$k"; done
 }
 if [ ! -f "$sft_model/config.json" ]; then
@@ -148,7 +153,7 @@ if [ ! -f "$sft_model/config.json" ]; then
     race_sft "$work/calc-demos-correct.jsonl" "$sft_model" "${AJET_SFT_STEPS:-1000}"
   else
     demos frozenlake-demos --n 2000 --correct-ratio 0.5 --error-mix 0,1,0 --seed "$((seed + 4))"
-    sft "$work/models/tiny-init" "$work/frozenlake-demos.jsonl" "$sft_model" "${AJET_SFT_STEPS:-150}" 20 2e-3 0.25
+    sft "$init_dir" "$work/frozenlake-demos.jsonl" "$sft_model" "${AJET_SFT_STEPS:-150}" 20 2e-3 0.25
   fi
 else
   say "sft: reusing $sft_model"
