@@ -7,7 +7,6 @@
 
 #include <fmt/format.h>
 
-#include <ctime>
 #include <fstream>
 #include <iterator>
 #include <thread>
@@ -15,6 +14,7 @@
 #include "common/error.h"
 #include "common/fs.h"
 #include "common/json.h"
+#include "common/time_text.h"
 
 namespace ajet::classic {
 
@@ -25,15 +25,6 @@ namespace {
 constexpr const char* kLockFile = "ajet.lock";
 constexpr const char* kPidFile = "ajet.pid";
 constexpr const char* kEarlierDir = "earlier";
-
-std::string local_time(const char* format) {
-  std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  localtime_r(&t, &tm);
-  char text[64];
-  std::strftime(text, sizeof text, format, &tm);
-  return text;
-}
 
 std::vector<std::string> command_line(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline", std::ios::binary);
@@ -73,7 +64,7 @@ bool wait_gone(pid_t pid, std::chrono::milliseconds timeout) {
 
 }  // namespace
 
-ExperimentLock::ExperimentLock(const fs::path& dir) : dir_(dir), started_(local_time("%Y-%m-%d %H:%M:%S")) {
+ExperimentLock::ExperimentLock(const fs::path& dir) : dir_(dir), started_(local_time_text("%Y-%m-%d %H:%M:%S")) {
   fs::create_directories(dir_);
   const fs::path lock = dir_ / kLockFile;
   fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -162,7 +153,7 @@ fs::path move_earlier_run_aside(const fs::path& dir) {
     if (name != kLockFile && name != kPidFile && name != kEarlierDir) entries.push_back(entry.path());
   }
   if (entries.empty()) return {};
-  const std::string stamp = local_time("%Y%m%d-%H%M%S");
+  const std::string stamp = local_time_text("%Y%m%d-%H%M%S");
   fs::path target = dir / kEarlierDir / stamp;
   for (int n = 2; fs::exists(target); ++n) target = dir / kEarlierDir / (stamp + "-" + std::to_string(n));
   fs::create_directories(target);

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <ctime>
 
+#include "common/time_text.h"
+
 namespace ajet::client {
 
 namespace {
@@ -15,14 +17,7 @@ double now_unix() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-std::string clock_text(double unix_seconds) {
-  std::time_t t = std::time_t(unix_seconds);
-  std::tm tm{};
-  localtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%H:%M:%S", &tm);
-  return buf;
-}
+std::string clock_text(double unix_seconds) { return local_time_text("%H:%M:%S", std::time_t(unix_seconds)); }
 
 size_t utf8_length(unsigned char lead) { return lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1; }
 

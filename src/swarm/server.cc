@@ -2,11 +2,10 @@
 
 #include <fmt/format.h>
 
-#include <ctime>
-
 #include "common/error.h"
 #include "common/fs.h"
 #include "common/log.h"
+#include "common/time_text.h"
 #include "config/load.h"
 #include "http/router.h"
 #include "http/server.h"
@@ -53,18 +52,9 @@ std::string describe_earlier_run(const store::RecoveredState& r) {
 
 namespace {
 
-std::string file_stamp() {
-  std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  localtime_r(&t, &tm);
-  char stamp[32];
-  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
-  return stamp;
-}
-
 // Renames the store file and its WAL side files to `<store>.before-<stamp>[-N]…`; returns the new name.
 fs::path move_store_aside(const fs::path& store_path) {
-  const std::string stamp = file_stamp();
+  const std::string stamp = local_time_text("%Y%m%d-%H%M%S");
   fs::path target = store_path.string() + ".before-" + stamp;
   for (int n = 2; fs::exists(target); ++n) target = store_path.string() + ".before-" + stamp + "-" + std::to_string(n);
   fs::rename(store_path, target);
