@@ -86,7 +86,8 @@ void run_init(const InitArgs& args) {
   std::cout << "model init: preset " << args.preset << ", " << with_thousands(model->parameter_count())
             << " parameters (vocab " << config.vocab_size << ", " << args.dtype << ", seed " << args.seed
             << ", init std " << args.init_std << (args.scaled_residual_init ? ", residual outputs scaled" : "")
-            << ") -> "
+            << (args.embed_std > 0 ? ", embeddings std " + std::to_string(args.embed_std) : "")
+            << (args.untie_embeddings ? ", untied lm_head" : "") << ") -> "
             << out.string() << std::endl;
 }
 

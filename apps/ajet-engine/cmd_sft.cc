@@ -209,11 +209,11 @@ void run_sft_command(const SftArgs& args) {
   std::cout << "sft: " << sft.workers << " worker thread(s) per step, " << train::sft_worker_threads(sft.workers)
             << " intra-op thread(s) each" << std::endl;
   // The best model by held-out success during training (--eval-every), kept in memory: a warm-up whose
-  // success rises and falls again ends with the best one, not the last one.
+  // success rises and falls again ends with the best one, not the last one. The evaluations of the best
+  // and of the last evaluated step are kept too, so neither model is evaluated twice.
   std::vector<torch::Tensor> best_params;
-  int64_t best_step = -1;
-  double best_success = -1;
-  const auto train_start = std::chrono::steady_clock::now();
+  int64_t best_step = -1, last_eval_step = -1;
+  EvalResult best_eval, last_eval;
   const std::vector<train::SftStep> steps = train::run_sft(model, set.examples, sft, [&](const train::SftStep& s) {
     if (s.step == 1 || s.step % std::max<int64_t>(1, args.log_every) == 0 || s.step == args.sft.steps) {
       std::printf("step %lld/%lld loss %.4f lr %.2e grad_norm %.2f demos %lld tokens %lld (shared prefix %lld) (%.2f s)\n",
@@ -224,18 +224,20 @@ void run_sft_command(const SftArgs& args) {
     }
     if (!args.eval_task.empty() && args.eval_every > 0 && s.step % args.eval_every == 0 && s.step < args.sft.steps) {
       const EvalResult e = evaluate(model, format, args);
-      if (e.success > best_success) {
+      last_eval_step = s.step;
+      last_eval = e;
+      if (best_step < 0 || e.success > best_eval.success) {
         torch::NoGradGuard no_grad;
         best_params.clear();
         for (const auto& p : model->parameters()) best_params.push_back(p.detach().clone());
         best_step = s.step;
-        best_success = e.success;
+        best_eval = e;
       }
-      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - train_start).count();
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       const double eta = elapsed / static_cast<double>(s.step) * static_cast<double>(args.sft.steps - s.step);
       std::printf("eval at step %lld: %s held-out success %.1f%% (best %.1f%% at step %lld) over %lld episodes (%.1f s); "
                   "%.0f s so far, at most %.0f s to go\n",
-                  static_cast<long long>(s.step), args.eval_task.c_str(), 100 * e.success, 100 * best_success,
+                  static_cast<long long>(s.step), args.eval_task.c_str(), 100 * e.success, 100 * best_eval.success,
                   static_cast<long long>(best_step), static_cast<long long>(e.episodes), e.seconds, elapsed, eta);
       std::fflush(stdout);
       report["eval_during"].push_back(OrderedJson{{"step", s.step}, {"eval", e.to_json()}});
@@ -261,18 +263,19 @@ void run_sft_command(const SftArgs& args) {
   report["loss_after"] = loss_after;
 
   if (!args.eval_task.empty()) {
-    EvalResult after = evaluate(model, format, args);
     const int64_t last_step = static_cast<int64_t>(steps.size());
-    if (!best_params.empty() && best_success > after.success) {
+    // A run stopped by --stop-at-success ends right after the evaluation of its last step.
+    EvalResult after = last_eval_step == last_step ? last_eval : evaluate(model, format, args);
+    if (!best_params.empty() && best_eval.success > after.success) {
       // Restore the best evaluated weights: success fell after that step.
       torch::NoGradGuard no_grad;
       auto params = model->parameters();
       for (size_t i = 0; i < params.size(); ++i) params[i].copy_(best_params[i]);
       std::printf("sft: keeping the model of step %lld (held-out success %.1f%%), not the last one (step %lld: %.1f%%)\n",
-                  static_cast<long long>(best_step), 100 * best_success, static_cast<long long>(last_step),
+                  static_cast<long long>(best_step), 100 * best_eval.success, static_cast<long long>(last_step),
                   100 * after.success);
       report["kept_step"] = best_step;
-      after = evaluate(model, format, args);
+      after = best_eval;
     } else {
       report["kept_step"] = last_step;
     }
