@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <deque>
+#include <map>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -58,10 +59,10 @@ fs::path resolve_path(const fs::path& p, const fs::path& config_dir) {
 // the newest such experiment under `base` that holds a run, by its name's time stamp.
 std::optional<std::string> newest_timestamped_run(const fs::path& base, const std::string& stem) {
   std::optional<std::string> newest;
+  const std::string prefix = (stem.empty() ? std::string("experiment") : stem) + "_";
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(base, ec)) {
     const std::string name = entry.path().filename().string();
-    const std::string prefix = (stem.empty() ? std::string("experiment") : stem) + "_";
     if (name.size() != prefix.size() + 13 || name.compare(0, prefix.size(), prefix) != 0) continue;
     if (name.find_first_not_of("0123456789_", prefix.size()) != std::string::npos) continue;
     if (!fs::exists(entry.path() / "swarm" / "swarm.sqlite")) continue;
@@ -440,16 +441,17 @@ void Job::boot_engine() {
   first_step_ = done + 1;
   result_.resumed_from_step = done;
   // The task order continues where step `done` left it: each step drew the task batches it recorded
-  // (more than one with dynamic sampling).
-  for (int64_t s = 1; s <= done; ++s) {
-    int64_t batches = 1;
-    for (const Json& r : result_.records) {
-      if (r.value("kind", "") == "train" && r.value("step", int64_t(0)) == s) {
-        batches = r.value("sampling", Json::object()).value("gen_batches", int64_t(1));
-      }
+  // (more than one with dynamic sampling; one when its record is missing).
+  std::map<int64_t, int64_t> batches_of_step;
+  for (const Json& r : result_.records) {
+    if (r.value("kind", "") == "train") {
+      batches_of_step[r.value("step", int64_t(0))] = r.value("sampling", Json::object()).value("gen_batches", int64_t(1));
     }
+  }
+  for (int64_t s = 1; s <= done; ++s) {
+    const auto it = batches_of_step.find(s);
     std::set<std::string> ids;
-    for (int64_t b = 0; b < batches; ++b) draw_batch(ids);
+    for (int64_t b = 0, n = it == batches_of_step.end() ? 1 : it->second; b < n; ++b) draw_batch(ids);
   }
   Json marker{{"kind", "resume"}, {"step", done}, {"global_step", status.global_step}, {"elapsed_s", 0.0}};
   append_jsonl(prepared_.exp_dir / "metrics.jsonl", marker);
