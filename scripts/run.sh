@@ -86,12 +86,13 @@ demos() {  # demos NAME FLAGS...: $work/NAME.jsonl, made once
     mv "$work/$name.jsonl.tmp" "$work/$name.jsonl"
   fi
 }
-sft() {  # sft FROM DEMOS OUT STEPS WARMUP LR MIN_LR_RATIO [EXTRA FLAGS...]
+sft() {  # [sft_seed=S] [sft_threads=T] sft FROM DEMOS OUT STEPS WARMUP LR MIN_LR_RATIO [EXTRA FLAGS...]
   local from="$1" demos_file="$2" out="$3" steps="$4" warmup="$5" lr="$6" min="$7"; shift 7
   say "sft: ajet sft $(basename "$demos_file") → $(basename "$out") (up to $steps steps of 4096 tokens)"
   # ajet sft writes the model directory atomically: OUT exists only once it is complete.
   "$bin/ajet" sft --model "$from" --demos "$demos_file" --out "$out" --force --steps "$steps" --warmup "$warmup" --lr "$lr" \
-    --min-lr-ratio "$min" --batch-tokens 4096 --seed "$seed" --threads "${AJET_THREADS:-2}" --log-every 50 "$@"
+    --min-lr-ratio "$min" --batch-tokens 4096 --seed "${sft_seed:-$seed}" --threads "${sft_threads:-${AJET_THREADS:-2}}" \
+    --log-every 50 "$@"
 }
 # The calc warm-up races AJET_SFT_CANDIDATES (default 2) candidates side by side, one intra-op thread
 # each: candidate 0 is the seed's model and demo order, candidate k the same recipe from initial weights
@@ -99,7 +100,7 @@ sft() {  # sft FROM DEMOS OUT STEPS WARMUP LR MIN_LR_RATIO [EXTRA FLAGS...]
 # the best by held-out success is kept. Copying appears abruptly at a step that varies from run to run
 # (docs/sft.md), so the race bounds the warm-up's time where one candidate alone sometimes needs 2-3x.
 race_sft() {  # race_sft DEMOS OUT STEPS
-  local demos_file="$1" out="$2" steps="$3" n="${AJET_SFT_CANDIDATES:-2}" k pids=() winner="" best=-1
+  local demos_file="$1" out="$2" steps="$3" n="${AJET_SFT_CANDIDATES:-2}" k pids=() winner="" best=""
   local threads=$(( ${AJET_THREADS:-2} / n )); [ "$threads" -ge 1 ] || threads=1
   say "sft: $n candidates race to 50% held-out greedy success (up to $steps steps of 4096 tokens, $threads thread(s) each)"
   for (( k = 0; k < n; k++ )); do
@@ -113,8 +114,7 @@ race_sft() {  # race_sft DEMOS OUT STEPS
       fi
     fi
     rm -rf "$cand"
-    "$bin/ajet" sft --model "$init" --demos "$demos_file" --out "$cand" --steps "$steps" --warmup 30 --lr 2e-3 \
-      --min-lr-ratio 0.3 --batch-tokens 4096 --seed "$((seed + 1000 * k))" --threads "$threads" --log-every 50 \
+    sft_seed=$((seed + 1000 * k)) sft_threads="$threads" sft "$init" "$demos_file" "$cand" "$steps" 30 2e-3 0.3 \
       --eval-task calc --eval-n 50 --eval-seed "$seed" --eval-every 50 --stop-at-success "${AJET_SFT_STOP_AT:-0.5}" \
       > >(sed -u "s/^/  [candidate $k] /") 2>&1 &
     pids+=($!)
@@ -132,11 +132,19 @@ race_sft() {  # race_sft DEMOS OUT STEPS
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
   if [ -z "$winner" ]; then  # none passed the gate: the best by held-out success (each kept its best model)
-    for (( k = 0; k < n; k++ )); do
-      local r; r="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["eval_after"]["success_rate"])' \
-        "$work/models/sft-candidate$k/sft_report.json" 2>/dev/null || echo -1)"
-      if python3 -c "import sys; sys.exit(0 if float('$r') > float('$best') else 1)"; then best="$r"; winner=$k; fi
-    done
+    read -r winner best < <(python3 - "$work/models" "$n" <<'PY'
+import json, sys
+best = None
+for k in range(int(sys.argv[2])):
+    try:
+        r = json.load(open(f"{sys.argv[1]}/sft-candidate{k}/sft_report.json"))["eval_after"]["success_rate"]
+    except (OSError, ValueError, KeyError):
+        continue
+    if best is None or r > best[1]:
+        best = (k, r)
+print(*(best if best else ("", "")))
+PY
+    )
     say "sft: WARNING: no candidate reached the gate; keeping candidate $winner (held-out greedy success $best)."
     say "     RL from a model that does not copy yet gains little (docs/sft.md): expect a small gain."
   else

@@ -51,10 +51,6 @@ variant_init05() {  # larger initial weights, GPT-2 residual scaling
   variant_base
   INIT_FLAGS=(--init-std 0.05 --scaled-residual-init)
 }
-variant_init09() {
-  variant_base
-  INIT_FLAGS=(--init-std 0.088 --scaled-residual-init)
-}
 variant_embed1u() {  # init05, untied lm_head, input embeddings at std 1 (token identity stays large in the residual)
   variant_base
   INIT_FLAGS=(--init-std 0.05 --scaled-residual-init --untie-embeddings --embed-std 1.0)
@@ -63,17 +59,9 @@ variant_embed03() {  # init05 with tied embeddings at std 0.3
   variant_base
   INIT_FLAGS=(--init-std 0.05 --scaled-residual-init --embed-std 0.3)
 }
-variant_drills25() {  # a quarter of the demos are copy drills, mixed in from the start
-  variant_base
-  DEMOS="{ \"$bin/ajet\" tasks demos --task calc --n 20000 --correct-ratio 1.0 --seed $seed; \"$bin/ajet\" tasks drills --n 6667 --seed $seed; }"
-}
 variant_fresh60k() {  # three times as many distinct demos: none is seen twice in 800 steps
   variant_base
   DEMOS="\"$bin/ajet\" tasks demos --task calc --n 60000 --correct-ratio 1.0 --seed $seed"
-}
-variant_lr3() {
-  variant_base
-  SFT_FLAGS=(--warmup 30 --lr 3e-3 --min-lr-ratio 0.3 --batch-tokens 4096)
 }
 
 # --- runs ---------------------------------------------------------------------------------------
@@ -127,4 +115,6 @@ for v in variants:
 text = "\n".join(lines) + "\n"
 print(text)
 open(os.path.join(out, "table.md"), "w").write(text)
+with open(os.path.join(repo, "docs", "benchmarks.md"), "a") as f:
+    f.write("\n" + text)
 PY
