@@ -1,4 +1,4 @@
-// The few swarm commands an agent needs (PROTOCOL.md), on Node's built-in fetch: claim an episode
+// The few swarm commands an agent needs (docs/protocol.md), on Node's built-in fetch: claim an episode
 // (waiting while the engine is not rolling or the pool is empty, and saying why on stderr), end it with
 // a reward, or abort it.
 import { randomUUID } from "node:crypto";

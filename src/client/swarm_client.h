@@ -1,9 +1,10 @@
-// SwarmClient: the swarm command API (PROTOCOL.md) for C++ agents and the classic-mode launcher, with
-// the same verbs and self-healing rules as the Python client: claims wait while the engine is not
-// rolling or the pool is empty, an episode older than 8 x its discard timeout is aborted instead of
-// ended, the WEIGHT_SYNCING race at a batch boundary is logged and dropped, an unreachable server
-// reads as ENGINE.CANNOT_CONNECT. Thread-safe: share one client between threads (connections are
-// pooled). It never retries a refused command, only connection failures of idempotent ones.
+// SwarmClient: the swarm command API (docs/protocol.md "Command API") for C++ agents and the
+// classic-mode launcher, with the same verbs and self-healing rules as the Python client: claims wait
+// while the engine is not rolling or the pool is empty, an episode older than 8 x its discard timeout
+// is aborted instead of ended, the WEIGHT_SYNCING race at a batch boundary is logged and dropped, an
+// unreachable server reads as ENGINE.CANNOT_CONNECT. Thread-safe: share one client between threads
+// (connections are pooled). It never retries a refused command, only connection failures of idempotent
+// ones.
 #pragma once
 
 #include <chrono>

@@ -1,4 +1,4 @@
-// Plain types of the swarm client (PROTOCOL.md field names): a claimed episode, a workflow output,
+// Plain types of the swarm client (docs/protocol.md field names): a claimed episode, a workflow output,
 // the throttle and retry policies, and SwarmError, the one exception the client throws.
 // Nothing here talks to the network.
 #pragma once
@@ -63,7 +63,7 @@ struct WorkflowOutput {
   Json to_json(const std::string& task_id) const;  // metadata.task_id = task_id
 };
 
-// Cocktail training (PROTOCOL.md "Throttle policy"); unset sizes come from the server's pool info.
+// Cocktail training (docs/protocol.md "Throttle policy"); unset sizes come from the server's pool info.
 struct ThrottlePolicy {
   std::string current_task_id;
   double ratio = 1.5;

@@ -26,8 +26,9 @@ Response error_response(int status, std::string_view message, std::string_view t
 Response error_response(const Error& error);
 
 // kInvalidArgument 400, kUnauthenticated 401, kPermissionDenied 403, kNotFound 404,
-// kFailedPrecondition 400 (PROTOCOL.md: "only in OFFLINE, else 400"), kResourceExhausted 413,
-// kUnavailable 503, everything else 500. A route that needs another status builds its own response.
+// kFailedPrecondition 400 (a wrong state is a 400: docs/protocol.md "Statuses and error mapping"),
+// kResourceExhausted 413, kUnavailable 503, everything else 500. A route that needs another status
+// builds its own response.
 int status_for(ErrorCode code);
 // "invalid_request_error" (4xx), "authentication_error" (401), "permission_error" (403),
 // "not_found_error" (404), "rate_limit_error" (429), "service_unavailable_error" (503),

@@ -6,12 +6,13 @@
 // Dtype and device are whatever the parameters hold: build the module (float32, CPU), then
 // `model->to(device, dtype)`; every tensor made inside takes its options from the parameters.
 //
-// LoRA (issue 6) attaches per projection: each of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj,
-// down_proj is a plain torch::nn::Linear registered under its HF name, and every call goes through
-// DecoderLayerImpl::project(), which adds `adapter->delta(x)` when an adapter was attached with
-// attach_adapter(). The adapter is registered as submodule "adapter" of that Linear, so its parameters
-// appear as "...self_attn.q_proj.adapter.<name>" in named_parameters() but never in
-// hf_named_parameters() (the base checkpoint stays exactly the HF layout).
+// LoRA (`ajet.lora.*` in docs/config.md; checkpoints in docs/training.md) attaches per projection: each
+// of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj is a plain torch::nn::Linear
+// registered under its HF name, and every call goes through DecoderLayerImpl::project(), which adds
+// `adapter->delta(x)` when an adapter was attached with attach_adapter(). The adapter is registered as
+// submodule "adapter" of that Linear, so its parameters appear as "...self_attn.q_proj.adapter.<name>"
+// in named_parameters() but never in hf_named_parameters() (the base checkpoint stays exactly the HF
+// layout).
 #pragma once
 
 #include <torch/torch.h>

@@ -15,7 +15,7 @@ namespace ajet::rpc {
 
 inline constexpr std::string_view kMethodGenerate = "generate";
 inline constexpr std::string_view kMethodStatus = "status";
-// Reserved for the trainer (issue 6); see docs/engine-rpc.md.
+// The trainer's methods: docs/engine-rpc.md, "Trainer methods" (set_weights is reserved, not implemented).
 inline constexpr std::string_view kMethodTrainStep = "train_step";
 inline constexpr std::string_view kMethodSaveCheckpoint = "save_checkpoint";
 inline constexpr std::string_view kMethodLoadCheckpoint = "load_checkpoint";
@@ -81,7 +81,7 @@ GenerateDone decode_generate_done(const Frame& frame);
 // running, waiting, cache usage, blas, threads ...) defined by the engine.
 Frame make_status_request();
 
-// ---- train_step (issue 6) -------------------------------------------------------------------
+// ---- train_step (docs/engine-rpc.md) -------------------------------------------------------
 
 // A batch of S samples, N tokens in all, packed back to back. Per-token arrays have N entries;
 // sample s covers tokens [sample_offsets[s], sample_offsets[s+1]). `meta` carries scalars and

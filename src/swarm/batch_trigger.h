@@ -1,4 +1,4 @@
-// The batch being collected and the five batch triggers of PROTOCOL.md
+// The batch being collected and the five batch triggers of docs/protocol.md ("Batch triggers")
 // (`ajet.swarm_mode_sample_collection_method`). Pure data and functions: no locking, no clock.
 #pragma once
 

@@ -1,6 +1,7 @@
-// The swarm command API's request and response bodies (PROTOCOL.md, upstream field names) as plain
-// structs: from_json() validates a request body and names the bad field; to_json() is the exact
-// response body. Also the one mapping from ajet::ErrorCode to the HTTP status of swarm routes.
+// The swarm command API's request and response bodies (docs/protocol.md "Command API", upstream
+// field names) as plain structs: from_json() validates a request body and names the bad field;
+// to_json() is the exact response body. Also the one mapping from ajet::ErrorCode to the HTTP status
+// of swarm routes.
 #pragma once
 
 #include <cstdint>
@@ -12,9 +13,10 @@
 
 namespace ajet::swarm {
 
-// PROTOCOL.md statuses: kInvalidArgument / kFailedPrecondition → 400, kUnauthenticated → 401,
-// kPermissionDenied (episode of another client) and kNotFound → 404, kResourceExhausted → 413,
-// kUnavailable (engine not rolling; add Retry-After) → 503, anything else → 500.
+// docs/protocol.md "Statuses and error mapping": kInvalidArgument / kFailedPrecondition → 400,
+// kUnauthenticated → 401, kPermissionDenied (episode of another client) and kNotFound → 404,
+// kResourceExhausted → 413, kUnavailable (engine not rolling; add Retry-After) → 503, anything
+// else → 500.
 int http_status_for(ErrorCode code);
 
 // A failed command, as delivered to end_episode's completion callback.

@@ -1,5 +1,6 @@
-// The front's engine state machine: the six ENGINE.* statuses of PROTOCOL.md, which transitions are
-// legal, what each status allows (claims, chat calls), and the retryable advice sent to clients.
+// The front's engine state machine: the six ENGINE.* statuses of docs/protocol.md ("Engine
+// statuses"), which transitions are legal, what each status allows (claims, chat calls), and the
+// retryable advice sent to clients.
 // EngineState is a plain value guarded by its owner (the Registry's mutex); it never locks or blocks.
 //
 //   OFFLINE → BOOTING → ROLLING → ROLLING_POST → WEIGHT_SYNCING → ROLLING …

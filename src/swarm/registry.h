@@ -1,7 +1,8 @@
 // The episode registry: the front's single owner of swarm state — engine status, the pool of
 // claimable episodes, claimed episodes, the batch being collected, active clients. Every command of
-// PROTOCOL.md maps onto one method whose result is the response body (or an ajet::Error whose code
-// maps to the HTTP status through swarm::http_status_for). No HTTP, no engine RPC, no sleeping here.
+// docs/protocol.md maps onto one method whose result is the response body (or an ajet::Error whose
+// code maps to the HTTP status through swarm::http_status_for). No HTTP, no engine RPC, no sleeping
+// here.
 //
 // Threads: every method is thread-safe (one mutex) and quick; none blocks on disk except the two
 // marked "blocks" (never call those from an I/O thread). Hooks run outside the mutex.
@@ -156,7 +157,7 @@ class Registry {
   // and its slot returns to the pool.
   void abort_episode(const AbortRequest& request);
   bool can_continue_episode(const EpisodeRef& request) const;
-  Json episode_buffer() const;  // {"buffer": [episode status…]} (PROTOCOL.md fields; keys omitted)
+  Json episode_buffer() const;  // {"buffer": [episode status…]} (docs/protocol.md, get_episode_buffer)
   Json pool_info() const;       // GET /get_current_batch_rollout_pool_information body
   BoolResponse agree_sync_weight(const AgreeRequest& request);
 

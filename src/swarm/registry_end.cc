@@ -1,5 +1,6 @@
-// Registry::end_episode: validation (every error path of PROTOCOL.md), the durable commit, and what a
-// finished episode changes (the batch, the pool, active clients, the trigger).
+// Registry::end_episode: validation (every error path of docs/protocol.md "POST /end_episode"), the
+// durable commit, and what a finished episode changes (the batch, the pool, active clients, the
+// trigger).
 #include <fmt/format.h>
 
 #include <future>

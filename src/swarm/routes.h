@@ -1,5 +1,5 @@
-// The swarm front's HTTP routes (PROTOCOL.md): the command API, the admin endpoints that change the
-// engine, and the OpenAI-compatible API. Handlers run on HTTP I/O threads and never block there:
+// The swarm front's HTTP routes (docs/protocol.md): the command API, the admin endpoints that change
+// the engine, and the OpenAI-compatible API. Handlers run on HTTP I/O threads and never block there:
 // store reads, archives and process control go to ServerContext::pool.
 #pragma once
 

@@ -1,4 +1,5 @@
-// The swarm command API for clients (PROTOCOL.md "Command API"): episodes, pool information, logs.
+// The swarm command API for clients (docs/protocol.md "Command API"): episodes, pool information,
+// logs.
 #include <fmt/format.h>
 
 #include "common/log.h"

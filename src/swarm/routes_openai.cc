@@ -1,7 +1,8 @@
-// The OpenAI-compatible API (PROTOCOL.md): /v1/chat/completions, /v1/completions, /v1/models, with
-// the episode key as the Bearer token. On the I/O thread: verify the key (HMAC), parse and validate
-// the body, render the prompt token-in/token-out through the episode's tracker, then hand the
-// engine request to an LlmCall (openai_call.h), which answers when tokens arrive.
+// The OpenAI-compatible API (docs/protocol.md "OpenAI-compatible API"): /v1/chat/completions,
+// /v1/completions, /v1/models, with the episode key as the Bearer token. On the I/O thread: verify the
+// key (HMAC), parse and validate the body, render the prompt token-in/token-out through the episode's
+// tracker, then hand the engine request to an LlmCall (openai_call.h), which answers when tokens
+// arrive.
 #include <fmt/format.h>
 
 #include "common/log.h"

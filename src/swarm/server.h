@@ -1,6 +1,6 @@
 // The swarm front as one object, as `ajet-swarm start` runs it: the SQLite store (recovered on
 // start), the registry, the janitor, the engine supervisor, the batch loop and the HTTP server with
-// every route of PROTOCOL.md. A store that holds an earlier run is resumed only when asked
+// every route of docs/protocol.md. A store that holds an earlier run is resumed only when asked
 // (OldStoreRule::kResume): then the registry's finished and claimed episodes come back (their keys
 // stay valid: the key secret is in the store) and, when the engine was running, the engine itself.
 // kFresh moves such a store aside; kRefuse (the default) refuses to start and names both choices.

@@ -18,12 +18,13 @@
 // pass first: with mini_batch_num = ppo_epochs = 1 a step costs one forward + backward, not two
 // forwards + backward. With LoRA dropout every sample gets the separate eval-mode pass.
 //
-// Merging invariance (issue 5). Advantages are computed per episode, and with token-mean and
-// episode_weighting off every generated token of an episode is one term with coefficient 1 / N, so the
-// loss and its gradients are the same whether an episode's calls arrive merged into one sample or as
-// one sample per call (each call's completion trained once, its prompt as context). With
-// episode_weighting on, a merged linear episode (one sample, weight 1) also equals its one-sample-per-call
-// form exactly when that form's samples carry weight 1 (the weight counts branches, not calls).
+// Merging invariance (merging: docs/tracking.md; the tests: docs/training.md). Advantages are computed
+// per episode, and with token-mean and episode_weighting off every generated token of an episode is one
+// term with coefficient 1 / N, so the loss and its gradients are the same whether an episode's calls
+// arrive merged into one sample or as one sample per call (each call's completion trained once, its
+// prompt as context). With episode_weighting on, a merged linear episode (one sample, weight 1) also
+// equals its one-sample-per-call form exactly when that form's samples carry weight 1 (the weight
+// counts branches, not calls).
 #pragma once
 
 #include <torch/torch.h>

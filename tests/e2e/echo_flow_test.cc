@@ -1,6 +1,6 @@
 // End to end through the real ajet-swarm with ajet-echo-engine, the engine test double whose output is
 // the last user message: the OpenAI API's answer shapes (non-streamed, SSE, tool calls, stop strings,
-// n, logprobs, lengths), the tracking of every call, and the episode error paths of PROTOCOL.md.
+// n, logprobs, lengths), the tracking of every call, and the episode error paths of docs/protocol.md.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 

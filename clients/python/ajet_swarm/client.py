@@ -1,4 +1,4 @@
-"""SwarmClient: the command API of an AgentJet swarm server (PROTOCOL.md), with upstream AgentJet's
+"""SwarmClient: the command API of an AgentJet swarm server (docs/protocol.md), with upstream AgentJet's
 method names and its self-healing behaviour (reference 2.10): claims wait and retry while the engine
 is not rolling or the pool is empty, episodes that outlived their time are aborted instead of
 ended, a batch-boundary race (`WEIGHT_SYNCING`) is logged and dropped, and an unreachable server

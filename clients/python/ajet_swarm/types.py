@@ -1,4 +1,4 @@
-"""Plain data types of the swarm protocol (PROTOCOL.md; upstream AgentJet field names)."""
+"""Plain data types of the swarm protocol (docs/protocol.md; upstream AgentJet field names)."""
 
 from __future__ import annotations
 
