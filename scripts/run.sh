@@ -77,6 +77,7 @@ fi
 #    held-out greedy success every 50 steps and stops at 50% (at most 1000 steps; it keeps the best
 #    model and says so loudly when the gate is missed). frozenlake: 50% shortest paths, 50% random
 #    walks, 150 steps.
+#    calc then trains a second stage on 70%-correct demos (below), so that RL has mistakes to remove.
 sft_model="$work/models/$task-sft"
 demos() {  # demos NAME FLAGS...: $work/NAME.jsonl, made once
   local name="$1"; shift
@@ -129,7 +130,9 @@ race_sft() {  # race_sft DEMOS OUT STEPS
     [ -n "$winner" ] || [ "$running" -gt 0 ] || break
     [ -n "$winner" ] || sleep 2
   done
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  # Each candidate is a subshell running `ajet sft`: stop the ajet inside it too (killing the subshell
+  # alone leaves it training on, taking a core from the second stage and RL).
+  for pid in "${pids[@]}"; do pkill -TERM -P "$pid" 2>/dev/null || true; kill "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
   if [ -z "$winner" ]; then  # none passed the gate: the best by held-out success (each kept its best model)
     read -r winner best < <(python3 - "$work/models" "$n" <<'PY'
@@ -152,13 +155,38 @@ PY
   fi
   [ -n "$winner" ] || { echo "run: no warm-up candidate produced a model" >&2; exit 1; }
   rm -rf "$out" && mv "$work/models/sft-candidate$winner" "$out"
-  say "sft: warmed-up model: $out"
+  say "sft: model past the gate: $out"
   for (( k = 0; k < n; k++ )); do rm -rf "$work/models/sft-candidate$k"; done
 }
 if [ ! -f "$sft_model/config.json" ]; then
   if [ "$task" = calc ]; then
-    demos calc-demos-correct --n 20000 --correct-ratio 1.0 --seed "$seed"
-    race_sft "$work/calc-demos-correct.jsonl" "$sft_model" "${AJET_SFT_STEPS:-1000}"
+    # Stage 1: correct demos until the model copies (the race to the 50% gate) → models/calc-gate.
+    gate_model="$work/models/calc-gate"
+    if [ ! -f "$gate_model/config.json" ]; then
+      demos calc-demos-correct --n 20000 --correct-ratio 1.0 --seed "$seed"
+      race_sft "$work/calc-demos-correct.jsonl" "$gate_model" "${AJET_SFT_STEPS:-1000}"
+    else
+      say "sft: reusing $gate_model"
+    fi
+    # Stage 2: demos of which 70% are correct and 30% make one of calc's three mistakes (a wrong
+    # expression, a miscopied result, no tool). The model keeps learning to copy from the correct ones
+    # (greedy success climbs from the gate's ~50-65% to ~80-90%), while sampling at temperature 1 makes
+    # the demos' mistakes part of the time: RL starts from a policy that knows the task and still errs
+    # (T=1 ~50-60%), and removes the mistakes. Trained on correct demos alone, T=1 success would follow
+    # greedy up (~75%) and leave RL little to do (docs/sft.md, "Runs of 2026-12-02, second session").
+    # The stage gets at most 40% of the time left, at the race's measured step time.
+    demos calc-demos-mix70 --n 20000 --correct-ratio 0.7 --seed "$((seed + 100))"
+    stage2=$(python3 - "$gate_model/sft_report.json" "${AJET_SFT2_STEPS:-300}" \
+      "$(( ${AJET_BUDGET_S:-600} - ($(date +%s) - start) ))" <<'PY'
+import json, sys
+rep, steps, left = json.load(open(sys.argv[1])), int(sys.argv[2]), int(sys.argv[3])
+# The race ran its candidates on one thread each; alone with every thread a step takes ~0.7 of that.
+per_step = 0.7 * rep["train_seconds"] / max(1, rep["steps"])
+print(max(50, min(steps, int(0.4 * max(0, left) / max(per_step, 1e-3)))))
+PY
+    )
+    sft "$gate_model" "$work/calc-demos-mix70.jsonl" "$sft_model" "$stage2" 10 1e-3 0.3 \
+      --eval-task calc --eval-n 50 --eval-seed "$seed" --eval-every 100
   else
     demos frozenlake-demos --n 2000 --correct-ratio 0.5 --error-mix 0,1,0 --seed "$((seed + 4))"
     sft "$init_dir" "$work/frozenlake-demos.jsonl" "$sft_model" "${AJET_SFT_STEPS:-150}" 20 2e-3 0.25

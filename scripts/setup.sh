@@ -8,7 +8,7 @@ PKGS=(
   libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev libsqlite3-dev
   libgtest-dev libgmock-dev libncurses-dev libssl-dev
   python3-torch python3-numpy python3-pip python3-setuptools python3-wheel python3-venv
-  curl zip unzip clang libclang-rt-14-dev
+  curl zip unzip clang libclang-rt-14-dev procps ccache
 )
 missing=()
 for p in "${PKGS[@]}"; do
