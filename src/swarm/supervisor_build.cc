@@ -75,6 +75,17 @@ fs::path EngineSupervisor::build_engine(const EngineLaunch& launch, Session& ses
   if (on_path("ninja") && !fs::exists(launch.build_dir / "CMakeCache.txt")) {
     configure.insert(configure.begin() + 1, {"-G", "Ninja"});
   }
+  // Every upload unpacks into a new directory with an empty build directory, so without a compiler
+  // cache each sync rebuilds the whole engine (minutes) even for a one-line change. With ccache on the
+  // PATH (scripts/setup.sh installs it), paths under the upload's directory are hashed relative to it,
+  // so the unchanged files of the next upload are cache hits (docs/swarm-server.md, "Remote code sync").
+  std::vector<std::pair<std::string, std::string>> env;
+  const bool use_ccache = on_path("ccache");
+  if (use_ccache) {
+    configure.push_back("-DCMAKE_CXX_COMPILER_LAUNCHER=ccache");
+    configure.push_back("-DCMAKE_C_COMPILER_LAUNCHER=ccache");
+    env = {{"CCACHE_BASEDIR", launch.build_dir.parent_path().string()}, {"CCACHE_NOHASHDIR", "1"}};
+  }
   const std::vector<std::string> build = {"cmake", "--build", launch.build_dir.string(), "--target", "ajet-engine",
                                           "-j", std::to_string(options_.build_jobs)};
   std::ofstream log_file(log_path, std::ios::app);
@@ -84,7 +95,7 @@ fs::path EngineSupervisor::build_engine(const EngineLaunch& launch, Session& ses
     log_file << "$ " << fmt::format("{}", fmt::join(argv, " ")) << '\n';
     CommandResult r;
     try {
-      r = run_command(SpawnOptions{argv, {}, {}}, cancelled);
+      r = run_command(SpawnOptions{argv, env, {}}, cancelled);
     } catch (const std::exception& e) {
       failure = e.what();
       break;

@@ -103,6 +103,13 @@ TEST_F(LifecycleTest, SyncedCodeIsBuiltAndItsEngineRunsAndABrokenTreeKeepsThePre
   Json claim = api_->claim("client-a");
   EXPECT_EQ(api_->chat(claim["openai_api_key"], user_chat("from the synced engine")).status, 200);
   ASSERT_EQ(api_->post("/stop_engine", Json::object()).status, 200);
+  // The build goes through ccache (scripts/setup.sh installs it), so the files a later upload leaves
+  // unchanged are cache hits instead of a rebuild from scratch.
+  std::string build_log;
+  for (const auto& entry : fs::recursive_directory_iterator(dir_.path())) {
+    if (entry.path().filename() == "engine-build.log") build_log = read_file(entry.path());
+  }
+  EXPECT_THAT(build_log, HasSubstr("-DCMAKE_CXX_COMPILER_LAUNCHER=ccache")) << "engine-build.log:\n" << build_log;
 
   // A tree that does not compile: the previous engine (the one just built) runs, and the status says why.
   fs::remove(marker);
