@@ -2,6 +2,9 @@
 // Requests are handled one at a time, in order (pipelining-safe). The common path costs one
 // event-loop wait per request: bytes already buffered are parsed in place, and responses are
 // written straight into the socket when it has room, falling back to async I/O only when needed.
+#include <algorithm>
+#include <array>
+#include <cctype>
 #include <cstdio>
 
 #include "common/error.h"
@@ -114,6 +117,13 @@ Task<void> Connection::serve() {
     if (ec) {
       parser_.reset();
       co_await reject_bad_request(ec);
+      co_return;
+    }
+    if (std::optional<Response> bad = transfer_coding_error(*parser_); bad) {
+      // The bytes after such a header would be read as the next request (request smuggling): answer
+      // and close instead of keeping the connection.
+      parser_.reset();
+      co_await reject(std::move(*bad));
       co_return;
     }
     Request request;
@@ -244,6 +254,58 @@ Task<void> Connection::reject_bad_request(error_code ec) {
   } else {
     co_return;
   }
+  co_await reject(std::move(response));
+}
+
+// RFC 9112 6.1/6.3: a request body is chunked when Transfer-Encoding's final coding is `chunked`;
+// any other final coding leaves the length unknowable (400), a coding this server does not decode is
+// 501, and Transfer-Encoding beside Content-Length or in an HTTP/1.0 request is faulty framing (400).
+std::optional<Response> Connection::transfer_coding_error(const bhttp::request_parser<bhttp::string_body>& parser) {
+  const auto& header = parser.get();
+  std::string all;
+  for (const auto& field : header) {
+    if (field.name() != bhttp::field::transfer_encoding) continue;
+    if (!all.empty()) all += ',';
+    all.append(field.value().data(), field.value().size());
+  }
+  if (header.find(bhttp::field::transfer_encoding) == header.end()) return std::nullopt;
+  auto bad = [&all](int status, const std::string& reason) {
+    return error_response(status, "malformed HTTP request: Transfer-Encoding '" + all + "': " + reason,
+                          "invalid_request_error", status == 501 ? "unsupported_transfer_coding" : "bad_request");
+  };
+  if (header.version() < 11) return bad(400, "not allowed in an HTTP/1.0 request");
+  if (header.find(bhttp::field::content_length) != header.end()) return bad(400, "set together with Content-Length");
+  std::vector<std::string> codings;
+  size_t pos = 0;
+  while (pos <= all.size()) {
+    size_t comma = all.find(',', pos);
+    if (comma == std::string::npos) comma = all.size();
+    std::string coding = all.substr(pos, comma - pos);
+    if (size_t semi = coding.find(';'); semi != std::string::npos) coding.resize(semi);
+    size_t b = coding.find_first_not_of(" \t"), e = coding.find_last_not_of(" \t");
+    coding = b == std::string::npos ? "" : coding.substr(b, e - b + 1);
+    for (char& c : coding) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (!coding.empty()) codings.push_back(coding);
+    pos = comma + 1;
+  }
+  if (codings.empty()) return bad(400, "names no coding");
+  for (size_t i = 0; i < codings.size(); ++i) {
+    const std::string& c = codings[i];
+    if (c == "chunked") {
+      if (i + 1 != codings.size()) return bad(400, "chunked must be the final coding");
+      continue;
+    }
+    static const std::array<std::string_view, 5> kKnown = {"gzip", "x-gzip", "deflate", "compress", "x-compress"};
+    const bool known = std::find(kKnown.begin(), kKnown.end(), c) != kKnown.end();
+    if (!known) return bad(501, "unknown coding '" + c + "' (this server accepts only chunked)");
+    if (i + 1 == codings.size()) return bad(400, "the final coding must be chunked");
+    return bad(501, "coding '" + c + "' is not supported (this server accepts only chunked)");
+  }
+  return std::nullopt;
+}
+
+// Writes an error response, then closes the connection after draining what the client still sends.
+Task<void> Connection::reject(Response response) {
   serialize_head(response, false, false, 11, false);
   std::array<asio::const_buffer, 2> buffers{asio::buffer(head_), asio::buffer(response.body)};
   if (!co_await write(buffers)) co_return;

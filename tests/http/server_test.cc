@@ -168,6 +168,43 @@ TEST(HttpServer, PathParameters) {
   EXPECT_EQ(client.get("/episodes/3f2a-77").json()["episode_uuid"], "3f2a-77");
 }
 
+// Request smuggling through Transfer-Encoding (RFC 9112 6.1, 6.3): a final coding other than chunked,
+// an unknown coding, TE beside Content-Length or in HTTP/1.0 gets 400 / 501 and the connection closes,
+// so the bytes after the header are never answered as a second request.
+TEST(HttpServer, TransferEncodingThatIsNotFinallyChunkedIsRefusedAndTheConnectionCloses) {
+  TestServer ts;
+  const std::string smuggled = "GET /episodes/smuggled HTTP/1.1\r\nHost: x\r\n\r\n";
+  struct Case {
+    std::string head;
+    std::string status;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, identity\r\n\r\n", "400"},
+           {"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: xchunked\r\n\r\n", "501"},
+           {"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", "400"},
+           {"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", "501"},
+           {"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n", "400"},
+           {"POST /echo HTTP/1.0\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", "400"}}) {
+    RawSocket s(ts.port());
+    s.send(c.head + smuggled);
+    std::string response = s.read_response();
+    EXPECT_TRUE(response.starts_with("HTTP/1.1 " + c.status)) << c.head << " → " << response;
+    // The message names the header at fault (Beast's own check catches Transfer-Encoding beside
+    // Content-Length first and names Content-Length).
+    EXPECT_TRUE(response.find("Transfer-Encoding '") != std::string::npos ||
+                response.find("bad Content-Length") != std::string::npos)
+        << response;
+    EXPECT_EQ(response.find("smuggled"), std::string::npos) << response;
+    EXPECT_TRUE(s.wait_closed()) << c.head;
+  }
+  // A proper chunked body still works.
+  RawSocket s(ts.port());
+  s.send("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n");
+  std::string response = s.read_response();
+  EXPECT_TRUE(response.starts_with("HTTP/1.1 200")) << response;
+  EXPECT_NE(response.find("hello"), std::string::npos) << response;
+}
+
 TEST(HttpServer, PipelinedRequestsAreAnsweredInOrder) {
   TestServer ts;
   RawSocket s(ts.port());
