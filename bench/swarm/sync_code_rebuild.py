@@ -6,7 +6,7 @@ Each upload unpacks into a new directory with an empty build directory; with cca
 front builds through it (docs/swarm-server.md), so B recompiles one file and links. Prints a table and
 appends it with the date to docs/benchmarks.md.
 
-    bench/swarm/sync_code_rebuild.py [--jobs 2]
+    bench/swarm/sync_code_rebuild.py
 """
 import argparse
 import datetime
@@ -34,7 +34,7 @@ def free_port():
         return s.getsockname()[1]
 
 
-def timed_start(client, exp):
+def timed_start(client):
     t0 = time.monotonic()
     client.start_engine(wait=True, max_wait=7200)
     seconds = time.monotonic() - t0
@@ -60,10 +60,9 @@ def main():
     run(os.path.join(BIN, "ajet"), "model", "init", "--preset", "micro", "--tokenizer", os.path.join(tmp, "tok"),
         "--out", model, stdout=subprocess.DEVNULL)
     port = free_port()
-    exp = os.path.join(tmp, "exp")
     log = open(os.path.join(tmp, "swarm.log"), "w")
-    front = subprocess.Popen([os.path.join(BIN, "ajet-swarm"), "start", "--port", str(port), "--exp-dir", exp, "--fresh"],
-                             stdout=log, stderr=subprocess.STDOUT)
+    front = subprocess.Popen([os.path.join(BIN, "ajet-swarm"), "start", "--port", str(port), "--exp-dir",
+                              os.path.join(tmp, "exp"), "--fresh"], stdout=log, stderr=subprocess.STDOUT)
     ccache = shutil.which("ccache") is not None
     try:
         client = SwarmClient(f"http://127.0.0.1:{port}")
@@ -71,14 +70,15 @@ def main():
         client.sync_train_config(f"ajet:\n  backbone: debug\n  model: {{path: {model}}}\n"
                                  "  engine: {threads: 2, kv_cache_memory_mb: 64}\n")
         client.sync_train_code_from_dir(src)
-        cold = timed_start(client, exp)
+        cold = timed_start(client)
         with open(os.path.join(src, "src", "engine", "runtime.cc"), "a") as f:
             f.write(f"\nnamespace {{ [[maybe_unused]] int sync_bench_marker() {{ return {int(time.time())}; }} }}\n")
         client.sync_train_code_from_dir(src)
-        warm = timed_start(client, exp)
+        warm = timed_start(client)
     finally:
         front.terminate()
         front.wait(timeout=60)
+        log.close()
     rows = [("A: first upload (every file compiles)", cold), ("B: one line of src/engine/runtime.cc changed", warm)]
     lines = [f"### sync_train_code rebuild: first upload vs a one-line change ({datetime.date.today().isoformat()})", "",
              "`bench/swarm/sync_code_rebuild.py`: this repository uploaded with the Python client's "

@@ -4,11 +4,11 @@
 // written straight into the socket when it has room, falling back to async I/O only when needed.
 #include <algorithm>
 #include <array>
-#include <cctype>
 #include <cstdio>
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/strings.h"
 #include "http/response.h"
 #include "http/server_internal.h"
 
@@ -259,46 +259,46 @@ Task<void> Connection::reject_bad_request(error_code ec) {
 
 // RFC 9112 6.1/6.3: a request body is chunked when Transfer-Encoding's final coding is `chunked`;
 // any other final coding leaves the length unknowable (400), a coding this server does not decode is
-// 501, and Transfer-Encoding beside Content-Length or in an HTTP/1.0 request is faulty framing (400).
+// 501, and Transfer-Encoding in an HTTP/1.0 request is faulty framing (400). Beast's parser already
+// refuses Transfer-Encoding beside Content-Length (reject_bad_request answers it).
 std::optional<Response> Connection::transfer_coding_error(const bhttp::request_parser<bhttp::string_body>& parser) {
   const auto& header = parser.get();
+  bool present = false;
   std::string all;
   for (const auto& field : header) {
     if (field.name() != bhttp::field::transfer_encoding) continue;
-    if (!all.empty()) all += ',';
+    if (present) all += ',';
+    present = true;
     all.append(field.value().data(), field.value().size());
   }
-  if (header.find(bhttp::field::transfer_encoding) == header.end()) return std::nullopt;
+  if (!present) return std::nullopt;
   auto bad = [&all](int status, const std::string& reason) {
     return error_response(status, "malformed HTTP request: Transfer-Encoding '" + all + "': " + reason,
                           "invalid_request_error", status == 501 ? "unsupported_transfer_coding" : "bad_request");
   };
   if (header.version() < 11) return bad(400, "not allowed in an HTTP/1.0 request");
-  if (header.find(bhttp::field::content_length) != header.end()) return bad(400, "set together with Content-Length");
-  std::vector<std::string> codings;
-  size_t pos = 0;
-  while (pos <= all.size()) {
-    size_t comma = all.find(',', pos);
-    if (comma == std::string::npos) comma = all.size();
-    std::string coding = all.substr(pos, comma - pos);
-    if (size_t semi = coding.find(';'); semi != std::string::npos) coding.resize(semi);
-    size_t b = coding.find_first_not_of(" \t"), e = coding.find_last_not_of(" \t");
-    coding = b == std::string::npos ? "" : coding.substr(b, e - b + 1);
-    for (char& c : coding) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    if (!coding.empty()) codings.push_back(coding);
-    pos = comma + 1;
+  std::vector<std::string> codings;  // lower case, parameters and blanks dropped, empty items skipped
+  for (std::string_view rest = all;;) {
+    const size_t comma = std::min(rest.find(','), rest.size());
+    const std::string_view item = rest.substr(0, std::min(rest.find(';'), comma));
+    const size_t b = item.find_first_not_of(" \t");
+    if (b != std::string_view::npos) codings.push_back(ascii_lower(item.substr(b, item.find_last_not_of(" \t") - b + 1)));
+    if (comma == rest.size()) break;
+    rest.remove_prefix(comma + 1);
   }
   if (codings.empty()) return bad(400, "names no coding");
+  static constexpr std::array<std::string_view, 5> kKnown = {"gzip", "x-gzip", "deflate", "compress", "x-compress"};
   for (size_t i = 0; i < codings.size(); ++i) {
     const std::string& c = codings[i];
+    const bool last = i + 1 == codings.size();
     if (c == "chunked") {
-      if (i + 1 != codings.size()) return bad(400, "chunked must be the final coding");
+      if (!last) return bad(400, "chunked must be the final coding");
       continue;
     }
-    static const std::array<std::string_view, 5> kKnown = {"gzip", "x-gzip", "deflate", "compress", "x-compress"};
-    const bool known = std::find(kKnown.begin(), kKnown.end(), c) != kKnown.end();
-    if (!known) return bad(501, "unknown coding '" + c + "' (this server accepts only chunked)");
-    if (i + 1 == codings.size()) return bad(400, "the final coding must be chunked");
+    if (std::find(kKnown.begin(), kKnown.end(), c) == kKnown.end()) {
+      return bad(501, "unknown coding '" + c + "' (this server accepts only chunked)");
+    }
+    if (last) return bad(400, "the final coding must be chunked");
     return bad(501, "coding '" + c + "' is not supported (this server accepts only chunked)");
   }
   return std::nullopt;

@@ -177,23 +177,26 @@ TEST(HttpServer, TransferEncodingThatIsNotFinallyChunkedIsRefusedAndTheConnectio
   struct Case {
     std::string head;
     std::string status;
+    std::string names;  // what the message must contain: the header at fault
   };
+  // Transfer-Encoding beside Content-Length is caught by Beast's parser, which names the header it
+  // read second.
   for (const Case& c : std::vector<Case>{
-           {"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, identity\r\n\r\n", "400"},
-           {"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: xchunked\r\n\r\n", "501"},
-           {"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", "400"},
-           {"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", "501"},
-           {"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n", "400"},
-           {"POST /echo HTTP/1.0\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", "400"}}) {
+           {"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, identity\r\n\r\n", "400", "Transfer-Encoding '"},
+           {"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: xchunked\r\n\r\n", "501", "Transfer-Encoding '"},
+           {"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", "400", "Transfer-Encoding '"},
+           {"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", "501", "Transfer-Encoding '"},
+           {"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: ,\r\n\r\n", "400", "Transfer-Encoding '"},
+           {"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n", "400",
+            "bad Content-Length"},
+           {"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", "400",
+            "Transfer-Encoding"},
+           {"POST /echo HTTP/1.0\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", "400", "Transfer-Encoding '"}}) {
     RawSocket s(ts.port());
     s.send(c.head + smuggled);
     std::string response = s.read_response();
     EXPECT_TRUE(response.starts_with("HTTP/1.1 " + c.status)) << c.head << " → " << response;
-    // The message names the header at fault (Beast's own check catches Transfer-Encoding beside
-    // Content-Length first and names Content-Length).
-    EXPECT_TRUE(response.find("Transfer-Encoding '") != std::string::npos ||
-                response.find("bad Content-Length") != std::string::npos)
-        << response;
+    EXPECT_NE(response.find(c.names), std::string::npos) << c.head << " → " << response;
     EXPECT_EQ(response.find("smuggled"), std::string::npos) << response;
     EXPECT_TRUE(s.wait_closed()) << c.head;
   }
