@@ -21,6 +21,7 @@
 #include "classic/workflow.h"
 #include "client/swarm_client.h"
 #include "common/error.h"
+#include "common/json.h"
 #include "common/fs.h"
 #include "common/log.h"
 #include "config/load.h"
@@ -394,8 +395,8 @@ int64_t Job::resume_point() {
     std::istringstream in(read_file(metrics));
     std::string line;
     while (std::getline(in, line)) {
-      Json r = Json::parse(line, nullptr, false);
-      if (!r.is_discarded() && r.is_object()) earlier.push_back(std::move(r));
+      std::optional<Json> r = try_parse_json(line);
+      if (r && r->is_object()) earlier.push_back(std::move(*r));
     }
   }
   int64_t step = 0;

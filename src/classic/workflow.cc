@@ -4,6 +4,7 @@
 
 #include "classic/http_chat_model.h"
 #include "common/error.h"
+#include "common/json.h"
 #include "swarm/subprocess.h"
 #include "tasks/builtin.h"
 #include "text/messages.h"
@@ -161,12 +162,9 @@ Json parse_command_result(const std::string& stdout_text) {
     if (line.find_first_not_of(" \t\r") != std::string::npos) last = line;
   }
   if (last.empty()) invalid_argument("workflow command printed nothing on stdout (expected its result as JSON on the last line)");
-  Json j;
-  try {
-    j = Json::parse(last);
-  } catch (const std::exception&) {
-    invalid_argument("workflow command's last stdout line is not JSON: '" + last.substr(0, 200) + "'");
-  }
+  std::optional<Json> parsed = try_parse_json(last);
+  if (!parsed) invalid_argument("workflow command's last stdout line is not JSON: '" + last.substr(0, 200) + "'");
+  const Json& j = *parsed;
   if (j.is_number()) return Json{{"reward", j.get<double>()}};
   if (!j.is_object()) invalid_argument("workflow command's result must be a number or an object, got " + j.dump().substr(0, 100));
   if (j.contains("reward") && !j["reward"].is_number()) {

@@ -1,16 +1,147 @@
 #include "common/json.h"
 
+#include <cctype>
 #include <cmath>
+#include <vector>
 
 #include "common/error.h"
 
 namespace ajet {
 
-Json parse_json(std::string_view text, std::string_view what) {
+namespace {
+
+// nlohmann's DOM builder, wrapped to know where it is: the keys and indices from the root down to the
+// value being read. It names the field in an error and refuses nesting beyond the limit while the
+// parser (which is iterative) reads it, so no deep value is ever built.
+template <class J>
+class LocatingSax {
+ public:
+  using string_t = typename J::string_t;
+
+  LocatingSax(J& root, std::string_view what, int max_depth) : dom_(root, true), what_(what), max_depth_(max_depth) {}
+
+  bool null() { return element(), dom_.null(); }
+  bool boolean(bool v) { return element(), dom_.boolean(v); }
+  bool number_integer(typename J::number_integer_t v) { return element(), dom_.number_integer(v); }
+  bool number_unsigned(typename J::number_unsigned_t v) { return element(), dom_.number_unsigned(v); }
+  bool number_float(typename J::number_float_t v, const string_t& s) { return element(), dom_.number_float(v, s); }
+  bool string(string_t& v) { return element(), dom_.string(v); }
+  bool binary(typename J::binary_t& v) { return element(), dom_.binary(v); }
+  bool start_object(std::size_t n) { return enter(false), dom_.start_object(n); }
+  bool key(string_t& k) {
+    frames_.back().key.assign(k, 0, std::min<size_t>(k.size(), kKeyChars));
+    frames_.back().key_truncated = k.size() > kKeyChars;
+    return dom_.key(k);
+  }
+  bool end_object() { return frames_.pop_back(), dom_.end_object(); }
+  bool start_array(std::size_t n) { return enter(true), dom_.start_array(n); }
+  bool end_array() { return frames_.pop_back(), dom_.end_array(); }
+
+  template <class Exception>
+  bool parse_error(std::size_t /*position*/, const std::string& /*last_token*/, const Exception& ex) {
+    std::string reason = ex.what();  // "[json.exception.parse_error.101] parse error at line 1, column 5: ..."
+    if (size_t end = reason.find("] "); reason.rfind("[json.exception.", 0) == 0 && end != std::string::npos) {
+      reason.erase(0, end + 2);
+    }
+    if (reason.size() > kReasonChars) reason = reason.substr(0, kReasonChars) + "...";  // "last read: '<token>'"
+    // The failed value never reached element(): in an array, it is the one after the last counted.
+    if (!frames_.empty() && frames_.back().array) ++frames_.back().index;
+    fail_at(reason);
+  }
+
+ private:
+  static constexpr size_t kKeyChars = 64;     // of one key, in the path
+  static constexpr size_t kPathFrames = 12;   // named in full before the path is elided
+  static constexpr size_t kReasonChars = 160;
+
+  struct Frame {
+    bool array = false;
+    int64_t index = -1;  // of the current element, for arrays
+    std::string key;     // the current key, for objects
+    bool key_truncated = false;
+  };
+
+  // A value starts: inside an array, it is the next element.
+  void element() {
+    if (!frames_.empty() && frames_.back().array) ++frames_.back().index;
+  }
+  void enter(bool array) {
+    element();
+    if (int(frames_.size()) >= max_depth_) {
+      fail_at("arrays and objects nested deeper than " + std::to_string(max_depth_) + " levels");
+    }
+    frames_.push_back(Frame{array});
+  }
+
+  [[noreturn]] void fail_at(const std::string& reason) const {
+    invalid_argument(std::string(what_) + ": invalid JSON at " + path() + ": " + reason);
+  }
+
+  std::string path() const {
+    std::string out;
+    size_t named = 0;
+    for (const Frame& f : frames_) {
+      if (f.array ? f.index < 0 : f.key.empty() && !f.key_truncated) break;  // nothing read inside it yet
+      if (named == kPathFrames) {
+        out += "...";
+        break;
+      }
+      ++named;
+      if (f.array) {
+        out += "[" + std::to_string(f.index) + "]";
+        continue;
+      }
+      bool plain = !f.key_truncated;
+      for (char c : f.key) plain = plain && (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-');
+      if (plain) {
+        out += (out.empty() ? "" : ".") + f.key;
+      } else {
+        out += "[" + Json(f.key).dump(-1, ' ', false, Json::error_handler_t::replace) +
+               (f.key_truncated ? "...]" : "]");
+      }
+    }
+    if (out.empty()) return "the top level";
+    if (frames_.size() > kPathFrames) out += " (" + std::to_string(frames_.size()) + " levels deep)";
+    return out;
+  }
+
+  nlohmann::detail::json_sax_dom_parser<J> dom_;
+  std::string_view what_;
+  int max_depth_;
+  std::vector<Frame> frames_;
+};
+
+template <class J>
+J parse_located(std::string_view text, std::string_view what, int max_depth) {
+  J result;
+  LocatingSax<J> sax(result, what, max_depth);
+  J::sax_parse(text.begin(), text.end(), &sax);
+  return result;
+}
+
+}  // namespace
+
+Json parse_json(std::string_view text, std::string_view what, int max_depth) {
+  return parse_located<Json>(text, what, max_depth);
+}
+
+nlohmann::ordered_json parse_ordered_json(std::string_view text, std::string_view what, int max_depth) {
+  return parse_located<nlohmann::ordered_json>(text, what, max_depth);
+}
+
+std::optional<Json> try_parse_json(std::string_view text, int max_depth) {
   try {
-    return Json::parse(text.begin(), text.end());
-  } catch (const Json::exception& e) {  // parse_error, and out_of_range for numbers like 1e+600
-    invalid_argument(std::string(what) + ": invalid JSON: " + e.what());
+    return parse_located<Json>(text, "", max_depth);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
+std::optional<nlohmann::ordered_json> try_parse_ordered_json(std::string_view text, int max_depth) {
+  try {
+    return parse_located<nlohmann::ordered_json>(text, "", max_depth);
+  } catch (const Error&) {
+    return std::nullopt;
   }
 }
 

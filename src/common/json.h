@@ -11,8 +11,23 @@ namespace ajet {
 
 using Json = nlohmann::json;
 
-// Parses text; on failure throws Error(kInvalidArgument) starting with `what` (e.g. a file name).
-Json parse_json(std::string_view text, std::string_view what);
+// How deep arrays and objects may nest in JSON read from outside (HTTP bodies, files, RPC frames,
+// JSON inside strings such as tool-call arguments). Every later walk of a parsed value (dump, copy,
+// comparison, template rendering) recurses once per level, so an unbounded depth is a stack overflow
+// waiting for the first hostile body; 128 is far above any real tool schema or metadata.
+inline constexpr int kMaxJsonDepth = 128;
+
+// Parses text; on failure throws Error(kInvalidArgument) "<what>: invalid JSON at <path>: <reason>",
+// the path being where the parser stopped ("tools[0].function.parameters"; "the top level" before
+// any key). Nesting deeper than max_depth fails the same way as soon as it is read, before the deep
+// value exists. `what` names the source (a file name, "request body").
+Json parse_json(std::string_view text, std::string_view what, int max_depth = kMaxJsonDepth);
+nlohmann::ordered_json parse_ordered_json(std::string_view text, std::string_view what,
+                                          int max_depth = kMaxJsonDepth);
+// The same parse for text that may or may not be JSON (a tool call's arguments, a stored value):
+// nullopt instead of an error.
+std::optional<Json> try_parse_json(std::string_view text, int max_depth = kMaxJsonDepth);
+std::optional<nlohmann::ordered_json> try_parse_ordered_json(std::string_view text, int max_depth = kMaxJsonDepth);
 
 std::string_view json_type_name(const Json& value);
 std::string_view json_type_name(const nlohmann::ordered_json& value);  // same names (one value_t)

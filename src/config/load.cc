@@ -13,6 +13,7 @@
 
 #include "common/error.h"
 #include "common/fs.h"
+#include "common/json.h"
 #include "common/strings.h"
 #include "config/schema.h"
 
@@ -72,19 +73,53 @@ std::optional<int64_t> scalar_int(const std::string& text) {
 
 bool is_quoted(const YAML::Node& node) { return node.Tag() == "!"; }
 
-Json yaml_to_json(const YAML::Node& node) {
-  if (!node.IsDefined() || node.IsNull()) return nullptr;
+// Free-form mappings (task params, metadata) become JSON. YAML aliases make a document a graph in
+// which one node can be reached billions of times (nine levels of nine aliases fit in 500 bytes), and
+// the conversion copies each reference: it counts the bytes it builds and the depth it reaches, and
+// refuses the field beyond kMaxExpandedBytes or kMaxJsonDepth instead of growing without bound.
+constexpr size_t kMaxExpandedBytes = size_t(16) << 20;
+
+struct Expansion {
+  const Field& field;
+  const Ctx& ctx;
+  size_t bytes = 0;
+
+  void spend(const YAML::Node& node, size_t n, int depth) {
+    bytes += n;
+    if (bytes > kMaxExpandedBytes) {
+      invalid_argument(ctx.at(node) + ": " + field.key + " expands to more than " + std::to_string(kMaxExpandedBytes >> 20) +
+                       " MiB (YAML aliases repeat one node many times); write the values out or make them smaller");
+    }
+    if (depth > kMaxJsonDepth) {
+      invalid_argument(ctx.at(node) + ": " + field.key + " nests deeper than " + std::to_string(kMaxJsonDepth) +
+                       " levels");
+    }
+  }
+};
+
+Json yaml_to_json(const YAML::Node& node, Expansion& expansion, int depth = 1) {
+  constexpr size_t kNodeBytes = 16;  // what one value costs besides its text
+  if (!node.IsDefined() || node.IsNull()) {
+    expansion.spend(node, kNodeBytes, depth);
+    return nullptr;
+  }
   if (node.IsMap()) {
+    expansion.spend(node, kNodeBytes, depth);
     Json obj = Json::object();
-    for (const auto& kv : node) obj[kv.first.Scalar()] = yaml_to_json(kv.second);
+    for (const auto& kv : node) {
+      expansion.spend(kv.first, kv.first.Scalar().size(), depth);
+      obj[kv.first.Scalar()] = yaml_to_json(kv.second, expansion, depth + 1);
+    }
     return obj;
   }
   if (node.IsSequence()) {
+    expansion.spend(node, kNodeBytes, depth);
     Json arr = Json::array();
-    for (const auto& item : node) arr.push_back(yaml_to_json(item));
+    for (const auto& item : node) arr.push_back(yaml_to_json(item, expansion, depth + 1));
     return arr;
   }
   const std::string& text = node.Scalar();
+  expansion.spend(node, kNodeBytes + text.size(), depth);
   if (!is_quoted(node)) {
     if (auto b = scalar_bool(text)) return *b;
     int64_t i = 0;
@@ -186,7 +221,8 @@ void assign(const Field& f, const YAML::Node& node, const Ctx& ctx) {
     }
     void operator()(Json* out) const {
       if (!node.IsMap()) ctx.type_error(f, node);
-      *out = yaml_to_json(node);
+      Expansion expansion{f, ctx};
+      *out = yaml_to_json(node, expansion);
     }
   };
   std::visit(Visitor{f, node, ctx}, f.target);

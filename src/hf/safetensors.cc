@@ -68,7 +68,10 @@ std::optional<uint64_t> as_unsigned(const OrderedJson& v) {
 OrderedJson parse_header_json(std::string_view header, std::string_view source) {
   std::vector<std::set<std::string>> open_objects;
   std::string duplicate;
-  auto callback = [&](int, OrderedJson::parse_event_t event, OrderedJson& parsed) {
+  auto callback = [&](int depth, OrderedJson::parse_event_t event, OrderedJson& parsed) {
+    if (depth > kMaxJsonDepth) {  // the parser is iterative; what later walks the value is not
+      corrupt(source, "header nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+    }
     switch (event) {
       case OrderedJson::parse_event_t::object_start: open_objects.emplace_back(); break;
       case OrderedJson::parse_event_t::object_end:

@@ -7,7 +7,7 @@
 namespace ajet::rpc {
 namespace {
 
-constexpr int kMaxHeaderDepth = 64;     // nesting of the header JSON; deeper is refused before parsing
+constexpr int kMaxHeaderDepth = 64;     // nesting of the header JSON; deeper is refused while parsing
 constexpr size_t kMaxNameBytes = 128;   // method and array names
 
 constexpr std::array<std::pair<FrameKind, std::string_view>, 6> kKindNames{{
@@ -53,25 +53,6 @@ void put_u64(std::string& out, uint64_t v) {
 std::string dump_json(const Json& j) {
   // `replace`: an invalid UTF-8 byte in a message must not turn into an exception while replying.
   return j.dump(-1, ' ', false, Json::error_handler_t::replace);
-}
-
-// Refuses deeply nested headers before nlohmann sees them (bounded work, no deep recursion later).
-void check_depth(std::string_view text) {
-  int depth = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    char c = text[i];
-    if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > kMaxHeaderDepth) bad_frame("header JSON is nested deeper than " + std::to_string(kMaxHeaderDepth));
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
 }
 
 uint64_t get_u64(const Json& obj, std::string_view key, std::string_view where) {
@@ -240,12 +221,11 @@ Prefix decode_prefix(std::span<const std::byte, kPrefixBytes> prefix, const Fram
 }
 
 Frame decode_frame(std::string_view header_text, std::vector<std::byte> payload, const FrameLimits& limits) {
-  check_depth(header_text);
   Json header;
   try {
-    header = Json::parse(header_text.begin(), header_text.end());
-  } catch (const Json::exception& e) {
-    bad_frame(std::string("header is not valid JSON: ") + e.what());
+    header = parse_json(header_text, "header", kMaxHeaderDepth);
+  } catch (const Error& e) {
+    bad_frame(e.what());
   }
   if (!header.is_object()) bad_frame("header must be a JSON object, got " + std::string(json_type_name(header)));
 

@@ -3,6 +3,7 @@
 
 #include "common/encoding.h"
 #include "common/error.h"
+#include "common/json.h"
 #include "store/blob.h"
 #include "store/sqlite.h"
 #include "store/store.h"
@@ -16,9 +17,9 @@ constexpr const char* kEpisodeColumns =
     "e.metadata, e.log_metrics, e.discard_episode_timeout, e.claimed_at, e.ended_at, e.batch_id";
 
 Json parse_stored_json(const std::string& text, std::string_view what) {
-  Json value = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (value.is_discarded()) fail(ErrorCode::kDataLoss, std::string(what) + ": stored JSON is corrupt");
-  return value;
+  std::optional<Json> value = try_parse_json(text);
+  if (!value) fail(ErrorCode::kDataLoss, std::string(what) + ": stored JSON is corrupt");
+  return std::move(*value);
 }
 
 EpisodeRow read_episode(const Stmt& s) {

@@ -59,8 +59,9 @@ EpisodeKeyClaims EpisodeKeySigner::verify(std::string_view authorization_or_key)
   }
   auto decoded = base64_decode(key.substr(kKeyPrefix.size()));
   if (!decoded) reject("the part after 'sk-ajet-' is not base64");
-  Json fields = Json::parse(*decoded, nullptr, /*allow_exceptions=*/false);
-  if (fields.is_discarded() || !fields.is_object()) reject("the decoded key is not a JSON object");
+  std::optional<Json> parsed = try_parse_json(*decoded);
+  if (!parsed || !parsed->is_object()) reject("the decoded key is not a JSON object");
+  Json& fields = *parsed;
   for (const char* name : {"agent_name", "target_tag", "episode_uuid"}) {
     auto it = fields.find(name);
     if (it == fields.end() || !it->is_string()) reject(std::string("field '") + name + "' is missing");

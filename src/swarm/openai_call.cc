@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "common/json.h"
 #include "common/log.h"
 #include "http/response.h"
 #include "rpc/messages.h"
@@ -22,8 +23,8 @@ std::optional<Json> LatestCall::get() const {
   std::lock_guard<std::mutex> lock(mu_);
   if (!has_) return std::nullopt;
   auto parse = [](const std::string& s) {
-    Json j = Json::parse(s, nullptr, /*allow_exceptions=*/false);
-    return j.is_discarded() ? Json(s) : j;
+    std::optional<Json> j = try_parse_json(s);
+    return j ? std::move(*j) : Json(s);
   };
   return Json{{"input", parse(input_)}, {"output", parse(output_)}};
 }

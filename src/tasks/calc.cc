@@ -1,6 +1,7 @@
 #include "tasks/calc.h"
 
 #include "common/error.h"
+#include "common/json.h"
 #include "tasks/expression.h"
 #include "tasks/generator.h"
 
@@ -409,12 +410,9 @@ OrderedJson calculator_tool() {
 
 std::string execute_calculator_call(const text::ToolCall& call) {
   if (call.name != "calculator") return "error: unknown tool '" + call.name + "'";
-  OrderedJson args;
-  try {
-    args = OrderedJson::parse(call.arguments);
-  } catch (const OrderedJson::exception&) {
-    return "error: arguments are not JSON";
-  }
+  std::optional<OrderedJson> parsed = try_parse_ordered_json(call.arguments);
+  if (!parsed) return "error: arguments are not JSON";
+  const OrderedJson& args = *parsed;
   if (!args.is_object() || !args.contains("expression")) return "error: arguments need \"expression\"";
   const OrderedJson& e = args["expression"];
   if (e.is_string()) return calculator(e.get<std::string>());

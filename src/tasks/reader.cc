@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "common/error.h"
+#include "common/json.h"
 #include "common/fs.h"
 #include "tasks/builtin.h"
 #include "tasks/rng.h"
@@ -30,12 +31,7 @@ std::vector<Task> parse_task_jsonl(std::string_view text, std::string_view sourc
       continue;
     }
     const std::string where = std::string(source) + ":" + std::to_string(line_no);
-    OrderedJson json;
-    try {
-      json = OrderedJson::parse(line);
-    } catch (const OrderedJson::exception& e) {
-      invalid_argument(where + ": invalid JSON: " + e.what());
-    }
+    const OrderedJson json = parse_ordered_json(line, where);
     Task task = task_from_json(json, where);
     auto [it, inserted] = first_line.emplace(task.task_id, line_no);
     if (!inserted) {

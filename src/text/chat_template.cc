@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "common/error.h"
+#include "common/json.h"
 #include "common/fs.h"
 #include "common/log.h"
 
@@ -101,8 +102,8 @@ struct ViewMessage {
 // Arguments as the family writes them: a JSON object through tojson; anything else stays a string,
 // which qwen3 writes verbatim and qwen2.5 passes through tojson (a quoted string).
 std::string rendered_arguments(ChatFamily family, const std::string& arguments) {
-  OrderedJson parsed = OrderedJson::parse(arguments, nullptr, /*allow_exceptions=*/false);
-  if (!parsed.is_discarded() && parsed.is_object()) return template_json(parsed);
+  std::optional<OrderedJson> parsed = try_parse_ordered_json(arguments);
+  if (parsed && parsed->is_object()) return template_json(*parsed);
   if (family == ChatFamily::kQwen3) return arguments;
   return template_json(OrderedJson(arguments));
 }
@@ -342,10 +343,8 @@ std::string load_chat_template(const std::filesystem::path& model_dir) {
   const auto config_path = model_dir / "tokenizer_config.json";
   if (std::filesystem::exists(config_path)) {
     const std::string text = read_file(config_path);
-    OrderedJson config = OrderedJson::parse(text, nullptr, false);
-    if (config.is_discarded() || !config.is_object()) {
-      invalid_argument(config_path.string() + ": invalid JSON");
-    }
+    OrderedJson config = parse_ordered_json(text, config_path.string());
+    if (!config.is_object()) invalid_argument(config_path.string() + ": must be a JSON object");
     auto it = config.find("chat_template");
     if (it != config.end() && it->is_string()) return it->get<std::string>();
     if (it != config.end() && it->is_array()) {

@@ -228,12 +228,7 @@ ChatRequest parse_chat_request(const OrderedJson& body) {
 }
 
 ChatRequest parse_chat_request(std::string_view json_text, std::string_view source) {
-  OrderedJson body;
-  try {
-    body = OrderedJson::parse(json_text.begin(), json_text.end());
-  } catch (const OrderedJson::exception& e) {
-    invalid_argument(std::string(source) + ": invalid JSON: " + e.what());
-  }
+  const OrderedJson body = parse_ordered_json(json_text, source);
   try {
     return parse_chat_request(body);
   } catch (const Error& e) {

@@ -1,6 +1,8 @@
 #include "text/tool_calls.h"
 
 #include "common/encoding.h"
+#include "common/error.h"
+#include "common/json.h"
 
 namespace ajet::text {
 
@@ -44,10 +46,10 @@ std::optional<ToolCall> parse_block(std::string_view inner, size_t at, std::stri
   const std::string where = "tool call at byte " + std::to_string(at);
   OrderedJson j;
   try {
-    j = OrderedJson::parse(trim(inner));
-  } catch (const OrderedJson::exception& e) {
+    j = parse_ordered_json(trim(inner), where);
+  } catch (const Error& e) {
     *kind = ParseIssue::Kind::kBadJson;
-    *problem = where + " is not valid JSON: " + e.what();
+    *problem = e.what();
     return std::nullopt;
   }
   if (!j.is_object()) {

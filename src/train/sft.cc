@@ -12,6 +12,7 @@
 #include <ATen/Parallel.h>
 
 #include "common/error.h"
+#include "common/json.h"
 #include "common/fs.h"
 #include "train/packed_forward.h"
 
@@ -61,12 +62,7 @@ DemoSet read_demos_jsonl(const std::filesystem::path& path, const tracking::Chat
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
     const std::string where = path.string() + ":" + std::to_string(line_no);
-    OrderedJson j;
-    try {
-      j = OrderedJson::parse(line);
-    } catch (const OrderedJson::exception& e) {
-      invalid_argument(where + ": invalid JSON: " + e.what());
-    }
+    const OrderedJson j = parse_ordered_json(line, where);
     if (!j.is_object()) invalid_argument(where + ": a demonstration must be a JSON object");
     if (auto r = j.find("reward"); r != j.end() && !r->is_null()) {
       if (!r->is_number()) invalid_argument(where + ": field 'reward' must be a number");

@@ -1,3 +1,4 @@
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -60,6 +61,58 @@ TEST(Json, ErrorsNameTheField) {
   EXPECT_THROW(get_int(huge, "n", "body"), Error);
   EXPECT_EQ(get_int(huge, "m", "body"), 3);
   EXPECT_THROW(get_int(huge, "f", "body"), Error);
+}
+
+std::string parse_error_of(std::string_view text, int max_depth = kMaxJsonDepth) {
+  try {
+    parse_json(text, "body", max_depth);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an error for " << text.substr(0, 80);
+  return "";
+}
+
+TEST(Json, ParseErrorsNameThePathWhereTheParserStopped) {
+  EXPECT_EQ(parse_error_of(R"({"temperature": 1e400})"),
+            "body: invalid JSON at temperature: number overflow parsing '1e400'");
+  EXPECT_THAT(parse_error_of("{\"messages\": [{\"role\": \"user\"}, {\"content\": \"a\xff\"}]}"),
+              ::testing::StartsWith("body: invalid JSON at messages[1].content: parse error at line 1"));
+  EXPECT_THAT(parse_error_of(R"({"stop": ["\ud800"]})"),
+              ::testing::StartsWith("body: invalid JSON at stop[0]: parse error"));
+  EXPECT_THAT(parse_error_of(R"({"a b": {"c": tru}})"), ::testing::StartsWith("body: invalid JSON at [\"a b\"].c:"));
+  EXPECT_THAT(parse_error_of("{\"a\":"), ::testing::StartsWith("body: invalid JSON at a: parse error"));
+  EXPECT_THAT(parse_error_of("nope"), ::testing::StartsWith("body: invalid JSON at the top level: parse error"));
+  EXPECT_THAT(parse_error_of("{} x"), ::testing::StartsWith("body: invalid JSON at the top level: parse error"));
+  // A parsed value is the same as nlohmann's own parse gives.
+  const std::string text = R"({"b": [1, 2.5, "x", null, true, {"c": []}], "a": -3, "u": 18446744073709551615})";
+  EXPECT_EQ(parse_json(text, "body"), Json::parse(text));
+  EXPECT_EQ(parse_ordered_json(text, "body").dump(), nlohmann::ordered_json::parse(text).dump());
+}
+
+TEST(Json, NestingBeyondTheLimitIsRefusedNamingWhereItStarted) {
+  const std::string deep_ok = std::string(kMaxJsonDepth, '[') + std::string(kMaxJsonDepth, ']');
+  EXPECT_NO_THROW(parse_json(deep_ok, "body"));
+  const std::string too_deep = "[" + deep_ok + "]";
+  EXPECT_THAT(parse_error_of(too_deep), ::testing::HasSubstr("nested deeper than 128 levels"));
+  // 20,000 levels of a tool schema: refused while reading, the path elided after a dozen names.
+  std::string schema = R"({"tools": [{"function": {"parameters": )";
+  for (int i = 0; i < 20000; ++i) schema += R"({"properties": )";
+  const std::string msg = parse_error_of(schema);
+  EXPECT_THAT(msg, ::testing::StartsWith("body: invalid JSON at tools[0].function.parameters.properties.properties."));
+  EXPECT_THAT(msg, ::testing::HasSubstr("... (128 levels deep): arrays and objects nested deeper than 128 levels"));
+  EXPECT_THAT(parse_error_of(R"({"a": {"b": 1}})", 1), ::testing::StartsWith("body: invalid JSON at a: arrays"));
+  // Keys named in the path are capped; a long key does not make a long message.
+  const std::string long_key = std::string(5000, 'k');
+  EXPECT_LT(parse_error_of("{\"" + long_key + "\": x}").size(), 400u);
+}
+
+TEST(Json, TryParseGivesNothingForTextThatIsNotJsonOrTooDeep) {
+  EXPECT_EQ(try_parse_json(R"({"a": 1})"), Json({{"a", 1}}));
+  EXPECT_FALSE(try_parse_json("{\"a\": ").has_value());
+  EXPECT_FALSE(try_parse_json(std::string(200, '[') + std::string(200, ']')).has_value());
+  EXPECT_EQ(try_parse_ordered_json("[3]")->dump(), "[3]");
 }
 
 TEST(Fs, AtomicWriteThenRead) {

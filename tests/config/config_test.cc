@@ -146,6 +146,32 @@ TEST(ConfigErrors, WrongTypesNameKeyTypeFileAndLine) {
   EXPECT_TRUE(contains(msg, "invalid YAML")) << msg;
 }
 
+TEST(ConfigErrors, AliasesThatExpandBeyondTheLimitAreRefusedNamingTheKey) {
+  // Nine levels of nine aliases: ~600 bytes of YAML that name one string 9^9 (~387 million) times.
+  std::string yaml = "unused:\n  a0: &a0 \"lol\"\n";
+  for (int i = 1; i <= 9; ++i) {
+    yaml += "  a" + std::to_string(i) + ": &a" + std::to_string(i) + " [";
+    for (int j = 0; j < 9; ++j) yaml += std::string(j ? ", " : "") + "*a" + std::to_string(i - 1);
+    yaml += "]\n";
+  }
+  yaml += "ajet:\n  model: {path: /m}\n  task_reader:\n    builtin:\n      params: {bomb: *a9}\n";
+  ASSERT_LT(yaml.size(), 700u);
+  const std::string msg = error_of([&] { parse_config(yaml, "bomb.yaml"); });
+  EXPECT_TRUE(contains(msg, "bomb.yaml:")) << msg;
+  EXPECT_TRUE(contains(msg, "ajet.task_reader.builtin.params expands to more than 16 MiB")) << msg;
+  // A few aliases are fine and expand as YAML says.
+  LoadedConfig ok = parse_config(
+      "defs:\n  common: &c {k: 2}\najet:\n  model: {path: /m}\n  task_reader:\n    builtin:\n      params: {x: *c, y: *c}\n",
+      "ok.yaml");
+  EXPECT_EQ(ok.config.task_reader.builtin.params, Json::parse(R"({"x": {"k": 2}, "y": {"k": 2}})"));
+  // Deep nesting in a free-form mapping is refused too (what later walks it recurses).
+  std::string deep = "ajet:\n  model: {path: /m}\n  task_reader:\n    builtin:\n      params: ";
+  for (int i = 0; i < 200; ++i) deep += "{a: ";
+  deep += "1" + std::string(200, '}') + "\n";
+  const std::string deep_msg = error_of([&] { parse_config(deep, "deep.yaml"); });
+  EXPECT_TRUE(contains(deep_msg, "ajet.task_reader.builtin.params nests deeper than 128 levels")) << deep_msg;
+}
+
 TEST(ConfigErrors, RelationsAndBoundsListEveryViolation) {
   const char* yaml = R"(
 ajet:

@@ -167,9 +167,9 @@ TEST(Frame, RejectsBadPrefixes) {
 
 TEST(Frame, RejectsBadHeaders) {
   const auto bad = ErrorCode::kInvalidArgument;
-  expect_rejected(raw_frame("{not json"), bad, "header is not valid JSON");
+  expect_rejected(raw_frame("{not json"), bad, "header: invalid JSON at the top level");
   expect_rejected(raw_frame("[1,2]"), bad, "header must be a JSON object, got array");
-  expect_rejected(raw_frame(std::string(100, '[') + std::string(100, ']')), bad, "nested deeper than 64");
+  expect_rejected(raw_frame(std::string(100, '[') + std::string(100, ']')), bad, "nested deeper than 64 levels");
   expect_rejected(raw_frame(R"({"id":1})"), bad, "header needs a string 'kind'");
   expect_rejected(raw_frame(R"({"kind":"shout","id":1})"), bad, "unknown frame kind 'shout'");
   expect_rejected(raw_frame(R"({"kind":"reply"})"), bad, "header: missing 'id'");
@@ -183,7 +183,7 @@ TEST(Frame, RejectsBadHeaders) {
   expect_rejected(raw_frame(R"({"kind":"reply","id":1,"method":"x"})"), bad, "reply frame must not carry a 'method'");
   expect_rejected(raw_frame(R"({"kind":"reply","id":1,"body":[1]})"), bad, "'body' must be an object, got array");
   expect_rejected(raw_frame(R"({"kind":"error","id":1,"body":{"message":"m"}})"), bad, "body needs a string 'code'");
-  expect_rejected(raw_frame("{\"kind\":\"reply\",\"id\":1,\"body\":{\"s\":\"\xff\xfe\"}}"), bad, "not valid JSON");
+  expect_rejected(raw_frame("{\"kind\":\"reply\",\"id\":1,\"body\":{\"s\":\"\xff\xfe\"}}"), bad, "header: invalid JSON at body.s");
 }
 
 TEST(Frame, RejectsBadArrayDescriptors) {

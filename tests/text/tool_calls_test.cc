@@ -103,7 +103,7 @@ struct MalformedCase {
 
 TEST(ToolCalls, MalformedBlocksStayInTextAndAreFlagged) {
   const MalformedCase cases[] = {
-      {"<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": }\n</tool_call>", ParseIssue::Kind::kBadJson, "is not valid JSON"},
+      {"<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": }\n</tool_call>", ParseIssue::Kind::kBadJson, "invalid JSON at arguments.a"},
       {"<tool_call>[1, 2]</tool_call>", ParseIssue::Kind::kNotAnObject, "is a JSON array, not an object"},
       {"<tool_call>{\"arguments\": {}}</tool_call>", ParseIssue::Kind::kMissingName, "no non-empty string \"name\""},
       {"<tool_call>{\"name\": 5, \"arguments\": {}}</tool_call>", ParseIssue::Kind::kMissingName, "\"name\""},
