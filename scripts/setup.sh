@@ -6,7 +6,7 @@ PKGS=(
   libtorch-dev libgloo-dev libopenblas0-openmp libopenblas-openmp-dev
   libboost1.81-dev nlohmann-json3-dev libpcre2-dev libutf8proc-dev
   libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev libsqlite3-dev
-  libgtest-dev libgmock-dev libncurses-dev libssl-dev
+  libgtest-dev libgmock-dev libncurses-dev libssl-dev zlib1g-dev
   python3-torch python3-numpy python3-pip python3-setuptools python3-wheel python3-venv
   curl zip unzip clang libclang-rt-14-dev procps ccache
 )

@@ -1,5 +1,5 @@
 // sync_train_code's archive checks on in-memory zips: unsafe names, links, encryption, limits, and
-// unpacking (real `unzip`) into a fresh directory only.
+// unpacking into a fresh directory only, with every member held to the size its header declares.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -110,6 +110,60 @@ TEST_F(UnpackTest, UnpacksIntoAFreshDirectoryAndFindsTheSourceRoot) {
   EXPECT_THROW(unpack_source_zip(make_zip({{"README", "x"}}), dir_ / "three"), Error);
   EXPECT_FALSE(fs::exists(dir_ / "three"));
   EXPECT_FALSE(fs::exists(dir_ / "three.zip"));
+}
+
+TEST_F(UnpackTest, DeflatedMembersAndExecutableModesUnpack) {
+  const std::string source(100000, 'a');
+  UnpackedTree t = unpack_source_zip(make_zip({{"CMakeLists.txt", kCmake, 0100644, true},
+                                               {"src/big.cc", source, 0100644, true},
+                                               {"tools/run.sh", "#!/bin/sh\n", 0100755}}),
+                                     dir_ / "one");
+  EXPECT_EQ(read_file(t.root / "src/big.cc"), source);
+  EXPECT_EQ(t.bytes, kCmake.size() + source.size() + 10);
+  EXPECT_NE(fs::status(t.root / "tools/run.sh").permissions() & fs::perms::owner_exec, fs::perms::none);
+  EXPECT_EQ(fs::status(t.root / "src/big.cc").permissions() & fs::perms::owner_exec, fs::perms::none);
+}
+
+// A 612 KB upload whose members declared 1,000 bytes and inflated to 60 MiB each wrote ~620 MB before
+// the 413: the sizes were checked after `unzip` had written everything. Now each member stops at its
+// declared size.
+TEST_F(UnpackTest, AMemberThatInflatesPastItsDeclaredSizeStopsThereAndIsNamed) {
+  const std::string bomb(60u << 20, '\0');
+  std::vector<ZipMember> members = {{"CMakeLists.txt", kCmake}};
+  for (int i = 0; i < 10; ++i) members.push_back({"bomb" + std::to_string(i), bomb, 0100644, true, 1000});
+  const std::string zip = make_zip(members);
+  EXPECT_LT(zip.size(), 1u << 20);
+  try {
+    unpack_source_zip(zip, dir_ / "bomb");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("'bomb0' unpacks to more than the 1000 bytes its header declares"));
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "bomb"));
+  // Lies the other way, and corrupt data, are named too.
+  auto error_of = [&](std::vector<ZipMember> m, const std::string& name) {
+    try {
+      unpack_source_zip(make_zip(m), dir_ / name);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_THAT(error_of({{"CMakeLists.txt", kCmake, 0100644, true, 5000}}, "short"),
+              ::testing::HasSubstr("unpacks to " + std::to_string(kCmake.size()) + " bytes, but its header declares 5000"));
+  std::string corrupt = make_zip({{"CMakeLists.txt", kCmake}});
+  corrupt[30 + 14] ^= 1;  // one byte of the stored data: the CRC no longer matches
+  try {
+    unpack_source_zip(corrupt, dir_ / "crc");
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("CRC-32"));
+  }
+  EXPECT_THAT(error_of({{"CMakeLists.txt", kCmake}, {"CMakeLists.txt", kCmake}}, "twice"),
+              ::testing::HasSubstr("appears twice"));
+  EXPECT_THAT(error_of({{"CMakeLists.txt", kCmake}, {"a", "x"}, {"a/b", "y"}}, "file-dir"),
+              ::testing::HasSubstr("'a/b'"));
 }
 
 }  // namespace
