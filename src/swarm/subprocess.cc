@@ -1,6 +1,7 @@
 #include "swarm/subprocess.h"
 
 #include <fcntl.h>
+#include <linux/close_range.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -8,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -65,6 +67,7 @@ Subprocess Subprocess::spawn(const SpawnOptions& options) {
   for (auto& e : env_strings) envp.push_back(e.data());
   envp.push_back(nullptr);
   const std::string cwd = options.cwd.string();
+  const long max_fd = std::max(::sysconf(_SC_OPEN_MAX), 1024L);
 
   int out[2], err[2];
   if (::pipe2(out, O_CLOEXEC) != 0) fail(ErrorCode::kIo, "spawn " + program + ": pipe: " + std::strerror(errno));
@@ -91,6 +94,15 @@ Subprocess Subprocess::spawn(const SpawnOptions& options) {
     if (devnull >= 0) ::dup2(devnull, 0);
     ::dup2(out[1], 1);
     ::dup2(out[1], 2);
+    // Nothing else of the parent's reaches the child: not the front's listening socket (a front
+    // restarted on its port would find it taken while the engine lives), not its client connections,
+    // not the store. Libraries (Asio, SQLite) open fds without O_CLOEXEC, so mark them all here;
+    // err[1] is already close-on-exec and must stay open until execve reports.
+    if (::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC) != 0) {  // Linux < 5.11
+      for (long fd = 3; fd < max_fd; ++fd) {
+        if (fd != err[1]) ::close(int(fd));
+      }
+    }
     if (!cwd.empty() && ::chdir(cwd.c_str()) != 0) {
       int e = errno;
       (void)!::write(err[1], &e, sizeof e);

@@ -4,13 +4,16 @@
 #include <fmt/format.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <csignal>
+#include <ctime>
 #include <fstream>
 #include <functional>
+#include <sstream>
 #include <thread>
 
 #include "common/error.h"
@@ -33,6 +36,50 @@ struct EngineSupervisor::Session {
 };
 
 namespace {
+
+constexpr const char* kSocketDirPrefix = "ajet-swarm-";
+constexpr const char* kOwnerFile = "owner";  // "<pid> <start time>" of the front that made the directory
+
+// Field 22 of /proc/<pid>/stat: when the process started, in clock ticks since boot. With the pid it
+// names one process; a pid alone may have been reused since. Empty when the process is gone.
+std::string process_start_time(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!std::getline(in, stat)) return "";
+  const size_t comm_end = stat.rfind(')');  // the command name may hold spaces and parentheses
+  if (comm_end == std::string::npos) return "";
+  std::istringstream fields(stat.substr(comm_end + 1));
+  std::string field;
+  for (int i = 3; i <= 22 && fields >> field; ++i) {
+    if (i == 22) return field;
+  }
+  return "";
+}
+
+// Removes the engine-socket directories of fronts that are gone (SIGKILLed fronts cannot clean up).
+// A directory is stale when the process its owner file names no longer runs; one without an owner
+// file (being created, or from an older version) only once it is a minute old. Only this user's.
+void remove_stale_socket_dirs(const fs::path& tmp) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(tmp, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(kSocketDirPrefix, 0) != 0 || !entry.is_directory(ec) || entry.is_symlink(ec)) continue;
+    struct stat st{};
+    if (::lstat(entry.path().c_str(), &st) != 0 || st.st_uid != ::getuid()) continue;
+    std::ifstream owner(entry.path() / kOwnerFile);
+    pid_t pid = 0;
+    std::string started;
+    bool stale;
+    if (owner >> pid >> started) {
+      stale = pid <= 0 || process_start_time(pid) != started;
+    } else {
+      stale = std::time(nullptr) - st.st_mtime > 60;
+    }
+    if (!stale) continue;
+    fs::remove_all(entry.path(), ec);
+    if (!ec) log().info("removed {}, left behind by a front that is gone", entry.path().string());
+  }
+}
 
 // A TCP port on loopback that nothing listens on right now: the ranks' rendezvous (rank 0 binds it
 // moments later; a clash is reported by the engine, naming the port, and the restart picks another).
@@ -61,9 +108,14 @@ struct RankProcess {
 
 EngineSupervisor::EngineSupervisor(SupervisorOptions options, Registry& registry, VerboseLog& verbose)
     : options_(std::move(options)), registry_(registry), verbose_(verbose) {
-  std::string templ = (fs::temp_directory_path() / "ajet-swarm-XXXXXX").string();
-  if (::mkdtemp(templ.data()) == nullptr) fail(ErrorCode::kIo, "cannot create a private directory for the engine socket in " + fs::temp_directory_path().string());
+  const fs::path tmp = fs::temp_directory_path();
+  remove_stale_socket_dirs(tmp);
+  std::string templ = (tmp / (std::string(kSocketDirPrefix) + "XXXXXX")).string();
+  if (::mkdtemp(templ.data()) == nullptr) {
+    fail(ErrorCode::kIo, "cannot create a private directory for the engine socket in " + tmp.string());
+  }
   socket_dir_ = templ;  // mode 0700: only this user can reach the engine
+  std::ofstream(socket_dir_ / kOwnerFile) << ::getpid() << ' ' << process_start_time(::getpid()) << '\n';
   socket_path_ = socket_dir_ / "engine.sock";
   thread_ = std::thread([this] { run(); });
 }

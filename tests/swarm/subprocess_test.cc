@@ -1,4 +1,5 @@
 // Child processes of the front: output lines, exit statuses, SIGTERM-then-SIGKILL, exec failures.
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -47,6 +48,16 @@ TEST(Subprocess, TerminateEscalatesToSigkillAfterTheGrace) {
   status = q.terminate(std::chrono::milliseconds(10'000));
   EXPECT_TRUE(WIFSIGNALED(status));
   EXPECT_EQ(WTERMSIG(status), SIGTERM);
+}
+
+TEST(Subprocess, TheChildInheritsNoDescriptorOfTheParent) {
+  // Like a socket Asio or SQLite opened: no O_CLOEXEC.
+  const int fd = ::open("/dev/null", O_RDONLY);
+  ASSERT_GE(fd, 3);
+  const std::string probe = "[ -e /proc/$$/fd/" + std::to_string(fd) + " ] && echo leaked || echo closed";
+  CommandResult r = run_command({{"sh", "-c", probe}});
+  ::close(fd);
+  EXPECT_EQ(r.output, "closed\n");
 }
 
 TEST(Subprocess, AProgramThatCannotRunIsAnErrorNamingIt) {
