@@ -195,7 +195,7 @@ struct Config {
   EngineConfig engine;
   std::string swarm_mode_sample_collection_method = "rollout_until_finish_enough_tasks";
   int64_t swarm_mode_sample_collection_max_cached_episodes = 9999;
-  double swarm_mode_drain_timeout = 600.0;  // seconds in ROLLING_POST before in-flight episodes are dropped
+  double swarm_mode_drain_timeout = 600.0;  // most seconds ROLLING_POST waits for live train episodes
 };
 
 }  // namespace ajet::config

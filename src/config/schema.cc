@@ -185,7 +185,7 @@ std::vector<Field> config_fields(Config& c) {
   t.add("swarm_mode_sample_collection_max_cached_episodes", c.swarm_mode_sample_collection_max_cached_episodes,
         "warn when a batch holds this many finished episodes", {.min = 1});
   t.add("swarm_mode_drain_timeout", c.swarm_mode_drain_timeout,
-        "seconds ROLLING_POST waits for in-flight episodes before dropping them", {.min = 0});
+        "most seconds ROLLING_POST waits for live train episodes", {.min = 0});
   // Engine.
   t.add("engine.threads", c.engine.threads, "compute threads; 0: one per core", {.min = 0});
   t.add("engine.kv_cache_memory_mb", c.engine.kv_cache_memory_mb, "KV cache budget", {.min = 1});

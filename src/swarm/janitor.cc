@@ -18,7 +18,11 @@ Janitor::~Janitor() {
 
 void Janitor::run() {
   std::unique_lock<std::mutex> lock(mu_);
-  while (!cv_.wait_for(lock, period_, [&] { return stopping_; })) {
+  auto next_wait = [&] {
+    std::optional<std::chrono::milliseconds> due = registry_.next_sweep_due();  // a drain's grace ending
+    return due ? std::min(period_, *due) : period_;
+  };
+  while (!cv_.wait_for(lock, next_wait(), [&] { return stopping_; })) {
     lock.unlock();
     try {
       SweepResult result = registry_.sweep();

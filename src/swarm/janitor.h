@@ -1,5 +1,6 @@
 // The janitor: a thread that calls Registry::sweep() every `period` (upstream: 10 s), so idle
-// episodes are reclaimed, inactive clients expire and a timed-out ROLLING_POST drain ends.
+// episodes are reclaimed, inactive clients expire and a ROLLING_POST drain ends (sooner than the
+// period when the last episode it waits for passes its idle grace: Registry::next_sweep_due).
 // It only calls sweep(); all logic (and the tests of it) live in the registry.
 #pragma once
 

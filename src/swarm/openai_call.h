@@ -48,6 +48,7 @@ struct CallSetup {
   std::shared_ptr<const ModelContext> model;
   std::shared_ptr<tracking::EpisodeTracker> tracker;
   std::vector<LlmCallTicket> tickets;  // one per choice (consecutive call indices)
+  std::shared_ptr<CallInFlight> in_flight;  // ends the tickets' calls when the call object goes
   std::string agent_name;
   text::ChatRequest request;           // kChat: the parsed messages and tools
   tracking::RenderedPrompt prompt;     // ids, message spans, generation prompt start

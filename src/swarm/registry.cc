@@ -401,7 +401,7 @@ void Registry::abort_episode(const AbortRequest& request) {
       touch_client_locked(it->second.client_uuid, now);
       retire_locked(request.episode_uuid, EpisodeEnd::kAborted, "it was aborted by its client.", out, true);
       refill_pool_locked();
-      check_drained_locked(now, out, nullptr);
+      check_drained_locked(now, out);
     }
   }
   deliver(out);
@@ -434,9 +434,23 @@ LlmCallTicket Registry::begin_llm_call(const std::string& episode_uuid) {
   }
   if (e.state == State::kEnding) fail(ErrorCode::kNotFound, "Episode " + episode_uuid + " has ended.");
   e.llm_call_count += 1;
+  e.calls_in_flight += 1;
   e.latest_activity = now;
   touch_client_locked(e.client_uuid, now);
   return LlmCallTicket{e.uuid, e.episode_type, e.client_uuid, e.next_call_index++};
+}
+
+void Registry::end_llm_call(const std::string& episode_uuid) {
+  double now = clock_();
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = live_.find(episode_uuid);
+  if (it == live_.end() || it->second.calls_in_flight == 0) return;
+  it->second.calls_in_flight -= 1;
+  it->second.latest_activity = now;
+}
+
+CallInFlight::~CallInFlight() {
+  for (int i = 0; i < calls_; ++i) registry_.end_llm_call(uuid_);
 }
 
 bool Registry::record_llm_call(store::CallRow call) {

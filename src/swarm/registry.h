@@ -58,7 +58,12 @@ struct RegistryOptions {
   int64_t num_repeat = 4;
   int64_t max_env_worker = 64;         // pool size: registered + claimed episodes while ROLLING
   int64_t max_cached_episodes = 9999;  // warn (80 %, 100 %) when a batch holds this many
-  double drain_timeout = 600.0;        // seconds in ROLLING_POST before in-flight episodes are dropped
+  // ROLLING_POST waits only for train episodes that are alive: a call in flight, an end in progress,
+  // or activity within drain_idle_grace seconds; and for at most drain_timeout seconds. Episodes it
+  // does not wait for carry into the next batch (still claimed, nothing lost), so a dead client's
+  // claim never holds the swarm at a batch boundary.
+  double drain_timeout = 600.0;
+  double drain_idle_grace = 2.0;
   int64_t max_staleness = 1;           // async: claims pause while more batches than this await training
   double client_active_timeout = kClientActiveTimeout;
   std::string openai_base_url = "http://127.0.0.1:10086/v1";  // returned by claim_episode
@@ -93,6 +98,23 @@ struct LlmCallTicket {
   int64_t call_index = 0;    // use as CallRow::call_index (n > 1: reserve more with begin_llm_call)
 };
 
+class Registry;
+
+// Ends the calls it holds (Registry::end_llm_call) when the last owner lets go, on any path.
+class CallInFlight {
+ public:
+  CallInFlight(Registry& registry, std::string episode_uuid) : registry_(registry), uuid_(std::move(episode_uuid)) {}
+  ~CallInFlight();
+  CallInFlight(const CallInFlight&) = delete;
+  CallInFlight& operator=(const CallInFlight&) = delete;
+  void add() { ++calls_; }  // after each successful begin_llm_call
+
+ private:
+  Registry& registry_;
+  std::string uuid_;
+  int calls_ = 0;
+};
+
 struct Batch {
   int64_t batch_id = 0;
   int64_t global_step = 0;  // the step that trains on it
@@ -107,7 +129,6 @@ struct Batch {
 struct SweepResult {
   std::vector<std::string> reclaimed;        // idle past discard_episode_timeout; slots back in the pool
   std::vector<std::string> expired_clients;  // inactive for client_active_timeout
-  std::vector<std::string> dropped;          // still running when the ROLLING_POST drain timed out
 };
 
 class Registry {
@@ -164,20 +185,29 @@ class Registry {
   // ---- OpenAI API (routes) ----
   // Before generating. Throws Error(kUnavailable) when the engine is not ROLLING/ROLLING_POST (503 +
   // Retry-After: retry_after_seconds), Error(kNotFound) for an unknown, unclaimed or ended episode.
+  // The call is in flight from here until end_llm_call: an episode with a call in flight is active,
+  // and the janitor never reclaims it however long the generation takes (CallInFlight pairs them).
   LlmCallTicket begin_llm_call(const std::string& episode_uuid);
+  // Once per begin_llm_call, however the call ended (answered, failed, the client hung up): its
+  // episode's idle clock starts again now. Unknown or ended episodes are ignored.
+  void end_llm_call(const std::string& episode_uuid);
   // After generating: stores the call (asynchronously) if the episode is still claimed; false when it
   // ended meanwhile (discard the call). Refreshes the episode's activity.
   bool record_llm_call(store::CallRow call);
 
   // ---- batches (trainer driver) ----
   bool batch_ready() const;
+  // When a sweep next has something to do before the janitor's period is up: the moment the drain's
+  // last awaited episode passes its idle grace. nullopt: nothing sooner.
+  std::optional<std::chrono::milliseconds> next_sweep_due() const;
   // Waits until a batch is ready or the timeout passed; returns false at once while OFFLINE (also
   // when stop() ends the wait), so a driver loop should exit on OFFLINE. Blocks.
   bool wait_batch_ready(std::chrono::milliseconds timeout);
   // Hands over the ready batch (Error(kFailedPrecondition) if none). torch: ROLLING_POST →
-  // WEIGHT_SYNCING and train episodes still running are dropped; async: status unchanged, and an
-  // episode whose staleness would exceed ajet.async.max_staleness is left out (logged; its calls stay
-  // stored), so no trained sample lags more than that.
+  // WEIGHT_SYNCING (train episodes still running carry into the next batch); async: status
+  // unchanged. Either way an episode whose staleness would exceed ajet.async.max_staleness (one
+  // carried across boundaries, or async's) is left out (logged; its calls stay stored), so no trained
+  // sample lags more than that.
   Batch take_batch();
   // The trainer is done: global_step becomes the engine's `policy_version` from `stats` when it has
   // one, else global_step + 1; torch: → ROLLING. Blocks until the step is durable.
@@ -208,6 +238,7 @@ class Registry {
     double latest_activity = 0;
     double discard_episode_timeout = -1;
     int64_t llm_call_count = 0;
+    int64_t calls_in_flight = 0;  // begun and not yet ended: the episode is active
     int64_t next_call_index = 0;
     std::vector<int64_t> call_indices;
     int64_t oldest_policy_version = -1;  // of its calls' generated tokens; -1 before any
@@ -237,13 +268,14 @@ class Registry {
   void expire_clients_locked(double now, std::vector<std::string>* expired);
   TriggerInput trigger_input_locked() const;
   void check_trigger_locked(double now, Outbox& out);
-  void check_drained_locked(double now, Outbox& out, std::vector<std::string>* dropped);
+  void check_drained_locked(double now, Outbox& out);
   void form_ready_batch_locked(double now, Outbox& out);
   void drop_stale_episodes_locked(Batch& batch, Outbox& out);
   void adopt_engine_version_locked(int64_t version, const char* why, Outbox& out);
   void record_debug_batch_locked(double now, Outbox& out);
   bool claims_paused_locked() const;
-  size_t train_in_flight_locked() const;
+  // Train episodes the ROLLING_POST drain waits for (see RegistryOptions::drain_idle_grace).
+  size_t train_alive_locked(double now) const;
   void refresh_activity_locked(double now);
   void end_committed(const std::string& uuid, const EndRequest& request, std::exception_ptr error,
                      const std::function<void(std::optional<CommandError>)>& done);
@@ -252,7 +284,10 @@ class Registry {
   struct EndVerdict {
     bool proceed = false;
     std::optional<CommandError> answer;
+    bool unknown = false;  // neither live nor remembered: the store may know it (ended before a restart)
   };
+  // The answer for an episode only the store knows: the same as for a remembered one.
+  std::optional<CommandError> end_of_stored(const EndRequest& request, const store::EpisodeRow& row) const;
   EndVerdict end_precheck_locked(const EndRequest& request) const;
   void deliver(Outbox& out);
   Json pool_info_locked(double now) const;

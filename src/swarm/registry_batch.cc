@@ -22,10 +22,27 @@ bool Registry::claims_paused_locked() const {
   return int64_t(training_.size() + (ready_ ? 1 : 0)) > options_.max_staleness;
 }
 
-size_t Registry::train_in_flight_locked() const {
+size_t Registry::train_alive_locked(double now) const {
   size_t n = 0;
-  for (const auto& [uuid, e] : live_) n += (e.episode_type == "train" && e.state != State::kRegistered) ? 1 : 0;
+  for (const auto& [uuid, e] : live_) {
+    if (e.episode_type != "train" || e.state == State::kRegistered) continue;
+    n += (e.state == State::kEnding || e.calls_in_flight > 0 || now - e.latest_activity < options_.drain_idle_grace) ? 1 : 0;
+  }
   return n;
+}
+
+std::optional<std::chrono::milliseconds> Registry::next_sweep_due() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (engine_.status() != EngineStatus::kRollingPost || ready_) return std::nullopt;
+  const double now = clock_();
+  std::optional<double> soonest;
+  for (const auto& [uuid, e] : live_) {
+    if (e.episode_type != "train" || e.state != State::kClaimed || e.calls_in_flight > 0) continue;
+    const double left = e.latest_activity + options_.drain_idle_grace - now;
+    if (left >= 0 && (!soonest || left < *soonest)) soonest = left;
+  }
+  if (!soonest) return std::nullopt;
+  return std::chrono::milliseconds(int64_t(*soonest * 1000) + 10);
 }
 
 void Registry::check_trigger_locked(double now, Outbox& out) {
@@ -41,32 +58,27 @@ void Registry::check_trigger_locked(double now, Outbox& out) {
     return;
   }
   transition_locked(EngineStatus::kRollingPost, now,
-                    fmt::format("the batch is full; waiting for {} running train episodes", train_in_flight_locked()),
+                    fmt::format("the batch is full; waiting for {} running train episodes", train_alive_locked(now)),
                     out);
   rolling_post_since_ = now;
-  check_drained_locked(now, out, nullptr);
+  check_drained_locked(now, out);
 }
 
-void Registry::check_drained_locked(double now, Outbox& out, std::vector<std::string>* dropped) {
+void Registry::check_drained_locked(double now, Outbox& out) {
   if (engine_.status() != EngineStatus::kRollingPost || ready_) return;
-  size_t in_flight = train_in_flight_locked();
-  bool timed_out = now - rolling_post_since_ >= options_.drain_timeout;
-  if (in_flight > 0 && !timed_out) return;
-  if (in_flight > 0) {
-    std::vector<std::string> uuids;
-    for (const auto& [uuid, e] : live_) {
-      if (e.episode_type == "train" && e.state == State::kClaimed) uuids.push_back(uuid);
-    }
-    for (const auto& uuid : uuids) {
-      retire_locked(uuid, EpisodeEnd::kDropped,
-                    fmt::format("it was still running when the batch was closed (the ENGINE.ROLLING_POST drain "
-                                "timed out after {:.0f} s; ENGINE.WEIGHT_SYNCING follows). Start a new episode.",
-                                options_.drain_timeout),
-                    out, true);
-      if (dropped != nullptr) dropped->push_back(uuid);
-    }
-    out.logs.emplace_back("swarm", fmt::format("drain timed out after {:.0f} s: dropped {} running train episodes",
-                                               options_.drain_timeout, uuids.size()));
+  const size_t alive = train_alive_locked(now);
+  const bool timed_out = now - rolling_post_since_ >= options_.drain_timeout;
+  if (alive > 0 && !timed_out) return;
+  size_t carried = 0;
+  for (const auto& [uuid, e] : live_) carried += (e.episode_type == "train" && e.state != State::kRegistered) ? 1 : 0;
+  if (carried > 0) {
+    out.logs.emplace_back(
+        "swarm", fmt::format("batch closed {}: {} train episodes still claimed carry into the next batch ({} of them "
+                             "active; idle ones are reclaimed after their discard_episode_timeout as usual)",
+                             timed_out ? fmt::format("by the drain timeout ({:.0f} s)", options_.drain_timeout)
+                                       : fmt::format("with no train episode active within {:.1f} s",
+                                                     options_.drain_idle_grace),
+                             carried, alive));
   }
   form_ready_batch_locked(now, out);
   if (options_.backbone == Backbone::kDebug) record_debug_batch_locked(now, out);
@@ -164,7 +176,8 @@ Batch Registry::take_batch() {
     double now = clock_();
     batch = std::move(*ready_);
     ready_.reset();
-    if (options_.backbone == Backbone::kAsync) drop_stale_episodes_locked(batch, out);
+    // Episodes carried across a batch boundary are off-policy: at most max_staleness versions behind.
+    if (options_.backbone != Backbone::kDebug) drop_stale_episodes_locked(batch, out);
     if (options_.backbone == Backbone::kTorch) {
       transition_locked(EngineStatus::kWeightSyncing, now,
                         fmt::format("training step {} on {} episodes", batch.global_step, batch.episodes.size()),
@@ -276,7 +289,7 @@ SweepResult Registry::sweep() {
     if (chat_allowed(engine_.status())) {
       std::vector<std::pair<std::string, double>> idle;
       for (const auto& [uuid, e] : live_) {
-        if (e.state == State::kClaimed && now - e.latest_activity > e.discard_episode_timeout) {
+        if (e.state == State::kClaimed && e.calls_in_flight == 0 && now - e.latest_activity > e.discard_episode_timeout) {
           idle.emplace_back(uuid, now - e.latest_activity);
         }
       }
@@ -297,7 +310,7 @@ SweepResult Registry::sweep() {
     }
     expire_clients_locked(now, &result.expired_clients);
     check_trigger_locked(now, out);
-    check_drained_locked(now, out, &result.dropped);
+    check_drained_locked(now, out);
     if (store_ != nullptr) {
       Json clients = Json::array();
       for (const auto& [uuid, c] : clients_) clients.push_back({{"client_uuid", uuid}, {"agreed_sync_weight", c.agreed}});

@@ -30,11 +30,13 @@ Registry::EndVerdict Registry::end_precheck_locked(const EndRequest& req) const 
       if (r->second.how == EpisodeEnd::kFinished) return EndVerdict{false, std::nullopt};
       return refuse(ErrorCode::kFailedPrecondition, "Episode " + uuid + " is not in claimed status: " + r->second.note);
     }
+    EndVerdict unknown = refuse(ErrorCode::kFailedPrecondition, "Episode " + uuid + " not found.");
     if (!chat_allowed(status)) {
-      return refuse(ErrorCode::kFailedPrecondition,
-                    "Engine is not in rolling state. Current status: [" + status_name + "]. Cannot end episode.");
+      unknown = refuse(ErrorCode::kFailedPrecondition,
+                       "Engine is not in rolling state. Current status: [" + status_name + "]. Cannot end episode.");
     }
-    return refuse(ErrorCode::kFailedPrecondition, "Episode " + uuid + " not found.");
+    unknown.unknown = true;
+    return unknown;
   }
   const Episode& e = it->second;
   if (e.state == State::kRegistered) {
@@ -48,14 +50,21 @@ Registry::EndVerdict Registry::end_precheck_locked(const EndRequest& req) const 
   if (e.state == State::kEnding) {
     return refuse(ErrorCode::kFailedPrecondition, "Episode " + uuid + ": end_episode is already in progress.");
   }
-  // A live train episode outside ROLLING/ROLLING_POST only exists across an engine restart (BOOTING),
-  // where its calls and reward are still good. Training states never hold one.
-  if (e.episode_type == "train" &&
-      (status == EngineStatus::kWeightSyncing || status == EngineStatus::kWeightExporting)) {
-    return refuse(ErrorCode::kFailedPrecondition,
-                  "Engine is not in rolling state. Current status: [" + status_name + "]. Cannot end episode.");
-  }
+  // A live train episode outside ROLLING/ROLLING_POST was carried over a batch boundary (training
+  // states) or across an engine restart (BOOTING): its calls and reward are still good, and it joins
+  // the batch being collected.
   return EndVerdict{true, std::nullopt};
+}
+
+std::optional<CommandError> Registry::end_of_stored(const EndRequest& request, const store::EpisodeRow& row) const {
+  const std::string& uuid = request.episode_uuid;
+  if (row.client_uuid != request.client_uuid) {
+    return error(ErrorCode::kPermissionDenied, "Episode " + uuid + " is claimed by different client: " +
+                                                   row.client_uuid + ", but got " + request.client_uuid + ".");
+  }
+  if (row.status == store::kEpisodeFinished) return std::nullopt;  // the idempotent repeat
+  return error(ErrorCode::kFailedPrecondition,
+               "Episode " + uuid + " is not in claimed status: it was " + row.status + " (stored).");
 }
 
 void Registry::end_episode(EndRequest request, std::function<void(std::optional<CommandError>)> done) {
@@ -85,6 +94,15 @@ void Registry::end_episode(EndRequest request, std::function<void(std::optional<
       row.ended_at = now;
       via_store = store_ != nullptr;
       if (via_store) ++pending_store_callbacks_;
+    }
+  }
+  if (!verdict.proceed && verdict.unknown && store_ != nullptr) {
+    // Ended before this server (re)started, or longer ago than the memory of retired episodes
+    // reaches: the store decides, so a repeat gets the same answer across restarts. One indexed
+    // read, on this rare path only.
+    if (std::optional<store::EpisodeRow> stored = store_->get_episode(request.episode_uuid);
+        stored && stored->status != store::kEpisodeClaimed) {
+      verdict.answer = end_of_stored(request, *stored);
     }
   }
   if (!verdict.proceed) {
@@ -161,7 +179,7 @@ void Registry::end_committed(const std::string& uuid, const EndRequest& request,
       retire_locked(uuid, EpisodeEnd::kFinished, "it has already ended.", out, /*store_it=*/false);
       refill_pool_locked();
       check_trigger_locked(now, out);
-      check_drained_locked(now, out, nullptr);
+      check_drained_locked(now, out);
     }
   }
   deliver(out);

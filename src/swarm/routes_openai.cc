@@ -1,10 +1,14 @@
 // The OpenAI-compatible API (docs/protocol.md "OpenAI-compatible API"): /v1/chat/completions,
-// /v1/completions, /v1/models, with the episode key as the Bearer token. On the I/O thread: verify the
-// key (HMAC), parse and validate the body, render the prompt token-in/token-out through the episode's
-// tracker, then hand the engine request to an LlmCall (openai_call.h), which answers when tokens
-// arrive.
+// /v1/completions, /v1/models, with the episode key as the Bearer token. On the prompt pool (never an
+// I/O thread): verify the key (HMAC), parse and validate the body, render the prompt token-in/token-out
+// through the episode's tracker, then hand the engine request to an LlmCall (openai_call.h), which
+// answers when tokens arrive.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <thread>
+
+#include "common/json.h"
 #include "common/log.h"
 #include "http/response.h"
 #include "swarm/openai_call.h"
@@ -14,6 +18,7 @@
 #include "swarm/routes.h"
 #include "swarm/supervisor.h"
 #include "swarm/tracker_map.h"
+#include "swarm/work_pool.h"
 
 namespace ajet::swarm {
 
@@ -27,8 +32,7 @@ text::OrderedJson parse_ordered_body(const Request& req, size_t limit) {
     fail(ErrorCode::kResourceExhausted,
          fmt::format("request body of {} bytes exceeds the limit for JSON bodies ({} bytes)", req.body.size(), limit));
   }
-  text::OrderedJson body = text::OrderedJson::parse(req.body, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded()) invalid_argument("request body is not valid JSON");
+  text::OrderedJson body = parse_ordered_json(req.body, "request body");
   if (!body.is_object()) invalid_argument("request body must be a JSON object");
   return body;
 }
@@ -66,6 +70,8 @@ void serve_generation(ServerContext& ctx, Request req, Respond respond, CallSetu
     respond(unavailable_response(e.what(), retry_after_seconds(ctx.registry.engine_status())));
     return;
   }
+  setup.in_flight = std::make_shared<CallInFlight>(ctx.registry, claims.episode_uuid);
+  setup.in_flight->add();
   std::shared_ptr<const ModelContext> model = ctx.model();
   if (!model) fail(ErrorCode::kUnavailable, "no model is loaded (start_engine first)");
   setup.model = model;
@@ -99,7 +105,10 @@ void serve_generation(ServerContext& ctx, Request req, Respond respond, CallSetu
   setup.generate.stop_token_ids = chat ? model->chat_stop_ids : model->completion_stop_ids;
   setup.generate.tag = fmt::format("{}#{}", claims.episode_uuid, first.call_index);
   setup.tickets.push_back(first);
-  for (int i = 1; i < setup.params.n; ++i) setup.tickets.push_back(ctx.registry.begin_llm_call(claims.episode_uuid));
+  for (int i = 1; i < setup.params.n; ++i) {
+    setup.tickets.push_back(ctx.registry.begin_llm_call(claims.episode_uuid));
+    setup.in_flight->add();
+  }
 
   setup.request_body = std::move(req.body);
   setup.meta.id = new_response_id(chat ? "chatcmpl-" : "cmpl-");
@@ -117,12 +126,19 @@ void generation_route(ServerContext& ctx, Request req, Respond respond, CallSetu
 }  // namespace
 
 void add_openai_routes(http::Router& router, ServerContext& ctx) {
-  router.post("/v1/chat/completions", [&ctx](Request req, Respond respond) {
-    generation_route(ctx, std::move(req), std::move(respond), CallSetup::Kind::kChat);
-  });
-  router.post("/v1/completions", [&ctx](Request req, Respond respond) {
-    generation_route(ctx, std::move(req), std::move(respond), CallSetup::Kind::kCompletion);
-  });
+  // Parsing a body, rendering its chat template and tokenizing the prompt take time in proportion to
+  // the prompt (seconds for megabytes), so they run on this pool and never on an HTTP I/O thread:
+  // /health and the command API stay responsive under large prompts. The routes own it; the server
+  // destroys them (and so joins it) before anything a queued call uses.
+  auto prompts = std::make_shared<WorkPool>(std::max(2u, std::thread::hardware_concurrency()), "prompt pool");
+  for (auto [path, kind] : {std::pair{"/v1/chat/completions", CallSetup::Kind::kChat},
+                            std::pair{"/v1/completions", CallSetup::Kind::kCompletion}}) {
+    router.post(path, [&ctx, prompts, kind = kind](Request req, Respond respond) {
+      prompts->post([&ctx, kind, req = std::move(req), respond = std::move(respond)]() mutable {
+        generation_route(ctx, std::move(req), std::move(respond), kind);
+      });
+    });
+  }
   router.get("/v1/models", [&ctx](Request req, Respond respond) {
     answer_errors(respond, [&] {
       ctx.registry.signer().verify(req.headers.get("Authorization").value_or(""));

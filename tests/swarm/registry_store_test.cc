@@ -51,6 +51,7 @@ struct Front {
     row.logprobs = {-0.5f, -0.25f};
     row.policy_versions = {0, 0};
     EXPECT_TRUE(registry.record_llm_call(row));
+    registry.end_llm_call(uuid);
   }
   void end(const std::string& client, const std::string& uuid, const std::string& task, double reward) {
     registry.end_episode_wait(testing::RegistryHarness::end_request(client, uuid, task, reward));

@@ -105,25 +105,54 @@ TEST(RegistryEnd, EveryErrorPathWithItsStatus) {
   EXPECT_TRUE(contains(e.message, "aborted")) << e.message;
 }
 
-TEST(RegistryEnd, WeightSyncingRaceGetsA400NamingIt) {
+// At a batch boundary the front used to wait for every claimed train episode until the drain timed
+// out, so one dead client (whose orphan ends only when reclaimed, 240 s later) stopped every claim.
+// Now the drain waits only for live episodes; the others carry into the next batch.
+TEST(RegistryBatch, ADeadClientsEpisodeDoesNotHoldTheBatchBoundaryAndCarriesOver) {
   RegistryOptions o = small_options(Backbone::kTorch, 1, 1);
-  o.drain_timeout = 30;
+  o.drain_timeout = 600;
   RegistryHarness h(o);
   h.start();
-  std::string a = h.claim("c1"), slow = h.claim("c2");
+  std::string a = h.claim("c1"), dead = h.claim("c2", "train", 240), busy = h.claim("c3");
+  h.registry.begin_llm_call(busy);  // a long generation: alive however long it takes
+  h.now += 1;
   h.end("c1", a, "t", 1);
-  EXPECT_EQ(h.registry.engine_status(), EngineStatus::kRollingPost);
-  h.now += 31;  // the drain times out: the slow episode is dropped
-  SweepResult swept = h.registry.sweep();
-  EXPECT_EQ(swept.dropped, std::vector<std::string>{slow});
+  EXPECT_EQ(h.registry.engine_status(), EngineStatus::kRollingPost);  // `dead` was active 1 s ago
+  EXPECT_FALSE(h.registry.batch_ready());
+  ASSERT_TRUE(h.registry.next_sweep_due().has_value());
+  EXPECT_LE(*h.registry.next_sweep_due(), std::chrono::milliseconds(1010));
+  h.now += 1.5;  // `dead` is past the 2 s grace; `busy` has a call in flight, but it is not awaited
+  EXPECT_FALSE(h.registry.batch_ready());  // until the sweep the janitor schedules then
+  h.registry.sweep();
+  EXPECT_FALSE(h.registry.batch_ready()) << "a call in flight is awaited";
+  h.registry.end_llm_call(busy);
+  h.now += 2.5;
+  h.registry.sweep();
+  ASSERT_TRUE(h.registry.batch_ready());
   Batch batch = h.registry.take_batch();
   EXPECT_EQ(h.registry.engine_status(), EngineStatus::kWeightSyncing);
   ASSERT_EQ(batch.episodes.size(), 1u);
-  CommandError e = h.end_error("c2", slow);
-  EXPECT_EQ(e.http_status(), 400);
-  EXPECT_TRUE(contains(e.message, "WEIGHT_SYNCING")) << e.message;
-  e = h.end_error("c2", "never-seen");
-  EXPECT_TRUE(contains(e.message, "Current status: [ENGINE.WEIGHT_SYNCING]")) << e.message;
+  // Nothing was dropped: both still run, and an end during training joins the next batch.
+  EXPECT_TRUE(h.can_continue("c2", dead));
+  EXPECT_NO_THROW(h.end("c3", busy, "u", 0.5));
+  h.registry.begin_weight_export();
+  h.registry.end_weight_export();
+  h.registry.finish_batch(batch.batch_id, Json{{"loss", 0.1}});
+  EXPECT_EQ(h.registry.engine_status(), EngineStatus::kRollingPost);  // `busy` fills the next batch at once
+  h.now += 3;
+  h.registry.sweep();
+  ASSERT_TRUE(h.registry.batch_ready());
+  Batch next = h.registry.take_batch();
+  ASSERT_EQ(next.episodes.size(), 1u);
+  EXPECT_EQ(next.episodes[0].episode_uuid, busy);
+  // The dead client's episode is reclaimed after its own timeout, as any idle one.
+  h.registry.begin_weight_export();
+  h.registry.end_weight_export();
+  h.registry.finish_batch(next.batch_id, Json::object());
+  h.now += 241;
+  EXPECT_EQ(h.registry.sweep().reclaimed, std::vector<std::string>{dead});
+  CommandError e = h.end_error("c2", "never-seen");
+  EXPECT_TRUE(contains(e.message, "not found")) << e.message;
 }
 
 TEST(RegistryAbort, AlwaysSucceedsAndOnlyTheOwnerCanAbort) {
@@ -149,6 +178,7 @@ TEST(RegistryJanitor, ReclaimsOnlyEpisodesIdlePastTheirTimeout) {
   h.now += 8;
   LlmCallTicket t = h.registry.begin_llm_call(quick);  // activity at t+8
   EXPECT_EQ(t.call_index, 0);
+  h.registry.end_llm_call(quick);
   h.now += 9;  // quick idle 9 s, patient 17 s
   EXPECT_TRUE(h.registry.sweep().reclaimed.empty());
   h.now += 2;  // quick idle 11 s > 10
@@ -171,6 +201,27 @@ TEST(RegistryJanitor, ReclaimsOnlyEpisodesIdlePastTheirTimeout) {
   EXPECT_EQ(buffer_uuids(h.registry, "registered").size(), 1u);  // the slot came back
   h.now += 100;
   EXPECT_EQ(h.registry.sweep().reclaimed, std::vector<std::string>{patient});
+}
+
+// A generation longer than discard_episode_timeout (a long answer, a queue on a busy engine) lost its
+// episode: idle time counted from the start of the call, and the call in flight was not activity.
+TEST(RegistryJanitor, AnEpisodeWithACallInFlightIsNeverIdle) {
+  RegistryHarness h(small_options(Backbone::kTorch, 8, 4, 2));
+  h.start();
+  std::string slow = h.claim("c1", "train", 10);
+  {
+    CallInFlight call(h.registry, slow);
+    h.registry.begin_llm_call(slow);
+    call.add();
+    h.now += 60;  // six timeouts into one generation
+    EXPECT_TRUE(h.registry.sweep().reclaimed.empty());
+    EXPECT_TRUE(h.can_continue("c1", slow));
+  }  // the call ends (answered or failed): the idle clock starts now
+  h.now += 9;
+  EXPECT_TRUE(h.registry.sweep().reclaimed.empty());
+  h.now += 2;
+  EXPECT_EQ(h.registry.sweep().reclaimed, std::vector<std::string>{slow});
+  h.registry.end_llm_call(slow);  // a stray end of a retired episode changes nothing
 }
 
 TEST(RegistryLlmCalls, BookkeepingAndRefusals) {

@@ -96,15 +96,29 @@ TEST(RegistryVersions, AsyncBatchesRecordStalenessAndLeaveOutEpisodesBeyondTheBo
   EXPECT_EQ(third.summary()["staleness_max"], 0);
 }
 
-TEST(RegistryVersions, TorchBatchesCarryNoStaleness) {
+// torch batches are on-policy, except episodes carried over a batch boundary (a client between calls
+// when the drain closed): those are held to ajet.async.max_staleness like async's.
+TEST(RegistryVersions, TorchBatchesAreOnPolicyAndCarriedEpisodesAreHeldToMaxStaleness) {
   RegistryHarness h(small_options(Backbone::kTorch, 1, 1));
   h.start();
-  const std::string a = h.claim("c");
+  const std::string a = h.claim("c"), carried = h.claim("c2");
   record_call(h, a, 0, {0});
+  record_call(h, carried, 0, {0});
   h.end("c", a, "t", 1);
+  h.now += 3;  // `carried` is idle past the drain's grace
+  h.registry.sweep();
   Batch b = h.registry.take_batch();
-  EXPECT_EQ(b.policy_version, -1);
-  EXPECT_FALSE(b.summary().contains("staleness"));
+  EXPECT_EQ(b.policy_version, 0);
+  EXPECT_EQ(b.summary()["staleness_max"], 0);
+  h.registry.begin_weight_export();
+  h.registry.end_weight_export();
+  h.registry.finish_batch(b.batch_id, Json{{"policy_version", 1}});
+  h.end("c2", carried, "u", 1);
+  h.now += 3;
+  h.registry.sweep();
+  Batch next = h.registry.take_batch();  // version-0 tokens trained from version 1: within max_staleness 1
+  ASSERT_EQ(next.episodes.size(), 1u);
+  EXPECT_EQ(next.summary()["staleness_max"], 1);
 }
 
 }  // namespace

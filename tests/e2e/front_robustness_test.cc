@@ -1,0 +1,187 @@
+// The front against hostile requests and faults (docs/operations.md): the real ajet-swarm with
+// ajet-echo-engine on loopback. Each hostile case gets a 4xx that names what is wrong and the front
+// keeps serving: nothing a client sends may take it down. Restarts keep the protocol's answers.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <set>
+
+#include "e2e_util.h"
+
+namespace ajet::e2e {
+namespace {
+
+using ::testing::HasSubstr;
+
+class FrontRobustnessTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    swarm_ = std::make_unique<SwarmProcess>(SwarmProcess::Options{dir_ / "server", bin("ajet-echo-engine"), "", {}});
+    api_ = std::make_unique<Api>(swarm_->url());
+    api_->boot(config_yaml(fixture(false).tokenizer));
+  }
+  http::ClientResponse post_raw(const std::string& path, const std::string& body, http::Headers headers = {}) {
+    headers.add("Content-Type", "application/json");
+    return api_->http.request("POST", path, headers, body);
+  }
+  void expect_still_serving() {
+    EXPECT_EQ(api_->get("/health").status, 200);
+    EXPECT_EQ(api_->engine_status(), "ENGINE.ROLLING");
+  }
+  ScratchDir dir_;
+  std::unique_ptr<SwarmProcess> swarm_;
+  std::unique_ptr<Api> api_;
+};
+
+std::string nested_objects(const std::string& key, int depth, const std::string& leaf = "1") {
+  std::string out;
+  for (int i = 0; i < depth; ++i) out += "{\"" + key + "\": ";
+  return out + leaf + std::string(size_t(depth), '}');
+}
+
+// Before the fix, each of these bodies crashed the front with SIGSEGV: parsing survived, and the
+// first walk of the accepted value (dump, copy, template) recursed once per level off the stack.
+TEST_F(FrontRobustnessTest, DeeplyNestedBodiesAre400NamingTheFieldAndTheFrontLives) {
+  Json claim = api_->claim("client-a", "train");
+  const std::string key = claim["openai_api_key"];
+  const std::string uuid = claim["episode_uuid"];
+
+  const std::string chat = R"({"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": [)"
+                           R"({"type": "function", "function": {"name": "f", "parameters": )" +
+                           nested_objects("properties", 20000) + "}}]}";
+  auto r = post_raw("/v1/chat/completions", chat, {{"Authorization", "Bearer " + key}});
+  EXPECT_EQ(r.status, 400) << r.body.substr(0, 300);
+  EXPECT_THAT(r.body, HasSubstr("tools[0].function.parameters.properties"));
+  EXPECT_THAT(r.body, HasSubstr("nested deeper than 128 levels"));
+  expect_still_serving();
+
+  const std::string head = R"({"client_uuid": "client-a", "episode_uuid": ")" + uuid + R"(", "task_id": "t", )";
+  r = post_raw("/end_episode", head + R"("workflow_output": {"reward": 1, "metadata": )" +
+                                   nested_objects("m", 100000) + "}}");
+  EXPECT_EQ(r.status, 400) << r.body.substr(0, 300);
+  EXPECT_THAT(r.body, HasSubstr("workflow_output.metadata.m.m"));
+  expect_still_serving();
+
+  r = post_raw("/end_episode", head + R"("workflow_output": {"reward": 1, "log_metrics": )" +
+                                   std::string(1000000, '[') + std::string(1000000, ']') + "}}");
+  EXPECT_EQ(r.status, 400) << r.body.substr(0, 300);
+  EXPECT_THAT(r.body, HasSubstr("workflow_output.log_metrics[0][0]"));
+  expect_still_serving();
+
+  // The episode was not harmed: it still ends, with its reward stored.
+  EXPECT_EQ(api_->end("client-a", uuid, "t", 1.0).status, 200);
+}
+
+// The OpenAI endpoint used to answer these with "request body is not valid JSON" and nothing more.
+TEST_F(FrontRobustnessTest, UnparsableValuesOnTheOpenAiEndpointNameFieldAndPosition) {
+  const std::string key = api_->claim("client-a", "eval")["openai_api_key"];
+  const http::Headers auth{{"Authorization", "Bearer " + key}};
+  const std::string messages = R"("messages": [{"role": "user", "content": "hi"}])";
+  struct Case {
+    std::string body;
+    std::string expect;
+  };
+  const std::vector<Case> cases = {
+      {"{" + messages + R"(, "temperature": 1e400})", "at temperature: number overflow parsing '1e400'"},
+      {"{\"messages\": [{\"role\": \"user\", \"content\": \"caf\xe9\"}]}", "at messages[0].content: parse error at line 1"},
+      {R"({"messages": [{"role": "user", "content": "\udc00"}]})", "at messages[0].content: parse error at line 1"},
+      {"{" + messages + R"(, "stop": [)", "at stop[0]: parse error at line 1"},
+  };
+  for (const Case& c : cases) {
+    auto r = post_raw("/v1/chat/completions", c.body, auth);
+    EXPECT_EQ(r.status, 400) << c.body;
+    EXPECT_EQ(r.json()["error"]["type"], "invalid_request_error") << r.body;
+    EXPECT_THAT(r.json()["error"]["message"].get<std::string>(), HasSubstr(c.expect)) << c.body;
+  }
+  expect_still_serving();
+}
+
+// A 528-byte config whose aliases name one string ~387 million times grew the front by 2.1 GB.
+TEST_F(FrontRobustnessTest, YamlAliasBombsAreRefusedNamingTheKey) {
+  ASSERT_EQ(api_->post("/stop_engine", Json::object()).status, 200);
+  ASSERT_TRUE(eventually([&] { return api_->engine_status() == "ENGINE.OFFLINE"; }));
+  std::string yaml = "unused:\n  a0: &a0 \"lol\"\n";
+  for (int i = 1; i <= 9; ++i) {
+    yaml += "  a" + std::to_string(i) + ": &a" + std::to_string(i) + " [";
+    for (int j = 0; j < 9; ++j) yaml += std::string(j ? ", " : "") + "*a" + std::to_string(i - 1);
+    yaml += "]\n";
+  }
+  yaml += config_yaml(fixture(false).tokenizer);
+  // Under a key the server does not use, the aliases are never expanded: accepted with a warning.
+  auto r = api_->post("/sync_train_config", Json{{"yaml_as_string", yaml + "  x_holder:\n    params: {bomb: *a9}\n"}});
+  EXPECT_EQ(r.status, 200) << r.body;
+  r = api_->post("/sync_train_config",
+                 Json{{"yaml_as_string", yaml + "  task_reader:\n    builtin:\n      params: {bomb: *a9}\n"}});
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_THAT(r.body, HasSubstr("ajet.task_reader.builtin.params expands to more than 16 MiB"));
+  EXPECT_EQ(api_->get("/health").status, 200);
+}
+
+// A repeat of a committed end_episode answered 200 while the front ran, and 400 "not found" after a
+// restart, for an episode the store holds as finished.
+TEST_F(FrontRobustnessTest, EndEpisodeAnswersTheSameAcrossARestart) {
+  Json finished = api_->claim("client-a", "train");
+  Json aborted = api_->claim("client-a", "train");
+  ASSERT_EQ(api_->end("client-a", finished["episode_uuid"], "t", 1.0).status, 200);
+  ASSERT_EQ(api_->post("/abort_episode", Json{{"client_uuid", "client-a"}, {"episode_uuid", aborted["episode_uuid"]}})
+                .status,
+            200);
+  auto answers = [&] {
+    std::vector<int> out;
+    out.push_back(api_->end("client-a", finished["episode_uuid"], "t", 1.0).status);
+    out.push_back(api_->end("client-b", finished["episode_uuid"], "t", 1.0).status);
+    auto r = api_->end("client-a", aborted["episode_uuid"], "t", 1.0);
+    out.push_back(r.status);
+    EXPECT_THAT(r.body, HasSubstr("not in claimed status"));
+    out.push_back(api_->end("client-a", "0123456789abcdef0123456789abcdef", "t", 1.0).status);
+    return out;
+  };
+  const std::vector<int> before = answers();
+  EXPECT_EQ(before, (std::vector<int>{200, 404, 400, 400}));
+  swarm_->restart();
+  api_ = std::make_unique<Api>(swarm_->url());
+  ASSERT_TRUE(eventually([&] { return api_->engine_status() == "ENGINE.ROLLING"; })) << api_->status().dump();
+  EXPECT_EQ(answers(), before);
+}
+
+std::set<std::string> socket_inodes(pid_t pid) {
+  std::set<std::string> out;
+  std::error_code ec;
+  for (const auto& fd : fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
+    const std::string target = fs::read_symlink(fd.path(), ec).string();
+    if (target.rfind("socket:", 0) == 0) out.insert(target);
+  }
+  return out;
+}
+
+// The engine inherited the front's listening socket and client connections (a front restarted on its
+// port once failed with "Address already in use"), and a SIGKILLed front left its /tmp directory.
+TEST_F(FrontRobustnessTest, TheEngineHoldsNoSocketOfTheFrontAndAKilledFrontsTmpDirIsRemoved) {
+  const pid_t engine = pid_t(api_->engine_pid());
+  ASSERT_GT(engine, 0);
+  const std::set<std::string> front = socket_inodes(swarm_->pid());
+  ASSERT_FALSE(front.empty());
+  for (const std::string& s : socket_inodes(engine)) EXPECT_EQ(front.count(s), 0u) << "the engine holds " << s;
+
+  auto dirs_of = [](pid_t pid) {
+    std::vector<fs::path> out;
+    for (const auto& e : fs::directory_iterator(fs::temp_directory_path())) {
+      if (e.path().filename().string().rfind("ajet-swarm-", 0) != 0) continue;
+      std::ifstream owner(e.path() / "owner");
+      pid_t p = 0;
+      if (owner >> p && p == pid) out.push_back(e.path());
+    }
+    return out;
+  };
+  const std::vector<fs::path> mine = dirs_of(swarm_->pid());
+  ASSERT_EQ(mine.size(), 1u);
+  swarm_->stop(SIGKILL);
+  ASSERT_TRUE(fs::exists(mine[0]));  // nothing could clean up after a SIGKILL
+  SwarmProcess next(SwarmProcess::Options{dir_ / "server2", bin("ajet-echo-engine"), "", {}});
+  EXPECT_FALSE(fs::exists(mine[0]));
+  EXPECT_EQ(dirs_of(next.pid()).size(), 1u);  // the live front's own directory is kept
+}
+
+}  // namespace
+}  // namespace ajet::e2e
