@@ -75,13 +75,18 @@ for n in "${names[@]}"; do
   corpora=("$work")
   if [ -d "$seeds" ]; then corpora+=("$seeds"); fi
   if [ "$smoke" -eq 1 ]; then
-    limits=(-runs="$runs" -seed=1)
+    # A target whose inputs are slow caps its own smoke run: "// fuzz-smoke-runs: N" in its source.
+    own="$(sed -n 's|^// fuzz-smoke-runs: \([0-9]*\)$|\1|p' "$here/fuzz/fuzz_$n.cc")"
+    if [ -z "$own" ] || [ "$own" -gt "$runs" ]; then own="$runs"; fi
+    limits=(-runs="$own" -seed=1)
   else
     limits=(-max_total_time="$seconds")
   fi
+  dict=()  # tokens libFuzzer splices into inputs: nesting, framing, keys (fuzz/dict/NAME.dict)
+  if [ -f "$here/fuzz/dict/$n.dict" ]; then dict=(-dict="$here/fuzz/dict/$n.dict"); fi
   echo "fuzz: $n (${limits[*]})"
   # New inputs go to the first corpus dir (the working one); the seed corpus is only read.
-  if ! "$build/bin/fuzz_$n" "${limits[@]}" -artifact_prefix="$artifacts/" -print_final_stats=1 \
+  if ! "$build/bin/fuzz_$n" "${limits[@]}" "${dict[@]}" -artifact_prefix="$artifacts/" -print_final_stats=1 \
        "${extra[@]}" "${corpora[@]}" >"$build/fuzz_$n.log" 2>&1; then
     tail -n 60 "$build/fuzz_$n.log" >&2
     failed+=("$n")

@@ -70,7 +70,9 @@ class LocatingSax {
     if (int(frames_.size()) >= max_depth_) {
       fail_at("arrays and objects nested deeper than " + std::to_string(max_depth_) + " levels");
     }
-    frames_.push_back(Frame{array});
+    Frame frame;
+    frame.array = array;
+    frames_.push_back(std::move(frame));
   }
 
   [[noreturn]] void fail_at(const std::string& reason) const {

@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/strings.h"
+#include "http/request_parse.h"
 #include "http/response.h"
 #include "http/server_internal.h"
 
@@ -110,8 +111,7 @@ Task<void> Connection::serve() {
     phase_ = Phase::kReading;
     set_deadline(core_.options.read_header_timeout);
     parser_.emplace();
-    parser_->header_limit(static_cast<std::uint32_t>(std::min<size_t>(core_.options.max_header_bytes, UINT32_MAX)));
-    parser_->body_limit(core_.options.max_body_bytes);
+    limit_parser(*parser_, core_.options.max_header_bytes, core_.options.max_body_bytes);
     error_code ec;
     if (!parse_buffered(ec) && !ec) ec = co_await read_rest();
     if (ec) {
@@ -119,7 +119,7 @@ Task<void> Connection::serve() {
       co_await reject_bad_request(ec);
       co_return;
     }
-    if (std::optional<Response> bad = transfer_coding_error(*parser_); bad) {
+    if (std::optional<Response> bad = transfer_coding_error(parser_->get()); bad) {
       // The bytes after such a header would be read as the next request (request smuggling): answer
       // and close instead of keeping the connection.
       parser_.reset();
@@ -197,18 +197,10 @@ Task<error_code> Connection::read_rest() {
 
 // Moves the parsed message into `request`; returns whether the connection may stay open.
 bool Connection::take_request(Request& request) {
-  auto message = parser_->release();
+  const bool keep_alive = http::take_request(*parser_, request);
   parser_.reset();
-  request.method.assign(message.method_string());
-  request.target.assign(message.target());
-  split_target(request.target, request.path, request.query);
-  for (const auto& field : message) {
-    request.headers.add(std::string(field.name_string()), std::string(field.value()));
-  }
-  request.body = std::move(message.body());
   request.remote_address = remote_;
-  request.version = message.version();
-  return message.keep_alive();
+  return keep_alive;
 }
 
 // Calls the handler; the answer if it came at once (the common case), else std::nullopt and the
@@ -257,52 +249,6 @@ Task<void> Connection::reject_bad_request(error_code ec) {
   co_await reject(std::move(response));
 }
 
-// RFC 9112 6.1/6.3: a request body is chunked when Transfer-Encoding's final coding is `chunked`;
-// any other final coding leaves the length unknowable (400), a coding this server does not decode is
-// 501, and Transfer-Encoding in an HTTP/1.0 request is faulty framing (400). Beast's parser already
-// refuses Transfer-Encoding beside Content-Length (reject_bad_request answers it).
-std::optional<Response> Connection::transfer_coding_error(const bhttp::request_parser<bhttp::string_body>& parser) {
-  const auto& header = parser.get();
-  bool present = false;
-  std::string all;
-  for (const auto& field : header) {
-    if (field.name() != bhttp::field::transfer_encoding) continue;
-    if (present) all += ',';
-    present = true;
-    all.append(field.value().data(), field.value().size());
-  }
-  if (!present) return std::nullopt;
-  auto bad = [&all](int status, const std::string& reason) {
-    return error_response(status, "malformed HTTP request: Transfer-Encoding '" + all + "': " + reason,
-                          "invalid_request_error", status == 501 ? "unsupported_transfer_coding" : "bad_request");
-  };
-  if (header.version() < 11) return bad(400, "not allowed in an HTTP/1.0 request");
-  std::vector<std::string> codings;  // lower case, parameters and blanks dropped, empty items skipped
-  for (std::string_view rest = all;;) {
-    const size_t comma = std::min(rest.find(','), rest.size());
-    const std::string_view item = rest.substr(0, std::min(rest.find(';'), comma));
-    const size_t b = item.find_first_not_of(" \t");
-    if (b != std::string_view::npos) codings.push_back(ascii_lower(item.substr(b, item.find_last_not_of(" \t") - b + 1)));
-    if (comma == rest.size()) break;
-    rest.remove_prefix(comma + 1);
-  }
-  if (codings.empty()) return bad(400, "names no coding");
-  static constexpr std::array<std::string_view, 5> kKnown = {"gzip", "x-gzip", "deflate", "compress", "x-compress"};
-  for (size_t i = 0; i < codings.size(); ++i) {
-    const std::string& c = codings[i];
-    const bool last = i + 1 == codings.size();
-    if (c == "chunked") {
-      if (!last) return bad(400, "chunked must be the final coding");
-      continue;
-    }
-    if (std::find(kKnown.begin(), kKnown.end(), c) == kKnown.end()) {
-      return bad(501, "unknown coding '" + c + "' (this server accepts only chunked)");
-    }
-    if (last) return bad(400, "the final coding must be chunked");
-    return bad(501, "coding '" + c + "' is not supported (this server accepts only chunked)");
-  }
-  return std::nullopt;
-}
 
 // Writes an error response, then closes the connection after draining what the client still sends.
 Task<void> Connection::reject(Response response) {

@@ -164,7 +164,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool take_request(Request& request);
   Task<void> reject_bad_request(error_code ec);
   Task<void> reject(Response response);
-  static std::optional<Response> transfer_coding_error(const bhttp::request_parser<bhttp::string_body>& parser);
   std::optional<Response> call_handler(Request request, const std::shared_ptr<Slot<Response>>& slot);
   template <class T>
   Task<std::optional<T>> await_slot(Slot<T>& slot);

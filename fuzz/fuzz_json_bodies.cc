@@ -1,0 +1,48 @@
+// fuzz-sources: src/swarm/commands.cc
+// libFuzzer target: arbitrary bytes as a JSON body the front accepts (docs/protocol.md): parsed with
+// the nesting limit every body gets (common/json.h), then read as each command (claim, end, abort,
+// can_continue, agree) and as an OpenAI chat request. Only ajet::Error may come out (the front answers
+// it with a 4xx naming the field); a parsed value must dump and parse back to itself, which is where
+// deep nesting used to overflow the stack.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string_view>
+
+#include "common/error.h"
+#include "common/json.h"
+#include "swarm/commands.h"
+#include "text/messages.h"
+
+namespace {
+
+template <class Fn>
+void refused_or_read(Fn fn) {
+  try {
+    fn();
+  } catch (const ajet::Error& e) {
+    if (std::string_view(e.what()).empty()) std::abort();  // every refusal says why
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using ajet::Json;
+  const std::string_view text(reinterpret_cast<const char*>(data), size);
+  std::optional<Json> body;
+  refused_or_read([&] { body = ajet::parse_json(text, "request body"); });
+  if (!body) return 0;
+  const std::string dumped = body->dump();
+  if (ajet::parse_json(dumped, "dump") != *body) std::abort();
+  if (body->is_object()) {
+    namespace swarm = ajet::swarm;
+    refused_or_read([&] { swarm::ClaimRequest::from_json(*body); });
+    refused_or_read([&] { swarm::EndRequest::from_json(*body); });
+    refused_or_read([&] { swarm::AbortRequest::from_json(*body); });
+    refused_or_read([&] { swarm::EpisodeRef::from_json(*body); });
+    refused_or_read([&] { swarm::AgreeRequest::from_json(*body); });
+  }
+  refused_or_read([&] { ajet::text::parse_chat_request(ajet::parse_ordered_json(text, "request body")); });
+  return 0;
+}
