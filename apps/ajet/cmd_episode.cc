@@ -44,7 +44,7 @@ void run_episode_show(const EpisodeShowArgs& args) {
   std::optional<config::Config> cfg;
   if (auto yaml = st.get_state(store::kStateTrainConfigYaml); yaml && !yaml->empty()) {
     try {
-      cfg = config::parse_config(*yaml, "train config stored in " + args.store).config;
+      cfg = config::parse_config(*yaml, "train config stored in " + args.store, config::ConfigUse::kSwarmServer).config;
     } catch (const Error& e) {
       std::fprintf(stderr, "ajet episode show: ignoring the stored train config: %s\n", e.what());
     }

@@ -194,7 +194,7 @@ std::unique_ptr<Workflow> make_workflow(const config::Config& config, const std:
   const std::string default_task = config.task_reader.builtin.generator;
   if (w.empty() || w == "builtin") return make_builtin_workflow(default_task, -1, -1);
   return make_command_workflow(w, config_dir, exp_dir / "workflow_stderr.log",
-                               config.task_judge.judge_type == "builtin", default_task);
+                               config::uses_builtin_judge(config.task_judge), default_task);
 }
 
 }  // namespace ajet::classic

@@ -82,9 +82,16 @@ struct TaskReaderConfig {
 };
 
 struct TaskJudgeConfig {
-  std::string judge_type = "workflow";  // workflow | builtin
+  std::string judge_type = "workflow";  // workflow | builtin | customized_protocol (upstream)
   std::optional<std::string> judge_protocol;
 };
+
+// Whether a built-in judge gives the reward: judge_type builtin, or upstream's customized_protocol
+// naming a judge. Upstream's swarm default, customized_protocol with judge_protocol null, means the
+// workflow (in swarm mode: the client) reports the reward, as judge_type workflow does.
+inline bool uses_builtin_judge(const TaskJudgeConfig& judge) {
+  return judge.judge_type == "builtin" || (judge.judge_type == "customized_protocol" && judge.judge_protocol);
+}
 
 struct ContextTrackerConfig {
   std::string timeline_compare_level = "token";  // token (exact ids, default) | text (upstream fallback)

@@ -32,6 +32,7 @@ std::string describe(const YAML::Node& node) {
 struct Ctx {
   std::string_view source;
   std::vector<std::string>* warnings;
+  ConfigUse use = ConfigUse::kClassic;
 
   std::string at(const YAML::Node& node) const {
     std::string out(source);
@@ -137,7 +138,8 @@ std::string canonical_choice(const Field& f, const std::string& value, const YAM
       return canonical;
     }
   }
-  if (!f.choices.empty() && std::find(f.choices.begin(), f.choices.end(), value) == f.choices.end()) {
+  if (!f.choices.empty() && !f.choice_checked_when_used &&
+      std::find(f.choices.begin(), f.choices.end(), value) == f.choices.end()) {
     std::string allowed;
     for (const auto& c : f.choices) allowed += (allowed.empty() ? "" : ", ") + c;
     invalid_argument(ctx.at(node) + ": " + f.key + " must be one of [" + allowed + "], got '" + value + "'");
@@ -252,11 +254,23 @@ const std::string* ignored_reason(const std::string& key) {
   return nullptr;
 }
 
+// Sections a reader has no use for (ConfigUse), with the reason its warning gives.
+const char* unused_section(const std::string& key, ConfigUse use) {
+  if (use != ConfigUse::kSwarmServer) return nullptr;
+  if (key == "ajet.task_reader") return "swarm clients bring their own tasks";
+  if (key == "ajet.task_judge") return "swarm clients report the rewards";
+  return nullptr;
+}
+
 void walk(const YAML::Node& map, const std::string& prefix, const KeyIndex& index, const Ctx& ctx) {
   for (const auto& kv : map) {
     if (!kv.first.IsScalar()) invalid_argument(ctx.at(kv.first) + ": config keys must be plain names");
     std::string key = prefix.empty() ? kv.first.Scalar() : prefix + "." + kv.first.Scalar();
     const YAML::Node& value = kv.second;
+    if (const char* why = unused_section(key, ctx.use)) {
+      ctx.warn(ctx.at(kv.first) + ": " + key + " is not used by the swarm server (" + why + "); ignored");
+      continue;
+    }
     if (auto it = index.fields.find(key); it != index.fields.end()) {
       assign(*it->second, value, ctx);
     } else if (index.sections.count(key) != 0) {
@@ -327,7 +341,19 @@ Json::json_pointer pointer_of(const std::string& dotted) {
 
 }  // namespace
 
-LoadedConfig parse_config(std::string_view yaml_text, std::string_view source) {
+// Settings of switched-off features may hold values this build lacks (Field::choice_checked_when_used):
+// a warning, and the default stays, so the config still dumps and reloads.
+void settle_unused_choices(Config& config, const Ctx& ctx) {
+  auto& tc = config.trainer_common;
+  static const std::vector<std::string> kKl = {"low_var_kl", "k1", "k3"};
+  if (!tc.use_kl_loss && std::find(kKl.begin(), kKl.end(), tc.kl_loss_type) == kKl.end()) {
+    ctx.warn(std::string(ctx.source) + ": ajet.trainer_common.kl_loss_type '" + tc.kl_loss_type +
+             "' is not supported here (low_var_kl, k1, k3), and use_kl_loss is false: ignored");
+    tc.kl_loss_type = TrainerCommonConfig{}.kl_loss_type;
+  }
+}
+
+LoadedConfig parse_config(std::string_view yaml_text, std::string_view source, ConfigUse use) {
   YAML::Node root;
   try {
     root = YAML::Load(std::string(yaml_text));
@@ -337,13 +363,14 @@ LoadedConfig parse_config(std::string_view yaml_text, std::string_view source) {
   LoadedConfig loaded;
   std::vector<Field> fields = config_fields(loaded.config);
   KeyIndex index(fields);
-  Ctx ctx{source, &loaded.warnings};
+  Ctx ctx{source, &loaded.warnings, use};
   if (root.IsMap()) {
     walk(root, "", index, ctx);
   } else if (root.IsDefined() && !root.IsNull()) {
     invalid_argument(std::string(source) + ": the config must be a mapping with an `ajet` section, got " +
                      describe(root));
   }
+  settle_unused_choices(loaded.config, ctx);
   validate(loaded.config, source);
   return loaded;
 }
@@ -384,7 +411,7 @@ void validate(const Config& config, std::string_view source) {
       if (f.min && d < *f.min) problems.push_back(fmt::format("{} must be >= {}, got {}", f.key, *f.min, v.dump()));
       if (f.max && d > *f.max) problems.push_back(fmt::format("{} must be <= {}, got {}", f.key, *f.max, v.dump()));
     }
-    if (v.is_string() && !f.choices.empty() &&
+    if (v.is_string() && !f.choices.empty() && !f.choice_checked_when_used &&
         std::find(f.choices.begin(), f.choices.end(), v.get<std::string>()) == f.choices.end()) {
       problems.push_back(f.key + " must be one of the documented values, got " + v.dump());
     }
@@ -417,6 +444,10 @@ void validate(const Config& config, std::string_view source) {
            "ajet.task_reader.jsonl_dataset_file.training.file_path is empty");
   relation(config.task_judge.judge_type != "builtin" || config.task_judge.judge_protocol.has_value(),
            "ajet.task_judge.judge_type is builtin but ajet.task_judge.judge_protocol is not set");
+  const auto& tc = config.trainer_common;
+  relation(!tc.use_kl_loss || tc.kl_loss_type == "low_var_kl" || tc.kl_loss_type == "k1" || tc.kl_loss_type == "k3",
+           "ajet.trainer_common.kl_loss_type must be one of [low_var_kl, k1, k3] when use_kl_loss is true, got '" +
+               tc.kl_loss_type + "'");
   relation(config.lora.lora_rank == 0 || config.lora.lora_alpha > 0,
            "ajet.lora.lora_alpha must be > 0 when ajet.lora.lora_rank > 0");
   relation(config.lora.lora_rank == 0 || !config.lora.target_modules.empty(),

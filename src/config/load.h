@@ -18,9 +18,15 @@ struct LoadedConfig {
   std::vector<std::string> warnings;  // each names the full dotted key, e.g. "unknown key 'ajet.foo' (ignored)"
 };
 
+// Who reads a config. The swarm server has no task reader and no judge: its clients bring the tasks
+// and report the rewards. So for it `ajet.task_reader` and `ajet.task_judge` are unused: accepted
+// whatever they hold (upstream's readers and judges included), named in one warning each, and left
+// at their defaults. Every other key is read the same way by both.
+enum class ConfigUse { kClassic, kSwarmServer };
+
 // Parses YAML text layered over the defaults, then validates. `source` names the text in messages
 // (a file path, or e.g. "sync_train_config body").
-LoadedConfig parse_config(std::string_view yaml_text, std::string_view source);
+LoadedConfig parse_config(std::string_view yaml_text, std::string_view source, ConfigUse use = ConfigUse::kClassic);
 
 // Reads and parses a file (Error(kIo) naming the path when unreadable).
 LoadedConfig load_config_file(const std::filesystem::path& path);

@@ -10,6 +10,7 @@ struct Opt {
   std::optional<double> max = std::nullopt;
   std::vector<std::pair<std::string, std::string>> aliases = {};
   std::optional<int64_t> auto_value = std::nullopt;
+  bool choice_checked_when_used = false;
 };
 
 class Table {
@@ -17,7 +18,7 @@ class Table {
   template <class T>
   void add(std::string key, T& member, std::string doc, Opt opt = {}) {
     fields.push_back(Field{"ajet." + std::move(key), FieldTarget(&member), std::move(doc), std::move(opt.choices),
-                           opt.min, opt.max, std::move(opt.aliases), opt.auto_value});
+                           opt.min, opt.max, std::move(opt.aliases), opt.auto_value, opt.choice_checked_when_used});
   }
   std::vector<Field> fields;
 };
@@ -88,8 +89,9 @@ std::vector<Field> config_fields(Config& c) {
   t.add("task_reader.filters.metadata", c.task_reader.filters.metadata,
         "keep tasks whose metadata matches: key -> value, [values] or {min, max}");
   t.add("task_judge.judge_type", c.task_judge.judge_type,
-        "workflow: the workflow's own reward; builtin: the judge named by judge_protocol",
-        {.choices = {"workflow", "builtin"}, .aliases = {{"customized_protocol", "builtin"}}});
+        "workflow: the workflow's own reward; builtin: the judge named by judge_protocol; customized_protocol "
+        "(upstream): builtin when judge_protocol is set, else workflow",
+        {.choices = {"workflow", "builtin", "customized_protocol"}});
   t.add("task_judge.judge_protocol", c.task_judge.judge_protocol, "built-in judge name (null: none)");
   // Tracking.
   t.add("context_tracker.timeline_merging_policy.timeline_compare_level",
@@ -131,7 +133,8 @@ std::vector<Field> config_fields(Config& c) {
   t.add("trainer_common.ppo_epochs", tc.ppo_epochs, "passes over each batch", {.min = 1});
   t.add("trainer_common.use_kl_loss", tc.use_kl_loss, "KL penalty to the frozen reference model");
   t.add("trainer_common.kl_loss_coef", tc.kl_loss_coef, "KL coefficient", {.min = 0});
-  t.add("trainer_common.kl_loss_type", tc.kl_loss_type, "KL estimator", {.choices = {"low_var_kl", "k1", "k3"}});
+  t.add("trainer_common.kl_loss_type", tc.kl_loss_type, "KL estimator (checked only with use_kl_loss)",
+        {.choices = {"low_var_kl", "k1", "k3"}, .choice_checked_when_used = true});
   t.add("trainer_common.clip_ratio_low", tc.clip_ratio_low, "PPO clip below 1", {.min = 0, .max = 1});
   t.add("trainer_common.clip_ratio_high", tc.clip_ratio_high, "PPO clip above 1", {.min = 0});
   t.add("trainer_common.clip_ratio_c", tc.clip_ratio_c, "dual-clip constant for negative advantages", {.min = 1});

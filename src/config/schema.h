@@ -27,6 +27,9 @@ struct Field {
   // Accepted values that mean another one (upstream names): {given, canonical}. Using one warns.
   std::vector<std::pair<std::string, std::string>> aliases;
   std::optional<int64_t> auto_value;  // integer fields: the string `auto` means this value
+  // A value outside `choices` is an error only when the run would use the key (checked after parsing,
+  // load.cc); otherwise a warning, and the default stays. For settings of switched-off features.
+  bool choice_checked_when_used = false;
 };
 
 // Every key of `config`, in document order. Targets point into `config`.

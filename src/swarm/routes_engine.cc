@@ -1,6 +1,6 @@
 // The command endpoints that change the server (docs/protocol.md "Engine and admin endpoints"; admin
 // token when one is configured): /sync_train_config, /sync_train_code, /start_engine, /stop_engine.
-// The work (disk, unzip, process control) runs on the work pool; the I/O thread only checks the token
+// The work (disk, unpacking, process control) runs on the work pool; the I/O thread only checks the token
 // and parses the body.
 #include <fmt/format.h>
 

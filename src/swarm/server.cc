@@ -41,7 +41,8 @@ std::string describe_earlier_run(const store::RecoveredState& r) {
                                 r.pending_finished.size(), r.claimed.size());
   if (!r.train_config_yaml.empty()) {
     try {
-      config::Config c = config::parse_config(r.train_config_yaml, "stored train config").config;
+      config::Config c =
+          config::parse_config(r.train_config_yaml, "stored train config", config::ConfigUse::kSwarmServer).config;
       out += fmt::format(", config: experiment {}, backbone {}, model {}", c.experiment_name, c.backbone, c.model.path);
     } catch (const std::exception&) {
       out += ", config: (does not load any more)";

@@ -37,6 +37,22 @@ std::string timestamp_micro() {
   return fmt::format("{}_{:06d}", stamp, micros);
 }
 
+// A model path that is no directory on this machine fails only at start_engine; say so at sync time.
+// An "org/name" path is a Hugging Face hub id (upstream's default Qwen/Qwen2.5-7B-Instruct), which
+// this server cannot download.
+std::string model_path_note(const std::string& path) {
+  std::error_code ec;
+  if (path.empty() || fs::is_directory(path, ec)) return "";
+  const bool hub_id = path.find('/') != std::string::npos && path.front() != '/' && path.front() != '.' &&
+                      path.find('/') == path.rfind('/');
+  if (hub_id) {
+    return "ajet.model.path '" + path + "' looks like a Hugging Face hub id: this server loads a model only from a "
+           "local directory in Hugging Face layout (config.json, tokenizer.json, *.safetensors) and cannot download "
+           "one; copy the model to this machine and give its path before start_engine";
+  }
+  return "ajet.model.path '" + path + "' is not a directory on this machine; start_engine will fail until it is";
+}
+
 }  // namespace
 
 ServerContext::ServerContext(const ServerOptions& options_in, store::Store& store_in, Registry& registry_in,
@@ -99,7 +115,9 @@ void ServerContext::require_offline(const char* what) const {
 std::vector<std::string> ServerContext::sync_train_config(const std::string& yaml) {
   std::lock_guard<std::mutex> lifecycle(lifecycle_mu_);
   require_offline("sync_train_config");
-  config::LoadedConfig loaded = config::parse_config(yaml, "sync_train_config yaml_as_string");
+  config::LoadedConfig loaded =
+      config::parse_config(yaml, "sync_train_config yaml_as_string", config::ConfigUse::kSwarmServer);
+  if (std::string note = model_path_note(loaded.config.model.path); !note.empty()) loaded.warnings.push_back(note);
   (void)RegistryOptions::from_config(loaded.config, base_url);  // backbone and batch trigger names
   store.put_state(store::kStateTrainConfigYaml, yaml).get();
   {
@@ -147,7 +165,10 @@ int64_t ServerContext::start_engine_locked(const std::string& reason, const stor
   config::resolve_auto_names(cfg, "swarm", std::chrono::system_clock::now(), options.server_dir / "experiments");
   const fs::path run_dir = fs::absolute(cfg.experiment_dir);
   fs::create_directories(run_dir);
-  write_file_atomic(run_dir / "train_config.yaml", t.yaml);
+  // The engine gets the config as this server read it (every key known, the unused sections at their
+  // defaults, the auto names resolved), not the client's text: an upstream YAML's task reader or judge
+  // would be errors to a reader that uses them.
+  write_file_atomic(run_dir / "train_config.yaml", config::to_yaml(cfg));
   registry.configure(RegistryOptions::from_config(cfg, base_url));
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -223,7 +244,8 @@ void ServerContext::resume(const store::RecoveredState& recovered) {
   }
   if (!recovered.train_config_yaml.empty()) {
     try {
-      config::LoadedConfig loaded = config::parse_config(recovered.train_config_yaml, "stored train config");
+      config::LoadedConfig loaded = config::parse_config(recovered.train_config_yaml, "stored train config",
+                                                         config::ConfigUse::kSwarmServer);
       registry.configure(RegistryOptions::from_config(loaded.config, base_url));
       std::lock_guard<std::mutex> lock(mu_);
       train_.yaml = recovered.train_config_yaml;

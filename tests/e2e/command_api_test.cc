@@ -70,6 +70,27 @@ TEST_F(CommandApiTest, SyncTrainConfigNamesTheBadKey) {
   EXPECT_THAT(r.json()["warnings"].dump(), HasSubstr("ajet.no_such_key"));
 }
 
+// Upstream's SwarmClient.sync_train_config(AgentJetJob(...)) body: the whole merged swarm default,
+// with a hub model id. Accepted, with warnings that name what is not used and what start_engine needs.
+TEST_F(CommandApiTest, SyncTrainConfigAcceptsUpstreamsWholeJobWithWarnings) {
+  start();
+  const std::string yaml = read_file(source("tests/config/data/upstream_swarm_job.yaml"));
+  auto r = api_->post("/sync_train_config", Json{{"yaml_as_string", yaml}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  const std::string warnings = r.json()["warnings"].dump();
+  EXPECT_THAT(warnings, HasSubstr("ajet.task_judge is not used by the swarm server"));
+  EXPECT_THAT(warnings, HasSubstr("ajet.task_reader is not used by the swarm server"));
+  EXPECT_THAT(warnings, HasSubstr("'Qwen/Qwen2.5-7B-Instruct' looks like a Hugging Face hub id"));
+  EXPECT_THAT(warnings, HasSubstr("cannot download"));
+  // With a local model directory the model warning goes.
+  std::string local = yaml;
+  const std::string hub = "path: Qwen/Qwen2.5-7B-Instruct";
+  local.replace(local.find(hub), hub.size(), "path: " + model_.string());
+  r = api_->post("/sync_train_config", Json{{"yaml_as_string", local}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_THAT(r.json()["warnings"].dump(), ::testing::Not(HasSubstr("hub id")));
+}
+
 TEST_F(CommandApiTest, ClaimOutsideRollingSaysWhatToWaitFor) {
   start();
   Json claim = api_->claim("client-a");
