@@ -203,6 +203,7 @@ struct Config {
   std::string swarm_mode_sample_collection_method = "rollout_until_finish_enough_tasks";
   int64_t swarm_mode_sample_collection_max_cached_episodes = 9999;
   double swarm_mode_drain_timeout = 600.0;  // most seconds ROLLING_POST waits for live train episodes
+  double swarm_mode_drain_idle_grace = 0.5;  // an episode idle longer is not waited for (it carries over)
 };
 
 }  // namespace ajet::config

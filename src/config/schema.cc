@@ -187,6 +187,9 @@ std::vector<Field> config_fields(Config& c) {
                      "rollout_until_all_clients_agree_sync_weight"}});
   t.add("swarm_mode_sample_collection_max_cached_episodes", c.swarm_mode_sample_collection_max_cached_episodes,
         "warn when a batch holds this many finished episodes", {.min = 1});
+  t.add("swarm_mode_drain_idle_grace", c.swarm_mode_drain_idle_grace,
+        "seconds since its client's last sign of life after which ROLLING_POST stops waiting for an episode",
+        {.min = 0});
   t.add("swarm_mode_drain_timeout", c.swarm_mode_drain_timeout,
         "most seconds ROLLING_POST waits for live train episodes", {.min = 0});
   // Engine.

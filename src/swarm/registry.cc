@@ -45,6 +45,7 @@ RegistryOptions RegistryOptions::from_config(const config::Config& c, std::strin
   o.max_env_worker = c.rollout.max_env_worker;
   o.max_cached_episodes = c.swarm_mode_sample_collection_max_cached_episodes;
   o.drain_timeout = c.swarm_mode_drain_timeout;
+  o.drain_idle_grace = c.swarm_mode_drain_idle_grace;
   o.max_staleness = c.async.max_staleness;
   o.openai_base_url = std::move(openai_base_url);
   o.training_model_path = c.model.path;
@@ -183,6 +184,7 @@ void Registry::restore(const store::RecoveredState& recovered) {
       e.optional_task_id = row.optional_task_id;
       e.claimed_at = row.claimed_at;
       e.latest_activity = now;
+      e.client_seen = now;
       e.discard_episode_timeout = row.discard_episode_timeout;
       for (const auto& call : claimed.calls) {
         e.call_indices.push_back(call.call_index);
@@ -365,6 +367,7 @@ ClaimResponse Registry::claim_episode(const ClaimRequest& request) {
   e.episode_type = request.episode_type;
   e.claimed_at = now;
   e.latest_activity = now;
+  e.client_seen = now;
   e.discard_episode_timeout = request.discard_episode_timeout;
   e.llm_call_count = 0;
   e.optional_task_id = request.throttle_policy ? request.throttle_policy->current_task_id : "";
@@ -436,6 +439,7 @@ LlmCallTicket Registry::begin_llm_call(const std::string& episode_uuid) {
   e.llm_call_count += 1;
   e.calls_in_flight += 1;
   e.latest_activity = now;
+  e.client_seen = now;
   touch_client_locked(e.client_uuid, now);
   return LlmCallTicket{e.uuid, e.episode_type, e.client_uuid, e.next_call_index++};
 }
@@ -447,6 +451,7 @@ void Registry::end_llm_call(const std::string& episode_uuid) {
   if (it == live_.end() || it->second.calls_in_flight == 0) return;
   it->second.calls_in_flight -= 1;
   it->second.latest_activity = now;
+  it->second.client_seen = now;
 }
 
 CallInFlight::~CallInFlight() {
@@ -460,6 +465,7 @@ bool Registry::record_llm_call(store::CallRow call) {
   if (it == live_.end() || it->second.state != State::kClaimed) return false;
   Episode& e = it->second;
   e.latest_activity = now;
+  e.client_seen = now;
   e.call_indices.push_back(call.call_index);
   e.next_call_index = std::max(e.next_call_index, call.call_index + 1);
   for (int32_t v : call.policy_versions) {

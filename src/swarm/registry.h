@@ -59,11 +59,12 @@ struct RegistryOptions {
   int64_t max_env_worker = 64;         // pool size: registered + claimed episodes while ROLLING
   int64_t max_cached_episodes = 9999;  // warn (80 %, 100 %) when a batch holds this many
   // ROLLING_POST waits only for train episodes that are alive: a call in flight, an end in progress,
-  // or activity within drain_idle_grace seconds; and for at most drain_timeout seconds. Episodes it
+  // or a sign of life from the client within drain_idle_grace seconds (a client between two calls);
+  // and for at most drain_timeout seconds. Episodes it
   // does not wait for carry into the next batch (still claimed, nothing lost), so a dead client's
   // claim never holds the swarm at a batch boundary.
   double drain_timeout = 600.0;
-  double drain_idle_grace = 2.0;
+  double drain_idle_grace = 0.5;
   int64_t max_staleness = 1;           // async: claims pause while more batches than this await training
   double client_active_timeout = kClientActiveTimeout;
   std::string openai_base_url = "http://127.0.0.1:10086/v1";  // returned by claim_episode
@@ -235,7 +236,11 @@ class Registry {
     std::string episode_type = "train";
     std::string optional_task_id;
     double claimed_at = 0;
-    double latest_activity = 0;
+    double latest_activity = 0;  // the janitor's idle clock (restarted when the engine re-enters ROLLING)
+    // The client's own last sign of life (claim, a call beginning or ending, an end); the server never
+    // moves it. The batch-boundary drain judges liveness by it: a dead client's episode must not look
+    // alive again after every boundary because the idle clock restarted.
+    double client_seen = 0;
     double discard_episode_timeout = -1;
     int64_t llm_call_count = 0;
     int64_t calls_in_flight = 0;  // begun and not yet ended: the episode is active

@@ -26,7 +26,7 @@ size_t Registry::train_alive_locked(double now) const {
   size_t n = 0;
   for (const auto& [uuid, e] : live_) {
     if (e.episode_type != "train" || e.state == State::kRegistered) continue;
-    n += (e.state == State::kEnding || e.calls_in_flight > 0 || now - e.latest_activity < options_.drain_idle_grace) ? 1 : 0;
+    n += (e.state == State::kEnding || e.calls_in_flight > 0 || now - e.client_seen < options_.drain_idle_grace) ? 1 : 0;
   }
   return n;
 }
@@ -38,7 +38,7 @@ std::optional<std::chrono::milliseconds> Registry::next_sweep_due() const {
   std::optional<double> soonest;
   for (const auto& [uuid, e] : live_) {
     if (e.episode_type != "train" || e.state != State::kClaimed || e.calls_in_flight > 0) continue;
-    const double left = e.latest_activity + options_.drain_idle_grace - now;
+    const double left = e.client_seen + options_.drain_idle_grace - now;
     if (left >= 0 && (!soonest || left < *soonest)) soonest = left;
   }
   if (!soonest) return std::nullopt;
