@@ -377,6 +377,33 @@ TEST_F(EchoFlowTest, AClientThatHangsUpMidStreamAbortsTheEngineRequest) {
   EXPECT_EQ(api_->chat(claim["openai_api_key"], user_chat("next")).status, 200);
 }
 
+// An episode was reclaimed while its own chat call was generating: idle time counted from the start of
+// the call. A call in flight is activity, however long it runs; the idle clock starts when it ends.
+TEST_F(EchoFlowTest, AGeneratingCallKeepsItsEpisodeAlivePastTheTimeout) {
+  boot();
+  Json claim = api_->claim("client-a", "train", 0.3);  // the janitor sweeps every 0.1 s
+  const std::string uuid = claim["episode_uuid"];
+  auto can_continue = [&] {
+    return api_->post("/can_continue_episode", Json{{"client_uuid", "client-a"}, {"episode_uuid", uuid}})
+        .json()["can_continue"] == true;
+  };
+  http::HttpClient client(swarm_->url());
+  bool alive_while_generating = false;
+  auto r = client.stream("POST", "/v1/chat/completions",
+                         {{"Authorization", "Bearer " + claim["openai_api_key"].get<std::string>()},
+                          {"Content-Type", "application/json"}},
+                         user_chat("HOLD\nthis answer never ends", {{"stream", true}}).dump(),
+                         [&](const http::SseEvent&) {
+                           std::this_thread::sleep_for(1500ms);  // five timeouts, fifteen sweeps
+                           alive_while_generating = can_continue();
+                           return false;  // hang up: the call ends
+                         });
+  EXPECT_EQ(r.status, 200);
+  EXPECT_TRUE(alive_while_generating) << "reclaimed while its call was generating";
+  // Once the call is over, the episode idles like any other and is reclaimed after its timeout.
+  EXPECT_TRUE(eventually([&] { return !can_continue(); }));
+}
+
 TEST_F(EchoFlowTest, DebugBackboneRecordsAFullBatchWithoutTraining) {
   boot();  // backbone debug, train_batch_size 2, num_repeat 2
   for (const std::string task : {"task-a", "task-b"}) {
