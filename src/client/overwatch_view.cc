@@ -192,7 +192,8 @@ std::vector<StyledLine> render_overwatch(const OverwatchSnapshot& s, const Overw
     double idle, timeout;
   };
   std::vector<Running> running;
-  const Json run = p.value("running_episode_details", Json::object());
+  Json run = p.value("running_episode_details", Json::object());  // null when nothing runs, as upstream
+  if (!run.is_object()) run = Json::object();
   for (const auto& [uuid, d] : run.items()) {
     if (!d.is_object()) continue;
     running.push_back({uuid, str_of(d, "client_uuid"), str_of(d, "optional_task_id"), str_of(d, "llm_call_count"),

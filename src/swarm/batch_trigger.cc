@@ -49,15 +49,14 @@ std::vector<FinishedEpisode> BatchProgress::take_all() {
 
 std::map<std::string, TaskStats> BatchProgress::task_stats() const {
   std::map<std::string, TaskStats> out;
-  std::map<std::string, std::vector<double>> rewards;
   for (const auto& e : items_) {
     TaskStats& s = out[e.task_id];
     s.episode_uuids.push_back(e.episode_uuid);
     s.client_uuids.push_back(e.client_uuid);
-    rewards[e.task_id].push_back(e.reward);
+    s.rewards.push_back(e.reward);
   }
   for (auto& [task, s] : out) {
-    const auto& r = rewards[task];
+    const auto& r = s.rewards;
     double sum = 0;
     for (double v : r) sum += v;
     s.reward_mean = sum / double(r.size());

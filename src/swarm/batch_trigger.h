@@ -43,6 +43,7 @@ struct FinishedEpisode {
 struct TaskStats {
   std::vector<std::string> episode_uuids;
   std::vector<std::string> client_uuids;  // one per episode, like upstream
+  std::vector<double> rewards;            // one per episode
   double reward_mean = 0;
   double reward_std = 0;  // population std (for display; the trainer computes its own)
   bool all_rewards_equal = true;

@@ -119,6 +119,7 @@ AbortRequest AbortRequest::from_json(const Json& body) {
   AbortRequest req;
   req.client_uuid = get_optional_string(body, "client_uuid", where).value_or("");
   req.episode_uuid = required_id(body, "episode_uuid", where);
+  req.declare_client_active = get_optional_bool(body, "declare_client_active", where).value_or(true);
   return req;
 }
 

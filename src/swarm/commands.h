@@ -71,10 +71,13 @@ struct EndRequest {
   static EndRequest from_json(const Json& body);
 };
 
-// POST /abort_episode (same body as end_episode; only the ids matter).
+// POST /abort_episode (same body as end_episode; the ids and declare_client_active matter).
 struct AbortRequest {
   std::string client_uuid;
   std::string episode_uuid;
+  // As upstream: a client aborting one of its train episodes becomes active (agree-based triggers
+  // count it), unless it says false.
+  bool declare_client_active = true;
   static AbortRequest from_json(const Json& body);
 };
 

@@ -68,11 +68,13 @@ Json Registry::pool_info() const {
 Json Registry::pool_info_locked(double now) const {
   const int64_t batch = options_.train_batch_size;
   const int64_t repeat = options_.num_repeat;
-  Json details = Json::object(), clients_by_task = Json::object(), reward_stats = Json::object();
+  Json details = Json::object(), clients_by_task = Json::object(), rewards = Json::object(),
+       reward_stats = Json::object();
   size_t finished_tasks = 0, non_dummy = 0;
   for (const auto& [task, s] : current_.task_stats()) {
     details[task] = s.episode_uuids;
     clients_by_task[task] = s.client_uuids;
+    rewards[task] = s.rewards;
     reward_stats[task] = {{"episodes", s.episode_uuids.size()},
                           {"reward_mean", s.reward_mean},
                           {"reward_std", s.reward_std}};
@@ -93,11 +95,12 @@ Json Registry::pool_info_locked(double now) const {
                      {"client_uuid", e.client_uuid},
                      {"optional_task_id", e.optional_task_id}};
   }
-  Json active = Json::array();
+  Json active = Json::array(), instruction = Json::array();
   for (const auto& [uuid, c] : clients_) {
     active.push_back({{"client_uuid", uuid},
                       {"agreed_sync_weight", c.agreed},
                       {"time_since_last_activity", now - c.latest_activity}});
+    instruction.push_back({{"client_uuid", uuid}, {"last_activity_at", c.latest_activity}, {"allowed_sync_weight", c.agreed}});
   }
   std::optional<double> booting = engine_.booting_start_time();
   return Json{
@@ -111,7 +114,11 @@ Json Registry::pool_info_locked(double now) const {
       {"task_expected_num_repeat", repeat},
       {"completed_tasks_details", details},
       {"completed_tasks_client_uuids", clients_by_task},
-      {"running_episode_details", running},
+      {"completed_tasks_rewards", rewards},
+      // null, not {}, when nothing is claimed: upstream's client applies its "batch not complete and
+      // nothing running: never throttle" guard only on null, so a lone throttled client waited forever.
+      {"running_episode_details", claimed > 0 ? running : Json(nullptr)},
+      {"swarm_client_instruction", {{"active_clients", instruction}}},
       {"engine_status", engine_status_name(engine_.status())},
       {"global_step", engine_.global_step()},
       {"booting_start_time", booting ? Json(*booting) : Json(nullptr)},
@@ -135,14 +142,20 @@ Json Registry::pool_info_locked(double now) const {
 
 Json Registry::episode_buffer() const {
   std::lock_guard<std::mutex> lock(mu_);
-  auto status_of = [](const Episode& e) {
+  auto status_of = [this](const Episode& e) {
+    // Upstream's EpisodeStatus fields. The key stays empty: episode keys are bearer credentials, and
+    // this endpoint needs none (docs/protocol.md, deliberate differences); no ZeroMQ, no debug log.
     return Json{{"episode_uuid", e.uuid},
                 {"episode_status", e.state == State::kRegistered ? "registered" : "claimed"},
                 {"episode_type", e.episode_type},
+                {"openai_base_url", options_.openai_base_url},
+                {"openai_api_key", ""},
                 {"client_uuid", e.client_uuid},
+                {"zmq_listen_result_addr", ""},
                 {"latest_activity_timestamp", e.latest_activity},
                 {"discard_episode_timeout", e.discard_episode_timeout},
                 {"llm_call_count", e.llm_call_count},
+                {"debug_log", ""},
                 {"optional_task_id", e.optional_task_id}};
   };
   // Registered episodes in claim order (FIFO), then claimed ones, oldest claim first.

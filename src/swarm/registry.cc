@@ -402,6 +402,9 @@ void Registry::abort_episode(const AbortRequest& request) {
                                                  request.client_uuid, request.episode_uuid, it->second.client_uuid));
     } else {
       touch_client_locked(it->second.client_uuid, now);
+      if (request.declare_client_active && it->second.episode_type == "train") {
+        clients_[it->second.client_uuid].latest_activity = now;
+      }
       retire_locked(request.episode_uuid, EpisodeEnd::kAborted, "it was aborted by its client.", out, true);
       refill_pool_locked();
       check_drained_locked(now, out);

@@ -324,7 +324,7 @@ TEST(RegistryBatch, AgreeTriggersUseActiveClients) {
   h.end("c1", h.claim("c1"), "t", 1);
   h.end("c2", h.claim("c2"), "t", 0);
   std::string aborted = h.claim("c3");
-  h.abort("c3", aborted);  // an abort does not make a client active
+  h.registry.abort_episode(AbortRequest{"c3", aborted, false});  // declare_client_active: false
   EXPECT_FALSE(h.registry.agree_sync_weight(AgreeRequest{"c3"}).success);
   EXPECT_TRUE(h.registry.agree_sync_weight(AgreeRequest{"c1"}).success);
   EXPECT_EQ(h.registry.engine_status(), EngineStatus::kRolling);  // c2 has not agreed
@@ -347,6 +347,19 @@ TEST(RegistryBatch, AgreeTriggersUseActiveClients) {
   plain.end("c1", plain.claim("c1"), "t", 1);
   EXPECT_TRUE(contains(plain.registry.agree_sync_weight(AgreeRequest{"c1"}).failure_reason,
                        "only applies when ajet.swarm_mode_sample_collection_method"));
+}
+
+// As upstream: aborting one of its train episodes makes a client active (declare_client_active
+// defaults to true), so agree-based triggers count a client whose episodes all failed.
+TEST(RegistryBatch, AnAbortMakesItsClientActiveUnlessItSaysNot) {
+  RegistryOptions o = small_options(Backbone::kTorch, 100, 4);
+  o.sample_collection = SampleCollection::kAllClientsAgree;
+  RegistryHarness h(o);
+  h.start();
+  h.abort("c1", h.claim("c1"));
+  EXPECT_TRUE(h.registry.agree_sync_weight(AgreeRequest{"c1"}).success);
+  h.abort("c2", h.claim("c2", "eval"));  // an eval episode never makes a client active
+  EXPECT_FALSE(h.registry.agree_sync_weight(AgreeRequest{"c2"}).success);
 }
 
 TEST(RegistryBatch, AnyClientAgreeFires) {
@@ -423,10 +436,14 @@ TEST(RegistryPoolInfo, CarriesEveryProtocolField) {
   for (const char* f : {"sample_collection_method", "completed_episodes", "completed_episode_target",
                         "completed_tasks", "completed_task_target", "completed_non_dummy_tasks",
                         "completed_non_dummy_task_target", "task_expected_num_repeat", "completed_tasks_details",
-                        "completed_tasks_client_uuids", "running_episode_details", "engine_status", "global_step",
-                        "booting_start_time", "training_model_path"}) {
+                        "completed_tasks_client_uuids", "completed_tasks_rewards", "running_episode_details",
+                        "engine_status", "global_step", "booting_start_time", "training_model_path",
+                        "swarm_client_instruction"}) {
     EXPECT_TRUE(info.contains(f)) << f;
   }
+  // Nothing claimed: null, as upstream sends (its client's never-throttle guard tests for None).
+  EXPECT_TRUE(info["running_episode_details"].is_null());
+  EXPECT_EQ(info["swarm_client_instruction"], Json({{"active_clients", Json::array()}}));
   EXPECT_EQ(info["sample_collection_method"], "rollout_until_finish_enough_tasks");
   EXPECT_EQ(info["completed_episode_target"], 15);
   EXPECT_EQ(info["completed_task_target"], 3);
@@ -436,6 +453,17 @@ TEST(RegistryPoolInfo, CarriesEveryProtocolField) {
   EXPECT_EQ(info["training_model_path"], "/models/tiny");
   h.registry.engine_ready();
   EXPECT_TRUE(h.registry.pool_info()["booting_start_time"].is_null());
+  // Per-task rewards and the active clients, as upstream's overwatch and throttle read them.
+  std::string a = h.claim("c"), b = h.claim("c");
+  h.end("c", a, "t", 1);
+  h.end("c", b, "t", 0.25);
+  info = h.registry.pool_info();
+  EXPECT_EQ(info["completed_tasks_rewards"], Json::parse(R"({"t": [1.0, 0.25]})"));
+  const Json& clients = info["swarm_client_instruction"]["active_clients"];
+  ASSERT_EQ(clients.size(), 1u);
+  EXPECT_EQ(clients[0]["client_uuid"], "c");
+  EXPECT_EQ(clients[0]["allowed_sync_weight"], false);
+  EXPECT_TRUE(clients[0]["last_activity_at"].is_number());
 }
 
 TEST(RegistryBackbones, DebugRecordsTheBatchAndNeverAdvancesTheStep) {
