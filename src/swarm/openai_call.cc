@@ -6,6 +6,7 @@
 #include "common/log.h"
 #include "http/response.h"
 #include "rpc/messages.h"
+#include "swarm/anthropic_messages.h"
 #include "swarm/engine_state.h"
 #include "swarm/openai_errors.h"
 #include "tracking/call_record.h"
@@ -34,7 +35,7 @@ LlmCall::LlmCall(CallSetup setup, CallServices services, http::Respond respond)
   ChoiceOptions options;
   options.tokenizer = setup_.model->tokenizer.get();
   options.stop = setup_.params.stop;
-  options.chat = setup_.kind == CallSetup::Kind::kChat;
+  options.chat = setup_.kind != CallSetup::Kind::kCompletion;
   options.parse_tools = setup_.parse_tools;
   options.generation_prompt_tail = setup_.generation_prompt_tail;
   const size_t n = size_t(setup_.params.n);
@@ -47,7 +48,59 @@ LlmCall::LlmCall(CallSetup setup, CallServices services, http::Respond respond)
   if (setup_.params.stream) stream_ = std::make_shared<http::ChannelStream>();
 }
 
+void LlmCall::push(std::string chunk) {
+  last_push_ = std::chrono::steady_clock::now();
+  stream_->push(std::move(chunk));
+}
+
+void LlmCall::heartbeat(std::chrono::steady_clock::duration idle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (setup_.kind != CallSetup::Kind::kMessages || !streaming_ || finished_ || cancelled_.load()) return;
+  if (std::chrono::steady_clock::now() - last_push_ >= idle) push(anthropic_text_delta(""));
+}
+
+Heartbeats::Heartbeats(std::chrono::milliseconds period) : period_(period), thread_([this] { run(); }) {}
+
+Heartbeats::~Heartbeats() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void Heartbeats::add(std::weak_ptr<LlmCall> call) {
+  std::lock_guard<std::mutex> lock(mu_);
+  calls_.push_back(std::move(call));
+}
+
+void Heartbeats::run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!cv_.wait_for(lock, period_ / 4, [&] { return stopping_; })) {
+    std::vector<std::shared_ptr<LlmCall>> live;
+    std::erase_if(calls_, [&](const std::weak_ptr<LlmCall>& weak) {
+      std::shared_ptr<LlmCall> call = weak.lock();
+      if (!call || call->done()) return true;
+      live.push_back(std::move(call));
+      return false;
+    });
+    lock.unlock();
+    for (const auto& call : live) call->heartbeat(period_);
+    live.clear();  // the last owner may be here: release outside the lock
+    lock.lock();
+  }
+}
+
 void LlmCall::start(const std::shared_ptr<rpc::Client>& client) {
+  if (setup_.kind == CallSetup::Kind::kMessages && stream_ && client) {
+    std::optional<http::Response> open;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      open = open_stream();
+    }
+    respond_(std::move(*open));
+  }
   if (!client) {
     respond_(unavailable_response("The engine is not connected (it is starting or restarting); retry shortly.", 2));
     return;
@@ -140,9 +193,13 @@ std::optional<http::Response> LlmCall::open_stream() {
   stream_->on_cancel([weak] {
     if (auto self = weak.lock()) self->cancel();
   });
+  if (setup_.kind == CallSetup::Kind::kMessages) {
+    push(anthropic_stream_open(setup_.meta, prompt_tokens_));
+    return http::sse_response(stream_);
+  }
   for (size_t i = 0; i < choices_.size(); ++i) {
     if (setup_.kind == CallSetup::Kind::kChat) {
-      stream_->push(sse_data(chat_chunk_json(setup_.meta, int(i), Json{{"role", "assistant"}, {"content", ""}},
+      push(sse_data(chat_chunk_json(setup_.meta, int(i), Json{{"role", "assistant"}, {"content", ""}},
                                              nullptr, nullptr)));
     }
   }
@@ -163,9 +220,14 @@ void LlmCall::push_delta(size_t i, const ChoiceDelta& d, Json finish_reason) {
   if (d.reasoning.empty() && d.content.empty() && finish_reason.is_null() && !(has_tokens && setup_.params.logprobs)) {
     return;
   }
+  if (setup_.kind == CallSetup::Kind::kMessages) {
+    // Block 0 is the text; thinking is not streamed (it is in the non-streamed answer's blocks).
+    if (!d.content.empty()) push(anthropic_text_delta(d.content));
+    return;
+  }
   Json logprobs = logprobs_for(i, d.token_begin, d.token_end);
   if (setup_.kind == CallSetup::Kind::kCompletion) {
-    stream_->push(sse_data(completion_chunk_json(setup_.meta, int(i), d.content, std::move(finish_reason),
+    push(sse_data(completion_chunk_json(setup_.meta, int(i), d.content, std::move(finish_reason),
                                                  std::move(logprobs))));
     return;
   }
@@ -173,7 +235,7 @@ void LlmCall::push_delta(size_t i, const ChoiceDelta& d, Json finish_reason) {
   if (!d.reasoning.empty()) delta["reasoning_content"] = d.reasoning;
   if (!d.content.empty() || d.reasoning.empty()) delta["content"] = d.content;
   if (!finish_reason.is_null() && d.content.empty() && d.reasoning.empty()) delta = Json::object();
-  stream_->push(sse_data(chat_chunk_json(setup_.meta, int(i), std::move(delta), std::move(finish_reason),
+  push(sse_data(chat_chunk_json(setup_.meta, int(i), std::move(delta), std::move(finish_reason),
                                          std::move(logprobs))));
 }
 
@@ -189,7 +251,7 @@ void LlmCall::close_choice(size_t i) {
   ChoiceDelta d = c.take_delta(true);
   const text::ParsedOutput& out = final_of(i);
   const bool tools = !out.tool_calls.empty();
-  if (setup_.kind == CallSetup::Kind::kChat && setup_.parse_tools) {
+  if (setup_.kind != CallSetup::Kind::kCompletion && setup_.parse_tools) {
     // Content held back behind a <tool_call> comes now (as far as it continues what was sent).
     const std::string& sent = c.content_sent();
     if (out.content.size() > sent.size() && out.content.compare(0, sent.size(), sent) == 0) {
@@ -197,8 +259,14 @@ void LlmCall::close_choice(size_t i) {
     }
   }
   push_delta(i, d, nullptr);
+  if (setup_.kind == CallSetup::Kind::kMessages) {
+    push(anthropic_stream_close(out, anthropic_stop_reason(c.finish_reason(tools), c.stopped_by_string()),
+                                c.matched_stop(), completion_tokens()));
+    closed_[i] = true;
+    return;
+  }
   if (tools) {
-    stream_->push(sse_data(chat_chunk_json(setup_.meta, int(i), Json{{"tool_calls", tool_calls_json(out.tool_calls, true)}},
+    push(sse_data(chat_chunk_json(setup_.meta, int(i), Json{{"tool_calls", tool_calls_json(out.tool_calls, true)}},
                                            nullptr, nullptr)));
   }
   ChoiceDelta none;
@@ -214,7 +282,10 @@ void LlmCall::on_done() {
     std::lock_guard<std::mutex> lock(mu_);
     if (finished_) return;
     aborted = engine_aborted_;
-    if (!aborted) finished_ = true;
+    if (!aborted) {
+      finished_ = true;
+      finished_flag_.store(true);
+    }
   }
   if (aborted) {
     // The engine ended the request itself (it is stopping): a retryable error, nothing recorded.
@@ -237,13 +308,13 @@ void LlmCall::on_done() {
       for (size_t i = 0; i < choices_.size(); ++i) {
         if (!closed_[i]) close_choice(i);
       }
-      if (setup_.params.include_usage) {
+      if (setup_.params.include_usage && setup_.kind != CallSetup::Kind::kMessages) {
         Json usage = usage_json(prompt_tokens_, completion_tokens());
-        stream_->push(sse_data(usage_chunk_json(
+        push(sse_data(usage_chunk_json(
             setup_.meta, setup_.kind == CallSetup::Kind::kChat ? "chat.completion.chunk" : "text_completion",
             std::move(usage))));
       }
-      stream_->push("data: [DONE]\n\n");
+      if (setup_.kind != CallSetup::Kind::kMessages) push("data: [DONE]\n\n");
       stream_->close();
     } else {
       http::Response r;
@@ -268,17 +339,21 @@ void LlmCall::on_error(ErrorCode code, const std::string& message) {
     std::lock_guard<std::mutex> lock(mu_);
     if (finished_) return;
     finished_ = true;
+    finished_flag_.store(true);
     if (cancelled_.load()) return;
     const int status = code == ErrorCode::kInvalidArgument     ? 400
                        : code == ErrorCode::kResourceExhausted ? 413
                        : code == ErrorCode::kUnavailable       ? 503
                                                                : 500;
     const std::string text = "The engine could not generate: " + message;
-    if (streaming_) {
+    if (streaming_ && setup_.kind == CallSetup::Kind::kMessages) {
+      push(anthropic_stream_error(status == 503 ? "overloaded_error" : "api_error", text));
+      stream_->close();
+    } else if (streaming_) {
       Json error = {{"error", {{"message", text}, {"type", std::string(http::error_type_for(status))},
                                {"code", std::string(error_code_name(code))}}}};
-      stream_->push(sse_data(error));
-      stream_->push("data: [DONE]\n\n");
+      push(sse_data(error));
+      push("data: [DONE]\n\n");
       stream_->close();
     } else if (status == 503) {
       answer = unavailable_response(text, 2);
@@ -290,6 +365,13 @@ void LlmCall::on_error(ErrorCode code, const std::string& message) {
 }
 
 Json LlmCall::response_json() const {
+  if (setup_.kind == CallSetup::Kind::kMessages) {
+    const ChoiceState& c = choices_[0];
+    const text::ParsedOutput& out = *finals_[0];
+    return anthropic_message_json(setup_.meta, out,
+                                  anthropic_stop_reason(c.finish_reason(!out.tool_calls.empty()), c.stopped_by_string()),
+                                  c.matched_stop(), prompt_tokens_, completion_tokens());
+  }
   Json choices = Json::array();
   const text::Tokenizer& tok = *setup_.model->tokenizer;
   for (size_t i = 0; i < choices_.size(); ++i) {

@@ -1,4 +1,5 @@
-// One OpenAI request in flight (/v1/chat/completions or /v1/completions): sends one `generate` to the
+// One OpenAI request in flight (/v1/chat/completions, /v1/completions, or Anthropic's /v1/messages over
+// the chat pipeline, anthropic_messages.h): sends one `generate` to the
 // engine (n samples sharing one prefill), turns its streamed `tokens` events into SSE chunks as they
 // arrive (or one JSON body at the end), and records every choice as a tracked LLM call.
 //
@@ -12,9 +13,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "http/message.h"
@@ -44,7 +47,7 @@ class LatestCall {
 };
 
 struct CallSetup {
-  enum class Kind { kChat, kCompletion } kind = Kind::kChat;
+  enum class Kind { kChat, kCompletion, kMessages } kind = Kind::kChat;
   std::shared_ptr<const ModelContext> model;
   std::shared_ptr<tracking::EpisodeTracker> tracker;
   std::vector<LlmCallTicket> tickets;  // one per choice (consecutive call indices)
@@ -72,13 +75,19 @@ class LlmCall : public std::enable_shared_from_this<LlmCall> {
   LlmCall(CallSetup setup, CallServices services, http::Respond respond);
 
   // Sends the engine request; any failure to send answers the client at once (503 + Retry-After).
+  // A streamed Messages call opens its stream first (message_start and a text block at once).
   void start(const std::shared_ptr<rpc::Client>& client);
+  // A streamed Messages call that sent nothing for `idle` sends an empty text_delta, so that idle
+  // watchdogs (Claude Code's) do not abort a long prefill or a queued request. Any thread.
+  void heartbeat(std::chrono::steady_clock::duration idle);
+  bool done() const { return finished_flag_.load(); }
 
  private:
   void on_frame(rpc::Frame&& frame);
   void on_tokens(const rpc::TokensEvent& event);
   void on_done();
   void on_error(ErrorCode code, const std::string& message);
+  void push(std::string chunk);  // onto the stream, noting the time (mu_ held)
   void cancel();                // the HTTP client went away (I/O thread)
   void abort_engine_request();  // from a callback: stop strings made the rest useless
   // The helpers below need mu_ held.
@@ -102,6 +111,7 @@ class LlmCall : public std::enable_shared_from_this<LlmCall> {
   std::atomic<uint64_t> request_id_{0};
   std::atomic<bool> cancelled_{false};
   std::atomic<bool> abort_wanted_{false};
+  std::atomic<bool> finished_flag_{false};
 
   std::mutex mu_;  // the fields below (callbacks are serial, but start() and callbacks may overlap)
   std::vector<ChoiceState> choices_;
@@ -113,6 +123,27 @@ class LlmCall : public std::enable_shared_from_this<LlmCall> {
   bool engine_aborted_ = false;  // a choice ended with `abort` that we did not ask for
   int64_t prompt_tokens_ = 0;
   int64_t policy_version_ = -1;
+  std::chrono::steady_clock::time_point last_push_{};
+};
+
+// Calls heartbeat() on each registered call every `period` from a thread of its own, until the call
+// is done or gone. Owned by the OpenAI routes.
+class Heartbeats {
+ public:
+  explicit Heartbeats(std::chrono::milliseconds period);
+  ~Heartbeats();  // stops and joins
+  Heartbeats(const Heartbeats&) = delete;
+  Heartbeats& operator=(const Heartbeats&) = delete;
+  void add(std::weak_ptr<LlmCall> call);
+
+ private:
+  void run();
+  std::chrono::milliseconds period_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::weak_ptr<LlmCall>> calls_;
+  bool stopping_ = false;
+  std::thread thread_;
 };
 
 }  // namespace ajet::swarm

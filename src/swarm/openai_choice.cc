@@ -67,7 +67,13 @@ void ChoiceState::add_text(const std::string& piece) {
   if (options_.stop.empty()) return;
   const size_t from = old >= max_stop_len_ ? old - max_stop_len_ + 1 : 0;
   size_t best = std::string::npos;
-  for (const auto& s : options_.stop) best = std::min(best, raw_.find(s, from));
+  for (const auto& s : options_.stop) {
+    const size_t at = raw_.find(s, from);
+    if (at < best) {
+      best = at;
+      matched_stop_ = s;
+    }
+  }
   if (best != std::string::npos) {
     raw_.resize(best);
     stopped_by_string_ = true;

@@ -40,6 +40,7 @@ class ChoiceState {
   // Appends one `tokens` event of this choice. Tokens after a stop string matched are ignored.
   void add(const rpc::TokensEvent& event);
   bool stopped_by_string() const { return stopped_by_string_; }
+  const std::string& matched_stop() const { return matched_stop_; }  // the stop string that ended it
   // The engine sent the choice's last event, or a stop string ended it.
   bool finished() const { return stopped_by_string_ || engine_finish_.has_value(); }
   std::optional<rpc::FinishReason> engine_finish() const { return engine_finish_; }
@@ -74,6 +75,7 @@ class ChoiceState {
   text::IncrementalDecoder decoder_;
   std::string raw_;
   bool stopped_by_string_ = false;
+  std::string matched_stop_;
   std::optional<rpc::FinishReason> engine_finish_;
   size_t max_stop_len_ = 0;
 

@@ -1,5 +1,6 @@
 // The OpenAI-compatible API (docs/protocol.md "OpenAI-compatible API"): /v1/chat/completions,
-// /v1/completions, /v1/models, with the episode key as the Bearer token. On the prompt pool (never an
+// /v1/completions, /v1/models, and Anthropic's /v1/messages (anthropic_messages.h), with the episode
+// key as the Bearer token (or x-api-key). On the prompt pool (never an
 // I/O thread): verify the key (HMAC), parse and validate the body, render the prompt token-in/token-out
 // through the episode's tracker, then hand the engine request to an LlmCall (openai_call.h), which
 // answers when tokens arrive.
@@ -11,6 +12,7 @@
 #include "common/json.h"
 #include "common/log.h"
 #include "http/response.h"
+#include "swarm/anthropic_messages.h"
 #include "swarm/openai_call.h"
 #include "swarm/openai_errors.h"
 #include "swarm/openai_params.h"
@@ -45,15 +47,20 @@ std::string generation_tail(const ModelContext& model, const tracking::RenderedP
   return text;
 }
 
-void serve_generation(ServerContext& ctx, Request req, Respond respond, CallSetup::Kind kind) {
+void serve_generation(ServerContext& ctx, Request req, Respond respond, CallSetup::Kind kind, Heartbeats& heartbeats) {
   CallSetup setup;
   setup.kind = kind;
   setup.started = std::chrono::steady_clock::now();
   setup.started_at = system_clock_seconds();
-  const bool chat = kind == CallSetup::Kind::kChat;
+  const bool messages = kind == CallSetup::Kind::kMessages;
+  const bool chat = kind != CallSetup::Kind::kCompletion;  // Messages runs as a chat
 
-  EpisodeKeyClaims claims = ctx.registry.signer().verify(req.headers.get("Authorization").value_or(""));
+  // Anthropic's SDKs send the key in x-api-key; Authorization works for every endpoint.
+  std::optional<std::string_view> key = messages ? req.headers.get("x-api-key") : std::nullopt;
+  if (!key) key = req.headers.get("Authorization");
+  EpisodeKeyClaims claims = ctx.registry.signer().verify(key.value_or(""));
   text::OrderedJson body = parse_ordered_body(req, ctx.options.max_json_body_bytes);
+  if (messages) body = anthropic_to_chat_body(body);
   setup.params = chat ? parse_chat_params(body) : parse_completion_params(body);
   CompletionPrompt completion;
   if (chat) {
@@ -111,16 +118,18 @@ void serve_generation(ServerContext& ctx, Request req, Respond respond, CallSetu
   }
 
   setup.request_body = std::move(req.body);
-  setup.meta.id = new_response_id(chat ? "chatcmpl-" : "cmpl-");
+  setup.meta.id = new_response_id(messages ? "msg_" : chat ? "chatcmpl-" : "cmpl-");
   setup.meta.created = int64_t(setup.started_at);
   setup.meta.model = setup.params.model.empty() ? model->served_name : setup.params.model;
 
+  const bool heartbeat = messages && setup.params.stream;
   auto call = std::make_shared<LlmCall>(std::move(setup), CallServices{ctx.registry, ctx.latest}, respond);
+  if (heartbeat) heartbeats.add(call);
   call->start(ctx.supervisor.client());
 }
 
-void generation_route(ServerContext& ctx, Request req, Respond respond, CallSetup::Kind kind) {
-  answer_errors(respond, [&] { serve_generation(ctx, std::move(req), respond, kind); });
+void generation_route(ServerContext& ctx, Request req, Respond respond, CallSetup::Kind kind, Heartbeats& heartbeats) {
+  answer_errors(respond, [&] { serve_generation(ctx, std::move(req), respond, kind, heartbeats); });
 }
 
 }  // namespace
@@ -131,11 +140,14 @@ void add_openai_routes(http::Router& router, ServerContext& ctx) {
   // /health and the command API stay responsive under large prompts. The routes own it; the server
   // destroys them (and so joins it) before anything a queued call uses.
   auto prompts = std::make_shared<WorkPool>(std::max(2u, std::thread::hardware_concurrency()), "prompt pool");
+  // Streamed Messages calls show a sign of life every 5 s while nothing is generated.
+  auto heartbeats = std::make_shared<Heartbeats>(std::chrono::seconds(5));
   for (auto [path, kind] : {std::pair{"/v1/chat/completions", CallSetup::Kind::kChat},
-                            std::pair{"/v1/completions", CallSetup::Kind::kCompletion}}) {
-    router.post(path, [&ctx, prompts, kind = kind](Request req, Respond respond) {
-      prompts->post([&ctx, kind, req = std::move(req), respond = std::move(respond)]() mutable {
-        generation_route(ctx, std::move(req), std::move(respond), kind);
+                            std::pair{"/v1/completions", CallSetup::Kind::kCompletion},
+                            std::pair{"/v1/messages", CallSetup::Kind::kMessages}}) {
+    router.post(path, [&ctx, prompts, heartbeats, kind = kind](Request req, Respond respond) {
+      prompts->post([&ctx, heartbeats, kind, req = std::move(req), respond = std::move(respond)]() mutable {
+        generation_route(ctx, std::move(req), std::move(respond), kind, *heartbeats);
       });
     });
   }
