@@ -13,13 +13,14 @@
 namespace ajet::clients_test {
 namespace {
 
-// Runs the SDK driver against `swarm` and reports every failed check.
-void run_sdk_checks(BootedSwarm& swarm, const fs::path& node_modules, const std::string& mode) {
+// Runs an SDK driver (tests/js/<script>) against `swarm` and reports every failed check.
+void run_sdk_checks(BootedSwarm& swarm, const fs::path& node_modules, const std::string& mode,
+                    const std::string& script = "openai_sdk_swarm.mjs", size_t min_checks = 10) {
   Json train = swarm.api().claim("js-sdk", "train");
   Json eval = swarm.api().claim("js-sdk", "eval");
   ASSERT_TRUE(train.value("success", false)) << train.dump();
   ASSERT_TRUE(eval.value("success", false)) << eval.dump();
-  Captured r = run_capture("node " + shell_quote(source("tests/js/openai_sdk_swarm.mjs").string()) + " " +
+  Captured r = run_capture("node " + shell_quote(source("tests/js/" + script).string()) + " " +
                            shell_quote(node_modules.string()) + " " + mode + " " +
                            shell_quote(train["openai_base_url"].get<std::string>()) + " " +
                            shell_quote(train["openai_api_key"].get<std::string>()) + " " +
@@ -27,7 +28,7 @@ void run_sdk_checks(BootedSwarm& swarm, const fs::path& node_modules, const std:
   std::string last = r.out.substr(r.out.rfind("{\"ok\"") == std::string::npos ? 0 : r.out.rfind("{\"ok\""));
   Json report = Json::parse(last, nullptr, false);
   ASSERT_TRUE(report.is_object()) << "exit " << r.status << ", output:\n" << r.out;
-  ASSERT_GE(report["checks"].size(), 10u) << r.out;
+  ASSERT_GE(report["checks"].size(), min_checks) << r.out;
   for (const auto& c : report["checks"]) {
     EXPECT_TRUE(c["ok"].get<bool>()) << mode << ": " << c["name"].get<std::string>() << ": " << c.value("detail", "");
   }
@@ -50,6 +51,24 @@ TEST(OpenAiJsSdkTest, EveryResponseParsesWithTheRealEngine) {
   BootedSwarm swarm("ajet-engine");
   if (HasFailure()) return;
   run_sdk_checks(swarm, *node_modules, "real");
+}
+
+TEST(AnthropicJsSdkTest, MessagesParseAndMatchWithTheEchoEngine) {
+  std::string why;
+  auto node_modules = npm_node_modules(&why);
+  if (!node_modules) GTEST_SKIP() << "SKIPPED LOUDLY: " << why;
+  BootedSwarm swarm("ajet-echo-engine");
+  if (HasFailure()) return;
+  run_sdk_checks(swarm, *node_modules, "echo", "anthropic_sdk_swarm.mjs", 7);
+}
+
+TEST(AnthropicJsSdkTest, MessagesParseWithTheRealEngine) {
+  std::string why;
+  auto node_modules = npm_node_modules(&why);
+  if (!node_modules) GTEST_SKIP() << "SKIPPED LOUDLY: " << why;
+  BootedSwarm swarm("ajet-engine");
+  if (HasFailure()) return;
+  run_sdk_checks(swarm, *node_modules, "real", "anthropic_sdk_swarm.mjs", 7);
 }
 
 TEST(NodeExampleTest, ClaimsCallsToolsAndReportsRewards) {
