@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Optional
 
 
-class SwarmError(Exception):
-    """Base class of every error this package raises."""
+class SwarmError(RuntimeError):
+    """Base class of every error this package raises. A RuntimeError, as the errors of upstream
+    AgentJet's SwarmClient are, so `except RuntimeError` in an upstream script catches them."""
 
 
 class SwarmConnectionError(SwarmError):
@@ -25,7 +26,8 @@ class SwarmCommandError(SwarmError):
 
 class SwarmServerOfflineError(SwarmError):
     """The engine went to `ENGINE.OFFLINE` while the client waited for another status (it was
-    stopped, or it failed to boot: the message carries the server's status detail)."""
+    stopped, or it failed to boot: the message carries the server's status detail). Upstream's
+    class of the same name."""
 
 
 class SwarmTimeoutError(SwarmError, TimeoutError):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, Iterator, Optional, Union
@@ -9,19 +11,38 @@ from typing import Any, Dict, Iterator, Optional, Union
 
 @dataclass
 class Task:
-    """A task of the user's dataset. `task_id` defines the GRPO group of its episodes."""
+    """A task of the user's dataset (upstream `ajet.schema.task.Task`; every upstream keyword:
+    `main_query`, `init_messages`, `task_id`, `env_type`, `metadata`). `task_id` defines the GRPO
+    group of its episodes. Left out (None), it is derived from the content, "task-" + 16 hex digits
+    of a SHA-1 over main_query, init_messages and env_type, so repeats of the same question form one
+    group; with no content at all it stays "" (and end_episode refuses it, as upstream does)."""
 
-    task_id: str
+    task_id: Optional[str] = None
     main_query: str = ""
     init_messages: list = field(default_factory=list)
     metadata: Dict[str, Any] = field(default_factory=dict)
+    env_type: str = ""
+
+    def __post_init__(self) -> None:
+        if self.task_id is None:
+            if self.main_query or self.init_messages:
+                blob = json.dumps([self.main_query, self.init_messages, self.env_type], sort_keys=True,
+                                  ensure_ascii=False, default=str)
+                self.task_id = "task-" + hashlib.sha1(blob.encode("utf-8")).hexdigest()[:16]
+            else:
+                self.task_id = ""
+
+    def model_dump(self) -> Dict[str, Any]:
+        """Upstream's pydantic spelling of `dataclasses.asdict`."""
+        return asdict(self)
 
 
 @dataclass
 class WorkflowOutput:
-    """What an episode produced: its reward (required) and optional success flag and metrics."""
+    """What an episode produced (upstream `ajet.schema.task.WorkflowOutput`): its reward (required
+    by end_episode: a finite number) and optional success flag, metadata and metrics."""
 
-    reward: float
+    reward: Optional[float] = None
     is_success: Optional[bool] = None
     metadata: Dict[str, Any] = field(default_factory=dict)
     log_metrics: Dict[str, float] = field(default_factory=dict)
@@ -29,6 +50,9 @@ class WorkflowOutput:
     def to_json(self, task_id: str) -> Dict[str, Any]:
         if self.reward is None:
             raise ValueError("WorkflowOutput.reward is required (a number)")
+        if isinstance(self.reward, (list, tuple)):
+            raise ValueError("WorkflowOutput.reward must be one number: step rewards (a list) are not supported "
+                             "(as in upstream AgentJet)")
         metadata = dict(self.metadata)
         metadata["task_id"] = task_id
         out: Dict[str, Any] = {"reward": float(self.reward), "metadata": metadata}
@@ -37,6 +61,9 @@ class WorkflowOutput:
         if self.log_metrics:
             out["log_metrics"] = dict(self.log_metrics)
         return out
+
+    def model_dump(self) -> Dict[str, Any]:
+        return asdict(self)
 
     @staticmethod
     def coerce(value: Union["WorkflowOutput", Dict[str, Any], float, int]) -> "WorkflowOutput":
@@ -86,13 +113,37 @@ class ThrottlePolicy:
     `expected_batch_size * ratio` (upstream SwarmThrottlePolicy). Sizes left as None are taken from
     the server's pool info (`completed_task_target`, `task_expected_num_repeat`)."""
 
-    current_task_id: str
+    current_task_id: str = ""
     ratio: float = 1.5
     expected_batch_size: Optional[int] = None
     expected_num_repeat: Optional[int] = None
 
     def to_json(self) -> Dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}
+
+    def model_dump(self) -> Dict[str, Any]:
+        return asdict(self)
+
+    @staticmethod
+    def coerce(value: Any) -> "ThrottlePolicy":
+        """A ThrottlePolicy from itself, a dict with its fields, or any object with those attributes
+        (upstream's pydantic SwarmThrottlePolicy)."""
+        if isinstance(value, ThrottlePolicy):
+            return value
+        names = ("current_task_id", "ratio", "expected_batch_size", "expected_num_repeat")
+        if isinstance(value, dict):
+            fields = {k: value[k] for k in names if value.get(k) is not None}
+        elif hasattr(value, "current_task_id"):
+            fields = {k: getattr(value, k) for k in names if getattr(value, k, None) is not None}
+        else:
+            raise TypeError(f"throttle_policy: expected a SwarmThrottlePolicy, got {type(value).__name__}")
+        return ThrottlePolicy(**fields)
+
+
+class SwarmThrottlePolicy(ThrottlePolicy):
+    """Upstream's name (`ajet.tuner_lib.experimental.interchange_utils.SwarmThrottlePolicy`): the same
+    fields and defaults (`ratio=1.5`, `expected_batch_size`, `expected_num_repeat`,
+    `current_task_id`); pass them as keywords, as upstream's pydantic model requires."""
 
 
 @dataclass
@@ -119,28 +170,68 @@ class RetryPolicy:
 
 
 @dataclass
-class Episode:
-    """A claimed episode: give `base_url` and `api_key` to any OpenAI client. Unpacks like upstream's
-    `(episode_uuid, api_baseurl_key)` tuple: `episode_uuid, api = client.begin_episode()`."""
+class OpenaiBaseUrlAndApiKey:
+    """Where an agent sends its OpenAI-compatible calls for one episode (upstream
+    `ajet.tuner_lib.as_oai_baseurl_apikey.OpenaiBaseUrlAndApiKey`): `base_url` (ends in /v1),
+    `api_key` (the episode key), `model` (a placeholder the server ignores) and `episode_uuid`."""
 
-    episode_uuid: str
-    base_url: str
-    api_key: str
-    client_uuid: str = ""
-    episode_type: str = "train"
-    model: str = "agentjet"
-
-    def __iter__(self) -> Iterator[Any]:
-        yield self.episode_uuid
-        yield self
+    base_url: str = ""
+    api_key: str = ""
+    model: str = "reserved_field"
+    episode_uuid: str = ""
 
     def chat_client(self, **kwargs: Any) -> "ChatClient":  # noqa: F821 (defined in chat.py)
+        """The standard-library chat helper (ajet_swarm.ChatClient) for this episode."""
         from .chat import ChatClient
 
         return ChatClient(self.base_url, self.api_key, model=kwargs.pop("model", self.model), **kwargs)
 
-    def as_raw_openai_sdk_client(self) -> Any:
-        """An `openai.OpenAI` client for this episode (needs the `openai` package)."""
-        import openai  # optional dependency
+    def as_raw_openai_sdk_client(self, *args: Any, **kwargs: Any) -> Any:
+        """An `openai.AsyncOpenAI` client for this episode, as upstream returns (needs the `openai`
+        package). For a synchronous `openai.OpenAI` use as_openai_sdk_client()."""
+        openai = _optional_import("openai", "as_raw_openai_sdk_client", "pip install openai")
+        return openai.AsyncOpenAI(api_key=self.api_key, base_url=self.base_url, **kwargs)
 
-        return openai.OpenAI(base_url=self.base_url, api_key=self.api_key)
+    def as_openai_sdk_client(self, **kwargs: Any) -> Any:
+        """A synchronous `openai.OpenAI` client for this episode (needs the `openai` package)."""
+        openai = _optional_import("openai", "as_openai_sdk_client", "pip install openai")
+        return openai.OpenAI(api_key=self.api_key, base_url=self.base_url, **kwargs)
+
+    def as_agentscope_model(self, *args: Any, **kwargs: Any) -> Any:
+        """An AgentScope chat model that calls this episode: `agentscope.model.OpenAIChatModel`
+        (this server speaks OpenAI's protocol; upstream builds a DashScopeChatModel). Needs the
+        `agentscope` package; keyword arguments go to the model (e.g. `stream=False`)."""
+        _optional_import("agentscope", "as_agentscope_model", "pip install agentscope")
+        try:
+            from agentscope.model import OpenAIChatModel  # type: ignore
+        except ImportError as e:
+            raise ImportError("as_agentscope_model needs agentscope >= 1.0 (agentscope.model.OpenAIChatModel): "
+                              f"{e}") from e
+        client_args = dict(kwargs.pop("client_args", None) or {})
+        client_args.setdefault("base_url", self.base_url)
+        return OpenAIChatModel(kwargs.pop("model_name", "AgentJet-Model"), api_key=self.api_key,
+                               client_args=client_args, **kwargs)
+
+
+def _optional_import(module: str, what: str, hint: str) -> Any:
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise ImportError(f"{what}() needs the '{module}' package, which is not installed ({hint}); "
+                          f"ajet_swarm itself uses the standard library only: {e}") from e
+
+
+@dataclass
+class Episode(OpenaiBaseUrlAndApiKey):
+    """A claimed episode (what begin_episode returns): an OpenaiBaseUrlAndApiKey that also knows its
+    client and type. Unpacks like upstream's `(episode_uuid, api_baseurl_key)` tuple:
+    `episode_uuid, api_baseurl_key = client.begin_episode()`."""
+
+    client_uuid: str = ""
+    episode_type: str = "train"
+
+    def __iter__(self) -> Iterator[Any]:
+        yield self.episode_uuid
+        yield self
