@@ -46,6 +46,7 @@ LlmCall::LlmCall(CallSetup setup, CallServices services, http::Respond respond)
   text_offset_.assign(n, 0);
   prompt_tokens_ = int64_t(setup_.prompt.ids.size());
   if (setup_.params.stream) stream_ = std::make_shared<http::ChannelStream>();
+  if (setup_.kind == CallSetup::Kind::kResponses) responses_.emplace(new_response_id("msg_"));
 }
 
 void LlmCall::push(std::string chunk) {
@@ -93,7 +94,8 @@ void Heartbeats::run() {
 }
 
 void LlmCall::start(const std::shared_ptr<rpc::Client>& client) {
-  if (setup_.kind == CallSetup::Kind::kMessages && stream_ && client) {
+  const bool opens_at_once = setup_.kind == CallSetup::Kind::kMessages || setup_.kind == CallSetup::Kind::kResponses;
+  if (opens_at_once && stream_ && client) {
     std::optional<http::Response> open;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -197,6 +199,10 @@ std::optional<http::Response> LlmCall::open_stream() {
     push(anthropic_stream_open(setup_.meta, prompt_tokens_));
     return http::sse_response(stream_);
   }
+  if (setup_.kind == CallSetup::Kind::kResponses) {
+    push(responses_->open(setup_.meta, prompt_tokens_));
+    return http::sse_response(stream_);
+  }
   for (size_t i = 0; i < choices_.size(); ++i) {
     if (setup_.kind == CallSetup::Kind::kChat) {
       push(sse_data(chat_chunk_json(setup_.meta, int(i), Json{{"role", "assistant"}, {"content", ""}},
@@ -223,6 +229,10 @@ void LlmCall::push_delta(size_t i, const ChoiceDelta& d, Json finish_reason) {
   if (setup_.kind == CallSetup::Kind::kMessages) {
     // Block 0 is the text; thinking is not streamed (it is in the non-streamed answer's blocks).
     if (!d.content.empty()) push(anthropic_text_delta(d.content));
+    return;
+  }
+  if (setup_.kind == CallSetup::Kind::kResponses) {
+    if (!d.content.empty()) push(responses_->text_delta(d.content));
     return;
   }
   Json logprobs = logprobs_for(i, d.token_begin, d.token_end);
@@ -262,6 +272,12 @@ void LlmCall::close_choice(size_t i) {
   if (setup_.kind == CallSetup::Kind::kMessages) {
     push(anthropic_stream_close(out, anthropic_stop_reason(c.finish_reason(tools), c.stopped_by_string()),
                                 c.matched_stop(), completion_tokens()));
+    closed_[i] = true;
+    return;
+  }
+  if (setup_.kind == CallSetup::Kind::kResponses) {
+    push(responses_->close(setup_.meta, out, response_items(responses_->message_id(), out),
+                           c.finish_reason(tools) == "length", prompt_tokens_, completion_tokens()));
     closed_[i] = true;
     return;
   }
@@ -308,13 +324,14 @@ void LlmCall::on_done() {
       for (size_t i = 0; i < choices_.size(); ++i) {
         if (!closed_[i]) close_choice(i);
       }
-      if (setup_.params.include_usage && setup_.kind != CallSetup::Kind::kMessages) {
+      const bool openai_sse = setup_.kind == CallSetup::Kind::kChat || setup_.kind == CallSetup::Kind::kCompletion;
+      if (setup_.params.include_usage && openai_sse) {
         Json usage = usage_json(prompt_tokens_, completion_tokens());
         push(sse_data(usage_chunk_json(
             setup_.meta, setup_.kind == CallSetup::Kind::kChat ? "chat.completion.chunk" : "text_completion",
             std::move(usage))));
       }
-      if (setup_.kind != CallSetup::Kind::kMessages) push("data: [DONE]\n\n");
+      if (openai_sse) push("data: [DONE]\n\n");
       stream_->close();
     } else {
       http::Response r;
@@ -349,6 +366,9 @@ void LlmCall::on_error(ErrorCode code, const std::string& message) {
     if (streaming_ && setup_.kind == CallSetup::Kind::kMessages) {
       push(anthropic_stream_error(status == 503 ? "overloaded_error" : "api_error", text));
       stream_->close();
+    } else if (streaming_ && setup_.kind == CallSetup::Kind::kResponses) {
+      push(responses_->error(error_code_name(code), text));
+      stream_->close();
     } else if (streaming_) {
       Json error = {{"error", {{"message", text}, {"type", std::string(http::error_type_for(status))},
                                {"code", std::string(error_code_name(code))}}}};
@@ -371,6 +391,12 @@ Json LlmCall::response_json() const {
     return anthropic_message_json(setup_.meta, out,
                                   anthropic_stop_reason(c.finish_reason(!out.tool_calls.empty()), c.stopped_by_string()),
                                   c.matched_stop(), prompt_tokens_, completion_tokens());
+  }
+  if (setup_.kind == CallSetup::Kind::kResponses) {
+    const ChoiceState& c = choices_[0];
+    const text::ParsedOutput& out = *finals_[0];
+    return responses_json(setup_.meta, &out, response_items(responses_->message_id(), out),
+                          c.finish_reason(!out.tool_calls.empty()) == "length", prompt_tokens_, completion_tokens());
   }
   Json choices = Json::array();
   const text::Tokenizer& tok = *setup_.model->tokenizer;

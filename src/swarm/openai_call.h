@@ -1,5 +1,5 @@
-// One OpenAI request in flight (/v1/chat/completions, /v1/completions, or Anthropic's /v1/messages over
-// the chat pipeline, anthropic_messages.h): sends one `generate` to the
+// One OpenAI request in flight (/v1/chat/completions, /v1/completions, or /v1/responses and Anthropic's
+// /v1/messages over the chat pipeline: openai_responses.h, anthropic_messages.h): sends one `generate` to the
 // engine (n samples sharing one prefill), turns its streamed `tokens` events into SSE chunks as they
 // arrive (or one JSON body at the end), and records every choice as a tracked LLM call.
 //
@@ -27,6 +27,7 @@
 #include "swarm/openai_choice.h"
 #include "swarm/openai_format.h"
 #include "swarm/openai_params.h"
+#include "swarm/openai_responses.h"
 #include "swarm/registry.h"
 #include "tracking/episode_tracker.h"
 
@@ -47,7 +48,7 @@ class LatestCall {
 };
 
 struct CallSetup {
-  enum class Kind { kChat, kCompletion, kMessages } kind = Kind::kChat;
+  enum class Kind { kChat, kCompletion, kMessages, kResponses } kind = Kind::kChat;
   std::shared_ptr<const ModelContext> model;
   std::shared_ptr<tracking::EpisodeTracker> tracker;
   std::vector<LlmCallTicket> tickets;  // one per choice (consecutive call indices)
@@ -75,7 +76,8 @@ class LlmCall : public std::enable_shared_from_this<LlmCall> {
   LlmCall(CallSetup setup, CallServices services, http::Respond respond);
 
   // Sends the engine request; any failure to send answers the client at once (503 + Retry-After).
-  // A streamed Messages call opens its stream first (message_start and a text block at once).
+  // A streamed Messages or Responses call opens its stream first (message_start / response.created,
+  // and an empty text block, at once).
   void start(const std::shared_ptr<rpc::Client>& client);
   // A streamed Messages call that sent nothing for `idle` sends an empty text_delta, so that idle
   // watchdogs (Claude Code's) do not abort a long prefill or a queued request. Any thread.
@@ -124,6 +126,7 @@ class LlmCall : public std::enable_shared_from_this<LlmCall> {
   int64_t prompt_tokens_ = 0;
   int64_t policy_version_ = -1;
   std::chrono::steady_clock::time_point last_push_{};
+  std::optional<ResponsesEvents> responses_;  // kResponses: the stream's item ids and sequence numbers
 };
 
 // Calls heartbeat() on each registered call every `period` from a thread of its own, until the call

@@ -1,5 +1,6 @@
 // The OpenAI-compatible API (docs/protocol.md "OpenAI-compatible API"): /v1/chat/completions,
-// /v1/completions, /v1/models, and Anthropic's /v1/messages (anthropic_messages.h), with the episode
+// /v1/completions, /v1/models, /v1/responses (openai_responses.h) and Anthropic's /v1/messages
+// (anthropic_messages.h), with the episode
 // key as the Bearer token (or x-api-key). On the prompt pool (never an
 // I/O thread): verify the key (HMAC), parse and validate the body, render the prompt token-in/token-out
 // through the episode's tracker, then hand the engine request to an LlmCall (openai_call.h), which
@@ -16,6 +17,7 @@
 #include "swarm/openai_call.h"
 #include "swarm/openai_errors.h"
 #include "swarm/openai_params.h"
+#include "swarm/openai_responses.h"
 #include "swarm/registry.h"
 #include "swarm/routes.h"
 #include "swarm/supervisor.h"
@@ -53,6 +55,7 @@ void serve_generation(ServerContext& ctx, Request req, Respond respond, CallSetu
   setup.started = std::chrono::steady_clock::now();
   setup.started_at = system_clock_seconds();
   const bool messages = kind == CallSetup::Kind::kMessages;
+  const bool responses = kind == CallSetup::Kind::kResponses;
   const bool chat = kind != CallSetup::Kind::kCompletion;  // Messages runs as a chat
 
   // Anthropic's SDKs send the key in x-api-key; Authorization works for every endpoint.
@@ -61,6 +64,7 @@ void serve_generation(ServerContext& ctx, Request req, Respond respond, CallSetu
   EpisodeKeyClaims claims = ctx.registry.signer().verify(key.value_or(""));
   text::OrderedJson body = parse_ordered_body(req, ctx.options.max_json_body_bytes);
   if (messages) body = anthropic_to_chat_body(body);
+  if (responses) body = responses_to_chat_body(body);
   setup.params = chat ? parse_chat_params(body) : parse_completion_params(body);
   CompletionPrompt completion;
   if (chat) {
@@ -118,7 +122,7 @@ void serve_generation(ServerContext& ctx, Request req, Respond respond, CallSetu
   }
 
   setup.request_body = std::move(req.body);
-  setup.meta.id = new_response_id(messages ? "msg_" : chat ? "chatcmpl-" : "cmpl-");
+  setup.meta.id = new_response_id(messages ? "msg_" : responses ? "resp_" : chat ? "chatcmpl-" : "cmpl-");
   setup.meta.created = int64_t(setup.started_at);
   setup.meta.model = setup.params.model.empty() ? model->served_name : setup.params.model;
 
@@ -144,7 +148,8 @@ void add_openai_routes(http::Router& router, ServerContext& ctx) {
   auto heartbeats = std::make_shared<Heartbeats>(std::chrono::seconds(5));
   for (auto [path, kind] : {std::pair{"/v1/chat/completions", CallSetup::Kind::kChat},
                             std::pair{"/v1/completions", CallSetup::Kind::kCompletion},
-                            std::pair{"/v1/messages", CallSetup::Kind::kMessages}}) {
+                            std::pair{"/v1/messages", CallSetup::Kind::kMessages},
+                            std::pair{"/v1/responses", CallSetup::Kind::kResponses}}) {
     router.post(path, [&ctx, prompts, heartbeats, kind = kind](Request req, Respond respond) {
       prompts->post([&ctx, heartbeats, kind, req = std::move(req), respond = std::move(respond)]() mutable {
         generation_route(ctx, std::move(req), std::move(respond), kind, *heartbeats);

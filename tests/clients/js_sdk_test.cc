@@ -53,6 +53,24 @@ TEST(OpenAiJsSdkTest, EveryResponseParsesWithTheRealEngine) {
   run_sdk_checks(swarm, *node_modules, "real");
 }
 
+TEST(OpenAiJsSdkTest, ResponsesParseAndMatchWithTheEchoEngine) {
+  std::string why;
+  auto node_modules = npm_node_modules(&why);
+  if (!node_modules) GTEST_SKIP() << "SKIPPED LOUDLY: " << why;
+  BootedSwarm swarm("ajet-echo-engine");
+  if (HasFailure()) return;
+  run_sdk_checks(swarm, *node_modules, "echo", "openai_responses_swarm.mjs", 8);
+}
+
+TEST(OpenAiJsSdkTest, ResponsesParseWithTheRealEngine) {
+  std::string why;
+  auto node_modules = npm_node_modules(&why);
+  if (!node_modules) GTEST_SKIP() << "SKIPPED LOUDLY: " << why;
+  BootedSwarm swarm("ajet-engine");
+  if (HasFailure()) return;
+  run_sdk_checks(swarm, *node_modules, "real", "openai_responses_swarm.mjs", 8);
+}
+
 TEST(AnthropicJsSdkTest, MessagesParseAndMatchWithTheEchoEngine) {
   std::string why;
   auto node_modules = npm_node_modules(&why);

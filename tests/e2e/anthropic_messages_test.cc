@@ -1,4 +1,5 @@
-// Anthropic's Messages API (POST /v1/messages) through the real ajet-swarm with ajet-echo-engine, whose
+// Anthropic's Messages API (POST /v1/messages), and OpenAI's Responses API beside it, through the real
+// ajet-swarm with ajet-echo-engine, whose
 // answer is the last user message: a Messages call is tracked exactly like the equivalent chat call,
 // its streamed events come in Anthropic's order and a quiet stream gets heartbeats, and malformed
 // bodies name the Anthropic field. The official SDK's checks are in tests/js/anthropic_sdk_swarm.mjs.
@@ -93,6 +94,36 @@ TEST_F(AnthropicMessagesTest, AMessagesCallIsTrackedLikeTheSameChatCall) {
   ASSERT_EQ(turn.status, 200) << turn.body;
   EXPECT_EQ(turn.json()["stop_reason"], "end_turn");
   EXPECT_THAT(turn.json()["content"][0]["text"].get<std::string>(), HasSubstr("42"));
+}
+
+// OpenAI's Responses API runs the same way (openai_responses.h): the same conversation gives the
+// same tokens as a chat call, and the function call comes back as a function_call item.
+TEST_F(AnthropicMessagesTest, AResponsesCallIsTrackedLikeTheSameChatCall) {
+  Json claim = api_->claim("client-a", "train");
+  const std::string key = claim["openai_api_key"];
+  const http::Headers auth{{"Authorization", "Bearer " + key}, {"Content-Type", "application/json"}};
+  auto chat = api_->http.request(
+      "POST", "/v1/chat/completions", auth,
+      Json{{"messages", Json::array({{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", kToolCall}}})},
+           {"max_tokens", 200}}
+          .dump());
+  ASSERT_EQ(chat.status, 200) << chat.body.substr(0, 400);
+  auto r = api_->http.request("POST", "/v1/responses", auth,
+                              Json{{"instructions", "Be brief."}, {"input", kToolCall}, {"max_output_tokens", 200}}.dump());
+  ASSERT_EQ(r.status, 200) << r.body.substr(0, 400);
+  Json answer = r.json();
+  EXPECT_EQ(answer["object"], "response");
+  EXPECT_EQ(answer["status"], "completed");
+  auto episode = api_->get("/episodes/" + claim["episode_uuid"].get<std::string>());
+  const Json ep = episode.json();
+  ASSERT_EQ(ep["calls"].size(), 2u) << episode.body.substr(0, 500);
+  EXPECT_EQ(ep["calls"][1]["prompt_ids"], ep["calls"][0]["prompt_ids"]);
+  EXPECT_EQ(ep["calls"][1]["completion_ids"], ep["calls"][0]["completion_ids"]);
+  // Not stateless-safe, so refused by name.
+  auto previous = api_->http.request("POST", "/v1/responses", auth,
+                                     Json{{"input", "x"}, {"previous_response_id", answer["id"]}}.dump());
+  EXPECT_EQ(previous.status, 400);
+  EXPECT_THAT(previous.body, HasSubstr("previous_response_id"));
 }
 
 TEST_F(AnthropicMessagesTest, StreamsOpenAtOnceComeInAnthropicsOrderAndAQuietStreamGetsHeartbeats) {
