@@ -65,6 +65,9 @@ struct RegistryOptions {
   // claim never holds the swarm at a batch boundary.
   double drain_timeout = 600.0;
   double drain_idle_grace = 0.5;
+  // With an agree-based trigger the boundary (ROLLING_POST) stays visible this long on every backbone
+  // (async too, which otherwise never leaves ROLLING): clients that agreed poll for it.
+  double agree_boundary_dwell = 2.0;
   int64_t max_staleness = 1;           // async: claims pause while more batches than this await training
   double client_active_timeout = kClientActiveTimeout;
   std::string openai_base_url = "http://127.0.0.1:10086/v1";  // returned by claim_episode
@@ -279,6 +282,8 @@ class Registry {
   void adopt_engine_version_locked(int64_t version, const char* why, Outbox& out);
   void record_debug_batch_locked(double now, Outbox& out);
   bool claims_paused_locked() const;
+  // False while an agree-based boundary must stay visible (RegistryOptions::agree_boundary_dwell).
+  bool agree_boundary_shown_locked(double now) const;
   // Train episodes the ROLLING_POST drain waits for (see RegistryOptions::drain_idle_grace).
   size_t train_alive_locked(double now) const;
   void refresh_activity_locked(double now);

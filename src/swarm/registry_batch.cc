@@ -36,6 +36,7 @@ std::optional<std::chrono::milliseconds> Registry::next_sweep_due() const {
   if (engine_.status() != EngineStatus::kRollingPost || ready_) return std::nullopt;
   const double now = clock_();
   std::optional<double> soonest;
+  if (!agree_boundary_shown_locked(now)) soonest = rolling_post_since_ + options_.agree_boundary_dwell - now;
   for (const auto& [uuid, e] : live_) {
     if (e.episode_type != "train" || e.state != State::kClaimed || e.calls_in_flight > 0) continue;
     const double left = e.client_seen + options_.drain_idle_grace - now;
@@ -53,19 +54,34 @@ void Registry::check_trigger_locked(double now, Outbox& out) {
   out.logs.emplace_back("swarm", fmt::format("batch trigger {} fired: {} episodes, {} finished tasks",
                                              sample_collection_name(in.method), current_.episodes(),
                                              current_.finished_tasks(in.num_repeat)));
-  if (options_.backbone == Backbone::kAsync) {
+  const bool agreed = is_agree_based(in.method);
+  if (options_.backbone == Backbone::kAsync && !agreed) {
     form_ready_batch_locked(now, out);  // rollouts go on; episodes still running join the next batch
     return;
   }
   transition_locked(EngineStatus::kRollingPost, now,
-                    fmt::format("the batch is full; waiting for {} running train episodes", train_alive_locked(now)),
+                    agreed && options_.backbone == Backbone::kAsync
+                        ? fmt::format("the clients agreed; the batch closes after {:.1f} s", options_.agree_boundary_dwell)
+                        : fmt::format("the batch is full; waiting for {} running train episodes", train_alive_locked(now)),
                     out);
   rolling_post_since_ = now;
   check_drained_locked(now, out);
 }
 
+bool Registry::agree_boundary_shown_locked(double now) const {
+  return !is_agree_based(options_.sample_collection) || now - rolling_post_since_ >= options_.agree_boundary_dwell;
+}
+
 void Registry::check_drained_locked(double now, Outbox& out) {
   if (engine_.status() != EngineStatus::kRollingPost || ready_) return;
+  // Clients that agreed wait for the boundary by polling the status (upstream's client: ROLLING_POST
+  // or WEIGHT_SYNCING): it stays visible for agree_boundary_dwell on every backbone.
+  if (!agree_boundary_shown_locked(now)) return;
+  if (options_.backbone == Backbone::kAsync) {  // only agree-based triggers get here: no drain
+    form_ready_batch_locked(now, out);
+    transition_locked(EngineStatus::kRolling, now, "the agreed batch is ready; rollouts go on", out);
+    return;
+  }
   const size_t alive = train_alive_locked(now);
   const bool timed_out = now - rolling_post_since_ >= options_.drain_timeout;
   if (alive > 0 && !timed_out) return;

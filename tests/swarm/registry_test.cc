@@ -335,6 +335,9 @@ TEST(RegistryBatch, AgreeTriggersUseActiveClients) {
   EXPECT_EQ(swept.expired_clients, (std::vector<std::string>{"c1", "c2"}));  // c1 agreed at t0, also idle
   h.end("c1", h.claim("c1"), "t", 1);
   EXPECT_TRUE(h.registry.agree_sync_weight(AgreeRequest{"c1"}).success);
+  EXPECT_EQ(h.registry.engine_status(), EngineStatus::kRollingPost);  // shown for agree_boundary_dwell
+  h.now += 2;
+  h.registry.sweep();
   EXPECT_TRUE(h.registry.batch_ready());
   Batch b = h.registry.take_batch();
   EXPECT_EQ(b.episodes.size(), 3u);
@@ -370,7 +373,40 @@ TEST(RegistryBatch, AnyClientAgreeFires) {
   h.end("c1", h.claim("c1"), "t", 1);
   h.end("c2", h.claim("c2"), "t", 1);
   EXPECT_TRUE(h.registry.agree_sync_weight(AgreeRequest{"c2"}).success);
+  h.now += 2;
+  h.registry.sweep();
   EXPECT_TRUE(h.registry.batch_ready());
+}
+
+// Upstream's client, after agree_sync_weight is accepted, polls until the status is ROLLING_POST or
+// WEIGHT_SYNCING. The debug backbone passed ROLLING_POST inside one call and async never left
+// ROLLING, so such a client waited forever. With an agree-based trigger every backbone shows
+// ROLLING_POST for agree_boundary_dwell (2 s), and the janitor wakes when it ends.
+TEST(RegistryBatch, AnAgreedBoundaryIsVisibleOnEveryBackbone) {
+  for (Backbone backbone : {Backbone::kTorch, Backbone::kDebug, Backbone::kAsync}) {
+    RegistryOptions o = small_options(backbone, 100, 4);
+    o.sample_collection = SampleCollection::kAnyClientAgrees;
+    RegistryHarness h(o);
+    h.start();
+    h.end("c1", h.claim("c1"), "t", 1);
+    ASSERT_TRUE(h.registry.agree_sync_weight(AgreeRequest{"c1"}).success);
+    EXPECT_EQ(h.registry.engine_status(), EngineStatus::kRollingPost) << backbone_name(backbone);
+    ASSERT_TRUE(h.registry.next_sweep_due().has_value());
+    EXPECT_LE(*h.registry.next_sweep_due(), std::chrono::milliseconds(2010));
+    h.now += 1;
+    h.registry.sweep();
+    EXPECT_EQ(h.registry.engine_status(), EngineStatus::kRollingPost) << backbone_name(backbone);
+    h.now += 1;
+    h.registry.sweep();
+    if (backbone == Backbone::kTorch) {
+      EXPECT_TRUE(h.registry.batch_ready());
+      EXPECT_EQ(h.registry.engine_status(), EngineStatus::kRollingPost);
+    } else {
+      // debug recorded the batch; async handed it to the trainer and rolls on.
+      EXPECT_EQ(h.registry.engine_status(), EngineStatus::kRolling) << backbone_name(backbone);
+      if (backbone == Backbone::kAsync) EXPECT_TRUE(h.registry.batch_ready());
+    }
+  }
 }
 
 TEST(RegistryBatch, EvalEpisodesAreRecordedButNeverBatched) {
