@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "swarm/body_fields.h"
 
 namespace ajet::swarm {
 
@@ -10,21 +11,9 @@ namespace {
 
 using text::OrderedJson;
 
-[[noreturn]] void bad(const std::string& path, const std::string& what) {
-  invalid_argument("request body: field '" + path + "' " + what);
-}
-
-const OrderedJson* field(const OrderedJson& obj, const char* key) {
-  auto it = obj.find(key);
-  return it == obj.end() || it->is_null() ? nullptr : &*it;
-}
-
-std::string string_at(const OrderedJson& obj, const char* key, const std::string& path) {
-  const OrderedJson* v = field(obj, key);
-  if (v == nullptr) bad(path + "." + key, "is required");
-  if (!v->is_string()) bad(path + "." + key, "must be a string");
-  return v->get<std::string>();
-}
+using body::bad;
+using body::field;
+using body::string_at;
 
 // A message item's content: a string, or input_text / output_text parts (joined).
 std::string content_text(const OrderedJson& content, const std::string& path) {

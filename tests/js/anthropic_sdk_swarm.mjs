@@ -9,6 +9,8 @@
 import path from "node:path";
 import { createRequire } from "node:module";
 
+import { check, eq, expect, report } from "./checks.mjs";
+
 const [nodeModules, mode, openaiBaseURL, trainKey, evalKey] = process.argv.slice(2);
 if (!nodeModules || !["echo", "real"].includes(mode) || !openaiBaseURL || !trainKey || !evalKey) {
   console.error("usage: node anthropic_sdk_swarm.mjs NODE_MODULES echo|real BASE_URL TRAIN_KEY EVAL_KEY");
@@ -32,22 +34,6 @@ const tools = [{
 }];
 const user = (content) => [{ role: "user", content }];
 
-const checks = [];
-function expect(cond, message) {
-  if (!cond) throw new Error(message);
-}
-function eq(actual, expected, what) {
-  const a = JSON.stringify(actual), e = JSON.stringify(expected);
-  if (a !== e) throw new Error(`${what}: expected ${e}, got ${a}`);
-}
-async function check(name, fn) {
-  try {
-    await fn();
-    checks.push({ name, ok: true });
-  } catch (e) {
-    checks.push({ name, ok: false, detail: `${e?.constructor?.name}: ${e?.message}\n${e?.stack ?? ""}`.slice(0, 2000) });
-  }
-}
 function messageOk(m) {
   eq(m.type, "message", "type");
   eq(m.role, "assistant", "role");
@@ -150,6 +136,4 @@ await check("errors become typed SDK exceptions", async () => {
   }
 });
 
-const ok = checks.every((c) => c.ok);
-console.log(JSON.stringify({ ok, checks }));
-process.exit(ok ? 0 : 1);
+report();
