@@ -1,8 +1,9 @@
 """SwarmClient: the command API of an AgentJet swarm server (docs/protocol.md), with upstream AgentJet's
-method names and its self-healing behaviour (reference 2.10): claims wait and retry while the engine
-is not rolling or the pool is empty, episodes that outlived their time are aborted instead of
-ended, a batch-boundary race (`WEIGHT_SYNCING`) is logged and dropped, and an unreachable server
-reads as `ENGINE.CANNOT_CONNECT`.
+method names, signatures and self-healing behaviour (reference 2.10): claims wait and retry while
+the engine is not rolling or the pool is empty, episodes that outlived their time are aborted
+instead of ended, a batch-boundary race (`WEIGHT_SYNCING`) is logged and dropped, and an
+unreachable server reads as `ENGINE.CANNOT_CONNECT`. An upstream swarm script runs after changing
+only its imports (docs/clients.md, "Switching from upstream").
 
 Thread-safe: any number of threads may claim, chat and end episodes through one client.
 """
@@ -16,14 +17,15 @@ import sys
 import threading
 import time
 import uuid
-from typing import Any, Callable, Dict, Optional, TextIO, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, TextIO, Tuple, Union
 
-from . import code_sync, config_yaml
+from . import autostart, code_sync, config_yaml
 from ._http import Response, Transport
 from .errors import (SwarmCommandError, SwarmConnectionError, SwarmError, SwarmServerOfflineError,
                      SwarmTimeoutError)
+from .records import EpisodeStatus, RolloutStat
 from .stat import format_rollout_stat
-from .throttle import RecentTasks, decide_and_remember
+from .throttle import TASK_BASED_METHOD, RecentTasks, decide_and_remember
 from .types import Episode, RetryPolicy, ThrottlePolicy, WorkflowOutput, task_id_of
 
 logger = logging.getLogger("ajet_swarm")
@@ -40,14 +42,32 @@ GENERAL_TIMEOUT = 30.0  # seconds per socket wait (upstream)
 ENGINE_COMMAND_TIMEOUT = 600.0  # start_engine / stop_engine (upstream)
 MAX_EPISODE_TIME_FACTOR = 8  # an episode older than 8 x discard_episode_timeout is aborted, not ended
 _RECORD_GRACE = 10.0  # seconds an expired record is kept (upstream CLEAN_RECORD_TIMEOUT)
+AGREE_METHODS = ("rollout_until_any_client_agree_sync_weight", "rollout_until_all_clients_agree_sync_weight")
+_SYNC_STATUSES = (WEIGHT_SYNCING, WEIGHT_EXPORTING)
 
 
 class SwarmClient:
-    def __init__(self, server_url: str, *, admin_token: Optional[str] = None, client_uuid: Optional[str] = None,
-                 timeout: float = GENERAL_TIMEOUT, retry: Optional[RetryPolicy] = None, verbose: bool = True):
+    def __init__(self, server_url: str, verbose: bool = True, agentjet_job: Any = None,
+                 auto_start_swarm_server: bool = False, *, admin_token: Optional[str] = None,
+                 client_uuid: Optional[str] = None, timeout: float = GENERAL_TIMEOUT,
+                 retry: Optional[RetryPolicy] = None, swarm_server_args: Optional[Sequence[str]] = None,
+                 swarm_server_timeout: float = 60.0):
         """`server_url` is the address this machine dials ("http://10.0.0.5:10086"); episode base URLs
-        are rewritten to it (NAT-safe). `admin_token` (default $AJET_ADMIN_TOKEN) is sent with the
-        commands that change the server."""
+        are rewritten to it (NAT-safe). The first four parameters are upstream's:
+
+        * `verbose`: log each claim / end / abort (waits are reported either way);
+        * `agentjet_job`: the AgentJetJob the engine runs (also remembered by sync_train_config);
+          begin_episode with a throttle policy and agree_sync_weight check its
+          `swarm_mode_sample_collection_method` and refuse a method they do not work with;
+        * `auto_start_swarm_server`: for a loopback URL with a port, start `ajet-swarm start --port
+          <port>` unless a server already answers /health there (ajet_swarm/autostart.py: binary
+          from $AJET_SWARM_BIN, PATH, or <repo>/build/bin; `swarm_server_args` are appended, and
+          `swarm_server_timeout` bounds the wait for its ready line). The process, if one was
+          started, is `self.swarm_server_process`.
+
+        Extras of this package (keyword-only): `admin_token` (default $AJET_ADMIN_TOKEN) is sent with
+        the commands that change the server; `client_uuid` (default a fresh uuid4); `timeout` per
+        socket wait; `retry` (RetryPolicy) the waits between attempts."""
         self.server_url = server_url.rstrip("/")
         if "://" not in self.server_url:
             self.server_url = "http://" + self.server_url
@@ -55,6 +75,7 @@ class SwarmClient:
         self.client_uuid = client_uuid or str(uuid.uuid4())
         self.retry = retry or RetryPolicy()
         self.verbose = verbose
+        self._agentjet_job = agentjet_job
         self._http = Transport(self.server_url, timeout=timeout)
         self._lock = threading.Lock()  # guards the dicts below
         self._claim_lock = threading.Lock()  # serialises claims under a throttle policy (upstream)
@@ -63,11 +84,28 @@ class SwarmClient:
         self._last_log: Dict[str, float] = {}
         self._last_wait_report: Dict[str, Tuple[str, float]] = {}  # what -> (reason, when) last reported
         self._last_connect_error = ""
+        # Batch boundaries as observed (add_entering_weight_sync_callback, agree_sync_weight).
+        self._obs_lock = threading.Lock()
+        self._obs_status: Optional[str] = None
+        self._obs_step: Optional[int] = None
+        self._obs_batches: Optional[int] = None
+        self._sync_callbacks: List[Callable[[], Any]] = []
+        self._watcher: Optional[threading.Thread] = None
+        self._watch_stop = threading.Event()
+        self.swarm_server_process = None
+        if auto_start_swarm_server:
+            self.swarm_server_process = autostart.start_local_server(
+                self.server_url, self.health, swarm_server_args, swarm_server_timeout, log=self.logger_info)
+
+    @property
+    def agentjet_job(self) -> Any:
+        """The AgentJetJob given to the constructor or last synced (None if neither)."""
+        return self._agentjet_job
 
     # ------------------------------------------------------------------ episodes
 
     def begin_episode(self, discard_episode_timeout: float = 240, episode_type: str = "train",
-                      throttle_policy: Optional[ThrottlePolicy] = None, max_wait: Optional[float] = None,
+                      throttle_policy: Any = None, max_wait: Optional[float] = None,
                       on_wait: Optional[Callable[[str], None]] = None) -> Episode:
         """Claims an episode, waiting while the engine is not ROLLING or the pool is empty (forever,
         or up to `max_wait` seconds: SwarmTimeoutError). Raises SwarmServerOfflineError when the
@@ -75,8 +113,16 @@ class SwarmClient:
 
         `discard_episode_timeout`: the server reclaims the episode after this many idle seconds.
         `episode_type`: "train" (trained on) or "eval" (recorded for metrics only).
+        `throttle_policy`: a SwarmThrottlePolicy / ThrottlePolicy (or anything with its fields).
         `on_wait(reason)` is called before each wait (progress reporting). Whatever `verbose` says, a
-        wait is never silent: its reason is logged when it changes and every `retry.wait_report` s."""
+        wait is never silent: its reason is logged when it changes and every `retry.wait_report` s.
+
+        Returns an Episode: an OpenaiBaseUrlAndApiKey (`base_url`, `api_key`, `model`,
+        `episode_uuid`) that unpacks as upstream's `(episode_uuid, api_baseurl_key)`."""
+        if throttle_policy is not None:
+            throttle_policy = ThrottlePolicy.coerce(throttle_policy)
+            if episode_type == "train":  # eval claims are never throttled
+                self._check_job_method((TASK_BASED_METHOD,), "a throttle policy")
         if episode_type not in ("train", "eval"):
             raise ValueError(f"episode_type must be 'train' or 'eval', got {episode_type!r}")
         if discard_episode_timeout <= 0:
@@ -155,26 +201,32 @@ class SwarmClient:
         """Replaces scheme://host:port of the server's base_url with the address this client dialled."""
         return re.sub(r"^https?://[^/]+", lambda _: self.server_url, base_url)
 
-    def end_episode(self, task: Any, episode_uuid: str, workflow_output: Any) -> bool:
+    def end_episode(self, task: Any, episode_uuid: str, workflow_output: Any, declare_client_active: bool = True) -> bool:
         """Reports the episode's result. `task` is a Task, a dict with task_id, or the task id itself
-        (it defines the GRPO group); `workflow_output` a WorkflowOutput, a dict or a bare reward.
-        True when the server stored it. False when it was dropped: the episode outlived
-        8 x discard_episode_timeout (it is aborted instead) or the engine had already moved on to
-        WEIGHT_SYNCING (an expected race at batch boundaries; logged). Other refusals raise
-        SwarmCommandError naming the server's reason."""
+        (it defines the GRPO group); `workflow_output` a WorkflowOutput, a dict or a bare reward
+        (as upstream, a WorkflowOutput's `metadata["task_id"]` is set to the task id).
+        `declare_client_active` (upstream's, default True): a train episode ended this way makes
+        this client *active* for the agree-based batch triggers.
+        True when the server stored it (upstream returns None). False when it was dropped: the
+        episode outlived 8 x discard_episode_timeout (it is aborted instead) or the engine had
+        already moved on to WEIGHT_SYNCING (an expected race at batch boundaries; logged). Other
+        refusals raise SwarmCommandError (a RuntimeError) naming the server's reason."""
         if not episode_uuid:
             raise ValueError("end_episode: episode_uuid is empty")
         task_id = task_id_of(task)
         output = WorkflowOutput.coerce(workflow_output)
+        metadata = getattr(workflow_output, "metadata", None)
+        if isinstance(metadata, dict):
+            metadata["task_id"] = task_id
         with self._lock:
             expire = self._expire_at.pop(episode_uuid, None)
         if expire is not None and time.monotonic() > expire:
             logger.warning("episode %s outlived %d x discard_episode_timeout; aborting it instead of ending it "
                            "(claim with a larger discard_episode_timeout)", episode_uuid, MAX_EPISODE_TIME_FACTOR)
-            self.abort_episode(episode_uuid)
+            self.abort_episode(episode_uuid, declare_client_active)
             return False
         body = {"client_uuid": self.client_uuid, "episode_uuid": episode_uuid, "task_id": task_id,
-                "workflow_output": output.to_json(task_id)}
+                "workflow_output": output.to_json(task_id), "declare_client_active": bool(declare_client_active)}
         resp = self._post_with_retries("/end_episode", body, self.retry.end_episode_attempts)
         if resp.status == 200:
             data = resp.json() or {}
@@ -190,15 +242,18 @@ class SwarmClient:
         raise SwarmCommandError(f"end_episode {episode_uuid} refused by {self.server_url} ({resp.status}): {message}",
                                 resp.status, message)
 
-    def abort_episode(self, episode_uuid: str) -> bool:
-        """Discards the episode's calls and returns its slot to the pool. Never raises for server or
-        network errors (they are logged); True when the server confirmed."""
+    def abort_episode(self, episode_uuid: str, declare_client_active: bool = True) -> bool:
+        """Discards the episode's calls and returns its slot to the pool. `declare_client_active`
+        (upstream's, default True): aborting a train episode still makes this client *active* for
+        the agree-based batch triggers. Never raises for server or network errors (they are
+        logged); True when the server confirmed (upstream returns None)."""
         if not episode_uuid:
             return False
         with self._lock:
             self._expire_at.pop(episode_uuid, None)
         body = {"client_uuid": self.client_uuid, "episode_uuid": episode_uuid, "task_id": "",
-                "workflow_output": {"reward": 0.0, "metadata": {"task_id": ""}}}
+                "workflow_output": {"reward": 0.0, "metadata": {"task_id": ""}},
+                "declare_client_active": bool(declare_client_active)}
         try:
             resp = self._post_with_retries("/abort_episode", body, 2)
         except SwarmConnectionError as e:
@@ -224,10 +279,12 @@ class SwarmClient:
         data = resp.json() if resp.status == 200 else None
         return bool(isinstance(data, dict) and data.get("can_continue"))
 
-    def get_episode_buffer(self) -> list:
-        """Every live episode's status object (registered and claimed)."""
-        return self._json_or_raise(self._http.post_json("/get_episode_buffer", {}), "get_episode_buffer").get(
+    def get_episode_buffer(self) -> List[EpisodeStatus]:
+        """Every live episode's status (registered and claimed): EpisodeStatus objects, dicts with
+        attribute access (`es.episode_uuid` as upstream, or `es["episode_uuid"]`)."""
+        items = self._json_or_raise(self._http.post_json("/get_episode_buffer", {}), "get_episode_buffer").get(
             "buffer", [])
+        return [EpisodeStatus(x) for x in items if isinstance(x, dict)]
 
     # ------------------------------------------------------------------ engine
 
@@ -244,23 +301,66 @@ class SwarmClient:
         if resp.status != 200 or not isinstance(data, dict):
             self._log(f"get_engine_status: HTTP {resp.status}: {resp.text()[:200]}", logging.WARNING)
             return CANNOT_CONNECT, {}
-        return str(data.get("engine_status", "unknown")), data
+        status = str(data.get("engine_status", "unknown"))
+        self._observe(status, data.get("global_step"), None)
+        return status, data
+
+    def get_global_step(self) -> int:
+        """The policy version the engine serves (`global_step` of get_engine_status; 0 when unreachable)."""
+        _, info = self.get_engine_status()
+        try:
+            return int(info.get("global_step") or 0)
+        except (TypeError, ValueError):
+            return 0
+
+    def server_experiment_dir(self) -> Optional[str]:
+        """The server's absolute experiment directory (set by start_engine; None before it). As
+        upstream, "saved_experiments" when the server cannot be asked (logged)."""
+        try:
+            resp = self._http.request("GET", "/get_server_experiment_dir", timeout=10)
+            data = self._json_or_raise(resp, "get_server_experiment_dir")
+        except SwarmError as e:
+            logger.warning("server_experiment_dir: %s; answering 'saved_experiments' (upstream's fallback)", e)
+            return "saved_experiments"
+        return data.get("server_experiment_dir")
 
     def sync_train_config(self, config: Any) -> Dict[str, Any]:
         """Sends the train config (YAML text, a .yaml path, or a dict) to the server. Only in
-        ENGINE.OFFLINE; the server validates it and names a bad key (SwarmCommandError)."""
+        ENGINE.OFFLINE; the server validates it and names a bad key (SwarmCommandError). An
+        AgentJetJob (upstream's or ajet_swarm's) sends `job.config.to_dict()` and is remembered
+        for the throttle and agree checks, as upstream does."""
+        if not isinstance(config, (str, bytes, dict, os.PathLike)):
+            self._agentjet_job = config
         text = config_yaml.config_text(config)
         data = self._json_or_raise(self._post_admin("/sync_train_config", {"yaml_as_string": text}),
                                    "sync_train_config")
-        for w in data.get("warnings") or []:
-            logger.warning("sync_train_config: %s", w)
+        warnings = [str(w) for w in data.get("warnings") or []]
+        if len(warnings) == 1:
+            logger.warning("sync_train_config: %s", warnings[0])
+        elif warnings:  # an upstream AgentJetJob tree draws dozens: one record, every line kept
+            logger.warning("sync_train_config: %d warnings from the server (unused upstream keys are ignored):\n  %s",
+                           len(warnings), "\n  ".join(warnings))
         self._log("synced the train config")
         return data
 
     def sync_train_code_from_dir(self, directory: str) -> Dict[str, Any]:
         """Zips the version-controlled files of a source tree (work-tree contents, like `git archive`
         of what is on disk) and uploads them; the next start_engine builds and runs that tree."""
-        archive = code_sync.zip_tree(directory)
+        return self._upload_code(code_sync.zip_tree(directory))
+
+    def sync_train_code(self, zip_file_path: str) -> Dict[str, Any]:
+        """Uploads a zip archive (upstream's signature): POST /sync_train_code with the file's bytes as
+        `application/zip`. This server wants a zip of this project's source tree (a CMakeLists.txt at
+        its root or under one top directory); the next start_engine builds and runs it. Only in
+        ENGINE.OFFLINE. FileNotFoundError when the file is missing; the server's refusal raises
+        SwarmCommandError."""
+        if not os.path.isfile(zip_file_path):
+            raise FileNotFoundError(f"Training code zip file does not exist: {zip_file_path}")
+        with open(zip_file_path, "rb") as f:
+            archive = f.read()
+        return self._upload_code(archive)
+
+    def _upload_code(self, archive: bytes) -> Dict[str, Any]:
         headers = {"Content-Type": "application/zip", **self._admin_headers()}
         resp = self._http.request("POST", "/sync_train_code", archive, headers, timeout=ENGINE_COMMAND_TIMEOUT)
         data = self._json_or_raise(resp, "sync_train_code")
@@ -295,6 +395,9 @@ class SwarmClient:
         if force_restart:
             logger.warning("force_restart: stopping the engine at %s", self.server_url)
             self.stop_engine(wait=True, max_wait=max_wait)
+        elif getattr(config, "ensure_new_experiment", False):
+            logger.warning("ensure_new_experiment is set to True, but force_restart is not set! A running engine "
+                           "continues the experiment on the current model version.")
         status, _ = self.get_engine_status()
         if status == CANNOT_CONNECT:
             time.sleep(self.retry.cannot_connect_retry)
@@ -316,19 +419,25 @@ class SwarmClient:
         self._log(f"monitor: ajet-swarm overwatch --swarm-url {self.server_url}")
         return status
 
-    def wait_for_status(self, desired: str, max_wait: Optional[float] = None, started: bool = False) -> Dict[str, Any]:
-        """Polls until the engine status is `desired`. Raises SwarmServerOfflineError when waiting for
-        another status and the engine is (or falls back to) OFFLINE after having been started
-        (`started`) or seen in another status; SwarmTimeoutError after `max_wait` seconds."""
+    def wait_for_status(self, desired: Union[str, Iterable[str]], max_wait: Optional[float] = None,
+                        started: bool = False) -> Dict[str, Any]:
+        """Polls until the engine status is `desired` (one status or several). Raises
+        SwarmServerOfflineError when waiting for another status and the engine is (or falls back to)
+        OFFLINE after having been started (`started`) or seen in another status; SwarmTimeoutError
+        after `max_wait` seconds."""
+        wanted = [desired] if isinstance(desired, str) else list(desired)
+        if not wanted:
+            raise ValueError("wait_for_status: no status to wait for")
+        desired = wanted[0] if len(wanted) == 1 else " or ".join(wanted)
         deadline = None if max_wait is None else time.monotonic() + max_wait
         seen_not_offline = started
         while True:
             status, info = self.get_engine_status()
-            if status == desired:
+            if status in wanted:
                 return info
             if status not in (OFFLINE, CANNOT_CONNECT):
                 seen_not_offline = True
-            elif status == OFFLINE and seen_not_offline and desired != OFFLINE:
+            elif status == OFFLINE and seen_not_offline and OFFLINE not in wanted:
                 raise SwarmServerOfflineError(
                     f"the engine at {self.server_url} went to ENGINE.OFFLINE while waiting for {desired}: "
                     f"{info.get('engine_status_detail') or 'no detail (stopped, or failed to boot: see the server log)'}")
@@ -336,6 +445,21 @@ class SwarmClient:
             self._report_wait("status", f"waiting for the engine: status {status}, want {desired}"
                                         + (f" ({detail})" if detail else ""))
             self._sleep_until(self.retry.status_poll, deadline, desired)
+
+    def _wait_until_status_change_to(self, desired_status: Optional[str] = None,
+                                     desired_status_list: Optional[Iterable[str]] = None, verbose: bool = True,
+                                     max_wait: Optional[float] = None) -> None:
+        """Upstream's (private, but called by its cocktail runner) wait: blocks until the engine status
+        is `desired_status` or one of `desired_status_list`; SwarmServerOfflineError when the engine
+        goes OFFLINE after it was seen in another status and OFFLINE is not wanted."""
+        wanted = [desired_status] if desired_status is not None else list(desired_status_list or [])
+        if not wanted:
+            raise ValueError("Must specify desired_status or non-empty desired_status_list")
+        if verbose:
+            self.logger_info(f"Polling engine status until {wanted}...")
+        self.wait_for_status(wanted, max_wait=max_wait)
+        if verbose:
+            self.logger_info(f"Engine status is one of {wanted}.")
 
     def wait_for_server(self, max_wait: Optional[float] = 60.0) -> None:
         """Polls until the server answers (a server started a moment ago may not listen yet), saying
@@ -355,39 +479,239 @@ class SwarmClient:
 
     # ------------------------------------------------------------------ pool, weights, logs
 
-    def get_rollout_stat(self) -> Dict[str, Any]:
-        """The current batch's rollout pool information (upstream field names; {} when unreachable)."""
+    def get_rollout_stat(self) -> RolloutStat:
+        """The current batch's rollout pool information: a RolloutStat, a dict with attribute access
+        (`stat.completed_tasks`, as upstream's CurrentBatchRolloutPoolInformation, or
+        `stat["completed_tasks"]`); fields the server did not send read as upstream's defaults. An
+        empty RolloutStat (== {}) when the server is unreachable (logged), as upstream answers its
+        default object."""
+        return self._fetch_pool(report=True)
+
+    def _fetch_pool(self, report: bool) -> RolloutStat:
         try:
             resp = self._http.request("GET", "/get_current_batch_rollout_pool_information", timeout=10)
         except SwarmConnectionError as e:
-            self._log(f"get_rollout_stat: {e}", logging.WARNING)
-            return {}
+            if report:
+                self._log(f"get_rollout_stat: {e}", logging.WARNING)
+            return RolloutStat()
         data = resp.json()
-        return data if resp.status == 200 and isinstance(data, dict) else {}
+        if resp.status != 200 or not isinstance(data, dict):
+            if report:
+                self._log(f"get_rollout_stat: HTTP {resp.status}: {resp.error_message()[:200]}", logging.WARNING)
+            return RolloutStat()
+        stat = RolloutStat(data)
+        if isinstance(data.get("engine_status"), str):
+            self._observe(data["engine_status"], data.get("global_step"), data.get("batches_recorded"))
+        return stat
 
     def print_rollout_stat(self, file: Optional[TextIO] = None) -> None:
         (file or sys.stdout).write(format_rollout_stat(self.get_rollout_stat(), self.server_url))
 
-    def agree_sync_weight(self, retry: bool = True, max_wait: Optional[float] = None) -> bool:
-        """Tells the server this client is ready for a weight update (agree-based batch triggers).
-        The server refuses until this client finished a rewarded episode since the last update; with
-        `retry` the call repeats every `retry.agree_sync_weight` s until accepted (or `max_wait`)."""
+    def agree_sync_weight(self, retry: bool = True, max_wait: Optional[float] = None, wait: bool = True) -> bool:
+        """Tells the server this client is ready for a weight update (the agree-based batch triggers
+        rollout_until_any/all_client(s)_agree_sync_weight), then, as upstream, blocks until the batch
+        boundary can be seen (`wait=False`: return right after the server accepted).
+
+        The server refuses until this client ended (or aborted) a train episode with
+        declare_client_active since the last boundary; with `retry` the call repeats every
+        `retry.agree_sync_weight` s until accepted. Before each attempt the engine status is read:
+        OFFLINE, BOOTING, WEIGHT_SYNCING or WEIGHT_EXPORTING → False (the agreement would be reset;
+        upstream likewise gives up outside ROLLING / ROLLING_POST).
+
+        The boundary counts as seen, comparing each poll (every `retry.status_poll` s) of the pool
+        info with the one read just before the agreement was sent, when any of these holds:
+        the status is not ENGINE.ROLLING (ROLLING_POST, WEIGHT_SYNCING, WEIGHT_EXPORTING: the torch
+        backbone); `global_step` grew (async: a batch was trained); `batches_recorded` grew (debug:
+        the batch was recorded); `completed_episodes` dropped (the batch was taken); or the pool
+        info lists this client as active but no longer agreeing (the server clears every agreement
+        when a batch closes). Each backbone produces at least one of these once the trigger fires,
+        so the wait ends; it lasts as long as the trigger waits for other clients.
+        Returns True then, False if the engine goes OFFLINE first. `max_wait` (seconds, default
+        none) bounds the whole call: SwarmTimeoutError."""
+        self._check_job_method(AGREE_METHODS, "agree_sync_weight")
         deadline = None if max_wait is None else time.monotonic() + max_wait
         while True:
+            status, _ = self.get_engine_status()
+            if status in (OFFLINE, BOOTING, WEIGHT_SYNCING, WEIGHT_EXPORTING):
+                logger.warning("agree_sync_weight: the engine is %s, abandoning the agreement (the server resets "
+                               "agreements at a batch boundary anyway)", status)
+                return False
+            baseline = self._fetch_pool(report=False) if wait else RolloutStat()
             try:
                 resp = self._http.post_json("/agree_sync_weight", {"client_uuid": self.client_uuid})
                 data = self._json_or_raise(resp, "agree_sync_weight")
                 if data.get("success"):
-                    self._log("agreed to sync weights")
-                    return True
+                    self._log("agree_sync_weight: registered with the server")
+                    if not wait:
+                        return True
+                    return self._wait_for_batch_boundary(baseline, deadline)
                 reason = data.get("failure_reason", "")
             except SwarmConnectionError as e:
                 reason = str(e)
             if not retry:
                 self._log(f"agree_sync_weight refused: {reason}")
                 return False
-            self._log(f"agree_sync_weight refused ({reason}); retrying")
+            self._report_wait("agree", f"agree_sync_weight refused ({reason}); retrying")
             self._sleep_until(self.retry.agree_sync_weight, deadline, "agree_sync_weight")
+
+    def _wait_for_batch_boundary(self, baseline: Dict[str, Any], deadline: Optional[float]) -> bool:
+        """The wait of agree_sync_weight after acceptance (the rule is in its docstring)."""
+        while True:
+            pool = self._fetch_pool(report=False)
+            if pool:
+                reason = self._boundary_reason(baseline, pool)
+                if reason == OFFLINE:
+                    logger.warning("agree_sync_weight: the engine went to ENGINE.OFFLINE before the weight update")
+                    return False
+                if reason:
+                    self._log(f"agree_sync_weight: batch boundary seen ({reason})")
+                    return True
+                self._report_wait("agree", "agree_sync_weight: agreed; waiting for the batch boundary (the trigger "
+                                           f"{pool.get('sample_collection_method', '?')} has not fired yet)")
+            self._sleep_until(self.retry.status_poll, deadline, "the batch boundary after agree_sync_weight")
+
+    def _boundary_reason(self, before: Dict[str, Any], now: Dict[str, Any]) -> str:
+        status = now.get("engine_status")
+        if status == OFFLINE:
+            return OFFLINE
+        if status in (ROLLING_POST, WEIGHT_SYNCING, WEIGHT_EXPORTING):
+            return f"status {status}"
+
+        def grew(key: str) -> bool:
+            a, b = before.get(key), now.get(key)
+            return isinstance(a, (int, float)) and isinstance(b, (int, float)) and b > a
+
+        if grew("global_step"):
+            return f"global_step {before.get('global_step')} -> {now.get('global_step')}"
+        if grew("batches_recorded"):
+            return f"batches_recorded {before.get('batches_recorded')} -> {now.get('batches_recorded')}"
+        a, b = before.get("completed_episodes"), now.get("completed_episodes")
+        if isinstance(a, int) and isinstance(b, int) and b < a:
+            return f"completed_episodes {a} -> {b} (the batch was taken)"
+        if self._agreement_in(now) is False:
+            return "this client's agreement was cleared"
+        return ""
+
+    def _agreement_in(self, pool: Dict[str, Any]) -> Optional[bool]:
+        """Whether the pool info lists this client as agreeing; None when it does not list this client
+        (absent is not "cleared": an idle client also drops out of the list after 600 s)."""
+        lists = []
+        if isinstance(pool.get("active_clients"), list):
+            lists.append((pool["active_clients"], "agreed_sync_weight"))
+        instruction = pool.get("swarm_client_instruction")
+        if isinstance(instruction, dict) and isinstance(instruction.get("active_clients"), list):
+            lists.append((instruction["active_clients"], "allowed_sync_weight"))
+        for clients, key in lists:
+            for c in clients:
+                if isinstance(c, dict) and c.get("client_uuid") == self.client_uuid and key in c:
+                    return bool(c[key])
+        return None
+
+    # ------------------------------------------------------------------ batch-boundary callbacks
+
+    def add_entering_weight_sync_callback(self, callback: Callable[[], Any]) -> None:
+        """Calls `callback()` once per batch boundary this client observes (upstream: once per fresh
+        entry into ENGINE.WEIGHT_SYNCING). Registering one starts a background thread that reads the
+        pool info every `retry.status_poll` s (until close()); the client's own status and pool reads
+        count as observations too. A boundary is, between two observations:
+
+        * the status entered ENGINE.WEIGHT_SYNCING (or WEIGHT_EXPORTING) from any other status — the
+          torch backbone, as upstream;
+        * `global_step` grew while the previous observation was not in a weight-sync status — the
+          async backbone (its status stays ROLLING), or a torch sync that fell between two polls
+          (a sync seen entering does not fire again when its step lands);
+        * the pool info's `batches_recorded` grew — the debug backbone (nothing trains, the step
+          stays).
+
+        At most one call per observation; observations after OFFLINE, BOOTING or an unreachable
+        server only re-read the baseline (an engine (re)start is not a boundary). Callbacks run in
+        the observing thread; exceptions are logged."""
+        with self._obs_lock:
+            self._sync_callbacks.append(callback)
+        self._ensure_watcher()
+
+    def _ensure_watcher(self) -> None:
+        with self._obs_lock:
+            if self._watcher is not None and self._watcher.is_alive():
+                return
+            self._watch_stop.clear()
+            self._watcher = threading.Thread(target=self._watch_loop, daemon=True,
+                                             name=f"ajet-swarm-watch-{self.client_uuid[:8]}")
+            watcher = self._watcher
+        watcher.start()
+
+    def _watch_loop(self) -> None:
+        try:
+            while not self._watch_stop.is_set():
+                try:
+                    self._fetch_pool(report=False)
+                except Exception as e:  # never let the watcher die
+                    self._log(f"batch-boundary watcher: {type(e).__name__}: {e}", logging.WARNING)
+                self._watch_stop.wait(max(0.01, self.retry.status_poll))
+        finally:
+            self._http.close()
+
+    def _observe(self, status: str, global_step: Any, batches_recorded: Any) -> None:
+        """Feeds one observation (status, global_step, batches_recorded or None) to the boundary rule."""
+        step = global_step if isinstance(global_step, int) and not isinstance(global_step, bool) else None
+        batches = batches_recorded if isinstance(batches_recorded, int) and not isinstance(batches_recorded, bool) \
+            else None
+        with self._obs_lock:
+            prev = self._obs_status
+            fire = False
+            if prev is not None and prev not in (OFFLINE, BOOTING, CANNOT_CONNECT) and \
+                    status not in (OFFLINE, BOOTING, CANNOT_CONNECT):
+                if status in _SYNC_STATUSES and prev not in _SYNC_STATUSES:
+                    fire = True
+                if step is not None and self._obs_step is not None and step > self._obs_step \
+                        and prev not in _SYNC_STATUSES:
+                    fire = True
+                if batches is not None and self._obs_batches is not None and batches > self._obs_batches:
+                    fire = True
+            self._obs_status = status
+            if step is not None:
+                self._obs_step = step
+            if batches is not None:
+                self._obs_batches = batches
+            callbacks = list(self._sync_callbacks) if fire else []
+        for cb in callbacks:
+            try:
+                cb()
+            except Exception as e:
+                logger.exception("entering-weight-sync callback %r raised %s: %s", cb, type(e).__name__, e)
+
+    # ------------------------------------------------------------------ several servers
+
+    @staticmethod
+    def async_and_start_multi_engine(client_job_pairs: Sequence[Tuple["SwarmClient", Any]],
+                                     force_restart: bool = False) -> List[str]:
+        """Runs auto_sync_train_config_and_start_engine(job, force_restart) for every (client, job)
+        pair at once, one thread each (multi-model training: one server per model). Returns the
+        status each found, in order; if any failed, raises SwarmError naming every failed server
+        (after all threads finished)."""
+        pairs = list(client_job_pairs)
+        results: List[Optional[str]] = [None] * len(pairs)
+        errors: List[Tuple[str, BaseException]] = []
+        lock = threading.Lock()
+
+        def worker(i: int, client: "SwarmClient", job: Any) -> None:
+            try:
+                results[i] = client.auto_sync_train_config_and_start_engine(job, force_restart=force_restart)
+            except Exception as e:
+                logger.exception("starting the engine on %s failed: %s", client.server_url, e)
+                with lock:
+                    errors.append((client.server_url, e))
+
+        threads = [threading.Thread(target=worker, args=(i, c, j), daemon=True,
+                                    name=f"ajet-swarm-start-{i}") for i, (c, j) in enumerate(pairs)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise SwarmError(f"Failed to start {len(errors)} engine(s): "
+                             + "; ".join(f"{url}: {type(e).__name__}: {e}" for url, e in errors))
+        return [r or "" for r in results]
 
     def get_verbose_logs(self) -> list:
         return self._json_or_raise(self._http.request("GET", "/get_verbose_logs"), "get_verbose_logs").get(
@@ -403,7 +727,30 @@ class SwarmClient:
             return False
 
     def close(self) -> None:
+        """Closes this thread's connection and stops the batch-boundary watcher (if one runs)."""
+        self._watch_stop.set()
         self._http.close()
+
+    def logger_info(self, message: str) -> None:
+        """Logs `message` at INFO on the `ajet_swarm` logger, dropping a repeat of the same line within
+        one second (upstream's helper; not silenced by `verbose`)."""
+        self._log(message, logging.INFO, force=True)
+
+    def _check_job_method(self, allowed: Sequence[str], what: str) -> None:
+        """Upstream asserts that the remembered AgentJetJob's collection method suits `what`."""
+        job = self._agentjet_job
+        if job is None:
+            return
+        method = getattr(job, "swarm_mode_sample_collection_method", None)
+        if method is None:
+            config = getattr(job, "config", None)
+            try:
+                method = config["ajet"]["swarm_mode_sample_collection_method"]  # type: ignore[index]
+            except (TypeError, KeyError):
+                method = None
+        if method and method not in allowed:
+            raise ValueError(f"{what} needs ajet.swarm_mode_sample_collection_method in {list(allowed)}, but the "
+                             f"AgentJetJob of this client uses {method!r}")
 
     # ------------------------------------------------------------------ helpers
 
@@ -466,9 +813,10 @@ class SwarmClient:
             level = logging.WARNING
         logger.log(level, "%s", reason)
 
-    def _log(self, message: str, level: int = logging.INFO) -> None:
-        """Logs, dropping a repeat of the same line within one second (upstream logger_info)."""
-        if level <= logging.INFO and not self.verbose:
+    def _log(self, message: str, level: int = logging.INFO, force: bool = False) -> None:
+        """Logs, dropping a repeat of the same line within one second (upstream logger_info); INFO
+        lines only when `verbose` (or `force`)."""
+        if level <= logging.INFO and not self.verbose and not force:
             return
         now = time.monotonic()
         with self._lock:
@@ -479,6 +827,29 @@ class SwarmClient:
                 self._last_log = {k: t for k, t in self._last_log.items() if now - t < 1.0}
         logger.log(level, "%s", message)
 
+
+def auto_train_with_dataset(dataset: Any, swarm_worker: SwarmClient, execute_agent: Callable[[Any, Any], Any],
+                            local_grpo_n: int = 2, remote_batch_size: int = 8) -> None:
+    """Upstream's one-call training loop: for every task of `dataset.generate_training_tasks()`, run
+    `local_grpo_n` rollouts (claim, `execute_agent(task, api_baseurl_key)` → WorkflowOutput, end),
+    paced by a PeriodicDrainThreadPoolExecutor of `remote_batch_size x local_grpo_n` (64 threads at
+    most, failed rollouts retried)."""
+    from .thread_executors import PeriodicDrainThreadPoolExecutor
+
+    def rollout(task: Any) -> Any:
+        episode_uuid, api_baseurl_key = swarm_worker.begin_episode()
+        workflow_output = execute_agent(task, api_baseurl_key)
+        swarm_worker.end_episode(task, episode_uuid, workflow_output)
+        swarm_worker.print_rollout_stat()
+        return getattr(workflow_output, "reward", None)
+
+    executor = PeriodicDrainThreadPoolExecutor(workers=remote_batch_size * local_grpo_n, max_parallel=64,
+                                               auto_retry=True)
+    for task in dataset.generate_training_tasks():
+        for _ in range(local_grpo_n):
+            executor.submit_with_periodic_drain(rollout, task)
+    executor.drain()
+    executor.shutdown(wait=True)
 
 
 def _status_in(fail_cause: str) -> Optional[str]:

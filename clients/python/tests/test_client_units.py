@@ -173,13 +173,15 @@ class CodeArchiveTest(unittest.TestCase):
 
 class Scripted(ThreadingHTTPServer):
     """A scripted HTTP test double: `answers[path]` is a list of (status, body) served in order (the
-    last one repeats); every request is recorded."""
+    last one repeats); every request is recorded as (path, JSON body), and in `raw` as (path, headers,
+    body bytes) (a body that is not JSON is recorded as its bytes)."""
 
     daemon_threads = True
 
     def __init__(self, answers):
         self.answers = answers
         self.requests = []
+        self.raw = []
         self.lock = threading.Lock()
         super().__init__(("127.0.0.1", 0), _ScriptedHandler)
         threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
@@ -201,9 +203,14 @@ class _ScriptedHandler(BaseHTTPRequestHandler):
 
     def _answer(self):
         n = int(self.headers.get("Content-Length") or 0)
-        body = json.loads(self.rfile.read(n) or b"null")
+        raw = self.rfile.read(n)
+        try:
+            body = json.loads(raw or b"null")
+        except ValueError:
+            body = raw
         with self.server.lock:
             self.server.requests.append((self.path, body))
+            self.server.raw.append((self.path, dict(self.headers), raw))
             queue = self.server.answers.get(self.path, [(404, {"error": {"message": "no such path"}})])
             status, payload = queue.pop(0) if len(queue) > 1 else queue[0]
         data = json.dumps(payload).encode()
@@ -322,12 +329,19 @@ class RetryRulesTest(unittest.TestCase):
         self.assertFalse(c.end_episode("t", "ep1", 1.0))
         self.assertEqual(s.paths(), ["/claim_episode", "/abort_episode"])
 
-    def test_agree_sync_weight_retries_until_accepted(self):
-        s = self.serve({"/agree_sync_weight": [(200, {"success": False, "failure_reason": "no episode yet"}),
-                                               (200, {"success": True, "failure_reason": ""})]})
+    def test_agree_sync_weight_retries_until_accepted_then_waits_for_the_batch_boundary(self):
+        def info(step):
+            return (200, {"engine_status": "ENGINE.ROLLING", "global_step": step, "batches_recorded": 0,
+                          "completed_episodes": 2})
+        s = self.serve({"/get_engine_status": [(200, {"engine_status": "ENGINE.ROLLING", "global_step": 3})],
+                        "/agree_sync_weight": [(200, {"success": False, "failure_reason": "no episode yet"}),
+                                               (200, {"success": True, "failure_reason": ""})],
+                        # baselines of the two attempts, one poll without change, then the trained batch
+                        "/get_current_batch_rollout_pool_information": [info(3), info(3), info(3), info(4)]})
         c = SwarmClient(s.url, retry=FAST, verbose=False)
         self.assertTrue(c.agree_sync_weight())
         self.assertEqual(s.paths().count("/agree_sync_weight"), 2)
+        self.assertEqual(s.paths().count("/get_current_batch_rollout_pool_information"), 4)
         s.answers["/agree_sync_weight"] = [(200, {"success": False, "failure_reason": "no"})]
         self.assertFalse(c.agree_sync_weight(retry=False))
 

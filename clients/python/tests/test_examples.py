@@ -1,7 +1,10 @@
 """examples/python_agent end to end against the real ajet-swarm with the echo engine (whose answer is
 the last user-role message): a question "42" is answered correctly at once; a question that is a
 tool call makes the agent run the calculator, and the echoed tool result (Qwen's template renders it
-as a user-role <tool_response>) is the correct final answer. A wrong answer scores 0."""
+as a user-role <tool_response>) is the correct final answer. A wrong answer scores 0.
+
+examples/upstream_math_swarm (upstream's math client with only its imports changed) likewise: its
+questions carry their own \\boxed{} answer, so the echoed reply scores 1 or 0 as the dataset says."""
 
 from __future__ import annotations
 
@@ -49,6 +52,30 @@ class PythonExampleTest(unittest.TestCase):
         self.assertEqual(pool["completed_episodes"], 6)
         stats = pool["completed_tasks_reward_stats"]
         self.assertEqual({t: stats[t]["reward_mean"] for t in stats}, {"plain": 1.0, "tool": 1.0, "wrong": 0.0})
+
+
+class UpstreamMathExampleTest(unittest.TestCase):
+    def test_upstream_math_client_syncs_its_job_and_reports_rewards(self):
+        model = tokenizer_fixture()
+        server = SwarmServer()
+        self.addCleanup(server.stop)
+        with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+            for tid, query in [("right", "\\boxed{42}"), ("wrong", "\\boxed{41}"), ("unboxed", "42")]:
+                f.write(json.dumps({"task_id": tid, "main_query": query, "metadata": {"answer": "6 * 7 #### 42"}}) + "\n")
+        self.addCleanup(os.unlink, f.name)
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the example finds the client itself
+        env.update(AJET_SWARM_URL=server.url, REMOTE_MODEL_PATH=model, DATASET=f.name, GRPO_N="2",
+                   REMOTE_BATCH_SIZE="1", NUM_EPOCH="1")
+        r = subprocess.run([sys.executable, os.path.join(SOURCE_DIR, "examples/upstream_math_swarm/math_agent.py")],
+                           capture_output=True, text=True, env=env, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        summary = json.loads([line for line in r.stdout.splitlines() if line.startswith("{")][-1])
+        self.assertEqual(summary, {"episodes": 6, "mean_reward": 2 / 6, "global_step": 0}, r.stdout + r.stderr)
+        client = SwarmClient(server.url, verbose=False)
+        self.addCleanup(client.close)
+        stat = client.get_rollout_stat()
+        self.assertEqual((stat.batches_recorded, stat.sample_collection_method, stat.task_expected_num_repeat),
+                         (3, "rollout_until_finish_enough_tasks", 2))  # one batch per task (REMOTE_BATCH_SIZE=1)
 
 
 class CalculatorTest(unittest.TestCase):
