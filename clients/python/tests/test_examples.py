@@ -3,7 +3,7 @@ the last user-role message): a question "42" is answered correctly at once; a qu
 tool call makes the agent run the calculator, and the echoed tool result (Qwen's template renders it
 as a user-role <tool_response>) is the correct final answer. A wrong answer scores 0.
 
-examples/upstream_math_swarm (upstream's math client with only its imports changed) likewise: its
+examples/upstream_math_swarm (written against upstream's API; only its imports changed) likewise: its
 questions carry their own \\boxed{} answer, so the echoed reply scores 1 or 0 as the dataset says."""
 
 from __future__ import annotations
@@ -13,10 +13,11 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 from ajet_swarm import RetryPolicy, SwarmClient
-from swarm_fixture import SOURCE_DIR, SwarmServer, config_yaml, tokenizer_fixture
+from swarm_fixture import SOURCE_DIR, SwarmServer, config_yaml, micro_model_fixture, tokenizer_fixture
 
 
 class PythonExampleTest(unittest.TestCase):
@@ -76,6 +77,34 @@ class UpstreamMathExampleTest(unittest.TestCase):
         stat = client.get_rollout_stat()
         self.assertEqual((stat.batches_recorded, stat.sample_collection_method, stat.task_expected_num_repeat),
                          (3, "rollout_until_finish_enough_tasks", 2))  # one batch per task (REMOTE_BATCH_SIZE=1)
+
+
+    def test_upstream_math_client_trains_on_the_torch_backbone(self):
+        # The same file, unchanged, with REMOTE_BACKBONE=torch against the real engine and a random
+        # micro model: every closed batch is a GRPO step, so global_step counts them.
+        model = micro_model_fixture()
+        server = SwarmServer(engine="ajet-engine")
+        self.addCleanup(server.stop)
+        with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+            for tid in ("a", "b"):
+                f.write(json.dumps({"task_id": tid, "main_query": f"What is 6 * 7? ({tid})",
+                                    "metadata": {"answer": "#### 42"}}) + "\n")
+        self.addCleanup(os.unlink, f.name)
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        env.update(AJET_SWARM_URL=server.url, REMOTE_MODEL_PATH=model, DATASET=f.name, GRPO_N="2",
+                   REMOTE_BATCH_SIZE="1", NUM_EPOCH="1", REMOTE_BACKBONE="torch")
+        r = subprocess.run([sys.executable, os.path.join(SOURCE_DIR, "examples/upstream_math_swarm/math_agent.py")],
+                           capture_output=True, text=True, env=env, timeout=600)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        summary = json.loads([line for line in r.stdout.splitlines() if line.startswith("{")][-1])
+        self.assertEqual(summary["episodes"], 4, r.stdout)
+        client = SwarmClient(server.url, verbose=False)
+        self.addCleanup(client.close)
+        # One batch per task: two GRPO steps, the second possibly still training when the script ends.
+        deadline = time.monotonic() + 300
+        while client.get_global_step() < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        self.assertEqual(client.get_global_step(), 2, client.get_rollout_stat())
 
 
 class CalculatorTest(unittest.TestCase):
