@@ -4,7 +4,8 @@ changing only its import block.
 
 It uses the pieces an upstream math tutorial uses, in the same way: an AgentJetJob with the run's
 settings, a RouterTaskReader over a JSONL file, and a PeriodicDrainThreadPoolExecutor that runs
-GRPO_N episodes per task. Each episode is begin_episode, one chat completion, reward 1 when the
+GRPO_N episodes per task. Each episode is begin_episode (with a SwarmThrottlePolicy), one chat
+completion, reward 1 when the
 \\boxed{} number is the answer, then end_episode. It needs nothing beyond the standard library
 (urllib for HTTP). Under upstream AgentJet the same file runs with the upstream import block
 (commented below) in place of the ajet_swarm one.
@@ -26,6 +27,7 @@ from textwrap import dedent
 # from ajet.utils.thread_executors import PeriodicDrainThreadPoolExecutor
 # from ajet.tuner_lib.as_oai_baseurl_apikey import OpenaiBaseUrlAndApiKey
 # from ajet.default_config.ajet_default import AjetTaskReader, JsonlDatasetFile, JsonlTrainingFp
+# from ajet.tuner_lib.experimental.interchange_utils import SwarmThrottlePolicy
 # from ajet.tuner_lib.experimental.swarm_client import SwarmClient
 # ---- ... become (the package is found in clients/python when it is not installed) ------------
 try:
@@ -38,6 +40,7 @@ from ajet_swarm import RouterTaskReader  # noqa: E402
 from ajet_swarm import PeriodicDrainThreadPoolExecutor  # noqa: E402
 from ajet_swarm import OpenaiBaseUrlAndApiKey  # noqa: E402
 from ajet_swarm import AjetTaskReader, JsonlDatasetFile, JsonlTrainingFp  # noqa: E402
+from ajet_swarm import SwarmThrottlePolicy  # noqa: E402
 from ajet_swarm import SwarmClient  # noqa: E402
 # -------------------------------------------------------------------------------------------------
 
@@ -75,7 +78,10 @@ def main():
     client.auto_sync_train_config_and_start_engine(job)
 
     def one_episode(task):
-        episode_uuid, endpoint = client.begin_episode(discard_episode_timeout=60)
+        # The throttle keeps this client from claiming far ahead of the batch the server collects.
+        throttle = SwarmThrottlePolicy(current_task_id=task.task_id, expected_batch_size=REMOTE_BATCH_SIZE,
+                                       expected_num_repeat=GRPO_N)
+        episode_uuid, endpoint = client.begin_episode(discard_episode_timeout=60, throttle_policy=throttle)
         output = solve(task, endpoint)
         client.end_episode(task, episode_uuid, output)
         return output.reward

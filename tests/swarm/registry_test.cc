@@ -454,6 +454,11 @@ TEST(RegistryBatch, ThrottlePolicyFieldsShowInPoolInfoAndBuffer) {
       EXPECT_EQ(e["optional_task_id"], "math-7");
       EXPECT_EQ(e["episode_type"], "train");
       EXPECT_DOUBLE_EQ(e["latest_activity_timestamp"].get<double>(), 1000.0);
+      // Upstream's EpisodeStatus fields, all present; the key is never handed out here.
+      EXPECT_EQ(e["openai_base_url"], "http://127.0.0.1:10086/v1");
+      EXPECT_EQ(e["openai_api_key"], "");
+      EXPECT_EQ(e["zmq_listen_result_addr"], "");
+      EXPECT_EQ(e["debug_log"], "");
     }
   }
   h.end("c1", a, "math-7", 1);
