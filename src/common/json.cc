@@ -47,6 +47,7 @@ class LocatingSax {
     // The failed value never reached element(): in an array, it is the one after the last counted.
     if (!frames_.empty() && frames_.back().array) ++frames_.back().index;
     fail_at(reason);
+    return false;  // not reached: fail_at throws
   }
 
  private:

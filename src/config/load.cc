@@ -349,7 +349,7 @@ void settle_unused_choices(Config& config, const Ctx& ctx) {
   if (!tc.use_kl_loss && std::find(kKl.begin(), kKl.end(), tc.kl_loss_type) == kKl.end()) {
     ctx.warn(std::string(ctx.source) + ": ajet.trainer_common.kl_loss_type '" + tc.kl_loss_type +
              "' is not supported here (low_var_kl, k1, k3), and use_kl_loss is false: ignored");
-    tc.kl_loss_type = TrainerCommonConfig{}.kl_loss_type;
+    tc.kl_loss_type = kKl.front();  // low_var_kl, config.h's default
   }
 }
 

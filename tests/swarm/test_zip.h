@@ -27,7 +27,7 @@ struct ZipMember {
   std::string data;
   uint32_t unix_mode = 0100644;  // S_IFLNK (0120777) makes a symbolic link
   bool deflate = false;
-  std::optional<uint32_t> declared_size;  // what the headers claim; default: the true size
+  std::optional<uint32_t> declared_size = std::nullopt;  // what the headers claim; default: the true size
 };
 
 // Raw deflate (no zlib header), as zip stores it.
