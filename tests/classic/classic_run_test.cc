@@ -168,8 +168,12 @@ TEST(ClassicRun, DynamicSamplingSamplesUntilEnoughGroupsCarryASignal) {
     EXPECT_LE(batches, 3) << rec.dump();
     EXPECT_EQ(s["groups"].get<int64_t>(), batches * 2) << rec.dump();
     // It stopped early only with enough signal, and sampled on only without it.
-    if (batches < 3) EXPECT_GE(informative, 2) << rec.dump();
-    if (batches > 1) EXPECT_LE(informative, 1 + 2) << rec.dump();  // fewer than 2 before the last batch
+    if (batches < 3) {
+      EXPECT_GE(informative, 2) << rec.dump();
+    }
+    if (batches > 1) {
+      EXPECT_LE(informative, 1 + 2) << rec.dump();  // fewer than 2 before the last batch
+    }
     EXPECT_LE(informative, s["groups"].get<int64_t>()) << rec.dump();
     EXPECT_EQ(rec["rollout"]["episodes"].get<int64_t>(), batches * 2 * 4) << rec.dump();
     more_than_one += batches > 1 ? 1 : 0;

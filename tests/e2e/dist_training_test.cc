@@ -87,7 +87,9 @@ std::vector<float> floats(const hf::TensorView& t) {
 double max_abs_difference(const fs::path& a_dir, const fs::path& b_dir, bool same_names) {
   hf::SafetensorsCheckpoint a = hf::SafetensorsCheckpoint::open(a_dir);
   hf::SafetensorsCheckpoint b = hf::SafetensorsCheckpoint::open(b_dir);
-  if (same_names) EXPECT_EQ(a.names(), b.names());
+  if (same_names) {
+    EXPECT_EQ(a.names(), b.names());
+  }
   double worst = 0;
   for (const std::string& name : a.names()) {
     auto tb = b.find(name);
