@@ -17,6 +17,7 @@
 #include "classic/metrics.h"
 #include "classic/store_peek.h"
 #include "classic/swarm_child.h"
+#include "common/clock.h"
 #include "common/mix.h"
 #include "classic/workflow.h"
 #include "client/swarm_client.h"
@@ -33,10 +34,6 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 uint64_t mix(uint64_t a, uint64_t b) {  // splitmix-style combination for per-episode env seeds
   return splitmix64_finalize(a * kGoldenGamma + b + 0x632BE59BD9B4E5ULL);

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <mutex>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/fs.h"
 #include "common/log.h"
@@ -21,10 +22,6 @@ namespace ajet::engine {
 namespace fs = std::filesystem;
 
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 // A checkpoint directory as given, or the latest one under a base directory.
 fs::path resolve_checkpoint(const fs::path& dir) {

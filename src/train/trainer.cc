@@ -8,6 +8,7 @@
 #include <map>
 #include <sstream>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "tracking/packing.h"
 #include "train/packed_forward.h"
@@ -17,7 +18,6 @@ namespace ajet::train {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // One packed sequence ready for the model, and where each trained term's logprob lives in it.
 struct MicroBatch {
