@@ -54,6 +54,11 @@ void LlmCall::push(std::string chunk) {
   stream_->push(std::move(chunk));
 }
 
+bool LlmCall::done() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return finished_;
+}
+
 void LlmCall::heartbeat(std::chrono::steady_clock::duration idle) {
   std::lock_guard<std::mutex> lock(mu_);
   if (setup_.kind != CallSetup::Kind::kMessages || !streaming_ || finished_ || cancelled_.load()) return;
@@ -276,8 +281,7 @@ void LlmCall::close_choice(size_t i) {
     return;
   }
   if (setup_.kind == CallSetup::Kind::kResponses) {
-    push(responses_->close(setup_.meta, out, response_items(responses_->message_id(), out),
-                           c.finish_reason(tools) == "length", prompt_tokens_, completion_tokens()));
+    push(responses_->close(setup_.meta, out, c.finish_reason(tools) == "length", prompt_tokens_, completion_tokens()));
     closed_[i] = true;
     return;
   }
@@ -298,10 +302,7 @@ void LlmCall::on_done() {
     std::lock_guard<std::mutex> lock(mu_);
     if (finished_) return;
     aborted = engine_aborted_;
-    if (!aborted) {
-      finished_ = true;
-      finished_flag_.store(true);
-    }
+    if (!aborted) finished_ = true;
   }
   if (aborted) {
     // The engine ended the request itself (it is stopping): a retryable error, nothing recorded.
@@ -356,7 +357,6 @@ void LlmCall::on_error(ErrorCode code, const std::string& message) {
     std::lock_guard<std::mutex> lock(mu_);
     if (finished_) return;
     finished_ = true;
-    finished_flag_.store(true);
     if (cancelled_.load()) return;
     const int status = code == ErrorCode::kInvalidArgument     ? 400
                        : code == ErrorCode::kResourceExhausted ? 413
@@ -395,7 +395,7 @@ Json LlmCall::response_json() const {
   if (setup_.kind == CallSetup::Kind::kResponses) {
     const ChoiceState& c = choices_[0];
     const text::ParsedOutput& out = *finals_[0];
-    return responses_json(setup_.meta, &out, response_items(responses_->message_id(), out),
+    return responses_json(setup_.meta, &out, responses_->items(out),
                           c.finish_reason(!out.tool_calls.empty()) == "length", prompt_tokens_, completion_tokens());
   }
   Json choices = Json::array();

@@ -82,7 +82,7 @@ class LlmCall : public std::enable_shared_from_this<LlmCall> {
   // A streamed Messages call that sent nothing for `idle` sends an empty text_delta, so that idle
   // watchdogs (Claude Code's) do not abort a long prefill or a queued request. Any thread.
   void heartbeat(std::chrono::steady_clock::duration idle);
-  bool done() const { return finished_flag_.load(); }
+  bool done();  // answered or failed (the heartbeat thread drops it then)
 
  private:
   void on_frame(rpc::Frame&& frame);
@@ -113,7 +113,6 @@ class LlmCall : public std::enable_shared_from_this<LlmCall> {
   std::atomic<uint64_t> request_id_{0};
   std::atomic<bool> cancelled_{false};
   std::atomic<bool> abort_wanted_{false};
-  std::atomic<bool> finished_flag_{false};
 
   std::mutex mu_;  // the fields below (callbacks are serial, but start() and callbacks may overlap)
   std::vector<ChoiceState> choices_;

@@ -242,9 +242,14 @@ std::string ResponsesEvents::text_delta(std::string_view text) {
                                                   {"logprobs", Json::array()}});
 }
 
-std::string ResponsesEvents::close(const ResponseMeta& meta, const text::ParsedOutput& output,
-                                   const ResponseItems& items, bool length, int64_t input_tokens,
-                                   int64_t output_tokens) {
+const ResponseItems& ResponsesEvents::items(const text::ParsedOutput& output) const {
+  if (!items_) items_ = response_items(message_id_, output);
+  return *items_;
+}
+
+std::string ResponsesEvents::close(const ResponseMeta& meta, const text::ParsedOutput& output, bool length,
+                                   int64_t input_tokens, int64_t output_tokens) {
+  const ResponseItems& items = this->items(output);
   std::string out = event("response.output_text.done", Json{{"item_id", message_id_},
                                                             {"output_index", 0},
                                                             {"content_index", 0},

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -47,14 +48,16 @@ class ResponsesEvents {
   std::string text_delta(std::string_view text);
   // output_text.done, content_part.done, the message item's done; per function call its item added,
   // arguments delta and done, item done; response.completed (or response.incomplete).
-  std::string close(const ResponseMeta& meta, const text::ParsedOutput& output, const ResponseItems& items,
-                    bool length, int64_t input_tokens, int64_t output_tokens);
+  std::string close(const ResponseMeta& meta, const text::ParsedOutput& output, bool length, int64_t input_tokens,
+                    int64_t output_tokens);
   std::string error(std::string_view code, std::string_view message);
-  const std::string& message_id() const { return message_id_; }
+  // The answer's item ids, made on first use: the stream and the stored body name the same items.
+  const ResponseItems& items(const text::ParsedOutput& output) const;
 
  private:
   std::string event(std::string_view type, Json data);
   std::string message_id_;
+  mutable std::optional<ResponseItems> items_;
   std::string text_;  // sent so far
   int64_t sequence_ = 0;
 };
