@@ -183,8 +183,7 @@ void Registry::restore(const store::RecoveredState& recovered) {
       e.episode_type = row.episode_type;
       e.optional_task_id = row.optional_task_id;
       e.claimed_at = row.claimed_at;
-      e.latest_activity = now;
-      e.client_seen = now;
+      e.seen(now);
       e.discard_episode_timeout = row.discard_episode_timeout;
       for (const auto& call : claimed.calls) {
         e.call_indices.push_back(call.call_index);
@@ -366,8 +365,7 @@ ClaimResponse Registry::claim_episode(const ClaimRequest& request) {
   e.client_uuid = request.client_uuid;
   e.episode_type = request.episode_type;
   e.claimed_at = now;
-  e.latest_activity = now;
-  e.client_seen = now;
+  e.seen(now);
   e.discard_episode_timeout = request.discard_episode_timeout;
   e.llm_call_count = 0;
   e.optional_task_id = request.throttle_policy ? request.throttle_policy->current_task_id : "";
@@ -441,8 +439,7 @@ LlmCallTicket Registry::begin_llm_call(const std::string& episode_uuid) {
   if (e.state == State::kEnding) fail(ErrorCode::kNotFound, "Episode " + episode_uuid + " has ended.");
   e.llm_call_count += 1;
   e.calls_in_flight += 1;
-  e.latest_activity = now;
-  e.client_seen = now;
+  e.seen(now);
   touch_client_locked(e.client_uuid, now);
   return LlmCallTicket{e.uuid, e.episode_type, e.client_uuid, e.next_call_index++};
 }
@@ -453,8 +450,7 @@ void Registry::end_llm_call(const std::string& episode_uuid) {
   auto it = live_.find(episode_uuid);
   if (it == live_.end() || it->second.calls_in_flight == 0) return;
   it->second.calls_in_flight -= 1;
-  it->second.latest_activity = now;
-  it->second.client_seen = now;
+  it->second.seen(now);
 }
 
 CallInFlight::~CallInFlight() {
@@ -467,8 +463,7 @@ bool Registry::record_llm_call(store::CallRow call) {
   auto it = live_.find(call.episode_uuid);
   if (it == live_.end() || it->second.state != State::kClaimed) return false;
   Episode& e = it->second;
-  e.latest_activity = now;
-  e.client_seen = now;
+  e.seen(now);
   e.call_indices.push_back(call.call_index);
   e.next_call_index = std::max(e.next_call_index, call.call_index + 1);
   for (int32_t v : call.policy_versions) {

@@ -244,6 +244,8 @@ class Registry {
     // moves it. The batch-boundary drain judges liveness by it: a dead client's episode must not look
     // alive again after every boundary because the idle clock restarted.
     double client_seen = 0;
+    // A sign of life from the client: both clocks start again.
+    void seen(double now) { latest_activity = client_seen = now; }
     double discard_episode_timeout = -1;
     int64_t llm_call_count = 0;
     int64_t calls_in_flight = 0;  // begun and not yet ended: the episode is active
@@ -284,7 +286,11 @@ class Registry {
   bool claims_paused_locked() const;
   // False while an agree-based boundary must stay visible (RegistryOptions::agree_boundary_dwell).
   bool agree_boundary_shown_locked(double now) const;
-  // Train episodes the ROLLING_POST drain waits for (see RegistryOptions::drain_idle_grace).
+  // Until when the ROLLING_POST drain waits for `e` (RegistryOptions::drain_idle_grace): +inf while a
+  // call runs or its end commits, its client's last sign of life + the grace otherwise, -inf for an
+  // episode it never waits for (not a claimed train episode).
+  double drain_waits_until_locked(const Episode& e) const;
+  // Train episodes the ROLLING_POST drain waits for now.
   size_t train_alive_locked(double now) const;
   void refresh_activity_locked(double now);
   void end_committed(const std::string& uuid, const EndRequest& request, std::exception_ptr error,

@@ -2,6 +2,9 @@
 // backbone's recording, and the janitor sweep.
 #include <fmt/format.h>
 
+#include <cmath>
+#include <limits>
+
 #include "store/store.h"
 #include "swarm/registry.h"
 
@@ -22,12 +25,16 @@ bool Registry::claims_paused_locked() const {
   return int64_t(training_.size() + (ready_ ? 1 : 0)) > options_.max_staleness;
 }
 
+double Registry::drain_waits_until_locked(const Episode& e) const {
+  constexpr double kForever = std::numeric_limits<double>::infinity();
+  if (e.episode_type != "train" || e.state == State::kRegistered) return -kForever;
+  if (e.state == State::kEnding || e.calls_in_flight > 0) return kForever;
+  return e.client_seen + options_.drain_idle_grace;
+}
+
 size_t Registry::train_alive_locked(double now) const {
   size_t n = 0;
-  for (const auto& [uuid, e] : live_) {
-    if (e.episode_type != "train" || e.state == State::kRegistered) continue;
-    n += (e.state == State::kEnding || e.calls_in_flight > 0 || now - e.client_seen < options_.drain_idle_grace) ? 1 : 0;
-  }
+  for (const auto& [uuid, e] : live_) n += now < drain_waits_until_locked(e) ? 1 : 0;
   return n;
 }
 
@@ -38,9 +45,8 @@ std::optional<std::chrono::milliseconds> Registry::next_sweep_due() const {
   std::optional<double> soonest;
   if (!agree_boundary_shown_locked(now)) soonest = rolling_post_since_ + options_.agree_boundary_dwell - now;
   for (const auto& [uuid, e] : live_) {
-    if (e.episode_type != "train" || e.state != State::kClaimed || e.calls_in_flight > 0) continue;
-    const double left = e.client_seen + options_.drain_idle_grace - now;
-    if (left >= 0 && (!soonest || left < *soonest)) soonest = left;
+    const double left = drain_waits_until_locked(e) - now;
+    if (left >= 0 && std::isfinite(left) && (!soonest || left < *soonest)) soonest = left;
   }
   if (!soonest) return std::nullopt;
   return std::chrono::milliseconds(int64_t(*soonest * 1000) + 10);

@@ -78,8 +78,7 @@ void Registry::end_episode(EndRequest request, std::function<void(std::optional<
     if (verdict.proceed) {
       Episode& e = live_.at(request.episode_uuid);
       e.state = State::kEnding;  // no more calls are recorded; concurrent ends are refused
-      e.latest_activity = now;
-      e.client_seen = now;
+      e.seen(now);
       row.uuid = e.uuid;
       row.client_uuid = e.client_uuid;
       row.episode_type = e.episode_type;
