@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "common/fs.h"
 #include "common/json.h"
+#include "common/proc.h"
 #include "common/time_text.h"
 
 namespace ajet::classic {
@@ -47,10 +48,8 @@ bool is_under(const std::string& arg, const std::string& dir) {
 // Gone, or a zombie its parent has not reaped yet.
 bool process_gone(pid_t pid) {
   if (::kill(pid, 0) != 0) return true;
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const size_t close = stat.rfind(')');
-  return close == std::string::npos || (close + 2 < stat.size() && stat[close + 2] == 'Z');
+  std::vector<std::string> fields = proc_stat_fields(pid);
+  return fields.empty() || fields[0] == "Z";
 }
 
 bool wait_gone(pid_t pid, std::chrono::milliseconds timeout) {

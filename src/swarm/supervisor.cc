@@ -13,11 +13,11 @@
 #include <ctime>
 #include <fstream>
 #include <functional>
-#include <sstream>
 #include <thread>
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/proc.h"
 #include "common/strings.h"
 #include "rpc/messages.h"
 #include "swarm/registry.h"
@@ -43,17 +43,8 @@ constexpr const char* kOwnerFile = "owner";  // "<pid> <start time>" of the fron
 // Field 22 of /proc/<pid>/stat: when the process started, in clock ticks since boot. With the pid it
 // names one process; a pid alone may have been reused since. Empty when the process is gone.
 std::string process_start_time(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat;
-  if (!std::getline(in, stat)) return "";
-  const size_t comm_end = stat.rfind(')');  // the command name may hold spaces and parentheses
-  if (comm_end == std::string::npos) return "";
-  std::istringstream fields(stat.substr(comm_end + 1));
-  std::string field;
-  for (int i = 3; i <= 22 && fields >> field; ++i) {
-    if (i == 22) return field;
-  }
-  return "";
+  std::vector<std::string> fields = proc_stat_fields(pid);
+  return fields.size() > 22 - 3 ? fields[22 - 3] : "";
 }
 
 // Removes the engine-socket directories of fronts that are gone (SIGKILLed fronts cannot clean up).
