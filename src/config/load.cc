@@ -1,6 +1,7 @@
 #include "config/load.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -339,19 +340,24 @@ Json::json_pointer pointer_of(const std::string& dotted) {
   return Json::json_pointer("/" + ptr);
 }
 
-}  // namespace
+bool is_kl_loss_type(const std::string& name) {
+  return std::find(kKlLossTypes.begin(), kKlLossTypes.end(), name) != kKlLossTypes.end();
+}
+
+std::string kl_loss_types_text() { return fmt::format("{}", fmt::join(kKlLossTypes, ", ")); }
 
 // Settings of switched-off features may hold values this build lacks (Field::choice_checked_when_used):
 // a warning, and the default stays, so the config still dumps and reloads.
 void settle_unused_choices(Config& config, const Ctx& ctx) {
   auto& tc = config.trainer_common;
-  static const std::vector<std::string> kKl = {"low_var_kl", "k1", "k3"};
-  if (!tc.use_kl_loss && std::find(kKl.begin(), kKl.end(), tc.kl_loss_type) == kKl.end()) {
+  if (!tc.use_kl_loss && !is_kl_loss_type(tc.kl_loss_type)) {
     ctx.warn(std::string(ctx.source) + ": ajet.trainer_common.kl_loss_type '" + tc.kl_loss_type +
-             "' is not supported here (low_var_kl, k1, k3), and use_kl_loss is false: ignored");
-    tc.kl_loss_type = kKl.front();  // low_var_kl, config.h's default
+             "' is not supported here (" + kl_loss_types_text() + "), and use_kl_loss is false: ignored");
+    tc.kl_loss_type = kKlLossTypes.front();  // config.h's default
   }
 }
+
+}  // namespace
 
 LoadedConfig parse_config(std::string_view yaml_text, std::string_view source, ConfigUse use) {
   YAML::Node root;
@@ -445,8 +451,8 @@ void validate(const Config& config, std::string_view source) {
   relation(config.task_judge.judge_type != "builtin" || config.task_judge.judge_protocol.has_value(),
            "ajet.task_judge.judge_type is builtin but ajet.task_judge.judge_protocol is not set");
   const auto& tc = config.trainer_common;
-  relation(!tc.use_kl_loss || tc.kl_loss_type == "low_var_kl" || tc.kl_loss_type == "k1" || tc.kl_loss_type == "k3",
-           "ajet.trainer_common.kl_loss_type must be one of [low_var_kl, k1, k3] when use_kl_loss is true, got '" +
+  relation(!tc.use_kl_loss || is_kl_loss_type(tc.kl_loss_type),
+           "ajet.trainer_common.kl_loss_type must be one of [" + kl_loss_types_text() + "] when use_kl_loss is true, got '" +
                tc.kl_loss_type + "'");
   relation(config.lora.lora_rank == 0 || config.lora.lora_alpha > 0,
            "ajet.lora.lora_alpha must be > 0 when ajet.lora.lora_rank > 0");

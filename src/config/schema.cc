@@ -134,7 +134,7 @@ std::vector<Field> config_fields(Config& c) {
   t.add("trainer_common.use_kl_loss", tc.use_kl_loss, "KL penalty to the frozen reference model");
   t.add("trainer_common.kl_loss_coef", tc.kl_loss_coef, "KL coefficient", {.min = 0});
   t.add("trainer_common.kl_loss_type", tc.kl_loss_type, "KL estimator (checked only with use_kl_loss)",
-        {.choices = {"low_var_kl", "k1", "k3"}, .choice_checked_when_used = true});
+        {.choices = kKlLossTypes, .choice_checked_when_used = true});
   t.add("trainer_common.clip_ratio_low", tc.clip_ratio_low, "PPO clip below 1", {.min = 0, .max = 1});
   t.add("trainer_common.clip_ratio_high", tc.clip_ratio_high, "PPO clip above 1", {.min = 0});
   t.add("trainer_common.clip_ratio_c", tc.clip_ratio_c, "dual-clip constant for negative advantages", {.min = 1});
