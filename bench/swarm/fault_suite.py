@@ -679,6 +679,16 @@ class Suite:
             raise RuntimeError(f"{scenario}: the front died; its log:\n{front.output()[-4000:]}")
         return alive
 
+    def collect(self, fleet, front, scenario):
+        """Stops `fleet` and checks its work: (clients that needed SIGKILL to stop, events, the
+        acknowledged episodes, which join the suite's, and verify_stored's (lost, wrong, examples))."""
+        stuck = fleet.stop()
+        events = fleet.events()
+        acks = acked(events)
+        self.all_acks.update(acks)
+        self.check_front(front, scenario)
+        return stuck, events, acks, verify_stored(front.api(), acks)
+
     # -- 1. churn
     def churn(self, front, label, kill):
         a = self.args
@@ -714,14 +724,9 @@ class Suite:
         t1 = time.time()
         short_of_victims += quota
         snapshot = self.pool_snapshot(front)
-        stuck = fleet.stop()
-        events = fleet.events()
-        acks = acked(events)
-        self.all_acks.update(acks)
+        stuck, events, acks, (lost, wrong, examples) = self.collect(fleet, front, scenario)
         rate = sum(1 for e in events if e[1] == "A" and t0 <= e[0] <= t1) / (t1 - t0)
         gap, gap_at = claim_gap(events, t0, t1)
-        self.check_front(front, scenario)
-        lost, wrong, examples = verify_stored(front.api(), acks)
         rss1, fds1 = self.mem(f"after 1{label}", front)
         waits = collections.Counter(e[2] for e in events if e[1] == "W" and t0 <= e[0] <= t1)
         self.row(scenario, "acknowledged episodes/s", f"{rate:.1f}")
@@ -769,15 +774,9 @@ class Suite:
             time.sleep(0.02)
         new = front.note_engine()
         self.notes.append(f"3: engine pid {old} -> {new}")
-        front.note_engine()
         time.sleep(a.after)
         t_end = time.time()
-        fleet.stop()
-        events = fleet.events()
-        acks = acked(events)
-        self.all_acks.update(acks)
-        self.check_front(front, scenario)
-        lost, wrong, examples = verify_stored(api, acks)
+        _, events, acks, (lost, wrong, examples) = self.collect(fleet, front, scenario)
         window_end = (t_roll or t_end) + 1.0
         seen = collections.Counter()
         for e in events:
@@ -827,12 +826,7 @@ class Suite:
         new_engine = front.note_engine()
         time.sleep(a.after)
         t_end = time.time()
-        fleet.stop()
-        events = fleet.events()
-        acks = acked(events)
-        self.all_acks.update(acks)
-        self.check_front(front, scenario)
-        lost, wrong, examples = verify_stored(api, acks)
+        _, events, acks, (lost, wrong, examples) = self.collect(fleet, front, scenario)
         before = sum(1 for e in events if e[1] == "A" and e[0] < t_kill)
         after = sum(1 for e in events if e[1] == "A" and e[0] >= t_kill)
         claims_after = sum(1 for e in events if e[1] == "C" and t_roll and e[0] >= t_roll)
