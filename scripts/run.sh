@@ -100,10 +100,10 @@ sft() {  # [sft_seed=S] [sft_threads=T] sft FROM DEMOS OUT STEPS WARMUP LR MIN_L
 # and an order of seed + 1000k. The first to pass the gate wins and the others stop; when none passes,
 # the best by held-out success is kept. Copying appears abruptly at a step that varies from run to run
 # (docs/sft.md), so the race bounds the warm-up's time where one candidate alone sometimes needs 2-3x.
-race_sft() {  # race_sft DEMOS OUT STEPS
-  local demos_file="$1" out="$2" steps="$3" n="${AJET_SFT_CANDIDATES:-2}" k pids=() winner="" best=""
+race_sft() {  # race_sft DEMOS OUT STEPS SECONDS
+  local demos_file="$1" out="$2" steps="$3" seconds="$4" n="${AJET_SFT_CANDIDATES:-2}" k pids=() winner="" best=""
   local threads=$(( ${AJET_THREADS:-2} / n )); [ "$threads" -ge 1 ] || threads=1
-  say "sft: $n candidates race to 50% held-out greedy success (up to $steps steps of 4096 tokens, $threads thread(s) each)"
+  say "sft: $n candidates race to 50% held-out greedy success (up to $steps steps of 4096 tokens or $seconds s, $threads thread(s) each)"
   for (( k = 0; k < n; k++ )); do
     local init="$init_dir" cand="$work/models/sft-candidate$k"
     if [ "$k" -gt 0 ]; then
@@ -117,6 +117,7 @@ race_sft() {  # race_sft DEMOS OUT STEPS
     rm -rf "$cand"
     sft_seed=$((seed + 1000 * k)) sft_threads="$threads" sft "$init" "$demos_file" "$cand" "$steps" 30 2e-3 0.3 \
       --eval-task calc --eval-n 50 --eval-seed "$seed" --eval-every 50 --stop-at-success "${AJET_SFT_STOP_AT:-0.5}" \
+      --max-seconds "$seconds" \
       > >(sed -u "s/^/  [candidate $k] /") 2>&1 &
     pids+=($!)
   done
@@ -158,13 +159,20 @@ PY
   say "sft: model past the gate: $out"
   for (( k = 0; k < n; k++ )); do rm -rf "$work/models/sft-candidate$k"; done
 }
+# The 10-minute budget is shared out as it goes (seconds, counted from the end of the build): RL gets
+# AJET_RL_SECONDS (150: ~20 GRPO steps of ~6 s on 2 cores, by which T=1 success has caught up with greedy
+# success in the measured runs, plus start-up and validation); the race to the gate gets what is left
+# but that and the second stage's minimum of 60 s; the second stage gets what the race left.
+budget="${AJET_BUDGET_S:-600}" rl_seconds="${AJET_RL_SECONDS:-150}"
+left_s() { echo $(( budget - ($(date +%s) - start) )); }
 if [ ! -f "$sft_model/config.json" ]; then
   if [ "$task" = calc ]; then
     # Stage 1: correct demos until the model copies (the race to the 50% gate) → models/calc-gate.
     gate_model="$work/models/calc-gate"
     if [ ! -f "$gate_model/config.json" ]; then
       demos calc-demos-correct --n 20000 --correct-ratio 1.0 --seed "$seed"
-      race_sft "$work/calc-demos-correct.jsonl" "$gate_model" "${AJET_SFT_STEPS:-1000}"
+      race_s=$(( $(left_s) - rl_seconds - 60 )); [ "$race_s" -ge 30 ] || race_s=30
+      race_sft "$work/calc-demos-correct.jsonl" "$gate_model" "${AJET_SFT_STEPS:-1000}" "$race_s"
     else
       say "sft: reusing $gate_model"
     fi
@@ -174,19 +182,14 @@ if [ ! -f "$sft_model/config.json" ]; then
     # the demos' mistakes part of the time: RL starts from a policy that knows the task and still errs
     # (T=1 ~50-60%), and removes the mistakes. Trained on correct demos alone, T=1 success would follow
     # greedy up (~75%) and leave RL little to do (docs/sft.md, "Runs of 2026-12-02, second session").
-    # The stage gets at most 40% of the time left, at the race's measured step time.
+    # The stage trains until RL's share of the budget is all that is left (--max-seconds), its cosine
+    # fitted to that time (--fit-schedule: the schedule's length follows the measured step time), at most
+    # AJET_SFT2_STEPS steps. The longer it trains, the better the model copies, which is what sets the
+    # final success (docs/sft.md, "Runs of 2026-12-02, fourth session").
     demos calc-demos-mix70 --n 20000 --correct-ratio 0.7 --seed "$((seed + 100))"
-    stage2=$(python3 - "$gate_model/sft_report.json" "${AJET_SFT2_STEPS:-300}" \
-      "$(( ${AJET_BUDGET_S:-600} - ($(date +%s) - start) ))" <<'PY'
-import json, sys
-rep, steps, left = json.load(open(sys.argv[1])), int(sys.argv[2]), int(sys.argv[3])
-# The race ran its candidates on one thread each; alone with every thread a step takes ~0.7 of that.
-per_step = 0.7 * rep["train_seconds"] / max(1, rep["steps"])
-print(max(50, min(steps, int(0.4 * max(0, left) / max(per_step, 1e-3)))))
-PY
-    )
-    sft "$gate_model" "$work/calc-demos-mix70.jsonl" "$sft_model" "$stage2" 10 1e-3 0.3 \
-      --eval-task calc --eval-n 50 --eval-seed "$seed" --eval-every 100
+    stage2_s=$(( $(left_s) - rl_seconds )); [ "$stage2_s" -ge 30 ] || stage2_s=30
+    sft "$gate_model" "$work/calc-demos-mix70.jsonl" "$sft_model" "${AJET_SFT2_STEPS:-1000}" 10 1e-3 0.3 \
+      --eval-task calc --eval-n 50 --eval-seed "$seed" --eval-every 100 --max-seconds "$stage2_s" --fit-schedule
   else
     demos frozenlake-demos --n 2000 --correct-ratio 0.5 --error-mix 0,1,0 --seed "$((seed + 4))"
     sft "$init_dir" "$work/frozenlake-demos.jsonl" "$sft_model" "${AJET_SFT_STEPS:-150}" 20 2e-3 0.25
@@ -202,7 +205,7 @@ fi
 rl_flags=(--set "ajet.model.path=$sft_model" --set "ajet.engine.seed=$seed" --set "ajet.task_reader.shuffle_seed=$seed"
           --set "ajet.task_reader.builtin.seed=$seed")
 if [ "$task" = calc ]; then
-  left=$(( ${AJET_BUDGET_S:-600} - ($(date +%s) - start) - 10 ))
+  left=$(( $(left_s) - 10 ))
   [ "$left" -ge 60 ] || left=60
   rl_flags+=(--set "ajet.trainer_common.max_training_seconds=$left")
 fi

@@ -165,6 +165,7 @@ void run_sft_command(const SftArgs& args) {
     invalid_argument("--stop-at-success needs --eval-task and --eval-every N (it stops after an evaluation during training)");
   }
   if (args.stop_at_success > 1) invalid_argument("--stop-at-success must be a success rate in [0, 1]");
+  if (args.sft.fit_schedule_to_time && args.sft.max_seconds <= 0) invalid_argument("--fit-schedule needs --max-seconds S > 0");
   if (!args.eval_task.empty()) tasks::builtin_task(args.eval_task);  // names the known tasks when wrong
   model::configure_threads(args.threads);
   log().info("compute: {}", model::describe_compute_backend());
@@ -215,14 +216,14 @@ void run_sft_command(const SftArgs& args) {
   int64_t best_step = -1, last_eval_step = -1;
   EvalResult best_eval, last_eval;
   const std::vector<train::SftStep> steps = train::run_sft(model, set.examples, sft, [&](const train::SftStep& s) {
-    if (s.step == 1 || s.step % std::max<int64_t>(1, args.log_every) == 0 || s.step == args.sft.steps) {
+    if (s.step == 1 || s.step % std::max<int64_t>(1, args.log_every) == 0 || s.step == s.planned_steps) {
       std::printf("step %lld/%lld loss %.4f lr %.2e grad_norm %.2f demos %lld tokens %lld (shared prefix %lld) (%.2f s)\n",
-                  static_cast<long long>(s.step), static_cast<long long>(args.sft.steps), s.loss, s.lr, s.grad_norm,
+                  static_cast<long long>(s.step), static_cast<long long>(s.planned_steps), s.loss, s.lr, s.grad_norm,
                   static_cast<long long>(s.examples), static_cast<long long>(s.tokens),
                   static_cast<long long>(s.shared_prefix), s.seconds);
       std::fflush(stdout);
     }
-    if (!args.eval_task.empty() && args.eval_every > 0 && s.step % args.eval_every == 0 && s.step < args.sft.steps) {
+    if (!args.eval_task.empty() && args.eval_every > 0 && s.step % args.eval_every == 0 && s.step < s.planned_steps) {
       const EvalResult e = evaluate(model, format, args);
       last_eval_step = s.step;
       last_eval = e;
@@ -234,7 +235,8 @@ void run_sft_command(const SftArgs& args) {
         best_eval = e;
       }
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      const double eta = elapsed / static_cast<double>(s.step) * static_cast<double>(args.sft.steps - s.step);
+      double eta = elapsed / static_cast<double>(s.step) * static_cast<double>(s.planned_steps - s.step);
+      if (args.sft.max_seconds > 0) eta = std::min(eta, std::max(0.0, args.sft.max_seconds - elapsed));
       std::printf("eval at step %lld: %s held-out success %.1f%% (best %.1f%% at step %lld) over %lld episodes (%.1f s); "
                   "%.0f s so far, at most %.0f s to go\n",
                   static_cast<long long>(s.step), args.eval_task.c_str(), 100 * e.success, 100 * best_eval.success,
@@ -251,6 +253,11 @@ void run_sft_command(const SftArgs& args) {
     }
   });
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (static_cast<int64_t>(steps.size()) < args.sft.steps && !stop) {
+    std::printf("sft: time limit (--max-seconds %.0f) reached: stopping after step %lld of %lld (%.0f s)\n",
+                args.sft.max_seconds, static_cast<long long>(steps.size()), static_cast<long long>(args.sft.steps), seconds);
+    report["stopped_at_time"] = OrderedJson{{"step", static_cast<int64_t>(steps.size())}, {"seconds", seconds}};
+  }
   // Process CPU time: on a shared machine it says what the run costs when wall time cannot.
   const double cpu_seconds = static_cast<double>(std::clock() - cpu0) / CLOCKS_PER_SEC;
   const double loss_after = train::sft_loss(model, probe);
@@ -332,6 +339,14 @@ const CommandRegistration kRegistration("sft", [](CLI::App& app) {
   cmd->add_option("--stop-at-success", a->stop_at_success,
                   "Stop training after the first --eval-every evaluation whose held-out success reaches this rate (0-1); "
                   "the lr schedule still spans --steps");
+  cmd->add_option("--max-seconds", a->sft.max_seconds,
+                  "Stop training when the next step would end after this many seconds (evaluations included; 0: no "
+                  "limit); the run then ends as if --steps were done (final evaluation, best model kept, saved)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--fit-schedule", a->sft.fit_schedule_to_time,
+                "With --max-seconds: end the lr cosine when the time ends (its length re-estimated every step from the "
+                "measured step time, at most --steps), instead of cutting it off");
   cmd->add_option("--eval-every", a->eval_every, "Also evaluate every N steps during training (0: only before and after)")
       ->capture_default_str();
   cmd->add_flag("!--no-share-prefix", a->sft.share_prefix,

@@ -211,6 +211,8 @@ void validate(const SftOptions& o) {
   if (!(o.weight_decay >= 0)) invalid_argument("sft: weight_decay must be >= 0");
   if (o.attention_block < 1) invalid_argument("sft: attention_block must be >= 1");
   if (o.workers < 1) invalid_argument("sft: workers must be >= 1, got " + std::to_string(o.workers));
+  if (!(o.max_seconds >= 0) || !std::isfinite(o.max_seconds)) invalid_argument("sft: max_seconds must be >= 0 (0: no limit)");
+  if (o.fit_schedule_to_time && o.max_seconds <= 0) invalid_argument("sft: fit_schedule_to_time needs max_seconds > 0");
 }
 
 // `examples` cut into at most `parts` consecutive runs of about equal token count, none empty.
@@ -248,9 +250,9 @@ int sft_worker_threads(int64_t workers) {
   return std::max(1, at::get_num_threads() / static_cast<int>(std::max<int64_t>(1, workers)));
 }
 
-double sft_learning_rate(const SftOptions& o, int64_t step) {
+double sft_learning_rate(const SftOptions& o, int64_t step, int64_t total_steps) {
   if (step < o.warmup_steps) return o.lr * static_cast<double>(step + 1) / static_cast<double>(o.warmup_steps);
-  const int64_t span = o.steps - o.warmup_steps;
+  const int64_t span = (total_steps < 0 ? o.steps : total_steps) - o.warmup_steps;
   if (span <= 1) return o.lr;
   const double q = static_cast<double>(step - o.warmup_steps) / static_cast<double>(span - 1);
   const double cosine = 0.5 * (1 + std::cos(std::numbers::pi * std::min(1.0, q)));
@@ -283,8 +285,19 @@ std::vector<SftStep> run_sft(model::Qwen2Model& model, const std::vector<SftExam
   size_t next = 0;
 
   std::vector<SftStep> out;
+  const auto run_start = std::chrono::steady_clock::now();
+  int64_t planned = options.steps;
   for (int64_t s = 0; s < options.steps; ++s) {
     const auto t0 = std::chrono::steady_clock::now();
+    if (options.max_seconds > 0 && s > 0) {
+      const double elapsed = std::chrono::duration<double>(t0 - run_start).count();
+      const double per_step = elapsed / static_cast<double>(s);
+      if (elapsed + per_step > options.max_seconds) break;
+      if (options.fit_schedule_to_time) {
+        const auto fit = s + static_cast<int64_t>((options.max_seconds - elapsed) / std::max(per_step, 1e-9));
+        planned = std::clamp<int64_t>(fit, s + 1, options.steps);
+      }
+    }
     if (next >= order.size()) {
       reshuffle();
       next = 0;
@@ -293,7 +306,8 @@ std::vector<SftStep> run_sft(model::Qwen2Model& model, const std::vector<SftExam
     SftStep m;
     m.step = s + 1;
     m.examples = static_cast<int64_t>(batch.size());
-    m.lr = sft_learning_rate(options, s);
+    m.lr = sft_learning_rate(options, s, planned);
+    m.planned_steps = planned;
     optimizer.zero_grad();
     // One part (workers 1) runs on this thread with all its threads; several run side by side.
     std::vector<PackedBatch> parts;

@@ -79,6 +79,15 @@ struct SftOptions {
   // Checked after every step (after on_step): when it reads true, training stops there. The schedule
   // still spans `steps`. Lets a caller stop on a condition it measures (`ajet sft --stop-at-success`).
   const std::atomic<bool>* stop = nullptr;
+  // Wall-clock limit of the training loop in seconds (0: none), on_step's time (evaluations) included:
+  // no step starts that would end after it, at the mean step time so far. A run that stops there ran
+  // fewer than `steps` steps.
+  double max_seconds = 0;
+  // With max_seconds: the cosine ends when the time does. Before each step the schedule's length is
+  // re-estimated as the steps that fit in max_seconds at the mean step time so far (at most `steps`),
+  // so a run sized for a slower or faster machine still decays to min_lr_ratio * lr. Without it the
+  // schedule spans `steps` and a time limit cuts it off.
+  bool fit_schedule_to_time = false;
 };
 
 struct SftStep {
@@ -91,13 +100,14 @@ struct SftStep {
   int64_t shared_prefix = 0;   // tokens of the prefix packed once for all the step's demos (per worker part)
   int64_t trained_tokens = 0;
   double seconds = 0;          // wall time of this step
+  int64_t planned_steps = 0;   // the schedule's length when this step ran (`steps`, or fewer with fit_schedule_to_time)
 };
 
 // Intra-op threads each of `workers` worker threads gets: this thread's count shared out, at least one.
 int sft_worker_threads(int64_t workers);
 
-// Learning rate of 0-based step `step`.
-double sft_learning_rate(const SftOptions& options, int64_t step);
+// Learning rate of 0-based step `step` of a schedule `total_steps` long (options.steps when omitted).
+double sft_learning_rate(const SftOptions& options, int64_t step, int64_t total_steps = -1);
 
 // Trains `model` in place (full fine-tuning, train mode during steps). Calls on_step after every step.
 // Deterministic for a given model, examples, options and thread count. Throws Error(kInvalidArgument)

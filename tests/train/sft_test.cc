@@ -154,6 +154,21 @@ TEST(SftSchedule, WarmupThenCosine) {
   EXPECT_GT(sft_learning_rate(o, 6), 0.1);
 }
 
+// A schedule fitted to fewer steps (fit_schedule_to_time) decays over those: it reaches the floor at
+// its own last step, with the same warmup.
+TEST(SftSchedule, AShorterTotalEndsTheCosineSooner) {
+  SftOptions o;
+  o.steps = 100;
+  o.lr = 1.0;
+  o.warmup_steps = 2;
+  o.min_lr_ratio = 0.1;
+  EXPECT_DOUBLE_EQ(sft_learning_rate(o, 1, 11), 1.0);
+  EXPECT_NEAR(sft_learning_rate(o, 10, 11), 0.1, 1e-12);
+  EXPECT_DOUBLE_EQ(sft_learning_rate(o, 6, 11), sft_learning_rate(SftOptions{.steps = 11, .lr = 1.0, .warmup_steps = 2,
+                                                                             .min_lr_ratio = 0.1}, 6));
+  EXPECT_GT(sft_learning_rate(o, 10), 0.9);  // the full schedule has hardly decayed at step 10
+}
+
 model::Qwen2Model micro_model(const text::Tokenizer& tok, uint64_t seed) {
   hf::ModelConfig c = model::preset_config("micro", static_cast<int64_t>(tok.vocab_size()));
   model::Qwen2Model m(c);
@@ -217,7 +232,30 @@ TEST(Sft, StepsLowerTheDemoLossDeterministicallyAndTheModelSaves) {
   model::Qwen2Model loaded = model::load_model_dir(dir / "model");
   EXPECT_NEAR(sft_loss(loaded, set.examples), after, 1e-5);
 
+  // A time limit no step fits in stops after the first step (no step starts that would end after it);
+  // fitted to it, that step's schedule is one step long. A limit never reached changes nothing.
+  model::Qwen2Model c = micro_model(tok, 11);
+  SftOptions timed = o;
+  timed.max_seconds = 1e-9;
+  timed.fit_schedule_to_time = true;
+  const std::vector<SftStep> one = run_sft(c, set.examples, timed);
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].planned_steps, 25);  // the first step runs before any time is measured
+  model::Qwen2Model d = micro_model(tok, 11);
+  timed.max_seconds = 1e9;
+  const std::vector<SftStep> untimed = run_sft(d, set.examples, timed);
+  ASSERT_EQ(untimed.size(), steps.size());
+  for (size_t i = 0; i < steps.size(); ++i) {
+    EXPECT_DOUBLE_EQ(untimed[i].lr, steps[i].lr) << "step " << i + 1;
+    EXPECT_EQ(untimed[i].planned_steps, 25);
+  }
+
   // Bad options are named.
+  timed.max_seconds = 0;
+  EXPECT_THROW(run_sft(a, set.examples, timed), Error);  // fit_schedule_to_time without a limit
+  timed.fit_schedule_to_time = false;
+  timed.max_seconds = -1;
+  EXPECT_THROW(run_sft(a, set.examples, timed), Error);
   o.lr = 0;
   EXPECT_THROW(run_sft(a, set.examples, o), Error);
   o.lr = 1e-3;
