@@ -178,7 +178,7 @@ if [ ! -f "$sft_model/config.json" ]; then
     fi
     # Stage 2: demos of which 70% are correct and 30% make one of calc's three mistakes (a wrong
     # expression, a miscopied result, no tool). The model keeps learning to copy from the correct ones
-    # (greedy success climbs from the gate's ~50-65% to ~80-90%), while sampling at temperature 1 makes
+    # (greedy success climbs from the gate's ~50-70% to ~93-99%), while sampling at temperature 1 makes
     # the demos' mistakes part of the time: RL starts from a policy that knows the task and still errs
     # (T=1 ~50-60%), and removes the mistakes. Trained on correct demos alone, T=1 success would follow
     # greedy up (~75%) and leave RL little to do (docs/sft.md, "Runs of 2026-12-02, second session").
