@@ -35,7 +35,7 @@
 #include "http/client.h"
 #include "rpc/client.h"
 #include "rpc/messages.h"
-#include "swarm/subprocess.h"
+#include "common/subprocess.h"
 
 namespace {
 
@@ -91,9 +91,9 @@ fs::path bin_dir() { return fs::read_symlink("/proc/self/exe").parent_path(); }
 class Child {
  public:
   explicit Child(std::vector<std::string> argv) {
-    swarm::Subprocess p = swarm::Subprocess::spawn(swarm::SpawnOptions{std::move(argv), {}, {}});
+    Subprocess p = Subprocess::spawn(SpawnOptions{std::move(argv), {}, {}});
     pid_ = p.pid();
-    reader_ = std::thread([this, sp = std::make_shared<swarm::Subprocess>(std::move(p))]() mutable {
+    reader_ = std::thread([this, sp = std::make_shared<Subprocess>(std::move(p))]() mutable {
       int status = sp->wait([this](std::string line) {
         std::lock_guard<std::mutex> lock(mu_);
         lines_.push_back(std::move(line));
@@ -144,13 +144,13 @@ class Child {
   std::vector<std::string> lines_;
   bool exited_ = false;
   int status_ = 0;
-  std::shared_ptr<swarm::Subprocess> holder_;
+  std::shared_ptr<Subprocess> holder_;
   std::thread reader_;
 };
 
 void run_or_throw(const std::vector<std::string>& argv) {
-  swarm::CommandResult r = swarm::run_command(swarm::SpawnOptions{argv, {}, {}});
-  if (!swarm::exited_cleanly(r.status)) throw std::runtime_error(argv[0] + " failed:\n" + r.output);
+  CommandResult r = run_command(SpawnOptions{argv, {}, {}});
+  if (!exited_cleanly(r.status)) throw std::runtime_error(argv[0] + " failed:\n" + r.output);
 }
 
 struct Fixture {

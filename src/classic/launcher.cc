@@ -15,7 +15,6 @@
 #include "classic/episode_runner.h"
 #include "classic/experiment_dir.h"
 #include "classic/metrics.h"
-#include "classic/store_peek.h"
 #include "classic/swarm_child.h"
 #include "common/clock.h"
 #include "common/mix.h"
@@ -179,6 +178,17 @@ class Job {
   Clock::time_point t0_ = Clock::now();
 };
 
+// The front's record of the batch trained as `global_step` (GET /get_engine_status `recent_batches`,
+// newest last), or null when it is not among them.
+const Json* batch_outcome(const Json& status_body, int64_t global_step) {
+  auto it = status_body.find("recent_batches");
+  if (it == status_body.end() || !it->is_array()) return nullptr;
+  for (auto b = it->rbegin(); b != it->rend(); ++b) {
+    if (b->is_object() && b->value("global_step", int64_t{-1}) == global_step) return &*b;
+  }
+  return nullptr;
+}
+
 void Job::wait_for_global_step(int64_t target) {
   const auto deadline = Clock::now() + std::chrono::hours(2);
   auto not_available_since = Clock::time_point::max();
@@ -189,17 +199,21 @@ void Job::wait_for_global_step(int64_t target) {
       fail(ErrorCode::kUnavailable, "the engine is " + s.status + " while training step " + std::to_string(target) +
                                         ": " + s.detail + (swarm_->exited() ? "\n" + swarm_->last_lines(10) : ""));
     }
-    // The front says why a batch was not trained (an engine without train_step, a rejected batch).
-    const bool untrained = s.detail.find("not available") != std::string::npos ||
-                           s.detail.find("not trained") != std::string::npos;
-    if (!untrained) not_available_since = Clock::time_point::max();
-    if (untrained) {
+    // The front says why the step's batch was not trained (its newest record of that step): an engine
+    // without train_step answered not_found, which no retry changes; any other refusal (a batch it could
+    // not train, an engine that went away and is restarted) fails the run when no later batch is being
+    // trained within 10 s.
+    const Json* outcome = batch_outcome(s.body, target - 1);
+    if (outcome != nullptr && !outcome->value("trained", false) && s.status != client::kWeightSyncing) {
+      const Json error = outcome->value("error", Json::object());
+      const std::string code = error.value("code", "");
       if (not_available_since == Clock::time_point::max()) not_available_since = Clock::now();
-      if (s.detail.find("unknown engine method") != std::string::npos ||
-          Clock::now() - not_available_since > std::chrono::seconds(10)) {
-        fail(ErrorCode::kFailedPrecondition, "the front cannot train (" + s.detail +
+      if (code == "not_found" || Clock::now() - not_available_since > std::chrono::seconds(10)) {
+        fail(ErrorCode::kFailedPrecondition, "the front cannot train (" + code + ": " + error.value("message", "") +
                                                  "); run with --backbone debug to roll out without training");
       }
+    } else {
+      not_available_since = Clock::time_point::max();
     }
     if (Clock::now() > deadline) fail(ErrorCode::kUnavailable, "training step " + std::to_string(target) + " never finished");
     std::this_thread::sleep_for(std::chrono::milliseconds(100));  // polling an observable status, not synchronising
@@ -335,15 +349,11 @@ void Job::train_step(int64_t step) {
   Json pool = client_->get_rollout_stat();
   Json trainer = trainer_metrics(status.body, pool);
   if (trainer.empty() && c.backbone != "debug") {
-    // The front's HTTP API does not report trainer metrics (yet): read the trained batch's stats from
-    // its store. The row is committed just after the step advances, so look a few times.
-    const int64_t batch_step = start_global_step_ + step - 1;
-    for (int i = 0; i < 30 && trainer.empty(); ++i) {
-      if (auto stats = trained_batch_stats(prepared_.exp_dir / "swarm" / "swarm.sqlite", batch_step)) {
-        trainer = trainer_metrics(Json{{"last_train_stats", *stats}}, Json::object());
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    // The trainer's statistics of this step's batch, as the front reports them (recent_batches; the
+    // front records them in the same update that advances global_step).
+    const Json* outcome = batch_outcome(status.body, start_global_step_ + step - 1);
+    if (outcome != nullptr && outcome->value("trained", false) && outcome->contains("stats")) {
+      trainer = trainer_metrics(Json{{"last_train_stats", (*outcome)["stats"]}}, Json::object());
     }
   }
   Json r{{"kind", "train"},
@@ -466,6 +476,7 @@ void Job::finish() {
   } catch (const std::exception& e) {
     log().warn("classic: stop_engine: {}", e.what());
   }
+  const client::EngineStatus last = client_->get_engine_status();  // where that checkpoint is
   swarm_->stop();
   if (result_.records.empty()) {
     write_reward_curve(prepared_.exp_dir / "reward_curve.html", result_.records, c.experiment_name);
@@ -473,10 +484,14 @@ void Job::finish() {
   if (const std::string summary = learning_summary(result_.records); !summary.empty()) say("ajet: " + summary);
   say("ajet: metrics: " + (prepared_.exp_dir / "metrics.jsonl").string());
   say("ajet: reward curve: " + (prepared_.exp_dir / "reward_curve.html").string());
-  if (auto checkpoint = latest_checkpoint(prepared_.exp_dir / "swarm" / "swarm.sqlite")) {
-    result_.final_checkpoint = *checkpoint;
-    say("ajet: final model: " + (*checkpoint / "model").string() + " (checkpoint " + checkpoint->filename().string() +
-        "; continue this run with --resume)");
+  const Json checkpoint = last.body.value("latest_checkpoint", Json(nullptr));
+  if (checkpoint.is_string() && !checkpoint.get<std::string>().empty()) {
+    result_.final_checkpoint = checkpoint.get<std::string>();
+    say("ajet: final model: " + (result_.final_checkpoint / "model").string() + " (checkpoint " +
+        result_.final_checkpoint.filename().string() + "; continue this run with --resume)");
+  } else if (last.status == client::kCannotConnect) {
+    say("ajet: the front did not answer after stop_engine, so where the final checkpoint is is unknown (see " +
+        (prepared_.exp_dir / "swarm").string() + ")");
   } else if (c.backbone != "debug") {
     say("ajet: no checkpoint was written (no step was trained)");
   }

@@ -26,12 +26,12 @@ SwarmChild::SwarmChild(SwarmChildOptions options) : options_(std::move(options))
   std::vector<std::string> argv = {options_.binary.string(), "start", "--port", "0", "--exp-dir",
                                    options_.server_dir.string()};
   argv.insert(argv.end(), options_.extra_flags.begin(), options_.extra_flags.end());
-  proc_ = swarm::Subprocess::spawn(swarm::SpawnOptions{argv, {}, {}});
+  proc_ = Subprocess::spawn(SpawnOptions{argv, {}, {}});
   reader_ = std::thread([this] { pump(); });
   std::unique_lock<std::mutex> lock(mu_);
   bool ready = cv_.wait_for(lock, options_.ready_timeout, [this] { return !url_.empty() || exited_; });
   if (!url_.empty()) return;
-  std::string why = exited_ ? "exited (" + swarm::describe_exit(status_) + ")"
+  std::string why = exited_ ? "exited (" + describe_exit(status_) + ")"
                             : "printed no ready line within " + std::to_string(options_.ready_timeout.count()) + " s";
   (void)ready;
   lock.unlock();

@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "swarm/subprocess.h"
+#include "common/subprocess.h"
 
 namespace ajet::classic {
 
@@ -45,7 +45,7 @@ class SwarmChild {
   void pump();
 
   SwarmChildOptions options_;
-  swarm::Subprocess proc_;
+  Subprocess proc_;
   std::thread reader_;
   mutable std::mutex mu_;
   std::condition_variable cv_;

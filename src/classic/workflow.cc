@@ -5,7 +5,7 @@
 #include "classic/http_chat_model.h"
 #include "common/error.h"
 #include "common/json.h"
-#include "swarm/subprocess.h"
+#include "common/subprocess.h"
 #include "tasks/builtin.h"
 #include "text/messages.h"
 
@@ -80,7 +80,7 @@ class CommandWorkflow : public Workflow {
 
   EpisodeReport run(const EpisodeContext& ctx) const override {
     const tasks::Task& task = *ctx.task;
-    swarm::SpawnOptions spawn;
+    SpawnOptions spawn;
     spawn.argv = {"/bin/sh", "-c", "(" + command_ + ") 2>>" + shell_quote(stderr_log_.string())};
     spawn.env = {{"OPENAI_BASE_URL", ctx.episode.base_url},
                  {"OPENAI_API_KEY", ctx.episode.api_key},
@@ -89,16 +89,16 @@ class CommandWorkflow : public Workflow {
                  {"AJET_SAMPLING", ctx.sampling.dump()},
                  {"AJET_ENV_SEED", std::to_string(ctx.env_seed)}};
     spawn.cwd = cwd_;
-    swarm::CommandResult result;
+    CommandResult result;
     try {
-      result = swarm::run_command(spawn, ctx.cancelled);
+      result = run_command(spawn, ctx.cancelled);
     } catch (const std::exception& e) {
       return failed_report(task, "agent_error", std::string("workflow command could not run: ") + e.what());
     }
     if (result.cancelled) return failed_report(task, "agent_error", "cancelled");
-    if (!swarm::exited_cleanly(result.status)) {
+    if (!exited_cleanly(result.status)) {
       return failed_report(task, "agent_error",
-                           "workflow command " + swarm::describe_exit(result.status) + " (stderr in " +
+                           "workflow command " + describe_exit(result.status) + " (stderr in " +
                                stderr_log_.string() + ")");
     }
     Json parsed;

@@ -211,7 +211,7 @@ void BatchRunner::train_on_engine(BatchSamples samples) {
   try {
     request = build_train_batch(samples);
   } catch (const Error& e) {
-    registry_.fail_batch(b.batch_id, e.what());
+    registry_.fail_batch(b.batch_id, e.code(), e.what());
     return;
   }
   std::shared_ptr<rpc::Client> engine = link_.engine ? link_.engine() : nullptr;
@@ -242,14 +242,14 @@ void BatchRunner::train_on_engine(BatchSamples samples) {
       // Lost connection (the supervisor restarts the engine and returns the batch) or a timeout.
       verbose_.add("batch", fmt::format("batch {}: train_step did not complete: {}", b.batch_id, e.what()));
       try {
-        registry_.fail_batch(b.batch_id, e.what());
+        registry_.fail_batch(b.batch_id, e.code(), e.what());
       } catch (const Error&) {  // already returned to collection by engine_restarting, or stopped
       }
       return;
     }
     verbose_.add("batch", fmt::format("batch {}: the engine rejected train_step: {}", b.batch_id, e.what()));
     try {
-      registry_.fail_batch(b.batch_id, e.what());
+      registry_.fail_batch(b.batch_id, e.code(), e.what());
     } catch (const Error&) {
     }
     return;

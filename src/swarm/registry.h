@@ -216,10 +216,18 @@ class Registry {
   // The trainer is done: global_step becomes the engine's `policy_version` from `stats` when it has
   // one, else global_step + 1; torch: → ROLLING. Blocks until the step is durable.
   void finish_batch(int64_t batch_id, Json stats);
-  // The trainer could not train the batch (the engine rejected it): the batch is stored as abandoned,
-  // global_step stays; torch: → ROLLING. A batch whose engine died is not failed: engine_restarting
-  // returns it to collection. Throws Error(kFailedPrecondition) if the batch is not being trained.
-  void fail_batch(int64_t batch_id, const std::string& reason);
+  // The trainer could not train the batch (the engine rejected it, `code` says how): the batch is
+  // stored as abandoned, global_step stays; torch: → ROLLING. A batch whose engine died is not failed:
+  // engine_restarting returns it to collection. Throws Error(kFailedPrecondition) if the batch is not
+  // being trained.
+  void fail_batch(int64_t batch_id, ErrorCode code, const std::string& reason);
+  // What became of the last kRecentBatches batches handed to the trainer, oldest first (served as
+  // `recent_batches` by GET /get_engine_status, so a caller reads a step's trainer statistics or why it
+  // was not trained as fields, not from the store or status text): {"batch_id", "global_step" (the
+  // step that trains on it), "trained": true, "stats": the trainer's stats with "rollout"} or
+  // {..., "trained": false, "error": {"code": error_code_name(code), "message"}}.
+  static constexpr size_t kRecentBatches = 16;
+  Json recent_batches_json() const;
   // Batches handed to the trainer plus the one ready for it (the async staleness bound counts these).
   int64_t batches_behind() const;
   std::optional<Batch> last_recorded_batch() const;  // debug backbone
@@ -278,6 +286,7 @@ class Registry {
   void expire_clients_locked(double now, std::vector<std::string>* expired);
   TriggerInput trigger_input_locked() const;
   void check_trigger_locked(double now, Outbox& out);
+  void note_batch_outcome_locked(Json outcome);  // appends to recent_batches_, keeps kRecentBatches
   void check_drained_locked(double now, Outbox& out);
   void form_ready_batch_locked(double now, Outbox& out);
   void drop_stale_episodes_locked(Batch& batch, Outbox& out);
@@ -325,6 +334,7 @@ class Registry {
   BatchProgress current_;
   std::optional<Batch> ready_;
   std::map<int64_t, Batch> training_;
+  std::deque<Json> recent_batches_;  // see recent_batches_json()
   std::optional<Batch> last_recorded_;
   int64_t batches_recorded_ = 0;
   int64_t next_batch_id_ = 1;

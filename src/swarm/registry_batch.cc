@@ -233,6 +233,7 @@ void Registry::finish_batch(int64_t batch_id, Json stats) {
     }
     double now = clock_();
     Json summary = it->second.summary();
+    const int64_t batch_global_step = it->second.global_step;
     training_.erase(it);
     int64_t step = engine_.global_step() + 1;
     // The engine's count wins: the front's global_step is the policy version the engine now serves.
@@ -246,9 +247,11 @@ void Registry::finish_batch(int64_t batch_id, Json stats) {
       step = version;
     }
     engine_.set_global_step(step);
+    Json all = stats.is_object() ? stats : Json::object();
+    all["rollout"] = summary;
+    note_batch_outcome_locked(Json{{"batch_id", batch_id}, {"global_step", batch_global_step}, {"trained", true},
+                                   {"stats", all}});
     if (store_ != nullptr) {
-      Json all = stats.is_object() ? stats : Json::object();
-      all["rollout"] = summary;
       store_->update_batch(batch_id, store::kBatchTrained, now, all);
       store_->put_metrics(step - 1,
                           {{"rollout/reward_mean", summary["reward_mean"].get<double>()},
@@ -267,7 +270,19 @@ void Registry::finish_batch(int64_t batch_id, Json stats) {
   if (durable.valid()) durable.get();
 }
 
-void Registry::fail_batch(int64_t batch_id, const std::string& reason) {
+void Registry::note_batch_outcome_locked(Json outcome) {
+  recent_batches_.push_back(std::move(outcome));
+  while (recent_batches_.size() > kRecentBatches) recent_batches_.pop_front();
+}
+
+Json Registry::recent_batches_json() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  Json out = Json::array();
+  for (const Json& b : recent_batches_) out.push_back(b);
+  return out;
+}
+
+void Registry::fail_batch(int64_t batch_id, ErrorCode code, const std::string& reason) {
   Outbox out;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -277,6 +292,10 @@ void Registry::fail_batch(int64_t batch_id, const std::string& reason) {
     }
     double now = clock_();
     Json stats{{"error", reason}, {"rollout", it->second.summary()}};
+    note_batch_outcome_locked(Json{{"batch_id", batch_id},
+                                   {"global_step", it->second.global_step},
+                                   {"trained", false},
+                                   {"error", Json{{"code", error_code_name(code)}, {"message", reason}}}});
     training_.erase(it);
     if (store_ != nullptr) store_->update_batch(batch_id, store::kBatchAbandoned, now, stats);
     std::string detail = fmt::format("batch {} was not trained ({}); global_step stays {}", batch_id, reason,

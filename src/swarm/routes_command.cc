@@ -9,6 +9,7 @@
 #include "swarm/openai_errors.h"
 #include "swarm/registry.h"
 #include "swarm/routes.h"
+#include "swarm/supervisor.h"
 #include "swarm/verbose_log.h"
 #include "swarm/work_pool.h"
 #include "tracking/episode_json.h"
@@ -132,7 +133,11 @@ void add_command_routes(http::Router& router, ServerContext& ctx) {
   });
 
   router.get("/get_engine_status", [&ctx](Request, Respond respond) {
-    respond(http::json_response(ctx.registry.engine_status_json()));
+    Json body = ctx.registry.engine_status_json();
+    body["recent_batches"] = ctx.registry.recent_batches_json();
+    const std::filesystem::path checkpoint = ctx.supervisor.latest_checkpoint_dir();
+    body["latest_checkpoint"] = checkpoint.empty() ? Json(nullptr) : Json(checkpoint.string());
+    respond(http::json_response(body));
   });
 
   router.get("/get_server_experiment_dir", [&ctx](Request, Respond respond) {

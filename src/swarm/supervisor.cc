@@ -21,7 +21,7 @@
 #include "common/strings.h"
 #include "rpc/messages.h"
 #include "swarm/registry.h"
-#include "swarm/subprocess.h"
+#include "common/subprocess.h"
 #include "swarm/verbose_log.h"
 
 namespace ajet::swarm {

@@ -31,11 +31,14 @@
 #include "config/config.h"
 #include "rpc/client.h"
 
+namespace ajet {
+class Subprocess;
+}  // namespace ajet
+
 namespace ajet::swarm {
 
 class Registry;
 class VerboseLog;
-class Subprocess;
 
 struct SupervisorOptions {
   std::filesystem::path default_engine;  // the ajet-engine next to ajet-swarm

@@ -7,7 +7,7 @@
 #include <fstream>
 
 #include "swarm/registry.h"
-#include "swarm/subprocess.h"
+#include "common/subprocess.h"
 #include "swarm/supervisor.h"
 #include "swarm/verbose_log.h"
 

@@ -28,7 +28,7 @@
 #include "common/fs.h"
 #include "common/json.h"
 #include "http/client.h"
-#include "swarm/subprocess.h"
+#include "common/subprocess.h"
 #include "swarm/test_zip.h"
 
 namespace ajet::e2e {
@@ -198,9 +198,9 @@ class SwarmProcess {
       exited_ = false;
       status_ = -1;
     }
-    swarm::Subprocess proc = swarm::Subprocess::spawn(swarm::SpawnOptions{argv, {}, {}});
+    Subprocess proc = Subprocess::spawn(SpawnOptions{argv, {}, {}});
     pid_ = proc.pid();
-    reader_ = std::thread([this, p = std::make_shared<swarm::Subprocess>(std::move(proc))] {
+    reader_ = std::thread([this, p = std::make_shared<Subprocess>(std::move(proc))] {
       int status = p->wait([this](std::string line) {
         std::lock_guard<std::mutex> lock(mu_);
         lines_.push_back(std::move(line));

@@ -72,8 +72,22 @@ TEST_F(TrainingTest, FullBatchTrainsOnceCheckpointsAndACrashedEngineResumesFromI
   EXPECT_GT(got["trained_tokens"].get<int64_t>(), 4);  // every echoed token plus the end-of-turn token
   EXPECT_LT(got["trained_tokens"].get<int64_t>(), got["tokens"].get<int64_t>());  // prompts are not trained
 
+  // The status says it as fields: the batch of step 0 was trained, with the engine's statistics and the
+  // rollout summary, and where the newest checkpoint is.
+  const Json status = api_->status();
+  ASSERT_EQ(status["recent_batches"].size(), 1u) << status.dump();
+  const Json& batch = status["recent_batches"][0];
+  EXPECT_EQ(batch["global_step"], 0);
+  EXPECT_EQ(batch["trained"], true);
+  EXPECT_EQ(batch["stats"]["samples"], 4) << batch.dump();
+  EXPECT_EQ(batch["stats"]["rollout"]["episodes"], 4) << batch.dump();
+
   // save_freq 1: a checkpoint of version 1, and the next call is served by policy version 1.
   EXPECT_TRUE(fs::exists(checkpoints / "global_step_1" / "echo_checkpoint.json"));
+  EXPECT_TRUE(eventually([&] {
+    const Json latest = api_->status()["latest_checkpoint"];
+    return latest.is_string() && fs::equivalent(latest.get<std::string>(), checkpoints / "global_step_1");
+  })) << api_->status().dump();
   Json next = api_->claim("client-t");
   auto r = api_->chat(next["openai_api_key"], user_chat("after the step", {{"logprobs", true}}));
   ASSERT_EQ(r.status, 200) << r.body;

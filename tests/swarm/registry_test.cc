@@ -633,12 +633,45 @@ TEST(RegistryBackbones, FailedBatchKeepsTheStepAndResumesRolling) {
   h.end("c", h.claim("c"), "t", 1);
   Batch b = h.registry.take_batch();
   EXPECT_EQ(h.registry.engine_status(), EngineStatus::kWeightSyncing);
-  h.registry.fail_batch(b.batch_id, "engine said: invalid_argument");
+  h.registry.fail_batch(b.batch_id, ErrorCode::kInvalidArgument, "engine said: invalid_argument");
   EXPECT_EQ(h.registry.engine_status(), EngineStatus::kRolling);
   EXPECT_EQ(h.registry.global_step(), 0);
   EXPECT_THROW(h.registry.finish_batch(b.batch_id, {}), Error);
-  EXPECT_THROW(h.registry.fail_batch(b.batch_id, "twice"), Error);
+  EXPECT_THROW(h.registry.fail_batch(b.batch_id, ErrorCode::kInvalidArgument, "twice"), Error);
   EXPECT_TRUE(h.try_claim("c").success);
+}
+
+// What became of each batch is served as fields (GET /get_engine_status `recent_batches`): a refusal
+// with its error code, a trained batch with the trainer's stats; the newest last, at most kRecentBatches.
+TEST(RegistryBackbones, RecentBatchesSayWhatBecameOfEachBatchAsFields) {
+  RegistryHarness h(small_options(Backbone::kTorch, 1, 1));
+  h.start();
+  EXPECT_EQ(h.registry.recent_batches_json(), Json::array());
+  h.end("c", h.claim("c"), "t", 1);
+  Batch refused = h.registry.take_batch();
+  h.registry.fail_batch(refused.batch_id, ErrorCode::kNotFound, "unknown engine method 'train_step'");
+  h.end("c", h.claim("c"), "t", 1);
+  Batch trained = h.registry.take_batch();
+  h.registry.finish_batch(trained.batch_id, Json{{"loss", 0.25}});
+  const Json recent = h.registry.recent_batches_json();
+  ASSERT_EQ(recent.size(), 2u);
+  EXPECT_EQ(recent[0]["batch_id"], refused.batch_id);
+  EXPECT_EQ(recent[0]["global_step"], 0);
+  EXPECT_EQ(recent[0]["trained"], false);
+  EXPECT_EQ(recent[0]["error"]["code"], "not_found");
+  EXPECT_EQ(recent[0]["error"]["message"], "unknown engine method 'train_step'");
+  EXPECT_EQ(recent[1]["batch_id"], trained.batch_id);
+  EXPECT_EQ(recent[1]["global_step"], 0);  // the step that trained on it; global_step is now 1
+  EXPECT_EQ(recent[1]["trained"], true);
+  EXPECT_EQ(recent[1]["stats"]["loss"], 0.25);
+  EXPECT_EQ(recent[1]["stats"]["rollout"]["episodes"], 1);
+  for (size_t i = 0; i < Registry::kRecentBatches; ++i) {
+    h.end("c", h.claim("c"), "t", 1);
+    h.registry.finish_batch(h.registry.take_batch().batch_id, Json::object());
+  }
+  const Json later = h.registry.recent_batches_json();
+  ASSERT_EQ(later.size(), Registry::kRecentBatches);
+  EXPECT_EQ(later.back()["global_step"], h.registry.global_step() - 1);
 }
 
 }  // namespace

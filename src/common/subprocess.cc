@@ -1,4 +1,4 @@
-#include "swarm/subprocess.h"
+#include "common/subprocess.h"
 
 #include <fcntl.h>
 #include <linux/close_range.h>
@@ -18,7 +18,7 @@
 
 extern char** environ;
 
-namespace ajet::swarm {
+namespace ajet {
 
 namespace {
 
@@ -290,4 +290,4 @@ CommandResult run_command(const SpawnOptions& options, const std::function<bool(
   return result;
 }
 
-}  // namespace ajet::swarm
+}  // namespace ajet

@@ -1,8 +1,8 @@
-// Child processes of the front (the engine; the build of synced code): fork + exec with stdout and
-// stderr piped back, a process group of its own (a terminal's Ctrl-C reaches only the front, which
-// then stops the child in order), PR_SET_PDEATHSIG so the child dies with the *thread* that spawned
-// it (a SIGKILLed front leaves no orphan), and a pidfd to poll for its exit. Linux only.
-// A Subprocess is owned by one thread at a time; it never reaps other children.
+// Child processes (the front's engine and the build of synced code; classic mode's front and workflow
+// commands): fork + exec with stdout and stderr piped back, a process group of its own (a terminal's
+// Ctrl-C reaches only the parent, which then stops the child in order), PR_SET_PDEATHSIG so the child
+// dies with the *thread* that spawned it (a SIGKILLed parent leaves no orphan), and a pidfd to poll for
+// its exit. Linux only. A Subprocess is owned by one thread at a time; it never reaps other children.
 #pragma once
 
 #include <sys/types.h>
@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-namespace ajet::swarm {
+namespace ajet {
 
 struct SpawnOptions {
   std::vector<std::string> argv;                            // argv[0]: the program path
@@ -84,4 +84,4 @@ struct CommandResult {
 CommandResult run_command(const SpawnOptions& options, const std::function<bool()>& cancelled = nullptr,
                           size_t max_output = 256 * 1024);
 
-}  // namespace ajet::swarm
+}  // namespace ajet

@@ -6,9 +6,9 @@
 #include <sys/wait.h>
 
 #include "common/error.h"
-#include "swarm/subprocess.h"
+#include "common/subprocess.h"
 
-namespace ajet::swarm {
+namespace ajet {
 namespace {
 
 using ::testing::ElementsAre;
@@ -79,4 +79,4 @@ TEST(Subprocess, RunCommandCanBeCancelled) {
 }
 
 }  // namespace
-}  // namespace ajet::swarm
+}  // namespace ajet
