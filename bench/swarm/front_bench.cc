@@ -31,11 +31,11 @@
 
 #include "common/fs.h"
 #include "common/json.h"
+#include "common/subprocess.h"
 #include "front_load.h"
 #include "http/client.h"
 #include "rpc/client.h"
 #include "rpc/messages.h"
-#include "common/subprocess.h"
 
 namespace {
 

@@ -25,23 +25,27 @@ namespace {
 // PATH lookup in the parent (execve in the child must not allocate).
 std::string resolve_program(const std::string& program) {
   if (program.find('/') != std::string::npos) return program;
-  const char* path = std::getenv("PATH");
-  std::string dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
-  size_t pos = 0;
-  while (pos <= dirs.size()) {
-    size_t end = dirs.find(':', pos);
-    if (end == std::string::npos) end = dirs.size();
-    std::string dir = dirs.substr(pos, end - pos);
-    std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + program;
-    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
-    pos = end + 1;
-  }
-  return program;  // execve fails and the error names it
+  return find_on_path(program).value_or(program);  // not found: execve fails and the error names it
 }
 
 void set_nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
 
 }  // namespace
+
+std::optional<std::string> find_on_path(const std::string& program) {
+  const char* path = std::getenv("PATH");
+  const std::string dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
+  size_t pos = 0;
+  while (pos <= dirs.size()) {
+    size_t end = dirs.find(':', pos);
+    if (end == std::string::npos) end = dirs.size();
+    const std::string dir = dirs.substr(pos, end - pos);
+    std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + program;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+    pos = end + 1;
+  }
+  return std::nullopt;
+}
 
 Subprocess Subprocess::spawn(const SpawnOptions& options) {
   if (options.argv.empty()) invalid_argument("spawn: empty command line");

@@ -74,6 +74,10 @@ class Subprocess {
 std::string describe_exit(int wait_status);
 bool exited_cleanly(int wait_status);
 
+// The first executable `program` in the directories of $PATH (an empty entry: the working directory;
+// no $PATH: /usr/local/bin:/usr/bin:/bin), or nullopt.
+std::optional<std::string> find_on_path(const std::string& program);
+
 // Runs a command to completion (blocking), capturing stdout + stderr (the last `max_output` bytes).
 // `cancelled` (optional) is checked every 100 ms; when it says so the command is terminated.
 struct CommandResult {

@@ -19,9 +19,9 @@
 #include "common/log.h"
 #include "common/proc.h"
 #include "common/strings.h"
+#include "common/subprocess.h"
 #include "rpc/messages.h"
 #include "swarm/registry.h"
-#include "common/subprocess.h"
 #include "swarm/verbose_log.h"
 
 namespace ajet::swarm {

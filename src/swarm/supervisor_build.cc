@@ -6,8 +6,8 @@
 
 #include <fstream>
 
-#include "swarm/registry.h"
 #include "common/subprocess.h"
+#include "swarm/registry.h"
 #include "swarm/supervisor.h"
 #include "swarm/verbose_log.h"
 
@@ -17,18 +17,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-bool on_path(const std::string& program) {
-  const char* path = std::getenv("PATH");
-  std::string dirs = path != nullptr ? path : "";
-  size_t pos = 0;
-  while (pos <= dirs.size()) {
-    size_t end = dirs.find(':', pos);
-    if (end == std::string::npos) end = dirs.size();
-    if (::access((dirs.substr(pos, end - pos) + "/" + program).c_str(), X_OK) == 0) return true;
-    pos = end + 1;
-  }
-  return false;
-}
+bool on_path(const std::string& program) { return find_on_path(program).has_value(); }
 
 // The compiler's first error lines, else the last lines of the output.
 std::string error_summary(const std::string& output) {

@@ -27,8 +27,8 @@
 
 #include "common/fs.h"
 #include "common/json.h"
-#include "http/client.h"
 #include "common/subprocess.h"
+#include "http/client.h"
 #include "swarm/test_zip.h"
 
 namespace ajet::e2e {

@@ -140,12 +140,11 @@ TEST(SftData, BadDemoFilesNameLineAndField) {
   EXPECT_EQ(short_only.skipped_too_long, 1);
 }
 
+// lr 1, warmup 2, cosine to 0.1 over `steps`.
+SftOptions schedule(int64_t steps) { return SftOptions{.steps = steps, .lr = 1.0, .warmup_steps = 2, .min_lr_ratio = 0.1}; }
+
 TEST(SftSchedule, WarmupThenCosine) {
-  SftOptions o;
-  o.steps = 11;
-  o.lr = 1.0;
-  o.warmup_steps = 2;
-  o.min_lr_ratio = 0.1;
+  const SftOptions o = schedule(11);
   EXPECT_DOUBLE_EQ(sft_learning_rate(o, 0), 0.5);
   EXPECT_DOUBLE_EQ(sft_learning_rate(o, 1), 1.0);
   EXPECT_DOUBLE_EQ(sft_learning_rate(o, 2), 1.0);
@@ -157,15 +156,10 @@ TEST(SftSchedule, WarmupThenCosine) {
 // A schedule fitted to fewer steps (fit_schedule_to_time) decays over those: it reaches the floor at
 // its own last step, with the same warmup.
 TEST(SftSchedule, AShorterTotalEndsTheCosineSooner) {
-  SftOptions o;
-  o.steps = 100;
-  o.lr = 1.0;
-  o.warmup_steps = 2;
-  o.min_lr_ratio = 0.1;
+  const SftOptions o = schedule(100);
   EXPECT_DOUBLE_EQ(sft_learning_rate(o, 1, 11), 1.0);
   EXPECT_NEAR(sft_learning_rate(o, 10, 11), 0.1, 1e-12);
-  EXPECT_DOUBLE_EQ(sft_learning_rate(o, 6, 11), sft_learning_rate(SftOptions{.steps = 11, .lr = 1.0, .warmup_steps = 2,
-                                                                             .min_lr_ratio = 0.1}, 6));
+  EXPECT_DOUBLE_EQ(sft_learning_rate(o, 6, 11), sft_learning_rate(schedule(11), 6));
   EXPECT_GT(sft_learning_rate(o, 10), 0.9);  // the full schedule has hardly decayed at step 10
 }
 
