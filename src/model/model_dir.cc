@@ -235,15 +235,8 @@ void save_model_tensors(const hf::ModelConfig& model_config, const std::vector<s
                         const fs::path& dir_in, const SaveOptions& options) {
   const fs::path dir = dir_in.has_filename() ? dir_in : dir_in.parent_path();  // "out/" → "out"
   const fs::path parent = dir.parent_path().empty() ? fs::path(".") : dir.parent_path();
-  const std::string pid = std::to_string(::getpid());
-  // Hidden siblings on the same filesystem, so the final renames are atomic.
-  auto sibling = [&](std::string_view tag) {
-    std::string name = ".";
-    name.append(dir.filename().string()).append(tag).append(pid);
-    return parent / name;
-  };
-  const fs::path tmp = sibling(".tmp-");
-  const fs::path old = sibling(".old-");
+  // A hidden sibling on the same filesystem, so the final rename is atomic.
+  const fs::path tmp = temp_sibling(dir, "tmp");
   std::error_code ec;
   fs::create_directories(parent, ec);
   fs::remove_all(tmp, ec);
@@ -269,18 +262,7 @@ void save_model_tensors(const hf::ModelConfig& model_config, const std::vector<s
     if (options.tokenizer_dir) copy_tokenizer_files(*options.tokenizer_dir, tmp);
     for (const auto& [name, contents] : options.extra_files) write_file_atomic(tmp / name, contents);
     // Swap in: the old directory (if any) moves aside first, so `dir` is always either whole or absent.
-    const bool replacing = fs::exists(dir);
-    if (replacing) {
-      fs::remove_all(old, ec);
-      fs::rename(dir, old, ec);
-      if (ec) fail(ErrorCode::kIo, dir.string() + ": cannot move the existing directory aside (" + ec.message() + ")");
-    }
-    fs::rename(tmp, dir, ec);
-    if (ec) {
-      if (replacing) fs::rename(old, dir);
-      fail(ErrorCode::kIo, dir.string() + ": cannot rename " + tmp.string() + " into place (" + ec.message() + ")");
-    }
-    if (replacing) fs::remove_all(old, ec);
+    publish_dir(tmp, dir);
   } catch (...) {
     fs::remove_all(tmp, ec);
     throw;

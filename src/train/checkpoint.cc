@@ -97,7 +97,7 @@ fs::path save_checkpoint(Trainer& trainer, const CheckpointOptions& options, con
   if (options.base_dir.empty()) invalid_argument("save_checkpoint: base_dir is empty");
   const std::string name = std::string(kPrefix) + std::to_string(trainer.policy_version());
   const fs::path final_dir = options.base_dir / name;
-  const fs::path tmp = detail::temp_sibling(final_dir, "tmp");
+  const fs::path tmp = temp_sibling(final_dir, "tmp");
   std::error_code ec;
   fs::create_directories(options.base_dir, ec);
   fs::remove_all(tmp, ec);
@@ -142,7 +142,7 @@ fs::path save_checkpoint(Trainer& trainer, const CheckpointOptions& options, con
                             {"fingerprint", weights_fingerprint(model)}};
     }
     write_file_atomic(tmp / "trainer_state.json", state.dump(1) + "\n");
-    detail::publish_dir(tmp, final_dir);
+    publish_dir(tmp, final_dir);
   } catch (...) {
     fs::remove_all(tmp, ec);
     throw;

@@ -165,7 +165,7 @@ void save_peft_adapter(model::Qwen2Model& m, const fs::path& dir, const LoraOpti
                  {"layers_to_transform", nullptr},
                  {"rank_pattern", Json::object()},
                  {"alpha_pattern", Json::object()}};
-  const fs::path tmp = detail::temp_sibling(dir, "tmp");
+  const fs::path tmp = temp_sibling(dir, "tmp");
   std::error_code ec;
   fs::remove_all(tmp, ec);
   fs::create_directories(tmp, ec);
@@ -173,7 +173,7 @@ void save_peft_adapter(model::Qwen2Model& m, const fs::path& dir, const LoraOpti
   try {
     hf::write_safetensors(tmp / kAdapterFile, views, {{"format", "pt"}});
     write_file_atomic(tmp / kAdapterConfig, config.dump(2) + "\n");
-    detail::publish_dir(tmp, dir);
+    publish_dir(tmp, dir);
   } catch (...) {
     fs::remove_all(tmp, ec);
     throw;

@@ -1,10 +1,8 @@
-// Float tensors <-> safetensors views for the trainer's own files (adapters, optimizer state), and the
-// temp-directory-then-rename step that makes a written directory appear whole. Internal to src/train.
+// Float tensors <-> safetensors views for the trainer's own files (adapters, optimizer state). Internal
+// to src/train. (Directories appear whole through common/fs.h's temp_sibling + publish_dir.)
 #pragma once
 
 #include <torch/torch.h>
-
-#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -52,35 +50,6 @@ inline torch::Tensor tensor_from_view(const hf::TensorView& v) {
   }
   if (!v.data.empty()) std::memcpy(out.data_ptr(), v.data.data(), v.data.size());
   return out;
-}
-
-// A hidden sibling of `dir` on the same filesystem, unique to this process, for writing `dir`.
-inline std::filesystem::path temp_sibling(const std::filesystem::path& dir, const std::string& tag) {
-  const std::filesystem::path parent = dir.parent_path().empty() ? std::filesystem::path(".") : dir.parent_path();
-  std::string name = ".";  // appended piecewise: GCC 12 warns (-Wrestrict) on "literal" + string&&
-  name.append(dir.filename().string()).append(".").append(tag).append("-").append(std::to_string(::getpid()));
-  return parent / name;
-}
-
-// Renames the fully written `tmp` to `dir`; an existing `dir` is moved aside first and removed after,
-// so `dir` is always either whole (old or new) or absent.
-inline void publish_dir(const std::filesystem::path& tmp, const std::filesystem::path& dir) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::path old = temp_sibling(dir, "old");
-  const bool replacing = fs::exists(dir);
-  if (replacing) {
-    fs::remove_all(old, ec);
-    fs::rename(dir, old, ec);
-    if (ec) fail(ErrorCode::kIo, dir.string() + ": cannot move the existing directory aside (" + ec.message() + ")");
-  }
-  fs::rename(tmp, dir, ec);
-  if (ec) {
-    std::error_code ignored;
-    if (replacing) fs::rename(old, dir, ignored);
-    fail(ErrorCode::kIo, dir.string() + ": cannot rename " + tmp.string() + " into place (" + ec.message() + ")");
-  }
-  if (replacing) fs::remove_all(old, ec);
 }
 
 }  // namespace ajet::train::detail

@@ -128,6 +128,40 @@ TEST(Fs, AtomicWriteThenRead) {
   }
 }
 
+// A directory written beside its target appears whole: a first publish creates it, a second replaces
+// it (the old one moved aside, then removed), and a failed rename into place puts the old one back.
+TEST(Fs, PublishDirReplacesWholeAndRestoresTheOldOneWhenItFails) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / ("ajet_publish_test_" + new_uuid_hex());
+  const fs::path dir = root / "model";
+  fs::create_directories(root);
+  const fs::path tmp = temp_sibling(dir, "tmp");
+  EXPECT_EQ(tmp.parent_path(), root);
+  EXPECT_EQ(tmp.filename().string().rfind(".model.tmp-", 0), 0u) << tmp;
+  fs::create_directory(tmp);
+  write_file_atomic(tmp / "a", "first");
+  publish_dir(tmp, dir);
+  EXPECT_EQ(read_file(dir / "a"), "first");
+  EXPECT_FALSE(fs::exists(tmp));
+
+  fs::create_directory(tmp);
+  write_file_atomic(tmp / "b", "second");
+  publish_dir(tmp, dir);
+  EXPECT_FALSE(fs::exists(dir / "a"));
+  EXPECT_EQ(read_file(dir / "b"), "second");
+  EXPECT_FALSE(fs::exists(temp_sibling(dir, "old")));
+
+  try {  // nothing at tmp: the rename fails, the error names the target, and `dir` is still the old one
+    publish_dir(tmp, dir);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kIo);
+    EXPECT_NE(std::string(e.what()).find(dir.string()), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(read_file(dir / "b"), "second");
+  fs::remove_all(root);
+}
+
 }  // namespace
 }  // namespace ajet
 
