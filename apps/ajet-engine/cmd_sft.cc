@@ -114,6 +114,7 @@ EvalResult evaluate(model::Qwen2Model& model, const tracking::ChatFormat& format
   infer::EngineConfig config;
   config.threads = args.threads;
   config.max_running = std::max<int64_t>(1, args.eval_parallel);
+  config.cache_bytes = 256LL << 20;  // eval_parallel short episodes at a time need far less than a server
   config.quiet = true;  // one engine per evaluation: its sizing line would repeat at every evaluation
   infer::InferenceEngine engine(model, config);
   std::atomic<size_t> next{0};

@@ -174,9 +174,13 @@ struct InterchangeServerConfig {
   int64_t interchange_server_port = 10086;  // 0 ("auto"): any free port
 };
 
+// The KV cache budget when the config does not set ajet.engine.kv_cache_memory_mb (and ajet-engine's
+// --kv-cache-mb default): the one place this default is written.
+inline constexpr int64_t kDefaultKvCacheMemoryMb = 1024;
+
 struct EngineConfig {
   int64_t threads = 0;  // 0: one per core
-  int64_t kv_cache_memory_mb = 1024;
+  int64_t kv_cache_memory_mb = kDefaultKvCacheMemoryMb;
   std::string device = "cpu";   // cpu | cuda | auto
   std::string dtype = "float32";  // float32 | bfloat16 | float16
   int64_t prefill_chunk_tokens = 512;

@@ -15,7 +15,7 @@ namespace ajet::engine {
 struct EngineOptions {
   std::filesystem::path model_dir;  // Hugging Face layout: config.json + safetensors
   int threads = 0;                  // intra-op threads; 0: one per core
-  int64_t kv_cache_mb = 1024;       // KV cache budget (keys + values, all layers), MiB
+  int64_t kv_cache_mb = config::kDefaultKvCacheMemoryMb;  // KV cache budget (keys + values, all layers), MiB
   int64_t max_model_len = 0;        // prompt + generated tokens; 0: the model's max_position_embeddings
   int64_t max_batch_tokens = 512;   // tokens per engine step (decode first, then prefill chunks)
   int64_t max_running = 64;         // sequences decoding at once

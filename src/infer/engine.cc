@@ -43,6 +43,7 @@ InferenceEngine::InferenceEngine(model::Qwen2Model model, const EngineConfig& co
   vocab_size_ = mc.vocab_size;
   const at::TensorOptions options = model_->options();
   if (config_.block_size < 1) invalid_argument("engine config: block_size must be >= 1");
+  if (config_.cache_bytes < 1) invalid_argument("engine config: cache_bytes (the KV cache budget) must be set");
   KvCacheShape shape{mc.num_hidden_layers, mc.num_key_value_heads, mc.head_dim, config_.block_size};
   const int64_t num_blocks = KvCache::blocks_for_bytes(shape, config_.cache_bytes, options.dtype().itemsize());
   cache_ = std::make_unique<KvCache>(shape, num_blocks, options);

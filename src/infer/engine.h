@@ -28,7 +28,7 @@ namespace ajet::infer {
 
 struct EngineConfig {
   int threads = 0;                    // libtorch intra-op threads for the engine thread; 0 = unchanged
-  int64_t cache_bytes = 256LL << 20;  // memory bound of the KV cache (keys + values, all layers)
+  int64_t cache_bytes = 0;            // memory bound of the KV cache (keys + values, all layers); the owner sets it
   int64_t block_size = 16;            // tokens per cache block
   int64_t max_batch_tokens = 512;     // tokens per step: decode tokens first, then prefill chunks
   int64_t max_running = 64;           // sequences decoding at once (samples of n > 1 count each)
