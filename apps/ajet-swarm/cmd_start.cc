@@ -13,7 +13,7 @@
 namespace ajet::swarm_cli {
 namespace {
 
-void run_start(swarm::ServerOptions options) {
+void run_start(swarm::FrontOptions options) {
   if (options.admin_token.empty()) {
     if (const char* env = std::getenv("AJET_ADMIN_TOKEN"); env != nullptr) options.admin_token = env;
   }
@@ -38,7 +38,7 @@ void run_start(swarm::ServerOptions options) {
 }
 
 const CommandRegistration kStart("start", [](CLI::App& app) {
-  auto options = std::make_shared<swarm::ServerOptions>();
+  auto options = std::make_shared<swarm::FrontOptions>();
   auto* cmd = app.add_subcommand("start", "Run the swarm server (OpenAI-compatible API + swarm command API)");
   cmd->add_option("--port,--swarm-port", options->port, "TCP port (0: any free port, printed in the ready line)")
       ->capture_default_str();
@@ -82,7 +82,7 @@ const CommandRegistration kStart("start", [](CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
   cmd->callback([options, max_body_mb, max_json_mb] {
-    swarm::ServerOptions o = *options;
+    swarm::FrontOptions o = *options;
     o.max_body_bytes = size_t(*max_body_mb * double(1 << 20));
     o.max_json_body_bytes = size_t(*max_json_mb * double(1 << 20));
     run_start(std::move(o));

@@ -52,7 +52,7 @@ RegistryOptions RegistryOptions::from_config(const config::Config& c, std::strin
   return o;
 }
 
-Registry::Registry(RegistryOptions options, EpisodeKeySigner signer, store::Store* store, Clock clock)
+Registry::Registry(RegistryOptions options, EpisodeKeySigner signer, store::Store* store, UnixClock clock)
     : options_(std::move(options)), signer_(std::move(signer)), store_(store), clock_(std::move(clock)) {}
 
 Registry::~Registry() {

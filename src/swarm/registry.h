@@ -45,7 +45,7 @@ class Store;
 
 namespace ajet::swarm {
 
-using Clock = std::function<double()>;  // unix seconds
+using UnixClock = std::function<double()>;  // unix seconds (tests pass a fake one)
 double system_clock_seconds();
 
 inline constexpr double kClientActiveTimeout = 600.0;  // upstream CLIENT_ACTIVE_TIMEOUT
@@ -139,7 +139,7 @@ class Registry {
  public:
   // `store` may be null (tests without persistence): then end_episode succeeds without durability.
   // The store, if any, must outlive the registry.
-  Registry(RegistryOptions options, EpisodeKeySigner signer, store::Store* store, Clock clock = system_clock_seconds);
+  Registry(RegistryOptions options, EpisodeKeySigner signer, store::Store* store, UnixClock clock = system_clock_seconds);
   ~Registry();  // waits for this registry's pending store writes (their callbacks touch it)
   Registry(const Registry&) = delete;
   Registry& operator=(const Registry&) = delete;
@@ -320,7 +320,7 @@ class Registry {
   RegistryOptions options_;
   EpisodeKeySigner signer_;
   store::Store* store_;
-  Clock clock_;
+  UnixClock clock_;
   RegistryHooks hooks_;
 
   mutable std::mutex mu_;

@@ -75,7 +75,7 @@ std::string url_host(const std::string& host) {
 
 }  // namespace
 
-SwarmServer::SwarmServer(ServerOptions options) : options_(std::move(options)) {
+SwarmServer::SwarmServer(FrontOptions options) : options_(std::move(options)) {
   fs::create_directories(options_.server_dir);
   options_.server_dir = fs::absolute(options_.server_dir);
   if (options_.store_path.empty()) options_.store_path = options_.server_dir / "swarm.sqlite";

@@ -48,14 +48,14 @@ class SwarmServer {
   // Opens (or creates) the store and recovers it (applying options.old_store to an earlier run),
   // builds every part, binds the port (port 0: an ephemeral one). Throws Error naming what failed (a
   // store held by another front, a busy port …; kInvalidArgument for an earlier run under kRefuse).
-  explicit SwarmServer(ServerOptions options);
+  explicit SwarmServer(FrontOptions options);
   ~SwarmServer();  // stop() and shut down in order
   SwarmServer(const SwarmServer&) = delete;
   SwarmServer& operator=(const SwarmServer&) = delete;
 
   uint16_t port() const;
   std::string url() const;  // "http://HOST:PORT"
-  const ServerOptions& options() const { return options_; }
+  const FrontOptions& options() const { return options_; }
 
   void handle_signals();  // SIGINT/SIGTERM → graceful stop (before start())
   // Resumes from the store (restarting the engine if it was running), syncs --conf, then serves.
@@ -68,7 +68,7 @@ class SwarmServer {
  private:
   void shutdown();
 
-  ServerOptions options_;
+  FrontOptions options_;
   std::unique_ptr<store::Store> store_;
   store::RecoveredState recovered_;
   std::unique_ptr<VerboseLog> verbose_;

@@ -55,7 +55,7 @@ std::string model_path_note(const std::string& path) {
 
 }  // namespace
 
-ServerContext::ServerContext(const ServerOptions& options_in, store::Store& store_in, Registry& registry_in,
+ServerContext::ServerContext(const FrontOptions& options_in, store::Store& store_in, Registry& registry_in,
                              VerboseLog& verbose_in, WorkPool& pool_in, EngineSupervisor& supervisor_in,
                              TrackerMap& trackers_in, LatestCall& latest_in)
     : options(options_in),

@@ -39,7 +39,7 @@ class BatchRunner;
 // in the same directory), or refuse to start and say which of the two to choose.
 enum class OldStoreRule { kRefuse, kResume, kFresh };
 
-struct ServerOptions {
+struct FrontOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 10086;            // 0: an ephemeral port (printed in the ready line)
   std::string admin_token;          // empty: no admin token (anyone who can reach the port is trusted)
@@ -71,10 +71,10 @@ struct TrainState {
 
 class ServerContext {
  public:
-  ServerContext(const ServerOptions& options, store::Store& store, Registry& registry, VerboseLog& verbose,
+  ServerContext(const FrontOptions& options, store::Store& store, Registry& registry, VerboseLog& verbose,
                 WorkPool& pool, EngineSupervisor& supervisor, TrackerMap& trackers, LatestCall& latest);
 
-  const ServerOptions& options;
+  const FrontOptions& options;
   store::Store& store;
   Registry& registry;
   VerboseLog& verbose;
