@@ -23,9 +23,12 @@ void add_engine_routes(http::Router& router, ServerContext& ctx);
 // /v1/chat/completions, /v1/completions, /v1/models.
 void add_openai_routes(http::Router& router, ServerContext& ctx);
 
-// A JSON request body ({} when empty); Error(kInvalidArgument) for bad JSON, kResourceExhausted
-// naming `limit` for an oversize body.
+// A JSON request body ({} when empty); Error(kInvalidArgument) for bad JSON or a body that is not an
+// object, kResourceExhausted naming `limit` for an oversize body.
 Json parse_json_body(const http::Request& request, size_t limit);
+// The same for the OpenAI routes, keeping the order of keys (a tool schema is rendered as sent) and
+// with no default: an empty body is bad JSON.
+nlohmann::ordered_json parse_ordered_json_body(const http::Request& request, size_t limit);
 // Runs `fn`; an ajet::Error (or any exception) it throws becomes the error response.
 void answer_errors(const http::Respond& respond, const std::function<void()>& fn);
 

@@ -51,17 +51,34 @@ void episode_document(ServerContext& ctx, const std::string& uuid, Respond respo
 
 }  // namespace
 
-Json parse_json_body(const Request& request, size_t limit) {
+namespace {
+
+void check_json_body_size(const Request& request, size_t limit) {
   if (request.body.size() > limit) {
     fail(ErrorCode::kResourceExhausted, fmt::format("request body of {} bytes exceeds the limit for JSON bodies ({})",
                                                     request.body.size(), size_text(limit)));
   }
+}
+
+template <class J>
+J require_object(J body) {
+  if (!body.is_object()) invalid_argument("request body must be a JSON object, got " + std::string(json_type_name(body)));
+  return body;
+}
+
+}  // namespace
+
+Json parse_json_body(const Request& request, size_t limit) {
+  check_json_body_size(request, limit);
   bool blank = true;
   for (char c : request.body) blank = blank && (c == ' ' || c == '\n' || c == '\r' || c == '\t');
   if (blank) return Json::object();
-  Json body = parse_json(request.body, "request body");
-  if (!body.is_object()) invalid_argument("request body must be a JSON object, got " + std::string(json_type_name(body)));
-  return body;
+  return require_object(parse_json(request.body, "request body"));
+}
+
+nlohmann::ordered_json parse_ordered_json_body(const Request& request, size_t limit) {
+  check_json_body_size(request, limit);
+  return require_object(parse_ordered_json(request.body, "request body"));
 }
 
 void answer_errors(const Respond& respond, const std::function<void()>& fn) {

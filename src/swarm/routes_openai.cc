@@ -31,16 +31,6 @@ namespace {
 using http::Request;
 using http::Respond;
 
-text::OrderedJson parse_ordered_body(const Request& req, size_t limit) {
-  if (req.body.size() > limit) {
-    fail(ErrorCode::kResourceExhausted,
-         fmt::format("request body of {} bytes exceeds the limit for JSON bodies ({} bytes)", req.body.size(), limit));
-  }
-  text::OrderedJson body = parse_ordered_json(req.body, "request body");
-  if (!body.is_object()) invalid_argument("request body must be a JSON object");
-  return body;
-}
-
 // The text the generation prompt adds after the assistant header (e.g. Qwen3's empty think block).
 std::string generation_tail(const ModelContext& model, const tracking::RenderedPrompt& prompt) {
   std::span<const text::TokenId> ids(prompt.ids);
@@ -62,7 +52,7 @@ void serve_generation(ServerContext& ctx, Request req, Respond respond, CallSetu
   std::optional<std::string_view> key = messages ? req.headers.get("x-api-key") : std::nullopt;
   if (!key) key = req.headers.get("Authorization");
   EpisodeKeyClaims claims = ctx.registry.signer().verify(key.value_or(""));
-  text::OrderedJson body = parse_ordered_body(req, ctx.options.max_json_body_bytes);
+  text::OrderedJson body = parse_ordered_json_body(req, ctx.options.max_json_body_bytes);
   if (messages) body = anthropic_to_chat_body(body);
   if (responses) body = responses_to_chat_body(body);
   setup.params = chat ? parse_chat_params(body) : parse_completion_params(body);
