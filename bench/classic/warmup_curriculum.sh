@@ -8,7 +8,7 @@
 # side by side. Compare the total steps with the race's gate step in that run's log (calc-gate's
 # sft_report.json). Appends its table with the date to docs/benchmarks.md.
 #
-#   bench/classic/warmup_curriculum.sh WORK_DIR [K=150]
+#   AJET_SEED=S bench/classic/warmup_curriculum.sh WORK_DIR [K=150]   (S: the seed of the run that made WORK_DIR)
 set -euo pipefail
 here="$(cd "$(dirname "$0")/../.." && pwd)"
 bin="${AJET_BUILD_DIR:-$here/build}/bin"
@@ -37,7 +37,7 @@ python3 - "$here" "$out" "$k" "$work" "$seed" <<'PY'
 import datetime, json, os, sys
 repo, out, k, work, seed = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
 lines = [f"### Warm-up curriculum: {k} symbolic-only steps first ({datetime.date.today().isoformat()})", "",
-         f"`bench/classic/warmup_curriculum.sh {work} {k}` (seed {seed}): held-out greedy success (50 calc problems) of the race's "
+         f"`AJET_SEED={seed} bench/classic/warmup_curriculum.sh {work} {k}`: held-out greedy success (50 calc problems) of the race's "
          "two candidates, one intra-op thread each, side by side.", "",
          "| candidate | after the symbolic steps | regular steps to the 50% gate | total steps |", "|---|---|---|---|"]
 for c in (0, 1):
