@@ -191,7 +191,7 @@ const Json* batch_outcome(const Json& status_body, int64_t global_step) {
 
 void Job::wait_for_global_step(int64_t target) {
   const auto deadline = Clock::now() + std::chrono::hours(2);
-  auto not_available_since = Clock::time_point::max();
+  auto refused_since = Clock::time_point::max();
   while (!stop_) {
     client::EngineStatus s = client_->get_engine_status();
     if (s.global_step >= target) return;
@@ -207,13 +207,13 @@ void Job::wait_for_global_step(int64_t target) {
     if (outcome != nullptr && !outcome->value("trained", false) && s.status != client::kWeightSyncing) {
       const Json error = outcome->value("error", Json::object());
       const std::string code = error.value("code", "");
-      if (not_available_since == Clock::time_point::max()) not_available_since = Clock::now();
-      if (code == "not_found" || Clock::now() - not_available_since > std::chrono::seconds(10)) {
+      if (refused_since == Clock::time_point::max()) refused_since = Clock::now();
+      if (code == "not_found" || Clock::now() - refused_since > std::chrono::seconds(10)) {
         fail(ErrorCode::kFailedPrecondition, "the front cannot train (" + code + ": " + error.value("message", "") +
                                                  "); run with --backbone debug to roll out without training");
       }
     } else {
-      not_available_since = Clock::time_point::max();
+      refused_since = Clock::time_point::max();
     }
     if (Clock::now() > deadline) fail(ErrorCode::kUnavailable, "training step " + std::to_string(target) + " never finished");
     std::this_thread::sleep_for(std::chrono::milliseconds(100));  // polling an observable status, not synchronising

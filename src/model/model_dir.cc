@@ -1,7 +1,5 @@
 #include "model/model_dir.h"
 
-#include <unistd.h>
-
 #include <cmath>
 #include <cstring>
 #include <map>

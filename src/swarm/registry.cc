@@ -328,7 +328,10 @@ int64_t Registry::global_step() const {
 
 Json Registry::engine_status_json() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return engine_.to_json();
+  Json out = engine_.to_json();
+  Json& recent = out["recent_batches"] = Json::array();
+  for (const Json& b : recent_batches_) recent.push_back(b);
+  return out;
 }
 
 // ---- claims, aborts ----

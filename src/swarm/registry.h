@@ -166,7 +166,8 @@ class Registry {
   void end_weight_export();    // WEIGHT_EXPORTING → WEIGHT_SYNCING
   EngineStatus engine_status() const;
   int64_t global_step() const;
-  Json engine_status_json() const;  // GET /get_engine_status body
+  // GET /get_engine_status body, with `recent_batches` (below) read under the same lock as global_step.
+  Json engine_status_json() const;
 
   // ---- command API (routes) ----
   // Throws Error(kInvalidArgument) for an unknown episode_type. Not ROLLING, async trainer behind,
@@ -221,13 +222,13 @@ class Registry {
   // engine_restarting returns it to collection. Throws Error(kFailedPrecondition) if the batch is not
   // being trained.
   void fail_batch(int64_t batch_id, ErrorCode code, const std::string& reason);
-  // What became of the last kRecentBatches batches handed to the trainer, oldest first (served as
-  // `recent_batches` by GET /get_engine_status, so a caller reads a step's trainer statistics or why it
-  // was not trained as fields, not from the store or status text): {"batch_id", "global_step" (the
-  // step that trains on it), "trained": true, "stats": the trainer's stats with "rollout"} or
-  // {..., "trained": false, "error": {"code": error_code_name(code), "message"}}.
+  // engine_status_json()'s `recent_batches`: what became of the last kRecentBatches batches handed to
+  // the trainer, oldest first, so a caller reads a step's trainer statistics or why it was not trained as
+  // fields, not from the store or status text: {"batch_id", "global_step" (the step that trains on it),
+  // "trained": true, "stats": the trainer's stats with "rollout" (the batch summary without async's
+  // per-episode staleness map, which the store keeps)} or {..., "trained": false, "error": {"code":
+  // error_code_name(code), "message"}}.
   static constexpr size_t kRecentBatches = 16;
-  Json recent_batches_json() const;
   // Batches handed to the trainer plus the one ready for it (the async staleness bound counts these).
   int64_t batches_behind() const;
   std::optional<Batch> last_recorded_batch() const;  // debug backbone
@@ -334,7 +335,7 @@ class Registry {
   BatchProgress current_;
   std::optional<Batch> ready_;
   std::map<int64_t, Batch> training_;
-  std::deque<Json> recent_batches_;  // see recent_batches_json()
+  std::deque<Json> recent_batches_;  // see kRecentBatches
   std::optional<Batch> last_recorded_;
   int64_t batches_recorded_ = 0;
   int64_t next_batch_id_ = 1;

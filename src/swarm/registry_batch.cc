@@ -249,8 +249,10 @@ void Registry::finish_batch(int64_t batch_id, Json stats) {
     engine_.set_global_step(step);
     Json all = stats.is_object() ? stats : Json::object();
     all["rollout"] = summary;
+    Json polled = all;  // GET /get_engine_status is polled: its copy leaves out the per-episode map
+    polled["rollout"].erase("staleness");
     note_batch_outcome_locked(Json{{"batch_id", batch_id}, {"global_step", batch_global_step}, {"trained", true},
-                                   {"stats", all}});
+                                   {"stats", std::move(polled)}});
     if (store_ != nullptr) {
       store_->update_batch(batch_id, store::kBatchTrained, now, all);
       store_->put_metrics(step - 1,
@@ -273,13 +275,6 @@ void Registry::finish_batch(int64_t batch_id, Json stats) {
 void Registry::note_batch_outcome_locked(Json outcome) {
   recent_batches_.push_back(std::move(outcome));
   while (recent_batches_.size() > kRecentBatches) recent_batches_.pop_front();
-}
-
-Json Registry::recent_batches_json() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  Json out = Json::array();
-  for (const Json& b : recent_batches_) out.push_back(b);
-  return out;
 }
 
 void Registry::fail_batch(int64_t batch_id, ErrorCode code, const std::string& reason) {

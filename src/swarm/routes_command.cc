@@ -49,10 +49,6 @@ void episode_document(ServerContext& ctx, const std::string& uuid, Respond respo
   });
 }
 
-}  // namespace
-
-namespace {
-
 void check_json_body_size(const Request& request, size_t limit) {
   if (request.body.size() > limit) {
     fail(ErrorCode::kResourceExhausted, fmt::format("request body of {} bytes exceeds the limit for JSON bodies ({})",
@@ -151,7 +147,6 @@ void add_command_routes(http::Router& router, ServerContext& ctx) {
 
   router.get("/get_engine_status", [&ctx](Request, Respond respond) {
     Json body = ctx.registry.engine_status_json();
-    body["recent_batches"] = ctx.registry.recent_batches_json();
     const std::filesystem::path checkpoint = ctx.supervisor.latest_checkpoint_dir();
     body["latest_checkpoint"] = checkpoint.empty() ? Json(nullptr) : Json(checkpoint.string());
     respond(http::json_response(body));

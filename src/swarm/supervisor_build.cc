@@ -17,8 +17,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-bool on_path(const std::string& program) { return find_on_path(program).has_value(); }
-
 // The compiler's first error lines, else the last lines of the output.
 std::string error_summary(const std::string& output) {
   std::vector<std::string> lines, errors;
@@ -61,7 +59,7 @@ fs::path EngineSupervisor::build_engine(const EngineLaunch& launch, Session& ses
   std::vector<std::string> configure = {"cmake", "-S", launch.code_root.string(), "-B", launch.build_dir.string(),
                                         "-DCMAKE_BUILD_TYPE=Release", "-DAJET_BUILD_TESTS=OFF",
                                         "-DAJET_BUILD_BENCH=OFF", "-DAJET_BUILD_FUZZ=OFF"};
-  if (on_path("ninja") && !fs::exists(launch.build_dir / "CMakeCache.txt")) {
+  if (find_on_path("ninja") && !fs::exists(launch.build_dir / "CMakeCache.txt")) {
     configure.insert(configure.begin() + 1, {"-G", "Ninja"});
   }
   // Every upload unpacks into a new directory with an empty build directory, so without a compiler
@@ -69,7 +67,7 @@ fs::path EngineSupervisor::build_engine(const EngineLaunch& launch, Session& ses
   // PATH (scripts/setup.sh installs it), paths under the upload's directory are hashed relative to it,
   // so the unchanged files of the next upload are cache hits (docs/swarm-server.md, "Remote code sync").
   std::vector<std::pair<std::string, std::string>> env;
-  const bool use_ccache = on_path("ccache");
+  const bool use_ccache = find_on_path("ccache").has_value();
   if (use_ccache) {
     configure.push_back("-DCMAKE_CXX_COMPILER_LAUNCHER=ccache");
     configure.push_back("-DCMAKE_C_COMPILER_LAUNCHER=ccache");

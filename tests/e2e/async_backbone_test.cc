@@ -103,6 +103,11 @@ TEST(AsyncBackboneTest, RolloutsGoOnWhileABatchTrainsAndStalenessStaysBounded) {
       << api.status().dump() << "\n" << api.get("/get_verbose_logs").body;
   EXPECT_EQ(staleness_from(api, 0), (Json{{a1, 0}, {a2, 0}}));
   EXPECT_EQ(staleness_from(api, 1), (Json{{b1, 1}, {b2, 1}}));  // rolled out on 0, trained from 1
+  // The polled status carries each trained batch's largest staleness, not the per-episode map.
+  const Json recent = api.status()["recent_batches"];
+  ASSERT_GE(recent.size(), 2u) << recent.dump();
+  EXPECT_EQ(recent[1]["stats"]["rollout"]["staleness_max"], 1) << recent.dump();
+  EXPECT_FALSE(recent[1]["stats"]["rollout"].contains("staleness")) << recent.dump();
 
   // `slow` ends now, generated on version 0 while batches trained 0 -> 1 -> 2: 2 behind, so it is
   // left out; its partner from version 2 trains.

@@ -646,14 +646,14 @@ TEST(RegistryBackbones, FailedBatchKeepsTheStepAndResumesRolling) {
 TEST(RegistryBackbones, RecentBatchesSayWhatBecameOfEachBatchAsFields) {
   RegistryHarness h(small_options(Backbone::kTorch, 1, 1));
   h.start();
-  EXPECT_EQ(h.registry.recent_batches_json(), Json::array());
+  EXPECT_EQ(h.registry.engine_status_json()["recent_batches"], Json::array());
   h.end("c", h.claim("c"), "t", 1);
   Batch refused = h.registry.take_batch();
   h.registry.fail_batch(refused.batch_id, ErrorCode::kNotFound, "unknown engine method 'train_step'");
   h.end("c", h.claim("c"), "t", 1);
   Batch trained = h.registry.take_batch();
   h.registry.finish_batch(trained.batch_id, Json{{"loss", 0.25}});
-  const Json recent = h.registry.recent_batches_json();
+  const Json recent = h.registry.engine_status_json()["recent_batches"];
   ASSERT_EQ(recent.size(), 2u);
   EXPECT_EQ(recent[0]["batch_id"], refused.batch_id);
   EXPECT_EQ(recent[0]["global_step"], 0);
@@ -669,7 +669,7 @@ TEST(RegistryBackbones, RecentBatchesSayWhatBecameOfEachBatchAsFields) {
     h.end("c", h.claim("c"), "t", 1);
     h.registry.finish_batch(h.registry.take_batch().batch_id, Json::object());
   }
-  const Json later = h.registry.recent_batches_json();
+  const Json later = h.registry.engine_status_json()["recent_batches"];
   ASSERT_EQ(later.size(), Registry::kRecentBatches);
   EXPECT_EQ(later.back()["global_step"], h.registry.global_step() - 1);
 }
