@@ -4,7 +4,7 @@
 // `abort`, the socket file is removed. --resume loads a trainer checkpoint before serving.
 // Supervisors wait for the single line "ajet-engine: ready on ADDRESS" on stdout (or on --ready-fd).
 // Data parallel: the torchrun-style flags (--nnodes, --nproc-per-node, --local-rank, --master-addr, ...;
-// train/dist_options.h) or torchrun's variables make it one rank of a c10d group; every train_step
+// dist_flags.h) or torchrun's variables make it one rank of a c10d group; every train_step
 // then all-reduces gradients with the other ranks. One rank (the default) has no group at all.
 #include <fcntl.h>
 #include <pthread.h>
@@ -20,6 +20,7 @@
 #include "command.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "dist_flags.h"
 #include "engine/runtime.h"
 #include "engine/service.h"
 #include "engine/train_methods.h"
@@ -28,7 +29,6 @@
 #include "rpc/address.h"
 #include "rpc/server.h"
 #include "train/dist.h"
-#include "train/dist_options.h"
 
 namespace ajet::engine {
 namespace {
@@ -136,7 +136,7 @@ const CommandRegistration kRegistration("serve", [](CLI::App& app) {
                   "latest), or 'auto' (ajet.trainer_common.checkpoint_base_dir when it holds one)");
   cmd->add_option("--max-connections", args->max_connections, "RPC peers at once")->capture_default_str();
   // Without these flags the torchrun variables (RANK, WORLD_SIZE, MASTER_ADDR, ...) place the rank.
-  train::add_dist_flags(*cmd, args->dist);
+  add_dist_flags(*cmd, args->dist);
   cmd->callback([args] { run_serve(*args); });
 });
 

@@ -22,11 +22,12 @@
 #include <ctime>
 #include <thread>
 
+#include "ajet-engine/dist_flags.h"
 #include "model/model_dir.h"
 #include "model/presets.h"
 #include "train/dist.h"
-#include "train/dist_split.h"
 #include "train/trainer.h"
+#include "train_data/dist_split.h"
 
 extern char** environ;
 
@@ -153,7 +154,7 @@ std::string run_capture(const char* cmd) {
 int main(int argc, char** argv) {
   CLI::App app{"1 rank vs 2 data-parallel ranks: one GRPO step on the tiny preset"};
   train::DistOptions dist;
-  train::add_dist_flags(app, dist);
+  engine::add_dist_flags(app, dist);
   bool worker = false, smoke = false, no_append = false;
   int steps = 5;
   std::string model_dir, out;

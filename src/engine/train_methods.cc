@@ -13,10 +13,10 @@
 #include "model/model_source.h"
 #include "model/qwen2.h"
 #include "rpc/messages.h"
-#include "train/batch.h"
 #include "train/checkpoint.h"
 #include "train/lora.h"
 #include "train/trainer.h"
+#include "train_data/batch.h"
 
 namespace ajet::engine {
 namespace fs = std::filesystem;

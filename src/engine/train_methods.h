@@ -16,7 +16,7 @@
 #include "common/json.h"
 #include "engine/options.h"
 #include "engine/runtime.h"
-#include "train/options.h"
+#include "train_data/options.h"
 
 namespace ajet::rpc {
 struct TrainBatch;

@@ -13,8 +13,8 @@
 #include "swarm/model_context.h"
 #include "swarm/verbose_log.h"
 #include "tracking/episode_tracker.h"
-#include "train/batch.h"
-#include "train/dist_split.h"
+#include "train_data/batch.h"
+#include "train_data/dist_split.h"
 
 namespace ajet::swarm {
 

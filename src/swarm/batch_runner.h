@@ -31,7 +31,7 @@
 #include "rpc/messages.h"
 #include "swarm/registry.h"
 #include "tracking/merge.h"
-#include "train/advantage.h"
+#include "train_data/advantage.h"
 
 namespace ajet::store {
 class Store;

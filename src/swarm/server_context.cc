@@ -16,7 +16,7 @@
 #include "swarm/supervisor.h"
 #include "swarm/tracker_map.h"
 #include "swarm/verbose_log.h"
-#include "train/options.h"
+#include "train_data/options.h"
 
 namespace ajet::swarm {
 

@@ -1,7 +1,7 @@
 // Data parallelism for the trainer: where this engine process sits in the group (torchrun-style
 // placement from flags or the torchrun environment) and a Collective over a torch.distributed (c10d)
 // process group — Gloo on CPU, NCCL when libtorch was built with it — met through a TCPStore on the
-// master. It never splits batches (dist_split.h) and never trains (trainer.h); it only sums tensors.
+// master. It never splits batches (train_data/dist_split.h) and never trains (trainer.h); it only sums tensors.
 #pragma once
 
 #include <memory>

@@ -1,7 +1,5 @@
 #include "train/dist_options.h"
 
-#include <CLI/CLI.hpp>
-
 #include <algorithm>
 #include <charconv>
 #include <cstdlib>
@@ -96,24 +94,6 @@ DistPlacement resolve_placement(const DistOptions& o, const EnvLookup& env) {
   }
   p.backend = o.backend;
   return p;
-}
-
-void add_dist_flags(CLI::App& cmd, DistOptions& o) {
-  auto set_int = [&](const char* name, std::optional<int>& field, const char* help) {
-    cmd.add_option_function<int>(name, [&field](const int& v) { field = v; }, help)->group("Data parallel");
-  };
-  set_int("--nnodes", o.nnodes, "Nodes (machines) in the data-parallel group (torchrun --nnodes; default WORLD_SIZE or 1)");
-  set_int("--node-rank", o.node_rank, "This node's index in [0, nnodes)");
-  set_int("--nproc-per-node", o.nproc_per_node, "Engine processes per node");
-  set_int("--local-rank", o.local_rank, "This process's index on its node (default LOCAL_RANK or 0)");
-  cmd.add_option_function<std::string>("--master-addr", [&o](const std::string& v) { o.master_addr = v; },
-                                        "Address of rank 0's rendezvous store (default MASTER_ADDR or 127.0.0.1)")
-      ->group("Data parallel");
-  set_int("--master-port", o.master_port, "Port of the rendezvous store (default MASTER_PORT or 29500)");
-  cmd.add_option("--dist-timeout", o.timeout_seconds, "Seconds to wait for every rank to join, and for each all-reduce")
-      ->capture_default_str()
-      ->group("Data parallel");
-  cmd.add_option("--dist-backend", o.backend, "auto, gloo or nccl")->capture_default_str()->group("Data parallel");
 }
 
 }  // namespace ajet::train

@@ -1,6 +1,7 @@
 // Where this engine process sits in a data-parallel group, torchrun-style: flags (--nnodes, --node-rank,
 // --master-addr, --master-port, --nproc-per-node, --local-rank) with the torchrun environment as the
-// fallback. Plain data and parsing, no libtorch, no sockets: dist.h joins the group.
+// fallback. Plain data and parsing, no libtorch, no sockets, no CLI11 (the engine app registers the
+// flags: apps/ajet-engine/dist_flags.h); dist.h joins the group.
 #pragma once
 
 #include <chrono>
@@ -9,14 +10,11 @@
 #include <optional>
 #include <string>
 
-namespace CLI {
-class App;
-}
-
 namespace ajet::train {
 
 // What the command line said; unset fields fall back to the torchrun environment, then to defaults.
-// Flags: --nnodes --node-rank --master-addr --master-port --nproc-per-node --local-rank (dist_flags.h).
+// Flags: --nnodes --node-rank --master-addr --master-port --nproc-per-node --local-rank
+// (apps/ajet-engine/dist_flags.h).
 struct DistOptions {
   std::optional<int> nnodes, node_rank, nproc_per_node, local_rank;
   std::optional<std::string> master_addr;
@@ -50,10 +48,5 @@ EnvLookup process_env();
 // MASTER_PORT fill the master when the flags do not (defaults 127.0.0.1:29500). Out-of-range or
 // malformed values throw Error(kInvalidArgument) naming the flag or variable.
 DistPlacement resolve_placement(const DistOptions& options, const EnvLookup& env = process_env());
-
-// Adds the torchrun-style flags to a command (e.g. `ajet-engine serve`): --nnodes, --node-rank,
-// --nproc-per-node, --local-rank, --master-addr, --master-port, --dist-timeout (seconds),
-// --dist-backend. Only given flags are set in `options`; call resolve_placement after parsing.
-void add_dist_flags(CLI::App& command, DistOptions& options);
 
 }  // namespace ajet::train

@@ -14,7 +14,7 @@
 
 #include "model/model_dir.h"
 #include "model/qwen2.h"
-#include "train/options.h"
+#include "train_data/options.h"
 
 namespace ajet::train {
 

@@ -7,7 +7,7 @@
 
 #include <torch/torch.h>
 
-#include "train/options.h"
+#include "train_data/options.h"
 
 namespace ajet::train {
 

@@ -38,11 +38,11 @@
 
 #include "common/json.h"
 #include "model/qwen2.h"
-#include "train/advantage.h"
-#include "train/batch.h"
 #include "train/lora.h"
 #include "train/loss.h"
-#include "train/options.h"
+#include "train_data/advantage.h"
+#include "train_data/batch.h"
+#include "train_data/options.h"
 
 namespace ajet::train {
 

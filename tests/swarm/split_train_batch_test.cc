@@ -7,7 +7,7 @@
 
 #include "rpc/messages.h"
 #include "swarm/batch_runner.h"
-#include "train/batch.h"
+#include "train_data/batch.h"
 
 namespace ajet::swarm {
 namespace {

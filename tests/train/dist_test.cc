@@ -19,11 +19,12 @@
 #include <set>
 #include <sstream>
 
+#include "ajet-engine/dist_flags.h"
 #include "common/error.h"
 #include "dist_test_util.h"
 #include "model/model_dir.h"
 #include "model/presets.h"
-#include "train/dist_split.h"
+#include "train_data/dist_split.h"
 
 extern char** environ;
 
@@ -43,7 +44,7 @@ EnvLookup fake_env(std::map<std::string, std::string> vars) {
 DistOptions parse_flags(std::vector<std::string> args) {
   CLI::App app;
   DistOptions o;
-  add_dist_flags(app, o);
+  engine::add_dist_flags(app, o);
   std::vector<const char*> argv = {"serve"};
   for (auto& a : args) argv.push_back(a.c_str());
   app.parse(static_cast<int>(argv.size()), argv.data());

@@ -10,8 +10,8 @@
 
 #include "model/test_util.h"
 #include "model/torch_util.h"
-#include "train/batch.h"
 #include "train/trainer.h"
+#include "train_data/batch.h"
 
 namespace ajet::train::testing {
 

@@ -5,16 +5,17 @@
 
 #include <cstdio>
 
+#include "ajet-engine/dist_flags.h"
 #include "train/dist_test_util.h"
 #include "model/model_dir.h"
 #include "train/dist.h"
-#include "train/dist_split.h"
+#include "train_data/dist_split.h"
 
 int main(int argc, char** argv) {
   using namespace ajet::train;
   CLI::App app{"ajet data-parallel test worker"};
   DistOptions dist;
-  add_dist_flags(app, dist);
+  ajet::engine::add_dist_flags(app, dist);
   std::string model_dir, out, config = "grpo";
   app.add_option("--model", model_dir, "Model directory")->required();
   app.add_option("--out", out, "Result file")->required();

@@ -1,7 +1,7 @@
 // Advantage estimators for the GRPO family: one scalar per episode from the episode rewards of its
 // group (task_id). Pure arithmetic, no libtorch, no I/O; it never looks at tokens. Statistics are over
 // episodes, not samples, so an episode merged into one sample and the same episode split into one
-// sample per call get the same advantage (see trainer.h, "merging invariance").
+// sample per call get the same advantage (see train/trainer.h, "merging invariance").
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 // Train batches: validation messages and the engine RPC round trip (no libtorch in this file).
-#include "train/batch.h"
+#include "train_data/batch.h"
 
 #include <gtest/gtest.h>
 

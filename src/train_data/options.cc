@@ -1,4 +1,4 @@
-#include "train/options.h"
+#include "train_data/options.h"
 
 #include <algorithm>
 #include <cmath>

@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "train/advantage.h"
-#include "train/batch.h"
+#include "train_data/advantage.h"
+#include "train_data/batch.h"
 
 namespace ajet::train {
 

@@ -1,5 +1,5 @@
 // Advantage estimators against hand-computed values (no libtorch in this file).
-#include "train/advantage.h"
+#include "train_data/advantage.h"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // The trainer's config mapping and learning-rate schedule (no libtorch in this file).
-#include "train/options.h"
+#include "train_data/options.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "train/advantage.h"
+#include "train_data/advantage.h"
 
 #include <cmath>
 #include <map>

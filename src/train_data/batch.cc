@@ -1,4 +1,4 @@
-#include "train/batch.h"
+#include "train_data/batch.h"
 
 #include <cmath>
 #include <map>

@@ -1,4 +1,4 @@
-#include "train/dist_split.h"
+#include "train_data/dist_split.h"
 
 #include <algorithm>
 #include <map>

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "common/json.h"
-#include "train/advantage.h"
+#include "train_data/advantage.h"
 
 namespace ajet::config {
 struct Config;
@@ -26,7 +26,7 @@ enum class KlType {
 std::string_view kl_type_name(KlType type);
 KlType kl_type_from_name(std::string_view name);  // "k1" | "k3" | "low_var_kl" (also "kl" = k1)
 
-// How the ratio's denominator and the importance weight are chosen (see loss.h).
+// How the ratio's denominator and the importance weight are chosen (see train/loss.h).
 enum class OffPolicyCorrection { kNone, kDecoupledPpo, kTis };
 std::string_view correction_name(OffPolicyCorrection c);
 OffPolicyCorrection correction_from_name(std::string_view name);  // "none" | "decoupled_ppo" | "tis"
