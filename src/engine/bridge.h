@@ -1,5 +1,5 @@
 // Translation between the engine RPC's typed messages (src/rpc/messages.h) and the inference
-// engine's requests and events (src/infer/request.h), so the RPC service and the in-process
+// engine's requests and events (src/batching/request.h), so the RPC service and the in-process
 // `generate` command put the same frames together. Pure data; no libtorch, no sockets.
 #pragma once
 
@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "infer/request.h"
+#include "batching/request.h"
 #include "rpc/messages.h"
 
 namespace ajet::engine {

@@ -18,10 +18,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "batching/request.h"
+#include "batching/scheduler.h"
 #include "infer/attention.h"
 #include "infer/kv_cache.h"
-#include "infer/request.h"
-#include "infer/scheduler.h"
 #include "model/qwen2.h"
 
 namespace ajet::infer {
@@ -33,7 +33,7 @@ struct EngineConfig {
   int64_t max_batch_tokens = 512;     // tokens per step: decode tokens first, then prefill chunks
   int64_t max_running = 64;           // sequences decoding at once (samples of n > 1 count each)
   int64_t max_model_len = 0;          // prompt + generated limit; 0 = max_position_embeddings
-  bool prefix_caching = true;         // reuse computed full blocks of shared prompt prefixes (scheduler.h)
+  bool prefix_caching = true;         // reuse computed full blocks of shared prompt prefixes (batching/scheduler.h)
   bool start_thread = true;           // false: no engine thread, the owner calls step() (tests)
   bool quiet = false;                 // log the cache sizing at debug, not info (owners that build many engines)
   AttentionImpl attention = AttentionImpl::kAuto;

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "infer/request.h"
+#include "batching/request.h"
 
 namespace ajet::infer {
 

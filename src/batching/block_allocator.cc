@@ -1,4 +1,4 @@
-#include "infer/block_allocator.h"
+#include "batching/block_allocator.h"
 
 #include <string>
 

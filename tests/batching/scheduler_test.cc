@@ -1,7 +1,7 @@
 // The scheduler one step at a time, with the engine's part (cache the chunk, append a token after a
 // chunk that needs logits) simulated by hand: budgets, FIFO admission, waiting for blocks, fork with
 // copy-on-write, and preemption with recompute.
-#include "infer/scheduler.h"
+#include "batching/scheduler.h"
 
 #include <gtest/gtest.h>
 

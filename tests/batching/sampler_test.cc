@@ -1,6 +1,6 @@
 // The sampler against hand-computed distributions: logits log(1), log(2), log(3), log(4) give raw
 // probabilities 0.1, 0.2, 0.3, 0.4, and every truncation below is worked out by hand in the comments.
-#include "infer/sampler.h"
+#include "batching/sampler.h"
 
 #include <gtest/gtest.h>
 

@@ -12,9 +12,9 @@
 #include <memory>
 #include <vector>
 
-#include "infer/block_allocator.h"
-#include "infer/request.h"
-#include "infer/sampler.h"
+#include "batching/block_allocator.h"
+#include "batching/request.h"
+#include "batching/sampler.h"
 
 namespace ajet::infer {
 

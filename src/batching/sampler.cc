@@ -1,4 +1,4 @@
-#include "infer/sampler.h"
+#include "batching/sampler.h"
 
 #include <algorithm>
 #include <cmath>

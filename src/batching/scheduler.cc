@@ -1,4 +1,4 @@
-#include "infer/scheduler.h"
+#include "batching/scheduler.h"
 
 #include <algorithm>
 #include <string>
