@@ -1,4 +1,4 @@
-// fuzz-sources: src/swarm/commands.cc src/http/response.cc src/http/message.cc
+// fuzz-sources: src/episodes/commands.cc src/http/response.cc src/http/message.cc
 // libFuzzer target: arbitrary bytes as a JSON body the front accepts (docs/protocol.md): parsed with
 // the nesting limit every body gets (common/json.h), then read as each command (claim, end, abort,
 // can_continue, agree) and as an OpenAI chat request. Only ajet::Error may come out (the front answers
@@ -11,7 +11,7 @@
 
 #include "common/error.h"
 #include "common/json.h"
-#include "swarm/commands.h"
+#include "episodes/commands.h"
 #include "text/messages.h"
 
 namespace {

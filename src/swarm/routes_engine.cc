@@ -4,9 +4,9 @@
 // and parses the body.
 #include <fmt/format.h>
 
+#include "episodes/registry.h"
 #include "http/response.h"
-#include "swarm/openai_errors.h"
-#include "swarm/registry.h"
+#include "openai/openai_errors.h"
 #include "swarm/routes.h"
 #include "swarm/work_pool.h"
 

@@ -1,9 +1,9 @@
 // The OpenAI-compatible API (docs/protocol.md "OpenAI-compatible API"): /v1/chat/completions,
-// /v1/completions, /v1/models, /v1/responses (openai_responses.h) and Anthropic's /v1/messages
-// (anthropic_messages.h), with the episode
+// /v1/completions, /v1/models, /v1/responses (openai/openai_responses.h) and Anthropic's /v1/messages
+// (openai/anthropic_messages.h), with the episode
 // key as the Bearer token (or x-api-key). On the prompt pool (never an
 // I/O thread): verify the key (HMAC), parse and validate the body, render the prompt token-in/token-out
-// through the episode's tracker, then hand the engine request to an LlmCall (openai_call.h), which
+// through the episode's tracker, then hand the engine request to an LlmCall (openai/openai_call.h), which
 // answers when tokens arrive.
 #include <fmt/format.h>
 
@@ -12,16 +12,16 @@
 
 #include "common/json.h"
 #include "common/log.h"
+#include "engine_control/supervisor.h"
+#include "episodes/registry.h"
+#include "episodes/tracker_map.h"
 #include "http/response.h"
-#include "swarm/anthropic_messages.h"
-#include "swarm/openai_call.h"
-#include "swarm/openai_errors.h"
-#include "swarm/openai_params.h"
-#include "swarm/openai_responses.h"
-#include "swarm/registry.h"
+#include "openai/anthropic_messages.h"
+#include "openai/openai_call.h"
+#include "openai/openai_errors.h"
+#include "openai/openai_params.h"
+#include "openai/openai_responses.h"
 #include "swarm/routes.h"
-#include "swarm/supervisor.h"
-#include "swarm/tracker_map.h"
 #include "swarm/work_pool.h"
 
 namespace ajet::swarm {

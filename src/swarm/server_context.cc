@@ -10,12 +10,12 @@
 #include "common/error.h"
 #include "common/fs.h"
 #include "config/load.h"
+#include "engine_control/batch_runner.h"
+#include "engine_control/supervisor.h"
+#include "episodes/registry.h"
+#include "episodes/tracker_map.h"
+#include "episodes/verbose_log.h"
 #include "store/store.h"
-#include "swarm/batch_runner.h"
-#include "swarm/registry.h"
-#include "swarm/supervisor.h"
-#include "swarm/tracker_map.h"
-#include "swarm/verbose_log.h"
 #include "train_data/options.h"
 
 namespace ajet::swarm {

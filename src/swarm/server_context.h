@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "config/config.h"
+#include "engine_control/batch_runner.h"
+#include "engine_control/code_archive.h"
+#include "episodes/model_context.h"
 #include "http/message.h"
-#include "swarm/batch_runner.h"
-#include "swarm/code_archive.h"
-#include "swarm/model_context.h"
 
 namespace ajet::store {
 class Store;

@@ -28,8 +28,8 @@
 #include "common/fs.h"
 #include "common/json.h"
 #include "common/subprocess.h"
+#include "engine_control/test_zip.h"
 #include "http/client.h"
-#include "swarm/test_zip.h"
 
 namespace ajet::e2e {
 

@@ -1,0 +1,312 @@
+#include "engine_control/batch_runner.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <future>
+#include <optional>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "episodes/model_context.h"
+#include "episodes/verbose_log.h"
+#include "rpc/client.h"
+#include "store/store.h"
+#include "tracking/episode_tracker.h"
+#include "train_data/batch.h"
+#include "train_data/dist_split.h"
+
+namespace ajet::swarm {
+
+BatchRunner::BatchRunner(Registry& registry, store::Store& store, VerboseLog& verbose, TrainerLink link)
+    : registry_(registry), store_(store), verbose_(verbose), link_(std::move(link)), thread_([this] { run(); }) {}
+
+BatchRunner::~BatchRunner() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void BatchRunner::notify() {
+  {
+    std::lock_guard<std::mutex> lock(save_mu_);  // a new engine session counts its versions afresh
+    trained_version_ = -1;
+    saved_version_ = -1;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    poked_ = true;
+  }
+  cv_.notify_all();
+}
+
+void BatchRunner::run() {
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (stopping_) return;
+      if (registry_.engine_status() == EngineStatus::kOffline) {
+        // wait_batch_ready returns at once while OFFLINE: sleep until start_engine pokes us.
+        cv_.wait_for(lock, std::chrono::seconds(1), [&] { return stopping_ || poked_; });
+        poked_ = false;
+        continue;
+      }
+    }
+    if (!registry_.wait_batch_ready(std::chrono::milliseconds(500))) continue;
+    try {
+      std::shared_ptr<const ModelContext> model = link_.model ? link_.model() : nullptr;
+      if (!link_.engine || !link_.engine()) {
+        // Booting or restarting: the batch waits (a restart returns it to collection anyway).
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stopping_; });
+        continue;
+      }
+      Batch batch = registry_.take_batch();
+      if (!model) {
+        verbose_.add("batch", fmt::format("batch {} taken but no model is loaded; it is not trained", batch.batch_id));
+        continue;
+      }
+      train_on_engine(merge_batch(std::move(batch), *model));
+    } catch (const std::exception& e) {
+      verbose_.add("batch", std::string("batch loop: ") + e.what());
+    }
+  }
+}
+
+BatchSamples BatchRunner::merge_batch(Batch batch, const ModelContext& model) {
+  BatchSamples out;
+  store_.flush().get();  // every call of these episodes was queued before their end_episode
+  for (const FinishedEpisode& e : batch.episodes) {
+    std::vector<store::CallRow> rows = store_.get_calls(e.episode_uuid);
+    std::vector<tracking::CallRecord> calls = tracking::calls_from_rows(rows, model.format.get());
+    if (calls.empty()) continue;  // an episode without LLM calls carries no tokens
+    tracking::EpisodeInfo info{e.episode_uuid, e.task_id, e.reward};
+    tracking::MergedEpisode merged = tracking::merge_episode(info, calls, model.merge_options);
+    out.totals.calls += merged.diagnostics.calls;
+    out.totals.samples += merged.diagnostics.samples;
+    out.totals.trainable_samples += merged.diagnostics.trainable_samples;
+    out.totals.tokens_before += merged.diagnostics.tokens_before;
+    out.totals.tokens_after += merged.diagnostics.tokens_after;
+    for (auto& s : merged.samples) out.samples.push_back(std::move(s));
+  }
+  if (out.totals.tokens_after > 0) {
+    out.totals.compression_ratio = double(out.totals.tokens_before) / double(out.totals.tokens_after);
+  }
+  out.batch = std::move(batch);
+  return out;
+}
+
+
+rpc::TrainBatch build_train_batch(const BatchSamples& samples) {
+  rpc::TrainBatch t;
+  t.sample_offsets.push_back(0);
+  for (const tracking::Sample& s : samples.samples) {
+    if (!s.trainable || s.trained_tokens() == 0) continue;
+    const size_t n = s.token_ids.size();
+    if (s.loss_mask.size() != n || s.logprobs.size() != n || s.policy_versions.size() != n) {
+      fail(ErrorCode::kInternal, fmt::format("episode {} sample {}: per-token arrays differ in length", s.episode_uuid,
+                                             s.index));
+    }
+    t.token_ids.insert(t.token_ids.end(), s.token_ids.begin(), s.token_ids.end());
+    t.loss_mask.insert(t.loss_mask.end(), s.loss_mask.begin(), s.loss_mask.end());
+    for (size_t i = 0; i < n; ++i) {
+      // The engine checks logprobs only where the mask is 1; elsewhere they mean nothing to it.
+      t.logprobs.push_back(s.loss_mask[i] ? s.logprobs[i] : 0.0f);
+      t.policy_versions.push_back(s.policy_versions[i]);
+    }
+    t.sample_offsets.push_back(int64_t(t.token_ids.size()));
+    t.rewards.push_back(s.reward);
+    t.weights.push_back(s.weight);
+    t.task_ids.push_back(s.task_id);
+    t.episode_uuids.push_back(s.episode_uuid);
+  }
+  if (t.rewards.empty()) {
+    fail(ErrorCode::kFailedPrecondition,
+         fmt::format("batch {}: none of its {} samples has a generated token to train on", samples.batch.batch_id,
+                     samples.samples.size()));
+  }
+  t.meta = Json{{"batch_id", samples.batch.batch_id},
+                {"global_step", samples.batch.global_step},
+                {"episodes", samples.batch.episodes.size()},
+                {"tokens_before_merge", samples.totals.tokens_before},
+                {"compression_ratio", samples.totals.compression_ratio}};
+  return t;
+}
+
+std::vector<rpc::TrainBatch> split_train_batch(const rpc::TrainBatch& request, int world_size,
+                                               const train::AdvantageOptions& advantage) {
+  const std::vector<train::Batch> parts = train::split_batch(train::batch_from_rpc(request), world_size, advantage);
+  std::vector<rpc::TrainBatch> out;
+  for (size_t r = 0; r < parts.size(); ++r) {
+    rpc::TrainBatch part = train::batch_to_rpc(parts[r]);
+    part.meta = request.meta.is_object() ? request.meta : Json::object();
+    part.meta["rank"] = r;
+    part.meta["world_size"] = world_size;
+    out.push_back(std::move(part));
+  }
+  return out;
+}
+
+Json BatchRunner::train_on_ranks(const std::vector<std::shared_ptr<rpc::Client>>& ranks, const rpc::TrainBatch& request,
+                                 const TrainSettings& settings) {
+  const int world = int(ranks.size());
+  std::vector<rpc::TrainBatch> parts = split_train_batch(request, world, settings.advantage);
+  // One thread per rank: each call blocks until its rank finished the step, and the ranks only finish
+  // together (their all-reduces wait for each other).
+  std::vector<std::future<Json>> calls;
+  for (int r = 0; r < world; ++r) {
+    calls.push_back(std::async(std::launch::async, [&, r] {
+      rpc::Client::CallResult res = ranks[size_t(r)]->call(rpc::encode_train_batch(parts[size_t(r)]), settings.train_timeout);
+      return res.done.body.is_object() ? res.done.body : Json::object();
+    }));
+  }
+  std::vector<Json> replies(static_cast<size_t>(world));
+  std::optional<Error> first;
+  for (int r = 0; r < world; ++r) {
+    try {
+      replies[size_t(r)] = calls[size_t(r)].get();
+    } catch (const Error& e) {
+      if (!first) first = Error(e.code(), fmt::format("data-parallel rank {} of {}: {}", r, world, e.what()));
+    } catch (const std::exception& e) {
+      if (!first) first = Error(ErrorCode::kInternal, fmt::format("data-parallel rank {} of {}: {}", r, world, e.what()));
+    }
+  }
+  if (first) throw *first;
+  // Rank 0's reply (its loss terms are its share), with the batch's counts summed over the ranks.
+  Json metrics = replies[0];
+  Json per_rank = Json::array();
+  for (const char* key : {"tokens", "trained_tokens", "packed_tokens", "samples", "dropped_samples"}) {
+    int64_t sum = 0;
+    for (const Json& reply : replies) sum += reply.value(key, int64_t(0));
+    metrics[key] = sum;
+  }
+  for (int r = 0; r < world; ++r) {
+    const Json& reply = replies[size_t(r)];
+    per_rank.push_back(Json{{"rank", r},
+                            {"samples", reply.value("samples", int64_t(0))},
+                            {"tokens", reply.value("tokens", int64_t(0))},
+                            {"loss", reply.value("loss", Json(nullptr))},
+                            {"step_time_s", reply.value("step_time_s", 0.0)},
+                            {"policy_version", reply.value("policy_version", int64_t(-1))}});
+    if (reply.value("policy_version", int64_t(-1)) != metrics.value("policy_version", int64_t(-1))) {
+      verbose_.add("batch", fmt::format("data-parallel rank {} serves policy_version {}, rank 0 {}", r,
+                                        reply.value("policy_version", int64_t(-1)),
+                                        metrics.value("policy_version", int64_t(-1))));
+    }
+  }
+  metrics["data_parallel"] = Json{{"world_size", world}, {"ranks", per_rank}};
+  return metrics;
+}
+
+void BatchRunner::train_on_engine(BatchSamples samples) {
+  const Batch& b = samples.batch;
+  const TrainSettings settings = link_.settings ? link_.settings() : TrainSettings{};
+  std::string merged = fmt::format("{} episodes -> {} samples, {} tokens after merging {} calls ({:.2f}x)",
+                                   b.episodes.size(), samples.totals.samples, samples.totals.tokens_after,
+                                   samples.totals.calls, samples.totals.compression_ratio);
+  rpc::TrainBatch request;
+  try {
+    request = build_train_batch(samples);
+  } catch (const Error& e) {
+    registry_.fail_batch(b.batch_id, e.code(), e.what());
+    return;
+  }
+  std::shared_ptr<rpc::Client> engine = link_.engine ? link_.engine() : nullptr;
+  if (!engine) {
+    // The engine went away after take_batch: engine_restarting returned the batch to collection.
+    verbose_.add("batch", fmt::format("batch {} not trained: the engine is restarting; it is collected again", b.batch_id));
+    return;
+  }
+  std::vector<std::shared_ptr<rpc::Client>> ranks;
+  if (link_.engine_ranks) ranks = link_.engine_ranks();
+  if (std::any_of(ranks.begin(), ranks.end(), [](const auto& rank) { return !rank; })) ranks.clear();
+  if (ranks.size() > 1) {
+    verbose_.add("batch", fmt::format("batch {} (step {}): {}; training on {} data-parallel ranks", b.batch_id,
+                                      b.global_step, merged, ranks.size()));
+  } else {
+    verbose_.add("batch", fmt::format("batch {} (step {}): {}; training on the engine", b.batch_id, b.global_step, merged));
+  }
+  Json metrics;
+  try {
+    if (ranks.size() > 1) {
+      metrics = train_on_ranks(ranks, request, settings);
+    } else {
+      rpc::Client::CallResult r = engine->call(rpc::encode_train_batch(request), settings.train_timeout);
+      metrics = r.done.body.is_object() ? r.done.body : Json::object();
+    }
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::kUnavailable) {
+      // Lost connection (the supervisor restarts the engine and returns the batch) or a timeout.
+      verbose_.add("batch", fmt::format("batch {}: train_step did not complete: {}", b.batch_id, e.what()));
+      try {
+        registry_.fail_batch(b.batch_id, e.code(), e.what());
+      } catch (const Error&) {  // already returned to collection by engine_restarting, or stopped
+      }
+      return;
+    }
+    verbose_.add("batch", fmt::format("batch {}: the engine rejected train_step: {}", b.batch_id, e.what()));
+    try {
+      registry_.fail_batch(b.batch_id, e.code(), e.what());
+    } catch (const Error&) {
+    }
+    return;
+  }
+  const int64_t version = metrics.value("policy_version", int64_t(b.global_step + 1));
+  {
+    std::lock_guard<std::mutex> lock(save_mu_);
+    trained_version_ = version;
+  }
+  metrics["merge"] = Json{{"calls", samples.totals.calls},
+                          {"samples", samples.totals.samples},
+                          {"tokens_before", samples.totals.tokens_before},
+                          {"tokens_after", samples.totals.tokens_after},
+                          {"compression_ratio", samples.totals.compression_ratio}};
+  const bool torch = registry_.options().backbone == Backbone::kTorch;
+  if (settings.save_freq > 0 && version % settings.save_freq == 0) {
+    // torch: the engine's weights are exported before rollouts resume on them.
+    if (torch) registry_.begin_weight_export();
+    try {
+      if (auto path = save_checkpoint(fmt::format("save_freq {}", settings.save_freq))) {
+        metrics["checkpoint"] = path->string();
+      }
+    } catch (const std::exception& e) {
+      verbose_.add("batch", std::string("save_checkpoint failed: ") + e.what());
+    }
+    if (torch) registry_.end_weight_export();
+  }
+  try {
+    registry_.finish_batch(b.batch_id, metrics);
+  } catch (const Error& e) {  // stopped or restarted meanwhile
+    verbose_.add("batch", fmt::format("batch {} trained, but the registry moved on: {}", b.batch_id, e.what()));
+    return;
+  }
+  verbose_.add("batch", fmt::format("step {} done: policy_version {}, loss {}, {} trained tokens, {:.2f} s", b.global_step,
+                                    version, metrics.value("loss", Json(nullptr)).dump(),
+                                    metrics.value("trained_tokens", Json(nullptr)).dump(),
+                                    metrics.value("step_time_s", 0.0)));
+}
+
+std::optional<std::filesystem::path> BatchRunner::save_checkpoint(const std::string& why) {
+  std::lock_guard<std::mutex> lock(save_mu_);
+  if (trained_version_ < 0 || trained_version_ == saved_version_) return std::nullopt;
+  std::shared_ptr<rpc::Client> engine = link_.engine ? link_.engine() : nullptr;
+  if (!engine) return std::nullopt;
+  const TrainSettings settings = link_.settings ? link_.settings() : TrainSettings{};
+  rpc::Frame request;
+  request.kind = rpc::FrameKind::kRequest;
+  request.method = std::string(rpc::kMethodSaveCheckpoint);
+  request.body = Json::object();
+  if (!settings.checkpoint_dir.empty()) request.body["dir"] = settings.checkpoint_dir.string();
+  request.body["front_cursor"] = Json{{"global_step", registry_.global_step()}, {"policy_version", trained_version_}};
+  rpc::Client::CallResult r = engine->call(std::move(request), settings.train_timeout);
+  const std::filesystem::path path = r.done.body.value("path", std::string());
+  saved_version_ = r.done.body.value("policy_version", trained_version_);
+  verbose_.add("batch", fmt::format("checkpoint ({}): policy_version {} saved in {}", why, saved_version_, path.string()));
+  if (!path.empty() && link_.checkpoint_saved) link_.checkpoint_saved(path);
+  return path;
+}
+
+}  // namespace ajet::swarm

@@ -1,0 +1,525 @@
+#include "engine_control/supervisor.h"
+
+#include <arpa/inet.h>
+#include <fmt/format.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <csignal>
+#include <ctime>
+#include <fstream>
+#include <functional>
+#include <thread>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "common/proc.h"
+#include "common/strings.h"
+#include "common/subprocess.h"
+#include "episodes/registry.h"
+#include "episodes/verbose_log.h"
+#include "rpc/messages.h"
+
+namespace ajet::swarm {
+
+namespace fs = std::filesystem;
+
+struct EngineSupervisor::Session {
+  std::ofstream log;
+  std::vector<uint8_t> ready_line;  // per rank: "ajet-engine: ready on ADDRESS" was printed
+  std::deque<std::string> tail;  // the engine's last lines, for crash reports
+  int forwarded = 0;             // lines copied into the verbose log (bounded per engine process)
+};
+
+namespace {
+
+constexpr const char* kSocketDirPrefix = "ajet-swarm-";
+constexpr const char* kOwnerFile = "owner";  // "<pid> <start time>" of the front that made the directory
+
+// Field 22 of /proc/<pid>/stat: when the process started, in clock ticks since boot. With the pid it
+// names one process; a pid alone may have been reused since. Empty when the process is gone.
+std::string process_start_time(pid_t pid) {
+  std::vector<std::string> fields = proc_stat_fields(pid);
+  return fields.size() > 22 - 3 ? fields[22 - 3] : "";
+}
+
+// Removes the engine-socket directories of fronts that are gone (SIGKILLed fronts cannot clean up).
+// A directory is stale when the process its owner file names no longer runs; one without an owner
+// file (being created, or from an older version) only once it is a minute old. Only this user's.
+void remove_stale_socket_dirs(const fs::path& tmp) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(tmp, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(kSocketDirPrefix, 0) != 0 || !entry.is_directory(ec) || entry.is_symlink(ec)) continue;
+    struct stat st{};
+    if (::lstat(entry.path().c_str(), &st) != 0 || st.st_uid != ::getuid()) continue;
+    std::ifstream owner(entry.path() / kOwnerFile);
+    pid_t pid = 0;
+    std::string started;
+    bool stale;
+    if (owner >> pid >> started) {
+      stale = pid <= 0 || process_start_time(pid) != started;
+    } else {
+      stale = std::time(nullptr) - st.st_mtime > 60;
+    }
+    if (!stale) continue;
+    fs::remove_all(entry.path(), ec);
+    if (!ec) log().info("removed {}, left behind by a front that is gone", entry.path().string());
+  }
+}
+
+// A TCP port on loopback that nothing listens on right now: the ranks' rendezvous (rank 0 binds it
+// moments later; a clash is reported by the engine, naming the port, and the restart picks another).
+int free_loopback_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) fail(ErrorCode::kIo, "cannot open a socket to pick the engine ranks' rendezvous port");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof addr;
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  ::close(fd);
+  if (!ok) fail(ErrorCode::kIo, "cannot bind a loopback port for the engine ranks' rendezvous");
+  return ntohs(addr.sin_port);
+}
+
+// One engine process of the group and its connection.
+struct RankProcess {
+  Subprocess proc;
+  std::shared_ptr<rpc::Client> conn;
+};
+
+}  // namespace
+
+EngineSupervisor::EngineSupervisor(SupervisorOptions options, Registry& registry, VerboseLog& verbose)
+    : options_(std::move(options)), registry_(registry), verbose_(verbose) {
+  const fs::path tmp = fs::temp_directory_path();
+  remove_stale_socket_dirs(tmp);
+  std::string templ = (tmp / (std::string(kSocketDirPrefix) + "XXXXXX")).string();
+  if (::mkdtemp(templ.data()) == nullptr) {
+    fail(ErrorCode::kIo, "cannot create a private directory for the engine socket in " + tmp.string());
+  }
+  socket_dir_ = templ;  // mode 0700: only this user can reach the engine
+  std::ofstream(socket_dir_ / kOwnerFile) << ::getpid() << ' ' << process_start_time(::getpid()) << '\n';
+  socket_path_ = socket_dir_ / "engine.sock";
+  thread_ = std::thread([this] { run(); });
+}
+
+EngineSupervisor::~EngineSupervisor() {
+  stop();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    quit_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+  std::error_code ec;
+  fs::remove_all(socket_dir_, ec);
+}
+
+int64_t EngineSupervisor::start(EngineLaunch launch) {
+  std::lock_guard<std::mutex> control(control_mu_);
+  std::future<int64_t> started;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (phase_ != Phase::kIdle || pending_) {
+      fail(ErrorCode::kFailedPrecondition, "the engine is already running; call stop_engine first");
+    }
+    pending_ = std::move(launch);
+    started_.emplace();
+    started = started_->get_future();
+  }
+  cv_.notify_all();
+  return started.get();
+}
+
+void EngineSupervisor::stop() {
+  std::lock_guard<std::mutex> control(control_mu_);
+  std::unique_lock<std::mutex> lock(mu_);
+  if (phase_ == Phase::kIdle && !pending_) return;
+  stop_ = true;
+  cv_.notify_all();
+  cv_.wait(lock, [&] { return phase_ == Phase::kIdle && !pending_; });
+  stop_ = false;
+}
+
+std::shared_ptr<rpc::Client> EngineSupervisor::client() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return client_;
+}
+
+std::vector<std::shared_ptr<rpc::Client>> EngineSupervisor::rank_clients() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return rank_clients_;
+}
+
+fs::path EngineSupervisor::rank_socket(int rank) const {
+  return rank == 0 ? socket_path_ : socket_dir_ / fmt::format("engine-rank{}.sock", rank);
+}
+
+void EngineSupervisor::set_latest_checkpoint(fs::path dir) {
+  std::lock_guard<std::mutex> lock(mu_);
+  checkpoint_dir_ = std::move(dir);
+}
+
+fs::path EngineSupervisor::latest_checkpoint_dir() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return checkpoint_dir_;
+}
+
+int64_t EngineSupervisor::pid() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pid_;
+}
+
+bool EngineSupervisor::running() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return phase_ != Phase::kIdle || pending_.has_value();
+}
+
+Json EngineSupervisor::status_json() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  static constexpr const char* kNames[] = {"idle", "building", "booting", "ready", "stopping"};
+  Json ranks = Json::array();
+  for (size_t r = 0; r < rank_pids_.size(); ++r) {
+    ranks.push_back(Json{{"rank", r}, {"pid", rank_pids_[r]}, {"socket", rank_socket(int(r)).string()}});
+  }
+  return Json{{"pid", pid_},
+              {"phase", kNames[int(phase_)]},
+              {"binary", binary_},
+              {"socket", socket_path_.string()},
+              {"restarts", restarts_},
+              {"build", build_note_},
+              {"engine_ranks", options_.engine_ranks},
+              {"ranks", ranks}};
+}
+
+bool EngineSupervisor::stop_requested() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stop_ || quit_;
+}
+
+void EngineSupervisor::set_phase(Phase phase) {
+  std::lock_guard<std::mutex> lock(mu_);
+  phase_ = phase;
+  cv_.notify_all();
+}
+
+bool EngineSupervisor::sleep_unless_stopped(std::chrono::milliseconds d) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return !cv_.wait_for(lock, d, [&] { return stop_ || quit_; });
+}
+
+void EngineSupervisor::note_line(Session& s, int rank, const std::string& raw) {
+  if (raw.rfind("ajet-engine: ready on ", 0) == 0 && size_t(rank) < s.ready_line.size()) s.ready_line[size_t(rank)] = 1;
+  // With several ranks each line says whose it is; one rank's lines stay as they were.
+  const std::string line = options_.engine_ranks > 1 ? fmt::format("[rank {}] {}", rank, raw) : raw;
+  if (s.log.is_open()) s.log << line << '\n' << std::flush;
+  s.tail.push_back(line);
+  while (s.tail.size() > 40) s.tail.pop_front();
+  const std::string l = ascii_lower(line);
+  const bool notable = l.find("error") != std::string::npos || l.find("ready") != std::string::npos ||
+                       l.find("listening") != std::string::npos || l.find("warn") != std::string::npos;
+  if (notable && s.forwarded < 50) {
+    s.forwarded += 1;
+    verbose_.add("engine", line.substr(0, 500), /*mirror=*/false);
+  }
+}
+
+std::string EngineSupervisor::tail_text(const Session& s, size_t lines) const {
+  std::string out;
+  size_t skip = s.tail.size() > lines ? s.tail.size() - lines : 0;
+  for (size_t i = skip; i < s.tail.size(); ++i) {
+    if (!out.empty()) out += " | ";
+    out += s.tail[i];
+  }
+  return out.empty() ? "(no output)" : out;
+}
+
+void EngineSupervisor::run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    cv_.wait(lock, [&] { return quit_ || pending_.has_value(); });
+    if (quit_ && !pending_) return;
+    EngineLaunch launch = std::move(*pending_);
+    pending_.reset();
+    phase_ = Phase::kBooting;
+    lock.unlock();
+    try {
+      supervise(std::move(launch));
+    } catch (const std::exception& e) {
+      log().error("engine supervisor: {}", e.what());
+    }
+    lock.lock();
+    if (started_) {  // supervise() ended before resolving start(): it failed before spawning
+      started_->set_exception(std::make_exception_ptr(Error(ErrorCode::kIo, "the engine could not be started")));
+      started_.reset();
+    }
+    if (client_) retired_clients_.push_back(std::move(client_));
+    client_.reset();
+    for (auto& c : rank_clients_) retired_clients_.push_back(std::move(c));
+    rank_clients_.clear();
+    rank_pids_.clear();
+    std::vector<std::shared_ptr<rpc::Client>> retired;
+    retired.swap(retired_clients_);
+    lock.unlock();
+    retired.clear();  // closes them here, never on an RPC reader thread; in-flight calls get their error
+    lock.lock();
+    pid_ = 0;
+    phase_ = Phase::kIdle;
+    cv_.notify_all();
+  }
+}
+
+std::vector<std::string> EngineSupervisor::engine_command(const fs::path& binary, const EngineLaunch& launch, int rank,
+                                                          int master_port) const {
+  // The engine reads ajet.engine.*, ajet.rollout.*, the trainer's keys from the synced YAML; --model
+  // names the base weights and --resume the newest checkpoint (weights, optimizer, step) when one exists.
+  std::vector<std::string> argv = {binary.string(), "serve", "--conf", launch.config_file.string(),
+                                   "--model", launch.config.model.path, "--listen", "unix:" + rank_socket(rank).string()};
+  const int ranks = options_.engine_ranks;
+  if (ranks > 1) {
+    // One node, N local ranks meeting on loopback; the cores are shared out so the ranks do not
+    // oversubscribe them (ajet.engine.threads, or one per core when 0, divided by N; at least 1).
+    const int64_t configured = launch.config.engine.threads;
+    const int64_t total = configured > 0 ? configured : int64_t(std::max(1u, std::thread::hardware_concurrency()));
+    const int64_t threads = std::max<int64_t>(1, total / ranks);
+    argv.insert(argv.end(), {"--threads", std::to_string(threads), "--nnodes", "1", "--node-rank", "0",
+                             "--nproc-per-node", std::to_string(ranks), "--local-rank", std::to_string(rank),
+                             "--master-addr", "127.0.0.1", "--master-port", std::to_string(master_port)});
+  }
+  const fs::path checkpoint = latest_checkpoint_dir();
+  if (!checkpoint.empty()) argv.insert(argv.end(), {"--resume", checkpoint.string()});
+  return argv;
+}
+
+void EngineSupervisor::supervise(EngineLaunch launch) {
+  Session session;
+  std::error_code ec;
+  fs::create_directories(launch.run_dir, ec);
+  session.log.open(launch.run_dir / "engine.log", std::ios::app);
+  const int world = std::max(1, options_.engine_ranks);
+
+  fs::path binary = options_.default_engine;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!last_good_binary_.empty()) binary = last_good_binary_;
+    if (launch.code_root.empty()) build_note_.clear();
+  }
+  if (!launch.code_root.empty()) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      started_->set_value(0);  // start() answers now; the build takes a while
+      started_.reset();
+    }
+    binary = build_engine(launch, session);
+    if (stop_requested()) return;
+  }
+
+  bool ever_ready = false;
+  int failures = 0;
+  while (!stop_requested()) {
+    std::vector<RankProcess> ranks(static_cast<size_t>(world));
+    std::vector<std::vector<std::string>> argvs;
+    try {
+      const int master_port = world > 1 ? free_loopback_port() : 0;
+      for (int r = 0; r < world; ++r) {
+        fs::remove(rank_socket(r), ec);  // a crashed engine's socket file would refuse the new one's clients
+        argvs.push_back(engine_command(binary, launch, r, master_port));
+        ranks[size_t(r)].proc = Subprocess::spawn(SpawnOptions{argvs.back(), {}, {}});
+      }
+    } catch (const Error& e) {
+      ranks.clear();  // ranks already spawned are killed and reaped
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (started_) {  // start() reports it; the caller puts the registry back to OFFLINE
+          started_->set_exception(std::current_exception());
+          started_.reset();
+          return;
+        }
+      }
+      std::string detail = std::string("the engine could not be started: ") + e.what();
+      verbose_.add("engine", detail);
+      try {
+        registry_.stop(detail);
+      } catch (const Error&) {
+      }
+      return;
+    }
+    Subprocess& proc = ranks[0].proc;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      pid_ = proc.pid();
+      rank_pids_.clear();
+      for (const auto& r : ranks) rank_pids_.push_back(r.proc.pid());
+      binary_ = binary.string();
+      phase_ = Phase::kBooting;
+      if (started_) {
+        started_->set_value(proc.pid());
+        started_.reset();
+      }
+    }
+    if (session.log.is_open()) {
+      for (const auto& argv : argvs) session.log << "---- " << fmt::format("{}", fmt::join(argv, " ")) << '\n';
+      session.log << std::flush;
+    }
+    session.forwarded = 0;
+    session.ready_line.assign(size_t(world), 0);
+    std::vector<std::function<void(std::string)>> on_lines;
+    for (int r = 0; r < world; ++r) on_lines.push_back([this, &session, r](std::string line) { note_line(session, r, line); });
+    // Waits on rank 0 for up to `d` and looks at the others without waiting; the rank that exited, or -1.
+    auto wait_ranks = [&](std::chrono::milliseconds d) {
+      for (int r = 0; r < world; ++r) {
+        if (ranks[size_t(r)].proc.wait_some(r == 0 ? d : std::chrono::milliseconds(0), on_lines[size_t(r)])) return r;
+      }
+      return -1;
+    };
+    auto terminate_all = [&] {
+      for (int r = world - 1; r >= 0; --r) {
+        if (!ranks[size_t(r)].proc.exited()) ranks[size_t(r)].proc.signal_group(SIGTERM);
+      }
+      for (int r = world - 1; r >= 0; --r) ranks[size_t(r)].proc.terminate(options_.stop_grace, on_lines[size_t(r)]);
+    };
+
+    // Boot: wait until every rank accepts connections (each listens once its model is loaded).
+    const auto deadline = std::chrono::steady_clock::now() + options_.boot_timeout;
+    auto step = std::chrono::milliseconds(10);
+    int exited_rank = -1;
+    bool timed_out = false, all_connected = false;
+    while (!stop_requested()) {
+      exited_rank = wait_ranks(step);
+      if (exited_rank >= 0) break;
+      all_connected = true;
+      for (int r = 0; r < world; ++r) {
+        RankProcess& rp = ranks[size_t(r)];
+        if (rp.conn) continue;
+        if (session.ready_line[size_t(r)] || fs::exists(rank_socket(r))) {
+          try {
+            auto c = std::make_shared<rpc::Client>("unix:" + rank_socket(r).string());
+            c->connect();
+            rp.conn = std::move(c);
+          } catch (const Error&) {
+            // not listening yet
+          }
+        }
+        all_connected = all_connected && rp.conn != nullptr;
+      }
+      if (all_connected) break;
+      if (std::chrono::steady_clock::now() > deadline) {
+        timed_out = true;
+        break;
+      }
+      step = std::min(step * 2, std::chrono::milliseconds(200));
+    }
+    if (stop_requested()) {
+      set_phase(Phase::kStopping);
+      for (auto& r : ranks) r.conn.reset();
+      terminate_all();
+      return;
+    }
+    const bool became_ready = all_connected && exited_rank < 0;
+    if (became_ready) {
+      std::shared_ptr<rpc::Client> conn = ranks[0].conn;
+      std::string detail = fmt::format("engine ready (pid {}, {})", proc.pid(), binary.filename().string());
+      std::optional<int64_t> served_version;  // the front's global_step adopts it (e.g. after --resume)
+      if (world > 1) detail += fmt::format(", {} data-parallel ranks", world);
+      try {
+        rpc::Client::CallResult status = conn->call(rpc::make_status_request(), std::chrono::seconds(30));
+        if (status.done.body.contains("policy_version")) {
+          detail += fmt::format(", policy_version {}", status.done.body["policy_version"].dump());
+          if (status.done.body["policy_version"].is_number_integer()) {
+            served_version = status.done.body["policy_version"].get<int64_t>();
+          }
+        }
+      } catch (const std::exception& e) {
+        log().warn("engine status after boot: {}", e.what());
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!build_note_.empty()) detail += "; " + build_note_;
+        client_ = conn;
+        rank_clients_.clear();
+        for (const auto& r : ranks) rank_clients_.push_back(r.conn);
+        phase_ = Phase::kReady;
+      }
+      try {
+        registry_.engine_ready(detail, served_version);
+      } catch (const Error& e) {
+        log().info("engine ready, but the registry moved on ({}); stopping it", e.what());
+      }
+      verbose_.add("engine", detail);
+      ever_ready = true;
+      failures = 0;
+      // Running: until a rank exits or we are told to stop.
+      while (!stop_requested()) {
+        exited_rank = wait_ranks(std::chrono::milliseconds(200));
+        if (exited_rank >= 0) break;
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (client_) retired_clients_.push_back(std::move(client_));
+        client_.reset();
+        for (auto& c : rank_clients_) retired_clients_.push_back(std::move(c));
+        rank_clients_.clear();
+      }
+      conn.reset();
+      for (auto& r : ranks) r.conn.reset();
+      if (exited_rank < 0) {
+        set_phase(Phase::kStopping);
+        terminate_all();
+        return;
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      restarts_ += 1;
+    }
+    for (auto& r : ranks) r.conn.reset();
+    // The ranks still running cannot go on without the one that exited: all of them go.
+    const int failed = exited_rank >= 0 ? exited_rank : 0;
+    const int failed_status = exited_rank >= 0 ? ranks[size_t(failed)].proc.wait(on_lines[size_t(failed)]) : 0;
+    terminate_all();
+    std::string why = timed_out ? fmt::format("did not accept connections within {} s", options_.boot_timeout.count() / 1000)
+                                : describe_exit(failed_status);
+    if (world > 1 && !timed_out) why = fmt::format("rank {} (pid {}): {}", failed, ranks[size_t(failed)].proc.pid(), why);
+    const std::string tail = tail_text(session, world > 1 ? 10 : 6);
+    if (!ever_ready) {
+      std::string detail = fmt::format("the engine failed to start ({}): {}", why, tail);
+      verbose_.add("engine", detail);
+      try {
+        registry_.stop(detail);
+      } catch (const Error&) {
+      }
+      return;
+    }
+    if (!became_ready) failures += 1;  // it died while booting again
+    if (failures >= options_.max_restart_failures) {
+      std::string detail = fmt::format("the engine crashed and failed to restart {} times ({}): {}; giving up",
+                                       failures, why, tail);
+      verbose_.add("engine", detail);
+      try {
+        registry_.stop(detail);
+      } catch (const Error&) {
+      }
+      return;
+    }
+    const fs::path checkpoint = latest_checkpoint_dir();
+    std::string detail = fmt::format(
+        "the engine (pid {}) exited unexpectedly ({}); restarting it from {}; last output: {}", proc.pid(), why,
+        checkpoint.empty() ? launch.config.model.path + " (no checkpoint yet)" : "checkpoint " + checkpoint.string(),
+        tail);
+    verbose_.add("engine", detail);
+    try {
+      registry_.engine_restarting(detail);
+    } catch (const Error&) {
+      return;  // stopped meanwhile
+    }
+    if (failures > 0 && !sleep_unless_stopped(std::chrono::milliseconds(500 * failures))) return;
+  }
+}
+
+}  // namespace ajet::swarm

@@ -1,0 +1,131 @@
+#include "episodes/commands.h"
+
+#include <cmath>
+
+#include "http/response.h"
+
+namespace ajet::swarm {
+
+// The HTTP layer's mapping, except that another client's episode is 404, as upstream answers (the
+// layer says 403): one table, one exception.
+int http_status_for(ErrorCode code) {
+  return code == ErrorCode::kPermissionDenied ? 404 : http::status_for(code);
+}
+
+namespace {
+
+std::string required_id(const Json& body, std::string_view key, std::string_view where) {
+  std::string value = get_string(body, key, where);
+  if (value.empty()) invalid_argument(std::string(where) + ": field '" + std::string(key) + "' must not be empty");
+  return value;
+}
+
+const Json* optional_object(const Json& obj, std::string_view key, std::string_view where) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return nullptr;
+  if (!it->is_object()) {
+    invalid_argument(std::string(where) + ": field '" + std::string(key) + "' must be an object, got " +
+                     std::string(json_type_name(*it)));
+  }
+  return &*it;
+}
+
+}  // namespace
+
+Json ThrottlePolicy::to_json() const {
+  return Json{{"ratio", ratio},
+              {"expected_batch_size", expected_batch_size ? Json(*expected_batch_size) : Json(nullptr)},
+              {"expected_num_repeat", expected_num_repeat ? Json(*expected_num_repeat) : Json(nullptr)},
+              {"current_task_id", current_task_id}};
+}
+
+ClaimRequest ClaimRequest::from_json(const Json& body) {
+  constexpr std::string_view where = "claim_episode body";
+  ClaimRequest req;
+  req.client_uuid = required_id(body, "client_uuid", where);
+  req.episode_type = get_optional_string(body, "episode_type", where).value_or("train");
+  req.discard_episode_timeout = get_optional_number(body, "discard_episode_timeout", where).value_or(240.0);
+  if (!(req.discard_episode_timeout > 0) || !std::isfinite(req.discard_episode_timeout)) {
+    invalid_argument("claim_episode body: field 'discard_episode_timeout' must be a positive number of seconds");
+  }
+  if (const Json* tp = optional_object(body, "throttle_policy", where)) {
+    constexpr std::string_view tp_where = "claim_episode body: throttle_policy";
+    ThrottlePolicy policy;
+    policy.ratio = get_optional_number(*tp, "ratio", tp_where).value_or(1.5);
+    policy.expected_batch_size = get_optional_int(*tp, "expected_batch_size", tp_where);
+    policy.expected_num_repeat = get_optional_int(*tp, "expected_num_repeat", tp_where);
+    policy.current_task_id = get_optional_string(*tp, "current_task_id", tp_where).value_or("");
+    req.throttle_policy = policy;
+  }
+  return req;
+}
+
+Json ClaimResponse::to_json() const {
+  return Json{{"success", success},
+              {"client_uuid", client_uuid},
+              {"episode_uuid", episode_uuid},
+              {"openai_base_url", openai_base_url},
+              {"openai_api_key", openai_api_key},
+              {"fail_cause", fail_cause}};
+}
+
+EndRequest EndRequest::from_json(const Json& body) {
+  constexpr std::string_view where = "end_episode body";
+  EndRequest req;
+  req.client_uuid = required_id(body, "client_uuid", where);
+  req.episode_uuid = required_id(body, "episode_uuid", where);
+  req.declare_client_active = get_optional_bool(body, "declare_client_active", where).value_or(true);
+  const Json* out = optional_object(body, "workflow_output", where);
+  if (out == nullptr) invalid_argument("end_episode body: missing required field 'workflow_output'");
+  constexpr std::string_view out_where = "end_episode body: workflow_output";
+  auto reward = out->find("reward");
+  if (reward == out->end() || reward->is_null()) {
+    invalid_argument("end_episode body: workflow_output.reward is required (a number)");
+  }
+  if (reward->is_array()) {
+    invalid_argument("end_episode body: workflow_output.reward must be one number; step rewards (a list) are not "
+                     "supported");
+  }
+  req.workflow_output.reward = get_number(*out, "reward", out_where);
+  if (!std::isfinite(req.workflow_output.reward)) {
+    invalid_argument("end_episode body: workflow_output.reward must be finite");
+  }
+  req.workflow_output.is_success = get_optional_bool(*out, "is_success", out_where);
+  if (const Json* m = optional_object(*out, "metadata", out_where)) req.workflow_output.metadata = *m;
+  if (const Json* lm = optional_object(*out, "log_metrics", out_where)) req.workflow_output.log_metrics = *lm;
+
+  auto body_task = get_optional_string(body, "task_id", where);
+  auto meta_task = get_optional_string(req.workflow_output.metadata, "task_id", "end_episode body: "
+                                                                                "workflow_output.metadata");
+  if (body_task && meta_task && *body_task != *meta_task) {
+    invalid_argument("end_episode body: task_id '" + *body_task + "' does not match workflow_output.metadata.task_id '" +
+                     *meta_task + "'");
+  }
+  if (!body_task && !meta_task) {
+    invalid_argument("end_episode body: task_id is required (it names the task, i.e. the GRPO group)");
+  }
+  req.task_id = body_task ? *body_task : *meta_task;
+  req.workflow_output.metadata["task_id"] = req.task_id;
+  return req;
+}
+
+AbortRequest AbortRequest::from_json(const Json& body) {
+  constexpr std::string_view where = "abort_episode body";
+  AbortRequest req;
+  req.client_uuid = get_optional_string(body, "client_uuid", where).value_or("");
+  req.episode_uuid = required_id(body, "episode_uuid", where);
+  req.declare_client_active = get_optional_bool(body, "declare_client_active", where).value_or(true);
+  return req;
+}
+
+EpisodeRef EpisodeRef::from_json(const Json& body) {
+  constexpr std::string_view where = "can_continue_episode body";
+  return EpisodeRef{get_optional_string(body, "client_uuid", where).value_or(""),
+                    required_id(body, "episode_uuid", where)};
+}
+
+AgreeRequest AgreeRequest::from_json(const Json& body) {
+  return AgreeRequest{required_id(body, "client_uuid", "agree_sync_weight body")};
+}
+
+}  // namespace ajet::swarm

@@ -1,0 +1,175 @@
+// The read-only views of the registry: the rollout-pool info object (upstream
+// CurrentBatchRolloutPoolInformation, exact field names, plus marked extras for the monitor), the
+// episode buffer, and batch summaries.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "episodes/registry.h"
+
+namespace ajet::swarm {
+
+Json Batch::summary() const {
+  double sum = 0, sq = 0;
+  int64_t judged = 0, successes = 0;
+  std::map<std::string, std::vector<double>> tasks;
+  for (const auto& e : episodes) {
+    sum += e.reward;
+    tasks[e.task_id].push_back(e.reward);
+    if (e.is_success) {
+      judged += 1;
+      successes += *e.is_success ? 1 : 0;
+    }
+  }
+  double n = double(episodes.size());
+  double mean = episodes.empty() ? 0.0 : sum / n;
+  for (const auto& e : episodes) sq += (e.reward - mean) * (e.reward - mean);
+  int64_t non_dummy = 0;
+  for (const auto& [task, rewards] : tasks) {
+    for (double r : rewards) {
+      if (r != rewards.front()) {
+        non_dummy += 1;
+        break;
+      }
+    }
+  }
+  Json out{{"batch_id", batch_id},
+           {"global_step", global_step},
+           {"episodes", episodes.size()},
+           {"tasks", tasks.size()},
+           {"non_dummy_tasks", non_dummy},
+           {"reward_mean", mean},
+           {"reward_std", episodes.empty() ? 0.0 : std::sqrt(sq / n)},
+           {"success_rate", judged > 0 ? Json(double(successes) / double(judged)) : Json(nullptr)}};
+  if (policy_version >= 0) {
+    // async: versions behind the trainer, per episode (its oldest generated token; every sample merged
+    // from the episode lags at most this much). Episodes without a known version are left out.
+    Json staleness = Json::object();
+    int64_t most = 0;
+    for (const auto& e : episodes) {
+      if (e.policy_version < 0) continue;
+      staleness[e.episode_uuid] = policy_version - e.policy_version;
+      most = std::max(most, policy_version - e.policy_version);
+    }
+    out["policy_version"] = policy_version;
+    out["staleness"] = std::move(staleness);
+    out["staleness_max"] = most;
+  }
+  return out;
+}
+
+Json Registry::pool_info() const {
+  double now = clock_();
+  std::lock_guard<std::mutex> lock(mu_);
+  return pool_info_locked(now);
+}
+
+Json Registry::pool_info_locked(double now) const {
+  const int64_t batch = options_.train_batch_size;
+  const int64_t repeat = options_.num_repeat;
+  Json details = Json::object(), clients_by_task = Json::object(), rewards = Json::object(),
+       reward_stats = Json::object();
+  size_t finished_tasks = 0, non_dummy = 0;
+  for (const auto& [task, s] : current_.task_stats()) {
+    details[task] = s.episode_uuids;
+    clients_by_task[task] = s.client_uuids;
+    rewards[task] = s.rewards;
+    reward_stats[task] = {{"episodes", s.episode_uuids.size()},
+                          {"reward_mean", s.reward_mean},
+                          {"reward_std", s.reward_std}};
+    bool finished = int64_t(s.episode_uuids.size()) >= repeat;
+    finished_tasks += finished ? 1 : 0;
+    non_dummy += (finished && !s.all_rewards_equal) ? 1 : 0;
+  }
+  // Upstream types every value of a running episode as a string (Dict[str, Dict[str, str]]).
+  Json running = Json::object();
+  size_t claimed = 0;
+  for (const auto& [uuid, e] : live_) {
+    if (e.state == State::kRegistered) continue;
+    claimed += 1;
+    running[uuid] = {{"episode_status", "claimed"},
+                     {"time_since_last_activity", fmt::format("{:.1f}s", now - e.latest_activity)},
+                     {"discard_episode_timeout", fmt::format("{:.1f}s", e.discard_episode_timeout)},
+                     {"llm_call_count", std::to_string(e.llm_call_count)},
+                     {"client_uuid", e.client_uuid},
+                     {"optional_task_id", e.optional_task_id}};
+  }
+  Json active = Json::array(), instruction = Json::array();
+  for (const auto& [uuid, c] : clients_) {
+    active.push_back({{"client_uuid", uuid},
+                      {"agreed_sync_weight", c.agreed},
+                      {"time_since_last_activity", now - c.latest_activity}});
+    instruction.push_back({{"client_uuid", uuid}, {"last_activity_at", c.latest_activity}, {"allowed_sync_weight", c.agreed}});
+  }
+  std::optional<double> booting = engine_.booting_start_time();
+  return Json{
+      {"sample_collection_method", sample_collection_name(options_.sample_collection)},
+      {"completed_episodes", current_.episodes()},
+      {"completed_episode_target", batch * repeat},
+      {"completed_tasks", finished_tasks},
+      {"completed_task_target", batch},
+      {"completed_non_dummy_tasks", non_dummy},
+      {"completed_non_dummy_task_target", batch},
+      {"task_expected_num_repeat", repeat},
+      {"completed_tasks_details", details},
+      {"completed_tasks_client_uuids", clients_by_task},
+      {"completed_tasks_rewards", rewards},
+      // null, not {}, when nothing is claimed: upstream's client applies its "batch not complete and
+      // nothing running: never throttle" guard only on null, so a lone throttled client waited forever.
+      {"running_episode_details", claimed > 0 ? running : Json(nullptr)},
+      {"swarm_client_instruction", {{"active_clients", instruction}}},
+      {"engine_status", engine_status_name(engine_.status())},
+      {"global_step", engine_.global_step()},
+      {"booting_start_time", booting ? Json(*booting) : Json(nullptr)},
+      {"training_model_path", options_.training_model_path},
+      // Extensions (not upstream): for overwatch and debugging.
+      {"completed_tasks_reward_stats", reward_stats},
+      {"backbone", backbone_name(options_.backbone)},
+      {"pool_size", options_.max_env_worker},
+      {"registered_episodes", unclaimed_.size()},
+      {"claimed_episodes", claimed},
+      {"batch_ready", ready_.has_value()},
+      {"batches_in_training", training_.size()},
+      {"batches_recorded", batches_recorded_},
+      {"active_clients", active},
+      {"eval_episodes",
+       {{"completed", eval_finished_},
+        {"reward_mean", eval_finished_ > 0 ? Json(eval_reward_sum_ / double(eval_finished_)) : Json(nullptr)},
+        {"success_rate", eval_finished_ > 0 ? Json(double(eval_successes_) / double(eval_finished_)) : Json(nullptr)}}},
+  };
+}
+
+Json Registry::episode_buffer() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto status_of = [this](const Episode& e) {
+    // Upstream's EpisodeStatus fields. The key stays empty: episode keys are bearer credentials, and
+    // this endpoint needs none (docs/protocol.md, deliberate differences); no ZeroMQ, no debug log.
+    return Json{{"episode_uuid", e.uuid},
+                {"episode_status", e.state == State::kRegistered ? "registered" : "claimed"},
+                {"episode_type", e.episode_type},
+                {"openai_base_url", options_.openai_base_url},
+                {"openai_api_key", ""},
+                {"client_uuid", e.client_uuid},
+                {"zmq_listen_result_addr", ""},
+                {"latest_activity_timestamp", e.latest_activity},
+                {"discard_episode_timeout", e.discard_episode_timeout},
+                {"llm_call_count", e.llm_call_count},
+                {"debug_log", ""},
+                {"optional_task_id", e.optional_task_id}};
+  };
+  // Registered episodes in claim order (FIFO), then claimed ones, oldest claim first.
+  Json buffer = Json::array();
+  for (const auto& uuid : unclaimed_) buffer.push_back(status_of(live_.at(uuid)));
+  std::vector<const Episode*> claimed;
+  for (const auto& [uuid, e] : live_) {
+    if (e.state != State::kRegistered) claimed.push_back(&e);
+  }
+  std::sort(claimed.begin(), claimed.end(), [](const Episode* a, const Episode* b) {
+    return a->claimed_at != b->claimed_at ? a->claimed_at < b->claimed_at : a->uuid < b->uuid;
+  });
+  for (const Episode* e : claimed) buffer.push_back(status_of(*e));
+  return Json{{"buffer", buffer}};
+}
+
+}  // namespace ajet::swarm

@@ -1,0 +1,351 @@
+// The episode registry: the front's single owner of swarm state — engine status, the pool of
+// claimable episodes, claimed episodes, the batch being collected, active clients. Every command of
+// docs/protocol.md maps onto one method whose result is the response body (or an ajet::Error whose
+// code maps to the HTTP status through swarm::http_status_for). No HTTP, no engine RPC, no sleeping
+// here.
+//
+// Threads: every method is thread-safe (one mutex) and quick; none blocks on disk except the two
+// marked "blocks" (never call those from an I/O thread). Hooks run outside the mutex.
+//
+// Who calls what:
+//   routes (HTTP I/O threads): claim_episode, end_episode (async), abort_episode, can_continue_episode,
+//     episode_buffer, pool_info, agree_sync_weight, engine_status_json; for /v1/*: signer().verify(),
+//     begin_llm_call() before generating, record_llm_call() after.
+//   supervisor / app: configure, restore, start_booting, engine_ready, engine_restarting, stop,
+//     set_status_detail, begin_weight_export / end_weight_export.
+//   trainer driver thread (torch/async): wait_batch_ready → take_batch → train → finish_batch.
+//   janitor thread: sweep() every few seconds (janitor.h).
+// The debug backbone needs no trainer: a full batch is recorded and ROLLING resumes by itself.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/json.h"
+#include "episodes/batch_trigger.h"
+#include "episodes/commands.h"
+#include "episodes/engine_state.h"
+#include "episodes/episode_key.h"
+#include "store/records.h"
+
+namespace ajet::config {
+struct Config;
+}
+namespace ajet::store {
+class Store;
+}
+
+namespace ajet::swarm {
+
+using UnixClock = std::function<double()>;  // unix seconds (tests pass a fake one)
+double system_clock_seconds();
+
+inline constexpr double kClientActiveTimeout = 600.0;  // upstream CLIENT_ACTIVE_TIMEOUT
+inline constexpr size_t kRetiredEpisodesKept = 20000;  // ended episodes remembered for precise errors
+
+struct RegistryOptions {
+  Backbone backbone = Backbone::kTorch;
+  SampleCollection sample_collection = SampleCollection::kEnoughTasks;
+  int64_t train_batch_size = 32;
+  int64_t num_repeat = 4;
+  int64_t max_env_worker = 64;         // pool size: registered + claimed episodes while ROLLING
+  int64_t max_cached_episodes = 9999;  // warn (80 %, 100 %) when a batch holds this many
+  // ROLLING_POST waits only for train episodes that are alive: a call in flight, an end in progress,
+  // or a sign of life from the client within drain_idle_grace seconds (a client between two calls);
+  // and for at most drain_timeout seconds. Episodes it
+  // does not wait for carry into the next batch (still claimed, nothing lost), so a dead client's
+  // claim never holds the swarm at a batch boundary.
+  double drain_timeout = 600.0;
+  double drain_idle_grace = 0.5;
+  // With an agree-based trigger the boundary (ROLLING_POST) stays visible this long on every backbone
+  // (async too, which otherwise never leaves ROLLING): clients that agreed poll for it.
+  double agree_boundary_dwell = 2.0;
+  int64_t max_staleness = 1;           // async: claims pause while more batches than this await training
+  double client_active_timeout = kClientActiveTimeout;
+  std::string openai_base_url = "http://127.0.0.1:10086/v1";  // returned by claim_episode
+  std::string training_model_path;                            // shown in pool info
+
+  static RegistryOptions from_config(const config::Config& config, std::string openai_base_url);
+};
+
+// Why an episode stopped being live (for hooks and error messages).
+enum class EpisodeEnd { kFinished, kAborted, kReclaimed, kDropped };
+std::string_view episode_end_name(EpisodeEnd end);
+
+struct EpisodeClosed {
+  std::string episode_uuid;
+  std::string episode_type;  // train | eval
+  EpisodeEnd how;
+};
+
+struct RegistryHooks {
+  // An episode ended, was aborted, reclaimed or dropped: drop its tracker state (finished: its calls
+  // are committed in the store). May run on any thread, including the store's writer thread.
+  std::function<void(const EpisodeClosed&)> on_episode_closed;
+  // One line for /get_verbose_logs (tag, message).
+  std::function<void(const std::string&, const std::string&)> on_verbose_log;
+};
+
+// Returned by begin_llm_call: what the route needs to serve one chat call.
+struct LlmCallTicket {
+  std::string episode_uuid;
+  std::string episode_type;  // train: the server's sampling settings win; eval: the request's
+  std::string client_uuid;
+  int64_t call_index = 0;    // use as CallRow::call_index (n > 1: reserve more with begin_llm_call)
+};
+
+class Registry;
+
+// Ends the calls it holds (Registry::end_llm_call) when the last owner lets go, on any path.
+class CallInFlight {
+ public:
+  CallInFlight(Registry& registry, std::string episode_uuid) : registry_(registry), uuid_(std::move(episode_uuid)) {}
+  ~CallInFlight();
+  CallInFlight(const CallInFlight&) = delete;
+  CallInFlight& operator=(const CallInFlight&) = delete;
+  void add() { ++calls_; }  // after each successful begin_llm_call
+
+ private:
+  Registry& registry_;
+  std::string uuid_;
+  int calls_ = 0;
+};
+
+struct Batch {
+  int64_t batch_id = 0;
+  int64_t global_step = 0;  // the step that trains on it
+  double created_at = 0;
+  // async: the policy version the trainer starts from (set by take_batch; -1 before). An episode's
+  // staleness is this minus its oldest token's version; none above ajet.async.max_staleness is trained.
+  int64_t policy_version = -1;
+  std::vector<FinishedEpisode> episodes;  // train episodes only; calls are in the store
+  Json summary() const;                   // counts and reward statistics for logs and the store
+};
+
+struct SweepResult {
+  std::vector<std::string> reclaimed;        // idle past discard_episode_timeout; slots back in the pool
+  std::vector<std::string> expired_clients;  // inactive for client_active_timeout
+};
+
+class Registry {
+ public:
+  // `store` may be null (tests without persistence): then end_episode succeeds without durability.
+  // The store, if any, must outlive the registry.
+  Registry(RegistryOptions options, EpisodeKeySigner signer, store::Store* store, UnixClock clock = system_clock_seconds);
+  ~Registry();  // waits for this registry's pending store writes (their callbacks touch it)
+  Registry(const Registry&) = delete;
+  Registry& operator=(const Registry&) = delete;
+
+  void set_hooks(RegistryHooks hooks);  // before serving
+  const EpisodeKeySigner& signer() const { return signer_; }
+  RegistryOptions options() const;
+
+  // ---- engine lifecycle (supervisor) ----
+  void configure(RegistryOptions options);  // only in OFFLINE (sync_train_config → start_engine)
+  // Resumes after a restart: global step, the current batch's finished episodes, claimed episodes
+  // (their keys stay valid: same secret). Only in OFFLINE, before start_booting.
+  void restore(const store::RecoveredState& recovered);
+  void start_booting(std::string detail = "");     // OFFLINE → BOOTING (start_engine)
+  // BOOTING → ROLLING: fills the pool. `engine_policy_version`: the version the engine reports it
+  // serves (after --resume, its checkpoint's); global_step adopts it, so front and engine agree.
+  void engine_ready(std::string detail = "", std::optional<int64_t> engine_policy_version = std::nullopt);
+  void engine_restarting(std::string detail);      // any → BOOTING: an untrained batch returns to collection
+  // → OFFLINE from anywhere: drops every live episode (returned), abandons the unfinished batch
+  // (finished episodes stay stored, never trained), forgets active clients.
+  std::vector<std::string> stop(std::string detail = "");
+  void set_status_detail(std::string detail);
+  void begin_weight_export();  // WEIGHT_SYNCING → WEIGHT_EXPORTING
+  void end_weight_export();    // WEIGHT_EXPORTING → WEIGHT_SYNCING
+  EngineStatus engine_status() const;
+  int64_t global_step() const;
+  // GET /get_engine_status body, with `recent_batches` (below) read under the same lock as global_step.
+  Json engine_status_json() const;
+
+  // ---- command API (routes) ----
+  // Throws Error(kInvalidArgument) for an unknown episode_type. Not ROLLING, async trainer behind,
+  // or an empty pool: success=false with a fail_cause saying what to wait for.
+  ClaimResponse claim_episode(const ClaimRequest& request);
+  // Validates, commits the episode to the store, then calls `done` with nullopt (answer
+  // {"success": true}) or the error to answer. `done` runs inline for validation errors and without a
+  // store, else on the store's writer thread after the commit: post it back to your executor.
+  void end_episode(EndRequest request, std::function<void(std::optional<CommandError>)> done);
+  // The same, waiting for the commit; throws Error. Blocks.
+  void end_episode_wait(EndRequest request);
+  // Always succeeds ({"success": true}). A claimed episode of this client is dropped with its calls
+  // and its slot returns to the pool.
+  void abort_episode(const AbortRequest& request);
+  bool can_continue_episode(const EpisodeRef& request) const;
+  Json episode_buffer() const;  // {"buffer": [episode status…]} (docs/protocol.md, get_episode_buffer)
+  Json pool_info() const;       // GET /get_current_batch_rollout_pool_information body
+  BoolResponse agree_sync_weight(const AgreeRequest& request);
+
+  // ---- OpenAI API (routes) ----
+  // Before generating. Throws Error(kUnavailable) when the engine is not ROLLING/ROLLING_POST (503 +
+  // Retry-After: retry_after_seconds), Error(kNotFound) for an unknown, unclaimed or ended episode.
+  // The call is in flight from here until end_llm_call: an episode with a call in flight is active,
+  // and the janitor never reclaims it however long the generation takes (CallInFlight pairs them).
+  LlmCallTicket begin_llm_call(const std::string& episode_uuid);
+  // Once per begin_llm_call, however the call ended (answered, failed, the client hung up): its
+  // episode's idle clock starts again now. Unknown or ended episodes are ignored.
+  void end_llm_call(const std::string& episode_uuid);
+  // After generating: stores the call (asynchronously) if the episode is still claimed; false when it
+  // ended meanwhile (discard the call). Refreshes the episode's activity.
+  bool record_llm_call(store::CallRow call);
+
+  // ---- batches (trainer driver) ----
+  bool batch_ready() const;
+  // When a sweep next has something to do before the janitor's period is up: the moment the drain's
+  // last awaited episode passes its idle grace. nullopt: nothing sooner.
+  std::optional<std::chrono::milliseconds> next_sweep_due() const;
+  // Waits until a batch is ready or the timeout passed; returns false at once while OFFLINE (also
+  // when stop() ends the wait), so a driver loop should exit on OFFLINE. Blocks.
+  bool wait_batch_ready(std::chrono::milliseconds timeout);
+  // Hands over the ready batch (Error(kFailedPrecondition) if none). torch: ROLLING_POST →
+  // WEIGHT_SYNCING (train episodes still running carry into the next batch); async: status
+  // unchanged. Either way an episode whose staleness would exceed ajet.async.max_staleness (one
+  // carried across boundaries, or async's) is left out (logged; its calls stay stored), so no trained
+  // sample lags more than that.
+  Batch take_batch();
+  // The trainer is done: global_step becomes the engine's `policy_version` from `stats` when it has
+  // one, else global_step + 1; torch: → ROLLING. Blocks until the step is durable.
+  void finish_batch(int64_t batch_id, Json stats);
+  // The trainer could not train the batch (the engine rejected it, `code` says how): the batch is
+  // stored as abandoned, global_step stays; torch: → ROLLING. A batch whose engine died is not failed:
+  // engine_restarting returns it to collection. Throws Error(kFailedPrecondition) if the batch is not
+  // being trained.
+  void fail_batch(int64_t batch_id, ErrorCode code, const std::string& reason);
+  // engine_status_json()'s `recent_batches`: what became of the last kRecentBatches batches handed to
+  // the trainer, oldest first, so a caller reads a step's trainer statistics or why it was not trained as
+  // fields, not from the store or status text: {"batch_id", "global_step" (the step that trains on it),
+  // "trained": true, "stats": the trainer's stats with "rollout" (the batch summary without async's
+  // per-episode staleness map, which the store keeps)} or {..., "trained": false, "error": {"code":
+  // error_code_name(code), "message"}}.
+  static constexpr size_t kRecentBatches = 16;
+  // Batches handed to the trainer plus the one ready for it (the async staleness bound counts these).
+  int64_t batches_behind() const;
+  std::optional<Batch> last_recorded_batch() const;  // debug backbone
+
+  // ---- janitor ----
+  // Reclaims claimed episodes idle longer than their discard_episode_timeout, expires inactive
+  // clients, ends a timed-out ROLLING_POST drain, re-checks the batch trigger.
+  SweepResult sweep();
+
+ private:
+  enum class State { kRegistered, kClaimed, kEnding };
+  struct Episode {
+    std::string uuid;
+    std::string api_key;
+    State state = State::kRegistered;
+    std::string client_uuid;
+    std::string episode_type = "train";
+    std::string optional_task_id;
+    double claimed_at = 0;
+    double latest_activity = 0;  // the janitor's idle clock (restarted when the engine re-enters ROLLING)
+    // The client's own last sign of life (claim, a call beginning or ending, an end); the server never
+    // moves it. The batch-boundary drain judges liveness by it: a dead client's episode must not look
+    // alive again after every boundary because the idle clock restarted.
+    double client_seen = 0;
+    // A sign of life from the client: both clocks start again.
+    void seen(double now) { latest_activity = client_seen = now; }
+    double discard_episode_timeout = -1;
+    int64_t llm_call_count = 0;
+    int64_t calls_in_flight = 0;  // begun and not yet ended: the episode is active
+    int64_t next_call_index = 0;
+    std::vector<int64_t> call_indices;
+    int64_t oldest_policy_version = -1;  // of its calls' generated tokens; -1 before any
+  };
+  struct Retired {
+    EpisodeEnd how;
+    std::string client_uuid;
+    std::string episode_type;
+    std::string note;  // why, for error messages
+  };
+  struct ActiveClient {
+    double latest_activity = 0;
+    bool agreed = false;
+  };
+  // Side effects gathered under the mutex and delivered after it is released.
+  struct Outbox {
+    std::vector<EpisodeClosed> closed;
+    std::vector<std::pair<std::string, std::string>> logs;
+    bool batch_ready = false;
+  };
+
+  // All *_locked helpers need mu_ held.
+  void transition_locked(EngineStatus to, double now, std::string detail, Outbox& out);
+  void refill_pool_locked();
+  void retire_locked(const std::string& uuid, EpisodeEnd how, std::string note, Outbox& out, bool store_it);
+  void touch_client_locked(const std::string& client_uuid, double now);
+  void expire_clients_locked(double now, std::vector<std::string>* expired);
+  TriggerInput trigger_input_locked() const;
+  void check_trigger_locked(double now, Outbox& out);
+  void note_batch_outcome_locked(Json outcome);  // appends to recent_batches_, keeps kRecentBatches
+  void check_drained_locked(double now, Outbox& out);
+  void form_ready_batch_locked(double now, Outbox& out);
+  void drop_stale_episodes_locked(Batch& batch, Outbox& out);
+  void adopt_engine_version_locked(int64_t version, const char* why, Outbox& out);
+  void record_debug_batch_locked(double now, Outbox& out);
+  bool claims_paused_locked() const;
+  // False while an agree-based boundary must stay visible (RegistryOptions::agree_boundary_dwell).
+  bool agree_boundary_shown_locked(double now) const;
+  // Until when the ROLLING_POST drain waits for `e` (RegistryOptions::drain_idle_grace): +inf while a
+  // call runs or its end commits, its client's last sign of life + the grace otherwise, -inf for an
+  // episode it never waits for (not a claimed train episode).
+  double drain_waits_until_locked(const Episode& e) const;
+  // Train episodes the ROLLING_POST drain waits for now.
+  size_t train_alive_locked(double now) const;
+  void refresh_activity_locked(double now);
+  void end_committed(const std::string& uuid, const EndRequest& request, std::exception_ptr error,
+                     const std::function<void(std::optional<CommandError>)>& done);
+  // proceed: commit the end; else answer at once (nullopt answer: already ended by this client,
+  // which is a success again so a client retrying after a lost response does not fail).
+  struct EndVerdict {
+    bool proceed = false;
+    std::optional<CommandError> answer;
+    bool unknown = false;  // neither live nor remembered: the store may know it (ended before a restart)
+  };
+  // The answer for an episode only the store knows: the same as for a remembered one.
+  std::optional<CommandError> end_of_stored(const EndRequest& request, const store::EpisodeRow& row) const;
+  EndVerdict end_precheck_locked(const EndRequest& request) const;
+  void deliver(Outbox& out);
+  Json pool_info_locked(double now) const;
+
+  RegistryOptions options_;
+  EpisodeKeySigner signer_;
+  store::Store* store_;
+  UnixClock clock_;
+  RegistryHooks hooks_;
+
+  mutable std::mutex mu_;
+  std::condition_variable batch_cv_;
+  EngineState engine_;
+  std::unordered_map<std::string, Episode> live_;
+  std::deque<std::string> unclaimed_;  // FIFO of registered episodes
+  std::unordered_map<std::string, Retired> retired_;
+  std::deque<std::string> retired_order_;
+  std::map<std::string, ActiveClient> clients_;
+  BatchProgress current_;
+  std::optional<Batch> ready_;
+  std::map<int64_t, Batch> training_;
+  std::deque<Json> recent_batches_;  // see kRecentBatches
+  std::optional<Batch> last_recorded_;
+  int64_t batches_recorded_ = 0;
+  int64_t next_batch_id_ = 1;
+  double rolling_post_since_ = 0;
+  bool cache_warned_ = false;
+  int64_t eval_finished_ = 0;
+  double eval_reward_sum_ = 0;
+  int64_t eval_successes_ = 0;
+  int64_t pending_store_callbacks_ = 0;
+  std::condition_variable callbacks_cv_;
+};
+
+}  // namespace ajet::swarm

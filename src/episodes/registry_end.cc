@@ -1,0 +1,196 @@
+// Registry::end_episode: validation (every error path of docs/protocol.md "POST /end_episode"), the
+// durable commit, and what a finished episode changes (the batch, the pool, active clients, the
+// trigger).
+#include <fmt/format.h>
+
+#include <future>
+
+#include "common/log.h"
+#include "episodes/registry.h"
+#include "store/store.h"
+
+namespace ajet::swarm {
+
+namespace {
+CommandError error(ErrorCode code, std::string message) { return CommandError{code, std::move(message)}; }
+}  // namespace
+
+Registry::EndVerdict Registry::end_precheck_locked(const EndRequest& req) const {
+  auto refuse = [](ErrorCode code, std::string message) { return EndVerdict{false, error(code, std::move(message))}; };
+  const std::string& uuid = req.episode_uuid;
+  EngineStatus status = engine_.status();
+  std::string status_name(engine_status_name(status));
+  auto it = live_.find(uuid);
+  if (it == live_.end()) {
+    if (auto r = retired_.find(uuid); r != retired_.end()) {
+      if (r->second.client_uuid != req.client_uuid) {
+        return refuse(ErrorCode::kPermissionDenied, "Episode " + uuid + " is claimed by different client: " +
+                                                        r->second.client_uuid + ", but got " + req.client_uuid + ".");
+      }
+      if (r->second.how == EpisodeEnd::kFinished) return EndVerdict{false, std::nullopt};
+      return refuse(ErrorCode::kFailedPrecondition, "Episode " + uuid + " is not in claimed status: " + r->second.note);
+    }
+    EndVerdict unknown = refuse(ErrorCode::kFailedPrecondition, "Episode " + uuid + " not found.");
+    if (!chat_allowed(status)) {
+      unknown = refuse(ErrorCode::kFailedPrecondition,
+                       "Engine is not in rolling state. Current status: [" + status_name + "]. Cannot end episode.");
+    }
+    unknown.unknown = true;
+    return unknown;
+  }
+  const Episode& e = it->second;
+  if (e.state == State::kRegistered) {
+    return refuse(ErrorCode::kFailedPrecondition,
+                  "Episode " + uuid + " is not in claimed status (it was never claimed); call claim_episode first.");
+  }
+  if (e.client_uuid != req.client_uuid) {
+    return refuse(ErrorCode::kPermissionDenied, "Episode " + uuid + " is claimed by different client: " +
+                                                    e.client_uuid + ", but got " + req.client_uuid + ".");
+  }
+  if (e.state == State::kEnding) {
+    return refuse(ErrorCode::kFailedPrecondition, "Episode " + uuid + ": end_episode is already in progress.");
+  }
+  // A live train episode outside ROLLING/ROLLING_POST was carried over a batch boundary (training
+  // states) or across an engine restart (BOOTING): its calls and reward are still good, and it joins
+  // the batch being collected.
+  return EndVerdict{true, std::nullopt};
+}
+
+std::optional<CommandError> Registry::end_of_stored(const EndRequest& request, const store::EpisodeRow& row) const {
+  const std::string& uuid = request.episode_uuid;
+  if (row.client_uuid != request.client_uuid) {
+    return error(ErrorCode::kPermissionDenied, "Episode " + uuid + " is claimed by different client: " +
+                                                   row.client_uuid + ", but got " + request.client_uuid + ".");
+  }
+  if (row.status == store::kEpisodeFinished) return std::nullopt;  // the idempotent repeat
+  return error(ErrorCode::kFailedPrecondition,
+               "Episode " + uuid + " is not in claimed status: it was " + row.status + " (stored).");
+}
+
+void Registry::end_episode(EndRequest request, std::function<void(std::optional<CommandError>)> done) {
+  double now = clock_();
+  store::EpisodeRow row;
+  EndVerdict verdict;
+  bool via_store = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    verdict = end_precheck_locked(request);
+    if (verdict.proceed) {
+      Episode& e = live_.at(request.episode_uuid);
+      e.state = State::kEnding;  // no more calls are recorded; concurrent ends are refused
+      e.seen(now);
+      row.uuid = e.uuid;
+      row.client_uuid = e.client_uuid;
+      row.episode_type = e.episode_type;
+      row.status = store::kEpisodeFinished;
+      row.task_id = request.task_id;
+      row.optional_task_id = e.optional_task_id;
+      row.reward = request.workflow_output.reward;
+      row.is_success = request.workflow_output.is_success;
+      row.metadata = request.workflow_output.metadata;
+      row.log_metrics = request.workflow_output.log_metrics;
+      row.discard_episode_timeout = e.discard_episode_timeout;
+      row.claimed_at = e.claimed_at;
+      row.ended_at = now;
+      via_store = store_ != nullptr;
+      if (via_store) ++pending_store_callbacks_;
+    }
+  }
+  if (!verdict.proceed && verdict.unknown && store_ != nullptr) {
+    // Ended before this server (re)started, or longer ago than the memory of retired episodes
+    // reaches: the store decides, so a repeat gets the same answer across restarts. One indexed
+    // read, on this rare path only.
+    if (std::optional<store::EpisodeRow> stored = store_->get_episode(request.episode_uuid);
+        stored && stored->status != store::kEpisodeClaimed) {
+      verdict.answer = end_of_stored(request, *stored);
+    }
+  }
+  if (!verdict.proceed) {
+    done(verdict.answer);
+    return;
+  }
+  if (!via_store) {
+    end_committed(request.episode_uuid, request, nullptr, done);
+    return;
+  }
+  // Queued after every call of this episode (those were queued under the mutex, before kEnding).
+  std::string uuid = request.episode_uuid;
+  store_->upsert_episode(std::move(row), [this, uuid, request = std::move(request), done = std::move(done)](
+                                             std::exception_ptr error) {
+    struct Release {  // the destructor of Registry waits for this, even if `done` throws
+      Registry* registry;
+      ~Release() {
+        std::lock_guard<std::mutex> lock(registry->mu_);
+        --registry->pending_store_callbacks_;
+        registry->callbacks_cv_.notify_all();
+      }
+    } release{this};
+    end_committed(uuid, request, error, done);
+  });
+}
+
+void Registry::end_committed(const std::string& uuid, const EndRequest& request, std::exception_ptr store_error,
+                             const std::function<void(std::optional<CommandError>)>& done) {
+  Outbox out;
+  std::optional<CommandError> answer;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    double now = clock_();
+    auto it = live_.find(uuid);
+    if (it == live_.end() || it->second.state != State::kEnding) {
+      auto r = retired_.find(uuid);  // stop() dropped it while the write was in flight
+      answer = error(ErrorCode::kFailedPrecondition,
+                     "Episode " + uuid + " is not in claimed status: " +
+                         (r != retired_.end() ? r->second.note : std::string("it is no longer running.")));
+    } else if (store_error) {
+      it->second.state = State::kClaimed;  // the client may retry end_episode
+      std::string what = "unknown error";
+      try {
+        std::rethrow_exception(store_error);
+      } catch (const std::exception& e) {
+        what = e.what();
+      }
+      answer = error(ErrorCode::kIo, "Episode " + uuid + " could not be stored, so it was not ended: " + what);
+    } else {
+      const Episode e = it->second;  // a copy: retire_locked below still reads the live entry
+      const WorkflowOutput& output = request.workflow_output;
+      if (e.episode_type == "train") {
+        current_.add(FinishedEpisode{uuid, request.task_id, e.client_uuid, output.reward, output.is_success,
+                                     output.metadata, output.log_metrics, e.call_indices, now,
+                                     e.oldest_policy_version});
+        if (request.declare_client_active) {
+          ActiveClient& client = clients_[e.client_uuid];
+          client.latest_activity = now;
+        }
+        int64_t n = int64_t(current_.episodes());
+        if (!cache_warned_ && n * 5 >= options_.max_cached_episodes * 4) {
+          cache_warned_ = true;
+          out.logs.emplace_back(
+              "swarm", fmt::format("the batch holds {} finished episodes, {}% of "
+                                   "ajet.swarm_mode_sample_collection_max_cached_episodes ({}); is the trigger "
+                                   "reachable (task ids, num_repeat, train_batch_size)?",
+                                   n, n * 100 / options_.max_cached_episodes, options_.max_cached_episodes));
+        }
+      } else {
+        eval_finished_ += 1;
+        eval_reward_sum_ += output.reward;
+        eval_successes_ += output.is_success.value_or(false) ? 1 : 0;
+      }
+      retire_locked(uuid, EpisodeEnd::kFinished, "it has already ended.", out, /*store_it=*/false);
+      refill_pool_locked();
+      check_trigger_locked(now, out);
+      check_drained_locked(now, out);
+    }
+  }
+  deliver(out);
+  done(answer);
+}
+
+void Registry::end_episode_wait(EndRequest request) {
+  std::promise<std::optional<CommandError>> result;
+  auto future = result.get_future();
+  end_episode(std::move(request), [&result](std::optional<CommandError> answer) { result.set_value(answer); });
+  if (auto problem = future.get()) fail(problem->code, problem->message);
+}
+
+}  // namespace ajet::swarm

@@ -1,0 +1,31 @@
+#include "episodes/verbose_log.h"
+
+#include "common/log.h"
+#include "episodes/registry.h"
+
+namespace ajet::swarm {
+
+void VerboseLog::add(std::string tag, std::string message, bool mirror) {
+  if (mirror) log().info("[{}] {}", tag, message);
+  std::lock_guard<std::mutex> lock(mu_);
+  entries_.push_back(VerboseEntry{system_clock_seconds(), std::move(tag), std::move(message)});
+  while (entries_.size() > capacity_) entries_.pop_front();
+}
+
+Json VerboseLog::to_json(size_t limit) const {
+  Json entries = Json::array();
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t skip = entries_.size() > limit ? entries_.size() - limit : 0;
+  for (size_t i = skip; i < entries_.size(); ++i) {
+    const VerboseEntry& e = entries_[i];
+    entries.push_back({{"timestamp", e.timestamp}, {"tag", e.tag}, {"message", e.message}});
+  }
+  return Json{{"entries", std::move(entries)}};
+}
+
+size_t VerboseLog::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_.size();
+}
+
+}  // namespace ajet::swarm

@@ -1,0 +1,263 @@
+#include "openai/anthropic_messages.h"
+
+#include <fmt/format.h>
+
+#include "common/error.h"
+#include "openai/body_fields.h"
+
+namespace ajet::swarm {
+
+namespace {
+
+using text::OrderedJson;
+
+using body::bad;
+using body::field;
+using body::string_at;
+
+// Text of `system` or of a tool_result's content: a string, or text blocks (joined by newlines).
+std::string text_of(const OrderedJson& v, const std::string& path) {
+  if (v.is_string()) return v.get<std::string>();
+  if (!v.is_array()) bad(path, "must be a string or a list of text blocks");
+  std::string out;
+  for (size_t j = 0; j < v.size(); ++j) {
+    const std::string at = fmt::format("{}[{}]", path, j);
+    if (!v[j].is_object()) bad(at, "must be a content block (an object)");
+    const std::string type = string_at(v[j], "type", at);
+    if (type != "text") bad(at + ".type", "'" + type + "' is not supported here (text only)");
+    if (!out.empty()) out += "\n";
+    out += string_at(v[j], "text", at);
+  }
+  return out;
+}
+
+[[noreturn]] void unsupported_block(const std::string& at, const std::string& type) {
+  if (type == "image" || type == "document") {
+    bad(at + ".type", "'" + type + "' blocks are not supported (the served model reads text only)");
+  }
+  bad(at + ".type", "'" + type + "' is not a content block this server reads (text, tool_use, tool_result, thinking)");
+}
+
+// One Anthropic message → its OpenAI messages, appended to `out`.
+void convert_message(const OrderedJson& m, const std::string& at, OrderedJson& out) {
+  if (!m.is_object()) bad(at, "must be an object");
+  const std::string role = string_at(m, "role", at);
+  if (role != "user" && role != "assistant") bad(at + ".role", "must be 'user' or 'assistant', got '" + role + "'");
+  const OrderedJson* content = field(m, "content");
+  if (content == nullptr) bad(at + ".content", "is required");
+  if (content->is_string()) {
+    out.push_back(OrderedJson{{"role", role}, {"content", content->get<std::string>()}});
+    return;
+  }
+  if (!content->is_array()) bad(at + ".content", "must be a string or a list of content blocks");
+  std::string text, thinking;
+  OrderedJson tool_calls = OrderedJson::array();
+  for (size_t j = 0; j < content->size(); ++j) {
+    const OrderedJson& b = (*content)[j];
+    const std::string bat = fmt::format("{}.content[{}]", at, j);
+    if (!b.is_object()) bad(bat, "must be a content block (an object)");
+    const std::string type = string_at(b, "type", bat);
+    if (type == "text") {
+      text += string_at(b, "text", bat);
+    } else if (type == "tool_use" && role == "assistant") {
+      const OrderedJson* input = field(b, "input");
+      if (input != nullptr && !input->is_object()) bad(bat + ".input", "must be an object");
+      tool_calls.push_back(OrderedJson{
+          {"id", string_at(b, "id", bat)},
+          {"type", "function"},
+          {"function",
+           {{"name", string_at(b, "name", bat)},
+            {"arguments", (input != nullptr ? *input : OrderedJson::object()).dump(-1, ' ', false,
+                                                                                  OrderedJson::error_handler_t::replace)}}}});
+    } else if (type == "tool_result" && role == "user") {
+      const OrderedJson* result = field(b, "content");
+      std::string body = result == nullptr ? "" : text_of(*result, bat + ".content");
+      const OrderedJson* is_error = field(b, "is_error");
+      if (is_error != nullptr && is_error->is_boolean() && is_error->get<bool>()) body = "Error: " + body;
+      out.push_back(OrderedJson{{"role", "tool"}, {"tool_call_id", string_at(b, "tool_use_id", bat)}, {"content", body}});
+    } else if (type == "thinking" && role == "assistant") {
+      thinking += string_at(b, "thinking", bat);
+    } else if (type == "redacted_thinking") {
+      // Opaque to any model but Anthropic's: nothing to render.
+    } else if (type == "tool_use" || type == "tool_result" || type == "thinking") {
+      bad(bat + ".type", "'" + type + "' blocks belong to " + (type == "tool_result" ? "user" : "assistant") +
+                             " messages");
+    } else {
+      unsupported_block(bat, type);
+    }
+  }
+  if (role == "user") {
+    if (!text.empty() || out.empty() || out.back().value("role", "") != "tool") {
+      out.push_back(OrderedJson{{"role", "user"}, {"content", text}});
+    }
+    return;
+  }
+  OrderedJson message{{"role", "assistant"}, {"content", text}};
+  if (!thinking.empty()) message["reasoning_content"] = thinking;
+  if (!tool_calls.empty()) message["tool_calls"] = std::move(tool_calls);
+  out.push_back(std::move(message));
+}
+
+OrderedJson convert_tools(const OrderedJson& tools) {
+  if (!tools.is_array()) bad("tools", "must be a list");
+  OrderedJson out = OrderedJson::array();
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const std::string at = fmt::format("tools[{}]", i);
+    const OrderedJson& t = tools[i];
+    if (!t.is_object()) bad(at, "must be an object");
+    if (const OrderedJson* type = field(t, "type"); type != nullptr && *type != "custom") {
+      bad(at + ".type", "'" + type->dump() + "' names a server tool, which this server does not run");
+    }
+    const OrderedJson* schema = field(t, "input_schema");
+    if (schema == nullptr) bad(at + ".input_schema", "is required");
+    if (!schema->is_object()) bad(at + ".input_schema", "must be a JSON schema (an object)");
+    OrderedJson function{{"name", string_at(t, "name", at)}};
+    if (const OrderedJson* d = field(t, "description")) {
+      if (!d->is_string()) bad(at + ".description", "must be a string");
+      function["description"] = *d;
+    }
+    function["parameters"] = *schema;
+    out.push_back(OrderedJson{{"type", "function"}, {"function", std::move(function)}});
+  }
+  return out;
+}
+
+OrderedJson convert_tool_choice(const OrderedJson& choice) {
+  if (!choice.is_object()) bad("tool_choice", "must be an object such as {\"type\": \"auto\"}");
+  const std::string type = string_at(choice, "type", "tool_choice");
+  if (type == "auto") return "auto";
+  if (type == "any") return "required";
+  if (type == "none") return "none";
+  if (type == "tool") {
+    return OrderedJson{{"type", "function"}, {"function", {{"name", string_at(choice, "name", "tool_choice")}}}};
+  }
+  bad("tool_choice.type", "must be auto, any, tool or none, got '" + type + "'");
+}
+
+}  // namespace
+
+OrderedJson anthropic_to_chat_body(const OrderedJson& body) {
+  OrderedJson chat = OrderedJson::object();
+  if (const OrderedJson* model = field(body, "model")) chat["model"] = *model;
+  const OrderedJson* max_tokens = field(body, "max_tokens");
+  if (max_tokens == nullptr) bad("max_tokens", "is required (the Messages API has no default)");
+  chat["max_tokens"] = *max_tokens;
+
+  OrderedJson messages = OrderedJson::array();
+  if (const OrderedJson* system = field(body, "system")) {
+    messages.push_back(OrderedJson{{"role", "system"}, {"content", text_of(*system, "system")}});
+  }
+  const OrderedJson* input = field(body, "messages");
+  if (input == nullptr) bad("messages", "is required");
+  if (!input->is_array() || input->empty()) bad("messages", "must be a non-empty list");
+  for (size_t i = 0; i < input->size(); ++i) convert_message((*input)[i], fmt::format("messages[{}]", i), messages);
+  chat["messages"] = std::move(messages);
+
+  if (const OrderedJson* tools = field(body, "tools")) chat["tools"] = convert_tools(*tools);
+  if (const OrderedJson* choice = field(body, "tool_choice")) chat["tool_choice"] = convert_tool_choice(*choice);
+  if (const OrderedJson* stop = field(body, "stop_sequences")) chat["stop"] = *stop;
+  for (const char* key : {"temperature", "top_p", "top_k", "stream"}) {
+    if (const OrderedJson* v = field(body, key)) chat[key] = *v;
+  }
+  if (const OrderedJson* thinking = field(body, "thinking")) {
+    if (!thinking->is_object()) bad("thinking", "must be an object such as {\"type\": \"enabled\"}");
+    const std::string type = string_at(*thinking, "type", "thinking");
+    if (type != "enabled" && type != "disabled") bad("thinking.type", "must be enabled or disabled, got '" + type + "'");
+    chat["chat_template_kwargs"] = OrderedJson{{"enable_thinking", type == "enabled"}};
+  }
+  return chat;
+}
+
+std::string anthropic_stop_reason(std::string_view openai_finish_reason, bool stopped_by_string) {
+  if (stopped_by_string) return "stop_sequence";
+  if (openai_finish_reason == "tool_calls") return "tool_use";
+  if (openai_finish_reason == "length") return "max_tokens";
+  return "end_turn";
+}
+
+Json anthropic_content_json(const text::ParsedOutput& output) {
+  Json blocks = Json::array();
+  if (output.reasoning_content) {
+    blocks.push_back({{"type", "thinking"}, {"thinking", *output.reasoning_content}, {"signature", ""}});
+  }
+  if (!output.content.empty() || output.tool_calls.empty()) blocks.push_back({{"type", "text"}, {"text", output.content}});
+  for (const text::ToolCall& call : output.tool_calls) {
+    std::optional<Json> input = try_parse_json(call.arguments);
+    blocks.push_back({{"type", "tool_use"},
+                      {"id", call.id},
+                      {"name", call.name},
+                      {"input", input && input->is_object() ? std::move(*input) : Json::object()}});
+  }
+  return blocks;
+}
+
+Json anthropic_message_json(const ResponseMeta& meta, const text::ParsedOutput& output, std::string_view stop_reason,
+                            std::string_view stop_sequence, int64_t input_tokens, int64_t output_tokens) {
+  return Json{{"id", meta.id},
+              {"type", "message"},
+              {"role", "assistant"},
+              {"model", meta.model},
+              {"content", anthropic_content_json(output)},
+              {"stop_reason", stop_reason},
+              {"stop_sequence", stop_sequence.empty() ? Json(nullptr) : Json(stop_sequence)},
+              {"usage", {{"input_tokens", input_tokens}, {"output_tokens", output_tokens}}}};
+}
+
+std::string sse_event(std::string_view name, Json data) {
+  data["type"] = name;
+  std::string out = "event: ";
+  out += name;
+  out += "\ndata: ";
+  out += data.dump(-1, ' ', false, Json::error_handler_t::replace);
+  out += "\n\n";
+  return out;
+}
+
+std::string anthropic_stream_open(const ResponseMeta& meta, int64_t input_tokens) {
+  Json message{{"id", meta.id},
+               {"type", "message"},
+               {"role", "assistant"},
+               {"model", meta.model},
+               {"content", Json::array()},
+               {"stop_reason", nullptr},
+               {"stop_sequence", nullptr},
+               {"usage", {{"input_tokens", input_tokens}, {"output_tokens", 0}}}};
+  return sse_event("message_start", Json{{"message", std::move(message)}}) +
+         sse_event("content_block_start", Json{{"index", 0}, {"content_block", {{"type", "text"}, {"text", ""}}}}) +
+         sse_event("ping", Json::object());
+}
+
+std::string anthropic_text_delta(std::string_view text) {
+  return sse_event("content_block_delta", Json{{"index", 0}, {"delta", {{"type", "text_delta"}, {"text", text}}}});
+}
+
+std::string anthropic_stream_close(const text::ParsedOutput& output, std::string_view stop_reason,
+                                   std::string_view stop_sequence, int64_t output_tokens) {
+  std::string out = sse_event("content_block_stop", Json{{"index", 0}});
+  int index = 1;
+  for (const text::ToolCall& call : output.tool_calls) {
+    std::optional<Json> input = try_parse_json(call.arguments);
+    const std::string arguments = input && input->is_object() ? call.arguments : "{}";
+    out += sse_event("content_block_start",
+                     Json{{"index", index},
+                          {"content_block",
+                           {{"type", "tool_use"}, {"id", call.id}, {"name", call.name}, {"input", Json::object()}}}});
+    out += sse_event("content_block_delta",
+                     Json{{"index", index}, {"delta", {{"type", "input_json_delta"}, {"partial_json", arguments}}}});
+    out += sse_event("content_block_stop", Json{{"index", index}});
+    ++index;
+  }
+  out += sse_event("message_delta",
+                   Json{{"delta",
+                         {{"stop_reason", stop_reason},
+                          {"stop_sequence", stop_sequence.empty() ? Json(nullptr) : Json(stop_sequence)}}},
+                        {"usage", {{"output_tokens", output_tokens}}}});
+  out += sse_event("message_stop", Json::object());
+  return out;
+}
+
+std::string anthropic_stream_error(std::string_view type, std::string_view message) {
+  return sse_event("error", Json{{"error", {{"type", type}, {"message", message}}}});
+}
+
+}  // namespace ajet::swarm

@@ -1,0 +1,151 @@
+// One OpenAI request in flight (/v1/chat/completions, /v1/completions, or /v1/responses and Anthropic's
+// /v1/messages over the chat pipeline: openai_responses.h, anthropic_messages.h): sends one `generate` to the
+// engine (n samples sharing one prefill), turns its streamed `tokens` events into SSE chunks as they
+// arrive (or one JSON body at the end), and records every choice as a tracked LLM call.
+//
+// Threads: start() runs on an HTTP I/O thread; engine events arrive on the RPC client's reader thread
+// and are handled there directly (decoding a token and queueing a chunk never blocks: ChannelStream is
+// unbounded, the store write is queued); a client that disconnects cancels from an I/O thread.
+// Ownership: the RPC callback holds the call (shared_ptr) until the engine's final frame; the stream's
+// cancel hook holds it weakly. The rpc::Client is never owned here (a weak_ptr for aborts from
+// other threads; inside a callback the reader thread keeps the client alive).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "episodes/model_context.h"
+#include "episodes/registry.h"
+#include "http/message.h"
+#include "http/stream.h"
+#include "openai/openai_choice.h"
+#include "openai/openai_format.h"
+#include "openai/openai_params.h"
+#include "openai/openai_responses.h"
+#include "rpc/client.h"
+#include "tracking/episode_tracker.h"
+
+namespace ajet::swarm {
+
+// The last LLM call, for POST /replay_latest_llm_call (request and response bodies as sent).
+class LatestCall {
+ public:
+  void set(std::string input, std::string output);
+  // {"input": <request>, "output": <response>}; nullopt before the first call.
+  std::optional<Json> get() const;
+
+ private:
+  mutable std::mutex mu_;
+  bool has_ = false;
+  std::string input_;
+  std::string output_;
+};
+
+struct CallSetup {
+  enum class Kind { kChat, kCompletion, kMessages, kResponses } kind = Kind::kChat;
+  std::shared_ptr<const ModelContext> model;
+  std::shared_ptr<tracking::EpisodeTracker> tracker;
+  std::vector<LlmCallTicket> tickets;  // one per choice (consecutive call indices)
+  std::shared_ptr<CallInFlight> in_flight;  // ends the tickets' calls when the call object goes
+  std::string agent_name;
+  text::ChatRequest request;           // kChat: the parsed messages and tools
+  tracking::RenderedPrompt prompt;     // ids, message spans, generation prompt start
+  OpenAiParams params;
+  rpc::GenerateRequest generate;       // prompt and stop ids included
+  std::string request_body;
+  ResponseMeta meta;
+  bool parse_tools = false;
+  std::string generation_prompt_tail;
+  double started_at = 0;  // unix seconds
+  std::chrono::steady_clock::time_point started;
+};
+
+struct CallServices {
+  Registry& registry;
+  LatestCall& latest;
+};
+
+class LlmCall : public std::enable_shared_from_this<LlmCall> {
+ public:
+  LlmCall(CallSetup setup, CallServices services, http::Respond respond);
+
+  // Sends the engine request; any failure to send answers the client at once (503 + Retry-After).
+  // A streamed Messages or Responses call opens its stream first (message_start / response.created,
+  // and an empty text block, at once).
+  void start(const std::shared_ptr<rpc::Client>& client);
+  // A streamed Messages call that sent nothing for `idle` sends an empty text_delta, so that idle
+  // watchdogs (Claude Code's) do not abort a long prefill or a queued request. Any thread.
+  void heartbeat(std::chrono::steady_clock::duration idle);
+  bool done();  // answered or failed (the heartbeat thread drops it then)
+
+ private:
+  void on_frame(rpc::Frame&& frame);
+  void on_tokens(const rpc::TokensEvent& event);
+  void on_done();
+  void on_error(ErrorCode code, const std::string& message);
+  void push(std::string chunk);  // onto the stream, noting the time (mu_ held)
+  void cancel();                // the HTTP client went away (I/O thread)
+  void abort_engine_request();  // from a callback: stop strings made the rest useless
+  // The helpers below need mu_ held.
+  std::optional<http::Response> open_stream();  // first event: the SSE response + role chunks
+  void emit_delta(size_t index, bool final);
+  void push_delta(size_t index, const ChoiceDelta& delta, Json finish_reason);
+  void close_choice(size_t index);
+  Json logprobs_for(size_t index, size_t begin, size_t end);
+  const text::ParsedOutput& final_of(size_t index);
+  Json response_json() const;  // the whole answer as a non-streamed body (finals_ filled)
+  int64_t completion_tokens() const;
+  // After the answer went out: the registry (store) and the tracker get every choice.
+  void record(const std::string& response_body);
+
+  CallSetup setup_;
+  CallServices services_;
+  http::Respond respond_;
+  std::shared_ptr<http::ChannelStream> stream_;
+  std::weak_ptr<rpc::Client> client_weak_;
+  rpc::Client* client_raw_ = nullptr;  // valid inside reply callbacks only
+  std::atomic<uint64_t> request_id_{0};
+  std::atomic<bool> cancelled_{false};
+  std::atomic<bool> abort_wanted_{false};
+
+  std::mutex mu_;  // the fields below (callbacks are serial, but start() and callbacks may overlap)
+  std::vector<ChoiceState> choices_;
+  std::vector<bool> closed_;
+  std::vector<std::optional<text::ParsedOutput>> finals_;
+  std::vector<size_t> text_offset_;  // completions: bytes of text sent per choice (logprobs offsets)
+  bool streaming_ = false;
+  bool finished_ = false;
+  bool engine_aborted_ = false;  // a choice ended with `abort` that we did not ask for
+  int64_t prompt_tokens_ = 0;
+  int64_t policy_version_ = -1;
+  std::chrono::steady_clock::time_point last_push_{};
+  std::optional<ResponsesEvents> responses_;  // kResponses: the stream's item ids and sequence numbers
+};
+
+// Calls heartbeat() on each registered call every `period` from a thread of its own, until the call
+// is done or gone. Owned by the OpenAI routes.
+class Heartbeats {
+ public:
+  explicit Heartbeats(std::chrono::milliseconds period);
+  ~Heartbeats();  // stops and joins
+  Heartbeats(const Heartbeats&) = delete;
+  Heartbeats& operator=(const Heartbeats&) = delete;
+  void add(std::weak_ptr<LlmCall> call);
+
+ private:
+  void run();
+  std::chrono::milliseconds period_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::weak_ptr<LlmCall>> calls_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace ajet::swarm

@@ -1,0 +1,65 @@
+// OpenAI's Responses API (POST /v1/responses, docs/protocol.md) over the chat pipeline, as
+// anthropic_messages.h does for Anthropic's: the request becomes the equivalent chat body (so it is
+// rendered, sampled and tracked exactly like /v1/chat/completions), and the answer and its streamed
+// events are written in the Responses shapes the official SDKs parse. Stateless: the whole
+// conversation comes in `input` (no previous_response_id). Pure functions over plain data.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/json.h"
+#include "openai/openai_format.h"
+#include "text/messages.h"
+#include "text/tool_calls.h"
+
+namespace ajet::swarm {
+
+// `instructions` → a system message; `input` (a string, or items: messages with text content,
+// function_call → assistant tool_calls, function_call_output → tool messages; reasoning items are
+// skipped) → messages; function tools; tool_choice; max_output_tokens; temperature; top_p; stream.
+// Throws Error(kInvalidArgument) naming the field path (`input[2].call_id`); images, files, built-in
+// tools and previous_response_id are refused by name.
+text::OrderedJson responses_to_chat_body(const text::OrderedJson& body);
+
+// The ids of one answer's output items: "msg_…" for the message (chosen when the stream opens),
+// "fc_…" per function call.
+struct ResponseItems {
+  std::string message_id;
+  std::vector<std::string> call_ids;
+};
+ResponseItems response_items(std::string message_id, const text::ParsedOutput& output);
+
+// The whole `response` object. `status` "completed", or "incomplete" with
+// incomplete_details.reason "max_output_tokens" when `length` is true; `in_progress` (no output,
+// no usage) for the stream's first events.
+Json responses_json(const ResponseMeta& meta, const text::ParsedOutput* output, const ResponseItems& items,
+                    bool length, int64_t input_tokens, int64_t output_tokens);
+
+// Streamed events: "event: <type>\ndata: <json>\n\n" with "type" and "sequence_number" in the data.
+class ResponsesEvents {
+ public:
+  explicit ResponsesEvents(std::string message_id) : message_id_(std::move(message_id)) {}
+  // response.created, response.in_progress, the message item and its output_text part, at once.
+  std::string open(const ResponseMeta& meta, int64_t input_tokens);
+  std::string text_delta(std::string_view text);
+  // output_text.done, content_part.done, the message item's done; per function call its item added,
+  // arguments delta and done, item done; response.completed (or response.incomplete).
+  std::string close(const ResponseMeta& meta, const text::ParsedOutput& output, bool length, int64_t input_tokens,
+                    int64_t output_tokens);
+  std::string error(std::string_view code, std::string_view message);
+  // The answer's item ids, made on first use: the stream and the stored body name the same items.
+  const ResponseItems& items(const text::ParsedOutput& output) const;
+
+ private:
+  std::string event(std::string_view type, Json data);
+  std::string message_id_;
+  mutable std::optional<ResponseItems> items_;
+  std::string text_;  // sent so far
+  int64_t sequence_ = 0;
+};
+
+}  // namespace ajet::swarm

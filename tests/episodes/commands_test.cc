@@ -1,0 +1,82 @@
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+#include "episodes/commands.h"
+
+namespace ajet::swarm {
+namespace {
+
+std::string parse_error(const char* body) {
+  try {
+    EndRequest::from_json(Json::parse(body));
+  } catch (const Error& e) {
+    EXPECT_EQ(http_status_for(e.code()), 400);
+    return e.what();
+  }
+  ADD_FAILURE() << "accepted " << body;
+  return "";
+}
+
+TEST(ClaimRequestParsing, DefaultsAndThrottlePolicy) {
+  ClaimRequest r = ClaimRequest::from_json(Json::parse(R"({"client_uuid": "c1"})"));
+  EXPECT_EQ(r.episode_type, "train");
+  EXPECT_DOUBLE_EQ(r.discard_episode_timeout, 240.0);
+  EXPECT_FALSE(r.throttle_policy.has_value());
+  r = ClaimRequest::from_json(Json::parse(
+      R"({"client_uuid": "c1", "episode_type": "eval", "discard_episode_timeout": 30,
+          "throttle_policy": {"ratio": 2, "expected_batch_size": 8, "expected_num_repeat": 4, "current_task_id": "t9"}})"));
+  EXPECT_EQ(r.episode_type, "eval");
+  ASSERT_TRUE(r.throttle_policy);
+  EXPECT_DOUBLE_EQ(r.throttle_policy->ratio, 2);
+  EXPECT_EQ(r.throttle_policy->expected_batch_size, 8);
+  EXPECT_EQ(r.throttle_policy->current_task_id, "t9");
+  EXPECT_THROW(ClaimRequest::from_json(Json::parse(R"({"episode_type": "train"})")), Error);
+  EXPECT_THROW(ClaimRequest::from_json(Json::parse(R"({"client_uuid": "c", "discard_episode_timeout": -1})")), Error);
+  EXPECT_THROW(ClaimRequest::from_json(Json::parse(R"({"client_uuid": "c", "throttle_policy": 3})")), Error);
+}
+
+TEST(EndRequestParsing, TaskIdRulesAndReward) {
+  EndRequest r = EndRequest::from_json(Json::parse(
+      R"({"client_uuid": "c", "episode_uuid": "e", "task_id": "t1",
+          "workflow_output": {"reward": 0.5, "is_success": true, "metadata": {"task_id": "t1", "k": 1}}})"));
+  EXPECT_EQ(r.task_id, "t1");
+  EXPECT_DOUBLE_EQ(r.workflow_output.reward, 0.5);
+  EXPECT_EQ(r.workflow_output.is_success, true);
+  EXPECT_EQ(r.workflow_output.metadata["k"], 1);
+  EXPECT_TRUE(r.declare_client_active);
+  // Either place alone is enough; the other is filled in.
+  r = EndRequest::from_json(Json::parse(
+      R"({"client_uuid": "c", "episode_uuid": "e", "workflow_output": {"reward": 1, "metadata": {"task_id": "t2"}}})"));
+  EXPECT_EQ(r.task_id, "t2");
+  r = EndRequest::from_json(Json::parse(R"({"client_uuid": "c", "episode_uuid": "e", "task_id": "",
+                                            "workflow_output": {"reward": 1}})"));
+  EXPECT_EQ(r.task_id, "");  // upstream allows an empty task id: one big group
+  EXPECT_EQ(r.workflow_output.metadata["task_id"], "");
+
+  std::string msg = parse_error(R"({"client_uuid": "c", "episode_uuid": "e", "task_id": "t1",
+                                    "workflow_output": {"reward": 1, "metadata": {"task_id": "t2"}}})");
+  EXPECT_NE(msg.find("task_id 't1'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("workflow_output.metadata.task_id 't2'"), std::string::npos) << msg;
+  msg = parse_error(R"({"client_uuid": "c", "episode_uuid": "e", "workflow_output": {"reward": 1}})");
+  EXPECT_NE(msg.find("task_id is required"), std::string::npos) << msg;
+  msg = parse_error(R"({"client_uuid": "c", "episode_uuid": "e", "task_id": "t", "workflow_output": {}})");
+  EXPECT_NE(msg.find("workflow_output.reward is required"), std::string::npos) << msg;
+  msg = parse_error(R"({"client_uuid": "c", "episode_uuid": "e", "task_id": "t", "workflow_output": {"reward": [1, 0]}})");
+  EXPECT_NE(msg.find("step rewards"), std::string::npos) << msg;
+  msg = parse_error(R"({"client_uuid": "c", "episode_uuid": "e", "task_id": "t", "workflow_output": {"reward": "1"}})");
+  EXPECT_NE(msg.find("'reward' must be a number"), std::string::npos) << msg;
+  msg = parse_error(R"({"client_uuid": "c", "task_id": "t", "workflow_output": {"reward": 1}})");
+  EXPECT_NE(msg.find("episode_uuid"), std::string::npos) << msg;
+}
+
+TEST(ResponseBodies, UpstreamFieldNames) {
+  ClaimResponse c;
+  c.client_uuid = "c";
+  c.fail_cause = "x";
+  EXPECT_EQ(c.to_json(), Json::parse(R"({"success": false, "client_uuid": "c", "episode_uuid": "",
+      "openai_base_url": "", "openai_api_key": "", "fail_cause": "x"})"));
+  EXPECT_EQ((BoolResponse{true, ""}.to_json()), Json::parse(R"({"success": true, "failure_reason": ""})"));
+}
+
+}  // namespace
+}  // namespace ajet::swarm
