@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "clients/clients_util.h"
+#include "client_e2e/client_e2e_util.h"
 #include "common/fs.h"
 #include "common/json.h"
 

@@ -4,7 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "clients/clients_util.h"
+#include "client_e2e/client_e2e_util.h"
 #include <map>
 #include <sstream>
 

@@ -11,7 +11,7 @@
 
 #include "client/openai_chat.h"
 #include "client/swarm_client.h"
-#include "clients/clients_util.h"
+#include "client_e2e/client_e2e_util.h"
 
 namespace ajet::clients_test {
 namespace {
