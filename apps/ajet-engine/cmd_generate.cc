@@ -35,7 +35,7 @@
 #include "text/tokenizer.h"
 #include "text/tool_calls.h"
 
-namespace ajet::engine {
+namespace ajet::engine_cli {
 namespace {
 
 namespace fs = std::filesystem;
@@ -91,11 +91,11 @@ class Backend {
 
 class InProcessBackend : public Backend {
  public:
-  explicit InProcessBackend(const EngineOptions& options) : runtime_(start_engine(options)) {}
+  explicit InProcessBackend(const engine::EngineOptions& options) : runtime_(engine::start_engine(options)) {}
   void start(const rpc::GenerateRequest& request, ItemQueue& queue) override {
-    auto builder = std::make_shared<TokensEventBuilder>(static_cast<int64_t>(request.prompt.size()), request.n,
+    auto builder = std::make_shared<engine::TokensEventBuilder>(static_cast<int64_t>(request.prompt.size()), request.n,
                                                         request.top_logprobs);
-    runtime_.engine->submit(to_infer_request(request, "cli"), [builder, &queue](const infer::GenerateEvent& event) {
+    runtime_.engine->submit(engine::to_infer_request(request, "cli"), [builder, &queue](const infer::GenerateEvent& event) {
       if (event.error) {
         queue.push(Error(event.error->code(), std::string("generate: ") + event.error->what()));
         return;
@@ -106,7 +106,7 @@ class InProcessBackend : public Backend {
   }
 
  private:
-  EngineRuntime runtime_;
+  engine::EngineRuntime runtime_;
 };
 
 class RpcBackend : public Backend {
@@ -158,7 +158,7 @@ std::string read_stdin() {
 // and neither, the directory the engine's status names.
 fs::path model_dir_for(const GenerateArgs& args, RpcBackend* remote) {
   if (!args.engine.model_dir().empty()) return args.engine.model_dir();
-  EngineOptions resolved = args.engine.resolve();
+  engine::EngineOptions resolved = args.engine.resolve();
   if (!resolved.model_dir.empty()) return resolved.model_dir;
   if (remote != nullptr) {
     const Json status = remote->status();
@@ -342,4 +342,4 @@ const CommandRegistration kRegistration("generate", [](CLI::App& app) {
 });
 
 }  // namespace
-}  // namespace ajet::engine
+}  // namespace ajet::engine_cli

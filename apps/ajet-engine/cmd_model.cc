@@ -13,7 +13,7 @@
 #include "model/qwen2.h"
 #include "text/tokenizer.h"
 
-namespace ajet::engine {
+namespace ajet::engine_cli {
 namespace {
 
 namespace fs = std::filesystem;
@@ -120,4 +120,4 @@ const CommandRegistration kRegistration("model", [](CLI::App& app) {
 });
 
 }  // namespace
-}  // namespace ajet::engine
+}  // namespace ajet::engine_cli

@@ -30,7 +30,7 @@
 #include "rpc/server.h"
 #include "train/dist.h"
 
-namespace ajet::engine {
+namespace ajet::engine_cli {
 namespace {
 
 struct ServeArgs {
@@ -79,8 +79,8 @@ void run_serve(const ServeArgs& args) {
   ::pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   ::signal(SIGPIPE, SIG_IGN);  // a vanished peer is an error on that connection, not the process's end
 
-  const EngineOptions options = args.engine.resolve();
-  TrainingOptions training = training_options(options);  // config errors before the model loads
+  const engine::EngineOptions options = args.engine.resolve();
+  engine::TrainingOptions training = engine::training_options(options);  // config errors before the model loads
   // Flag and variable errors before the model loads; then every rank meets the others (blocks until
   // all joined, or fails naming the rank and master address) before loading, so they load together.
   const train::DistPlacement placement = train::resolve_placement(args.dist);
@@ -90,9 +90,9 @@ void run_serve(const ServeArgs& args) {
                placement.timeout.count() / 1000.0);
     training.collective = train::make_collective(placement);
   }
-  EngineRuntime runtime = start_engine(options);
-  EngineService service(*runtime.engine, runtime.model, runtime.compute);
-  TrainMethods train(service, runtime.model, training);
+  engine::EngineRuntime runtime = engine::start_engine(options);
+  engine::EngineService service(*runtime.engine, runtime.model, runtime.compute);
+  engine::TrainMethods train(service, runtime.model, training);
   if (!args.resume.empty()) {
     // Before the socket exists, so nothing is generated on the weights the checkpoint replaces.
     const std::filesystem::path dir = args.resume == "auto" ? training.checkpoint_base_dir : std::filesystem::path(args.resume);
@@ -141,4 +141,4 @@ const CommandRegistration kRegistration("serve", [](CLI::App& app) {
 });
 
 }  // namespace
-}  // namespace ajet::engine
+}  // namespace ajet::engine_cli

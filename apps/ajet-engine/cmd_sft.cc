@@ -27,7 +27,7 @@
 #include "tracking/chat_format.h"
 #include "train/sft.h"
 
-namespace ajet::engine {
+namespace ajet::engine_cli {
 namespace {
 
 namespace fs = std::filesystem;
@@ -357,4 +357,4 @@ const CommandRegistration kRegistration("sft", [](CLI::App& app) {
 });
 
 }  // namespace
-}  // namespace ajet::engine
+}  // namespace ajet::engine_cli

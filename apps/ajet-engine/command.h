@@ -9,10 +9,10 @@
 
 #include "cli/cli_main.h"
 
-namespace ajet::engine {
+namespace ajet::engine_cli {
 
 using apps::CommandFactory;
 using apps::CommandRegistration;
 using apps::add_registered_commands;
 
-}  // namespace ajet::engine
+}  // namespace ajet::engine_cli

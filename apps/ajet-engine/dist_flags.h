@@ -9,7 +9,7 @@
 
 #include "train/dist_options.h"
 
-namespace ajet::engine {
+namespace ajet::engine_cli {
 
 // Adds the flags to a command. Only given flags are set in `options`; call train::resolve_placement
 // after parsing.
@@ -31,4 +31,4 @@ inline void add_dist_flags(CLI::App& cmd, train::DistOptions& o) {
   cmd.add_option("--dist-backend", o.backend, "auto, gloo or nccl")->capture_default_str()->group("Data parallel");
 }
 
-}  // namespace ajet::engine
+}  // namespace ajet::engine_cli

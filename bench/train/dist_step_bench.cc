@@ -154,7 +154,7 @@ std::string run_capture(const char* cmd) {
 int main(int argc, char** argv) {
   CLI::App app{"1 rank vs 2 data-parallel ranks: one GRPO step on the tiny preset"};
   train::DistOptions dist;
-  engine::add_dist_flags(app, dist);
+  engine_cli::add_dist_flags(app, dist);
   bool worker = false, smoke = false, no_append = false;
   int steps = 5;
   std::string model_dir, out;

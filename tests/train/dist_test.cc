@@ -44,7 +44,7 @@ EnvLookup fake_env(std::map<std::string, std::string> vars) {
 DistOptions parse_flags(std::vector<std::string> args) {
   CLI::App app;
   DistOptions o;
-  engine::add_dist_flags(app, o);
+  engine_cli::add_dist_flags(app, o);
   std::vector<const char*> argv = {"serve"};
   for (auto& a : args) argv.push_back(a.c_str());
   app.parse(static_cast<int>(argv.size()), argv.data());

@@ -15,7 +15,7 @@ int main(int argc, char** argv) {
   using namespace ajet::train;
   CLI::App app{"ajet data-parallel test worker"};
   DistOptions dist;
-  ajet::engine::add_dist_flags(app, dist);
+  ajet::engine_cli::add_dist_flags(app, dist);
   std::string model_dir, out, config = "grpo";
   app.add_option("--model", model_dir, "Model directory")->required();
   app.add_option("--out", out, "Result file")->required();
