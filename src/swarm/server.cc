@@ -121,40 +121,43 @@ SwarmServer::SwarmServer(FrontOptions options) : options_(std::move(options)) {
   sup.engine_ranks = options_.engine_ranks;
   sup.stop_grace = std::chrono::milliseconds(int64_t(options_.engine_stop_grace_s * 1000));
   supervisor_ = std::make_unique<EngineSupervisor>(sup, *registry_, *verbose_);
-  ctx_ = std::make_unique<ServerContext>(options_, *store_, *registry_, *verbose_, *pool_, *supervisor_, *trackers_,
-                                         *latest_);
   TrackerMap* trackers = trackers_.get();
   VerboseLog* verbose = verbose_.get();
   registry_->set_hooks(RegistryHooks{
       [trackers](const EpisodeClosed& closed) { trackers->drop(closed.episode_uuid); },
       [verbose](const std::string& tag, const std::string& message) { verbose->add(tag, message, false); }});
 
-  http::Router router;
-  add_command_routes(router, *ctx_);
-  add_engine_routes(router, *ctx_);
-  add_openai_routes(router, *ctx_);
-  http::ServerOptions http_options;
-  http_options.host = options_.host;
-  http_options.port = options_.port;
-  http_options.io_threads = options_.io_threads;
-  http_options.max_body_bytes = options_.max_body_bytes;
-  http_ = std::make_unique<http::HttpServer>(http_options, std::move(router));
-  ctx_->base_url = url() + "/v1";
-
-  ServerContext* ctx = ctx_.get();
+  // The batch runner reads the synced state; the life-cycle operations write it.
+  synced_ = std::make_unique<SyncedTrain>();
+  SyncedTrain* synced = synced_.get();
   EngineSupervisor* supervisor = supervisor_.get();
   store::Store* store = store_.get();
   TrainerLink link;
-  link.model = [ctx] { return ctx->model(); };
+  link.model = [synced] { return synced->model(); };
   link.engine = [supervisor] { return supervisor->client(); };
   link.engine_ranks = [supervisor] { return supervisor->rank_clients(); };
-  link.settings = [ctx] { return ctx->train_settings(); };
+  link.settings = [synced] { return synced->settings(); };
   link.checkpoint_saved = [supervisor, store](const fs::path& dir) {
     supervisor->set_latest_checkpoint(dir);
     store->put_state(store::kStateLatestCheckpoint, dir.string());  // a restarted front resumes the engine from it
   };
   batches_ = std::make_unique<BatchRunner>(*registry_, *store_, *verbose_, std::move(link));
-  ctx_->batches = batches_.get();
+
+  // The port is bound first (port 0: the kernel picks it), so the context is complete when built: its
+  // base URL names the bound port. Routes are added before start(), and only then can requests arrive.
+  auto router = std::make_shared<http::Router>();
+  http::ServerOptions http_options;
+  http_options.host = options_.host;
+  http_options.port = options_.port;
+  http_options.io_threads = options_.io_threads;
+  http_options.max_body_bytes = options_.max_body_bytes;
+  http_ = std::make_unique<http::HttpServer>(
+      http_options, [router](http::Request request, http::Respond respond) { (*router)(std::move(request), std::move(respond)); });
+  ctx_ = std::make_unique<ServerContext>(options_, url() + "/v1", *store_, *registry_, *verbose_, *pool_, *supervisor_,
+                                         *trackers_, *latest_, *synced_, *batches_);
+  add_command_routes(*router, *ctx_);
+  add_engine_routes(*router, *ctx_);
+  add_openai_routes(*router, *ctx_);
   janitor_ = std::make_unique<Janitor>(*registry_,
                                        std::chrono::milliseconds(int64_t(options_.janitor_interval_s * 1000)));
 }

@@ -77,8 +77,9 @@ class SwarmServer {
   std::unique_ptr<Registry> registry_;
   std::unique_ptr<WorkPool> pool_;
   std::unique_ptr<EngineSupervisor> supervisor_;
-  std::unique_ptr<ServerContext> ctx_;
+  std::unique_ptr<SyncedTrain> synced_;
   std::unique_ptr<BatchRunner> batches_;
+  std::unique_ptr<ServerContext> ctx_;
   std::unique_ptr<Janitor> janitor_;
   std::unique_ptr<http::HttpServer> http_;
   std::vector<std::string> store_notes_;  // what the constructor restored or moved aside

@@ -55,9 +55,42 @@ std::string model_path_note(const std::string& path) {
 
 }  // namespace
 
-ServerContext::ServerContext(const FrontOptions& options_in, store::Store& store_in, Registry& registry_in,
-                             VerboseLog& verbose_in, WorkPool& pool_in, EngineSupervisor& supervisor_in,
-                             TrackerMap& trackers_in, LatestCall& latest_in)
+TrainState SyncedTrain::get() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_;
+}
+
+TrainSettings SyncedTrain::settings() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  TrainSettings s;
+  if (!state_.config) return s;
+  s.save_freq = state_.config->trainer_common.save_freq;
+  fs::path dir = state_.config->trainer_common.checkpoint_base_dir;
+  if (dir.is_relative() && !state_.experiment_dir.empty()) dir = state_.experiment_dir / dir;
+  s.checkpoint_dir = dir;
+  // The engine derives its advantage settings from the same config; the split must agree with them.
+  // A config the trainer refuses never gets an engine running; its batches fail there, not here.
+  try {
+    s.advantage = train::TrainerOptions::from_config(*state_.config).advantage;
+  } catch (const Error&) {
+  }
+  return s;
+}
+
+std::shared_ptr<const ModelContext> SyncedTrain::model() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_.model;
+}
+
+void SyncedTrain::update(const std::function<void(TrainState&)>& change) {
+  std::lock_guard<std::mutex> lock(mu_);
+  change(state_);
+}
+
+ServerContext::ServerContext(const FrontOptions& options_in, std::string base_url_in, store::Store& store_in,
+                             Registry& registry_in, VerboseLog& verbose_in, WorkPool& pool_in,
+                             EngineSupervisor& supervisor_in, TrackerMap& trackers_in, LatestCall& latest_in,
+                             SyncedTrain& synced_in, BatchRunner& batches_in)
     : options(options_in),
       store(store_in),
       registry(registry_in),
@@ -65,34 +98,10 @@ ServerContext::ServerContext(const FrontOptions& options_in, store::Store& store
       pool(pool_in),
       supervisor(supervisor_in),
       trackers(trackers_in),
-      latest(latest_in) {}
-
-TrainState ServerContext::train() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return train_;
-}
-
-TrainSettings ServerContext::train_settings() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  TrainSettings s;
-  if (!train_.config) return s;
-  s.save_freq = train_.config->trainer_common.save_freq;
-  fs::path dir = train_.config->trainer_common.checkpoint_base_dir;
-  if (dir.is_relative() && !train_.experiment_dir.empty()) dir = train_.experiment_dir / dir;
-  s.checkpoint_dir = dir;
-  // The engine derives its advantage settings from the same config; the split must agree with them.
-  // A config the trainer refuses never gets an engine running; its batches fail there, not here.
-  try {
-    s.advantage = train::TrainerOptions::from_config(*train_.config).advantage;
-  } catch (const Error&) {
-  }
-  return s;
-}
-
-std::shared_ptr<const ModelContext> ServerContext::model() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return train_.model;
-}
+      latest(latest_in),
+      synced(synced_in),
+      batches(batches_in),
+      base_url(std::move(base_url_in)) {}
 
 bool ServerContext::admin_ok(const http::Request& request) const {
   if (options.admin_token.empty()) return true;
@@ -120,12 +129,11 @@ std::vector<std::string> ServerContext::sync_train_config(const std::string& yam
   if (std::string note = model_path_note(loaded.config.model.path); !note.empty()) loaded.warnings.push_back(note);
   (void)RegistryOptions::from_config(loaded.config, base_url);  // backbone and batch trigger names
   store.put_state(store::kStateTrainConfigYaml, yaml).get();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    train_.yaml = yaml;
-    train_.config = loaded.config;
-    train_.warnings = loaded.warnings;
-  }
+  synced.update([&](TrainState& t) {
+    t.yaml = yaml;
+    t.config = loaded.config;
+    t.warnings = loaded.warnings;
+  });
   verbose.add("swarm", fmt::format("train config synced: model {}, backbone {}, {}{}", loaded.config.model.path,
                                    loaded.config.backbone, loaded.config.swarm_mode_sample_collection_method,
                                    loaded.warnings.empty() ? "" : "; warnings: " + fmt::format("{}", fmt::join(loaded.warnings, "; "))));
@@ -138,11 +146,10 @@ UnpackedTree ServerContext::sync_train_code(std::string_view archive) {
   const fs::path dest = options.server_dir / "synced_code" / timestamp_micro();
   UnpackedTree tree = unpack_source_zip(archive, dest, options.archive_limits);
   store.put_state(kStateSyncedCodeRoot, tree.root.string()).get();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    train_.code_root = tree.root;
-    train_.code_build = dest / "build";
-  }
+  synced.update([&](TrainState& t) {
+    t.code_root = tree.root;
+    t.code_build = dest / "build";
+  });
   verbose.add("swarm", fmt::format("synced code: {} files ({} bytes) unpacked into {}; the next start_engine builds it",
                                    tree.files, tree.bytes, tree.root.string()));
   return tree;
@@ -170,11 +177,10 @@ int64_t ServerContext::start_engine_locked(const std::string& reason, const stor
   // would be errors to a reader that uses them.
   write_file_atomic(run_dir / "train_config.yaml", config::to_yaml(cfg));
   registry.configure(RegistryOptions::from_config(cfg, base_url));
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    train_.model = model;
-    train_.experiment_dir = run_dir;
-  }
+  synced.update([&](TrainState& t) {
+    t.model = model;
+    t.experiment_dir = run_dir;
+  });
   trackers.clear();
   if (resumed != nullptr) {
     for (const auto& claimed : resumed->claimed) {
@@ -211,7 +217,7 @@ int64_t ServerContext::start_engine_locked(const std::string& reason, const stor
     registry.stop(std::string("the engine could not be started: ") + e.what());
     throw;
   }
-  if (batches != nullptr) batches->notify();
+  batches.notify();
   verbose.add("swarm", fmt::format("start_engine: {} (engine pid {}; experiment dir {}; {})", reason,
                                    pid > 0 ? std::to_string(pid) : std::string("pending build"), run_dir.string(),
                                    checkpoint.empty() ? "from the model" : "from checkpoint " + checkpoint.string()));
@@ -220,12 +226,10 @@ int64_t ServerContext::start_engine_locked(const std::string& reason, const stor
 
 void ServerContext::stop_engine(const std::string& reason) {
   std::lock_guard<std::mutex> lifecycle(lifecycle_mu_);
-  if (batches != nullptr) {
-    try {
-      batches->save_checkpoint("stop_engine");  // steps trained since the last checkpoint are kept
-    } catch (const std::exception& e) {
-      verbose.add("swarm", std::string("stop_engine: the final checkpoint failed: ") + e.what());
-    }
+  try {
+    batches.save_checkpoint("stop_engine");  // steps trained since the last checkpoint are kept
+  } catch (const std::exception& e) {
+    verbose.add("swarm", std::string("stop_engine: the final checkpoint failed: ") + e.what());
   }
   std::vector<std::string> dropped = registry.stop(reason);
   supervisor.stop();
@@ -236,21 +240,23 @@ void ServerContext::stop_engine(const std::string& reason) {
 void ServerContext::resume(const store::RecoveredState& recovered) {
   std::lock_guard<std::mutex> lifecycle(lifecycle_mu_);
   if (auto root = store.get_state(kStateSyncedCodeRoot); root && fs::is_directory(*root)) {
-    std::lock_guard<std::mutex> lock(mu_);
-    train_.code_root = *root;
     fs::path dest = fs::path(*root).parent_path();
     if (dest.filename() == "tree") dest = dest.parent_path();
-    train_.code_build = dest / "build";
+    synced.update([&](TrainState& t) {
+      t.code_root = *root;
+      t.code_build = dest / "build";
+    });
   }
   if (!recovered.train_config_yaml.empty()) {
     try {
       config::LoadedConfig loaded = config::parse_config(recovered.train_config_yaml, "stored train config",
                                                          config::ConfigUse::kSwarmServer);
       registry.configure(RegistryOptions::from_config(loaded.config, base_url));
-      std::lock_guard<std::mutex> lock(mu_);
-      train_.yaml = recovered.train_config_yaml;
-      train_.config = loaded.config;
-      train_.warnings = loaded.warnings;
+      synced.update([&](TrainState& t) {
+        t.yaml = recovered.train_config_yaml;
+        t.config = loaded.config;
+        t.warnings = loaded.warnings;
+      });
     } catch (const std::exception& e) {
       verbose.add("swarm", std::string("the stored train config does not load any more: ") + e.what());
     }

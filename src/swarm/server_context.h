@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -69,10 +70,29 @@ struct TrainState {
   std::shared_ptr<const ModelContext> model;  // loaded at start_engine
 };
 
+// The synced training state, shared by the life-cycle operations (which write it) and the batch runner
+// (which reads the model and the checkpoint settings). Thread-safe.
+class SyncedTrain {
+ public:
+  TrainState get() const;
+  // save_freq and the checkpoint directory of the synced config (relative checkpoint_base_dir: under
+  // the experiment directory, so the engine's working directory does not matter).
+  TrainSettings settings() const;
+  std::shared_ptr<const ModelContext> model() const;
+  // Applies `change` under the lock.
+  void update(const std::function<void(TrainState&)>& change);
+
+ private:
+  mutable std::mutex mu_;
+  TrainState state_;
+};
+
+// Complete when constructed: every part exists before the routes that use it.
 class ServerContext {
  public:
-  ServerContext(const FrontOptions& options, store::Store& store, Registry& registry, VerboseLog& verbose,
-                WorkPool& pool, EngineSupervisor& supervisor, TrackerMap& trackers, LatestCall& latest);
+  ServerContext(const FrontOptions& options, std::string base_url, store::Store& store, Registry& registry,
+                VerboseLog& verbose, WorkPool& pool, EngineSupervisor& supervisor, TrackerMap& trackers,
+                LatestCall& latest, SyncedTrain& synced, BatchRunner& batches);
 
   const FrontOptions& options;
   store::Store& store;
@@ -82,14 +102,12 @@ class ServerContext {
   EngineSupervisor& supervisor;
   TrackerMap& trackers;
   LatestCall& latest;
-  BatchRunner* batches = nullptr;  // set once the runner exists
-  std::string base_url;            // "http://HOST:PORT/v1" (claim_episode's openai_base_url)
+  SyncedTrain& synced;
+  BatchRunner& batches;
+  const std::string base_url;  // "http://HOST:PORT/v1" (claim_episode's openai_base_url)
 
-  TrainState train() const;
-  // save_freq and the checkpoint directory of the synced config (relative checkpoint_base_dir: under
-  // the experiment directory, so the engine's working directory does not matter).
-  TrainSettings train_settings() const;
-  std::shared_ptr<const ModelContext> model() const;
+  TrainState train() const { return synced.get(); }
+  std::shared_ptr<const ModelContext> model() const { return synced.model(); }
 
   // True when the request may use an admin endpoint (no token configured, or the right Bearer token).
   bool admin_ok(const http::Request& request) const;
@@ -115,9 +133,7 @@ class ServerContext {
   int64_t start_engine_locked(const std::string& reason, const store::RecoveredState* resumed,
                               bool from_checkpoint = false);
 
-  mutable std::mutex mu_;
   std::mutex lifecycle_mu_;  // one sync/start/stop at a time
-  TrainState train_;
 };
 
 }  // namespace ajet::swarm
