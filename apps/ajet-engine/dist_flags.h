@@ -1,13 +1,13 @@
 // The torchrun-style data-parallel flags of `ajet-engine serve` (and of the tests and benchmarks that
 // start ranks the same way): --nnodes, --node-rank, --nproc-per-node, --local-rank, --master-addr,
-// --master-port, --dist-timeout, --dist-backend. CLI11 wiring only; train/dist_options.h resolves them.
+// --master-port, --dist-timeout, --dist-backend. CLI11 wiring only; train_data/dist_options.h resolves them.
 #pragma once
 
 #include <CLI/CLI.hpp>
 #include <optional>
 #include <string>
 
-#include "train/dist_options.h"
+#include "train_data/dist_options.h"
 
 namespace ajet::engine_cli {
 

@@ -6,7 +6,7 @@
 
 #include <memory>
 
-#include "train/dist_options.h"
+#include "train_data/dist_options.h"
 #include "train/trainer.h"
 
 namespace ajet::train {

@@ -1,4 +1,4 @@
-#include "train/dist_options.h"
+#include "train_data/dist_options.h"
 
 #include <algorithm>
 #include <charconv>

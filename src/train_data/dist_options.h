@@ -1,7 +1,7 @@
 // Where this engine process sits in a data-parallel group, torchrun-style: flags (--nnodes, --node-rank,
 // --master-addr, --master-port, --nproc-per-node, --local-rank) with the torchrun environment as the
 // fallback. Plain data and parsing, no libtorch, no sockets, no CLI11 (the engine app registers the
-// flags: apps/ajet-engine/dist_flags.h); dist.h joins the group.
+// flags: apps/ajet-engine/dist_flags.h); train/dist.h joins the group.
 #pragma once
 
 #include <chrono>

@@ -18,6 +18,7 @@ namespace ajet::train {
 namespace {
 
 using testing::clone_model;
+using testing::probe_logits;
 using testing::random_batch;
 
 std::vector<torch::Tensor> snapshot(Trainer& t) {
@@ -148,12 +149,6 @@ TEST(Checkpoint, LoadErrorsNameWhatIsWrong) {
   EXPECT_THROW(load_checkpoint(t, dir / "nope"), Error);
 }
 
-torch::Tensor logits(model::Qwen2Model& m) {
-  torch::NoGradGuard no_grad;
-  auto ids = torch::tensor(std::vector<int64_t>{3, 14, 15, 9, 26, 5, 35}).view({1, 7});
-  return m->forward_logits(ids, torch::arange(7).view({1, 7}));
-}
-
 torch::Tensor weight(model::Qwen2Model& m, const std::string& name) {
   for (auto& [n, p] : m->hf_named_parameters()) {
     if (n == name) return p.detach();
@@ -186,16 +181,16 @@ TEST(Checkpoint, LoraModelDirIsTheMergedModel) {
   }
 
   // model/ computes what base + adapter computes, and is not the base.
-  const auto adapted = logits(t.model());
+  const auto adapted = probe_logits(t.model());
   auto merged = model::load_model_dir(path / "model");
-  EXPECT_LT(testing::relative_difference({logits(merged)}, {adapted}), 1e-5);
-  EXPECT_GT(testing::relative_difference({logits(merged)}, {logits(base)}), 1e-3);
+  EXPECT_LT(testing::relative_difference({probe_logits(merged)}, {adapted}), 1e-5);
+  EXPECT_GT(testing::relative_difference({probe_logits(merged)}, {probe_logits(base)}), 1e-3);
   EXPECT_FALSE(torch::equal(weight(merged, "model.layers.0.self_attn.q_proj.weight"),
                             weight(base, "model.layers.0.self_attn.q_proj.weight")));
   EXPECT_TRUE(starts_with(model::resolve_model_source(path / "model").description, "merged model "));
   // adapter/ over its base (adapter_config.json's base_model_name_or_path) is the same model.
   auto via_adapter = model::load_model_dir(path / "adapter");
-  EXPECT_LT(testing::relative_difference({logits(via_adapter)}, {adapted}), 1e-5);
+  EXPECT_LT(testing::relative_difference({probe_logits(via_adapter)}, {adapted}), 1e-5);
   EXPECT_TRUE(starts_with(model::resolve_model_source(path / "adapter").description,
                           "base model " + (dir / "base").string() + " + adapter "));
 
@@ -203,7 +198,7 @@ TEST(Checkpoint, LoraModelDirIsTheMergedModel) {
   Trainer resumed(clone_model(base), o);
   const LoadedCheckpoint loaded = load_checkpoint(resumed, path);
   EXPECT_TRUE(starts_with(loaded.weights, "base model (the trainer's")) << loaded.weights;
-  EXPECT_TRUE(torch::equal(logits(resumed.model()), adapted));
+  EXPECT_TRUE(torch::equal(probe_logits(resumed.model()), adapted));
   // A trainer started on the merged model/ instead of the base is refused: the adapter would count twice.
   Trainer on_merged(model::load_model_dir(path / "model"), o);
   try {
@@ -222,10 +217,10 @@ TEST(Checkpoint, LoraModelDirIsTheMergedModel) {
   EXPECT_TRUE(starts_with(model::resolve_model_source(path / "model").description,
                           "base model " + (path / "model").string() + " + adapter "));
   auto old_layout = model::load_model_dir(path / "model");
-  EXPECT_LT(testing::relative_difference({logits(old_layout)}, {adapted}), 1e-5);
+  EXPECT_LT(testing::relative_difference({probe_logits(old_layout)}, {adapted}), 1e-5);
   Trainer old(testing::random_model(testing::qwen2_config(), 99), o);
   EXPECT_TRUE(starts_with(load_checkpoint(old, path).weights, "base model " + (path / "model").string()));
-  EXPECT_TRUE(torch::equal(logits(old.model()), adapted));
+  EXPECT_TRUE(torch::equal(probe_logits(old.model()), adapted));
 }
 
 }  // namespace

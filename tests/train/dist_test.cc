@@ -1,10 +1,9 @@
-// Data parallelism: torchrun-style placement from flags and environment, the token-balanced batch
-// split, rendezvous errors that name the address, and the real thing — two worker processes on
+// Data parallelism (the torch-free placement and batch split are tested in tests/train_data):
+// rendezvous errors that name the address, and the real thing — two worker processes on
 // loopback (a c10d Gloo group met through a TCPStore) train one step on the halves of a batch and end
 // with the parameters one rank gets on the whole batch.
 #include "train/dist.h"
 
-#include <CLI/CLI.hpp>
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <fcntl.h>
@@ -19,169 +18,19 @@
 #include <set>
 #include <sstream>
 
-#include "ajet-engine/dist_flags.h"
 #include "common/error.h"
 #include "dist_test_util.h"
 #include "model/model_dir.h"
 #include "model/presets.h"
-#include "train_data/dist_split.h"
 
 extern char** environ;
 
 namespace ajet::train {
 namespace {
 
+using testing::error_of;
+using testing::fake_env;
 using testing::relative_difference;
-
-EnvLookup fake_env(std::map<std::string, std::string> vars) {
-  auto shared = std::make_shared<std::map<std::string, std::string>>(std::move(vars));
-  return [shared](const char* name) -> const char* {
-    auto it = shared->find(name);
-    return it == shared->end() ? nullptr : it->second.c_str();
-  };
-}
-
-DistOptions parse_flags(std::vector<std::string> args) {
-  CLI::App app;
-  DistOptions o;
-  engine_cli::add_dist_flags(app, o);
-  std::vector<const char*> argv = {"serve"};
-  for (auto& a : args) argv.push_back(a.c_str());
-  app.parse(static_cast<int>(argv.size()), argv.data());
-  return o;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-TEST(DistPlacement, FlagsLikeTorchrun) {
-  const DistOptions o = parse_flags({"--nnodes", "2", "--node-rank", "1", "--nproc-per-node", "3", "--local-rank", "2",
-                                     "--master-addr", "10.0.0.5", "--master-port", "4000", "--dist-timeout", "7"});
-  const DistPlacement p = resolve_placement(o, fake_env({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_PORT", "1"}}));
-  EXPECT_EQ(p.world_size, 6);
-  EXPECT_EQ(p.rank, 1 * 3 + 2);
-  EXPECT_EQ(p.local_rank, 2);
-  EXPECT_EQ(p.local_world_size, 3);
-  EXPECT_EQ(p.master(), "10.0.0.5:4000");
-  EXPECT_EQ(p.timeout.count(), 7000);
-}
-
-TEST(DistPlacement, TorchrunEnvironmentIsTheFallback) {
-  const DistPlacement p = resolve_placement(parse_flags({}), fake_env({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"},
-                                                                      {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "node0"},
-                                                                      {"MASTER_PORT", "29555"}}));
-  EXPECT_EQ(p.rank, 3);
-  EXPECT_EQ(p.world_size, 4);
-  EXPECT_EQ(p.local_rank, 1);
-  EXPECT_EQ(p.master(), "node0:29555");
-  // Flags win over the environment field by field; LOCAL_RANK fills --local-rank.
-  const DistPlacement q = resolve_placement(parse_flags({"--nnodes", "2", "--node-rank", "1", "--nproc-per-node", "2"}),
-                                            fake_env({{"LOCAL_RANK", "1"}, {"MASTER_ADDR", "node0"}}));
-  EXPECT_EQ(q.rank, 3);
-  EXPECT_EQ(q.world_size, 4);
-  EXPECT_EQ(q.master(), "node0:29500");
-  const DistPlacement single = resolve_placement(parse_flags({}), fake_env({}));
-  EXPECT_EQ(single.world_size, 1);
-  EXPECT_EQ(single.rank, 0);
-  EXPECT_EQ(single.master(), "127.0.0.1:29500");
-}
-
-TEST(DistPlacement, BadValuesNameTheFlagOrVariable) {
-  auto resolve = [](std::vector<std::string> flags, std::map<std::string, std::string> env) {
-    return error_of([&] { resolve_placement(parse_flags(flags), fake_env(env)); });
-  };
-  EXPECT_NE(resolve({"--nnodes", "2", "--node-rank", "2"}, {}).find("--node-rank 2"), std::string::npos);
-  EXPECT_NE(resolve({"--nproc-per-node", "0"}, {}).find("--nproc-per-node"), std::string::npos);
-  EXPECT_NE(resolve({"--nproc-per-node", "2", "--local-rank", "2"}, {}).find("--local-rank 2"), std::string::npos);
-  EXPECT_NE(resolve({"--master-port", "70000"}, {}).find("--master-port 70000"), std::string::npos);
-  EXPECT_NE(resolve({}, {{"MASTER_PORT", "http"}}).find("MASTER_PORT"), std::string::npos);
-  EXPECT_NE(resolve({}, {{"WORLD_SIZE", "2"}}).find("RANK is not"), std::string::npos);
-  EXPECT_NE(resolve({}, {{"WORLD_SIZE", "2"}, {"RANK", "2"}}).find("RANK 2"), std::string::npos);
-  EXPECT_NE(resolve({"--dist-backend", "mpi"}, {}).find("mpi"), std::string::npos);
-}
-
-// Every sample lands on exactly one rank, groups stay whole, parts are balanced and the split is a
-// pure function of the batch.
-TEST(SplitBatch, WholeGroupsBalancedByTokens) {
-  Batch batch = testing::random_batch(7, 3, 5, 9, 61, 31);
-  // Make the groups very unequal in size.
-  for (size_t i = 0; i < 3; ++i) {
-    for (int k = 0; k < 40; ++k) {
-      batch.samples[i].token_ids.push_back(3);
-      batch.samples[i].loss_mask.push_back(0);
-      batch.samples[i].logprobs.push_back(0);
-    }
-  }
-  AdvantageOptions grpo;
-  for (int world : {1, 2, 3, 8}) {
-    auto parts = split_batch(batch, world, grpo);
-    ASSERT_EQ(parts.size(), static_cast<size_t>(world));
-    std::map<std::string, int> rank_of_group;
-    std::multiset<std::string> seen;
-    int64_t largest_group = 0;
-    std::map<std::string, int64_t> group_tokens;
-    for (const auto& s : batch.samples) largest_group = std::max(largest_group, group_tokens[s.task_id] += static_cast<int64_t>(s.size()));
-    for (int r = 0; r < world; ++r) {
-      for (const auto& s : parts[static_cast<size_t>(r)].samples) {
-        seen.insert(s.episode_uuid);
-        auto [it, fresh] = rank_of_group.emplace(s.task_id, r);
-        EXPECT_EQ(it->second, r) << "group " << s.task_id << " split across ranks";
-        EXPECT_TRUE(s.advantages.empty());
-      }
-    }
-    EXPECT_EQ(seen.size(), batch.samples.size());
-    for (const auto& s : batch.samples) EXPECT_EQ(seen.count(s.episode_uuid), 1u) << s.episode_uuid;
-    auto tokens = part_tokens(parts);
-    const auto [lo, hi] = std::minmax_element(tokens.begin(), tokens.end());
-    if (world <= 7) EXPECT_LE(*hi - *lo, largest_group) << "world " << world;
-    // Deterministic, and the batch order survives inside a part.
-    auto again = split_batch(batch, world, grpo);
-    for (int r = 0; r < world; ++r) {
-      ASSERT_EQ(again[static_cast<size_t>(r)].samples.size(), parts[static_cast<size_t>(r)].samples.size());
-      for (size_t k = 0; k < parts[static_cast<size_t>(r)].samples.size(); ++k) {
-        EXPECT_EQ(again[static_cast<size_t>(r)].samples[k].episode_uuid, parts[static_cast<size_t>(r)].samples[k].episode_uuid);
-        if (k > 0) EXPECT_LT(parts[static_cast<size_t>(r)].samples[k - 1].episode_uuid, parts[static_cast<size_t>(r)].samples[k].episode_uuid);
-      }
-    }
-  }
-  // 7 groups on 8 ranks: one rank gets nothing (and must still join every all-reduce).
-  auto parts = split_batch(batch, 8, grpo);
-  EXPECT_EQ(std::count_if(parts.begin(), parts.end(), [](const Batch& b) { return b.samples.empty(); }), 1);
-  EXPECT_THROW(split_batch(batch, 0, grpo), Error);
-}
-
-// REINFORCE++ normalises over the batch: the split attaches the whole batch's advantages, per token.
-TEST(SplitBatch, BatchLevelAdvantagesAreAttached) {
-  Batch batch = testing::random_batch(3, 4, 5, 4, 61, 32);
-  AdvantageOptions rpp;
-  rpp.estimator = AdvantageEstimator::kReinforcePP;
-  std::vector<double> rewards;
-  std::vector<std::string> groups;
-  for (const auto& s : batch.samples) {
-    rewards.push_back(s.reward);
-    groups.push_back(s.task_id);
-  }
-  const AdvantageResult whole = compute_advantages(rewards, groups, rpp);
-  auto parts = split_batch(batch, 2, rpp);
-  size_t total = 0;
-  for (const auto& part : parts) {
-    EXPECT_FALSE(part.samples.empty());
-    for (const auto& s : part.samples) {
-      size_t index = 0;
-      while (batch.samples[index].episode_uuid != s.episode_uuid) ++index;
-      ASSERT_EQ(s.advantages.size(), s.size());
-      for (float a : s.advantages) EXPECT_FLOAT_EQ(a, static_cast<float>(whole.advantages[index]));
-      ++total;
-    }
-  }
-  EXPECT_EQ(total, batch.samples.size());
-}
 
 // A port nobody else uses right now (the kernel's pick for an ephemeral bind).
 int free_port() {

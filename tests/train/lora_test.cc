@@ -16,13 +16,8 @@ namespace ajet::train {
 namespace {
 
 using testing::clone_model;
+using testing::probe_logits;
 using testing::random_batch;
-
-torch::Tensor logits(model::Qwen2Model& m) {
-  torch::NoGradGuard no_grad;
-  auto ids = torch::tensor(std::vector<int64_t>{3, 14, 15, 9, 26, 5, 35}).view({1, 7});
-  return m->forward_logits(ids, torch::arange(7).view({1, 7}));
-}
 
 LoraOptions lora(int64_t rank, std::vector<std::string> targets = {"all-linear"}) {
   LoraOptions o;
@@ -49,12 +44,12 @@ TEST(Lora, ResolvesTargetsLikePeft) {
 TEST(Lora, FreshAdaptersChangeNothingAndOnlyThemTrain) {
   auto m = testing::random_model(testing::qwen2_config(), 1);
   auto base = clone_model(m);
-  auto before = logits(m);
+  auto before = probe_logits(m);
   TrainerOptions o = testing::test_options();
   o.lora = lora(4);
   o.optim.lr = 1e-2;
   Trainer trainer(m, o);
-  EXPECT_TRUE(torch::equal(logits(m), before));  // B = 0
+  EXPECT_TRUE(torch::equal(probe_logits(m), before));  // B = 0
   auto params = trainer.trainable_parameters();
   EXPECT_EQ(params.size(), static_cast<size_t>(m->num_layers() * 7 * 2));
   for (auto& [name, p] : params) EXPECT_NE(name.find(".lora_"), std::string::npos) << name;
@@ -67,10 +62,10 @@ TEST(Lora, FreshAdaptersChangeNothingAndOnlyThemTrain) {
     if (name.find("lora_B") != std::string::npos && p.abs().max().item<float>() > 0) moved = true;
   }
   EXPECT_TRUE(moved);
-  EXPECT_FALSE(torch::equal(logits(m), before));
+  EXPECT_FALSE(torch::equal(probe_logits(m), before));
   // Disabled adapters are exactly the base model: the KL reference of a LoRA run.
   set_lora_enabled(m, false);
-  EXPECT_TRUE(torch::equal(logits(m), logits(base)));
+  EXPECT_TRUE(torch::equal(probe_logits(m), probe_logits(base)));
   set_lora_enabled(m, true);
 }
 
@@ -100,7 +95,7 @@ TEST(Lora, PeftLayoutAndMergedExport) {
   o.optim.lr = 2e-2;
   Trainer trainer(m, o);
   for (int i = 0; i < 2; ++i) trainer.train_step(random_batch(2, 4, 6, 5, 61, 50 + static_cast<uint64_t>(i)));
-  auto adapted = logits(m);
+  auto adapted = probe_logits(m);
   std::vector<torch::Tensor> weights_before;
   for (auto& [name, p] : m->hf_named_parameters()) weights_before.push_back(p.detach().clone());
 
@@ -132,13 +127,13 @@ TEST(Lora, PeftLayoutAndMergedExport) {
   auto fresh = testing::random_model(testing::qwen2_config(), 3);
   attach_lora(fresh, read, 99);
   load_peft_adapter(fresh, dir / "adapter");
-  EXPECT_TRUE(torch::equal(logits(fresh), adapted));
+  EXPECT_TRUE(torch::equal(probe_logits(fresh), adapted));
 
   // Merged export: W + (alpha / r) B A in HF layout computes the adapted model's logits.
   save_merged_model(m, dir / "merged", o.lora, "some/base-model");
   EXPECT_TRUE(std::filesystem::exists(dir / "merged" / model::kMergedLoraFile));
   auto merged = model::load_model_dir(dir / "merged");
-  EXPECT_LT(testing::relative_difference({logits(merged)}, {adapted}), 1e-5);
+  EXPECT_LT(testing::relative_difference({probe_logits(merged)}, {adapted}), 1e-5);
   auto after = m->hf_named_parameters();
   for (size_t i = 0; i < after.size(); ++i) EXPECT_TRUE(torch::equal(after[i].second, weights_before[i])) << after[i].first;
   auto merged_params = merged->hf_named_parameters();
@@ -169,11 +164,11 @@ TEST(Lora, DropoutOnlyInTraining) {
     for (auto& [name, p] : lora_named_parameters(m)) p.normal_(0.0, 0.5);
   }
   m->eval();
-  EXPECT_TRUE(torch::equal(logits(m), logits(m)));
+  EXPECT_TRUE(torch::equal(probe_logits(m), probe_logits(m)));
   m->train();
   torch::manual_seed(1);
-  auto a = logits(m);
-  auto b = logits(m);
+  auto a = probe_logits(m);
+  auto b = probe_logits(m);
   EXPECT_FALSE(torch::equal(a, b));
   m->eval();
 }
@@ -194,7 +189,7 @@ TEST(Lora, CopyParametersMovesWeightsAndAdapters) {
   auto serving = testing::random_model(testing::qwen2_config(), 7);
   attach_lora(serving, lora(2), 2);
   copy_parameters(trained, serving);
-  EXPECT_TRUE(torch::equal(logits(serving), logits(trained)));
+  EXPECT_TRUE(torch::equal(probe_logits(serving), probe_logits(trained)));
   auto plain = testing::random_model(testing::qwen2_config(), 7);
   EXPECT_THROW(copy_parameters(trained, plain), Error);  // adapters missing in the target
 }

@@ -12,6 +12,7 @@
 #include "model/torch_util.h"
 #include "train/trainer.h"
 #include "train_data/batch.h"
+#include "train_data/test_util.h"
 
 namespace ajet::train::testing {
 
@@ -19,45 +20,6 @@ using model::testing::qwen2_config;
 using model::testing::qwen3_config;
 using model::testing::random_model;
 using model::testing::ScratchDir;
-
-// `groups` tasks x `per_group` episodes: every episode of a task shares a prompt of `prompt` tokens,
-// then a completion of 1..`completion` tokens (mask 1), sometimes followed by environment tokens
-// and a second completion. Rewards in {0, 0.5, 1}; behaviour logprobs in (-3, -0.05).
-inline Batch random_batch(int groups, int per_group, int prompt, int completion, int64_t vocab, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  auto token = [&] { return static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab)); };
-  auto uniform = [&](double lo, double hi) { return lo + (hi - lo) * static_cast<double>(rng() % 1000003) / 1000003.0; };
-  Batch b;
-  for (int g = 0; g < groups; ++g) {
-    std::vector<int32_t> shared(static_cast<size_t>(prompt));
-    for (auto& t : shared) t = token();
-    for (int e = 0; e < per_group; ++e) {
-      TrainSample s;
-      s.episode_uuid = "ep-" + std::to_string(g) + "-" + std::to_string(e);
-      s.task_id = "task-" + std::to_string(g);
-      s.reward = static_cast<double>(rng() % 3) * 0.5;
-      s.token_ids = shared;
-      s.loss_mask.assign(shared.size(), 0);
-      const int turns = 1 + static_cast<int>(rng() % 2);
-      for (int turn = 0; turn < turns; ++turn) {
-        if (turn > 0) {
-          for (int k = 0; k < 2; ++k) {  // an observation
-            s.token_ids.push_back(token());
-            s.loss_mask.push_back(0);
-          }
-        }
-        const int len = 1 + static_cast<int>(rng() % static_cast<uint64_t>(completion));
-        for (int k = 0; k < len; ++k) {
-          s.token_ids.push_back(token());
-          s.loss_mask.push_back(1);
-        }
-      }
-      for (uint8_t m : s.loss_mask) s.logprobs.push_back(m ? static_cast<float>(-uniform(0.05, 3.0)) : 0.0f);
-      b.samples.push_back(std::move(s));
-    }
-  }
-  return b;
-}
 
 // Options for fast, exact comparisons: plain SGD-like settings are not needed; AdamW with a small lr.
 inline TrainerOptions test_options() {
@@ -104,6 +66,13 @@ inline std::vector<std::vector<torch::Tensor>> step_gradients(Trainer& trainer, 
   if (metrics) *metrics = m;
   trainer.set_gradient_hook(nullptr);
   return seen;
+}
+
+// The model's logits on one fixed 7-token sequence (comparing two models' weights by behaviour).
+inline torch::Tensor probe_logits(model::Qwen2Model& m) {
+  torch::NoGradGuard no_grad;
+  auto ids = torch::tensor(std::vector<int64_t>{3, 14, 15, 9, 26, 5, 35}).view({1, 7});
+  return m->forward_logits(ids, torch::arange(7).view({1, 7}));
 }
 
 }  // namespace ajet::train::testing
