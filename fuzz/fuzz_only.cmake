@@ -6,9 +6,7 @@ if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
                       -fno-omit-frame-pointer -g -O1)
   add_link_options(-fsanitize=address,undefined)
 endif()
-foreach(module common config hf text)  # in dependency order; those that exist
-  if(EXISTS ${PROJECT_SOURCE_DIR}/src/${module}/CMakeLists.txt)
-    add_subdirectory(${PROJECT_SOURCE_DIR}/src/${module} ${PROJECT_BINARY_DIR}/src/${module})
-  endif()
+foreach(module common config hf text)  # in dependency order
+  add_subdirectory(${PROJECT_SOURCE_DIR}/src/${module} ${PROJECT_BINARY_DIR}/src/${module})
 endforeach()
 add_subdirectory(${PROJECT_SOURCE_DIR}/fuzz ${PROJECT_BINARY_DIR}/fuzz)

@@ -317,7 +317,7 @@ void run_generate(const GenerateArgs& args) {
   }
 }
 
-const CommandRegistration kRegistration("generate", [](CLI::App& app) {
+const CommandRegistration kGenerate("generate", [](CLI::App& app) {
   auto args = std::make_shared<GenerateArgs>();
   auto* cmd = app.add_subcommand("generate", "Generate from a prompt on stdin (raw text, or a chat request with --chat)");
   args->engine.add_to(cmd);

@@ -91,7 +91,7 @@ void run_init(const InitArgs& args) {
             << out.string() << std::endl;
 }
 
-const CommandRegistration kRegistration("model", [](CLI::App& app) {
+const CommandRegistration kModel("model", [](CLI::App& app) {
   auto* model_cmd = app.add_subcommand("model", "Create and inspect model directories");
   model_cmd->require_subcommand(1);
   auto args = std::make_shared<InitArgs>();

@@ -124,7 +124,7 @@ void run_serve(const ServeArgs& args) {
   std::cout << "ajet-engine: stopped" << std::endl;
 }
 
-const CommandRegistration kRegistration("serve", [](CLI::App& app) {
+const CommandRegistration kServe("serve", [](CLI::App& app) {
   auto args = std::make_shared<ServeArgs>();
   auto* cmd = app.add_subcommand("serve", "Serve a model over the engine RPC (unix socket or TCP)");
   args->engine.add_to(cmd);

@@ -306,7 +306,7 @@ void run_sft_command(const SftArgs& args) {
   std::cout << report.dump() << std::endl;
 }
 
-const CommandRegistration kRegistration("sft", [](CLI::App& app) {
+const CommandRegistration kSft("sft", [](CLI::App& app) {
   auto a = std::make_shared<SftArgs>();
   auto* cmd = app.add_subcommand(
       "sft", "Supervised warm-up: fine-tune a model on chat demonstrations (loss on assistant tokens) and save it");

@@ -5,7 +5,7 @@
 namespace ajet::cli {
 namespace {
 
-const CommandRegistration kRegistration("generate", [](CLI::App& app) {
+const CommandRegistration kGenerate("generate", [](CLI::App& app) {
   add_engine_forward(app, "generate", "Generate from a prompt on stdin with a model directory (runs ajet-engine generate ...)");
 });
 

@@ -5,7 +5,7 @@
 namespace ajet::cli {
 namespace {
 
-const CommandRegistration kRegistration("model", [](CLI::App& app) {
+const CommandRegistration kModel("model", [](CLI::App& app) {
   add_engine_forward(app, "model", "Create model directories (runs ajet-engine model ...)");
 });
 

@@ -85,7 +85,7 @@ void run(const RenderChatArgs& args) {
   std::cout.flush();
 }
 
-const CommandRegistration kRegistration("render-chat", [](CLI::App& app) {
+const CommandRegistration kRenderChat("render-chat", [](CLI::App& app) {
   auto args = std::make_shared<RenderChatArgs>();
   auto* cmd = app.add_subcommand("render-chat",
                                  "Render an OpenAI-style chat request (JSON on stdin: messages, tools) with the model's "

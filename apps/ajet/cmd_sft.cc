@@ -7,7 +7,7 @@
 namespace ajet::cli {
 namespace {
 
-const CommandRegistration kRegistration("sft", [](CLI::App& app) {
+const CommandRegistration kSft("sft", [](CLI::App& app) {
   add_engine_forward(app, "sft", "Supervised warm-up on chat demonstrations, e.g. from `ajet tasks demos` (runs ajet-engine sft ...)");
 });
 

@@ -200,7 +200,7 @@ struct MeasureArgs {
   double correct_ratio = 1.0;
 };
 
-const CommandRegistration kRegistration("tasks", [](CLI::App& app) {
+const CommandRegistration kTasks("tasks", [](CLI::App& app) {
   auto* group = app.add_subcommand("tasks", "Built-in tasks (calc, countdown, frozenlake): generate, demos, drills, judge, corpus");
   group->require_subcommand(1);
 

@@ -20,6 +20,7 @@
 #include "model/compute.h"
 #include "model/presets.h"
 #include "model/qwen2.h"
+#include "model/blas_kernel.h"
 
 namespace {
 
@@ -203,6 +204,7 @@ std::string today() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ajet::model::pick_blas_kernel(argc, argv);  // first: it may re-execute the process
   bool smoke = false, append = true;
   int threads = 2;
   for (int i = 1; i < argc; ++i) {

@@ -31,6 +31,7 @@
 #include "model/qwen2.h"
 #include "rpc/client.h"
 #include "rpc/messages.h"
+#include "model/blas_kernel.h"
 
 namespace {
 
@@ -140,6 +141,7 @@ double percentile(std::vector<double> v, double q) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ajet::model::pick_blas_kernel(argc, argv);  // first: it may re-execute the process
   Args args;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];

@@ -16,6 +16,7 @@
 #include "model/compute.h"
 #include "model/presets.h"
 #include "model/qwen2.h"
+#include "model/blas_kernel.h"
 
 namespace {
 
@@ -62,6 +63,7 @@ Row measure(const std::string& preset, int threads, int64_t t, int reps) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ajet::model::pick_blas_kernel(argc, argv);  // first: it may re-execute the process
   bool smoke = false, append = true;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--smoke") == 0) smoke = true;

@@ -18,23 +18,10 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-tcp::endpoint loopback(uint16_t port) { return {asio::ip::address_v4::loopback(), port}; }
+tcp::endpoint front_loopback(uint16_t port) { return {asio::ip::address_v4::loopback(), port}; }
 
 Clock::duration seconds_of(double s) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
-}
-
-// Length of the first complete response in `data` (head + Content-Length body), 0 if incomplete.
-size_t complete_response(std::string_view data, bool& ok) {
-  size_t head_end = data.find("\r\n\r\n");
-  if (head_end == std::string_view::npos) return 0;
-  std::string_view head = data.substr(0, head_end);
-  ok = head.starts_with("HTTP/1.1 200");
-  size_t at = head.find("Content-Length: ");
-  if (at == std::string_view::npos) at = head.find("content-length: ");
-  size_t length = at == std::string_view::npos ? 0 : std::strtoul(head.data() + at + 16, nullptr, 10);
-  size_t total = head_end + 4 + length;
-  return data.size() >= total ? total : 0;
 }
 
 class RequestLoad {
@@ -49,7 +36,7 @@ class RequestLoad {
   LoadResult run(double seconds, double warmup) {
     int pending = int(conns_.size());
     for (auto& c : conns_) {
-      c->socket.async_connect(loopback(port_), [this, c = c.get(), &pending, seconds, warmup](error_code ec) {
+      c->socket.async_connect(front_loopback(port_), [this, c = c.get(), &pending, seconds, warmup](error_code ec) {
         if (ec) {
           ++errors_;
           c->dead = true;
@@ -216,7 +203,7 @@ void hold_request_streams(uint16_t port, const std::vector<std::string>& request
     all.push_back(std::make_unique<Stream>(ioc));
     Stream& s = *all.back();
     const std::string& request = requests[size_t(i) % requests.size()];
-    s.socket.async_connect(loopback(port), [&, sp = &s, req = &request](error_code ec) {
+    s.socket.async_connect(front_loopback(port), [&, sp = &s, req = &request](error_code ec) {
       if (ec) {
         ++failed;
         return settle();

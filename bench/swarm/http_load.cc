@@ -17,11 +17,6 @@ using asio::ip::tcp;
 using boost::system::error_code;
 using Clock = std::chrono::steady_clock;
 
-namespace {
-
-tcp::endpoint loopback(uint16_t port) { return {asio::ip::address_v4::loopback(), port}; }
-
-// Length of the first complete response in `data` (head + Content-Length body), 0 if incomplete.
 size_t complete_response(std::string_view data, bool& ok) {
   size_t head_end = data.find("\r\n\r\n");
   if (head_end == std::string_view::npos) return 0;
@@ -33,6 +28,10 @@ size_t complete_response(std::string_view data, bool& ok) {
   size_t total = head_end + 4 + length;
   return data.size() >= total ? total : 0;
 }
+
+namespace {
+
+tcp::endpoint loopback(uint16_t port) { return {asio::ip::address_v4::loopback(), port}; }
 
 class LoadGenerator {
  public:

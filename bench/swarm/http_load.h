@@ -7,8 +7,13 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 namespace ajet::bench {
+
+// Length of the first complete response in `data` (head + Content-Length body), 0 if incomplete; `ok`:
+// whether its status is 200.
+size_t complete_response(std::string_view data, bool& ok);
 
 struct LoadResult {
   int connections = 0;      // connected and used

@@ -28,6 +28,7 @@
 #include "train/dist.h"
 #include "train/trainer.h"
 #include "train_data/dist_split.h"
+#include "model/blas_kernel.h"
 
 extern char** environ;
 
@@ -152,6 +153,7 @@ std::string run_capture(const char* cmd) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ajet::model::pick_blas_kernel(argc, argv);  // first: it may re-execute the process
   CLI::App app{"1 rank vs 2 data-parallel ranks: one GRPO step on the tiny preset"};
   train::DistOptions dist;
   engine_cli::add_dist_flags(app, dist);

@@ -36,6 +36,7 @@
 #include "tracking/packing.h"
 #include "train/packed_forward.h"
 #include "train/trainer.h"
+#include "model/blas_kernel.h"
 
 namespace {
 
@@ -143,6 +144,7 @@ double fastest(const std::vector<double>& v) { return *std::min_element(v.begin(
 }  // namespace
 
 int main(int argc, char** argv) {
+  ajet::model::pick_blas_kernel(argc, argv);  // first: it may re-execute the process
   Args a;
   for (int i = 1; i < argc; ++i) {
     auto next = [&] { return i + 1 < argc ? std::atoi(argv[++i]) : 0; };

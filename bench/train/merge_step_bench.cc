@@ -28,6 +28,7 @@
 #include "train/trainer.h"
 #include "tracking/merge.h"
 #include "tracking/synthetic.h"
+#include "model/blas_kernel.h"
 
 namespace {
 
@@ -131,6 +132,7 @@ std::string ratio(double x, double y) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ajet::model::pick_blas_kernel(argc, argv);  // first: it may re-execute the process
   std::string preset = "tiny";
   int threads = 2;
   int64_t vocab = 4096;

@@ -6,9 +6,7 @@
 
 namespace ajet::classic {
 
-namespace {
-Json to_plain(const tasks::OrderedJson& j) { return Json::parse(j.dump()); }
-}  // namespace
+Json plain_json(const tasks::OrderedJson& j) { return Json::parse(j.dump()); }
 
 HttpChatModel::HttpChatModel(const std::string& base_url, const std::string& api_key, Json params)
     : chat_(base_url, api_key), params_(std::move(params)) {}
@@ -16,11 +14,11 @@ HttpChatModel::HttpChatModel(const std::string& base_url, const std::string& api
 tasks::ModelReply HttpChatModel::complete(const std::vector<text::ChatMessage>& messages,
                                           const std::vector<tasks::OrderedJson>& tools) {
   Json body_messages = Json::array();
-  for (const auto& m : messages) body_messages.push_back(to_plain(text::to_openai_json(m)));
+  for (const auto& m : messages) body_messages.push_back(plain_json(text::to_openai_json(m)));
   Json body_tools = nullptr;
   if (!tools.empty()) {
     body_tools = Json::array();
-    for (const auto& t : tools) body_tools.push_back(to_plain(t));
+    for (const auto& t : tools) body_tools.push_back(plain_json(t));
   }
   Json answer;
   try {

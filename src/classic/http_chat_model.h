@@ -12,6 +12,9 @@
 
 namespace ajet::classic {
 
+// The same document as an unordered ajet::Json (the client's type).
+Json plain_json(const tasks::OrderedJson& j);
+
 class HttpChatModel : public tasks::ChatModel {
  public:
   // `params` go into every request body (eval episodes: temperature, top_p; train: {}: the server's

@@ -13,8 +13,6 @@ namespace ajet::classic {
 
 namespace {
 
-Json to_plain(const tasks::OrderedJson& j) { return Json::parse(j.dump()); }
-
 std::string shell_quote(const std::string& s) {
   std::string out = "'";
   for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
@@ -53,9 +51,9 @@ class BuiltinWorkflow : public Workflow {
     EpisodeReport r;
     r.output.reward = result.output.reward;
     r.output.is_success = result.output.is_success;
-    r.output.metadata = to_plain(result.output.metadata);
+    r.output.metadata = plain_json(result.output.metadata);
     r.output.metadata["env_seed"] = ctx.env_seed;
-    r.output.log_metrics = to_plain(result.output.log_metrics);
+    r.output.log_metrics = plain_json(result.output.log_metrics);
     r.llm_calls = model.calls();
     r.completion_tokens = model.completion_tokens();
     if (r.output.metadata.contains("termination") && r.output.metadata["termination"].is_string()) {

@@ -11,11 +11,11 @@
 #include "common/error.h"
 
 namespace ajet::infer {
-namespace {
-
 at::Tensor int64_tensor(const std::vector<int64_t>& values, at::Device device) {
   return at::tensor(at::ArrayRef<int64_t>(values), at::TensorOptions().dtype(at::kLong)).to(device);
 }
+
+namespace {
 
 at::Tensor attention_cpu_kernel(const at::Tensor& q, const KvCache& cache, int64_t layer, const AttentionBatch& batch) {
   const int64_t n = q.size(0), heads = q.size(1), d = q.size(2);

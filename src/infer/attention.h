@@ -49,6 +49,9 @@ enum class AttentionImpl {
   kTorchOps,   // per-segment gather + matmul + softmax: any device and dtype; the test reference
 };
 
+// `values` as an int64 tensor on `device` (the batch's slots, positions and token ids).
+at::Tensor int64_tensor(const std::vector<int64_t>& values, at::Device device);
+
 // q: (N, H, D) for the batch's tokens, whose keys and values are already in the cache.
 // Returns (N, H * D): heads concatenated, in q's dtype. Query head h reads kv head h / (H / Hkv).
 at::Tensor cached_attention(const at::Tensor& q, const KvCache& cache, int64_t layer, const AttentionBatch& batch,

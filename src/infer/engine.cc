@@ -8,13 +8,6 @@
 #include "common/log.h"
 
 namespace ajet::infer {
-namespace {
-
-at::Tensor int64_tensor(const std::vector<int64_t>& values, at::Device device) {
-  return at::tensor(at::ArrayRef<int64_t>(values), at::TensorOptions().dtype(at::kLong)).to(device);
-}
-
-}  // namespace
 
 at::Tensor forward_cached(model::Qwen2Model& model, KvCache& cache, const AttentionBatch& batch,
                           const std::vector<int64_t>& ids, const std::vector<int64_t>& logit_rows, AttentionImpl impl) {

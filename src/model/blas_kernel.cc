@@ -21,7 +21,7 @@ constexpr const char* kReplacedEnv = "AJET_BLAS_KERNEL_REPLACED";  // the kernel
 }  // namespace
 
 CpuFeatures detect_cpu_features() {
-  __builtin_cpu_init();  // needed when called before main (from the start-up constructor)
+  __builtin_cpu_init();  // harmless after the runtime's own initialisation; needed if called earlier
   CpuFeatures f;
   f.avx2 = __builtin_cpu_supports("avx2");
   f.fma = __builtin_cpu_supports("fma");
@@ -57,12 +57,7 @@ std::string openblas_core_replaced() {
   return was == nullptr ? "" : was;
 }
 
-namespace {
-
-// Runs before main in every binary that links ajet_model (cmake forces this object in). glibc passes
-// (argc, argv, envp) to ELF constructors. OpenBLAS is already initialised here: shared libraries'
-// constructors run before the executable's.
-__attribute__((constructor)) void pick_blas_kernel(int argc, char** argv, char** /*envp*/) {
+void pick_blas_kernel(int argc, char** argv) {
   if (argc < 1 || argv == nullptr || argv[0] == nullptr) return;
   if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;  // the user's (or our re-exec's) choice
   if (const char* mode = std::getenv("AJET_BLAS_KERNEL"); mode != nullptr && std::strcmp(mode, "keep") == 0) return;
@@ -79,11 +74,5 @@ __attribute__((constructor)) void pick_blas_kernel(int argc, char** argv, char**
   unsetenv("OPENBLAS_CORETYPE");
   unsetenv(kReplacedEnv);
 }
-
-}  // namespace
-
-// Referenced by the link option in src/model/CMakeLists.txt so the static library's object, and with it
-// the constructor above, is linked into every binary that links ajet_model.
-extern "C" void ajet_blas_kernel_anchor() {}
 
 }  // namespace ajet::model

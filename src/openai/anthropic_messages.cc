@@ -98,7 +98,7 @@ void convert_message(const OrderedJson& m, const std::string& at, OrderedJson& o
   out.push_back(std::move(message));
 }
 
-OrderedJson convert_tools(const OrderedJson& tools) {
+OrderedJson anthropic_tools_to_chat(const OrderedJson& tools) {
   if (!tools.is_array()) bad("tools", "must be a list");
   OrderedJson out = OrderedJson::array();
   for (size_t i = 0; i < tools.size(); ++i) {
@@ -153,7 +153,7 @@ OrderedJson anthropic_to_chat_body(const OrderedJson& body) {
   for (size_t i = 0; i < input->size(); ++i) convert_message((*input)[i], fmt::format("messages[{}]", i), messages);
   chat["messages"] = std::move(messages);
 
-  if (const OrderedJson* tools = field(body, "tools")) chat["tools"] = convert_tools(*tools);
+  if (const OrderedJson* tools = field(body, "tools")) chat["tools"] = anthropic_tools_to_chat(*tools);
   if (const OrderedJson* choice = field(body, "tool_choice")) chat["tool_choice"] = convert_tool_choice(*choice);
   if (const OrderedJson* stop = field(body, "stop_sequences")) chat["stop"] = *stop;
   for (const char* key : {"temperature", "top_p", "top_k", "stream"}) {

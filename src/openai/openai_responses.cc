@@ -82,7 +82,7 @@ void convert_item(const OrderedJson& item, const std::string& at, OrderedJson& m
   }
 }
 
-OrderedJson convert_tools(const OrderedJson& tools) {
+OrderedJson responses_tools_to_chat(const OrderedJson& tools) {
   if (!tools.is_array()) bad("tools", "must be a list");
   OrderedJson out = OrderedJson::array();
   for (size_t i = 0; i < tools.size(); ++i) {
@@ -152,7 +152,7 @@ OrderedJson responses_to_chat_body(const OrderedJson& body) {
   }
   if (messages.empty()) bad("input", "holds no message");
   chat["messages"] = std::move(messages);
-  if (const OrderedJson* tools = field(body, "tools")) chat["tools"] = convert_tools(*tools);
+  if (const OrderedJson* tools = field(body, "tools")) chat["tools"] = responses_tools_to_chat(*tools);
   if (const OrderedJson* choice = field(body, "tool_choice")) {
     if (choice->is_object()) {
       const std::string type = string_at(*choice, "type", "tool_choice");

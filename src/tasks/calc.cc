@@ -23,7 +23,7 @@ struct CalcParams {
   double holdout_fraction = kDefaultHoldoutFraction;
 };
 
-CalcParams read_params(const OrderedJson& json) {
+CalcParams read_calc_params(const OrderedJson& json) {
   Params p(json, "calc",
            {"min_operand", "max_operand", "min_operands", "max_operands", "operators", "word_problem_ratio",
             "max_tool_calls", "holdout_fraction"});
@@ -159,7 +159,7 @@ class CalcTask final : public BuiltinTask {
   std::vector<std::string> error_kinds() const override { return {"bad_expr", "bad_copy", "no_tool"}; }
 
   std::vector<Task> generate(const GenerateOptions& options) const override {
-    const CalcParams p = read_params(options.params);
+    const CalcParams p = read_calc_params(options.params);
     return generate_split("calc", options, p.holdout_fraction, [&p](Rng& rng) { return sample(p, rng); });
   }
 

@@ -20,7 +20,7 @@ struct CountdownParams {
   double holdout_fraction = kDefaultHoldoutFraction;
 };
 
-CountdownParams read_params(const OrderedJson& json) {
+CountdownParams read_countdown_params(const OrderedJson& json) {
   Params p(json, "countdown",
            {"min_numbers", "max_numbers", "min_number", "max_number", "min_target", "max_target", "holdout_fraction"});
   CountdownParams c;
@@ -97,7 +97,7 @@ class CountdownTask final : public BuiltinTask {
   std::vector<std::string> error_kinds() const override { return {"invalid", "incorrect"}; }
 
   std::vector<Task> generate(const GenerateOptions& options) const override {
-    const CountdownParams p = read_params(options.params);
+    const CountdownParams p = read_countdown_params(options.params);
     return generate_split("countdown", options, p.holdout_fraction, [&p](Rng& rng) { return sample(p, rng); });
   }
 

@@ -32,7 +32,7 @@ struct LakeParams {
   double holdout_fraction = kDefaultHoldoutFraction;
 };
 
-LakeParams read_params(const OrderedJson& json) {
+LakeParams read_lake_params(const OrderedJson& json) {
   Params p(json, "frozenlake", {"size", "hole_fraction", "slippery", "slip_prob", "max_steps", "holdout_fraction"});
   LakeParams c;
   c.size = p.get_int("size", c.size, 2, 16);
@@ -151,7 +151,7 @@ class FrozenLakeTask final : public BuiltinTask {
   std::vector<std::string> error_kinds() const override { return {"wrong_move", "random", "bad_format"}; }
 
   std::vector<Task> generate(const GenerateOptions& options) const override {
-    const LakeParams p = read_params(options.params);
+    const LakeParams p = read_lake_params(options.params);
     return generate_split("frozenlake", options, p.holdout_fraction, [&p](Rng& rng) { return sample(p, rng); });
   }
 

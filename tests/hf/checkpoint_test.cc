@@ -13,6 +13,7 @@ namespace ajet::hf {
 namespace {
 
 using testing::as_bytes;
+using testing::bytes_of;
 using testing::ScratchDir;
 
 // Ten U8 tensors "t0".."t9" of 100 + i bytes, each filled with its index.
@@ -28,8 +29,6 @@ struct Weights {
     }
   }
 };
-
-std::string bytes_of(const TensorView& v) { return std::string(reinterpret_cast<const char*>(v.data.data()), v.data.size()); }
 
 void expect_error(const std::function<void()>& body, ErrorCode code, const std::vector<std::string>& parts) {
   try {

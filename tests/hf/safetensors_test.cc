@@ -12,6 +12,7 @@ namespace ajet::hf {
 namespace {
 
 using testing::as_bytes;
+using testing::bytes_of;
 using testing::raw_bytes;
 using testing::safetensors_bytes;
 using testing::ScratchDir;
@@ -43,8 +44,6 @@ std::vector<TensorView> views_of(const std::vector<Sample>& samples) {
   for (const Sample& s : samples) views.push_back({s.name, s.dtype, s.shape, as_bytes(s.bytes)});
   return views;
 }
-
-std::string bytes_of(const TensorView& v) { return std::string(reinterpret_cast<const char*>(v.data.data()), v.data.size()); }
 
 TEST(Safetensors, RoundTripsEveryDtypeThroughAFile) {
   ScratchDir dir;

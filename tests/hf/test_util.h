@@ -1,4 +1,4 @@
-// Helpers for the hf tests: a scratch directory per test and hand-made safetensors bytes.
+// Helpers for the hf tests: a scratch directory per test, hand-made safetensors bytes, tensor bytes.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -10,6 +10,8 @@
 #include <span>
 #include <string>
 #include <vector>
+
+#include "hf/safetensors.h"
 
 namespace ajet::hf::testing {
 
@@ -48,5 +50,8 @@ template <typename T>
 std::string raw_bytes(const std::vector<T>& values) {
   return std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T));
 }
+
+// A tensor's bytes as a string (for comparisons).
+inline std::string bytes_of(const TensorView& v) { return std::string(reinterpret_cast<const char*>(v.data.data()), v.data.size()); }
 
 }  // namespace ajet::hf::testing

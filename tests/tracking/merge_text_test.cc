@@ -13,15 +13,7 @@ using testing::message;
 using testing::serve;
 using text::Role;
 using Ids = std::vector<TokenId>;
-
-Ids char_by_char(const text::Tokenizer& tok, std::string_view s) {
-  Ids out;
-  for (char c : s) {
-    Ids one = tok.encode(std::string(1, c), false);
-    out.insert(out.end(), one.begin(), one.end());
-  }
-  return out;
-}
+using testing::char_by_char;
 
 struct Conversation {
   std::vector<CallRecord> calls;

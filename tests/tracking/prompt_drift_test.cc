@@ -19,6 +19,7 @@ using testing::message;
 using testing::serve;
 using text::Role;
 using Ids = std::vector<TokenId>;
+using testing::char_by_char;
 
 bool starts_with(const Ids& whole, const Ids& prefix) {
   return prefix.size() <= whole.size() && std::equal(prefix.begin(), prefix.end(), whole.begin());
@@ -27,16 +28,6 @@ bool starts_with(const Ids& whole, const Ids& prefix) {
 Ids cat(const Ids& a, const Ids& b) {
   Ids out = a;
   out.insert(out.end(), b.begin(), b.end());
-  return out;
-}
-
-// Ids of `text` one character at a time: valid, decodes to `text`, but not what BPE would produce.
-Ids char_by_char(const text::Tokenizer& tok, std::string_view s) {
-  Ids out;
-  for (char c : s) {
-    Ids one = tok.encode(std::string(1, c), false);
-    out.insert(out.end(), one.begin(), one.end());
-  }
   return out;
 }
 

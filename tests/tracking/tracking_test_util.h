@@ -18,6 +18,16 @@
 
 namespace ajet::tracking::testing {
 
+// Ids of `s` one character at a time: valid, decodes to `s`, but not what BPE would produce.
+inline std::vector<text::TokenId> char_by_char(const text::Tokenizer& tok, std::string_view s) {
+  std::vector<text::TokenId> out;
+  for (char c : s) {
+    std::vector<text::TokenId> one = tok.encode(std::string(1, c), false);
+    out.insert(out.end(), one.begin(), one.end());
+  }
+  return out;
+}
+
 // A deterministic English + JSON corpus for a small trained vocabulary.
 inline std::string small_corpus() {
   std::string base =

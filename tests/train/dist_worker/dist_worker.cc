@@ -10,8 +10,10 @@
 #include "model/model_dir.h"
 #include "train/dist.h"
 #include "train_data/dist_split.h"
+#include "model/blas_kernel.h"
 
 int main(int argc, char** argv) {
+  ajet::model::pick_blas_kernel(argc, argv);  // first: it may re-execute the process
   using namespace ajet::train;
   CLI::App app{"ajet data-parallel test worker"};
   DistOptions dist;
