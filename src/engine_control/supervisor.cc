@@ -299,226 +299,296 @@ std::vector<std::string> EngineSupervisor::engine_command(const fs::path& binary
   return argv;
 }
 
+// The engine processes of one (re)start, rank 0 first, and the handlers that feed each one's output
+// lines into the session.
+struct EngineSupervisor::RankGroup {
+  std::vector<RankProcess> ranks;
+  std::vector<std::function<void(std::string)>> on_lines;
+
+  int world() const { return static_cast<int>(ranks.size()); }
+  Subprocess& rank0() { return ranks[0].proc; }
+
+  // Waits on rank 0 for up to `d` and looks at the others without waiting; the rank that exited, or -1.
+  int wait(std::chrono::milliseconds d) {
+    for (int r = 0; r < world(); ++r) {
+      if (ranks[size_t(r)].proc.wait_some(r == 0 ? d : std::chrono::milliseconds(0), on_lines[size_t(r)])) return r;
+    }
+    return -1;
+  }
+
+  // SIGTERM to every rank still running, last rank first; then each is reaped (SIGKILL after `grace`).
+  void terminate_all(std::chrono::milliseconds grace) {
+    for (int r = world() - 1; r >= 0; --r) {
+      if (!ranks[size_t(r)].proc.exited()) ranks[size_t(r)].proc.signal_group(SIGTERM);
+    }
+    for (int r = world() - 1; r >= 0; --r) ranks[size_t(r)].proc.terminate(grace, on_lines[size_t(r)]);
+  }
+
+  void drop_connections() {
+    for (auto& r : ranks) r.conn.reset();
+  }
+};
+
+// How the boot of a group ended (or where it stood when a stop was requested).
+struct EngineSupervisor::BootResult {
+  int exited_rank = -1;  // the rank that exited while booting, or -1
+  bool timed_out = false;
+  bool all_connected = false;
+
+  bool ready() const { return all_connected && exited_rank < 0; }
+};
+
+// The phases: 1. the binary (built first from synced code); then, for every (re)start, 2. spawn the
+// ranks, 3. boot until all accept connections, 4. serve until one exits or a stop, 5. end the group
+// and apply the restart policy, 6. back off. Returns when stopped or given up; run() cleans up.
 void EngineSupervisor::supervise(EngineLaunch launch) {
   Session session;
   std::error_code ec;
   fs::create_directories(launch.run_dir, ec);
   session.log.open(launch.run_dir / "engine.log", std::ios::app);
-  const int world = std::max(1, options_.engine_ranks);
 
+  // 1. The installed (or last good) engine, or the synced code's, built first.
+  const std::optional<fs::path> binary = choose_binary(launch, session);
+  if (!binary) return;  // stopped during the build
+
+  bool ever_ready = false;
+  int failures = 0;  // consecutive restarts that died while booting
+  while (!stop_requested()) {
+    // 2. Spawn every rank; start() gets rank 0's pid (or the error when none could be spawned).
+    std::optional<RankGroup> group = spawn_ranks(*binary, launch, session);
+    if (!group) return;
+    // 3. Boot: wait until every rank accepts connections (each listens once its model is loaded).
+    const BootResult boot = wait_for_ready(*group, session);
+    if (stop_requested()) {
+      shut_down(*group);
+      return;
+    }
+    int exited_rank = boot.exited_rank;
+    if (boot.ready()) {
+      // 4. Ready: serve until a rank exits or we are told to stop.
+      announce_ready(*group, *binary);
+      ever_ready = true;
+      failures = 0;
+      exited_rank = watch(*group);
+      retire_connections(*group);
+      if (exited_rank < 0) {
+        shut_down(*group);
+        return;
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      restarts_ += 1;
+    }
+    // 5. A rank exited or the boot timed out: every rank goes, then restart or give up.
+    const std::string why = end_group(*group, exited_rank, boot.timed_out);
+    if (!boot.ready()) failures += 1;  // it died while booting (again)
+    if (!restart_or_give_up(launch, session, *group, why, ever_ready, failures)) return;
+    // 6. Back-off: 500 ms per consecutive failed restart.
+    if (failures > 0 && !sleep_unless_stopped(std::chrono::milliseconds(500 * failures))) return;
+  }
+}
+
+std::optional<fs::path> EngineSupervisor::choose_binary(const EngineLaunch& launch, Session& session) {
   fs::path binary = options_.default_engine;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!last_good_binary_.empty()) binary = last_good_binary_;
     if (launch.code_root.empty()) build_note_.clear();
   }
-  if (!launch.code_root.empty()) {
+  if (launch.code_root.empty()) return binary;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    started_->set_value(0);  // start() answers now; the build takes a while
+    started_.reset();
+  }
+  binary = build_engine(launch, session);
+  if (stop_requested()) return std::nullopt;
+  return binary;
+}
+
+std::optional<EngineSupervisor::RankGroup> EngineSupervisor::spawn_ranks(const fs::path& binary, const EngineLaunch& launch,
+                                                                         Session& session) {
+  const int world = std::max(1, options_.engine_ranks);
+  RankGroup group;
+  group.ranks.resize(static_cast<size_t>(world));
+  std::vector<std::vector<std::string>> argvs;
+  try {
+    std::error_code ec;
+    const int master_port = world > 1 ? free_loopback_port() : 0;
+    for (int r = 0; r < world; ++r) {
+      fs::remove(rank_socket(r), ec);  // a crashed engine's socket file would refuse the new one's clients
+      argvs.push_back(engine_command(binary, launch, r, master_port));
+      group.ranks[size_t(r)].proc = Subprocess::spawn(SpawnOptions{argvs.back(), {}, {}});
+    }
+  } catch (const Error& e) {
+    group.ranks.clear();  // ranks already spawned are killed and reaped
     {
       std::lock_guard<std::mutex> lock(mu_);
-      started_->set_value(0);  // start() answers now; the build takes a while
+      if (started_) {  // start() reports it; the caller puts the registry back to OFFLINE
+        started_->set_exception(std::current_exception());
+        started_.reset();
+        return std::nullopt;
+      }
+    }
+    give_up(std::string("the engine could not be started: ") + e.what());
+    return std::nullopt;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pid_ = group.rank0().pid();
+    rank_pids_.clear();
+    for (const auto& r : group.ranks) rank_pids_.push_back(r.proc.pid());
+    binary_ = binary.string();
+    phase_ = Phase::kBooting;
+    if (started_) {
+      started_->set_value(group.rank0().pid());
       started_.reset();
     }
-    binary = build_engine(launch, session);
-    if (stop_requested()) return;
   }
+  if (session.log.is_open()) {
+    for (const auto& argv : argvs) session.log << "---- " << fmt::format("{}", fmt::join(argv, " ")) << '\n';
+    session.log << std::flush;
+  }
+  session.forwarded = 0;
+  session.ready_line.assign(size_t(world), 0);
+  for (int r = 0; r < world; ++r) {
+    group.on_lines.push_back([this, &session, r](std::string line) { note_line(session, r, line); });
+  }
+  return group;
+}
 
-  bool ever_ready = false;
-  int failures = 0;
+EngineSupervisor::BootResult EngineSupervisor::wait_for_ready(RankGroup& group, Session& session) {
+  const auto deadline = std::chrono::steady_clock::now() + options_.boot_timeout;
+  auto step = std::chrono::milliseconds(10);
+  BootResult boot;
   while (!stop_requested()) {
-    std::vector<RankProcess> ranks(static_cast<size_t>(world));
-    std::vector<std::vector<std::string>> argvs;
-    try {
-      const int master_port = world > 1 ? free_loopback_port() : 0;
-      for (int r = 0; r < world; ++r) {
-        fs::remove(rank_socket(r), ec);  // a crashed engine's socket file would refuse the new one's clients
-        argvs.push_back(engine_command(binary, launch, r, master_port));
-        ranks[size_t(r)].proc = Subprocess::spawn(SpawnOptions{argvs.back(), {}, {}});
-      }
-    } catch (const Error& e) {
-      ranks.clear();  // ranks already spawned are killed and reaped
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (started_) {  // start() reports it; the caller puts the registry back to OFFLINE
-          started_->set_exception(std::current_exception());
-          started_.reset();
-          return;
+    boot.exited_rank = group.wait(step);
+    if (boot.exited_rank >= 0) break;
+    boot.all_connected = true;
+    for (int r = 0; r < group.world(); ++r) {
+      RankProcess& rp = group.ranks[size_t(r)];
+      if (rp.conn) continue;
+      if (session.ready_line[size_t(r)] || fs::exists(rank_socket(r))) {
+        try {
+          auto c = std::make_shared<rpc::Client>("unix:" + rank_socket(r).string());
+          c->connect();
+          rp.conn = std::move(c);
+        } catch (const Error&) {
+          // not listening yet
         }
       }
-      std::string detail = std::string("the engine could not be started: ") + e.what();
-      verbose_.add("engine", detail);
-      try {
-        registry_.stop(detail);
-      } catch (const Error&) {
-      }
-      return;
+      boot.all_connected = boot.all_connected && rp.conn != nullptr;
     }
-    Subprocess& proc = ranks[0].proc;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      pid_ = proc.pid();
-      rank_pids_.clear();
-      for (const auto& r : ranks) rank_pids_.push_back(r.proc.pid());
-      binary_ = binary.string();
-      phase_ = Phase::kBooting;
-      if (started_) {
-        started_->set_value(proc.pid());
-        started_.reset();
-      }
+    if (boot.all_connected) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      boot.timed_out = true;
+      break;
     }
-    if (session.log.is_open()) {
-      for (const auto& argv : argvs) session.log << "---- " << fmt::format("{}", fmt::join(argv, " ")) << '\n';
-      session.log << std::flush;
-    }
-    session.forwarded = 0;
-    session.ready_line.assign(size_t(world), 0);
-    std::vector<std::function<void(std::string)>> on_lines;
-    for (int r = 0; r < world; ++r) on_lines.push_back([this, &session, r](std::string line) { note_line(session, r, line); });
-    // Waits on rank 0 for up to `d` and looks at the others without waiting; the rank that exited, or -1.
-    auto wait_ranks = [&](std::chrono::milliseconds d) {
-      for (int r = 0; r < world; ++r) {
-        if (ranks[size_t(r)].proc.wait_some(r == 0 ? d : std::chrono::milliseconds(0), on_lines[size_t(r)])) return r;
-      }
-      return -1;
-    };
-    auto terminate_all = [&] {
-      for (int r = world - 1; r >= 0; --r) {
-        if (!ranks[size_t(r)].proc.exited()) ranks[size_t(r)].proc.signal_group(SIGTERM);
-      }
-      for (int r = world - 1; r >= 0; --r) ranks[size_t(r)].proc.terminate(options_.stop_grace, on_lines[size_t(r)]);
-    };
+    step = std::min(step * 2, std::chrono::milliseconds(200));
+  }
+  return boot;
+}
 
-    // Boot: wait until every rank accepts connections (each listens once its model is loaded).
-    const auto deadline = std::chrono::steady_clock::now() + options_.boot_timeout;
-    auto step = std::chrono::milliseconds(10);
-    int exited_rank = -1;
-    bool timed_out = false, all_connected = false;
-    while (!stop_requested()) {
-      exited_rank = wait_ranks(step);
-      if (exited_rank >= 0) break;
-      all_connected = true;
-      for (int r = 0; r < world; ++r) {
-        RankProcess& rp = ranks[size_t(r)];
-        if (rp.conn) continue;
-        if (session.ready_line[size_t(r)] || fs::exists(rank_socket(r))) {
-          try {
-            auto c = std::make_shared<rpc::Client>("unix:" + rank_socket(r).string());
-            c->connect();
-            rp.conn = std::move(c);
-          } catch (const Error&) {
-            // not listening yet
-          }
-        }
-        all_connected = all_connected && rp.conn != nullptr;
+void EngineSupervisor::shut_down(RankGroup& group) {
+  set_phase(Phase::kStopping);
+  group.drop_connections();
+  group.terminate_all(options_.stop_grace);
+}
+
+void EngineSupervisor::announce_ready(RankGroup& group, const fs::path& binary) {
+  std::shared_ptr<rpc::Client> conn = group.ranks[0].conn;
+  std::string detail = fmt::format("engine ready (pid {}, {})", group.rank0().pid(), binary.filename().string());
+  std::optional<int64_t> served_version;  // the front's global_step adopts it (e.g. after --resume)
+  if (group.world() > 1) detail += fmt::format(", {} data-parallel ranks", group.world());
+  try {
+    rpc::Client::CallResult status = conn->call(rpc::make_status_request(), std::chrono::seconds(30));
+    if (status.done.body.contains("policy_version")) {
+      detail += fmt::format(", policy_version {}", status.done.body["policy_version"].dump());
+      if (status.done.body["policy_version"].is_number_integer()) {
+        served_version = status.done.body["policy_version"].get<int64_t>();
       }
-      if (all_connected) break;
-      if (std::chrono::steady_clock::now() > deadline) {
-        timed_out = true;
-        break;
-      }
-      step = std::min(step * 2, std::chrono::milliseconds(200));
     }
-    if (stop_requested()) {
-      set_phase(Phase::kStopping);
-      for (auto& r : ranks) r.conn.reset();
-      terminate_all();
-      return;
-    }
-    const bool became_ready = all_connected && exited_rank < 0;
-    if (became_ready) {
-      std::shared_ptr<rpc::Client> conn = ranks[0].conn;
-      std::string detail = fmt::format("engine ready (pid {}, {})", proc.pid(), binary.filename().string());
-      std::optional<int64_t> served_version;  // the front's global_step adopts it (e.g. after --resume)
-      if (world > 1) detail += fmt::format(", {} data-parallel ranks", world);
-      try {
-        rpc::Client::CallResult status = conn->call(rpc::make_status_request(), std::chrono::seconds(30));
-        if (status.done.body.contains("policy_version")) {
-          detail += fmt::format(", policy_version {}", status.done.body["policy_version"].dump());
-          if (status.done.body["policy_version"].is_number_integer()) {
-            served_version = status.done.body["policy_version"].get<int64_t>();
-          }
-        }
-      } catch (const std::exception& e) {
-        log().warn("engine status after boot: {}", e.what());
-      }
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (!build_note_.empty()) detail += "; " + build_note_;
-        client_ = conn;
-        rank_clients_.clear();
-        for (const auto& r : ranks) rank_clients_.push_back(r.conn);
-        phase_ = Phase::kReady;
-      }
-      try {
-        registry_.engine_ready(detail, served_version);
-      } catch (const Error& e) {
-        log().info("engine ready, but the registry moved on ({}); stopping it", e.what());
-      }
-      verbose_.add("engine", detail);
-      ever_ready = true;
-      failures = 0;
-      // Running: until a rank exits or we are told to stop.
-      while (!stop_requested()) {
-        exited_rank = wait_ranks(std::chrono::milliseconds(200));
-        if (exited_rank >= 0) break;
-      }
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (client_) retired_clients_.push_back(std::move(client_));
-        client_.reset();
-        for (auto& c : rank_clients_) retired_clients_.push_back(std::move(c));
-        rank_clients_.clear();
-      }
-      conn.reset();
-      for (auto& r : ranks) r.conn.reset();
-      if (exited_rank < 0) {
-        set_phase(Phase::kStopping);
-        terminate_all();
-        return;
-      }
-      std::lock_guard<std::mutex> lock(mu_);
-      restarts_ += 1;
-    }
-    for (auto& r : ranks) r.conn.reset();
-    // The ranks still running cannot go on without the one that exited: all of them go.
-    const int failed = exited_rank >= 0 ? exited_rank : 0;
-    const int failed_status = exited_rank >= 0 ? ranks[size_t(failed)].proc.wait(on_lines[size_t(failed)]) : 0;
-    terminate_all();
-    std::string why = timed_out ? fmt::format("did not accept connections within {} s", options_.boot_timeout.count() / 1000)
-                                : describe_exit(failed_status);
-    if (world > 1 && !timed_out) why = fmt::format("rank {} (pid {}): {}", failed, ranks[size_t(failed)].proc.pid(), why);
-    const std::string tail = tail_text(session, world > 1 ? 10 : 6);
-    if (!ever_ready) {
-      std::string detail = fmt::format("the engine failed to start ({}): {}", why, tail);
-      verbose_.add("engine", detail);
-      try {
-        registry_.stop(detail);
-      } catch (const Error&) {
-      }
-      return;
-    }
-    if (!became_ready) failures += 1;  // it died while booting again
-    if (failures >= options_.max_restart_failures) {
-      std::string detail = fmt::format("the engine crashed and failed to restart {} times ({}): {}; giving up",
-                                       failures, why, tail);
-      verbose_.add("engine", detail);
-      try {
-        registry_.stop(detail);
-      } catch (const Error&) {
-      }
-      return;
-    }
-    const fs::path checkpoint = latest_checkpoint_dir();
-    std::string detail = fmt::format(
-        "the engine (pid {}) exited unexpectedly ({}); restarting it from {}; last output: {}", proc.pid(), why,
-        checkpoint.empty() ? launch.config.model.path + " (no checkpoint yet)" : "checkpoint " + checkpoint.string(),
-        tail);
-    verbose_.add("engine", detail);
-    try {
-      registry_.engine_restarting(detail);
-    } catch (const Error&) {
-      return;  // stopped meanwhile
-    }
-    if (failures > 0 && !sleep_unless_stopped(std::chrono::milliseconds(500 * failures))) return;
+  } catch (const std::exception& e) {
+    log().warn("engine status after boot: {}", e.what());
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!build_note_.empty()) detail += "; " + build_note_;
+    client_ = conn;
+    rank_clients_.clear();
+    for (const auto& r : group.ranks) rank_clients_.push_back(r.conn);
+    phase_ = Phase::kReady;
+  }
+  try {
+    registry_.engine_ready(detail, served_version);
+  } catch (const Error& e) {
+    log().info("engine ready, but the registry moved on ({}); stopping it", e.what());
+  }
+  verbose_.add("engine", detail);
+}
+
+int EngineSupervisor::watch(RankGroup& group) {
+  while (!stop_requested()) {
+    const int exited_rank = group.wait(std::chrono::milliseconds(200));
+    if (exited_rank >= 0) return exited_rank;
+  }
+  return -1;
+}
+
+void EngineSupervisor::retire_connections(RankGroup& group) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (client_) retired_clients_.push_back(std::move(client_));
+    client_.reset();
+    for (auto& c : rank_clients_) retired_clients_.push_back(std::move(c));
+    rank_clients_.clear();
+  }
+  group.drop_connections();
+}
+
+std::string EngineSupervisor::end_group(RankGroup& group, int exited_rank, bool timed_out) {
+  group.drop_connections();
+  // The ranks still running cannot go on without the one that exited: all of them go.
+  const int failed = exited_rank >= 0 ? exited_rank : 0;
+  const int failed_status = exited_rank >= 0 ? group.ranks[size_t(failed)].proc.wait(group.on_lines[size_t(failed)]) : 0;
+  group.terminate_all(options_.stop_grace);
+  std::string why = timed_out ? fmt::format("did not accept connections within {} s", options_.boot_timeout.count() / 1000)
+                              : describe_exit(failed_status);
+  if (group.world() > 1 && !timed_out) {
+    why = fmt::format("rank {} (pid {}): {}", failed, group.ranks[size_t(failed)].proc.pid(), why);
+  }
+  return why;
+}
+
+bool EngineSupervisor::restart_or_give_up(const EngineLaunch& launch, const Session& session, RankGroup& group,
+                                          const std::string& why, bool ever_ready, int failures) {
+  const std::string tail = tail_text(session, group.world() > 1 ? 10 : 6);
+  if (!ever_ready) {
+    give_up(fmt::format("the engine failed to start ({}): {}", why, tail));
+    return false;
+  }
+  if (failures >= options_.max_restart_failures) {
+    give_up(fmt::format("the engine crashed and failed to restart {} times ({}): {}; giving up", failures, why, tail));
+    return false;
+  }
+  const fs::path checkpoint = latest_checkpoint_dir();
+  std::string detail = fmt::format(
+      "the engine (pid {}) exited unexpectedly ({}); restarting it from {}; last output: {}", group.rank0().pid(), why,
+      checkpoint.empty() ? launch.config.model.path + " (no checkpoint yet)" : "checkpoint " + checkpoint.string(),
+      tail);
+  verbose_.add("engine", detail);
+  try {
+    registry_.engine_restarting(detail);
+  } catch (const Error&) {
+    return false;  // stopped meanwhile
+  }
+  return true;
+}
+
+void EngineSupervisor::give_up(const std::string& detail) {
+  verbose_.add("engine", detail);
+  try {
+    registry_.stop(detail);
+  } catch (const Error&) {
   }
 }
 

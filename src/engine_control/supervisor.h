@@ -93,8 +93,25 @@ class EngineSupervisor {
   enum class Phase { kIdle, kBuilding, kBooting, kReady, kStopping };
   struct Session;
 
+  struct RankGroup;   // the engine processes of one (re)start
+  struct BootResult;  // how waiting for them to accept connections ended
+
   void run();
+  // The supervisor thread's work for one start(): (re)starts the engine until stopped or given up.
   void supervise(EngineLaunch launch);
+  // The phases of supervise(), in order. A nullopt / false / -1 answer ends the supervision.
+  std::optional<std::filesystem::path> choose_binary(const EngineLaunch& launch, Session& session);
+  std::optional<RankGroup> spawn_ranks(const std::filesystem::path& binary, const EngineLaunch& launch,
+                                       Session& session);
+  BootResult wait_for_ready(RankGroup& group, Session& session);
+  void announce_ready(RankGroup& group, const std::filesystem::path& binary);
+  int watch(RankGroup& group);  // the rank that exited, or -1 when stopped
+  void retire_connections(RankGroup& group);
+  void shut_down(RankGroup& group);  // on stop: kStopping, then every rank terminated
+  std::string end_group(RankGroup& group, int exited_rank, bool timed_out);  // why it ended
+  bool restart_or_give_up(const EngineLaunch& launch, const Session& session, RankGroup& group, const std::string& why,
+                          bool ever_ready, int failures);
+  void give_up(const std::string& detail);  // verbose log, registry → OFFLINE
   std::filesystem::path build_engine(const EngineLaunch& launch, Session& session);
   std::vector<std::string> engine_command(const std::filesystem::path& binary, const EngineLaunch& launch, int rank,
                                           int master_port) const;

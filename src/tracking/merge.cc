@@ -184,19 +184,46 @@ void classify(BranchDiagnostic& b, const CallRecord& ours, const CallRecord& oth
              " (a different conversation: sub-agent, summarised or edited history)";
 }
 
-}  // namespace
+// Where a branch's token at one position came from: the call that brought it (the node's first
+// stream) and the part of that call's stream. Fields the stream's parts do not cover keep the
+// defaults of BranchDiagnostic.
+struct BranchSide {
+  const CallRecord* record = nullptr;
+  int64_t call = -1;
+  int32_t message_index = -1;
+  std::string part;
+  std::string role;
+  TokenId token = -1;
+};
 
-MergedEpisode merge_episode(const EpisodeInfo& episode, std::span<const CallRecord> calls, const MergeOptions& options) {
-  if (options.compare_level == CompareLevel::kText && options.format == nullptr) {
-    invalid_argument("timeline_compare_level 'text' needs the model's chat format (tokenizer + template)");
+BranchSide branch_side(const AgentWork& a, std::span<const CallRecord> calls, int32_t node) {
+  const TokenTrie::Node& nd = a.trie.node(node);
+  const Stream& st = a.streams[static_cast<size_t>(nd.first_stream)];
+  BranchSide side;
+  side.record = &calls[st.call];
+  side.call = side.record->call_index;
+  side.token = nd.token;
+  if (const StreamPart* sp = part_at(st, nd.depth)) {
+    side.part = std::string(stream_part_name(sp->kind));
+    side.message_index = sp->message_index;
+    side.role = role_of(*side.record, side.message_index);
   }
+  return side;
+}
+
+// Positions into `calls`, validated, in call_index order (stable for equal indices).
+std::vector<size_t> call_order(std::span<const CallRecord> calls) {
   for (const CallRecord& c : calls) validate_call(c);
   std::vector<size_t> order(calls.size());
   std::iota(order.begin(), order.end(), size_t{0});
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return calls[a].call_index < calls[b].call_index; });
+  return order;
+}
 
-  // Agents in order of first call.
+// The agents in order of first call, each with its calls in call order.
+std::vector<AgentWork> group_by_agent(std::span<const CallRecord> calls, const std::vector<size_t>& order,
+                                      const MergeOptions& options) {
   std::vector<AgentWork> agents;
   std::map<std::string, size_t> agent_pos;
   for (size_t pos : order) {
@@ -209,167 +236,191 @@ MergedEpisode merge_episode(const EpisodeInfo& episode, std::span<const CallReco
     }
     agents[it->second].calls.push_back(pos);
   }
+  return agents;
+}
 
+// One agent's streams into its trie; then its leaves (samples), their paths and generated-token
+// counts, every leaf kept, and token ownership.
+void build_trie(AgentWork& a, std::span<const CallRecord> calls, const MergeOptions& options) {
+  if (options.compare_level == CompareLevel::kText) {
+    a.streams = text_streams(calls, a.calls, options);
+  } else {
+    for (size_t pos : a.calls) a.streams.push_back(token_stream(calls[pos], pos));
+  }
+  std::vector<int32_t> ends;
+  for (size_t s = 0; s < a.streams.size(); ++s) {
+    ends.push_back(a.trie.insert(a.streams[s].ids, a.streams[s].origins, static_cast<int32_t>(s)));
+  }
+  // Samples end at their last generated token: environment tokens after it carry no loss.
+  const std::vector<uint8_t> alive = a.trie.generated_closure();
+  a.streams_ending_at.assign(a.trie.size(), {});
+  for (size_t s = 0; s < ends.size(); ++s) {
+    int32_t n = ends[s];
+    while (n != TokenTrie::kRoot && !alive[static_cast<size_t>(n)]) n = a.trie.node(n).parent;
+    a.streams_ending_at[static_cast<size_t>(n)].push_back(static_cast<int32_t>(s));
+  }
+  a.leaves = a.trie.leaves(&alive);
+  for (int32_t leaf : a.leaves) {
+    a.paths.push_back(a.trie.path(leaf));
+    int64_t g = 0;
+    for (int32_t n : a.paths.back()) g += is_generated(a.trie, n) ? 1 : 0;
+    a.generated_on_path.push_back(g);
+  }
+  a.kept.assign(a.leaves.size(), 1);
+  compute_ownership(a);
+}
+
+// The cap over the trainable samples of the whole episode: beyond `max_samples` (> 0), the samples
+// with the fewest generated tokens (ties: later ones) are dropped and ownership is recomputed.
+// Returns how many were dropped.
+int64_t apply_cap(std::vector<AgentWork>& agents, int64_t max_samples) {
+  struct Candidate {
+    size_t agent;
+    size_t leaf;
+    int64_t generated;
+  };
+  std::vector<Candidate> candidates;
+  for (size_t ai = 0; ai < agents.size(); ++ai) {
+    if (!agents[ai].trainable) continue;
+    for (size_t k = 0; k < agents[ai].leaves.size(); ++k) {
+      if (agents[ai].kept[k]) candidates.push_back({ai, k, agents[ai].generated_on_path[k]});
+    }
+  }
+  if (static_cast<int64_t>(candidates.size()) <= max_samples) return 0;
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const Candidate& x, const Candidate& y) { return x.generated > y.generated; });
+  int64_t dropped = 0;
+  for (size_t i = static_cast<size_t>(max_samples); i < candidates.size(); ++i) {
+    agents[candidates[i].agent].kept[candidates[i].leaf] = 0;
+    ++agents[candidates[i].agent].diag.samples_dropped_by_cap;
+    ++dropped;
+  }
   for (AgentWork& a : agents) {
-    if (options.compare_level == CompareLevel::kText) {
-      a.streams = text_streams(calls, a.calls, options);
-    } else {
-      for (size_t pos : a.calls) a.streams.push_back(token_stream(calls[pos], pos));
-    }
-    std::vector<int32_t> ends;
-    for (size_t s = 0; s < a.streams.size(); ++s) {
-      ends.push_back(a.trie.insert(a.streams[s].ids, a.streams[s].origins, static_cast<int32_t>(s)));
-    }
-    // Samples end at their last generated token: environment tokens after it carry no loss.
-    const std::vector<uint8_t> alive = a.trie.generated_closure();
-    a.streams_ending_at.assign(a.trie.size(), {});
-    for (size_t s = 0; s < ends.size(); ++s) {
-      int32_t n = ends[s];
-      while (n != TokenTrie::kRoot && !alive[static_cast<size_t>(n)]) n = a.trie.node(n).parent;
-      a.streams_ending_at[static_cast<size_t>(n)].push_back(static_cast<int32_t>(s));
-    }
-    a.leaves = a.trie.leaves(&alive);
-    for (int32_t leaf : a.leaves) {
-      a.paths.push_back(a.trie.path(leaf));
-      int64_t g = 0;
-      for (int32_t n : a.paths.back()) g += is_generated(a.trie, n) ? 1 : 0;
-      a.generated_on_path.push_back(g);
-    }
-    a.kept.assign(a.leaves.size(), 1);
-    compute_ownership(a);
+    if (a.diag.samples_dropped_by_cap > 0) compute_ownership(a);
   }
+  return dropped;
+}
 
-  // The cap, over the trainable samples of the whole episode.
-  int64_t dropped_by_cap = 0;
-  if (options.max_samples_per_episode > 0) {
-    struct Candidate {
-      size_t agent;
-      size_t leaf;
-      int64_t generated;
-    };
-    std::vector<Candidate> candidates;
-    for (size_t ai = 0; ai < agents.size(); ++ai) {
-      if (!agents[ai].trainable) continue;
-      for (size_t k = 0; k < agents[ai].leaves.size(); ++k) {
-        if (agents[ai].kept[k]) candidates.push_back({ai, k, agents[ai].generated_on_path[k]});
-      }
-    }
-    if (static_cast<int64_t>(candidates.size()) > options.max_samples_per_episode) {
-      std::stable_sort(candidates.begin(), candidates.end(),
-                       [](const Candidate& x, const Candidate& y) { return x.generated > y.generated; });
-      for (size_t i = static_cast<size_t>(options.max_samples_per_episode); i < candidates.size(); ++i) {
-        agents[candidates[i].agent].kept[candidates[i].leaf] = 0;
-        ++agents[candidates[i].agent].diag.samples_dropped_by_cap;
-        ++dropped_by_cap;
-      }
-      for (AgentWork& a : agents) {
-        if (a.diag.samples_dropped_by_cap > 0) compute_ownership(a);
-      }
+// The agent's token counts before merging and its generated nodes' counts into a.diag.
+void count_agent_tokens(AgentWork& a, std::span<const CallRecord> calls) {
+  AgentMergeDiagnostics& d = a.diag;
+  d.agent_name = a.name;
+  d.trainable = a.trainable;
+  d.calls = static_cast<int64_t>(a.calls.size());
+  for (size_t pos : a.calls) {
+    d.tokens_before += static_cast<int64_t>(calls[pos].stream_size());
+    d.generated_tokens += static_cast<int64_t>(calls[pos].completion_ids.size());
+  }
+  for (size_t n = 1; n < a.trie.size(); ++n) {
+    const TokenTrie::Node& node = a.trie.node(static_cast<int32_t>(n));
+    if (!node.generation.generated()) continue;
+    ++d.unique_generated_tokens;
+    d.duplicate_generated_tokens += node.generated_count - 1;
+    if (a.owner[n] < 0) ++d.untrained_generated_tokens;
+  }
+}
+
+// The sample of `path`, the agent's kept leaf of rank `rank`, numbered `index` in the episode: it
+// trains the generated tokens it owns.
+Sample make_sample(const AgentWork& a, const EpisodeInfo& episode, std::span<const CallRecord> calls,
+                   const std::vector<int32_t>& path, int32_t rank, int32_t index) {
+  const size_t length = path.size();
+  Sample s;
+  s.episode_uuid = episode.episode_uuid;
+  s.task_id = episode.task_id;
+  s.agent_name = a.name;
+  s.index = index;
+  s.trainable = a.trainable;
+  s.reward = episode.reward;
+  s.token_ids.reserve(length);
+  for (size_t p = 0; p < length; ++p) {
+    const TokenTrie::Node& node = a.trie.node(path[p]);
+    const bool gen = node.generation.generated();
+    const CallRecord* gen_call = gen ? &calls[static_cast<size_t>(node.generation.call)] : nullptr;
+    s.token_ids.push_back(node.token);
+    s.loss_mask.push_back(a.trainable && gen && a.owner[static_cast<size_t>(path[p])] == rank ? 1 : 0);
+    s.logprobs.push_back(gen ? gen_call->logprobs[static_cast<size_t>(node.generation.position)] : 0.0f);
+    s.policy_versions.push_back(gen ? gen_call->policy_versions[static_cast<size_t>(node.generation.position)] : -1);
+    const size_t source = gen ? static_cast<size_t>(node.generation.call)
+                              : a.streams[static_cast<size_t>(node.first_stream)].call;
+    s.source_calls.push_back(static_cast<int32_t>(calls[source].call_index));
+  }
+  for (int32_t n : path) {
+    for (int32_t st : a.streams_ending_at[static_cast<size_t>(n)]) {
+      s.calls.push_back(calls[a.streams[static_cast<size_t>(st)].call].call_index);
     }
   }
+  std::sort(s.calls.begin(), s.calls.end());
+  return s;
+}
 
-  MergedEpisode out;
-  for (AgentWork& a : agents) {
-    a.first_sample = static_cast<int32_t>(out.samples.size());
-    AgentMergeDiagnostics& d = a.diag;
-    d.agent_name = a.name;
-    d.trainable = a.trainable;
-    d.calls = static_cast<int64_t>(a.calls.size());
-    for (size_t pos : a.calls) {
-      d.tokens_before += static_cast<int64_t>(calls[pos].stream_size());
-      d.generated_tokens += static_cast<int64_t>(calls[pos].completion_ids.size());
-    }
-    for (size_t n = 1; n < a.trie.size(); ++n) {
-      const TokenTrie::Node& node = a.trie.node(static_cast<int32_t>(n));
-      if (!node.generation.generated()) continue;
-      ++d.unique_generated_tokens;
-      d.duplicate_generated_tokens += node.generated_count - 1;
-      if (a.owner[n] < 0) ++d.untrained_generated_tokens;
-    }
-
-    std::vector<size_t> kept_leaves;  // agent-local rank -> leaf
-    for (size_t k = 0; k < a.leaves.size(); ++k) {
-      if (a.kept[k]) kept_leaves.push_back(k);
-    }
-    for (size_t rank = 0; rank < kept_leaves.size(); ++rank) {
-      const std::vector<int32_t>& path = a.paths[kept_leaves[rank]];
-      const auto r = static_cast<int32_t>(rank);
-      const size_t length = path.size();
-      Sample s;
-      s.episode_uuid = episode.episode_uuid;
-      s.task_id = episode.task_id;
-      s.agent_name = a.name;
-      s.index = static_cast<int32_t>(out.samples.size());
-      s.trainable = a.trainable;
-      s.reward = episode.reward;
-      s.token_ids.reserve(length);
-      for (size_t p = 0; p < length; ++p) {
-        const TokenTrie::Node& node = a.trie.node(path[p]);
-        const bool gen = node.generation.generated();
-        const CallRecord* gen_call = gen ? &calls[static_cast<size_t>(node.generation.call)] : nullptr;
-        s.token_ids.push_back(node.token);
-        s.loss_mask.push_back(a.trainable && gen && a.owner[static_cast<size_t>(path[p])] == r ? 1 : 0);
-        s.logprobs.push_back(gen ? gen_call->logprobs[static_cast<size_t>(node.generation.position)] : 0.0f);
-        s.policy_versions.push_back(gen ? gen_call->policy_versions[static_cast<size_t>(node.generation.position)] : -1);
-        const size_t source = gen ? static_cast<size_t>(node.generation.call)
-                                  : a.streams[static_cast<size_t>(node.first_stream)].call;
-        s.source_calls.push_back(static_cast<int32_t>(calls[source].call_index));
-      }
-      for (int32_t n : path) {
-        for (int32_t st : a.streams_ending_at[static_cast<size_t>(n)]) {
-          s.calls.push_back(calls[a.streams[static_cast<size_t>(st)].call].call_index);
-        }
-      }
-      std::sort(s.calls.begin(), s.calls.end());
-      d.tokens_after += static_cast<int64_t>(s.token_ids.size());
-      d.trained_tokens += static_cast<int64_t>(s.trained_tokens());
-
-      if (rank > 0) {
-        size_t p = 0;
-        while (p < path.size() && a.owner[static_cast<size_t>(path[p])] != r) ++p;
-        const int32_t from = p == 0 ? 0 : a.owner[static_cast<size_t>(path[p - 1])];
-        const std::vector<int32_t>& other_path = a.paths[kept_leaves[static_cast<size_t>(from)]];
-        BranchDiagnostic b;
-        b.sample = s.index;
-        b.from_sample = a.first_sample + from;
-        b.position = static_cast<int32_t>(p);
-        auto fill = [&](int32_t node, int64_t& call, int32_t& msg, std::string& part, std::string& role, TokenId& token) {
-          const TokenTrie::Node& nd = a.trie.node(node);
-          const Stream& st = a.streams[static_cast<size_t>(nd.first_stream)];
-          const CallRecord& c = calls[st.call];
-          call = c.call_index;
-          token = nd.token;
-          if (const StreamPart* sp = part_at(st, nd.depth)) {
-            part = std::string(stream_part_name(sp->kind));
-            msg = sp->message_index;
-            role = role_of(c, msg);
-          }
-          return &c;
-        };
-        if (p < path.size() && p < other_path.size()) {
-          const CallRecord* ours = fill(path[p], b.call, b.message_index, b.part, b.role, b.token);
-          const CallRecord* other =
-              fill(other_path[p], b.other_call, b.other_message_index, b.other_part, b.other_role, b.other_token);
-          classify(b, *ours, *other);
-        } else {
-          b.kind = "history_differs";
-          b.reason = "continues past the end of sample " + std::to_string(b.from_sample);
-        }
-        d.branches.push_back(std::move(b));
-      }
-      out.samples.push_back(std::move(s));
-    }
-    d.samples = static_cast<int64_t>(kept_leaves.size());
-    d.compression_ratio = d.tokens_after > 0 ? static_cast<double>(d.tokens_before) / static_cast<double>(d.tokens_after) : 0.0;
+// Where and why the sample of kept rank `rank` (> 0) splits from the earlier sample it shares the
+// longest prefix with: the owner of the token before its first owned one.
+BranchDiagnostic branch_diagnostic(const AgentWork& a, std::span<const CallRecord> calls,
+                                   const std::vector<size_t>& kept_leaves, int32_t rank, int32_t sample) {
+  const std::vector<int32_t>& path = a.paths[kept_leaves[static_cast<size_t>(rank)]];
+  size_t p = 0;
+  while (p < path.size() && a.owner[static_cast<size_t>(path[p])] != rank) ++p;
+  const int32_t from = p == 0 ? 0 : a.owner[static_cast<size_t>(path[p - 1])];
+  const std::vector<int32_t>& other_path = a.paths[kept_leaves[static_cast<size_t>(from)]];
+  BranchDiagnostic b;
+  b.sample = sample;
+  b.from_sample = a.first_sample + from;
+  b.position = static_cast<int32_t>(p);
+  if (p < path.size() && p < other_path.size()) {
+    const BranchSide ours = branch_side(a, calls, path[p]);
+    const BranchSide other = branch_side(a, calls, other_path[p]);
+    b.call = ours.call;
+    b.message_index = ours.message_index;
+    b.part = ours.part;
+    b.role = ours.role;
+    b.token = ours.token;
+    b.other_call = other.call;
+    b.other_message_index = other.message_index;
+    b.other_part = other.part;
+    b.other_role = other.role;
+    b.other_token = other.token;
+    classify(b, *ours.record, *other.record);
+  } else {
+    b.kind = "history_differs";
+    b.reason = "continues past the end of sample " + std::to_string(b.from_sample);
   }
+  return b;
+}
 
+// Appends the agent's kept samples to `out` (depth-first), with its diagnostics in a.diag: token
+// counts, and one branch per sample after the first.
+void emit_agent_samples(AgentWork& a, const EpisodeInfo& episode, std::span<const CallRecord> calls, MergedEpisode& out) {
+  a.first_sample = static_cast<int32_t>(out.samples.size());
+  count_agent_tokens(a, calls);
+  AgentMergeDiagnostics& d = a.diag;
+  std::vector<size_t> kept_leaves;  // agent-local rank -> leaf
+  for (size_t k = 0; k < a.leaves.size(); ++k) {
+    if (a.kept[k]) kept_leaves.push_back(k);
+  }
+  for (size_t rank = 0; rank < kept_leaves.size(); ++rank) {
+    const auto r = static_cast<int32_t>(rank);
+    Sample s = make_sample(a, episode, calls, a.paths[kept_leaves[rank]], r, static_cast<int32_t>(out.samples.size()));
+    d.tokens_after += static_cast<int64_t>(s.token_ids.size());
+    d.trained_tokens += static_cast<int64_t>(s.trained_tokens());
+    if (rank > 0) d.branches.push_back(branch_diagnostic(a, calls, kept_leaves, r, s.index));
+    out.samples.push_back(std::move(s));
+  }
+  d.samples = static_cast<int64_t>(kept_leaves.size());
+  d.compression_ratio = d.tokens_after > 0 ? static_cast<double>(d.tokens_before) / static_cast<double>(d.tokens_after) : 0.0;
+}
+
+// Each trainable sample's weight 1 / (trainable samples), so an episode counts once; the episode's
+// diagnostics, taking over the agents'.
+void finish_episode(MergedEpisode& out, std::vector<AgentWork>& agents, size_t calls, const MergeOptions& options,
+                    int64_t dropped_by_cap) {
   int64_t trainable = 0;
   for (const Sample& s : out.samples) trainable += s.trainable ? 1 : 0;
   for (Sample& s : out.samples) s.weight = s.trainable ? 1.0 / static_cast<double>(trainable) : 0.0;
 
   MergeDiagnostics& md = out.diagnostics;
   md.compare_level = options.compare_level;
-  md.calls = static_cast<int64_t>(calls.size());
+  md.calls = static_cast<int64_t>(calls);
   md.samples = static_cast<int64_t>(out.samples.size());
   md.trainable_samples = trainable;
   md.samples_dropped_by_cap = dropped_by_cap;
@@ -379,6 +430,27 @@ MergedEpisode merge_episode(const EpisodeInfo& episode, std::span<const CallReco
     md.agents.push_back(std::move(a.diag));
   }
   md.compression_ratio = md.tokens_after > 0 ? static_cast<double>(md.tokens_before) / static_cast<double>(md.tokens_after) : 0.0;
+}
+
+}  // namespace
+
+// The phases: 1. calls in call order, grouped by agent; 2. each agent's trie, samples and token
+// ownership; 3. the cap; 4. each agent's samples and diagnostics; 5. weights and episode diagnostics.
+MergedEpisode merge_episode(const EpisodeInfo& episode, std::span<const CallRecord> calls, const MergeOptions& options) {
+  if (options.compare_level == CompareLevel::kText && options.format == nullptr) {
+    invalid_argument("timeline_compare_level 'text' needs the model's chat format (tokenizer + template)");
+  }
+  // 1. Agents in order of first call.
+  std::vector<AgentWork> agents = group_by_agent(calls, call_order(calls), options);
+  // 2. One trie per agent.
+  for (AgentWork& a : agents) build_trie(a, calls, options);
+  // 3. The cap, over the trainable samples of the whole episode.
+  const int64_t dropped_by_cap = options.max_samples_per_episode > 0 ? apply_cap(agents, options.max_samples_per_episode) : 0;
+  // 4. Samples, agent by agent.
+  MergedEpisode out;
+  for (AgentWork& a : agents) emit_agent_samples(a, episode, calls, out);
+  // 5. Weights and diagnostics.
+  finish_episode(out, agents, calls.size(), options, dropped_by_cap);
   return out;
 }
 

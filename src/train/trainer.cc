@@ -82,6 +82,188 @@ std::vector<MicroBatch> make_micro_batches(const std::vector<const TrainSample*>
 
 torch::Tensor float_tensor(const std::vector<float>& v) { return torch::tensor(v, torch::kFloat); }
 
+// Per-sample advantages of a batch: each sample gets its episode's advantage, computed from the
+// episodes' rewards grouped by task, unless the batch carries advantages per token.
+struct SampleAdvantages {
+  bool per_token = false;          // the batch gives per-token advantages: `per_sample` stays 0
+  std::vector<double> per_sample;  // (N,) the advantage of the sample's episode
+  std::vector<uint8_t> keep;       // (N,) 0 when the episode's group was dropped
+};
+
+// Fills the group and reward metrics of `m` (left at 0 with per-token advantages).
+SampleAdvantages sample_advantages(const Batch& batch, const AdvantageOptions& options, TrainMetrics& m) {
+  const size_t n = batch.samples.size();
+  SampleAdvantages out{batch.has_advantages(), std::vector<double>(n, 0.0), std::vector<uint8_t>(n, 1)};
+  if (out.per_token) return out;
+  std::map<std::string, size_t> episode_index;
+  std::vector<double> rewards;     // (E,)
+  std::vector<std::string> groups; // (E,) task ids
+  std::vector<size_t> episode_of(n);
+  for (size_t i = 0; i < n; ++i) {
+    const TrainSample& t = batch.samples[i];
+    const std::string key = t.episode_uuid.empty() ? "\x01sample " + std::to_string(i) : t.episode_uuid;
+    auto [it, fresh] = episode_index.emplace(key, rewards.size());
+    if (fresh) {
+      rewards.push_back(t.reward);
+      groups.push_back(t.task_id);
+    }
+    episode_of[i] = it->second;
+  }
+  AdvantageResult r = compute_advantages(rewards, groups, options);
+  for (size_t i = 0; i < n; ++i) {
+    out.per_sample[i] = r.advantages[episode_of[i]];
+    out.keep[i] = r.kept[episode_of[i]];
+  }
+  m.groups = r.groups;
+  m.zero_variance_groups = r.zero_variance_groups;
+  for (double x : rewards) m.reward_mean += x / static_cast<double>(rewards.size());
+  return out;
+}
+
+// The samples of a batch that carry loss terms, in batch order ("active sample a" below).
+struct ActiveSamples {
+  bool per_token_advantages = false;
+  std::vector<size_t> index;             // (A,) position in batch.samples
+  std::vector<const TrainSample*> ptrs;  // (A,)
+  std::vector<double> trained;           // (A,) loss-mask tokens
+  std::vector<double> advantage;         // (A,) the episode's advantage (0 with per-token advantages)
+
+  size_t size() const { return ptrs.size(); }
+  // The advantage of active sample `a` at position `p`.
+  double advantage_at(size_t a, size_t p) const {
+    return per_token_advantages ? static_cast<double>(ptrs[a]->advantages[p]) : advantage[a];
+  }
+};
+
+// A sample is active when its group is kept, it has trained tokens and (with episode_weighting) a
+// positive weight. Counts the dropped ones and the active ones' tokens and advantages into `m`.
+ActiveSamples select_active(const Batch& batch, const SampleAdvantages& adv, bool episode_weighting, TrainMetrics& m) {
+  ActiveSamples out;
+  out.per_token_advantages = adv.per_token;
+  for (size_t i = 0; i < batch.samples.size(); ++i) {
+    const TrainSample& t = batch.samples[i];
+    if (adv.keep[i] && t.trained_tokens() > 0 && (!episode_weighting || t.weight > 0)) {
+      out.index.push_back(i);
+    } else {
+      ++m.dropped_samples;
+    }
+  }
+  const size_t count = out.index.size();
+  out.trained.resize(count);
+  out.advantage.resize(count);
+  for (size_t a = 0; a < count; ++a) {
+    const TrainSample& t = batch.samples[out.index[a]];
+    out.ptrs.push_back(&t);
+    out.trained[a] = static_cast<double>(t.trained_tokens());
+    out.advantage[a] = adv.per_sample[out.index[a]];
+    m.tokens += static_cast<int64_t>(t.size());
+    m.trained_tokens += static_cast<int64_t>(t.trained_tokens());
+    m.advantage_mean += out.advantage[a] / static_cast<double>(count);
+    m.advantage_abs_mean += std::abs(out.advantage[a]) / static_cast<double>(count);
+  }
+  m.samples = static_cast<int64_t>(count);
+  return out;
+}
+
+// The logprobs the loss compares the policy with, per active sample and position.
+struct StepLogprobs {
+  bool recompute = false;      // old logprobs are `recomputed`, else the samples' behaviour logprobs
+  bool reuse_forward = false;  // the first mini-batch of epoch 0 fills its own `recomputed` rows
+  std::vector<std::vector<float>> recomputed;  // (A, len) with recompute
+  std::vector<std::vector<float>> reference;   // (A, len) with use_kl
+};
+
+// Mini-batch `k` of `num` over `order`: the slice [count k / num, count (k + 1) / num).
+std::vector<size_t> mini_batch_slice(const std::vector<size_t>& order, int64_t k, int64_t num) {
+  const size_t count = order.size();
+  const size_t lo = count * static_cast<size_t>(k) / static_cast<size_t>(num);
+  const size_t hi = count * static_cast<size_t>(k + 1) / static_cast<size_t>(num);
+  return {order.begin() + static_cast<std::ptrdiff_t>(lo), order.begin() + static_cast<std::ptrdiff_t>(hi)};
+}
+
+// N and S of the header's loss normalisation, over the whole mini-batch on every rank.
+struct Normalisers {
+  double terms = 0;  // N: trained terms
+  double seqs = 0;   // S: samples
+};
+
+// c_s = w_s * agg_s of the header, for each sample of the mini-batch `part` (positions in `active`).
+std::vector<double> loss_coefficients(const TrainerOptions& o, const ActiveSamples& active, const std::vector<size_t>& part,
+                                      const Normalisers& norm) {
+  std::vector<double> coef(part.size());
+  for (size_t j = 0; j < part.size(); ++j) {
+    const size_t a = part[j];
+    const double w = o.episode_weighting ? active.ptrs[a]->weight : 1.0;
+    switch (o.aggregation) {
+      case LossAggregation::kTokenMean: coef[j] = w / norm.terms; break;
+      case LossAggregation::kSeqMeanTokenMean: coef[j] = w / (norm.seqs * active.trained[a]); break;
+      case LossAggregation::kSeqMeanTokenSum: coef[j] = w / norm.seqs; break;
+      case LossAggregation::kSeqMeanTokenSumNorm: coef[j] = w / o.norm_constant; break;
+    }
+  }
+  return coef;
+}
+
+// The per-term inputs of one micro-batch's loss: (K,) each.
+struct TermInputs {
+  std::vector<float> old, advantage, coef, behaviour, reference;
+};
+
+// Sums of one mini-batch's losses over its micro-batches (this rank only).
+struct MiniBatchLoss {
+  double loss = 0;  // scaled by loss_scale
+  double pg = 0;
+};
+
+// Token sums of the loss diagnostics over every term of every mini-batch and epoch of a step. Summed
+// over ranks once, at the end of the step, as one tensor; then divided by the token count.
+struct TokenSums {
+  double tokens = 0, kl = 0, entropy = 0, clipped = 0, dual_clipped = 0, approx_kl = 0, is_weight = 0, is_truncated = 0;
+
+  void add(const LossOutput& out) {
+    tokens += out.tokens;
+    kl += out.kl_sum;
+    entropy += out.entropy_sum;
+    clipped += out.clipped;
+    dual_clipped += out.dual_clipped;
+    approx_kl += out.approx_kl_sum;
+    is_weight += out.is_weight_sum;
+    is_truncated += out.is_truncated;
+  }
+  // Every field, in the one order every rank packs them in to sum them over ranks as an (8,) tensor.
+  std::vector<double*> fields() {
+    return {&tokens, &kl, &entropy, &clipped, &dual_clipped, &approx_kl, &is_weight, &is_truncated};
+  }
+  // Token means into `m` (the importance weight is 1 when there were no tokens).
+  void finish(TrainMetrics& m) const {
+    const double n = std::max(1.0, tokens);
+    m.kl = kl / n;
+    m.entropy = entropy / n;
+    m.clip_fraction = clipped / n;
+    m.dual_clip_fraction = dual_clipped / n;
+    m.approx_kl = approx_kl / n;
+    m.is_weight = tokens > 0 ? is_weight / n : 1.0;
+    m.is_truncated_fraction = is_truncated / n;
+  }
+};
+
+// Sums over the mini-batches of a step; all but `tokens` are summed over ranks as they are added.
+struct StepSums {
+  TokenSums tokens;
+  double loss = 0, pg_loss = 0;  // over every optimizer step
+  double grad_norm = 0;          // over the steps that updated the weights
+  int64_t updates = 0;
+
+  // Means over optimizer steps into `m`; call after m.optimizer_steps is final and `tokens` summed.
+  void finish(TrainMetrics& m) const {
+    tokens.finish(m);
+    const double done = static_cast<double>(std::max<int64_t>(1, m.optimizer_steps));
+    m.loss = loss / done;
+    m.pg_loss = pg_loss / done;
+    m.grad_norm = updates > 0 ? grad_norm / static_cast<double>(updates) : 0.0;
+  }
+};
+
 }  // namespace
 
 struct Trainer::Impl {
@@ -119,6 +301,194 @@ struct Trainer::Impl {
 
   void all_reduce(std::vector<torch::Tensor>& tensors) {
     if (collective) collective->all_reduce_sum(tensors);
+  }
+
+  bool corrected() const { return o.loss.correction != OffPolicyCorrection::kNone; }
+
+  // Replaces each value by its sum over ranks: one all_reduce of one (n,) double tensor, packed in
+  // the order given (every rank must give the same order).
+  void sum_over_ranks(const std::vector<double*>& values) {
+    std::vector<double> packed;
+    for (const double* v : values) packed.push_back(*v);
+    std::vector<torch::Tensor> sums = {torch::tensor(packed, torch::kDouble)};
+    all_reduce(sums);
+    for (size_t i = 0; i < values.size(); ++i) *values[i] = sums[0][static_cast<int64_t>(i)].item<double>();
+  }
+
+  // 0 .. count - 1, shuffled with `rng` when the options ask for it.
+  std::vector<size_t> draw_order(size_t count) {
+    std::vector<size_t> order(count);
+    for (size_t a = 0; a < count; ++a) order[a] = a;
+    if (o.shuffle) std::shuffle(order.begin(), order.end(), rng);
+    return order;
+  }
+
+  // Old (proximal) logprobs on the current weights, when recomputed, and reference logprobs with
+  // use_kl; records their timings in `m`. `first_order` is epoch 0's order: the samples of its first
+  // mini-batch are trained on the weights the old logprobs must come from, so (reuse_forward) their
+  // training forward gives the old logprobs (detached) and only the other mini-batches need a separate
+  // pass here. With dropout (LoRA) the training forward is not the policy's, so then every sample gets
+  // the separate eval-mode pass. Call in eval mode.
+  StepLogprobs step_logprobs(const ActiveSamples& active, const std::vector<size_t>& first_order, TrainMetrics& m) {
+    StepLogprobs lp;
+    lp.recompute = o.recompute_old_logprobs || corrected();
+    lp.reuse_forward = lp.recompute && !(lora() && o.lora.dropout > 0);
+    lp.recomputed.resize(active.size());
+    auto t_old = Clock::now();
+    if (lp.recompute) recompute_old_logprobs(active, first_order, lp);
+    m.old_logprob_seconds = seconds_since(t_old);
+    auto t_ref = Clock::now();
+    if (o.loss.use_kl) lp.reference = reference_logprobs(active.ptrs);
+    m.ref_logprob_seconds = seconds_since(t_ref);
+    return lp;
+  }
+
+  // Fills lp.recomputed; with reuse_forward the first mini-batch's rows are zeros until its forward.
+  void recompute_old_logprobs(const ActiveSamples& active, const std::vector<size_t>& first_order, StepLogprobs& lp) {
+    const size_t count = active.size();
+    const size_t first_size = count / static_cast<size_t>(o.mini_batch_num);
+    std::vector<size_t> need;
+    for (size_t r = lp.reuse_forward ? first_size : 0; r < count; ++r) need.push_back(first_order[r]);
+    std::vector<const TrainSample*> need_ptrs;
+    for (size_t a : need) need_ptrs.push_back(active.ptrs[a]);
+    auto logprobs = evaluate(need_ptrs, model);
+    for (size_t r = 0; r < need.size(); ++r) lp.recomputed[need[r]] = std::move(logprobs[r]);
+    if (lp.reuse_forward) {
+      for (size_t r = 0; r < first_size; ++r) {
+        lp.recomputed[first_order[r]].assign(active.ptrs[first_order[r]]->size(), 0.0f);
+      }
+    }
+  }
+
+  // The KL reference's logprobs: the model with LoRA switched off, or the frozen copy.
+  std::vector<std::vector<float>> reference_logprobs(const std::vector<const TrainSample*>& ptrs) {
+    if (!lora()) return evaluate(ptrs, *reference);
+    set_lora_enabled(model, false);
+    std::vector<std::vector<float>> out;
+    try {
+      out = evaluate(ptrs, model);
+    } catch (...) {
+      set_lora_enabled(model, true);
+      throw;
+    }
+    set_lora_enabled(model, true);
+    return out;
+  }
+
+  // One optimizer step on the mini-batch `part` (positions in `active`):
+  //   1. normalisers over every rank (all_reduce 1); nothing to train anywhere: a skipped step;
+  //   2. the samples' loss coefficients;
+  //   3. forward, loss and backward of each micro-batch (gradients accumulate);
+  //   4. gradients over every rank (all_reduce 2), loss sums (all_reduce 3), clip, AdamW.
+  // `old_from_forward`: this is epoch 0's first mini-batch and its forward gives the old logprobs.
+  void train_mini_batch(const ActiveSamples& active, const std::vector<size_t>& part, bool old_from_forward,
+                        StepLogprobs& lp, StepSums& sums, TrainMetrics& m) {
+    Normalisers norm;
+    for (size_t a : part) norm.terms += active.trained[a];
+    norm.seqs = static_cast<double>(part.size());
+    sum_over_ranks({&norm.terms, &norm.seqs});
+    if (norm.terms == 0) {
+      ++m.skipped_steps;
+      ++global_step;
+      return;
+    }
+    const std::vector<double> coef = loss_coefficients(o, active, part, norm);
+    const MiniBatchLoss loss = forward_backward(active, part, coef, old_from_forward, lp, sums.tokens, m);
+    reduce_and_step(loss, sums, m);
+  }
+
+  // The micro-batches of `part`: forward, loss, backward. Adds their diagnostics to `tokens` and
+  // their counts to `m`; returns this rank's loss sums.
+  MiniBatchLoss forward_backward(const ActiveSamples& active, const std::vector<size_t>& part, const std::vector<double>& coef,
+                                 bool old_from_forward, StepLogprobs& lp, TokenSums& tokens, TrainMetrics& m) {
+    std::vector<const TrainSample*> mb_ptrs;
+    for (size_t a : part) mb_ptrs.push_back(active.ptrs[a]);
+    MiniBatchLoss sum;
+    for (auto& mb : make_micro_batches(mb_ptrs, o.packing, o.micro_batch_tokens, o.attention_block)) {
+      TermInputs in = gather_terms(mb, active, part, coef, lp);
+      auto hidden = packed_hidden(model, mb.ids, mb.positions, mb.plan);  // (T, C)
+      auto tl = token_logprobs(model, hidden.index_select(0, mb.rows), mb.targets, o.logprob_chunk);
+      LossTerms lt;
+      lt.logprob = tl.logprob.index_select(0, mb.term_slot);  // (K,)
+      auto entropy = tl.entropy.index_select(0, mb.term_slot);
+      lt.entropy = o.loss.entropy_coef != 0 ? entropy : entropy.detach();
+      if (old_from_forward) {
+        // The weights have not moved yet: this forward's logprobs are the old ones. Kept for later epochs.
+        auto detached = lt.logprob.detach().to(torch::kFloat).contiguous();
+        const float* d = detached.data_ptr<float>();
+        for (size_t q = 0; q < mb.term_sample.size(); ++q) {
+          const size_t a = part[static_cast<size_t>(mb.term_sample[q])];
+          lp.recomputed[a][static_cast<size_t>(mb.term_position[q])] = d[q];
+          in.old[q] = d[q];
+        }
+      }
+      lt.old_logprob = float_tensor(in.old);
+      lt.advantage = float_tensor(in.advantage);
+      lt.coef = float_tensor(in.coef);
+      if (corrected()) lt.behaviour_logprob = float_tensor(in.behaviour);
+      if (o.loss.use_kl) lt.ref_logprob = float_tensor(in.reference);
+      LossOutput out = policy_loss(lt, o.loss);
+      (out.loss * o.loss_scale).backward();
+      sum.loss += out.loss.item<double>() * o.loss_scale;
+      sum.pg += out.pg_loss;
+      tokens.add(out);
+      m.packed_tokens += static_cast<int64_t>(mb.seq.size());
+      ++m.micro_batches;
+    }
+    return sum;
+  }
+
+  // Each term's old, behaviour and reference logprob, advantage and coefficient.
+  TermInputs gather_terms(const MicroBatch& mb, const ActiveSamples& active, const std::vector<size_t>& part,
+                          const std::vector<double>& coef, const StepLogprobs& lp) const {
+    const size_t kt = mb.term_sample.size();
+    TermInputs in{std::vector<float>(kt), std::vector<float>(kt), std::vector<float>(kt), std::vector<float>(kt),
+                  std::vector<float>(kt)};
+    for (size_t q = 0; q < kt; ++q) {
+      const auto j = static_cast<size_t>(mb.term_sample[q]);
+      const auto p = static_cast<size_t>(mb.term_position[q]);
+      const size_t a = part[j];
+      in.behaviour[q] = active.ptrs[a]->logprobs[p];
+      in.old[q] = lp.recompute ? lp.recomputed[a][p] : in.behaviour[q];
+      in.advantage[q] = static_cast<float>(active.advantage_at(a, p));
+      in.coef[q] = static_cast<float>(coef[j]);
+      if (o.loss.use_kl) in.reference[q] = lp.reference[a][p];
+    }
+    return in;
+  }
+
+  // The end of a mini-batch: gradients summed over ranks, the hook, the global norm (before
+  // clipping), the loss sums over ranks, then clip and AdamW step unless the norm is non-finite.
+  void reduce_and_step(MiniBatchLoss loss, StepSums& sums, TrainMetrics& m) {
+    std::vector<torch::Tensor> grads;
+    for (auto& [name, p] : params) {
+      if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+      grads.push_back(p.grad());
+    }
+    all_reduce(grads);
+    if (hook) hook(grads);
+    std::vector<torch::Tensor> norms;
+    for (auto& g : grads) norms.push_back(g.norm(2).to(torch::kDouble));
+    const double norm = torch::stack(norms).norm(2).item<double>();
+    sum_over_ranks({&loss.loss, &loss.pg});
+    sums.loss += loss.loss;
+    sums.pg_loss += loss.pg;
+    if (!std::isfinite(norm)) {
+      ++m.skipped_steps;
+    } else {
+      if (o.optim.grad_clip > 0 && norm > o.optim.grad_clip) {
+        const double factor = o.optim.grad_clip / (norm + 1e-6);
+        for (auto& g : grads) g.mul_(factor);
+      }
+      m.lr = learning_rate(o.optim, global_step);
+      for (auto& group : optimizer->param_groups()) group.options().set_lr(m.lr);
+      optimizer->step();
+      sums.grad_norm += norm;
+      ++sums.updates;
+    }
+    optimizer->zero_grad();
+    ++global_step;
+    ++m.optimizer_steps;
   }
 };
 
@@ -180,258 +550,39 @@ std::vector<std::vector<float>> Trainer::compute_logprobs(const Batch& batch) {
   return out;
 }
 
+// The phases, in the order of the header: advantages -> active samples -> old/reference logprobs ->
+// PPO epochs x mini-batches (one optimizer step each) -> metrics. Every rank issues the same
+// all_reduce calls in the same order: three per mini-batch (one when it is skipped), one at the end.
 TrainMetrics Trainer::train_step(const Batch& batch) {
   const auto t0 = Clock::now();
   Impl& s = *impl_;
   const TrainerOptions& o = s.o;
   validate_batch(batch, s.model->config().vocab_size);
   TrainMetrics m;
-  const size_t n = batch.samples.size();
 
-  // Advantages: per episode from rewards, or as given per token.
-  const bool given = batch.has_advantages();
-  std::vector<double> sample_adv(n, 0.0);
-  std::vector<uint8_t> keep(n, 1);
-  if (!given) {
-    std::map<std::string, size_t> episode_index;
-    std::vector<double> rewards;
-    std::vector<std::string> groups;
-    std::vector<size_t> episode_of(n);
-    for (size_t i = 0; i < n; ++i) {
-      const TrainSample& t = batch.samples[i];
-      const std::string key = t.episode_uuid.empty() ? "\x01sample " + std::to_string(i) : t.episode_uuid;
-      auto [it, fresh] = episode_index.emplace(key, rewards.size());
-      if (fresh) {
-        rewards.push_back(t.reward);
-        groups.push_back(t.task_id);
-      }
-      episode_of[i] = it->second;
-    }
-    AdvantageResult r = compute_advantages(rewards, groups, o.advantage);
-    for (size_t i = 0; i < n; ++i) {
-      sample_adv[i] = r.advantages[episode_of[i]];
-      keep[i] = r.kept[episode_of[i]];
-    }
-    m.groups = r.groups;
-    m.zero_variance_groups = r.zero_variance_groups;
-    for (double x : rewards) m.reward_mean += x / static_cast<double>(rewards.size());
-  }
-  auto advantage = [&](size_t i, size_t p) {
-    return given ? static_cast<double>(batch.samples[i].advantages[p]) : sample_adv[i];
-  };
-
-  // Samples that carry loss terms.
-  std::vector<size_t> active;
-  for (size_t i = 0; i < n; ++i) {
-    const TrainSample& t = batch.samples[i];
-    if (keep[i] && t.trained_tokens() > 0 && (!o.episode_weighting || t.weight > 0)) {
-      active.push_back(i);
-    } else {
-      ++m.dropped_samples;
-    }
-  }
-  std::vector<const TrainSample*> ptrs;
-  std::vector<double> trained(active.size());
-  for (size_t a = 0; a < active.size(); ++a) {
-    const TrainSample& t = batch.samples[active[a]];
-    ptrs.push_back(&t);
-    trained[a] = static_cast<double>(t.trained_tokens());
-    m.tokens += static_cast<int64_t>(t.size());
-    m.trained_tokens += static_cast<int64_t>(t.trained_tokens());
-    m.advantage_mean += sample_adv[active[a]] / static_cast<double>(active.size());
-    m.advantage_abs_mean += std::abs(sample_adv[active[a]]) / static_cast<double>(active.size());
-  }
-  m.samples = static_cast<int64_t>(active.size());
-
-  // Old (proximal) and reference logprobs on the weights before any update of this step.
+  // 1. Advantages: per episode from rewards, or as given per token.
+  const SampleAdvantages adv = sample_advantages(batch, o.advantage, m);
+  // 2. Samples that carry loss terms.
+  const ActiveSamples active = select_active(batch, adv, o.episode_weighting, m);
+  // 3. Epoch 0's order, then old (proximal) and reference logprobs on the weights before any update.
   const bool was_training = s.model->is_training();
   s.model->eval();
-  const bool corrected = o.loss.correction != OffPolicyCorrection::kNone;
-  const bool recompute = o.recompute_old_logprobs || corrected;
-  const size_t count = active.size();
-  // Epoch 0's order is drawn first: the samples of its first mini-batch are trained on the weights
-  // the old logprobs must come from, so their training forward gives the old logprobs (detached) and
-  // only the other mini-batches need a separate pass. With dropout (LoRA) the training forward is
-  // not the policy's, so then every sample gets the separate eval-mode pass.
-  std::vector<size_t> first_order(count);  // positions in `active`
-  for (size_t a = 0; a < count; ++a) first_order[a] = a;
-  if (o.shuffle) std::shuffle(first_order.begin(), first_order.end(), s.rng);
-  const bool reuse_forward = recompute && !(s.lora() && o.lora.dropout > 0);
-  const size_t first_size = count / static_cast<size_t>(o.mini_batch_num);
-  std::vector<std::vector<float>> recomputed(count), reference;
-  auto t_old = Clock::now();
-  if (recompute) {
-    std::vector<size_t> need;
-    for (size_t r = reuse_forward ? first_size : 0; r < count; ++r) need.push_back(first_order[r]);
-    std::vector<const TrainSample*> need_ptrs;
-    for (size_t a : need) need_ptrs.push_back(ptrs[a]);
-    auto lp = s.evaluate(need_ptrs, s.model);
-    for (size_t r = 0; r < need.size(); ++r) recomputed[need[r]] = std::move(lp[r]);
-    if (reuse_forward) {
-      for (size_t r = 0; r < first_size; ++r) recomputed[first_order[r]].assign(ptrs[first_order[r]]->size(), 0.0f);
-    }
-  }
-  m.old_logprob_seconds = seconds_since(t_old);
-  auto t_ref = Clock::now();
-  if (o.loss.use_kl) {
-    if (s.lora()) {
-      set_lora_enabled(s.model, false);
-      try {
-        reference = s.evaluate(ptrs, s.model);
-      } catch (...) {
-        set_lora_enabled(s.model, true);
-        throw;
-      }
-      set_lora_enabled(s.model, true);
-    } else {
-      reference = s.evaluate(ptrs, *s.reference);
-    }
-  }
-  m.ref_logprob_seconds = seconds_since(t_ref);
-
-  // Token-mean sums for the metrics (over every term of every mini-batch and epoch).
-  double terms = 0, kl_sum = 0, entropy_sum = 0, clipped = 0, dual = 0, approx = 0, isw = 0, istrunc = 0;
-  double loss_sum = 0, pg_sum = 0, grad_norm_sum = 0;
-  int64_t steps = 0;
-
+  const std::vector<size_t> first_order = s.draw_order(active.size());  // positions in `active`
+  StepLogprobs lp = s.step_logprobs(active, first_order, m);
+  // 4. PPO epochs of mini-batches, one optimizer step each.
+  StepSums sums;
   s.model->train();
   for (int64_t epoch = 0; epoch < o.ppo_epochs; ++epoch) {
-    std::vector<size_t> order = first_order;  // positions in `active`
-    if (epoch > 0) {
-      for (size_t a = 0; a < count; ++a) order[a] = a;
-      if (o.shuffle) std::shuffle(order.begin(), order.end(), s.rng);
-    }
+    const std::vector<size_t> order = epoch == 0 ? first_order : s.draw_order(active.size());
     for (int64_t k = 0; k < o.mini_batch_num; ++k) {
-      const bool old_from_forward = reuse_forward && epoch == 0 && k == 0;
-      const size_t lo = count * static_cast<size_t>(k) / static_cast<size_t>(o.mini_batch_num);
-      const size_t hi = count * static_cast<size_t>(k + 1) / static_cast<size_t>(o.mini_batch_num);
-      std::vector<size_t> part(order.begin() + static_cast<std::ptrdiff_t>(lo), order.begin() + static_cast<std::ptrdiff_t>(hi));
-      // Normalisers over the whole mini-batch on every rank.
-      double local_terms = 0;
-      for (size_t a : part) local_terms += trained[a];
-      std::vector<torch::Tensor> totals = {torch::tensor({local_terms, static_cast<double>(part.size())}, torch::kDouble)};
-      s.all_reduce(totals);
-      const double total_terms = totals[0][0].item<double>();
-      const double total_seqs = totals[0][1].item<double>();
-      if (total_terms == 0) {
-        ++m.skipped_steps;
-        ++s.global_step;
-        continue;
-      }
-      std::vector<const TrainSample*> mb_ptrs;
-      std::vector<double> coef(part.size());
-      for (size_t j = 0; j < part.size(); ++j) {
-        const size_t a = part[j];
-        mb_ptrs.push_back(ptrs[a]);
-        const double w = o.episode_weighting ? ptrs[a]->weight : 1.0;
-        switch (o.aggregation) {
-          case LossAggregation::kTokenMean: coef[j] = w / total_terms; break;
-          case LossAggregation::kSeqMeanTokenMean: coef[j] = w / (total_seqs * trained[a]); break;
-          case LossAggregation::kSeqMeanTokenSum: coef[j] = w / total_seqs; break;
-          case LossAggregation::kSeqMeanTokenSumNorm: coef[j] = w / o.norm_constant; break;
-        }
-      }
-      double mb_loss = 0, mb_pg = 0;
-      for (auto& mb : make_micro_batches(mb_ptrs, o.packing, o.micro_batch_tokens, o.attention_block)) {
-        const size_t kt = mb.term_sample.size();
-        std::vector<float> old(kt), adv(kt), cf(kt), behaviour(kt), ref(kt);
-        for (size_t q = 0; q < kt; ++q) {
-          const auto j = static_cast<size_t>(mb.term_sample[q]);
-          const auto p = static_cast<size_t>(mb.term_position[q]);
-          const size_t a = part[j];
-          behaviour[q] = ptrs[a]->logprobs[p];
-          old[q] = recompute ? recomputed[a][p] : behaviour[q];
-          adv[q] = static_cast<float>(advantage(active[a], p));
-          cf[q] = static_cast<float>(coef[j]);
-          if (o.loss.use_kl) ref[q] = reference[a][p];
-        }
-        auto hidden = packed_hidden(s.model, mb.ids, mb.positions, mb.plan);  // (T, C)
-        auto tl = token_logprobs(s.model, hidden.index_select(0, mb.rows), mb.targets, o.logprob_chunk);
-        LossTerms lt;
-        lt.logprob = tl.logprob.index_select(0, mb.term_slot);                 // (K,)
-        auto entropy = tl.entropy.index_select(0, mb.term_slot);
-        lt.entropy = o.loss.entropy_coef != 0 ? entropy : entropy.detach();
-        if (old_from_forward) {
-          // The weights have not moved yet: this forward's logprobs are the old ones. Kept for later epochs.
-          auto detached = lt.logprob.detach().to(torch::kFloat).contiguous();
-          const float* d = detached.data_ptr<float>();
-          for (size_t q = 0; q < kt; ++q) {
-            const size_t a = part[static_cast<size_t>(mb.term_sample[q])];
-            recomputed[a][static_cast<size_t>(mb.term_position[q])] = d[q];
-            old[q] = d[q];
-          }
-        }
-        lt.old_logprob = float_tensor(old);
-        lt.advantage = float_tensor(adv);
-        lt.coef = float_tensor(cf);
-        if (corrected) lt.behaviour_logprob = float_tensor(behaviour);
-        if (o.loss.use_kl) lt.ref_logprob = float_tensor(ref);
-        LossOutput out = policy_loss(lt, o.loss);
-        (out.loss * o.loss_scale).backward();
-        mb_loss += out.loss.item<double>() * o.loss_scale;
-        mb_pg += out.pg_loss;
-        terms += out.tokens;
-        kl_sum += out.kl_sum;
-        entropy_sum += out.entropy_sum;
-        clipped += out.clipped;
-        dual += out.dual_clipped;
-        approx += out.approx_kl_sum;
-        isw += out.is_weight_sum;
-        istrunc += out.is_truncated;
-        m.packed_tokens += static_cast<int64_t>(mb.seq.size());
-        ++m.micro_batches;
-      }
-
-      // Gradients of the whole mini-batch: reduce over ranks, hook, clip, step.
-      std::vector<torch::Tensor> grads;
-      for (auto& [name, p] : s.params) {
-        if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
-        grads.push_back(p.grad());
-      }
-      s.all_reduce(grads);
-      if (s.hook) s.hook(grads);
-      std::vector<torch::Tensor> norms;
-      for (auto& g : grads) norms.push_back(g.norm(2).to(torch::kDouble));
-      const double norm = torch::stack(norms).norm(2).item<double>();
-      std::vector<torch::Tensor> sums = {torch::tensor({mb_loss, mb_pg}, torch::kDouble)};
-      s.all_reduce(sums);
-      loss_sum += sums[0][0].item<double>();
-      pg_sum += sums[0][1].item<double>();
-      if (!std::isfinite(norm)) {
-        ++m.skipped_steps;
-      } else {
-        if (o.optim.grad_clip > 0 && norm > o.optim.grad_clip) {
-          const double factor = o.optim.grad_clip / (norm + 1e-6);
-          for (auto& g : grads) g.mul_(factor);
-        }
-        m.lr = learning_rate(o.optim, s.global_step);
-        for (auto& group : s.optimizer->param_groups()) group.options().set_lr(m.lr);
-        s.optimizer->step();
-        grad_norm_sum += norm;
-        ++steps;
-      }
-      s.optimizer->zero_grad();
-      ++s.global_step;
-      ++m.optimizer_steps;
+      const bool old_from_forward = lp.reuse_forward && epoch == 0 && k == 0;
+      s.train_mini_batch(active, mini_batch_slice(order, k, o.mini_batch_num), old_from_forward, lp, sums, m);
     }
   }
   s.model->train(was_training);
-
-  std::vector<torch::Tensor> sums = {torch::tensor({terms, kl_sum, entropy_sum, clipped, dual, approx, isw, istrunc}, torch::kDouble)};
-  s.all_reduce(sums);
-  auto v = sums[0];
-  const double tokens = std::max(1.0, v[0].item<double>());
-  m.kl = v[1].item<double>() / tokens;
-  m.entropy = v[2].item<double>() / tokens;
-  m.clip_fraction = v[3].item<double>() / tokens;
-  m.dual_clip_fraction = v[4].item<double>() / tokens;
-  m.approx_kl = v[5].item<double>() / tokens;
-  m.is_weight = v[0].item<double>() > 0 ? v[6].item<double>() / tokens : 1.0;
-  m.is_truncated_fraction = v[7].item<double>() / tokens;
-  const double done = static_cast<double>(std::max<int64_t>(1, m.optimizer_steps));
-  m.loss = loss_sum / done;
-  m.pg_loss = pg_sum / done;
-  m.grad_norm = steps > 0 ? grad_norm_sum / static_cast<double>(steps) : 0.0;
+  // 5. Metrics: token means over every rank, means over optimizer steps.
+  s.sum_over_ranks(sums.tokens.fields());
+  sums.finish(m);
   ++s.policy_version;
   m.global_step = s.global_step;
   m.policy_version = s.policy_version;
