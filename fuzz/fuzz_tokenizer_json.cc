@@ -1,6 +1,8 @@
+// fuzz-smoke-runs: 1000
 // libFuzzer target: arbitrary bytes as a tokenizer.json, and as text for a fixed small tokenizer.
 // Loading must either succeed or throw ajet::Error (never crash, hang or allocate without bound);
-// a loaded tokenizer must encode, decode and stream-decode a sample consistently.
+// a loaded tokenizer must encode, decode and stream-decode a sample consistently. Each input builds a
+// tokenizer (~20 ms under ASan: 10,000 runs took 202 s), hence fewer smoke runs.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
