@@ -57,7 +57,7 @@ echo "$table"
 if [ "$append" = 1 ]; then
   {
     echo
-    echo "## $(date -u +%Y-%m-%d) — cold build, one file per translation unit vs unity (bench/build/unity_ab.sh)"
+    echo "### Cold build: one file per translation unit vs unity ($(date -u +%Y-%m-%d), bench/build/unity_ab.sh)"
     echo
     echo "Targets: \`$targets\`, \`-j $jobs\`, no ccache, Release, on $(nproc) cores ($(uname -m))."
     echo
