@@ -18,8 +18,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-tcp::endpoint front_loopback(uint16_t port) { return {asio::ip::address_v4::loopback(), port}; }
-
 Clock::duration seconds_of(double s) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
 }
@@ -36,7 +34,7 @@ class RequestLoad {
   LoadResult run(double seconds, double warmup) {
     int pending = int(conns_.size());
     for (auto& c : conns_) {
-      c->socket.async_connect(front_loopback(port_), [this, c = c.get(), &pending, seconds, warmup](error_code ec) {
+      c->socket.async_connect(loopback(port_), [this, c = c.get(), &pending, seconds, warmup](error_code ec) {
         if (ec) {
           ++errors_;
           c->dead = true;
@@ -203,7 +201,7 @@ void hold_request_streams(uint16_t port, const std::vector<std::string>& request
     all.push_back(std::make_unique<Stream>(ioc));
     Stream& s = *all.back();
     const std::string& request = requests[size_t(i) % requests.size()];
-    s.socket.async_connect(front_loopback(port), [&, sp = &s, req = &request](error_code ec) {
+    s.socket.async_connect(loopback(port), [&, sp = &s, req = &request](error_code ec) {
       if (ec) {
         ++failed;
         return settle();

@@ -17,6 +17,8 @@ using asio::ip::tcp;
 using boost::system::error_code;
 using Clock = std::chrono::steady_clock;
 
+tcp::endpoint loopback(uint16_t port) { return {asio::ip::address_v4::loopback(), port}; }
+
 size_t complete_response(std::string_view data, bool& ok) {
   size_t head_end = data.find("\r\n\r\n");
   if (head_end == std::string_view::npos) return 0;
@@ -30,8 +32,6 @@ size_t complete_response(std::string_view data, bool& ok) {
 }
 
 namespace {
-
-tcp::endpoint loopback(uint16_t port) { return {asio::ip::address_v4::loopback(), port}; }
 
 class LoadGenerator {
  public:

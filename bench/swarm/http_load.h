@@ -3,6 +3,7 @@
 // Benchmark-only code: it trusts the server it talks to and parses just enough HTTP for that.
 #pragma once
 
+#include <boost/asio/ip/tcp.hpp>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -10,6 +11,9 @@
 #include <string_view>
 
 namespace ajet::bench {
+
+// 127.0.0.1:port.
+boost::asio::ip::tcp::endpoint loopback(uint16_t port);
 
 // Length of the first complete response in `data` (head + Content-Length body), 0 if incomplete; `ok`:
 // whether its status is 200.
