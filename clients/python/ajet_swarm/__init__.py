@@ -14,9 +14,10 @@ from .chat import ChatClient, accumulate_stream
 from .client import (BOOTING, CANNOT_CONNECT, OFFLINE, ROLLING, ROLLING_POST, WEIGHT_EXPORTING, WEIGHT_SYNCING,
                      SwarmClient, auto_train_with_dataset)
 from .config_yaml import YamlError, from_yaml, to_yaml
-from .errors import (ChatError, SwarmCommandError, SwarmConnectionError, SwarmError, SwarmServerOfflineError,
-                     SwarmTimeoutError)
+from .errors import (ChatError, EpisodeGroupError, SwarmCommandError, SwarmConnectionError, SwarmError,
+                     SwarmServerOfflineError, SwarmTimeoutError, WeightUpdatedHalfway)
 from .job import AgentJetJob
+from .multi_episode import MultiEpisode
 from .records import AttrDict, EpisodeStatus, RolloutStat
 from .stat import format_rollout_stat
 from .task_reader import (AjetTaskReader, HuggingfaceDatRepo, JsonlDatasetFile, JsonlTaskReader, JsonlTrainingFp,
@@ -38,5 +39,6 @@ __all__ = [
     "RouterTaskReader", "AjetTaskReader", "HuggingfaceDatRepo", "JsonlDatasetFile", "JsonlTrainingFp",
     "JsonlTaskReader", "RandomDummyTaskReader", "PeriodicDrainThreadPoolExecutor", "BoundedThreadPoolExecutor",
     "run_episodes_until_all_complete", "auto_train_with_dataset", "OFFLINE", "BOOTING", "ROLLING", "ROLLING_POST",
-    "WEIGHT_SYNCING", "WEIGHT_EXPORTING", "CANNOT_CONNECT",
+    "WEIGHT_SYNCING", "WEIGHT_EXPORTING", "CANNOT_CONNECT", "MultiEpisode", "EpisodeGroupError",
+    "WeightUpdatedHalfway",
 ]

@@ -114,7 +114,8 @@ class SwarmClient:
         `discard_episode_timeout`: the server reclaims the episode after this many idle seconds.
         `episode_type`: "train" (trained on) or "eval" (recorded for metrics only).
         `throttle_policy`: a SwarmThrottlePolicy / ThrottlePolicy (or anything with its fields).
-        `on_wait(reason)` is called before each wait (progress reporting). Whatever `verbose` says, a
+        `on_wait(reason)` is called before each wait (progress reporting; an exception it raises
+        ends the wait, MultiEpisode's way to cancel a claim). Whatever `verbose` says, a
         wait is never silent: its reason is logged when it changes and every `retry.wait_report` s.
 
         Returns an Episode: an OpenaiBaseUrlAndApiKey (`base_url`, `api_key`, `model`,
@@ -147,6 +148,8 @@ class SwarmClient:
                     claimed = self._claim(discard_episode_timeout, episode_type, None)
             except SwarmConnectionError as e:
                 self._report_wait("claim", f"waiting for the swarm server: {e}", logging.WARNING)
+                if on_wait is not None:
+                    on_wait(f"cannot connect: {e}")
                 delay = self.retry.engine_busy
                 continue
             if isinstance(claimed, Episode):
@@ -194,8 +197,10 @@ class SwarmClient:
             self._expire_at[episode_uuid] = now + MAX_EPISODE_TIME_FACTOR * discard_episode_timeout
             for old in [u for u, t in self._expire_at.items() if t < now - _RECORD_GRACE]:
                 del self._expire_at[old]
+        step = data.get("global_step")  # ext: the step the episode starts under
         return Episode(episode_uuid=episode_uuid, base_url=self.rewrite_base_url(data["openai_base_url"]),
-                       api_key=data["openai_api_key"], client_uuid=self.client_uuid, episode_type=episode_type)
+                       api_key=data["openai_api_key"], client_uuid=self.client_uuid, episode_type=episode_type,
+                       global_step=step if isinstance(step, int) and not isinstance(step, bool) else None)
 
     def rewrite_base_url(self, base_url: str) -> str:
         """Replaces scheme://host:port of the server's base_url with the address this client dialled."""
@@ -265,6 +270,75 @@ class SwarmClient:
             return True
         logger.error("abort_episode %s refused (%d): %s", episode_uuid, resp.status, resp.error_message())
         return False
+
+    # ------------------------------------------------------------------ episode groups (ext)
+
+    def prepare_end_episode(self, task: Any, episode_uuid: str, workflow_output: Any, group_id: str,
+                            coordinator_url: Optional[str] = None, coordinator_episode_uuid: Optional[str] = None,
+                            prepare_timeout: float = 60, declare_client_active: bool = True) -> Dict[str, Any]:
+        """Phase one of ending an episode that belongs to an episode group spanning several servers
+        (docs/protocol.md, "Episode groups across servers"; MultiEpisode drives the whole protocol).
+        The same arguments as end_episode plus the group: `group_id` (the same on every member), and
+        on a participant `coordinator_url` (the coordinator as *that server* reaches it) and
+        `coordinator_episode_uuid`. The episode then neither counts nor takes chat calls until
+        commit_episode; the server settles it by itself `prepare_timeout` s later.
+
+        Returns the server's answer: `global_step_at_claim`, `global_step`, `weights_changed`,
+        `oldest_policy_version`. A refusal raises SwarmCommandError (those of end_episode, a weight
+        sync included); connection errors are retried (a repeat answers the same)."""
+        if not episode_uuid:
+            raise ValueError("prepare_end_episode: episode_uuid is empty")
+        if not group_id:
+            raise ValueError("prepare_end_episode: group_id is empty")
+        task_id = task_id_of(task)
+        output = WorkflowOutput.coerce(workflow_output)
+        metadata = getattr(workflow_output, "metadata", None)
+        if isinstance(metadata, dict):
+            metadata["task_id"] = task_id
+        group: Dict[str, Any] = {"group_id": group_id, "prepare_timeout": float(prepare_timeout)}
+        if coordinator_url:
+            group["coordinator_url"] = coordinator_url.rstrip("/")
+            group["coordinator_episode_uuid"] = coordinator_episode_uuid or ""
+        body = {"client_uuid": self.client_uuid, "episode_uuid": episode_uuid, "task_id": task_id,
+                "workflow_output": output.to_json(task_id), "declare_client_active": bool(declare_client_active),
+                "group": group}
+        resp = self._post_with_retries("/prepare_end_episode", body, self.retry.end_episode_attempts)
+        data = self._json_or_raise(resp, f"prepare_end_episode {episode_uuid}")
+        if self.verbose:
+            self._log(f"prepared episode {episode_uuid} (group {group_id}, task {task_id}, reward {output.reward:g})")
+        return data
+
+    def commit_episode(self, episode_uuid: str) -> bool:
+        """Phase two: the prepared episode counts from now on, exactly as if end_episode had ended it.
+        True when the server stored the commit (also for a repeat). A refusal (not prepared, aborted
+        meanwhile, another client's, unknown) raises SwarmCommandError; connection errors are retried
+        and, when they persist, raise SwarmConnectionError (the commit may or may not have landed)."""
+        if not episode_uuid:
+            raise ValueError("commit_episode: episode_uuid is empty")
+        body = {"client_uuid": self.client_uuid, "episode_uuid": episode_uuid}
+        resp = self._post_with_retries("/commit_episode", body, self.retry.end_episode_attempts)
+        self._json_or_raise(resp, f"commit_episode {episode_uuid}")
+        with self._lock:
+            self._expire_at.pop(episode_uuid, None)
+        if self.verbose:
+            self._log(f"committed episode {episode_uuid}")
+        return True
+
+    def resolve_episode_group(self, group_id: str, episode_uuid: str) -> str:
+        """Asks this server, as the group's coordinator, for the decision on `episode_uuid`:
+        "committed", or "aborted" (an episode not committed yet is aborted by this very call, so the
+        answer is final). What a participant's janitor asks; a client asks it when it lost the answer
+        of its coordinator commit. Refusals raise SwarmCommandError, lasting connection errors
+        SwarmConnectionError."""
+        if not group_id or not episode_uuid:
+            raise ValueError("resolve_episode_group: group_id and episode_uuid are required")
+        resp = self._post_with_retries("/resolve_episode_group", {"group_id": group_id, "episode_uuid": episode_uuid},
+                                       self.retry.end_episode_attempts)
+        decision = self._json_or_raise(resp, f"resolve_episode_group {group_id}").get("decision")
+        if decision not in ("committed", "aborted"):
+            raise SwarmCommandError(f"resolve_episode_group {group_id} on {self.server_url}: unexpected decision "
+                                    f"{decision!r}", resp.status, str(decision))
+        return decision
 
     def can_continue_episode(self, episode_uuid: str) -> bool:
         """True while the episode is claimed by this client and the engine serves chat calls."""

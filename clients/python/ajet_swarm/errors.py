@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Dict, Optional
 
 
 class SwarmError(RuntimeError):
@@ -42,3 +42,32 @@ class ChatError(SwarmError):
         self.status = status
         self.type = type
         self.code = code
+
+
+class EpisodeGroupError(SwarmError):
+    """An episode group (MultiEpisode, one episode on each of several servers) could not end as one.
+    `committed` says where the group stands: False — aborted on every member, nothing is trained;
+    True — committed (the coordinator's commit is the group's decision) but a participant refused
+    its commit; None — the coordinator's answer was lost and it could not be asked again: the servers
+    settle the group among themselves (docs/protocol.md, "Episode groups across servers").
+    `errors` maps each member's name to what went wrong there."""
+
+    def __init__(self, message: str, group_id: str = "", committed: Optional[bool] = False,
+                 errors: Optional[Dict[str, BaseException]] = None):
+        super().__init__(message)
+        self.group_id = group_id
+        self.committed = committed
+        self.errors = dict(errors or {})
+
+
+class WeightUpdatedHalfway(EpisodeGroupError):
+    """A server of the group trained (its `global_step` moved) between the claim and the end, so the
+    rollout mixes policy versions; every member was aborted and the rollout should be redone
+    (upstream AgentJet's examples raise an exception of this name). `changed` maps each such member's
+    name to `{"server_url", "global_step_at_claim", "global_step"}` (None where the server did not
+    say: it refused the end because it was syncing weights)."""
+
+    def __init__(self, message: str, group_id: str = "", changed: Optional[Dict[str, Dict[str, Any]]] = None,
+                 errors: Optional[Dict[str, BaseException]] = None):
+        super().__init__(message, group_id, False, errors)
+        self.changed = dict(changed or {})

@@ -226,11 +226,13 @@ def _optional_import(module: str, what: str, hint: str) -> Any:
 @dataclass
 class Episode(OpenaiBaseUrlAndApiKey):
     """A claimed episode (what begin_episode returns): an OpenaiBaseUrlAndApiKey that also knows its
-    client and type. Unpacks like upstream's `(episode_uuid, api_baseurl_key)` tuple:
+    client, its type and the `global_step` it was claimed under. Unpacks like upstream's
+    `(episode_uuid, api_baseurl_key)` tuple:
     `episode_uuid, api_baseurl_key = client.begin_episode()`."""
 
     client_uuid: str = ""
     episode_type: str = "train"
+    global_step: Optional[int] = None  # the server's step at claim (ext; None from a server without it)
 
     def __iter__(self) -> Iterator[Any]:
         yield self.episode_uuid
