@@ -66,44 +66,39 @@ Json ClaimResponse::to_json() const {
               {"episode_uuid", episode_uuid},
               {"openai_base_url", openai_base_url},
               {"openai_api_key", openai_api_key},
-              {"fail_cause", fail_cause}};
+              {"fail_cause", fail_cause},
+              {"global_step", global_step}};
 }
 
-EndRequest EndRequest::from_json(const Json& body) {
-  constexpr std::string_view where = "end_episode body";
+EndRequest EndRequest::from_json(const Json& body, std::string_view command) {
+  const std::string where_text = std::string(command) + " body";
+  const std::string_view where = where_text;
+  const std::string out_text = where_text + ": workflow_output";
+  const std::string_view out_where = out_text;
+  auto fail_field = [&](const std::string& rest) { invalid_argument(where_text + ": " + rest); };
   EndRequest req;
   req.client_uuid = required_id(body, "client_uuid", where);
   req.episode_uuid = required_id(body, "episode_uuid", where);
   req.declare_client_active = get_optional_bool(body, "declare_client_active", where).value_or(true);
   const Json* out = optional_object(body, "workflow_output", where);
-  if (out == nullptr) invalid_argument("end_episode body: missing required field 'workflow_output'");
-  constexpr std::string_view out_where = "end_episode body: workflow_output";
+  if (out == nullptr) fail_field("missing required field 'workflow_output'");
   auto reward = out->find("reward");
-  if (reward == out->end() || reward->is_null()) {
-    invalid_argument("end_episode body: workflow_output.reward is required (a number)");
-  }
+  if (reward == out->end() || reward->is_null()) fail_field("workflow_output.reward is required (a number)");
   if (reward->is_array()) {
-    invalid_argument("end_episode body: workflow_output.reward must be one number; step rewards (a list) are not "
-                     "supported");
+    fail_field("workflow_output.reward must be one number; step rewards (a list) are not supported");
   }
   req.workflow_output.reward = get_number(*out, "reward", out_where);
-  if (!std::isfinite(req.workflow_output.reward)) {
-    invalid_argument("end_episode body: workflow_output.reward must be finite");
-  }
+  if (!std::isfinite(req.workflow_output.reward)) fail_field("workflow_output.reward must be finite");
   req.workflow_output.is_success = get_optional_bool(*out, "is_success", out_where);
   if (const Json* m = optional_object(*out, "metadata", out_where)) req.workflow_output.metadata = *m;
   if (const Json* lm = optional_object(*out, "log_metrics", out_where)) req.workflow_output.log_metrics = *lm;
 
   auto body_task = get_optional_string(body, "task_id", where);
-  auto meta_task = get_optional_string(req.workflow_output.metadata, "task_id", "end_episode body: "
-                                                                                "workflow_output.metadata");
+  auto meta_task = get_optional_string(req.workflow_output.metadata, "task_id", out_text + ".metadata");
   if (body_task && meta_task && *body_task != *meta_task) {
-    invalid_argument("end_episode body: task_id '" + *body_task + "' does not match workflow_output.metadata.task_id '" +
-                     *meta_task + "'");
+    fail_field("task_id '" + *body_task + "' does not match workflow_output.metadata.task_id '" + *meta_task + "'");
   }
-  if (!body_task && !meta_task) {
-    invalid_argument("end_episode body: task_id is required (it names the task, i.e. the GRPO group)");
-  }
+  if (!body_task && !meta_task) fail_field("task_id is required (it names the task, i.e. the GRPO group)");
   req.task_id = body_task ? *body_task : *meta_task;
   req.workflow_output.metadata["task_id"] = req.task_id;
   return req;
@@ -118,10 +113,69 @@ AbortRequest AbortRequest::from_json(const Json& body) {
   return req;
 }
 
-EpisodeRef EpisodeRef::from_json(const Json& body) {
-  constexpr std::string_view where = "can_continue_episode body";
-  return EpisodeRef{get_optional_string(body, "client_uuid", where).value_or(""),
-                    required_id(body, "episode_uuid", where)};
+EpisodeRef EpisodeRef::from_json(const Json& body, std::string_view command, bool client_required) {
+  const std::string where = std::string(command) + " body";
+  std::string client = client_required ? required_id(body, "client_uuid", where)
+                                       : get_optional_string(body, "client_uuid", where).value_or("");
+  return EpisodeRef{std::move(client), required_id(body, "episode_uuid", where)};
+}
+
+Json EpisodeGroup::to_json() const {
+  return Json{{"group_id", group_id},
+              {"coordinator_url", coordinator_url},
+              {"coordinator_episode_uuid", coordinator_episode_uuid},
+              {"prepare_timeout", prepare_timeout}};
+}
+
+EpisodeGroup EpisodeGroup::from_json(const Json& obj, std::string_view where) {
+  EpisodeGroup g;
+  g.group_id = required_id(obj, "group_id", where);
+  if (g.group_id.size() > kMaxGroupIdBytes) {
+    invalid_argument(std::string(where) + ": field 'group_id' is longer than " + std::to_string(kMaxGroupIdBytes) +
+                     " bytes");
+  }
+  g.coordinator_url = get_optional_string(obj, "coordinator_url", where).value_or("");
+  g.coordinator_episode_uuid = get_optional_string(obj, "coordinator_episode_uuid", where).value_or("");
+  if (!g.coordinator_url.empty()) {
+    if (g.coordinator_url.rfind("http://", 0) != 0 || g.coordinator_url.size() > 2048) {
+      invalid_argument(std::string(where) + ": field 'coordinator_url' must be an http://host:port URL, got '" +
+                       g.coordinator_url.substr(0, 200) + "'");
+    }
+    if (g.coordinator_episode_uuid.empty()) {
+      invalid_argument(std::string(where) +
+                       ": field 'coordinator_episode_uuid' is required with coordinator_url (a participant)");
+    }
+  }
+  g.prepare_timeout = get_optional_number(obj, "prepare_timeout", where).value_or(60.0);
+  if (!(g.prepare_timeout > 0) || !(g.prepare_timeout <= kMaxPrepareTimeout)) {
+    invalid_argument(std::string(where) + ": field 'prepare_timeout' must be a number of seconds in (0, " +
+                     std::to_string(int64_t(kMaxPrepareTimeout)) + "]");
+  }
+  return g;
+}
+
+PrepareRequest PrepareRequest::from_json(const Json& body) {
+  constexpr std::string_view where = "prepare_end_episode body";
+  PrepareRequest req;
+  req.end = EndRequest::from_json(body, "prepare_end_episode");
+  const Json* group = optional_object(body, "group", where);
+  if (group == nullptr) invalid_argument("prepare_end_episode body: missing required field 'group'");
+  req.group = EpisodeGroup::from_json(*group, "prepare_end_episode body: group");
+  return req;
+}
+
+Json PrepareResponse::to_json() const {
+  return Json{{"success", true},
+              {"episode_uuid", episode_uuid},
+              {"global_step_at_claim", global_step_at_claim},
+              {"global_step", global_step},
+              {"weights_changed", weights_changed()},
+              {"oldest_policy_version", oldest_policy_version ? Json(*oldest_policy_version) : Json(nullptr)}};
+}
+
+ResolveRequest ResolveRequest::from_json(const Json& body) {
+  constexpr std::string_view where = "resolve_episode_group body";
+  return ResolveRequest{required_id(body, "group_id", where), required_id(body, "episode_uuid", where)};
 }
 
 AgreeRequest AgreeRequest::from_json(const Json& body) {

@@ -50,6 +50,7 @@ struct ClaimResponse {
   std::string openai_base_url;
   std::string openai_api_key;
   std::string fail_cause;
+  int64_t global_step = 0;  // (ext) the policy version the episode starts under
   Json to_json() const;
 };
 
@@ -68,7 +69,47 @@ struct EndRequest {
   std::string task_id;
   WorkflowOutput workflow_output;
   bool declare_client_active = true;
-  static EndRequest from_json(const Json& body);
+  // `command` names the body in errors ("end_episode body: …").
+  static EndRequest from_json(const Json& body, std::string_view command = "end_episode");
+};
+
+// The episode group of POST /prepare_end_episode (docs/protocol.md "Episode groups across servers").
+// The coordinator has no coordinator_url; a participant names the coordinator and its episode.
+struct EpisodeGroup {
+  std::string group_id;
+  std::string coordinator_url;           // "" on the coordinator: "http://host:port"
+  std::string coordinator_episode_uuid;  // participants only
+  double prepare_timeout = 60.0;         // seconds without commit/abort before the janitor settles it
+  bool is_coordinator() const { return coordinator_url.empty(); }
+  Json to_json() const;
+  // Throws Error(kInvalidArgument) naming `where`.field.
+  static EpisodeGroup from_json(const Json& group, std::string_view where);
+};
+inline constexpr size_t kMaxGroupIdBytes = 256;
+inline constexpr double kMaxPrepareTimeout = 86400.0;
+
+// POST /prepare_end_episode: the end_episode body plus `group`.
+struct PrepareRequest {
+  EndRequest end;
+  EpisodeGroup group;
+  static PrepareRequest from_json(const Json& body);
+};
+
+// The answer of a successful prepare.
+struct PrepareResponse {
+  std::string episode_uuid;
+  int64_t global_step_at_claim = 0;
+  int64_t global_step = 0;
+  std::optional<int64_t> oldest_policy_version;
+  bool weights_changed() const { return global_step != global_step_at_claim; }
+  Json to_json() const;
+};
+
+// POST /resolve_episode_group (asked of the coordinator).
+struct ResolveRequest {
+  std::string group_id;
+  std::string episode_uuid;
+  static ResolveRequest from_json(const Json& body);
 };
 
 // POST /abort_episode (same body as end_episode; the ids and declare_client_active matter).
@@ -85,7 +126,9 @@ struct AbortRequest {
 struct EpisodeRef {
   std::string client_uuid;
   std::string episode_uuid;
-  static EpisodeRef from_json(const Json& body);
+  // `command` names the body in errors; commit_episode requires client_uuid.
+  static EpisodeRef from_json(const Json& body, std::string_view command = "can_continue_episode",
+                              bool client_required = false);
 };
 
 // POST /agree_sync_weight.

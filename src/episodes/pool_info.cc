@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <set>
 
 #include "episodes/registry.h"
 
@@ -24,6 +26,18 @@ Json Batch::summary() const {
   }
   double n = double(episodes.size());
   double mean = episodes.empty() ? 0.0 : sum / n;
+  std::map<std::string, std::pair<int64_t, std::set<std::string>>> by_client;  // episodes, task ids
+  for (const auto& e : episodes) {
+    auto& [count, task_ids] = by_client[e.client_uuid];
+    count += 1;
+    task_ids.insert(e.task_id);
+  }
+  Json client_shares = Json::object();
+  for (const auto& [client, share] : by_client) {
+    client_shares[client] = {{"episodes", share.first},
+                             {"tasks", share.second.size()},
+                             {"share", n > 0 ? double(share.first) / n : 0.0}};
+  }
   for (const auto& e : episodes) sq += (e.reward - mean) * (e.reward - mean);
   int64_t non_dummy = 0;
   for (const auto& [task, rewards] : tasks) {
@@ -41,7 +55,8 @@ Json Batch::summary() const {
            {"non_dummy_tasks", non_dummy},
            {"reward_mean", mean},
            {"reward_std", episodes.empty() ? 0.0 : std::sqrt(sq / n)},
-           {"success_rate", judged > 0 ? Json(double(successes) / double(judged)) : Json(nullptr)}};
+           {"success_rate", judged > 0 ? Json(double(successes) / double(judged)) : Json(nullptr)},
+           {"client_shares", std::move(client_shares)}};
   if (policy_version >= 0) {
     // async: versions behind the trainer, per episode (its oldest generated token; every sample merged
     // from the episode lags at most this much). Episodes without a known version are left out.
@@ -71,7 +86,12 @@ Json Registry::pool_info_locked(double now) const {
   Json details = Json::object(), clients_by_task = Json::object(), rewards = Json::object(),
        reward_stats = Json::object();
   size_t finished_tasks = 0, non_dummy = 0;
+  std::map<std::string, std::pair<int64_t, std::set<std::string>>> by_client;  // episodes, task ids
   for (const auto& [task, s] : current_.task_stats()) {
+    for (const auto& client : s.client_uuids) {
+      by_client[client].first += 1;
+      by_client[client].second.insert(task);
+    }
     details[task] = s.episode_uuids;
     clients_by_task[task] = s.client_uuids;
     rewards[task] = s.rewards;
@@ -88,7 +108,7 @@ Json Registry::pool_info_locked(double now) const {
   for (const auto& [uuid, e] : live_) {
     if (e.state == State::kRegistered) continue;
     claimed += 1;
-    running[uuid] = {{"episode_status", "claimed"},
+    running[uuid] = {{"episode_status", state_name(e.state)},
                      {"time_since_last_activity", fmt::format("{:.1f}s", now - e.latest_activity)},
                      {"discard_episode_timeout", fmt::format("{:.1f}s", e.discard_episode_timeout)},
                      {"llm_call_count", std::to_string(e.llm_call_count)},
@@ -102,6 +122,15 @@ Json Registry::pool_info_locked(double now) const {
                       {"time_since_last_activity", now - c.latest_activity}});
     instruction.push_back({{"client_uuid", uuid}, {"last_activity_at", c.latest_activity}, {"allowed_sync_weight", c.agreed}});
   }
+  Json client_shares = Json::object();
+  const double episodes_in_batch = double(current_.episodes());
+  for (const auto& [client, share] : by_client) {
+    client_shares[client] = {{"episodes", share.first},
+                             {"tasks", share.second.size()},
+                             {"share", episodes_in_batch > 0 ? double(share.first) / episodes_in_batch : 0.0}};
+  }
+  size_t prepared = 0;
+  for (const auto& [uuid, e] : live_) prepared += e.state == State::kPrepared ? 1 : 0;
   std::optional<double> booting = engine_.booting_start_time();
   return Json{
       {"sample_collection_method", sample_collection_name(options_.sample_collection)},
@@ -129,6 +158,8 @@ Json Registry::pool_info_locked(double now) const {
       {"pool_size", options_.max_env_worker},
       {"registered_episodes", unclaimed_.size()},
       {"claimed_episodes", claimed},
+      {"prepared_episodes", prepared},
+      {"completed_client_shares", client_shares},
       {"batch_ready", ready_.has_value()},
       {"batches_in_training", training_.size()},
       {"batches_recorded", batches_recorded_},
@@ -146,7 +177,7 @@ Json Registry::episode_buffer() const {
     // Upstream's EpisodeStatus fields. The key stays empty: episode keys are bearer credentials, and
     // this endpoint needs none (docs/protocol.md, deliberate differences); no ZeroMQ, no debug log.
     return Json{{"episode_uuid", e.uuid},
-                {"episode_status", e.state == State::kRegistered ? "registered" : "claimed"},
+                {"episode_status", state_name(e.state)},
                 {"episode_type", e.episode_type},
                 {"openai_base_url", options_.openai_base_url},
                 {"openai_api_key", ""},

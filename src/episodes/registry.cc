@@ -179,6 +179,10 @@ void Registry::restore(const store::RecoveredState& recovered) {
       e.uuid = row.uuid;
       e.api_key = signer_.make_key(claims_for(row.uuid));
       e.state = State::kClaimed;
+      if (row.status == store::kEpisodePrepared) {  // episode groups: prepared again, its timeout from now
+        e.prepared = prepared_from_row(row, now);
+        if (e.prepared) e.state = State::kPrepared;
+      }
       e.client_uuid = row.client_uuid;
       e.episode_type = row.episode_type;
       e.optional_task_id = row.optional_task_id;
@@ -372,6 +376,7 @@ ClaimResponse Registry::claim_episode(const ClaimRequest& request) {
   e.discard_episode_timeout = request.discard_episode_timeout;
   e.llm_call_count = 0;
   e.optional_task_id = request.throttle_policy ? request.throttle_policy->current_task_id : "";
+  e.claim_global_step = engine_.global_step();
   touch_client_locked(request.client_uuid, now);
   if (store_ != nullptr) {
     store::EpisodeRow row;
@@ -387,6 +392,7 @@ ClaimResponse Registry::claim_episode(const ClaimRequest& request) {
   resp.episode_uuid = uuid;
   resp.openai_base_url = options_.openai_base_url;
   resp.openai_api_key = e.api_key;
+  resp.global_step = e.claim_global_step;
   return resp;
 }
 
@@ -396,7 +402,8 @@ void Registry::abort_episode(const AbortRequest& request) {
     std::lock_guard<std::mutex> lock(mu_);
     double now = clock_();
     auto it = live_.find(request.episode_uuid);
-    if (it == live_.end() || it->second.state != State::kClaimed) return;  // unknown or ended: still a success
+    // Unknown, ended or being stored: still a success. A prepared episode (episode groups) aborts.
+    if (it == live_.end() || (it->second.state != State::kClaimed && it->second.state != State::kPrepared)) return;
     if (!request.client_uuid.empty() && request.client_uuid != it->second.client_uuid) {
       out.logs.emplace_back("swarm", fmt::format("abort_episode: client {} tried to abort episode {} of client {}; "
                                                  "ignored",
@@ -440,6 +447,9 @@ LlmCallTicket Registry::begin_llm_call(const std::string& episode_uuid) {
     fail(ErrorCode::kNotFound, "Episode " + episode_uuid + " is not claimed; call claim_episode first.");
   }
   if (e.state == State::kEnding) fail(ErrorCode::kNotFound, "Episode " + episode_uuid + " has ended.");
+  if (e.state == State::kPrepared) {
+    fail(ErrorCode::kNotFound, "Episode " + episode_uuid + " has ended (prepared in an episode group).");
+  }
   e.llm_call_count += 1;
   e.calls_in_flight += 1;
   e.seen(now);

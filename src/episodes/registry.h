@@ -130,9 +130,17 @@ struct Batch {
   Json summary() const;                   // counts and reward statistics for logs and the store
 };
 
+// A participant's prepared episode whose prepare_timeout passed: its janitor asks the coordinator.
+struct PendingResolution {
+  std::string episode_uuid;
+  EpisodeGroup group;
+};
+
 struct SweepResult {
   std::vector<std::string> reclaimed;        // idle past discard_episode_timeout; slots back in the pool
   std::vector<std::string> expired_clients;  // inactive for client_active_timeout
+  std::vector<std::string> group_aborted;    // a coordinator's prepared episode past its prepare_timeout
+  std::vector<PendingResolution> to_resolve;  // ask the coordinator, then settle_prepared()
 };
 
 class Registry {
@@ -183,6 +191,21 @@ class Registry {
   // and its slot returns to the pool.
   void abort_episode(const AbortRequest& request);
   bool can_continue_episode(const EpisodeRef& request) const;
+
+  // ---- episode groups across servers (docs/protocol.md "Episode groups across servers") ----
+  // Validates as end_episode does, stores the episode as prepared, then calls `done` (on the store's
+  // writer thread, as end_episode). A prepared episode takes no calls and counts toward nothing.
+  using PrepareDone = std::function<void(std::optional<CommandError>, PrepareResponse)>;
+  void prepare_end_episode(PrepareRequest request, PrepareDone done);
+  // A prepared episode of this client ends as end_episode would have ended it (after the commit).
+  void commit_episode(const EpisodeRef& request, std::function<void(std::optional<CommandError>)> done);
+  // The coordinator's decision for a participant: "committed", "aborted" (a prepared or claimed
+  // episode is aborted now), or "pending" (its prepare or commit is being stored: ask again). May read
+  // the store for an episode it no longer remembers. Blocks.
+  std::string resolve_group(const ResolveRequest& request);
+  // A participant learned its coordinator's decision: "committed" commits, "aborted" aborts; anything
+  // else (pending, unreachable) leaves it prepared until the next sweep asks again.
+  void settle_prepared(const std::string& episode_uuid, const std::string& decision);
   Json episode_buffer() const;  // {"buffer": [episode status…]} (docs/protocol.md, get_episode_buffer)
   Json pool_info() const;       // GET /get_current_batch_rollout_pool_information body
   BoolResponse agree_sync_weight(const AgreeRequest& request);
@@ -239,7 +262,15 @@ class Registry {
   SweepResult sweep();
 
  private:
-  enum class State { kRegistered, kClaimed, kEnding };
+  // kEnding: an end, prepare or commit is being stored. kPrepared: waits for commit or abort.
+  enum class State { kRegistered, kClaimed, kEnding, kPrepared };
+  static const char* state_name(State state);
+  struct Prepared {
+    EpisodeGroup group;
+    EndRequest request;     // what commit ends it with
+    double deadline = 0;    // unix seconds: the janitor settles it after this
+    bool resolving = false; // a participant's question to its coordinator is in flight
+  };
   struct Episode {
     std::string uuid;
     std::string api_key;
@@ -261,6 +292,8 @@ class Registry {
     int64_t next_call_index = 0;
     std::vector<int64_t> call_indices;
     int64_t oldest_policy_version = -1;  // of its calls' generated tokens; -1 before any
+    int64_t claim_global_step = 0;       // global_step when claimed (prepare reports weights_changed)
+    std::optional<Prepared> prepared;    // set from a stored prepare until commit or abort
   };
   struct Retired {
     EpisodeEnd how;
@@ -303,8 +336,22 @@ class Registry {
   // Train episodes the ROLLING_POST drain waits for now.
   size_t train_alive_locked(double now) const;
   void refresh_activity_locked(double now);
+  // `back_to`: the state a failed store write returns the episode to (claimed, or prepared for a commit).
   void end_committed(const std::string& uuid, const EndRequest& request, std::exception_ptr error,
-                     const std::function<void(std::optional<CommandError>)>& done);
+                     const std::function<void(std::optional<CommandError>)>& done, State back_to = State::kClaimed);
+  // The store row of an episode ending with `request` (status finished or prepared).
+  store::EpisodeRow ended_row_locked(const Episode& e, const EndRequest& request, double now,
+                                     const char* status) const;
+  // Stores `row` and runs `then` with the write's outcome (the destructor waits for it).
+  void write_then(store::EpisodeRow row, std::function<void(std::exception_ptr)> then);
+  void prepare_committed(const std::string& uuid, const PrepareRequest& request, std::exception_ptr error,
+                         const PrepareDone& done);
+  // kPrepared → kEnding; the commit is stored, then end_committed. `client` "" = any (the janitor).
+  void begin_commit_locked(const std::string& uuid, const std::string& client, store::EpisodeRow& row,
+                           EndRequest& request);
+  void settle_expired_prepared_locked(double now, SweepResult& result, Outbox& out);
+  // A stored prepared episode's group and end (restore); nullopt when the row's group is unreadable.
+  static std::optional<Prepared> prepared_from_row(const store::EpisodeRow& row, double now);
   // proceed: commit the end; else answer at once (nullopt answer: already ended by this client,
   // which is a success again so a client retrying after a lost response does not fail).
   struct EndVerdict {

@@ -344,6 +344,7 @@ SweepResult Registry::sweep() {
         refill_pool_locked();
       }
     }
+    settle_expired_prepared_locked(now, result, out);
     expire_clients_locked(now, &result.expired_clients);
     check_trigger_locked(now, out);
     check_drained_locked(now, out);

@@ -50,6 +50,11 @@ Registry::EndVerdict Registry::end_precheck_locked(const EndRequest& req) const 
   if (e.state == State::kEnding) {
     return refuse(ErrorCode::kFailedPrecondition, "Episode " + uuid + ": end_episode is already in progress.");
   }
+  if (e.state == State::kPrepared) {
+    return refuse(ErrorCode::kFailedPrecondition, "Episode " + uuid + " is prepared in episode group '" +
+                                                      e.prepared->group.group_id +
+                                                      "': call commit_episode or abort_episode.");
+  }
   // A live train episode outside ROLLING/ROLLING_POST was carried over a batch boundary (training
   // states) or across an engine restart (BOOTING): its calls and reward are still good, and it joins
   // the batch being collected.
@@ -67,11 +72,49 @@ std::optional<CommandError> Registry::end_of_stored(const EndRequest& request, c
                "Episode " + uuid + " is not in claimed status: it was " + row.status + " (stored).");
 }
 
+store::EpisodeRow Registry::ended_row_locked(const Episode& e, const EndRequest& request, double now,
+                                             const char* status) const {
+  store::EpisodeRow row;
+  row.uuid = e.uuid;
+  row.client_uuid = e.client_uuid;
+  row.episode_type = e.episode_type;
+  row.status = status;
+  row.task_id = request.task_id;
+  row.optional_task_id = e.optional_task_id;
+  row.reward = request.workflow_output.reward;
+  row.is_success = request.workflow_output.is_success;
+  row.metadata = request.workflow_output.metadata;
+  if (e.prepared) row.metadata["ajet_group"] = e.prepared->group.to_json();
+  row.log_metrics = request.workflow_output.log_metrics;
+  row.discard_episode_timeout = e.discard_episode_timeout;
+  row.claimed_at = e.claimed_at;
+  row.ended_at = now;
+  return row;
+}
+
+void Registry::write_then(store::EpisodeRow row, std::function<void(std::exception_ptr)> then) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++pending_store_callbacks_;
+  }
+  // Queued after every call of this episode (those were queued under the mutex, before kEnding).
+  store_->upsert_episode(std::move(row), [this, then = std::move(then)](std::exception_ptr error) {
+    struct Release {  // the destructor of Registry waits for this, even if `then` throws
+      Registry* registry;
+      ~Release() {
+        std::lock_guard<std::mutex> lock(registry->mu_);
+        --registry->pending_store_callbacks_;
+        registry->callbacks_cv_.notify_all();
+      }
+    } release{this};
+    then(error);
+  });
+}
+
 void Registry::end_episode(EndRequest request, std::function<void(std::optional<CommandError>)> done) {
   double now = clock_();
   store::EpisodeRow row;
   EndVerdict verdict;
-  bool via_store = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     verdict = end_precheck_locked(request);
@@ -79,21 +122,7 @@ void Registry::end_episode(EndRequest request, std::function<void(std::optional<
       Episode& e = live_.at(request.episode_uuid);
       e.state = State::kEnding;  // no more calls are recorded; concurrent ends are refused
       e.seen(now);
-      row.uuid = e.uuid;
-      row.client_uuid = e.client_uuid;
-      row.episode_type = e.episode_type;
-      row.status = store::kEpisodeFinished;
-      row.task_id = request.task_id;
-      row.optional_task_id = e.optional_task_id;
-      row.reward = request.workflow_output.reward;
-      row.is_success = request.workflow_output.is_success;
-      row.metadata = request.workflow_output.metadata;
-      row.log_metrics = request.workflow_output.log_metrics;
-      row.discard_episode_timeout = e.discard_episode_timeout;
-      row.claimed_at = e.claimed_at;
-      row.ended_at = now;
-      via_store = store_ != nullptr;
-      if (via_store) ++pending_store_callbacks_;
+      row = ended_row_locked(e, request, now, store::kEpisodeFinished);
     }
   }
   if (!verdict.proceed && verdict.unknown && store_ != nullptr) {
@@ -109,28 +138,18 @@ void Registry::end_episode(EndRequest request, std::function<void(std::optional<
     done(verdict.answer);
     return;
   }
-  if (!via_store) {
+  if (store_ == nullptr) {
     end_committed(request.episode_uuid, request, nullptr, done);
     return;
   }
-  // Queued after every call of this episode (those were queued under the mutex, before kEnding).
   std::string uuid = request.episode_uuid;
-  store_->upsert_episode(std::move(row), [this, uuid, request = std::move(request), done = std::move(done)](
-                                             std::exception_ptr error) {
-    struct Release {  // the destructor of Registry waits for this, even if `done` throws
-      Registry* registry;
-      ~Release() {
-        std::lock_guard<std::mutex> lock(registry->mu_);
-        --registry->pending_store_callbacks_;
-        registry->callbacks_cv_.notify_all();
-      }
-    } release{this};
+  write_then(std::move(row), [this, uuid, request = std::move(request), done = std::move(done)](std::exception_ptr error) {
     end_committed(uuid, request, error, done);
   });
 }
 
 void Registry::end_committed(const std::string& uuid, const EndRequest& request, std::exception_ptr store_error,
-                             const std::function<void(std::optional<CommandError>)>& done) {
+                             const std::function<void(std::optional<CommandError>)>& done, State back_to) {
   Outbox out;
   std::optional<CommandError> answer;
   {
@@ -143,7 +162,7 @@ void Registry::end_committed(const std::string& uuid, const EndRequest& request,
                      "Episode " + uuid + " is not in claimed status: " +
                          (r != retired_.end() ? r->second.note : std::string("it is no longer running.")));
     } else if (store_error) {
-      it->second.state = State::kClaimed;  // the client may retry end_episode
+      it->second.state = back_to;  // the client may retry end_episode / commit_episode
       std::string what = "unknown error";
       try {
         std::rethrow_exception(store_error);

@@ -14,6 +14,7 @@ namespace ajet::store {
 // Episode statuses on disk. Registered (unclaimed) episodes are never stored: they are empty slots.
 inline constexpr const char* kEpisodeClaimed = "claimed";
 inline constexpr const char* kEpisodeFinished = "finished";    // ended with a reward; calls kept
+inline constexpr const char* kEpisodePrepared = "prepared";    // episode groups: ended, waiting for commit
 inline constexpr const char* kEpisodeAborted = "aborted";      // calls deleted
 inline constexpr const char* kEpisodeReclaimed = "reclaimed";  // idle past its timeout; calls deleted
 inline constexpr const char* kEpisodeDropped = "dropped";      // in flight at stop / batch boundary; calls deleted
@@ -107,7 +108,7 @@ struct RecoveredState {
   int64_t next_batch_id = 1;
   // Finished train episodes not in a trained/recorded/abandoned batch, oldest first: the current batch.
   std::vector<EpisodeRow> pending_finished;
-  std::vector<RecoveredEpisode> claimed;  // in flight at the crash, with their calls
+  std::vector<RecoveredEpisode> claimed;  // in flight (claimed or prepared) at the crash, with their calls
 };
 
 }  // namespace ajet::store

@@ -185,7 +185,8 @@ RecoveredState Store::recover() {
                              "ORDER BY e.ended_at, e.rowid");
   out.pending_finished = read_episodes(pending);
   Stmt& claimed = db.prepare(std::string("SELECT ") + kEpisodeColumns +
-                             " FROM episodes e WHERE e.status = 'claimed' ORDER BY e.claimed_at, e.rowid");
+                             " FROM episodes e WHERE e.status IN ('claimed', 'prepared') "
+                             "ORDER BY e.claimed_at, e.rowid");
   for (EpisodeRow& row : read_episodes(claimed)) {
     RecoveredEpisode episode{std::move(row), {}};
     episode.calls = read_calls(db, episode.episode.uuid);

@@ -113,6 +113,45 @@ void add_command_routes(http::Router& router, ServerContext& ctx) {
     });
   });
 
+  // Episode groups across servers (docs/protocol.md): prepare, commit, and the coordinator's side.
+  router.post("/prepare_end_episode", [&ctx, limit](Request req, Respond respond) {
+    answer_errors(respond, [&] {
+      PrepareRequest prepare = PrepareRequest::from_json(parse_json_body(req, limit));
+      ctx.registry.prepare_end_episode(std::move(prepare),
+                                       [respond](std::optional<CommandError> error, PrepareResponse answer) {
+                                         if (!error) {
+                                           respond(http::json_response(answer.to_json()));
+                                         } else {
+                                           respond(error_for(Error(error->code, error->message)));
+                                         }
+                                       });
+    });
+  });
+
+  router.post("/commit_episode", [&ctx, limit](Request req, Respond respond) {
+    answer_errors(respond, [&] {
+      EpisodeRef commit = EpisodeRef::from_json(parse_json_body(req, limit), "commit_episode", /*client_required=*/true);
+      ctx.registry.commit_episode(commit, [respond](std::optional<CommandError> error) {
+        if (!error) {
+          respond(http::json_response(Json{{"success", true}}));
+        } else {
+          respond(error_for(Error(error->code, error->message)));
+        }
+      });
+    });
+  });
+
+  router.post("/resolve_episode_group", [&ctx, limit](Request req, Respond respond) {
+    answer_errors(respond, [&] {
+      ResolveRequest resolve = ResolveRequest::from_json(parse_json_body(req, limit));
+      ctx.pool.post([&ctx, resolve, respond] {  // may read the store
+        answer_errors(respond, [&] {
+          respond(http::json_response(Json{{"decision", ctx.registry.resolve_group(resolve)}}));
+        });
+      });
+    });
+  });
+
   router.post("/abort_episode", [&ctx, limit](Request req, Respond respond) {
     answer_errors(respond, [&] {
       ctx.registry.abort_episode(AbortRequest::from_json(parse_json_body(req, limit)));

@@ -13,6 +13,7 @@
 #include "episodes/registry.h"
 #include "episodes/tracker_map.h"
 #include "episodes/verbose_log.h"
+#include "http/client.h"
 #include "http/router.h"
 #include "http/server.h"
 #include "openai/openai_call.h"
@@ -30,6 +31,40 @@ fs::path sibling_engine_binary() {
   if (ec) return "ajet-engine";
   return self.parent_path() / "ajet-engine";
 }
+
+namespace {
+
+// A participant's prepared episode outlived its prepare_timeout: ask its coordinator what the group
+// decided (docs/protocol.md "Episode groups across servers"), on the work pool, never on the janitor.
+void resolve_with_coordinator(Registry& registry, VerboseLog& verbose, const PendingResolution& pending) {
+  std::string decision = "unreachable";
+  try {
+    http::ClientOptions options;
+    options.connect_timeout = std::chrono::milliseconds(3'000);
+    options.timeout = std::chrono::milliseconds(10'000);
+    http::HttpClient coordinator(pending.group.coordinator_url, options);
+    http::ClientResponse r = coordinator.post_json(
+        "/resolve_episode_group",
+        Json{{"group_id", pending.group.group_id}, {"episode_uuid", pending.group.coordinator_episode_uuid}});
+    Json body = r.json();
+    if (r.status == 200 && body.is_object() && body.value("decision", Json("")).is_string()) {
+      decision = body["decision"].get<std::string>();
+    } else {
+      decision = fmt::format("HTTP {}", r.status);
+    }
+  } catch (const std::exception& e) {
+    decision = std::string("unreachable: ") + e.what();
+  }
+  if (decision != "committed" && decision != "aborted" && decision != "pending") {
+    verbose.add("janitor", fmt::format("group {}: coordinator {} gave no decision for episode {} ({}); asking again "
+                                       "at the next sweep",
+                                       pending.group.group_id, pending.group.coordinator_url, pending.episode_uuid,
+                                       decision));
+  }
+  registry.settle_prepared(pending.episode_uuid, decision);
+}
+
+}  // namespace
 
 std::string describe_earlier_run(const store::RecoveredState& r) {
   const bool has_run = !r.train_config_yaml.empty() || r.global_step > 0 || !r.pending_finished.empty() ||
@@ -158,8 +193,13 @@ SwarmServer::SwarmServer(FrontOptions options) : options_(std::move(options)) {
   add_command_routes(*router, *ctx_);
   add_engine_routes(*router, *ctx_);
   add_openai_routes(*router, *ctx_);
-  janitor_ = std::make_unique<Janitor>(*registry_,
-                                       std::chrono::milliseconds(int64_t(options_.janitor_interval_s * 1000)));
+  janitor_ = std::make_unique<Janitor>(
+      *registry_, std::chrono::milliseconds(int64_t(options_.janitor_interval_s * 1000)),
+      [registry = registry_.get(), verbose = verbose_.get(), pool = pool_.get()](const SweepResult& swept) {
+        for (const PendingResolution& pending : swept.to_resolve) {
+          pool->post([registry, verbose, pending] { resolve_with_coordinator(*registry, *verbose, pending); });
+        }
+      });
 }
 
 SwarmServer::~SwarmServer() {

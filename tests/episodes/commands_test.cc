@@ -74,7 +74,7 @@ TEST(ResponseBodies, UpstreamFieldNames) {
   c.client_uuid = "c";
   c.fail_cause = "x";
   EXPECT_EQ(c.to_json(), Json::parse(R"({"success": false, "client_uuid": "c", "episode_uuid": "",
-      "openai_base_url": "", "openai_api_key": "", "fail_cause": "x"})"));
+      "openai_base_url": "", "openai_api_key": "", "fail_cause": "x", "global_step": 0})"));
   EXPECT_EQ((BoolResponse{true, ""}.to_json()), Json::parse(R"({"success": true, "failure_reason": ""})"));
 }
 

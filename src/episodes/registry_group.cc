@@ -1,0 +1,309 @@
+// Episode groups across servers (docs/protocol.md "Episode groups across servers"): prepare, commit,
+// the coordinator's resolution and the janitor's settling of prepared episodes whose client vanished.
+// Commit on the coordinator is the group's decision; the coordinator aborts an uncommitted episode
+// when a participant asks, so a late client finds its commit refused and aborts the rest.
+#include <fmt/format.h>
+
+#include "common/log.h"
+#include "episodes/registry.h"
+#include "store/store.h"
+
+namespace ajet::swarm {
+
+namespace {
+
+CommandError group_error(ErrorCode code, std::string message) { return CommandError{code, std::move(message)}; }
+
+}  // namespace
+
+const char* Registry::state_name(State state) {
+  switch (state) {
+    case State::kRegistered: return "registered";
+    case State::kClaimed: return "claimed";
+    case State::kEnding: return "claimed";  // as upstream: an end being stored is still claimed
+    case State::kPrepared: return "prepared";
+  }
+  return "claimed";
+}
+
+std::optional<Registry::Prepared> Registry::prepared_from_row(const store::EpisodeRow& row, double now) {
+  try {
+    Prepared p;
+    p.group = EpisodeGroup::from_json(row.metadata.at("ajet_group"), "stored episode " + row.uuid + ": ajet_group");
+    p.request.client_uuid = row.client_uuid;
+    p.request.episode_uuid = row.uuid;
+    p.request.task_id = row.task_id;
+    p.request.workflow_output.reward = row.reward.value_or(0.0);
+    p.request.workflow_output.is_success = row.is_success;
+    p.request.workflow_output.metadata = row.metadata;
+    p.request.workflow_output.metadata.erase("ajet_group");
+    p.request.workflow_output.log_metrics = row.log_metrics;
+    p.deadline = now + p.group.prepare_timeout;
+    return p;
+  } catch (const std::exception& e) {
+    log().warn("episode {} was stored as prepared but its group cannot be read ({}); it is restored as claimed",
+               row.uuid, e.what());
+    return std::nullopt;
+  }
+}
+
+void Registry::prepare_end_episode(PrepareRequest request, PrepareDone done) {
+  double now = clock_();
+  store::EpisodeRow row;
+  EndVerdict verdict;
+  PrepareResponse repeat;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = live_.find(request.end.episode_uuid);
+    if (it != live_.end() && it->second.state == State::kPrepared && it->second.client_uuid == request.end.client_uuid) {
+      const Episode& e = it->second;
+      if (e.prepared->group.group_id != request.group.group_id) {
+        verdict.answer = group_error(ErrorCode::kFailedPrecondition,
+                                     "Episode " + e.uuid + " is already prepared in episode group '" +
+                                         e.prepared->group.group_id + "', not '" + request.group.group_id + "'.");
+      } else {  // a repeat (the answer was lost): the same answer again
+        repeat = PrepareResponse{e.uuid, e.claim_global_step, engine_.global_step(),
+                                 e.oldest_policy_version >= 0 ? std::optional<int64_t>(e.oldest_policy_version)
+                                                              : std::nullopt};
+      }
+    } else {
+      verdict = end_precheck_locked(request.end);
+      if (verdict.proceed) {
+        Episode& e = live_.at(request.end.episode_uuid);
+        e.state = State::kEnding;  // no more calls; concurrent ends and prepares are refused
+        e.seen(now);
+        e.prepared = Prepared{request.group, request.end, 0, false};
+        row = ended_row_locked(e, request.end, now, store::kEpisodePrepared);
+        e.prepared.reset();  // set again once the row is stored
+      } else if (!verdict.answer && !verdict.unknown) {
+        verdict.answer = group_error(ErrorCode::kFailedPrecondition,
+                                     "Episode " + request.end.episode_uuid + " has already ended; it cannot be prepared.");
+      }
+    }
+  }
+  if (!verdict.proceed) {
+    done(verdict.answer, repeat);
+    return;
+  }
+  if (store_ == nullptr) {
+    prepare_committed(request.end.episode_uuid, request, nullptr, done);
+    return;
+  }
+  std::string uuid = request.end.episode_uuid;
+  write_then(std::move(row), [this, uuid, request = std::move(request), done = std::move(done)](std::exception_ptr error) {
+    prepare_committed(uuid, request, error, done);
+  });
+}
+
+void Registry::prepare_committed(const std::string& uuid, const PrepareRequest& request, std::exception_ptr store_error,
+                                 const PrepareDone& done) {
+  std::optional<CommandError> answer;
+  PrepareResponse response;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    double now = clock_();
+    auto it = live_.find(uuid);
+    if (it == live_.end() || it->second.state != State::kEnding) {
+      auto r = retired_.find(uuid);  // stop() dropped it while the write was in flight
+      answer = group_error(ErrorCode::kFailedPrecondition,
+                           "Episode " + uuid + " is not in claimed status: " +
+                               (r != retired_.end() ? r->second.note : std::string("it is no longer running.")));
+    } else if (store_error) {
+      it->second.state = State::kClaimed;
+      std::string what = "unknown error";
+      try {
+        std::rethrow_exception(store_error);
+      } catch (const std::exception& e) {
+        what = e.what();
+      }
+      answer = group_error(ErrorCode::kIo, "Episode " + uuid + " could not be stored, so it was not prepared: " + what);
+    } else {
+      Episode& e = it->second;
+      e.state = State::kPrepared;
+      e.prepared = Prepared{request.group, request.end, now + request.group.prepare_timeout, false};
+      response = PrepareResponse{uuid, e.claim_global_step, engine_.global_step(),
+                                 e.oldest_policy_version >= 0 ? std::optional<int64_t>(e.oldest_policy_version)
+                                                              : std::nullopt};
+    }
+  }
+  done(answer, response);
+}
+
+void Registry::begin_commit_locked(const std::string& uuid, const std::string& client,
+                                                          store::EpisodeRow& row, EndRequest& request) {
+  Episode& e = live_.at(uuid);
+  double now = clock_();
+  e.state = State::kEnding;
+  if (!client.empty()) e.seen(now);
+  request = e.prepared->request;
+  row = ended_row_locked(e, request, now, store::kEpisodeFinished);
+}
+
+void Registry::commit_episode(const EpisodeRef& ref, std::function<void(std::optional<CommandError>)> done) {
+  const std::string& uuid = ref.episode_uuid;
+  store::EpisodeRow row;
+  EndRequest request;
+  std::optional<CommandError> answer;
+  bool proceed = false, unknown = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = live_.find(uuid);
+    if (it == live_.end()) {
+      if (auto r = retired_.find(uuid); r != retired_.end()) {
+        if (r->second.client_uuid != ref.client_uuid) {
+          answer = group_error(ErrorCode::kPermissionDenied, "Episode " + uuid + " is claimed by different client: " +
+                                                                 r->second.client_uuid + ", but got " + ref.client_uuid + ".");
+        } else if (r->second.how != EpisodeEnd::kFinished) {
+          answer = group_error(ErrorCode::kFailedPrecondition, "Episode " + uuid + " is not in claimed status: " + r->second.note);
+        }
+      } else {
+        unknown = true;
+        answer = group_error(ErrorCode::kFailedPrecondition, "Episode " + uuid + " not found.");
+      }
+    } else if (it->second.state == State::kRegistered) {
+      answer = group_error(ErrorCode::kFailedPrecondition, "Episode " + uuid + " is not prepared (it was never claimed).");
+    } else if (it->second.client_uuid != ref.client_uuid) {
+      answer = group_error(ErrorCode::kPermissionDenied, "Episode " + uuid + " is claimed by different client: " +
+                                                             it->second.client_uuid + ", but got " + ref.client_uuid + ".");
+    } else if (it->second.state == State::kEnding) {
+      answer = group_error(ErrorCode::kFailedPrecondition, "Episode " + uuid + ": an end or commit is already in progress.");
+    } else if (it->second.state != State::kPrepared) {
+      answer = group_error(ErrorCode::kFailedPrecondition,
+                           "Episode " + uuid + " is not prepared; call prepare_end_episode first.");
+    } else {
+      proceed = true;
+      begin_commit_locked(uuid, ref.client_uuid, row, request);
+    }
+  }
+  if (!proceed && unknown && store_ != nullptr) {
+    if (std::optional<store::EpisodeRow> stored = store_->get_episode(uuid); stored) {
+      EndRequest as_end;
+      as_end.client_uuid = ref.client_uuid;
+      as_end.episode_uuid = uuid;
+      answer = end_of_stored(as_end, *stored);
+    }
+  }
+  if (!proceed) {
+    done(answer);
+    return;
+  }
+  if (store_ == nullptr) {
+    end_committed(uuid, request, nullptr, done, State::kPrepared);
+    return;
+  }
+  write_then(std::move(row), [this, uuid, request = std::move(request), done = std::move(done)](std::exception_ptr error) {
+    end_committed(uuid, request, error, done, State::kPrepared);
+  });
+}
+
+std::string Registry::resolve_group(const ResolveRequest& request) {
+  const std::string& uuid = request.episode_uuid;
+  Outbox out;
+  std::string decision;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = live_.find(uuid);
+    if (it != live_.end()) {
+      Episode& e = it->second;
+      if (e.state == State::kEnding) {
+        decision = "pending";
+      } else if (e.state == State::kPrepared && e.prepared->group.group_id != request.group_id) {
+        out.logs.emplace_back("swarm", fmt::format("resolve_episode_group: episode {} is prepared in group '{}', "
+                                                   "not '{}'; left alone, answered aborted",
+                                                   uuid, e.prepared->group.group_id, request.group_id));
+        decision = "aborted";
+      } else {
+        if (e.state != State::kRegistered) {
+          retire_locked(uuid, EpisodeEnd::kAborted,
+                        "its episode group '" + request.group_id +
+                            "' was aborted: a participant's prepare timed out before this (coordinator) episode "
+                            "was committed.",
+                        out, true);
+          refill_pool_locked();
+          check_drained_locked(clock_(), out);
+          out.logs.emplace_back("swarm", fmt::format("group {}: coordinator episode {} aborted on a participant's "
+                                                     "request (no commit came)",
+                                                     request.group_id, uuid));
+        }
+        decision = "aborted";
+      }
+    } else if (auto r = retired_.find(uuid); r != retired_.end()) {
+      decision = r->second.how == EpisodeEnd::kFinished ? "committed" : "aborted";
+    }
+  }
+  deliver(out);
+  if (!decision.empty()) return decision;
+  if (store_ != nullptr) {  // ended before a restart or beyond the memory of retired episodes
+    if (std::optional<store::EpisodeRow> stored = store_->get_episode(uuid); stored) {
+      return stored->status == store::kEpisodeFinished ? "committed" : "aborted";
+    }
+  }
+  return "aborted";  // presumed abort: an episode nobody committed
+}
+
+void Registry::settle_prepared(const std::string& uuid, const std::string& decision) {
+  Outbox out;
+  store::EpisodeRow row;
+  EndRequest request;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = live_.find(uuid);
+    if (it == live_.end() || it->second.state != State::kPrepared) return;  // the client settled it meanwhile
+    Episode& e = it->second;
+    e.prepared->resolving = false;
+    if (decision == "aborted") {
+      std::string group = e.prepared->group.group_id;
+      retire_locked(uuid, EpisodeEnd::kAborted,
+                    "its episode group '" + group + "' was aborted (the coordinator never committed it).", out, true);
+      refill_pool_locked();
+      check_drained_locked(clock_(), out);
+      out.logs.emplace_back("janitor", fmt::format("group {}: episode {} aborted, as its coordinator decided", group, uuid));
+    } else if (decision == "committed") {
+      out.logs.emplace_back("janitor", fmt::format("group {}: episode {} committed, as its coordinator decided",
+                                                   e.prepared->group.group_id, uuid));
+      begin_commit_locked(uuid, "", row, request);
+    } else {
+      return;
+    }
+  }
+  deliver(out);
+  if (decision != "committed") return;
+  auto logged = [uuid](std::optional<CommandError> problem) {
+    if (problem) log().warn("committing episode {} for its group failed: {}", uuid, problem->message);
+  };
+  if (store_ == nullptr) {
+    end_committed(uuid, request, nullptr, logged, State::kPrepared);
+    return;
+  }
+  write_then(std::move(row), [this, uuid, request = std::move(request), logged](std::exception_ptr error) {
+    end_committed(uuid, request, error, logged, State::kPrepared);
+  });
+}
+
+void Registry::settle_expired_prepared_locked(double now, SweepResult& result, Outbox& out) {
+  std::vector<std::string> expired;
+  for (auto& [uuid, e] : live_) {
+    if (e.state != State::kPrepared || now < e.prepared->deadline) continue;
+    if (e.prepared->group.is_coordinator()) {
+      expired.push_back(uuid);
+    } else if (!e.prepared->resolving) {
+      e.prepared->resolving = true;
+      result.to_resolve.push_back(PendingResolution{uuid, e.prepared->group});
+    }
+  }
+  for (const auto& uuid : expired) {
+    const Prepared& p = *live_.at(uuid).prepared;
+    std::string group = p.group.group_id;
+    retire_locked(uuid, EpisodeEnd::kAborted,
+                  fmt::format("it was prepared in episode group '{}' and aborted when its prepare_timeout ({:.1f} s) "
+                              "passed without a commit.",
+                              group, p.group.prepare_timeout),
+                  out, true);
+    out.logs.emplace_back("janitor", fmt::format("group {}: coordinator episode {} aborted (prepare_timeout passed)",
+                                                 group, uuid));
+    result.group_aborted.push_back(uuid);
+  }
+  if (!expired.empty()) refill_pool_locked();
+}
+
+}  // namespace ajet::swarm
