@@ -257,8 +257,8 @@ class MultiEpisode:
                                client.server_url, err, self.prepare_timeout)
         if refused:
             where = "; ".join(f"{name} ({self._url(name)}): {err}" for name, err in refused.items())
-            raise EpisodeGroupError(f"episode group {self.group_id}: committed on the coordinator, but refused by {where}",
-                                    self.group_id, True, refused)
+            raise EpisodeGroupError(f"episode group {self.group_id}: committed on the coordinator, but refused by "
+                                    f"{where}", self.group_id, True, refused)
 
     # ------------------------------------------------------------------ abort
 

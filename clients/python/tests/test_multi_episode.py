@@ -199,7 +199,8 @@ class MultiEpisodeTest(unittest.TestCase):
         self.assert_no("/commit_episode")
 
     def test_a_prepare_refused_during_a_weight_sync_is_a_weight_update(self):
-        syncing = refused("Engine is not in rolling state. Current status: [ENGINE.WEIGHT_SYNCING]. Cannot end episode.")
+        syncing = refused("Engine is not in rolling state. Current status: [ENGINE.WEIGHT_SYNCING]. "
+                          "Cannot end episode.")
         pairs = self.servers("a", "b", a=({"/prepare_end_episode": [syncing]}, 0))
         group = self.group(pairs).begin("t1")
         with self.assertRaises(WeightUpdatedHalfway) as e:
