@@ -69,7 +69,8 @@ struct TaskFilterConfig {
   Json metadata = Json::object();  // metadata predicate: key -> value | [values] | {min, max} (docs/tasks.md)
 };
 
-struct TaskReaderConfig {
+// One source of tasks: what ajet.task_reader reads, and each task of a cocktail.
+struct TaskSourceConfig {
   std::string type = "random_dummy";  // jsonl_dataset_file | builtin | random_dummy
   JsonlFileConfig jsonl_dataset_file;
   BuiltinTasksConfig builtin;
@@ -79,6 +80,50 @@ struct TaskReaderConfig {
   int64_t max_training_tasks = -1;
   int64_t max_validation_tasks = -1;
   TaskFilterConfig filters;
+};
+
+// A cocktail holds at most this many task sources (each has its own stream, validation set and
+// metrics, and a step draws from each).
+inline constexpr size_t kMaxCocktailTasks = 16;
+inline constexpr size_t kMaxCocktailNameLength = 48;
+
+inline TaskSourceConfig builtin_task_source() {
+  TaskSourceConfig source;
+  source.type = "builtin";
+  return source;
+}
+
+// One task of ajet.task_reader.cocktail.tasks: a name (metrics keys), a weight, and the same reader
+// keys as ajet.task_reader (type builtin by default).
+struct CocktailTaskConfig {
+  std::string name;  // empty: the builtin generator's name
+  double weight = 1.0;
+  TaskSourceConfig source = builtin_task_source();
+};
+
+// The share of the step's tasks that goes to the first task of the cocktail (upstream's cocktail v2):
+// fixed: every task by its weight; constant: start; linear: start -> end at end_step; cos: end +
+// (start - end) * (1 + cos(pi t)) / 2. The other tasks share the rest by their weights.
+struct CocktailScheduleConfig {
+  std::string type = "fixed";  // fixed | constant | linear | cos
+  std::optional<double> start;
+  std::optional<double> end;
+  std::optional<int64_t> end_step;
+};
+
+struct CocktailConfig {
+  std::vector<CocktailTaskConfig> tasks;  // empty: no cocktail (ajet.task_reader is the one source)
+  CocktailScheduleConfig schedule;
+};
+
+// The name a cocktail task goes by in metrics: its `name`, else its builtin generator's name.
+inline std::string cocktail_task_name(const CocktailTaskConfig& task) {
+  if (task.name.empty() && task.source.type == "builtin") return task.source.builtin.generator;
+  return task.name;
+}
+
+struct TaskReaderConfig : TaskSourceConfig {
+  CocktailConfig cocktail;  // classic mode: several task sources mixed per step
 };
 
 struct TaskJudgeConfig {

@@ -5,6 +5,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -168,9 +169,13 @@ double as_double(const Field& f, const YAML::Node& node, const Ctx& ctx) {
   return *v;
 }
 
+void assign_cocktail_tasks(const Field& f, const YAML::Node& node, const Ctx& ctx,
+                           std::vector<CocktailTaskConfig>* out);
+
 // Stores `node` into the member `f` points at.
 void assign(const Field& f, const YAML::Node& node, const Ctx& ctx) {
   bool nullable = std::holds_alternative<std::optional<int64_t>*>(f.target) ||
+                  std::holds_alternative<std::optional<double>*>(f.target) ||
                   std::holds_alternative<std::optional<std::string>*>(f.target);
   if (node.IsNull() && !nullable) {
     ctx.warn(ctx.at(node) + ": " + f.key + " is null; keeping the default");
@@ -215,6 +220,14 @@ void assign(const Field& f, const YAML::Node& node, const Ctx& ctx) {
         *out = as_int(f, node, ctx);
       }
     }
+    void operator()(std::optional<double>* out) const {
+      if (node.IsNull()) {
+        out->reset();
+      } else {
+        *out = as_double(f, node, ctx);
+      }
+    }
+    void operator()(std::vector<CocktailTaskConfig>* out) const { assign_cocktail_tasks(f, node, ctx, out); }
     void operator()(std::optional<std::string>* out) const {
       if (node.IsNull()) {
         out->reset();
@@ -295,6 +308,29 @@ void walk(const YAML::Node& map, const std::string& prefix, const KeyIndex& inde
   }
 }
 
+// Each item of ajet.task_reader.cocktail.tasks is walked like a config section of its own, against
+// the keys of one cocktail task, so its errors and warnings name "…cocktail.tasks[i].key".
+void assign_cocktail_tasks(const Field& f, const YAML::Node& node, const Ctx& ctx,
+                           std::vector<CocktailTaskConfig>* out) {
+  if (!node.IsSequence()) ctx.type_error(f, node);
+  if (node.size() > kMaxCocktailTasks) {
+    invalid_argument(fmt::format("{}: {} holds {} tasks; a cocktail mixes at most {}", ctx.at(node), f.key,
+                                 node.size(), kMaxCocktailTasks));
+  }
+  std::vector<CocktailTaskConfig> tasks(node.size());  // sized once: the fields point into it
+  for (size_t i = 0; i < node.size(); ++i) {
+    const YAML::Node item = node[i];
+    const std::string key = fmt::format("{}[{}]", f.key, i);
+    if (!item.IsMap()) {
+      invalid_argument(ctx.at(item) + ": " + key + " must be a mapping (name, weight, type, builtin, ...), got " +
+                       describe(item));
+    }
+    const std::vector<Field> fields = cocktail_task_fields(tasks[i], i);
+    walk(item, key, KeyIndex(fields), ctx);
+  }
+  *out = std::move(tasks);
+}
+
 std::string format_number(double v) { return fmt::format("{}", v); }
 
 void emit_json(YAML::Emitter& out, const Json& value) {
@@ -321,23 +357,40 @@ void emit_json(YAML::Emitter& out, const Json& value) {
   }
 }
 
+Json::json_pointer pointer_of(const std::string& dotted) {
+  std::string ptr;
+  for (char c : dotted) ptr += (c == '.') ? '/' : c;
+  return Json::json_pointer("/" + ptr);
+}
+
+Json field_value(const FieldTarget& target);
+
+// One cocktail task as nested JSON with keys relative to the item: {name, weight, type, builtin: {…}, …}.
+Json cocktail_task_json(CocktailTaskConfig task, size_t index) {
+  const std::string prefix = fmt::format("ajet.task_reader.cocktail.tasks[{}].", index);
+  Json out = Json::object();
+  for (const Field& f : cocktail_task_fields(task, index)) {
+    out[pointer_of(f.key.substr(prefix.size()))] = field_value(f.target);
+  }
+  return out;
+}
+
 Json field_value(const FieldTarget& target) {
   return std::visit(
       [](auto* p) -> Json {
         using T = std::decay_t<decltype(*p)>;
-        if constexpr (std::is_same_v<T, std::optional<int64_t>> || std::is_same_v<T, std::optional<std::string>>) {
+        if constexpr (std::is_same_v<T, std::optional<int64_t>> || std::is_same_v<T, std::optional<double>> ||
+                      std::is_same_v<T, std::optional<std::string>>) {
           return *p ? Json(**p) : Json(nullptr);
+        } else if constexpr (std::is_same_v<T, std::vector<CocktailTaskConfig>>) {
+          Json items = Json::array();
+          for (size_t i = 0; i < p->size(); ++i) items.push_back(cocktail_task_json((*p)[i], i));
+          return items;
         } else {
           return Json(*p);
         }
       },
       target);
-}
-
-Json::json_pointer pointer_of(const std::string& dotted) {
-  std::string ptr;
-  for (char c : dotted) ptr += (c == '.') ? '/' : c;
-  return Json::json_pointer("/" + ptr);
 }
 
 bool is_kl_loss_type(const std::string& name) {
@@ -354,6 +407,96 @@ void settle_unused_choices(Config& config, const Ctx& ctx) {
     ctx.warn(std::string(ctx.source) + ": ajet.trainer_common.kl_loss_type '" + tc.kl_loss_type +
              "' is not supported here (" + kl_loss_types_text() + "), and use_kl_loss is false: ignored");
     tc.kl_loss_type = kKlLossTypes.front();  // config.h's default
+  }
+}
+
+// Per-key bounds and choices of `fields` (Field::min, max, choices).
+void check_bounds(const std::vector<Field>& fields, std::vector<std::string>& problems) {
+  for (const Field& f : fields) {
+    Json v = field_value(f.target);
+    if (v.is_number()) {
+      double d = v.get<double>();
+      if (f.min && d < *f.min) problems.push_back(fmt::format("{} must be >= {}, got {}", f.key, *f.min, v.dump()));
+      if (f.max && d > *f.max) problems.push_back(fmt::format("{} must be <= {}, got {}", f.key, *f.max, v.dump()));
+    }
+    if (v.is_string() && !f.choices.empty() && !f.choice_checked_when_used &&
+        std::find(f.choices.begin(), f.choices.end(), v.get<std::string>()) == f.choices.end()) {
+      problems.push_back(f.key + " must be one of the documented values, got " + v.dump());
+    }
+  }
+}
+
+bool is_metric_name(const std::string& name) {
+  return !name.empty() && name.size() <= kMaxCocktailNameLength &&
+         std::all_of(name.begin(), name.end(), [](char c) {
+           return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '-' || c == '.';
+         });
+}
+
+// One cocktail task: bounds of its keys, a source that yields tasks, a usable name.
+void check_cocktail_task(const CocktailTaskConfig& task, size_t index, std::vector<std::string>& problems) {
+  CocktailTaskConfig copy = task;
+  check_bounds(cocktail_task_fields(copy, index), problems);
+  const std::string item = fmt::format("ajet.task_reader.cocktail.tasks[{}]", index);
+  const TaskSourceConfig& source = task.source;
+  if (source.type == "random_dummy") {
+    problems.push_back(item + ".type must be builtin or jsonl_dataset_file (random_dummy yields no tasks)");
+  }
+  if (source.type == "jsonl_dataset_file" && source.jsonl_dataset_file.training_file_path.empty()) {
+    problems.push_back(item + ".jsonl_dataset_file.training.file_path is empty (type jsonl_dataset_file)");
+  }
+  const std::string name = cocktail_task_name(task);
+  if (name.empty()) {
+    problems.push_back(item + ".name is required (only a builtin task defaults to its generator's name)");
+  } else if (!is_metric_name(name)) {
+    problems.push_back(fmt::format("{}.name '{}' must be 1-{} letters, digits, '_', '-' or '.' (it names metrics)",
+                                   item, name, kMaxCocktailNameLength));
+  }
+}
+
+// ajet.task_reader.cocktail: 2 to kMaxCocktailTasks tasks with distinct names and weights that can
+// fill a batch, and a schedule whose type has the values it needs.
+void check_cocktail(const CocktailConfig& cocktail, std::vector<std::string>& problems) {
+  const std::string key = "ajet.task_reader.cocktail";
+  const CocktailScheduleConfig& s = cocktail.schedule;
+  const bool fixed = s.type == "fixed";
+  if (cocktail.tasks.empty()) {
+    if (!fixed || s.start || s.end || s.end_step) problems.push_back(key + ".schedule is set but " + key + ".tasks is empty");
+    return;
+  }
+  if (cocktail.tasks.size() < 2) {
+    problems.push_back(key + ".tasks holds one task; a cocktail mixes at least two (for one, use ajet.task_reader)");
+  }
+  if (cocktail.tasks.size() > kMaxCocktailTasks) {
+    problems.push_back(fmt::format("{}.tasks holds {} tasks; at most {}", key, cocktail.tasks.size(), kMaxCocktailTasks));
+  }
+  std::map<std::string, size_t> first_index;
+  double weights = 0, weights_after_first = 0;
+  for (size_t i = 0; i < cocktail.tasks.size(); ++i) {
+    check_cocktail_task(cocktail.tasks[i], i, problems);
+    const std::string name = cocktail_task_name(cocktail.tasks[i]);
+    if (auto [it, fresh] = first_index.emplace(name, i); !fresh && !name.empty()) {
+      problems.push_back(fmt::format("{}.tasks[{}].name '{}' is also the name of tasks[{}]; give each task its own name",
+                                     key, i, name, it->second));
+    }
+    weights += cocktail.tasks[i].weight;
+    weights_after_first += i > 0 ? cocktail.tasks[i].weight : 0.0;
+  }
+  if (fixed) {
+    if (s.start || s.end || s.end_step) {
+      problems.push_back(key + ".schedule.start, end and end_step need schedule.type constant, linear or cos "
+                               "(fixed mixes by the weights)");
+    }
+    if (weights <= 0) problems.push_back(key + ".tasks: the weights must not all be 0");
+    return;
+  }
+  if (!s.start) problems.push_back(key + ".schedule.start is required with schedule.type " + s.type);
+  if (s.type != "constant" && (!s.end || !s.end_step)) {
+    problems.push_back(key + ".schedule.end and end_step are required with schedule.type " + s.type);
+  }
+  if (weights_after_first <= 0) {
+    problems.push_back(key + ".tasks: a schedule gives the first task its share and the others the rest by weight, "
+                             "so the weights of tasks[1] and after must not all be 0");
   }
 }
 
@@ -410,18 +553,8 @@ void set_config_value(Config& config, std::string_view dotted_key, std::string_v
 void validate(const Config& config, std::string_view source) {
   Config copy = config;  // config_fields needs mutable targets; the copy is never written
   std::vector<std::string> problems;
-  for (const Field& f : config_fields(copy)) {
-    Json v = field_value(f.target);
-    if (v.is_number()) {
-      double d = v.get<double>();
-      if (f.min && d < *f.min) problems.push_back(fmt::format("{} must be >= {}, got {}", f.key, *f.min, v.dump()));
-      if (f.max && d > *f.max) problems.push_back(fmt::format("{} must be <= {}, got {}", f.key, *f.max, v.dump()));
-    }
-    if (v.is_string() && !f.choices.empty() && !f.choice_checked_when_used &&
-        std::find(f.choices.begin(), f.choices.end(), v.get<std::string>()) == f.choices.end()) {
-      problems.push_back(f.key + " must be one of the documented values, got " + v.dump());
-    }
-  }
+  check_bounds(config_fields(copy), problems);
+  check_cocktail(config.task_reader.cocktail, problems);
   const auto& r = config.rollout;
   const auto& d = config.data;
   auto relation = [&](bool ok, std::string message) {

@@ -14,8 +14,10 @@
 
 namespace ajet::config {
 
+// The cocktail's task list is one field: each item is parsed against cocktail_task_fields().
 using FieldTarget = std::variant<bool*, int64_t*, double*, std::string*, std::vector<std::string>*,
-                                 std::vector<double>*, std::optional<int64_t>*, std::optional<std::string>*, Json*>;
+                                 std::vector<double>*, std::optional<int64_t>*, std::optional<double>*,
+                                 std::optional<std::string>*, Json*, std::vector<CocktailTaskConfig>*>;
 
 struct Field {
   std::string key;  // full dotted key, e.g. "ajet.rollout.num_repeat"
@@ -38,6 +40,11 @@ inline const std::vector<std::string> kKlLossTypes = {"low_var_kl", "k1", "k3"};
 
 // Every key of `config`, in document order. Targets point into `config`.
 std::vector<Field> config_fields(Config& config);
+
+// The keys of item `index` of ajet.task_reader.cocktail.tasks, named
+// "ajet.task_reader.cocktail.tasks[index].…": name, weight and the reader keys of ajet.task_reader.
+// Targets point into `task`.
+std::vector<Field> cocktail_task_fields(CocktailTaskConfig& task, size_t index);
 
 // Upstream AgentJet keys that have no meaning here (vLLM, Ray, FSDP, Hydra, …). A YAML that sets one
 // gets a warning that names it and says it is ignored; a subtree entry covers everything below it.
