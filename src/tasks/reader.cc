@@ -126,7 +126,7 @@ void keep_first(std::vector<Task>& tasks, int64_t max) {
 
 }  // namespace
 
-TaskSets load_tasks(const config::TaskReaderConfig& reader, const std::filesystem::path& base_dir) {
+TaskSets load_tasks(const config::TaskSourceConfig& reader, const std::filesystem::path& base_dir) {
   TaskSets sets;
   if (reader.type == "jsonl_dataset_file") {
     const std::string& train_path = reader.jsonl_dataset_file.training_file_path;
