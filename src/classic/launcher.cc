@@ -16,6 +16,7 @@
 #include "classic/experiment_dir.h"
 #include "classic/metrics.h"
 #include "classic/swarm_child.h"
+#include "classic/task_mix.h"
 #include "common/clock.h"
 #include "common/mix.h"
 #include "classic/workflow.h"
@@ -25,6 +26,7 @@
 #include "common/fs.h"
 #include "common/log.h"
 #include "config/load.h"
+#include "tasks/cocktail.h"
 #include "tasks/reader.h"
 
 namespace ajet::classic {
@@ -103,9 +105,14 @@ PreparedConfig prepare_config(const LaunchOptions& options) {
     fail(ErrorCode::kNotFound, source + ": ajet.model.path: no such directory: " + c.model.path +
                                    " (create one with `ajet model init --preset tiny --tokenizer DIR --out DIR`)");
   }
-  if (c.task_reader.type == "random_dummy") {
+  if (!c.task_reader.cocktail.tasks.empty()) {
+    if (c.task_reader.type != "random_dummy") {
+      p.warnings.push_back("ajet.task_reader.type " + c.task_reader.type + " is not used: ajet.task_reader.cocktail "
+                           "lists the task sources");
+    }
+  } else if (c.task_reader.type == "random_dummy") {
     invalid_argument(source + ": ajet.task_reader.type is random_dummy (no tasks); classic mode needs tasks: use "
-                              "builtin or jsonl_dataset_file");
+                              "builtin or jsonl_dataset_file (or ajet.task_reader.cocktail)");
   }
   if (options.resume && c.experiment_name == "read_yaml_name" && c.experiment_dir == "auto") {
     c.experiment_name = newest_timestamped_run(options.exp_base_dir, options.conf.stem().string()).value_or(c.experiment_name);
@@ -155,7 +162,9 @@ class Job {
   void validate(int64_t step);
   void train_step(int64_t step);
   void wait_for_global_step(int64_t target);
-  std::vector<tasks::Task> draw_batch(std::set<std::string>& ids);
+  void load_task_sources();
+  Json cocktail_step_json(int64_t step, const std::vector<EpisodeResult>& results, int64_t gen_batches) const;
+  void restore_task_cursor(int64_t done);
   void claim_experiment_dir();
   void boot_engine();
   int64_t resume_point();
@@ -165,8 +174,11 @@ class Job {
   const std::atomic<bool>& stop_;
   const std::function<void(const std::string&)>& out_;
   PreparedConfig prepared_;
-  tasks::TaskSets tasks_;
-  std::unique_ptr<tasks::TaskStream> stream_;
+  // The task sources: ajet.task_reader (one, named "tasks") or the tasks of a cocktail, and the
+  // mix that draws each step's batch from their training streams.
+  std::vector<tasks::CocktailSource> sources_;
+  size_t training_tasks_ = 0, validation_tasks_ = 0;
+  std::unique_ptr<TaskMix> mix_;
   std::unique_ptr<ExperimentLock> lock_;
   std::unique_ptr<SwarmChild> swarm_;
   std::unique_ptr<client::SwarmClient> client_;
@@ -220,49 +232,82 @@ void Job::wait_for_global_step(int64_t target) {
   }
 }
 
+// Greedy, T=1 and pass@k on each source's held-out tasks (at most val_max_num_task_each_validation
+// per source); a cocktail's record also holds each task's own summary under "cocktail".
 void Job::validate(int64_t step) {
   const config::Config& c = prepared_.config;
-  if (tasks_.validation.empty() || stop_) return;
+  if (validation_tasks_ == 0 || stop_) return;
   const auto t0 = Clock::now();
-  size_t n = tasks_.validation.size();
-  if (c.trainer_common.val_max_num_task_each_validation && *c.trainer_common.val_max_num_task_each_validation > 0) {
-    n = std::min(n, size_t(*c.trainer_common.val_max_num_task_each_validation));
-  }
-  Json greedy_sampling{{"temperature", c.rollout.val_kwargs.do_sample ? c.rollout.val_kwargs.temperature : 0.0},
-                       {"top_p", c.rollout.val_kwargs.top_p}};
-  Json sampled{{"temperature", c.rollout.temperature}, {"top_p", c.rollout.top_p}};
+  const Json greedy_sampling{{"temperature", c.rollout.val_kwargs.do_sample ? c.rollout.val_kwargs.temperature : 0.0},
+                             {"top_p", c.rollout.val_kwargs.top_p}};
+  const Json sampled{{"temperature", c.rollout.temperature}, {"top_p", c.rollout.top_p}};
   const int64_t k = std::max<int64_t>(0, c.trainer_common.val_pass_n);
+  // 1. Jobs, source after source: one greedy episode per task, and k sampled ones.
   std::vector<EpisodeJob> greedy_jobs, sampled_jobs;
-  for (size_t i = 0; i < n; ++i) {
-    const tasks::Task* t = &tasks_.validation[i];
-    const uint64_t seed = hash_text(t->task_id);
-    greedy_jobs.push_back(EpisodeJob{t, "eval", greedy_sampling, seed, 0});
-    for (int64_t j = 0; j < k; ++j) sampled_jobs.push_back(EpisodeJob{t, "eval", sampled, mix(seed, uint64_t(j + 1)), j + 1});
+  std::vector<size_t> greedy_end, sampled_end;  // where each source's jobs end
+  for (const tasks::CocktailSource& source : sources_) {
+    size_t n = source.sets.validation.size();
+    if (const auto cap = c.trainer_common.val_max_num_task_each_validation; cap && *cap > 0) n = std::min(n, size_t(*cap));
+    for (size_t i = 0; i < n; ++i) {
+      const tasks::Task* t = &source.sets.validation[i];
+      const uint64_t seed = hash_text(t->task_id);
+      greedy_jobs.push_back(EpisodeJob{t, "eval", greedy_sampling, seed, 0});
+      for (int64_t j = 0; j < k; ++j) {
+        sampled_jobs.push_back(EpisodeJob{t, "eval", sampled, mix(seed, uint64_t(j + 1)), j + 1});
+      }
+    }
+    greedy_end.push_back(greedy_jobs.size());
+    sampled_end.push_back(sampled_jobs.size());
   }
+  // 2. All of them in one pool.
   std::vector<EpisodeJob> all = greedy_jobs;
   all.insert(all.end(), sampled_jobs.begin(), sampled_jobs.end());
   EpisodeRunner runner(*client_, *workflow_, RunnerOptions{c.rollout.max_env_worker, 600, 3}, stop_);
   std::vector<EpisodeResult> results = runner.run(all);
   if (stop_) return;
-  std::vector<EpisodeResult> g(results.begin(), results.begin() + long(greedy_jobs.size()));
-  std::vector<EpisodeResult> s(results.begin() + long(greedy_jobs.size()), results.end());
+  // 3. The summary of every task, and of each source of a cocktail.
+  const auto greedy_begin = results.begin(), sampled_begin = results.begin() + long(greedy_jobs.size());
+  std::vector<EpisodeResult> g(greedy_begin, sampled_begin);
+  std::vector<EpisodeResult> s(sampled_begin, results.end());
   ValidationSummary v = summarize_validation(g, s, k);
   Json r{{"kind", "validation"}, {"step", step}, {"elapsed_s", seconds_since(t0_)}, {"time_s", seconds_since(t0)},
          {"validation", validation_json(v)}, {"greedy_rollout", rollout_json(summarize(g))}};
+  if (mix_->is_cocktail()) {
+    Json per_task = Json::object();
+    for (size_t i = 0; i < sources_.size(); ++i) {
+      const size_t g0 = i == 0 ? 0 : greedy_end[i - 1], s0 = i == 0 ? 0 : sampled_end[i - 1];
+      const std::vector<EpisodeResult> gi(greedy_begin + long(g0), greedy_begin + long(greedy_end[i]));
+      const std::vector<EpisodeResult> si(sampled_begin + long(s0), sampled_begin + long(sampled_end[i]));
+      per_task[sources_[i].name] = validation_json(summarize_validation(gi, si, k));
+    }
+    r["cocktail"] = per_task;
+  }
   say(validation_line(r));
+  if (mix_->is_cocktail()) say(cocktail_validation_line(r));
   record(std::move(r));
 }
 
-std::vector<tasks::Task> Job::draw_batch(std::set<std::string>& ids) {
-  // Distinct tasks only (within a step: `ids`): a task drawn twice (at an epoch boundary) would hold
-  // 2 x num_repeat episodes and count once, so the front's batch trigger would wait for a task that
-  // never comes.
-  std::vector<tasks::Task> batch;
-  while (batch.size() < size_t(prepared_.config.data.train_batch_size)) {
-    const tasks::Task& t = stream_->next();
-    if (ids.insert(t.task_id).second) batch.push_back(t);
+// What each task of a cocktail had in this step: its share, its tasks, its episodes' reward and
+// success, and its stream's cursor after the step (what --resume restores).
+Json Job::cocktail_step_json(int64_t step, const std::vector<EpisodeResult>& results, int64_t gen_batches) const {
+  const std::vector<double> shares = mix_->shares(step);
+  const std::vector<int64_t> counts = mix_->counts(step);
+  std::vector<std::vector<EpisodeResult>> by_source(mix_->sources());
+  for (const EpisodeResult& r : results) by_source[mix_->source_of(r.job.task->task_id)].push_back(r);
+  const Json cursors = mix_->cursors();
+  Json out = Json::object();
+  for (size_t i = 0; i < mix_->sources(); ++i) {
+    const RolloutSummary summary = summarize(by_source[i]);
+    const bool ran = summary.episodes > 0;  // a task with no share this step has no reward (null, not 0)
+    out[mix_->name(i)] = Json{{"share", shares[i]},
+                              {"tasks_per_batch", counts[i]},
+                              {"tasks", counts[i] * gen_batches},
+                              {"episodes", summary.episodes},
+                              {"reward_mean", ran ? Json(summary.reward_mean) : Json(nullptr)},
+                              {"success_rate", ran ? Json(summary.success_rate) : Json(nullptr)},
+                              {"cursor", cursors[mix_->name(i)]}};
   }
-  return batch;
+  return out;
 }
 
 void Job::train_step(int64_t step) {
@@ -273,8 +318,7 @@ void Job::train_step(int64_t step) {
   // A step's tasks are distinct, so it cannot sample more batches than the training tasks fill.
   const int64_t max_gen_batches =
       prepared_.dynamic_sampling
-          ? std::clamp<int64_t>(int64_t(tasks_.training.size()) / std::max<int64_t>(1, c.data.train_batch_size), 1,
-                                c.trainer_common.algorithm.max_num_gen_batches)
+          ? std::clamp<int64_t>(mix_->max_batches(step), 1, c.trainer_common.algorithm.max_num_gen_batches)
           : 1;
   std::deque<std::vector<tasks::Task>> task_batches;  // the jobs point into these
   std::set<std::string> ids;
@@ -292,7 +336,7 @@ void Job::train_step(int64_t step) {
     }
   };
   while (gen_batches < max_gen_batches && !stop_) {
-    std::vector<tasks::Task>& batch = task_batches.emplace_back(draw_batch(ids));
+    std::vector<tasks::Task>& batch = task_batches.emplace_back(mix_->draw(step, ids));
     std::vector<EpisodeJob> jobs;
     for (size_t i = 0; i < batch.size(); ++i) {
       for (int64_t rep = 0; rep < c.rollout.num_repeat; ++rep) {
@@ -364,11 +408,13 @@ void Job::train_step(int64_t step) {
          {"rollout_time_s", rollout_s},
          {"train_wait_s", train_wait_s},
          {"tokens_per_s", double(rollout.completion_tokens) / std::max(1e-3, rollout_s)},
-         {"epoch", stream_->epoch()},
+         {"epoch", mix_->epoch()},
          {"rollout", rollout_json(rollout)},
          {"sampling", Json{{"gen_batches", gen_batches}, {"groups", groups}, {"informative_groups", informative}}},
          {"trainer", trainer}};
+  if (mix_->is_cocktail()) r["cocktail"] = cocktail_step_json(step, results, gen_batches);
   say(step_line(r, total_steps_));
+  if (mix_->is_cocktail()) say(cocktail_step_line(r));
   record(std::move(r));
   result_.steps_done = step;
 }
@@ -448,24 +494,36 @@ void Job::boot_engine() {
   start_global_step_ = prepared_.config.backbone == "debug" ? status.global_step : 0;
   first_step_ = done + 1;
   result_.resumed_from_step = done;
-  // The task order continues where step `done` left it: each step drew the task batches it recorded
-  // (more than one with dynamic sampling; one when its record is missing).
-  std::map<int64_t, int64_t> batches_of_step;
-  for (const Json& r : result_.records) {
-    if (r.value("kind", "") == "train") {
-      batches_of_step[r.value("step", int64_t(0))] = r.value("sampling", Json::object()).value("gen_batches", int64_t(1));
-    }
-  }
-  for (int64_t s = 1; s <= done; ++s) {
-    const auto it = batches_of_step.find(s);
-    std::set<std::string> ids;
-    for (int64_t b = 0, n = it == batches_of_step.end() ? 1 : it->second; b < n; ++b) draw_batch(ids);
-  }
+  restore_task_cursor(done);
   Json marker{{"kind", "resume"}, {"step", done}, {"global_step", status.global_step}, {"elapsed_s", 0.0}};
   append_jsonl(prepared_.exp_dir / "metrics.jsonl", marker);
   say(fmt::format("ajet: --resume: continuing after step {} of {} (global step {}); metrics.jsonl continues after a "
                   "{{\"kind\":\"resume\"}} line",
                   done, total_steps_, status.global_step));
+}
+
+// --resume: the task streams continue where step `done` left them. A cocktail's record of that step
+// holds each source's cursor; otherwise the step's task batches are drawn again (each step drew the
+// batches it recorded: more than one with dynamic sampling, one when its record is missing).
+void Job::restore_task_cursor(int64_t done) {
+  std::map<int64_t, const Json*> train_records;
+  for (const Json& r : result_.records) {
+    if (r.value("kind", "") == "train") train_records[r.value("step", int64_t(0))] = &r;
+  }
+  if (const auto it = train_records.find(done); mix_->is_cocktail() && it != train_records.end() &&
+                                                it->second->contains("cocktail")) {
+    Json cursors = Json::object();
+    for (const auto& [name, task] : (*it->second)["cocktail"].items()) cursors[name] = task.value("cursor", Json());
+    mix_->seek(cursors);
+    return;
+  }
+  for (int64_t s = 1; s <= done; ++s) {
+    const auto it = train_records.find(s);
+    const int64_t batches =
+        it == train_records.end() ? 1 : it->second->value("sampling", Json::object()).value("gen_batches", int64_t(1));
+    std::set<std::string> ids;
+    for (int64_t b = 0; b < batches; ++b) mix_->draw(s, ids);
+  }
 }
 
 // Stops engine and front, then says where everything is: metrics, reward curve, the final model.
@@ -482,6 +540,7 @@ void Job::finish() {
     write_reward_curve(prepared_.exp_dir / "reward_curve.html", result_.records, c.experiment_name);
   }
   if (const std::string summary = learning_summary(result_.records); !summary.empty()) say("ajet: " + summary);
+  for (const std::string& line : cocktail_learning_summary(result_.records)) say("ajet: " + line);
   say("ajet: metrics: " + (prepared_.exp_dir / "metrics.jsonl").string());
   say("ajet: reward curve: " + (prepared_.exp_dir / "reward_curve.html").string());
   const Json checkpoint = last.body.value("latest_checkpoint", Json(nullptr));
@@ -497,32 +556,55 @@ void Job::finish() {
   }
 }
 
+// The tasks: ajet.task_reader's, or each cocktail task's, and the mix that draws the steps' batches.
+void Job::load_task_sources() {
+  const config::Config& c = prepared_.config;
+  const config::TaskReaderConfig& reader = c.task_reader;
+  const std::string conf = options_.conf.string();
+  if (reader.cocktail.tasks.empty()) {
+    sources_.push_back(tasks::CocktailSource{"tasks", tasks::load_tasks(reader, prepared_.config_dir)});
+  } else {
+    sources_ = tasks::load_cocktail(reader.cocktail, prepared_.config_dir);
+  }
+  for (const tasks::CocktailSource& source : sources_) {
+    training_tasks_ += source.sets.training.size();
+    validation_tasks_ += source.sets.validation.size();
+  }
+  if (training_tasks_ == 0 && !c.trainer_common.val_only) {
+    invalid_argument(conf + ": ajet.task_reader yields no training tasks (after filters)");
+  }
+  if (!c.trainer_common.val_only && int64_t(training_tasks_) < c.data.train_batch_size) {
+    invalid_argument(fmt::format("{}: ajet.data.train_batch_size ({}) is larger than the number of training tasks ({})",
+                                 conf, c.data.train_batch_size, training_tasks_));
+  }
+  const uint64_t seed = uint64_t(reader.shuffle_seed);
+  mix_ = reader.cocktail.tasks.empty()
+             ? std::make_unique<TaskMix>(sources_.front().sets.training, reader.shuffle, seed, c.data.train_batch_size)
+             : std::make_unique<TaskMix>(reader.cocktail, sources_, seed, c.data.train_batch_size);
+}
+
 RunResult Job::run() {
   prepared_ = prepare_config(options_);
   const config::Config& c = prepared_.config;
   for (const auto& w : prepared_.warnings) say("warning: " + w);
   result_.exp_dir = prepared_.exp_dir;
-  tasks_ = tasks::load_tasks(c.task_reader, prepared_.config_dir);
-  if (tasks_.training.empty() && !c.trainer_common.val_only) {
-    invalid_argument(options_.conf.string() + ": ajet.task_reader yields no training tasks (after filters)");
-  }
-  if (!c.trainer_common.val_only && int64_t(tasks_.training.size()) < c.data.train_batch_size) {
-    invalid_argument(fmt::format("{}: ajet.data.train_batch_size ({}) is larger than the number of training tasks ({})",
-                                 options_.conf.string(), c.data.train_batch_size, tasks_.training.size()));
-  }
+  load_task_sources();
   claim_experiment_dir();
   workflow_ = make_workflow(c, prepared_.config_dir, prepared_.exp_dir);
   const int64_t per_epoch =
-      (int64_t(tasks_.training.size()) + c.data.train_batch_size - 1) / std::max<int64_t>(1, c.data.train_batch_size);
+      (int64_t(training_tasks_) + c.data.train_batch_size - 1) / std::max<int64_t>(1, c.data.train_batch_size);
   total_steps_ = c.trainer_common.total_training_steps.value_or(c.trainer_common.total_epochs * per_epoch);
   if (c.trainer_common.val_only) total_steps_ = 0;
+  mix_->check_fits(total_steps_);
   say(fmt::format("ajet: {} backbone, {} training / {} validation tasks, {} steps of {} tasks x {} episodes, {} in "
                   "parallel; workflow: {}",
-                  c.backbone, tasks_.training.size(), tasks_.validation.size(), total_steps_, c.data.train_batch_size,
-                  c.rollout.num_repeat, c.rollout.max_env_worker, workflow_->describe()));
+                  c.backbone, training_tasks_, validation_tasks_, total_steps_, c.data.train_batch_size,
+                  c.rollout.num_repeat, c.rollout.max_env_worker,
+                  mix_->is_cocktail() && (c.rollout.user_workflow.empty() || c.rollout.user_workflow == "builtin")
+                      ? "built-in agent of each task's env_type"
+                      : workflow_->describe()));
   say("ajet: experiment directory " + prepared_.exp_dir.string());
-  stream_ = std::make_unique<tasks::TaskStream>(tasks_.training, c.task_reader.shuffle,
-                                                uint64_t(c.task_reader.shuffle_seed));
+  if (mix_->is_cocktail()) say("ajet: " + cocktail_description(*mix_, c.task_reader.cocktail, sources_, total_steps_));
 
   std::vector<std::string> swarm_flags = options_.swarm_flags;
   swarm_flags.push_back(options_.resume ? "--resume" : "--fresh");

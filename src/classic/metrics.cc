@@ -198,7 +198,19 @@ std::string validation_line(const Json& record) {
                      record.value("time_s", 0.0));
 }
 
-std::string learning_summary(const std::vector<Json>& records) {
+namespace {
+// The change between two validation summaries, e.g. "sampled 48.5% -> 77.0% (+28.5), greedy …".
+std::string validation_change(const Json& a, const Json& b) {
+  auto change = [&](const char* key) {
+    const double x = 100.0 * a.value(key, 0.0), y = 100.0 * b.value(key, 0.0);
+    return fmt::format("{:.1f}% -> {:.1f}% ({:+.1f})", x, y, y - x);
+  };
+  return fmt::format("sampled {}, greedy {}, pass@{} {}", change("sampled_success"), change("greedy_success"),
+                     b.value("k", 0), change("pass_at_k"));
+}
+
+// The first and the last validation record among `records` (null, null when there is none).
+std::pair<const Json*, const Json*> first_and_last_validation(const std::vector<Json>& records) {
   const Json* first = nullptr;
   const Json* last = nullptr;
   for (const Json& r : records) {
@@ -206,16 +218,55 @@ std::string learning_summary(const std::vector<Json>& records) {
     if (first == nullptr) first = &r;
     last = &r;
   }
+  return {first, last};
+}
+}  // namespace
+
+std::string learning_summary(const std::vector<Json>& records) {
+  const auto [first, last] = first_and_last_validation(records);
   if (first == nullptr || first == last) return "";
-  const Json& a = first->at("validation");
-  const Json& b = last->at("validation");
-  auto change = [&](const char* key) {
-    const double x = 100.0 * a.value(key, 0.0), y = 100.0 * b.value(key, 0.0);
-    return fmt::format("{:.1f}% -> {:.1f}% ({:+.1f})", x, y, y - x);
-  };
-  return fmt::format("held-out success, step {} -> {}: sampled {}, greedy {}, pass@{} {}", first->at("step").get<int64_t>(),
-                     last->at("step").get<int64_t>(), change("sampled_success"), change("greedy_success"),
-                     b.value("k", 0), change("pass_at_k"));
+  return fmt::format("held-out success, step {} -> {}: {}", first->at("step").get<int64_t>(),
+                     last->at("step").get<int64_t>(), validation_change(first->at("validation"), last->at("validation")));
+}
+
+std::vector<std::string> cocktail_learning_summary(const std::vector<Json>& records) {
+  const auto [first, last] = first_and_last_validation(records);
+  std::vector<std::string> lines;
+  if (first == nullptr || first == last || !first->contains("cocktail") || !last->contains("cocktail")) return lines;
+  for (const auto& [name, b] : last->at("cocktail").items()) {
+    if (!first->at("cocktail").contains(name)) continue;
+    lines.push_back(fmt::format("held-out success of {}, step {} -> {}: {}", name, first->at("step").get<int64_t>(),
+                                last->at("step").get<int64_t>(), validation_change(first->at("cocktail")[name], b)));
+  }
+  return lines;
+}
+
+std::string cocktail_step_line(const Json& record) {
+  std::string line = "  tasks:";
+  std::string sep = " ";
+  const Json tasks = record.value("cocktail", Json::object());
+  for (const auto& [name, t] : tasks.items()) {
+    line += fmt::format("{}{} {} ({:.0f}%)", sep, name, t.value("tasks", 0), 100.0 * t.value("share", 0.0));
+    if (t.contains("reward_mean") && t["reward_mean"].is_number()) {
+      line += fmt::format(" reward {:.3f} success {:.1f}%", t["reward_mean"].get<double>(),
+                          100.0 * t["success_rate"].get<double>());
+    }
+    sep = " | ";
+  }
+  return line;
+}
+
+std::string cocktail_validation_line(const Json& record) {
+  std::string line = "  val per task:";
+  std::string sep = " ";
+  const Json tasks = record.value("cocktail", Json::object());
+  for (const auto& [name, v] : tasks.items()) {
+    line += fmt::format("{}{} greedy {:.1f}% pass@{} {:.1f}% sampled {:.1f}% ({})", sep, name,
+                        100.0 * v.value("greedy_success", 0.0), v.value("k", 0), 100.0 * v.value("pass_at_k", 0.0),
+                        100.0 * v.value("sampled_success", 0.0), v.value("tasks", 0));
+    sep = " | ";
+  }
+  return line;
 }
 
 Json rollout_json(const RolloutSummary& s) {
@@ -262,6 +313,35 @@ struct Series {
   bool points;
   std::vector<std::pair<double, double>> xy;
 };
+
+// A cocktail's per-task lines: training reward (solid) and validation sampled success (dashed,
+// points), one colour per task, in the order the tasks first appear.
+void add_cocktail_series(const std::vector<Json>& records, std::vector<Series>& series) {
+  static const std::vector<std::string> kTaskColors = {"#d62728", "#9467bd", "#8c564b", "#e377c2",
+                                                        "#bcbd22", "#17becf", "#393b79", "#637939"};
+  std::map<std::string, size_t> train_of, val_of, color_of;  // task name -> its series, its colour
+  auto series_of = [&](std::map<std::string, size_t>& index, const std::string& name, bool validation) -> Series& {
+    auto [it, fresh] = index.emplace(name, series.size());
+    if (fresh) {
+      const size_t color_index = color_of.emplace(name, color_of.size()).first->second;
+      const std::string& color = kTaskColors[color_index % kTaskColors.size()];
+      series.push_back(Series{(validation ? "validation sampled success: " : "train reward: ") + name, color,
+                              validation, validation, {}});
+    }
+    return series[it->second];
+  };
+  for (const Json& r : records) {
+    const std::string kind = r.value("kind", "");
+    const double step = double(r.value("step", int64_t{0}));
+    const Json tasks = r.value("cocktail", Json::object());
+    for (const auto& [name, t] : tasks.items()) {
+      if (kind == "train" && t.contains("reward_mean") && t["reward_mean"].is_number()) {
+        series_of(train_of, name, false).xy.emplace_back(step, t["reward_mean"].get<double>());
+      }
+      if (kind == "validation") series_of(val_of, name, true).xy.emplace_back(step, t.value("sampled_success", 0.0));
+    }
+  }
+}
 }  // namespace
 
 std::string reward_curve_html(const std::vector<Json>& records, const std::string& title) {
@@ -270,6 +350,7 @@ std::string reward_curve_html(const std::vector<Json>& records, const std::strin
                                 {"validation greedy success", "#ff7f0e", false, true, {}},
                                 {"validation sampled success", "#2ca02c", false, true, {}},
                                 {"validation pass@k", "#7f7f7f", true, true, {}}};
+  add_cocktail_series(records, series);
   double max_x = 1, min_y = 0, max_y = 1;
   for (const auto& r : records) {
     const std::string kind = r.value("kind", "");

@@ -61,13 +61,22 @@ std::string validation_line(const Json& record);
 // pass@4 85.0% -> 93.0% (+8.0)". Empty when there are fewer than two validation records.
 std::string learning_summary(const std::vector<Json>& records);
 
+// Cocktail runs (records with a "cocktail" object: task name -> that task's numbers):
+// "  tasks: calc 12 (75%) reward 0.412 success 41.0% | frozenlake 4 (25%) reward 0.250 success 25.0%"
+std::string cocktail_step_line(const Json& record);
+// "  val per task: calc greedy 45.0% pass@4 71.0% sampled 40.5% (100) | frozenlake …"
+std::string cocktail_validation_line(const Json& record);
+// learning_summary per task of a cocktail, one line each: "held-out success of calc, step 0 -> 24: …".
+std::vector<std::string> cocktail_learning_summary(const std::vector<Json>& records);
+
 Json rollout_json(const RolloutSummary& s);
 Json validation_json(const ValidationSummary& s);
 
 // Appends one JSON object per line.
 void append_jsonl(const std::filesystem::path& path, const Json& record);
 // A self-contained HTML page (inline SVG, no scripts) with the training reward per step and the
-// validation success points. `records` are the lines of metrics.jsonl.
+// validation success points; for a cocktail also one training-reward line and one validation line
+// (sampled success) per task. `records` are the lines of metrics.jsonl.
 std::string reward_curve_html(const std::vector<Json>& records, const std::string& title);
 void write_reward_curve(const std::filesystem::path& path, const std::vector<Json>& records, const std::string& title);
 

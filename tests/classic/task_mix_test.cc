@@ -1,0 +1,106 @@
+// TaskMix without processes: a cocktail step takes the schedule's counts from each source, tasks are
+// distinct within a step, the cursors round-trip (what --resume restores), and a step that asks a
+// source for more tasks than it has is refused by name.
+#include <gtest/gtest.h>
+
+#include "classic/task_mix.h"
+#include "common/error.h"
+
+namespace ajet::classic {
+namespace {
+
+config::CocktailConfig linear_cocktail() {
+  config::CocktailConfig c;
+  c.tasks.resize(2);
+  c.tasks[0].source.builtin.generator = "calc";
+  c.tasks[0].source.builtin.num_training_tasks = 12;
+  c.tasks[1].source.builtin.generator = "countdown";
+  c.tasks[1].source.builtin.num_training_tasks = 10;
+  c.schedule = {"linear", 1.0, 0.0, 4};  // calc's share 1, 0.75, 0.5, 0.25, 0 …
+  return c;
+}
+
+TEST(TaskMix, ACocktailStepTakesTheScheduleCountsFromEachSource) {
+  const config::CocktailConfig c = linear_cocktail();
+  TaskMix mix(c, tasks::load_cocktail(c), 7, 4);
+  ASSERT_TRUE(mix.is_cocktail());
+  const std::vector<std::vector<int64_t>> expected = {{4, 0}, {3, 1}, {2, 2}, {1, 3}, {0, 4}};
+  for (int64_t step = 1; step <= 5; ++step) {
+    EXPECT_EQ(mix.counts(step), expected[size_t(step - 1)]) << "step " << step;
+    std::set<std::string> ids;
+    const std::vector<tasks::Task> batch = mix.draw(step, ids);
+    ASSERT_EQ(batch.size(), 4u);
+    for (size_t i = 0; i < batch.size(); ++i) {
+      // Source order: the first task's tasks, then the second's.
+      EXPECT_EQ(mix.source_of(batch[i].task_id), i < size_t(expected[size_t(step - 1)][0]) ? 0u : 1u);
+    }
+  }
+  // calc drew 4+3+2+1 = 10 of its 12, countdown 0+1+2+3+4 = 10 of its 10.
+  const Json cursors = mix.cursors();
+  EXPECT_EQ(cursors["calc"], (Json{{"epoch", 0}, {"index", 10}}));
+  EXPECT_EQ(cursors["countdown"], (Json{{"epoch", 0}, {"index", 10}}));
+  EXPECT_EQ(mix.max_batches(3), 5);  // 2 a batch from each: calc has 12 / 2, countdown 10 / 2
+}
+
+TEST(TaskMix, CursorsRestoreTheSameDraws) {
+  const config::CocktailConfig c = linear_cocktail();
+  TaskMix a(c, tasks::load_cocktail(c), 7, 4);
+  std::set<std::string> ids;
+  a.draw(1, ids);
+  ids.clear();
+  a.draw(2, ids);
+  TaskMix b(c, tasks::load_cocktail(c), 7, 4);
+  b.seek(a.cursors());
+  for (int64_t step = 3; step <= 8; ++step) {
+    std::set<std::string> ia, ib;
+    const std::vector<tasks::Task> da = a.draw(step, ia), db = b.draw(step, ib);
+    ASSERT_EQ(da.size(), db.size());
+    for (size_t i = 0; i < da.size(); ++i) EXPECT_EQ(da[i].task_id, db[i].task_id) << "step " << step;
+  }
+  try {
+    b.seek(Json{{"calc", {{"epoch", 0}, {"index", 1}}}});
+    ADD_FAILURE() << "a cursor without countdown was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no task cursor {epoch, index} for 'countdown'"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(TaskMix, TasksAreDistinctWithinAStepAcrossBatches) {
+  config::CocktailConfig c = linear_cocktail();
+  c.schedule = {"constant", 0.5, std::nullopt, std::nullopt};
+  TaskMix mix(c, tasks::load_cocktail(c), 3, 6);
+  std::set<std::string> ids;
+  ASSERT_EQ(mix.max_batches(1), 3);  // 3 a batch from each: countdown has 10 / 3
+  for (int64_t b = 0; b < mix.max_batches(1); ++b) mix.draw(1, ids);
+  EXPECT_EQ(ids.size(), 18u);
+}
+
+TEST(TaskMix, AStepThatAsksASourceForMoreThanItHasIsRefused) {
+  config::CocktailConfig c = linear_cocktail();
+  c.schedule = {"linear", 0.0, 1.0, 2};  // countdown gets every task of step 1, calc of step 3 on
+  TaskMix mix(c, tasks::load_cocktail(c), 7, 14);
+  try {
+    mix.check_fits(5);
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("step 1 takes 14 tasks from task 'countdown', which has only 10"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(TaskMix, OneSourceDrawsTheWholeBatchFromItsStream) {
+  config::TaskSourceConfig reader = config::builtin_task_source();
+  reader.builtin.num_training_tasks = 10;
+  TaskMix mix(tasks::load_tasks(reader).training, true, 42, 4);
+  EXPECT_FALSE(mix.is_cocktail());
+  EXPECT_EQ(mix.counts(1), (std::vector<int64_t>{4}));
+  // The same order as a TaskStream with the same seed (what runs did before cocktails).
+  tasks::TaskStream stream(tasks::load_tasks(reader).training, true, 42);
+  std::set<std::string> ids;
+  for (const tasks::Task& t : mix.draw(1, ids)) EXPECT_EQ(t.task_id, stream.next().task_id);
+}
+
+}  // namespace
+}  // namespace ajet::classic
