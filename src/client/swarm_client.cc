@@ -1,6 +1,7 @@
 #include "client/swarm_client.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cstdlib>
 #include <random>
@@ -98,6 +99,15 @@ Json WorkflowOutput::to_json(const std::string& task_id) const {
   Json out = {{"reward", reward}, {"metadata", meta}};
   if (is_success) out["is_success"] = *is_success;
   if (log_metrics.is_object() && !log_metrics.empty()) out["log_metrics"] = log_metrics;
+  return out;
+}
+
+Json GroupRole::to_json() const {
+  Json out = {{"group_id", group_id}, {"prepare_timeout", prepare_timeout}};
+  if (!coordinator_url.empty()) {
+    out["coordinator_url"] = coordinator_url;
+    out["coordinator_episode_uuid"] = coordinator_episode_uuid;
+  }
   return out;
 }
 
@@ -219,6 +229,7 @@ std::variant<Episode, std::string> SwarmClient::claim_once(const ClaimOptions& o
   e.api_key = get_string(data, "openai_api_key", "claim_episode answer");
   e.client_uuid = client_uuid_;
   e.episode_type = o.episode_type;
+  e.global_step = data.value("global_step", Json(0)).is_number_integer() ? data["global_step"].get<int64_t>() : 0;
   std::lock_guard<std::mutex> lock(mu_);
   auto now = Clock::now();
   expire_at_[e.episode_uuid] =
@@ -330,6 +341,46 @@ EndResult SwarmClient::end_episode(const std::string& task_id, const std::string
   throw SwarmError(SwarmErrorKind::kCommand,
                    fmt::format("end_episode {} refused by {} ({}): {}", episode_uuid, server_url_, r.status, message),
                    r.status);
+}
+
+Prepared SwarmClient::prepare_end_episode(const std::string& task_id, const std::string& episode_uuid,
+                                          const WorkflowOutput& output, const GroupRole& role) {
+  if (episode_uuid.empty() || task_id.empty()) {
+    throw SwarmError(SwarmErrorKind::kCommand, "prepare_end_episode: episode_uuid and task_id must not be empty");
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    expire_at_.erase(episode_uuid);
+  }
+  Json body = {{"client_uuid", client_uuid_},
+               {"episode_uuid", episode_uuid},
+               {"task_id", task_id},
+               {"workflow_output", output.to_json(task_id)},
+               {"group", role.to_json()}};
+  http::ClientResponse r = post_retrying("/prepare_end_episode", body, options_.retry.end_episode_attempts);
+  if (r.status != 200) {
+    throw SwarmError(SwarmErrorKind::kCommand,
+                     fmt::format("prepare_end_episode {} refused by {} ({}): {}", episode_uuid, server_url_, r.status,
+                                 error_message(r)),
+                     r.status);
+  }
+  Json data = json_or_throw(r, "prepare_end_episode");
+  Prepared p;
+  p.global_step_at_claim = data.value("global_step_at_claim", int64_t(0));
+  p.global_step = data.value("global_step", int64_t(0));
+  p.weights_changed = data.value("weights_changed", false);
+  return p;
+}
+
+void SwarmClient::commit_episode(const std::string& episode_uuid) {
+  Json body = {{"client_uuid", client_uuid_}, {"episode_uuid", episode_uuid}};
+  http::ClientResponse r = post_retrying("/commit_episode", body, options_.retry.end_episode_attempts);
+  if (r.status != 200) {
+    throw SwarmError(SwarmErrorKind::kCommand,
+                     fmt::format("commit_episode {} refused by {} ({}): {}", episode_uuid, server_url_, r.status,
+                                 error_message(r)),
+                     r.status);
+  }
 }
 
 bool SwarmClient::abort_episode(const std::string& episode_uuid) {
@@ -486,14 +537,74 @@ Json SwarmClient::get_rollout_stat() {
   return Json::object();
 }
 
-bool SwarmClient::agree_sync_weight(bool retry, std::optional<double> max_wait) {
+int64_t SwarmClient::get_global_step() {
+  EngineStatus status = get_engine_status();
+  if (status.status == kCannotConnect) {
+    throw SwarmError(SwarmErrorKind::kConnection, "get_global_step: " + server_url_ + " is unreachable");
+  }
+  return status.global_step;
+}
+
+std::vector<std::string> SwarmClient::start_multi_engine(
+    const std::vector<std::pair<SwarmClient*, std::string>>& pairs, bool force_restart,
+    std::optional<double> max_wait) {
+  std::vector<std::string> found(pairs.size()), errors(pairs.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    threads.emplace_back([&, i] {
+      try {
+        found[i] = pairs[i].first->auto_sync_train_config_and_start_engine(pairs[i].second, force_restart, max_wait);
+      } catch (const std::exception& e) {
+        errors[i] = pairs[i].first->server_url() + ": " + e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::vector<std::string> failed;
+  for (const auto& e : errors) {
+    if (!e.empty()) failed.push_back(e);
+  }
+  if (!failed.empty()) {
+    throw SwarmError(SwarmErrorKind::kCommand, fmt::format("failed to start {} of {} engines: {}", failed.size(),
+                                                           pairs.size(), fmt::join(failed, "; ")));
+  }
+  return found;
+}
+
+namespace {
+
+// What tells a batch boundary apart: the status, the step, the debug backbone's recorded batches.
+struct Boundary {
+  std::string status;
+  int64_t global_step = 0;
+  int64_t batches_recorded = 0;
+  static Boundary of(const Json& pool) {
+    return Boundary{pool.value("engine_status", std::string()), pool.value("global_step", int64_t(0)),
+                    pool.value("batches_recorded", int64_t(0))};
+  }
+  bool passed_since(const Boundary& before) const {
+    if (status.empty()) return false;  // unreachable: nothing seen
+    return status == kRollingPost || status == kWeightSyncing || status == kWeightExporting ||
+           global_step != before.global_step || batches_recorded != before.batches_recorded;
+  }
+};
+
+}  // namespace
+
+bool SwarmClient::agree_sync_weight(bool retry, std::optional<double> max_wait, bool wait) {
   const Deadline deadline = deadline_after(max_wait);
+  const Boundary before = Boundary::of(wait ? get_rollout_stat() : Json::object());
   while (true) {
     std::string reason;
     try {
       Json body = {{"client_uuid", client_uuid_}};
       Json data = json_or_throw(send("POST", "/agree_sync_weight", &body, false), "agree_sync_weight");
-      if (data.value("success", false)) return true;
+      if (data.value("success", false)) {
+        while (wait && !Boundary::of(get_rollout_stat()).passed_since(before)) {
+          sleep_within(options_.retry.status_poll, deadline, "the batch boundary after agree_sync_weight");
+        }
+        return true;
+      }
       reason = data.value("failure_reason", "");
     } catch (const SwarmError& e) {
       if (e.kind() != SwarmErrorKind::kConnection) throw;

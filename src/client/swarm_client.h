@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <variant>
+#include <vector>
 
 #include "client/connection_pool.h"
 #include "client/swarm_types.h"
@@ -45,10 +46,16 @@ class SwarmClient {
   // throw SwarmError(kCommand) with the server's message and status.
   EndResult end_episode(const std::string& task_id, const std::string& episode_uuid, const WorkflowOutput& output);
   bool abort_episode(const std::string& episode_uuid);         // never throws; true when confirmed
+  // Episode groups (several servers, docs/protocol.md): the first phase of an end, then the commit.
+  // Refusals throw SwarmError(kCommand); connection errors are retried (both are idempotent).
+  Prepared prepare_end_episode(const std::string& task_id, const std::string& episode_uuid,
+                               const WorkflowOutput& output, const GroupRole& role);
+  void commit_episode(const std::string& episode_uuid);
   bool can_continue_episode(const std::string& episode_uuid);  // false on any error
   Json get_episode_buffer();
 
   EngineStatus get_engine_status();  // never throws: kCannotConnect when unreachable
+  int64_t get_global_step();         // the policy version the server serves; SwarmError when unreachable
   Json sync_train_config(const std::string& yaml);
   Json sync_train_code(const std::string& zip_archive);
   // from_checkpoint: the engine continues from the newest checkpoint the front knows (a stopped run).
@@ -59,6 +66,12 @@ class SwarmClient {
   // Returns the status found first.
   std::string auto_sync_train_config_and_start_engine(const std::string& yaml, bool force_restart = false,
                                                       std::optional<double> max_wait = std::nullopt);
+  // Multi-model training (upstream's async_and_start_multi_engine): the call above for every (client,
+  // config YAML) pair at once, one thread each. Returns the status each found, in order; when any
+  // failed, throws one SwarmError naming every server that failed and why.
+  static std::vector<std::string> start_multi_engine(const std::vector<std::pair<SwarmClient*, std::string>>& pairs,
+                                                     bool force_restart = false,
+                                                     std::optional<double> max_wait = std::nullopt);
   // Polls until `desired`; kOffline when the engine is OFFLINE after it was started (`started`) or
   // seen in another status; kTimeout after max_wait.
   EngineStatus wait_for_status(const std::string& desired, std::optional<double> max_wait = std::nullopt,
@@ -66,7 +79,10 @@ class SwarmClient {
 
   Json get_rollout_stat();  // pool info; {} when unreachable
   // Retries every retry.agree_sync_weight seconds until accepted when `retry` (or max_wait passes).
-  bool agree_sync_weight(bool retry = true, std::optional<double> max_wait = std::nullopt);
+  // `wait`: once accepted, also waits for the batch boundary — ROLLING_POST or a weight update
+  // showing, or global_step (or the debug backbone's recorded batches) moving — so this client's next
+  // episodes cannot leak into the batch it agreed to close (cocktail training's per-client shares).
+  bool agree_sync_weight(bool retry = true, std::optional<double> max_wait = std::nullopt, bool wait = false);
   Json get_verbose_logs();
 
   std::string rewrite_base_url(const std::string& base_url) const;

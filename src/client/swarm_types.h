@@ -53,6 +53,24 @@ struct Episode {
   std::string api_key;   // "sk-ajet-…"
   std::string client_uuid;
   std::string episode_type = "train";
+  int64_t global_step = 0;  // the policy version the server served when it was claimed
+};
+
+// A member's role in an episode group (docs/protocol.md "Episode groups across servers"): the
+// coordinator leaves coordinator_url empty; a participant names the coordinator and its episode.
+struct GroupRole {
+  std::string group_id;
+  std::string coordinator_url;
+  std::string coordinator_episode_uuid;
+  double prepare_timeout = 60;  // seconds before the servers settle the group without this client
+  Json to_json() const;
+};
+
+// The answer of prepare_end_episode.
+struct Prepared {
+  int64_t global_step_at_claim = 0;
+  int64_t global_step = 0;
+  bool weights_changed = false;
 };
 
 struct WorkflowOutput {

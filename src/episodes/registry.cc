@@ -121,7 +121,8 @@ void Registry::retire_locked(const std::string& uuid, EpisodeEnd how, std::strin
   } else {
     out.closed.push_back(EpisodeClosed{uuid, e.episode_type, how});
     if (store_it && store_ != nullptr) store_->retire_episode(uuid, std::string(episode_end_name(how)), clock_());
-    retired_[uuid] = Retired{how, e.client_uuid, e.episode_type, std::move(note)};
+    retired_[uuid] = Retired{how, e.client_uuid, e.episode_type, std::move(note),
+                             e.prepared ? e.prepared->group.group_id : std::string()};
     retired_order_.push_back(uuid);
     while (retired_order_.size() > kRetiredEpisodesKept) {
       retired_.erase(retired_order_.front());

@@ -300,6 +300,7 @@ class Registry {
     std::string client_uuid;
     std::string episode_type;
     std::string note;  // why, for error messages
+    std::string group_id;  // the episode group it was prepared in ("" for none)
   };
   struct ActiveClient {
     double latest_activity = 0;

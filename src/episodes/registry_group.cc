@@ -228,14 +228,19 @@ std::string Registry::resolve_group(const ResolveRequest& request) {
         decision = "aborted";
       }
     } else if (auto r = retired_.find(uuid); r != retired_.end()) {
-      decision = r->second.how == EpisodeEnd::kFinished ? "committed" : "aborted";
+      // Committed in this group; an episode ended otherwise (another group, a plain end) is not the
+      // decision of this group, which therefore never committed.
+      decision = r->second.how == EpisodeEnd::kFinished && r->second.group_id == request.group_id ? "committed"
+                                                                                                  : "aborted";
     }
   }
   deliver(out);
   if (!decision.empty()) return decision;
   if (store_ != nullptr) {  // ended before a restart or beyond the memory of retired episodes
     if (std::optional<store::EpisodeRow> stored = store_->get_episode(uuid); stored) {
-      return stored->status == store::kEpisodeFinished ? "committed" : "aborted";
+      const Json group = stored->metadata.value("ajet_group", Json::object());
+      const bool same_group = group.is_object() && group.value("group_id", std::string()) == request.group_id;
+      return stored->status == store::kEpisodeFinished && same_group ? "committed" : "aborted";
     }
   }
   return "aborted";  // presumed abort: an episode nobody committed

@@ -167,6 +167,7 @@ TEST(EpisodeGroups, TheCoordinatorAbortsWhatIsNotCommittedWhenAParticipantAsks) 
   EXPECT_EQ(h.registry.resolve_group(ResolveRequest{"g1", prepared}), "aborted");
   EXPECT_EQ(h.registry.resolve_group(ResolveRequest{"g2", claimed}), "aborted");
   EXPECT_EQ(h.registry.resolve_group(ResolveRequest{"g3", done}), "committed");
+  EXPECT_EQ(h.registry.resolve_group(ResolveRequest{"g-wrong", done}), "aborted");  // not this group's commit
   EXPECT_EQ(h.registry.resolve_group(ResolveRequest{"g4", "never-seen"}), "aborted");
   EXPECT_EQ(h.registry.resolve_group(ResolveRequest{"g1", other}), "aborted");  // another group's: untouched
   // The late client finds its commits refused, so it aborts the rest of its group.
