@@ -2,6 +2,7 @@
 // round trip, and every error naming its key (item index included).
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 
 #include "common/error.h"
@@ -146,6 +147,19 @@ TEST(CocktailConfig, RelationsListEveryViolationByKey) {
                                 "        - {builtin: {generator: countdown}, weight: 0}\n"
                                 "      schedule: {type: constant, start: 0.5}\n"));
   EXPECT_TRUE(has(e, "the weights of tasks[1] and after must not all be 0")) << e;
+}
+
+// The documented cocktail command's config loads cleanly and mixes calc and frozenlake half and half.
+TEST(CocktailConfig, TheExampleConfigLoadsWithoutWarnings) {
+  const LoadedConfig loaded =
+      load_config_file(std::filesystem::path(AJET_SOURCE_DIR) / "examples/configs/calc_cocktail.yaml");
+  EXPECT_TRUE(loaded.warnings.empty()) << ::testing::PrintToString(loaded.warnings);
+  const CocktailConfig& cocktail = loaded.config.task_reader.cocktail;
+  ASSERT_EQ(cocktail.tasks.size(), 2u);
+  EXPECT_EQ(cocktail_task_name(cocktail.tasks[0]), "calc");
+  EXPECT_EQ(cocktail_task_name(cocktail.tasks[1]), "frozenlake");
+  EXPECT_EQ(cocktail.schedule.type, "constant");
+  EXPECT_EQ(cocktail.schedule.start, 0.5);
 }
 
 }  // namespace
