@@ -71,8 +71,10 @@ if [ ! -f "$model/config.json" ]; then
   fi
   demos "$work/calc-correct.jsonl" calc --n 14000 --correct-ratio 1.0 --seed 1
   demos "$work/calc-mix70.jsonl" calc --n 6000 --correct-ratio 0.7 --seed 101
-  demos "$work/frozenlake.jsonl" frozenlake --n 6000 --correct-ratio 0.5 --error-mix 0,1,0 --seed 5
-  mix_demos "$work/stage1.jsonl" 1 "$work/calc-correct.jsonl" "$work/frozenlake.jsonl"
+  # 4x4 lakes have ~2500 distinct training maps: 2000 demos, each three times in stage 1 (30% of it).
+  demos "$work/frozenlake.jsonl" frozenlake --n 2000 --correct-ratio 0.5 --error-mix 0,1,0 --seed 5
+  mix_demos "$work/stage1.jsonl" 1 "$work/calc-correct.jsonl" "$work/frozenlake.jsonl" "$work/frozenlake.jsonl" \
+    "$work/frozenlake.jsonl"
   mix_demos "$work/stage2.jsonl" 2 "$work/calc-mix70.jsonl" "$work/frozenlake.jsonl"
   if [ ! -f "$work/models/cocktail-gate/config.json" ]; then
     sft "$work/models/tiny-init" "$work/stage1.jsonl" "$work/models/cocktail-gate" "${AJET_SFT_STEPS:-1000}" 30 2e-3 \
