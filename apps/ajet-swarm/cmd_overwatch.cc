@@ -1,8 +1,9 @@
-// `ajet-swarm overwatch` (alias `top`): a live terminal monitor of a swarm server (ncursesw). A
-// fetch thread polls the server every --refresh-interval; the UI thread only draws, so `q`, scrolling
-// and terminal resizes stay responsive while the server is slow or unreachable (CANNOT_CONNECT,
-// retried). `--once` prints one plain-text snapshot and exits (1 when the server is unreachable).
-// What is shown lives in src/client/overwatch_view.h; this file is only the terminal.
+// `ajet-swarm overwatch` (alias `top`): a live terminal monitor of one swarm server, or of several
+// (multi-model training: one server per model; `--swarm-url` repeated or a comma list). One fetch
+// thread per server polls it every --refresh-interval; the UI thread only draws, so `q`, scrolling
+// and terminal resizes stay responsive while a server is slow or unreachable (CANNOT_CONNECT,
+// retried). `--once` prints one plain-text snapshot of every server and exits (1 when any is
+// unreachable). What is shown lives in src/client/overwatch_view.h; this file is only the terminal.
 #define NCURSES_WIDECHAR 1
 #include <curses.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <future>
 #include <iostream>
 #include <mutex>
 #include <thread>
@@ -29,8 +31,10 @@ using client::LineStyle;
 using client::OverwatchLayout;
 using client::OverwatchSnapshot;
 
+constexpr const char* kDefaultUrl = "http://127.0.0.1:10086";
+
 struct OverwatchOptions {
-  std::string url = "http://127.0.0.1:10086";
+  std::vector<std::string> urls;  // empty: kDefaultUrl
   double refresh_interval = 2.0;
   bool once = false;
   size_t width = 0;  // --once: 0 = $COLUMNS or 120
@@ -52,11 +56,17 @@ size_t default_width() {
   return 120;
 }
 
-// Polls the server in the background; the latest snapshot and a version number under a mutex.
+// Polls every server in the background, one thread each (a slow server delays only its own block);
+// the latest snapshots and a version number under a mutex.
 class Fetcher {
  public:
-  Fetcher(const OverwatchOptions& o) : options_(o), http_(o.url, fetch_options(o.refresh_interval)) {
-    thread_ = std::thread([this] { run(); });
+  explicit Fetcher(const OverwatchOptions& o) : options_(o), latest_(o.urls.size()) {
+    for (size_t i = 0; i < o.urls.size(); ++i) {
+      latest_[i].url = o.urls[i];
+      latest_[i].refresh_interval = o.refresh_interval;
+      latest_[i].error = "connecting…";
+      threads_.emplace_back([this, i] { run(i); });
+    }
   }
   ~Fetcher() {
     {
@@ -64,15 +74,15 @@ class Fetcher {
       stop_ = true;
     }
     cv_.notify_all();
-    thread_.join();
+    for (auto& t : threads_) t.join();
   }
   void refresh_now() {
     std::lock_guard<std::mutex> lock(mu_);
-    poke_ = true;
+    poke_ += 1;
     cv_.notify_all();
   }
-  // The latest snapshot if newer than `version` (which is updated).
-  std::optional<OverwatchSnapshot> newer_than(uint64_t& version) {
+  // The latest snapshots if any is newer than `version` (which is updated).
+  std::optional<std::vector<OverwatchSnapshot>> newer_than(uint64_t& version) {
     std::lock_guard<std::mutex> lock(mu_);
     if (version_ == version) return std::nullopt;
     version = version_;
@@ -80,30 +90,55 @@ class Fetcher {
   }
 
  private:
-  void run() {
-    uint64_t requests = 0, errors = 0;
+  void run(size_t i) {
+    http::HttpClient http(options_.urls[i], fetch_options(options_.refresh_interval));
+    uint64_t requests = 0, errors = 0, seen_poke = 0;
     while (true) {
-      OverwatchSnapshot s = client::fetch_overwatch(http_, options_.url, options_.refresh_interval, requests, errors);
+      OverwatchSnapshot s = client::fetch_overwatch(http, options_.urls[i], options_.refresh_interval, requests, errors);
       requests = s.requests;
       errors = s.errors;
       std::unique_lock<std::mutex> lock(mu_);
-      latest_ = std::move(s);
+      latest_[i] = std::move(s);
       version_ += 1;
-      cv_.wait_for(lock, std::chrono::duration<double>(options_.refresh_interval), [&] { return stop_ || poke_; });
-      poke_ = false;
+      cv_.wait_for(lock, std::chrono::duration<double>(options_.refresh_interval),
+                   [&] { return stop_ || poke_ != seen_poke; });
+      seen_poke = poke_;
       if (stop_) return;
     }
   }
 
   OverwatchOptions options_;
-  http::HttpClient http_;
   std::mutex mu_;
   std::condition_variable cv_;
-  bool stop_ = false, poke_ = false;
+  bool stop_ = false;
+  uint64_t poke_ = 0;  // refresh_now() count: every thread fetches once per poke
   uint64_t version_ = 0;
-  OverwatchSnapshot latest_;
-  std::thread thread_;
+  std::vector<OverwatchSnapshot> latest_;
+  std::vector<std::thread> threads_;
 };
+
+// One snapshot of every server, fetched at once.
+std::vector<OverwatchSnapshot> fetch_all(const OverwatchOptions& o, std::vector<http::HttpClient>& https,
+                                         const std::vector<OverwatchSnapshot>& previous) {
+  std::vector<std::future<OverwatchSnapshot>> pending;
+  for (size_t i = 0; i < o.urls.size(); ++i) {
+    uint64_t requests = i < previous.size() ? previous[i].requests : 0;
+    uint64_t errors = i < previous.size() ? previous[i].errors : 0;
+    pending.push_back(std::async(std::launch::async, [&, i, requests, errors] {
+      return client::fetch_overwatch(https[i], o.urls[i], o.refresh_interval, requests, errors);
+    }));
+  }
+  std::vector<OverwatchSnapshot> out;
+  for (auto& p : pending) out.push_back(p.get());
+  return out;
+}
+
+std::vector<http::HttpClient> clients_for(const OverwatchOptions& o) {
+  std::vector<http::HttpClient> https;
+  https.reserve(o.urls.size());
+  for (const auto& url : o.urls) https.emplace_back(url, fetch_options(o.refresh_interval));
+  return https;
+}
 
 // initscr/endwin as a scope, so an exception never leaves the terminal in curses mode.
 class Screen {
@@ -146,13 +181,13 @@ attr_t attr_for(LineStyle style) {
   return A_NORMAL;
 }
 
-void draw(const OverwatchSnapshot& snapshot, size_t& scroll) {
+void draw(const std::vector<OverwatchSnapshot>& snapshots, size_t& scroll) {
   const int rows = LINES, cols = COLS;
   OverwatchLayout layout;
   layout.width = size_t(std::max(cols, 20));
   layout.max_episodes = 200;  // the screen scrolls; keep more than one page
   layout.max_tasks = 200;
-  auto lines = client::render_overwatch(snapshot, layout);
+  auto lines = client::render_overwatch(snapshots, layout);
   const size_t body_rows = size_t(std::max(rows - 1, 1));
   const size_t max_scroll = lines.size() > body_rows ? lines.size() - body_rows : 0;
   scroll = std::min(scroll, max_scroll);
@@ -181,11 +216,9 @@ void draw(const OverwatchSnapshot& snapshot, size_t& scroll) {
 void run_tui(const OverwatchOptions& o) {
   Fetcher fetcher(o);
   Screen screen;
-  OverwatchSnapshot current;
-  current.url = o.url;
-  current.refresh_interval = o.refresh_interval;
-  current.error = "connecting…";
+  std::vector<OverwatchSnapshot> current;
   uint64_t version = 0;
+  current = *fetcher.newer_than(version);  // the "connecting…" placeholders
   size_t scroll = 0;
   bool dirty = true;
   while (!g_stop) {
@@ -215,29 +248,37 @@ void run_tui(const OverwatchOptions& o) {
   }
 }
 
-void run_overwatch(const OverwatchOptions& o) {
+void run_overwatch(OverwatchOptions o) {
+  if (o.urls.empty()) o.urls.push_back(kDefaultUrl);
+  OverwatchLayout layout;
+  layout.width = o.width > 0 ? o.width : default_width();
   if (o.once) {
-    http::HttpClient http(o.url, fetch_options(o.refresh_interval));
-    OverwatchSnapshot s = client::fetch_overwatch(http, o.url, o.refresh_interval, 0, 0);
-    OverwatchLayout layout;
-    layout.width = o.width > 0 ? o.width : default_width();
-    std::cout << client::overwatch_text(s, layout) << std::flush;
-    if (!s.connected) fail(ErrorCode::kUnavailable, "cannot reach the swarm server at " + o.url + ": " + s.error);
+    std::vector<http::HttpClient> https = clients_for(o);
+    std::vector<OverwatchSnapshot> snapshots = fetch_all(o, https, {});
+    std::cout << client::overwatch_text(snapshots, layout) << std::flush;
+    std::string unreachable;
+    size_t n_unreachable = 0;
+    for (const auto& s : snapshots) {
+      if (s.connected) continue;
+      unreachable += (unreachable.empty() ? "" : "; ") + s.url + ": " + s.error;
+      n_unreachable += 1;
+    }
+    if (n_unreachable > 0) {
+      fail(ErrorCode::kUnavailable,
+           (n_unreachable == 1 ? "cannot reach the swarm server at " : "cannot reach the swarm servers at ") +
+               unreachable);
+    }
     return;
   }
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   if (!::isatty(STDOUT_FILENO) || !::isatty(STDIN_FILENO)) {
     // Not a terminal (a log file, a pipe): print a snapshot every interval instead.
-    http::HttpClient http(o.url, fetch_options(o.refresh_interval));
-    uint64_t requests = 0, errors = 0;
-    OverwatchLayout layout;
-    layout.width = o.width > 0 ? o.width : default_width();
+    std::vector<http::HttpClient> https = clients_for(o);
+    std::vector<OverwatchSnapshot> snapshots;
     while (!g_stop) {
-      OverwatchSnapshot s = client::fetch_overwatch(http, o.url, o.refresh_interval, requests, errors);
-      requests = s.requests;
-      errors = s.errors;
-      std::cout << client::overwatch_text(s, layout) << "\n" << std::flush;
+      snapshots = fetch_all(o, https, snapshots);
+      std::cout << client::overwatch_text(snapshots, layout) << "\n" << std::flush;
       for (double waited = 0; waited < o.refresh_interval && !g_stop; waited += 0.1) {
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
       }
@@ -249,13 +290,17 @@ void run_overwatch(const OverwatchOptions& o) {
 
 const CommandRegistration kOverwatch("overwatch", [](CLI::App& app) {
   auto o = std::make_shared<OverwatchOptions>();
-  auto* cmd = app.add_subcommand("overwatch", "Live terminal monitor of a swarm server (q quits)");
+  auto* cmd = app.add_subcommand("overwatch", "Live terminal monitor of one or several swarm servers (q quits)");
   cmd->alias("top");
-  cmd->add_option("--swarm-url", o->url, "Swarm server to watch")->capture_default_str();
+  cmd->add_option("--swarm-url,--url", o->urls,
+                  "Swarm server to watch; repeat it or give a comma list for several (one per model), shown in "
+                  "order (default " + std::string(kDefaultUrl) + ")")
+      ->delimiter(',');
   cmd->add_option("--refresh-interval", o->refresh_interval, "Seconds between polls")
       ->capture_default_str()
       ->check(CLI::Range(0.1, 3600.0));
-  cmd->add_flag("--once", o->once, "Print one plain-text snapshot and exit (exit code 1 when unreachable)");
+  cmd->add_flag("--once", o->once,
+                "Print one plain-text snapshot of every server and exit (exit code 1 when any is unreachable)");
   cmd->add_option("--width", o->width, "Columns of the plain-text output (default $COLUMNS, else 120)");
   cmd->callback([o] { run_overwatch(*o); });
 });

@@ -1,6 +1,7 @@
-// What `ajet-swarm overwatch` shows, without the terminal: a snapshot of the server (pool info,
-// engine status, recent verbose log lines, fetched over HTTP) and its rendering into styled text
-// lines of a given width. The ncurses front end draws these lines; `--once` prints them.
+// What `ajet-swarm overwatch` shows, without the terminal: a snapshot of each watched server (pool
+// info, engine status, recent verbose log lines, fetched over HTTP) and its rendering into styled
+// text lines of a given width: one server in full, or several (multi-model training: one server per
+// model) as one compact block each. The ncurses front end draws these lines; `--once` prints them.
 // Never throws for an unreachable or misbehaving server: the snapshot says CANNOT_CONNECT.
 #pragma once
 
@@ -42,10 +43,17 @@ struct OverwatchLayout {
   size_t max_episodes = 30;   // running-episode rows
   size_t max_tasks = 30;      // task rows
   size_t max_log_lines = 12;  // verbose log rows
+  size_t max_clients = 8;     // client-share rows per server
 };
 
+// One server in full: header, engine, progress to the next weight update, the newest trained batch's
+// metrics, each client's share of the current batch, running episodes, tasks, recent log lines.
 std::vector<StyledLine> render_overwatch(const OverwatchSnapshot& snapshot, const OverwatchLayout& layout);
-// The plain-text form (`--once`): the rendered lines joined with '\n'.
+// Several servers (one per model): a title, then one block per server in order — engine, progress,
+// newest trained batch, client shares, a one-line pool summary. One snapshot renders as above.
+std::vector<StyledLine> render_overwatch(const std::vector<OverwatchSnapshot>& snapshots, const OverwatchLayout& layout);
+// The plain-text form (`--once`): the rendered lines, each ended by '\n'.
 std::string overwatch_text(const OverwatchSnapshot& snapshot, const OverwatchLayout& layout);
+std::string overwatch_text(const std::vector<OverwatchSnapshot>& snapshots, const OverwatchLayout& layout);
 
 }  // namespace ajet::client

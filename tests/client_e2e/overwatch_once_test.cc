@@ -1,9 +1,12 @@
 // `ajet-swarm overwatch --once` against the real server: the plain-text snapshot shows the engine,
 // the chosen batch trigger's progress, running episodes, per-task rewards and log lines; an
-// unreachable server prints CANNOT_CONNECT and exits 1.
+// unreachable server prints CANNOT_CONNECT and exits 1. With two servers (multi-model training, one
+// client driving both with MultiEpisode) it prints one block per server with its own step, progress,
+// newest trained batch and client shares.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "client/multi_episode.h"
 #include "client_e2e/client_e2e_util.h"
 
 namespace ajet::clients_test {
@@ -41,6 +44,82 @@ TEST(OverwatchOnceTest, SnapshotShowsProgressEpisodesRewardsAndLogs) {
   EXPECT_THAT(line_with(r.out, "task-one"), HasSubstr("+0.500 ± 0.500"));
   EXPECT_NE(r.out.find("Recent log"), std::string::npos);
   EXPECT_EQ(r.out.find("(none)"), std::string::npos) << "the server logs the engine start:\n" << r.out;
+}
+
+// `ajet-swarm start` with the echo engine in `dir`, booted with the fixture config and this backbone,
+// train_batch_size and num_repeat (torch: the echo engine "trains" each full batch and reports stats).
+class WatchedServer {
+ public:
+  WatchedServer(const fs::path& dir, const std::string& backbone, int batch, int repeat) {
+    Fixture f = fixture(false);
+    swarm_ = std::make_unique<SwarmProcess>(SwarmProcess::Options{dir, bin("ajet-echo-engine"), "", {}});
+    api_ = std::make_unique<Api>(swarm_->url());
+    std::string yaml = config_yaml(f.tokenizer);
+    yaml.replace(yaml.find("backbone: debug"), 15, "backbone: " + backbone);
+    yaml.replace(yaml.find("train_batch_size: 2"), 19, "train_batch_size: " + std::to_string(batch));
+    yaml.replace(yaml.find("num_repeat: 2"), 13, "num_repeat: " + std::to_string(repeat));
+    api_->boot(yaml);
+  }
+  const std::string& url() const { return swarm_->url(); }
+  Api& api() { return *api_; }
+
+ private:
+  std::unique_ptr<SwarmProcess> swarm_;
+  std::unique_ptr<Api> api_;
+};
+
+// The block of `text` that starts at `heading` and ends before the next "Server " heading.
+std::string block_of(const std::string& text, const std::string& heading) {
+  size_t at = text.find(heading);
+  if (at == std::string::npos) return "";
+  size_t next = text.find("\nServer ", at + 1);
+  return text.substr(at, next == std::string::npos ? std::string::npos : next - at);
+}
+
+TEST(OverwatchOnceTest, SeveralServersShowOneBlockEachWithStepMetricsAndClientShares) {
+  ScratchDir scratch;
+  // Model A trains every episode (torch backbone, batch 1 x 1); model B collects (debug, batch 2 x 2).
+  WatchedServer a(scratch / "model-a", "torch", 1, 1);
+  WatchedServer b(scratch / "model-b", "debug", 2, 2);
+  if (HasFailure()) return;
+  client::SwarmClient ca(a.url()), cb(b.url());
+  client::MultiEpisode group = client::MultiEpisode::begin({&ca, &cb});
+  ASSERT_EQ(a.api().chat(group.episode(0).api_key, user_chat("model A")).status, 200);
+  ASSERT_EQ(b.api().chat(group.episode(1).api_key, user_chat("model B")).status, 200);
+  client::WorkflowOutput ra, rb;
+  ra.reward = 1.0;
+  rb.reward = 0.25;
+  group.end("task-1", {ra, rb});
+  ASSERT_TRUE(eventually([&] { return a.api().status()["global_step"] == 1; })) << a.api().status().dump();
+
+  const std::string overwatch = shell_quote(bin("ajet-swarm").string()) + " overwatch --once --width 200";
+  Captured r = run_capture(overwatch + " --swarm-url " + shell_quote(a.url() + "," + b.url()));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("2 servers"));
+  const std::string block_a = block_of(r.out, "Server 1 of 2: " + a.url());
+  const std::string block_b = block_of(r.out, "Server 2 of 2: " + b.url());
+  ASSERT_NE(block_a, "") << r.out;
+  ASSERT_NE(block_b, "") << r.out;
+  // A trained the group's episode as step 0 (reward 1; the echo engine reports loss 0 and no KL).
+  EXPECT_THAT(line_with(block_a, "Engine:"), HasSubstr("global step 1  backbone torch"));
+  EXPECT_THAT(line_with(block_a, "Newest trained batch"), HasSubstr("step 0"));
+  EXPECT_THAT(line_with(block_a, "Newest trained batch"), HasSubstr("reward mean +1.000"));
+  EXPECT_THAT(line_with(block_a, "Newest trained batch"), HasSubstr("loss 0.0000  KL -"));
+  EXPECT_THAT(line_with(block_a, "Client shares of this batch"), HasSubstr("(0)"));  // a fresh batch
+  // B holds its half of the group in the batch being collected: 1 of 4 episodes, all from one client.
+  EXPECT_THAT(line_with(block_b, "Engine:"), HasSubstr("global step 0  backbone debug"));
+  EXPECT_THAT(line_with(block_b, "Completed episodes"), HasSubstr("1 / 4"));
+  EXPECT_THAT(line_with(block_b, "Newest trained batch"), HasSubstr("none yet"));
+  EXPECT_THAT(line_with(block_b, cb.client_uuid().substr(0, 32)), HasSubstr("100%"));
+  EXPECT_THAT(line_with(block_b, cb.client_uuid().substr(0, 32)), HasSubstr("1 episodes"));
+
+  // The flag repeated reads the same; a third server that is down gets its own block and exit code 1.
+  Captured repeated = run_capture(overwatch + " --url " + shell_quote(a.url()) + " --swarm-url " +
+                                  shell_quote(b.url()) + " --swarm-url http://127.0.0.1:1 --refresh-interval 0.5");
+  EXPECT_EQ(WEXITSTATUS(repeated.status), 1) << repeated.out;
+  EXPECT_THAT(repeated.out, HasSubstr("3 servers"));
+  EXPECT_THAT(block_of(repeated.out, "Server 2 of 3: " + b.url()), HasSubstr("1 / 4"));
+  EXPECT_THAT(block_of(repeated.out, "Server 3 of 3: http://127.0.0.1:1"), HasSubstr("ENGINE.CANNOT_CONNECT"));
 }
 
 TEST(OverwatchOnceTest, AnUnreachableServerPrintsCannotConnectAndExits1) {
