@@ -1,8 +1,9 @@
 // TaskMix without processes: a cocktail step takes the schedule's counts from each source, tasks are
 // distinct within a step, the cursors round-trip (what --resume restores), and a step that asks a
-// source for more tasks than it has is refused by name.
+// source for more tasks than it has is refused by name. Also the per-task lines and curves.
 #include <gtest/gtest.h>
 
+#include "classic/metrics.h"
 #include "classic/task_mix.h"
 #include "common/error.h"
 
@@ -100,6 +101,38 @@ TEST(TaskMix, OneSourceDrawsTheWholeBatchFromItsStream) {
   tasks::TaskStream stream(tasks::load_tasks(reader).training, true, 42);
   std::set<std::string> ids;
   for (const tasks::Task& t : mix.draw(1, ids)) EXPECT_EQ(t.task_id, stream.next().task_id);
+}
+
+}  // namespace
+}  // namespace ajet::classic
+
+namespace ajet::classic {
+namespace {
+
+// The per-task lines and curves read the "cocktail" objects of the records; a task without episodes in a
+// step (null reward) is shown without a reward and left out of its curve.
+TEST(CocktailLines, StepValidationSummaryAndCurve) {
+  const Json step1 = Json::parse(R"({"kind": "train", "step": 1, "cocktail": {
+      "calc": {"share": 1.0, "tasks": 4, "reward_mean": 0.5, "success_rate": 0.5},
+      "lake": {"share": 0.0, "tasks": 0, "reward_mean": null, "success_rate": null}}})");
+  EXPECT_EQ(cocktail_step_line(step1), "  tasks: calc 4 (100%) reward 0.500 success 50.0% | lake 0 (0%)");
+  const Json val0 = Json::parse(R"({"kind": "validation", "step": 0, "validation": {}, "cocktail": {
+      "calc": {"greedy_success": 0.5, "k": 4, "pass_at_k": 0.75, "sampled_success": 0.25, "tasks": 100},
+      "lake": {"greedy_success": 0.1, "k": 4, "pass_at_k": 0.2, "sampled_success": 0.05, "tasks": 50}}})");
+  Json val2 = val0;
+  val2["step"] = 2;
+  val2["cocktail"]["lake"]["sampled_success"] = 0.15;
+  EXPECT_EQ(cocktail_validation_line(val0),
+            "  val per task: calc greedy 50.0% pass@4 75.0% sampled 25.0% (100) | lake greedy 10.0% pass@4 20.0% "
+            "sampled 5.0% (50)");
+  const std::vector<std::string> summary = cocktail_learning_summary({val0, step1, val2});
+  ASSERT_EQ(summary.size(), 2u);
+  EXPECT_EQ(summary[1], "held-out success of lake, step 0 -> 2: sampled 5.0% -> 15.0% (+10.0), greedy 10.0% -> "
+                        "10.0% (+0.0), pass@4 20.0% -> 20.0% (+0.0)");
+  const std::string html = reward_curve_html({val0, step1, val2}, "t");
+  EXPECT_NE(html.find("train reward: calc (last 0.500)"), std::string::npos);
+  EXPECT_EQ(html.find("train reward: lake"), std::string::npos);  // no step gave it episodes
+  EXPECT_NE(html.find("validation sampled success: lake (last 0.150)"), std::string::npos);
 }
 
 }  // namespace
