@@ -1,7 +1,10 @@
 // multi_server_bench: one client driving N swarm servers (multi-model training: one server per
 // model), measured in one run. N real `ajet-swarm start` fronts on loopback, each with the echo engine
 // test double (ajet-echo-engine: deterministic, no model, so the client and the fronts are what is
-// timed) and the debug backbone with a batch that never fills (nothing trains).
+// timed) and the debug backbone (nothing trains, global_step stays: no weight update aborts a group)
+// with a batch of 128 episodes that closes and is recorded as it fills. The batch must keep turning
+// over: the front rescans the whole batch at every end, so a batch that never fills makes each end
+// slower than the last.
 //  1. Throughput: W worker threads, each a closed loop of one episode group — claim on every server,
 //     one chat call per server, end — for N = 1 (plain claim + SwarmClient::end_episode, the baseline),
 //     2 and 4 (MultiEpisode::begin / end: prepare everywhere, commit on the coordinator, then on the
@@ -172,13 +175,25 @@ fs::path bench_tokenizer() {
   return dir;
 }
 
-// The debug backbone never trains, and a batch of a million tasks never fills: no batch boundary
-// (ROLLING_POST, a weight update) interferes with the measurement.
+// The debug backbone never trains, so no weight update aborts a group; a batch of 32 x 4 episodes (a
+// usual size) closes by episode count and is recorded at once (ROLLING_POST lasts until the episodes
+// running at the boundary have ended: a claim then waits a few ms).
 std::string bench_config(const fs::path& tokenizer) {
-  return "ajet:\n  backbone: debug\n  model:\n    path: " + tokenizer.string() +
-         "\n  data:\n    train_batch_size: 1000000\n    max_prompt_length: 256\n    max_response_length: 256\n"
+  return "ajet:\n  backbone: debug\n  swarm_mode_sample_collection_method: rollout_until_finish_enough_episodes\n"
+         "  model:\n    path: " + tokenizer.string() +
+         "\n  data:\n    train_batch_size: 32\n    max_prompt_length: 256\n    max_response_length: 256\n"
          "  rollout:\n    max_env_worker: 64\n    max_model_len: 512\n    max_response_length_in_one_turn: 16\n"
-         "    num_repeat: 1\n    temperature: 1.0\n  engine:\n    threads: 1\n    kv_cache_memory_mb: 16\n";
+         "    num_repeat: 4\n    temperature: 1.0\n  engine:\n    threads: 1\n    kv_cache_memory_mb: 16\n";
+}
+
+// A claim that finds the batch boundary (ROLLING_POST) retries within milliseconds, not seconds.
+client::SwarmClientOptions bench_client_options() {
+  client::SwarmClientOptions c;
+  c.retry.status_poll = 0.005;
+  c.retry.engine_busy = 0.005;
+  c.retry.empty_pool = 0.005;
+  c.retry.jitter = 0;
+  return c;
 }
 
 client::ClaimOptions claim_options() {
@@ -203,7 +218,7 @@ client::WorkflowOutput output_with(double reward) {
 // One rollout over `servers`: claim, one chat call per server, end. Returns the end's latency (µs).
 // `group`: MultiEpisode (any N); otherwise a plain episode on servers[0] and end_episode.
 double one_rollout(const std::vector<client::SwarmClient*>& servers, bool group, int64_t seq) {
-  const std::string task = "task-" + std::to_string(seq % 8);  // few task ids: the batch stays small to scan
+  const std::string task = "task-" + std::to_string(seq % 32);
   if (!group) {
     client::Episode e = servers[0]->begin_episode(claim_options());
     chat_once(e);
@@ -256,7 +271,7 @@ PhaseTimes timed_group_end(const std::vector<client::SwarmClient*>& servers, int
     episodes[i] = servers[i]->begin_episode(claim_options());
     chat_once(episodes[i]);
   }
-  const std::string task = "task-" + std::to_string(seq % 8);
+  const std::string task = "task-" + std::to_string(seq % 32);
   const std::string group_id = "bench-group-" + std::to_string(::getpid()) + "-" + std::to_string(seq) + "-" +
                                std::to_string(n);
   PhaseTimes t;
@@ -383,7 +398,7 @@ int main(int argc, char** argv) {
     std::vector<std::pair<client::SwarmClient*, std::string>> configs;
     for (int i = 0; i < most; ++i) {
       fronts.push_back(std::make_unique<ServerProcess>(scratch / ("model-" + std::to_string(i)), engine));
-      clients.push_back(std::make_unique<client::SwarmClient>(fronts.back()->url()));
+      clients.push_back(std::make_unique<client::SwarmClient>(fronts.back()->url(), bench_client_options()));
       configs.emplace_back(clients.back().get(), yaml);
     }
     client::SwarmClient::start_multi_engine(configs, false, 180.0);
@@ -476,7 +491,8 @@ int main(int argc, char** argv) {
           << "\n\n`build-u/bin/multi_server_bench` (servers " << fmt::format("{}", fmt::join(o.servers, ", "))
           << "; workers " << fmt::format("{}", fmt::join(o.workers, ", "))
           << "): real `ajet-swarm` fronts on loopback with the echo engine test double and the debug backbone "
-          << "(a batch that never fills: nothing trains), so the client and the fronts are what is timed.\n\n"
+          << "(batches of 32 x 4 episodes recorded as they fill; nothing trains), so the client and the fronts are "
+          << "what is timed.\n\n"
           << report.str();
     }
     if (errors > 0) {
