@@ -65,8 +65,9 @@ class Fetcher {
       latest_[i].url = o.urls[i];
       latest_[i].refresh_interval = o.refresh_interval;
       latest_[i].error = "connecting…";
-      threads_.emplace_back([this, i] { run(i); });
     }
+    version_ = 1;  // the placeholders above: newer_than(0) returns them
+    for (size_t i = 0; i < o.urls.size(); ++i) threads_.emplace_back([this, i] { run(i); });
   }
   ~Fetcher() {
     {
@@ -218,7 +219,7 @@ void run_tui(const OverwatchOptions& o) {
   Screen screen;
   std::vector<OverwatchSnapshot> current;
   uint64_t version = 0;
-  current = *fetcher.newer_than(version);  // the "connecting…" placeholders
+  current = *fetcher.newer_than(version);  // the placeholders, or newer
   size_t scroll = 0;
   bool dirty = true;
   while (!g_stop) {
