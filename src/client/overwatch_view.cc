@@ -219,7 +219,11 @@ void add_last_batch(Lines& lines, const OverwatchSnapshot& s) {
     }
     if (refused == nullptr) refused = &*b;
   }
-  if (trained == nullptr) {
+  if (trained == nullptr && str_of(s.pool, "backbone") == "debug") {
+    lines.add(fmt::format("Newest trained batch: none (debug backbone: {} batches recorded, nothing trains)",
+                          int_of(s.pool, "batches_recorded")),
+              LineStyle::kDim);
+  } else if (trained == nullptr) {
     lines.add("Newest trained batch: none yet", LineStyle::kDim);
   } else {
     const Json stats = trained->value("stats", Json::object());

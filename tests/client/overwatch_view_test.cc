@@ -141,7 +141,12 @@ TEST(OverwatchViewTest, ShowsTheNewestTrainedBatchsMetricsAndARefusedOneAfterIt)
 
 TEST(OverwatchViewTest, MissingMetricsReadAsDashesAndNoBatchReadsNoneYet) {
   OverwatchSnapshot s = snapshot();
+  s.pool["backbone"] = "torch";
   EXPECT_THAT(line_with(render_overwatch(s, OverwatchLayout{}), "Newest trained batch"), HasSubstr("none yet"));
+  s.pool["backbone"] = "debug";
+  s.pool["batches_recorded"] = 3;
+  EXPECT_THAT(line_with(render_overwatch(s, OverwatchLayout{}), "Newest trained batch"),
+              HasSubstr("none (debug backbone: 3 batches recorded, nothing trains)"));
   // The echo engine reports no KL; a batch without judged episodes has success_rate null.
   s.status["recent_batches"] = {{{"batch_id", 0},
                                  {"global_step", 0},
@@ -208,7 +213,7 @@ TEST(OverwatchViewTest, SeveralServersRenderOneBlockEachInOrder) {
   EXPECT_THAT(one, HasSubstr("Running episodes: 2"));
   const std::string two = text.substr(second, third - second);
   EXPECT_THAT(two, HasSubstr("global step 9"));
-  EXPECT_THAT(two, HasSubstr("Newest trained batch: none yet"));
+  EXPECT_THAT(two, HasSubstr("Newest trained batch: none (debug backbone"));
   EXPECT_THAT(two, HasSubstr("(none yet)"));  // no client shares
   EXPECT_THAT(text.substr(third), HasSubstr("ENGINE.CANNOT_CONNECT  (connection refused)"));
   // The blocks are compact: no per-episode rows, task tables or logs.

@@ -109,7 +109,7 @@ TEST(OverwatchOnceTest, SeveralServersShowOneBlockEachWithStepMetricsAndClientSh
   // B holds its half of the group in the batch being collected: 1 of 4 episodes, all from one client.
   EXPECT_THAT(line_with(block_b, "Engine:"), HasSubstr("global step 0  backbone debug"));
   EXPECT_THAT(line_with(block_b, "Completed episodes"), HasSubstr("1 / 4"));
-  EXPECT_THAT(line_with(block_b, "Newest trained batch"), HasSubstr("none yet"));
+  EXPECT_THAT(line_with(block_b, "Newest trained batch"), HasSubstr("none (debug backbone: 0 batches recorded"));
   EXPECT_THAT(line_with(block_b, cb.client_uuid().substr(0, 32)), HasSubstr("100%"));
   EXPECT_THAT(line_with(block_b, cb.client_uuid().substr(0, 32)), HasSubstr("1 episodes"));
 
