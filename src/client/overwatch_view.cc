@@ -324,7 +324,8 @@ void add_tasks(Lines& lines, const OverwatchSnapshot& s, size_t max_tasks) {
       t.rewards = fmt::format("{:+.3f} ± {:.3f}", num_of(*st, "reward_mean"), num_of(*st, "reward_std"));
     }
     for (size_t i = 0; eps.is_array() && i < eps.size() && i < 3; ++i) {
-      t.first += (i ? " " : "") + (eps[i].is_string() ? eps[i].get<std::string>().substr(0, 8) : eps[i].dump());
+      if (i > 0) t.first += " ";
+      t.first += eps[i].is_string() ? eps[i].get<std::string>().substr(0, 8) : eps[i].dump();
     }
     tasks.push_back(std::move(t));
   }
