@@ -11,7 +11,9 @@
 //     rest). Groups/s and episodes/s (N per group).
 //  2. The latency of ending, one episode at a time, interleaved so load drifts hit every row alike:
 //     end_episode on one server vs MultiEpisode::end on 1, 2 and 4 servers; the group protocol's
-//     overhead = group end p50 - single end p50 (issue 17's target: <= 2 ms).
+//     overhead = group end p50 - single end p50 (issue 17's target: <= 2 ms); and the same protocol
+//     driven by hand, each phase timed (prepare, coordinator commit, participants' commit).
+// --scratch puts the fronts' stores elsewhere (/dev/shm: no fsync cost) to tell disk from protocol.
 // Servers, engines and this client share the machine's cores; the report says how many and the load.
 // Appends a dated section to docs/benchmarks.md (not with --smoke or --no-append).
 #include <signal.h>
