@@ -197,6 +197,10 @@ if [ ! -f "$sft_model/config.json" ]; then
 else
   say "sft: reusing $sft_model"
 fi
+if [ "${AJET_STOP_AFTER:-}" = sft ]; then  # the warm-up only (bench/classic/duo_proof.sh starts from it)
+  say "stopping after the warm-up (AJET_STOP_AFTER=sft): $sft_model"
+  exit 0
+fi
 
 # 4. RL through the swarm: ajet starts ajet-swarm, which starts ajet-engine; the built-in calc agent
 #    runs max_env_worker episodes at a time against the swarm's OpenAI endpoint.

@@ -11,8 +11,10 @@
 #include <atomic>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 #include "classic/launcher.h"
+#include "multi_model/launcher.h"
 #include "command.h"
 #include "common/error.h"
 
@@ -87,7 +89,7 @@ int run_main_entry(CLI::App& app) {
   ::sigaction(SIGTERM, &sa, nullptr);
   ::sigaction(SIGHUP, &sa, nullptr);
   ::signal(SIGPIPE, SIG_IGN);  // a closed stdout is an EPIPE on the next line, handled below
-  classic::RunResult result = classic::run_classic(options, g_stop, [](const std::string& line) {
+  auto say = [](const std::string& line) {
     static std::atomic<bool> muted{false};
     if (muted) return;
     std::cout << line << std::endl;
@@ -98,7 +100,15 @@ int run_main_entry(CLI::App& app) {
         std::fprintf(stderr, "ajet: stdout was closed; stopping the run (engine and front stopped, metrics kept)\n");
       }
     }
-  });
+  };
+  // A config naming several models (ajet.multi_model) runs one front per model (src/multi_model).
+  std::optional<multi_model::MultiModelSpec> multi = multi_model::read_multi_model_spec(options.conf);
+  if (multi && options.resume) {
+    std::fprintf(stderr, "ajet: error: --resume is not supported for ajet.multi_model runs yet\n");
+    return 2;
+  }
+  classic::RunResult result = multi ? multi_model::run_multi_model(options, *multi, g_stop, say)
+                                    : classic::run_classic(options, g_stop, say);
   if (!result.stopped) return 0;
   return 128 + (g_stop_signal.load() != 0 ? g_stop_signal.load() : SIGINT);
 }

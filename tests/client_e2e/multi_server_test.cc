@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 
 #include "client/multi_episode.h"
+#include "common/encoding.h"
 #include "client_e2e_util.h"
 
 namespace ajet::clients_test {
@@ -17,7 +18,8 @@ using ::testing::HasSubstr;
 // A server with the echo engine (SwarmProcess sweeps every 0.1 s: prepare timeouts settle quickly).
 class GroupServer {
  public:
-  explicit GroupServer(const std::string& backbone = "debug", int batch = 2, int repeat = 2) {
+  explicit GroupServer(const std::string& backbone = "debug", int batch = 2, int repeat = 2)
+      : dir_(fs::temp_directory_path() / ("ajet_group_server_" + new_uuid_hex())) {
     Fixture f = fixture(false);
     swarm_ = std::make_unique<SwarmProcess>(
         SwarmProcess::Options{dir_ / "server", bin("ajet-echo-engine"), "", {}});
@@ -33,9 +35,15 @@ class GroupServer {
   int64_t completed() { return pool()["completed_episodes"].get<int64_t>(); }
   int64_t prepared() { return pool()["prepared_episodes"].get<int64_t>(); }
   Api& api() { return *api_; }
+  ~GroupServer() {
+    api_.reset();
+    swarm_.reset();
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
 
  private:
-  ScratchDir dir_;
+  fs::path dir_;  // its own (ScratchDir is one per test, and a test runs two servers)
   std::unique_ptr<SwarmProcess> swarm_;
   std::unique_ptr<Api> api_;
 };

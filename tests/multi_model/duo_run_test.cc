@@ -1,0 +1,69 @@
+// `ajet --conf duo.yaml`: the real ajet starts one ajet-swarm and one ajet-engine per model, trains
+// both on the micro model with the torch backbone, validates the pair, writes per-model metrics, and
+// leaves no front or engine behind.
+#include <gmock/gmock.h>
+#include <sys/wait.h>
+
+#include "classic/classic_fixture.h"
+#include "classic/experiment_dir.h"
+
+namespace ajet::multi_model {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+std::string duo_yaml(const fs::path& model) {
+  std::string yaml = classic::classic_yaml(model,
+                                           "  multi_model:\n"
+                                           "    workflow: calc_duo\n"
+                                           "    models:\n"
+                                           "      - {name: caller, path: " + model.string() + "}\n"
+                                           "      - {name: answerer, path: " + model.string() + "}\n");
+  yaml.replace(yaml.find("backbone: debug"), 15, "backbone: torch");
+  return yaml;
+}
+
+TEST(DuoRun, TwoFrontsTrainTheirModelAndStopOnExit) {
+  const fs::path model = classic::micro_model();
+  e2e::ScratchDir dir;
+  write_file_atomic(dir / "duo.yaml", duo_yaml(model));
+  e2e::Captured r = e2e::run_capture(e2e::shell_quote(e2e::bin("ajet").string()) + " --conf " +
+                                     e2e::shell_quote((dir / "duo.yaml").string()) + " --exp-dir " +
+                                     e2e::shell_quote((dir / "exps").string()) + " 2>&1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("multi-model run (calc_duo): 2 models, torch backbone"));
+  const fs::path exp = dir / "exps" / "run";
+  std::vector<Json> records = classic::read_jsonl(exp / "metrics.jsonl");
+  std::vector<int64_t> validated, trained;
+  for (const Json& rec : records) {
+    if (rec["kind"] == "validation") validated.push_back(rec["step"].get<int64_t>());
+    if (rec["kind"] != "train") continue;
+    trained.push_back(rec["step"].get<int64_t>());
+    EXPECT_EQ(rec["episodes"], 4);  // 2 tasks x 2 repeats, each an episode on both servers
+    // The caller plays every episode's first turn: its front trains every group's episode.
+    EXPECT_EQ(rec["caller"]["episodes"], 4) << rec.dump();
+    EXPECT_TRUE(rec["caller"].contains("reward_mean")) << rec.dump();
+    // The answerer plays only after a calculator call, which a random micro model rarely makes: its
+    // front then has nothing to train on, and the record says so instead of waiting forever.
+    const Json& answerer = rec["answerer"];
+    EXPECT_TRUE(answerer.value("episodes", 0) == 4 || answerer.value("trained", true) == false) << rec.dump();
+  }
+  EXPECT_EQ(trained, (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(validated, (std::vector<int64_t>{0, 1, 2}));
+  for (const char* name : {"caller", "answerer"}) EXPECT_TRUE(fs::exists(exp / name / "swarm.log")) << name;
+  EXPECT_TRUE(fs::is_directory(exp / "caller" / "checkpoints"));  // its own, saved when its engine stopped
+  EXPECT_TRUE(classic::find_leftovers(exp).empty());  // every front and engine stopped
+}
+
+TEST(DuoRun, ABadMultiModelSectionIsAClearErrorBeforeAnythingStarts) {
+  e2e::ScratchDir dir;
+  write_file_atomic(dir / "duo.yaml", "ajet:\n  multi_model:\n    models:\n      - {name: only, path: /nowhere}\n");
+  e2e::Captured r = e2e::run_capture(e2e::shell_quote(e2e::bin("ajet").string()) + " --conf " +
+                                     e2e::shell_quote((dir / "duo.yaml").string()) + " 2>&1");
+  EXPECT_EQ(WEXITSTATUS(r.status), 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("ajet.multi_model.models: calc_duo needs exactly two models"));
+}
+
+}  // namespace
+}  // namespace ajet::multi_model
