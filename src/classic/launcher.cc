@@ -17,14 +17,14 @@
 #include "classic/metrics.h"
 #include "classic/swarm_child.h"
 #include "classic/task_mix.h"
-#include "common/clock.h"
-#include "common/mix.h"
 #include "classic/workflow.h"
 #include "client/swarm_client.h"
+#include "common/clock.h"
 #include "common/error.h"
-#include "common/json.h"
 #include "common/fs.h"
+#include "common/json.h"
 #include "common/log.h"
+#include "common/mix.h"
 #include "config/load.h"
 #include "tasks/cocktail.h"
 #include "tasks/reader.h"
@@ -107,12 +107,15 @@ PreparedConfig prepare_config(const LaunchOptions& options) {
   }
   if (!c.task_reader.cocktail.tasks.empty()) {
     if (c.task_reader.type != "random_dummy") {
-      p.warnings.push_back("ajet.task_reader.type " + c.task_reader.type + " is not used: ajet.task_reader.cocktail "
+      p.warnings.push_back("ajet.task_reader.type " + c.task_reader.type +
+                           " is not used: ajet.task_reader.cocktail "
                            "lists the task sources");
     }
   } else if (c.task_reader.type == "random_dummy") {
-    invalid_argument(source + ": ajet.task_reader.type is random_dummy (no tasks); classic mode needs tasks: use "
-                              "builtin or jsonl_dataset_file (or ajet.task_reader.cocktail)");
+    invalid_argument(
+        source +
+        ": ajet.task_reader.type is random_dummy (no tasks); classic mode needs tasks: use "
+        "builtin or jsonl_dataset_file (or ajet.task_reader.cocktail)");
   }
   if (options.resume && c.experiment_name == "read_yaml_name" && c.experiment_dir == "auto") {
     c.experiment_name = newest_timestamped_run(options.exp_base_dir, options.conf.stem().string()).value_or(c.experiment_name);
@@ -163,7 +166,8 @@ class Job {
   void train_step(int64_t step);
   void wait_for_global_step(int64_t target);
   void load_task_sources();
-  Json cocktail_step_json(int64_t step, const std::vector<EpisodeResult>& results, int64_t gen_batches) const;
+  Json cocktail_step_json(int64_t step, const std::vector<EpisodeResult>& results,
+                          int64_t gen_batches) const;
   void restore_task_cursor(int64_t done);
   void claim_experiment_dir();
   void boot_engine();
@@ -238,8 +242,9 @@ void Job::validate(int64_t step) {
   const config::Config& c = prepared_.config;
   if (validation_tasks_ == 0 || stop_) return;
   const auto t0 = Clock::now();
-  const Json greedy_sampling{{"temperature", c.rollout.val_kwargs.do_sample ? c.rollout.val_kwargs.temperature : 0.0},
-                             {"top_p", c.rollout.val_kwargs.top_p}};
+  const Json greedy_sampling{
+      {"temperature", c.rollout.val_kwargs.do_sample ? c.rollout.val_kwargs.temperature : 0.0},
+      {"top_p", c.rollout.val_kwargs.top_p}};
   const Json sampled{{"temperature", c.rollout.temperature}, {"top_p", c.rollout.top_p}};
   const int64_t k = std::max<int64_t>(0, c.trainer_common.val_pass_n);
   // 1. Jobs, source after source: one greedy episode per task, and k sampled ones.
@@ -247,7 +252,9 @@ void Job::validate(int64_t step) {
   std::vector<size_t> greedy_end, sampled_end;  // where each source's jobs end
   for (const tasks::CocktailSource& source : sources_) {
     size_t n = source.sets.validation.size();
-    if (const auto cap = c.trainer_common.val_max_num_task_each_validation; cap && *cap > 0) n = std::min(n, size_t(*cap));
+    if (const auto cap = c.trainer_common.val_max_num_task_each_validation; cap && *cap > 0) {
+      n = std::min(n, size_t(*cap));
+    }
     for (size_t i = 0; i < n; ++i) {
       const tasks::Task* t = &source.sets.validation[i];
       const uint64_t seed = hash_text(t->task_id);
@@ -266,7 +273,8 @@ void Job::validate(int64_t step) {
   std::vector<EpisodeResult> results = runner.run(all);
   if (stop_) return;
   // 3. The summary of every task, and of each source of a cocktail.
-  const auto greedy_begin = results.begin(), sampled_begin = results.begin() + long(greedy_jobs.size());
+  const auto greedy_begin = results.begin(),
+             sampled_begin = results.begin() + long(greedy_jobs.size());
   std::vector<EpisodeResult> g(greedy_begin, sampled_begin);
   std::vector<EpisodeResult> s(sampled_begin, results.end());
   ValidationSummary v = summarize_validation(g, s, k);
@@ -276,8 +284,10 @@ void Job::validate(int64_t step) {
     Json per_task = Json::object();
     for (size_t i = 0; i < sources_.size(); ++i) {
       const size_t g0 = i == 0 ? 0 : greedy_end[i - 1], s0 = i == 0 ? 0 : sampled_end[i - 1];
-      const std::vector<EpisodeResult> gi(greedy_begin + long(g0), greedy_begin + long(greedy_end[i]));
-      const std::vector<EpisodeResult> si(sampled_begin + long(s0), sampled_begin + long(sampled_end[i]));
+      const std::vector<EpisodeResult> gi(greedy_begin + long(g0),
+                                          greedy_begin + long(greedy_end[i]));
+      const std::vector<EpisodeResult> si(sampled_begin + long(s0),
+                                          sampled_begin + long(sampled_end[i]));
       per_task[sources_[i].name] = validation_json(summarize_validation(gi, si, k));
     }
     r["cocktail"] = per_task;
@@ -289,16 +299,20 @@ void Job::validate(int64_t step) {
 
 // What each task of a cocktail had in this step: its share, its tasks, its episodes' reward and
 // success, and its stream's cursor after the step (what --resume restores).
-Json Job::cocktail_step_json(int64_t step, const std::vector<EpisodeResult>& results, int64_t gen_batches) const {
+Json Job::cocktail_step_json(int64_t step, const std::vector<EpisodeResult>& results,
+                             int64_t gen_batches) const {
   const std::vector<double> shares = mix_->shares(step);
   const std::vector<int64_t> counts = mix_->counts(step);
   std::vector<std::vector<EpisodeResult>> by_source(mix_->sources());
-  for (const EpisodeResult& r : results) by_source[mix_->source_of(r.job.task->task_id)].push_back(r);
+  for (const EpisodeResult& r : results) {
+    by_source[mix_->source_of(r.job.task->task_id)].push_back(r);
+  }
   const Json cursors = mix_->cursors();
   Json out = Json::object();
   for (size_t i = 0; i < mix_->sources(); ++i) {
     const RolloutSummary summary = summarize(by_source[i]);
-    const bool ran = summary.episodes > 0;  // a task with no share this step has no reward (null, not 0)
+    // A task with no share this step has no reward (null, not 0).
+    const bool ran = summary.episodes > 0;
     out[mix_->name(i)] = Json{{"share", shares[i]},
                               {"tasks_per_batch", counts[i]},
                               {"tasks", counts[i] * gen_batches},
@@ -318,7 +332,8 @@ void Job::train_step(int64_t step) {
   // A step's tasks are distinct, so it cannot sample more batches than the training tasks fill.
   const int64_t max_gen_batches =
       prepared_.dynamic_sampling
-          ? std::clamp<int64_t>(mix_->max_batches(step), 1, c.trainer_common.algorithm.max_num_gen_batches)
+          ? std::clamp<int64_t>(mix_->max_batches(step), 1,
+                                c.trainer_common.algorithm.max_num_gen_batches)
           : 1;
   std::deque<std::vector<tasks::Task>> task_batches;  // the jobs point into these
   std::set<std::string> ids;
@@ -377,8 +392,9 @@ void Job::train_step(int64_t step) {
     fail(ErrorCode::kUnavailable, fmt::format("step {}: {} episodes could not be stored (first: {}); the batch cannot "
                                               "complete",
                                               step, rollout.failed, [&] {
-                                                for (const auto& r : results)
+                                                for (const auto& r : results) {
                                                   if (!r.ended) return r.error;
+                                                }
                                                 return std::string();
                                               }()));
   }
@@ -400,18 +416,20 @@ void Job::train_step(int64_t step) {
       trainer = trainer_metrics(Json{{"last_train_stats", (*outcome)["stats"]}}, Json::object());
     }
   }
-  Json r{{"kind", "train"},
-         {"step", step},
-         {"global_step", status.global_step},
-         {"elapsed_s", seconds_since(t0_)},
-         {"step_time_s", seconds_since(t0)},
-         {"rollout_time_s", rollout_s},
-         {"train_wait_s", train_wait_s},
-         {"tokens_per_s", double(rollout.completion_tokens) / std::max(1e-3, rollout_s)},
-         {"epoch", mix_->epoch()},
-         {"rollout", rollout_json(rollout)},
-         {"sampling", Json{{"gen_batches", gen_batches}, {"groups", groups}, {"informative_groups", informative}}},
-         {"trainer", trainer}};
+  Json r{
+      {"kind", "train"},
+      {"step", step},
+      {"global_step", status.global_step},
+      {"elapsed_s", seconds_since(t0_)},
+      {"step_time_s", seconds_since(t0)},
+      {"rollout_time_s", rollout_s},
+      {"train_wait_s", train_wait_s},
+      {"tokens_per_s", double(rollout.completion_tokens) / std::max(1e-3, rollout_s)},
+      {"epoch", mix_->epoch()},
+      {"rollout", rollout_json(rollout)},
+      {"sampling",
+       Json{{"gen_batches", gen_batches}, {"groups", groups}, {"informative_groups", informative}}},
+      {"trainer", trainer}};
   if (mix_->is_cocktail()) r["cocktail"] = cocktail_step_json(step, results, gen_batches);
   say(step_line(r, total_steps_));
   if (mix_->is_cocktail()) say(cocktail_step_line(r));
@@ -510,17 +528,21 @@ void Job::restore_task_cursor(int64_t done) {
   for (const Json& r : result_.records) {
     if (r.value("kind", "") == "train") train_records[r.value("step", int64_t(0))] = &r;
   }
-  if (const auto it = train_records.find(done); mix_->is_cocktail() && it != train_records.end() &&
-                                                it->second->contains("cocktail")) {
+  if (const auto it = train_records.find(done);
+      mix_->is_cocktail() && it != train_records.end() && it->second->contains("cocktail")) {
     Json cursors = Json::object();
-    for (const auto& [name, task] : (*it->second)["cocktail"].items()) cursors[name] = task.value("cursor", Json());
+    for (const auto& [name, task] : (*it->second)["cocktail"].items()) {
+      cursors[name] = task.value("cursor", Json());
+    }
     mix_->seek(cursors);
     return;
   }
   for (int64_t s = 1; s <= done; ++s) {
     const auto it = train_records.find(s);
     const int64_t batches =
-        it == train_records.end() ? 1 : it->second->value("sampling", Json::object()).value("gen_batches", int64_t(1));
+        it == train_records.end()
+            ? 1
+            : it->second->value("sampling", Json::object()).value("gen_batches", int64_t(1));
     std::set<std::string> ids;
     for (int64_t b = 0; b < batches; ++b) mix_->draw(s, ids);
   }
@@ -556,13 +578,15 @@ void Job::finish() {
   }
 }
 
-// The tasks: ajet.task_reader's, or each cocktail task's, and the mix that draws the steps' batches.
+// The tasks: ajet.task_reader's, or each cocktail task's, and the mix that draws the steps'
+// batches.
 void Job::load_task_sources() {
   const config::Config& c = prepared_.config;
   const config::TaskReaderConfig& reader = c.task_reader;
   const std::string conf = options_.conf.string();
   if (reader.cocktail.tasks.empty()) {
-    sources_.push_back(tasks::CocktailSource{"tasks", tasks::load_tasks(reader, prepared_.config_dir)});
+    sources_.push_back(
+        tasks::CocktailSource{"tasks", tasks::load_tasks(reader, prepared_.config_dir)});
   } else {
     sources_ = tasks::load_cocktail(reader.cocktail, prepared_.config_dir);
   }
@@ -574,12 +598,14 @@ void Job::load_task_sources() {
     invalid_argument(conf + ": ajet.task_reader yields no training tasks (after filters)");
   }
   if (!c.trainer_common.val_only && int64_t(training_tasks_) < c.data.train_batch_size) {
-    invalid_argument(fmt::format("{}: ajet.data.train_batch_size ({}) is larger than the number of training tasks ({})",
-                                 conf, c.data.train_batch_size, training_tasks_));
+    invalid_argument(fmt::format(
+        "{}: ajet.data.train_batch_size ({}) is larger than the number of training tasks ({})",
+        conf, c.data.train_batch_size, training_tasks_));
   }
   const uint64_t seed = uint64_t(reader.shuffle_seed);
   mix_ = reader.cocktail.tasks.empty()
-             ? std::make_unique<TaskMix>(sources_.front().sets.training, reader.shuffle, seed, c.data.train_batch_size)
+             ? std::make_unique<TaskMix>(sources_.front().sets.training, reader.shuffle, seed,
+                                         c.data.train_batch_size)
              : std::make_unique<TaskMix>(reader.cocktail, sources_, seed, c.data.train_batch_size);
 }
 
@@ -591,20 +617,25 @@ RunResult Job::run() {
   load_task_sources();
   claim_experiment_dir();
   workflow_ = make_workflow(c, prepared_.config_dir, prepared_.exp_dir);
-  const int64_t per_epoch =
-      (int64_t(training_tasks_) + c.data.train_batch_size - 1) / std::max<int64_t>(1, c.data.train_batch_size);
+  const int64_t per_epoch = (int64_t(training_tasks_) + c.data.train_batch_size - 1) /
+                            std::max<int64_t>(1, c.data.train_batch_size);
   total_steps_ = c.trainer_common.total_training_steps.value_or(c.trainer_common.total_epochs * per_epoch);
   if (c.trainer_common.val_only) total_steps_ = 0;
   mix_->check_fits(total_steps_);
-  say(fmt::format("ajet: {} backbone, {} training / {} validation tasks, {} steps of {} tasks x {} episodes, {} in "
+  say(
+      fmt::format("ajet: {} backbone, {} training / {} validation tasks, {} steps of {} tasks x {} "
+                  "episodes, {} in "
                   "parallel; workflow: {}",
-                  c.backbone, training_tasks_, validation_tasks_, total_steps_, c.data.train_batch_size,
-                  c.rollout.num_repeat, c.rollout.max_env_worker,
-                  mix_->is_cocktail() && (c.rollout.user_workflow.empty() || c.rollout.user_workflow == "builtin")
+                  c.backbone, training_tasks_, validation_tasks_, total_steps_,
+                  c.data.train_batch_size, c.rollout.num_repeat, c.rollout.max_env_worker,
+                  mix_->is_cocktail() &&
+                          (c.rollout.user_workflow.empty() || c.rollout.user_workflow == "builtin")
                       ? "built-in agent of each task's env_type"
                       : workflow_->describe()));
   say("ajet: experiment directory " + prepared_.exp_dir.string());
-  if (mix_->is_cocktail()) say("ajet: " + cocktail_description(*mix_, c.task_reader.cocktail, sources_, total_steps_));
+  if (mix_->is_cocktail()) {
+    say("ajet: " + cocktail_description(*mix_, c.task_reader.cocktail, sources_, total_steps_));
+  }
 
   std::vector<std::string> swarm_flags = options_.swarm_flags;
   swarm_flags.push_back(options_.resume ? "--resume" : "--fresh");

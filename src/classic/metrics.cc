@@ -205,8 +205,8 @@ std::string validation_change(const Json& a, const Json& b) {
     const double x = 100.0 * a.value(key, 0.0), y = 100.0 * b.value(key, 0.0);
     return fmt::format("{:.1f}% -> {:.1f}% ({:+.1f})", x, y, y - x);
   };
-  return fmt::format("sampled {}, greedy {}, pass@{} {}", change("sampled_success"), change("greedy_success"),
-                     b.value("k", 0), change("pass_at_k"));
+  return fmt::format("sampled {}, greedy {}, pass@{} {}", change("sampled_success"),
+                     change("greedy_success"), b.value("k", 0), change("pass_at_k"));
 }
 
 // The first and the last validation record among `records` (null, null when there is none).
@@ -226,17 +226,21 @@ std::string learning_summary(const std::vector<Json>& records) {
   const auto [first, last] = first_and_last_validation(records);
   if (first == nullptr || first == last) return "";
   return fmt::format("held-out success, step {} -> {}: {}", first->at("step").get<int64_t>(),
-                     last->at("step").get<int64_t>(), validation_change(first->at("validation"), last->at("validation")));
+                     last->at("step").get<int64_t>(),
+                     validation_change(first->at("validation"), last->at("validation")));
 }
 
 std::vector<std::string> cocktail_learning_summary(const std::vector<Json>& records) {
   const auto [first, last] = first_and_last_validation(records);
   std::vector<std::string> lines;
-  if (first == nullptr || first == last || !first->contains("cocktail") || !last->contains("cocktail")) return lines;
+  if (first == nullptr || first == last || !first->contains("cocktail") ||
+      !last->contains("cocktail"))
+    return lines;
   for (const auto& [name, b] : last->at("cocktail").items()) {
     if (!first->at("cocktail").contains(name)) continue;
-    lines.push_back(fmt::format("held-out success of {}, step {} -> {}: {}", name, first->at("step").get<int64_t>(),
-                                last->at("step").get<int64_t>(), validation_change(first->at("cocktail")[name], b)));
+    lines.push_back(fmt::format("held-out success of {}, step {} -> {}: {}", name,
+                                first->at("step").get<int64_t>(), last->at("step").get<int64_t>(),
+                                validation_change(first->at("cocktail")[name], b)));
   }
   return lines;
 }
@@ -246,7 +250,8 @@ std::string cocktail_step_line(const Json& record) {
   std::string sep = " ";
   const Json tasks = record.value("cocktail", Json::object());
   for (const auto& [name, t] : tasks.items()) {
-    line += fmt::format("{}{} {} ({:.0f}%)", sep, name, t.value("tasks", 0), 100.0 * t.value("share", 0.0));
+    line += fmt::format("{}{} {} ({:.0f}%)", sep, name, t.value("tasks", 0),
+                        100.0 * t.value("share", 0.0));
     if (t.contains("reward_mean") && t["reward_mean"].is_number()) {
       line += fmt::format(" reward {:.3f} success {:.1f}%", t["reward_mean"].get<double>(),
                           100.0 * t["success_rate"].get<double>());
@@ -262,8 +267,9 @@ std::string cocktail_validation_line(const Json& record) {
   const Json tasks = record.value("cocktail", Json::object());
   for (const auto& [name, v] : tasks.items()) {
     line += fmt::format("{}{} greedy {:.1f}% pass@{} {:.1f}% sampled {:.1f}% ({})", sep, name,
-                        100.0 * v.value("greedy_success", 0.0), v.value("k", 0), 100.0 * v.value("pass_at_k", 0.0),
-                        100.0 * v.value("sampled_success", 0.0), v.value("tasks", 0));
+                        100.0 * v.value("greedy_success", 0.0), v.value("k", 0),
+                        100.0 * v.value("pass_at_k", 0.0), 100.0 * v.value("sampled_success", 0.0),
+                        v.value("tasks", 0));
     sep = " | ";
   }
   return line;
@@ -318,15 +324,20 @@ struct Series {
 // points), one colour per task, in the order the tasks first appear.
 void add_cocktail_series(const std::vector<Json>& records, std::vector<Series>& series) {
   static const std::vector<std::string> kTaskColors = {"#d62728", "#9467bd", "#8c564b", "#e377c2",
-                                                        "#bcbd22", "#17becf", "#393b79", "#637939"};
+                                                       "#bcbd22", "#17becf", "#393b79", "#637939"};
   std::map<std::string, size_t> train_of, val_of, color_of;  // task name -> its series, its colour
-  auto series_of = [&](std::map<std::string, size_t>& index, const std::string& name, bool validation) -> Series& {
+  auto series_of = [&](std::map<std::string, size_t>& index, const std::string& name,
+                       bool validation) -> Series& {
     auto [it, fresh] = index.emplace(name, series.size());
     if (fresh) {
       const size_t color_index = color_of.emplace(name, color_of.size()).first->second;
       const std::string& color = kTaskColors[color_index % kTaskColors.size()];
-      series.push_back(Series{(validation ? "validation sampled success: " : "train reward: ") + name, color,
-                              validation, validation, {}});
+      series.push_back(
+          Series{(validation ? "validation sampled success: " : "train reward: ") + name,
+                 color,
+                 validation,
+                 validation,
+                 {}});
     }
     return series[it->second];
   };
@@ -338,7 +349,9 @@ void add_cocktail_series(const std::vector<Json>& records, std::vector<Series>& 
       if (kind == "train" && t.contains("reward_mean") && t["reward_mean"].is_number()) {
         series_of(train_of, name, false).xy.emplace_back(step, t["reward_mean"].get<double>());
       }
-      if (kind == "validation") series_of(val_of, name, true).xy.emplace_back(step, t.value("sampled_success", 0.0));
+      if (kind == "validation") {
+        series_of(val_of, name, true).xy.emplace_back(step, t.value("sampled_success", 0.0));
+      }
     }
   }
 }

@@ -62,11 +62,13 @@ std::string validation_line(const Json& record);
 std::string learning_summary(const std::vector<Json>& records);
 
 // Cocktail runs (records with a "cocktail" object: task name -> that task's numbers):
-// "  tasks: calc 12 (75%) reward 0.412 success 41.0% | frozenlake 4 (25%) reward 0.250 success 25.0%"
+// "  tasks: calc 12 (75%) reward 0.412 success 41.0% | frozenlake 4 (25%) reward 0.250
+// success 25.0%"
 std::string cocktail_step_line(const Json& record);
 // "  val per task: calc greedy 45.0% pass@4 71.0% sampled 40.5% (100) | frozenlake …"
 std::string cocktail_validation_line(const Json& record);
-// learning_summary per task of a cocktail, one line each: "held-out success of calc, step 0 -> 24: …".
+// learning_summary per task of a cocktail, one line each: "held-out success of calc, step 0 -> 24:
+// …".
 std::vector<std::string> cocktail_learning_summary(const std::vector<Json>& records);
 
 Json rollout_json(const RolloutSummary& s);

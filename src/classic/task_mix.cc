@@ -9,21 +9,26 @@
 
 namespace ajet::classic {
 
-TaskMix::TaskMix(std::vector<tasks::Task> training, bool shuffle, uint64_t shuffle_seed, int64_t batch_size)
+TaskMix::TaskMix(std::vector<tasks::Task> training, bool shuffle, uint64_t shuffle_seed,
+                 int64_t batch_size)
     : batch_size_(batch_size) {
   names_.push_back("tasks");
   streams_.emplace_back(std::move(training), shuffle, shuffle_seed);
   for (const tasks::Task& t : streams_.back().tasks()) source_of_.emplace(t.task_id, 0);
 }
 
-TaskMix::TaskMix(const config::CocktailConfig& cocktail, const std::vector<tasks::CocktailSource>& sources,
-                 uint64_t shuffle_seed, int64_t batch_size)
+TaskMix::TaskMix(const config::CocktailConfig& cocktail,
+                 const std::vector<tasks::CocktailSource>& sources, uint64_t shuffle_seed,
+                 int64_t batch_size)
     : cocktail_(true), mix_(cocktail), batch_size_(batch_size) {
-  if (sources.size() != cocktail.tasks.size()) invalid_argument("TaskMix: one loaded source per cocktail task");
+  if (sources.size() != cocktail.tasks.size()) {
+    invalid_argument("TaskMix: one loaded source per cocktail task");
+  }
   for (size_t i = 0; i < sources.size(); ++i) {
     const config::TaskSourceConfig& reader = cocktail.tasks[i].source;
-    const uint64_t seed = tasks::mix_seed(tasks::mix_seed(shuffle_seed, uint64_t(reader.shuffle_seed)),
-                                          tasks::stable_hash(sources[i].name));
+    const uint64_t seed =
+        tasks::mix_seed(tasks::mix_seed(shuffle_seed, uint64_t(reader.shuffle_seed)),
+                        tasks::stable_hash(sources[i].name));
     names_.push_back(sources[i].name);
     streams_.emplace_back(sources[i].sets.training, reader.shuffle, seed);
     for (const tasks::Task& t : sources[i].sets.training) source_of_.emplace(t.task_id, i);
@@ -41,7 +46,8 @@ std::vector<double> TaskMix::shares(int64_t step) const {
 }
 
 std::vector<int64_t> TaskMix::counts(int64_t step) const {
-  return cocktail_ ? tasks::split_by_shares(shares(step), batch_size_) : std::vector<int64_t>{batch_size_};
+  return cocktail_ ? tasks::split_by_shares(shares(step), batch_size_)
+                   : std::vector<int64_t>{batch_size_};
 }
 
 int64_t TaskMix::max_batches(int64_t step) const {
@@ -61,11 +67,14 @@ void TaskMix::check_fits(int64_t last_step) const {
     for (size_t i = 0; i < n.size(); ++i) {
       if (n[i] <= int64_t(streams_[i].size())) continue;
       const std::string what = cocktail_ ? "task '" + names_[i] + "'" : "the task reader";
-      invalid_argument(fmt::format("ajet.data.train_batch_size: step {} takes {} tasks from {}, which has only {} "
-                                   "training tasks",
-                                   step, n[i], what, streams_[i].size()));
+      invalid_argument(fmt::format(
+          "ajet.data.train_batch_size: step {} takes {} tasks from {}, which has only {} "
+          "training tasks",
+          step, n[i], what, streams_[i].size()));
     }
-    if (!cocktail_ || mix_.schedule.type == "fixed" || mix_.schedule.type == "constant") return;  // every step alike
+    if (!cocktail_ || mix_.schedule.type == "fixed" || mix_.schedule.type == "constant") {
+      return;  // every step alike
+    }
   }
 }
 
@@ -80,8 +89,9 @@ std::vector<tasks::Task> TaskMix::draw(int64_t step, std::set<std::string>& ids)
     int64_t taken = 0;
     for (size_t t = 0; taken < n[i]; ++t) {
       if (t >= tries) {
-        fail(ErrorCode::kFailedPrecondition, fmt::format("step {}: {} has no {} more distinct training tasks", step,
-                                                         names_[i], n[i] - taken));
+        fail(ErrorCode::kFailedPrecondition,
+             fmt::format("step {}: {} has no {} more distinct training tasks", step, names_[i],
+                         n[i] - taken));
       }
       const tasks::Task& task = stream.next();
       if (ids.insert(task.task_id).second) {
@@ -104,13 +114,17 @@ Json TaskMix::cursors() const {
 
 void TaskMix::seek(const Json& cursors) {
   for (size_t i = 0; i < streams_.size(); ++i) {
-    const Json* c = cursors.is_object() && cursors.contains(names_[i]) ? &cursors[names_[i]] : nullptr;
+    const Json* c =
+        cursors.is_object() && cursors.contains(names_[i]) ? &cursors[names_[i]] : nullptr;
     if (c == nullptr || !c->is_object() || !c->value("epoch", Json()).is_number_integer() ||
         !c->value("index", Json()).is_number_integer()) {
-      invalid_argument("--resume: metrics.jsonl has no task cursor {epoch, index} for '" + names_[i] + "'");
+      invalid_argument("--resume: metrics.jsonl has no task cursor {epoch, index} for '" +
+                       names_[i] + "'");
     }
     const int64_t index = (*c)["index"].get<int64_t>();
-    if (index < 0) invalid_argument("--resume: task cursor of '" + names_[i] + "' has a negative index");
+    if (index < 0) {
+      invalid_argument("--resume: task cursor of '" + names_[i] + "' has a negative index");
+    }
     streams_[i].seek({(*c)["epoch"].get<int64_t>(), size_t(index)});
   }
 }
@@ -124,21 +138,25 @@ std::string counts_text(const std::vector<int64_t>& counts) {
 }  // namespace
 
 std::string cocktail_description(const TaskMix& mix, const config::CocktailConfig& cocktail,
-                                 const std::vector<tasks::CocktailSource>& sources, int64_t total_steps) {
+                                 const std::vector<tasks::CocktailSource>& sources,
+                                 int64_t total_steps) {
   std::string line = "cocktail of";
   for (size_t i = 0; i < sources.size(); ++i) {
-    line += fmt::format("{}{} ({} training / {} validation tasks)", i == 0 ? " " : ", ", sources[i].name,
-                        sources[i].sets.training.size(), sources[i].sets.validation.size());
+    line += fmt::format("{}{} ({} training / {} validation tasks)", i == 0 ? " " : ", ",
+                        sources[i].name, sources[i].sets.training.size(),
+                        sources[i].sets.validation.size());
   }
   const config::CocktailScheduleConfig& s = cocktail.schedule;
   const int64_t last = std::max<int64_t>(1, total_steps);
   if (s.type == "fixed" || s.type == "constant") {
-    line += fmt::format("; {} share {} ({}), tasks per step {}", sources.front().name, mix.shares(1).front(), s.type,
-                        counts_text(mix.counts(1)));
+    line += fmt::format("; {} share {} ({}), tasks per step {}", sources.front().name,
+                        mix.shares(1).front(), s.type, counts_text(mix.counts(1)));
   } else {
-    line += fmt::format("; {} share {} {} -> {} by step {}, tasks per step {} at step 1, {} at step {}",
-                        sources.front().name, s.type, s.start.value_or(0), s.end.value_or(0),
-                        s.end_step.value_or(1) + 1, counts_text(mix.counts(1)), counts_text(mix.counts(last)), last);
+    line +=
+        fmt::format("; {} share {} {} -> {} by step {}, tasks per step {} at step 1, {} at step {}",
+                    sources.front().name, s.type, s.start.value_or(0), s.end.value_or(0),
+                    s.end_step.value_or(1) + 1, counts_text(mix.counts(1)),
+                    counts_text(mix.counts(last)), last);
   }
   return line;
 }

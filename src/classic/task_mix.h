@@ -1,5 +1,5 @@
-// Where each step's tasks come from: one task stream (ajet.task_reader), or one stream per task of a
-// cocktail (ajet.task_reader.cocktail) from which a step takes the counts its schedule gives. The
+// Where each step's tasks come from: one task stream (ajet.task_reader), or one stream per task of
+// a cocktail (ajet.task_reader.cocktail) from which a step takes the counts its schedule gives. The
 // streams' positions are the run's task cursor: recorded per step in metrics.jsonl and restored by
 // --resume. Deterministic: the same config and seed draw the same tasks in the same order.
 #pragma once
@@ -19,10 +19,12 @@ namespace ajet::classic {
 
 class TaskMix {
  public:
-  // One source: every batch is batch_size tasks of `training`, seeded by shuffle_seed (as before cocktails).
-  TaskMix(std::vector<tasks::Task> training, bool shuffle, uint64_t shuffle_seed, int64_t batch_size);
-  // A cocktail: source i's stream is seeded by (shuffle_seed, its own shuffle_seed, its name), and a
-  // step's batch takes split_by_shares(cocktail_shares(step), batch_size) tasks from the sources.
+  // One source: every batch is batch_size tasks of `training`, seeded by shuffle_seed (as before
+  // cocktails).
+  TaskMix(std::vector<tasks::Task> training, bool shuffle, uint64_t shuffle_seed,
+          int64_t batch_size);
+  // A cocktail: source i's stream is seeded by (shuffle_seed, its own shuffle_seed, its name), and
+  // a step's batch takes split_by_shares(cocktail_shares(step), batch_size) tasks from the sources.
   TaskMix(const config::CocktailConfig& cocktail, const std::vector<tasks::CocktailSource>& sources,
           uint64_t shuffle_seed, int64_t batch_size);
 
@@ -41,7 +43,8 @@ class TaskMix {
   void check_fits(int64_t last_step) const;
 
   // One batch of step `step`: each source's count of tasks not yet in `ids` (the step's tasks so
-  // far; a task drawn twice in a step would hold two groups' episodes and count once), in source order.
+  // far; a task drawn twice in a step would hold two groups' episodes and count once), in source
+  // order.
   std::vector<tasks::Task> draw(int64_t step, std::set<std::string>& ids);
 
   int64_t epoch() const { return streams_.front().epoch(); }  // the first source's
@@ -61,6 +64,7 @@ class TaskMix {
 // One line for the start of a run: "cocktail of calc (2000 training / 100 validation tasks) and
 // frozenlake (…); calc's share cos 0.75 -> 0.25 by step 11, per step: 12+4 … 4+12 of 16 tasks".
 std::string cocktail_description(const TaskMix& mix, const config::CocktailConfig& cocktail,
-                                 const std::vector<tasks::CocktailSource>& sources, int64_t total_steps);
+                                 const std::vector<tasks::CocktailSource>& sources,
+                                 int64_t total_steps);
 
 }  // namespace ajet::classic

@@ -101,9 +101,9 @@ struct CocktailTaskConfig {
   TaskSourceConfig source = builtin_task_source();
 };
 
-// The share of the step's tasks that goes to the first task of the cocktail (upstream's cocktail v2):
-// fixed: every task by its weight; constant: start; linear: start -> end at end_step; cos: end +
-// (start - end) * (1 + cos(pi t)) / 2. The other tasks share the rest by their weights.
+// The share of the step's tasks that goes to the first task of the cocktail (upstream's cocktail
+// v2): fixed: every task by its weight; constant: start; linear: start -> end at end_step; cos: end
+// + (start - end) * (1 + cos(pi t)) / 2. The other tasks share the rest by their weights.
 struct CocktailScheduleConfig {
   std::string type = "fixed";  // fixed | constant | linear | cos
   std::optional<double> start;

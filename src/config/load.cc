@@ -227,7 +227,9 @@ void assign(const Field& f, const YAML::Node& node, const Ctx& ctx) {
         *out = as_double(f, node, ctx);
       }
     }
-    void operator()(std::vector<CocktailTaskConfig>* out) const { assign_cocktail_tasks(f, node, ctx, out); }
+    void operator()(std::vector<CocktailTaskConfig>* out) const {
+      assign_cocktail_tasks(f, node, ctx, out);
+    }
     void operator()(std::optional<std::string>* out) const {
       if (node.IsNull()) {
         out->reset();
@@ -314,15 +316,16 @@ void assign_cocktail_tasks(const Field& f, const YAML::Node& node, const Ctx& ct
                            std::vector<CocktailTaskConfig>* out) {
   if (!node.IsSequence()) ctx.type_error(f, node);
   if (node.size() > kMaxCocktailTasks) {
-    invalid_argument(fmt::format("{}: {} holds {} tasks; a cocktail mixes at most {}", ctx.at(node), f.key,
-                                 node.size(), kMaxCocktailTasks));
+    invalid_argument(fmt::format("{}: {} holds {} tasks; a cocktail mixes at most {}", ctx.at(node),
+                                 f.key, node.size(), kMaxCocktailTasks));
   }
   std::vector<CocktailTaskConfig> tasks(node.size());  // sized once: the fields point into it
   for (size_t i = 0; i < node.size(); ++i) {
     const YAML::Node item = node[i];
     const std::string key = fmt::format("{}[{}]", f.key, i);
     if (!item.IsMap()) {
-      invalid_argument(ctx.at(item) + ": " + key + " must be a mapping (name, weight, type, builtin, ...), got " +
+      invalid_argument(ctx.at(item) + ": " + key +
+                       " must be a mapping (name, weight, type, builtin, ...), got " +
                        describe(item));
     }
     const std::vector<Field> fields = cocktail_task_fields(tasks[i], i);
@@ -365,7 +368,8 @@ Json::json_pointer pointer_of(const std::string& dotted) {
 
 Json field_value(const FieldTarget& target);
 
-// One cocktail task as nested JSON with keys relative to the item: {name, weight, type, builtin: {…}, …}.
+// One cocktail task as nested JSON with keys relative to the item: {name, weight, type, builtin:
+// {…}, …}.
 Json cocktail_task_json(CocktailTaskConfig task, size_t index) {
   const std::string prefix = fmt::format("ajet.task_reader.cocktail.tasks[{}].", index);
   Json out = Json::object();
@@ -379,7 +383,8 @@ Json field_value(const FieldTarget& target) {
   return std::visit(
       [](auto* p) -> Json {
         using T = std::decay_t<decltype(*p)>;
-        if constexpr (std::is_same_v<T, std::optional<int64_t>> || std::is_same_v<T, std::optional<double>> ||
+        if constexpr (std::is_same_v<T, std::optional<int64_t>> ||
+                      std::is_same_v<T, std::optional<double>> ||
                       std::is_same_v<T, std::optional<std::string>>) {
           return *p ? Json(**p) : Json(nullptr);
         } else if constexpr (std::is_same_v<T, std::vector<CocktailTaskConfig>>) {
@@ -416,8 +421,12 @@ void check_bounds(const std::vector<Field>& fields, std::vector<std::string>& pr
     Json v = field_value(f.target);
     if (v.is_number()) {
       double d = v.get<double>();
-      if (f.min && d < *f.min) problems.push_back(fmt::format("{} must be >= {}, got {}", f.key, *f.min, v.dump()));
-      if (f.max && d > *f.max) problems.push_back(fmt::format("{} must be <= {}, got {}", f.key, *f.max, v.dump()));
+      if (f.min && d < *f.min) {
+        problems.push_back(fmt::format("{} must be >= {}, got {}", f.key, *f.min, v.dump()));
+      }
+      if (f.max && d > *f.max) {
+        problems.push_back(fmt::format("{} must be <= {}, got {}", f.key, *f.max, v.dump()));
+      }
     }
     if (v.is_string() && !f.choices.empty() && !f.choice_checked_when_used &&
         std::find(f.choices.begin(), f.choices.end(), v.get<std::string>()) == f.choices.end()) {
@@ -429,28 +438,34 @@ void check_bounds(const std::vector<Field>& fields, std::vector<std::string>& pr
 bool is_metric_name(const std::string& name) {
   return !name.empty() && name.size() <= kMaxCocktailNameLength &&
          std::all_of(name.begin(), name.end(), [](char c) {
-           return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '-' || c == '.';
+           return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '-' ||
+                  c == '.';
          });
 }
 
 // One cocktail task: bounds of its keys, a source that yields tasks, a usable name.
-void check_cocktail_task(const CocktailTaskConfig& task, size_t index, std::vector<std::string>& problems) {
+void check_cocktail_task(const CocktailTaskConfig& task, size_t index,
+                         std::vector<std::string>& problems) {
   CocktailTaskConfig copy = task;
   check_bounds(cocktail_task_fields(copy, index), problems);
   const std::string item = fmt::format("ajet.task_reader.cocktail.tasks[{}]", index);
   const TaskSourceConfig& source = task.source;
   if (source.type == "random_dummy") {
-    problems.push_back(item + ".type must be builtin or jsonl_dataset_file (random_dummy yields no tasks)");
+    problems.push_back(
+        item + ".type must be builtin or jsonl_dataset_file (random_dummy yields no tasks)");
   }
   if (source.type == "jsonl_dataset_file" && source.jsonl_dataset_file.training_file_path.empty()) {
-    problems.push_back(item + ".jsonl_dataset_file.training.file_path is empty (type jsonl_dataset_file)");
+    problems.push_back(item +
+                       ".jsonl_dataset_file.training.file_path is empty (type jsonl_dataset_file)");
   }
   const std::string name = cocktail_task_name(task);
   if (name.empty()) {
-    problems.push_back(item + ".name is required (only a builtin task defaults to its generator's name)");
+    problems.push_back(item +
+                       ".name is required (only a builtin task defaults to its generator's name)");
   } else if (!is_metric_name(name)) {
-    problems.push_back(fmt::format("{}.name '{}' must be 1-{} letters, digits, '_', '-' or '.' (it names metrics)",
-                                   item, name, kMaxCocktailNameLength));
+    problems.push_back(
+        fmt::format("{}.name '{}' must be 1-{} letters, digits, '_', '-' or '.' (it names metrics)",
+                    item, name, kMaxCocktailNameLength));
   }
 }
 
@@ -461,14 +476,19 @@ void check_cocktail(const CocktailConfig& cocktail, std::vector<std::string>& pr
   const CocktailScheduleConfig& s = cocktail.schedule;
   const bool fixed = s.type == "fixed";
   if (cocktail.tasks.empty()) {
-    if (!fixed || s.start || s.end || s.end_step) problems.push_back(key + ".schedule is set but " + key + ".tasks is empty");
+    if (!fixed || s.start || s.end || s.end_step) {
+      problems.push_back(key + ".schedule is set but " + key + ".tasks is empty");
+    }
     return;
   }
   if (cocktail.tasks.size() < 2) {
-    problems.push_back(key + ".tasks holds one task; a cocktail mixes at least two (for one, use ajet.task_reader)");
+    problems.push_back(
+        key +
+        ".tasks holds one task; a cocktail mixes at least two (for one, use ajet.task_reader)");
   }
   if (cocktail.tasks.size() > kMaxCocktailTasks) {
-    problems.push_back(fmt::format("{}.tasks holds {} tasks; at most {}", key, cocktail.tasks.size(), kMaxCocktailTasks));
+    problems.push_back(fmt::format("{}.tasks holds {} tasks; at most {}", key,
+                                   cocktail.tasks.size(), kMaxCocktailTasks));
   }
   std::map<std::string, size_t> first_index;
   double weights = 0, weights_after_first = 0;
@@ -476,27 +496,35 @@ void check_cocktail(const CocktailConfig& cocktail, std::vector<std::string>& pr
     check_cocktail_task(cocktail.tasks[i], i, problems);
     const std::string name = cocktail_task_name(cocktail.tasks[i]);
     if (auto [it, fresh] = first_index.emplace(name, i); !fresh && !name.empty()) {
-      problems.push_back(fmt::format("{}.tasks[{}].name '{}' is also the name of tasks[{}]; give each task its own name",
-                                     key, i, name, it->second));
+      problems.push_back(fmt::format(
+          "{}.tasks[{}].name '{}' is also the name of tasks[{}]; give each task its own name", key,
+          i, name, it->second));
     }
     weights += cocktail.tasks[i].weight;
     weights_after_first += i > 0 ? cocktail.tasks[i].weight : 0.0;
   }
   if (fixed) {
     if (s.start || s.end || s.end_step) {
-      problems.push_back(key + ".schedule.start, end and end_step need schedule.type constant, linear or cos "
-                               "(fixed mixes by the weights)");
+      problems.push_back(
+          key +
+          ".schedule.start, end and end_step need schedule.type constant, linear or cos "
+          "(fixed mixes by the weights)");
     }
     if (weights <= 0) problems.push_back(key + ".tasks: the weights must not all be 0");
     return;
   }
-  if (!s.start) problems.push_back(key + ".schedule.start is required with schedule.type " + s.type);
+  if (!s.start) {
+    problems.push_back(key + ".schedule.start is required with schedule.type " + s.type);
+  }
   if (s.type != "constant" && (!s.end || !s.end_step)) {
-    problems.push_back(key + ".schedule.end and end_step are required with schedule.type " + s.type);
+    problems.push_back(key + ".schedule.end and end_step are required with schedule.type " +
+                       s.type);
   }
   if (weights_after_first <= 0) {
-    problems.push_back(key + ".tasks: a schedule gives the first task its share and the others the rest by weight, "
-                             "so the weights of tasks[1] and after must not all be 0");
+    problems.push_back(
+        key +
+        ".tasks: a schedule gives the first task its share and the others the rest by weight, "
+        "so the weights of tasks[1] and after must not all be 0");
   }
 }
 
@@ -550,6 +578,17 @@ void set_config_value(Config& config, std::string_view dotted_key, std::string_v
   assign(*it, node, Ctx{"override", &ignored_warnings});
 }
 
+bool valid_device_name(std::string_view device) {
+  if (device == "cpu" || device == "cuda" || device == "auto") return true;
+  if (device.rfind("cuda:", 0) != 0) return false;
+  std::string_view index = device.substr(5);
+  if (index.empty() || index.size() > 3) return false;
+  for (char ch : index) {
+    if (ch < '0' || ch > '9') return false;
+  }
+  return true;
+}
+
 void validate(const Config& config, std::string_view source) {
   Config copy = config;  // config_fields needs mutable targets; the copy is never written
   std::vector<std::string> problems;
@@ -561,6 +600,9 @@ void validate(const Config& config, std::string_view source) {
     if (!ok) problems.push_back(std::move(message));
   };
   relation(!config.model.path.empty(), "ajet.model.path is required (a model directory in Hugging Face layout)");
+  relation(valid_device_name(config.engine.device),
+           "ajet.engine.device must be cpu, cuda, cuda:N (N a GPU index, 0-999) or auto, got '" + config.engine.device +
+               "'");
   relation(r.max_response_length_in_one_turn <= r.max_model_len,
            fmt::format("ajet.rollout.max_response_length_in_one_turn ({}) must be <= ajet.rollout.max_model_len ({})",
                        r.max_response_length_in_one_turn, r.max_model_len));

@@ -26,24 +26,30 @@ class Table {
 // The reader keys of one task source under `prefix` (ajet.task_reader, or one cocktail task).
 void add_task_source_fields(Table& t, const std::string& prefix, TaskSourceConfig& r) {
   const std::string p = prefix + ".";
-  t.add(p + "type", r.type, "where tasks come from", {.choices = {"jsonl_dataset_file", "builtin", "random_dummy"}});
+  t.add(p + "type", r.type, "where tasks come from",
+        {.choices = {"jsonl_dataset_file", "builtin", "random_dummy"}});
   t.add(p + "jsonl_dataset_file.training.file_path", r.jsonl_dataset_file.training_file_path,
         "JSONL of training tasks (task_id, main_query, init_messages, metadata)");
   t.add(p + "jsonl_dataset_file.validation.file_path", r.jsonl_dataset_file.validation_file_path,
         "JSONL of validation tasks (empty: none)");
   t.add(p + "builtin.generator", r.builtin.generator, "built-in task generator name");
-  t.add(p + "builtin.num_training_tasks", r.builtin.num_training_tasks, "generated training tasks", {.min = 1});
-  t.add(p + "builtin.num_validation_tasks", r.builtin.num_validation_tasks, "generated validation tasks",
-        {.min = 0});
+  t.add(p + "builtin.num_training_tasks", r.builtin.num_training_tasks, "generated training tasks",
+        {.min = 1});
+  t.add(p + "builtin.num_validation_tasks", r.builtin.num_validation_tasks,
+        "generated validation tasks", {.min = 0});
   t.add(p + "builtin.seed", r.builtin.seed, "generator seed");
   t.add(p + "builtin.params", r.builtin.params, "generator-specific settings (a mapping)");
   t.add(p + "validation_fraction", r.validation_fraction,
-        "held out from the training tasks when there is no validation file", {.min = 0, .max = 0.99});
+        "held out from the training tasks when there is no validation file",
+        {.min = 0, .max = 0.99});
   t.add(p + "shuffle", r.shuffle, "shuffle training tasks (deterministically)");
   t.add(p + "shuffle_seed", r.shuffle_seed, "seed of the shuffle and of the split");
-  t.add(p + "max_training_tasks", r.max_training_tasks, "keep the first N; -1 keeps all", {.min = -1});
-  t.add(p + "max_validation_tasks", r.max_validation_tasks, "keep the first N; -1 keeps all", {.min = -1});
-  t.add(p + "filters.include_task_ids", r.filters.include_task_ids, "keep only these task ids (empty: all)");
+  t.add(p + "max_training_tasks", r.max_training_tasks, "keep the first N; -1 keeps all",
+        {.min = -1});
+  t.add(p + "max_validation_tasks", r.max_validation_tasks, "keep the first N; -1 keeps all",
+        {.min = -1});
+  t.add(p + "filters.include_task_ids", r.filters.include_task_ids,
+        "keep only these task ids (empty: all)");
   t.add(p + "filters.exclude_task_ids", r.filters.exclude_task_ids, "drop these task ids");
   t.add(p + "filters.metadata", r.filters.metadata,
         "keep tasks whose metadata matches: key -> value, [values] or {min, max}");
@@ -54,7 +60,8 @@ void add_task_source_fields(Table& t, const std::string& prefix, TaskSourceConfi
 std::vector<Field> cocktail_task_fields(CocktailTaskConfig& task, size_t index) {
   Table t;
   const std::string prefix = "task_reader.cocktail.tasks[" + std::to_string(index) + "]";
-  t.add(prefix + ".name", task.name, "the task's name in metrics (empty: the builtin generator's name)");
+  t.add(prefix + ".name", task.name,
+        "the task's name in metrics (empty: the builtin generator's name)");
   t.add(prefix + ".weight", task.weight, "the task's weight in the mix", {.min = 0});
   add_task_source_fields(t, prefix, task.source);
   return std::move(t.fields);
@@ -99,15 +106,16 @@ std::vector<Field> config_fields(Config& c) {
   // Tasks.
   add_task_source_fields(t, "task_reader", c.task_reader);
   t.add("task_reader.cocktail.tasks", c.task_reader.cocktail.tasks,
-        "classic mode: several task sources mixed per step, each {name, weight, <the ajet.task_reader keys>}");
+        "classic mode: several task sources mixed per step, each {name, weight, <the "
+        "ajet.task_reader keys>}");
   const std::string schedule = "task_reader.cocktail.schedule.";
   t.add(schedule + "type", c.task_reader.cocktail.schedule.type,
         "share of the cocktail's first task per step: fixed (the weights), constant, linear, cos",
         {.choices = {"fixed", "constant", "linear", "cos"}});
   t.add(schedule + "start", c.task_reader.cocktail.schedule.start, "first task's share at step 1",
         {.min = 0, .max = 1});
-  t.add(schedule + "end", c.task_reader.cocktail.schedule.end, "first task's share from end_step + 1 on",
-        {.min = 0, .max = 1});
+  t.add(schedule + "end", c.task_reader.cocktail.schedule.end,
+        "first task's share from end_step + 1 on", {.min = 0, .max = 1});
   t.add(schedule + "end_step", c.task_reader.cocktail.schedule.end_step,
         "steps over which linear / cos go from start to end", {.min = 1});
   t.add("task_judge.judge_type", c.task_judge.judge_type,
@@ -217,7 +225,8 @@ std::vector<Field> config_fields(Config& c) {
   // Engine.
   t.add("engine.threads", c.engine.threads, "compute threads; 0: one per core", {.min = 0});
   t.add("engine.kv_cache_memory_mb", c.engine.kv_cache_memory_mb, "KV cache budget", {.min = 1});
-  t.add("engine.device", c.engine.device, "compute device", {.choices = {"cpu", "cuda", "auto"}});
+  // cuda:N places one server's engine on one GPU (multi-model training); checked in validate().
+  t.add("engine.device", c.engine.device, "compute device: cpu, cuda, cuda:N (GPU N) or auto");
   t.add("engine.dtype", c.engine.dtype, "weight and activation dtype",
         {.choices = {"float32", "bfloat16", "float16"}});
   t.add("engine.prefill_chunk_tokens", c.engine.prefill_chunk_tokens, "prompt tokens prefilled per step",
@@ -291,7 +300,9 @@ std::string_view field_type_name(const FieldTarget& target) {
     std::string_view operator()(std::optional<double>*) const { return "a number or null"; }
     std::string_view operator()(std::optional<std::string>*) const { return "a string or null"; }
     std::string_view operator()(Json*) const { return "a mapping"; }
-    std::string_view operator()(std::vector<CocktailTaskConfig>*) const { return "a list of task sources"; }
+    std::string_view operator()(std::vector<CocktailTaskConfig>*) const {
+      return "a list of task sources";
+    }
   };
   return std::visit(Name{}, target);
 }

@@ -15,9 +15,10 @@
 namespace ajet::config {
 
 // The cocktail's task list is one field: each item is parsed against cocktail_task_fields().
-using FieldTarget = std::variant<bool*, int64_t*, double*, std::string*, std::vector<std::string>*,
-                                 std::vector<double>*, std::optional<int64_t>*, std::optional<double>*,
-                                 std::optional<std::string>*, Json*, std::vector<CocktailTaskConfig>*>;
+using FieldTarget =
+    std::variant<bool*, int64_t*, double*, std::string*, std::vector<std::string>*,
+                 std::vector<double>*, std::optional<int64_t>*, std::optional<double>*,
+                 std::optional<std::string>*, Json*, std::vector<CocktailTaskConfig>*>;
 
 struct Field {
   std::string key;  // full dotted key, e.g. "ajet.rollout.num_repeat"

@@ -34,8 +34,9 @@ double first_task_share(const config::CocktailConfig& cocktail, int64_t step) {
   const double t = schedule_progress(s, step);
   if (s.type == "linear") return start + (end - start) * t;
   if (s.type == "cos") return end + (start - end) * 0.5 * (1.0 + std::cos(M_PI * t));
-  invalid_argument("ajet.task_reader.cocktail.schedule.type must be fixed, constant, linear or cos, got '" + s.type +
-                   "'");
+  invalid_argument(
+      "ajet.task_reader.cocktail.schedule.type must be fixed, constant, linear or cos, got '" +
+      s.type + "'");
 }
 
 std::vector<double> cocktail_shares(const config::CocktailConfig& cocktail, int64_t step) {
@@ -71,7 +72,8 @@ std::vector<int64_t> split_by_shares(const std::vector<double>& shares, int64_t 
   // 2. The tasks left over, one each to the largest remainders (ties: the earlier task).
   std::vector<size_t> order(shares.size());
   std::iota(order.begin(), order.end(), size_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return remainder[a] > remainder[b]; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return remainder[a] > remainder[b]; });
   for (size_t k = 0; given < total; k = (k + 1) % order.size(), ++given) counts[order[k]] += 1;
   return counts;
 }
@@ -89,12 +91,15 @@ std::vector<CocktailSource> load_cocktail(const config::CocktailConfig& cocktail
     } catch (const Error& e) {
       throw Error(e.code(), key + ": " + e.what());
     }
-    if (source.sets.training.empty()) invalid_argument(key + " yields no training tasks (after filters)");
+    if (source.sets.training.empty()) {
+      invalid_argument(key + " yields no training tasks (after filters)");
+    }
     for (const Task& t : source.sets.training) {
       if (auto [it, fresh] = owner.emplace(t.task_id, i); !fresh) {
-        invalid_argument(fmt::format("{} and ajet.task_reader.cocktail.tasks[{}] ({}) share the training task id "
-                                     "'{}'; the tasks of a cocktail must be distinct",
-                                     key, it->second, sources[it->second].name, t.task_id));
+        invalid_argument(fmt::format(
+            "{} and ajet.task_reader.cocktail.tasks[{}] ({}) share the training task id "
+            "'{}'; the tasks of a cocktail must be distinct",
+            key, it->second, sources[it->second].name, t.task_id));
       }
     }
     sources.push_back(std::move(source));

@@ -22,13 +22,14 @@ namespace ajet::tasks {
 // So step 1 gets `start` and every step from end_step + 1 on gets `end`.
 double first_task_share(const config::CocktailConfig& cocktail, int64_t step);
 
-// Every task's share of step `step`, summing to 1: the first by the schedule, the others the rest in
-// proportion to their weights (fixed: all by weight).
+// Every task's share of step `step`, summing to 1: the first by the schedule, the others the rest
+// in proportion to their weights (fixed: all by weight).
 std::vector<double> cocktail_shares(const config::CocktailConfig& cocktail, int64_t step);
 
-// Splits `total` tasks by `shares` (largest remainder): each gets floor(total * share), the tasks left
-// over go one each to the largest fractional parts, ties to the earlier task. The counts sum to
-// `total` and each is within 1 of total * share; with two tasks the first gets round(total * share).
+// Splits `total` tasks by `shares` (largest remainder): each gets floor(total * share), the tasks
+// left over go one each to the largest fractional parts, ties to the earlier task. The counts sum
+// to `total` and each is within 1 of total * share; with two tasks the first gets round(total *
+// share).
 std::vector<int64_t> split_by_shares(const std::vector<double>& shares, int64_t total);
 
 // One loaded task of a cocktail: its name (config::cocktail_task_name) and its two task sets.
@@ -38,8 +39,9 @@ struct CocktailSource {
 };
 
 // Loads every task of the cocktail with load_tasks (relative files against base_dir). Throws
-// Error(kInvalidArgument) naming the task when one yields no training tasks, or when two tasks share a
-// training task id (the front groups episodes by task id, so a shared id would merge two groups).
+// Error(kInvalidArgument) naming the task when one yields no training tasks, or when two tasks
+// share a training task id (the front groups episodes by task id, so a shared id would merge two
+// groups).
 std::vector<CocktailSource> load_cocktail(const config::CocktailConfig& cocktail,
                                           const std::filesystem::path& base_dir = {});
 

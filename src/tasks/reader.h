@@ -39,15 +39,16 @@ struct TaskSets {
 
 // Builds both sets from ajet.task_reader (or one task of a cocktail, tasks/cocktail.h):
 //   jsonl_dataset_file  reads training.file_path (relative paths resolved against base_dir) and
-//                       validation.file_path; without a validation file and with validation_fraction
-//                       > 0, tasks whose stable_hash(shuffle_seed, task_id) falls in that share are
-//                       moved to validation.
+//                       validation.file_path; without a validation file and with
+//                       validation_fraction > 0, tasks whose stable_hash(shuffle_seed, task_id)
+//                       falls in that share are moved to validation.
 //   builtin             generates builtin.num_training_tasks / num_validation_tasks of
 //                       builtin.generator with builtin.seed and builtin.params (disjoint splits).
 //   random_dummy        no tasks (swarm mode: the clients bring their own).
 // Then filters, then max_training_tasks / max_validation_tasks keep the first N. The training set
 // is not shuffled here: TaskStream does that per epoch.
-TaskSets load_tasks(const config::TaskSourceConfig& reader, const std::filesystem::path& base_dir = {});
+TaskSets load_tasks(const config::TaskSourceConfig& reader,
+                    const std::filesystem::path& base_dir = {});
 
 // The order in which epoch `epoch` visits n tasks: a permutation seeded by (seed, epoch), or the
 // identity when shuffle is off.

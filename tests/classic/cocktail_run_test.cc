@@ -1,7 +1,7 @@
-// End-to-end cocktail runs of `ajet --conf` (the real ajet, ajet-swarm and ajet-engine) on the micro
-// model with the debug backbone: each step's batch follows the schedule, each task is validated on
-// its own held-out set, dynamic sampling keeps the step's mix, and --resume continues every task's
-// stream where it stopped. Counts and keys only, never speed.
+// End-to-end cocktail runs of `ajet --conf` (the real ajet, ajet-swarm and ajet-engine) on the
+// micro model with the debug backbone: each step's batch follows the schedule, each task is
+// validated on its own held-out set, dynamic sampling keeps the step's mix, and --resume continues
+// every task's stream where it stopped. Counts and keys only, never speed.
 #include <gtest/gtest.h>
 
 #include "classic_fixture.h"
@@ -23,7 +23,9 @@ std::string cocktail_yaml(const fs::path& model, int64_t steps, const std::strin
          "  experiment_name: run\n"
          "  backbone: debug\n"
          "  model:\n"
-         "    path: " + model.string() + "\n"
+         "    path: " +
+         model.string() +
+         "\n"
          "  data: {max_prompt_length: 640, max_response_length: 384, train_batch_size: 4}\n"
          "  rollout:\n"
          "    max_env_worker: 8\n"
@@ -35,12 +37,16 @@ std::string cocktail_yaml(const fs::path& model, int64_t steps, const std::strin
          "    shuffle_seed: 3\n"
          "    cocktail:\n"
          "      tasks:\n"
-         "        - builtin: {generator: calc, num_training_tasks: 10, num_validation_tasks: 2, seed: 5}\n"
+         "        - builtin: {generator: calc, num_training_tasks: 10, num_validation_tasks: 2, "
+         "seed: 5}\n"
          "        - name: count\n"
-         "          builtin: {generator: countdown, num_training_tasks: 10, num_validation_tasks: 3, seed: 5}\n"
+         "          builtin: {generator: countdown, num_training_tasks: 10, num_validation_tasks: "
+         "3, seed: 5}\n"
          "      schedule: {type: linear, start: 1.0, end: 0.25, end_step: 2}\n"
          "  trainer_common:\n"
-         "    total_training_steps: " + std::to_string(steps) + "\n"
+         "    total_training_steps: " +
+         std::to_string(steps) +
+         "\n"
          "    test_freq: 2\n"
          "    val_pass_n: 2\n"
          "    val_before_train: true\n"
@@ -48,10 +54,11 @@ std::string cocktail_yaml(const fs::path& model, int64_t steps, const std::strin
          extra;
 }
 
-Captured run_conf(const fs::path& dir, const std::string& name, const std::string& yaml, const std::string& flags = "") {
+Captured run_conf(const fs::path& dir, const std::string& name, const std::string& yaml,
+                  const std::string& flags = "") {
   write_file_atomic(dir / name, yaml);
-  return run_ajet("--conf " + shell_quote((dir / name).string()) + " --exp-dir " + shell_quote((dir / "exps").string()) +
-                  flags);
+  return run_ajet("--conf " + shell_quote((dir / name).string()) + " --exp-dir " +
+                  shell_quote((dir / "exps").string()) + flags);
 }
 
 std::vector<Json> records_of(const fs::path& dir, const std::string& kind) {
@@ -87,7 +94,8 @@ TEST(CocktailRun, EachStepFollowsTheScheduleAndEachTaskIsValidatedAlone) {
     EXPECT_EQ(t["calc"]["cursor"], (Json{{"epoch", calc_drawn / 10}, {"index", calc_drawn % 10}}));
     EXPECT_EQ(t["count"]["cursor"], (Json{{"epoch", 0}, {"index", count_drawn}}));
   }
-  EXPECT_TRUE(train[0]["cocktail"]["count"]["reward_mean"].is_null());  // no countdown task in step 1
+  EXPECT_TRUE(
+      train[0]["cocktail"]["count"]["reward_mean"].is_null());  // no countdown task in step 1
   // 2. Validation before training, after step 2 and after step 4: every task on its own set.
   const std::vector<Json> val = records_of(dir.path(), "validation");
   ASSERT_EQ(val.size(), 3u) << r.out;
@@ -103,13 +111,15 @@ TEST(CocktailRun, EachStepFollowsTheScheduleAndEachTaskIsValidatedAlone) {
     EXPECT_EQ(v["cocktail"]["count"]["k"].get<int64_t>(), 2);
   }
   // 3. What the user sees: the mix, per-task lines and summaries, one curve per task.
-  EXPECT_NE(r.out.find("ajet: cocktail of calc (10 training / 2 validation tasks), count (10 training / 3 "
-                       "validation tasks); calc share linear 1 -> 0.25 by step 3"),
+  EXPECT_NE(r.out.find(
+                "ajet: cocktail of calc (10 training / 2 validation tasks), count (10 training / 3 "
+                "validation tasks); calc share linear 1 -> 0.25 by step 3"),
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("  tasks: calc 3 (62%) reward "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("  val per task: calc greedy "), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("ajet: held-out success of count, step 0 -> 4: sampled "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ajet: held-out success of count, step 0 -> 4: sampled "), std::string::npos)
+      << r.out;
   const std::string html = read_file(dir / "exps" / "run" / "reward_curve.html");
   EXPECT_NE(html.find("train reward: calc"), std::string::npos);
   EXPECT_NE(html.find("validation sampled success: count"), std::string::npos);
@@ -125,8 +135,9 @@ TEST(CocktailRun, DynamicSamplingKeepsTheStepsMix) {
                     "last=${AJET_ENV_SEED#${AJET_ENV_SEED%?}}\n"
                     "if [ $((h % 3)) -eq 0 ]; then r=$((last % 2)); else r=1; fi\n"
                     "echo \"{\\\"reward\\\": $r}\"\n");
-  std::string yaml = cocktail_yaml(micro_model(), 4,
-                                   "  swarm_mode_sample_collection_method: rollout_until_finish_enough_non_dummy_tasks\n");
+  std::string yaml = cocktail_yaml(
+      micro_model(), 4,
+      "  swarm_mode_sample_collection_method: rollout_until_finish_enough_non_dummy_tasks\n");
   yaml.replace(yaml.find("  rollout:\n"), 11, "  rollout:\n    user_workflow: \"sh agent.sh\"\n");
   yaml.replace(yaml.find("num_repeat: 2"), 13, "num_repeat: 4");
   yaml.replace(yaml.find("test_freq: 2"), 12, "test_freq: 0");
@@ -143,15 +154,17 @@ TEST(CocktailRun, DynamicSamplingKeepsTheStepsMix) {
     const Json& t = train[i]["cocktail"];
     EXPECT_EQ(t["calc"]["tasks"].get<int64_t>(), calc_tasks[i] * batches);
     EXPECT_EQ(t["count"]["tasks"].get<int64_t>(), (4 - calc_tasks[i]) * batches);
-    EXPECT_EQ(t["calc"]["episodes"].get<int64_t>() + t["count"]["episodes"].get<int64_t>(), 4 * 4 * batches);
+    EXPECT_EQ(t["calc"]["episodes"].get<int64_t>() + t["count"]["episodes"].get<int64_t>(),
+              4 * 4 * batches);
     EXPECT_EQ(train[i]["rollout"]["episodes"].get<int64_t>(), 4 * 4 * batches);
     more_than_one += batches > 1 ? 1 : 0;
   }
-  EXPECT_GT(more_than_one, 0) << "no step needed a second batch: the agent's rewards do not exercise the rule";
+  EXPECT_GT(more_than_one, 0)
+      << "no step needed a second batch: the agent's rewards do not exercise the rule";
 }
 
-// --resume continues each task's stream from the cursor recorded at the step it continues after: the
-// cursors of steps 3 and 4 are those of a run that was never interrupted.
+// --resume continues each task's stream from the cursor recorded at the step it continues after:
+// the cursors of steps 3 and 4 are those of a run that was never interrupted.
 TEST(CocktailRun, ResumeContinuesEveryTasksStream) {
   e2e::ScratchDir whole_dir, split_dir;
   const fs::path model = micro_model();
@@ -175,7 +188,8 @@ TEST(CocktailRun, ResumeContinuesEveryTasksStream) {
       EXPECT_EQ(resumed[i]["cocktail"][task]["tasks"], expected[i]["cocktail"][task]["tasks"]);
     }
   }
-  // The calc stream crossed into its second epoch at step 4 (4+3+1+1 = 9 of 10: not yet; count 0+1+3+3).
+  // The calc stream crossed into its second epoch at step 4 (4+3+1+1 = 9 of 10: not yet; count
+  // 0+1+3+3).
   EXPECT_EQ(resumed[3]["cocktail"]["count"]["cursor"], (Json{{"epoch", 0}, {"index", 7}}));
 }
 
@@ -185,13 +199,17 @@ TEST(CocktailRun, ConfigErrorsNameTheKey) {
   yaml.replace(yaml.find("end_step: 2"), 11, "end_step: 0");
   Captured r = run_conf(dir.path(), "bad.yaml", yaml);
   EXPECT_NE(r.status, 0);
-  EXPECT_NE(r.out.find("ajet.task_reader.cocktail.schedule.end_step must be >= 1, got 0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ajet.task_reader.cocktail.schedule.end_step must be >= 1, got 0"),
+            std::string::npos)
+      << r.out;
   yaml = cocktail_yaml(micro_model(), 4);  // steps 3 and 4 take 3 countdown tasks
   const std::string countdown_tasks = "num_training_tasks: 10, num_validation_tasks: 3";
-  yaml.replace(yaml.find(countdown_tasks), countdown_tasks.size(), "num_training_tasks: 2, num_validation_tasks: 3");
+  yaml.replace(yaml.find(countdown_tasks), countdown_tasks.size(),
+               "num_training_tasks: 2, num_validation_tasks: 3");
   r = run_conf(dir.path(), "small.yaml", yaml);
   EXPECT_NE(r.status, 0);
-  EXPECT_NE(r.out.find("takes 3 tasks from task 'count', which has only 2 training tasks"), std::string::npos)
+  EXPECT_NE(r.out.find("takes 3 tasks from task 'count', which has only 2 training tasks"),
+            std::string::npos)
       << r.out;
 }
 

@@ -1,10 +1,11 @@
-// TaskMix without processes: a cocktail step takes the schedule's counts from each source, tasks are
-// distinct within a step, the cursors round-trip (what --resume restores), and a step that asks a
-// source for more tasks than it has is refused by name. Also the per-task lines and curves.
+// TaskMix without processes: a cocktail step takes the schedule's counts from each source, tasks
+// are distinct within a step, the cursors round-trip (what --resume restores), and a step that asks
+// a source for more tasks than it has is refused by name. Also the per-task lines and curves.
+#include "classic/task_mix.h"
+
 #include <gtest/gtest.h>
 
 #include "classic/metrics.h"
-#include "classic/task_mix.h"
 #include "common/error.h"
 
 namespace ajet::classic {
@@ -33,7 +34,8 @@ TEST(TaskMix, ACocktailStepTakesTheScheduleCountsFromEachSource) {
     ASSERT_EQ(batch.size(), 4u);
     for (size_t i = 0; i < batch.size(); ++i) {
       // Source order: the first task's tasks, then the second's.
-      EXPECT_EQ(mix.source_of(batch[i].task_id), i < size_t(expected[size_t(step - 1)][0]) ? 0u : 1u);
+      EXPECT_EQ(mix.source_of(batch[i].task_id),
+                i < size_t(expected[size_t(step - 1)][0]) ? 0u : 1u);
     }
   }
   // calc drew 4+3+2+1 = 10 of its 12, countdown 0+1+2+3+4 = 10 of its 10.
@@ -56,13 +58,16 @@ TEST(TaskMix, CursorsRestoreTheSameDraws) {
     std::set<std::string> ia, ib;
     const std::vector<tasks::Task> da = a.draw(step, ia), db = b.draw(step, ib);
     ASSERT_EQ(da.size(), db.size());
-    for (size_t i = 0; i < da.size(); ++i) EXPECT_EQ(da[i].task_id, db[i].task_id) << "step " << step;
+    for (size_t i = 0; i < da.size(); ++i) {
+      EXPECT_EQ(da[i].task_id, db[i].task_id) << "step " << step;
+    }
   }
   try {
     b.seek(Json{{"calc", {{"epoch", 0}, {"index", 1}}}});
     ADD_FAILURE() << "a cursor without countdown was accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("no task cursor {epoch, index} for 'countdown'"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("no task cursor {epoch, index} for 'countdown'"),
+              std::string::npos)
         << e.what();
   }
 }
@@ -85,7 +90,8 @@ TEST(TaskMix, AStepThatAsksASourceForMoreThanItHasIsRefused) {
     mix.check_fits(5);
     ADD_FAILURE() << "accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("step 1 takes 14 tasks from task 'countdown', which has only 10"),
+    EXPECT_NE(std::string(e.what()).find(
+                  "step 1 takes 14 tasks from task 'countdown', which has only 10"),
               std::string::npos)
         << e.what();
   }
@@ -109,13 +115,14 @@ TEST(TaskMix, OneSourceDrawsTheWholeBatchFromItsStream) {
 namespace ajet::classic {
 namespace {
 
-// The per-task lines and curves read the "cocktail" objects of the records; a task without episodes in a
-// step (null reward) is shown without a reward and left out of its curve.
+// The per-task lines and curves read the "cocktail" objects of the records; a task without episodes
+// in a step (null reward) is shown without a reward and left out of its curve.
 TEST(CocktailLines, StepValidationSummaryAndCurve) {
   const Json step1 = Json::parse(R"({"kind": "train", "step": 1, "cocktail": {
       "calc": {"share": 1.0, "tasks": 4, "reward_mean": 0.5, "success_rate": 0.5},
       "lake": {"share": 0.0, "tasks": 0, "reward_mean": null, "success_rate": null}}})");
-  EXPECT_EQ(cocktail_step_line(step1), "  tasks: calc 4 (100%) reward 0.500 success 50.0% | lake 0 (0%)");
+  EXPECT_EQ(cocktail_step_line(step1),
+            "  tasks: calc 4 (100%) reward 0.500 success 50.0% | lake 0 (0%)");
   const Json val0 = Json::parse(R"({"kind": "validation", "step": 0, "validation": {}, "cocktail": {
       "calc": {"greedy_success": 0.5, "k": 4, "pass_at_k": 0.75, "sampled_success": 0.25, "tasks": 100},
       "lake": {"greedy_success": 0.1, "k": 4, "pass_at_k": 0.2, "sampled_success": 0.05, "tasks": 50}}})");
@@ -123,12 +130,14 @@ TEST(CocktailLines, StepValidationSummaryAndCurve) {
   val2["step"] = 2;
   val2["cocktail"]["lake"]["sampled_success"] = 0.15;
   EXPECT_EQ(cocktail_validation_line(val0),
-            "  val per task: calc greedy 50.0% pass@4 75.0% sampled 25.0% (100) | lake greedy 10.0% pass@4 20.0% "
+            "  val per task: calc greedy 50.0% pass@4 75.0% sampled 25.0% (100) | lake greedy "
+            "10.0% pass@4 20.0% "
             "sampled 5.0% (50)");
   const std::vector<std::string> summary = cocktail_learning_summary({val0, step1, val2});
   ASSERT_EQ(summary.size(), 2u);
-  EXPECT_EQ(summary[1], "held-out success of lake, step 0 -> 2: sampled 5.0% -> 15.0% (+10.0), greedy 10.0% -> "
-                        "10.0% (+0.0), pass@4 20.0% -> 20.0% (+0.0)");
+  EXPECT_EQ(summary[1],
+            "held-out success of lake, step 0 -> 2: sampled 5.0% -> 15.0% (+10.0), greedy 10.0% -> "
+            "10.0% (+0.0), pass@4 20.0% -> 20.0% (+0.0)");
   const std::string html = reward_curve_html({val0, step1, val2}, "t");
   EXPECT_NE(html.find("train reward: calc (last 0.500)"), std::string::npos);
   EXPECT_EQ(html.find("train reward: lake"), std::string::npos);  // no step gave it episodes

@@ -1,17 +1,19 @@
 // The cocktail's schedule (hand-computed shares at given steps), the split of a batch by shares
 // (largest remainder, sums to the batch) and loading several task sources.
+#include "tasks/cocktail.h"
+
 #include <gtest/gtest.h>
 
 #include <numeric>
 
 #include "common/error.h"
-#include "tasks/cocktail.h"
 #include "tasks/rng.h"
 
 namespace ajet::tasks {
 namespace {
 
-config::CocktailConfig two_tasks(const std::string& type, std::optional<double> start = std::nullopt,
+config::CocktailConfig two_tasks(const std::string& type,
+                                 std::optional<double> start = std::nullopt,
                                  std::optional<double> end = std::nullopt,
                                  std::optional<int64_t> end_step = std::nullopt) {
   config::CocktailConfig c;
@@ -40,21 +42,26 @@ TEST(CocktailSchedule, ConstantLinearAndCosAtGivenSteps) {
   const config::CocktailConfig linear = two_tasks("linear", 1.0, 0.0, 4);
   const std::vector<double> linear_expected = {1.0, 0.75, 0.5, 0.25, 0.0, 0.0, 0.0};
   for (size_t i = 0; i < linear_expected.size(); ++i) {
-    EXPECT_NEAR(first_task_share(linear, int64_t(i) + 1), linear_expected[i], 1e-12) << "step " << i + 1;
+    EXPECT_NEAR(first_task_share(linear, int64_t(i) + 1), linear_expected[i], 1e-12)
+        << "step " << i + 1;
   }
   EXPECT_EQ(split_by_shares(cocktail_shares(linear, 2), 8), (std::vector<int64_t>{6, 2}));
 
   // cos 0.75 -> 0.25 over 4 steps: end + (start - end) (1 + cos(pi t)) / 2.
   const config::CocktailConfig cos = two_tasks("cos", 0.75, 0.25, 4);
   EXPECT_DOUBLE_EQ(first_task_share(cos, 1), 0.75);
-  EXPECT_NEAR(first_task_share(cos, 2), 0.25 + 0.5 * (1 + std::cos(M_PI / 4)) / 2, 1e-12);  // 0.6768
+  EXPECT_NEAR(first_task_share(cos, 2), 0.25 + 0.5 * (1 + std::cos(M_PI / 4)) / 2,
+              1e-12);  // 0.6768
   EXPECT_NEAR(first_task_share(cos, 3), 0.5, 1e-12);
-  EXPECT_NEAR(first_task_share(cos, 4), 0.25 + 0.5 * (1 + std::cos(3 * M_PI / 4)) / 2, 1e-12);  // 0.3232
+  EXPECT_NEAR(first_task_share(cos, 4), 0.25 + 0.5 * (1 + std::cos(3 * M_PI / 4)) / 2,
+              1e-12);  // 0.3232
   EXPECT_NEAR(first_task_share(cos, 5), 0.25, 1e-12);
   EXPECT_NEAR(first_task_share(cos, 50), 0.25, 1e-12);
   // 16 tasks a step: round(16 r) for the first task.
   std::vector<int64_t> first_counts;
-  for (int64_t step = 1; step <= 5; ++step) first_counts.push_back(split_by_shares(cocktail_shares(cos, step), 16)[0]);
+  for (int64_t step = 1; step <= 5; ++step) {
+    first_counts.push_back(split_by_shares(cocktail_shares(cos, step), 16)[0]);
+  }
   EXPECT_EQ(first_counts, (std::vector<int64_t>{12, 11, 8, 5, 4}));
 }
 
@@ -72,9 +79,11 @@ TEST(CocktailSchedule, TheOtherTasksShareTheRestByWeight) {
 }
 
 TEST(CocktailSplit, LargestRemainderSumsToTheBatchAndStaysWithinOne) {
-  EXPECT_EQ(split_by_shares({0.5, 0.5}, 3), (std::vector<int64_t>{2, 1}));  // a tie goes to the earlier task
+  EXPECT_EQ(split_by_shares({0.5, 0.5}, 3),
+            (std::vector<int64_t>{2, 1}));  // a tie goes to the earlier task
   EXPECT_EQ(split_by_shares({1.0 / 3, 1.0 / 3, 1.0 / 3}, 16), (std::vector<int64_t>{6, 5, 5}));
-  EXPECT_EQ(split_by_shares({0.3, 0.7}, 10), (std::vector<int64_t>{3, 7}));  // 0.3 * 10 is 3, not 2.999…
+  EXPECT_EQ(split_by_shares({0.3, 0.7}, 10),
+            (std::vector<int64_t>{3, 7}));  // 0.3 * 10 is 3, not 2.999…
   EXPECT_EQ(split_by_shares({1.0, 0.0}, 5), (std::vector<int64_t>{5, 0}));
   EXPECT_EQ(split_by_shares({0.0, 1.0}, 5), (std::vector<int64_t>{0, 5}));
   Rng rng(11);
@@ -87,7 +96,9 @@ TEST(CocktailSplit, LargestRemainderSumsToTheBatchAndStaysWithinOne) {
     const int64_t total = rng.uniform_int(1, 64);
     const std::vector<int64_t> counts = split_by_shares(shares, total);
     EXPECT_EQ(std::accumulate(counts.begin(), counts.end(), int64_t{0}), total);
-    for (size_t i = 0; i < n; ++i) EXPECT_LT(std::fabs(double(counts[i]) - double(total) * shares[i] / sum), 1.0);
+    for (size_t i = 0; i < n; ++i) {
+      EXPECT_LT(std::fabs(double(counts[i]) - double(total) * shares[i] / sum), 1.0);
+    }
   }
   EXPECT_THROW(split_by_shares({0.0, 0.0}, 4), Error);
 }
@@ -114,8 +125,9 @@ TEST(CocktailLoad, EachTaskHasItsOwnSetsAndSharedIdsAreRefused) {
     load_cocktail(c);
     ADD_FAILURE() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("ajet.task_reader.cocktail.tasks[1] (calc2) and "
-                                         "ajet.task_reader.cocktail.tasks[0] (calc) share the training task id"),
+    EXPECT_NE(std::string(e.what()).find(
+                  "ajet.task_reader.cocktail.tasks[1] (calc2) and "
+                  "ajet.task_reader.cocktail.tasks[0] (calc) share the training task id"),
               std::string::npos)
         << e.what();
   }
@@ -125,7 +137,9 @@ TEST(CocktailLoad, EachTaskHasItsOwnSetsAndSharedIdsAreRefused) {
     load_cocktail(c);
     ADD_FAILURE() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("ajet.task_reader.cocktail.tasks[1] (calc2): "), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("ajet.task_reader.cocktail.tasks[1] (calc2): "),
+              std::string::npos)
+        << e.what();
   }
 }
 
