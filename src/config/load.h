@@ -38,6 +38,8 @@ void set_config_value(Config& config, std::string_view dotted_key, std::string_v
 // Bounds of every key and the relations between keys (e.g. max_response_length_in_one_turn <=
 // max_model_len). Throws one Error listing every violation, each naming its keys and `source`.
 void validate(const Config& config, std::string_view source);
+// ajet.engine.device: cpu, cuda, cuda:N (N up to three digits) or auto.
+bool valid_device_name(std::string_view device);
 
 // The whole config as YAML (every key, resolved values) and as nested JSON.
 std::string to_yaml(const Config& config);

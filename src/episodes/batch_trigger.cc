@@ -34,16 +34,29 @@ bool is_agree_based(SampleCollection method) {
   return method == SampleCollection::kAnyClientAgrees || method == SampleCollection::kAllClientsAgree;
 }
 
-void BatchProgress::add(FinishedEpisode episode) { items_.push_back(std::move(episode)); }
+void BatchProgress::count(const FinishedEpisode& e) {
+  TaskCount& c = counts_[e.task_id];
+  if (c.episodes == 0) c.first_reward = e.reward;
+  c.all_rewards_equal = c.all_rewards_equal && e.reward == c.first_reward;
+  c.episodes += 1;
+}
+
+void BatchProgress::add(FinishedEpisode episode) {
+  items_.push_back(std::move(episode));
+  count(items_.back());
+}
 
 void BatchProgress::prepend(std::vector<FinishedEpisode> episodes) {
   for (auto& e : items_) episodes.push_back(std::move(e));
   items_ = std::move(episodes);
+  counts_.clear();
+  for (const auto& e : items_) count(e);
 }
 
 std::vector<FinishedEpisode> BatchProgress::take_all() {
   std::vector<FinishedEpisode> out = std::move(items_);
   items_.clear();
+  counts_.clear();
   return out;
 }
 
@@ -72,15 +85,13 @@ std::map<std::string, TaskStats> BatchProgress::task_stats() const {
 
 size_t BatchProgress::finished_tasks(int64_t num_repeat) const {
   size_t n = 0;
-  for (const auto& [task, s] : task_stats()) n += int64_t(s.episode_uuids.size()) >= num_repeat ? 1 : 0;
+  for (const auto& [task, c] : counts_) n += c.episodes >= num_repeat ? 1 : 0;
   return n;
 }
 
 size_t BatchProgress::finished_non_dummy_tasks(int64_t num_repeat) const {
   size_t n = 0;
-  for (const auto& [task, s] : task_stats()) {
-    n += (int64_t(s.episode_uuids.size()) >= num_repeat && !s.all_rewards_equal) ? 1 : 0;
-  }
+  for (const auto& [task, c] : counts_) n += (c.episodes >= num_repeat && !c.all_rewards_equal) ? 1 : 0;
   return n;
 }
 

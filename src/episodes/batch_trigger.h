@@ -66,7 +66,16 @@ class BatchProgress {
   const std::vector<FinishedEpisode>& items() const { return items_; }
 
  private:
+  // Per task, kept as episodes arrive: the trigger is checked after every end, and rebuilding every
+  // task's statistics each time made an end cost grow with the batch (4.9 ms at 8,000 episodes).
+  struct TaskCount {
+    int64_t episodes = 0;
+    double first_reward = 0;
+    bool all_rewards_equal = true;
+  };
+  void count(const FinishedEpisode& episode);
   std::vector<FinishedEpisode> items_;
+  std::map<std::string, TaskCount> counts_;
 };
 
 struct TriggerInput {

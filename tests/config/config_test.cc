@@ -334,3 +334,26 @@ TEST(ConfigDocs, DefaultYamlAndDocsCoverEveryKey) {
 
 }  // namespace
 }  // namespace ajet::config
+
+namespace ajet::config {
+namespace {
+
+// Multi-model training places each server's engine on its own GPU: cuda:N is a device name.
+TEST(ConfigDevice, CudaWithAnIndexIsAcceptedAndNonsenseNamesTheKey) {
+  for (const char* ok : {"cpu", "cuda", "auto", "cuda:0", "cuda:7", "cuda:123"}) {
+    Config c = parse_config(std::string("ajet:\n  model: {path: /m}\n  engine: {device: '") + ok + "'}\n", "d.yaml").config;
+    EXPECT_EQ(c.engine.device, ok);
+  }
+  for (const char* bad : {"gpu", "cuda:", "cuda:x", "cuda:1234", "cuda:-1", "CUDA"}) {
+    std::string message;
+    try {
+      parse_config(std::string("ajet:\n  model: {path: /m}\n  engine: {device: '") + bad + "'}\n", "d.yaml");
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    EXPECT_NE(message.find("ajet.engine.device must be cpu, cuda, cuda:N"), std::string::npos) << bad << ": " << message;
+  }
+}
+
+}  // namespace
+}  // namespace ajet::config
