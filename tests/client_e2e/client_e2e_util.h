@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <optional>
 
 #include "e2e/e2e_util.h"
@@ -69,6 +70,30 @@ class BootedSwarm {
  private:
   ScratchDir dir_;
   fs::path model_;
+  std::unique_ptr<SwarmProcess> swarm_;
+  std::unique_ptr<Api> api_;
+};
+
+// `ajet-swarm start` with the echo engine in `dir`, booted with the fixture config and this backbone,
+// train_batch_size and num_repeat (torch: the echo engine "trains" each full batch and reports stats).
+// Several of them run in one test (one server per model), each in its own directory.
+class EchoSwarm {
+ public:
+  EchoSwarm(const fs::path& dir, const std::string& backbone = "debug", int batch = 2, int repeat = 2) {
+    Fixture f = fixture(false);
+    swarm_ = std::make_unique<SwarmProcess>(SwarmProcess::Options{dir, bin("ajet-echo-engine"), "", {}});
+    api_ = std::make_unique<Api>(swarm_->url());
+    std::string yaml = config_yaml(f.tokenizer);
+    yaml.replace(yaml.find("backbone: debug"), 15, "backbone: " + backbone);
+    yaml.replace(yaml.find("train_batch_size: 2"), 19, "train_batch_size: " + std::to_string(batch));
+    yaml.replace(yaml.find("num_repeat: 2"), 13, "num_repeat: " + std::to_string(repeat));
+    api_->boot(yaml);
+  }
+  const std::string& url() const { return swarm_->url(); }
+  Api& api() { return *api_; }
+  Json pool() { return api_->get("/get_current_batch_rollout_pool_information").json(); }
+
+ private:
   std::unique_ptr<SwarmProcess> swarm_;
   std::unique_ptr<Api> api_;
 };

@@ -15,37 +15,26 @@ using client::SwarmClient;
 using client::WorkflowOutput;
 using ::testing::HasSubstr;
 
-// A server with the echo engine (SwarmProcess sweeps every 0.1 s: prepare timeouts settle quickly).
+// An echo-engine server in a directory of its own (ScratchDir is one per test; a test runs two).
 class GroupServer {
  public:
   explicit GroupServer(const std::string& backbone = "debug", int batch = 2, int repeat = 2)
-      : dir_(fs::temp_directory_path() / ("ajet_group_server_" + new_uuid_hex())) {
-    Fixture f = fixture(false);
-    swarm_ = std::make_unique<SwarmProcess>(
-        SwarmProcess::Options{dir_ / "server", bin("ajet-echo-engine"), "", {}});
-    api_ = std::make_unique<Api>(swarm_->url());
-    std::string yaml = config_yaml(f.tokenizer);
-    yaml.replace(yaml.find("backbone: debug"), 15, "backbone: " + backbone);
-    yaml.replace(yaml.find("train_batch_size: 2"), 19, "train_batch_size: " + std::to_string(batch));
-    yaml.replace(yaml.find("num_repeat: 2"), 13, "num_repeat: " + std::to_string(repeat));
-    api_->boot(yaml);
-  }
-  const std::string& url() const { return swarm_->url(); }
-  Json pool() { return api_->get("/get_current_batch_rollout_pool_information").json(); }
-  int64_t completed() { return pool()["completed_episodes"].get<int64_t>(); }
-  int64_t prepared() { return pool()["prepared_episodes"].get<int64_t>(); }
-  Api& api() { return *api_; }
+      : dir_(fs::temp_directory_path() / ("ajet_group_server_" + new_uuid_hex())),
+        server_(std::make_unique<EchoSwarm>(dir_ / "server", backbone, batch, repeat)) {}
   ~GroupServer() {
-    api_.reset();
-    swarm_.reset();
+    server_.reset();
     std::error_code ec;
     fs::remove_all(dir_, ec);
   }
+  const std::string& url() const { return server_->url(); }
+  Json pool() { return server_->pool(); }
+  int64_t completed() { return pool()["completed_episodes"].get<int64_t>(); }
+  int64_t prepared() { return pool()["prepared_episodes"].get<int64_t>(); }
+  Api& api() { return server_->api(); }
 
  private:
-  fs::path dir_;  // its own (ScratchDir is one per test, and a test runs two servers)
-  std::unique_ptr<SwarmProcess> swarm_;
-  std::unique_ptr<Api> api_;
+  fs::path dir_;
+  std::unique_ptr<EchoSwarm> server_;
 };
 
 WorkflowOutput output_with(double r) {

@@ -46,28 +46,6 @@ TEST(OverwatchOnceTest, SnapshotShowsProgressEpisodesRewardsAndLogs) {
   EXPECT_EQ(r.out.find("(none)"), std::string::npos) << "the server logs the engine start:\n" << r.out;
 }
 
-// `ajet-swarm start` with the echo engine in `dir`, booted with the fixture config and this backbone,
-// train_batch_size and num_repeat (torch: the echo engine "trains" each full batch and reports stats).
-class WatchedServer {
- public:
-  WatchedServer(const fs::path& dir, const std::string& backbone, int batch, int repeat) {
-    Fixture f = fixture(false);
-    swarm_ = std::make_unique<SwarmProcess>(SwarmProcess::Options{dir, bin("ajet-echo-engine"), "", {}});
-    api_ = std::make_unique<Api>(swarm_->url());
-    std::string yaml = config_yaml(f.tokenizer);
-    yaml.replace(yaml.find("backbone: debug"), 15, "backbone: " + backbone);
-    yaml.replace(yaml.find("train_batch_size: 2"), 19, "train_batch_size: " + std::to_string(batch));
-    yaml.replace(yaml.find("num_repeat: 2"), 13, "num_repeat: " + std::to_string(repeat));
-    api_->boot(yaml);
-  }
-  const std::string& url() const { return swarm_->url(); }
-  Api& api() { return *api_; }
-
- private:
-  std::unique_ptr<SwarmProcess> swarm_;
-  std::unique_ptr<Api> api_;
-};
-
 // The block of `text` that starts at `heading` and ends before the next "Server " heading.
 std::string block_of(const std::string& text, const std::string& heading) {
   size_t at = text.find(heading);
@@ -79,8 +57,8 @@ std::string block_of(const std::string& text, const std::string& heading) {
 TEST(OverwatchOnceTest, SeveralServersShowOneBlockEachWithStepMetricsAndClientShares) {
   ScratchDir scratch;
   // Model A trains every episode (torch backbone, batch 1 x 1); model B collects (debug, batch 2 x 2).
-  WatchedServer a(scratch / "model-a", "torch", 1, 1);
-  WatchedServer b(scratch / "model-b", "debug", 2, 2);
+  EchoSwarm a(scratch / "model-a", "torch", 1, 1);
+  EchoSwarm b(scratch / "model-b", "debug", 2, 2);
   if (HasFailure()) return;
   client::SwarmClient ca(a.url()), cb(b.url());
   client::MultiEpisode group = client::MultiEpisode::begin({&ca, &cb});
