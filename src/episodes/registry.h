@@ -340,6 +340,10 @@ class Registry {
   // `back_to`: the state a failed store write returns the episode to (claimed, or prepared for a commit).
   void end_committed(const std::string& uuid, const EndRequest& request, std::exception_ptr error,
                      const std::function<void(std::optional<CommandError>)>& done, State back_to = State::kClaimed);
+  // What a failed store write said; "unknown error" for a non-std exception.
+  static std::string store_error_text(std::exception_ptr error);
+  // The answer while a write was in flight and the episode was dropped (stop()).
+  std::optional<CommandError> no_longer_running_locked(const std::string& uuid) const;
   // The store row of an episode ending with `request` (status finished or prepared).
   store::EpisodeRow ended_row_locked(const Episode& e, const EndRequest& request, double now,
                                      const char* status) const;

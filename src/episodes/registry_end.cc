@@ -148,6 +148,23 @@ void Registry::end_episode(EndRequest request, std::function<void(std::optional<
   });
 }
 
+std::string Registry::store_error_text(std::exception_ptr error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+  }
+  return "unknown error";
+}
+
+std::optional<CommandError> Registry::no_longer_running_locked(const std::string& uuid) const {
+  auto r = retired_.find(uuid);  // stop() dropped it while the write was in flight
+  return error(ErrorCode::kFailedPrecondition,
+               "Episode " + uuid + " is not in claimed status: " +
+                   (r != retired_.end() ? r->second.note : std::string("it is no longer running.")));
+}
+
 void Registry::end_committed(const std::string& uuid, const EndRequest& request, std::exception_ptr store_error,
                              const std::function<void(std::optional<CommandError>)>& done, State back_to) {
   Outbox out;
@@ -157,19 +174,11 @@ void Registry::end_committed(const std::string& uuid, const EndRequest& request,
     double now = clock_();
     auto it = live_.find(uuid);
     if (it == live_.end() || it->second.state != State::kEnding) {
-      auto r = retired_.find(uuid);  // stop() dropped it while the write was in flight
-      answer = error(ErrorCode::kFailedPrecondition,
-                     "Episode " + uuid + " is not in claimed status: " +
-                         (r != retired_.end() ? r->second.note : std::string("it is no longer running.")));
+      answer = no_longer_running_locked(uuid);
     } else if (store_error) {
       it->second.state = back_to;  // the client may retry end_episode / commit_episode
-      std::string what = "unknown error";
-      try {
-        std::rethrow_exception(store_error);
-      } catch (const std::exception& e) {
-        what = e.what();
-      }
-      answer = error(ErrorCode::kIo, "Episode " + uuid + " could not be stored, so it was not ended: " + what);
+      answer = error(ErrorCode::kIo, "Episode " + uuid + " could not be stored, so it was not ended: " +
+                                         store_error_text(store_error));
     } else {
       const Episode e = it->second;  // a copy: retire_locked below still reads the live entry
       const WorkflowOutput& output = request.workflow_output;

@@ -104,19 +104,11 @@ void Registry::prepare_committed(const std::string& uuid, const PrepareRequest& 
     double now = clock_();
     auto it = live_.find(uuid);
     if (it == live_.end() || it->second.state != State::kEnding) {
-      auto r = retired_.find(uuid);  // stop() dropped it while the write was in flight
-      answer = group_error(ErrorCode::kFailedPrecondition,
-                           "Episode " + uuid + " is not in claimed status: " +
-                               (r != retired_.end() ? r->second.note : std::string("it is no longer running.")));
+      answer = no_longer_running_locked(uuid);
     } else if (store_error) {
       it->second.state = State::kClaimed;
-      std::string what = "unknown error";
-      try {
-        std::rethrow_exception(store_error);
-      } catch (const std::exception& e) {
-        what = e.what();
-      }
-      answer = group_error(ErrorCode::kIo, "Episode " + uuid + " could not be stored, so it was not prepared: " + what);
+      answer = group_error(ErrorCode::kIo, "Episode " + uuid + " could not be stored, so it was not prepared: " +
+                                               store_error_text(store_error));
     } else {
       Episode& e = it->second;
       e.state = State::kPrepared;
