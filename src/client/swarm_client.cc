@@ -357,14 +357,8 @@ Prepared SwarmClient::prepare_end_episode(const std::string& task_id, const std:
                {"task_id", task_id},
                {"workflow_output", output.to_json(task_id)},
                {"group", role.to_json()}};
-  http::ClientResponse r = post_retrying("/prepare_end_episode", body, options_.retry.end_episode_attempts);
-  if (r.status != 200) {
-    throw SwarmError(SwarmErrorKind::kCommand,
-                     fmt::format("prepare_end_episode {} refused by {} ({}): {}", episode_uuid, server_url_, r.status,
-                                 error_message(r)),
-                     r.status);
-  }
-  Json data = json_or_throw(r, "prepare_end_episode");
+  Json data = json_or_throw(post_retrying("/prepare_end_episode", body, options_.retry.end_episode_attempts),
+                            "prepare_end_episode " + episode_uuid);
   Prepared p;
   p.global_step_at_claim = data.value("global_step_at_claim", int64_t(0));
   p.global_step = data.value("global_step", int64_t(0));
@@ -374,13 +368,8 @@ Prepared SwarmClient::prepare_end_episode(const std::string& task_id, const std:
 
 void SwarmClient::commit_episode(const std::string& episode_uuid) {
   Json body = {{"client_uuid", client_uuid_}, {"episode_uuid", episode_uuid}};
-  http::ClientResponse r = post_retrying("/commit_episode", body, options_.retry.end_episode_attempts);
-  if (r.status != 200) {
-    throw SwarmError(SwarmErrorKind::kCommand,
-                     fmt::format("commit_episode {} refused by {} ({}): {}", episode_uuid, server_url_, r.status,
-                                 error_message(r)),
-                     r.status);
-  }
+  json_or_throw(post_retrying("/commit_episode", body, options_.retry.end_episode_attempts),
+                "commit_episode " + episode_uuid);
 }
 
 bool SwarmClient::abort_episode(const std::string& episode_uuid) {

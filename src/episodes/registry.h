@@ -344,9 +344,15 @@ class Registry {
   static std::string store_error_text(std::exception_ptr error);
   // The answer while a write was in flight and the episode was dropped (stop()).
   std::optional<CommandError> no_longer_running_locked(const std::string& uuid) const;
-  // The store row of an episode ending with `request` (status finished or prepared).
-  store::EpisodeRow ended_row_locked(const Episode& e, const EndRequest& request, double now,
-                                     const char* status) const;
+  // The store row of an episode ending with `request` (status finished or prepared); `group`, when
+  // given, is recorded in metadata.ajet_group.
+  store::EpisodeRow ended_row_locked(const Episode& e, const EndRequest& request, double now, const char* status,
+                                     const EpisodeGroup* group = nullptr) const;
+  // prepare_end_episode's answer for `e` (a repeat answers the same).
+  PrepareResponse prepare_answer_locked(const Episode& e) const;
+  // The answer for an episode that is no longer live but remembered: another client's (404), one this
+  // client finished (nullopt: a success again) or one that ended otherwise (400 with the reason).
+  std::optional<CommandError> retired_answer(const std::string& uuid, const Retired& r, const std::string& client) const;
   // Stores `row` and runs `then` with the write's outcome (the destructor waits for it).
   void write_then(store::EpisodeRow row, std::function<void(std::exception_ptr)> then);
   void prepare_committed(const std::string& uuid, const PrepareRequest& request, std::exception_ptr error,

@@ -15,6 +15,16 @@ namespace {
 CommandError error(ErrorCode code, std::string message) { return CommandError{code, std::move(message)}; }
 }  // namespace
 
+std::optional<CommandError> Registry::retired_answer(const std::string& uuid, const Retired& r,
+                                                     const std::string& client) const {
+  if (r.client_uuid != client) {
+    return error(ErrorCode::kPermissionDenied,
+                 "Episode " + uuid + " is claimed by different client: " + r.client_uuid + ", but got " + client + ".");
+  }
+  if (r.how == EpisodeEnd::kFinished) return std::nullopt;
+  return error(ErrorCode::kFailedPrecondition, "Episode " + uuid + " is not in claimed status: " + r.note);
+}
+
 Registry::EndVerdict Registry::end_precheck_locked(const EndRequest& req) const {
   auto refuse = [](ErrorCode code, std::string message) { return EndVerdict{false, error(code, std::move(message))}; };
   const std::string& uuid = req.episode_uuid;
@@ -23,12 +33,7 @@ Registry::EndVerdict Registry::end_precheck_locked(const EndRequest& req) const 
   auto it = live_.find(uuid);
   if (it == live_.end()) {
     if (auto r = retired_.find(uuid); r != retired_.end()) {
-      if (r->second.client_uuid != req.client_uuid) {
-        return refuse(ErrorCode::kPermissionDenied, "Episode " + uuid + " is claimed by different client: " +
-                                                        r->second.client_uuid + ", but got " + req.client_uuid + ".");
-      }
-      if (r->second.how == EpisodeEnd::kFinished) return EndVerdict{false, std::nullopt};
-      return refuse(ErrorCode::kFailedPrecondition, "Episode " + uuid + " is not in claimed status: " + r->second.note);
+      return EndVerdict{false, retired_answer(uuid, r->second, req.client_uuid)};
     }
     EndVerdict unknown = refuse(ErrorCode::kFailedPrecondition, "Episode " + uuid + " not found.");
     if (!chat_allowed(status)) {
@@ -73,7 +78,7 @@ std::optional<CommandError> Registry::end_of_stored(const EndRequest& request, c
 }
 
 store::EpisodeRow Registry::ended_row_locked(const Episode& e, const EndRequest& request, double now,
-                                             const char* status) const {
+                                             const char* status, const EpisodeGroup* group) const {
   store::EpisodeRow row;
   row.uuid = e.uuid;
   row.client_uuid = e.client_uuid;
@@ -84,7 +89,7 @@ store::EpisodeRow Registry::ended_row_locked(const Episode& e, const EndRequest&
   row.reward = request.workflow_output.reward;
   row.is_success = request.workflow_output.is_success;
   row.metadata = request.workflow_output.metadata;
-  if (e.prepared) row.metadata["ajet_group"] = e.prepared->group.to_json();
+  if (group != nullptr) row.metadata["ajet_group"] = group->to_json();
   row.log_metrics = request.workflow_output.log_metrics;
   row.discard_episode_timeout = e.discard_episode_timeout;
   row.claimed_at = e.claimed_at;

@@ -62,9 +62,7 @@ void Registry::prepare_end_episode(PrepareRequest request, PrepareDone done) {
                                      "Episode " + e.uuid + " is already prepared in episode group '" +
                                          e.prepared->group.group_id + "', not '" + request.group.group_id + "'.");
       } else {  // a repeat (the answer was lost): the same answer again
-        repeat = PrepareResponse{e.uuid, e.claim_global_step, engine_.global_step(),
-                                 e.oldest_policy_version >= 0 ? std::optional<int64_t>(e.oldest_policy_version)
-                                                              : std::nullopt};
+        repeat = prepare_answer_locked(e);
       }
     } else {
       verdict = end_precheck_locked(request.end);
@@ -72,9 +70,7 @@ void Registry::prepare_end_episode(PrepareRequest request, PrepareDone done) {
         Episode& e = live_.at(request.end.episode_uuid);
         e.state = State::kEnding;  // no more calls; concurrent ends and prepares are refused
         e.seen(now);
-        e.prepared = Prepared{request.group, request.end, 0, false};
-        row = ended_row_locked(e, request.end, now, store::kEpisodePrepared);
-        e.prepared.reset();  // set again once the row is stored
+        row = ended_row_locked(e, request.end, now, store::kEpisodePrepared, &request.group);
       } else if (!verdict.answer && !verdict.unknown) {
         verdict.answer = group_error(ErrorCode::kFailedPrecondition,
                                      "Episode " + request.end.episode_uuid + " has already ended; it cannot be prepared.");
@@ -113,22 +109,25 @@ void Registry::prepare_committed(const std::string& uuid, const PrepareRequest& 
       Episode& e = it->second;
       e.state = State::kPrepared;
       e.prepared = Prepared{request.group, request.end, now + request.group.prepare_timeout, false};
-      response = PrepareResponse{uuid, e.claim_global_step, engine_.global_step(),
-                                 e.oldest_policy_version >= 0 ? std::optional<int64_t>(e.oldest_policy_version)
-                                                              : std::nullopt};
+      response = prepare_answer_locked(e);
     }
   }
   done(answer, response);
 }
 
-void Registry::begin_commit_locked(const std::string& uuid, const std::string& client,
-                                                          store::EpisodeRow& row, EndRequest& request) {
+PrepareResponse Registry::prepare_answer_locked(const Episode& e) const {
+  return PrepareResponse{e.uuid, e.claim_global_step, engine_.global_step(),
+                         e.oldest_policy_version >= 0 ? std::optional<int64_t>(e.oldest_policy_version) : std::nullopt};
+}
+
+void Registry::begin_commit_locked(const std::string& uuid, const std::string& client, store::EpisodeRow& row,
+                                   EndRequest& request) {
   Episode& e = live_.at(uuid);
   double now = clock_();
   e.state = State::kEnding;
   if (!client.empty()) e.seen(now);
   request = e.prepared->request;
-  row = ended_row_locked(e, request, now, store::kEpisodeFinished);
+  row = ended_row_locked(e, request, now, store::kEpisodeFinished, &e.prepared->group);
 }
 
 void Registry::commit_episode(const EpisodeRef& ref, std::function<void(std::optional<CommandError>)> done) {
@@ -142,12 +141,7 @@ void Registry::commit_episode(const EpisodeRef& ref, std::function<void(std::opt
     auto it = live_.find(uuid);
     if (it == live_.end()) {
       if (auto r = retired_.find(uuid); r != retired_.end()) {
-        if (r->second.client_uuid != ref.client_uuid) {
-          answer = group_error(ErrorCode::kPermissionDenied, "Episode " + uuid + " is claimed by different client: " +
-                                                                 r->second.client_uuid + ", but got " + ref.client_uuid + ".");
-        } else if (r->second.how != EpisodeEnd::kFinished) {
-          answer = group_error(ErrorCode::kFailedPrecondition, "Episode " + uuid + " is not in claimed status: " + r->second.note);
-        }
+        answer = retired_answer(uuid, r->second, ref.client_uuid);
       } else {
         unknown = true;
         answer = group_error(ErrorCode::kFailedPrecondition, "Episode " + uuid + " not found.");
