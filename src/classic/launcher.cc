@@ -14,7 +14,9 @@
 
 #include "classic/episode_runner.h"
 #include "classic/experiment_dir.h"
+#include "classic/markdown_tables.h"
 #include "classic/metrics.h"
+#include "classic/run_metrics.h"
 #include "classic/swarm_child.h"
 #include "classic/task_mix.h"
 #include "classic/workflow.h"
@@ -139,6 +141,9 @@ PreparedConfig prepare_config(const LaunchOptions& options) {
       // The launcher knows every group's rewards, so it decides when the batch is full and says so.
       p.dynamic_sampling = true;
       c.swarm_mode_sample_collection_method = "rollout_until_any_client_agree_sync_weight";
+      // The launcher is the only client and waits on global_step, not on the boundary's status: a
+      // dwell would idle every step (2 s a step, a fifth of the main command's RL time).
+      c.swarm_mode_agree_boundary_dwell = 0;
     }
   }
   p.yaml = config::to_yaml(c);
@@ -157,7 +162,7 @@ class Job {
  private:
   void say(const std::string& line) { out_(line); }
   void record(Json r) {
-    append_jsonl(prepared_.exp_dir / "metrics.jsonl", r);
+    if (jsonl_) append_jsonl(prepared_.exp_dir / "metrics.jsonl", r);
     result_.records.push_back(std::move(r));
     write_reward_curve(prepared_.exp_dir / "reward_curve.html", result_.records,
                        prepared_.config.experiment_name + " (" + prepared_.config.backbone + ")");
@@ -173,6 +178,11 @@ class Job {
   void boot_engine();
   int64_t resume_point();
   void finish();
+  // POST /log_metrics to the front (the store and TensorBoard); a refusal is logged, never fatal.
+  void post_metrics(int64_t step, const Json& metrics);
+  // An ajet.trainer_common.*_print_to_markdown_file_path: "" when unset, relative under exp_dir.
+  fs::path markdown_path(const std::optional<std::string>& configured) const;
+  void append_markdown_section(const fs::path& path, const std::string& section);
 
   const LaunchOptions& options_;
   const std::atomic<bool>& stop_;
@@ -192,7 +202,35 @@ class Job {
   int64_t start_global_step_ = 0;
   int64_t first_step_ = 1;  // > 1 when --resume continues after step first_step_ - 1
   Clock::time_point t0_ = Clock::now();
+  bool console_ = true;  // ajet.trainer_common.logger console: the per-step and validation lines
+  bool jsonl_ = true;    // ajet.trainer_common.logger jsonl: metrics.jsonl
+  bool post_warned_ = false;
 };
+
+void Job::post_metrics(int64_t step, const Json& metrics) {
+  if (metrics.empty()) return;
+  try {
+    client_->log_metrics(step, metrics);
+  } catch (const std::exception& e) {
+    if (!post_warned_) log().warn("classic: POST /log_metrics failed ({}); these numbers miss the front's store", e.what());
+    post_warned_ = true;
+  }
+}
+
+fs::path Job::markdown_path(const std::optional<std::string>& configured) const {
+  if (!configured || configured->empty()) return {};
+  const fs::path p = *configured;
+  return p.is_absolute() ? p : prepared_.exp_dir / p;
+}
+
+void Job::append_markdown_section(const fs::path& path, const std::string& section) {
+  if (path.empty()) return;
+  try {
+    append_markdown(path, section);
+  } catch (const std::exception& e) {
+    log().warn("classic: {}", e.what());
+  }
+}
 
 // The front's record of the batch trained as `global_step` (GET /get_engine_status `recent_batches`,
 // newest last), or null when it is not among them.
@@ -280,6 +318,7 @@ void Job::validate(int64_t step) {
   ValidationSummary v = summarize_validation(g, s, k);
   Json r{{"kind", "validation"}, {"step", step}, {"elapsed_s", seconds_since(t0_)}, {"time_s", seconds_since(t0)},
          {"validation", validation_json(v)}, {"greedy_rollout", rollout_json(summarize(g))}};
+  std::vector<std::pair<std::string, PassTable>> tables = {{"all", pass_table(g, s)}};
   if (mix_->is_cocktail()) {
     Json per_task = Json::object();
     for (size_t i = 0; i < sources_.size(); ++i) {
@@ -289,11 +328,16 @@ void Job::validate(int64_t step) {
       const std::vector<EpisodeResult> si(sampled_begin + long(s0),
                                           sampled_begin + long(sampled_end[i]));
       per_task[sources_[i].name] = validation_json(summarize_validation(gi, si, k));
+      tables.emplace_back(sources_[i].name, pass_table(gi, si));
     }
     r["cocktail"] = per_task;
   }
-  say(validation_line(r));
-  if (mix_->is_cocktail()) say(cocktail_validation_line(r));
+  if (console_) say(validation_line(r));
+  if (console_ && mix_->is_cocktail()) say(cocktail_validation_line(r));
+  append_markdown_section(markdown_path(c.trainer_common.val_print_to_markdown_file_path),
+                          validation_markdown(step, tables));
+  // Validation after step s evaluates the policy version those s steps made: metrics step start + s.
+  post_metrics(start_global_step_ + step, validation_metrics(r, tables));
   record(std::move(r));
 }
 
@@ -431,8 +475,22 @@ void Job::train_step(int64_t step) {
        Json{{"gen_batches", gen_batches}, {"groups", groups}, {"informative_groups", informative}}},
       {"trainer", trainer}};
   if (mix_->is_cocktail()) r["cocktail"] = cocktail_step_json(step, results, gen_batches);
-  say(step_line(r, total_steps_));
-  if (mix_->is_cocktail()) say(cocktail_step_line(r));
+  if (console_) say(step_line(r, total_steps_));
+  if (console_ && mix_->is_cocktail()) say(cocktail_step_line(r));
+  std::vector<std::pair<std::string, RolloutTable>> tables = {{"all", rollout_table(results)}};
+  if (mix_->is_cocktail()) {
+    std::vector<std::vector<EpisodeResult>> by_source(mix_->sources());
+    for (const EpisodeResult& e : results) by_source[mix_->source_of(e.job.task->task_id)].push_back(e);
+    for (size_t i = 0; i < mix_->sources(); ++i) tables.emplace_back(mix_->name(i), rollout_table(by_source[i]));
+  }
+  append_markdown_section(markdown_path(c.trainer_common.train_print_to_markdown_file_path),
+                          train_markdown(step, tables));
+  // The front records the step's batch (rollout/reward_mean, train/loss …) at the batch's global step,
+  // start + step - 1; the launcher's own numbers go next to them. Its success rate only where no
+  // episode reported is_success (the front's rollout/success_rate counts reported ones).
+  const bool judged = std::any_of(results.begin(), results.end(),
+                                  [](const EpisodeResult& e) { return e.ended && e.report.output.is_success; });
+  post_metrics(start_global_step_ + step - 1, train_step_metrics(r, !judged));
   record(std::move(r));
   result_.steps_done = step;
 }
@@ -514,7 +572,7 @@ void Job::boot_engine() {
   result_.resumed_from_step = done;
   restore_task_cursor(done);
   Json marker{{"kind", "resume"}, {"step", done}, {"global_step", status.global_step}, {"elapsed_s", 0.0}};
-  append_jsonl(prepared_.exp_dir / "metrics.jsonl", marker);
+  if (jsonl_) append_jsonl(prepared_.exp_dir / "metrics.jsonl", marker);
   say(fmt::format("ajet: --resume: continuing after step {} of {} (global step {}); metrics.jsonl continues after a "
                   "{{\"kind\":\"resume\"}} line",
                   done, total_steps_, status.global_step));
@@ -563,7 +621,10 @@ void Job::finish() {
   }
   if (const std::string summary = learning_summary(result_.records); !summary.empty()) say("ajet: " + summary);
   for (const std::string& line : cocktail_learning_summary(result_.records)) say("ajet: " + line);
-  say("ajet: metrics: " + (prepared_.exp_dir / "metrics.jsonl").string());
+  if (jsonl_) say("ajet: metrics: " + (prepared_.exp_dir / "metrics.jsonl").string());
+  if (config::logger_enabled(c, "tensorboard")) {
+    say("ajet: TensorBoard: tensorboard --logdir " + (prepared_.exp_dir / "tensorboard").string());
+  }
   say("ajet: reward curve: " + (prepared_.exp_dir / "reward_curve.html").string());
   const Json checkpoint = last.body.value("latest_checkpoint", Json(nullptr));
   if (checkpoint.is_string() && !checkpoint.get<std::string>().empty()) {
@@ -612,6 +673,8 @@ void Job::load_task_sources() {
 RunResult Job::run() {
   prepared_ = prepare_config(options_);
   const config::Config& c = prepared_.config;
+  console_ = config::logger_enabled(c, "console");
+  jsonl_ = config::logger_enabled(c, "jsonl");
   for (const auto& w : prepared_.warnings) say("warning: " + w);
   result_.exp_dir = prepared_.exp_dir;
   load_task_sources();
@@ -654,17 +717,20 @@ RunResult Job::run() {
     for (int64_t step = first_step_; step <= total_steps_ && !stop_; ++step) {
       const auto step_start = Clock::now();
       train_step(step);
-      train_s += seconds_since(step_start);
+      const double step_s = seconds_since(step_start);
+      train_s += step_s;
       if (stop_) break;
-      // max_training_seconds: would the next step (and a validation after it) end too late?
+      // max_training_seconds: would the next step (and a validation after it) end too late? Steps grow
+      // longer as a run goes (dynamic sampling needs more task batches once most groups succeed), so
+      // the next one is expected to take the longer of the mean and the last.
       bool out_of_time = false;
       if (const auto budget = c.trainer_common.max_training_seconds; budget && step < total_steps_) {
-        const double mean_step_s = train_s / double(step - first_step_ + 1);
-        out_of_time = seconds_since(t0_) + mean_step_s + last_validation_s > double(*budget);
+        const double next_step_s = std::max(train_s / double(step - first_step_ + 1), step_s);
+        out_of_time = seconds_since(t0_) + next_step_s + last_validation_s > double(*budget);
         if (out_of_time) {
           say(fmt::format("ajet: stopping after step {} of {}: another step (~{:.1f} s) would pass "
                           "max_training_seconds ({:.0f} s, {:.0f} s gone)",
-                          step, total_steps_, mean_step_s, double(*budget), seconds_since(t0_)));
+                          step, total_steps_, next_step_s, double(*budget), seconds_since(t0_)));
         }
       }
       const bool validate_now = test_freq > 0 && (step % test_freq == 0 || step == total_steps_ || out_of_time);

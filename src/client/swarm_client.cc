@@ -610,4 +610,9 @@ Json SwarmClient::get_verbose_logs() {
       .value("entries", Json::array());
 }
 
+Json SwarmClient::log_metrics(int64_t step, const Json& metrics) {
+  Json body = {{"step", step}, {"metrics", metrics}};
+  return json_or_throw(send("POST", "/log_metrics", &body, true), "log_metrics");
+}
+
 }  // namespace ajet::client

@@ -179,6 +179,14 @@ struct TrainerCommonConfig {
   // run then validates and ends); null: off. Not an upstream key.
   std::optional<int64_t> max_training_seconds;
   int64_t total_epochs = 50;
+  // Where metrics go (upstream's list, a single name too): console (classic mode's per-step lines),
+  // jsonl (classic mode's metrics.jsonl), tensorboard (event files in the experiment directory).
+  // Upstream's swanlab / wandb / mlflow … are dropped with a warning (kUnavailableLoggers).
+  std::vector<std::string> logger = {"console", "jsonl", "tensorboard"};
+  // Classic mode: Markdown tables appended per validation / per step (upstream's names; relative
+  // paths are under the experiment directory; null: none).
+  std::optional<std::string> val_print_to_markdown_file_path;
+  std::optional<std::string> train_print_to_markdown_file_path;
   int64_t nnodes = 1;
   int64_t n_gpus_per_node = 1;
   AlgorithmConfig algorithm;
@@ -254,5 +262,17 @@ struct Config {
   double swarm_mode_drain_timeout = 600.0;  // most seconds ROLLING_POST waits for live train episodes
   double swarm_mode_drain_idle_grace = 0.5;  // an episode idle longer is not waited for (it carries over)
 };
+
+// The loggers this build writes, and upstream's (VERL's Tracking backends) that it has not.
+inline const std::vector<std::string> kLoggers = {"console", "jsonl", "tensorboard"};
+inline const std::vector<std::string> kUnavailableLoggers = {"swanlab", "wandb", "mlflow", "vemlp_wandb", "clearml"};
+
+// Whether ajet.trainer_common.logger names `name`.
+inline bool logger_enabled(const Config& config, const std::string& name) {
+  for (const std::string& l : config.trainer_common.logger) {
+    if (l == name) return true;
+  }
+  return false;
+}
 
 }  // namespace ajet::config

@@ -415,6 +415,27 @@ void settle_unused_choices(Config& config, const Ctx& ctx) {
   }
 }
 
+bool listed(const std::vector<std::string>& names, const std::string& name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+// Upstream's loggers this build lacks (swanlab, wandb …) are dropped with a warning. A list that held
+// only those becomes the default, so an upstream config still gets its curves (here: TensorBoard).
+void settle_loggers(Config& config, const Ctx& ctx) {
+  std::vector<std::string>& loggers = config.trainer_common.logger;
+  std::vector<std::string> kept, dropped;
+  for (const std::string& name : loggers) (listed(kUnavailableLoggers, name) ? dropped : kept).push_back(name);
+  if (dropped.empty()) return;
+  std::string message = fmt::format("{}: ajet.trainer_common.logger: {} not available here; ignored", ctx.source,
+                                    fmt::join(dropped, ", "));
+  if (kept.empty()) {
+    kept = Config().trainer_common.logger;
+    message += fmt::format(" (using the default: {})", fmt::join(kept, ", "));
+  }
+  ctx.warn(message + "; metrics go to the store, and to TensorBoard event files with `tensorboard`");
+  loggers = std::move(kept);
+}
+
 // Per-key bounds and choices of `fields` (Field::min, max, choices).
 void check_bounds(const std::vector<Field>& fields, std::vector<std::string>& problems) {
   for (const Field& f : fields) {
@@ -548,6 +569,7 @@ LoadedConfig parse_config(std::string_view yaml_text, std::string_view source, C
                      describe(root));
   }
   settle_unused_choices(loaded.config, ctx);
+  settle_loggers(loaded.config, ctx);
   validate(loaded.config, source);
   return loaded;
 }
@@ -629,6 +651,12 @@ void validate(const Config& config, std::string_view source) {
   relation(!tc.use_kl_loss || is_kl_loss_type(tc.kl_loss_type),
            "ajet.trainer_common.kl_loss_type must be one of [" + kl_loss_types_text() + "] when use_kl_loss is true, got '" +
                tc.kl_loss_type + "'");
+  for (const std::string& logger : tc.logger) {
+    if (listed(kLoggers, logger) || listed(kUnavailableLoggers, logger)) continue;
+    const std::string near = closest_name(logger, kLoggers);
+    problems.push_back(fmt::format("ajet.trainer_common.logger: unknown logger '{}' (known: {}{})", logger,
+                                   fmt::join(kLoggers, ", "), near.empty() ? "" : "; did you mean '" + near + "'?"));
+  }
   relation(config.lora.lora_rank == 0 || config.lora.lora_alpha > 0,
            "ajet.lora.lora_alpha must be > 0 when ajet.lora.lora_rank > 0");
   relation(config.lora.lora_rank == 0 || !config.lora.target_modules.empty(),

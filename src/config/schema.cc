@@ -148,6 +148,15 @@ std::vector<Field> config_fields(Config& c) {
         "classic mode: start no step that would end after this many seconds (then validate and end; null: off)",
         {.min = 1});
   t.add("trainer_common.total_epochs", tc.total_epochs, "passes over the training tasks", {.min = 1});
+  t.add("trainer_common.logger", tc.logger,
+        "where metrics go: console, jsonl, tensorboard (a list or one name; upstream's swanlab, wandb, mlflow: "
+        "ignored with a warning)");
+  t.add("trainer_common.val_print_to_markdown_file_path", tc.val_print_to_markdown_file_path,
+        "classic mode: append each validation's pass@k table here as Markdown (relative: under the experiment "
+        "directory; null: none)");
+  t.add("trainer_common.train_print_to_markdown_file_path", tc.train_print_to_markdown_file_path,
+        "classic mode: append each step's rollout table here as Markdown (relative: under the experiment "
+        "directory; null: none)");
   t.add("trainer_common.nnodes", tc.nnodes, "machines with engine ranks", {.min = 1});
   t.add("trainer_common.n_gpus_per_node", tc.n_gpus_per_node, "engine ranks per machine", {.min = 1});
   t.add("trainer_common.algorithm.adv_estimator", tc.algorithm.adv_estimator, "advantage estimator",
@@ -272,9 +281,6 @@ const std::vector<std::pair<std::string, std::string>>& ignored_upstream_keys() 
       {"ajet.context_tracker.alien_llm_model", "deprecated upstream"},
       {"ajet.context_tracker.alien_llm_response_length", "deprecated upstream"},
       {"ajet.trainer_common.val_max_num_task_clip_method", "validation takes the first tasks"},
-      {"ajet.trainer_common.val_print_to_markdown_file_path", "metrics go to the store"},
-      {"ajet.trainer_common.train_print_to_markdown_file_path", "metrics go to the store"},
-      {"ajet.trainer_common.logger", "metrics go to the store and the console"},
       {"ajet.trainer_common.fsdp_config", "no FSDP"},
       {"ajet.trainer_common.ulysses_sequence_parallel_size", "no sequence parallelism"},
       {"ajet.trainer_common.save_trajectory_as_json_file", "episodes and calls are in the store"},

@@ -78,6 +78,9 @@ void Registry::deliver(Outbox& out) {
   if (hooks_.on_episode_closed) {
     for (const auto& closed : out.closed) hooks_.on_episode_closed(closed);
   }
+  if (hooks_.on_metrics) {
+    for (const auto& m : out.metrics) hooks_.on_metrics(m.step, m.values, m.at);
+  }
   if (out.batch_ready) batch_cv_.notify_all();
 }
 

@@ -92,6 +92,9 @@ struct RegistryHooks {
   std::function<void(const EpisodeClosed&)> on_episode_closed;
   // One line for /get_verbose_logs (tag, message).
   std::function<void(const std::string&, const std::string&)> on_verbose_log;
+  // A batch's numbers were queued for the store's `metrics` table (step, name -> value, unix time):
+  // for other sinks (TensorBoard). Must not block.
+  std::function<void(int64_t, const std::vector<std::pair<std::string, double>>&, double)> on_metrics = nullptr;
 };
 
 // Returned by begin_llm_call: what the route needs to serve one chat call.
@@ -311,6 +314,12 @@ class Registry {
     std::vector<EpisodeClosed> closed;
     std::vector<std::pair<std::string, std::string>> logs;
     bool batch_ready = false;
+    struct Metrics {
+      int64_t step = 0;
+      std::vector<std::pair<std::string, double>> values;
+      double at = 0;
+    };
+    std::vector<Metrics> metrics;  // queued for the store; for hooks_.on_metrics
   };
 
   // All *_locked helpers need mu_ held.
@@ -327,6 +336,8 @@ class Registry {
   void drop_stale_episodes_locked(Batch& batch, Outbox& out);
   void adopt_engine_version_locked(int64_t version, const char* why, Outbox& out);
   void record_debug_batch_locked(double now, Outbox& out);
+  // Every number of a batch's stats into the store's `metrics` table at `step` (batch_metrics.h).
+  void put_batch_metrics_locked(int64_t step, const Json& stats, double now, Outbox& out);
   bool claims_paused_locked() const;
   // False while an agree-based boundary must stay visible (RegistryOptions::agree_boundary_dwell).
   bool agree_boundary_shown_locked(double now) const;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "episodes/batch_metrics.h"
 #include "episodes/registry.h"
 #include "store/store.h"
 
@@ -165,10 +166,8 @@ void Registry::record_debug_batch_locked(double now, Outbox& out) {
     Json summary = batch.summary();
     store_->put_batch(store::BatchRow{batch.batch_id, batch.global_step, now, store::kBatchRecorded, now, summary},
                       std::move(uuids));
-    store_->put_metrics(batch.global_step,
-                        {{"rollout/reward_mean", summary["reward_mean"].get<double>()},
-                         {"rollout/episodes", summary["episodes"].get<double>()}},
-                        now);
+    // The debug backbone never advances global_step: its batches are numbered by id so curves advance.
+    put_batch_metrics_locked(batch.batch_id - 1, Json{{"rollout", summary}}, now, out);
   }
   batches_recorded_ += 1;
   std::string detail = fmt::format("debug backbone: batch {} recorded ({} episodes); nothing trains, global_step "
@@ -255,10 +254,7 @@ void Registry::finish_batch(int64_t batch_id, Json stats) {
                                    {"stats", std::move(polled)}});
     if (store_ != nullptr) {
       store_->update_batch(batch_id, store::kBatchTrained, now, all);
-      store_->put_metrics(step - 1,
-                          {{"rollout/reward_mean", summary["reward_mean"].get<double>()},
-                           {"rollout/episodes", summary["episodes"].get<double>()}},
-                          now);
+      put_batch_metrics_locked(step - 1, all, now, out);
       durable = store_->put_state(store::kStateGlobalStep, std::to_string(step));
     }
     if (options_.backbone == Backbone::kTorch) {
@@ -270,6 +266,13 @@ void Registry::finish_batch(int64_t batch_id, Json stats) {
   }
   deliver(out);
   if (durable.valid()) durable.get();
+}
+
+void Registry::put_batch_metrics_locked(int64_t step, const Json& stats, double now, Outbox& out) {
+  MetricValues values = batch_metrics(stats);
+  if (values.empty()) return;
+  store_->put_metrics(step, values, now);
+  out.metrics.push_back(Outbox::Metrics{step, std::move(values), now});
 }
 
 void Registry::note_batch_outcome_locked(Json outcome) {

@@ -359,6 +359,19 @@ void MultiJob::validate(int64_t step) {
            {"sampled_caller_right", share(sampled, caller_ok)},
            {"elapsed_seconds", seconds_since(t0_)}};
   record(rec);
+  // Each model's front gets the pair's validation (its store and its TensorBoard next to its own curves).
+  const Json metrics{{"val/greedy_success", rec["greedy_success"]},
+                     {"val/sampled_success", rec["sampled_success"]},
+                     {"val/greedy_caller_right", rec["greedy_caller_right"]},
+                     {"val/sampled_caller_right", rec["sampled_caller_right"]},
+                     {"val/tasks", n}};
+  for (Member& m : members_) {
+    try {
+      m.client->log_metrics(step, metrics);
+    } catch (const std::exception& e) {
+      log().warn("multi-model: {}: the front did not take the validation metrics: {}", m.spec.name, e.what());
+    }
+  }
   say(fmt::format("validation at step {}: pair success greedy {:.3f}, T=1 {:.3f} ({} held-out tasks); caller right "
                   "greedy {:.3f}, T=1 {:.3f}",
                   step, rec["greedy_success"].get<double>(), rec["sampled_success"].get<double>(), n,

@@ -92,6 +92,13 @@ struct MetricRow {
   double created_at = 0;
 };
 
+// One metric's series in the `metrics` table (Store::list_metric_names).
+struct MetricSeriesInfo {
+  std::string name;
+  int64_t points = 0;     // rows
+  int64_t last_step = 0;  // the largest step
+};
+
 struct RecoveredEpisode {
   EpisodeRow episode;
   std::vector<CallRow> calls;  // by call_index

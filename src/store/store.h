@@ -80,6 +80,10 @@ class Store {
   std::vector<EpisodeRow> get_batch_episodes(int64_t batch_id);
   std::vector<BatchRow> get_batches();
   std::vector<MetricRow> get_metrics(const std::string& name);
+  // The rows of `name` with step > after_step, by step then insertion.
+  std::vector<MetricRow> get_metrics_after(const std::string& name, int64_t after_step);
+  // Every metric name with its number of rows and largest step, by name.
+  std::vector<MetricSeriesInfo> list_metric_names();
   int64_t count_episodes(const std::string& status);
   RecoveredState recover();
 

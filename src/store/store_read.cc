@@ -149,6 +149,28 @@ std::vector<MetricRow> Store::get_metrics(const std::string& name) {
   return out;
 }
 
+std::vector<MetricRow> Store::get_metrics_after(const std::string& name, int64_t after_step) {
+  std::lock_guard<std::mutex> lock(reader_mu_);
+  Stmt& s = reader_db_->prepare(
+      "SELECT step, name, value, created_at FROM metrics WHERE name = ?1 AND step > ?2 ORDER BY step, rowid");
+  s.bind(1, name);
+  s.bind(2, after_step);
+  std::vector<MetricRow> out;
+  while (s.step()) out.push_back({s.column_int(0), s.column_text(1), s.column_double(2), s.column_double(3)});
+  s.reset();
+  return out;
+}
+
+std::vector<MetricSeriesInfo> Store::list_metric_names() {
+  std::lock_guard<std::mutex> lock(reader_mu_);
+  // metrics_by_name (name, step) covers this: one pass over the index, no table rows read.
+  Stmt& s = reader_db_->prepare("SELECT name, count(*), max(step) FROM metrics GROUP BY name ORDER BY name");
+  std::vector<MetricSeriesInfo> out;
+  while (s.step()) out.push_back({s.column_text(0), s.column_int(1), s.column_int(2)});
+  s.reset();
+  return out;
+}
+
 int64_t Store::count_episodes(const std::string& status) {
   std::lock_guard<std::mutex> lock(reader_mu_);
   Stmt& s = reader_db_->prepare("SELECT count(*) FROM episodes WHERE status = ?1");

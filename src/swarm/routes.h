@@ -22,6 +22,10 @@ void add_command_routes(http::Router& router, ServerContext& ctx);
 void add_engine_routes(http::Router& router, ServerContext& ctx);
 // /v1/chat/completions, /v1/completions, /v1/models.
 void add_openai_routes(http::Router& router, ServerContext& ctx);
+// POST /log_metrics (numbers into the store and TensorBoard) and GET /metrics_history (every series
+// back out), both behind the admin token (routes_metrics_log.cc).
+class MetricsSink;
+void add_metrics_routes(http::Router& router, ServerContext& ctx, MetricsSink& sink);
 
 // A JSON request body ({} when empty); Error(kInvalidArgument) for bad JSON or a body that is not an
 // object, kResourceExhausted naming `limit` for an oversize body.

@@ -18,6 +18,7 @@
 #include "http/server.h"
 #include "openai/openai_call.h"
 #include "store/store.h"
+#include "swarm/metrics_sink.h"
 #include "swarm/routes.h"
 #include "swarm/work_pool.h"
 
@@ -158,9 +159,22 @@ SwarmServer::SwarmServer(FrontOptions options) : options_(std::move(options)) {
   supervisor_ = std::make_unique<EngineSupervisor>(sup, *registry_, *verbose_);
   TrackerMap* trackers = trackers_.get();
   VerboseLog* verbose = verbose_.get();
+  // Metrics go to TensorBoard in the experiment directory of the synced config (read at each write:
+  // start_engine resolves it), while its ajet.trainer_common.logger holds tensorboard.
+  metrics_ = std::make_unique<MetricsSink>(*store_, [this] {
+    const TrainState t = synced_->get();
+    MetricsSink::Target target;
+    target.experiment_dir = t.experiment_dir.empty() ? options_.server_dir : t.experiment_dir;
+    target.tensorboard = !t.config || config::logger_enabled(*t.config, "tensorboard");
+    return target;
+  });
+  MetricsSink* metrics = metrics_.get();
   registry_->set_hooks(RegistryHooks{
       [trackers](const EpisodeClosed& closed) { trackers->drop(closed.episode_uuid); },
-      [verbose](const std::string& tag, const std::string& message) { verbose->add(tag, message, false); }});
+      [verbose](const std::string& tag, const std::string& message) { verbose->add(tag, message, false); },
+      [metrics](int64_t step, const std::vector<std::pair<std::string, double>>& values, double at) {
+        metrics->to_tensorboard(step, values, at);
+      }});
 
   // The batch runner reads the synced state; the life-cycle operations write it.
   synced_ = std::make_unique<SyncedTrain>();
@@ -191,6 +205,7 @@ SwarmServer::SwarmServer(FrontOptions options) : options_(std::move(options)) {
   ctx_ = std::make_unique<ServerContext>(options_, url() + "/v1", *store_, *registry_, *verbose_, *pool_, *supervisor_,
                                          *trackers_, *latest_, *synced_, *batches_);
   add_command_routes(*router, *ctx_);
+  add_metrics_routes(*router, *ctx_, *metrics_);
   add_engine_routes(*router, *ctx_);
   add_openai_routes(*router, *ctx_);
   janitor_ = std::make_unique<Janitor>(
@@ -247,9 +262,11 @@ void SwarmServer::shutdown() {
   supervisor_->stop();  // the engine goes (in-flight calls get their error); the store keeps its status
   pool_.reset();        // finishes queued work
   store_->flush().get();  // end_episode answers waiting for a commit go out while the server exists
+  metrics_->flush();      // and /log_metrics answers
   http_.reset();        // stopped already (wait() returned); now nothing can answer any more
   supervisor_.reset();
   registry_.reset();    // waits for its pending store callbacks
+  metrics_.reset();     // writes the queued metrics (the registry's last batch numbers too)
   store_->flush().get();
   store_.reset();
 }

@@ -31,6 +31,7 @@ class TrackerMap;
 class LatestCall;
 class BatchRunner;
 class VerboseLog;
+class MetricsSink;
 
 // What start() did that the operator should read: what was restored or moved aside, and every
 // warning of the --conf it synced, one line each.
@@ -75,6 +76,7 @@ class SwarmServer {
   std::unique_ptr<LatestCall> latest_;
   std::unique_ptr<TrackerMap> trackers_;
   std::unique_ptr<Registry> registry_;
+  std::unique_ptr<MetricsSink> metrics_;  // the registry's hooks and /log_metrics write through it
   std::unique_ptr<WorkPool> pool_;
   std::unique_ptr<EngineSupervisor> supervisor_;
   std::unique_ptr<SyncedTrain> synced_;
