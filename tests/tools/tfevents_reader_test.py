@@ -234,6 +234,20 @@ class EventFileFromARealFront(unittest.TestCase):
         self.assertEqual(seen[(0, "rollout/tasks")], [2.0])
         self.assertEqual(seen[(0, "rollout/client/reader/episodes")], [4.0])
 
+        # The reader is not lenient: one flipped bit of a value, or of a length, is a CRC failure.
+        with open(path, "rb") as f:
+            blob = bytearray(f.read())
+        second = 16 + struct.unpack("<Q", blob[:8])[0]  # where the second record starts
+        for where, what in ((second + 12 + 5, "data CRC"), (second + 1, "length CRC")):
+            broken = bytearray(blob)
+            broken[where] ^= 0x01
+            copy = path + ".broken"
+            with open(copy, "wb") as f:
+                f.write(broken)
+            with self.assertRaisesRegex(AssertionError, what):
+                read_records(copy)
+            os.remove(copy)
+
         # The store holds the same numbers at full precision.
         history = self.request("GET", "/metrics_history?name=val/pass_at_4@calc,rollout/reward_mean")
         self.assertEqual([p[:2] for p in history["series"]["val/pass_at_4@calc"]], [[0, 0.1]])
