@@ -171,6 +171,34 @@ Json Registry::pool_info_locked(double now) const {
   };
 }
 
+RegistryFigures Registry::figures() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  RegistryFigures f;
+  f.engine_status = engine_.status();
+  f.global_step = engine_.global_step();
+  for (const auto& [uuid, e] : live_) {
+    switch (e.state) {
+      case State::kRegistered: f.registered += 1; break;
+      case State::kClaimed: f.claimed += 1; break;
+      case State::kEnding: f.ending += 1; break;
+      case State::kPrepared: f.prepared += 1; break;
+    }
+    f.llm_calls_in_flight += e.calls_in_flight;
+  }
+  f.ended = ended_counts_;
+  f.batch_episodes = int64_t(current_.episodes());
+  f.batch_episode_target = options_.train_batch_size * options_.num_repeat;
+  f.batch_tasks = int64_t(current_.finished_tasks(options_.num_repeat));
+  f.batch_non_dummy_tasks = int64_t(current_.finished_non_dummy_tasks(options_.num_repeat));
+  f.batch_task_target = options_.train_batch_size;
+  f.batch_ready = ready_.has_value();
+  f.batches_in_training = int64_t(training_.size());
+  f.batches_recorded = batches_recorded_;
+  f.active_clients = int64_t(clients_.size());
+  for (const auto& [uuid, c] : clients_) f.agreed_clients += c.agreed ? 1 : 0;
+  return f;
+}
+
 Json Registry::episode_buffer() const {
   std::lock_guard<std::mutex> lock(mu_);
   auto status_of = [this](const Episode& e) {

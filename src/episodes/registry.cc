@@ -123,6 +123,7 @@ void Registry::retire_locked(const std::string& uuid, EpisodeEnd how, std::strin
     unclaimed_.erase(std::remove(unclaimed_.begin(), unclaimed_.end(), uuid), unclaimed_.end());
   } else {
     out.closed.push_back(EpisodeClosed{uuid, e.episode_type, how});
+    ended_counts_[{std::string(episode_end_name(how)), e.episode_type}] += 1;
     if (store_it && store_ != nullptr) store_->retire_episode(uuid, std::string(episode_end_name(how)), clock_());
     retired_[uuid] = Retired{how, e.client_uuid, e.episode_type, std::move(note),
                              e.prepared ? e.prepared->group.group_id : std::string()};

@@ -146,6 +146,32 @@ struct SweepResult {
   std::vector<PendingResolution> to_resolve;  // ask the coordinator, then settle_prepared()
 };
 
+// GET /metrics: the registry's figures, read under one lock (Registry::figures()).
+struct RegistryFigures {
+  EngineStatus engine_status = EngineStatus::kOffline;
+  int64_t global_step = 0;
+  // Live episodes by state: in the pool unclaimed, claimed, ending (an end, prepare or commit being
+  // stored), prepared (waiting for its group's commit or abort).
+  int64_t registered = 0;
+  int64_t claimed = 0;
+  int64_t ending = 0;
+  int64_t prepared = 0;
+  int64_t llm_calls_in_flight = 0;
+  // Claimed episodes that ended since this registry was built, by (episode_end_name, episode_type).
+  std::map<std::pair<std::string, std::string>, int64_t> ended;
+  // The batch being collected against its trigger's targets (docs/protocol.md "Batch triggers").
+  int64_t batch_episodes = 0;
+  int64_t batch_episode_target = 0;   // train_batch_size * num_repeat
+  int64_t batch_tasks = 0;            // tasks with num_repeat finished episodes
+  int64_t batch_non_dummy_tasks = 0;  // of those, tasks whose rewards differ
+  int64_t batch_task_target = 0;      // train_batch_size
+  bool batch_ready = false;
+  int64_t batches_in_training = 0;
+  int64_t batches_recorded = 0;  // debug backbone
+  int64_t active_clients = 0;
+  int64_t agreed_clients = 0;
+};
+
 class Registry {
  public:
   // `store` may be null (tests without persistence): then end_episode succeeds without durability.
@@ -211,6 +237,7 @@ class Registry {
   void settle_prepared(const std::string& episode_uuid, const std::string& decision);
   Json episode_buffer() const;  // {"buffer": [episode status…]} (docs/protocol.md, get_episode_buffer)
   Json pool_info() const;       // GET /get_current_batch_rollout_pool_information body
+  RegistryFigures figures() const;  // GET /metrics (pool_info.cc)
   BoolResponse agree_sync_weight(const AgreeRequest& request);
 
   // ---- OpenAI API (routes) ----
@@ -399,6 +426,7 @@ class Registry {
   std::unordered_map<std::string, Episode> live_;
   std::deque<std::string> unclaimed_;  // FIFO of registered episodes
   std::unordered_map<std::string, Retired> retired_;
+  std::map<std::pair<std::string, std::string>, int64_t> ended_counts_;  // RegistryFigures::ended
   std::deque<std::string> retired_order_;
   std::map<std::string, ActiveClient> clients_;
   BatchProgress current_;

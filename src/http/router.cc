@@ -1,11 +1,93 @@
 #include "http/router.h"
 
+#include <atomic>
+
 #include "common/error.h"
 #include "http/response.h"
 
 namespace ajet::http {
 
 namespace {
+
+using ObserverClock = std::chrono::steady_clock;
+
+// One request's report to the observer, made exactly once, by whichever path ends the request first.
+class RouteReport {
+ public:
+  RouteReport(std::shared_ptr<const RouteObserver> observer, std::string_view route, std::string method)
+      : observer_(std::move(observer)), route_(route), method_(std::move(method)), start_(ObserverClock::now()) {}
+
+  void done(int status) {
+    if (reported_.exchange(true, std::memory_order_acq_rel)) return;
+    (*observer_)(RouteOutcome{route_, method_, status, ObserverClock::now() - start_});
+  }
+
+ private:
+  std::shared_ptr<const RouteObserver> observer_;
+  std::string route_;  // a copy: the Router may be gone when a late answer comes
+  std::string method_;
+  ObserverClock::time_point start_;
+  std::atomic<bool> reported_{false};
+};
+
+// The deliver a reported stream hands on: the end of the body (nullopt, also what a dropped deliver
+// delivers) is reported before the server sees it, so a client that read the whole body finds the
+// request counted.
+class EndOfStreamWatch final : public detail::OnceTarget<Chunk> {
+ public:
+  EndOfStreamWatch(Deliver deliver, std::shared_ptr<RouteReport> report, int status)
+      : deliver_(std::move(deliver)), report_(std::move(report)), status_(status) {}
+  void accept(Chunk chunk) override {
+    if (!chunk) report_->done(status_);
+    deliver_(std::move(chunk));
+  }
+
+ private:
+  Deliver deliver_;
+  std::shared_ptr<RouteReport> report_;
+  int status_;
+};
+
+// A streamed body, reported when it ends, is cancelled (the client went away), or is dropped unread
+// (a HEAD request).
+class ReportedStream final : public BodyStream {
+ public:
+  ReportedStream(std::shared_ptr<BodyStream> inner, std::shared_ptr<RouteReport> report, int status)
+      : inner_(std::move(inner)), report_(std::move(report)), status_(status) {}
+  ~ReportedStream() override { report_->done(status_); }
+  void next(Deliver deliver) override {
+    inner_->next(Deliver(std::make_shared<EndOfStreamWatch>(std::move(deliver), report_, status_)));
+  }
+  void cancel() override {
+    inner_->cancel();
+    report_->done(status_);
+  }
+
+ private:
+  std::shared_ptr<BodyStream> inner_;
+  std::shared_ptr<RouteReport> report_;
+  int status_;
+};
+
+// The Respond a handler gets under an observer: a plain response is reported before the server gets
+// it (so the client sees it counted), a streamed one when its stream ends.
+class ReportedRespond final : public detail::OnceTarget<Response> {
+ public:
+  ReportedRespond(Respond respond, std::shared_ptr<RouteReport> report)
+      : respond_(std::move(respond)), report_(std::move(report)) {}
+  void accept(Response response) override {
+    if (response.stream) {
+      response.stream = std::make_shared<ReportedStream>(std::move(response.stream), report_, response.status);
+    } else {
+      report_->done(response.status);
+    }
+    respond_(std::move(response));
+  }
+
+ private:
+  Respond respond_;
+  std::shared_ptr<RouteReport> report_;
+};
 
 // "/a/b/" → {"a", "b", ""}: a trailing slash is a segment of its own, so "/x/" does not match "/x".
 std::vector<std::string_view> split_path(std::string_view path) {
@@ -96,32 +178,68 @@ void Router::dispatch(const Methods& methods, Request request, Respond respond) 
   (*handler)(std::move(request), std::move(respond));
 }
 
-void Router::operator()(Request request, Respond respond) const {
-  if (auto it = exact_.find(request.path); it != exact_.end()) {
-    dispatch(it->second, std::move(request), std::move(respond));
-    return;
-  }
+Router& Router::observe(RouteObserver observer) {
+  if (!observer) invalid_argument("Router::observe needs an observer");
+  observer_ = std::make_shared<const RouteObserver>(std::move(observer));
+  return *this;
+}
+
+std::pair<const Router::Methods*, std::string_view> Router::match(Request& request) const {
+  if (auto it = exact_.find(request.path); it != exact_.end()) return {&it->second, it->first};
   if (!patterns_.empty()) {
     std::vector<std::string_view> segments = split_path(request.path);
     for (const Pattern& p : patterns_) {
       if (p.segments.size() != segments.size()) continue;
-      bool match = true;
-      for (size_t i = 0; i < segments.size() && match; ++i) {
+      bool matches = true;
+      for (size_t i = 0; i < segments.size() && matches; ++i) {
         const std::string& want = p.segments[i];
-        match = is_param(want) ? !segments[i].empty() : want == segments[i];
+        matches = is_param(want) ? !segments[i].empty() : want == segments[i];
       }
-      if (!match) continue;
+      if (!matches) continue;
       for (size_t i = 0; i < segments.size(); ++i) {
         const std::string& want = p.segments[i];
         if (is_param(want)) {
           request.path_params[want.substr(1, want.size() - 2)] = percent_decode(segments[i], false);
         }
       }
-      dispatch(p.methods, std::move(request), std::move(respond));
-      return;
+      return {&p.methods, p.text};
     }
   }
-  respond(error_response(404, "no route for " + request.method + " " + request.path, "not_found_error", "not_found"));
+  return {nullptr, kUnmatchedRoute};
+}
+
+void Router::operator()(Request request, Respond respond) const {
+  auto [methods, route] = match(request);
+  if (observer_) {
+    observed(methods, route, std::move(request), std::move(respond));
+  } else if (methods) {
+    dispatch(*methods, std::move(request), std::move(respond));
+  } else {
+    respond(error_response(404, "no route for " + request.method + " " + request.path, "not_found_error", "not_found"));
+  }
+}
+
+void Router::observed(const Methods* methods, std::string_view route, Request request, Respond respond) const {
+  auto report = std::make_shared<RouteReport>(observer_, route, request.method);
+  // Our own handle keeps the reported Respond from counting as dropped while a throwing handler
+  // unwinds: the exception's answer is given below, as the server would give it (connection.cc).
+  Respond reported(std::make_shared<ReportedRespond>(std::move(respond), std::move(report)));
+  if (!methods) {
+    reported(error_response(404, "no route for " + request.method + " " + request.path, "not_found_error", "not_found"));
+    return;
+  }
+  try {
+    dispatch(*methods, std::move(request), reported);
+  } catch (const Error& e) {
+    reported(error_response(e));
+    throw;  // the server logs it; its own answer is refused (already answered)
+  } catch (const std::exception& e) {
+    reported(error_response(500, std::string("internal error: ") + e.what(), "server_error", "internal"));
+    throw;
+  } catch (...) {
+    reported(error_response(500, "internal error", "server_error", "internal"));
+    throw;
+  }
 }
 
 }  // namespace ajet::http

@@ -109,6 +109,7 @@ void LlmCall::start(const std::shared_ptr<rpc::Client>& client) {
     respond_(std::move(*open));
   }
   if (!client) {
+    if (services_.metrics) services_.metrics->failed();
     respond_(unavailable_response("The engine is not connected (it is starting or restarting); retry shortly.", 2));
     return;
   }
@@ -120,6 +121,7 @@ void LlmCall::start(const std::shared_ptr<rpc::Client>& client) {
     id = client->start(rpc::encode_generate_request(setup_.generate),
                        [self](rpc::Frame&& frame) { self->on_frame(std::move(frame)); });
   } catch (const Error& e) {
+    if (services_.metrics) services_.metrics->failed();
     if (e.code() == ErrorCode::kResourceExhausted) {
       respond_(openai_error(413, std::string("The request is too large for the engine: ") + e.what(), "too_large"));
     } else {
@@ -310,14 +312,22 @@ void LlmCall::on_done() {
     return;
   }
   if (cancelled_.load()) return;  // the client went away: nothing was delivered, nothing is recorded
+  int64_t completion = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t i = 0; i < choices_.size(); ++i) final_of(i);
     body = response_json().dump(-1, ' ', false, Json::error_handler_t::replace);
+    completion = completion_tokens();
   }
   // Recorded before the client can see the end of the answer: it may call end_episode at once, and
-  // the registry only records calls of episodes that are still claimed.
+  // the registry only records calls of episodes that are still claimed. Counted then too, so a
+  // client that read its answer finds it in GET /metrics.
   record(body);
+  if (services_.metrics) {
+    services_.metrics->answered(
+        prompt_tokens_, completion,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - setup_.started).count());
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stream_) {
@@ -358,6 +368,7 @@ void LlmCall::on_error(ErrorCode code, const std::string& message) {
     if (finished_) return;
     finished_ = true;
     if (cancelled_.load()) return;
+    if (services_.metrics) services_.metrics->failed();
     const int status = code == ErrorCode::kInvalidArgument     ? 400
                        : code == ErrorCode::kResourceExhausted ? 413
                        : code == ErrorCode::kUnavailable       ? 503

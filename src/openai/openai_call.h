@@ -24,6 +24,7 @@
 #include "episodes/registry.h"
 #include "http/message.h"
 #include "http/stream.h"
+#include "openai/call_metrics.h"
 #include "openai/openai_choice.h"
 #include "openai/openai_format.h"
 #include "openai/openai_params.h"
@@ -69,6 +70,7 @@ struct CallSetup {
 struct CallServices {
   Registry& registry;
   LatestCall& latest;
+  CallMetrics* metrics = nullptr;  // GET /metrics totals; null: not counted
 };
 
 class LlmCall : public std::enable_shared_from_this<LlmCall> {

@@ -72,6 +72,14 @@ CREATE TABLE state (
 );
 )sql";
 
+// Indexes added after schema version 1 shipped: created at every open (IF NOT EXISTS), so an older
+// store gains them and an older AgentJet still opens a store that has them. Keyset paging of
+// GET /episodes walks episodes_by_claimed backwards; a task filter walks episodes_by_task.
+constexpr const char* kLaterIndexes = R"sql(
+CREATE INDEX IF NOT EXISTS episodes_by_claimed ON episodes(claimed_at, uuid);
+CREATE INDEX IF NOT EXISTS episodes_by_task ON episodes(task_id, claimed_at, uuid);
+)sql";
+
 int64_t to_int(const std::string& text) { return text.empty() ? 0 : std::stoll(text); }
 
 std::string encode_spans(const std::vector<MessageSpan>& spans) {
@@ -125,6 +133,7 @@ void check_and_create_schema(Db& db, bool fsync_each_commit) {
     db.exec("PRAGMA user_version=" + std::to_string(kSchemaVersion));
     db.exec("COMMIT");
   }
+  db.exec(kLaterIndexes);
 }
 
 }  // namespace

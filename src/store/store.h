@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "store/episode_list.h"
 #include "store/records.h"
 
 namespace ajet::store {
@@ -85,6 +86,12 @@ class Store {
   // Every metric name with its number of rows and largest step, by name.
   std::vector<MetricSeriesInfo> list_metric_names();
   int64_t count_episodes(const std::string& status);
+  // One page of episode summaries, newest first (store/episode_list.h; store_list.cc). Reads `limit`
+  // rows along the claimed_at index, and counts matches only up to kEpisodeCountBound.
+  // Error(kInvalidArgument) for a limit out of 1..500 or a cursor this store never gave out.
+  EpisodePage list_episodes(const EpisodePageRequest& request);
+  // EXPLAIN QUERY PLAN of that page query, one line per step (for tests and benchmarks).
+  std::string list_episodes_plan(const EpisodePageRequest& request);
   RecoveredState recover();
 
   // The per-server secret for episode keys: read it, or create and commit one (blocks until durable).

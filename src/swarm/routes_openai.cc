@@ -117,7 +117,7 @@ void serve_generation(ServerContext& ctx, Request req, Respond respond, CallSetu
   setup.meta.model = setup.params.model.empty() ? model->served_name : setup.params.model;
 
   const bool heartbeat = messages && setup.params.stream;
-  auto call = std::make_shared<LlmCall>(std::move(setup), CallServices{ctx.registry, ctx.latest}, respond);
+  auto call = std::make_shared<LlmCall>(std::move(setup), CallServices{ctx.registry, ctx.latest, &ctx.call_metrics}, respond);
   if (heartbeat) heartbeats.add(call);
   call->start(ctx.supervisor.client());
 }

@@ -19,6 +19,7 @@
 #include "engine_control/code_archive.h"
 #include "episodes/model_context.h"
 #include "http/message.h"
+#include "openai/call_metrics.h"
 
 namespace ajet::store {
 class Store;
@@ -105,6 +106,7 @@ class ServerContext {
   SyncedTrain& synced;
   BatchRunner& batches;
   const std::string base_url;  // "http://HOST:PORT/v1" (claim_episode's openai_base_url)
+  CallMetrics call_metrics;    // LLM call totals for GET /metrics (every LlmCall feeds them)
 
   TrainState train() const { return synced.get(); }
   std::shared_ptr<const ModelContext> model() const { return synced.model(); }

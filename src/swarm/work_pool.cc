@@ -25,6 +25,11 @@ void WorkPool::post(std::function<void()> task) {
   cv_.notify_one();
 }
 
+size_t WorkPool::queued() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queue_.size();
+}
+
 void WorkPool::run() {
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {

@@ -21,12 +21,13 @@ class WorkPool {
   WorkPool& operator=(const WorkPool&) = delete;
 
   void post(std::function<void()> task);
+  size_t queued() const;  // tasks waiting for a thread (GET /metrics)
 
  private:
   void run();
 
   std::string name_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;
   bool stopping_ = false;

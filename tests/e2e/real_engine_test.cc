@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "e2e_util.h"
+#include "prometheus_parse.h"
 
 namespace ajet::e2e {
 namespace {
@@ -83,6 +84,24 @@ TEST_F(RealEngineTest, ChatStreamNLogprobsAndCompletionsAgainstTheRealEngine) {
   Json calls = episode.json()["calls"];
   ASSERT_EQ(calls.size(), 6u);
   EXPECT_THAT(calls.dump(), HasSubstr("completion_ids"));
+
+  // GET /metrics: the real engine's figures through the front, and the front's token counts.
+  http::ClientResponse scraped = api_->get("/metrics");
+  ASSERT_EQ(scraped.status, 200);
+  Exposition m = parse_exposition(scraped.body);
+  const int64_t completions = body["usage"]["completion_tokens"].get<int64_t>() +
+                              chunks.back()["usage"]["completion_tokens"].get<int64_t>() +
+                              n.json()["usage"]["completion_tokens"].get<int64_t>() +
+                              completion_r.json()["usage"]["completion_tokens"].get<int64_t>();
+  EXPECT_EQ(m.at("ajet_completion_tokens_total"), double(completions));
+  EXPECT_EQ(m.at("ajet_engine_up"), 1);
+  EXPECT_GE(m.at("ajet_engine_generated_tokens_total"), double(completions));
+  EXPECT_GT(m.at("ajet_engine_computed_tokens_total"), 0);
+  EXPECT_GE(m.at("ajet_engine_prefix_cache_hit_tokens_total"), 0);
+  EXPECT_GE(m.at("ajet_engine_sequences", {{"state", "waiting"}}), 0);
+  EXPECT_GT(m.at("ajet_engine_kv_cache_blocks", {{"state", "free"}}), 0);
+  EXPECT_GT(m.at("ajet_engine_kv_cache_block_tokens"), 0);
+  EXPECT_GE(m.at("ajet_engine_rpc_generate_requests_total"), 4);
 }
 
 TEST_F(RealEngineTest, CrashedEngineIsRestartedAndNothingIsOrphanedWhenTheFrontDies) {

@@ -409,6 +409,23 @@ TEST(RegistryBatch, AnAgreedBoundaryIsVisibleOnEveryBackbone) {
   }
 }
 
+// Classic mode's dynamic sampling: the launcher is the only client and waits on global_step, so the
+// agreed boundary needs no dwell (ajet.swarm_mode_agree_boundary_dwell: 0) and the batch is ready at
+// once, with no sweep and no time passing.
+TEST(RegistryBatch, WithoutADwellAnAgreedBatchIsReadyAtOnce) {
+  for (Backbone backbone : {Backbone::kTorch, Backbone::kAsync}) {
+    RegistryOptions o = small_options(backbone, 100, 4);
+    o.sample_collection = SampleCollection::kAnyClientAgrees;
+    o.agree_boundary_dwell = 0;
+    RegistryHarness h(o);
+    h.start();
+    h.end("c1", h.claim("c1"), "t", 1);
+    ASSERT_TRUE(h.registry.agree_sync_weight(AgreeRequest{"c1"}).success);
+    EXPECT_TRUE(h.registry.batch_ready()) << backbone_name(backbone);
+    EXPECT_FALSE(h.registry.next_sweep_due().has_value()) << backbone_name(backbone);
+  }
+}
+
 TEST(RegistryBatch, EvalEpisodesAreRecordedButNeverBatched) {
   RegistryOptions o = small_options(Backbone::kTorch, 1, 1);
   o.sample_collection = SampleCollection::kEnoughEpisodes;
@@ -505,6 +522,62 @@ TEST(RegistryPoolInfo, CarriesEveryProtocolField) {
   EXPECT_EQ(clients[0]["client_uuid"], "c");
   EXPECT_EQ(clients[0]["allowed_sync_weight"], false);
   EXPECT_TRUE(clients[0]["last_activity_at"].is_number());
+}
+
+// GET /metrics reads these: live episodes by state, ended ones by outcome and type, batch progress.
+TEST(RegistryFigures, CountStatesOutcomesAndBatchProgress) {
+  RegistryHarness h(small_options(Backbone::kTorch, 2, 2, /*pool=*/5));
+  RegistryFigures f = h.registry.figures();
+  EXPECT_EQ(f.engine_status, EngineStatus::kOffline);
+  EXPECT_EQ(f.registered + f.claimed + f.ending + f.prepared, 0);
+  EXPECT_TRUE(f.ended.empty());
+  EXPECT_EQ(f.batch_episode_target, 4);
+  EXPECT_EQ(f.batch_task_target, 2);
+  h.start();
+  std::string a = h.claim("c1"), b = h.claim("c1"), c = h.claim("c2", "eval"), d = h.claim("c2", "train", 10);
+  {
+    CallInFlight call(h.registry, a);
+    h.registry.begin_llm_call(a);
+    call.add();
+    f = h.registry.figures();
+    EXPECT_EQ(f.llm_calls_in_flight, 1);
+  }
+  f = h.registry.figures();
+  EXPECT_EQ(f.engine_status, EngineStatus::kRolling);
+  EXPECT_EQ(f.registered, 1);
+  EXPECT_EQ(f.claimed, 4);
+  EXPECT_EQ(f.llm_calls_in_flight, 0);
+
+  h.end("c1", a, "t1", 1);
+  h.end("c2", c, "t9", 0.5);  // eval: ended, never in the batch
+  h.abort("c1", b);
+  h.now += 11;
+  EXPECT_EQ(h.registry.sweep().reclaimed, std::vector<std::string>{d});
+  f = h.registry.figures();
+  using Key = std::pair<std::string, std::string>;
+  EXPECT_EQ(f.ended, (std::map<Key, int64_t>{{{"finished", "train"}, 1},
+                                            {{"finished", "eval"}, 1},
+                                            {{"aborted", "train"}, 1},
+                                            {{"reclaimed", "train"}, 1}}));
+  EXPECT_EQ(f.claimed, 0);
+  EXPECT_EQ(f.registered, 5);  // every slot back in the pool
+  EXPECT_EQ(f.batch_episodes, 1);
+  EXPECT_EQ(f.batch_tasks, 0);  // t1 has 1 of its 2 episodes
+  EXPECT_EQ(f.active_clients, 1);  // c1 ended a train episode; c2 only an eval one
+
+  std::string e = h.claim("c1");
+  h.end("c1", e, "t1", 0);
+  f = h.registry.figures();
+  EXPECT_EQ(f.batch_episodes, 2);
+  EXPECT_EQ(f.batch_tasks, 1);
+  EXPECT_EQ(f.batch_non_dummy_tasks, 1);  // rewards 1 and 0 differ
+  std::string g = h.claim("c1");
+  h.registry.stop("test");
+  f = h.registry.figures();
+  EXPECT_EQ(f.engine_status, EngineStatus::kOffline);
+  EXPECT_EQ(f.registered + f.claimed, 0);
+  EXPECT_EQ((f.ended[{"dropped", "train"}]), 1);  // g; the unclaimed pool is not counted
+  (void)g;
 }
 
 TEST(RegistryBackbones, DebugRecordsTheBatchAndNeverAdvancesTheStep) {

@@ -6,6 +6,7 @@
 
 #include "classic/classic_fixture.h"
 #include "classic/experiment_dir.h"
+#include "store/store.h"
 
 namespace ajet::multi_model {
 namespace {
@@ -54,6 +55,17 @@ TEST(DuoRun, TwoFrontsTrainTheirModelAndStopOnExit) {
   for (const char* name : {"caller", "answerer"}) EXPECT_TRUE(fs::exists(exp / name / "swarm.log")) << name;
   EXPECT_TRUE(fs::is_directory(exp / "caller" / "checkpoints"));  // its own, saved when its engine stopped
   EXPECT_TRUE(classic::find_leftovers(exp).empty());  // every front and engine stopped
+  // Each model's front holds the pair's validation next to its own batches, and its TensorBoard file.
+  for (const char* name : {"caller", "answerer"}) {
+    store::Store store(exp / name / "swarm" / "swarm.sqlite");
+    std::vector<int64_t> steps;
+    for (const auto& row : store.get_metrics("val/greedy_success")) steps.push_back(row.step);
+    EXPECT_EQ(steps, (std::vector<int64_t>{0, 1, 2})) << name;
+    EXPECT_TRUE(fs::is_directory(exp / name / "tensorboard")) << name;
+  }
+  store::Store caller(exp / "caller" / "swarm" / "swarm.sqlite");  // its batches trained (the answerer's may not)
+  EXPECT_FALSE(caller.get_metrics("train/loss").empty());
+  EXPECT_FALSE(caller.get_metrics("rollout/reward_mean").empty());
 }
 
 TEST(DuoRun, ABadMultiModelSectionIsAClearErrorBeforeAnythingStarts) {

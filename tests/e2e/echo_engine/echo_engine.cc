@@ -48,7 +48,23 @@ class EchoEngine {
     });
     router_.add_call(std::string(rpc::kMethodStatus), [this](const rpc::Frame&) {
       rpc::Frame f;
-      f.body = {{"policy_version", version_.load()}, {"model", {{"name", "echo"}}}};
+      size_t running = 0;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        running = running_.size();
+      }
+      // The real engine's figures (engine/service.cc), made up where echoing has none: a 64-block
+      // cache with one block per running request, no prefix cache hits.
+      f.body = {{"policy_version", version_.load()},
+                {"model", {{"name", "echo"}}},
+                {"engine",
+                 {{"running", running},
+                  {"waiting", 0},
+                  {"free_blocks", 64 - int64_t(running)},
+                  {"total_blocks", 64},
+                  {"block_size", 16},
+                  {"tokens_generated", tokens_generated_.load()},
+                  {"tokens_prefix_cached", 0}}}};
       return f;
     });
     router_.add_call(std::string(rpc::kMethodTrainStep), [this](const rpc::Frame& request) {
@@ -187,6 +203,7 @@ class EchoEngine {
           }
         }
         produced[size_t(s)] += 1;
+        tokens_generated_.fetch_add(1);  // before the reply: a client that saw the token finds it counted
         const bool last = stop_known && t + 1 == out.size();
         if (last) {
           e.finish_reason = rpc::FinishReason::kStop;
@@ -208,6 +225,7 @@ class EchoEngine {
 
   text::Tokenizer tok_;
   std::atomic<int64_t> version_{0};
+  std::atomic<int64_t> tokens_generated_{0};  // status: engine.tokens_generated
   rpc::Router router_;
   std::mutex mu_;
   std::map<std::pair<rpc::ConnectionId, uint64_t>, std::shared_ptr<Running>> running_;

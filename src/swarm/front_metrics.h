@@ -1,0 +1,60 @@
+// The metric families of the swarm front's GET /metrics (docs/operations.md "Prometheus metrics"):
+// HTTP requests per route, the registry's episodes and batch progress, LLM calls and tokens, queue
+// depths, the engine's own figures (from its `status` reply) and the process. Each writer turns a
+// plain snapshot into Prometheus text; none of them locks anything but its own HttpMetrics, blocks,
+// or talks to the engine (routes_prometheus.cc gathers the snapshots).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <tuple>
+
+#include "common/json.h"
+#include "common/prometheus_text.h"
+#include "episodes/registry.h"
+#include "http/router.h"
+#include "http/server.h"
+#include "openai/call_metrics.h"
+
+namespace ajet::swarm {
+
+// Requests per (route pattern, method, status) and their durations per route, fed by the Router's
+// observer from any thread. Labels stay bounded: routes are the registered patterns (or
+// "unmatched"), methods outside the usual seven count as "other".
+class HttpMetrics {
+ public:
+  void record(const http::RouteOutcome& outcome);
+  // ajet_http_requests_total, ajet_http_request_duration_seconds, ajet_http_connections_open,
+  // ajet_http_connections_total.
+  void write(prometheus::TextBuilder& out, const http::ServerStats& server) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::tuple<std::string, std::string, int>, uint64_t> requests_;  // (route, method, status)
+  std::map<std::string, prometheus::Histogram> durations_;                   // route → seconds
+};
+
+// What the front knows without asking the engine; each part is read with one short lock.
+struct FrontFigures {
+  RegistryFigures registry;
+  CallMetrics::Snapshot calls;
+  size_t work_pool_queued = 0;     // the front's WorkPool (store reads, archives, engine start/stop)
+  size_t store_queued_writes = 0;  // the store's writer queue
+};
+
+// ajet_build_info.
+void write_build_info(prometheus::TextBuilder& out);
+// Engine status, global step, episodes, batch progress, clients, LLM calls and tokens, queues.
+void write_front_figures(prometheus::TextBuilder& out, const FrontFigures& figures);
+// ajet_engine_up (1 with a status reply, else 0) and, with a reply, the engine's figures: sequences,
+// KV cache blocks, token counters (engine/service.cc EngineService::status()). A field the reply
+// lacks (an older engine, the echo test double) leaves its family out.
+void write_engine_figures(prometheus::TextBuilder& out, const std::optional<Json>& status);
+// process_*: resident and virtual memory, CPU seconds, start time, open and maximum file
+// descriptors, threads (from /proc/self; families that cannot be read are left out).
+void write_process_figures(prometheus::TextBuilder& out);
+
+}  // namespace ajet::swarm
