@@ -9,6 +9,7 @@
 #include "http/response.h"
 #include "openai/openai_call.h"
 #include "openai/openai_errors.h"
+#include "store/episode_list.h"
 #include "store/store.h"
 #include "swarm/routes.h"
 #include "swarm/work_pool.h"
@@ -45,6 +46,17 @@ void episode_document(ServerContext& ctx, const std::string& uuid, Respond respo
       tracking::MergedEpisode merged = tracking::merge_episode(info, calls, options);
       respond(http::json_response(tracking::episode_json(tracking::EpisodeView::from_row(*row), calls, merged,
                                                          model ? model->tokenizer.get() : nullptr)));
+    });
+  });
+}
+
+// GET /episodes: one page of episode summaries (store/episode_list.h), read on the work pool.
+void episode_page(ServerContext& ctx, const Request& request, Respond respond) {
+  store::EpisodePageRequest page = store::episode_page_request_from_params(request.query);  // 400 on bad input
+  ctx.pool.post([&ctx, page = std::move(page), respond] {
+    answer_errors(respond, [&] {
+      ctx.store.flush().get();  // episodes claimed or ended before this request are listed
+      respond(http::json_response(store::episode_page_json(ctx.store.list_episodes(page))));
     });
   });
 }
@@ -216,6 +228,15 @@ void add_command_routes(http::Router& router, ServerContext& ctx) {
   });
 
   router.get("/health", [](Request, Respond respond) { respond(http::json_response(Json{{"status", "ok"}})); });
+
+  router.get("/episodes", [&ctx](Request req, Respond respond) {
+    if (!ctx.admin_ok(req)) {
+      respond(openai_error(401, "GET /episodes needs the admin token (Authorization: Bearer <token>)",
+                           "unauthenticated"));
+      return;
+    }
+    answer_errors(respond, [&] { episode_page(ctx, req, respond); });
+  });
 
   router.get("/episodes/{episode_uuid}", [&ctx](Request req, Respond respond) {
     if (!ctx.admin_ok(req)) {

@@ -1,5 +1,5 @@
 // The episode JSON, from calls recorded with a real tokenizer, persisted in a real SQLite store and
-// read back: the documented fields exist, text pieces spell the tokens, and `ajet episode show`
+// read back: the documented fields exist, text pieces spell the tokens, and `ajet episode show --json`
 // prints the same document from the store file.
 #include <gtest/gtest.h>
 
@@ -183,7 +183,7 @@ TEST(EpisodeJson, AjetEpisodeShowPrintsTheEpisodeFromTheStore) {
     st.upsert_episode(r.row).get();
     for (const CallRecord& c : r.calls) st.put_call(to_call_row(c)).get();
   }
-  const std::string base = "'" + ajet.string() + "' episode show --store '" + db.string() + "' ";
+  const std::string base = "'" + ajet.string() + "' episode show --json --store '" + db.string() + "' ";
   CommandRun ok = run_command(base + "ep-json --indent -1 --tokenizer '" + tok_dir.string() + "' 2>/dev/null");
   ASSERT_EQ(ok.exit_code, 0) << ok.out;
   const Json j = parse_json(ok.out, "ajet episode show output");
