@@ -261,6 +261,9 @@ struct Config {
   int64_t swarm_mode_sample_collection_max_cached_episodes = 9999;
   double swarm_mode_drain_timeout = 600.0;  // most seconds ROLLING_POST waits for live train episodes
   double swarm_mode_drain_idle_grace = 0.5;  // an episode idle longer is not waited for (it carries over)
+  // With an agree-based trigger, seconds the boundary (ROLLING_POST) stays visible for clients that
+  // agreed and poll the status for it; 0 when the only client waits on global_step (classic mode).
+  double swarm_mode_agree_boundary_dwell = 2.0;
 };
 
 // The loggers this build writes, and upstream's (VERL's Tracking backends) that it has not.

@@ -231,6 +231,8 @@ std::vector<Field> config_fields(Config& c) {
         {.min = 0});
   t.add("swarm_mode_drain_timeout", c.swarm_mode_drain_timeout,
         "most seconds ROLLING_POST waits for live train episodes", {.min = 0});
+  t.add("swarm_mode_agree_boundary_dwell", c.swarm_mode_agree_boundary_dwell,
+        "agree-based triggers: seconds ROLLING_POST stays visible to the clients that agreed", {.min = 0, .max = 60});
   // Engine.
   t.add("engine.threads", c.engine.threads, "compute threads; 0: one per core", {.min = 0});
   t.add("engine.kv_cache_memory_mb", c.engine.kv_cache_memory_mb, "KV cache budget", {.min = 1});

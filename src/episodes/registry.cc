@@ -46,6 +46,7 @@ RegistryOptions RegistryOptions::from_config(const config::Config& c, std::strin
   o.max_cached_episodes = c.swarm_mode_sample_collection_max_cached_episodes;
   o.drain_timeout = c.swarm_mode_drain_timeout;
   o.drain_idle_grace = c.swarm_mode_drain_idle_grace;
+  o.agree_boundary_dwell = c.swarm_mode_agree_boundary_dwell;
   o.max_staleness = c.async.max_staleness;
   o.openai_base_url = std::move(openai_base_url);
   o.training_model_path = c.model.path;
