@@ -397,4 +397,9 @@ std::future<void> Store::put_state(std::string key, std::string value, Done done
 
 std::future<void> Store::flush() { return enqueue(nullptr, nullptr); }
 
+size_t Store::queued_writes() {
+  std::lock_guard<std::mutex> lock(queue_mu_);
+  return queue_.size();
+}
+
 }  // namespace ajet::store

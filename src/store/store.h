@@ -73,6 +73,8 @@ class Store {
   std::future<void> put_state(std::string key, std::string value, Done done = nullptr);
   // Resolves once everything queued before it is committed.
   std::future<void> flush();
+  // Writes queued and not yet taken by the writer thread (GET /metrics).
+  size_t queued_writes();
 
   // ---- reads (synchronous) ----
   std::optional<std::string> get_state(const std::string& key);
