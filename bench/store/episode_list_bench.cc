@@ -177,8 +177,7 @@ int main(int argc, char** argv) {
   options.fsync_each_commit = false;
   Store st(path, options);
   const double fill_s = reuse ? 0 : fill(st, episodes);
-  const int64_t stored = st.list_episodes({}).total;
-  std::cout << (reuse ? "reusing " : "filled ") << path << " (" << episodes << " episodes"
+  std::cout << (reuse ? "reusing " : "filled ") << path << " (" << (reuse ? "" : std::to_string(episodes) + " episodes")
             << (reuse ? "" : ", " + std::to_string(fill_s).substr(0, 5) + " s") << ")\n";
 
   // The cursor 50,000 episodes deep (half way in a smoke run), found by paging there.
@@ -250,6 +249,7 @@ int main(int argc, char** argv) {
                                         "FROM episodes e LEFT JOIN calls c ON c.episode_uuid = e.uuid GROUP BY e.uuid");
                   })});
 
+  const size_t stored = rows[rows.size() - 2].t.rows;  // "load all: every episode row"
   std::ostringstream table;
   table << "| query | rows | median ms | p90 ms |\n|---|---|---|---|\n";
   char line[256];

@@ -2,9 +2,10 @@
 //
 // Why keyset and not OFFSET: page 1,000 of an OFFSET query reads the 50,000 rows before it; a cursor
 // (claimed_at, uuid) of the last row seeks straight to the next one, so every page costs the same.
-// Filters on columns with few distinct values (status, type, success) are written `+e.status` so
-// that SQLite walks the claimed_at index in order and stops after `limit` matches, instead of taking
-// episodes_by_status and sorting every finished episode of the run to return 50 of them.
+// In the page query, filters on columns with few distinct values (status, type) are written
+// `+e.status` so that SQLite walks the claimed_at index in order and stops after `limit` matches,
+// instead of taking episodes_by_status and sorting every finished episode of the run to return 50 of
+// them. The count has no order to keep, so there they may use episodes_by_status.
 #include <algorithm>
 #include <mutex>
 #include <string>
@@ -71,7 +72,9 @@ struct ListQuery {
   }
 };
 
-ListQuery filter_query(const EpisodeFilter& f) {
+// `ordered`: for the page query (see the top of the file); false for the count.
+ListQuery filter_query(const EpisodeFilter& f, bool ordered) {
+  const std::string plus = ordered ? "+" : "";
   ListQuery q;
   if (f.uuid) q.add("e.uuid = " + q.text(*f.uuid));
   if (f.global_step)
@@ -82,8 +85,8 @@ ListQuery filter_query(const EpisodeFilter& f) {
     q.add("EXISTS (SELECT 1 FROM calls c WHERE c.episode_uuid = e.uuid AND c.agent_name = " + q.text(*f.agent_name) +
           ")");
   }
-  if (f.status) q.add("+e.status = " + q.text(*f.status));
-  if (f.episode_type) q.add("+e.episode_type = " + q.text(*f.episode_type));
+  if (f.status) q.add(plus + "e.status = " + q.text(*f.status));
+  if (f.episode_type) q.add(plus + "e.episode_type = " + q.text(*f.episode_type));
   if (f.reward_min) q.add("e.reward >= " + q.real(*f.reward_min));
   if (f.reward_max) q.add("e.reward <= " + q.real(*f.reward_max));
   if (f.is_success) q.add("e.is_success = " + q.integer(*f.is_success ? 1 : 0));
@@ -171,17 +174,17 @@ EpisodePage Store::list_episodes(const EpisodePageRequest& request) {
   ReadSnapshot snapshot(db);
   EpisodePage page;
 
-  ListQuery q = filter_query(request.filter);
-  const std::string count_sql = "SELECT count(*) FROM (SELECT 1 FROM episodes e" + q.where + " LIMIT " +
-                                std::to_string(kEpisodeCountBound + 1) + ")";
   {
-    Stmt count(db, count_sql);
-    q.bind(count);
+    const ListQuery c = filter_query(request.filter, /*ordered=*/false);
+    Stmt count(db, "SELECT count(*) FROM (SELECT 1 FROM episodes e" + c.where + " LIMIT " +
+                       std::to_string(kEpisodeCountBound + 1) + ")");
+    c.bind(count);
     const int64_t n = count.step() ? count.column_int(0) : 0;
     page.total = std::min(n, kEpisodeCountBound);
     page.total_is_lower_bound = n > kEpisodeCountBound;
   }
 
+  ListQuery q = filter_query(request.filter, /*ordered=*/true);
   Stmt rows(db, page_sql(request, q));
   q.bind(rows);
   while (rows.step()) page.episodes.push_back(read_summary(rows));
@@ -197,7 +200,7 @@ EpisodePage Store::list_episodes(const EpisodePageRequest& request) {
 std::string Store::list_episodes_plan(const EpisodePageRequest& request) {
   check_request(request);
   std::lock_guard<std::mutex> lock(reader_mu_);
-  ListQuery q = filter_query(request.filter);
+  ListQuery q = filter_query(request.filter, /*ordered=*/true);
   Stmt s(*reader_db_, "EXPLAIN QUERY PLAN " + page_sql(request, q));
   q.bind(s);
   std::string out;
