@@ -18,6 +18,12 @@ int64_t AttentionPlan::computed_pairs() const {
 
 AttentionPlan plan_attention(std::span<const int32_t> subtree_end, int64_t block_rows) {
   if (block_rows <= 0) invalid_argument("plan_attention: block_rows must be positive");
+  std::vector<int64_t> starts;
+  for (int64_t a = 0; a < static_cast<int64_t>(subtree_end.size()); a += block_rows) starts.push_back(a);
+  return plan_attention(subtree_end, starts);
+}
+
+AttentionPlan plan_attention(std::span<const int32_t> subtree_end, std::span<const int64_t> block_starts) {
   const auto t = static_cast<int64_t>(subtree_end.size());
   for (int64_t j = 0; j < t; ++j) {
     if (subtree_end[j] <= j || subtree_end[j] > t) {
@@ -25,11 +31,21 @@ AttentionPlan plan_attention(std::span<const int32_t> subtree_end, int64_t block
                        " is outside (" + std::to_string(j) + ", " + std::to_string(t) + "]");
     }
   }
+  if (t > 0 && (block_starts.empty() || block_starts.front() != 0)) {
+    invalid_argument("plan_attention: the first block must start at row 0");
+  }
+  for (size_t i = 0; i < block_starts.size(); ++i) {
+    if (block_starts[i] >= t || (i > 0 && block_starts[i] <= block_starts[i - 1])) {
+      invalid_argument("plan_attention: block_starts must increase and stay below " + std::to_string(t) +
+                       " (block " + std::to_string(i) + " starts at " + std::to_string(block_starts[i]) + ")");
+    }
+  }
   AttentionPlan plan;
   plan.tokens = t;
   const float neg_inf = -std::numeric_limits<float>::infinity();
-  for (int64_t a = 0; a < t; a += block_rows) {
-    const int64_t b = std::min(t, a + block_rows);
+  for (size_t blk = 0; blk < block_starts.size(); ++blk) {
+    const int64_t a = block_starts[blk];
+    const int64_t b = blk + 1 < block_starts.size() ? block_starts[blk + 1] : t;
     std::vector<int64_t> keys;
     for (int64_t j = 0; j < b; ++j) {
       if (subtree_end[j] > a) keys.push_back(j);
@@ -276,18 +292,25 @@ torch::Tensor block_sparse_attention(const torch::Tensor& q, const torch::Tensor
 }
 
 torch::Tensor packed_hidden(model::Qwen2Model& model, const torch::Tensor& ids, const torch::Tensor& positions,
-                            const AttentionPlan& plan) {
+                            const AttentionPlan& plan, const torch::Tensor& rows) {
   TORCH_CHECK(ids.dim() == 1 && positions.sizes() == ids.sizes(), "packed_hidden: ids and positions must be (T,)");
+  TORCH_CHECK(!rows.defined() || rows.dim() == 1, "packed_hidden: rows must be (M,)");
   const double scale = 1.0 / std::sqrt(static_cast<double>(model->config().head_dim));
   auto h = model->embed(ids.unsqueeze(0));  // (1, T, C)
   auto pos = positions.unsqueeze(0);        // (1, T)
-  for (int64_t l = 0; l < model->num_layers(); ++l) {
+  const int64_t layers = model->num_layers();
+  for (int64_t l = 0; l < layers; ++l) {
     auto& layer = model->layer(l);
     model::QKV qkv = layer->attention_inputs(h, pos);  // (1, T, H|Hkv, D)
     auto attn = block_sparse_attention(qkv.q[0] * scale, qkv.k[0], qkv.v[0], plan);  // (T, H*D)
+    if (rows.defined() && l + 1 == layers) {
+      // Past the last attention every row is on its own: only the wanted rows go on.
+      return model->final_norm(layer->attention_outputs(h[0].index_select(0, rows), attn.index_select(0, rows)));  // (M, C)
+    }
     h = layer->attention_outputs(h, attn.unsqueeze(0));  // (1, T, C)
   }
-  return model->final_norm(h)[0];  // (T, C)
+  auto out = model->final_norm(h)[0];  // (T, C)
+  return rows.defined() ? out.index_select(0, rows) : out;
 }
 
 torch::Tensor lm_head_weight(model::Qwen2Model& model) {

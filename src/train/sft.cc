@@ -10,6 +10,9 @@
 #include <thread>
 
 #include <ATen/Parallel.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include "common/error.h"
 #include "common/json.h"
@@ -106,11 +109,16 @@ struct PackedBatch {
   AttentionPlan plan;
   int64_t tokens = 0;
   int64_t trained = 0;
+  bool demo_blocks = false;  // also: the last layer runs the target rows only (packed_hidden's rows)
 };
 
-PackedBatch pack(const std::vector<const SftExample*>& batch, int64_t block_rows, int64_t shared_prefix) {
-  std::vector<int64_t> ids, pos, rows, targets;
+// With `demo_blocks` the attention blocks start at the shared prefix and at every demo (and every
+// `block_rows` rows within them); else every `block_rows` rows of the packed sequence.
+PackedBatch pack(const std::vector<const SftExample*>& batch, int64_t block_rows, int64_t shared_prefix,
+                 bool demo_blocks = false) {
+  std::vector<int64_t> ids, pos, rows, targets, block_starts;
   std::vector<int32_t> subtree_end;
+  for (int64_t i = 0; i < shared_prefix; i += block_rows) block_starts.push_back(i);
   if (shared_prefix > 0) {
     const SftExample& first = *batch.front();
     for (int64_t i = 0; i < shared_prefix; ++i) {
@@ -122,6 +130,7 @@ PackedBatch pack(const std::vector<const SftExample*>& batch, int64_t block_rows
   for (const SftExample* ex : batch) {
     const int64_t base = static_cast<int64_t>(ids.size()) - shared_prefix;  // packed index of example token 0
     const int64_t n = static_cast<int64_t>(ex->token_ids.size());
+    for (int64_t i = shared_prefix; i < n; i += block_rows) block_starts.push_back(base + i);
     for (int64_t i = shared_prefix; i < n; ++i) {
       ids.push_back(ex->token_ids[static_cast<size_t>(i)]);
       pos.push_back(i);
@@ -141,7 +150,8 @@ PackedBatch pack(const std::vector<const SftExample*>& batch, int64_t block_rows
   p.positions = torch::tensor(pos, torch::kLong);
   p.rows = torch::tensor(rows, torch::kLong);
   p.targets = torch::tensor(targets, torch::kLong);
-  p.plan = plan_attention(subtree_end, block_rows);
+  p.plan = demo_blocks ? plan_attention(subtree_end, block_starts) : plan_attention(subtree_end, block_rows);
+  p.demo_blocks = demo_blocks;
   return p;
 }
 
@@ -174,8 +184,13 @@ int64_t shared_prefix_of(std::span<const SftExample* const> examples) {
 // Sum of -log p(target) over the batch's trained tokens: a scalar tensor (with a graph when grad is on).
 torch::Tensor nll_sum(model::Qwen2Model& model, const PackedBatch& p) {
   const torch::Device device = model->options().device();
-  const torch::Tensor hidden = packed_hidden(model, p.ids.to(device), p.positions.to(device), p.plan);  // (T, C)
-  const TokenLogprobs tl = token_logprobs(model, hidden.index_select(0, p.rows.to(device)), p.targets.to(device));
+  torch::Tensor hidden;  // (M, C): the rows that predict the targets
+  if (p.demo_blocks) {
+    hidden = packed_hidden(model, p.ids.to(device), p.positions.to(device), p.plan, p.rows.to(device));
+  } else {
+    hidden = packed_hidden(model, p.ids.to(device), p.positions.to(device), p.plan).index_select(0, p.rows.to(device));
+  }
+  const TokenLogprobs tl = token_logprobs(model, hidden, p.targets.to(device));
   return -tl.logprob.to(torch::kFloat).sum();
 }
 
@@ -313,7 +328,7 @@ std::vector<SftStep> run_sft(model::Qwen2Model& model, const std::vector<SftExam
     std::vector<PackedBatch> parts;
     for (const auto& part : split_parts(batch, options.workers)) {
       const int64_t prefix = options.share_prefix ? shared_prefix_of(part) : 0;
-      parts.push_back(pack(part, options.attention_block, prefix));
+      parts.push_back(pack(part, options.attention_block, prefix, options.demo_blocks));
       if (parts.size() == 1) m.shared_prefix = prefix;
       m.tokens += parts.back().tokens;
       m.trained_tokens += parts.back().trained;
@@ -376,6 +391,25 @@ std::vector<SftStep> run_sft(model::Qwen2Model& model, const std::vector<SftExam
   return out;
 }
 
+void keep_freed_memory() {
+#if defined(__GLIBC__)
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's largest; also ends its dynamic threshold
+  mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
+#endif
+}
+
+double sft_step_gradients(model::Qwen2Model& model, const std::vector<const SftExample*>& batch,
+                          const SftOptions& options) {
+  validate(options);
+  if (batch.empty()) invalid_argument("sft_step_gradients: the batch is empty");
+  const int64_t prefix = options.share_prefix ? shared_prefix_of(batch) : 0;
+  const PackedBatch p = pack(batch, options.attention_block, prefix, options.demo_blocks);
+  if (p.trained == 0) return 0;
+  torch::Tensor loss = nll_sum(model, p) / static_cast<double>(p.trained);
+  loss.backward();
+  return loss.item<double>();
+}
+
 double sft_loss(model::Qwen2Model& model, const std::vector<SftExample>& examples, int64_t batch_tokens,
                 bool share_prefix) {
   if (batch_tokens < 1) invalid_argument("sft_loss: batch_tokens must be >= 1");
@@ -387,7 +421,7 @@ double sft_loss(model::Qwen2Model& model, const std::vector<SftExample>& example
   int64_t count = 0;
   while (next < order.size()) {
     const std::vector<const SftExample*> b = take_batch(examples, order, next, batch_tokens, share_prefix);
-    const PackedBatch p = pack(b, 128, share_prefix ? shared_prefix_of(b) : 0);
+    const PackedBatch p = pack(b, 128, share_prefix ? shared_prefix_of(b) : 0, /*demo_blocks=*/true);
     if (p.trained == 0) continue;
     total += nll_sum(model, p).item<double>();
     count += p.trained;

@@ -64,7 +64,13 @@ struct SftOptions {
   double weight_decay = 0.0;
   double grad_clip = 1.0;       // global gradient-norm clip; <= 0: off
   int64_t batch_tokens = 4096;  // tokens per step: demos are taken in a seeded order until this is full
-  int64_t attention_block = 128;
+  int64_t attention_block = 128;  // query rows per attention block at most
+  // The step's computation as laid out since 2026-12-03 (docs/sft.md, "Faster SFT step"): attention
+  // blocks that follow the demos (a block never spans two demos, so it skips the masked tail of the
+  // demo before) and the last layer's MLP only on the rows that predict a target. Same loss and
+  // gradients up to float rounding as false (the earlier layout: fixed blocks, every row through the
+  // last layer), which stays for the A/B bench (bench/train/sft_step_bench.cc) and the equality test.
+  bool demo_blocks = true;
   uint64_t seed = 1;            // the order of demos (a fresh permutation per epoch)
   // Pack the prefix the step's demos share (system prompt, tools block) once instead of once per demo.
   // Same loss and gradients; a calc demo is ~75% shared prompt, so a step holds ~3x more demos.
@@ -114,6 +120,20 @@ double sft_learning_rate(const SftOptions& options, int64_t step, int64_t total_
 // for bad options or an empty example set.
 std::vector<SftStep> run_sft(model::Qwen2Model& model, const std::vector<SftExample>& examples,
                              const SftOptions& options, const std::function<void(const SftStep&)>& on_step = {});
+
+// One step's loss (mean cross-entropy over the trained tokens of `batch`, packed as run_sft packs one
+// worker part: options.share_prefix, attention_block, demo_blocks) with its gradients accumulated into
+// the model parameters' .grad. What run_sft does per step before clipping and the optimizer; for
+// tests and benches. Returns 0 and touches no gradient when the batch has no trained token.
+double sft_step_gradients(model::Qwen2Model& model, const std::vector<const SftExample*>& batch,
+                          const SftOptions& options);
+
+// Makes glibc's malloc keep freed memory for the next step: allocations up to 32 MiB come from the heap
+// and the heap is never trimmed. By default each step's large tensors (up to ~8 MiB on the tiny preset)
+// are fresh mmaps whose pages fault in and are zeroed again every step: ~35% of a calc SFT step on one
+// thread (bench/train/sft_step_bench.cc --keep-memory). Process-wide; `ajet sft` calls it first. The
+// process keeps its peak step memory (tens of MiB on the tiny preset). No-op without glibc.
+void keep_freed_memory();
 
 // Mean cross-entropy per trained token over `examples` (no gradient), packed `batch_tokens` at a time.
 // With share_prefix, each packed batch's common prefix is computed once (same value up to float

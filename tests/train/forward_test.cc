@@ -9,6 +9,7 @@
 #include <random>
 
 #include "tracking/packing.h"
+#include "common/error.h"
 #include "train_test_util.h"
 
 namespace ajet::train {
@@ -85,6 +86,44 @@ TEST(BlockSparseAttention, MatchesDenseMaskedAttentionWithGradients) {
           << rows << " " << keep;
     }
   }
+}
+
+// Blocks that start where the caller says (run_sft puts them at each demo) cover the same mask; bad
+// starts are refused with what is wrong.
+TEST(AttentionPlan, GivenBlockStartsCoverExactlyTheTreeMask) {
+  Batch b = random_batch(3, 4, 6, 5, 50, 11);
+  const auto seq = pack(b, true, 1000)[0];
+  const auto t = static_cast<int64_t>(seq.size());
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 4; ++trial) {
+    std::vector<int64_t> starts = {0};
+    for (int64_t i = 1; i < t; ++i) {
+      if (rng() % 5 == 0) starts.push_back(i);
+    }
+    AttentionPlan plan = plan_attention(seq.subtree_end, starts);
+    ASSERT_EQ(plan.blocks.size(), starts.size());
+    std::vector<int> covered(static_cast<size_t>(t * t), 0);
+    for (size_t k = 0; k < plan.blocks.size(); ++k) {
+      const auto& blk = plan.blocks[k];
+      EXPECT_EQ(blk.q_begin, starts[k]);
+      EXPECT_EQ(blk.q_end, k + 1 < starts.size() ? starts[k + 1] : t);
+      auto keys = blk.key_index.defined() ? blk.key_index : torch::arange(blk.key_begin, blk.key_begin + blk.key_count);
+      for (int64_t i = blk.q_begin; i < blk.q_end; ++i) {
+        for (int64_t kk = 0; kk < blk.key_count; ++kk) {
+          const int64_t j = keys[kk].item<int64_t>();
+          const bool allowed = blk.bias[i - blk.q_begin][kk].item<float>() == 0.0f;
+          EXPECT_EQ(allowed, tracking::may_attend(seq, static_cast<size_t>(i), static_cast<size_t>(j)));
+          if (allowed) ++covered[static_cast<size_t>(i * t + j)];
+        }
+      }
+    }
+    for (int64_t i = 0; i < t; ++i) {
+      for (int64_t j = 0; j < t; ++j) EXPECT_EQ(covered[static_cast<size_t>(i * t + j)], tracking::may_attend(seq, i, j) ? 1 : 0);
+    }
+  }
+  EXPECT_THROW(plan_attention(seq.subtree_end, std::vector<int64_t>{1, 4}), Error);
+  EXPECT_THROW(plan_attention(seq.subtree_end, std::vector<int64_t>{0, 4, 4}), Error);
+  EXPECT_THROW(plan_attention(seq.subtree_end, std::vector<int64_t>{0, t}), Error);
 }
 
 // Central differences in float64 of sum(out * w) for every input element of a small case.

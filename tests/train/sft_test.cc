@@ -308,6 +308,57 @@ TEST(Sft, SharedPrefixPackingMatchesWholeDemos) {
   EXPECT_GT(with_sharing, without);
 }
 
+// The step laid out since 2026-12-03 (attention blocks that follow the demos, the last layer's MLP on
+// the target rows only) computes what the earlier layout (128-row blocks over the packed sequence,
+// every row through the last layer) computes: the same loss and gradients up to float rounding, with
+// and without the shared prefix, and with blocks smaller than a demo (a demo then spans several).
+TEST(Sft, DemoBlocksStepMatchesTheEarlierLayout) {
+  torch::set_num_threads(1);
+  const auto [tok, set] = load_demos(demos_text());
+  ASSERT_EQ(set.examples.size(), 12u);
+  std::vector<const SftExample*> batch;
+  for (const SftExample& ex : set.examples) batch.push_back(&ex);
+  model::Qwen2Model m = micro_model(tok, 3);
+  auto grads = [&](const SftOptions& o, double& loss) {
+    for (auto& p : m->parameters()) p.mutable_grad() = torch::Tensor();
+    loss = sft_step_gradients(m, batch, o);
+    std::vector<torch::Tensor> g;
+    for (const auto& p : m->parameters()) g.push_back(p.grad().defined() ? p.grad().clone() : torch::zeros_like(p));
+    return g;
+  };
+  for (const bool share : {true, false}) {
+    for (const int64_t block : {int64_t{128}, int64_t{16}}) {
+      SftOptions o;
+      o.share_prefix = share;
+      o.attention_block = block;
+      o.demo_blocks = false;
+      double loss_a = 0, loss_b = 0;
+      const auto a = grads(o, loss_a);
+      o.demo_blocks = true;
+      const auto b = grads(o, loss_b);
+      const std::string what = std::string(share ? "shared prefix" : "whole demos") + ", blocks of " + std::to_string(block);
+      EXPECT_GT(loss_a, 0) << what;
+      EXPECT_NEAR(loss_a, loss_b, 1e-5 * loss_a) << what;
+      ASSERT_EQ(a.size(), b.size());
+      for (size_t i = 0; i < a.size(); ++i) {
+        const double scale = a[i].abs().max().item<double>();
+        EXPECT_GT(scale, 0) << what << ": parameter " << i << " has no gradient";
+        EXPECT_LE((a[i] - b[i]).abs().max().item<double>(), 1e-5 * scale) << what << ": parameter " << i;
+      }
+    }
+  }
+  // The step is the one run_sft takes: its first step's loss is this loss.
+  SftOptions o;
+  o.steps = 1;
+  o.batch_tokens = 1 << 20;
+  double direct = 0;
+  grads(o, direct);
+  model::Qwen2Model fresh = micro_model(tok, 3);
+  std::vector<SftExample> in_order(set.examples.begin(), set.examples.end());
+  EXPECT_NEAR(run_sft(fresh, in_order, o).at(0).loss, direct, 1e-6 * direct);
+  EXPECT_THROW(sft_step_gradients(m, {}, o), Error);
+}
+
 // Splitting a step's demos over worker threads (each its own packed part with its own shared prefix)
 // trains what one part does: the same loss and, after two steps, the same parameters up to float
 // summation order; and a split run repeats itself exactly.
