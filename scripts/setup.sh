@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs every Debian package the project needs. A no-op when all are present.
+# Installs every Debian package the project needs (with --tests: also those only the tests need).
+# A no-op when all are present.
 set -euo pipefail
 PKGS=(
   build-essential cmake ninja-build pkg-config git
@@ -10,6 +11,14 @@ PKGS=(
   python3-torch python3-numpy python3-pip python3-setuptools python3-wheel python3-venv
   curl zip unzip clang libclang-rt-14-dev procps ccache
 )
+# `setup.sh --tests` (scripts/test.sh): also what only the tests need. chromium renders the web
+# pages in the browser tests (tests/web), driven by playwright-core from npm.
+if [ "${1:-}" = "--tests" ]; then
+  PKGS+=(chromium)
+elif [ $# -gt 0 ]; then
+  echo "setup: unknown argument '$1' (expected --tests or nothing)" >&2
+  exit 2
+fi
 missing=()
 for p in "${PKGS[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

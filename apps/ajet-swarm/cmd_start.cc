@@ -33,6 +33,8 @@ void run_start(swarm::FrontOptions options) {
   std::cout << "ajet-swarm ready: " << server.url() << " (port " << server.port() << ", store "
             << server.options().store_path.string() << ", dir " << server.options().server_dir.string()
             << "). Interchange server is running in blocking mode." << std::endl;
+  std::cout << "ajet-swarm: web pages (dashboard, episodes, tokens): " << server.url() << "/ui/"
+            << (server.options().admin_token.empty() ? "" : "?token=<the admin token>") << std::endl;
   server.wait();
   std::cout << "ajet-swarm: stopped" << std::endl;
 }

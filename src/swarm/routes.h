@@ -26,6 +26,9 @@ void add_openai_routes(http::Router& router, ServerContext& ctx);
 // back out), both behind the admin token (routes_metrics_log.cc).
 class MetricsSink;
 void add_metrics_routes(http::Router& router, ServerContext& ctx, MetricsSink& sink);
+// The web pages under /ui/ (web/: dashboard, episodes, token viewer); their data comes from the
+// admin-token routes, so the pages themselves carry nothing secret.
+void add_ui_routes(http::Router& router);
 
 // A JSON request body ({} when empty); Error(kInvalidArgument) for bad JSON or a body that is not an
 // object, kResourceExhausted naming `limit` for an oversize body.

@@ -209,6 +209,7 @@ SwarmServer::SwarmServer(FrontOptions options) : options_(std::move(options)) {
   add_metrics_routes(*router, *ctx_, *metrics_);
   add_engine_routes(*router, *ctx_);
   add_openai_routes(*router, *ctx_);
+  add_ui_routes(*router);
   add_prometheus_routes(*router, *ctx_, *http_);
   janitor_ = std::make_unique<Janitor>(
       *registry_, std::chrono::milliseconds(int64_t(options_.janitor_interval_s * 1000)),

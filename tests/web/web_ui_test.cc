@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <iostream>
 #include <string>
 
 #include "client_e2e/client_e2e_util.h"
@@ -121,6 +122,7 @@ TEST(WebUi, PagesRenderWhatTheApiSaysInChromium) {
                              shell_quote(swarm.url()) + " --token " + kToken + " --out " + shell_quote(shots.string()) +
                              " --snapshot " + shell_quote(snapshot_file.string()) + " --long-snapshot " +
                              shell_quote(long_file.string()) + " 2>&1");
+  std::cout << out.out;  // every check, also when all pass (ctest -V)
   EXPECT_EQ(out.status, 0) << out.out;
   EXPECT_NE(out.out.find("all passed"), std::string::npos) << out.out;
   for (const char* png : {"dashboard.png", "episodes.png", "episode.png", "snapshot.png", "long_run.png"}) {
