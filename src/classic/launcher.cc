@@ -12,6 +12,7 @@
 #include <sstream>
 #include <thread>
 
+#include "classic/dashboard_snapshot.h"
 #include "classic/episode_runner.h"
 #include "classic/experiment_dir.h"
 #include "classic/markdown_tables.h"
@@ -161,12 +162,14 @@ class Job {
 
  private:
   void say(const std::string& line) { out_(line); }
+  // After the record's numbers went to the front (post_metrics): metrics.jsonl, and the dashboard
+  // snapshot rewritten from the front's history.
   void record(Json r) {
     if (jsonl_) append_jsonl(prepared_.exp_dir / "metrics.jsonl", r);
     result_.records.push_back(std::move(r));
-    write_reward_curve(prepared_.exp_dir / "reward_curve.html", result_.records,
-                       prepared_.config.experiment_name + " (" + prepared_.config.backbone + ")");
+    write_snapshot();
   }
+  void write_snapshot();
   void validate(int64_t step);
   void train_step(int64_t step);
   void wait_for_global_step(int64_t target);
@@ -205,7 +208,21 @@ class Job {
   bool console_ = true;  // ajet.trainer_common.logger console: the per-step and validation lines
   bool jsonl_ = true;    // ajet.trainer_common.logger jsonl: metrics.jsonl
   bool post_warned_ = false;
+  bool snapshot_warned_ = false;
 };
+
+// reward_curve.html: the front's dashboard with every series inlined. A front that does not answer
+// leaves the previous page in place (said once).
+void Job::write_snapshot() {
+  try {
+    write_dashboard_snapshot(
+        prepared_.exp_dir / "reward_curve.html",
+        fetch_dashboard_snapshot(*client_, prepared_.config.experiment_name + " (" + prepared_.config.backbone + ")"));
+  } catch (const std::exception& e) {
+    if (!snapshot_warned_) log().warn("classic: reward_curve.html not updated: {}", e.what());
+    snapshot_warned_ = true;
+  }
+}
 
 void Job::post_metrics(int64_t step, const Json& metrics) {
   if (metrics.empty()) return;
@@ -615,10 +632,8 @@ void Job::finish() {
     log().warn("classic: stop_engine: {}", e.what());
   }
   const client::EngineStatus last = client_->get_engine_status();  // where that checkpoint is
+  write_snapshot();  // the last numbers (the front records the last batch as the engine stops)
   swarm_->stop();
-  if (result_.records.empty()) {
-    write_reward_curve(prepared_.exp_dir / "reward_curve.html", result_.records, c.experiment_name);
-  }
   if (const std::string summary = learning_summary(result_.records); !summary.empty()) say("ajet: " + summary);
   for (const std::string& line : cocktail_learning_summary(result_.records)) say("ajet: " + line);
   if (jsonl_) say("ajet: metrics: " + (prepared_.exp_dir / "metrics.jsonl").string());
@@ -706,6 +721,7 @@ RunResult Job::run() {
                                                           prepared_.exp_dir / "swarm.log", swarm_flags});
   lock_->set_front_pid(swarm_->pid());
   say("ajet: front at " + swarm_->url() + " (log: " + (prepared_.exp_dir / "swarm.log").string() + ")");
+  say("ajet: live dashboard, episodes and tokens: " + swarm_->url() + "/ui/");
   client::SwarmClientOptions copts;
   copts.client_uuid = "ajet-classic";
   client_ = std::make_unique<client::SwarmClient>(swarm_->url(), copts);

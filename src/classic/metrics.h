@@ -1,6 +1,6 @@
 // Numbers of a classic-mode run: per-step rollout summaries, validation summaries (greedy and
 // pass@k), trainer metrics picked out of what the front reports, the one-line progress bar, the
-// per-step line, metrics.jsonl and the reward curve page. Pure functions: no I/O except the writers.
+// per-step line and metrics.jsonl. Pure functions: no I/O except the writer.
 #pragma once
 
 #include <filesystem>
@@ -76,10 +76,5 @@ Json validation_json(const ValidationSummary& s);
 
 // Appends one JSON object per line.
 void append_jsonl(const std::filesystem::path& path, const Json& record);
-// A self-contained HTML page (inline SVG, no scripts) with the training reward per step and the
-// validation success points; for a cocktail also one training-reward line and one validation line
-// (sampled success) per task. `records` are the lines of metrics.jsonl.
-std::string reward_curve_html(const std::vector<Json>& records, const std::string& title);
-void write_reward_curve(const std::filesystem::path& path, const std::vector<Json>& records, const std::string& title);
 
 }  // namespace ajet::classic

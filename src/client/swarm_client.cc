@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <random>
 #include <regex>
+#include <string_view>
 #include <thread>
 
 #include "common/encoding.h"
@@ -613,6 +615,25 @@ Json SwarmClient::get_verbose_logs() {
 Json SwarmClient::log_metrics(int64_t step, const Json& metrics) {
   Json body = {{"step", step}, {"metrics", metrics}};
   return json_or_throw(send("POST", "/log_metrics", &body, true), "log_metrics");
+}
+
+Json SwarmClient::get_metrics_history(const std::vector<std::string>& names, int64_t after_step) {
+  std::string path = "/metrics_history";
+  if (!names.empty()) {
+    std::string joined;
+    for (const std::string& n : names) {
+      if (!joined.empty()) joined += ',';
+      for (unsigned char ch : n) {  // names are [A-Za-z0-9_./@:-]; anything else is sent escaped
+        if (std::isalnum(ch) || std::string_view("_./@:-").find(char(ch)) != std::string_view::npos) {
+          joined += char(ch);
+        } else {
+          joined += fmt::format("%{:02X}", unsigned(ch));
+        }
+      }
+    }
+    path += "?name=" + joined + "&after_step=" + std::to_string(after_step);
+  }
+  return json_or_throw(send("GET", path, nullptr, true), "metrics_history");
 }
 
 }  // namespace ajet::client

@@ -87,6 +87,10 @@ class SwarmClient {
   // POST /log_metrics (admin token): name -> number at `step` into the server's metrics table and its
   // TensorBoard file. Throws SwarmError(kCommand) with the server's 400 message for bad names/values.
   Json log_metrics(int64_t step, const Json& metrics);
+  // GET /metrics_history (admin token): with no names, the index {"names": [{name, points, last_step}],
+  // "global_step"}; with names (at most 32), {"series": {name: [[step, value, unix_time], ...]}} after
+  // `after_step`.
+  Json get_metrics_history(const std::vector<std::string>& names = {}, int64_t after_step = -1);
 
   std::string rewrite_base_url(const std::string& base_url) const;
   const std::string& server_url() const { return server_url_; }

@@ -54,8 +54,12 @@ TEST(ClassicRun, DebugBackboneRunsStepsValidatesAndWritesFiles) {
   }
   EXPECT_EQ(train, 2) << r.out;
   EXPECT_EQ(val, 3) << r.out;  // before training, after step 1, after step 2
+  // reward_curve.html: the front's dashboard with its series inlined (the train and validation numbers)
   std::string html = read_file(exp / "reward_curve.html");
-  EXPECT_NE(html.find("<svg"), std::string::npos);
+  EXPECT_NE(html.find("window.AJET_SNAPSHOT = "), std::string::npos);
+  EXPECT_NE(html.find("\"rollout/reward_mean\":[["), std::string::npos);
+  EXPECT_NE(html.find("\"val/greedy_success\":[["), std::string::npos);
+  EXPECT_NE(html.find("\"val/sampled_success\":[["), std::string::npos);
   EXPECT_NE(r.out.find("step 1/2 ["), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("val @ step 0"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("ajet: held-out success, step 0 -> 2: sampled "), std::string::npos) << r.out;

@@ -128,23 +128,5 @@ TEST(ClassicProgress, BarFillsWithEpisodes) {
   EXPECT_EQ(progress_bar(1, 4, 8, 8, 1, 0, 8).substr(0, 19), "step 1/4 [########]");
 }
 
-TEST(ClassicRewardCurve, SelfContainedSvgWithEverySeries) {
-  std::vector<Json> records = {
-      {{"kind", "validation"}, {"step", 0}, {"validation", {{"greedy_success", 0.1}, {"sampled_success", 0.2}, {"pass_at_k", 0.4}}}},
-      {{"kind", "train"}, {"step", 1}, {"rollout", {{"reward_mean", 0.3}, {"success_rate", 0.3}}}},
-      {{"kind", "train"}, {"step", 2}, {"rollout", {{"reward_mean", 0.6}, {"success_rate", 0.5}}}},
-      {{"kind", "validation"}, {"step", 2}, {"validation", {{"greedy_success", 0.7}, {"sampled_success", 0.6}, {"pass_at_k", 0.9}}}}};
-  std::string html = reward_curve_html(records, "calc <run>");
-  EXPECT_NE(html.find("<svg"), std::string::npos);
-  EXPECT_EQ(html.find("<script"), std::string::npos);
-  EXPECT_EQ(html.find("http://") , html.find("http://www.w3.org/2000/svg"));  // no external resources
-  EXPECT_NE(html.find("calc &lt;run&gt;"), std::string::npos);
-  EXPECT_NE(html.find("train reward (mean) (last 0.600)"), std::string::npos);
-  EXPECT_NE(html.find("validation greedy success (last 0.700)"), std::string::npos);
-  EXPECT_EQ(std::count(html.begin(), html.end(), '\n') > 10, true);
-  // Empty input still makes a page.
-  EXPECT_NE(reward_curve_html({}, "empty").find("<svg"), std::string::npos);
-}
-
 }  // namespace
 }  // namespace ajet::classic
