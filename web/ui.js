@@ -589,9 +589,14 @@
     if (!Number.isFinite(lp)) return 0.333;
     return 0.333 + 0.667 * Math.min(1, Math.max(0, (lp + 7) / 7));
   }
+  // A token's text; control characters other than newline and tab show as \xNN (HTML would turn a
+  // carriage return into a newline and a NUL into U+FFFD, so the page would not show what was trained).
   function pieceText(doc, pieces, ids, i) {
-    if (pieces && pieces[i] !== undefined) return pieces[i];
+    if (pieces && pieces[i] !== undefined) return visibleControls(pieces[i]);
     return '⟨' + ids[i] + '⟩';
+  }
+  function visibleControls(s) {
+    return s.replace(/[\u0000-\u0008\u000b-\u001f\u007f]/g, (c) => '\\x' + c.charCodeAt(0).toString(16).padStart(2, '0'));
   }
   function tokenHtml(ids, pieces, mask, logprobs, versions, doc) {
     const out = new Array(ids.length);

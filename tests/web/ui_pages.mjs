@@ -119,9 +119,14 @@ try {
     check(got.t === trained, `sample ${s.index}: ${got.t} trained (blue) tokens, loss mask has ${trained}`);
     check(got.g === generatedMasked && got.p === s.num_tokens - trained - generatedMasked,
       `sample ${s.index}: ${got.g} generated-but-masked and ${got.p} prompt tokens`);
-    if (doc.tokenizer) check(got.text === s.text_pieces.join(''), `sample ${s.index}: the text is the pieces' text`);
+    // the page shows control characters other than \n and \t as \xNN (docs/views.md)
+    const visible = (t) => t.replace(/[\u0000-\u0008\u000b-\u001f\u007f]/g, (c) => '\\x' + c.charCodeAt(0).toString(16).padStart(2, '0'));
+    if (doc.tokenizer) check(got.text === visible(s.text_pieces.join('')), `sample ${s.index}: the text is the pieces' text`);
   }
-  const firstTrained = await page.$('.tokens span.t');
+  // the first trained token with a visible width (an untrained model may generate empty pieces)
+  const visibleAt = await page.$$eval('.tokens span.t', (ss) => ss.findIndex((s) => s.getBoundingClientRect().width > 0));
+  check(visibleAt >= 0, 'a trained token is visible');
+  const firstTrained = (await page.$$('.tokens span.t'))[visibleAt];
   await firstTrained.hover();
   const tokTip = await page.waitForSelector('body > .tip', { timeout: 5000 }).then((e) => e.textContent());
   const i = Number(await firstTrained.getAttribute('data-i'));
