@@ -22,6 +22,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -32,16 +33,22 @@ def call(url, path, body=None, timeout=600):
     req = urllib.request.Request(url + path, method="POST" if body is not None else "GET",
                                  data=None if body is None else json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json", "Authorization": "Bearer " + TOKEN})
-    with urllib.request.urlopen(req, timeout=timeout) as r:
-        return json.loads(r.read())
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        sys.exit(f"ui_bench: {path}: HTTP {e.code}: {e.read().decode(errors='replace')[:500]}")
 
 
 def chat(url, key, messages, max_tokens):
     req = urllib.request.Request(url + "/v1/chat/completions", method="POST",
                                  data=json.dumps({"model": "m", "messages": messages, "max_tokens": max_tokens}).encode(),
                                  headers={"Content-Type": "application/json", "Authorization": "Bearer " + key})
-    with urllib.request.urlopen(req, timeout=600) as r:
-        return json.loads(r.read())
+    try:
+        with urllib.request.urlopen(req, timeout=600) as r:
+            return json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        sys.exit(f"ui_bench: chat: HTTP {e.code}: {e.read().decode(errors='replace')[:500]}")
 
 
 def words(rng, n):
@@ -107,8 +114,8 @@ def main():
         while call(url, "/get_engine_status")["engine_status"] != "ENGINE.ROLLING":
             time.sleep(0.5)
         rng = random.Random(1)
-        small = make_episode(url, rng, 1, 1200, 32)
-        large = make_episode(url, rng, 10, 1200, 32)
+        small = make_episode(url, rng, 1, 420, 32)
+        large = make_episode(url, rng, 10, 420, 32)
         print(f"episodes: small {small[1]} tokens in {small[2]} samples, large {large[1]} tokens in {large[2]} samples",
               file=sys.stderr)
         proc = subprocess.run(["node", os.path.join(REPO, "bench/web/ui_bench.mjs"), url, TOKEN, small[0], large[0],
