@@ -16,6 +16,7 @@ import re
 import sys
 import threading
 import time
+import urllib.parse
 import uuid
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, TextIO, Tuple, Union
 
@@ -790,6 +791,24 @@ class SwarmClient:
     def get_verbose_logs(self) -> list:
         return self._json_or_raise(self._http.request("GET", "/get_verbose_logs"), "get_verbose_logs").get(
             "entries", [])
+
+    def log_metrics(self, step: int, metrics: Dict[str, float]) -> Dict[str, Any]:
+        """POST /log_metrics (admin token): each name -> number at `step` into the server's metrics
+        table (the dashboard at /ui/, GET /metrics_history) and its TensorBoard file. Names are
+        [A-Za-z0-9_./@:-] ("name@task" for a task's series); a bad name or value raises
+        SwarmCommandError with the server's message."""
+        return self._json_or_raise(self._post_admin("/log_metrics", {"step": step, "metrics": metrics}),
+                                   "log_metrics")
+
+    def get_metrics_history(self, names: Optional[Sequence[str]] = None, after_step: int = -1) -> Dict[str, Any]:
+        """GET /metrics_history (admin token): without names the index {"names": [{name, points,
+        last_step}], "global_step"}; with names (at most 32) {"series": {name: [[step, value,
+        unix_time], ...]}} for the steps after `after_step`."""
+        path = "/metrics_history"
+        if names:
+            path += "?" + urllib.parse.urlencode({"name": ",".join(names), "after_step": after_step})
+        return self._json_or_raise(self._http.request("GET", path, headers=self._admin_headers()),
+                                   "metrics_history")
 
     def replay_latest_llm_call(self) -> Dict[str, Any]:
         return self._json_or_raise(self._post_admin("/replay_latest_llm_call", {}), "replay_latest_llm_call")

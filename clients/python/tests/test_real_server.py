@@ -255,6 +255,27 @@ class AdminTokenTest(EchoServerTest):
         self.assertEqual(from_env.get_engine_status()[0], "ENGINE.OFFLINE")
 
 
+class MetricsTest(EchoServerTest):
+    admin_token = "metrics-admin"
+
+    def test_logged_numbers_come_back_per_step_and_bad_ones_are_refused(self):
+        self.boot()
+        for step in range(3):
+            ans = self.client.log_metrics(step, {"val/greedy_success": 0.25 * step, "rollout/reward_mean@calc": step})
+            self.assertTrue(ans["success"], ans)
+        index = self.client.get_metrics_history()
+        points = {n["name"]: (n["points"], n["last_step"]) for n in index["names"]}
+        self.assertEqual(points["val/greedy_success"], (3, 2))
+        self.assertEqual(points["rollout/reward_mean@calc"], (3, 2))
+        series = self.client.get_metrics_history(["val/greedy_success", "rollout/reward_mean@calc"], after_step=0)
+        self.assertEqual([row[:2] for row in series["series"]["val/greedy_success"]], [[1, 0.25], [2, 0.5]])
+        self.assertEqual([row[:2] for row in series["series"]["rollout/reward_mean@calc"]], [[1, 1], [2, 2]])
+        with self.assertRaisesRegex(SwarmCommandError, "name"):
+            self.client.log_metrics(3, {"bad name!": 1.0})
+        with self.assertRaisesRegex(SwarmCommandError, "admin token"):
+            self.make_client(admin_token="").log_metrics(3, {"x": 1.0})
+
+
 class RealEngineTest(unittest.TestCase):
     """The same client flow through the real ajet-engine serving the random micro model."""
 
