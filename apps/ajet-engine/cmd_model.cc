@@ -27,7 +27,7 @@ struct InitArgs {
   bool scaled_residual_init = false;
   double embed_std = 0;
   bool untie_embeddings = false;
-  std::string dtype = "float32";
+  std::string dtype;  // empty: the preset's (bfloat16 for qwen2.5-0.5b, as published; else float32)
   bool force = false;
   int threads = 0;
 };
@@ -44,7 +44,8 @@ std::string with_thousands(int64_t n) {
 void run_init(const InitArgs& args) {
   // Check every argument before any work, so a typo never leaves a half-made directory behind.
   hf::ModelConfig config = model::preset_config(args.preset, 1);  // validates the name
-  const torch::ScalarType dtype = model::parse_dtype(args.dtype);
+  const std::string dtype_name = args.dtype.empty() ? config.torch_dtype : args.dtype;
+  const torch::ScalarType dtype = model::parse_dtype(dtype_name);
   const fs::path tokenizer_dir = args.tokenizer, out = args.out;
   if (!fs::is_directory(tokenizer_dir)) {
     fail(ErrorCode::kNotFound, "--tokenizer " + tokenizer_dir.string() + ": not a directory");
@@ -84,8 +85,9 @@ void run_init(const InitArgs& args) {
   model->to(dtype);
   model::save_model_dir(model, out, model::SaveOptions{tokenizer_dir});
   std::cout << "model init: preset " << args.preset << ", " << with_thousands(model->parameter_count())
-            << " parameters (vocab " << config.vocab_size << ", " << args.dtype << ", seed " << args.seed
-            << ", init std " << args.init_std << (args.scaled_residual_init ? ", residual outputs scaled" : "")
+            << " parameters (vocab " << config.vocab_size << ", " << model::dtype_to_hf_name(dtype) << ", seed "
+            << args.seed << ", init std " << args.init_std
+            << (args.scaled_residual_init ? ", residual outputs scaled" : "")
             << (args.embed_std > 0 ? ", embeddings std " + std::to_string(args.embed_std) : "")
             << (args.untie_embeddings ? ", untied lm_head" : "") << ") -> "
             << out.string() << std::endl;
@@ -113,7 +115,8 @@ const CommandRegistration kModel("model", [](CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   init->add_flag("--untie-embeddings", args->untie_embeddings, "A separate lm_head instead of the preset's tied one");
-  init->add_option("--dtype", args->dtype, "float32 or bfloat16")->capture_default_str();
+  init->add_option("--dtype", args->dtype,
+                   "float32 or bfloat16 (default: the preset's, bfloat16 for qwen2.5-0.5b as published, else float32)");
   init->add_flag("--force", args->force, "Replace a non-empty output directory");
   init->add_option("--threads", args->threads, "Intra-op threads (0: all cores)")->capture_default_str();
   init->callback([args] { run_init(*args); });

@@ -6,6 +6,9 @@ namespace ajet::model {
 
 namespace {
 
+// Qwen2.5's embedding rows: 151,643 BPE ids + 22 special tokens, padded to a multiple of 128.
+constexpr int64_t kQwen25Vocab = 151936;
+
 // Qwen2 layout (q/k/v bias, GQA, tied embeddings, SwiGLU), sized for CPU work.
 hf::ModelConfig base(int64_t hidden, int64_t layers, int64_t heads, int64_t kv_heads, int64_t intermediate,
                      int64_t max_positions) {
@@ -36,6 +39,10 @@ std::vector<PresetInfo> presets() {
       {"micro", "unit tests: hidden 32, 2 layers, 4 heads (2 kv), untied"},
       {"tiny", "trains in minutes on 2 cores: hidden 128, 4 layers, 4 heads (2 kv), FFN 512, ~1 M + embeddings"},
       {"small", "realistic CPU test: hidden 512, 8 layers, 8 heads (4 kv), FFN 1536, ~25 M + embeddings"},
+      {"qwen2.5-0.5b",
+       "Qwen2.5-0.5B(-Instruct)'s published shape: hidden 896, 24 layers, 14 heads (2 kv), FFN 4864, vocab "
+       "151936, tied, rope_theta 1e6, 32768 positions; 494,032,768 parameters",
+       kQwen25Vocab},
   };
 }
 
@@ -49,6 +56,18 @@ hf::ModelConfig preset_config(std::string_view name, int64_t vocab_size) {
     c = base(128, 4, 4, 2, 512, 2048);
   } else if (name == "small") {
     c = base(512, 8, 8, 4, 1536, 4096);
+  } else if (name == "qwen2.5-0.5b") {
+    // Qwen/Qwen2.5-0.5B-Instruct's config.json (the base model's differs only in the chat template).
+    if (vocab_size > kQwen25Vocab) {
+      invalid_argument("preset 'qwen2.5-0.5b' has " + std::to_string(kQwen25Vocab) +
+                       " embedding rows; the tokenizer has " + std::to_string(vocab_size) +
+                       " ids (use Qwen2.5's or Qwen3's tokenizer)");
+    }
+    c = base(896, 24, 14, 2, 4864, 32768);
+    c.rope_theta = 1000000.0;
+    c.torch_dtype = "bfloat16";
+    c.vocab_size = kQwen25Vocab;
+    return c;
   } else {
     std::string known;
     for (const auto& p : presets()) known += (known.empty() ? "" : ", ") + p.name;
