@@ -13,13 +13,31 @@
 namespace ajet::engine {
 namespace {
 
+// Checked before anything is loaded. A CUDA device that cannot be used says why: a CPU-only build (the
+// usual case here) is told apart from a CUDA build on a machine without that GPU.
 torch::Device resolve_device(const std::string& name) {
   if (name == "auto") return torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
-  try {
-    return model::parse_device(name);
-  } catch (const Error& e) {
-    invalid_argument(std::string("--device: ") + e.what());
+  const std::string what = "--device (ajet.engine.device) '" + name + "'";
+  if (name.rfind("cuda", 0) == 0) {
+#ifndef AJET_TORCH_CUDA
+    invalid_argument(what + ": no usable CUDA: this engine is built against a CPU-only libtorch; build it against "
+                     "a CUDA libtorch (cmake -DAJET_TORCH_FROM_PYTHON=ON, docs/engine.md \"GPU\")");
+#else
+    const auto visible = static_cast<int64_t>(torch::cuda::device_count());
+    if (visible == 0) invalid_argument(what + ": no usable CUDA: this build has CUDA but no GPU is visible");
+#endif
   }
+  torch::Device device = torch::kCPU;
+  try {
+    device = model::parse_device(name);
+  } catch (const Error& e) {
+    invalid_argument(what + ": " + e.what());
+  }
+  if (device.is_cuda() && device.has_index() &&
+      device.index() >= static_cast<int64_t>(torch::cuda::device_count())) {
+    invalid_argument(what + ": only " + std::to_string(torch::cuda::device_count()) + " GPU(s) are visible");
+  }
+  return device;
 }
 
 torch::ScalarType resolve_dtype(const std::string& name) {

@@ -282,12 +282,26 @@ class TokenLogprobFn : public torch::autograd::Function<TokenLogprobFn> {
 
 }  // namespace
 
+AttentionPlan AttentionPlan::to(torch::Device device) const {
+  AttentionPlan out = *this;
+  for (AttentionBlock& b : out.blocks) {
+    if (b.key_index.defined()) b.key_index = b.key_index.to(device);
+    b.bias = b.bias.to(device);
+  }
+  return out;
+}
+
 torch::Tensor block_sparse_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                      const AttentionPlan& plan, int64_t keep_probs_bytes) {
   TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3, "block_sparse_attention: q, k, v must be (T, heads, D)");
   TORCH_CHECK(q.size(0) == plan.tokens && k.size(0) == plan.tokens, "block_sparse_attention: ", q.size(0),
               " tokens but the plan has ", plan.tokens);
   TORCH_CHECK(q.size(1) % k.size(1) == 0, "block_sparse_attention: query heads not a multiple of kv heads");
+  if (!plan.blocks.empty() && plan.blocks.front().bias.device() != q.device()) {
+    // A host plan with GPU activations (a caller that did not move it): correct, at one copy per layer.
+    const AttentionPlan moved = plan.to(q.device());
+    return BlockAttention::apply(q, k, v, reinterpret_cast<int64_t>(&moved), keep_probs_bytes);
+  }
   return BlockAttention::apply(q, k, v, reinterpret_cast<int64_t>(&plan), keep_probs_bytes);
 }
 

@@ -29,6 +29,9 @@ struct AttentionPlan {
   int64_t tokens = 0;
   std::vector<AttentionBlock> blocks;
   int64_t computed_pairs() const;  // sum of Tq * K: the score entries computed per head
+  // The same plan with its tensors (key_index, bias) on `device`: built on the host, moved once per
+  // packed sequence rather than once per layer. On the plan's own device it shares the tensors.
+  AttentionPlan to(torch::Device device) const;
 };
 
 // Query i may attend key j iff j <= i < subtree_end[j] (tracking::PackedSequence's rule; a plain

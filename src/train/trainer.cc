@@ -34,7 +34,7 @@ struct MicroBatch {
 // of its own). Every trained (sample, position) becomes one term; a packed token trained in several
 // samples is predicted once and shared by its terms.
 std::vector<MicroBatch> make_micro_batches(const std::vector<const TrainSample*>& samples, Packing packing,
-                                           int64_t budget, int64_t block_rows) {
+                                           int64_t budget, int64_t block_rows, torch::Device device) {
   std::vector<std::span<const int32_t>> views;
   views.reserve(samples.size());
   for (const TrainSample* s : samples) views.emplace_back(s->token_ids);
@@ -68,19 +68,22 @@ std::vector<MicroBatch> make_micro_batches(const std::vector<const TrainSample*>
         slots.push_back(slot_of[i]);
       }
     }
-    mb.ids = torch::tensor(ids, torch::kLong);
-    mb.positions = torch::tensor(pos, torch::kLong);
-    mb.rows = torch::tensor(rows, torch::kLong);
-    mb.targets = torch::tensor(targets, torch::kLong);
-    mb.term_slot = torch::tensor(slots, torch::kLong);
-    mb.plan = plan_attention(seq.subtree_end, block_rows);
+    // On the model's device (a no-op on the CPU): built once here, used by every layer.
+    mb.ids = torch::tensor(ids, torch::kLong).to(device);
+    mb.positions = torch::tensor(pos, torch::kLong).to(device);
+    mb.rows = torch::tensor(rows, torch::kLong).to(device);
+    mb.targets = torch::tensor(targets, torch::kLong).to(device);
+    mb.term_slot = torch::tensor(slots, torch::kLong).to(device);
+    mb.plan = plan_attention(seq.subtree_end, block_rows).to(device);
     mb.seq = std::move(seq);
     out.push_back(std::move(mb));
   }
   return out;
 }
 
-torch::Tensor float_tensor(const std::vector<float>& v) { return torch::tensor(v, torch::kFloat); }
+torch::Tensor float_tensor(const std::vector<float>& v, torch::Device device) {
+  return torch::tensor(v, torch::kFloat).to(device);
+}
 
 // Per-sample advantages of a batch: each sample gets its episode's advantage, computed from the
 // episodes' rewards grouped by task, unless the batch carries advantages per token.
@@ -281,16 +284,18 @@ struct Trainer::Impl {
   Impl(model::Qwen2Model m, TrainerOptions options) : model(std::move(m)), o(std::move(options)), rng(o.seed) {}
 
   bool lora() const { return o.lora.enabled(); }
+  // Where the weights live: every tensor a step builds goes there (ajet.engine.device).
+  torch::Device device() const { return model->options().device(); }
 
   // Logprob of every trained position of `samples` on `net` (no gradient, eval mode).
   std::vector<std::vector<float>> evaluate(const std::vector<const TrainSample*>& samples, model::Qwen2Model& net) {
     torch::NoGradGuard no_grad;
     std::vector<std::vector<float>> out(samples.size());
     for (size_t i = 0; i < samples.size(); ++i) out[i].assign(samples[i]->size(), 0.0f);
-    for (auto& mb : make_micro_batches(samples, o.packing, o.micro_batch_tokens, o.attention_block)) {
+    for (auto& mb : make_micro_batches(samples, o.packing, o.micro_batch_tokens, o.attention_block, device())) {
       auto hidden = packed_hidden(net, mb.ids, mb.positions, mb.plan);   // (T, C)
       auto tl = token_logprobs(net, hidden.index_select(0, mb.rows), mb.targets, o.logprob_chunk);
-      auto lp = tl.logprob.index_select(0, mb.term_slot).contiguous();  // (K,)
+      auto lp = tl.logprob.index_select(0, mb.term_slot).to(torch::kCPU).contiguous();  // (K,) read on the host
       const float* d = lp.data_ptr<float>();
       for (size_t k = 0; k < mb.term_sample.size(); ++k) {
         out[static_cast<size_t>(mb.term_sample[k])][static_cast<size_t>(mb.term_position[k])] = d[k];
@@ -404,7 +409,7 @@ struct Trainer::Impl {
     std::vector<const TrainSample*> mb_ptrs;
     for (size_t a : part) mb_ptrs.push_back(active.ptrs[a]);
     MiniBatchLoss sum;
-    for (auto& mb : make_micro_batches(mb_ptrs, o.packing, o.micro_batch_tokens, o.attention_block)) {
+    for (auto& mb : make_micro_batches(mb_ptrs, o.packing, o.micro_batch_tokens, o.attention_block, device())) {
       TermInputs in = gather_terms(mb, active, part, coef, lp);
       auto hidden = packed_hidden(model, mb.ids, mb.positions, mb.plan);  // (T, C)
       auto tl = token_logprobs(model, hidden.index_select(0, mb.rows), mb.targets, o.logprob_chunk);
@@ -414,7 +419,7 @@ struct Trainer::Impl {
       lt.entropy = o.loss.entropy_coef != 0 ? entropy : entropy.detach();
       if (old_from_forward) {
         // The weights have not moved yet: this forward's logprobs are the old ones. Kept for later epochs.
-        auto detached = lt.logprob.detach().to(torch::kFloat).contiguous();
+        auto detached = lt.logprob.detach().to(torch::kCPU, torch::kFloat).contiguous();  // read on the host
         const float* d = detached.data_ptr<float>();
         for (size_t q = 0; q < mb.term_sample.size(); ++q) {
           const size_t a = part[static_cast<size_t>(mb.term_sample[q])];
@@ -422,11 +427,11 @@ struct Trainer::Impl {
           in.old[q] = d[q];
         }
       }
-      lt.old_logprob = float_tensor(in.old);
-      lt.advantage = float_tensor(in.advantage);
-      lt.coef = float_tensor(in.coef);
-      if (corrected()) lt.behaviour_logprob = float_tensor(in.behaviour);
-      if (o.loss.use_kl) lt.ref_logprob = float_tensor(in.reference);
+      lt.old_logprob = float_tensor(in.old, device());
+      lt.advantage = float_tensor(in.advantage, device());
+      lt.coef = float_tensor(in.coef, device());
+      if (corrected()) lt.behaviour_logprob = float_tensor(in.behaviour, device());
+      if (o.loss.use_kl) lt.ref_logprob = float_tensor(in.reference, device());
       LossOutput out = policy_loss(lt, o.loss);
       (out.loss * o.loss_scale).backward();
       sum.loss += out.loss.item<double>() * o.loss_scale;

@@ -351,6 +351,7 @@ TEST(EngineServe, BadArgumentsFailWithClearMessages) {
   const fs::path dir = process_dir() / "bad_args";
   fs::create_directories(dir / "empty");
   model::testing::write_text(dir / "bad.yaml", "ajet:\n  engine:\n    threads: many\n");
+  model::testing::write_text(dir / "cuda.yaml", "ajet:\n  engine:\n    device: cuda:0\n");
   const std::string sock = " --listen unix:" + (dir / "s.sock").string();
   const std::string model = " --model " + quote(tiny_model_dir());
   struct Case {
@@ -371,6 +372,11 @@ TEST(EngineServe, BadArgumentsFailWithClearMessages) {
       {model, "--listen", 2},
   };
   if (!torch_has_cuda()) cases.push_back({model + sock + " --device cuda", "no usable CUDA", 2});
+#ifndef AJET_TORCH_CUDA
+  // A CPU-only build names the key, the value and what the build lacks (docs/engine.md, "GPU").
+  cases.push_back({model + sock + " --conf " + quote(dir / "cuda.yaml"),
+                   "ajet.engine.device) 'cuda:0': no usable CUDA: this engine is built against a CPU-only libtorch", 2});
+#endif
   for (const Case& c : cases) {
     auto r = run_command(kEngineBinary + " serve " + c.args);
     EXPECT_EQ(r.exit_code, c.exit_code) << c.args << "\n" << r.output;
