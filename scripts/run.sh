@@ -100,10 +100,18 @@ sft() {  # [sft_seed=S] [sft_threads=T] sft FROM DEMOS OUT STEPS WARMUP LR MIN_L
 # and an order of seed + 1000k. The first to pass the gate wins and the others stop; when none passes,
 # the best by held-out success is kept. Copying appears abruptly at a step that varies from run to run
 # (docs/sft.md), so the race bounds the warm-up's time where one candidate alone sometimes needs 2-3x.
-race_sft() {  # race_sft DEMOS OUT STEPS SECONDS
-  local demos_file="$1" out="$2" steps="$3" seconds="$4" n="${AJET_SFT_CANDIDATES:-2}" k pids=() winner="" best=""
+# Each candidate starts with AJET_SFT_SYMBOLIC_STEPS (default 150; 0 skips it) steps on symbolic problems
+# ("What is 9-79*40?": the tool call copies the query verbatim), which brings the copying sooner: the
+# slowest seed measured went from no candidate at the gate by step 486 to the gate at 300 and 400 steps
+# in all (docs/sft.md, "Symbolic problems first").
+race_sft() {  # race_sft DEMOS SYMBOLIC_DEMOS OUT STEPS SECONDS
+  local demos_file="$1" symbolic_demos="$2" out="$3" steps="$4" seconds="$5" n="${AJET_SFT_CANDIDATES:-2}" k pids=() winner="" best=""
+  local symbolic_steps="${AJET_SFT_SYMBOLIC_STEPS:-150}" regular_steps regular_warmup
+  case "$symbolic_steps" in ''|*[!0-9]*) echo "run: AJET_SFT_SYMBOLIC_STEPS must be a non-negative integer" >&2; exit 2 ;; esac
+  # After the symbolic steps, the measured recipe's shorter warm-up and cosine (bench/classic/warmup_curriculum.sh).
+  if [ "$symbolic_steps" -gt 0 ]; then regular_steps="${steps:-600}" regular_warmup=10; else regular_steps="${steps:-1000}" regular_warmup=30; fi
   local threads=$(( ${AJET_THREADS:-2} / n )); [ "$threads" -ge 1 ] || threads=1
-  say "sft: $n candidates race to 50% held-out greedy success (up to $steps steps of 4096 tokens or $seconds s, $threads thread(s) each)"
+  say "sft: $n candidates race to 50% held-out greedy success ($symbolic_steps symbolic steps, then up to $regular_steps regular steps of 4096 tokens; at most $seconds s, $threads thread(s) each)"
   for (( k = 0; k < n; k++ )); do
     local init="$init_dir" cand="$work/models/sft-candidate$k"
     if [ "$k" -gt 0 ]; then
@@ -114,11 +122,23 @@ race_sft() {  # race_sft DEMOS OUT STEPS SECONDS
           --out "$init" --force > /dev/null
       fi
     fi
-    rm -rf "$cand"
-    sft_seed=$((seed + 1000 * k)) sft_threads="$threads" sft "$init" "$demos_file" "$cand" "$steps" 30 2e-3 0.3 \
-      --eval-task calc --eval-n 50 --eval-seed "$seed" --eval-every 50 --stop-at-success "${AJET_SFT_STOP_AT:-0.5}" \
-      --max-seconds "$seconds" \
-      > >(sed -u "s/^/  [candidate $k] /") 2>&1 &
+    rm -rf "$cand" "$cand-symbolic"
+    # Symbolic steps first (constant lr; evaluated every 50 steps as the measured recipe was, which shows
+    # the progress), then the regular demos with the gate; a candidate stopped during the first part
+    # (the race is won, or the time is up) never starts the second.
+    (
+      cand_seed=$((seed + 1000 * k)) t0=$(date +%s)
+      if [ "$symbolic_steps" -gt 0 ]; then
+        sft_seed=$cand_seed sft_threads="$threads" sft "$init" "$symbolic_demos" "$cand-symbolic" "$symbolic_steps" 30 2e-3 1.0 \
+          --eval-task calc --eval-n 50 --eval-seed "$seed" --eval-every 50 --max-seconds "$seconds" || exit 1
+        init="$cand-symbolic"
+      fi
+      left=$(( seconds - ($(date +%s) - t0) ))
+      [ "$left" -ge 5 ] || exit 1
+      sft_seed=$cand_seed sft_threads="$threads" sft "$init" "$demos_file" "$cand" "$regular_steps" "$regular_warmup" 2e-3 0.3 \
+        --eval-task calc --eval-n 50 --eval-seed "$seed" --eval-every 50 --stop-at-success "${AJET_SFT_STOP_AT:-0.5}" \
+        --max-seconds "$left"
+    ) > >(sed -u "s/^/  [candidate $k] /") 2>&1 &
     pids+=($!)
   done
   # The first candidate whose report says it stopped at the gate wins.
@@ -156,8 +176,8 @@ PY
   fi
   [ -n "$winner" ] || { echo "run: no warm-up candidate produced a model" >&2; exit 1; }
   rm -rf "$out" && mv "$work/models/sft-candidate$winner" "$out"
-  say "sft: model past the gate: $out"
-  for (( k = 0; k < n; k++ )); do rm -rf "$work/models/sft-candidate$k"; done
+  if [ -z "$best" ]; then say "sft: model past the gate: $out"; else say "sft: the best candidate's model (below the gate): $out"; fi
+  for (( k = 0; k < n; k++ )); do rm -rf "$work/models/sft-candidate$k" "$work/models/sft-candidate$k-symbolic"; done
 }
 # The 10-minute budget is shared out as it goes (seconds, counted from the end of the build): RL gets
 # AJET_RL_SECONDS (150: ~20 GRPO steps of ~6 s on 2 cores, by which T=1 success has caught up with greedy
@@ -171,8 +191,9 @@ if [ ! -f "$sft_model/config.json" ]; then
     gate_model="$work/models/calc-gate"
     if [ ! -f "$gate_model/config.json" ]; then
       demos calc-demos-correct --n 20000 --correct-ratio 1.0 --seed "$seed"
+      demos calc-demos-symbolic --n 20000 --correct-ratio 1.0 --seed "$seed" --params '{"word_problem_ratio": 0}'
       race_s=$(( $(left_s) - rl_seconds - 60 )); [ "$race_s" -ge 30 ] || race_s=30
-      race_sft "$work/calc-demos-correct.jsonl" "$gate_model" "${AJET_SFT_STEPS:-1000}" "$race_s"
+      race_sft "$work/calc-demos-correct.jsonl" "$work/calc-demos-symbolic.jsonl" "$gate_model" "${AJET_SFT_STEPS:-}" "$race_s"
     else
       say "sft: reusing $gate_model"
     fi
