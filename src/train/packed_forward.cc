@@ -226,7 +226,7 @@ class TokenLogprobFn : public torch::autograd::Function<TokenLogprobFn> {
       auto tz = z.gather(1, targets.narrow(0, a, n).unsqueeze(1)).squeeze(1);  // (n,)
       logprob.narrow(0, a, n).copy_(tz - lse);
       auto p = torch::exp(z - lse.unsqueeze(1));                               // (n, V)
-      entropy.narrow(0, a, n).copy_(lse - (p * z).sum(1));
+      entropy.narrow(0, a, n).copy_(lse - p.mul_(z).sum(1));                  // p * z in place
       lse_all.narrow(0, a, n).copy_(lse);
       if (keep) kept.push_back(z);
     }
@@ -252,7 +252,10 @@ class TokenLogprobFn : public torch::autograd::Function<TokenLogprobFn> {
     auto w = weight.to(ct);
     auto h = hidden.to(ct);
     auto dh = torch::zeros_like(h);
-    auto dw = torch::zeros_like(w);
+    // A frozen lm_head (LoRA; tied embeddings under LoRA too) gets no (V, C) gradient: with Qwen's
+    // 151,936 x 896 that buffer is 545 MB, and filling it a third of this backward's work.
+    const bool weight_grad = ctx->needs_input_grad(1);
+    torch::Tensor dw = weight_grad ? torch::zeros_like(w) : torch::Tensor();
     if (!g_lp.defined() && !g_h.defined()) return {torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
     size_t chunk = 0;
     for (int64_t a = 0; a < m; a += chunk_rows, ++chunk) {
@@ -261,22 +264,26 @@ class TokenLogprobFn : public torch::autograd::Function<TokenLogprobFn> {
       auto z = kept.empty() ? torch::mm(hc, w.t()) : kept.get(chunk);         // (n, V)
       auto lse = lse_all.narrow(0, a, n).unsqueeze(1);                        // (n, 1)
       auto p = torch::exp(z - lse);                                           // (n, V)
-      torch::Tensor gz = torch::zeros_like(p);
+      // In place from here: three (n, V) buffers at most (z, p, gz), whatever the vocabulary.
+      torch::Tensor gz;
       if (g_h.defined()) {
         // dH/dz = -p (z - E_p[z]).
-        auto ez = ez_all.narrow(0, a, n).unsqueeze(1);
-        gz = -(g_h.narrow(0, a, n).unsqueeze(1) * p * (z - ez));
+        gz = z - ez_all.narrow(0, a, n).unsqueeze(1);
+        gz.mul_(p).mul_(-g_h.narrow(0, a, n).unsqueeze(1));
+      } else {
+        gz = torch::zeros_like(p);
       }
       if (g_lp.defined()) {
         // d logp[target]/dz = onehot(target) - p.
         auto g = g_lp.narrow(0, a, n).unsqueeze(1);                           // (n, 1)
-        gz.sub_(p * g);
+        gz.sub_(p.mul_(g));
         gz.scatter_add_(1, targets.narrow(0, a, n).unsqueeze(1), g);
       }
       dh.narrow(0, a, n).copy_(torch::mm(gz, w));                             // (n, C)
-      dw.add_(torch::mm(gz.t(), hc));                                         // (V, C)
+      if (weight_grad) dw.addmm_(gz.t(), hc);                                 // (V, C)
     }
-    return {dh.to(hidden.scalar_type()), dw.to(weight.scalar_type()), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {dh.to(hidden.scalar_type()), weight_grad ? dw.to(weight.scalar_type()) : torch::Tensor(), torch::Tensor(),
+            torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -342,7 +349,11 @@ TokenLogprobs token_logprobs(model::Qwen2Model& model, const torch::Tensor& hidd
   TORCH_CHECK(hidden.dim() == 2 && targets.dim() == 1 && targets.size(0) == hidden.size(0),
               "token_logprobs: hidden must be (M, C) and targets (M,)");
   if (chunk_rows <= 0) invalid_argument("token_logprobs: chunk_rows must be positive");
-  auto out = TokenLogprobFn::apply(hidden, lm_head_weight(model), targets, chunk_rows, keep_logits_bytes);
+  const torch::Tensor weight = lm_head_weight(model);
+  // A chunk's few (rows, V) float32 buffers stay near kMaxLogitChunkBytes each: 1024 rows of Qwen's
+  // 151,936 logits would be 622 MB per buffer, ~3 GB at once in the backward pass.
+  chunk_rows = std::min(chunk_rows, std::max<int64_t>(1, kMaxLogitChunkBytes / (weight.size(0) * 4)));
+  auto out = TokenLogprobFn::apply(hidden, weight, targets, chunk_rows, keep_logits_bytes);
   return {out[0], out[1]};
 }
 

@@ -68,7 +68,10 @@ struct TokenLogprobs {
 };
 
 // hidden: (M, C) the rows that predict `targets` (M,) int64. Logits are formed `chunk_rows` rows at a
-// time; the backward pass keeps them when they fit in `keep_logits_bytes`, else recomputes them.
+// time, fewer when a chunk's logits would pass kMaxLogitChunkBytes (220 rows at Qwen's vocabulary of
+// 151,936); the backward pass keeps them when they fit in `keep_logits_bytes`, else recomputes them.
+// A frozen lm_head weight (LoRA) gets no gradient and costs no (V, C) buffer.
+inline constexpr int64_t kMaxLogitChunkBytes = int64_t{128} << 20;
 TokenLogprobs token_logprobs(model::Qwen2Model& model, const torch::Tensor& hidden, const torch::Tensor& targets,
                              int64_t chunk_rows = 1024, int64_t keep_logits_bytes = int64_t{256} << 20);
 

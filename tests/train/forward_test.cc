@@ -192,6 +192,28 @@ TEST(TokenLogprobs, MatchesLogSoftmaxWithGradients) {
   EXPECT_LT(testing::relative_difference({h3.grad()}, {h4.grad()}), 1e-5);
 }
 
+// A frozen lm_head (LoRA) gets no gradient and no (V, C) buffer; the hidden states' gradient is the same.
+TEST(TokenLogprobs, AFrozenLmHeadGetsNoGradient) {
+  auto config = testing::qwen2_config();
+  auto m = testing::random_model(config, 5);
+  torch::manual_seed(6);
+  auto h0 = torch::randn({9, config.hidden_size});
+  auto targets = torch::randint(config.vocab_size, {9}, torch::kLong);
+  auto weight = lm_head_weight(m);
+  auto h1 = h0.clone().requires_grad_(true);
+  auto out = token_logprobs(m, h1, targets, 4);
+  (out.logprob.sum() + out.entropy.sum()).backward();
+  weight.set_requires_grad(false);
+  auto h2 = h0.clone().requires_grad_(true);
+  auto frozen = token_logprobs(m, h2, targets, 4);
+  (frozen.logprob.sum() + frozen.entropy.sum()).backward();
+  EXPECT_LT(testing::relative_difference({h2.grad()}, {h1.grad()}), 1e-6);
+  weight.mutable_grad() = torch::Tensor();
+  auto h3 = h0.clone().requires_grad_(true);
+  token_logprobs(m, h3, targets, 4).logprob.sum().backward();
+  EXPECT_FALSE(weight.grad().defined());
+}
+
 TEST(TokenLogprobs, BackwardMatchesFiniteDifferences) {
   auto config = testing::qwen2_config();
   config.vocab_size = 7;
