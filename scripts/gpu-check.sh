@@ -284,11 +284,13 @@ if "best_step_seconds" in on_dev:
 cpu = [g for g in grpo if g["device"] == "cpu" and g is not on_dev]
 if cpu:
     c = cpu[0]
-    rel = max(abs(on_dev[k] - c[k]) / max(abs(c[k]), 1e-12) for k in ("loss", "grad_norm"))
+    # The first step's loss is fixed by the advantages (ratio 1); entropy and gradient norm test the maths.
+    rel = max(abs(on_dev[k] - c[k]) / max(abs(c[k]), 1e-12) for k in ("loss", "entropy", "grad_norm"))
     good = rel <= tol
     ok &= good
-    out.append(f"| GRPO first step, {main_dev} vs cpu: loss {on_dev['loss']:.6f} vs {c['loss']:.6f}, grad norm "
-               f"{on_dev['grad_norm']:.6f} vs {c['grad_norm']:.6f} | max relative diff {rel:.2e} | {'yes' if good else 'NO'} |")
+    out.append(f"| GRPO first step, {main_dev} vs cpu: entropy {on_dev['entropy']:.6f} vs {c['entropy']:.6f}, grad norm "
+               f"{on_dev['grad_norm']:.6f} vs {c['grad_norm']:.6f}, loss {on_dev['loss']:.6f} vs {c['loss']:.6f} | "
+               f"max relative diff {rel:.2e} | {'yes' if good else 'NO'} |")
 print("\n".join(out))
 sys.exit(0 if ok else 1)
 EOF
