@@ -1,0 +1,95 @@
+// Where trials run. The controller talks to a TrialRunner only: start a trial (or continue it after
+// a restart), ask whether it ended, read the validations it has recorded, stop it. LocalRunner runs
+// classic runs (`ajet --conf BASE --set ... --exp-dir ...`) as child processes; a remote runner (a
+// swarm server driven through the command API) implements the same interface. Runners never decide
+// anything: pruning, retries and budgets are the controller's.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/json.h"
+#include "common/subprocess.h"
+
+namespace ajet::research {
+
+struct TrialLaunch {
+  int64_t trial = 0;
+  std::string name;                 // the experiment name (t001)
+  std::filesystem::path exp_base;   // <study>/trials: the experiment directory is exp_base / name
+  std::filesystem::path base_config;
+  std::filesystem::path workdir;    // where the run starts (the base config's relative paths)
+  std::vector<std::pair<std::string, std::string>> overrides;  // key -> YAML value, controller keys included
+  std::vector<std::string> extra_flags;
+  bool resume = false;  // continue the run its directory holds (from its newest checkpoint)
+
+  std::filesystem::path exp_dir() const { return exp_base / name; }
+};
+
+struct TrialEnd {
+  bool success = false;     // exit code 0: every step ran
+  std::string description;  // "exit code 1", "killed by signal 9 (Killed)"
+};
+
+// One validation a trial recorded: its step and its numbers under val/ names.
+struct Validation {
+  int64_t step = 0;
+  Json metrics;  // {"val/sampled_success": 0.5, ...}
+};
+
+class TrialRunner {
+ public:
+  virtual ~TrialRunner() = default;
+  virtual std::string describe() const = 0;
+  // Starts the trial and returns at once; throws Error when it cannot be started at all.
+  virtual void start(const TrialLaunch& launch) = 0;
+  // Has the trial's run ended by itself? nullopt while it runs.
+  virtual std::optional<TrialEnd> poll(int64_t trial) = 0;
+  // The validations of the run in the trial's directory (running or not), in step order: the current
+  // run's, without records a resume will redo.
+  virtual std::vector<Validation> validations(const TrialLaunch& launch) = 0;
+  // Stops a running trial (clean stop first: the run saves a checkpoint) and waits until it is gone.
+  virtual void stop(int64_t trial) = 0;
+  // The last lines of the trial's log (for a crash report).
+  virtual std::string log_tail(const TrialLaunch& launch, size_t lines) = 0;
+  // Waits up to `timeout` for any running trial to end (or returns at once when none runs).
+  virtual void wait(std::chrono::milliseconds timeout) = 0;
+};
+
+// Reads a classic run's metrics.jsonl: validation records as val/ numbers; a {"kind":"resume","step":N}
+// line drops the records of steps after N (the resumed run writes them again); a torn last line
+// (a run killed mid-write) is skipped.
+std::vector<Validation> read_classic_validations(const std::filesystem::path& metrics_jsonl);
+
+// Classic runs as child processes of the controller, each in its own process group (SIGKILL of the
+// controller kills them: PR_SET_PDEATHSIG), output appended to <exp base>/<name>.log (beside the
+// experiment directory: a new classic run moves everything in its directory aside).
+class LocalRunner : public TrialRunner {
+ public:
+  explicit LocalRunner(std::filesystem::path ajet_binary, std::chrono::milliseconds stop_grace = std::chrono::seconds(60));
+  ~LocalRunner() override;
+  std::string describe() const override;
+  void start(const TrialLaunch& launch) override;
+  std::optional<TrialEnd> poll(int64_t trial) override;
+  std::vector<Validation> validations(const TrialLaunch& launch) override;
+  void stop(int64_t trial) override;
+  std::string log_tail(const TrialLaunch& launch, size_t lines) override;
+  void wait(std::chrono::milliseconds timeout) override;
+
+  // The command line a launch runs (for tests and the notebook).
+  std::vector<std::string> command(const TrialLaunch& launch) const;
+
+ private:
+  std::filesystem::path ajet_;
+  std::chrono::milliseconds stop_grace_;
+  std::map<int64_t, Subprocess> running_;
+};
+
+}  // namespace ajet::research

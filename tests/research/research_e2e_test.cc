@@ -1,0 +1,214 @@
+// `ajet research` end to end: real studies of real classic runs (the real ajet, ajet-swarm and
+// ajet-engine on the micro model, debug backbone). The trials' workflow is a command whose reward is a
+// searched parameter (`echo 0.8`), so which trial is best, which is pruned at the rung and which
+// plateaus is known in advance and no assertion depends on sampling or timing. The controller is
+// killed with SIGKILL at its N-th journal transaction (the test hook AJET_RESEARCH_KILL_AT) again and
+// again, and resumed each time; the study must end exactly as an uninterrupted one did.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "classic/classic_fixture.h"
+#include "common/fs.h"
+#include "research/journal.h"
+
+namespace ajet::research {
+namespace {
+namespace fs = std::filesystem;
+using e2e::shell_quote;
+
+std::string base_yaml(const fs::path& model) {
+  return "ajet:\n"
+         "  experiment_name: base\n"
+         "  backbone: debug\n"
+         "  model:\n"
+         "    path: " + model.string() + "\n"
+         "  data: {max_prompt_length: 640, max_response_length: 384, train_batch_size: 2}\n"
+         "  rollout: {max_env_worker: 4, max_model_len: 1024, max_response_length_in_one_turn: 12, num_repeat: 2,\n"
+         "            temperature: 1.0, user_workflow: \"echo 0.5\"}\n"
+         "  task_reader:\n"
+         "    type: builtin\n"
+         "    builtin: {generator: calc, num_training_tasks: 6, num_validation_tasks: 3, seed: 5}\n"
+         "  trainer_common: {total_training_steps: 2, test_freq: 1, val_pass_n: 2, logger: [console, jsonl]}\n"
+         "  engine: {threads: 1, kv_cache_memory_mb: 16}\n";
+}
+
+// Four configurations (the base's `echo 0.5` and three more), objective at step 4, a rung at 2.
+const char* kStudy =
+    "question: which workflow reward is best?\n"
+    "base: base.yaml\n"
+    "objective: {metric: val/greedy_reward, step: 4}\n"
+    "early_stopping: {rungs: [2], eta: 2}\n"
+    "search:\n"
+    "  wf: {key: ajet.rollout.user_workflow, choice: [\"echo 0.2\", \"echo 0.8\", \"echo 0.5\", \"echo 0.9\"]}\n"
+    "budget: {trials: 4, wall_seconds: 3600, trial_seconds: 600, max_attempts: 2}\n"
+    "round_size: 4\n"
+    "seeds: {search: 1, confirm: [2, 3]}\n";
+
+struct StudyDirs {
+  fs::path study_file;
+  fs::path dir;
+};
+
+StudyDirs write_study(const e2e::ScratchDir& scratch, const std::string& study, const std::string& name) {
+  write_file_atomic(scratch / "base.yaml", base_yaml(classic::micro_model()));
+  write_file_atomic(scratch / (name + ".yaml"), study);
+  return {scratch / (name + ".yaml"), scratch / ("studies/" + name)};
+}
+
+e2e::Captured research(const std::string& args, const std::string& env = "") {
+  return e2e::run_capture("cd " + shell_quote(fs::temp_directory_path().string()) + " && " + env + " " +
+                          shell_quote(e2e::bin("ajet").string()) + " research " + args);
+}
+
+int exit_code(int status) {
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return WEXITSTATUS(status);
+}
+
+struct Outcome {
+  std::map<std::string, std::string> status;  // trial name -> status
+  std::map<std::string, double> result;
+  std::string conclusion;
+};
+
+Outcome read_outcome(const fs::path& dir) {
+  Journal j(dir / "journal.sqlite");
+  Outcome o;
+  for (const TrialRow& t : j.trials()) {
+    o.status[t.name] = t.status + (t.params.count("wf") ? " " + t.params.at("wf").get<std::string>() : "");
+    if (t.result) o.result[t.name] = *t.result;
+  }
+  o.conclusion = j.meta("conclusion").value_or("");
+  return o;
+}
+
+// Every trial ended once, was started fresh once, and nothing ran it again after it ended; no trial's
+// experiment directory holds an earlier run moved aside (what a fresh rerun would leave).
+void expect_nothing_redone(const fs::path& dir) {
+  Journal j(dir / "journal.sqlite");
+  std::map<int64_t, int> ends, launches;
+  std::map<int64_t, int64_t> end_at;
+  for (const Decision& d : j.decisions()) {
+    if (!d.trial) continue;
+    if (d.kind == "complete" || d.kind == "stop" || d.kind == "fail" || d.kind == "plateau") {
+      ++ends[*d.trial];
+      end_at[*d.trial] = d.id;
+    }
+    if (d.kind == "launch") ++launches[*d.trial];
+    if ((d.kind == "launch" || d.kind == "resume" || d.kind == "retry") && end_at.count(*d.trial)) {
+      ADD_FAILURE() << "decision " << d.id << " (" << d.kind << ") after trial " << *d.trial << " ended";
+    }
+  }
+  for (const TrialRow& t : j.trials()) {
+    EXPECT_EQ(ends[t.id], 1) << t.name;
+    EXPECT_EQ(launches[t.id], 1) << t.name;
+    EXPECT_FALSE(fs::exists(dir / "trials" / t.name / "earlier")) << t.name << " was rerun from scratch";
+  }
+}
+
+TEST(ResearchE2E, AStudyKilledAtManyPointsEndsAsAnUninterruptedOne) {
+  e2e::ScratchDir scratch;
+  const StudyDirs s = write_study(scratch, kStudy, "wf");
+  const e2e::Captured clean = research("run " + shell_quote(s.study_file.string()) + " --dir " + shell_quote(s.dir.string()));
+  ASSERT_EQ(exit_code(clean.status), 0) << clean.out;
+  const Outcome want = read_outcome(s.dir);
+  // The base (0.5) continues at the rung (first there); of the others, those below the top half of
+  // the trials at the rung so far stop; 0.9 is best and beats the base on both fresh seeds.
+  ASSERT_EQ(want.status.size(), 8u) << clean.out;
+  EXPECT_EQ(want.status.at("t001"), "completed echo 0.5");
+  EXPECT_NE(want.conclusion.find("Best configuration"), std::string::npos) << want.conclusion;
+  EXPECT_NE(want.conclusion.find("wf = echo 0.9"), std::string::npos) << want.conclusion;
+  EXPECT_NE(want.conclusion.find("= 0.9 vs 0.5"), std::string::npos) << want.conclusion;
+  expect_nothing_redone(s.dir);
+  const Json flag = parse_json(read_file(s.dir / "finish.flag"), "finish.flag");
+  EXPECT_EQ(flag["exit_code"], 0);
+  const std::string notebook = read_file(s.dir / "notebook.md");
+  EXPECT_NE(notebook.find("## Decision log"), std::string::npos);
+  EXPECT_TRUE(fs::exists(s.dir / "plots" / "param_wf.svg"));
+  const e2e::Captured status = research("status " + shell_quote(s.dir.string()));
+  EXPECT_EQ(exit_code(status.status), 0) << status.out;
+  EXPECT_NE(status.out.find("phase: done"), std::string::npos) << status.out;
+  EXPECT_NE(status.out.find("budget left: 0 of 4 search trials"), std::string::npos) << status.out;
+  // A finished study resumed says so and exits with its code, running nothing.
+  const e2e::Captured again = research("resume " + shell_quote(s.dir.string()));
+  EXPECT_EQ(exit_code(again.status), 0) << again.out;
+  EXPECT_NE(again.out.find("the study is done"), std::string::npos) << again.out;
+
+  // Killed after its k-th transaction (or just before committing it), resumed, killed again ...
+  for (const auto& [k, before] : std::vector<std::pair<int, bool>>{{3, false}, {4, true}}) {
+    const fs::path dir = scratch / ("studies/killed-" + std::to_string(k));
+    const std::string env = "AJET_RESEARCH_KILL_AT=" + std::to_string(k) + (before ? " AJET_RESEARCH_KILL_BEFORE_COMMIT=1" : "");
+    e2e::Captured r = research("run " + shell_quote(s.study_file.string()) + " --dir " + shell_quote(dir.string()), env);
+    int kills = 0;
+    while (exit_code(r.status) == 137 && kills < 300) {
+      ++kills;
+      r = research("resume " + shell_quote(dir.string()), env);
+    }
+    ASSERT_EQ(exit_code(r.status), 0) << "k=" << k << " after " << kills << " kills:\n" << r.out;
+    EXPECT_GT(kills, 5) << "k=" << k;
+    const Outcome got = read_outcome(dir);
+    EXPECT_EQ(got.status, want.status) << "k=" << k;
+    EXPECT_EQ(got.result, want.result) << "k=" << k;
+    EXPECT_EQ(got.conclusion, want.conclusion) << "k=" << k;
+    expect_nothing_redone(dir);
+  }
+}
+
+TEST(ResearchE2E, ACrashIsRetriedThenRecordedAndAPlateauStopsATrial) {
+  e2e::ScratchDir scratch;
+  // `kill -9 $PPID`: the workflow kills its ajet (a crash mid-run, at the first validation).
+  const std::string study =
+      "base: base.yaml\n"
+      "objective: {metric: val/greedy_reward, step: 6}\n"
+      "early_stopping: {rungs: [2], eta: 2, plateau_patience: 1}\n"
+      "search:\n"
+      "  wf: {key: ajet.rollout.user_workflow, choice: [\"echo 0.5\", \"echo 0.3\", \"kill -9 $PPID\"]}\n"
+      "budget: {trials: 3, max_attempts: 2}\n"
+      "round_size: 3\n";
+  const StudyDirs s = write_study(scratch, study, "crash");
+  const e2e::Captured r = research("run " + shell_quote(s.study_file.string()) + " --dir " + shell_quote(s.dir.string()));
+  // No trial reached step 6 (the base plateaued, 0.3 was pruned, the crash failed): exit code 1.
+  ASSERT_EQ(exit_code(r.status), 1) << r.out;
+  Journal j(s.dir / "journal.sqlite");
+  std::map<std::string, TrialRow> by_wf;
+  for (const TrialRow& t : j.trials()) by_wf[t.params.at("wf").get<std::string>()] = t;
+  ASSERT_EQ(by_wf.size(), 3u) << r.out;
+  EXPECT_EQ(by_wf["echo 0.5"].status, kStopped);
+  EXPECT_NE(by_wf["echo 0.5"].reason.find("plateau"), std::string::npos) << by_wf["echo 0.5"].reason;
+  EXPECT_EQ(by_wf["echo 0.3"].status, kStopped);
+  EXPECT_NE(by_wf["echo 0.3"].reason.find("rung 2"), std::string::npos) << by_wf["echo 0.3"].reason;
+  const TrialRow& crash = by_wf["kill -9 $PPID"];
+  EXPECT_EQ(crash.status, kFailed);
+  EXPECT_EQ(crash.attempts, 2);
+  EXPECT_NE(crash.reason.find("killed by signal 9"), std::string::npos) << crash.reason;
+  EXPECT_NE(crash.error.find("=== research: resume"), std::string::npos) << crash.error;  // the log tail
+  const Json flag = parse_json(read_file(s.dir / "finish.flag"), "finish.flag");
+  EXPECT_EQ(flag["exit_code"], 1);
+  EXPECT_NE(read_file(s.dir / "notebook.md").find("Crashes: log tails"), std::string::npos);
+  expect_nothing_redone(s.dir);
+}
+
+TEST(ResearchE2E, UsageErrorsExitTwoAndNameTheProblem) {
+  e2e::ScratchDir scratch;
+  e2e::Captured r = research("");
+  EXPECT_EQ(exit_code(r.status), 2) << r.out;
+  r = research("run " + shell_quote((scratch / "missing.yaml").string()));
+  EXPECT_EQ(exit_code(r.status), 2) << r.out;
+  EXPECT_NE(r.out.find("no study file"), std::string::npos) << r.out;
+  const StudyDirs s = write_study(scratch, std::string(kStudy) + "parallell: 2\n", "typo");
+  r = research("run " + shell_quote(s.study_file.string()) + " --dir " + shell_quote(s.dir.string()));
+  EXPECT_EQ(exit_code(r.status), 2) << r.out;
+  EXPECT_NE(r.out.find("did you mean 'parallel'"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(s.dir)) << "a refused study leaves nothing behind";
+  r = research("resume " + shell_quote((scratch / "nothing").string()));
+  EXPECT_EQ(exit_code(r.status), 2) << r.out;
+  r = research("status " + shell_quote((scratch / "nothing").string()));
+  EXPECT_EQ(exit_code(r.status), 2) << r.out;
+}
+
+}  // namespace
+}  // namespace ajet::research
