@@ -7,6 +7,7 @@
 #include <cmath>
 #include <map>
 #include <sstream>
+#include <type_traits>
 
 #include "common/clock.h"
 #include "common/error.h"
@@ -79,6 +80,20 @@ std::vector<MicroBatch> make_micro_batches(const std::vector<const TrainSample*>
     out.push_back(std::move(mb));
   }
   return out;
+}
+
+// The optimizer's key for a parameter's state: libtorch 1.x keys it by the TensorImpl address as text,
+// 2.x by the address itself (a CUDA build uses a PyTorch 2.x libtorch; docs/engine.md, "GPU").
+template <typename Optimizer>
+auto optimizer_state_key(const Optimizer& optimizer, const torch::Tensor& p) {
+  using Key = typename std::decay_t<decltype(optimizer.state())>::key_type;
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream address;  // what c10::guts::to_string writes
+    address << p.unsafeGetTensorImpl();
+    return address.str();
+  } else {
+    return static_cast<Key>(p.unsafeGetTensorImpl());
+  }
 }
 
 torch::Tensor float_tensor(const std::vector<float>& v, torch::Device device) {
@@ -626,7 +641,7 @@ Trainer::State Trainer::state() {
     st.torch_rng = gen.get_state();
   }
   for (auto& [name, p] : s.params) {
-    auto it = s.optimizer->state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+    auto it = s.optimizer->state().find(optimizer_state_key(*s.optimizer, p));
     if (it == s.optimizer->state().end()) continue;  // never stepped
     auto& ps = static_cast<torch::optim::AdamWParamState&>(*it->second);
     st.optimizer.push_back({name, ps.step(), ps.exp_avg().detach().clone(), ps.exp_avg_sq().detach().clone()});
@@ -656,7 +671,7 @@ void Trainer::load_state(const State& st) {
     ps->step(e.step);
     ps->exp_avg(e.exp_avg.to(p.options()).clone());
     ps->exp_avg_sq(e.exp_avg_sq.to(p.options()).clone());
-    s.optimizer->state()[c10::guts::to_string(p.unsafeGetTensorImpl())] = std::move(ps);
+    s.optimizer->state()[optimizer_state_key(*s.optimizer, p)] = std::move(ps);
   }
   s.rng = rng;
   if (st.torch_rng.defined()) {
