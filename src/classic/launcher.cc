@@ -134,18 +134,14 @@ PreparedConfig prepare_config(const LaunchOptions& options) {
   config::validate(c, source);
   p.exp_dir = c.experiment_dir;
   if (c.swarm_mode_sample_collection_method == "rollout_until_finish_enough_non_dummy_tasks") {
-    if (c.backbone == "async") {
-      p.warnings.push_back("ajet.swarm_mode_sample_collection_method rollout_until_finish_enough_non_dummy_tasks: "
-                           "dynamic sampling needs a synchronous backbone; the async backbone collects batches as "
-                           "usual");
-    } else {
-      // The launcher knows every group's rewards, so it decides when the batch is full and says so.
-      p.dynamic_sampling = true;
-      c.swarm_mode_sample_collection_method = "rollout_until_any_client_agree_sync_weight";
-      // The launcher is the only client and waits on global_step, not on the boundary's status: a
-      // dwell would idle every step (2 s a step, a fifth of the main command's RL time).
-      c.swarm_mode_agree_boundary_dwell = 0;
-    }
+    // The launcher knows every group's rewards, so it decides when the batch is full and says so. On
+    // every backbone: with async the launcher closes each step's batch too, so steps and batches stay
+    // one to one while the next step rolls out beside the training of this one.
+    p.dynamic_sampling = true;
+    c.swarm_mode_sample_collection_method = "rollout_until_any_client_agree_sync_weight";
+    // The launcher is the only client and waits on global_step, not on the boundary's status: a
+    // dwell would idle every step (2 s a step, a fifth of the main command's RL time).
+    c.swarm_mode_agree_boundary_dwell = 0;
   }
   p.yaml = config::to_yaml(c);
   return p;
@@ -171,7 +167,23 @@ class Job {
   }
   void write_snapshot();
   void validate(int64_t step);
+  // A step's rollout and its record before training (the trainer's numbers and the staleness come in
+  // finish_step). With async, steps wait in pending_ while their batches train.
+  struct PendingStep {
+    int64_t step = 0;
+    bool rolled_out = false;  // false: stopped during the rollout
+    Clock::time_point started, rollout_ended;
+    Json record;
+    std::string markdown;  // the step's section of train_print_to_markdown_file_path
+    bool judged = false;   // some episode reported is_success
+  };
   void train_step(int64_t step);
+  PendingStep roll_out_step(int64_t step);
+  void finish_step(PendingStep& pending);
+  void finish_trained_steps();
+  void finish_all_steps();
+  void wait_for_batch_closed(int64_t step);
+  Json batch_staleness(const Json& status_body, int64_t version);
   void wait_for_global_step(int64_t target);
   void load_task_sources();
   Json cocktail_step_json(int64_t step, const std::vector<EpisodeResult>& results,
@@ -201,6 +213,7 @@ class Job {
   std::unique_ptr<client::SwarmClient> client_;
   std::unique_ptr<Workflow> workflow_;
   RunResult result_;
+  std::deque<PendingStep> pending_;  // async: steps rolled out whose batches have not trained yet
   int64_t total_steps_ = 0;
   int64_t start_global_step_ = 0;
   int64_t first_step_ = 1;  // > 1 when --resume continues after step first_step_ - 1
@@ -249,8 +262,9 @@ void Job::append_markdown_section(const fs::path& path, const std::string& secti
   }
 }
 
-// The front's record of the batch trained as `global_step` (GET /get_engine_status `recent_batches`,
-// newest last), or null when it is not among them.
+// The front's record of the batch formed at `global_step` (GET /get_engine_status `recent_batches`,
+// newest last), or null when it is not among them. With torch a batch trains from the step it was
+// formed at; with async batches form while earlier ones train, so several may share one.
 const Json* batch_outcome(const Json& status_body, int64_t global_step) {
   auto it = status_body.find("recent_batches");
   if (it == status_body.end() || !it->is_array()) return nullptr;
@@ -258,6 +272,29 @@ const Json* batch_outcome(const Json& status_body, int64_t global_step) {
     if (b->is_object() && b->value("global_step", int64_t{-1}) == global_step) return &*b;
   }
   return nullptr;
+}
+
+// The newest record of recent_batches, or null.
+const Json* newest_outcome(const Json& status_body) {
+  auto it = status_body.find("recent_batches");
+  if (it == status_body.end() || !it->is_array() || it->empty() || !it->back().is_object()) return nullptr;
+  return &it->back();
+}
+
+// The front's record of the batch whose training made policy version `version` (its stats carry the
+// version the engine then served); for a synchronous backbone also the batch formed at version - 1
+// (an engine whose reply names no version).
+const Json* trained_batch(const Json& status_body, int64_t version, bool synchronous) {
+  auto it = status_body.find("recent_batches");
+  if (it == status_body.end() || !it->is_array()) return nullptr;
+  for (auto b = it->rbegin(); b != it->rend(); ++b) {
+    if (!b->is_object() || !b->value("trained", false) || !b->contains("stats")) continue;
+    const Json& stats = (*b)["stats"];
+    if (stats.is_object() && stats.value("policy_version", int64_t{-1}) == version) return &*b;
+  }
+  if (!synchronous) return nullptr;
+  const Json* formed = batch_outcome(status_body, version - 1);
+  return formed != nullptr && formed->value("trained", false) && formed->contains("stats") ? formed : nullptr;
 }
 
 void Job::wait_for_global_step(int64_t target) {
@@ -274,7 +311,9 @@ void Job::wait_for_global_step(int64_t target) {
     // without train_step answered not_found, which no retry changes; any other refusal (a batch it could
     // not train, an engine that went away and is restarted) fails the run when no later batch is being
     // trained within 10 s.
-    const Json* outcome = batch_outcome(s.body, target - 1);
+    // async: batches are not numbered by steps, and a batch that failed leaves global_step short of
+    // every later target, so the newest record says it.
+    const Json* outcome = prepared_.config.backbone == "async" ? newest_outcome(s.body) : batch_outcome(s.body, target - 1);
     if (outcome != nullptr && !outcome->value("trained", false) && s.status != client::kWeightSyncing) {
       const Json error = outcome->value("error", Json::object());
       const std::string code = error.value("code", "");
@@ -385,9 +424,13 @@ Json Job::cocktail_step_json(int64_t step, const std::vector<EpisodeResult>& res
   return out;
 }
 
-void Job::train_step(int64_t step) {
+// The rollout of one step: its episodes, and its record up to what training adds (finish_step).
+Job::PendingStep Job::roll_out_step(int64_t step) {
   const config::Config& c = prepared_.config;
   const auto t0 = Clock::now();
+  PendingStep pending;
+  pending.step = step;
+  pending.started = t0;
   // One task batch, or with dynamic sampling as many as it takes (at most max_num_gen_batches) for
   // train_batch_size groups whose rewards differ.
   // A step's tasks are distinct, so it cannot sample more batches than the training tasks fill.
@@ -447,7 +490,7 @@ void Job::train_step(int64_t step) {
   }
   const double rollout_s = seconds_since(t0);
   draw(true);
-  if (stop_) return;
+  if (stop_) return pending;
   RolloutSummary rollout = summarize(results);
   if (rollout.failed > 0) {
     fail(ErrorCode::kUnavailable, fmt::format("step {}: {} episodes could not be stored (first: {}); the batch cannot "
@@ -459,56 +502,159 @@ void Job::train_step(int64_t step) {
                                                 return std::string();
                                               }()));
   }
-  const auto t_train = Clock::now();
-  if (c.backbone != "debug") {
-    int64_t target = start_global_step_ + step;
-    if (c.backbone == "async") target -= c.async.max_staleness;
-    wait_for_global_step(target);
-  }
-  const double train_wait_s = seconds_since(t_train);
-  client::EngineStatus status = client_->get_engine_status();
-  Json pool = client_->get_rollout_stat();
-  Json trainer = trainer_metrics(status.body, pool);
-  if (trainer.empty() && c.backbone != "debug") {
-    // The trainer's statistics of this step's batch, as the front reports them (recent_batches; the
-    // front records them in the same update that advances global_step).
-    const Json* outcome = batch_outcome(status.body, start_global_step_ + step - 1);
-    if (outcome != nullptr && outcome->value("trained", false) && outcome->contains("stats")) {
-      trainer = trainer_metrics(Json{{"last_train_stats", (*outcome)["stats"]}}, Json::object());
-    }
-  }
-  Json r{
+  // Everything that depends on the task streams is taken now: with async the next step draws its
+  // tasks before this one's record is finished.
+  pending.record = Json{
       {"kind", "train"},
       {"step", step},
-      {"global_step", status.global_step},
-      {"elapsed_s", seconds_since(t0_)},
-      {"step_time_s", seconds_since(t0)},
       {"rollout_time_s", rollout_s},
-      {"train_wait_s", train_wait_s},
       {"tokens_per_s", double(rollout.completion_tokens) / std::max(1e-3, rollout_s)},
       {"epoch", mix_->epoch()},
       {"rollout", rollout_json(rollout)},
       {"sampling",
-       Json{{"gen_batches", gen_batches}, {"groups", groups}, {"informative_groups", informative}}},
-      {"trainer", trainer}};
-  if (mix_->is_cocktail()) r["cocktail"] = cocktail_step_json(step, results, gen_batches);
-  if (console_) say(step_line(r, total_steps_));
-  if (console_ && mix_->is_cocktail()) say(cocktail_step_line(r));
+       Json{{"gen_batches", gen_batches}, {"groups", groups}, {"informative_groups", informative}}}};
+  if (mix_->is_cocktail()) pending.record["cocktail"] = cocktail_step_json(step, results, gen_batches);
   std::vector<std::pair<std::string, RolloutTable>> tables = {{"all", rollout_table(results)}};
   if (mix_->is_cocktail()) {
     std::vector<std::vector<EpisodeResult>> by_source(mix_->sources());
     for (const EpisodeResult& e : results) by_source[mix_->source_of(e.job.task->task_id)].push_back(e);
     for (size_t i = 0; i < mix_->sources(); ++i) tables.emplace_back(mix_->name(i), rollout_table(by_source[i]));
   }
-  append_markdown_section(markdown_path(c.trainer_common.train_print_to_markdown_file_path),
-                          train_markdown(step, tables));
+  pending.markdown = train_markdown(step, tables);
+  pending.judged = std::any_of(results.begin(), results.end(),
+                               [](const EpisodeResult& e) { return e.ended && e.report.output.is_success; });
+  pending.rolled_out = true;
+  return pending;
+}
+
+void Job::train_step(int64_t step) {
+  const config::Config& c = prepared_.config;
+  if (c.backbone == "async") {
+    // Tokens sampled at policy version v may train at most max_staleness versions later. Step s's batch
+    // trains from version start + s - 1, so its rollout may begin once version start + s - 1 -
+    // max_staleness is served; until then the batches before it are training (the rollout of step s
+    // overlaps the training of steps s - max_staleness .. s - 1).
+    const auto t_wait = Clock::now();
+    wait_for_global_step(start_global_step_ + step - 1 - c.async.max_staleness);
+    const double waited = seconds_since(t_wait);
+    finish_trained_steps();
+    if (stop_) return;
+    PendingStep pending = roll_out_step(step);
+    if (!pending.rolled_out) return;
+    pending.record["train_wait_s"] = waited;
+    pending.rollout_ended = Clock::now();
+    // The step's episodes are one batch: the next step claims only after the front closed this one
+    // (with max_staleness > 1 the front may still hold an earlier batch for the trainer, and a batch
+    // closes only when that one is taken).
+    wait_for_batch_closed(step);
+    pending_.push_back(std::move(pending));
+    return;
+  }
+  PendingStep pending = roll_out_step(step);
+  if (!pending.rolled_out) return;
+  const auto t_train = Clock::now();
+  if (c.backbone != "debug") wait_for_global_step(start_global_step_ + step);
+  pending.record["train_wait_s"] = seconds_since(t_train);
+  pending.rollout_ended = t_train;
+  finish_step(pending);
+}
+
+// async: the records of the steps whose batches have trained, in step order.
+void Job::finish_trained_steps() {
+  while (!pending_.empty() && !stop_) {
+    const client::EngineStatus status = client_->get_engine_status();
+    if (status.global_step < start_global_step_ + pending_.front().step) return;
+    finish_step(pending_.front());
+    pending_.pop_front();
+  }
+}
+
+// async, before validation and at the end: every step rolled out so far trained, and recorded.
+void Job::finish_all_steps() {
+  if (pending_.empty()) return;
+  wait_for_global_step(start_global_step_ + pending_.back().step);
+  finish_trained_steps();
+}
+
+void Job::wait_for_batch_closed(int64_t step) {
+  const auto deadline = Clock::now() + std::chrono::hours(2);
+  while (!stop_) {
+    const Json pool = client_->get_rollout_stat();
+    // An unreachable front answers {}; the next step's claims will say what is wrong.
+    if (!pool.is_object() || pool.value("completed_episodes", int64_t(0)) == 0) return;
+    if (Clock::now() > deadline) {
+      fail(ErrorCode::kUnavailable, fmt::format("step {}: the front never closed the step's batch", step));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // polling an observable status, not synchronising
+  }
+}
+
+// The staleness of the batch trained into policy version `version`: the front's record of it
+// (recent_batches: its policy_version, staleness_max) and the mean over its episodes from the
+// metrics it stored at step version - 1 (the store may take a moment to have it).
+Json Job::batch_staleness(const Json& status_body, int64_t version) {
+  const Json* outcome = trained_batch(status_body, version, false);
+  if (outcome == nullptr) return Json(nullptr);
+  const Json rollout = (*outcome)["stats"].value("rollout", Json::object());
+  if (!rollout.contains("staleness_max")) return Json(nullptr);
+  Json out{{"trained_from", rollout.value("policy_version", Json(nullptr))},
+           {"max", rollout["staleness_max"]},
+           {"mean", Json(nullptr)},
+           {"allowed", prepared_.config.async.max_staleness}};
+  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  while (!stop_) {
+    try {
+      const Json history = client_->get_metrics_history({"rollout/staleness_mean"}, version - 2);
+      for (const Json& point : history.value("series", Json::object()).value("rollout/staleness_mean", Json::array())) {
+        if (point.is_array() && point.size() >= 2 && point[0] == version - 1) {
+          out["mean"] = point[1];
+          return out;
+        }
+      }
+    } catch (const std::exception& e) {
+      log().warn("classic: staleness of step {}: {}", version, e.what());
+      return out;
+    }
+    if (Clock::now() > deadline) return out;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the store writes behind the status
+  }
+  return out;
+}
+
+void Job::finish_step(PendingStep& pending) {
+  const config::Config& c = prepared_.config;
+  const int64_t step = pending.step;
+  const int64_t version = start_global_step_ + step;  // what this step's batch trained into
+  client::EngineStatus status = client_->get_engine_status();
+  Json pool = client_->get_rollout_stat();
+  Json trainer = c.backbone == "async" ? Json::object() : trainer_metrics(status.body, pool);
+  if (trainer.empty() && c.backbone != "debug") {
+    // The trainer's statistics of this step's batch, as the front reports them (recent_batches; the
+    // front records them in the same update that advances global_step).
+    const Json* outcome = trained_batch(status.body, version, c.backbone != "async");
+    if (outcome != nullptr && outcome->contains("stats")) {
+      trainer = trainer_metrics(Json{{"last_train_stats", (*outcome)["stats"]}}, Json::object());
+    }
+  }
+  Json& r = pending.record;
+  r["global_step"] = c.backbone == "async" ? version : status.global_step;
+  r["elapsed_s"] = seconds_since(t0_);
+  // async: the launcher's time on the step (waiting for the staleness bound, then the rollout); its
+  // training overlapped the next step's rollout.
+  r["step_time_s"] = c.backbone == "async"
+                         ? r.value("train_wait_s", 0.0) + r.value("rollout_time_s", 0.0)
+                         : seconds_since(pending.started);
+  r["trainer"] = trainer;
+  if (c.backbone == "async") r["staleness"] = batch_staleness(status.body, version);
+  Json finished = std::move(r);
+  if (console_) say(step_line(finished, total_steps_));
+  if (console_ && mix_->is_cocktail()) say(cocktail_step_line(finished));
+  append_markdown_section(markdown_path(c.trainer_common.train_print_to_markdown_file_path), pending.markdown);
   // The front records the step's batch (rollout/reward_mean, train/loss …) at the batch's global step,
   // start + step - 1; the launcher's own numbers go next to them. Its success rate only where no
   // episode reported is_success (the front's rollout/success_rate counts reported ones).
-  const bool judged = std::any_of(results.begin(), results.end(),
-                                  [](const EpisodeResult& e) { return e.ended && e.report.output.is_success; });
-  post_metrics(start_global_step_ + step - 1, train_step_metrics(r, !judged));
-  record(std::move(r));
+  post_metrics(start_global_step_ + step - 1, train_step_metrics(finished, !pending.judged));
+  record(std::move(finished));
   result_.steps_done = step;
 }
 
@@ -751,9 +897,7 @@ RunResult Job::run() {
       }
       const bool validate_now = test_freq > 0 && (step % test_freq == 0 || step == total_steps_ || out_of_time);
       // async runs ahead of training; validation and the end wait until every step so far trained.
-      if (c.backbone == "async" && (validate_now || step == total_steps_ || out_of_time)) {
-        wait_for_global_step(start_global_step_ + step);
-      }
+      if (c.backbone == "async" && (validate_now || step == total_steps_ || out_of_time)) finish_all_steps();
       if (validate_now) {
         const auto validation_start = Clock::now();
         validate(step);

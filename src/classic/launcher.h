@@ -41,7 +41,7 @@ struct PreparedConfig {
   std::filesystem::path config_dir;    // relative task files and workflow commands start here
   std::filesystem::path exp_dir;       // absolute
   // Dynamic sampling (swarm_mode_sample_collection_method rollout_until_finish_enough_non_dummy_tasks,
-  // synchronous backbones): the launcher samples task batches until train_batch_size groups have
+  // every backbone): the launcher samples task batches until train_batch_size groups have
   // unequal rewards (at most algorithm.max_num_gen_batches) and then agrees to sync weights, so the
   // front's trigger is rollout_until_any_client_agree_sync_weight in `yaml`.
   bool dynamic_sampling = false;

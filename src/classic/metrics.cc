@@ -186,6 +186,12 @@ std::string step_line(const Json& record, int64_t total_steps) {
   if (const Json sampling = record.value("sampling", Json::object()); sampling.value("gen_batches", 1) > 1) {
     line += fmt::format("  signal groups {}/{}", sampling.value("informative_groups", 0), sampling.value("groups", 0));
   }
+  // async: how many policy versions the batch's episodes lagged the trainer, mean/max.
+  if (const Json stale = record.value("staleness", Json()); stale.is_object()) {
+    const Json mean = stale.value("mean", Json()), most = stale.value("max", Json());
+    line += fmt::format("  staleness {}/{}", mean.is_number() ? fmt::format("{:.2f}", mean.get<double>()) : "-",
+                        most.is_number() ? std::to_string(most.get<int64_t>()) : "-");
+  }
   line += fmt::format("  {:.1f} s", record.value("step_time_s", 0.0));
   return line;
 }

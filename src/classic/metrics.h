@@ -52,7 +52,8 @@ Json trainer_metrics(const Json& status_body, const Json& pool_info);
 // "step 3/20 [#######.....] 96/128 episodes  reward 0.41  312 tok/s"
 std::string progress_bar(int64_t step, int64_t total_steps, int64_t done, int64_t total, double reward_mean,
                          double tokens_per_s, int width = 24);
-// "step 3/20  reward 0.412  success 38.3%  loss 0.0123  kl 0.0004  entropy 0.81  merge 3.10x  12.4 s"
+// "step 3/20  reward 0.412  success 38.3%  loss 0.0123  kl 0.0004  entropy 0.81  merge 3.10x  12.4 s"; async
+// records add "staleness 0.62/1" (mean/max policy versions behind) before the time
 std::string step_line(const Json& record, int64_t total_steps);
 // "val @ step 3  greedy 45.0%  pass@4 71.0%  T=1.0 success 40.5%  (100 tasks)"
 std::string validation_line(const Json& record);

@@ -221,6 +221,11 @@ struct AsyncConfig {
   int64_t max_staleness = 1;
   std::string off_policy_correction = "decoupled_ppo";  // decoupled_ppo | tis | none
   double importance_weight_cap = 2.0;  // 0: no truncation
+  // While a step trains beside the rollouts: the trainer's intra-op threads (0: half of
+  // ajet.engine.threads, at least 1) and the decoder's (0: all of ajet.engine.threads); a narrower
+  // decoder gets all of them back when the step's weights are in.
+  int64_t trainer_threads = 0;
+  int64_t decode_threads_while_training = 0;
 };
 
 struct InterchangeServerConfig {

@@ -217,6 +217,13 @@ std::vector<Field> config_fields(Config& c) {
         {.choices = {"decoupled_ppo", "tis", "none"}});
   t.add("async.importance_weight_cap", c.async.importance_weight_cap,
         "async: truncation of the behaviour-to-proximal importance weight; 0: none", {.min = 0});
+  t.add("async.trainer_threads", c.async.trainer_threads,
+        "async: intra-op threads of the trainer while it trains beside the rollouts; 0: half of engine.threads "
+        "(at least 1)",
+        {.min = 0});
+  t.add("async.decode_threads_while_training", c.async.decode_threads_while_training,
+        "async: intra-op threads of the decoder while a step trains; 0: all of engine.threads",
+        {.min = 0});
   // Swarm server.
   t.add("interchange_server.interchange_server_port", c.interchange_server.interchange_server_port,
         "swarm server port; `auto` (0): any free port", {.min = 0, .max = 65535, .auto_value = 0});

@@ -34,7 +34,12 @@ struct TrainingOptions {
   train::TrainerOptions trainer;
   std::filesystem::path checkpoint_base_dir = "./saved_checkpoints";  // save_checkpoint's default
   int64_t keep_last = 3;                                               // <= 0 keeps all
-  int threads = 0;  // intra-op threads of the async trainer (0: one per core)
+  int threads = 0;  // the engine's intra-op threads (0: one per core)
+  // async: while a step trains beside the rollouts, the trainer's threads (0: half of `threads`, at
+  // least 1) and the decoder's (0: all of `threads`); ajet.async.trainer_threads /
+  // decode_threads_while_training. A narrower decoder gets `threads` back with the new weights.
+  int async_trainer_threads = 0;
+  int async_decode_threads = 0;
   // The data-parallel group (train/dist.h's make_collective); null: one rank. With one, every
   // train_step all-reduces gradients with the other ranks, and an empty batch is a valid part.
   std::shared_ptr<train::Collective> collective;
