@@ -4,6 +4,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/version.h>
 #ifdef USE_C10D_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
@@ -18,6 +19,15 @@
 namespace ajet::train {
 
 namespace {
+
+// What runs the collectives: c10d's ProcessGroupGloo / ProcessGroupNCCL are ProcessGroups in libtorch
+// 1.x and Backends (which a ProcessGroup wraps) since 2.0, the libtorch of a CUDA build (docs/engine.md,
+// "GPU"); both have the allreduce used here.
+#if TORCH_VERSION_MAJOR >= 2
+using CollectiveGroup = c10d::Backend;
+#else
+using CollectiveGroup = c10d::ProcessGroup;
+#endif
 
 // A c10 error's message without the C++ stack trace torch appends.
 std::string describe(const std::exception& e) {
@@ -42,7 +52,7 @@ class SingleRank : public Collective {
 
 class C10dCollective : public Collective {
  public:
-  C10dCollective(DistPlacement placement, c10::intrusive_ptr<c10d::Store> store, c10::intrusive_ptr<c10d::ProcessGroup> group)
+  C10dCollective(DistPlacement placement, c10::intrusive_ptr<c10d::Store> store, c10::intrusive_ptr<CollectiveGroup> group)
       : placement_(std::move(placement)), store_(std::move(store)), group_(std::move(group)) {}
 
   int rank() const override { return placement_.rank; }
@@ -80,7 +90,7 @@ class C10dCollective : public Collective {
  private:
   DistPlacement placement_;
   c10::intrusive_ptr<c10d::Store> store_;  // rank 0 serves it; kept for the group's lifetime
-  c10::intrusive_ptr<c10d::ProcessGroup> group_;
+  c10::intrusive_ptr<CollectiveGroup> group_;
 };
 
 std::shared_ptr<::gloo::transport::Device> gloo_device(const DistPlacement& p) {
@@ -127,7 +137,7 @@ std::shared_ptr<Collective> make_collective(const DistPlacement& p) {
                                       " or not every rank joined" + within + ": " + why);
   }
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>("ajet_default_pg", store);
-  c10::intrusive_ptr<c10d::ProcessGroup> group;
+  c10::intrusive_ptr<CollectiveGroup> group;
   try {
     if (nccl) {
 #ifdef USE_C10D_NCCL
