@@ -185,8 +185,9 @@ void run_generate(const GenerateArgs& args) {
   if (!fs::exists(tokenizer_dir / "tokenizer.json")) {
     fail(ErrorCode::kNotFound, "model directory " + tokenizer_dir.string() + " has no tokenizer.json");
   }
-  const text::Tokenizer tokenizer = text::Tokenizer::load(tokenizer_dir);
+  text::Tokenizer tokenizer = text::Tokenizer::load(tokenizer_dir);
   const hf::ModelConfig model_config = hf::load_model_config(source.weights / "config.json");
+  tokenizer.pad_to_model_vocab(static_cast<size_t>(model_config.vocab_size));  // padded rows: no text
   const std::string input = args.prompt ? *args.prompt : read_stdin();
 
   // Prompt ids.

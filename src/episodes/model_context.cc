@@ -42,7 +42,10 @@ std::shared_ptr<const ModelContext> ModelContext::load(const config::Config& con
   }
   int64_t positions = 0;
   if (fs::exists(ctx->model_dir / "config.json")) {
-    positions = hf::load_model_config(ctx->model_dir / "config.json").max_position_embeddings;
+    const hf::ModelConfig model = hf::load_model_config(ctx->model_dir / "config.json");
+    positions = model.max_position_embeddings;
+    // The engine samples over every embedding row; ids past the tokenizer's decode to nothing.
+    ctx->tokenizer->pad_to_model_vocab(static_cast<size_t>(model.vocab_size));
   }
   ctx->sampling = sampling_rules(config, positions);
   ctx->prompt_options.splice_generated = config.context_tracker.fix_retokenization_drift;

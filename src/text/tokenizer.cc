@@ -511,6 +511,13 @@ std::optional<TokenId> Tokenizer::token_to_id(std::string_view piece) const {
 
 size_t Tokenizer::vocab_size() const { return impl_->id_flags.size(); }
 
+void Tokenizer::pad_to_model_vocab(size_t model_vocab_size) {
+  if (model_vocab_size <= impl_->id_flags.size()) return;
+  impl_->id_pieces.resize(model_vocab_size);
+  impl_->id_bytes.resize(model_vocab_size);
+  impl_->id_flags.resize(model_vocab_size, Impl::kValid);
+}
+
 bool Tokenizer::is_special(TokenId id) const { return impl_->valid(id) && (impl_->id_flags[id] & Impl::kSpecial); }
 
 bool Tokenizer::valid_id(TokenId id) const { return impl_->valid(id); }

@@ -56,6 +56,10 @@ class Tokenizer {
   std::optional<TokenId> token_to_id(std::string_view piece) const;
 
   size_t vocab_size() const;       // max id + 1 over the model vocab and added tokens
+  // Makes ids [vocab_size(), model_vocab_size) valid tokens without text. Checkpoints pad their
+  // embedding rows past the tokenizer (Qwen2.5: 151,936 rows for 151,665 ids) and a model can sample
+  // those ids (a random or barely trained one does); HF decodes them to "". A smaller size is a no-op.
+  void pad_to_model_vocab(size_t model_vocab_size);
   bool is_special(TokenId id) const;
   bool valid_id(TokenId id) const;  // in range and naming a token (vocab ids may have gaps)
 

@@ -542,6 +542,26 @@ TEST(BadFiles, MalformedPieces) {
   expect(Json::array(), "expected a JSON object");
 }
 
+// A checkpoint's embedding rows padded past the tokenizer: the model may emit those ids; they decode to
+// nothing, as in HF, instead of failing the request that sampled one.
+TEST(Encode, IdsPaddedToTheModelVocabDecodeToNothing) {
+  Tokenizer t = make(SmallSpec{});
+  const size_t n = t.vocab_size();
+  const TokenId pad = static_cast<TokenId>(n) + 3;
+  EXPECT_THROW(t.token_bytes(pad), Error);
+  t.pad_to_model_vocab(n - 1);  // smaller: nothing changes
+  EXPECT_EQ(t.vocab_size(), n);
+  t.pad_to_model_vocab(n + 8);
+  EXPECT_EQ(t.vocab_size(), n + 8);
+  EXPECT_TRUE(t.valid_id(pad));
+  EXPECT_FALSE(t.is_special(pad));
+  EXPECT_EQ(t.token_bytes(pad), "");
+  EXPECT_EQ(t.decode(std::vector<TokenId>{pad, 0, pad}), t.decode(std::vector<TokenId>{0}));
+  IncrementalDecoder dec(t, /*skip_special=*/true);
+  EXPECT_EQ(dec.push(pad) + dec.flush(), "");
+  EXPECT_THROW(t.token_bytes(static_cast<TokenId>(n) + 8), Error);
+}
+
 TEST(BadFiles, LoadNamesTheFiles) {
   auto dir = std::filesystem::temp_directory_path() / ("ajet_tok_bad_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
