@@ -7,7 +7,8 @@
 # (torch.utils.cmake_prefix_path), which is how a GPU machine with a CUDA PyTorch but no libtorch
 # package builds the engine with CUDA (scripts/gpu-check.sh, docs/engine.md "GPU"); the same happens
 # on its own when the system has no libtorch at all. Switching libtorch needs a fresh build folder:
-# Torch_DIR stays cached. Included by each libtorch directory, so everything here is idempotent.
+# Torch_DIR stays cached. Included by each libtorch directory (and, with either setting, once by the
+# top-level CMakeLists.txt first), so everything here is idempotent.
 set(AJET_TORCH_PREFIX "" CACHE PATH "libtorch to build against (a prefix holding share/cmake/Torch); empty: the system's")
 option(AJET_TORCH_FROM_PYTHON "Build against the libtorch inside AJET_TORCH_PYTHON's PyTorch" OFF)
 set(AJET_TORCH_PYTHON "python3" CACHE STRING "Python whose torch AJET_TORCH_FROM_PYTHON (or the fallback) uses")
@@ -16,11 +17,13 @@ function(_ajet_torch_prefix_from_python out)
   execute_process(
     COMMAND ${AJET_TORCH_PYTHON} -c "import torch.utils; print(torch.utils.cmake_prefix_path)"
     OUTPUT_VARIABLE prefix ERROR_VARIABLE err RESULT_VARIABLE rc OUTPUT_STRIP_TRAILING_WHITESPACE)
-  if(rc EQUAL 0 AND EXISTS "${prefix}/Torch/TorchConfig.cmake")
-    set(${out} "${prefix}" PARENT_SCOPE)
+  set(${out} "" PARENT_SCOPE)
+  if(NOT rc EQUAL 0)
+    set(_AJET_TORCH_PYTHON_ERROR "${AJET_TORCH_PYTHON}: ${rc} ${err}" PARENT_SCOPE)
+  elseif(NOT EXISTS "${prefix}/Torch/TorchConfig.cmake")
+    set(_AJET_TORCH_PYTHON_ERROR "${AJET_TORCH_PYTHON}'s torch has no ${prefix}/Torch/TorchConfig.cmake" PARENT_SCOPE)
   else()
-    set(${out} "" PARENT_SCOPE)
-    set(_AJET_TORCH_PYTHON_ERROR "${AJET_TORCH_PYTHON}: ${err}" PARENT_SCOPE)
+    set(${out} "${prefix}" PARENT_SCOPE)
   endif()
 endfunction()
 
@@ -29,7 +32,7 @@ if(NOT Torch_FOUND)
   if(NOT _ajet_torch_prefix AND AJET_TORCH_FROM_PYTHON)
     _ajet_torch_prefix_from_python(_ajet_torch_prefix)
     if(NOT _ajet_torch_prefix)
-      message(FATAL_ERROR "AJET_TORCH_FROM_PYTHON: could not get torch.utils.cmake_prefix_path from "
+      message(FATAL_ERROR "AJET_TORCH_FROM_PYTHON: no libtorch from torch.utils.cmake_prefix_path: "
                           "${_AJET_TORCH_PYTHON_ERROR}")
     endif()
   endif()
@@ -62,7 +65,10 @@ endif()
 # engine then reports `cuda` on a machine without a GPU as a missing GPU, not as a CPU-only build.
 if(TARGET torch_cuda OR TARGET c10_cuda OR C10_CUDA_LIBRARY)
   set(AJET_TORCH_CUDA ON)
-  add_compile_definitions(AJET_TORCH_CUDA=1)
+  get_directory_property(_ajet_defs COMPILE_DEFINITIONS)
+  if(NOT "AJET_TORCH_CUDA=1" IN_LIST _ajet_defs)  # once per directory tree
+    add_compile_definitions(AJET_TORCH_CUDA=1)
+  endif()
 else()
   set(AJET_TORCH_CUDA OFF)
 endif()
