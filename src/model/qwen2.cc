@@ -1,12 +1,14 @@
 #include "model/qwen2.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "common/error.h"
+#include "model/linear_kernel.h"
 
 namespace ajet::model {
 
@@ -32,6 +34,39 @@ void check_config(const hf::ModelConfig& c) {
   }
   if (c.head_dim % 2 != 0) invalid_argument("model config: head_dim must be even for rotary embeddings");
   if (c.hidden_act != "silu") invalid_argument("model config: hidden_act '" + c.hidden_act + "' is not supported (silu only)");
+}
+
+// Rows up to which a no-grad float32 CPU linear runs linear_kernel.h instead of BLAS: decode steps of
+// up to this many sequences. Beyond it OpenBLAS's packed GEMM wins (its copy of the weights is spread
+// over enough rows); at one row its GEMV streams the weights as fast as the kernel.
+constexpr int64_t kKernelMaxRows = 128;
+
+// x (..., K) · w (N, K)^T + bias (N): the engine's decode path takes linear_rows_f32, everything else
+// (training, prefill, other dtypes and devices) torch's linear. Same maths; float32 sums in another order.
+torch::Tensor linear_forward(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& bias) {
+  const int64_t k = w.size(1), n = w.size(0);
+  const int64_t m = x.dim() > 0 && k > 0 ? x.numel() / k : 0;
+  const bool kernel = !torch::GradMode::is_enabled() && m > 1 && m <= kKernelMaxRows && x.is_cpu() &&
+                      x.scalar_type() == torch::kFloat && x.size(-1) == k && w.is_cpu() &&
+                      w.scalar_type() == torch::kFloat && w.is_contiguous() &&
+                      (!bias.defined() || (bias.scalar_type() == torch::kFloat && bias.is_contiguous()));
+  if (!kernel) return torch::nn::functional::linear(x, w, bias);
+  const torch::Tensor xc = x.contiguous();
+  auto shape = x.sizes().vec();
+  shape.back() = n;
+  torch::Tensor y = torch::empty(shape, x.options());  // (..., N)
+  const float* xp = xc.data_ptr<float>();
+  const float* wp = w.data_ptr<float>();
+  const float* bp = bias.defined() ? bias.data_ptr<float>() : nullptr;
+  float* yp = y.data_ptr<float>();
+  // Units of 8 columns; a thread's share is worth starting only above ~64k multiply-adds.
+  const int64_t units = (n + kLinearColumnsPerUnit - 1) / kLinearColumnsPerUnit;
+  const int64_t grain = std::max<int64_t>(1, 65536 / (m * k * kLinearColumnsPerUnit));
+  at::parallel_for(0, units, grain, [&](int64_t begin, int64_t end) {
+    linear_rows_f32(xp, wp, bp, yp, m, n, k, begin * kLinearColumnsPerUnit,
+                    std::min(n, end * kLinearColumnsPerUnit));
+  });
+  return y;
 }
 
 }  // namespace
@@ -188,7 +223,8 @@ torch::nn::Linear& DecoderLayerImpl::linear(Proj p) { return linears_[static_cas
 
 torch::Tensor DecoderLayerImpl::project(Proj p, const torch::Tensor& x) {
   const auto i = static_cast<size_t>(p);
-  auto out = linears_[i]->forward(x);
+  const torch::nn::Linear& base = linears_[i];
+  auto out = linear_forward(x, base->weight, base->bias);
   if (adapters_[i]) out = out + adapters_[i]->delta(x);
   return out;
 }
@@ -280,7 +316,7 @@ torch::Tensor Qwen2ModelImpl::final_norm(const torch::Tensor& x) { return norm_-
 
 torch::Tensor Qwen2ModelImpl::lm_head(const torch::Tensor& hidden) {
   const auto& w = lm_head_.is_empty() ? embed_tokens_->weight : lm_head_->weight;  // (V, C)
-  return torch::nn::functional::linear(hidden, w);
+  return linear_forward(hidden, w, torch::Tensor());
 }
 
 torch::Tensor Qwen2ModelImpl::forward_hidden(const torch::Tensor& ids, const torch::Tensor& positions,
