@@ -2,7 +2,9 @@
 // 64 concurrent sequences and its ratio to concurrency 1; (b) model FLOP utilisation of chunked
 // prefill and of batched decode against a float32 GEMM peak measured in the same run at the same
 // thread count. Prints a table and appends it to docs/benchmarks.md (--no-append skips that, --smoke
-// runs for seconds to check the program works, --threads N overrides the default 2).
+// runs for seconds to check the program works, --threads N overrides the default 2; --only PRESET[:C]
+// measures one preset's decode at concurrency C (all of them when C is left out) and its prefill, for
+// profiling with perf, and prints no table).
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -207,10 +209,19 @@ int main(int argc, char** argv) {
   ajet::model::pick_blas_kernel(argc, argv);  // first: it may re-execute the process
   bool smoke = false, append = true;
   int threads = 2;
+  std::string only_preset;
+  int64_t only_concurrency = 0;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--smoke") == 0) smoke = true;
     if (std::strcmp(argv[i], "--no-append") == 0) append = false;
     if (std::strcmp(argv[i], "--threads") == 0 && i + 1 < argc) threads = std::atoi(argv[++i]);
+    if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
+      only_preset = argv[++i];
+      if (auto colon = only_preset.find(':'); colon != std::string::npos) {
+        only_concurrency = std::atoll(only_preset.c_str() + colon + 1);
+        only_preset.resize(colon);
+      }
+    }
   }
   g_threads = threads;
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines show up even when piped
@@ -222,7 +233,8 @@ int main(int argc, char** argv) {
   const int64_t max_tokens = smoke ? 4 : 128;
   const int64_t prefill_len = smoke ? 32 : 1024;
   const int reps = smoke ? 1 : 3;
-  const std::vector<int64_t> concurrencies = smoke ? std::vector<int64_t>{1, 8} : std::vector<int64_t>{1, 8, 32, 64};
+  std::vector<int64_t> concurrencies = smoke ? std::vector<int64_t>{1, 8} : std::vector<int64_t>{1, 8, 32, 64};
+  if (only_concurrency > 0) concurrencies = {only_concurrency};
 
   std::vector<DecodeRow> decode;
   std::vector<PrefillRow> prefill;
@@ -230,6 +242,13 @@ int main(int argc, char** argv) {
   std::vector<std::pair<std::string, double>> stream;  // preset, weight streaming GB/s
   std::vector<ajet::hf::ModelConfig> configs;
   std::vector<std::pair<std::string, int64_t>> presets = {{"tiny", 1024}, {"small", 4096}};
+  if (!only_preset.empty()) {
+    std::erase_if(presets, [&](const auto& p) { return p.first != only_preset; });
+    if (presets.empty()) {
+      std::fprintf(stderr, "engine_bench: --only names preset '%s'; known: tiny, small\n", only_preset.c_str());
+      return 2;
+    }
+  }
   for (const auto& [preset, vocab] : presets) {
     ajet::model::Qwen2Model model(ajet::model::preset_config(preset, vocab));
     ajet::model::init_weights(model, 0);
@@ -238,6 +257,7 @@ int main(int argc, char** argv) {
       std::printf("decode %s x%lld: %.0f tokens/s (%.0f by CPU time)\n", preset.c_str(), static_cast<long long>(c),
                   decode.back().tokens_per_s.wall, decode.back().tokens_per_s.cpu);
     }
+    if (only_concurrency > 0) continue;
     prefill.push_back(measure_prefill(preset, model, threads, prefill_len, reps));
     std::printf("prefill %s: %.0f tokens/s (%.0f by CPU time)\n", preset.c_str(), prefill.back().tokens_per_s.wall,
                 prefill.back().tokens_per_s.cpu);
@@ -247,6 +267,7 @@ int main(int argc, char** argv) {
     configs.push_back(model->config());
   }
 
+  if (!only_preset.empty()) return 0;
   std::ostringstream table;
   char line[320];
   std::snprintf(line, sizeof(line), "GEMM peak %.1f GFLOP/s (%.1f by CPU time). ", peak.wall, peak.cpu);
