@@ -15,7 +15,8 @@
 #   5. runs one GRPO step on the GPU and on the CPU and compares its loss and gradient norm, and times
 #      more steps on the GPU;
 #   6. prints a Markdown table to paste into docs/benchmarks.md (also left in the work folder).
-# Exit status 0 when every comparison is within its tolerance, 1 when one is not, 2 on bad use.
+# Exit status 0 when every comparison is within its tolerance, 1 when one is not, 2 on bad use or a
+# failed build, 77 when the machine lacks a prerequisite (no GPU, no Python with torch): ctest's skip.
 #
 # --cpu runs the same steps on the CPU with /usr/bin/python3's torch (python3-torch; the system
 # libtorch, or --bin's binaries): what ctest runs here (gpu_check_script_cpu), so the script works
@@ -87,11 +88,11 @@ run() {  # echo, then run unless --dry-run
 # --- What this machine has ------------------------------------------------------------------------
 gpu_line="no GPU (--cpu)"
 if [ "$mode" = gpu ]; then
-  if ! command -v nvidia-smi >/dev/null 2>&1; then say "no nvidia-smi: not a machine with an NVIDIA GPU (--cpu checks the script without one)"; exit 2; fi
+  if ! command -v nvidia-smi >/dev/null 2>&1; then say "no nvidia-smi: not a machine with an NVIDIA GPU (--cpu checks the script without one)"; exit 77; fi
   index=0
   [ "$device" = cuda ] || index="${device#cuda:}"
   gpu_line="$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | sed -n "$((index + 1))p")"
-  [ -n "$gpu_line" ] || { say "nvidia-smi lists no GPU $index"; exit 2; }
+  [ -n "$gpu_line" ] || { say "nvidia-smi lists no GPU $index"; exit 77; }
   # PyTorch's CMake files find the CUDA toolkit through nvcc.
   if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then export PATH="/usr/local/cuda/bin:$PATH"; fi
   command -v nvcc >/dev/null 2>&1 || say "warning: no nvcc on PATH: CMake may not find the CUDA toolkit that the CUDA libtorch needs"
@@ -109,7 +110,7 @@ for c in "${candidates[@]}"; do
 done
 if [ -z "$py" ]; then
   say "no Python with torch$([ "$mode" = gpu ] && echo ' and CUDA') among: ${candidates[*]} (--python PY names one)"
-  exit 2
+  exit 77
 fi
 torch_line="$("$py" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda)')"
 has_transformers=0
