@@ -37,11 +37,17 @@ for s in seeds:
     rep = json.load(open(os.path.join(work, "models", "calc-gate", "sft_report.json")))
     rep2 = json.load(open(os.path.join(work, "models", "calc-sft", "sft_report.json")))
     gate = rep.get("stopped_at_success")
+    # With the symbolic steps first (AJET_SFT_SYMBOLIC_STEPS), the gate's model started from the
+    # winner's symbolic model: count those steps too.
+    sym = 0
+    if rep.get("model", "").endswith("-symbolic"):
+        m = re.search(r"\((\d+) symbolic steps", log)
+        sym = int(m.group(1)) if m else 0
     metrics = sorted(glob.glob(os.path.join(work, "experiments", "*", "metrics.jsonl")))[-1]
     recs = [json.loads(l) for l in open(metrics) if l.strip()]
     val = [r for r in recs if r.get("kind") == "validation"]
     a, b = val[0]["validation"], val[-1]["validation"]
-    rows.append(dict(seed=s, secs=secs, gate=gate, sft_steps=rep["steps"], sft_s=rep["train_seconds"],
+    rows.append(dict(seed=s, secs=secs, gate=gate, sym=sym, sft_steps=rep["steps"], sft_s=rep["train_seconds"],
                      sft2_steps=rep2["steps"], sft2_s=rep2["train_seconds"],
                      kept=rep.get("kept_step"), rl_steps=val[-1]["step"],
                      s0=100 * a["sampled_success"], s1=100 * b["sampled_success"],
@@ -55,8 +61,9 @@ lines = [f"### Fresh runs of the main command: {label} ({datetime.date.today().i
          "| seed | warm-up gate | SFT steps (s): race + 70% stage | RL steps | T=1 before → after (gain) | greedy before → after | s after build |",
          "|---|---|---|---|---|---|---|"]
 for r in rows:
-    gate = f"reached at {r['gate']['step']} ({100 * r['gate']['success']:.0f}%)" if r["gate"] else "MISSED"
-    lines.append(f"| {r['seed']} | {gate} | {r['sft_steps']} ({r['sft_s']:.0f}) + {r['sft2_steps']} ({r['sft2_s']:.0f}) | {r['rl_steps']} | "
+    sym = f"{r['sym']} symbolic + " if r["sym"] else ""
+    gate = f"reached at {sym}{r['gate']['step']} ({100 * r['gate']['success']:.0f}%)" if r["gate"] else "MISSED"
+    lines.append(f"| {r['seed']} | {gate} | {sym}{r['sft_steps']} ({r['sft_s']:.0f}) + {r['sft2_steps']} ({r['sft2_s']:.0f}) | {r['rl_steps']} | "
                  f"{r['s0']:.1f} → {r['s1']:.1f} ({r['s1'] - r['s0']:+.1f}) | {r['g0']:.0f} → {r['g1']:.0f} | {r['secs']} |")
 gains = [r["s1"] - r["s0"] for r in rows]
 finals = [r["s1"] for r in rows]
