@@ -87,6 +87,7 @@ TrialLaunch Controller::make_launch(const TrialRow& t, bool resume) const {
   l.workdir = study_.workdir;
   l.extra_flags = study_.runner.ajet_flags;
   l.resume = resume;
+  l.revalidate_step = t.revalidate;
   const int64_t every = validation_interval(study_);
   l.overrides = {{"ajet.experiment_name", t.name},
                  {"ajet.experiment_dir", "auto"},
@@ -139,7 +140,8 @@ void Controller::launch(TrialRow t, bool resume, const std::string& why) {
     t.status = kRunning;
     t.launches += 1;
     journal_.update_trial(t);
-    journal_.add_decision(resume ? "resume" : "launch", t.id, why, {{"launch", t.launches}, {"seed", t.seed}});
+    journal_.add_decision(t.revalidate ? "validate" : resume ? "resume" : "launch", t.id, why,
+                          {{"launch", t.launches}, {"seed", t.seed}});
   });
   const TrialLaunch l = make_launch(t, resume);
   options_.say(fmt::format("research: {} {} ({})", resume ? "continuing" : "starting", t.name, why));
@@ -176,6 +178,9 @@ void Controller::collect_validations(int64_t id, const TrialLaunch& launch) {
         t.reason = verdict->reason;
       }
       journal_.update_trial(t);
+      if (verdict && verdict->numbers.contains("rung")) {
+        journal_.add_rung(id, verdict->numbers["rung"].get<int64_t>(), *value, v.step);
+      }
       if (verdict) journal_.add_decision(verdict->kind, id, verdict->reason, verdict->numbers);
     });
     if (stop) {
@@ -189,7 +194,7 @@ void Controller::collect_validations(int64_t id, const TrialLaunch& launch) {
 }
 
 std::optional<Controller::Verdict> Controller::judge(const TrialRow& t, int64_t step, double value) {
-  if (!is_search(t) || step >= study_.objective.step) return std::nullopt;  // confirmation runs always finish
+  if (!is_search(t)) return std::nullopt;  // confirmation runs always finish
   const std::vector<Point> mine_so_far = journal_.points(t.id);
   // The rung this point crosses: normally its own step; after a resume that lost the rung's own
   // validation (a run killed between a step and its validation continues after that step), the rung
@@ -200,7 +205,7 @@ std::optional<Controller::Verdict> Controller::judge(const TrialRow& t, int64_t 
   }
   std::optional<int64_t> rung;
   for (int64_t r : study_.stopping.rungs) {
-    if (r > previous && r <= step) rung = r;
+    if (r > previous && r <= step) rung = r;  // the last rung crossed (several: one decision)
   }
   std::optional<Verdict> promoted;
   if (rung) {
@@ -208,10 +213,8 @@ std::optional<Controller::Verdict> Controller::judge(const TrialRow& t, int64_t 
     // Asynchronous successive halving: compare with every search trial that reached this rung so far;
     // continue when among the top max(1, n / eta).
     std::vector<double> peers;
-    for (const Point& p : journal_.points()) {
-      if (p.step != at || p.trial == t.id) continue;
-      const TrialRow peer = journal_.trial(p.trial);
-      if (is_search(peer)) peers.push_back(study_.objective.maximize ? p.value : -p.value);
+    for (const auto& [trial, v] : journal_.rung_values(at)) {
+      if (trial != t.id) peers.push_back(study_.objective.maximize ? v : -v);
     }
     const double mine = study_.objective.maximize ? value : -value;
     peers.push_back(mine);
@@ -233,6 +236,9 @@ std::optional<Controller::Verdict> Controller::judge(const TrialRow& t, int64_t 
                                    study_.objective.metric, number_text(value), better + 1, n, keep, number_text(cutoff)),
                        numbers, false};
   }
+  // (A rung first crossed at the objective step is still decided, so a resumed study ends as an
+  // uninterrupted one would; a plateau there no longer saves anything.)
+  if (step >= study_.objective.step) return promoted;
   // Plateau: the best of the last `patience` validations against the best before them.
   const int64_t patience = study_.stopping.plateau_patience;
   std::vector<Point> pts;
@@ -248,7 +254,7 @@ std::optional<Controller::Verdict> Controller::judge(const TrialRow& t, int64_t 
     for (size_t i = split; i < pts.size(); ++i) recent = better(pts[i].value, recent) ? pts[i].value : recent;
     const double gain = study_.objective.maximize ? recent - earlier : earlier - recent;
     if (gain <= study_.stopping.plateau_min_delta) {
-      return Verdict{"plateau",
+      Verdict v{"plateau",
                      fmt::format("plateau at step {}: the best of the last {} validations ({}) is not better than the "
                                  "earlier best ({}) by more than {}{}",
                                  step, patience, number_text(recent), number_text(earlier),
@@ -256,6 +262,8 @@ std::optional<Controller::Verdict> Controller::judge(const TrialRow& t, int64_t 
                      {{"earlier_best", earlier}, {"recent_best", recent}, {"gain", gain}, {"patience", patience},
                       {"min_delta", study_.stopping.plateau_min_delta}, {"step", step}},
                      true};
+      if (promoted) v.numbers["rung"] = promoted->numbers["rung"];  // the rung result is recorded too
+      return v;
     }
   }
   return promoted;
@@ -298,6 +306,16 @@ void Controller::handle_end(int64_t id, const TrialEnd& end) {
                               fmt::format("{} at step {} = {} ({:.0f} s)", study_.objective.metric, study_.objective.step,
                                           number_text(*final_value), t.runtime_s),
                               {{"value", *final_value}, {"runtime_s", t.runtime_s}});
+      } else if (!t.revalidate && runner_.last_step(l) >= study_.objective.step) {
+        // The run trained to the objective step but has no validation there: it was killed between
+        // the step and its validation, and its resume went on after the step. Validate that step's
+        // checkpoint instead of calling the trial stopped.
+        t.revalidate = study_.objective.step;
+        journal_.add_decision("revalidate", id,
+                              fmt::format("the run reached step {} but lost that step's validation (killed between "
+                                          "the two); validating the step's checkpoint",
+                                          study_.objective.step),
+                              {{"step", study_.objective.step}});
       } else {
         t.status = kStopped;
         t.reason = fmt::format("the run ended at step {} before the objective step {}", last_step, study_.objective.step);
@@ -305,6 +323,10 @@ void Controller::handle_end(int64_t id, const TrialEnd& end) {
       }
       journal_.update_trial(t);
     });
+    if (t.status == kRunning && t.revalidate && !final_value) {
+      launch(journal_.trial(id), true, fmt::format("validating the step-{} checkpoint", *t.revalidate));
+      return;
+    }
     options_.say(fmt::format("research: {} {}", t.name, final_value ? "completed: " + number_text(*final_value) : t.reason));
     return;
   }

@@ -16,16 +16,20 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS trials (
   id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, round INTEGER NOT NULL, role TEXT NOT NULL,
   confirms INTEGER, params TEXT NOT NULL, seed INTEGER NOT NULL, status TEXT NOT NULL, reason TEXT NOT NULL,
-  attempts INTEGER NOT NULL, launches INTEGER NOT NULL, runtime_s REAL NOT NULL, result REAL, error TEXT NOT NULL);
+  attempts INTEGER NOT NULL, launches INTEGER NOT NULL, runtime_s REAL NOT NULL, result REAL, error TEXT NOT NULL,
+  revalidate INTEGER);
 CREATE TABLE IF NOT EXISTS points (
   trial INTEGER NOT NULL, step INTEGER NOT NULL, value REAL NOT NULL, PRIMARY KEY (trial, step));
+CREATE TABLE IF NOT EXISTS rungs (
+  trial INTEGER NOT NULL, rung INTEGER NOT NULL, value REAL NOT NULL, step INTEGER NOT NULL, PRIMARY KEY (trial, rung));
 CREATE TABLE IF NOT EXISTS decisions (
   id INTEGER PRIMARY KEY, time TEXT NOT NULL, kind TEXT NOT NULL, trial INTEGER, reason TEXT NOT NULL,
   numbers TEXT NOT NULL);
 )sql";
 
 constexpr const char* kTrialColumns =
-    "id, name, round, role, confirms, params, seed, status, reason, attempts, launches, runtime_s, result, error";
+    "id, name, round, role, confirms, params, seed, status, reason, attempts, launches, runtime_s, result, error, "
+    "revalidate";
 
 TrialRow read_trial(store::Stmt& s) {
   TrialRow t;
@@ -44,6 +48,7 @@ TrialRow read_trial(store::Stmt& s) {
   t.runtime_s = s.column_double(11);
   t.result = s.column_optional_double(12);
   t.error = s.column_text(13);
+  t.revalidate = s.column_optional_int(14);
   return t;
 }
 
@@ -105,10 +110,10 @@ int64_t Journal::add_trial(const TrialRow& t) {
 
 void Journal::update_trial(const TrialRow& t) {
   store::Stmt& s = db_->prepare(
-      "UPDATE trials SET status = ?, reason = ?, attempts = ?, launches = ?, runtime_s = ?, result = ?, error = ? "
-      "WHERE id = ?");
+      "UPDATE trials SET status = ?, reason = ?, attempts = ?, launches = ?, runtime_s = ?, result = ?, error = ?, "
+      "revalidate = ? WHERE id = ?");
   s.bind(1, t.status).bind(2, t.reason).bind(3, t.attempts).bind(4, t.launches).bind(5, t.runtime_s);
-  s.bind(6, t.result).bind(7, t.error).bind(8, t.id);
+  s.bind(6, t.result).bind(7, t.error).bind(8, t.revalidate).bind(9, t.id);
   s.run();
 }
 
@@ -139,6 +144,21 @@ std::vector<Point> Journal::points(std::optional<int64_t> trial) {
   if (trial) s.bind(1, *trial);
   std::vector<Point> out;
   while (s.step()) out.push_back(Point{s.column_int(0), s.column_int(1), s.column_double(2)});
+  return out;
+}
+
+bool Journal::add_rung(int64_t trial, int64_t rung, double value, int64_t step) {
+  store::Stmt& s = db_->prepare("INSERT OR IGNORE INTO rungs (trial, rung, value, step) VALUES (?, ?, ?, ?)");
+  s.bind(1, trial).bind(2, rung).bind(3, value).bind(4, step);
+  s.run();
+  return sqlite3_changes(db_->raw()) > 0;
+}
+
+std::map<int64_t, double> Journal::rung_values(int64_t rung) {
+  store::Stmt& s = db_->prepare("SELECT trial, value FROM rungs WHERE rung = ?");
+  s.bind(1, rung);
+  std::map<int64_t, double> out;
+  while (s.step()) out[s.column_int(0)] = s.column_double(1);
   return out;
 }
 

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -48,6 +49,7 @@ struct TrialRow {
   double runtime_s = 0;        // running time over all launches
   std::optional<double> result;  // the objective at objective.step
   std::string error;           // the log tail of the last crash
+  std::optional<int64_t> revalidate;  // its run lost this step's validation: a val_only run redoes it
 };
 
 struct Point {
@@ -89,6 +91,12 @@ class Journal {
   // Records a validation value; false when (trial, step) was already recorded (the first one stays).
   bool add_point(int64_t trial, int64_t step, double value);
   std::vector<Point> points(std::optional<int64_t> trial = std::nullopt);
+
+  // A trial's result at a successive-halving rung (measured at `step`: the rung's own validation, or
+  // the first one after it when a resumed run lost that one); false when already recorded.
+  bool add_rung(int64_t trial, int64_t rung, double value, int64_t step);
+  // Every result at `rung`: trial -> value.
+  std::map<int64_t, double> rung_values(int64_t rung);
 
   void add_decision(const std::string& kind, std::optional<int64_t> trial, const std::string& reason,
                     const Json& numbers = Json::object());

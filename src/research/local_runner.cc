@@ -36,6 +36,21 @@ std::vector<Validation> read_classic_validations(const fs::path& metrics_jsonl) 
   return out;
 }
 
+int64_t read_classic_last_step(const fs::path& metrics_jsonl) {
+  int64_t last = 0;
+  std::ifstream in(metrics_jsonl);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::optional<Json> r = try_parse_json(line);
+    if (!r || !r->is_object()) continue;
+    const std::string kind = r->value("kind", "");
+    const int64_t step = r->value("step", int64_t(-1));
+    if (kind == "resume") last = std::min(last, step);
+    if (kind == "train") last = std::max(last, step);
+  }
+  return last;
+}
+
 LocalRunner::LocalRunner(fs::path ajet_binary, std::chrono::milliseconds stop_grace)
     : ajet_(std::move(ajet_binary)), stop_grace_(stop_grace) {}
 
@@ -49,8 +64,21 @@ std::vector<std::string> LocalRunner::command(const TrialLaunch& l) const {
     argv.push_back("--set");
     argv.push_back(key + "=" + value);
   }
+  if (l.revalidate_step) {
+    // The checkpoint of that step when the run saved one (a trained run); else the run's own model
+    // (the debug backbone trains nothing).
+    argv.push_back("--set");
+    argv.push_back("ajet.experiment_name=" + l.run_dir().filename().string());
+    argv.push_back("--set");
+    argv.push_back("ajet.trainer_common.val_only=true");
+    const fs::path model = l.exp_dir() / "saved_checkpoints" / ("global_step_" + std::to_string(*l.revalidate_step)) / "model";
+    if (fs::exists(model)) {
+      argv.push_back("--set");
+      argv.push_back("ajet.model.path=" + fs::absolute(model).string());
+    }
+  }
   for (const std::string& flag : l.extra_flags) argv.push_back(flag);
-  if (l.resume) argv.push_back("--resume");
+  if (l.resume && !l.revalidate_step) argv.push_back("--resume");
   return argv;
 }
 
@@ -79,8 +107,8 @@ void wait_for_earlier_run(const fs::path& exp_dir) {
 
 void LocalRunner::start(const TrialLaunch& l) {
   if (running_.count(l.trial)) fail(ErrorCode::kInternal, "trial " + l.name + " is already running");
-  fs::create_directories(l.exp_dir());
-  if (l.resume) wait_for_earlier_run(l.exp_dir());
+  fs::create_directories(l.run_dir());
+  if (l.resume || l.revalidate_step) wait_for_earlier_run(l.run_dir());
   const fs::path log = l.exp_base / (l.name + ".log");
   const std::vector<std::string> argv = command(l);
   {
@@ -111,8 +139,15 @@ std::optional<TrialEnd> LocalRunner::poll(int64_t trial) {
 }
 
 std::vector<Validation> LocalRunner::validations(const TrialLaunch& l) {
-  return read_classic_validations(l.exp_dir() / "metrics.jsonl");
+  if (!l.revalidate_step) return read_classic_validations(l.exp_dir() / "metrics.jsonl");
+  std::vector<Validation> out;
+  for (Validation& v : read_classic_validations(l.run_dir() / "metrics.jsonl")) {
+    if (v.step == 0) out.push_back(Validation{*l.revalidate_step, std::move(v.metrics)});
+  }
+  return out;
 }
+
+int64_t LocalRunner::last_step(const TrialLaunch& l) { return read_classic_last_step(l.exp_dir() / "metrics.jsonl"); }
 
 void LocalRunner::stop(int64_t trial) {
   auto it = running_.find(trial);

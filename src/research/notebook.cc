@@ -179,7 +179,7 @@ std::string plan_section(const Study& study, Journal& journal, const Params& bas
   }
   const Json plan = parse_json(journal.meta("plan").value_or("{}"), "journal plan");
   md += "\n**Hypotheses** (" + plan.value("proposer", std::string("built-in")) + "):\n\n";
-  for (const Json& h : plan.value("hypotheses", Json::array())) md += "- " + h.get<std::string>() + "\n";
+  for (const Json& h : plan.value("hypotheses", Json::array())) md += fmt::format("- {}\n", h.get<std::string>());
   const auto& s = study.stopping;
   md += "\n**Decision tree:**\n\n";
   md += fmt::format("1. Round 1: the base config and {} candidates, each on seed {}, at most {} at a time.\n",
@@ -337,7 +337,7 @@ void write_notebook(const fs::path& dir, const Study& study, Journal& journal, d
                       t.seed, t.status);
     for (int64_t s : steps) {
       const auto it = by_trial[t.id].find(s);
-      md += it == by_trial[t.id].end() ? " |" : " " + num(it->second) + " |";
+      md += it == by_trial[t.id].end() ? std::string(" |") : fmt::format(" {} |", num(it->second));
     }
     md += fmt::format(" {:.0f} | {} |\n", t.runtime_s,
                       cell(t.reason + (t.attempts > 0 ? fmt::format(" (crashes: {})", t.attempts) : "")));

@@ -95,7 +95,7 @@ std::vector<std::string> BuiltinProposer::hypotheses(const Study& study) {
     std::string range;
     if (p.kind == Param::Kind::kChoice) {
       std::vector<std::string> vs;
-      for (const Json& v : p.choices) vs.push_back("`" + value_text(v) + "`");
+      for (const Json& v : p.choices) vs.push_back(fmt::format("`{}`", value_text(v)));
       range = "one of " + fmt::format("{}", fmt::join(vs, ", "));
     } else {
       range = fmt::format("{} in [{}, {}]", p.kind == Param::Kind::kLogUniform ? "log-uniform" : p.kind == Param::Kind::kInt ? "integer" : "uniform",

@@ -29,8 +29,15 @@ struct TrialLaunch {
   std::vector<std::pair<std::string, std::string>> overrides;  // key -> YAML value, controller keys included
   std::vector<std::string> extra_flags;
   bool resume = false;  // continue the run its directory holds (from its newest checkpoint)
+  // Only validate the checkpoint of this step (a run that lost that step's validation): a val_only
+  // run in its own directory (<name>-val<step>), whose validation counts at this step.
+  std::optional<int64_t> revalidate_step;
 
   std::filesystem::path exp_dir() const { return exp_base / name; }
+  // Where this launch's run writes: exp_dir(), or the revalidation's own directory.
+  std::filesystem::path run_dir() const {
+    return revalidate_step ? exp_base / (name + "-val" + std::to_string(*revalidate_step)) : exp_dir();
+  }
 };
 
 struct TrialEnd {
@@ -55,6 +62,8 @@ class TrialRunner {
   // The validations of the run in the trial's directory (running or not), in step order: the current
   // run's, without records a resume will redo.
   virtual std::vector<Validation> validations(const TrialLaunch& launch) = 0;
+  // The last RL step the run in the trial's directory recorded (0 before the first).
+  virtual int64_t last_step(const TrialLaunch& launch) = 0;
   // Stops a running trial (clean stop first: the run saves a checkpoint) and waits until it is gone.
   virtual void stop(int64_t trial) = 0;
   // The last lines of the trial's log (for a crash report).
@@ -67,6 +76,8 @@ class TrialRunner {
 // line drops the records of steps after N (the resumed run writes them again); a torn last line
 // (a run killed mid-write) is skipped.
 std::vector<Validation> read_classic_validations(const std::filesystem::path& metrics_jsonl);
+// The last step of a classic run's train records (after the same resume rule), 0 when none.
+int64_t read_classic_last_step(const std::filesystem::path& metrics_jsonl);
 
 // Classic runs as child processes of the controller, each in its own process group (SIGKILL of the
 // controller kills them: PR_SET_PDEATHSIG), output appended to <exp base>/<name>.log (beside the
@@ -79,6 +90,7 @@ class LocalRunner : public TrialRunner {
   void start(const TrialLaunch& launch) override;
   std::optional<TrialEnd> poll(int64_t trial) override;
   std::vector<Validation> validations(const TrialLaunch& launch) override;
+  int64_t last_step(const TrialLaunch& launch) override;
   void stop(int64_t trial) override;
   std::string log_tail(const TrialLaunch& launch, size_t lines) override;
   void wait(std::chrono::milliseconds timeout) override;

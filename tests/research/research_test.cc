@@ -181,6 +181,8 @@ struct FakeWorld {
   std::vector<std::string> log;            // "start t001", "resume t001", "stop t001"
   std::set<double> crash_lrs;
   std::set<double> flat_lrs;  // curves that never improve (plateau)
+  std::set<double> lose_final_lrs;  // runs that lose their last validation (killed between step and validation)
+  std::set<std::string> revalidated;
 };
 
 class FakeRunner : public TrialRunner {
@@ -209,13 +211,19 @@ class FakeRunner : public TrialRunner {
     return 0.2 + double(step) * 0.05 * q + 0.001 * double(seed_of(l));
   }
   void start(const TrialLaunch& l) override {
-    w_.log.push_back((l.resume ? "resume " : "start ") + l.name);
+    w_.log.push_back((l.revalidate_step ? "validate " : l.resume ? "resume " : "start ") + l.name);
     launches_[l.trial] = l;
     running_.insert(l.trial);
   }
   std::optional<TrialEnd> poll(int64_t trial) override {
     if (!running_.count(trial)) return TrialEnd{false, "not running"};
     const TrialLaunch& l = launches_[trial];
+    if (l.revalidate_step) {
+      if (w_.revalidated.insert(l.name).second) return std::nullopt;
+      running_.erase(trial);
+      w_.log.push_back("end " + l.name);
+      return TrialEnd{true, "exit code 0"};
+    }
     if (w_.crash_lrs.count(lr_of(l))) {
       running_.erase(trial);
       return TrialEnd{false, "exit code 1"};
@@ -232,12 +240,23 @@ class FakeRunner : public TrialRunner {
   }
   std::vector<Validation> validations(const TrialLaunch& l) override {
     std::vector<Validation> out;
+    if (l.revalidate_step) {
+      if (w_.revalidated.count(l.name)) {
+        out.push_back(Validation{*l.revalidate_step, Json{{"val/sampled_success", value(l, *l.revalidate_step)}}});
+      }
+      return out;
+    }
     const size_t p = w_.progress.count(l.name) ? w_.progress[l.name] : 0;
     for (size_t i = 0; i < p; ++i) {
       const int64_t step = int64_t(i) * every_;
+      if (step == steps_ && w_.lose_final_lrs.count(lr_of(l))) continue;
       out.push_back(Validation{step, Json{{"val/sampled_success", value(l, step)}}});
     }
     return out;
+  }
+  int64_t last_step(const TrialLaunch& l) override {
+    const size_t p = w_.progress.count(l.name) ? w_.progress[l.name] : 0;
+    return p == 0 ? 0 : int64_t(p - 1) * every_;
   }
   void stop(int64_t trial) override {
     if (running_.erase(trial)) w_.log.push_back("stop " + launches_[trial].name);
@@ -350,6 +369,26 @@ TEST(Controller, ACrashingTrialIsRetriedThenRecordedAsFailed) {
   EXPECT_NE(read_file(dir / "study" / "notebook.md").find("the tail of t002's log"), std::string::npos);
 }
 
+TEST(Controller, ARunThatLostItsLastValidationIsValidatedFromItsCheckpoint) {
+  TempDir dir;
+  const Study s = parse(dir, study_text());
+  Journal j(dir / "journal.sqlite");
+  FakeWorld w;
+  w.lose_final_lrs = {5e-4};
+  FakeRunner runner(w, 8, 4);
+  ListProposer proposer({{{"lr", 5e-4}, {"kl", 0.0}}});
+  Controller c(s, j, runner, proposer, ControllerOptions{dir / "study"});
+  run_to_end(c);
+  const TrialRow t = by_name(j).at("t002");
+  EXPECT_EQ(t.status, kCompleted);
+  ASSERT_TRUE(t.result);
+  EXPECT_NEAR(*t.result, 0.2 + 8 * 0.05 + 0.001, 1e-9);
+  EXPECT_EQ(std::count(w.log.begin(), w.log.end(), "validate t002"), 1);
+  int revalidations = 0;
+  for (const Decision& d : j.decisions()) revalidations += d.kind == "revalidate" && d.trial == t.id;
+  EXPECT_EQ(revalidations, 1);
+}
+
 TEST(Controller, APlateauStopsAFlatTrialButNotAnImprovingOne) {
   TempDir dir;
   const Study s = parse(dir, study_text("", "early_stopping: {plateau_patience: 2}\n"));
@@ -401,7 +440,9 @@ TEST(Controller, ARestartAtAnyTickRerunsNothingAndCountsEveryTrialOnce) {
     std::set<std::string> ended;
     for (const std::string& line : w.log) {
       const std::string verb = line.substr(0, line.find(' ')), name = line.substr(line.find(' ') + 1);
-      if (verb == "start" || verb == "resume") EXPECT_FALSE(ended.count(name)) << "k=" << k << ": " << line;
+      if (verb == "start" || verb == "resume") {
+        EXPECT_FALSE(ended.count(name)) << "k=" << k << ": " << line;
+      }
       if (verb == "end" || verb == "stop") ended.insert(name);
     }
     EXPECT_EQ(j.meta("phase"), std::optional<std::string>(kPhaseDone));
