@@ -58,7 +58,7 @@ def one(name):
     assert len(train) == steps and len(val) >= 2, f"{name}: {len(train)} steps, {len(val)} validations"
     rl_s = train[-1]["elapsed_s"] - val[0]["elapsed_s"]
     stale = [r["staleness"] for r in train if isinstance(r.get("staleness"), dict)]
-    return dict(rl_s=rl_s, sps=steps / rl_s, s0=100 * val[0]["validation"]["sampled_success"],
+    return dict(rl_s=rl_s, sps=steps / rl_s, eps=sum(r["rollout"]["episodes"] for r in train) / rl_s, s0=100 * val[0]["validation"]["sampled_success"],
                 s1=100 * val[-1]["validation"]["sampled_success"], g1=100 * val[-1]["validation"]["greedy_success"],
                 p1=100 * val[-1]["validation"]["pass_at_k"],
                 rollout=statistics.mean(r["rollout_time_s"] for r in train),
@@ -70,22 +70,26 @@ runs = {(b, k): one(f"{b}-{k}") for k in range(1, rounds + 1) for b in ("torch",
 lines = [f"### Async backbone vs torch, classic calc RL ({datetime.date.today().isoformat()})", "",
          f"`bench/classic/async_vs_torch.sh --model {model} --steps {steps} --rounds {rounds}`: examples/configs/calc.yaml "
          f"(dynamic sampling, 16 tasks x 8 episodes, 64 in flight, engine.threads 2) from the same warmed-up model, {steps} "
-         "steps per run, runs alternating torch/async; async with max_staleness 1 and the default thread split (trainer 1, "
-         "decoder 1 while a step trains). RL s: from the end of the step-0 validation to the last step's record (every batch "
-         "trained). Held-out: 100 tasks, T=1 success = mean of 4 samples. "
+         "steps per run, runs alternating torch/async; async with max_staleness 1 and the defaults ajet.async.trainer_threads "
+         "(1 of 2), decode_threads_while_training (2) and trainer_nice (19). RL s: from the end of the step-0 validation to the "
+         "last step's record (every batch trained). Dynamic sampling makes a step's work differ between runs (1-4 task "
+         "batches), so episodes per second is given too. Held-out: 100 tasks, T=1 success = mean of 4 samples. "
          f"Load average (1/5/15 min) before: {load_before}, after: {load_after}.", "",
-         "| run | RL s | steps/s | rollout s/step | wait s/step | staleness mean / max (batches > 0) | T=1 before → after | greedy after | pass@4 after |",
-         "|---|---|---|---|---|---|---|---|---|"]
+         "| run | RL s | steps/s | episodes/s | rollout s/step | wait s/step | staleness mean / max (batches > 0) | T=1 before → after | greedy after | pass@4 after |",
+         "|---|---|---|---|---|---|---|---|---|---|"]
 for (b, k), r in runs.items():
     stale = "-" if r["stale_max"] is None else f"{r['stale_mean']:.2f} / {r['stale_max']} ({r['stale_pos']}/{steps})"
-    lines.append(f"| {b} {k} | {r['rl_s']:.0f} | {r['sps']:.3f} | {r['rollout']:.2f} | {r['wait']:.2f} | {stale} | "
+    lines.append(f"| {b} {k} | {r['rl_s']:.0f} | {r['sps']:.3f} | {r['eps']:.1f} | {r['rollout']:.2f} | {r['wait']:.2f} | {stale} | "
                  f"{r['s0']:.1f} → {r['s1']:.1f} | {r['g1']:.0f}% | {r['p1']:.0f}% |")
 ratios = [runs[("async", k)]["sps"] / runs[("torch", k)]["sps"] for k in range(1, rounds + 1)]
 t_sps = sum(runs[("torch", k)]["sps"] for k in range(1, rounds + 1)) / rounds
 a_sps = sum(runs[("async", k)]["sps"] for k in range(1, rounds + 1)) / rounds
 t_s1 = sum(runs[("torch", k)]["s1"] for k in range(1, rounds + 1)) / rounds
 a_s1 = sum(runs[("async", k)]["s1"] for k in range(1, rounds + 1)) / rounds
-lines += ["", f"async / torch steps per second: {a_sps / t_sps:.2f}x (per round: {', '.join(f'{x:.2f}x' for x in ratios)}); "
+t_eps = sum(runs[("torch", k)]["eps"] for k in range(1, rounds + 1)) / rounds
+a_eps = sum(runs[("async", k)]["eps"] for k in range(1, rounds + 1)) / rounds
+lines += ["", f"async / torch steps per second: {a_sps / t_sps:.2f}x (per round: {', '.join(f'{x:.2f}x' for x in ratios)}), "
+          f"episodes per second: {a_eps / t_eps:.2f}x; "
           f"held-out T=1 after {steps} steps: async {a_s1:.1f}% vs torch {t_s1:.1f}% ({a_s1 - t_s1:+.1f} points; one run's "
           "noise on 400 samples is about 2.5 points, a difference of two runs about 3.5).", ""]
 text = "\n".join(lines) + "\n"

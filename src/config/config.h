@@ -226,6 +226,9 @@ struct AsyncConfig {
   // decoder gets all of them back when the step's weights are in.
   int64_t trainer_threads = 0;
   int64_t decode_threads_while_training = 0;
+  // The trainer thread's nice value (Linux, per thread): above the decoder's, the trainer runs on what
+  // the rollouts leave idle instead of preempting the decoder's threads.
+  int64_t trainer_nice = 19;
 };
 
 struct InterchangeServerConfig {

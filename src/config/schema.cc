@@ -224,6 +224,9 @@ std::vector<Field> config_fields(Config& c) {
   t.add("async.decode_threads_while_training", c.async.decode_threads_while_training,
         "async: intra-op threads of the decoder while a step trains; 0: all of engine.threads",
         {.min = 0});
+  t.add("async.trainer_nice", c.async.trainer_nice,
+        "async: nice value of the trainer's threads (0-19); higher: training takes only what the rollouts leave idle",
+        {.min = 0, .max = 19});
   // Swarm server.
   t.add("interchange_server.interchange_server_port", c.interchange_server.interchange_server_port,
         "swarm server port; `auto` (0): any free port", {.min = 0, .max = 65535, .auto_value = 0});

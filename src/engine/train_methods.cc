@@ -1,6 +1,12 @@
 #include "engine/train_methods.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -50,6 +56,7 @@ TrainingOptions training_options(const EngineOptions& options) {
   }
   t.async_trainer_threads = int(c.async.trainer_threads);
   t.async_decode_threads = int(c.async.decode_threads_while_training);
+  t.async_trainer_nice = int(c.async.trainer_nice);
   t.trainer = train::TrainerOptions::from_config(c);
   t.checkpoint_base_dir = c.trainer_common.checkpoint_base_dir;
   t.keep_last = c.trainer_common.max_checkpoints_to_keep;
@@ -75,6 +82,18 @@ struct TrainMethods::Impl {
     const int trainer = options.async_trainer_threads > 0 ? options.async_trainer_threads : std::max(1, all / 2);
     const int decode = options.async_decode_threads > 0 ? options.async_decode_threads : all;
     return {trainer, decode};
+  }
+
+  // async: the calling (control) thread, which trains, and the OpenMP threads it starts later get
+  // the trainer's nice value once. Linux nice is per thread; a failure only costs speed.
+  bool niced = false;
+  void lower_trainer_priority() {
+    if (niced || options.async_trainer_nice <= 0) return;
+    niced = true;
+    const pid_t tid = pid_t(::syscall(SYS_gettid));
+    if (::setpriority(PRIO_PROCESS, id_t(tid), options.async_trainer_nice) != 0) {
+      log().warn("async trainer: setpriority({}) failed: {}", options.async_trainer_nice, std::strerror(errno));
+    }
   }
 
   void require_training(std::string_view method) const {
@@ -188,6 +207,7 @@ Json TrainMethods::train_step(const rpc::TrainBatch& rpc_batch) {
     };
     if (narrow_decode) set_decode_threads(decode_threads);
     model::configure_threads(trainer_threads);
+    s.lower_trainer_priority();
     try {
       metrics = trainer.train_step(batch);
     } catch (...) {

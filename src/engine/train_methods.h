@@ -40,6 +40,7 @@ struct TrainingOptions {
   // decode_threads_while_training. A narrower decoder gets `threads` back with the new weights.
   int async_trainer_threads = 0;
   int async_decode_threads = 0;
+  int async_trainer_nice = 19;  // ajet.async.trainer_nice: the trainer thread's nice value
   // The data-parallel group (train/dist.h's make_collective); null: one rank. With one, every
   // train_step all-reduces gradients with the other ranks, and an empty batch is a valid part.
   std::shared_ptr<train::Collective> collective;
