@@ -13,12 +13,14 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include "command.h"
 #include "common/error.h"
 #include "common/fs.h"
 #include "research/controller.h"
 #include "research/journal.h"
+#include "research/llm_proposer.h"
 #include "research/notebook.h"
 #include "research/proposer.h"
 #include "research/runner.h"
@@ -43,6 +45,8 @@ struct ResearchArgs {
   std::string study;
   std::string dir;
   std::string ajet;  // the ajet binary trials run (default: this one)
+  std::string llm_url;    // the LLM researcher's endpoint (default: OPENAI_BASE_URL; none: built-in search)
+  std::string llm_model;  // its model (default: AJET_RESEARCH_MODEL, else gpt-4o-mini)
 };
 
 // The study's lock: one controller per study directory (flock, released when the process dies).
@@ -77,7 +81,8 @@ research::Study study_of(research::Journal& journal, const fs::path& dir) {
 
 // Runs the controller until the study is done or a signal; exits the process with the study's code.
 [[noreturn]] void drive(const research::Study& study, research::Journal& journal, const fs::path& dir,
-                        const std::string& ajet) {
+                        const ResearchArgs& a) {
+  const std::string& ajet = a.ajet;
   struct sigaction sa {};
   sa.sa_handler = on_research_signal;
   sigemptyset(&sa.sa_mask);
@@ -88,7 +93,20 @@ research::Study study_of(research::Journal& journal, const fs::path& dir) {
   int code = 1;
   {
     research::LocalRunner runner(ajet.empty() ? sibling_binary("ajet") : ajet);
-    research::BuiltinProposer proposer;
+    research::BuiltinProposer builtin;
+    // The LLM researcher when an endpoint is given (--llm-url or OPENAI_BASE_URL); whatever it gets
+    // wrong falls back to the built-in search, with a line saying why.
+    std::optional<research::LlmEndpoint> endpoint = research::llm_endpoint_from_env();
+    if (!a.llm_url.empty()) {
+      if (!endpoint) endpoint = research::LlmEndpoint{};
+      endpoint->base_url = a.llm_url;
+      if (endpoint->model.empty()) endpoint->model = "gpt-4o-mini";
+    }
+    if (endpoint && !a.llm_model.empty()) endpoint->model = a.llm_model;
+    std::optional<research::LlmProposer> llm;
+    if (endpoint) llm.emplace(*endpoint, builtin, [](const std::string& line) { std::cout << line << std::endl; });
+    research::Proposer& proposer = llm ? static_cast<research::Proposer&>(*llm) : builtin;
+    std::cout << "ajet research: candidates from " << proposer.name() << std::endl;
     research::ControllerOptions options;
     options.dir = dir;
     options.say = [](const std::string& line) { std::cout << line << std::endl; };
@@ -127,7 +145,7 @@ void run_new(const ResearchArgs& a) {
   });
   std::cout << "ajet research: study in " << dir.string() << " (notebook.md; `ajet research status " << dir.string()
             << "`)" << std::endl;
-  drive(study, journal, dir, a.ajet);
+  drive(study, journal, dir, a);
 }
 
 void resume(const ResearchArgs& a) {
@@ -144,7 +162,7 @@ void resume(const ResearchArgs& a) {
     std::exit(std::stoi(journal.meta("exit_code").value_or("1")));
   }
   std::cout << "ajet research: resuming the study in " << dir.string() << std::endl;
-  drive(study, journal, dir, a.ajet);
+  drive(study, journal, dir, a);
 }
 
 void status(const ResearchArgs& a) {
@@ -164,10 +182,17 @@ const CommandRegistration kResearch("research", [](CLI::App& app) {
   run->add_option("study", args->study, "The study file (YAML; docs/research.md)")->required();
   run->add_option("--dir", args->dir, "The study directory (default: saved_research/<study file name>)");
   run->add_option("--ajet", args->ajet, "The ajet binary the trials run (default: this one)");
+  for (CLI::App* c : {run}) {
+    c->add_option("--llm-url", args->llm_url,
+                  "An OpenAI-compatible endpoint (.../v1) for the LLM researcher (default: OPENAI_BASE_URL; none: the built-in search alone)");
+    c->add_option("--llm-model", args->llm_model, "The LLM researcher's model (default: AJET_RESEARCH_MODEL, else gpt-4o-mini)");
+  }
   run->callback([args] { run_new(*args); });
   auto* res = cmd->add_subcommand("resume", "Continue a study after a stop, a kill or a crash");
   res->add_option("dir", args->dir, "The study directory")->required();
   res->add_option("--ajet", args->ajet, "The ajet binary the trials run (default: this one)");
+  res->add_option("--llm-url", args->llm_url, "As for run (not stored: give it again, or set OPENAI_BASE_URL)");
+  res->add_option("--llm-model", args->llm_model, "As for run");
   res->callback([args] { resume(*args); });
   auto* st = cmd->add_subcommand("status", "Show a study's progress: trials running, best so far, budget left");
   st->add_option("dir", args->dir, "The study directory")->required();

@@ -252,8 +252,8 @@ std::vector<Params> LlmProposer::propose(const ProposalRequest& request) {
       planned.status = kPending;
       rest.trials.push_back(planned);
     }
-    if (!out.empty() || j) note(fmt::format("LLM researcher, round {}: {} of {} candidate(s) from the built-in search",
-                                            request.round, rest.count, request.count));
+    note(fmt::format("LLM researcher, round {}: {} of {} candidate(s) from the built-in search", request.round,
+                     rest.count, request.count));
     for (Params& p : fallback_.propose(rest)) out.push_back(std::move(p));
   }
   return out;

@@ -194,7 +194,7 @@ TEST_F(LlmProposerTest, AnUnreachableEndpointFallsBackEverywhere) {
   EXPECT_EQ(p.propose(request(2)).size(), 2u);
   EXPECT_EQ(p.hypotheses(study_), builtin_.hypotheses(study_));
   EXPECT_FALSE(p.conclusion_prose({"best: t002"}).has_value());
-  EXPECT_EQ(p.notes().size(), 3u);
+  EXPECT_EQ(p.notes().size(), 4u);  // three "no answer" lines and the round's built-in fill
 }
 
 TEST_F(LlmProposerTest, HypothesesAndProseAreBoundedAndMarked) {

@@ -9,10 +9,14 @@
 
 #include <filesystem>
 #include <map>
+#include <mutex>
 #include <set>
 
 #include "classic/classic_fixture.h"
 #include "common/fs.h"
+#include "http/response.h"
+#include "http/router.h"
+#include "http/server.h"
 #include "research/journal.h"
 
 namespace ajet::research {
@@ -190,6 +194,72 @@ TEST(ResearchE2E, ACrashIsRetriedThenRecordedAndAPlateauStopsATrial) {
   EXPECT_EQ(flag["exit_code"], 1);
   EXPECT_NE(read_file(s.dir / "notebook.md").find("Crashes: log tails"), std::string::npos);
   expect_nothing_redone(s.dir);
+}
+
+// The LLM researcher in a real study: a scripted OpenAI-compatible endpoint (a real HTTP server in this
+// process, standing in for the model) answers by what it is asked. Its round-1 candidates are run in
+// its order, its hypotheses and prose reach the notebook; a second study whose model answers nonsense
+// still concludes, on the built-in search.
+TEST(ResearchE2E, TheLlmResearcherProposesAndAMalformedOneFallsBack) {
+  std::mutex mu;
+  std::vector<std::string> asked;
+  bool nonsense = false;
+  http::Router router;
+  router.post("/v1/chat/completions", [&](http::Request request, http::Respond respond) {
+    const std::string prompt = parse_json(request.body, "request")["messages"][1]["content"];
+    std::string content;
+    {
+      std::lock_guard lock(mu);
+      asked.push_back(prompt);
+      if (nonsense) {
+        content = "{\"candidates\": [{\"wf\": \"rm -rf /\"}], \"hypotheses\": 7";
+      } else if (prompt.find("hypotheses this study tests") != std::string::npos) {
+        content = "{\"hypotheses\": [\"A higher echoed reward wins.\"]}";
+      } else if (prompt.find("Propose the") != std::string::npos) {
+        content = "{\"candidates\": [{\"wf\": \"echo 0.9\"}, {\"wf\": \"echo 0.2\"}, {\"wf\": \"echo 0.8\"}], \"why\": \"span it\"}";
+      } else {
+        content = "The echoed reward decides everything here.";
+      }
+    }
+    Json message = {{"role", "assistant"}, {"content", content}};
+    respond(http::json_response({{"id", "x"}, {"object", "chat.completion"}, {"model", "scripted"},
+                                 {"choices", Json::array({{{"index", 0}, {"message", message}, {"finish_reason", "stop"}}})}}));
+  });
+  http::HttpServer server(http::ServerOptions{}, std::move(router));
+  server.start();
+  const std::string url = "http://127.0.0.1:" + std::to_string(server.port()) + "/v1";
+
+  e2e::ScratchDir scratch;
+  const StudyDirs s = write_study(scratch, kStudy, "llm");
+  const e2e::Captured r = research("run " + shell_quote(s.study_file.string()) + " --dir " + shell_quote(s.dir.string()) +
+                                   " --llm-url " + shell_quote(url) + " --llm-model scripted");
+  ASSERT_EQ(exit_code(r.status), 0) << r.out;
+  EXPECT_NE(r.out.find("candidates from LLM researcher (scripted at " + url), std::string::npos) << r.out;
+  {
+    Journal j(s.dir / "journal.sqlite");
+    std::vector<std::string> wf;
+    for (const TrialRow& t : j.trials())
+      if (t.role == "search") wf.push_back(t.params.at("wf").get<std::string>());
+    EXPECT_EQ(wf, (std::vector<std::string>{"echo 0.9", "echo 0.2", "echo 0.8"}));
+    EXPECT_EQ(j.meta("conclusion_prose").value_or(""), "The echoed reward decides everything here.");
+  }
+  const std::string notebook = read_file(s.dir / "notebook.md");
+  EXPECT_NE(notebook.find("(LLM) A higher echoed reward wins."), std::string::npos) << notebook;
+  {
+    std::lock_guard lock(mu);
+    ASSERT_GE(asked.size(), 3u);
+    nonsense = true;
+  }
+
+  const StudyDirs s2 = write_study(scratch, kStudy, "llm_nonsense");
+  const e2e::Captured r2 = research("run " + shell_quote(s2.study_file.string()) + " --dir " + shell_quote(s2.dir.string()),
+                                    "OPENAI_BASE_URL=" + shell_quote(url) + " AJET_RESEARCH_MODEL=scripted");
+  ASSERT_EQ(exit_code(r2.status), 0) << r2.out;
+  EXPECT_NE(r2.out.find("LLM researcher, hypotheses: the reply's {...} is not valid JSON"), std::string::npos) << r2.out;
+  EXPECT_NE(r2.out.find("from the built-in search"), std::string::npos) << r2.out;
+  Journal j2(s2.dir / "journal.sqlite");
+  EXPECT_EQ(j2.trials().front().status, kCompleted);
+  server.stop();
 }
 
 TEST(ResearchE2E, UsageErrorsExitTwoAndNameTheProblem) {
