@@ -211,16 +211,34 @@ int main(int argc, char** argv) {
   int threads = 2;
   std::string only_preset;
   int64_t only_concurrency = 0;
+  const char* usage =
+      "usage: engine_bench [--smoke] [--no-append] [--threads N] [--only PRESET[:CONCURRENCY]]\n"
+      "Decode and prefill throughput of InferenceEngine on the tiny and small presets; appends its table to\n"
+      "docs/benchmarks.md unless --no-append, --smoke or --only.\n";
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--smoke") == 0) smoke = true;
-    if (std::strcmp(argv[i], "--no-append") == 0) append = false;
-    if (std::strcmp(argv[i], "--threads") == 0 && i + 1 < argc) threads = std::atoi(argv[++i]);
-    if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
+    const bool has_value = i + 1 < argc;
+    if (std::strcmp(argv[i], "--smoke") == 0) {
+      smoke = true;
+    } else if (std::strcmp(argv[i], "--no-append") == 0) {
+      append = false;
+    } else if (std::strcmp(argv[i], "--threads") == 0 && has_value) {
+      threads = std::atoi(argv[++i]);
+      if (threads < 1) {
+        std::fprintf(stderr, "engine_bench: --threads must be a positive integer, got '%s'\n", argv[i]);
+        return 2;
+      }
+    } else if (std::strcmp(argv[i], "--only") == 0 && has_value) {
       only_preset = argv[++i];
       if (auto colon = only_preset.find(':'); colon != std::string::npos) {
         only_concurrency = std::atoll(only_preset.c_str() + colon + 1);
         only_preset.resize(colon);
       }
+    } else if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+      std::fputs(usage, stdout);
+      return 0;
+    } else {
+      std::fprintf(stderr, "engine_bench: unknown or incomplete argument '%s'\n%s", argv[i], usage);
+      return 2;
     }
   }
   g_threads = threads;
