@@ -100,7 +100,6 @@ research::Study study_of(research::Journal& journal, const fs::path& dir) {
     if (!a.llm_url.empty()) {
       if (!endpoint) endpoint = research::LlmEndpoint{};
       endpoint->base_url = a.llm_url;
-      if (endpoint->model.empty()) endpoint->model = "gpt-4o-mini";
     }
     if (endpoint && !a.llm_model.empty()) endpoint->model = a.llm_model;
     std::optional<research::LlmProposer> llm;

@@ -84,7 +84,7 @@ std::optional<LlmEndpoint> llm_endpoint_from_env() {
   e.base_url = url;
   if (const char* key = std::getenv("OPENAI_API_KEY")) e.api_key = key;
   const char* model = std::getenv("AJET_RESEARCH_MODEL");
-  e.model = model && *model ? model : "gpt-4o-mini";
+  if (model && *model) e.model = model;
   return e;
 }
 

@@ -20,12 +20,12 @@ namespace ajet::research {
 struct LlmEndpoint {
   std::string base_url;  // ".../v1"
   std::string api_key;
-  std::string model;
+  std::string model = "gpt-4o-mini";
   std::chrono::milliseconds timeout{120'000};  // each request
 };
 
 // The endpoint from the environment: OPENAI_BASE_URL (required; nullopt without it), OPENAI_API_KEY
-// (may be empty), AJET_RESEARCH_MODEL (default "gpt-4o-mini").
+// (may be empty), AJET_RESEARCH_MODEL (default: LlmEndpoint::model).
 std::optional<LlmEndpoint> llm_endpoint_from_env();
 
 // Replies longer than this are not read as proposals (a model that rambles is not followed).
