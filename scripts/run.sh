@@ -191,7 +191,9 @@ if [ ! -f "$sft_model/config.json" ]; then
     gate_model="$work/models/calc-gate"
     if [ ! -f "$gate_model/config.json" ]; then
       demos calc-demos-correct --n 20000 --correct-ratio 1.0 --seed "$seed"
-      demos calc-demos-symbolic --n 20000 --correct-ratio 1.0 --seed "$seed" --params '{"word_problem_ratio": 0}'
+      if [ "${AJET_SFT_SYMBOLIC_STEPS:-150}" != 0 ]; then  # the symbolic steps' demos, only when they run
+        demos calc-demos-symbolic --n 20000 --correct-ratio 1.0 --seed "$seed" --params '{"word_problem_ratio": 0}'
+      fi
       race_s=$(( $(left_s) - rl_seconds - 60 )); [ "$race_s" -ge 30 ] || race_s=30
       race_sft "$work/calc-demos-correct.jsonl" "$work/calc-demos-symbolic.jsonl" "$gate_model" "${AJET_SFT_STEPS:-}" "$race_s"
     else
