@@ -134,6 +134,7 @@
   // ---------------------------------------------------------------- router
   function route() {
     stopTimers();
+    window.onresize = null;  // the dashboard's resize handler belongs to the dashboard
     generation += 1;
     if (!view) frame();
     view.innerHTML = '';
@@ -235,7 +236,8 @@
     });
     filter.addEventListener('input', draw);
     let resizeTimer = null;
-    window.onresize = () => { clearTimeout(resizeTimer); resizeTimer = setTimeout(draw, 150); };
+    // a resize redraws this view only: the timer is dropped when the user navigates away
+    window.onresize = () => { clearTimeout(resizeTimer); resizeTimer = setTimeout(() => { if (g === generation) draw(); }, 150); };
 
     if (SNAP) {
       store.series.clear();
@@ -646,7 +648,7 @@
       const t1 = performance.now();
       renderEpisode(doc);
       // the time to build the page from the answer; the browser lays it out right after
-      requestAnimationFrame(() => ready('episode', { fetch_ms: t1 - t0, render_ms: performance.now() - t1, tokens: view.querySelectorAll('.tokens span').length }));
+      requestAnimationFrame(() => g === generation && ready('episode', { fetch_ms: t1 - t0, render_ms: performance.now() - t1, tokens: view.querySelectorAll('.tokens span').length }));
     }).catch((e) => { if (g === generation) { showError(view, e); ready('episode', { error: true }); } });
   }
 

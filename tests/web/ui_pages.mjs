@@ -70,6 +70,10 @@ try {
   noErrors('dashboard');
 
   // ---- episode list: one page of rows, paging by cursor
+  // A resize just before leaving the dashboard (a full-page screenshot is one) must not redraw the
+  // dashboard's charts into the next view: CI once saw "Cannot set properties of null" here.
+  await page.evaluate(() => { window.dispatchEvent(new Event('resize')); location.hash = '#/episodes'; });
+  await page.waitForSelector('#view[data-ready="episodes"]');
   const listed = await api('/episodes?limit=50');
   await page.goto(`${args.url}/ui/#/episodes`);
   await page.waitForSelector('#view[data-ready="episodes"]');
