@@ -1,5 +1,6 @@
-// The main command: `ajet --conf x.yaml [--backbone torch|async|debug] [--exp-dir DIR]` (classic
-// mode, src/classic). Not a subcommand: main() calls run_main_entry() when no subcommand was given.
+// The main command: `ajet --conf x.yaml [--backbone torch|async|debug] [--exp-dir DIR] [--swarm-url URL]`
+// (classic mode, src/classic; --swarm-url drives a running front instead of starting one). Not a
+// subcommand: main() calls run_main_entry() when no subcommand was given.
 // SIGINT/SIGTERM/SIGHUP (a closed terminal) ask the run to stop cleanly (engine and front stopped,
 // metrics and a last checkpoint kept); a second signal exits at once (the front dies with us:
 // PR_SET_PDEATHSIG). SIGPIPE is ignored: a closed stdout (`ajet --conf x.yaml | head`) mutes the
@@ -39,6 +40,7 @@ struct MainArgs {
   std::string swarm_binary;
   std::vector<std::string> swarm_flags;
   std::vector<std::string> overrides;
+  std::string swarm_url;
   bool resume = false;
 };
 
@@ -61,16 +63,28 @@ void add_main_entry(CLI::App& app) {
                "checkpoint, appending to its metrics.jsonl; without it a rerun moves the earlier run into earlier/");
   app.add_option("--swarm-binary", a.swarm_binary, "ajet-swarm binary (default: the one next to ajet)");
   app.add_option("--swarm-flag", a.swarm_flags, "Extra flag for `ajet-swarm start` (repeatable), e.g. --swarm-flag=--engine=PATH");
+  app.add_option("--swarm-url", a.swarm_url,
+                 "Drive this running front (http://HOST:PORT) instead of starting one: its engine is started for "
+                 "this run and stopped at its end; admin token from AJET_ADMIN_TOKEN");
 }
 
 int run_main_entry(CLI::App& app) {
   MainArgs& a = main_args();
   if (a.conf.empty()) {
-    if (!a.backbone.empty() || app.count("--exp-dir") > 0 || !a.overrides.empty() || a.resume) {
-      std::fprintf(stderr, "ajet: error: --backbone, --exp-dir, --set and --resume need --conf FILE\n");
+    if (!a.backbone.empty() || app.count("--exp-dir") > 0 || !a.overrides.empty() || a.resume || !a.swarm_url.empty()) {
+      std::fprintf(stderr, "ajet: error: --backbone, --exp-dir, --set, --resume and --swarm-url need --conf FILE\n");
       return 2;
     }
     std::cout << app.help();
+    return 2;
+  }
+  if (!a.swarm_url.empty() && (!a.swarm_binary.empty() || !a.swarm_flags.empty())) {
+    std::fprintf(stderr, "ajet: error: --swarm-binary and --swarm-flag start a front; --swarm-url drives a running one "
+                         "(give one or the other)\n");
+    return 2;
+  }
+  if (!a.swarm_url.empty() && a.swarm_url.rfind("http://", 0) != 0) {
+    std::fprintf(stderr, "ajet: error: --swarm-url '%s': expected http://HOST:PORT\n", a.swarm_url.c_str());
     return 2;
   }
   classic::LaunchOptions options;
@@ -82,6 +96,7 @@ int run_main_entry(CLI::App& app) {
   options.overrides = a.overrides;
   options.interactive = ::isatty(2) != 0;
   options.resume = a.resume;
+  options.swarm_url = a.swarm_url;
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
@@ -105,6 +120,10 @@ int run_main_entry(CLI::App& app) {
   std::optional<multi_model::MultiModelSpec> multi = multi_model::read_multi_model_spec(options.conf);
   if (multi && options.resume) {
     std::fprintf(stderr, "ajet: error: --resume is not supported for ajet.multi_model runs yet\n");
+    return 2;
+  }
+  if (multi && !options.swarm_url.empty()) {
+    std::fprintf(stderr, "ajet: error: --swarm-url is not supported for ajet.multi_model runs (one front per model)\n");
     return 2;
   }
   classic::RunResult result = multi ? multi_model::run_multi_model(options, *multi, g_stop, say)

@@ -104,7 +104,8 @@ PreparedConfig prepare_config(const LaunchOptions& options) {
   }
   if (c.model.path.empty()) invalid_argument(source + ": ajet.model.path is required (a Hugging Face model directory)");
   c.model.path = resolve_path(c.model.path, p.config_dir).string();
-  if (!fs::is_directory(c.model.path)) {
+  const bool remote = !options.swarm_url.empty();
+  if (!remote && !fs::is_directory(c.model.path)) {
     fail(ErrorCode::kNotFound, source + ": ajet.model.path: no such directory: " + c.model.path +
                                    " (create one with `ajet model init --preset tiny --tokenizer DIR --out DIR`)");
   }
@@ -125,6 +126,7 @@ PreparedConfig prepare_config(const LaunchOptions& options) {
   }
   config::resolve_auto_names(c, options.conf.string(), std::chrono::system_clock::now(), options.exp_base_dir);
   c.experiment_dir = fs::absolute(c.experiment_dir).lexically_normal().string();
+  const std::string configured_checkpoint_dir = c.trainer_common.checkpoint_base_dir;
   // Checkpoints belong to the experiment (a relative checkpoint_base_dir is under its directory), so
   // experiments never share a checkpoint directory nor rotate each other's checkpoints away.
   if (!fs::path(c.trainer_common.checkpoint_base_dir).is_absolute()) {
@@ -143,7 +145,16 @@ PreparedConfig prepare_config(const LaunchOptions& options) {
     // dwell would idle every step (2 s a step, a fifth of the main command's RL time).
     c.swarm_mode_agree_boundary_dwell = 0;
   }
-  p.yaml = config::to_yaml(c);
+  if (remote) {
+    // The front's engine writes where the front keeps its experiments, not into this machine's
+    // experiment directory (another machine may not have it; the same machine must not mix them).
+    config::Config sent = c;
+    sent.experiment_dir = "auto";
+    sent.trainer_common.checkpoint_base_dir = configured_checkpoint_dir;
+    p.yaml = config::to_yaml(sent);
+  } else {
+    p.yaml = config::to_yaml(c);
+  }
   return p;
 }
 
@@ -152,7 +163,7 @@ namespace {
 class Job {
  public:
   Job(const LaunchOptions& options, const std::atomic<bool>& stop, const std::function<void(const std::string&)>& out)
-      : options_(options), stop_(stop), out_(out) {}
+      : options_(options), stop_(stop), out_(out), resume_(options.resume) {}
 
   RunResult run();
 
@@ -190,6 +201,14 @@ class Job {
                           int64_t gen_batches) const;
   void restore_task_cursor(int64_t done);
   void claim_experiment_dir();
+  void move_earlier_run_aside_and_say();
+  // The front: a child `ajet-swarm start` (local), or the --swarm-url one after checking it answers.
+  void connect_front();
+  // --swarm-url: the engine the given front runs (a run that was killed before its end, another
+  // client's) is stopped, so this run's config can be synced.
+  void free_remote_engine();
+  // --swarm-url --resume: does the front's newest checkpoint belong to this run?
+  bool remote_checkpoint_is_ours();
   void boot_engine();
   int64_t resume_point();
   void finish();
@@ -199,9 +218,15 @@ class Job {
   fs::path markdown_path(const std::optional<std::string>& configured) const;
   void append_markdown_section(const fs::path& path, const std::string& section);
 
+  bool remote() const { return !options_.swarm_url.empty(); }
+  std::string front_exit_lines() const { return swarm_ && swarm_->exited() ? "\n" + swarm_->last_lines(10) : ""; }
+
   const LaunchOptions& options_;
   const std::atomic<bool>& stop_;
   const std::function<void(const std::string&)>& out_;
+  // --resume, until a remote front turns out to hold no checkpoint of this run (then a new run).
+  bool resume_ = false;
+  std::string front_url_;
   PreparedConfig prepared_;
   // The task sources: ajet.task_reader (one, named "tasks") or the tasks of a cocktail, and the
   // mix that draws each step's batch from their training streams.
@@ -305,7 +330,7 @@ void Job::wait_for_global_step(int64_t target) {
     if (s.global_step >= target) return;
     if (s.status == client::kOffline || s.status == client::kCannotConnect) {
       fail(ErrorCode::kUnavailable, "the engine is " + s.status + " while training step " + std::to_string(target) +
-                                        ": " + s.detail + (swarm_->exited() ? "\n" + swarm_->last_lines(10) : ""));
+                                        ": " + s.detail + front_exit_lines());
     }
     // The front says why the step's batch was not trained (its newest record of that step): an engine
     // without train_step answered not_found, which no retry changes; any other refusal (a batch it could
@@ -663,13 +688,25 @@ void Job::finish_step(PendingStep& pending) {
 void Job::claim_experiment_dir() {
   const fs::path& dir = prepared_.exp_dir;
   lock_ = std::make_unique<ExperimentLock>(dir);
-  stop_leftovers(find_leftovers(dir), std::chrono::seconds(30), [this](const std::string& line) { say(line); });
-  if (options_.resume) {
-    if (!fs::exists(dir / "swarm" / "swarm.sqlite")) {
-      say("ajet: --resume: " + dir.string() + " holds no earlier run; starting a new one");
+  if (!remote()) {
+    stop_leftovers(find_leftovers(dir), std::chrono::seconds(30), [this](const std::string& line) { say(line); });
+  } else {
+    // This run starts no process, so it stops none either: a front it did not start is not its own.
+    for (const Leftover& l : find_leftovers(dir)) {
+      say(fmt::format("ajet: {} pid {} runs on {}; left alone (--swarm-url: this run starts and signals no process)",
+                      l.program, l.pid, dir.string()));
     }
+  }
+  if (resume_) {
+    const bool earlier = remote() ? fs::exists(dir / "metrics.jsonl") : fs::exists(dir / "swarm" / "swarm.sqlite");
+    if (!earlier) say("ajet: --resume: " + dir.string() + " holds no earlier run; starting a new one");
     return;
   }
+  move_earlier_run_aside_and_say();
+}
+
+void Job::move_earlier_run_aside_and_say() {
+  const fs::path& dir = prepared_.exp_dir;
   if (const fs::path moved = move_earlier_run_aside(dir); !moved.empty()) {
     say("ajet: " + dir.string() + " held an earlier run; its files (metrics.jsonl, checkpoints, logs, store) are now in " +
         moved.string() + " (to continue that run instead, move them back and rerun with --resume)");
@@ -708,23 +745,96 @@ int64_t Job::resume_point() {
   return step;
 }
 
+void Job::connect_front() {
+  client::SwarmClientOptions copts;
+  copts.client_uuid = "ajet-classic";
+  if (!remote()) {
+    std::vector<std::string> swarm_flags = options_.swarm_flags;
+    swarm_flags.push_back(resume_ ? "--resume" : "--fresh");
+    swarm_ = std::make_unique<SwarmChild>(SwarmChildOptions{options_.swarm_binary, prepared_.exp_dir / "swarm",
+                                                            prepared_.exp_dir / "swarm.log", swarm_flags});
+    lock_->set_front_pid(swarm_->pid());
+    front_url_ = swarm_->url();
+    say("ajet: front at " + front_url_ + " (log: " + (prepared_.exp_dir / "swarm.log").string() + ")");
+  } else {
+    front_url_ = options_.swarm_url;
+    while (!front_url_.empty() && front_url_.back() == '/') front_url_.pop_back();
+    try {
+      client_ = std::make_unique<client::SwarmClient>(front_url_, copts);
+      client_->get_global_step();  // throws when nothing answers there
+    } catch (const client::SwarmError& e) {
+      fail(ErrorCode::kUnavailable, "--swarm-url " + options_.swarm_url +
+                                        ": the front does not answer (" + e.what() +
+                                        "); start one there (`ajet-swarm start`) or check the address");
+    }
+    say("ajet: front at " + front_url_ + " (--swarm-url: this run starts no front; it stops the front's engine at the end)");
+  }
+  say("ajet: live dashboard, episodes and tokens: " + front_url_ + "/ui/");
+  if (!client_) client_ = std::make_unique<client::SwarmClient>(front_url_, copts);
+}
+
+void Job::free_remote_engine() {
+  const client::EngineStatus s = client_->get_engine_status();
+  if (s.status == client::kOffline) return;
+  std::string experiment;
+  try {
+    experiment = client_->get_server_experiment_dir();
+  } catch (const std::exception&) {
+  }
+  say("ajet: the front's engine is " + s.status + (experiment.empty() ? "" : " (experiment " + experiment + ")") +
+      "; stopping it so this run's config can be synced (the front saves its checkpoint first)");
+  client_->stop_engine(true, 120.0);
+}
+
+// The front keeps one newest checkpoint (of whatever ran there last). It is this run's when the front's
+// last engine ran this experiment (experiment_dir auto: <front dir>/experiments/<experiment_name>) and
+// the checkpoint lies under that directory.
+bool Job::remote_checkpoint_is_ours() {
+  const std::string name = prepared_.config.experiment_name;
+  const Json checkpoint = client_->get_engine_status().body.value("latest_checkpoint", Json(nullptr));
+  const std::string dir = client_->get_server_experiment_dir();
+  const std::string cp = checkpoint.is_string() ? checkpoint.get<std::string>() : "";
+  const bool ours = !cp.empty() && !dir.empty() && fs::path(dir).filename() == name && cp.rfind(dir + "/", 0) == 0;
+  if (!ours) {
+    say("ajet: --resume: the front at " + front_url_ + " holds no checkpoint of this run (" +
+        (cp.empty() ? std::string("it has none") : "its newest, " + cp + ", is another experiment's") +
+        "); starting the run again from step 0");
+  }
+  return ours;
+}
+
 // Syncs the config and starts the engine: from ajet.model.path for a new run, from the newest
 // checkpoint for --resume (an engine the front resumed by itself is stopped first, so the config
 // synced is this run's).
 void Job::boot_engine() {
-  if (options_.resume && client_->get_engine_status().status != client::kOffline) {
+  bool from_checkpoint = resume_;
+  if (remote()) {
+    free_remote_engine();
+    if (resume_ && prepared_.config.backbone == "debug") {
+      from_checkpoint = false;  // nothing was trained: the run continues from metrics.jsonl on the model
+    } else if (resume_ && !remote_checkpoint_is_ours()) {
+      resume_ = from_checkpoint = false;
+      move_earlier_run_aside_and_say();
+    }
+  } else if (resume_ && client_->get_engine_status().status != client::kOffline) {
     say("ajet: --resume: the front restarted the earlier run's engine; restarting it with this config");
     client_->stop_engine(true, 120.0);
   }
-  Json synced = client_->sync_train_config(prepared_.yaml);
+  Json synced;
+  try {
+    synced = client_->sync_train_config(prepared_.yaml);
+  } catch (const client::SwarmError& e) {
+    if (e.http_status() != 401) throw;
+    fail(ErrorCode::kFailedPrecondition, std::string(e.what()) + " (the front wants its admin token: set AJET_ADMIN_TOKEN)");
+  }
   if (!synced.value("success", false)) {
     fail(ErrorCode::kInvalidArgument, "the front refused the config: " + synced.value("error", synced.dump()));
   }
   const auto boot = Clock::now();
-  client_->start_engine(true, 900.0, options_.resume);
+  client_->start_engine(true, 900.0, from_checkpoint);
   client::EngineStatus status = client_->get_engine_status();
   say(fmt::format("ajet: engine rolling after {:.1f} s (global step {})", seconds_since(boot), status.global_step));
-  if (!options_.resume) {
+  if (!resume_) {
     start_global_step_ = status.global_step;
     return;
   }
@@ -779,22 +889,31 @@ void Job::finish() {
   }
   const client::EngineStatus last = client_->get_engine_status();  // where that checkpoint is
   write_snapshot();  // the last numbers (the front records the last batch as the engine stops)
-  swarm_->stop();
+  if (swarm_) swarm_->stop();
   if (const std::string summary = learning_summary(result_.records); !summary.empty()) say("ajet: " + summary);
   for (const std::string& line : cocktail_learning_summary(result_.records)) say("ajet: " + line);
   if (jsonl_) say("ajet: metrics: " + (prepared_.exp_dir / "metrics.jsonl").string());
   if (config::logger_enabled(c, "tensorboard")) {
-    say("ajet: TensorBoard: tensorboard --logdir " + (prepared_.exp_dir / "tensorboard").string());
+    if (!remote()) {
+      say("ajet: TensorBoard: tensorboard --logdir " + (prepared_.exp_dir / "tensorboard").string());
+    } else {
+      std::string front_dir;
+      try {
+        front_dir = client_->get_server_experiment_dir();
+      } catch (const std::exception&) {
+      }
+      if (!front_dir.empty()) say("ajet: TensorBoard (the front writes it): tensorboard --logdir " + front_dir + "/tensorboard");
+    }
   }
   say("ajet: reward curve: " + (prepared_.exp_dir / "reward_curve.html").string());
   const Json checkpoint = last.body.value("latest_checkpoint", Json(nullptr));
   if (checkpoint.is_string() && !checkpoint.get<std::string>().empty()) {
     result_.final_checkpoint = checkpoint.get<std::string>();
-    say("ajet: final model: " + (result_.final_checkpoint / "model").string() + " (checkpoint " +
-        result_.final_checkpoint.filename().string() + "; continue this run with --resume)");
+    say("ajet: final model: " + (result_.final_checkpoint / "model").string() + (remote() ? " on the front" : "") +
+        " (checkpoint " + result_.final_checkpoint.filename().string() + "; continue this run with --resume)");
   } else if (last.status == client::kCannotConnect) {
     say("ajet: the front did not answer after stop_engine, so where the final checkpoint is is unknown (see " +
-        (prepared_.exp_dir / "swarm").string() + ")");
+        (remote() ? front_url_ + "/ui/" : (prepared_.exp_dir / "swarm").string()) + ")");
   } else if (c.backbone != "debug") {
     say("ajet: no checkpoint was written (no step was trained)");
   }
@@ -861,16 +980,7 @@ RunResult Job::run() {
     say("ajet: " + cocktail_description(*mix_, c.task_reader.cocktail, sources_, total_steps_));
   }
 
-  std::vector<std::string> swarm_flags = options_.swarm_flags;
-  swarm_flags.push_back(options_.resume ? "--resume" : "--fresh");
-  swarm_ = std::make_unique<SwarmChild>(SwarmChildOptions{options_.swarm_binary, prepared_.exp_dir / "swarm",
-                                                          prepared_.exp_dir / "swarm.log", swarm_flags});
-  lock_->set_front_pid(swarm_->pid());
-  say("ajet: front at " + swarm_->url() + " (log: " + (prepared_.exp_dir / "swarm.log").string() + ")");
-  say("ajet: live dashboard, episodes and tokens: " + swarm_->url() + "/ui/");
-  client::SwarmClientOptions copts;
-  copts.client_uuid = "ajet-classic";
-  client_ = std::make_unique<client::SwarmClient>(swarm_->url(), copts);
+  connect_front();
   try {
     boot_engine();
     if (first_step_ == 1 && (c.trainer_common.val_before_train || c.trainer_common.val_only)) validate(0);
@@ -910,11 +1020,11 @@ RunResult Job::run() {
       client_->stop_engine(true, 30.0);
     } catch (...) {
     }
-    swarm_->stop();
+    if (swarm_) swarm_->stop();
     throw;
   }
   result_.stopped = stop_;
-  if (stop_) say("ajet: stop requested; stopping the engine and the front");
+  if (stop_) say(remote() ? "ajet: stop requested; stopping the engine on the front" : "ajet: stop requested; stopping the engine and the front");
   finish();
   return result_;
 }

@@ -10,6 +10,13 @@
 // earlier run's files into earlier/<time>/; --resume instead continues the earlier run from its newest
 // checkpoint (weights, optimizer, step; the task order is replayed to the same cursor) and appends
 // to its metrics.jsonl after a {"kind":"resume"} line. Checkpoints go under the experiment directory.
+//
+// With a swarm URL (--swarm-url) the launcher starts no front: it drives the given one through the
+// command API (an engine running there is stopped first, the config synced, the engine started and,
+// at the end or on a stop request, stopped again), runs the episodes here and writes metrics.jsonl
+// and the rest into the local experiment directory. The front keeps its engine's files (engine.log,
+// checkpoints, TensorBoard) in its own directory: the synced config names `experiment_dir: auto`
+// and the relative checkpoint_base_dir. It never signals a process it did not start.
 #pragma once
 
 #include <atomic>
@@ -32,11 +39,16 @@ struct LaunchOptions {
   std::vector<std::string> swarm_flags;               // extra flags for `ajet-swarm start`
   bool interactive = false;                           // redraw the progress bar in place (a terminal)
   bool resume = false;                                // --resume: continue the run in the experiment directory
+  // --swarm-url: an existing front to drive instead of starting one ("" = start `ajet-swarm` as a
+  // child). Its admin token comes from $AJET_ADMIN_TOKEN.
+  std::string swarm_url;
 };
 
 struct PreparedConfig {
   config::Config config;
-  std::string yaml;                    // what is synced to the front: every key, resolved
+  // What is synced to the front: every key, resolved (a remote front: experiment_dir auto and the
+  // configured checkpoint_base_dir, so the front's files stay in its own directory).
+  std::string yaml;
   std::vector<std::string> warnings;   // unknown keys, by name
   std::filesystem::path config_dir;    // relative task files and workflow commands start here
   std::filesystem::path exp_dir;       // absolute
@@ -47,8 +59,9 @@ struct PreparedConfig {
   bool dynamic_sampling = false;
 };
 
-// Loads and checks the config for classic mode: the --backbone override, the model directory,
-// a task source that yields tasks, auto names → an absolute experiment directory. Throws
+// Loads and checks the config for classic mode: the --backbone override, the model directory (here,
+// unless the front is remote: then the front checks it), a task source that yields tasks, auto
+// names → an absolute experiment directory. Throws
 // Error(kInvalidArgument / kNotFound) naming the flag, key or file that is wrong.
 PreparedConfig prepare_config(const LaunchOptions& options);
 

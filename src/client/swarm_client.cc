@@ -612,6 +612,12 @@ Json SwarmClient::get_verbose_logs() {
       .value("entries", Json::array());
 }
 
+std::string SwarmClient::get_server_experiment_dir() {
+  const Json data = json_or_throw(send("GET", "/get_server_experiment_dir", nullptr, false), "get_server_experiment_dir");
+  const Json dir = data.value("server_experiment_dir", Json(nullptr));
+  return dir.is_string() ? dir.get<std::string>() : std::string();
+}
+
 Json SwarmClient::log_metrics(int64_t step, const Json& metrics) {
   Json body = {{"step", step}, {"metrics", metrics}};
   return json_or_throw(send("POST", "/log_metrics", &body, true), "log_metrics");

@@ -84,6 +84,9 @@ class SwarmClient {
   // episodes cannot leak into the batch it agreed to close (cocktail training's per-client shares).
   bool agree_sync_weight(bool retry = true, std::optional<double> max_wait = std::nullopt, bool wait = false);
   Json get_verbose_logs();
+  // GET /get_server_experiment_dir: the experiment directory of the front's newest engine start ("" before
+  // any). Throws SwarmError when unreachable.
+  std::string get_server_experiment_dir();
   // POST /log_metrics (admin token): name -> number at `step` into the server's metrics table and its
   // TensorBoard file. Throws SwarmError(kCommand) with the server's 400 message for bad names/values.
   Json log_metrics(int64_t step, const Json& metrics);

@@ -3,7 +3,10 @@
 // build tree under <build>/classic_fixture and shared by the tests that need it.
 #pragma once
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <sstream>
@@ -69,6 +72,16 @@ inline std::string classic_yaml(const std::filesystem::path& model, const std::s
          extra;
 }
 
+// classic_yaml() made to run "forever" (100000 steps) on `backbone`, validating never.
+inline std::string long_run_yaml(const std::filesystem::path& model, const std::string& backbone = "debug") {
+  std::string yaml = classic_yaml(model);
+  yaml.replace(yaml.find("total_training_steps: 2"), 23, "total_training_steps: 100000");
+  yaml.replace(yaml.find("backbone: debug"), 15, "backbone: " + backbone);
+  yaml.replace(yaml.find("val_before_train: true"), 22, "val_before_train: false");
+  yaml.replace(yaml.find("test_freq: 1"), 12, "test_freq: 0");
+  return yaml;
+}
+
 // The micro model on the classic tokenizer; made once per build tree.
 inline std::filesystem::path micro_model() {
   const std::filesystem::path tok = classic_tokenizer();
@@ -96,6 +109,41 @@ inline std::vector<Json> read_jsonl(const std::filesystem::path& path) {
     if (!line.empty()) out.push_back(Json::parse(line));
   }
   return out;
+}
+
+// `ajet ARGS…` in the background, stdout and stderr into `out`.
+inline pid_t spawn_ajet(const std::filesystem::path& out, std::vector<std::string> args,
+                        const std::filesystem::path& cwd = {}) {
+  args.insert(args.begin(), e2e::bin("ajet").string());
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    if (!cwd.empty() && ::chdir(cwd.c_str()) != 0) ::_exit(126);
+    int fd = ::open(out.c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+// The exit status of `pid` once it exits (within `timeout`), or -1.
+inline int wait_exit(pid_t pid, std::chrono::seconds timeout) {
+  int status = -1;
+  if (!e2e::eventually([&] { return ::waitpid(pid, &status, WNOHANG) == pid; }, timeout)) return -1;
+  return status;
+}
+
+// metrics.jsonl holds a train record of step `step` or later.
+inline bool has_train_step(const std::filesystem::path& metrics, int64_t step) {
+  if (!std::filesystem::exists(metrics)) return false;
+  for (const auto& line : read_jsonl(metrics)) {
+    if (line.value("kind", "") == "train" && line.value("step", int64_t(0)) >= step) return true;
+  }
+  return false;
 }
 
 }  // namespace ajet::classic

@@ -23,49 +23,6 @@ using e2e::bin;
 using e2e::Captured;
 using e2e::shell_quote;
 
-// `ajet ARGS…` in the background, stdout and stderr into `out`.
-pid_t spawn_ajet(const fs::path& out, std::vector<std::string> args, const fs::path& cwd = {}) {
-  args.insert(args.begin(), bin("ajet").string());
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    if (!cwd.empty() && ::chdir(cwd.c_str()) != 0) ::_exit(126);
-    int fd = ::open(out.c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
-    ::dup2(fd, 1);
-    ::dup2(fd, 2);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
-  }
-  return pid;
-}
-
-// The exit status of `pid` once it exits (within `timeout`), or -1.
-int wait_exit(pid_t pid, std::chrono::seconds timeout) {
-  int status = -1;
-  if (!e2e::eventually([&] { return ::waitpid(pid, &status, WNOHANG) == pid; }, timeout)) return -1;
-  return status;
-}
-
-// metrics.jsonl holds a train record of step `step` or later.
-bool has_train_step(const fs::path& metrics, int64_t step) {
-  if (!fs::exists(metrics)) return false;
-  for (const auto& line : read_jsonl(metrics)) {
-    if (line.value("kind", "") == "train" && line.value("step", int64_t(0)) >= step) return true;
-  }
-  return false;
-}
-
-std::string long_run_yaml(const fs::path& model, const std::string& backbone = "debug") {
-  std::string yaml = classic_yaml(model);
-  yaml.replace(yaml.find("total_training_steps: 2"), 23, "total_training_steps: 100000");
-  yaml.replace(yaml.find("backbone: debug"), 15, "backbone: " + backbone);
-  yaml.replace(yaml.find("val_before_train: true"), 22, "val_before_train: false");
-  yaml.replace(yaml.find("test_freq: 1"), 12, "test_freq: 0");
-  return yaml;
-}
-
 fs::path only_entry(const fs::path& dir) {
   std::vector<fs::path> entries;
   if (fs::is_directory(dir)) {

@@ -1,0 +1,172 @@
+// Classic mode against a front it did not start (`ajet --conf x.yaml --swarm-url URL`), with the real
+// binaries on the micro model: the run syncs its config, starts the engine, runs its episodes here,
+// writes metrics.jsonl into the local experiment directory and stops the engine at its end, leaving
+// the front running and free for the next run; a run killed with kill -9 leaves the engine running,
+// and the next one stops it and continues (--resume); a front that does not answer is named. Every
+// wait is for a file, a log line or a process exit, never a fixed time.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include "classic/experiment_dir.h"
+#include "classic_fixture.h"
+#include "client/swarm_client.h"
+#include "common/fs.h"
+#include "common/json.h"
+#include "e2e/e2e_util.h"
+
+namespace ajet::classic {
+namespace {
+
+namespace fs = std::filesystem;
+using e2e::Captured;
+using e2e::shell_quote;
+
+std::string engine_status(const std::string& url) { return client::SwarmClient(url).get_engine_status().status; }
+
+// The steps of metrics.jsonl's records of `kind` (after the last resume line, when there is one).
+std::vector<int64_t> steps_of(const fs::path& metrics, const std::string& kind) {
+  std::vector<int64_t> steps;
+  for (const Json& r : read_jsonl(metrics)) {
+    if (r["kind"] == kind) steps.push_back(r["step"].get<int64_t>());
+  }
+  return steps;
+}
+
+TEST(ClassicRemote, ARunDrivesARunningFrontAndLeavesItFreeForTheNext) {
+  e2e::ScratchDir dir;
+  const fs::path model = micro_model();
+  write_file_atomic(dir / "calc.yaml", classic_yaml(model));
+  e2e::SwarmProcess front(e2e::SwarmProcess::Options{dir / "front", {}, "", {}});
+  ASSERT_FALSE(front.url().empty());
+  const std::string args = "--conf " + shell_quote((dir / "calc.yaml").string()) + " --exp-dir " +
+                           shell_quote((dir / "exps").string()) + " --swarm-url " + front.url();
+  const fs::path exp = dir / "exps" / "run";
+
+  Captured first = run_ajet(args);
+  ASSERT_EQ(first.status, 0) << first.out;
+  EXPECT_NE(first.out.find("front at " + front.url() + " (--swarm-url"), std::string::npos) << first.out;
+  EXPECT_EQ(steps_of(exp / "metrics.jsonl", "train"), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(steps_of(exp / "metrics.jsonl", "validation"), (std::vector<int64_t>{0, 1, 2}));
+  EXPECT_TRUE(fs::exists(exp / "reward_curve.html"));
+  // The engine is stopped, the front still serves; the front's files are in its own directory.
+  EXPECT_EQ(engine_status(front.url()), client::kOffline);
+  EXPECT_GT(front.pid(), 0);
+  EXPECT_FALSE(e2e::process_gone(front.pid()));
+  EXPECT_TRUE(fs::exists(dir / "front" / "experiments" / "run" / "train_config.yaml"));
+  EXPECT_FALSE(fs::exists(exp / "swarm"));
+  EXPECT_FALSE(fs::exists(exp / "swarm.log"));
+  EXPECT_FALSE(fs::exists(exp / "train_config.yaml"));
+  EXPECT_FALSE(fs::exists(exp / "ajet.pid"));
+
+  // The same front again: a second run works; the first run's local files are moved aside.
+  Captured second = run_ajet(args);
+  ASSERT_EQ(second.status, 0) << second.out;
+  EXPECT_NE(second.out.find("held an earlier run"), std::string::npos) << second.out;
+  EXPECT_EQ(steps_of(exp / "metrics.jsonl", "train"), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(steps_of(exp / "metrics.jsonl", "validation"), (std::vector<int64_t>{0, 1, 2}));
+  EXPECT_EQ(engine_status(front.url()), client::kOffline);
+  EXPECT_FALSE(e2e::process_gone(front.pid()));
+}
+
+// kill -9 of ajet leaves the front's engine rolling (ajet did not start the front, so nothing dies
+// with it); --resume on the same front stops that engine, continues after the last step in
+// metrics.jsonl (debug: nothing trained) and stops the engine at its end.
+TEST(ClassicRemote, AKilledRunLeavesTheEngineAndTheResumeStopsItAndContinues) {
+  e2e::ScratchDir dir;
+  const fs::path model = micro_model();
+  write_file_atomic(dir / "long.yaml", long_run_yaml(model));
+  e2e::SwarmProcess front(e2e::SwarmProcess::Options{dir / "front", {}, "", {}});
+  ASSERT_FALSE(front.url().empty());
+  const fs::path exp = dir / "exps" / "run";
+  std::vector<std::string> args = {"--conf", (dir / "long.yaml").string(), "--exp-dir", (dir / "exps").string(),
+                                   "--swarm-url", front.url()};
+  pid_t pid = spawn_ajet(dir / "out1.txt", args);
+  ASSERT_TRUE(e2e::eventually([&] { return has_train_step(exp / "metrics.jsonl", 2); }, std::chrono::seconds(180)))
+      << read_file(dir / "out1.txt");
+  ::kill(pid, SIGKILL);
+  wait_exit(pid, std::chrono::seconds(30));
+  EXPECT_NE(engine_status(front.url()), client::kOffline);
+  const int64_t done = steps_of(exp / "metrics.jsonl", "train").back();
+
+  args.insert(args.end(), {"--resume", "--set", "ajet.trainer_common.total_training_steps=" + std::to_string(done + 1)});
+  pid = spawn_ajet(dir / "out2.txt", args);
+  const int status = wait_exit(pid, std::chrono::seconds(300));
+  const std::string out = read_file(dir / "out2.txt");
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << "\n" << out;
+  EXPECT_NE(out.find("the front's engine is ENGINE."), std::string::npos) << out;
+  EXPECT_NE(out.find("continuing after step " + std::to_string(done)), std::string::npos) << out;
+  const std::vector<Json> records = read_jsonl(exp / "metrics.jsonl");
+  ASSERT_GE(records.size(), 2u);
+  EXPECT_EQ(records[records.size() - 2]["kind"], "resume");
+  EXPECT_EQ(records.back()["kind"], "train");
+  EXPECT_EQ(records.back()["step"], done + 1);
+  EXPECT_EQ(engine_status(front.url()), client::kOffline);
+  EXPECT_FALSE(e2e::process_gone(front.pid()));
+}
+
+// The torch backbone: checkpoints stay on the front (under its directory of the experiment);
+// --resume continues from the front's newest checkpoint while it is this run's, and starts the run
+// again from step 0 (the earlier local files moved aside) once another experiment ran there since.
+TEST(ClassicRemote, ResumeContinuesFromTheFrontsCheckpointOnlyWhileItIsThisRuns) {
+  e2e::ScratchDir dir;
+  std::string yaml = classic_yaml(micro_model());
+  yaml.replace(yaml.find("backbone: debug"), 15, "backbone: torch");
+  yaml.replace(yaml.find("test_freq: 1"), 12, "test_freq: 1\n    save_freq: 1");
+  write_file_atomic(dir / "torch.yaml", yaml);
+  e2e::SwarmProcess front(e2e::SwarmProcess::Options{dir / "front", {}, "", {}});
+  ASSERT_FALSE(front.url().empty());
+  const std::string args = "--conf " + shell_quote((dir / "torch.yaml").string()) + " --exp-dir " +
+                           shell_quote((dir / "exps").string()) + " --swarm-url " + front.url();
+  const fs::path exp = dir / "exps" / "run";
+  const fs::path checkpoints = dir / "front" / "experiments" / "run" / "saved_checkpoints";
+
+  Captured r = run_ajet(args);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("final model: " + (checkpoints / "global_step_2" / "model").string() + " on the front"),
+            std::string::npos)
+      << r.out;
+  EXPECT_FALSE(fs::exists(exp / "saved_checkpoints"));
+
+  r = run_ajet(args + " --resume --set ajet.trainer_common.total_training_steps=3");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("continuing after step 2 of 3 (global step 2)"), std::string::npos) << r.out;
+  EXPECT_EQ(steps_of(exp / "metrics.jsonl", "train"), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(read_jsonl(exp / "metrics.jsonl").back()["kind"], "validation");
+  EXPECT_TRUE(fs::is_directory(checkpoints / "global_step_3" / "model"));
+
+  r = run_ajet(args + " --set ajet.experiment_name=other");
+  ASSERT_EQ(r.status, 0) << r.out;
+  r = run_ajet(args + " --resume --set ajet.trainer_common.total_training_steps=2");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("holds no checkpoint of this run (its newest, " + (dir / "front").string() +
+                       "/experiments/other/saved_checkpoints/global_step_2, is another experiment's); starting the "
+                       "run again from step 0"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("held an earlier run"), std::string::npos) << r.out;
+  EXPECT_EQ(steps_of(exp / "metrics.jsonl", "train"), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(steps_of(exp / "metrics.jsonl", "resume"), (std::vector<int64_t>{}));
+  EXPECT_EQ(client::SwarmClient(front.url()).get_engine_status().status, client::kOffline);
+}
+
+TEST(ClassicRemote, AFrontThatDoesNotAnswerIsNamedAndBadFlagsAreRefused) {
+  e2e::ScratchDir dir;
+  write_file_atomic(dir / "calc.yaml", classic_yaml(micro_model()));
+  const std::string conf = "--conf " + shell_quote((dir / "calc.yaml").string()) + " --exp-dir " +
+                           shell_quote((dir / "exps").string());
+  e2e::ClosedPort dead;
+  Captured r = run_ajet(conf + " --swarm-url " + dead.url());
+  EXPECT_EQ(WEXITSTATUS(r.status), 1) << r.out;
+  EXPECT_NE(r.out.find("--swarm-url " + dead.url() + ": the front does not answer"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(dir / "exps" / "run" / "ajet.pid"));
+  r = run_ajet(conf + " --swarm-url 127.0.0.1:10086");
+  EXPECT_EQ(WEXITSTATUS(r.status), 2) << r.out;
+  EXPECT_NE(r.out.find("expected http://HOST:PORT"), std::string::npos) << r.out;
+  r = run_ajet(conf + " --swarm-url " + dead.url() + " --swarm-flag=--engine=/x");
+  EXPECT_EQ(WEXITSTATUS(r.status), 2) << r.out;
+  EXPECT_NE(r.out.find("give one or the other"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace ajet::classic
