@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -92,7 +93,18 @@ research::Study study_of(research::Journal& journal, const fs::path& dir) {
   ::signal(SIGPIPE, SIG_IGN);
   int code = 1;
   {
-    research::LocalRunner runner(ajet.empty() ? sibling_binary("ajet") : ajet);
+    const fs::path ajet_binary = ajet.empty() ? sibling_binary("ajet") : ajet;
+    auto say = [](const std::string& line) { std::cout << line << std::endl; };
+    std::unique_ptr<research::TrialRunner> runner;
+    if (study.runner.type == "remote") {
+      research::RemoteRunnerOptions remote;
+      remote.servers = study.runner.servers;
+      remote.unreachable = std::chrono::milliseconds(int64_t(study.budget.unreachable_seconds * 1000));
+      remote.say = say;
+      runner = std::make_unique<research::RemoteRunner>(ajet_binary, remote);
+    } else {
+      runner = std::make_unique<research::LocalRunner>(ajet_binary);
+    }
     research::BuiltinProposer builtin;
     // The LLM researcher when an endpoint is given (--llm-url or OPENAI_BASE_URL); whatever it gets
     // wrong falls back to the built-in search, with a line saying why.
@@ -108,8 +120,8 @@ research::Study study_of(research::Journal& journal, const fs::path& dir) {
     std::cout << "ajet research: candidates from " << proposer.name() << std::endl;
     research::ControllerOptions options;
     options.dir = dir;
-    options.say = [](const std::string& line) { std::cout << line << std::endl; };
-    research::Controller controller(study, journal, runner, proposer, options);
+    options.say = say;
+    research::Controller controller(study, journal, *runner, proposer, options);
     code = controller.run(g_research_stop);
     if (code < 0) {
       std::cout << "ajet research: stopped; continue with: ajet research resume " << dir.string() << std::endl;

@@ -105,18 +105,24 @@ void wait_for_earlier_run(const fs::path& exp_dir) {
 
 }  // namespace
 
-void LocalRunner::start(const TrialLaunch& l) {
+void append_trial_log(const TrialLaunch& l, const std::string& line) {
+  fs::create_directories(l.exp_base);
+  std::ofstream out(l.exp_base / (l.name + ".log"), std::ios::app);
+  out << line << "\n";
+}
+
+void LocalRunner::start(const TrialLaunch& l) { spawn(l, command(l)); }
+
+void LocalRunner::spawn(const TrialLaunch& l, const std::vector<std::string>& argv) {
   if (running_.count(l.trial)) fail(ErrorCode::kInternal, "trial " + l.name + " is already running");
   fs::create_directories(l.run_dir());
   if (l.resume || l.revalidate_step) wait_for_earlier_run(l.run_dir());
   const fs::path log = l.exp_base / (l.name + ".log");
-  const std::vector<std::string> argv = command(l);
   {
-    std::ofstream out(log, std::ios::app);
     std::string line;
     for (const std::string& a : argv) line += (line.empty() ? "" : " ") + a;
-    out << "=== research: " << (l.resume ? "resume" : "start") << " at " << local_time_text("%Y-%m-%d %H:%M:%S")
-        << ": " << line << "\n";
+    append_trial_log(l, std::string("=== research: ") + (l.resume ? "resume" : "start") + " at " +
+                            local_time_text("%Y-%m-%d %H:%M:%S") + ": " + line);
   }
   // The shell only redirects, then becomes ajet (exec keeps the pid, the process group and the
   // parent-death signal), so the log is written by the kernel even after the controller dies.

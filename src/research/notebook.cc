@@ -156,6 +156,8 @@ std::string plan_section(const Study& study, Journal& journal, const Params& bas
   md += fmt::format("**Objective:** {} `{}` at RL step {} (validation every {} steps).\n\n",
                     study.objective.maximize ? "maximise" : "minimise", study.objective.metric, study.objective.step,
                     validation_interval(study));
+  const Json plan = parse_json(journal.meta("plan").value_or("{}"), "journal plan");
+  if (plan.contains("runner")) md += "**Trials run as:** " + plan.value("runner", std::string()) + ".\n\n";
   md += "| parameter | config key | space | base |\n|:--|:--|:--|:--|\n";
   for (const Param& p : study.space) {
     std::string space;
@@ -177,7 +179,6 @@ std::string plan_section(const Study& study, Journal& journal, const Params& bas
     for (const auto& [k, v] : study.fixed) md += fmt::format(" `{}={}`", k, value_text(v));
     md += "\n";
   }
-  const Json plan = parse_json(journal.meta("plan").value_or("{}"), "journal plan");
   md += "\n**Hypotheses** (" + plan.value("proposer", std::string("built-in")) + "):\n\n";
   for (const Json& h : plan.value("hypotheses", Json::array())) md += fmt::format("- {}\n", h.get<std::string>());
   const auto& s = study.stopping;

@@ -1,13 +1,14 @@
 // Where trials run. The controller talks to a TrialRunner only: start a trial (or continue it after
 // a restart), ask whether it ended, read the validations it has recorded, stop it. LocalRunner runs
-// classic runs (`ajet --conf BASE --set ... --exp-dir ...`) as child processes; a remote runner (a
-// swarm server driven through the command API) implements the same interface. Runners never decide
-// anything: pruning, retries and budgets are the controller's.
+// classic runs (`ajet --conf BASE --set ... --exp-dir ...`) as child processes; RemoteRunner runs the
+// same child processes against running swarm servers (`--swarm-url`), one trial per server at a time.
+// Runners never decide anything: pruning, retries and budgets are the controller's.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -98,10 +99,68 @@ class LocalRunner : public TrialRunner {
   // The command line a launch runs (for tests and the notebook).
   std::vector<std::string> command(const TrialLaunch& launch) const;
 
+ protected:
+  // Starts `argv` as the trial's child: the directories made, an earlier run of the directory waited
+  // out, a header line and then the child's output appended to the trial's log.
+  void spawn(const TrialLaunch& launch, const std::vector<std::string>& argv);
+  bool has_child(int64_t trial) const { return running_.count(trial) > 0; }
+  size_t children() const { return running_.size(); }
+
  private:
   std::filesystem::path ajet_;
   std::chrono::milliseconds stop_grace_;
   std::map<int64_t, Subprocess> running_;
+};
+
+// The log of a trial (beside its experiment directory; a new classic run moves its directory's files
+// aside): one line appended, e.g. the remote runner's word on a server that did not answer.
+void append_trial_log(const TrialLaunch& launch, const std::string& line);
+
+struct RemoteRunnerOptions {
+  std::vector<std::string> servers;          // swarm server URLs (http://HOST:PORT), each runs one trial at a time
+  std::chrono::milliseconds unreachable{600'000};  // how long a server that does not answer is waited out
+  std::chrono::milliseconds first_probe_delay{1'000};  // back-off: the delay after the first failed probe,
+  std::chrono::milliseconds max_probe_delay{30'000};   // doubling up to this
+  std::function<void(const std::string&)> say = [](const std::string&) {};
+};
+
+// Classic runs as LocalRunner's child processes, each driving a free server of the list
+// (`ajet --conf BASE ... --swarm-url URL`): the front's engine is started for the trial and stopped at
+// its end, the episodes and metrics.jsonl stay on this machine. Before a launch the server is probed
+// (GET /get_engine_status); one that does not answer is waited out, probing with back-off, for
+// `unreachable` (a line when the wait starts, one when it ends), then the trial is reported ended
+// unsuccessfully with a description naming the URL, so the controller retries or fails it. A resumed
+// trial goes back to the server it last ran on when that one is free (the front's newest checkpoint is
+// then its own). Never blocks the controller: waiting trials are probed from poll().
+class RemoteRunner : public LocalRunner {
+ public:
+  RemoteRunner(std::filesystem::path ajet_binary, RemoteRunnerOptions options,
+               std::chrono::milliseconds stop_grace = std::chrono::seconds(60));
+  std::string describe() const override;
+  void start(const TrialLaunch& launch) override;
+  std::optional<TrialEnd> poll(int64_t trial) override;
+  void stop(int64_t trial) override;
+  void wait(std::chrono::milliseconds timeout) override;
+
+  // The server a trial holds (running or waiting for it), "" when none.
+  std::string server_of(int64_t trial) const;
+
+ private:
+  struct Waiting {
+    TrialLaunch launch;
+    std::string server;
+    std::chrono::steady_clock::time_point since, next_probe;
+    std::chrono::milliseconds delay{0};
+  };
+  std::string pick_server(const TrialLaunch& launch) const;
+  bool answers(const std::string& server) const;
+  void launch_on(const TrialLaunch& launch, const std::string& server);
+
+  RemoteRunnerOptions options_;
+  std::map<int64_t, std::string> held_;     // trial -> server, while it runs or waits
+  std::map<int64_t, Waiting> waiting_;      // trials whose server has not answered yet
+  std::map<int64_t, std::string> last_server_;  // trial -> the server of its last launch
+  std::map<std::string, bool> unreachable_;     // servers that did not answer at their last probe
 };
 
 }  // namespace ajet::research

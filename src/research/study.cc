@@ -301,10 +301,26 @@ Study parse_study(const std::string& yaml_text, const fs::path& file, const fs::
     if (p["seed"]) s.proposer_seed = r.integer(p["seed"], "proposer.seed", 0, int64_t(1) << 31);
   }
   if (const YAML::Node rn = root["runner"]) {
-    r.only_keys(rn, "runner", {"type", "ajet_flags"});
+    r.only_keys(rn, "runner", {"type", "servers", "ajet_flags"});
     if (rn["type"]) s.runner.type = r.text(rn["type"], "runner.type");
-    if (s.runner.type != "local") {
-      r.bad("runner.type", "only `local` (classic runs as child processes) is built so far, got '" + s.runner.type + "'");
+    if (s.runner.type != "local" && s.runner.type != "remote") {
+      r.bad("runner.type", "expected local (classic runs, each with its own front) or remote (classic runs driving "
+                           "the swarm servers of runner.servers), got '" + s.runner.type + "'");
+    }
+    if (const YAML::Node sv = rn["servers"]) {
+      if (s.runner.type != "remote") r.bad("runner.servers", "only for type: remote (the swarm servers trials run on)");
+      if (!sv.IsSequence() || sv.size() == 0) r.bad("runner.servers", "expected a list of swarm server URLs, e.g. [http://10.0.0.5:10086]");
+      for (size_t i = 0; i < sv.size(); ++i) {
+        const std::string key = fmt::format("runner.servers[{}]", i);
+        std::string url = r.text(sv[i], key);
+        while (!url.empty() && url.back() == '/') url.pop_back();
+        if (url.rfind("http://", 0) != 0 || url.size() <= 7) r.bad(key, "expected http://HOST:PORT, got '" + url + "'");
+        if (std::count(s.runner.servers.begin(), s.runner.servers.end(), url)) r.bad(key, "repeats " + url);
+        s.runner.servers.push_back(url);
+      }
+    }
+    if (s.runner.type == "remote" && s.runner.servers.empty()) {
+      r.bad("runner.servers", "missing: type: remote needs the swarm servers' URLs, e.g. servers: [http://10.0.0.5:10086]");
     }
     if (const YAML::Node f = rn["ajet_flags"]) {
       if (!f.IsSequence()) r.bad("runner.ajet_flags", "expected a list of flags");
@@ -313,7 +329,18 @@ Study parse_study(const std::string& yaml_text, const fs::path& file, const fs::
         for (const char* own : {"--conf", "--exp-dir", "--resume"}) {
           if (flag.rfind(own, 0) == 0) r.bad("runner.ajet_flags", std::string(own) + " is set by the controller");
         }
+        if (flag.rfind("--swarm-url", 0) == 0) {
+          r.bad("runner.ajet_flags", "--swarm-url is set by the controller: use runner: {type: remote, servers: [URL, ...]}");
+        }
+        if (s.runner.type == "remote" && (flag.rfind("--swarm-binary", 0) == 0 || flag.rfind("--swarm-flag", 0) == 0)) {
+          r.bad("runner.ajet_flags", flag + " starts a front; type: remote trials drive the servers of runner.servers");
+        }
       }
+    }
+    if (s.runner.type == "remote" && s.parallel > int64_t(s.runner.servers.size())) {
+      r.bad("parallel", fmt::format("{} trials at a time, but runner.servers lists {} server(s): a server runs one "
+                                    "trial at a time",
+                                    s.parallel, s.runner.servers.size()));
     }
   }
 

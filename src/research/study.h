@@ -50,7 +50,10 @@ struct Budget {
 };
 
 struct Runner {
-  std::string type = "local";          // local: classic runs (`ajet --conf`) as child processes
+  // local: classic runs (`ajet --conf`) as child processes, each with its own front; remote: the same
+  // runs driving running swarm servers (`ajet --conf ... --swarm-url URL`), one trial per server.
+  std::string type = "local";
+  std::vector<std::string> servers;     // remote: the swarm servers' URLs (http://HOST:PORT)
   std::vector<std::string> ajet_flags;  // extra flags for every trial, e.g. ["--backbone", "debug"]
 };
 

@@ -13,6 +13,7 @@
 #include <set>
 
 #include "classic/classic_fixture.h"
+#include "client/swarm_client.h"
 #include "common/fs.h"
 #include "http/response.h"
 #include "http/router.h"
@@ -260,6 +261,96 @@ TEST(ResearchE2E, TheLlmResearcherProposesAndAMalformedOneFallsBack) {
   Journal j2(s2.dir / "journal.sqlite");
   EXPECT_EQ(j2.trials().front().status, kCompleted);
   server.stop();
+}
+
+// A study whose trials run on a running swarm server (runner: remote): each trial drives that front
+// through the command API (config synced, engine started, the episodes run here, engine stopped), one
+// after the other; every trial is counted once, the notebook is written and the front is left free.
+TEST(ResearchE2E, RemoteTrialsRunOnARunningSwarmServer) {
+  e2e::ScratchDir scratch;
+  e2e::SwarmProcess front(e2e::SwarmProcess::Options{scratch / "front", {}, "", {}});
+  ASSERT_FALSE(front.url().empty());
+  const std::string study =
+      "base: base.yaml\n"
+      "objective: {metric: val/greedy_reward, step: 2}\n"
+      "search:\n"
+      "  wf: {key: ajet.rollout.user_workflow, choice: [\"echo 0.2\", \"echo 0.8\"]}\n"
+      "budget: {trials: 2}\n"
+      "round_size: 2\n"
+      "seeds: {search: 1, confirm: []}\n"
+      "runner: {type: remote, servers: [" + front.url() + "]}\n";
+  const StudyDirs s = write_study(scratch, study, "remote");
+  const e2e::Captured r = research("run " + shell_quote(s.study_file.string()) + " --dir " + shell_quote(s.dir.string()));
+  ASSERT_EQ(exit_code(r.status), 0) << r.out;
+  const Outcome got = read_outcome(s.dir);
+  ASSERT_EQ(got.status.size(), 2u) << r.out;
+  for (const auto& [name, status] : got.status) EXPECT_EQ(status.rfind("completed", 0), 0u) << name << ": " << status;
+  expect_nothing_redone(s.dir);
+  for (const char* name : {"t001", "t002"}) {
+    const std::string log = read_file(s.dir / "trials" / (std::string(name) + ".log"));
+    EXPECT_NE(log.find("--swarm-url " + front.url()), std::string::npos) << log;
+    EXPECT_TRUE(fs::exists(scratch / "front" / "experiments" / name / "train_config.yaml")) << name;
+    EXPECT_FALSE(fs::exists(s.dir / "trials" / name / "swarm")) << name << " started a front of its own";
+  }
+  const std::string notebook = read_file(s.dir / "notebook.md");
+  EXPECT_NE(notebook.find("**Trials run as:** classic runs (ajet --conf ... --swarm-url) on 1 swarm server(s): " +
+                          front.url()),
+            std::string::npos)
+      << notebook;
+  EXPECT_EQ(parse_json(read_file(s.dir / "finish.flag"), "finish.flag")["exit_code"], 0);
+  EXPECT_EQ(client::SwarmClient(front.url()).get_engine_status().status, client::kOffline);
+  EXPECT_FALSE(e2e::process_gone(front.pid()));
+}
+
+// A trial server that does not answer is waited out for budget.unreachable_seconds, then the trial
+// ends unsuccessfully naming the URL: with one attempt it is recorded as failed and the study ends
+// cleanly (exit 1, no result); with a second attempt and a live server beside it, the retry runs
+// there and the study concludes.
+TEST(ResearchE2E, AnUnreachableTrialServerIsWaitedOutThenReported) {
+  e2e::ScratchDir scratch;
+  e2e::ClosedPort dead;
+  const std::string base_study =
+      "base: base.yaml\n"
+      "objective: {metric: val/greedy_reward, step: 2}\n"
+      "search:\n"
+      "  wf: {key: ajet.rollout.user_workflow, choice: [\"echo 0.2\", \"echo 0.8\"]}\n"
+      "seeds: {search: 1, confirm: []}\n";
+  const StudyDirs s = write_study(scratch,
+                                  base_study + "budget: {trials: 1, max_attempts: 1, unreachable_seconds: 1}\n"
+                                               "runner: {type: remote, servers: [" + dead.url() + "]}\n",
+                                  "dead");
+  e2e::Captured r = research("run " + shell_quote(s.study_file.string()) + " --dir " + shell_quote(s.dir.string()));
+  ASSERT_EQ(exit_code(r.status), 1) << r.out;
+  EXPECT_NE(r.out.find("t001: the trial server " + dead.url() + " does not answer; waiting up to 1 s"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("t001: giving up: the trial server " + dead.url() + " did not answer"), std::string::npos) << r.out;
+  {
+    Journal j(s.dir / "journal.sqlite");
+    ASSERT_EQ(j.trials().size(), 1u);
+    const TrialRow t = j.trials().front();
+    EXPECT_EQ(t.status, kFailed);
+    EXPECT_NE(t.reason.find("the trial server " + dead.url() + " did not answer for"), std::string::npos) << t.reason;
+    EXPECT_NE(t.error.find("giving up"), std::string::npos) << t.error;  // the trial log's tail
+  }
+  EXPECT_EQ(parse_json(read_file(s.dir / "finish.flag"), "finish.flag")["exit_code"], 1);
+  EXPECT_NE(read_file(s.dir / "notebook.md").find(dead.url()), std::string::npos);
+
+  e2e::SwarmProcess front(e2e::SwarmProcess::Options{scratch / "front", {}, "", {}});
+  ASSERT_FALSE(front.url().empty());
+  const StudyDirs s2 = write_study(scratch,
+                                   base_study + "budget: {trials: 1, max_attempts: 2, unreachable_seconds: 1}\n"
+                                                "runner: {type: remote, servers: [" + dead.url() + ", " + front.url() + "]}\n",
+                                   "retry");
+  r = research("run " + shell_quote(s2.study_file.string()) + " --dir " + shell_quote(s2.dir.string()));
+  ASSERT_EQ(exit_code(r.status), 0) << r.out;
+  Journal j(s2.dir / "journal.sqlite");
+  ASSERT_EQ(j.trials().size(), 1u);
+  EXPECT_EQ(j.trials().front().status, kCompleted);
+  EXPECT_EQ(j.trials().front().attempts, 1);
+  bool retried = false;
+  for (const Decision& d : j.decisions()) retried = retried || (d.kind == "retry" && d.reason.find(dead.url()) != std::string::npos);
+  EXPECT_TRUE(retried) << r.out;
+  EXPECT_NE(read_file(s2.dir / "trials" / "t001.log").find("--swarm-url " + front.url()), std::string::npos);
 }
 
 TEST(ResearchE2E, UsageErrorsExitTwoAndNameTheProblem) {

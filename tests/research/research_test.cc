@@ -125,6 +125,35 @@ TEST(StudyFile, ErrorsNameTheKeyAndWhatWasExpected) {
   EXPECT_NE(e.find("no such file"), std::string::npos) << e;
 }
 
+TEST(StudyFile, TheRemoteRunnerNeedsServersAndNoMoreTrialsAtATimeThanServers) {
+  TempDir dir;
+  const Study s = parse(dir, study_text("runner: {type: remote, servers: [\"http://10.0.0.5:10086/\", http://10.0.0.6:10086]}\n"
+                                        "parallel: 2\n"));
+  EXPECT_EQ(s.runner.type, "remote");
+  EXPECT_EQ(s.runner.servers, (std::vector<std::string>{"http://10.0.0.5:10086", "http://10.0.0.6:10086"}));
+  std::string e = parse_error(dir, study_text("runner: {type: remote, servers: [http://a:1]}\nparallel: 2\n"));
+  EXPECT_NE(e.find("parallel: 2 trials at a time, but runner.servers lists 1 server"), std::string::npos) << e;
+  e = parse_error(dir, study_text("runner: {type: remote, sever: [http://a:1]}\n"));
+  EXPECT_NE(e.find("runner.sever: unknown key (did you mean 'servers'?)"), std::string::npos) << e;
+  e = parse_error(dir, study_text("runner: {type: remote}\n"));
+  EXPECT_NE(e.find("runner.servers: missing"), std::string::npos) << e;
+  e = parse_error(dir, study_text("runner: {type: remote, servers: []}\n"));
+  EXPECT_NE(e.find("runner.servers: expected a list of swarm server URLs"), std::string::npos) << e;
+  e = parse_error(dir, study_text("runner: {type: remote, servers: [10.0.0.5:10086]}\n"));
+  EXPECT_NE(e.find("runner.servers[0]: expected http://HOST:PORT, got '10.0.0.5:10086'"), std::string::npos) << e;
+  e = parse_error(dir, study_text("runner: {type: remote, servers: [http://a:1, http://a:1/]}\n"));
+  EXPECT_NE(e.find("runner.servers[1]: repeats http://a:1"), std::string::npos) << e;
+  e = parse_error(dir, study_text("runner: {servers: [http://a:1]}\n"));
+  EXPECT_NE(e.find("runner.servers: only for type: remote"), std::string::npos) << e;
+  e = parse_error(dir, study_text("runner: {type: cluster}\n"));
+  EXPECT_NE(e.find("runner.type: expected local"), std::string::npos) << e;
+  EXPECT_NE(e.find("got 'cluster'"), std::string::npos) << e;
+  e = parse_error(dir, study_text("runner: {ajet_flags: [--swarm-url, http://a:1]}\n"));
+  EXPECT_NE(e.find("--swarm-url is set by the controller"), std::string::npos) << e;
+  e = parse_error(dir, study_text("runner: {type: remote, servers: [http://a:1], ajet_flags: [--swarm-flag=--x]}\n"));
+  EXPECT_NE(e.find("--swarm-flag=--x starts a front"), std::string::npos) << e;
+}
+
 TEST(StudyFile, ParamsAreCheckedAgainstTheSpace) {
   TempDir dir;
   const Study s = parse(dir, study_text());
