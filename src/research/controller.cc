@@ -110,6 +110,7 @@ void Controller::start() {
       journal_.set_meta("round", "0");
       Json plan = {{"hypotheses", proposer_.hypotheses(study_)}, {"proposer", proposer_.name()},
                    {"runner", runner_.describe()}};
+      const std::vector<std::string> notes = proposer_.take_notes();
       journal_.set_meta("plan", plan.dump());
       journal_.add_decision("plan", std::nullopt,
                             fmt::format("study planned: up to {} trials in rounds of {}, {} on {} at step {}; rungs {}, "
@@ -117,7 +118,8 @@ void Controller::start() {
                                         study_.budget.trials, study_.round_size, study_.objective.maximize ? "max" : "min",
                                         study_.objective.metric, study_.objective.step,
                                         study_.stopping.rungs.empty() ? "none" : fmt::format("{}", fmt::join(study_.stopping.rungs, ", ")),
-                                        study_.stopping.eta, fmt::format("{}", fmt::join(study_.confirm_seeds, ", "))));
+                                        study_.stopping.eta, fmt::format("{}", fmt::join(study_.confirm_seeds, ", "))),
+                            notes.empty() ? Json::object() : Json{{"proposer_notes", notes}});
     });
   }
   for (TrialRow t : journal_.trials()) {
@@ -450,13 +452,16 @@ void Controller::plan_round(int64_t round) {
   }
   std::vector<Params> proposed;
   std::vector<std::string> dropped;
+  std::string rationale;  // the proposer's reasons for its candidates, for the round's decision
   if (wanted > 0) {
     try {
       proposed = proposer_.propose(req);
+      rationale = proposer_.rationale();
     } catch (const std::exception& e) {
       dropped.push_back(std::string("the proposer failed: ") + e.what());
     }
   }
+  const std::vector<std::string> proposer_notes = proposer_.take_notes();
   // Every proposal is checked against the space and against the trials so far; the built-in search
   // fills what is missing.
   std::vector<Params> accepted;
@@ -491,7 +496,8 @@ void Controller::plan_round(int64_t round) {
   if (accepted.empty() && !with_base) {
     commit([&] {
       journal_.add_decision("stop_search", std::nullopt,
-                            fmt::format("round {} has no new candidate (the space is used up)", round), {{"dropped", dropped}});
+                            fmt::format("round {} has no new candidate (the space is used up)", round),
+                            {{"dropped", dropped}, {"proposer_notes", proposer_notes}});
     });
     plan_confirmation();
     return;
@@ -510,11 +516,15 @@ void Controller::plan_round(int64_t round) {
     if (with_base) add("base", base);
     for (const Params& p : accepted) add("search", p);
     journal_.set_meta("round", std::to_string(round));
+    Json numbers = {{"candidates", accepted.size()}, {"dropped", dropped}};
+    if (!rationale.empty()) numbers["rationale"] = rationale;
+    if (!proposer_notes.empty()) numbers["proposer_notes"] = proposer_notes;
     journal_.add_decision("round", std::nullopt,
-                          fmt::format("round {}: {} candidates{} from {}{}", round, accepted.size(),
+                          fmt::format("round {}: {} candidates{} from {}{}{}", round, accepted.size(),
                                       with_base ? " and the base config" : "", proposer_.name(),
-                                      dropped.empty() ? "" : fmt::format(" ({} proposals dropped)", dropped.size())),
-                          {{"candidates", accepted.size()}, {"dropped", dropped}});
+                                      dropped.empty() ? "" : fmt::format(" ({} proposals dropped)", dropped.size()),
+                                      rationale.empty() ? "" : ". The proposer's reasons: " + rationale),
+                          numbers);
   });
   options_.say(fmt::format("research: round {}: {} trials", round, accepted.size() + (with_base ? 1 : 0)));
 }
@@ -648,6 +658,7 @@ void Controller::conclude(const std::string& why) {
   } catch (const std::exception& e) {
     log().warn("research: the proposer's conclusion failed: {}", e.what());
   }
+  if (const std::vector<std::string> notes = proposer_.take_notes(); !notes.empty()) numbers["proposer_notes"] = notes;
   commit([&] {
     journal_.set_meta("conclusion", text);
     if (prose) journal_.set_meta("conclusion_prose", *prose);

@@ -167,6 +167,12 @@ void LlmProposer::note(const std::string& line) {
   if (note_) note_(line);
 }
 
+std::vector<std::string> LlmProposer::take_notes() {
+  std::vector<std::string> out(notes_.begin() + long(notes_taken_), notes_.end());
+  notes_taken_ = notes_.size();
+  return out;
+}
+
 std::optional<std::string> LlmProposer::ask_text(const std::string& what, const std::string& prompt) {
   try {
     client::ChatOptions options;
@@ -230,6 +236,7 @@ std::vector<Params> LlmProposer::propose(const ProposalRequest& request) {
                                    "(points of the search space not tried yet; every parameter given). Reply with one "
                                    "JSON object: {{\"candidates\": [{{\"<name>\": <value>, ...}}, ...], \"why\": \"...\"}}",
                                    request.count, request.round);
+  rationale_.clear();
   std::optional<Json> j = ask_json(fmt::format("round {}", request.round), prompt);
   std::vector<Params> out;
   if (j) {
@@ -239,9 +246,12 @@ std::vector<Params> LlmProposer::propose(const ProposalRequest& request) {
     out = valid_candidates(study, *j, tried, request.count, &dropped);
     for (const std::string& d : dropped) note(fmt::format("LLM researcher, round {}: dropped {}", request.round, d));
     auto why = j->find("why");
-    if (!out.empty() && why != j->end() && why->is_string())
-      note(fmt::format("LLM researcher, round {}: {} candidate(s): {}", request.round, out.size(),
-                       why->get<std::string>().substr(0, 500)));
+    if (!out.empty() && why != j->end() && why->is_string() && !why->get<std::string>().empty()) {
+      rationale_ = why->get<std::string>();
+      if (rationale_.size() > kMaxRationaleBytes) rationale_ = rationale_.substr(0, kMaxRationaleBytes) + " …";
+      std::replace(rationale_.begin(), rationale_.end(), '\n', ' ');  // one table cell in the decision log
+      note(fmt::format("LLM researcher, round {}: {} candidate(s): {}", request.round, out.size(), rationale_));
+    }
   }
   if (static_cast<int64_t>(out.size()) < request.count) {
     ProposalRequest rest = request;

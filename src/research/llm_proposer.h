@@ -32,6 +32,7 @@ std::optional<LlmEndpoint> llm_endpoint_from_env();
 inline constexpr size_t kMaxLlmReplyBytes = 64 * 1024;
 inline constexpr size_t kMaxProseBytes = 4000;
 inline constexpr size_t kMaxHypotheses = 8;
+inline constexpr size_t kMaxRationaleBytes = 500;
 
 class LlmProposer : public Proposer {
  public:
@@ -43,6 +44,9 @@ class LlmProposer : public Proposer {
   std::vector<std::string> hypotheses(const Study& study) override;
   std::vector<Params> propose(const ProposalRequest& request) override;
   std::optional<std::string> conclusion_prose(const ConclusionFacts& facts) override;
+  // The model's "why" for the candidates of the last propose(), cut to kMaxRationaleBytes.
+  std::string rationale() const override { return rationale_; }
+  std::vector<std::string> take_notes() override;
 
   // Every note so far, oldest first.
   const std::vector<std::string>& notes() const { return notes_; }
@@ -57,6 +61,8 @@ class LlmProposer : public Proposer {
   Proposer& fallback_;
   std::function<void(const std::string&)> note_;
   std::vector<std::string> notes_;
+  size_t notes_taken_ = 0;  // notes_[0, notes_taken_) went out through take_notes()
+  std::string rationale_;
 };
 
 // Exposed for tests: the JSON object in a model's reply (bare, or inside a ``` fence, or with prose

@@ -38,6 +38,13 @@ class Proposer {
   virtual std::vector<Params> propose(const ProposalRequest& request) = 0;
   // Optional prose for the conclusion; nullopt: the controller's summary stands alone.
   virtual std::optional<std::string> conclusion_prose(const ConclusionFacts& facts) = 0;
+  // The proposer's own reasons for the candidates of its last propose() answer (an LLM's "why"), ""
+  // when it gave none or none of its candidates was used. The controller writes it into that round's
+  // decision, so the notebook's decision log says why the round tries what it tries.
+  virtual std::string rationale() const { return ""; }
+  // What the proposer noted since the last call (fallbacks, dropped candidates), oldest first; the
+  // controller keeps them with the decision they belong to (its numbers, "proposer_notes").
+  virtual std::vector<std::string> take_notes() { return {}; }
 };
 
 class BuiltinProposer : public Proposer {

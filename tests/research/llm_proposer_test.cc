@@ -134,6 +134,27 @@ TEST_F(LlmProposerTest, GoodProposalsAreUsedAndTheModelSeesTheTrials) {
   EXPECT_EQ(model_.requests().at(0)["model"], "scripted");
   ASSERT_FALSE(p.notes().empty());
   EXPECT_NE(p.notes().back().find("bracket the base lr"), std::string::npos);
+  // The model's reasons go to the controller (the round's decision), and the notes once each.
+  EXPECT_EQ(p.rationale(), "bracket the base lr");
+  EXPECT_EQ(p.take_notes(), p.notes());
+  EXPECT_TRUE(p.take_notes().empty());
+}
+
+// A reply whose candidates were all dropped has no rationale to record (the built-in search chose the
+// round), and a long or multi-line "why" is cut to one bounded line.
+TEST_F(LlmProposerTest, TheRationaleBelongsToUsedCandidatesAndIsBounded) {
+  model_.push(200, "{\"candidates\": [{\"lr\": 0.5, \"kl\": 0.0}], \"why\": \"go big\"}");
+  model_.push(200, "{\"candidates\": [{\"lr\": 3e-4, \"kl\": 0.01}], \"why\": \"line one\\nline two " +
+                       std::string(2 * kMaxRationaleBytes, 'x') + "\"}");
+  model_.push(200, "{\"candidates\": [{\"lr\": 2e-4, \"kl\": 0.01}]}");
+  LlmProposer p(model_.endpoint(), builtin_);
+  p.propose(request(1));
+  EXPECT_EQ(p.rationale(), "");
+  p.propose(request(1));
+  EXPECT_EQ(p.rationale().rfind("line one line two xxx", 0), 0u) << p.rationale();
+  EXPECT_LE(p.rationale().size(), kMaxRationaleBytes + 4);
+  p.propose(request(1));
+  EXPECT_EQ(p.rationale(), "");  // this reply said nothing: the earlier reasons are not carried over
 }
 
 TEST_F(LlmProposerTest, OutOfSpaceRepeatedAndExtraCandidatesAreDroppedAndTheRestComesFromTheBuiltInSearch) {

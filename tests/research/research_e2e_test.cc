@@ -246,6 +246,12 @@ TEST(ResearchE2E, TheLlmResearcherProposesAndAMalformedOneFallsBack) {
   }
   const std::string notebook = read_file(s.dir / "notebook.md");
   EXPECT_NE(notebook.find("(LLM) A higher echoed reward wins."), std::string::npos) << notebook;
+  // The model's reasons for its candidates are in the decision log, in the round they chose.
+  const size_t round_row = notebook.find("| round |  | round 1: 3 candidates and the base config from LLM researcher");
+  ASSERT_NE(round_row, std::string::npos) << notebook;
+  EXPECT_NE(notebook.substr(round_row, notebook.find('\n', round_row) - round_row).find("The proposer's reasons: span it"),
+            std::string::npos)
+      << notebook;
   {
     std::lock_guard lock(mu);
     ASSERT_GE(asked.size(), 3u);
