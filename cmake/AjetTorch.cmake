@@ -52,6 +52,15 @@ if(NOT Torch_FOUND)
   endif()
 endif()
 find_package(OpenMP)
+# Modules that call at::parallel_for must compile with the OpenMP libtorch uses, or the call is a serial
+# loop: libtorch's own ops stay parallel, ours do not.
+function(ajet_link_openmp target)
+  if(OpenMP_CXX_FOUND)
+    target_link_libraries(${target} PRIVATE OpenMP::OpenMP_CXX)
+  else()
+    message(WARNING "OpenMP not found: ${target}'s at::parallel_for loops run on one thread")
+  endif()
+endfunction()
 
 # Our other libraries come from Debian, built with the C++11 std::string ABI: a libtorch built with the
 # old one (PyTorch wheels before 2.7, "pre-cxx11" libtorch archives) would link against them only to

@@ -3,11 +3,18 @@
 #include "model/blas_kernel.h"
 
 #include <ATen/Parallel.h>
+
+// at::parallel_for below is a header template: under libtorch's OpenMP backend it is a serial loop
+// unless this file is compiled with -fopenmp (ajet_link_openmp in CMake).
+#if AT_PARALLEL_OPENMP && !defined(INTRA_OP_PARALLEL)
+#error "compile with OpenMP (ajet_link_openmp): at::parallel_for would run on one thread"
+#endif
 #include <ATen/Context.h>
 #include <ATen/Version.h>
 #include <dlfcn.h>
 
 #include <fstream>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -39,6 +46,16 @@ void configure_threads(int n) {
   at::set_num_threads(n);
 }
 
+int own_parallel_for_threads(int64_t items) {
+  std::mutex mu;
+  std::set<std::thread::id> seen;
+  at::parallel_for(0, items, 1, [&](int64_t, int64_t) {
+    std::lock_guard lock(mu);
+    seen.insert(std::this_thread::get_id());
+  });
+  return static_cast<int>(seen.size());
+}
+
 std::string describe_compute_backend() {
   std::string blas = "BLAS " + loaded_blas_libraries();
   // OpenBLAS reports its build (kernel, threading) when it is the BLAS in use.
@@ -57,7 +74,11 @@ std::string describe_compute_backend() {
   if (auto pos = config.find("CPU capability usage: "); pos != std::string::npos) {
     capability = config.substr(pos + 22, config.find('\n', pos) - pos - 22);
   }
-  return blas + ", " + std::to_string(at::get_num_threads()) + " intra-op threads (" + backend + "), " +
+  const int own = own_parallel_for_threads(at::get_num_threads());
+  const std::string own_note = own < at::get_num_threads() ? " [this build's own kernels run on " + std::to_string(own) +
+                                                                 ": built without OpenMP]"
+                                                           : "";
+  return blas + ", " + std::to_string(at::get_num_threads()) + " intra-op threads (" + backend + ")" + own_note + ", " +
          std::to_string(at::get_num_interop_threads()) + " inter-op, CPU capability " + capability + ", CUDA " +
          (at::globalContext().hasCUDA() ? "available" : "unavailable");
 }

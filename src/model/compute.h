@@ -2,6 +2,7 @@
 // slow run can be traced to a reference BLAS or a single thread. Never changes numerics.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace ajet::model {
@@ -13,5 +14,11 @@ void configure_threads(int n);
 // One line, e.g. "BLAS /usr/lib/.../openblas-openmp/libblas.so.3 (OpenBLAS 0.3.21 ...), 2 intra-op
 // threads (OpenMP), 1 inter-op, CPU capability AVX2, CUDA unavailable".
 std::string describe_compute_backend();
+
+// How many threads an at::parallel_for compiled into this project's own code runs on, for `items`
+// work items of grain 1 (at most the intra-op thread count). at::parallel_for is a header template:
+// a translation unit built without -fopenmp gets a serial loop, whatever at::set_num_threads says,
+// which is how the engine's own kernels once ran on one thread of two.
+int own_parallel_for_threads(int64_t items);
 
 }  // namespace ajet::model

@@ -6,6 +6,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
+#include "model/compute.h"
 #include "model/linear_kernel.h"
 #include "model/qwen2.h"
 #include "torch_util.h"
@@ -19,6 +20,15 @@ constexpr double kKernelTol = 2e-4;
 torch::Tensor kernel_normal(std::vector<int64_t> shape, uint64_t seed) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   return torch::randn(shape, gen);
+}
+
+// The decode kernels split their work with at::parallel_for; built without OpenMP that runs on one
+// thread whatever the thread count (the engine's own kernels did, until 2026-12-04).
+TEST(LinearKernel, ParallelLoopsOfThisBuildUseEveryThread) {
+  const int before = at::get_num_threads();
+  at::set_num_threads(2);
+  EXPECT_EQ(own_parallel_for_threads(64), 2);
+  at::set_num_threads(before);
 }
 
 TEST(LinearKernel, MatchesTorchLinearOnEveryTileTail) {
