@@ -983,8 +983,25 @@ RunResult Job::run() {
   connect_front();
   try {
     boot_engine();
-    if (first_step_ == 1 && (c.trainer_common.val_before_train || c.trainer_common.val_only)) validate(0);
     const int64_t test_freq = c.trainer_common.test_freq;
+    // --resume reloaded the earlier run's records: a validation it already has is not run again, and
+    // one it lost (the run was stopped after a step's checkpoint, before that step's validation) is
+    // run now, before the next step, so the step's record exists as in an uninterrupted run.
+    auto validated = [this](int64_t step) {
+      return std::any_of(result_.records.begin(), result_.records.end(), [&](const Json& r) {
+        return r.value("kind", "") == "validation" && r.value("step", int64_t(-1)) == step;
+      });
+    };
+    const int64_t resumed_after = first_step_ - 1;
+    if (resumed_after == 0) {
+      if ((c.trainer_common.val_before_train || c.trainer_common.val_only) && !validated(0)) validate(0);
+    } else if (test_freq > 0 && (resumed_after % test_freq == 0 || resumed_after == total_steps_) &&
+               !validated(resumed_after)) {
+      say(fmt::format("ajet: --resume: step {} has no validation record (the run stopped between the step and its "
+                      "validation); validating it now",
+                      resumed_after));
+      validate(resumed_after);
+    }
     double train_s = 0, last_validation_s = 0;
     for (int64_t step = first_step_; step <= total_steps_ && !stop_; ++step) {
       const auto step_start = Clock::now();

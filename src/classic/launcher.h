@@ -9,7 +9,9 @@
 // A new run stops leftovers of an earlier one (a front or engine still running there) and moves the
 // earlier run's files into earlier/<time>/; --resume instead continues the earlier run from its newest
 // checkpoint (weights, optimizer, step; the task order is replayed to the same cursor) and appends
-// to its metrics.jsonl after a {"kind":"resume"} line. Checkpoints go under the experiment directory.
+// to its metrics.jsonl after a {"kind":"resume"} line; a validation the earlier run owed for the step
+// it continues after (stopped between the step and its validation) is made up first. Checkpoints go
+// under the experiment directory.
 //
 // With a swarm URL (--swarm-url) the launcher starts no front: it drives the given one through the
 // command API (an engine running there is stopped first, the config synced, the engine started and,

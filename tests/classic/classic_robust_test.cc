@@ -186,6 +186,41 @@ TEST(ClassicRobust, TorchCheckpointsStayInTheExperimentAndResumeContinuesAfterKi
             std::string::npos);
 }
 
+// A run stopped after a step but before that step's validation (here: metrics.jsonl cut after step
+// 2's train record, what kill -9 between the two leaves) is validated at that step by --resume
+// before the run goes on; validations the run already has are not run again.
+TEST(ClassicRobust, ResumeValidatesTheStepWhoseValidationWasLost) {
+  e2e::ScratchDir dir;
+  write_file_atomic(dir / "calc.yaml", classic_yaml(micro_model()));
+  const std::string args =
+      "--conf " + shell_quote((dir / "calc.yaml").string()) + " --exp-dir " + shell_quote((dir / "exps").string());
+  Captured first = run_ajet(args);
+  ASSERT_EQ(first.status, 0) << first.out;
+  const fs::path metrics = dir / "exps" / "run" / "metrics.jsonl";
+  std::vector<Json> records = read_jsonl(metrics);
+  ASSERT_EQ(records.back()["kind"], "validation");
+  ASSERT_EQ(records.back()["step"], 2);
+  records.pop_back();  // step 2's validation never happened
+  std::string cut;
+  for (const Json& r : records) cut += r.dump() + "\n";
+  write_file_atomic(metrics, cut);
+
+  Captured resumed = run_ajet(args + " --resume --set ajet.trainer_common.total_training_steps=3");
+  ASSERT_EQ(resumed.status, 0) << resumed.out;
+  EXPECT_NE(resumed.out.find("step 2 has no validation record"), std::string::npos) << resumed.out;
+  std::vector<std::string> after;  // what the resumed run wrote, in order
+  bool seen_resume = false;
+  for (const Json& r : read_jsonl(metrics)) {
+    if (r["kind"] == "resume") {
+      seen_resume = true;
+      EXPECT_EQ(r["step"], 2);
+    } else if (seen_resume) {
+      after.push_back(r["kind"].get<std::string>() + " " + std::to_string(r["step"].get<int64_t>()));
+    }
+  }
+  EXPECT_EQ(after, (std::vector<std::string>{"validation 2", "train 3", "validation 3"}));
+}
+
 TEST(ClassicCli, VersionUsageErrorsAndDidYouMean) {
   for (const char* program : {"ajet", "ajet-swarm", "ajet-engine"}) {
     Captured r = e2e::run_capture(shell_quote(bin(program).string()) + " --version");
