@@ -105,6 +105,28 @@ TEST(ClassicRemote, AKilledRunLeavesTheEngineAndTheResumeStopsItAndContinues) {
   EXPECT_FALSE(e2e::process_gone(front.pid()));
 }
 
+// SIGTERM (what `ajet research` sends a trial it stops) ends the run cleanly: the engine on the front
+// is stopped, the front itself keeps running.
+TEST(ClassicRemote, SigtermStopsTheEngineOnTheFrontButNotTheFront) {
+  e2e::ScratchDir dir;
+  write_file_atomic(dir / "long.yaml", long_run_yaml(micro_model()));
+  e2e::SwarmProcess front(e2e::SwarmProcess::Options{dir / "front", {}, "", {}});
+  ASSERT_FALSE(front.url().empty());
+  const fs::path exp = dir / "exps" / "run";
+  const pid_t pid = spawn_ajet(dir / "out.txt", {"--conf", (dir / "long.yaml").string(), "--exp-dir",
+                                                 (dir / "exps").string(), "--swarm-url", front.url()});
+  ASSERT_TRUE(e2e::eventually([&] { return has_train_step(exp / "metrics.jsonl", 1); }, std::chrono::seconds(180)))
+      << read_file(dir / "out.txt");
+  ::kill(pid, SIGTERM);
+  const int status = wait_exit(pid, std::chrono::seconds(90));
+  const std::string out = read_file(dir / "out.txt");
+  ASSERT_TRUE(WIFEXITED(status)) << status << "\n" << out;
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM) << out;
+  EXPECT_NE(out.find("stopping the engine on the front"), std::string::npos) << out;
+  EXPECT_EQ(engine_status(front.url()), client::kOffline);
+  EXPECT_FALSE(e2e::process_gone(front.pid()));
+}
+
 // The torch backbone: checkpoints stay on the front (under its directory of the experiment);
 // --resume continues from the front's newest checkpoint while it is this run's, and starts the run
 // again from step 0 (the earlier local files moved aside) once another experiment ran there since.
