@@ -129,6 +129,47 @@ double ratio_bound(const ajet::hf::ModelConfig& c, double gbps, double peak_gflo
   return (bytes / (gbps * 1e9)) / (flops / (peak_gflops * 1e9));
 }
 
+// The decode step's linears alone: every projection shape of a preset at `rows` rows, through the
+// model's linear (the small-row kernel, split over the threads) and through torch's linear (OpenBLAS),
+// best of reps. Says how much of the GEMM peak the step's main cost can reach at that batch.
+struct LinearRow {
+  std::string preset;
+  int64_t rows;
+  Span kernel;  // GFLOP/s
+  Span blas;
+};
+LinearRow measure_linears(const std::string& preset, ajet::model::Qwen2Model& model, int64_t rows, int reps) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> weights;
+  for (const auto& [name, t] : model->hf_named_parameters()) {
+    if (t.dim() == 2 && name.find("embed_tokens") == std::string::npos) weights.push_back(t);
+  }
+  weights.push_back(model->hf_named_parameters().front().second);  // the (tied) lm_head
+  std::vector<torch::Tensor> inputs;
+  double flops = 0;
+  for (const auto& w : weights) {
+    inputs.push_back(torch::randn({rows, w.size(1)}));
+    flops += 2.0 * rows * w.size(0) * w.size(1);
+  }
+  auto best_of = [&](auto&& fn) {
+    Span best;
+    for (int r = 0; r <= reps; ++r) {  // r = 0 warms up
+      Stopwatch sw{g_threads};
+      for (size_t i = 0; i < weights.size(); ++i) fn(inputs[i], weights[i]);
+      const Span t = sw.elapsed();
+      if (r > 0) best = {std::max(best.wall, flops / t.wall / 1e9), std::max(best.cpu, flops / t.cpu / 1e9)};
+    }
+    return best;
+  };
+  const Span kernel = best_of([](const torch::Tensor& x, const torch::Tensor& w) {
+    return ajet::model::linear_forward(x, w, torch::Tensor());
+  });
+  const Span blas = best_of([](const torch::Tensor& x, const torch::Tensor& w) {
+    return torch::nn::functional::linear(x, w);
+  });
+  return {preset, rows, kernel, blas};
+}
+
 struct DecodeRow {
   std::string preset;
   int64_t concurrency;
@@ -256,6 +297,7 @@ int main(int argc, char** argv) {
 
   std::vector<DecodeRow> decode;
   std::vector<PrefillRow> prefill;
+  std::vector<LinearRow> linears;
   Span peak;
   std::vector<std::pair<std::string, double>> stream;  // preset, weight streaming GB/s
   std::vector<ajet::hf::ModelConfig> configs;
@@ -279,6 +321,9 @@ int main(int argc, char** argv) {
     prefill.push_back(measure_prefill(preset, model, threads, prefill_len, reps));
     std::printf("prefill %s: %.0f tokens/s (%.0f by CPU time)\n", preset.c_str(), prefill.back().tokens_per_s.wall,
                 prefill.back().tokens_per_s.cpu);
+    for (int64_t rows : smoke ? std::vector<int64_t>{8} : std::vector<int64_t>{8, 16, 32, 64}) {
+      linears.push_back(measure_linears(preset, model, rows, smoke ? 1 : 20));
+    }
     const Span p = gemm_peak_gflops(smoke ? 1 : 5);
     peak = {std::max(peak.wall, p.wall), std::max(peak.cpu, p.cpu)};
     stream.emplace_back(preset, weight_stream_gbps(model, smoke ? 1 : 5));
@@ -315,6 +360,15 @@ int main(int argc, char** argv) {
     std::snprintf(line, sizeof(line), "| %s | %lld | %.0f / %.0f | %.1f / %.1f | %.0f %% / %.0f %% |\n", r.preset.c_str(),
                   static_cast<long long>(r.prompt_len), r.tokens_per_s.wall, r.tokens_per_s.cpu, r.gflops.wall,
                   r.gflops.cpu, 100 * r.gflops.wall / peak.wall, 100 * r.gflops.cpu / peak.cpu);
+    table << line;
+  }
+  table << "\nThe decode step's linears alone (every projection of the preset at R rows, one pass, best of\n"
+        << (smoke ? 1 : 20) << "): the model's linear (the small-row kernel over the threads) against torch's linear (BLAS).\n\n"
+        << "| preset | rows | kernel GFLOP/s | % of GEMM peak | BLAS GFLOP/s | kernel vs BLAS |\n|---|---|---|---|---|---|\n";
+  for (const LinearRow& r : linears) {
+    std::snprintf(line, sizeof(line), "| %s | %lld | %.1f | %.0f %% | %.1f | %.2fx |\n", r.preset.c_str(),
+                  static_cast<long long>(r.rows), r.kernel.wall, 100 * r.kernel.wall / peak.wall, r.blas.wall,
+                  r.kernel.wall / r.blas.wall);
     table << line;
   }
   std::printf("\n%s", table.str().c_str());

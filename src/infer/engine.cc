@@ -413,8 +413,9 @@ void InferenceEngine::sample_and_emit(const StepPlan& plan, const at::Tensor& lo
   if (draws.empty()) return;
   const float* data = logits.data_ptr<float>();
   const int64_t vocab = logits.size(1);
-  // Each draw has its own RNG and output slot, so rows can be sampled in parallel.
-  at::parallel_for(0, static_cast<int64_t>(draws.size()), std::max<int64_t>(1, 65536 / vocab),
+  // Each draw has its own RNG and output slot, so rows can be sampled in parallel: a row costs a few
+  // passes over the vocabulary, so ~8k logits per thread are worth a thread (64 rows of a 1k vocab: 2).
+  at::parallel_for(0, static_cast<int64_t>(draws.size()), std::max<int64_t>(1, 8192 / vocab),
                    [&](int64_t begin, int64_t end) {
                      for (int64_t i = begin; i < end; ++i) {
                        Draw& d = draws[i];

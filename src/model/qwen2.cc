@@ -44,11 +44,13 @@ void check_config(const hf::ModelConfig& c) {
 
 // Rows up to which a no-grad float32 CPU linear runs linear_kernel.h instead of BLAS: decode steps of
 // up to this many sequences. Beyond it OpenBLAS's packed GEMM wins (its copy of the weights is spread
-// over enough rows); at one row its GEMV streams the weights as fast as the kernel.
-constexpr int64_t kKernelMaxRows = 128;
+// over enough rows); at one row its GEMV streams the weights as fast as the kernel. engine_bench's
+// linear table (docs/benchmarks.md, 2026-12-04, both threads working): the kernel is 1.7x BLAS at 8
+// rows, 1.1x at 32, 0.85x at 64 on a 2-core Xeon with a 287 GFLOP/s GEMM peak.
+constexpr int64_t kKernelMaxRows = 48;
 
-// x (..., K) · w (N, K)^T + bias (N): the engine's decode path takes linear_rows_f32, everything else
-// (training, prefill, other dtypes and devices) torch's linear. Same maths; float32 sums in another order.
+}  // namespace
+
 torch::Tensor linear_forward(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& bias) {
   const int64_t k = w.size(1), n = w.size(0);
   const int64_t m = x.dim() > 0 && k > 0 ? x.numel() / k : 0;
@@ -74,8 +76,6 @@ torch::Tensor linear_forward(const torch::Tensor& x, const torch::Tensor& w, con
   });
   return y;
 }
-
-}  // namespace
 
 std::optional<Proj> proj_from_name(std::string_view name) {
   for (size_t i = 0; i < kProjNames.size(); ++i) {

@@ -93,6 +93,11 @@ std::optional<Proj> proj_from_name(std::string_view name);
 torch::Tensor masked_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                const torch::Tensor& mask);
 
+// x (..., K) · w (N, K)^T + bias (N), what every projection of the model runs: with grad off, float32 on
+// the CPU and 2..128 rows (decode steps) the small-row kernel (linear_kernel.h) split by columns over
+// the intra-op threads, otherwise torch's linear. Same maths; float32 sums in another order.
+torch::Tensor linear_forward(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& bias);
+
 // (T, T) bool lower-triangular mask on `device`.
 torch::Tensor causal_mask(int64_t t, torch::Device device);
 
