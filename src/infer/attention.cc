@@ -2,12 +2,6 @@
 
 #include <ATen/Parallel.h>
 
-// at::parallel_for below is a header template: under libtorch's OpenMP backend it is a serial loop
-// unless this file is compiled with -fopenmp (ajet_link_openmp in CMake).
-#if AT_PARALLEL_OPENMP && !defined(INTRA_OP_PARALLEL)
-#error "compile with OpenMP (ajet_link_openmp): at::parallel_for would run on one thread"
-#endif
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -23,83 +17,50 @@ at::Tensor int64_tensor(const std::vector<int64_t>& values, at::Device device) {
 
 namespace {
 
-// One segment's queries against its cached keys and values, as matrix products per kv head:
-// gather (blocks → rows), scores = Q Kᵀ, causal mask, softmax, out = P V. Writes out's rows of the
-// segment. Any device and dtype (computes in float32).
-void attend_segment_torch(const at::Tensor& q, at::Tensor& out, const at::Tensor& keys, const at::Tensor& values,
-                          const AttentionSegment& seg, const at::Tensor& tables, int64_t kv_heads) {
-  const int64_t heads = q.size(1), d = q.size(2);
-  const int64_t group = heads / kv_heads;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-  const at::TensorOptions index_options = at::TensorOptions().dtype(at::kLong).device(q.device());
-  const int64_t t = seg.num_tokens;
-  const int64_t len = seg.start_pos + t;
-  const int64_t block_size = keys.size(2);
-  const int64_t blocks = (len + block_size - 1) / block_size;
-  at::Tensor table = tables.narrow(0, seg.table_begin, blocks);
-  // (blocks, Hkv, block_size, D) → (Hkv, L, D): one copy, each block's rows stay together
-  at::Tensor k = keys.index_select(0, table).transpose(0, 1).reshape({kv_heads, -1, d}).narrow(1, 0, len).to(at::kFloat);
-  at::Tensor v = values.index_select(0, table).transpose(0, 1).reshape({kv_heads, -1, d}).narrow(1, 0, len).to(at::kFloat);
-  // Query head h = kv * G + i reads kv head kv: (T, H, D) → (Hkv, G * T, D).
-  at::Tensor qs = q.narrow(0, seg.token_begin, t).to(at::kFloat).reshape({t, kv_heads, group, d})
-                      .permute({1, 2, 0, 3}).reshape({kv_heads, group * t, d});
-  at::Tensor scores = at::bmm(qs, k.transpose(1, 2)).mul_(scale).view({kv_heads, group, t, len});
-  if (t > 1) {  // token i of the segment sees positions [0, start_pos + i]
-    at::Tensor query_pos = at::arange(seg.start_pos, len, index_options).unsqueeze(1);  // (T, 1)
-    at::Tensor key_pos = at::arange(0, len, index_options).unsqueeze(0);                // (1, L)
-    scores.masked_fill_(key_pos > query_pos, -std::numeric_limits<float>::infinity());
-  }
-  at::Tensor probs = at::softmax(scores, -1).view({kv_heads, group * t, len});
-  at::Tensor o = at::bmm(probs, v);  // (Hkv, G * T, D)
-  out.narrow(0, seg.token_begin, t).copy_(o.view({kv_heads, group, t, d}).permute({2, 0, 1, 3}).reshape({t, heads, d}));
-}
-
-// The hand kernel over `tiles` (all of the batch's, or those of its short segments).
-void attend_tiles_kernel(const at::Tensor& qc, at::Tensor& out, const KvCache& cache, int64_t layer,
-                         const AttentionBatch& batch, const std::vector<AttentionTile>& tiles) {
-  if (tiles.empty()) return;
-  const int64_t heads = qc.size(1), d = qc.size(2);
+at::Tensor attention_cpu_kernel(const at::Tensor& q, const KvCache& cache, int64_t layer, const AttentionBatch& batch) {
+  const int64_t n = q.size(0), heads = q.size(1), d = q.size(2);
   const int64_t kv_heads = cache.shape().num_kv_heads;
+  at::Tensor qc = q.contiguous();
+  at::Tensor out = at::empty({n, heads, d}, q.options());
   at::Tensor keys = cache.keys(layer);
   at::Tensor values = cache.values(layer);
   CpuAttentionArgs args{qc.data_ptr<float>(), out.data_ptr<float>(), keys.data_ptr<float>(), values.data_ptr<float>(),
                         heads, kv_heads, d, cache.shape().block_size, static_cast<float>(1.0 / std::sqrt(double(d))),
-                        batch.segments().data(), batch.block_tables().data(), tiles.data(),
-                        static_cast<int64_t>(tiles.size())};
-  at::parallel_for(0, static_cast<int64_t>(tiles.size()) * kv_heads, 1, [&](int64_t begin, int64_t end) {
+                        batch.segments().data(), batch.block_tables().data(), batch.tiles().data(),
+                        static_cast<int64_t>(batch.tiles().size())};
+  at::parallel_for(0, static_cast<int64_t>(batch.tiles().size()) * kv_heads, 1, [&](int64_t begin, int64_t end) {
     thread_local AttentionScratch scratch;
     attend_cpu_f32(args, begin, end, scratch);
   });
-}
-
-at::Tensor attention_cpu_kernel(const at::Tensor& q, const KvCache& cache, int64_t layer, const AttentionBatch& batch) {
-  const int64_t n = q.size(0), heads = q.size(1), d = q.size(2);
-  at::Tensor qc = q.contiguous();
-  at::Tensor out = at::empty({n, heads, d}, q.options());
-  attend_tiles_kernel(qc, out, cache, layer, batch, batch.tiles());
-  return out.view({n, heads * d});
-}
-
-// kAuto on the CPU in float32: prefill chunks as GEMMs (BLAS threads each product), the rest through
-// the kernel.
-at::Tensor attention_cpu_hybrid(const at::Tensor& q, const KvCache& cache, int64_t layer, const AttentionBatch& batch) {
-  const int64_t n = q.size(0), heads = q.size(1), d = q.size(2);
-  at::Tensor qc = q.contiguous();
-  at::Tensor out = at::empty({n, heads, d}, q.options());
-  for (int32_t s : batch.gemm_segments()) {
-    attend_segment_torch(qc, out, cache.keys(layer), cache.values(layer), batch.segments()[s], batch.tables_tensor(),
-                         cache.shape().num_kv_heads);
-  }
-  attend_tiles_kernel(qc, out, cache, layer, batch, batch.short_tiles());
   return out.view({n, heads * d});
 }
 
 at::Tensor attention_torch_ops(const at::Tensor& q, const KvCache& cache, int64_t layer, const AttentionBatch& batch) {
   const int64_t n = q.size(0), heads = q.size(1), d = q.size(2);
+  const int64_t kv_heads = cache.shape().num_kv_heads;
+  const int64_t group = heads / kv_heads;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  at::Tensor keys = cache.keys(layer);  // (num_blocks, Hkv, block_size, D)
+  at::Tensor values = cache.values(layer);
   at::Tensor out = at::empty({n, heads, d}, q.options());
+  const at::TensorOptions index_options = at::TensorOptions().dtype(at::kLong).device(q.device());
   for (const AttentionSegment& seg : batch.segments()) {
-    attend_segment_torch(q, out, cache.keys(layer), cache.values(layer), seg, batch.tables_tensor(),
-                         cache.shape().num_kv_heads);
+    const int64_t t = seg.num_tokens;
+    const int64_t len = seg.start_pos + t;
+    at::Tensor table = batch.tables_tensor().narrow(0, seg.table_begin, seg.table_size);
+    // (blocks, Hkv, block_size, D) → (L, Hkv, D)
+    at::Tensor k = keys.index_select(0, table).permute({0, 2, 1, 3}).reshape({-1, kv_heads, d}).narrow(0, 0, len).to(at::kFloat);
+    at::Tensor v = values.index_select(0, table).permute({0, 2, 1, 3}).reshape({-1, kv_heads, d}).narrow(0, 0, len).to(at::kFloat);
+    // Query head h = kv * G + i reads kv head kv: (T, H, D) → (Hkv, G * T, D).
+    at::Tensor qs = q.narrow(0, seg.token_begin, t).to(at::kFloat).reshape({t, kv_heads, group, d})
+                        .permute({1, 2, 0, 3}).reshape({kv_heads, group * t, d});
+    at::Tensor scores = at::matmul(qs, k.permute({1, 2, 0})).mul_(scale).view({kv_heads, group, t, len});
+    at::Tensor query_pos = at::arange(seg.start_pos, len, index_options).unsqueeze(1);  // (T, 1)
+    at::Tensor key_pos = at::arange(0, len, index_options).unsqueeze(0);                // (1, L)
+    scores.masked_fill_(key_pos > query_pos, -std::numeric_limits<float>::infinity());
+    at::Tensor probs = at::softmax(scores, -1).view({kv_heads, group * t, len});
+    at::Tensor o = at::matmul(probs, v.permute({1, 0, 2}));  // (Hkv, G * T, D)
+    out.narrow(0, seg.token_begin, t).copy_(o.view({kv_heads, group, t, d}).permute({2, 0, 1, 3}).reshape({t, heads, d}));
   }
   return out.view({n, heads * d});
 }
@@ -127,13 +88,9 @@ AttentionBatch::AttentionBatch(std::vector<AttentionSegment> segments, std::vect
       slots_.push_back(int64_t{block_tables_[seg.table_begin + pos / block_size]} * block_size + pos % block_size);
       positions.push_back(pos);
     }
-    const bool gemm = seg.num_tokens >= kGemmMinTokens;
-    if (gemm) gemm_segments_.push_back(static_cast<int32_t>(s));
     for (int64_t i = 0; i < seg.num_tokens; i += kTileTokens) {
-      const AttentionTile tile{static_cast<int32_t>(s), static_cast<int32_t>(seg.token_begin + i),
-                               static_cast<int32_t>(std::min(kTileTokens, seg.num_tokens - i))};
-      tiles_.push_back(tile);
-      if (!gemm) short_tiles_.push_back(tile);
+      tiles_.push_back({static_cast<int32_t>(s), static_cast<int32_t>(seg.token_begin + i),
+                        static_cast<int32_t>(std::min(kTileTokens, seg.num_tokens - i))});
     }
   }
   slots_tensor_ = int64_tensor(slots_, device);
@@ -150,11 +107,7 @@ at::Tensor cached_attention(const at::Tensor& q, const KvCache& cache, int64_t l
   }
   const bool kernel_fits = q.is_cpu() && q.scalar_type() == at::kFloat && cache.keys(layer).is_cpu() &&
                            cache.keys(layer).scalar_type() == at::kFloat;
-  if (impl == AttentionImpl::kAuto) {
-    if (!kernel_fits) return attention_torch_ops(q, cache, layer, batch);
-    return batch.gemm_segments().empty() ? attention_cpu_kernel(q, cache, layer, batch)
-                                         : attention_cpu_hybrid(q, cache, layer, batch);
-  }
+  if (impl == AttentionImpl::kAuto) impl = kernel_fits ? AttentionImpl::kCpuKernel : AttentionImpl::kTorchOps;
   if (impl == AttentionImpl::kCpuKernel) {
     if (!kernel_fits) invalid_argument("attention: the CPU kernel needs float32 tensors on the CPU");
     return attention_cpu_kernel(q, cache, layer, batch);

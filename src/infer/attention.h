@@ -26,10 +26,6 @@ class AttentionBatch {
   const std::vector<int32_t>& block_tables() const { return block_tables_; }
   const std::vector<int32_t>& token_segment() const { return token_segment_; }  // (N) segment of each token
   const std::vector<AttentionTile>& tiles() const { return tiles_; }            // CPU kernel work units
-  // kAuto on the CPU: segments of at least kGemmMinTokens tokens (prefill chunks) run as GEMMs; the
-  // kernel covers the tiles of the others (decode tokens, short chunks).
-  const std::vector<int32_t>& gemm_segments() const { return gemm_segments_; }
-  const std::vector<AttentionTile>& short_tiles() const { return short_tiles_; }
   const std::vector<int64_t>& slots() const { return slots_; }                  // (N) block * block_size + offset
   const at::Tensor& slots_tensor() const { return slots_tensor_; }              // (N) int64, on device
   const at::Tensor& positions() const { return positions_; }                    // (N) int64, on device
@@ -41,22 +37,15 @@ class AttentionBatch {
   int64_t block_size_;
   std::vector<int32_t> token_segment_;
   std::vector<AttentionTile> tiles_;
-  std::vector<int32_t> gemm_segments_;
-  std::vector<AttentionTile> short_tiles_;
   std::vector<int64_t> slots_;
   at::Tensor slots_tensor_;
   at::Tensor positions_;
   at::Tensor tables_tensor_;
 };
 
-// A segment this long or longer is a prefill chunk worth BLAS: its queries share every key, so scores and
-// the weighted sum are two matrix products per kv head (the kernel's dot products run at a fraction of
-// the GEMM rate there; docs/engine.md "The decode step").
-inline constexpr int64_t kGemmMinTokens = 32;
-
 enum class AttentionImpl {
-  kAuto,       // float32 on CPU: the hand kernel, prefill chunks as GEMMs; torch ops otherwise
-  kCpuKernel,  // hand-written float32 CPU kernel for every token (parallel over (token tile, kv head))
+  kAuto,       // the hand kernel for float32 on CPU, torch ops otherwise
+  kCpuKernel,  // hand-written float32 CPU kernel (parallel over (token, kv head))
   kTorchOps,   // per-segment gather + matmul + softmax: any device and dtype; the test reference
 };
 
