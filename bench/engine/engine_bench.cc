@@ -100,8 +100,10 @@ double weight_stream_gbps(ajet::model::Qwen2Model& model, int reps) {
   return bytes / best / 1e9;
 }
 
-EngineConfig engine_config(int threads, int64_t max_running) {
+EngineConfig engine_config(int threads, int64_t max_running,
+                           ajet::infer::AttentionImpl attention = ajet::infer::AttentionImpl::kAuto) {
   EngineConfig e;
+  e.attention = attention;
   e.start_thread = false;  // the benchmark steps the engine itself: no thread hand-off in the timing
   e.threads = threads;
   e.cache_bytes = 512LL << 20;
@@ -204,14 +206,15 @@ struct PrefillRow {
   int64_t prompt_len;
   Span tokens_per_s;
   Span gflops;
+  Span gemm_attention_tokens_per_s;  // the same with attention as GEMMs per segment (AttentionImpl::kTorchOps)
 };
 
 // Prompts of prompt_len tokens, one request at a time, chunked by the 512-token step budget; one
 // generated token each (its lm_head row is counted).
 PrefillRow measure_prefill(const std::string& preset, ajet::model::Qwen2Model& model, int threads, int64_t prompt_len,
-                           int reps) {
+                           int reps, ajet::infer::AttentionImpl attention = ajet::infer::AttentionImpl::kAuto) {
   const auto& c = model->config();
-  InferenceEngine engine(model, engine_config(threads, 4));
+  InferenceEngine engine(model, engine_config(threads, 4, attention));
   Span best{1e30, 1e30};
   for (int r = 0; r <= reps; ++r) {  // r = 0 warms up
     auto f = engine.generate(make_request(r, prompt_len, 1, c.vocab_size));
@@ -224,7 +227,7 @@ PrefillRow measure_prefill(const std::string& preset, ajet::model::Qwen2Model& m
   }
   double flops = lm_head_flops(c);
   for (int64_t t = 0; t < prompt_len; ++t) flops += layer_flops(c, static_cast<double>(t + 1));
-  return {preset, prompt_len, {prompt_len / best.wall, prompt_len / best.cpu}, {flops / best.wall / 1e9, flops / best.cpu / 1e9}};
+  return {preset, prompt_len, {prompt_len / best.wall, prompt_len / best.cpu}, {flops / best.wall / 1e9, flops / best.cpu / 1e9}, {}};
 }
 
 std::string load_average() {
@@ -319,6 +322,8 @@ int main(int argc, char** argv) {
     }
     if (only_concurrency > 0) continue;
     prefill.push_back(measure_prefill(preset, model, threads, prefill_len, reps));
+    prefill.back().gemm_attention_tokens_per_s =
+        measure_prefill(preset, model, threads, prefill_len, reps, ajet::infer::AttentionImpl::kTorchOps).tokens_per_s;
     std::printf("prefill %s: %.0f tokens/s (%.0f by CPU time)\n", preset.c_str(), prefill.back().tokens_per_s.wall,
                 prefill.back().tokens_per_s.cpu);
     for (int64_t rows : smoke ? std::vector<int64_t>{8} : std::vector<int64_t>{8, 16, 32, 64}) {
@@ -355,11 +360,13 @@ int main(int argc, char** argv) {
     table << line;
   }
   table << "\n\nPrefill (one " << prefill_len << "-token prompt in 512-token chunks, best of " << reps << "):\n\n"
-        << "| preset | prompt | tokens/s | GFLOP/s | % of GEMM peak |\n|---|---|---|---|---|\n";
+        << "| preset | prompt | tokens/s | GFLOP/s | % of GEMM peak | attention as GEMMs: tokens/s | kernel vs GEMMs |\n"
+        << "|---|---|---|---|---|---|---|\n";
   for (const PrefillRow& r : prefill) {
-    std::snprintf(line, sizeof(line), "| %s | %lld | %.0f / %.0f | %.1f / %.1f | %.0f %% / %.0f %% |\n", r.preset.c_str(),
-                  static_cast<long long>(r.prompt_len), r.tokens_per_s.wall, r.tokens_per_s.cpu, r.gflops.wall,
-                  r.gflops.cpu, 100 * r.gflops.wall / peak.wall, 100 * r.gflops.cpu / peak.cpu);
+    std::snprintf(line, sizeof(line), "| %s | %lld | %.0f / %.0f | %.1f / %.1f | %.0f %% / %.0f %% | %.0f | %.2fx |\n",
+                  r.preset.c_str(), static_cast<long long>(r.prompt_len), r.tokens_per_s.wall, r.tokens_per_s.cpu,
+                  r.gflops.wall, r.gflops.cpu, 100 * r.gflops.wall / peak.wall, 100 * r.gflops.cpu / peak.cpu,
+                  r.gemm_attention_tokens_per_s.wall, r.tokens_per_s.wall / r.gemm_attention_tokens_per_s.wall);
     table << line;
   }
   table << "\nThe decode step's linears alone (every projection of the preset at R rows, one pass, best of\n"
