@@ -155,7 +155,8 @@ if [ -z "$bin" ]; then
   fi
   gen=()
   command -v ninja >/dev/null 2>&1 && gen=(-G Ninja)
-  if [ ! -f "$build/CMakeCache.txt" ]; then
+  # A configure that failed leaves a cache but no build files: configure again then.
+  if [ ! -f "$build/CMakeCache.txt" ] || { [ ! -f "$build/build.ninja" ] && [ ! -f "$build/Makefile" ]; }; then
     if ! run cmake -S "$here" -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release "${torch_flags[@]}" "${deb_flags[@]}" \
         -DAJET_BUILD_FUZZ=OFF >"${TMPDIR:-/tmp}/gpu-check-cmake.log" 2>&1; then
       tail -30 "${TMPDIR:-/tmp}/gpu-check-cmake.log" >&2

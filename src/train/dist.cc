@@ -2,7 +2,9 @@
 
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#ifdef AJET_HAVE_GLOO
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/version.h>
 #ifdef USE_C10D_NCCL
@@ -93,6 +95,7 @@ class C10dCollective : public Collective {
   c10::intrusive_ptr<CollectiveGroup> group_;
 };
 
+#ifdef AJET_HAVE_GLOO
 std::shared_ptr<::gloo::transport::Device> gloo_device(const DistPlacement& p) {
   if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname != nullptr && *ifname != '\0') {
     return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
@@ -101,6 +104,7 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const DistPlacement& p) {
   if (is_loopback(p.master_addr)) return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
   return c10d::ProcessGroupGloo::createDefaultDevice();
 }
+#endif
 
 }  // namespace
 
@@ -112,6 +116,12 @@ std::shared_ptr<Collective> make_collective(const DistPlacement& p) {
   if (p.backend == "auto") nccl = torch::cuda::is_available();
 #else
   if (nccl) invalid_argument("distributed backend nccl: this libtorch was built without NCCL (use gloo)");
+#endif
+#ifndef AJET_HAVE_GLOO
+  if (!nccl) {
+    invalid_argument("distributed backend " + p.backend + ": this build has no Gloo (its libtorch ships no Gloo headers "
+                     "and libgloo-dev was missing at build time); use nccl on GPUs, or rebuild with libgloo-dev");
+  }
 #endif
 
   c10::intrusive_ptr<c10d::Store> store;
@@ -146,10 +156,12 @@ std::shared_ptr<Collective> make_collective(const DistPlacement& p) {
       group = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, p.rank, p.world_size, opts);
 #endif
     } else {
+#ifdef AJET_HAVE_GLOO
       auto opts = c10d::ProcessGroupGloo::Options::create(p.timeout);
       opts->devices.push_back(gloo_device(p));
       opts->threads = 2;
       group = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, p.rank, p.world_size, opts);
+#endif
     }
   } catch (const std::exception& e) {
     fail(ErrorCode::kUnavailable, std::string("distributed ") + (nccl ? "NCCL" : "Gloo") + " group (" + where +
