@@ -50,7 +50,21 @@ at::Tensor attention_torch_ops(const at::Tensor& q, const KvCache& cache, int64_
   at::Tensor values = cache.values(layer);
   at::Tensor out = at::empty({n, heads, d}, q.options());
   const at::TensorOptions index_options = at::TensorOptions().dtype(at::kLong).device(q.device());
+  // Decode rows (one-token segments) in one batch: a few launches per layer instead of ~15 per sequence,
+  // which is what a GPU step is bound by. Rows padded to the longest length; padding masked out.
+  const AttentionBatch::DecodeGather& dg = batch.decode_gather(kv_heads);
+  if (!dg.segments.empty()) {
+    const int64_t b = static_cast<int64_t>(dg.segments.size()), len = dg.max_len;
+    at::Tensor k = keys.reshape({-1, d}).index_select(0, dg.cache_rows).view({b, kv_heads, len, d}).to(at::kFloat);
+    at::Tensor v = values.reshape({-1, d}).index_select(0, dg.cache_rows).view({b, kv_heads, len, d}).to(at::kFloat);
+    at::Tensor qs = q.index_select(0, dg.rows).to(at::kFloat).view({b, kv_heads, group, d});      // (B, Hkv, G, D)
+    at::Tensor scores = at::matmul(qs, k.transpose(2, 3)).mul_(scale);                             // (B, Hkv, G, L)
+    scores.masked_fill_(dg.padding, -std::numeric_limits<float>::infinity());
+    at::Tensor o = at::matmul(at::softmax(scores, -1), v);                                         // (B, Hkv, G, D)
+    out.index_copy_(0, dg.rows, o.view({b, heads, d}).to(out.scalar_type()));
+  }
   for (const AttentionSegment& seg : batch.segments()) {
+    if (seg.num_tokens == 1) continue;  // attended above
     const int64_t t = seg.num_tokens;
     const int64_t len = seg.start_pos + t;
     at::Tensor table = batch.tables_tensor().narrow(0, seg.table_begin, seg.table_size);
@@ -75,7 +89,7 @@ at::Tensor attention_torch_ops(const at::Tensor& q, const KvCache& cache, int64_
 
 AttentionBatch::AttentionBatch(std::vector<AttentionSegment> segments, std::vector<int32_t> block_tables,
                                int64_t block_size, at::Device device)
-    : segments_(std::move(segments)), block_tables_(std::move(block_tables)), block_size_(block_size) {
+    : segments_(std::move(segments)), block_tables_(std::move(block_tables)), block_size_(block_size), device_(device) {
   std::vector<int64_t> positions;
   for (size_t s = 0; s < segments_.size(); ++s) {
     const AttentionSegment& seg = segments_[s];
@@ -102,6 +116,38 @@ AttentionBatch::AttentionBatch(std::vector<AttentionSegment> segments, std::vect
   slots_tensor_ = int64_tensor(slots_, device);
   positions_ = int64_tensor(positions, device);
   tables_tensor_ = int64_tensor(std::vector<int64_t>(block_tables_.begin(), block_tables_.end()), device);
+}
+
+const AttentionBatch::DecodeGather& AttentionBatch::decode_gather(int64_t kv_heads) const {
+  std::call_once(decode_once_, [&] {
+    std::vector<int64_t> rows;
+    for (size_t s = 0; s < segments_.size(); ++s) {
+      const AttentionSegment& seg = segments_[s];
+      if (seg.num_tokens != 1) continue;
+      decode_.segments.push_back(static_cast<int32_t>(s));
+      decode_.max_len = std::max(decode_.max_len, seg.start_pos + 1);
+      rows.push_back(seg.token_begin);
+    }
+    if (decode_.segments.empty()) return;
+    const int64_t b = static_cast<int64_t>(rows.size()), len = decode_.max_len;
+    std::vector<int64_t> cache_rows(static_cast<size_t>(b * kv_heads * len), 0);  // padding reads row 0, masked
+    std::vector<uint8_t> padding(static_cast<size_t>(b * len), 1);
+    for (int64_t i = 0; i < b; ++i) {
+      const AttentionSegment& seg = segments_[decode_.segments[i]];
+      for (int64_t p = 0; p <= seg.start_pos; ++p) {
+        const int64_t block = block_tables_[seg.table_begin + p / block_size_];
+        for (int64_t g = 0; g < kv_heads; ++g) {
+          cache_rows[(i * kv_heads + g) * len + p] = (block * kv_heads + g) * block_size_ + p % block_size_;
+        }
+        padding[i * len + p] = 0;
+      }
+    }
+    decode_.rows = int64_tensor(rows, device_);
+    decode_.cache_rows = int64_tensor(cache_rows, device_);
+    decode_.padding = at::tensor(at::ArrayRef<uint8_t>(padding), at::TensorOptions().dtype(at::kByte))
+                          .to(at::kBool).view({b, 1, 1, len}).to(device_);
+  });
+  return decode_;
 }
 
 at::Tensor cached_attention(const at::Tensor& q, const KvCache& cache, int64_t layer, const AttentionBatch& batch,

@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <mutex>
 #include <vector>
 
 #include "infer/attention_kernel.h"
@@ -31,6 +32,17 @@ class AttentionBatch {
   const at::Tensor& positions() const { return positions_; }                    // (N) int64, on device
   const at::Tensor& tables_tensor() const { return tables_tensor_; }            // block_tables, int64, on device
 
+  // The torch-ops path's one-token segments (decode rows), attended in one batch: made on first use
+  // (the CPU kernel never needs them), then shared by every layer of the step.
+  struct DecodeGather {
+    std::vector<int32_t> segments;  // which segments: the batch's rows, in order
+    int64_t max_len = 0;            // the longest visible length among them (Lmax)
+    at::Tensor rows;                // (B) int64: each one's row in the flat batch
+    at::Tensor cache_rows;          // (B * Hkv * Lmax) int64: row of the flat (blocks * Hkv * block_size, D) cache
+    at::Tensor padding;             // (B, 1, 1, Lmax) bool: true past a row's length
+  };
+  const DecodeGather& decode_gather(int64_t kv_heads) const;
+
  private:
   std::vector<AttentionSegment> segments_;
   std::vector<int32_t> block_tables_;
@@ -41,6 +53,9 @@ class AttentionBatch {
   at::Tensor slots_tensor_;
   at::Tensor positions_;
   at::Tensor tables_tensor_;
+  at::Device device_;
+  mutable std::once_flag decode_once_;
+  mutable DecodeGather decode_;
 };
 
 enum class AttentionImpl {

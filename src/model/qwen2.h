@@ -71,6 +71,11 @@ class Rotary {
   int64_t initial_positions_;
   std::mutex mu_;
   std::vector<Table> tables_;
+  // The positions of the last call and the rows they need: every layer of a step passes the same
+  // tensor, and reading its maximum from a GPU is a device sync, once per step instead of per layer.
+  torch::Tensor last_positions_;
+  uint32_t last_version_ = 0;  // its version counter then (an in-place write changes it)
+  int64_t last_needed_ = 0;
 };
 
 // A low-rank (or any) additive adapter on one linear projection: output = base(x) + delta(x).
