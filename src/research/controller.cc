@@ -334,23 +334,38 @@ void Controller::handle_end(int64_t id, const TrialEnd& end) {
   }
   t.attempts += 1;
   t.error = runner_.log_tail(l, kLogTailLines);
+  // What went wrong, in the log's words: a crash, or a trial server that never answered (the run did
+  // not start; the same retry rule).
+  const bool unreachable = !end.unreachable_server.empty();
+  Json numbers = {{"attempts", t.attempts}, {"exit", end.description}};
+  if (unreachable) {
+    numbers["unreachable_server"] = end.unreachable_server;
+    numbers["waited_s"] = end.waited_s;
+  }
+  const std::string what =
+      unreachable ? fmt::format("server unreachable: the trial server {} did not answer for {:.0f} s "
+                                "(budget.unreachable_seconds), so the run did not start",
+                                end.unreachable_server, end.waited_s)
+                  : fmt::format("crashed ({})", end.description);
   if (t.attempts < study_.budget.max_attempts) {
     commit([&] {
       journal_.update_trial(t);
       journal_.add_decision("retry", id,
-                            fmt::format("crashed ({}); attempt {} of {}, continuing from its newest checkpoint",
-                                        end.description, t.attempts + 1, study_.budget.max_attempts),
-                            {{"attempts", t.attempts}, {"exit", end.description}});
+                            fmt::format("{}; attempt {} of {}, continuing from its newest checkpoint{}", what,
+                                        t.attempts + 1, study_.budget.max_attempts,
+                                        unreachable ? " (a server that answered is picked first)" : ""),
+                            numbers);
     });
-    options_.say(fmt::format("research: {} crashed ({}); retrying", t.name, end.description));
-    launch(journal_.trial(id), true, "retry after a crash");
+    options_.say(fmt::format("research: {} {}; retrying", t.name, what));
+    launch(journal_.trial(id), true, unreachable ? "retry after an unreachable trial server" : "retry after a crash");
     return;
   }
   commit([&] {
     t.status = kFailed;
-    t.reason = fmt::format("crashed {} times; last: {}", t.attempts, end.description);
+    t.reason = unreachable ? fmt::format("{}; gave up after {} attempt(s)", what, t.attempts)
+                           : fmt::format("crashed {} times; last: {}", t.attempts, end.description);
     journal_.update_trial(t);
-    journal_.add_decision("fail", id, t.reason, {{"attempts", t.attempts}, {"exit", end.description}});
+    journal_.add_decision("fail", id, t.reason, numbers);
   });
   options_.say(fmt::format("research: {} failed: {}", t.name, t.reason));
 }

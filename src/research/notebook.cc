@@ -199,8 +199,8 @@ std::string plan_section(const Study& study, Journal& journal, const Params& bas
   } else {
     md += "3. No plateau rule.\n";
   }
-  md += fmt::format("4. A crashed trial continues from its newest checkpoint, at most {} launches; then it is recorded as "
-                    "failed with its log tail.\n",
+  md += fmt::format("4. A crashed trial (or one whose trial server did not answer) continues from its newest checkpoint, "
+                    "at most {} launches; then it is recorded as failed with its log tail.\n",
                     study.budget.max_attempts);
   md += fmt::format("5. Further rounds of {} while the trial budget ({}) and the wall budget ({:.0f} s) allow: half local "
                     "moves around the two best trials, half random points.\n",
@@ -341,7 +341,7 @@ void write_notebook(const fs::path& dir, const Study& study, Journal& journal, d
       md += it == by_trial[t.id].end() ? std::string(" |") : fmt::format(" {} |", num(it->second));
     }
     md += fmt::format(" {:.0f} | {} |\n", t.runtime_s,
-                      cell(t.reason + (t.attempts > 0 ? fmt::format(" (crashes: {})", t.attempts) : "")));
+                      cell(t.reason + (t.attempts > 0 ? fmt::format(" (failed attempts: {})", t.attempts) : "")));
   }
   md += "\n## Plots\n\n";
   for (const std::string& p : plots) md += "![" + p + "](plots/" + p + ")\n\n";
@@ -355,7 +355,7 @@ void write_notebook(const fs::path& dir, const Study& study, Journal& journal, d
   bool any_failed = false;
   for (const TrialRow& t : trials) {
     if (t.error.empty()) continue;
-    if (!any_failed) md += "\n## Crashes: log tails\n";
+    if (!any_failed) md += "\n## Crashes and unreachable servers: log tails\n";
     any_failed = true;
     md += fmt::format("\n### {} ({}, {})\n\n```\n{}\n```\n", t.name, t.status, t.reason, t.error);
   }
@@ -394,6 +394,9 @@ std::string status_text(const Study& study, Journal& journal) {
   out += fmt::format("budget left: {} of {} search trials, {:.0f} of {:.0f} s wall time\n",
                      std::max<int64_t>(0, study.budget.trials - search_used), study.budget.trials,
                      std::max(0.0, study.budget.wall_seconds - wall), study.budget.wall_seconds);
+  for (const TrialRow& t : trials) {
+    if (t.status == kFailed) out += fmt::format("failed: {}: {}\n", t.name, t.reason);
+  }
   if (const auto c = journal.meta("conclusion")) out += "conclusion: " + *c + "\n";
   return out;
 }

@@ -138,9 +138,12 @@ std::optional<TrialEnd> RemoteRunner::poll(int64_t trial) {
                                         wait.server, waited);
     options_.say(fmt::format("research: {}: giving up: {}", wait.launch.name, why));
     append_trial_log(wait.launch, "=== research: giving up: " + why);
+    TrialEnd end{false, why};
+    end.unreachable_server = wait.server;
+    end.waited_s = waited;
     held_.erase(trial);
     waiting_.erase(w);
-    return TrialEnd{false, why};
+    return end;
   }
   // Back-off: the delay doubles up to max_probe_delay; the last probe falls on the deadline.
   wait.delay = std::min(wait.delay * 2, options_.max_probe_delay);

@@ -42,8 +42,16 @@ struct TrialLaunch {
 };
 
 struct TrialEnd {
+  TrialEnd() = default;
+  TrialEnd(bool ok, std::string what) : success(ok), description(std::move(what)) {}
+
   bool success = false;     // exit code 0: every step ran
   std::string description;  // "exit code 1", "killed by signal 9 (Killed)"
+  // Set when the run never started because its server did not answer (the remote runner's wait ran
+  // out): the server's URL and how long it was waited for. The controller then reports an unreachable
+  // server, not a crash (the retry rule is the same).
+  std::string unreachable_server;
+  double waited_s = 0;
 };
 
 // One validation a trial recorded: its step and its numbers under val/ names.

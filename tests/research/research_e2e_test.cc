@@ -193,7 +193,7 @@ TEST(ResearchE2E, ACrashIsRetriedThenRecordedAndAPlateauStopsATrial) {
   EXPECT_NE(crash.error.find("=== research: resume"), std::string::npos) << crash.error;  // the log tail
   const Json flag = parse_json(read_file(s.dir / "finish.flag"), "finish.flag");
   EXPECT_EQ(flag["exit_code"], 1);
-  EXPECT_NE(read_file(s.dir / "notebook.md").find("Crashes: log tails"), std::string::npos);
+  EXPECT_NE(read_file(s.dir / "notebook.md").find("Crashes and unreachable servers: log tails"), std::string::npos);
   expect_nothing_redone(s.dir);
 }
 
@@ -335,11 +335,30 @@ TEST(ResearchE2E, AnUnreachableTrialServerIsWaitedOutThenReported) {
     ASSERT_EQ(j.trials().size(), 1u);
     const TrialRow t = j.trials().front();
     EXPECT_EQ(t.status, kFailed);
-    EXPECT_NE(t.reason.find("the trial server " + dead.url() + " did not answer for"), std::string::npos) << t.reason;
+    // Said as an unreachable server (its URL and the wait), not as a crash.
+    const std::string said = "server unreachable: the trial server " + dead.url() + " did not answer for 1 s "
+                             "(budget.unreachable_seconds), so the run did not start; gave up after 1 attempt(s)";
+    EXPECT_EQ(t.reason, said);
+    EXPECT_EQ(t.reason.find("crashed"), std::string::npos) << t.reason;
     EXPECT_NE(t.error.find("giving up"), std::string::npos) << t.error;  // the trial log's tail
+    bool failed = false;
+    for (const Decision& d : j.decisions()) {
+      if (d.kind != "fail") continue;
+      failed = true;
+      EXPECT_EQ(d.reason, said);
+      EXPECT_EQ(d.numbers["unreachable_server"], dead.url());
+      EXPECT_GE(d.numbers["waited_s"].get<double>(), 1.0);
+    }
+    EXPECT_TRUE(failed);
+    const std::string notebook = read_file(s.dir / "notebook.md");
+    EXPECT_NE(notebook.find("| fail | t001 | " + said + " |"), std::string::npos) << notebook;  // the decision log
+    EXPECT_NE(notebook.find(said + " (failed attempts: 1)"), std::string::npos) << notebook;  // the trials table
+    EXPECT_EQ(notebook.find("crashed 1 times"), std::string::npos) << notebook;
+    const e2e::Captured st = research("status " + shell_quote(s.dir.string()));
+    EXPECT_EQ(exit_code(st.status), 0) << st.out;
+    EXPECT_NE(st.out.find("failed: t001: " + said), std::string::npos) << st.out;
   }
   EXPECT_EQ(parse_json(read_file(s.dir / "finish.flag"), "finish.flag")["exit_code"], 1);
-  EXPECT_NE(read_file(s.dir / "notebook.md").find(dead.url()), std::string::npos);
 
   e2e::SwarmProcess front(e2e::SwarmProcess::Options{scratch / "front", {}, "", {}});
   ASSERT_FALSE(front.url().empty());
@@ -354,8 +373,15 @@ TEST(ResearchE2E, AnUnreachableTrialServerIsWaitedOutThenReported) {
   EXPECT_EQ(j.trials().front().status, kCompleted);
   EXPECT_EQ(j.trials().front().attempts, 1);
   bool retried = false;
-  for (const Decision& d : j.decisions()) retried = retried || (d.kind == "retry" && d.reason.find(dead.url()) != std::string::npos);
+  for (const Decision& d : j.decisions()) {
+    if (d.kind != "retry") continue;
+    retried = true;
+    EXPECT_EQ(d.reason.rfind("server unreachable: the trial server " + dead.url() + " did not answer for 1 s", 0), 0u)
+        << d.reason;
+    EXPECT_NE(d.reason.find("attempt 2 of 2"), std::string::npos) << d.reason;
+  }
   EXPECT_TRUE(retried) << r.out;
+  EXPECT_NE(r.out.find("research: t001 server unreachable: the trial server " + dead.url()), std::string::npos) << r.out;
   EXPECT_NE(read_file(s2.dir / "trials" / "t001.log").find("--swarm-url " + front.url()), std::string::npos);
 }
 
