@@ -11,6 +11,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <sstream>
 
 #include "classic/classic_fixture.h"
 #include "client/swarm_client.h"
@@ -19,6 +20,7 @@
 #include "http/router.h"
 #include "http/server.h"
 #include "research/journal.h"
+#include "research/runner.h"
 
 namespace ajet::research {
 namespace {
@@ -306,6 +308,113 @@ TEST(ResearchE2E, RemoteTrialsRunOnARunningSwarmServer) {
   EXPECT_EQ(parse_json(read_file(s.dir / "finish.flag"), "finish.flag")["exit_code"], 0);
   EXPECT_EQ(client::SwarmClient(front.url()).get_engine_status().status, client::kOffline);
   EXPECT_FALSE(e2e::process_gone(front.pid()));
+}
+
+// The controller SIGKILLed while a remote trial runs on a real front, then `ajet research resume`: the
+// trial that had finished is not run again, the interrupted one goes back to the same front and
+// continues where its metrics.jsonl ends (the debug backbone trains no checkpoint: docs/research.md,
+// "Resumed trials"), every trial is counted once, and the front is left with its engine stopped. The
+// kill comes when the second trial has recorded a training step (waited on in its metrics.jsonl) and
+// holds its next episodes.
+TEST(ResearchE2E, ARemoteStudyKilledMidTrialResumesOnTheSameFront) {
+  e2e::ScratchDir scratch;
+  e2e::SwarmProcess front(e2e::SwarmProcess::Options{scratch / "front", {}, "", {}});
+  ASSERT_FALSE(front.url().empty());
+  // The candidate (t002, after the base) holds its episodes once its run has recorded a training
+  // step, while the file `hold` exists (removed after the kill, and with the scratch directory): the
+  // kill always finds it mid-run, whatever the machine's speed.
+  const fs::path t2_metrics = scratch / "studies" / "remote_kill" / "trials" / "t002" / "metrics.jsonl";
+  const fs::path hold = scratch / "hold";
+  write_file_atomic(hold, "");
+  const std::string gated = "grep -q kind.:.train " + t2_metrics.string() + " && while [ -e " + hold.string() +
+                            " ]; do sleep 0.05; done; echo 0.8";
+  const std::string study =
+      "base: base.yaml\n"
+      "objective: {metric: val/greedy_reward, step: 8}\n"
+      "search:\n"
+      "  wf: {key: ajet.rollout.user_workflow, choice: [\"" + gated + "\"]}\n"
+      "budget: {trials: 2}\n"
+      "round_size: 2\n"
+      "seeds: {search: 1, confirm: []}\n"
+      "runner: {type: remote, servers: [" + front.url() + "]}\n";
+  const StudyDirs s = write_study(scratch, study, "remote_kill");
+  const fs::path out = scratch / "controller.out";
+  Subprocess controller = Subprocess::spawn(SpawnOptions{
+      {"/bin/sh", "-c", "exec \"$@\" >\"$AJET_TEST_OUT\" 2>&1 </dev/null", "sh", e2e::bin("ajet").string(), "research",
+       "run", s.study_file.string(), "--dir", s.dir.string()},
+      {{"AJET_TEST_OUT", out.string()}},
+      fs::temp_directory_path()});
+  ASSERT_EQ(s.dir / "trials" / "t002" / "metrics.jsonl", t2_metrics);
+  const bool mid_trial = e2e::eventually([&] { return read_classic_last_step(t2_metrics) >= 1 || controller.try_reap(); },
+                                         std::chrono::seconds(300));
+  ASSERT_TRUE(mid_trial && !controller.exited()) << "the controller ended before t002 trained a step:\n"
+                                                 << (fs::exists(out) ? read_file(out) : "");
+  ASSERT_EQ(::kill(controller.pid(), SIGKILL), 0);
+  EXPECT_EQ(exit_code(controller.wait()), 128 + SIGKILL);
+  const int64_t trained_before = read_classic_last_step(t2_metrics);
+  ASSERT_LT(trained_before, 8) << "t002 finished before the kill";
+  fs::remove(hold);
+  {
+    const e2e::Captured st = research("status " + shell_quote(s.dir.string()));
+    EXPECT_NE(st.out.find("trials: 1 running (t002), 0 pending, 1 completed"), std::string::npos) << st.out;
+  }
+
+  const e2e::Captured r = research("resume " + shell_quote(s.dir.string()));
+  ASSERT_EQ(exit_code(r.status), 0) << read_file(out) << "--- resume:\n" << r.out;
+  const Outcome got = read_outcome(s.dir);
+  ASSERT_EQ(got.status.size(), 2u) << r.out;
+  for (const auto& [name, status] : got.status) EXPECT_EQ(status.rfind("completed", 0), 0u) << name << ": " << status;
+  EXPECT_EQ(got.status.at("t001"), "completed echo 0.5");  // the base
+  EXPECT_NEAR(got.result.at("t001"), 0.5, 1e-6);
+  EXPECT_EQ(got.status.at("t002"), "completed " + gated);
+  EXPECT_NEAR(got.result.at("t002"), 0.8, 1e-6);
+  expect_nothing_redone(s.dir);
+  {
+    Journal j(s.dir / "journal.sqlite");
+    int resumes = 0;
+    for (const Decision& d : j.decisions()) {
+      if (d.kind != "resume") continue;
+      EXPECT_EQ(d.trial.value_or(-1), j.trials().at(1).id) << d.reason;
+      EXPECT_NE(d.reason.find("the controller restarted"), std::string::npos) << d.reason;
+      ++resumes;
+    }
+    EXPECT_EQ(resumes, 1);
+    EXPECT_EQ(j.trials().at(0).launches, 1);
+    EXPECT_EQ(j.trials().at(1).launches, 2);
+    std::set<int64_t> steps;
+    for (const Point& p : j.points(j.trials().at(1).id)) steps.insert(p.step);
+    EXPECT_EQ(steps, (std::set<int64_t>{0, 8}));
+  }
+  // t001 ran once; t002 was started, then resumed on the same front, which still had the killed run's
+  // engine going: the resumed run stopped it before syncing its own config, and went on from the
+  // steps its metrics.jsonl holds rather than from step 0.
+  const std::string log1 = read_file(s.dir / "trials" / "t001.log");
+  EXPECT_EQ(log1.find("=== research: resume"), std::string::npos) << log1;
+  const std::string log2 = read_file(s.dir / "trials" / "t002.log");
+  const size_t resumed = log2.find("=== research: resume");
+  ASSERT_NE(resumed, std::string::npos) << log2;
+  const std::string after = log2.substr(resumed);
+  EXPECT_NE(after.substr(0, after.find('\n')).find("--swarm-url " + front.url()), std::string::npos) << after;
+  EXPECT_NE(after.substr(0, after.find('\n')).find("--resume"), std::string::npos) << after;
+  EXPECT_NE(after.find("stopping it so this run's config can be synced"), std::string::npos) << after;
+  EXPECT_EQ(after.find("starting the run again from step 0"), std::string::npos) << after;
+  EXPECT_EQ(read_file(s.dir / "trials" / "t002.server"), front.url() + "\n");
+  EXPECT_FALSE(fs::exists(s.dir / "trials" / "t002" / "earlier"));
+  const std::string metrics = read_file(t2_metrics);
+  // One resume marker, after the steps the killed run trained (none of them trained again).
+  std::vector<int64_t> resumed_at;
+  std::istringstream lines(metrics);
+  for (std::string line; std::getline(lines, line);) {
+    const std::optional<Json> rec = try_parse_json(line);
+    if (rec && rec->is_object() && rec->value("kind", "") == "resume") resumed_at.push_back(rec->value("step", int64_t(-1)));
+  }
+  ASSERT_EQ(resumed_at.size(), 1u) << metrics;
+  EXPECT_GE(resumed_at[0], trained_before) << metrics;
+  EXPECT_EQ(read_classic_last_step(t2_metrics), 8);
+  // The front is left usable: its engine stopped, its process up.
+  EXPECT_EQ(client::SwarmClient(front.url()).get_engine_status().status, client::kOffline);
+  EXPECT_FALSE(e2e::process_gone(front.pid()));
+  EXPECT_EQ(parse_json(read_file(s.dir / "finish.flag"), "finish.flag")["exit_code"], 0);
 }
 
 // A trial server that does not answer is waited out for budget.unreachable_seconds, then the trial
