@@ -130,12 +130,21 @@ Frame fit(const std::vector<Series>& series, bool log_x, size_t categories) {
   return f;
 }
 
+// Series 8 and on reuse the 8 colours, dashed (then dotted), so no two lines of a chart look alike.
+std::string dash(size_t i) {
+  switch ((i / 8) % 3) {
+    case 0: return "";
+    case 1: return " stroke-dasharray=\"6 3\"";
+    default: return " stroke-dasharray=\"2 2\"";
+  }
+}
+
 std::string legend(const std::vector<Series>& series) {
   std::string s;
   for (size_t i = 0; i < series.size() && i < 20; ++i) {
     const double y = Frame::kTop + 14.0 * double(i);
-    s += fmt::format("<rect x=\"{}\" y=\"{:.1f}\" width=\"10\" height=\"10\" fill=\"{}\"/>", Frame::kW - Frame::kRight + 12,
-                     y, kColours[i % 8]);
+    s += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" stroke=\"{}\" stroke-width=\"2.5\"{}/>",
+                     Frame::kW - Frame::kRight + 8, y + 5, Frame::kW - Frame::kRight + 22, y + 5, kColours[i % 8], dash(i));
     s += fmt::format("<text x=\"{}\" y=\"{:.1f}\">{}</text>\n", Frame::kW - Frame::kRight + 26, y + 9, xml_escape(series[i].name));
   }
   return s;
@@ -224,7 +233,8 @@ std::string svg_line_chart(const std::string& title, const std::string& x_label,
   for (size_t i = 0; i < series.size(); ++i) {
     std::string pts;
     for (const auto& [x, y] : series[i].points) pts += fmt::format("{:.1f},{:.1f} ", f.px(x), f.py(y));
-    s += fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\" points=\"{}\"/>\n", kColours[i % 8], pts);
+    s += fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\"{} points=\"{}\"/>\n", kColours[i % 8],
+                     dash(i), pts);
     for (const auto& [x, y] : series[i].points) {
       s += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"2.5\" fill=\"{}\"/>\n", f.px(x), f.py(y), kColours[i % 8]);
     }

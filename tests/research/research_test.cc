@@ -487,5 +487,24 @@ TEST(Notebook, ChartsAreSelfContainedSvg) {
   EXPECT_NE(scatter.find("<circle"), std::string::npos);
 }
 
+// A study's curves chart holds the search trials and the confirmation runs (12 lines in the shipped
+// example): no two may share a colour and a dash pattern.
+TEST(Notebook, EveryLineOfAChartLooksDifferent) {
+  std::vector<Series> series;
+  for (int i = 0; i < 20; ++i) series.push_back({"t" + std::to_string(i), {{0, 0.1 * i}, {8, 0.05 * i}}});
+  const std::string svg = svg_line_chart("curves", "step", "y", series);
+  std::set<std::string> styles;
+  size_t at = 0;
+  int lines = 0;
+  while ((at = svg.find("<polyline", at)) != std::string::npos) {
+    const size_t end = svg.find("points=", at);
+    styles.insert(svg.substr(at, end - at));  // stroke colour, width and dash, in the tag's order
+    ++lines;
+    at = end;
+  }
+  EXPECT_EQ(lines, 20);
+  EXPECT_EQ(styles.size(), 20u);
+}
+
 }  // namespace
 }  // namespace ajet::research
