@@ -90,7 +90,12 @@
   let timers = [];       // polling of the current view
   let generation = 0;    // bumps on every navigation: late answers of an old view are dropped
   function stopTimers() { timers.forEach((t) => clearTimeout(t)); timers = []; }
-  function later(fn, ms) { const g = generation; timers.push(setTimeout(() => { if (g === generation) fn(); }, ms)); }
+  function later(fn, ms) {
+    const g = generation;
+    const t = setTimeout(() => { if (g === generation) fn(); }, ms);
+    timers.push(t);
+    return t;
+  }
 
   function frame() {
     const app = document.getElementById('app');
@@ -236,8 +241,8 @@
     });
     filter.addEventListener('input', draw);
     let resizeTimer = null;
-    // a resize redraws this view only: the timer is dropped when the user navigates away
-    window.onresize = () => { clearTimeout(resizeTimer); resizeTimer = setTimeout(() => { if (g === generation) draw(); }, 150); };
+    // a resize redraws this view only: route() removes the handler and drops its pending timer
+    window.onresize = () => { clearTimeout(resizeTimer); resizeTimer = later(draw, 150); };
 
     if (SNAP) {
       store.series.clear();
