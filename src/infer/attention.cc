@@ -1,13 +1,5 @@
 #include "infer/attention.h"
 
-#include <ATen/Parallel.h>
-
-// at::parallel_for below is a header template: under libtorch's OpenMP backend it is a serial loop
-// unless this file is compiled with -fopenmp (ajet_link_openmp in CMake).
-#if AT_PARALLEL_OPENMP && !defined(INTRA_OP_PARALLEL)
-#error "compile with OpenMP (ajet_link_openmp): at::parallel_for would run on one thread"
-#endif
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -15,6 +7,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "model/parallel.h"
 
 namespace ajet::infer {
 at::Tensor int64_tensor(const std::vector<int64_t>& values, at::Device device) {

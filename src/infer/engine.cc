@@ -1,17 +1,10 @@
 #include "infer/engine.h"
 
-#include <ATen/Parallel.h>
-
-// at::parallel_for below is a header template: under libtorch's OpenMP backend it is a serial loop
-// unless this file is compiled with -fopenmp (ajet_link_openmp in CMake).
-#if AT_PARALLEL_OPENMP && !defined(INTRA_OP_PARALLEL)
-#error "compile with OpenMP (ajet_link_openmp): at::parallel_for would run on one thread"
-#endif
-
 #include <algorithm>
 #include <string>
 
 #include "common/log.h"
+#include "model/parallel.h"
 
 namespace ajet::infer {
 

@@ -1,13 +1,6 @@
 #include "model/qwen2.h"
 
 #include <ATen/CPUGeneratorImpl.h>
-#include <ATen/Parallel.h>
-
-// at::parallel_for below is a header template: under libtorch's OpenMP backend it is a serial loop
-// unless this file is compiled with -fopenmp (ajet_link_openmp in CMake).
-#if AT_PARALLEL_OPENMP && !defined(INTRA_OP_PARALLEL)
-#error "compile with OpenMP (ajet_link_openmp): at::parallel_for would run on one thread"
-#endif
 
 #include <algorithm>
 #include <cmath>
@@ -15,6 +8,7 @@
 
 #include "common/error.h"
 #include "model/linear_kernel.h"
+#include "model/parallel.h"
 
 namespace ajet::model {
 
