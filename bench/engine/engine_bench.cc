@@ -82,13 +82,19 @@ double lm_head_flops(const ajet::hf::ModelConfig& c) { return 2.0 * c.hidden_siz
 
 // GB/s at which one token's matrix-vector products stream the model's weights (every decoder matrix
 // and the lm_head, M = 1, best of reps): what a single decoding sequence can at best reach.
-double weight_stream_gbps(ajet::model::Qwen2Model& model, int reps) {
-  torch::NoGradGuard no_grad;
+// Every matrix a decode step multiplies by: the decoder layers' and the (tied) lm_head.
+std::vector<torch::Tensor> decode_matrices(ajet::model::Qwen2Model& model) {
   std::vector<torch::Tensor> weights;
   for (const auto& [name, t] : model->hf_named_parameters()) {
     if (t.dim() == 2 && name.find("embed_tokens") == std::string::npos) weights.push_back(t);
   }
   weights.push_back(model->hf_named_parameters().front().second);  // embeddings: the (tied) lm_head
+  return weights;
+}
+
+double weight_stream_gbps(ajet::model::Qwen2Model& model, int reps) {
+  torch::NoGradGuard no_grad;
+  const std::vector<torch::Tensor> weights = decode_matrices(model);
   double bytes = 0;
   for (const auto& w : weights) bytes += static_cast<double>(w.numel()) * w.element_size();
   double best = 1e30;
@@ -142,11 +148,7 @@ struct LinearRow {
 };
 LinearRow measure_linears(const std::string& preset, ajet::model::Qwen2Model& model, int64_t rows, int reps) {
   torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> weights;
-  for (const auto& [name, t] : model->hf_named_parameters()) {
-    if (t.dim() == 2 && name.find("embed_tokens") == std::string::npos) weights.push_back(t);
-  }
-  weights.push_back(model->hf_named_parameters().front().second);  // the (tied) lm_head
+  const std::vector<torch::Tensor> weights = decode_matrices(model);
   std::vector<torch::Tensor> inputs;
   double flops = 0;
   for (const auto& w : weights) {

@@ -99,7 +99,7 @@ torch::Tensor masked_attention(const torch::Tensor& q, const torch::Tensor& k, c
                                const torch::Tensor& mask);
 
 // x (..., K) · w (N, K)^T + bias (N), what every projection of the model runs: with grad off, float32 on
-// the CPU and 2..128 rows (decode steps) the small-row kernel (linear_kernel.h) split by columns over
+// the CPU and 2..48 rows (decode steps; kKernelMaxRows in qwen2.cc) the small-row kernel (linear_kernel.h) split by columns over
 // the intra-op threads, otherwise torch's linear. Same maths; float32 sums in another order.
 torch::Tensor linear_forward(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& bias);
 
