@@ -219,6 +219,8 @@ class Job {
   void append_markdown_section(const fs::path& path, const std::string& section);
 
   bool remote() const { return !options_.swarm_url.empty(); }
+  // The front's experiment directory for messages: "" when the front does not say (or answer).
+  std::string front_experiment_dir_for_messages();
   std::string front_exit_lines() const { return swarm_ && swarm_->exited() ? "\n" + swarm_->last_lines(10) : ""; }
 
   const LaunchOptions& options_;
@@ -773,14 +775,18 @@ void Job::connect_front() {
   if (!client_) client_ = std::make_unique<client::SwarmClient>(front_url_, copts);
 }
 
+std::string Job::front_experiment_dir_for_messages() {
+  try {
+    return client_->get_server_experiment_dir();
+  } catch (const std::exception&) {
+    return "";
+  }
+}
+
 void Job::free_remote_engine() {
   const client::EngineStatus s = client_->get_engine_status();
   if (s.status == client::kOffline) return;
-  std::string experiment;
-  try {
-    experiment = client_->get_server_experiment_dir();
-  } catch (const std::exception&) {
-  }
+  const std::string experiment = front_experiment_dir_for_messages();
   say("ajet: the front's engine is " + s.status + (experiment.empty() ? "" : " (experiment " + experiment + ")") +
       "; stopping it so this run's config can be synced (the front saves its checkpoint first)");
   client_->stop_engine(true, 120.0);
@@ -897,11 +903,7 @@ void Job::finish() {
     if (!remote()) {
       say("ajet: TensorBoard: tensorboard --logdir " + (prepared_.exp_dir / "tensorboard").string());
     } else {
-      std::string front_dir;
-      try {
-        front_dir = client_->get_server_experiment_dir();
-      } catch (const std::exception&) {
-      }
+      const std::string front_dir = front_experiment_dir_for_messages();
       if (!front_dir.empty()) say("ajet: TensorBoard (the front writes it): tensorboard --logdir " + front_dir + "/tensorboard");
     }
   }
@@ -984,6 +986,10 @@ RunResult Job::run() {
   try {
     boot_engine();
     const int64_t test_freq = c.trainer_common.test_freq;
+    // The steps validated on schedule (a run that stops early for its time budget also validates there).
+    auto scheduled_validation = [&](int64_t step) {
+      return test_freq > 0 && (step % test_freq == 0 || step == total_steps_);
+    };
     // --resume reloaded the earlier run's records: a validation it already has is not run again, and
     // one it lost (the run was stopped after a step's checkpoint, before that step's validation) is
     // run now, before the next step, so the step's record exists as in an uninterrupted run.
@@ -995,8 +1001,7 @@ RunResult Job::run() {
     const int64_t resumed_after = first_step_ - 1;
     if (resumed_after == 0) {
       if ((c.trainer_common.val_before_train || c.trainer_common.val_only) && !validated(0)) validate(0);
-    } else if (test_freq > 0 && (resumed_after % test_freq == 0 || resumed_after == total_steps_) &&
-               !validated(resumed_after)) {
+    } else if (scheduled_validation(resumed_after) && !validated(resumed_after)) {
       say(fmt::format("ajet: --resume: step {} has no validation record (the run stopped between the step and its "
                       "validation); validating it now",
                       resumed_after));
@@ -1022,7 +1027,7 @@ RunResult Job::run() {
                           step, total_steps_, next_step_s, double(*budget), seconds_since(t0_)));
         }
       }
-      const bool validate_now = test_freq > 0 && (step % test_freq == 0 || step == total_steps_ || out_of_time);
+      const bool validate_now = scheduled_validation(step) || (test_freq > 0 && out_of_time);
       // async runs ahead of training; validation and the end wait until every step so far trained.
       if (c.backbone == "async" && (validate_now || step == total_steps_ || out_of_time)) finish_all_steps();
       if (validate_now) {
