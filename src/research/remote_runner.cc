@@ -47,16 +47,18 @@ std::string RemoteRunner::pick_server(const TrialLaunch& l) const {
     if (!taken) free.push_back(s);
   }
   if (free.empty()) return "";
+  // Not found silent at its last probe (or never probed).
+  auto answered = [&](const std::string& s) {
+    const auto u = unreachable_.find(s);
+    return u == unreachable_.end() || !u->second;
+  };
   if (l.resume && fs::exists(server_file(l))) {
     std::string last = read_file(server_file(l));
     while (!last.empty() && (last.back() == '\n' || last.back() == ' ')) last.pop_back();
-    const auto u = unreachable_.find(last);
-    const bool answered = u == unreachable_.end() || !u->second;
-    if (answered && std::find(free.begin(), free.end(), last) != free.end()) return last;
+    if (answered(last) && std::find(free.begin(), free.end(), last) != free.end()) return last;
   }
   for (const std::string& s : free) {
-    const auto u = unreachable_.find(s);
-    if (u == unreachable_.end() || !u->second) return s;
+    if (answered(s)) return s;
   }
   return free.front();
 }
