@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <deque>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -138,40 +139,45 @@ double ratio_bound(const ajet::hf::ModelConfig& c, double gbps, double peak_gflo
 }
 
 // The decode step's linears alone: every projection shape of a preset at `rows` rows, through the
-// model's linear (the small-row kernel, split over the threads) and through torch's linear (OpenBLAS),
-// best of reps. Says how much of the GEMM peak the step's main cost can reach at that batch.
+// packed kernel (weights packed once, as the model keeps them), the small-row kernel (up to 48 rows,
+// split over the threads) and torch's linear (OpenBLAS), best of reps. Says how much of the GEMM peak
+// the step's main cost can reach at that batch.
 struct LinearRow {
   std::string preset;
   int64_t rows;
-  Span kernel;  // GFLOP/s
+  Span packed;  // GFLOP/s
+  Span kernel;  // zero above 48 rows, where the model never runs it
   Span blas;
 };
 LinearRow measure_linears(const std::string& preset, ajet::model::Qwen2Model& model, int64_t rows, int reps) {
   torch::NoGradGuard no_grad;
   const std::vector<torch::Tensor> weights = decode_matrices(model);
   std::vector<torch::Tensor> inputs;
+  std::deque<ajet::model::PackedWeight> packed(weights.size());
   double flops = 0;
-  for (const auto& w : weights) {
-    inputs.push_back(torch::randn({rows, w.size(1)}));
-    flops += 2.0 * rows * w.size(0) * w.size(1);
+  for (size_t i = 0; i < weights.size(); ++i) {
+    inputs.push_back(torch::randn({rows, weights[i].size(1)}));
+    flops += 2.0 * rows * weights[i].size(0) * weights[i].size(1);
+    packed[i].of(weights[i]);
   }
   auto best_of = [&](auto&& fn) {
     Span best;
     for (int r = 0; r <= reps; ++r) {  // r = 0 warms up
       Stopwatch sw{g_threads};
-      for (size_t i = 0; i < weights.size(); ++i) fn(inputs[i], weights[i]);
+      for (size_t i = 0; i < weights.size(); ++i) fn(i);
       const Span t = sw.elapsed();
       if (r > 0) best = {std::max(best.wall, flops / t.wall / 1e9), std::max(best.cpu, flops / t.cpu / 1e9)};
     }
     return best;
   };
-  const Span kernel = best_of([](const torch::Tensor& x, const torch::Tensor& w) {
-    return ajet::model::linear_forward(x, w, torch::Tensor());
+  const Span with_packing = best_of([&](size_t i) {
+    return ajet::model::linear_forward(inputs[i], weights[i], torch::Tensor(), &packed[i]);
   });
-  const Span blas = best_of([](const torch::Tensor& x, const torch::Tensor& w) {
-    return torch::nn::functional::linear(x, w);
-  });
-  return {preset, rows, kernel, blas};
+  const Span kernel = rows <= 48 ? best_of([&](size_t i) {
+    return ajet::model::linear_forward(inputs[i], weights[i], torch::Tensor());
+  }) : Span{};
+  const Span blas = best_of([&](size_t i) { return torch::nn::functional::linear(inputs[i], weights[i]); });
+  return {preset, rows, with_packing, kernel, blas};
 }
 
 struct DecodeRow {
@@ -328,7 +334,7 @@ int main(int argc, char** argv) {
         measure_prefill(preset, model, threads, prefill_len, reps, ajet::infer::AttentionImpl::kTorchOps).tokens_per_s;
     std::printf("prefill %s: %.0f tokens/s (%.0f by CPU time)\n", preset.c_str(), prefill.back().tokens_per_s.wall,
                 prefill.back().tokens_per_s.cpu);
-    for (int64_t rows : smoke ? std::vector<int64_t>{8} : std::vector<int64_t>{8, 16, 32, 64}) {
+    for (int64_t rows : smoke ? std::vector<int64_t>{8} : std::vector<int64_t>{8, 16, 32, 64, 512}) {
       linears.push_back(measure_linears(preset, model, rows, smoke ? 1 : 20));
     }
     const Span p = gemm_peak_gflops(smoke ? 1 : 5);
@@ -372,12 +378,16 @@ int main(int argc, char** argv) {
     table << line;
   }
   table << "\nThe decode step's linears alone (every projection of the preset at R rows, one pass, best of\n"
-        << (smoke ? 1 : 20) << "): the model's linear (the small-row kernel over the threads) against torch's linear (BLAS).\n\n"
-        << "| preset | rows | kernel GFLOP/s | % of GEMM peak | BLAS GFLOP/s | kernel vs BLAS |\n|---|---|---|---|---|---|\n";
+        << (smoke ? 1 : 20) << "): the packed kernel (weights packed once per weight version, as the model keeps them), "
+        << "the small-row kernel (up to 48 rows) and torch's linear (BLAS).\n\n"
+        << "| preset | rows | packed GFLOP/s | % of GEMM peak | small-row kernel GFLOP/s | BLAS GFLOP/s | packed vs the "
+           "better other |\n|---|---|---|---|---|---|---|\n";
   for (const LinearRow& r : linears) {
-    std::snprintf(line, sizeof(line), "| %s | %lld | %.1f | %.0f %% | %.1f | %.2fx |\n", r.preset.c_str(),
-                  static_cast<long long>(r.rows), r.kernel.wall, 100 * r.kernel.wall / peak.wall, r.blas.wall,
-                  r.kernel.wall / r.blas.wall);
+    char kernel[32] = "-";
+    if (r.kernel.wall > 0) std::snprintf(kernel, sizeof(kernel), "%.1f", r.kernel.wall);
+    std::snprintf(line, sizeof(line), "| %s | %lld | %.1f | %.0f %% | %s | %.1f | %.2fx |\n", r.preset.c_str(),
+                  static_cast<long long>(r.rows), r.packed.wall, 100 * r.packed.wall / peak.wall, kernel, r.blas.wall,
+                  r.packed.wall / std::max(r.kernel.wall, r.blas.wall));
     table << line;
   }
   std::printf("\n%s", table.str().c_str());

@@ -1,5 +1,6 @@
 #include "model/linear_kernel.h"
 
+#include <algorithm>
 #include <cstring>
 
 // Built for AVX-512, AVX2+FMA and baseline x86-64, picked at load time (as src/infer/attention_kernel.cc).
@@ -76,7 +77,109 @@ AJET_LINEAR_INLINE void tile(const float* x, const float* w, const float* bias, 
   }
 }
 
+AJET_LINEAR_INLINE void store16(float* p, v16f v) { std::memcpy(p, &v, sizeof(v)); }
+
+// One tile of the packed kernel: MR input rows against one panel (32 output columns, `cols` of them
+// real). Per K step: two weight vectors, MR broadcasts, 2 * MR multiply-adds into 2 * MR accumulators
+// (24 of AVX-512's 32 registers at MR = 12).
+template <int MR>
+AJET_LINEAR_INLINE void packed_tile(const float* x, int64_t k, const float* panel, const float* bias, float* y,
+                                    int64_t n, int64_t cols) {
+  v16f lo[MR] = {}, hi[MR] = {};
+#pragma GCC unroll 2
+  for (int64_t c = 0; c < k; ++c) {
+    const v16f w0 = load16(panel + c * kPackedColumns), w1 = load16(panel + c * kPackedColumns + 16);
+#pragma GCC unroll 12
+    for (int r = 0; r < MR; ++r) {
+      const float xv = x[r * k + c];
+      lo[r] += xv * w0;
+      hi[r] += xv * w1;
+    }
+  }
+  if (cols == kPackedColumns) {
+    const v16f b0 = bias != nullptr ? load16(bias) : v16f{}, b1 = bias != nullptr ? load16(bias + 16) : v16f{};
+    for (int r = 0; r < MR; ++r) {
+      store16(y + r * n, lo[r] + b0);
+      store16(y + r * n + 16, hi[r] + b1);
+    }
+    return;
+  }
+  for (int r = 0; r < MR; ++r) {  // the last, partial panel
+    for (int64_t j = 0; j < cols; ++j) {
+      const float v = j < 16 ? lo[r][j] : hi[r][j - 16];
+      y[r * n + j] = bias != nullptr ? v + bias[j] : v;
+    }
+  }
+}
+
+// Rows [0, rows) of a row block against one panel, in tiles of `mr` rows and one tile for the rest.
+template <int MR>
+AJET_LINEAR_INLINE void packed_rows(const float* x, int64_t rows, int64_t k, const float* panel, const float* bias,
+                                    float* y, int64_t n, int64_t cols) {
+  int64_t r = 0;
+  for (; r + MR <= rows; r += MR) packed_tile<MR>(x + r * k, k, panel, bias, y + r * n, n, cols);
+  const float* xr = x + r * k;
+  float* yr = y + r * n;
+  switch (rows - r) {
+#define AJET_PACKED_REST(R) \
+  case R: \
+    if constexpr (R < MR) packed_tile<R>(xr, k, panel, bias, yr, n, cols); \
+    break;
+    AJET_PACKED_REST(1) AJET_PACKED_REST(2) AJET_PACKED_REST(3) AJET_PACKED_REST(4) AJET_PACKED_REST(5)
+    AJET_PACKED_REST(6) AJET_PACKED_REST(7) AJET_PACKED_REST(8) AJET_PACKED_REST(9) AJET_PACKED_REST(10)
+    AJET_PACKED_REST(11)
+#undef AJET_PACKED_REST
+    default: break;
+  }
+}
+
+// AVX-512 has the 32 vector registers a 12-row tile needs; elsewhere a 16-float vector is two or four
+// registers, and 4 rows keep the accumulators in registers.
+bool wide_vectors() {
+#if defined(__GNUC__) && defined(__x86_64__)
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  return avx512;
+#else
+  return false;
+#endif
+}
+
 }  // namespace
+
+int64_t packed_floats(int64_t n, int64_t k) { return (n + kPackedColumns - 1) / kPackedColumns * kPackedColumns * k; }
+
+void pack_weight_f32(const float* w, int64_t n, int64_t k, float* packed) {
+  const int64_t panels = (n + kPackedColumns - 1) / kPackedColumns;
+  for (int64_t p = 0; p < panels; ++p) {
+    float* out = packed + p * kPackedColumns * k;
+    for (int64_t j = 0; j < kPackedColumns; ++j) {
+      const int64_t row = p * kPackedColumns + j;
+      for (int64_t c = 0; c < k; ++c) out[c * kPackedColumns + j] = row < n ? w[row * k + c] : 0.0f;
+    }
+  }
+}
+
+AJET_LINEAR_MULTIVERSION
+void linear_packed_f32(const float* x, const float* packed, const float* bias, float* y, int64_t m, int64_t n,
+                       int64_t k, int64_t panel_begin, int64_t panel_end) {
+  const bool wide = wide_vectors();
+  const int64_t mr = wide ? 12 : 4;
+  // Row blocks of ~256 KB of input stay in L2 while this thread's panels stream past them once each.
+  const int64_t block = std::max<int64_t>(mr, (256 * 1024 / std::max<int64_t>(1, k * 4)) / mr * mr);
+  for (int64_t m0 = 0; m0 < m; m0 += block) {
+    const int64_t rows = std::min(block, m - m0);
+    for (int64_t p = panel_begin; p < panel_end; ++p) {
+      const int64_t col0 = p * kPackedColumns, cols = std::min(kPackedColumns, n - col0);
+      const float* panel = packed + col0 * k;
+      const float* b = bias != nullptr ? bias + col0 : nullptr;
+      if (wide) {
+        packed_rows<12>(x + m0 * k, rows, k, panel, b, y + m0 * n + col0, n, cols);
+      } else {
+        packed_rows<4>(x + m0 * k, rows, k, panel, b, y + m0 * n + col0, n, cols);
+      }
+    }
+  }
+}
 
 AJET_LINEAR_MULTIVERSION
 void linear_rows_f32(const float* x, const float* w, const float* bias, float* y, int64_t m, int64_t n, int64_t k,

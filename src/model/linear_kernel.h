@@ -18,4 +18,22 @@ inline constexpr int64_t kLinearColumnsPerUnit = 8;
 void linear_rows_f32(const float* x, const float* w, const float* bias, float* y, int64_t m, int64_t n, int64_t k,
                      int64_t n_begin, int64_t n_end);
 
+// The packed layout: the weight (N, K) cut into panels of kPackedColumns output columns, each panel
+// stored K-major (panel p, row k holds w[p * 32 + 0..31, k]), the last panel zero-padded. A GEMM
+// kernel then reads each panel as one contiguous stream and broadcasts the input rows against it
+// (outer products), which keeps the multiply units busy where the dot-product kernel above spends
+// its time on horizontal sums. Made once per weight version (model/qwen2.h PackedWeight).
+inline constexpr int64_t kPackedColumns = 32;
+
+// Floats the packed copy of an (N, K) weight needs.
+int64_t packed_floats(int64_t n, int64_t k);
+
+// Writes w (N, K, row-major, contiguous) into `packed` (packed_floats(n, k) floats).
+void pack_weight_f32(const float* w, int64_t n, int64_t k, float* packed);
+
+// y[m, n] = sum_k x[m, k] * w[n, k] (+ bias[n]) from the packed copy, for the columns of panels
+// [panel_begin, panel_end): x (M, K), bias (N) or null, y (M, N), row-major and contiguous. Any M.
+void linear_packed_f32(const float* x, const float* packed, const float* bias, float* y, int64_t m, int64_t n,
+                       int64_t k, int64_t panel_begin, int64_t panel_end);
+
 }  // namespace ajet::model

@@ -42,25 +42,45 @@ void check_config(const hf::ModelConfig& c) {
 // linear table (docs/benchmarks.md, 2026-12-04, both threads working): the kernel is 1.7x BLAS at 8
 // rows, 1.1x at 32, 0.85x at 64 on a 2-core Xeon with a 287 GFLOP/s GEMM peak.
 constexpr int64_t kKernelMaxRows = 48;
+// Rows up to which a weight with a packed copy goes through the packed kernel instead of both the above
+// and BLAS: engine_bench's linear table (docs/benchmarks.md, 2026-12-04, second entry) has it 1.1-2.1x
+// the better of them from 16 to 512 rows (a prefill chunk), and level with the small-row kernel at 8
+// rows of the small preset, where both stream the weights. Longer inputs were not measured: BLAS.
+constexpr int64_t kPackedMaxRows = 512;
+// A model keeps packed copies only while all its weights, once more, fit in this many bytes: the copy
+// pays where a step is compute-bound (small models, many rows); a large model's decode streams weights.
+constexpr int64_t kPackedModelMaxBytes = int64_t{512} << 20;
 
 }  // namespace
 
-torch::Tensor linear_forward(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& bias) {
+torch::Tensor linear_forward(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& bias,
+                             PackedWeight* packed) {
   const int64_t k = w.size(1), n = w.size(0);
   const int64_t m = x.dim() > 0 && k > 0 ? x.numel() / k : 0;
-  const bool kernel = !torch::GradMode::is_enabled() && m > 1 && m <= kKernelMaxRows && x.is_cpu() &&
-                      x.scalar_type() == torch::kFloat && x.size(-1) == k && w.is_cpu() &&
-                      w.scalar_type() == torch::kFloat && w.is_contiguous() &&
-                      (!bias.defined() || (bias.scalar_type() == torch::kFloat && bias.is_contiguous()));
-  if (!kernel) return torch::nn::functional::linear(x, w, bias);
+  const bool eligible = !torch::GradMode::is_enabled() && m > 1 && x.is_cpu() && x.scalar_type() == torch::kFloat &&
+                        x.size(-1) == k && w.is_cpu() && w.scalar_type() == torch::kFloat && w.is_contiguous() &&
+                        (!bias.defined() || (bias.scalar_type() == torch::kFloat && bias.is_contiguous()));
+  const bool use_packed = eligible && packed != nullptr && m <= kPackedMaxRows;
+  if (!use_packed && !(eligible && m <= kKernelMaxRows)) return torch::nn::functional::linear(x, w, bias);
   const torch::Tensor xc = x.contiguous();
   auto shape = x.sizes().vec();
   shape.back() = n;
   torch::Tensor y = torch::empty(shape, x.options());  // (..., N)
   const float* xp = xc.data_ptr<float>();
-  const float* wp = w.data_ptr<float>();
   const float* bp = bias.defined() ? bias.data_ptr<float>() : nullptr;
   float* yp = y.data_ptr<float>();
+  if (use_packed) {
+    const torch::Tensor pw = packed->of(w);
+    const float* pp = pw.data_ptr<float>();
+    // Units of one panel; a thread's share is worth starting only above ~64k multiply-adds.
+    const int64_t panels = (n + kPackedColumns - 1) / kPackedColumns;
+    const int64_t grain = std::max<int64_t>(1, 65536 / (m * k * kPackedColumns));
+    at::parallel_for(0, panels, grain, [&](int64_t begin, int64_t end) {
+      linear_packed_f32(xp, pp, bp, yp, m, n, k, begin, end);
+    });
+    return y;
+  }
+  const float* wp = w.data_ptr<float>();
   // Units of 8 columns; a thread's share is worth starting only above ~64k multiply-adds.
   const int64_t units = (n + kLinearColumnsPerUnit - 1) / kLinearColumnsPerUnit;
   const int64_t grain = std::max<int64_t>(1, 65536 / (m * k * kLinearColumnsPerUnit));
@@ -69,6 +89,33 @@ torch::Tensor linear_forward(const torch::Tensor& x, const torch::Tensor& w, con
                     std::min(n, end * kLinearColumnsPerUnit));
   });
   return y;
+}
+
+torch::Tensor PackedWeight::of(const torch::Tensor& w) {
+  TORCH_CHECK(w.dim() == 2 && w.is_cpu() && w.scalar_type() == torch::kFloat && w.is_contiguous(),
+              "PackedWeight: the weight must be a contiguous float32 CPU matrix");
+  const int64_t n = w.size(0), k = w.size(1);
+  const int64_t version = w._version();
+  std::lock_guard lock(mu_);
+  if (!packed_.defined() || !storage_.is_alias_of(w.storage()) || source_ != w.data_ptr() || version_ != version ||
+      n_ != n || k_ != k) {
+    torch::Tensor fresh = torch::empty({packed_floats(n, k)}, torch::kFloat);
+    pack_weight_f32(w.data_ptr<float>(), n, k, fresh.data_ptr<float>());
+    packed_ = std::move(fresh);
+    storage_ = w.storage();
+    source_ = w.data_ptr();
+    version_ = version;
+    n_ = n;
+    k_ = k;
+  }
+  return packed_;
+}
+
+void PackedWeight::clear() {
+  std::lock_guard lock(mu_);
+  packed_ = torch::Tensor();
+  storage_ = c10::Storage();
+  source_ = nullptr;
 }
 
 std::optional<Proj> proj_from_name(std::string_view name) {
@@ -238,7 +285,7 @@ torch::nn::Linear& DecoderLayerImpl::linear(Proj p) { return linears_[static_cas
 torch::Tensor DecoderLayerImpl::project(Proj p, const torch::Tensor& x) {
   const auto i = static_cast<size_t>(p);
   const torch::nn::Linear& base = linears_[i];
-  auto out = linear_forward(x, base->weight, base->bias);
+  auto out = linear_forward(x, base->weight, base->bias, pack_weights_ ? &packed_[i] : nullptr);
   if (adapters_[i]) out = out + adapters_[i]->delta(x);
   return out;
 }
@@ -256,6 +303,13 @@ const std::shared_ptr<LinearAdapter>& DecoderLayerImpl::adapter(Proj p) const {
 }
 
 void DecoderLayerImpl::set_rotary(std::shared_ptr<Rotary> rotary) { rotary_ = std::move(rotary); }
+
+void DecoderLayerImpl::set_weight_packing(bool on) {
+  pack_weights_ = on;
+  if (!on) {
+    for (auto& p : packed_) p.clear();
+  }
+}
 
 QKV DecoderLayerImpl::attention_inputs(const torch::Tensor& x, const torch::Tensor& positions) {
   auto lead = x.sizes().vec();
@@ -316,6 +370,10 @@ Qwen2ModelImpl::Qwen2ModelImpl(const hf::ModelConfig& config) : config_(config) 
     lm_head_ = register_module("lm_head",
                                torch::nn::Linear(torch::nn::LinearOptions(config_.hidden_size, config_.vocab_size).bias(false)));
   }
+  int64_t bytes = 0;  // as float32, the only dtype the packed kernel takes
+  for (const auto& p : parameters()) bytes += p.numel() * 4;
+  pack_weights_ = bytes <= kPackedModelMaxBytes;
+  for (auto& layer : layer_list_) layer->set_weight_packing(pack_weights_);
 }
 
 const hf::ModelConfig& Qwen2ModelImpl::config() const { return config_; }
@@ -330,7 +388,7 @@ torch::Tensor Qwen2ModelImpl::final_norm(const torch::Tensor& x) { return norm_-
 
 torch::Tensor Qwen2ModelImpl::lm_head(const torch::Tensor& hidden) {
   const auto& w = lm_head_.is_empty() ? embed_tokens_->weight : lm_head_->weight;  // (V, C)
-  return linear_forward(hidden, w, torch::Tensor());
+  return linear_forward(hidden, w, torch::Tensor(), pack_weights_ ? &packed_head_ : nullptr);
 }
 
 torch::Tensor Qwen2ModelImpl::forward_hidden(const torch::Tensor& ids, const torch::Tensor& positions,

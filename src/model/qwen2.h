@@ -101,7 +101,31 @@ torch::Tensor masked_attention(const torch::Tensor& q, const torch::Tensor& k, c
 // x (..., K) · w (N, K)^T + bias (N), what every projection of the model runs: with grad off, float32 on
 // the CPU and 2..48 rows (decode steps; kKernelMaxRows in qwen2.cc) the small-row kernel (linear_kernel.h) split by columns over
 // the intra-op threads, otherwise torch's linear. Same maths; float32 sums in another order.
-torch::Tensor linear_forward(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& bias);
+// With `packed` (the weight's packed copy, PackedWeight below) and the same conditions, rows from 2 to
+// kPackedMaxRows in qwen2.cc go through the packed GEMM kernel instead.
+class PackedWeight;
+torch::Tensor linear_forward(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& bias,
+                             PackedWeight* packed = nullptr);
+
+// A float32 CPU weight's copy in linear_kernel.h's packed layout, made on first use and made again
+// whenever the weight has changed since: an in-place update (optimizer step, weight sync, copy_) bumps
+// the tensor's version; a new tensor has another storage (the copy holds its source's storage, so no
+// later tensor can reuse that address unnoticed). Safe to call from several threads.
+class PackedWeight {
+ public:
+  // The packed copy of w (N, K), current for w as it is now.
+  torch::Tensor of(const torch::Tensor& w);
+  // Drops the copy (it is made again on next use).
+  void clear();
+
+ private:
+  std::mutex mu_;
+  torch::Tensor packed_;
+  c10::Storage storage_;  // the source's, kept alive while the copy is
+  const void* source_ = nullptr;
+  int64_t n_ = 0, k_ = 0;
+  int64_t version_ = 0;
+};
 
 // (T, T) bool lower-triangular mask on `device`.
 torch::Tensor causal_mask(int64_t t, torch::Device device);
@@ -129,6 +153,9 @@ class DecoderLayerImpl : public torch::nn::Module {
 
   // Used by Qwen2ModelImpl to share one rotary table across layers.
   void set_rotary(std::shared_ptr<Rotary> rotary);
+  // Whether no-grad float32 projections may keep packed copies of their weights (PackedWeight): on by
+  // default; Qwen2ModelImpl turns it off for models too big to hold their weights twice.
+  void set_weight_packing(bool on);
 
  private:
   int64_t num_heads_, num_kv_heads_, head_dim_;
@@ -137,6 +164,8 @@ class DecoderLayerImpl : public torch::nn::Module {
   RMSNorm q_norm_{nullptr}, k_norm_{nullptr};  // Qwen3 only
   std::array<torch::nn::Linear, 7> linears_{{nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr}};
   std::array<std::shared_ptr<LinearAdapter>, 7> adapters_;
+  std::array<PackedWeight, 7> packed_;
+  bool pack_weights_ = true;
   std::shared_ptr<Rotary> rotary_;
 };
 TORCH_MODULE(DecoderLayer);
@@ -178,6 +207,8 @@ class Qwen2ModelImpl : public torch::nn::Module {
   std::vector<DecoderLayer> layer_list_;
   RMSNorm norm_{nullptr};
   torch::nn::Linear lm_head_{nullptr};  // absent when tie_word_embeddings
+  PackedWeight packed_head_;
+  bool pack_weights_ = true;
   std::shared_ptr<Rotary> rotary_;
 };
 TORCH_MODULE(Qwen2Model);

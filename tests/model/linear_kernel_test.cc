@@ -1,6 +1,6 @@
-// The small-row linear kernel (model/linear_kernel.h) against torch's linear: every row and column tail
-// of its tiles (rows not a multiple of 3, columns not a multiple of 8, K not a multiple of 16), with
-// and without bias, a column sub-range, and the decoder's no-grad path that dispatches to it.
+// The small-row and packed linear kernels (model/linear_kernel.h) against torch's linear: every row
+// and column tail of their tiles, with and without bias, a column (panel) sub-range, the packed copy
+// following in-place weight updates, and the decoder's no-grad path that dispatches to them.
 #include <gtest/gtest.h>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -61,16 +61,102 @@ TEST(LinearKernel, WritesOnlyItsColumnRange) {
   EXPECT_TRUE(torch::all(y.narrow(1, 16, 8) == 7.0f).item<bool>());
 }
 
-// The decoder takes the kernel for no-grad batches of a few rows: the logits must equal the grad-mode
-// (torch linear) forward of the same model.
-TEST(LinearKernel, NoGradForwardOfFewRowsMatchesTheGradForward) {
+TEST(PackedLinearKernel, MatchesTorchLinearOnEveryTileAndPanelTail) {
+  // Rows: below, at and past the 12- and 4-row tiles; columns: partial, whole and several panels.
+  for (int64_t m : {1, 2, 4, 5, 11, 12, 13, 25, 64, 67}) {
+    for (int64_t n : {1, 7, 31, 32, 33, 100}) {
+      for (int64_t k : {1, 5, 16, 40, 512}) {
+        for (bool with_bias : {false, true}) {
+          const torch::Tensor x = kernel_normal({m, k}, 1), w = kernel_normal({n, k}, 2);
+          const torch::Tensor bias = with_bias ? kernel_normal({n}, 3) : torch::Tensor();
+          torch::Tensor packed = torch::full({packed_floats(n, k)}, 55.0f);
+          pack_weight_f32(w.data_ptr<float>(), n, k, packed.data_ptr<float>());
+          torch::Tensor y = torch::full({m, n}, 123.0f);
+          linear_packed_f32(x.data_ptr<float>(), packed.data_ptr<float>(),
+                            with_bias ? bias.data_ptr<float>() : nullptr, y.data_ptr<float>(), m, n, k, 0,
+                            (n + kPackedColumns - 1) / kPackedColumns);
+          const torch::Tensor expected = torch::nn::functional::linear(x, w, bias);
+          EXPECT_LT((y - expected).abs().max().item<double>(), kKernelTol)
+              << "m " << m << " n " << n << " k " << k << " bias " << with_bias;
+        }
+      }
+    }
+  }
+}
+
+// Rows past the kernel's L2 row block (256 KB of input): every block is computed.
+TEST(PackedLinearKernel, CoversEveryRowBlock) {
+  const int64_t m = 300, n = 40, k = 384;  // blocks of 168 rows at K = 384
+  const torch::Tensor x = kernel_normal({m, k}, 6), w = kernel_normal({n, k}, 7);
+  torch::Tensor packed = torch::empty({packed_floats(n, k)});
+  pack_weight_f32(w.data_ptr<float>(), n, k, packed.data_ptr<float>());
+  torch::Tensor y = torch::full({m, n}, 9.0f);
+  linear_packed_f32(x.data_ptr<float>(), packed.data_ptr<float>(), nullptr, y.data_ptr<float>(), m, n, k, 0, 2);
+  EXPECT_LT((y - torch::nn::functional::linear(x, w)).abs().max().item<double>(), kKernelTol);
+}
+
+TEST(PackedLinearKernel, WritesOnlyItsPanels) {
+  const int64_t m = 5, n = 96, k = 32;
+  const torch::Tensor x = kernel_normal({m, k}, 4), w = kernel_normal({n, k}, 5);
+  torch::Tensor packed = torch::empty({packed_floats(n, k)});
+  pack_weight_f32(w.data_ptr<float>(), n, k, packed.data_ptr<float>());
+  torch::Tensor y = torch::full({m, n}, 7.0f);
+  linear_packed_f32(x.data_ptr<float>(), packed.data_ptr<float>(), nullptr, y.data_ptr<float>(), m, n, k, 1, 2);
+  const torch::Tensor expected = torch::nn::functional::linear(x, w);
+  EXPECT_LT((y.narrow(1, 32, 32) - expected.narrow(1, 32, 32)).abs().max().item<double>(), kKernelTol);
+  EXPECT_TRUE(torch::all(y.narrow(1, 0, 32) == 7.0f).item<bool>());
+  EXPECT_TRUE(torch::all(y.narrow(1, 64, 32) == 7.0f).item<bool>());
+}
+
+// The packed copy follows its weight: an in-place update (what an optimizer step or a weight sync
+// does) and a new tensor both make linear_forward use the new values, never the stale copy.
+TEST(PackedLinearKernel, PackedWeightFollowsInPlaceUpdatesAndNewTensors) {
+  torch::NoGradGuard no_grad;
+  PackedWeight packed;
+  const torch::Tensor x = kernel_normal({16, 48}, 8);
+  torch::Tensor w = kernel_normal({40, 48}, 9);
+  auto check = [&](const char* when) {
+    const torch::Tensor y = linear_forward(x, w, torch::Tensor(), &packed);
+    EXPECT_LT((y - torch::nn::functional::linear(x, w)).abs().max().item<double>(), kKernelTol) << when;
+  };
+  check("first use");
+  w.add_(1.0);
+  check("after add_");
+  w.copy_(kernel_normal({40, 48}, 10));
+  check("after copy_");
+  w = kernel_normal({40, 48}, 11);
+  check("a new tensor");
+  w = kernel_normal({24, 48}, 12);
+  check("a new shape");
+}
+
+// The decoder takes the kernels for no-grad batches (packed weights, or the small-row kernel with
+// packing off): the logits must equal the grad-mode (torch linear) forward of the same model, and a
+// training step's in-place update must reach the next no-grad forward.
+TEST(LinearKernel, NoGradForwardMatchesTheGradForward) {
   Qwen2Model model = testing::random_model(testing::qwen2_config(), 11);
-  const torch::Tensor ids = torch::randint(model->config().vocab_size, {3, 5}, torch::kLong);  // 15 rows
+  for (int64_t t : {5, 40}) {  // 15 and 120 rows
+    for (bool packing : {true, false}) {
+      for (int64_t i = 0; i < model->num_layers(); ++i) model->layer(i)->set_weight_packing(packing);
+      const torch::Tensor ids = torch::randint(model->config().vocab_size, {3, t}, torch::kLong);
+      const torch::Tensor positions = testing::arange_positions(t).expand({3, t}).contiguous();
+      const torch::Tensor with_grad = model->forward_logits(ids, positions).detach();
+      torch::NoGradGuard no_grad;
+      const torch::Tensor without = model->forward_logits(ids, positions);
+      EXPECT_LT((without - with_grad).abs().max().item<double>(), kKernelTol) << t << " tokens, packing " << packing;
+    }
+  }
+  const torch::Tensor ids = torch::randint(model->config().vocab_size, {3, 5}, torch::kLong);
   const torch::Tensor positions = testing::arange_positions(5).expand({3, 5}).contiguous();
+  for (int64_t i = 0; i < model->num_layers(); ++i) model->layer(i)->set_weight_packing(true);
+  {
+    torch::NoGradGuard no_grad;
+    (void)model->forward_logits(ids, positions);  // packs every weight
+    for (auto& p : model->parameters()) p.mul_(0.9);
+  }
   const torch::Tensor with_grad = model->forward_logits(ids, positions).detach();
   torch::NoGradGuard no_grad;
-  const torch::Tensor without = model->forward_logits(ids, positions);
-  EXPECT_LT((without - with_grad).abs().max().item<double>(), kKernelTol);
+  EXPECT_LT((model->forward_logits(ids, positions) - with_grad).abs().max().item<double>(), kKernelTol);
 }
 
 }  // namespace
