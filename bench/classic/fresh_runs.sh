@@ -58,7 +58,7 @@ lines = [f"### Fresh runs of the main command: {label} ({datetime.date.today().i
          f"`bench/classic/fresh_runs.sh --seeds \"{' '.join(seeds)}\"`: `scripts/run.sh` from an empty work directory per "
          "seed (AJET_SEED), one after the other on 2 cores, after the build. Held-out success on "
          f"{rows[0]['tasks']} validation tasks: T=1 is the mean of {rows[0]['k']} samples per task.", "",
-         "| seed | warm-up gate | SFT steps (s): race + 70% stage | RL steps | T=1 before → after (gain) | greedy before → after | s after build |",
+         "| seed | warm-up gate | SFT steps (s): race + mix stage | RL steps | T=1 before → after (gain) | greedy before → after | s after build |",
          "|---|---|---|---|---|---|---|"]
 for r in rows:
     sym = f"{r['sym']} symbolic + " if r["sym"] else ""
