@@ -23,6 +23,7 @@
 #include "model/compute.h"
 #include "model/presets.h"
 #include "model/qwen2.h"
+#include "model/row_kernels.h"
 #include "model/blas_kernel.h"
 
 namespace {
@@ -180,6 +181,12 @@ LinearRow measure_linears(const std::string& preset, ajet::model::Qwen2Model& mo
   return {preset, rows, with_packing, kernel, blas};
 }
 
+// One workload with the row kernels (RMSNorm and rotary in one pass per row) on and off.
+struct RowKernelRow {
+  std::string preset, workload;
+  Span on, off;  // tokens/s
+};
+
 struct DecodeRow {
   std::string preset;
   int64_t concurrency;
@@ -309,6 +316,7 @@ int main(int argc, char** argv) {
   std::vector<DecodeRow> decode;
   std::vector<PrefillRow> prefill;
   std::vector<LinearRow> linears;
+  std::vector<RowKernelRow> row_kernels;
   Span peak;
   std::vector<std::pair<std::string, double>> stream;  // preset, weight streaming GB/s
   std::vector<ajet::hf::ModelConfig> configs;
@@ -334,6 +342,23 @@ int main(int argc, char** argv) {
         measure_prefill(preset, model, threads, prefill_len, reps, ajet::infer::AttentionImpl::kTorchOps).tokens_per_s;
     std::printf("prefill %s: %.0f tokens/s (%.0f by CPU time)\n", preset.c_str(), prefill.back().tokens_per_s.wall,
                 prefill.back().tokens_per_s.cpu);
+    // The row kernels (model/row_kernels.h) on and off, back to back: one sequence, 64, and prefill.
+    for (int64_t c : smoke ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 64}) {
+      RowKernelRow r{preset, std::to_string(c) + " sequence" + (c == 1 ? "" : "s")};
+      r.on = measure_decode(preset, model, threads, c, prompt_len, max_tokens).tokens_per_s;
+      ajet::model::set_row_kernels_enabled(false);
+      r.off = measure_decode(preset, model, threads, c, prompt_len, max_tokens).tokens_per_s;
+      ajet::model::set_row_kernels_enabled(true);
+      row_kernels.push_back(r);
+    }
+    {
+      RowKernelRow r{preset, "prefill " + std::to_string(prefill_len)};
+      r.on = measure_prefill(preset, model, threads, prefill_len, reps).tokens_per_s;
+      ajet::model::set_row_kernels_enabled(false);
+      r.off = measure_prefill(preset, model, threads, prefill_len, reps).tokens_per_s;
+      ajet::model::set_row_kernels_enabled(true);
+      row_kernels.push_back(r);
+    }
     for (int64_t rows : smoke ? std::vector<int64_t>{8} : std::vector<int64_t>{8, 16, 32, 64, 512}) {
       linears.push_back(measure_linears(preset, model, rows, smoke ? 1 : 20));
     }
@@ -388,6 +413,14 @@ int main(int argc, char** argv) {
     std::snprintf(line, sizeof(line), "| %s | %lld | %.1f | %.0f %% | %s | %.1f | %.2fx |\n", r.preset.c_str(),
                   static_cast<long long>(r.rows), r.packed.wall, 100 * r.packed.wall / peak.wall, kernel, r.blas.wall,
                   r.packed.wall / std::max(r.kernel.wall, r.blas.wall));
+    table << line;
+  }
+  table << "\nRMSNorm and rotary embeddings in one pass per row (model/row_kernels.h) against the torch ops they "
+           "replace (6 and ~9 ops), measured back to back in this run:\n\n"
+        << "| preset | workload | tokens/s with | tokens/s without | with vs without |\n|---|---|---|---|---|\n";
+  for (const RowKernelRow& r : row_kernels) {
+    std::snprintf(line, sizeof(line), "| %s | %s | %.0f | %.0f | %.2fx |\n", r.preset.c_str(), r.workload.c_str(),
+                  r.on.wall, r.off.wall, r.on.wall / r.off.wall);
     table << line;
   }
   std::printf("\n%s", table.str().c_str());

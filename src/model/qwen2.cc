@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "model/linear_kernel.h"
 #include "model/parallel.h"
+#include "model/row_kernels.h"
 
 namespace ajet::model {
 
@@ -133,6 +134,22 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  // No grad, float32 on the CPU (the engine's steps): one pass per row (row_kernels.h).
+  if (row_kernels_enabled() && !torch::GradMode::is_enabled() && x.is_cpu() && x.scalar_type() == torch::kFloat && x.dim() > 0 &&
+      x.size(-1) > 0 && weight.scalar_type() == torch::kFloat && weight.is_contiguous() &&
+      weight.numel() == x.size(-1)) {
+    const torch::Tensor xc = x.contiguous();
+    torch::Tensor y = torch::empty_like(xc);
+    const int64_t dim = xc.size(-1), rows = xc.numel() / dim;
+    const float* xp = xc.data_ptr<float>();
+    const float* wp = weight.data_ptr<float>();
+    float* yp = y.data_ptr<float>();
+    const auto eps = static_cast<float>(eps_);
+    at::parallel_for(0, rows, std::max<int64_t>(1, 16384 / dim), [&](int64_t begin, int64_t end) {
+      rms_norm_rows_f32(xp, wp, yp, dim, eps, begin, end);
+    });
+    return y;
+  }
   auto x32 = x.to(torch::kFloat);                                    // (..., dim)
   auto inv_rms = torch::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps_);  // (..., 1)
   return weight * (x32 * inv_rms).to(x.scalar_type());
@@ -144,58 +161,57 @@ torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
 Rotary::Rotary(int64_t head_dim, double theta, int64_t initial_positions)
     : head_dim_(head_dim), theta_(theta), initial_positions_(std::max<int64_t>(initial_positions, 16)) {}
 
-std::pair<torch::Tensor, torch::Tensor> Rotary::cos_sin(const torch::Tensor& positions, torch::ScalarType dtype) {
+int64_t Rotary::rows_needed(const torch::Tensor& positions) {
   TORCH_CHECK(positions.scalar_type() == torch::kLong, "rotary embedding: positions must be int64, got ",
               positions.scalar_type());
-  const auto device = positions.device();
-  int64_t needed = 0;  // table rows needed: max position + 1
-  bool known = false;
   {
     std::lock_guard lock(mu_);
     if (last_positions_.defined() && last_positions_.is_same(positions) && positions._version() == last_version_) {
-      needed = last_needed_;
-      known = true;
+      return last_needed_;
     }
   }
-  if (!known && positions.numel() > 0) {
+  int64_t needed = 0;  // table rows needed: max position + 1
+  if (positions.numel() > 0) {
     auto [lo, hi] = torch::aminmax(positions);
     auto range = torch::stack({lo, hi}).to(torch::kCPU);  // one device sync for both
     const int64_t min_pos = range[0].item<int64_t>(), max_pos = range[1].item<int64_t>();
     if (min_pos < 0) invalid_argument("rotary embedding: negative position " + std::to_string(min_pos));
     needed = max_pos + 1;
   }
-  if (!known) {
-    std::lock_guard lock(mu_);
-    last_positions_ = positions;
-    last_version_ = positions._version();
-    last_needed_ = needed;
-  }
-  torch::Tensor cos, sin;
-  {
-    std::lock_guard lock(mu_);
-    auto it = std::find_if(tables_.begin(), tables_.end(),
-                           [&](const Table& t) { return t.device == device && t.dtype == dtype; });
-    if (it == tables_.end() || it->cos.size(0) < needed) {
-      int64_t size = initial_positions_;
-      while (size < needed) size *= 2;
-      // As HF: inv_freq = 1 / theta^(arange(0, D, 2) / D) in float32; freqs = position * inv_freq in float32.
-      auto f32 = torch::TensorOptions().dtype(torch::kFloat).device(device);
-      auto exponent = torch::arange(0, head_dim_, 2, torch::TensorOptions().dtype(torch::kLong).device(device))
-                          .to(torch::kFloat) / static_cast<float>(head_dim_);       // (D/2,)
-      auto inv_freq = 1.0 / torch::pow(torch::scalar_tensor(theta_, f32), exponent);  // (D/2,)
-      auto pos = torch::arange(size, f32);                                            // (P,)
-      auto freqs = torch::outer(pos, inv_freq);                                       // (P, D/2)
-      auto emb = torch::cat({freqs, freqs}, -1);                                      // (P, D)
-      Table fresh{device, dtype, emb.cos().to(dtype), emb.sin().to(dtype)};
-      if (it == tables_.end()) {
-        it = tables_.insert(tables_.end(), std::move(fresh));
-      } else {
-        *it = std::move(fresh);
-      }
+  std::lock_guard lock(mu_);
+  last_positions_ = positions;
+  last_version_ = positions._version();
+  last_needed_ = needed;
+  return needed;
+}
+
+std::pair<torch::Tensor, torch::Tensor> Rotary::tables(torch::Device device, torch::ScalarType dtype, int64_t needed) {
+  std::lock_guard lock(mu_);
+  auto it = std::find_if(tables_.begin(), tables_.end(),
+                         [&](const Table& t) { return t.device == device && t.dtype == dtype; });
+  if (it == tables_.end() || it->cos.size(0) < needed) {
+    int64_t size = initial_positions_;
+    while (size < needed) size *= 2;
+    // As HF: inv_freq = 1 / theta^(arange(0, D, 2) / D) in float32; freqs = position * inv_freq in float32.
+    auto f32 = torch::TensorOptions().dtype(torch::kFloat).device(device);
+    auto exponent = torch::arange(0, head_dim_, 2, torch::TensorOptions().dtype(torch::kLong).device(device))
+                        .to(torch::kFloat) / static_cast<float>(head_dim_);       // (D/2,)
+    auto inv_freq = 1.0 / torch::pow(torch::scalar_tensor(theta_, f32), exponent);  // (D/2,)
+    auto pos = torch::arange(size, f32);                                            // (P,)
+    auto freqs = torch::outer(pos, inv_freq);                                       // (P, D/2)
+    auto emb = torch::cat({freqs, freqs}, -1);                                      // (P, D)
+    Table fresh{device, dtype, emb.cos().to(dtype).contiguous(), emb.sin().to(dtype).contiguous()};
+    if (it == tables_.end()) {
+      it = tables_.insert(tables_.end(), std::move(fresh));
+    } else {
+      *it = std::move(fresh);
     }
-    cos = it->cos;
-    sin = it->sin;
   }
+  return {it->cos, it->sin};
+}
+
+std::pair<torch::Tensor, torch::Tensor> Rotary::cos_sin(const torch::Tensor& positions, torch::ScalarType dtype) {
+  auto [cos, sin] = tables(positions.device(), dtype, rows_needed(positions));
   auto flat = positions.reshape({-1});  // (N,)
   auto shape = positions.sizes().vec();
   shape.push_back(head_dim_);
@@ -203,6 +219,25 @@ std::pair<torch::Tensor, torch::Tensor> Rotary::cos_sin(const torch::Tensor& pos
 }
 
 torch::Tensor Rotary::apply(const torch::Tensor& x, const torch::Tensor& positions) {
+  // No grad, float32 on the CPU (the engine's steps): one pass per row (row_kernels.h), the same values.
+  if (row_kernels_enabled() && !torch::GradMode::is_enabled() && x.is_cpu() && x.scalar_type() == torch::kFloat &&
+      positions.is_cpu() &&
+      x.dim() >= 2 && x.size(-1) == head_dim_ && x.size(-2) > 0 && positions.numel() * x.size(-2) * head_dim_ == x.numel()) {
+    const int64_t needed = rows_needed(positions);
+    auto [cos, sin] = tables(x.device(), torch::kFloat, needed);
+    const torch::Tensor xc = x.contiguous(), pc = positions.contiguous();
+    torch::Tensor y = torch::empty_like(xc);
+    const int64_t heads = x.size(-2), rows = xc.numel() / head_dim_;
+    const float* xp = xc.data_ptr<float>();
+    float* yp = y.data_ptr<float>();
+    const int64_t* pp = pc.data_ptr<int64_t>();
+    const float* cp = cos.data_ptr<float>();
+    const float* sp = sin.data_ptr<float>();
+    at::parallel_for(0, rows, std::max<int64_t>(1, 16384 / head_dim_), [&](int64_t begin, int64_t end) {
+      rotary_rows_f32(xp, yp, pp, cp, sp, heads, head_dim_, begin, end);
+    });
+    return y;
+  }
   auto [cos, sin] = cos_sin(positions, x.scalar_type());  // (..., D)
   cos = cos.unsqueeze(-2);                                // (..., 1, D) broadcast over heads
   sin = sin.unsqueeze(-2);

@@ -60,6 +60,11 @@ class Rotary {
   std::pair<torch::Tensor, torch::Tensor> cos_sin(const torch::Tensor& positions, torch::ScalarType dtype);
 
  private:
+  // Table rows the positions need (their maximum + 1), remembered for the same tensor.
+  int64_t rows_needed(const torch::Tensor& positions);
+  // The (P, D) cos and sin tables for device and dtype, made or grown to at least `needed` rows.
+  std::pair<torch::Tensor, torch::Tensor> tables(torch::Device device, torch::ScalarType dtype, int64_t needed);
+
   struct Table {
     torch::Device device = torch::kCPU;
     torch::ScalarType dtype = torch::kFloat;
