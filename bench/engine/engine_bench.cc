@@ -344,7 +344,7 @@ int main(int argc, char** argv) {
                 prefill.back().tokens_per_s.cpu);
     // The row kernels (model/row_kernels.h) on and off, back to back: one sequence, 64, and prefill.
     for (int64_t c : smoke ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 64}) {
-      RowKernelRow r{preset, std::to_string(c) + " sequence" + (c == 1 ? "" : "s")};
+      RowKernelRow r{preset, std::to_string(c) + " sequence" + (c == 1 ? "" : "s"), {}, {}};
       r.on = measure_decode(preset, model, threads, c, prompt_len, max_tokens).tokens_per_s;
       ajet::model::set_row_kernels_enabled(false);
       r.off = measure_decode(preset, model, threads, c, prompt_len, max_tokens).tokens_per_s;
@@ -352,7 +352,7 @@ int main(int argc, char** argv) {
       row_kernels.push_back(r);
     }
     {
-      RowKernelRow r{preset, "prefill " + std::to_string(prefill_len)};
+      RowKernelRow r{preset, "prefill " + std::to_string(prefill_len), {}, {}};
       r.on = measure_prefill(preset, model, threads, prefill_len, reps).tokens_per_s;
       ajet::model::set_row_kernels_enabled(false);
       r.off = measure_prefill(preset, model, threads, prefill_len, reps).tokens_per_s;

@@ -135,8 +135,8 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
   // No grad, float32 on the CPU (the engine's steps): one pass per row (row_kernels.h).
-  if (row_kernels_enabled() && !torch::GradMode::is_enabled() && x.is_cpu() && x.scalar_type() == torch::kFloat && x.dim() > 0 &&
-      x.size(-1) > 0 && weight.scalar_type() == torch::kFloat && weight.is_contiguous() &&
+  if (row_kernels_enabled() && !torch::GradMode::is_enabled() && x.is_cpu() && x.scalar_type() == torch::kFloat &&
+      x.dim() > 0 && x.size(-1) > 0 && weight.scalar_type() == torch::kFloat && weight.is_contiguous() &&
       weight.numel() == x.size(-1)) {
     const torch::Tensor xc = x.contiguous();
     torch::Tensor y = torch::empty_like(xc);
@@ -221,8 +221,8 @@ std::pair<torch::Tensor, torch::Tensor> Rotary::cos_sin(const torch::Tensor& pos
 torch::Tensor Rotary::apply(const torch::Tensor& x, const torch::Tensor& positions) {
   // No grad, float32 on the CPU (the engine's steps): one pass per row (row_kernels.h), the same values.
   if (row_kernels_enabled() && !torch::GradMode::is_enabled() && x.is_cpu() && x.scalar_type() == torch::kFloat &&
-      positions.is_cpu() &&
-      x.dim() >= 2 && x.size(-1) == head_dim_ && x.size(-2) > 0 && positions.numel() * x.size(-2) * head_dim_ == x.numel()) {
+      positions.is_cpu() && x.dim() >= 2 && x.size(-1) == head_dim_ && x.size(-2) > 0 &&
+      positions.numel() * x.size(-2) * head_dim_ == x.numel()) {
     const int64_t needed = rows_needed(positions);
     auto [cos, sin] = tables(x.device(), torch::kFloat, needed);
     const torch::Tensor xc = x.contiguous(), pc = positions.contiguous();

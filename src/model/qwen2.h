@@ -103,11 +103,10 @@ std::optional<Proj> proj_from_name(std::string_view name);
 torch::Tensor masked_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                const torch::Tensor& mask);
 
-// x (..., K) · w (N, K)^T + bias (N), what every projection of the model runs: with grad off, float32 on
-// the CPU and 2..48 rows (decode steps; kKernelMaxRows in qwen2.cc) the small-row kernel (linear_kernel.h) split by columns over
-// the intra-op threads, otherwise torch's linear. Same maths; float32 sums in another order.
-// With `packed` (the weight's packed copy, PackedWeight below) and the same conditions, rows from 2 to
-// kPackedMaxRows in qwen2.cc go through the packed GEMM kernel instead.
+// x (..., K) · w (N, K)^T + bias (N), what every projection of the model runs. With grad off, float32
+// on the CPU: given `packed` (the weight's packed copy, PackedWeight below), 2..512 rows run the packed
+// kernel (linear_kernel.h); without it, 2..48 rows run the small-row kernel; either split by columns
+// over the intra-op threads. Otherwise torch's linear. Same maths; float32 sums in another order.
 class PackedWeight;
 torch::Tensor linear_forward(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& bias,
                              PackedWeight* packed = nullptr);
