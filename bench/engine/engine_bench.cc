@@ -343,22 +343,20 @@ int main(int argc, char** argv) {
     std::printf("prefill %s: %.0f tokens/s (%.0f by CPU time)\n", preset.c_str(), prefill.back().tokens_per_s.wall,
                 prefill.back().tokens_per_s.cpu);
     // The row kernels (model/row_kernels.h) on and off, back to back: one sequence, 64, and prefill.
+    auto on_and_off = [&](std::string workload, auto&& tokens_per_s) {
+      RowKernelRow r{preset, std::move(workload), tokens_per_s(), {}};
+      ajet::model::set_row_kernels_enabled(false);
+      r.off = tokens_per_s();
+      ajet::model::set_row_kernels_enabled(true);
+      row_kernels.push_back(r);
+    };
     for (int64_t c : smoke ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 64}) {
-      RowKernelRow r{preset, std::to_string(c) + " sequence" + (c == 1 ? "" : "s"), {}, {}};
-      r.on = measure_decode(preset, model, threads, c, prompt_len, max_tokens).tokens_per_s;
-      ajet::model::set_row_kernels_enabled(false);
-      r.off = measure_decode(preset, model, threads, c, prompt_len, max_tokens).tokens_per_s;
-      ajet::model::set_row_kernels_enabled(true);
-      row_kernels.push_back(r);
+      on_and_off(std::to_string(c) + " sequence" + (c == 1 ? "" : "s"), [&] {
+        return measure_decode(preset, model, threads, c, prompt_len, max_tokens).tokens_per_s;
+      });
     }
-    {
-      RowKernelRow r{preset, "prefill " + std::to_string(prefill_len), {}, {}};
-      r.on = measure_prefill(preset, model, threads, prefill_len, reps).tokens_per_s;
-      ajet::model::set_row_kernels_enabled(false);
-      r.off = measure_prefill(preset, model, threads, prefill_len, reps).tokens_per_s;
-      ajet::model::set_row_kernels_enabled(true);
-      row_kernels.push_back(r);
-    }
+    on_and_off("prefill " + std::to_string(prefill_len),
+               [&] { return measure_prefill(preset, model, threads, prefill_len, reps).tokens_per_s; });
     for (int64_t rows : smoke ? std::vector<int64_t>{8} : std::vector<int64_t>{8, 16, 32, 64, 512}) {
       linears.push_back(measure_linears(preset, model, rows, smoke ? 1 : 20));
     }

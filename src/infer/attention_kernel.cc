@@ -5,17 +5,10 @@
 #include <cstring>
 #include <limits>
 
-// Built for AVX-512, AVX2+FMA and baseline x86-64, picked at load time, so one binary is fast on the
-// machine it runs on without -march=native. The vector code uses GCC vector extensions (8 floats),
-// which every target lowers to its own instructions.
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
-#define AJET_MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define AJET_MULTIVERSION
-#endif
-#define AJET_INLINE inline __attribute__((always_inline))
-// The helpers below take and return 32-byte vectors; they are always inlined, so the baseline clone's
-// different calling convention for them never matters.
+#include "model/multiversion.h"
+
+// The vector code uses GCC vector extensions (8 floats), which every target of AJET_MULTIVERSION
+// lowers to its own instructions. The helpers below take and return 32-byte vectors, always inlined.
 #pragma GCC diagnostic ignored "-Wpsabi"
 
 namespace ajet::infer {

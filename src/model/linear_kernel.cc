@@ -3,16 +3,10 @@
 #include <algorithm>
 #include <cstring>
 
-// Built for AVX-512, AVX2+FMA and baseline x86-64, picked at load time (as src/infer/attention_kernel.cc).
+#include "model/multiversion.h"
+
 // The vector code uses GCC vector extensions of 16 floats: one register on AVX-512, two elsewhere.
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
-#define AJET_LINEAR_MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define AJET_LINEAR_MULTIVERSION
-#endif
-#define AJET_LINEAR_INLINE inline __attribute__((always_inline))
-// The helpers below take and return 64-byte vectors; they are always inlined, so the other clones'
-// calling conventions for them never matter.
+// The helpers below take and return 64-byte vectors, always inlined.
 #pragma GCC diagnostic ignored "-Wpsabi"
 
 namespace ajet::model {
@@ -21,7 +15,7 @@ namespace {
 typedef float v16f __attribute__((vector_size(64)));
 typedef int32_t v16i __attribute__((vector_size(64)));
 
-AJET_LINEAR_INLINE v16f load16(const float* p) {
+AJET_INLINE v16f load16(const float* p) {
   v16f v;
   std::memcpy(&v, p, sizeof(v));
   return v;
@@ -30,7 +24,7 @@ AJET_LINEAR_INLINE v16f load16(const float* p) {
 // Lane sums of 8 vectors a[0..8), as pairs: lanes 2j and 2j + 1 of the result add up to the sum of
 // a[j]'s lanes. A transpose-and-add tree: each level halves the width of every vector's group of
 // partial sums and puts two vectors' groups side by side, in order.
-AJET_LINEAR_INLINE v16f pair_sums8(const v16f* a) {
+AJET_INLINE v16f pair_sums8(const v16f* a) {
   const v16i lo8 = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
   const v16i hi8 = lo8 + 8;
   v16f t[4];
@@ -49,7 +43,7 @@ AJET_LINEAR_INLINE v16f pair_sums8(const v16f* a) {
 // One tile: MR input rows against 8 weight rows (8 output columns). Dot products along K, 16 at a
 // time; the 8 weight vectors of a step are shared by the MR rows, so each is loaded once per tile.
 template <int MR>
-AJET_LINEAR_INLINE void tile(const float* x, const float* w, const float* bias, float* y, int64_t n, int64_t k) {
+AJET_INLINE void tile(const float* x, const float* w, const float* bias, float* y, int64_t n, int64_t k) {
   v16f acc[MR][8] = {};
   const int64_t kv = k - k % 16;
   for (int64_t c = 0; c < kv; c += 16) {
@@ -77,13 +71,13 @@ AJET_LINEAR_INLINE void tile(const float* x, const float* w, const float* bias, 
   }
 }
 
-AJET_LINEAR_INLINE void store16(float* p, v16f v) { std::memcpy(p, &v, sizeof(v)); }
+AJET_INLINE void store16(float* p, v16f v) { std::memcpy(p, &v, sizeof(v)); }
 
 // One tile of the packed kernel: MR input rows against one panel (32 output columns, `cols` of them
 // real). Per K step: two weight vectors, MR broadcasts, 2 * MR multiply-adds into 2 * MR accumulators
 // (24 of AVX-512's 32 registers at MR = 12).
 template <int MR>
-AJET_LINEAR_INLINE void packed_tile(const float* x, int64_t k, const float* panel, const float* bias, float* y,
+AJET_INLINE void packed_tile(const float* x, int64_t k, const float* panel, const float* bias, float* y,
                                     int64_t n, int64_t cols) {
   v16f lo[MR] = {}, hi[MR] = {};
 #pragma GCC unroll 2
@@ -114,7 +108,7 @@ AJET_LINEAR_INLINE void packed_tile(const float* x, int64_t k, const float* pane
 
 // Rows [0, rows) of a row block against one panel, in tiles of `mr` rows and one tile for the rest.
 template <int MR>
-AJET_LINEAR_INLINE void packed_rows(const float* x, int64_t rows, int64_t k, const float* panel, const float* bias,
+AJET_INLINE void packed_rows(const float* x, int64_t rows, int64_t k, const float* panel, const float* bias,
                                     float* y, int64_t n, int64_t cols) {
   int64_t r = 0;
   for (; r + MR <= rows; r += MR) packed_tile<MR>(x + r * k, k, panel, bias, y + r * n, n, cols);
@@ -146,11 +140,10 @@ bool wide_vectors() {
 
 }  // namespace
 
-int64_t packed_floats(int64_t n, int64_t k) { return (n + kPackedColumns - 1) / kPackedColumns * kPackedColumns * k; }
+int64_t packed_floats(int64_t n, int64_t k) { return packed_panels(n) * kPackedColumns * k; }
 
 void pack_weight_f32(const float* w, int64_t n, int64_t k, float* packed) {
-  const int64_t panels = (n + kPackedColumns - 1) / kPackedColumns;
-  for (int64_t p = 0; p < panels; ++p) {
+  for (int64_t p = 0; p < packed_panels(n); ++p) {
     float* out = packed + p * kPackedColumns * k;
     for (int64_t j = 0; j < kPackedColumns; ++j) {
       const int64_t row = p * kPackedColumns + j;
@@ -159,7 +152,7 @@ void pack_weight_f32(const float* w, int64_t n, int64_t k, float* packed) {
   }
 }
 
-AJET_LINEAR_MULTIVERSION
+AJET_MULTIVERSION
 void linear_packed_f32(const float* x, const float* packed, const float* bias, float* y, int64_t m, int64_t n,
                        int64_t k, int64_t panel_begin, int64_t panel_end) {
   const bool wide = wide_vectors();
@@ -181,7 +174,7 @@ void linear_packed_f32(const float* x, const float* packed, const float* bias, f
   }
 }
 
-AJET_LINEAR_MULTIVERSION
+AJET_MULTIVERSION
 void linear_rows_f32(const float* x, const float* w, const float* bias, float* y, int64_t m, int64_t n, int64_t k,
                      int64_t n_begin, int64_t n_end) {
   int64_t n0 = n_begin;

@@ -25,6 +25,9 @@ void linear_rows_f32(const float* x, const float* w, const float* bias, float* y
 // its time on horizontal sums. Made once per weight version (model/qwen2.h PackedWeight).
 inline constexpr int64_t kPackedColumns = 32;
 
+// Panels of an (N, K) weight: N / kPackedColumns, rounded up.
+inline int64_t packed_panels(int64_t n) { return (n + kPackedColumns - 1) / kPackedColumns; }
+
 // Floats the packed copy of an (N, K) weight needs.
 int64_t packed_floats(int64_t n, int64_t k);
 

@@ -52,14 +52,19 @@ constexpr int64_t kPackedMaxRows = 512;
 // pays where a step is compute-bound (small models, many rows); a large model's decode streams weights.
 constexpr int64_t kPackedModelMaxBytes = int64_t{512} << 20;
 
+// The hand-written kernels' common condition: grad off (no autograd graph to keep), float32 on the CPU.
+bool no_grad_cpu_f32(const torch::Tensor& x) {
+  return !torch::GradMode::is_enabled() && x.is_cpu() && x.scalar_type() == torch::kFloat;
+}
+
 }  // namespace
 
 torch::Tensor linear_forward(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& bias,
                              PackedWeight* packed) {
   const int64_t k = w.size(1), n = w.size(0);
   const int64_t m = x.dim() > 0 && k > 0 ? x.numel() / k : 0;
-  const bool eligible = !torch::GradMode::is_enabled() && m > 1 && x.is_cpu() && x.scalar_type() == torch::kFloat &&
-                        x.size(-1) == k && w.is_cpu() && w.scalar_type() == torch::kFloat && w.is_contiguous() &&
+  const bool eligible = no_grad_cpu_f32(x) && m > 1 && x.size(-1) == k && w.is_cpu() &&
+                        w.scalar_type() == torch::kFloat && w.is_contiguous() &&
                         (!bias.defined() || (bias.scalar_type() == torch::kFloat && bias.is_contiguous()));
   const bool use_packed = eligible && packed != nullptr && m <= kPackedMaxRows;
   if (!use_packed && !(eligible && m <= kKernelMaxRows)) return torch::nn::functional::linear(x, w, bias);
@@ -74,9 +79,8 @@ torch::Tensor linear_forward(const torch::Tensor& x, const torch::Tensor& w, con
     const torch::Tensor pw = packed->of(w);
     const float* pp = pw.data_ptr<float>();
     // Units of one panel; a thread's share is worth starting only above ~64k multiply-adds.
-    const int64_t panels = (n + kPackedColumns - 1) / kPackedColumns;
     const int64_t grain = std::max<int64_t>(1, 65536 / (m * k * kPackedColumns));
-    at::parallel_for(0, panels, grain, [&](int64_t begin, int64_t end) {
+    at::parallel_for(0, packed_panels(n), grain, [&](int64_t begin, int64_t end) {
       linear_packed_f32(xp, pp, bp, yp, m, n, k, begin, end);
     });
     return y;
@@ -135,9 +139,8 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
   // No grad, float32 on the CPU (the engine's steps): one pass per row (row_kernels.h).
-  if (row_kernels_enabled() && !torch::GradMode::is_enabled() && x.is_cpu() && x.scalar_type() == torch::kFloat &&
-      x.dim() > 0 && x.size(-1) > 0 && weight.scalar_type() == torch::kFloat && weight.is_contiguous() &&
-      weight.numel() == x.size(-1)) {
+  if (row_kernels_enabled() && no_grad_cpu_f32(x) && x.dim() > 0 && x.size(-1) > 0 &&
+      weight.scalar_type() == torch::kFloat && weight.is_contiguous() && weight.numel() == x.size(-1)) {
     const torch::Tensor xc = x.contiguous();
     torch::Tensor y = torch::empty_like(xc);
     const int64_t dim = xc.size(-1), rows = xc.numel() / dim;
@@ -220,8 +223,7 @@ std::pair<torch::Tensor, torch::Tensor> Rotary::cos_sin(const torch::Tensor& pos
 
 torch::Tensor Rotary::apply(const torch::Tensor& x, const torch::Tensor& positions) {
   // No grad, float32 on the CPU (the engine's steps): one pass per row (row_kernels.h), the same values.
-  if (row_kernels_enabled() && !torch::GradMode::is_enabled() && x.is_cpu() && x.scalar_type() == torch::kFloat &&
-      positions.is_cpu() && x.dim() >= 2 && x.size(-1) == head_dim_ && x.size(-2) > 0 &&
+  if (row_kernels_enabled() && no_grad_cpu_f32(x) && positions.is_cpu() && x.dim() >= 2 && x.size(-1) == head_dim_ && x.size(-2) > 0 &&
       positions.numel() * x.size(-2) * head_dim_ == x.numel()) {
     const int64_t needed = rows_needed(positions);
     auto [cos, sin] = tables(x.device(), torch::kFloat, needed);

@@ -3,13 +3,10 @@
 #include <atomic>
 #include <cmath>
 
-// Built as linear_kernel.cc is (several instruction sets, picked at load time). Multiply-add
-// contraction is off here so that a * b + c * d rounds both products, as torch's separate tensor ops do.
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
-#define AJET_ROWS_MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define AJET_ROWS_MULTIVERSION
-#endif
+#include "model/multiversion.h"
+
+// Multiply-add contraction is off below so that a * b + c * d rounds both products, as torch's
+// separate tensor ops do.
 
 namespace ajet::model {
 namespace {
@@ -24,7 +21,7 @@ bool row_kernels_enabled() { return g_enabled.load(std::memory_order_relaxed); }
 
 namespace ajet::model {
 
-AJET_ROWS_MULTIVERSION
+AJET_MULTIVERSION
 void rms_norm_rows_f32(const float* x, const float* weight, float* y, int64_t dim, float eps, int64_t row_begin,
                        int64_t row_end) {
   for (int64_t r = row_begin; r < row_end; ++r) {
@@ -39,7 +36,7 @@ void rms_norm_rows_f32(const float* x, const float* weight, float* y, int64_t di
   }
 }
 
-AJET_ROWS_MULTIVERSION
+AJET_MULTIVERSION
 void rotary_rows_f32(const float* x, float* y, const int64_t* positions, const float* cos, const float* sin,
                      int64_t heads, int64_t head_dim, int64_t row_begin, int64_t row_end) {
   const int64_t half = head_dim / 2;

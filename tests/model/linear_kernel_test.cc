@@ -74,7 +74,7 @@ TEST(PackedLinearKernel, MatchesTorchLinearOnEveryTileAndPanelTail) {
           torch::Tensor y = torch::full({m, n}, 123.0f);
           linear_packed_f32(x.data_ptr<float>(), packed.data_ptr<float>(),
                             with_bias ? bias.data_ptr<float>() : nullptr, y.data_ptr<float>(), m, n, k, 0,
-                            (n + kPackedColumns - 1) / kPackedColumns);
+                            packed_panels(n));
           const torch::Tensor expected = torch::nn::functional::linear(x, w, bias);
           EXPECT_LT((y - expected).abs().max().item<double>(), kKernelTol)
               << "m " << m << " n " << n << " k " << k << " bias " << with_bias;
