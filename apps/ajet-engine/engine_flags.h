@@ -1,6 +1,6 @@
 // The engine settings flags shared by `ajet-engine serve` and `ajet-engine generate`: --model,
 // --conf, --threads, --kv-cache-mb, --max-model-len, --max-batch-tokens, --max-running, --device,
-// --dtype, --no-prefix-caching, --policy-version. A flag given on the command line wins over the --conf file, which wins
+// --dtype, --kv-cache-dtype, --no-prefix-caching, --policy-version. A flag given on the command line wins over the --conf file, which wins
 // over the defaults. No libtorch here.
 #pragma once
 
@@ -58,6 +58,10 @@ inline void EngineFlags::add_to(CLI::App* cmd) {
       [this](engine::EngineOptions& x) { x.device = flags_.options.device; });
   add(cmd->add_option("--dtype", o.dtype, "float32, bfloat16 or float16")->capture_default_str(),
       [this](engine::EngineOptions& x) { x.dtype = flags_.options.dtype; });
+  add(cmd->add_option("--kv-cache-dtype", o.kv_cache_dtype,
+                      "KV cache element type: auto (the model's), float32, bfloat16 or float16")
+          ->capture_default_str(),
+      [this](engine::EngineOptions& x) { x.kv_cache_dtype = flags_.options.kv_cache_dtype; });
   add(cmd->add_flag("--no-prefix-caching", no_prefix_caching_,
                     "Compute every prompt in full (default: reuse the keys/values of prefixes already computed)"),
       [](engine::EngineOptions& x) { x.prefix_caching = false; });

@@ -4,7 +4,8 @@
 // thread count. Prints a table and appends it to docs/benchmarks.md (--no-append skips that, --smoke
 // runs for seconds to check the program works, --threads N overrides the default 2; --only PRESET[:C]
 // measures one preset's decode at concurrency C (all of them when C is left out) and its prefill, for
-// profiling with perf, and prints no table).
+// profiling with perf, and prints no table; --bf16-cache runs the decode table with the KV cache in
+// bfloat16). A further table compares the bfloat16 and float32 caches at 1 and 64 sequences.
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -109,9 +110,11 @@ double weight_stream_gbps(ajet::model::Qwen2Model& model, int reps) {
 }
 
 EngineConfig engine_config(int threads, int64_t max_running,
-                           ajet::infer::AttentionImpl attention = ajet::infer::AttentionImpl::kAuto) {
+                           ajet::infer::AttentionImpl attention = ajet::infer::AttentionImpl::kAuto,
+                           at::ScalarType cache_dtype = at::ScalarType::Undefined) {
   EngineConfig e;
   e.attention = attention;
+  e.cache_dtype = cache_dtype;
   e.start_thread = false;  // the benchmark steps the engine itself: no thread hand-off in the timing
   e.threads = threads;
   e.cache_bytes = 512LL << 20;
@@ -194,12 +197,19 @@ struct DecodeRow {
   Span gflops;
 };
 
+// Decode at one concurrency with the KV cache in float32 (the model's dtype) and in bfloat16, back to
+// back.
+struct CacheDtypeRow {
+  DecodeRow f32, bf16;
+};
+
 // Steady-state decode: all prompts are prefilled first (and each has sampled its first token), then
 // the clock runs while every sequence decodes to max_tokens.
 DecodeRow measure_decode(const std::string& preset, ajet::model::Qwen2Model& model, int threads, int64_t concurrency,
-                         int64_t prompt_len, int64_t max_tokens) {
+                         int64_t prompt_len, int64_t max_tokens,
+                         at::ScalarType cache_dtype = at::ScalarType::Undefined) {
   const auto& c = model->config();
-  InferenceEngine engine(model, engine_config(threads, concurrency));
+  InferenceEngine engine(model, engine_config(threads, concurrency, ajet::infer::AttentionImpl::kAuto, cache_dtype));
   std::vector<std::future<ajet::infer::GenerateResult>> futures;
   for (int64_t i = 0; i < concurrency; ++i) futures.push_back(engine.generate(make_request(i, prompt_len, max_tokens, c.vocab_size)));
   while (engine.stats().tokens_generated < concurrency) engine.step();
@@ -270,8 +280,9 @@ int main(int argc, char** argv) {
   int threads = 2;
   std::string only_preset;
   int64_t only_concurrency = 0;
+  at::ScalarType only_cache_dtype = at::ScalarType::Undefined;
   const char* usage =
-      "usage: engine_bench [--smoke] [--no-append] [--threads N] [--only PRESET[:CONCURRENCY]]\n"
+      "usage: engine_bench [--smoke] [--no-append] [--threads N] [--only PRESET[:CONCURRENCY]] [--bf16-cache]\n"
       "Decode and prefill throughput of InferenceEngine on the tiny and small presets; appends its table to\n"
       "docs/benchmarks.md unless --no-append, --smoke or --only.\n";
   for (int i = 1; i < argc; ++i) {
@@ -286,6 +297,8 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "engine_bench: --threads must be a positive integer, got '%s'\n", argv[i]);
         return 2;
       }
+    } else if (std::strcmp(argv[i], "--bf16-cache") == 0) {
+      only_cache_dtype = at::kBFloat16;  // --only's decode with the KV cache in bfloat16
     } else if (std::strcmp(argv[i], "--only") == 0 && has_value) {
       only_preset = argv[++i];
       if (auto colon = only_preset.find(':'); colon != std::string::npos) {
@@ -317,6 +330,7 @@ int main(int argc, char** argv) {
   std::vector<PrefillRow> prefill;
   std::vector<LinearRow> linears;
   std::vector<RowKernelRow> row_kernels;
+  std::vector<CacheDtypeRow> cache_dtypes;
   Span peak;
   std::vector<std::pair<std::string, double>> stream;  // preset, weight streaming GB/s
   std::vector<ajet::hf::ModelConfig> configs;
@@ -332,7 +346,7 @@ int main(int argc, char** argv) {
     ajet::model::Qwen2Model model(ajet::model::preset_config(preset, vocab));
     ajet::model::init_weights(model, 0);
     for (int64_t c : concurrencies) {
-      decode.push_back(measure_decode(preset, model, threads, c, prompt_len, max_tokens));
+      decode.push_back(measure_decode(preset, model, threads, c, prompt_len, max_tokens, only_cache_dtype));
       std::printf("decode %s x%lld: %.0f tokens/s (%.0f by CPU time)\n", preset.c_str(), static_cast<long long>(c),
                   decode.back().tokens_per_s.wall, decode.back().tokens_per_s.cpu);
     }
@@ -357,6 +371,12 @@ int main(int argc, char** argv) {
     }
     on_and_off("prefill " + std::to_string(prefill_len),
                [&] { return measure_prefill(preset, model, threads, prefill_len, reps).tokens_per_s; });
+    for (int64_t c : smoke ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 64}) {
+      CacheDtypeRow r;
+      r.f32 = measure_decode(preset, model, threads, c, prompt_len, max_tokens);
+      r.bf16 = measure_decode(preset, model, threads, c, prompt_len, max_tokens, at::kBFloat16);
+      cache_dtypes.push_back(r);
+    }
     for (int64_t rows : smoke ? std::vector<int64_t>{8} : std::vector<int64_t>{8, 16, 32, 64, 512}) {
       linears.push_back(measure_linears(preset, model, rows, smoke ? 1 : 20));
     }
@@ -419,6 +439,21 @@ int main(int argc, char** argv) {
   for (const RowKernelRow& r : row_kernels) {
     std::snprintf(line, sizeof(line), "| %s | %s | %.0f | %.0f | %.2fx |\n", r.preset.c_str(), r.workload.c_str(),
                   r.on.wall, r.off.wall, r.on.wall / r.off.wall);
+    table << line;
+  }
+  table << "\nThe KV cache in bfloat16 (`ajet.engine.kv_cache_dtype: bfloat16`) against float32 (the model's dtype,\n"
+        << "the default), decode measured back to back in this run; attention reads half the bytes:\n\n"
+        << "| preset | concurrent | float32 cache tokens/s | bfloat16 cache tokens/s | bfloat16 vs float32 | "
+           "% of GEMM peak: float32 / bfloat16 | vs concurrency 1: float32 / bfloat16 |\n|---|---|---|---|---|---|---|\n";
+  for (const CacheDtypeRow& r : cache_dtypes) {
+    const CacheDtypeRow& one = *std::find_if(cache_dtypes.begin(), cache_dtypes.end(), [&](const CacheDtypeRow& x) {
+      return x.f32.preset == r.f32.preset && x.f32.concurrency == 1;
+    });
+    std::snprintf(line, sizeof(line), "| %s | %lld | %.0f | %.0f | %.2fx | %.0f %% / %.0f %% | %.1fx / %.1fx |\n",
+                  r.f32.preset.c_str(), static_cast<long long>(r.f32.concurrency), r.f32.tokens_per_s.wall,
+                  r.bf16.tokens_per_s.wall, r.bf16.tokens_per_s.wall / r.f32.tokens_per_s.wall,
+                  100 * r.f32.gflops.wall / peak.wall, 100 * r.bf16.gflops.wall / peak.wall,
+                  r.f32.tokens_per_s.wall / one.f32.tokens_per_s.wall, r.bf16.tokens_per_s.wall / one.bf16.tokens_per_s.wall);
     table << line;
   }
   std::printf("\n%s", table.str().c_str());

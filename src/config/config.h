@@ -244,6 +244,7 @@ struct EngineConfig {
   int64_t kv_cache_memory_mb = kDefaultKvCacheMemoryMb;
   std::string device = "cpu";   // cpu | cuda | auto
   std::string dtype = "float32";  // float32 | bfloat16 | float16
+  std::string kv_cache_dtype = "auto";  // vLLM's name: auto (the model's dtype) | float32 | bfloat16 | float16
   int64_t prefill_chunk_tokens = 512;
   bool enable_prefix_caching = true;  // vLLM's name: reuse keys/values of shared prompt prefixes
   int64_t seed = 0;

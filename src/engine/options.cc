@@ -17,6 +17,7 @@ EngineOptions options_from_config(const config::Config& config) {
   o.kv_cache_mb = config.engine.kv_cache_memory_mb;
   o.device = config.engine.device;
   o.dtype = config.engine.dtype;
+  o.kv_cache_dtype = config.engine.kv_cache_dtype;
   o.max_batch_tokens = config.engine.prefill_chunk_tokens;
   o.max_model_len = config.rollout.max_model_len;
   o.max_running = config.rollout.max_num_seqs;
@@ -60,6 +61,10 @@ void validate_options(const EngineOptions& o) {
   at_least("--max-batch-tokens", o.max_batch_tokens, 1);
   at_least("--max-running", o.max_running, 1);
   at_least("--policy-version", o.policy_version, 0);
+  if (o.kv_cache_dtype != "auto" && o.kv_cache_dtype != "float32" && o.kv_cache_dtype != "bfloat16" &&
+      o.kv_cache_dtype != "float16") {
+    invalid_argument("--kv-cache-dtype must be auto, float32, bfloat16 or float16, got '" + o.kv_cache_dtype + "'");
+  }
   if (o.model_dir.empty()) invalid_argument("--model is required (or ajet.model.path in --conf)");
   if (!std::filesystem::is_directory(o.model_dir)) {
     fail(ErrorCode::kNotFound, "--model " + o.model_dir.string() + ": not a directory");

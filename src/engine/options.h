@@ -21,6 +21,7 @@ struct EngineOptions {
   int64_t max_running = 64;         // sequences decoding at once
   std::string device = "cpu";       // cpu | cuda | cuda:N | auto (cuda when available)
   std::string dtype = "float32";    // float32 | bfloat16 | float16
+  std::string kv_cache_dtype = "auto";  // auto (the model's dtype) | float32 | bfloat16 | float16
   int64_t policy_version = 0;       // version reported with every generated token until weights change
   bool prefix_caching = true;       // reuse keys/values of prompt prefixes already computed
   // The whole --conf file when one was given: the trainer methods take their settings from it
@@ -29,7 +30,7 @@ struct EngineOptions {
 };
 
 // The engine settings of a loaded config: ajet.model.path, ajet.engine.{threads, kv_cache_memory_mb,
-// device, dtype, prefill_chunk_tokens}, ajet.rollout.{max_model_len, max_num_seqs}.
+// device, dtype, kv_cache_dtype, prefill_chunk_tokens}, ajet.rollout.{max_model_len, max_num_seqs}.
 EngineOptions options_from_config(const config::Config& config);
 
 // Reads a YAML config file (load_config_file's checks and messages) and takes its engine settings.

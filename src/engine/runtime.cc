@@ -88,6 +88,7 @@ EngineRuntime start_engine(const EngineOptions& options, bool start_thread) {
   ec.max_running = options.max_running;
   ec.max_model_len = options.max_model_len;
   ec.prefix_caching = options.prefix_caching;
+  if (options.kv_cache_dtype != "auto") ec.cache_dtype = model::parse_dtype(options.kv_cache_dtype);
   ec.start_thread = start_thread;
   rt.engine = std::make_unique<infer::InferenceEngine>(std::move(model), ec);
   if (options.policy_version != 0) {

@@ -142,6 +142,7 @@ Json EngineService::status() const {
         {"max_batch_tokens", c.max_batch_tokens},
         {"max_running", c.max_running},
         {"kv_cache_bytes", c.cache_bytes},
+        {"kv_cache_dtype", model::dtype_to_hf_name(engine_.cache_dtype())},
         {"steps", s.steps},
         {"tokens_generated", s.tokens_generated},
         {"tokens_computed", s.tokens_computed},

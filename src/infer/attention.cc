@@ -23,7 +23,9 @@ at::Tensor attention_cpu_kernel(const at::Tensor& q, const KvCache& cache, int64
   at::Tensor out = at::empty({n, heads, d}, q.options());
   at::Tensor keys = cache.keys(layer);
   at::Tensor values = cache.values(layer);
-  CpuAttentionArgs args{qc.data_ptr<float>(), out.data_ptr<float>(), keys.data_ptr<float>(), values.data_ptr<float>(),
+  const KvElementType kv_type =
+      keys.scalar_type() == at::kBFloat16 ? KvElementType::kBFloat16 : KvElementType::kFloat32;
+  CpuAttentionArgs args{qc.data_ptr<float>(), out.data_ptr<float>(), keys.data_ptr(), values.data_ptr(), kv_type,
                         heads, kv_heads, d, cache.shape().block_size, static_cast<float>(1.0 / std::sqrt(double(d))),
                         batch.segments().data(), batch.block_tables().data(), batch.tiles().data(),
                         static_cast<int64_t>(batch.tiles().size())};
@@ -150,11 +152,12 @@ at::Tensor cached_attention(const at::Tensor& q, const KvCache& cache, int64_t l
       q.size(1) % kv_heads != 0) {
     invalid_argument("attention: q must be (N, H, D) with N = batch tokens, D = cache head_dim, H % Hkv == 0");
   }
+  const at::ScalarType kv = cache.keys(layer).scalar_type();
   const bool kernel_fits = q.is_cpu() && q.scalar_type() == at::kFloat && cache.keys(layer).is_cpu() &&
-                           cache.keys(layer).scalar_type() == at::kFloat;
+                           (kv == at::kFloat || kv == at::kBFloat16);
   if (impl == AttentionImpl::kAuto) impl = kernel_fits ? AttentionImpl::kCpuKernel : AttentionImpl::kTorchOps;
   if (impl == AttentionImpl::kCpuKernel) {
-    if (!kernel_fits) invalid_argument("attention: the CPU kernel needs float32 tensors on the CPU");
+    if (!kernel_fits) invalid_argument("attention: the CPU kernel needs float32 queries and a float32 or bfloat16 cache on the CPU");
     return attention_cpu_kernel(q, cache, layer, batch);
   }
   return attention_torch_ops(q, cache, layer, batch);

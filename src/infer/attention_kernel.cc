@@ -23,6 +23,25 @@ AJET_INLINE v8f load8(const float* p) {
   return v;
 }
 
+// A key or value row's 8 elements as floats: float32 as it is, bfloat16 (its bits as uint16_t) widened
+// exactly (the top half of a float32).
+typedef uint16_t v8h __attribute__((vector_size(16)));
+AJET_INLINE v8f load8(const uint16_t* p) {
+  v8h h;
+  std::memcpy(&h, p, sizeof(h));
+  const v8i bits = __builtin_convertvector(h, v8i) << 16;
+  v8f v;
+  std::memcpy(&v, &bits, sizeof(v));
+  return v;
+}
+AJET_INLINE float to_float(float x) { return x; }
+AJET_INLINE float to_float(uint16_t x) {
+  const uint32_t bits = static_cast<uint32_t>(x) << 16;
+  float v;
+  std::memcpy(&v, &bits, sizeof(v));
+  return v;
+}
+
 AJET_INLINE void store8(float* p, v8f v) { std::memcpy(p, &v, sizeof(v)); }
 
 AJET_INLINE v8f splat8(float x) { return v8f{x, x, x, x, x, x, x, x}; }
@@ -96,11 +115,19 @@ AJET_INLINE v8f exp8_nonpositive(v8f x) {
 AJET_INLINE void softmax_rows(float* s, int64_t group, int64_t len) {
   for (int64_t h = 0; h < group; ++h) {
     float* row = s + h * len;
+    // The max 8 lanes at a time: a scalar max chain (what GCC made of the plain loop) waited 4 cycles
+    // per score, ~15 % of a decode step's attention.
     float m = -std::numeric_limits<float>::infinity();
-#pragma omp simd reduction(max : m)
-    for (int64_t p = 0; p < len; ++p) m = std::max(m, row[p]);
-    float sum = 0;
     int64_t p = 0;
+    v8f m8 = splat8(m);
+    for (; p + 8 <= len; p += 8) {
+      const v8f x = load8(row + p);
+      m8 = x > m8 ? x : m8;
+    }
+    for (; p < len; ++p) m = std::max(m, row[p]);
+    for (int i = 0; i < 8; ++i) m = std::max(m, m8[i]);
+    float sum = 0;
+    p = 0;
     v8f sum8 = {};
     for (; p + 8 <= len; p += 8) {
       const v8f e = exp8_nonpositive(load8(row + p) - splat8(m));
@@ -156,41 +183,122 @@ AJET_INLINE void mask_and_softmax(const Item& it, float* s, int64_t len) {
   softmax_rows(s, rows, len);
 }
 
-// D = 8 * ND: scores of 8 keys at a time per row, then values accumulated in registers per row. ND is
-// a compile-time constant at the call sites that matter.
-AJET_INLINE void attend_item_vec(const CpuAttentionArgs& a, const RowAddress& addr, const Item& it, float* s,
-                                 int64_t nd) {
+// Scores of query rows [r0, r0 + RB) against the 8 keys kp: each key vector is loaded once for the RB
+// rows (a decode token's G heads share its kv head), 8 * RB accumulators.
+template <typename T, int RB>
+AJET_INLINE void score_rows(const Item& it, const T* const* kp, int64_t nd, int64_t r0, float* s, int64_t len,
+                            int64_t p0, v8f scale) {
   const int64_t d = nd * 8;
+  const float* qr[RB];
+  for (int r = 0; r < RB; ++r) qr[r] = it.q_row(r0 + r, d);
+  v8f acc[RB][8] = {};
+  for (int64_t c = 0; c < nd; ++c) {
+    v8f k[8];
+    for (int i = 0; i < 8; ++i) k[i] = load8(kp[i] + 8 * c);
+    for (int r = 0; r < RB; ++r) {
+      const v8f qv = load8(qr[r] + 8 * c);
+      for (int i = 0; i < 8; ++i) acc[r][i] += qv * k[i];
+    }
+  }
+  for (int r = 0; r < RB; ++r) store8(s + (r0 + r) * len + p0, reduce8x8(acc[r]) * scale);
+}
+
+// Outputs of rows [r0, r0 + RB) of one token: the weighted sum of values, each value vector loaded
+// once for the RB rows.
+template <typename T, int RB, int ND>
+AJET_INLINE void value_rows(const Item& it, const T* values, const RowAddress& addr, const float* s, int64_t len,
+                            int64_t r0) {
+  constexpr int64_t d = ND * 8;
+  v8f acc[RB][ND] = {};
+  const float* w[RB];
+  for (int r = 0; r < RB; ++r) w[r] = s + (r0 + r) * len;
+  const int64_t row_len = it.row_len(r0);
+  for (int64_t p = 0; p < row_len; ++p) {
+    const T* vp = values + addr.offset(p);
+    v8f wv[RB];
+    for (int r = 0; r < RB; ++r) wv[r] = splat8(w[r][p]);
+    for (int64_t c = 0; c < ND; ++c) {
+      const v8f v = load8(vp + 8 * c);
+      for (int r = 0; r < RB; ++r) acc[r][c] += wv[r] * v;
+    }
+  }
+  for (int r = 0; r < RB; ++r) {
+    float* o = it.out_row(r0 + r, d);
+    for (int64_t c = 0; c < ND; ++c) store8(o + 8 * c, acc[r][c]);
+  }
+}
+
+// D = 8 * ND: scores of 8 keys at a time, then values accumulated in registers, two query rows at a
+// time (each loaded key and value serves both). ND is a compile-time constant.
+template <typename T, int ND>
+AJET_INLINE void attend_item_vec(const CpuAttentionArgs& a, const RowAddress& addr, const Item& it, float* s) {
+  const T* keys = static_cast<const T*>(a.keys);
+  const T* values = static_cast<const T*>(a.values);
+  constexpr int64_t kLine = 64 / sizeof(T);  // elements per cache line
+  constexpr int64_t nd = ND, d = ND * 8;
+  // Two rows share each load while their accumulators fit the registers (2 x 8 for the scores, 2 x ND
+  // for the values: AVX-512's 32).
+  constexpr int kPair = ND <= 8 ? 2 : 1;
   const int64_t rows = it.tokens * it.group;
   const int64_t len = it.first_len + it.tokens - 1;  // the tile's last token sees the most
   const v8f scale = splat8(a.scale);
   int64_t p0 = 0;
   for (; p0 + 8 <= len; p0 += 8) {
-    const float* kp[8];
-    for (int i = 0; i < 8; ++i) kp[i] = a.keys + addr.offset(p0 + i);
+    const T* kp[8];
+    for (int i = 0; i < 8; ++i) kp[i] = keys + addr.offset(p0 + i);
     // The cache is far bigger than any CPU cache and its blocks are scattered, so the hardware
     // prefetcher restarts at every block: ask for the next keys, and for these positions' values
-    // (read after the softmax), while the dot products run. A decode step is bound by these loads.
+    // (read after the softmax), while the dot products run.
     for (int i = 0; i < 8; ++i) {
-      const float* vp = a.values + addr.offset(p0 + i);
-      for (int64_t line = 0; line < d; line += 16) __builtin_prefetch(vp + line);
+      const T* vp = values + addr.offset(p0 + i);
+      for (int64_t line = 0; line < d; line += kLine) __builtin_prefetch(vp + line);
       if (p0 + 8 + i < len) {
-        const float* next = a.keys + addr.offset(p0 + 8 + i);
-        for (int64_t line = 0; line < d; line += 16) __builtin_prefetch(next + line);
+        const T* next = keys + addr.offset(p0 + 8 + i);
+        for (int64_t line = 0; line < d; line += kLine) __builtin_prefetch(next + line);
       }
     }
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* qr = it.q_row(r, d);
-      v8f acc[8] = {};
-      for (int64_t c = 0; c < nd; ++c) {
-        const v8f qv = load8(qr + 8 * c);
-        for (int i = 0; i < 8; ++i) acc[i] += qv * load8(kp[i] + 8 * c);
-      }
-      store8(s + r * len + p0, reduce8x8(acc) * scale);
-    }
+    int64_t r = 0;
+    for (; r + kPair <= rows; r += kPair) score_rows<T, kPair>(it, kp, nd, r, s, len, p0, scale);
+    for (; r < rows; ++r) score_rows<T, 1>(it, kp, nd, r, s, len, p0, scale);
   }
   for (; p0 < len; ++p0) {
-    const float* kp = a.keys + addr.offset(p0);
+    const T* kp = keys + addr.offset(p0);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* qr = it.q_row(r, d);
+      v8f acc = {};
+      for (int64_t c = 0; c < nd; ++c) acc += load8(qr + 8 * c) * load8(kp + 8 * c);
+      s[r * len + p0] = hsum8(acc) * a.scale;
+    }
+  }
+  mask_and_softmax(it, s, len);
+  // Pairs of one token's rows only: their lengths are equal, so no row multiplies another's values by
+  // a masked weight (0 * an infinite value would be NaN).
+  for (int64_t t = 0; t < it.tokens; ++t) {
+    int64_t r = t * it.group;
+    const int64_t end = r + it.group;
+    for (; r + kPair <= end; r += kPair) value_rows<T, kPair, ND>(it, values, addr, s, len, r);
+    for (; r < end; ++r) value_rows<T, 1, ND>(it, values, addr, s, len, r);
+  }
+}
+
+// D = 8 * nd for any nd up to 32 (no compile-time unrolling): one row at a time.
+template <typename T>
+AJET_INLINE void attend_item_vec_any(const CpuAttentionArgs& a, const RowAddress& addr, const Item& it, float* s,
+                                     int64_t nd) {
+  const T* keys = static_cast<const T*>(a.keys);
+  const T* values = static_cast<const T*>(a.values);
+  const int64_t d = nd * 8;
+  const int64_t rows = it.tokens * it.group;
+  const int64_t len = it.first_len + it.tokens - 1;
+  const v8f scale = splat8(a.scale);
+  int64_t p0 = 0;
+  for (; p0 + 8 <= len; p0 += 8) {
+    const T* kp[8];
+    for (int i = 0; i < 8; ++i) kp[i] = keys + addr.offset(p0 + i);
+    for (int64_t r = 0; r < rows; ++r) score_rows<T, 1>(it, kp, nd, r, s, len, p0, scale);
+  }
+  for (; p0 < len; ++p0) {
+    const T* kp = keys + addr.offset(p0);
     for (int64_t r = 0; r < rows; ++r) {
       const float* qr = it.q_row(r, d);
       v8f acc = {};
@@ -202,10 +310,9 @@ AJET_INLINE void attend_item_vec(const CpuAttentionArgs& a, const RowAddress& ad
   constexpr int64_t kMaxNd = 32;  // D <= 256 keeps the accumulators on the stack
   for (int64_t r = 0; r < rows; ++r) {
     const float* w = s + r * len;
-    const int64_t row_len = it.row_len(r);
     v8f acc[kMaxNd] = {};
-    for (int64_t p = 0; p < row_len; ++p) {
-      const float* vp = a.values + addr.offset(p);
+    for (int64_t p = 0; p < it.row_len(r); ++p) {
+      const T* vp = values + addr.offset(p);
       const v8f wv = splat8(w[p]);
       for (int64_t c = 0; c < nd; ++c) acc[c] += wv * load8(vp + 8 * c);
     }
@@ -215,16 +322,19 @@ AJET_INLINE void attend_item_vec(const CpuAttentionArgs& a, const RowAddress& ad
 }
 
 // Any D: plain loops (the vectoriser does what it can).
+template <typename T>
 AJET_INLINE void attend_item_scalar(const CpuAttentionArgs& a, const RowAddress& addr, const Item& it, float* s) {
+  const T* keys = static_cast<const T*>(a.keys);
+  const T* values = static_cast<const T*>(a.values);
   const int64_t d = a.head_dim;
   const int64_t rows = it.tokens * it.group;
   const int64_t len = it.first_len + it.tokens - 1;
   for (int64_t p = 0; p < len; ++p) {
-    const float* kp = a.keys + addr.offset(p);
+    const T* kp = keys + addr.offset(p);
     for (int64_t r = 0; r < rows; ++r) {
       const float* qr = it.q_row(r, d);
       float dot = 0;
-      for (int64_t i = 0; i < d; ++i) dot += qr[i] * kp[i];
+      for (int64_t i = 0; i < d; ++i) dot += qr[i] * to_float(kp[i]);
       s[r * len + p] = dot * a.scale;
     }
   }
@@ -233,17 +343,15 @@ AJET_INLINE void attend_item_scalar(const CpuAttentionArgs& a, const RowAddress&
     float* o = it.out_row(r, d);
     std::memset(o, 0, sizeof(float) * d);
     for (int64_t p = 0; p < it.row_len(r); ++p) {
-      const float* vp = a.values + addr.offset(p);
+      const T* vp = values + addr.offset(p);
       const float w = s[r * len + p];
-      for (int64_t i = 0; i < d; ++i) o[i] += w * vp[i];
+      for (int64_t i = 0; i < d; ++i) o[i] += w * to_float(vp[i]);
     }
   }
 }
 
-}  // namespace
-
-AJET_MULTIVERSION
-void attend_cpu_f32(const CpuAttentionArgs& a, int64_t begin, int64_t end, AttentionScratch& scratch) {
+template <typename T>
+AJET_INLINE void attend_items(const CpuAttentionArgs& a, int64_t begin, int64_t end, AttentionScratch& scratch) {
   const int64_t group = a.heads / a.kv_heads;
   const int64_t d = a.head_dim;
   for (int64_t item = begin; item < end; ++item) {
@@ -269,17 +377,28 @@ void attend_cpu_f32(const CpuAttentionArgs& a, int64_t begin, int64_t end, Atten
     float* s = scratch.scores.data();  // (R, len) scores, then weights
     // Constant ND at the common head sizes lets the compiler unroll and keep accumulators in registers.
     switch (d) {
-      case 16: attend_item_vec(a, addr, it, s, 2); break;
-      case 32: attend_item_vec(a, addr, it, s, 4); break;
-      case 64: attend_item_vec(a, addr, it, s, 8); break;
-      case 128: attend_item_vec(a, addr, it, s, 16); break;
+      case 16: attend_item_vec<T, 2>(a, addr, it, s); break;
+      case 32: attend_item_vec<T, 4>(a, addr, it, s); break;
+      case 64: attend_item_vec<T, 8>(a, addr, it, s); break;
+      case 128: attend_item_vec<T, 16>(a, addr, it, s); break;
       default:
         if (d % 8 == 0 && d <= 256) {
-          attend_item_vec(a, addr, it, s, d / 8);
+          attend_item_vec_any<T>(a, addr, it, s, d / 8);
         } else {
-          attend_item_scalar(a, addr, it, s);
+          attend_item_scalar<T>(a, addr, it, s);
         }
     }
+  }
+}
+
+}  // namespace
+
+AJET_MULTIVERSION
+void attend_cpu_f32(const CpuAttentionArgs& a, int64_t begin, int64_t end, AttentionScratch& scratch) {
+  if (a.kv_type == KvElementType::kBFloat16) {
+    attend_items<uint16_t>(a, begin, end, scratch);
+  } else {
+    attend_items<float>(a, begin, end, scratch);
   }
 }
 

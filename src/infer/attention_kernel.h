@@ -1,4 +1,5 @@
-// The hand-written float32 CPU kernel behind cached attention, on plain pointers (no libtorch, so it
+// The hand-written CPU kernel behind cached attention (float32 queries and arithmetic; keys and values
+// stored as float32 or bfloat16), on plain pointers (no libtorch, so it
 // compiles fast and can be built for several instruction sets at once). Never allocates per call
 // beyond a reusable scratch vector; never decides what to attend to (AttentionBatch does).
 #pragma once
@@ -27,11 +28,17 @@ struct AttentionTile {
   int32_t num_tokens = 0;
 };
 
+// How the cache stores keys and values. bfloat16 elements are their 16 bits (the top half of the
+// float32); the kernel widens them exactly, so it computes what float32 keys holding the same values
+// would give.
+enum class KvElementType { kFloat32, kBFloat16 };
+
 struct CpuAttentionArgs {
   const float* q;       // (N, H, D)
   float* out;           // (N, H, D)
-  const float* keys;    // (num_blocks, Hkv, block_size, D) of one layer
-  const float* values;  // (num_blocks, Hkv, block_size, D)
+  const void* keys;     // (num_blocks, Hkv, block_size, D) of one layer, elements of kv_type
+  const void* values;   // (num_blocks, Hkv, block_size, D)
+  KvElementType kv_type;
   int64_t heads, kv_heads, head_dim, block_size;
   float scale;                        // 1 / sqrt(D)
   const AttentionSegment* segments;
@@ -46,7 +53,7 @@ struct CpuAttentionArgs {
 // prefill's cost grows with position), which keeps an even split between threads balanced.
 struct AttentionScratch {
   std::vector<float> scores;     // (rows, len) of the current item
-  std::vector<int64_t> offsets;  // (len) float offset of each position's key (and value) row
+  std::vector<int64_t> offsets;  // (len) element offset of each position's key (and value) row
 };
 void attend_cpu_f32(const CpuAttentionArgs& args, int64_t begin, int64_t end, AttentionScratch& scratch);
 

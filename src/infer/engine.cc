@@ -33,12 +33,15 @@ InferenceEngine::InferenceEngine(model::Qwen2Model model, const EngineConfig& co
     : model_(std::move(model)), config_(config), seed_source_(std::random_device{}()) {
   const hf::ModelConfig& mc = model_->config();
   vocab_size_ = mc.vocab_size;
-  const at::TensorOptions options = model_->options();
+  const at::TensorOptions options = config_.cache_dtype == at::ScalarType::Undefined
+                                        ? model_->options()
+                                        : model_->options().dtype(config_.cache_dtype);
   if (config_.block_size < 1) invalid_argument("engine config: block_size must be >= 1");
   if (config_.cache_bytes < 1) invalid_argument("engine config: cache_bytes (the KV cache budget) must be set");
   KvCacheShape shape{mc.num_hidden_layers, mc.num_key_value_heads, mc.head_dim, config_.block_size};
   const int64_t num_blocks = KvCache::blocks_for_bytes(shape, config_.cache_bytes, options.dtype().itemsize());
   cache_ = std::make_unique<KvCache>(shape, num_blocks, options);
+  cache_dtype_ = options.dtype().toScalarType();
   scheduler_ = std::make_unique<Scheduler>(
       SchedulerConfig{config_.block_size, config_.max_batch_tokens, config_.max_running, config_.prefix_caching},
       num_blocks);

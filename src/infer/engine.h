@@ -37,6 +37,10 @@ struct EngineConfig {
   bool start_thread = true;           // false: no engine thread, the owner calls step() (tests)
   bool quiet = false;                 // log the cache sizing at debug, not info (owners that build many engines)
   AttentionImpl attention = AttentionImpl::kAuto;
+  // Element type of the KV cache; Undefined = the model's. bfloat16 under a float32 model halves the
+  // bytes a decode step reads from the cache (and doubles the tokens cache_bytes holds); attention
+  // still computes in float32 on the keys and values rounded to bfloat16.
+  at::ScalarType cache_dtype = at::ScalarType::Undefined;
 };
 
 struct EngineStats {
@@ -105,6 +109,8 @@ class InferenceEngine {
   EngineStats stats() const;
   int64_t max_model_len() const { return max_model_len_; }
   const EngineConfig& config() const { return config_; }
+  // The KV cache's element type (config().cache_dtype, or the model's when that is Undefined).
+  at::ScalarType cache_dtype() const { return cache_dtype_; }
 
   // Manual mode (start_thread = false): handles queued submissions, aborts and exclusive tasks, then
   // runs one batch. Returns false when there was nothing to do at all.
@@ -147,6 +153,7 @@ class InferenceEngine {
   int64_t max_model_len_ = 0;
   int64_t vocab_size_ = 0;
   std::unique_ptr<KvCache> cache_;
+  at::ScalarType cache_dtype_ = at::ScalarType::Undefined;
   std::unique_ptr<Scheduler> scheduler_;
   std::unordered_map<std::string, std::shared_ptr<RequestState>> active_;  // engine thread only
   std::mt19937_64 seed_source_;                                            // engine thread only

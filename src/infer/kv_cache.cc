@@ -53,23 +53,33 @@ void KvCache::write(int64_t layer, const at::Tensor& k, const at::Tensor& v, con
   const int64_t heads = shape_.num_kv_heads, d = shape_.head_dim, bs = shape_.block_size;
   at::Tensor keys = data_[layer][0];
   at::Tensor values = data_[layer][1];
-  if (keys.is_cpu() && keys.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat &&
+  const at::ScalarType stored = keys.scalar_type();
+  if (keys.is_cpu() && (stored == at::kFloat || stored == at::kBFloat16) && k.scalar_type() == at::kFloat &&
       v.scalar_type() == at::kFloat) {
-    // Row copies beat indexing dispatches for the few tokens of a decode step.
+    // Row copies (or conversions) beat indexing dispatches for the few tokens of a decode step.
     at::Tensor kc = k.contiguous();
     at::Tensor vc = v.contiguous();
     const float* ks = kc.data_ptr<float>();
     const float* vs = vc.data_ptr<float>();
-    float* kd = keys.data_ptr<float>();
-    float* vd = values.data_ptr<float>();
-    for (size_t t = 0; t < slots.size(); ++t) {
-      const int64_t block = slots[t] / bs, offset = slots[t] % bs;
-      for (int64_t g = 0; g < heads; ++g) {
-        const int64_t dst = ((block * heads + g) * bs + offset) * d;
-        const int64_t src = (static_cast<int64_t>(t) * heads + g) * d;
-        std::memcpy(kd + dst, ks + src, sizeof(float) * d);
-        std::memcpy(vd + dst, vs + src, sizeof(float) * d);
+    auto rows = [&](auto* kd, auto* vd, auto&& copy_row) {
+      for (size_t t = 0; t < slots.size(); ++t) {
+        const int64_t block = slots[t] / bs, offset = slots[t] % bs;
+        for (int64_t g = 0; g < heads; ++g) {
+          const int64_t dst = ((block * heads + g) * bs + offset) * d;
+          const int64_t src = (static_cast<int64_t>(t) * heads + g) * d;
+          copy_row(kd + dst, ks + src);
+          copy_row(vd + dst, vs + src);
+        }
       }
+    };
+    if (stored == at::kFloat) {
+      rows(keys.data_ptr<float>(), values.data_ptr<float>(),
+           [d](float* dst, const float* src) { std::memcpy(dst, src, sizeof(float) * d); });
+    } else {
+      // c10::BFloat16's float constructor rounds to nearest even, as Tensor::to does.
+      rows(keys.data_ptr<at::BFloat16>(), values.data_ptr<at::BFloat16>(), [d](at::BFloat16* dst, const float* src) {
+        for (int64_t i = 0; i < d; ++i) dst[i] = at::BFloat16(src[i]);
+      });
     }
     return;
   }

@@ -165,6 +165,17 @@ TEST(ConfigUpstream, UnsupportedKlTypesMatterOnlyWithTheKlLoss) {
   EXPECT_TRUE(contains(msg, "adv_estimator must be one of [grpo, drgrpo, rloo, reinforce_pp], got 'gae'")) << msg;
 }
 
+// vLLM's kv_cache_dtype key: auto by default, the listed types taken, anything else named.
+TEST(ConfigEngine, KvCacheDtype) {
+  EXPECT_EQ(parse_config("ajet:\n  model: {path: /m}\n", "a.yaml").config.engine.kv_cache_dtype, "auto");
+  EXPECT_EQ(parse_config("ajet:\n  model: {path: /m}\n  engine: {kv_cache_dtype: bfloat16}\n", "b.yaml")
+                .config.engine.kv_cache_dtype,
+            "bfloat16");
+  const std::string msg =
+      error_of([] { parse_config("ajet:\n  model: {path: /m}\n  engine: {kv_cache_dtype: fp8}\n", "c.yaml"); });
+  EXPECT_TRUE(contains(msg, "ajet.engine.kv_cache_dtype must be one of [auto, float32, bfloat16, float16]")) << msg;
+}
+
 TEST(ConfigWarnings, UpstreamAliasesMapWithANote) {
   LoadedConfig loaded = parse_config(
       "ajet:\n  model: {path: /m}\n  backbone: verl\n"

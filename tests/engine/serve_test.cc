@@ -325,6 +325,7 @@ TEST(EngineServe, ConfigFileSetsEngineSettingsAndFlagsWin) {
                              "  engine:\n"
                              "    threads: 1\n"
                              "    kv_cache_memory_mb: 8\n"
+                             "    kv_cache_dtype: bfloat16\n"
                              "  data:\n"  // the config requires prompt + response <= max_model_len
                              "    max_prompt_length: 40\n"
                              "    max_response_length: 50\n"
@@ -340,11 +341,15 @@ TEST(EngineServe, ConfigFileSetsEngineSettingsAndFlagsWin) {
     EXPECT_EQ(status["engine"]["max_model_len"], 100);
     EXPECT_EQ(status["engine"]["max_running"], 5);
     EXPECT_EQ(status["engine"]["kv_cache_bytes"], 32 << 20);  // the helper's --kv-cache-mb 32 wins
+    EXPECT_EQ(status["engine"]["kv_cache_dtype"], "bfloat16");
+    EXPECT_EQ(status["model"]["dtype"], "float32");
   }
-  EngineProcess engine({"--conf", conf.string(), "--max-model-len", "90"});
+  EngineProcess engine({"--conf", conf.string(), "--max-model-len", "90", "--kv-cache-dtype", "auto"});
   rpc::Client client(engine.wait_ready());
   client.connect();
-  EXPECT_EQ(status_of(client)["engine"]["max_model_len"], 90);
+  const auto status = status_of(client);
+  EXPECT_EQ(status["engine"]["max_model_len"], 90);
+  EXPECT_EQ(status["engine"]["kv_cache_dtype"], "float32");  // auto: the model's
 }
 
 TEST(EngineServe, BadArgumentsFailWithClearMessages) {
@@ -368,6 +373,7 @@ TEST(EngineServe, BadArgumentsFailWithClearMessages) {
       {model + sock + " --conf " + quote(dir / "nope.yaml"), "no such file", 1},
       {model + sock + " --dtype int4", "unknown dtype", 2},
       {model + sock + " --kv-cache-mb 0", "--kv-cache-mb must be >= 1", 2},
+      {model + sock + " --kv-cache-dtype int8", "--kv-cache-dtype must be auto, float32, bfloat16 or float16, got 'int8'", 2},
       {model + sock + " --device tpu", "--device", 2},
       {model, "--listen", 2},
   };

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 
@@ -44,14 +45,16 @@ at::Tensor reference(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   return out.view({t, h * d});
 }
 
-void check_case(const Case& c, const std::vector<SeqSpec>& seqs) {
+// cache_dtype bfloat16: the cache rounds keys and values to bfloat16 when they are written; the
+// reference gets the same rounded values, so both implementations must still match it to 1e-5.
+void check_case(const Case& c, const std::vector<SeqSpec>& seqs, at::ScalarType cache_dtype = at::kFloat) {
   at::manual_seed(11);
   std::mt19937 gen(5);
   KvCacheShape shape{/*num_layers=*/2, c.kv_heads, c.head_dim, c.block_size};
   int64_t blocks_needed = 0;
   for (const SeqSpec& s : seqs) blocks_needed += (s.total + c.block_size - 1) / c.block_size;
   const int64_t num_blocks = blocks_needed + 7;
-  KvCache cache(shape, num_blocks, at::TensorOptions().dtype(at::kFloat));
+  KvCache cache(shape, num_blocks, at::TensorOptions().dtype(cache_dtype));
   // Scattered block tables: a shuffled permutation of the blocks, handed out in turn.
   std::vector<int32_t> perm(static_cast<size_t>(num_blocks));
   std::iota(perm.begin(), perm.end(), 0);
@@ -110,7 +113,8 @@ void check_case(const Case& c, const std::vector<SeqSpec>& seqs) {
   at::Tensor ops = cached_attention(q, cache, layer, batch, AttentionImpl::kTorchOps);
   ASSERT_EQ(kernel.sizes(), (std::vector<int64_t>{q.size(0), c.heads * c.head_dim}));
   for (size_t i = 0; i < seqs.size(); ++i) {
-    at::Tensor want = reference(qs[i], ks[i], vs[i], seqs[i].total - seqs[i].chunk);
+    const at::Tensor k = ks[i].to(cache_dtype).to(at::kFloat), v = vs[i].to(cache_dtype).to(at::kFloat);
+    at::Tensor want = reference(qs[i], k, v, seqs[i].total - seqs[i].chunk);
     const AttentionSegment& seg = segments[i];
     const double kernel_err = (kernel.narrow(0, seg.token_begin, seg.num_tokens).to(at::kDouble) - want).abs().max().item<double>();
     const double ops_err = (ops.narrow(0, seg.token_begin, seg.num_tokens).to(at::kDouble) - want).abs().max().item<double>();
@@ -125,6 +129,76 @@ TEST(CachedAttention, MatchesReferenceMultiQueryHeads) { check_case({4, 2, 16, 4
 TEST(CachedAttention, MatchesReferenceOneKvHeadPerQueryHead) { check_case({3, 3, 8, 16}, kMixed); }
 TEST(CachedAttention, MatchesReferenceOddHeadDim) { check_case({6, 2, 12, 5}, kMixed); }
 TEST(CachedAttention, MatchesReferenceSingleDecodeToken) { check_case({8, 1, 64, 16}, {{300, 1}}); }
+// Qwen2.5-0.5B's heads (14 over 2 kv heads, D 64): an odd group, so the kernel's row pairs end
+// mid-token in prefill tiles; and D 32 (tiny) and 128.
+TEST(CachedAttention, MatchesReferenceOddGroupsAndOtherHeadSizes) {
+  check_case({14, 2, 64, 16}, kMixed);
+  check_case({6, 2, 32, 16}, kMixed);
+  check_case({4, 2, 128, 8}, kMixed);
+  check_case({14, 2, 64, 16}, kMixed, at::kBFloat16);
+}
+
+TEST(CachedAttention, BFloat16CacheMatchesReferenceOnRoundedValues) {
+  check_case({4, 2, 16, 4}, kMixed, at::kBFloat16);
+  check_case({6, 2, 12, 5}, kMixed, at::kBFloat16);  // D % 8 != 0: the scalar loops
+  check_case({8, 1, 64, 16}, {{300, 1}}, at::kBFloat16);
+}
+
+// The kernel widens bfloat16 exactly: over a bfloat16 cache it computes bit for bit what it computes
+// over a float32 cache holding the same (rounded) values.
+TEST(CachedAttention, BFloat16CacheEqualsFloat32CacheOfTheSameValues) {
+  at::manual_seed(3);
+  KvCacheShape shape{1, 2, 32, 16};
+  KvCache wide(shape, 8, at::TensorOptions().dtype(at::kFloat));
+  KvCache narrow(shape, 8, at::TensorOptions().dtype(at::kBFloat16));
+  const std::vector<int32_t> tables = {5, 2, 7, 0, 3, 1};
+  const std::vector<AttentionSegment> segs = {{0, 40, 0, 0, 3}, {40, 1, 44, 3, 3}};
+  const std::vector<AttentionSegment> past = {{0, 44, 0, 3, 3}};
+  const at::Tensor k0 = at::randn({44, 2, 32}).to(at::kBFloat16).to(at::kFloat);
+  const at::Tensor v0 = at::randn({44, 2, 32}).to(at::kBFloat16).to(at::kFloat);
+  AttentionBatch history(past, tables, 16, at::kCPU);
+  AttentionBatch batch(segs, tables, 16, at::kCPU);
+  const at::Tensor k = at::randn({41, 2, 32}), v = at::randn({41, 2, 32});
+  for (KvCache* cache : {&wide, &narrow}) {
+    cache->write(0, k0, v0, history.slots(), history.slots_tensor());
+    cache->write(0, k.to(at::kBFloat16).to(at::kFloat), v.to(at::kBFloat16).to(at::kFloat), batch.slots(),
+                 batch.slots_tensor());
+  }
+  const at::Tensor q = at::randn({41, 4, 32});
+  EXPECT_TRUE(cached_attention(q, narrow, 0, batch, AttentionImpl::kCpuKernel)
+                  .equal(cached_attention(q, wide, 0, batch, AttentionImpl::kCpuKernel)));
+}
+
+// The row-by-row write into a bfloat16 cache rounds as Tensor::to does (to nearest, ties to even),
+// including ties, overflow to infinity and denormals; a NaN stays a NaN (its bits may differ: torch's
+// vectorised conversion writes 0xffff, c10::BFloat16 0x7fc0).
+TEST(KvCache, BFloat16WriteRoundsAsTensorTo) {
+  KvCacheShape shape{1, 1, 16, 4};
+  KvCache fast(shape, 2, at::TensorOptions().dtype(at::kBFloat16));
+  KvCache generic(shape, 2, at::TensorOptions().dtype(at::kBFloat16));
+  std::vector<uint32_t> bits = {0x3f808000u, 0x3f818000u, 0x3f807fffu, 0x3f808001u, 0xbf818000u, 0x7f7fffffu,
+                                0x7f800000u, 0xff800000u, 0x7fc00001u, 0x00000001u, 0x80008000u, 0x00018000u,
+                                0x3f800000u, 0x40490fdbu, 0xc2f6e979u, 0x358637bdu};
+  std::vector<float> values(bits.size());
+  std::memcpy(values.data(), bits.data(), bits.size() * sizeof(float));
+  const at::Tensor k = at::tensor(values).view({1, 1, 16});
+  const at::Tensor v = -k;
+  const std::vector<int64_t> slots = {5};
+  const at::Tensor slots_tensor = at::tensor(std::vector<int64_t>{5});
+  fast.write(0, k, v, slots, slots_tensor);                                       // float32 rows: converted here
+  generic.write(0, k.to(at::kDouble), v.to(at::kDouble), slots, slots_tensor);  // index_put_ of Tensor::to
+  const int64_t nan_at = 8;
+  ASSERT_TRUE(std::isnan(values[nan_at]));
+  for (KvCache* cache : {&fast, &generic}) {
+    EXPECT_TRUE(std::isnan(cache->keys(0)[1][0][1][nan_at].item<float>()));
+    EXPECT_TRUE(std::isnan(cache->values(0)[1][0][1][nan_at].item<float>()));
+    cache->keys(0)[1][0][1][nan_at] = 0;
+    cache->values(0)[1][0][1][nan_at] = 0;
+  }
+  const at::Tensor a = fast.keys(0).view(at::kShort), b = generic.keys(0).view(at::kShort);
+  EXPECT_TRUE(a.equal(b)) << a[1][0][1] << " vs " << b[1][0][1];
+  EXPECT_TRUE(fast.values(0).view(at::kShort).equal(generic.values(0).view(at::kShort)));
+}
 
 TEST(KvCache, CopyBlockCopiesEveryLayer) {
   KvCacheShape shape{3, 2, 4, 8};

@@ -55,6 +55,49 @@ TEST(ForwardCached, LogitsMatchFullForwardInOneChunkAndInSeveral) {
   }
 }
 
+// A bfloat16 cache under the float32 model (EngineConfig::cache_dtype): twice the blocks for the same
+// bytes; the CPU kernel and the torch-op path agree (to 5e-3, not 1e-4: their float32 sums differ in
+// the last bits, and a key that lands on the other side of a bfloat16 rounding step moves by 2^-9),
+// and both stay within bfloat16's rounding of the float32 recompute (this random model's largest
+// difference is ~0.03; a misread cache gives differences of whole nats). attention_test checks the
+// kernel over a bfloat16 cache bit for bit.
+TEST(Engine, BFloat16CacheHoldsTwiceTheBlocksAndStaysCloseToFloat32) {
+  model::Qwen2Model m = tiny_model();
+  const std::vector<int32_t> prompt = prompt_of(30, 1);
+  int64_t float_blocks = 0;
+  {
+    InferenceEngine engine(m, manual_config());
+    float_blocks = engine.stats().total_blocks;
+    EXPECT_EQ(engine.cache_dtype(), torch::kFloat);
+  }
+  std::vector<std::vector<GeneratedToken>> runs;
+  for (AttentionImpl impl : {AttentionImpl::kAuto, AttentionImpl::kTorchOps}) {
+    EngineConfig config = manual_config();
+    config.cache_dtype = torch::kBFloat16;
+    config.attention = impl;
+    config.max_batch_tokens = 7;  // chunked prefill: later chunks read the rounded keys of earlier ones
+    config.max_running = 4;
+    InferenceEngine engine(m, config);
+    EXPECT_EQ(engine.cache_dtype(), torch::kBFloat16);
+    EXPECT_EQ(engine.stats().total_blocks, 2 * float_blocks);
+    auto future = engine.generate(request("a", prompt, 12));
+    drain(engine);
+    GenerateResult r = future.get();
+    ASSERT_FALSE(r.error);
+    ASSERT_EQ(r.samples[0].tokens.size(), 12u);
+    runs.push_back(r.samples[0].tokens);
+  }
+  std::vector<int32_t> seq = prompt;
+  for (const GeneratedToken& t : runs[0]) seq.push_back(t.id);
+  torch::Tensor ref = reference_logprobs(m, seq);
+  for (size_t i = 0; i < runs[0].size(); ++i) {
+    EXPECT_EQ(runs[1][i].id, runs[0][i].id) << "token " << i;
+    EXPECT_NEAR(runs[1][i].raw_logprob, runs[0][i].raw_logprob, 5e-3) << "token " << i;
+    const double want = ref[static_cast<int64_t>(prompt.size() + i) - 1][runs[0][i].id].item<double>();
+    EXPECT_NEAR(runs[0][i].raw_logprob, want, 0.1) << "token " << i;
+  }
+}
+
 TEST(Engine, GreedyDecodingMatchesFullRecomputeWithChunkedPrefill) {
   model::Qwen2Model m = tiny_model();
   // Whole prompt in one step, or in chunks of at most 7; the CPU kernel, and the torch-op path that
