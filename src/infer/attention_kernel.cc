@@ -5,23 +5,21 @@
 #include <cstring>
 #include <limits>
 
-#include "model/multiversion.h"
-
-// The vector code uses GCC vector extensions (8 floats), which every target of AJET_MULTIVERSION
-// lowers to its own instructions. The helpers below take and return 32-byte vectors, always inlined.
+// The vector code uses GCC vector extensions (8 floats, common/vec8.h), which every target of
+// AJET_MULTIVERSION lowers to its own instructions. The helpers take and return 32-byte vectors, always
+// inlined: the ABI note GCC gives for passing them does not apply (silenced before the include).
 #pragma GCC diagnostic ignored "-Wpsabi"
+
+#include "common/multiversion.h"
+#include "common/vec8.h"
 
 namespace ajet::infer {
 namespace {
 
-typedef float v8f __attribute__((vector_size(32)));
-typedef int32_t v8i __attribute__((vector_size(32)));
+using namespace ajet::vec8;
+using ajet::vec8::load8;  // beside the bfloat16 overload below
 
-AJET_INLINE v8f load8(const float* p) {
-  v8f v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
+
 
 // A key or value row's 8 elements as floats: float32 as it is, bfloat16 (its bits as uint16_t) widened
 // exactly (the top half of a float32).
@@ -42,15 +40,8 @@ AJET_INLINE float to_float(uint16_t x) {
   return v;
 }
 
-AJET_INLINE void store8(float* p, v8f v) { std::memcpy(p, &v, sizeof(v)); }
 
-AJET_INLINE v8f splat8(float x) { return v8f{x, x, x, x, x, x, x, x}; }
 
-AJET_INLINE float hsum8(v8f v) {
-  v8f s = v + __builtin_shuffle(v, v8i{4, 5, 6, 7, 0, 1, 2, 3});
-  s = s + __builtin_shuffle(s, v8i{2, 3, 0, 1, 6, 7, 4, 5});
-  return s[0] + s[1];
-}
 
 // out[i] = sum of a[i]'s lanes, for 8 vectors at once (a transpose-and-add tree).
 AJET_INLINE v8f reduce8x8(const v8f* a) {
@@ -65,50 +56,6 @@ AJET_INLINE v8f reduce8x8(const v8f* a) {
   v8f r = __builtin_shuffle(xy, zw, v8i{0, 2, 8, 10, 4, 6, 12, 14}) +
           __builtin_shuffle(xy, zw, v8i{1, 3, 9, 11, 5, 7, 13, 15});  // a0 a2 a4 a6 a1 a3 a5 a7
   return __builtin_shuffle(r, v8i{0, 4, 1, 5, 2, 6, 3, 7});
-}
-
-// exp(x) for x <= 0 (softmax after subtracting the max), Cephes-style: x = n ln2 + r, |r| <= ln2 / 2,
-// degree-6 polynomial for e^r, 2^n from the exponent bits. Relative error ~2e-7; branch-free so the
-// softmax loop vectorises. Inputs below -87 return ~2^-126 instead of underflowing to 0.
-AJET_INLINE float exp_nonpositive(float x) {
-  x = x < -87.0f ? -87.0f : x;
-  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
-  const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float y = p * r * r + r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof(scale));
-  return y * scale;
-}
-
-// exp_nonpositive on 8 lanes at once, the same steps (GCC did not vectorise the scalar loop: the
-// floor and the exponent bits kept it scalar, ~10 % of a decode step's attention).
-AJET_INLINE v8f exp8_nonpositive(v8f x) {
-  x = x < splat8(-87.0f) ? splat8(-87.0f) : x;
-  const v8f t = x * splat8(1.44269504088896341f) + splat8(0.5f);
-  v8i ti = __builtin_convertvector(t, v8i);  // truncates toward zero
-  v8f n = __builtin_convertvector(ti, v8f);
-  const v8i above = n > t;  // -1 where truncation rounded up (t < 0 and not whole): floor is one less
-  n += __builtin_convertvector(above, v8f);
-  ti += above;
-  const v8f r = x - n * splat8(0.693359375f) + n * splat8(2.12194440e-4f);
-  v8f p = splat8(1.9875691500e-4f);
-  p = p * r + splat8(1.3981999507e-3f);
-  p = p * r + splat8(8.3334519073e-3f);
-  p = p * r + splat8(4.1665795894e-2f);
-  p = p * r + splat8(1.6666665459e-1f);
-  p = p * r + splat8(5.0000001201e-1f);
-  const v8f y = p * r * r + r + splat8(1.0f);
-  const v8i bits = (ti + 127) << 23;
-  v8f scale;
-  std::memcpy(&scale, &bits, sizeof(scale));
-  return y * scale;
 }
 
 // Softmax of each of the G rows of s (G, len) in place; returns nothing, rows sum to 1.
@@ -187,7 +134,7 @@ AJET_INLINE void mask_and_softmax(const Item& it, float* s, int64_t len) {
 // rows (a decode token's G heads share its kv head), 8 * RB accumulators.
 template <typename T, int RB>
 AJET_INLINE void score_rows(const Item& it, const T* const* kp, int64_t nd, int64_t r0, float* s, int64_t len,
-                            int64_t p0, v8f scale) {
+                            int64_t p0, float scale) {
   const int64_t d = nd * 8;
   const float* qr[RB];
   for (int r = 0; r < RB; ++r) qr[r] = it.q_row(r0 + r, d);
@@ -200,7 +147,7 @@ AJET_INLINE void score_rows(const Item& it, const T* const* kp, int64_t nd, int6
       for (int i = 0; i < 8; ++i) acc[r][i] += qv * k[i];
     }
   }
-  for (int r = 0; r < RB; ++r) store8(s + (r0 + r) * len + p0, reduce8x8(acc[r]) * scale);
+  for (int r = 0; r < RB; ++r) store8(s + (r0 + r) * len + p0, reduce8x8(acc[r]) * splat8(scale));
 }
 
 // Outputs of rows [r0, r0 + RB) of one token: the weighted sum of values, each value vector loaded
@@ -241,7 +188,6 @@ AJET_INLINE void attend_item_vec(const CpuAttentionArgs& a, const RowAddress& ad
   constexpr int kPair = ND <= 8 ? 2 : 1;
   const int64_t rows = it.tokens * it.group;
   const int64_t len = it.first_len + it.tokens - 1;  // the tile's last token sees the most
-  const v8f scale = splat8(a.scale);
   int64_t p0 = 0;
   for (; p0 + 8 <= len; p0 += 8) {
     const T* kp[8];
@@ -258,8 +204,8 @@ AJET_INLINE void attend_item_vec(const CpuAttentionArgs& a, const RowAddress& ad
       }
     }
     int64_t r = 0;
-    for (; r + kPair <= rows; r += kPair) score_rows<T, kPair>(it, kp, nd, r, s, len, p0, scale);
-    for (; r < rows; ++r) score_rows<T, 1>(it, kp, nd, r, s, len, p0, scale);
+    for (; r + kPair <= rows; r += kPair) score_rows<T, kPair>(it, kp, nd, r, s, len, p0, a.scale);
+    for (; r < rows; ++r) score_rows<T, 1>(it, kp, nd, r, s, len, p0, a.scale);
   }
   for (; p0 < len; ++p0) {
     const T* kp = keys + addr.offset(p0);
@@ -290,12 +236,11 @@ AJET_INLINE void attend_item_vec_any(const CpuAttentionArgs& a, const RowAddress
   const int64_t d = nd * 8;
   const int64_t rows = it.tokens * it.group;
   const int64_t len = it.first_len + it.tokens - 1;
-  const v8f scale = splat8(a.scale);
   int64_t p0 = 0;
   for (; p0 + 8 <= len; p0 += 8) {
     const T* kp[8];
     for (int i = 0; i < 8; ++i) kp[i] = keys + addr.offset(p0 + i);
-    for (int64_t r = 0; r < rows; ++r) score_rows<T, 1>(it, kp, nd, r, s, len, p0, scale);
+    for (int64_t r = 0; r < rows; ++r) score_rows<T, 1>(it, kp, nd, r, s, len, p0, a.scale);
   }
   for (; p0 < len; ++p0) {
     const T* kp = keys + addr.offset(p0);

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "model/multiversion.h"
+#include "common/multiversion.h"
 
 // The vector code uses GCC vector extensions of 16 floats: one register on AVX-512, two elsewhere.
 // The helpers below take and return 64-byte vectors, always inlined.

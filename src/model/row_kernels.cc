@@ -3,7 +3,7 @@
 #include <atomic>
 #include <cmath>
 
-#include "model/multiversion.h"
+#include "common/multiversion.h"
 
 // Multiply-add contraction is off below so that a * b + c * d rounds both products, as torch's
 // separate tensor ops do.
