@@ -163,6 +163,7 @@ struct Workload {
 
 struct Measured {
   double seconds = 0;
+  double busy = 0;  // the engine's busy_s (forward and sampling) over the run
   int64_t generated = 0;
   int64_t prompt_tokens = 0;
   double tokens_per_s() const { return seconds > 0 ? static_cast<double>(generated) / seconds : 0; }
@@ -251,12 +252,19 @@ Measured run_engine(ajet::rpc::Client& client, const Workload& w, const Args& ar
       if (--state->remaining == 0) state->cv.notify_all();
     });
   };
+  auto busy_s = [&client] {
+    return client.call(ajet::rpc::make_status_request(), std::chrono::seconds(60)).done.body["engine"]["busy_s"]
+        .get<double>();
+  };
+  const double busy0 = busy_s();
   const auto t0 = Clock::now();
   for (size_t e = 0; e < w.items.size(); ++e) submit(e, 1);
   std::unique_lock<std::mutex> lock(state->mu);
   state->cv.wait(lock, [&] { return state->remaining == 0; });
   Measured m;
   m.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  lock.unlock();
+  m.busy = busy_s() - busy0;
   if (state->error) throw std::runtime_error("engine: " + *state->error);
   m.generated = state->generated;
   m.prompt_tokens = state->prompt_tokens;
@@ -445,7 +453,7 @@ int main(int argc, char** argv) {
 
     // Results per (episodes, workload): tokens/s per round of each side, and their token counts.
     struct Cell {
-      std::vector<double> py, off, on, off_ratio, on_ratio;  // per round
+      std::vector<double> py, off, on, off_ratio, on_ratio, off_busy, on_busy;  // per round
       int64_t py_tokens = 0, off_tokens = 0, on_tokens = 0, prompt_tokens = 0, runs = 0;
     };
     std::map<std::pair<int, std::string>, Cell> cells;
@@ -479,15 +487,17 @@ int main(int argc, char** argv) {
           c.on.push_back(on.tokens_per_s());
           c.off_ratio.push_back(off.tokens_per_s() / py_tps);
           c.on_ratio.push_back(on.tokens_per_s() / py_tps);
+          c.off_busy.push_back(off.busy / off.seconds);
+          c.on_busy.push_back(on.busy / on.seconds);
           c.py_tokens += r["generated_tokens"].get<int64_t>();
           c.off_tokens += off.generated;
           c.on_tokens += on.generated;
           c.prompt_tokens += on.prompt_tokens;
           c.runs += 1;
-          std::printf("round %d, %d episodes, %s: python %.0f tok/s (%.2f s), engine off %.0f tok/s (%.2f s), on %.0f "
-                      "tok/s (%.2f s)\n",
-                      round, b, name.c_str(), py_tps, py_seconds, off.tokens_per_s(), off.seconds, on.tokens_per_s(),
-                      on.seconds);
+          std::printf("round %d, %d episodes, %s: python %.0f tok/s (%.2f s), engine off %.0f tok/s (%.2f s, busy "
+                      "%.2f s), on %.0f tok/s (%.2f s, busy %.2f s)\n",
+                      round, b, name.c_str(), py_tps, py_seconds, off.tokens_per_s(), off.seconds, off.busy,
+                      on.tokens_per_s(), on.seconds, on.busy);
           std::fflush(stdout);
         }
       }
@@ -517,6 +527,20 @@ int main(int argc, char** argv) {
         table << row;
       }
     }
+    // How much of each engine run the engine spent computing (status busy_s: forward and sampling);
+    // the rest is requests and tokens crossing the RPC, scheduling, and waiting for work.
+    table << "\nEngine busy (forward and sampling, from `status`'s busy_s) as a share of each engine run's wall "
+             "time, median over the rounds, no prefix caching / prefix caching:";
+    for (int b : args.episodes) {
+      for (const std::string name : {"single", "multi"}) {
+        const Cell& c = cells[{b, name}];
+        char part[160];
+        std::snprintf(part, sizeof part, " %d %s %.0f %% / %.0f %%;", b, name == "single" ? "single turn" : "two turns",
+                      100 * median(c.off_busy), 100 * median(c.on_busy));
+        table << part;
+      }
+    }
+    table << "\n";
     const std::string load = trimmed(capture("cut -d' ' -f1-3 /proc/loadavg"));
     std::printf("\n%s", table.str().c_str());
     std::printf("commit %s%s, ajet-engine built %s UTC; load average %s\n", commit.c_str(),

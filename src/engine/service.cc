@@ -144,6 +144,7 @@ Json EngineService::status() const {
         {"kv_cache_bytes", c.cache_bytes},
         {"kv_cache_dtype", model::dtype_to_hf_name(engine_.cache_dtype())},
         {"steps", s.steps},
+        {"busy_s", s.busy_seconds},
         {"tokens_generated", s.tokens_generated},
         {"tokens_computed", s.tokens_computed},
         {"tokens_prefix_cached", s.tokens_prefix_cached},

@@ -1,6 +1,7 @@
 #include "infer/engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <string>
 
 #include "common/log.h"
@@ -328,6 +329,7 @@ bool InferenceEngine::run_batch() {
   StepPlan plan = scheduler_->schedule();
   counters_.preemptions += plan.num_preempted;
   if (plan.chunks.empty()) return false;
+  const auto started = std::chrono::steady_clock::now();
   at::NoGradGuard no_grad;
   for (const BlockCopy& copy : plan.copies) cache_->copy_block(copy.src, copy.dst);
 
@@ -365,6 +367,7 @@ bool InferenceEngine::run_batch() {
     log().error("inference engine: step failed: {}", e.what());
     fail_requests(in_batch, e.what());
   }
+  counters_.busy_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return true;
 }
 

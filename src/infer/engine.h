@@ -58,6 +58,7 @@ struct EngineStats {
   int64_t preemptions = 0;
   int64_t requests_finished = 0;
   int64_t policy_version = 0;
+  double busy_seconds = 0;       // wall time spent running batches (forward and sampling) since start
 };
 
 using EventCallback = std::function<void(const GenerateEvent&)>;

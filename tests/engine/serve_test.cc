@@ -244,6 +244,8 @@ TEST(EngineServe, StatusDescribesModelEngineAndCompute) {
   EXPECT_EQ(e["waiting"], 0);
   EXPECT_EQ(e["max_model_len"], config.max_position_embeddings);
   EXPECT_EQ(e["kv_cache_bytes"], 32 << 20);
+  EXPECT_EQ(e["kv_cache_dtype"], "float32");
+  EXPECT_EQ(e["busy_s"].get<double>(), 0.0);  // no batch has run
   EXPECT_EQ(before["compute"]["threads"], 1);
   EXPECT_EQ(before["compute"]["device"], "cpu");
   EXPECT_NE(before["compute"]["backend"].get<std::string>().find("BLAS"), std::string::npos) << before.dump();
@@ -257,6 +259,9 @@ TEST(EngineServe, StatusDescribesModelEngineAndCompute) {
   EXPECT_EQ(after["engine"]["requests_finished"].get<int64_t>() - e["requests_finished"].get<int64_t>(), 1);
   EXPECT_EQ(after["rpc"]["generate_requests"], 1);
   EXPECT_GE(after["uptime_s"].get<double>(), before["uptime_s"].get<double>());
+  // Nine steps ran: busy for some time, and never longer than the engine has been up.
+  EXPECT_GT(after["engine"]["busy_s"].get<double>(), 0.0);
+  EXPECT_LE(after["engine"]["busy_s"].get<double>(), after["uptime_s"].get<double>());
   // The start-up log names the BLAS and the thread count.
   EXPECT_NE(engine.stderr_text().find("1 intra-op threads"), std::string::npos) << engine.stderr_text();
 }

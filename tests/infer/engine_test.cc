@@ -159,6 +159,7 @@ TEST(Engine, BatchOfDifferentLengthsMatchesEachAlone) {
     expect_matches_reference(m, requests[i].prompt, together.samples[0], requests[i].temperature == 0);
   }
   EXPECT_GT(engine.stats().steps, 0);
+  EXPECT_GT(engine.stats().busy_seconds, 0.0);
 }
 
 TEST(Engine, SamplesSharingOnePrefillEachMatchAnIndependentRun) {
