@@ -78,9 +78,9 @@ AJET_INLINE void store16(float* p, v16f v) { std::memcpy(p, &v, sizeof(v)); }
 // (24 of AVX-512's 32 registers at MR = 12).
 //
 // The tile also asks for [prefetch, prefetch_end) (part of the next panel) to be brought into L2, a few
-// cache lines every kPrefetchSteps K steps. Without it the first tile of every panel waits for the
-// panel to come from memory at ~11 GB/s per core while it needs ~32: on `small` at 64 rows that
-// first tile took as long as the five after it.
+// cache lines every kPrefetchSteps K steps, so the first tile of the next panel need not wait for it
+// to come from memory (~11 GB/s per core, where a tile consumes ~32). Measured: ~2 points of the GEMM
+// peak on `small`'s linears at 64 rows (68 -> 70 %, an A/B of two builds).
 constexpr int64_t kPrefetchSteps = 8;
 
 template <int MR>
