@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -45,22 +44,6 @@ AJET_INLINE double hsum8d(v8d v) {
   double s = 0;
   for (int i = 0; i < 8; ++i) s += v[i];
   return s;
-}
-
-// The largest of x[0, n).
-AJET_INLINE float max_of(const float* x, int64_t n) {
-  float m = -std::numeric_limits<float>::infinity();
-  int64_t i = 0;
-  if (n >= 8) {
-    v8f m8 = load8(x);
-    for (i = 8; i + 8 <= n; i += 8) {
-      const v8f v = load8(x + i);
-      m8 = v > m8 ? v : m8;
-    }
-    for (int j = 0; j < 8; ++j) m = std::max(m, m8[j]);
-  }
-  for (; i < n; ++i) m = std::max(m, x[i]);
-  return m;
 }
 
 // out[i] = exp((x[i] - shift) * scale) for (x - shift) * scale <= 0, 8 at a time (exactly 0 below

@@ -1,12 +1,14 @@
 // 8-float vectors (GCC vector extensions) and the few helpers the hand-written CPU kernels share:
-// loads and stores, horizontal sums, and exp on non-positive inputs (softmax after its max
+// loads and stores, horizontal sums, the maximum of a row, and exp on non-positive inputs (softmax after its max
 // is subtracted). Each target of AJET_MULTIVERSION lowers them to its own instructions (one AVX
 // register, or two SSE ones); always inlined, so a clone's vector calling convention never matters.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 #include "common/multiversion.h"
 
@@ -30,6 +32,21 @@ AJET_INLINE float hsum8(v8f v) {
   v8f s = v + __builtin_shuffle(v, v8i{4, 5, 6, 7, 0, 1, 2, 3});
   s = s + __builtin_shuffle(s, v8i{2, 3, 0, 1, 6, 7, 4, 5});
   return s[0] + s[1];
+}
+
+// The largest of x[0, n) (-infinity when n is 0), 8 lanes at a time: a plain loop is a scalar chain
+// of dependent maxima, 4 cycles each (GCC does not vectorise it without -ffast-math).
+AJET_INLINE float max_of(const float* x, int64_t n) {
+  v8f m8 = splat8(-std::numeric_limits<float>::infinity());
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const v8f v = load8(x + i);
+    m8 = v > m8 ? v : m8;
+  }
+  float m = -std::numeric_limits<float>::infinity();
+  for (; i < n; ++i) m = std::max(m, x[i]);
+  for (int j = 0; j < 8; ++j) m = std::max(m, m8[j]);
+  return m;
 }
 
 // exp(x) for x <= 0 (softmax after subtracting the max), Cephes-style: x = n ln2 + r, |r| <= ln2 / 2,

@@ -19,8 +19,6 @@ namespace {
 using namespace ajet::vec8;
 using ajet::vec8::load8;  // beside the bfloat16 overload below
 
-
-
 // A key or value row's 8 elements as floats: float32 as it is, bfloat16 (its bits as uint16_t) widened
 // exactly (the top half of a float32).
 typedef uint16_t v8h __attribute__((vector_size(16)));
@@ -39,9 +37,6 @@ AJET_INLINE float to_float(uint16_t x) {
   std::memcpy(&v, &bits, sizeof(v));
   return v;
 }
-
-
-
 
 // out[i] = sum of a[i]'s lanes, for 8 vectors at once (a transpose-and-add tree).
 AJET_INLINE v8f reduce8x8(const v8f* a) {
@@ -62,19 +57,9 @@ AJET_INLINE v8f reduce8x8(const v8f* a) {
 AJET_INLINE void softmax_rows(float* s, int64_t group, int64_t len) {
   for (int64_t h = 0; h < group; ++h) {
     float* row = s + h * len;
-    // The max 8 lanes at a time: a scalar max chain (what GCC made of the plain loop) waited 4 cycles
-    // per score, ~15 % of a decode step's attention.
-    float m = -std::numeric_limits<float>::infinity();
-    int64_t p = 0;
-    v8f m8 = splat8(m);
-    for (; p + 8 <= len; p += 8) {
-      const v8f x = load8(row + p);
-      m8 = x > m8 ? x : m8;
-    }
-    for (; p < len; ++p) m = std::max(m, row[p]);
-    for (int i = 0; i < 8; ++i) m = std::max(m, m8[i]);
+    const float m = max_of(row, len);
     float sum = 0;
-    p = 0;
+    int64_t p = 0;
     v8f sum8 = {};
     for (; p + 8 <= len; p += 8) {
       const v8f e = exp8_nonpositive(load8(row + p) - splat8(m));
@@ -175,17 +160,19 @@ AJET_INLINE void value_rows(const Item& it, const T* values, const RowAddress& a
   }
 }
 
-// D = 8 * ND: scores of 8 keys at a time, then values accumulated in registers, two query rows at a
-// time (each loaded key and value serves both). ND is a compile-time constant.
+// D = 8 * nd: scores of 8 keys at a time, then values accumulated in registers. With ND > 0 (nd = ND,
+// a compile-time constant at the common head sizes) two query rows go at a time, each loaded key and
+// value serving both; ND = 0 takes nd at run time (any D = 8 * nd <= 256), one row at a time.
 template <typename T, int ND>
-AJET_INLINE void attend_item_vec(const CpuAttentionArgs& a, const RowAddress& addr, const Item& it, float* s) {
+AJET_INLINE void attend_item_vec(const CpuAttentionArgs& a, const RowAddress& addr, const Item& it, float* s,
+                                 int64_t runtime_nd = ND) {
   const T* keys = static_cast<const T*>(a.keys);
   const T* values = static_cast<const T*>(a.values);
   constexpr int64_t kLine = 64 / sizeof(T);  // elements per cache line
-  constexpr int64_t nd = ND, d = ND * 8;
+  const int64_t nd = ND > 0 ? ND : runtime_nd, d = nd * 8;
   // Two rows share each load while their accumulators fit the registers (2 x 8 for the scores, 2 x ND
   // for the values: AVX-512's 32).
-  constexpr int kPair = ND <= 8 ? 2 : 1;
+  constexpr int kPair = ND > 0 && ND <= 8 ? 2 : 1;
   const int64_t rows = it.tokens * it.group;
   const int64_t len = it.first_len + it.tokens - 1;  // the tile's last token sees the most
   int64_t p0 = 0;
@@ -217,52 +204,28 @@ AJET_INLINE void attend_item_vec(const CpuAttentionArgs& a, const RowAddress& ad
     }
   }
   mask_and_softmax(it, s, len);
-  // Pairs of one token's rows only: their lengths are equal, so no row multiplies another's values by
-  // a masked weight (0 * an infinite value would be NaN).
-  for (int64_t t = 0; t < it.tokens; ++t) {
-    int64_t r = t * it.group;
-    const int64_t end = r + it.group;
-    for (; r + kPair <= end; r += kPair) value_rows<T, kPair, ND>(it, values, addr, s, len, r);
-    for (; r < end; ++r) value_rows<T, 1, ND>(it, values, addr, s, len, r);
-  }
-}
-
-// D = 8 * nd for any nd up to 32 (no compile-time unrolling): one row at a time.
-template <typename T>
-AJET_INLINE void attend_item_vec_any(const CpuAttentionArgs& a, const RowAddress& addr, const Item& it, float* s,
-                                     int64_t nd) {
-  const T* keys = static_cast<const T*>(a.keys);
-  const T* values = static_cast<const T*>(a.values);
-  const int64_t d = nd * 8;
-  const int64_t rows = it.tokens * it.group;
-  const int64_t len = it.first_len + it.tokens - 1;
-  int64_t p0 = 0;
-  for (; p0 + 8 <= len; p0 += 8) {
-    const T* kp[8];
-    for (int i = 0; i < 8; ++i) kp[i] = keys + addr.offset(p0 + i);
-    for (int64_t r = 0; r < rows; ++r) score_rows<T, 1>(it, kp, nd, r, s, len, p0, a.scale);
-  }
-  for (; p0 < len; ++p0) {
-    const T* kp = keys + addr.offset(p0);
+  if constexpr (ND > 0) {
+    // Pairs of one token's rows only: their lengths are equal, so no row multiplies another's values
+    // by a masked weight (0 * an infinite value would be NaN).
+    for (int64_t t = 0; t < it.tokens; ++t) {
+      int64_t r = t * it.group;
+      const int64_t end = r + it.group;
+      for (; r + kPair <= end; r += kPair) value_rows<T, kPair, ND>(it, values, addr, s, len, r);
+      for (; r < end; ++r) value_rows<T, 1, ND>(it, values, addr, s, len, r);
+    }
+  } else {
+    constexpr int64_t kMaxNd = 32;  // D <= 256 keeps the accumulators on the stack
     for (int64_t r = 0; r < rows; ++r) {
-      const float* qr = it.q_row(r, d);
-      v8f acc = {};
-      for (int64_t c = 0; c < nd; ++c) acc += load8(qr + 8 * c) * load8(kp + 8 * c);
-      s[r * len + p0] = hsum8(acc) * a.scale;
+      const float* w = s + r * len;
+      v8f acc[kMaxNd] = {};
+      for (int64_t p = 0; p < it.row_len(r); ++p) {
+        const T* vp = values + addr.offset(p);
+        const v8f wv = splat8(w[p]);
+        for (int64_t c = 0; c < nd; ++c) acc[c] += wv * load8(vp + 8 * c);
+      }
+      float* o = it.out_row(r, d);
+      for (int64_t c = 0; c < nd; ++c) store8(o + 8 * c, acc[c]);
     }
-  }
-  mask_and_softmax(it, s, len);
-  constexpr int64_t kMaxNd = 32;  // D <= 256 keeps the accumulators on the stack
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* w = s + r * len;
-    v8f acc[kMaxNd] = {};
-    for (int64_t p = 0; p < it.row_len(r); ++p) {
-      const T* vp = values + addr.offset(p);
-      const v8f wv = splat8(w[p]);
-      for (int64_t c = 0; c < nd; ++c) acc[c] += wv * load8(vp + 8 * c);
-    }
-    float* o = it.out_row(r, d);
-    for (int64_t c = 0; c < nd; ++c) store8(o + 8 * c, acc[c]);
   }
 }
 
@@ -328,7 +291,7 @@ AJET_INLINE void attend_items(const CpuAttentionArgs& a, int64_t begin, int64_t 
       case 128: attend_item_vec<T, 16>(a, addr, it, s); break;
       default:
         if (d % 8 == 0 && d <= 256) {
-          attend_item_vec_any<T>(a, addr, it, s, d / 8);
+          attend_item_vec<T, 0>(a, addr, it, s, d / 8);
         } else {
           attend_item_scalar<T>(a, addr, it, s);
         }

@@ -42,7 +42,6 @@ InferenceEngine::InferenceEngine(model::Qwen2Model model, const EngineConfig& co
   KvCacheShape shape{mc.num_hidden_layers, mc.num_key_value_heads, mc.head_dim, config_.block_size};
   const int64_t num_blocks = KvCache::blocks_for_bytes(shape, config_.cache_bytes, options.dtype().itemsize());
   cache_ = std::make_unique<KvCache>(shape, num_blocks, options);
-  cache_dtype_ = options.dtype().toScalarType();
   scheduler_ = std::make_unique<Scheduler>(
       SchedulerConfig{config_.block_size, config_.max_batch_tokens, config_.max_running, config_.prefix_caching},
       num_blocks);

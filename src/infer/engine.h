@@ -111,7 +111,7 @@ class InferenceEngine {
   int64_t max_model_len() const { return max_model_len_; }
   const EngineConfig& config() const { return config_; }
   // The KV cache's element type (config().cache_dtype, or the model's when that is Undefined).
-  at::ScalarType cache_dtype() const { return cache_dtype_; }
+  at::ScalarType cache_dtype() const { return cache_->dtype(); }
 
   // Manual mode (start_thread = false): handles queued submissions, aborts and exclusive tasks, then
   // runs one batch. Returns false when there was nothing to do at all.
@@ -154,7 +154,6 @@ class InferenceEngine {
   int64_t max_model_len_ = 0;
   int64_t vocab_size_ = 0;
   std::unique_ptr<KvCache> cache_;
-  at::ScalarType cache_dtype_ = at::ScalarType::Undefined;
   std::unique_ptr<Scheduler> scheduler_;
   std::unordered_map<std::string, std::shared_ptr<RequestState>> active_;  // engine thread only
   std::mt19937_64 seed_source_;                                            // engine thread only

@@ -26,6 +26,7 @@ class KvCache {
 
   const KvCacheShape& shape() const { return shape_; }
   int64_t num_blocks() const { return num_blocks_; }
+  at::ScalarType dtype() const { return storage_.scalar_type(); }
   // Head-major blocks: one kv head's block_size rows are contiguous, so attention streams them.
   at::Tensor keys(int64_t layer) const { return data_[layer][0]; }    // (num_blocks, Hkv, block_size, D)
   at::Tensor values(int64_t layer) const { return data_[layer][1]; }  // (num_blocks, Hkv, block_size, D)
