@@ -184,7 +184,8 @@ LinearRow measure_linears(const std::string& preset, ajet::model::Qwen2Model& mo
   return {preset, rows, with_packing, kernel, blas};
 }
 
-// One workload with the row kernels (RMSNorm and rotary in one pass per row) on and off.
+// One workload with an optimisation (the row kernels: RMSNorm and rotary in one pass per row; the fused
+// projections) on and off.
 struct RowKernelRow {
   std::string preset, workload;
   Span on, off;  // tokens/s
@@ -329,7 +330,7 @@ int main(int argc, char** argv) {
   std::vector<DecodeRow> decode;
   std::vector<PrefillRow> prefill;
   std::vector<LinearRow> linears;
-  std::vector<RowKernelRow> row_kernels;
+  std::vector<RowKernelRow> row_kernels, fused;
   std::vector<CacheDtypeRow> cache_dtypes;
   Span peak;
   std::vector<std::pair<std::string, double>> stream;  // preset, weight streaming GB/s
@@ -356,21 +357,28 @@ int main(int argc, char** argv) {
         measure_prefill(preset, model, threads, prefill_len, reps, ajet::infer::AttentionImpl::kTorchOps).tokens_per_s;
     std::printf("prefill %s: %.0f tokens/s (%.0f by CPU time)\n", preset.c_str(), prefill.back().tokens_per_s.wall,
                 prefill.back().tokens_per_s.cpu);
-    // The row kernels (model/row_kernels.h) on and off, back to back: one sequence, 64, and prefill.
-    auto on_and_off = [&](std::string workload, auto&& tokens_per_s) {
+    // The row kernels (model/row_kernels.h), then the fused projections (model/qwen2.h), on and off,
+    // back to back: one sequence (the row kernels only: a single row never takes the packed kernel),
+    // 64, and prefill.
+    auto on_and_off = [&](std::vector<RowKernelRow>& rows, void (*set)(bool), std::string workload,
+                          auto&& tokens_per_s) {
       RowKernelRow r{preset, std::move(workload), tokens_per_s(), {}};
-      ajet::model::set_row_kernels_enabled(false);
+      set(false);
       r.off = tokens_per_s();
-      ajet::model::set_row_kernels_enabled(true);
-      row_kernels.push_back(r);
+      set(true);
+      rows.push_back(r);
     };
-    for (int64_t c : smoke ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 64}) {
-      on_and_off(std::to_string(c) + " sequence" + (c == 1 ? "" : "s"), [&] {
-        return measure_decode(preset, model, threads, c, prompt_len, max_tokens).tokens_per_s;
-      });
+    for (auto [rows, set] : {std::pair{&row_kernels, &ajet::model::set_row_kernels_enabled},
+                             std::pair{&fused, &ajet::model::set_fused_projections_enabled}}) {
+      for (int64_t c : smoke ? std::vector<int64_t>{rows == &fused ? 8 : 1} : std::vector<int64_t>{1, 64}) {
+        if (rows == &fused && c == 1) continue;
+        on_and_off(*rows, set, std::to_string(c) + " sequence" + (c == 1 ? "" : "s"), [&] {
+          return measure_decode(preset, model, threads, c, prompt_len, max_tokens).tokens_per_s;
+        });
+      }
+      on_and_off(*rows, set, "prefill " + std::to_string(prefill_len),
+                 [&] { return measure_prefill(preset, model, threads, prefill_len, reps).tokens_per_s; });
     }
-    on_and_off("prefill " + std::to_string(prefill_len),
-               [&] { return measure_prefill(preset, model, threads, prefill_len, reps).tokens_per_s; });
     for (int64_t c : smoke ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 64}) {
       CacheDtypeRow r;
       r.f32 = measure_decode(preset, model, threads, c, prompt_len, max_tokens);
@@ -437,6 +445,14 @@ int main(int argc, char** argv) {
            "replace (6 and ~9 ops), measured back to back in this run:\n\n"
         << "| preset | workload | tokens/s with | tokens/s without | with vs without |\n|---|---|---|---|---|\n";
   for (const RowKernelRow& r : row_kernels) {
+    std::snprintf(line, sizeof(line), "| %s | %s | %.0f | %.0f | %.2fx |\n", r.preset.c_str(), r.workload.c_str(),
+                  r.on.wall, r.off.wall, r.on.wall / r.off.wall);
+    table << line;
+  }
+  table << "\nThe projections that read one input in one parallel region (q, k and v; gate and up with the SiLU\n"
+        << "product; o and down with the residual add) against one region and op each, back to back in this run:\n\n"
+        << "| preset | workload | tokens/s fused | tokens/s one by one | fused vs one by one |\n|---|---|---|---|---|\n";
+  for (const RowKernelRow& r : fused) {
     std::snprintf(line, sizeof(line), "| %s | %s | %.0f | %.0f | %.2fx |\n", r.preset.c_str(), r.workload.c_str(),
                   r.on.wall, r.off.wall, r.on.wall / r.off.wall);
     table << line;

@@ -3,6 +3,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 
@@ -95,6 +96,16 @@ torch::Tensor linear_forward(const torch::Tensor& x, const torch::Tensor& w, con
   });
   return y;
 }
+
+namespace {
+std::atomic<bool> g_fused_projections{true};
+std::atomic<uint64_t> g_fused_runs{0};
+}  // namespace
+
+uint64_t fused_projection_runs() { return g_fused_runs.load(std::memory_order_relaxed); }
+
+void set_fused_projections_enabled(bool on) { g_fused_projections.store(on, std::memory_order_relaxed); }
+bool fused_projections_enabled() { return g_fused_projections.load(std::memory_order_relaxed); }
 
 torch::Tensor PackedWeight::of(const torch::Tensor& w) {
   TORCH_CHECK(w.dim() == 2 && w.is_cpu() && w.scalar_type() == torch::kFloat && w.is_contiguous(),
@@ -327,6 +338,133 @@ torch::Tensor DecoderLayerImpl::project(Proj p, const torch::Tensor& x) {
   return out;
 }
 
+bool DecoderLayerImpl::fusable(std::initializer_list<Proj> ps, const torch::Tensor& x) {
+  if (!pack_weights_ || !fused_projections_enabled() || !no_grad_cpu_f32(x) || x.dim() == 0) return false;
+  const int64_t k = x.size(-1);
+  const int64_t m = k > 0 ? x.numel() / k : 0;
+  if (m < 2 || m > kPackedMaxRows) return false;
+  for (Proj p : ps) {
+    const auto i = static_cast<size_t>(p);
+    const torch::Tensor& w = linears_[i]->weight;
+    const torch::Tensor& b = linears_[i]->bias;
+    if (adapters_[i] || w.size(1) != k || !w.is_cpu() || w.scalar_type() != torch::kFloat || !w.is_contiguous() ||
+        (b.defined() && (b.scalar_type() != torch::kFloat || !b.is_contiguous()))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::vector<torch::Tensor> DecoderLayerImpl::project_fused(std::initializer_list<Proj> ps, const torch::Tensor& x) {
+  // One range of panels: projection j's panels follow projection j-1's, so the threads split the
+  // work of all of them at once.
+  struct Part {
+    const float* packed;
+    const float* bias;
+    float* y;
+    int64_t n, first;
+  };
+  g_fused_runs.fetch_add(1, std::memory_order_relaxed);
+  const torch::Tensor xc = x.contiguous();
+  const int64_t k = xc.size(-1), m = xc.numel() / k;
+  std::vector<torch::Tensor> outs, copies;
+  std::vector<Part> parts;
+  int64_t panels = 0;
+  for (Proj p : ps) {
+    const auto i = static_cast<size_t>(p);
+    const torch::nn::Linear& lin = linears_[i];
+    const int64_t n = lin->weight.size(0);
+    auto shape = xc.sizes().vec();
+    shape.back() = n;
+    outs.push_back(torch::empty(shape, xc.options()));
+    copies.push_back(packed_[i].of(lin->weight));
+    parts.push_back({copies.back().data_ptr<float>(), lin->bias.defined() ? lin->bias.data_ptr<float>() : nullptr,
+                     outs.back().data_ptr<float>(), n, panels});
+    panels += packed_panels(n);
+  }
+  const float* xp = xc.data_ptr<float>();
+  const int64_t grain = std::max<int64_t>(1, 65536 / (m * k * kPackedColumns));
+  at::parallel_for(0, panels, grain, [&](int64_t begin, int64_t end) {
+    for (const Part& part : parts) {
+      const int64_t b = std::max(begin, part.first), e = std::min(end, part.first + packed_panels(part.n));
+      if (b < e) linear_packed_f32(xp, part.packed, part.bias, part.y, m, part.n, k, b - part.first, e - part.first);
+    }
+  });
+  return outs;
+}
+
+torch::Tensor DecoderLayerImpl::gated_activation(const torch::Tensor& x) {
+  if (!fusable({Proj::kGate, Proj::kUp}, x)) {
+    torch::Tensor g = project(Proj::kGate, x), u = project(Proj::kUp, x);  // (..., I)
+    if (!row_kernels_enabled() || !no_grad_cpu_f32(g) || !no_grad_cpu_f32(u) || g.dim() == 0 || g.sizes() != u.sizes()) {
+      return torch::silu(g) * u;
+    }
+    // The fused path's SiLU product (row_kernels.h), so both paths agree bit for bit (an adapter with
+    // B = 0 changes nothing).
+    g = g.contiguous();
+    u = u.contiguous();
+    const int64_t n = g.size(-1), rows = n > 0 ? g.numel() / n : 0;
+    float* gp = g.data_ptr<float>();
+    const float* up = u.data_ptr<float>();
+    at::parallel_for(0, rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n)), [&](int64_t begin, int64_t end) {
+      silu_mul_cols_f32(gp + begin * n, up + begin * n, gp + begin * n, end - begin, n, 0, n);
+    });
+    return g;
+  }
+  g_fused_runs.fetch_add(1, std::memory_order_relaxed);
+  const torch::Tensor xc = x.contiguous();
+  const int64_t k = xc.size(-1), m = xc.numel() / k;
+  const torch::nn::Linear& gate = linears_[static_cast<size_t>(Proj::kGate)];
+  const torch::nn::Linear& up = linears_[static_cast<size_t>(Proj::kUp)];
+  const int64_t n = gate->weight.size(0);
+  TORCH_CHECK(up->weight.size(0) == n, "gated_activation: gate_proj and up_proj must have the same outputs");
+  const torch::Tensor pg = packed_[static_cast<size_t>(Proj::kGate)].of(gate->weight);
+  const torch::Tensor pu = packed_[static_cast<size_t>(Proj::kUp)].of(up->weight);
+  auto shape = xc.sizes().vec();
+  shape.back() = n;
+  torch::Tensor g = torch::empty(shape, xc.options()), u = torch::empty(shape, xc.options());  // (..., I)
+  const float* xp = xc.data_ptr<float>();
+  const float* bg = gate->bias.defined() ? gate->bias.data_ptr<float>() : nullptr;
+  const float* bu = up->bias.defined() ? up->bias.data_ptr<float>() : nullptr;
+  float* gp = g.data_ptr<float>();
+  float* up_out = u.data_ptr<float>();
+  // A unit is one panel of gate and the same panel of up; each thread then activates its own columns,
+  // still in its cache.
+  const int64_t grain = std::max<int64_t>(1, 65536 / (2 * m * k * kPackedColumns));
+  at::parallel_for(0, packed_panels(n), grain, [&](int64_t begin, int64_t end) {
+    linear_packed_f32(xp, pg.data_ptr<float>(), bg, gp, m, n, k, begin, end);
+    linear_packed_f32(xp, pu.data_ptr<float>(), bu, up_out, m, n, k, begin, end);
+    silu_mul_cols_f32(gp, up_out, gp, m, n, begin * kPackedColumns, std::min(n, end * kPackedColumns));
+  });
+  return g;
+}
+
+torch::Tensor DecoderLayerImpl::project_add(Proj p, const torch::Tensor& x, const torch::Tensor& residual) {
+  const auto i = static_cast<size_t>(p);
+  const int64_t n = linears_[i]->weight.size(0);
+  if (!fusable({p}, x) || residual.scalar_type() != torch::kFloat || residual.size(-1) != n ||
+      residual.numel() != x.numel() / x.size(-1) * n) {
+    return residual + project(p, x);
+  }
+  g_fused_runs.fetch_add(1, std::memory_order_relaxed);
+  const torch::Tensor xc = x.contiguous(), rc = residual.contiguous();
+  const int64_t k = xc.size(-1), m = xc.numel() / k;
+  const torch::nn::Linear& lin = linears_[i];
+  const torch::Tensor pw = packed_[i].of(lin->weight);
+  torch::Tensor y = torch::empty(rc.sizes(), rc.options());  // (..., N)
+  const float* xp = xc.data_ptr<float>();
+  const float* pp = pw.data_ptr<float>();
+  const float* bp = lin->bias.defined() ? lin->bias.data_ptr<float>() : nullptr;
+  const float* rp = rc.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  const int64_t grain = std::max<int64_t>(1, 65536 / (m * k * kPackedColumns));
+  at::parallel_for(0, packed_panels(n), grain, [&](int64_t begin, int64_t end) {
+    linear_packed_f32(xp, pp, bp, yp, m, n, k, begin, end);
+    add_cols_f32(yp, rp, m, n, begin * kPackedColumns, std::min(n, end * kPackedColumns));
+  });
+  return y;
+}
+
 void DecoderLayerImpl::attach_adapter(Proj p, std::shared_ptr<LinearAdapter> adapter) {
   const auto i = static_cast<size_t>(p);
   auto& base = linears_[i];
@@ -358,9 +496,16 @@ QKV DecoderLayerImpl::attention_inputs(const torch::Tensor& x, const torch::Tens
     return s;
   };
   auto normed = input_layernorm_->forward(x);                        // (..., C)
-  auto q = project(Proj::kQ, normed).view(with_heads(num_heads_));   // (..., H, D)
-  auto k = project(Proj::kK, normed).view(with_heads(num_kv_heads_));  // (..., Hkv, D)
-  auto v = project(Proj::kV, normed).view(with_heads(num_kv_heads_));  // (..., Hkv, D)
+  torch::Tensor q, k, v;
+  if (fusable({Proj::kQ, Proj::kK, Proj::kV}, normed)) {
+    auto qkv = project_fused({Proj::kQ, Proj::kK, Proj::kV}, normed);
+    q = qkv[0], k = qkv[1], v = qkv[2];
+  } else {
+    q = project(Proj::kQ, normed), k = project(Proj::kK, normed), v = project(Proj::kV, normed);
+  }
+  q = q.view(with_heads(num_heads_));     // (..., H, D)
+  k = k.view(with_heads(num_kv_heads_));  // (..., Hkv, D)
+  v = v.view(with_heads(num_kv_heads_));  // (..., Hkv, D)
   if (!q_norm_.is_empty()) {
     q = q_norm_->forward(q);
     k = k_norm_->forward(k);
@@ -371,10 +516,10 @@ QKV DecoderLayerImpl::attention_inputs(const torch::Tensor& x, const torch::Tens
 }
 
 torch::Tensor DecoderLayerImpl::attention_outputs(const torch::Tensor& x, const torch::Tensor& attn) {
-  auto h = x + project(Proj::kO, attn);                                // (..., C)
-  auto normed = post_attention_layernorm_->forward(h);                 // (..., C)
-  auto act = torch::silu(project(Proj::kGate, normed)) * project(Proj::kUp, normed);  // (..., I)
-  return h + project(Proj::kDown, act);                                // (..., C)
+  auto h = project_add(Proj::kO, attn, x);                // (..., C): x + o_proj(attn)
+  auto normed = post_attention_layernorm_->forward(h);    // (..., C)
+  auto act = gated_activation(normed);                    // (..., I)
+  return project_add(Proj::kDown, act, h);                // (..., C)
 }
 
 // ---------------------------------------------------------------------------------------------------

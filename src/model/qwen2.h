@@ -19,6 +19,7 @@
 
 #include <array>
 #include <cstdint>
+#include <initializer_list>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -111,6 +112,18 @@ class PackedWeight;
 torch::Tensor linear_forward(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& bias,
                              PackedWeight* packed = nullptr);
 
+// Whether a layer runs the projections that read one input in one parallel region when all of them go
+// through the packed kernel (no adapter, grad off, float32 on the CPU, 2..512 rows): q, k and v together;
+// gate and up together with silu(gate) * up computed on each thread's columns; o and down with the
+// residual added there. Fewer thread hand-offs and torch ops per layer, and bit for bit the one-by-one
+// path (which, with grad off in float32 on the CPU, computes the SiLU product with the same row kernel;
+// torch's silu, used with grad on, differs from it by ~1e-7 relative). On by default; engine_bench
+// turns it off to measure it.
+void set_fused_projections_enabled(bool on);
+bool fused_projections_enabled();
+// Fused regions run so far by every layer of every model (tests check that the fused path ran).
+uint64_t fused_projection_runs();
+
 // A float32 CPU weight's copy in linear_kernel.h's packed layout, made on first use and made again
 // whenever the weight has changed since: an in-place update (optimizer step, weight sync, copy_) bumps
 // the tensor's version; a new tensor has another storage (the copy holds its source's storage, so no
@@ -151,6 +164,10 @@ class DecoderLayerImpl : public torch::nn::Module {
   torch::nn::Linear& linear(Proj p);
   // Applies projection p to x: base Linear plus the attached adapter's delta, if any.
   torch::Tensor project(Proj p, const torch::Tensor& x);
+  // silu(gate(x)) * up(x), the MLP's activation.
+  torch::Tensor gated_activation(const torch::Tensor& x);
+  // residual + project(p, x).
+  torch::Tensor project_add(Proj p, const torch::Tensor& x, const torch::Tensor& residual);
   // Attaches (or with nullptr detaches) an adapter on projection p.
   void attach_adapter(Proj p, std::shared_ptr<LinearAdapter> adapter);
   const std::shared_ptr<LinearAdapter>& adapter(Proj p) const;
@@ -162,6 +179,11 @@ class DecoderLayerImpl : public torch::nn::Module {
   void set_weight_packing(bool on);
 
  private:
+  // Whether projections ps of x can run fused (set_fused_projections_enabled above).
+  bool fusable(std::initializer_list<Proj> ps, const torch::Tensor& x);
+  // ps of x in one parallel region, each output (..., N_p) contiguous; only when fusable.
+  std::vector<torch::Tensor> project_fused(std::initializer_list<Proj> ps, const torch::Tensor& x);
+
   int64_t num_heads_, num_kv_heads_, head_dim_;
   std::shared_ptr<torch::nn::Module> self_attn_, mlp_;
   RMSNorm input_layernorm_{nullptr}, post_attention_layernorm_{nullptr};

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "common/multiversion.h"
+#include "common/vec8.h"
 
 // Multiply-add contraction is off below so that a * b + c * d rounds both products, as torch's
 // separate tensor ops do.
@@ -52,6 +53,41 @@ void rotary_rows_f32(const float* x, float* y, const int64_t* positions, const f
       yr[i] = lo * c[i] - hi * s[i];
       yr[i + half] = hi * c[i + half] + lo * s[i + half];
     }
+  }
+}
+
+AJET_MULTIVERSION
+void silu_mul_cols_f32(const float* g, const float* u, float* y, int64_t rows, int64_t cols, int64_t col_begin,
+                       int64_t col_end) {
+  using namespace vec8;
+  auto one = [](float gv, float uv) {
+    const float e = exp_nonpositive(-std::fabs(gv));  // exp(-|g|)
+    const float sig = gv >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
+    return gv * sig * uv;
+  };
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* gr = g + r * cols;
+    const float* ur = u + r * cols;
+    float* yr = y + r * cols;
+    int64_t c = col_begin;
+    for (; c + 8 <= col_end; c += 8) {
+      const v8f gv = load8(gr + c);
+      const v8f neg = gv < splat8(0.0f) ? gv : -gv;  // -|g|
+      const v8f e = exp8_nonpositive(neg);
+      const v8f sig = (gv >= splat8(0.0f) ? splat8(1.0f) : e) / (splat8(1.0f) + e);
+      store8(yr + c, gv * sig * load8(ur + c));
+    }
+    for (; c < col_end; ++c) yr[c] = one(gr[c], ur[c]);
+  }
+}
+
+AJET_MULTIVERSION
+void add_cols_f32(float* y, const float* a, int64_t rows, int64_t cols, int64_t col_begin, int64_t col_end) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* yr = y + r * cols;
+    const float* ar = a + r * cols;
+#pragma omp simd
+    for (int64_t c = col_begin; c < col_end; ++c) yr[c] = ar[c] + yr[c];
   }
 }
 

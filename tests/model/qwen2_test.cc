@@ -270,6 +270,57 @@ TEST(Adapters, AttachChangesOutputOnlyThroughDelta) {
   EXPECT_FALSE(proj_from_name("lm_head").has_value());
 }
 
+// The fused projections (q/k/v in one region; gate/up with the SiLU product; o and down with the
+// residual) against the same layer one projection at a time, bit for bit (the same packed kernel per
+// panel, the same SiLU product kernel), at row counts with tile and panel tails (intermediate 72 is
+// two full panels and a partial one); an adapter takes the one-by-one path.
+TEST(FusedProjections, LayerEqualsTheOneByOneLayer) {
+  const int before = at::get_num_threads();
+  at::set_num_threads(2);
+  auto model = random_model(qwen2_config(), 21);
+  ASSERT_TRUE(fused_projections_enabled());
+  torch::NoGradGuard no_grad;
+  DecoderLayer& layer = model->layer(0);
+  auto run = [&](const torch::Tensor& x, const torch::Tensor& positions, bool fused) {
+    set_fused_projections_enabled(fused);
+    QKV qkv = layer->attention_inputs(x, positions);
+    const torch::Tensor attn = qkv.q.reshape({x.size(0), -1});  // any (N, H*D) input will do
+    torch::Tensor out = layer->attention_outputs(x, attn);
+    set_fused_projections_enabled(true);
+    return std::make_pair(qkv, out);
+  };
+  for (int64_t rows : {2, 13, 64}) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(rows));
+    const torch::Tensor x = torch::randn({rows, 32}, gen);
+    const torch::Tensor positions = torch::arange(rows, torch::kLong) + 3;
+    const uint64_t runs = fused_projection_runs();
+    auto [fq, fout] = run(x, positions, true);
+    EXPECT_EQ(fused_projection_runs() - runs, 4u) << "q/k/v, o, gate/up and down each in one region";
+    auto [q, out] = run(x, positions, false);
+    EXPECT_EQ(fused_projection_runs() - runs, 4u);
+    EXPECT_TRUE(torch::equal(fq.q, q.q)) << rows << " rows";
+    EXPECT_TRUE(torch::equal(fq.k, q.k)) << rows << " rows";
+    EXPECT_TRUE(torch::equal(fq.v, q.v)) << rows << " rows";
+    EXPECT_TRUE(fq.q.is_contiguous() && fq.k.is_contiguous() && fq.v.is_contiguous());
+    EXPECT_TRUE(torch::equal(fout, out)) << rows << " rows, max diff " << max_abs_diff(fout, out);
+    EXPECT_GT(out.abs().max().item<double>(), 0.1);
+  }
+  // An adapter on up_proj: both settings take the one-by-one path, and the adapter counts.
+  const torch::Tensor x = torch::randn({9, 32}, at::make_generator<at::CPUGeneratorImpl>(5));
+  const torch::Tensor positions = torch::arange(9, torch::kLong);
+  const torch::Tensor plain = run(x, positions, true).second;
+  auto adapter = std::make_shared<TestAdapter>(32, 72, 2);
+  adapter->b.normal_();
+  layer->attach_adapter(Proj::kUp, adapter);
+  const uint64_t runs = fused_projection_runs();
+  const torch::Tensor fused = run(x, positions, true).second, one_by_one = run(x, positions, false).second;
+  EXPECT_EQ(fused_projection_runs() - runs, 3u) << "all but gate/up fused";
+  EXPECT_TRUE(torch::equal(fused, one_by_one));
+  EXPECT_GT(max_abs_diff(fused, plain), 1e-3);
+  layer->attach_adapter(Proj::kUp, nullptr);
+  at::set_num_threads(before);
+}
+
 TEST(Settings, DtypeAndDeviceNames) {
   EXPECT_EQ(parse_dtype("bfloat16"), torch::kBFloat16);
   EXPECT_EQ(parse_dtype("float32"), torch::kFloat);
