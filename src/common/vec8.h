@@ -26,7 +26,16 @@ AJET_INLINE v8f load8(const float* p) {
 
 AJET_INLINE void store8(float* p, v8f v) { std::memcpy(p, &v, sizeof(v)); }
 
+// For constants and loop invariants only: inside an AJET_MULTIVERSION clone GCC 12 builds a vector from
+// a run-time scalar with a chain of 8 inserts (it lowers the constructor for the base target), 9
+// shuffle-port µops where one broadcast would do. In a hot loop, load 8 and use lane8 below.
 AJET_INLINE v8f splat8(float x) { return v8f{x, x, x, x, x, x, x, x}; }
+
+// Lane J of v in every lane: one broadcast (from memory when v was just loaded) in every clone.
+template <int J>
+AJET_INLINE v8f lane8(v8f v) {
+  return __builtin_shuffle(v, v8i{J, J, J, J, J, J, J, J});
+}
 
 AJET_INLINE float hsum8(v8f v) {
   v8f s = v + __builtin_shuffle(v, v8i{4, 5, 6, 7, 0, 1, 2, 3});

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 // The vector code uses GCC vector extensions (8 floats, common/vec8.h), which every target of
 // AJET_MULTIVERSION lowers to its own instructions. The helpers take and return 32-byte vectors, always
@@ -101,6 +102,7 @@ struct Item {
   float* out;       // same layout as q
   int64_t row_stride;  // floats between tokens (H * D)
   int64_t tokens, group, first_len;
+  const float* const* q_rows;  // (tokens * group) q_row(r) of every row, computed once per item
   AJET_INLINE const float* q_row(int64_t r, int64_t d) const { return q + (r / group) * row_stride + (r % group) * d; }
   AJET_INLINE float* out_row(int64_t r, int64_t d) const { return out + (r / group) * row_stride + (r % group) * d; }
   AJET_INLINE int64_t row_len(int64_t r) const { return first_len + r / group; }
@@ -119,10 +121,9 @@ AJET_INLINE void mask_and_softmax(const Item& it, float* s, int64_t len) {
 // rows (a decode token's G heads share its kv head), 8 * RB accumulators.
 template <typename T, int RB>
 AJET_INLINE void score_rows(const Item& it, const T* const* kp, int64_t nd, int64_t r0, float* s, int64_t len,
-                            int64_t p0, float scale) {
-  const int64_t d = nd * 8;
+                            int64_t p0, const v8f& scale) {
   const float* qr[RB];
-  for (int r = 0; r < RB; ++r) qr[r] = it.q_row(r0 + r, d);
+  for (int r = 0; r < RB; ++r) qr[r] = it.q_rows[r0 + r];  // not q_row: a division per row and 8 keys
   v8f acc[RB][8] = {};
   for (int64_t c = 0; c < nd; ++c) {
     v8f k[8];
@@ -132,7 +133,7 @@ AJET_INLINE void score_rows(const Item& it, const T* const* kp, int64_t nd, int6
       for (int i = 0; i < 8; ++i) acc[r][i] += qv * k[i];
     }
   }
-  for (int r = 0; r < RB; ++r) store8(s + (r0 + r) * len + p0, reduce8x8(acc[r]) * splat8(scale));
+  for (int r = 0; r < RB; ++r) store8(s + (r0 + r) * len + p0, reduce8x8(acc[r]) * scale);
 }
 
 // Outputs of rows [r0, r0 + RB) of one token: the weighted sum of values, each value vector loaded
@@ -145,14 +146,31 @@ AJET_INLINE void value_rows(const Item& it, const T* values, const RowAddress& a
   const float* w[RB];
   for (int r = 0; r < RB; ++r) w[r] = s + (r0 + r) * len;
   const int64_t row_len = it.row_len(r0);
-  for (int64_t p = 0; p < row_len; ++p) {
+  auto position = [&](int64_t p, const v8f* wv) {
     const T* vp = values + addr.offset(p);
-    v8f wv[RB];
-    for (int r = 0; r < RB; ++r) wv[r] = splat8(w[r][p]);
     for (int64_t c = 0; c < ND; ++c) {
       const v8f v = load8(vp + 8 * c);
       for (int r = 0; r < RB; ++r) acc[r][c] += wv[r] * v;
     }
+  };
+  int64_t p = 0;
+  // 8 positions' weights per load, each broadcast with lane8 (splat8 of a scalar costs 9 µops here).
+  for (; p + 8 <= row_len; p += 8) {
+    v8f w8[RB];
+    for (int r = 0; r < RB; ++r) w8[r] = load8(w[r] + p);
+    [&]<int... J>(std::integer_sequence<int, J...>) {
+      auto one = [&]<int K>() {
+        v8f wv[RB];
+        for (int r = 0; r < RB; ++r) wv[r] = lane8<K>(w8[r]);
+        position(p + K, wv);
+      };
+      (one.template operator()<J>(), ...);
+    }(std::make_integer_sequence<int, 8>{});
+  }
+  for (; p < row_len; ++p) {
+    v8f wv[RB];
+    for (int r = 0; r < RB; ++r) wv[r] = splat8(w[r][p]);
+    position(p, wv);
   }
   for (int r = 0; r < RB; ++r) {
     float* o = it.out_row(r0 + r, d);
@@ -175,6 +193,7 @@ AJET_INLINE void attend_item_vec(const CpuAttentionArgs& a, const RowAddress& ad
   constexpr int kPair = ND > 0 && ND <= 8 ? 2 : 1;
   const int64_t rows = it.tokens * it.group;
   const int64_t len = it.first_len + it.tokens - 1;  // the tile's last token sees the most
+  const v8f scale8 = splat8(a.scale);                 // once per item (splat8 is 9 µops)
   int64_t p0 = 0;
   for (; p0 + 8 <= len; p0 += 8) {
     const T* kp[8];
@@ -191,13 +210,13 @@ AJET_INLINE void attend_item_vec(const CpuAttentionArgs& a, const RowAddress& ad
       }
     }
     int64_t r = 0;
-    for (; r + kPair <= rows; r += kPair) score_rows<T, kPair>(it, kp, nd, r, s, len, p0, a.scale);
-    for (; r < rows; ++r) score_rows<T, 1>(it, kp, nd, r, s, len, p0, a.scale);
+    for (; r + kPair <= rows; r += kPair) score_rows<T, kPair>(it, kp, nd, r, s, len, p0, scale8);
+    for (; r < rows; ++r) score_rows<T, 1>(it, kp, nd, r, s, len, p0, scale8);
   }
   for (; p0 < len; ++p0) {
     const T* kp = keys + addr.offset(p0);
     for (int64_t r = 0; r < rows; ++r) {
-      const float* qr = it.q_row(r, d);
+      const float* qr = it.q_rows[r];
       v8f acc = {};
       for (int64_t c = 0; c < nd; ++c) acc += load8(qr + 8 * c) * load8(kp + 8 * c);
       s[r * len + p0] = hsum8(acc) * a.scale;
@@ -281,6 +300,10 @@ AJET_INLINE void attend_items(const CpuAttentionArgs& a, int64_t begin, int64_t 
     if (scratch.scores.size() < need) scratch.scores.resize(need);
     if (scratch.offsets.size() < static_cast<size_t>(len)) scratch.offsets.resize(static_cast<size_t>(len));
     fill_offsets(a, a.block_tables + seg.table_begin, g, len, scratch.offsets.data());
+    const int64_t rows = it.tokens * group;
+    if (scratch.q_rows.size() < static_cast<size_t>(rows)) scratch.q_rows.resize(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) scratch.q_rows[static_cast<size_t>(r)] = it.q_row(r, d);
+    it.q_rows = scratch.q_rows.data();
     const RowAddress addr{scratch.offsets.data()};
     float* s = scratch.scores.data();  // (R, len) scores, then weights
     // Constant ND at the common head sizes lets the compiler unroll and keep accumulators in registers.

@@ -54,6 +54,7 @@ struct CpuAttentionArgs {
 struct AttentionScratch {
   std::vector<float> scores;     // (rows, len) of the current item
   std::vector<int64_t> offsets;  // (len) element offset of each position's key (and value) row
+  std::vector<const float*> q_rows;  // (rows) each query row of the current item
 };
 void attend_cpu_f32(const CpuAttentionArgs& args, int64_t begin, int64_t end, AttentionScratch& scratch);
 
