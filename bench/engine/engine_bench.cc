@@ -368,10 +368,16 @@ int main(int argc, char** argv) {
       set(true);
       rows.push_back(r);
     };
-    for (auto [rows, set] : {std::pair{&row_kernels, &ajet::model::set_row_kernels_enabled},
-                             std::pair{&fused, &ajet::model::set_fused_projections_enabled}}) {
-      for (int64_t c : smoke ? std::vector<int64_t>{rows == &fused ? 8 : 1} : std::vector<int64_t>{1, 64}) {
-        if (rows == &fused && c == 1) continue;
+    struct Toggle {
+      std::vector<RowKernelRow>* rows;
+      void (*set)(bool);
+      std::vector<int64_t> concurrencies;
+    };
+    const std::vector<Toggle> toggles = {
+        {&row_kernels, &ajet::model::set_row_kernels_enabled, smoke ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 64}},
+        {&fused, &ajet::model::set_fused_projections_enabled, {smoke ? 8 : 64}}};
+    for (const auto& [rows, set, concurrencies] : toggles) {
+      for (int64_t c : concurrencies) {
         on_and_off(*rows, set, std::to_string(c) + " sequence" + (c == 1 ? "" : "s"), [&] {
           return measure_decode(preset, model, threads, c, prompt_len, max_tokens).tokens_per_s;
         });
@@ -441,22 +447,21 @@ int main(int argc, char** argv) {
                   r.packed.wall / std::max(r.kernel.wall, r.blas.wall));
     table << line;
   }
-  table << "\nRMSNorm and rotary embeddings in one pass per row (model/row_kernels.h) against the torch ops they "
-           "replace (6 and ~9 ops), measured back to back in this run:\n\n"
-        << "| preset | workload | tokens/s with | tokens/s without | with vs without |\n|---|---|---|---|---|\n";
-  for (const RowKernelRow& r : row_kernels) {
-    std::snprintf(line, sizeof(line), "| %s | %s | %.0f | %.0f | %.2fx |\n", r.preset.c_str(), r.workload.c_str(),
-                  r.on.wall, r.off.wall, r.on.wall / r.off.wall);
-    table << line;
-  }
-  table << "\nThe projections that read one input in one parallel region (q, k and v; gate and up with the SiLU\n"
-        << "product; o and down with the residual add) against one region and op each, back to back in this run:\n\n"
-        << "| preset | workload | tokens/s fused | tokens/s one by one | fused vs one by one |\n|---|---|---|---|---|\n";
-  for (const RowKernelRow& r : fused) {
-    std::snprintf(line, sizeof(line), "| %s | %s | %.0f | %.0f | %.2fx |\n", r.preset.c_str(), r.workload.c_str(),
-                  r.on.wall, r.off.wall, r.on.wall / r.off.wall);
-    table << line;
-  }
+  auto on_off_table = [&](const char* intro, const char* header, const std::vector<RowKernelRow>& rows) {
+    table << intro << header << "\n|---|---|---|---|---|\n";
+    for (const RowKernelRow& r : rows) {
+      std::snprintf(line, sizeof(line), "| %s | %s | %.0f | %.0f | %.2fx |\n", r.preset.c_str(), r.workload.c_str(),
+                    r.on.wall, r.off.wall, r.on.wall / r.off.wall);
+      table << line;
+    }
+  };
+  on_off_table("\nRMSNorm and rotary embeddings in one pass per row (model/row_kernels.h) against the torch ops they "
+               "replace (6 and ~9 ops), measured back to back in this run:\n\n",
+               "| preset | workload | tokens/s with | tokens/s without | with vs without |", row_kernels);
+  on_off_table("\nThe projections that read one input in one parallel region (q, k and v; gate and up with the SiLU\n"
+               "product; o and down with the residual add) against one region and op each, back to back in this "
+               "run:\n\n",
+               "| preset | workload | tokens/s fused | tokens/s one by one | fused vs one by one |", fused);
   table << "\nThe KV cache in bfloat16 (`ajet.engine.kv_cache_dtype: bfloat16`) against float32 (the model's dtype,\n"
         << "the default), decode measured back to back in this run; attention reads half the bytes:\n\n"
         << "| preset | concurrent | float32 cache tokens/s | bfloat16 cache tokens/s | bfloat16 vs float32 | "

@@ -60,6 +60,23 @@ bool no_grad_cpu_f32(const torch::Tensor& x) {
 
 }  // namespace
 
+namespace {
+
+// Work units of `panels_per_unit` packed panels: a thread's share is worth starting only above ~64k
+// multiply-adds.
+int64_t packed_grain(int64_t m, int64_t k, int64_t panels_per_unit = 1) {
+  return std::max<int64_t>(1, 65536 / (panels_per_unit * m * k * kPackedColumns));
+}
+
+// An uninitialised (..., n) tensor for the outputs of the rows of xc (..., K).
+torch::Tensor empty_outputs(const torch::Tensor& xc, int64_t n) {
+  auto shape = xc.sizes().vec();
+  shape.back() = n;
+  return torch::empty(shape, xc.options());
+}
+
+}  // namespace
+
 torch::Tensor linear_forward(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& bias,
                              PackedWeight* packed) {
   const int64_t k = w.size(1), n = w.size(0);
@@ -79,9 +96,7 @@ torch::Tensor linear_forward(const torch::Tensor& x, const torch::Tensor& w, con
   if (use_packed) {
     const torch::Tensor pw = packed->of(w);
     const float* pp = pw.data_ptr<float>();
-    // Units of one panel; a thread's share is worth starting only above ~64k multiply-adds.
-    const int64_t grain = std::max<int64_t>(1, 65536 / (m * k * kPackedColumns));
-    at::parallel_for(0, packed_panels(n), grain, [&](int64_t begin, int64_t end) {
+    at::parallel_for(0, packed_panels(n), packed_grain(m, k), [&](int64_t begin, int64_t end) {
       linear_packed_f32(xp, pp, bp, yp, m, n, k, begin, end);
     });
     return y;
@@ -355,39 +370,38 @@ bool DecoderLayerImpl::fusable(std::initializer_list<Proj> ps, const torch::Tens
   return true;
 }
 
+DecoderLayerImpl::PackedOperand DecoderLayerImpl::packed_operand(Proj p) {
+  const auto i = static_cast<size_t>(p);
+  const torch::nn::Linear& lin = linears_[i];
+  return {packed_[i].of(lin->weight), lin->bias.defined() ? lin->bias.data_ptr<float>() : nullptr,
+          lin->weight.size(0)};
+}
+
 std::vector<torch::Tensor> DecoderLayerImpl::project_fused(std::initializer_list<Proj> ps, const torch::Tensor& x) {
   // One range of panels: projection j's panels follow projection j-1's, so the threads split the
   // work of all of them at once.
-  struct Part {
-    const float* packed;
-    const float* bias;
-    float* y;
-    int64_t n, first;
-  };
   g_fused_runs.fetch_add(1, std::memory_order_relaxed);
   const torch::Tensor xc = x.contiguous();
   const int64_t k = xc.size(-1), m = xc.numel() / k;
-  std::vector<torch::Tensor> outs, copies;
-  std::vector<Part> parts;
+  std::vector<PackedOperand> ops;
+  std::vector<torch::Tensor> outs;
+  std::vector<int64_t> first;  // each operand's first panel in the range
   int64_t panels = 0;
   for (Proj p : ps) {
-    const auto i = static_cast<size_t>(p);
-    const torch::nn::Linear& lin = linears_[i];
-    const int64_t n = lin->weight.size(0);
-    auto shape = xc.sizes().vec();
-    shape.back() = n;
-    outs.push_back(torch::empty(shape, xc.options()));
-    copies.push_back(packed_[i].of(lin->weight));
-    parts.push_back({copies.back().data_ptr<float>(), lin->bias.defined() ? lin->bias.data_ptr<float>() : nullptr,
-                     outs.back().data_ptr<float>(), n, panels});
-    panels += packed_panels(n);
+    ops.push_back(packed_operand(p));
+    outs.push_back(empty_outputs(xc, ops.back().n));
+    first.push_back(panels);
+    panels += packed_panels(ops.back().n);
   }
   const float* xp = xc.data_ptr<float>();
-  const int64_t grain = std::max<int64_t>(1, 65536 / (m * k * kPackedColumns));
-  at::parallel_for(0, panels, grain, [&](int64_t begin, int64_t end) {
-    for (const Part& part : parts) {
-      const int64_t b = std::max(begin, part.first), e = std::min(end, part.first + packed_panels(part.n));
-      if (b < e) linear_packed_f32(xp, part.packed, part.bias, part.y, m, part.n, k, b - part.first, e - part.first);
+  at::parallel_for(0, panels, packed_grain(m, k), [&](int64_t begin, int64_t end) {
+    for (size_t j = 0; j < ops.size(); ++j) {
+      const PackedOperand& op = ops[j];
+      const int64_t b = std::max(begin, first[j]), e = std::min(end, first[j] + packed_panels(op.n));
+      if (b < e) {
+        linear_packed_f32(xp, op.packed.data_ptr<float>(), op.bias, outs[j].data_ptr<float>(), m, op.n, k,
+                          b - first[j], e - first[j]);
+      }
     }
   });
   return outs;
@@ -414,26 +428,18 @@ torch::Tensor DecoderLayerImpl::gated_activation(const torch::Tensor& x) {
   g_fused_runs.fetch_add(1, std::memory_order_relaxed);
   const torch::Tensor xc = x.contiguous();
   const int64_t k = xc.size(-1), m = xc.numel() / k;
-  const torch::nn::Linear& gate = linears_[static_cast<size_t>(Proj::kGate)];
-  const torch::nn::Linear& up = linears_[static_cast<size_t>(Proj::kUp)];
-  const int64_t n = gate->weight.size(0);
-  TORCH_CHECK(up->weight.size(0) == n, "gated_activation: gate_proj and up_proj must have the same outputs");
-  const torch::Tensor pg = packed_[static_cast<size_t>(Proj::kGate)].of(gate->weight);
-  const torch::Tensor pu = packed_[static_cast<size_t>(Proj::kUp)].of(up->weight);
-  auto shape = xc.sizes().vec();
-  shape.back() = n;
-  torch::Tensor g = torch::empty(shape, xc.options()), u = torch::empty(shape, xc.options());  // (..., I)
+  const PackedOperand gate = packed_operand(Proj::kGate), up = packed_operand(Proj::kUp);
+  const int64_t n = gate.n;
+  TORCH_CHECK(up.n == n, "gated_activation: gate_proj and up_proj must have the same outputs");
+  torch::Tensor g = empty_outputs(xc, n), u = empty_outputs(xc, n);  // (..., I)
   const float* xp = xc.data_ptr<float>();
-  const float* bg = gate->bias.defined() ? gate->bias.data_ptr<float>() : nullptr;
-  const float* bu = up->bias.defined() ? up->bias.data_ptr<float>() : nullptr;
   float* gp = g.data_ptr<float>();
   float* up_out = u.data_ptr<float>();
   // A unit is one panel of gate and the same panel of up; each thread then activates its own columns,
   // still in its cache.
-  const int64_t grain = std::max<int64_t>(1, 65536 / (2 * m * k * kPackedColumns));
-  at::parallel_for(0, packed_panels(n), grain, [&](int64_t begin, int64_t end) {
-    linear_packed_f32(xp, pg.data_ptr<float>(), bg, gp, m, n, k, begin, end);
-    linear_packed_f32(xp, pu.data_ptr<float>(), bu, up_out, m, n, k, begin, end);
+  at::parallel_for(0, packed_panels(n), packed_grain(m, k, 2), [&](int64_t begin, int64_t end) {
+    linear_packed_f32(xp, gate.packed.data_ptr<float>(), gate.bias, gp, m, n, k, begin, end);
+    linear_packed_f32(xp, up.packed.data_ptr<float>(), up.bias, up_out, m, n, k, begin, end);
     silu_mul_cols_f32(gp, up_out, gp, m, n, begin * kPackedColumns, std::min(n, end * kPackedColumns));
   });
   return g;
@@ -449,17 +455,13 @@ torch::Tensor DecoderLayerImpl::project_add(Proj p, const torch::Tensor& x, cons
   g_fused_runs.fetch_add(1, std::memory_order_relaxed);
   const torch::Tensor xc = x.contiguous(), rc = residual.contiguous();
   const int64_t k = xc.size(-1), m = xc.numel() / k;
-  const torch::nn::Linear& lin = linears_[i];
-  const torch::Tensor pw = packed_[i].of(lin->weight);
+  const PackedOperand op = packed_operand(p);
   torch::Tensor y = torch::empty(rc.sizes(), rc.options());  // (..., N)
   const float* xp = xc.data_ptr<float>();
-  const float* pp = pw.data_ptr<float>();
-  const float* bp = lin->bias.defined() ? lin->bias.data_ptr<float>() : nullptr;
   const float* rp = rc.data_ptr<float>();
   float* yp = y.data_ptr<float>();
-  const int64_t grain = std::max<int64_t>(1, 65536 / (m * k * kPackedColumns));
-  at::parallel_for(0, packed_panels(n), grain, [&](int64_t begin, int64_t end) {
-    linear_packed_f32(xp, pp, bp, yp, m, n, k, begin, end);
+  at::parallel_for(0, packed_panels(n), packed_grain(m, k), [&](int64_t begin, int64_t end) {
+    linear_packed_f32(xp, op.packed.data_ptr<float>(), op.bias, yp, m, n, k, begin, end);
     add_cols_f32(yp, rp, m, n, begin * kPackedColumns, std::min(n, end * kPackedColumns));
   });
   return y;

@@ -183,6 +183,13 @@ class DecoderLayerImpl : public torch::nn::Module {
   bool fusable(std::initializer_list<Proj> ps, const torch::Tensor& x);
   // ps of x in one parallel region, each output (..., N_p) contiguous; only when fusable.
   std::vector<torch::Tensor> project_fused(std::initializer_list<Proj> ps, const torch::Tensor& x);
+  // Projection p's packed weight (kept alive here), its bias or null, and its outputs N.
+  struct PackedOperand {
+    torch::Tensor packed;
+    const float* bias;
+    int64_t n;
+  };
+  PackedOperand packed_operand(Proj p);
 
   int64_t num_heads_, num_kv_heads_, head_dim_;
   std::shared_ptr<torch::nn::Module> self_attn_, mlp_;

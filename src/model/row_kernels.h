@@ -22,8 +22,6 @@ void rms_norm_rows_f32(const float* x, const float* weight, float* y, int64_t di
 void rotary_rows_f32(const float* x, float* y, const int64_t* positions, const float* cos, const float* sin,
                      int64_t heads, int64_t head_dim, int64_t row_begin, int64_t row_end);
 
-// Whether model/qwen2.cc uses these kernels (on unless turned off): engine_bench measures the step
-// with and without them in one process.
 // y[r, c] = silu(g[r, c]) * u[r, c] for rows [0, rows) and columns [col_begin, col_end) of (rows, cols)
 // row-major matrices; y may be g. silu(g) = g * sigmoid(g), with exp on -|g| (vec8.h), so it never
 // overflows. The gated MLP's activation, fused into the projections' parallel region.
@@ -33,6 +31,8 @@ void silu_mul_cols_f32(const float* g, const float* u, float* y, int64_t rows, i
 // y[r, c] += a[r, c] over the same column range: a residual added where the projection wrote y.
 void add_cols_f32(float* y, const float* a, int64_t rows, int64_t cols, int64_t col_begin, int64_t col_end);
 
+// Whether model/qwen2.cc uses these kernels (on unless turned off): engine_bench measures the step
+// with and without them in one process.
 void set_row_kernels_enabled(bool on);
 bool row_kernels_enabled();
 
