@@ -204,27 +204,55 @@ struct CacheDtypeRow {
   DecodeRow f32, bf16;
 };
 
-// Steady-state decode: all prompts are prefilled first (and each has sampled its first token), then
-// the clock runs while every sequence decodes to max_tokens.
+// Steady-state decode: the clock runs only while every sequence decodes. With a 512-token step budget
+// the prompts take several steps to prefill and the first ones start decoding meanwhile, so the window
+// opens at the step after the last prompt has sampled its first token (before 2026-12-05's second
+// entry it opened after the first `concurrency` tokens, with the last prompts still prefilling inside
+// it) and closes with the step in which the first sequence finishes (the later ones' last steps run
+// with fewer sequences). Every step in the window decodes one token of each sequence.
 DecodeRow measure_decode(const std::string& preset, ajet::model::Qwen2Model& model, int threads, int64_t concurrency,
                          int64_t prompt_len, int64_t max_tokens,
                          at::ScalarType cache_dtype = at::ScalarType::Undefined) {
   const auto& c = model->config();
   InferenceEngine engine(model, engine_config(threads, concurrency, ajet::infer::AttentionImpl::kAuto, cache_dtype));
-  std::vector<std::future<ajet::infer::GenerateResult>> futures;
-  for (int64_t i = 0; i < concurrency; ++i) futures.push_back(engine.generate(make_request(i, prompt_len, max_tokens, c.vocab_size)));
-  while (engine.stats().tokens_generated < concurrency) engine.step();
-  const int64_t generated0 = engine.stats().tokens_generated;
-  Stopwatch sw{g_threads};
-  while (engine.step()) {
+  // Tokens each sequence has so far, and whether one has finished; the callbacks run inside step() on
+  // this thread (the engine has no thread of its own here).
+  std::vector<int64_t> generated(static_cast<size_t>(concurrency), 0);
+  int64_t started = 0, finished = 0;
+  std::string error;
+  for (int64_t i = 0; i < concurrency; ++i) {
+    engine.submit(make_request(i, prompt_len, max_tokens, c.vocab_size), [&, i](const ajet::infer::GenerateEvent& e) {
+      if (e.error) error = e.error->what();
+      int64_t& n = generated[static_cast<size_t>(i)];
+      if (n == 0 && !e.tokens.empty()) ++started;
+      n += static_cast<int64_t>(e.tokens.size());
+      if (e.finish) ++finished;
+    });
   }
+  while (started < concurrency && error.empty() && engine.step()) {
+  }
+  const std::vector<int64_t> at_start = generated;
+  int64_t steps = 0;
+  Stopwatch sw{g_threads};
+  while (finished == 0 && error.empty() && engine.step()) ++steps;
   const Span t = sw.elapsed();
-  const int64_t generated = engine.stats().tokens_generated - generated0;
-  for (auto& f : futures) f.get();
-  // Each timed token sits at context prompt_len + 1 .. prompt_len + max_tokens - 1: use the mean.
-  const double mean_ctx = prompt_len + max_tokens / 2.0;
-  const double flops = generated * (layer_flops(c, mean_ctx) + lm_head_flops(c));
-  return {preset, concurrency, {generated / t.wall, generated / t.cpu}, {flops / t.wall / 1e9, flops / t.cpu / 1e9}};
+  while (engine.step()) {  // let the rest finish, untimed
+  }
+  if (!error.empty() || steps == 0) {
+    std::fprintf(stderr, "engine_bench: decode %s x%lld measured nothing%s%s\n", preset.c_str(),
+                 static_cast<long long>(concurrency), error.empty() ? "" : ": ", error.c_str());
+    std::exit(1);
+  }
+  // Token j of a sequence (counting from 1) attends to prompt_len + j - 1 positions; the window's tokens
+  // of sequence i are at_start[i] + 1 .. at_end[i], and all steps in it decode every sequence.
+  double tokens = 0, flops = 0;
+  for (size_t i = 0; i < generated.size(); ++i) {
+    for (int64_t j = at_start[i] + 1; j <= generated[i]; ++j) {
+      tokens += 1;
+      flops += layer_flops(c, static_cast<double>(prompt_len + j - 1)) + lm_head_flops(c);
+    }
+  }
+  return {preset, concurrency, {tokens / t.wall, tokens / t.cpu}, {flops / t.wall / 1e9, flops / t.cpu / 1e9}};
 }
 
 struct PrefillRow {
