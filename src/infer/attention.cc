@@ -16,7 +16,10 @@ at::Tensor int64_tensor(const std::vector<int64_t>& values, at::Device device) {
 
 namespace {
 
-at::Tensor attention_cpu_kernel(const at::Tensor& q, const KvCache& cache, int64_t layer, const AttentionBatch& batch) {
+// new_k / new_v: the batch's (N, Hkv, D) float32 keys and values for the items to write themselves
+// (every tile a whole segment), or undefined when they are in the cache already.
+at::Tensor attention_cpu_kernel(const at::Tensor& q, const KvCache& cache, int64_t layer, const AttentionBatch& batch,
+                                const at::Tensor& new_k = {}, const at::Tensor& new_v = {}) {
   const int64_t n = q.size(0), heads = q.size(1), d = q.size(2);
   const int64_t kv_heads = cache.shape().num_kv_heads;
   at::Tensor qc = q.contiguous();
@@ -29,6 +32,10 @@ at::Tensor attention_cpu_kernel(const at::Tensor& q, const KvCache& cache, int64
                         heads, kv_heads, d, cache.shape().block_size, static_cast<float>(1.0 / std::sqrt(double(d))),
                         batch.segments().data(), batch.block_tables().data(), batch.tiles().data(),
                         static_cast<int64_t>(batch.tiles().size())};
+  if (new_k.defined()) {
+    args.new_keys = new_k.data_ptr<float>();
+    args.new_values = new_v.data_ptr<float>();
+  }
   at::parallel_for(0, static_cast<int64_t>(batch.tiles().size()) * kv_heads, 1, [&](int64_t begin, int64_t end) {
     thread_local AttentionScratch scratch;
     attend_cpu_f32(args, begin, end, scratch);
@@ -78,6 +85,25 @@ at::Tensor attention_torch_ops(const at::Tensor& q, const KvCache& cache, int64_
     out.narrow(0, seg.token_begin, t).copy_(o.view({kv_heads, group, t, d}).permute({2, 0, 1, 3}).reshape({t, heads, d}));
   }
   return out.view({n, heads * d});
+}
+
+// The implementation `impl` resolves to for q over this cache (kAuto: the kernel where it fits); fails
+// when the kernel is asked for and does not fit.
+AttentionImpl resolve_impl(const at::Tensor& q, const KvCache& cache, int64_t layer, const AttentionBatch& batch,
+                           AttentionImpl impl) {
+  const int64_t kv_heads = cache.shape().num_kv_heads;
+  if (q.dim() != 3 || q.size(0) != batch.num_tokens() || q.size(2) != cache.shape().head_dim ||
+      q.size(1) % kv_heads != 0) {
+    invalid_argument("attention: q must be (N, H, D) with N = batch tokens, D = cache head_dim, H % Hkv == 0");
+  }
+  const at::ScalarType kv = cache.keys(layer).scalar_type();
+  const bool kernel_fits = q.is_cpu() && q.scalar_type() == at::kFloat && cache.keys(layer).is_cpu() &&
+                           (kv == at::kFloat || kv == at::kBFloat16);
+  if (impl == AttentionImpl::kAuto) impl = kernel_fits ? AttentionImpl::kCpuKernel : AttentionImpl::kTorchOps;
+  if (impl == AttentionImpl::kCpuKernel && !kernel_fits) {
+    invalid_argument("attention: the CPU kernel needs float32 queries and a float32 or bfloat16 cache on the CPU");
+  }
+  return impl;
 }
 
 }  // namespace
@@ -147,20 +173,25 @@ const AttentionBatch::DecodeGather& AttentionBatch::decode_gather(int64_t kv_hea
 
 at::Tensor cached_attention(const at::Tensor& q, const KvCache& cache, int64_t layer, const AttentionBatch& batch,
                             AttentionImpl impl) {
-  const int64_t kv_heads = cache.shape().num_kv_heads;
-  if (q.dim() != 3 || q.size(0) != batch.num_tokens() || q.size(2) != cache.shape().head_dim ||
-      q.size(1) % kv_heads != 0) {
-    invalid_argument("attention: q must be (N, H, D) with N = batch tokens, D = cache head_dim, H % Hkv == 0");
-  }
-  const at::ScalarType kv = cache.keys(layer).scalar_type();
-  const bool kernel_fits = q.is_cpu() && q.scalar_type() == at::kFloat && cache.keys(layer).is_cpu() &&
-                           (kv == at::kFloat || kv == at::kBFloat16);
-  if (impl == AttentionImpl::kAuto) impl = kernel_fits ? AttentionImpl::kCpuKernel : AttentionImpl::kTorchOps;
-  if (impl == AttentionImpl::kCpuKernel) {
-    if (!kernel_fits) invalid_argument("attention: the CPU kernel needs float32 queries and a float32 or bfloat16 cache on the CPU");
+  if (resolve_impl(q, cache, layer, batch, impl) == AttentionImpl::kCpuKernel) {
     return attention_cpu_kernel(q, cache, layer, batch);
   }
   return attention_torch_ops(q, cache, layer, batch);
+}
+
+at::Tensor write_and_attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, KvCache& cache,
+                            int64_t layer, const AttentionBatch& batch, AttentionImpl impl) {
+  impl = resolve_impl(q, cache, layer, batch, impl);
+  const bool items_write = impl == AttentionImpl::kCpuKernel && batch.tiles().size() == batch.segments().size() &&
+                           k.scalar_type() == at::kFloat && v.scalar_type() == at::kFloat && k.is_cpu() &&
+                           v.is_cpu() && k.sizes() == v.sizes() && k.dim() == 3 && k.size(0) == batch.num_tokens() &&
+                           k.size(1) == cache.shape().num_kv_heads && k.size(2) == cache.shape().head_dim;
+  if (!items_write) {
+    cache.write(layer, k, v, batch.slots(), batch.slots_tensor());
+    return impl == AttentionImpl::kCpuKernel ? attention_cpu_kernel(q, cache, layer, batch)
+                                             : attention_torch_ops(q, cache, layer, batch);
+  }
+  return attention_cpu_kernel(q, cache, layer, batch, k.contiguous(), v.contiguous());
 }
 
 }  // namespace ajet::infer

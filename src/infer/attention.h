@@ -72,4 +72,12 @@ at::Tensor int64_tensor(const std::vector<int64_t>& values, at::Device device);
 at::Tensor cached_attention(const at::Tensor& q, const KvCache& cache, int64_t layer, const AttentionBatch& batch,
                             AttentionImpl impl = AttentionImpl::kAuto);
 
+// Writes the batch tokens' keys and values k, v (N, Hkv, D) into the cache, then attends as
+// cached_attention. With the CPU kernel, float32 k and v, and every segment one tile (decode steps,
+// chunks of up to kTileTokens), each (tile, kv head) item writes its own rows just before it reads
+// them, inside the kernel's parallel region; otherwise KvCache::write runs first. Same cache, same
+// result either way.
+at::Tensor write_and_attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, KvCache& cache,
+                            int64_t layer, const AttentionBatch& batch, AttentionImpl impl = AttentionImpl::kAuto);
+
 }  // namespace ajet::infer

@@ -54,6 +54,19 @@ AJET_INLINE v8f reduce8x8(const v8f* a) {
   return __builtin_shuffle(r, v8i{0, 4, 1, 5, 2, 6, 3, 7});
 }
 
+// float32 to bfloat16 bits as c10::BFloat16 does (to nearest, ties to even; a NaN becomes 0x7fc0), so
+// a row the kernel writes is the row KvCache::write would have written.
+AJET_INLINE uint16_t to_bfloat16(float x) {
+  if (std::isnan(x)) return 0x7fc0;
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  return static_cast<uint16_t>((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
+}
+AJET_INLINE void store_row(float* dst, const float* src, int64_t d) { std::memcpy(dst, src, sizeof(float) * d); }
+AJET_INLINE void store_row(uint16_t* dst, const float* src, int64_t d) {
+  for (int64_t i = 0; i < d; ++i) dst[i] = to_bfloat16(src[i]);
+}
+
 // Softmax of each of the G rows of s (G, len) in place; returns nothing, rows sum to 1.
 AJET_INLINE void softmax_rows(float* s, int64_t group, int64_t len) {
   for (int64_t h = 0; h < group; ++h) {
@@ -281,13 +294,29 @@ template <typename T>
 AJET_INLINE void attend_items(const CpuAttentionArgs& a, int64_t begin, int64_t end, AttentionScratch& scratch) {
   const int64_t group = a.heads / a.kv_heads;
   const int64_t d = a.head_dim;
-  for (int64_t item = begin; item < end; ++item) {
-    // Zig-zag over tiles (0, last, 1, last - 1, ...) so every contiguous range of items is balanced.
+  // Zig-zag over tiles (0, last, 1, last - 1, ...) so every contiguous range of items is balanced.
+  auto tile_of = [&](int64_t item) -> const AttentionTile& {
     const int64_t slot = item / a.kv_heads;
-    const int64_t tile_index = slot % 2 == 0 ? slot / 2 : a.num_tiles - 1 - slot / 2;
+    return a.tiles[slot % 2 == 0 ? slot / 2 : a.num_tiles - 1 - slot / 2];
+  };
+  for (int64_t item = begin; item < end; ++item) {
     const int64_t g = item % a.kv_heads;
-    const AttentionTile& tile = a.tiles[tile_index];
+    const AttentionTile& tile = tile_of(item);
     const AttentionSegment& seg = a.segments[tile.segment];
+    if (item + 1 < end) {
+      // The next item's first keys (the start of its first block) come in while this item runs: the
+      // kernel prefetches ahead within an item, but the first keys of each would otherwise wait for
+      // memory, ~1,000 times a step per thread on `small` x64.
+      const AttentionTile& next = tile_of(item + 1);
+      const AttentionSegment& ns = a.segments[next.segment];
+      const int64_t next_len = ns.start_pos + (next.first_token - ns.token_begin) + next.num_tokens;
+      const int64_t rows_ahead = std::min<int64_t>({8, a.block_size, next_len});
+      const int64_t first = (static_cast<int64_t>(a.block_tables[ns.table_begin]) * a.kv_heads + (item + 1) % a.kv_heads) *
+                            a.block_size * d;
+      const char* kp = static_cast<const char*>(a.keys) + first * static_cast<int64_t>(sizeof(T));
+      const int64_t bytes = rows_ahead * d * static_cast<int64_t>(sizeof(T));
+      for (int64_t line = 0; line < bytes; line += 64) __builtin_prefetch(kp + line);
+    }
     Item it;
     it.q = a.q + (tile.first_token * a.heads + g * group) * d;
     it.out = a.out + (tile.first_token * a.heads + g * group) * d;
@@ -304,6 +333,19 @@ AJET_INLINE void attend_items(const CpuAttentionArgs& a, int64_t begin, int64_t 
     if (scratch.q_rows.size() < static_cast<size_t>(rows)) scratch.q_rows.resize(static_cast<size_t>(rows));
     for (int64_t r = 0; r < rows; ++r) scratch.q_rows[static_cast<size_t>(r)] = it.q_row(r, d);
     it.q_rows = scratch.q_rows.data();
+    if (a.new_keys != nullptr) {
+      // This tile's new rows of kv head g (written by no other item, read by none but this one).
+      T* keys = static_cast<T*>(const_cast<void*>(a.keys));
+      T* values = static_cast<T*>(const_cast<void*>(a.values));
+      const int64_t first_pos = it.first_len - 1;
+      for (int64_t i = 0; i < it.tokens; ++i) {
+        const int64_t pos = first_pos + i;
+        const int64_t dst = scratch.offsets[static_cast<size_t>(pos)];
+        const int64_t src = ((tile.first_token + i) * a.kv_heads + g) * d;
+        store_row(keys + dst, a.new_keys + src, d);
+        store_row(values + dst, a.new_values + src, d);
+      }
+    }
     const RowAddress addr{scratch.offsets.data()};
     float* s = scratch.scores.data();  // (R, len) scores, then weights
     // Constant ND at the common head sizes lets the compiler unroll and keep accumulators in registers.

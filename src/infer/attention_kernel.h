@@ -36,7 +36,8 @@ enum class KvElementType { kFloat32, kBFloat16 };
 struct CpuAttentionArgs {
   const float* q;       // (N, H, D)
   float* out;           // (N, H, D)
-  const void* keys;     // (num_blocks, Hkv, block_size, D) of one layer, elements of kv_type
+  const void* keys;     // (num_blocks, Hkv, block_size, D) of one layer, elements of kv_type (written to
+                        // as well when new_keys is set)
   const void* values;   // (num_blocks, Hkv, block_size, D)
   KvElementType kv_type;
   int64_t heads, kv_heads, head_dim, block_size;
@@ -45,6 +46,12 @@ struct CpuAttentionArgs {
   const int32_t* block_tables;
   const AttentionTile* tiles;
   int64_t num_tiles;
+  // Set when every tile is a whole segment (decode steps, chunks of up to kTileTokens): the batch's
+  // new keys and values, (N, Hkv, D) float32, which each item writes into the cache (its tile's rows
+  // of its kv head, converted to kv_type as KvCache::write does) just before it reads them. No other
+  // item reads those rows. Null: they are in the cache already.
+  const float* new_keys = nullptr;
+  const float* new_values = nullptr;
 };
 
 // Computes work items [begin, end) of num_tiles * Hkv: one tile of tokens with one kv head, covering

@@ -19,8 +19,7 @@ at::Tensor forward_cached(model::Qwen2Model& model, KvCache& cache, const Attent
   for (int64_t l = 0; l < model->num_layers(); ++l) {
     model::DecoderLayer& layer = model->layer(l);
     model::QKV qkv = layer->attention_inputs(x, batch.positions());  // q (N, H, D), k/v (N, Hkv, D)
-    cache.write(l, qkv.k, qkv.v, batch.slots(), batch.slots_tensor());
-    at::Tensor attn = cached_attention(qkv.q, cache, l, batch, impl);  // (N, H*D)
+    at::Tensor attn = write_and_attend(qkv.q, qkv.k, qkv.v, cache, l, batch, impl);  // (N, H*D)
     x = layer->attention_outputs(x, attn);                             // (N, C)
   }
   if (logit_rows.empty()) return at::Tensor();

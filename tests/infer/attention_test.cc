@@ -10,8 +10,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <random>
+#include <string>
 
 namespace ajet::infer {
 namespace {
@@ -45,25 +47,38 @@ at::Tensor reference(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   return out.view({t, h * d});
 }
 
-// cache_dtype bfloat16: the cache rounds keys and values to bfloat16 when they are written; the
-// reference gets the same rounded values, so both implementations must still match it to 1e-5.
-void check_case(const Case& c, const std::vector<SeqSpec>& seqs, at::ScalarType cache_dtype = at::kFloat) {
+// A batch over a scattered cache: each sequence's keys, values and queries (random), its segment, and
+// its earlier positions already in the cache of `layer`, written as a previous step would have (one
+// batch holding every cached token). The step's new keys and values are not written.
+struct Scenario {
+  KvCache cache;
+  std::vector<AttentionSegment> segments;
+  std::vector<int32_t> tables;
+  std::vector<at::Tensor> ks, vs, qs;  // per sequence: (total, Hkv, D), (total, Hkv, D), (chunk, H, D)
+  int64_t layer = 1;
+
+  // The step's new keys and values, (N, Hkv, D) in batch order.
+  at::Tensor new_keys(const std::vector<SeqSpec>& seqs, bool values = false) const {
+    std::vector<at::Tensor> rows;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      rows.push_back((values ? vs : ks)[i].narrow(0, seqs[i].total - seqs[i].chunk, seqs[i].chunk));
+    }
+    return at::cat(rows);
+  }
+};
+
+Scenario make_scenario(const Case& c, const std::vector<SeqSpec>& seqs, at::ScalarType cache_dtype) {
   at::manual_seed(11);
   std::mt19937 gen(5);
   KvCacheShape shape{/*num_layers=*/2, c.kv_heads, c.head_dim, c.block_size};
   int64_t blocks_needed = 0;
   for (const SeqSpec& s : seqs) blocks_needed += (s.total + c.block_size - 1) / c.block_size;
   const int64_t num_blocks = blocks_needed + 7;
-  KvCache cache(shape, num_blocks, at::TensorOptions().dtype(cache_dtype));
+  Scenario sc{KvCache(shape, num_blocks, at::TensorOptions().dtype(cache_dtype)), {}, {}, {}, {}, {}};
   // Scattered block tables: a shuffled permutation of the blocks, handed out in turn.
   std::vector<int32_t> perm(static_cast<size_t>(num_blocks));
   std::iota(perm.begin(), perm.end(), 0);
   std::shuffle(perm.begin(), perm.end(), gen);
-  const int64_t layer = 1;
-
-  std::vector<AttentionSegment> segments;
-  std::vector<int32_t> tables;
-  std::vector<at::Tensor> ks, vs, qs;
   size_t next_block = 0;
   int64_t row = 0;
   for (const SeqSpec& s : seqs) {
@@ -71,50 +86,55 @@ void check_case(const Case& c, const std::vector<SeqSpec>& seqs, at::ScalarType 
     seg.token_begin = row;
     seg.num_tokens = s.chunk;
     seg.start_pos = s.total - s.chunk;
-    seg.table_begin = static_cast<int64_t>(tables.size());
+    seg.table_begin = static_cast<int64_t>(sc.tables.size());
     seg.table_size = (s.total + c.block_size - 1) / c.block_size;
-    for (int64_t b = 0; b < seg.table_size; ++b) tables.push_back(perm[next_block++]);
-    segments.push_back(seg);
-    ks.push_back(at::randn({s.total, c.kv_heads, c.head_dim}));
-    vs.push_back(at::randn({s.total, c.kv_heads, c.head_dim}));
-    qs.push_back(at::randn({s.chunk, c.heads, c.head_dim}));
+    for (int64_t b = 0; b < seg.table_size; ++b) sc.tables.push_back(perm[next_block++]);
+    sc.segments.push_back(seg);
+    sc.ks.push_back(at::randn({s.total, c.kv_heads, c.head_dim}));
+    sc.vs.push_back(at::randn({s.total, c.kv_heads, c.head_dim}));
+    sc.qs.push_back(at::randn({s.chunk, c.heads, c.head_dim}));
     row += s.chunk;
   }
-  // Earlier positions are written as a previous step would have: one batch holding every cached token.
   std::vector<AttentionSegment> history;
   int64_t hist_row = 0;
   std::vector<at::Tensor> hk, hv;
   for (size_t i = 0; i < seqs.size(); ++i) {
-    AttentionSegment h = segments[i];
+    AttentionSegment h = sc.segments[i];
     h.token_begin = hist_row;
     h.start_pos = 0;
     h.num_tokens = seqs[i].total - seqs[i].chunk;
     if (h.num_tokens == 0) continue;
     history.push_back(h);
-    hk.push_back(ks[i].narrow(0, 0, h.num_tokens));
-    hv.push_back(vs[i].narrow(0, 0, h.num_tokens));
+    hk.push_back(sc.ks[i].narrow(0, 0, h.num_tokens));
+    hv.push_back(sc.vs[i].narrow(0, 0, h.num_tokens));
     hist_row += h.num_tokens;
   }
   if (!history.empty()) {
-    AttentionBatch past(history, tables, c.block_size, at::kCPU);
-    cache.write(layer, at::cat(hk), at::cat(hv), past.slots(), past.slots_tensor());
+    AttentionBatch past(history, sc.tables, c.block_size, at::kCPU);
+    sc.cache.write(sc.layer, at::cat(hk), at::cat(hv), past.slots(), past.slots_tensor());
   }
-  AttentionBatch batch(segments, tables, c.block_size, at::kCPU);
-  std::vector<at::Tensor> new_k, new_v;
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    new_k.push_back(ks[i].narrow(0, seqs[i].total - seqs[i].chunk, seqs[i].chunk));
-    new_v.push_back(vs[i].narrow(0, seqs[i].total - seqs[i].chunk, seqs[i].chunk));
-  }
-  // float64 input takes the generic index_copy_ path (the float32 row copy wrote the history).
-  cache.write(layer, at::cat(new_k).to(at::kDouble), at::cat(new_v).to(at::kDouble), batch.slots(), batch.slots_tensor());
+  return sc;
+}
 
-  at::Tensor q = at::cat(qs);  // (N, H, D)
+// cache_dtype bfloat16: the cache rounds keys and values to bfloat16 when they are written; the
+// reference gets the same rounded values, so both implementations must still match it to 1e-5.
+void check_case(const Case& c, const std::vector<SeqSpec>& seqs, at::ScalarType cache_dtype = at::kFloat) {
+  Scenario sc = make_scenario(c, seqs, cache_dtype);
+  KvCache& cache = sc.cache;
+  const std::vector<AttentionSegment>& segments = sc.segments;
+  const int64_t layer = sc.layer;
+  AttentionBatch batch(segments, sc.tables, c.block_size, at::kCPU);
+  // float64 input takes the generic index_copy_ path (the float32 row copy wrote the history).
+  cache.write(layer, sc.new_keys(seqs).to(at::kDouble), sc.new_keys(seqs, true).to(at::kDouble), batch.slots(),
+              batch.slots_tensor());
+
+  at::Tensor q = at::cat(sc.qs);  // (N, H, D)
   at::Tensor kernel = cached_attention(q, cache, layer, batch, AttentionImpl::kCpuKernel);
   at::Tensor ops = cached_attention(q, cache, layer, batch, AttentionImpl::kTorchOps);
   ASSERT_EQ(kernel.sizes(), (std::vector<int64_t>{q.size(0), c.heads * c.head_dim}));
   for (size_t i = 0; i < seqs.size(); ++i) {
-    const at::Tensor k = ks[i].to(cache_dtype).to(at::kFloat), v = vs[i].to(cache_dtype).to(at::kFloat);
-    at::Tensor want = reference(qs[i], k, v, seqs[i].total - seqs[i].chunk);
+    const at::Tensor k = sc.ks[i].to(cache_dtype).to(at::kFloat), v = sc.vs[i].to(cache_dtype).to(at::kFloat);
+    at::Tensor want = reference(sc.qs[i], k, v, seqs[i].total - seqs[i].chunk);
     const AttentionSegment& seg = segments[i];
     const double kernel_err = (kernel.narrow(0, seg.token_begin, seg.num_tokens).to(at::kDouble) - want).abs().max().item<double>();
     const double ops_err = (ops.narrow(0, seg.token_begin, seg.num_tokens).to(at::kDouble) - want).abs().max().item<double>();
@@ -167,6 +187,43 @@ TEST(CachedAttention, BFloat16CacheEqualsFloat32CacheOfTheSameValues) {
   const at::Tensor q = at::randn({41, 4, 32});
   EXPECT_TRUE(cached_attention(q, narrow, 0, batch, AttentionImpl::kCpuKernel)
                   .equal(cached_attention(q, wide, 0, batch, AttentionImpl::kCpuKernel)));
+}
+
+// write_and_attend leaves the cache and returns the output that KvCache::write followed by
+// cached_attention gives, bit for bit: with every segment one tile the kernel's items write their own
+// rows (float32 copied, bfloat16 rounded as c10::BFloat16 does); with a longer chunk the write runs
+// first. Both cache dtypes, the kernel's compile-time and run-time head sizes, and the torch ops.
+TEST(CachedAttention, WriteAndAttendEqualsWriteThenAttend) {
+  const std::vector<SeqSpec> one_tile_each = {{1, 1}, {17, 1}, {33, 5}, {5, 1}, {300, 8}, {16, 2}};
+  for (const Case& c : {Case{4, 2, 16, 4}, Case{14, 2, 64, 16}, Case{6, 2, 24, 5}, Case{6, 2, 12, 5}}) {
+    for (const auto& seqs : {one_tile_each, kMixed}) {
+      for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+        for (AttentionImpl impl : {AttentionImpl::kCpuKernel, AttentionImpl::kTorchOps}) {
+          Scenario fused = make_scenario(c, seqs, dtype), apart = make_scenario(c, seqs, dtype);
+          AttentionBatch batch(fused.segments, fused.tables, c.block_size, at::kCPU);
+          const at::Tensor k = fused.new_keys(seqs), v = fused.new_keys(seqs, true);
+          // A NaN in a key becomes bfloat16 0x7fc0 on both paths.
+          k[0][0][1] = std::numeric_limits<float>::quiet_NaN();
+          const at::Tensor q = at::cat(fused.qs);
+          const at::Tensor got = write_and_attend(q, k, v, fused.cache, fused.layer, batch, impl);
+          apart.cache.write(apart.layer, k, v, batch.slots(), batch.slots_tensor());
+          const at::Tensor want = cached_attention(q, apart.cache, apart.layer, batch, impl);
+          const std::string what = "H " + std::to_string(c.heads) + " D " + std::to_string(c.head_dim) + ", " +
+                                   std::to_string(seqs.size()) + " sequences, " + c10::toString(dtype) +
+                                   (impl == AttentionImpl::kCpuKernel ? ", kernel" : ", torch ops");
+          // The NaN key makes its sequence's outputs NaN on both paths: compare bits, not values.
+          EXPECT_TRUE(got.view(at::kInt).equal(want.view(at::kInt))) << what;
+          for (int kv = 0; kv < 2; ++kv) {
+            const at::Tensor a = kv == 0 ? fused.cache.keys(fused.layer) : fused.cache.values(fused.layer);
+            const at::Tensor b = kv == 0 ? apart.cache.keys(apart.layer) : apart.cache.values(apart.layer);
+            EXPECT_TRUE(a.view(dtype == at::kFloat ? at::kInt : at::kShort)
+                            .equal(b.view(dtype == at::kFloat ? at::kInt : at::kShort)))
+                << what << (kv == 0 ? ": keys" : ": values");
+          }
+        }
+      }
+    }
+  }
 }
 
 // The row-by-row write into a bfloat16 cache rounds as Tensor::to does (to nearest, ties to even),
