@@ -36,10 +36,12 @@ at::Tensor attention_cpu_kernel(const at::Tensor& q, const KvCache& cache, int64
     args.new_keys = new_k.data_ptr<float>();
     args.new_values = new_v.data_ptr<float>();
   }
-  at::parallel_for(0, static_cast<int64_t>(batch.tiles().size()) * kv_heads, 1, [&](int64_t begin, int64_t end) {
-    thread_local AttentionScratch scratch;
-    attend_cpu_f32(args, begin, end, scratch);
-  });
+  // A tile's kv heads at a time (adjacent in each block): 4 items of `small` decode are ~12 µs.
+  model::parallel_for_stealing(static_cast<int64_t>(batch.tiles().size()) * kv_heads, 1, kv_heads,
+                               [&](int64_t begin, int64_t end, int64_t then) {
+                                 thread_local AttentionScratch scratch;
+                                 attend_cpu_f32(args, begin, end, scratch, then);
+                               });
   return out.view({n, heads * d});
 }
 

@@ -291,7 +291,8 @@ AJET_INLINE void attend_item_scalar(const CpuAttentionArgs& a, const RowAddress&
 }
 
 template <typename T>
-AJET_INLINE void attend_items(const CpuAttentionArgs& a, int64_t begin, int64_t end, AttentionScratch& scratch) {
+AJET_INLINE void attend_items(const CpuAttentionArgs& a, int64_t begin, int64_t end, AttentionScratch& scratch,
+                              int64_t then) {
   const int64_t group = a.heads / a.kv_heads;
   const int64_t d = a.head_dim;
   // Zig-zag over tiles (0, last, 1, last - 1, ...) so every contiguous range of items is balanced.
@@ -303,15 +304,15 @@ AJET_INLINE void attend_items(const CpuAttentionArgs& a, int64_t begin, int64_t 
     const int64_t g = item % a.kv_heads;
     const AttentionTile& tile = tile_of(item);
     const AttentionSegment& seg = a.segments[tile.segment];
-    if (item + 1 < end) {
+    if (const int64_t following = item + 1 < end ? item + 1 : then; following >= 0) {
       // The next item's first keys (the start of its first block) come in while this item runs: the
       // kernel prefetches ahead within an item, but the first keys of each would otherwise wait for
       // memory, ~1,000 times a step per thread on `small` x64.
-      const AttentionTile& next = tile_of(item + 1);
+      const AttentionTile& next = tile_of(following);
       const AttentionSegment& ns = a.segments[next.segment];
       const int64_t next_len = ns.start_pos + (next.first_token - ns.token_begin) + next.num_tokens;
       const int64_t rows_ahead = std::min<int64_t>({8, a.block_size, next_len});
-      const int64_t first = (static_cast<int64_t>(a.block_tables[ns.table_begin]) * a.kv_heads + (item + 1) % a.kv_heads) *
+      const int64_t first = (static_cast<int64_t>(a.block_tables[ns.table_begin]) * a.kv_heads + following % a.kv_heads) *
                             a.block_size * d;
       const char* kp = static_cast<const char*>(a.keys) + first * static_cast<int64_t>(sizeof(T));
       const int64_t bytes = rows_ahead * d * static_cast<int64_t>(sizeof(T));
@@ -367,11 +368,11 @@ AJET_INLINE void attend_items(const CpuAttentionArgs& a, int64_t begin, int64_t 
 }  // namespace
 
 AJET_MULTIVERSION
-void attend_cpu_f32(const CpuAttentionArgs& a, int64_t begin, int64_t end, AttentionScratch& scratch) {
+void attend_cpu_f32(const CpuAttentionArgs& a, int64_t begin, int64_t end, AttentionScratch& scratch, int64_t then) {
   if (a.kv_type == KvElementType::kBFloat16) {
-    attend_items<uint16_t>(a, begin, end, scratch);
+    attend_items<uint16_t>(a, begin, end, scratch, then);
   } else {
-    attend_items<float>(a, begin, end, scratch);
+    attend_items<float>(a, begin, end, scratch, then);
   }
 }
 

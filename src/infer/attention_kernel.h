@@ -63,6 +63,9 @@ struct AttentionScratch {
   std::vector<int64_t> offsets;  // (len) element offset of each position's key (and value) row
   std::vector<const float*> q_rows;  // (rows) each query row of the current item
 };
-void attend_cpu_f32(const CpuAttentionArgs& args, int64_t begin, int64_t end, AttentionScratch& scratch);
+// `then`: the item this thread computes after the range (its first keys are prefetched during the
+// last item), or -1.
+void attend_cpu_f32(const CpuAttentionArgs& args, int64_t begin, int64_t end, AttentionScratch& scratch,
+                    int64_t then = -1);
 
 }  // namespace ajet::infer

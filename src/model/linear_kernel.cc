@@ -177,7 +177,7 @@ void pack_weight_f32(const float* w, int64_t n, int64_t k, float* packed) {
 
 AJET_MULTIVERSION
 void linear_packed_f32(const float* x, const float* packed, const float* bias, float* y, int64_t m, int64_t n,
-                       int64_t k, int64_t panel_begin, int64_t panel_end) {
+                       int64_t k, int64_t panel_begin, int64_t panel_end, const float* then) {
   const bool wide = wide_vectors();
   const int64_t mr = wide ? 12 : 4;
   // Row blocks of ~256 KB of input stay in L2 while this thread's panels stream past them once each.
@@ -188,7 +188,7 @@ void linear_packed_f32(const float* x, const float* packed, const float* bias, f
       const int64_t col0 = p * kPackedColumns, cols = std::min(kPackedColumns, n - col0);
       const float* panel = packed + col0 * k;
       const float* b = bias != nullptr ? bias + col0 : nullptr;
-      const float* next = p + 1 < panel_end ? panel + kPackedColumns * k : nullptr;
+      const float* next = p + 1 < panel_end ? panel + kPackedColumns * k : m0 + block >= m ? then : nullptr;
       if (wide) {
         packed_rows<12>(x + m0 * k, rows, k, panel, b, y + m0 * n + col0, n, cols, next);
       } else {

@@ -36,7 +36,9 @@ void pack_weight_f32(const float* w, int64_t n, int64_t k, float* packed);
 
 // y[m, n] = sum_k x[m, k] * w[n, k] (+ bias[n]) from the packed copy, for the columns of panels
 // [panel_begin, panel_end): x (M, K), bias (N) or null, y (M, N), row-major and contiguous. Any M.
+// Each panel's tiles prefetch the next panel of the range; `then`, when not null, is the panel (of a
+// packed weight with the same K) the caller computes after this range, prefetched during the last one.
 void linear_packed_f32(const float* x, const float* packed, const float* bias, float* y, int64_t m, int64_t n,
-                       int64_t k, int64_t panel_begin, int64_t panel_end);
+                       int64_t k, int64_t panel_begin, int64_t panel_end, const float* then = nullptr);
 
 }  // namespace ajet::model

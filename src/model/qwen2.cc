@@ -96,8 +96,8 @@ torch::Tensor linear_forward(const torch::Tensor& x, const torch::Tensor& w, con
   if (use_packed) {
     const torch::Tensor pw = packed->of(w);
     const float* pp = pw.data_ptr<float>();
-    at::parallel_for(0, packed_panels(n), packed_grain(m, k), [&](int64_t begin, int64_t end) {
-      linear_packed_f32(xp, pp, bp, yp, m, n, k, begin, end);
+    parallel_for_stealing(packed_panels(n), packed_grain(m, k), 1, [&](int64_t begin, int64_t end, int64_t then) {
+      linear_packed_f32(xp, pp, bp, yp, m, n, k, begin, end, then >= 0 ? pp + then * kPackedColumns * k : nullptr);
     });
     return y;
   }
@@ -394,13 +394,19 @@ std::vector<torch::Tensor> DecoderLayerImpl::project_fused(std::initializer_list
     panels += packed_panels(ops.back().n);
   }
   const float* xp = xc.data_ptr<float>();
-  at::parallel_for(0, panels, packed_grain(m, k), [&](int64_t begin, int64_t end) {
+  auto panel_at = [&](int64_t p) -> const float* {  // panel p of the range, in whichever operand holds it
+    if (p < 0) return nullptr;
+    size_t j = ops.size() - 1;
+    while (first[j] > p) --j;
+    return ops[j].packed.data_ptr<float>() + (p - first[j]) * kPackedColumns * k;
+  };
+  parallel_for_stealing(panels, packed_grain(m, k), 1, [&](int64_t begin, int64_t end, int64_t then) {
     for (size_t j = 0; j < ops.size(); ++j) {
       const PackedOperand& op = ops[j];
       const int64_t b = std::max(begin, first[j]), e = std::min(end, first[j] + packed_panels(op.n));
       if (b < e) {
         linear_packed_f32(xp, op.packed.data_ptr<float>(), op.bias, outs[j].data_ptr<float>(), m, op.n, k,
-                          b - first[j], e - first[j]);
+                          b - first[j], e - first[j], e == end ? panel_at(then) : nullptr);
       }
     }
   });
@@ -437,9 +443,13 @@ torch::Tensor DecoderLayerImpl::gated_activation(const torch::Tensor& x) {
   float* up_out = u.data_ptr<float>();
   // A unit is one panel of gate and the same panel of up; each thread then activates its own columns,
   // still in its cache.
-  at::parallel_for(0, packed_panels(n), packed_grain(m, k, 2), [&](int64_t begin, int64_t end) {
-    linear_packed_f32(xp, gate.packed.data_ptr<float>(), gate.bias, gp, m, n, k, begin, end);
-    linear_packed_f32(xp, up.packed.data_ptr<float>(), up.bias, up_out, m, n, k, begin, end);
+  const float* gate_panels = gate.packed.data_ptr<float>();
+  const float* up_panels = up.packed.data_ptr<float>();
+  const int64_t panel_floats = kPackedColumns * k;
+  parallel_for_stealing(packed_panels(n), packed_grain(m, k, 2), 1, [&](int64_t begin, int64_t end, int64_t then) {
+    linear_packed_f32(xp, gate_panels, gate.bias, gp, m, n, k, begin, end, up_panels + begin * panel_floats);
+    linear_packed_f32(xp, up_panels, up.bias, up_out, m, n, k, begin, end,
+                      then >= 0 ? gate_panels + then * panel_floats : nullptr);
     silu_mul_cols_f32(gp, up_out, gp, m, n, begin * kPackedColumns, std::min(n, end * kPackedColumns));
   });
   return g;
@@ -460,8 +470,10 @@ torch::Tensor DecoderLayerImpl::project_add(Proj p, const torch::Tensor& x, cons
   const float* xp = xc.data_ptr<float>();
   const float* rp = rc.data_ptr<float>();
   float* yp = y.data_ptr<float>();
-  at::parallel_for(0, packed_panels(n), packed_grain(m, k), [&](int64_t begin, int64_t end) {
-    linear_packed_f32(xp, op.packed.data_ptr<float>(), op.bias, yp, m, n, k, begin, end);
+  const float* panels = op.packed.data_ptr<float>();
+  parallel_for_stealing(packed_panels(n), packed_grain(m, k), 1, [&](int64_t begin, int64_t end, int64_t then) {
+    linear_packed_f32(xp, panels, op.bias, yp, m, n, k, begin, end,
+                      then >= 0 ? panels + then * kPackedColumns * k : nullptr);
     add_cols_f32(yp, rp, m, n, begin * kPackedColumns, std::min(n, end * kPackedColumns));
   });
   return y;

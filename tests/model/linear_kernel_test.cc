@@ -6,8 +6,14 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <thread>
+
 #include "model/compute.h"
 #include "model/linear_kernel.h"
+#include "model/parallel.h"
 #include "model/qwen2.h"
 #include "torch_util.h"
 
@@ -28,6 +34,63 @@ TEST(LinearKernel, ParallelLoopsOfThisBuildUseEveryThread) {
   const int before = at::get_num_threads();
   at::set_num_threads(2);
   EXPECT_EQ(own_parallel_for_threads(64), 2);
+  at::set_num_threads(before);
+}
+
+// Every index once, whole ranges in [0, n), and `then` either -1 or the end of its range (the owner's
+// next chunk), for one, two (halves with stealing) and three threads (the static split).
+TEST(ParallelForStealing, RunsEveryIndexOnceWithHintsInRange) {
+  const int before = at::get_num_threads();
+  for (int threads : {1, 2, 3}) {
+    at::set_num_threads(threads);
+    for (int64_t n : {1, 2, 7, 64, 257}) {
+      for (int64_t grain : {1, 16}) {
+        for (int64_t chunk : {1, 3, 4}) {
+          std::vector<std::atomic<int>> runs(static_cast<size_t>(n));
+          std::atomic<int> bad{0};
+          parallel_for_stealing(n, grain, chunk, [&](int64_t begin, int64_t end, int64_t then) {
+            if (begin < 0 || end > n || begin >= end || (then != -1 && then != end)) ++bad;
+            for (int64_t i = std::max<int64_t>(begin, 0); i < std::min(end, n); ++i) ++runs[static_cast<size_t>(i)];
+          });
+          EXPECT_EQ(bad.load(), 0) << threads << " threads, n " << n << ", grain " << grain << ", chunk " << chunk;
+          for (int64_t i = 0; i < n; ++i) {
+            EXPECT_EQ(runs[static_cast<size_t>(i)].load(), 1)
+                << "index " << i << ": " << threads << " threads, n " << n << ", grain " << grain << ", chunk " << chunk;
+          }
+        }
+      }
+    }
+  }
+  at::set_num_threads(before);
+}
+
+// With two threads, the one done first takes chunks from the back of the other's half: here the first
+// half's first chunk waits until an index of the first half has run on another thread (or 60 s pass,
+// which fails the test). Every index still runs once.
+TEST(ParallelForStealing, TheThreadDoneFirstTakesTheOthersTail) {
+  const int before = at::get_num_threads();
+  at::set_num_threads(2);
+  const int64_t n = 40;
+  std::vector<std::atomic<int>> runs(static_cast<size_t>(n));
+  std::atomic<bool> stolen{false};
+  std::mutex mu;
+  std::thread::id owner_of_zero;
+  parallel_for_stealing(n, 1, 2, [&](int64_t begin, int64_t end, int64_t) {
+    if (begin == 0) {
+      {
+        std::lock_guard lock(mu);
+        owner_of_zero = std::this_thread::get_id();
+      }
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      while (!stolen.load() && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+    } else if (end <= n / 2) {
+      std::lock_guard lock(mu);
+      if (std::this_thread::get_id() != owner_of_zero) stolen = true;
+    }
+    for (int64_t i = begin; i < end; ++i) ++runs[static_cast<size_t>(i)];
+  });
+  EXPECT_TRUE(stolen.load());
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(runs[static_cast<size_t>(i)].load(), 1) << "index " << i;
   at::set_num_threads(before);
 }
 
