@@ -1,11 +1,12 @@
 // The inference engine on the tiny and small presets: (a) aggregate decode throughput at 1, 8, 32 and
-// 64 concurrent sequences and its ratio to concurrency 1; (b) model FLOP utilisation of chunked
-// prefill and of batched decode against a float32 GEMM peak measured in the same run at the same
-// thread count. Prints a table and appends it to docs/benchmarks.md (--no-append skips that, --smoke
-// runs for seconds to check the program works, --threads N overrides the default 2; --only PRESET[:C]
-// measures one preset's decode at concurrency C (all of them when C is left out) and its prefill, for
-// profiling with perf, and prints no table; --bf16-cache runs the decode table with the KV cache in
-// bfloat16). A further table compares the bfloat16 and float32 caches at 1 and 64 sequences.
+// 64 concurrent sequences (the median and range of 5 runs) and its ratio to concurrency 1; (b) model
+// FLOP utilisation of chunked prefill and of batched decode against a float32 GEMM peak measured in
+// the same run at the same thread count. Prints a table and appends it to docs/benchmarks.md
+// (--no-append skips that, --smoke runs for seconds to check the program works, --threads N overrides
+// the default 2; --only PRESET[:C] measures one preset's decode at concurrency C (all of them when C is
+// left out) and its prefill, for profiling with perf, and prints no table; --bf16-cache runs the
+// decode table with the KV cache in bfloat16). A further table compares the bfloat16 and float32
+// caches at 1 and 64 sequences.
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -196,7 +197,21 @@ struct DecodeRow {
   int64_t concurrency;
   Span tokens_per_s;
   Span gflops;
+  // Over the runs of the decode table (wall clock): the row is the median run, these its range.
+  double tokens_lo = 0, tokens_hi = 0, gflops_lo = 0, gflops_hi = 0;
 };
+
+// The median of an odd number of runs (by wall-clock tokens/s), with the runs' range.
+DecodeRow median_run(std::vector<DecodeRow> runs) {
+  std::sort(runs.begin(), runs.end(),
+            [](const DecodeRow& a, const DecodeRow& b) { return a.tokens_per_s.wall < b.tokens_per_s.wall; });
+  DecodeRow r = runs[runs.size() / 2];
+  r.tokens_lo = runs.front().tokens_per_s.wall;
+  r.tokens_hi = runs.back().tokens_per_s.wall;
+  r.gflops_lo = runs.front().gflops.wall;
+  r.gflops_hi = runs.back().gflops.wall;
+  return r;
+}
 
 // Decode at one concurrency with the KV cache in float32 (the model's dtype) and in bfloat16, back to
 // back.
@@ -352,6 +367,9 @@ int main(int argc, char** argv) {
   const int64_t max_tokens = smoke ? 4 : 128;
   const int64_t prefill_len = smoke ? 32 : 1024;
   const int reps = smoke ? 1 : 3;
+  // The decode table's runs per cell (this machine moves by a few per cent from run to run): the median
+  // and the range. One for --smoke and --only (profiling).
+  const int decode_runs = smoke || !only_preset.empty() ? 1 : 5;
   std::vector<int64_t> concurrencies = smoke ? std::vector<int64_t>{1, 8} : std::vector<int64_t>{1, 8, 32, 64};
   if (only_concurrency > 0) concurrencies = {only_concurrency};
 
@@ -375,9 +393,13 @@ int main(int argc, char** argv) {
     ajet::model::Qwen2Model model(ajet::model::preset_config(preset, vocab));
     ajet::model::init_weights(model, 0);
     for (int64_t c : concurrencies) {
-      decode.push_back(measure_decode(preset, model, threads, c, prompt_len, max_tokens, only_cache_dtype));
-      std::printf("decode %s x%lld: %.0f tokens/s (%.0f by CPU time)\n", preset.c_str(), static_cast<long long>(c),
-                  decode.back().tokens_per_s.wall, decode.back().tokens_per_s.cpu);
+      std::vector<DecodeRow> runs;
+      for (int run = 0; run < decode_runs; ++run) {
+        runs.push_back(measure_decode(preset, model, threads, c, prompt_len, max_tokens, only_cache_dtype));
+        std::printf("decode %s x%lld: %.0f tokens/s (%.0f by CPU time)\n", preset.c_str(), static_cast<long long>(c),
+                    runs.back().tokens_per_s.wall, runs.back().tokens_per_s.cpu);
+      }
+      decode.push_back(median_run(std::move(runs)));
     }
     if (only_concurrency > 0) continue;
     prefill.push_back(measure_prefill(preset, model, threads, prefill_len, reps));
@@ -433,16 +455,19 @@ int main(int argc, char** argv) {
   char line[320];
   std::snprintf(line, sizeof(line), "GEMM peak %.1f GFLOP/s (%.1f by CPU time). ", peak.wall, peak.cpu);
   table << "Decode (prompt " << prompt_len << ", " << max_tokens << " generated tokens per sequence, temperature 1, "
-        << threads << " threads). " << line << "Columns: wall clock / by CPU time per thread.\n\n"
+        << threads << " threads). " << line << "Each cell: the median of " << decode_runs
+        << " runs (the range in brackets), wall clock / by CPU time per thread.\n\n"
         << "| preset | concurrent | tokens/s | vs concurrency 1 | GFLOP/s | % of GEMM peak |\n"
         << "|---|---|---|---|---|---|\n";
   for (const DecodeRow& r : decode) {
     const DecodeRow& one = *std::find_if(decode.begin(), decode.end(),
                                          [&](const DecodeRow& x) { return x.preset == r.preset && x.concurrency == 1; });
-    std::snprintf(line, sizeof(line), "| %s | %lld | %.0f / %.0f | %.1fx / %.1fx | %.1f / %.1f | %.0f %% / %.0f %% |\n",
-                  r.preset.c_str(), static_cast<long long>(r.concurrency), r.tokens_per_s.wall, r.tokens_per_s.cpu,
-                  r.tokens_per_s.wall / one.tokens_per_s.wall, r.tokens_per_s.cpu / one.tokens_per_s.cpu, r.gflops.wall,
-                  r.gflops.cpu, 100 * r.gflops.wall / peak.wall, 100 * r.gflops.cpu / peak.cpu);
+    std::snprintf(line, sizeof(line),
+                  "| %s | %lld | %.0f (%.0f-%.0f) / %.0f | %.1fx / %.1fx | %.1f / %.1f | %.0f %% (%.0f-%.0f) / %.0f %% |\n",
+                  r.preset.c_str(), static_cast<long long>(r.concurrency), r.tokens_per_s.wall, r.tokens_lo, r.tokens_hi,
+                  r.tokens_per_s.cpu, r.tokens_per_s.wall / one.tokens_per_s.wall,
+                  r.tokens_per_s.cpu / one.tokens_per_s.cpu, r.gflops.wall, r.gflops.cpu, 100 * r.gflops.wall / peak.wall,
+                  100 * r.gflops_lo / peak.wall, 100 * r.gflops_hi / peak.wall, 100 * r.gflops.cpu / peak.cpu);
     table << line;
   }
   table << "\nRoofline bound on the x64 / x1 ratio (weight bytes per token / streaming bandwidth, over FLOPs per\n"
