@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "common/time_text.h"
 #include "infer/attention.h"
 #include "infer/kv_cache.h"
 #include "model/compute.h"
@@ -38,13 +39,6 @@ struct Row {
   double ms[2][2];  // [float32, bfloat16][from memory, in cache]: best step time
   double bytes[2];  // keys and values read per step
 };
-
-std::string today() {
-  std::time_t t = std::time(nullptr);
-  char buf[16];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%d", std::gmtime(&t));
-  return buf;
-}
 
 // Best time of one step's attention (every layer) over `reps` steps.
 double step_ms(const Shape& s, at::ScalarType dtype, bool in_cache, int64_t seqs, int64_t len, int reps) {
@@ -117,7 +111,8 @@ int main(int argc, char** argv) {
   std::printf("\n%s", table.str().c_str());
   if (append && !smoke) {
     std::ofstream out(AJET_SOURCE_DIR "/docs/benchmarks.md", std::ios::app);
-    out << "\n## Decode attention over the paged cache, float32 vs bfloat16 (bench/engine/attention_bench), " << today()
+    out << "\n## Decode attention over the paged cache, float32 vs bfloat16 (bench/engine/attention_bench), "
+        << ajet::local_date_text()
         << "\n\n"
         << table.str();
     std::printf("appended to docs/benchmarks.md\n");

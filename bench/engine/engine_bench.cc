@@ -21,12 +21,13 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/time_text.h"
 #include "infer/engine.h"
+#include "model/blas_kernel.h"
 #include "model/compute.h"
 #include "model/presets.h"
 #include "model/qwen2.h"
 #include "model/row_kernels.h"
-#include "model/blas_kernel.h"
 
 namespace {
 
@@ -306,16 +307,6 @@ std::string load_average() {
   return one.empty() ? "unknown" : one + " " + five + " " + fifteen;
 }
 
-std::string today() {
-  std::string date = "unknown date";
-  if (FILE* p = popen("date -I", "r")) {
-    char buf[64] = {};
-    if (fgets(buf, sizeof(buf), p)) date = std::string(buf, strcspn(buf, "\n"));
-    pclose(p);
-  }
-  return date;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -533,7 +524,8 @@ int main(int argc, char** argv) {
   std::printf("\n%s", table.str().c_str());
   if (append && !smoke) {
     std::ofstream out(AJET_SOURCE_DIR "/docs/benchmarks.md", std::ios::app);
-    out << "\n## Inference engine: decode throughput and MFU (bench/engine/engine_bench), " << today() << "\n\n"
+    out << "\n## Inference engine: decode throughput and MFU (bench/engine/engine_bench), "
+        << ajet::local_date_text() << "\n\n"
         << "`InferenceEngine` stepped directly (paged KV cache, blocks of 16, 512-token step budget), presets with\n"
         << "vocab 1024 (tiny) and 4096 (small), float32, random weights. FLOPs: 2 per decoder weight per token,\n"
         << "4·H·D per (token, visible key) per layer for attention, 2·C·V for each lm_head row. The GEMM peak is\n"

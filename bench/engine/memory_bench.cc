@@ -19,17 +19,12 @@
 #include <thread>
 #include <vector>
 
+#include "common/time_text.h"
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
 typedef float v4f __attribute__((vector_size(16)));
-
-std::string today() {
-  std::time_t t = std::time(nullptr);
-  char buf[16];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%d", std::gmtime(&t));
-  return buf;
-}
 
 // Sum of `bytes` (a multiple of 64) at p, four 16-byte loads per line: the loads, not the adds, bound it.
 float sum_bytes(const char* p, size_t bytes) {
@@ -160,7 +155,7 @@ int main(int argc, char** argv) {
   if (append && !smoke) {
     std::ofstream out(AJET_SOURCE_DIR "/docs/benchmarks.md", std::ios::app);
     out << "\n## Memory read bandwidth: working-set size and scattered chunks (bench/engine/memory_bench), "
-        << today() << "\n\n"
+        << ajet::local_date_text() << "\n\n"
         << table.str();
     std::printf("appended to docs/benchmarks.md\n");
   }

@@ -24,14 +24,15 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/time_text.h"
 #include "engine/runtime.h"
 #include "infer/engine.h"
+#include "model/blas_kernel.h"
 #include "model/model_dir.h"
 #include "model/presets.h"
 #include "model/qwen2.h"
 #include "rpc/client.h"
 #include "rpc/messages.h"
-#include "model/blas_kernel.h"
 
 namespace {
 
@@ -46,16 +47,6 @@ struct Args {
   bool smoke = false;
   bool append = true;
 };
-
-std::string today() {
-  std::string date = "unknown date";
-  if (FILE* p = ::popen("date -I", "r")) {
-    char buf[64];
-    if (std::fgets(buf, sizeof(buf), p)) date = std::string(buf, std::strcspn(buf, "\n"));
-    ::pclose(p);
-  }
-  return date;
-}
 
 // `ajet-engine serve` as a child; ready when it prints its ready line.
 class ServeProcess {
@@ -251,7 +242,7 @@ int main(int argc, char** argv) {
     std::printf("\n%s", table.str().c_str());
     if (args.append && !args.smoke) {
       std::ofstream out(AJET_SOURCE_DIR "/docs/benchmarks.md", std::ios::app);
-      out << "\n## Engine RPC overhead per request (bench/engine/rpc_overhead), " << today() << "\n\n"
+      out << "\n## Engine RPC overhead per request (bench/engine/rpc_overhead), " << ajet::local_date_text() << "\n\n"
           << "The same greedy `generate` requests (" << args.prompt_tokens << "-token prompts, preset " << args.preset
           << ", vocab 1024, float32, random weights)\nrun on an in-process `InferenceEngine` (direct) and through a "
           << "Unix socket to an `ajet-engine serve`\nprocess (rpc: frames, socket, server I/O thread, tokens events "

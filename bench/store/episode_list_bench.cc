@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "common/encoding.h"
+#include "common/time_text.h"
 #include "store/store.h"
 
 namespace {
@@ -37,17 +38,6 @@ std::string load_average() {
   std::string a, b, c;
   f >> a >> b >> c;
   return a + " " + b + " " + c;
-}
-
-std::string today() {
-  char buf[32] = "";
-  if (FILE* p = popen("date -I", "r")) {
-    if (std::fgets(buf, sizeof(buf), p) == nullptr) buf[0] = '\0';
-    pclose(p);
-  }
-  std::string s = buf;
-  while (!s.empty() && s.back() == '\n') s.pop_back();
-  return s;
 }
 
 // Episode i: claimed 0.5 s after i-1 (pairs share a claimed_at, as a burst of claims does), task
@@ -266,7 +256,8 @@ int main(int argc, char** argv) {
 
   const std::string doc = std::string(AJET_SOURCE_DIR) + "/docs/benchmarks.md";
   std::ofstream md(doc, std::ios::app);
-  md << "\n## Episode list: one page of GET /episodes against loading every episode (" << today() << ")\n\n"
+  md << "\n## Episode list: one page of GET /episodes against loading every episode ("
+     << ajet::local_date_text() << ")\n\n"
      << "`bench/store/episode_list_bench`: a store of " << stored << " episodes (2 LLM calls each, 48 + 16 tokens a\n"
      << "call; 500 tasks, 1 in 10 eval, a batch per 64 train episodes; pairs of episodes share a claimed_at), filled\n"
      << "in " << static_cast<int>(fill_s + 0.5)

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/time_text.h"
 #include "tracking/merge.h"
 #include "tracking/packing.h"
 #include "tracking/synthetic.h"
@@ -100,14 +101,6 @@ std::string load_average() {
   return one.empty() ? "unknown" : one;
 }
 
-std::string today() {
-  char d[64] = {0};
-  FILE* p = popen("date -I", "r");
-  if (p != nullptr && fgets(d, sizeof d, p) != nullptr) d[strcspn(d, "\n")] = 0;
-  if (p != nullptr) pclose(p);
-  return d;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -151,7 +144,7 @@ int main(int argc, char** argv) {
 
   const std::string path = std::string(AJET_SOURCE_DIR) + "/docs/benchmarks.md";
   std::ofstream md(path, std::ios::app);
-  md << "\n## Timeline merging and tree packing: tokens per training step (" << today() << ")\n\n"
+  md << "\n## Timeline merging and tree packing: tokens per training step (" << ajet::local_date_text() << ")\n\n"
      << "`bench/tracking/merge_tokens`: a synthetic tool-using agent (tracking/synthetic.h) with a 256-token system\n"
      << "prompt, a 32-token task and about 64 new tokens per turn (40 generated + 24 observation, each +-25 %),\n"
      << groups << " GRPO groups of " << group_size << " episodes. Tokens a forward/backward pass processes with\n"

@@ -23,12 +23,13 @@
 #include <string>
 #include <vector>
 
+#include "common/time_text.h"
+#include "model/blas_kernel.h"
 #include "model/compute.h"
 #include "model/presets.h"
-#include "train/trainer.h"
 #include "tracking/merge.h"
 #include "tracking/synthetic.h"
-#include "model/blas_kernel.h"
+#include "train/trainer.h"
 
 namespace {
 
@@ -103,14 +104,6 @@ std::string load_average() {
   std::string one, five, fifteen;
   f >> one >> five >> fifteen;
   return one.empty() ? "unknown" : one + " " + five + " " + fifteen;
-}
-
-std::string today() {
-  char d[64] = {0};
-  FILE* p = popen("date -I", "r");
-  if (p != nullptr && fgets(d, sizeof d, p) != nullptr) d[strcspn(d, "\n")] = 0;
-  if (p != nullptr) pclose(p);
-  return d;
 }
 
 std::vector<int> parse_turns(const std::string& s) {
@@ -243,7 +236,7 @@ int main(int argc, char** argv) {
 
   const std::string path = std::string(AJET_SOURCE_DIR) + "/docs/benchmarks.md";
   std::ofstream md(path, std::ios::app);
-  md << "\n## Timeline merging and tree packing: wall time of one training step (" << today() << ")\n\n"
+  md << "\n## Timeline merging and tree packing: wall time of one training step (" << ajet::local_date_text() << ")\n\n"
      << "`bench/train/merge_step_bench`: the synthetic agent of `bench/tracking/merge_tokens` (256-token system prompt,\n"
      << "32-token task, ~64 new tokens per turn), ONE GRPO group of " << kGroupSize << " episodes, `" << preset
      << "` preset (" << model::count_parameters(config) << " parameters, vocab " << vocab << "), " << threads
