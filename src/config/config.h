@@ -238,6 +238,8 @@ struct InterchangeServerConfig {
 // The KV cache budget when the config does not set ajet.engine.kv_cache_memory_mb (and ajet-engine's
 // --kv-cache-mb default): the one place this default is written.
 inline constexpr int64_t kDefaultKvCacheMemoryMb = 1024;
+// ajet.engine.kv_cache_dtype's values (and `ajet-engine serve --kv-cache-dtype`'s).
+inline const std::vector<std::string> kKvCacheDtypes = {"auto", "float32", "bfloat16", "float16"};
 
 struct EngineConfig {
   int64_t threads = 0;  // 0: one per core

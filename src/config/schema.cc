@@ -252,7 +252,7 @@ std::vector<Field> config_fields(Config& c) {
         {.choices = {"float32", "bfloat16", "float16"}});
   t.add("engine.kv_cache_dtype", c.engine.kv_cache_dtype,
         "KV cache element type; auto: the model's. bfloat16 under float32 weights halves what decode reads",
-        {.choices = {"auto", "float32", "bfloat16", "float16"}});
+        {.choices = kKvCacheDtypes});
   t.add("engine.prefill_chunk_tokens", c.engine.prefill_chunk_tokens, "prompt tokens prefilled per step",
         {.min = 1});
   t.add("engine.enable_prefix_caching", c.engine.enable_prefix_caching,

@@ -2,6 +2,9 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
+#include <string>
+
 #include "common/error.h"
 #include "common/fs.h"
 #include "common/log.h"
@@ -61,9 +64,11 @@ void validate_options(const EngineOptions& o) {
   at_least("--max-batch-tokens", o.max_batch_tokens, 1);
   at_least("--max-running", o.max_running, 1);
   at_least("--policy-version", o.policy_version, 0);
-  if (o.kv_cache_dtype != "auto" && o.kv_cache_dtype != "float32" && o.kv_cache_dtype != "bfloat16" &&
-      o.kv_cache_dtype != "float16") {
-    invalid_argument("--kv-cache-dtype must be auto, float32, bfloat16 or float16, got '" + o.kv_cache_dtype + "'");
+  if (std::find(config::kKvCacheDtypes.begin(), config::kKvCacheDtypes.end(), o.kv_cache_dtype) ==
+      config::kKvCacheDtypes.end()) {
+    std::string choices;
+    for (const std::string& c : config::kKvCacheDtypes) choices += (choices.empty() ? "" : ", ") + c;
+    invalid_argument("--kv-cache-dtype must be one of " + choices + ", got '" + o.kv_cache_dtype + "'");
   }
   if (o.model_dir.empty()) invalid_argument("--model is required (or ajet.model.path in --conf)");
   if (!std::filesystem::is_directory(o.model_dir)) {

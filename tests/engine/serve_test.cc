@@ -378,7 +378,7 @@ TEST(EngineServe, BadArgumentsFailWithClearMessages) {
       {model + sock + " --conf " + quote(dir / "nope.yaml"), "no such file", 1},
       {model + sock + " --dtype int4", "unknown dtype", 2},
       {model + sock + " --kv-cache-mb 0", "--kv-cache-mb must be >= 1", 2},
-      {model + sock + " --kv-cache-dtype int8", "--kv-cache-dtype must be auto, float32, bfloat16 or float16, got 'int8'", 2},
+      {model + sock + " --kv-cache-dtype int8", "--kv-cache-dtype must be one of auto, float32, bfloat16, float16, got 'int8'", 2},
       {model + sock + " --device tpu", "--device", 2},
       {model, "--listen", 2},
   };
