@@ -1,9 +1,10 @@
 #include "engine/options.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
-#include <string>
 
 #include "common/error.h"
 #include "common/fs.h"
@@ -66,9 +67,8 @@ void validate_options(const EngineOptions& o) {
   at_least("--policy-version", o.policy_version, 0);
   if (std::find(config::kKvCacheDtypes.begin(), config::kKvCacheDtypes.end(), o.kv_cache_dtype) ==
       config::kKvCacheDtypes.end()) {
-    std::string choices;
-    for (const std::string& c : config::kKvCacheDtypes) choices += (choices.empty() ? "" : ", ") + c;
-    invalid_argument("--kv-cache-dtype must be one of " + choices + ", got '" + o.kv_cache_dtype + "'");
+    invalid_argument(fmt::format("--kv-cache-dtype must be one of {}, got '{}'", fmt::join(config::kKvCacheDtypes, ", "),
+                                 o.kv_cache_dtype));
   }
   if (o.model_dir.empty()) invalid_argument("--model is required (or ajet.model.path in --conf)");
   if (!std::filesystem::is_directory(o.model_dir)) {

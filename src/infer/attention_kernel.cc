@@ -99,12 +99,22 @@ struct RowAddress {
   AJET_INLINE int64_t offset(int64_t p) const { return offsets[p]; }
 };
 
+// Element offset of the first row of kv head g in cache block `block`.
+AJET_INLINE int64_t block_rows(const CpuAttentionArgs& a, int32_t block, int64_t g) {
+  return (static_cast<int64_t>(block) * a.kv_heads + g) * a.block_size * a.head_dim;
+}
+
 void fill_offsets(const CpuAttentionArgs& a, const int32_t* table, int64_t kv_head, int64_t len, int64_t* out) {
   int64_t p = 0;
   for (int64_t b = 0; p < len; ++b) {
-    const int64_t base = (static_cast<int64_t>(table[b]) * a.kv_heads + kv_head) * a.block_size * a.head_dim;
+    const int64_t base = block_rows(a, table[b], kv_head);
     for (int64_t j = 0; j < a.block_size && p < len; ++j, ++p) out[p] = base + j * a.head_dim;
   }
+}
+
+// Position of a tile's first token in its sequence.
+AJET_INLINE int64_t first_position(const AttentionSegment& seg, const AttentionTile& tile) {
+  return seg.start_pos + (tile.first_token - seg.token_begin);
 }
 
 // One item: R = T * G query rows (T tokens of the tile, G heads each) against one kv head. Row r is
@@ -310,10 +320,8 @@ AJET_INLINE void attend_items(const CpuAttentionArgs& a, int64_t begin, int64_t 
       // memory, ~1,000 times a step per thread on `small` x64.
       const AttentionTile& next = tile_of(following);
       const AttentionSegment& ns = a.segments[next.segment];
-      const int64_t next_len = ns.start_pos + (next.first_token - ns.token_begin) + next.num_tokens;
-      const int64_t rows_ahead = std::min<int64_t>({8, a.block_size, next_len});
-      const int64_t first = (static_cast<int64_t>(a.block_tables[ns.table_begin]) * a.kv_heads + following % a.kv_heads) *
-                            a.block_size * d;
+      const int64_t rows_ahead = std::min<int64_t>({8, a.block_size, first_position(ns, next) + next.num_tokens});
+      const int64_t first = block_rows(a, a.block_tables[ns.table_begin], following % a.kv_heads);
       const char* kp = static_cast<const char*>(a.keys) + first * static_cast<int64_t>(sizeof(T));
       const int64_t bytes = rows_ahead * d * static_cast<int64_t>(sizeof(T));
       for (int64_t line = 0; line < bytes; line += 64) __builtin_prefetch(kp + line);
@@ -324,7 +332,8 @@ AJET_INLINE void attend_items(const CpuAttentionArgs& a, int64_t begin, int64_t 
     it.row_stride = a.heads * d;
     it.tokens = tile.num_tokens;
     it.group = group;
-    it.first_len = seg.start_pos + (tile.first_token - seg.token_begin) + 1;
+    const int64_t first_pos = first_position(seg, tile);
+    it.first_len = first_pos + 1;
     const int64_t len = it.first_len + it.tokens - 1;
     const size_t need = static_cast<size_t>(it.tokens * group * len);
     if (scratch.scores.size() < need) scratch.scores.resize(need);
@@ -338,7 +347,6 @@ AJET_INLINE void attend_items(const CpuAttentionArgs& a, int64_t begin, int64_t 
       // This tile's new rows of kv head g (written by no other item, read by none but this one).
       T* keys = static_cast<T*>(const_cast<void*>(a.keys));
       T* values = static_cast<T*>(const_cast<void*>(a.values));
-      const int64_t first_pos = it.first_len - 1;
       for (int64_t i = 0; i < it.tokens; ++i) {
         const int64_t pos = first_pos + i;
         const int64_t dst = scratch.offsets[static_cast<size_t>(pos)];

@@ -186,9 +186,9 @@ void linear_packed_f32(const float* x, const float* packed, const float* bias, f
     const int64_t rows = std::min(block, m - m0);
     for (int64_t p = panel_begin; p < panel_end; ++p) {
       const int64_t col0 = p * kPackedColumns, cols = std::min(kPackedColumns, n - col0);
-      const float* panel = packed + col0 * k;
+      const float* panel = packed_panel(packed, k, p);
       const float* b = bias != nullptr ? bias + col0 : nullptr;
-      const float* next = p + 1 < panel_end ? panel + kPackedColumns * k : m0 + block >= m ? then : nullptr;
+      const float* next = p + 1 < panel_end ? packed_panel(packed, k, p + 1) : m0 + block >= m ? then : nullptr;
       if (wide) {
         packed_rows<12>(x + m0 * k, rows, k, panel, b, y + m0 * n + col0, n, cols, next);
       } else {

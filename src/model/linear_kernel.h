@@ -28,6 +28,11 @@ inline constexpr int64_t kPackedColumns = 32;
 // Panels of an (N, K) weight: N / kPackedColumns, rounded up.
 inline int64_t packed_panels(int64_t n) { return (n + kPackedColumns - 1) / kPackedColumns; }
 
+// Panel p of a packed (N, K) weight; null for p < 0 (no panel: a kernel's "nothing next").
+inline const float* packed_panel(const float* packed, int64_t k, int64_t p) {
+  return p < 0 ? nullptr : packed + p * kPackedColumns * k;
+}
+
 // Floats the packed copy of an (N, K) weight needs.
 int64_t packed_floats(int64_t n, int64_t k);
 

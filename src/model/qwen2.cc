@@ -97,7 +97,7 @@ torch::Tensor linear_forward(const torch::Tensor& x, const torch::Tensor& w, con
     const torch::Tensor pw = packed->of(w);
     const float* pp = pw.data_ptr<float>();
     parallel_for_stealing(packed_panels(n), packed_grain(m, k), 1, [&](int64_t begin, int64_t end, int64_t then) {
-      linear_packed_f32(xp, pp, bp, yp, m, n, k, begin, end, then >= 0 ? pp + then * kPackedColumns * k : nullptr);
+      linear_packed_f32(xp, pp, bp, yp, m, n, k, begin, end, packed_panel(pp, k, then));
     });
     return y;
   }
@@ -398,7 +398,7 @@ std::vector<torch::Tensor> DecoderLayerImpl::project_fused(std::initializer_list
     if (p < 0) return nullptr;
     size_t j = ops.size() - 1;
     while (first[j] > p) --j;
-    return ops[j].packed.data_ptr<float>() + (p - first[j]) * kPackedColumns * k;
+    return packed_panel(ops[j].packed.data_ptr<float>(), k, p - first[j]);
   };
   parallel_for_stealing(panels, packed_grain(m, k), 1, [&](int64_t begin, int64_t end, int64_t then) {
     for (size_t j = 0; j < ops.size(); ++j) {
@@ -445,11 +445,9 @@ torch::Tensor DecoderLayerImpl::gated_activation(const torch::Tensor& x) {
   // still in its cache.
   const float* gate_panels = gate.packed.data_ptr<float>();
   const float* up_panels = up.packed.data_ptr<float>();
-  const int64_t panel_floats = kPackedColumns * k;
   parallel_for_stealing(packed_panels(n), packed_grain(m, k, 2), 1, [&](int64_t begin, int64_t end, int64_t then) {
-    linear_packed_f32(xp, gate_panels, gate.bias, gp, m, n, k, begin, end, up_panels + begin * panel_floats);
-    linear_packed_f32(xp, up_panels, up.bias, up_out, m, n, k, begin, end,
-                      then >= 0 ? gate_panels + then * panel_floats : nullptr);
+    linear_packed_f32(xp, gate_panels, gate.bias, gp, m, n, k, begin, end, packed_panel(up_panels, k, begin));
+    linear_packed_f32(xp, up_panels, up.bias, up_out, m, n, k, begin, end, packed_panel(gate_panels, k, then));
     silu_mul_cols_f32(gp, up_out, gp, m, n, begin * kPackedColumns, std::min(n, end * kPackedColumns));
   });
   return g;
@@ -472,8 +470,7 @@ torch::Tensor DecoderLayerImpl::project_add(Proj p, const torch::Tensor& x, cons
   float* yp = y.data_ptr<float>();
   const float* panels = op.packed.data_ptr<float>();
   parallel_for_stealing(packed_panels(n), packed_grain(m, k), 1, [&](int64_t begin, int64_t end, int64_t then) {
-    linear_packed_f32(xp, panels, op.bias, yp, m, n, k, begin, end,
-                      then >= 0 ? panels + then * kPackedColumns * k : nullptr);
+    linear_packed_f32(xp, panels, op.bias, yp, m, n, k, begin, end, packed_panel(panels, k, then));
     add_cols_f32(yp, rp, m, n, begin * kPackedColumns, std::min(n, end * kPackedColumns));
   });
   return y;
