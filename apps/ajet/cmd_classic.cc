@@ -42,6 +42,7 @@ struct MainArgs {
   std::vector<std::string> overrides;
   std::string swarm_url;
   bool resume = false;
+  bool force_restart = false;
 };
 
 MainArgs& main_args() {
@@ -66,6 +67,9 @@ void add_main_entry(CLI::App& app) {
   app.add_option("--swarm-url", a.swarm_url,
                  "Drive this running front (http://HOST:PORT) instead of starting one: its engine is started for "
                  "this run and stopped at its end; admin token from AJET_ADMIN_TOKEN");
+  app.add_flag("--force-restart", a.force_restart,
+               "With --swarm-url: stop the front's engine even when it trains another experiment (without it the "
+               "run refuses to start rather than end someone else's training)");
 }
 
 int run_main_entry(CLI::App& app) {
@@ -83,6 +87,10 @@ int run_main_entry(CLI::App& app) {
                          "(give one or the other)\n");
     return 2;
   }
+  if (a.force_restart && a.swarm_url.empty()) {
+    std::fprintf(stderr, "ajet: error: --force-restart needs --swarm-url (a run without it starts its own front)\n");
+    return 2;
+  }
   if (!a.swarm_url.empty() && a.swarm_url.rfind("http://", 0) != 0) {
     std::fprintf(stderr, "ajet: error: --swarm-url '%s': expected http://HOST:PORT\n", a.swarm_url.c_str());
     return 2;
@@ -97,6 +105,7 @@ int run_main_entry(CLI::App& app) {
   options.interactive = ::isatty(2) != 0;
   options.resume = a.resume;
   options.swarm_url = a.swarm_url;
+  options.force_restart = a.force_restart;
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);

@@ -204,9 +204,18 @@ class Job {
   void move_earlier_run_aside_and_say();
   // The front: a child `ajet-swarm start` (local), or the --swarm-url one after checking it answers.
   void connect_front();
-  // --swarm-url: the engine the given front runs (a run that was killed before its end, another
-  // client's) is stopped, so this run's config can be synced.
+  // --swarm-url: the engine the given front runs is stopped, so this run's config can be synced: one
+  // an earlier run of this experiment left (killed before its end), or with --force-restart any.
+  // Another experiment's engine is refused otherwise.
   void free_remote_engine();
+  // Does the front's experiment directory (GET /get_server_experiment_dir) belong to this experiment?
+  bool is_this_experiment(const std::string& front_dir) const;
+  // Stops the engine this run started (engine_run_), not one another client started since: the front
+  // refuses that, and the run says so and leaves it running.
+  void stop_engine_of_this_run(double max_wait);
+  // Fails the run when the front's engine (status `s`) is no longer the one this run started: its
+  // episodes would go into another run's batches.
+  void check_engine_is_ours(const client::EngineStatus& s);
   // --swarm-url --resume: does the front's newest checkpoint belong to this run?
   bool remote_checkpoint_is_ours();
   void boot_engine();
@@ -228,6 +237,13 @@ class Job {
   const std::function<void(const std::string&)>& out_;
   // --resume, until a remote front turns out to hold no checkpoint of this run (then a new run).
   bool resume_ = false;
+  // The engine this run started: start_engine answered (started), with its "engine_run" ("" from a
+  // front that names none: then stop_engine stops whatever runs); replaced: another client stopped it
+  // and started its own, which the end of this run leaves alone.
+  bool engine_started_ = false;
+  std::string engine_run_;
+  bool engine_replaced_ = false;
+  std::string front_run_dir_;  // --swarm-url: this run's experiment directory on the front
   std::string front_url_;
   PreparedConfig prepared_;
   // The task sources: ajet.task_reader (one, named "tasks") or the tasks of a cocktail, and the
@@ -329,6 +345,7 @@ void Job::wait_for_global_step(int64_t target) {
   auto refused_since = Clock::time_point::max();
   while (!stop_) {
     client::EngineStatus s = client_->get_engine_status();
+    check_engine_is_ours(s);
     if (s.global_step >= target) return;
     if (s.status == client::kOffline || s.status == client::kCannotConnect) {
       fail(ErrorCode::kUnavailable, "the engine is " + s.status + " while training step " + std::to_string(target) +
@@ -362,6 +379,7 @@ void Job::wait_for_global_step(int64_t target) {
 void Job::validate(int64_t step) {
   const config::Config& c = prepared_.config;
   if (validation_tasks_ == 0 || stop_) return;
+  check_engine_is_ours(client_->get_engine_status());
   const auto t0 = Clock::now();
   const Json greedy_sampling{
       {"temperature", c.rollout.val_kwargs.do_sample ? c.rollout.val_kwargs.temperature : 0.0},
@@ -455,6 +473,7 @@ Json Job::cocktail_step_json(int64_t step, const std::vector<EpisodeResult>& res
 Job::PendingStep Job::roll_out_step(int64_t step) {
   const config::Config& c = prepared_.config;
   const auto t0 = Clock::now();
+  check_engine_is_ours(client_->get_engine_status());
   PendingStep pending;
   pending.step = step;
   pending.started = t0;
@@ -783,24 +802,63 @@ std::string Job::front_experiment_dir_for_messages() {
   }
 }
 
+bool Job::is_this_experiment(const std::string& front_dir) const {
+  return !front_dir.empty() && fs::path(front_dir).filename() == prepared_.config.experiment_name;
+}
+
 void Job::free_remote_engine() {
   const client::EngineStatus s = client_->get_engine_status();
   if (s.status == client::kOffline) return;
   const std::string experiment = front_experiment_dir_for_messages();
-  say("ajet: the front's engine is " + s.status + (experiment.empty() ? "" : " (experiment " + experiment + ")") +
-      "; stopping it so this run's config can be synced (the front saves its checkpoint first)");
-  client_->stop_engine(true, 120.0);
+  const std::string running = s.status + (experiment.empty() ? "" : " (experiment " + experiment + ")");
+  const bool ours = is_this_experiment(experiment);
+  if (!ours && !options_.force_restart) {
+    fail(ErrorCode::kFailedPrecondition,
+         fmt::format("--swarm-url {}: the front's engine is {}, not this run's experiment '{}'; stopping it would end "
+                     "that training. Wait until the front's engine is ENGINE.OFFLINE, or pass --force-restart to stop "
+                     "it (the front saves its checkpoint first)",
+                     front_url_, running, prepared_.config.experiment_name));
+  }
+  say("ajet: the front's engine is " + running + "; stopping it so this run's config can be synced (" +
+      (ours ? "an earlier run of this experiment left it" : "--force-restart") +
+      "; the front saves its checkpoint first)");
+  const Json run = s.body.value("engine_run", Json(nullptr));
+  client_->stop_engine(true, 120.0, run.is_string() ? run.get<std::string>() : "");
+}
+
+void Job::check_engine_is_ours(const client::EngineStatus& s) {
+  const Json run = s.body.value("engine_run", Json(nullptr));
+  if (engine_run_.empty() || !run.is_string() || run.get<std::string>() == engine_run_) return;
+  engine_replaced_ = true;
+  fail(ErrorCode::kFailedPrecondition,
+       "the front's engine is no longer this run's: another client stopped it and started its own (engine_run " +
+           run.get<std::string>() + "); this run stops here");
+}
+
+void Job::stop_engine_of_this_run(double max_wait) {
+  if (remote() && !engine_started_) return;  // this run started no engine there
+  if (engine_replaced_) {
+    say("ajet: the front's engine is another client's now; left running");
+    return;
+  }
+  try {
+    client_->stop_engine(true, max_wait, engine_run_);
+  } catch (const client::SwarmError& e) {
+    if (engine_run_.empty() || std::string(e.what()).find("not " + engine_run_) == std::string::npos) throw;
+    engine_replaced_ = true;
+    say("ajet: the front's engine is no longer this run's (another client stopped it and started its own); left "
+        "running");
+  }
 }
 
 // The front keeps one newest checkpoint (of whatever ran there last). It is this run's when the front's
 // last engine ran this experiment (experiment_dir auto: <front dir>/experiments/<experiment_name>) and
 // the checkpoint lies under that directory.
 bool Job::remote_checkpoint_is_ours() {
-  const std::string name = prepared_.config.experiment_name;
   const Json checkpoint = client_->get_engine_status().body.value("latest_checkpoint", Json(nullptr));
   const std::string dir = client_->get_server_experiment_dir();
   const std::string cp = checkpoint.is_string() ? checkpoint.get<std::string>() : "";
-  const bool ours = !cp.empty() && !dir.empty() && fs::path(dir).filename() == name && cp.rfind(dir + "/", 0) == 0;
+  const bool ours = !cp.empty() && is_this_experiment(dir) && cp.rfind(dir + "/", 0) == 0;
   if (!ours) {
     say("ajet: --resume: the front at " + front_url_ + " holds no checkpoint of this run (" +
         (cp.empty() ? std::string("it has none") : "its newest, " + cp + ", is another experiment's") +
@@ -837,7 +895,11 @@ void Job::boot_engine() {
     fail(ErrorCode::kInvalidArgument, "the front refused the config: " + synced.value("error", synced.dump()));
   }
   const auto boot = Clock::now();
-  client_->start_engine(true, 900.0, from_checkpoint);
+  // Not waiting in start_engine: the engine is this run's from its answer on, also when the boot fails.
+  engine_run_ = client_->start_engine(false, std::nullopt, from_checkpoint).value("engine_run", "");
+  engine_started_ = true;
+  client_->wait_for_status(client::kRolling, 900.0, true);
+  if (remote()) front_run_dir_ = front_experiment_dir_for_messages();
   client::EngineStatus status = client_->get_engine_status();
   say(fmt::format("ajet: engine rolling after {:.1f} s (global step {})", seconds_since(boot), status.global_step));
   if (!resume_) {
@@ -889,7 +951,7 @@ void Job::restore_task_cursor(int64_t done) {
 void Job::finish() {
   const config::Config& c = prepared_.config;
   try {
-    client_->stop_engine(true, 60.0);  // the front saves a last checkpoint of steps trained since the last one
+    stop_engine_of_this_run(60.0);  // the front saves a last checkpoint of steps trained since the last one
   } catch (const std::exception& e) {
     log().warn("classic: stop_engine: {}", e.what());
   }
@@ -909,7 +971,11 @@ void Job::finish() {
   }
   say("ajet: reward curve: " + (prepared_.exp_dir / "reward_curve.html").string());
   const Json checkpoint = last.body.value("latest_checkpoint", Json(nullptr));
-  if (checkpoint.is_string() && !checkpoint.get<std::string>().empty()) {
+  if (engine_replaced_) {
+    say("ajet: the front's newest checkpoint is the engine's that replaced this run's; this run's are under " +
+        (front_run_dir_.empty() ? std::string("its experiment directory") : front_run_dir_) +
+        "/saved_checkpoints on the front");
+  } else if (checkpoint.is_string() && !checkpoint.get<std::string>().empty()) {
     result_.final_checkpoint = checkpoint.get<std::string>();
     say("ajet: final model: " + (result_.final_checkpoint / "model").string() + (remote() ? " on the front" : "") +
         " (checkpoint " + result_.final_checkpoint.filename().string() + "; continue this run with --resume)");
@@ -1039,7 +1105,7 @@ RunResult Job::run() {
     }
   } catch (...) {
     try {
-      client_->stop_engine(true, 30.0);
+      stop_engine_of_this_run(30.0);
     } catch (...) {
     }
     if (swarm_) swarm_->stop();

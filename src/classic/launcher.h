@@ -44,6 +44,9 @@ struct LaunchOptions {
   // --swarm-url: an existing front to drive instead of starting one ("" = start `ajet-swarm` as a
   // child). Its admin token comes from $AJET_ADMIN_TOKEN.
   std::string swarm_url;
+  // --force-restart (with swarm_url): stop the front's engine even when it trains another experiment.
+  // Without it such a run refuses to start, so it cannot end someone else's training.
+  bool force_restart = false;
 };
 
 struct PreparedConfig {

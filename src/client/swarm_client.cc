@@ -468,9 +468,10 @@ Json SwarmClient::start_engine(bool wait, std::optional<double> max_wait, bool f
   return data;
 }
 
-void SwarmClient::stop_engine(bool wait, std::optional<double> max_wait) {
+void SwarmClient::stop_engine(bool wait, std::optional<double> max_wait, const std::string& engine_run) {
   if (get_engine_status().status == kOffline) return;
   Json body = Json::object();
+  if (!engine_run.empty()) body["engine_run"] = engine_run;
   json_or_throw(send("POST", "/stop_engine", &body, true, kEngineCommandTimeout), "stop_engine");
   if (wait) wait_for_status(kOffline, max_wait);
 }

@@ -59,8 +59,12 @@ class SwarmClient {
   Json sync_train_config(const std::string& yaml);
   Json sync_train_code(const std::string& zip_archive);
   // from_checkpoint: the engine continues from the newest checkpoint the front knows (a stopped run).
+  // The answer's "engine_run" names the engine this call started.
   Json start_engine(bool wait = true, std::optional<double> max_wait = std::nullopt, bool from_checkpoint = false);
-  void stop_engine(bool wait = true, std::optional<double> max_wait = std::nullopt);
+  // engine_run (start_engine's answer, or get_engine_status' "engine_run"): stop only that engine; when
+  // another start_engine replaced it since, the front refuses (SwarmError, HTTP 400) and leaves the
+  // running one alone. Empty: whatever runs.
+  void stop_engine(bool wait = true, std::optional<double> max_wait = std::nullopt, const std::string& engine_run = "");
   // Idempotent (upstream semantics): OFFLINE → sync + start + wait for ROLLING; ROLLING/ROLLING_POST →
   // nothing; BOOTING/WEIGHT_SYNCING/WEIGHT_EXPORTING → wait; unreachable → one retry, then kConnection.
   // Returns the status found first.

@@ -80,6 +80,9 @@ void RemoteRunner::launch_on(const TrialLaunch& l, const std::string& server) {
   std::vector<std::string> argv = command(l);
   argv.push_back("--swarm-url");
   argv.push_back(server);
+  // The study's servers are its own (runner.servers): a trial takes over whatever engine an earlier
+  // trial or controller left running there.
+  argv.push_back("--force-restart");
   try {
     spawn(l, argv);
   } catch (...) {

@@ -200,6 +200,10 @@ void add_command_routes(http::Router& router, ServerContext& ctx) {
     Json body = ctx.registry.engine_status_json();
     const std::filesystem::path checkpoint = ctx.supervisor.latest_checkpoint_dir();
     body["latest_checkpoint"] = checkpoint.empty() ? Json(nullptr) : Json(checkpoint.string());
+    const std::string engine_run = ctx.train().engine_run;
+    body["engine_run"] = engine_run.empty() || ctx.registry.engine_status() == EngineStatus::kOffline
+                             ? Json(nullptr)
+                             : Json(engine_run);
     respond(http::json_response(body));
   });
 

@@ -75,7 +75,7 @@ void add_engine_routes(http::Router& router, ServerContext& ctx) {
         answer_errors(respond, [&] {
           int64_t pid = ctx.start_engine(from_checkpoint ? "start_engine from_checkpoint" : "start_engine",
                                          from_checkpoint);
-          Json body = {{"success", true}};
+          Json body = {{"success", true}, {"engine_run", ctx.train().engine_run}};
           if (pid > 0) body["pid"] = pid;
           respond(http::json_response(body));
         });
@@ -86,10 +86,17 @@ void add_engine_routes(http::Router& router, ServerContext& ctx) {
   router.post("/stop_engine", [&ctx, limit](Request req, Respond respond) {
     if (!check_admin(ctx, req, respond, "stop_engine")) return;
     answer_errors(respond, [&] {
-      parse_json_body(req, limit);
-      ctx.pool.post([&ctx, respond] {
+      const Json body = parse_json_body(req, limit);
+      std::string engine_run;
+      if (body.contains("engine_run")) {
+        if (!body["engine_run"].is_string() || body["engine_run"].get<std::string>().empty()) {
+          invalid_argument("stop_engine: 'engine_run' must be the non-empty string start_engine answered");
+        }
+        engine_run = body["engine_run"].get<std::string>();
+      }
+      ctx.pool.post([&ctx, respond, engine_run] {
         answer_errors(respond, [&] {
-          ctx.stop_engine("stop_engine");
+          ctx.stop_engine("stop_engine", engine_run);
           respond(http::json_response(Json{{"success", true}}));
         });
       });

@@ -25,6 +25,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kStateSyncedCodeRoot = "synced_code_root";
+constexpr const char* kStateEngineRun = "engine_run";
 
 std::string timestamp_micro() {
   auto now = std::chrono::system_clock::now();
@@ -177,9 +178,16 @@ int64_t ServerContext::start_engine_locked(const std::string& reason, const stor
   // would be errors to a reader that uses them.
   write_file_atomic(run_dir / "train_config.yaml", config::to_yaml(cfg));
   registry.configure(RegistryOptions::from_config(cfg, base_url));
+  // A front restarted with its store resumes the same run: the engine keeps its name.
+  std::string engine_run = resumed != nullptr ? store.get_state(kStateEngineRun).value_or("") : "";
+  if (engine_run.empty()) {
+    engine_run = new_uuid_hex();
+    store.put_state(kStateEngineRun, engine_run).get();
+  }
   synced.update([&](TrainState& t) {
     t.model = model;
     t.experiment_dir = run_dir;
+    t.engine_run = engine_run;
   });
   trackers.clear();
   if (resumed != nullptr) {
@@ -224,8 +232,15 @@ int64_t ServerContext::start_engine_locked(const std::string& reason, const stor
   return pid;
 }
 
-void ServerContext::stop_engine(const std::string& reason) {
+void ServerContext::stop_engine(const std::string& reason, const std::string& engine_run) {
   std::lock_guard<std::mutex> lifecycle(lifecycle_mu_);
+  if (const std::string current = train().engine_run;
+      !engine_run.empty() && engine_run != current && registry.engine_status() != EngineStatus::kOffline) {
+    fail(ErrorCode::kFailedPrecondition,
+         fmt::format("stop_engine: the engine running ({}) is engine_run {}, not {}: another start_engine replaced that "
+                     "one since; left running",
+                     engine_status_name(registry.engine_status()), current.empty() ? "(none)" : current, engine_run));
+  }
   try {
     batches.save_checkpoint("stop_engine");  // steps trained since the last checkpoint are kept
   } catch (const std::exception& e) {

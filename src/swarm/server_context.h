@@ -69,6 +69,9 @@ struct TrainState {
   std::filesystem::path code_build;   // its build directory
   std::filesystem::path experiment_dir;  // resolved at start_engine (empty before)
   std::shared_ptr<const ModelContext> model;  // loaded at start_engine
+  // Names the engine start_engine started last (random; kept when the front or the engine restarts
+  // it): stop_engine {"engine_run": ...} stops only that one. Empty before the first start.
+  std::string engine_run;
 };
 
 // The synced training state, shared by the life-cycle operations (which write it) and the batch runner
@@ -124,8 +127,10 @@ class ServerContext {
   // The engine loads ajet.model.path, or with `from_checkpoint` the newest checkpoint the store
   // names (weights, optimizer, step: continuing a stopped run; the model when there is none).
   int64_t start_engine(const std::string& reason, bool from_checkpoint = false);
-  // → OFFLINE; drops live episodes, terminates the engine.
-  void stop_engine(const std::string& reason);
+  // → OFFLINE; drops live episodes, terminates the engine. With `engine_run` set, only while the
+  // engine is that start's (TrainState::engine_run): another client's engine is refused
+  // (kFailedPrecondition) and left running; an OFFLINE engine is nothing to stop either way.
+  void stop_engine(const std::string& reason, const std::string& engine_run = "");
   // After a front restart: the synced state from the store, the registry restored, and the engine
   // started again when the store says it was running. Call before serving.
   void resume(const store::RecoveredState& recovered);

@@ -172,6 +172,52 @@ TEST(ClassicRemote, ResumeContinuesFromTheFrontsCheckpointOnlyWhileItIsThisRuns)
   EXPECT_EQ(client::SwarmClient(front.url()).get_engine_status().status, client::kOffline);
 }
 
+// A front shared by two experiments: a run does not stop another experiment's engine unless told to
+// (--force-restart); the run whose engine was replaced stops on its own and leaves the new engine to
+// the run that started it.
+TEST(ClassicRemote, AnotherExperimentsEngineIsLeftAloneUnlessForceRestart) {
+  e2e::ScratchDir dir;
+  write_file_atomic(dir / "long.yaml", long_run_yaml(micro_model()));
+  e2e::SwarmProcess front(e2e::SwarmProcess::Options{dir / "front", {}, "", {}});
+  ASSERT_FALSE(front.url().empty());
+  const fs::path exp = dir / "exps" / "run";
+  const pid_t first = spawn_ajet(dir / "out1.txt", {"--conf", (dir / "long.yaml").string(), "--exp-dir",
+                                                    (dir / "exps").string(), "--swarm-url", front.url()});
+  ASSERT_TRUE(e2e::eventually([&] { return has_train_step(exp / "metrics.jsonl", 1); }, std::chrono::seconds(180)))
+      << read_file(dir / "out1.txt");
+  const Json first_run = client::SwarmClient(front.url()).get_engine_status().body["engine_run"];
+  ASSERT_TRUE(first_run.is_string());
+
+  const std::string other = "--conf " + shell_quote((dir / "long.yaml").string()) + " --exp-dir " +
+                            shell_quote((dir / "exps").string()) + " --swarm-url " + front.url() +
+                            " --set ajet.experiment_name=other --set ajet.trainer_common.total_training_steps=2";
+  Captured refused = run_ajet(other);
+  EXPECT_EQ(WEXITSTATUS(refused.status), 1) << refused.out;
+  EXPECT_NE(refused.out.find("the front's engine is ENGINE."), std::string::npos) << refused.out;
+  EXPECT_NE(refused.out.find("not this run's experiment 'other'; stopping it would end that training"),
+            std::string::npos)
+      << refused.out;
+  EXPECT_NE(refused.out.find("--force-restart"), std::string::npos) << refused.out;
+  EXPECT_EQ(client::SwarmClient(front.url()).get_engine_status().body["engine_run"], first_run);
+  EXPECT_EQ(::waitpid(first, nullptr, WNOHANG), 0) << "the first run ended:\n" << read_file(dir / "out1.txt");
+
+  Captured forced = run_ajet(other + " --force-restart");
+  ASSERT_EQ(forced.status, 0) << forced.out;
+  EXPECT_NE(forced.out.find("stopping it so this run's config can be synced (--force-restart;"), std::string::npos)
+      << forced.out;
+  EXPECT_EQ(steps_of(dir / "exps" / "other" / "metrics.jsonl", "train"), (std::vector<int64_t>{1, 2}));
+  const int status = wait_exit(first, std::chrono::seconds(300));
+  const std::string out1 = read_file(dir / "out1.txt");
+  ASSERT_TRUE(WIFEXITED(status)) << status << "\n" << out1;
+  EXPECT_EQ(WEXITSTATUS(status), 1) << out1;
+  // Replaced while it waited (or found the engine OFFLINE in between): either way it stopped nothing.
+  EXPECT_TRUE(out1.find("the front's engine is no longer this run's") != std::string::npos ||
+              out1.find("ENGINE.OFFLINE") != std::string::npos)
+      << out1;
+  EXPECT_EQ(engine_status(front.url()), client::kOffline);
+  EXPECT_FALSE(e2e::process_gone(front.pid()));
+}
+
 TEST(ClassicRemote, AFrontThatDoesNotAnswerIsNamedAndBadFlagsAreRefused) {
   e2e::ScratchDir dir;
   write_file_atomic(dir / "calc.yaml", classic_yaml(micro_model()));
@@ -188,6 +234,9 @@ TEST(ClassicRemote, AFrontThatDoesNotAnswerIsNamedAndBadFlagsAreRefused) {
   r = run_ajet(conf + " --swarm-url " + dead.url() + " --swarm-flag=--engine=/x");
   EXPECT_EQ(WEXITSTATUS(r.status), 2) << r.out;
   EXPECT_NE(r.out.find("give one or the other"), std::string::npos) << r.out;
+  r = run_ajet(conf + " --force-restart");
+  EXPECT_EQ(WEXITSTATUS(r.status), 2) << r.out;
+  EXPECT_NE(r.out.find("--force-restart needs --swarm-url"), std::string::npos) << r.out;
 }
 
 }  // namespace

@@ -36,6 +36,8 @@ TEST_F(LifecycleTest, SigkilledFrontRestartsWithNothingAcknowledgedLost) {
   ASSERT_EQ(api_->end("client-a", finished["episode_uuid"], "task-1", 1.0).status, 200);
   const int64_t old_engine = api_->engine_pid();
   ASSERT_GT(old_engine, 0);
+  const Json engine_run = api_->status()["engine_run"];
+  ASSERT_TRUE(engine_run.is_string()) << api_->status().dump();
 
   swarm_->stop(SIGKILL);
   // The engine dies with the front (PR_SET_PDEATHSIG): no orphan keeps the model in memory.
@@ -44,6 +46,8 @@ TEST_F(LifecycleTest, SigkilledFrontRestartsWithNothingAcknowledgedLost) {
   swarm_->start();
   api_ = std::make_unique<Api>(swarm_->url());
   ASSERT_TRUE(eventually([&] { return api_->engine_status() == "ENGINE.ROLLING"; })) << api_->status().dump();
+  // The resumed engine is the same run's: a client that started it can still stop it by name.
+  EXPECT_EQ(api_->status()["engine_run"], engine_run);
   Json pool = api_->get("/get_current_batch_rollout_pool_information").json();
   EXPECT_EQ(pool["completed_episodes"], 1) << pool.dump();
   EXPECT_EQ(pool["completed_tasks_details"]["task-1"][0], finished["episode_uuid"]);
@@ -69,6 +73,7 @@ TEST_F(LifecycleTest, CrashedEngineIsMarkedRestartedAndLogged) {
   Json claim = api_->claim("client-a", "train", 600);
   const int64_t first = api_->engine_pid();
   ASSERT_GT(first, 0);
+  const Json engine_run = api_->status()["engine_run"];
   ASSERT_EQ(::kill(pid_t(first), SIGKILL), 0);
   ASSERT_TRUE(eventually([&] {
     int64_t now = api_->engine_pid();
@@ -78,10 +83,52 @@ TEST_F(LifecycleTest, CrashedEngineIsMarkedRestartedAndLogged) {
   EXPECT_THAT(logs, HasSubstr("exited unexpectedly"));
   EXPECT_THAT(logs, HasSubstr("restarting"));
   EXPECT_THAT(logs, HasSubstr("killed by signal 9"));
+  EXPECT_EQ(api_->status()["engine_run"], engine_run);  // restarted, not replaced
   // The claimed episode survived the restart.
   auto r = api_->chat(claim["openai_api_key"], user_chat("still here"));
   EXPECT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(api_->end("client-a", claim["episode_uuid"], "t", 1.0).status, 200);
+}
+
+// stop_engine {"engine_run": X} stops the engine start_engine X started, and no other: a client whose
+// engine another client replaced cannot end the new one's training by stopping "its" engine late.
+TEST_F(LifecycleTest, StopEngineWithAnEngineRunStopsOnlyThatStart) {
+  start();
+  const std::string yaml = config_yaml(model_);
+  ASSERT_EQ(api_->post("/sync_train_config", Json{{"yaml_as_string", yaml}}).status, 200);
+  auto r = api_->post("/start_engine", Json::object());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const std::string first = r.json().value("engine_run", "");
+  ASSERT_FALSE(first.empty()) << r.body;
+  ASSERT_TRUE(eventually([&] { return api_->engine_status() == "ENGINE.ROLLING"; })) << api_->status().dump();
+  EXPECT_EQ(api_->status()["engine_run"], first);
+
+  r = api_->post("/stop_engine", Json{{"engine_run", 7}});
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_THAT(r.body, HasSubstr("'engine_run' must be the non-empty string start_engine answered"));
+  r = api_->post("/stop_engine", Json{{"engine_run", "someone-else"}});
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_THAT(r.body, HasSubstr("is engine_run " + first + ", not someone-else"));
+  EXPECT_THAT(r.body, HasSubstr("left running"));
+  EXPECT_EQ(api_->engine_status(), "ENGINE.ROLLING");
+
+  ASSERT_EQ(api_->post("/stop_engine", Json{{"engine_run", first}}).status, 200);
+  ASSERT_TRUE(eventually([&] { return api_->engine_status() == "ENGINE.OFFLINE"; })) << api_->status().dump();
+  EXPECT_TRUE(api_->status()["engine_run"].is_null());
+  // Nothing runs: a late stop of the first engine is nothing to refuse.
+  EXPECT_EQ(api_->post("/stop_engine", Json{{"engine_run", first}}).status, 200);
+
+  // Another client starts its own engine: the first client's late stop leaves it running.
+  r = api_->post("/start_engine", Json::object());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const std::string second = r.json().value("engine_run", "");
+  EXPECT_NE(second, first);
+  ASSERT_TRUE(eventually([&] { return api_->engine_status() == "ENGINE.ROLLING"; })) << api_->status().dump();
+  EXPECT_EQ(api_->post("/stop_engine", Json{{"engine_run", first}}).status, 400);
+  EXPECT_EQ(api_->engine_status(), "ENGINE.ROLLING");
+  // Without a name, stop_engine stops whatever runs (upstream's semantics).
+  ASSERT_EQ(api_->post("/stop_engine", Json::object()).status, 200);
+  ASSERT_TRUE(eventually([&] { return api_->engine_status() == "ENGINE.OFFLINE"; })) << api_->status().dump();
 }
 
 TEST_F(LifecycleTest, SyncedCodeIsBuiltAndItsEngineRunsAndABrokenTreeKeepsThePreviousOne) {

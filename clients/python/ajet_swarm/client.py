@@ -451,13 +451,17 @@ class SwarmClient:
             self.wait_for_status(ROLLING, max_wait=max_wait, started=True)
         return data
 
-    def stop_engine(self, wait: bool = True, max_wait: Optional[float] = None) -> None:
-        """Stops the engine (from any status) and, with `wait`, blocks until ENGINE.OFFLINE."""
+    def stop_engine(self, wait: bool = True, max_wait: Optional[float] = None,
+                    engine_run: Optional[str] = None) -> None:
+        """Stops the engine (from any status) and, with `wait`, blocks until ENGINE.OFFLINE. With
+        `engine_run` (start_engine's answer names it) only that engine: when another start_engine
+        replaced it since, the server refuses (SwarmCommandError) and leaves the running one alone."""
         status, _ = self.get_engine_status()
         if status == OFFLINE:
             self._log("engine already OFFLINE")
             return
-        self._json_or_raise(self._post_admin("/stop_engine", {}, ENGINE_COMMAND_TIMEOUT), "stop_engine")
+        body = {"engine_run": engine_run} if engine_run else {}
+        self._json_or_raise(self._post_admin("/stop_engine", body, ENGINE_COMMAND_TIMEOUT), "stop_engine")
         if wait:
             self.wait_for_status(OFFLINE, max_wait=max_wait)
 

@@ -185,6 +185,20 @@ class EngineLifecycleTest(EchoServerTest):
         t.join(120)
         self.assertIsInstance(failure.get("error"), SwarmServerOfflineError)
 
+    def test_stop_engine_with_an_engine_run_leaves_another_start_running(self):
+        self.client.sync_train_config(config_yaml(self.model))
+        first = self.client.start_engine(max_wait=120)["engine_run"]
+        self.client.stop_engine(max_wait=60, engine_run=first)
+        self.assertEqual(self.client.get_engine_status()[0], "ENGINE.OFFLINE")
+        second = self.client.start_engine(max_wait=120)["engine_run"]
+        self.assertNotEqual(first, second)
+        with self.assertRaisesRegex(SwarmCommandError, "left running") as e:
+            self.client.stop_engine(max_wait=60, engine_run=first)
+        self.assertEqual(e.exception.status, 400)
+        self.assertEqual(self.client.get_engine_status()[0], "ENGINE.ROLLING")
+        self.client.stop_engine(max_wait=60, engine_run=second)
+        self.assertEqual(self.client.get_engine_status()[0], "ENGINE.OFFLINE")
+
     def test_config_errors_name_the_key_and_dict_configs_are_accepted(self):
         with self.assertRaisesRegex(SwarmCommandError, "num_repeat") as e:
             self.client.sync_train_config(config_yaml(self.model).replace("num_repeat: 2", "num_repeat: -3"))
