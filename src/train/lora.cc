@@ -76,7 +76,14 @@ LoraAdapter::LoraAdapter(int64_t in_features, int64_t out_features, const LoraOp
 torch::Tensor LoraAdapter::delta(const torch::Tensor& x) {
   if (!enabled) return torch::zeros({}, x.options());  // a 0-d zero: broadcasts onto the base output
   auto in = x;
-  if (dropout_ > 0 && is_training()) in = torch::dropout(x, dropout_, /*train=*/true);
+  if (dropout_ > 0 && is_training()) {
+    if (!dropout_generator.defined() || !x.device().is_cpu() || dropout_ >= 1) {
+      in = torch::dropout(x, dropout_, /*train=*/true);
+    } else {
+      // torch::dropout's mask and scaling, drawn from this run's generator.
+      in = x * at::bernoulli(x, 1.0 - dropout_, dropout_generator).div_(1.0 - dropout_);
+    }
+  }
   auto low = torch::nn::functional::linear(in, lora_A);      // (..., r)
   return torch::nn::functional::linear(low, lora_B) * scale_;  // (..., out)
 }
@@ -91,6 +98,8 @@ void attach_lora(model::Qwen2Model& m, const LoraOptions& options, uint64_t seed
   torch::NoGradGuard no_grad;
   for (auto& p : m->parameters()) p.set_requires_grad(false);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  // A stream apart from A's draws ("LoRA dropout" in the seed).
+  auto dropout_gen = at::make_generator<at::CPUGeneratorImpl>(seed ^ 0x4c6f5241446f7574ull);
   for (int64_t l = 0; l < m->num_layers(); ++l) {
     for (model::Proj p : targets) {
       auto& linear = m->layer(l)->linear(p);
@@ -105,9 +114,18 @@ void attach_lora(model::Qwen2Model& m, const LoraOptions& options, uint64_t seed
       adapter->lora_A.set_requires_grad(true);
       adapter->lora_B.set_requires_grad(true);
       adapter->train(m->is_training());
+      adapter->dropout_generator = dropout_gen;
       m->layer(l)->attach_adapter(p, adapter);
     }
   }
+}
+
+at::Generator lora_dropout_generator(model::Qwen2Model& m) {
+  at::Generator gen;
+  for_each_adapter(m, [&](int64_t, model::Proj, LoraAdapter& a) {
+    if (!gen.defined()) gen = a.dropout_generator;
+  });
+  return gen;
 }
 
 bool has_lora(model::Qwen2Model& m) {

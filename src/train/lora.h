@@ -33,16 +33,23 @@ class LoraAdapter : public model::LinearAdapter {
   torch::Tensor lora_A;  // (r, in)
   torch::Tensor lora_B;  // (out, r)
   bool enabled = true;   // false: the base model (the KL reference of a LoRA run)
+  // Where CPU dropout masks come from (attach_lora gives every adapter of a model the same one); an
+  // undefined generator, or a tensor on another device: the default generator (torch::dropout).
+  at::Generator dropout_generator;
 
  private:
   double scale_;
   double dropout_;
 };
 
-// Attaches fresh adapters to every target projection of every layer (A drawn from `seed`, reproducibly),
-// then freezes every base parameter (requires_grad false) so only adapters train. Throws when the
-// model already has adapters.
+// Attaches fresh adapters to every target projection of every layer (A drawn from `seed`, reproducibly,
+// and the dropout masks from a generator of their own seeded from it: a run's masks depend on its seed,
+// not on what else the process drew), then freezes every base parameter (requires_grad false) so only
+// adapters train. Throws when the model already has adapters.
 void attach_lora(model::Qwen2Model& model, const LoraOptions& options, uint64_t seed);
+
+// The generator the model's adapters draw dropout masks from; undefined without adapters.
+at::Generator lora_dropout_generator(model::Qwen2Model& model);
 
 // Adapter parameters under PEFT's names ("base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"),
 // layer by layer, A before B. Empty without adapters.

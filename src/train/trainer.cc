@@ -299,6 +299,12 @@ struct Trainer::Impl {
   Impl(model::Qwen2Model m, TrainerOptions options) : model(std::move(m)), o(std::move(options)), rng(o.seed) {}
 
   bool lora() const { return o.lora.enabled(); }
+  // What draws the dropout masks: the adapters' own generator, else the default one (checkpoints keep
+  // its state).
+  at::Generator dropout_generator() {
+    at::Generator gen = lora() ? lora_dropout_generator(model) : at::Generator();
+    return gen.defined() ? gen : at::detail::getDefaultCPUGenerator();
+  }
   // Where the weights live: every tensor a step builds goes there (ajet.engine.device).
   torch::Device device() const { return model->options().device(); }
 
@@ -636,7 +642,7 @@ Trainer::State Trainer::state() {
   rng << s.rng;
   st.shuffle_rng = rng.str();
   {
-    auto gen = at::detail::getDefaultCPUGenerator();
+    auto gen = s.dropout_generator();
     std::lock_guard<std::mutex> lock(gen.mutex());
     st.torch_rng = gen.get_state();
   }
@@ -675,7 +681,7 @@ void Trainer::load_state(const State& st) {
   }
   s.rng = rng;
   if (st.torch_rng.defined()) {
-    auto gen = at::detail::getDefaultCPUGenerator();
+    auto gen = s.dropout_generator();
     std::lock_guard<std::mutex> lock(gen.mutex());
     gen.set_state(st.torch_rng);
   }

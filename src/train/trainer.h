@@ -93,7 +93,7 @@ class Trainer {
     int64_t global_step = 0;
     int64_t policy_version = 0;
     std::string shuffle_rng;    // std::mt19937_64 in its stream form
-    torch::Tensor torch_rng;    // the default CPU generator's state (dropout)
+    torch::Tensor torch_rng;    // the dropout masks' generator state (LoRA's own; else the default CPU generator's)
     std::vector<OptimizerEntry> optimizer;
   };
   State state();

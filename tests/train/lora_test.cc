@@ -173,6 +173,31 @@ TEST(Lora, DropoutOnlyInTraining) {
   m->eval();
 }
 
+// The masks come from the run's seed, not from the process's default generator: the same seed gives
+// the same masks whatever else was drawn before, another seed other masks (same weights).
+TEST(Lora, DropoutMasksFollowTheSeed) {
+  auto base = testing::random_model(testing::qwen2_config(), 4);
+  LoraOptions o = lora(4);
+  o.dropout = 0.5;
+  auto with_seed = [&](uint64_t seed) {
+    auto m = testing::clone_model(base);
+    attach_lora(m, o, seed);
+    torch::NoGradGuard no_grad;
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
+    for (auto& [name, p] : lora_named_parameters(m)) p.normal_(0.0, 0.5, gen);  // the same weights for every seed
+    m->train();
+    return m;
+  };
+  auto a = with_seed(1), b = with_seed(1), c = with_seed(2);
+  EXPECT_TRUE(lora_dropout_generator(a).defined());
+  torch::manual_seed(3);
+  const torch::Tensor la = probe_logits(a);
+  torch::rand({1000});  // the default generator moves on
+  EXPECT_TRUE(torch::equal(probe_logits(b), la));
+  EXPECT_FALSE(torch::equal(probe_logits(c), la));
+  EXPECT_FALSE(torch::equal(probe_logits(a), la));  // the next masks
+}
+
 }  // namespace
 }  // namespace ajet::train
 
