@@ -21,6 +21,7 @@
 #include <string>
 
 #include "command.h"
+#include "client/swarm_client.h"
 #include "common/error.h"
 #include "common/json.h"
 #include "config/load.h"
@@ -79,10 +80,7 @@ std::string query_escape(const std::string& text) {
 // GET `target` from the front with the admin token; the body as JSON. The front's 400 (a bad
 // parameter) is a usage error; 401 says where the token comes from.
 Json get_from_front(const Source& source, const std::string& target) {
-  std::string token = source.token;
-  if (token.empty()) {
-    if (const char* env = std::getenv("AJET_ADMIN_TOKEN"); env != nullptr) token = env;
-  }
+  const std::string token = source.token.empty() ? client::admin_token_for(source.url) : source.token;
   http::Headers headers;
   if (!token.empty()) headers.add("Authorization", "Bearer " + token);
   http::HttpClient client(source.url);

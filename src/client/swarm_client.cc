@@ -73,6 +73,34 @@ std::string normalized_url(std::string url) {
 
 }  // namespace
 
+std::string admin_token_for(const std::string& server_url) {
+  const std::string url = normalized_url(server_url);
+  if (const char* list = std::getenv("AJET_ADMIN_TOKENS"); list != nullptr) {
+    const std::string text = list;
+    const char* kSeparators = ", \t\r\n";
+    int index = 0;
+    std::string found;
+    for (size_t begin = text.find_first_not_of(kSeparators); begin != std::string::npos;
+         begin = text.find_first_not_of(kSeparators, begin)) {
+      const size_t end = std::min(text.find_first_of(kSeparators, begin), text.size());
+      const std::string entry = text.substr(begin, end - begin);
+      begin = end;
+      ++index;
+      // Messages name the entry by position and URL, never a token.
+      const std::string which = "AJET_ADMIN_TOKENS: entry " + std::to_string(index);
+      if (entry.rfind("http://", 0) != 0) invalid_argument(which + " does not start with http:// (expected URL=TOKEN)");
+      const size_t eq = entry.find('=');
+      if (eq == std::string::npos || eq + 1 == entry.size()) {
+        invalid_argument(which + " (" + entry.substr(0, eq) + ") has no =TOKEN");
+      }
+      if (found.empty() && normalized_url(entry.substr(0, eq)) == url) found = entry.substr(eq + 1);
+    }
+    if (!found.empty()) return found;  // after every entry was checked: a bad one fails for every server
+  }
+  const char* one = std::getenv("AJET_ADMIN_TOKEN");
+  return one != nullptr ? one : "";
+}
+
 ErrorCode SwarmError::code_for(SwarmErrorKind kind, int status) {
   switch (kind) {
     case SwarmErrorKind::kConnection: return ErrorCode::kUnavailable;
@@ -126,9 +154,7 @@ SwarmClient::SwarmClient(std::string server_url, SwarmClientOptions options)
       client_uuid_(options_.client_uuid.empty() ? new_uuid_hex() : options_.client_uuid),
       commands_(server_url_, http_options(options_, options_.timeout)),
       long_commands_(server_url_, http_options(options_, kEngineCommandTimeout), 2) {
-  if (options_.admin_token.empty()) {
-    if (const char* env = std::getenv("AJET_ADMIN_TOKEN"); env != nullptr) options_.admin_token = env;
-  }
+  if (options_.admin_token.empty()) options_.admin_token = admin_token_for(server_url_);
 }
 
 http::ClientResponse SwarmClient::send(const std::string& method, const std::string& path, const Json* body,

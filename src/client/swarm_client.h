@@ -23,8 +23,14 @@
 
 namespace ajet::client {
 
+// The admin token for the server at `server_url`: its entry in $AJET_ADMIN_TOKENS ("URL=TOKEN" pairs
+// separated by commas or whitespace, for servers with tokens of their own), else $AJET_ADMIN_TOKEN,
+// else "". URLs compare without trailing slashes. A malformed entry throws Error(kInvalidArgument)
+// naming it (never the token).
+std::string admin_token_for(const std::string& server_url);
+
 struct SwarmClientOptions {
-  std::string admin_token;  // sent to the commands that change the server; default $AJET_ADMIN_TOKEN
+  std::string admin_token;  // sent to the commands that change the server; default admin_token_for(url)
   std::string client_uuid;  // default: a fresh uuid
   std::chrono::milliseconds timeout{30'000};  // each socket wait of a command
   std::chrono::milliseconds connect_timeout{5'000};

@@ -289,6 +289,58 @@ TEST(ClientAdminTest, ProtectedCommandsNeedTheAdminToken) {
   EXPECT_EQ(admin.get_engine_status().status, client::kOffline);
 }
 
+// Sets an environment variable for the scope (unset again after).
+struct ScopedEnv {
+  ScopedEnv(const char* name, const std::string& value) : name_(name) { ::setenv(name, value.c_str(), 1); }
+  ~ScopedEnv() { ::unsetenv(name_); }
+  const char* name_;
+};
+
+// Two servers with tokens of their own: AJET_ADMIN_TOKENS gives each client its server's token, with
+// AJET_ADMIN_TOKEN (here wrong for both) as the fallback for servers it does not list.
+TEST(ClientAdminTest, EachServerGetsItsTokenFromAjetAdminTokens) {
+  ScratchDir dir;
+  fs::path model = fixture(false).tokenizer;
+  SwarmProcess a(SwarmProcess::Options{dir / "a", bin("ajet-echo-engine"), "tok-a", {}});
+  SwarmProcess b(SwarmProcess::Options{dir / "b", bin("ajet-echo-engine"), "tok-b", {}});
+  ScopedEnv one("AJET_ADMIN_TOKEN", "tok-wrong");
+  ScopedEnv list("AJET_ADMIN_TOKENS", a.url() + "=tok-a,\n  " + b.url() + "/=tok-b");
+  EXPECT_EQ(client::admin_token_for(a.url() + "/"), "tok-a");
+  EXPECT_EQ(client::admin_token_for(b.url()), "tok-b");
+  EXPECT_EQ(client::admin_token_for("http://127.0.0.1:1"), "tok-wrong");
+  for (const SwarmProcess* s : {&a, &b}) {
+    SwarmClient c(s->url(), fast());
+    c.auto_sync_train_config_and_start_engine(echo_yaml(model), false, 120.0);
+    c.stop_engine(true, 60.0);
+    EXPECT_EQ(c.get_engine_status().status, client::kOffline);
+  }
+  {
+    ScopedEnv only_a("AJET_ADMIN_TOKENS", a.url() + "=tok-a");
+    SwarmClient c(b.url(), fast());  // not listed: AJET_ADMIN_TOKEN, which b refuses
+    try {
+      c.sync_train_config(echo_yaml(model));
+      ADD_FAILURE() << "b accepted AJET_ADMIN_TOKEN's token";
+    } catch (const SwarmError& e) {
+      EXPECT_EQ(e.http_status(), 401);
+    }
+  }
+  // Malformed lists are named by entry, never by a token.
+  for (const auto& [value, message] : std::vector<std::pair<std::string, std::string>>{
+           {"secret-token", "entry 1 does not start with http://"},
+           {a.url() + "=tok-a " + b.url(), "entry 2 (" + b.url() + ") has no =TOKEN"},
+           {a.url() + "=", "entry 1 (" + a.url() + ") has no =TOKEN"}}) {
+    ScopedEnv bad("AJET_ADMIN_TOKENS", value);
+    try {
+      client::admin_token_for(a.url());
+      ADD_FAILURE() << value;
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), HasSubstr(message));
+      EXPECT_THAT(e.what(), ::testing::Not(HasSubstr("secret-token")));
+      EXPECT_THAT(e.what(), ::testing::Not(HasSubstr("tok-a")));
+    }
+  }
+}
+
 TEST(ClientUnreachableTest, AnUnreachableServerReadsCannotConnect) {
   SwarmClient c("http://127.0.0.1:1", fast());
   EXPECT_EQ(c.get_engine_status().status, client::kCannotConnect);

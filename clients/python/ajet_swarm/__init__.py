@@ -12,7 +12,7 @@ Upstream AgentJet scripts run after changing only their imports: every name they
 
 from .chat import ChatClient, accumulate_stream
 from .client import (BOOTING, CANNOT_CONNECT, OFFLINE, ROLLING, ROLLING_POST, WEIGHT_EXPORTING, WEIGHT_SYNCING,
-                     SwarmClient, auto_train_with_dataset)
+                     SwarmClient, admin_token_for, auto_train_with_dataset)
 from .config_yaml import YamlError, from_yaml, to_yaml
 from .errors import (ChatError, EpisodeGroupError, SwarmCommandError, SwarmConnectionError, SwarmError,
                      SwarmServerOfflineError, SwarmTimeoutError, WeightUpdatedHalfway)
@@ -32,7 +32,7 @@ __version__ = "0.1.0"
 CurrentBatchRolloutPoolInformation = RolloutStat
 
 __all__ = [
-    "SwarmClient", "ChatClient", "accumulate_stream", "Episode", "OpenaiBaseUrlAndApiKey", "Task", "WorkflowOutput",
+    "SwarmClient", "admin_token_for", "ChatClient", "accumulate_stream", "Episode", "OpenaiBaseUrlAndApiKey", "Task", "WorkflowOutput",
     "ThrottlePolicy", "SwarmThrottlePolicy", "RetryPolicy", "SwarmError", "SwarmConnectionError", "SwarmCommandError",
     "SwarmServerOfflineError", "SwarmTimeoutError", "ChatError", "format_rollout_stat", "to_yaml", "from_yaml",
     "YamlError", "AgentJetJob", "AttrDict", "RolloutStat", "EpisodeStatus", "CurrentBatchRolloutPoolInformation",

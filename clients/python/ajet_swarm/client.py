@@ -47,6 +47,30 @@ AGREE_METHODS = ("rollout_until_any_client_agree_sync_weight", "rollout_until_al
 _SYNC_STATUSES = (WEIGHT_SYNCING, WEIGHT_EXPORTING)
 
 
+def _normalized_url(url: str) -> str:
+    url = url.rstrip("/")
+    return url if "://" in url else "http://" + url
+
+
+def admin_token_for(server_url: str) -> Optional[str]:
+    """The admin token for the server at `server_url`: its entry in $AJET_ADMIN_TOKENS ("URL=TOKEN"
+    pairs separated by commas or whitespace, for servers with tokens of their own), else
+    $AJET_ADMIN_TOKEN, else None. A malformed entry raises ValueError naming it (never a token)."""
+    url, found = _normalized_url(server_url), None
+    for index, entry in enumerate(re.split(r"[,\s]+", os.environ.get("AJET_ADMIN_TOKENS", "").strip()), start=1):
+        if not entry:
+            continue
+        which = f"AJET_ADMIN_TOKENS: entry {index}"
+        if not entry.startswith("http://"):
+            raise ValueError(f"{which} does not start with http:// (expected URL=TOKEN)")
+        target, eq, token = entry.partition("=")
+        if not eq or not token:
+            raise ValueError(f"{which} ({target}) has no =TOKEN")
+        if found is None and _normalized_url(target) == url:
+            found = token
+    return found if found is not None else os.environ.get("AJET_ADMIN_TOKEN") or None
+
+
 class SwarmClient:
     def __init__(self, server_url: str, verbose: bool = True, agentjet_job: Any = None,
                  auto_start_swarm_server: bool = False, *, admin_token: Optional[str] = None,
@@ -66,13 +90,12 @@ class SwarmClient:
           `swarm_server_timeout` bounds the wait for its ready line). The process, if one was
           started, is `self.swarm_server_process`.
 
-        Extras of this package (keyword-only): `admin_token` (default $AJET_ADMIN_TOKEN) is sent with
+        Extras of this package (keyword-only): `admin_token` (default: this URL's entry in
+        $AJET_ADMIN_TOKENS, else $AJET_ADMIN_TOKEN; see admin_token_for) is sent with
         the commands that change the server; `client_uuid` (default a fresh uuid4); `timeout` per
         socket wait; `retry` (RetryPolicy) the waits between attempts."""
-        self.server_url = server_url.rstrip("/")
-        if "://" not in self.server_url:
-            self.server_url = "http://" + self.server_url
-        self.admin_token = admin_token if admin_token is not None else os.environ.get("AJET_ADMIN_TOKEN") or None
+        self.server_url = _normalized_url(server_url)
+        self.admin_token = admin_token if admin_token is not None else admin_token_for(self.server_url)
         self.client_uuid = client_uuid or str(uuid.uuid4())
         self.retry = retry or RetryPolicy()
         self.verbose = verbose

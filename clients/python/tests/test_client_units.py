@@ -382,5 +382,41 @@ class RetryRulesTest(unittest.TestCase):
         self.assertEqual((e.exception.status, e.exception.code), (401, "unauthenticated"))
 
 
+
+class AdminTokensTest(unittest.TestCase):
+    """$AJET_ADMIN_TOKENS gives each server its own token; $AJET_ADMIN_TOKEN is the fallback."""
+
+    def setUp(self):
+        self.saved = {k: os.environ.pop(k, None) for k in ("AJET_ADMIN_TOKEN", "AJET_ADMIN_TOKENS")}
+
+    def tearDown(self):
+        for k, v in self.saved.items():
+            os.environ.pop(k, None)
+            if v is not None:
+                os.environ[k] = v
+
+    def test_each_url_gets_its_token_and_the_rest_the_fallback(self):
+        from ajet_swarm import admin_token_for
+        self.assertIsNone(admin_token_for("http://a:1"))
+        os.environ["AJET_ADMIN_TOKEN"] = "shared"
+        os.environ["AJET_ADMIN_TOKENS"] = "http://a:1=tok-a,\n http://b:2/=tok-b"
+        self.assertEqual(admin_token_for("http://a:1/"), "tok-a")
+        self.assertEqual(admin_token_for("b:2"), "tok-b")
+        self.assertEqual(admin_token_for("http://c:3"), "shared")
+        self.assertEqual(SwarmClient("http://b:2", retry=FAST).admin_token, "tok-b")
+        self.assertEqual(SwarmClient("http://b:2", admin_token="given", retry=FAST).admin_token, "given")
+
+    def test_malformed_entries_are_named_without_their_token(self):
+        from ajet_swarm import admin_token_for
+        for value, message in (("secret-token", "entry 1 does not start with http://"),
+                               ("http://a:1=tok-a http://b:2", "entry 2 (http://b:2) has no =TOKEN"),
+                               ("http://a:1=", "entry 1 (http://a:1) has no =TOKEN")):
+            os.environ["AJET_ADMIN_TOKENS"] = value
+            with self.assertRaises(ValueError) as e:
+                admin_token_for("http://a:1")
+            self.assertIn(message, str(e.exception))
+            self.assertNotIn("secret-token", str(e.exception))
+            self.assertNotIn("tok-a", str(e.exception))
+
 if __name__ == "__main__":
     unittest.main()
