@@ -1,7 +1,9 @@
 // The front's life cycle with ajet-echo-engine: SIGKILL and restart with the same store (nothing
 // acknowledged is lost, claimed episodes and their keys survive, the engine comes back), an engine
-// that crashes (marked, restarted, logged), and sync_train_code (the synced tree is built and its
-// ajet-engine runs; a tree that does not compile leaves the previous engine running and says why).
+// that crashes (marked, restarted, logged), stop_engine by engine_run, the supervisor giving up (an
+// engine that exits while booting, one that never gets ready, one that keeps crashing on restart),
+// and sync_train_code (the synced tree is built and its ajet-engine runs; a tree that does not
+// compile leaves the previous engine running and says why).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -129,6 +131,67 @@ TEST_F(LifecycleTest, StopEngineWithAnEngineRunStopsOnlyThatStart) {
   // Without a name, stop_engine stops whatever runs (upstream's semantics).
   ASSERT_EQ(api_->post("/stop_engine", Json::object()).status, 200);
   ASSERT_TRUE(eventually([&] { return api_->engine_status() == "ENGINE.OFFLINE"; })) << api_->status().dump();
+}
+
+// An engine executable written by the test: a shell script (made executable).
+fs::path script_engine(const fs::path& dir, const std::string& body) {
+  const fs::path path = dir / "engine.sh";
+  write_file_atomic(path, "#!/bin/sh\n" + body);
+  fs::permissions(path, fs::perms::owner_all, fs::perm_options::add);
+  return path;
+}
+
+// The supervisor's ways of giving up, each ending in ENGINE.OFFLINE with the reason and the engine's
+// last lines in the detail, with the front still serving.
+TEST_F(LifecycleTest, AnEngineThatExitsWhileBootingEndsOfflineWithItsLastLines) {
+  start(script_engine(dir_.path(), "echo 'fake engine: cannot read the weights' >&2\nexit 3\n"));
+  ASSERT_EQ(api_->post("/sync_train_config", Json{{"yaml_as_string", config_yaml(model_)}}).status, 200);
+  ASSERT_EQ(api_->post("/start_engine", Json::object()).status, 200);
+  ASSERT_TRUE(eventually([&] { return api_->engine_status() == "ENGINE.OFFLINE"; })) << api_->status().dump();
+  const std::string detail = api_->status()["engine_status_detail"];
+  EXPECT_THAT(detail, HasSubstr("the engine failed to start (exit code 3)"));
+  EXPECT_THAT(detail, HasSubstr("fake engine: cannot read the weights"));
+  EXPECT_THAT(api_->get("/get_verbose_logs").body, HasSubstr("failed to start"));
+  EXPECT_EQ(curl("GET", swarm_->url() + "/health").status, 200);
+  // Nothing is left half-started: the config can be synced again.
+  EXPECT_EQ(api_->post("/sync_train_config", Json{{"yaml_as_string", config_yaml(model_)}}).status, 200);
+}
+
+TEST_F(LifecycleTest, AnEngineThatNeverGetsReadyIsStoppedAtTheBootTimeout) {
+  const fs::path pid_file = dir_ / "engine.pid";
+  swarm_ = std::make_unique<SwarmProcess>(SwarmProcess::Options{
+      dir_ / "server", script_engine(dir_.path(), "echo $$ > " + pid_file.string() + "\nexec sleep 600\n"), "",
+      {"--engine-boot-timeout", "1"}});
+  api_ = std::make_unique<Api>(swarm_->url());
+  ASSERT_EQ(api_->post("/sync_train_config", Json{{"yaml_as_string", config_yaml(model_)}}).status, 200);
+  ASSERT_EQ(api_->post("/start_engine", Json::object()).status, 200);
+  ASSERT_TRUE(eventually([&] { return api_->engine_status() == "ENGINE.OFFLINE"; })) << api_->status().dump();
+  EXPECT_THAT(api_->status()["engine_status_detail"].get<std::string>(),
+              HasSubstr("the engine failed to start (did not accept connections within 1 s)"));
+  ASSERT_TRUE(fs::exists(pid_file));
+  const pid_t engine = static_cast<pid_t>(std::stol(read_file(pid_file)));
+  EXPECT_TRUE(eventually([&] { return process_gone(engine); })) << "the engine " << engine << " was left running";
+}
+
+TEST_F(LifecycleTest, AnEngineThatKeepsCrashingOnRestartIsGivenUp) {
+  // Runs the echo engine once; every restart after that exits at once.
+  const fs::path marker = dir_ / "started-once";
+  start(script_engine(dir_.path(), "if [ -e " + marker.string() +
+                                       " ]; then echo 'fake engine: crashed again' >&2; exit 4; fi\ntouch " +
+                                       marker.string() + "\nexec " + bin("ajet-echo-engine").string() + " \"$@\"\n"));
+  api_->boot(config_yaml(model_));
+  const int64_t pid = api_->engine_pid();
+  ASSERT_GT(pid, 0);
+  ASSERT_EQ(::kill(pid_t(pid), SIGKILL), 0);
+  ASSERT_TRUE(eventually([&] { return api_->engine_status() == "ENGINE.OFFLINE"; }, 60s)) << api_->status().dump();
+  const std::string detail = api_->status()["engine_status_detail"];
+  EXPECT_THAT(detail, HasSubstr("the engine crashed and failed to restart 3 times (exit code 4)"));
+  EXPECT_THAT(detail, HasSubstr("fake engine: crashed again"));
+  EXPECT_THAT(detail, HasSubstr("giving up"));
+  const std::string logs = api_->get("/get_verbose_logs").body;
+  EXPECT_THAT(logs, HasSubstr("killed by signal 9"));  // the first crash, then the restarts
+  EXPECT_THAT(logs, HasSubstr("restarting it from"));
+  EXPECT_EQ(curl("GET", swarm_->url() + "/health").status, 200);
 }
 
 TEST_F(LifecycleTest, SyncedCodeIsBuiltAndItsEngineRunsAndABrokenTreeKeepsThePreviousOne) {
