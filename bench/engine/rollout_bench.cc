@@ -18,9 +18,7 @@
 // between the requests of one RL step. Prints generated tokens per second (stop id included) and the
 // ratios, and appends the table to docs/benchmarks.md (--no-append skips that; --smoke runs a few
 // episodes on a fresh model and never appends).
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/wait.h>
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -44,6 +42,7 @@
 #include "common/log.h"
 #include "rpc/client.h"
 #include "rpc/messages.h"
+#include "rpc/serve_child.h"
 #include "tasks/builtin.h"
 #include "tasks/rng.h"
 #include "tasks/task.h"
@@ -93,62 +92,6 @@ std::string trimmed(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
   return s;
 }
-
-// `ajet-engine serve` as a child; ready when it prints its ready line.
-class EngineServer {
- public:
-  EngineServer(const std::vector<std::string>& command, const fs::path& log_path) {
-    int out[2];
-    if (::pipe(out) != 0) throw std::runtime_error("pipe failed");
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::dup2(out[1], 1);
-      const int err = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (err >= 0) ::dup2(err, 2);
-      ::close(out[0]);
-      ::close(out[1]);
-      std::vector<std::string> args = command;
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
-    ::close(out[1]);
-    stdout_ = out[0];
-    std::string text;
-    const std::string marker = "ajet-engine: ready on ";
-    char buf[1024];
-    size_t at = std::string::npos;
-    while ((at = text.find(marker)) == std::string::npos || text.find('\n', at) == std::string::npos) {
-      const ssize_t n = ::read(out[0], buf, sizeof buf);
-      if (n <= 0) {
-        stop();
-        throw std::runtime_error("ajet-engine serve exited before it was ready; see " + log_path.string());
-      }
-      text.append(buf, static_cast<size_t>(n));
-    }
-    at += marker.size();
-    address_ = text.substr(at, text.find('\n', at) - at);
-  }
-  ~EngineServer() { stop(); }
-  EngineServer(const EngineServer&) = delete;
-  EngineServer& operator=(const EngineServer&) = delete;
-  const std::string& address() const { return address_; }
-
- private:
-  void stop() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGTERM);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    ::close(stdout_);
-    pid_ = -1;
-  }
-  pid_t pid_ = -1;
-  int stdout_ = -1;
-  std::string address_;
-};
 
 struct Episode {
   std::vector<int32_t> prompt;
@@ -444,8 +387,10 @@ int main(int argc, char** argv) {
       if (!caching) c.push_back("--no-prefix-caching");
       return c;
     };
-    EngineServer server_off(serve_command(false, "off.sock"), dir / "serve-off.log");
-    EngineServer server_on(serve_command(true, "on.sock"), dir / "serve-on.log");
+    ajet::rpc::ServeChild server_off(serve_command(false, "off.sock"), dir / "serve-off.log");
+    ajet::rpc::ServeChild server_on(serve_command(true, "on.sock"), dir / "serve-on.log");
+    server_off.wait_ready();
+    server_on.wait_ready();
     ajet::rpc::Client client_off(server_off.address());
     ajet::rpc::Client client_on(server_on.address());
     client_off.connect();

@@ -3,9 +3,7 @@
 // `ajet-engine serve` process on the same model with the same settings, in one run, interleaved in
 // rounds. Prints p50/p99 per request, the difference and the ratio, and appends the table to
 // docs/benchmarks.md (--no-append skips that; --smoke runs a few requests and never appends).
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/wait.h>
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -33,6 +31,7 @@
 #include "model/qwen2.h"
 #include "rpc/client.h"
 #include "rpc/messages.h"
+#include "rpc/serve_child.h"
 
 namespace {
 
@@ -46,56 +45,6 @@ struct Args {
   int rounds = 3;
   bool smoke = false;
   bool append = true;
-};
-
-// `ajet-engine serve` as a child; ready when it prints its ready line.
-class ServeProcess {
- public:
-  ServeProcess(const fs::path& binary, const fs::path& model, const std::string& listen, int threads,
-               const fs::path& log_path) {
-    std::vector<std::string> args = {binary.string(), "serve", "--model", model.string(), "--listen", listen,
-                                     "--threads", std::to_string(threads), "--kv-cache-mb", "64"};
-    int out[2];
-    if (::pipe(out) != 0) throw std::runtime_error("pipe failed");
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::dup2(out[1], 1);
-      const int err = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (err >= 0) ::dup2(err, 2);
-      ::close(out[0]);
-      ::close(out[1]);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
-    ::close(out[1]);
-    std::string text;
-    const std::string marker = "ajet-engine: ready on ";
-    char buf[1024];
-    size_t at = std::string::npos;
-    while ((at = text.find(marker)) == std::string::npos || text.find('\n', at) == std::string::npos) {
-      const ssize_t n = ::read(out[0], buf, sizeof buf);
-      if (n <= 0) throw std::runtime_error("ajet-engine serve exited before it was ready; see " + log_path.string());
-      text.append(buf, static_cast<size_t>(n));
-    }
-    at += marker.size();
-    address_ = text.substr(at, text.find('\n', at) - at);
-    stdout_ = out[0];
-  }
-  ~ServeProcess() {
-    ::kill(pid_, SIGTERM);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    ::close(stdout_);
-  }
-  const std::string& address() const { return address_; }
-
- private:
-  pid_t pid_ = -1;
-  int stdout_ = -1;
-  std::string address_;
 };
 
 std::vector<int32_t> prompt_for(int index, int length) {
@@ -177,9 +126,11 @@ int main(int argc, char** argv) {
   try {
     ajet::engine::EngineRuntime direct = ajet::engine::start_engine(options);
     backend = direct.compute.backend;
-    ServeProcess serve(engine_binary, options.model_dir, "unix:" + (dir / "engine.sock").string(), args.threads,
-                       dir / "serve.log");
-    ajet::rpc::Client client(serve.address());
+    ajet::rpc::ServeChild serve({engine_binary.string(), "serve", "--model", options.model_dir.string(), "--listen",
+                                 "unix:" + (dir / "engine.sock").string(), "--threads", std::to_string(args.threads),
+                                 "--kv-cache-mb", "64"},
+                                dir / "serve.log");
+    ajet::rpc::Client client(serve.wait_ready());
     client.connect();
 
     auto run_direct = [&](int index, int max_tokens) {

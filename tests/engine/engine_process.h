@@ -26,6 +26,7 @@
 #include "model/test_util.h"
 #include "rpc/client.h"
 #include "rpc/messages.h"
+#include "rpc/serve_child.h"
 
 namespace ajet::engine::testing {
 
@@ -80,106 +81,40 @@ inline const fs::path& tiny_model_dir() {
   return dir;
 }
 
-// A child `ajet-engine serve`; stdout is read up to the ready line, stderr goes to a file.
+// A child `ajet-engine serve` (rpc::ServeChild: stdout read up to the ready line, stderr into a file).
 class EngineProcess {
  public:
   // `extra` are appended to `serve --model DIR --listen unix:SOCK --threads 1 --kv-cache-mb 32`.
-  explicit EngineProcess(std::vector<std::string> extra = {}, fs::path model = tiny_model_dir()) {
-    static int counter = 0;
-    const std::string name = "e" + std::to_string(counter++);
-    socket_ = process_dir() / (name + ".sock");
-    stderr_path_ = process_dir() / (name + ".stderr");
-    std::vector<std::string> args = {kEngineBinary, "serve", "--model", model.string(), "--listen",
-                                     "unix:" + socket_.string(), "--threads", "1", "--kv-cache-mb", "32"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    int out[2];
-    if (::pipe(out) != 0) throw std::runtime_error("pipe failed");
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::dup2(out[1], 1);
-      const int err = ::open(stderr_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (err >= 0) ::dup2(err, 2);
-      ::close(out[0]);
-      ::close(out[1]);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
-    ::close(out[1]);
-    stdout_fd_ = out[0];
-  }
-  ~EngineProcess() {
-    if (pid_ > 0 && !exit_code_) {
-      ::kill(pid_, SIGKILL);
-      int status = 0;
-      ::waitpid(pid_, &status, 0);
-    }
-    if (stdout_fd_ >= 0) ::close(stdout_fd_);
-  }
-  EngineProcess(const EngineProcess&) = delete;
-  EngineProcess& operator=(const EngineProcess&) = delete;
+  explicit EngineProcess(std::vector<std::string> extra = {}, fs::path model = tiny_model_dir())
+      : socket_(next_path(".sock")), child_(command(extra, model, socket_), next_path(".stderr")) {}
 
-  // Reads stdout until "ajet-engine: ready on ADDRESS"; returns ADDRESS. Fails (with stderr) when the
-  // process exits first; `limit` only guards against a hang.
-  std::string wait_ready(std::chrono::seconds limit = std::chrono::seconds(120)) {
-    const std::string marker = "ajet-engine: ready on ";
-    const auto deadline = std::chrono::steady_clock::now() + limit;
-    while (true) {
-      const size_t at = stdout_.find(marker);
-      if (at != std::string::npos) {
-        const size_t end = stdout_.find('\n', at);
-        if (end != std::string::npos) return address_ = stdout_.substr(at + marker.size(), end - at - marker.size());
-      }
-      if (!read_stdout(deadline)) {
-        throw std::runtime_error("ajet-engine serve did not get ready; stdout:\n" + stdout_ + "\nstderr:\n" +
-                                 stderr_text());
-      }
-    }
-  }
-
+  // Reads stdout until "ajet-engine: ready on ADDRESS"; returns ADDRESS. Throws (with stdout and
+  // stderr) when the process exits first; `limit` only guards against a hang.
+  std::string wait_ready(std::chrono::seconds limit = std::chrono::seconds(120)) { return child_.wait_ready(limit); }
   // Reads stdout until end of file (the process closed it, i.e. exited) and waits for the exit code.
-  int wait_exit(std::chrono::seconds limit = std::chrono::seconds(120)) {
-    const auto deadline = std::chrono::steady_clock::now() + limit;
-    while (read_stdout(deadline)) {
-    }
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    return *exit_code_;
-  }
+  int wait_exit(std::chrono::seconds limit = std::chrono::seconds(120)) { return child_.wait_exit(limit); }
 
-  void signal(int sig) { ::kill(pid_, sig); }
-  const std::string& address() const { return address_; }
+  void signal(int sig) { child_.signal(sig); }
+  const std::string& address() const { return child_.address(); }
   const fs::path& socket_path() const { return socket_; }
-  const std::string& stdout_text() const { return stdout_; }
-  std::string stderr_text() const { return run_command("cat " + quote(stderr_path_)).output; }
+  const std::string& stdout_text() const { return child_.stdout_text(); }
+  std::string stderr_text() const { return child_.stderr_text(); }
 
  private:
-  // One chunk of stdout; false at end of file or when the deadline passed.
-  bool read_stdout(std::chrono::steady_clock::time_point deadline) {
-    while (true) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0) return false;
-      pollfd p{stdout_fd_, POLLIN, 0};
-      const int r = ::poll(&p, 1, static_cast<int>(left.count()));
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) return false;
-      char buf[4096];
-      const ssize_t n = ::read(stdout_fd_, buf, sizeof buf);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return false;
-      stdout_.append(buf, static_cast<size_t>(n));
-      return true;
-    }
+  static fs::path next_path(const std::string& suffix) {
+    static int counter = 0;
+    return process_dir() / ("e" + std::to_string(counter++) + suffix);
+  }
+  static std::vector<std::string> command(const std::vector<std::string>& extra, const fs::path& model,
+                                          const fs::path& socket) {
+    std::vector<std::string> args = {kEngineBinary, "serve", "--model", model.string(), "--listen",
+                                     "unix:" + socket.string(), "--threads", "1", "--kv-cache-mb", "32"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
   }
 
-  pid_t pid_ = -1;
-  int stdout_fd_ = -1;
-  fs::path socket_, stderr_path_;
-  std::string stdout_, address_;
-  std::optional<int> exit_code_;
+  fs::path socket_;
+  rpc::ServeChild child_;
 };
 
 // Everything one generate request got back.
