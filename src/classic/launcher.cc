@@ -898,6 +898,7 @@ void Job::boot_engine() {
   // Not waiting in start_engine: the engine is this run's from its answer on, also when the boot fails.
   engine_run_ = client_->start_engine(false, std::nullopt, from_checkpoint).value("engine_run", "");
   engine_started_ = true;
+  client_->follow_engine_run(engine_run_);  // claims refused once another client replaced this engine
   client_->wait_for_status(client::kRolling, 900.0, true);
   if (remote()) front_run_dir_ = front_experiment_dir_for_messages();
   client::EngineStatus status = client_->get_engine_status();

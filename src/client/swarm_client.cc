@@ -246,7 +246,18 @@ std::variant<Episode, std::string> SwarmClient::claim_once(const ClaimOptions& o
                {"episode_type", o.episode_type},
                {"discard_episode_timeout", o.discard_episode_timeout}};
   if (o.throttle_policy) body["throttle_policy"] = o.throttle_policy->to_json();
-  Json data = json_or_throw(send("POST", "/claim_episode", &body, false), "claim_episode");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!engine_run_.empty()) body["engine_run"] = engine_run_;
+  }
+  const http::ClientResponse r = send("POST", "/claim_episode", &body, false);
+  if (r.status == 409) {
+    throw SwarmError(SwarmErrorKind::kOffline,
+                     fmt::format("the engine at {} is no longer the one this client follows: {}", server_url_,
+                                 error_message(r)),
+                     r.status);
+  }
+  Json data = json_or_throw(r, "claim_episode");
   if (!data.value("success", false)) {
     std::string cause = data.value("fail_cause", "");
     return cause.empty() ? std::string("claim_episode failed without a fail_cause") : cause;
@@ -500,6 +511,11 @@ void SwarmClient::stop_engine(bool wait, std::optional<double> max_wait, const s
   if (!engine_run.empty()) body["engine_run"] = engine_run;
   json_or_throw(send("POST", "/stop_engine", &body, true, kEngineCommandTimeout), "stop_engine");
   if (wait) wait_for_status(kOffline, max_wait);
+}
+
+void SwarmClient::follow_engine_run(const std::string& engine_run) {
+  std::lock_guard<std::mutex> lock(mu_);
+  engine_run_ = engine_run;
 }
 
 std::string SwarmClient::auto_sync_train_config_and_start_engine(const std::string& yaml, bool force_restart,

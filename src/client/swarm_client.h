@@ -67,6 +67,10 @@ class SwarmClient {
   // from_checkpoint: the engine continues from the newest checkpoint the front knows (a stopped run).
   // The answer's "engine_run" names the engine this call started.
   Json start_engine(bool wait = true, std::optional<double> max_wait = std::nullopt, bool from_checkpoint = false);
+  // Claims from now on name this engine (start_engine's "engine_run"): once another client's
+  // start_engine has replaced it, begin_episode throws SwarmError kOffline instead of claiming from
+  // the new engine. "" (the default): any engine.
+  void follow_engine_run(const std::string& engine_run);
   // engine_run (start_engine's answer, or get_engine_status' "engine_run"): stop only that engine; when
   // another start_engine replaced it since, the front refuses (SwarmError, HTTP 400) and leaves the
   // running one alone. Empty: whatever runs.
@@ -124,10 +128,11 @@ class SwarmClient {
   std::string client_uuid_;
   ConnectionPool commands_;       // timeout = options.timeout
   ConnectionPool long_commands_;  // start/stop/sync_train_code: up to 600 s
-  std::mutex mu_;                 // guards expire_at_ and recent_
+  std::mutex mu_;                 // guards expire_at_, recent_ and engine_run_
   std::mutex claim_mu_;           // serialises claims under a throttle policy
   std::map<std::string, std::chrono::steady_clock::time_point> expire_at_;
   RecentTasks recent_;
+  std::string engine_run_;        // follow_engine_run
 };
 
 }  // namespace ajet::client

@@ -104,7 +104,23 @@ void add_command_routes(http::Router& router, ServerContext& ctx) {
   const size_t limit = ctx.options.max_json_body_bytes;
   auto claim = [&ctx, limit](Request req, Respond respond) {
     answer_errors(respond, [&] {
-      ClaimRequest claim = ClaimRequest::from_json(parse_json_body(req, limit));
+      const Json body = parse_json_body(req, limit);
+      ClaimRequest claim = ClaimRequest::from_json(body);
+      // (ext) "engine_run": claim only from the engine that start_engine started (a client whose engine
+      // another client replaced must not roll out for the new one).
+      if (body.contains("engine_run")) {
+        if (!body["engine_run"].is_string() || body["engine_run"].get<std::string>().empty()) {
+          invalid_argument("claim_episode body: field 'engine_run' must be the non-empty string start_engine answered");
+        }
+        const std::string current = ctx.train().engine_run;
+        if (body["engine_run"].get<std::string>() != current && ctx.registry.engine_status() != EngineStatus::kOffline) {
+          respond(openai_error(409,
+                               "claim_episode: the engine is engine_run " + current + " now, not " +
+                                   body["engine_run"].get<std::string>() + ": another start_engine replaced it",
+                               "engine_replaced"));
+          return;
+        }
+      }
       respond(http::json_response(ctx.registry.claim_episode(claim).to_json()));
     });
   };

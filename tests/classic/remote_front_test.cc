@@ -212,6 +212,7 @@ TEST(ClassicRemote, AnotherExperimentsEngineIsLeftAloneUnlessForceRestart) {
   EXPECT_EQ(WEXITSTATUS(status), 1) << out1;
   // Replaced while it waited (or found the engine OFFLINE in between): either way it stopped nothing.
   EXPECT_TRUE(out1.find("the front's engine is no longer this run's") != std::string::npos ||
+              out1.find("is no longer the one this client follows") != std::string::npos ||
               out1.find("ENGINE.OFFLINE") != std::string::npos)
       << out1;
   EXPECT_EQ(engine_status(front.url()), client::kOffline);

@@ -128,6 +128,16 @@ TEST_F(LifecycleTest, StopEngineWithAnEngineRunStopsOnlyThatStart) {
   ASSERT_TRUE(eventually([&] { return api_->engine_status() == "ENGINE.ROLLING"; })) << api_->status().dump();
   EXPECT_EQ(api_->post("/stop_engine", Json{{"engine_run", first}}).status, 400);
   EXPECT_EQ(api_->engine_status(), "ENGINE.ROLLING");
+  // Claims naming the first engine are refused too (409, code engine_replaced); the second's are served.
+  r = api_->post("/claim_episode", Json{{"client_uuid", "late"}, {"engine_run", first}});
+  EXPECT_EQ(r.status, 409) << r.body;
+  EXPECT_EQ(r.json()["error"]["code"], "engine_replaced") << r.body;
+  EXPECT_THAT(r.body, HasSubstr("is engine_run " + second + " now, not " + first));
+  r = api_->post("/claim_episode", Json{{"client_uuid", "late"}, {"engine_run", 1}});
+  EXPECT_EQ(r.status, 400) << r.body;
+  r = api_->post("/claim_episode", Json{{"client_uuid", "current"}, {"engine_run", second}});
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.json()["success"], true) << r.body;
   // Without a name, stop_engine stops whatever runs (upstream's semantics).
   ASSERT_EQ(api_->post("/stop_engine", Json::object()).status, 200);
   ASSERT_TRUE(eventually([&] { return api_->engine_status() == "ENGINE.OFFLINE"; })) << api_->status().dump();
