@@ -96,6 +96,7 @@ class SwarmClient:
         socket wait; `retry` (RetryPolicy) the waits between attempts."""
         self.server_url = _normalized_url(server_url)
         self.admin_token = admin_token if admin_token is not None else admin_token_for(self.server_url)
+        self._engine_run: Optional[str] = None  # follow_engine_run
         self.client_uuid = client_uuid or str(uuid.uuid4())
         self.retry = retry or RetryPolicy()
         self.verbose = verbose
@@ -211,7 +212,12 @@ class SwarmClient:
                                 "discard_episode_timeout": float(discard_episode_timeout)}
         if throttle_policy is not None:
             body["throttle_policy"] = throttle_policy.to_json()
+        if self._engine_run:
+            body["engine_run"] = self._engine_run
         resp = self._http.post_json("/claim_episode", body)
+        if resp.status == 409:
+            raise SwarmServerOfflineError(f"the engine at {self.server_url} is no longer the one this client "
+                                          f"follows: {resp.error_message()}")
         data = self._json_or_raise(resp, "claim_episode")
         if not data.get("success"):
             return str(data.get("fail_cause") or "claim_episode failed without a fail_cause")
@@ -225,6 +231,12 @@ class SwarmClient:
         return Episode(episode_uuid=episode_uuid, base_url=self.rewrite_base_url(data["openai_base_url"]),
                        api_key=data["openai_api_key"], client_uuid=self.client_uuid, episode_type=episode_type,
                        global_step=step if isinstance(step, int) and not isinstance(step, bool) else None)
+
+    def follow_engine_run(self, engine_run: Optional[str]) -> None:
+        """Claims from now on name this engine (start_engine's "engine_run"): once another client's
+        start_engine has replaced it, begin_episode raises SwarmServerOfflineError instead of claiming
+        from the new engine. None: any engine (the default)."""
+        self._engine_run = engine_run or None
 
     def rewrite_base_url(self, base_url: str) -> str:
         """Replaces scheme://host:port of the server's base_url with the address this client dialled."""

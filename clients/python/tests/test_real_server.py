@@ -196,6 +196,12 @@ class EngineLifecycleTest(EchoServerTest):
             self.client.stop_engine(max_wait=60, engine_run=first)
         self.assertEqual(e.exception.status, 400)
         self.assertEqual(self.client.get_engine_status()[0], "ENGINE.ROLLING")
+        follower = SwarmClient(self.url, retry=self.client.retry)
+        follower.follow_engine_run(first)  # it started the first engine; the second is someone else's
+        with self.assertRaisesRegex(SwarmServerOfflineError, "no longer the one this client follows"):
+            follower.begin_episode(max_wait=30)
+        follower.follow_engine_run(second)
+        follower.abort_episode(follower.begin_episode(max_wait=30).episode_uuid)
         self.client.stop_engine(max_wait=60, engine_run=second)
         self.assertEqual(self.client.get_engine_status()[0], "ENGINE.OFFLINE")
 
