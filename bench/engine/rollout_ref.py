@@ -17,29 +17,14 @@
 #   rollout_ref.py SPEC.json   (written by rollout_bench; prints one JSON line of results)
 import json
 import math
-import struct
+import os
 import sys
 import time
 
 import torch
 
-
-def load_safetensors(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n])
-    base = 8 + n
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        if info["dtype"] != "F32":
-            sys.exit(f"rollout_ref: {path}: tensor {name} is {info['dtype']}, only F32 is supported")
-        begin, end = info["data_offsets"]
-        t = torch.frombuffer(bytearray(data[base + begin:base + end]), dtype=torch.float32)
-        out[name] = t.view(info["shape"]).clone()
-    return out
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from torch_safetensors import load_safetensors  # noqa: E402
 
 
 class Qwen2:
@@ -49,7 +34,7 @@ class Qwen2:
         if c.get("model_type") != "qwen2":
             sys.exit(f"rollout_ref: {model_dir}/config.json: model_type {c.get('model_type')!r}, expected 'qwen2'")
         self.c = c
-        self.w = load_safetensors(model_dir + "/model.safetensors")
+        self.w = load_safetensors(model_dir + "/model.safetensors", "rollout_ref")
         self.layers = c["num_hidden_layers"]
         self.heads = c["num_attention_heads"]
         self.kv_heads = c["num_key_value_heads"]

@@ -7,35 +7,20 @@
 import json
 import math
 import os
-import struct
 import sys
 import time
 
 import torch
 
-
-def load_safetensors(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n])
-    base = 8 + n
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        assert info["dtype"] == "F32", name
-        begin, end = info["data_offsets"]
-        t = torch.frombuffer(bytearray(data[base + begin:base + end]), dtype=torch.float32)
-        out[name] = t.view(info["shape"]).clone()
-    return out
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from torch_safetensors import load_safetensors  # noqa: E402
 
 
 class Qwen2:
     def __init__(self, model_dir):
         with open(model_dir + "/config.json") as f:
             self.c = json.load(f)
-        w = load_safetensors(model_dir + "/model.safetensors")
+        w = load_safetensors(model_dir + "/model.safetensors", "grpo_step_ref")
         self.w = {k: v.requires_grad_(True) for k, v in w.items()}
         c = self.c
         self.heads = c["num_attention_heads"]
