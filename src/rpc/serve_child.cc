@@ -71,13 +71,11 @@ const std::string& ServeChild::wait_ready(std::chrono::seconds limit) {
       const size_t end = stdout_.find('\n', at);
       if (end != std::string::npos) return address_ = stdout_.substr(at + marker.size(), end - at - marker.size());
     }
-    if (!read_stdout(deadline)) {
-      int status = 0;
+    const Read r = read_stdout(deadline);
+    if (r != Read::kData) {
       std::string why = "no ready line within " + std::to_string(limit.count()) + " s";
-      if (!exit_code_ && ::waitpid(pid_, &status, WNOHANG) == pid_) {
-        exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      }
-      if (exit_code_) why = "it exited with code " + std::to_string(*exit_code_);
+      if (r == Read::kEnd) why = reap_within(std::chrono::seconds(10)) ? "it exited with code " + std::to_string(*exit_code_)
+                                                                        : "it closed its stdout";
       fail(ErrorCode::kUnavailable, "the engine did not get ready (" + why + "); stdout:\n" + stdout_ + "\nstderr (" +
                                         stderr_path_.string() + "):\n" + stderr_text());
     }
@@ -86,7 +84,7 @@ const std::string& ServeChild::wait_ready(std::chrono::seconds limit) {
 
 int ServeChild::wait_exit(std::chrono::seconds limit) {
   const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (read_stdout(deadline)) {
+  while (read_stdout(deadline) == Read::kData) {
   }
   if (!exit_code_) {
     int status = 0;
@@ -107,21 +105,34 @@ std::string ServeChild::stderr_text() const {
   return text.str();
 }
 
-bool ServeChild::read_stdout(std::chrono::steady_clock::time_point deadline) {
+ServeChild::Read ServeChild::read_stdout(std::chrono::steady_clock::time_point deadline) {
   while (true) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return false;
+    if (left.count() <= 0) return Read::kTimeout;
     pollfd p{stdout_fd_, POLLIN, 0};
     const int r = ::poll(&p, 1, static_cast<int>(left.count()));
     if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
+    if (r == 0) return Read::kTimeout;
+    if (r < 0) return Read::kEnd;
     char buf[4096];
     const ssize_t n = ::read(stdout_fd_, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
+    if (n <= 0) return Read::kEnd;
     stdout_.append(buf, static_cast<size_t>(n));
-    return true;
+    return Read::kData;
   }
+}
+
+bool ServeChild::reap_within(std::chrono::milliseconds limit) {
+  if (exit_code_) return true;
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  int status = 0;
+  while (::waitpid(pid_, &status, WNOHANG) != pid_) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // polling a child's exit
+  }
+  exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return true;
 }
 
 }  // namespace ajet::rpc

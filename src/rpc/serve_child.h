@@ -37,8 +37,11 @@ class ServeChild {
   std::string stderr_text() const;  // the file so far
 
  private:
-  // One chunk of stdout; false at end of file or when the deadline passed.
-  bool read_stdout(std::chrono::steady_clock::time_point deadline);
+  enum class Read { kData, kEnd, kTimeout };
+  // One chunk of stdout; kEnd at end of file, kTimeout when the deadline passed.
+  Read read_stdout(std::chrono::steady_clock::time_point deadline);
+  // Reaps the child if it exits within `limit` (it closed stdout: it is exiting); true then.
+  bool reap_within(std::chrono::milliseconds limit);
 
   pid_t pid_ = -1;
   int stdout_fd_ = -1;
