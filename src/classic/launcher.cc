@@ -822,17 +822,15 @@ void Job::free_remote_engine() {
   say("ajet: the front's engine is " + running + "; stopping it so this run's config can be synced (" +
       (ours ? "an earlier run of this experiment left it" : "--force-restart") +
       "; the front saves its checkpoint first)");
-  const Json run = s.body.value("engine_run", Json(nullptr));
-  client_->stop_engine(true, 120.0, run.is_string() ? run.get<std::string>() : "");
+  client_->stop_engine(true, 120.0, s.engine_run);
 }
 
 void Job::check_engine_is_ours(const client::EngineStatus& s) {
-  const Json run = s.body.value("engine_run", Json(nullptr));
-  if (engine_run_.empty() || !run.is_string() || run.get<std::string>() == engine_run_) return;
+  if (engine_run_.empty() || s.engine_run.empty() || s.engine_run == engine_run_) return;
   engine_replaced_ = true;
   fail(ErrorCode::kFailedPrecondition,
        "the front's engine is no longer this run's: another client stopped it and started its own (engine_run " +
-           run.get<std::string>() + "); this run stops here");
+           s.engine_run + "); this run stops here");
 }
 
 void Job::stop_engine_of_this_run(double max_wait) {

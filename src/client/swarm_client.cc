@@ -467,6 +467,7 @@ EngineStatus SwarmClient::get_engine_status() {
     s.status = data.value("engine_status", "unknown");
     if (auto d = data.find("engine_status_detail"); d != data.end() && d->is_string()) s.detail = *d;
     if (auto g = data.find("global_step"); g != data.end() && g->is_number()) s.global_step = g->get<int64_t>();
+    if (auto e = data.find("engine_run"); e != data.end() && e->is_string()) s.engine_run = *e;
     s.body = std::move(data);
   } catch (const SwarmError& e) {
     log().debug("swarm client: get_engine_status: {}", e.what());

@@ -116,6 +116,7 @@ struct EngineStatus {
   std::string status;   // ENGINE.* (kCannotConnect when unreachable)
   std::string detail;   // engine_status_detail ("" when null)
   int64_t global_step = 0;
+  std::string engine_run;  // (ext) the running engine's start_engine name ("" when OFFLINE or unnamed)
   Json body;            // the whole answer ({} when unreachable)
 };
 
