@@ -132,7 +132,10 @@ void TaskMix::seek(const Json& cursors) {
 namespace {
 std::string counts_text(const std::vector<int64_t>& counts) {
   std::string out;
-  for (size_t i = 0; i < counts.size(); ++i) out += (i == 0 ? "" : "+") + std::to_string(counts[i]);
+  for (size_t i = 0; i < counts.size(); ++i) {
+    if (i > 0) out += '+';
+    out += std::to_string(counts[i]);
+  }
   return out;
 }
 }  // namespace

@@ -89,13 +89,14 @@ int free_loopback_port() {
   return ntohs(addr.sin_port);
 }
 
-// One engine process of the group and its connection.
+}  // namespace
+
+// One engine process of the group and its connection (outside the anonymous namespace:
+// EngineSupervisor::RankGroup holds them).
 struct RankProcess {
   Subprocess proc;
   std::shared_ptr<rpc::Client> conn;
 };
-
-}  // namespace
 
 EngineSupervisor::EngineSupervisor(SupervisorOptions options, Registry& registry, VerboseLog& verbose)
     : options_(std::move(options)), registry_(registry), verbose_(verbose) {

@@ -66,18 +66,21 @@ std::array<asio::const_buffer, 2> Connection::prepare_plain(Response& response, 
   return {asio::buffer(head_), asio::buffer(response.body)};
 }
 
+// One body chunk as written: its size line (chunked encoding), the data, and its CRLF; with chunked
+// false only the data. `size_line` holds the size line's text while the write runs. (A free function:
+// a lambda local to the coroutine would put a type without linkage into its frame.)
+static std::array<asio::const_buffer, 3> chunk_frame(std::string_view data, bool chunked, char (&size_line)[24]) {
+  const int len = chunked ? std::snprintf(size_line, sizeof size_line, "%zx\r\n", data.size()) : 0;
+  return {asio::buffer(size_line, static_cast<size_t>(len)), asio::buffer(data), asio::buffer("\r\n", chunked ? 2 : 0)};
+}
+
 Task<bool> Connection::write_stream(Response& response, bool keep_alive, int version) {
   std::shared_ptr<BodyStream> stream = response.stream;
   bool chunked = version >= 11;  // HTTP/1.0 has no chunked encoding: there the body ends at close
   serialize_head(response, keep_alive && chunked, chunked, version, true);
   char size_line[24];
-  auto frame = [&](std::string_view data) {
-    int len = chunked ? std::snprintf(size_line, sizeof size_line, "%zx\r\n", data.size()) : 0;
-    return std::array<asio::const_buffer, 3>{asio::buffer(size_line, static_cast<size_t>(len)), asio::buffer(data),
-                                             asio::buffer("\r\n", chunked ? 2 : 0)};
-  };
   bool ok = co_await write(asio::buffer(head_));
-  if (ok && !response.body.empty()) ok = co_await write(frame(response.body));
+  if (ok && !response.body.empty()) ok = co_await write(chunk_frame(response.body, chunked, size_line));
   if (!ok) {
     stream->cancel();
     co_return false;
@@ -113,7 +116,7 @@ Task<bool> Connection::write_stream(Response& response, bool keep_alive, int ver
       break;
     }
     if ((*chunk)->empty()) continue;  // an empty chunk would end a chunked body
-    if (!co_await write(frame(**chunk))) {
+    if (!co_await write(chunk_frame(**chunk, chunked, size_line))) {
       stream->cancel();
       ok = false;
       break;

@@ -28,7 +28,10 @@ constexpr size_t kMaxNamesPerHistory = 32;
 
 std::string quoted_prefix(std::string_view name) {
   constexpr size_t kShown = 60;
-  return "'" + std::string(name.substr(0, kShown)) + (name.size() > kShown ? "…'" : "'");
+  std::string out = "'";  // appended piece by piece: GCC 12 warns (-Wrestrict) on "'" + std::string(...)
+  out.append(name.substr(0, kShown));
+  out += name.size() > kShown ? "…'" : "'";
+  return out;
 }
 
 // The body's step: a non-negative integer.

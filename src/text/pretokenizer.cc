@@ -153,13 +153,15 @@ std::string rewrite_caseless_groups(std::string_view p) {
 // ---------------------------------------------------------------------------------------------
 // PreTokenizer
 
+// HF's SplitDelimiterBehavior. Outside the anonymous namespace: PreTokenizer::Step holds one.
+enum class Behavior { kIsolated, kRemoved, kMergedWithPrevious, kMergedWithNext, kContiguous };
+
 namespace {
 
 // GPT-2's pattern, used by a ByteLevel pre-tokenizer with use_regex = true.
 constexpr std::string_view kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
-enum class Behavior { kIsolated, kRemoved, kMergedWithPrevious, kMergedWithNext, kContiguous };
 
 Behavior parse_behavior(const std::string& name, std::string_view where) {
   if (name == "Isolated") return Behavior::kIsolated;

@@ -36,7 +36,7 @@ TEST(Subprocess, TerminateEscalatesToSigkillAfterTheGrace) {
   // Ignores SIGTERM: terminate() must fall back to SIGKILL.
   Subprocess p = Subprocess::spawn({{"/bin/sh", "-c", "trap '' TERM; echo up; while :; do sleep 1; done"}, {}, {}});
   bool up = false;
-  while (!up) p.wait_some(std::chrono::milliseconds(1000), [&](std::string l) { up = up || l == "up"; });
+  while (!up) p.wait_some(std::chrono::milliseconds(1000), [&](const std::string& l) { up = up || l == "up"; });
   int status = p.terminate(std::chrono::milliseconds(200));
   EXPECT_TRUE(WIFSIGNALED(status));
   EXPECT_EQ(WTERMSIG(status), SIGKILL);
@@ -44,7 +44,7 @@ TEST(Subprocess, TerminateEscalatesToSigkillAfterTheGrace) {
 
   Subprocess q = Subprocess::spawn({{"/bin/sh", "-c", "echo up; exec sleep 30"}, {}, {}});
   up = false;
-  while (!up) q.wait_some(std::chrono::milliseconds(1000), [&](std::string l) { up = up || l == "up"; });
+  while (!up) q.wait_some(std::chrono::milliseconds(1000), [&](const std::string& l) { up = up || l == "up"; });
   status = q.terminate(std::chrono::milliseconds(10'000));
   EXPECT_TRUE(WIFSIGNALED(status));
   EXPECT_EQ(WTERMSIG(status), SIGTERM);
@@ -55,7 +55,7 @@ TEST(Subprocess, TheChildInheritsNoDescriptorOfTheParent) {
   const int fd = ::open("/dev/null", O_RDONLY);
   ASSERT_GE(fd, 3);
   const std::string probe = "[ -e /proc/$$/fd/" + std::to_string(fd) + " ] && echo leaked || echo closed";
-  CommandResult r = run_command({{"sh", "-c", probe}});
+  CommandResult r = run_command(SpawnOptions{{"sh", "-c", probe}, {}, {}});
   ::close(fd);
   EXPECT_EQ(r.output, "closed\n");
 }

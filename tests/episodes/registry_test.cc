@@ -404,7 +404,9 @@ TEST(RegistryBatch, AnAgreedBoundaryIsVisibleOnEveryBackbone) {
     } else {
       // debug recorded the batch; async handed it to the trainer and rolls on.
       EXPECT_EQ(h.registry.engine_status(), EngineStatus::kRolling) << backbone_name(backbone);
-      if (backbone == Backbone::kAsync) EXPECT_TRUE(h.registry.batch_ready());
+      if (backbone == Backbone::kAsync) {
+        EXPECT_TRUE(h.registry.batch_ready());
+      }
     }
   }
 }

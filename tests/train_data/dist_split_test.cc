@@ -50,14 +50,18 @@ TEST(SplitBatch, WholeGroupsBalancedByTokens) {
     for (const auto& s : batch.samples) EXPECT_EQ(seen.count(s.episode_uuid), 1u) << s.episode_uuid;
     auto tokens = part_tokens(parts);
     const auto [lo, hi] = std::minmax_element(tokens.begin(), tokens.end());
-    if (world <= 7) EXPECT_LE(*hi - *lo, largest_group) << "world " << world;
+    if (world <= 7) {
+      EXPECT_LE(*hi - *lo, largest_group) << "world " << world;
+    }
     // Deterministic, and the batch order survives inside a part.
     auto again = split_batch(batch, world, grpo);
     for (int r = 0; r < world; ++r) {
       ASSERT_EQ(again[static_cast<size_t>(r)].samples.size(), parts[static_cast<size_t>(r)].samples.size());
       for (size_t k = 0; k < parts[static_cast<size_t>(r)].samples.size(); ++k) {
         EXPECT_EQ(again[static_cast<size_t>(r)].samples[k].episode_uuid, parts[static_cast<size_t>(r)].samples[k].episode_uuid);
-        if (k > 0) EXPECT_LT(parts[static_cast<size_t>(r)].samples[k - 1].episode_uuid, parts[static_cast<size_t>(r)].samples[k].episode_uuid);
+        if (k > 0) {
+          EXPECT_LT(parts[static_cast<size_t>(r)].samples[k - 1].episode_uuid, parts[static_cast<size_t>(r)].samples[k].episode_uuid);
+        }
       }
     }
   }
