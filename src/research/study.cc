@@ -332,6 +332,10 @@ Study parse_study(const std::string& yaml_text, const fs::path& file, const fs::
         if (flag.rfind("--swarm-url", 0) == 0) {
           r.bad("runner.ajet_flags", "--swarm-url is set by the controller: use runner: {type: remote, servers: [URL, ...]}");
         }
+        if (flag.rfind("--force-restart", 0) == 0) {
+          r.bad("runner.ajet_flags", "--force-restart is set by the controller (type: remote trials take over their "
+                                     "server's engine; a local trial starts its own front)");
+        }
         if (s.runner.type == "remote" && (flag.rfind("--swarm-binary", 0) == 0 || flag.rfind("--swarm-flag", 0) == 0)) {
           r.bad("runner.ajet_flags", flag + " starts a front; type: remote trials drive the servers of runner.servers");
         }

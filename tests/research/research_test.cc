@@ -150,6 +150,8 @@ TEST(StudyFile, TheRemoteRunnerNeedsServersAndNoMoreTrialsAtATimeThanServers) {
   EXPECT_NE(e.find("got 'cluster'"), std::string::npos) << e;
   e = parse_error(dir, study_text("runner: {ajet_flags: [--swarm-url, http://a:1]}\n"));
   EXPECT_NE(e.find("--swarm-url is set by the controller"), std::string::npos) << e;
+  e = parse_error(dir, study_text("runner: {ajet_flags: [--force-restart]}\n"));
+  EXPECT_NE(e.find("--force-restart is set by the controller"), std::string::npos) << e;
   e = parse_error(dir, study_text("runner: {type: remote, servers: [http://a:1], ajet_flags: [--swarm-flag=--x]}\n"));
   EXPECT_NE(e.find("--swarm-flag=--x starts a front"), std::string::npos) << e;
 }
