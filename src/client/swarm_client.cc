@@ -323,7 +323,12 @@ Episode SwarmClient::begin_episode(const ClaimOptions& o) {
     const std::string& cause = std::get<std::string>(claimed);
     if (o.on_wait) o.on_wait(cause);
     if (std::optional<std::string> status = status_in(cause)) {
-      if (*status == kOffline && seen_not_offline) {
+      bool following = false;  // follow_engine_run: that engine was started, so OFFLINE means it is gone
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        following = !engine_run_.empty();
+      }
+      if (*status == kOffline && (seen_not_offline || following)) {
         throw SwarmError(SwarmErrorKind::kOffline,
                          fmt::format("the engine at {} went to ENGINE.OFFLINE while this client waited to claim an "
                                      "episode (stop_engine was called, or the engine failed)", server_url_));

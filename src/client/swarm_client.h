@@ -69,7 +69,8 @@ class SwarmClient {
   Json start_engine(bool wait = true, std::optional<double> max_wait = std::nullopt, bool from_checkpoint = false);
   // Claims from now on name this engine (start_engine's "engine_run"): once another client's
   // start_engine has replaced it, begin_episode throws SwarmError kOffline instead of claiming from
-  // the new engine. "" (the default): any engine.
+  // the new engine, and so it does when it finds the front OFFLINE (the engine was stopped or gave
+  // up). "" (the default): any engine, and OFFLINE is waited out until some engine starts.
   void follow_engine_run(const std::string& engine_run);
   // engine_run (start_engine's answer, or get_engine_status' "engine_run"): stop only that engine; when
   // another start_engine replaced it since, the front refuses (SwarmError, HTTP 400) and leaves the

@@ -219,6 +219,27 @@ TEST(ClassicRemote, AnotherExperimentsEngineIsLeftAloneUnlessForceRestart) {
   EXPECT_FALSE(e2e::process_gone(front.pid()));
 }
 
+// Someone stops the run's engine (a plain stop_engine) and nobody starts another: the run, whatever
+// it was doing, ends with an error naming ENGINE.OFFLINE instead of waiting for an engine forever.
+TEST(ClassicRemote, ARunWhoseEngineIsStoppedUnderItEnds) {
+  e2e::ScratchDir dir;
+  write_file_atomic(dir / "long.yaml", long_run_yaml(micro_model()));
+  e2e::SwarmProcess front(e2e::SwarmProcess::Options{dir / "front", {}, "", {}});
+  ASSERT_FALSE(front.url().empty());
+  const fs::path exp = dir / "exps" / "run";
+  const pid_t pid = spawn_ajet(dir / "out.txt", {"--conf", (dir / "long.yaml").string(), "--exp-dir",
+                                                 (dir / "exps").string(), "--swarm-url", front.url()});
+  ASSERT_TRUE(e2e::eventually([&] { return has_train_step(exp / "metrics.jsonl", 2); }, std::chrono::seconds(180)))
+      << read_file(dir / "out.txt");
+  client::SwarmClient(front.url()).stop_engine(true, 60.0);
+  const int status = wait_exit(pid, std::chrono::seconds(120));
+  const std::string out = read_file(dir / "out.txt");
+  ASSERT_TRUE(WIFEXITED(status)) << status << "\n" << out;
+  EXPECT_EQ(WEXITSTATUS(status), 1) << out;
+  EXPECT_NE(out.find("ENGINE.OFFLINE"), std::string::npos) << out;
+  EXPECT_EQ(engine_status(front.url()), client::kOffline);
+}
+
 TEST(ClassicRemote, AFrontThatDoesNotAnswerIsNamedAndBadFlagsAreRefused) {
   e2e::ScratchDir dir;
   write_file_atomic(dir / "calc.yaml", classic_yaml(micro_model()));

@@ -187,7 +187,8 @@ class SwarmClient:
             status = _status_in(fail_cause)
             if status is not None:
                 # "Engine not ready. Current status: [ENGINE.X]. ...": poll until the engine rolls.
-                if status == OFFLINE and seen_not_offline:
+                if status == OFFLINE and (seen_not_offline or self._engine_run):
+                    # Following an engine (follow_engine_run): it was started, so OFFLINE means it is gone.
                     raise SwarmServerOfflineError(
                         f"the engine at {self.server_url} went to ENGINE.OFFLINE while this client waited to claim "
                         "an episode (stop_engine was called, or the engine failed)")
@@ -235,7 +236,8 @@ class SwarmClient:
     def follow_engine_run(self, engine_run: Optional[str]) -> None:
         """Claims from now on name this engine (start_engine's "engine_run"): once another client's
         start_engine has replaced it, begin_episode raises SwarmServerOfflineError instead of claiming
-        from the new engine. None: any engine (the default)."""
+        from the new engine, and so it does when it finds the front OFFLINE (the engine was stopped or
+        gave up). None: any engine (the default), and OFFLINE is waited out until some engine starts."""
         self._engine_run = engine_run or None
 
     def rewrite_base_url(self, base_url: str) -> str:
