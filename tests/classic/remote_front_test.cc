@@ -33,6 +33,21 @@ std::vector<int64_t> steps_of(const fs::path& metrics, const std::string& kind) 
   return steps;
 }
 
+// A "forever" run (long_run_yaml, experiment "run") of `ajet --swarm-url URL` in the background, its
+// output in dir/OUT; returns its pid once metrics.jsonl has train step `step` (-1 and a test failure
+// when it never gets there).
+pid_t spawn_long_run(const e2e::ScratchDir& dir, const std::string& url, const std::string& out, int64_t step) {
+  if (!fs::exists(dir / "long.yaml")) write_file_atomic(dir / "long.yaml", long_run_yaml(micro_model()));
+  const pid_t pid = spawn_ajet(dir / out, {"--conf", (dir / "long.yaml").string(), "--exp-dir",
+                                           (dir / "exps").string(), "--swarm-url", url});
+  if (!e2e::eventually([&] { return has_train_step(dir / "exps" / "run" / "metrics.jsonl", step); },
+                       std::chrono::seconds(180))) {
+    ADD_FAILURE() << "no train step " << step << ":\n" << read_file(dir / out);
+    return -1;
+  }
+  return pid;
+}
+
 TEST(ClassicRemote, ARunDrivesARunningFrontAndLeavesItFreeForTheNext) {
   e2e::ScratchDir dir;
   const fs::path model = micro_model();
@@ -109,14 +124,10 @@ TEST(ClassicRemote, AKilledRunLeavesTheEngineAndTheResumeStopsItAndContinues) {
 // is stopped, the front itself keeps running.
 TEST(ClassicRemote, SigtermStopsTheEngineOnTheFrontButNotTheFront) {
   e2e::ScratchDir dir;
-  write_file_atomic(dir / "long.yaml", long_run_yaml(micro_model()));
   e2e::SwarmProcess front(e2e::SwarmProcess::Options{dir / "front", {}, "", {}});
   ASSERT_FALSE(front.url().empty());
-  const fs::path exp = dir / "exps" / "run";
-  const pid_t pid = spawn_ajet(dir / "out.txt", {"--conf", (dir / "long.yaml").string(), "--exp-dir",
-                                                 (dir / "exps").string(), "--swarm-url", front.url()});
-  ASSERT_TRUE(e2e::eventually([&] { return has_train_step(exp / "metrics.jsonl", 1); }, std::chrono::seconds(180)))
-      << read_file(dir / "out.txt");
+  const pid_t pid = spawn_long_run(dir, front.url(), "out.txt", 1);
+  ASSERT_GT(pid, 0);
   ::kill(pid, SIGTERM);
   const int status = wait_exit(pid, std::chrono::seconds(90));
   const std::string out = read_file(dir / "out.txt");
@@ -177,14 +188,10 @@ TEST(ClassicRemote, ResumeContinuesFromTheFrontsCheckpointOnlyWhileItIsThisRuns)
 // the run that started it.
 TEST(ClassicRemote, AnotherExperimentsEngineIsLeftAloneUnlessForceRestart) {
   e2e::ScratchDir dir;
-  write_file_atomic(dir / "long.yaml", long_run_yaml(micro_model()));
   e2e::SwarmProcess front(e2e::SwarmProcess::Options{dir / "front", {}, "", {}});
   ASSERT_FALSE(front.url().empty());
-  const fs::path exp = dir / "exps" / "run";
-  const pid_t first = spawn_ajet(dir / "out1.txt", {"--conf", (dir / "long.yaml").string(), "--exp-dir",
-                                                    (dir / "exps").string(), "--swarm-url", front.url()});
-  ASSERT_TRUE(e2e::eventually([&] { return has_train_step(exp / "metrics.jsonl", 1); }, std::chrono::seconds(180)))
-      << read_file(dir / "out1.txt");
+  const pid_t first = spawn_long_run(dir, front.url(), "out1.txt", 1);
+  ASSERT_GT(first, 0);
   const Json first_run = client::SwarmClient(front.url()).get_engine_status().body["engine_run"];
   ASSERT_TRUE(first_run.is_string());
 
@@ -223,14 +230,10 @@ TEST(ClassicRemote, AnotherExperimentsEngineIsLeftAloneUnlessForceRestart) {
 // it was doing, ends with an error naming ENGINE.OFFLINE instead of waiting for an engine forever.
 TEST(ClassicRemote, ARunWhoseEngineIsStoppedUnderItEnds) {
   e2e::ScratchDir dir;
-  write_file_atomic(dir / "long.yaml", long_run_yaml(micro_model()));
   e2e::SwarmProcess front(e2e::SwarmProcess::Options{dir / "front", {}, "", {}});
   ASSERT_FALSE(front.url().empty());
-  const fs::path exp = dir / "exps" / "run";
-  const pid_t pid = spawn_ajet(dir / "out.txt", {"--conf", (dir / "long.yaml").string(), "--exp-dir",
-                                                 (dir / "exps").string(), "--swarm-url", front.url()});
-  ASSERT_TRUE(e2e::eventually([&] { return has_train_step(exp / "metrics.jsonl", 2); }, std::chrono::seconds(180)))
-      << read_file(dir / "out.txt");
+  const pid_t pid = spawn_long_run(dir, front.url(), "out.txt", 2);
+  ASSERT_GT(pid, 0);
   client::SwarmClient(front.url()).stop_engine(true, 60.0);
   const int status = wait_exit(pid, std::chrono::seconds(120));
   const std::string out = read_file(dir / "out.txt");
