@@ -213,8 +213,9 @@ class Job {
   // Stops the engine this run started (engine_run_), not one another client started since: the front
   // refuses that, and the run says so and leaves it running.
   void stop_engine_of_this_run(double max_wait);
-  // Fails the run when the front's engine (status `s`) is no longer the one this run started: its
-  // episodes would go into another run's batches.
+  // Fails the run when the front's engine (status `s`) is no longer the one this run started, while it
+  // waits for a step to train. (Its claims name that engine, so a rollout finds out from the front:
+  // SwarmClient::follow_engine_run.)
   void check_engine_is_ours(const client::EngineStatus& s);
   // --swarm-url --resume: does the front's newest checkpoint belong to this run?
   bool remote_checkpoint_is_ours();
@@ -379,7 +380,6 @@ void Job::wait_for_global_step(int64_t target) {
 void Job::validate(int64_t step) {
   const config::Config& c = prepared_.config;
   if (validation_tasks_ == 0 || stop_) return;
-  check_engine_is_ours(client_->get_engine_status());
   const auto t0 = Clock::now();
   const Json greedy_sampling{
       {"temperature", c.rollout.val_kwargs.do_sample ? c.rollout.val_kwargs.temperature : 0.0},
@@ -473,7 +473,6 @@ Json Job::cocktail_step_json(int64_t step, const std::vector<EpisodeResult>& res
 Job::PendingStep Job::roll_out_step(int64_t step) {
   const config::Config& c = prepared_.config;
   const auto t0 = Clock::now();
-  check_engine_is_ours(client_->get_engine_status());
   PendingStep pending;
   pending.step = step;
   pending.started = t0;

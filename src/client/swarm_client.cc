@@ -246,10 +246,7 @@ std::variant<Episode, std::string> SwarmClient::claim_once(const ClaimOptions& o
                {"episode_type", o.episode_type},
                {"discard_episode_timeout", o.discard_episode_timeout}};
   if (o.throttle_policy) body["throttle_policy"] = o.throttle_policy->to_json();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!engine_run_.empty()) body["engine_run"] = engine_run_;
-  }
+  if (const std::string run = followed_engine_run(); !run.empty()) body["engine_run"] = run;
   const http::ClientResponse r = send("POST", "/claim_episode", &body, false);
   if (r.status == 409) {
     throw SwarmError(SwarmErrorKind::kOffline,
@@ -323,12 +320,8 @@ Episode SwarmClient::begin_episode(const ClaimOptions& o) {
     const std::string& cause = std::get<std::string>(claimed);
     if (o.on_wait) o.on_wait(cause);
     if (std::optional<std::string> status = status_in(cause)) {
-      bool following = false;  // follow_engine_run: that engine was started, so OFFLINE means it is gone
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        following = !engine_run_.empty();
-      }
-      if (*status == kOffline && (seen_not_offline || following)) {
+      // Following an engine (follow_engine_run): it was started, so OFFLINE means it is gone.
+      if (*status == kOffline && (seen_not_offline || !followed_engine_run().empty())) {
         throw SwarmError(SwarmErrorKind::kOffline,
                          fmt::format("the engine at {} went to ENGINE.OFFLINE while this client waited to claim an "
                                      "episode (stop_engine was called, or the engine failed)", server_url_));
@@ -522,6 +515,11 @@ void SwarmClient::stop_engine(bool wait, std::optional<double> max_wait, const s
 void SwarmClient::follow_engine_run(const std::string& engine_run) {
   std::lock_guard<std::mutex> lock(mu_);
   engine_run_ = engine_run;
+}
+
+std::string SwarmClient::followed_engine_run() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return engine_run_;
 }
 
 std::string SwarmClient::auto_sync_train_config_and_start_engine(const std::string& yaml, bool force_restart,

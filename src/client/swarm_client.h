@@ -72,6 +72,7 @@ class SwarmClient {
   // the new engine, and so it does when it finds the front OFFLINE (the engine was stopped or gave
   // up). "" (the default): any engine, and OFFLINE is waited out until some engine starts.
   void follow_engine_run(const std::string& engine_run);
+  std::string followed_engine_run() const;
   // engine_run (start_engine's answer, or get_engine_status' "engine_run"): stop only that engine; when
   // another start_engine replaced it since, the front refuses (SwarmError, HTTP 400) and leaves the
   // running one alone. Empty: whatever runs.
@@ -129,7 +130,7 @@ class SwarmClient {
   std::string client_uuid_;
   ConnectionPool commands_;       // timeout = options.timeout
   ConnectionPool long_commands_;  // start/stop/sync_train_code: up to 600 s
-  std::mutex mu_;                 // guards expire_at_, recent_ and engine_run_
+  mutable std::mutex mu_;         // guards expire_at_, recent_ and engine_run_
   std::mutex claim_mu_;           // serialises claims under a throttle policy
   std::map<std::string, std::chrono::steady_clock::time_point> expire_at_;
   RecentTasks recent_;

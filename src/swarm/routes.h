@@ -33,6 +33,9 @@ void add_ui_routes(http::Router& router);
 // A JSON request body ({} when empty); Error(kInvalidArgument) for bad JSON or a body that is not an
 // object, kResourceExhausted naming `limit` for an oversize body.
 Json parse_json_body(const http::Request& request, size_t limit);
+// The body's optional "engine_run" (ext: stop_engine, claim_episode): "" when absent; anything but a
+// non-empty string throws Error(kInvalidArgument) naming `where`.
+std::string engine_run_field(const Json& body, std::string_view where);
 // The same for the OpenAI routes, keeping the order of keys (a tool schema is rendered as sent) and
 // with no default: an empty body is bad JSON.
 nlohmann::ordered_json parse_ordered_json_body(const http::Request& request, size_t limit);

@@ -76,6 +76,15 @@ J require_object(J body) {
 
 }  // namespace
 
+std::string engine_run_field(const Json& body, std::string_view where) {
+  const auto it = body.find("engine_run");
+  if (it == body.end()) return "";
+  if (!it->is_string() || it->get<std::string>().empty()) {
+    invalid_argument(std::string(where) + ": field 'engine_run' must be the non-empty string start_engine answered");
+  }
+  return it->get<std::string>();
+}
+
 Json parse_json_body(const Request& request, size_t limit) {
   check_json_body_size(request, limit);
   bool blank = true;
@@ -108,18 +117,12 @@ void add_command_routes(http::Router& router, ServerContext& ctx) {
       ClaimRequest claim = ClaimRequest::from_json(body);
       // (ext) "engine_run": claim only from the engine that start_engine started (a client whose engine
       // another client replaced must not roll out for the new one).
-      if (body.contains("engine_run")) {
-        if (!body["engine_run"].is_string() || body["engine_run"].get<std::string>().empty()) {
-          invalid_argument("claim_episode body: field 'engine_run' must be the non-empty string start_engine answered");
-        }
-        const std::string current = ctx.train().engine_run;
-        if (body["engine_run"].get<std::string>() != current && ctx.registry.engine_status() != EngineStatus::kOffline) {
-          respond(openai_error(409,
-                               "claim_episode: the engine is engine_run " + current + " now, not " +
-                                   body["engine_run"].get<std::string>() + ": another start_engine replaced it",
-                               "engine_replaced"));
-          return;
-        }
+      if (const std::string engine_run = engine_run_field(body, "claim_episode body"); ctx.engine_replaced(engine_run)) {
+        respond(openai_error(409,
+                             "claim_episode: the engine is engine_run " + ctx.running_engine_run() + " now, not " +
+                                 engine_run + ": another start_engine replaced it",
+                             "engine_replaced"));
+        return;
       }
       respond(http::json_response(ctx.registry.claim_episode(claim).to_json()));
     });
@@ -216,10 +219,8 @@ void add_command_routes(http::Router& router, ServerContext& ctx) {
     Json body = ctx.registry.engine_status_json();
     const std::filesystem::path checkpoint = ctx.supervisor.latest_checkpoint_dir();
     body["latest_checkpoint"] = checkpoint.empty() ? Json(nullptr) : Json(checkpoint.string());
-    const std::string engine_run = ctx.train().engine_run;
-    body["engine_run"] = engine_run.empty() || ctx.registry.engine_status() == EngineStatus::kOffline
-                             ? Json(nullptr)
-                             : Json(engine_run);
+    const std::string engine_run = ctx.running_engine_run();
+    body["engine_run"] = engine_run.empty() ? Json(nullptr) : Json(engine_run);
     respond(http::json_response(body));
   });
 

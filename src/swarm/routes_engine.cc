@@ -86,14 +86,7 @@ void add_engine_routes(http::Router& router, ServerContext& ctx) {
   router.post("/stop_engine", [&ctx, limit](Request req, Respond respond) {
     if (!check_admin(ctx, req, respond, "stop_engine")) return;
     answer_errors(respond, [&] {
-      const Json body = parse_json_body(req, limit);
-      std::string engine_run;
-      if (body.contains("engine_run")) {
-        if (!body["engine_run"].is_string() || body["engine_run"].get<std::string>().empty()) {
-          invalid_argument("stop_engine: 'engine_run' must be the non-empty string start_engine answered");
-        }
-        engine_run = body["engine_run"].get<std::string>();
-      }
+      const std::string engine_run = engine_run_field(parse_json_body(req, limit), "stop_engine body");
       ctx.pool.post([&ctx, respond, engine_run] {
         answer_errors(respond, [&] {
           ctx.stop_engine("stop_engine", engine_run);

@@ -232,14 +232,22 @@ int64_t ServerContext::start_engine_locked(const std::string& reason, const stor
   return pid;
 }
 
+std::string ServerContext::running_engine_run() const {
+  return registry.engine_status() == EngineStatus::kOffline ? std::string() : train().engine_run;
+}
+
+bool ServerContext::engine_replaced(const std::string& engine_run) const {
+  const std::string running = running_engine_run();
+  return !engine_run.empty() && !running.empty() && running != engine_run;
+}
+
 void ServerContext::stop_engine(const std::string& reason, const std::string& engine_run) {
   std::lock_guard<std::mutex> lifecycle(lifecycle_mu_);
-  if (const std::string current = train().engine_run;
-      !engine_run.empty() && engine_run != current && registry.engine_status() != EngineStatus::kOffline) {
+  if (engine_replaced(engine_run)) {
     fail(ErrorCode::kFailedPrecondition,
          fmt::format("stop_engine: the engine running ({}) is engine_run {}, not {}: another start_engine replaced that "
                      "one since; left running",
-                     engine_status_name(registry.engine_status()), current.empty() ? "(none)" : current, engine_run));
+                     engine_status_name(registry.engine_status()), running_engine_run(), engine_run));
   }
   try {
     batches.save_checkpoint("stop_engine");  // steps trained since the last checkpoint are kept

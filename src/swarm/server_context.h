@@ -112,6 +112,11 @@ class ServerContext {
   CallMetrics call_metrics;    // LLM call totals for GET /metrics (every LlmCall feeds them)
 
   TrainState train() const { return synced.get(); }
+  // The running engine's name (TrainState::engine_run): "" while OFFLINE.
+  std::string running_engine_run() const;
+  // Whether the engine `engine_run` names has been replaced: another start's engine runs now. An
+  // empty name, the running engine's own, or an OFFLINE front: false.
+  bool engine_replaced(const std::string& engine_run) const;
   std::shared_ptr<const ModelContext> model() const { return synced.model(); }
 
   // True when the request may use an admin endpoint (no token configured, or the right Bearer token).
