@@ -840,8 +840,12 @@ void Job::stop_engine_of_this_run(double max_wait) {
   }
   try {
     client_->stop_engine(true, max_wait, engine_run_);
-  } catch (const client::SwarmError& e) {
-    if (engine_run_.empty() || std::string(e.what()).find("not " + engine_run_) == std::string::npos) throw;
+  } catch (const client::SwarmError&) {
+    // Refused because another engine runs now (the front's status says which), or a failure to report.
+    if (const client::EngineStatus s = client_->get_engine_status();
+        engine_run_.empty() || s.engine_run.empty() || s.engine_run == engine_run_) {
+      throw;
+    }
     engine_replaced_ = true;
     say("ajet: the front's engine is no longer this run's (another client stopped it and started its own); left "
         "running");
