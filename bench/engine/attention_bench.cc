@@ -11,16 +11,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
-#include <ctime>
-#include <fstream>
 #include <numeric>
 #include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include "common/time_text.h"
+#include "bench_cli.h"
 #include "infer/attention.h"
 #include "infer/kv_cache.h"
 #include "model/compute.h"
@@ -68,17 +65,11 @@ double step_ms(const Shape& s, at::ScalarType dtype, bool in_cache, int64_t seqs
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool append = true, smoke = false;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--no-append") == 0) {
-      append = false;
-    } else if (std::strcmp(argv[i], "--smoke") == 0) {
-      smoke = true;
-    } else {
-      std::fprintf(stderr, "usage: attention_bench [--no-append] [--smoke]\nunknown argument '%s'\n", argv[i]);
-      return 2;
-    }
-  }
+  ajet::bench::BenchCli cli("attention_bench",
+                            "One decode step's attention over a float32 and a bfloat16 paged KV cache, from memory "
+                            "and in cache");
+  if (auto code = cli.parse(argc, argv)) return *code;
+  const bool smoke = cli.smoke();
   ajet::model::configure_threads(2);
   const int64_t seqs = smoke ? 4 : 64, len = smoke ? 32 : 128;
   const int reps = smoke ? 1 : 20;
@@ -109,13 +100,9 @@ int main(int argc, char** argv) {
     table << line;
   }
   std::printf("\n%s", table.str().c_str());
-  if (append && !smoke) {
-    std::ofstream out(AJET_SOURCE_DIR "/docs/benchmarks.md", std::ios::app);
-    out << "\n## Decode attention over the paged cache, float32 vs bfloat16 (bench/engine/attention_bench), "
-        << ajet::local_date_text()
-        << "\n\n"
-        << table.str();
-    std::printf("appended to docs/benchmarks.md\n");
+  if (cli.append()) {
+    ajet::bench::append_to_benchmarks(
+        "Decode attention over the paged cache, float32 vs bfloat16 (bench/engine/attention_bench)", table.str());
   }
   return 0;
 }

@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <ctime>
 #include <deque>
 #include <fstream>
@@ -21,7 +20,7 @@
 #include <vector>
 
 #include "common/log.h"
-#include "common/time_text.h"
+#include "bench_cli.h"
 #include "infer/engine.h"
 #include "model/blas_kernel.h"
 #include "model/compute.h"
@@ -311,43 +310,33 @@ std::string load_average() {
 
 int main(int argc, char** argv) {
   ajet::model::pick_blas_kernel(argc, argv);  // first: it may re-execute the process
-  bool smoke = false, append = true;
   int threads = 2;
-  std::string only_preset;
+  std::string only;
+  bool bf16_cache = false;
+  ajet::bench::BenchCli cli("engine_bench",
+                            "Decode and prefill throughput of InferenceEngine on the tiny and small presets; appends "
+                            "its table to docs/benchmarks.md unless --no-append, --smoke or --only");
+  cli.app().add_option("--threads", threads, "Intra-op threads (default 2)")->check(CLI::Range(1, 256));
+  cli.app().add_option("--only", only, "Decode one preset (tiny or small), at one concurrency with :N; nothing appended")
+      ->check([](const std::string& v) -> std::string {
+        const auto colon = v.find(':');
+        if (colon == std::string::npos) return "";
+        const std::string n = v.substr(colon + 1);
+        if (n.empty() || n.find_first_not_of("0123456789") != std::string::npos || std::stoll(n.substr(0, 9)) < 1) {
+          return "the concurrency after ':' must be a positive integer, got '" + n + "'";
+        }
+        return "";
+      });
+  cli.app().add_flag("--bf16-cache", bf16_cache, "--only's decode with the KV cache in bfloat16");
+  if (auto code = cli.parse(argc, argv)) return *code;
+  const bool smoke = cli.smoke();
+  std::string only_preset = only;
   int64_t only_concurrency = 0;
-  at::ScalarType only_cache_dtype = at::ScalarType::Undefined;
-  const char* usage =
-      "usage: engine_bench [--smoke] [--no-append] [--threads N] [--only PRESET[:CONCURRENCY]] [--bf16-cache]\n"
-      "Decode and prefill throughput of InferenceEngine on the tiny and small presets; appends its table to\n"
-      "docs/benchmarks.md unless --no-append, --smoke or --only.\n";
-  for (int i = 1; i < argc; ++i) {
-    const bool has_value = i + 1 < argc;
-    if (std::strcmp(argv[i], "--smoke") == 0) {
-      smoke = true;
-    } else if (std::strcmp(argv[i], "--no-append") == 0) {
-      append = false;
-    } else if (std::strcmp(argv[i], "--threads") == 0 && has_value) {
-      threads = std::atoi(argv[++i]);
-      if (threads < 1) {
-        std::fprintf(stderr, "engine_bench: --threads must be a positive integer, got '%s'\n", argv[i]);
-        return 2;
-      }
-    } else if (std::strcmp(argv[i], "--bf16-cache") == 0) {
-      only_cache_dtype = at::kBFloat16;  // --only's decode with the KV cache in bfloat16
-    } else if (std::strcmp(argv[i], "--only") == 0 && has_value) {
-      only_preset = argv[++i];
-      if (auto colon = only_preset.find(':'); colon != std::string::npos) {
-        only_concurrency = std::atoll(only_preset.c_str() + colon + 1);
-        only_preset.resize(colon);
-      }
-    } else if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
-      std::fputs(usage, stdout);
-      return 0;
-    } else {
-      std::fprintf(stderr, "engine_bench: unknown or incomplete argument '%s'\n%s", argv[i], usage);
-      return 2;
-    }
+  if (const auto colon = only.find(':'); colon != std::string::npos) {
+    only_concurrency = std::stoll(only.substr(colon + 1, 9));
+    only_preset.resize(colon);
   }
+  const at::ScalarType only_cache_dtype = bf16_cache ? at::kBFloat16 : at::ScalarType::Undefined;
   g_threads = threads;
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines show up even when piped
   ajet::set_log_level("warn");
@@ -522,18 +511,17 @@ int main(int argc, char** argv) {
     table << line;
   }
   std::printf("\n%s", table.str().c_str());
-  if (append && !smoke) {
-    std::ofstream out(AJET_SOURCE_DIR "/docs/benchmarks.md", std::ios::app);
-    out << "\n## Inference engine: decode throughput and MFU (bench/engine/engine_bench), "
-        << ajet::local_date_text() << "\n\n"
-        << "`InferenceEngine` stepped directly (paged KV cache, blocks of 16, 512-token step budget), presets with\n"
-        << "vocab 1024 (tiny) and 4096 (small), float32, random weights. FLOPs: 2 per decoder weight per token,\n"
-        << "4·H·D per (token, visible key) per layer for attention, 2·C·V for each lm_head row. The GEMM peak is\n"
-        << "the best float32 matmul (1024³ or 512x512x1536) at the same thread count in the same run.\n"
-        << "Compute: " << ajet::model::describe_compute_backend() << ". Load average (1/5/15 min) "
-        << load_before << " at the start, " << load_average() << " at the end (other processes share the cores).\n\n"
-        << table.str();
-    std::printf("appended to docs/benchmarks.md\n");
+  if (cli.append()) {
+    std::ostringstream body;
+    body << "`InferenceEngine` stepped directly (paged KV cache, blocks of 16, 512-token step budget), presets with\n"
+         << "vocab 1024 (tiny) and 4096 (small), float32, random weights. FLOPs: 2 per decoder weight per token,\n"
+         << "4·H·D per (token, visible key) per layer for attention, 2·C·V for each lm_head row. The GEMM peak is\n"
+         << "the best float32 matmul (1024³ or 512x512x1536) at the same thread count in the same run.\n"
+         << "Compute: " << ajet::model::describe_compute_backend() << ". Load average (1/5/15 min) "
+         << load_before << " at the start, " << load_average() << " at the end (other processes share the cores).\n\n"
+         << table.str();
+    ajet::bench::append_to_benchmarks("Inference engine: decode throughput and MFU (bench/engine/engine_bench)",
+                                      body.str());
   }
   return 0;
 }

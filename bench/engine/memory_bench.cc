@@ -10,8 +10,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <ctime>
-#include <fstream>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -19,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/time_text.h"
+#include "bench_cli.h"
 
 namespace {
 
@@ -103,21 +101,11 @@ std::vector<std::vector<std::pair<size_t, size_t>>> scattered(size_t bytes, size
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool smoke = false, append = true;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--smoke") == 0) {
-      smoke = true;
-    } else if (std::strcmp(argv[i], "--no-append") == 0) {
-      append = false;
-    } else if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
-      std::puts("usage: memory_bench [--smoke] [--no-append]\nRead bandwidth against working-set size and of "
-                "scattered chunks; appends its tables to docs/benchmarks.md unless --no-append or --smoke.");
-      return 0;
-    } else {
-      std::fprintf(stderr, "memory_bench: unknown argument '%s' (try --help)\n", argv[i]);
-      return 2;
-    }
-  }
+  ajet::bench::BenchCli cli("memory_bench",
+                            "Read bandwidth against working-set size and of scattered chunks; appends its tables to "
+                            "docs/benchmarks.md unless --no-append or --smoke");
+  if (auto code = cli.parse(argc, argv)) return *code;
+  const bool smoke = cli.smoke();
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   const size_t largest = smoke ? size_t{16} << 20 : size_t{512} << 20;
   std::vector<char> buffer(largest, 1);  // written once: every page is mapped before the clock runs
@@ -152,12 +140,9 @@ int main(int argc, char** argv) {
     table << line;
   }
   std::printf("\n%s", table.str().c_str());
-  if (append && !smoke) {
-    std::ofstream out(AJET_SOURCE_DIR "/docs/benchmarks.md", std::ios::app);
-    out << "\n## Memory read bandwidth: working-set size and scattered chunks (bench/engine/memory_bench), "
-        << ajet::local_date_text() << "\n\n"
-        << table.str();
-    std::printf("appended to docs/benchmarks.md\n");
+  if (cli.append()) {
+    ajet::bench::append_to_benchmarks(
+        "Memory read bandwidth: working-set size and scattered chunks (bench/engine/memory_bench)", table.str());
   }
   return 0;
 }

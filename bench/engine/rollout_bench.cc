@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_cli.h"
 #include "common/error.h"
 #include "common/json.h"
 #include "common/log.h"
@@ -65,7 +66,6 @@ struct Args {
   std::string python = "/usr/bin/python3";
   std::string note;  // appended to the docs paragraph (e.g. what the build is before or after)
   bool smoke = false;
-  bool append = true;
 };
 
 std::string capture(const std::string& command) {
@@ -254,47 +254,30 @@ std::vector<int> parse_int_list(const std::string& text, const std::string& flag
 
 int main(int argc, char** argv) {
   Args args;
+  std::string episodes = "64,128";
+  ajet::bench::BenchCli cli("rollout_bench",
+                            "Rollout throughput of calc episodes: the engine over RPC (prefix caching off and on) "
+                            "against a Python KV-cache loop on python3-torch");
+  CLI::App& app = cli.app();
+  app.add_option("--model", args.model, "Model directory (default exp/main/models/calc-sft, else a fresh tiny model)");
+  app.add_option("--episodes", episodes, "Comma-separated episodes per run, each a multiple of --group (default 64,128)");
+  app.add_option("--group", args.group, "GRPO group size (default 8)")->check(CLI::Range(1, 4096));
+  app.add_option("--rounds", args.rounds, "Timed rounds (default 5)")->check(CLI::Range(1, 1000));
+  app.add_option("--max-tokens", args.max_tokens, "Tokens a turn at most (default 48)")->check(CLI::Range(1, 65536));
+  app.add_option("--threads", args.threads, "Compute threads each side (default 2)")->check(CLI::Range(1, 256));
+  app.add_option("--python", args.python, "The Python with torch for the reference loop (default /usr/bin/python3)");
+  app.add_option("--note", args.note, "Text added to the docs paragraph (what the build is before or after)");
+  if (auto code = cli.parse(argc, argv)) return *code;
+  args.smoke = cli.smoke();
   try {
-    for (int i = 1; i < argc; ++i) {
-      const std::string a = argv[i];
-      auto value = [&]() -> std::string {
-        if (i + 1 >= argc) throw std::runtime_error(a + " needs a value");
-        return argv[++i];
-      };
-      if (a == "--smoke") {
-        args.smoke = true;
-      } else if (a == "--no-append") {
-        args.append = false;
-      } else if (a == "--model") {
-        args.model = value();
-      } else if (a == "--episodes") {
-        args.episodes = parse_int_list(value(), "--episodes");
-      } else if (a == "--group") {
-        args.group = parse_int_list(value(), "--group").at(0);
-      } else if (a == "--rounds") {
-        args.rounds = parse_int_list(value(), "--rounds").at(0);
-      } else if (a == "--max-tokens") {
-        args.max_tokens = parse_int_list(value(), "--max-tokens").at(0);
-      } else if (a == "--threads") {
-        args.threads = parse_int_list(value(), "--threads").at(0);
-      } else if (a == "--python") {
-        args.python = value();
-      } else if (a == "--note") {
-        args.note = value();
-      } else {
-        throw std::runtime_error("unknown argument '" + a + "'");
-      }
-    }
+    args.episodes = parse_int_list(episodes, "--episodes");
     for (int b : args.episodes) {
       if (b % args.group != 0) {
         throw std::runtime_error("--episodes " + std::to_string(b) + " is not a multiple of --group " + std::to_string(args.group));
       }
     }
   } catch (const std::exception& e) {
-    std::fprintf(stderr,
-                 "rollout_bench: %s\nusage: rollout_bench [--model DIR] [--episodes 64,128] [--group 8] [--rounds 5] "
-                 "[--max-tokens 48] [--threads 2] [--python /usr/bin/python3] [--note TEXT] [--smoke] [--no-append]\n",
-                 e.what());
+    std::fprintf(stderr, "rollout_bench: %s\nRun with --help for more information.\n", e.what());
     return 2;
   }
   if (args.smoke) {
@@ -490,26 +473,25 @@ int main(int argc, char** argv) {
     std::printf("\n%s", table.str().c_str());
     std::printf("commit %s%s, ajet-engine built %s UTC; load average %s\n", commit.c_str(),
                 dirty.empty() ? "" : (" + uncommitted " + dirty).c_str(), built.c_str(), load.c_str());
-    if (args.append && !args.smoke) {
-      std::ofstream out(AJET_SOURCE_DIR "/docs/benchmarks.md", std::ios::app);
-      out << "\n## Rollout throughput: engine over RPC vs a Python KV-cache loop (bench/engine/rollout_bench), "
-          << trimmed(capture("date -I")) << "\n\n"
-          << "calc episodes of `" << model_label << "` (copied), in GRPO groups of " << args.group
-          << ", all episodes of a run submitted at once; temperature 1, stop at `<|im_end|>`, at most " << args.max_tokens
-          << " tokens a turn, " << args.threads << " compute threads each side. Engine: `ajet-engine serve` (calc.yaml's KV "
-          << "cache 256 MiB, max_model_len 640, max-running " << max_running
-          << "), one generate request per turn over the Unix-socket RPC, prefix caching off and on. Python: "
-          << "`bench/engine/rollout_ref.py` on python3-torch " << torch_version
-          << " (HF-style Qwen2 forward, left-padded lock-step batch, padded KV cache; turn 2 prefills the whole "
-          << "conversation again). Two turns: turn 2 = turn 1's prompt + completion + the rendered tool result. "
-          << "Each of " << args.rounds << " rounds (after an untimed warm-up round) runs the three sides back to "
-          << "back on each workload, every run on tasks of its own; tokens/s are medians over the rounds, the ratios "
-          << "the median (min-max) of the rounds' ratios. Generated tokens include the stop id; prompt tokens count "
-          << "both turns' prompts. Build: commit " << commit << (dirty.empty() ? "" : " + uncommitted " + dirty)
-          << " (ajet-engine built " << built << " UTC); load average at the end " << load << "."
-          << (args.note.empty() ? "" : " " + args.note) << "\n\n"
-          << table.str();
-      std::printf("appended to docs/benchmarks.md\n");
+    if (cli.append()) {
+      std::ostringstream body;
+      body << "calc episodes of `" << model_label << "` (copied), in GRPO groups of " << args.group
+           << ", all episodes of a run submitted at once; temperature 1, stop at `<|im_end|>`, at most " << args.max_tokens
+           << " tokens a turn, " << args.threads << " compute threads each side. Engine: `ajet-engine serve` (calc.yaml's KV "
+           << "cache 256 MiB, max_model_len 640, max-running " << max_running
+           << "), one generate request per turn over the Unix-socket RPC, prefix caching off and on. Python: "
+           << "`bench/engine/rollout_ref.py` on python3-torch " << torch_version
+           << " (HF-style Qwen2 forward, left-padded lock-step batch, padded KV cache; turn 2 prefills the whole "
+           << "conversation again). Two turns: turn 2 = turn 1's prompt + completion + the rendered tool result. "
+           << "Each of " << args.rounds << " rounds (after an untimed warm-up round) runs the three sides back to "
+           << "back on each workload, every run on tasks of its own; tokens/s are medians over the rounds, the ratios "
+           << "the median (min-max) of the rounds' ratios. Generated tokens include the stop id; prompt tokens count "
+           << "both turns' prompts. Build: commit " << commit << (dirty.empty() ? "" : " + uncommitted " + dirty)
+           << " (ajet-engine built " << built << " UTC); load average at the end " << load << "."
+           << (args.note.empty() ? "" : " " + args.note) << "\n\n"
+           << table.str();
+      ajet::bench::append_to_benchmarks(
+          "Rollout throughput: engine over RPC vs a Python KV-cache loop (bench/engine/rollout_bench)", body.str());
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rollout_bench: %s (engine logs: %s)\n", e.what(), dir.c_str());

@@ -10,9 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <future>
 #include <optional>
@@ -22,7 +20,7 @@
 #include <vector>
 
 #include "common/log.h"
-#include "common/time_text.h"
+#include "bench_cli.h"
 #include "engine/runtime.h"
 #include "infer/engine.h"
 #include "model/blas_kernel.h"
@@ -44,7 +42,6 @@ struct Args {
   int prompt_tokens = 16;
   int rounds = 3;
   bool smoke = false;
-  bool append = true;
 };
 
 std::vector<int32_t> prompt_for(int index, int length) {
@@ -83,21 +80,13 @@ double percentile(std::vector<double> v, double q) {
 int main(int argc, char** argv) {
   ajet::model::pick_blas_kernel(argc, argv);  // first: it may re-execute the process
   Args args;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--smoke") {
-      args.smoke = true;
-    } else if (a == "--no-append") {
-      args.append = false;
-    } else if (a == "--threads" && i + 1 < argc) {
-      args.threads = std::stoi(argv[++i]);
-    } else if (a == "--preset" && i + 1 < argc) {
-      args.preset = argv[++i];
-    } else {
-      std::fprintf(stderr, "usage: rpc_overhead [--threads N] [--preset tiny|small|micro] [--smoke] [--no-append]\n");
-      return 2;
-    }
-  }
+  ajet::bench::BenchCli cli("rpc_overhead",
+                            "Engine RPC overhead per request: an in-process engine against `ajet-engine serve` over a "
+                            "Unix socket");
+  cli.app().add_option("--threads", args.threads, "Compute threads of each engine (default 2)")->check(CLI::Range(1, 256));
+  cli.app().add_option("--preset", args.preset, "Model preset (default tiny)")->check(CLI::IsMember({"micro", "tiny", "small"}));
+  if (auto code = cli.parse(argc, argv)) return *code;
+  args.smoke = cli.smoke();
   ajet::set_log_level("warn");
   const fs::path self = fs::read_symlink("/proc/self/exe");
   const fs::path engine_binary = self.parent_path() / "ajet-engine";
@@ -191,17 +180,16 @@ int main(int argc, char** argv) {
   }
   if (rc == 0) {
     std::printf("\n%s", table.str().c_str());
-    if (args.append && !args.smoke) {
-      std::ofstream out(AJET_SOURCE_DIR "/docs/benchmarks.md", std::ios::app);
-      out << "\n## Engine RPC overhead per request (bench/engine/rpc_overhead), " << ajet::local_date_text() << "\n\n"
-          << "The same greedy `generate` requests (" << args.prompt_tokens << "-token prompts, preset " << args.preset
-          << ", vocab 1024, float32, random weights)\nrun on an in-process `InferenceEngine` (direct) and through a "
-          << "Unix socket to an `ajet-engine serve`\nprocess (rpc: frames, socket, server I/O thread, tokens events "
-          << "streamed back per token), with the same\nsettings, " << args.threads
-          << " compute threads each, interleaved in " << args.rounds << " rounds. Latency = submit to final frame.\n"
-          << "Compute: " << backend << "\n\n"
-          << table.str();
-      std::printf("appended to docs/benchmarks.md\n");
+    if (cli.append()) {
+      std::ostringstream body;
+      body << "The same greedy `generate` requests (" << args.prompt_tokens << "-token prompts, preset " << args.preset
+           << ", vocab 1024, float32, random weights)\nrun on an in-process `InferenceEngine` (direct) and through a "
+           << "Unix socket to an `ajet-engine serve`\nprocess (rpc: frames, socket, server I/O thread, tokens events "
+           << "streamed back per token), with the same\nsettings, " << args.threads
+           << " compute threads each, interleaved in " << args.rounds << " rounds. Latency = submit to final frame.\n"
+           << "Compute: " << backend << "\n\n"
+           << table.str();
+      ajet::bench::append_to_benchmarks("Engine RPC overhead per request (bench/engine/rpc_overhead)", body.str());
     }
   }
   fs::remove_all(dir);

@@ -7,11 +7,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
-#include <fstream>
 #include <sstream>
 #include <string>
 
+#include "bench_cli.h"
 #include "gemm_peak.h"
 #include "model/compute.h"
 #include "model/presets.h"
@@ -64,11 +63,11 @@ Row measure(const std::string& preset, int threads, int64_t t, int reps) {
 
 int main(int argc, char** argv) {
   ajet::model::pick_blas_kernel(argc, argv);  // first: it may re-execute the process
-  bool smoke = false, append = true;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--smoke") == 0) smoke = true;
-    if (std::strcmp(argv[i], "--no-append") == 0) append = false;
-  }
+  ajet::bench::BenchCli cli("model_forward_bench",
+                            "One sequence through the model's full forward (no KV cache) on the tiny and small "
+                            "presets, 1 and 2 threads, against a GEMM peak measured in the same run");
+  if (auto code = cli.parse(argc, argv)) return *code;
+  const bool smoke = cli.smoke();
   const int64_t t = smoke ? 64 : 512;
   const int reps = smoke ? 1 : 5;
   ajet::model::configure_threads(2);
@@ -90,21 +89,14 @@ int main(int argc, char** argv) {
     table << line;
   }
   std::printf("%s", table.str().c_str());
-  if (append && !smoke) {
-    std::string date = "unknown date";
-    if (FILE* p = popen("date -I", "r")) {
-      char buf[64] = {};
-      if (fgets(buf, sizeof(buf), p)) date = std::string(buf, strcspn(buf, "\n"));
-      pclose(p);
-    }
-    std::ofstream out(AJET_SOURCE_DIR "/docs/benchmarks.md", std::ios::app);
-    out << "\n## Model forward, full sequence (bench/model/forward_bench), " << date << "\n\n"
-        << "One sequence of T tokens through `Qwen2ModelImpl::forward_logits` (no KV cache: the prefill and\n"
-        << "training-forward path), vocab 1024, float32, best of " << reps << ". GFLOP/s counts 2 per weight per\n"
-        << "token plus the full T x T attention products; the peak is the best float32 square matmul\n"
-        << "(1024..2048) at the same thread count, measured in the same run (bench/common/gemm_peak).\n\n"
-        << table.str();
-    std::printf("appended to docs/benchmarks.md\n");
+  if (cli.append()) {
+    std::ostringstream body;
+    body << "One sequence of T tokens through `Qwen2ModelImpl::forward_logits` (no KV cache: the prefill and\n"
+         << "training-forward path), vocab 1024, float32, best of " << reps << ". GFLOP/s counts 2 per weight per\n"
+         << "token plus the full T x T attention products; the peak is the best float32 square matmul\n"
+         << "(1024..2048) at the same thread count, measured in the same run (bench/common/gemm_peak).\n\n"
+         << table.str();
+    ajet::bench::append_to_benchmarks("Model forward, full sequence (bench/model/forward_bench)", body.str());
   }
   return 0;
 }

@@ -5,14 +5,13 @@
 //   the same deep page as bare SQL by keyset and by OFFSET 50,000 (what keyset paging avoids); one
 //   SELECT of every episode row, with and without its call totals.
 // Median and p90 of repeated runs on a warm cache (the store fits in the page cache, as on a front).
-// Prints a table and appends a dated section to docs/benchmarks.md (not with --smoke).
-//   episode_list_bench [--smoke] [--episodes N] [--keep FILE]
+// Prints a table and appends a dated section to docs/benchmarks.md (not with --smoke or --no-append).
+//   episode_list_bench [--smoke] [--no-append] [--episodes N] [--keep FILE]
 #include <sqlite3.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -21,8 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "bench_cli.h"
 #include "common/encoding.h"
-#include "common/time_text.h"
 #include "store/store.h"
 
 namespace {
@@ -141,22 +140,15 @@ class Raw {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool smoke = false;
   int episodes = 100'000;
   std::string keep;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--smoke") == 0) {
-      smoke = true;
-      episodes = 3'000;
-    } else if (std::strcmp(argv[i], "--episodes") == 0 && i + 1 < argc) {
-      episodes = std::atoi(argv[++i]);
-    } else if (std::strcmp(argv[i], "--keep") == 0 && i + 1 < argc) {
-      keep = argv[++i];
-    } else {
-      std::cerr << "usage: episode_list_bench [--smoke] [--episodes N] [--keep FILE]\n";
-      return 2;
-    }
-  }
+  ajet::bench::BenchCli cli("episode_list_bench",
+                            "One page of GET /episodes on a store of 100,000 episodes against loading every episode");
+  cli.app().add_option("--episodes", episodes, "Episodes in the store (default 100000)")->check(CLI::Range(100, 100'000'000));
+  cli.app().add_option("--keep", keep, "Keep the store in FILE (reused when it exists)");
+  if (auto code = cli.parse(argc, argv)) return *code;
+  const bool smoke = cli.smoke();
+  if (smoke) episodes = 3'000;
   const fs::path dir = fs::temp_directory_path() / ("ajet_episode_list_bench_" + ajet::new_uuid_hex());
   fs::create_directories(dir);
   const fs::path path = keep.empty() ? dir / "store.db" : fs::path(keep);
@@ -254,19 +246,17 @@ int main(int argc, char** argv) {
   if (keep.empty()) fs::remove_all(dir);
   if (smoke) return rows[0].t.rows == 50 && rows[1].t.rows == 50 ? 0 : 1;
 
-  const std::string doc = std::string(AJET_SOURCE_DIR) + "/docs/benchmarks.md";
-  std::ofstream md(doc, std::ios::app);
-  md << "\n## Episode list: one page of GET /episodes against loading every episode ("
-     << ajet::local_date_text() << ")\n\n"
-     << "`bench/store/episode_list_bench`: a store of " << stored << " episodes (2 LLM calls each, 48 + 16 tokens a\n"
-     << "call; 500 tasks, 1 in 10 eval, a batch per 64 train episodes; pairs of episodes share a claimed_at), filled\n"
-     << "in " << static_cast<int>(fill_s + 0.5)
-     << " s. `Store::list_episodes` pages (limit 50) include the bounded count\n"
-     << "(exact up to 10,000) and each row's call totals, as the route serves them; median and p90 of " << repeats
-     << " runs,\n"
-     << "warm page cache. The comparisons read the same file over a plain SQLite connection. Load average "
-     << load_average() << ".\n\n"
-     << table.str();
-  std::cout << "appended to " << doc << "\n";
+  if (!cli.append()) return 0;
+  std::ostringstream body;
+  body << "`bench/store/episode_list_bench`: a store of " << stored << " episodes (2 LLM calls each, 48 + 16 tokens a\n"
+       << "call; 500 tasks, 1 in 10 eval, a batch per 64 train episodes; pairs of episodes share a claimed_at), filled\n"
+       << "in " << static_cast<int>(fill_s + 0.5)
+       << " s. `Store::list_episodes` pages (limit 50) include the bounded count\n"
+       << "(exact up to 10,000) and each row's call totals, as the route serves them; median and p90 of " << repeats
+       << " runs,\n"
+       << "warm page cache. The comparisons read the same file over a plain SQLite connection. Load average "
+       << load_average() << ".\n\n"
+       << table.str();
+  ajet::bench::append_to_benchmarks("Episode list: one page of GET /episodes against loading every episode", body.str());
   return 0;
 }

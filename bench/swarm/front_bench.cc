@@ -25,10 +25,12 @@
 #include <memory>
 #include <mutex>
 #include <sstream>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "bench_cli.h"
 #include "common/fs.h"
 #include "common/json.h"
 #include "common/subprocess.h"
@@ -55,24 +57,20 @@ struct Options {
   bool append = true;
 };
 
-Options parse_args(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto next = [&] {
-      if (i + 1 >= argc) throw std::runtime_error("missing value after " + a);
-      return std::string(argv[++i]);
-    };
-    if (a == "--connections") o.connections = std::stoi(next());
-    else if (a == "--seconds") o.seconds = std::stod(next());
-    else if (a == "--warmup") o.warmup = std::stod(next());
-    else if (a == "--streams") o.streams = std::stoi(next());
-    else if (a == "--overhead-calls") o.overhead_calls = std::stoi(next());
-    else if (a == "--no-append") o.append = false;
-    else if (a == "--smoke") o.smoke = true;
-    else throw std::runtime_error("unknown flag " + a + " (--connections --seconds --warmup --streams "
-                                  "--overhead-calls --no-append --smoke)");
-  }
+// Fills o from the command line; a value means main() returns it (--help, a usage error).
+std::optional<int> parse_args(int argc, char** argv, Options& o) {
+  ajet::bench::BenchCli cli("front_bench",
+                            "The swarm front (ajet-swarm + ajet-engine, tiny model) under client load: status and "
+                            "chat throughput, streaming overhead, memory per open stream");
+  CLI::App& app = cli.app();
+  app.add_option("--connections", o.connections, "Concurrent keep-alive connections")->capture_default_str()->check(CLI::Range(1, 100000));
+  app.add_option("--seconds", o.seconds, "Seconds measured")->capture_default_str()->check(CLI::Range(0.1, 3600.0));
+  app.add_option("--warmup", o.warmup, "Seconds of warm-up")->capture_default_str()->check(CLI::Range(0.0, 3600.0));
+  app.add_option("--streams", o.streams, "Open streaming chat calls for the memory row")->capture_default_str()->check(CLI::Range(0, 100000));
+  app.add_option("--overhead-calls", o.overhead_calls, "Calls timed for the overhead row")->capture_default_str()->check(CLI::Range(1, 1000000));
+  if (auto code = cli.parse(argc, argv)) return code;
+  o.smoke = cli.smoke();
+  o.append = cli.append();
   if (o.smoke) {
     o.connections = 20;
     o.seconds = 0.5;
@@ -81,7 +79,7 @@ Options parse_args(int argc, char** argv) {
     o.overhead_calls = 20;
     o.append = false;
   }
-  return o;
+  return std::nullopt;
 }
 
 fs::path bin_dir() { return fs::read_symlink("/proc/self/exe").parent_path(); }
@@ -258,8 +256,9 @@ std::string fmt_ms(double us) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  Options o;
+  if (auto code = parse_args(argc, argv, o)) return *code;
   try {
-    Options o = parse_args(argc, argv);
     rlimit lim{};
     ::getrlimit(RLIMIT_NOFILE, &lim);
     lim.rlim_cur = lim.rlim_max;  // children (the front) inherit it
@@ -386,20 +385,11 @@ int main(int argc, char** argv) {
     }
     std::cout << report.str();
     if (o.append) {
-      const fs::path doc = fs::path(AJET_SOURCE_DIR) / "docs" / "benchmarks.md";
-      std::string date;
-      {
-        FILE* p = ::popen("date -I", "r");
-        char buf[64] = {0};
-        if (p && std::fgets(buf, sizeof buf, p)) date = buf;
-        if (p) ::pclose(p);
-        while (!date.empty() && date.back() == '\n') date.pop_back();
-      }
-      std::ofstream out(doc, std::ios::app);
-      out << "\n## Swarm front as clients see it (bench/swarm/front_bench), " << date << "\n\n"
-          << o.connections << " concurrent keep-alive connections, " << o.seconds << " s measured after "
-          << o.warmup << " s warm-up; tiny model (debug backbone) on the real ajet-engine.\n\n"
-          << report.str();
+      std::ostringstream body;
+      body << o.connections << " concurrent keep-alive connections, " << o.seconds << " s measured after " << o.warmup
+           << " s warm-up; tiny model (debug backbone) on the real ajet-engine.\n\n"
+           << report.str();
+      ajet::bench::append_to_benchmarks("Swarm front as clients see it (bench/swarm/front_bench)", body.str());
     }
     if (status_load.errors + chat_load.errors > 0 || (memory_note.empty() && streams_failed > 0)) {
       std::cerr << "front_bench: some requests failed (see the Errors column)\n";

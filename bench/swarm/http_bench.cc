@@ -19,10 +19,12 @@
 #include <iostream>
 #include <mutex>
 #include <sstream>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "bench_cli.h"
 #include "common/json.h"
 #include "common/log.h"
 #include "http/response.h"
@@ -55,28 +57,24 @@ struct Options {
 const char* kStatusBody =
     R"({"engine_status":"ENGINE.ROLLING","engine_status_detail":"rolling out","global_step":42})";
 
-Options parse_args(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw std::runtime_error(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--connections") o.connections = std::stoi(value());
-    else if (a == "--seconds") o.seconds = std::stod(value());
-    else if (a == "--warmup") o.warmup = std::stod(value());
-    else if (a == "--streams") o.streams = std::stoi(value());
-    else if (a == "--io-threads") o.io_threads = std::stoi(value());
-    else if (a == "--rounds") o.rounds = std::max(1, std::stoi(value()));
-    else if (a == "--smoke") o.smoke = true;
-    else if (a == "--no-append") o.append = false;
-    else if (a == "--role") o.role = value();
-    else if (a == "--port") o.port = static_cast<uint16_t>(std::stoi(value()));
-    else throw std::runtime_error("unknown argument " + a +
-                                  " (usage: http_bench [--connections N] [--seconds S] [--warmup S] [--streams M]"
-                                  " [--io-threads T] [--rounds R] [--smoke] [--no-append])");
-  }
+// Fills o from the command line; a value means main() returns it (--help, a usage error).
+std::optional<int> parse_args(int argc, char** argv, Options& o) {
+  ajet::bench::BenchCli cli("http_bench",
+                            "The HTTP layer: a trivial JSON route against a minimal raw-Asio responder, then idle SSE "
+                            "streams held open");
+  CLI::App& app = cli.app();
+  app.add_option("--connections", o.connections, "Keep-alive connections")->capture_default_str()->check(CLI::Range(1, 100000));
+  app.add_option("--seconds", o.seconds, "Seconds measured")->capture_default_str()->check(CLI::Range(0.05, 3600.0));
+  app.add_option("--warmup", o.warmup, "Seconds of warm-up")->capture_default_str()->check(CLI::Range(0.0, 3600.0));
+  app.add_option("--streams", o.streams, "Idle SSE streams held open")->capture_default_str()->check(CLI::Range(1, 1000000));
+  app.add_option("--io-threads", o.io_threads, "Server I/O threads")->capture_default_str()->check(CLI::Range(1, 256));
+  app.add_option("--rounds", o.rounds, "Rounds of the throughput pair")->capture_default_str()->check(CLI::Range(1, 1000));
+  // The load-generating child's own flags (the bench spawns itself with them).
+  app.add_option("--role", o.role, "Child role (used by the bench itself)")->check(CLI::IsMember({"load", "streams"}))->group("");
+  app.add_option("--port", o.port, "Child: the server's port")->group("");
+  if (auto code = cli.parse(argc, argv)) return code;
+  o.smoke = cli.smoke();
+  o.append = cli.append();
   if (o.smoke) {
     o.connections = 20;
     o.seconds = 0.3;
@@ -85,7 +83,7 @@ Options parse_args(int argc, char** argv) {
     o.rounds = 1;
     o.append = false;
   }
-  return o;
+  return std::nullopt;
 }
 
 // Lifts the open-file limit to the hard limit: every connection is a descriptor on each side.
@@ -272,8 +270,9 @@ std::string fmt_us(double us) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  Options o;
+  if (auto code = parse_args(argc, argv, o)) return *code;
   try {
-    Options o = parse_args(argc, argv);
     rlim_t nofile = raise_nofile_limit();
     if (!o.role.empty()) return child_main(o);
     set_log_level("warn");
@@ -355,22 +354,14 @@ int main(int argc, char** argv) {
     bool healthy = ours.load.requests > 0 && raw.load.requests > 0 && ours.load.errors == 0 && mem.ready == mem.streams &&
                    mem.open_connections == uint64_t(mem.streams);
     if (o.append) {
-      std::string date;
-      FILE* p = popen("date -I", "r");
-      char d[32] = {0};
-      if (p && fgets(d, sizeof d, p)) date = std::string(d, strcspn(d, "\n"));
-      if (p) pclose(p);
-      std::string path = std::string(AJET_SOURCE_DIR) + "/docs/benchmarks.md";
-      bool fresh = !std::ifstream(path).good();
-      std::ofstream md(path, std::ios::app);
-      if (fresh) md << "# Benchmarks\n\nEach section is appended by a program in bench/ (newest last).\n";
-      md << "\n## HTTP layer: raw server throughput and idle-stream memory (" << date << ")\n\n"
-         << "`build/bin/http_bench` (bench/swarm/http_bench.cc): a trivial JSON route (like `/get_engine_status`)"
-         << " with " << o.connections << " keep-alive connections for " << o.seconds << " s after a " << o.warmup
-         << " s warm-up, against a minimal raw-Asio responder measured in the same run; then " << o.streams
-         << " idle SSE streams held open.\n\n"
-         << table.str();
-      std::cout << "\nappended to docs/benchmarks.md\n";
+      std::ostringstream body;
+      body << "`build/bin/http_bench` (bench/swarm/http_bench.cc): a trivial JSON route (like `/get_engine_status`)"
+           << " with " << o.connections << " keep-alive connections for " << o.seconds << " s after a " << o.warmup
+           << " s warm-up, against a minimal raw-Asio responder measured in the same run; then " << o.streams
+           << " idle SSE streams held open.\n\n"
+           << table.str();
+      ajet::bench::append_to_benchmarks("HTTP layer: raw server throughput and idle-stream memory (bench/swarm/http_bench)",
+                                        body.str());
     }
     if (!healthy) {
       std::cerr << "http_bench: unhealthy run (errors, or streams that did not open)\n";

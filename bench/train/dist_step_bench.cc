@@ -22,6 +22,7 @@
 #include <ctime>
 #include <thread>
 
+#include "bench_cli.h"
 #include "ajet-engine/dist_flags.h"
 #include "model/model_dir.h"
 #include "model/presets.h"
@@ -140,33 +141,23 @@ pid_t spawn(const std::vector<std::string>& argv, const std::string& log) {
   return pid;
 }
 
-std::string run_capture(const char* cmd) {
-  std::string out;
-  if (FILE* p = ::popen(cmd, "r")) {
-    char buf[256];
-    while (std::fgets(buf, sizeof buf, p)) out += buf;
-    ::pclose(p);
-  }
-  return out;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   ajet::model::pick_blas_kernel(argc, argv);  // first: it may re-execute the process
-  CLI::App app{"1 rank vs 2 data-parallel ranks: one GRPO step on the tiny preset"};
+  bench::BenchCli cli("train_dist_step_bench", "1 rank vs 2 data-parallel ranks: one GRPO step on the tiny preset");
+  CLI::App& app = cli.app();
   train::DistOptions dist;
   engine_cli::add_dist_flags(app, dist);
-  bool worker = false, smoke = false, no_append = false;
+  bool worker = false;
   int steps = 5;
   std::string model_dir, out;
   app.add_flag("--worker", worker, "Run as one rank (used by the bench itself)");
   app.add_option("--model", model_dir, "Worker: model directory");
   app.add_option("--out", out, "Worker: result file");
-  app.add_option("--steps", steps, "Timed steps (after one warm-up)")->capture_default_str();
-  app.add_flag("--smoke", smoke, "A seconds-long check: small batch, 1 step, nothing appended");
-  app.add_flag("--no-append", no_append, "Do not append to docs/benchmarks.md");
-  CLI11_PARSE(app, argc, argv);
+  app.add_option("--steps", steps, "Timed steps (after one warm-up)")->capture_default_str()->check(CLI::Range(1, 1000));
+  if (auto code = cli.parse(argc, argv)) return *code;
+  const bool smoke = cli.smoke();
   Shape shape;
   if (smoke) {
     shape.groups = 2;
@@ -259,12 +250,8 @@ int main(int argc, char** argv) {
                   params * 4 / 1e6, ar * 1e3, std::thread::hardware_concurrency());
     table << line;
     std::printf("%s", table.str().c_str());
-    if (!no_append && !smoke) {
-      std::string date = run_capture("date -I");
-      date = date.substr(0, date.find('\n'));
-      std::ofstream md(AJET_SOURCE_DIR "/docs/benchmarks.md", std::ios::app);
-      md << "\n## Trainer: data parallel, 1 rank vs 2 ranks (bench/train/dist_step_bench), " << date << "\n\n" << table.str();
-      std::printf("appended to docs/benchmarks.md\n");
+    if (cli.append()) {
+      bench::append_to_benchmarks("Trainer: data parallel, 1 rank vs 2 ranks (bench/train/dist_step_bench)", table.str());
     }
     return 0;
   } catch (const std::exception& e) {

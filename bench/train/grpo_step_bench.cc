@@ -28,6 +28,7 @@
 #include <string>
 #include <unistd.h>
 
+#include "bench_cli.h"
 #include "common/json.h"
 #include "gemm_peak.h"
 #include "model/compute.h"
@@ -60,7 +61,7 @@ std::string run_capture(const std::string& command) {
 struct Args {
   int threads = 2, reps = 3, group = 8, prompt = 256, completion = 256;
   int64_t vocab = 4096;
-  bool smoke = false, append = true;
+  bool smoke = false;
   std::string profile;  // write a chrome trace of one step of ours (plain packing) here
 };
 
@@ -146,18 +147,17 @@ double fastest(const std::vector<double>& v) { return *std::min_element(v.begin(
 int main(int argc, char** argv) {
   ajet::model::pick_blas_kernel(argc, argv);  // first: it may re-execute the process
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    auto next = [&] { return i + 1 < argc ? std::atoi(argv[++i]) : 0; };
-    if (!std::strcmp(argv[i], "--smoke")) a.smoke = true;
-    else if (!std::strcmp(argv[i], "--no-append")) a.append = false;
-    else if (!std::strcmp(argv[i], "--threads")) a.threads = next();
-    else if (!std::strcmp(argv[i], "--reps")) a.reps = next();
-    else if (!std::strcmp(argv[i], "--group")) a.group = next();
-    else if (!std::strcmp(argv[i], "--prompt")) a.prompt = next();
-    else if (!std::strcmp(argv[i], "--completion")) a.completion = next();
-    else if (!std::strcmp(argv[i], "--vocab")) a.vocab = next();
-    else if (!std::strcmp(argv[i], "--profile") && i + 1 < argc) a.profile = argv[++i];
-  }
+  bench::BenchCli cli("train_grpo_step_bench", "One GRPO step on the small preset, ours against the same step in Python");
+  CLI::App& app = cli.app();
+  app.add_option("--threads", a.threads, "Intra-op threads (default 2)")->check(CLI::Range(1, 256));
+  app.add_option("--reps", a.reps, "Timed steps each (default 3)")->check(CLI::Range(1, 1000));
+  app.add_option("--group", a.group, "Samples in the GRPO group (default 8)")->check(CLI::Range(1, 1024));
+  app.add_option("--prompt", a.prompt, "Prompt tokens (default 256)")->check(CLI::Range(1, 65536));
+  app.add_option("--completion", a.completion, "Completion tokens at most (default 256)")->check(CLI::Range(4, 65536));
+  app.add_option("--vocab", a.vocab, "Vocabulary size (default 4096)")->check(CLI::Range(int64_t{16}, int64_t{1} << 20));
+  app.add_option("--profile", a.profile, "Write a chrome trace of one step of ours here");
+  if (auto code = cli.parse(argc, argv)) return *code;
+  a.smoke = cli.smoke();
   if (a.smoke) {
     a.reps = 1;
     a.group = 2;
@@ -328,12 +328,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "the two implementations disagree on the old logprobs\n");
     return 1;
   }
-  if (a.append && !a.smoke) {
-    std::string date = run_capture("date -I");
-    date = date.substr(0, date.find('\n'));
-    std::ofstream md(AJET_SOURCE_DIR "/docs/benchmarks.md", std::ios::app);
-    md << "\n## Trainer: one GRPO step, ours vs Python (bench/train/grpo_step_bench), " << date << "\n\n" << table.str();
-    std::printf("appended to docs/benchmarks.md\n");
-  }
+  if (cli.append()) bench::append_to_benchmarks("Trainer: one GRPO step, ours vs Python (bench/train/grpo_step_bench)", table.str());
   return 0;
 }

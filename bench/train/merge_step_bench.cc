@@ -16,14 +16,12 @@
 
 #include <chrono>
 #include <cstdio>
-#include <cstring>
-#include <fstream>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include "common/time_text.h"
+#include "bench_cli.h"
 #include "model/blas_kernel.h"
 #include "model/compute.h"
 #include "model/presets.h"
@@ -106,16 +104,6 @@ std::string load_average() {
   return one.empty() ? "unknown" : one + " " + five + " " + fifteen;
 }
 
-std::vector<int> parse_turns(const std::string& s) {
-  std::vector<int> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (!item.empty()) out.push_back(std::atoi(item.c_str()));
-  }
-  return out;
-}
-
 std::string ratio(double x, double y) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2fx", x / y);
@@ -130,22 +118,21 @@ int main(int argc, char** argv) {
   int threads = 2;
   int64_t vocab = 4096;
   double cap = 240;
-  bool smoke = false, append = true;
   std::vector<int> turns = {1, 5, 10, 20};
-  for (int i = 1; i < argc; ++i) {
-    const bool has_value = i + 1 < argc;
-    if (!std::strcmp(argv[i], "--smoke")) smoke = true;
-    else if (!std::strcmp(argv[i], "--no-append")) append = false;
-    else if (!std::strcmp(argv[i], "--preset") && has_value) preset = argv[++i];
-    else if (!std::strcmp(argv[i], "--threads") && has_value) threads = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--vocab") && has_value) vocab = std::atoll(argv[++i]);
-    else if (!std::strcmp(argv[i], "--cap") && has_value) cap = std::atof(argv[++i]);
-    else if (!std::strcmp(argv[i], "--turns") && has_value) turns = parse_turns(argv[++i]);
-    else {
-      std::fprintf(stderr, "unknown or incomplete option '%s' (see the header of merge_step_bench.cc)\n", argv[i]);
-      return 2;
-    }
-  }
+  ajet::bench::BenchCli cli("train_merge_step_bench",
+                            "Wall time of one training step: one sample per LLM call against merged against merged + "
+                            "tree-packed");
+  CLI::App& app = cli.app();
+  app.add_option("--preset", preset, "Model preset (default tiny)")->check(CLI::IsMember({"micro", "tiny", "small"}));
+  app.add_option("--threads", threads, "Intra-op threads (default 2)")->check(CLI::Range(1, 256));
+  app.add_option("--vocab", vocab, "Vocabulary size (default 4096)")->check(CLI::Range(int64_t{16}, int64_t{1} << 20));
+  app.add_option("--cap", cap, "Skip an (a) step estimated to take longer than this many seconds (default 240)")
+      ->check(CLI::Range(1.0, 86400.0));
+  app.add_option("--turns", turns, "Comma-separated turns per episode (default 1,5,10,20)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 1000));
+  if (auto code = cli.parse(argc, argv)) return *code;
+  const bool smoke = cli.smoke();
   if (smoke) {
     preset = "micro";
     vocab = 256;
@@ -232,19 +219,17 @@ int main(int argc, char** argv) {
   for (const auto& n : notes) table << "\n" << n << "\n";
   const std::string load = load_average();
   std::printf("\n%s\nload average after the run: %s\n", table.str().c_str(), load.c_str());
-  if (smoke || !append) return 0;
-
-  const std::string path = std::string(AJET_SOURCE_DIR) + "/docs/benchmarks.md";
-  std::ofstream md(path, std::ios::app);
-  md << "\n## Timeline merging and tree packing: wall time of one training step (" << ajet::local_date_text() << ")\n\n"
-     << "`bench/train/merge_step_bench`: the synthetic agent of `bench/tracking/merge_tokens` (256-token system prompt,\n"
-     << "32-token task, ~64 new tokens per turn), ONE GRPO group of " << kGroupSize << " episodes, `" << preset
-     << "` preset (" << model::count_parameters(config) << " parameters, vocab " << vocab << "), " << threads
-     << " threads. One Trainer::train_step\n(forward + backward + AdamW, micro_batch_tokens 16384) timed once per cell "
-     << "after a warm-up step per packing mode:\n(a) one sample per LLM call, plain packing; (b) merged, plain packing; "
-     << "(c) merged + tree packing. Tokens = tokens\nthe forward computed. Load average (1/5/15 min) at the end: " << load
-     << " (2-core machine).\n\n"
-     << table.str();
-  std::printf("appended to %s\n", path.c_str());
+  if (cli.append()) {
+    std::ostringstream body;
+    body << "`bench/train/merge_step_bench`: the synthetic agent of `bench/tracking/merge_tokens` (256-token system prompt,\n"
+         << "32-token task, ~64 new tokens per turn), ONE GRPO group of " << kGroupSize << " episodes, `" << preset
+         << "` preset (" << model::count_parameters(config) << " parameters, vocab " << vocab << "), " << threads
+         << " threads. One Trainer::train_step\n(forward + backward + AdamW, micro_batch_tokens 16384) timed once per cell "
+         << "after a warm-up step per packing mode:\n(a) one sample per LLM call, plain packing; (b) merged, plain packing; "
+         << "(c) merged + tree packing. Tokens = tokens\nthe forward computed. Load average (1/5/15 min) at the end: " << load
+         << " (2-core machine).\n\n"
+         << table.str();
+    ajet::bench::append_to_benchmarks("Timeline merging and tree packing: wall time of one training step", body.str());
+  }
   return 0;
 }

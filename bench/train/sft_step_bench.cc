@@ -8,14 +8,14 @@
 // calc init) and synthetic calc-shaped demos (a 148-token shared prefix, 45-85 own tokens, the last
 // half trained). Options: --tokens (4096), --rounds (8), --threads 1,2, --keep-memory
 // (train::keep_freed_memory() first, as `ajet sft` does: run once with and once without), --only A|B
-// (that one alone, for `perf record`), --append (adds the table with the date to docs/benchmarks.md).
+// (that one alone, for `perf record`). Appends the table with the date to docs/benchmarks.md unless
+// --no-append; --smoke runs a 512-token batch once on one thread and appends nothing.
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <random>
@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_cli.h"
 #include "model/blas_kernel.h"
 #include "model/compute.h"
 #include "model/model_dir.h"
@@ -102,34 +103,32 @@ void zero_grads(model::Qwen2Model& m) {
 
 int main(int argc, char** argv) {
   model::pick_blas_kernel(argc, argv);
-  std::string model_dir, demos_path, threads_list = "1,2";
+  std::string model_dir, demos_path;
+  std::vector<int> threads_list = {1, 2};
   int64_t tokens = 4096;
   int rounds = 8;
-  bool append = false;
   int run_steps = 0;  // --run-sft N: N whole run_sft steps each way instead
   bool keep_memory = false;  // train::keep_freed_memory() first, as `ajet sft` does
   std::string only;  // "A" or "B": run that one only, `rounds` times (for perf record)
-  for (int i = 1; i < argc; ++i) {
-    auto next = [&](const char* flag) -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s needs a value\n", flag);
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (!std::strcmp(argv[i], "--model")) model_dir = next("--model");
-    else if (!std::strcmp(argv[i], "--demos")) demos_path = next("--demos");
-    else if (!std::strcmp(argv[i], "--tokens")) tokens = std::stoll(next("--tokens"));
-    else if (!std::strcmp(argv[i], "--rounds")) rounds = std::stoi(next("--rounds"));
-    else if (!std::strcmp(argv[i], "--threads")) threads_list = next("--threads");
-    else if (!std::strcmp(argv[i], "--append")) append = true;
-    else if (!std::strcmp(argv[i], "--keep-memory")) keep_memory = true;
-    else if (!std::strcmp(argv[i], "--only")) only = next("--only");
-    else if (!std::strcmp(argv[i], "--run-sft")) run_steps = std::stoi(next("--run-sft"));
-    else {
-      std::fprintf(stderr, "unknown option %s (--model DIR --demos FILE --tokens N --rounds N --threads 1,2 --append)\n", argv[i]);
-      return 2;
-    }
+  bench::BenchCli cli("train_sft_step_bench",
+                      "Wall time of one `ajet sft` step, the block layout before 2026-12-03 (A) against the current "
+                      "one (B), interleaved in one run");
+  CLI::App& app = cli.app();
+  app.add_option("--model", model_dir, "Model directory (with --demos)");
+  app.add_option("--demos", demos_path, "Demos JSONL from `ajet tasks demos` (with --model)");
+  app.add_option("--tokens", tokens, "Tokens packed into the batch (default 4096)")->check(CLI::Range(int64_t{64}, int64_t{1} << 20));
+  app.add_option("--rounds", rounds, "Interleaved timed runs each way (default 8)")->check(CLI::Range(1, 1000));
+  app.add_option("--threads", threads_list, "Comma-separated thread counts (default 1,2)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 256));
+  app.add_flag("--keep-memory", keep_memory, "Call train::keep_freed_memory() first, as `ajet sft` does");
+  app.add_option("--only", only, "Run A or B alone, --rounds times (for perf record)")->check(CLI::IsMember({"A", "B"}));
+  app.add_option("--run-sft", run_steps, "Time N whole run_sft steps each way instead")->check(CLI::Range(0, 100000));
+  if (auto code = cli.parse(argc, argv)) return *code;
+  if (cli.smoke()) {
+    tokens = 512;
+    rounds = 1;
+    threads_list = {1};
   }
   if (model_dir.empty() != demos_path.empty()) {
     std::fprintf(stderr, "--model and --demos go together\n");
@@ -218,10 +217,7 @@ int main(int argc, char** argv) {
   std::ostringstream table;
   table << "| threads | freed memory | A: 128-row blocks, full last layer: wall (CPU) s | B: per-demo blocks, last layer on target rows: wall (CPU) s | A / B: wall (CPU) |\n"
         << "|---|---|---|---|---|\n";
-  std::stringstream list(threads_list);
-  std::string item;
-  while (std::getline(list, item, ',')) {
-    const int t = std::stoi(item);
+  for (const int t : threads_list) {
     torch::set_num_threads(t);
     std::vector<double> ta, tb, ca, cb;  // wall and CPU seconds
     auto time_one = [&](const train::SftOptions& o) {
@@ -255,18 +251,15 @@ int main(int argc, char** argv) {
                 ma, pa, mb, pb, rounds, ma / mb, pa / pb);
   }
   std::printf("\n%s", table.str().c_str());
-  if (append) {
-    char date[32];
-    const std::time_t now = std::time(nullptr);
-    std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
-    std::ofstream out(std::string(AJET_SOURCE_DIR) + "/docs/benchmarks.md", std::ios::app);
-    out << "\n### SFT step, per-demo attention blocks (" << date << ", bench/train/sft_step_bench.cc)\n\n"
-        << "One `ajet sft` step's forward + backward (`train::sft_step_gradients`) on " << source << ": "
-        << batch.size() << " demos packed into ~" << tokens << " tokens (shared prefix once), " << trained
-        << " trained; " << model::describe_compute_backend() << ". Medians of " << rounds
-        << " interleaved runs; A and B agree to " << std::abs(loss_a - loss_b) / std::abs(loss_a)
-        << " (loss, relative) and " << worst << " (gradients, relative to each tensor's largest entry).\n\n"
-        << table.str();
+  if (cli.append()) {
+    std::ostringstream body;
+    body << "One `ajet sft` step's forward + backward (`train::sft_step_gradients`) on " << source << ": "
+         << batch.size() << " demos packed into ~" << tokens << " tokens (shared prefix once), " << trained
+         << " trained; " << model::describe_compute_backend() << ". Medians of " << rounds
+         << " interleaved runs; A and B agree to " << std::abs(loss_a - loss_b) / std::abs(loss_a)
+         << " (loss, relative) and " << worst << " (gradients, relative to each tensor's largest entry).\n\n"
+         << table.str();
+    bench::append_to_benchmarks("SFT step, per-demo attention blocks (bench/train/sft_step_bench.cc)", body.str());
   }
   return 0;
 }

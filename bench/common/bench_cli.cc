@@ -1,0 +1,39 @@
+#include "bench_cli.h"
+
+#include <cstdio>
+#include <fstream>
+#include <stdexcept>
+#include <utility>
+
+#include "cli/cli_main.h"
+#include "common/time_text.h"
+
+namespace ajet::bench {
+
+BenchCli::BenchCli(std::string program, std::string description)
+    : program_(std::move(program)), app_(std::move(description), program_) {
+  app_.add_flag("--smoke", smoke_, "A seconds-long run that checks the program works; appends nothing");
+  app_.add_flag("--no-append", no_append_, "Print the table without adding it to docs/benchmarks.md");
+}
+
+std::optional<int> BenchCli::parse(int argc, char** argv) {
+  try {
+    app_.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return apps::report_parse_error(app_, e, program_.c_str(), argc, argv);
+  }
+  return std::nullopt;
+}
+
+std::string benchmarks_md_path() { return std::string(AJET_SOURCE_DIR) + "/docs/benchmarks.md"; }
+
+void append_to_benchmarks(const std::string& title, const std::string& body) {
+  const std::string path = benchmarks_md_path();
+  std::ofstream out(path, std::ios::app);
+  out << "\n## " << title << ", " << local_date_text() << "\n\n" << body;
+  out.flush();
+  if (!out) throw std::runtime_error("could not append to " + path);
+  std::printf("appended to docs/benchmarks.md\n");
+}
+
+}  // namespace ajet::bench

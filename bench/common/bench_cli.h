@@ -1,0 +1,45 @@
+// What every benchmark program shares: its command line (CLI11, with `--smoke` and `--no-append`
+// always there, and the binaries' usage errors: exit 2, a message naming the flag, "did you mean")
+// and the dated section it appends to docs/benchmarks.md. No libtorch.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <optional>
+#include <string>
+
+namespace ajet::bench {
+
+class BenchCli {
+ public:
+  // `program` names the binary in messages; `description` heads --help.
+  BenchCli(std::string program, std::string description);
+
+  // Where the benchmark adds its own flags (app().add_option(...) checks types and ranges itself).
+  CLI::App& app() { return app_; }
+
+  // Parses the command line. nullopt: go on; otherwise main() returns the value (0 after --help, 2
+  // after a usage error, which is printed with the nearest known flag).
+  std::optional<int> parse(int argc, char** argv);
+
+  bool smoke() const { return smoke_; }
+  // Whether the run adds its table to docs/benchmarks.md: not with --smoke or --no-append.
+  bool append() const { return !smoke_ && !no_append_; }
+  const std::string& program() const { return program_; }
+
+ private:
+  std::string program_;
+  CLI::App app_;
+  bool smoke_ = false;
+  bool no_append_ = false;
+};
+
+// Appends "\n## TITLE, DATE\n\nBODY" to the repository's docs/benchmarks.md (DATE: today, local time)
+// and prints "appended to docs/benchmarks.md". Throws std::runtime_error naming the file when it cannot
+// be written, so a run never reports a table it did not keep.
+void append_to_benchmarks(const std::string& title, const std::string& body);
+
+// The file append_to_benchmarks writes: the source tree's docs/benchmarks.md.
+std::string benchmarks_md_path();
+
+}  // namespace ajet::bench
