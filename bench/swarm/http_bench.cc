@@ -18,8 +18,8 @@
 #include <fstream>
 #include <iostream>
 #include <mutex>
-#include <sstream>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>

@@ -30,8 +30,8 @@
 #include <iostream>
 #include <memory>
 #include <mutex>
-#include <sstream>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
