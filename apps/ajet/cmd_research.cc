@@ -170,7 +170,7 @@ void resume(const ResearchArgs& a) {
   if (journal.meta("phase").value_or("") == research::kPhaseDone) {
     std::cout << research::status_text(study, journal);
     std::cout << "ajet research: the study is done (" << (dir / "finish.flag").string() << ")" << std::endl;
-    std::exit(std::stoi(journal.meta("exit_code").value_or("1")));
+    std::exit(static_cast<int>(journal.meta_int("exit_code").value_or(1)));
   }
   std::cout << "ajet research: resuming the study in " << dir.string() << std::endl;
   drive(study, journal, dir, a);

@@ -46,7 +46,7 @@ Params base_params(const Study& study) {
 Controller::Controller(const Study& study, Journal& journal, TrialRunner& runner, Proposer& proposer,
                        ControllerOptions options)
     : study_(study), journal_(journal), runner_(runner), proposer_(proposer), options_(std::move(options)) {
-  if (const auto w = journal_.meta("wall_s")) wall_before_ = std::stod(*w);
+  if (const auto w = journal_.meta_double("wall_s")) wall_before_ = *w;
 }
 
 double Controller::wall_seconds() const { return wall_before_ + seconds_since(started_); }
@@ -417,7 +417,7 @@ void Controller::launch_pending() {
 void Controller::plan_next() {
   const std::string ph = phase();
   if (ph == kPhaseSearch) {
-    const int64_t round = std::stoll(journal_.meta("round").value_or("0"));
+    const int64_t round = journal_.meta_int("round").value_or(0);
     // A new round only when the trial budget allows one and the wall budget leaves room for it and the
     // confirmation (each estimated from the trials' mean running time so far).
     double mean = 0;
@@ -600,7 +600,7 @@ void Controller::plan_confirmation() {
 void Controller::conclude(const std::string& why) {
   const std::vector<TrialRow> trials = journal_.trials();
   std::optional<int64_t> best_id;
-  if (const auto b = journal_.meta("best")) best_id = std::stoll(*b);
+  if (const auto b = journal_.meta_int("best")) best_id = *b;
   const TrialRow* best = nullptr;
   const TrialRow* base = nullptr;
   for (const TrialRow& t : trials) {
@@ -756,7 +756,7 @@ int Controller::run(const std::atomic<bool>& stop) {
     interrupt();
     return -1;
   }
-  return std::stoi(journal_.meta("exit_code").value_or("1"));
+  return static_cast<int>(journal_.meta_int("exit_code").value_or(1));
 }
 
 }  // namespace ajet::research

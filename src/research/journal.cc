@@ -3,8 +3,10 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <cstdlib>
 
+#include "common/error.h"
 #include "common/time_text.h"
 #include "store/sqlite.h"
 
@@ -60,7 +62,7 @@ std::string params_json(const Params& params) {
 
 }  // namespace
 
-Journal::Journal(const std::filesystem::path& file) : db_(std::make_unique<store::Db>(file)) {
+Journal::Journal(const std::filesystem::path& file) : file_(file), db_(std::make_unique<store::Db>(file)) {
   db_->exec("PRAGMA journal_mode=WAL");
   db_->exec("PRAGMA synchronous=FULL");  // a decision is on disk before anything acts on it
   db_->exec(kSchema);
@@ -90,6 +92,30 @@ std::optional<std::string> Journal::meta(const std::string& key) {
   if (!s.step()) return std::nullopt;
   return s.column_text(0);
 }
+
+namespace {
+
+// Journal::meta(key) parsed whole as a T.
+template <typename T>
+std::optional<T> meta_number(Journal& journal, const std::filesystem::path& file, const std::string& key,
+                             const char* kind) {
+  const auto text = journal.meta(key);
+  if (!text) return std::nullopt;
+  T value{};
+  const char* end = text->data() + text->size();
+  const auto [ptr, ec] = std::from_chars(text->data(), end, value);
+  if (ec != std::errc() || ptr != end || text->empty()) {
+    invalid_argument("research journal " + file.string() + ": meta '" + key + "' is '" + text->substr(0, 40) +
+                     "', not " + kind + " (a damaged or hand-edited journal)");
+  }
+  return value;
+}
+
+}  // namespace
+
+std::optional<int64_t> Journal::meta_int(const std::string& key) { return meta_number<int64_t>(*this, file_, key, "an integer"); }
+
+std::optional<double> Journal::meta_double(const std::string& key) { return meta_number<double>(*this, file_, key, "a number"); }
 
 void Journal::set_meta(const std::string& key, const std::string& value) {
   store::Stmt& s = db_->prepare("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value");

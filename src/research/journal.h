@@ -81,6 +81,10 @@ class Journal {
   void transaction(const std::function<void()>& body);
 
   std::optional<std::string> meta(const std::string& key);
+  // meta(key) as a number, nullopt when absent. A value that is not one (a hand-edited or damaged
+  // journal) is Error(kInvalidArgument) naming the key, the value and the journal's file.
+  std::optional<int64_t> meta_int(const std::string& key);
+  std::optional<double> meta_double(const std::string& key);
   void set_meta(const std::string& key, const std::string& value);
 
   int64_t add_trial(const TrialRow& row);  // returns the id; the row's name is written as given
@@ -103,6 +107,7 @@ class Journal {
   std::vector<Decision> decisions();
 
  private:
+  std::filesystem::path file_;
   std::unique_ptr<store::Db> db_;
   int64_t transactions_ = 0;
   int64_t kill_at_ = 0;

@@ -387,7 +387,7 @@ std::string status_text(const Study& study, Journal& journal) {
       best = &t;
     }
   }
-  const double wall = std::stod(journal.meta("wall_s").value_or("0"));
+  const double wall = journal.meta_double("wall_s").value_or(0);
   std::string out = fmt::format("study: {}\nphase: {}\n", study.question.empty() ? study.file.string() : study.question,
                                 journal.meta("phase").value_or(kPhaseSearch));
   out += fmt::format("trials: {} running{}, {} pending, {} completed, {} stopped, {} failed\n", count[kRunning],

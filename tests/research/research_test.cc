@@ -204,6 +204,31 @@ TEST(Journal, TransactionsAreAllOrNothingAndPointsAreRecordedOnce) {
   EXPECT_EQ(j.decisions()[0].numbers["n"], 1);
 }
 
+TEST(Journal, NumericMetaValuesAreReadWholeAndAWrongOneIsNamed) {
+  TempDir dir;
+  Journal j(dir / "j.sqlite");
+  EXPECT_FALSE(j.meta_int("round"));
+  j.set_meta("round", "12");
+  j.set_meta("wall_s", "3.250");
+  EXPECT_EQ(j.meta_int("round"), 12);
+  EXPECT_DOUBLE_EQ(*j.meta_double("wall_s"), 3.25);
+  // What std::stoll read before as 12 or threw "stoll" for: each is now an error naming the key,
+  // the value and the file.
+  for (const std::string bad : {"12x", "", "x", "1e3"}) {
+    j.set_meta("round", bad);
+    try {
+      j.meta_int("round");
+      ADD_FAILURE() << "'" << bad << "' was read as an integer";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("meta 'round' is '" + bad + "', not an integer"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find((dir / "j.sqlite").string()), std::string::npos) << e.what();
+    }
+  }
+  j.set_meta("wall_s", "fast");
+  EXPECT_THROW(j.meta_double("wall_s"), Error);
+}
+
 // A scripted runner: a trial's validations are a function of its lr and seed; each poll advances the
 // trial by one validation (its "checkpoint" survives restarts: progress_ is shared state). A trial
 // whose lr is in crash_lrs crashes at every launch.
