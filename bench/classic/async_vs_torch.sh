@@ -8,23 +8,26 @@
 # the last step's record, every batch trained), the ratio, held-out success before/after and the
 # staleness, and appends the table with the date to docs/benchmarks.md.
 #
-#   bench/classic/async_vs_torch.sh --model exp/main/models/calc-sft [--steps 20] [--rounds 2] [--seed 1]
+#   bench/classic/async_vs_torch.sh [--no-append] --model exp/main/models/calc-sft [--steps 20] [--rounds 2] [--seed 1]
 #
 # AJET_BUILD_DIR picks the build tree (default: build). The model is copied, never written.
 set -euo pipefail
 here="$(cd "$(dirname "$0")/../.." && pwd)"
 bin="${AJET_BUILD_DIR:-$here/build}/bin"
 model="" steps=20 rounds=2 seed=1 conf="examples/configs/calc.yaml"
+append=1
 while [ $# -gt 0 ]; do
   case "$1" in
+    --no-append) append=0; shift ;;
     --model) model="$2"; shift 2 ;;
     --steps) steps="$2"; shift 2 ;;
     --rounds) rounds="$2"; shift 2 ;;
     --seed) seed="$2"; shift 2 ;;
     --conf) conf="$2"; shift 2 ;;
-    *) echo "async_vs_torch: unknown argument '$1' (expected --model, --steps, --rounds, --seed, --conf)" >&2; exit 2 ;;
+    *) echo "async_vs_torch: unknown argument '$1' (expected --model, --steps, --rounds, --seed, --conf, --no-append)" >&2; exit 2 ;;
   esac
 done
+export AJET_BENCH_APPEND="$append"  # --no-append: print the table, leave docs/benchmarks.md alone
 [ -f "$model/config.json" ] || { echo "async_vs_torch: --model DIR with a config.json is required" >&2; exit 2; }
 [ -x "$bin/ajet" ] || { echo "async_vs_torch: $bin/ajet is not built (set AJET_BUILD_DIR)" >&2; exit 2; }
 out="$here/exp/async_vs_torch/$(date +%Y%m%d_%H%M%S)"
@@ -94,6 +97,7 @@ lines += ["", f"async / torch steps per second: {a_sps / t_sps:.2f}x (per round:
           "noise on 400 samples is about 2.5 points, a difference of two runs about 3.5).", ""]
 text = "\n".join(lines) + "\n"
 print(text)
-with open(os.path.join(repo, "docs", "benchmarks.md"), "a") as f:
-    f.write("\n" + text)
+if os.environ.get("AJET_BENCH_APPEND", "1") == "1":  # not after --no-append
+    with open(os.path.join(repo, "docs", "benchmarks.md"), "a") as f:
+        f.write("\n" + text)
 PY

@@ -6,8 +6,9 @@
 # samples at T=1, pass@4) at the start and at the end of each run, and appends a dated table to
 # docs/benchmarks.md.
 #
-#   bench/classic/cocktail_proof.sh            # seeds 1 2 3
-#   bench/classic/cocktail_proof.sh 4 5        # other seeds
+#   bench/classic/cocktail_proof.sh              # seeds 1 2 3
+#   bench/classic/cocktail_proof.sh 4 5          # other seeds
+#   bench/classic/cocktail_proof.sh --no-append  # print the table, leave docs/benchmarks.md alone
 #
 # The warm-up is made once and reused (it is the same for every seed): the tiny tokenizer, a tiny model
 # with calc's initial weights (scripts/run.sh), and `ajet sft` on a shuffled mix of calc and frozenlake
@@ -24,7 +25,10 @@ bin="${AJET_BUILD_DIR:-$here/build}/bin"
 work="${AJET_WORK_DIR:-$here/exp/cocktail}"
 threads="${AJET_THREADS:-2}"
 conf="$here/examples/configs/calc_cocktail.yaml"
-seeds=("$@")
+append=1 args=()
+for a in "$@"; do if [ "$a" = "--no-append" ]; then append=0; else args+=("$a"); fi; done
+export AJET_BENCH_APPEND="$append"  # --no-append: print the table, leave docs/benchmarks.md alone
+seeds=("${args[@]}")
 [ ${#seeds[@]} -gt 0 ] || seeds=(1 2 3)
 for s in "${seeds[@]}"; do
   case "$s" in ''|*[!0-9]*) echo "cocktail_proof: seeds must be non-negative integers, got '$s'" >&2; exit 2 ;; esac
@@ -162,7 +166,8 @@ for task in ("calc", "frozenlake"):
                  f"{pct(statistics.mean(f for _, f in c))}% vs alone {pct(statistics.mean(f for _, f in a))}%.")
 text = "\n".join(lines) + "\n"
 print(text)
-with open(os.path.join(repo, "docs", "benchmarks.md"), "a") as f:
-    f.write("\n" + text)
+if os.environ.get("AJET_BENCH_APPEND", "1") == "1":  # not after --no-append
+    with open(os.path.join(repo, "docs", "benchmarks.md"), "a") as f:
+        f.write("\n" + text)
 PY
 say "done; runs in $out"

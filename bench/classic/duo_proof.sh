@@ -7,14 +7,19 @@
 # Reports, per seed: the pair's held-out success (greedy and T=1) before and after RL, the caller's
 # rate of right calculator calls, and each model's own training reward over the first and last three
 # steps; appends the table to docs/benchmarks.md.
-#   bench/classic/duo_proof.sh [SEED...]       (default: 1 2 3)
+#   bench/classic/duo_proof.sh [--no-append] [SEED...]       (default: 1 2 3)
 # Environment: AJET_BUILD_DIR (default build), AJET_DUO_SECONDS (RL time per seed, default 420).
 set -euo pipefail
 here="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$here"
 build="${AJET_BUILD_DIR:-$here/build}"
 rl_seconds="${AJET_DUO_SECONDS:-420}"
-seeds=("$@")
+append=1 args=()
+for a in "$@"; do if [ "$a" = "--no-append" ]; then append=0; else args+=("$a"); fi; done
+export AJET_BENCH_APPEND="$append"  # --no-append: print the table, leave docs/benchmarks.md alone
+md="$here/docs/benchmarks.md"
+[ "$append" = 1 ] || md=/dev/null
+seeds=("${args[@]}")
 [ "${#seeds[@]}" -gt 0 ] || seeds=(1 2 3)
 for s in "${seeds[@]}"; do
   case "$s" in ''|*[!0-9]*) echo "duo_proof: seeds must be non-negative integers, got '$s'" >&2; exit 2 ;; esac
@@ -76,4 +81,4 @@ printf '%s\n' "${rows[@]}"
   echo
   echo "$header"
   printf '%s\n' "${rows[@]}"
-} >> "$here/docs/benchmarks.md"
+} >> "$md"

@@ -7,20 +7,23 @@
 # side by side, so both see the same load. Prints held-out success before/after, the RL seconds and the gain per RL
 # minute, and appends the table with the date to docs/benchmarks.md.
 #
-#   bench/classic/dynamic_sampling.sh --model exp/main/models/calc-sft [--steps 48] [--seed 1]
+#   bench/classic/dynamic_sampling.sh [--no-append] --model exp/main/models/calc-sft [--steps 48] [--seed 1]
 set -euo pipefail
 here="$(cd "$(dirname "$0")/../.." && pwd)"
 bin="${AJET_BUILD_DIR:-$here/build}/bin"
 model="" steps=48 seed=1 conf="examples/configs/calc.yaml"
+append=1
 while [ $# -gt 0 ]; do
   case "$1" in
+    --no-append) append=0; shift ;;
     --model) model="$2"; shift 2 ;;
     --steps) steps="$2"; shift 2 ;;
     --seed) seed="$2"; shift 2 ;;
     --conf) conf="$2"; shift 2 ;;
-    *) echo "dynamic_sampling: unknown argument '$1' (expected --model, --steps, --seed, --conf)" >&2; exit 2 ;;
+    *) echo "dynamic_sampling: unknown argument '$1' (expected --model, --steps, --seed, --conf, --no-append)" >&2; exit 2 ;;
   esac
 done
+export AJET_BENCH_APPEND="$append"  # --no-append: print the table, leave docs/benchmarks.md alone
 [ -f "$model/config.json" ] || { echo "dynamic_sampling: --model DIR with a config.json is required" >&2; exit 2; }
 out="$here/exp/dynamic_sampling/$(date +%Y%m%d_%H%M%S)"
 mkdir -p "$out"
@@ -68,6 +71,7 @@ lines += ["", f"Dynamic sampling / plain: gain {(d['s1'] - d['s0']) / max(0.1, p
           f"{(d['s1'] - d['s0']) / max(1, d['rl_s']) / max(1e-9, (p['s1'] - p['s0']) / max(1, p['rl_s'])):.2f}x per RL second.", ""]
 text = "\n".join(lines) + "\n"
 print(text)
-with open(os.path.join(repo, "docs", "benchmarks.md"), "a") as f:
-    f.write("\n" + text)
+if os.environ.get("AJET_BENCH_APPEND", "1") == "1":  # not after --no-append
+    with open(os.path.join(repo, "docs", "benchmarks.md"), "a") as f:
+        f.write("\n" + text)
 PY

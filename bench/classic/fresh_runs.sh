@@ -5,20 +5,23 @@
 # held-out success before and after RL (T=1 over k samples, greedy), and the seconds after the build.
 # Prints a table with the median and range, and appends it with the date to docs/benchmarks.md.
 #
-#   bench/classic/fresh_runs.sh [--seeds "1 2 3"] [--label main]
+#   bench/classic/fresh_runs.sh [--no-append] [--seeds "1 2 3"] [--label main]
 #
 # Targets (issue 13): every warm-up reaches its gate, RL adds >= 25 points of held-out T=1 success,
 # each run takes <= 600 s after the build on 2 idle cores, the median final T=1 success is >= 90%.
 set -euo pipefail
 here="$(cd "$(dirname "$0")/../.." && pwd)"
 seeds="1 2 3" label="main"
+append=1
 while [ $# -gt 0 ]; do
   case "$1" in
+    --no-append) append=0; shift ;;
     --seeds) seeds="$2"; shift 2 ;;
     --label) label="$2"; shift 2 ;;
-    *) echo "fresh_runs: unknown argument '$1' (expected --seeds, --label)" >&2; exit 2 ;;
+    *) echo "fresh_runs: unknown argument '$1' (expected --seeds, --label, --no-append)" >&2; exit 2 ;;
   esac
 done
+export AJET_BENCH_APPEND="$append"  # --no-append: print the table, leave docs/benchmarks.md alone
 out="$here/exp/fresh/$label-$(date +%Y%m%d_%H%M%S)"
 mkdir -p "$out"
 for s in $seeds; do
@@ -77,6 +80,7 @@ lines.append(f"Targets (every gate reached, every gain >= 25, every run <= 600 s
 text = "\n".join(lines) + "\n"
 print(text)
 open(os.path.join(out, "table.md"), "w").write(text)
-with open(os.path.join(repo, "docs", "benchmarks.md"), "a") as f:
-    f.write("\n" + text)
+if os.environ.get("AJET_BENCH_APPEND", "1") == "1":  # not after --no-append
+    with open(os.path.join(repo, "docs", "benchmarks.md"), "a") as f:
+        f.write("\n" + text)
 PY

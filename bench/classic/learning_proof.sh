@@ -6,22 +6,25 @@
 # appends it with the date to docs/benchmarks.md. The comparison is within one run: every seed starts
 # from the same model and is validated on the same held-out tasks before and after.
 #
-#   bench/classic/learning_proof.sh --conf examples/configs/calc.yaml --model exp/main/models/calc-sft \
+#   bench/classic/learning_proof.sh [--no-append] --conf examples/configs/calc.yaml --model exp/main/models/calc-sft \
 #       --label calc [--seeds "1 2 3"] [--set ajet.trainer_common.total_training_steps=12 ...]
 set -euo pipefail
 here="$(cd "$(dirname "$0")/../.." && pwd)"
 bin="${AJET_BUILD_DIR:-$here/build}/bin"
 conf="" model="" label="run" seeds="1 2 3" sets=()
+append=1
 while [ $# -gt 0 ]; do
   case "$1" in
+    --no-append) append=0; shift ;;
     --conf) conf="$2"; shift 2 ;;
     --model) model="$2"; shift 2 ;;
     --label) label="$2"; shift 2 ;;
     --seeds) seeds="$2"; shift 2 ;;
     --set) sets+=(--set "$2"); shift 2 ;;
-    *) echo "learning_proof: unknown argument '$1' (expected --conf, --model, --label, --seeds, --set)" >&2; exit 2 ;;
+    *) echo "learning_proof: unknown argument '$1' (expected --conf, --model, --label, --seeds, --set, --no-append)" >&2; exit 2 ;;
   esac
 done
+export AJET_BENCH_APPEND="$append"  # --no-append: print the table, leave docs/benchmarks.md alone
 [ -n "$conf" ] || { echo "learning_proof: --conf is required" >&2; exit 2; }
 [ -f "$conf" ] || { echo "learning_proof: --conf $conf: no such file" >&2; exit 2; }
 [ -z "$model" ] || [ -f "$model/config.json" ] || { echo "learning_proof: --model $model: no config.json there" >&2; exit 2; }
@@ -68,6 +71,7 @@ lines += ["", f"Mean gain over {len(rows)} seeds: greedy {100*d('g0','g1'):+.1f}
           f"pass@k {100*d('p0','p1'):+.1f} points.", ""]
 text = "\n".join(lines)
 print(text)
-with open(os.path.join(repo, "docs", "benchmarks.md"), "a") as f:
-    f.write("\n" + text)
+if os.environ.get("AJET_BENCH_APPEND", "1") == "1":  # not after --no-append
+    with open(os.path.join(repo, "docs", "benchmarks.md"), "a") as f:
+        f.write("\n" + text)
 PY

@@ -7,21 +7,24 @@
 # Target (issue 13): greedy held-out success >= 80% within 60 s of RL. Appends the table with the
 # date to docs/benchmarks.md.
 #
-#   bench/classic/skewed_start.sh --model exp/main/models/calc-sft [--sft-steps 150] [--rl-steps 40] [--seed 1]
+#   bench/classic/skewed_start.sh [--no-append] --model exp/main/models/calc-sft [--sft-steps 150] [--rl-steps 40] [--seed 1]
 set -euo pipefail
 here="$(cd "$(dirname "$0")/../.." && pwd)"
 bin="${AJET_BUILD_DIR:-$here/build}/bin"
 model="" sft_steps=150 rl_steps=40 seed=1 every=5
+append=1
 while [ $# -gt 0 ]; do
   case "$1" in
+    --no-append) append=0; shift ;;
     --model) model="$2"; shift 2 ;;
     --sft-steps) sft_steps="$2"; shift 2 ;;
     --rl-steps) rl_steps="$2"; shift 2 ;;
     --seed) seed="$2"; shift 2 ;;
     --every) every="$2"; shift 2 ;;
-    *) echo "skewed_start: unknown argument '$1' (expected --model, --sft-steps, --rl-steps, --seed, --every)" >&2; exit 2 ;;
+    *) echo "skewed_start: unknown argument '$1' (expected --model, --sft-steps, --rl-steps, --seed, --every, --no-append)" >&2; exit 2 ;;
   esac
 done
+export AJET_BENCH_APPEND="$append"  # --no-append: print the table, leave docs/benchmarks.md alone
 [ -f "$model/config.json" ] || { echo "skewed_start: --model DIR with a config.json is required" >&2; exit 2; }
 out="$here/exp/skewed/$(date +%Y%m%d_%H%M%S)"
 mkdir -p "$out"
@@ -61,6 +64,7 @@ lines += ["", (f"Greedy held-out success reached {reached[2]:.0f}% after {reache
                if reached else "Greedy held-out success never reached 80% (target: within 60 s)."), ""]
 text = "\n".join(lines) + "\n"
 print(text)
-with open(os.path.join(repo, "docs", "benchmarks.md"), "a") as f:
-    f.write("\n" + text)
+if os.environ.get("AJET_BENCH_APPEND", "1") == "1":  # not after --no-append
+    with open(os.path.join(repo, "docs", "benchmarks.md"), "a") as f:
+        f.write("\n" + text)
 PY

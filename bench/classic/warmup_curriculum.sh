@@ -8,10 +8,14 @@
 # side by side. Compare the total steps with the race's gate step in that run's log (calc-gate's
 # sft_report.json). Appends its table with the date to docs/benchmarks.md.
 #
-#   AJET_SEED=S bench/classic/warmup_curriculum.sh WORK_DIR [K=150]   (S: the seed of the run that made WORK_DIR)
+#   AJET_SEED=S bench/classic/warmup_curriculum.sh [--no-append] WORK_DIR [K=150]   (S: the seed of the run that made WORK_DIR)
 set -euo pipefail
 here="$(cd "$(dirname "$0")/../.." && pwd)"
 bin="${AJET_BUILD_DIR:-$here/build}/bin"
+append=1 args=()
+for a in "$@"; do if [ "$a" = "--no-append" ]; then append=0; else args+=("$a"); fi; done
+export AJET_BENCH_APPEND="$append"  # --no-append: print the table, leave docs/benchmarks.md alone
+set -- "${args[@]}"
 work="${1:?usage: warmup_curriculum.sh WORK_DIR [K]}" k="${2:-150}"
 for f in "$work/models/tiny-init-calc/config.json" "$work/models/tiny-init-candidate1/config.json" "$work/calc-demos-correct.jsonl"; do
   [ -e "$f" ] || { echo "warmup_curriculum: $f is missing (run scripts/run.sh with AJET_WORK_DIR=$work first)" >&2; exit 2; }
@@ -51,6 +55,7 @@ for c in (0, 1):
     lines.append(f"| {c} | {100 * a['eval_after']['success_rate']:.0f}% | {gate or 'not reached'} | {total} |")
 text = "\n".join(lines) + "\n"
 print(text)
-with open(os.path.join(repo, "docs", "benchmarks.md"), "a") as f:
-    f.write("\n" + text)
+if os.environ.get("AJET_BENCH_APPEND", "1") == "1":  # not after --no-append
+    with open(os.path.join(repo, "docs", "benchmarks.md"), "a") as f:
+        f.write("\n" + text)
 PY

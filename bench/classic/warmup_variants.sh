@@ -6,7 +6,7 @@
 # Two runs go side by side with one intra-op thread each (--parallel). Results: docs/sft.md and, with
 # the date, docs/benchmarks.md.
 #
-#   bench/classic/warmup_variants.sh --variants "base init05" --seeds "1 2" [--steps 600] [--parallel 2]
+#   bench/classic/warmup_variants.sh [--no-append] --variants "base init05" --seeds "1 2" [--steps 600] [--parallel 2]
 #
 # Variants (each is a function below): base (the main command's recipe before 2026-12-02), and the
 # levers measured on 2026-12-02. Add one by writing a function variant_NAME that sets INIT_FLAGS,
@@ -15,17 +15,20 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")/../.." && pwd)"
 bin="${AJET_BUILD_DIR:-$here/build}/bin"
 variants="base" seeds="1" steps=600 parallel=2 eval_every=50 label=""
+append=1
 while [ $# -gt 0 ]; do
   case "$1" in
+    --no-append) append=0; shift ;;
     --variants) variants="$2"; shift 2 ;;
     --seeds) seeds="$2"; shift 2 ;;
     --steps) steps="$2"; shift 2 ;;
     --parallel) parallel="$2"; shift 2 ;;
     --eval-every) eval_every="$2"; shift 2 ;;
     --label) label="$2"; shift 2 ;;
-    *) echo "warmup_variants: unknown argument '$1' (expected --variants, --seeds, --steps, --parallel, --eval-every, --label)" >&2; exit 2 ;;
+    *) echo "warmup_variants: unknown argument '$1' (expected --variants, --seeds, --steps, --parallel, --eval-every, --label, --no-append)" >&2; exit 2 ;;
   esac
 done
+export AJET_BENCH_APPEND="$append"  # --no-append: print the table, leave docs/benchmarks.md alone
 out="$here/exp/warmup/${label:-run}-$(date +%Y%m%d_%H%M%S)"
 mkdir -p "$out"
 
@@ -115,6 +118,7 @@ for v in variants:
 text = "\n".join(lines) + "\n"
 print(text)
 open(os.path.join(out, "table.md"), "w").write(text)
-with open(os.path.join(repo, "docs", "benchmarks.md"), "a") as f:
-    f.write("\n" + text)
+if os.environ.get("AJET_BENCH_APPEND", "1") == "1":  # not after --no-append
+    with open(os.path.join(repo, "docs", "benchmarks.md"), "a") as f:
+        f.write("\n" + text)
 PY
