@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "common/log.h"
 #include "bench_cli.h"
+#include "common/log.h"
 #include "infer/engine.h"
 #include "model/blas_kernel.h"
 #include "model/compute.h"

@@ -12,10 +12,10 @@
 
 #include "bench_cli.h"
 #include "gemm_peak.h"
+#include "model/blas_kernel.h"
 #include "model/compute.h"
 #include "model/presets.h"
 #include "model/qwen2.h"
-#include "model/blas_kernel.h"
 
 namespace {
 

@@ -22,14 +22,14 @@
 #include <ctime>
 #include <thread>
 
-#include "bench_cli.h"
 #include "ajet-engine/dist_flags.h"
+#include "bench_cli.h"
+#include "model/blas_kernel.h"
 #include "model/model_dir.h"
 #include "model/presets.h"
 #include "train/dist.h"
 #include "train/trainer.h"
 #include "train_data/dist_split.h"
-#include "model/blas_kernel.h"
 
 extern char** environ;
 

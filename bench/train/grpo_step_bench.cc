@@ -31,13 +31,13 @@
 #include "bench_cli.h"
 #include "common/json.h"
 #include "gemm_peak.h"
+#include "model/blas_kernel.h"
 #include "model/compute.h"
 #include "model/model_dir.h"
 #include "model/presets.h"
 #include "tracking/packing.h"
 #include "train/packed_forward.h"
 #include "train/trainer.h"
-#include "model/blas_kernel.h"
 
 namespace {
 
