@@ -25,15 +25,20 @@ std::optional<int> BenchCli::parse(int argc, char** argv) {
   return std::nullopt;
 }
 
-std::string benchmarks_md_path() { return std::string(AJET_SOURCE_DIR) + "/docs/benchmarks.md"; }
-
 void append_to_benchmarks(const std::string& title, const std::string& body) {
-  const std::string path = benchmarks_md_path();
+  const std::string path = std::string(AJET_SOURCE_DIR) + "/docs/benchmarks.md";
   std::ofstream out(path, std::ios::app);
   out << "\n## " << title << ", " << local_date_text() << "\n\n" << body;
   out.flush();
   if (!out) throw std::runtime_error("could not append to " + path);
   std::printf("appended to docs/benchmarks.md\n");
+}
+
+std::string load_average_text() {
+  std::ifstream in("/proc/loadavg");
+  std::string one, five, fifteen;
+  in >> one >> five >> fifteen;
+  return one.empty() ? "unknown" : one + " " + five + " " + fifteen;
 }
 
 }  // namespace ajet::bench

@@ -39,7 +39,8 @@ class BenchCli {
 // be written, so a run never reports a table it did not keep.
 void append_to_benchmarks(const std::string& title, const std::string& body);
 
-// The file append_to_benchmarks writes: the source tree's docs/benchmarks.md.
-std::string benchmarks_md_path();
+// "1.23 0.98 0.75": the 1, 5 and 15 minute load averages of /proc/loadavg ("unknown" when unreadable),
+// which the tables print so a reader can tell a busy machine's run.
+std::string load_average_text();
 
 }  // namespace ajet::bench

@@ -14,7 +14,6 @@
 #include <cstdio>
 #include <ctime>
 #include <deque>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -299,13 +298,6 @@ PrefillRow measure_prefill(const std::string& preset, ajet::model::Qwen2Model& m
   return {preset, prompt_len, {prompt_len / best.wall, prompt_len / best.cpu}, {flops / best.wall / 1e9, flops / best.cpu / 1e9}, {}};
 }
 
-std::string load_average() {
-  std::ifstream in("/proc/loadavg");
-  std::string one, five, fifteen;
-  in >> one >> five >> fifteen;
-  return one.empty() ? "unknown" : one + " " + five + " " + fifteen;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -342,7 +334,7 @@ int main(int argc, char** argv) {
   ajet::set_log_level("warn");
   ajet::model::configure_threads(threads);
   std::printf("compute: %s\n", ajet::model::describe_compute_backend().c_str());
-  const std::string load_before = load_average();
+  const std::string load_before = ajet::bench::load_average_text();
   const int64_t prompt_len = smoke ? 8 : 64;
   const int64_t max_tokens = smoke ? 4 : 128;
   const int64_t prefill_len = smoke ? 32 : 1024;
@@ -518,7 +510,8 @@ int main(int argc, char** argv) {
          << "4·H·D per (token, visible key) per layer for attention, 2·C·V for each lm_head row. The GEMM peak is\n"
          << "the best float32 matmul (1024³ or 512x512x1536) at the same thread count in the same run.\n"
          << "Compute: " << ajet::model::describe_compute_backend() << ". Load average (1/5/15 min) "
-         << load_before << " at the start, " << load_average() << " at the end (other processes share the cores).\n\n"
+         << load_before << " at the start, " << ajet::bench::load_average_text()
+         << " at the end (other processes share the cores).\n\n"
          << table.str();
     ajet::bench::append_to_benchmarks("Inference engine: decode throughput and MFU (bench/engine/engine_bench)",
                                       body.str());

@@ -13,7 +13,6 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <iostream>
 #include <sstream>
@@ -31,13 +30,6 @@ using ajet::store::EpisodePage;
 using ajet::store::EpisodePageRequest;
 using ajet::store::Store;
 using Clock = std::chrono::steady_clock;
-
-std::string load_average() {
-  std::ifstream f("/proc/loadavg");
-  std::string a, b, c;
-  f >> a >> b >> c;
-  return a + " " + b + " " + c;
-}
 
 // Episode i: claimed 0.5 s after i-1 (pairs share a claimed_at, as a burst of claims does), task
 // task-(i % 500), every 10th an eval, every 20th aborted, a batch (global step) per 64 train episodes;
@@ -242,7 +234,7 @@ int main(int argc, char** argv) {
   }
   std::cout << "\n" << table.str();
   std::printf("walking to the deep cursor: %d episodes in pages of 500, %.2f s\n", walked, walk_s);
-  std::printf("load average: %s\n", load_average().c_str());
+  std::printf("load average: %s\n", ajet::bench::load_average_text().c_str());
   if (keep.empty()) fs::remove_all(dir);
   if (smoke) return rows[0].t.rows == 50 && rows[1].t.rows == 50 ? 0 : 1;
 
@@ -255,7 +247,7 @@ int main(int argc, char** argv) {
        << "(exact up to 10,000) and each row's call totals, as the route serves them; median and p90 of " << repeats
        << " runs,\n"
        << "warm page cache. The comparisons read the same file over a plain SQLite connection. Load average "
-       << load_average() << ".\n\n"
+       << ajet::bench::load_average_text() << ".\n\n"
        << table.str();
   ajet::bench::append_to_benchmarks("Episode list: one page of GET /episodes against loading every episode", body.str());
   return 0;

@@ -77,7 +77,6 @@ std::optional<int> parse_args(int argc, char** argv, Options& o) {
     o.warmup = 0.2;
     o.streams = 50;
     o.overhead_calls = 20;
-    o.append = false;
   }
   return std::nullopt;
 }

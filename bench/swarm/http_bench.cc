@@ -81,7 +81,6 @@ std::optional<int> parse_args(int argc, char** argv, Options& o) {
     o.warmup = 0.1;
     o.streams = 100;
     o.rounds = 1;
-    o.append = false;
   }
   return std::nullopt;
 }

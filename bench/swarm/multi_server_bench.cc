@@ -86,7 +86,6 @@ std::optional<int> parse_bench_args(int argc, char** argv, BenchOptions& o) {
     o.seconds = 0.5;
     o.warmup = 0.1;
     o.rounds = 10;
-    o.append = false;
   }
   if (std::find(o.servers.begin(), o.servers.end(), 1) == o.servers.end()) o.servers.insert(o.servers.begin(), 1);
   std::sort(o.servers.begin(), o.servers.end());

@@ -97,13 +97,6 @@ struct Row {
   double a_estimate = 0;  // seconds, when skipped
 };
 
-std::string load_average() {
-  std::ifstream f("/proc/loadavg");
-  std::string one, five, fifteen;
-  f >> one >> five >> fifteen;
-  return one.empty() ? "unknown" : one + " " + five + " " + fifteen;
-}
-
 std::string ratio(double x, double y) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2fx", x / y);
@@ -149,7 +142,7 @@ int main(int argc, char** argv) {
   o.episode_weighting = true;
   std::printf("preset %s (%lld parameters, vocab %lld), %d threads, load %s\n", preset.c_str(),
               static_cast<long long>(model::count_parameters(config)), static_cast<long long>(vocab), threads,
-              load_average().c_str());
+              ajet::bench::load_average_text().c_str());
 
   // One model per packing mode (weights drift by lr 1e-6 steps; the cost of a step does not).
   o.packing = train::Packing::kPlain;
@@ -217,7 +210,7 @@ int main(int argc, char** argv) {
     table << line;
   }
   for (const auto& n : notes) table << "\n" << n << "\n";
-  const std::string load = load_average();
+  const std::string load = ajet::bench::load_average_text();
   std::printf("\n%s\nload average after the run: %s\n", table.str().c_str(), load.c_str());
   if (cli.append()) {
     std::ostringstream body;
