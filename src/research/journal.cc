@@ -62,7 +62,7 @@ std::string params_json(const Params& params) {
 
 }  // namespace
 
-Journal::Journal(const std::filesystem::path& file) : file_(file), db_(std::make_unique<store::Db>(file)) {
+Journal::Journal(const std::filesystem::path& file) : db_(std::make_unique<store::Db>(file)) {
   db_->exec("PRAGMA journal_mode=WAL");
   db_->exec("PRAGMA synchronous=FULL");  // a decision is on disk before anything acts on it
   db_->exec(kSchema);
@@ -113,9 +113,9 @@ std::optional<T> meta_number(Journal& journal, const std::filesystem::path& file
 
 }  // namespace
 
-std::optional<int64_t> Journal::meta_int(const std::string& key) { return meta_number<int64_t>(*this, file_, key, "an integer"); }
+std::optional<int64_t> Journal::meta_int(const std::string& key) { return meta_number<int64_t>(*this, db_->path(), key, "an integer"); }
 
-std::optional<double> Journal::meta_double(const std::string& key) { return meta_number<double>(*this, file_, key, "a number"); }
+std::optional<double> Journal::meta_double(const std::string& key) { return meta_number<double>(*this, db_->path(), key, "a number"); }
 
 void Journal::set_meta(const std::string& key, const std::string& value) {
   store::Stmt& s = db_->prepare("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value");

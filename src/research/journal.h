@@ -107,7 +107,6 @@ class Journal {
   std::vector<Decision> decisions();
 
  private:
-  std::filesystem::path file_;
   std::unique_ptr<store::Db> db_;
   int64_t transactions_ = 0;
   int64_t kill_at_ = 0;

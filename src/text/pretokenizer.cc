@@ -162,7 +162,6 @@ namespace {
 constexpr std::string_view kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
-
 Behavior parse_behavior(const std::string& name, std::string_view where) {
   if (name == "Isolated") return Behavior::kIsolated;
   if (name == "Removed") return Behavior::kRemoved;
