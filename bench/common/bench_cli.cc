@@ -1,5 +1,7 @@
 #include "bench_cli.h"
 
+#include <sys/wait.h>
+
 #include <cstdio>
 #include <fstream>
 #include <stdexcept>
@@ -39,6 +41,26 @@ std::string load_average_text() {
   std::string one, five, fifteen;
   in >> one >> five >> fifteen;
   return one.empty() ? "unknown" : one + " " + five + " " + fifteen;
+}
+
+CommandOutput run_command(const std::string& command) {
+  CommandOutput result;
+  FILE* p = ::popen(command.c_str(), "r");
+  if (p == nullptr) return result;
+  char buf[16384];
+  size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) result.text.append(buf, n);
+  const int status = ::pclose(p);
+  result.exit_code = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+std::string capture(const std::string& command) {
+  CommandOutput out = run_command(command);
+  if (out.exit_code != 0) {
+    throw std::runtime_error("'" + command + "' failed (exit " + std::to_string(out.exit_code) + "):\n" + out.text);
+  }
+  return std::move(out.text);
 }
 
 }  // namespace ajet::bench

@@ -43,4 +43,16 @@ void append_to_benchmarks(const std::string& title, const std::string& body);
 // which the tables print so a reader can tell a busy machine's run.
 std::string load_average_text();
 
+// What a shell command printed on stdout and how it ended: its exit status, or -1 when it could not be
+// started or did not exit normally (a signal).
+struct CommandOutput {
+  std::string text;
+  int exit_code = -1;
+};
+CommandOutput run_command(const std::string& command);
+
+// run_command for a step the benchmark cannot do without: its stdout, or std::runtime_error naming the
+// command, its status and what it printed when it fails.
+std::string capture(const std::string& command);
+
 }  // namespace ajet::bench

@@ -55,6 +55,7 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 using ajet::Json;
+using ajet::bench::capture;
 
 struct Args {
   std::string model;  // empty: exp/main/models/calc-sft when present, else a fresh tiny model
@@ -67,20 +68,6 @@ struct Args {
   std::string note;  // appended to the docs paragraph (e.g. what the build is before or after)
   bool smoke = false;
 };
-
-std::string capture(const std::string& command) {
-  std::string out;
-  if (FILE* p = ::popen(command.c_str(), "r")) {
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    const int status = ::pclose(p);
-    if (status != 0) throw std::runtime_error("'" + command + "' failed (status " + std::to_string(status) + "):\n" + out);
-  } else {
-    throw std::runtime_error("cannot run '" + command + "'");
-  }
-  return out;
-}
 
 std::string quote(const std::string& s) {
   std::string q = "'";
@@ -469,7 +456,7 @@ int main(int argc, char** argv) {
       }
     }
     table << "\n";
-    const std::string load = trimmed(capture("cut -d' ' -f1-3 /proc/loadavg"));
+    const std::string load = ajet::bench::load_average_text();
     std::printf("\n%s", table.str().c_str());
     std::printf("commit %s%s, ajet-engine built %s UTC; load average %s\n", commit.c_str(),
                 dirty.empty() ? "" : (" + uncommitted " + dirty).c_str(), built.c_str(), load.c_str());

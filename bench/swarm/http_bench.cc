@@ -104,13 +104,6 @@ long rss_kib() {
   return -1;
 }
 
-std::string read_first_line(const char* path) {
-  std::ifstream in(path);
-  std::string line;
-  std::getline(in, line);
-  return line;
-}
-
 // This binary again, with a role; its stdin/stdout are pipes to us.
 struct Child {
   pid_t pid = -1;
@@ -279,7 +272,7 @@ int main(int argc, char** argv) {
     if (nofile < rlim_t(o.streams + o.connections + 256)) {
       std::cerr << "warning: RLIMIT_NOFILE is " << nofile << "; the run needs about " << o.streams + 256 << "\n";
     }
-    std::string loadavg = read_first_line("/proc/loadavg");
+    const std::string loadavg = ajet::bench::load_average_text();
     unsigned cores = std::thread::hardware_concurrency();
 
     // Memory first, so the baseline is not inflated by the throughput runs' allocations.
@@ -318,7 +311,7 @@ int main(int argc, char** argv) {
     double per_stream_kib = mem.ready > 0 ? double(mem.with_streams_kib - mem.baseline_kib) / mem.ready : 0;
     std::ostringstream table;
     char line[512];
-    table << "Machine: " << cores << " cores, load average at start " << loadavg.substr(0, loadavg.find(' ', 15))
+    table << "Machine: " << cores << " cores, load average (1/5/15 min) at start " << loadavg
           << " (other work on the machine lowers requests/s, not CPU per request). Server: " << o.io_threads
           << " I/O threads; load generator: 1 thread in a child process on the same cores. Best of " << o.rounds
           << " alternating rounds.\n\n";

@@ -26,7 +26,6 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <mutex>
@@ -357,13 +356,6 @@ Cell throughput(const std::vector<client::SwarmClient*>& servers, bool group, in
 
 std::string ms(double us) { return fmt::format("{:.3f}", us / 1000.0); }
 
-std::string load_average() {
-  std::ifstream f("/proc/loadavg");
-  double one = 0, five = 0;
-  f >> one >> five;
-  return fmt::format("{:.2f} (1 min), {:.2f} (5 min)", one, five);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -377,7 +369,7 @@ int main(int argc, char** argv) {
                              ("ajet_multi_server_bench_" + std::to_string(::getpid()));
     fs::create_directories(scratch);
     const std::string yaml = bench_config(bench_tokenizer());
-    const std::string load_before = load_average();
+    const std::string load_before = ajet::bench::load_average_text();
 
     // --- setup: `most` servers, configured and started at once (as a multi-model client does).
     std::vector<std::unique_ptr<ServerProcess>> fronts;
@@ -423,7 +415,7 @@ int main(int argc, char** argv) {
         phases[k][4].us.push_back(t.decided);
       }
     }
-    const std::string load_after = load_average();
+    const std::string load_after = ajet::bench::load_average_text();
     fronts.clear();  // SIGTERM every front (each stops its engine)
     std::error_code ec;
     fs::remove_all(scratch, ec);
@@ -431,7 +423,7 @@ int main(int argc, char** argv) {
     // --- report
     std::ostringstream report;
     report << "Machine: " << std::thread::hardware_concurrency() << " cores shared by " << most
-           << " fronts (ajet-swarm), their echo engines and this client; load average " << load_before
+           << " fronts (ajet-swarm), their echo engines and this client; load average (1/5/15 min) " << load_before
            << " before, " << load_after << " after. The fronts' stores (SQLite, synchronous=FULL: an fsync per "
            << "commit) under " << scratch.parent_path().string() << ".\n\n";
     report << "Closed loop per worker: claim on every server, one chat call per server (a fresh connection each, "

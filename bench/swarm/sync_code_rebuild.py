@@ -48,7 +48,8 @@ def timed_start(client):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.parse_args()
+    ap.add_argument("--no-append", action="store_true", help="print the table without adding it to docs/benchmarks.md")
+    args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="ajet-sync-bench-")
     src = os.path.join(tmp, "src")
     run("git", "clone", "-q", "--local", "--no-hardlinks", REPO, src)
@@ -89,8 +90,9 @@ def main():
     lines += ["", f"One-line change / first upload: {warm / cold:.2f} ({cold / warm:.1f}x faster)."]
     text = "\n".join(lines) + "\n"
     print(text)
-    with open(os.path.join(REPO, "docs", "benchmarks.md"), "a") as f:
-        f.write("\n" + text)
+    if not args.no_append:
+        with open(os.path.join(REPO, "docs", "benchmarks.md"), "a") as f:
+            f.write("\n" + text)
     shutil.rmtree(tmp, ignore_errors=True)
 
 

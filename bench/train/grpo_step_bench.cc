@@ -16,7 +16,6 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -46,17 +45,6 @@ namespace fs = std::filesystem;
 using namespace ajet;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-std::string run_capture(const std::string& command) {
-  std::string out;
-  FILE* p = popen(command.c_str(), "r");
-  if (!p) return out;
-  std::array<char, 4096> buf{};
-  size_t n = 0;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  pclose(p);
-  return out;
-}
 
 struct Args {
   int threads = 2, reps = 3, group = 8, prompt = 256, completion = 256;
@@ -263,8 +251,8 @@ int main(int argc, char** argv) {
   }
 
   // Python, same threads, same batch.
-  const std::string out = run_capture("/usr/bin/python3 " AJET_SOURCE_DIR "/bench/train/grpo_step_ref.py " +
-                                      (dir / "spec.json").string() + " 2>&1");
+  const std::string out = ajet::bench::run_command("/usr/bin/python3 " AJET_SOURCE_DIR "/bench/train/grpo_step_ref.py " +
+                                      (dir / "spec.json").string() + " 2>&1").text;
   double py_seconds = 0, py_median = 0, py_old_mean = 0;
   try {
     Json r = parse_json(out.substr(out.rfind("{\"step_seconds\"")), "python output");
