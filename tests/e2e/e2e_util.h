@@ -32,6 +32,7 @@
 #include "common/subprocess.h"
 #include "engine_control/test_zip.h"
 #include "http/client.h"
+#include "support/scratch_dir.h"
 
 namespace ajet::e2e {
 
@@ -65,26 +66,7 @@ inline Captured run_capture(const std::string& command) {
   return r;
 }
 
-// A fresh directory per test, removed afterwards.
-class ScratchDir {
- public:
-  ScratchDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() / ("ajet_e2e_" + std::string(info->test_suite_name()) + "_" + info->name() +
-                                         "_" + std::to_string(::getpid()));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  fs::path path_;
-};
+using ScratchDir = ajet::test_support::ScratchDir;
 
 // The tokenizer (`ajet tokenizer train`, 400 ids, Qwen2.5 template) and, when asked, a micro model
 // (`ajet model init --preset micro`), made once per build tree under <build>/e2e_fixture. Test

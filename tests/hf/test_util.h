@@ -12,27 +12,11 @@
 #include <vector>
 
 #include "hf/safetensors.h"
+#include "support/scratch_dir.h"
 
 namespace ajet::hf::testing {
 
-// A fresh directory under the system temp dir, removed when the test ends.
-class ScratchDir {
- public:
-  ScratchDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = std::filesystem::temp_directory_path() /
-            ("ajet_hf_" + std::string(info->test_suite_name()) + "_" + info->name() + "_" +
-             std::to_string(::getpid()));
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~ScratchDir() { std::filesystem::remove_all(path_); }
-  const std::filesystem::path& path() const { return path_; }
-  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  std::filesystem::path path_;
-};
+using ScratchDir = ajet::test_support::ScratchDir;
 
 // 8-byte little-endian header length + header text + data bytes, exactly as given (no padding).
 inline std::string safetensors_bytes(const std::string& header, const std::string& data) {

@@ -16,29 +16,13 @@
 #include "research/proposer.h"
 #include "research/runner.h"
 #include "research/study.h"
+#include "support/scratch_dir.h"
 
 namespace ajet::research {
 namespace {
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() / ("ajet_research_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  fs::path operator/(const std::string& s) const { return path_ / s; }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using TempDir = ajet::test_support::ScratchDir;
 
 const char* kBase = "ajet:\n  model:\n    path: /no/model\n  trainer_common:\n    optim:\n      lr: 1.0e-4\n";
 

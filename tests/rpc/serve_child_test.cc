@@ -11,24 +11,20 @@
 #include <string>
 
 #include "common/error.h"
+#include "support/scratch_dir.h"
 
 namespace ajet::rpc {
 namespace {
 
-namespace fs = std::filesystem;
-
-fs::path scratch(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("ajet_serve_child_test_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  return dir / name;
-}
+using ajet::test_support::ScratchDir;
 
 TEST(ServeChild, ReturnsTheAddressOfTheReadyLineAndStopsTheChild) {
+  const ScratchDir dir;
   pid_t pid = 0;
   {
     ServeChild child({"/bin/sh", "-c", "echo starting; echo 'note' >&2; echo 'ajet-engine: ready on unix:/tmp/x.sock'; "
                                        "exec sleep 600"},
-                     scratch("ready.stderr"));
+                     dir / "ready.stderr");
     EXPECT_EQ(child.wait_ready(), "unix:/tmp/x.sock");
     EXPECT_EQ(child.address(), "unix:/tmp/x.sock");
     EXPECT_NE(child.stdout_text().find("starting"), std::string::npos);
@@ -40,7 +36,8 @@ TEST(ServeChild, ReturnsTheAddressOfTheReadyLineAndStopsTheChild) {
 }
 
 TEST(ServeChild, AnExitBeforeTheReadyLineIsNamedWithItsCodeAndOutput) {
-  ServeChild child({"/bin/sh", "-c", "echo partial; echo 'cannot load the model' >&2; exit 3"}, scratch("exit.stderr"));
+  const ScratchDir dir;
+  ServeChild child({"/bin/sh", "-c", "echo partial; echo 'cannot load the model' >&2; exit 3"}, dir / "exit.stderr");
   try {
     child.wait_ready();
     FAIL() << "no ready line, yet wait_ready returned";
@@ -54,12 +51,13 @@ TEST(ServeChild, AnExitBeforeTheReadyLineIsNamedWithItsCodeAndOutput) {
 }
 
 TEST(ServeChild, SignalsAndExitCodes) {
+  const ScratchDir dir;
   ServeChild child({"/bin/sh", "-c", "echo 'ajet-engine: ready on tcp:127.0.0.1:1'; exec sleep 600"},
-                   scratch("signal.stderr"));
+                   dir / "signal.stderr");
   child.wait_ready();
   child.signal(SIGKILL);
   EXPECT_EQ(child.wait_exit(), 128 + SIGKILL);
-  ServeChild missing({"/nonexistent/ajet-engine"}, scratch("missing.stderr"));
+  ServeChild missing({"/nonexistent/ajet-engine"}, dir / "missing.stderr");
   EXPECT_THROW(missing.wait_ready(), Error);
   EXPECT_EQ(missing.wait_exit(), 127);
 }

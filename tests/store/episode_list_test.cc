@@ -3,6 +3,7 @@
 // plan (the default page walks an index instead of sorting the table), GET /episodes parameter
 // checks, and the list indexes appearing in a store made before them.
 #include "store/episode_list.h"
+#include "support/scratch_dir.h"
 
 #include <gtest/gtest.h>
 #include <sqlite3.h>
@@ -22,15 +23,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() : path_(fs::temp_directory_path() / ("ajet_list_test_" + new_uuid_hex())) { fs::create_directories(path_); }
-  ~TempDir() { fs::remove_all(path_); }
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  fs::path path_;
-};
+using TempDir = ajet::test_support::ScratchDir;
 
 Store::Options fast() {
   Store::Options o;

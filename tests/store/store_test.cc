@@ -8,21 +8,14 @@
 #include "common/error.h"
 #include "store/blob.h"
 #include "store/store.h"
+#include "support/scratch_dir.h"
 
 namespace ajet::store {
 namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() : path_(fs::temp_directory_path() / ("ajet_store_test_" + new_uuid_hex())) { fs::create_directories(path_); }
-  ~TempDir() { fs::remove_all(path_); }
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  fs::path path_;
-};
+using TempDir = ajet::test_support::ScratchDir;
 
 EpisodeRow episode(const std::string& uuid, const std::string& status = kEpisodeClaimed) {
   EpisodeRow row;

@@ -10,6 +10,7 @@
 
 #include "common/error.h"
 #include "common/fs.h"
+#include "support/scratch_dir.h"
 #include "tasks/builtin.h"
 #include "tasks/reader.h"
 
@@ -18,19 +19,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    path_ = fs::temp_directory_path() / ("ajet_tasks_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  static inline int counter_ = 0;
-  fs::path path_;
-};
+using TempDir = ajet::test_support::ScratchDir;
 
 std::string error_of(const std::function<void()>& f) {
   try {

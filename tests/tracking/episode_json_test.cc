@@ -11,6 +11,7 @@
 #include "common/encoding.h"
 #include "common/json.h"
 #include "store/store.h"
+#include "support/scratch_dir.h"
 #include "tracking/episode_json.h"
 #include "tracking/merge.h"
 #include "tracking_test_util.h"
@@ -23,15 +24,7 @@ using testing::message;
 using testing::serve;
 using text::Role;
 
-class TempDir {
- public:
-  TempDir() : path_(fs::temp_directory_path() / ("ajet_tracking_test_" + new_uuid_hex())) { fs::create_directories(path_); }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using TempDir = ajet::test_support::ScratchDir;
 
 struct Recorded {
   std::vector<CallRecord> calls;
