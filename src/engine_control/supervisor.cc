@@ -2,7 +2,9 @@
 
 #include <arpa/inet.h>
 #include <fmt/format.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,9 +12,11 @@
 #include <algorithm>
 #include <cctype>
 #include <csignal>
+#include <cstdio>
 #include <ctime>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <thread>
 
 #include "common/error.h"
@@ -38,7 +42,8 @@ struct EngineSupervisor::Session {
 namespace {
 
 constexpr const char* kSocketDirPrefix = "ajet-swarm-";
-constexpr const char* kOwnerFile = "owner";  // "<pid> <start time>" of the front that made the directory
+constexpr const char* kOwnerFile = "owner";  // "<pid> <start time> locked" of the front that made the directory
+constexpr const char* kLockedMarker = "locked";  // the owner holds an flock on the file while it runs
 
 // Field 22 of /proc/<pid>/stat: when the process started, in clock ticks since boot. With the pid it
 // names one process; a pid alone may have been reused since. Empty when the process is gone.
@@ -47,9 +52,33 @@ std::string process_start_time(pid_t pid) {
   return fields.size() > 22 - 3 ? fields[22 - 3] : "";
 }
 
+// Whether the front that wrote this owner file is gone. Its flock (held from creation to exit, released
+// by the kernel however the front ends) says so wherever the front ran: a pid is not enough, since a
+// front in a PID namespace that shares /tmp but not /proc (tests/docs runs the documents so) recorded a
+// pid that names some other process here, and its directory stayed forever. Owner files without the
+// marker (older versions) fall back to the pid and its start time. nullopt: no owner file, or one
+// that says nothing yet (its front is creating it).
+std::optional<bool> owner_gone(const fs::path& owner_file) {
+  const int fd = ::open(owner_file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return std::nullopt;
+  char buf[128] = {};
+  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  const std::string text(buf, n > 0 ? size_t(n) : 0);
+  std::optional<bool> gone;
+  pid_t pid = 0;
+  char started[32] = {};
+  if (text.find(kLockedMarker) != std::string::npos) {
+    gone = ::flock(fd, LOCK_SH | LOCK_NB) == 0;  // nobody holds the owner's exclusive lock
+  } else if (std::sscanf(text.c_str(), "%d %31s", &pid, started) == 2) {
+    gone = pid <= 0 || process_start_time(pid) != started;
+  }
+  ::close(fd);
+  return gone;
+}
+
 // Removes the engine-socket directories of fronts that are gone (SIGKILLed fronts cannot clean up).
-// A directory is stale when the process its owner file names no longer runs; one without an owner
-// file (being created, or from an older version) only once it is a minute old. Only this user's.
+// A directory is stale when its owner is gone (owner_gone); one without a complete owner file (being
+// created, or left by a front that failed to create it) only once it is a minute old. Only this user's.
 void remove_stale_socket_dirs(const fs::path& tmp) {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(tmp, ec)) {
@@ -57,16 +86,8 @@ void remove_stale_socket_dirs(const fs::path& tmp) {
     if (name.rfind(kSocketDirPrefix, 0) != 0 || !entry.is_directory(ec) || entry.is_symlink(ec)) continue;
     struct stat st{};
     if (::lstat(entry.path().c_str(), &st) != 0 || st.st_uid != ::getuid()) continue;
-    std::ifstream owner(entry.path() / kOwnerFile);
-    pid_t pid = 0;
-    std::string started;
-    bool stale;
-    if (owner >> pid >> started) {
-      stale = pid <= 0 || process_start_time(pid) != started;
-    } else {
-      stale = std::time(nullptr) - st.st_mtime > 60;
-    }
-    if (!stale) continue;
+    const std::optional<bool> gone = owner_gone(entry.path() / kOwnerFile);
+    if (!gone.value_or(std::time(nullptr) - st.st_mtime > 60)) continue;
     fs::remove_all(entry.path(), ec);
     if (!ec) log().info("removed {}, left behind by a front that is gone", entry.path().string());
   }
@@ -107,7 +128,16 @@ EngineSupervisor::EngineSupervisor(SupervisorOptions options, Registry& registry
     fail(ErrorCode::kIo, "cannot create a private directory for the engine socket in " + tmp.string());
   }
   socket_dir_ = templ;  // mode 0700: only this user can reach the engine
-  std::ofstream(socket_dir_ / kOwnerFile) << ::getpid() << ' ' << process_start_time(::getpid()) << '\n';
+  // Locked before anything is written: a reader sees either no marker (and leaves a young directory
+  // alone) or the marker with the lock held.
+  owner_fd_ = ::open((socket_dir_ / kOwnerFile).c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (owner_fd_ < 0 || ::flock(owner_fd_, LOCK_EX | LOCK_NB) != 0) {
+    fail(ErrorCode::kIo, "cannot create and lock " + (socket_dir_ / kOwnerFile).string());
+  }
+  const std::string owner = fmt::format("{} {} {}\n", ::getpid(), process_start_time(::getpid()), kLockedMarker);
+  if (::write(owner_fd_, owner.data(), owner.size()) != ssize_t(owner.size())) {
+    fail(ErrorCode::kIo, "cannot write " + (socket_dir_ / kOwnerFile).string());
+  }
   socket_path_ = socket_dir_ / "engine.sock";
   thread_ = std::thread([this] { run(); });
 }
@@ -122,6 +152,7 @@ EngineSupervisor::~EngineSupervisor() {
   thread_.join();
   std::error_code ec;
   fs::remove_all(socket_dir_, ec);
+  if (owner_fd_ >= 0) ::close(owner_fd_);
 }
 
 int64_t EngineSupervisor::start(EngineLaunch launch) {

@@ -126,6 +126,7 @@ class EngineSupervisor {
   Registry& registry_;
   VerboseLog& verbose_;
   std::filesystem::path socket_dir_;  // private 0700 directory for the engine socket
+  int owner_fd_ = -1;                 // its owner file, flock-ed while this front runs
   std::filesystem::path socket_path_;
 
   std::mutex control_mu_;  // serialises start() and stop()

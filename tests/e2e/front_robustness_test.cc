@@ -1,12 +1,15 @@
 // The front against hostile requests and faults (docs/operations.md): the real ajet-swarm with
 // ajet-echo-engine on loopback. Each hostile case gets a 4xx that names what is wrong and the front
 // keeps serving: nothing a client sends may take it down. Restarts keep the protocol's answers.
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
 
 #include <fstream>
 #include <set>
 
+#include "common/proc.h"
 #include "e2e_util.h"
 
 namespace ajet::e2e {
@@ -167,7 +170,10 @@ std::set<std::string> socket_inodes(pid_t pid) {
 }
 
 // The engine inherited the front's listening socket and client connections (a front restarted on its
-// port once failed with "Address already in use"), and a SIGKILLed front left its /tmp directory.
+// port once failed with "Address already in use"), and a SIGKILLed front left its /tmp directory. A
+// front in a PID namespace that shares /tmp but not /proc (tests/docs runs the documents so) wrote a
+// pid that names another live process here: its directory was kept forever (60 of them on the CI
+// machine). The owner's lock on its owner file now decides, wherever the owner ran.
 TEST_F(FrontRobustnessTest, TheEngineHoldsNoSocketOfTheFrontAndAKilledFrontsTmpDirIsRemoved) {
   const pid_t engine = pid_t(api_->engine_pid());
   ASSERT_GT(engine, 0);
@@ -189,8 +195,30 @@ TEST_F(FrontRobustnessTest, TheEngineHoldsNoSocketOfTheFrontAndAKilledFrontsTmpD
   ASSERT_EQ(mine.size(), 1u);
   swarm_->stop(SIGKILL);
   ASSERT_TRUE(fs::exists(mine[0]));  // nothing could clean up after a SIGKILL
+
+  // Two directories whose owner files name this live test process, as a namespaced front's would name
+  // some live process here; only the one whose lock is held belongs to a running front.
+  const std::string me = std::to_string(::getpid());
+  const std::vector<std::string> stat = proc_stat_fields(::getpid());
+  ASSERT_GT(stat.size(), 19u);
+  auto fake_dir = [&](const std::string& tag) {
+    const fs::path d = fs::temp_directory_path() / ("ajet-swarm-test" + tag + me);
+    fs::create_directories(d);
+    std::ofstream(d / "owner") << me << ' ' << stat[22 - 3] << " locked\n";
+    return d;
+  };
+  const fs::path orphan = fake_dir("orphan");
+  const fs::path held = fake_dir("held");
+  const int held_fd = ::open((held / "owner").c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(held_fd, 0);
+  ASSERT_EQ(::flock(held_fd, LOCK_EX | LOCK_NB), 0);
+
   SwarmProcess next(SwarmProcess::Options{dir_ / "server2", bin("ajet-echo-engine"), "", {}});
   EXPECT_FALSE(fs::exists(mine[0]));
+  EXPECT_FALSE(fs::exists(orphan)) << "a directory whose owner's lock nobody holds is stale, whatever its pid names";
+  EXPECT_TRUE(fs::exists(held)) << "a directory whose owner file is locked belongs to a running front";
+  ::close(held_fd);
+  fs::remove_all(held);
   EXPECT_EQ(dirs_of(next.pid()).size(), 1u);  // the live front's own directory is kept
 }
 
