@@ -308,6 +308,12 @@ struct Trainer::Impl {
   // Where the weights live: every tensor a step builds goes there (ajet.engine.device).
   torch::Device device() const { return model->options().device(); }
 
+  // The rows that form logits, scaled so that lm_head gives logits / temperature (lm_head is linear);
+  // autograd carries the factor into the gradient. Untouched at temperature 1.
+  torch::Tensor tempered(torch::Tensor rows) const {
+    return o.temperature == 1.0 ? rows : rows * (1.0 / o.temperature);
+  }
+
   // Logprob of every trained position of `samples` on `net` (no gradient, eval mode).
   std::vector<std::vector<float>> evaluate(const std::vector<const TrainSample*>& samples, model::Qwen2Model& net) {
     torch::NoGradGuard no_grad;
@@ -315,7 +321,7 @@ struct Trainer::Impl {
     for (size_t i = 0; i < samples.size(); ++i) out[i].assign(samples[i]->size(), 0.0f);
     for (auto& mb : make_micro_batches(samples, o.packing, o.micro_batch_tokens, o.attention_block, device())) {
       auto hidden = packed_hidden(net, mb.ids, mb.positions, mb.plan);   // (T, C)
-      auto tl = token_logprobs(net, hidden.index_select(0, mb.rows), mb.targets, o.logprob_chunk);
+      auto tl = token_logprobs(net, tempered(hidden.index_select(0, mb.rows)), mb.targets, o.logprob_chunk);
       auto lp = tl.logprob.index_select(0, mb.term_slot).to(torch::kCPU).contiguous();  // (K,) read on the host
       const float* d = lp.data_ptr<float>();
       for (size_t k = 0; k < mb.term_sample.size(); ++k) {
@@ -386,6 +392,22 @@ struct Trainer::Impl {
     }
   }
 
+  // m.rollout_logprob_diff over every rank's trained tokens; lp.recomputed is complete once epoch 0's
+  // first mini-batch has run.
+  void rollout_logprob_diff(const ActiveSamples& active, const StepLogprobs& lp, TrainMetrics& m) {
+    double sum = 0, count = 0;
+    for (size_t a = 0; a < active.size(); ++a) {
+      const TrainSample& sample = *active.ptrs[a];
+      for (size_t p = 0; p < sample.size(); ++p) {
+        if (!sample.loss_mask[p]) continue;
+        sum += std::abs(static_cast<double>(lp.recomputed[a][p]) - sample.logprobs[p]);
+        count += 1;
+      }
+    }
+    sum_over_ranks({&sum, &count});
+    m.rollout_logprob_diff = count > 0 ? sum / count : 0.0;
+  }
+
   // The KL reference's logprobs: the model with LoRA switched off, or the frozen copy.
   std::vector<std::vector<float>> reference_logprobs(const std::vector<const TrainSample*>& ptrs) {
     if (!lora()) return evaluate(ptrs, *reference);
@@ -433,7 +455,7 @@ struct Trainer::Impl {
     for (auto& mb : make_micro_batches(mb_ptrs, o.packing, o.micro_batch_tokens, o.attention_block, device())) {
       TermInputs in = gather_terms(mb, active, part, coef, lp);
       auto hidden = packed_hidden(model, mb.ids, mb.positions, mb.plan);  // (T, C)
-      auto tl = token_logprobs(model, hidden.index_select(0, mb.rows), mb.targets, o.logprob_chunk);
+      auto tl = token_logprobs(model, tempered(hidden.index_select(0, mb.rows)), mb.targets, o.logprob_chunk);
       LossTerms lt;
       lt.logprob = tl.logprob.index_select(0, mb.term_slot);  // (K,)
       auto entropy = tl.entropy.index_select(0, mb.term_slot);
@@ -607,6 +629,7 @@ TrainMetrics Trainer::train_step(const Batch& batch) {
   }
   s.model->train(was_training);
   // 5. Metrics: token means over every rank, means over optimizer steps.
+  if (lp.recompute) s.rollout_logprob_diff(active, lp, m);
   s.sum_over_ranks(sums.tokens.fields());
   sums.finish(m);
   ++s.policy_version;

@@ -113,6 +113,9 @@ TrainerOptions TrainerOptions::from_config(const config::Config& c) {
   o.packing = packing_from_name(tc.sequence_packing);
   o.lora = LoraOptions::from_config(c.lora);
   o.seed = static_cast<uint64_t>(c.engine.seed);
+  // Train episodes are always sampled at ajet.rollout.temperature (the front ignores a request's own);
+  // 0 (greedy) has no distribution to train, so the trainer keeps the model's.
+  o.temperature = c.rollout.temperature > 0 ? c.rollout.temperature : 1.0;
 
   const auto& op = tc.optim;
   o.optim.lr = op.lr;
@@ -142,35 +145,37 @@ TrainerOptions TrainerOptions::from_config(const config::Config& c) {
 }
 
 Json TrainMetrics::to_json() const {
-  return Json{{"loss", loss},
-              {"pg_loss", pg_loss},
-              {"kl", kl},
-              {"entropy", entropy},
-              {"clip_fraction", clip_fraction},
-              {"dual_clip_fraction", dual_clip_fraction},
-              {"approx_kl", approx_kl},
-              {"is_weight", is_weight},
-              {"is_truncated_fraction", is_truncated_fraction},
-              {"grad_norm", grad_norm},
-              {"lr", lr},
-              {"reward_mean", reward_mean},
-              {"advantage_mean", advantage_mean},
-              {"advantage_abs_mean", advantage_abs_mean},
-              {"tokens", tokens},
-              {"trained_tokens", trained_tokens},
-              {"packed_tokens", packed_tokens},
-              {"samples", samples},
-              {"dropped_samples", dropped_samples},
-              {"groups", groups},
-              {"zero_variance_groups", zero_variance_groups},
-              {"optimizer_steps", optimizer_steps},
-              {"skipped_steps", skipped_steps},
-              {"micro_batches", micro_batches},
-              {"global_step", global_step},
-              {"policy_version", policy_version},
-              {"seconds", seconds},
-              {"old_logprob_seconds", old_logprob_seconds},
-              {"ref_logprob_seconds", ref_logprob_seconds}};
+  Json j{{"loss", loss},
+         {"pg_loss", pg_loss},
+         {"kl", kl},
+         {"entropy", entropy},
+         {"clip_fraction", clip_fraction},
+         {"dual_clip_fraction", dual_clip_fraction},
+         {"approx_kl", approx_kl},
+         {"is_weight", is_weight},
+         {"is_truncated_fraction", is_truncated_fraction},
+         {"grad_norm", grad_norm},
+         {"lr", lr},
+         {"reward_mean", reward_mean},
+         {"advantage_mean", advantage_mean},
+         {"advantage_abs_mean", advantage_abs_mean},
+         {"tokens", tokens},
+         {"trained_tokens", trained_tokens},
+         {"packed_tokens", packed_tokens},
+         {"samples", samples},
+         {"dropped_samples", dropped_samples},
+         {"groups", groups},
+         {"zero_variance_groups", zero_variance_groups},
+         {"optimizer_steps", optimizer_steps},
+         {"skipped_steps", skipped_steps},
+         {"micro_batches", micro_batches},
+         {"global_step", global_step},
+         {"policy_version", policy_version},
+         {"seconds", seconds},
+         {"old_logprob_seconds", old_logprob_seconds},
+         {"ref_logprob_seconds", ref_logprob_seconds}};
+  if (rollout_logprob_diff >= 0) j["rollout_logprob_diff"] = rollout_logprob_diff;  // absent: not measured
+  return j;
 }
 
 }  // namespace ajet::train

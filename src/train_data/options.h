@@ -97,6 +97,10 @@ struct TrainerOptions {
   int64_t logprob_chunk = 1024;        // rows of logits formed at once
   LoraOptions lora;
   uint64_t seed = 0;                   // shuffling, LoRA init, dropout
+  // The rollout's sampling temperature: every logprob the trainer forms (the policy's, the old and the
+  // reference ones) and the entropy are those of softmax(logits / temperature), the distribution the
+  // train episodes were sampled from, as verl's actor does. 1: the model's own distribution.
+  double temperature = 1.0;
 
   // From ajet.trainer_common.*, ajet.lora.*, ajet.async.* (the off-policy correction only with
   // backbone async), ajet.data.max_response_length, ajet.engine.seed. total_steps is
@@ -115,6 +119,11 @@ struct TrainMetrics {
   double approx_kl = 0;           // token mean of old - new logprob
   double is_weight = 1;           // token mean of the off-policy importance weight
   double is_truncated_fraction = 0;
+  // Token mean of |old - rollout logprob| over trained tokens, with recomputed old logprobs: how far
+  // the trainer's policy before the update is from what the engine sampled with (numerics, a KV cache
+  // in another dtype, top-p/top-k, and for async the policy versions in between). -1: not measured
+  // (old logprobs are the rollout's own); to_json() then leaves the key out.
+  double rollout_logprob_diff = -1;
   double grad_norm = 0;           // mean over optimizer steps, before clipping
   double lr = 0;                  // of the last optimizer step
   double reward_mean = 0;         // over episodes

@@ -88,12 +88,14 @@ TEST(ClassicSummary, ValidationGreedyAndPassAtK) {
 
 TEST(ClassicTrainerMetrics, PicksNumbersFromWhateverTheFrontReports) {
   Json status = {{"engine_status", "ENGINE.ROLLING"},
-                 {"last_train_stats", {{"train", {{"pg_loss", 0.5}, {"kl", 0.01}, {"entropy", 1.2}}},
+                 {"last_train_stats", {{"train", {{"pg_loss", 0.5}, {"kl", 0.01}, {"entropy", 1.2},
+                                                  {"rollout_logprob_diff", 0.002}}},
                                        {"merge", {{"merge_ratio", 3.0}}},
                                        {"note", "text is dropped"}}}};
   Json m = trainer_metrics(status, Json::object());
   EXPECT_EQ(m["train/pg_loss"].get<double>(), 0.5);
   EXPECT_EQ(m["train/kl"].get<double>(), 0.01);
+  EXPECT_EQ(m["train/rollout_logprob_diff"].get<double>(), 0.002);  // training-inference mismatch
   EXPECT_EQ(m["merge/merge_ratio"].get<double>(), 3.0);
   EXPECT_FALSE(m.contains("note"));
   EXPECT_TRUE(trainer_metrics(Json{{"global_step", 3}}, Json::object()).empty());

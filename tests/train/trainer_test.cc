@@ -1,6 +1,7 @@
 // Trainer equivalences and behaviour: micro-batching = full batch, tree = plain packing, merged
 // samples = one sample per call (issue 5), two in-process ranks = one rank, rollout = recomputed old
-// logprobs when they agree, zero-variance groups dropped, and a toy bandit learns.
+// logprobs when they agree, logprobs at the rollout temperature and their gap to the rollout's,
+// zero-variance groups dropped, and a toy bandit learns.
 #include "train/trainer.h"
 
 #include <gtest/gtest.h>
@@ -286,6 +287,56 @@ TEST(Trainer, StaleBehaviourLogprobsAreReweighted) {
   EXPECT_LT(relative_difference(g2[0], scaled), 1e-5);
   EXPECT_NEAR(mt.is_weight, 1.5, 1e-4);
   EXPECT_EQ(mt.is_truncated_fraction, 0.0);
+}
+
+// ajet.rollout.temperature: the trainer's logprobs are those of softmax(logits / T), the distribution
+// train episodes are sampled from (as verl's actor divides its logits by the rollout temperature).
+TEST(Trainer, LogprobsAreThoseOfTheRolloutTemperature) {
+  auto base = testing::random_model(testing::qwen2_config(), 8);
+  Batch batch = random_batch(1, 2, 6, 5, 61, 12);
+  TrainerOptions o = test_options();
+  o.temperature = 0.7;
+  Trainer tempered(clone_model(base), o);
+  const auto lp = tempered.compute_logprobs(batch);
+  // Independently: the model's full logits for each sample, divided by T, log-softmaxed.
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < batch.samples.size(); ++i) {
+    const TrainSample& s = batch.samples[i];
+    const auto n = static_cast<int64_t>(s.size());
+    auto ids = torch::tensor(std::vector<int64_t>(s.token_ids.begin(), s.token_ids.end())).view({1, n});
+    auto logits = base->forward_logits(ids, torch::arange(n).view({1, n}))[0].to(torch::kDouble);  // (n, V)
+    auto expected = torch::log_softmax(logits / 0.7, -1);
+    int checked = 0;
+    for (int64_t p = 1; p < n; ++p) {
+      if (!s.loss_mask[static_cast<size_t>(p)]) continue;
+      EXPECT_NEAR(lp[i][static_cast<size_t>(p)], expected[p - 1][s.token_ids[static_cast<size_t>(p)]].item<double>(), 2e-5)
+          << "sample " << i << " position " << p;
+      ++checked;
+    }
+    EXPECT_GT(checked, 0);
+  }
+}
+
+// rollout_logprob_diff: how far the recomputed old logprobs are from the rollout's, over trained tokens.
+TEST(Trainer, ReportsTheGapBetweenRolloutAndRecomputedLogprobs) {
+  auto base = testing::random_model(testing::qwen2_config(), 8);
+  Batch batch = random_batch(2, 4, 6, 5, 61, 13);
+  TrainerOptions o = test_options();
+  o.temperature = 0.7;
+  Trainer probe(clone_model(base), o);
+  const auto lp = probe.compute_logprobs(batch);
+  for (size_t i = 0; i < batch.samples.size(); ++i) batch.samples[i].logprobs = lp[i];
+  // Sampled at 0.7 and trained at 0.7: the same distribution, the gap is float noise.
+  Trainer same(clone_model(base), o);
+  EXPECT_LT(same.train_step(batch).rollout_logprob_diff, 1e-5);
+  // A trainer that ignored the temperature would compare another distribution with what was sampled.
+  o.temperature = 1.0;
+  Trainer untempered(clone_model(base), o);
+  EXPECT_GT(untempered.train_step(batch).rollout_logprob_diff, 0.05);
+  // With the rollout's own logprobs as the old ones there is nothing to compare.
+  o.recompute_old_logprobs = false;
+  Trainer rollout(clone_model(base), o);
+  EXPECT_EQ(rollout.train_step(batch).rollout_logprob_diff, -1.0);
 }
 
 TEST(Trainer, DropsZeroVarianceGroupsAndReportsMetrics) {

@@ -58,7 +58,9 @@ TEST(TrainerOptions, FromConfigMapsTheKeys) {
   c.lora.lora_rank = 4;
   c.async.off_policy_correction = "tis";
   c.async.importance_weight_cap = 3;
+  c.rollout.temperature = 0.9;
   TrainerOptions o = TrainerOptions::from_config(c);
+  EXPECT_EQ(o.temperature, 0.9);  // the trainer's logprobs are those of the sampled distribution
   EXPECT_EQ(o.advantage.estimator, AdvantageEstimator::kRloo);
   EXPECT_TRUE(o.advantage.drop_zero_variance_groups);
   EXPECT_EQ(o.loss.clip_low, 0.1);
@@ -78,6 +80,8 @@ TEST(TrainerOptions, FromConfigMapsTheKeys) {
   o = TrainerOptions::from_config(c);
   EXPECT_EQ(o.loss.correction, OffPolicyCorrection::kTis);
   EXPECT_EQ(o.loss.is_cap, 3);
+  c.rollout.temperature = 0;  // greedy train episodes: nothing sampled to match, the model's own
+  EXPECT_EQ(TrainerOptions::from_config(c).temperature, 1.0);
 }
 
 TEST(TrainerOptions, CosineNeedsTotalSteps) {
