@@ -1,8 +1,8 @@
 #include "engine_control/supervisor.h"
 
 #include <arpa/inet.h>
-#include <fmt/format.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <netinet/in.h>
 #include <sys/file.h>
 #include <sys/socket.h>
@@ -11,8 +11,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <functional>
@@ -131,12 +133,12 @@ EngineSupervisor::EngineSupervisor(SupervisorOptions options, Registry& registry
   // Locked before anything is written: a reader sees either no marker (and leaves a young directory
   // alone) or the marker with the lock held.
   owner_fd_ = ::open((socket_dir_ / kOwnerFile).c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (owner_fd_ < 0 || ::flock(owner_fd_, LOCK_EX | LOCK_NB) != 0) {
-    fail(ErrorCode::kIo, "cannot create and lock " + (socket_dir_ / kOwnerFile).string());
-  }
   const std::string owner = fmt::format("{} {} {}\n", ::getpid(), process_start_time(::getpid()), kLockedMarker);
-  if (::write(owner_fd_, owner.data(), owner.size()) != ssize_t(owner.size())) {
-    fail(ErrorCode::kIo, "cannot write " + (socket_dir_ / kOwnerFile).string());
+  if (owner_fd_ < 0 || ::flock(owner_fd_, LOCK_EX | LOCK_NB) != 0 ||
+      ::write(owner_fd_, owner.data(), owner.size()) != ssize_t(owner.size())) {
+    const std::string why = std::strerror(errno);
+    if (owner_fd_ >= 0) ::close(owner_fd_);
+    fail(ErrorCode::kIo, "cannot create, lock and write " + (socket_dir_ / kOwnerFile).string() + ": " + why);
   }
   socket_path_ = socket_dir_ / "engine.sock";
   thread_ = std::thread([this] { run(); });
