@@ -415,6 +415,25 @@ void settle_unused_choices(Config& config, const Ctx& ctx) {
   }
 }
 
+// Train episodes sampled with top-p or top-k come from a truncated distribution the trainer does not
+// form (it forms softmax(logits / temperature)). Where the loss divides by the rollout's own logprobs
+// (the async backbone's off-policy correction, old_logprob_source: rollout), every ratio then carries
+// that difference: said once at load, and measured each step as rollout_logprob_diff.
+void warn_truncated_rollouts(const Config& config, const Ctx& ctx) {
+  const auto& r = config.rollout;
+  if (r.top_p >= 1.0 && r.top_k <= 0) return;
+  const bool corrected = config.backbone == "async" && config.async.off_policy_correction != "none";
+  const bool rollout_old = config.trainer_common.old_logprob_source == "rollout";
+  if (!corrected && !rollout_old) return;
+  ctx.warn(fmt::format("{}: ajet.rollout.top_p {} / top_k {}: train episodes come from a truncated distribution the "
+                       "trainer does not form, and {} divides by their logprobs; the ratios carry the difference "
+                       "(each step's rollout_logprob_diff shows it). Keep top_p 1 and top_k -1 to train on what was "
+                       "sampled",
+                       ctx.source, r.top_p, r.top_k,
+                       corrected ? "the async off-policy correction (ajet.async.off_policy_correction)"
+                                 : "ajet.trainer_common.old_logprob_source: rollout"));
+}
+
 bool listed(const std::vector<std::string>& names, const std::string& name) {
   return std::find(names.begin(), names.end(), name) != names.end();
 }
@@ -571,6 +590,7 @@ LoadedConfig parse_config(std::string_view yaml_text, std::string_view source, C
   settle_unused_choices(loaded.config, ctx);
   settle_loggers(loaded.config, ctx);
   validate(loaded.config, source);
+  warn_truncated_rollouts(loaded.config, ctx);
   return loaded;
 }
 

@@ -187,6 +187,26 @@ TEST(ConfigWarnings, UpstreamAliasesMapWithANote) {
   EXPECT_TRUE(contains(loaded.warnings[0], "ajet.backbone: 'verl' is upstream's name; using 'torch'"));
 }
 
+// The trainer forms softmax(logits / T); top-p/top-k train episodes come from something else, which
+// matters where the loss divides by their logprobs.
+TEST(ConfigWarnings, TruncatedTrainSamplingIsNamedWhereTheLossUsesItsLogprobs) {
+  auto warnings_of = [](const std::string& extra) {
+    return parse_config("ajet:\n  model: {path: /m}\n" + extra, "t.yaml").warnings;
+  };
+  // The async backbone's correction divides by the rollout logprobs.
+  auto w = warnings_of("  backbone: async\n  rollout: {top_p: 0.9}\n");
+  ASSERT_EQ(w.size(), 1u) << ::testing::PrintToString(w);
+  EXPECT_TRUE(contains(w[0], "t.yaml: ajet.rollout.top_p 0.9 / top_k -1: train episodes come from a truncated")) << w[0];
+  EXPECT_TRUE(contains(w[0], "ajet.async.off_policy_correction")) << w[0];
+  w = warnings_of("  trainer_common: {old_logprob_source: rollout}\n  rollout: {top_k: 20}\n");
+  ASSERT_EQ(w.size(), 1u) << ::testing::PrintToString(w);
+  EXPECT_TRUE(contains(w[0], "old_logprob_source: rollout")) << w[0];
+  // Recomputed old logprobs, no correction, or nothing truncated: nothing to say.
+  EXPECT_TRUE(warnings_of("  rollout: {top_p: 0.9}\n").empty());
+  EXPECT_TRUE(warnings_of("  backbone: async\n  async: {off_policy_correction: none}\n  rollout: {top_p: 0.9}\n").empty());
+  EXPECT_TRUE(warnings_of("  backbone: async\n  rollout: {top_p: 1.0, top_k: -1}\n").empty());
+}
+
 TEST(ConfigErrors, WrongTypesNameKeyTypeFileAndLine) {
   std::string msg = error_of([] { parse_config("ajet:\n  model: {path: /m}\n  data:\n    train_batch_size: abc\n", "t.yaml"); });
   EXPECT_EQ(msg, "t.yaml:4: ajet.data.train_batch_size must be an integer, got 'abc'");
