@@ -75,7 +75,7 @@ inline const fs::path& tiny_model_dir() {
     model::testing::write_text(tok / "tokenizer_config.json", config.dump(1));
     auto r = run_command(kEngineBinary + " model init --preset tiny --seed 11 --threads 1 --tokenizer " + quote(tok) +
                          " --out " + quote(out));
-    if (r.exit_code != 0) throw std::runtime_error("model init failed: " + r.output);
+    if (r.exit_code != 0) throw std::runtime_error("model init failed: " + r.out);
     return out;
   }();
   return dir;

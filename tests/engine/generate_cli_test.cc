@@ -27,7 +27,7 @@ Output ajet_generate(const std::string& args, const std::string& input = "") {
   model::testing::write_text(in, input);
   // run_command appends 2>&1; the subshell keeps the command's own stderr in `err`.
   auto r = run_command("(" + kAjet + " generate " + args + " < " + quote(in) + " 2> " + quote(err) + ")");
-  return Output{r.exit_code, r.output, run_command("cat " + quote(err)).output};
+  return Output{r.exit_code, r.out, run_command("cat " + quote(err)).out};
 }
 
 const std::string& base_args() {

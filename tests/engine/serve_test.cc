@@ -390,9 +390,9 @@ TEST(EngineServe, BadArgumentsFailWithClearMessages) {
 #endif
   for (const Case& c : cases) {
     auto r = run_command(kEngineBinary + " serve " + c.args);
-    EXPECT_EQ(r.exit_code, c.exit_code) << c.args << "\n" << r.output;
-    EXPECT_NE(r.output.find(c.message), std::string::npos) << c.args << "\n" << r.output;
-    EXPECT_EQ(r.output.find("ready on"), std::string::npos) << c.args << "\n" << r.output;
+    EXPECT_EQ(r.exit_code, c.exit_code) << c.args << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.message), std::string::npos) << c.args << "\n" << r.out;
+    EXPECT_EQ(r.out.find("ready on"), std::string::npos) << c.args << "\n" << r.out;
   }
 }
 

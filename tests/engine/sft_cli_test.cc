@@ -16,7 +16,7 @@ const fs::path& drills_file() {
   static const fs::path path = [] {
     const fs::path p = process_dir() / "drills.jsonl";
     auto r = run_command(kAjet + " tasks drills --n 64 --seed 3 --max-terms 2 --out " + quote(p));
-    if (r.exit_code != 0) throw std::runtime_error("ajet tasks drills failed: " + r.output);
+    if (r.exit_code != 0) throw std::runtime_error("ajet tasks drills failed: " + r.out);
     return p;
   }();
   return path;
@@ -28,21 +28,21 @@ std::string sft_args(const fs::path& out) {
 }
 
 nlohmann::json report_of(const fs::path& out) {
-  return nlohmann::json::parse(run_command("cat " + quote(out / "sft_report.json")).output);
+  return nlohmann::json::parse(run_command("cat " + quote(out / "sft_report.json")).out);
 }
 
 TEST(SftCli, WorkerThreadsTrainAndSaveALoadableModel) {
   const fs::path out = process_dir() / "sft-workers";
   auto r = run_command(kAjet + sft_args(out) + " --steps 3 --workers 2 --log-every 1");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("2 worker thread(s) per step, 1 intra-op thread(s) each"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("step 3/3 loss"), std::string::npos) << r.output;
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("2 worker thread(s) per step, 1 intra-op thread(s) each"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("step 3/3 loss"), std::string::npos) << r.out;
   const auto report = report_of(out);
   EXPECT_EQ(report["steps"].get<int64_t>(), 3);
   EXPECT_LT(report["loss_after"].get<double>(), report["loss_before"].get<double>());
   // The saved model generates.
   auto g = run_command(kAjet + " generate --model " + quote(out) + " --threads 1 --kv-cache-mb 16 --max-tokens 4 --prompt hi");
-  EXPECT_EQ(g.exit_code, 0) << g.output;
+  EXPECT_EQ(g.exit_code, 0) << g.out;
 }
 
 // A success threshold the first evaluation always meets stops training right after it.
@@ -50,10 +50,10 @@ TEST(SftCli, StopAtSuccessStopsAfterTheFirstEvaluationThatReachesIt) {
   const fs::path out = process_dir() / "sft-stop";
   auto r = run_command(kAjet + sft_args(out) +
                        " --steps 20 --eval-task frozenlake --eval-n 2 --eval-max-tokens 8 --eval-every 2 --stop-at-success 0");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("(--stop-at-success): stopping at step 2 of 20"), std::string::npos) << r.output;
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("(--stop-at-success): stopping at step 2 of 20"), std::string::npos) << r.out;
   // One line per evaluation: the evaluation's engine does not log its cache sizing (issue 13).
-  EXPECT_EQ(r.output.find("inference engine:"), std::string::npos) << r.output;
+  EXPECT_EQ(r.out.find("inference engine:"), std::string::npos) << r.out;
   const auto report = report_of(out);
   EXPECT_EQ(report["steps"].get<int64_t>(), 2);
   EXPECT_EQ(report["stopped_at_success"]["step"].get<int64_t>(), 2);
@@ -67,9 +67,9 @@ TEST(SftCli, AMissedGateIsReportedLoudlyAndTheBestEvaluatedModelIsKept) {
   const fs::path out = process_dir() / "sft-missed";
   auto r = run_command(kAjet + sft_args(out) +
                        " --steps 4 --eval-task frozenlake --eval-n 2 --eval-max-tokens 8 --eval-every 2 --stop-at-success 1");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("WARNING: the warm-up missed its gate"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("(best "), std::string::npos) << r.output;  // each evaluation line says the best so far
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("WARNING: the warm-up missed its gate"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(best "), std::string::npos) << r.out;  // each evaluation line says the best so far
   const auto report = report_of(out);
   EXPECT_FALSE(report.contains("stopped_at_success"));
   ASSERT_TRUE(report.contains("gate_missed"));
@@ -93,11 +93,11 @@ TEST(SftCli, BadFlagsNameTheProblem) {
        }) {
     auto r = run_command(kAjet + sft_args(out) + " --steps 1" + c.flags);
     EXPECT_NE(r.exit_code, 0) << c.flags;
-    EXPECT_NE(r.output.find(c.message), std::string::npos) << c.flags << "\n" << r.output;
+    EXPECT_NE(r.out.find(c.message), std::string::npos) << c.flags << "\n" << r.out;
   }
   auto r = run_command(kAjet + " sft --model " + quote(tiny_model_dir()) + " --out " + quote(out));
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("--demos is required"), std::string::npos) << r.output;
+  EXPECT_NE(r.out.find("--demos is required"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(out / "config.json"));
 }
 

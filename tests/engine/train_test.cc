@@ -25,7 +25,7 @@ const fs::path& micro_model_dir() {
     model::testing::write_text(tok / "tokenizer_config.json", R"({"eos_token": "<|im_end|>", "add_bos_token": false})");
     auto r = run_command(kEngineBinary + " model init --preset micro --seed 5 --threads 1 --tokenizer " + quote(tok) +
                          " --out " + quote(out));
-    if (r.exit_code != 0) throw std::runtime_error("model init failed: " + r.output);
+    if (r.exit_code != 0) throw std::runtime_error("model init failed: " + r.out);
     return out;
   }();
   return dir;
@@ -315,8 +315,8 @@ TEST(EngineTrain, LoraCheckpointHoldsTheMergedModelAndResumes) {
   // `generate --model …/model` runs the merged model and says so.
   const auto g = run_command(kEngineBinary + " generate --model " + quote(saved / "model") +
                              " --threads 1 --kv-cache-mb 8 --max-tokens 2 --temperature 0 --prompt hi");
-  ASSERT_EQ(g.exit_code, 0) << g.output;
-  EXPECT_NE(g.output.find("loaded merged model " + (saved / "model").string()), std::string::npos) << g.output;
+  ASSERT_EQ(g.exit_code, 0) << g.out;
+  EXPECT_NE(g.out.find("loaded merged model " + (saved / "model").string()), std::string::npos) << g.out;
 
   // A new process on the base resumes with the adapter and serves what the first one served.
   EngineProcess engine({"--conf", conf("lora_b", process_dir() / "lora_b"), "--resume", saved.string()}, micro_model_dir());

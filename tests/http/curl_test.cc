@@ -16,10 +16,10 @@ using testing::TestServer;
 // curl's body, then a line with the status code.
 std::pair<std::string, int> curl(const std::string& args) {
   testing::CommandResult r = run_command("curl -sS -w '\\n%{http_code}' " + args + " 2>&1");
-  size_t nl = r.output.rfind('\n');
-  EXPECT_NE(nl, std::string::npos) << r.output;
-  if (nl == std::string::npos) return {r.output, -1};
-  return {r.output.substr(0, nl), std::atoi(r.output.c_str() + nl + 1)};
+  size_t nl = r.out.rfind('\n');
+  EXPECT_NE(nl, std::string::npos) << r.out;
+  if (nl == std::string::npos) return {r.out, -1};
+  return {r.out.substr(0, nl), std::atoi(r.out.c_str() + nl + 1)};
 }
 
 TEST(HttpCurl, KeepAliveAcrossUrlsOfOneInvocation) {
@@ -27,7 +27,7 @@ TEST(HttpCurl, KeepAliveAcrossUrlsOfOneInvocation) {
   TestServer ts;
   std::string url = ts.url("/get_engine_status");
   testing::CommandResult r = run_command("curl -sS " + url + " " + url + " " + url);
-  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_EQ(ts.server().stats().requests, 3u);
   EXPECT_EQ(ts.server().stats().connections_accepted, 1u);
 }
@@ -57,10 +57,10 @@ TEST(HttpCurl, OversizedBodyIs413) {
     testing::CommandResult r = run_command(std::string("head -c ") + size +
                                            " /dev/zero | curl -sS -w '\\n%{http_code}' --data-binary @- " +
                                            ts.url("/echo") + " 2>&1");
-    size_t nl = r.output.rfind('\n');
-    ASSERT_NE(nl, std::string::npos) << r.output;
-    std::string body = r.output.substr(0, nl);
-    int status = std::atoi(r.output.c_str() + nl + 1);
+    size_t nl = r.out.rfind('\n');
+    ASSERT_NE(nl, std::string::npos) << r.out;
+    std::string body = r.out.substr(0, nl);
+    int status = std::atoi(r.out.c_str() + nl + 1);
     ASSERT_EQ(status, 413) << size << ": " << body;
     Json j = Json::parse(body);
     EXPECT_NE(j["error"]["message"].get<std::string>().find("4096"), std::string::npos) << body;
@@ -82,9 +82,9 @@ TEST(HttpCurl, ErrorShapesAndHead) {
 
   auto [get_body, get_status] = curl(ts.url("/get_engine_status"));
   testing::CommandResult head = run_command("curl -sS -I " + ts.url("/get_engine_status") + " 2>&1");
-  ASSERT_EQ(head.exit_code, 0) << head.output;
-  EXPECT_TRUE(head.output.starts_with("HTTP/1.1 200")) << head.output;
-  EXPECT_NE(head.output.find("Content-Length: " + std::to_string(get_body.size())), std::string::npos) << head.output;
+  ASSERT_EQ(head.exit_code, 0) << head.out;
+  EXPECT_TRUE(head.out.starts_with("HTTP/1.1 200")) << head.out;
+  EXPECT_NE(head.out.find("Content-Length: " + std::to_string(get_body.size())), std::string::npos) << head.out;
 }
 
 // curl -N prints each event as it arrives; the producer pushes event k+1 only after this test read

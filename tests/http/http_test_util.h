@@ -9,14 +9,13 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include <sys/wait.h>
-
 #include <cctype>
 #include <cerrno>
-#include <cstdio>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+
+#include "support/run_command.h"
 
 namespace ajet::http::testing {
 
@@ -113,22 +112,8 @@ class RawSocket {
   std::string pending_;
 };
 
-struct CommandResult {
-  int exit_code = -1;
-  std::string output;  // stdout (stderr too when the command redirects it)
-};
-
-inline CommandResult run_command(const std::string& command) {
-  CommandResult result;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (!pipe) return result;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) result.output.append(buf, n);
-  int status = ::pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
+using test_support::CommandResult;
+using test_support::run_command;
 
 inline bool have_curl() { return run_command("command -v curl >/dev/null 2>&1").exit_code == 0; }
 

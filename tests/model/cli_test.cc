@@ -35,7 +35,7 @@ TEST(ModelInitCli, WritesAnHfDirectoryWithTokenizer) {
   testing::write_byte_tokenizer(dir / "tok");
   auto r = run_command(init_command(kAjet, "--preset micro --tokenizer " + quote(dir / "tok") + " --out " +
                                                quote(dir / "m") + " --seed 7"));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_EQ(r.exit_code, 0) << r.out;
   for (const char* f : {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
                         "tokenizer_config.json"}) {
     EXPECT_TRUE(fs::exists(dir / "m" / f)) << f;
@@ -52,17 +52,17 @@ TEST(ModelInitCli, WritesAnHfDirectoryWithTokenizer) {
   // The printed count, with thousands separators.
   std::string digits = std::to_string(params), pretty;
   for (size_t i = 0; i < digits.size(); ++i) pretty += std::string(i > 0 && (digits.size() - i) % 3 == 0 ? "," : "") + digits[i];
-  EXPECT_NE(r.output.find(pretty + " parameters"), std::string::npos) << r.output;
+  EXPECT_NE(r.out.find(pretty + " parameters"), std::string::npos) << r.out;
 
   // Same seed → same bytes; another seed → other weights.
   auto again = run_command(init_command(kEngine, "--preset micro --tokenizer " + quote(dir / "tok") + " --out " +
                                                      quote(dir / "m2") + " --seed 7"));
-  ASSERT_EQ(again.exit_code, 0) << again.output;
-  auto read = [](const fs::path& p) { return run_command("cat " + quote(p)).output; };
+  ASSERT_EQ(again.exit_code, 0) << again.out;
+  auto read = [](const fs::path& p) { return run_command("cat " + quote(p)).out; };
   EXPECT_EQ(read(dir / "m" / "model.safetensors"), read(dir / "m2" / "model.safetensors"));
   auto other = run_command(init_command(kEngine, "--preset micro --tokenizer " + quote(dir / "tok") + " --out " +
                                                      quote(dir / "m3") + " --seed 8"));
-  ASSERT_EQ(other.exit_code, 0) << other.output;
+  ASSERT_EQ(other.exit_code, 0) << other.out;
   EXPECT_NE(read(dir / "m" / "model.safetensors"), read(dir / "m3" / "model.safetensors"));
 }
 
@@ -71,16 +71,16 @@ TEST(ModelInitCli, BFloat16AndForce) {
   testing::write_byte_tokenizer(dir / "tok");
   const std::string base = "--preset tiny --tokenizer " + quote(dir / "tok") + " --out " + quote(dir / "m");
   auto r = run_command(init_command(kAjet, base + " --dtype bfloat16"));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_EQ(hf::load_model_config(dir / "m" / "config.json").torch_dtype, "bfloat16");
   EXPECT_EQ(hf::SafetensorsCheckpoint::open(dir / "m").get("model.norm.weight").dtype, hf::DType::kBF16);
   // An existing model directory is kept unless --force.
   auto refused = run_command(init_command(kAjet, base));
   EXPECT_NE(refused.exit_code, 0);
-  EXPECT_NE(refused.output.find("--force"), std::string::npos) << refused.output;
+  EXPECT_NE(refused.out.find("--force"), std::string::npos) << refused.out;
   EXPECT_EQ(hf::load_model_config(dir / "m" / "config.json").torch_dtype, "bfloat16");
   auto forced = run_command(init_command(kAjet, base + " --force"));
-  ASSERT_EQ(forced.exit_code, 0) << forced.output;
+  ASSERT_EQ(forced.exit_code, 0) << forced.out;
   EXPECT_EQ(hf::load_model_config(dir / "m" / "config.json").torch_dtype, "float32");
 }
 
@@ -106,14 +106,14 @@ TEST(ModelInitCli, BadArgumentsGiveClearErrors) {
   };
   for (const auto& c : cases) {
     auto r = run_command(init_command(kAjet, c.args));
-    EXPECT_NE(r.exit_code, 0) << c.args << "\n" << r.output;
-    EXPECT_NE(r.output.find(c.expect_in_output), std::string::npos) << c.args << "\n" << r.output;
+    EXPECT_NE(r.exit_code, 0) << c.args << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.expect_in_output), std::string::npos) << c.args << "\n" << r.out;
   }
   EXPECT_FALSE(fs::exists(dir / "a"));
   EXPECT_TRUE(fs::exists(dir / "full" / "notes.txt"));
   auto help = run_command(kAjet + " model init --help");
-  EXPECT_EQ(help.exit_code, 0) << help.output;
-  EXPECT_NE(help.output.find("small"), std::string::npos) << help.output;
+  EXPECT_EQ(help.exit_code, 0) << help.out;
+  EXPECT_NE(help.out.find("small"), std::string::npos) << help.out;
 }
 
 }  // namespace

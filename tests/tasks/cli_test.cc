@@ -4,11 +4,11 @@
 
 #include <unistd.h>
 
-#include <cstdio>
 #include <filesystem>
 #include <sstream>
 
 #include "common/fs.h"
+#include "support/run_command.h"
 #include "tasks/builtin.h"
 #include "tasks/reader.h"
 
@@ -17,10 +17,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct CliRun {
-  int exit_code = -1;
-  std::string out;
-};
+using CliRun = test_support::CommandResult;
 
 class TasksCli : public ::testing::Test {
  protected:
@@ -37,15 +34,7 @@ class TasksCli : public ::testing::Test {
     write_file_atomic(dir_ / "stdin.txt", input);
     const std::string cmd = "'" + ajet_.string() + "' " + args + " < '" + (dir_ / "stdin.txt").string() + "' 2> '" +
                             (dir_ / "stderr.txt").string() + "'";
-    CliRun r;
-    FILE* p = ::popen(cmd.c_str(), "r");
-    if (p == nullptr) return r;
-    char buf[4096];
-    size_t n = 0;
-    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-    const int status = ::pclose(p);
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    return r;
+    return test_support::run_command(cmd);
   }
   std::string stderr_text() { return read_file(dir_ / "stderr.txt"); }
 

@@ -4,33 +4,17 @@
 
 #include <gtest/gtest.h>
 
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <optional>
 #include <string>
-#include <sys/wait.h>
 
 #include "common/fs.h"
+#include "support/run_command.h"
 
 namespace ajet::text::testing {
 
-struct CommandResult {
-  int exit_code = -1;
-  std::string out;  // stdout only; stderr goes to the test log
-};
-
-inline CommandResult run_command(const std::string& command) {
-  CommandResult r;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return r;
-  std::array<char, 65536> buf{};
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
-  int status = ::pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using test_support::CommandResult;
+using test_support::run_command;
 
 inline std::filesystem::path source_dir() { return AJET_SOURCE_DIR; }
 inline std::filesystem::path data_dir() { return source_dir() / "tests" / "text" / "data"; }

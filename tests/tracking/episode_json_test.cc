@@ -3,14 +3,13 @@
 // prints the same document from the store file.
 #include <gtest/gtest.h>
 
-#include <array>
 #include <cstdio>
 #include <filesystem>
-#include <sys/wait.h>
 
 #include "common/encoding.h"
 #include "common/json.h"
 #include "store/store.h"
+#include "support/run_command.h"
 #include "support/scratch_dir.h"
 #include "tracking/episode_json.h"
 #include "tracking/merge.h"
@@ -142,22 +141,7 @@ TEST(EpisodeJson, FromTheTrackerAndFromTheStoreHaveTheDocumentedShape) {
             live_json["diagnostics"]["agents"][0]["branches"][0]["position"]);
 }
 
-struct CommandRun {
-  int exit_code = -1;
-  std::string out;
-};
-
-CommandRun run_command(const std::string& command) {
-  CommandRun r;
-  FILE* p = ::popen(command.c_str(), "r");
-  if (p == nullptr) return r;
-  std::array<char, 65536> buf{};
-  size_t n = 0;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int status = ::pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using ajet::test_support::run_command;
 
 TEST(EpisodeJson, AjetEpisodeShowPrintsTheEpisodeFromTheStore) {
   const fs::path ajet = fs::path(AJET_BINARY_DIR) / "bin" / "ajet";
@@ -177,18 +161,18 @@ TEST(EpisodeJson, AjetEpisodeShowPrintsTheEpisodeFromTheStore) {
     for (const CallRecord& c : r.calls) st.put_call(to_call_row(c)).get();
   }
   const std::string base = "'" + ajet.string() + "' episode show --json --store '" + db.string() + "' ";
-  CommandRun ok = run_command(base + "ep-json --indent -1 --tokenizer '" + tok_dir.string() + "' 2>/dev/null");
+  auto ok = run_command(base + "ep-json --indent -1 --tokenizer '" + tok_dir.string() + "' 2>/dev/null");
   ASSERT_EQ(ok.exit_code, 0) << ok.out;
   const Json j = parse_json(ok.out, "ajet episode show output");
   check_shape(j, tok.get());
-  CommandRun plain = run_command(base + "ep-json --indent -1 2>/dev/null");
+  auto plain = run_command(base + "ep-json --indent -1 2>/dev/null");
   ASSERT_EQ(plain.exit_code, 0);
   check_shape(parse_json(plain.out, "ajet episode show output"), nullptr);
 
-  CommandRun missing = run_command(base + "no-such-episode 2>&1");
+  auto missing = run_command(base + "no-such-episode 2>&1");
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_NE(missing.out.find("no-such-episode"), std::string::npos) << missing.out;
-  CommandRun no_store = run_command("'" + ajet.string() + "' episode show --store '" + (dir.path() / "nope.db").string() + "' x 2>&1");
+  auto no_store = run_command("'" + ajet.string() + "' episode show --store '" + (dir.path() / "nope.db").string() + "' x 2>&1");
   EXPECT_EQ(no_store.exit_code, 1);
   EXPECT_NE(no_store.out.find("no store at"), std::string::npos) << no_store.out;
   EXPECT_FALSE(fs::exists(dir.path() / "nope.db")) << "showing must not create a store";
