@@ -415,25 +415,6 @@ void settle_unused_choices(Config& config, const Ctx& ctx) {
   }
 }
 
-// Train episodes sampled with top-p or top-k come from a truncated distribution the trainer does not
-// form (it forms softmax(logits / temperature)). Where the loss divides by the rollout's own logprobs
-// (the async backbone's off-policy correction, old_logprob_source: rollout), every ratio then carries
-// that difference: said once at load, and measured each step as rollout_logprob_diff.
-void warn_truncated_rollouts(const Config& config, const Ctx& ctx) {
-  const auto& r = config.rollout;
-  if (r.top_p >= 1.0 && r.top_k <= 0) return;
-  const bool corrected = config.backbone == "async" && config.async.off_policy_correction != "none";
-  const bool rollout_old = config.trainer_common.old_logprob_source == "rollout";
-  if (!corrected && !rollout_old) return;
-  ctx.warn(fmt::format("{}: ajet.rollout.top_p {} / top_k {}: train episodes come from a truncated distribution the "
-                       "trainer does not form, and {} divides by their logprobs; the ratios carry the difference "
-                       "(each step's rollout_logprob_diff shows it). Keep top_p 1 and top_k -1 to train on what was "
-                       "sampled",
-                       ctx.source, r.top_p, r.top_k,
-                       corrected ? "the async off-policy correction (ajet.async.off_policy_correction)"
-                                 : "ajet.trainer_common.old_logprob_source: rollout"));
-}
-
 bool listed(const std::vector<std::string>& names, const std::string& name) {
   return std::find(names.begin(), names.end(), name) != names.end();
 }
@@ -590,7 +571,7 @@ LoadedConfig parse_config(std::string_view yaml_text, std::string_view source, C
   settle_unused_choices(loaded.config, ctx);
   settle_loggers(loaded.config, ctx);
   validate(loaded.config, source);
-  warn_truncated_rollouts(loaded.config, ctx);
+  if (auto w = truncated_rollout_warning(loaded.config, source)) ctx.warn(std::move(*w));
   return loaded;
 }
 
@@ -629,6 +610,21 @@ bool valid_device_name(std::string_view device) {
     if (ch < '0' || ch > '9') return false;
   }
   return true;
+}
+
+std::optional<std::string> truncated_rollout_warning(const Config& config, std::string_view source) {
+  const auto& r = config.rollout;
+  if (r.top_p >= 1.0 && r.top_k <= 0) return std::nullopt;
+  const bool corrected = config.backbone == "async" && config.async.off_policy_correction != "none";
+  const bool rollout_old = config.trainer_common.old_logprob_source == "rollout";
+  if (!corrected && !rollout_old) return std::nullopt;
+  return fmt::format("{}: ajet.rollout.top_p {} / top_k {}: train episodes come from a truncated distribution the "
+                     "trainer does not form, and {} divides by their logprobs; the ratios carry the difference "
+                     "(each step's rollout_logprob_diff shows it). Keep top_p 1 and top_k -1 to train on what was "
+                     "sampled",
+                     source, r.top_p, r.top_k,
+                     corrected ? "the async off-policy correction (ajet.async.off_policy_correction)"
+                               : "ajet.trainer_common.old_logprob_source: rollout");
 }
 
 void validate(const Config& config, std::string_view source) {

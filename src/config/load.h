@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,6 +39,13 @@ void set_config_value(Config& config, std::string_view dotted_key, std::string_v
 // Bounds of every key and the relations between keys (e.g. max_response_length_in_one_turn <=
 // max_model_len). Throws one Error listing every violation, each naming its keys and `source`.
 void validate(const Config& config, std::string_view source);
+// Train episodes sampled with top-p or top-k come from a truncated distribution the trainer does not
+// form (it forms softmax(logits / temperature)). Where the loss divides by the rollout's own logprobs
+// (the async backbone's off-policy correction, old_logprob_source: rollout), every ratio carries that
+// difference (measured each step as rollout_logprob_diff): the warning that says so, naming `source`,
+// or nullopt. parse_config adds it; callers that override keys afterwards (--backbone, --set) ask again.
+std::optional<std::string> truncated_rollout_warning(const Config& config, std::string_view source);
+
 // ajet.engine.device: cpu, cuda, cuda:N (N up to three digits) or auto.
 bool valid_device_name(std::string_view device);
 

@@ -1,11 +1,18 @@
 // Unit tests of classic mode's pieces that need no process: the ready line, external command
-// results, rollout / validation summaries (pass@k), trainer metric extraction, the reward curve page.
+// results, rollout / validation summaries (pass@k), trainer metric extraction, the reward curve page,
+// the warnings prepare_config adds after the command line's overrides.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <filesystem>
+
+#include "classic/launcher.h"
 #include "classic/metrics.h"
 #include "classic/swarm_child.h"
 #include "classic/workflow.h"
 #include "common/error.h"
+#include "common/fs.h"
+#include "support/scratch_dir.h"
 
 namespace ajet::classic {
 namespace {
@@ -84,6 +91,33 @@ TEST(ClassicSummary, ValidationGreedyAndPassAtK) {
   EXPECT_NEAR(v.sampled_success, 3.0 / 6, 1e-12);
   EXPECT_NEAR(v.pass_at_k, 2.0 / 3, 1e-12);
   EXPECT_EQ(v.k, 2);
+}
+
+// The truncated-sampling warning follows the config the run uses: --backbone async turns the loss's
+// division by rollout logprobs on after the file loaded as torch, and a file that says async is told
+// once, not twice.
+TEST(ClassicPrepareConfig, TruncatedSamplingIsWarnedAboutAfterTheOverrides) {
+  const ajet::test_support::ScratchDir dir;
+  std::filesystem::create_directories(dir / "model");
+  auto conf = [&](const std::string& backbone) {
+    const std::filesystem::path path = dir / (backbone + ".yaml");
+    write_file_atomic(path, "ajet:\n  backbone: " + backbone + "\n  model: {path: " + (dir / "model").string() +
+                                "}\n  rollout: {top_p: 0.9}\n  task_reader: {type: builtin, builtin: {generator: calc}}\n");
+    return path;
+  };
+  auto truncated = [](const PreparedConfig& p) {
+    return std::count_if(p.warnings.begin(), p.warnings.end(),
+                         [](const std::string& w) { return w.find("truncated distribution") != std::string::npos; });
+  };
+  LaunchOptions o;
+  o.exp_base_dir = dir / "exp";
+  o.conf = conf("torch");
+  EXPECT_EQ(truncated(prepare_config(o)), 0);  // recomputed old logprobs: nothing divides by the rollout's
+  o.backbone = "async";
+  EXPECT_EQ(truncated(prepare_config(o)), 1);
+  o.backbone = "";
+  o.conf = conf("async");
+  EXPECT_EQ(truncated(prepare_config(o)), 1);
 }
 
 TEST(ClassicTrainerMetrics, PicksNumbersFromWhateverTheFrontReports) {
