@@ -251,8 +251,10 @@ int main(int argc, char** argv) {
   }
 
   // Python, same threads, same batch.
-  const std::string out = ajet::bench::run_command("/usr/bin/python3 " AJET_SOURCE_DIR "/bench/train/grpo_step_ref.py " +
-                                      (dir / "spec.json").string() + " 2>&1").text;
+  const std::string out =
+      ajet::bench::run_command("/usr/bin/python3 " AJET_SOURCE_DIR "/bench/train/grpo_step_ref.py " +
+                               (dir / "spec.json").string() + " 2>&1")
+          .text;
   double py_seconds = 0, py_median = 0, py_old_mean = 0;
   try {
     Json r = parse_json(out.substr(out.rfind("{\"step_seconds\"")), "python output");
