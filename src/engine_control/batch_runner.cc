@@ -150,6 +150,33 @@ std::vector<rpc::TrainBatch> split_train_batch(const rpc::TrainBatch& request, i
   return out;
 }
 
+void whole_batch_metrics(const rpc::TrainBatch& request, const train::AdvantageOptions& advantage,
+                         const std::vector<Json>& replies, Json& metrics) {
+  // Each rank's advantage means are over its trained samples: weighted by their counts, the batch's.
+  double samples = 0, mean = 0, abs_mean = 0;
+  for (const Json& reply : replies) {
+    const double n = reply.value("samples", 0.0);
+    samples += n;
+    mean += n * reply.value("advantage_mean", 0.0);
+    abs_mean += n * reply.value("advantage_abs_mean", 0.0);
+  }
+  if (samples > 0) {
+    metrics["advantage_mean"] = mean / samples;
+    metrics["advantage_abs_mean"] = abs_mean / samples;
+  }
+  // Rewards and groups over every episode, as one rank reports them (the split may give a group's
+  // episodes to several ranks, e.g. under REINFORCE++, whose ranks receive advantages, not rewards).
+  const train::Batch whole = train::batch_from_rpc(request);
+  if (whole.has_advantages()) return;  // the caller's advantages: no rewards to report
+  const train::EpisodeIndex episodes = train::index_episodes(whole);
+  const train::AdvantageResult r = train::compute_advantages(episodes.rewards, episodes.groups, advantage);
+  double reward_sum = 0;
+  for (double x : episodes.rewards) reward_sum += x;
+  metrics["reward_mean"] = episodes.rewards.empty() ? 0.0 : reward_sum / static_cast<double>(episodes.rewards.size());
+  metrics["groups"] = r.groups;
+  metrics["zero_variance_groups"] = r.zero_variance_groups;
+}
+
 Json BatchRunner::train_on_ranks(const std::vector<std::shared_ptr<rpc::Client>>& ranks, const rpc::TrainBatch& request,
                                  const TrainSettings& settings) {
   const int world = int(ranks.size());
@@ -175,7 +202,8 @@ Json BatchRunner::train_on_ranks(const std::vector<std::shared_ptr<rpc::Client>>
     }
   }
   if (first) throw *first;
-  // Rank 0's reply (its loss terms are its share), with the batch's counts summed over the ranks.
+  // Rank 0's reply (its loss terms are its share), with the batch's counts summed over the ranks and
+  // its reward and advantage figures those of the whole batch.
   Json metrics = replies[0];
   Json per_rank = Json::array();
   for (const char* key : {"tokens", "trained_tokens", "packed_tokens", "samples", "dropped_samples"}) {
@@ -183,6 +211,7 @@ Json BatchRunner::train_on_ranks(const std::vector<std::shared_ptr<rpc::Client>>
     for (const Json& reply : replies) sum += reply.value(key, int64_t(0));
     metrics[key] = sum;
   }
+  whole_batch_metrics(request, settings.advantage, replies, metrics);
   for (int r = 0; r < world; ++r) {
     const Json& reply = replies[size_t(r)];
     per_rank.push_back(Json{{"rank", r},

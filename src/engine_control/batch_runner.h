@@ -80,6 +80,12 @@ rpc::TrainBatch build_train_batch(const BatchSamples& samples);
 std::vector<rpc::TrainBatch> split_train_batch(const rpc::TrainBatch& request, int world_size,
                                                const train::AdvantageOptions& advantage);
 
+// The step metrics of `world_size` ranks' replies, as one rank would report them for `request`: into
+// `metrics` (rank 0's reply) go the advantage means over every rank's trained samples and the reward
+// mean, group and zero-variance-group counts of the whole batch.
+void whole_batch_metrics(const rpc::TrainBatch& request, const train::AdvantageOptions& advantage,
+                         const std::vector<Json>& replies, Json& metrics);
+
 class BatchRunner {
  public:
   BatchRunner(Registry& registry, store::Store& store, VerboseLog& verbose, TrainerLink link);

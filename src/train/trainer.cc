@@ -113,28 +113,15 @@ SampleAdvantages sample_advantages(const Batch& batch, const AdvantageOptions& o
   const size_t n = batch.samples.size();
   SampleAdvantages out{batch.has_advantages(), std::vector<double>(n, 0.0), std::vector<uint8_t>(n, 1)};
   if (out.per_token) return out;
-  std::map<std::string, size_t> episode_index;
-  std::vector<double> rewards;     // (E,)
-  std::vector<std::string> groups; // (E,) task ids
-  std::vector<size_t> episode_of(n);
+  const EpisodeIndex e = index_episodes(batch);
+  AdvantageResult r = compute_advantages(e.rewards, e.groups, options);
   for (size_t i = 0; i < n; ++i) {
-    const TrainSample& t = batch.samples[i];
-    const std::string key = t.episode_uuid.empty() ? "\x01sample " + std::to_string(i) : t.episode_uuid;
-    auto [it, fresh] = episode_index.emplace(key, rewards.size());
-    if (fresh) {
-      rewards.push_back(t.reward);
-      groups.push_back(t.task_id);
-    }
-    episode_of[i] = it->second;
-  }
-  AdvantageResult r = compute_advantages(rewards, groups, options);
-  for (size_t i = 0; i < n; ++i) {
-    out.per_sample[i] = r.advantages[episode_of[i]];
-    out.keep[i] = r.kept[episode_of[i]];
+    out.per_sample[i] = r.advantages[e.episode_of[i]];
+    out.keep[i] = r.kept[e.episode_of[i]];
   }
   m.groups = r.groups;
   m.zero_variance_groups = r.zero_variance_groups;
-  for (double x : rewards) m.reward_mean += x / static_cast<double>(rewards.size());
+  for (double x : e.rewards) m.reward_mean += x / static_cast<double>(e.rewards.size());
   return out;
 }
 
@@ -152,6 +139,17 @@ struct ActiveSamples {
     return per_token_advantages ? static_cast<double>(ptrs[a]->advantages[p]) : advantage[a];
   }
 };
+
+// The mean of a sample's per-token advantages over its trained tokens.
+double token_mean_advantage(const TrainSample& t) {
+  double sum = 0, n = 0;
+  for (size_t p = 0; p < t.size(); ++p) {
+    if (t.loss_mask[p] == 0) continue;
+    sum += t.advantages[p];
+    n += 1;
+  }
+  return n > 0 ? sum / n : 0.0;
+}
 
 // A sample is active when its group is kept, it has trained tokens and (with episode_weighting) a
 // positive weight. Counts the dropped ones and the active ones' tokens and advantages into `m`.
@@ -176,8 +174,11 @@ ActiveSamples select_active(const Batch& batch, const SampleAdvantages& adv, boo
     out.advantage[a] = adv.per_sample[out.index[a]];
     m.tokens += static_cast<int64_t>(t.size());
     m.trained_tokens += static_cast<int64_t>(t.trained_tokens());
-    m.advantage_mean += out.advantage[a] / static_cast<double>(count);
-    m.advantage_abs_mean += std::abs(out.advantage[a]) / static_cast<double>(count);
+    // Per-token advantages (REINFORCE++ attached by the split, or the caller's) enter the metric as
+    // the sample's token mean.
+    const double shown = adv.per_token ? token_mean_advantage(t) : out.advantage[a];
+    m.advantage_mean += shown / static_cast<double>(count);
+    m.advantage_abs_mean += std::abs(shown) / static_cast<double>(count);
   }
   m.samples = static_cast<int64_t>(count);
   return out;

@@ -27,6 +27,23 @@ size_t Batch::trained_tokens() const {
   return n;
 }
 
+EpisodeIndex index_episodes(const Batch& batch) {
+  EpisodeIndex e;
+  std::map<std::string, size_t> index;
+  e.episode_of.resize(batch.samples.size());
+  for (size_t i = 0; i < batch.samples.size(); ++i) {
+    const TrainSample& s = batch.samples[i];
+    const std::string key = s.episode_uuid.empty() ? "\x01sample " + std::to_string(i) : s.episode_uuid;
+    auto [it, fresh] = index.emplace(key, e.rewards.size());
+    if (fresh) {
+      e.rewards.push_back(s.reward);
+      e.groups.push_back(s.task_id);
+    }
+    e.episode_of[i] = it->second;
+  }
+  return e;
+}
+
 bool Batch::has_advantages() const {
   if (samples.empty()) return false;
   for (const auto& s : samples) {

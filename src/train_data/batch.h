@@ -43,6 +43,15 @@ struct Batch {
   bool has_advantages() const;    // every sample carries per-token advantages
 };
 
+// The episodes of a batch in order of first appearance: the unit of the advantages. Samples that share
+// an episode_uuid are one episode; a sample without one is an episode of its own.
+struct EpisodeIndex {
+  std::vector<double> rewards;      // (E,) each episode's reward (its first sample's)
+  std::vector<std::string> groups;  // (E,) its task_id, the advantage group
+  std::vector<size_t> episode_of;   // (N,) the episode of each sample
+};
+EpisodeIndex index_episodes(const Batch& batch);
+
 // Checks lengths, 0/1 masks, ids in [0, vocab_size), finite logprobs/rewards/weights >= 0, a 0 mask
 // at position 0, equal rewards within an episode; throws Error(kInvalidArgument) naming sample and field.
 void validate_batch(const Batch& batch, int64_t vocab_size);

@@ -9,15 +9,6 @@
 
 namespace ajet::train {
 
-namespace {
-
-// The trainer's episode key: the uuid, or the sample itself when it has none.
-std::string episode_key(const TrainSample& s, size_t index) {
-  return s.episode_uuid.empty() ? "\x01sample " + std::to_string(index) : s.episode_uuid;
-}
-
-}  // namespace
-
 std::vector<Batch> split_batch(const Batch& batch, int world_size, const AdvantageOptions& advantage) {
   if (world_size < 1) invalid_argument("split_batch: world_size must be >= 1, got " + std::to_string(world_size));
   const size_t n = batch.samples.size();
@@ -27,23 +18,12 @@ std::vector<Batch> split_batch(const Batch& batch, int world_size, const Advanta
   // Batch-level advantages, exactly as Trainer::train_step computes them on one rank.
   std::vector<std::vector<float>> attached(n);
   std::vector<uint8_t> keep(n, 1);
+  const EpisodeIndex episodes = index_episodes(batch);
   if (batch_level) {
-    std::map<std::string, size_t> episode_index;
-    std::vector<double> rewards;
-    std::vector<std::string> groups;
-    std::vector<size_t> episode_of(n);
+    AdvantageResult r = compute_advantages(episodes.rewards, episodes.groups, advantage);
     for (size_t i = 0; i < n; ++i) {
-      auto [it, fresh] = episode_index.emplace(episode_key(batch.samples[i], i), rewards.size());
-      if (fresh) {
-        rewards.push_back(batch.samples[i].reward);
-        groups.push_back(batch.samples[i].task_id);
-      }
-      episode_of[i] = it->second;
-    }
-    AdvantageResult r = compute_advantages(rewards, groups, advantage);
-    for (size_t i = 0; i < n; ++i) {
-      keep[i] = r.kept[episode_of[i]];
-      attached[i].assign(batch.samples[i].size(), static_cast<float>(r.advantages[episode_of[i]]));
+      keep[i] = r.kept[episodes.episode_of[i]];
+      attached[i].assign(batch.samples[i].size(), static_cast<float>(r.advantages[episodes.episode_of[i]]));
     }
   }
 
@@ -55,10 +35,12 @@ std::vector<Batch> split_batch(const Batch& batch, int world_size, const Advanta
     if (!keep[i]) continue;
     const TrainSample& s = batch.samples[i];
     std::string key;
-    if (!given && !batch_level && !s.task_id.empty()) {
+    // An empty task_id is a group like any other: compute_advantages puts every such episode in one
+    // (upstream's behaviour when clients send none), so the split must keep them on one rank.
+    if (!given && !batch_level) {
       key = "group " + s.task_id;
     } else {
-      key = "episode " + episode_key(s, i);
+      key = "episode " + std::to_string(episodes.episode_of[i]);
     }
     auto [it, fresh] = unit_index.emplace(key, units.size());
     if (fresh) {

@@ -97,5 +97,25 @@ TEST(SplitTrainBatch, ReinforcePlusPlusAdvantagesAreComputedOnTheWholeBatchAndTr
   EXPECT_NEAR(sum, 0.0, 1e-5);
 }
 
+// The step's reward and group figures are the whole batch's, not rank 0's share; its advantage means
+// weigh each rank's by its trained samples. Under REINFORCE++ the ranks receive advantages, not
+// rewards, and report no reward or group figures of their own.
+TEST(SplitTrainBatch, StepMetricsCoverEveryRank) {
+  for (auto estimator : {train::AdvantageEstimator::kGrpo, train::AdvantageEstimator::kReinforcePP}) {
+    train::AdvantageOptions o;
+    o.estimator = estimator;
+    const std::vector<Json> replies = {
+        Json{{"samples", 3}, {"advantage_mean", 0.5}, {"advantage_abs_mean", 1.0}, {"reward_mean", 0.0}, {"groups", 0}},
+        Json{{"samples", 1}, {"advantage_mean", -0.5}, {"advantage_abs_mean", 2.0}}};
+    Json metrics = replies[0];
+    whole_batch_metrics(request(), o, replies, metrics);
+    EXPECT_DOUBLE_EQ(metrics["advantage_mean"].get<double>(), (3 * 0.5 - 0.5) / 4);
+    EXPECT_DOUBLE_EQ(metrics["advantage_abs_mean"].get<double>(), (3 * 1.0 + 2.0) / 4);
+    EXPECT_DOUBLE_EQ(metrics["reward_mean"].get<double>(), 2.5 / 5);  // rewards 1, 0, 1, 0, 0.5
+    EXPECT_EQ(metrics["groups"], 3);
+    EXPECT_EQ(metrics["zero_variance_groups"], 1);  // C, a group of one
+  }
+}
+
 }  // namespace
 }  // namespace ajet::swarm

@@ -373,6 +373,19 @@ TEST(Trainer, DropsZeroVarianceGroupsAndReportsMetrics) {
   EXPECT_EQ(j.at("optimizer_steps"), 4);
 }
 
+// Per-token advantages (REINFORCE++ as the split attaches them, or a caller's) show in the advantage
+// metrics as each sample's token mean; before, they read 0.
+TEST(Trainer, PerTokenAdvantagesEnterTheAdvantageMetrics) {
+  auto base = testing::random_model(testing::qwen2_config(), 3);
+  Batch batch = random_batch(2, 2, 6, 5, 61, 13);
+  const std::vector<float> given = {1.5f, -0.5f, -2.0f, 0.25f};
+  for (size_t i = 0; i < batch.samples.size(); ++i) batch.samples[i].advantages.assign(batch.samples[i].size(), given[i]);
+  Trainer t(clone_model(base), test_options());
+  TrainMetrics m = t.train_step(batch);
+  EXPECT_NEAR(m.advantage_mean, (1.5 - 0.5 - 2.0 + 0.25) / 4, 1e-6);
+  EXPECT_NEAR(m.advantage_abs_mean, (1.5 + 0.5 + 2.0 + 0.25) / 4, 1e-6);
+}
+
 // A one-step bandit: after the prompt the policy picks token 10 (reward 1) or 11 (reward -1),
 // sampled from the model restricted to those two. GRPO with a group of 8 per step pushes the share
 // of token 10 up.

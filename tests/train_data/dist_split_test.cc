@@ -71,6 +71,27 @@ TEST(SplitBatch, WholeGroupsBalancedByTokens) {
   EXPECT_THROW(split_batch(batch, 0, grpo), Error);
 }
 
+// Episodes without a task_id form one group for the advantages (compute_advantages groups by the id as
+// it is), so they stay on one rank: split over ranks they would each see half of the group, e.g.
+// rewards 1, 1 on one rank and 0, 0 on the other, and every advantage would be 0.
+TEST(SplitBatch, EpisodesWithoutATaskIdAreOneGroup) {
+  Batch batch = testing::random_batch(4, 1, 5, 9, 61, 7);
+  for (size_t i = 0; i < batch.samples.size(); ++i) {
+    batch.samples[i].task_id = "";
+    batch.samples[i].reward = i % 2 == 0 ? 1.0 : 0.0;
+  }
+  for (int world : {2, 3, 4}) {
+    auto parts = split_batch(batch, world, AdvantageOptions{});
+    EXPECT_EQ(std::count_if(parts.begin(), parts.end(), [](const Batch& b) { return !b.samples.empty(); }), 1)
+        << "world " << world;
+    for (const auto& p : parts) {
+      if (!p.samples.empty()) {
+        EXPECT_EQ(p.samples.size(), batch.samples.size());
+      }
+    }
+  }
+}
+
 // REINFORCE++ normalises over the batch: the split attaches the whole batch's advantages, per token.
 TEST(SplitBatch, BatchLevelAdvantagesAreAttached) {
   Batch batch = testing::random_batch(3, 4, 5, 4, 61, 32);
