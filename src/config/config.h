@@ -160,6 +160,8 @@ struct OptimConfig {
 
 struct AlgorithmConfig {
   std::string adv_estimator = "grpo";  // grpo | drgrpo | rloo | reinforce_pp
+  // verl's switch: false turns grpo into Dr.GRPO (no division by the group's std).
+  bool norm_adv_by_std_in_grpo = true;
   bool drop_zero_variance_groups = false;
   // Dynamic sampling (DAPO) in classic mode, on with swarm_mode_sample_collection_method
   // rollout_until_finish_enough_non_dummy_tasks: a step samples batches of train_batch_size tasks
@@ -194,7 +196,7 @@ struct TrainerCommonConfig {
   int64_t ppo_epochs = 1;
   bool use_kl_loss = true;
   double kl_loss_coef = 0.002;
-  std::string kl_loss_type = "low_var_kl";  // low_var_kl | k1 | k3
+  std::string kl_loss_type = "low_var_kl";  // low_var_kl (= k3) | k1 (= kl) | k2 (= mse) | abs
   double clip_ratio_low = 0.2;
   double clip_ratio_high = 0.2;
   double clip_ratio_c = 3.0;

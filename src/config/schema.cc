@@ -162,8 +162,11 @@ std::vector<Field> config_fields(Config& c) {
   t.add("trainer_common.algorithm.adv_estimator", tc.algorithm.adv_estimator, "advantage estimator",
         {.choices = {"grpo", "drgrpo", "rloo", "reinforce_pp"},
          .aliases = {{"reinforce_plus_plus", "reinforce_pp"}, {"dr_grpo", "drgrpo"}}});
+  t.add("trainer_common.algorithm.norm_adv_by_std_in_grpo", tc.algorithm.norm_adv_by_std_in_grpo,
+        "grpo divides by the group's std; false: Dr.GRPO (verl's switch)");
   t.add("trainer_common.algorithm.drop_zero_variance_groups", tc.algorithm.drop_zero_variance_groups,
-        "leave out groups whose rewards are all equal (no signal for group estimators)");
+        "leave out groups whose rewards are all equal (no signal for group estimators; with reinforce_pp the batch "
+        "statistics are then those of the episodes kept)");
   t.add("trainer_common.algorithm.max_num_gen_batches", tc.algorithm.max_num_gen_batches,
         "classic mode with rollout_until_finish_enough_non_dummy_tasks: task batches sampled per step at most "
         "(dynamic sampling)",
@@ -216,7 +219,9 @@ std::vector<Field> config_fields(Config& c) {
   t.add("async.off_policy_correction", c.async.off_policy_correction, "async: correction for stale samples",
         {.choices = {"decoupled_ppo", "tis", "none"}});
   t.add("async.importance_weight_cap", c.async.importance_weight_cap,
-        "async: truncation of the behaviour-to-proximal importance weight; 0: none", {.min = 0});
+        "async: cap of the behaviour-to-proximal importance weight: tis truncates a weight above it, decoupled_ppo "
+        "drops the token; 0: none",
+        {.min = 0});
   t.add("async.trainer_threads", c.async.trainer_threads,
         "async: intra-op threads of the trainer while it trains beside the rollouts; 0: half of engine.threads "
         "(at least 1)",

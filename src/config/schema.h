@@ -35,9 +35,11 @@ struct Field {
   bool choice_checked_when_used = false;
 };
 
-// The KL estimators the trainer has (ajet.trainer_common.kl_loss_type), the default first. Checked
-// only when use_kl_loss is on (load.cc), so named once here for the schema and that check.
-inline const std::vector<std::string> kKlLossTypes = {"low_var_kl", "k1", "k3"};
+// The KL estimators the trainer has (ajet.trainer_common.kl_loss_type), the default first: verl's
+// names, where k3 is low_var_kl, kl is k1 and k2 is mse (train_data/options.h). verl's `full` (every
+// vocabulary logit) is not among them. Checked only when use_kl_loss is on (load.cc), so named once
+// here for the schema and that check.
+inline const std::vector<std::string> kKlLossTypes = {"low_var_kl", "k3", "k1", "kl", "k2", "mse", "abs"};
 
 // Every key of `config`, in document order. Targets point into `config`.
 std::vector<Field> config_fields(Config& config);

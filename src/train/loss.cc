@@ -7,10 +7,8 @@ namespace ajet::train {
 torch::Tensor kl_estimate(const torch::Tensor& lp, const torch::Tensor& ref, KlType type) {
   switch (type) {
     case KlType::kK1: return lp - ref;
-    case KlType::kK3: {
-      auto d = ref - lp;  // log(ref / current)
-      return torch::exp(d) - d - 1.0;
-    }
+    case KlType::kAbs: return (lp - ref).abs();
+    case KlType::kMse: return 0.5 * (lp - ref).square();
     case KlType::kLowVarKl: {
       auto d = torch::clamp(ref - lp, -20.0, 20.0);
       return torch::clamp(torch::exp(d) - d - 1.0, -10.0, 10.0);
@@ -66,8 +64,12 @@ LossOutput policy_loss(const LossTerms& in, const LossOptions& o) {
   if (corrected) {
     auto w = torch::exp(torch::clamp(old - in.behaviour_logprob.detach(), -20.0, 20.0));  // (K,)
     if (o.is_cap > 0) {
-      out.is_truncated = sum_of((w > o.is_cap).to(lp.scalar_type()) * active);
-      w = torch::clamp_max(w, o.is_cap);
+      const auto over = w > o.is_cap;
+      out.is_truncated = sum_of(over.to(lp.scalar_type()) * active);
+      // tis truncates the weight at the cap; decoupled PPO (AReaL) drops the token: weight 0, while it
+      // stays in the aggregation's denominators as AReaL's loss mask keeps it.
+      w = o.correction == OffPolicyCorrection::kDecoupledPpo ? torch::where(over, torch::zeros_like(w), w)
+                                                              : torch::clamp_max(w, o.is_cap);
     }
     pg = pg * w;
     out.is_weight_sum = sum_of(w * active);

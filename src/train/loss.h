@@ -36,7 +36,7 @@ struct LossOutput {
   double dual_clipped = 0;      // terms where the dual clip was taken
   double approx_kl_sum = 0;     // sum (old - lp), verl's ppo_kl
   double is_weight_sum = 0;     // sum of the (truncated) importance weights; K' without correction
-  double is_truncated = 0;      // terms whose importance weight was truncated
+  double is_truncated = 0;      // terms whose importance weight exceeded is_cap (truncated, or dropped)
 };
 
 // pg(r, A) with r = exp(lp - old) (log ratio clamped to [-20, 20]), r̄ = clip(r, 1 - clip_low, 1 + clip_high):
@@ -44,8 +44,9 @@ struct LossOutput {
 //   A <  0: min(max(-A r, -A r̄), -A clip_c)    (dual clip)
 // Off-policy correction: with decoupled_ppo or tis the ratio is against the proximal policy
 // (old_logprob = recomputed current-version logprobs) and the term is multiplied by the importance
-// weight w = exp(old - behaviour), truncated at is_cap (detached). The two names share this formula
-// (AReaL's decoupled PPO with a truncated weight; Yao et al.'s TIS); they differ in their default cap.
+// weight w = exp(old - behaviour) (detached). Above is_cap the two differ: tis (Yao et al.'s truncated
+// importance sampling) truncates w to is_cap; decoupled_ppo (AReaL's behav_imp_weight_cap) drops the
+// term, w = 0. Either way the term stays in the aggregation (coef) and is counted in is_truncated.
 // Terms with coef == 0 contribute nothing (their gradient is exactly 0).
 LossOutput policy_loss(const LossTerms& terms, const LossOptions& options);
 

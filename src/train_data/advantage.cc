@@ -70,19 +70,28 @@ AdvantageResult compute_advantages(std::span<const double> rewards, std::span<co
   for (size_t i = 0; i < groups.size(); ++i) by_group[groups[i]].push_back(i);
   r.groups = static_cast<int64_t>(by_group.size());
 
-  if (options.estimator == AdvantageEstimator::kReinforcePP && !rewards.empty()) {
-    std::vector<size_t> all(rewards.size());
-    for (size_t i = 0; i < all.size(); ++i) all[i] = i;
-    const Moments m = moments(rewards, all);
-    for (size_t i : all) r.advantages[i] = (rewards[i] - m.mean) / (m.std + options.epsilon);
-  }
   for (const auto& [group, members] : by_group) {
-    const bool flat = all_equal(rewards, members);
-    if (flat) ++r.zero_variance_groups;
-    if (flat && options.drop_zero_variance_groups) {
+    if (!all_equal(rewards, members)) continue;
+    ++r.zero_variance_groups;
+    if (options.drop_zero_variance_groups) {
       for (size_t i : members) r.kept[i] = 0;
     }
-    if (options.estimator == AdvantageEstimator::kReinforcePP || members.size() < 2) continue;
+  }
+  if (options.estimator == AdvantageEstimator::kReinforcePP) {
+    // Over the episodes that are trained: dropped groups (dynamic sampling) leave the batch before
+    // its statistics are taken, as verl's filter runs before the advantages.
+    std::vector<size_t> kept;
+    for (size_t i = 0; i < rewards.size(); ++i) {
+      if (r.kept[i]) kept.push_back(i);
+    }
+    if (!kept.empty()) {
+      const Moments m = moments(rewards, kept);
+      for (size_t i : kept) r.advantages[i] = (rewards[i] - m.mean) / (m.std + options.epsilon);
+    }
+    return r;
+  }
+  for (const auto& [group, members] : by_group) {
+    if (members.size() < 2) continue;
     const Moments m = moments(rewards, members);
     const double n = static_cast<double>(members.size());
     for (size_t i : members) {

@@ -12,7 +12,8 @@ namespace ajet::train {
 std::string_view kl_type_name(KlType type) {
   switch (type) {
     case KlType::kK1: return "k1";
-    case KlType::kK3: return "k3";
+    case KlType::kAbs: return "abs";
+    case KlType::kMse: return "mse";
     case KlType::kLowVarKl: return "low_var_kl";
   }
   return "?";
@@ -20,9 +21,10 @@ std::string_view kl_type_name(KlType type) {
 
 KlType kl_type_from_name(std::string_view name) {
   if (name == "k1" || name == "kl") return KlType::kK1;
-  if (name == "k3") return KlType::kK3;
-  if (name == "low_var_kl") return KlType::kLowVarKl;
-  invalid_argument("unknown kl_loss_type '" + std::string(name) + "' (low_var_kl, k1, k3)");
+  if (name == "abs") return KlType::kAbs;
+  if (name == "mse" || name == "k2") return KlType::kMse;
+  if (name == "low_var_kl" || name == "k3") return KlType::kLowVarKl;
+  invalid_argument("unknown kl_loss_type '" + std::string(name) + "' (low_var_kl, k3, k1, kl, k2, mse, abs)");
 }
 
 std::string_view correction_name(OffPolicyCorrection c) {
@@ -90,6 +92,9 @@ TrainerOptions TrainerOptions::from_config(const config::Config& c) {
   const auto& tc = c.trainer_common;
   TrainerOptions o;
   o.advantage.estimator = estimator_from_name(tc.algorithm.adv_estimator);
+  if (o.advantage.estimator == AdvantageEstimator::kGrpo && !tc.algorithm.norm_adv_by_std_in_grpo) {
+    o.advantage.estimator = AdvantageEstimator::kDrGrpo;  // verl: grpo without the std is Dr.GRPO
+  }
   o.advantage.drop_zero_variance_groups = tc.algorithm.drop_zero_variance_groups;
   o.loss.clip_low = tc.clip_ratio_low;
   o.loss.clip_high = tc.clip_ratio_high;

@@ -18,13 +18,16 @@ struct LoraConfig;
 
 namespace ajet::train {
 
+// verl's kl_penalty estimators, under verl's names (each the first of its names below).
 enum class KlType {
-  kK1,        // lp - ref
-  kK3,        // exp(ref - lp) - (ref - lp) - 1 (Schulman's k3; unbiased, >= 0)
-  kLowVarKl,  // k3 with ref - lp clamped to [-20, 20] and the result clamped to [-10, 10] (verl)
+  kK1,        // "k1", "kl": lp - ref
+  kAbs,       // "abs": |lp - ref|
+  kMse,       // "mse", "k2": (lp - ref)^2 / 2
+  kLowVarKl,  // "low_var_kl", "k3": Schulman's k3 exp(d) - d - 1 with d = ref - lp clamped to [-20, 20]
+              // and the result to [-10, 10]; verl gives both names this one estimator, clamps included
 };
 std::string_view kl_type_name(KlType type);
-KlType kl_type_from_name(std::string_view name);  // "k1" | "k3" | "low_var_kl" (also "kl" = k1)
+KlType kl_type_from_name(std::string_view name);  // any name above; throws Error(kInvalidArgument)
 
 // How the ratio's denominator and the importance weight are chosen (see train/loss.h).
 enum class OffPolicyCorrection { kNone, kDecoupledPpo, kTis };

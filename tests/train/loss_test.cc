@@ -95,20 +95,28 @@ TEST(PolicyLoss, KlEstimatorsByHand) {
   auto k1 = values(kl_estimate(lp, ref, KlType::kK1));
   EXPECT_NEAR(k1[0], 1.0, 1e-12);
   EXPECT_NEAR(k1[1], -1.0, 1e-12);
-  auto k3 = values(kl_estimate(lp, ref, KlType::kK3));
-  EXPECT_NEAR(k3[0], std::exp(-1.0) + 1.0 - 1.0, 1e-12);
-  EXPECT_NEAR(k3[1], std::exp(1.0) - 1.0 - 1.0, 1e-12);
-  EXPECT_NEAR(k3[2], std::exp(30.0) - 31.0, 1e-3 * std::exp(30.0));
+  auto absolute = values(kl_estimate(lp, ref, KlType::kAbs));
+  EXPECT_NEAR(absolute[0], 1.0, 1e-12);
+  EXPECT_NEAR(absolute[1], 1.0, 1e-12);
+  EXPECT_NEAR(absolute[2], 30.0, 1e-12);
+  auto mse = values(kl_estimate(lp, ref, KlType::kMse));
+  EXPECT_NEAR(mse[1], 0.5, 1e-12);
+  EXPECT_NEAR(mse[2], 450.0, 1e-9);
+  // k3 = low_var_kl (verl gives both names one estimator): exp(d) - d - 1, d = ref - lp, clamped.
   auto low = values(kl_estimate(lp, ref, KlType::kLowVarKl));
-  EXPECT_NEAR(low[0], k3[0], 1e-12);
-  EXPECT_NEAR(low[1], k3[1], 1e-12);
-  EXPECT_EQ(low[2], 10.0);
+  EXPECT_NEAR(low[0], std::exp(-1.0) + 1.0 - 1.0, 1e-12);
+  EXPECT_NEAR(low[1], std::exp(1.0) - 1.0 - 1.0, 1e-12);
+  EXPECT_EQ(low[2], 10.0);  // exp(30) - 31 unclamped: an upstream k3 config never meets it
+  EXPECT_EQ(kl_type_from_name("k3"), KlType::kLowVarKl);
+  EXPECT_EQ(kl_type_from_name("kl"), KlType::kK1);
+  EXPECT_EQ(kl_type_from_name("k2"), KlType::kMse);
+  EXPECT_THROW(kl_type_from_name("full"), Error);
 }
 
 TEST(PolicyLoss, KlAndEntropyTermsAndTheirGradients) {
   LossOptions o;
   o.use_kl = true;
-  o.kl_type = KlType::kK3;
+  o.kl_type = KlType::kLowVarKl;  // inside its clamps: k3
   o.kl_coef = 0.1;
   o.entropy_coef = 0.01;
   Case c = make({1.0, 1.0}, {0.0, 0.0}, {0.5, 0.5});  // advantage 0: only KL and entropy act
@@ -129,21 +137,24 @@ TEST(PolicyLoss, KlAndEntropyTermsAndTheirGradients) {
   EXPECT_NEAR(ge[0], -0.01 * 0.5, 1e-12);
 }
 
-TEST(PolicyLoss, OffPolicyWeightIsTruncatedAndDetached) {
+// Above the cap, tis truncates the weight and decoupled PPO (AReaL's behav_imp_weight_cap) drops the term.
+TEST(PolicyLoss, OffPolicyWeightIsTruncatedOrDroppedAndDetached) {
   for (auto correction : {OffPolicyCorrection::kDecoupledPpo, OffPolicyCorrection::kTis}) {
     LossOptions o;
     o.correction = correction;
     o.is_cap = 2.0;
-    // proximal (old) = 0; behaviour = -log 3 -> weight 3, truncated to 2; and behaviour = -log 1.5 -> 1.5.
+    // proximal (old) = 0; behaviour = -log 3 -> weight 3, over the cap; and behaviour = -log 1.5 -> 1.5.
     Case c = make({1.1, 1.1}, {1.0, 1.0}, {1.0, 1.0});
     c.terms.behaviour_logprob = d({-std::log(3.0), -std::log(1.5)});
     LossOutput out = policy_loss(c.terms, o);
-    EXPECT_NEAR(out.loss.item<double>(), 2.0 * -1.1 + 1.5 * -1.1, 1e-12);
-    EXPECT_NEAR(out.is_weight_sum, 3.5, 1e-12);
+    const double over = correction == OffPolicyCorrection::kTis ? 2.0 : 0.0;
+    EXPECT_NEAR(out.loss.item<double>(), over * -1.1 + 1.5 * -1.1, 1e-12);
+    EXPECT_NEAR(out.is_weight_sum, over + 1.5, 1e-12);
     EXPECT_EQ(out.is_truncated, 1);
+    EXPECT_EQ(out.tokens, 2);  // a dropped term stays in the count the aggregation divides by
     out.loss.backward();
     auto g = values(c.lp.grad());
-    EXPECT_NEAR(g[0], 2.0 * -1.1, 1e-12);  // the weight scales the gradient, it has none of its own
+    EXPECT_NEAR(g[0], over * -1.1, 1e-12);  // the weight scales the gradient, it has none of its own
     EXPECT_NEAR(g[1], 1.5 * -1.1, 1e-12);
   }
   LossOptions o;

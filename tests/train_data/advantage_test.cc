@@ -73,6 +73,20 @@ TEST(Advantage, DropsZeroVarianceGroupsWhenAsked) {
   EXPECT_NEAR(drop.advantages[2], -0.5 / (std::sqrt(0.5) + 1e-6), 1e-12);
 }
 
+// With REINFORCE++ a flat group still has advantages (the baseline is the batch's); when such groups
+// are dropped, the batch statistics are those of the episodes that stay, as verl filters before it
+// computes advantages.
+TEST(Advantage, ReinforcePlusPlusStatisticsLeaveDroppedGroupsOut) {
+  auto drop = run({1, 1, 0, 2, 9}, {"flat", "flat", "m", "m", "single"}, AdvantageEstimator::kReinforcePP, true);
+  EXPECT_EQ(drop.kept, (std::vector<uint8_t>{0, 0, 1, 1, 0}));
+  // Kept 0, 2: mean 1, unbiased std sqrt(2).
+  EXPECT_NEAR(drop.advantages[2], -1 / (std::sqrt(2.0) + 1e-6), 1e-12);
+  EXPECT_NEAR(drop.advantages[3], 1 / (std::sqrt(2.0) + 1e-6), 1e-12);
+  auto keep = run({1, 1, 0, 2, 9}, {"flat", "flat", "m", "m", "single"}, AdvantageEstimator::kReinforcePP, false);
+  EXPECT_EQ(keep.zero_variance_groups, 2);
+  EXPECT_NEAR(keep.advantages[0], (1 - 2.6) / (std::sqrt(13.3) + 1e-6), 1e-12);  // mean 2.6, var 53.2/4
+}
+
 TEST(Advantage, RejectsBadInput) {
   AdvantageOptions o;
   const std::vector<std::string> groups = {"a", "a"};

@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "config/config.h"
+#include "config/load.h"
 
 namespace ajet::train {
 namespace {
@@ -66,7 +67,7 @@ TEST(TrainerOptions, FromConfigMapsTheKeys) {
   EXPECT_EQ(o.loss.clip_low, 0.1);
   EXPECT_EQ(o.loss.clip_high, 0.3);
   EXPECT_EQ(o.loss.clip_c, 5);
-  EXPECT_EQ(o.loss.kl_type, KlType::kK3);
+  EXPECT_EQ(o.loss.kl_type, KlType::kLowVarKl);  // verl's k3 is low_var_kl
   EXPECT_EQ(o.aggregation, LossAggregation::kSeqMeanTokenMean);
   EXPECT_EQ(o.optim.total_steps, 60);   // 10 batches x 2 mini-batches x 3 epochs
   EXPECT_EQ(o.optim.warmup_steps, 6);
@@ -82,6 +83,22 @@ TEST(TrainerOptions, FromConfigMapsTheKeys) {
   EXPECT_EQ(o.loss.is_cap, 3);
   c.rollout.temperature = 0;  // greedy train episodes: nothing sampled to match, the model's own
   EXPECT_EQ(TrainerOptions::from_config(c).temperature, 1.0);
+}
+
+// verl's switch: grpo without the std division is Dr.GRPO; the other estimators ignore it.
+TEST(TrainerOptions, GrpoWithoutStdNormalisationIsDrGrpo) {
+  config::Config c;
+  c.trainer_common.algorithm.norm_adv_by_std_in_grpo = false;
+  EXPECT_EQ(TrainerOptions::from_config(c).advantage.estimator, AdvantageEstimator::kDrGrpo);
+  c.trainer_common.algorithm.adv_estimator = "rloo";
+  EXPECT_EQ(TrainerOptions::from_config(c).advantage.estimator, AdvantageEstimator::kRloo);
+  c.trainer_common.algorithm.adv_estimator = "grpo";
+  c.trainer_common.algorithm.norm_adv_by_std_in_grpo = true;
+  EXPECT_EQ(TrainerOptions::from_config(c).advantage.estimator, AdvantageEstimator::kGrpo);
+  const auto loaded = config::parse_config(
+      "ajet:\n  model: {path: /m}\n  trainer_common: {algorithm: {norm_adv_by_std_in_grpo: false}}\n", "u.yaml");
+  EXPECT_TRUE(loaded.warnings.empty());  // an upstream key, read, not ignored
+  EXPECT_EQ(TrainerOptions::from_config(loaded.config).advantage.estimator, AdvantageEstimator::kDrGrpo);
 }
 
 TEST(TrainerOptions, CosineNeedsTotalSteps) {
@@ -100,7 +117,9 @@ TEST(TrainerOptions, NamesRoundTrip) {
                  LossAggregation::kSeqMeanTokenSumNorm}) {
     EXPECT_EQ(aggregation_from_name(aggregation_name(a)), a);
   }
-  for (auto k : {KlType::kK1, KlType::kK3, KlType::kLowVarKl}) EXPECT_EQ(kl_type_from_name(kl_type_name(k)), k);
+  for (auto k : {KlType::kK1, KlType::kAbs, KlType::kMse, KlType::kLowVarKl}) {
+    EXPECT_EQ(kl_type_from_name(kl_type_name(k)), k);
+  }
   for (auto c : {OffPolicyCorrection::kNone, OffPolicyCorrection::kTis, OffPolicyCorrection::kDecoupledPpo}) {
     EXPECT_EQ(correction_from_name(correction_name(c)), c);
   }
