@@ -134,11 +134,12 @@ PreparedConfig prepare_config(const LaunchOptions& options) {
         (fs::path(c.experiment_dir) / c.trainer_common.checkpoint_base_dir).lexically_normal().string();
   }
   config::validate(c, source);
-  // --backbone and --set may have made a config that loaded without it need the warning.
-  if (auto w = config::truncated_rollout_warning(c, source);
-      w && std::find(p.warnings.begin(), p.warnings.end(), *w) == p.warnings.end()) {
-    p.warnings.push_back(std::move(*w));
+  // The truncated-sampling warning depends on values --backbone and --set may have changed: the one
+  // loading gave (about the file's values) is replaced by the one the final config calls for, if any.
+  if (auto loaded_w = config::truncated_rollout_warning(loaded.config, source)) {
+    p.warnings.erase(std::remove(p.warnings.begin(), p.warnings.end(), *loaded_w), p.warnings.end());
   }
+  if (auto w = config::truncated_rollout_warning(c, source)) p.warnings.push_back(std::move(*w));
   p.exp_dir = c.experiment_dir;
   if (c.swarm_mode_sample_collection_method == "rollout_until_finish_enough_non_dummy_tasks") {
     // The launcher knows every group's rewards, so it decides when the batch is full and says so. On

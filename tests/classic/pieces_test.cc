@@ -95,7 +95,7 @@ TEST(ClassicSummary, ValidationGreedyAndPassAtK) {
 
 // The truncated-sampling warning follows the config the run uses: --backbone async turns the loss's
 // division by rollout logprobs on after the file loaded as torch, and a file that says async is told
-// once, not twice.
+// once, not twice; an override that removes its cause removes it.
 TEST(ClassicPrepareConfig, TruncatedSamplingIsWarnedAboutAfterTheOverrides) {
   const ajet::test_support::ScratchDir dir;
   std::filesystem::create_directories(dir / "model");
@@ -118,6 +118,17 @@ TEST(ClassicPrepareConfig, TruncatedSamplingIsWarnedAboutAfterTheOverrides) {
   o.backbone = "";
   o.conf = conf("async");
   EXPECT_EQ(truncated(prepare_config(o)), 1);
+  // ...and an override that removes the cause removes the warning the file's values gave at load.
+  o.overrides = {"rollout.top_p=1"};
+  EXPECT_EQ(truncated(prepare_config(o)), 0);
+  o.overrides = {"ajet.backbone=torch"};
+  EXPECT_EQ(truncated(prepare_config(o)), 0);
+  // One that changes the cause is told with the values the run uses.
+  o.overrides = {"rollout.top_p=0.8"};
+  const PreparedConfig changed = prepare_config(o);
+  EXPECT_EQ(truncated(changed), 1);
+  EXPECT_TRUE(std::any_of(changed.warnings.begin(), changed.warnings.end(),
+                          [](const std::string& w) { return w.find("top_p 0.8") != std::string::npos; }));
 }
 
 TEST(ClassicTrainerMetrics, PicksNumbersFromWhateverTheFrontReports) {
