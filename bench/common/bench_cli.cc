@@ -51,7 +51,8 @@ CommandOutput run_command(const std::string& command) {
   size_t n = 0;
   while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) result.text.append(buf, n);
   const int status = ::pclose(p);
-  result.exit_code = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (status == -1) return result;
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : -1;
   return result;
 }
 

@@ -43,8 +43,8 @@ void append_to_benchmarks(const std::string& title, const std::string& body);
 // which the tables print so a reader can tell a busy machine's run.
 std::string load_average_text();
 
-// What a shell command printed on stdout and how it ended: its exit status, or -1 when it could not be
-// started or did not exit normally (a signal).
+// What a shell command printed on stdout and how it ended: its exit status, 128 + N after signal N (as a
+// shell reports it, and as the tests' run_command does), or -1 when it could not be started.
 struct CommandOutput {
   std::string text;
   int exit_code = -1;
