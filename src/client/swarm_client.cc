@@ -88,7 +88,11 @@ std::string admin_token_for(const std::string& server_url) {
       ++index;
       // Messages name the entry by position and URL, never a token.
       const std::string which = "AJET_ADMIN_TOKENS: entry " + std::to_string(index);
-      if (entry.rfind("http://", 0) != 0) invalid_argument(which + " does not start with http:// (expected URL=TOKEN)");
+      // https:// entries are accepted (the Python client dials them; one list serves both), so a list
+      // that names a TLS proxy does not fail every client here.
+      if (entry.rfind("http://", 0) != 0 && entry.rfind("https://", 0) != 0) {
+        invalid_argument(which + " does not start with http:// or https:// (expected URL=TOKEN)");
+      }
       const size_t eq = entry.find('=');
       if (eq == std::string::npos || eq + 1 == entry.size()) {
         invalid_argument(which + " (" + entry.substr(0, eq) + ") has no =TOKEN");

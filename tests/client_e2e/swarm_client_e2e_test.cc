@@ -324,6 +324,12 @@ TEST(ClientAdminTest, EachServerGetsItsTokenFromAjetAdminTokens) {
       EXPECT_EQ(e.http_status(), 401);
     }
   }
+  {
+    // An https:// entry (a TLS proxy the Python client dials) is another server's, not a malformed list.
+    ScopedEnv with_https("AJET_ADMIN_TOKENS", "https://proxy.example=tok-p " + a.url() + "=tok-a");
+    EXPECT_EQ(client::admin_token_for(a.url()), "tok-a");
+    EXPECT_EQ(client::admin_token_for("https://proxy.example/"), "tok-p");
+  }
   // Malformed lists are named by entry, never by a token.
   for (const auto& [value, message] : std::vector<std::pair<std::string, std::string>>{
            {"secret-token", "entry 1 does not start with http://"},
