@@ -45,7 +45,9 @@ def main(argv=None) -> int:
             client.stop_engine()
         elif args.command == "sync-code":
             print(json.dumps(client.sync_train_code_from_dir(args.dir)))
-    except SwarmError as e:
+    except (SwarmError, RuntimeError, OSError, ValueError) as e:
+        # SwarmError: the server's answer; RuntimeError: sync-code's tree checks (not a git work
+        # tree, no CMakeLists.txt); OSError: an unreadable --conf; ValueError: a bad argument.
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0

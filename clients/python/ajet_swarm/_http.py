@@ -12,6 +12,7 @@ import json
 import socket
 import threading
 import urllib.parse
+import weakref
 from dataclasses import dataclass
 from typing import Any, Dict, Iterator, Optional, Tuple
 
@@ -91,14 +92,20 @@ class Transport:
         self.user_agent = user_agent
         self._local = threading.local()
         self._all_lock = threading.Lock()
-        self._all: list = []  # every connection made, so __del__ can close those of finished threads
+        # (owning thread, connection) of each thread's keep-alive connection. A thread's connection
+        # outlives the thread in its thread-local; it is closed when the next connection is made after
+        # the thread ended, so clients that start a thread per episode keep one socket per live thread.
+        self._all: list = []
 
     def __del__(self) -> None:
-        for conn in getattr(self, "_all", []):
-            try:
-                conn.close()
-            except Exception:
-                pass
+        self.close_all()
+
+    def close_all(self) -> None:
+        """Closes every thread's connection (a thread that sends again opens a new one)."""
+        with self._all_lock:
+            owned, self._all = self._all, []
+        for _, conn in owned:
+            _close_quietly(conn)
 
     def _connection(self, timeout: float) -> Tuple[http.client.HTTPConnection, bool]:
         conn = getattr(self._local, "conn", None)
@@ -107,9 +114,16 @@ class Transport:
             cls = http.client.HTTPSConnection if self.endpoint.scheme == "https" else http.client.HTTPConnection
             conn = cls(self.endpoint.host, self.endpoint.port, timeout=timeout)
             self._local.conn = conn
+            ended = []
             with self._all_lock:
-                self._all = [c for c in self._all if c.sock is not None]
-                self._all.append(conn)
+                kept = []
+                for owner, c in self._all:
+                    thread = owner()
+                    (kept if thread is not None and thread.is_alive() else ended).append((owner, c))
+                kept.append((weakref.ref(threading.current_thread()), conn))
+                self._all = kept
+            for _, c in ended:
+                _close_quietly(c)
         conn.timeout = timeout
         if conn.sock is not None:
             conn.sock.settimeout(timeout)
@@ -121,6 +135,11 @@ class Transport:
         if conn is not None:
             conn.close()
             self._local.conn = None
+            self._forget(conn)
+
+    def _forget(self, conn: http.client.HTTPConnection) -> None:
+        with self._all_lock:
+            self._all = [(owner, c) for owner, c in self._all if c is not conn]
 
     def request(self, method: str, path: str, body: Optional[bytes] = None,
                 headers: Optional[Dict[str, str]] = None, timeout: Optional[float] = None) -> Response:
@@ -157,6 +176,7 @@ class Transport:
         # This thread's connection now belongs to the stream; the next request opens a new one.
         conn = self._local.conn
         self._local.conn = None
+        self._forget(conn)  # the stream closes it; it may be read on after this thread ended
         return Response(resp.status, headers_out), _sse_events(resp, conn)
 
     def url(self, path: str) -> str:
@@ -192,6 +212,13 @@ class Transport:
                 self.close()
                 raise SwarmConnectionError(f"{method} {self.url(path)}: {_describe(e)}") from e
         raise AssertionError("unreachable")
+
+
+def _close_quietly(conn: http.client.HTTPConnection) -> None:
+    try:
+        conn.close()
+    except Exception:
+        pass
 
 
 def _describe(e: BaseException) -> str:

@@ -43,6 +43,8 @@ GENERAL_TIMEOUT = 30.0  # seconds per socket wait (upstream)
 ENGINE_COMMAND_TIMEOUT = 600.0  # start_engine / stop_engine (upstream)
 MAX_EPISODE_TIME_FACTOR = 8  # an episode older than 8 x discard_episode_timeout is aborted, not ended
 _RECORD_GRACE = 10.0  # seconds an expired record is kept (upstream CLEAN_RECORD_TIMEOUT)
+# The server's refusal of an end or commit while an earlier one of the same episode is being written.
+IN_PROGRESS = "already in progress"
 AGREE_METHODS = ("rollout_until_any_client_agree_sync_weight", "rollout_until_all_clients_agree_sync_weight")
 _SYNC_STATUSES = (WEIGHT_SYNCING, WEIGHT_EXPORTING)
 
@@ -61,8 +63,8 @@ def admin_token_for(server_url: str) -> Optional[str]:
         if not entry:
             continue
         which = f"AJET_ADMIN_TOKENS: entry {index}"
-        if not entry.startswith("http://"):
-            raise ValueError(f"{which} does not start with http:// (expected URL=TOKEN)")
+        if not entry.startswith(("http://", "https://")):
+            raise ValueError(f"{which} does not start with http:// or https:// (expected URL=TOKEN)")
         target, eq, token = entry.partition("=")
         if not eq or not token:
             raise ValueError(f"{which} ({target}) has no =TOKEN")
@@ -162,8 +164,10 @@ class SwarmClient:
             try:
                 if throttle_policy is not None and episode_type == "train":
                     with self._claim_lock:
-                        reason = decide_and_remember(throttle_policy, self.get_rollout_stat(), self.client_uuid,
-                                                     self._recent_tasks)
+                        stat = self.get_rollout_stat()
+                        if not stat:  # unreachable or an HTTP error (logged): wait as for a failed claim
+                            raise SwarmConnectionError("the rollout pool information could not be read")
+                        reason = decide_and_remember(throttle_policy, stat, self.client_uuid, self._recent_tasks)
                         if reason is not None:
                             self._log(f"throttle: {reason}")
                             delay = self.retry.throttle
@@ -175,6 +179,15 @@ class SwarmClient:
                 self._report_wait("claim", f"waiting for the swarm server: {e}", logging.WARNING)
                 if on_wait is not None:
                     on_wait(f"cannot connect: {e}")
+                delay = self.retry.engine_busy
+                continue
+            except SwarmCommandError as e:
+                if e.status < 500:
+                    raise  # the request itself is wrong: repeating it cannot help
+                # A server error or a proxy's 502/503: transient, as upstream retries it.
+                self._report_wait("claim", f"claim_episode failed: {e}; retrying", logging.WARNING)
+                if on_wait is not None:
+                    on_wait(str(e))
                 delay = self.retry.engine_busy
                 continue
             if isinstance(claimed, Episode):
@@ -195,8 +208,11 @@ class SwarmClient:
                 seen_not_offline = seen_not_offline or status != OFFLINE
                 hint = " (no engine started yet: start it with `python3 -m ajet_swarm start --conf FILE`)" \
                     if status == OFFLINE else ""
-                self._report_wait("claim", f"waiting for the engine: status {status}, an episode can be claimed "
-                                           f"in ENGINE.ROLLING{hint}")
+                if status == ROLLING:  # ready, but held back (e.g. async max_staleness): the server says why
+                    self._report_wait("claim", f"waiting to claim: {fail_cause}")
+                else:
+                    self._report_wait("claim", f"waiting for the engine: status {status}, an episode can be "
+                                               f"claimed in ENGINE.ROLLING{hint}")
                 delay = self.retry.status_poll
             elif fail_cause.startswith("No available episodes"):
                 seen_not_offline = True
@@ -261,6 +277,7 @@ class SwarmClient:
         metadata = getattr(workflow_output, "metadata", None)
         if isinstance(metadata, dict):
             metadata["task_id"] = task_id
+        workflow_json = output.to_json(task_id)  # raises for a bad reward before anything is forgotten
         with self._lock:
             expire = self._expire_at.pop(episode_uuid, None)
         if expire is not None and time.monotonic() > expire:
@@ -269,7 +286,7 @@ class SwarmClient:
             self.abort_episode(episode_uuid, declare_client_active)
             return False
         body = {"client_uuid": self.client_uuid, "episode_uuid": episode_uuid, "task_id": task_id,
-                "workflow_output": output.to_json(task_id), "declare_client_active": bool(declare_client_active)}
+                "workflow_output": workflow_json, "declare_client_active": bool(declare_client_active)}
         resp = self._post_with_retries("/end_episode", body, self.retry.end_episode_attempts)
         if resp.status == 200:
             data = resp.json() or {}
@@ -366,14 +383,22 @@ class SwarmClient:
         """Asks this server, as the group's coordinator, for the decision on `episode_uuid`:
         "committed", or "aborted" (an episode not committed yet is aborted by this very call, so the
         answer is final). What a participant's janitor asks; a client asks it when it lost the answer
-        of its coordinator commit. Refusals raise SwarmCommandError, lasting connection errors
+        of its coordinator commit. The server's "pending" (the commit is being written to its store
+        right now) is asked again, up to `retry.end_episode_attempts` times a second apart, then
+        returned as "pending". Refusals raise SwarmCommandError, lasting connection errors
         SwarmConnectionError."""
         if not group_id or not episode_uuid:
             raise ValueError("resolve_episode_group: group_id and episode_uuid are required")
-        resp = self._post_with_retries("/resolve_episode_group", {"group_id": group_id, "episode_uuid": episode_uuid},
-                                       self.retry.end_episode_attempts)
-        decision = self._json_or_raise(resp, f"resolve_episode_group {group_id}").get("decision")
-        if decision not in ("committed", "aborted"):
+        for attempt in range(max(1, self.retry.end_episode_attempts)):
+            if attempt > 0:
+                time.sleep(self.retry.delay(1.0))
+            resp = self._post_with_retries("/resolve_episode_group",
+                                           {"group_id": group_id, "episode_uuid": episode_uuid},
+                                           self.retry.end_episode_attempts)
+            decision = self._json_or_raise(resp, f"resolve_episode_group {group_id}").get("decision")
+            if decision != "pending":
+                break
+        if decision not in ("committed", "aborted", "pending"):
             raise SwarmCommandError(f"resolve_episode_group {group_id} on {self.server_url}: unexpected decision "
                                     f"{decision!r}", resp.status, str(decision))
         return decision
@@ -408,10 +433,12 @@ class SwarmClient:
         except SwarmConnectionError as e:
             self._last_connect_error = str(e)
             self._log(f"get_engine_status: {e}", logging.WARNING)
+            self._observe(CANNOT_CONNECT, None, None)  # the next answer re-reads the baseline
             return CANNOT_CONNECT, {}
         data = resp.json()
         if resp.status != 200 or not isinstance(data, dict):
             self._log(f"get_engine_status: HTTP {resp.status}: {resp.text()[:200]}", logging.WARNING)
+            self._observe(CANNOT_CONNECT, None, None)
             return CANNOT_CONNECT, {}
         status = str(data.get("engine_status", "unknown"))
         self._observe(status, data.get("global_step"), None)
@@ -609,11 +636,13 @@ class SwarmClient:
         except SwarmConnectionError as e:
             if report:
                 self._log(f"get_rollout_stat: {e}", logging.WARNING)
+            self._observe(CANNOT_CONNECT, None, None)  # the next answer re-reads the baseline
             return RolloutStat()
         data = resp.json()
         if resp.status != 200 or not isinstance(data, dict):
             if report:
                 self._log(f"get_rollout_stat: HTTP {resp.status}: {resp.error_message()[:200]}", logging.WARNING)
+            self._observe(CANNOT_CONNECT, None, None)
             return RolloutStat()
         stat = RolloutStat(data)
         if isinstance(data.get("engine_status"), str):
@@ -652,7 +681,15 @@ class SwarmClient:
                 logger.warning("agree_sync_weight: the engine is %s, abandoning the agreement (the server resets "
                                "agreements at a batch boundary anyway)", status)
                 return False
-            baseline = self._fetch_pool(report=False) if wait else RolloutStat()
+            baseline = self._fetch_pool(report=False)
+            method = baseline.get("sample_collection_method")
+            if isinstance(method, str) and method and method not in AGREE_METHODS:
+                # The server's batch trigger never waits for agreements: every retry would be refused.
+                raise ValueError(f"agree_sync_weight: the server at {self.server_url} runs "
+                                 f"swarm_mode_sample_collection_method {method}; agreements apply only to "
+                                 f"{' / '.join(AGREE_METHODS)}")
+            if not wait:
+                baseline = RolloutStat()
             try:
                 resp = self._http.post_json("/agree_sync_weight", {"client_uuid": self.client_uuid})
                 data = self._json_or_raise(resp, "agree_sync_weight")
@@ -895,8 +932,11 @@ class SwarmClient:
         return self._http.post_json(path, body, self._admin_headers(), timeout)
 
     def _post_with_retries(self, path: str, body: Any, attempts: int) -> Response:
-        """POSTs an idempotent command, retrying connection failures and 5xx answers."""
+        """POSTs an idempotent command, retrying connection failures and 5xx answers. After a lost
+        answer, the server's 400 "an end or commit is already in progress" means the lost attempt is
+        still being written: asked again, its repeat then gets the outcome."""
         last: Optional[Exception] = None
+        lost = False
         for attempt in range(max(1, attempts)):
             if attempt:
                 time.sleep(self.retry.delay(min(self.retry.engine_busy, 0.5 * 2 ** attempt)))
@@ -904,10 +944,15 @@ class SwarmClient:
                 resp = self._http.post_json(path, body)
             except SwarmConnectionError as e:
                 last = e
+                lost = True
                 self._log(f"{path}: {e}; retrying", logging.WARNING)
                 continue
             if resp.status >= 500 and attempt + 1 < attempts:
                 last = SwarmCommandError(f"{path}: HTTP {resp.status}: {resp.error_message()}", resp.status)
+                continue
+            if (lost and resp.status == 400 and attempt + 1 < attempts
+                    and IN_PROGRESS in resp.error_message()):
+                last = SwarmCommandError(f"{path}: {resp.error_message()}", resp.status, resp.error_message())
                 continue
             return resp
         assert last is not None

@@ -32,7 +32,9 @@ def to_yaml(config: Dict[str, Any]) -> str:
 def _key(k: Any) -> str:
     if not isinstance(k, str):
         raise TypeError(f"train config keys must be strings, got {k!r}")
-    return k if _PLAIN_KEY.match(k) and k not in ("true", "false", "null", "yes", "no", "on", "off") else json.dumps(k)
+    # YAML 1.1 reads these words as booleans or null in any of their cases (True, ON, Null ...).
+    reserved = k.lower() in ("true", "false", "null", "yes", "no", "on", "off", "~", "y", "n")
+    return k if _PLAIN_KEY.fullmatch(k) and not reserved else json.dumps(k)
 
 
 def _scalar(v: Any) -> str:
@@ -91,9 +93,13 @@ def config_text(config: Any) -> str:
     if isinstance(config, os.PathLike):
         with open(config, encoding="utf-8") as f:
             return f.read()
+    if isinstance(config, bytes):
+        return config.decode("utf-8")
     if isinstance(config, str):
-        if "\n" not in config and config.endswith((".yaml", ".yml")) and os.path.isfile(config):
-            with open(config, encoding="utf-8") as f:
+        if "\n" not in config and config.strip().endswith((".yaml", ".yml")) and ":" not in config:
+            # One line naming a YAML file (a mapping would hold a colon): read it, or say it is missing
+            # rather than send the path as the config's text.
+            with open(config.strip(), encoding="utf-8") as f:
                 return f.read()
         return config
     if isinstance(config, dict):

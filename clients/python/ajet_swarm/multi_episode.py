@@ -16,7 +16,7 @@ import threading
 import uuid
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .client import SwarmClient
+from .client import IN_PROGRESS, SwarmClient
 from .errors import EpisodeGroupError, SwarmCommandError, SwarmConnectionError, SwarmError, WeightUpdatedHalfway
 from .types import Episode, WorkflowOutput, task_id_of
 
@@ -214,7 +214,9 @@ class MultiEpisode:
             self.state = COMMITTED
             return
         except SwarmCommandError as e:
-            if e.status is not None and 400 <= e.status < 500:
+            # "already in progress": an earlier try of this very commit is being written; its outcome
+            # is the coordinator's to tell (below), and aborting the members now could split the group.
+            if e.status is not None and 400 <= e.status < 500 and IN_PROGRESS not in str(e):
                 self._abort_members()
                 raise EpisodeGroupError(f"episode group {self.group_id}: the coordinator {name} ({client.server_url}) "
                                         f"refused the commit: {e}; every member was aborted", self.group_id, False,
@@ -235,6 +237,12 @@ class MultiEpisode:
         if decision == "committed":
             self.state = COMMITTED
             return
+        if decision == "pending":  # still being written after every retry: its outcome is not known yet
+            self.state = UNKNOWN
+            raise EpisodeGroupError(f"episode group {self.group_id}: the coordinator {name} ({client.server_url}) is "
+                                    f"still writing the commit; the participants ask it themselves after "
+                                    f"prepare_timeout ({self.prepare_timeout:g} s) and commit or abort as it says",
+                                    self.group_id, None, {name: lost})
         self._abort_members()
         raise EpisodeGroupError(f"episode group {self.group_id}: the coordinator's commit did not land ({lost}); it "
                                 "is aborted now, and so is every member", self.group_id, False, {name: lost})

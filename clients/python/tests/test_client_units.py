@@ -5,6 +5,7 @@ WEIGHT_SYNCING race at a batch boundary). The real server is exercised in test_r
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -93,6 +94,20 @@ class DataTest(unittest.TestCase):
         self.assertIn("  empty: {}\n  lr: 1e-06\n  \"on\": \"x: y\"\n", text)
         with self.assertRaises(TypeError):
             to_yaml({"a": object()})
+
+    def test_keys_yaml_would_read_as_other_values_are_quoted_and_round_trip(self):
+        from ajet_swarm.config_yaml import from_yaml
+        config = {"True": 1, "ON": 2, "Null": 3, "n\n": 4, "plain_key": 5}
+        text = to_yaml(config)
+        self.assertIn('"True": 1', text)
+        self.assertEqual(from_yaml(text), config)
+
+    def test_a_config_path_that_does_not_exist_is_an_error_not_the_config(self):
+        from ajet_swarm.config_yaml import config_text
+        with self.assertRaises(FileNotFoundError):
+            config_text("no/such/config.yaml")  # was sent to the server as YAML text
+        self.assertEqual(config_text(b"ajet: {}\n"), "ajet: {}\n")
+        self.assertEqual(config_text("ajet: {model: {path: x.yaml}}"), "ajet: {model: {path: x.yaml}}")
 
     def test_workflow_output_coercion_and_task_ids(self):
         self.assertEqual(WorkflowOutput.coerce(1).to_json("t"), {"reward": 1.0, "metadata": {"task_id": "t"}})
@@ -355,6 +370,110 @@ class RetryRulesTest(unittest.TestCase):
         self.assertEqual(s.paths(), ["/get_current_batch_rollout_pool_information"] * 3 + ["/claim_episode"])
         self.assertEqual(s.requests[-1][1]["throttle_policy"], {"current_task_id": "new", "ratio": 1.0})
 
+    def test_a_throttled_claim_waits_while_the_pool_info_cannot_be_read(self):
+        # The pool read failing (an HTTP error here, a connection error alike) used to end the claim with
+        # a ValueError about expected_batch_size, where a wait was promised.
+        s = self.serve({"/get_current_batch_rollout_pool_information": [(500, {"error": {"message": "internal"}}),
+                                                                        (200, pool(batch=1, repeat=1))],
+                        "/claim_episode": [claim_ok()]})
+        c = SwarmClient(s.url, client_uuid="ME", retry=FAST, verbose=False)
+        with self.assertLogs("ajet_swarm", "WARNING"):
+            c.begin_episode(throttle_policy=ThrottlePolicy("new", ratio=1.0))
+        self.assertEqual(s.paths(), ["/get_current_batch_rollout_pool_information"] * 2 + ["/claim_episode"])
+
+    def test_a_claim_retries_server_errors_and_raises_for_its_own(self):
+        s = self.serve({"/claim_episode": [(500, {"error": {"message": "internal error"}}),
+                                           (502, {"error": {"message": "bad gateway"}}), claim_ok()]})
+        c = SwarmClient(s.url, retry=FAST, verbose=False)
+        with self.assertLogs("ajet_swarm", "WARNING") as logs:
+            self.assertEqual(c.begin_episode().episode_uuid, "ep1")
+        self.assertIn("internal error", logs.output[0])
+        s.answers["/claim_episode"] = [(400, {"error": {"message": "client_uuid is required"}})]
+        with self.assertRaisesRegex(SwarmCommandError, "client_uuid is required") as e:
+            c.begin_episode(max_wait=5)
+        self.assertEqual(e.exception.status, 400)
+
+    def test_a_claim_held_back_in_rolling_says_why(self):
+        cause = ("Engine not ready. Current status: [ENGINE.ROLLING]. The trainer is 2 batches behind "
+                 "(ajet.async.max_staleness = 1); claims resume when it catches up.")
+        s = self.serve({"/claim_episode": [claim_fail(cause), claim_ok()]})
+        with self.assertLogs("ajet_swarm", "WARNING") as logs:
+            SwarmClient(s.url, retry=FAST, verbose=False).begin_episode()
+        self.assertIn("The trainer is 2 batches behind", logs.output[0])
+        self.assertNotIn("can be claimed in ENGINE.ROLLING", logs.output[0])
+
+    def test_agree_sync_weight_on_a_trigger_that_never_waits_for_agreements_raises(self):
+        # It used to retry the server's refusal forever.
+        s = self.serve({"/get_engine_status": [(200, {"engine_status": "ENGINE.ROLLING", "global_step": 0})],
+                        "/get_current_batch_rollout_pool_information": [(200, pool())]})
+        with self.assertRaisesRegex(ValueError, "rollout_until_finish_enough_tasks"):
+            SwarmClient(s.url, retry=FAST, verbose=False).agree_sync_weight()
+        self.assertNotIn("/agree_sync_weight", s.paths())
+
+    def test_a_bad_output_keeps_the_lifetime_guard(self):
+        s = self.serve({"/claim_episode": [claim_ok()], "/abort_episode": [(200, {"success": True})]})
+        c = SwarmClient(s.url, retry=FAST, verbose=False)
+        c.begin_episode(discard_episode_timeout=60)
+        c._expire_at["ep1"] = time.monotonic() - 1  # as if 8 x 60 s had passed
+        with self.assertRaises(ValueError):
+            c.end_episode("t", "ep1", WorkflowOutput(reward=None))
+        self.assertFalse(c.end_episode("t", "ep1", 1.0))  # still aborted, not ended
+        self.assertEqual(s.paths(), ["/claim_episode", "/abort_episode"])
+
+    def test_a_lost_commit_found_in_progress_is_asked_again(self):
+        # The first try's answer is lost while the server still writes it; the retry meets "already in
+        # progress", which used to raise (and made MultiEpisode abort the members of a committed group).
+        from ajet_swarm._http import Response
+        s = self.serve({})
+        c = SwarmClient(s.url, retry=FAST, verbose=False)
+        answers = [SwarmConnectionError("timed out"),
+                   Response(400, {}, json.dumps({"error": {"message": "Episode ep1: an end or commit is already in "
+                                                                     "progress."}}).encode()),
+                   Response(200, {}, b'{"success": true}')]
+        sent = []
+
+        def post_json(path, payload, headers=None, timeout=None):
+            sent.append(path)
+            answer = answers.pop(0)
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+        c._http.post_json = post_json
+        with self.assertLogs("ajet_swarm", "WARNING"):
+            self.assertTrue(c.commit_episode("ep1"))
+        self.assertEqual(sent, ["/commit_episode"] * 3)
+        # Without a lost try first, the same answer is the server's refusal.
+        answers[:] = [Response(400, {}, b'{"error": {"message": "Episode ep1: an end or commit is already in progress."}}')]
+        with self.assertRaises(SwarmCommandError):
+            c.commit_episode("ep1")
+
+    def test_resolve_asks_again_while_the_commit_is_pending(self):
+        s = self.serve({"/resolve_episode_group": [(200, {"decision": "pending"}), (200, {"decision": "committed"})]})
+        retry = dataclasses.replace(FAST)
+        retry.delay = lambda seconds: 0.0  # this client's copy: no second between the questions
+        c = SwarmClient(s.url, retry=retry, verbose=False)
+        self.assertEqual(c.resolve_episode_group("g", "ep1"), "committed")
+        s.answers["/resolve_episode_group"] = [(200, {"decision": "pending"})]
+        self.assertEqual(c.resolve_episode_group("g", "ep1"), "pending")
+
+    def test_an_unreachable_spell_only_rereads_the_boundary_baseline(self):
+        # A step that grew while the server could not be read (e.g. an engine restarted at a higher
+        # policy version) is not a batch boundary; before, the first answer after the outage was
+        # compared with the last one before it and fired the callbacks.
+        def status(step):
+            return (200, {"engine_status": "ENGINE.ROLLING", "global_step": step})
+        s = self.serve({"/get_engine_status": [status(3), (500, {"error": {"message": "down"}}), status(5), status(6)]})
+        c = SwarmClient(s.url, retry=FAST, verbose=False)
+        fired = []
+        c._sync_callbacks.append(lambda: fired.append(True))  # no watcher thread: this test observes
+        c.get_engine_status()
+        with self.assertLogs("ajet_swarm", "WARNING"):
+            c.get_engine_status()
+        c.get_engine_status()
+        self.assertEqual(fired, [])
+        c.get_engine_status()  # a step that grows between two answers still fires
+        self.assertEqual(fired, [True])
+
     def test_an_unreachable_server_reads_as_cannot_connect(self):
         s = Scripted({})
         port = s.server_address[1]
@@ -383,6 +502,34 @@ class RetryRulesTest(unittest.TestCase):
 
 
 
+class TransportTest(unittest.TestCase):
+    def test_the_connections_of_ended_threads_are_closed(self):
+        # Each thread keeps a keep-alive connection; those of threads that ended used to stay open for
+        # the client's life (one socket per thread of a pool made per batch, until EMFILE).
+        from ajet_swarm._http import Transport
+        s = Scripted({"/x": [(200, {"ok": True})]})
+        self.addCleanup(s.server_close)
+        self.addCleanup(s.shutdown)
+        t = Transport(s.url)
+        together = threading.Barrier(20)  # every thread alive until all hold a connection
+
+        def one():
+            t.request("GET", "/x")
+            together.wait()
+        threads = [threading.Thread(target=one) for _ in range(20)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        self.assertEqual(sum(1 for _, c in t._all if c.sock is not None), 20)
+        self.assertEqual(t.request("GET", "/x").status, 200)  # a new connection, this thread's
+        self.assertEqual(len(t._all), 1)
+        self.assertEqual(sum(1 for _, c in t._all if c.sock is not None), 1)
+        t.close_all()
+        self.assertEqual(t._all, [])
+        self.assertEqual(t.request("GET", "/x").status, 200)  # and works on after
+
+
 class AdminTokensTest(unittest.TestCase):
     """$AJET_ADMIN_TOKENS gives each server its own token; $AJET_ADMIN_TOKEN is the fallback."""
 
@@ -405,6 +552,13 @@ class AdminTokensTest(unittest.TestCase):
         self.assertEqual(admin_token_for("http://c:3"), "shared")
         self.assertEqual(SwarmClient("http://b:2", retry=FAST).admin_token, "tok-b")
         self.assertEqual(SwarmClient("http://b:2", admin_token="given", retry=FAST).admin_token, "given")
+
+    def test_https_entries_are_accepted(self):
+        # One such entry (a TLS proxy) used to make every SwarmClient constructor raise.
+        from ajet_swarm import admin_token_for
+        os.environ["AJET_ADMIN_TOKENS"] = "https://proxy.example=tok-p http://a:1=tok-a"
+        self.assertEqual(admin_token_for("https://proxy.example/"), "tok-p")
+        self.assertEqual(SwarmClient("http://a:1", retry=FAST).admin_token, "tok-a")
 
     def test_malformed_entries_are_named_without_their_token(self):
         from ajet_swarm import admin_token_for
