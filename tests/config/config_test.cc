@@ -148,17 +148,27 @@ TEST(ConfigUpstream, AnAgentJetJobDumpLoadsWithWarningsOnly) {
 // A KL or estimator type this build lacks is an error only where the run would use it, naming the
 // supported ones.
 TEST(ConfigUpstream, UnsupportedKlTypesMatterOnlyWithTheKlLoss) {
+  // verl's `full` (every vocabulary logit) is the one verl estimator this build lacks.
   LoadedConfig off = parse_config(
-      "ajet:\n  model: {path: /m}\n  trainer_common: {use_kl_loss: false, kl_loss_type: mse}\n", "k.yaml");
+      "ajet:\n  model: {path: /m}\n  trainer_common: {use_kl_loss: false, kl_loss_type: full}\n", "k.yaml");
   EXPECT_EQ(off.config.trainer_common.kl_loss_type, "low_var_kl");
   ASSERT_EQ(off.warnings.size(), 1u);
-  EXPECT_TRUE(contains(off.warnings[0], "kl_loss_type 'mse' is not supported here (low_var_kl, k1, k3)")) << off.warnings[0];
+  EXPECT_TRUE(contains(off.warnings[0], "kl_loss_type 'full' is not supported here (low_var_kl, k3, k1, kl, k2, mse, abs)"))
+      << off.warnings[0];
   EXPECT_TRUE(contains(to_yaml(off.config), "low_var_kl"));
   std::string msg = error_of([] {
-    parse_config("ajet:\n  model: {path: /m}\n  trainer_common: {use_kl_loss: true, kl_loss_type: mse}\n", "k.yaml");
+    parse_config("ajet:\n  model: {path: /m}\n  trainer_common: {use_kl_loss: true, kl_loss_type: full}\n", "k.yaml");
   });
-  EXPECT_TRUE(contains(msg, "kl_loss_type must be one of [low_var_kl, k1, k3] when use_kl_loss is true, got 'mse'"))
+  EXPECT_TRUE(contains(msg, "kl_loss_type must be one of [low_var_kl, k3, k1, kl, k2, mse, abs] when use_kl_loss is "
+                            "true, got 'full'"))
       << msg;
+  // verl's other names load as they are.
+  for (const char* name : {"mse", "k2", "kl", "abs", "k3"}) {
+    LoadedConfig on = parse_config(std::string("ajet:\n  model: {path: /m}\n  trainer_common: {use_kl_loss: true, "
+                                               "kl_loss_type: ") + name + "}\n", "k.yaml");
+    EXPECT_EQ(on.config.trainer_common.kl_loss_type, name);
+    EXPECT_TRUE(on.warnings.empty()) << name;
+  }
   msg = error_of([] {
     parse_config("ajet:\n  model: {path: /m}\n  trainer_common: {algorithm: {adv_estimator: gae}}\n", "e.yaml");
   });
