@@ -1,7 +1,8 @@
-// fuzz-sources: src/episodes/commands.cc src/http/response.cc src/http/message.cc
+// fuzz-sources: src/episodes/commands.cc src/http/response.cc src/http/message.cc src/openai/openai_params.cc src/openai/anthropic_messages.cc src/openai/openai_responses.cc src/openai/openai_format.cc
 // libFuzzer target: arbitrary bytes as a JSON body the front accepts (docs/protocol.md): parsed with
 // the nesting limit every body gets (common/json.h), then read as each command (claim, end, abort,
-// can_continue, agree) and as an OpenAI chat request. Only ajet::Error may come out (the front answers
+// can_continue, agree, prepare, resolve), as an OpenAI chat request and its sampling fields, as a
+// completion request, and as Anthropic Messages and OpenAI Responses bodies. Only ajet::Error may come out (the front answers
 // it with a 4xx naming the field); a parsed value must dump and parse back to itself, which is where
 // deep nesting used to overflow the stack.
 #include <cstddef>
@@ -12,6 +13,9 @@
 #include "common/error.h"
 #include "common/json.h"
 #include "episodes/commands.h"
+#include "openai/anthropic_messages.h"
+#include "openai/openai_params.h"
+#include "openai/openai_responses.h"
 #include "text/messages.h"
 
 namespace {
@@ -42,7 +46,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     refused_or_read([&] { swarm::AbortRequest::from_json(*body); });
     refused_or_read([&] { swarm::EpisodeRef::from_json(*body); });
     refused_or_read([&] { swarm::AgreeRequest::from_json(*body); });
+    refused_or_read([&] { swarm::PrepareRequest::from_json(*body); });
+    refused_or_read([&] { swarm::ResolveRequest::from_json(*body); });
   }
-  refused_or_read([&] { ajet::text::parse_chat_request(ajet::parse_ordered_json(text, "request body")); });
+  std::optional<ajet::text::OrderedJson> ordered;
+  refused_or_read([&] { ordered = ajet::parse_ordered_json(text, "request body"); });
+  if (!ordered) return 0;
+  refused_or_read([&] { ajet::text::parse_chat_request(*ordered); });
+  refused_or_read([&] { ajet::swarm::parse_chat_params(*ordered); });
+  refused_or_read([&] { ajet::swarm::parse_completion_params(*ordered); });
+  refused_or_read([&] { ajet::swarm::parse_completion_prompt(*ordered); });
+  refused_or_read([&] { ajet::swarm::anthropic_to_chat_body(*ordered); });
+  refused_or_read([&] { ajet::swarm::responses_to_chat_body(*ordered); });
   return 0;
 }

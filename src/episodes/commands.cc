@@ -14,8 +14,23 @@ int http_status_for(ErrorCode code) {
 
 namespace {
 
+// `value` of field `key`, refused when longer than `limit` bytes.
+std::string bounded(std::string value, std::string_view key, std::string_view where, size_t limit = kMaxIdBytes) {
+  if (value.size() > limit) {
+    invalid_argument(std::string(where) + ": field '" + std::string(key) + "' is " + std::to_string(value.size()) +
+                     " bytes long; at most " + std::to_string(limit) + " are accepted");
+  }
+  return value;
+}
+
+std::optional<std::string> bounded(std::optional<std::string> value, std::string_view key, std::string_view where,
+                                   size_t limit = kMaxIdBytes) {
+  if (value) bounded(*value, key, where, limit);
+  return value;
+}
+
 std::string required_id(const Json& body, std::string_view key, std::string_view where) {
-  std::string value = get_string(body, key, where);
+  std::string value = bounded(get_string(body, key, where), key, where);
   if (value.empty()) invalid_argument(std::string(where) + ": field '" + std::string(key) + "' must not be empty");
   return value;
 }
@@ -54,7 +69,9 @@ ClaimRequest ClaimRequest::from_json(const Json& body) {
     policy.ratio = get_optional_number(*tp, "ratio", tp_where).value_or(1.5);
     policy.expected_batch_size = get_optional_int(*tp, "expected_batch_size", tp_where);
     policy.expected_num_repeat = get_optional_int(*tp, "expected_num_repeat", tp_where);
-    policy.current_task_id = get_optional_string(*tp, "current_task_id", tp_where).value_or("");
+    policy.current_task_id =
+        bounded(get_optional_string(*tp, "current_task_id", tp_where), "current_task_id", tp_where, kMaxTaskIdBytes)
+            .value_or("");
     req.throttle_policy = policy;
   }
   return req;
@@ -91,10 +108,16 @@ EndRequest EndRequest::from_json(const Json& body, std::string_view command) {
   if (!std::isfinite(req.workflow_output.reward)) fail_field("workflow_output.reward must be finite");
   req.workflow_output.is_success = get_optional_bool(*out, "is_success", out_where);
   if (const Json* m = optional_object(*out, "metadata", out_where)) req.workflow_output.metadata = *m;
+  if (req.workflow_output.metadata.contains("ajet_group")) {
+    // The server records an episode group's membership there; a client's own would read as one after a
+    // restart (resolve_episode_group answers from the store).
+    fail_field("workflow_output.metadata.ajet_group is reserved for the server's episode-group record");
+  }
   if (const Json* lm = optional_object(*out, "log_metrics", out_where)) req.workflow_output.log_metrics = *lm;
 
-  auto body_task = get_optional_string(body, "task_id", where);
-  auto meta_task = get_optional_string(req.workflow_output.metadata, "task_id", out_text + ".metadata");
+  auto body_task = bounded(get_optional_string(body, "task_id", where), "task_id", where, kMaxTaskIdBytes);
+  auto meta_task = bounded(get_optional_string(req.workflow_output.metadata, "task_id", out_text + ".metadata"),
+                           "task_id", out_text + ".metadata", kMaxTaskIdBytes);
   if (body_task && meta_task && *body_task != *meta_task) {
     fail_field("task_id '" + *body_task + "' does not match workflow_output.metadata.task_id '" + *meta_task + "'");
   }
@@ -107,7 +130,7 @@ EndRequest EndRequest::from_json(const Json& body, std::string_view command) {
 AbortRequest AbortRequest::from_json(const Json& body) {
   constexpr std::string_view where = "abort_episode body";
   AbortRequest req;
-  req.client_uuid = get_optional_string(body, "client_uuid", where).value_or("");
+  req.client_uuid = bounded(get_optional_string(body, "client_uuid", where), "client_uuid", where).value_or("");
   req.episode_uuid = required_id(body, "episode_uuid", where);
   req.declare_client_active = get_optional_bool(body, "declare_client_active", where).value_or(true);
   return req;
@@ -116,7 +139,8 @@ AbortRequest AbortRequest::from_json(const Json& body) {
 EpisodeRef EpisodeRef::from_json(const Json& body, std::string_view command, bool client_required) {
   const std::string where = std::string(command) + " body";
   std::string client = client_required ? required_id(body, "client_uuid", where)
-                                       : get_optional_string(body, "client_uuid", where).value_or("");
+                                       : bounded(get_optional_string(body, "client_uuid", where), "client_uuid", where)
+                                             .value_or("");
   return EpisodeRef{std::move(client), required_id(body, "episode_uuid", where)};
 }
 
@@ -129,13 +153,11 @@ Json EpisodeGroup::to_json() const {
 
 EpisodeGroup EpisodeGroup::from_json(const Json& obj, std::string_view where) {
   EpisodeGroup g;
-  g.group_id = required_id(obj, "group_id", where);
-  if (g.group_id.size() > kMaxGroupIdBytes) {
-    invalid_argument(std::string(where) + ": field 'group_id' is longer than " + std::to_string(kMaxGroupIdBytes) +
-                     " bytes");
-  }
+  g.group_id = required_id(obj, "group_id", where);  // at most kMaxIdBytes
   g.coordinator_url = get_optional_string(obj, "coordinator_url", where).value_or("");
-  g.coordinator_episode_uuid = get_optional_string(obj, "coordinator_episode_uuid", where).value_or("");
+  g.coordinator_episode_uuid =
+      bounded(get_optional_string(obj, "coordinator_episode_uuid", where), "coordinator_episode_uuid", where)
+          .value_or("");
   if (!g.coordinator_url.empty()) {
     if (g.coordinator_url.rfind("http://", 0) != 0 || g.coordinator_url.size() > 2048) {
       invalid_argument(std::string(where) + ": field 'coordinator_url' must be an http://host:port URL, got '" +

@@ -85,7 +85,11 @@ struct EpisodeGroup {
   // Throws Error(kInvalidArgument) naming `where`.field.
   static EpisodeGroup from_json(const Json& group, std::string_view where);
 };
-inline constexpr size_t kMaxGroupIdBytes = 256;
+// Ids a client chooses: a client_uuid, episode_uuid or group_id longer than this is refused (400
+// naming the field), and so is a task_id longer than kMaxTaskIdBytes. They are copied into logs, the store, the
+// pool information and error texts, so an unbounded one is memory a request can pin.
+inline constexpr size_t kMaxIdBytes = 256;
+inline constexpr size_t kMaxTaskIdBytes = 4096;
 inline constexpr double kMaxPrepareTimeout = 86400.0;
 
 // POST /prepare_end_episode: the end_episode body plus `group`.

@@ -225,7 +225,8 @@ std::string Registry::resolve_group(const ResolveRequest& request) {
   if (store_ != nullptr) {  // ended before a restart or beyond the memory of retired episodes
     if (std::optional<store::EpisodeRow> stored = store_->get_episode(uuid); stored) {
       const Json group = stored->metadata.value("ajet_group", Json::object());
-      const bool same_group = group.is_object() && group.value("group_id", std::string()) == request.group_id;
+      const auto id = group.is_object() ? group.find("group_id") : group.end();
+      const bool same_group = id != group.end() && id->is_string() && id->get<std::string>() == request.group_id;
       return stored->status == store::kEpisodeFinished && same_group ? "committed" : "aborted";
     }
   }

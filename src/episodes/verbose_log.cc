@@ -6,6 +6,12 @@
 namespace ajet::swarm {
 
 void VerboseLog::add(std::string tag, std::string message, bool mirror) {
+  // Messages quote what requests said; each is kept to kMaxMessageBytes so the ring's size is bounded.
+  if (message.size() > kMaxMessageBytes) {
+    const size_t cut = message.size() - kMaxMessageBytes;
+    message.resize(kMaxMessageBytes);
+    message += "… (" + std::to_string(cut) + " more bytes)";
+  }
   if (mirror) log().info("[{}] {}", tag, message);
   std::lock_guard<std::mutex> lock(mu_);
   entries_.push_back(VerboseEntry{system_clock_seconds(), std::move(tag), std::move(message)});

@@ -21,6 +21,8 @@ struct VerboseEntry {
 class VerboseLog {
  public:
   explicit VerboseLog(size_t capacity = 500) : capacity_(capacity) {}
+  // A longer message is cut to this many bytes, its tail named by its length.
+  static constexpr size_t kMaxMessageBytes = 4096;
 
   // Adds a line; `mirror` also writes it to the process log at info level (the registry logs its own
   // lines already, so its hook passes false).

@@ -55,7 +55,7 @@ class HttpServer {
   uint16_t port() const;  // the bound port (the ephemeral one when options.port was 0)
   const std::string& host() const;
 
-  // SIGINT/SIGTERM → stop(); a second signal closes every connection at once. Call before start().
+  // SIGINT/SIGTERM/SIGHUP → stop(); a second signal closes every connection at once. Call before start().
   void handle_signals();
   // Starts the I/O threads and returns. A server runs once: it cannot be restarted after stop().
   void start();

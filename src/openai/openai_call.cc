@@ -121,6 +121,17 @@ void LlmCall::start(const std::shared_ptr<rpc::Client>& client) {
     id = client->start(rpc::encode_generate_request(setup_.generate),
                        [self](rpc::Frame&& frame) { self->on_frame(std::move(frame)); });
   } catch (const Error& e) {
+    bool opened = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      opened = streaming_;
+    }
+    if (opened) {
+      // The stream was answered already (Messages, Responses): a second answer would be dropped and the
+      // client left waiting on an open stream. The error goes down the stream, which then closes.
+      on_error(e.code(), std::string("the engine is not reachable: ") + e.what());
+      return;
+    }
     if (services_.metrics) services_.metrics->failed();
     if (e.code() == ErrorCode::kResourceExhausted) {
       respond_(openai_error(413, std::string("The request is too large for the engine: ") + e.what(), "too_large"));

@@ -83,7 +83,9 @@ void parse_common(const OrderedJson& body, OpenAiParams& p) {
   if ((p.top_p = number(body, "top_p")) && (*p.top_p <= 0 || *p.top_p > 1)) {
     bad_field("top_p", fmt::format("must be in (0, 1], got {}", *p.top_p));
   }
-  if ((p.top_k = integer(body, "top_k")) && *p.top_k < -1) bad_field("top_k", "must be -1 (off) or a positive integer");
+  if ((p.top_k = integer(body, "top_k")) && (*p.top_k < -1 || *p.top_k > INT32_MAX)) {
+    bad_field("top_k", fmt::format("must be -1 (off) or a positive integer up to {}, got {}", INT32_MAX, *p.top_k));
+  }
   p.seed = integer(body, "seed");
   if (const OrderedJson* stop = field(body, "stop")) {
     if (stop->is_string()) {
@@ -99,6 +101,9 @@ void parse_common(const OrderedJson& body, OpenAiParams& p) {
     if (p.stop.size() > kMaxStopStrings) bad_field("stop", fmt::format("has {} strings; at most {}", p.stop.size(), kMaxStopStrings));
     for (size_t i = 0; i < p.stop.size(); ++i) {
       if (p.stop[i].empty()) bad_field(fmt::format("stop[{}]", i), "must not be empty");
+      if (p.stop[i].size() > kMaxStopBytes) {
+        bad_field(fmt::format("stop[{}]", i), fmt::format("is {} bytes long; at most {}", p.stop[i].size(), kMaxStopBytes));
+      }
     }
   }
   p.stream = boolean(body, "stream").value_or(false);
@@ -133,8 +138,9 @@ OpenAiParams parse_chat_params(const OrderedJson& body) {
       else bad_field("tool_choice", "must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", ...}, got \"" + s + "\"");
     } else if (tc->is_object()) {
       auto fn = tc->find("function");
-      if (tc->value("type", "") != "function" || fn == tc->end() || !fn->is_object() || !fn->contains("name") ||
-          !(*fn)["name"].is_string()) {
+      auto type = tc->find("type");
+      if (type == tc->end() || !type->is_string() || type->get<std::string>() != "function" || fn == tc->end() ||
+          !fn->is_object() || !fn->contains("name") || !(*fn)["name"].is_string()) {
         bad_field("tool_choice", "must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
       }
       p.tool_choice = ToolChoice::kNamed;

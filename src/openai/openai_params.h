@@ -18,6 +18,9 @@ namespace ajet::swarm {
 
 inline constexpr int kMaxChoices = 128;       // `n` (OpenAI's limit)
 inline constexpr size_t kMaxStopStrings = 16;
+// Bytes of one stop string: each generated piece is checked against the tail of every stop string
+// on the token-delivery thread, so their length bounds what one request costs every other.
+inline constexpr size_t kMaxStopBytes = 256;
 
 enum class ToolChoice { kAuto, kNone, kRequired, kNamed };
 

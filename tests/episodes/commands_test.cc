@@ -67,6 +67,44 @@ TEST(EndRequestParsing, TaskIdRulesAndReward) {
   EXPECT_NE(msg.find("'reward' must be a number"), std::string::npos) << msg;
   msg = parse_error(R"({"client_uuid": "c", "task_id": "t", "workflow_output": {"reward": 1}})");
   EXPECT_NE(msg.find("episode_uuid"), std::string::npos) << msg;
+  msg = parse_error(R"({"client_uuid": "c", "episode_uuid": "e", "task_id": "t",
+                        "workflow_output": {"reward": 1, "metadata": {"ajet_group": {"group_id": 7}}}})");
+  EXPECT_NE(msg.find("ajet_group is reserved"), std::string::npos) << msg;
+}
+
+// Ids are copied into logs, the store and the pool information: over their limit they are refused,
+// naming the field, before anything keeps them.
+TEST(CommandParsing, OverlongIdsAreRefusedNamingTheField) {
+  const std::string long_id(kMaxIdBytes + 1, 'a');
+  const std::string fits(kMaxIdBytes, 'a');
+  EXPECT_EQ(ClaimRequest::from_json(Json{{"client_uuid", fits}}).client_uuid, fits);
+  auto refused = [](auto parse, const std::string& field) {
+    try {
+      parse();
+      ADD_FAILURE() << field << " accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(http_status_for(e.code()), 400);
+      EXPECT_NE(std::string(e.what()).find("'" + field + "' is "), std::string::npos) << e.what();
+      EXPECT_LT(std::string(e.what()).size(), 400u) << "the message quotes the id";
+    }
+  };
+  refused([&] { ClaimRequest::from_json(Json{{"client_uuid", long_id}}); }, "client_uuid");
+  refused([&] { AbortRequest::from_json(Json{{"client_uuid", long_id}, {"episode_uuid", "e"}}); }, "client_uuid");
+  refused([&] { AbortRequest::from_json(Json{{"episode_uuid", long_id}}); }, "episode_uuid");
+  refused([&] { EpisodeRef::from_json(Json{{"client_uuid", "c"}, {"episode_uuid", long_id}}, "commit_episode", true); },
+          "episode_uuid");
+  const Json out = Json{{"reward", 1}};
+  refused([&] {
+    EndRequest::from_json(Json{{"client_uuid", "c"}, {"episode_uuid", "e"}, {"task_id", std::string(kMaxTaskIdBytes + 1, 't')},
+                               {"workflow_output", out}});
+  }, "task_id");
+  EXPECT_EQ(EndRequest::from_json(Json{{"client_uuid", "c"}, {"episode_uuid", "e"}, {"task_id", std::string(kMaxTaskIdBytes, 't')},
+                                       {"workflow_output", out}}).task_id.size(),
+            kMaxTaskIdBytes);
+  refused([&] {
+    ClaimRequest::from_json(Json{{"client_uuid", "c"},
+                                 {"throttle_policy", {{"current_task_id", std::string(kMaxTaskIdBytes + 1, 't')}}}});
+  }, "current_task_id");
 }
 
 TEST(ResponseBodies, UpstreamFieldNames) {

@@ -214,7 +214,7 @@ TEST(EpisodeGroups, BodiesAreCheckedFieldByField) {
   bad["group"] = {{"group_id", ""}};
   EXPECT_TRUE(contains(error_of(bad), "'group_id' must not be empty"));
   bad["group"] = {{"group_id", std::string(300, 'g')}};
-  EXPECT_TRUE(contains(error_of(bad), "longer than 256 bytes"));
+  EXPECT_TRUE(contains(error_of(bad), "'group_id' is 300 bytes long; at most 256 are accepted"));
   bad["group"] = {{"group_id", "g"}, {"coordinator_url", "ftp://x"}};
   EXPECT_TRUE(contains(error_of(bad), "'coordinator_url' must be an http://host:port URL"));
   bad["group"] = {{"group_id", "g"}, {"coordinator_url", "http://h:1"}};

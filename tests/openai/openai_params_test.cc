@@ -61,6 +61,16 @@ TEST(OpenAiParams, ErrorsNameTheField) {
   EXPECT_THAT(error_of(OrderedJson::parse(R"({"top_logprobs": 2})")), HasSubstr("\"logprobs\": true"));
   EXPECT_THAT(error_of(OrderedJson::parse(R"({"logprobs": true, "top_logprobs": 21})")), HasSubstr("'top_logprobs'"));
   EXPECT_THAT(error_of(OrderedJson::parse(R"({"tool_choice": "maybe"})")), HasSubstr("'tool_choice'"));
+  // A type that is not a string was a JSON type error, answered 500 "internal error".
+  for (const char* type : {"1", "null", "[\"function\"]", "{}", "true"}) {
+    EXPECT_THAT(error_of(OrderedJson::parse(std::string(R"({"tool_choice": {"type": )") + type +
+                                            R"(, "function": {"name": "f"}}})")),
+                HasSubstr("'tool_choice'"))
+        << type;
+  }
+  EXPECT_THAT(error_of(OrderedJson::parse(R"({"top_k": 4294967297})")), HasSubstr("'top_k'"));  // was 1: greedy
+  EXPECT_THAT(error_of(OrderedJson::parse("{\"stop\": [\"ok\", \"" + std::string(kMaxStopBytes + 1, 'x') + "\"]}")),
+              HasSubstr("'stop[1]' is 257 bytes long"));
   EXPECT_THAT(error_of(OrderedJson::parse(R"({"stream_options": []})")), HasSubstr("'stream_options'"));
   EXPECT_THAT(error_of(OrderedJson::parse(R"({"model": 7})")), HasSubstr("'model'"));
   EXPECT_THAT(error_of(OrderedJson::parse(R"([1, 2])")), HasSubstr("JSON object"));
