@@ -219,6 +219,14 @@ struct HttpClient::Impl {
             stopped = true;
             break;
           }
+          // A stream may run on without end, but one event (a line that never ends, data lines
+          // without the blank line that dispatches them) is held whole: bounded like a body.
+          if (sse_parser.buffered() > options.max_response_bytes) {
+            disconnect();
+            fail(ErrorCode::kResourceExhausted, "http client: an event of the stream answering " + what + " " +
+                                                    authority(url.host, url.port) + " exceeds max_response_bytes (" +
+                                                    std::to_string(options.max_response_bytes) + ")");
+          }
         } else {
           if (out.body.size() + n > options.max_response_bytes) {
             disconnect();

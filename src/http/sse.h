@@ -19,6 +19,8 @@ class SseParser {
   // Feeds the next bytes (any split, CRLF/LF/CR line ends); calls on_event for every completed
   // event with non-empty data. Stops and returns false as soon as on_event returns false.
   bool feed(std::string_view bytes, const std::function<bool(const SseEvent&)>& on_event);
+  // Bytes held for the event being read: its unfinished line and its data so far.
+  size_t buffered() const { return partial_.size() + event_.data.size(); }
 
  private:
   bool line(std::string_view text, const std::function<bool(const SseEvent&)>& on_event);

@@ -296,6 +296,34 @@ TEST(HttpServer, SseEventsArriveWhileTheStreamIsStillOpen) {
   EXPECT_EQ(client.connections_opened(), 1u);
 }
 
+// An event that never ends (a server or proxy gone wrong) is held only up to max_response_bytes.
+TEST(HttpClient, AnEventLongerThanTheResponseLimitIsRefused) {
+  TestServer ts;
+  testing::Shared& shared = ts.shared();
+  std::thread producer([&] {
+    ASSERT_TRUE(shared.wait_for([&] { return !shared.streams.empty(); }));
+    shared.streams.front()->push("data: " + std::string(300, 'x'));  // no line end, no blank line
+    shared.streams.front()->close();  // without the limit, the call would simply return
+  });
+  ClientOptions options;
+  options.max_response_bytes = 100;
+  HttpClient client(ts.url(), options);
+  std::vector<std::string> got;
+  try {
+    client.stream("GET", "/stream?first=ok", {}, {}, [&](const SseEvent& e) {
+      got.push_back(e.data);
+      return true;
+    });
+    ADD_FAILURE() << "a 300-byte event passed a 100-byte limit";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kResourceExhausted);
+    EXPECT_NE(std::string(e.what()).find("max_response_bytes (100)"), std::string::npos) << e.what();
+  }
+  producer.join();
+  EXPECT_EQ(got, (std::vector<std::string>{"ok"}));  // events under the limit arrive as ever
+  EXPECT_EQ(client.get("/get_engine_status").status, 200);  // usable afterwards
+}
+
 TEST(HttpServer, ClientLeavingMidStreamCancelsTheStream) {
   TestServer ts;
   testing::Shared& shared = ts.shared();
