@@ -472,6 +472,11 @@ void Registry::end_llm_call(const std::string& episode_uuid) {
   it->second.seen(now);
 }
 
+bool Registry::is_live(const std::string& episode_uuid) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return live_.count(episode_uuid) > 0;
+}
+
 CallInFlight::~CallInFlight() {
   for (int i = 0; i < calls_; ++i) registry_.end_llm_call(uuid_);
 }

@@ -249,6 +249,9 @@ class Registry {
   // Once per begin_llm_call, however the call ended (answered, failed, the client hung up): its
   // episode's idle clock starts again now. Unknown or ended episodes are ignored.
   void end_llm_call(const std::string& episode_uuid);
+  // Whether the episode is claimed and not ended: what a route that made per-episode state after
+  // begin_llm_call asks, since the episode's close hook may have run before that state existed.
+  bool is_live(const std::string& episode_uuid) const;
   // After generating: stores the call (asynchronously) if the episode is still claimed; false when it
   // ended meanwhile (discard the call). Refreshes the episode's activity.
   bool record_llm_call(store::CallRow call);

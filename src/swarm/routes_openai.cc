@@ -82,6 +82,10 @@ void serve_generation(ServerContext& ctx, Request req, Respond respond, CallSetu
   setup.agent_name = resolve_agent_name(claims, header_agent, model_field, model->served_names);
 
   TrackedEpisode tracked = ctx.trackers.get_or_create(claims.episode_uuid, model);
+  // An end or abort between begin_llm_call and here ran the close hook (which drops the episode's
+  // tracker) before this tracker existed: drop it again, or it would stay until the next engine start.
+  // The call goes on with its own reference and is not recorded (record_llm_call refuses it).
+  if (!ctx.registry.is_live(claims.episode_uuid)) ctx.trackers.drop(claims.episode_uuid);
   setup.tracker = tracked.tracker;
   if (chat) {
     tracking::PromptOptions options = model->prompt_options;

@@ -162,8 +162,10 @@ TEST(RegistryAbort, AlwaysSucceedsAndOnlyTheOwnerCanAbort) {
   std::string a = h.claim("c1");
   h.abort("intruder", a);
   EXPECT_TRUE(h.can_continue("c1", a));
+  EXPECT_TRUE(h.registry.is_live(a));
   h.abort("c1", a);
   EXPECT_FALSE(h.can_continue("c1", a));
+  EXPECT_FALSE(h.registry.is_live(a));  // the OpenAI route drops a tracker it made after this
   ASSERT_EQ(h.closed.size(), 1u);
   EXPECT_EQ(h.closed[0].how, EpisodeEnd::kAborted);
   EXPECT_EQ(buffer_uuids(h.registry, "registered").size(), 2u);  // slot back in the pool
