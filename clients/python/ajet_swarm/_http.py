@@ -20,9 +20,10 @@ from .errors import SwarmConnectionError
 
 # Errors that mean "the kept-alive connection was dead before we used it" (upstream's list of
 # "broken pipe", "connection reset", ... messages that make it refresh its client).
+# Not BadStatusLine in general: that means some bytes of an answer came, so the request was served
+# (a repeat could claim twice); RemoteDisconnected, its subclass, is the idle close.
 _STALE_CONNECTION_ERRORS = (
     http.client.RemoteDisconnected,
-    http.client.BadStatusLine,
     BrokenPipeError,
     ConnectionResetError,
     ConnectionAbortedError,

@@ -12,7 +12,7 @@ or from a job: `RouterTaskReader.from_job(job)` (its `ajet.task_reader` block), 
 
 Types: `jsonl_dataset_file` (one JSON object per line; `main_query`, `task_id`, `init_messages`,
 `env_type`, `metadata` as upstream reads them: a line without `metadata` keeps the whole line as the
-metadata, one without `task_id` gets `task_<line index>`) and `random_dummy` (1000 tasks "0".."999",
+metadata, one without `task_id` (or with null) gets `task_<n>`, n its position among the tasks) and `random_dummy` (1000 tasks "0".."999",
 upstream's dummy set). `huggingface_dat_repo`, `env_service`, `data_generation` and `tracing` need
 upstream's third-party packages and are refused with an ImportError saying how to convert the data to
 JSONL instead.
@@ -85,7 +85,8 @@ class JsonlTaskReader:
                     tasks.append(Task(
                         main_query=data.get("main_query", "[not defined]"),
                         init_messages=data.get("init_messages", []),
-                        task_id=str(data.get("task_id", f"task_{len(tasks)}")),
+                        # null is no id too (not the group "None" of every such line)
+                        task_id=str(data["task_id"]) if data.get("task_id") is not None else f"task_{len(tasks)}",
                         env_type=data.get("env_type", "no_env"),
                         metadata=data.get("metadata", data),
                     ))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import random
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, Iterator, Optional, Union
@@ -53,9 +54,12 @@ class WorkflowOutput:
         if isinstance(self.reward, (list, tuple)):
             raise ValueError("WorkflowOutput.reward must be one number: step rewards (a list) are not supported "
                              "(as in upstream AgentJet)")
+        reward = float(self.reward)
+        if not math.isfinite(reward):  # json.dumps would send NaN, which no JSON parser takes
+            raise ValueError(f"WorkflowOutput.reward must be a finite number, got {reward}")
         metadata = dict(self.metadata)
         metadata["task_id"] = task_id
-        out: Dict[str, Any] = {"reward": float(self.reward), "metadata": metadata}
+        out: Dict[str, Any] = {"reward": reward, "metadata": metadata}
         if self.is_success is not None:
             out["is_success"] = bool(self.is_success)
         if self.log_metrics:

@@ -109,6 +109,12 @@ class DataTest(unittest.TestCase):
         self.assertEqual(config_text(b"ajet: {}\n"), "ajet: {}\n")
         self.assertEqual(config_text("ajet: {model: {path: x.yaml}}"), "ajet: {model: {path: x.yaml}}")
 
+    def test_a_reward_that_is_not_finite_is_refused_before_it_is_sent(self):
+        # json.dumps wrote NaN, which the server could only answer as a JSON syntax error.
+        for bad in (float("nan"), float("inf")):
+            with self.assertRaisesRegex(ValueError, "finite"):
+                WorkflowOutput(reward=bad).to_json("t")
+
     def test_workflow_output_coercion_and_task_ids(self):
         self.assertEqual(WorkflowOutput.coerce(1).to_json("t"), {"reward": 1.0, "metadata": {"task_id": "t"}})
         out = WorkflowOutput.coerce({"reward": 0.5, "is_success": True, "metadata": {"k": 1}, "log_metrics": {"m": 2}})

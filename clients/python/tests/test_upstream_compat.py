@@ -523,18 +523,19 @@ class TaskReaderTest(unittest.TestCase):
             with open(path, "w") as f:
                 f.write(json.dumps({"main_query": "q1", "task_id": 7, "metadata": {"answer": "42"}}) + "\n\n")
                 f.write(json.dumps({"question": "raw"}) + "\n")
+                f.write(json.dumps({"main_query": "q3", "task_id": None}) + "\n")  # was the group "None"
             config = AjetTaskReader(jsonl_dataset_file=JsonlDatasetFile(training=JsonlTrainingFp(file_path=path)))
             reader = RouterTaskReader(reader_type="jsonl_dataset_file", reader_config=config, seed=1)
             tasks = sorted(reader.get_training_tasks(), key=lambda t: t.task_id)
             self.assertEqual([(t.task_id, t.main_query, t.env_type) for t in tasks],
-                             [("7", "q1", "no_env"), ("task_1", "[not defined]", "no_env")])
+                             [("7", "q1", "no_env"), ("task_1", "[not defined]", "no_env"), ("task_2", "q3", "no_env")])
             self.assertEqual(tasks[0].metadata, {"answer": "42"})
             self.assertEqual(tasks[1].metadata, {"question": "raw"})  # no metadata: the whole line
-            self.assertEqual(sorted(t.task_id for t in reader.generate_training_tasks()), ["7", "task_1"])
+            self.assertEqual(sorted(t.task_id for t in reader.generate_training_tasks()), ["7", "task_1", "task_2"])
             job = AgentJetJob().set_data("jsonl", path)
-            self.assertEqual(len(RouterTaskReader.from_job(job).get_validation_tasks()), 2)
+            self.assertEqual(len(RouterTaskReader.from_job(job).get_validation_tasks()), 3)
             self.assertEqual(len(RouterTaskReader(job.config.ajet.task_reader.type,
-                                                  job.config.ajet.task_reader).get_training_tasks()), 2)
+                                                  job.config.ajet.task_reader).get_training_tasks()), 3)
             with open(path, "w") as f:
                 f.write("{not json\n")
             with self.assertRaisesRegex(ValueError, "line 1"):
