@@ -82,15 +82,17 @@ std::string sse_event(std::string_view data, std::string_view event) {
     out += event;
     out += '\n';
   }
-  // Every line of the payload is its own data: field; the parser joins them back with '\n'.
+  // Every line of the payload is its own data: field; the parser joins them back with '\n'. A line
+  // ends at LF, CR or CRLF, as SSE parsers read it: a bare CR split nowhere would end the data: line
+  // early there and let the rest read as a field of its own (another event's name, an id).
   size_t start = 0;
   for (;;) {
-    size_t nl = data.find('\n', start);
+    size_t nl = data.find_first_of("\r\n", start);
     out += "data: ";
     out += data.substr(start, nl == std::string_view::npos ? std::string_view::npos : nl - start);
     out += '\n';
     if (nl == std::string_view::npos) break;
-    start = nl + 1;
+    start = nl + (data[nl] == '\r' && nl + 1 < data.size() && data[nl + 1] == '\n' ? 2 : 1);
   }
   out += '\n';
   return out;

@@ -100,6 +100,21 @@ TEST(HttpSse, EventsRoundTripThroughTheParserInAnySplit) {
   }
 }
 
+// A bare CR in the payload ends a line for every SSE parser: it must not let the rest of the payload
+// read as fields of its own (here an event name and an id the payload never set).
+TEST(HttpSse, CarriageReturnsInThePayloadCannotInjectFields) {
+  SseParser parser;
+  std::vector<SseEvent> events;
+  parser.feed(sse_event("a\revent: evil\r\nid: 9\rb"), [&](const SseEvent& e) {
+    events.push_back(e);
+    return true;
+  });
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].event, "");
+  EXPECT_EQ(events[0].id, "");
+  EXPECT_EQ(events[0].data, "a\nevent: evil\nid: 9\nb");  // every line kept, as data
+}
+
 TEST(HttpSse, ParserStopsWhenTheCallbackSaysSo) {
   SseParser parser;
   int seen = 0;
