@@ -99,7 +99,8 @@ class Transport:
         self._all: list = []
 
     def __del__(self) -> None:
-        self.close_all()
+        if hasattr(self, "_all_lock"):  # not when __init__ raised (a malformed URL)
+            self.close_all()
 
     def close_all(self) -> None:
         """Closes every thread's connection (a thread that sends again opens a new one)."""

@@ -536,6 +536,21 @@ class TransportTest(unittest.TestCase):
         self.assertEqual(t.request("GET", "/x").status, 200)  # and works on after
 
 
+    def test_a_transport_whose_url_was_refused_is_collected_quietly(self):
+        import gc
+        import sys
+        from ajet_swarm._http import Transport
+        raised = []
+        saved, sys.unraisablehook = sys.unraisablehook, raised.append
+        try:
+            with self.assertRaises(ValueError):
+                Transport("ftp://x")
+            gc.collect()
+        finally:
+            sys.unraisablehook = saved
+        self.assertEqual(raised, [])  # __del__ used to raise AttributeError (no _all_lock yet)
+
+
 class AdminTokensTest(unittest.TestCase):
     """$AJET_ADMIN_TOKENS gives each server its own token; $AJET_ADMIN_TOKEN is the fallback."""
 
