@@ -179,7 +179,10 @@ class Transport:
         conn = self._local.conn
         self._local.conn = None
         self._forget(conn)  # the stream closes it; it may be read on after this thread ended
-        return Response(resp.status, headers_out), _sse_events(resp, conn)
+        events = _sse_events(resp, conn)
+        # A generator dropped before its first next() never runs its finally: close the connection then.
+        weakref.finalize(events, _close_quietly, conn)
+        return Response(resp.status, headers_out), events
 
     def url(self, path: str) -> str:
         return self.endpoint.origin() + self.endpoint.prefix + path

@@ -536,6 +536,38 @@ class TransportTest(unittest.TestCase):
         self.assertEqual(t.request("GET", "/x").status, 200)  # and works on after
 
 
+    def test_an_event_stream_dropped_before_its_first_event_closes_its_connection(self):
+        # The generator's finally never runs when it is never started: the socket stayed open.
+        import gc
+        from ajet_swarm._http import Transport
+
+        class Events(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                self.wfile.write(b"b\r\ndata: hi\n\n\r\n")
+                self.wfile.flush()
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Events)
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+        self.addCleanup(server.server_close)
+        self.addCleanup(server.shutdown)
+        t = Transport(f"http://127.0.0.1:{server.server_address[1]}")
+        _, events = t.stream_sse("/x", {})
+        conn = events.gi_frame.f_locals["conn"]
+        self.assertIsNotNone(conn.sock)
+        del events
+        gc.collect()
+        self.assertIsNone(conn.sock)
+
     def test_a_transport_whose_url_was_refused_is_collected_quietly(self):
         import gc
         import sys
