@@ -8,8 +8,11 @@ namespace ajet::swarm {
 void VerboseLog::add(std::string tag, std::string message, bool mirror) {
   // Messages quote what requests said; each is kept to kMaxMessageBytes so the ring's size is bounded.
   if (message.size() > kMaxMessageBytes) {
-    const size_t cut = message.size() - kMaxMessageBytes;
-    message.resize(kMaxMessageBytes);
+    // Cut on a character boundary: to_json's dump refuses invalid UTF-8.
+    size_t keep = kMaxMessageBytes;
+    while (keep > 0 && (static_cast<uint8_t>(message[keep]) & 0xC0) == 0x80) --keep;
+    const size_t cut = message.size() - keep;
+    message.resize(keep);
     message += "… (" + std::to_string(cut) + " more bytes)";
   }
   if (mirror) log().info("[{}] {}", tag, message);

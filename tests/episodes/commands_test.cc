@@ -2,6 +2,7 @@
 
 #include "common/error.h"
 #include "episodes/commands.h"
+#include "episodes/verbose_log.h"
 
 namespace ajet::swarm {
 namespace {
@@ -105,6 +106,20 @@ TEST(CommandParsing, OverlongIdsAreRefusedNamingTheField) {
     ClaimRequest::from_json(Json{{"client_uuid", "c"},
                                  {"throttle_policy", {{"current_task_id", std::string(kMaxTaskIdBytes + 1, 't')}}}});
   }, "current_task_id");
+}
+
+// Lines quote what requests said: each is kept to kMaxMessageBytes, cut on a UTF-8 character
+// boundary so that GET /get_verbose_logs can still dump them.
+TEST(VerboseLogLines, LongLinesAreCutOnACharacterBoundary) {
+  VerboseLog log;
+  const size_t limit = VerboseLog::kMaxMessageBytes;
+  log.add("t", std::string(limit - 1, 'a') + "\xC3\xA9" + std::string(100, 'b'), false);  // é straddles the limit
+  const Json dumped = Json::parse(log.to_json().dump());
+  const std::string line = dumped["entries"][0]["message"].get<std::string>();
+  EXPECT_EQ(line.substr(0, limit - 1), std::string(limit - 1, 'a'));
+  EXPECT_NE(line.find("(102 more bytes)"), std::string::npos) << line.substr(limit - 1);
+  log.add("t", "short", false);
+  EXPECT_EQ(log.to_json()["entries"][1]["message"], "short");
 }
 
 TEST(ResponseBodies, UpstreamFieldNames) {
