@@ -136,13 +136,16 @@ rpc::TrainBatch build_train_batch(const BatchSamples& samples) {
   return t;
 }
 
-std::vector<rpc::TrainBatch> split_train_batch(const rpc::TrainBatch& request, int world_size,
-                                               const train::AdvantageOptions& advantage) {
-  const std::vector<train::Batch> parts = train::split_batch(train::batch_from_rpc(request), world_size, advantage);
+namespace {
+
+// split_train_batch on the request's samples, already converted, and its meta.
+std::vector<rpc::TrainBatch> split_converted(const train::Batch& whole, const Json& meta, int world_size,
+                                             const train::AdvantageOptions& advantage) {
+  const std::vector<train::Batch> parts = train::split_batch(whole, world_size, advantage);
   std::vector<rpc::TrainBatch> out;
   for (size_t r = 0; r < parts.size(); ++r) {
     rpc::TrainBatch part = train::batch_to_rpc(parts[r]);
-    part.meta = request.meta.is_object() ? request.meta : Json::object();
+    part.meta = meta.is_object() ? meta : Json::object();
     part.meta["rank"] = r;
     part.meta["world_size"] = world_size;
     out.push_back(std::move(part));
@@ -150,7 +153,14 @@ std::vector<rpc::TrainBatch> split_train_batch(const rpc::TrainBatch& request, i
   return out;
 }
 
-void whole_batch_metrics(const rpc::TrainBatch& request, const train::AdvantageOptions& advantage,
+}  // namespace
+
+std::vector<rpc::TrainBatch> split_train_batch(const rpc::TrainBatch& request, int world_size,
+                                               const train::AdvantageOptions& advantage) {
+  return split_converted(train::batch_from_rpc(request), request.meta, world_size, advantage);
+}
+
+void whole_batch_metrics(const train::Batch& whole, const train::AdvantageOptions& advantage,
                          const std::vector<Json>& replies, Json& metrics) {
   // Each rank's advantage means are over its trained samples: weighted by their counts, the batch's.
   double samples = 0, mean = 0, abs_mean = 0;
@@ -166,7 +176,6 @@ void whole_batch_metrics(const rpc::TrainBatch& request, const train::AdvantageO
   }
   // Rewards and groups over every episode, as one rank reports them (the split may give a group's
   // episodes to several ranks, e.g. under REINFORCE++, whose ranks receive advantages, not rewards).
-  const train::Batch whole = train::batch_from_rpc(request);
   if (whole.has_advantages()) return;  // the caller's advantages: no rewards to report
   const train::EpisodeIndex episodes = train::index_episodes(whole);
   const train::AdvantageResult r = train::compute_advantages(episodes.rewards, episodes.groups, advantage);
@@ -180,7 +189,8 @@ void whole_batch_metrics(const rpc::TrainBatch& request, const train::AdvantageO
 Json BatchRunner::train_on_ranks(const std::vector<std::shared_ptr<rpc::Client>>& ranks, const rpc::TrainBatch& request,
                                  const TrainSettings& settings) {
   const int world = int(ranks.size());
-  std::vector<rpc::TrainBatch> parts = split_train_batch(request, world, settings.advantage);
+  const train::Batch whole = train::batch_from_rpc(request);  // once, for the split and the metrics
+  std::vector<rpc::TrainBatch> parts = split_converted(whole, request.meta, world, settings.advantage);
   // One thread per rank: each call blocks until its rank finished the step, and the ranks only finish
   // together (their all-reduces wait for each other).
   std::vector<std::future<Json>> calls;
@@ -211,7 +221,7 @@ Json BatchRunner::train_on_ranks(const std::vector<std::shared_ptr<rpc::Client>>
     for (const Json& reply : replies) sum += reply.value(key, int64_t(0));
     metrics[key] = sum;
   }
-  whole_batch_metrics(request, settings.advantage, replies, metrics);
+  whole_batch_metrics(whole, settings.advantage, replies, metrics);
   for (int r = 0; r < world; ++r) {
     const Json& reply = replies[size_t(r)];
     per_rank.push_back(Json{{"rank", r},

@@ -32,6 +32,7 @@
 #include "rpc/messages.h"
 #include "tracking/merge.h"
 #include "train_data/advantage.h"
+#include "train_data/batch.h"
 
 namespace ajet::store {
 class Store;
@@ -80,10 +81,11 @@ rpc::TrainBatch build_train_batch(const BatchSamples& samples);
 std::vector<rpc::TrainBatch> split_train_batch(const rpc::TrainBatch& request, int world_size,
                                                const train::AdvantageOptions& advantage);
 
-// The step metrics of `world_size` ranks' replies, as one rank would report them for `request`: into
-// `metrics` (rank 0's reply) go the advantage means over every rank's trained samples and the reward
-// mean, group and zero-variance-group counts of the whole batch.
-void whole_batch_metrics(const rpc::TrainBatch& request, const train::AdvantageOptions& advantage,
+// The step metrics of the ranks' replies, as one rank would report them for the batch `whole` (the
+// request's samples, train::batch_from_rpc): into `metrics` (rank 0's reply) go the advantage means
+// over every rank's trained samples and the reward mean, group and zero-variance-group counts of the
+// whole batch.
+void whole_batch_metrics(const train::Batch& whole, const train::AdvantageOptions& advantage,
                          const std::vector<Json>& replies, Json& metrics);
 
 class BatchRunner {

@@ -108,7 +108,7 @@ TEST(SplitTrainBatch, StepMetricsCoverEveryRank) {
         Json{{"samples", 3}, {"advantage_mean", 0.5}, {"advantage_abs_mean", 1.0}, {"reward_mean", 0.0}, {"groups", 0}},
         Json{{"samples", 1}, {"advantage_mean", -0.5}, {"advantage_abs_mean", 2.0}}};
     Json metrics = replies[0];
-    whole_batch_metrics(request(), o, replies, metrics);
+    whole_batch_metrics(train::batch_from_rpc(request()), o, replies, metrics);
     EXPECT_DOUBLE_EQ(metrics["advantage_mean"].get<double>(), (3 * 0.5 - 0.5) / 4);
     EXPECT_DOUBLE_EQ(metrics["advantage_abs_mean"].get<double>(), (3 * 1.0 + 2.0) / 4);
     EXPECT_DOUBLE_EQ(metrics["reward_mean"].get<double>(), 2.5 / 5);  // rewards 1, 0, 1, 0, 0.5
