@@ -2,6 +2,8 @@
 // stdout once it serves ("ajet-swarm ready: http://HOST:PORT …"; with --port 0 it names the bound
 // port), after what it restored or moved aside and every warning of --conf. A store holding an
 // earlier run needs --resume (continue it) or --fresh (move it aside); without either it exits 2.
+#include <sys/resource.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -13,7 +15,20 @@
 namespace ajet::swarm_cli {
 namespace {
 
+// Servers commonly raise their soft descriptor limit to the hard one: the connection cap
+// (--max-connections 0) is derived from it.
+void raise_open_files_limit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return;
+  limit.rlim_cur = limit.rlim_max;
+  if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) {
+    std::fprintf(stderr, "ajet-swarm: warning: cannot raise the open-files limit to %llu\n",
+                 static_cast<unsigned long long>(limit.rlim_max));
+  }
+}
+
 void run_start(swarm::FrontOptions options) {
+  raise_open_files_limit();
   if (options.admin_token.empty()) {
     if (const char* env = std::getenv("AJET_ADMIN_TOKEN"); env != nullptr) options.admin_token = env;
   }
@@ -76,6 +91,26 @@ const CommandRegistration kStart("start", [](CLI::App& app) {
   cmd->add_option("--max-json-mb", *max_json_mb, "Largest JSON body (MiB; commands and OpenAI requests)")
       ->capture_default_str()
       ->check(CLI::Range(0.001, 4096.0));
+  auto body_memory_mb = std::make_shared<double>(double(options->max_body_memory_bytes >> 20));
+  cmd->add_option("--max-body-memory-mb", *body_memory_mb,
+                  "Request-body MiB all requests together may hold while read and until answered; a request "
+                  "beyond gets 503 + Retry-After before its body is read")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 1048576.0));
+  cmd->add_option("--max-connections", options->max_connections,
+                  "Open HTTP connections at most; at the cap the longest-idle keep-alive connection is closed "
+                  "for a new one (0: the open-files limit minus 64, at most 16384)")
+      ->capture_default_str();
+  auto backlog_mb = std::make_shared<double>(double(options->max_stream_backlog_bytes >> 20));
+  cmd->add_option("--max-stream-backlog-mb", *backlog_mb,
+                  "MiB a streamed answer may queue for a client that reads slower than the engine generates; "
+                  "beyond, the call is cancelled and its generation aborted")
+      ->capture_default_str()
+      ->check(CLI::Range(0.001, 4096.0));
+  cmd->add_option("--max-queued-prompts", options->max_queued_prompts,
+                  "/v1 requests that may wait for the prompt pool; beyond, 503 + Retry-After")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
   cmd->add_option("--engine-boot-timeout", options->engine_boot_timeout_s, "Seconds the engine may take to start")
       ->capture_default_str();
   cmd->add_option("--engine-ranks", options->engine_ranks,
@@ -83,10 +118,12 @@ const CommandRegistration kStart("start", [](CLI::App& app) {
                   "per core) / N threads; rank 0 serves inference, every rank trains its part of each batch")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
-  cmd->callback([options, max_body_mb, max_json_mb] {
+  cmd->callback([options, max_body_mb, max_json_mb, body_memory_mb, backlog_mb] {
     swarm::FrontOptions o = *options;
     o.max_body_bytes = size_t(*max_body_mb * double(1 << 20));
     o.max_json_body_bytes = size_t(*max_json_mb * double(1 << 20));
+    o.max_body_memory_bytes = size_t(*body_memory_mb * double(1 << 20));
+    o.max_stream_backlog_bytes = size_t(*backlog_mb * double(1 << 20));
     run_start(std::move(o));
   });
 });

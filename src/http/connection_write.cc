@@ -85,6 +85,7 @@ Task<bool> Connection::write_stream(Response& response, bool keep_alive, int ver
     stream->cancel();
     co_return false;
   }
+  watch_wanted_ = true;
   start_watch();
   for (;;) {
     auto slot = std::make_shared<Slot<Chunk>>(worker_.gate);
@@ -92,7 +93,7 @@ Task<bool> Connection::write_stream(Response& response, bool keep_alive, int ver
     try {
       stream->next(Deliver(slot));
     } catch (const std::exception& e) {
-      log().error("http: body stream failed: {}", e.what());
+      log().warn("http: body stream to {} cut short: {}", remote_, e.what());
       threw = true;
     } catch (...) {
       log().error("http: body stream threw a non-exception");
@@ -122,14 +123,17 @@ Task<bool> Connection::write_stream(Response& response, bool keep_alive, int ver
       break;
     }
   }
+  watch_wanted_ = false;
   co_await stop_watch();
   co_return ok && chunked && !client_gone_;
 }
 
-// While a stream waits for its producer nobody reads the socket, so a client that leaves would go
-// unnoticed. This read notices: EOF or an error means the client is gone. Bytes that arrive (a
-// pipelined next request) are kept for the parser and end the watch.
+// While a handler works on a request, or a stream waits for its producer, nobody reads the socket,
+// so a client that leaves would go unnoticed. This read notices: EOF or an error means the client is
+// gone (a client that half-closes after its request counts as gone too). Bytes that arrive (a
+// pipelined next request) are kept for the parser and end the watch (await_slot starts another).
 void Connection::start_watch() {
+  if (watching_ || client_gone_) return;
   if (buffer_.size() + kWatchRead > buffer_.max_size()) return;  // pipelined input already fills it
   watching_ = true;
   socket_.async_read_some(buffer_.prepare(kWatchRead), [self = shared_from_this()](error_code ec, size_t n) {

@@ -48,6 +48,28 @@ std::string Headers::get_or(std::string_view name, std::string_view fallback) co
   return std::string(value ? *value : fallback);
 }
 
+void CancelSignal::on_cancel(std::function<void()> fn) {
+  {
+    std::lock_guard lock(mu_);
+    if (!cancelled_.load(std::memory_order_relaxed)) {
+      callbacks_.push_back(std::move(fn));
+      return;
+    }
+  }
+  fn();
+}
+
+void CancelSignal::cancel() {
+  std::vector<std::function<void()>> callbacks;
+  {
+    std::lock_guard lock(mu_);
+    if (cancelled_.load(std::memory_order_relaxed)) return;
+    cancelled_.store(true, std::memory_order_release);
+    callbacks.swap(callbacks_);
+  }
+  for (auto& fn : callbacks) fn();
+}
+
 namespace detail {
 
 template <>

@@ -8,6 +8,7 @@
 #include <initializer_list>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -163,22 +164,68 @@ struct Response {
 
 using Respond = OnceCallback<Response>;
 
-struct Request {
+// What a request says before its body: all a head check (below) may look at.
+struct RequestHead {
   std::string method;                                // as sent: "GET", "POST", …
   std::string target;                                // the raw request-target: "/a/b?x=1"
   std::string path;                                  // target up to '?', not percent-decoded
   std::map<std::string, std::string> query;          // decoded query parameters (last one wins)
-  std::map<std::string, std::string> path_params;    // filled by Router from `{name}` segments
   Headers headers;
-  std::string body;
   std::string remote_address;                        // "127.0.0.1:53422"
   int version = 11;                                  // 10 or 11 (HTTP/1.0, HTTP/1.1)
+};
+
+// Fired once when the client of a request in flight hangs up (or the server closes its connection
+// before the answer was written): a handler that works long for it (an engine call) stops then.
+// Thread-safe. cancel() runs the callbacks on its own thread (the server's: an I/O thread), so a
+// callback must not block: signal the worker and return.
+class CancelSignal {
+ public:
+  bool cancelled() const { return cancelled_.load(std::memory_order_acquire); }
+  // Runs `fn` once the signal fires: later, or at once on this thread when it already has.
+  void on_cancel(std::function<void()> fn);
+  void cancel();  // idempotent
+
+ private:
+  std::atomic<bool> cancelled_{false};
+  std::mutex mu_;
+  std::vector<std::function<void()>> callbacks_;
+};
+
+struct Request : RequestHead {
+  std::map<std::string, std::string> path_params;    // filled by Router from `{name}` segments
+  std::string body;
+  // Set by the server for every request it hands to a handler (null elsewhere, e.g. in unit tests).
+  std::shared_ptr<CancelSignal> cancel;
 };
 
 // Handlers run on an I/O thread and must not block: answer now or later (from any thread) by
 // calling respond exactly once. A handler that throws before responding gets an error response
 // (ajet::Error → its status, anything else → 500); the server keeps serving.
 using Handler = std::function<void(Request request, Respond respond)>;
+
+// The error body a route gives for the errors the server makes on its behalf while reading its
+// request (413 body too large, 503 too many body bytes held): its API's own error shape.
+using ErrorShape = std::function<Response(int status, const std::string& message, const std::string& code)>;
+
+// How the server reads one route's request bodies; shared, built once per route.
+struct BodyRules {
+  std::optional<size_t> max_body_bytes;  // nullopt: the server's max_body_bytes
+  std::string limit_name;  // named in the 413 with the limit: how to change it ("--max-json-mb")
+  ErrorShape error_shape;  // null: error_response's OpenAI shape
+};
+
+// The verdict on a request's head, given before its body is read (and before `Expect:
+// 100-continue` is answered): either an answer now (the body, if any, is never read and the
+// connection closes after the answer) or the rules to read the body by (null: the server's own
+// max_body_bytes and error shape).
+struct HeadVerdict {
+  std::optional<Response> answer;
+  std::shared_ptr<const BodyRules> body;
+};
+// Runs on an I/O thread for every request, so it must be quick and must not block. It may throw:
+// ajet::Error → its status, anything else → 500, both answered at once.
+using HeadCheck = std::function<HeadVerdict(const RequestHead& head)>;
 
 namespace detail {
 template <>

@@ -63,17 +63,27 @@ std::optional<Response> transfer_coding_error(const RequestParser::value_type& h
   return std::nullopt;
 }
 
-bool take_request(RequestParser& parser, Request& request) {
-  auto message = parser.release();
-  request.method.assign(message.method_string());
-  request.target.assign(message.target());
-  split_target(request.target, request.path, request.query);
-  for (const auto& field : message) {
-    request.headers.add(std::string(field.name_string()), std::string(field.value()));
+RequestHead make_head(const RequestParser::value_type& header) {
+  RequestHead head;
+  head.method.assign(header.method_string());
+  head.target.assign(header.target());
+  split_target(head.target, head.path, head.query);
+  for (const auto& field : header) {
+    head.headers.add(std::string(field.name_string()), std::string(field.value()));
   }
-  request.body = std::move(message.body());
-  request.version = message.version();
+  head.version = header.version();
+  return head;
+}
+
+bool take_body(RequestParser& parser, std::string& body) {
+  auto message = parser.release();
+  body = std::move(message.body());
   return message.keep_alive();
+}
+
+bool take_request(RequestParser& parser, Request& request) {
+  static_cast<RequestHead&>(request) = make_head(parser.get());
+  return take_body(parser, request.body);
 }
 
 }  // namespace ajet::http

@@ -22,8 +22,14 @@ void limit_parser(RequestParser& parser, size_t max_header_bytes, size_t max_bod
 // after such a header would otherwise be read as the next request (request smuggling).
 std::optional<Response> transfer_coding_error(const RequestParser::value_type& header);
 
-// Moves the finished request out of `parser` (which must be done) into `request`, all but
-// remote_address; returns whether the connection may stay open after the answer.
+// The head of a request whose header is parsed (parser.is_header_done()), all but remote_address.
+RequestHead make_head(const RequestParser::value_type& header);
+
+// Moves the finished request's body out of `parser` (which must be done) into `body`; returns
+// whether the connection may stay open after the answer.
+bool take_body(RequestParser& parser, std::string& body);
+
+// make_head and take_body in one: the finished request (all but remote_address) into `request`.
 bool take_request(RequestParser& parser, Request& request);
 
 }  // namespace ajet::http

@@ -108,9 +108,9 @@ bool is_param(std::string_view segment) {
 
 }  // namespace
 
-const Handler* Router::Methods::find(std::string_view method) const {
-  for (const auto& [m, handler] : handlers) {
-    if (m == method) return &handler;
+const Router::Route* Router::Methods::find(std::string_view method) const {
+  for (const Route& route : routes) {
+    if (route.method == method) return &route;
   }
   if (method == "HEAD") return find("GET");
   return nullptr;
@@ -118,14 +118,14 @@ const Handler* Router::Methods::find(std::string_view method) const {
 
 std::string Router::Methods::allow() const {
   std::string out;
-  for (const auto& [m, handler] : handlers) {
+  for (const Route& route : routes) {
     if (!out.empty()) out += ", ";
-    out += m;
+    out += route.method;
   }
   return out;
 }
 
-Router& Router::add(std::string_view method, std::string_view pattern, Handler handler) {
+Router& Router::add(std::string_view method, std::string_view pattern, Handler handler, RouteOptions options) {
   if (pattern.empty() || pattern.front() != '/') {
     invalid_argument("route pattern '" + std::string(pattern) + "' must start with '/'");
   }
@@ -156,26 +156,91 @@ Router& Router::add(std::string_view method, std::string_view pattern, Handler h
       methods = &patterns_.back().methods;
     }
   }
-  for (const auto& [m, h] : methods->handlers) {
-    if (m == method) {
+  for (const Route& route : methods->routes) {
+    if (route.method == method) {
       invalid_argument("route " + std::string(method) + " " + std::string(pattern) + " is registered twice");
     }
   }
-  methods->handlers.emplace_back(std::string(method), std::move(handler));
+  std::shared_ptr<const BodyRules> body = body_rules(options);
+  methods->routes.push_back(Route{std::string(method), std::move(handler), std::move(options), std::move(body)});
   return *this;
 }
 
+Router& Router::set_defaults(RouteOptions defaults) {
+  defaults_ = std::move(defaults);
+  rebuild_body_rules();
+  return *this;
+}
+
+std::shared_ptr<const BodyRules> Router::body_rules(const RouteOptions& options) const {
+  const RouteOptions& limit = options.max_body_bytes ? options : defaults_;
+  const ErrorShape& shape = options.error_shape ? options.error_shape : defaults_.error_shape;
+  if (!limit.max_body_bytes && !shape) return nullptr;  // the server's own rules
+  auto rules = std::make_shared<BodyRules>();
+  rules->max_body_bytes = limit.max_body_bytes;
+  rules->limit_name = limit.limit_name;
+  rules->error_shape = shape;
+  return rules;
+}
+
+void Router::rebuild_body_rules() {
+  for (auto& [path, methods] : exact_) {
+    for (Route& route : methods.routes) route.body = body_rules(route.options);
+  }
+  for (Pattern& p : patterns_) {
+    for (Route& route : p.methods.routes) route.body = body_rules(route.options);
+  }
+}
+
+namespace {
+
+Response method_not_allowed(std::string_view method, std::string_view path, const std::string& allow) {
+  Response response = error_response(405,
+                                     "method " + std::string(method) + " is not allowed on " + std::string(path) +
+                                         " (allowed: " + allow + ")",
+                                     "invalid_request_error", "method_not_allowed");
+  response.headers.add("Allow", allow);
+  return response;
+}
+
+Response no_route(std::string_view method, std::string_view path) {
+  return error_response(404, "no route for " + std::string(method) + " " + std::string(path), "not_found_error",
+                        "not_found");
+}
+
+}  // namespace
+
 void Router::dispatch(const Methods& methods, Request request, Respond respond) {
-  const Handler* handler = methods.find(request.method);
-  if (!handler) {
-    Response response = error_response(
-        405, "method " + request.method + " is not allowed on " + request.path + " (allowed: " + methods.allow() + ")",
-        "invalid_request_error", "method_not_allowed");
-    response.headers.add("Allow", methods.allow());
-    respond(std::move(response));
+  const Route* route = methods.find(request.method);
+  if (!route) {
+    respond(method_not_allowed(request.method, request.path, methods.allow()));
     return;
   }
-  (*handler)(std::move(request), std::move(respond));
+  route->handler(std::move(request), std::move(respond));
+}
+
+HeadVerdict Router::check_head(const RequestHead& head) const {
+  auto [methods, pattern] = match(head.path, nullptr);
+  if (!methods) return answered_at_head(pattern, head.method, no_route(head.method, head.path));
+  const Route* route = methods->find(head.method);
+  if (!route) return answered_at_head(pattern, head.method, method_not_allowed(head.method, head.path, methods->allow()));
+  if (route->options.check_head) {
+    std::optional<Response> answer;
+    try {
+      answer = route->options.check_head(head);
+    } catch (const Error& e) {
+      answer = error_response(e);
+    } catch (const std::exception& e) {
+      answer = error_response(500, std::string("internal error: ") + e.what(), "server_error", "internal");
+    }
+    if (answer) return answered_at_head(pattern, head.method, std::move(*answer));
+  }
+  return HeadVerdict{std::nullopt, route->body};
+}
+
+HeadVerdict Router::answered_at_head(std::string_view route, std::string_view method, Response response) const {
+  if (observer_) (*observer_)(RouteOutcome{route, method, response.status, {}});
+  return HeadVerdict{std::move(response), nullptr};
 }
 
 Router& Router::observe(RouteObserver observer) {
@@ -184,10 +249,11 @@ Router& Router::observe(RouteObserver observer) {
   return *this;
 }
 
-std::pair<const Router::Methods*, std::string_view> Router::match(Request& request) const {
-  if (auto it = exact_.find(request.path); it != exact_.end()) return {&it->second, it->first};
+std::pair<const Router::Methods*, std::string_view> Router::match(std::string_view path,
+                                                                  std::map<std::string, std::string>* params) const {
+  if (auto it = exact_.find(path); it != exact_.end()) return {&it->second, it->first};
   if (!patterns_.empty()) {
-    std::vector<std::string_view> segments = split_path(request.path);
+    std::vector<std::string_view> segments = split_path(path);
     for (const Pattern& p : patterns_) {
       if (p.segments.size() != segments.size()) continue;
       bool matches = true;
@@ -196,11 +262,9 @@ std::pair<const Router::Methods*, std::string_view> Router::match(Request& reque
         matches = is_param(want) ? !segments[i].empty() : want == segments[i];
       }
       if (!matches) continue;
-      for (size_t i = 0; i < segments.size(); ++i) {
+      for (size_t i = 0; i < segments.size() && params; ++i) {
         const std::string& want = p.segments[i];
-        if (is_param(want)) {
-          request.path_params[want.substr(1, want.size() - 2)] = percent_decode(segments[i], false);
-        }
+        if (is_param(want)) (*params)[want.substr(1, want.size() - 2)] = percent_decode(segments[i], false);
       }
       return {&p.methods, p.text};
     }
@@ -209,13 +273,13 @@ std::pair<const Router::Methods*, std::string_view> Router::match(Request& reque
 }
 
 void Router::operator()(Request request, Respond respond) const {
-  auto [methods, route] = match(request);
+  auto [methods, route] = match(request.path, &request.path_params);
   if (observer_) {
     observed(methods, route, std::move(request), std::move(respond));
   } else if (methods) {
     dispatch(*methods, std::move(request), std::move(respond));
   } else {
-    respond(error_response(404, "no route for " + request.method + " " + request.path, "not_found_error", "not_found"));
+    respond(no_route(request.method, request.path));
   }
 }
 
@@ -225,7 +289,7 @@ void Router::observed(const Methods* methods, std::string_view route, Request re
   // unwinds: the exception's answer is given below, as the server would give it (connection.cc).
   Respond reported(std::make_shared<ReportedRespond>(std::move(respond), std::move(report)));
   if (!methods) {
-    reported(error_response(404, "no route for " + request.method + " " + request.path, "not_found_error", "not_found"));
+    reported(no_route(request.method, request.path));
     return;
   }
   try {

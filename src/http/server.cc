@@ -2,6 +2,8 @@
 // connection.cc; the shared internals and the threading model are described in server_internal.h.
 #include "http/server.h"
 
+#include <sys/resource.h>
+
 #include <cerrno>
 #include <csignal>
 #include <latch>
@@ -35,9 +37,22 @@ struct HttpServer::Impl {
 
   Worker& main() { return *workers.front(); }
 
+  // Round-robin, skipping workers at their share of max_connections while another has room (the one
+  // chosen at the cap sheds or refuses: admit()).
+  Worker& pick_worker() {
+    for (size_t i = 0; i < workers.size(); ++i) {
+      Worker& w = *workers[(next_worker + i) % workers.size()];
+      if (w.assigned.load(std::memory_order_relaxed) < core.worker_share) {
+        next_worker += i + 1;
+        return w;
+      }
+    }
+    return *workers[next_worker++ % workers.size()];
+  }
+
   Task<void> accept_loop() {
     for (;;) {
-      Worker& worker = *workers[next_worker++ % workers.size()];
+      Worker& worker = pick_worker();
       auto [ec, socket] = co_await acceptor->async_accept(worker.ioc, kNoThrow);
       if (core.stopping.load() || !acceptor->is_open()) co_return;
       if (ec) {
@@ -53,8 +68,10 @@ struct HttpServer::Impl {
       socket.set_option(tcp::no_delay(true), ignored);
       core.accepted.fetch_add(1, std::memory_order_relaxed);
       core.live.fetch_add(1);
-      auto connection = std::make_shared<Connection>(core, worker, std::move(socket));
-      asio::co_spawn(worker.ioc, Connection::run(std::move(connection)), asio::detached);
+      worker.assigned.fetch_add(1, std::memory_order_relaxed);
+      asio::post(worker.ioc, [this, w = &worker, s = std::make_shared<Socket>(std::move(socket))]() mutable {
+        admit(core, *w, std::move(*s));
+      });
     }
   }
 
@@ -128,12 +145,35 @@ struct HttpServer::Impl {
   }
 };
 
-HttpServer::HttpServer(ServerOptions options, Handler handler) : impl_(std::make_unique<Impl>()) {
+size_t default_max_connections() {
+  constexpr rlim_t kReserve = 64;  // the store, the engine's sockets, subprocess pipes, log files
+  constexpr rlim_t kMost = 16384;
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return size_t(kMost);
+  if (limit.rlim_cur <= 2 * kReserve) return size_t(std::max<rlim_t>(limit.rlim_cur / 2, 1));
+  return size_t(std::min(limit.rlim_cur - kReserve, kMost));
+}
+
+HttpServer::HttpServer(ServerOptions options, Router router)
+    : HttpServer(std::move(options), std::make_shared<const Router>(std::move(router))) {}
+
+HttpServer::HttpServer(ServerOptions options, std::shared_ptr<const Router> router)
+    : HttpServer(
+          std::move(options),
+          [router](Request request, Respond respond) { (*router)(std::move(request), std::move(respond)); },
+          [router](const RequestHead& head) { return router->check_head(head); }) {}
+
+HttpServer::HttpServer(ServerOptions options, Handler handler, HeadCheck check) : impl_(std::make_unique<Impl>()) {
   Impl& s = *impl_;
   if (!handler) invalid_argument("HttpServer needs a handler");
   if (options.io_threads < 1) invalid_argument("ServerOptions.io_threads must be >= 1");
   s.core.options = std::move(options);
   s.core.handler = std::move(handler);
+  s.core.head_check = std::move(check);
+  s.core.max_connections =
+      s.core.options.max_connections > 0 ? s.core.options.max_connections : default_max_connections();
+  const size_t threads = size_t(s.core.options.io_threads);
+  s.core.worker_share = std::max<size_t>((s.core.max_connections + threads - 1) / threads, 1);
   s.core.on_drained = [&s] { s.on_drained(); };
   for (int i = 0; i < s.core.options.io_threads; ++i) {
     s.workers.push_back(std::make_unique<Worker>());
@@ -249,7 +289,13 @@ ServerStats HttpServer::stats() const {
   ServerStats out;
   out.connections_accepted = core.accepted.load();
   out.connections_open = static_cast<uint64_t>(std::max<int64_t>(core.live.load(), 0));
+  out.connections_shed = core.shed.load();
+  out.connections_refused = core.refused.load();
+  out.max_connections = core.max_connections;
   out.requests = core.requests.load();
+  out.answered_at_head = core.answered_at_head.load();
+  out.body_bytes_read = core.body_bytes_read.load();
+  out.body_bytes_held = core.body_bytes_held.load();
   return out;
 }
 

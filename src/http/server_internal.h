@@ -69,6 +69,9 @@ struct Worker {
   std::shared_ptr<Gate> gate = std::make_shared<Gate>(ioc);
   std::unordered_set<Connection*> connections;  // this worker's thread only
   bool stopping = false;                        // this worker's thread only
+  // Connections accepted for this worker and not yet finished (the acceptor's view, for choosing a
+  // worker under its share; `connections` is the exact one, on the worker's thread).
+  std::atomic<size_t> assigned{0};
   std::thread thread;
 };
 
@@ -76,12 +79,39 @@ struct Worker {
 struct Core {
   ServerOptions options;
   Handler handler;
+  HeadCheck head_check;               // null: every request is read with the server's own limits
+  size_t max_connections = 0;         // resolved (never 0)
+  size_t worker_share = 0;            // max_connections / io_threads, rounded up
   std::atomic<uint64_t> accepted{0};
   std::atomic<uint64_t> requests{0};
+  std::atomic<uint64_t> shed{0};
+  std::atomic<uint64_t> refused{0};
+  std::atomic<uint64_t> answered_at_head{0};
+  std::atomic<uint64_t> body_bytes_read{0};
+  std::atomic<size_t> body_bytes_held{0};  // see ServerOptions::max_body_memory_bytes
+  std::atomic<int64_t> refusing{0};  // connections being answered 503 at the cap
   std::atomic<int64_t> live{0};      // connections accepted and not yet finished
   std::atomic<bool> stopping{false};
   std::function<void()> on_drained;  // called once `live` reaches 0 while stopping
+
+  // Takes `bytes` more of the body-memory budget; false (nothing taken) when they do not fit.
+  bool hold_body_bytes(size_t bytes) {
+    size_t held = body_bytes_held.load(std::memory_order_relaxed);
+    do {
+      if (bytes > options.max_body_memory_bytes || held > options.max_body_memory_bytes - bytes) return false;
+    } while (!body_bytes_held.compare_exchange_weak(held, held + bytes, std::memory_order_relaxed));
+    return true;
+  }
+  void release_body_bytes(size_t bytes) { body_bytes_held.fetch_sub(bytes, std::memory_order_relaxed); }
+  // A connection (or a refusal) finished.
+  void connection_done() {
+    if (live.fetch_sub(1) == 1 && stopping.load()) on_drained();
+  }
 };
+
+// Worker thread: takes a freshly accepted socket, making room at the worker's share of
+// max_connections (connection.cc).
+void admit(Core& core, Worker& worker, Socket socket);
 
 // Whether a response with this status carries a body (1xx, 204 and 304 never do).
 bool has_body(int status);
@@ -141,27 +171,53 @@ class Connection : public std::enable_shared_from_this<Connection> {
  public:
   Connection(Core& core, Worker& worker, Socket socket);
 
+  // Registers the connection with its worker (worker thread), before run().
+  void begin();
   // The connection's whole life: requests until close, then deregistration.
   static Task<void> run(std::shared_ptr<Connection> self);
 
   void on_stop();      // worker thread; graceful: idle closes now, busy after its response
   void force_close();  // worker thread; immediate: in-flight work abandoned, streams cancelled
+  void shed();         // worker thread; closed to make room at max_connections (idle or slow header)
   void wake() { signal_.cancel(); }
+
+  // For shedding (worker thread): waiting for a request, or still reading a request's header, and
+  // since when.
+  bool idle() const { return phase_ == Phase::kIdle; }
+  bool reading_header() const { return phase_ == Phase::kReading && parser_ && !parser_->is_header_done(); }
+  Clock::time_point phase_since() const { return phase_since_; }
 
  private:
   enum class Phase { kIdle, kReading, kHandling, kWriting };
 
-  void begin();
+  // One request as read: its head and body, or an answer given from its head alone.
+  struct Incoming {
+    Request request;
+    std::optional<Response> answer;  // answered from the head (a request without a body)
+    bool keep_alive = false;
+    bool close = false;              // the connection is done: rejected and drained, or failed
+  };
+
   void end();
   void close_socket();
   void set_deadline(std::chrono::milliseconds timeout);
   void clear_deadline() { deadline_ = Clock::time_point::max(); }
   void arm_watchdog();
+  void enter(Phase phase);
 
   Task<void> serve();
-  bool parse_buffered(error_code& ec);
-  Task<error_code> read_rest();
-  bool take_request(Request& request);
+  Task<Incoming> read_request();
+  bool parse_buffered(error_code& ec, bool whole_message);
+  Task<error_code> read_header();
+  Task<error_code> read_body();
+  HeadVerdict check_head(const RequestHead& head);
+  size_t body_limit() const;
+  std::optional<Response> admit_body();
+  bool hold_body(size_t total);
+  void release_body();
+  Response body_error(int status, const std::string& message, const std::string& code) const;
+  Response body_too_large(std::optional<uint64_t> declared) const;
+  Response body_memory_full(uint64_t wanted) const;
   Task<void> reject_bad_request(error_code ec);
   Task<void> reject(Response response);
   std::optional<Response> call_handler(Request request, const std::shared_ptr<Slot<Response>>& slot);
@@ -192,11 +248,17 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::string remote_;
   Clock::time_point deadline_;
   Phase phase_ = Phase::kIdle;
+  Clock::time_point phase_since_ = Clock::now();
+  std::shared_ptr<const BodyRules> body_rules_;  // the request being read: its route's (null: the server's)
+  size_t body_held_ = 0;                         // its bytes in Core::body_bytes_held
+  bool body_memory_full_ = false;                // a chunked body outgrew what the budget had left
+  std::shared_ptr<CancelSignal> cancel_;         // the request in flight's, until its answer is written
   bool stopping_ = false;
   bool force_closed_ = false;
   bool timed_out_ = false;
   bool finished_ = false;
-  bool watching_ = false;     // a read that notices a client leaving mid-stream is pending
+  bool watch_wanted_ = false;  // while handling or streaming: keep a watch on the socket
+  bool watching_ = false;      // a read that notices a client leaving is pending
   bool client_gone_ = false;
 };
 
@@ -234,6 +296,7 @@ Task<std::optional<T>> Connection::await_slot(Slot<T>& slot) {
       if (std::optional<T> late = slot.abandon()) cancel_orphan(*late);
       co_return std::nullopt;
     }
+    if (watch_wanted_ && !watching_) start_watch();  // pipelined bytes ended the last watch
     signal_.expires_at(Clock::time_point::max());
     co_await signal_.async_wait(kNoThrow);  // a wake() cancels it; the loop re-checks
   }

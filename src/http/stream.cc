@@ -1,5 +1,7 @@
 #include "http/stream.h"
 
+#include <stdexcept>
+
 namespace ajet::http {
 
 namespace {
@@ -15,12 +17,20 @@ bool ChannelStream::push(std::string chunk) {
       space_.wait(lock, [&] { return queue_.size() < capacity_ || cancelled_ || closed_; });
     }
     if (cancelled_ || closed_) return false;
-    if (!pending_) {
+    if (pending_) {
+      deliver = std::move(pending_);
+      pending_ = Deliver();
+    } else if (max_queued_bytes_ > 0 && !queue_.empty() && queued_bytes_ + chunk.size() > max_queued_bytes_) {
+      overflowed_ = true;  // the reader stopped reading: stop the producer rather than buffer more
+    } else {
+      queued_bytes_ += chunk.size();
       queue_.push_back(std::move(chunk));
       return true;
     }
-    deliver = std::move(pending_);
-    pending_ = Deliver();
+  }
+  if (!deliver) {
+    cancel();
+    return false;
   }
   deliver(std::move(chunk));  // outside the lock: it may post to an I/O thread
   return true;
@@ -53,6 +63,16 @@ size_t ChannelStream::queued() const {
   return queue_.size();
 }
 
+size_t ChannelStream::queued_bytes() const {
+  std::lock_guard lock(mu_);
+  return queued_bytes_;
+}
+
+bool ChannelStream::overflowed() const {
+  std::lock_guard lock(mu_);
+  return overflowed_;
+}
+
 void ChannelStream::on_cancel(std::function<void()> fn) {
   {
     std::lock_guard lock(mu_);
@@ -69,6 +89,10 @@ void ChannelStream::next(Deliver deliver) {
   std::function<void()> finished_cancel;  // destroyed outside the lock
   {
     std::lock_guard lock(mu_);
+    if (overflowed_) {  // cut the body short: a clean end would pass a truncated answer for a whole one
+      throw std::runtime_error("the client read too slowly: more than " + std::to_string(max_queued_bytes_) +
+                               " bytes of the stream waited, so it was cancelled");
+    }
     if (cancelled_) return;  // `deliver` dies unused: the server ends the body
     if (queue_.empty()) {
       if (!closed_) {
@@ -87,6 +111,7 @@ void ChannelStream::next(Deliver deliver) {
         chunk->append(queue_.front());
         queue_.pop_front();
       }
+      queued_bytes_ -= chunk->size();
     }
   }
   space_.notify_all();
@@ -101,6 +126,7 @@ void ChannelStream::cancel() {
     if (cancelled_) return;
     cancelled_ = true;
     queue_.clear();
+    queued_bytes_ = 0;
     dropped = std::move(pending_);
     pending_ = Deliver();
     fn = std::move(on_cancel_);

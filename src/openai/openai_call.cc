@@ -45,7 +45,7 @@ LlmCall::LlmCall(CallSetup setup, CallServices services, http::Respond respond)
   finals_.resize(n);
   text_offset_.assign(n, 0);
   prompt_tokens_ = int64_t(setup_.prompt.ids.size());
-  if (setup_.params.stream) stream_ = std::make_shared<http::ChannelStream>();
+  if (setup_.params.stream) stream_ = std::make_shared<http::ChannelStream>(0, setup_.stream_backlog_bytes);
   if (setup_.kind == CallSetup::Kind::kResponses) responses_.emplace(new_response_id("msg_"));
 }
 
@@ -99,6 +99,13 @@ void Heartbeats::run() {
 }
 
 void LlmCall::start(const std::shared_ptr<rpc::Client>& client) {
+  if (setup_.client_cancel) {
+    std::weak_ptr<LlmCall> weak = weak_from_this();
+    setup_.client_cancel->on_cancel([weak] {
+      if (auto self = weak.lock()) self->cancel();
+    });
+    if (cancelled_.load()) return;  // the client left before the engine was asked: generate nothing
+  }
   const bool opens_at_once = setup_.kind == CallSetup::Kind::kMessages || setup_.kind == CallSetup::Kind::kResponses;
   if (opens_at_once && stream_ && client) {
     std::optional<http::Response> open;

@@ -3,9 +3,11 @@
 // engine (n samples sharing one prefill), turns its streamed `tokens` events into SSE chunks as they
 // arrive (or one JSON body at the end), and records every choice as a tracked LLM call.
 //
-// Threads: start() runs on an HTTP I/O thread; engine events arrive on the RPC client's reader thread
-// and are handled there directly (decoding a token and queueing a chunk never blocks: ChannelStream is
-// unbounded, the store write is queued); a client that disconnects cancels from an I/O thread.
+// Threads: start() runs on a prompt-pool thread; engine events arrive on the RPC client's reader thread
+// and are handled there directly (decoding a token and queueing a chunk never blocks: a push to the
+// ChannelStream never waits, the store write is queued). The engine request is aborted when the client
+// goes away: a hang-up (the request's CancelSignal, from an I/O thread, streamed or not, also before
+// the first token) or a stream reader that fell stream_backlog_bytes behind (from the reader thread).
 // Ownership: the RPC callback holds the call (shared_ptr) until the engine's final frame; the stream's
 // cancel hook holds it weakly. The rpc::Client is never owned here (a weak_ptr for aborts from
 // other threads; inside a callback the reader thread keeps the client alive).
@@ -60,6 +62,8 @@ struct CallSetup {
   OpenAiParams params;
   rpc::GenerateRequest generate;       // prompt and stop ids included
   std::string request_body;
+  std::shared_ptr<http::CancelSignal> client_cancel;  // the HTTP request's: fired when its client hangs up
+  size_t stream_backlog_bytes = 8 << 20;              // a streamed answer's queue; beyond, it is cancelled
   ResponseMeta meta;
   bool parse_tools = false;
   std::string generation_prompt_tail;
@@ -92,7 +96,7 @@ class LlmCall : public std::enable_shared_from_this<LlmCall> {
   void on_done();
   void on_error(ErrorCode code, const std::string& message);
   void push(std::string chunk);  // onto the stream, noting the time (mu_ held)
-  void cancel();                // the HTTP client went away (I/O thread)
+  void cancel();                // the HTTP client went away (I/O thread, or the reader thread)
   void abort_engine_request();  // from a callback: stop strings made the rest useless
   // The helpers below need mu_ held.
   std::optional<http::Response> open_stream();  // first event: the SSE response + role chunks

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <string>
 #include <string_view>
 
 #include "common/json.h"
@@ -29,6 +30,22 @@ void add_metrics_routes(http::Router& router, ServerContext& ctx, MetricsSink& s
 // The web pages under /ui/ (web/: dashboard, episodes, token viewer); their data comes from the
 // admin-token routes, so the pages themselves carry nothing secret.
 void add_ui_routes(http::Router& router);
+
+// ---- what a route checks before its body is read (route_checks.cc) ----
+// The body limit of the command routes that carry a few ids (claim, can_continue, abort, commit, …).
+inline constexpr size_t kCommandBodyBytes = 64 << 10;
+// A body of at most `bytes`, named by `limit_name` in the 413 (e.g. "--max-json-mb"); errors the
+// server makes for the route in the command API's shape (openai_error).
+http::RouteOptions body_limit(size_t bytes, std::string limit_name);
+// The commands' limit: kCommandBodyBytes, or the JSON limit when that is lower.
+http::RouteOptions command_body(const ServerContext& ctx);
+// The admin token (when one is configured) before the body: 401 naming `what` without it.
+http::RouteOptions admin_only(const ServerContext& ctx, std::string what, http::RouteOptions limit);
+// The episode key (Authorization, or for Anthropic's API x-api-key too) before the body, in that
+// API's error shape; the body at most max_json_body_bytes.
+http::RouteOptions episode_key_only(const ServerContext& ctx, bool anthropic);
+// Anthropic's error body {"type": "error", "error": {"type", "message"}} (/v1/messages).
+http::Response anthropic_error(int status, std::string_view message);
 
 // A JSON request body ({} when empty); Error(kInvalidArgument) for bad JSON or a body that is not an
 // object, kResourceExhausted naming `limit` for an oversize body.

@@ -127,8 +127,10 @@ void add_command_routes(http::Router& router, ServerContext& ctx) {
       respond(http::json_response(ctx.registry.claim_episode(claim).to_json()));
     });
   };
-  router.post("/claim_episode", claim);
-  router.post("/begin_episode", claim);
+  router.post("/claim_episode", claim, command_body(ctx));
+  router.post("/begin_episode", claim, command_body(ctx));
+  // end_episode carries the episode's metadata: the JSON limit.
+  const http::RouteOptions end_body = body_limit(limit, "ajet-swarm start --max-json-mb");
 
   router.post("/end_episode", [&ctx, limit](Request req, Respond respond) {
     answer_errors(respond, [&] {
@@ -142,7 +144,7 @@ void add_command_routes(http::Router& router, ServerContext& ctx) {
         }
       });
     });
-  });
+  }, end_body);
 
   // Episode groups across servers (docs/protocol.md): prepare, commit, and the coordinator's side.
   router.post("/prepare_end_episode", [&ctx, limit](Request req, Respond respond) {
@@ -157,7 +159,7 @@ void add_command_routes(http::Router& router, ServerContext& ctx) {
                                          }
                                        });
     });
-  });
+  }, end_body);
 
   router.post("/commit_episode", [&ctx, limit](Request req, Respond respond) {
     answer_errors(respond, [&] {
@@ -170,7 +172,7 @@ void add_command_routes(http::Router& router, ServerContext& ctx) {
         }
       });
     });
-  });
+  }, command_body(ctx));
 
   router.post("/resolve_episode_group", [&ctx, limit](Request req, Respond respond) {
     answer_errors(respond, [&] {
@@ -181,28 +183,28 @@ void add_command_routes(http::Router& router, ServerContext& ctx) {
         });
       });
     });
-  });
+  }, command_body(ctx));
 
   router.post("/abort_episode", [&ctx, limit](Request req, Respond respond) {
     answer_errors(respond, [&] {
       ctx.registry.abort_episode(AbortRequest::from_json(parse_json_body(req, limit)));
       respond(http::json_response(Json{{"success", true}}));
     });
-  });
+  }, command_body(ctx));
 
   router.post("/can_continue_episode", [&ctx, limit](Request req, Respond respond) {
     answer_errors(respond, [&] {
       bool ok = ctx.registry.can_continue_episode(EpisodeRef::from_json(parse_json_body(req, limit)));
       respond(http::json_response(Json{{"can_continue", ok}}));
     });
-  });
+  }, command_body(ctx));
 
   router.post("/get_episode_buffer", [&ctx, limit](Request req, Respond respond) {
     answer_errors(respond, [&] {
       parse_json_body(req, limit);
       respond(http::json_response(ctx.registry.episode_buffer()));
     });
-  });
+  }, command_body(ctx));
 
   router.get("/get_current_batch_rollout_pool_information", [&ctx](Request, Respond respond) {
     answer_errors(respond, [&] { respond(http::json_response(ctx.registry.pool_info())); });
@@ -213,7 +215,7 @@ void add_command_routes(http::Router& router, ServerContext& ctx) {
       AgreeRequest agree = AgreeRequest::from_json(parse_json_body(req, limit));
       respond(http::json_response(ctx.registry.agree_sync_weight(agree).to_json()));
     });
-  });
+  }, command_body(ctx));
 
   router.get("/get_engine_status", [&ctx](Request, Respond respond) {
     Json body = ctx.registry.engine_status_json();
@@ -246,7 +248,7 @@ void add_command_routes(http::Router& router, ServerContext& ctx) {
       return;
     }
     respond(http::json_response(*latest));
-  });
+  }, admin_only(ctx, "replay_latest_llm_call", command_body(ctx)));
 
   router.get("/health", [](Request, Respond respond) { respond(http::json_response(Json{{"status", "ok"}})); });
 
@@ -257,7 +259,7 @@ void add_command_routes(http::Router& router, ServerContext& ctx) {
       return;
     }
     answer_errors(respond, [&] { episode_page(ctx, req, respond); });
-  });
+  }, admin_only(ctx, "GET /episodes", command_body(ctx)));
 
   router.get("/episodes/{episode_uuid}", [&ctx](Request req, Respond respond) {
     if (!ctx.admin_ok(req)) {
@@ -266,7 +268,7 @@ void add_command_routes(http::Router& router, ServerContext& ctx) {
       return;
     }
     episode_document(ctx, req.path_params.at("episode_uuid"), respond);
-  });
+  }, admin_only(ctx, "GET /episodes/{uuid}", command_body(ctx)));
 }
 
 }  // namespace ajet::swarm

@@ -43,7 +43,7 @@ void add_engine_routes(http::Router& router, ServerContext& ctx) {
         });
       });
     });
-  });
+  }, admin_only(ctx, "sync_train_config", body_limit(limit, "ajet-swarm start --max-json-mb")));
 
   router.post("/sync_train_code", [&ctx](Request req, Respond respond) {
     if (!check_admin(ctx, req, respond, "sync_train_code")) return;
@@ -61,7 +61,7 @@ void add_engine_routes(http::Router& router, ServerContext& ctx) {
                  {"bytes", tree.bytes}}));
       });
     });
-  });
+  }, admin_only(ctx, "sync_train_code", body_limit(ctx.options.max_body_bytes, "ajet-swarm start --max-body-mb")));
 
   router.post("/start_engine", [&ctx, limit](Request req, Respond respond) {
     if (!check_admin(ctx, req, respond, "start_engine")) return;
@@ -81,7 +81,7 @@ void add_engine_routes(http::Router& router, ServerContext& ctx) {
         });
       });
     });
-  });
+  }, admin_only(ctx, "start_engine", command_body(ctx)));
 
   router.post("/stop_engine", [&ctx, limit](Request req, Respond respond) {
     if (!check_admin(ctx, req, respond, "stop_engine")) return;
@@ -94,7 +94,7 @@ void add_engine_routes(http::Router& router, ServerContext& ctx) {
         });
       });
     });
-  });
+  }, admin_only(ctx, "stop_engine", command_body(ctx)));
 }
 
 }  // namespace ajet::swarm

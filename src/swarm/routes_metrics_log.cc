@@ -171,7 +171,7 @@ void add_metrics_routes(http::Router& router, ServerContext& ctx, MetricsSink& s
         answer_errors(respond, [&] { std::rethrow_exception(error); });
       });
     });
-  });
+  }, admin_only(ctx, "POST /log_metrics", body_limit(limit, "ajet-swarm start --max-json-mb")));
 
   router.get("/metrics_history", [&ctx](Request req, Respond respond) {
     if (!ctx.admin_ok(req)) {
@@ -189,7 +189,7 @@ void add_metrics_routes(http::Router& router, ServerContext& ctx, MetricsSink& s
         });
       });
     });
-  });
+  }, admin_only(ctx, "GET /metrics_history", command_body(ctx)));
 }
 
 }  // namespace ajet::swarm

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <thread>
 
 #include "common/json.h"
@@ -116,6 +117,8 @@ void serve_generation(ServerContext& ctx, Request req, Respond respond, CallSetu
   }
 
   setup.request_body = std::move(req.body);
+  setup.client_cancel = req.cancel;  // a hang-up aborts the engine request
+  setup.stream_backlog_bytes = ctx.options.max_stream_backlog_bytes;
   setup.meta.id = new_response_id(messages ? "msg_" : responses ? "resp_" : chat ? "chatcmpl-" : "cmpl-");
   setup.meta.created = int64_t(setup.started_at);
   setup.meta.model = setup.params.model.empty() ? model->served_name : setup.params.model;
@@ -124,6 +127,16 @@ void serve_generation(ServerContext& ctx, Request req, Respond respond, CallSetu
   auto call = std::make_shared<LlmCall>(std::move(setup), CallServices{ctx.registry, ctx.latest, &ctx.call_metrics}, respond);
   if (heartbeat) heartbeats.add(call);
   call->start(ctx.supervisor.client());
+}
+
+http::Response prompt_queue_full(size_t max_queued, bool anthropic) {
+  const std::string message = fmt::format(
+      "the front has {} requests waiting for the prompt pool, as many as it queues (ajet-swarm start "
+      "--max-queued-prompts); retry shortly",
+      max_queued);
+  http::Response r = anthropic ? anthropic_error(503, message) : openai_error(503, message, "prompt_queue_full");
+  http::set_retry_after(r, std::chrono::seconds(1));
+  return r;
 }
 
 void generation_route(ServerContext& ctx, Request req, Respond respond, CallSetup::Kind kind, Heartbeats& heartbeats) {
@@ -140,15 +153,26 @@ void add_openai_routes(http::Router& router, ServerContext& ctx) {
   auto prompts = std::make_shared<WorkPool>(std::max(2u, std::thread::hardware_concurrency()), "prompt pool");
   // Streamed Messages calls show a sign of life every 5 s while nothing is generated.
   auto heartbeats = std::make_shared<Heartbeats>(std::chrono::seconds(5));
+  // Requests waiting for the pool (their key was checked from the header): at most
+  // max_queued_prompts, so a flood of valid keys cannot queue bodies without bound.
+  auto waiting = std::make_shared<std::atomic<size_t>>(0);
   for (auto [path, kind] : {std::pair{"/v1/chat/completions", CallSetup::Kind::kChat},
                             std::pair{"/v1/completions", CallSetup::Kind::kCompletion},
                             std::pair{"/v1/messages", CallSetup::Kind::kMessages},
                             std::pair{"/v1/responses", CallSetup::Kind::kResponses}}) {
-    router.post(path, [&ctx, prompts, heartbeats, kind = kind](Request req, Respond respond) {
-      prompts->post([&ctx, heartbeats, kind, req = std::move(req), respond = std::move(respond)]() mutable {
+    const bool anthropic = kind == CallSetup::Kind::kMessages;
+    router.post(path, [&ctx, prompts, heartbeats, waiting, kind = kind, anthropic](Request req, Respond respond) {
+      if (waiting->fetch_add(1) >= ctx.options.max_queued_prompts) {
+        waiting->fetch_sub(1);
+        respond(prompt_queue_full(ctx.options.max_queued_prompts, anthropic));
+        return;
+      }
+      prompts->post([&ctx, heartbeats, waiting, kind, req = std::move(req), respond = std::move(respond)]() mutable {
+        waiting->fetch_sub(1);
+        if (req.cancel && req.cancel->cancelled()) return;  // the client hung up while it waited
         generation_route(ctx, std::move(req), std::move(respond), kind, *heartbeats);
       });
-    });
+    }, episode_key_only(ctx, anthropic));
   }
   router.get("/v1/models", [&ctx](Request req, Respond respond) {
     answer_errors(respond, [&] {
@@ -162,7 +186,7 @@ void add_openai_routes(http::Router& router, ServerContext& ctx) {
       }
       respond(http::json_response(Json{{"object", "list"}, {"data", std::move(data)}}));
     });
-  });
+  }, episode_key_only(ctx, false));
 }
 
 }  // namespace ajet::swarm

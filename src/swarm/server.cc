@@ -201,10 +201,18 @@ SwarmServer::SwarmServer(FrontOptions options) : options_(std::move(options)) {
   http_options.port = options_.port;
   http_options.io_threads = options_.io_threads;
   http_options.max_body_bytes = options_.max_body_bytes;
+  http_options.max_body_memory_bytes = options_.max_body_memory_bytes;
+  http_options.body_memory_name = "ajet-swarm start --max-body-memory-mb";
+  http_options.max_connections = options_.max_connections;
+  // Each request's head goes to the router first: the route's credential and body limit are checked
+  // before its body is read.
   http_ = std::make_unique<http::HttpServer>(
-      http_options, [router](http::Request request, http::Respond respond) { (*router)(std::move(request), std::move(respond)); });
+      http_options,
+      [router](http::Request request, http::Respond respond) { (*router)(std::move(request), std::move(respond)); },
+      [router](const http::RequestHead& head) { return router->check_head(head); });
   ctx_ = std::make_unique<ServerContext>(options_, url() + "/v1", *store_, *registry_, *verbose_, *pool_, *supervisor_,
                                          *trackers_, *latest_, *synced_, *batches_);
+  router->set_defaults(command_body(*ctx_));  // routes that name no limit of their own carry no data
   add_command_routes(*router, *ctx_);
   add_metrics_routes(*router, *ctx_, *metrics_);
   add_engine_routes(*router, *ctx_);

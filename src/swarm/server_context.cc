@@ -104,7 +104,7 @@ ServerContext::ServerContext(const FrontOptions& options_in, std::string base_ur
       batches(batches_in),
       base_url(std::move(base_url_in)) {}
 
-bool ServerContext::admin_ok(const http::Request& request) const {
+bool ServerContext::admin_ok(const http::RequestHead& request) const {
   if (options.admin_token.empty()) return true;
   std::string_view auth = request.headers.get("Authorization").value_or("");
   if (auth.size() < 7 || !http::iequals(auth.substr(0, 7), "Bearer ")) return false;

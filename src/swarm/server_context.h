@@ -54,6 +54,12 @@ struct FrontOptions {
   double janitor_interval_s = 5.0;
   size_t max_body_bytes = 64ull << 20;      // any request (sync_train_code archives are the largest)
   size_t max_json_body_bytes = 16ull << 20; // JSON bodies: commands and OpenAI requests
+  // Request-body bytes all requests together may hold while read and until answered (503 beyond).
+  size_t max_body_memory_bytes = 512ull << 20;
+  size_t max_connections = 0;               // 0: min(RLIMIT_NOFILE - 64, 16384)
+  // Bytes of SSE a streamed call may queue for a reader that does not keep up; beyond, it is cancelled.
+  size_t max_stream_backlog_bytes = 8ull << 20;
+  size_t max_queued_prompts = 256;          // /v1 requests waiting for the prompt pool; beyond: 503
   ArchiveLimits archive_limits;
   double engine_boot_timeout_s = 600;
   int engine_ranks = 1;  // data-parallel engine processes on this machine (rank 0 also serves inference)
@@ -120,7 +126,7 @@ class ServerContext {
   std::shared_ptr<const ModelContext> model() const { return synced.model(); }
 
   // True when the request may use an admin endpoint (no token configured, or the right Bearer token).
-  bool admin_ok(const http::Request& request) const;
+  bool admin_ok(const http::RequestHead& request) const;
 
   // ---- engine life cycle (block: run on the WorkPool) ----
   // Validates and stores the YAML (only in OFFLINE); returns the warnings (unknown keys). Throws

@@ -11,6 +11,7 @@
 
 #include "common/proc.h"
 #include "e2e_util.h"
+#include "http/http_test_util.h"
 
 namespace ajet::e2e {
 namespace {
@@ -220,6 +221,135 @@ TEST_F(FrontRobustnessTest, TheEngineHoldsNoSocketOfTheFrontAndAKilledFrontsTmpD
   ::close(held_fd);
   fs::remove_all(held);
   EXPECT_EQ(dirs_of(next.pid()).size(), 1u);  // the live front's own directory is kept
+}
+
+// Lines of the echo engine in the front's verbose log that end with `suffix` (" holding", " aborted").
+size_t engine_lines(Api& api, const std::string& suffix) {
+  size_t n = 0;
+  for (const Json& e : api.get("/get_verbose_logs").json()["entries"]) {
+    const std::string m = e.value("message", "");
+    if (m.find("ajet-echo-engine") != std::string::npos && m.size() >= suffix.size() &&
+        m.compare(m.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      ++n;
+    }
+  }
+  return n;
+}
+
+std::string post_head(const std::string& path, size_t length, const std::string& extra = "") {
+  return "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+         std::to_string(length) + "\r\n" + extra + "\r\n";
+}
+
+// Before, the admin token, the episode key and the JSON limit were checked once the whole body (up to
+// 64 MiB) was in memory: 48 concurrent uploads cost 1.8 to 2.9 GB, and none was answered before its
+// client had sent everything. Now each is answered from its header, after 256 KB of its 60 MB.
+TEST_F(FrontRobustnessTest, UnauthenticatedUploadsAreRefusedFromTheirHeaders) {
+  SwarmProcess guarded(SwarmProcess::Options{dir_ / "guarded", bin("ajet-echo-engine"), "s3cret", {}});
+  const int64_t before = rss_kib(guarded.pid());
+  struct Upload {
+    std::string path;
+    int status;
+    std::string says;
+  };
+  const std::vector<Upload> kinds = {
+      {"/v1/chat/completions", 401, "no key given"},
+      {"/v1/messages", 401, "authentication_error"},
+      {"/sync_train_code", 401, "needs the admin token"},
+      {"/end_episode", 413, "--max-json-mb"},
+  };
+  constexpr size_t kDeclared = 60u << 20;
+  const std::string part(256 << 10, '{');
+  std::vector<std::thread> clients;
+  std::mutex mu;
+  std::vector<std::string> failures;
+  for (int i = 0; i < 48; ++i) {
+    clients.emplace_back([&, i] {
+      const Upload& u = kinds[size_t(i) % kinds.size()];
+      http::testing::RawSocket s(guarded.port());
+      s.send(post_head(u.path, kDeclared));
+      s.send(part);  // the answer cannot wait for the other 59.75 MB: they are never sent
+      const std::string response = s.read_response();
+      if (!response.starts_with("HTTP/1.1 " + std::to_string(u.status)) || response.find(u.says) == std::string::npos) {
+        std::lock_guard<std::mutex> lock(mu);
+        failures.push_back(u.path + ": " + response.substr(0, 400));
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  EXPECT_TRUE(failures.empty()) << failures.size() << " wrong answers, e.g. " << failures.front();
+  // Their bodies were never held: the front grew by far less than one of them.
+  EXPECT_LT(rss_kib(guarded.pid()) - before, 32 * 1024) << "KiB grown by 48 refused uploads";
+  Api api(guarded.url());
+  EXPECT_EQ(api.get("/health").status, 200);
+}
+
+// Before, a non-streamed call whose client hung up generated to its end: eight clients that asked for
+// n=32 and left kept the engine busy for nobody.
+TEST_F(FrontRobustnessTest, ClientsThatHangUpOnNonStreamedCallsAbortTheirGeneration) {
+  constexpr size_t kClients = 8;
+  std::vector<std::unique_ptr<http::testing::RawSocket>> sockets;
+  for (size_t i = 0; i < kClients; ++i) {
+    const std::string key = api_->claim("client-" + std::to_string(i), "eval")["openai_api_key"];
+    const std::string body = user_chat("HOLD\nan answer nobody will read", {{"n", 32}}).dump();
+    sockets.push_back(std::make_unique<http::testing::RawSocket>(swarm_->port()));
+    sockets.back()->send(post_head("/v1/chat/completions", body.size(), "Authorization: Bearer " + key + "\r\n") + body);
+  }
+  // Every call reached the engine, which now waits with two tokens per sample out.
+  ASSERT_TRUE(eventually([&] { return engine_lines(*api_, " holding") == kClients; }))
+      << api_->get("/get_verbose_logs").body;
+  EXPECT_EQ(engine_lines(*api_, " aborted"), 0u);
+  sockets.clear();  // every client hangs up
+  ASSERT_TRUE(eventually([&] { return engine_lines(*api_, " aborted") == kClients; }))
+      << "the engine kept generating for clients that left: " << api_->get("/get_verbose_logs").body;
+  // A small chat is answered as usual.
+  const std::string key = api_->claim("client-next", "eval")["openai_api_key"];
+  auto r = api_->chat(key, user_chat("small"));
+  EXPECT_EQ(r.status, 200) << r.body;
+}
+
+// Before, a streamed call whose reader stopped reading queued every token in the front (and the
+// engine generated to the end): bounded in time by the write timeout only.
+TEST_F(FrontRobustnessTest, AStreamWhoseReaderStopsReadingIsAbortedAfterItsBacklog) {
+  SwarmProcess small(SwarmProcess::Options{dir_ / "small-backlog", bin("ajet-echo-engine"), "",
+                                           {"--max-stream-backlog-mb", "0.0625"}});
+  Api api(small.url());
+  api.boot(config_yaml(fixture(false).tokenizer));
+  const std::string key = api.claim("client-a", "eval")["openai_api_key"];
+  const std::string body = user_chat("FLOOD\nthe same words again and again", {{"stream", true}}).dump();
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int window = 4096;
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &window, sizeof window);  // before connect: a small window
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(small.port());
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  const std::string request =
+      post_head("/v1/chat/completions", body.size(), "Authorization: Bearer " + key + "\r\n") + body;
+  ASSERT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL), ssize_t(request.size()));
+  // Nothing is read from here on.
+  EXPECT_TRUE(eventually([&] { return engine_lines(api, " aborted") == 1; }))
+      << "the stream was not cancelled: " << api.get("/get_verbose_logs").body;
+  ::close(fd);
+  EXPECT_EQ(api.get("/health").status, 200);
+}
+
+// Before, the front accepted connections until its descriptors ran out, and /health then failed for
+// the idle timeout (60 s), renewably.
+TEST_F(FrontRobustnessTest, AtTheConnectionCapTheOldestIdleConnectionMakesRoom) {
+  SwarmProcess capped(SwarmProcess::Options{dir_ / "capped", bin("ajet-echo-engine"), "",
+                                            {"--max-connections", "16", "--io-threads", "1"}});
+  std::vector<std::unique_ptr<http::testing::RawSocket>> idle;
+  for (int i = 0; i < 16; ++i) {
+    idle.push_back(std::make_unique<http::testing::RawSocket>(capped.port()));
+    idle.back()->send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+    ASSERT_TRUE(idle.back()->read_response().starts_with("HTTP/1.1 200"));
+  }
+  http::testing::RawSocket fresh(capped.port());
+  fresh.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_TRUE(fresh.read_response().starts_with("HTTP/1.1 200"));
+  EXPECT_TRUE(idle[0]->wait_closed()) << "the oldest idle connection was kept";
 }
 
 }  // namespace

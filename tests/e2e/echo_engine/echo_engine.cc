@@ -3,8 +3,10 @@
 // line and RPC methods, but no model: `generate` "echoes" the content of the last user message of the
 // prompt (or the whole prompt for /v1/completions), token by token, then the end-of-turn token. That
 // makes the model's output a test input: tool calls, stop strings, reasoning, UTF-8, lengths.
-// Directives at the start of the echoed text: "HOLD\n" streams two tokens and then waits for an
-// abort (which it reports on stdout). Logprobs are -0.25 per token; alternatives are the token and
+// Directives at the start of the echoed text: "HOLD\n" streams two tokens, says so on stdout
+// ("request N holding"), and then waits for an abort (which it reports on stdout: "request N
+// aborted"). "FLOOD\n" repeats the text, whatever max_tokens says, until aborted or kFloodTokens
+// tokens per sample (for readers that stop reading). Logprobs are -0.25 per token; alternatives are the token and
 // its neighbours. Trainer methods: `train_step` validates the batch like the engine (decode_train_batch),
 // trains nothing and bumps the policy version; it reports what it received (samples, tokens, trained
 // tokens, the reward and weight sums) in its metrics and on stdout. `save_checkpoint` writes
@@ -39,6 +41,9 @@ using namespace ajet;
 struct Running {
   std::atomic<bool> aborted{false};
 };
+
+constexpr size_t kFloodTokens = 300'000;  // per sample; about 20 MB of chat SSE for one sample
+enum class Directive { kNone, kHold, kFlood };
 
 class EchoEngine {
  public:
@@ -137,12 +142,21 @@ class EchoEngine {
       text = text.substr(at + open.size());
       text = text.substr(0, text.find("<|im_end|>"));
     }
-    bool hold = false;
+    Directive directive = Directive::kNone;
     if (text.rfind("HOLD\n", 0) == 0) {
-      hold = true;
+      directive = Directive::kHold;
       text.erase(0, 5);
+    } else if (text.rfind("FLOOD\n", 0) == 0) {
+      directive = Directive::kFlood;
+      text.erase(0, 6);
     }
     std::vector<int32_t> out = tok_.encode(text);
+    if (directive == Directive::kFlood && !out.empty()) {
+      const size_t once = out.size();
+      while (out.size() < kFloodTokens) out.push_back(out[out.size() % once]);
+      g.max_tokens = INT32_MAX;
+    }
+    const bool hold = directive == Directive::kHold;
     auto state = std::make_shared<Running>();
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -215,7 +229,11 @@ class EchoEngine {
         }
         sink.reply(rpc::encode_tokens_event(e));
       }
+      if (hold && t == 1 && !state.aborted) {
+        std::cout << "ajet-echo-engine: warn: request " << sink.request_id() << " holding" << std::endl;
+      }
       while (hold && t >= 1 && !state.aborted) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      if (t % 64 == 63 && out.size() >= kFloodTokens) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     // Observable for the tests (the front copies lines with "warn" into its verbose log).
     if (state.aborted) std::cout << "ajet-echo-engine: warn: request " << sink.request_id() << " aborted" << std::endl;

@@ -1,0 +1,90 @@
+// What the front's routes ask of a request before its body is read (http::RouteOptions): the admin
+// token, the episode key, and each route's body limit. These run on an I/O thread for every request
+// of their route: an HMAC check or a string comparison, nothing that blocks.
+#include <fmt/format.h>
+
+#include "episodes/registry.h"
+#include "http/response.h"
+#include "openai/openai_errors.h"
+#include "swarm/routes.h"
+
+namespace ajet::swarm {
+
+namespace {
+
+std::string_view anthropic_error_type(int status) {
+  switch (status) {
+    case 400: return "invalid_request_error";
+    case 401: return "authentication_error";
+    case 403: return "permission_error";
+    case 404: return "not_found_error";
+    case 413: return "request_too_large";
+    case 429: return "rate_limit_error";
+    case 503: return "overloaded_error";
+    default: return status < 500 ? "invalid_request_error" : "api_error";
+  }
+}
+
+http::ErrorShape command_shape() {
+  return [](int status, const std::string& message, const std::string& code) {
+    return openai_error(status, message, code);
+  };
+}
+
+}  // namespace
+
+http::Response anthropic_error(int status, std::string_view message) {
+  return http::json_response(
+      Json{{"type", "error"}, {"error", {{"type", anthropic_error_type(status)}, {"message", message}}}}, status);
+}
+
+http::RouteOptions body_limit(size_t bytes, std::string limit_name) {
+  http::RouteOptions options;
+  options.max_body_bytes = bytes;
+  options.limit_name = std::move(limit_name);
+  options.error_shape = command_shape();
+  return options;
+}
+
+http::RouteOptions command_body(const ServerContext& ctx) {
+  if (ctx.options.max_json_body_bytes < kCommandBodyBytes) {
+    return body_limit(ctx.options.max_json_body_bytes, "ajet-swarm start --max-json-mb");
+  }
+  return body_limit(kCommandBodyBytes, "the command API's fixed limit");
+}
+
+http::RouteOptions admin_only(const ServerContext& ctx, std::string what, http::RouteOptions limit) {
+  limit.check_head = [&ctx, what = std::move(what)](const http::RequestHead& head) -> std::optional<http::Response> {
+    if (ctx.admin_ok(head)) return std::nullopt;
+    return openai_error(401,
+                        fmt::format("{} needs the admin token: send Authorization: Bearer <token> (the token given "
+                                    "to ajet-swarm start --admin-token / AJET_ADMIN_TOKEN)",
+                                    what),
+                        "unauthenticated");
+  };
+  return limit;
+}
+
+http::RouteOptions episode_key_only(const ServerContext& ctx, bool anthropic) {
+  http::RouteOptions options = body_limit(ctx.options.max_json_body_bytes, "ajet-swarm start --max-json-mb");
+  if (anthropic) {
+    options.error_shape = [](int status, const std::string& message, const std::string&) {
+      http::Response r = anthropic_error(status, message);
+      return r;
+    };
+  }
+  options.check_head = [&ctx, anthropic](const http::RequestHead& head) -> std::optional<http::Response> {
+    // Anthropic's SDKs send the key in x-api-key; Authorization works for every endpoint.
+    std::optional<std::string_view> key = anthropic ? head.headers.get("x-api-key") : std::nullopt;
+    if (!key) key = head.headers.get("Authorization");
+    try {
+      ctx.registry.signer().verify(key.value_or(""));
+      return std::nullopt;
+    } catch (const Error& e) {
+      return anthropic ? anthropic_error(401, e.what()) : error_for(e);
+    }
+  };
+  return options;
+}
+
+}  // namespace ajet::swarm
