@@ -186,6 +186,7 @@ Task<void> Connection::serve() {
 // A request refused on the way is answered here (and the connection closes: `close`).
 Task<Connection::Incoming> Connection::read_request() {
   Incoming in;
+  body_memory_full_ = false;
   parser_.emplace();
   limit_parser(*parser_, core_.options.max_header_bytes, std::numeric_limits<size_t>::max());
   if (error_code ec = co_await read_header(); ec) {

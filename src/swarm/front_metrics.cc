@@ -113,6 +113,19 @@ void HttpMetrics::write(TextBuilder& out, const http::ServerStats& server) const
          double(server.connections_open));
   one_sample(out, "ajet_http_connections_total", Type::kCounter, "HTTP connections accepted.",
          double(server.connections_accepted));
+  one_sample(out, "ajet_http_connections_max", Type::kGauge, "The connection cap (--max-connections).",
+             double(server.max_connections));
+  one_sample(out, "ajet_http_connections_shed_total", Type::kCounter,
+             "Idle (or slow-header) connections closed to make room at the connection cap.",
+             double(server.connections_shed));
+  one_sample(out, "ajet_http_connections_refused_total", Type::kCounter,
+             "Connections answered 503 at the connection cap, nothing being idle.", double(server.connections_refused));
+  one_sample(out, "ajet_http_requests_answered_at_head_total", Type::kCounter,
+             "Requests answered from their header, their body never read (credentials, limits, no route).",
+             double(server.answered_at_head));
+  one_sample(out, "ajet_http_request_body_bytes_held", Type::kGauge,
+             "Request-body bytes held now by requests read or waiting for their answer (--max-body-memory-mb).",
+             double(server.body_bytes_held));
 }
 
 void write_build_info(TextBuilder& out) {
