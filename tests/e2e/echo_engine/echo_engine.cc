@@ -42,6 +42,14 @@ struct Running {
   std::atomic<bool> aborted{false};
 };
 
+// One whole line on stdout: generation threads print concurrently, and pieces of a `<<` chain from
+// two threads would interleave into one line the front cannot read.
+void say(const std::string& line) {
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  std::cout << line << std::endl;
+}
+
 constexpr size_t kFloodTokens = 300'000;  // per sample; about 20 MB of chat SSE for one sample
 enum class Directive { kNone, kHold, kFlood };
 
@@ -95,7 +103,7 @@ class EchoEngine {
   void resume(const std::filesystem::path& dir) {
     Json j = Json::parse(read_file(dir / "echo_checkpoint.json"));
     version_ = j.at("policy_version").get<int64_t>();
-    std::cout << "ajet-echo-engine: warn: resumed policy_version " << version_.load() << " from " << dir.string() << std::endl;
+    say("ajet-echo-engine: warn: resumed policy_version " + std::to_string(version_.load()) + " from " + dir.string());
   }
 
  private:
@@ -115,7 +123,7 @@ class EchoEngine {
               {"trained_tokens", trained},   {"reward_sum", reward_sum}, {"weight_sum", weight_sum},
               {"loss", 0.0}};
     // One short line (the front forwards lines with "warn" into its verbose log, up to 500 bytes).
-    std::cout << "ajet-echo-engine: warn: train_step " << f.body.dump() << std::endl;
+    say("ajet-echo-engine: warn: train_step " + f.body.dump());
     return f;
   }
 
@@ -128,7 +136,7 @@ class EchoEngine {
                       Json{{"policy_version", version}, {"front_cursor", body.value("front_cursor", Json(nullptr))}}.dump());
     rpc::Frame f;
     f.body = {{"path", std::filesystem::absolute(dir).string()}, {"policy_version", version}, {"global_step", version}};
-    std::cout << "ajet-echo-engine: warn: saved checkpoint " << dir.string() << std::endl;
+    say("ajet-echo-engine: warn: saved checkpoint " + dir.string());
     return f;
   }
 
@@ -230,13 +238,13 @@ class EchoEngine {
         sink.reply(rpc::encode_tokens_event(e));
       }
       if (hold && t == 1 && !state.aborted) {
-        std::cout << "ajet-echo-engine: warn: request " << sink.request_id() << " holding" << std::endl;
+        say("ajet-echo-engine: warn: request " + std::to_string(sink.request_id()) + " holding");
       }
       while (hold && t >= 1 && !state.aborted) std::this_thread::sleep_for(std::chrono::milliseconds(5));
       if (t % 64 == 63 && out.size() >= kFloodTokens) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     // Observable for the tests (the front copies lines with "warn" into its verbose log).
-    if (state.aborted) std::cout << "ajet-echo-engine: warn: request " << sink.request_id() << " aborted" << std::endl;
+    if (state.aborted) say("ajet-echo-engine: warn: request " + std::to_string(sink.request_id()) + " aborted");
     rpc::GenerateDone d{int64_t(g.prompt.size()), total};
     sink.done(rpc::encode_generate_done(d));
   }
