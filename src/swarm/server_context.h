@@ -54,6 +54,13 @@ struct FrontOptions {
   double janitor_interval_s = 5.0;
   size_t max_body_bytes = 64ull << 20;      // any request (sync_train_code archives are the largest)
   size_t max_json_body_bytes = 16ull << 20; // JSON bodies: commands and OpenAI requests
+  // What one episode key may make the front keep (0: no limit): its LLM calls (each of n choices
+  // counts; recorded + in flight), and the bytes its calls store (request and response bodies, token
+  // arrays). A call over either is refused (413) before anything is generated.
+  int64_t max_episode_calls = 1024;          // --max-episode-calls
+  size_t max_episode_bytes = 64ull << 20;    // --max-episode-mb
+  // One OpenAI request's n × max_tokens × (1 + top_logprobs) (400 above; 0: no limit).
+  int64_t max_request_token_entries = int64_t(1) << 19;  // --max-request-token-entries
   ArchiveLimits archive_limits;
   double engine_boot_timeout_s = 600;
   int engine_ranks = 1;  // data-parallel engine processes on this machine (rank 0 also serves inference)
