@@ -470,7 +470,7 @@ std::vector<LlmCallTicket> Registry::begin_llm_calls(const std::string& episode_
   if (e.state == State::kPrepared) {
     fail(ErrorCode::kNotFound, "Episode " + episode_uuid + " has ended (prepared in an episode group).");
   }
-  const int64_t held = int64_t(e.call_indices.size()) + e.calls_in_flight;
+  const int64_t held = int64_t(e.call_indices.size() + e.pending_calls.size());
   if (want.max_calls > 0 && held + want.calls > want.max_calls) {
     fail(ErrorCode::kResourceExhausted,
          fmt::format("episode {} has {} LLM calls recorded or in flight; {} more (n) would pass this front's limit "
@@ -490,17 +490,19 @@ std::vector<LlmCallTicket> Registry::begin_llm_calls(const std::string& episode_
   for (int64_t i = 0; i < std::max<int64_t>(1, want.calls); ++i) {
     e.llm_call_count += 1;
     e.calls_in_flight += 1;
+    e.pending_calls.insert(e.next_call_index);
     tickets.push_back(LlmCallTicket{e.uuid, e.episode_type, e.client_uuid, e.next_call_index++});
   }
   return tickets;
 }
 
-void Registry::end_llm_call(const std::string& episode_uuid) {
+void Registry::end_llm_call(const std::string& episode_uuid, int64_t call_index) {
   double now = clock_();
   std::lock_guard<std::mutex> lock(mu_);
   auto it = live_.find(episode_uuid);
   if (it == live_.end() || it->second.calls_in_flight == 0) return;
   it->second.calls_in_flight -= 1;
+  it->second.pending_calls.erase(call_index);
   it->second.seen(now);
 }
 
@@ -510,7 +512,7 @@ bool Registry::is_live(const std::string& episode_uuid) const {
 }
 
 CallInFlight::~CallInFlight() {
-  for (int i = 0; i < calls_; ++i) registry_.end_llm_call(uuid_);
+  for (int64_t call_index : call_indices_) registry_.end_llm_call(uuid_, call_index);
 }
 
 bool Registry::record_llm_call(store::CallRow call) {
@@ -521,6 +523,7 @@ bool Registry::record_llm_call(store::CallRow call) {
   Episode& e = it->second;
   e.seen(now);
   e.call_indices.push_back(call.call_index);
+  e.pending_calls.erase(call.call_index);
   e.stored_bytes += call.stored_bytes();
   e.next_call_index = std::max(e.next_call_index, call.call_index + 1);
   for (int32_t v : call.policy_versions) {

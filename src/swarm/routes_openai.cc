@@ -86,7 +86,7 @@ void serve_generation(ServerContext& ctx, Request req, Respond respond, CallSetu
   }
   const LlmCallTicket first = tickets.front();
   setup.in_flight = std::make_shared<CallInFlight>(ctx.registry, claims.episode_uuid);
-  for (size_t i = 0; i < tickets.size(); ++i) setup.in_flight->add();
+  for (const LlmCallTicket& ticket : tickets) setup.in_flight->add(ticket.call_index);
   std::shared_ptr<const ModelContext> model = ctx.model();
   if (!model) fail(ErrorCode::kUnavailable, "no model is loaded (start_engine first)");
   setup.model = model;

@@ -280,11 +280,14 @@ TEST(RegistryLlmCalls, EpisodeLimitsOnCallsAndStoredBytes) {
   row.call_index = 0;
   row.request_json = std::string(600, 'x');
   EXPECT_TRUE(h.registry.record_llm_call(row));
-  h.registry.end_llm_call(a);
-  h.registry.end_llm_call(a);  // the second choice was never recorded: it no longer counts
-  EXPECT_EQ(h.registry.begin_llm_calls(a, CallReservation{.calls = 1, .request_bytes = 400, .max_calls = 3,
-                                                          .max_bytes = 1000}).size(),
-            1u);  // 600 + 400 fits
+  // Call 0 is recorded but still in flight (its answer is out, its object not yet gone): it counts
+  // once, so a third call fits (1 recorded + 1 pending + 1).
+  std::vector<LlmCallTicket> third = h.registry.begin_llm_calls(
+      a, CallReservation{.calls = 1, .request_bytes = 400, .max_calls = 3, .max_bytes = 1000});  // 600 + 400 fits
+  ASSERT_EQ(third.size(), 1u);
+  h.registry.end_llm_call(a, 0);
+  h.registry.end_llm_call(a, 1);  // the second choice was never recorded: it no longer counts
+  h.registry.end_llm_call(a, third[0].call_index);
   try {
     h.registry.begin_llm_calls(a, CallReservation{.calls = 1, .request_bytes = 401, .max_calls = 3, .max_bytes = 1000});
     FAIL();
