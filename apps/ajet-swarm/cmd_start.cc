@@ -111,6 +111,20 @@ const CommandRegistration kStart("start", [](CLI::App& app) {
                   "/v1 requests that may wait for the prompt pool; beyond, 503 + Retry-After")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));
+  cmd->add_option("--max-episode-calls", options->max_episode_calls,
+                  "LLM calls one episode may make (each of n choices counts); more are refused (413). 0: no limit")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
+  auto max_episode_mb = std::make_shared<double>(double(options->max_episode_bytes >> 20));
+  cmd->add_option("--max-episode-mb", *max_episode_mb,
+                  "Bytes one episode's LLM calls may store (MiB; request and response bodies, token arrays); a call "
+                  "past it is refused (413). 0: no limit")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1048576.0));
+  cmd->add_option("--max-request-token-entries", options->max_request_token_entries,
+                  "Largest n × max_tokens × (1 + top_logprobs) of one OpenAI request (400 above). 0: no limit")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
   cmd->add_option("--engine-boot-timeout", options->engine_boot_timeout_s, "Seconds the engine may take to start")
       ->capture_default_str();
   cmd->add_option("--engine-ranks", options->engine_ranks,
@@ -118,12 +132,13 @@ const CommandRegistration kStart("start", [](CLI::App& app) {
                   "per core) / N threads; rank 0 serves inference, every rank trains its part of each batch")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
-  cmd->callback([options, max_body_mb, max_json_mb, body_memory_mb, backlog_mb] {
+  cmd->callback([options, max_body_mb, max_json_mb, body_memory_mb, backlog_mb, max_episode_mb] {
     swarm::FrontOptions o = *options;
     o.max_body_bytes = size_t(*max_body_mb * double(1 << 20));
     o.max_json_body_bytes = size_t(*max_json_mb * double(1 << 20));
     o.max_body_memory_bytes = size_t(*body_memory_mb * double(1 << 20));
     o.max_stream_backlog_bytes = size_t(*backlog_mb * double(1 << 20));
+    o.max_episode_bytes = size_t(*max_episode_mb * double(1 << 20));
     run_start(std::move(o));
   });
 });

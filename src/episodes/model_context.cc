@@ -19,6 +19,7 @@ SamplingRules sampling_rules(const config::Config& c, int64_t model_max_position
   r.eval_top_k = c.rollout.val_kwargs.top_k > 0 ? int32_t(c.rollout.val_kwargs.top_k) : 0;
   r.max_tokens_per_turn = c.rollout.max_response_length_in_one_turn;
   r.max_model_len = c.rollout.max_model_len;
+  r.max_num_seqs = c.rollout.max_num_seqs;
   if (model_max_positions > 0) r.max_model_len = std::min(r.max_model_len, model_max_positions);
   return r;
 }

@@ -30,6 +30,7 @@ struct SamplingRules {
   int32_t eval_top_k = 0;
   int64_t max_tokens_per_turn = 4096;  // ajet.rollout.max_response_length_in_one_turn
   int64_t max_model_len = 18000;       // prompt + completion (min of the config and the model's positions)
+  int64_t max_num_seqs = 64;           // ajet.rollout.max_num_seqs: the engine's cap on a request's n
 };
 
 struct ModelContext {

@@ -197,6 +197,7 @@ void Registry::restore(const store::RecoveredState& recovered) {
       e.discard_episode_timeout = row.discard_episode_timeout;
       for (const auto& call : claimed.calls) {
         e.call_indices.push_back(call.call_index);
+        e.stored_bytes += call.stored_bytes();
         e.next_call_index = std::max(e.next_call_index, call.call_index + 1);
         for (int32_t v : call.policy_versions) {
           if (e.oldest_policy_version < 0 || v < e.oldest_policy_version) e.oldest_policy_version = v;
@@ -437,6 +438,19 @@ bool Registry::can_continue_episode(const EpisodeRef& request) const {
 // ---- LLM calls ----
 
 LlmCallTicket Registry::begin_llm_call(const std::string& episode_uuid) {
+  return begin_llm_calls(episode_uuid, CallReservation{}).front();
+}
+
+namespace {
+
+// 67108864 -> "64", 10485 -> "0.01": the --max-episode-mb value that gives this many bytes.
+std::string mib_text(int64_t bytes) {
+  return fmt::format("{}", std::stod(fmt::format("{:.3g}", double(bytes) / double(1 << 20))));
+}
+
+}  // namespace
+
+std::vector<LlmCallTicket> Registry::begin_llm_calls(const std::string& episode_uuid, const CallReservation& want) {
   double now = clock_();
   std::lock_guard<std::mutex> lock(mu_);
   EngineStatus status = engine_.status();
@@ -456,19 +470,39 @@ LlmCallTicket Registry::begin_llm_call(const std::string& episode_uuid) {
   if (e.state == State::kPrepared) {
     fail(ErrorCode::kNotFound, "Episode " + episode_uuid + " has ended (prepared in an episode group).");
   }
-  e.llm_call_count += 1;
-  e.calls_in_flight += 1;
+  const int64_t held = int64_t(e.call_indices.size() + e.pending_calls.size());
+  if (want.max_calls > 0 && held + want.calls > want.max_calls) {
+    fail(ErrorCode::kResourceExhausted,
+         fmt::format("episode {} has {} LLM calls recorded or in flight; {} more (n) would pass this front's limit "
+                     "of {} calls per episode (ajet-swarm --max-episode-calls). End the episode and claim another.",
+                     episode_uuid, held, want.calls, want.max_calls));
+  }
+  if (want.max_bytes > 0 && e.stored_bytes + want.request_bytes > want.max_bytes) {
+    fail(ErrorCode::kResourceExhausted,
+         fmt::format("episode {} has stored {} bytes of LLM calls (bodies and token arrays); this request's {} bytes "
+                     "would pass this front's limit of {} bytes per episode (ajet-swarm --max-episode-mb {}). End "
+                     "the episode and claim another.",
+                     episode_uuid, e.stored_bytes, want.request_bytes, want.max_bytes, mib_text(want.max_bytes)));
+  }
   e.seen(now);
   touch_client_locked(e.client_uuid, now);
-  return LlmCallTicket{e.uuid, e.episode_type, e.client_uuid, e.next_call_index++};
+  std::vector<LlmCallTicket> tickets;
+  for (int64_t i = 0; i < std::max<int64_t>(1, want.calls); ++i) {
+    e.llm_call_count += 1;
+    e.calls_in_flight += 1;
+    e.pending_calls.insert(e.next_call_index);
+    tickets.push_back(LlmCallTicket{e.uuid, e.episode_type, e.client_uuid, e.next_call_index++});
+  }
+  return tickets;
 }
 
-void Registry::end_llm_call(const std::string& episode_uuid) {
+void Registry::end_llm_call(const std::string& episode_uuid, int64_t call_index) {
   double now = clock_();
   std::lock_guard<std::mutex> lock(mu_);
   auto it = live_.find(episode_uuid);
   if (it == live_.end() || it->second.calls_in_flight == 0) return;
   it->second.calls_in_flight -= 1;
+  it->second.pending_calls.erase(call_index);
   it->second.seen(now);
 }
 
@@ -478,7 +512,7 @@ bool Registry::is_live(const std::string& episode_uuid) const {
 }
 
 CallInFlight::~CallInFlight() {
-  for (int i = 0; i < calls_; ++i) registry_.end_llm_call(uuid_);
+  for (int64_t call_index : call_indices_) registry_.end_llm_call(uuid_, call_index);
 }
 
 bool Registry::record_llm_call(store::CallRow call) {
@@ -489,6 +523,8 @@ bool Registry::record_llm_call(store::CallRow call) {
   Episode& e = it->second;
   e.seen(now);
   e.call_indices.push_back(call.call_index);
+  e.pending_calls.erase(call.call_index);
+  e.stored_bytes += call.stored_bytes();
   e.next_call_index = std::max(e.next_call_index, call.call_index + 1);
   for (int32_t v : call.policy_versions) {
     if (e.oldest_policy_version < 0 || v < e.oldest_policy_version) e.oldest_policy_version = v;

@@ -27,6 +27,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "common/json.h"
@@ -102,7 +103,17 @@ struct LlmCallTicket {
   std::string episode_uuid;
   std::string episode_type;  // train: the server's sampling settings win; eval: the request's
   std::string client_uuid;
-  int64_t call_index = 0;    // use as CallRow::call_index (n > 1: reserve more with begin_llm_call)
+  int64_t call_index = 0;    // use as CallRow::call_index (n > 1: begin_llm_calls)
+};
+
+// What one OpenAI request asks of its episode (begin_llm_calls): `calls` choices, and a request body
+// of `request_bytes` to store; and the front's per-episode limits, checked against what the episode
+// has recorded (and has in flight) before anything is generated. 0: no limit.
+struct CallReservation {
+  int64_t calls = 1;          // the request's n
+  int64_t request_bytes = 0;  // its body, stored once
+  int64_t max_calls = 0;      // ajet-swarm --max-episode-calls: recorded + in flight + this request's
+  int64_t max_bytes = 0;      // ajet-swarm --max-episode-mb: stored bytes (store::CallRow::stored_bytes) + this body
 };
 
 class Registry;
@@ -114,12 +125,13 @@ class CallInFlight {
   ~CallInFlight();
   CallInFlight(const CallInFlight&) = delete;
   CallInFlight& operator=(const CallInFlight&) = delete;
-  void add() { ++calls_; }  // after each successful begin_llm_call
+  // After each successful begin_llm_call, with the ticket's call_index (-1: not known).
+  void add(int64_t call_index = -1) { call_indices_.push_back(call_index); }
 
  private:
   Registry& registry_;
   std::string uuid_;
-  int calls_ = 0;
+  std::vector<int64_t> call_indices_;
 };
 
 struct Batch {
@@ -246,9 +258,15 @@ class Registry {
   // The call is in flight from here until end_llm_call: an episode with a call in flight is active,
   // and the janitor never reclaims it however long the generation takes (CallInFlight pairs them).
   LlmCallTicket begin_llm_call(const std::string& episode_uuid);
+  // The same for a request's `reservation.calls` choices at once (consecutive call indices, one
+  // ticket each), after checking the episode's limits: Error(kResourceExhausted) naming the limit and
+  // its ajet-swarm flag when the episode's recorded and in-flight calls plus these would pass
+  // max_calls, or its stored bytes plus the request body would pass max_bytes.
+  std::vector<LlmCallTicket> begin_llm_calls(const std::string& episode_uuid, const CallReservation& reservation);
   // Once per begin_llm_call, however the call ended (answered, failed, the client hung up): its
-  // episode's idle clock starts again now. Unknown or ended episodes are ignored.
-  void end_llm_call(const std::string& episode_uuid);
+  // episode's idle clock starts again now. Unknown or ended episodes are ignored. With the ticket's
+  // call_index, a call that was not recorded stops counting against --max-episode-calls.
+  void end_llm_call(const std::string& episode_uuid, int64_t call_index = -1);
   // Whether the episode is claimed and not ended: what a route that made per-episode state after
   // begin_llm_call asks, since the episode's close hook may have run before that state existed.
   bool is_live(const std::string& episode_uuid) const;
@@ -324,6 +342,10 @@ class Registry {
     int64_t calls_in_flight = 0;  // begun and not yet ended: the episode is active
     int64_t next_call_index = 0;
     std::vector<int64_t> call_indices;
+    int64_t stored_bytes = 0;  // of its recorded calls' rows (store::CallRow::stored_bytes)
+    // Begun, and neither recorded nor ended: with call_indices, what counts against max_calls (a
+    // recorded call may still be in flight; it counts once).
+    std::unordered_set<int64_t> pending_calls;
     int64_t oldest_policy_version = -1;  // of its calls' generated tokens; -1 before any
     int64_t claim_global_step = 0;       // global_step when claimed (prepare reports weights_changed)
     std::optional<Prepared> prepared;    // set from a stored prepare until commit or abort

@@ -1,5 +1,7 @@
 #include "episodes/tracker_map.h"
 
+#include <malloc.h>
+
 namespace ajet::swarm {
 
 TrackedEpisode TrackerMap::get_or_create(const std::string& uuid, const std::shared_ptr<const ModelContext>& model) {
@@ -16,19 +18,45 @@ void TrackerMap::put(const std::string& uuid, TrackedEpisode tracked) {
   map_[uuid] = std::move(tracked);
 }
 
+namespace {
+
+// Trackers holding at least this much make their drop hand free memory back to the system: glibc
+// keeps freed heap (e.g. thousands of calls' token arrays) in its arenas otherwise, and the front's
+// RSS would stay at its peak after the episode ended.
+constexpr size_t kTrimAfterBytes = size_t(4) << 20;
+
+void release_tracker(std::shared_ptr<tracking::EpisodeTracker> tracker) {
+  if (!tracker) return;
+  const bool large = tracker->memory_bytes() >= kTrimAfterBytes;
+  const bool last = tracker.use_count() == 1;  // a call in flight may still hold it: freed then, untrimmed
+  tracker.reset();
+  if (large && last) ::malloc_trim(0);
+}
+
+}  // namespace
+
 void TrackerMap::drop(const std::string& uuid) {
-  TrackedEpisode dropped;  // destroyed outside the mutex
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = map_.find(uuid);
-  if (it == map_.end()) return;
-  dropped = std::move(it->second);
-  map_.erase(it);
+  TrackedEpisode dropped;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = map_.find(uuid);
+    if (it == map_.end()) return;
+    dropped = std::move(it->second);
+    map_.erase(it);
+  }
+  release_tracker(std::move(dropped.tracker));  // outside the mutex
 }
 
 void TrackerMap::clear() {
   std::unordered_map<std::string, TrackedEpisode> old;
-  std::lock_guard<std::mutex> lock(mu_);
-  old.swap(map_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    old.swap(map_);
+  }
+  size_t bytes = 0;
+  for (auto& [uuid, tracked] : old) bytes += tracked.tracker ? tracked.tracker->memory_bytes() : 0;
+  old.clear();
+  if (bytes >= kTrimAfterBytes) ::malloc_trim(0);
 }
 
 size_t TrackerMap::size() const {

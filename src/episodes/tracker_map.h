@@ -1,7 +1,8 @@
 // The live episodes' trackers (tracking::EpisodeTracker), keyed by episode uuid, each kept with the
 // ModelContext whose chat format it renders with (so the format outlives the tracker). Created on an
 // episode's first LLM call (or restored from the store after a restart), dropped when the registry
-// closes the episode. Thread-safe; lookups are O(1) under one short mutex.
+// closes the episode. Thread-safe; lookups are O(1) under one short mutex. Dropping a large tracker
+// hands the freed memory back to the system (malloc_trim), outside the mutex.
 #pragma once
 
 #include <memory>

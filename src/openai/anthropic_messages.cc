@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <unordered_set>
+
 #include "common/error.h"
 #include "openai/body_fields.h"
 
@@ -38,8 +40,10 @@ std::string text_of(const OrderedJson& v, const std::string& path) {
   bad(at + ".type", "'" + type + "' is not a content block this server reads (text, tool_use, tool_result, thinking)");
 }
 
-// One Anthropic message → its OpenAI messages, appended to `out`.
-void convert_message(const OrderedJson& m, const std::string& at, OrderedJson& out) {
+// One Anthropic message → its OpenAI messages, appended to `out`. `tool_uses`: the ids of the
+// tool_use blocks of the messages before (this one's are added).
+void convert_message(const OrderedJson& m, const std::string& at, OrderedJson& out,
+                     std::unordered_set<std::string>& tool_uses) {
   if (!m.is_object()) bad(at, "must be an object");
   const std::string role = string_at(m, "role", at);
   if (role != "user" && role != "assistant") bad(at + ".role", "must be 'user' or 'assistant', got '" + role + "'");
@@ -62,8 +66,10 @@ void convert_message(const OrderedJson& m, const std::string& at, OrderedJson& o
     } else if (type == "tool_use" && role == "assistant") {
       const OrderedJson* input = field(b, "input");
       if (input != nullptr && !input->is_object()) bad(bat + ".input", "must be an object");
+      const std::string id = string_at(b, "id", bat);
+      tool_uses.insert(id);
       tool_calls.push_back(OrderedJson{
-          {"id", string_at(b, "id", bat)},
+          {"id", id},
           {"type", "function"},
           {"function",
            {{"name", string_at(b, "name", bat)},
@@ -74,7 +80,12 @@ void convert_message(const OrderedJson& m, const std::string& at, OrderedJson& o
       std::string body = result == nullptr ? "" : text_of(*result, bat + ".content");
       const OrderedJson* is_error = field(b, "is_error");
       if (is_error != nullptr && is_error->is_boolean() && is_error->get<bool>()) body = "Error: " + body;
-      out.push_back(OrderedJson{{"role", "tool"}, {"tool_call_id", string_at(b, "tool_use_id", bat)}, {"content", body}});
+      const std::string id = string_at(b, "tool_use_id", bat);
+      if (!tool_uses.contains(id)) {
+        bad(bat + ".tool_use_id", "'" + id + "' answers no tool_use: no earlier assistant message has a tool_use "
+                                            "block with that id");
+      }
+      out.push_back(OrderedJson{{"role", "tool"}, {"tool_call_id", id}, {"content", body}});
     } else if (type == "thinking" && role == "assistant") {
       thinking += string_at(b, "thinking", bat);
     } else if (type == "redacted_thinking") {
@@ -150,7 +161,10 @@ OrderedJson anthropic_to_chat_body(const OrderedJson& body) {
   const OrderedJson* input = field(body, "messages");
   if (input == nullptr) bad("messages", "is required");
   if (!input->is_array() || input->empty()) bad("messages", "must be a non-empty list");
-  for (size_t i = 0; i < input->size(); ++i) convert_message((*input)[i], fmt::format("messages[{}]", i), messages);
+  std::unordered_set<std::string> tool_uses;
+  for (size_t i = 0; i < input->size(); ++i) {
+    convert_message((*input)[i], fmt::format("messages[{}]", i), messages, tool_uses);
+  }
   chat["messages"] = std::move(messages);
 
   if (const OrderedJson* tools = field(body, "tools")) chat["tools"] = anthropic_tools_to_chat(*tools);
@@ -167,6 +181,8 @@ OrderedJson anthropic_to_chat_body(const OrderedJson& body) {
   }
   return chat;
 }
+
+FieldNames anthropic_field_names() { return FieldNames{.stop = "stop_sequences", .max_tokens = "max_tokens"}; }
 
 std::string anthropic_stop_reason(std::string_view openai_finish_reason, bool stopped_by_string) {
   if (stopped_by_string) return "stop_sequence";

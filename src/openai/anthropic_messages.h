@@ -11,6 +11,7 @@
 
 #include "common/json.h"
 #include "openai/openai_format.h"
+#include "openai/openai_params.h"
 #include "text/messages.h"
 #include "text/tool_calls.h"
 
@@ -23,7 +24,11 @@ namespace ajet::swarm {
 // `thinking: {type: enabled}` turns the template's thinking on. Throws Error(kInvalidArgument)
 // naming the Anthropic field path (`messages[2].content[0].tool_use_id`); images and documents are
 // refused by name.
+// A `tool_result` whose tool_use_id names no `tool_use` block of an earlier assistant message is
+// refused by name (Anthropic answers 400 too).
 text::OrderedJson anthropic_to_chat_body(const text::OrderedJson& body);
+// The Messages names of the chat fields that body carries (stop_sequences), for the chat parser's errors.
+FieldNames anthropic_field_names();
 
 // Anthropic's stop_reason for a choice: "tool_use", "max_tokens", "stop_sequence" or "end_turn".
 std::string anthropic_stop_reason(std::string_view openai_finish_reason, bool stopped_by_string);

@@ -117,7 +117,8 @@ void LlmCall::start(const std::shared_ptr<rpc::Client>& client) {
   }
   if (!client) {
     if (services_.metrics) services_.metrics->failed();
-    respond_(unavailable_response("The engine is not connected (it is starting or restarting); retry shortly.", 2));
+    respond_(error_answer(503, "The engine is not connected (it is starting or restarting); retry shortly.",
+                          "engine_unavailable"));
     return;
   }
   client_weak_ = client;
@@ -141,9 +142,9 @@ void LlmCall::start(const std::shared_ptr<rpc::Client>& client) {
     }
     if (services_.metrics) services_.metrics->failed();
     if (e.code() == ErrorCode::kResourceExhausted) {
-      respond_(openai_error(413, std::string("The request is too large for the engine: ") + e.what(), "too_large"));
+      respond_(error_answer(413, std::string("The request is too large for the engine: ") + e.what(), "too_large"));
     } else {
-      respond_(unavailable_response(std::string("The engine is not reachable: ") + e.what(), 2));
+      respond_(error_answer(503, std::string("The engine is not reachable: ") + e.what(), "engine_unavailable"));
     }
     return;
   }
@@ -404,13 +405,17 @@ void LlmCall::on_error(ErrorCode code, const std::string& message) {
       push(sse_data(error));
       push("data: [DONE]\n\n");
       stream_->close();
-    } else if (status == 503) {
-      answer = unavailable_response(text, 2);
     } else {
-      answer = openai_error(status, text, std::string(error_code_name(code)));
+      answer = error_answer(status, text, status == 503 ? "engine_unavailable" : error_code_name(code));
     }
   }
   if (answer) respond_(std::move(*answer));
+}
+
+http::Response LlmCall::error_answer(int status, const std::string& text, std::string_view code) const {
+  if (setup_.kind == CallSetup::Kind::kMessages) return anthropic_error(status, text, 2);
+  if (status == 503) return unavailable_response(text, 2);
+  return openai_error(status, text, code);
 }
 
 Json LlmCall::response_json() const {
@@ -462,6 +467,9 @@ void LlmCall::record(const std::string& response_body) {
   const double latency_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - setup_.started).count();
   services_.latest.set(setup_.request_body, response_body);
+  // The bodies go once, on the first choice's row; the other choices' rows name it (bodies_from), and
+  // the tracker keeps neither (it renders and merges from the parsed request and the tokens).
+  std::optional<int64_t> holder;  // the call_index of the row with the bodies
   for (size_t i = 0; i < choices_.size() && i < setup_.tickets.size(); ++i) {
     const ChoiceState& c = choices_[i];
     tracking::CallRecord rec;
@@ -469,8 +477,6 @@ void LlmCall::record(const std::string& response_body) {
     rec.agent_name = setup_.agent_name;
     rec.call_index = setup_.tickets[i].call_index;
     rec.request = setup_.request;
-    rec.request_json = setup_.request_body;
-    rec.response_json = response_body;
     rec.prompt_ids = setup_.prompt.ids;
     rec.message_spans = setup_.prompt.message_spans;
     rec.generation_prompt_begin = setup_.prompt.generation_prompt_begin;
@@ -485,7 +491,15 @@ void LlmCall::record(const std::string& response_body) {
     rec.finished_at = finished_at;
     try {
       tracking::validate_call(rec);
-      if (!services_.registry.record_llm_call(tracking::to_call_row(rec))) continue;  // the episode ended meanwhile
+      store::CallRow row = tracking::to_call_row(rec);
+      if (!holder) {
+        holder = rec.call_index;
+        row.request_json = std::move(setup_.request_body);
+        row.response_json = response_body;
+      } else {
+        row.bodies_from = holder;
+      }
+      if (!services_.registry.record_llm_call(std::move(row))) continue;  // the episode ended meanwhile
       setup_.tracker->record(std::move(rec));
     } catch (const std::exception& e) {
       log().error("episode {} call {}: not recorded: {}", setup_.tickets[i].episode_uuid, setup_.tickets[i].call_index,

@@ -1,7 +1,8 @@
 // One OpenAI request in flight (/v1/chat/completions, /v1/completions, or /v1/responses and Anthropic's
 // /v1/messages over the chat pipeline: openai_responses.h, anthropic_messages.h): sends one `generate` to the
 // engine (n samples sharing one prefill), turns its streamed `tokens` events into SSE chunks as they
-// arrive (or one JSON body at the end), and records every choice as a tracked LLM call.
+// arrive (or one JSON body at the end), and records every choice as a tracked LLM call (the request and
+// response bodies once per request, on its first choice's row).
 //
 // Threads: start() runs on a prompt-pool thread; engine events arrive on the RPC client's reader thread
 // and are handled there directly (decoding a token and queueing a chunk never blocks: a push to the
@@ -54,16 +55,16 @@ struct CallSetup {
   enum class Kind { kChat, kCompletion, kMessages, kResponses } kind = Kind::kChat;
   std::shared_ptr<const ModelContext> model;
   std::shared_ptr<tracking::EpisodeTracker> tracker;
-  std::vector<LlmCallTicket> tickets;  // one per choice (consecutive call indices)
+  std::vector<LlmCallTicket> tickets;  // one per choice (consecutive call indices: begin_llm_calls)
   std::shared_ptr<CallInFlight> in_flight;  // ends the tickets' calls when the call object goes
   std::string agent_name;
   text::ChatRequest request;           // kChat: the parsed messages and tools
   tracking::RenderedPrompt prompt;     // ids, message spans, generation prompt start
   OpenAiParams params;
   rpc::GenerateRequest generate;       // prompt and stop ids included
-  std::string request_body;
   std::shared_ptr<http::CancelSignal> client_cancel;  // the HTTP request's: fired when its client hangs up
   size_t stream_backlog_bytes = 8 << 20;              // a streamed answer's queue; beyond, it is cancelled
+  std::string request_body;            // as received: stored once, on the first choice's row
   ResponseMeta meta;
   bool parse_tools = false;
   std::string generation_prompt_tail;
@@ -106,6 +107,8 @@ class LlmCall : public std::enable_shared_from_this<LlmCall> {
   Json logprobs_for(size_t index, size_t begin, size_t end);
   const text::ParsedOutput& final_of(size_t index);
   Json response_json() const;  // the whole answer as a non-streamed body (finals_ filled)
+  // A non-streamed error in this endpoint's shape (Anthropic's for Messages; 503: Retry-After 2).
+  http::Response error_answer(int status, const std::string& text, std::string_view code) const;
   int64_t completion_tokens() const;
   // After the answer went out: the registry (store) and the tracker get every choice.
   void record(const std::string& response_body);

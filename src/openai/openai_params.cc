@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <unordered_set>
 
 #include "common/error.h"
 
@@ -26,6 +27,12 @@ std::string type_name(const OrderedJson& v) {
   invalid_argument(fmt::format("request body: field '{}' {}", field, what));
 }
 
+// "max_tokens (4096)", or "max_tokens (4096, the default)" when the request did not set it.
+std::string factor(std::string_view field, int64_t value, bool sent) {
+  if (sent) return fmt::format("{} ({})", field, value);
+  return fmt::format("{} ({}, the default)", field, value);
+}
+
 const OrderedJson* field(const OrderedJson& body, std::string_view key) {
   auto it = body.find(key);
   if (it == body.end() || it->is_null()) return nullptr;
@@ -41,15 +48,17 @@ std::optional<double> number(const OrderedJson& body, std::string_view key) {
   return d;
 }
 
-std::optional<int64_t> integer(const OrderedJson& body, std::string_view key) {
+// `name`: the field as the client named it (empty: `key`).
+std::optional<int64_t> integer(const OrderedJson& body, std::string_view key, std::string_view name = {}) {
+  if (name.empty()) name = key;
   const OrderedJson* v = field(body, key);
   if (v == nullptr) return std::nullopt;
   if (v->is_number_float()) {
     double d = v->get<double>();
     if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9e15) return int64_t(d);
   }
-  if (!v->is_number_integer() && !v->is_number_unsigned()) bad_field(key, "must be an integer, got " + type_name(*v));
-  if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(INT64_MAX)) bad_field(key, "is too large");
+  if (!v->is_number_integer() && !v->is_number_unsigned()) bad_field(name, "must be an integer, got " + type_name(*v));
+  if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(INT64_MAX)) bad_field(name, "is too large");
   return v->get<int64_t>();
 }
 
@@ -60,7 +69,7 @@ std::optional<bool> boolean(const OrderedJson& body, std::string_view key) {
   return v->get<bool>();
 }
 
-void parse_common(const OrderedJson& body, OpenAiParams& p) {
+void parse_common(const OrderedJson& body, const FieldNames& names, OpenAiParams& p) {
   if (!body.is_object()) invalid_argument("request body must be a JSON object, got " + type_name(body));
   if (const OrderedJson* m = field(body, "model")) {
     if (!m->is_string()) bad_field("model", "must be a string, got " + type_name(*m));
@@ -70,13 +79,14 @@ void parse_common(const OrderedJson& body, OpenAiParams& p) {
     if (*n < 1 || *n > kMaxChoices) bad_field("n", fmt::format("must be between 1 and {}, got {}", kMaxChoices, *n));
     p.n = int(*n);
   }
-  auto max_tokens = integer(body, "max_tokens");
+  auto max_tokens = integer(body, "max_tokens", names.max_tokens);
   auto max_completion = integer(body, "max_completion_tokens");
-  if (max_tokens && *max_tokens < 1) bad_field("max_tokens", fmt::format("must be at least 1, got {}", *max_tokens));
+  if (max_tokens && *max_tokens < 1) bad_field(names.max_tokens, fmt::format("must be at least 1, got {}", *max_tokens));
   if (max_completion && *max_completion < 1) {
     bad_field("max_completion_tokens", fmt::format("must be at least 1, got {}", *max_completion));
   }
   p.max_tokens = max_completion ? max_completion : max_tokens;
+  p.max_tokens_field = max_completion ? "max_completion_tokens" : names.max_tokens;
   if ((p.temperature = number(body, "temperature")) && (*p.temperature < 0 || *p.temperature > 2)) {
     bad_field("temperature", fmt::format("must be between 0 and 2, got {}", *p.temperature));
   }
@@ -88,21 +98,22 @@ void parse_common(const OrderedJson& body, OpenAiParams& p) {
   }
   p.seed = integer(body, "seed");
   if (const OrderedJson* stop = field(body, "stop")) {
+    const std::string& name = names.stop;
     if (stop->is_string()) {
       p.stop.push_back(stop->get<std::string>());
     } else if (stop->is_array()) {
       for (size_t i = 0; i < stop->size(); ++i) {
-        if (!(*stop)[i].is_string()) bad_field(fmt::format("stop[{}]", i), "must be a string, got " + type_name((*stop)[i]));
+        if (!(*stop)[i].is_string()) bad_field(fmt::format("{}[{}]", name, i), "must be a string, got " + type_name((*stop)[i]));
         p.stop.push_back((*stop)[i].get<std::string>());
       }
     } else {
-      bad_field("stop", "must be a string or an array of strings, got " + type_name(*stop));
+      bad_field(name, "must be a string or an array of strings, got " + type_name(*stop));
     }
-    if (p.stop.size() > kMaxStopStrings) bad_field("stop", fmt::format("has {} strings; at most {}", p.stop.size(), kMaxStopStrings));
+    if (p.stop.size() > kMaxStopStrings) bad_field(name, fmt::format("has {} strings; at most {}", p.stop.size(), kMaxStopStrings));
     for (size_t i = 0; i < p.stop.size(); ++i) {
-      if (p.stop[i].empty()) bad_field(fmt::format("stop[{}]", i), "must not be empty");
+      if (p.stop[i].empty()) bad_field(fmt::format("{}[{}]", name, i), "must not be empty");
       if (p.stop[i].size() > kMaxStopBytes) {
-        bad_field(fmt::format("stop[{}]", i), fmt::format("is {} bytes long; at most {}", p.stop[i].size(), kMaxStopBytes));
+        bad_field(fmt::format("{}[{}]", name, i), fmt::format("is {} bytes long; at most {}", p.stop[i].size(), kMaxStopBytes));
       }
     }
   }
@@ -118,9 +129,9 @@ void parse_common(const OrderedJson& body, OpenAiParams& p) {
 
 }  // namespace
 
-OpenAiParams parse_chat_params(const OrderedJson& body) {
+OpenAiParams parse_chat_params(const OrderedJson& body, const FieldNames& names) {
   OpenAiParams p;
-  parse_common(body, p);
+  parse_common(body, names, p);
   p.logprobs = boolean(body, "logprobs").value_or(false);
   if (auto top = integer(body, "top_logprobs")) {
     if (*top < 0 || *top > rpc::kMaxTopLogprobs) {
@@ -161,7 +172,8 @@ OpenAiParams parse_chat_params(const OrderedJson& body) {
 
 OpenAiParams parse_completion_params(const OrderedJson& body) {
   OpenAiParams p;
-  parse_common(body, p);
+  p.top_logprobs_field = "logprobs";
+  parse_common(body, FieldNames{}, p);
   if (auto lp = integer(body, "logprobs")) {
     if (*lp < 0 || *lp > 5) bad_field("logprobs", fmt::format("must be between 0 and 5, got {}", *lp));
     p.logprobs = true;
@@ -209,6 +221,11 @@ CompletionPrompt parse_completion_prompt(const OrderedJson& body) {
 rpc::GenerateRequest resolve_generation(const OpenAiParams& p, const SamplingRules& rules, bool train,
                                         size_t prompt_tokens) {
   rpc::GenerateRequest g;
+  if (p.n > rules.max_num_seqs) {
+    bad_field("n", fmt::format("is {}; this engine decodes at most {} sequences together "
+                               "(ajet.rollout.max_num_seqs), so n must be at most that",
+                               p.n, rules.max_num_seqs));
+  }
   g.n = p.n;
   const int64_t room = rules.max_model_len - int64_t(prompt_tokens);
   if (room < 1) {
@@ -222,9 +239,10 @@ rpc::GenerateRequest resolve_generation(const OpenAiParams& p, const SamplingRul
     // train: the request may only shorten the turn; eval: the request decides.
     max_tokens = train ? std::min(*p.max_tokens, rules.max_tokens_per_turn) : *p.max_tokens;
     if (max_tokens > room) {
-      invalid_argument(fmt::format("context overflow: prompt ({} tokens) + max_tokens ({}) exceeds the model's "
-                                   "context of {} tokens; lower max_tokens to at most {} or shorten the messages.",
-                                   prompt_tokens, max_tokens, rules.max_model_len, room));
+      invalid_argument(fmt::format("context overflow: prompt ({} tokens) + {} ({}) exceeds the model's "
+                                   "context of {} tokens; lower {} to at most {} or shorten the messages.",
+                                   prompt_tokens, p.max_tokens_field, max_tokens, rules.max_model_len,
+                                   p.max_tokens_field, room));
     }
   } else {
     max_tokens = std::min(max_tokens, room);
@@ -242,6 +260,31 @@ rpc::GenerateRequest resolve_generation(const OpenAiParams& p, const SamplingRul
   g.seed = p.seed;
   g.top_logprobs = p.logprobs ? p.top_logprobs : 0;
   return g;
+}
+
+void check_token_entries(const OpenAiParams& p, const rpc::GenerateRequest& g, int64_t limit) {
+  const int64_t entries = int64_t(g.n) * int64_t(g.max_tokens) * (1 + int64_t(g.top_logprobs));
+  if (limit <= 0 || entries <= limit) return;
+  invalid_argument(fmt::format(
+      "request body: {} × {} × (1 + {}) = {} token entries, above this front's limit of {} per request "
+      "(ajet-swarm --max-request-token-entries): lower n, {} or {}.",
+      factor("n", g.n, true), factor(p.max_tokens_field, g.max_tokens, p.max_tokens.has_value()),
+      factor(p.top_logprobs_field, g.top_logprobs, true), entries, limit, p.max_tokens_field, p.top_logprobs_field));
+}
+
+void check_tool_results(const text::ChatRequest& request) {
+  std::unordered_set<std::string> calls;
+  for (size_t i = 0; i < request.messages.size(); ++i) {
+    const text::ChatMessage& m = request.messages[i];
+    for (const text::ToolCall& call : m.tool_calls) calls.insert(call.id);
+    if (m.role != text::Role::kTool || m.tool_call_id.value_or("").empty()) continue;
+    if (!calls.contains(*m.tool_call_id)) {
+      bad_field(fmt::format("messages[{}].tool_call_id", i),
+                fmt::format("'{}' answers no tool call: no earlier assistant message has a tool_calls entry with "
+                            "that id",
+                            *m.tool_call_id));
+    }
+  }
 }
 
 }  // namespace ajet::swarm

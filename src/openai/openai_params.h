@@ -16,7 +16,11 @@
 
 namespace ajet::swarm {
 
-inline constexpr int kMaxChoices = 128;       // `n` (OpenAI's limit)
+// `n`: what the engine accepts (rpc::kMaxSamplesPerRequest), and at most ajet.rollout.max_num_seqs
+// (the sequences the engine decodes together; resolve_generation).
+inline constexpr int kMaxChoices = rpc::kMaxSamplesPerRequest;
+// n × max_tokens × (1 + top_logprobs): the token entries one answer may hold (FrontOptions default).
+inline constexpr int64_t kDefaultMaxTokenEntries = int64_t(1) << 19;
 inline constexpr size_t kMaxStopStrings = 16;
 // Bytes of one stop string: each generated piece is checked against the tail of every stop string
 // on the token-delivery thread, so their length bounds what one request costs every other.
@@ -24,10 +28,19 @@ inline constexpr size_t kMaxStopBytes = 256;
 
 enum class ToolChoice { kAuto, kNone, kRequired, kNamed };
 
+// The names the client's API gives the chat fields its body was converted to (Messages:
+// stop_sequences; Responses: max_output_tokens), so that errors name what the client sent.
+struct FieldNames {
+  std::string stop = "stop";
+  std::string max_tokens = "max_tokens";
+};
+
 struct OpenAiParams {
   std::string model;  // "" when absent
   int n = 1;
   std::optional<int64_t> max_tokens;  // max_tokens or max_completion_tokens
+  std::string max_tokens_field = "max_tokens";      // the field that set it, as the client named it
+  std::string top_logprobs_field = "top_logprobs";  // /v1/completions: "logprobs"
   std::optional<double> temperature;
   std::optional<double> top_p;
   std::optional<int64_t> top_k;  // vLLM extension; -1 / 0: off
@@ -43,8 +56,9 @@ struct OpenAiParams {
   std::optional<bool> enable_thinking;  // chat_template_kwargs.enable_thinking (vLLM extension)
 };
 
-// Reads the fields above from a chat request body; Error(kInvalidArgument) naming the field.
-OpenAiParams parse_chat_params(const text::OrderedJson& body);
+// Reads the fields above from a chat request body; Error(kInvalidArgument) naming the field (by
+// `names` where the body was converted from another API's).
+OpenAiParams parse_chat_params(const text::OrderedJson& body, const FieldNames& names = {});
 // /v1/completions: `logprobs` is an integer there (0..5 alternatives), `echo`/`suffix`/`best_of`
 // are refused.
 OpenAiParams parse_completion_params(const text::OrderedJson& body);
@@ -56,8 +70,20 @@ struct CompletionPrompt {
 CompletionPrompt parse_completion_prompt(const text::OrderedJson& body);
 
 // The engine request (without prompt ids and stop ids) for `prompt_tokens` prompt tokens. Throws
-// Error(kInvalidArgument) when the prompt leaves no room (context overflow, naming the numbers).
+// Error(kInvalidArgument) when the prompt leaves no room (context overflow, naming the numbers) or n
+// is above ajet.rollout.max_num_seqs.
 rpc::GenerateRequest resolve_generation(const OpenAiParams& params, const SamplingRules& rules, bool train,
                                         size_t prompt_tokens);
+
+// What one answer may hold: n × max_tokens (resolved: the request's or the default) × (1 +
+// top_logprobs) token entries, each a token or an alternative with its logprob (the JSON answer and
+// the stored call grow with it). Above `limit` (ajet-swarm --max-request-token-entries; 0: none):
+// Error(kInvalidArgument) naming the three fields as the client sent them, their product and the limit.
+void check_token_entries(const OpenAiParams& params, const rpc::GenerateRequest& generate, int64_t limit);
+
+// Tool results must answer a tool call of an earlier assistant message in the same request: a `tool`
+// message whose tool_call_id names none → Error(kInvalidArgument) naming messages[i].tool_call_id
+// (OpenAI answers 400 too). A tool message without an id is accepted.
+void check_tool_results(const text::ChatRequest& request);
 
 }  // namespace ajet::swarm

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <unordered_set>
+
 #include "common/error.h"
 #include "openai/body_fields.h"
 
@@ -44,7 +46,9 @@ OrderedJson& assistant_for_calls(OrderedJson& messages) {
   return messages.back();
 }
 
-void convert_item(const OrderedJson& item, const std::string& at, OrderedJson& messages) {
+// `calls`: the call_ids of the function_call items before this one.
+void convert_item(const OrderedJson& item, const std::string& at, OrderedJson& messages,
+                  std::unordered_set<std::string>& calls) {
   if (!item.is_object()) bad(at, "must be an object");
   std::string type = "message";
   if (const OrderedJson* t = field(item, "type")) {
@@ -63,7 +67,9 @@ void convert_item(const OrderedJson& item, const std::string& at, OrderedJson& m
   } else if (type == "function_call") {
     OrderedJson& assistant = assistant_for_calls(messages);
     if (!assistant.contains("tool_calls")) assistant["tool_calls"] = OrderedJson::array();
-    assistant["tool_calls"].push_back(OrderedJson{{"id", string_at(item, "call_id", at)},
+    const std::string id = string_at(item, "call_id", at);
+    calls.insert(id);
+    assistant["tool_calls"].push_back(OrderedJson{{"id", id},
                                                   {"type", "function"},
                                                   {"function",
                                                    {{"name", string_at(item, "name", at)},
@@ -71,8 +77,12 @@ void convert_item(const OrderedJson& item, const std::string& at, OrderedJson& m
   } else if (type == "function_call_output") {
     const OrderedJson* output = field(item, "output");
     if (output == nullptr) bad(at + ".output", "is required");
+    const std::string id = string_at(item, "call_id", at);
+    if (!calls.contains(id)) {
+      bad(at + ".call_id", "'" + id + "' answers no function call: no earlier function_call item has that call_id");
+    }
     messages.push_back(OrderedJson{{"role", "tool"},
-                                   {"tool_call_id", string_at(item, "call_id", at)},
+                                   {"tool_call_id", id},
                                    {"content", content_text(*output, at + ".output")}});
   } else if (type == "reasoning") {
     // The model's earlier reasoning: not rendered again (chat templates drop it from history too).
@@ -92,7 +102,10 @@ OrderedJson responses_tools_to_chat(const OrderedJson& tools) {
     const std::string type = string_at(t, "type", at);
     if (type != "function") bad(at + ".type", "'" + type + "' is a built-in tool, which this server does not run");
     OrderedJson function{{"name", string_at(t, "name", at)}};
-    if (const OrderedJson* d = field(t, "description")) function["description"] = *d;
+    if (const OrderedJson* d = field(t, "description")) {
+      if (!d->is_string()) bad(at + ".description", "must be a string");
+      function["description"] = *d;
+    }
     if (const OrderedJson* p = field(t, "parameters")) {
       if (!p->is_object()) bad(at + ".parameters", "must be a JSON schema (an object)");
       function["parameters"] = *p;
@@ -146,7 +159,8 @@ OrderedJson responses_to_chat_body(const OrderedJson& body) {
   if (input->is_string()) {
     messages.push_back(OrderedJson{{"role", "user"}, {"content", *input}});
   } else if (input->is_array()) {
-    for (size_t i = 0; i < input->size(); ++i) convert_item((*input)[i], fmt::format("input[{}]", i), messages);
+    std::unordered_set<std::string> calls;
+    for (size_t i = 0; i < input->size(); ++i) convert_item((*input)[i], fmt::format("input[{}]", i), messages, calls);
   } else {
     bad("input", "must be a string or a list of input items");
   }
@@ -159,8 +173,10 @@ OrderedJson responses_to_chat_body(const OrderedJson& body) {
       if (type != "function") bad("tool_choice.type", "must be function, got '" + type + "'");
       chat["tool_choice"] =
           OrderedJson{{"type", "function"}, {"function", {{"name", string_at(*choice, "name", "tool_choice")}}}};
+    } else if (choice->is_string() && (*choice == "auto" || *choice == "none" || *choice == "required")) {
+      chat["tool_choice"] = *choice;
     } else {
-      chat["tool_choice"] = *choice;  // auto / none / required, checked by the chat parser
+      bad("tool_choice", "must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"name\": ...}");
     }
   }
   if (const OrderedJson* max = field(body, "max_output_tokens")) chat["max_tokens"] = *max;
@@ -169,6 +185,8 @@ OrderedJson responses_to_chat_body(const OrderedJson& body) {
   }
   return chat;
 }
+
+FieldNames responses_field_names() { return FieldNames{.stop = "stop", .max_tokens = "max_output_tokens"}; }
 
 ResponseItems response_items(std::string message_id, const text::ParsedOutput& output) {
   ResponseItems items{std::move(message_id), {}};

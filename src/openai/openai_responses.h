@@ -13,6 +13,7 @@
 
 #include "common/json.h"
 #include "openai/openai_format.h"
+#include "openai/openai_params.h"
 #include "text/messages.h"
 #include "text/tool_calls.h"
 
@@ -23,7 +24,11 @@ namespace ajet::swarm {
 // skipped) → messages; function tools; tool_choice; max_output_tokens; temperature; top_p; stream.
 // Throws Error(kInvalidArgument) naming the field path (`input[2].call_id`); images, files, built-in
 // tools and previous_response_id are refused by name.
+// A function_call_output whose call_id names no earlier function_call item is refused by name
+// (OpenAI answers 400 too).
 text::OrderedJson responses_to_chat_body(const text::OrderedJson& body);
+// The Responses names of the chat fields that body carries (max_output_tokens), for the chat parser's errors.
+FieldNames responses_field_names();
 
 // The ids of one answer's output items: "msg_…" for the message (chosen when the stream opens),
 // "fc_…" per function call.

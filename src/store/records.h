@@ -57,13 +57,18 @@ struct MessageSpan {
   bool operator==(const MessageSpan&) const = default;
 };
 
-// One LLM call (one completion; a request with n > 1 is n calls with consecutive indices).
+// One LLM call (one completion; a request with n > 1 is n calls with consecutive indices). The
+// request and response bodies of such a request are kept once, on its first choice's row: the
+// others name that row in `bodies_from` and hold empty bodies (tracking::calls_from_rows resolves it).
 struct CallRow {
   std::string episode_uuid;
   std::string agent_name;
   int64_t call_index = 0;    // per episode, from 0
-  std::string request_json;  // the OpenAI request body as received
-  std::string response_json;  // the answer sent (may be empty for streams)
+  std::string request_json;  // the OpenAI request body as received ("" when bodies_from is set)
+  std::string response_json;  // the answer sent, all choices (may be empty for streams; "" when bodies_from is set)
+  // The call_index of the row of the same episode that holds this call's request and response (its
+  // request's first choice); nullopt: this row holds its own. Stores before schema version 2: nullopt.
+  std::optional<int64_t> bodies_from;
   std::vector<int32_t> prompt_ids;
   std::vector<MessageSpan> message_spans;
   std::vector<int32_t> completion_ids;
@@ -74,6 +79,14 @@ struct CallRow {
   double latency_ms = 0;
   double started_at = 0;  // unix seconds
   double finished_at = 0;
+
+  // Bytes this row keeps: the bodies and the token arrays (4 bytes per value). What the per-episode
+  // stored-bytes limit counts.
+  int64_t stored_bytes() const {
+    const size_t values = prompt_ids.size() + 2 * message_spans.size() + completion_ids.size() + logprobs.size() +
+                          raw_logprobs.size() + policy_versions.size();
+    return int64_t(request_json.size() + response_json.size() + 4 * values);
+  }
 };
 
 struct BatchRow {

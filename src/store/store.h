@@ -32,7 +32,9 @@ namespace ajet::store {
 
 class Db;
 
-inline constexpr int kSchemaVersion = 1;        // PRAGMA user_version
+// PRAGMA user_version. 2: calls.bodies_from (a request's n choices keep its bodies once); a version-1
+// store gains the column when opened.
+inline constexpr int kSchemaVersion = 2;
 inline constexpr int kApplicationId = 0x414a4554;  // PRAGMA application_id: "AJET"
 
 using Done = std::function<void(std::exception_ptr)>;

@@ -51,7 +51,7 @@ std::vector<EpisodeRow> read_episodes(Stmt& s) {
 std::vector<CallRow> read_calls(Db& db, const std::string& episode_uuid) {
   Stmt& s = db.prepare(
       "SELECT episode_uuid, call_index, agent_name, request, response, prompt_ids, message_spans, completion_ids, "
-      "logprobs, raw_logprobs, policy_versions, finish_reason, latency_ms, started_at, finished_at "
+      "logprobs, raw_logprobs, policy_versions, finish_reason, latency_ms, started_at, finished_at, bodies_from "
       "FROM calls WHERE episode_uuid = ?1 ORDER BY call_index");
   s.bind(1, episode_uuid);
   std::vector<CallRow> out;
@@ -75,6 +75,7 @@ std::vector<CallRow> read_calls(Db& db, const std::string& episode_uuid) {
     c.latency_ms = s.column_double(12);
     c.started_at = s.column_double(13);
     c.finished_at = s.column_double(14);
+    c.bodies_from = s.column_optional_int(15);
     out.push_back(std::move(c));
   }
   s.reset();

@@ -12,19 +12,6 @@ namespace ajet::swarm {
 
 namespace {
 
-std::string_view anthropic_error_type(int status) {
-  switch (status) {
-    case 400: return "invalid_request_error";
-    case 401: return "authentication_error";
-    case 403: return "permission_error";
-    case 404: return "not_found_error";
-    case 413: return "request_too_large";
-    case 429: return "rate_limit_error";
-    case 503: return "overloaded_error";
-    default: return status < 500 ? "invalid_request_error" : "api_error";
-  }
-}
-
 http::ErrorShape command_shape() {
   return [](int status, const std::string& message, const std::string& code) {
     return openai_error(status, message, code);
@@ -32,11 +19,6 @@ http::ErrorShape command_shape() {
 }
 
 }  // namespace
-
-http::Response anthropic_error(int status, std::string_view message) {
-  return http::json_response(
-      Json{{"type", "error"}, {"error", {{"type", anthropic_error_type(status)}, {"message", message}}}}, status);
-}
 
 http::RouteOptions body_limit(size_t bytes, std::string limit_name) {
   http::RouteOptions options;

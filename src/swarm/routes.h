@@ -44,8 +44,6 @@ http::RouteOptions admin_only(const ServerContext& ctx, std::string what, http::
 // The episode key (Authorization, or for Anthropic's API x-api-key too) before the body, in that
 // API's error shape; the body at most max_json_body_bytes.
 http::RouteOptions episode_key_only(const ServerContext& ctx, bool anthropic);
-// Anthropic's error body {"type": "error", "error": {"type", "message"}} (/v1/messages).
-http::Response anthropic_error(int status, std::string_view message);
 
 // A JSON request body ({} when empty); Error(kInvalidArgument) for bad JSON or a body that is not an
 // object, kResourceExhausted naming `limit` for an oversize body.

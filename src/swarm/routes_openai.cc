@@ -54,26 +54,40 @@ void serve_generation(ServerContext& ctx, Request req, Respond respond, CallSetu
   if (!key) key = req.headers.get("Authorization");
   EpisodeKeyClaims claims = ctx.registry.signer().verify(key.value_or(""));
   text::OrderedJson body = parse_ordered_json_body(req, ctx.options.max_json_body_bytes);
-  if (messages) body = anthropic_to_chat_body(body);
-  if (responses) body = responses_to_chat_body(body);
-  setup.params = chat ? parse_chat_params(body) : parse_completion_params(body);
+  FieldNames names;  // errors name the fields the client sent, not the chat fields they became
+  if (messages) {
+    body = anthropic_to_chat_body(body);
+    names = anthropic_field_names();
+  }
+  if (responses) {
+    body = responses_to_chat_body(body);
+    names = responses_field_names();
+  }
+  setup.params = chat ? parse_chat_params(body, names) : parse_completion_params(body);
   CompletionPrompt completion;
   if (chat) {
     setup.request = text::parse_chat_request(body);
+    if (kind == CallSetup::Kind::kChat) check_tool_results(setup.request);  // the adapters check their own
   } else {
     completion = parse_completion_prompt(body);
   }
+  body = text::OrderedJson();  // the parsed request is all that is needed from here
 
-  LlmCallTicket first;
+  // All n choices at once, within the episode's limits (checked against what it has recorded).
+  std::vector<LlmCallTicket> tickets;
   try {
-    first = ctx.registry.begin_llm_call(claims.episode_uuid);
+    tickets = ctx.registry.begin_llm_calls(
+        claims.episode_uuid, CallReservation{setup.params.n, int64_t(req.body.size()), ctx.options.max_episode_calls,
+                                             int64_t(ctx.options.max_episode_bytes)});
   } catch (const Error& e) {
     if (e.code() != ErrorCode::kUnavailable) throw;
-    respond(unavailable_response(e.what(), retry_after_seconds(ctx.registry.engine_status())));
+    const int retry_after = retry_after_seconds(ctx.registry.engine_status());
+    respond(messages ? anthropic_error(503, e.what(), retry_after) : unavailable_response(e.what(), retry_after));
     return;
   }
+  const LlmCallTicket first = tickets.front();
   setup.in_flight = std::make_shared<CallInFlight>(ctx.registry, claims.episode_uuid);
-  setup.in_flight->add();
+  for (const LlmCallTicket& ticket : tickets) setup.in_flight->add(ticket.call_index);
   std::shared_ptr<const ModelContext> model = ctx.model();
   if (!model) fail(ErrorCode::kUnavailable, "no model is loaded (start_engine first)");
   setup.model = model;
@@ -109,12 +123,9 @@ void serve_generation(ServerContext& ctx, Request req, Respond respond, CallSetu
   setup.generate = resolve_generation(setup.params, model->sampling, train, setup.prompt.ids.size());
   setup.generate.prompt = setup.prompt.ids;
   setup.generate.stop_token_ids = chat ? model->chat_stop_ids : model->completion_stop_ids;
+  check_token_entries(setup.params, setup.generate, ctx.options.max_request_token_entries);
   setup.generate.tag = fmt::format("{}#{}", claims.episode_uuid, first.call_index);
-  setup.tickets.push_back(first);
-  for (int i = 1; i < setup.params.n; ++i) {
-    setup.tickets.push_back(ctx.registry.begin_llm_call(claims.episode_uuid));
-    setup.in_flight->add();
-  }
+  setup.tickets = std::move(tickets);
 
   setup.request_body = std::move(req.body);
   setup.client_cancel = req.cancel;  // a hang-up aborts the engine request
@@ -140,7 +151,19 @@ http::Response prompt_queue_full(size_t max_queued, bool anthropic) {
 }
 
 void generation_route(ServerContext& ctx, Request req, Respond respond, CallSetup::Kind kind, Heartbeats& heartbeats) {
-  answer_errors(respond, [&] { serve_generation(ctx, std::move(req), respond, kind, heartbeats); });
+  if (kind != CallSetup::Kind::kMessages) {
+    answer_errors(respond, [&] { serve_generation(ctx, std::move(req), respond, kind, heartbeats); });
+    return;
+  }
+  // Anthropic's SDKs read errors in Anthropic's envelope.
+  try {
+    serve_generation(ctx, std::move(req), respond, kind, heartbeats);
+  } catch (const Error& e) {
+    respond(anthropic_error_for(e));
+  } catch (const std::exception& e) {
+    log().error("route: {}", e.what());
+    respond(anthropic_error(500, std::string("internal error: ") + e.what()));
+  }
 }
 
 }  // namespace

@@ -60,6 +60,13 @@ struct FrontOptions {
   // Bytes of SSE a streamed call may queue for a reader that does not keep up; beyond, it is cancelled.
   size_t max_stream_backlog_bytes = 8ull << 20;
   size_t max_queued_prompts = 256;          // /v1 requests waiting for the prompt pool; beyond: 503
+  // What one episode key may make the front keep (0: no limit): its LLM calls (each of n choices
+  // counts; recorded + in flight), and the bytes its calls store (request and response bodies, token
+  // arrays). A call over either is refused (413) before anything is generated.
+  int64_t max_episode_calls = 1024;          // --max-episode-calls
+  size_t max_episode_bytes = 64ull << 20;    // --max-episode-mb
+  // One OpenAI request's n × max_tokens × (1 + top_logprobs) (400 above; 0: no limit).
+  int64_t max_request_token_entries = int64_t(1) << 19;  // --max-request-token-entries
   ArchiveLimits archive_limits;
   double engine_boot_timeout_s = 600;
   int engine_ranks = 1;  // data-parallel engine processes on this machine (rank 0 also serves inference)

@@ -1,5 +1,8 @@
 #include "tracking/call_record.h"
 
+#include <algorithm>
+#include <unordered_map>
+
 #include "common/error.h"
 #include "common/json.h"
 #include "common/log.h"
@@ -98,13 +101,14 @@ store::CallRow to_call_row(const CallRecord& call) {
 
 namespace {
 
-std::string content_from_response(const std::string& response_json) {
+// The text of choice `choice` of a stored answer (chat message content or completion text).
+std::string content_from_response(const std::string& response_json, size_t choice) {
   if (response_json.empty()) return "";
-  Json j = Json::parse(response_json, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return "";
-  auto choices = j.find("choices");
-  if (choices == j.end() || !choices->is_array() || choices->empty()) return "";
-  const Json& c = (*choices)[0];
+  std::optional<Json> j = try_parse_json(response_json);
+  if (!j || !j->is_object()) return "";
+  auto choices = j->find("choices");
+  if (choices == j->end() || !choices->is_array() || choice >= choices->size()) return "";
+  const Json& c = (*choices)[choice];
   if (c.contains("message") && c["message"].is_object() && c["message"].contains("content") &&
       c["message"]["content"].is_string()) {
     return c["message"]["content"].get<std::string>();
@@ -113,22 +117,35 @@ std::string content_from_response(const std::string& response_json) {
   return "";
 }
 
-}  // namespace
+text::ChatRequest stored_request(const store::CallRow& holder, int64_t call_index) {
+  if (holder.request_json.empty()) return {};
+  try {
+    return text::parse_chat_request(holder.request_json, "stored request of call " + std::to_string(call_index));
+  } catch (const Error& e) {
+    log().warn("episode {} call {}: {}", holder.episode_uuid, call_index, e.what());
+  }
+  return {};
+}
 
-CallRecord call_from_row(const store::CallRow& row, const ChatFormat* format) {
+// `holder`: the row with the bodies (the row itself, another row, or null when the reference is
+// dangling); `parsed`: its request already parsed (null: parse it here).
+CallRecord record_of_row(const store::CallRow& row, const ChatFormat* format, const store::CallRow* holder,
+                         const text::ChatRequest* parsed) {
   CallRecord c;
   c.episode_uuid = row.episode_uuid;
   c.agent_name = row.agent_name;
   c.call_index = row.call_index;
-  c.request_json = row.request_json;
-  c.response_json = row.response_json;
-  if (!row.request_json.empty()) {
-    try {
-      c.request = text::parse_chat_request(row.request_json, "stored request of call " + std::to_string(row.call_index));
-    } catch (const Error& e) {
-      log().warn("episode {} call {}: {}", row.episode_uuid, row.call_index, e.what());
-    }
+  size_t choice = 0;
+  if (holder == &row) {
+    c.request_json = row.request_json;
+    c.response_json = row.response_json;
+  } else if (holder == nullptr) {
+    log().warn("episode {} call {}: its bodies are on call {}, which is not stored", row.episode_uuid, row.call_index,
+               *row.bodies_from);
+  } else {
+    choice = size_t(std::max<int64_t>(0, row.call_index - *row.bodies_from));
   }
+  if (holder != nullptr) c.request = parsed != nullptr ? *parsed : stored_request(*holder, row.call_index);
   c.prompt_ids = row.prompt_ids;
   int32_t last_end = 0;
   for (const store::MessageSpan& s : row.message_spans) {
@@ -148,9 +165,43 @@ CallRecord call_from_row(const store::CallRow& row, const ChatFormat* format) {
     derive_completion_fields(c, *format);
   } else {
     c.ended_with_end_token = c.finish_reason == FinishReason::kStop && !c.completion_ids.empty();
-    c.completion_text = content_from_response(row.response_json);
+    c.completion_text = holder != nullptr ? content_from_response(holder->response_json, choice) : "";
   }
   return c;
+}
+
+}  // namespace
+
+CallRecord call_from_row(const store::CallRow& row, const ChatFormat* format, const store::CallRow* bodies) {
+  return record_of_row(row, format, row.bodies_from ? bodies : &row, nullptr);
+}
+
+std::vector<CallRecord> calls_from_rows(std::span<const store::CallRow> rows, const ChatFormat* format) {
+  std::vector<size_t> order(rows.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return rows[a].call_index < rows[b].call_index; });
+  std::vector<CallRecord> out;
+  out.reserve(rows.size());
+  // call_index -> (row, record) of the rows that hold their own bodies: a request's first choice
+  // comes before its other choices, whose records copy its parsed request instead of parsing again.
+  std::unordered_map<int64_t, std::pair<size_t, size_t>> holders;
+  for (size_t i : order) {
+    const store::CallRow& row = rows[i];
+    if (!row.bodies_from) {
+      out.push_back(record_of_row(row, format, &row, nullptr));
+      holders.emplace(row.call_index, std::pair{i, out.size() - 1});
+      continue;
+    }
+    auto it = holders.find(*row.bodies_from);
+    if (it == holders.end()) {
+      out.push_back(record_of_row(row, format, nullptr, nullptr));
+    } else {
+      CallRecord c = record_of_row(row, format, &rows[it->second.first], &out[it->second.second].request);
+      out.push_back(std::move(c));
+    }
+  }
+  return out;
 }
 
 }  // namespace ajet::tracking

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -57,7 +58,9 @@ struct CallRecord {
   std::string agent_name;
   int64_t call_index = 0;        // per episode, from 0; merge order
   text::ChatRequest request;     // parsed messages and tools
-  std::string request_json;      // the request body as received (what the store keeps)
+  // The bodies as the store keeps them (read back from it); the route and the tracker leave them
+  // empty: the store row holds them, once per request (store::CallRow::bodies_from).
+  std::string request_json;      // the request body as received
   std::string response_json;     // the answer sent (may be empty for streams)
 
   std::vector<TokenId> prompt_ids;           // exactly what the engine was given
@@ -94,9 +97,15 @@ std::string generation_prompt_tail(const CallRecord& call, const ChatFormat& for
 store::CallRow to_call_row(const CallRecord& call);
 
 // The tracker's record of a stored call. `format` (may be null) decodes the completion; without it
-// completion_text comes from response_json's first choice and ended_with_end_token from
+// completion_text comes from the response's choice `choice` and ended_with_end_token from
 // finish_reason == "stop". A request_json that does not parse leaves `request` empty (logged), so
-// an old or damaged row can still be shown and merged at token level.
-CallRecord call_from_row(const store::CallRow& row, const ChatFormat* format);
+// an old or damaged row can still be shown and merged at token level. A row whose bodies are on
+// another row (bodies_from) gets them from `bodies` (that row; null: left empty, logged): use
+// calls_from_rows (episode_tracker.h), which resolves them and parses each request once.
+CallRecord call_from_row(const store::CallRow& row, const ChatFormat* format, const store::CallRow* bodies = nullptr);
+
+// The tracker's records of one episode's stored calls, by call_index: call_from_row for each, with
+// the bodies a row refers to (bodies_from) taken from that row, its request parsed once.
+std::vector<CallRecord> calls_from_rows(std::span<const store::CallRow> rows, const ChatFormat* format);
 
 }  // namespace ajet::tracking

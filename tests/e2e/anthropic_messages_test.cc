@@ -205,5 +205,86 @@ TEST_F(AnthropicMessagesTest, MalformedBodiesNameTheAnthropicField) {
   EXPECT_EQ(bearer.status, 200) << bearer.body;
 }
 
+// Before: /v1/messages answered errors in OpenAI's shape, and both adapters' errors named the chat
+// fields the body became ('stop', 'max_tokens') instead of the fields the client sent.
+TEST_F(AnthropicMessagesTest, ErrorsNameTheFieldsSentAndMessagesUsesAnthropicsEnvelope) {
+  const std::string key = api_->claim("client-a", "eval")["openai_api_key"];
+  const Json user = Json::array({{{"role", "user"}, {"content", "hi"}}});
+  auto stop = messages(key, Json{{"max_tokens", 8}, {"messages", user}, {"stop_sequences", Json::array({""})}});
+  EXPECT_EQ(stop.status, 400) << stop.body;
+  const Json error = stop.json();
+  EXPECT_EQ(error["type"], "error") << stop.body;
+  EXPECT_EQ(error["error"]["type"], "invalid_request_error") << stop.body;
+  EXPECT_THAT(error["error"]["message"].get<std::string>(), HasSubstr("'stop_sequences[0]' must not be empty"));
+  EXPECT_THAT(stop.body, ::testing::Not(HasSubstr("'stop[")));
+  auto overflow = messages(key, Json{{"max_tokens", 100000}, {"messages", user}});
+  EXPECT_EQ(overflow.status, 400);
+  EXPECT_THAT(overflow.json()["error"]["message"].get<std::string>(), HasSubstr("lower max_tokens"));
+  auto forged = messages("sk-ajet-forged", Json{{"max_tokens", 8}, {"messages", user}});
+  EXPECT_EQ(forged.status, 401);
+  EXPECT_EQ(forged.json()["type"], "error");
+  EXPECT_EQ(forged.json()["error"]["type"], "authentication_error");
+
+  const http::Headers auth{{"Authorization", "Bearer " + key}, {"Content-Type", "application/json"}};
+  auto zero = api_->http.request("POST", "/v1/responses", auth, Json{{"input", "hi"}, {"max_output_tokens", 0}}.dump());
+  EXPECT_EQ(zero.status, 400);
+  EXPECT_THAT(zero.json()["error"]["message"].get<std::string>(), HasSubstr("'max_output_tokens' must be at least 1"));
+  auto long_answer =
+      api_->http.request("POST", "/v1/responses", auth, Json{{"input", "hi"}, {"max_output_tokens", 100000}}.dump());
+  EXPECT_EQ(long_answer.status, 400);
+  EXPECT_THAT(long_answer.body, HasSubstr("lower max_output_tokens to at most"));
+  EXPECT_THAT(long_answer.body, ::testing::Not(HasSubstr("max_tokens")));
+}
+
+// Before: a tool result answering no tool call was accepted on all three endpoints; OpenAI and
+// Anthropic answer 400.
+TEST_F(AnthropicMessagesTest, ToolResultsThatAnswerNoToolCallAre400NamingThem) {
+  const std::string key = api_->claim("client-a", "eval")["openai_api_key"];
+  auto turn = [](const std::string& result_id) {
+    return Json{{"max_tokens", 16},
+                {"messages", Json::array({{{"role", "user"}, {"content", "compute"}},
+                                          {{"role", "assistant"},
+                                           {"content", Json::array({{{"type", "tool_use"},
+                                                                     {"id", "toolu_1"},
+                                                                     {"name", "calculator"},
+                                                                     {"input", {{"expression", "6*7"}}}}})}},
+                                          {{"role", "user"},
+                                           {"content", Json::array({{{"type", "tool_result"},
+                                                                     {"tool_use_id", result_id},
+                                                                     {"content", "42"}}})}}})}};
+  };
+  EXPECT_EQ(messages(key, turn("toolu_1")).status, 200);
+  auto orphan = messages(key, turn("toolu_9"));
+  EXPECT_EQ(orphan.status, 400) << orphan.body;
+  EXPECT_EQ(orphan.json()["error"]["type"], "invalid_request_error");
+  EXPECT_THAT(orphan.json()["error"]["message"].get<std::string>(),
+              HasSubstr("'messages[2].content[0].tool_use_id' 'toolu_9' answers no tool_use"));
+
+  const http::Headers auth{{"Authorization", "Bearer " + key}, {"Content-Type", "application/json"}};
+  auto items = [](const std::string& output_id) {
+    return Json{{"input", Json::array({{{"role", "user"}, {"content", "compute"}},
+                                       {{"type", "function_call"}, {"call_id", "c1"}, {"name", "calculator"},
+                                        {"arguments", "{}"}},
+                                       {{"type", "function_call_output"}, {"call_id", output_id}, {"output", "42"}}})}};
+  };
+  EXPECT_EQ(api_->http.request("POST", "/v1/responses", auth, items("c1").dump()).status, 200);
+  auto output = api_->http.request("POST", "/v1/responses", auth, items("c9").dump());
+  EXPECT_EQ(output.status, 400) << output.body;
+  EXPECT_THAT(output.json()["error"]["message"].get<std::string>(), HasSubstr("'input[2].call_id' 'c9' answers no function call"));
+
+  auto chat = [](const std::string& tool_call_id) {
+    return Json{{"messages", Json::array({{{"role", "user"}, {"content", "compute"}},
+                                          {{"role", "assistant"}, {"content", nullptr},
+                                           {"tool_calls", Json::array({{{"id", "call_1"}, {"type", "function"},
+                                                                        {"function", {{"name", "calculator"},
+                                                                                      {"arguments", "{}"}}}}})}},
+                                          {{"role", "tool"}, {"tool_call_id", tool_call_id}, {"content", "42"}}})}};
+  };
+  EXPECT_EQ(api_->http.request("POST", "/v1/chat/completions", auth, chat("call_1").dump()).status, 200);
+  auto tool = api_->http.request("POST", "/v1/chat/completions", auth, chat("call_9").dump());
+  EXPECT_EQ(tool.status, 400) << tool.body;
+  EXPECT_THAT(tool.json()["error"]["message"].get<std::string>(), HasSubstr("'messages[2].tool_call_id' 'call_9'"));
+}
+
 }  // namespace
 }  // namespace ajet::e2e

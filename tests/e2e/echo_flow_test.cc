@@ -6,6 +6,7 @@
 
 #include "common/encoding.h"
 #include "e2e_util.h"
+#include "store/sqlite.h"
 
 namespace ajet::e2e {
 namespace {
@@ -315,6 +316,106 @@ TEST_F(EchoFlowTest, MalformedRequestsNameTheFieldAndOverflowIsAClear400) {
   auto overflow = api_->chat(key, user_chat(words));
   EXPECT_EQ(overflow.status, 400) << overflow.body.substr(0, 300);
   EXPECT_THAT(overflow.body, HasSubstr("context"));
+}
+
+// Before: each of a call's n choices stored its own copy of the request and of the whole response
+// (logprobs of every choice included), so memory and store grew with n²; and n went up to 128 while
+// the engine decodes at most 64.
+TEST_F(EchoFlowTest, NChoicesStoreTheirBodiesOnceAndNStopsAt64) {
+  boot();
+  Json claim = api_->claim("client-a", "eval");
+  const std::string key = claim["openai_api_key"];
+  const std::string uuid = claim["episode_uuid"];
+  const std::string request =
+      user_chat("same words for every choice", {{"n", 16}, {"logprobs", true}, {"top_logprobs", 5}}).dump();
+  auto r = api_->http.request("POST", "/v1/chat/completions",
+                              {{"Authorization", "Bearer " + key}, {"Content-Type", "application/json"}}, request);
+  ASSERT_EQ(r.status, 200) << r.body.substr(0, 300);
+  ASSERT_EQ(r.json()["choices"].size(), 16u);
+
+  // Every reader still sees 16 whole calls (GET /episodes reads the store after a flush).
+  auto episode = api_->get("/episodes/" + uuid);
+  ASSERT_EQ(episode.status, 200) << episode.body.substr(0, 300);
+  const Json calls = episode.json()["calls"];
+  ASSERT_EQ(calls.size(), 16u);
+  for (const Json& c : calls) {
+    ASSERT_EQ(c["request"]["messages"].size(), 1u) << c.dump().substr(0, 300);
+    EXPECT_EQ(c["request"]["messages"][0]["content"], "same words for every choice");
+    EXPECT_EQ(c["completion_text"], "same words for every choice");
+  }
+  // The store holds the request and the response once: on the first choice's row.
+  store::Db db(dir_ / "server" / "swarm.sqlite");
+  db.exec("PRAGMA query_only=1");
+  const std::string where = " FROM calls WHERE episode_uuid = '" + uuid + "'";
+  EXPECT_EQ(db.query_text("SELECT count(*)" + where), "16");
+  EXPECT_EQ(db.query_text("SELECT count(*)" + where + " AND length(response) > 0"), "1");
+  EXPECT_EQ(db.query_text("SELECT sum(length(CAST(request AS BLOB)) + length(CAST(response AS BLOB)))" + where),
+            std::to_string(request.size() + r.body.size()));
+  EXPECT_EQ(db.query_text("SELECT count(*)" + where + " AND bodies_from IS NOT NULL"), "15");
+
+  auto over = api_->chat(key, user_chat("x", {{"n", 65}}));
+  EXPECT_EQ(over.status, 400) << over.body;
+  EXPECT_THAT(over.body, HasSubstr("'n' must be between 1 and 64, got 65"));
+}
+
+// Before: one key could make calls until the front ran out of memory (4,146 calls of 1 MB: RSS
+// 23 MB -> 4.2 GB, store +4.2 GB), and one request could ask for any n x max_tokens x top_logprobs.
+TEST_F(EchoFlowTest, AnEpisodePastItsLimitsIsRefusedNamingTheLimitAndItsFlag) {
+  boot("", {"--max-episode-calls", "3", "--max-request-token-entries", "2000"});
+  Json claim = api_->claim("client-a", "eval");
+  const std::string key = claim["openai_api_key"];
+  ASSERT_EQ(api_->chat(key, user_chat("one")).status, 200);
+  ASSERT_EQ(api_->chat(key, user_chat("two")).status, 200);
+  auto two_more = api_->chat(key, user_chat("three", {{"n", 2}}));  // 2 + 2 > 3
+  EXPECT_EQ(two_more.status, 413) << two_more.body;
+  EXPECT_THAT(two_more.body, HasSubstr("--max-episode-calls"));
+  ASSERT_EQ(api_->chat(key, user_chat("three")).status, 200);
+  auto fourth = api_->chat(key, user_chat("four"));
+  EXPECT_EQ(fourth.status, 413) << fourth.body;
+  EXPECT_THAT(fourth.json()["error"]["message"].get<std::string>(),
+              HasSubstr("limit of 3 calls per episode (ajet-swarm --max-episode-calls)"));
+  // /v1/messages says it in Anthropic's envelope.
+  auto messages = api_->http.request(
+      "POST", "/v1/messages", {{"x-api-key", key}, {"Content-Type", "application/json"}},
+      Json{{"max_tokens", 8}, {"messages", Json::array({{{"role", "user"}, {"content", "five"}}})}}.dump());
+  EXPECT_EQ(messages.status, 413) << messages.body;
+  EXPECT_EQ(messages.json()["type"], "error");
+  EXPECT_EQ(messages.json()["error"]["type"], "request_too_large");
+  EXPECT_THAT(messages.json()["error"]["message"].get<std::string>(), HasSubstr("--max-episode-calls"));
+
+  // n x max_tokens x (1 + top_logprobs): 3 x 40 x 21 = 2520 > 2000.
+  const std::string other = api_->claim("client-a", "eval")["openai_api_key"];
+  auto wide = api_->chat(other, user_chat("x", {{"n", 3}, {"max_tokens", 40}, {"logprobs", true}, {"top_logprobs", 20}}));
+  EXPECT_EQ(wide.status, 400) << wide.body;
+  EXPECT_THAT(wide.body, HasSubstr("n (3) × max_tokens (40) × (1 + top_logprobs (20)) = 2520"));
+  EXPECT_THAT(wide.body, HasSubstr("--max-request-token-entries"));
+  EXPECT_EQ(api_->chat(other, user_chat("x", {{"n", 1}, {"max_tokens", 40}, {"logprobs", true}, {"top_logprobs", 20}}))
+                .status,
+            200);
+}
+
+TEST_F(EchoFlowTest, AnEpisodePastItsStoredBytesIsRefusedNamingTheFlag) {
+  boot("", {"--max-episode-mb", "0.01"});  // 10,485 bytes
+  Json claim = api_->claim("client-a", "eval");
+  const std::string key = claim["openai_api_key"];
+  // The body is stored as sent: 3,000 bytes of a field the chat parser ignores.
+  const Json padded = user_chat("hi", {{"user", std::string(3000, 'u')}});
+  ASSERT_EQ(api_->chat(key, padded).status, 200);
+  int accepted = 1;
+  http::ClientResponse refused;
+  for (int i = 0; i < 10; ++i) {
+    refused = api_->chat(key, padded);
+    if (refused.status != 200) break;
+    ++accepted;
+  }
+  EXPECT_GE(accepted, 2);
+  EXPECT_LE(accepted, 3);
+  EXPECT_EQ(refused.status, 413) << refused.body;
+  EXPECT_THAT(refused.body, HasSubstr("bytes per episode (ajet-swarm --max-episode-mb 0.01)"));
+  // Ending the episode frees its budget with it: the next episode is served.
+  ASSERT_EQ(api_->end("client-a", claim["episode_uuid"], "t", 1.0).status, 200);
+  const std::string next = api_->claim("client-a", "eval")["openai_api_key"];
+  EXPECT_EQ(api_->chat(next, padded).status, 200);
 }
 
 TEST_F(EchoFlowTest, KeysOfOtherEpisodesForgedOrEditedAreRefused) {

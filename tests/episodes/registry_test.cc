@@ -256,6 +256,50 @@ TEST(RegistryLlmCalls, BookkeepingAndRefusals) {
   }
 }
 
+// Before: nothing bounded what one episode key could make the front keep (4,146 calls of 1 MB in
+// 34 s took it to 4.2 GB). A request's n choices are reserved at once within the limits, counted
+// from what is recorded and in flight; the refusal names the limit and its flag.
+TEST(RegistryLlmCalls, EpisodeLimitsOnCallsAndStoredBytes) {
+  RegistryHarness h(small_options(Backbone::kTorch, 1, 1));
+  h.start();
+  std::string a = h.claim("c1", "eval");
+  const CallReservation two{.calls = 2, .request_bytes = 100, .max_calls = 3, .max_bytes = 1000};
+  std::vector<LlmCallTicket> tickets = h.registry.begin_llm_calls(a, two);
+  ASSERT_EQ(tickets.size(), 2u);
+  EXPECT_EQ(tickets[0].call_index, 0);
+  EXPECT_EQ(tickets[1].call_index, 1);  // consecutive
+  try {
+    h.registry.begin_llm_calls(a, two);  // 2 in flight + 2 > 3
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kResourceExhausted);
+    EXPECT_TRUE(contains(e.what(), "limit of 3 calls per episode (ajet-swarm --max-episode-calls)")) << e.what();
+  }
+  store::CallRow row;
+  row.episode_uuid = a;
+  row.call_index = 0;
+  row.request_json = std::string(600, 'x');
+  EXPECT_TRUE(h.registry.record_llm_call(row));
+  // Call 0 is recorded but still in flight (its answer is out, its object not yet gone): it counts
+  // once, so a third call fits (1 recorded + 1 pending + 1).
+  std::vector<LlmCallTicket> third = h.registry.begin_llm_calls(
+      a, CallReservation{.calls = 1, .request_bytes = 400, .max_calls = 3, .max_bytes = 1000});  // 600 + 400 fits
+  ASSERT_EQ(third.size(), 1u);
+  h.registry.end_llm_call(a, 0);
+  h.registry.end_llm_call(a, 1);  // the second choice was never recorded: it no longer counts
+  h.registry.end_llm_call(a, third[0].call_index);
+  try {
+    h.registry.begin_llm_calls(a, CallReservation{.calls = 1, .request_bytes = 401, .max_calls = 3, .max_bytes = 1000});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kResourceExhausted);
+    EXPECT_TRUE(contains(e.what(), "has stored 600 bytes")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "limit of 1000 bytes per episode (ajet-swarm --max-episode-mb")) << e.what();
+  }
+  std::string b = h.claim("c1", "eval");  // another episode has its own budget
+  EXPECT_EQ(h.registry.begin_llm_calls(b, two).size(), 2u);
+}
+
 TEST(RegistryBatch, DefaultTriggerDrainThenTrainAdvancesTheStep) {
   RegistryHarness h(small_options(Backbone::kTorch, 2, 2));
   h.start();

@@ -133,6 +133,27 @@ await check("errors become typed SDK exceptions", async () => {
   } catch (e) {
     expect(e instanceof Anthropic.BadRequestError, `malformed body: ${e?.constructor?.name} ${e?.status}`);
     expect(/messages\[0\]\.role/.test(e.message), `the error names the field: ${e.message}`);
+    // Anthropic's envelope, as the SDK keeps it in `error`.
+    eq(e.error?.type, "error", "envelope type");
+    eq(e.error?.error?.type, "invalid_request_error", "error type");
+  }
+  try {
+    await train.messages.create({ model, max_tokens: 8, stop_sequences: [""], messages: user("x") });
+    throw new Error("an empty stop sequence was accepted");
+  } catch (e) {
+    expect(e instanceof Anthropic.BadRequestError, `empty stop sequence: ${e?.constructor?.name} ${e?.status}`);
+    expect(/stop_sequences\[0\]/.test(e.error?.error?.message), `the error names the field sent: ${e.message}`);
+  }
+  try {
+    await train.messages.create({
+      model, max_tokens: 8,
+      messages: [{ role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_none", content: "42" }] }],
+    });
+    throw new Error("a tool_result answering no tool_use was accepted");
+  } catch (e) {
+    expect(e instanceof Anthropic.BadRequestError, `orphan tool_result: ${e?.constructor?.name} ${e?.status}`);
+    expect(/messages\[0\]\.content\[0\]\.tool_use_id/.test(e.error?.error?.message),
+      `the error names the block: ${e.message}`);
   }
 });
 

@@ -141,6 +141,23 @@ await check("errors become typed SDK exceptions", async () => {
     expect(e instanceof OpenAI.BadRequestError, `previous_response_id: ${e?.constructor?.name} ${e?.status}`);
     expect(/previous_response_id/.test(e.message), `the error names the field: ${e.message}`);
   }
+  try {
+    await train.responses.create({
+      model,
+      input: [{ role: "user", content: "x" }, { type: "function_call_output", call_id: "call_none", output: "42" }],
+    });
+    throw new Error("a function_call_output answering no function_call was accepted");
+  } catch (e) {
+    expect(e instanceof OpenAI.BadRequestError, `orphan output: ${e?.constructor?.name} ${e?.status}`);
+    expect(/input\[1\]\.call_id/.test(e.message), `the error names the item: ${e.message}`);
+  }
+  try {
+    await train.responses.create({ model, input: "x", max_output_tokens: 0 });
+    throw new Error("max_output_tokens 0 was accepted");
+  } catch (e) {
+    expect(e instanceof OpenAI.BadRequestError, `max_output_tokens 0: ${e?.constructor?.name} ${e?.status}`);
+    expect(/max_output_tokens/.test(e.message), `the error names the field sent: ${e.message}`);
+  }
 });
 
 report();

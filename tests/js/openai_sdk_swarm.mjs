@@ -208,6 +208,15 @@ await check("errors become typed SDK exceptions", async () => {
     expect(e instanceof OpenAI.BadRequestError, `malformed body: ${e?.constructor?.name} ${e?.status}`);
     expect(/messages/.test(e.message), `the error names the field: ${e.message}`);
   }
+  try {
+    await train.chat.completions.create({
+      model, messages: [...user("x"), { role: "tool", tool_call_id: "call_none", content: "42" }],
+    });
+    throw new Error("a tool message answering no tool call was accepted");
+  } catch (e) {
+    expect(e instanceof OpenAI.BadRequestError, `orphan tool message: ${e?.constructor?.name} ${e?.status}`);
+    expect(/messages\[1\]\.tool_call_id/.test(e.message), `the error names the message: ${e.message}`);
+  }
 });
 
 report();

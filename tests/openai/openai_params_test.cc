@@ -147,5 +147,115 @@ TEST(OpenAiParams, ContextOverflowIsAClearError) {
   }
 }
 
+// Before: the front accepted n up to 128 while the engine decodes at most 64 (and at most
+// ajet.rollout.max_num_seqs) samples of a request, so 65..128 went to the engine and failed there.
+TEST(OpenAiParams, NIsAtMost64AndAtMostTheEnginesMaxNumSeqs) {
+  EXPECT_EQ(kMaxChoices, 64);
+  EXPECT_EQ(kMaxChoices, rpc::kMaxSamplesPerRequest);
+  EXPECT_EQ(parse_chat_params(OrderedJson::parse(R"({"n": 64})")).n, 64);
+  EXPECT_THAT(error_of(OrderedJson::parse(R"({"n": 65})")), HasSubstr("'n' must be between 1 and 64, got 65"));
+  SamplingRules rules;
+  rules.max_num_seqs = 8;
+  OpenAiParams p;
+  p.n = 9;
+  try {
+    resolve_generation(p, rules, false, 10);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_THAT(e.what(), HasSubstr("'n' is 9"));
+    EXPECT_THAT(e.what(), HasSubstr("ajet.rollout.max_num_seqs"));
+  }
+  p.n = 8;
+  EXPECT_EQ(resolve_generation(p, rules, false, 10).n, 8);
+}
+
+// Before: nothing bounded n × max_tokens × top_logprobs; one n=64 call with logprobs took the front
+// past 6 GB.
+TEST(OpenAiParams, TokenEntriesOfOneAnswerAreBoundedNamingTheFields) {
+  SamplingRules rules;
+  rules.max_tokens_per_turn = 1000;
+  rules.max_model_len = 100000;
+  OpenAiParams p = parse_chat_params(OrderedJson::parse(R"({"n": 16, "max_tokens": 1000, "logprobs": true,
+                                                            "top_logprobs": 20})"));
+  const rpc::GenerateRequest g = resolve_generation(p, rules, false, 10);
+  check_token_entries(p, g, 16 * 1000 * 21);  // at the limit: fine
+  check_token_entries(p, g, 0);               // 0: no limit
+  try {
+    check_token_entries(p, g, 100000);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_THAT(e.what(), HasSubstr("n (16) × max_tokens (1000) × (1 + top_logprobs (20)) = 336000"));
+    EXPECT_THAT(e.what(), HasSubstr("limit of 100000"));
+    EXPECT_THAT(e.what(), HasSubstr("--max-request-token-entries"));
+  }
+  // The names the client used: max_completion_tokens, a default, /v1/completions' logprobs.
+  OpenAiParams completion = parse_completion_params(OrderedJson::parse(R"({"n": 4, "logprobs": 5})"));
+  try {
+    check_token_entries(completion, resolve_generation(completion, rules, false, 10), 1000);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("n (4) × max_tokens (1000, the default) × (1 + logprobs (5))"));
+  }
+  OpenAiParams chat = parse_chat_params(OrderedJson::parse(R"({"n": 4, "max_completion_tokens": 500})"));
+  try {
+    check_token_entries(chat, resolve_generation(chat, rules, false, 10), 1000);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("max_completion_tokens (500)"));
+  }
+  EXPECT_EQ(kDefaultMaxTokenEntries, 524288);
+}
+
+// Before: errors of /v1/messages and /v1/responses named the chat fields their bodies became
+// ('stop', 'max_tokens') instead of what the client sent.
+TEST(OpenAiParams, ErrorsNameTheFieldsOfTheClientsApi) {
+  const FieldNames messages{.stop = "stop_sequences", .max_tokens = "max_tokens"};
+  const FieldNames responses{.stop = "stop", .max_tokens = "max_output_tokens"};
+  auto error_with = [](const char* body, const FieldNames& names) -> std::string {
+    try {
+      parse_chat_params(OrderedJson::parse(body), names);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_THAT(error_with(R"({"stop": [""]})", messages), HasSubstr("'stop_sequences[0]' must not be empty"));
+  EXPECT_THAT(error_with(R"({"stop": 5})", messages), HasSubstr("'stop_sequences' must be"));
+  EXPECT_THAT(error_with(R"({"max_tokens": 0})", responses), HasSubstr("'max_output_tokens' must be at least 1"));
+  EXPECT_THAT(error_with(R"({"max_tokens": "x"})", responses), HasSubstr("'max_output_tokens' must be an integer"));
+  SamplingRules rules;
+  rules.max_model_len = 64;
+  OpenAiParams p = parse_chat_params(OrderedJson::parse(R"({"max_tokens": 10})"), responses);
+  try {
+    resolve_generation(p, rules, false, 60);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("max_output_tokens (10)"));
+    EXPECT_THAT(e.what(), HasSubstr("lower max_output_tokens to at most 4"));
+  }
+}
+
+// Before: a tool message answering no tool call of the request was rendered as if it did.
+TEST(OpenAiParams, ToolResultsMustAnswerAnEarlierToolCall) {
+  auto request = [](const char* tool_call_id) {
+    return text::parse_chat_request(OrderedJson::parse(std::string(R"({"messages": [
+      {"role": "user", "content": "weather?"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+        "function": {"name": "get_weather", "arguments": "{}"}}]},
+      {"role": "tool", "tool_call_id": )") + tool_call_id + R"(, "content": "sunny"}]})"));
+  };
+  check_tool_results(request(R"("call_1")"));
+  check_tool_results(request("null"));  // no id: nothing to match (lenient, as before)
+  try {
+    check_tool_results(request(R"("call_9")"));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_THAT(e.what(), HasSubstr("'messages[2].tool_call_id' 'call_9' answers no tool call"));
+  }
+}
+
 }  // namespace
 }  // namespace ajet::swarm

@@ -251,6 +251,59 @@ TEST(StoreErrors, NewerSchemaVersionIsRefusedWithAClearMessage) {
   EXPECT_NE(msg.find("newer AgentJet (schema version 99"), std::string::npos) << msg;
 }
 
+// The schema before version 2, as AgentJet wrote it: every choice's row held its own bodies.
+constexpr const char* kSchemaV1 = R"sql(
+CREATE TABLE episodes (uuid TEXT PRIMARY KEY, client_uuid TEXT NOT NULL, episode_type TEXT NOT NULL,
+  status TEXT NOT NULL, task_id TEXT NOT NULL, optional_task_id TEXT NOT NULL, reward REAL, is_success INTEGER,
+  metadata TEXT NOT NULL, log_metrics TEXT NOT NULL, discard_episode_timeout REAL NOT NULL, claimed_at REAL NOT NULL,
+  ended_at REAL, batch_id INTEGER);
+CREATE TABLE calls (episode_uuid TEXT NOT NULL, call_index INTEGER NOT NULL, agent_name TEXT NOT NULL,
+  request TEXT NOT NULL, response TEXT NOT NULL, prompt_ids BLOB NOT NULL, message_spans BLOB NOT NULL,
+  completion_ids BLOB NOT NULL, logprobs BLOB NOT NULL, raw_logprobs BLOB NOT NULL, policy_versions BLOB NOT NULL,
+  finish_reason TEXT NOT NULL, latency_ms REAL NOT NULL, started_at REAL NOT NULL, finished_at REAL NOT NULL,
+  UNIQUE (episode_uuid, call_index));
+CREATE TABLE batches (id INTEGER PRIMARY KEY, global_step INTEGER NOT NULL, created_at REAL NOT NULL,
+  status TEXT NOT NULL, finished_at REAL, stats TEXT NOT NULL);
+CREATE TABLE metrics (step INTEGER NOT NULL, name TEXT NOT NULL, value REAL NOT NULL, created_at REAL NOT NULL);
+CREATE TABLE state (key TEXT PRIMARY KEY, value BLOB NOT NULL);
+INSERT INTO calls VALUES ('e1', 0, 'agent', '{"messages":[{"role":"user","content":"hi"}]}', '{"id":"x"}',
+  X'01000000', X'0000000001000000', X'09000000', X'0000803F', X'', X'03000000', 'stop', 1.5, 10, 11);
+PRAGMA application_id=1095386452;
+PRAGMA user_version=1;
+)sql";
+
+// A request's n choices keep its bodies once: the first choice's row holds them, the others name it.
+// A store of schema version 1 (each row its own bodies) is still read, and gains the column.
+TEST(Store, ChoicesNameTheRowHoldingTheirBodiesAndVersionOneStoresAreRead) {
+  TempDir dir;
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((dir / "s.db").c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, kSchemaV1, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+  sqlite3_close(db);
+  {
+    Store store(dir / "s.db");
+    std::vector<CallRow> old = store.get_calls("e1");
+    ASSERT_EQ(old.size(), 1u);
+    EXPECT_EQ(old[0].request_json, R"({"messages":[{"role":"user","content":"hi"}]})");
+    EXPECT_EQ(old[0].completion_ids, std::vector<int32_t>{9});
+    EXPECT_FALSE(old[0].bodies_from.has_value());
+    CallRow second = call("e1", 1);
+    second.request_json.clear();
+    second.response_json.clear();
+    second.bodies_from = 0;
+    store.put_call(second).get();
+  }
+  Store store(dir / "s.db");
+  std::vector<CallRow> calls = store.get_calls("e1");
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_FALSE(calls[0].bodies_from.has_value());
+  EXPECT_EQ(calls[1].bodies_from, 0);
+  EXPECT_EQ(calls[1].request_json, "");
+  // What a row keeps: bodies, and 4 bytes per token-array value (spans: two each).
+  EXPECT_EQ(calls[1].stored_bytes(), 4 * (5 + 2 * 2 + 3 + 3 + 3 + 3));
+  EXPECT_EQ(calls[0].stored_bytes(), int64_t(calls[0].request_json.size() + calls[0].response_json.size()) + 4 * (1 + 2 + 1 + 1 + 1));
+}
+
 TEST(StoreErrors, TwoOpenersOfOneStoreAreRefused) {
   TempDir dir;
   Store first(dir / "s.db");

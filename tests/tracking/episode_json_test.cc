@@ -141,6 +141,54 @@ TEST(EpisodeJson, FromTheTrackerAndFromTheStoreHaveTheDocumentedShape) {
             live_json["diagnostics"]["agents"][0]["branches"][0]["position"]);
 }
 
+// A request's n choices are stored with their bodies once (store::CallRow::bodies_from): reading them
+// back gives every choice the request and its own choice's text, as when each row held a copy. The
+// tracker keeps no bodies at all.
+TEST(EpisodeJson, ChoicesStoredWithTheirBodiesOnceReadBackWhole) {
+  store::CallRow first;
+  first.episode_uuid = "ep-n";
+  first.call_index = 4;
+  first.request_json = R"({"messages": [{"role": "user", "content": "pick"}], "n": 2})";
+  first.response_json = R"({"choices": [{"index": 0, "message": {"role": "assistant", "content": "one"}},
+                                         {"index": 1, "message": {"role": "assistant", "content": "two"}}]})";
+  first.prompt_ids = {1, 2};
+  first.completion_ids = {7};
+  first.logprobs = {-0.5f};
+  first.policy_versions = {0};
+  first.finish_reason = "stop";
+  store::CallRow second = first;
+  second.call_index = 5;
+  second.request_json.clear();
+  second.response_json.clear();
+  second.bodies_from = 4;
+  store::CallRow orphan = second;  // names a row that is not there: read without bodies, not an error
+  orphan.call_index = 9;
+  orphan.bodies_from = 8;
+  const std::vector<store::CallRow> rows = {orphan, second, first};  // any order
+  std::vector<CallRecord> calls = calls_from_rows(rows, nullptr);
+  ASSERT_EQ(calls.size(), 3u);
+  EXPECT_EQ(calls[0].call_index, 4);
+  EXPECT_EQ(calls[1].call_index, 5);
+  ASSERT_EQ(calls[1].request.messages.size(), 1u);
+  EXPECT_EQ(calls[1].request.messages[0].content, "pick");
+  EXPECT_EQ(calls[0].completion_text, "one");
+  EXPECT_EQ(calls[1].completion_text, "two");  // its own choice, not the first
+  EXPECT_TRUE(calls[2].request.messages.empty());
+  EXPECT_EQ(calls[2].completion_text, "");
+  EXPECT_EQ(call_from_row(second, nullptr, &first).completion_text, "two");
+
+  auto tok = testing::trained_tokenizer();
+  const ChatFormat f = ChatFormat::create(*tok, text::ChatFamily::kQwen2_5);
+  EpisodeTracker tracker("ep-n", f);
+  CallRecord kept = calls[0];
+  ASSERT_FALSE(kept.request_json.empty());
+  tracker.record(kept);
+  EXPECT_TRUE(tracker.calls()[0].request_json.empty());
+  EXPECT_TRUE(tracker.calls()[0].response_json.empty());
+  EXPECT_EQ(tracker.calls()[0].request.messages.size(), 1u);  // merging reads the parsed request
+  EXPECT_GT(tracker.memory_bytes(), 0u);
+}
+
 using ajet::test_support::run_command;
 
 TEST(EpisodeJson, AjetEpisodeShowPrintsTheEpisodeFromTheStore) {
