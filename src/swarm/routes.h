@@ -42,4 +42,13 @@ nlohmann::ordered_json parse_ordered_json_body(const http::Request& request, siz
 // Runs `fn`; an ajet::Error (or any exception) it throws becomes the error response.
 void answer_errors(const http::Respond& respond, const std::function<void()>& fn);
 
+// A command body up to this size is parsed on the I/O thread; a larger one on the work pool, so that
+// parsing megabytes of JSON never stalls the other connections of an I/O thread.
+inline constexpr size_t kInlineCommandBodyBytes = 64u << 10;
+// A command route's handler: runs `handle` on the I/O thread for a body of at most `inline_limit`
+// bytes, on `pool` for a larger one (parsing and all: `handle` must not assume its thread).
+class WorkPool;
+http::Handler command_handler(WorkPool& pool, std::function<void(const http::Request&, const http::Respond&)> handle,
+                              size_t inline_limit = kInlineCommandBodyBytes);
+
 }  // namespace ajet::swarm
