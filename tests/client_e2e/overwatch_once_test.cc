@@ -58,7 +58,7 @@ TEST(OverwatchOnceTest, SeveralServersShowOneBlockEachWithStepMetricsAndClientSh
   ScratchDir scratch;
   // Model A trains every episode (torch backbone, batch 1 x 1); model B collects (debug, batch 2 x 2).
   EchoSwarm a(scratch / "model-a", "torch", 1, 1);
-  EchoSwarm b(scratch / "model-b", "debug", 2, 2);
+  EchoSwarm b(scratch / "model-b", "debug", 2, 2, a.url());
   if (HasFailure()) return;
   client::SwarmClient ca(a.url()), cb(b.url());
   client::MultiEpisode group = client::MultiEpisode::begin({&ca, &cb});
@@ -70,7 +70,9 @@ TEST(OverwatchOnceTest, SeveralServersShowOneBlockEachWithStepMetricsAndClientSh
   group.end("task-1", {ra, rb});
   ASSERT_TRUE(eventually([&] { return a.api().status()["global_step"] == 1; })) << a.api().status().dump();
 
-  const std::string overwatch = shell_quote(bin("ajet-swarm").string()) + " overwatch --once --width 200";
+  // With the admin token overwatch shows every client's id (a caller without it sees pseudonyms).
+  const std::string overwatch = "AJET_ADMIN_TOKEN=" + kEchoAdminToken + " " + shell_quote(bin("ajet-swarm").string()) +
+                                " overwatch --once --width 200";
   Captured r = run_capture(overwatch + " --swarm-url " + shell_quote(a.url() + "," + b.url()));
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("2 servers"));
