@@ -481,8 +481,13 @@ LlmCallTicket Registry::begin_llm_call(const std::string& episode_uuid) {
   double now = clock_();
   std::lock_guard<std::mutex> lock(mu_);
   EngineStatus status = engine_.status();
-  if (!chat_allowed(status)) fail(ErrorCode::kUnavailable, chat_unavailable_message(status));
   auto it = live_.find(episode_uuid);
+  if (!chat_allowed(status)) {
+    // The client is alive and waiting for the engine (a boot after a restart may outlast its
+    // discard_episode_timeout): its idle clock starts again, restored claim or not.
+    if (it != live_.end() && it->second.state == State::kClaimed) it->second.seen(now);
+    fail(ErrorCode::kUnavailable, chat_unavailable_message(status));
+  }
   if (it == live_.end()) {
     if (auto r = retired_.find(episode_uuid); r != retired_.end()) {
       fail(ErrorCode::kNotFound, "Episode " + episode_uuid + " has ended: " + r->second.note);

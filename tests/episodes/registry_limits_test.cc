@@ -186,9 +186,10 @@ TEST(RegistryLimits, ClaimsRestoredAfterARestartKeepTheirIdleDeadline) {
   RegistryHarness h(small_options(Backbone::kTorch, 4, 2), &store);
   h.now = 1050;
   h.registry.restore(store.recover());
-  h.start();
-  h.registry.begin_llm_call(active);  // its client is back: its clock starts again
-  h.registry.end_llm_call(active);
+  h.registry.start_booting();
+  // Its client is back while the engine boots: a refused call is a sign of life, its clock starts again.
+  EXPECT_THROW(h.registry.begin_llm_call(active), Error);
+  h.registry.engine_ready();
   h.now = 1061;  // 61 s after the claim: past its 60 s deadline
   SweepResult swept = h.registry.sweep();
   EXPECT_EQ(swept.reclaimed, std::vector<std::string>{dead});
