@@ -10,6 +10,7 @@
 
 #include "command.h"
 #include "common/error.h"
+#include "episodes/commands.h"
 #include "swarm/server.h"
 
 namespace ajet::swarm_cli {
@@ -132,13 +133,41 @@ const CommandRegistration kStart("start", [](CLI::App& app) {
                   "per core) / N threads; rank 0 serves inference, every rank trains its part of each batch")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
-  cmd->callback([options, max_body_mb, max_json_mb, body_memory_mb, backlog_mb, max_episode_mb] {
+  cmd->add_option("--peer", options->peers,
+                  "A front this one may dial as an episode group's coordinator (http://host:port, as clients name "
+                  "it in group.coordinator_url; repeat for several). Any other coordinator needs the admin token");
+  cmd->add_flag("--allow-keyless-episode-commands", options->allow_keyless_episode_commands,
+                "Accept end/abort/prepare/commit_episode and resolve_episode_group without the episode's key "
+                "(upstream clients send none); off: they need the key from claim_episode or the admin token");
+  cmd->add_option("--max-discard-episode-timeout", options->max_discard_episode_timeout_s,
+                  "Largest discard_episode_timeout a claim may ask for (seconds; more is refused with 400)")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 1e7));
+  cmd->add_option("--max-claims-per-client", options->max_claims_per_client,
+                  "Most episodes one client_uuid may hold claimed at once (0: half of ajet.rollout.max_env_worker, "
+                  "at least 1; -1: no bound)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t(-1), int64_t(1) << 40));
+  auto metadata_mb = std::make_shared<double>(double(options->max_episode_metadata_bytes) / double(1 << 20));
+  cmd->add_option("--max-episode-metadata-mb", *metadata_mb,
+                  "Largest workflow_output.metadata and log_metrics of an end_episode, each (MiB serialized; kept "
+                  "until the batch trains)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.001, 4096.0));
+  cmd->add_option("--group-resolve-give-up", options->group_resolve_give_up_s,
+                  "Seconds past its prepare deadline after which a participant's prepared episode whose coordinator "
+                  "gave no decision is aborted (logged as an error)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e7));
+  cmd->callback([options, max_body_mb, max_json_mb, body_memory_mb, backlog_mb, max_episode_mb, metadata_mb] {
     swarm::FrontOptions o = *options;
     o.max_body_bytes = size_t(*max_body_mb * double(1 << 20));
     o.max_json_body_bytes = size_t(*max_json_mb * double(1 << 20));
     o.max_body_memory_bytes = size_t(*body_memory_mb * double(1 << 20));
     o.max_stream_backlog_bytes = size_t(*backlog_mb * double(1 << 20));
     o.max_episode_bytes = size_t(*max_episode_mb * double(1 << 20));
+    o.max_episode_metadata_bytes = size_t(*metadata_mb * double(1 << 20));
+    for (std::string& peer : o.peers) peer = swarm::normalized_coordinator_url(peer, "--peer");
     run_start(std::move(o));
   });
 });

@@ -906,7 +906,7 @@ class Suite:
         # The episode was not harmed: it still ends, with its reward stored.
         status, _, data = api.request("POST", "/end_episode", {
             "client_uuid": client_uuid, "episode_uuid": uuid, "task_id": "t",
-            "workflow_output": {"reward": 0.5, "metadata": {"task_id": "t"}}})
+            "workflow_output": {"reward": 0.5, "metadata": {"task_id": "t"}}}, auth)  # with the episode's key
         alive = front.alive() and api.health()
         rss = front.usage()[0]
         self.hostile.append(("end_episode of the episode used above, afterwards", str(status), "-",
@@ -959,7 +959,7 @@ class Suite:
         for t in threads:
             t.join()
         took = time.time() - t0
-        api.request("POST", "/abort_episode", {"client_uuid": "fault-big", "episode_uuid": claim["episode_uuid"]})
+        api.request("POST", "/abort_episode", {"client_uuid": "fault-big", "episode_uuid": claim["episode_uuid"]}, auth)
         self.row(scenario, "longest /health answer while they were handled (s)",
                  f"{worst:.3f} ({probes} probes over {took:.1f} s; prompts answered {sorted(map(str, statuses))})",
                  "<= 0.5", worst <= 0.5, timing=True)

@@ -295,7 +295,8 @@ int main(int argc, char** argv) {
       if (first.status != 200) throw std::runtime_error("chat: " + first.body);
       c.post_json("/end_episode", Json{{"client_uuid", "bench"}, {"episode_uuid", probe["episode_uuid"]},
                                        {"task_id", "probe"},
-                                       {"workflow_output", {{"reward", 0}, {"metadata", {{"task_id", "probe"}}}}}});
+                                       {"workflow_output", {{"reward", 0}, {"metadata", {{"task_id", "probe"}}}}}},
+                  auth);  // the episode's key
       Json doc = c.get("/episodes/" + probe["episode_uuid"].get<std::string>()).json();
       std::vector<int32_t> prompt = doc.at("calls").at(0).at("prompt_ids").get<std::vector<int32_t>>();
       Json measured = claim(c);

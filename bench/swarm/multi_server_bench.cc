@@ -97,11 +97,14 @@ fs::path exe_dir() { return fs::read_symlink("/proc/self/exe").parent_path(); }
 // the child dies with it (PR_SET_PDEATHSIG), so a crashed benchmark leaves no servers behind.
 class ServerProcess {
  public:
-  ServerProcess(const fs::path& exp_dir, const fs::path& engine) {
-    Subprocess p = Subprocess::spawn(SpawnOptions{{(exe_dir() / "ajet-swarm").string(), "start", "--port", "0",
-                                                   "--exp-dir", exp_dir.string(), "--engine", engine.string()},
-                                                  {},
-                                                  {}});
+  // `peer`: the coordinator front (the first one), which this one may dial (--peer); "" for the first.
+  ServerProcess(const fs::path& exp_dir, const fs::path& engine, const std::string& peer) {
+    std::vector<std::string> argv = {(exe_dir() / "ajet-swarm").string(), "start", "--port", "0", "--exp-dir",
+                                     exp_dir.string(), "--engine", engine.string(),
+                                     // one client drives the whole pool
+                                     "--max-claims-per-client", "-1"};
+    if (!peer.empty()) argv.insert(argv.end(), {"--peer", peer});
+    Subprocess p = Subprocess::spawn(SpawnOptions{argv, {}, {}});
     pid_ = p.pid();
     reader_ = std::thread([this, sp = std::make_shared<Subprocess>(std::move(p))] {
       sp->wait([this](std::string line) {
@@ -271,10 +274,13 @@ PhaseTimes timed_group_end(const std::vector<client::SwarmClient*>& servers, int
   servers[0]->can_continue_episode(episodes[0].episode_uuid);
   auto t1 = Clock::now();
   on_every_server(n, [&](size_t i) {
-    client::GroupRole role{group_id, "", "", 60};
+    client::GroupRole role;
+    role.group_id = group_id;
+    role.prepare_timeout = 60;
     if (i > 0) {
       role.coordinator_url = servers[0]->server_url();
       role.coordinator_episode_uuid = episodes[0].episode_uuid;
+      role.coordinator_episode_key = episodes[0].api_key;
     }
     servers[i]->prepare_end_episode(task, episodes[i].episode_uuid, output_with(1), role);
   });
@@ -376,7 +382,8 @@ int main(int argc, char** argv) {
     std::vector<std::unique_ptr<client::SwarmClient>> clients;
     std::vector<std::pair<client::SwarmClient*, std::string>> configs;
     for (int i = 0; i < most; ++i) {
-      fronts.push_back(std::make_unique<ServerProcess>(scratch / ("model-" + std::to_string(i)), engine));
+      fronts.push_back(std::make_unique<ServerProcess>(scratch / ("model-" + std::to_string(i)), engine,
+                                                       fronts.empty() ? std::string() : fronts.front()->url()));
       clients.push_back(std::make_unique<client::SwarmClient>(fronts.back()->url(), bench_client_options()));
       configs.emplace_back(clients.back().get(), yaml);
     }

@@ -1,6 +1,7 @@
 // The few swarm commands an agent needs (docs/protocol.md), on Node's built-in fetch: claim an episode
 // (waiting while the engine is not rolling or the pool is empty, and saying why on stderr), end it with
-// a reward, or abort it.
+// a reward, or abort it. Ending and aborting send the episode's key (the claim's api key): the server
+// binds those commands to the episode.
 import { randomUUID } from "node:crypto";
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -13,6 +14,7 @@ export class Swarm {
     this.pollMs = pollMs;
     this.reportMs = reportMs;
     this.lastReport = { reason: "", at: 0 };
+    this.keys = new Map(); // episodeUuid -> its key, until it is ended or aborted
   }
 
   // Never wait silently: one stderr line per new reason, then one every reportMs while it lasts.
@@ -23,12 +25,10 @@ export class Swarm {
     console.error(reason);
   }
 
-  async post(path, body) {
-    const r = await fetch(this.serverUrl + path, {
-      method: "POST",
-      headers: { "Content-Type": "application/json" },
-      body: JSON.stringify(body),
-    });
+  async post(path, body, key = "") {
+    const headers = { "Content-Type": "application/json" };
+    if (key) headers.Authorization = `Bearer ${key}`;
+    const r = await fetch(this.serverUrl + path, { method: "POST", headers, body: JSON.stringify(body) });
     const data = await r.json().catch(() => ({}));
     if (!r.ok) throw new Error(`${path} (${r.status}): ${data?.error?.message ?? JSON.stringify(data)}`);
     return data;
@@ -48,6 +48,7 @@ export class Swarm {
         continue;
       }
       if (data.success) {
+        this.keys.set(data.episode_uuid, data.openai_api_key);
         return {
           episodeUuid: data.episode_uuid,
           baseURL: data.openai_base_url.replace(/^https?:\/\/[^/]+/, this.serverUrl),
@@ -69,7 +70,8 @@ export class Swarm {
       await this.post("/end_episode", {
         client_uuid: this.clientUuid, episode_uuid: episodeUuid, task_id: taskId,
         workflow_output: { reward, metadata: { task_id: taskId }, ...extra },
-      });
+      }, this.keys.get(episodeUuid));
+      this.keys.delete(episodeUuid);
       return true;
     } catch (e) {
       if (e.message.includes("WEIGHT_SYNCING")) return false; // a batch boundary passed us: dropped
@@ -81,6 +83,7 @@ export class Swarm {
     await this.post("/abort_episode", {
       client_uuid: this.clientUuid, episode_uuid: episodeUuid, task_id: "",
       workflow_output: { reward: 0, metadata: { task_id: "" } },
-    }).catch((e) => console.error(`abort_episode: ${e.message}`));
+    }, this.keys.get(episodeUuid)).catch((e) => console.error(`abort_episode: ${e.message}`));
+    this.keys.delete(episodeUuid);
   }
 }

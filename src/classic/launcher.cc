@@ -777,6 +777,8 @@ void Job::connect_front() {
   if (!remote()) {
     std::vector<std::string> swarm_flags = options_.swarm_flags;
     swarm_flags.push_back(resume_ ? "--resume" : "--fresh");
+    // This launcher is its own front's only client and runs max_env_worker episodes at once.
+    swarm_flags.insert(swarm_flags.end(), {"--max-claims-per-client", "-1"});
     swarm_ = std::make_unique<SwarmChild>(SwarmChildOptions{options_.swarm_binary, prepared_.exp_dir / "swarm",
                                                             prepared_.exp_dir / "swarm.log", swarm_flags});
     lock_->set_front_pid(swarm_->pid());

@@ -75,10 +75,13 @@ void MultiEpisode::end(const std::string& task_id, const std::vector<WorkflowOut
   // Phase 1: prepare everywhere. The coordinator (server 0) names no coordinator.
   std::vector<Prepared> prepared(servers_.size());
   std::vector<std::string> errors = on_each(servers_.size(), [&](size_t i) {
-    GroupRole role{group_id_, "", "", options.prepare_timeout};
+    GroupRole role;
+    role.group_id = group_id_;
+    role.prepare_timeout = options.prepare_timeout;
     if (i > 0) {
       role.coordinator_url = servers_[0]->server_url();
       role.coordinator_episode_uuid = episodes_[0].episode_uuid;
+      role.coordinator_episode_key = episodes_[0].api_key;
     }
     prepared[i] = servers_[i]->prepare_end_episode(task_id, episodes_[i].episode_uuid, outputs[i], role);
   });

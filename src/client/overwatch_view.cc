@@ -7,6 +7,7 @@
 #include <cmath>
 #include <ctime>
 
+#include "client/swarm_client.h"
 #include "common/time_text.h"
 
 namespace ajet::client {
@@ -104,8 +105,12 @@ OverwatchSnapshot fetch_overwatch(http::HttpClient& http, const std::string& url
   s.errors = errors;
   s.fetched_at = now_unix();
   try {
+    // The admin token (AJET_ADMIN_TOKEN(S), as the clients read it) shows every client's id in the pool
+    // information; without it other clients' ids are pseudonyms (docs/protocol.md).
+    http::Headers headers;
+    if (const std::string token = admin_token_for(url); !token.empty()) headers.add("Authorization", "Bearer " + token);
     auto get = [&](const char* path) {
-      http::ClientResponse r = http.get(path);
+      http::ClientResponse r = http.get(path, headers);
       Json body = Json::parse(r.body, nullptr, false);
       if (r.status != 200 || body.is_discarded()) {
         throw std::runtime_error(fmt::format("GET {} answered HTTP {}", path, r.status));

@@ -65,6 +65,18 @@ http::ClientOptions http_options(const SwarmClientOptions& o, std::chrono::milli
   return h;
 }
 
+std::string percent_encode(const std::string& text) {
+  std::string out;
+  for (unsigned char ch : text) {
+    if (std::isalnum(ch) || ch == '-' || ch == '_' || ch == '.' || ch == '~') {
+      out += char(ch);
+    } else {
+      out += fmt::format("%{:02X}", unsigned(ch));
+    }
+  }
+  return out;
+}
+
 std::string normalized_url(std::string url) {
   while (!url.empty() && url.back() == '/') url.pop_back();
   if (url.find("://") == std::string::npos) url = "http://" + url;
@@ -141,6 +153,7 @@ Json GroupRole::to_json() const {
   if (!coordinator_url.empty()) {
     out["coordinator_url"] = coordinator_url;
     out["coordinator_episode_uuid"] = coordinator_episode_uuid;
+    out["coordinator_episode_key"] = coordinator_episode_key;
   }
   return out;
 }
@@ -162,9 +175,12 @@ SwarmClient::SwarmClient(std::string server_url, SwarmClientOptions options)
 }
 
 http::ClientResponse SwarmClient::send(const std::string& method, const std::string& path, const Json* body,
-                                       bool admin, std::optional<std::chrono::milliseconds> timeout) {
-  http::Headers headers;
-  if (admin && !options_.admin_token.empty()) headers.add("Authorization", "Bearer " + options_.admin_token);
+                                       bool admin, std::optional<std::chrono::milliseconds> timeout,
+                                       const http::Headers& extra) {
+  http::Headers headers = extra;
+  if (admin && !options_.admin_token.empty() && !headers.has("Authorization")) {
+    headers.add("Authorization", "Bearer " + options_.admin_token);
+  }
   ConnectionPool& pool = timeout && *timeout > options_.timeout ? long_commands_ : commands_;
   auto conn = pool.acquire();
   try {
@@ -177,7 +193,24 @@ http::ClientResponse SwarmClient::send(const std::string& method, const std::str
   }
 }
 
-http::ClientResponse SwarmClient::post_retrying(const std::string& path, const Json& body, int attempts) {
+http::Headers SwarmClient::episode_auth(const std::string& episode_uuid) const {
+  http::Headers headers;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = keys_.find(episode_uuid); it != keys_.end()) {
+    headers.add("Authorization", "Bearer " + it->second);
+  } else if (!options_.admin_token.empty()) {  // an episode another client claimed: the admin may end it
+    headers.add("Authorization", "Bearer " + options_.admin_token);
+  }
+  return headers;
+}
+
+void SwarmClient::forget_key(const std::string& episode_uuid) {
+  std::lock_guard<std::mutex> lock(mu_);
+  keys_.erase(episode_uuid);
+}
+
+http::ClientResponse SwarmClient::post_retrying(const std::string& path, const Json& body, int attempts,
+                                                const http::Headers& headers) {
   std::optional<SwarmError> last;
   for (int attempt = 0; attempt < std::max(1, attempts); ++attempt) {
     if (attempt > 0) {
@@ -185,7 +218,7 @@ http::ClientResponse SwarmClient::post_retrying(const std::string& path, const J
       std::this_thread::sleep_for(std::chrono::duration<double>(jittered(backoff, options_.retry.jitter)));
     }
     try {
-      http::ClientResponse r = send("POST", path, &body, false);
+      http::ClientResponse r = send("POST", path, &body, false, std::nullopt, headers);
       if (r.status >= 500 && attempt + 1 < attempts) {
         last.emplace(SwarmErrorKind::kCommand, fmt::format("{}: HTTP {}: {}", path, r.status, error_message(r)),
                      r.status);
@@ -275,7 +308,13 @@ std::variant<Episode, std::string> SwarmClient::claim_once(const ClaimOptions& o
   expire_at_[e.episode_uuid] =
       now + std::chrono::duration_cast<Clock::duration>(
                 std::chrono::duration<double>(kMaxEpisodeTimeFactor * o.discard_episode_timeout));
-  std::erase_if(expire_at_, [&](const auto& kv) { return kv.second + std::chrono::seconds(10) < now; });
+  keys_[e.episode_uuid] = e.api_key;
+  // Long expired: the server reclaimed them long ago, so neither record is needed any more.
+  std::erase_if(expire_at_, [&](const auto& kv) {
+    const bool old = kv.second + std::chrono::seconds(10) < now;
+    if (old) keys_.erase(kv.first);
+    return old;
+  });
   return e;
 }
 
@@ -365,11 +404,13 @@ EndResult SwarmClient::end_episode(const std::string& task_id, const std::string
                {"episode_uuid", episode_uuid},
                {"task_id", task_id},
                {"workflow_output", output.to_json(task_id)}};
-  http::ClientResponse r = post_retrying("/end_episode", body, options_.retry.end_episode_attempts);
+  http::ClientResponse r =
+      post_retrying("/end_episode", body, options_.retry.end_episode_attempts, episode_auth(episode_uuid));
   if (r.status == 200) {
     Json data = Json::parse(r.body, nullptr, false);
     if (!data.is_object() || data.value("success", true)) {
       note(fmt::format("ended episode {} (task {}, reward {})", episode_uuid, task_id, output.reward));
+      forget_key(episode_uuid);
       return EndResult::kEnded;
     }
   }
@@ -398,7 +439,8 @@ Prepared SwarmClient::prepare_end_episode(const std::string& task_id, const std:
                {"task_id", task_id},
                {"workflow_output", output.to_json(task_id)},
                {"group", role.to_json()}};
-  Json data = json_or_throw(post_retrying("/prepare_end_episode", body, options_.retry.end_episode_attempts),
+  Json data = json_or_throw(post_retrying("/prepare_end_episode", body, options_.retry.end_episode_attempts,
+                                          episode_auth(episode_uuid)),
                             "prepare_end_episode " + episode_uuid);
   Prepared p;
   p.global_step_at_claim = data.value("global_step_at_claim", int64_t(0));
@@ -409,8 +451,9 @@ Prepared SwarmClient::prepare_end_episode(const std::string& task_id, const std:
 
 void SwarmClient::commit_episode(const std::string& episode_uuid) {
   Json body = {{"client_uuid", client_uuid_}, {"episode_uuid", episode_uuid}};
-  json_or_throw(post_retrying("/commit_episode", body, options_.retry.end_episode_attempts),
+  json_or_throw(post_retrying("/commit_episode", body, options_.retry.end_episode_attempts, episode_auth(episode_uuid)),
                 "commit_episode " + episode_uuid);
+  forget_key(episode_uuid);
 }
 
 bool SwarmClient::abort_episode(const std::string& episode_uuid) {
@@ -424,9 +467,10 @@ bool SwarmClient::abort_episode(const std::string& episode_uuid) {
                {"task_id", ""},
                {"workflow_output", {{"reward", 0.0}, {"metadata", {{"task_id", ""}}}}}};
   try {
-    http::ClientResponse r = post_retrying("/abort_episode", body, 2);
+    http::ClientResponse r = post_retrying("/abort_episode", body, 2, episode_auth(episode_uuid));
     if (r.status == 200) {
       note("aborted episode " + episode_uuid);
+      forget_key(episode_uuid);
       return true;
     }
     log().error("swarm client: abort_episode {} refused ({}): {}", episode_uuid, r.status, error_message(r));
@@ -450,9 +494,10 @@ bool SwarmClient::can_continue_episode(const std::string& episode_uuid) {
 }
 
 Json SwarmClient::get_episode_buffer() {
-  Json body = Json::object();
-  return json_or_throw(send("POST", "/get_episode_buffer", &body, false), "get_episode_buffer").value("buffer",
-                                                                                                      Json::array());
+  // Other clients' ids come back as pseudonyms unless the admin token is sent (docs/protocol.md).
+  Json body = {{"client_uuid", client_uuid_}};
+  return json_or_throw(send("POST", "/get_episode_buffer", &body, true), "get_episode_buffer").value("buffer",
+                                                                                                     Json::array());
 }
 
 EngineStatus SwarmClient::get_engine_status() {
@@ -570,7 +615,10 @@ EngineStatus SwarmClient::wait_for_status(const std::string& desired, std::optio
 
 Json SwarmClient::get_rollout_stat() {
   try {
-    http::ClientResponse r = send("GET", "/get_current_batch_rollout_pool_information", nullptr, false);
+    // Naming this client shows its own ids (the throttle tells its tasks apart); the admin token, all.
+    http::ClientResponse r = send("GET", "/get_current_batch_rollout_pool_information?client_uuid=" +
+                                             percent_encode(client_uuid_),
+                                  nullptr, true);
     Json data = Json::parse(r.body, nullptr, false);
     if (r.status == 200 && data.is_object()) return data;
   } catch (const SwarmError& e) {

@@ -54,6 +54,8 @@ class SwarmClient {
   bool abort_episode(const std::string& episode_uuid);         // never throws; true when confirmed
   // Episode groups (several servers, docs/protocol.md): the first phase of an end, then the commit.
   // Refusals throw SwarmError(kCommand); connection errors are retried (both are idempotent).
+  // Every episode command sends the key this client's claim got (the front refuses one without it).
+  // A participant's `role` carries the coordinator episode's key (MultiEpisode fills it in).
   Prepared prepare_end_episode(const std::string& task_id, const std::string& episode_uuid,
                                const WorkflowOutput& output, const GroupRole& role);
   void commit_episode(const std::string& episode_uuid);
@@ -117,8 +119,14 @@ class SwarmClient {
 
  private:
   http::ClientResponse send(const std::string& method, const std::string& path, const Json* body, bool admin,
-                            std::optional<std::chrono::milliseconds> timeout = std::nullopt);
-  http::ClientResponse post_retrying(const std::string& path, const Json& body, int attempts);
+                            std::optional<std::chrono::milliseconds> timeout = std::nullopt,
+                            const http::Headers& extra = {});
+  http::ClientResponse post_retrying(const std::string& path, const Json& body, int attempts,
+                                     const http::Headers& headers = {});
+  // `Authorization: Bearer <the episode's key>` for an episode command; for an episode this client did
+  // not claim, the admin token if it has one, else nothing (the front then asks for the key).
+  http::Headers episode_auth(const std::string& episode_uuid) const;
+  void forget_key(const std::string& episode_uuid);
   Json json_or_throw(const http::ClientResponse& r, const std::string& what) const;
   std::variant<Episode, std::string> claim_once(const ClaimOptions& options);
   void sleep_within(double seconds, const std::optional<std::chrono::steady_clock::time_point>& deadline,
@@ -130,9 +138,11 @@ class SwarmClient {
   std::string client_uuid_;
   ConnectionPool commands_;       // timeout = options.timeout
   ConnectionPool long_commands_;  // start/stop/sync_train_code: up to 600 s
-  mutable std::mutex mu_;         // guards expire_at_, recent_ and engine_run_
+  mutable std::mutex mu_;         // guards expire_at_, keys_, recent_ and engine_run_
   std::mutex claim_mu_;           // serialises claims under a throttle policy
   std::map<std::string, std::chrono::steady_clock::time_point> expire_at_;
+  // The key of each episode this client claimed (the episode commands need it), until it ends.
+  std::map<std::string, std::string> keys_;
   RecentTasks recent_;
   std::string engine_run_;        // follow_engine_run
 };

@@ -63,6 +63,7 @@ struct GroupRole {
   std::string coordinator_url;
   std::string coordinator_episode_uuid;
   double prepare_timeout = 60;  // seconds before the servers settle the group without this client
+  std::string coordinator_episode_key;  // participants: the coordinator episode's api_key (their fronts ask with it)
   Json to_json() const;
 };
 

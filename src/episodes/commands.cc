@@ -1,5 +1,8 @@
 #include "episodes/commands.h"
 
+#include <fmt/format.h>
+
+#include <cctype>
 #include <cmath>
 
 #include "http/response.h"
@@ -45,7 +48,78 @@ const Json* optional_object(const Json& obj, std::string_view key, std::string_v
   return &*it;
 }
 
+std::string size_text(size_t bytes) {
+  if (bytes % (1u << 20) == 0) return fmt::format("{} MiB", bytes >> 20);
+  if (bytes % (1u << 10) == 0) return fmt::format("{} KiB", bytes >> 10);
+  return fmt::format("{} bytes", bytes);
+}
+
+// An object the server keeps until the episode's batch trains: refused above `limit` serialized.
+void check_kept_size(const Json& value, std::string_view field, std::string_view where, size_t limit) {
+  const size_t bytes = value.dump().size();
+  if (bytes > limit) {
+    fail(ErrorCode::kResourceExhausted,
+         fmt::format("{}: field '{}' is {} bytes serialized; at most {} are accepted (it is kept until the batch "
+                     "trains; ajet-swarm start --max-episode-metadata-mb sets the limit)",
+                     where, field, bytes, size_text(limit)));
+  }
+}
+
 }  // namespace
+
+std::string normalized_coordinator_url(std::string_view url, std::string_view where) {
+  auto refuse = [&](const std::string& why) {
+    std::string shown(url.substr(0, 200));
+    for (char& c : shown) {
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';  // never echo CR/LF into a message
+    }
+    invalid_argument(fmt::format("{} must be http://host:port, got '{}': {}", where, shown, why));
+  };
+  if (url.size() > 512) refuse("longer than 512 bytes");
+  for (char c : url) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u <= 0x20 || u == 0x7f) refuse("it holds a space or a control character");
+  }
+  std::string lower(url);
+  for (char& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
+  if (lower.rfind("https://", 0) == 0) refuse("https is not supported: this front dials coordinators over plain HTTP");
+  if (lower.rfind("http://", 0) != 0) refuse("the scheme must be http://");
+  std::string_view authority = std::string_view(lower).substr(7);
+  if (!authority.empty() && authority.back() == '/') authority.remove_suffix(1);
+  if (authority.find_first_of("/?#") != std::string_view::npos) refuse("no path, query or fragment is allowed");
+  if (authority.find('@') != std::string_view::npos) refuse("no user information is allowed");
+  std::string_view host, port;
+  if (!authority.empty() && authority.front() == '[') {  // [::1]:10086
+    const size_t close = authority.find(']');
+    if (close == std::string_view::npos || close + 1 >= authority.size() || authority[close + 1] != ':') {
+      refuse("an IPv6 host is written [addr]:port");
+    }
+    host = authority.substr(0, close + 1);
+    port = authority.substr(close + 2);
+    for (char c : host.substr(1, host.size() - 2)) {
+      if (!std::isxdigit(static_cast<unsigned char>(c)) && c != ':' && c != '.') refuse("bad IPv6 address");
+    }
+  } else {
+    const size_t colon = authority.rfind(':');
+    if (colon == std::string_view::npos) refuse("a port is required");
+    host = authority.substr(0, colon);
+    port = authority.substr(colon + 1);
+    for (char c : host) {
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-') {
+        refuse("the host may hold letters, digits, '.' and '-' only");
+      }
+    }
+  }
+  if (host.empty() || host == "[]") refuse("the host is empty");
+  if (port.empty() || port.size() > 5) refuse("the port must be a number in 1..65535");
+  int number = 0;
+  for (char c : port) {
+    if (!std::isdigit(static_cast<unsigned char>(c))) refuse("the port must be a number in 1..65535");
+    number = number * 10 + (c - '0');
+  }
+  if (number < 1 || number > 65535) refuse("the port must be a number in 1..65535");
+  return "http://" + std::string(host) + ":" + std::to_string(number);
+}
 
 Json ThrottlePolicy::to_json() const {
   return Json{{"ratio", ratio},
@@ -87,7 +161,7 @@ Json ClaimResponse::to_json() const {
               {"global_step", global_step}};
 }
 
-EndRequest EndRequest::from_json(const Json& body, std::string_view command) {
+EndRequest EndRequest::from_json(const Json& body, std::string_view command, size_t max_field_bytes) {
   const std::string where_text = std::string(command) + " body";
   const std::string_view where = where_text;
   const std::string out_text = where_text + ": workflow_output";
@@ -114,6 +188,8 @@ EndRequest EndRequest::from_json(const Json& body, std::string_view command) {
     fail_field("workflow_output.metadata.ajet_group is reserved for the server's episode-group record");
   }
   if (const Json* lm = optional_object(*out, "log_metrics", out_where)) req.workflow_output.log_metrics = *lm;
+  check_kept_size(req.workflow_output.metadata, "workflow_output.metadata", where, max_field_bytes);
+  check_kept_size(req.workflow_output.log_metrics, "workflow_output.log_metrics", where, max_field_bytes);
 
   auto body_task = bounded(get_optional_string(body, "task_id", where), "task_id", where, kMaxTaskIdBytes);
   auto meta_task = bounded(get_optional_string(req.workflow_output.metadata, "task_id", out_text + ".metadata"),
@@ -145,27 +221,35 @@ EpisodeRef EpisodeRef::from_json(const Json& body, std::string_view command, boo
 }
 
 Json EpisodeGroup::to_json() const {
-  return Json{{"group_id", group_id},
-              {"coordinator_url", coordinator_url},
-              {"coordinator_episode_uuid", coordinator_episode_uuid},
-              {"prepare_timeout", prepare_timeout}};
+  Json out{{"group_id", group_id},
+           {"coordinator_url", coordinator_url},
+           {"coordinator_episode_uuid", coordinator_episode_uuid},
+           {"prepare_timeout", prepare_timeout}};
+  if (!coordinator_episode_key.empty()) out["coordinator_episode_key"] = coordinator_episode_key;
+  return out;
 }
 
-EpisodeGroup EpisodeGroup::from_json(const Json& obj, std::string_view where) {
+EpisodeGroup EpisodeGroup::from_json(const Json& obj, std::string_view where, bool key_required) {
   EpisodeGroup g;
   g.group_id = required_id(obj, "group_id", where);  // at most kMaxIdBytes
   g.coordinator_url = get_optional_string(obj, "coordinator_url", where).value_or("");
   g.coordinator_episode_uuid =
       bounded(get_optional_string(obj, "coordinator_episode_uuid", where), "coordinator_episode_uuid", where)
           .value_or("");
+  g.coordinator_episode_key =
+      bounded(get_optional_string(obj, "coordinator_episode_key", where), "coordinator_episode_key", where, 8192)
+          .value_or("");
   if (!g.coordinator_url.empty()) {
-    if (g.coordinator_url.rfind("http://", 0) != 0 || g.coordinator_url.size() > 2048) {
-      invalid_argument(std::string(where) + ": field 'coordinator_url' must be an http://host:port URL, got '" +
-                       g.coordinator_url.substr(0, 200) + "'");
-    }
+    g.coordinator_url = normalized_coordinator_url(g.coordinator_url, std::string(where) + ": field 'coordinator_url'");
     if (g.coordinator_episode_uuid.empty()) {
       invalid_argument(std::string(where) +
                        ": field 'coordinator_episode_uuid' is required with coordinator_url (a participant)");
+    }
+    if (key_required && g.coordinator_episode_key.empty()) {
+      invalid_argument(std::string(where) +
+                       ": field 'coordinator_episode_key' is required with coordinator_url (a participant): the "
+                       "openai_api_key the coordinator's claim_episode answered for coordinator_episode_uuid; this "
+                       "server sends it when it asks the coordinator for the group's decision");
     }
   }
   g.prepare_timeout = get_optional_number(obj, "prepare_timeout", where).value_or(60.0);
@@ -176,13 +260,13 @@ EpisodeGroup EpisodeGroup::from_json(const Json& obj, std::string_view where) {
   return g;
 }
 
-PrepareRequest PrepareRequest::from_json(const Json& body) {
+PrepareRequest PrepareRequest::from_json(const Json& body, size_t max_field_bytes) {
   constexpr std::string_view where = "prepare_end_episode body";
   PrepareRequest req;
-  req.end = EndRequest::from_json(body, "prepare_end_episode");
+  req.end = EndRequest::from_json(body, "prepare_end_episode", max_field_bytes);
   const Json* group = optional_object(body, "group", where);
   if (group == nullptr) invalid_argument("prepare_end_episode body: missing required field 'group'");
-  req.group = EpisodeGroup::from_json(*group, "prepare_end_episode body: group");
+  req.group = EpisodeGroup::from_json(*group, "prepare_end_episode body: group", /*key_required=*/true);
   return req;
 }
 

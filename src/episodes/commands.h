@@ -19,11 +19,13 @@ namespace ajet::swarm {
 // else → 500.
 int http_status_for(ErrorCode code);
 
-// A failed command, as delivered to end_episode's completion callback.
+// A failed command, as delivered to end_episode's completion callback. `status`, when set, overrides
+// the code's status: 409 for a repeated end that differs from the stored one.
 struct CommandError {
   ErrorCode code = ErrorCode::kInternal;
   std::string message;
-  int http_status() const { return http_status_for(code); }
+  int status = 0;
+  int http_status() const { return status != 0 ? status : http_status_for(code); }
 };
 
 struct ThrottlePolicy {
@@ -54,6 +56,11 @@ struct ClaimResponse {
   Json to_json() const;
 };
 
+// end_episode's workflow_output.metadata and log_metrics: each at most this many bytes serialized
+// unless the front says otherwise (ajet-swarm start --max-episode-metadata-mb). They are kept in
+// memory until the episode's batch trains, so one end must not pin megabytes.
+inline constexpr size_t kDefaultMaxEpisodeMetadataBytes = 1u << 20;
+
 struct WorkflowOutput {
   double reward = 0;
   std::optional<bool> is_success;
@@ -69,22 +76,35 @@ struct EndRequest {
   std::string task_id;
   WorkflowOutput workflow_output;
   bool declare_client_active = true;
-  // `command` names the body in errors ("end_episode body: …").
-  static EndRequest from_json(const Json& body, std::string_view command = "end_episode");
+  // `command` names the body in errors ("end_episode body: …"). workflow_output.metadata and
+  // log_metrics are each refused above `max_field_bytes` serialized (413 naming the field, the limit
+  // and ajet-swarm start --max-episode-metadata-mb).
+  static EndRequest from_json(const Json& body, std::string_view command = "end_episode",
+                              size_t max_field_bytes = kDefaultMaxEpisodeMetadataBytes);
 };
 
 // The episode group of POST /prepare_end_episode (docs/protocol.md "Episode groups across servers").
-// The coordinator has no coordinator_url; a participant names the coordinator and its episode.
+// The coordinator has no coordinator_url; a participant names the coordinator, its episode and that
+// episode's key (the participant's front sends it when it asks the coordinator for the decision).
 struct EpisodeGroup {
   std::string group_id;
-  std::string coordinator_url;           // "" on the coordinator: "http://host:port"
+  std::string coordinator_url;           // "" on the coordinator; else "http://host:port" (normalized)
   std::string coordinator_episode_uuid;  // participants only
+  std::string coordinator_episode_key;   // participants only: the coordinator episode's openai_api_key
   double prepare_timeout = 60.0;         // seconds without commit/abort before the janitor settles it
   bool is_coordinator() const { return coordinator_url.empty(); }
   Json to_json() const;
-  // Throws Error(kInvalidArgument) naming `where`.field.
-  static EpisodeGroup from_json(const Json& group, std::string_view where);
+  // Throws Error(kInvalidArgument) naming `where`.field. `key_required`: a participant must name
+  // coordinator_episode_key (a new prepare; a group stored before keys existed is read without one).
+  static EpisodeGroup from_json(const Json& group, std::string_view where, bool key_required = false);
 };
+
+// A coordinator URL as a front may dial it: "http://host:port" and nothing else — no path, query,
+// userinfo, spaces or control characters, a port in 1..65535 (https is refused: the front cannot
+// dial TLS). Returns it normalized (host lower-cased, a trailing '/' dropped) so that allow-list
+// entries compare as strings; throws Error(kInvalidArgument) starting with `where` (the field or flag)
+// and saying what is wrong.
+std::string normalized_coordinator_url(std::string_view url, std::string_view where);
 // Ids a client chooses: a client_uuid, episode_uuid or group_id longer than this is refused (400
 // naming the field), and so is a task_id longer than kMaxTaskIdBytes. They are copied into logs, the store, the
 // pool information and error texts, so an unbounded one is memory a request can pin.
@@ -96,7 +116,7 @@ inline constexpr double kMaxPrepareTimeout = 86400.0;
 struct PrepareRequest {
   EndRequest end;
   EpisodeGroup group;
-  static PrepareRequest from_json(const Json& body);
+  static PrepareRequest from_json(const Json& body, size_t max_field_bytes = kDefaultMaxEpisodeMetadataBytes);
 };
 
 // The answer of a successful prepare.

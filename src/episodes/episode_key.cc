@@ -85,6 +85,30 @@ EpisodeKeyClaims EpisodeKeySigner::verify(std::string_view authorization_or_key)
   return claims;
 }
 
+void check_episode_command_key(const EpisodeKeySigner& signer, std::optional<std::string_view> authorization,
+                               std::string_view episode_uuid, std::string_view command, bool keyless_allowed) {
+  if (!authorization || strip_bearer(*authorization).empty()) {
+    if (keyless_allowed) return;
+    fail(ErrorCode::kUnauthenticated,
+         std::string(command) + " needs the episode's key: send `Authorization: Bearer <openai_api_key from "
+                                "claim_episode>` for episode " + std::string(episode_uuid.substr(0, 256)) +
+             " (or the admin token). A front started with --allow-keyless-episode-commands accepts clients that "
+             "send none.");
+  }
+  EpisodeKeyClaims claims;
+  try {
+    claims = signer.verify(*authorization);
+  } catch (const Error& e) {
+    fail(ErrorCode::kUnauthenticated, std::string(command) + ": " + e.what() +
+                                          " (send the openai_api_key of the episode's claim, or the admin token)");
+  }
+  if (claims.episode_uuid != episode_uuid) {
+    fail(ErrorCode::kUnauthenticated,
+         std::string(command) + ": the key is episode " + claims.episode_uuid.substr(0, 256) + "'s, not episode " +
+             std::string(episode_uuid.substr(0, 256)) + "'s: send the key its claim answered");
+  }
+}
+
 std::string resolve_agent_name(const EpisodeKeyClaims& claims, std::optional<std::string_view> header,
                                std::optional<std::string_view> model,
                                const std::vector<std::string>& served_model_names) {

@@ -39,6 +39,16 @@ class EpisodeKeySigner {
   std::string secret_;
 };
 
+// The episode commands (end_episode, abort_episode, prepare_end_episode, commit_episode,
+// resolve_episode_group) are bound to their episode: the caller sends the episode's key, the
+// openai_api_key its claim answered (docs/protocol.md "Command API"). Checks `authorization` (the
+// Authorization header, if any) against `episode_uuid`, the body's episode; throws
+// Error(kUnauthenticated) naming what to send when the key is missing (unless `keyless_allowed`, the
+// compatibility switch --allow-keyless-episode-commands), invalid, or another episode's. The admin
+// token is the caller's to check before (it passes every episode).
+void check_episode_command_key(const EpisodeKeySigner& signer, std::optional<std::string_view> authorization,
+                               std::string_view episode_uuid, std::string_view command, bool keyless_allowed);
+
 // The agent a call belongs to: the X-Agent-Name header, else the request's `model` unless it is a
 // placeholder (empty, "reserved_field", "AgentJet-Model", "agentjet", "default", or one of
 // `served_model_names`), else the key's agent_name. Throws Error(kInvalidArgument) for a name longer

@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 
+#include "common/encoding.h"
 #include "episodes/registry.h"
 
 namespace ajet::swarm {
@@ -74,13 +75,20 @@ Json Batch::summary() const {
   return out;
 }
 
-Json Registry::pool_info() const {
-  double now = clock_();
-  std::lock_guard<std::mutex> lock(mu_);
-  return pool_info_locked(now);
+std::string Registry::shown_id(const ViewScope& scope, std::string_view kind, const std::string& id,
+                               const std::string& owner) const {
+  if (scope.all_ids || id.empty() || (!scope.client_uuid.empty() && owner == scope.client_uuid)) return id;
+  return std::string(kind) + "-" + hex_encode(hmac_sha256(view_salt_, std::string(kind) + "\n" + id)).substr(0, 12);
 }
 
-Json Registry::pool_info_locked(double now) const {
+Json Registry::pool_info(const ViewScope& scope) const {
+  double now = clock_();
+  std::lock_guard<std::mutex> lock(mu_);
+  return pool_info_locked(now, scope);
+}
+
+Json Registry::pool_info_locked(double now, const ViewScope& scope) const {
+  auto client_id = [&](const std::string& c) { return shown_id(scope, "client", c, c); };
   const int64_t batch = options_.train_batch_size;
   const int64_t repeat = options_.num_repeat;
   Json details = Json::object(), clients_by_task = Json::object(), rewards = Json::object(),
@@ -88,12 +96,16 @@ Json Registry::pool_info_locked(double now) const {
   size_t finished_tasks = 0, non_dummy = 0;
   std::map<std::string, std::pair<int64_t, std::set<std::string>>> by_client;  // episodes, task ids
   for (const auto& [task, s] : current_.task_stats()) {
-    for (const auto& client : s.client_uuids) {
+    Json episodes = Json::array(), clients = Json::array();
+    for (size_t i = 0; i < s.client_uuids.size(); ++i) {
+      const std::string& client = s.client_uuids[i];
       by_client[client].first += 1;
       by_client[client].second.insert(task);
+      clients.push_back(client_id(client));
+      if (i < s.episode_uuids.size()) episodes.push_back(shown_id(scope, "episode", s.episode_uuids[i], client));
     }
-    details[task] = s.episode_uuids;
-    clients_by_task[task] = s.client_uuids;
+    details[task] = std::move(episodes);
+    clients_by_task[task] = std::move(clients);
     rewards[task] = s.rewards;
     reward_stats[task] = {{"episodes", s.episode_uuids.size()},
                           {"reward_mean", s.reward_mean},
@@ -108,24 +120,26 @@ Json Registry::pool_info_locked(double now) const {
   for (const auto& [uuid, e] : live_) {
     if (e.state == State::kRegistered) continue;
     claimed += 1;
-    running[uuid] = {{"episode_status", state_name(e.state)},
-                     {"time_since_last_activity", fmt::format("{:.1f}s", now - e.latest_activity)},
-                     {"discard_episode_timeout", fmt::format("{:.1f}s", e.discard_episode_timeout)},
-                     {"llm_call_count", std::to_string(e.llm_call_count)},
-                     {"client_uuid", e.client_uuid},
-                     {"optional_task_id", e.optional_task_id}};
+    running[shown_id(scope, "episode", uuid, e.client_uuid)] = {
+        {"episode_status", state_name(e.state)},
+        {"time_since_last_activity", fmt::format("{:.1f}s", now - e.latest_activity)},
+        {"discard_episode_timeout", fmt::format("{:.1f}s", e.discard_episode_timeout)},
+        {"llm_call_count", std::to_string(e.llm_call_count)},
+        {"client_uuid", client_id(e.client_uuid)},
+        {"optional_task_id", e.optional_task_id}};
   }
   Json active = Json::array(), instruction = Json::array();
   for (const auto& [uuid, c] : clients_) {
-    active.push_back({{"client_uuid", uuid},
+    active.push_back({{"client_uuid", client_id(uuid)},
                       {"agreed_sync_weight", c.agreed},
                       {"time_since_last_activity", now - c.latest_activity}});
-    instruction.push_back({{"client_uuid", uuid}, {"last_activity_at", c.latest_activity}, {"allowed_sync_weight", c.agreed}});
+    instruction.push_back(
+        {{"client_uuid", client_id(uuid)}, {"last_activity_at", c.latest_activity}, {"allowed_sync_weight", c.agreed}});
   }
   Json client_shares = Json::object();
   const double episodes_in_batch = double(current_.episodes());
   for (const auto& [client, share] : by_client) {
-    client_shares[client] = {{"episodes", share.first},
+    client_shares[client_id(client)] = {{"episodes", share.first},
                              {"tasks", share.second.size()},
                              {"share", episodes_in_batch > 0 ? double(share.first) / episodes_in_batch : 0.0}};
   }
@@ -199,17 +213,18 @@ RegistryFigures Registry::figures() const {
   return f;
 }
 
-Json Registry::episode_buffer() const {
+Json Registry::episode_buffer(const ViewScope& scope) const {
   std::lock_guard<std::mutex> lock(mu_);
-  auto status_of = [this](const Episode& e) {
+  auto status_of = [this, &scope](const Episode& e) {
     // Upstream's EpisodeStatus fields. The key stays empty: episode keys are bearer credentials, and
     // this endpoint needs none (docs/protocol.md, deliberate differences); no ZeroMQ, no debug log.
-    return Json{{"episode_uuid", e.uuid},
+    // Ids of other clients' episodes are pseudonyms (ViewScope).
+    return Json{{"episode_uuid", shown_id(scope, "episode", e.uuid, e.client_uuid)},
                 {"episode_status", state_name(e.state)},
                 {"episode_type", e.episode_type},
                 {"openai_base_url", options_.openai_base_url},
                 {"openai_api_key", ""},
-                {"client_uuid", e.client_uuid},
+                {"client_uuid", shown_id(scope, "client", e.client_uuid, e.client_uuid)},
                 {"zmq_listen_result_addr", ""},
                 {"latest_activity_timestamp", e.latest_activity},
                 {"discard_episode_timeout", e.discard_episode_timeout},

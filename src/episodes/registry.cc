@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "common/encoding.h"
 #include "common/log.h"
@@ -54,7 +55,11 @@ RegistryOptions RegistryOptions::from_config(const config::Config& c, std::strin
 }
 
 Registry::Registry(RegistryOptions options, EpisodeKeySigner signer, store::Store* store, UnixClock clock)
-    : options_(std::move(options)), signer_(std::move(signer)), store_(store), clock_(std::move(clock)) {}
+    : options_(std::move(options)),
+      signer_(std::move(signer)),
+      view_salt_(new_uuid_hex()),
+      store_(store),
+      clock_(std::move(clock)) {}
 
 Registry::~Registry() {
   std::unique_lock<std::mutex> lock(mu_);
@@ -99,7 +104,7 @@ void Registry::transition_locked(EngineStatus to, double now, std::string detail
 
 void Registry::refresh_activity_locked(double now) {
   for (auto& [uuid, e] : live_) {
-    if (e.state != State::kRegistered) e.latest_activity = now;
+    if (e.state != State::kRegistered && !e.restored_clock) e.latest_activity = now;
   }
 }
 
@@ -127,7 +132,7 @@ void Registry::retire_locked(const std::string& uuid, EpisodeEnd how, std::strin
     ended_counts_[{std::string(episode_end_name(how)), e.episode_type}] += 1;
     if (store_it && store_ != nullptr) store_->retire_episode(uuid, std::string(episode_end_name(how)), clock_());
     retired_[uuid] = Retired{how, e.client_uuid, e.episode_type, std::move(note),
-                             e.prepared ? e.prepared->group.group_id : std::string()};
+                             e.prepared ? e.prepared->group.group_id : std::string(), std::nullopt};
     retired_order_.push_back(uuid);
     while (retired_order_.size() > kRetiredEpisodesKept) {
       retired_.erase(retired_order_.front());
@@ -185,7 +190,7 @@ void Registry::restore(const store::RecoveredState& recovered) {
       e.uuid = row.uuid;
       e.api_key = signer_.make_key(claims_for(row.uuid));
       e.state = State::kClaimed;
-      if (row.status == store::kEpisodePrepared) {  // episode groups: prepared again, its timeout from now
+      if (row.status == store::kEpisodePrepared) {  // episode groups: prepared again, with its deadline
         e.prepared = prepared_from_row(row, now);
         if (e.prepared) e.state = State::kPrepared;
       }
@@ -193,7 +198,10 @@ void Registry::restore(const store::RecoveredState& recovered) {
       e.episode_type = row.episode_type;
       e.optional_task_id = row.optional_task_id;
       e.claimed_at = row.claimed_at;
-      e.seen(now);
+      // The idle clock goes on from the client's last sign of life before the restart, so a loop of
+      // quick restarts cannot keep a dead client's claim alive (a fresh clock each time would).
+      e.latest_activity = e.client_seen = std::min(now, last_activity_of(claimed));
+      e.restored_clock = true;
       e.discard_episode_timeout = row.discard_episode_timeout;
       for (const auto& call : claimed.calls) {
         e.call_indices.push_back(call.call_index);
@@ -345,7 +353,26 @@ Json Registry::engine_status_json() const {
   return out;
 }
 
+double Registry::last_activity_of(const store::RecoveredEpisode& claimed) {
+  double last = claimed.episode.claimed_at;
+  for (const auto& call : claimed.calls) last = std::max({last, call.started_at, call.finished_at});
+  if (claimed.episode.ended_at) last = std::max(last, *claimed.episode.ended_at);  // a prepare
+  return last;
+}
+
 // ---- claims, aborts ----
+
+int64_t Registry::claims_of_locked(const std::string& client_uuid) const {
+  int64_t n = 0;
+  for (const auto& [uuid, e] : live_) n += e.state != State::kRegistered && e.client_uuid == client_uuid ? 1 : 0;
+  return n;
+}
+
+int64_t Registry::claim_share_locked() const {
+  if (options_.max_claims_per_client < 0) return std::numeric_limits<int64_t>::max();
+  if (options_.max_claims_per_client == 0) return std::max<int64_t>(1, options_.max_env_worker / 2);
+  return options_.max_claims_per_client;
+}
 
 ClaimResponse Registry::claim_episode(const ClaimRequest& request) {
   if (request.episode_type != "train" && request.episode_type != "eval") {
@@ -356,6 +383,12 @@ ClaimResponse Registry::claim_episode(const ClaimRequest& request) {
   resp.client_uuid = request.client_uuid;
   double now = clock_();
   std::lock_guard<std::mutex> lock(mu_);
+  if (request.discard_episode_timeout > options_.max_discard_episode_timeout) {
+    invalid_argument(fmt::format("claim_episode body: field 'discard_episode_timeout' is {:g} s; at most {:g} s are "
+                                 "accepted (an idle claim must expire; ajet-swarm start --max-discard-episode-timeout "
+                                 "sets the bound)",
+                                 request.discard_episode_timeout, options_.max_discard_episode_timeout));
+  }
   EngineStatus status = engine_.status();
   if (!claims_allowed(status)) {
     resp.fail_cause = claim_fail_cause(status);
@@ -370,6 +403,14 @@ ClaimResponse Registry::claim_episode(const ClaimRequest& request) {
   }
   if (unclaimed_.empty()) {
     resp.fail_cause = "No available episodes to claim. Try again (maybe 1 minute) later.";
+    return resp;
+  }
+  // Worded as an empty pool ("No available episodes"), which every client already waits out.
+  if (const int64_t share = claim_share_locked(); claims_of_locked(request.client_uuid) >= share) {
+    resp.fail_cause = fmt::format(
+        "No available episodes for this client: client {} holds {} claimed episodes, its share of the pool of {} "
+        "(ajet-swarm start --max-claims-per-client). End or abort one first, or try again later.",
+        request.client_uuid, share, options_.max_env_worker);
     return resp;
   }
   std::string uuid = unclaimed_.front();
@@ -454,8 +495,13 @@ std::vector<LlmCallTicket> Registry::begin_llm_calls(const std::string& episode_
   double now = clock_();
   std::lock_guard<std::mutex> lock(mu_);
   EngineStatus status = engine_.status();
-  if (!chat_allowed(status)) fail(ErrorCode::kUnavailable, chat_unavailable_message(status));
   auto it = live_.find(episode_uuid);
+  if (!chat_allowed(status)) {
+    // The client is alive and waiting for the engine (a boot after a restart may outlast its
+    // discard_episode_timeout): its idle clock starts again, restored claim or not.
+    if (it != live_.end() && it->second.state == State::kClaimed) it->second.seen(now);
+    fail(ErrorCode::kUnavailable, chat_unavailable_message(status));
+  }
   if (it == live_.end()) {
     if (auto r = retired_.find(episode_uuid); r != retired_.end()) {
       fail(ErrorCode::kNotFound, "Episode " + episode_uuid + " has ended: " + r->second.note);

@@ -74,6 +74,21 @@ struct RegistryOptions {
   std::string openai_base_url = "http://127.0.0.1:10086/v1";  // returned by claim_episode
   std::string training_model_path;                            // shown in pool info
 
+  // ---- set by the front from its flags (ajet-swarm start), not by the train config ----
+  // Live claimed episodes (claimed, ending or prepared) one client_uuid may hold at once, so one
+  // client cannot take the whole pool: 0 = half of max_env_worker (at least 1), < 0 = no bound
+  // (--max-claims-per-client). At the bound a claim answers success=false, as an empty pool does.
+  int64_t max_claims_per_client = -1;
+  // claim_episode refuses a larger discard_episode_timeout with 400 (--max-discard-episode-timeout):
+  // an idle claim must expire.
+  double max_discard_episode_timeout = 3600.0;
+  // A participant's question to its coordinator that brought no decision is asked again after
+  // resolve_backoff_min seconds, doubling up to resolve_backoff_max; resolve_give_up seconds past its
+  // prepare deadline the participant aborts the prepared episode (logged as an error).
+  double resolve_backoff_min = 5.0;
+  double resolve_backoff_max = 300.0;
+  double resolve_give_up = 3600.0;
+
   static RegistryOptions from_config(const config::Config& config, std::string openai_base_url);
 };
 
@@ -96,6 +111,18 @@ struct RegistryHooks {
   // A batch's numbers were queued for the store's `metrics` table (step, name -> value, unix time):
   // for other sinks (TensorBoard). Must not block.
   std::function<void(int64_t, const std::vector<std::pair<std::string, double>>&, double)> on_metrics = nullptr;
+  // Runs a task that reads the store (end_episode or commit_episode of an episode only the store
+  // knows) where blocking is fine: the front's work pool. Unset: inline.
+  std::function<void(std::function<void()>)> run_blocking = nullptr;
+};
+
+// Who reads a public view (pool information, episode buffer): the admin sees every id; anyone else
+// sees the episode and client ids of `client_uuid` (the caller's own, when it names itself) and a
+// stable pseudonym ("client-…", "episode-…") for everyone else's, so a stranger cannot learn whose
+// episodes to target. Counts are the same for everyone.
+struct ViewScope {
+  bool all_ids = false;
+  std::string client_uuid;
 };
 
 // Returned by begin_llm_call: what the route needs to serve one chat call.
@@ -247,8 +274,10 @@ class Registry {
   // A participant learned its coordinator's decision: "committed" commits, "aborted" aborts; anything
   // else (pending, unreachable) leaves it prepared until the next sweep asks again.
   void settle_prepared(const std::string& episode_uuid, const std::string& decision);
-  Json episode_buffer() const;  // {"buffer": [episode status…]} (docs/protocol.md, get_episode_buffer)
-  Json pool_info() const;       // GET /get_current_batch_rollout_pool_information body
+  // {"buffer": [episode status…]} (docs/protocol.md, get_episode_buffer).
+  Json episode_buffer(const ViewScope& scope = {true, ""}) const;
+  // GET /get_current_batch_rollout_pool_information body.
+  Json pool_info(const ViewScope& scope = {true, ""}) const;
   RegistryFigures figures() const;  // GET /metrics (pool_info.cc)
   BoolResponse agree_sync_weight(const AgreeRequest& request);
 
@@ -321,6 +350,8 @@ class Registry {
     EndRequest request;     // what commit ends it with
     double deadline = 0;    // unix seconds: the janitor settles it after this
     bool resolving = false; // a participant's question to its coordinator is in flight
+    double next_ask = 0;    // unix seconds: a participant asks (again) from then on
+    int asks = 0;           // questions that brought no decision (the backoff doubles with each)
   };
   struct Episode {
     std::string uuid;
@@ -335,8 +366,14 @@ class Registry {
     // moves it. The batch-boundary drain judges liveness by it: a dead client's episode must not look
     // alive again after every boundary because the idle clock restarted.
     double client_seen = 0;
+    // Restored after a restart with its stored last activity: its idle clock keeps running through
+    // the restart and the boot (entering ROLLING does not restart it) until the client shows up.
+    bool restored_clock = false;
     // A sign of life from the client: both clocks start again.
-    void seen(double now) { latest_activity = client_seen = now; }
+    void seen(double now) {
+      latest_activity = client_seen = now;
+      restored_clock = false;
+    }
     double discard_episode_timeout = -1;
     int64_t llm_call_count = 0;
     int64_t calls_in_flight = 0;  // begun and not yet ended: the episode is active
@@ -350,12 +387,19 @@ class Registry {
     int64_t claim_global_step = 0;       // global_step when claimed (prepare reports weights_changed)
     std::optional<Prepared> prepared;    // set from a stored prepare until commit or abort
   };
+  // What a finished episode ended with: a repeated end must send the same (else 409).
+  struct EndResult {
+    double reward = 0;
+    std::string task_id;
+    std::optional<bool> is_success;
+  };
   struct Retired {
     EpisodeEnd how;
     std::string client_uuid;
     std::string episode_type;
     std::string note;  // why, for error messages
     std::string group_id;  // the episode group it was prepared in ("" for none)
+    std::optional<EndResult> result;  // finished episodes
   };
   struct ActiveClient {
     double latest_activity = 0;
@@ -414,8 +458,18 @@ class Registry {
   // prepare_end_episode's answer for `e` (a repeat answers the same).
   PrepareResponse prepare_answer_locked(const Episode& e) const;
   // The answer for an episode that is no longer live but remembered: another client's (404), one this
-  // client finished (nullopt: a success again) or one that ended otherwise (400 with the reason).
-  std::optional<CommandError> retired_answer(const std::string& uuid, const Retired& r, const std::string& client) const;
+  // client finished (nullopt: a success again; 409 when `repeat`, an end, differs from how it ended)
+  // or one that ended otherwise (400 with the reason).
+  std::optional<CommandError> retired_answer(const std::string& uuid, const Retired& r, const std::string& client,
+                                             const EndRequest* repeat = nullptr) const;
+  // 409 naming each field where a repeated end differs from the stored end; nullopt when identical.
+  static std::optional<CommandError> repeat_conflict(const std::string& uuid, const EndResult& stored,
+                                                     const EndRequest& repeat);
+  // A participant's question brought no decision (or could not be asked): ask again later, backing off.
+  void schedule_next_ask_locked(Episode& e, double now);
+  // Live claimed episodes of `client_uuid`, and the most it may hold (RegistryOptions::max_claims_per_client).
+  int64_t claims_of_locked(const std::string& client_uuid) const;
+  int64_t claim_share_locked() const;
   // Stores `row` and runs `then` with the write's outcome (the destructor waits for it).
   void write_then(store::EpisodeRow row, std::function<void(std::exception_ptr)> then);
   void prepare_committed(const std::string& uuid, const PrepareRequest& request, std::exception_ptr error,
@@ -433,14 +487,24 @@ class Registry {
     std::optional<CommandError> answer;
     bool unknown = false;  // neither live nor remembered: the store may know it (ended before a restart)
   };
-  // The answer for an episode only the store knows: the same as for a remembered one.
-  std::optional<CommandError> end_of_stored(const EndRequest& request, const store::EpisodeRow& row) const;
+  // The answer for an episode only the store knows: the same as for a remembered one (`compare_result`:
+  // `request` is an end whose result must match the stored one; false for a commit).
+  std::optional<CommandError> end_of_stored(const EndRequest& request, const store::EpisodeRow& row,
+                                            bool compare_result = true) const;
+  // Runs `task` through RegistryHooks::run_blocking (inline when unset). Not under mu_.
+  void run_blocking(std::function<void()> task);
   EndVerdict end_precheck_locked(const EndRequest& request) const;
   void deliver(Outbox& out);
-  Json pool_info_locked(double now) const;
+  Json pool_info_locked(double now, const ViewScope& scope) const;
+  // `id` as `scope` may see it: itself, or a stable pseudonym "<kind>-<12 hex>" (ViewScope).
+  std::string shown_id(const ViewScope& scope, std::string_view kind, const std::string& id,
+                       const std::string& owner) const;
+  // Recovered claims: the client's last sign of life before the restart (its claim, its last call).
+  static double last_activity_of(const store::RecoveredEpisode& claimed);
 
   RegistryOptions options_;
   EpisodeKeySigner signer_;
+  const std::string view_salt_;  // keys the pseudonyms of shown_id (random per process)
   store::Store* store_;
   UnixClock clock_;
   RegistryHooks hooks_;

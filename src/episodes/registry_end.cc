@@ -16,13 +16,41 @@ CommandError error(ErrorCode code, std::string message) { return CommandError{co
 }  // namespace
 
 std::optional<CommandError> Registry::retired_answer(const std::string& uuid, const Retired& r,
-                                                     const std::string& client) const {
+                                                     const std::string& client, const EndRequest* repeat) const {
   if (r.client_uuid != client) {
     return error(ErrorCode::kPermissionDenied,
                  "Episode " + uuid + " is claimed by different client: " + r.client_uuid + ", but got " + client + ".");
   }
-  if (r.how == EpisodeEnd::kFinished) return std::nullopt;
+  if (r.how == EpisodeEnd::kFinished) {
+    return repeat != nullptr && r.result ? repeat_conflict(uuid, *r.result, *repeat) : std::nullopt;
+  }
   return error(ErrorCode::kFailedPrecondition, "Episode " + uuid + " is not in claimed status: " + r.note);
+}
+
+std::optional<CommandError> Registry::repeat_conflict(const std::string& uuid, const EndResult& stored,
+                                                      const EndRequest& repeat) {
+  const WorkflowOutput& sent = repeat.workflow_output;
+  auto success_text = [](const std::optional<bool>& v) { return v ? (*v ? "true" : "false") : "unset"; };
+  std::vector<std::string> differs;
+  if (sent.reward != stored.reward) {
+    differs.push_back(fmt::format("workflow_output.reward {} (ended with {})", sent.reward, stored.reward));
+  }
+  if (repeat.task_id != stored.task_id) {
+    differs.push_back(fmt::format("task_id '{}' (ended with '{}')", repeat.task_id.substr(0, 200),
+                                  stored.task_id.substr(0, 200)));
+  }
+  if (sent.is_success != stored.is_success) {
+    differs.push_back(fmt::format("workflow_output.is_success {} (ended with {})", success_text(sent.is_success),
+                                  success_text(stored.is_success)));
+  }
+  if (differs.empty()) return std::nullopt;  // the idempotent repeat
+  std::string list;
+  for (const auto& d : differs) list += (list.empty() ? "" : ", ") + d;
+  CommandError conflict = error(ErrorCode::kFailedPrecondition,
+                                "Episode " + uuid + " has already ended with another result: this end_episode sends " +
+                                    list + ". A repeat must send what the first end sent; the stored end stands.");
+  conflict.status = 409;
+  return conflict;
 }
 
 Registry::EndVerdict Registry::end_precheck_locked(const EndRequest& req) const {
@@ -33,7 +61,7 @@ Registry::EndVerdict Registry::end_precheck_locked(const EndRequest& req) const 
   auto it = live_.find(uuid);
   if (it == live_.end()) {
     if (auto r = retired_.find(uuid); r != retired_.end()) {
-      return EndVerdict{false, retired_answer(uuid, r->second, req.client_uuid)};
+      return EndVerdict{false, retired_answer(uuid, r->second, req.client_uuid, &req)};
     }
     EndVerdict unknown = refuse(ErrorCode::kFailedPrecondition, "Episode " + uuid + " not found.");
     if (!chat_allowed(status)) {
@@ -66,13 +94,26 @@ Registry::EndVerdict Registry::end_precheck_locked(const EndRequest& req) const 
   return EndVerdict{true, std::nullopt};
 }
 
-std::optional<CommandError> Registry::end_of_stored(const EndRequest& request, const store::EpisodeRow& row) const {
+void Registry::run_blocking(std::function<void()> task) {
+  if (hooks_.run_blocking) {
+    hooks_.run_blocking(std::move(task));
+  } else {
+    task();
+  }
+}
+
+std::optional<CommandError> Registry::end_of_stored(const EndRequest& request, const store::EpisodeRow& row,
+                                                    bool compare_result) const {
   const std::string& uuid = request.episode_uuid;
   if (row.client_uuid != request.client_uuid) {
     return error(ErrorCode::kPermissionDenied, "Episode " + uuid + " is claimed by different client: " +
                                                    row.client_uuid + ", but got " + request.client_uuid + ".");
   }
-  if (row.status == store::kEpisodeFinished) return std::nullopt;  // the idempotent repeat
+  if (row.status == store::kEpisodeFinished) {  // the idempotent repeat, unless it sends another result
+    return !compare_result
+               ? std::nullopt
+               : repeat_conflict(uuid, EndResult{row.reward.value_or(0.0), row.task_id, row.is_success}, request);
+  }
   return error(ErrorCode::kFailedPrecondition,
                "Episode " + uuid + " is not in claimed status: it was " + row.status + " (stored).");
 }
@@ -89,7 +130,11 @@ store::EpisodeRow Registry::ended_row_locked(const Episode& e, const EndRequest&
   row.reward = request.workflow_output.reward;
   row.is_success = request.workflow_output.is_success;
   row.metadata = request.workflow_output.metadata;
-  if (group != nullptr) row.metadata["ajet_group"] = group->to_json();
+  if (group != nullptr) {
+    row.metadata["ajet_group"] = group->to_json();
+    // The coordinator episode's key is needed only while prepared (to ask the coordinator).
+    if (std::string_view(status) != store::kEpisodePrepared) row.metadata["ajet_group"].erase("coordinator_episode_key");
+  }
   row.log_metrics = request.workflow_output.log_metrics;
   row.discard_episode_timeout = e.discard_episode_timeout;
   row.claimed_at = e.claimed_at;
@@ -133,11 +178,16 @@ void Registry::end_episode(EndRequest request, std::function<void(std::optional<
   if (!verdict.proceed && verdict.unknown && store_ != nullptr) {
     // Ended before this server (re)started, or longer ago than the memory of retired episodes
     // reaches: the store decides, so a repeat gets the same answer across restarts. One indexed
-    // read, on this rare path only.
-    if (std::optional<store::EpisodeRow> stored = store_->get_episode(request.episode_uuid);
-        stored && stored->status != store::kEpisodeClaimed) {
-      verdict.answer = end_of_stored(request, *stored);
-    }
+    // read, on this rare path only, where blocking is fine (RegistryHooks::run_blocking).
+    auto lookup = [this, request = std::move(request), answer = verdict.answer, done = std::move(done)]() mutable {
+      if (std::optional<store::EpisodeRow> stored = store_->get_episode(request.episode_uuid);
+          stored && stored->status != store::kEpisodeClaimed) {
+        answer = end_of_stored(request, *stored);
+      }
+      done(answer);
+    };
+    run_blocking(std::move(lookup));
+    return;
   }
   if (!verdict.proceed) {
     done(verdict.answer);
@@ -210,6 +260,9 @@ void Registry::end_committed(const std::string& uuid, const EndRequest& request,
         eval_successes_ += output.is_success.value_or(false) ? 1 : 0;
       }
       retire_locked(uuid, EpisodeEnd::kFinished, "it has already ended.", out, /*store_it=*/false);
+      if (auto r = retired_.find(uuid); r != retired_.end()) {
+        r->second.result = EndResult{output.reward, request.task_id, output.is_success};
+      }
       refill_pool_locked();
       check_trigger_locked(now, out);
       check_drained_locked(now, out);

@@ -4,6 +4,8 @@
 // when a participant asks, so a late client finds its commit refused and aborts the rest.
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "common/log.h"
 #include "episodes/registry.h"
 #include "store/store.h"
@@ -38,7 +40,9 @@ std::optional<Registry::Prepared> Registry::prepared_from_row(const store::Episo
     p.request.workflow_output.metadata = row.metadata;
     p.request.workflow_output.metadata.erase("ajet_group");
     p.request.workflow_output.log_metrics = row.log_metrics;
-    p.deadline = now + p.group.prepare_timeout;
+    // The deadline it had before the restart (prepared at ended_at), so restarts cannot extend it.
+    p.deadline = std::min(now, row.ended_at.value_or(now)) + p.group.prepare_timeout;
+    p.next_ask = p.deadline;
     return p;
   } catch (const std::exception& e) {
     log().warn("episode {} was stored as prepared but its group cannot be read ({}); it is restored as claimed",
@@ -108,7 +112,8 @@ void Registry::prepare_committed(const std::string& uuid, const PrepareRequest& 
     } else {
       Episode& e = it->second;
       e.state = State::kPrepared;
-      e.prepared = Prepared{request.group, request.end, now + request.group.prepare_timeout, false};
+      const double deadline = now + request.group.prepare_timeout;
+      e.prepared = Prepared{request.group, request.end, deadline, false, deadline, 0};
       response = prepare_answer_locked(e);
     }
   }
@@ -161,13 +166,17 @@ void Registry::commit_episode(const EpisodeRef& ref, std::function<void(std::opt
       begin_commit_locked(uuid, ref.client_uuid, row, request);
     }
   }
-  if (!proceed && unknown && store_ != nullptr) {
-    if (std::optional<store::EpisodeRow> stored = store_->get_episode(uuid); stored) {
-      EndRequest as_end;
-      as_end.client_uuid = ref.client_uuid;
-      as_end.episode_uuid = uuid;
-      answer = end_of_stored(as_end, *stored);
-    }
+  if (!proceed && unknown && store_ != nullptr) {  // the store decides, read where blocking is fine
+    run_blocking([this, ref, answer, done = std::move(done)]() mutable {
+      if (std::optional<store::EpisodeRow> stored = store_->get_episode(ref.episode_uuid); stored) {
+        EndRequest as_end;
+        as_end.client_uuid = ref.client_uuid;
+        as_end.episode_uuid = ref.episode_uuid;
+        answer = end_of_stored(as_end, *stored, /*compare_result=*/false);
+      }
+      done(answer);
+    });
+    return;
   }
   if (!proceed) {
     done(answer);
@@ -233,6 +242,15 @@ std::string Registry::resolve_group(const ResolveRequest& request) {
   return "aborted";  // presumed abort: an episode nobody committed
 }
 
+void Registry::schedule_next_ask_locked(Episode& e, double now) {
+  Prepared& p = *e.prepared;
+  p.resolving = false;
+  const double wait = std::min(options_.resolve_backoff_max,
+                               options_.resolve_backoff_min * std::pow(2.0, double(std::min(p.asks, 40))));
+  p.asks += 1;
+  p.next_ask = now + std::max(wait, 0.0);
+}
+
 void Registry::settle_prepared(const std::string& uuid, const std::string& decision) {
   Outbox out;
   store::EpisodeRow row;
@@ -255,7 +273,12 @@ void Registry::settle_prepared(const std::string& uuid, const std::string& decis
                                                    e.prepared->group.group_id, uuid));
       begin_commit_locked(uuid, "", row, request);
     } else {
-      return;
+      // pending, unreachable, refused: asked again later. The public log says only that no decision came
+      // (not what the remote answered, nor whether it answered at all); the front's log has the detail.
+      schedule_next_ask_locked(e, clock_());
+      out.logs.emplace_back("janitor", fmt::format("group {}: episode {} has no decision from its coordinator yet; "
+                                                   "asking again in {:.0f} s",
+                                                   e.prepared->group.group_id, uuid, e.prepared->next_ask - clock_()));
     }
   }
   deliver(out);
@@ -273,16 +296,38 @@ void Registry::settle_prepared(const std::string& uuid, const std::string& decis
 }
 
 void Registry::settle_expired_prepared_locked(double now, SweepResult& result, Outbox& out) {
-  std::vector<std::string> expired;
+  std::vector<std::string> expired, given_up;
   for (auto& [uuid, e] : live_) {
     if (e.state != State::kPrepared || now < e.prepared->deadline) continue;
     if (e.prepared->group.is_coordinator()) {
       expired.push_back(uuid);
-    } else if (!e.prepared->resolving) {
-      e.prepared->resolving = true;
+    } else if (now >= e.prepared->deadline + options_.resolve_give_up) {
+      given_up.push_back(uuid);
+    } else if (!e.prepared->resolving && now >= e.prepared->next_ask) {
+      e.prepared->resolving = true;  // one question in flight per episode; settle_prepared clears it
       result.to_resolve.push_back(PendingResolution{uuid, e.prepared->group});
     }
   }
+  // Re-asking is capped: a coordinator that never answers must not hold a slot (and a question) for
+  // ever. This abort may contradict a commit the coordinator made, so it is an error in the front's log.
+  for (const auto& uuid : given_up) {
+    const Prepared& p = *live_.at(uuid).prepared;
+    std::string group = p.group.group_id;
+    log().error("group {}: participant episode {} aborted: its coordinator {} gave no decision within {:.0f} s after "
+                "the prepare_timeout (ajet-swarm start --group-resolve-give-up); if the coordinator committed, this "
+                "group is split",
+                group, uuid, p.group.coordinator_url, options_.resolve_give_up);
+    retire_locked(uuid, EpisodeEnd::kAborted,
+                  fmt::format("it was prepared in episode group '{}' and aborted: its coordinator gave no decision "
+                              "within {:.0f} s after the prepare_timeout.",
+                              group, options_.resolve_give_up),
+                  out, true);
+    out.logs.emplace_back("janitor", fmt::format("group {}: episode {} aborted: no decision from its coordinator in "
+                                                 "time (see the front's log)",
+                                                 group, uuid));
+    result.group_aborted.push_back(uuid);
+  }
+  if (!given_up.empty()) refill_pool_locked();
   for (const auto& uuid : expired) {
     const Prepared& p = *live_.at(uuid).prepared;
     std::string group = p.group.group_id;

@@ -73,6 +73,15 @@ struct HttpClient::Impl {
   std::string host;  // of the open connection
   uint16_t port = 0;
   uint64_t opened = 0;
+  std::optional<std::chrono::steady_clock::time_point> deadline;  // of the request under way (total_timeout)
+
+  // The next wait may last `wait`, and not past the request's deadline.
+  void arm(std::chrono::milliseconds wait) {
+    auto until = std::chrono::steady_clock::now() + wait;
+    if (deadline && *deadline < until) until = *deadline;
+    stream->expires_at(until);
+  }
+  bool past_deadline() const { return deadline && std::chrono::steady_clock::now() >= *deadline; }
 
   static std::string authority(const std::string& host, uint16_t port) {
     bool v6 = host.find(':') != std::string::npos;
@@ -96,9 +105,11 @@ struct HttpClient::Impl {
 
   [[noreturn]] void unavailable(const std::string& what, const Url& url, error_code ec) {
     disconnect();
-    std::string reason = ec == beast::error::timeout
-                             ? "timed out after " + std::to_string(options.timeout.count()) + " ms"
-                             : ec.message();
+    std::string reason = ec != beast::error::timeout ? ec.message()
+                         : past_deadline()
+                             ? "timed out: the whole request may take at most " +
+                                   std::to_string(options.total_timeout.count()) + " ms"
+                             : "timed out after " + std::to_string(options.timeout.count()) + " ms";
     fail(ErrorCode::kUnavailable, "http client: " + what + " " + authority(url.host, url.port) + ": " + reason);
   }
 
@@ -122,13 +133,16 @@ struct HttpClient::Impl {
     run();
     if (ec) unavailable("cannot resolve", url, ec);
     stream.emplace(ioc);
-    stream->expires_after(options.connect_timeout);
+    arm(options.connect_timeout);
     stream->async_connect(endpoints, [&](error_code e, const tcp::endpoint&) { ec = e; });
     run();
     if (ec == beast::error::timeout) {
       disconnect();
       fail(ErrorCode::kUnavailable, "http client: cannot connect to " + authority(url.host, url.port) +
-                                        ": timed out after " + std::to_string(options.connect_timeout.count()) + " ms");
+                                        ": timed out after " +
+                                        std::to_string((past_deadline() ? options.total_timeout : options.connect_timeout)
+                                                           .count()) +
+                                        " ms");
     }
     if (ec) unavailable("cannot connect to", url, ec);
     stream->socket().set_option(tcp::no_delay(true), ec);
@@ -150,6 +164,8 @@ struct HttpClient::Impl {
                           std::string_view body, const std::function<bool(const SseEvent&)>* on_event) {
     Url url = resolve(url_or_path);
     std::string what = std::string(method) + " " + url.target + " at";
+    deadline.reset();
+    if (options.total_timeout.count() > 0) deadline = std::chrono::steady_clock::now() + options.total_timeout;
 
     bhttp::request<bhttp::span_body<const char>> req;
     req.method_string(method);
@@ -168,7 +184,7 @@ struct HttpClient::Impl {
       bool reused = reusable(url);
       if (!reused) connect(url);
       error_code ec;
-      stream->expires_after(options.timeout);
+      arm(options.timeout);
       bhttp::async_write(*stream, req, [&](error_code e, size_t) { ec = e; });
       run();
       if (ec) {
@@ -182,7 +198,7 @@ struct HttpClient::Impl {
       bhttp::response_parser<bhttp::buffer_body> parser;
       parser.body_limit(boost::none);  // enforced below, with a message naming the limit
       if (method == "HEAD") parser.skip(true);
-      stream->expires_after(options.timeout);
+      arm(options.timeout);
       bhttp::async_read_header(*stream, buffer, parser, [&](error_code e, size_t) { ec = e; });
       run();
       if (ec) {
@@ -208,7 +224,7 @@ struct HttpClient::Impl {
       while (!parser.is_done()) {
         parser.get().body().data = chunk.data();
         parser.get().body().size = chunk.size();
-        stream->expires_after(options.timeout);
+        arm(options.timeout);
         bhttp::async_read_some(*stream, buffer, parser, [&](error_code e, size_t) { ec = e; });
         run();
         if (ec == bhttp::error::need_buffer) ec = {};

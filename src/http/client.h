@@ -29,6 +29,10 @@ struct ClientOptions {
   // The longest wait for the server at any point: sending, the response head, each body read (for
   // a stream: the longest gap between two events). Not a bound on the whole request.
   std::chrono::milliseconds timeout{60'000};
+  // When above zero, a bound on one whole request: connecting, sending and reading the answer
+  // together (each wait above is cut to what is left of it), so a peer that trickles bytes cannot
+  // hold the caller past it. Name resolution is not bounded by it.
+  std::chrono::milliseconds total_timeout{0};
   size_t max_response_bytes = 256u << 20;
   std::string user_agent = "ajet-http";
 };

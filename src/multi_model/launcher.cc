@@ -193,6 +193,10 @@ void MultiJob::start_servers() {
   for (Member& m : members_) {
     std::vector<std::string> flags = options_.swarm_flags;
     flags.push_back("--fresh");
+    // The launcher is each front's only client; the first front coordinates every episode group, so
+    // the others may dial it (--peer).
+    flags.insert(flags.end(), {"--max-claims-per-client", "-1"});
+    if (&m != &members_.front()) flags.insert(flags.end(), {"--peer", members_.front().child->url()});
     m.child = std::make_unique<classic::SwarmChild>(classic::SwarmChildOptions{
         options_.swarm_binary, exp_dir_ / m.spec.name / "swarm", exp_dir_ / m.spec.name / "swarm.log", flags});
     client::SwarmClientOptions copts;

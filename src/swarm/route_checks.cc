@@ -47,6 +47,28 @@ http::RouteOptions admin_only(const ServerContext& ctx, std::string what, http::
   return limit;
 }
 
+http::RouteOptions episode_command(const ServerContext& ctx, std::string command, http::RouteOptions limit) {
+  limit.check_head = [&ctx, command = std::move(command)](const http::RequestHead& head) -> std::optional<http::Response> {
+    if (ctx.admin_token_given(head)) return std::nullopt;
+    const std::optional<std::string_view> key = head.headers.get("Authorization");
+    try {
+      // Which episode the key is for is known only from the body; here the key must be this server's.
+      std::string episode = "(the one the body names)";
+      if (key) {
+        try {
+          episode = ctx.registry.signer().verify(*key).episode_uuid;
+        } catch (const Error&) {
+        }
+      }
+      check_episode_command_key(ctx.registry.signer(), key, episode, command, ctx.options.allow_keyless_episode_commands);
+      return std::nullopt;
+    } catch (const Error& e) {
+      return error_for(e);
+    }
+  };
+  return limit;
+}
+
 http::RouteOptions episode_key_only(const ServerContext& ctx, bool anthropic) {
   http::RouteOptions options = body_limit(ctx.options.max_json_body_bytes, "ajet-swarm start --max-json-mb");
   if (anthropic) {

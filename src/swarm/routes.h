@@ -44,6 +44,10 @@ http::RouteOptions admin_only(const ServerContext& ctx, std::string what, http::
 // The episode key (Authorization, or for Anthropic's API x-api-key too) before the body, in that
 // API's error shape; the body at most max_json_body_bytes.
 http::RouteOptions episode_key_only(const ServerContext& ctx, bool anthropic);
+// An episode command's credentials before the body (the admin token, or a key this server signed; the
+// handler checks that the key is the body's episode's), unless --allow-keyless-episode-commands lets a
+// request without any through.
+http::RouteOptions episode_command(const ServerContext& ctx, std::string command, http::RouteOptions limit);
 
 // A JSON request body ({} when empty); Error(kInvalidArgument) for bad JSON or a body that is not an
 // object, kResourceExhausted naming `limit` for an oversize body.
@@ -56,5 +60,14 @@ std::string engine_run_field(const Json& body, std::string_view where);
 nlohmann::ordered_json parse_ordered_json_body(const http::Request& request, size_t limit);
 // Runs `fn`; an ajet::Error (or any exception) it throws becomes the error response.
 void answer_errors(const http::Respond& respond, const std::function<void()>& fn);
+
+// A command body up to this size is parsed on the I/O thread; a larger one on the work pool, so that
+// parsing megabytes of JSON never stalls the other connections of an I/O thread.
+inline constexpr size_t kInlineCommandBodyBytes = 64u << 10;
+// A command route's handler: runs `handle` on the I/O thread for a body of at most `inline_limit`
+// bytes, on `pool` for a larger one (parsing and all: `handle` must not assume its thread).
+class WorkPool;
+http::Handler command_handler(WorkPool& pool, std::function<void(const http::Request&, const http::Respond&)> handle,
+                              size_t inline_limit = kInlineCommandBodyBytes);
 
 }  // namespace ajet::swarm

@@ -1,9 +1,11 @@
 // The swarm command API for clients (docs/protocol.md "Command API"): episodes, pool information,
 // logs.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common/log.h"
 #include "engine_control/supervisor.h"
+#include "episodes/episode_key.h"
 #include "episodes/registry.h"
 #include "episodes/verbose_log.h"
 #include "http/response.h"
@@ -74,7 +76,60 @@ J require_object(J body) {
   return body;
 }
 
+http::Handler command(ServerContext& ctx, std::function<void(const Request&, const Respond&)> handle) {
+  return command_handler(ctx.pool, std::move(handle));
+}
+
+http::Response command_error(const CommandError& error) {
+  if (error.status == 409) return openai_error(409, error.message, "conflict");
+  return error_for(Error(error.code, error.message));
+}
+
+// The episode commands are bound to their episode: its key, or the admin token (episode_key.h).
+void require_episode_key(const ServerContext& ctx, const Request& req, const std::string& episode_uuid,
+                         std::string_view command) {
+  if (ctx.admin_token_given(req)) return;
+  check_episode_command_key(ctx.registry.signer(), req.headers.get("Authorization"), episode_uuid, command,
+                            ctx.options.allow_keyless_episode_commands);
+}
+
+// Who reads a public view: the admin token shows every id; `client_uuid` (a query parameter or a body
+// field) shows the caller's own.
+ViewScope view_scope(const ServerContext& ctx, const Request& req, const Json* body) {
+  ViewScope scope;
+  scope.all_ids = ctx.admin_token_given(req);
+  if (auto it = req.query.find("client_uuid"); it != req.query.end()) scope.client_uuid = it->second;
+  if (body != nullptr) {
+    if (auto c = body->find("client_uuid"); c != body->end() && c->is_string()) scope.client_uuid = c->get<std::string>();
+  }
+  return scope;
+}
+
+// A participant's coordinator must be one of --peer, unless the admin token is sent: the refusal, if any.
+std::optional<std::string> coordinator_refusal(const ServerContext& ctx, const Request& req, const EpisodeGroup& group) {
+  if (group.is_coordinator() || ctx.is_peer(group.coordinator_url) || ctx.admin_token_given(req)) return std::nullopt;
+  return fmt::format("prepare_end_episode body: group.coordinator_url {} is not on this front's allow-list of "
+                     "coordinators, its peers ({}); start the front with `ajet-swarm start --peer {}`, or send the "
+                     "admin token",
+                     group.coordinator_url,
+                     ctx.options.peers.empty() ? std::string("none configured")
+                                               : fmt::format("{}", fmt::join(ctx.options.peers, ", ")),
+                     group.coordinator_url);
+}
+
 }  // namespace
+
+http::Handler command_handler(WorkPool& pool, std::function<void(const Request&, const Respond&)> handle,
+                              size_t inline_limit) {
+  return [&pool, inline_limit, handle = std::move(handle)](Request req, Respond respond) {
+    if (req.body.size() <= inline_limit) {
+      handle(req, respond);
+      return;
+    }
+    auto request = std::make_shared<Request>(std::move(req));
+    pool.post([handle, request, respond] { handle(*request, respond); });
+  };
+}
 
 std::string engine_run_field(const Json& body, std::string_view where) {
   const auto it = body.find("engine_run");
@@ -111,7 +166,7 @@ void answer_errors(const Respond& respond, const std::function<void()>& fn) {
 
 void add_command_routes(http::Router& router, ServerContext& ctx) {
   const size_t limit = ctx.options.max_json_body_bytes;
-  auto claim = [&ctx, limit](Request req, Respond respond) {
+  auto claim = command(ctx, [&ctx, limit](const Request& req, const Respond& respond) {
     answer_errors(respond, [&] {
       const Json body = parse_json_body(req, limit);
       ClaimRequest claim = ClaimRequest::from_json(body);
@@ -126,96 +181,112 @@ void add_command_routes(http::Router& router, ServerContext& ctx) {
       }
       respond(http::json_response(ctx.registry.claim_episode(claim).to_json()));
     });
-  };
+  });
   router.post("/claim_episode", claim, command_body(ctx));
   router.post("/begin_episode", claim, command_body(ctx));
-  // end_episode carries the episode's metadata: the JSON limit.
-  const http::RouteOptions end_body = body_limit(limit, "ajet-swarm start --max-json-mb");
 
-  router.post("/end_episode", [&ctx, limit](Request req, Respond respond) {
+  const size_t kept = ctx.options.max_episode_metadata_bytes;
+  // end_episode's body is its metadata and log_metrics (each at most --max-episode-metadata-mb) and a
+  // few ids: the route reads no more than that (and never more than --max-json-mb).
+  const http::RouteOptions end_body =
+      limit <= 2 * kept + kCommandBodyBytes
+          ? body_limit(limit, "ajet-swarm start --max-json-mb")
+          : body_limit(2 * kept + kCommandBodyBytes, "twice ajet-swarm start --max-episode-metadata-mb, plus 64 KiB");
+  router.post("/end_episode", command(ctx, [&ctx, limit, kept](const Request& req, const Respond& respond) {
     answer_errors(respond, [&] {
-      EndRequest end = EndRequest::from_json(parse_json_body(req, limit));
-      // `done` runs inline or on the store's writer thread after the commit; respond is thread-safe.
+      EndRequest end = EndRequest::from_json(parse_json_body(req, limit), "end_episode", kept);
+      require_episode_key(ctx, req, end.episode_uuid, "end_episode");
+      // `done` runs inline, on the work pool or on the store's writer thread; respond is thread-safe.
       ctx.registry.end_episode(std::move(end), [respond](std::optional<CommandError> error) {
         if (!error) {
           respond(http::json_response(Json{{"success", true}}));
         } else {
-          respond(error_for(Error(error->code, error->message)));
+          respond(command_error(*error));
         }
       });
     });
-  }, end_body);
+  }), episode_command(ctx, "end_episode", end_body));
 
   // Episode groups across servers (docs/protocol.md): prepare, commit, and the coordinator's side.
-  router.post("/prepare_end_episode", [&ctx, limit](Request req, Respond respond) {
+  router.post("/prepare_end_episode", command(ctx, [&ctx, limit, kept](const Request& req, const Respond& respond) {
     answer_errors(respond, [&] {
-      PrepareRequest prepare = PrepareRequest::from_json(parse_json_body(req, limit));
+      PrepareRequest prepare = PrepareRequest::from_json(parse_json_body(req, limit), kept);
+      require_episode_key(ctx, req, prepare.end.episode_uuid, "prepare_end_episode");
+      if (std::optional<std::string> refusal = coordinator_refusal(ctx, req, prepare.group)) {
+        respond(openai_error(403, *refusal, "coordinator_not_allowed"));
+        return;
+      }
       ctx.registry.prepare_end_episode(std::move(prepare),
                                        [respond](std::optional<CommandError> error, PrepareResponse answer) {
                                          if (!error) {
                                            respond(http::json_response(answer.to_json()));
                                          } else {
-                                           respond(error_for(Error(error->code, error->message)));
+                                           respond(command_error(*error));
                                          }
                                        });
     });
-  }, end_body);
+  }), episode_command(ctx, "prepare_end_episode", end_body));
 
-  router.post("/commit_episode", [&ctx, limit](Request req, Respond respond) {
+  router.post("/commit_episode", command(ctx, [&ctx, limit](const Request& req, const Respond& respond) {
     answer_errors(respond, [&] {
       EpisodeRef commit = EpisodeRef::from_json(parse_json_body(req, limit), "commit_episode", /*client_required=*/true);
+      require_episode_key(ctx, req, commit.episode_uuid, "commit_episode");
       ctx.registry.commit_episode(commit, [respond](std::optional<CommandError> error) {
         if (!error) {
           respond(http::json_response(Json{{"success", true}}));
         } else {
-          respond(error_for(Error(error->code, error->message)));
+          respond(command_error(*error));
         }
       });
     });
-  }, command_body(ctx));
+  }), episode_command(ctx, "commit_episode", command_body(ctx)));
 
-  router.post("/resolve_episode_group", [&ctx, limit](Request req, Respond respond) {
+  // Asked by a participant's front with the coordinator episode's key (it aborts an uncommitted episode).
+  router.post("/resolve_episode_group", command(ctx, [&ctx, limit](const Request& req, const Respond& respond) {
     answer_errors(respond, [&] {
       ResolveRequest resolve = ResolveRequest::from_json(parse_json_body(req, limit));
+      require_episode_key(ctx, req, resolve.episode_uuid, "resolve_episode_group");
       ctx.pool.post([&ctx, resolve, respond] {  // may read the store
         answer_errors(respond, [&] {
           respond(http::json_response(Json{{"decision", ctx.registry.resolve_group(resolve)}}));
         });
       });
     });
-  }, command_body(ctx));
+  }), episode_command(ctx, "resolve_episode_group", command_body(ctx)));
 
-  router.post("/abort_episode", [&ctx, limit](Request req, Respond respond) {
+  router.post("/abort_episode", command(ctx, [&ctx, limit](const Request& req, const Respond& respond) {
     answer_errors(respond, [&] {
-      ctx.registry.abort_episode(AbortRequest::from_json(parse_json_body(req, limit)));
+      AbortRequest abort = AbortRequest::from_json(parse_json_body(req, limit));
+      require_episode_key(ctx, req, abort.episode_uuid, "abort_episode");
+      ctx.registry.abort_episode(abort);
       respond(http::json_response(Json{{"success", true}}));
     });
-  }, command_body(ctx));
+  }), episode_command(ctx, "abort_episode", command_body(ctx)));
 
-  router.post("/can_continue_episode", [&ctx, limit](Request req, Respond respond) {
+  router.post("/can_continue_episode", command(ctx, [&ctx, limit](const Request& req, const Respond& respond) {
     answer_errors(respond, [&] {
       bool ok = ctx.registry.can_continue_episode(EpisodeRef::from_json(parse_json_body(req, limit)));
       respond(http::json_response(Json{{"can_continue", ok}}));
     });
-  }, command_body(ctx));
+  }), command_body(ctx));
 
-  router.post("/get_episode_buffer", [&ctx, limit](Request req, Respond respond) {
+  router.post("/get_episode_buffer", command(ctx, [&ctx, limit](const Request& req, const Respond& respond) {
     answer_errors(respond, [&] {
-      parse_json_body(req, limit);
-      respond(http::json_response(ctx.registry.episode_buffer()));
+      const Json body = parse_json_body(req, limit);
+      respond(http::json_response(ctx.registry.episode_buffer(view_scope(ctx, req, &body))));
     });
-  }, command_body(ctx));
+  }), command_body(ctx));
 
-  router.get("/get_current_batch_rollout_pool_information", [&ctx](Request, Respond respond) {
-    answer_errors(respond, [&] { respond(http::json_response(ctx.registry.pool_info())); });
+  router.get("/get_current_batch_rollout_pool_information", [&ctx](Request req, Respond respond) {
+    answer_errors(respond, [&] { respond(http::json_response(ctx.registry.pool_info(view_scope(ctx, req, nullptr)))); });
   });
 
-  router.post("/agree_sync_weight", [&ctx, limit](Request req, Respond respond) {
+  router.post("/agree_sync_weight", command(ctx, [&ctx, limit](const Request& req, const Respond& respond) {
     answer_errors(respond, [&] {
       AgreeRequest agree = AgreeRequest::from_json(parse_json_body(req, limit));
       respond(http::json_response(ctx.registry.agree_sync_weight(agree).to_json()));
     });
-  }, command_body(ctx));
+  }), command_body(ctx));
 
   router.get("/get_engine_status", [&ctx](Request, Respond respond) {
     Json body = ctx.registry.engine_status_json();

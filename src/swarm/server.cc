@@ -18,6 +18,7 @@
 #include "http/server.h"
 #include "openai/openai_call.h"
 #include "store/store.h"
+#include "swarm/coordinator_asker.h"
 #include "swarm/metrics_sink.h"
 #include "swarm/routes.h"
 #include "swarm/routes_prometheus.h"
@@ -34,39 +35,6 @@ fs::path sibling_engine_binary() {
   return self.parent_path() / "ajet-engine";
 }
 
-namespace {
-
-// A participant's prepared episode outlived its prepare_timeout: ask its coordinator what the group
-// decided (docs/protocol.md "Episode groups across servers"), on the work pool, never on the janitor.
-void resolve_with_coordinator(Registry& registry, VerboseLog& verbose, const PendingResolution& pending) {
-  std::string decision = "unreachable";
-  try {
-    http::ClientOptions options;
-    options.connect_timeout = std::chrono::milliseconds(3'000);
-    options.timeout = std::chrono::milliseconds(10'000);
-    http::HttpClient coordinator(pending.group.coordinator_url, options);
-    http::ClientResponse r = coordinator.post_json(
-        "/resolve_episode_group",
-        Json{{"group_id", pending.group.group_id}, {"episode_uuid", pending.group.coordinator_episode_uuid}});
-    Json body = r.json();
-    if (r.status == 200 && body.is_object() && body.value("decision", Json("")).is_string()) {
-      decision = body["decision"].get<std::string>();
-    } else {
-      decision = fmt::format("HTTP {}", r.status);
-    }
-  } catch (const std::exception& e) {
-    decision = std::string("unreachable: ") + e.what();
-  }
-  if (decision != "committed" && decision != "aborted" && decision != "pending") {
-    verbose.add("janitor", fmt::format("group {}: coordinator {} gave no decision for episode {} ({}); asking again "
-                                       "at the next sweep",
-                                       pending.group.group_id, pending.group.coordinator_url, pending.episode_uuid,
-                                       decision));
-  }
-  registry.settle_prepared(pending.episode_uuid, decision);
-}
-
-}  // namespace
 
 std::string describe_earlier_run(const store::RecoveredState& r) {
   const bool has_run = !r.train_config_yaml.empty() || r.global_step > 0 || !r.pending_finished.empty() ||
@@ -150,7 +118,8 @@ SwarmServer::SwarmServer(FrontOptions options) : options_(std::move(options)) {
   verbose_ = std::make_unique<VerboseLog>();
   latest_ = std::make_unique<LatestCall>();
   trackers_ = std::make_unique<TrackerMap>();
-  registry_ = std::make_unique<Registry>(RegistryOptions{}, EpisodeKeySigner(secret), store_.get());
+  registry_ = std::make_unique<Registry>(registry_options_for(options_, nullptr, ""), EpisodeKeySigner(secret),
+                                         store_.get());
   pool_ = std::make_unique<WorkPool>(2, "swarm work pool");
   SupervisorOptions sup;
   sup.default_engine = options_.engine_binary;
@@ -170,12 +139,14 @@ SwarmServer::SwarmServer(FrontOptions options) : options_(std::move(options)) {
     return target;
   });
   MetricsSink* metrics = metrics_.get();
+  WorkPool* pool = pool_.get();
   registry_->set_hooks(RegistryHooks{
       [trackers](const EpisodeClosed& closed) { trackers->drop(closed.episode_uuid); },
       [verbose](const std::string& tag, const std::string& message) { verbose->add(tag, message, false); },
       [metrics](int64_t step, const std::vector<std::pair<std::string, double>>& values, double at) {
         metrics->to_tensorboard(step, values, at);
-      }});
+      },
+      [pool](std::function<void()> task) { pool->post(std::move(task)); }});
 
   // The batch runner reads the synced state; the life-cycle operations write it.
   synced_ = std::make_unique<SyncedTrain>();
@@ -219,12 +190,17 @@ SwarmServer::SwarmServer(FrontOptions options) : options_(std::move(options)) {
   add_openai_routes(*router, *ctx_);
   add_ui_routes(*router);
   add_prometheus_routes(*router, *ctx_, *http_);
+  // A participant's prepared episode outlived its prepare_timeout: its coordinator is asked what the
+  // group decided (docs/protocol.md "Episode groups across servers"), on the asker's own threads.
+  asker_ = std::make_unique<CoordinatorAsker>(
+      CoordinatorAsker::Options{},
+      [registry = registry_.get()](const std::string& uuid, const std::string& decision) {
+        registry->settle_prepared(uuid, decision);
+      });
   janitor_ = std::make_unique<Janitor>(
       *registry_, std::chrono::milliseconds(int64_t(options_.janitor_interval_s * 1000)),
-      [registry = registry_.get(), verbose = verbose_.get(), pool = pool_.get()](const SweepResult& swept) {
-        for (const PendingResolution& pending : swept.to_resolve) {
-          pool->post([registry, verbose, pending] { resolve_with_coordinator(*registry, *verbose, pending); });
-        }
+      [asker = asker_.get()](const SweepResult& swept) {
+        for (const PendingResolution& pending : swept.to_resolve) asker->ask(pending);
       });
 }
 
@@ -269,6 +245,7 @@ void SwarmServer::shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
   janitor_.reset();
+  asker_.reset();       // questions to coordinators in flight are abandoned, not waited for
   batches_.reset();
   supervisor_->stop();  // the engine goes (in-flight calls get their error); the store keeps its status
   pool_.reset();        // finishes queued work

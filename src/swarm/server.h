@@ -32,6 +32,7 @@ class LatestCall;
 class BatchRunner;
 class VerboseLog;
 class MetricsSink;
+class CoordinatorAsker;
 
 // What start() did that the operator should read: what was restored or moved aside, and every
 // warning of the --conf it synced, one line each.
@@ -82,6 +83,7 @@ class SwarmServer {
   std::unique_ptr<SyncedTrain> synced_;
   std::unique_ptr<BatchRunner> batches_;
   std::unique_ptr<ServerContext> ctx_;
+  std::unique_ptr<CoordinatorAsker> asker_;  // before janitor_: the janitor's sweeps ask through it
   std::unique_ptr<Janitor> janitor_;
   std::unique_ptr<http::HttpServer> http_;
   std::vector<std::string> store_notes_;  // what the constructor restored or moved aside

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 
@@ -104,6 +105,23 @@ ServerContext::ServerContext(const FrontOptions& options_in, std::string base_ur
       batches(batches_in),
       base_url(std::move(base_url_in)) {}
 
+RegistryOptions registry_options_for(const FrontOptions& front, const config::Config* config, std::string base_url) {
+  RegistryOptions o = config != nullptr ? RegistryOptions::from_config(*config, std::move(base_url)) : RegistryOptions{};
+  o.max_claims_per_client = front.max_claims_per_client;
+  o.max_discard_episode_timeout = front.max_discard_episode_timeout_s;
+  o.resolve_backoff_min = std::max(front.janitor_interval_s, 0.01);
+  o.resolve_give_up = front.group_resolve_give_up_s;
+  return o;
+}
+
+bool ServerContext::admin_token_given(const http::RequestHead& request) const {
+  return !options.admin_token.empty() && admin_ok(request);
+}
+
+bool ServerContext::is_peer(const std::string& coordinator_url) const {
+  return std::find(options.peers.begin(), options.peers.end(), coordinator_url) != options.peers.end();
+}
+
 bool ServerContext::admin_ok(const http::RequestHead& request) const {
   if (options.admin_token.empty()) return true;
   std::string_view auth = request.headers.get("Authorization").value_or("");
@@ -177,7 +195,7 @@ int64_t ServerContext::start_engine_locked(const std::string& reason, const stor
   // defaults, the auto names resolved), not the client's text: an upstream YAML's task reader or judge
   // would be errors to a reader that uses them.
   write_file_atomic(run_dir / "train_config.yaml", config::to_yaml(cfg));
-  registry.configure(RegistryOptions::from_config(cfg, base_url));
+  registry.configure(registry_options_for(options, &cfg, base_url));
   // A front restarted with its store resumes the same run: the engine keeps its name.
   std::string engine_run = resumed != nullptr ? store.get_state(kStateEngineRun).value_or("") : "";
   if (engine_run.empty()) {
@@ -274,7 +292,7 @@ void ServerContext::resume(const store::RecoveredState& recovered) {
     try {
       config::LoadedConfig loaded = config::parse_config(recovered.train_config_yaml, "stored train config",
                                                          config::ConfigUse::kSwarmServer);
-      registry.configure(RegistryOptions::from_config(loaded.config, base_url));
+      registry.configure(registry_options_for(options, &loaded.config, base_url));
       synced.update([&](TrainState& t) {
         t.yaml = recovered.train_config_yaml;
         t.config = loaded.config;

@@ -71,7 +71,25 @@ struct FrontOptions {
   double engine_boot_timeout_s = 600;
   int engine_ranks = 1;  // data-parallel engine processes on this machine (rank 0 also serves inference)
   double engine_stop_grace_s = 10;
+
+  // ---- episodes (docs/protocol.md "Command API") ----
+  // --peer: the fronts this one may dial as an episode group's coordinator ("http://host:port",
+  // normalized by normalized_coordinator_url). A prepare naming any other coordinator needs the admin
+  // token; with no admin token configured, only peers are accepted.
+  std::vector<std::string> peers;
+  // --allow-keyless-episode-commands: end/abort/prepare/commit/resolve without the episode's key
+  // (upstream clients send none). Off: they need the key or the admin token.
+  bool allow_keyless_episode_commands = false;
+  double max_discard_episode_timeout_s = 3600;  // --max-discard-episode-timeout
+  int64_t max_claims_per_client = 0;  // --max-claims-per-client: 0 = half of max_env_worker, -1 = no bound
+  size_t max_episode_metadata_bytes = 1u << 20;  // --max-episode-metadata-mb: end's metadata, log_metrics each
+  double group_resolve_give_up_s = 3600;  // --group-resolve-give-up: past the prepare deadline
 };
+
+// The registry's settings from the train config plus those the front's flags decide (claim share,
+// timeout bound, coordinator re-asking).
+struct RegistryOptions;
+RegistryOptions registry_options_for(const FrontOptions& front, const config::Config* config, std::string base_url);
 
 // The state sync_train_config / sync_train_code / start_engine leave behind.
 struct TrainState {
@@ -134,6 +152,11 @@ class ServerContext {
 
   // True when the request may use an admin endpoint (no token configured, or the right Bearer token).
   bool admin_ok(const http::RequestHead& request) const;
+  // True only when an admin token is configured and the request carries it (what unlocks other
+  // clients' episodes, every id in the public views, and a coordinator outside --peer).
+  bool admin_token_given(const http::RequestHead& request) const;
+  // Whether `coordinator_url` (normalized) is one of --peer.
+  bool is_peer(const std::string& coordinator_url) const;
 
   // ---- engine life cycle (block: run on the WorkPool) ----
   // Validates and stores the YAML (only in OFFLINE); returns the warnings (unknown keys). Throws

@@ -74,24 +74,34 @@ class BootedSwarm {
   std::unique_ptr<Api> api_;
 };
 
+// The admin token of every EchoSwarm: the tests read every id of the pool information with it (a
+// caller without it sees only its own, docs/protocol.md).
+inline const std::string kEchoAdminToken = "echo-swarm-admin-token";
+
 // `ajet-swarm start` with the echo engine in `dir`, booted with the fixture config and this backbone,
 // train_batch_size and num_repeat (torch: the echo engine "trains" each full batch and reports stats).
-// Several of them run in one test (one server per model), each in its own directory.
+// Several of them run in one test (one server per model), each in its own directory; a participant of
+// episode groups names its coordinator in `peer` (--peer).
 class EchoSwarm {
  public:
-  EchoSwarm(const fs::path& dir, const std::string& backbone = "debug", int batch = 2, int repeat = 2) {
+  EchoSwarm(const fs::path& dir, const std::string& backbone = "debug", int batch = 2, int repeat = 2,
+            const std::string& peer = "") {
     Fixture f = fixture(false);
-    swarm_ = std::make_unique<SwarmProcess>(SwarmProcess::Options{dir, bin("ajet-echo-engine"), "", {}});
+    std::vector<std::string> extra;
+    if (!peer.empty()) extra = {"--peer", peer};
+    swarm_ = std::make_unique<SwarmProcess>(
+        SwarmProcess::Options{dir, bin("ajet-echo-engine"), kEchoAdminToken, std::move(extra)});
     api_ = std::make_unique<Api>(swarm_->url());
     std::string yaml = config_yaml(f.tokenizer);
     yaml.replace(yaml.find("backbone: debug"), 15, "backbone: " + backbone);
     yaml.replace(yaml.find("train_batch_size: 2"), 19, "train_batch_size: " + std::to_string(batch));
     yaml.replace(yaml.find("num_repeat: 2"), 13, "num_repeat: " + std::to_string(repeat));
-    api_->boot(yaml);
+    api_->boot(yaml, admin());
   }
+  static http::Headers admin() { return http::Headers{{"Authorization", "Bearer " + kEchoAdminToken}}; }
   const std::string& url() const { return swarm_->url(); }
   Api& api() { return *api_; }
-  Json pool() { return api_->get("/get_current_batch_rollout_pool_information").json(); }
+  Json pool() { return api_->get("/get_current_batch_rollout_pool_information", admin()).json(); }
 
  private:
   std::unique_ptr<SwarmProcess> swarm_;

@@ -28,10 +28,13 @@ int main(int argc, char** argv) {
     options.after_coordinator_commit = [] { std::raise(SIGKILL); };
     group.end("task-1", {a, b}, options);
   } else if (mode == "after-prepare") {
-    GroupRole role{group.group_id(), "", "", options.prepare_timeout};
+    GroupRole role;
+    role.group_id = group.group_id();
+    role.prepare_timeout = options.prepare_timeout;
     coordinator.prepare_end_episode("task-1", group.episode(0).episode_uuid, a, role);
     role.coordinator_url = coordinator.server_url();
     role.coordinator_episode_uuid = group.episode(0).episode_uuid;
+    role.coordinator_episode_key = group.episode(0).api_key;
     participant.prepare_end_episode("task-1", group.episode(1).episode_uuid, b, role);
     std::raise(SIGKILL);
   }

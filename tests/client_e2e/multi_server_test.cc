@@ -15,12 +15,15 @@ using client::SwarmClient;
 using client::WorkflowOutput;
 using ::testing::HasSubstr;
 
-// An echo-engine server in a directory of its own (ScratchDir is one per test; a test runs two).
+// An echo-engine server in a directory of its own (ScratchDir is one per test; a test runs two). A
+// participant names its coordinator (`ajet-swarm start --peer`): the only coordinator it may dial.
 class GroupServer {
  public:
-  explicit GroupServer(const std::string& backbone = "debug", int batch = 2, int repeat = 2)
+  explicit GroupServer(const std::string& backbone = "debug", int batch = 2, int repeat = 2,
+                       const GroupServer* coordinator = nullptr)
       : dir_(fs::temp_directory_path() / ("ajet_group_server_" + new_uuid_hex())),
-        server_(std::make_unique<EchoSwarm>(dir_ / "server", backbone, batch, repeat)) {}
+        server_(std::make_unique<EchoSwarm>(dir_ / "server", backbone, batch, repeat,
+                                            coordinator != nullptr ? coordinator->url() : std::string())) {}
   ~GroupServer() {
     server_.reset();
     std::error_code ec;
@@ -44,7 +47,7 @@ WorkflowOutput output_with(double r) {
 }
 
 TEST(MultiServer, OneClientEndsAGroupOnTwoServersWithTheirOwnModelsAndRewards) {
-  GroupServer a, b;
+  GroupServer a, b("debug", 2, 2, &a);
   SwarmClient ca(a.url()), cb(b.url());
   std::vector<std::string> found = SwarmClient::start_multi_engine({{&ca, ""}, {&cb, ""}});
   EXPECT_EQ(found, (std::vector<std::string>{"ENGINE.ROLLING", "ENGINE.ROLLING"}));  // already running
@@ -89,7 +92,7 @@ Json probe(const std::string& mode, const GroupServer& coordinator, const GroupS
 }
 
 TEST(MultiServer, AClientKilledAfterTheCoordinatorsCommitLeavesTheGroupCommittedOnBoth) {
-  GroupServer a, b;
+  GroupServer a, b("debug", 2, 2, &a);
   Json episodes = probe("after-coordinator-commit", a, b);
   EXPECT_EQ(a.completed(), 1);
   // The participant asks the coordinator after its prepare_timeout and commits.
@@ -99,7 +102,7 @@ TEST(MultiServer, AClientKilledAfterTheCoordinatorsCommitLeavesTheGroupCommitted
 }
 
 TEST(MultiServer, AClientKilledBeforeAnyCommitLeavesTheGroupOnNeither) {
-  GroupServer a, b;
+  GroupServer a, b("debug", 2, 2, &a);
   Json episodes = probe("after-prepare", a, b);
   EXPECT_EQ(a.prepared(), 1);
   ASSERT_TRUE(eventually([&] { return a.prepared() == 0 && b.prepared() == 0; })) << b.pool().dump();
@@ -111,7 +114,7 @@ TEST(MultiServer, AClientKilledBeforeAnyCommitLeavesTheGroupOnNeither) {
 }
 
 TEST(MultiServer, AWeightUpdateBetweenClaimAndEndAbortsTheGroupOnBoth) {
-  GroupServer a("torch", 1, 1), b("torch", 1, 1);
+  GroupServer a("torch", 1, 1), b("torch", 1, 1, &a);
   SwarmClient ca(a.url()), cb(b.url()), other(a.url());
   MultiEpisode group = MultiEpisode::begin({&ca, &cb});
   // Another client fills server A's batch: A trains a step while the group runs.

@@ -23,7 +23,7 @@ std::string line_with(const std::string& text, const std::string& needle) {
 }
 
 TEST(OverwatchOnceTest, SnapshotShowsProgressEpisodesRewardsAndLogs) {
-  BootedSwarm swarm("ajet-echo-engine");
+  BootedSwarm swarm("ajet-echo-engine", "", 2, "watch-admin");
   if (HasFailure()) return;
   Api& api = swarm.api();
   Json a = api.claim("watcher-client");
@@ -31,8 +31,15 @@ TEST(OverwatchOnceTest, SnapshotShowsProgressEpisodesRewardsAndLogs) {
   Json c = api.claim("watcher-client");
   ASSERT_EQ(api.end(a["client_uuid"], a["episode_uuid"], "task-one", 1.0).status, 200);
   ASSERT_EQ(api.end(b["client_uuid"], b["episode_uuid"], "task-one", 0.0).status, 200);
-  Captured r = run_capture(shell_quote(bin("ajet-swarm").string()) + " overwatch --once --width 200 --swarm-url " +
-                           shell_quote(swarm.url()));
+  const std::string overwatch = shell_quote(bin("ajet-swarm").string()) + " overwatch --once --width 200 --swarm-url " +
+                                shell_quote(swarm.url());
+  // Without the admin token another client's episode is listed under a pseudonym, not its uuid.
+  Captured anonymous = run_capture("env -u AJET_ADMIN_TOKEN -u AJET_ADMIN_TOKENS " + overwatch);
+  ASSERT_EQ(anonymous.status, 0) << anonymous.out;
+  EXPECT_THAT(line_with(anonymous.out, "Running episodes"), HasSubstr("(1"));
+  EXPECT_EQ(line_with(anonymous.out, c["episode_uuid"].get<std::string>()), "") << anonymous.out;
+  EXPECT_EQ(anonymous.out.find("watcher-client"), std::string::npos) << anonymous.out;
+  Captured r = run_capture("AJET_ADMIN_TOKEN=watch-admin " + overwatch);
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_THAT(line_with(r.out, "Engine:"), HasSubstr("ENGINE.ROLLING"));
   // train_batch_size 2, num_repeat 2: task-one is finished, 1 of 2 tasks; the default trigger is chosen.
@@ -58,7 +65,7 @@ TEST(OverwatchOnceTest, SeveralServersShowOneBlockEachWithStepMetricsAndClientSh
   ScratchDir scratch;
   // Model A trains every episode (torch backbone, batch 1 x 1); model B collects (debug, batch 2 x 2).
   EchoSwarm a(scratch / "model-a", "torch", 1, 1);
-  EchoSwarm b(scratch / "model-b", "debug", 2, 2);
+  EchoSwarm b(scratch / "model-b", "debug", 2, 2, a.url());
   if (HasFailure()) return;
   client::SwarmClient ca(a.url()), cb(b.url());
   client::MultiEpisode group = client::MultiEpisode::begin({&ca, &cb});
@@ -70,7 +77,9 @@ TEST(OverwatchOnceTest, SeveralServersShowOneBlockEachWithStepMetricsAndClientSh
   group.end("task-1", {ra, rb});
   ASSERT_TRUE(eventually([&] { return a.api().status()["global_step"] == 1; })) << a.api().status().dump();
 
-  const std::string overwatch = shell_quote(bin("ajet-swarm").string()) + " overwatch --once --width 200";
+  // With the admin token overwatch shows every client's id (a caller without it sees pseudonyms).
+  const std::string overwatch = "AJET_ADMIN_TOKEN=" + kEchoAdminToken + " " + shell_quote(bin("ajet-swarm").string()) +
+                                " overwatch --once --width 200";
   Captured r = run_capture(overwatch + " --swarm-url " + shell_quote(a.url() + "," + b.url()));
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("2 servers"));

@@ -150,12 +150,14 @@ TEST_F(ClientE2eTest, ErrorsCarryTheServersStatusAndReason) {
     EXPECT_EQ(e.http_status(), 400);
   }
   c.auto_sync_train_config_and_start_engine(yaml(), false, 120.0);
+  // Episode commands carry the key of this client's claim: for an episode it never claimed it has none.
   try {
     c.end_episode("t", "no-such-episode", reward(1));
     ADD_FAILURE() << "ending an unknown episode succeeded";
   } catch (const SwarmError& e) {
-    EXPECT_EQ(e.http_status(), 400);
+    EXPECT_EQ(e.http_status(), 401);
     EXPECT_THAT(e.what(), HasSubstr("no-such-episode"));
+    EXPECT_THAT(e.what(), HasSubstr("Authorization: Bearer"));
   }
   SwarmClient other(url_, fast());
   client::Episode theirs = other.begin_episode();
@@ -163,8 +165,8 @@ TEST_F(ClientE2eTest, ErrorsCarryTheServersStatusAndReason) {
     c.end_episode("t", theirs.episode_uuid, reward(1));
     ADD_FAILURE() << "ending another client's episode succeeded";
   } catch (const SwarmError& e) {
-    EXPECT_EQ(e.http_status(), 404);
-    EXPECT_EQ(e.code(), ErrorCode::kNotFound);
+    EXPECT_EQ(e.http_status(), 401);
+    EXPECT_EQ(e.code(), ErrorCode::kUnauthenticated);
   }
   EXPECT_TRUE(other.abort_episode(theirs.episode_uuid));
   EXPECT_FALSE(other.can_continue_episode(theirs.episode_uuid));

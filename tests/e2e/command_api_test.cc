@@ -105,14 +105,23 @@ TEST_F(CommandApiTest, ClaimOutsideRollingSaysWhatToWaitFor) {
   EXPECT_THAT(missing.body, HasSubstr("client_uuid"));
 }
 
-TEST_F(CommandApiTest, EndOfUnknownEpisodeIs400AndAbortAlwaysSucceeds) {
+// Episode commands need the episode's key (or the admin token): without one, an unknown episode is a
+// 401 naming what to send; a body that does not parse is a 400 first. With the compatibility switch
+// (--allow-keyless-episode-commands) an unknown episode's end is a 400 and an abort succeeds, as upstream.
+TEST_F(CommandApiTest, EndOfUnknownEpisodeNeedsAKeyAndAbortAlwaysSucceedsWithout) {
   start();
   auto r = api_->end("client-a", "0123456789abcdef0123456789abcdef", "task", 1.0);
-  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(r.status, 401) << r.body;
+  EXPECT_THAT(r.body, HasSubstr("Authorization: Bearer"));
   auto no_reward = api_->post("/end_episode", Json{{"client_uuid", "c"}, {"episode_uuid", "e"}, {"task_id", "t"},
                                                    {"workflow_output", {{"metadata", {{"task_id", "t"}}}}}});
   EXPECT_EQ(no_reward.status, 400);
   EXPECT_THAT(no_reward.body, HasSubstr("reward"));
+  EXPECT_EQ(api_->post("/abort_episode", Json{{"client_uuid", "c"}, {"episode_uuid", "nope"}}).status, 401);
+  swarm_.reset();
+  start({"--allow-keyless-episode-commands"});
+  r = api_->end("client-a", "0123456789abcdef0123456789abcdef", "task", 1.0);
+  EXPECT_EQ(r.status, 400) << r.body;
   auto abort = api_->post("/abort_episode", Json{{"client_uuid", "c"}, {"episode_uuid", "nope"}});
   EXPECT_EQ(abort.status, 200);
   EXPECT_EQ(abort.json()["success"], true);

@@ -205,13 +205,13 @@ class SwarmProcess {
     url_ = "http://127.0.0.1:" + std::to_string(port_);
   }
 
-  // Sends `sig` and waits for the exit (SIGKILL after 20 s); returns the wait status.
-  int stop(int sig) {
+  // Sends `sig` and waits for the exit (SIGKILL after `grace`); returns the wait status.
+  int stop(int sig, std::chrono::milliseconds grace = 20s) {
     if (pid_ <= 0) return status_;
     ::kill(pid_, sig);
     {
       std::unique_lock<std::mutex> lock(mu_);
-      if (!cv_.wait_for(lock, 20s, [&] { return exited_; })) {
+      if (!cv_.wait_for(lock, grace, [&] { return exited_; })) {
         lock.unlock();
         ::kill(pid_, SIGKILL);
       }
@@ -343,10 +343,57 @@ inline CurlResult curl(const std::string& method, const std::string& url, const 
   return out;
 }
 
+// The key of every episode an Api claimed in this test process (episode uuid -> openai_api_key), so
+// that the episode commands any Api sends carry it, as the front requires (docs/protocol.md "Command
+// API"). Tests of the refusal send their own Authorization header (or Api::raw_post).
+class EpisodeKeys {
+ public:
+  static EpisodeKeys& all() {
+    static EpisodeKeys keys;
+    return keys;
+  }
+  void remember(const Json& claim) {
+    if (!claim.is_object() || !claim.value("success", false)) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    keys_[claim.value("episode_uuid", "")] = claim.value("openai_api_key", "");
+  }
+  std::string key_of(const std::string& episode_uuid) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = keys_.find(episode_uuid);
+    return it == keys_.end() ? std::string() : it->second;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, std::string> keys_;
+};
+
+inline bool is_episode_command(const std::string& path) {
+  for (const char* p : {"/end_episode", "/abort_episode", "/prepare_end_episode", "/commit_episode",
+                        "/resolve_episode_group"}) {
+    if (path == p) return true;
+  }
+  return false;
+}
+
 // One client per test thread: src/http's HttpClient against the server.
 struct Api {
   explicit Api(const std::string& url) : http(url) {}
+  // An episode command gets `Authorization: Bearer <the episode's key>` when an Api claimed it and
+  // `headers` has no Authorization of its own.
   http::ClientResponse post(const std::string& path, const Json& body, const http::Headers& headers = {}) {
+    if (is_episode_command(path) && !headers.has("Authorization") && body.is_object() &&
+        body.contains("episode_uuid") && body["episode_uuid"].is_string()) {
+      if (std::string key = EpisodeKeys::all().key_of(body["episode_uuid"].get<std::string>()); !key.empty()) {
+        http::Headers with_key = headers;
+        with_key.add("Authorization", "Bearer " + key);
+        return http.post_json(path, body, with_key);
+      }
+    }
+    return http.post_json(path, body, headers);
+  }
+  // As sent: no key added.
+  http::ClientResponse raw_post(const std::string& path, const Json& body, const http::Headers& headers = {}) {
     return http.post_json(path, body, headers);
   }
   http::ClientResponse get(const std::string& path, const http::Headers& headers = {}) { return http.get(path, headers); }
@@ -368,7 +415,9 @@ struct Api {
     auto r = post("/claim_episode",
                   Json{{"client_uuid", client}, {"episode_type", type}, {"discard_episode_timeout", timeout}});
     EXPECT_EQ(r.status, 200) << r.body;
-    return r.json();
+    Json claimed = r.json();
+    EpisodeKeys::all().remember(claimed);
+    return claimed;
   }
   http::ClientResponse end(const std::string& client, const std::string& uuid, const std::string& task, double reward) {
     return post("/end_episode", Json{{"client_uuid", client},

@@ -124,7 +124,8 @@ TEST_F(EchoFlowTest, ChatIsAnsweredTrackedAndTheEpisodeEnds) {
                               {{"role", "user"}, {"content", "Again!"}}})}};
   ASSERT_EQ(api_->chat(key, turn2).status, 200);
 
-  Json buffer = api_->post("/get_episode_buffer", Json::object()).json()["buffer"];
+  // Naming the client shows its own ids (others' are pseudonyms).
+  Json buffer = api_->post("/get_episode_buffer", Json{{"client_uuid", "client-a"}}).json()["buffer"];
   bool seen = false;
   for (const auto& e : buffer) {
     if (e["episode_uuid"] == uuid) {
@@ -151,7 +152,7 @@ TEST_F(EchoFlowTest, ChatIsAnsweredTrackedAndTheEpisodeEnds) {
   auto end = api_->end("client-a", uuid, "task-1", 0.5);
   EXPECT_EQ(end.status, 200) << end.body;
   EXPECT_EQ(end.json()["success"], true);
-  Json pool = api_->get("/get_current_batch_rollout_pool_information").json();
+  Json pool = api_->get("/get_current_batch_rollout_pool_information?client_uuid=client-a").json();
   EXPECT_EQ(pool["completed_episodes"], 1);
   EXPECT_EQ(pool["completed_tasks_details"]["task-1"][0], uuid);
   EXPECT_EQ(pool["engine_status"], "ENGINE.ROLLING");

@@ -50,7 +50,7 @@ TEST_F(LifecycleTest, SigkilledFrontRestartsWithNothingAcknowledgedLost) {
   ASSERT_TRUE(eventually([&] { return api_->engine_status() == "ENGINE.ROLLING"; })) << api_->status().dump();
   // The resumed engine is the same run's: a client that started it can still stop it by name.
   EXPECT_EQ(api_->status()["engine_run"], engine_run);
-  Json pool = api_->get("/get_current_batch_rollout_pool_information").json();
+  Json pool = api_->get("/get_current_batch_rollout_pool_information?client_uuid=client-a").json();
   EXPECT_EQ(pool["completed_episodes"], 1) << pool.dump();
   EXPECT_EQ(pool["completed_tasks_details"]["task-1"][0], finished["episode_uuid"]);
   EXPECT_TRUE(pool["running_episode_details"].contains(running["episode_uuid"].get<std::string>())) << pool.dump();

@@ -26,6 +26,7 @@ EpisodeGroup participant_group(const std::string& id, const std::string& coordin
   EpisodeGroup g = coordinator_group(id, timeout);
   g.coordinator_url = "http://127.0.0.1:1";
   g.coordinator_episode_uuid = coordinator_episode;
+  g.coordinator_episode_key = "sk-ajet-key-of-" + coordinator_episode;
   return g;
 }
 
@@ -149,6 +150,8 @@ TEST(EpisodeGroups, AParticipantAsksItsCoordinatorAndFollowsTheDecision) {
   EXPECT_TRUE(commit(h.registry, "c1", b).has_value());
   Json info = h.registry.pool_info();
   EXPECT_EQ(info["prepared_episodes"], 1);  // c waits for an answer
+  EXPECT_TRUE(h.registry.sweep().to_resolve.empty());  // asked again only after the backoff
+  h.now += RegistryOptions{}.resolve_backoff_min;
   SweepResult again = h.registry.sweep();
   ASSERT_EQ(again.to_resolve.size(), 1u);
   EXPECT_EQ(again.to_resolve[0].episode_uuid, c);
@@ -216,16 +219,21 @@ TEST(EpisodeGroups, BodiesAreCheckedFieldByField) {
   bad["group"] = {{"group_id", std::string(300, 'g')}};
   EXPECT_TRUE(contains(error_of(bad), "'group_id' is 300 bytes long; at most 256 are accepted"));
   bad["group"] = {{"group_id", "g"}, {"coordinator_url", "ftp://x"}};
-  EXPECT_TRUE(contains(error_of(bad), "'coordinator_url' must be an http://host:port URL"));
+  EXPECT_TRUE(contains(error_of(bad), "'coordinator_url' must be http://host:port"));
   bad["group"] = {{"group_id", "g"}, {"coordinator_url", "http://h:1"}};
   EXPECT_TRUE(contains(error_of(bad), "'coordinator_episode_uuid' is required"));
+  bad["group"] = {{"group_id", "g"}, {"coordinator_url", "http://h:1"}, {"coordinator_episode_uuid", "x"}};
+  EXPECT_TRUE(contains(error_of(bad), "'coordinator_episode_key' is required"));
   bad["group"] = {{"group_id", "g"}, {"prepare_timeout", -1}};
   EXPECT_TRUE(contains(error_of(bad), "'prepare_timeout' must be a number of seconds"));
   bad["group"] = {{"group_id", "g"}};
   bad.erase("task_id");
   EXPECT_TRUE(contains(error_of(bad), "prepare_end_episode body: task_id is required"));
   Json good = end;
-  good["group"] = {{"group_id", "g"}, {"coordinator_url", "http://h:1"}, {"coordinator_episode_uuid", "x"}};
+  good["group"] = {{"group_id", "g"},
+                   {"coordinator_url", "http://h:1"},
+                   {"coordinator_episode_uuid", "x"},
+                   {"coordinator_episode_key", "sk-ajet-k"}};
   PrepareRequest req = PrepareRequest::from_json(good);
   EXPECT_FALSE(req.group.is_coordinator());
   EXPECT_EQ(req.group.prepare_timeout, 60.0);

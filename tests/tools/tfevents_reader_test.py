@@ -193,7 +193,8 @@ class EventFileFromARealFront(unittest.TestCase):
                 self.request("POST", "/v1/chat/completions", chat, token=claim["openai_api_key"])
                 s.post("/end_episode", {"client_uuid": "reader", "episode_uuid": claim["episode_uuid"],
                                         "task_id": task,
-                                        "workflow_output": {"reward": reward, "metadata": {"task_id": task}}})
+                                        "workflow_output": {"reward": reward, "metadata": {"task_id": task}}},
+                       token=claim["openai_api_key"])  # the episode's key
 
         path = self.event_file(experiment_dir)
         self.assertRegex(os.path.basename(path), r"^events\.out\.tfevents\.\d+\." + re.escape(socket.gethostname()) + "$")

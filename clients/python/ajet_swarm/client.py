@@ -107,6 +107,9 @@ class SwarmClient:
         self._lock = threading.Lock()  # guards the dicts below
         self._claim_lock = threading.Lock()  # serialises claims under a throttle policy (upstream)
         self._expire_at: Dict[str, float] = {}  # episode_uuid -> when the client gives up on it
+        # episode_uuid -> its key (the claim's openai_api_key): the episode commands send it, since the
+        # server binds end/abort/prepare/commit to the episode (docs/protocol.md "Command API").
+        self._keys: Dict[str, str] = {}
         self._recent_tasks = RecentTasks()
         self._last_log: Dict[str, float] = {}
         self._last_wait_report: Dict[str, Tuple[str, float]] = {}  # what -> (reason, when) last reported
@@ -242,8 +245,10 @@ class SwarmClient:
         with self._lock:
             now = time.monotonic()
             self._expire_at[episode_uuid] = now + MAX_EPISODE_TIME_FACTOR * discard_episode_timeout
+            self._keys[episode_uuid] = str(data.get("openai_api_key") or "")
             for old in [u for u, t in self._expire_at.items() if t < now - _RECORD_GRACE]:
-                del self._expire_at[old]
+                del self._expire_at[old]  # long reclaimed by the server: its key is no use either
+                self._keys.pop(old, None)
         step = data.get("global_step")  # ext: the step the episode starts under
         return Episode(episode_uuid=episode_uuid, base_url=self.rewrite_base_url(data["openai_base_url"]),
                        api_key=data["openai_api_key"], client_uuid=self.client_uuid, episode_type=episode_type,
@@ -260,7 +265,8 @@ class SwarmClient:
         """Replaces scheme://host:port of the server's base_url with the address this client dialled."""
         return re.sub(r"^https?://[^/]+", lambda _: self.server_url, base_url)
 
-    def end_episode(self, task: Any, episode_uuid: str, workflow_output: Any, declare_client_active: bool = True) -> bool:
+    def end_episode(self, task: Any, episode_uuid: str, workflow_output: Any, declare_client_active: bool = True, *,
+                    episode_key: Optional[str] = None) -> bool:
         """Reports the episode's result. `task` is a Task, a dict with task_id, or the task id itself
         (it defines the GRPO group); `workflow_output` a WorkflowOutput, a dict or a bare reward
         (as upstream, a WorkflowOutput's `metadata["task_id"]` is set to the task id).
@@ -269,7 +275,10 @@ class SwarmClient:
         True when the server stored it (upstream returns None). False when it was dropped: the
         episode outlived 8 x discard_episode_timeout (it is aborted instead) or the engine had
         already moved on to WEIGHT_SYNCING (an expected race at batch boundaries; logged). Other
-        refusals raise SwarmCommandError (a RuntimeError) naming the server's reason."""
+        refusals raise SwarmCommandError (a RuntimeError) naming the server's reason.
+
+        The request carries the episode's key (`episode_key`, default: the one this client's claim got;
+        pass it for an episode another SwarmClient object claimed)."""
         if not episode_uuid:
             raise ValueError("end_episode: episode_uuid is empty")
         task_id = task_id_of(task)
@@ -283,16 +292,18 @@ class SwarmClient:
         if expire is not None and time.monotonic() > expire:
             logger.warning("episode %s outlived %d x discard_episode_timeout; aborting it instead of ending it "
                            "(claim with a larger discard_episode_timeout)", episode_uuid, MAX_EPISODE_TIME_FACTOR)
-            self.abort_episode(episode_uuid, declare_client_active)
+            self.abort_episode(episode_uuid, declare_client_active, episode_key=episode_key)
             return False
         body = {"client_uuid": self.client_uuid, "episode_uuid": episode_uuid, "task_id": task_id,
                 "workflow_output": workflow_json, "declare_client_active": bool(declare_client_active)}
-        resp = self._post_with_retries("/end_episode", body, self.retry.end_episode_attempts)
+        resp = self._post_with_retries("/end_episode", body, self.retry.end_episode_attempts,
+                                       self._episode_headers(episode_uuid, episode_key))
         if resp.status == 200:
             data = resp.json() or {}
             if data.get("success", True):
                 if self.verbose:
                     self._log(f"ended episode {episode_uuid} (task {task_id}, reward {output.reward:g})")
+                self._forget_key(episode_uuid)
                 return True
         message = resp.error_message()
         if "WEIGHT_SYNCING" in message or "WEIGHT_EXPORTING" in message:
@@ -302,7 +313,8 @@ class SwarmClient:
         raise SwarmCommandError(f"end_episode {episode_uuid} refused by {self.server_url} ({resp.status}): {message}",
                                 resp.status, message)
 
-    def abort_episode(self, episode_uuid: str, declare_client_active: bool = True) -> bool:
+    def abort_episode(self, episode_uuid: str, declare_client_active: bool = True, *,
+                      episode_key: Optional[str] = None) -> bool:
         """Discards the episode's calls and returns its slot to the pool. `declare_client_active`
         (upstream's, default True): aborting a train episode still makes this client *active* for
         the agree-based batch triggers. Never raises for server or network errors (they are
@@ -315,13 +327,14 @@ class SwarmClient:
                 "workflow_output": {"reward": 0.0, "metadata": {"task_id": ""}},
                 "declare_client_active": bool(declare_client_active)}
         try:
-            resp = self._post_with_retries("/abort_episode", body, 2)
+            resp = self._post_with_retries("/abort_episode", body, 2, self._episode_headers(episode_uuid, episode_key))
         except SwarmConnectionError as e:
             logger.error("abort_episode %s: %s", episode_uuid, e)
             return False
         if resp.status == 200:
             if self.verbose:
                 self._log(f"aborted episode {episode_uuid}")
+            self._forget_key(episode_uuid)
             return True
         logger.error("abort_episode %s refused (%d): %s", episode_uuid, resp.status, resp.error_message())
         return False
@@ -330,13 +343,17 @@ class SwarmClient:
 
     def prepare_end_episode(self, task: Any, episode_uuid: str, workflow_output: Any, group_id: str,
                             coordinator_url: Optional[str] = None, coordinator_episode_uuid: Optional[str] = None,
-                            prepare_timeout: float = 60, declare_client_active: bool = True) -> Dict[str, Any]:
+                            prepare_timeout: float = 60, declare_client_active: bool = True, *,
+                            coordinator_episode_key: Optional[str] = None,
+                            episode_key: Optional[str] = None) -> Dict[str, Any]:
         """Phase one of ending an episode that belongs to an episode group spanning several servers
         (docs/protocol.md, "Episode groups across servers"; MultiEpisode drives the whole protocol).
         The same arguments as end_episode plus the group: `group_id` (the same on every member), and
-        on a participant `coordinator_url` (the coordinator as *that server* reaches it) and
-        `coordinator_episode_uuid`. The episode then neither counts nor takes chat calls until
-        commit_episode; the server settles it by itself `prepare_timeout` s later.
+        on a participant `coordinator_url` (the coordinator as *that server* reaches it; that server
+        must list it with `ajet-swarm start --peer`), `coordinator_episode_uuid` and
+        `coordinator_episode_key` (the coordinator episode's api_key; its server asks the coordinator
+        with it). The episode then neither counts nor takes chat calls until commit_episode; the
+        server settles it by itself `prepare_timeout` s later.
 
         Returns the server's answer: `global_step_at_claim`, `global_step`, `weights_changed`,
         `oldest_policy_version`. A refusal raises SwarmCommandError (those of end_episode, a weight
@@ -354,16 +371,18 @@ class SwarmClient:
         if coordinator_url:
             group["coordinator_url"] = coordinator_url.rstrip("/")
             group["coordinator_episode_uuid"] = coordinator_episode_uuid or ""
+            group["coordinator_episode_key"] = coordinator_episode_key or self._key_of(coordinator_episode_uuid or "")
         body = {"client_uuid": self.client_uuid, "episode_uuid": episode_uuid, "task_id": task_id,
                 "workflow_output": output.to_json(task_id), "declare_client_active": bool(declare_client_active),
                 "group": group}
-        resp = self._post_with_retries("/prepare_end_episode", body, self.retry.end_episode_attempts)
+        resp = self._post_with_retries("/prepare_end_episode", body, self.retry.end_episode_attempts,
+                                       self._episode_headers(episode_uuid, episode_key))
         data = self._json_or_raise(resp, f"prepare_end_episode {episode_uuid}")
         if self.verbose:
             self._log(f"prepared episode {episode_uuid} (group {group_id}, task {task_id}, reward {output.reward:g})")
         return data
 
-    def commit_episode(self, episode_uuid: str) -> bool:
+    def commit_episode(self, episode_uuid: str, *, episode_key: Optional[str] = None) -> bool:
         """Phase two: the prepared episode counts from now on, exactly as if end_episode had ended it.
         True when the server stored the commit (also for a repeat). A refusal (not prepared, aborted
         meanwhile, another client's, unknown) raises SwarmCommandError; connection errors are retried
@@ -371,22 +390,26 @@ class SwarmClient:
         if not episode_uuid:
             raise ValueError("commit_episode: episode_uuid is empty")
         body = {"client_uuid": self.client_uuid, "episode_uuid": episode_uuid}
-        resp = self._post_with_retries("/commit_episode", body, self.retry.end_episode_attempts)
+        resp = self._post_with_retries("/commit_episode", body, self.retry.end_episode_attempts,
+                                       self._episode_headers(episode_uuid, episode_key))
         self._json_or_raise(resp, f"commit_episode {episode_uuid}")
         with self._lock:
             self._expire_at.pop(episode_uuid, None)
+        # Kept: a participant's front may still ask this (coordinator) episode with it, and a lost
+        # commit answer is resolved with it; dropped with the claim records once long expired.
         if self.verbose:
             self._log(f"committed episode {episode_uuid}")
         return True
 
-    def resolve_episode_group(self, group_id: str, episode_uuid: str) -> str:
+    def resolve_episode_group(self, group_id: str, episode_uuid: str, *, episode_key: Optional[str] = None) -> str:
         """Asks this server, as the group's coordinator, for the decision on `episode_uuid`:
         "committed", or "aborted" (an episode not committed yet is aborted by this very call, so the
         answer is final). What a participant's janitor asks; a client asks it when it lost the answer
         of its coordinator commit. The server's "pending" (the commit is being written to its store
         right now) is asked again, up to `retry.end_episode_attempts` times a second apart, then
         returned as "pending". Refusals raise SwarmCommandError, lasting connection errors
-        SwarmConnectionError."""
+        SwarmConnectionError. Sends the episode's key (`episode_key`, default the one this client's
+        claim got): the server aborts with this call, so it is bound to the episode."""
         if not group_id or not episode_uuid:
             raise ValueError("resolve_episode_group: group_id and episode_uuid are required")
         for attempt in range(max(1, self.retry.end_episode_attempts)):
@@ -394,7 +417,8 @@ class SwarmClient:
                 time.sleep(self.retry.delay(1.0))
             resp = self._post_with_retries("/resolve_episode_group",
                                            {"group_id": group_id, "episode_uuid": episode_uuid},
-                                           self.retry.end_episode_attempts)
+                                           self.retry.end_episode_attempts,
+                                           self._episode_headers(episode_uuid, episode_key))
             decision = self._json_or_raise(resp, f"resolve_episode_group {group_id}").get("decision")
             if decision != "pending":
                 break
@@ -418,9 +442,10 @@ class SwarmClient:
 
     def get_episode_buffer(self) -> List[EpisodeStatus]:
         """Every live episode's status (registered and claimed): EpisodeStatus objects, dicts with
-        attribute access (`es.episode_uuid` as upstream, or `es["episode_uuid"]`)."""
-        items = self._json_or_raise(self._http.post_json("/get_episode_buffer", {}), "get_episode_buffer").get(
-            "buffer", [])
+        attribute access (`es.episode_uuid` as upstream, or `es["episode_uuid"]`). Other clients'
+        episode and client ids are pseudonyms unless this client has the admin token."""
+        items = self._json_or_raise(self._post_admin("/get_episode_buffer", {"client_uuid": self.client_uuid}),
+                                    "get_episode_buffer").get("buffer", [])
         return [EpisodeStatus(x) for x in items if isinstance(x, dict)]
 
     # ------------------------------------------------------------------ engine
@@ -632,7 +657,11 @@ class SwarmClient:
 
     def _fetch_pool(self, report: bool) -> RolloutStat:
         try:
-            resp = self._http.request("GET", "/get_current_batch_rollout_pool_information", timeout=10)
+            # Naming this client shows its own ids (the throttle tells its tasks from others'); the admin
+            # token shows every id. Anyone else's are pseudonyms (docs/protocol.md).
+            resp = self._http.request("GET", "/get_current_batch_rollout_pool_information?client_uuid="
+                                      + urllib.parse.quote(self.client_uuid, safe=""),
+                                      headers=self._admin_headers(), timeout=10)
         except SwarmConnectionError as e:
             if report:
                 self._log(f"get_rollout_stat: {e}", logging.WARNING)
@@ -931,7 +960,22 @@ class SwarmClient:
     def _post_admin(self, path: str, body: Any, timeout: Optional[float] = None) -> Response:
         return self._http.post_json(path, body, self._admin_headers(), timeout)
 
-    def _post_with_retries(self, path: str, body: Any, attempts: int) -> Response:
+    def _key_of(self, episode_uuid: str) -> str:
+        with self._lock:
+            return self._keys.get(episode_uuid, "")
+
+    def _forget_key(self, episode_uuid: str) -> None:
+        with self._lock:
+            self._keys.pop(episode_uuid, None)
+
+    def _episode_headers(self, episode_uuid: str, episode_key: Optional[str] = None) -> Dict[str, str]:
+        """The episode commands' credential: the episode's key (given, or the one this client's claim
+        got), else the admin token, else nothing (a server started --allow-keyless-episode-commands)."""
+        key = episode_key or self._key_of(episode_uuid)
+        return {"Authorization": f"Bearer {key}"} if key else self._admin_headers()
+
+    def _post_with_retries(self, path: str, body: Any, attempts: int,
+                           headers: Optional[Dict[str, str]] = None) -> Response:
         """POSTs an idempotent command, retrying connection failures and 5xx answers. After a lost
         answer, the server's 400 "an end or commit is already in progress" means the lost attempt is
         still being written: asked again, its repeat then gets the outcome."""
@@ -941,7 +985,7 @@ class SwarmClient:
             if attempt:
                 time.sleep(self.retry.delay(min(self.retry.engine_busy, 0.5 * 2 ** attempt)))
             try:
-                resp = self._http.post_json(path, body)
+                resp = self._http.post_json(path, body, headers)
             except SwarmConnectionError as e:
                 last = e
                 lost = True

@@ -50,7 +50,8 @@ class MultiEpisode:
         "keep" — commit anyway (the server trains it off-policy within `ajet.async.max_staleness`).
         `prepare_timeout` (s): how long a prepared member waits for the commit before its server
         settles it alone. `coordinator_url`: the coordinator as the *other servers* reach it (default
-        the first client's `server_url`, which is how this machine reaches it).
+        the first client's `server_url`, which is how this machine reaches it); each other server must
+        list it with `ajet-swarm start --peer <coordinator_url>`.
         `after_prepare(self)` / `after_coordinator_commit(self)`: called after every member prepared /
         right after the coordinator committed (test hooks: a test kills the process there)."""
         pairs = list(members)
@@ -164,11 +165,13 @@ class MultiEpisode:
 
     def _prepare_all(self, task_id: str, outputs: List[Any]) -> None:
         """Steps 1-3: prepare every member in parallel; on a failure or a weight update, abort all."""
-        coordinator_uuid = self.episodes[self.members[0][0]].episode_uuid
+        coordinator = self.episodes[self.members[0][0]]
 
         def prepare(i: int, name: str, client: SwarmClient) -> Dict[str, Any]:
+            # A participant's server asks the coordinator with the coordinator episode's key.
             participant = {} if i == 0 else {"coordinator_url": self.coordinator_url,
-                                              "coordinator_episode_uuid": coordinator_uuid}
+                                              "coordinator_episode_uuid": coordinator.episode_uuid,
+                                              "coordinator_episode_key": coordinator.api_key}
             return client.prepare_end_episode(task_id, self.episodes[name].episode_uuid, outputs[i], self.group_id,
                                               prepare_timeout=self.prepare_timeout, **participant)
 

@@ -106,6 +106,7 @@ class SwarmServer:
 
     def __init__(self, engine: str = "ajet-echo-engine", admin_token: str = "", extra: Optional[List[str]] = None):
         bindir = require_binaries("ajet-swarm", engine)
+        self.admin_token = admin_token  # get() sends it: the pool information then shows every id
         self.dir = tempfile.mkdtemp(prefix="ajet_pyclient_")
         argv = [os.path.join(bindir, "ajet-swarm"), "start", "--port", "0", "--exp-dir", os.path.join(self.dir, "server"),
                 "--janitor-interval", "0.1", "--engine", os.path.join(bindir, engine)]
@@ -151,7 +152,8 @@ class SwarmServer:
             return "\n".join(self.lines)
 
     def get(self, path: str) -> dict:
-        with urllib.request.urlopen(self.url + path, timeout=30) as r:
+        headers = {"Authorization": f"Bearer {self.admin_token}"} if self.admin_token else {}
+        with urllib.request.urlopen(urllib.request.Request(self.url + path, headers=headers), timeout=30) as r:
             return json.loads(r.read())
 
     def post(self, path: str, body: dict, token: str = "") -> dict:

@@ -194,8 +194,9 @@ class CodeArchiveTest(unittest.TestCase):
 
 class Scripted(ThreadingHTTPServer):
     """A scripted HTTP test double: `answers[path]` is a list of (status, body) served in order (the
-    last one repeats); every request is recorded as (path, JSON body), and in `raw` as (path, headers,
-    body bytes) (a body that is not JSON is recorded as its bytes)."""
+    last one repeats); every request is recorded as (path, JSON body), and in `raw` as (the target with
+    its query, headers, body bytes) (a body that is not JSON is recorded as its bytes). Paths are
+    matched and recorded without their query."""
 
     daemon_threads = True
 
@@ -229,10 +230,11 @@ class _ScriptedHandler(BaseHTTPRequestHandler):
             body = json.loads(raw or b"null")
         except ValueError:
             body = raw
+        path = self.path.split("?", 1)[0]
         with self.server.lock:
-            self.server.requests.append((self.path, body))
+            self.server.requests.append((path, body))
             self.server.raw.append((self.path, dict(self.headers), raw))
-            queue = self.server.answers.get(self.path, [(404, {"error": {"message": "no such path"}})])
+            queue = self.server.answers.get(path, [(404, {"error": {"message": "no such path"}})])
             status, payload = queue.pop(0) if len(queue) > 1 else queue[0]
         data = json.dumps(payload).encode()
         self.send_response(status)
@@ -341,6 +343,38 @@ class RetryRulesTest(unittest.TestCase):
         with self.assertRaisesRegex(SwarmCommandError, "different client") as e:
             c.end_episode("t", "ep1", 1.0)
         self.assertEqual(e.exception.status, 404)
+
+    def test_episode_commands_carry_the_claims_key_and_pool_reads_name_the_client(self):
+        # Before (issue 38): no episode command carried a key (the server ended anyone's episode for
+        # anyone), and the pool information was read anonymously.
+        ok = (200, {"success": True})
+        s = self.serve({"/claim_episode": [claim_ok("ep1"), claim_ok("ep2")], "/end_episode": [ok],
+                        "/abort_episode": [ok], "/prepare_end_episode": [(200, {"success": True})],
+                        "/commit_episode": [ok], "/resolve_episode_group": [(200, {"decision": "committed"})],
+                        "/get_current_batch_rollout_pool_information": [(200, {"engine_status": "ENGINE.ROLLING"})]})
+        c = SwarmClient(s.url, client_uuid="me/1", retry=FAST, verbose=False)
+        c.begin_episode()
+        self.assertTrue(c.end_episode("t", "ep1", 1.0))
+        c.begin_episode()
+        c.prepare_end_episode("t", "ep2", 1.0, "g", coordinator_url="http://127.0.0.1:9",
+                              coordinator_episode_uuid="coord", coordinator_episode_key="sk-ajet-coord")
+        c.commit_episode("ep2")
+        self.assertTrue(c.abort_episode("ep2"))
+        c.resolve_episode_group("g", "other", episode_key="sk-ajet-other")
+        c.get_rollout_stat()
+        auth = [(target, headers.get("Authorization")) for target, headers, _ in s.raw]
+        self.assertEqual(auth, [("/claim_episode", None), ("/end_episode", "Bearer sk-ajet-x"),
+                                ("/claim_episode", None), ("/prepare_end_episode", "Bearer sk-ajet-x"),
+                                ("/commit_episode", "Bearer sk-ajet-x"), ("/abort_episode", "Bearer sk-ajet-x"),
+                                ("/resolve_episode_group", "Bearer sk-ajet-other"),
+                                ("/get_current_batch_rollout_pool_information?client_uuid=me%2F1", None)])
+        prepare = dict(s.requests)["/prepare_end_episode"]
+        self.assertEqual(prepare["group"]["coordinator_episode_key"], "sk-ajet-coord")
+        # An episode this client never claimed: no key to send (the server answers 401 naming it).
+        s.answers["/end_episode"] = [(401, {"error": {"message": "end_episode needs the episode's key"}})]
+        with self.assertRaisesRegex(SwarmCommandError, "needs the episode's key"):
+            c.end_episode("t", "someone-elses", 1.0)
+        self.assertIsNone(s.raw[-1][1].get("Authorization"))
 
     def test_an_episode_past_its_lifetime_is_aborted_instead_of_ended(self):
         s = self.serve({"/claim_episode": [claim_ok()], "/abort_episode": [(200, {"success": True})]})

@@ -41,10 +41,13 @@ class CocktailSharesTest(unittest.TestCase):
         self.assertEqual(calc.get_global_step(), 0)
         self.run_episodes(calc, "calc", 3)   # client 0's share: 3 of 4
         self.run_episodes(lake, "lake", 1)   # client 1's share: 1 of 4
-        shares = self.server.get("/get_current_batch_rollout_pool_information")["completed_client_shares"]
+        # Each client sees its own share under its name and the other's under a pseudonym.
+        shares = calc.get_rollout_stat()["completed_client_shares"]
         self.assertEqual(shares["calc-client"]["episodes"], 3)
-        self.assertEqual(shares["lake-client"]["tasks"], 1)
         self.assertAlmostEqual(shares["calc-client"]["share"], 0.75)
+        self.assertNotIn("lake-client", shares)
+        self.assertEqual(sorted(s["episodes"] for s in shares.values()), [1, 3])
+        self.assertEqual(lake.get_rollout_stat()["completed_client_shares"]["lake-client"]["tasks"], 1)
         # Both agree; the first one's wait ends only when the boundary shows (here: when the second agrees).
         done = threading.Event()
         waiter = threading.Thread(target=lambda: (calc.agree_sync_weight(wait=True, max_wait=120), done.set()))

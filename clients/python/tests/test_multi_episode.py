@@ -20,23 +20,28 @@ CLOSE = "close"  # an answer that closes the connection without a response (a lo
 
 
 class Log:
-    """The requests of every fake server, in arrival order: (server name, path, JSON body)."""
+    """The requests of every fake server, in arrival order: (server name, path, JSON body, the
+    Authorization header or None)."""
 
     def __init__(self):
         self.lock = threading.Lock()
         self.entries = []
 
-    def add(self, server, path, body):
+    def add(self, server, path, body, authorization=None):
         with self.lock:
-            self.entries.append((server, path, body))
+            self.entries.append((server, path, body, authorization))
 
     def calls(self, path=None):
         with self.lock:
-            return [(s, p) for s, p, _ in self.entries if path is None or p == path]
+            return [(s, p) for s, p, _, _ in self.entries if path is None or p == path]
 
     def bodies(self, path):
         with self.lock:
-            return {s: b for s, p, b in self.entries if p == path}
+            return {s: b for s, p, b, _ in self.entries if p == path}
+
+    def authorizations(self, path):
+        with self.lock:
+            return {s: a for s, p, _, a in self.entries if p == path}
 
 
 class FakeServer(ThreadingHTTPServer):
@@ -89,7 +94,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"null")
-        self.server.log.add(self.server.name, self.path, body)
+        self.server.log.add(self.server.name, self.path, body, self.headers.get("Authorization"))
         answer = self.server.answer(self.path, body)
         if answer == CLOSE:
             self.close_connection = True
@@ -169,6 +174,22 @@ class MultiEpisodeTest(unittest.TestCase):
         self.assertEqual(output_b.metadata["task_id"], "t1")  # as end_episode does
         commits = self.log.bodies("/commit_episode")
         self.assertEqual(commits["b"], {"client_uuid": pairs[1][1].client_uuid, "episode_uuid": "b-ep1"})
+
+    def test_every_episode_command_carries_its_episodes_key_and_participants_the_coordinators(self):
+        # Before: no command carried a key, and the server ended or aborted any episode for anyone.
+        pairs = self.servers("a", "b")
+        group = self.group(pairs).begin("t1")
+        self.assertTrue(group.end([1.0, 0.0]))
+        for path in ("/prepare_end_episode", "/commit_episode"):
+            self.assertEqual(self.log.authorizations(path), {"a": "Bearer sk-ajet-a-ep1", "b": "Bearer sk-ajet-b-ep1"},
+                             path)
+        prepares = self.log.bodies("/prepare_end_episode")
+        self.assertEqual(prepares["b"]["group"]["coordinator_episode_key"], "sk-ajet-a-ep1")
+        self.assertNotIn("coordinator_episode_key", prepares["a"]["group"])
+        aborted = self.group(pairs).begin("t2")
+        self.assertTrue(aborted.abort())
+        self.assertEqual(self.log.authorizations("/abort_episode"), {"a": "Bearer sk-ajet-a-ep2",
+                                                                     "b": "Bearer sk-ajet-b-ep2"})
 
     def test_a_failed_prepare_aborts_every_member_and_commits_nothing(self):
         pairs = self.servers("a", "b", b=({"/prepare_end_episode": [refused("Episode b-ep1 not found.")]}, 0))

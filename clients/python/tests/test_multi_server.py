@@ -18,6 +18,9 @@ import ajet_swarm
 from ajet_swarm import ChatClient, MultiEpisode, RetryPolicy, SwarmClient, SwarmCommandError, WeightUpdatedHalfway
 from swarm_fixture import SwarmServer, config_yaml, eventually, tokenizer_fixture
 
+# The servers' admin token: the tests read every episode id of the pool information with it (others see
+# only their own) and check aborted episodes of the killed client with it.
+TOKEN = "multi-server-admin"
 FAST = RetryPolicy(status_poll=0.05, engine_busy=0.05, empty_pool=0.05, throttle=0.05, agree_sync_weight=0.05,
                    cannot_connect_retry=0.05, jitter=0)
 PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(ajet_swarm.__file__)))
@@ -64,13 +67,14 @@ def settled(server, episode_uuid):
 class TwoServersTest(unittest.TestCase):
     def setUp(self):
         self.model = tokenizer_fixture()
-        self.a = SwarmServer()
+        self.a = SwarmServer(admin_token=TOKEN)
         self.addCleanup(self.a.stop)
-        self.b = SwarmServer()
+        # The participant may dial the coordinator: it is its peer (the only coordinators it accepts).
+        self.b = SwarmServer(admin_token=TOKEN, extra=["--peer", self.a.url])
         self.addCleanup(self.b.stop)
 
     def client(self, server):
-        client = SwarmClient(server.url, retry=FAST, verbose=False)
+        client = SwarmClient(server.url, retry=FAST, verbose=False, admin_token=TOKEN)
         self.addCleanup(client.close)
         return client
 
@@ -84,7 +88,7 @@ class TwoServersTest(unittest.TestCase):
 
     def assert_aborted(self, server, client_uuid, episode_uuid):
         """A commit of the episode by its own client is refused: it is aborted (not merely unlisted)."""
-        client = SwarmClient(server.url, client_uuid=client_uuid, retry=FAST, verbose=False)
+        client = SwarmClient(server.url, client_uuid=client_uuid, retry=FAST, verbose=False, admin_token=TOKEN)
         self.addCleanup(client.close)
         with self.assertRaises(SwarmCommandError) as e:
             client.commit_episode(episode_uuid)

@@ -104,14 +104,18 @@ class EpisodeFlowTest(EchoServerTest):
         self.assertEqual(mine[0]["episode_status"], "claimed")
         self.assertTrue(self.client.abort_episode(episode.episode_uuid))
         self.assertFalse(self.client.can_continue_episode(episode.episode_uuid))
-        with self.assertRaisesRegex(SwarmCommandError, "not found|not in claimed") as e:
+        # Episode commands carry the key of this client's claim; it holds none for these (issue 38).
+        with self.assertRaisesRegex(SwarmCommandError, "needs the episode's key") as e:
             self.client.end_episode("t", "no-such-episode", 1.0)
-        self.assertEqual(e.exception.status, 400)
+        self.assertEqual(e.exception.status, 401)
         other = self.make_client()
         theirs = other.begin_episode()
-        with self.assertRaisesRegex(SwarmCommandError, "different client") as e:
+        with self.assertRaisesRegex(SwarmCommandError, "needs the episode's key") as e:
             self.client.end_episode("t", theirs.episode_uuid, 1.0)
-        self.assertEqual(e.exception.status, 404)
+        self.assertEqual(e.exception.status, 401)
+        with self.assertRaisesRegex(SwarmCommandError, "not episode " + theirs.episode_uuid) as e:
+            self.client.end_episode("t", theirs.episode_uuid, 1.0, episode_key=episode.api_key)
+        self.assertEqual(e.exception.status, 401)
         self.assertTrue(other.end_episode("t", theirs.episode_uuid, 0.0))
 
     def test_one_client_many_threads(self):

@@ -166,7 +166,8 @@ class UpstreamScriptTest(unittest.TestCase):
         # abort_episode carries declare_client_active: False leaves the client out of the agreement, True counts it
         uuid, _ = other.begin_episode()
         other.abort_episode(uuid, declare_client_active=False)
-        active = lambda: {c.client_uuid for c in driver.get_rollout_stat().active_clients}  # noqa: E731
+        # Read by `other`: a client sees its own id in the pool information (others' are pseudonyms).
+        active = lambda: {c.client_uuid for c in other.get_rollout_stat().active_clients}  # noqa: E731
         self.assertEqual(active(), set())
         uuid, _ = other.begin_episode()
         other.abort_episode(uuid, declare_client_active=True)
