@@ -7,6 +7,7 @@
 #include <cmath>
 #include <ctime>
 
+#include "common/json.h"
 #include "common/time_text.h"
 
 namespace ajet::client {
@@ -106,7 +107,7 @@ OverwatchSnapshot fetch_overwatch(http::HttpClient& http, const std::string& url
   try {
     auto get = [&](const char* path) {
       http::ClientResponse r = http.get(path);
-      Json body = Json::parse(r.body, nullptr, false);
+      Json body = try_parse_json(r.body).value_or(Json(Json::value_t::discarded));
       if (r.status != 200 || body.is_discarded()) {
         throw std::runtime_error(fmt::format("GET {} answered HTTP {}", path, r.status));
       }

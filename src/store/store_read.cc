@@ -16,12 +16,6 @@ constexpr const char* kEpisodeColumns =
     "e.uuid, e.client_uuid, e.episode_type, e.status, e.task_id, e.optional_task_id, e.reward, e.is_success, "
     "e.metadata, e.log_metrics, e.discard_episode_timeout, e.claimed_at, e.ended_at, e.batch_id";
 
-Json parse_stored_json(const std::string& text, std::string_view what) {
-  std::optional<Json> value = try_parse_json(text);
-  if (!value) fail(ErrorCode::kDataLoss, std::string(what) + ": stored JSON is corrupt");
-  return std::move(*value);
-}
-
 EpisodeRow read_episode(const Stmt& s) {
   EpisodeRow row;
   row.uuid = s.column_text(0);

@@ -100,8 +100,9 @@ namespace {
 
 std::string content_from_response(const std::string& response_json) {
   if (response_json.empty()) return "";
-  Json j = Json::parse(response_json, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return "";
+  std::optional<Json> parsed = try_parse_json(response_json);
+  if (!parsed || !parsed->is_object()) return "";
+  const Json& j = *parsed;
   auto choices = j.find("choices");
   if (choices == j.end() || !choices->is_array() || choices->empty()) return "";
   const Json& c = (*choices)[0];

@@ -1,5 +1,8 @@
 #include "tracking/episode_json.h"
 
+#include <fmt/format.h>
+
+#include "common/json.h"
 #include "text/messages.h"
 #include "text/utf8.h"
 
@@ -31,11 +34,12 @@ Json branch_json(const BranchDiagnostic& b) {
 Json request_json(const CallRecord& c) {
   Json messages = Json::array();
   for (const text::ChatMessage& m : c.request.messages) {
-    messages.push_back(Json::parse(text::to_openai_json(m).dump(-1, ' ', false, Json::error_handler_t::replace)));
+    const std::string dumped = text::to_openai_json(m).dump(-1, ' ', false, Json::error_handler_t::replace);
+    messages.push_back(parse_json(dumped, "stored message"));
   }
   Json tools = Json::array();
   for (const text::OrderedJson& t : c.request.tools) {
-    tools.push_back(Json::parse(t.dump(-1, ' ', false, Json::error_handler_t::replace)));
+    tools.push_back(parse_json(t.dump(-1, ' ', false, Json::error_handler_t::replace), "stored tool"));
   }
   return Json{{"messages", messages}, {"tools", tools}};
 }
