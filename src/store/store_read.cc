@@ -105,6 +105,18 @@ std::vector<CallRow> Store::get_calls(const std::string& episode_uuid) {
   return read_calls(*reader_db_, episode_uuid);
 }
 
+std::optional<DroppedCalls> Store::get_dropped_calls(const std::string& episode_uuid) {
+  std::lock_guard<std::mutex> lock(reader_mu_);
+  Stmt& s = reader_db_->prepare("SELECT batch_id, calls, bytes, policy, at FROM dropped_calls WHERE episode_uuid = ?1");
+  s.bind(1, episode_uuid);
+  std::optional<DroppedCalls> out;
+  if (s.step()) {
+    out = DroppedCalls{s.column_int(0), s.column_int(1), s.column_int(2), s.column_text(3), s.column_double(4)};
+  }
+  s.reset();
+  return out;
+}
+
 std::vector<EpisodeRow> Store::get_batch_episodes(int64_t batch_id) {
   std::lock_guard<std::mutex> lock(reader_mu_);
   Stmt& s = reader_db_->prepare(std::string("SELECT ") + kEpisodeColumns +

@@ -108,6 +108,15 @@ Json episode_json(const EpisodeView& episode, std::span<const CallRecord> calls,
   j["episode_type"] = episode.episode_type;
   j["reward"] = episode.reward ? Json(*episode.reward) : Json(nullptr);
   j["tokenizer"] = tokenizer != nullptr;
+  j["calls_not_retained"] = nullptr;
+  if (const auto& d = episode.dropped_calls) {
+    j["calls_not_retained"] = Json{{"calls", d->calls},
+                                   {"bytes", d->bytes},
+                                   {"batch_id", d->batch_id},
+                                   {"at", d->at},
+                                   {"message", fmt::format("{} call{} not retained (retention: {})", d->calls,
+                                                           d->calls == 1 ? "" : "s", d->policy)}};
+  }
 
   Json jc = Json::array();
   for (const CallRecord& c : calls) {
