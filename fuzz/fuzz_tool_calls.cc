@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/json.h"
 #include "text/tool_calls.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -22,7 +23,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     for (const ajet::text::ToolCall& call : out.tool_calls) {
       if (call.name.empty() || call.arguments.empty() || call.arguments.front() != '{') std::abort();
-      if (!ajet::text::OrderedJson::parse(call.arguments, nullptr, false).is_object()) std::abort();
+      const auto arguments = ajet::try_parse_ordered_json(call.arguments);
+      if (!arguments || !arguments->is_object()) std::abort();
     }
     if (out.tool_calls.empty() && !out.reasoning_content && out.content != text) std::abort();
     if (ajet::text::streamable_content_length(text) > size) std::abort();

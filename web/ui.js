@@ -671,6 +671,7 @@
     add('compare level', d.compare_level);
     view.append(kv);
     if (!doc.tokenizer) view.append(el('div', { class: 'banner', text: 'The front has no tokenizer loaded for this episode: tokens show as ⟨id⟩.' }));
+    if (doc.calls_not_retained) view.append(el('div', { class: 'banner', id: 'calls-not-retained', text: doc.calls_not_retained.message }));
 
     // merge diagnostics
     if ((d.agents || []).length) {

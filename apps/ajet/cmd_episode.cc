@@ -217,7 +217,9 @@ Json document_from_store(store::Store& st, const ShowArgs& args) {
   std::vector<tracking::CallRecord> calls = tracking::calls_from_rows(rows, format.get());
   tracking::EpisodeInfo info{episode->uuid, episode->task_id, episode->reward.value_or(0.0)};
   tracking::MergedEpisode merged = tracking::merge_episode(info, calls, options);
-  return tracking::episode_json(tracking::EpisodeView::from_row(*episode), calls, merged, tok.get());
+  tracking::EpisodeView view = tracking::EpisodeView::from_row(*episode);
+  view.dropped_calls = st.get_dropped_calls(args.uuid);
+  return tracking::episode_json(view, calls, merged, tok.get());
 }
 
 // The episode's GET /episodes row (step, client, times) for the text header; null when the front

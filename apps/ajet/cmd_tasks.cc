@@ -18,6 +18,7 @@
 #include "command.h"
 #include "common/error.h"
 #include "common/fs.h"
+#include "common/json.h"
 #include "tasks/builtin.h"
 #include "tasks/corpus.h"
 #include "tasks/drills.h"
@@ -43,11 +44,7 @@ void emit(const std::string& out_path, const std::string& text) {
 
 OrderedJson parse_params(const std::string& text) {
   if (text.empty()) return OrderedJson::object();
-  try {
-    return OrderedJson::parse(text);
-  } catch (const OrderedJson::exception& e) {
-    invalid_argument(std::string("--params: invalid JSON: ") + e.what());
-  }
+  return parse_ordered_json(text, "--params");
 }
 
 std::vector<double> parse_mix(const std::string& text) {
@@ -157,11 +154,7 @@ OrderedJson judge_one(const OrderedJson& request, const std::string& fallback_ta
 void run_judge(const JudgeArgs& a) {
   if (!a.task_json.empty()) {
     OrderedJson request = OrderedJson::object();
-    try {
-      request["task"] = OrderedJson::parse(a.task_json);
-    } catch (const OrderedJson::exception& e) {
-      invalid_argument(std::string("--task-json: invalid JSON: ") + e.what());
-    }
+    request["task"] = parse_ordered_json(a.task_json, "--task-json");
     if (!a.has_answer) invalid_argument("--task-json needs --answer");
     request["answer"] = a.answer;
     std::cout << dump(judge_one(request, a.task, "--task-json")) << "\n";
@@ -175,12 +168,7 @@ void run_judge(const JudgeArgs& a) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = "stdin:" + std::to_string(line_no);
     try {
-      OrderedJson request;
-      try {
-        request = OrderedJson::parse(line);
-      } catch (const OrderedJson::exception& e) {
-        invalid_argument(where + ": invalid JSON: " + e.what());
-      }
+      const OrderedJson request = parse_ordered_json(line, where);
       std::cout << dump(judge_one(request, a.task, where)) << "\n" << std::flush;
     } catch (const Error& e) {
       std::fprintf(stderr, "ajet tasks judge: %s\n", e.what());

@@ -364,6 +364,10 @@ std::string episode_text(const Json& document, const Json& summary, const TextSt
          " level)\n";
 
   out += "\nLLM calls\n";
+  if (const Json* dropped = document.contains("calls_not_retained") ? &document["calls_not_retained"] : nullptr;
+      dropped != nullptr && dropped->is_object()) {
+    out += "  " + printable(text_of(*dropped, "message")) + "\n";
+  }
   std::map<std::string, const Json*> last_of_agent;
   for (const Json& call : array_of(document, "calls")) {
     const std::string agent = text_of(call, "agent_name");

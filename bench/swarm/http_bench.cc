@@ -279,7 +279,7 @@ int main(int argc, char** argv) {
     MemoryResult mem = measure_streams(o);
 
     Router router;
-    Json status = Json::parse(kStatusBody);
+    Json status = parse_json(kStatusBody, "status body");
     router.get("/get_engine_status", [status](Request, Respond respond) { respond(json_response(status)); });
     ServerOptions options;
     options.io_threads = o.io_threads;

@@ -73,7 +73,7 @@ ExperimentLock::ExperimentLock(const fs::path& dir) : dir_(dir), started_(local_
     fd_ = -1;
     std::string who = "another ajet";
     try {
-      Json pids = Json::parse(read_file(dir_ / kPidFile));
+      Json pids = parse_json(read_file(dir_ / kPidFile), (dir_ / kPidFile).string());
       who = fmt::format("ajet pid {} (its front: pid {})", pids.value("ajet_pid", 0), pids.value("front_pid", 0));
     } catch (const std::exception&) {
     }

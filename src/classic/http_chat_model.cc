@@ -6,7 +6,7 @@
 
 namespace ajet::classic {
 
-Json plain_json(const tasks::OrderedJson& j) { return Json::parse(j.dump()); }
+Json plain_json(const tasks::OrderedJson& j) { return Json(j); }
 
 HttpChatModel::HttpChatModel(const std::string& base_url, const std::string& api_key, Json params)
     : chat_(base_url, api_key), params_(std::move(params)) {}
@@ -39,7 +39,7 @@ tasks::ModelReply HttpChatModel::complete(const std::vector<text::ChatMessage>& 
     completion_tokens_ += answer["usage"].value("completion_tokens", int64_t{0});
   }
   tasks::ModelReply reply;
-  reply.message = text::parse_chat_message(tasks::OrderedJson::parse(choice.at("message").dump()), "response message");
+  reply.message = text::parse_chat_message(tasks::OrderedJson(choice.at("message")), "response message");
   reply.message.role = text::Role::kAssistant;
   if (choice.contains("finish_reason") && choice["finish_reason"].is_string()) {
     reply.finish_reason = choice["finish_reason"].get<std::string>();

@@ -117,7 +117,7 @@ class CommandWorkflow : public Workflow {
         tasks::Judgement j;
         if (parsed.contains("messages")) {
           std::vector<text::ChatMessage> messages;
-          const auto ordered = tasks::OrderedJson::parse(parsed["messages"].dump());
+          const tasks::OrderedJson ordered(parsed["messages"]);  // a value converted, not re-parsed
           for (size_t i = 0; i < ordered.size(); ++i) {
             messages.push_back(text::parse_chat_message(ordered[i], "messages[" + std::to_string(i) + "]"));
           }

@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <thread>
 
+#include "common/json.h"
+
 namespace ajet::client {
 
 namespace {
@@ -23,7 +25,7 @@ double retry_after(const http::ClientResponse& r, double cap) {
 }
 
 SwarmError chat_error(const http::ClientResponse& r) {
-  Json body = Json::parse(r.body, nullptr, false);
+  Json body = try_parse_json(r.body).value_or(Json(Json::value_t::discarded));
   if (body.is_object() && body.contains("error") && body["error"].is_object()) {
     const Json& e = body["error"];
     std::string message = e.contains("message") && e["message"].is_string() ? e["message"].get<std::string>() : e.dump();
@@ -162,7 +164,7 @@ Json ChatClient::create(const Json& messages, const Json& tools, const Json& par
       throw SwarmError(SwarmErrorKind::kConnection, fmt::format("POST {}/chat/completions: {}", base_url_, e.what()));
     }
     if (r.status == 200) {
-      Json data = Json::parse(r.body, nullptr, false);
+      Json data = try_parse_json(r.body).value_or(Json(Json::value_t::discarded));
       if (!data.is_object() || !data.contains("choices") || !data["choices"].is_array()) {
         throw SwarmError(SwarmErrorKind::kChat, "chat completion: the answer is not a ChatCompletion: " +
                                                     r.body.substr(0, 500), r.status);
@@ -200,7 +202,7 @@ ChatMessage ChatClient::stream(const Json& messages, const Json& tools, const Js
           done = true;
           return true;  // read to the end of the body so the connection stays reusable
         }
-        Json chunk = Json::parse(e.data, nullptr, false);
+        Json chunk = try_parse_json(e.data).value_or(Json(Json::value_t::discarded));
         if (!chunk.is_object()) {
           bad.emplace(SwarmErrorKind::kChat, "chat stream: an event is not JSON: " + e.data.substr(0, 200));
           return false;

@@ -8,6 +8,7 @@
 #include <ctime>
 
 #include "client/swarm_client.h"
+#include "common/json.h"
 #include "common/time_text.h"
 
 namespace ajet::client {
@@ -111,7 +112,7 @@ OverwatchSnapshot fetch_overwatch(http::HttpClient& http, const std::string& url
     if (const std::string token = admin_token_for(url); !token.empty()) headers.add("Authorization", "Bearer " + token);
     auto get = [&](const char* path) {
       http::ClientResponse r = http.get(path, headers);
-      Json body = Json::parse(r.body, nullptr, false);
+      Json body = try_parse_json(r.body).value_or(Json(Json::value_t::discarded));
       if (r.status != 200 || body.is_discarded()) {
         throw std::runtime_error(fmt::format("GET {} answered HTTP {}", path, r.status));
       }

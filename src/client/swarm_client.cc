@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "common/encoding.h"
+#include "common/json.h"
 #include "common/log.h"
 
 namespace ajet::client {
@@ -29,7 +30,7 @@ Deadline deadline_after(std::optional<double> seconds) {
 }
 
 std::string error_message(const http::ClientResponse& r) {
-  Json body = Json::parse(r.body, nullptr, false);
+  Json body = try_parse_json(r.body).value_or(Json(Json::value_t::discarded));
   if (body.is_object()) {
     if (auto e = body.find("error"); e != body.end()) {
       if (e->is_object() && e->contains("message") && (*e)["message"].is_string()) return (*e)["message"];
@@ -235,7 +236,7 @@ http::ClientResponse SwarmClient::post_retrying(const std::string& path, const J
 }
 
 Json SwarmClient::json_or_throw(const http::ClientResponse& r, const std::string& what) const {
-  Json body = Json::parse(r.body, nullptr, false);
+  Json body = try_parse_json(r.body).value_or(Json(Json::value_t::discarded));
   if (r.status != 200 || !body.is_object()) {
     std::string message = error_message(r);
     throw SwarmError(SwarmErrorKind::kCommand,
@@ -407,7 +408,7 @@ EndResult SwarmClient::end_episode(const std::string& task_id, const std::string
   http::ClientResponse r =
       post_retrying("/end_episode", body, options_.retry.end_episode_attempts, episode_auth(episode_uuid));
   if (r.status == 200) {
-    Json data = Json::parse(r.body, nullptr, false);
+    Json data = try_parse_json(r.body).value_or(Json(Json::value_t::discarded));
     if (!data.is_object() || data.value("success", true)) {
       note(fmt::format("ended episode {} (task {}, reward {})", episode_uuid, task_id, output.reward));
       forget_key(episode_uuid);
@@ -485,7 +486,7 @@ bool SwarmClient::can_continue_episode(const std::string& episode_uuid) {
   try {
     Json body = {{"client_uuid", client_uuid_}, {"episode_uuid", episode_uuid}};
     http::ClientResponse r = send("POST", "/can_continue_episode", &body, false);
-    Json data = Json::parse(r.body, nullptr, false);
+    Json data = try_parse_json(r.body).value_or(Json(Json::value_t::discarded));
     return r.status == 200 && data.is_object() && data.value("can_continue", false);
   } catch (const std::exception& e) {
     log().warn("swarm client: can_continue_episode: {}", e.what());
@@ -506,7 +507,7 @@ EngineStatus SwarmClient::get_engine_status() {
   s.body = Json::object();
   try {
     http::ClientResponse r = send("GET", "/get_engine_status", nullptr, false);
-    Json data = Json::parse(r.body, nullptr, false);
+    Json data = try_parse_json(r.body).value_or(Json(Json::value_t::discarded));
     if (r.status != 200 || !data.is_object()) {
       log().warn("swarm client: get_engine_status: HTTP {}: {}", r.status, r.body.substr(0, 200));
       return s;
@@ -619,7 +620,7 @@ Json SwarmClient::get_rollout_stat() {
     http::ClientResponse r = send("GET", "/get_current_batch_rollout_pool_information?client_uuid=" +
                                              percent_encode(client_uuid_),
                                   nullptr, true);
-    Json data = Json::parse(r.body, nullptr, false);
+    Json data = try_parse_json(r.body).value_or(Json(Json::value_t::discarded));
     if (r.status == 200 && data.is_object()) return data;
   } catch (const SwarmError& e) {
     log().debug("swarm client: get_rollout_stat: {}", e.what());

@@ -10,35 +10,38 @@ namespace ajet {
 
 namespace {
 
-// nlohmann's DOM builder, wrapped to know where it is: the keys and indices from the root down to the
-// value being read. It names the field in an error and refuses nesting beyond the limit while the
-// parser (which is iterative) reads it, so no deep value is ever built.
-template <class J>
+// A SAX handler (nlohmann's DOM builder, an acceptor, a caller's reader), wrapped to know where it is:
+// the keys and indices from the root down to the value being read. It names the field in an error and
+// refuses nesting beyond the limit while the parser (which is iterative) reads it, so no deep value is
+// ever built. With report_syntax false, a syntax error stops the parse quietly (only depth throws).
+template <class J, class Inner>
 class LocatingSax {
  public:
   using string_t = typename J::string_t;
 
-  LocatingSax(J& root, std::string_view what, int max_depth) : dom_(root, true), what_(what), max_depth_(max_depth) {}
+  LocatingSax(Inner& inner, std::string_view what, int max_depth, bool report_syntax = true)
+      : inner_(inner), what_(what), max_depth_(max_depth), report_syntax_(report_syntax) {}
 
-  bool null() { return element(), dom_.null(); }
-  bool boolean(bool v) { return element(), dom_.boolean(v); }
-  bool number_integer(typename J::number_integer_t v) { return element(), dom_.number_integer(v); }
-  bool number_unsigned(typename J::number_unsigned_t v) { return element(), dom_.number_unsigned(v); }
-  bool number_float(typename J::number_float_t v, const string_t& s) { return element(), dom_.number_float(v, s); }
-  bool string(string_t& v) { return element(), dom_.string(v); }
-  bool binary(typename J::binary_t& v) { return element(), dom_.binary(v); }
-  bool start_object(std::size_t n) { return enter(false), dom_.start_object(n); }
+  bool null() { return element(), inner_.null(); }
+  bool boolean(bool v) { return element(), inner_.boolean(v); }
+  bool number_integer(typename J::number_integer_t v) { return element(), inner_.number_integer(v); }
+  bool number_unsigned(typename J::number_unsigned_t v) { return element(), inner_.number_unsigned(v); }
+  bool number_float(typename J::number_float_t v, const string_t& s) { return element(), inner_.number_float(v, s); }
+  bool string(string_t& v) { return element(), inner_.string(v); }
+  bool binary(typename J::binary_t& v) { return element(), inner_.binary(v); }
+  bool start_object(std::size_t n) { return enter(false), inner_.start_object(n); }
   bool key(string_t& k) {
     frames_.back().key.assign(k, 0, std::min<size_t>(k.size(), kKeyChars));
     frames_.back().key_truncated = k.size() > kKeyChars;
-    return dom_.key(k);
+    return inner_.key(k);
   }
-  bool end_object() { return frames_.pop_back(), dom_.end_object(); }
-  bool start_array(std::size_t n) { return enter(true), dom_.start_array(n); }
-  bool end_array() { return frames_.pop_back(), dom_.end_array(); }
+  bool end_object() { return frames_.pop_back(), inner_.end_object(); }
+  bool start_array(std::size_t n) { return enter(true), inner_.start_array(n); }
+  bool end_array() { return frames_.pop_back(), inner_.end_array(); }
 
   template <class Exception>
   bool parse_error(std::size_t /*position*/, const std::string& /*last_token*/, const Exception& ex) {
+    if (!report_syntax_) return false;
     std::string reason = ex.what();  // "[json.exception.parse_error.101] parse error at line 1, column 5: ..."
     if (size_t end = reason.find("] "); reason.rfind("[json.exception.", 0) == 0 && end != std::string::npos) {
       reason.erase(0, end + 2);
@@ -108,21 +111,49 @@ class LocatingSax {
     return out;
   }
 
-  nlohmann::detail::json_sax_dom_parser<J> dom_;
+  Inner& inner_;
   std::string_view what_;
   int max_depth_;
+  bool report_syntax_;
   std::vector<Frame> frames_;
 };
+
+// The one call of nlohmann's parser. Its errors all arrive through parse_error; an exception that
+// left it any other way (none is known) still becomes the same Error, never a crash of the caller.
+template <class J, class Inner>
+bool sax_parse_located(std::string_view text, std::string_view what, int max_depth, Inner& inner,
+                       bool report_syntax = true) {
+  LocatingSax<J, Inner> sax(inner, what, max_depth, report_syntax);
+  try {
+    return J::sax_parse(text.begin(), text.end(), &sax);
+  } catch (const nlohmann::json::exception& e) {
+    invalid_argument(std::string(what) + ": invalid JSON: " + e.what());
+  }
+}
 
 template <class J>
 J parse_located(std::string_view text, std::string_view what, int max_depth) {
   J result;
-  LocatingSax<J> sax(result, what, max_depth);
-  J::sax_parse(text.begin(), text.end(), &sax);
+  nlohmann::detail::json_sax_dom_parser<J> dom(result, true);
+  sax_parse_located<J>(text, what, max_depth, dom);
   return result;
 }
 
 }  // namespace
+
+void require_json_depth(std::string_view text, std::string_view what, int max_depth) {
+  nlohmann::detail::json_sax_acceptor<Json> acceptor;
+  sax_parse_located<Json>(text, what, max_depth, acceptor, /*report_syntax=*/false);
+}
+
+bool sax_parse_json(std::string_view text, std::string_view what, nlohmann::json_sax<Json>& handler, int max_depth) {
+  return sax_parse_located<Json>(text, what, max_depth, handler);
+}
+
+bool sax_parse_json(std::string_view text, std::string_view what, nlohmann::json_sax<nlohmann::ordered_json>& handler,
+                    int max_depth) {
+  return sax_parse_located<nlohmann::ordered_json>(text, what, max_depth, handler);
+}
 
 Json parse_json(std::string_view text, std::string_view what, int max_depth) {
   return parse_located<Json>(text, what, max_depth);

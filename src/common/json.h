@@ -1,5 +1,7 @@
 // nlohmann::json plus typed field access whose errors name the field: "field 'max_tokens' must be an
-// integer, got string". Used by every parser of user input (HTTP bodies, config files, CLI stdin).
+// integer, got string". Every JSON text the project reads (HTTP bodies and answers, files, stored
+// values, JSON inside strings) goes through the parsers here, never nlohmann's own parse, whose depth
+// is unbounded (tests/build/json_parse_guard_test.cc fails naming any other call).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -28,6 +30,20 @@ nlohmann::ordered_json parse_ordered_json(std::string_view text, std::string_vie
 // nullopt instead of an error.
 std::optional<Json> try_parse_json(std::string_view text, int max_depth = kMaxJsonDepth);
 std::optional<nlohmann::ordered_json> try_parse_ordered_json(std::string_view text, int max_depth = kMaxJsonDepth);
+
+// For text that may be any text but is read as JSON when it is JSON (a tool call's arguments): throws
+// parse_json's error when the text opens arrays and objects deeper than max_depth before it stops
+// being JSON; any other text, JSON or not, passes. Builds nothing, so it costs one scan.
+void require_json_depth(std::string_view text, std::string_view what, int max_depth = kMaxJsonDepth);
+
+// The same parse for a reader that consumes a large document as it is read instead of building it
+// (tokenizer.json's vocabulary, a safetensors header's duplicate keys): the events go to `handler`,
+// whose parse_error is never called (syntax errors and nesting beyond max_depth throw parse_json's
+// error). A handler refuses by throwing; returns false only where the handler returned false.
+bool sax_parse_json(std::string_view text, std::string_view what, nlohmann::json_sax<Json>& handler,
+                    int max_depth = kMaxJsonDepth);
+bool sax_parse_json(std::string_view text, std::string_view what, nlohmann::json_sax<nlohmann::ordered_json>& handler,
+                    int max_depth = kMaxJsonDepth);
 
 std::string_view json_type_name(const Json& value);
 std::string_view json_type_name(const nlohmann::ordered_json& value);  // same names (one value_t)

@@ -233,6 +233,15 @@ struct AsyncConfig {
   int64_t trainer_nice = 19;
 };
 
+// What the front's store keeps of trained steps' LLM calls (the token records behind GET /episodes/{uuid}
+// and `ajet episode show`): every call of the newest `full_steps` trained steps, and of each earlier
+// step the calls of its first `sample_episodes` episodes; the rest are deleted once a step falls
+// behind (episode rows, rewards and batch stats stay). -1 keeps every call.
+struct StoreRetentionConfig {
+  int64_t full_steps = 5;
+  int64_t sample_episodes = 4;
+};
+
 struct InterchangeServerConfig {
   int64_t interchange_server_port = 10086;  // 0 ("auto"): any free port
 };
@@ -268,6 +277,7 @@ struct Config {
   TrainerCommonConfig trainer_common;
   LoraConfig lora;
   AsyncConfig async;
+  StoreRetentionConfig store_retention;
   InterchangeServerConfig interchange_server;
   EngineConfig engine;
   std::string swarm_mode_sample_collection_method = "rollout_until_finish_enough_tasks";

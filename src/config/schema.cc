@@ -232,6 +232,10 @@ std::vector<Field> config_fields(Config& c) {
   t.add("async.trainer_nice", c.async.trainer_nice,
         "async: nice value of the trainer's threads (0-19); higher: training takes only what the rollouts leave idle",
         {.min = 0, .max = 19});
+  t.add("store_retention.full_steps", c.store_retention.full_steps,
+        "trained steps, the newest, whose episodes keep every LLM call in the store; -1: every step", {.min = -1});
+  t.add("store_retention.sample_episodes", c.store_retention.sample_episodes,
+        "of each older trained step, episodes (the first to end) that keep their calls", {.min = 0});
   // Swarm server.
   t.add("interchange_server.interchange_server_port", c.interchange_server.interchange_server_port,
         "swarm server port; `auto` (0): any free port", {.min = 0, .max = 65535, .auto_value = 0});

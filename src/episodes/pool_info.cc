@@ -2,6 +2,7 @@
 // CurrentBatchRolloutPoolInformation, exact field names, plus marked extras for the monitor), the
 // episode buffer, and batch summaries.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -79,6 +80,22 @@ std::string Registry::shown_id(const ViewScope& scope, std::string_view kind, co
                                const std::string& owner) const {
   if (scope.all_ids || id.empty() || (!scope.client_uuid.empty() && owner == scope.client_uuid)) return id;
   return std::string(kind) + "-" + hex_encode(hmac_sha256(view_salt_, std::string(kind) + "\n" + id)).substr(0, 12);
+}
+
+std::string Batch::staleness_text() const {
+  std::map<int64_t, int64_t> count_of;  // staleness -> episodes
+  int64_t known = 0, sum = 0;
+  for (const auto& e : episodes) {
+    if (e.policy_version < 0 || policy_version < 0) continue;
+    count_of[policy_version - e.policy_version] += 1;
+    known += 1;
+    sum += policy_version - e.policy_version;
+  }
+  if (known == 0) return fmt::format("staleness unknown ({} episodes without a policy version)", episodes.size());
+  std::vector<std::string> counts;
+  for (const auto& [staleness, n] : count_of) counts.push_back(fmt::format("{}: {}", staleness, n));
+  return fmt::format("staleness min {}, mean {:.2f}, max {} over {} episodes ({})", count_of.begin()->first,
+                     double(sum) / double(known), count_of.rbegin()->first, known, fmt::join(counts, ", "));
 }
 
 Json Registry::pool_info(const ViewScope& scope) const {

@@ -49,6 +49,7 @@ RegistryOptions RegistryOptions::from_config(const config::Config& c, std::strin
   o.drain_idle_grace = c.swarm_mode_drain_idle_grace;
   o.agree_boundary_dwell = c.swarm_mode_agree_boundary_dwell;
   o.max_staleness = c.async.max_staleness;
+  o.call_retention = {c.store_retention.full_steps, c.store_retention.sample_episodes};
   o.openai_base_url = std::move(openai_base_url);
   o.training_model_path = c.model.path;
   return o;

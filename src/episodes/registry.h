@@ -70,6 +70,7 @@ struct RegistryOptions {
   // (async too, which otherwise never leaves ROLLING): clients that agreed poll for it.
   double agree_boundary_dwell = 2.0;
   int64_t max_staleness = 1;           // async: claims pause while more batches than this await training
+  store::CallRetention call_retention;  // applied to the store after each trained batch
   double client_active_timeout = kClientActiveTimeout;
   std::string openai_base_url = "http://127.0.0.1:10086/v1";  // returned by claim_episode
   std::string training_model_path;                            // shown in pool info
@@ -170,6 +171,9 @@ struct Batch {
   int64_t policy_version = -1;
   std::vector<FinishedEpisode> episodes;  // train episodes only; calls are in the store
   Json summary() const;                   // counts and reward statistics for logs and the store
+  // One line for the log: "staleness min 0, mean 0.42, max 1 over 128 episodes (0: 74, 1: 54)"; the
+  // per-episode map is in summary() (the store's batch stats), not in the log.
+  std::string staleness_text() const;
 };
 
 // A participant's prepared episode whose prepare_timeout passed: its janitor asks the coordinator.

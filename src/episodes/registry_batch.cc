@@ -2,6 +2,7 @@
 // backbone's recording, and the janitor sweep.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -107,6 +108,24 @@ void Registry::check_drained_locked(double now, Outbox& out) {
   if (options_.backbone == Backbone::kDebug) record_debug_batch_locked(now, out);
 }
 
+namespace {
+
+// The batch summary for the log line: the per-client shares (one entry per client, 16 KB a step with
+// 200 clients) become their count and the largest; the whole map stays in the store's batch stats.
+Json ready_summary_for_log(const Batch& batch) {
+  Json summary = batch.summary();
+  double largest = 0;
+  for (const auto& [client, share] : summary["client_shares"].items()) {
+    largest = std::max(largest, share.value("share", 0.0));
+  }
+  summary["clients"] = summary["client_shares"].size();
+  summary["largest_client_share"] = largest;
+  summary.erase("client_shares");
+  return summary;
+}
+
+}  // namespace
+
 void Registry::form_ready_batch_locked(double now, Outbox& out) {
   Batch batch;
   batch.batch_id = next_batch_id_++;
@@ -117,7 +136,8 @@ void Registry::form_ready_batch_locked(double now, Outbox& out) {
   clients_.clear();  // agreement and activity count from the last batch boundary (upstream resets too)
   cache_warned_ = false;
   out.batch_ready = true;
-  out.logs.emplace_back("swarm", fmt::format("batch {} ready: {}", ready_->batch_id, ready_->summary().dump()));
+  out.logs.emplace_back("swarm",
+                        fmt::format("batch {} ready: {}", ready_->batch_id, ready_summary_for_log(*ready_).dump()));
 }
 
 void Registry::drop_stale_episodes_locked(Batch& batch, Outbox& out) {
@@ -135,16 +155,19 @@ void Registry::drop_stale_episodes_locked(Batch& batch, Outbox& out) {
   }
   batch.episodes = std::move(kept);
   if (!dropped.empty()) {
+    constexpr size_t kNamed = 5;  // the log names a few; the count says how many
+    const size_t more = dropped.size() > kNamed ? dropped.size() - kNamed : 0;
+    dropped.resize(std::min(dropped.size(), kNamed));
     out.logs.emplace_back("swarm", fmt::format("batch {}: left out {} episodes staler than ajet.async.max_staleness = {} "
-                                               "at policy_version {}: {}",
-                                               batch.batch_id, dropped.size(), options_.max_staleness,
-                                               batch.policy_version, fmt::join(dropped, ", ")));
+                                               "at policy_version {}: {}{}",
+                                               batch.batch_id, dropped.size() + more, options_.max_staleness,
+                                               batch.policy_version, fmt::join(dropped, ", "),
+                                               more > 0 ? fmt::format(" and {} more", more) : ""));
   }
-  Json summary = batch.summary();
-  out.logs.emplace_back("swarm", fmt::format("batch {} trains from policy_version {}: staleness {} (max {}, "
-                                             "ajet.async.max_staleness = {})",
-                                             batch.batch_id, batch.policy_version, summary["staleness"].dump(),
-                                             summary["staleness_max"].dump(), options_.max_staleness));
+  // One line a step: the per-episode map (once 1 MB of a 1.1 MB log) is in the store's batch stats.
+  out.logs.emplace_back("swarm",
+                        fmt::format("batch {} trains from policy_version {}: {} (ajet.async.max_staleness = {})",
+                                    batch.batch_id, batch.policy_version, batch.staleness_text(), options_.max_staleness));
 }
 
 void Registry::adopt_engine_version_locked(int64_t version, const char* why, Outbox& out) {
@@ -254,6 +277,7 @@ void Registry::finish_batch(int64_t batch_id, Json stats) {
                                    {"stats", std::move(polled)}});
     if (store_ != nullptr) {
       store_->update_batch(batch_id, store::kBatchTrained, now, all);
+      store_->retain_calls(options_.call_retention, now);
       put_batch_metrics_locked(step - 1, all, now, out);
       durable = store_->put_state(store::kStateGlobalStep, std::to_string(step));
     }

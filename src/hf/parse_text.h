@@ -1,5 +1,6 @@
 // Internal to src/hf: JSON text -> Json where every nlohmann exception becomes an ajet::Error.
-// ajet::parse_json lets out_of_range escape (e.g. "1e+600" overflows a double; found by fuzzing).
+// (ajet::parse_json once let out_of_range escape, e.g. "1e+600", found by fuzzing; it now reports
+// every parser error itself, and this stays as a second net.)
 #pragma once
 
 #include <string>

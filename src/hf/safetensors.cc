@@ -63,37 +63,49 @@ std::optional<uint64_t> as_unsigned(const OrderedJson& v) {
   return std::nullopt;
 }
 
-// Parses the header JSON, recording the first duplicate key of any object (JSON parsers keep the last
-// value silently; the format forbids duplicates, and a silent pick could hide a corrupt file).
-OrderedJson parse_header_json(std::string_view header, std::string_view source) {
-  std::vector<std::set<std::string>> open_objects;
+// The header JSON as nlohmann's DOM builder reads it, also recording the first duplicate key of any
+// object (JSON parsers keep the last value silently; the format forbids duplicates, and a silent pick
+// could hide a corrupt file).
+class HeaderReader final : public nlohmann::json_sax<OrderedJson> {
+ public:
+  explicit HeaderReader(OrderedJson& root) : dom_(root, true) {}
   std::string duplicate;
-  auto callback = [&](int depth, OrderedJson::parse_event_t event, OrderedJson& parsed) {
-    if (depth > kMaxJsonDepth) {  // the parser is iterative; what later walks the value is not
-      corrupt(source, "header nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
-    }
-    switch (event) {
-      case OrderedJson::parse_event_t::object_start: open_objects.emplace_back(); break;
-      case OrderedJson::parse_event_t::object_end:
-        if (!open_objects.empty()) open_objects.pop_back();
-        break;
-      case OrderedJson::parse_event_t::key:
-        if (!open_objects.empty() && !open_objects.back().insert(parsed.get<std::string>()).second &&
-            duplicate.empty()) {
-          duplicate = parsed.get<std::string>();
-        }
-        break;
-      default: break;
-    }
-    return true;
-  };
-  OrderedJson json;
-  try {
-    json = OrderedJson::parse(header.begin(), header.end(), callback);
-  } catch (const OrderedJson::exception& e) {
-    corrupt(source, std::string("header is not valid JSON: ") + e.what());
+
+  bool null() override { return dom_.null(); }
+  bool boolean(bool v) override { return dom_.boolean(v); }
+  bool number_integer(number_integer_t v) override { return dom_.number_integer(v); }
+  bool number_unsigned(number_unsigned_t v) override { return dom_.number_unsigned(v); }
+  bool number_float(number_float_t v, const string_t& s) override { return dom_.number_float(v, s); }
+  bool string(string_t& v) override { return dom_.string(v); }
+  bool binary(binary_t& v) override { return dom_.binary(v); }
+  bool start_object(std::size_t n) override { return open_objects_.emplace_back(), dom_.start_object(n); }
+  bool key(string_t& k) override {
+    if (!open_objects_.back().insert(k).second && duplicate.empty()) duplicate = k;
+    return dom_.key(k);
   }
-  if (!duplicate.empty()) corrupt(source, "header repeats the key '" + duplicate + "'");
+  bool end_object() override { return open_objects_.pop_back(), dom_.end_object(); }
+  bool start_array(std::size_t n) override { return dom_.start_array(n); }
+  bool end_array() override { return dom_.end_array(); }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    return false;  // not called: sax_parse_json reports syntax errors itself
+  }
+
+ private:
+  nlohmann::detail::json_sax_dom_parser<OrderedJson> dom_;
+  std::vector<std::set<std::string>> open_objects_;
+};
+
+// Parses the header JSON with the project's bounded parser (kMaxJsonDepth: the parser is iterative,
+// what later walks the value is not).
+OrderedJson parse_header_json(std::string_view header, std::string_view source) {
+  OrderedJson json;
+  HeaderReader reader(json);
+  try {
+    sax_parse_json(header, "header", reader);
+  } catch (const Error& e) {
+    corrupt(source, e.what());  // "header: invalid JSON at <path>: <reason>"
+  }
+  if (!reader.duplicate.empty()) corrupt(source, "header repeats the key '" + reader.duplicate + "'");
   if (!json.is_object()) corrupt(source, "header must be a JSON object");
   return json;
 }

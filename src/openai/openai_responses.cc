@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "common/error.h"
+#include "common/json.h"
 #include "openai/body_fields.h"
 
 namespace ajet::swarm {
@@ -65,15 +66,17 @@ void convert_item(const OrderedJson& item, const std::string& at, OrderedJson& m
     if (content == nullptr) bad(at + ".content", "is required");
     messages.push_back(OrderedJson{{"role", role}, {"content", content_text(*content, at + ".content")}});
   } else if (type == "function_call") {
+    std::string call_id = string_at(item, "call_id", at);
+    std::string name = string_at(item, "name", at);
+    std::string arguments = string_at(item, "arguments", at);
+    require_json_depth(arguments, "request body: field '" + at + ".arguments'");  // named as sent (issue 38)
     OrderedJson& assistant = assistant_for_calls(messages);
     if (!assistant.contains("tool_calls")) assistant["tool_calls"] = OrderedJson::array();
-    const std::string id = string_at(item, "call_id", at);
-    calls.insert(id);
-    assistant["tool_calls"].push_back(OrderedJson{{"id", id},
+    calls.insert(call_id);
+    assistant["tool_calls"].push_back(OrderedJson{{"id", std::move(call_id)},
                                                   {"type", "function"},
                                                   {"function",
-                                                   {{"name", string_at(item, "name", at)},
-                                                    {"arguments", string_at(item, "arguments", at)}}}});
+                                                   {{"name", std::move(name)}, {"arguments", std::move(arguments)}}}});
   } else if (type == "function_call_output") {
     const OrderedJson* output = field(item, "output");
     if (output == nullptr) bad(at + ".output", "is required");

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "common/json.h"
 
 namespace ajet::store {
 
@@ -54,6 +55,12 @@ std::vector<float> decode_f32(std::string_view bytes, std::string_view what) {
   std::vector<float> out(bytes.size() / 4);
   for (size_t i = 0; i < out.size(); ++i) out[i] = std::bit_cast<float>(get_u32(bytes.data() + 4 * i));
   return out;
+}
+
+Json parse_stored_json(std::string_view text, std::string_view what) {
+  std::optional<Json> value = try_parse_json(text);
+  if (!value) fail(ErrorCode::kDataLoss, std::string(what) + ": stored JSON is corrupt");
+  return std::move(*value);
 }
 
 }  // namespace ajet::store

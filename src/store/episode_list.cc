@@ -156,6 +156,7 @@ Json episode_summary_json(const EpisodeSummary& s) {
               {"batch_id", s.batch_id ? Json(*s.batch_id) : Json(nullptr)},
               {"global_step", s.global_step ? Json(*s.global_step) : Json(nullptr)},
               {"llm_calls", s.llm_calls},
+              {"llm_calls_not_retained", s.llm_calls_not_retained},
               {"agents", s.agents},
               {"prompt_tokens", s.prompt_tokens},
               {"completion_tokens", s.completion_tokens}};

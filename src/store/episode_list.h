@@ -53,6 +53,7 @@ struct EpisodeSummary {
   std::optional<int64_t> batch_id;
   std::optional<int64_t> global_step;  // null when the episode is in no batch
   int64_t llm_calls = 0;
+  int64_t llm_calls_not_retained = 0;  // deleted by the store's retention (Store::retain_calls)
   std::vector<std::string> agents;  // distinct, in order of first call
   // Sums over the calls of prompt / completion lengths (a prompt repeats the history it continues).
   int64_t prompt_tokens = 0;

@@ -98,6 +98,24 @@ struct BatchRow {
   Json stats = Json::object();
 };
 
+// How much of trained batches' calls the store keeps (Store::retain_calls): every call of the newest
+// `full_steps` trained batches, and of each older one the calls of its first `sample_episodes`
+// episodes (by end time). The rest's call rows are deleted; episode rows, batch rows and their stats
+// stay. full_steps -1 keeps everything. Set by ajet.store_retention (config/config.h).
+struct CallRetention {
+  int64_t full_steps = 5;
+  int64_t sample_episodes = 4;
+};
+
+// An episode whose calls retention deleted (Store::get_dropped_calls).
+struct DroppedCalls {
+  int64_t batch_id = 0;
+  int64_t calls = 0;   // rows deleted
+  int64_t bytes = 0;   // their request, response and token arrays
+  std::string policy;  // call_retention_text() of the retention that deleted them
+  double at = 0;       // unix seconds
+};
+
 struct MetricRow {
   int64_t step = 0;
   std::string name;

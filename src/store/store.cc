@@ -5,6 +5,10 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
+#include <algorithm>
+
 #include "common/error.h"
 #include "common/log.h"
 #include "store/blob.h"
@@ -79,6 +83,20 @@ CREATE TABLE state (
 constexpr const char* kLaterIndexes = R"sql(
 CREATE INDEX IF NOT EXISTS episodes_by_claimed ON episodes(claimed_at, uuid);
 CREATE INDEX IF NOT EXISTS episodes_by_task ON episodes(task_id, claimed_at, uuid);
+CREATE TABLE IF NOT EXISTS retained_batches (
+  batch_id INTEGER PRIMARY KEY,  -- a trained batch Store::retain_calls has applied to
+  kept_episodes INTEGER NOT NULL,
+  dropped_episodes INTEGER NOT NULL,
+  at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS dropped_calls (
+  episode_uuid TEXT PRIMARY KEY,  -- an episode whose calls retention deleted
+  batch_id INTEGER NOT NULL,
+  calls INTEGER NOT NULL,
+  bytes INTEGER NOT NULL,
+  policy TEXT NOT NULL,
+  at REAL NOT NULL
+);
 )sql";
 
 int64_t to_int(const std::string& text) { return text.empty() ? 0 : std::stoll(text); }
@@ -124,6 +142,9 @@ void check_and_create_schema(Db& db, bool fsync_each_commit) {
   if (app_id == 0 && to_int(db.query_text("SELECT count(*) FROM sqlite_master")) > 0) {
     fail(ErrorCode::kDataLoss, where + " is a SQLite database without the AgentJet marker, not an AgentJet store");
   }
+  // Pages freed by retention (Store::retain_calls) go back to the file system. Only a store without
+  // tables can take this (and only before WAL is on); an older store reuses its free pages instead.
+  if (version == 0) db.exec("PRAGMA auto_vacuum=INCREMENTAL");
   std::string mode = db.query_text("PRAGMA journal_mode=WAL");
   if (mode != "wal") fail(ErrorCode::kIo, where + ": cannot enable WAL mode (journal_mode is '" + mode + "')");
   db.exec(fsync_each_commit ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL");
@@ -400,6 +421,87 @@ std::future<void> Store::put_state(std::string key, std::string value, Done done
   return enqueue(
       [key = std::move(key), value = std::move(value)](Db& db) {
         db.prepare("INSERT OR REPLACE INTO state (key, value) VALUES (?1, ?2)").bind(1, key).bind_blob(2, value).run();
+      },
+      std::move(done));
+}
+
+std::string call_retention_text(const CallRetention& r) {
+  if (r.full_steps < 0) return "every trained step in full (ajet.store_retention.full_steps = -1)";
+  return fmt::format("the last {} trained step{} in full, of each earlier step the first {} episode{} "
+                     "(ajet.store_retention.full_steps, sample_episodes)",
+                     r.full_steps, r.full_steps == 1 ? "" : "s", r.sample_episodes, r.sample_episodes == 1 ? "" : "s");
+}
+
+namespace {
+
+// Trained batches retention has not yet applied to, older than the newest `full_steps` trained ones.
+std::vector<int64_t> batches_past_retention(Db& db, int64_t full_steps) {
+  Stmt& s = db.prepare(
+      "SELECT b.id FROM batches b WHERE b.status = 'trained' "
+      "AND b.id NOT IN (SELECT id FROM batches WHERE status = 'trained' ORDER BY id DESC LIMIT ?1) "
+      "AND NOT EXISTS (SELECT 1 FROM retained_batches r WHERE r.batch_id = b.id) ORDER BY b.id");
+  s.bind(1, full_steps);
+  std::vector<int64_t> out;
+  while (s.step()) out.push_back(s.column_int(0));
+  s.reset();
+  return out;
+}
+
+// One batch: the episodes past the first `sample_episodes` lose their calls, each noted.
+void retain_batch_calls(Db& db, int64_t batch_id, int64_t sample_episodes, const std::string& policy, double at) {
+  Stmt& dropped = db.prepare(
+      "SELECT c.episode_uuid, count(*), sum(length(c.request) + length(c.response) + length(c.prompt_ids) + "
+      "length(c.message_spans) + length(c.completion_ids) + length(c.logprobs) + length(c.raw_logprobs) + "
+      "length(c.policy_versions)) FROM calls c JOIN episodes e ON e.uuid = c.episode_uuid "
+      "WHERE e.batch_id = ?1 AND e.uuid NOT IN "
+      "(SELECT uuid FROM episodes WHERE batch_id = ?1 ORDER BY ended_at, rowid LIMIT ?2) "
+      "GROUP BY c.episode_uuid");
+  dropped.bind(1, batch_id).bind(2, sample_episodes);
+  std::vector<DroppedCalls> notes;
+  std::vector<std::string> uuids;
+  while (dropped.step()) {
+    uuids.push_back(dropped.column_text(0));
+    notes.push_back(DroppedCalls{batch_id, dropped.column_int(1), dropped.column_int(2), policy, at});
+  }
+  dropped.reset();
+  for (size_t i = 0; i < uuids.size(); ++i) {
+    db.prepare("DELETE FROM calls WHERE episode_uuid = ?1").bind(1, uuids[i]).run();
+    db.prepare(
+          "INSERT OR REPLACE INTO dropped_calls (episode_uuid, batch_id, calls, bytes, policy, at) "
+          "VALUES (?1, ?2, ?3, ?4, ?5, ?6)")
+        .bind(1, uuids[i])
+        .bind(2, batch_id)
+        .bind(3, notes[i].calls)
+        .bind(4, notes[i].bytes)
+        .bind(5, policy)
+        .bind(6, at)
+        .run();
+  }
+  const int64_t episodes = std::stoll(db.query_text("SELECT count(*) FROM episodes WHERE batch_id = " +
+                                                    std::to_string(batch_id)));
+  db.prepare("INSERT OR REPLACE INTO retained_batches (batch_id, kept_episodes, dropped_episodes, at) "
+             "VALUES (?1, ?2, ?3, ?4)")
+      .bind(1, batch_id)
+      .bind(2, episodes - int64_t(uuids.size()))
+      .bind(3, int64_t(uuids.size()))
+      .bind(4, at)
+      .run();
+}
+
+}  // namespace
+
+std::future<void> Store::retain_calls(CallRetention retention, double at, Done done) {
+  return enqueue(
+      [retention, at](Db& db) {
+        if (retention.full_steps < 0) return;
+        const std::string policy = call_retention_text(retention);
+        bool deleted = false;
+        for (int64_t batch_id : batches_past_retention(db, retention.full_steps)) {
+          retain_batch_calls(db, batch_id, std::max<int64_t>(retention.sample_episodes, 0), policy, at);
+          deleted = true;
+        }
+        // No-op in a store without auto_vacuum (its free pages are reused by later writes instead).
+        if (deleted) db.exec("PRAGMA incremental_vacuum");
       },
       std::move(done));
 }

@@ -39,6 +39,10 @@ inline constexpr int kApplicationId = 0x414a4554;  // PRAGMA application_id: "AJ
 
 using Done = std::function<void(std::exception_ptr)>;
 
+// "the last 5 trained steps in full, of each earlier step the first 4 episodes (ajet.store_retention)":
+// what an episode whose calls were deleted says about why.
+std::string call_retention_text(const CallRetention& retention);
+
 class Store {
  public:
   struct Options {
@@ -73,6 +77,12 @@ class Store {
   std::future<void> put_metrics(int64_t step, std::vector<std::pair<std::string, double>> values, double at,
                                 Done done = nullptr);
   std::future<void> put_state(std::string key, std::string value, Done done = nullptr);
+  // Applies `retention` to every trained batch it has not yet applied to that is older than the newest
+  // retention.full_steps trained batches: deletes the calls of its episodes past the first
+  // retention.sample_episodes (by end time) and notes each such episode (get_dropped_calls). Then
+  // returns the freed pages to the file system where the store was created with incremental vacuum
+  // (every store since issue 38); in an older store later writes reuse them, so the file stops growing.
+  std::future<void> retain_calls(CallRetention retention, double at, Done done = nullptr);
   // Resolves once everything queued before it is committed.
   std::future<void> flush();
   // Writes queued and not yet taken by the writer thread (GET /metrics).
@@ -82,6 +92,8 @@ class Store {
   std::optional<std::string> get_state(const std::string& key);
   std::optional<EpisodeRow> get_episode(const std::string& uuid);
   std::vector<CallRow> get_calls(const std::string& episode_uuid);
+  // Set when retain_calls deleted the episode's calls.
+  std::optional<DroppedCalls> get_dropped_calls(const std::string& episode_uuid);
   std::vector<EpisodeRow> get_batch_episodes(int64_t batch_id);
   std::vector<BatchRow> get_batches();
   std::vector<MetricRow> get_metrics(const std::string& name);

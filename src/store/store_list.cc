@@ -146,6 +146,11 @@ void add_call_totals(Db& db, EpisodeSummary& e) {
     e.completion_tokens += s.column_int(3) / 4;
   }
   s.reset();
+  if (e.llm_calls > 0) return;
+  Stmt& dropped = db.prepare("SELECT calls FROM dropped_calls WHERE episode_uuid = ?1");
+  dropped.bind(1, e.uuid);
+  if (dropped.step()) e.llm_calls_not_retained = dropped.column_int(0);
+  dropped.reset();
 }
 
 // One read transaction, so the page, its call totals and the count see the same commit.

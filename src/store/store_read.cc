@@ -16,12 +16,6 @@ constexpr const char* kEpisodeColumns =
     "e.uuid, e.client_uuid, e.episode_type, e.status, e.task_id, e.optional_task_id, e.reward, e.is_success, "
     "e.metadata, e.log_metrics, e.discard_episode_timeout, e.claimed_at, e.ended_at, e.batch_id";
 
-Json parse_stored_json(const std::string& text, std::string_view what) {
-  std::optional<Json> value = try_parse_json(text);
-  if (!value) fail(ErrorCode::kDataLoss, std::string(what) + ": stored JSON is corrupt");
-  return std::move(*value);
-}
-
 EpisodeRow read_episode(const Stmt& s) {
   EpisodeRow row;
   row.uuid = s.column_text(0);
@@ -110,6 +104,18 @@ std::optional<EpisodeRow> Store::get_episode(const std::string& uuid) {
 std::vector<CallRow> Store::get_calls(const std::string& episode_uuid) {
   std::lock_guard<std::mutex> lock(reader_mu_);
   return read_calls(*reader_db_, episode_uuid);
+}
+
+std::optional<DroppedCalls> Store::get_dropped_calls(const std::string& episode_uuid) {
+  std::lock_guard<std::mutex> lock(reader_mu_);
+  Stmt& s = reader_db_->prepare("SELECT batch_id, calls, bytes, policy, at FROM dropped_calls WHERE episode_uuid = ?1");
+  s.bind(1, episode_uuid);
+  std::optional<DroppedCalls> out;
+  if (s.step()) {
+    out = DroppedCalls{s.column_int(0), s.column_int(1), s.column_int(2), s.column_text(3), s.column_double(4)};
+  }
+  s.reset();
+  return out;
 }
 
 std::vector<EpisodeRow> Store::get_batch_episodes(int64_t batch_id) {

@@ -46,8 +46,10 @@ void episode_document(ServerContext& ctx, const std::string& uuid, Respond respo
       std::vector<tracking::CallRecord> calls = tracking::calls_from_rows(rows, format);
       tracking::EpisodeInfo info{row->uuid, row->task_id, row->reward.value_or(0.0)};
       tracking::MergedEpisode merged = tracking::merge_episode(info, calls, options);
-      respond(http::json_response(tracking::episode_json(tracking::EpisodeView::from_row(*row), calls, merged,
-                                                         model ? model->tokenizer.get() : nullptr)));
+      tracking::EpisodeView view = tracking::EpisodeView::from_row(*row);
+      view.dropped_calls = ctx.store.get_dropped_calls(uuid);
+      respond(http::json_response(
+          tracking::episode_json(view, calls, merged, model ? model->tokenizer.get() : nullptr)));
     });
   });
 }

@@ -101,7 +101,7 @@ bool metadata_matches(const Task& task, const OrderedJson& predicate) {
 std::vector<Task> filter_tasks(std::vector<Task> tasks, const config::TaskFilterConfig& filters) {
   const std::unordered_set<std::string> include(filters.include_task_ids.begin(), filters.include_task_ids.end());
   const std::unordered_set<std::string> exclude(filters.exclude_task_ids.begin(), filters.exclude_task_ids.end());
-  const OrderedJson predicate = OrderedJson::parse(filters.metadata.dump());
+  const OrderedJson predicate(filters.metadata);
   std::vector<Task> out;
   for (Task& t : tasks) {
     if (!include.empty() && !include.contains(t.task_id)) continue;
@@ -149,7 +149,7 @@ TaskSets load_tasks(const config::TaskSourceConfig& reader, const std::filesyste
     const BuiltinTask& kind = builtin_task(reader.builtin.generator);
     GenerateOptions options;
     options.seed = static_cast<uint64_t>(reader.builtin.seed);
-    options.params = OrderedJson::parse(reader.builtin.params.dump());
+    options.params = OrderedJson(reader.builtin.params);
     options.split = Split::kTrain;
     options.count = reader.builtin.num_training_tasks;
     sets.training = kind.generate(options);

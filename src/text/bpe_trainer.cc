@@ -335,7 +335,7 @@ std::string tokenizer_json(const Vocab& vocab, const std::vector<Pair>& merges, 
   tok["padding"] = nullptr;
   tok["added_tokens"] = added_json;
   tok["normalizer"] = {{"type", "NFC"}};
-  tok["pre_tokenizer"] = OJson::parse(pre_tokenizer_spec().dump());
+  tok["pre_tokenizer"] = OJson(pre_tokenizer_spec());
   tok["post_processor"] = byte_level;
   tok["decoder"] = byte_level;
   tok["model"] = {{"type", "BPE"},

@@ -74,6 +74,9 @@ ToolCall parse_tool_call(const OrderedJson& call, const std::string& where) {
   if (args == nullptr) invalid_argument(where + ".function.arguments is required");
   if (!args->is_string()) wrong_type(where + ".function.arguments", "a string (JSON text)", *args);
   out.arguments = args->get<std::string>();
+  // Arguments may be any text, but JSON in them is read again (rendering, the tracker's signature):
+  // refused here when deeper than every other JSON may be, naming the field (issue 38).
+  require_json_depth(out.arguments, where + ".function.arguments");
   return out;
 }
 

@@ -4,7 +4,7 @@
 //
 // Key order matters: templates serialise tool definitions and tool-call arguments in the order the
 // client sent them, so everything here is parsed as OrderedJson (insertion order), never ajet::Json
-// (which sorts keys). Parse request bodies with parse_chat_request(text) or OrderedJson::parse.
+// (which sorts keys). Parse request bodies with parse_chat_request(text) or parse_ordered_json (common/json.h).
 //
 // Normalisation (what an OpenAI-compatible server such as vLLM does before applying a template, and
 // what tests/js/render_chat_template.mjs mirrors): role "developer" is rendered as "system"; null or

@@ -46,7 +46,7 @@ std::optional<std::string> config_token(const Json& cfg, std::string_view key, s
 // Parses tokenizer.json, streaming model.vocab and model.merges (some 300k entries in a Qwen file)
 // straight into `vocab` / `merges` while building a DOM for everything else: about twice as fast as
 // a full nlohmann DOM, which matters for every CLI call and engine start.
-class TokenizerJsonSax {
+class TokenizerJsonSax final : public nlohmann::json_sax<Json> {
  public:
   TokenizerJsonSax(std::string_view source, std::unordered_map<std::string, TokenId>& vocab)
       : source_(source), vocab_(vocab) {}
@@ -57,16 +57,16 @@ class TokenizerJsonSax {
   std::vector<std::pair<std::string, std::string>> merges;
   int64_t max_vocab_id = -1;
 
-  bool null() { return scalar(Json()); }
-  bool boolean(bool v) { return scalar(Json(v)); }
-  bool number_integer(Json::number_integer_t v) { return mode_ == kVocab ? vocab_id(v) : scalar(Json(v)); }
-  bool number_unsigned(Json::number_unsigned_t v) {
+  bool null() override { return scalar(Json()); }
+  bool boolean(bool v) override { return scalar(Json(v)); }
+  bool number_integer(Json::number_integer_t v) override { return mode_ == kVocab ? vocab_id(v) : scalar(Json(v)); }
+  bool number_unsigned(Json::number_unsigned_t v) override {
     return mode_ == kVocab ? vocab_id(v > static_cast<uint64_t>(kMaxTokenId) ? -1 : static_cast<int64_t>(v))
                            : scalar(Json(v));
   }
-  bool number_float(Json::number_float_t v, const std::string&) { return scalar(Json(v)); }
-  bool binary(Json::binary_t&) { return scalar(Json()); }
-  bool string(std::string& v) {
+  bool number_float(Json::number_float_t v, const std::string&) override { return scalar(Json(v)); }
+  bool binary(Json::binary_t&) override { return scalar(Json()); }
+  bool string(std::string& v) override {
     if (mode_ == kMerges) {
       size_t sp = v.find(' ');
       if (sp == std::string::npos || sp == 0 || sp + 1 >= v.size()) {
@@ -81,11 +81,11 @@ class TokenizerJsonSax {
     }
     return scalar(Json(std::move(v)));
   }
-  bool key(std::string& k) {
+  bool key(std::string& k) override {
     key_ = std::move(k);
     return true;
   }
-  bool start_object(size_t) {
+  bool start_object(size_t) override {
     if (mode_ == kDom && stack_.size() == 2 && stack_[1] == model_ && key_ == "vocab") {
       mode_ = kVocab;
       has_vocab = true;
@@ -97,7 +97,7 @@ class TokenizerJsonSax {
     stack_.push_back(obj);
     return true;
   }
-  bool end_object() {
+  bool end_object() override {
     if (mode_ == kVocab) {
       mode_ = kDom;
     } else {
@@ -105,7 +105,7 @@ class TokenizerJsonSax {
     }
     return true;
   }
-  bool start_array(size_t) {
+  bool start_array(size_t) override {
     if (mode_ == kDom && stack_.size() == 2 && stack_[1] == model_ && key_ == "merges") {
       mode_ = kMerges;
       has_merges = true;
@@ -120,7 +120,7 @@ class TokenizerJsonSax {
     stack_.push_back(add(Json::array()));
     return true;
   }
-  bool end_array() {
+  bool end_array() override {
     if (mode_ == kMergePair) {
       if (pair_.size() != 2) bad_merge();
       merges.emplace_back(std::move(pair_[0]), std::move(pair_[1]));
@@ -132,7 +132,8 @@ class TokenizerJsonSax {
     }
     return true;
   }
-  bool parse_error(size_t, const std::string&, const nlohmann::detail::exception& e) {
+  // Not called: sax_parse_json reports syntax errors itself, naming where they are.
+  bool parse_error(size_t, const std::string&, const nlohmann::detail::exception& e) override {
     invalid_argument(std::string(source_) + ": invalid JSON: " + e.what());
   }
 
@@ -338,7 +339,7 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
   impl->config = std::move(config);
   impl->vocab.reserve(1 << 17);
   TokenizerJsonSax sax(src, impl->vocab);
-  Json::sax_parse(tokenizer_json.begin(), tokenizer_json.end(), &sax);
+  sax_parse_json(tokenizer_json, src, sax);
   const Json& root = sax.root;
   if (!root.is_object()) bad_file(src, "expected a JSON object at top level");
 

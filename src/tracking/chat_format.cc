@@ -18,11 +18,13 @@ std::string trim(std::string_view s) {
 }
 
 // Arguments as a JSON value with sorted keys and no spacing, so {"a": 1, "b": 2} == {"b":2,"a":1};
-// text that is not JSON stays text (prefixed so it never equals a JSON value).
+// text that is not JSON stays text (prefixed so it never equals a JSON value). The parse is the bounded
+// one: an arguments string nested 70,000 levels deep used to be built here and overflow the stack in
+// dump() (issue 38); past the limit it compares as text.
 std::string canonical_arguments(const std::string& arguments) {
-  Json j = Json::parse(arguments, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return "\x01" + arguments;
-  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+  std::optional<Json> j = try_parse_json(arguments);
+  if (!j) return "\x01" + arguments;
+  return j->dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
 std::string make_key(std::string_view content, const std::vector<text::ToolCall>& calls) {

@@ -1,5 +1,8 @@
 #include "tracking/episode_json.h"
 
+#include <fmt/format.h>
+
+#include "common/json.h"
 #include "text/messages.h"
 #include "text/utf8.h"
 
@@ -31,11 +34,12 @@ Json branch_json(const BranchDiagnostic& b) {
 Json request_json(const CallRecord& c) {
   Json messages = Json::array();
   for (const text::ChatMessage& m : c.request.messages) {
-    messages.push_back(Json::parse(text::to_openai_json(m).dump(-1, ' ', false, Json::error_handler_t::replace)));
+    const std::string dumped = text::to_openai_json(m).dump(-1, ' ', false, Json::error_handler_t::replace);
+    messages.push_back(parse_json(dumped, "stored message"));
   }
   Json tools = Json::array();
   for (const text::OrderedJson& t : c.request.tools) {
-    tools.push_back(Json::parse(t.dump(-1, ' ', false, Json::error_handler_t::replace)));
+    tools.push_back(parse_json(t.dump(-1, ' ', false, Json::error_handler_t::replace), "stored tool"));
   }
   return Json{{"messages", messages}, {"tools", tools}};
 }
@@ -104,6 +108,15 @@ Json episode_json(const EpisodeView& episode, std::span<const CallRecord> calls,
   j["episode_type"] = episode.episode_type;
   j["reward"] = episode.reward ? Json(*episode.reward) : Json(nullptr);
   j["tokenizer"] = tokenizer != nullptr;
+  j["calls_not_retained"] = nullptr;
+  if (const auto& d = episode.dropped_calls) {
+    j["calls_not_retained"] = Json{{"calls", d->calls},
+                                   {"bytes", d->bytes},
+                                   {"batch_id", d->batch_id},
+                                   {"at", d->at},
+                                   {"message", fmt::format("{} call{} not retained (retention: {})", d->calls,
+                                                           d->calls == 1 ? "" : "s", d->policy)}};
+  }
 
   Json jc = Json::array();
   for (const CallRecord& c : calls) {

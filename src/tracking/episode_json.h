@@ -25,6 +25,9 @@ struct EpisodeView {
   std::string status;        // claimed | finished | aborted | ... ("" when unknown)
   std::string episode_type;  // train | eval
   std::optional<double> reward;
+  // Set when the store's retention deleted the episode's calls (Store::get_dropped_calls): the
+  // document says so instead of showing an episode without calls.
+  std::optional<store::DroppedCalls> dropped_calls;
 
   static EpisodeView from_row(const store::EpisodeRow& row);
 };

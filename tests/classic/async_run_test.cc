@@ -98,7 +98,8 @@ TEST(ClassicAsync, NextRolloutOverlapsTrainingWithinMaxStaleness) {
   // The step line says it: "staleness <mean>/<max>".
   EXPECT_NE(run.out.out.find("  staleness "), std::string::npos) << run.out.out;
   // The front's own record of the batches agrees with the bound (swarm.log: "batch N trains from
-  // policy_version V: staleness {...} (max M, ajet.async.max_staleness = 1)"), and dropped none.
+  // policy_version V: staleness min a, mean b, max M over n episodes (...) (ajet.async.max_staleness =
+  // 1)"), and dropped none.
   const std::string log = read_file(dir / "exps" / "run" / "swarm.log");
   EXPECT_EQ(log.find("staler than ajet.async.max_staleness"), std::string::npos) << log;
 }

@@ -1,7 +1,12 @@
-// Chat message parsing and stream assembly (what ChatClient returns), without a server.
+// Chat message parsing and stream assembly (what ChatClient returns), without a server; and a
+// server's answer that is not a ChatCompletion, from a real HTTP server.
 #include "client/openai_chat.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include "http/router.h"
+#include "http/server.h"
 
 namespace ajet::client {
 namespace {
@@ -50,6 +55,32 @@ TEST(StreamAccumulatorTest, JoinsContentAndToolCallFragmentsOfOneChoice) {
 TEST(ChatClientTest, ABadBaseUrlIsAnErrorAtConstruction) {
   EXPECT_THROW(ChatClient("https://secure.example/v1", "k"), Error);
   EXPECT_NO_THROW(ChatClient("http://127.0.0.1:1/v1", "k"));
+}
+
+// An answer nested 100,000 levels deep (issue 38): read without a depth limit, the first copy of the
+// tool call's function (parse_message) recursed once per level off the stack. The bounded parse
+// refuses it as not JSON, an error of the client's own.
+TEST(ChatClientTest, AnAnswerNestedTooDeepIsAnErrorNotACrash) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const std::string answer = R"({"choices": [{"index": 0, "message": {"role": "assistant", "tool_calls": [)"
+                             R"({"id": "c", "function": )" + deep + "}]}}]}";
+  http::Router router;
+  router.post("/v1/chat/completions", [answer](http::Request, http::Respond respond) {
+    http::Response r;
+    r.headers.add("Content-Type", "application/json");
+    r.body = answer;
+    respond(std::move(r));
+  });
+  http::HttpServer server(http::ServerOptions{}, std::move(router));
+  server.start();
+  ChatClient chat("http://127.0.0.1:" + std::to_string(server.port()) + "/v1", "k");
+  try {
+    chat.create(Json::array({{{"role", "user"}, {"content", "hi"}}}));
+    ADD_FAILURE() << "the answer was accepted";
+  } catch (const SwarmError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("not a ChatCompletion"));
+  }
+  server.stop();
 }
 
 }  // namespace

@@ -115,6 +115,65 @@ TEST(Json, TryParseGivesNothingForTextThatIsNotJsonOrTooDeep) {
   EXPECT_EQ(try_parse_ordered_json("[3]")->dump(), "[3]");
 }
 
+// A tool call's arguments may be any text; JSON in them deeper than the limit is refused naming the
+// field (before issue 38 it was parsed without a limit elsewhere and overflowed the stack in dump()).
+TEST(Json, RequireDepthRefusesOnlyJsonNestedTooDeep) {
+  const std::string deep = std::string(70000, '[') + std::string(70000, ']');
+  try {
+    require_json_depth(deep, "messages[1].tool_calls[0].function.arguments");
+    ADD_FAILURE() << "70,000 levels passed";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_THAT(e.what(),
+                ::testing::StartsWith("messages[1].tool_calls[0].function.arguments: invalid JSON at [0][0]"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("nested deeper than 128 levels"));
+  }
+  // Deep but cut off, or deep inside text that is not JSON at its start: still refused once it opens
+  // the 129th level as JSON; any other text passes, JSON or not.
+  EXPECT_THROW(require_json_depth("{\"a\": " + std::string(200, '['), "args"), Error);
+  EXPECT_NO_THROW(require_json_depth(std::string(128, '[') + std::string(128, ']'), "args"));
+  EXPECT_NO_THROW(require_json_depth("not json " + std::string(500, '['), "args"));
+  EXPECT_NO_THROW(require_json_depth("{\"a\": ", "args"));
+  EXPECT_NO_THROW(require_json_depth("", "args"));
+  EXPECT_NO_THROW(require_json_depth(R"({"city": "Paris"})", "args"));
+}
+
+// A reader of events gets the same limit and errors as parse_json.
+TEST(Json, SaxParseForwardsEventsWithTheSameLimit) {
+  struct Counter final : nlohmann::json_sax<Json> {
+    int keys = 0, values = 0, opened = 0;
+    bool null() override { return ++values; }
+    bool boolean(bool) override { return ++values; }
+    bool number_integer(number_integer_t) override { return ++values; }
+    bool number_unsigned(number_unsigned_t) override { return ++values; }
+    bool number_float(number_float_t, const string_t&) override { return ++values; }
+    bool string(string_t&) override { return ++values; }
+    bool binary(binary_t&) override { return ++values; }
+    bool start_object(std::size_t) override { return ++opened; }
+    bool key(string_t&) override { return ++keys; }
+    bool end_object() override { return true; }
+    bool start_array(std::size_t) override { return ++opened; }
+    bool end_array() override { return true; }
+    bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+  };
+  Counter c;
+  EXPECT_TRUE(sax_parse_json(R"({"a": [1, "x", null], "b": {"c": 2.5}})", "file", c));
+  EXPECT_EQ(c.keys, 3);
+  EXPECT_EQ(c.values, 4);
+  EXPECT_EQ(c.opened, 3);
+  Counter deep;
+  try {
+    sax_parse_json("{\"v\": " + std::string(5000, '['), "tokenizer.json", deep);
+    ADD_FAILURE() << "5,000 levels passed";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), ::testing::StartsWith("tokenizer.json: invalid JSON at v[0][0]"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("nested deeper than 128 levels"));
+  }
+  EXPECT_LE(deep.opened, kMaxJsonDepth);
+  Counter bad;
+  EXPECT_THROW(sax_parse_json(R"({"a": tru})", "file", bad), Error);
+}
+
 TEST(Fs, AtomicWriteThenRead) {
   auto path = std::filesystem::temp_directory_path() / ("ajet_fs_test_" + new_uuid_hex());
   write_file_atomic(path, "hello");

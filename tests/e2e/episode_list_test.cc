@@ -83,7 +83,7 @@ TEST_F(EpisodeListTest, PagesFiltersAndRefusesBadParameters) {
     EXPECT_GE(all["episodes"][i - 1]["claimed_at"].get<double>(), all["episodes"][i]["claimed_at"].get<double>());
   }
   for (const Json& e : all["episodes"]) {
-    EXPECT_EQ(e.size(), 15u) << e.dump();
+    EXPECT_EQ(e.size(), 16u) << e.dump();
     if (e["uuid"] == a) {
       EXPECT_EQ(e["task_id"], "task-1");
       EXPECT_EQ(e["client_uuid"], "client-a");

@@ -77,6 +77,44 @@ TEST_F(FrontRobustnessTest, DeeplyNestedBodiesAre400NamingTheFieldAndTheFrontLiv
   EXPECT_EQ(api_->end("client-a", uuid, "t", 1.0).status, 200);
 }
 
+// Issue 38: a tool call's arguments string holding JSON 70,000 levels deep (a 140 KB body) killed the
+// front with SIGSEGV through both routes that take one: the body's own depth is fine, but the
+// tracker's signature parsed the string without the limit and dump() recursed off the stack.
+TEST_F(FrontRobustnessTest, ToolCallArgumentsNestedTooDeepAre400NamingTheFieldAndTheFrontLives) {
+  const std::string key = api_->claim("client-a", "train")["openai_api_key"];
+  const http::Headers auth{{"Authorization", "Bearer " + key}};
+  const std::string deep = std::string(70000, '[') + std::string(70000, ']');
+
+  const std::string chat = R"({"model": "m", "messages": [{"role": "user", "content": "hi"}, )"
+                           R"({"role": "assistant", "content": null, "tool_calls": [{"id": "c1", )"
+                           R"("type": "function", "function": {"name": "f", "arguments": ")" + deep + R"("}}]}, )"
+                           R"({"role": "tool", "tool_call_id": "c1", "content": "ok"}]})";
+  auto r = post_raw("/v1/chat/completions", chat, auth);
+  EXPECT_EQ(r.status, 400) << r.body.substr(0, 300);
+  EXPECT_EQ(r.json()["error"]["type"], "invalid_request_error") << r.body.substr(0, 300);
+  EXPECT_THAT(r.body, HasSubstr("messages[1].tool_calls[0].function.arguments: invalid JSON at [0][0]"));
+  EXPECT_THAT(r.body, HasSubstr("nested deeper than 128 levels"));
+  expect_still_serving();
+
+  const std::string responses = R"({"model": "m", "input": [{"role": "user", "content": "hi"}, )"
+                                R"({"type": "function_call", "call_id": "c1", "name": "f", "arguments": ")" + deep +
+                                R"("}, {"type": "function_call_output", "call_id": "c1", "output": "ok"}]})";
+  r = post_raw("/v1/responses", responses, auth);
+  EXPECT_EQ(r.status, 400) << r.body.substr(0, 300);
+  EXPECT_EQ(r.json()["error"]["type"], "invalid_request_error") << r.body.substr(0, 300);
+  EXPECT_THAT(r.body, HasSubstr("input[1].arguments"));
+  EXPECT_THAT(r.body, HasSubstr("nested deeper than 128 levels"));
+  expect_still_serving();
+
+  // Arguments that are not JSON at all are still the client's business: the call goes through.
+  const std::string text_args = R"({"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}, )"
+                                R"({"role": "assistant", "content": null, "tool_calls": [{"id": "c1", )"
+                                R"("type": "function", "function": {"name": "f", "arguments": "[[[ not json"}}]}, )"
+                                R"({"role": "tool", "tool_call_id": "c1", "content": "ok"}]})";
+  r = post_raw("/v1/chat/completions", text_args, auth);
+  EXPECT_EQ(r.status, 200) << r.body.substr(0, 300);
+}
+
 // The OpenAI endpoint used to answer these with "request body is not valid JSON" and nothing more.
 TEST_F(FrontRobustnessTest, UnparsableValuesOnTheOpenAiEndpointNameFieldAndPosition) {
   const std::string key = api_->claim("client-a", "eval")["openai_api_key"];

@@ -108,5 +108,53 @@ TEST_F(TrainingTest, FullBatchTrainsOnceCheckpointsAndACrashedEngineResumesFromI
   EXPECT_EQ(api_->status()["global_step"], 1);
 }
 
+// Issue 38, disk: every step's calls were kept forever (the main command's 2-minute RL stage left a
+// 210 MB store) and every step's log line listed each episode's staleness (1 MB of a 1.1 MB log).
+// Now ajet.store_retention keeps the newest steps' calls in full and a sample of older steps', an
+// episode whose calls went says so, and the log has one staleness summary a step.
+TEST_F(TrainingTest, OlderStepsKeepASampleOfTheirCallsAndTheLogSummarisesStaleness) {
+  std::string yaml = config_yaml(model_, "  store_retention:\n    full_steps: 1\n    sample_episodes: 1\n");
+  yaml.replace(yaml.find("backbone: debug"), std::string("backbone: debug").size(), "backbone: torch");
+  const http::Headers admin;  // this front has no admin token: the admin routes are open
+  api_->boot(yaml);
+  std::vector<std::vector<std::string>> steps;  // the episodes of each step, in the order they ended
+  for (int step = 0; step < 3; ++step) {
+    steps.push_back({episode("task-a", "alpha", 1.0), episode("task-a", "beta", 0.0),
+                     episode("task-b", "gamma", 0.5), episode("task-b", "delta", 2.0)});
+    ASSERT_TRUE(eventually([&] { return api_->status()["global_step"] == step + 1; })) << api_->status().dump();
+  }
+  auto document = [&](const std::string& uuid) {
+    auto r = api_->get("/episodes/" + uuid, admin);
+    EXPECT_EQ(r.status, 200) << r.body;
+    return r.json();
+  };
+  // Steps 0 and 1 are older than the newest trained step: their first episode to end keeps its call.
+  for (int step = 0; step < 2; ++step) {
+    const Json kept = document(steps[step][0]);
+    EXPECT_EQ(kept["calls"].size(), 1u) << kept.dump().substr(0, 300);
+    EXPECT_TRUE(kept["calls_not_retained"].is_null());
+    for (size_t i = 1; i < steps[step].size(); ++i) {
+      const Json gone = document(steps[step][i]);
+      EXPECT_TRUE(gone["calls"].empty());
+      const std::vector<double> rewards = {1.0, 0.0, 0.5, 2.0};
+      EXPECT_EQ(gone["reward"], rewards[i]);
+      ASSERT_TRUE(gone["calls_not_retained"].is_object()) << gone.dump().substr(0, 300);
+      EXPECT_EQ(gone["calls_not_retained"]["calls"], 1);
+      EXPECT_THAT(gone["calls_not_retained"]["message"].get<std::string>(),
+                  HasSubstr("1 call not retained (retention: the last 1 trained step in full, of each earlier step "
+                            "the first 1 episode"));
+    }
+  }
+  for (const std::string& uuid : steps[2]) EXPECT_EQ(document(uuid)["calls"].size(), 1u) << uuid;
+  const Json listed = api_->get("/episodes?uuid=" + steps[0][3], admin).json();
+  ASSERT_EQ(listed["episodes"].size(), 1u) << listed.dump();
+  EXPECT_EQ(listed["episodes"][0]["llm_calls_not_retained"], 1);
+
+  // One line a step: counts by staleness, no episode named.
+  const std::string line = verbose_line("trains from policy_version 2");
+  EXPECT_THAT(line, HasSubstr("staleness min 0, mean 0.00, max 0 over 4 episodes (0: 4)")) << line;
+  for (const std::string& uuid : steps[2]) EXPECT_THAT(line, ::testing::Not(HasSubstr(uuid)));
+}
+
 }  // namespace
 }  // namespace ajet::e2e

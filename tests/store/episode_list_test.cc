@@ -186,10 +186,11 @@ TEST(EpisodeList, SummaryRowsCarryStepCallsAgentsAndTokenTotals) {
   const Json& row = j["episodes"][0];
   for (const char* k :
        {"uuid", "task_id", "client_uuid", "episode_type", "status", "reward", "is_success", "claimed_at", "ended_at",
-        "batch_id", "global_step", "llm_calls", "agents", "prompt_tokens", "completion_tokens"}) {
+        "batch_id", "global_step", "llm_calls", "llm_calls_not_retained", "agents", "prompt_tokens",
+        "completion_tokens"}) {
     EXPECT_TRUE(row.contains(k)) << k;
   }
-  EXPECT_EQ(row.size(), 15u);
+  EXPECT_EQ(row.size(), 16u);
   EXPECT_TRUE(row["global_step"].is_null());
   EXPECT_TRUE(row["reward"].is_null());
   EXPECT_TRUE(j["next_cursor"].is_null());

@@ -123,6 +123,21 @@ TEST(ChatMessages, InvalidJsonTextNamesTheSource) {
   EXPECT_NE(message.find("request: invalid JSON"), std::string::npos) << message;
 }
 
+// Issue 38: arguments are any text, but JSON in them deeper than the body's own limit is refused
+// naming the field, before anything renders or signs them.
+TEST(ChatMessages, ToolCallArgumentsNestedPastTheLimitAreRefusedNamingTheField) {
+  auto body = [](const std::string& arguments) {
+    return R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "tool_calls": [)"
+           R"({"type": "function", "function": {"name": "f", "arguments": ")" + arguments + R"("}}]}]})";
+  };
+  const std::string message = parse_error(body(std::string(70000, '[') + std::string(70000, ']')));
+  EXPECT_NE(message.find("messages[1].tool_calls[0].function.arguments: invalid JSON at [0][0]"), std::string::npos)
+      << message.substr(0, 300);
+  EXPECT_NE(message.find("nested deeper than 128 levels"), std::string::npos) << message.substr(0, 300);
+  EXPECT_NO_THROW(parse_chat_request(body(std::string(128, '[') + std::string(128, ']')), "test"));
+  EXPECT_NO_THROW(parse_chat_request(body("[[[ not json"), "test"));
+}
+
 TEST(ChatMessages, KeepsToolKeyOrder) {
   const ChatRequest r = parse_chat_request(
       R"({"messages": [{"role": "user", "content": "x"}],

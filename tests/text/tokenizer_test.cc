@@ -473,6 +473,17 @@ TEST(BadFiles, TruncatedJson) {
   EXPECT_THAT(msg, HasSubstr("invalid JSON"));
 }
 
+// tokenizer.json is read by a reader of its own (the vocabulary is never built as JSON); it had no
+// depth limit, and what it built of the rest was walked recursively later.
+TEST(BadFiles, NestingPastTheLimitIsRefusedNamingWhere) {
+  Json j = small_tokenizer(SmallSpec{});
+  std::string text = j.dump();
+  text.insert(text.size() - 1, R"(, "extra": )" + std::string(5000, '[') + std::string(5000, ']'));
+  std::string msg = error_of([&] { Tokenizer::from_json(text, "models/x/tokenizer.json"); });
+  EXPECT_THAT(msg, HasSubstr("models/x/tokenizer.json: invalid JSON at extra[0][0]"));
+  EXPECT_THAT(msg, HasSubstr("nested deeper than 128 levels"));
+}
+
 TEST(BadFiles, UnsupportedModelTypes) {
   for (std::string type : {"WordPiece", "Unigram", "WordLevel"}) {
     Json j = small_tokenizer(SmallSpec{});

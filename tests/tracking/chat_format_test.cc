@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "tracking/call_record.h"
 #include "tracking/chat_format.h"
 #include "tracking_test_util.h"
 
@@ -33,6 +34,30 @@ TEST(TurnSignature, ToolCallArgumentsCompareAsJsonValues) {
   // Arguments that are not JSON compare as text and never equal a JSON value.
   EXPECT_NE(message_signature(assistant("", {{"", "f", "not json"}})).key,
             message_signature(assistant("", {{"", "f", "\"not json\""}})).key);
+}
+
+// Issue 38: arguments nested 70,000 levels deep were parsed without a limit here and dump() overflowed
+// the stack (SIGSEGV of the front through /v1/chat/completions and /v1/responses). Past the limit they
+// compare as text; within it, as JSON values.
+TEST(TurnSignature, ArgumentsNestedPastTheLimitCompareAsTextWithoutACrash) {
+  const std::string deep = std::string(70000, '[') + std::string(70000, ']');
+  const TurnSignature sig = message_signature(assistant("", {{"", "f", deep}}));
+  EXPECT_NE(sig.key.find(deep), std::string::npos);
+  const std::string ok = std::string(100, '[') + std::string(100, ']');
+  EXPECT_EQ(message_signature(assistant("", {{"", "f", ok}})).key,
+            message_signature(assistant("", {{"", "f", " " + ok + " "}})).key);
+}
+
+// A stored response nested too deep gives no text instead of a crash (call_record.cc).
+TEST(CallFromRow, AStoredResponseNestedTooDeepGivesNoText) {
+  store::CallRow row;
+  row.episode_uuid = "e";
+  row.finish_reason = "stop";
+  row.response_json =
+      R"({"choices": [{"message": {"content": )" + std::string(70000, '[') + std::string(70000, ']') + "}}]}";
+  EXPECT_EQ(call_from_row(row, nullptr).completion_text, "");
+  row.response_json = R"({"choices": [{"message": {"content": "hi"}}]})";
+  EXPECT_EQ(call_from_row(row, nullptr).completion_text, "hi");
 }
 
 TEST(TurnSignature, ReasoningIsSeparateFromTheKey) {

@@ -37,9 +37,11 @@ class Response:
     body: bytes = b""
 
     def json(self) -> Any:
+        """The body as JSON; None when it is not JSON, or nests deeper than Python's recursion limit
+        (json.loads raises RecursionError there: callers then refuse the answer as not JSON)."""
         try:
             return json.loads(self.body.decode("utf-8")) if self.body else None
-        except (UnicodeDecodeError, json.JSONDecodeError):
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
             return None
 
     def text(self) -> str:

@@ -84,7 +84,7 @@ class ChatClient:
                         return
                     try:
                         chunk = json.loads(data)
-                    except json.JSONDecodeError as e:
+                    except (json.JSONDecodeError, RecursionError) as e:  # RecursionError: nested too deep
                         raise ChatError(f"chat stream: an event is not JSON: {data[:200]!r}") from e
                     if isinstance(chunk, dict) and "error" in chunk:
                         err = chunk["error"] if isinstance(chunk["error"], dict) else {"message": str(chunk["error"])}

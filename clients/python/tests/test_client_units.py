@@ -18,8 +18,8 @@ import unittest
 import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from ajet_swarm import (ChatClient, RetryPolicy, SwarmClient, SwarmCommandError, SwarmConnectionError,
-                        SwarmServerOfflineError, SwarmTimeoutError, Task, ThrottlePolicy, WorkflowOutput,
+from ajet_swarm import (ChatClient, ChatError, RetryPolicy, SwarmClient, SwarmCommandError, SwarmConnectionError,
+                        SwarmError, SwarmServerOfflineError, SwarmTimeoutError, Task, ThrottlePolicy, WorkflowOutput,
                         accumulate_stream, format_rollout_stat, to_yaml)
 from ajet_swarm.code_sync import zip_tree
 from ajet_swarm.throttle import RecentTasks, check_throttle, decide_and_remember
@@ -236,7 +236,7 @@ class _ScriptedHandler(BaseHTTPRequestHandler):
             self.server.raw.append((self.path, dict(self.headers), raw))
             queue = self.server.answers.get(path, [(404, {"error": {"message": "no such path"}})])
             status, payload = queue.pop(0) if len(queue) > 1 else queue[0]
-        data = json.dumps(payload).encode()
+        data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -265,6 +265,18 @@ class RetryRulesTest(unittest.TestCase):
         self.addCleanup(s.server_close)
         self.addCleanup(s.shutdown)
         return s
+
+    def test_an_answer_nested_past_the_recursion_limit_is_an_error_of_the_client_not_a_crash(self):
+        # json.loads raised RecursionError out of Response.json() for an answer nested 100,000 levels deep
+        # (issue 38): it escaped the client's own errors. Now the answer is refused as not JSON.
+        deep = b"[" * 100000 + b"]" * 100000
+        s = self.serve({"/v1/chat/completions": [(200, deep)], "/claim_episode": [(200, deep)]})
+        chat = ChatClient(s.url + "/v1", "sk-x", max_retries=0)
+        with self.assertRaisesRegex(ChatError, "not a ChatCompletion"):
+            chat.create([{"role": "user", "content": "hi"}])
+        c = SwarmClient(s.url, retry=FAST, verbose=False)
+        with self.assertRaises(SwarmError):
+            c.begin_episode(discard_episode_timeout=5)
 
     def test_claim_waits_through_not_ready_and_empty_pool_then_rewrites_the_host(self):
         s = self.serve({"/claim_episode": [
