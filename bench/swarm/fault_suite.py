@@ -14,7 +14,14 @@ with the goals the front must meet (docs/operations.md):
      saw meanwhile (chat: only 503 expected).
   4. hostile inputs: each a 4xx whose message names the problem, /health 200 after each; and /health
      answered within 0.5 s while eight 15 MB prompts are tokenized.
-  5. front memory (VmRSS) and open fds at the start and the end.
+  5. issue 38's attacks: tool-call arguments nested 70,000 deep (chat, responses), a stranger's
+     end/abort of another client's episode, CR/LF and unlisted hosts in coordinator_url, a claim that
+     would hold its slot forever, n and n x max_tokens x top_logprobs over their bounds, field names
+     of /v1/messages, orphan tool results, 8 MiB of metadata: each a 4xx naming the problem; then
+     hung-up calls leave no engine work, uploads without a key cost no memory, a tarpit coordinator
+     holds no work-pool route, the front at its connection cap answers /health, and SIGTERM stops
+     the front while its janitor asks the tarpit.
+  6. front memory (VmRSS) and open fds at the start and the end.
 
 Prints a markdown table and (not with --short) appends it with the date and the machine to
 docs/benchmarks.md. Exit status 1 when a goal is not met. Python 3.11 standard library only.
@@ -229,8 +236,9 @@ def wait_status(api, want, timeout, poll=0.05):
 class Front:
     """One `ajet-swarm start` in its own process group; its output goes to a log file."""
 
-    def __init__(self, name, exp_dir, log_path, token):
+    def __init__(self, name, exp_dir, log_path, token, extra=()):
         self.name, self.exp_dir, self.log_path, self.token = name, exp_dir, log_path, token
+        self.extra = list(extra)  # more `ajet-swarm start` flags
         self.proc = None
         self.port = 0
         self.lines = []
@@ -240,7 +248,7 @@ class Front:
 
     def start(self, resume=False, port=0, timeout=60.0):
         argv = [os.path.join(BIN, "ajet-swarm"), "start", "--port", str(port), "--exp-dir", self.exp_dir,
-                "--engine", os.path.join(BIN, "ajet-echo-engine"), "--janitor-interval", "0.5"]
+                "--engine", os.path.join(BIN, "ajet-echo-engine"), "--janitor-interval", "0.5"] + self.extra
         if resume:
             argv.append("--resume")
         env = dict(os.environ, AJET_ADMIN_TOKEN=self.token)
@@ -604,6 +612,7 @@ class Suite:
         self.failures = []
         self.notes = []
         self.all_acks = {}
+        self.tarpit = Tarpit()  # the coordinator of issue 38's tarpit groups (a --peer of the suite's front)
         self.mp = multiprocessing.get_context("forkserver")
         self.mp.set_forkserver_preload(["__main__"])
         warm = self.mp.Process(target=_noop)  # starts the forkserver (imports the client) before any timing
@@ -855,7 +864,6 @@ class Suite:
             raise RuntimeError(f"claim_episode for the hostile inputs: {status} {claim}")
         uuid, key = claim["episode_uuid"], claim["openai_api_key"]
         auth = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
-        jsonh = {"Content-Type": "application/json"}
         msgs = '"messages": [{"role": "user", "content": "hi"}]'
 
         def nested(key_, depth, leaf="1"):
@@ -876,11 +884,11 @@ class Suite:
              (400,), ["tools[0].function.parameters", "nested deeper than"]),
             ("end_episode: workflow_output.metadata nested 100,000 deep",
              post("/end_episode", (head + '"workflow_output": {"reward": 1, "metadata": ' + nested("m", 100000)
-                                   + "}}").encode(), jsonh),
+                                   + "}}").encode(), auth),
              (400,), ["workflow_output.metadata"]),
             ("end_episode: workflow_output.log_metrics arrays nested 1,000,000 deep",
              post("/end_episode", (head + '"workflow_output": {"reward": 1, "log_metrics": ' + "[" * 1000000
-                                   + "]" * 1000000 + "}}").encode(), jsonh),
+                                   + "]" * 1000000 + "}}").encode(), auth),
              (400,), ["workflow_output.log_metrics"]),
             ("chat: temperature 1e400",
              post("/v1/chat/completions", ("{" + msgs + ', "temperature": 1e400}').encode(), auth),
@@ -898,9 +906,9 @@ class Suite:
             ("chat: JSON body of 17 MiB (over --max-json-mb 16)",
              post("/v1/chat/completions", ('{"messages": [{"role": "user", "content": "' + "a" * (17 << 20)
                                            + '"}]}').encode(), auth),
-             (413,), ["exceeds the limit"]),
-            ("raw: body of 64 MiB + 1 (over --max-body-mb 64)",
-             lambda: raw_oversized(front.port, (64 << 20) + 1), (413,), ["exceeds the limit"]),
+             (413,), ["exceeds", "limit", "--max-json-mb"]),
+            ("raw: claim_episode body of 64 MiB + 1 (over the command API's 64 KiB, refused from its header)",
+             lambda: raw_oversized(front.port, (64 << 20) + 1), (413,), ["exceeds", "limit of 65536 bytes"]),
         ]
         self.run_hostile(front, cases)
         # The episode was not harmed: it still ends, with its reward stored.
@@ -915,6 +923,197 @@ class Suite:
             self.failures.append(f"4: the episode used for the hostile inputs did not end: {status} {data[:300]!r}")
         else:
             self.all_acks[uuid] = 0.5
+
+    # -- 5. what one caller can take (issue 38)
+    def attacks(self, front):
+        """Issue 38's attacks on a ROLLING front: a crash through JSON inside strings, requests a stranger
+        makes on someone else's episode, SSRF through coordinator_url, and what one caller can hold
+        (calls, bodies, connections, engine time). Each refusal a 4xx naming the problem; the rows check
+        the bounds."""
+        log("5 issue 38's attacks")
+        api = front.api()
+        self.mem("before issue 38's attacks", front)
+
+        def claim(client):
+            status_, c = api.json("POST", "/claim_episode", {"client_uuid": client, "episode_type": "train",
+                                                             "discard_episode_timeout": DISCARD_EPISODE_TIMEOUT})
+            if status_ != 200 or not c.get("success"):
+                raise RuntimeError(f"claim_episode for the attacks: {status_} {c}")
+            return c["episode_uuid"], {"Authorization": f"Bearer {c['openai_api_key']}",
+                                       "Content-Type": "application/json"}
+
+        victim, victim_auth = claim("fault-victim")
+        attacker, attacker_auth = claim("fault-attacker")
+        jsonh = {"Content-Type": "application/json"}
+
+        def post(path, body, headers):
+            def go():
+                if not isinstance(body, bytes):
+                    data = json.dumps(body).encode()
+                else:
+                    data = body
+                status_, _, answer = api.request("POST", path, data, headers, timeout=120)
+                return status_, answer.decode("utf-8", "replace"), True
+            return go
+
+        deep = "[" * 70000 + "]" * 70000  # 140 KB of arguments nested 70,000 levels deep
+        chat_deep = {"messages": [{"role": "user", "content": "hi"},
+                                  {"role": "assistant", "content": None, "tool_calls": [
+                                      {"id": "c1", "type": "function", "function": {"name": "f", "arguments": deep}}]},
+                                  {"role": "tool", "tool_call_id": "c1", "content": "ok"}]}
+        responses_deep = {"input": [{"role": "user", "content": "hi"},
+                                    {"type": "function_call", "call_id": "c1", "name": "f", "arguments": deep},
+                                    {"type": "function_call_output", "call_id": "c1", "output": "ok"}]}
+
+        def end_body(uuid, client, reward, metadata=None):
+            return {"client_uuid": client, "episode_uuid": uuid, "task_id": "t",
+                    "workflow_output": {"reward": reward, "metadata": metadata or {"task_id": "t"}}}
+
+        def prepare(url):
+            body = end_body(attacker, "fault-attacker", 0.0)
+            body["group"] = {"group_id": "g-attack", "coordinator_url": url, "coordinator_episode_uuid": "x" * 32,
+                             "coordinator_episode_key": "k", "prepare_timeout": 60}
+            return post("/prepare_end_episode", body, attacker_auth)
+
+        cases = [
+            ("chat: an assistant tool call's arguments nested 70,000 deep (140 KB)",
+             post("/v1/chat/completions", chat_deep, attacker_auth), (400,),
+             ["tool_calls[0].function.arguments", "nested deeper than 128"]),
+            ("responses: a function_call's arguments nested 70,000 deep",
+             post("/v1/responses", responses_deep, attacker_auth), (400,), ["input[1].arguments", "nested deeper"]),
+            ("end_episode of another client's episode, without a key, reward 1e300",
+             post("/end_episode", end_body(victim, "fault-victim", 1e300), jsonh), (401,), ["episode's key"]),
+            ("end_episode of another client's episode with the attacker's own key",
+             post("/end_episode", end_body(victim, "fault-victim", 1.0), attacker_auth), (401,), ["not episode"]),
+            ("abort_episode of another client's episode with the attacker's own key",
+             post("/abort_episode", {"client_uuid": "fault-victim", "episode_uuid": victim}, attacker_auth), (401,),
+             ["not episode"]),
+            ("prepare_end_episode: CR/LF in group.coordinator_url (request splitting)",
+             prepare("http://127.0.0.1:1/x HTTP/1.1\r\nHost: a\r\n\r\nPOST /stop_engine"), (400,),
+             ["coordinator_url"]),
+            ("prepare_end_episode: a coordinator that is not one of the front's --peer",
+             prepare("http://127.0.0.1:9"), (403,), ["--peer"]),
+            ("claim_episode: discard_episode_timeout 1e12 (holding a slot forever)",
+             post("/claim_episode", {"client_uuid": "fault-greedy", "discard_episode_timeout": 1e12}, jsonh), (400,),
+             ["discard_episode_timeout", "--max-discard-episode-timeout"]),
+            ("chat: n=65 (over the engine's 64)",
+             post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "n": 65},
+                  attacker_auth), (400,), ["'n'"]),
+            ("messages: stop_sequences[0] of 300 bytes",
+             post("/v1/messages", {"model": "m", "max_tokens": 8, "stop_sequences": ["s" * 300],
+                                   "messages": [{"role": "user", "content": "hi"}]},
+                  {**attacker_auth, "anthropic-version": "2023-06-01"}), (400,), ["stop_sequences[0]"]),
+            ("messages: a tool_result answering no tool_use",
+             post("/v1/messages", {"model": "m", "max_tokens": 8, "messages": [
+                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "nope", "content": "x"}]}]},
+                  {**attacker_auth, "anthropic-version": "2023-06-01"}), (400,), ["tool_use_id"]),
+            ("end_episode with 8 MiB of metadata",
+             post("/end_episode", end_body(attacker, "fault-attacker", 0.0, {"task_id": "t", "blob": "m" * (8 << 20)}),
+                  attacker_auth), (413,), ["--max-episode-metadata-mb"]),
+        ]
+        self.run_hostile(front, cases)
+
+        # The victim's episode was not harmed: its own end is a 200, and a repeat that differs a 409.
+        status, _, data = api.request("POST", "/end_episode", end_body(victim, "fault-victim", 0.25), victim_auth)
+        ok = status == 200
+        status2, _, data2 = api.request("POST", "/end_episode", end_body(victim, "fault-victim", 1e300), victim_auth)
+        self.row("5 attacks", "the victim's own end_episode, then a repeat with another reward",
+                 f"{status}, {status2}", "200, 409", ok and status2 == 409)
+        if ok:
+            self.all_acks[victim] = 0.25
+        else:
+            self.failures.append(f"5: the victim's end_episode: {status} {data[:300]!r}")
+        self.attack_bounds(front, attacker, attacker_auth)
+
+    def attack_bounds(self, front, attacker, auth):
+        """What one caller can hold: engine time after hanging up, memory of unauthenticated uploads,
+        descriptors, a tarpit coordinator."""
+        api = front.api()
+        # Hang-ups: non-streamed calls that never end (the echo engine's HOLD), clients gone at once.
+        body = json.dumps({"messages": [{"role": "user", "content": "HOLD\nforever"}]}).encode()
+        head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: {auth['Authorization']}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+        for _ in range(8):
+            with socket.create_connection(("127.0.0.1", front.port), timeout=10) as s:
+                s.sendall(head + body)
+                time.sleep(0.3)
+        running = None
+        for _ in range(100):
+            status, _, data = api.request("GET", "/metrics", admin=True, timeout=30)
+            m = re.search(r'ajet_engine_sequences\{state="running"\} ([0-9.e+]+)', data.decode())
+            running = float(m.group(1)) if m else None
+            if running == 0:
+                break
+            time.sleep(0.1)
+        self.row("5 attacks", "engine sequences left running after 8 hung-up HOLD calls", str(running), "0",
+                 running == 0)
+        # Uploads without credentials: refused from their header, their bodies never held.
+        count = 8 if self.args.short else 48
+        rss0 = front.usage()[0] or 0
+        peak = [rss0]
+        done = threading.Event()
+
+        def sample():
+            while not done.is_set():
+                peak[0] = max(peak[0], front.usage()[0] or 0)
+                time.sleep(0.02)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        with concurrent.futures.ThreadPoolExecutor(count) as pool:
+            answers = list(pool.map(lambda _: raw_upload(front.port, "/v1/chat/completions", 60 * 1000 * 1000),
+                                    range(count)))
+        done.set()
+        sampler.join()
+        grew = (peak[0] - rss0) / 1024
+        self.row("5 attacks", f"{count} concurrent 60 MB uploads without a key: answers, largest RSS growth (MiB)",
+                 f"{sorted(set(map(str, answers)))}, {grew:.1f}", "401, < 64", set(answers) == {401} and grew < 64)
+        # A tarpit coordinator (accepts, never answers) named by 4 prepared episodes of a peer group.
+        tarpit = f"http://127.0.0.1:{self.tarpit.port}"
+        for i in range(4):
+            status_, c = api.json("POST", "/claim_episode", {"client_uuid": f"fault-tarpit-{i}", "episode_type": "train",
+                                                             "discard_episode_timeout": DISCARD_EPISODE_TIMEOUT})
+            if status_ != 200 or not c.get("success"):
+                raise RuntimeError(f"claim for the tarpit: {status_} {c}")
+            prep = {"client_uuid": f"fault-tarpit-{i}", "episode_uuid": c["episode_uuid"], "task_id": "t",
+                    "workflow_output": {"reward": 0.0, "metadata": {"task_id": "t"}},
+                    "group": {"group_id": f"g-tarpit-{i}", "coordinator_url": tarpit,
+                              "coordinator_episode_uuid": "y" * 32, "coordinator_episode_key": "k",
+                              "prepare_timeout": 0.5}}
+            status_, _, data = api.request("POST", "/prepare_end_episode", prep,
+                                           {"Authorization": f"Bearer {c['openai_api_key']}"})
+            if status_ != 200:
+                raise RuntimeError(f"prepare_end_episode naming the tarpit: {status_} {data[:300]!r}")
+        time.sleep(3)  # the janitor asks the tarpit (every 0.5 s), its questions hang there
+        t0 = time.monotonic()
+        statuses = [api.request("GET", f"/episodes/{attacker}", admin=True, timeout=60)[0],
+                    api.request("POST", "/resolve_episode_group", {"group_id": "none", "episode_uuid": attacker},
+                                auth, timeout=60)[0],
+                    api.request("GET", "/get_current_batch_rollout_pool_information", timeout=60)[0]]
+        took = time.monotonic() - t0
+        _, logs = api.json("GET", "/get_verbose_logs")
+        echoed = any("127.0.0.1:" + str(self.tarpit.port) in str(e.get("message")) and "unreachable" in
+                     str(e.get("message")) for e in (logs or {}).get("entries", []))
+        self.row("5 attacks", "work-pool routes answered while 4 prepared episodes ask a tarpit coordinator",
+                 f"{statuses} in {took:.2f} s", "all 200", statuses == [200, 200, 200])
+        self.row("5 attacks", "the public verbose log says whether the coordinator answered", "yes" if echoed else "no",
+                 "no", not echoed)
+        # Descriptors: a front at its connection cap still answers /health on a new connection.
+        socks = []
+        try:
+            for _ in range(self.args.conn_flood):
+                try:
+                    socks.append(socket.create_connection(("127.0.0.1", front.port), timeout=5))
+                except OSError:
+                    break
+            time.sleep(0.5)
+            healthy = front.api().health()
+        finally:
+            for s in socks:
+                s.close()
+        self.row("5 attacks", f"/health with {len(socks)} idle connections open (cap {self.args.max_connections})",
+                 "200" if healthy else "no answer", "200", healthy)
+        self.check_front(front, "5 attacks")
 
     def big_prompts(self, front):
         """Large prompts (parsed, rendered and tokenized by the front) sent at once while /health is probed
@@ -1056,7 +1255,8 @@ class Suite:
         a = self.args
         tokenizer = self.fixture()
         yaml = config_yaml(tokenizer, a)
-        front = Front("front", os.path.join(self.tmp, "exp"), os.path.join(self.tmp, "front.log"), self.token)
+        front = Front("front", os.path.join(self.tmp, "exp"), os.path.join(self.tmp, "front.log"), self.token,
+                      ["--peer", f"http://127.0.0.1:{self.tarpit.port}", "--max-connections", str(a.max_connections)])
         front.start()
         self.boot(front, yaml)
         self.mem("suite start (ENGINE.ROLLING)", front)
@@ -1071,6 +1271,7 @@ class Suite:
             self.restart_engine(front)
             self.hostile_rolling(front)
             self.big_prompts(front)
+            self.attacks(front)
             self.hostile_offline(tokenizer)
             self.check_front(front, "4 hostile inputs")
             self.mem(f"before the front SIGKILL (pid {front.proc.pid}, since the start)", front)
@@ -1092,7 +1293,13 @@ class Suite:
             raise
         if self.failures:
             self.save_diagnosis(front)
+        # Its janitor still asks the tarpit about the prepared episodes the restart restored: SIGTERM must
+        # abandon those questions, not wait for them.
+        t0 = time.monotonic()
         front.stop()
+        took = time.monotonic() - t0
+        self.row("5 attacks", "SIGTERM stops the front while its janitor asks a tarpit coordinator (s)",
+                 f"{took:.1f}", "< 20", took < 20)
 
     def save_diagnosis(self, front):
         try:
@@ -1105,6 +1312,64 @@ class Suite:
             log(f"front log: {front.log_path}; verbose logs: {path} (kept with --keep)")
         except Exception as e:  # the front may be gone
             log(f"no verbose logs: {e}")
+
+
+def raw_upload(port, path, size):
+    """Sends `size` body bytes without credentials; the answer's status, or 'closed' without one."""
+    head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {size}\r\n\r\n").encode()
+    try:
+        s = socket.create_connection(("127.0.0.1", port), timeout=120)
+    except OSError as e:
+        return f"connect failed ({e.errno})"
+    answer = bytearray()
+
+    def read():
+        try:
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                answer.extend(chunk)
+        except OSError:
+            pass
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        s.sendall(head)
+        block = b"[" + b" " * ((1 << 20) - 1)
+        left = size
+        while left > 0 and not answer:
+            n = min(left, len(block))
+            s.sendall(block[:n])
+            left -= n
+    except OSError:
+        pass
+    reader.join(30)
+    s.close()
+    m = re.match(rb"HTTP/1\.[01] (\d{3}) ", bytes(answer))
+    return int(m.group(1)) if m else "closed"
+
+
+class Tarpit:
+    """A listening socket that accepts every connection, reads what comes, and never answers."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.held = []
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.held.append(conn)
 
 
 def raw_transfer_encoding(port, coding):
@@ -1251,7 +1516,8 @@ def report(suite, args, seconds):
         lines += ["Goals NOT met:", ""] + [f"* {f}" for f in suite.failures]
     else:
         lines += ["Goals (0 acknowledged lost, the front never dies, every hostile input a 4xx naming the problem, "
-                  "B/A >= 0.70, no claim gap > 5 s, /health within 0.5 s under large prompts): all met."]
+                  "B/A >= 0.70, no claim gap > 5 s, /health within 0.5 s under large prompts, issue 38's bounds): "
+                  "all met."]
     return "\n".join(lines) + "\n"
 
 
@@ -1269,6 +1535,9 @@ def main():
     ap.add_argument("--batch-size", type=int, default=8, help="ajet.data.train_batch_size (tasks per batch)")
     ap.add_argument("--num-repeat", type=int, default=4, help="ajet.rollout.num_repeat")
     ap.add_argument("--tasks", type=int, default=8, help="task ids each client cycles over")
+    ap.add_argument("--max-connections", type=int, default=256, help="the suite front's --max-connections")
+    ap.add_argument("--conn-flood", type=int, default=300,
+                    help="idle connections opened against the front's connection cap (default 300)")
     ap.add_argument("--no-append", action="store_true", help="do not append to docs/benchmarks.md")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory (logs) for a diagnosis")
     args = ap.parse_args()

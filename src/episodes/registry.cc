@@ -346,11 +346,24 @@ int64_t Registry::global_step() const {
   return engine_.global_step();
 }
 
-Json Registry::engine_status_json() const {
+Json Registry::engine_status_json(const ViewScope& scope) const {
   std::lock_guard<std::mutex> lock(mu_);
   Json out = engine_.to_json();
   Json& recent = out["recent_batches"] = Json::array();
-  for (const Json& b : recent_batches_) recent.push_back(b);
+  for (const Json& b : recent_batches_) {
+    recent.push_back(b);
+    // A public view: each client's share under the id it shows there (pool_info's pseudonyms).
+    Json* shares = nullptr;
+    if (auto s = recent.back().find("stats"); s != recent.back().end() && s->is_object()) {
+      if (auto r = s->find("rollout"); r != s->end() && r->is_object()) {
+        if (auto c = r->find("client_shares"); c != r->end() && c->is_object()) shares = &*c;
+      }
+    }
+    if (shares == nullptr) continue;
+    Json shown = Json::object();
+    for (auto& [client, share] : shares->items()) shown[shown_id(scope, "client", client, client)] = share;
+    *shares = std::move(shown);
+  }
   return out;
 }
 

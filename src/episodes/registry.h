@@ -247,7 +247,8 @@ class Registry {
   EngineStatus engine_status() const;
   int64_t global_step() const;
   // GET /get_engine_status body, with `recent_batches` (below) read under the same lock as global_step.
-  Json engine_status_json() const;
+  // Other clients' ids in recent_batches' client shares are pseudonyms unless `scope` shows them.
+  Json engine_status_json(const ViewScope& scope = ViewScope{.all_ids = true}) const;
 
   // ---- command API (routes) ----
   // Throws Error(kInvalidArgument) for an unknown episode_type. Not ROLLING, async trainer behind,

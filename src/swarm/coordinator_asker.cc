@@ -8,6 +8,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/json.h"
 #include "common/log.h"
 #include "http/client.h"
 
@@ -52,7 +53,7 @@ std::string ask_once(const PendingResolution& q, std::chrono::milliseconds deadl
     http::ClientResponse r = coordinator.post_json(
         "/resolve_episode_group",
         Json{{"group_id", q.group.group_id}, {"episode_uuid", q.group.coordinator_episode_uuid}}, headers);
-    Json body = Json::parse(r.body, nullptr, false);
+    const Json body = try_parse_json(r.body).value_or(Json());
     if (r.status == 200 && body.is_object() && body.contains("decision") && body["decision"].is_string()) {
       const std::string decision = body["decision"].get<std::string>();
       if (decision == "committed" || decision == "aborted" || decision == "pending") return decision;

@@ -53,7 +53,7 @@ http::RouteOptions episode_command(const ServerContext& ctx, std::string command
     const std::optional<std::string_view> key = head.headers.get("Authorization");
     try {
       // Which episode the key is for is known only from the body; here the key must be this server's.
-      std::string episode = "(the one the body names)";
+      std::string episode = "<the body's episode_uuid>";
       if (key) {
         try {
           episode = ctx.registry.signer().verify(*key).episode_uuid;

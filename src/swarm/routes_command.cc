@@ -290,8 +290,8 @@ void add_command_routes(http::Router& router, ServerContext& ctx) {
     });
   }), command_body(ctx));
 
-  router.get("/get_engine_status", [&ctx](Request, Respond respond) {
-    Json body = ctx.registry.engine_status_json();
+  router.get("/get_engine_status", [&ctx](Request req, Respond respond) {
+    Json body = ctx.registry.engine_status_json(view_scope(ctx, req, nullptr));
     const std::filesystem::path checkpoint = ctx.supervisor.latest_checkpoint_dir();
     body["latest_checkpoint"] = checkpoint.empty() ? Json(nullptr) : Json(checkpoint.string());
     const std::string engine_run = ctx.running_engine_run();

@@ -63,7 +63,8 @@ TEST(AsyncBackboneTest, RolloutsGoOnWhileABatchTrainsAndStalenessStaysBounded) {
   if (!fs::exists(bin("ajet-engine"))) GTEST_FAIL() << "ajet-engine is not built: build the ajet-engine target";
   ScratchDir dir;
   const fs::path model = fixture(true).model;
-  SwarmProcess swarm(SwarmProcess::Options{dir / "server", {}, "", {}});
+  // One client holds 5 of the pool's 8 episodes: more than the default share (half the pool).
+  SwarmProcess swarm(SwarmProcess::Options{dir / "server", {}, "", {"--max-claims-per-client", "-1"}});
   Api api(swarm.url());
   // 1 task x 2 episodes per batch; at most 1 policy version between rollout and training.
   std::string yaml = config_yaml(model, "  async:\n    max_staleness: 1\n  trainer_common:\n    optim:\n      lr: 0.001\n");

@@ -106,20 +106,23 @@ TEST_F(CommandApiTest, ClaimOutsideRollingSaysWhatToWaitFor) {
 }
 
 // Episode commands need the episode's key (or the admin token): without one, an unknown episode is a
-// 401 naming what to send; a body that does not parse is a 400 first. With the compatibility switch
-// (--allow-keyless-episode-commands) an unknown episode's end is a 400 and an abort succeeds, as upstream.
+// 401 naming what to send, from the request's header, before its body is read (a body that would not
+// parse is a 401 too). With the compatibility switch (--allow-keyless-episode-commands) a body that does
+// not parse is a 400, an unknown episode's end is a 400 and an abort succeeds, as upstream.
 TEST_F(CommandApiTest, EndOfUnknownEpisodeNeedsAKeyAndAbortAlwaysSucceedsWithout) {
   start();
   auto r = api_->end("client-a", "0123456789abcdef0123456789abcdef", "task", 1.0);
   EXPECT_EQ(r.status, 401) << r.body;
   EXPECT_THAT(r.body, HasSubstr("Authorization: Bearer"));
-  auto no_reward = api_->post("/end_episode", Json{{"client_uuid", "c"}, {"episode_uuid", "e"}, {"task_id", "t"},
-                                                   {"workflow_output", {{"metadata", {{"task_id", "t"}}}}}});
-  EXPECT_EQ(no_reward.status, 400);
-  EXPECT_THAT(no_reward.body, HasSubstr("reward"));
+  const Json no_reward_body = {{"client_uuid", "c"}, {"episode_uuid", "e"}, {"task_id", "t"},
+                               {"workflow_output", {{"metadata", {{"task_id", "t"}}}}}};
+  EXPECT_EQ(api_->post("/end_episode", no_reward_body).status, 401);
   EXPECT_EQ(api_->post("/abort_episode", Json{{"client_uuid", "c"}, {"episode_uuid", "nope"}}).status, 401);
   swarm_.reset();
   start({"--allow-keyless-episode-commands"});
+  auto no_reward = api_->post("/end_episode", no_reward_body);
+  EXPECT_EQ(no_reward.status, 400);
+  EXPECT_THAT(no_reward.body, HasSubstr("reward"));
   r = api_->end("client-a", "0123456789abcdef0123456789abcdef", "task", 1.0);
   EXPECT_EQ(r.status, 400) << r.body;
   auto abort = api_->post("/abort_episode", Json{{"client_uuid", "c"}, {"episode_uuid", "nope"}});

@@ -61,14 +61,15 @@ TEST_F(FrontRobustnessTest, DeeplyNestedBodiesAre400NamingTheFieldAndTheFrontLiv
   expect_still_serving();
 
   const std::string head = R"({"client_uuid": "client-a", "episode_uuid": ")" + uuid + R"(", "task_id": "t", )";
+  const http::Headers episode_auth{{"Authorization", "Bearer " + key}};  // episode commands need the key
   r = post_raw("/end_episode", head + R"("workflow_output": {"reward": 1, "metadata": )" +
-                                   nested_objects("m", 100000) + "}}");
+                                   nested_objects("m", 100000) + "}}", episode_auth);
   EXPECT_EQ(r.status, 400) << r.body.substr(0, 300);
   EXPECT_THAT(r.body, HasSubstr("workflow_output.metadata.m.m"));
   expect_still_serving();
 
   r = post_raw("/end_episode", head + R"("workflow_output": {"reward": 1, "log_metrics": )" +
-                                   std::string(1000000, '[') + std::string(1000000, ']') + "}}");
+                                   std::string(1000000, '[') + std::string(1000000, ']') + "}}", episode_auth);
   EXPECT_EQ(r.status, 400) << r.body.substr(0, 300);
   EXPECT_THAT(r.body, HasSubstr("workflow_output.log_metrics[0][0]"));
   expect_still_serving();
@@ -296,7 +297,7 @@ TEST_F(FrontRobustnessTest, UnauthenticatedUploadsAreRefusedFromTheirHeaders) {
       {"/v1/chat/completions", 401, "no key given"},
       {"/v1/messages", 401, "authentication_error"},
       {"/sync_train_code", 401, "needs the admin token"},
-      {"/end_episode", 413, "--max-json-mb"},
+      {"/end_episode", 401, "needs the episode's key"},
   };
   constexpr size_t kDeclared = 60u << 20;
   const std::string part(256 << 10, '{');

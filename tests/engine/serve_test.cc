@@ -161,8 +161,8 @@ TEST(EngineServe, BadRequestsGetErrorsWhileOthersComplete) {
   top_p.top_p = 0.0;
   cases.push_back({top_p, ErrorCode::kInvalidArgument, "top_p"});
   rpc::GenerateRequest many = greedy(prompt_of(4, 4), 4);
-  many.n = 200;  // within the wire format's limit, beyond the engine's max_running
-  cases.push_back({many, ErrorCode::kInvalidArgument, "n must be"});
+  many.n = 200;  // beyond the wire format's limit (64, the engine's default max_running and the front's n)
+  cases.push_back({many, ErrorCode::kInvalidArgument, "'n' must be in [1, 64]"});
   rpc::GenerateRequest negative = greedy({5, -1}, 4);
   cases.push_back({negative, ErrorCode::kInvalidArgument, "prompt[1]"});
 

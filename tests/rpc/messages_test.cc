@@ -83,7 +83,7 @@ TEST(Messages, GenerateRequestValidationNamesTheField) {
   expect_invalid(with([](GenerateRequest& r) { r.prompt.clear(); }), "'prompt' is empty");
   expect_invalid(with([](GenerateRequest& r) { r.prompt[2] = -3; }), "prompt[2] = -3 is not a valid token id");
   expect_invalid(with([](GenerateRequest& r) { r.stop_token_ids = {-1}; }), "stop_token_ids[0] = -1");
-  expect_invalid(with([](GenerateRequest& r) { r.n = 0; }), "'n' must be in [1, 256], got 0");
+  expect_invalid(with([](GenerateRequest& r) { r.n = 0; }), "'n' must be in [1, 64], got 0");
   expect_invalid(with([](GenerateRequest& r) { r.max_tokens = 0; }), "'max_tokens' must be in");
   expect_invalid(with([](GenerateRequest& r) { r.temperature = -0.1; }), "'temperature' must be a finite number >= 0");
   expect_invalid(with([](GenerateRequest& r) { r.top_p = 0; }), "'top_p' must be in (0, 1]");
