@@ -6,9 +6,12 @@ Each load runs on a fresh front. With --baseline DIR (a directory holding an old
 `ajet-swarm` and `ajet-echo-engine`), every load also runs on that front, so the table compares the two
 builds on the same machine in the same run (the ratio column: this build / baseline).
 
-  1. one chat call with n=16, logprobs and top_logprobs 20 (echoing a long message), and the same call
-     with n=1: front RSS and store growth, and the n=16 / n=1 ratio of the store's growth;
-  2. one call with n=64 (the same message): RSS growth, or the refusal;
+  1. one chat call with n=16, logprobs, top_logprobs 20 and max_tokens 1,500 (echoing a long message:
+     each choice is cut at 1,500 tokens; n x max_tokens x 21 stays under the default
+     --max-request-token-entries), and the same call with n=1: front RSS and store growth, and the
+     n=16 / n=1 ratio of the store's growth;
+  2. one call with n=64 and max_tokens 4,096 (the same message): the answer (or the refusal) and the
+     largest RSS growth during the call;
   3. one episode key sending 1 MiB chat bodies back to back for --seconds: calls accepted, RSS and store
      growth, and RSS after end_episode; the bound is --max-episode-mb where the front has it;
   4. end_episode with 8 MiB of metadata: status and RSS growth;
@@ -238,7 +241,7 @@ class Bench:
 
     # -- 1, 2: n choices with logprobs
     def many_choices(self, build):
-        load = "1 one chat call, n=16, logprobs, top_logprobs 20 (~900-word answer each)"
+        load = "1 one chat call, n=16, logprobs, top_logprobs 20, max_tokens 1,500"
         front = self.fresh(build, "choices")
         try:
             api = front.api()
@@ -249,7 +252,7 @@ class Bench:
                 settle(api)
                 rss0, store0 = rss_mib(front), store_mib(front)
                 status, data = chat(api, key, {"messages": [{"role": "user", "content": message}], "n": n,
-                                               "logprobs": True, "top_logprobs": 20, "max_tokens": 4096})
+                                               "logprobs": True, "top_logprobs": 20, "max_tokens": 1500})
                 settle(api)
                 rss1, store1 = rss_mib(front), store_mib(front)
                 growth[n] = (status, rss1 - rss0, store1 - store0)
@@ -260,7 +263,7 @@ class Bench:
             self.record(load, "store growth, n=16 (MiB)", build, f"{store16:.1f}", store16)
             ratio = store16 / growth[1][2] if growth[1][2] > 0 else None
             self.record(load, "store growth n=16 / n=1", build, "-" if ratio is None else f"{ratio:.1f}", ratio)
-            load = "2 one chat call, n=64, logprobs, top_logprobs 20"
+            load = "2 one chat call, n=64, logprobs, top_logprobs 20, max_tokens 4,096"
             uuid, key = claim(api)
             rss0 = rss_mib(front)
             peak = PeakRss(front)
@@ -347,7 +350,8 @@ class Bench:
             rss0 = rss_mib(front)
             peak = PeakRss(front)
             with concurrent.futures.ThreadPoolExecutor(count) as pool:
-                statuses = list(pool.map(lambda _: upload(front.port, "/v1/chat/completions", size), range(count)))
+                statuses = list(pool.map(lambda _: fs.raw_upload(front.port, "/v1/chat/completions", size),
+                                         range(count)))
             top = peak.stop()
             time.sleep(1)
             rss1 = rss_mib(front)
@@ -455,48 +459,6 @@ class Bench:
 
     def record_failure(self, i, build, e):
         self.rows.append((f"{i} (failed)", f"{type(e).__name__}", {build.name: str(e)[:200]}, {build.name: None}))
-
-
-def upload(port, path, size):
-    """POSTs `size` bytes of JSON-ish body without credentials; the status, or 'closed' when the server
-    closed the connection before answering."""
-    head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {size}\r\n\r\n").encode()
-    try:
-        s = socket.create_connection(("127.0.0.1", port), timeout=120)
-    except OSError as e:
-        return f"connect failed ({e.errno})"
-    answer = b""
-    stop = threading.Event()
-
-    def read():
-        nonlocal answer
-        try:
-            while not stop.is_set():
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                answer += chunk
-        except OSError:
-            pass
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    try:
-        s.sendall(head)
-        block = b"[" + b" " * ((1 << 20) - 1)
-        left = size
-        while left > 0 and not answer:
-            n = min(left, len(block))
-            s.sendall(block[:n])
-            left -= n
-    except OSError:
-        pass
-    reader.join(30)
-    stop.set()
-    s.close()
-    m = re.match(rb"HTTP/1\.[01] (\d{3}) ", answer)
-    return int(m.group(1)) if m else "closed"
 
 
 def engine_running(api):
