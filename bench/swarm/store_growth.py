@@ -3,19 +3,20 @@
 backbone: the echo engine "trains" each batch and bumps the policy version) driven like the main
 command's calc stage (issue 38: its 2-minute RL stage left a 210 MB store and a log whose every step
 listed each episode's staleness). Each step is batch_size x num_repeat episodes of `turns` chat calls
-with a growing history; `--retention FULL,SAMPLE` sets ajet.store_retention (none: the config's
-default, `-1,0` keeps everything).
+with a growing history. One run compares the default ajet.store_retention with every call kept
+(`-1,0`), and with --baseline another build's front on the same load.
 
-    bench/swarm/store_growth.py --steps 40                       # default retention
-    bench/swarm/store_growth.py --steps 40 --retention -1,0      # every call kept
-    bench/swarm/store_growth.py --swarm OTHER/ajet-swarm ...     # another build's front
+    bench/swarm/store_growth.py --steps 40                                 # default vs keep-all
+    bench/swarm/store_growth.py --steps 40 --baseline OTHER/ajet-swarm     # and an older front
 
-Prints one JSON line: steps, episodes, calls, the store's bytes (file + WAL, after the front stopped),
-the front's log bytes and the bytes of its per-step "trains from policy_version" lines. A benchmark,
-not a test. Python 3.11 standard library and clients/python only.
+Prints a table (episodes, calls, the store's bytes: file + WAL after the front stopped, the front's
+log bytes and the bytes of its per-step "trains from policy_version" lines) and appends it to
+docs/benchmarks.md (not with --no-append). A benchmark, not a test. Python 3.11 standard library and
+clients/python only.
 """
 import argparse
 import concurrent.futures
+import datetime
 import json
 import os
 import random
@@ -35,10 +36,10 @@ sys.path.insert(0, os.path.join(REPO, "clients", "python"))
 from ajet_swarm import ChatClient, SwarmClient, SwarmError, WorkflowOutput  # noqa: E402
 
 
-def config_yaml(tokenizer, a):
+def config_yaml(tokenizer, a, retention_setting):
     retention = ""
-    if a.retention:
-        full, sample = a.retention.split(",")
+    if retention_setting:
+        full, sample = retention_setting.split(",")
         retention = f"  store_retention:\n    full_steps: {full}\n    sample_episodes: {sample}\n"
     return ("ajet:\n"
             "  backbone: torch\n"
@@ -60,8 +61,8 @@ def config_yaml(tokenizer, a):
             "    kv_cache_memory_mb: 16\n" + retention)
 
 
-def start_front(a, exp_dir, log_path, token):
-    argv = [a.swarm, "start", "--port", "0", "--exp-dir", exp_dir, "--engine", a.engine]
+def start_front(a, swarm, exp_dir, log_path, token):
+    argv = [swarm, "start", "--port", "0", "--exp-dir", exp_dir, "--engine", a.engine]
     logf = open(log_path, "w")
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             start_new_session=True, env=dict(os.environ, AJET_ADMIN_TOKEN=token))
@@ -99,29 +100,16 @@ def episode(client, rng, turns, words):
     return turns
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--steps", type=int, default=40)
-    ap.add_argument("--batch-size", type=int, default=16)
-    ap.add_argument("--num-repeat", type=int, default=8)
-    ap.add_argument("--turns", type=int, default=3, help="chat calls per episode")
-    ap.add_argument("--words", type=int, default=60, help="words of the first user message")
-    ap.add_argument("--workers", type=int, default=16)
-    ap.add_argument("--retention", default="", help="FULL,SAMPLE for ajet.store_retention (empty: the default)")
-    ap.add_argument("--swarm", default=os.path.join(BUILD, "bin", "ajet-swarm"))
-    ap.add_argument("--engine", default=os.path.join(BUILD, "bin", "ajet-echo-engine"))
-    ap.add_argument("--tokenizer", default=os.path.join(BUILD, "e2e_fixture", "tokenizer"))
-    ap.add_argument("--keep", help="copy the experiment directory here at the end")
-    a = ap.parse_args()
-
+def run_once(a, swarm, retention):
+    """One front (`swarm`) through a.steps steps with `retention` ("" = the config's default): the sizes."""
     tmp = tempfile.mkdtemp(prefix="store-growth-")
     token = secrets.token_hex(16)
     log_path = os.path.join(tmp, "front.log")
-    proc, port = start_front(a, os.path.join(tmp, "exp"), log_path, token)
+    proc, port = start_front(a, swarm, os.path.join(tmp, "exp"), log_path, token)
     url = f"http://127.0.0.1:{port}"
     try:
         admin = SwarmClient(url, verbose=False, admin_token=token)
-        admin.sync_train_config(config_yaml(a.tokenizer, a))
+        admin.sync_train_config(config_yaml(a.tokenizer, a, retention))
         admin.start_engine()
         rng = random.Random(0)
         client = SwarmClient(url, verbose=False)  # one client, as classic mode's launcher
@@ -154,13 +142,54 @@ def main():
     with open(log_path, "rb") as f:
         log = f.read().decode("utf-8", "replace").splitlines(keepends=True)
     staleness = sum(len(line.encode()) for line in log if "trains from policy_version" in line)
-    print(json.dumps({"steps": a.steps, "episodes": episodes, "calls": calls, "seconds": round(elapsed, 1),
-                      "retention": a.retention or "default", "swarm": a.swarm,
-                      "store_bytes": sum(os.path.getsize(p) for p in store), "store_files": [os.path.basename(p) for p in store],
-                      "log_bytes": sum(len(line.encode()) for line in log), "staleness_line_bytes": staleness}))
+    result = {"steps": a.steps, "episodes": episodes, "calls": calls, "seconds": round(elapsed, 1),
+              "retention": retention or "default", "swarm": swarm,
+              "store_bytes": sum(os.path.getsize(p) for p in store),
+              "log_bytes": sum(len(line.encode()) for line in log), "staleness_line_bytes": staleness}
     if a.keep:
-        shutil.copytree(tmp, a.keep, dirs_exist_ok=True)
+        shutil.copytree(tmp, os.path.join(a.keep, f"{len(os.listdir(a.keep)) if os.path.isdir(a.keep) else 0}"),
+                        dirs_exist_ok=True)
     shutil.rmtree(tmp, ignore_errors=True)
+    print(json.dumps(result), file=sys.stderr)
+    return result
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--num-repeat", type=int, default=8)
+    ap.add_argument("--turns", type=int, default=3, help="chat calls per episode")
+    ap.add_argument("--words", type=int, default=60, help="words of the first user message")
+    ap.add_argument("--workers", type=int, default=16)
+    ap.add_argument("--swarm", default=os.path.join(BUILD, "bin", "ajet-swarm"))
+    ap.add_argument("--engine", default=os.path.join(BUILD, "bin", "ajet-echo-engine"))
+    ap.add_argument("--baseline", help="another build's ajet-swarm, run with the default config as a third column")
+    ap.add_argument("--tokenizer", default=os.path.join(BUILD, "e2e_fixture", "tokenizer"))
+    ap.add_argument("--keep", help="copy the experiment directories here at the end")
+    ap.add_argument("--no-append", action="store_true", help="do not append to docs/benchmarks.md")
+    a = ap.parse_args()
+    runs = [("this build, default retention", a.swarm, ""), ("this build, every call kept (-1,0)", a.swarm, "-1,0")]
+    if a.baseline:
+        runs.append(("baseline", a.baseline, ""))
+    results = [(name, run_once(a, swarm, retention)) for name, swarm, retention in runs]
+    kept_all = results[1][1]["store_bytes"] or 1
+    lines = [f"## Store and log growth over RL steps (bench/swarm/store_growth.py), {datetime.date.today().isoformat()}",
+             "",
+             f"`ajet-swarm` with `ajet-echo-engine` (torch backbone), {a.steps} steps of {a.batch_size} tasks x "
+             f"{a.num_repeat} episodes x {a.turns} chat calls, one client with {a.workers} threads; the store is "
+             "the SQLite file and its WAL after the front stopped. One run, each column a fresh front.", "",
+             "| front | episodes | calls | store (MB) | store / every call kept | log (KB) | per-step staleness lines (KB) |",
+             "|---|---|---|---|---|---|---|"]
+    for name, r in results:
+        lines.append(f"| {name} | {r['episodes']} | {r['calls']} | {r['store_bytes'] / 1e6:.1f} | "
+                     f"{r['store_bytes'] / kept_all:.2f} | {r['log_bytes'] / 1e3:.0f} | "
+                     f"{r['staleness_line_bytes'] / 1e3:.0f} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if not a.no_append:
+        with open(os.path.join(REPO, "docs", "benchmarks.md"), "a") as f:
+            f.write("\n" + text)
 
 
 if __name__ == "__main__":
