@@ -42,8 +42,9 @@ http::RouteOptions command_body(const ServerContext& ctx);
 // The admin token (when one is configured) before the body: 401 naming `what` without it.
 http::RouteOptions admin_only(const ServerContext& ctx, std::string what, http::RouteOptions limit);
 // The episode key (Authorization, or for Anthropic's API x-api-key too) before the body, in that
-// API's error shape; the body at most max_json_body_bytes.
-http::RouteOptions episode_key_only(const ServerContext& ctx, bool anthropic);
+// API's error shape; the body at most max_json_body_bytes. Refusals are logged (rate-limited) under
+// `route` ("POST /v1/messages").
+http::RouteOptions episode_key_only(const ServerContext& ctx, bool anthropic, std::string route);
 // An episode command's credentials before the body (the admin token, or a key this server signed; the
 // handler checks that the key is the body's episode's), unless --allow-keyless-episode-commands lets a
 // request without any through.
