@@ -57,7 +57,7 @@ Json responses_json(const ResponseMeta& meta, const text::ParsedOutput* output, 
 // Streamed events: "event: <type>\ndata: <json>\n\n" with "type" and "sequence_number" in the data.
 class ResponsesEvents {
  public:
-  ResponsesEvents(std::string message_id, ResponsesTools tools)
+  explicit ResponsesEvents(std::string message_id, ResponsesTools tools = {})
       : message_id_(std::move(message_id)), tools_(std::move(tools)) {}
   // response.created and response.in_progress, at once.
   std::string open(const ResponseMeta& meta, int64_t input_tokens);
