@@ -17,11 +17,12 @@ namespace ajet::swarm {
 // /claim_episode (/begin_episode), /end_episode, /abort_episode, /can_continue_episode,
 // /get_episode_buffer, /get_current_batch_rollout_pool_information, /agree_sync_weight,
 // /get_engine_status, /get_server_experiment_dir, /get_verbose_logs, /replay_latest_llm_call,
-// /health, GET /episodes (a page of summaries), GET /episodes/{episode_uuid}.
+// /health, GET / (HEAD /), GET /episodes (a page of summaries), GET /episodes/{episode_uuid}.
 void add_command_routes(http::Router& router, ServerContext& ctx);
 // /sync_train_config, /sync_train_code, /start_engine, /stop_engine (admin token when configured).
 void add_engine_routes(http::Router& router, ServerContext& ctx);
-// /v1/chat/completions, /v1/completions, /v1/models.
+// /v1/chat/completions, /v1/completions, /v1/responses, /v1/messages, /v1/messages/count_tokens,
+// /v1/models.
 void add_openai_routes(http::Router& router, ServerContext& ctx);
 // POST /log_metrics (numbers into the store and TensorBoard) and GET /metrics_history (every series
 // back out), both behind the admin token (routes_metrics_log.cc).

@@ -24,8 +24,8 @@
 #include "openai/openai_responses.h"
 #include "swarm/call_log.h"
 #include "swarm/routes.h"
-#include "tracking/prompt.h"
 #include "swarm/work_pool.h"
+#include "tracking/prompt.h"
 
 namespace ajet::swarm {
 
