@@ -143,6 +143,9 @@ struct ContextTrackerConfig {
   bool ignore_tools = true;
   bool fix_retokenization_drift = true;
   std::vector<std::string> trainable_agents;  // empty: every agent is trained
+  // A request's `model` -> the agent its calls belong to (docs/protocol.md "The agent of a call").
+  // A `model` that is neither a key here nor a known agent name does not name an agent.
+  Json model_agents = Json::object();
 };
 
 struct OptimConfig {

@@ -652,6 +652,11 @@ void validate(const Config& config, std::string_view source) {
            fmt::format("ajet.data.max_prompt_length + ajet.data.max_response_length ({} + {}) must be <= "
                        "ajet.rollout.max_model_len ({})",
                        d.max_prompt_length, d.max_response_length, r.max_model_len));
+  for (const auto& [model, agent] : config.context_tracker.model_agents.items()) {
+    relation(agent.is_string() && !agent.get<std::string>().empty(),
+             fmt::format("ajet.context_tracker.model_agents.{} must be an agent name (a non-empty string), got {}",
+                         model, agent.dump()));
+  }
   const auto& betas = config.trainer_common.optim.betas;
   relation(betas.size() == 2 && betas[0] >= 0 && betas[0] < 1 && betas[1] >= 0 && betas[1] < 1,
            "ajet.trainer_common.optim.betas must be two numbers in [0, 1)");

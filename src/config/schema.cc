@@ -133,6 +133,9 @@ std::vector<Field> config_fields(Config& c) {
         "render earlier completions with the ids the model generated");
   t.add("context_tracker.trainable_agents", c.context_tracker.trainable_agents,
         "agent names whose calls are trained (empty: all)");
+  t.add("context_tracker.model_agents", c.context_tracker.model_agents,
+        "a request's model name -> the agent its calls belong to; other model names name no agent unless they "
+        "are a known agent (a value here or in trainable_agents)");
   // Training.
   auto& tc = c.trainer_common;
   t.add("trainer_common.val_before_train", tc.val_before_train, "validate before the first step");

@@ -110,8 +110,7 @@ void check_episode_command_key(const EpisodeKeySigner& signer, std::optional<std
 }
 
 std::string resolve_agent_name(const EpisodeKeyClaims& claims, std::optional<std::string_view> header,
-                               std::optional<std::string_view> model,
-                               const std::vector<std::string>& served_model_names) {
+                               std::optional<std::string_view> model, const AgentNames& names) {
   auto check = [](std::string_view name, std::string_view source) {
     bool control = std::any_of(name.begin(), name.end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; });
     if (name.size() > 128 || control) {
@@ -121,12 +120,10 @@ std::string resolve_agent_name(const EpisodeKeyClaims& claims, std::optional<std
   };
   if (header && !header->empty()) return check(*header, "X-Agent-Name");
   if (model && !model->empty()) {
-    static const std::vector<std::string_view> kPlaceholders = {"reserved_field", "AgentJet-Model", "agentjet",
-                                                                "default"};
-    bool placeholder = std::find(kPlaceholders.begin(), kPlaceholders.end(), *model) != kPlaceholders.end() ||
-                       std::find(served_model_names.begin(), served_model_names.end(), *model) !=
-                           served_model_names.end();
-    if (!placeholder) return check(*model, "model");
+    if (auto it = names.by_model.find(*model); it != names.by_model.end()) {
+      return check(it->second, "ajet.context_tracker.model_agents");
+    }
+    if (names.known.contains(*model)) return check(*model, "model");
   }
   return claims.agent_name;
 }

@@ -5,7 +5,10 @@
 // Thread-safe (immutable after construction). Never log a secret.
 #pragma once
 
+#include <functional>
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -49,12 +52,18 @@ class EpisodeKeySigner {
 void check_episode_command_key(const EpisodeKeySigner& signer, std::optional<std::string_view> authorization,
                                std::string_view episode_uuid, std::string_view command, bool keyless_allowed);
 
-// The agent a call belongs to: the X-Agent-Name header, else the request's `model` unless it is a
-// placeholder (empty, "reserved_field", "AgentJet-Model", "agentjet", "default", or one of
-// `served_model_names`), else the key's agent_name. Throws Error(kInvalidArgument) for a name longer
-// than 128 bytes or with control characters.
+// Which request `model` names an agent (ajet.context_tracker.model_agents, trainable_agents).
+struct AgentNames {
+  std::map<std::string, std::string, std::less<>> by_model;  // model -> agent (model_agents)
+  std::set<std::string, std::less<>> known;  // trainable_agents and the agents of by_model
+};
+
+// The agent a call belongs to: the X-Agent-Name header; else the agent `names.by_model` gives the
+// request's `model`; else the `model` itself when it is a known agent name; else the key's
+// agent_name. Any other `model` (a CLI's "claude-opus-…", a served model's name, a placeholder) names
+// no agent, so a client's side calls on other model names stay in the episode's agent. Throws
+// Error(kInvalidArgument) for a name longer than 128 bytes or with control characters.
 std::string resolve_agent_name(const EpisodeKeyClaims& claims, std::optional<std::string_view> header,
-                               std::optional<std::string_view> model,
-                               const std::vector<std::string>& served_model_names = {});
+                               std::optional<std::string_view> model, const AgentNames& names = {});
 
 }  // namespace ajet::swarm

@@ -33,7 +33,13 @@ std::shared_ptr<const ModelContext> ModelContext::load(const config::Config& con
   }
   ctx->served_name = fs::absolute(ctx->model_dir).lexically_normal().filename().string();
   if (ctx->served_name.empty()) ctx->served_name = "agentjet-model";
-  ctx->served_names = {ctx->served_name, config.model.path};
+  for (const auto& [model, agent] : config.context_tracker.model_agents.items()) {
+    if (!agent.is_string()) continue;  // config validation names it
+    ctx->agent_names.by_model[model] = agent.get<std::string>();
+    ctx->agent_names.known.insert(agent.get<std::string>());
+  }
+  ctx->agent_names.known.insert(config.context_tracker.trainable_agents.begin(),
+                                config.context_tracker.trainable_agents.end());
   ctx->tokenizer = std::make_unique<text::Tokenizer>(text::Tokenizer::load(ctx->model_dir));
   ctx->format = std::make_unique<tracking::ChatFormat>(tracking::ChatFormat::from_tokenizer(*ctx->tokenizer));
   ctx->chat_stop_ids.push_back(ctx->format->end_of_turn);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "config/config.h"
+#include "episodes/episode_key.h"
 #include "text/tokenizer.h"
 #include "tracking/chat_format.h"
 #include "tracking/merge.h"
@@ -36,7 +37,7 @@ struct SamplingRules {
 struct ModelContext {
   std::filesystem::path model_dir;
   std::string served_name;                 // the model directory's name: what /v1/models lists
-  std::vector<std::string> served_names;   // names `model` may carry without naming an agent
+  AgentNames agent_names;                  // which request `model` names an agent (model_agents)
   std::unique_ptr<text::Tokenizer> tokenizer;
   std::unique_ptr<tracking::ChatFormat> format;  // points into *tokenizer
   std::vector<text::TokenId> chat_stop_ids;      // end of turn, eos

@@ -234,7 +234,7 @@ Json Registry::episode_buffer(const ViewScope& scope) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto status_of = [this, &scope](const Episode& e) {
     // Upstream's EpisodeStatus fields. The key stays empty: episode keys are bearer credentials, and
-    // this endpoint needs none (docs/protocol.md, deliberate differences); no ZeroMQ, no debug log.
+    // this endpoint needs none (docs/protocol.md, deliberate differences); no ZeroMQ, an empty debug log.
     // Ids of other clients' episodes are pseudonyms (ViewScope).
     return Json{{"episode_uuid", shown_id(scope, "episode", e.uuid, e.client_uuid)},
                 {"episode_status", state_name(e.state)},
@@ -246,7 +246,7 @@ Json Registry::episode_buffer(const ViewScope& scope) const {
                 {"latest_activity_timestamp", e.latest_activity},
                 {"discard_episode_timeout", e.discard_episode_timeout},
                 {"llm_call_count", e.llm_call_count},
-                {"debug_log", ""},
+                {"debug_log", Json::array()},  // upstream: a list of strings
                 {"optional_task_id", e.optional_task_id}};
   };
   // Registered episodes in claim order (FIFO), then claimed ones, oldest claim first.

@@ -1,6 +1,7 @@
 #include "openai/anthropic_messages.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <unordered_set>
 
@@ -46,9 +47,18 @@ void convert_message(const OrderedJson& m, const std::string& at, OrderedJson& o
                      std::unordered_set<std::string>& tool_uses) {
   if (!m.is_object()) bad(at, "must be an object");
   const std::string role = string_at(m, "role", at);
-  if (role != "user" && role != "assistant") bad(at + ".role", "must be 'user' or 'assistant', got '" + role + "'");
+  if (role != "user" && role != "assistant" && role != "system") {
+    bad(at + ".role", "must be 'user', 'assistant' or 'system', got '" + role + "'");
+  }
   const OrderedJson* content = field(m, "content");
   if (content == nullptr) bad(at + ".content", "is required");
+  if (role == "system") {
+    // Claude Code's mid-conversation system messages (text blocks): a system turn where they stand.
+    // Every template family served here renders a system message after the first as a system turn,
+    // and keeping it in place keeps each call's prompt a prefix of the next (one merged sample).
+    out.push_back(OrderedJson{{"role", "system"}, {"content", text_of(*content, at + ".content")}});
+    return;
+  }
   if (content->is_string()) {
     out.push_back(OrderedJson{{"role", role}, {"content", content->get<std::string>()}});
     return;
@@ -109,15 +119,22 @@ void convert_message(const OrderedJson& m, const std::string& at, OrderedJson& o
   out.push_back(std::move(message));
 }
 
-OrderedJson anthropic_tools_to_chat(const OrderedJson& tools) {
+// Client tools (no type, or "custom") → function tools; server tools (web_search_…, code_execution_…,
+// any other type) are run by Anthropic's servers, not by the client: dropped, and named in `notes`.
+OrderedJson anthropic_tools_to_chat(const OrderedJson& tools, ConversionNotes* notes) {
   if (!tools.is_array()) bad("tools", "must be a list");
   OrderedJson out = OrderedJson::array();
+  std::vector<std::string> dropped;
   for (size_t i = 0; i < tools.size(); ++i) {
     const std::string at = fmt::format("tools[{}]", i);
     const OrderedJson& t = tools[i];
     if (!t.is_object()) bad(at, "must be an object");
     if (const OrderedJson* type = field(t, "type"); type != nullptr && *type != "custom") {
-      bad(at + ".type", "'" + type->dump() + "' names a server tool, which this server does not run");
+      if (!type->is_string()) bad(at + ".type", "must be a string");
+      const OrderedJson* name = field(t, "name");
+      dropped.push_back(fmt::format("{} ({})", name != nullptr && name->is_string() ? name->get<std::string>() : at,
+                                    type->get<std::string>()));
+      continue;
     }
     const OrderedJson* schema = field(t, "input_schema");
     if (schema == nullptr) bad(at + ".input_schema", "is required");
@@ -129,6 +146,10 @@ OrderedJson anthropic_tools_to_chat(const OrderedJson& tools) {
     }
     function["parameters"] = *schema;
     out.push_back(OrderedJson{{"type", "function"}, {"function", std::move(function)}});
+  }
+  if (!dropped.empty() && notes != nullptr) {
+    notes->push_back(fmt::format("dropped {} server tool(s) this server does not run: {}", dropped.size(),
+                                 fmt::join(dropped, ", ")));
   }
   return out;
 }
@@ -147,12 +168,13 @@ OrderedJson convert_tool_choice(const OrderedJson& choice) {
 
 }  // namespace
 
-OrderedJson anthropic_to_chat_body(const OrderedJson& body) {
+OrderedJson anthropic_to_chat_body(const OrderedJson& body, ConversionNotes* notes, bool count_only) {
   OrderedJson chat = OrderedJson::object();
+  if (!body.is_object()) bad("(root)", "must be a JSON object");
   if (const OrderedJson* model = field(body, "model")) chat["model"] = *model;
   const OrderedJson* max_tokens = field(body, "max_tokens");
-  if (max_tokens == nullptr) bad("max_tokens", "is required (the Messages API has no default)");
-  chat["max_tokens"] = *max_tokens;
+  if (max_tokens == nullptr && !count_only) bad("max_tokens", "is required (the Messages API has no default)");
+  if (max_tokens != nullptr) chat["max_tokens"] = *max_tokens;
 
   OrderedJson messages = OrderedJson::array();
   if (const OrderedJson* system = field(body, "system")) {
@@ -167,7 +189,7 @@ OrderedJson anthropic_to_chat_body(const OrderedJson& body) {
   }
   chat["messages"] = std::move(messages);
 
-  if (const OrderedJson* tools = field(body, "tools")) chat["tools"] = anthropic_tools_to_chat(*tools);
+  if (const OrderedJson* tools = field(body, "tools")) chat["tools"] = anthropic_tools_to_chat(*tools, notes);
   if (const OrderedJson* choice = field(body, "tool_choice")) chat["tool_choice"] = convert_tool_choice(*choice);
   if (const OrderedJson* stop = field(body, "stop_sequences")) chat["stop"] = *stop;
   for (const char* key : {"temperature", "top_p", "top_k", "stream"}) {
@@ -176,13 +198,19 @@ OrderedJson anthropic_to_chat_body(const OrderedJson& body) {
   if (const OrderedJson* thinking = field(body, "thinking")) {
     if (!thinking->is_object()) bad("thinking", "must be an object such as {\"type\": \"enabled\"}");
     const std::string type = string_at(*thinking, "type", "thinking");
-    if (type != "enabled" && type != "disabled") bad("thinking.type", "must be enabled or disabled, got '" + type + "'");
-    chat["chat_template_kwargs"] = OrderedJson{{"enable_thinking", type == "enabled"}};
+    if (type != "enabled" && type != "disabled" && type != "adaptive") {
+      bad("thinking.type", "must be enabled, adaptive or disabled, got '" + type + "'");
+    }
+    // adaptive (Claude Code's default: the model decides how much to think) is the template's
+    // thinking switch on; a Qwen3 model then decides itself whether its think block is empty.
+    chat["chat_template_kwargs"] = OrderedJson{{"enable_thinking", type != "disabled"}};
   }
   return chat;
 }
 
-FieldNames anthropic_field_names() { return FieldNames{.stop = "stop_sequences", .max_tokens = "max_tokens"}; }
+FieldNames anthropic_field_names() {
+  return FieldNames{.stop = "stop_sequences", .max_tokens = "max_tokens", .wording = ErrorWording::kAnthropic};
+}
 
 std::string anthropic_stop_reason(std::string_view openai_finish_reason, bool stopped_by_string) {
   if (stopped_by_string) return "stop_sequence";

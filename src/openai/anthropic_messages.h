@@ -19,14 +19,18 @@ namespace ajet::swarm {
 
 // `system` (string or text blocks) → a system message; each message's content blocks → OpenAI
 // messages (text; assistant `tool_use` → tool_calls; user `tool_result` → role "tool" messages, in
-// order; assistant `thinking` → reasoning_content); tools with `input_schema` → function tools;
-// tool_choice auto/any/tool/none; max_tokens, stop_sequences, temperature, top_p, top_k, stream.
-// `thinking: {type: enabled}` turns the template's thinking on. Throws Error(kInvalidArgument)
-// naming the Anthropic field path (`messages[2].content[0].tool_use_id`); images and documents are
-// refused by name.
+// order; assistant `thinking` → reasoning_content; a `system` message anywhere in `messages`, as
+// Claude Code sends them → a system message in place); tools with `input_schema` → function tools,
+// server tools (a `type` other than custom) dropped and named in `notes`; tool_choice
+// auto/any/tool/none; max_tokens, stop_sequences, temperature, top_p, top_k, stream.
+// `thinking: {type: enabled | adaptive}` turns the template's thinking on, `disabled` off. Throws
+// Error(kInvalidArgument) naming the Anthropic field path (`messages[2].content[0].tool_use_id`);
+// images and documents are refused by name.
 // A `tool_result` whose tool_use_id names no `tool_use` block of an earlier assistant message is
-// refused by name (Anthropic answers 400 too).
-text::OrderedJson anthropic_to_chat_body(const text::OrderedJson& body);
+// refused by name (Anthropic answers 400 too). `count_only` (POST /v1/messages/count_tokens): no
+// max_tokens needed.
+text::OrderedJson anthropic_to_chat_body(const text::OrderedJson& body, ConversionNotes* notes = nullptr,
+                                         bool count_only = false);
 // The Messages names of the chat fields that body carries (stop_sequences), for the chat parser's errors.
 FieldNames anthropic_field_names();
 

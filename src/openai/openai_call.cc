@@ -46,7 +46,7 @@ LlmCall::LlmCall(CallSetup setup, CallServices services, http::Respond respond)
   text_offset_.assign(n, 0);
   prompt_tokens_ = int64_t(setup_.prompt.ids.size());
   if (setup_.params.stream) stream_ = std::make_shared<http::ChannelStream>(0, setup_.stream_backlog_bytes);
-  if (setup_.kind == CallSetup::Kind::kResponses) responses_.emplace(new_response_id("msg_"));
+  if (setup_.kind == CallSetup::Kind::kResponses) responses_.emplace(new_response_id("msg_"), setup_.responses_tools);
 }
 
 void LlmCall::push(std::string chunk) {
@@ -205,12 +205,11 @@ void LlmCall::on_tokens(const rpc::TokensEvent& e) {
     if (e.finish_reason == rpc::FinishReason::kAbort && !c.stopped_by_string()) engine_aborted_ = true;
     if (!stream_ || engine_aborted_) return;
     if (!streaming_) open = open_stream();
-    if (closed_[i]) return;
-    if (c.finished()) {
-      close_choice(i);
-    } else {
-      emit_delta(i, false);
-    }
+    // A finished choice is closed (its last events: finish_reason, message_stop,
+    // response.completed) by on_done, after the call is recorded: a client that read the end of its
+    // answer finds it in the episode, even when it hangs up at once (Codex does).
+    if (closed_[i] || c.finished()) return;
+    emit_delta(i, false);
   }
   if (open) respond_(std::move(*open));
 }
@@ -282,6 +281,12 @@ const text::ParsedOutput& LlmCall::final_of(size_t i) {
   return *finals_[i];
 }
 
+std::string LlmCall::answered_finish(size_t i, bool has_tool_calls) const {
+  std::string finish = choices_[i].finish_reason(has_tool_calls);
+  if (finish == "length" && !setup_.length_is_clients) return has_tool_calls ? "tool_calls" : "stop";
+  return finish;
+}
+
 void LlmCall::close_choice(size_t i) {
   ChoiceState& c = choices_[i];
   ChoiceDelta d = c.take_delta(true);
@@ -296,13 +301,13 @@ void LlmCall::close_choice(size_t i) {
   }
   push_delta(i, d, nullptr);
   if (setup_.kind == CallSetup::Kind::kMessages) {
-    push(anthropic_stream_close(out, anthropic_stop_reason(c.finish_reason(tools), c.stopped_by_string()),
+    push(anthropic_stream_close(out, anthropic_stop_reason(answered_finish(i, tools), c.stopped_by_string()),
                                 c.matched_stop(), completion_tokens()));
     closed_[i] = true;
     return;
   }
   if (setup_.kind == CallSetup::Kind::kResponses) {
-    push(responses_->close(setup_.meta, out, c.finish_reason(tools) == "length", prompt_tokens_, completion_tokens()));
+    push(responses_->close(setup_.meta, out, answered_finish(i, tools) == "length", prompt_tokens_, completion_tokens()));
     closed_[i] = true;
     return;
   }
@@ -311,7 +316,7 @@ void LlmCall::close_choice(size_t i) {
                                            nullptr, nullptr)));
   }
   ChoiceDelta none;
-  push_delta(i, none, c.finish_reason(tools));
+  push_delta(i, none, answered_finish(i, tools));
   closed_[i] = true;
 }
 
@@ -423,14 +428,13 @@ Json LlmCall::response_json() const {
     const ChoiceState& c = choices_[0];
     const text::ParsedOutput& out = *finals_[0];
     return anthropic_message_json(setup_.meta, out,
-                                  anthropic_stop_reason(c.finish_reason(!out.tool_calls.empty()), c.stopped_by_string()),
+                                  anthropic_stop_reason(answered_finish(0, !out.tool_calls.empty()), c.stopped_by_string()),
                                   c.matched_stop(), prompt_tokens_, completion_tokens());
   }
   if (setup_.kind == CallSetup::Kind::kResponses) {
-    const ChoiceState& c = choices_[0];
     const text::ParsedOutput& out = *finals_[0];
-    return responses_json(setup_.meta, &out, responses_->items(out),
-                          c.finish_reason(!out.tool_calls.empty()) == "length", prompt_tokens_, completion_tokens());
+    return responses_json(setup_.meta, &out, responses_->items(out), answered_finish(0, !out.tool_calls.empty()) == "length",
+                          prompt_tokens_, completion_tokens(), setup_.responses_tools);
   }
   Json choices = Json::array();
   const text::Tokenizer& tok = *setup_.model->tokenizer;
@@ -443,13 +447,13 @@ Json LlmCall::response_json() const {
       choices.push_back({{"index", i},
                          {"message", chat_message_json(out)},
                          {"logprobs", std::move(logprobs)},
-                         {"finish_reason", c.finish_reason(!out.tool_calls.empty())}});
+                         {"finish_reason", answered_finish(i, !out.tool_calls.empty())}});
     } else {
       if (setup_.params.logprobs) logprobs = completion_logprobs_json(c, 0, c.tokens(), tok, 0);
       choices.push_back({{"index", i},
                          {"text", out.content},
                          {"logprobs", std::move(logprobs)},
-                         {"finish_reason", c.finish_reason(false)}});
+                         {"finish_reason", answered_finish(i, false)}});
     }
   }
   Json j = {{"id", setup_.meta.id},
@@ -494,7 +498,8 @@ void LlmCall::record(const std::string& response_body) {
       store::CallRow row = tracking::to_call_row(rec);
       if (!holder) {
         holder = rec.call_index;
-        row.request_json = std::move(setup_.request_body);
+        row.request_json = setup_.stored_request_body.empty() ? std::move(setup_.request_body)
+                                                              : std::move(setup_.stored_request_body);
         row.response_json = response_body;
       } else {
         row.bodies_from = holder;

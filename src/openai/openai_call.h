@@ -64,9 +64,21 @@ struct CallSetup {
   rpc::GenerateRequest generate;       // prompt and stop ids included
   std::shared_ptr<http::CancelSignal> client_cancel;  // the HTTP request's: fired when its client hangs up
   size_t stream_backlog_bytes = 8 << 20;              // a streamed answer's queue; beyond, it is cancelled
-  std::string request_body;            // as received: stored once, on the first choice's row
+  std::string request_body;            // as received (POST /replay_latest_llm_call shows it)
+  // What the episode stores, once, on the first choice's row: the request as received for chat and
+  // completions, the converted chat body for Messages and Responses ("" : request_body).
+  std::string stored_request_body;
   ResponseMeta meta;
   bool parse_tools = false;
+  // Whether a cut by the generation limit is reported as one (chat "length", Messages "max_tokens",
+  // Responses "incomplete"): only when the limit is the client's own, i.e. its max_tokens as sent,
+  // or for chat and completions without max_tokens, the server's default (as vLLM does). A cut
+  // by the per-turn cap below the client's max_tokens, or a Responses call without
+  // max_output_tokens, ends as a normal turn ("stop", "end_turn", "completed"): CLI agents read the
+  // other answer as their own limit and ask to continue (docs/protocol.md "The per-turn cap"). The
+  // stored call keeps "length" either way.
+  bool length_is_clients = true;
+  ResponsesTools responses_tools;  // kResponses: the namespaces to name in function calls
   std::string generation_prompt_tail;
   double started_at = 0;  // unix seconds
   std::chrono::steady_clock::time_point started;
@@ -106,6 +118,8 @@ class LlmCall : public std::enable_shared_from_this<LlmCall> {
   void close_choice(size_t index);
   Json logprobs_for(size_t index, size_t begin, size_t end);
   const text::ParsedOutput& final_of(size_t index);
+  // The finish the client reads (see CallSetup::limit_is_clients).
+  std::string answered_finish(size_t index, bool has_tool_calls) const;
   Json response_json() const;  // the whole answer as a non-streamed body (finals_ filled)
   // A non-streamed error in this endpoint's shape (Anthropic's for Messages; 503: Retry-After 2).
   http::Response error_answer(int status, const std::string& text, std::string_view code) const;

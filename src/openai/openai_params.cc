@@ -87,6 +87,7 @@ void parse_common(const OrderedJson& body, const FieldNames& names, OpenAiParams
   }
   p.max_tokens = max_completion ? max_completion : max_tokens;
   p.max_tokens_field = max_completion ? "max_completion_tokens" : names.max_tokens;
+  p.wording = names.wording;
   if ((p.temperature = number(body, "temperature")) && (*p.temperature < 0 || *p.temperature > 2)) {
     bad_field("temperature", fmt::format("must be between 0 and 2, got {}", *p.temperature));
   }
@@ -228,6 +229,10 @@ rpc::GenerateRequest resolve_generation(const OpenAiParams& p, const SamplingRul
   }
   g.n = p.n;
   const int64_t room = rules.max_model_len - int64_t(prompt_tokens);
+  const bool anthropic = p.wording == ErrorWording::kAnthropic;
+  if (room < 1 && anthropic) {
+    invalid_argument(fmt::format("prompt is too long: {} tokens > {} maximum", prompt_tokens, rules.max_model_len));
+  }
   if (room < 1) {
     invalid_argument(fmt::format("context overflow: the prompt has {} tokens, and the model's context "
                                  "(ajet.rollout.max_model_len, the model's max_position_embeddings) is {} tokens; "
@@ -238,6 +243,11 @@ rpc::GenerateRequest resolve_generation(const OpenAiParams& p, const SamplingRul
   if (p.max_tokens) {
     // train: the request may only shorten the turn; eval: the request decides.
     max_tokens = train ? std::min(*p.max_tokens, rules.max_tokens_per_turn) : *p.max_tokens;
+    if (max_tokens > room && anthropic) {
+      invalid_argument(fmt::format("input length and `max_tokens` exceed context limit: {} + {} > {}, decrease "
+                                   "input length or `max_tokens` and try again",
+                                   prompt_tokens, max_tokens, rules.max_model_len));
+    }
     if (max_tokens > room) {
       invalid_argument(fmt::format("context overflow: prompt ({} tokens) + {} ({}) exceeds the model's "
                                    "context of {} tokens; lower {} to at most {} or shorten the messages.",

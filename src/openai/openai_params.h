@@ -28,12 +28,23 @@ inline constexpr size_t kMaxStopBytes = 256;
 
 enum class ToolChoice { kAuto, kNone, kRequired, kNamed };
 
+// Whose wording the context-overflow errors use: OpenAI's APIs get ours (naming the config keys),
+// Anthropic's Messages gets Anthropic's exact sentences, which Claude Code parses to compact its
+// history or retry with a smaller max_tokens (resolve_generation).
+enum class ErrorWording { kOpenAi, kAnthropic };
+
 // The names the client's API gives the chat fields its body was converted to (Messages:
 // stop_sequences; Responses: max_output_tokens), so that errors name what the client sent.
 struct FieldNames {
   std::string stop = "stop";
   std::string max_tokens = "max_tokens";
+  ErrorWording wording = ErrorWording::kOpenAi;
 };
+
+// What an adapter (Messages, Responses) changed in a body beyond a plain conversion, one line each
+// (e.g. "dropped 1 server tool(s) this server does not run: web_search (web_search)"), for the
+// front's log.
+using ConversionNotes = std::vector<std::string>;
 
 struct OpenAiParams {
   std::string model;  // "" when absent
@@ -54,6 +65,7 @@ struct OpenAiParams {
   ToolChoice tool_choice = ToolChoice::kAuto;
   std::string tool_choice_name;
   std::optional<bool> enable_thinking;  // chat_template_kwargs.enable_thinking (vLLM extension)
+  ErrorWording wording = ErrorWording::kOpenAi;  // of the context-overflow errors
 };
 
 // Reads the fields above from a chat request body; Error(kInvalidArgument) naming the field (by
@@ -71,7 +83,10 @@ CompletionPrompt parse_completion_prompt(const text::OrderedJson& body);
 
 // The engine request (without prompt ids and stop ids) for `prompt_tokens` prompt tokens. Throws
 // Error(kInvalidArgument) when the prompt leaves no room (context overflow, naming the numbers) or n
-// is above ajet.rollout.max_num_seqs.
+// is above ajet.rollout.max_num_seqs. With ErrorWording::kAnthropic the overflow is said as Anthropic
+// says it: "prompt is too long: N tokens > M maximum" when the prompt alone does not fit, "input
+// length and `max_tokens` exceed context limit: A + B > C, decrease input length or `max_tokens` and
+// try again" when the prompt and max_tokens (as resolved: the per-turn cap applied) do not.
 rpc::GenerateRequest resolve_generation(const OpenAiParams& params, const SamplingRules& rules, bool train,
                                         size_t prompt_tokens);
 

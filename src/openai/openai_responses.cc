@@ -1,6 +1,7 @@
 #include "openai/openai_responses.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <unordered_set>
 
@@ -95,25 +96,72 @@ void convert_item(const OrderedJson& item, const std::string& at, OrderedJson& m
   }
 }
 
-OrderedJson responses_tools_to_chat(const OrderedJson& tools) {
+// A `function` tool at `at` → a chat function tool.
+OrderedJson function_tool(const OrderedJson& t, const std::string& at) {
+  OrderedJson function{{"name", string_at(t, "name", at)}};
+  if (const OrderedJson* d = field(t, "description")) {
+    if (!d->is_string()) bad(at + ".description", "must be a string");
+    function["description"] = *d;
+  }
+  if (const OrderedJson* p = field(t, "parameters")) {
+    if (!p->is_object()) bad(at + ".parameters", "must be a JSON schema (an object)");
+    function["parameters"] = *p;
+  }
+  return OrderedJson{{"type", "function"}, {"function", std::move(function)}};
+}
+
+// Function tools as they are; a namespace's function tools flattened under their own names (a name
+// already taken is left out), each remembered with its namespace so that a call names it back;
+// built-in tools (web_search, file_search, …), which OpenAI's servers run, dropped. What was
+// flattened or dropped goes to `notes`.
+OrderedJson responses_tools_to_chat(const OrderedJson& tools, ResponsesTools& names, ConversionNotes* notes) {
   if (!tools.is_array()) bad("tools", "must be a list");
   OrderedJson out = OrderedJson::array();
+  std::unordered_set<std::string> taken;
+  std::vector<std::string> dropped, flattened;
+  auto add = [&](OrderedJson tool, const std::string& space) {
+    std::string name = tool["function"]["name"].get<std::string>();
+    if (!taken.insert(name).second) return false;
+    if (!space.empty()) names.namespace_of[name] = space;
+    out.push_back(std::move(tool));
+    return true;
+  };
+  // Top-level functions first: a namespaced tool never hides one of the same name.
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const std::string at = fmt::format("tools[{}]", i);
+    if (!tools[i].is_object()) bad(at, "must be an object");
+    if (string_at(tools[i], "type", at) == "function") add(function_tool(tools[i], at), "");
+  }
   for (size_t i = 0; i < tools.size(); ++i) {
     const std::string at = fmt::format("tools[{}]", i);
     const OrderedJson& t = tools[i];
-    if (!t.is_object()) bad(at, "must be an object");
     const std::string type = string_at(t, "type", at);
-    if (type != "function") bad(at + ".type", "'" + type + "' is a built-in tool, which this server does not run");
-    OrderedJson function{{"name", string_at(t, "name", at)}};
-    if (const OrderedJson* d = field(t, "description")) {
-      if (!d->is_string()) bad(at + ".description", "must be a string");
-      function["description"] = *d;
+    if (type == "function") continue;
+    if (type != "namespace") {
+      dropped.push_back(type);
+      continue;
     }
-    if (const OrderedJson* p = field(t, "parameters")) {
-      if (!p->is_object()) bad(at + ".parameters", "must be a JSON schema (an object)");
-      function["parameters"] = *p;
+    const std::string space = string_at(t, "name", at);
+    const OrderedJson* inner = field(t, "tools");
+    if (inner == nullptr || !inner->is_array()) bad(at + ".tools", "must be a list of function tools");
+    size_t kept = 0;
+    for (size_t j = 0; j < inner->size(); ++j) {
+      const std::string jat = fmt::format("{}.tools[{}]", at, j);
+      if (!(*inner)[j].is_object()) bad(jat, "must be an object");
+      if (string_at((*inner)[j], "type", jat) != "function") {
+        dropped.push_back(space + "." + (*inner)[j]["type"].get<std::string>());
+        continue;
+      }
+      if (add(function_tool((*inner)[j], jat), space)) ++kept;
     }
-    out.push_back(OrderedJson{{"type", "function"}, {"function", std::move(function)}});
+    flattened.push_back(fmt::format("{} ({} function tools)", space, kept));
+  }
+  if (notes != nullptr && !flattened.empty()) {
+    notes->push_back(fmt::format("flattened namespace tool(s) into function tools: {}", fmt::join(flattened, ", ")));
+  }
+  if (notes != nullptr && !dropped.empty()) {
+    notes->push_back(fmt::format("dropped {} built-in tool(s) this server does not run: {}", dropped.size(),
+                                 fmt::join(dropped, ", ")));
   }
   return out;
 }
@@ -134,18 +182,21 @@ Json message_item(const std::string& id, const std::string& text, const char* st
               {"content", Json::array({{{"type", "output_text"}, {"text", text}, {"annotations", Json::array()}}})}};
 }
 
-Json call_item(const std::string& id, const text::ToolCall& call, const char* status, bool with_arguments) {
-  return Json{{"id", id},
-              {"type", "function_call"},
-              {"status", status},
-              {"call_id", call.id},
-              {"name", call.name},
-              {"arguments", with_arguments ? call.arguments : ""}};
+Json call_item(const std::string& id, const text::ToolCall& call, const char* status, bool with_arguments,
+               const ResponsesTools& tools) {
+  Json item{{"id", id},
+            {"type", "function_call"},
+            {"status", status},
+            {"call_id", call.id},
+            {"name", call.name},
+            {"arguments", with_arguments ? call.arguments : ""}};
+  if (auto it = tools.namespace_of.find(call.name); it != tools.namespace_of.end()) item["namespace"] = it->second;
+  return item;
 }
 
 }  // namespace
 
-OrderedJson responses_to_chat_body(const OrderedJson& body) {
+OrderedJson responses_to_chat_body(const OrderedJson& body, ResponsesTools* tools_out, ConversionNotes* notes) {
   if (field(body, "previous_response_id") != nullptr) {
     bad("previous_response_id", "is not supported: this server keeps no responses; send the whole conversation "
                                 "in 'input'");
@@ -169,7 +220,9 @@ OrderedJson responses_to_chat_body(const OrderedJson& body) {
   }
   if (messages.empty()) bad("input", "holds no message");
   chat["messages"] = std::move(messages);
-  if (const OrderedJson* tools = field(body, "tools")) chat["tools"] = responses_tools_to_chat(*tools);
+  ResponsesTools names;
+  if (const OrderedJson* tools = field(body, "tools")) chat["tools"] = responses_tools_to_chat(*tools, names, notes);
+  if (tools_out != nullptr) *tools_out = std::move(names);
   if (const OrderedJson* choice = field(body, "tool_choice")) {
     if (choice->is_object()) {
       const std::string type = string_at(*choice, "type", "tool_choice");
@@ -198,7 +251,7 @@ ResponseItems response_items(std::string message_id, const text::ParsedOutput& o
 }
 
 Json responses_json(const ResponseMeta& meta, const text::ParsedOutput* output, const ResponseItems& items,
-                    bool length, int64_t input_tokens, int64_t output_tokens) {
+                    bool length, int64_t input_tokens, int64_t output_tokens, const ResponsesTools& tools) {
   Json out = Json::array();
   if (output != nullptr) {
     if (output->reasoning_content) {
@@ -210,7 +263,7 @@ Json responses_json(const ResponseMeta& meta, const text::ParsedOutput* output, 
       out.push_back(message_item(items.message_id, output->content, "completed"));
     }
     for (size_t i = 0; i < output->tool_calls.size(); ++i) {
-      out.push_back(call_item(items.call_ids[i], output->tool_calls[i], "completed", true));
+      out.push_back(call_item(items.call_ids[i], output->tool_calls[i], "completed", true, tools));
     }
   }
   const char* status = output == nullptr ? "in_progress" : length ? "incomplete" : "completed";
@@ -240,12 +293,17 @@ std::string ResponsesEvents::event(std::string_view type, Json data) {
 }
 
 std::string ResponsesEvents::open(const ResponseMeta& meta, int64_t input_tokens) {
-  const Json response = responses_json(meta, nullptr, ResponseItems{message_id_, {}}, false, input_tokens, 0);
+  const Json response = responses_json(meta, nullptr, ResponseItems{message_id_, {}}, false, input_tokens, 0, tools_);
   std::string out = event("response.created", Json{{"response", response}});
   out += event("response.in_progress", Json{{"response", response}});
+  return out;
+}
+
+std::string ResponsesEvents::open_message() {
+  message_open_ = true;
   Json item = message_item(message_id_, "", "in_progress");
   item["content"] = Json::array();
-  out += event("response.output_item.added", Json{{"output_index", 0}, {"item", std::move(item)}});
+  std::string out = event("response.output_item.added", Json{{"output_index", 0}, {"item", std::move(item)}});
   out += event("response.content_part.added",
                Json{{"item_id", message_id_},
                     {"output_index", 0},
@@ -255,12 +313,15 @@ std::string ResponsesEvents::open(const ResponseMeta& meta, int64_t input_tokens
 }
 
 std::string ResponsesEvents::text_delta(std::string_view text) {
+  if (text.empty()) return "";
+  std::string out = message_open_ ? std::string() : open_message();
   text_ += text;
-  return event("response.output_text.delta", Json{{"item_id", message_id_},
+  out += event("response.output_text.delta", Json{{"item_id", message_id_},
                                                   {"output_index", 0},
                                                   {"content_index", 0},
                                                   {"delta", text},
                                                   {"logprobs", Json::array()}});
+  return out;
 }
 
 const ResponseItems& ResponsesEvents::items(const text::ParsedOutput& output) const {
@@ -271,22 +332,30 @@ const ResponseItems& ResponsesEvents::items(const text::ParsedOutput& output) co
 std::string ResponsesEvents::close(const ResponseMeta& meta, const text::ParsedOutput& output, bool length,
                                    int64_t input_tokens, int64_t output_tokens) {
   const ResponseItems& items = this->items(output);
-  std::string out = event("response.output_text.done", Json{{"item_id", message_id_},
-                                                            {"output_index", 0},
-                                                            {"content_index", 0},
-                                                            {"text", text_},
-                                                            {"logprobs", Json::array()}});
-  out += event("response.content_part.done",
-               Json{{"item_id", message_id_},
-                    {"output_index", 0},
-                    {"content_index", 0},
-                    {"part", {{"type", "output_text"}, {"text", text_}, {"annotations", Json::array()}}}});
-  out += event("response.output_item.done", Json{{"output_index", 0}, {"item", message_item(message_id_, text_, "completed")}});
+  std::string out;
+  // The message item shows when text was streamed, or when there is nothing else to show; a turn of
+  // function calls alone opens none (Codex shows an empty message before the calls otherwise).
+  if (!message_open_ && output.tool_calls.empty()) out += open_message();
+  if (message_open_) {
+    out += event("response.output_text.done", Json{{"item_id", message_id_},
+                                                   {"output_index", 0},
+                                                   {"content_index", 0},
+                                                   {"text", text_},
+                                                   {"logprobs", Json::array()}});
+    out += event("response.content_part.done",
+                 Json{{"item_id", message_id_},
+                      {"output_index", 0},
+                      {"content_index", 0},
+                      {"part", {{"type", "output_text"}, {"text", text_}, {"annotations", Json::array()}}}});
+    out += event("response.output_item.done",
+                 Json{{"output_index", 0}, {"item", message_item(message_id_, text_, "completed")}});
+  }
+  const int first_call = message_open_ ? 1 : 0;
   for (size_t i = 0; i < output.tool_calls.size(); ++i) {
     const text::ToolCall& call = output.tool_calls[i];
-    const int index = int(i) + 1;
+    const int index = int(i) + first_call;
     out += event("response.output_item.added",
-                 Json{{"output_index", index}, {"item", call_item(items.call_ids[i], call, "in_progress", false)}});
+                 Json{{"output_index", index}, {"item", call_item(items.call_ids[i], call, "in_progress", false, tools_)}});
     out += event("response.function_call_arguments.delta",
                  Json{{"item_id", items.call_ids[i]}, {"output_index", index}, {"delta", call.arguments}});
     out += event("response.function_call_arguments.done", Json{{"item_id", items.call_ids[i]},
@@ -294,11 +363,12 @@ std::string ResponsesEvents::close(const ResponseMeta& meta, const text::ParsedO
                                                                 {"name", call.name},
                                                                 {"arguments", call.arguments}});
     out += event("response.output_item.done",
-                 Json{{"output_index", index}, {"item", call_item(items.call_ids[i], call, "completed", true)}});
+                 Json{{"output_index", index}, {"item", call_item(items.call_ids[i], call, "completed", true, tools_)}});
   }
-  // The final object lists what the stream showed: the (maybe empty) message, then the calls.
-  Json response = responses_json(meta, &output, items, length, input_tokens, output_tokens);
-  Json shown = Json::array({message_item(message_id_, text_, "completed")});
+  // The final object lists what the stream showed: the message (when shown), then the calls.
+  Json response = responses_json(meta, &output, items, length, input_tokens, output_tokens, tools_);
+  Json shown = Json::array();
+  if (message_open_) shown.push_back(message_item(message_id_, text_, "completed"));
   for (const Json& item : response["output"]) {
     if (item["type"] == "function_call") shown.push_back(item);
   }

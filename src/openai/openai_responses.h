@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "common/json.h"
@@ -19,14 +20,23 @@
 
 namespace ajet::swarm {
 
+// The request's tools as the answer must name them back: the namespace of each function tool that
+// came from a `{"type": "namespace", "name", "tools": [...]}` tool (Codex's multi_agent_v1), so its
+// calls carry `"namespace"` beside their `name`.
+struct ResponsesTools {
+  std::unordered_map<std::string, std::string> namespace_of;  // function name -> namespace
+};
+
 // `instructions` → a system message; `input` (a string, or items: messages with text content,
 // function_call → assistant tool_calls, function_call_output → tool messages; reasoning items are
-// skipped) → messages; function tools; tool_choice; max_output_tokens; temperature; top_p; stream.
-// Throws Error(kInvalidArgument) naming the field path (`input[2].call_id`); images, files, built-in
-// tools and previous_response_id are refused by name.
+// skipped) → messages; function tools, a namespace's function tools flattened (recorded in
+// `tools`), built-in tools (web_search, …) dropped, both said in `notes`; tool_choice;
+// max_output_tokens; temperature; top_p; stream. Throws Error(kInvalidArgument) naming the field
+// path (`input[2].call_id`); images, files and previous_response_id are refused by name.
 // A function_call_output whose call_id names no earlier function_call item is refused by name
 // (OpenAI answers 400 too).
-text::OrderedJson responses_to_chat_body(const text::OrderedJson& body);
+text::OrderedJson responses_to_chat_body(const text::OrderedJson& body, ResponsesTools* tools = nullptr,
+                                         ConversionNotes* notes = nullptr);
 // The Responses names of the chat fields that body carries (max_output_tokens), for the chat parser's errors.
 FieldNames responses_field_names();
 
@@ -42,16 +52,20 @@ ResponseItems response_items(std::string message_id, const text::ParsedOutput& o
 // incomplete_details.reason "max_output_tokens" when `length` is true; `in_progress` (no output,
 // no usage) for the stream's first events.
 Json responses_json(const ResponseMeta& meta, const text::ParsedOutput* output, const ResponseItems& items,
-                    bool length, int64_t input_tokens, int64_t output_tokens);
+                    bool length, int64_t input_tokens, int64_t output_tokens, const ResponsesTools& tools = {});
 
 // Streamed events: "event: <type>\ndata: <json>\n\n" with "type" and "sequence_number" in the data.
 class ResponsesEvents {
  public:
-  explicit ResponsesEvents(std::string message_id) : message_id_(std::move(message_id)) {}
-  // response.created, response.in_progress, the message item and its output_text part, at once.
+  explicit ResponsesEvents(std::string message_id, ResponsesTools tools = {})
+      : message_id_(std::move(message_id)), tools_(std::move(tools)) {}
+  // response.created and response.in_progress, at once.
   std::string open(const ResponseMeta& meta, int64_t input_tokens);
+  // The first non-empty text opens the message item (output_item.added, content_part.added) first;
+  // empty text: nothing.
   std::string text_delta(std::string_view text);
-  // output_text.done, content_part.done, the message item's done; per function call its item added,
+  // When text was streamed, or there are no function calls: output_text.done, content_part.done, the
+  // message item's done (the item opened first if it was not); per function call its item added,
   // arguments delta and done, item done; response.completed (or response.incomplete).
   std::string close(const ResponseMeta& meta, const text::ParsedOutput& output, bool length, int64_t input_tokens,
                     int64_t output_tokens);
@@ -61,7 +75,10 @@ class ResponsesEvents {
 
  private:
   std::string event(std::string_view type, Json data);
+  std::string open_message();
   std::string message_id_;
+  ResponsesTools tools_;
+  bool message_open_ = false;
   mutable std::optional<ResponseItems> items_;
   std::string text_;  // sent so far
   int64_t sequence_ = 0;

@@ -6,6 +6,7 @@
 #include "episodes/registry.h"
 #include "http/response.h"
 #include "openai/openai_errors.h"
+#include "swarm/call_log.h"
 #include "swarm/routes.h"
 
 namespace ajet::swarm {
@@ -69,15 +70,15 @@ http::RouteOptions episode_command(const ServerContext& ctx, std::string command
   return limit;
 }
 
-http::RouteOptions episode_key_only(const ServerContext& ctx, bool anthropic) {
+http::RouteOptions episode_key_only(const ServerContext& ctx, bool anthropic, std::string route) {
   http::RouteOptions options = body_limit(ctx.options.max_json_body_bytes, "ajet-swarm start --max-json-mb");
-  if (anthropic) {
-    options.error_shape = [](int status, const std::string& message, const std::string&) {
-      http::Response r = anthropic_error(status, message);
-      return r;
-    };
-  }
-  options.check_head = [&ctx, anthropic](const http::RequestHead& head) -> std::optional<http::Response> {
+  // The server's own refusals of the route (413 body over the limit, 503 over the body budget), in
+  // the API's shape and logged like the route's other refusals.
+  options.error_shape = [anthropic, route](int status, const std::string& message, const std::string& code) {
+    log_refused_call(route, status, message);
+    return anthropic ? anthropic_error(status, message) : openai_error(status, message, code);
+  };
+  options.check_head = [&ctx, anthropic, route](const http::RequestHead& head) -> std::optional<http::Response> {
     // Anthropic's SDKs send the key in x-api-key; Authorization works for every endpoint.
     std::optional<std::string_view> key = anthropic ? head.headers.get("x-api-key") : std::nullopt;
     if (!key) key = head.headers.get("Authorization");
@@ -85,6 +86,7 @@ http::RouteOptions episode_key_only(const ServerContext& ctx, bool anthropic) {
       ctx.registry.signer().verify(key.value_or(""));
       return std::nullopt;
     } catch (const Error& e) {
+      log_refused_call(route, 401, e.what());
       return anthropic ? anthropic_error(401, e.what()) : error_for(e);
     }
   };

@@ -17,11 +17,12 @@ namespace ajet::swarm {
 // /claim_episode (/begin_episode), /end_episode, /abort_episode, /can_continue_episode,
 // /get_episode_buffer, /get_current_batch_rollout_pool_information, /agree_sync_weight,
 // /get_engine_status, /get_server_experiment_dir, /get_verbose_logs, /replay_latest_llm_call,
-// /health, GET /episodes (a page of summaries), GET /episodes/{episode_uuid}.
+// /health, GET / (HEAD /), GET /episodes (a page of summaries), GET /episodes/{episode_uuid}.
 void add_command_routes(http::Router& router, ServerContext& ctx);
 // /sync_train_config, /sync_train_code, /start_engine, /stop_engine (admin token when configured).
 void add_engine_routes(http::Router& router, ServerContext& ctx);
-// /v1/chat/completions, /v1/completions, /v1/models.
+// /v1/chat/completions, /v1/completions, /v1/responses, /v1/messages, /v1/messages/count_tokens,
+// /v1/models.
 void add_openai_routes(http::Router& router, ServerContext& ctx);
 // POST /log_metrics (numbers into the store and TensorBoard) and GET /metrics_history (every series
 // back out), both behind the admin token (routes_metrics_log.cc).
@@ -42,8 +43,9 @@ http::RouteOptions command_body(const ServerContext& ctx);
 // The admin token (when one is configured) before the body: 401 naming `what` without it.
 http::RouteOptions admin_only(const ServerContext& ctx, std::string what, http::RouteOptions limit);
 // The episode key (Authorization, or for Anthropic's API x-api-key too) before the body, in that
-// API's error shape; the body at most max_json_body_bytes.
-http::RouteOptions episode_key_only(const ServerContext& ctx, bool anthropic);
+// API's error shape; the body at most max_json_body_bytes. Refusals are logged (rate-limited) under
+// `route` ("POST /v1/messages").
+http::RouteOptions episode_key_only(const ServerContext& ctx, bool anthropic, std::string route);
 // An episode command's credentials before the body (the admin token, or a key this server signed; the
 // handler checks that the key is the body's episode's), unless --allow-keyless-episode-commands lets a
 // request without any through.

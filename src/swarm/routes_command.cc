@@ -324,6 +324,11 @@ void add_command_routes(http::Router& router, ServerContext& ctx) {
   }, admin_only(ctx, "replay_latest_llm_call", command_body(ctx)));
 
   router.get("/health", [](Request, Respond respond) { respond(http::json_response(Json{{"status", "ok"}})); });
+  // The root answers like /health: clients probe it before their first call (Claude Code sends HEAD /,
+  // which the router answers from this GET without the body).
+  router.get("/", [](Request, Respond respond) {
+    respond(http::json_response(Json{{"status", "ok"}, {"service", "ajet-swarm"}, {"ui", "/ui/"}}));
+  });
 
   router.get("/episodes", [&ctx](Request req, Respond respond) {
     if (!ctx.admin_ok(req)) {

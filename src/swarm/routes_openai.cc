@@ -22,8 +22,10 @@
 #include "openai/openai_errors.h"
 #include "openai/openai_params.h"
 #include "openai/openai_responses.h"
+#include "swarm/call_log.h"
 #include "swarm/routes.h"
 #include "swarm/work_pool.h"
+#include "tracking/prompt.h"
 
 namespace ajet::swarm {
 
@@ -38,6 +40,16 @@ std::string generation_tail(const ModelContext& model, const tracking::RenderedP
   std::string text = model.tokenizer->decode(ids.subspan(size_t(prompt.generation_prompt_begin)));
   if (text.rfind(model.format->assistant_header, 0) == 0) text.erase(0, model.format->assistant_header.size());
   return text;
+}
+
+std::string_view route_name(CallSetup::Kind kind) {
+  switch (kind) {
+    case CallSetup::Kind::kChat: return "POST /v1/chat/completions";
+    case CallSetup::Kind::kCompletion: return "POST /v1/completions";
+    case CallSetup::Kind::kMessages: return "POST /v1/messages";
+    case CallSetup::Kind::kResponses: return "POST /v1/responses";
+  }
+  return "POST /v1";
 }
 
 void serve_generation(ServerContext& ctx, Request req, Respond respond, CallSetup::Kind kind, Heartbeats& heartbeats) {
@@ -55,14 +67,20 @@ void serve_generation(ServerContext& ctx, Request req, Respond respond, CallSetu
   EpisodeKeyClaims claims = ctx.registry.signer().verify(key.value_or(""));
   text::OrderedJson body = parse_ordered_json_body(req, ctx.options.max_json_body_bytes);
   FieldNames names;  // errors name the fields the client sent, not the chat fields they became
+  ConversionNotes notes;
   if (messages) {
-    body = anthropic_to_chat_body(body);
+    body = anthropic_to_chat_body(body, &notes);
     names = anthropic_field_names();
   }
   if (responses) {
-    body = responses_to_chat_body(body);
+    body = responses_to_chat_body(body, &setup.responses_tools, &notes);
     names = responses_field_names();
   }
+  log_conversion_notes(route_name(kind), notes);
+  // The episode stores the chat body a Messages or Responses call became: every view of the episode
+  // (GET /episodes/{uuid}, ajet episode show, /ui/) reads its conversation from the stored request.
+  std::string stored_body;
+  if (messages || responses) stored_body = body.dump(-1, ' ', false, text::OrderedJson::error_handler_t::replace);
   setup.params = chat ? parse_chat_params(body, names) : parse_completion_params(body);
   CompletionPrompt completion;
   if (chat) {
@@ -82,6 +100,7 @@ void serve_generation(ServerContext& ctx, Request req, Respond respond, CallSetu
   } catch (const Error& e) {
     if (e.code() != ErrorCode::kUnavailable) throw;
     const int retry_after = retry_after_seconds(ctx.registry.engine_status());
+    log_refused_call(route_name(kind), 503, e.what());
     respond(messages ? anthropic_error(503, e.what(), retry_after) : unavailable_response(e.what(), retry_after));
     return;
   }
@@ -94,7 +113,7 @@ void serve_generation(ServerContext& ctx, Request req, Respond respond, CallSetu
   std::optional<std::string_view> header_agent = req.headers.get("X-Agent-Name");
   std::optional<std::string_view> model_field;
   if (!setup.params.model.empty()) model_field = setup.params.model;
-  setup.agent_name = resolve_agent_name(claims, header_agent, model_field, model->served_names);
+  setup.agent_name = resolve_agent_name(claims, header_agent, model_field, model->agent_names);
 
   TrackedEpisode tracked = ctx.trackers.get_or_create(claims.episode_uuid, model);
   // An end or abort between begin_llm_call and here ran the close hook (which drops the episode's
@@ -126,8 +145,11 @@ void serve_generation(ServerContext& ctx, Request req, Respond respond, CallSetu
   check_token_entries(setup.params, setup.generate, ctx.options.max_request_token_entries);
   setup.generate.tag = fmt::format("{}#{}", claims.episode_uuid, first.call_index);
   setup.tickets = std::move(tickets);
+  setup.length_is_clients = setup.params.max_tokens ? setup.generate.max_tokens == *setup.params.max_tokens
+                                                    : kind == CallSetup::Kind::kChat || kind == CallSetup::Kind::kCompletion;
 
   setup.request_body = std::move(req.body);
+  setup.stored_request_body = std::move(stored_body);
   setup.client_cancel = req.cancel;  // a hang-up aborts the engine request
   setup.stream_backlog_bytes = ctx.options.max_stream_backlog_bytes;
   setup.meta.id = new_response_id(messages ? "msg_" : responses ? "resp_" : chat ? "chatcmpl-" : "cmpl-");
@@ -150,15 +172,44 @@ http::Response prompt_queue_full(size_t max_queued, bool anthropic) {
   return r;
 }
 
+// A refusal before the call starts: answered in the endpoint's envelope (Anthropic's SDKs read
+// Anthropic's) and logged, rate-limited, since the operator sees nothing of it otherwise.
 void generation_route(ServerContext& ctx, Request req, Respond respond, CallSetup::Kind kind, Heartbeats& heartbeats) {
-  if (kind != CallSetup::Kind::kMessages) {
-    answer_errors(respond, [&] { serve_generation(ctx, std::move(req), respond, kind, heartbeats); });
-    return;
-  }
-  // Anthropic's SDKs read errors in Anthropic's envelope.
+  const bool anthropic = kind == CallSetup::Kind::kMessages;
+  auto refuse = [&](http::Response r, std::string_view message) {
+    log_refused_call(route_name(kind), r.status, message);
+    respond(std::move(r));
+  };
   try {
     serve_generation(ctx, std::move(req), respond, kind, heartbeats);
   } catch (const Error& e) {
+    refuse(anthropic ? anthropic_error_for(e) : error_for(e), e.what());
+  } catch (const std::exception& e) {
+    log().error("route: {}", e.what());
+    const std::string message = std::string("internal error: ") + e.what();
+    refuse(anthropic ? anthropic_error(500, message) : openai_error(500, message, "internal"), message);
+  }
+}
+
+// POST /v1/messages/count_tokens: the prompt a Messages body renders to, counted with the served
+// model's tokenizer and chat template (nothing is tracked: no episode call is made).
+void count_tokens_route(ServerContext& ctx, const Request& req, const Respond& respond) {
+  try {
+    std::optional<std::string_view> key = req.headers.get("x-api-key");
+    if (!key) key = req.headers.get("Authorization");
+    ctx.registry.signer().verify(key.value_or(""));
+    const text::OrderedJson body =
+        anthropic_to_chat_body(parse_ordered_json_body(req, ctx.options.max_json_body_bytes), nullptr, true);
+    const OpenAiParams params = parse_chat_params(body, anthropic_field_names());
+    const text::ChatRequest request = text::parse_chat_request(body);
+    std::shared_ptr<const ModelContext> model = ctx.model();
+    if (!model) fail(ErrorCode::kUnavailable, "no model is loaded (start_engine first)");
+    tracking::PromptOptions options = model->prompt_options;
+    options.enable_thinking = params.enable_thinking;
+    const tracking::RenderedPrompt prompt = tracking::render_prompt(*model->format, request, options, nullptr);
+    respond(http::json_response(Json{{"input_tokens", int64_t(prompt.ids.size())}}));
+  } catch (const Error& e) {
+    log_refused_call("POST /v1/messages/count_tokens", http_status_for(e.code()), e.what());
     respond(anthropic_error_for(e));
   } catch (const std::exception& e) {
     log().error("route: {}", e.what());
@@ -187,7 +238,9 @@ void add_openai_routes(http::Router& router, ServerContext& ctx) {
     router.post(path, [&ctx, prompts, heartbeats, waiting, kind = kind, anthropic](Request req, Respond respond) {
       if (waiting->fetch_add(1) >= ctx.options.max_queued_prompts) {
         waiting->fetch_sub(1);
-        respond(prompt_queue_full(ctx.options.max_queued_prompts, anthropic));
+        http::Response full = prompt_queue_full(ctx.options.max_queued_prompts, anthropic);
+        log_refused_call(route_name(kind), full.status, "the prompt pool's queue is full (--max-queued-prompts)");
+        respond(std::move(full));
         return;
       }
       prompts->post([&ctx, heartbeats, waiting, kind, req = std::move(req), respond = std::move(respond)]() mutable {
@@ -195,8 +248,20 @@ void add_openai_routes(http::Router& router, ServerContext& ctx) {
         if (req.cancel && req.cancel->cancelled()) return;  // the client hung up while it waited
         generation_route(ctx, std::move(req), std::move(respond), kind, *heartbeats);
       });
-    }, episode_key_only(ctx, anthropic));
+    }, episode_key_only(ctx, anthropic, std::string(route_name(kind))));
   }
+  router.post("/v1/messages/count_tokens", [&ctx, prompts, waiting](Request req, Respond respond) {
+    if (waiting->fetch_add(1) >= ctx.options.max_queued_prompts) {
+      waiting->fetch_sub(1);
+      respond(prompt_queue_full(ctx.options.max_queued_prompts, true));
+      return;
+    }
+    prompts->post([&ctx, waiting, req = std::move(req), respond = std::move(respond)]() mutable {
+      waiting->fetch_sub(1);
+      if (req.cancel && req.cancel->cancelled()) return;
+      count_tokens_route(ctx, req, respond);
+    });
+  }, episode_key_only(ctx, true, "POST /v1/messages/count_tokens"));
   router.get("/v1/models", [&ctx](Request req, Respond respond) {
     answer_errors(respond, [&] {
       ctx.registry.signer().verify(req.headers.get("Authorization").value_or(""));
@@ -209,7 +274,7 @@ void add_openai_routes(http::Router& router, ServerContext& ctx) {
       }
       respond(http::json_response(Json{{"object", "list"}, {"data", std::move(data)}}));
     });
-  }, episode_key_only(ctx, false));
+  }, episode_key_only(ctx, false, "GET /v1/models"));
 }
 
 }  // namespace ajet::swarm

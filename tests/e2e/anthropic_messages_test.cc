@@ -181,7 +181,7 @@ TEST_F(AnthropicMessagesTest, MalformedBodiesNameTheAnthropicField) {
   const std::vector<Case> cases = {
       {Json{{"messages", user}}, "'max_tokens' is required"},
       {Json{{"max_tokens", 8}}, "'messages' is required"},
-      {Json{{"max_tokens", 8}, {"messages", Json::array({{{"role", "system"}, {"content", "x"}}})}}, "messages[0].role"},
+      {Json{{"max_tokens", 8}, {"messages", Json::array({{{"role", "tool"}, {"content", "x"}}})}}, "messages[0].role"},
       {Json{{"max_tokens", 8},
             {"messages", Json::array({{{"role", "user"},
                                        {"content", Json::array({{{"type", "image"}, {"source", Json::object()}}})}}})}},
@@ -219,7 +219,10 @@ TEST_F(AnthropicMessagesTest, ErrorsNameTheFieldsSentAndMessagesUsesAnthropicsEn
   EXPECT_THAT(stop.body, ::testing::Not(HasSubstr("'stop[")));
   auto overflow = messages(key, Json{{"max_tokens", 100000}, {"messages", user}});
   EXPECT_EQ(overflow.status, 400);
-  EXPECT_THAT(overflow.json()["error"]["message"].get<std::string>(), HasSubstr("lower max_tokens"));
+  // Anthropic's own sentence, which Claude Code parses to retry with a smaller max_tokens.
+  EXPECT_THAT(overflow.json()["error"]["message"].get<std::string>(),
+              ::testing::MatchesRegex("input length and `max_tokens` exceed context limit: [0-9]+ \\+ 100000 > 2048, "
+                                      "decrease input length or `max_tokens` and try again"));
   auto forged = messages("sk-ajet-forged", Json{{"max_tokens", 8}, {"messages", user}});
   EXPECT_EQ(forged.status, 401);
   EXPECT_EQ(forged.json()["type"], "error");

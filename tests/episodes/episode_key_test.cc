@@ -100,12 +100,23 @@ TEST(AgentName, HeaderThenModelThenKey) {
   EXPECT_EQ(resolve_agent_name(claims, std::nullopt, std::nullopt), "planner");
   EXPECT_EQ(resolve_agent_name(claims, std::nullopt, "reserved_field"), "planner");
   EXPECT_EQ(resolve_agent_name(claims, std::nullopt, "AgentJet-Model"), "planner");
-  EXPECT_EQ(resolve_agent_name(claims, std::nullopt, "tiny", {"tiny"}), "planner");
-  EXPECT_EQ(resolve_agent_name(claims, std::nullopt, "critic"), "critic");
-  EXPECT_EQ(resolve_agent_name(claims, "solver", "critic"), "solver");
-  EXPECT_EQ(resolve_agent_name(claims, "", "critic"), "critic");
+  // Before (issue 39): any model string named an agent, so Claude Code's "claude-opus-…" (and a side
+  // call on another model) split an episode into agents that trainable_agents did not train.
+  EXPECT_EQ(resolve_agent_name(claims, std::nullopt, "claude-opus-4-8"), "planner");
+  EXPECT_EQ(resolve_agent_name(claims, std::nullopt, "critic"), "planner");
+  AgentNames names;
+  names.by_model = {{"claude-opus-4-8", "coder"}};
+  names.known = {"coder", "critic"};
+  EXPECT_EQ(resolve_agent_name(claims, std::nullopt, "claude-opus-4-8", names), "coder");
+  EXPECT_EQ(resolve_agent_name(claims, std::nullopt, "critic", names), "critic");
+  EXPECT_EQ(resolve_agent_name(claims, std::nullopt, "claude-haiku", names), "planner");
+  EXPECT_EQ(resolve_agent_name(claims, "solver", "critic", names), "solver");
+  EXPECT_EQ(resolve_agent_name(claims, "", "critic", names), "critic");
   EXPECT_THROW(resolve_agent_name(claims, std::string(200, 'a'), std::nullopt), Error);
-  EXPECT_THROW(resolve_agent_name(claims, std::nullopt, std::string("a\nb")), Error);
+  EXPECT_EQ(resolve_agent_name(claims, std::nullopt, std::string("a\nb")), "planner") << "not an agent name: ignored";
+  AgentNames bad;
+  bad.by_model = {{"m", std::string(200, 'a')}};
+  EXPECT_THROW(resolve_agent_name(claims, std::nullopt, "m", bad), Error);
 }
 
 }  // namespace

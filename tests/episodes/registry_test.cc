@@ -523,7 +523,8 @@ TEST(RegistryBatch, ThrottlePolicyFieldsShowInPoolInfoAndBuffer) {
       EXPECT_EQ(e["openai_base_url"], "http://127.0.0.1:10086/v1");
       EXPECT_EQ(e["openai_api_key"], "");
       EXPECT_EQ(e["zmq_listen_result_addr"], "");
-      EXPECT_EQ(e["debug_log"], "");
+      // Before (issue 39): "", where upstream's EpisodeStatus has a list of strings.
+      EXPECT_EQ(e["debug_log"], Json::array());
     }
   }
   h.end("c1", a, "math-7", 1);

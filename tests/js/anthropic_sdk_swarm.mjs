@@ -128,7 +128,8 @@ await check("errors become typed SDK exceptions", async () => {
     eq(e.status, 401, "status");
   }
   try {
-    await train.messages.create({ model, max_tokens: 8, messages: [{ role: "system", content: "x" }] });
+    // (A system message is accepted since issue 39: Claude Code sends them.)
+    await train.messages.create({ model, max_tokens: 8, messages: [{ role: "tool", content: "x" }] });
     throw new Error("a malformed body was accepted");
   } catch (e) {
     expect(e instanceof Anthropic.BadRequestError, `malformed body: ${e?.constructor?.name} ${e?.status}`);

@@ -60,6 +60,70 @@ TEST(OpenAiResponses, AFunctionCallOutputMustAnswerAnEarlierFunctionCall) {
   EXPECT_EQ(responses_field_names().max_tokens, "max_output_tokens");
 }
 
+// Before (issue 39): Claude Code's adaptive thinking, its system messages inside `messages` and a
+// server tool were each a 400.
+TEST(AnthropicMessages, ClaudeCodesBodiesConvert) {
+  ConversionNotes notes;
+  const OrderedJson chat = anthropic_to_chat_body(OrderedJson::parse(R"({"max_tokens": 8,
+      "thinking": {"type": "adaptive", "display": "omitted"},
+      "system": [{"type": "text", "text": "S", "cache_control": {"type": "ephemeral"}}],
+      "messages": [{"role": "user", "content": [{"type": "text", "text": "U"}]},
+                   {"role": "system", "content": [{"type": "text", "text": "ENV"}]}],
+      "tools": [{"name": "Bash", "input_schema": {"type": "object"}},
+                {"type": "web_search_20250305", "name": "web_search", "max_uses": 5}]})"),
+                                                  &notes);
+  EXPECT_EQ(chat["chat_template_kwargs"]["enable_thinking"], true);
+  ASSERT_EQ(chat["messages"].size(), 3u);
+  EXPECT_EQ(chat["messages"][2], (OrderedJson{{"role", "system"}, {"content", "ENV"}}));
+  ASSERT_EQ(chat["tools"].size(), 1u);
+  EXPECT_EQ(chat["tools"][0]["function"]["name"], "Bash");
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_THAT(notes[0], HasSubstr("web_search (web_search_20250305)"));
+  EXPECT_EQ(anthropic_to_chat_body(OrderedJson::parse(R"({"max_tokens": 8, "thinking": {"type": "disabled"},
+      "messages": [{"role": "user", "content": "x"}]})"))["chat_template_kwargs"]["enable_thinking"],
+            false);
+  // count_tokens needs no max_tokens.
+  EXPECT_NO_THROW(anthropic_to_chat_body(OrderedJson::parse(R"({"messages": [{"role": "user", "content": "x"}]})"),
+                                         nullptr, true));
+}
+
+// Before: Codex's namespace and web_search tools were each a 400, and a stream of function calls
+// alone opened an empty message item.
+TEST(OpenAiResponses, NamespacesFlattenBuiltInToolsDropAndCallsStreamAlone) {
+  ConversionNotes notes;
+  ResponsesTools tools;
+  const OrderedJson chat = responses_to_chat_body(OrderedJson::parse(R"({"input": "x", "tools": [
+      {"type": "function", "name": "exec_command", "parameters": {"type": "object"}},
+      {"type": "namespace", "name": "multi_agent_v1", "tools": [
+          {"type": "function", "name": "spawn_agent", "parameters": {"type": "object"}},
+          {"type": "function", "name": "exec_command", "parameters": {"type": "object"}}]},
+      {"type": "web_search", "external_web_access": false}]})"),
+                                                  &tools, &notes);
+  ASSERT_EQ(chat["tools"].size(), 2u) << "a namespaced name a top-level function has is left out";
+  EXPECT_EQ(chat["tools"][1]["function"]["name"], "spawn_agent");
+  EXPECT_EQ(tools.namespace_of, (std::unordered_map<std::string, std::string>{{"spawn_agent", "multi_agent_v1"}}));
+  ASSERT_EQ(notes.size(), 2u);
+  EXPECT_THAT(notes[0], HasSubstr("multi_agent_v1 (1 function tools)"));
+  EXPECT_THAT(notes[1], HasSubstr("web_search"));
+
+  text::ParsedOutput calls;
+  calls.tool_calls.push_back(text::ToolCall{"call_1", "spawn_agent", "{}"});
+  ResponsesEvents events("msg_1", tools);
+  ResponseMeta meta;
+  std::string stream = events.open(meta, 1);  // one statement each: the events are made in order
+  stream += events.text_delta("");
+  stream += events.close(meta, calls, false, 1, 1);
+  EXPECT_EQ(stream.find("\"type\":\"message\""), std::string::npos) << stream;
+  EXPECT_THAT(stream, HasSubstr("\"namespace\":\"multi_agent_v1\""));
+  ResponsesEvents text_events("msg_2", tools);
+  text::ParsedOutput text;
+  text.content = "hi";
+  stream = text_events.open(meta, 1);
+  stream += text_events.text_delta("hi");
+  stream += text_events.close(meta, text, false, 1, 1);
+  EXPECT_LT(stream.find("response.output_item.added"), stream.find("response.output_text.delta"));
+}
+
 // Before: /v1/messages answered errors in OpenAI's shape, which Anthropic's SDKs do not read.
 TEST(AnthropicMessages, ErrorsComeInAnthropicsEnvelope) {
   http::Response bad = anthropic_error_for(Error(ErrorCode::kInvalidArgument, "request body: field 'x' is required"));

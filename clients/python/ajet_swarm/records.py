@@ -150,6 +150,6 @@ class EpisodeStatus(AttrDict):
         "latest_activity_timestamp": 0.0,
         "discard_episode_timeout": -1.0,
         "llm_call_count": 0,
-        "debug_log": "",
+        "debug_log": [],
         "optional_task_id": "",
     }
