@@ -163,7 +163,19 @@ TEST_F(StockCliTest, CodexRunsAToolRoundTripInOneEpisode) {
                     "env_key = \"AJET_EPISODE_KEY\"\n"
                     "wire_api = \"responses\"\n");
   const std::string prompt = tool_call("exec_command", {{"cmd", "echo ajet-tool-$((6*7))"}});
-  Captured r = run_cli("CODEX_HOME=" + shell_quote(codex_home.string()) + " AJET_EPISODE_KEY=" + key,
+  // Codex prefers a `bwrap` on PATH to the one it bundles, and runs it with --argv0, which Debian 12's
+  // bubblewrap (0.8) lacks ("execvp codex-linux-sandbox"): its own bwrap goes first on PATH
+  // (docs/agents.md says the same for users).
+  const fs::path bundled = bin_->parent_path() / "@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/codex-resources/bwrap";
+  const fs::path shim = dir_ / "codex-bwrap";
+  std::string path_env;
+  if (fs::exists(bundled)) {
+    fs::create_directories(shim);
+    fs::remove(shim / "bwrap");
+    fs::create_symlink(bundled, shim / "bwrap");
+    path_env = " PATH=" + shell_quote(shim.string()) + ":\"$PATH\"";
+  }
+  Captured r = run_cli("CODEX_HOME=" + shell_quote(codex_home.string()) + " AJET_EPISODE_KEY=" + key + path_env,
                        cli("codex") + " exec --skip-git-repo-check " + shell_quote(prompt));
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr(kMarker)) << r.out;
