@@ -217,6 +217,7 @@ RegistryFigures Registry::figures() const {
     f.llm_calls_in_flight += e.calls_in_flight;
   }
   f.ended = ended_counts_;
+  f.aborted_by_cause = aborted_by_cause_;
   f.batch_episodes = int64_t(current_.episodes());
   f.batch_episode_target = options_.train_batch_size * options_.num_repeat;
   f.batch_tasks = int64_t(current_.finished_tasks(options_.num_repeat));

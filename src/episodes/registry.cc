@@ -475,7 +475,10 @@ void Registry::abort_episode(const AbortRequest& request) {
       if (request.declare_client_active && it->second.episode_type == "train") {
         clients_[it->second.client_uuid].latest_activity = now;
       }
-      retire_locked(request.episode_uuid, EpisodeEnd::kAborted, "it was aborted by its client.", out, true);
+      retire_locked(request.episode_uuid, EpisodeEnd::kAborted,
+                    fmt::format("it was aborted by its client (cause {}).", request.cause), out, true);
+      const bool known = aborted_by_cause_.count(request.cause) > 0;
+      aborted_by_cause_[known || aborted_by_cause_.size() < kMaxAbortCauses ? request.cause : "other"] += 1;
       refill_pool_locked();
       check_drained_locked(now, out);
     }

@@ -50,6 +50,7 @@ using UnixClock = std::function<double()>;  // unix seconds (tests pass a fake o
 double system_clock_seconds();
 
 inline constexpr double kClientActiveTimeout = 600.0;  // upstream CLIENT_ACTIVE_TIMEOUT
+inline constexpr size_t kMaxAbortCauses = 32;  // distinct abort causes counted; the rest are "other"
 inline constexpr size_t kRetiredEpisodesKept = 20000;  // ended episodes remembered for precise errors
 
 struct RegistryOptions {
@@ -202,6 +203,9 @@ struct RegistryFigures {
   int64_t llm_calls_in_flight = 0;
   // Claimed episodes that ended since this registry was built, by (episode_end_name, episode_type).
   std::map<std::pair<std::string, std::string>, int64_t> ended;
+  // Claimed episodes aborted by their client, by the abort's cause (at most kMaxAbortCauses
+  // distinct causes; later ones count as "other").
+  std::map<std::string, int64_t> aborted_by_cause;
   // The batch being collected against its trigger's targets (docs/protocol.md "Batch triggers").
   int64_t batch_episodes = 0;
   int64_t batch_episode_target = 0;   // train_batch_size * num_repeat
@@ -521,6 +525,7 @@ class Registry {
   std::deque<std::string> unclaimed_;  // FIFO of registered episodes
   std::unordered_map<std::string, Retired> retired_;
   std::map<std::pair<std::string, std::string>, int64_t> ended_counts_;  // RegistryFigures::ended
+  std::map<std::string, int64_t> aborted_by_cause_;                     // RegistryFigures::aborted_by_cause
   std::deque<std::string> retired_order_;
   std::map<std::string, ActiveClient> clients_;
   BatchProgress current_;
