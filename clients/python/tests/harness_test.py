@@ -114,7 +114,7 @@ class HarnessTestBase(unittest.TestCase):
         return {"task_id": task_id, "prompt": TOOL_PROMPT, "probe_port": self.probe.getsockname()[1], "files": files,
                 **extra}
 
-    def write_config(self, tasks, agent, verifier="python3 verify.py", **over):
+    def write_config(self, tasks, agent_command, verifier="python3 verify.py", agent_extra=None, **over):
         with open(os.path.join(self.dir, "tasks.jsonl"), "w") as f:
             for t in tasks:
                 f.write(json.dumps(t) + "\n")
@@ -123,7 +123,7 @@ class HarnessTestBase(unittest.TestCase):
         sandbox.update(over.pop("sandbox", {}))
         conf = {"swarm_url": self.server.url, "tasks": os.path.join(self.dir, "tasks.jsonl"),
                 "concurrency": over.pop("concurrency", 2), "repeat": over.pop("repeat", 1),
-                "agent": {"command": agent, "timeout": over.pop("agent_timeout", 120), **over.pop("agent", {})},
+                "agent": {"command": agent_command, "timeout": over.pop("agent_timeout", 120), **(agent_extra or {})},
                 "verifier": {"command": verifier, "timeout": over.pop("verifier_timeout", 60)},
                 "sandbox": sandbox, **over}
         path = os.path.join(self.dir, "harness.yaml")
@@ -250,6 +250,7 @@ class HarnessCommandAgentTest(HarnessTestBase):
         self.wait_started(2)
         os.kill(p.pid, signal.SIGKILL)
         p.wait(30)
+        p.stdout.close()
         self.assertEqual(len(glob.glob(os.path.join(self.state, "journal", "*.json"))), 2)
         self.assertEqual(self.metrics()['ajet_episodes{state="claimed"}'], 2.0)
         # The next harness (the tasks now pass the gate at once) reaps the two first.
@@ -273,7 +274,7 @@ class HarnessStockCliTest(HarnessTestBase):
         task = {"task_id": template, "prompt": prompt, "files": files or {}}
         conf = self.write_config([task], "", verifier="grep -q ajet-tool-42 /ajet/out/agent.stdout",
                                  concurrency=1, agent_timeout=300,
-                                 agent={"template": template, "npm_bin": self.bin, **({"args": args} if args else {})})
+                                 agent_extra={"template": template, "npm_bin": self.bin, **({"args": args} if args else {})})
         summary, full, out = self.finish(self.start_harness(conf), timeout=600)
         self.assertEqual(summary["ended"], 1, out)
         self.assertEqual(summary["mean_reward"], 1.0, out)
