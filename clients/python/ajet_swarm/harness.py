@@ -288,6 +288,10 @@ class Summary:
             return out
 
 
+class _Stopped(Exception):
+    """The harness was stopped while it waited to claim."""
+
+
 class Harness:
     """Built: config read, tasks read, cgroups probed. run(): reap what a killed harness left, then
     `concurrency` workers claim → sandbox → agent → verifier → end or abort, until the tasks are
@@ -358,6 +362,11 @@ class Harness:
         with self._lock:
             return None if self._stop.is_set() else next(self._queue, None)
 
+    def _raise_if_stopped(self, reason: str) -> None:
+        """begin_episode's on_wait: a stopped harness stops waiting for an episode."""
+        if self._stop.is_set():
+            raise _Stopped()
+
     def stop(self) -> None:
         """No more claims; running sandboxes are killed and their episodes aborted (harness_stopped)."""
         self._stop.set()
@@ -414,6 +423,8 @@ class Harness:
                 return
             try:
                 self.run_episode(task)
+            except _Stopped:
+                return
             except SwarmError as e:
                 logger.error("task %s: %s", task["task_id"], e)
                 if "OFFLINE" in str(e):
@@ -438,7 +449,7 @@ class Harness:
             except (SandboxError, OSError, subprocess.SubprocessError) as e:
                 sandbox_error = str(e)
             episode = self.client.begin_episode(discard_episode_timeout=self.c.lifetime,
-                                                episode_type=self.c.episode_type)
+                                                episode_type=self.c.episode_type, on_wait=self._raise_if_stopped)
             record.update(episode_uuid=episode.episode_uuid, episode_key=episode.api_key)
             write_journal(journal, record)
             if self._stop.is_set():
@@ -448,7 +459,13 @@ class Harness:
             else:
                 with self._lock:
                     self._running.append(sandbox)
-                verdict = self._run_in_sandbox(sandbox, task, episode, journal, record)
+                try:
+                    verdict = self._run_in_sandbox(sandbox, task, episode, journal, record)
+                except SandboxError as e:
+                    verdict = Verdict(abort_cause="sandbox_start_failed", detail=str(e))
+                except Exception as e:  # a bug here must not leave the episode claimed
+                    logger.exception("task %s: the harness failed", task["task_id"])
+                    verdict = Verdict(abort_cause="harness_error", detail=str(e))
                 if self._stop.is_set():
                     verdict = Verdict(abort_cause="harness_stopped")
             self._report(task, episode, verdict)
@@ -522,6 +539,8 @@ class Harness:
         sandbox.relay = None
         facts = {"agent_exit": agent.exit_status, "agent_timed_out": agent.timed_out,
                  "model_requests": relay.model_requests}
+        if self._stop.is_set():
+            return Verdict(abort_cause="harness_stopped", metadata=facts)
         if not agent.started:
             return Verdict(abort_cause="sandbox_start_failed", detail=agent.stderr(), metadata=facts)
         if relay.model_requests == 0:

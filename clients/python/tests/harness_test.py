@@ -262,6 +262,18 @@ class HarnessCommandAgentTest(HarnessTestBase):
         self.assert_nothing_left()
 
 
+    def test_a_stopped_harness_aborts_its_episodes(self):
+        gate = os.path.join(self.gate, "go")
+        agent = f"touch started; python3 agent.py; while [ ! -e {gate} ]; do sleep 0.05; done"
+        p = self.start_harness(self.write_config([self.task("t1"), self.task("t2")], agent, repeat=2))
+        self.wait_started(2)
+        p.send_signal(signal.SIGTERM)
+        summary, full, out = self.finish(p)
+        self.assertEqual(summary, {"ended": 0, "aborted": {"harness_stopped": 2}, "mean_reward": None}, out)
+        self.assertEqual(self.aborted("harness_stopped"), 2.0)
+        self.assert_nothing_left()
+
+
 class HarnessStockCliTest(HarnessTestBase):
     def setUp(self):
         self.bin = npm_bin()
