@@ -77,6 +77,49 @@ def npm_bin():
     return os.path.join(last, ".bin") if r.returncode == 0 and os.path.isdir(last) else None
 
 
+class HarnessUnitTest(unittest.TestCase):
+    """The pure parts: the verifier's verdict, the placeholders, the config's checks."""
+
+    def test_verifier_verdicts(self):
+        from ajet_swarm.harness import verifier_verdict
+        self.assertEqual(verifier_verdict(0, False, True, "").reward, 1.0)
+        self.assertEqual(verifier_verdict(1, False, True, "FAILED").reward, 0.0)
+        v = verifier_verdict(1, False, True, 'log\n{"reward": 0.5, "is_success": false, "metadata": {"k": 1}}\n\n')
+        self.assertEqual((v.reward, v.is_success, v.metadata, v.abort_cause), (0.5, False, {"k": 1}, ""))
+        for status, out, cause in [(None, "", "verifier_timeout"), (137, "", "verifier_crashed"),
+                                   (127, "", "verifier_crashed"), (0, '{"reward": "x"}', "verifier_crashed"),
+                                   (0, '{"reward": true}', "verifier_crashed"), (0, '{"score": 1}', "verifier_crashed"),
+                                   (0, '{"reward": NaN}', "verifier_crashed")]:
+            self.assertEqual(verifier_verdict(status, status is None, True, out).abort_cause, cause, (status, out))
+        self.assertEqual(verifier_verdict(0, False, False, "").abort_cause, "sandbox_start_failed")
+
+    def test_placeholders_are_shell_quoted_and_other_braces_left_alone(self):
+        from ajet_swarm.harness import AgentContext, HarnessConfig, agent_command
+        c = HarnessConfig(agent_command="run {prompt} --key {api_key} | awk '{print $1}' {unknown}")
+        ctx = AgentContext(base_url="http://127.0.0.1:1/v1", api_key="sk-1", model="m", prompt="it's $(rm -rf /)",
+                           task_file="/ajet/task.json", home="/nonexistent")
+        command, env = agent_command(c, ctx)
+        self.assertEqual(command, "run 'it'\"'\"'s $(rm -rf /)' --key sk-1 | awk '{print $1}' {unknown}")
+        self.assertEqual(env, {})
+
+    def test_config_refuses_unknown_keys_and_bad_values(self):
+        from ajet_swarm.harness import HarnessConfig
+        d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d, True)
+        with open(os.path.join(d, "t.jsonl"), "w") as f:
+            f.write('{"task_id": "a", "prompt": "p"}\n')
+        good = {"tasks": "t.jsonl", "agent": {"command": "true"}, "verifier": {"command": "true"}}
+        self.assertEqual(HarnessConfig.from_dict(good, d).tasks, os.path.join(d, "t.jsonl"))
+        for bad, message in [({**good, "concurency": 2}, "unknown key 'concurency'"),
+                             ({**good, "agent": {"command": "x", "timeot": 1}}, "unknown key 'agent.timeot'"),
+                             ({**good, "agent": {"template": "aider"}}, "agent.template must be one of"),
+                             ({**good, "concurrency": 0}, "concurrency must be"),
+                             ({**good, "verifier": {}}, "verifier.command is required"),
+                             ({**good, "tasks": "missing.jsonl"}, "no such file")]:
+            with self.assertRaisesRegex(ValueError, message):
+                HarnessConfig.from_dict(bad, d)
+
+
 class HarnessTestBase(unittest.TestCase):
     def setUp(self):
         if shutil.which("bwrap") is None:
