@@ -294,7 +294,21 @@ class HarnessCommandAgentTest(HarnessTestBase):
         os.kill(p.pid, signal.SIGKILL)
         p.wait(30)
         p.stdout.close()
-        self.assertEqual(len(glob.glob(os.path.join(self.state, "journal", "*.json"))), 2)
+        journals = glob.glob(os.path.join(self.state, "journal", "*.json"))
+        self.assertEqual(len(journals), 2)
+        # bwrap --die-with-parent: the sandboxes die with the harness; their cgroups stay for the reaper.
+        cgroups = []
+        for j in journals:
+            with open(j) as f:
+                cgroups += json.load(f)["cgroups"]
+
+        def procs():
+            out = []
+            for c in cgroups:
+                with open(os.path.join(c, "cgroup.procs")) as f:
+                    out += f.read().split()
+            return out
+        self.assertTrue(eventually(lambda: not procs(), 60), procs())
         self.assertEqual(self.metrics()['ajet_episodes{state="claimed"}'], 2.0)
         # The next harness (the tasks now pass the gate at once) reaps the two first.
         open(gate, "w").close()
