@@ -319,6 +319,15 @@ class HarnessCommandAgentTest(HarnessTestBase):
         self.assert_nothing_left()
 
 
+    def test_without_cgroups_it_says_so_once_and_uses_rlimits(self):
+        conf = self.write_config([self.task("t1")], "python3 agent.py", repeat=2,
+                                 sandbox={"cgroup_root": os.path.join(self.dir, "no-cgroups")})
+        summary, full, out = self.finish(self.start_harness(conf))
+        self.assertEqual(summary["ended"], 2, out)
+        self.assertEqual(summary["mean_reward"], 1.0, out)
+        self.assertEqual(out.count("cgroups unavailable"), 1, out)
+        self.assert_nothing_left()
+
     def test_a_stopped_harness_aborts_its_episodes(self):
         gate = os.path.join(self.gate, "go")
         agent = f"touch started; python3 agent.py; while [ ! -e {gate} ]; do sleep 0.05; done"
