@@ -59,6 +59,7 @@ Json Batch::summary() const {
            {"reward_std", episodes.empty() ? 0.0 : std::sqrt(sq / n)},
            {"success_rate", judged > 0 ? Json(double(successes) / double(judged)) : Json(nullptr)},
            {"client_shares", std::move(client_shares)}};
+  if (!aborted_by_cause.empty()) out["aborted"] = aborted_by_cause;
   if (policy_version >= 0) {
     // async: versions behind the trainer, per episode (its oldest generated token; every sample merged
     // from the episode lags at most this much). Episodes without a known version are left out.

@@ -171,6 +171,9 @@ struct Batch {
   // staleness is this minus its oldest token's version; none above ajet.async.max_staleness is trained.
   int64_t policy_version = -1;
   std::vector<FinishedEpisode> episodes;  // train episodes only; calls are in the store
+  // Train episodes their clients aborted while this batch was collected, by cause (summary()'s
+  // "aborted": the step's rollout/aborted/<cause> metrics).
+  std::map<std::string, int64_t> aborted_by_cause;
   Json summary() const;                   // counts and reward statistics for logs and the store
   // One line for the log: "staleness min 0, mean 0.42, max 1 over 128 episodes (0: 74, 1: 54)"; the
   // per-episode map is in summary() (the store's batch stats), not in the log.
@@ -526,6 +529,7 @@ class Registry {
   std::unordered_map<std::string, Retired> retired_;
   std::map<std::pair<std::string, std::string>, int64_t> ended_counts_;  // RegistryFigures::ended
   std::map<std::string, int64_t> aborted_by_cause_;                     // RegistryFigures::aborted_by_cause
+  std::map<std::string, int64_t> batch_aborted_by_cause_;               // train aborts since the last batch
   std::deque<std::string> retired_order_;
   std::map<std::string, ActiveClient> clients_;
   BatchProgress current_;

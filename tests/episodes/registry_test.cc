@@ -821,5 +821,22 @@ TEST(RegistryFigures, AbortsCountByCauseWithABoundOnDistinctCauses) {
   EXPECT_EQ(counted.at("verifier_timeout"), 1);
 }
 
+// The train aborts of a batch, by cause, go with it (its summary's "aborted": rollout/aborted/<cause>).
+TEST(RegistryFigures, ABatchCarriesItsTrainAbortsByCause) {
+  RegistryHarness h(small_options(Backbone::kTorch, 1, 1));
+  h.start();
+  AbortRequest r{"c1", h.claim("c1")};
+  r.cause = "agent_died_before_first_call";
+  h.registry.abort_episode(r);
+  AbortRequest eval{"c1", h.claim("c1", "eval")};  // eval episodes are never in a batch
+  eval.cause = "verifier_crashed";
+  h.registry.abort_episode(eval);
+  h.end("c1", h.claim("c1"), "t", 1);
+  ASSERT_TRUE(h.registry.batch_ready());
+  Batch b = h.registry.take_batch();
+  EXPECT_EQ(b.aborted_by_cause, (std::map<std::string, int64_t>{{"agent_died_before_first_call", 1}}));
+  EXPECT_EQ(b.summary()["aborted"], Json::parse(R"({"agent_died_before_first_call": 1})"));
+}
+
 }  // namespace
 }  // namespace ajet::swarm
