@@ -228,7 +228,17 @@ class HarnessCommandAgentTest(HarnessTestBase):
     def test_episodes_complete_in_sandboxes_through_the_relay(self):
         gate = os.path.join(self.gate, "go")
         agent = f"touch started; while [ ! -e {gate} ]; do sleep 0.05; done; python3 agent.py"
-        conf = self.write_config([self.task("t1"), self.task("t2")], agent, repeat=2)
+        # t2's data.txt comes from a git repository cloned in as the work dir.
+        repo = os.path.join(self.dir, "repo")
+        os.makedirs(repo)
+        with open(os.path.join(repo, "data.txt"), "w") as f:
+            f.write(MARKER + " from the repo\n")
+        for git in (["init", "-q"], ["add", "data.txt"],
+                    ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "data"]):
+            subprocess.run(["git", "-C", repo] + git, check=True, capture_output=True)
+        from_repo = self.task("t2", repo=repo)
+        del from_repo["files"]["data.txt"]
+        conf = self.write_config([self.task("t1"), from_repo], agent, repeat=2)
         p = self.start_harness(conf)
         self.wait_started(2)
         # Exactly `concurrency` sandboxes run, each in its cgroups with the limits set.
@@ -267,13 +277,15 @@ class HarnessCommandAgentTest(HarnessTestBase):
                  self.task("crash", files=crash),
                  self.task("hang", files=hang),
                  self.task("bad_json", files={"verify.py": "print('{\"reward\": oops')\n"}),
-                 self.task("no_repo", repo=os.path.join(self.dir, "missing"))]
+                 self.task("no_repo", repo=os.path.join(self.dir, "missing")),
+                 self.task("escape", files={"../outside.txt": "x"})]
         conf = self.write_config(tasks, "python3 agent.py", verifier_timeout=3, concurrency=3)
         before = self.metrics()
         summary, full, out = self.finish(self.start_harness(conf))
         self.assertEqual(summary["ended"], 1, out)
         self.assertEqual(summary["aborted"], {"agent_died_before_first_call": 1, "verifier_crashed": 2,
-                                              "verifier_timeout": 1, "sandbox_start_failed": 1}, out)
+                                              "verifier_timeout": 1, "sandbox_start_failed": 2}, out)
+        self.assertFalse(os.path.exists(os.path.join(self.state, "sandboxes", "outside.txt")))
         by_task = {line["task_id"]: line for line in full["episodes"]}
         self.assertEqual(by_task["die"]["abort_cause"], "agent_died_before_first_call")
         self.assertEqual(by_task["hang"]["abort_cause"], "verifier_timeout")
@@ -282,7 +294,7 @@ class HarnessCommandAgentTest(HarnessTestBase):
         for cause, n in summary["aborted"].items():
             key = f'ajet_episodes_aborted_total{{cause="{cause}"}}'
             self.assertEqual(after.get(key, 0) - before.get(key, 0), n, key)
-        self.assertEqual(after['ajet_episodes_ended_total{outcome="aborted",type="train"}'], 5.0)
+        self.assertEqual(after['ajet_episodes_ended_total{outcome="aborted",type="train"}'], 6.0)
         self.assert_nothing_left()
 
     def test_a_sigkilled_harness_is_reaped_by_the_next(self):
