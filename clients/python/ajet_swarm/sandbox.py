@@ -220,9 +220,10 @@ class FrontRelay:
     def close(self) -> None:
         self._stop.set()
         try:
-            self._listener.close()
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() at once (Linux)
         except OSError:
             pass
+        self._listener.close()
         with self._lock:
             conns = list(self._conns)
         for s in conns:
