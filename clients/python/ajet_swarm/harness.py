@@ -118,6 +118,8 @@ class HarnessConfig:
             if not ok:
                 raise ValueError(f"{where}: {message}")
         need(bool(self.tasks) and os.path.isfile(self.tasks), f"tasks: no such file '{self.tasks}'")
+        need(urllib.parse.urlparse(self.swarm_url).scheme == "http",
+             "swarm_url must be http:// (the relay forwards bytes; the agent dials http://127.0.0.1)")
         need(self.agent_template in TEMPLATES, f"agent.template must be one of {', '.join(TEMPLATES)}")
         need(self.agent_template != "command" or bool(self.agent_command), "agent.command is required for "
              "agent.template: command")
@@ -369,8 +371,8 @@ class Harness:
 
     def stop(self) -> None:
         """No more claims; running sandboxes are killed and their episodes aborted (harness_stopped)."""
-        self._stop.set()
         with self._lock:
+            self._stop.set()
             running = list(self._running)
         for sandbox in running:
             sandbox.kill_processes()
@@ -452,13 +454,15 @@ class Harness:
                                                 episode_type=self.c.episode_type, on_wait=self._raise_if_stopped)
             record.update(episode_uuid=episode.episode_uuid, episode_key=episode.api_key)
             write_journal(journal, record)
-            if self._stop.is_set():
+            with self._lock:  # stop() kills what is in _running: joined under its lock
+                stopped = self._stop.is_set()
+                if not stopped and sandbox is not None:
+                    self._running.append(sandbox)
+            if stopped:
                 verdict = Verdict(abort_cause="harness_stopped")
             elif sandbox is None:
                 verdict = Verdict(abort_cause="sandbox_start_failed", detail=sandbox_error)
             else:
-                with self._lock:
-                    self._running.append(sandbox)
                 try:
                     verdict = self._run_in_sandbox(sandbox, task, episode, journal, record)
                 except SandboxError as e:
