@@ -8,35 +8,32 @@ Concurrency is bounded by `concurrency`: a worker claims only when it is free.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
 import math
 import os
-import re
-import shlex
 import shutil
 import signal
 import subprocess
 import threading
-import time
 import urllib.parse
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional
 
 from .client import SwarmClient
 from .config_yaml import load_yaml_file
 from .errors import SwarmError
+from .harness_agents import TEMPLATES, AgentContext, agent_command, default_npm_bin
 from .sandbox import (Cgroups, Limits, Sandbox, SandboxError, SandboxSpec, kill_cgroups, kill_leftover,
                       python_for_sandbox, read_journals, write_journal)
 from .types import WorkflowOutput
 
 logger = logging.getLogger("ajet_swarm.harness")
 
-TEMPLATES = ("command", "claude-code", "codex", "qwen-code")
-PLACEHOLDERS = re.compile(r"\{(prompt|task_file|model|base_url|api_key)\}")
 
 
 # ---------------------------------------------------------------- config
@@ -165,60 +162,6 @@ def read_tasks(path: str) -> List[Dict[str, Any]]:
     return tasks
 
 
-# ---------------------------------------------------------------- agent templates
-
-
-@dataclass
-class AgentContext:
-    base_url: str        # inside the sandbox, .../v1
-    api_key: str
-    model: str
-    prompt: str
-    task_file: str       # inside the sandbox
-    home: str            # host path of the sandbox's HOME (for config files)
-
-
-def default_npm_bin() -> str:
-    cache = os.environ.get("AJET_NPM_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "agentjet", "node")
-    return os.path.join(cache, "node_modules", ".bin")
-
-
-def agent_command(c: HarnessConfig, ctx: AgentContext) -> Tuple[str, Dict[str, str]]:
-    """The shell command and the extra environment of the configured agent. The stock CLIs get what
-    docs/agents.md says each needs; `command` gets the placeholders filled in (shell-quoted)."""
-    args = " ".join(shlex.quote(a) for a in c.agent_args)
-    root = ctx.base_url[:-3] if ctx.base_url.endswith("/v1") else ctx.base_url
-    if c.agent_template == "command":
-        values = {"prompt": ctx.prompt, "task_file": ctx.task_file, "model": ctx.model, "base_url": ctx.base_url,
-                  "api_key": ctx.api_key}
-        return PLACEHOLDERS.sub(lambda m: shlex.quote(values[m.group(1)]), c.agent_command), {}
-    prompt = shlex.quote(ctx.prompt)
-    if c.agent_template == "claude-code":
-        env = {"ANTHROPIC_BASE_URL": root, "ANTHROPIC_API_KEY": ctx.api_key,
-               "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1",
-               "DISABLE_ERROR_REPORTING": "1"}
-        return f"claude -p {prompt} --output-format json {args or '--allowedTools Bash,Read,Edit,Write'}", env
-    if c.agent_template == "codex":
-        # Codex runs exec_command in a bubblewrap sandbox of its own, which cannot nest in ours
-        # (no capabilities, no user namespaces here): our sandbox is the boundary, so its own is off.
-        codex_home = os.path.join(ctx.home, ".codex")
-        os.makedirs(codex_home, exist_ok=True)
-        with open(os.path.join(codex_home, "config.toml"), "w") as f:
-            f.write(f'model = "{ctx.model}"\nmodel_provider = "ajet"\ncheck_for_update_on_startup = false\n'
-                    'sandbox_mode = "danger-full-access"\napproval_policy = "never"\n\n'
-                    "[analytics]\nenabled = false\n\n"
-                    f'[model_providers.ajet]\nname = "AgentJet"\nbase_url = "{ctx.base_url}"\n'
-                    'env_key = "AJET_EPISODE_KEY"\nwire_api = "responses"\n')
-        env = {"CODEX_HOME": "/home/agent/.codex", "AJET_EPISODE_KEY": ctx.api_key}
-        return f"codex exec --skip-git-repo-check {args} {prompt}", env
-    # qwen-code
-    qwen_home = os.path.join(ctx.home, ".qwen")
-    os.makedirs(qwen_home, exist_ok=True)
-    with open(os.path.join(qwen_home, "settings.json"), "w") as f:
-        json.dump({"memory": {"enableManagedAutoMemory": False}}, f)
-    return f"qwen -p {prompt} --output-format json {args}", {}
-
-
 # ---------------------------------------------------------------- verdicts
 
 
@@ -314,7 +257,6 @@ class Harness:
         os.makedirs(self.sandbox_dir, exist_ok=True)
         # One harness per state dir: a second one would reap the first one's live sandboxes.
         self._lock_file = open(os.path.join(config.state_dir, "lock"), "a+")
-        import fcntl
         try:
             fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -536,7 +478,7 @@ class Harness:
             write_journal(journal, record)
 
         relay = sandbox.start_relay()
-        command, extra = agent_command(self.c, ctx)
+        command, extra = agent_command(self.c.agent_template, self.c.agent_command, self.c.agent_args, ctx)
         agent = sandbox.run("agent", command, self._env(task, base_url, episode.api_key, extra),
                             self.c.agent_timeout, journal_pid)
         relay.close()

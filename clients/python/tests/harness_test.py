@@ -94,11 +94,10 @@ class HarnessUnitTest(unittest.TestCase):
         self.assertEqual(verifier_verdict(0, False, False, "").abort_cause, "sandbox_start_failed")
 
     def test_placeholders_are_shell_quoted_and_other_braces_left_alone(self):
-        from ajet_swarm.harness import AgentContext, HarnessConfig, agent_command
-        c = HarnessConfig(agent_command="run {prompt} --key {api_key} | awk '{print $1}' {unknown}")
+        from ajet_swarm.harness_agents import AgentContext, agent_command
         ctx = AgentContext(base_url="http://127.0.0.1:1/v1", api_key="sk-1", model="m", prompt="it's $(rm -rf /)",
                            task_file="/ajet/task.json", home="/nonexistent")
-        command, env = agent_command(c, ctx)
+        command, env = agent_command("command", "run {prompt} --key {api_key} | awk '{print $1}' {unknown}", [], ctx)
         self.assertEqual(command, "run 'it'\"'\"'s $(rm -rf /)' --key sk-1 | awk '{print $1}' {unknown}")
         self.assertEqual(env, {})
 
