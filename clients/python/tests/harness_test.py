@@ -278,7 +278,7 @@ class HarnessCommandAgentTest(HarnessTestBase):
                  self.task("bad_json", files={"verify.py": "print('{\"reward\": oops')\n"}),
                  self.task("no_repo", repo=os.path.join(self.dir, "missing")),
                  self.task("escape", files={"../outside.txt": "x"})]
-        conf = self.write_config(tasks, "python3 agent.py", verifier_timeout=3, concurrency=3)
+        conf = self.write_config(tasks, "python3 agent.py", verifier_timeout=10, concurrency=3)
         before = self.metrics()
         summary, full, out = self.finish(self.start_harness(conf))
         self.assertEqual(summary["ended"], 1, out)
