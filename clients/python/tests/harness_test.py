@@ -296,6 +296,17 @@ class HarnessCommandAgentTest(HarnessTestBase):
         self.assertEqual(after['ajet_episodes_ended_total{outcome="aborted",type="train"}'], 6.0)
         self.assert_nothing_left()
 
+    def test_an_agent_timeout_after_its_calls_is_its_own_outcome(self):
+        # The verifier runs as usual and sees the timeout; reward 1 only when it did.
+        verify = ("import os\nok = 'ajet-secret-42' in open('answer.txt').read()\n"
+                  "print('{\"reward\": %d}' % (ok and os.environ['AJET_AGENT_TIMED_OUT'] == '1'\n"
+                  "                           and os.environ['AJET_AGENT_EXIT'] == ''))\n")
+        conf = self.write_config([self.task("slow", files={"verify.py": verify})], "python3 agent.py; sleep 1000",
+                                 agent_timeout=15)
+        summary, full, out = self.finish(self.start_harness(conf))
+        self.assertEqual(summary, {"ended": 1, "aborted": {}, "mean_reward": 1.0}, out)
+        self.assert_nothing_left()
+
     def test_a_sigkilled_harness_is_reaped_by_the_next(self):
         gate = os.path.join(self.gate, "go")
         agent = f"touch started; python3 agent.py; while [ ! -e {gate} ]; do sleep 0.05; done"
