@@ -509,7 +509,8 @@ class Harness:
 
     def _report(self, task: Dict[str, Any], episode: Any, verdict: Verdict) -> None:
         line = {"task_id": task["task_id"], "episode_uuid": episode.episode_uuid,
-                "model_requests": verdict.metadata.get("model_requests")}
+                "model_requests": verdict.metadata.get("model_requests"),
+                "agent_exit": verdict.metadata.get("agent_exit")}
         if verdict.abort_cause:
             logger.warning("task %s episode %s: aborted (%s) %s", task["task_id"], episode.episode_uuid,
                            verdict.abort_cause, verdict.detail[-500:])

@@ -277,23 +277,27 @@ class HarnessCommandAgentTest(HarnessTestBase):
                  self.task("hang", files=hang),
                  self.task("bad_json", files={"verify.py": "print('{\"reward\": oops')\n"}),
                  self.task("no_repo", repo=os.path.join(self.dir, "missing")),
-                 self.task("escape", files={"../outside.txt": "x"})]
+                 self.task("escape", files={"../outside.txt": "x"}),
+                 # 2 GiB touched against memory_mb 1024: the cgroup's OOM killer ends it.
+                 self.task("oom", files={"agent.py": "x = b'x' * (2048 << 20)\n"})]
         conf = self.write_config(tasks, "python3 agent.py", verifier_timeout=10, concurrency=3)
         before = self.metrics()
         summary, full, out = self.finish(self.start_harness(conf))
         self.assertEqual(summary["ended"], 1, out)
-        self.assertEqual(summary["aborted"], {"agent_died_before_first_call": 1, "verifier_crashed": 2,
+        self.assertEqual(summary["aborted"], {"agent_died_before_first_call": 2, "verifier_crashed": 2,
                                               "verifier_timeout": 1, "sandbox_start_failed": 2}, out)
         self.assertFalse(os.path.exists(os.path.join(self.state, "sandboxes", "outside.txt")))
         by_task = {line["task_id"]: line for line in full["episodes"]}
         self.assertEqual(by_task["die"]["abort_cause"], "agent_died_before_first_call")
+        self.assertEqual(by_task["oom"]["abort_cause"], "agent_died_before_first_call")
+        self.assertEqual(by_task["oom"]["agent_exit"], 128 + signal.SIGKILL, "killed by the OOM killer")
         self.assertEqual(by_task["hang"]["abort_cause"], "verifier_timeout")
         self.assertEqual(by_task["no_repo"]["abort_cause"], "sandbox_start_failed")
         after = self.metrics()
         for cause, n in summary["aborted"].items():
             key = f'ajet_episodes_aborted_total{{cause="{cause}"}}'
             self.assertEqual(after.get(key, 0) - before.get(key, 0), n, key)
-        self.assertEqual(after['ajet_episodes_ended_total{outcome="aborted",type="train"}'], 6.0)
+        self.assertEqual(after['ajet_episodes_ended_total{outcome="aborted",type="train"}'], 7.0)
         self.assert_nothing_left()
 
     def test_an_agent_timeout_after_its_calls_is_its_own_outcome(self):
