@@ -8,6 +8,7 @@ Concurrency is bounded by `concurrency`: a worker claims only when it is free.
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import hashlib
 import json
@@ -55,7 +56,7 @@ class HarnessConfig:
     agent_args: List[str] = field(default_factory=list)
     agent_timeout: float = 600.0
     agent_env: Dict[str, str] = field(default_factory=dict)
-    npm_bin: str = ""               # node_modules/.bin with the CLIs (default: scripts/npm-deps.sh's cache)
+    agent_npm_bin: str = ""            # node_modules/.bin with the CLIs (default: scripts/npm-deps.sh's cache)
     verifier_command: str = ""
     verifier_timeout: float = 120.0
     memory_mb: int = 4096
@@ -98,6 +99,7 @@ class HarnessConfig:
                     if sub not in sections[key]:
                         raise ValueError(f"{where}: unknown key '{key}.{sub}' (known: {', '.join(sections[key])})")
                     name = sub if key == "sandbox" else f"{key}_{sub}"
+                    assert name in _FIELDS, name  # every documented key is a field
                     setattr(c, name, v)
             elif key in top:
                 setattr(c, key, value)
@@ -105,7 +107,7 @@ class HarnessConfig:
                 raise ValueError(f"{where}: unknown key '{key}' (known: {', '.join(top + tuple(sections))})")
         c.tasks = _resolve(base, c.tasks)
         c.state_dir = _resolve(base, c.state_dir or ".ajet_harness")
-        c.npm_bin = _resolve(base, c.npm_bin) if c.npm_bin else ""
+        c.agent_npm_bin = _resolve(base, c.agent_npm_bin) if c.agent_npm_bin else ""
         c.ro_binds = [_resolve(base, p) for p in c.ro_binds]
         c.validate(where)
         return c
@@ -133,6 +135,9 @@ class HarnessConfig:
         need(isinstance(self.pids, int) and self.pids >= 8, "sandbox.pids must be >= 8")
         for p in self.ro_binds:
             need(os.path.exists(p), f"sandbox.ro_binds: no such path '{p}'")
+
+
+_FIELDS = frozenset(f.name for f in dataclasses.fields(HarnessConfig))
 
 
 def _resolve(base: str, path: str) -> str:
@@ -270,7 +275,7 @@ class Harness:
         self.ro_binds = list(config.ro_binds) + python_binds
         self.npm_bin = ""
         if config.agent_template != "command":
-            self.npm_bin = config.npm_bin or default_npm_bin()
+            self.npm_bin = config.agent_npm_bin or default_npm_bin()
             if not os.path.isdir(self.npm_bin):
                 raise RuntimeError(f"agent.template {config.agent_template}: no CLIs in {self.npm_bin} "
                                    "(run scripts/npm-deps.sh, or set agent.npm_bin)")

@@ -119,6 +119,27 @@ class HarnessUnitTest(unittest.TestCase):
                 HarnessConfig.from_dict(bad, d)
 
 
+    def test_the_documented_config_is_valid_and_names_every_key(self):
+        import dataclasses
+        import re
+        from ajet_swarm.config_yaml import from_yaml
+        from ajet_swarm.harness import HarnessConfig
+        with open(os.path.join(SOURCE_DIR, "docs", "agents.md")) as f:
+            doc = f.read()
+        section = doc[doc.index("## Harness for CLI agents"):]
+        raw = from_yaml(re.search(r"```yaml\n(.*?)```", section, re.S).group(1))
+        d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d, True)
+        with open(os.path.join(d, "tasks.jsonl"), "w") as f:
+            f.write('{"task_id": "a", "prompt": "p"}\n')
+        HarnessConfig.from_dict(raw, d)
+        documented = {k for k, v in raw.items() if not isinstance(v, dict) or k == "sampling"}
+        documented |= {(k if k == "sandbox" else k + "_") + s for k, v in raw.items()
+                       if isinstance(v, dict) and k != "sampling" for s in v}
+        documented = {n[len("sandbox"):] if n.startswith("sandbox") else n for n in documented}
+        self.assertEqual(documented, {f.name for f in dataclasses.fields(HarnessConfig)})
+
+
 class HarnessTestBase(unittest.TestCase):
     def setUp(self):
         if shutil.which("bwrap") is None:
@@ -173,8 +194,8 @@ class HarnessTestBase(unittest.TestCase):
             json.dump(conf, f)  # JSON is YAML (flow style)
         return path
 
-    def start_harness(self, conf):
-        env = dict(os.environ, PYTHONPATH=os.path.join(SOURCE_DIR, "clients", "python"))
+    def start_harness(self, conf, **env_over):
+        env = dict(os.environ, PYTHONPATH=os.path.join(SOURCE_DIR, "clients", "python"), **env_over)
         p = subprocess.Popen([sys.executable, "-m", "ajet_swarm", "harness", "--conf", conf],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         self.procs.append(p)
@@ -379,7 +400,9 @@ class HarnessStockCliTest(HarnessTestBase):
         conf = self.write_config([task], "", verifier="grep -q ajet-tool-42 /ajet/out/agent.stdout",
                                  concurrency=1, agent_timeout=300,
                                  agent_extra={"template": template, "npm_bin": self.bin, **({"args": args} if args else {})})
-        summary, full, out = self.finish(self.start_harness(conf), timeout=600)
+        # The default cache is elsewhere: only agent.npm_bin finds the CLIs.
+        summary, full, out = self.finish(self.start_harness(conf, AJET_NPM_CACHE=os.path.join(self.dir, "none")),
+                                         timeout=600)
         self.assertEqual(summary["ended"], 1, out)
         self.assertEqual(summary["mean_reward"], 1.0, out)
         self.assertGreaterEqual(full["episodes"][0]["model_requests"], 2, out)
