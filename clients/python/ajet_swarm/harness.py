@@ -445,12 +445,15 @@ class Harness:
                                stdin=subprocess.DEVNULL, capture_output=True)
             else:
                 shutil.copytree(repo, sandbox.work, symlinks=True)
+        work = os.path.realpath(sandbox.work)
         for rel, content in (task.get("files") or {}).items():
-            path = os.path.normpath(os.path.join(sandbox.work, rel))
-            if os.path.isabs(rel) or not path.startswith(sandbox.work + os.sep):
+            # realpath: a symlink of the repo ("etc -> /etc") must not carry a write out of the sandbox.
+            path = os.path.realpath(os.path.join(work, rel))
+            if os.path.isabs(rel) or not path.startswith(work + os.sep):
                 raise SandboxError(f"task {task['task_id']}: file '{rel}' is outside the sandbox")
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "w") as f:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+            with open(fd, "w") as f:
                 f.write(content)
         with open(os.path.join(root, "ajet", "task.json"), "w") as f:
             json.dump(task, f)

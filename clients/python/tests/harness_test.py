@@ -238,6 +238,13 @@ class HarnessTestBase(unittest.TestCase):
         self.assertEqual(procs, [], "sandbox processes left behind")
         self.assertEqual(self.metrics().get('ajet_episodes{state="claimed"}'), 0.0, "an episode stays claimed")
 
+    def symlink_repo(self):
+        """A plain directory (copied, not cloned) whose `out` links to a host dir outside the sandbox."""
+        repo = os.path.join(self.dir, "symlink_repo")
+        os.makedirs(repo)
+        os.symlink(self.gate, os.path.join(repo, "out"))
+        return repo
+
     def wait_started(self, n, timeout=120):
         ok = eventually(lambda: len(glob.glob(os.path.join(self.state, "sandboxes", "*", "work", "started"))) >= n,
                         timeout)
@@ -299,6 +306,7 @@ class HarnessCommandAgentTest(HarnessTestBase):
                  self.task("bad_json", files={"verify.py": "print('{\"reward\": oops')\n"}),
                  self.task("no_repo", repo=os.path.join(self.dir, "missing")),
                  self.task("escape", files={"../outside.txt": "x"}),
+                 self.task("symlink", repo=self.symlink_repo(), files={"out/x.txt": "x"}),
                  # 2 GiB touched against memory_mb 1024: the cgroup's OOM killer ends it.
                  self.task("oom", files={"agent.py": "x = b'x' * (2048 << 20)\n"})]
         conf = self.write_config(tasks, "python3 agent.py", verifier_timeout=10, concurrency=3)
@@ -306,7 +314,8 @@ class HarnessCommandAgentTest(HarnessTestBase):
         summary, full, out = self.finish(self.start_harness(conf))
         self.assertEqual(summary["ended"], 1, out)
         self.assertEqual(summary["aborted"], {"agent_died_before_first_call": 2, "verifier_crashed": 2,
-                                              "verifier_timeout": 1, "sandbox_start_failed": 2}, out)
+                                              "verifier_timeout": 1, "sandbox_start_failed": 3}, out)
+        self.assertEqual(os.listdir(self.gate), [], "a task file written through the repo's symlink")
         self.assertFalse(os.path.exists(os.path.join(self.state, "sandboxes", "outside.txt")))
         by_task = {line["task_id"]: line for line in full["episodes"]}
         self.assertEqual(by_task["die"]["abort_cause"], "agent_died_before_first_call")
@@ -318,7 +327,7 @@ class HarnessCommandAgentTest(HarnessTestBase):
         for cause, n in summary["aborted"].items():
             key = f'ajet_episodes_aborted_total{{cause="{cause}"}}'
             self.assertEqual(after.get(key, 0) - before.get(key, 0), n, key)
-        self.assertEqual(after['ajet_episodes_ended_total{outcome="aborted",type="train"}'], 7.0)
+        self.assertEqual(after['ajet_episodes_ended_total{outcome="aborted",type="train"}'], 8.0)
         self.assert_nothing_left()
 
     def test_an_agent_timeout_after_its_calls_is_its_own_outcome(self):
