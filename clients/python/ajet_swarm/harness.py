@@ -362,6 +362,8 @@ class Harness:
         for w in workers:
             while w.is_alive():
                 w.join(0.5)
+        if self.cgroups.available:
+            self.cgroups.remove_parent()
         write_journal(os.path.join(self.c.state_dir, "summary.json"), self.summary.to_json(episodes=True))
         return self.summary.to_json()
 

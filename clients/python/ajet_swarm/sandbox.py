@@ -92,6 +92,14 @@ class Cgroups:
         _write(os.path.join(cpu, "cpu.cfs_quota_us"), str(max(1000, int(limits.cpus * CPU_PERIOD_US))))
         return paths
 
+    def remove_parent(self) -> None:
+        """This harness's parent dirs, once its sandboxes are gone (a live sandbox keeps them)."""
+        for ctrl in CONTROLLERS:
+            try:
+                os.rmdir(os.path.join(self.root, ctrl, self.parent))
+            except OSError:
+                pass
+
     def leftovers(self) -> List[str]:
         """Every sandbox cgroup under this harness's parent (what a killed harness left)."""
         out = []

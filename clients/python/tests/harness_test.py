@@ -9,6 +9,7 @@ Every wait is on an observable event (a file, a process exit) with a generous de
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
 import os
 import shutil
@@ -225,7 +226,9 @@ class HarnessTestBase(unittest.TestCase):
     def assert_nothing_left(self):
         self.assertEqual(glob.glob(os.path.join(self.state, "sandboxes", "*")), [])
         self.assertEqual(glob.glob(os.path.join(self.state, "journal", "*")), [])
-        left = [d for d in glob.glob("/sys/fs/cgroup/*/ajet_harness/*/*") if os.path.isdir(d)]
+        # This harness's cgroups only (ajet_harness/<sha1 of its state dir>): other harnesses may run.
+        tag = hashlib.sha1(os.path.realpath(self.state).encode()).hexdigest()[:12]
+        left = glob.glob(f"/sys/fs/cgroup/*/ajet_harness/{tag}")
         self.assertEqual(left, [], "sandbox cgroups left behind")
         procs = []
         for cmd in glob.glob("/proc/[0-9]*/cmdline"):
