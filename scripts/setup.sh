@@ -10,6 +10,7 @@ PKGS=(
   libgtest-dev libgmock-dev libncurses-dev libssl-dev zlib1g-dev
   python3-torch python3-numpy python3-pip python3-setuptools python3-wheel python3-venv
   curl zip unzip clang libclang-rt-14-dev procps ccache
+  bubblewrap
 )
 # `setup.sh --tests` (scripts/test.sh): also what only the tests need. chromium renders the web
 # pages in the browser tests (tests/web), driven by playwright-core from npm.

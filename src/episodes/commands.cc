@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 
@@ -209,6 +210,17 @@ AbortRequest AbortRequest::from_json(const Json& body) {
   req.client_uuid = bounded(get_optional_string(body, "client_uuid", where), "client_uuid", where).value_or("");
   req.episode_uuid = required_id(body, "episode_uuid", where);
   req.declare_client_active = get_optional_bool(body, "declare_client_active", where).value_or(true);
+  if (auto cause = get_optional_string(body, "cause", where)) {
+    const bool valid = !cause->empty() && cause->size() <= kMaxAbortCauseBytes &&
+                       std::all_of(cause->begin(), cause->end(), [](char c) {
+                         return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+                       });
+    if (!valid) {
+      invalid_argument(std::string(where) + ": cause must match [a-z0-9_]{1,48} (e.g. \"verifier_timeout\"), got '" +
+                       cause->substr(0, 64) + "'");
+    }
+    req.cause = *cause;
+  }
   return req;
 }
 

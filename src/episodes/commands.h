@@ -136,6 +136,9 @@ struct ResolveRequest {
   static ResolveRequest from_json(const Json& body);
 };
 
+inline constexpr std::string_view kUnspecifiedAbortCause = "unspecified";
+inline constexpr size_t kMaxAbortCauseBytes = 48;
+
 // POST /abort_episode (same body as end_episode; the ids and declare_client_active matter).
 struct AbortRequest {
   std::string client_uuid;
@@ -143,6 +146,9 @@ struct AbortRequest {
   // As upstream: a client aborting one of its train episodes becomes active (agree-based triggers
   // count it), unless it says false.
   bool declare_client_active = true;
+  // Why the client gave up (ext): [a-z0-9_]{1,48}, e.g. "verifier_timeout"; counted by cause in
+  // /metrics (ajet_episodes_aborted_total). Absent: "unspecified".
+  std::string cause = std::string(kUnspecifiedAbortCause);
   static AbortRequest from_json(const Json& body);
 };
 

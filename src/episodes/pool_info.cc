@@ -59,6 +59,7 @@ Json Batch::summary() const {
            {"reward_std", episodes.empty() ? 0.0 : std::sqrt(sq / n)},
            {"success_rate", judged > 0 ? Json(double(successes) / double(judged)) : Json(nullptr)},
            {"client_shares", std::move(client_shares)}};
+  if (!aborted_by_cause.empty()) out["aborted"] = aborted_by_cause;
   if (policy_version >= 0) {
     // async: versions behind the trainer, per episode (its oldest generated token; every sample merged
     // from the episode lags at most this much). Episodes without a known version are left out.
@@ -217,6 +218,7 @@ RegistryFigures Registry::figures() const {
     f.llm_calls_in_flight += e.calls_in_flight;
   }
   f.ended = ended_counts_;
+  f.aborted_by_cause = aborted_by_cause_;
   f.batch_episodes = int64_t(current_.episodes());
   f.batch_episode_target = options_.train_batch_size * options_.num_repeat;
   f.batch_tasks = int64_t(current_.finished_tasks(options_.num_repeat));

@@ -299,6 +299,7 @@ std::vector<std::string> Registry::stop(std::string detail) {
     bool pending = current_.episodes() > 0 || ready_.has_value() || !training_.empty();
     if (pending && store_ != nullptr) store_->abandon_pending(next_batch_id_++, engine_.global_step(), now);
     current_.take_all();
+    batch_aborted_by_cause_.clear();
     ready_.reset();
     training_.clear();
     clients_.clear();
@@ -458,6 +459,16 @@ ClaimResponse Registry::claim_episode(const ClaimRequest& request) {
   return resp;
 }
 
+namespace {
+
+// At most kMaxAbortCauses distinct causes per map; later ones count as "other".
+void count_cause(std::map<std::string, int64_t>& counts, const std::string& cause) {
+  const bool known = counts.count(cause) > 0;
+  counts[known || counts.size() < kMaxAbortCauses ? cause : "other"] += 1;
+}
+
+}  // namespace
+
 void Registry::abort_episode(const AbortRequest& request) {
   Outbox out;
   {
@@ -475,7 +486,11 @@ void Registry::abort_episode(const AbortRequest& request) {
       if (request.declare_client_active && it->second.episode_type == "train") {
         clients_[it->second.client_uuid].latest_activity = now;
       }
-      retire_locked(request.episode_uuid, EpisodeEnd::kAborted, "it was aborted by its client.", out, true);
+      const bool train = it->second.episode_type == "train";
+      retire_locked(request.episode_uuid, EpisodeEnd::kAborted,
+                    fmt::format("it was aborted by its client (cause {}).", request.cause), out, true);
+      count_cause(aborted_by_cause_, request.cause);
+      if (train) count_cause(batch_aborted_by_cause_, request.cause);
       refill_pool_locked();
       check_drained_locked(now, out);
     }

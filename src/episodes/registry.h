@@ -50,6 +50,7 @@ using UnixClock = std::function<double()>;  // unix seconds (tests pass a fake o
 double system_clock_seconds();
 
 inline constexpr double kClientActiveTimeout = 600.0;  // upstream CLIENT_ACTIVE_TIMEOUT
+inline constexpr size_t kMaxAbortCauses = 32;  // distinct abort causes counted; the rest are "other"
 inline constexpr size_t kRetiredEpisodesKept = 20000;  // ended episodes remembered for precise errors
 
 struct RegistryOptions {
@@ -170,6 +171,9 @@ struct Batch {
   // staleness is this minus its oldest token's version; none above ajet.async.max_staleness is trained.
   int64_t policy_version = -1;
   std::vector<FinishedEpisode> episodes;  // train episodes only; calls are in the store
+  // Train episodes their clients aborted while this batch was collected, by cause (summary()'s
+  // "aborted": the step's rollout/aborted/<cause> metrics).
+  std::map<std::string, int64_t> aborted_by_cause;
   Json summary() const;                   // counts and reward statistics for logs and the store
   // One line for the log: "staleness min 0, mean 0.42, max 1 over 128 episodes (0: 74, 1: 54)"; the
   // per-episode map is in summary() (the store's batch stats), not in the log.
@@ -202,6 +206,9 @@ struct RegistryFigures {
   int64_t llm_calls_in_flight = 0;
   // Claimed episodes that ended since this registry was built, by (episode_end_name, episode_type).
   std::map<std::pair<std::string, std::string>, int64_t> ended;
+  // Claimed episodes aborted by their client, by the abort's cause (at most kMaxAbortCauses
+  // distinct causes; later ones count as "other").
+  std::map<std::string, int64_t> aborted_by_cause;
   // The batch being collected against its trigger's targets (docs/protocol.md "Batch triggers").
   int64_t batch_episodes = 0;
   int64_t batch_episode_target = 0;   // train_batch_size * num_repeat
@@ -521,6 +528,8 @@ class Registry {
   std::deque<std::string> unclaimed_;  // FIFO of registered episodes
   std::unordered_map<std::string, Retired> retired_;
   std::map<std::pair<std::string, std::string>, int64_t> ended_counts_;  // RegistryFigures::ended
+  std::map<std::string, int64_t> aborted_by_cause_;                     // RegistryFigures::aborted_by_cause
+  std::map<std::string, int64_t> batch_aborted_by_cause_;               // train aborts since the last batch
   std::deque<std::string> retired_order_;
   std::map<std::string, ActiveClient> clients_;
   BatchProgress current_;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "episodes/batch_metrics.h"
 #include "episodes/registry.h"
@@ -132,6 +133,7 @@ void Registry::form_ready_batch_locked(double now, Outbox& out) {
   batch.global_step = engine_.global_step();
   batch.created_at = now;
   batch.episodes = current_.take_all();
+  batch.aborted_by_cause = std::exchange(batch_aborted_by_cause_, {});
   ready_ = std::move(batch);
   clients_.clear();  // agreement and activity count from the last batch boundary (upstream resets too)
   cache_warned_ = false;

@@ -164,6 +164,12 @@ void write_front_figures(TextBuilder& out, const FrontFigures& f) {
   }
   for (const auto& [key, n] : r.ended) ended[key] = n;
   for (const auto& [key, n] : ended) out.sample({{"outcome", key.first}, {"type", key.second}}, double(n));
+  out.family("ajet_episodes_aborted_total", Type::kCounter,
+             "Claimed episodes their client aborted (abort_episode), by the cause it gave (\"unspecified\" when "
+             "none; at most 32 distinct causes, later ones count as \"other\").");
+  std::map<std::string, int64_t> aborted = r.aborted_by_cause;
+  aborted.emplace("unspecified", 0);  // a series from the start
+  for (const auto& [cause, n] : aborted) out.sample({{"cause", cause}}, double(n));
 
   one_sample(out, "ajet_batch_episodes", Type::kGauge, "Finished train episodes in the batch being collected.",
          double(r.batch_episodes));

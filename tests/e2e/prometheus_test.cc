@@ -195,6 +195,22 @@ TEST_F(PrometheusTest, CountersMoveByWhatTheCallsDidAndEngineFiguresComeAndGo) {
   EXPECT_EQ(ended.at("ajet_batch_tasks"), 0);            // task-1 has 1 of its 2 episodes
   EXPECT_EQ(ended.at("ajet_batch_tasks_target"), 2);
 
+  // abort_episode's cause (issue 39): counted by cause, none is "unspecified", a malformed one is a 400.
+  EXPECT_EQ(ended.at("ajet_episodes_aborted_total", {{"cause", "unspecified"}}), 0);
+  auto abort = [&](const Json& claimed, const Json& cause) {
+    Json body{{"client_uuid", "client-a"}, {"episode_uuid", claimed["episode_uuid"]}};
+    if (!cause.is_null()) body["cause"] = cause;
+    return api_->post("/abort_episode", body).status;
+  };
+  Json second = api_->claim("client-a"), third = api_->claim("client-a");
+  EXPECT_EQ(abort(second, "Verifier timeout"), 400);
+  EXPECT_EQ(abort(second, "verifier_timeout"), 200);
+  EXPECT_EQ(abort(third, Json()), 200);
+  Exposition aborted = scrape();
+  EXPECT_EQ(aborted.at("ajet_episodes_aborted_total", {{"cause", "verifier_timeout"}}), 1);
+  EXPECT_EQ(aborted.at("ajet_episodes_aborted_total", {{"cause", "unspecified"}}), 1);
+  EXPECT_EQ(aborted.at("ajet_episodes_ended_total", {{"outcome", "aborted"}, {"type", "train"}}), 2);
+
   // The engine stops: its figures go, the front's counters stay.
   ASSERT_EQ(api_->post("/stop_engine", Json::object()).status, 200);
   ASSERT_TRUE(eventually([&] { return api_->engine_status() == "ENGINE.OFFLINE"; }));

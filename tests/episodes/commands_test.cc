@@ -92,6 +92,14 @@ TEST(CommandParsing, OverlongIdsAreRefusedNamingTheField) {
   refused([&] { ClaimRequest::from_json(Json{{"client_uuid", long_id}}); }, "client_uuid");
   refused([&] { AbortRequest::from_json(Json{{"client_uuid", long_id}, {"episode_uuid", "e"}}); }, "client_uuid");
   refused([&] { AbortRequest::from_json(Json{{"episode_uuid", long_id}}); }, "episode_uuid");
+  EXPECT_EQ(AbortRequest::from_json(Json{{"episode_uuid", "e"}}).cause, "unspecified");
+  EXPECT_EQ(AbortRequest::from_json(Json{{"episode_uuid", "e"}, {"cause", "verifier_timeout"}}).cause,
+            "verifier_timeout");
+  for (const char* bad : {"", "Verifier", "a-b", "a b", "x\n"}) {
+    EXPECT_THROW(AbortRequest::from_json(Json{{"episode_uuid", "e"}, {"cause", bad}}), Error) << bad;
+  }
+  EXPECT_THROW(AbortRequest::from_json(Json{{"episode_uuid", "e"}, {"cause", std::string(49, 'a')}}), Error);
+  EXPECT_NO_THROW(AbortRequest::from_json(Json{{"episode_uuid", "e"}, {"cause", std::string(48, 'a')}}));
   refused([&] { EpisodeRef::from_json(Json{{"client_uuid", "c"}, {"episode_uuid", long_id}}, "commit_episode", true); },
           "episode_uuid");
   const Json out = Json{{"reward", 1}};

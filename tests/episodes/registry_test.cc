@@ -796,5 +796,47 @@ TEST(RegistryBackbones, RecentBatchesSayWhatBecameOfEachBatchAsFields) {
   EXPECT_EQ(later.back()["global_step"], h.registry.global_step() - 1);
 }
 
+// abort_episode's cause (issue 39): counted per cause for /metrics; an abort that changes nothing
+// (another client's episode, an unknown one) counts nothing; past kMaxAbortCauses causes, "other".
+TEST(RegistryFigures, AbortsCountByCauseWithABoundOnDistinctCauses) {
+  RegistryHarness h(small_options(Backbone::kTorch, 100, 1, /*pool=*/4));
+  h.start();
+  h.abort("c1", h.claim("c1"));  // no cause: unspecified
+  AbortRequest timeout{"c1", h.claim("c1")};
+  timeout.cause = "verifier_timeout";
+  h.registry.abort_episode(timeout);
+  AbortRequest stranger{"c2", h.claim("c1")};  // another client's episode: left alone
+  stranger.cause = "verifier_timeout";
+  h.registry.abort_episode(stranger);
+  EXPECT_EQ(h.registry.figures().aborted_by_cause,
+            (std::map<std::string, int64_t>{{"unspecified", 1}, {"verifier_timeout", 1}}));
+  for (size_t i = 0; i < kMaxAbortCauses + 3; ++i) {
+    AbortRequest r{"c1", h.claim("c1")};
+    r.cause = "cause_" + std::to_string(i);
+    h.registry.abort_episode(r);
+  }
+  const auto counted = h.registry.figures().aborted_by_cause;
+  EXPECT_EQ(counted.size(), kMaxAbortCauses + 1);  // 32 named ones and "other"
+  EXPECT_EQ(counted.at("other"), 5);               // 2 + 35 causes: 32 named, the last 5 are other
+  EXPECT_EQ(counted.at("verifier_timeout"), 1);
+}
+
+// The train aborts of a batch, by cause, go with it (its summary's "aborted": rollout/aborted/<cause>).
+TEST(RegistryFigures, ABatchCarriesItsTrainAbortsByCause) {
+  RegistryHarness h(small_options(Backbone::kTorch, 1, 1));
+  h.start();
+  AbortRequest r{"c1", h.claim("c1")};
+  r.cause = "agent_died_before_first_call";
+  h.registry.abort_episode(r);
+  AbortRequest eval{"c1", h.claim("c1", "eval")};  // eval episodes are never in a batch
+  eval.cause = "verifier_crashed";
+  h.registry.abort_episode(eval);
+  h.end("c1", h.claim("c1"), "t", 1);
+  ASSERT_TRUE(h.registry.batch_ready());
+  Batch b = h.registry.take_batch();
+  EXPECT_EQ(b.aborted_by_cause, (std::map<std::string, int64_t>{{"agent_died_before_first_call", 1}}));
+  EXPECT_EQ(b.summary()["aborted"], Json::parse(R"({"agent_died_before_first_call": 1})"));
+}
+
 }  // namespace
 }  // namespace ajet::swarm

@@ -1,4 +1,5 @@
-"""`python -m ajet_swarm COMMAND --swarm-url URL`: status, pool, start (with --conf), stop, sync-code DIR."""
+"""`python -m ajet_swarm COMMAND --swarm-url URL`: status, pool, start (with --conf), stop, sync-code DIR;
+`python -m ajet_swarm harness --conf harness.yaml` runs a CLI agent in sandboxes (docs/agents.md)."""
 
 from __future__ import annotations
 
@@ -27,8 +28,17 @@ def main(argv=None) -> int:
     sub.add_parser("stop", help="stop the engine")
     code = sub.add_parser("sync-code", help="upload the version-controlled files of a source tree")
     code.add_argument("dir")
+    harness = sub.add_parser("harness", help="run a CLI agent on tasks, one sandbox per episode (docs/agents.md)")
+    harness.add_argument("--conf", required=True, help="harness config YAML (its swarm_url wins over --swarm-url)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    if args.command == "harness":
+        from . import harness as harness_module
+        try:
+            return harness_module.main(args.conf)
+        except (SwarmError, RuntimeError, OSError, ValueError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
     client = SwarmClient(args.swarm_url, admin_token=args.admin_token)
     try:
         if args.command != "status":

@@ -49,6 +49,9 @@ AGREE_METHODS = ("rollout_until_any_client_agree_sync_weight", "rollout_until_al
 _SYNC_STATUSES = (WEIGHT_SYNCING, WEIGHT_EXPORTING)
 
 
+_ABORT_CAUSE = re.compile(r"[a-z0-9_]{1,48}")
+
+
 def _normalized_url(url: str) -> str:
     url = url.rstrip("/")
     return url if "://" in url else "http://" + url
@@ -314,11 +317,15 @@ class SwarmClient:
                                 resp.status, message)
 
     def abort_episode(self, episode_uuid: str, declare_client_active: bool = True, *,
-                      episode_key: Optional[str] = None) -> bool:
+                      episode_key: Optional[str] = None, cause: Optional[str] = None) -> bool:
         """Discards the episode's calls and returns its slot to the pool. `declare_client_active`
         (upstream's, default True): aborting a train episode still makes this client *active* for
-        the agree-based batch triggers. Never raises for server or network errors (they are
-        logged); True when the server confirmed (upstream returns None)."""
+        the agree-based batch triggers. `cause` (ext, [a-z0-9_]{1,48}, e.g. "verifier_timeout"):
+        why, counted by cause in the front's /metrics (absent: "unspecified"); a malformed one
+        raises ValueError. Never raises for server or network errors (they are logged); True when
+        the server confirmed (upstream returns None)."""
+        if cause is not None and not _ABORT_CAUSE.fullmatch(cause):
+            raise ValueError(f"abort_episode: cause must match [a-z0-9_]{{1,48}}, got {cause!r}")
         if not episode_uuid:
             return False
         with self._lock:
@@ -326,6 +333,8 @@ class SwarmClient:
         body = {"client_uuid": self.client_uuid, "episode_uuid": episode_uuid, "task_id": "",
                 "workflow_output": {"reward": 0.0, "metadata": {"task_id": ""}},
                 "declare_client_active": bool(declare_client_active)}
+        if cause is not None:
+            body["cause"] = cause
         try:
             resp = self._post_with_retries("/abort_episode", body, 2, self._episode_headers(episode_uuid, episode_key))
         except SwarmConnectionError as e:
@@ -333,7 +342,7 @@ class SwarmClient:
             return False
         if resp.status == 200:
             if self.verbose:
-                self._log(f"aborted episode {episode_uuid}")
+                self._log(f"aborted episode {episode_uuid}" + (f" ({cause})" if cause else ""))
             self._forget_key(episode_uuid)
             return True
         logger.error("abort_episode %s refused (%d): %s", episode_uuid, resp.status, resp.error_message())

@@ -388,6 +388,18 @@ class RetryRulesTest(unittest.TestCase):
             c.end_episode("t", "someone-elses", 1.0)
         self.assertIsNone(s.raw[-1][1].get("Authorization"))
 
+    def test_abort_sends_its_cause_and_refuses_a_malformed_one(self):
+        s = self.serve({"/claim_episode": [claim_ok()], "/abort_episode": [(200, {"success": True})]})
+        c = SwarmClient(s.url, retry=FAST, verbose=False)
+        c.begin_episode()
+        with self.assertRaisesRegex(ValueError, "cause must match"):
+            c.abort_episode("ep1", cause="Verifier timeout")
+        self.assertEqual(s.paths(), ["/claim_episode"], "nothing sent for a malformed cause")
+        self.assertTrue(c.abort_episode("ep1", cause="verifier_timeout"))
+        self.assertEqual(s.requests[-1][1]["cause"], "verifier_timeout")
+        self.assertTrue(c.abort_episode("ep2"))
+        self.assertNotIn("cause", s.requests[-1][1], "no cause: the server counts it as unspecified")
+
     def test_an_episode_past_its_lifetime_is_aborted_instead_of_ended(self):
         s = self.serve({"/claim_episode": [claim_ok()], "/abort_episode": [(200, {"success": True})]})
         c = SwarmClient(s.url, retry=FAST, verbose=False)
