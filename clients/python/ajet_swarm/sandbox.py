@@ -174,7 +174,13 @@ class FrontRelay:
         self._stop = threading.Event()
         self._conns: List[socket.socket] = []
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._listener.bind(socket_path)
+        # A socket path holds at most 107 bytes and a state dir can be deeper than that: bind through
+        # /proc/self/fd of the socket's directory, a path of ~30 bytes whatever the directory's.
+        dir_fd = os.open(os.path.dirname(socket_path) or ".", os.O_PATH | os.O_DIRECTORY)
+        try:
+            self._listener.bind(f"/proc/self/fd/{dir_fd}/{os.path.basename(socket_path)}")
+        finally:
+            os.close(dir_fd)
         self._listener.listen(64)
         self._listener.settimeout(0.5)
         self._thread = threading.Thread(target=self._accept, name="front-relay", daemon=True)

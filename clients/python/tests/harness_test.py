@@ -333,6 +333,14 @@ class HarnessCommandAgentTest(HarnessTestBase):
         self.assertEqual(after['ajet_episodes_ended_total{outcome="aborted",type="train"}'], 8.0)
         self.assert_nothing_left()
 
+    def test_a_state_dir_deeper_than_a_socket_path_holds(self):
+        # A Unix socket's path holds at most 107 bytes; the relay's lives in the state dir.
+        self.state = os.path.join(self.dir, *(["a_directory_name_of_forty_characters_xxx"] * 4), "state")
+        self.assertGreater(len(self.state), 160)
+        summary, _, out = self.finish(self.start_harness(self.write_config([self.task("deep")], "python3 agent.py")))
+        self.assertEqual(summary, {"ended": 1, "aborted": {}, "mean_reward": 1.0}, out)
+        self.assert_nothing_left()
+
     def test_an_agent_timeout_after_its_calls_is_its_own_outcome(self):
         # The verifier runs as usual and sees the timeout; reward 1 only when it did.
         verify = ("import os\nok = 'ajet-secret-42' in open('answer.txt').read()\n"
