@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Does a swarm server config make the model learn with the example agents? Starts ajet-swarm with
+# CONFIG (default examples/configs/swarm_calc.yaml: the warmed-up tiny model of scripts/run.sh), runs
+# examples/python_agent on generated calc tasks judged by `ajet tasks judge` (docs/examples.md), and
+# prints the mean reward of each eighth of the episodes in the order they finished: with a config that
+# learns it climbs, with one that does not it stays flat (issue 39: upstream's lr 1e-6 + KL loss).
+#   bench/swarm/swarm_config_learning.sh [CONFIG] [EPISODES=512]
+# Needs build/bin/{ajet,ajet-swarm,ajet-engine} and the model the config names. Outputs: exp/bench/.
+set -euo pipefail
+here="$(cd "$(dirname "$0")/../.." && pwd)"
+cd "$here"
+conf="${1:-examples/configs/swarm_calc.yaml}" episodes="${2:-512}" port="${AJET_BENCH_PORT:-10187}"
+out="exp/bench/swarm_learning/$(basename "$conf" .yaml)-$(date +%Y%m%d_%H%M%S)"
+mkdir -p "$out"
+build/bin/ajet-swarm start --port "$port" --exp-dir "$out/swarm" > "$out/swarm.log" 2>&1 &
+server=$!
+trap 'kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true' EXIT
+url="http://127.0.0.1:$port"
+PYTHONPATH=clients/python python3 -m ajet_swarm --swarm-url "$url" start --conf "$conf" > "$out/start.log" 2>&1
+t0=$(date +%s)
+python3 examples/python_agent/agent.py --swarm-url "$url" --ajet build/bin/ajet --generate 256 --seed 3 \
+  --episodes "$episodes" --repeat 4 --parallel 16 > "$out/episodes.jsonl"
+echo "swarm_config_learning: $conf, $episodes episodes in $(( $(date +%s) - t0 )) s ($out)"
+python3 - "$out/episodes.jsonl" <<'PY'
+import json, sys
+rewards = [json.loads(l)["reward"] for l in open(sys.argv[1]) if l.startswith("{") and '"reward"' in l]
+n = len(rewards) // 8
+means = [sum(rewards[i * n:(i + 1) * n]) / n for i in range(8)]
+print(f"mean reward by eighth of {len(rewards)} episodes: " + " ".join(f"{m:.3f}" for m in means))
+print(f"first eighth -> last eighth: {means[0]:.3f} -> {means[-1]:.3f} ({means[-1] - means[0]:+.3f})")
+PY
+grep -o '"global_step": *[0-9]*' "$out/swarm/"*/engine.log 2>/dev/null | tail -1 || true
