@@ -4,7 +4,7 @@
 # examples/python_agent on generated calc tasks judged by `ajet tasks judge` (docs/examples.md), and
 # prints the mean reward of each eighth of the episodes in the order they finished: with a config that
 # learns it climbs, with one that does not it stays flat (issue 39: upstream's lr 1e-6 + KL loss).
-#   bench/swarm/swarm_config_learning.sh [CONFIG] [EPISODES=512]
+#   bench/swarm/swarm_config_learning.sh [CONFIG] [EPISODES=512]     (AJET_BENCH_SEED: the tasks' seed, 3)
 # Needs build/bin/{ajet,ajet-swarm,ajet-engine} and the model the config names. Outputs: exp/bench/.
 set -euo pipefail
 here="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -18,7 +18,7 @@ trap 'kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true' EX
 url="http://127.0.0.1:$port"
 PYTHONPATH=clients/python python3 -m ajet_swarm --swarm-url "$url" start --conf "$conf" > "$out/start.log" 2>&1
 t0=$(date +%s)
-python3 examples/python_agent/agent.py --swarm-url "$url" --ajet build/bin/ajet --generate 256 --seed 3 \
+python3 examples/python_agent/agent.py --swarm-url "$url" --ajet build/bin/ajet --generate 256 --seed "${AJET_BENCH_SEED:-3}" \
   --episodes "$episodes" --repeat 4 --parallel 16 > "$out/episodes.jsonl"
 echo "swarm_config_learning: $conf, $episodes episodes in $(( $(date +%s) - t0 )) s ($out)"
 python3 - "$out/episodes.jsonl" <<'PY'
@@ -29,4 +29,4 @@ means = [sum(rewards[i * n:(i + 1) * n]) / n for i in range(8)]
 print(f"mean reward by eighth of {len(rewards)} episodes: " + " ".join(f"{m:.3f}" for m in means))
 print(f"first eighth -> last eighth: {means[0]:.3f} -> {means[-1]:.3f} ({means[-1] - means[0]:+.3f})")
 PY
-grep -o '"global_step": *[0-9]*' "$out/swarm/"*/engine.log 2>/dev/null | tail -1 || true
+echo "training steps (batches the front formed): $(grep -c 'batch [0-9]* ready' "$out/swarm.log" || true)"
