@@ -13,7 +13,7 @@ EpisodeRunner::EpisodeRunner(client::SwarmClient& client, const Workflow& workfl
     : client_(client), workflow_(workflow), options_(options), stop_(stop) {}
 
 EpisodeResult EpisodeRunner::run_one(const EpisodeJob& job) {
-  EpisodeResult result{job, {}, false, 0, {}};
+  EpisodeResult result{job, {}, {}, false, 0, {}};
   while (result.attempts < options_.max_attempts && !stop_ && !fatal_) {
     result.attempts += 1;
     client::ClaimOptions claim;
@@ -51,6 +51,7 @@ EpisodeResult EpisodeRunner::run_one(const EpisodeJob& job) {
       client::EndResult end = client_.end_episode(job.task->task_id, episode.episode_uuid, result.report.output);
       if (end == client::EndResult::kEnded) {
         result.ended = true;
+        result.episode_uuid = episode.episode_uuid;
         result.error.clear();
         return result;
       }

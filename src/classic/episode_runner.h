@@ -27,6 +27,7 @@ struct EpisodeJob {
 struct EpisodeResult {
   EpisodeJob job;
   EpisodeReport report;
+  std::string episode_uuid;  // of the attempt that ended (empty when none did)
   bool ended = false;   // end_episode stored it
   int attempts = 0;
   std::string error;    // why it never ended (empty when ended)

@@ -18,6 +18,7 @@
 #include "classic/markdown_tables.h"
 #include "classic/metrics.h"
 #include "classic/run_metrics.h"
+#include "classic/sampling_check.h"
 #include "classic/swarm_child.h"
 #include "classic/task_mix.h"
 #include "classic/workflow.h"
@@ -444,7 +445,17 @@ void Job::validate(int64_t step) {
   append_markdown_section(markdown_path(c.trainer_common.val_print_to_markdown_file_path),
                           validation_markdown(step, tables));
   // Validation after step s evaluates the policy version those s steps made: metrics step start + s.
-  post_metrics(start_global_step_ + step, validation_metrics(r, tables));
+  Json metrics = validation_metrics(r, tables);
+  // 4. Sampled episodes that ran greedy (an agent that ignores AJET_SAMPLING): a warning and a metric.
+  if (k > 0 && c.rollout.temperature > 0) {
+    const double absent = c.rollout.val_kwargs.do_sample ? c.rollout.val_kwargs.temperature : 0.0;
+    const SamplingCheck check = check_sampled_requests(*client_, s, absent);
+    r["sampled_requests"] = Json{{"episodes", check.episodes}, {"calls", check.calls},
+                                 {"sampled_calls", check.sampled_calls}};
+    if (check.calls > 0) metrics["val/sampled_request_share"] = check.sampled_share();
+    if (check.all_greedy()) say("warning: " + greedy_validation_warning(check, c.rollout.temperature));
+  }
+  post_metrics(start_global_step_ + step, metrics);
   record(std::move(r));
 }
 

@@ -1,8 +1,12 @@
 #include "classic/workflow.h"
 
+#include <fmt/format.h>
+
+#include <chrono>
 #include <sstream>
 
 #include "classic/http_chat_model.h"
+#include "classic/workflow_worker.h"
 #include "common/error.h"
 #include "common/json.h"
 #include "common/subprocess.h"
@@ -17,15 +21,6 @@ std::string shell_quote(const std::string& s) {
   std::string out = "'";
   for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return out + "'";
-}
-
-EpisodeReport failed_report(const tasks::Task& task, const std::string& termination, const std::string& error) {
-  EpisodeReport r;
-  r.output.reward = 0;
-  r.output.is_success = false;
-  r.output.metadata = Json{{"task_id", task.task_id}, {"termination", termination}, {"error", error}};
-  r.termination = termination;
-  return r;
 }
 
 class BuiltinWorkflow : public Workflow {
@@ -69,35 +64,40 @@ class BuiltinWorkflow : public Workflow {
   int64_t max_steps_;
 };
 
+// A process per episode: the episode's endpoint, key, task and sampling in its environment.
 class CommandWorkflow : public Workflow {
  public:
-  CommandWorkflow(std::string command, std::filesystem::path cwd, std::filesystem::path stderr_log, bool judge,
-                  std::string default_task)
-      : command_(std::move(command)), cwd_(std::move(cwd)), stderr_log_(std::move(stderr_log)),
-        builtin_judge_(judge), default_task_(std::move(default_task)) {}
+  explicit CommandWorkflow(CommandWorkflowOptions options) : options_(std::move(options)) {}
 
   EpisodeReport run(const EpisodeContext& ctx) const override {
     const tasks::Task& task = *ctx.task;
     SpawnOptions spawn;
-    spawn.argv = {"/bin/sh", "-c", "(" + command_ + ") 2>>" + shell_quote(stderr_log_.string())};
+    spawn.argv = command_argv(options_);
     spawn.env = {{"OPENAI_BASE_URL", ctx.episode.base_url},
                  {"OPENAI_API_KEY", ctx.episode.api_key},
                  {"AJET_TASK", tasks::task_to_json(task).dump()},
                  {"AJET_EPISODE_TYPE", ctx.episode_type},
                  {"AJET_SAMPLING", ctx.sampling.dump()},
                  {"AJET_ENV_SEED", std::to_string(ctx.env_seed)}};
-    spawn.cwd = cwd_;
+    spawn.cwd = options_.cwd;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(options_.timeout_s);
+    bool timed_out = false;
     CommandResult result;
     try {
-      result = run_command(spawn, ctx.cancelled);
+      result = run_command(spawn, [&] {
+        if (ctx.cancelled && ctx.cancelled()) return true;
+        timed_out = options_.timeout_s > 0 && std::chrono::steady_clock::now() >= deadline;
+        return timed_out;
+      });
     } catch (const std::exception& e) {
       return failed_report(task, "agent_error", std::string("workflow command could not run: ") + e.what());
     }
+    if (timed_out) return failed_report(task, "timeout", timeout_message(options_.timeout_s, "workflow command"));
     if (result.cancelled) return failed_report(task, "agent_error", "cancelled");
     if (!exited_cleanly(result.status)) {
       return failed_report(task, "agent_error",
                            "workflow command " + describe_exit(result.status) + " (stderr in " +
-                               stderr_log_.string() + ")");
+                               options_.stderr_log.string() + ")");
     }
     Json parsed;
     try {
@@ -105,53 +105,72 @@ class CommandWorkflow : public Workflow {
     } catch (const std::exception& e) {
       return failed_report(task, "agent_error", e.what());
     }
-    EpisodeReport r;
-    r.output.reward = parsed.value("reward", 0.0);
-    if (parsed.contains("is_success") && parsed["is_success"].is_boolean()) r.output.is_success = parsed["is_success"].get<bool>();
-    r.output.metadata = parsed.contains("metadata") && parsed["metadata"].is_object() ? parsed["metadata"] : Json::object();
-    r.output.log_metrics =
-        parsed.contains("log_metrics") && parsed["log_metrics"].is_object() ? parsed["log_metrics"] : Json::object();
-    if (builtin_judge_) {
-      try {
-        const tasks::BuiltinTask& kind = tasks::builtin_task_for(task, default_task_);
-        tasks::Judgement j;
-        if (parsed.contains("messages")) {
-          std::vector<text::ChatMessage> messages;
-          const tasks::OrderedJson ordered(parsed["messages"]);  // a value converted, not re-parsed
-          for (size_t i = 0; i < ordered.size(); ++i) {
-            messages.push_back(text::parse_chat_message(ordered[i], "messages[" + std::to_string(i) + "]"));
-          }
-          j = kind.judge_episode(task, messages);
-        } else {
-          j = kind.judge_answer(task, parsed.value("answer", std::string()));
-        }
-        r.output.reward = j.reward;
-        r.output.is_success = j.is_success;
-        r.output.metadata["judge_reason"] = j.reason;
-      } catch (const std::exception& e) {
-        return failed_report(task, "agent_error", std::string("built-in judge: ") + e.what());
-      }
-    }
-    r.output.metadata["env_seed"] = ctx.env_seed;
-    if (r.output.metadata.contains("termination") && r.output.metadata["termination"].is_string()) {
-      r.termination = r.output.metadata["termination"].get<std::string>();
-    }
-    if (r.output.log_metrics.contains("llm_calls") && r.output.log_metrics["llm_calls"].is_number()) {
-      r.llm_calls = r.output.log_metrics["llm_calls"].get<int64_t>();
-    }
-    return r;
+    return command_report(parsed, ctx, options_);
   }
-  std::string describe() const override { return "command: " + command_; }
+  std::string describe() const override { return "command: " + options_.command; }
 
  private:
-  std::string command_;
-  std::filesystem::path cwd_;
-  std::filesystem::path stderr_log_;
-  bool builtin_judge_;
-  std::string default_task_;
+  CommandWorkflowOptions options_;
 };
 
 }  // namespace
+
+std::vector<std::string> command_argv(const CommandWorkflowOptions& options) {
+  return {"/bin/sh", "-c", "(" + options.command + ") 2>>" + shell_quote(options.stderr_log.string())};
+}
+
+std::string timeout_message(double timeout_s, const std::string& what) {
+  return what + " took longer than ajet.rollout.user_workflow_timeout (" + fmt::format("{:g}", timeout_s) +
+         " s); stopped";
+}
+
+EpisodeReport failed_report(const tasks::Task& task, const std::string& termination, const std::string& error) {
+  EpisodeReport r;
+  r.output.reward = 0;
+  r.output.is_success = false;
+  r.output.metadata = Json{{"task_id", task.task_id}, {"termination", termination}, {"error", error}};
+  r.termination = termination;
+  return r;
+}
+
+EpisodeReport command_report(const Json& parsed, const EpisodeContext& ctx, const CommandWorkflowOptions& options) {
+  const tasks::Task& task = *ctx.task;
+  EpisodeReport r;
+  r.output.reward = parsed.value("reward", 0.0);
+  if (parsed.contains("is_success") && parsed["is_success"].is_boolean()) r.output.is_success = parsed["is_success"].get<bool>();
+  r.output.metadata = parsed.contains("metadata") && parsed["metadata"].is_object() ? parsed["metadata"] : Json::object();
+  r.output.log_metrics =
+      parsed.contains("log_metrics") && parsed["log_metrics"].is_object() ? parsed["log_metrics"] : Json::object();
+  if (options.builtin_judge) {
+    try {
+      const tasks::BuiltinTask& kind = tasks::builtin_task_for(task, options.default_task);
+      tasks::Judgement j;
+      if (parsed.contains("messages")) {
+        std::vector<text::ChatMessage> messages;
+        const tasks::OrderedJson ordered(parsed["messages"]);  // a value converted, not re-parsed
+        for (size_t i = 0; i < ordered.size(); ++i) {
+          messages.push_back(text::parse_chat_message(ordered[i], "messages[" + std::to_string(i) + "]"));
+        }
+        j = kind.judge_episode(task, messages);
+      } else {
+        j = kind.judge_answer(task, parsed.value("answer", std::string()));
+      }
+      r.output.reward = j.reward;
+      r.output.is_success = j.is_success;
+      r.output.metadata["judge_reason"] = j.reason;
+    } catch (const std::exception& e) {
+      return failed_report(task, "agent_error", std::string("built-in judge: ") + e.what());
+    }
+  }
+  r.output.metadata["env_seed"] = ctx.env_seed;
+  if (r.output.metadata.contains("termination") && r.output.metadata["termination"].is_string()) {
+    r.termination = r.output.metadata["termination"].get<std::string>();
+  }
+  if (r.output.log_metrics.contains("llm_calls") && r.output.log_metrics["llm_calls"].is_number()) {
+    r.llm_calls = r.output.log_metrics["llm_calls"].get<int64_t>();
+  }
+  return r;
+}
 
 Json parse_command_result(const std::string& stdout_text) {
   std::istringstream in(stdout_text);
@@ -179,11 +198,9 @@ std::unique_ptr<Workflow> make_builtin_workflow(std::string default_task, int64_
   return std::make_unique<BuiltinWorkflow>(std::move(default_task), max_tool_calls, max_steps);
 }
 
-std::unique_ptr<Workflow> make_command_workflow(std::string command, std::filesystem::path cwd,
-                                                std::filesystem::path stderr_log, bool builtin_judge,
-                                                std::string default_task) {
-  return std::make_unique<CommandWorkflow>(std::move(command), std::move(cwd), std::move(stderr_log), builtin_judge,
-                                           std::move(default_task));
+std::unique_ptr<Workflow> make_command_workflow(CommandWorkflowOptions options) {
+  if (options.mode == "worker") return make_worker_workflow(std::move(options));
+  return std::make_unique<CommandWorkflow>(std::move(options));
 }
 
 std::unique_ptr<Workflow> make_workflow(const config::Config& config, const std::filesystem::path& config_dir,
@@ -191,8 +208,17 @@ std::unique_ptr<Workflow> make_workflow(const config::Config& config, const std:
   const std::string& w = config.rollout.user_workflow;
   const std::string default_task = config.task_reader.builtin.generator;
   if (w.empty() || w == "builtin") return make_builtin_workflow(default_task, -1, -1);
-  return make_command_workflow(w, config_dir, exp_dir / "workflow_stderr.log",
-                               config::uses_builtin_judge(config.task_judge), default_task);
+  CommandWorkflowOptions options;
+  options.command = w;
+  options.cwd = config_dir;
+  options.stderr_log = exp_dir / "workflow_stderr.log";
+  options.builtin_judge = config::uses_builtin_judge(config.task_judge);
+  options.default_task = default_task;
+  options.mode = config.rollout.user_workflow_mode;
+  options.workers = config.rollout.user_workflow_workers > 0 ? config.rollout.user_workflow_workers
+                                                              : config.rollout.max_env_worker;
+  options.timeout_s = config.rollout.user_workflow_timeout;
+  return make_command_workflow(std::move(options));
 }
 
 }  // namespace ajet::classic

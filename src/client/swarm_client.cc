@@ -712,6 +712,10 @@ Json SwarmClient::get_verbose_logs() {
       .value("entries", Json::array());
 }
 
+Json SwarmClient::get_episode(const std::string& episode_uuid) {
+  return json_or_throw(send("GET", "/episodes/" + episode_uuid, nullptr, true), "get_episode");
+}
+
 std::string SwarmClient::get_server_experiment_dir() {
   const Json data = json_or_throw(send("GET", "/get_server_experiment_dir", nullptr, false), "get_server_experiment_dir");
   const Json dir = data.value("server_experiment_dir", Json(nullptr));

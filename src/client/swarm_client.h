@@ -102,6 +102,8 @@ class SwarmClient {
   // episodes cannot leak into the batch it agreed to close (cocktail training's per-client shares).
   bool agree_sync_weight(bool retry = true, std::optional<double> max_wait = std::nullopt, bool wait = false);
   Json get_verbose_logs();
+  // GET /episodes/{uuid} (admin token): the stored episode document (docs/tracking.md).
+  Json get_episode(const std::string& episode_uuid);
   // GET /get_server_experiment_dir: the experiment directory of the front's newest engine start ("" before
   // any). Throws SwarmError when unreachable.
   std::string get_server_experiment_dir();

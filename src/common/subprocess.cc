@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -73,17 +74,25 @@ Subprocess Subprocess::spawn(const SpawnOptions& options) {
   const std::string cwd = options.cwd.string();
   const long max_fd = std::max(::sysconf(_SC_OPEN_MAX), 1024L);
 
-  int out[2], err[2];
+  int out[2], err[2], in[2] = {-1, -1};
   if (::pipe2(out, O_CLOEXEC) != 0) fail(ErrorCode::kIo, "spawn " + program + ": pipe: " + std::strerror(errno));
   if (::pipe2(err, O_CLOEXEC) != 0) {
     ::close(out[0]);
     ::close(out[1]);
     fail(ErrorCode::kIo, "spawn " + program + ": pipe: " + std::strerror(errno));
   }
+  // stdin as a socket pair rather than a pipe: send(MSG_NOSIGNAL) turns a vanished reader into EPIPE
+  // without touching the process's SIGPIPE disposition.
+  if (options.pipe_stdin && ::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, in) != 0) {
+    for (int fd : {out[0], out[1], err[0], err[1]}) ::close(fd);
+    fail(ErrorCode::kIo, "spawn " + program + ": socketpair: " + std::strerror(errno));
+  }
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) {
-    for (int fd : {out[0], out[1], err[0], err[1]}) ::close(fd);
+    for (int fd : {out[0], out[1], err[0], err[1], in[0], in[1]}) {
+      if (fd >= 0) ::close(fd);
+    }
     fail(ErrorCode::kIo, "spawn " + program + ": fork: " + std::strerror(errno));
   }
   if (pid == 0) {
@@ -94,8 +103,12 @@ Subprocess Subprocess::spawn(const SpawnOptions& options) {
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
     ::signal(SIGPIPE, SIG_DFL);
-    int devnull = ::open("/dev/null", O_RDONLY);
-    if (devnull >= 0) ::dup2(devnull, 0);
+    if (in[1] >= 0) {
+      ::dup2(in[1], 0);
+    } else {
+      int devnull = ::open("/dev/null", O_RDONLY);
+      if (devnull >= 0) ::dup2(devnull, 0);
+    }
     ::dup2(out[1], 1);
     ::dup2(out[1], 2);
     // Nothing else of the parent's reaches the child: not the front's listening socket (a front
@@ -120,6 +133,7 @@ Subprocess Subprocess::spawn(const SpawnOptions& options) {
   ::setpgid(pid, pid);  // also here, so signal_group works before the child ran setpgid
   ::close(out[1]);
   ::close(err[1]);
+  if (in[1] >= 0) ::close(in[1]);
   int child_errno = 0;
   ssize_t n;
   do {
@@ -128,6 +142,7 @@ Subprocess Subprocess::spawn(const SpawnOptions& options) {
   ::close(err[0]);
   if (n == sizeof child_errno) {
     ::close(out[0]);
+    if (in[0] >= 0) ::close(in[0]);
     int status = 0;
     ::waitpid(pid, &status, 0);
     fail(ErrorCode::kIo, "cannot run " + program + (cwd.empty() ? "" : " in " + cwd) + ": " + std::strerror(child_errno));
@@ -135,6 +150,7 @@ Subprocess Subprocess::spawn(const SpawnOptions& options) {
   Subprocess p;
   p.pid_ = pid;
   p.out_fd_ = out[0];
+  p.in_fd_ = in[0];
   set_nonblocking(p.out_fd_);
 #ifdef SYS_pidfd_open
   p.pid_fd_ = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
@@ -149,6 +165,7 @@ Subprocess& Subprocess::operator=(Subprocess&& other) noexcept {
     reset();
     pid_ = std::exchange(other.pid_, -1);
     out_fd_ = std::exchange(other.out_fd_, -1);
+    in_fd_ = std::exchange(other.in_fd_, -1);
     pid_fd_ = std::exchange(other.pid_fd_, -1);
     partial_ = std::move(other.partial_);
     status_ = std::exchange(other.status_, std::nullopt);
@@ -172,9 +189,26 @@ void Subprocess::reset() {
 }
 
 void Subprocess::close_fds() {
+  close_input();
   if (out_fd_ >= 0) ::close(out_fd_);
   if (pid_fd_ >= 0) ::close(pid_fd_);
   out_fd_ = pid_fd_ = -1;
+}
+
+bool Subprocess::write_input(const std::string& data) {
+  size_t done = 0;
+  while (in_fd_ >= 0 && done < data.size()) {
+    const ssize_t n = ::send(in_fd_, data.data() + done, data.size() - done, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += size_t(n);
+  }
+  return in_fd_ >= 0;
+}
+
+void Subprocess::close_input() {
+  if (in_fd_ >= 0) ::close(in_fd_);
+  in_fd_ = -1;
 }
 
 void Subprocess::read_output(const std::function<void(std::string)>& on_line) {

@@ -21,6 +21,7 @@ struct SpawnOptions {
   std::vector<std::string> argv;                            // argv[0]: the program path
   std::vector<std::pair<std::string, std::string>> env;    // set on top of the front's environment
   std::filesystem::path cwd;                                // empty: the front's
+  bool pipe_stdin = false;  // the child's stdin is a socket the parent writes (write_input); else /dev/null
 };
 
 class Subprocess {
@@ -44,6 +45,12 @@ class Subprocess {
   // with a timeout and call try_reap()).
   int exit_fd() const { return pid_fd_; }
 
+  // With pipe_stdin: writes all of `data` to the child's stdin (blocking; never raises SIGPIPE).
+  // False when the child closed its stdin or exited, or without pipe_stdin.
+  bool write_input(const std::string& data);
+  // Closes the child's stdin: a child reading it sees end of file.
+  void close_input();
+
   // Reads what is available; complete lines go to `on_line` (without the newline). At EOF a last
   // partial line is delivered too and output_fd() becomes -1.
   void read_output(const std::function<void(std::string)>& on_line);
@@ -65,6 +72,7 @@ class Subprocess {
 
   pid_t pid_ = -1;
   int out_fd_ = -1;
+  int in_fd_ = -1;  // our end of the child's stdin (a socket: send() with MSG_NOSIGNAL), or -1
   int pid_fd_ = -1;
   std::string partial_;
   std::optional<int> status_;

@@ -37,6 +37,9 @@ struct MultiTurnConfig {
 
 struct RolloutConfig {
   std::string user_workflow;
+  std::string user_workflow_mode = "per_episode";  // per_episode | worker (docs/classic.md)
+  int64_t user_workflow_workers = 0;               // worker mode: processes; 0 = max_env_worker
+  double user_workflow_timeout = 600;              // seconds an episode's command may take; 0 = no limit
   bool force_disable_toolcalls = false;
   int64_t max_env_worker = 64;
   int64_t max_response_length_in_one_turn = 4096;

@@ -84,6 +84,15 @@ std::vector<Field> config_fields(Config& c) {
   t.add("data.train_batch_size", c.data.train_batch_size, "tasks per training step", {.min = 1});
   // Rollout.
   t.add("rollout.user_workflow", c.rollout.user_workflow, "classic mode: the workflow that runs each episode");
+  t.add("rollout.user_workflow_mode", c.rollout.user_workflow_mode,
+        "classic mode, a command workflow: per_episode (a process per episode) or worker (long-lived processes, "
+        "an episode per JSON line on stdin)",
+        {.choices = {"per_episode", "worker"}});
+  t.add("rollout.user_workflow_workers", c.rollout.user_workflow_workers,
+        "worker mode: how many worker processes; 0 = max_env_worker", {.min = 0});
+  t.add("rollout.user_workflow_timeout", c.rollout.user_workflow_timeout,
+        "seconds one episode of a command workflow may take (then reward 0, reason timeout); 0 = no limit",
+        {.min = 0});
   t.add("rollout.force_disable_toolcalls", c.rollout.force_disable_toolcalls, "ignore `tools` in chat requests");
   t.add("rollout.max_env_worker", c.rollout.max_env_worker, "episodes in flight at once (claimable pool size)",
         {.min = 1});

@@ -44,6 +44,18 @@ Json request_json(const CallRecord& c) {
   return Json{{"messages", messages}, {"tools", tools}};
 }
 
+// The sampling parameters the request itself sent (absent ones are not filled in): what tells an eval
+// episode sampled on purpose from one whose agent dropped AJET_SAMPLING and so ran greedy.
+Json request_sampling(const CallRecord& c) {
+  Json out = Json::object();
+  const std::optional<Json> body = try_parse_json(c.request_json);
+  if (!body || !body->is_object()) return out;
+  for (const char* key : {"temperature", "top_p", "top_k"}) {
+    if (body->contains(key) && (*body)[key].is_number()) out[key] = (*body)[key];
+  }
+  return out;
+}
+
 }  // namespace
 
 EpisodeView EpisodeView::from_row(const store::EpisodeRow& row) {
@@ -143,6 +155,7 @@ Json episode_json(const EpisodeView& episode, std::span<const CallRecord> calls,
            {"finished_at", c.finished_at},
            {"latency_ms", c.latency_ms},
            {"request", request_json(c)},
+           {"sampling", request_sampling(c)},
            {"prompt_ids", c.prompt_ids},
            {"message_spans", spans},
            {"generation_prompt_begin", c.generation_prompt_begin},

@@ -135,6 +135,103 @@ TEST(ClassicRun, ExternalCommandWorkflowReportsItsOwnReward) {
   EXPECT_EQ(train, 2);
 }
 
+// Worker mode through the real front: a Python worker makes one chat call per episode with the
+// request's key and sampling, every train and validation episode is served, and no more processes
+// start than there are workers (each writes its pid to a file when it starts).
+TEST(ClassicRun, WorkerModeServesTrainAndValidationEpisodesWithFewProcesses) {
+  e2e::ScratchDir dir;
+  const fs::path model = micro_model();
+  write_file_atomic(dir / "worker.py",
+                    "import json, os, sys, urllib.request\n"
+                    "open('pids.txt', 'a').write(f'{os.getpid()}\\n')\n"
+                    "for line in sys.stdin:\n"
+                    "    req = json.loads(line)\n"
+                    "    body = {'model': req['model'], 'messages': [{'role': 'user', 'content': 'hi'}], 'max_tokens': 3,\n"
+                    "            **req['sampling']}\n"
+                    "    r = urllib.request.Request(req['base_url'] + '/chat/completions', json.dumps(body).encode(),\n"
+                    "        {'Authorization': 'Bearer ' + req['api_key'], 'Content-Type': 'application/json'})\n"
+                    "    urllib.request.urlopen(r).read()\n"
+                    "    print(json.dumps({'reward': 0.5, 'log_metrics': {'llm_calls': 1}}), flush=True)\n");
+  std::string yaml = classic_yaml(model);
+  yaml.replace(yaml.find("  rollout:\n"), 11,
+               "  rollout:\n    user_workflow: \"python3 worker.py\"\n    user_workflow_mode: worker\n"
+               "    user_workflow_workers: 2\n");
+  write_file_atomic(dir / "worker.yaml", yaml);
+  Captured r = run_ajet("--conf " + shell_quote((dir / "worker.yaml").string()) + " --exp-dir " +
+                        shell_quote((dir / "exps").string()));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("2 worker processes"), std::string::npos) << r.out;
+  int train = 0, val = 0;
+  for (const auto& rec : read_jsonl(dir / "exps" / "run" / "metrics.jsonl")) {
+    if (rec["kind"] == "train") {
+      train += 1;
+      EXPECT_EQ(rec["rollout"]["episodes"].get<int64_t>(), 4) << rec.dump();
+      EXPECT_EQ(rec["rollout"]["failed"].get<int64_t>(), 0) << rec.dump();
+      EXPECT_DOUBLE_EQ(rec["rollout"]["reward_mean"].get<double>(), 0.5) << rec.dump();
+      EXPECT_EQ(rec["rollout"]["llm_calls"].get<int64_t>(), 4) << rec.dump();
+    } else if (rec["kind"] == "validation") {
+      val += 1;
+      EXPECT_EQ(rec["greedy_rollout"]["episodes"].get<int64_t>(), 3) << rec.dump();
+      // The worker passed the request's sampling: the sampled episodes were sampled.
+      EXPECT_GT(rec["sampled_requests"]["calls"].get<int64_t>(), 0) << rec.dump();
+      EXPECT_EQ(rec["sampled_requests"]["sampled_calls"], rec["sampled_requests"]["calls"]) << rec.dump();
+    }
+  }
+  EXPECT_EQ(train, 2) << r.out;
+  EXPECT_EQ(val, 3) << r.out;
+  EXPECT_EQ(r.out.find("ran greedy"), std::string::npos) << r.out;
+  // 8 train and 27 validation episodes, on at most 2 processes (a crash would have added one).
+  std::istringstream pids(read_file(dir / "pids.txt"));
+  int processes = 0;
+  for (std::string line; std::getline(pids, line);) processes += line.empty() ? 0 : 1;
+  EXPECT_GE(processes, 1);
+  EXPECT_LE(processes, 2) << read_file(dir / "pids.txt");
+}
+
+// An agent that ignores AJET_SAMPLING turns sampled validation greedy without a word: ajet reads the
+// sampled episodes' requests back and warns once per validation, with a metric; an agent that passes
+// it gets no warning.
+TEST(ClassicRun, WarnsWhenSampledValidationGotOnlyGreedyRequests) {
+  const fs::path model = micro_model();
+  for (const bool passes_sampling : {false, true}) {
+    SCOPED_TRACE(passes_sampling ? "passes AJET_SAMPLING" : "ignores AJET_SAMPLING");
+    e2e::ScratchDir dir;
+    write_file_atomic(dir / "agent.sh",
+                      std::string("#!/bin/sh\nset -e\n") +
+                          (passes_sampling ? "s=${AJET_SAMPLING#?}; s=${s%?}\n" : "s=\n") +
+                          "body='{\"model\":\"x\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                          "\"max_tokens\":3'${s:+,$s}'}'\n"
+                          "curl -sf -H \"Authorization: Bearer $OPENAI_API_KEY\" -H 'Content-Type: application/json' "
+                          "-d \"$body\" \"$OPENAI_BASE_URL/chat/completions\" > /dev/null\n"
+                          "echo 1\n");
+    std::string yaml = classic_yaml(model);
+    yaml.replace(yaml.find("  rollout:\n"), 11, "  rollout:\n    user_workflow: \"sh agent.sh\"\n");
+    yaml.replace(yaml.find("    val_before_train: true\n"), 27, "    val_before_train: true\n    val_only: true\n");
+    write_file_atomic(dir / "greedy.yaml", yaml);
+    Captured r = run_ajet("--conf " + shell_quote((dir / "greedy.yaml").string()) + " --exp-dir " +
+                          shell_quote((dir / "exps").string()));
+    ASSERT_EQ(r.status, 0) << r.out;
+    int val = 0;
+    for (const auto& rec : read_jsonl(dir / "exps" / "run" / "metrics.jsonl")) {
+      if (rec["kind"] != "validation") continue;
+      val += 1;
+      const Json& check = rec["sampled_requests"];
+      EXPECT_GT(check["calls"].get<int64_t>(), 0) << rec.dump();
+      EXPECT_EQ(check["sampled_calls"].get<int64_t>(), passes_sampling ? check["calls"].get<int64_t>() : 0)
+          << rec.dump();
+    }
+    EXPECT_EQ(val, 1) << r.out;
+    if (passes_sampling) {
+      EXPECT_EQ(r.out.find("ran greedy"), std::string::npos) << r.out;
+    } else {
+      const size_t at = r.out.find("ran greedy");
+      ASSERT_NE(at, std::string::npos) << r.out;
+      EXPECT_EQ(r.out.find("ran greedy", at + 1), std::string::npos) << "warned more than once: " << r.out;
+      EXPECT_NE(r.out.find("AJET_SAMPLING"), std::string::npos) << r.out;  // names the fix
+    }
+  }
+}
+
 // Dynamic sampling (rollout_until_finish_enough_non_dummy_tasks): a step samples task batches until
 // train_batch_size groups have unequal rewards, at most max_num_gen_batches, and the batch the front
 // forms holds every episode sampled. The agent gives a constant reward on two tasks in three and a

@@ -50,6 +50,29 @@ TEST(Subprocess, TerminateEscalatesToSigkillAfterTheGrace) {
   EXPECT_EQ(WTERMSIG(status), SIGTERM);
 }
 
+// pipe_stdin: lines written reach the child in order, closing the input is its end of file, and a
+// write to a child that is gone is false (no SIGPIPE: the test process would die of it).
+TEST(Subprocess, StdinCarriesLinesAndEndOfFile) {
+  SpawnOptions options{{"/bin/sh", "-c", "while read -r l; do echo \"got $l\"; done; echo eof"}, {}, {}};
+  options.pipe_stdin = true;
+  Subprocess p = Subprocess::spawn(options);
+  EXPECT_TRUE(p.write_input("one\n"));
+  EXPECT_TRUE(p.write_input("two\n"));
+  p.close_input();
+  std::vector<std::string> lines;
+  EXPECT_TRUE(exited_cleanly(p.wait([&](std::string line) { lines.push_back(std::move(line)); })));
+  EXPECT_THAT(lines, ElementsAre("got one", "got two", "eof"));
+
+  options.argv = {"/bin/sh", "-c", "exit 0"};
+  Subprocess q = Subprocess::spawn(options);
+  q.wait();
+  EXPECT_FALSE(q.write_input(std::string(1 << 20, 'x')));  // the reader is gone: EPIPE, not a signal
+
+  Subprocess r = Subprocess::spawn({{"/bin/sh", "-c", "exit 0"}, {}, {}});
+  EXPECT_FALSE(r.write_input("x\n"));  // without pipe_stdin there is nothing to write to
+  r.wait();
+}
+
 TEST(Subprocess, TheChildInheritsNoDescriptorOfTheParent) {
   // Like a socket Asio or SQLite opened: no O_CLOEXEC.
   const int fd = ::open("/dev/null", O_RDONLY);

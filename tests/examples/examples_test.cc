@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <sstream>
 
 #include "examples/examples_util.h"
 
@@ -143,6 +144,70 @@ void expect_agreement(const std::string& command) {
 }
 
 // node_agent/calculator.mjs (the JS examples' calculator and judge; error texts too).
+// examples/first_agent: `ajet --conf examples/first_agent/config.yaml` as the README says, on the
+// fixture's micro model instead of the warmed-up tiny one (its 400-id tokenizer makes the prompt
+// longer, so the lengths grow), a couple of steps: the Node agent trains in worker mode (torch: each
+// step an optimizer step) and runs per episode too; every episode it served ended with its own
+// reward, and its validation requests carried AJET_SAMPLING's parameters.
+TEST(FirstAgentExampleTest, TrainsStepsThroughClassicModeInWorkerAndPerEpisodeMode) {
+  std::string why;
+  auto node_modules = npm_node_modules(&why);
+  if (!node_modules) GTEST_SKIP() << "SKIPPED LOUDLY: " << why;
+  for (const std::string mode : {"worker", "per_episode"}) {
+    SCOPED_TRACE(mode);
+    ScratchDir dir;
+    Fixture f = fixture(true);
+    ASSERT_FALSE(::testing::Test::HasFailure());
+    const fs::path model = model_with_positions(f.model, dir / "model", 2048);
+    const fs::path app = stage_js_example(dir.path(), *node_modules, "first_agent");
+    std::string yaml = read_file(app / "config.yaml");
+    const std::vector<std::pair<std::string, std::string>> edits = {
+        {"path: exp/main/models/calc-sft", "path: " + model.string()},
+        {"max_prompt_length: 448", "max_prompt_length: 1536"},
+        {"max_model_len: 640", "max_model_len: 2048"},
+        {"max_response_length_in_one_turn: 48", "max_response_length_in_one_turn: 16"},
+        {"train_batch_size: 8", "train_batch_size: 2"},
+        {"num_repeat: 8", "num_repeat: 2"},
+        {"max_env_worker: 32", "max_env_worker: 4"},
+        {"total_training_steps: 20", mode == "worker" ? "total_training_steps: 2" : "total_training_steps: 1"},
+        {"val_before_train: true", "val_before_train: true\n    val_max_num_task_each_validation: 2"},
+        {"user_workflow_mode: worker", "user_workflow_mode: " + mode},
+        {"kv_cache_memory_mb: 256", "kv_cache_memory_mb: 64"},
+    };
+    for (const auto& [from, to] : edits) {
+      const size_t at = yaml.find(from);
+      ASSERT_NE(at, std::string::npos) << "examples/first_agent/config.yaml no longer has '" << from << "'";
+      yaml.replace(at, from.size(), to);
+    }
+    write_file_atomic(app / "config.yaml", yaml);
+    Captured r = run_capture("cd " + shell_quote(dir.path().string()) + " && " + shell_quote(bin("ajet").string()) +
+                             " --conf examples/first_agent/config.yaml --exp-dir exps");
+    ASSERT_EQ(r.status, 0) << r.out;
+    if (mode == "worker") EXPECT_NE(r.out.find("4 worker processes"), std::string::npos) << r.out;
+    int train = 0, val = 0;
+    std::istringstream lines(read_file(dir / "exps" / "first_agent" / "metrics.jsonl"));
+    for (std::string line; std::getline(lines, line);) {
+      const Json rec = Json::parse(line);
+      if (rec["kind"] == "train") {
+        train += 1;
+        EXPECT_EQ(rec["global_step"].get<int64_t>(), train) << rec.dump();  // torch: trained every step
+        EXPECT_EQ(rec["rollout"]["episodes"].get<int64_t>(), 4) << rec.dump();
+        EXPECT_EQ(rec["rollout"]["failed"].get<int64_t>(), 0) << rec.dump();
+        EXPECT_FALSE(rec["rollout"]["terminations"].contains("agent_error")) << rec.dump();
+        EXPECT_GE(rec["rollout"]["llm_calls"].get<int64_t>(), 4) << rec.dump();
+      } else if (rec["kind"] == "validation") {
+        val += 1;
+        EXPECT_FALSE(rec["greedy_rollout"]["terminations"].contains("agent_error")) << rec.dump();
+        EXPECT_GT(rec["sampled_requests"]["calls"].get<int64_t>(), 0) << rec.dump();
+        EXPECT_EQ(rec["sampled_requests"]["sampled_calls"], rec["sampled_requests"]["calls"]) << rec.dump();
+      }
+    }
+    EXPECT_EQ(train, mode == "worker" ? 2 : 1) << r.out;
+    EXPECT_GE(val, 2) << r.out;
+    EXPECT_EQ(r.out.find("ran greedy"), std::string::npos) << r.out;
+  }
+}
+
 TEST(CalcTaskAgreementTest, JsCalculatorAndJudgeAgreeWithAjetTasks) {
   if (run_capture("command -v node").status != 0) GTEST_SKIP() << "SKIPPED LOUDLY: node is not installed";
   ASSERT_TRUE(fs::exists(bin("ajet"))) << "build the ajet target";
