@@ -137,6 +137,9 @@ def one_seed(args, seed: int, out: str) -> dict:
             harness_config(confs[name], url, tasks, os.path.join(out, f"state_{name}"), episode_type=etype,
                            repeat=repeat, epochs=epochs, concurrency=args.concurrency, npm_root=args.npm_root)
         before, eval_s = run_harness(confs["eval"], os.path.join(out, "eval_before.log"), env)
+        if before["ended"] < n_val:
+            raise RuntimeError(f"held-out run: {before['ended']} of {n_val} episodes ended, aborted "
+                               f"{before['aborted']}; see {out}/eval_before.log")
         step0 = get_json(url + "/get_engine_status")["global_step"]
         trained, train_s = run_harness(confs["train"], os.path.join(out, "train.log"), env, args.train_seconds)
         steps = get_json(url + "/get_engine_status")["global_step"] - step0

@@ -352,13 +352,14 @@ class Sandbox:
                 argv += ["--symlink", os.readlink(d), d]
             elif os.path.isdir(d):
                 argv += ["--ro-bind", d, d]
-        argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
-        for extra in self.spec.ro_binds:  # after /tmp's tmpfs, which would hide a bind below /tmp
-            argv += ["--ro-bind", extra, extra]
-        argv += [
+        argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
                  "--bind", self.work, "/work", "--bind", self.home, "/home/agent",
-                 "--ro-bind", os.path.join(self.spec.root, "ajet"), "/ajet",
-                 "--hostname", "ajet-sandbox", "--chdir", "/work"]
+                 "--ro-bind", os.path.join(self.spec.root, "ajet"), "/ajet"]
+        # Last, so that no mount above hides them: /tmp's tmpfs, or the work dir's bind at /work when
+        # the host path is under /work (its mount point is then made inside the sandbox's work dir).
+        for extra in self.spec.ro_binds:
+            argv += ["--ro-bind", extra, extra]
+        argv += ["--hostname", "ajet-sandbox", "--chdir", "/work"]
         entry = [self.spec.python, "/ajet/sandbox_entry.py"]
         if with_relay:
             argv += ["--bind", os.path.join(self.spec.root, "relay"), "/ajet-relay"]

@@ -81,6 +81,23 @@ def npm_bin():
 class HarnessUnitTest(unittest.TestCase):
     """The pure parts: the verifier's verdict, the placeholders, the config's checks."""
 
+    def test_extra_binds_are_mounted_after_the_work_dir_and_tmp(self):
+        # An agent dir under /work (or /tmp) on the host must not be hidden by the sandbox's own /work
+        # bind (or its /tmp tmpfs): bwrap mounts in argument order.
+        from ajet_swarm.sandbox import Limits, Sandbox, SandboxSpec
+        root = tempfile.mkdtemp(prefix="ajet_harness_argv_")
+        self.addCleanup(shutil.rmtree, root, True)
+        binds = ["/work/some/agent", "/tmp/an/agent"]
+        argv = Sandbox(SandboxSpec("s", root, Limits(), ("127.0.0.1", 1), 1, ro_binds=binds), None)._bwrap_argv(
+            "agent", "true", with_relay=False)
+        last_cover = max(i for i, a in enumerate(argv) if a in ("/work", "/tmp") and argv[i - 1] in (self.work_dir(root), "--tmpfs"))
+        for b in binds:
+            self.assertGreater(argv.index(b), last_cover, argv)
+
+    @staticmethod
+    def work_dir(root):
+        return os.path.join(root, "work")
+
     def test_verifier_verdicts(self):
         from ajet_swarm.harness import verifier_verdict
         self.assertEqual(verifier_verdict(0, False, True, "").reward, 1.0)
