@@ -443,6 +443,12 @@ class HarnessStockCliTest(HarnessTestBase):
         self.assertEqual(summary["ended"], 1, out)
         self.assertEqual(summary["mean_reward"], 1.0, out)
         self.assertGreaterEqual(full["episodes"][0]["model_requests"], 2, out)
+        # Tracked and merged: the tool round trip's calls are in the episode, one conversation, one sample.
+        uuid = full["episodes"][0]["episode_uuid"]
+        with urllib.request.urlopen(f"{self.server.url}/episodes/{uuid}", timeout=30) as r:
+            episode = json.loads(r.read())
+        self.assertGreaterEqual(len(episode["calls"]), 2, out)
+        self.assertEqual(len(episode["samples"]), 1, out)
         self.assert_nothing_left()
 
     @staticmethod
