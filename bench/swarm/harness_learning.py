@@ -9,7 +9,7 @@ examples/first_agent/val.jsonl, through the same harness) before training and af
 training on examples/first_agent/train.jsonl, and prints one row per seed and the median and range.
 A vs B in one run: the same model before and after, the same held-out tasks, the same harness.
 
-    python3 bench/swarm/harness_learning.py [--seeds 1,2,3] [--train-seconds 900] [--append-docs]
+    python3 bench/swarm/harness_learning.py [--seeds 1,2,3] [--train-seconds 900] [--no-append]
 
 Needs: build/bin/ajet-swarm, the model, bwrap (scripts/setup.sh), node and the npm `openai` package
 (scripts/npm-deps.sh puts it in ~/.cache/agentjet/node). Run as root (the sandboxes' cgroups).
@@ -166,7 +166,7 @@ def main() -> int:
     ap.add_argument("--val-tasks", default=os.path.join(ROOT, "examples", "first_agent", "val.jsonl"))
     ap.add_argument("--npm-root", default=os.environ.get("AJET_NPM_CACHE",
                                                          os.path.expanduser("~/.cache/agentjet/node")))
-    ap.add_argument("--append-docs", action="store_true", help="append the result to docs/benchmarks.md")
+    ap.add_argument("--no-append", action="store_true", help="print the table, leave docs/benchmarks.md alone")
     args = ap.parse_args()
     for need in (os.path.join(args.model, "config.json"), os.path.join(args.npm_root, "node_modules", "openai")):
         if not os.path.exists(need):
@@ -193,7 +193,7 @@ def main() -> int:
                f"{len(rows)} seed(s), {args.train_seconds:.0f} s of training each, {rows[0]['val_tasks']} held-out "
                f"tasks (greedy), concurrency {args.concurrency}")
     print("\n".join(table) + "\n" + summary)
-    if args.append_docs:
+    if not args.no_append:
         with open(os.path.join(ROOT, "docs", "benchmarks.md"), "a") as f:
             f.write(f"\n## {datetime.date.today()}: an agent process in harness sandboxes learns "
                     f"(bench/swarm/harness_learning.py)\n\n{cpu}, {os.cpu_count()} cores. examples/harness_agent "

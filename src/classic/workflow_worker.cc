@@ -245,7 +245,7 @@ std::string worker_request(const EpisodeContext& ctx) {
   request["model"] = "agentjet";
   request["task"] = tasks::task_to_json(*ctx.task);
   request["episode_type"] = ctx.episode_type;
-  request["sampling"] = tasks::OrderedJson::parse(ctx.sampling.dump());
+  request["sampling"] = tasks::OrderedJson(ctx.sampling);  // converted, not re-parsed (its keys sorted)
   request["env_seed"] = ctx.env_seed;
   return request.dump();
 }

@@ -4,6 +4,7 @@
 
 #include "episodes/commands.h"
 #include "http/response.h"
+#include "openai/openai_params.h"
 
 namespace ajet::swarm {
 
@@ -26,6 +27,9 @@ http::Response unavailable_response(std::string_view message, int retry_after_se
 http::Response error_for(const Error& error) {
   const int status = http_status_for(error.code());
   if (status == 503) return unavailable_response(error.what(), 2);
+  if (dynamic_cast<const ContextLengthExceeded*>(&error) != nullptr) {
+    return openai_error(status, error.what(), "context_length_exceeded");
+  }
   return openai_error(status, error.what(), error_code_name(error.code()));
 }
 

@@ -234,10 +234,11 @@ rpc::GenerateRequest resolve_generation(const OpenAiParams& p, const SamplingRul
     invalid_argument(fmt::format("prompt is too long: {} tokens > {} maximum", prompt_tokens, rules.max_model_len));
   }
   if (room < 1) {
-    invalid_argument(fmt::format("context overflow: the prompt has {} tokens, and the model's context "
-                                 "(ajet.rollout.max_model_len, the model's max_position_embeddings) is {} tokens; "
-                                 "nothing is left to generate. Shorten the messages.",
-                                 prompt_tokens, rules.max_model_len));
+    throw ContextLengthExceeded(fmt::format(
+        "This model's maximum context length is {} tokens. However, your messages resulted in {} tokens. "
+        "Please reduce the length of the messages. (The context is ajet.rollout.max_model_len, at most the "
+        "model's max_position_embeddings; nothing is left to generate.)",
+        rules.max_model_len, prompt_tokens));
   }
   int64_t max_tokens = rules.max_tokens_per_turn;
   if (p.max_tokens) {
@@ -249,10 +250,12 @@ rpc::GenerateRequest resolve_generation(const OpenAiParams& p, const SamplingRul
                                    prompt_tokens, max_tokens, rules.max_model_len));
     }
     if (max_tokens > room) {
-      invalid_argument(fmt::format("context overflow: prompt ({} tokens) + {} ({}) exceeds the model's "
-                                   "context of {} tokens; lower {} to at most {} or shorten the messages.",
-                                   prompt_tokens, p.max_tokens_field, max_tokens, rules.max_model_len,
-                                   p.max_tokens_field, room));
+      throw ContextLengthExceeded(fmt::format(
+          "This model's maximum context length is {} tokens. However, you requested {} tokens ({} in the "
+          "messages, {} in the completion). Please reduce the length of the messages or completion: {} ({}) "
+          "leaves no room; lower {} to at most {} (the context is ajet.rollout.max_model_len).",
+          rules.max_model_len, int64_t(prompt_tokens) + max_tokens, prompt_tokens, max_tokens,
+          p.max_tokens_field, max_tokens, p.max_tokens_field, room));
     }
   } else {
     max_tokens = std::min(max_tokens, room);

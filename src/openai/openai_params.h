@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/error.h"
 #include "episodes/model_context.h"
 #include "rpc/messages.h"
 #include "text/messages.h"
@@ -87,8 +88,17 @@ CompletionPrompt parse_completion_prompt(const text::OrderedJson& body);
 // says it: "prompt is too long: N tokens > M maximum" when the prompt alone does not fit, "input
 // length and `max_tokens` exceed context limit: A + B > C, decrease input length or `max_tokens` and
 // try again" when the prompt and max_tokens (as resolved: the per-turn cap applied) do not.
+// With ErrorWording::kOpenAi it is OpenAI's sentence ("This model's maximum context length is M tokens.
+// However, ...") and a ContextLengthExceeded, which the OpenAI-shaped answer carries as the code
+// `context_length_exceeded` (what OpenAI's SDK users, Codex and Qwen Code match on).
 rpc::GenerateRequest resolve_generation(const OpenAiParams& params, const SamplingRules& rules, bool train,
                                         size_t prompt_tokens);
+
+// The prompt (and max_tokens) exceed the context: a 400 whose OpenAI error code is context_length_exceeded.
+class ContextLengthExceeded : public Error {
+ public:
+  explicit ContextLengthExceeded(const std::string& message) : Error(ErrorCode::kInvalidArgument, message) {}
+};
 
 // What one answer may hold: n × max_tokens (resolved: the request's or the default) × (1 +
 // top_logprobs) token entries, each a token or an alternative with its logprob (the JSON answer and

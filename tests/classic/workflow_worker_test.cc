@@ -7,6 +7,9 @@
 #include <signal.h>
 
 #include <atomic>
+#include <chrono>
+#include <fstream>
+#include <iterator>
 #include <set>
 #include <thread>
 
@@ -74,7 +77,20 @@ EpisodeReport run_episode(const Workflow& w, const tasks::Task& t, const std::st
   return w.run(ctx);
 }
 
-bool process_alive(int64_t pid) { return ::kill(pid_t(pid), 0) == 0; }
+// Running (or stopped), not a zombie: /proc/<pid>/stat's state field.
+bool running(int64_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t paren = text.rfind(')');
+  return paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] != 'Z';
+}
+
+// A worker may be the grandchild of the shell its slot started: the signal that ends the shell's group
+// reaches it too, but it dies (and init reaps it) on its own schedule: still running 30 s later is alive.
+bool outlives_its_stop(int64_t pid) {
+  for (int i = 0; i < 300 && running(pid); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  return running(pid);
+}
 
 TEST(WorkflowWorker, ServesManyEpisodesPerProcessFromManyThreads) {
   WorkerSetup setup(2);
@@ -110,10 +126,10 @@ TEST(WorkflowWorker, ServesManyEpisodesPerProcessFromManyThreads) {
     }
     EXPECT_GE(pids.size(), 1u);
     EXPECT_LE(pids.size(), 2u) << "more processes than workers: 12 episodes, 2 workers";
-    for (int64_t pid : pids) EXPECT_TRUE(process_alive(pid)) << "worker " << pid << " ended between episodes";
+    for (int64_t pid : pids) EXPECT_TRUE(running(pid)) << "worker " << pid << " ended between episodes";
   }
   // The workflow is gone: so are its workers.
-  for (int64_t pid : pids) EXPECT_FALSE(process_alive(pid)) << "worker " << pid << " outlived the workflow";
+  for (int64_t pid : pids) EXPECT_FALSE(outlives_its_stop(pid)) << "worker " << pid << " outlived the workflow";
 }
 
 TEST(WorkflowWorker, CrashedWorkerFailsItsEpisodeAndIsStartedAgain) {
@@ -149,7 +165,7 @@ TEST(WorkflowWorker, WorkerPastTheTimeoutIsStoppedAndItsEpisodeFails) {
   EXPECT_EQ(b.termination, "timeout");
   EXPECT_NE(b.output.metadata["error"].get<std::string>().find("user_workflow_timeout"), std::string::npos)
       << b.output.metadata.dump();
-  EXPECT_FALSE(process_alive(a.output.metadata["pid"].get<int64_t>())) << "the hung worker was not stopped";
+  EXPECT_FALSE(outlives_its_stop(a.output.metadata["pid"].get<int64_t>())) << "the hung worker was not stopped";
   EXPECT_DOUBLE_EQ(c.output.reward, 1.0);
   EXPECT_NE(c.output.metadata["pid"], a.output.metadata["pid"]);
 }

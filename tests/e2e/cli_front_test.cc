@@ -137,10 +137,13 @@ TEST_F(CliFrontTest, OverflowIsSaidInAnthropicsSentencesOnMessages) {
   EXPECT_THAT(prompt.json()["error"]["message"].get<std::string>(),
               ::testing::MatchesRegex("prompt is too long: [0-9]+ tokens > 2048 maximum"));
   EXPECT_EQ(prompt.json().size(), 2u) << "only type and error, as Anthropic answers";
-  // The chat API keeps its own wording, naming the config key.
+  // The chat API says it in OpenAI's sentences and code (what OpenAI SDK users, Codex and Qwen Code
+  // match on), naming the config key.
   auto chat = api_->chat(key, user_chat("hi", {{"max_tokens", 5000}}));
   EXPECT_EQ(chat.status, 400);
-  EXPECT_THAT(chat.body, HasSubstr("context overflow"));
+  EXPECT_THAT(chat.body, HasSubstr("This model's maximum context length is"));
+  EXPECT_THAT(chat.body, HasSubstr("ajet.rollout.max_model_len"));
+  EXPECT_EQ(chat.json()["error"]["code"], "context_length_exceeded") << chat.body;
 }
 
 // Before: POST /v1/messages/count_tokens and HEAD / were 404.

@@ -134,8 +134,9 @@ TEST(OpenAiParams, ContextOverflowIsAClearError) {
     resolve_generation(bare, rules, false, 64);
     FAIL();
   } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr("context overflow"));
+    EXPECT_THAT(e.what(), HasSubstr("This model's maximum context length is"));
     EXPECT_THAT(e.what(), HasSubstr("64"));
+    EXPECT_NE(dynamic_cast<const ContextLengthExceeded*>(&e), nullptr);
   }
   OpenAiParams asks;
   asks.max_tokens = 10;
