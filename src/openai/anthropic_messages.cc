@@ -19,7 +19,10 @@ using body::field;
 using body::string_at;
 
 // Text of `system` or of a tool_result's content: a string, or text blocks (joined by newlines).
-std::string text_of(const OrderedJson& v, const std::string& path) {
+// In a tool result (`tool_result`), what a text model cannot read but an agent's tool returns in
+// passing becomes a line saying what was there: an image or a document (Claude Code's Read of a
+// picture or a PDF) and a tool_reference (the tool its ToolSearch loaded), so the episode goes on.
+std::string text_of(const OrderedJson& v, const std::string& path, bool tool_result = false) {
   if (v.is_string()) return v.get<std::string>();
   if (!v.is_array()) bad(path, "must be a string or a list of text blocks");
   std::string out;
@@ -27,9 +30,19 @@ std::string text_of(const OrderedJson& v, const std::string& path) {
     const std::string at = fmt::format("{}[{}]", path, j);
     if (!v[j].is_object()) bad(at, "must be a content block (an object)");
     const std::string type = string_at(v[j], "type", at);
-    if (type != "text") bad(at + ".type", "'" + type + "' is not supported here (text only)");
+    std::string line;
+    if (type == "text") {
+      line = string_at(v[j], "text", at);
+    } else if (tool_result && (type == "image" || type == "document")) {
+      line = "[" + type + " omitted: the served model reads text only]";
+    } else if (tool_result && type == "tool_reference") {
+      line = "[tool loaded: " + string_at(v[j], "tool_name", at) + "]";
+    } else {
+      bad(at + ".type", "'" + type + "' is not supported here (" +
+                            (tool_result ? "text, image, document, tool_reference" : "text only") + ")");
+    }
     if (!out.empty()) out += "\n";
-    out += string_at(v[j], "text", at);
+    out += line;
   }
   return out;
 }
@@ -87,7 +100,7 @@ void convert_message(const OrderedJson& m, const std::string& at, OrderedJson& o
                                                                                   OrderedJson::error_handler_t::replace)}}}});
     } else if (type == "tool_result" && role == "user") {
       const OrderedJson* result = field(b, "content");
-      std::string body = result == nullptr ? "" : text_of(*result, bat + ".content");
+      std::string body = result == nullptr ? "" : text_of(*result, bat + ".content", /*tool_result=*/true);
       const OrderedJson* is_error = field(b, "is_error");
       if (is_error != nullptr && is_error->is_boolean() && is_error->get<bool>()) body = "Error: " + body;
       const std::string id = string_at(b, "tool_use_id", bat);

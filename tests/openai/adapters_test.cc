@@ -43,6 +43,28 @@ TEST(AnthropicMessages, AToolResultMustAnswerAnEarlierToolUse) {
   EXPECT_EQ(anthropic_field_names().stop, "stop_sequences");
 }
 
+// Before: a tool_result holding an image (Claude Code's Read of a picture) or a tool_reference (its
+// ToolSearch) was a 400 that ended the episode; a text model gets a line saying what was there.
+TEST(AnthropicMessages, ToolResultsKeepGoingPastImagesAndToolReferences) {
+  const OrderedJson chat = anthropic_to_chat_body(OrderedJson::parse(R"({"max_tokens": 8, "messages": [
+      {"role": "user", "content": "look"},
+      {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {}}]},
+      {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": [
+        {"type": "text", "text": "a picture:"},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}},
+        {"type": "tool_reference", "tool_name": "mcp__fs__read"}]}]}]})"));
+  const OrderedJson& tool = chat["messages"][2];
+  EXPECT_EQ(tool["role"], "tool");
+  EXPECT_EQ(tool["content"], "a picture:\n[image omitted: the served model reads text only]\n[tool loaded: mcp__fs__read]");
+  // Outside a tool result an image is still refused by name: the user sent it to a text model.
+  auto convert = [](const OrderedJson& b) { return anthropic_to_chat_body(b); };
+  EXPECT_THAT(error_of(convert, R"({"max_tokens": 8, "messages": [{"role": "user", "content": [
+      {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}]}]})"),
+              HasSubstr("'image' blocks are not supported"));
+  EXPECT_THAT(error_of(convert, R"({"max_tokens": 8, "system": [{"type": "tool_reference", "tool_name": "x"}],
+      "messages": [{"role": "user", "content": "hi"}]})"), HasSubstr("text only"));
+}
+
 // Before: a function_call_output whose call_id matched no function_call was accepted.
 TEST(OpenAiResponses, AFunctionCallOutputMustAnswerAnEarlierFunctionCall) {
   auto convert = [](const OrderedJson& b) { return responses_to_chat_body(b); };
