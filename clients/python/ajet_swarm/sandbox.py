@@ -14,7 +14,6 @@ import json
 import logging
 import os
 import resource
-import select
 import shutil
 import signal
 import socket
@@ -24,6 +23,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
+
+from .sandbox_entry import pump
 
 logger = logging.getLogger("ajet_swarm.sandbox")
 
@@ -205,31 +206,14 @@ class FrontRelay:
             return
         with self._lock:
             self._conns += [conn, upstream]
-        socks = [conn, upstream]
-        try:
-            while not self._stop.is_set():
-                readable, _, _ = select.select(socks, [], [], 0.5)
-                for s in readable:
-                    data = s.recv(65536)
-                    if not data:
-                        return
-                    if s is conn:
-                        if data.startswith(b"POST /v1/"):
-                            with self._lock:
-                                self.model_requests += 1
-                        upstream.sendall(data)
-                    else:
-                        with self._lock:
-                            self.answered_bytes += len(data)
-                        conn.sendall(data)
-        except OSError:
-            return
-        finally:
-            for s in socks:
-                try:
-                    s.close()
-                except OSError:
-                    pass
+        pump(conn, upstream, on_data=self._count, stopped=self._stop.is_set, poll=0.5)
+
+    def _count(self, from_sandbox: bool, data: bytes) -> None:
+        with self._lock:
+            if not from_sandbox:
+                self.answered_bytes += len(data)
+            elif data.startswith(b"POST /v1/"):
+                self.model_requests += 1
 
     def close(self) -> None:
         self._stop.set()

@@ -17,16 +17,20 @@ import threading
 STARTED = "ajet-sandbox: started"
 
 
-def _pump(a, b):
-    """Copies bytes both ways until either side closes."""
+def pump(a, b, on_data=None, stopped=lambda: False, poll=60.0):
+    """Copies bytes both ways until either side closes or `stopped()` (checked every `poll` seconds),
+    then closes both. `on_data(from_a, data)` sees each chunk before it is forwarded. The host's relay
+    (sandbox.FrontRelay) uses it too, counting what goes through."""
     socks = [a, b]
     try:
-        while True:
-            readable, _, _ = select.select(socks, [], [], 60.0)
+        while not stopped():
+            readable, _, _ = select.select(socks, [], [], poll)
             for s in readable:
                 data = s.recv(65536)
                 if not data:
                     return
+                if on_data is not None:
+                    on_data(s is a, data)
                 (b if s is a else a).sendall(data)
     except OSError:
         return
@@ -52,7 +56,7 @@ def _serve(listener, socket_path):
             conn.close()
             upstream.close()
             continue
-        threading.Thread(target=_pump, args=(conn, upstream), daemon=True).start()
+        threading.Thread(target=pump, args=(conn, upstream), daemon=True).start()
 
 
 def main(argv):
