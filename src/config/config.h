@@ -215,6 +215,7 @@ struct TrainerCommonConfig {
   int64_t max_checkpoints_to_keep = 3;  // -1: all
   bool episode_loss_weighting = true;
   std::string sequence_packing = "tree";  // tree | plain
+  bool activation_checkpointing = false;  // keep each layer's input only; recompute the layer in backward
   OptimConfig optim;
 };
 

@@ -208,6 +208,8 @@ std::vector<Field> config_fields(Config& c) {
         "weight each sample's loss terms by 1 / (samples of its episode)");
   t.add("trainer_common.sequence_packing", tc.sequence_packing,
         "micro-batch layout: tree (shared prefixes computed once) or plain", {.choices = {"tree", "plain"}});
+  t.add("trainer_common.activation_checkpointing", tc.activation_checkpointing,
+        "keep only each decoder layer's input for the backward pass and recompute the layer there");
   t.add("trainer_common.optim.optimizer", tc.optim.optimizer, "optimizer", {.choices = {"AdamW"}});
   t.add("trainer_common.optim.lr", tc.optim.lr, "peak learning rate", {.min = 0});
   t.add("trainer_common.optim.betas", tc.optim.betas, "AdamW betas [b1, b2]");

@@ -154,7 +154,8 @@ std::vector<PackedSequence> pack_plain(std::span<const std::span<const TokenId>>
   return out;
 }
 
-std::vector<PackedSequence> pack_tree(std::span<const std::span<const TokenId>> sequences, size_t token_budget) {
+std::vector<PackedSequence> pack_tree(std::span<const std::span<const TokenId>> sequences, size_t token_budget,
+                                      bool beyond_shared_prefix) {
   if (token_budget == 0) invalid_argument("pack_tree: token_budget must be positive");
   std::vector<size_t> order(sequences.size());
   std::iota(order.begin(), order.end(), size_t{0});
@@ -164,27 +165,30 @@ std::vector<PackedSequence> pack_tree(std::span<const std::span<const TokenId>> 
   std::vector<PackedSequence> out;
   std::vector<size_t> members;
   size_t distinct = 0;
+  size_t common = 0;  // tokens every member shares (in sorted order: the minimum of neighbours' prefixes)
+  auto close = [&] {
+    std::sort(members.begin(), members.end());
+    out.push_back(build_tree(sequences, members));
+    out.back().shared_prefix = common;
+    members.clear();
+    distinct = 0;
+    common = 0;
+  };
   for (size_t k = 0; k < order.size(); ++k) {
     const std::span<const TokenId> s = sequences[order[k]];
     // In sorted order the longest prefix shared with any earlier member is the one shared with the
     // previous member.
     const size_t shared = members.empty() ? 0 : common_prefix(sequences[members.back()], s);
     const size_t cost = s.size() - shared;
-    if (!members.empty() && distinct + cost > token_budget) {
-      std::sort(members.begin(), members.end());
-      out.push_back(build_tree(sequences, members));
-      out.back().over_budget = out.back().size() > token_budget;
-      members.clear();
-      distinct = 0;
-    }
+    // The budget bounds the tokens beyond the prefix all members share: a group whose shared prompt is
+    // longer than the budget still packs as one tree, so that prompt is computed once, not per sample.
+    const size_t common_after = !beyond_shared_prefix ? 0 : members.empty() ? s.size() : std::min(common, shared);
+    if (!members.empty() && distinct + cost - common_after > token_budget) close();
+    common = members.empty() ? s.size() : std::min(common, shared);
     distinct += members.empty() ? s.size() : cost;
     members.push_back(order[k]);
   }
-  if (!members.empty()) {
-    std::sort(members.begin(), members.end());
-    out.push_back(build_tree(sequences, members));
-    out.back().over_budget = out.back().size() > token_budget;
-  }
+  if (!members.empty()) close();
   return out;
 }
 

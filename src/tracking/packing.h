@@ -49,7 +49,10 @@ struct PackedSequence {
   std::vector<int32_t> occurrence_position;
   std::vector<int32_t> samples;                     // input indices of the samples packed here
   std::vector<std::vector<int32_t>> sample_tokens;  // per packed sample: packed index of each position
-  bool over_budget = false;  // one sample longer than the budget, packed alone
+  bool over_budget = false;  // plain packing: one sample longer than the budget, packed alone
+  // Tree packing: the tokens every sample packed here has at its start (one sample: all of them). The
+  // budget bounds size() - shared_prefix, so a prompt longer than the budget is still computed once.
+  size_t shared_prefix = 0;
 
   size_t size() const { return token_ids.size(); }
   size_t sample_count() const { return samples.size(); }
@@ -64,9 +67,13 @@ std::vector<PackedSequence> pack_plain(std::span<const std::span<const TokenId>>
 std::vector<PackedSequence> pack_plain(std::span<const Sample> samples, size_t token_budget);
 
 // Samples sorted by their tokens, so those sharing prefixes are neighbours; each joins the current
-// sequence while the sequence's distinct tokens stay within `token_budget`. One segment per
-// distinct first token.
-std::vector<PackedSequence> pack_tree(std::span<const std::span<const TokenId>> sequences, size_t token_budget);
+// sequence while the sequence's distinct tokens beyond the prefix all its samples share stay within
+// `token_budget` (a GRPO group with a prompt longer than the budget is one tree, its prompt computed
+// once). One segment per distinct first token.
+// `beyond_shared_prefix` false: the budget counts every distinct token, so a sample longer than the
+// budget is packed alone (the rule before prompts were shared; benchmarks compare the two).
+std::vector<PackedSequence> pack_tree(std::span<const std::span<const TokenId>> sequences, size_t token_budget,
+                                      bool beyond_shared_prefix = true);
 std::vector<PackedSequence> pack_tree(std::span<const Sample> samples, size_t token_budget);
 
 // Throws Error(kInvalidArgument) when a sample's first token has loss mask 1 (it has no prediction).

@@ -1,9 +1,16 @@
 #include "train/packed_forward.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstring>
+#include <numeric>
 #include <limits>
 
 #include "common/error.h"
+#include "model/parallel.h"
+#include "train/lora.h"
+#include "train/flash_kernel.h"
 
 namespace ajet::train {
 
@@ -15,6 +22,22 @@ int64_t AttentionPlan::computed_pairs() const {
   for (const auto& b : blocks) n += (b.q_end - b.q_begin) * b.key_count;
   return n;
 }
+
+int64_t AttentionPlan::bias_bytes() const {
+  int64_t n = 0;
+  for (const auto& b : blocks) n += b.bias.numel() * static_cast<int64_t>(sizeof(float));
+  return n;
+}
+
+namespace {
+std::atomic<bool> g_partial_masks{true};
+std::atomic<bool> g_flash{true};
+}  // namespace
+
+void set_partial_block_masks(bool on) { g_partial_masks.store(on); }
+void set_flash_attention_enabled(bool on) { g_flash.store(on); }
+bool flash_attention_enabled() { return g_flash.load(); }
+bool partial_block_masks() { return g_partial_masks.load(); }
 
 AttentionPlan plan_attention(std::span<const int32_t> subtree_end, int64_t block_rows) {
   if (block_rows <= 0) invalid_argument("plan_attention: block_rows must be positive");
@@ -60,10 +83,16 @@ AttentionPlan plan_attention(std::span<const int32_t> subtree_end, std::span<con
     } else {
       block.key_index = torch::tensor(keys, torch::kLong);
     }
-    block.bias = torch::empty({b - a, block.key_count}, torch::kFloat);
+    // Keys come in packed order, so the ancestors every row shares (depth-first layout) lead.
+    while (partial_block_masks() && block.full_keys < block.key_count) {
+      const int64_t j = keys[static_cast<size_t>(block.full_keys)];
+      if (j >= a || subtree_end[j] < b) break;
+      ++block.full_keys;
+    }
+    block.bias = torch::empty({b - a, block.key_count - block.full_keys}, torch::kFloat);
     float* bias = block.bias.data_ptr<float>();
     for (int64_t i = a; i < b; ++i) {
-      for (int64_t kk = 0; kk < block.key_count; ++kk) {
+      for (int64_t kk = block.full_keys; kk < block.key_count; ++kk) {
         const int64_t j = keys[static_cast<size_t>(kk)];
         *bias++ = (j <= i && i < subtree_end[j]) ? 0.0f : neg_inf;
       }
@@ -80,6 +109,12 @@ torch::Tensor block_keys(const torch::Tensor& kh, const AttentionBlock& b) {
   return b.key_index.defined() ? kh.index_select(1, b.key_index) : kh.narrow(1, b.key_begin, b.key_count);
 }
 
+// Scores s (Hkv, rep*Tq, K) += the block's mask on its keys past the full ones.
+void add_mask(torch::Tensor& s, const AttentionBlock& b, int64_t hkv, int64_t rep, int64_t tq) {
+  const int64_t masked = b.key_count - b.full_keys;
+  if (masked > 0) s.view({hkv, rep, tq, b.key_count}).narrow(3, b.full_keys, masked).add_(b.bias);
+}
+
 // dst (Hkv, T, D) += src (Hkv, K, D) at the block's keys.
 void add_to_keys(torch::Tensor& dst, const torch::Tensor& src, const AttentionBlock& b) {
   if (b.key_index.defined()) {
@@ -87,6 +122,194 @@ void add_to_keys(torch::Tensor& dst, const torch::Tensor& src, const AttentionBl
   } else {
     dst.narrow(1, b.key_begin, b.key_count).add_(src);
   }
+}
+
+// The flash kernel (flash_kernel.h) over a plan: one work item per (kv head, block), handed out to the
+// threads on demand, the costliest (most keys) first. Tensors are CPU, contiguous, of type T:
+// qg (Hkv, rep, T, D), kh / vh (Hkv, T, D).
+template <typename T>
+struct FlashPlanRun {
+  const std::vector<AttentionBlock>& blocks;
+  int64_t hkv, rep, t, d;
+
+  std::vector<int64_t> order() const {  // work items, most keys first
+    std::vector<int64_t> items(static_cast<size_t>(hkv) * blocks.size());
+    std::iota(items.begin(), items.end(), int64_t{0});
+    const auto nb = static_cast<int64_t>(blocks.size());
+    std::stable_sort(items.begin(), items.end(), [&](int64_t a, int64_t b) {
+      return blocks[static_cast<size_t>(a % nb)].key_count > blocks[static_cast<size_t>(b % nb)].key_count;
+    });
+    return items;
+  }
+  int64_t max_rows() const {
+    int64_t m = 0;
+    for (const auto& b : blocks) m = std::max(m, b.q_end - b.q_begin);
+    return m * rep;
+  }
+  int64_t max_gathered_keys() const {
+    int64_t m = 0;
+    for (const auto& b : blocks) {
+      if (b.key_index.defined()) m = std::max(m, b.key_count);
+    }
+    return m;
+  }
+  // Runs fn(item, thread) over every item; each thread index in [0, threads()).
+  template <typename F>
+  void for_each(F&& fn) const {
+    const std::vector<int64_t> items = order();
+    std::atomic<size_t> next{0};
+    at::parallel_for(0, threads(), 1, [&](int64_t, int64_t) {
+      const int thread = at::get_thread_num();
+      for (size_t i = next.fetch_add(1); i < items.size(); i = next.fetch_add(1)) fn(items[i], thread);
+    });
+  }
+  static int64_t threads() { return at::get_num_threads(); }
+  // rows [b.q_begin, b.q_end) of every query head of kv head g: (rep, T, D)-strided src <-> (rep*tq, D) dst.
+  void gather_rows(const T* src, T* dst, int64_t g, const AttentionBlock& b, int64_t width) const {
+    const int64_t tq = b.q_end - b.q_begin;
+    for (int64_t r = 0; r < rep; ++r) {
+      std::memcpy(dst + r * tq * width, src + ((g * rep + r) * t + b.q_begin) * width,
+                  static_cast<size_t>(tq * width) * sizeof(T));
+    }
+  }
+  void scatter_rows(const T* src, T* dst, int64_t g, const AttentionBlock& b, int64_t width) const {
+    const int64_t tq = b.q_end - b.q_begin;
+    for (int64_t r = 0; r < rep; ++r) {
+      std::memcpy(dst + ((g * rep + r) * t + b.q_begin) * width, src + r * tq * width,
+                  static_cast<size_t>(tq * width) * sizeof(T));
+    }
+  }
+  // The block's keys of kv head g from (Hkv, T, D): a pointer into it for a range, else gathered into buf.
+  const T* keys(const T* all, T* buf, int64_t g, const AttentionBlock& b) const {
+    const T* head = all + g * t * d;
+    if (!b.key_index.defined()) return head + b.key_begin * d;
+    const int64_t* idx = b.key_index.data_ptr<int64_t>();
+    for (int64_t kk = 0; kk < b.key_count; ++kk) std::memcpy(buf + kk * d, head + idx[kk] * d, static_cast<size_t>(d) * sizeof(T));
+    return buf;
+  }
+  FlashTile<T> tile(const AttentionBlock& b, const T* q, const T* k, const T* v) const {
+    FlashTile<T> ft;
+    ft.rep = rep;
+    ft.tq = b.q_end - b.q_begin;
+    ft.d = d;
+    ft.q = q;
+    ft.keys = b.key_count;
+    ft.k = k;
+    ft.v = v;
+    ft.full_keys = b.full_keys;
+    ft.bias = b.bias.data_ptr<float>();
+    return ft;
+  }
+};
+
+// Whether the flash kernel runs these inputs: CPU, float32 or float64, and a BLAS to call.
+bool use_flash(const torch::Tensor& q) {
+  return flash_attention_enabled() && q.is_cpu() && (q.scalar_type() == torch::kFloat || q.scalar_type() == torch::kDouble) && flash_available();
+}
+
+template <typename T>
+void flash_plan_forward(const std::vector<AttentionBlock>& blocks, const torch::Tensor& qg, const torch::Tensor& kh,
+                        const torch::Tensor& vh, torch::Tensor& og, torch::Tensor& lse) {
+  const FlashPlanRun<T> run{blocks, kh.size(0), qg.size(1), qg.size(2), qg.size(3)};
+  const int64_t rows = run.max_rows(), d = run.d, gathered = run.max_gathered_keys();
+  const int64_t per_thread = flash_scratch(rows, d) + 2 * rows * d + rows + 2 * gathered * d;
+  std::vector<T> scratch(static_cast<size_t>(per_thread * run.threads()));
+  const T* q = qg.data_ptr<T>();
+  const T* k = kh.data_ptr<T>();
+  const T* v = vh.data_ptr<T>();
+  T* o = og.data_ptr<T>();
+  T* l = lse.data_ptr<T>();
+  const auto nb = static_cast<int64_t>(blocks.size());
+  run.for_each([&](int64_t item, int thread) {
+    const int64_t g = item / nb;
+    const AttentionBlock& b = blocks[static_cast<size_t>(item % nb)];
+    T* base = scratch.data() + thread * per_thread;
+    T* qbuf = base + flash_scratch(rows, d);
+    T* obuf = qbuf + rows * d;
+    T* lbuf = obuf + rows * d;
+    T* kbuf = lbuf + rows;
+    T* vbuf = kbuf + gathered * d;
+    run.gather_rows(q, qbuf, g, b, d);
+    const FlashTile<T> ft = run.tile(b, qbuf, run.keys(k, kbuf, g, b), run.keys(v, vbuf, g, b));
+    flash_forward(ft, obuf, lbuf, base);
+    run.scatter_rows(obuf, o, g, b, d);
+    run.scatter_rows(lbuf, l, g, b, 1);
+  });
+}
+
+// dq (Hkv, rep, T, D) written; dk, dv (Hkv, T, D) zeroed and filled.
+template <typename T>
+void flash_plan_backward(const std::vector<AttentionBlock>& blocks, const torch::Tensor& qg, const torch::Tensor& kh,
+                         const torch::Tensor& vh, const torch::Tensor& dog, const torch::Tensor& delta,
+                         const torch::Tensor& lse, torch::Tensor& dq, torch::Tensor& dk, torch::Tensor& dv) {
+  const FlashPlanRun<T> run{blocks, kh.size(0), qg.size(1), qg.size(2), qg.size(3)};
+  const int64_t rows = run.max_rows(), d = run.d, gathered = run.max_gathered_keys(), t = run.t, hkv = run.hkv;
+  const int64_t per_thread = flash_scratch(rows, d) + 3 * rows * d + 2 * rows + 4 * gathered * d;
+  const int64_t threads = run.threads();
+  std::vector<T> scratch(static_cast<size_t>(per_thread * threads));
+  // Each thread sums its items' key and value gradients in its own (Hkv, T, D) pair; added up after.
+  std::vector<T> acc(static_cast<size_t>(threads * 2 * hkv * t * d), T(0));
+  const T* q = qg.data_ptr<T>();
+  const T* k = kh.data_ptr<T>();
+  const T* v = vh.data_ptr<T>();
+  const T* go = dog.data_ptr<T>();
+  const T* dl = delta.data_ptr<T>();
+  const T* ls = lse.data_ptr<T>();
+  T* gq = dq.data_ptr<T>();
+  const auto nb = static_cast<int64_t>(blocks.size());
+  run.for_each([&](int64_t item, int thread) {
+    const int64_t g = item / nb;
+    const AttentionBlock& b = blocks[static_cast<size_t>(item % nb)];
+    T* base = scratch.data() + thread * per_thread;
+    T* qbuf = base + flash_scratch(rows, d);
+    T* gobuf = qbuf + rows * d;
+    T* gqbuf = gobuf + rows * d;
+    T* dlbuf = gqbuf + rows * d;
+    T* lsbuf = dlbuf + rows;
+    T* kbuf = lsbuf + rows;
+    T* vbuf = kbuf + gathered * d;
+    T* gkbuf = vbuf + gathered * d;
+    T* gvbuf = gkbuf + gathered * d;
+    run.gather_rows(q, qbuf, g, b, d);
+    run.gather_rows(go, gobuf, g, b, d);
+    run.gather_rows(dl, dlbuf, g, b, 1);
+    run.gather_rows(ls, lsbuf, g, b, 1);
+    T* gk_all = acc.data() + static_cast<size_t>(thread) * 2 * hkv * t * d;
+    T* gv_all = gk_all + hkv * t * d;
+    const FlashTile<T> ft = run.tile(b, qbuf, run.keys(k, kbuf, g, b), run.keys(v, vbuf, g, b));
+    if (b.key_index.defined()) {
+      std::fill(gkbuf, gkbuf + b.key_count * d, T(0));
+      std::fill(gvbuf, gvbuf + b.key_count * d, T(0));
+      flash_backward(ft, gobuf, dlbuf, lsbuf, gqbuf, gkbuf, gvbuf, base);
+      const int64_t* idx = b.key_index.data_ptr<int64_t>();
+      for (int64_t kk = 0; kk < b.key_count; ++kk) {
+        T* dst_k = gk_all + (g * t + idx[kk]) * d;
+        T* dst_v = gv_all + (g * t + idx[kk]) * d;
+        for (int64_t c = 0; c < d; ++c) {
+          dst_k[c] += gkbuf[kk * d + c];
+          dst_v[c] += gvbuf[kk * d + c];
+        }
+      }
+    } else {
+      flash_backward(ft, gobuf, dlbuf, lsbuf, gqbuf, gk_all + (g * t + b.key_begin) * d,
+                     gv_all + (g * t + b.key_begin) * d, base);
+    }
+    run.scatter_rows(gqbuf, gq, g, b, d);
+  });
+  T* gk = dk.data_ptr<T>();
+  T* gv = dv.data_ptr<T>();
+  const int64_t n = hkv * t * d;
+  at::parallel_for(0, n, 16384, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      T sk = 0, sv = 0;
+      for (int64_t th = 0; th < threads; ++th) {
+        sk += acc[static_cast<size_t>(th * 2 * n + i)];
+        sv += acc[static_cast<size_t>(th * 2 * n + n + i)];
+      }
+      gk[i] = sk;
+      gv[i] = sv;
+    }
+  });
 }
 
 class BlockAttention : public torch::autograd::Function<BlockAttention> {
@@ -102,6 +325,18 @@ class BlockAttention : public torch::autograd::Function<BlockAttention> {
     auto kh = k.to(ct).permute({1, 0, 2}).contiguous();                          // (Hkv, T, D)
     auto vh = v.to(ct).permute({1, 0, 2}).contiguous();                          // (Hkv, T, D)
     auto og = torch::empty({hkv, rep, t, d}, qg.options());                      // (Hkv, rep, T, D)
+    if (use_flash(qg)) {
+      auto lse = torch::empty({hkv, rep, t}, qg.options());                      // (Hkv, rep, T)
+      if (ct == torch::kDouble) {
+        flash_plan_forward<double>(plan.blocks, qg, kh, vh, og, lse);
+      } else {
+        flash_plan_forward<float>(plan.blocks, qg, kh, vh, og, lse);
+      }
+      ctx->save_for_backward({qg, kh, vh, og, lse});
+      save_plan(ctx, plan, q, k, v);
+      ctx->saved_data["flash"] = true;
+      return og.permute({2, 0, 1, 3}).reshape({t, h * d}).to(q.scalar_type());  // (T, H*D)
+    }
     const bool keep_probs = plan.computed_pairs() * h * static_cast<int64_t>(c10::elementSize(ct)) <= keep_probs_bytes;
     c10::List<torch::Tensor> saved;  // per block: probs (Hkv, rep*Tq, K) or row logsumexp (Hkv, rep*Tq, 1)
     for (const auto& b : plan.blocks) {
@@ -110,7 +345,7 @@ class BlockAttention : public torch::autograd::Function<BlockAttention> {
       auto kb = block_keys(kh, b);                                        // (Hkv, K, D)
       auto vb = block_keys(vh, b);
       auto s = torch::bmm(qb, kb.transpose(1, 2));                        // (Hkv, rep*Tq, K)
-      s.view({hkv, rep, tq, b.key_count}).add_(b.bias);
+      add_mask(s, b, hkv, rep, tq);
       torch::Tensor p;
       if (keep_probs) {
         p = torch::softmax(s, -1);
@@ -123,24 +358,30 @@ class BlockAttention : public torch::autograd::Function<BlockAttention> {
       og.narrow(2, b.q_begin, tq).copy_(torch::bmm(p, vb).view({hkv, rep, tq, d}));
     }
     ctx->save_for_backward({qg, kh, vh, og});
-    // The plan travels with the graph (tensors are reference counted), so the caller's plan may go away
-    // before backward runs.
+    save_plan(ctx, plan, q, k, v);
+    ctx->saved_data["saved"] = saved;
+    ctx->saved_data["keep_probs"] = keep_probs;
+    ctx->saved_data["flash"] = false;
+    return og.permute({2, 0, 1, 3}).reshape({t, h * d}).to(q.scalar_type());              // (T, H*D)
+  }
+
+  // The plan travels with the graph (tensors are reference counted), so the caller's plan may go away
+  // before backward runs.
+  static void save_plan(AutogradContext* ctx, const AttentionPlan& plan, const torch::Tensor& q,
+                        const torch::Tensor& k, const torch::Tensor& v) {
     std::vector<int64_t> ranges;
     c10::List<torch::Tensor> key_index, bias;
     for (const auto& blk : plan.blocks) {
-      ranges.insert(ranges.end(), {blk.q_begin, blk.q_end, blk.key_begin, blk.key_count});
+      ranges.insert(ranges.end(), {blk.q_begin, blk.q_end, blk.key_begin, blk.key_count, blk.full_keys});
       key_index.push_back(blk.key_index.defined() ? blk.key_index : torch::Tensor(torch::empty({0}, torch::kLong)));
       bias.push_back(blk.bias);
     }
     ctx->saved_data["ranges"] = ranges;
     ctx->saved_data["key_index"] = key_index;
     ctx->saved_data["bias"] = bias;
-    ctx->saved_data["saved"] = saved;
-    ctx->saved_data["keep_probs"] = keep_probs;
     ctx->saved_data["dtypes"] = std::vector<int64_t>{static_cast<int64_t>(q.scalar_type()),
                                                      static_cast<int64_t>(k.scalar_type()),
                                                      static_cast<int64_t>(v.scalar_type())};
-    return og.permute({2, 0, 1, 3}).reshape({t, h * d}).to(q.scalar_type());              // (T, H*D)
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -151,10 +392,11 @@ class BlockAttention : public torch::autograd::Function<BlockAttention> {
       const auto bias = ctx->saved_data["bias"].toTensorList();
       for (size_t i = 0; i < bias.size(); ++i) {
         AttentionBlock blk;
-        blk.q_begin = ranges[4 * i];
-        blk.q_end = ranges[4 * i + 1];
-        blk.key_begin = ranges[4 * i + 2];
-        blk.key_count = ranges[4 * i + 3];
+        blk.q_begin = ranges[5 * i];
+        blk.q_end = ranges[5 * i + 1];
+        blk.key_begin = ranges[5 * i + 2];
+        blk.key_count = ranges[5 * i + 3];
+        blk.full_keys = ranges[5 * i + 4];
         torch::Tensor index = key_index.get(i);
         if (index.numel() > 0) blk.key_index = index;
         blk.bias = bias.get(i);
@@ -166,12 +408,31 @@ class BlockAttention : public torch::autograd::Function<BlockAttention> {
     const auto& kh = vars[1];  // (Hkv, T, D)
     const auto& vh = vars[2];
     const auto& og = vars[3];
-    const auto saved = ctx->saved_data["saved"].toTensorList();
-    const bool keep_probs = ctx->saved_data["keep_probs"].toBool();
     const auto dtypes = ctx->saved_data["dtypes"].toIntVector();
     const int64_t hkv = qg.size(0), rep = qg.size(1), t = qg.size(2), d = qg.size(3);
     auto dog = grads[0].to(qg.scalar_type()).view({t, hkv, rep, d}).permute({1, 2, 0, 3}).contiguous();  // (Hkv, rep, T, D)
     auto delta = (dog * og).sum(-1, /*keepdim=*/true);  // (Hkv, rep, T, 1): rowsum(dP * P) = dO . O
+    auto finish = [&](const torch::Tensor& dqg, const torch::Tensor& dkh, const torch::Tensor& dvh) -> variable_list {
+      auto dq = dqg.permute({2, 0, 1, 3}).reshape({t, hkv * rep, d}).to(static_cast<c10::ScalarType>(dtypes[0]));
+      auto dk = dkh.permute({1, 0, 2}).contiguous().to(static_cast<c10::ScalarType>(dtypes[1]));
+      auto dv = dvh.permute({1, 0, 2}).contiguous().to(static_cast<c10::ScalarType>(dtypes[2]));
+      return {dq, dk, dv, torch::Tensor(), torch::Tensor()};
+    };
+    if (ctx->saved_data["flash"].toBool()) {
+      const auto& lse = vars[4];
+      auto dqg = torch::empty_like(qg);
+      auto dkh = torch::empty_like(kh);
+      auto dvh = torch::empty_like(vh);
+      auto dl = delta.contiguous();
+      if (qg.scalar_type() == torch::kDouble) {
+        flash_plan_backward<double>(plan.blocks, qg, kh, vh, dog, dl, lse, dqg, dkh, dvh);
+      } else {
+        flash_plan_backward<float>(plan.blocks, qg, kh, vh, dog, dl, lse, dqg, dkh, dvh);
+      }
+      return finish(dqg, dkh, dvh);
+    }
+    const auto saved = ctx->saved_data["saved"].toTensorList();
+    const bool keep_probs = ctx->saved_data["keep_probs"].toBool();
     auto dqg = torch::empty_like(qg);
     auto dkh = torch::zeros_like(kh);
     auto dvh = torch::zeros_like(vh);
@@ -186,7 +447,7 @@ class BlockAttention : public torch::autograd::Function<BlockAttention> {
         p = saved.get(i);
       } else {
         auto s = torch::bmm(qb, kb.transpose(1, 2));
-        s.view({hkv, rep, tq, b.key_count}).add_(b.bias);
+        add_mask(s, b, hkv, rep, tq);
         p = s.sub_(saved.get(i)).exp_();
       }
       auto dob = dog.narrow(2, b.q_begin, tq).reshape({hkv, rep * tq, d});   // (Hkv, rep*Tq, D)
@@ -197,10 +458,7 @@ class BlockAttention : public torch::autograd::Function<BlockAttention> {
       dqg.narrow(2, b.q_begin, tq).copy_(torch::bmm(ds, kb).view({hkv, rep, tq, d}));
       add_to_keys(dkh, torch::bmm(ds.transpose(1, 2), qb), b);
     }
-    auto dq = dqg.permute({2, 0, 1, 3}).reshape({t, hkv * rep, d}).to(static_cast<c10::ScalarType>(dtypes[0]));
-    auto dk = dkh.permute({1, 0, 2}).contiguous().to(static_cast<c10::ScalarType>(dtypes[1]));
-    auto dv = dvh.permute({1, 0, 2}).contiguous().to(static_cast<c10::ScalarType>(dtypes[2]));
-    return {dq, dk, dv, torch::Tensor(), torch::Tensor()};
+    return finish(dqg, dkh, dvh);
   }
 };
 
@@ -312,16 +570,84 @@ torch::Tensor block_sparse_attention(const torch::Tensor& q, const torch::Tensor
   return BlockAttention::apply(q, k, v, reinterpret_cast<int64_t>(&plan), keep_probs_bytes);
 }
 
+namespace {
+
+// One decoder layer over a packed sequence: h (1, T, C) → (1, T, C).
+torch::Tensor run_layer(model::DecoderLayer& layer, const torch::Tensor& h, const torch::Tensor& pos,
+                        const AttentionPlan& plan, double scale) {
+  model::QKV qkv = layer->attention_inputs(h, pos);                                  // (1, T, H|Hkv, D)
+  auto attn = block_sparse_attention(qkv.q[0] * scale, qkv.k[0], qkv.v[0], plan);  // (T, H*D)
+  return layer->attention_outputs(h, attn.unsqueeze(0));
+}
+
+// A layer whose activations are not kept: forward without a graph, and in backward the layer again with
+// one, back-propagated at once (its parameters' gradients accumulate as usual). The LoRA dropout
+// generator's state is put back for the rerun, so it draws the forward's masks.
+class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& h, const torch::Tensor& pos,
+                               int64_t layer_address, int64_t plan_address, double scale, at::Generator dropout) {
+    auto& layer = *reinterpret_cast<model::DecoderLayer*>(layer_address);
+    const auto& plan = *reinterpret_cast<const AttentionPlan*>(plan_address);
+    ctx->saved_data["layer"] = layer_address;
+    ctx->saved_data["plan"] = plan_address;
+    ctx->saved_data["scale"] = scale;
+    if (dropout.defined()) {
+      ctx->saved_data["rng"] = dropout.get_state();
+      ctx->saved_data["generator"] = dropout;
+    }
+    ctx->save_for_backward({h, pos});
+    return run_layer(layer, h, pos, plan, scale);  // forward runs with grad mode off: no graph is kept
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto& layer = *reinterpret_cast<model::DecoderLayer*>(ctx->saved_data["layer"].toInt());
+    const auto& plan = *reinterpret_cast<const AttentionPlan*>(ctx->saved_data["plan"].toInt());
+    const auto vars = ctx->get_saved_variables();
+    auto h = vars[0].detach().requires_grad_(true);
+    torch::Tensor out;
+    {
+      at::Generator gen;
+      torch::Tensor after;
+      if (ctx->saved_data.count("rng") != 0) {
+        gen = ctx->saved_data["generator"].toGenerator();
+        after = gen.get_state();
+        gen.set_state(ctx->saved_data["rng"].toTensor());
+      }
+      torch::AutoGradMode grad_on(true);
+      out = run_layer(layer, h, vars[1], plan, ctx->saved_data["scale"].toDouble());
+      if (gen.defined()) gen.set_state(after);
+    }
+    torch::autograd::backward({out}, {grads[0]});
+    return {h.grad(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
 torch::Tensor packed_hidden(model::Qwen2Model& model, const torch::Tensor& ids, const torch::Tensor& positions,
-                            const AttentionPlan& plan, const torch::Tensor& rows) {
+                            const AttentionPlan& plan, const torch::Tensor& rows, bool checkpoint_layers) {
   TORCH_CHECK(ids.dim() == 1 && positions.sizes() == ids.sizes(), "packed_hidden: ids and positions must be (T,)");
   TORCH_CHECK(!rows.defined() || rows.dim() == 1, "packed_hidden: rows must be (M,)");
   const double scale = 1.0 / std::sqrt(static_cast<double>(model->config().head_dim));
   auto h = model->embed(ids.unsqueeze(0));  // (1, T, C)
   auto pos = positions.unsqueeze(0);        // (1, T)
   const int64_t layers = model->num_layers();
+  const bool checkpoint = checkpoint_layers && torch::GradMode::is_enabled();
+  at::Generator dropout;
+  if (checkpoint) {
+    dropout = lora_dropout_generator(model);
+    // Without an input that needs a gradient (frozen embeddings under LoRA) the layer's output would
+    // need none either, and its parameters would get no gradient.
+    if (!h.requires_grad()) h = h.detach().requires_grad_(true);
+  }
   for (int64_t l = 0; l < layers; ++l) {
     auto& layer = model->layer(l);
+    if (checkpoint && l + 1 < layers) {
+      h = CheckpointedLayer::apply(h, pos, reinterpret_cast<int64_t>(&layer), reinterpret_cast<int64_t>(&plan), scale,
+                                   dropout);
+      continue;
+    }
     model::QKV qkv = layer->attention_inputs(h, pos);  // (1, T, H|Hkv, D)
     auto attn = block_sparse_attention(qkv.q[0] * scale, qkv.k[0], qkv.v[0], plan);  // (T, H*D)
     if (rows.defined() && l + 1 == layers) {

@@ -35,12 +35,13 @@ struct MicroBatch {
 // of its own). Every trained (sample, position) becomes one term; a packed token trained in several
 // samples is predicted once and shared by its terms.
 std::vector<MicroBatch> make_micro_batches(const std::vector<const TrainSample*>& samples, Packing packing,
-                                           int64_t budget, int64_t block_rows, torch::Device device) {
+                                           int64_t budget, bool beyond_shared, int64_t block_rows,
+                                           torch::Device device) {
   std::vector<std::span<const int32_t>> views;
   views.reserve(samples.size());
   for (const TrainSample* s : samples) views.emplace_back(s->token_ids);
   const std::span<const std::span<const int32_t>> all(views);
-  auto seqs = packing == Packing::kTree ? tracking::pack_tree(all, static_cast<size_t>(budget))
+  auto seqs = packing == Packing::kTree ? tracking::pack_tree(all, static_cast<size_t>(budget), beyond_shared)
                                         : tracking::pack_plain(all, static_cast<size_t>(budget));
   std::vector<MicroBatch> out;
   out.reserve(seqs.size());
@@ -320,9 +321,10 @@ struct Trainer::Impl {
     torch::NoGradGuard no_grad;
     std::vector<std::vector<float>> out(samples.size());
     for (size_t i = 0; i < samples.size(); ++i) out[i].assign(samples[i]->size(), 0.0f);
-    for (auto& mb : make_micro_batches(samples, o.packing, o.micro_batch_tokens, o.attention_block, device())) {
-      auto hidden = packed_hidden(net, mb.ids, mb.positions, mb.plan);   // (T, C)
-      auto tl = token_logprobs(net, tempered(hidden.index_select(0, mb.rows)), mb.targets, o.logprob_chunk);
+    for (auto& mb : make_micro_batches(samples, o.packing, o.micro_batch_tokens, o.budget_beyond_shared_prefix, o.attention_block,
+                                        device())) {
+      auto hidden = packed_hidden(net, mb.ids, mb.positions, mb.plan, mb.rows);  // (M, C): the rows that predict
+      auto tl = token_logprobs(net, tempered(hidden), mb.targets, o.logprob_chunk);
       auto lp = tl.logprob.index_select(0, mb.term_slot).to(torch::kCPU).contiguous();  // (K,) read on the host
       const float* d = lp.data_ptr<float>();
       for (size_t k = 0; k < mb.term_sample.size(); ++k) {
@@ -453,10 +455,12 @@ struct Trainer::Impl {
     std::vector<const TrainSample*> mb_ptrs;
     for (size_t a : part) mb_ptrs.push_back(active.ptrs[a]);
     MiniBatchLoss sum;
-    for (auto& mb : make_micro_batches(mb_ptrs, o.packing, o.micro_batch_tokens, o.attention_block, device())) {
+    for (auto& mb : make_micro_batches(mb_ptrs, o.packing, o.micro_batch_tokens, o.budget_beyond_shared_prefix,
+                                        o.attention_block, device())) {
       TermInputs in = gather_terms(mb, active, part, coef, lp);
-      auto hidden = packed_hidden(model, mb.ids, mb.positions, mb.plan);  // (T, C)
-      auto tl = token_logprobs(model, tempered(hidden.index_select(0, mb.rows)), mb.targets, o.logprob_chunk);
+      auto hidden = packed_hidden(model, mb.ids, mb.positions, mb.plan, mb.rows,  // (M, C): the rows that predict
+                                  o.activation_checkpointing);
+      auto tl = token_logprobs(model, tempered(hidden), mb.targets, o.logprob_chunk);
       LossTerms lt;
       lt.logprob = tl.logprob.index_select(0, mb.term_slot);  // (K,)
       auto entropy = tl.entropy.index_select(0, mb.term_slot);

@@ -116,6 +116,7 @@ TrainerOptions TrainerOptions::from_config(const config::Config& c) {
   o.ppo_epochs = tc.ppo_epochs;
   o.micro_batch_tokens = tc.ppo_max_token_len_per_gpu;
   o.packing = packing_from_name(tc.sequence_packing);
+  o.activation_checkpointing = tc.activation_checkpointing;
   o.lora = LoraOptions::from_config(c.lora);
   o.seed = static_cast<uint64_t>(c.engine.seed);
   // Train episodes are always sampled at ajet.rollout.temperature (the front ignores a request's own);

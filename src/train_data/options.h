@@ -95,6 +95,11 @@ struct TrainerOptions {
   int64_t ppo_epochs = 1;
   bool shuffle = true;                 // shuffle samples before splitting into mini-batches
   int64_t micro_batch_tokens = 16384;  // packed tokens per forward/backward (gradient accumulation beyond)
+  // Tree packing: micro_batch_tokens bounds the tokens beyond the prefix a micro-batch's samples all
+  // share, so a group's prompt longer than it is computed once. false: it bounds every token (a longer
+  // sample goes alone); bench/train/long_context_bench compares the two.
+  bool budget_beyond_shared_prefix = true;
+  bool activation_checkpointing = false;  // packed_hidden's checkpoint_layers (ajet.trainer_common.*)
   Packing packing = Packing::kTree;
   int64_t attention_block = 128;       // query rows per attention block
   int64_t logprob_chunk = 1024;        // rows of logits formed at once

@@ -210,7 +210,7 @@ TEST(MergeProperty, PackedTreesUnpackToTheSamples) {
             EXPECT_EQ(q.parent[static_cast<size_t>(path[p])], p == 0 ? -1 : path[p - 1]);
           }
         }
-        if (!q.over_budget) { EXPECT_LE(q.size(), budget); }
+        if (!q.over_budget) { EXPECT_LE(q.size() - q.shared_prefix, budget); }
       }
       for (int n : seen) { EXPECT_EQ(n, 1) << "seed " << seed << (tree ? " tree" : " plain"); }
     }

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <numeric>
 #include <random>
 
 #include "common/error.h"
@@ -164,6 +165,38 @@ TEST(Packing, TreePackingSharesTheGroupPromptAndAggregatesCoefficients) {
   for (size_t s = 0; s < samples.size(); ++s) direct += static_cast<double>(samples[s].trained_tokens()) * coef[s];
   EXPECT_DOUBLE_EQ(agg_sum, direct);
   for (size_t i = 0; i < prompt; ++i) EXPECT_EQ(agg[i], 0.0) << "prompt token " << i;
+}
+
+TEST(Packing, APromptLongerThanTheBudgetIsPackedOncePerTree) {
+  // Eight samples of one GRPO group: a 20-token prompt, then their own tokens. The budget (10) bounds
+  // the tokens beyond the shared prompt, so the prompt is computed once, not eight times.
+  Ids prompt(20);
+  std::iota(prompt.begin(), prompt.end(), 100);
+  auto group = [&](size_t own) {
+    std::vector<Ids> seqs;
+    for (TokenId s = 0; s < 8; ++s) {
+      Ids x = prompt;
+      for (size_t i = 0; i < own; ++i) x.push_back(static_cast<TokenId>(1000 + 10 * s + static_cast<TokenId>(i)));
+      seqs.push_back(x);
+    }
+    return seqs;
+  };
+  for (size_t own : {size_t{1}, size_t{3}}) {
+    std::vector<Ids> seqs = group(own);
+    std::vector<std::span<const TokenId>> views(seqs.begin(), seqs.end());
+    auto tree = pack_tree(std::span<const std::span<const TokenId>>(views), 10);
+    // 1 own token each: 8 beyond the prompt, one tree. 3 each: 3 samples (9 tokens) per tree.
+    ASSERT_EQ(tree.size(), own == 1 ? 1u : 3u) << own;
+    size_t samples = 0;
+    for (const PackedSequence& q : tree) {
+      EXPECT_EQ(q.shared_prefix, prompt.size());
+      EXPECT_LE(q.size() - q.shared_prefix, 10u);
+      EXPECT_EQ(q.size(), prompt.size() + q.sample_count() * own);
+      for (size_t k = 0; k < q.sample_count(); ++k) EXPECT_EQ(unpack(q, k), seqs[static_cast<size_t>(q.samples[k])]);
+      samples += q.sample_count();
+    }
+    EXPECT_EQ(samples, 8u);
+  }
 }
 
 TEST(Packing, BudgetsAndErrors) {

@@ -63,6 +63,7 @@ TEST(LossAggregation, EachModeByHand) {
       o.norm_constant = norm;
       o.loss_scale = scale;
       o.micro_batch_tokens = 9;  // several micro-batches: the normalisers are over the mini-batch
+      o.budget_beyond_shared_prefix = false;  // (the samples share a prompt, which would be one tree)
       Trainer t(testing::clone_model(base), o);
       const TrainMetrics m = t.train_step(hand_batch());
       const std::string what = std::string(aggregation_name(agg)) + (weighting ? " weighted" : "");

@@ -3,6 +3,8 @@
 // finite differences of both custom backward passes, and packed (plain and tree) logprobs and model
 // gradients against one dense forward per sample.
 #include "train/packed_forward.h"
+#include "train/flash_kernel.h"
+#include "model/blas_kernel.h"
 
 #include <gtest/gtest.h>
 
@@ -46,7 +48,7 @@ TEST(AttentionPlan, CoversExactlyTheTreeMask) {
         for (int64_t i = blk.q_begin; i < blk.q_end; ++i) {
           for (int64_t kk = 0; kk < blk.key_count; ++kk) {
             const int64_t j = keys[kk].item<int64_t>();
-            const bool allowed = bias[i - blk.q_begin][kk].item<float>() == 0.0f;
+            const bool allowed = kk < blk.full_keys || bias[i - blk.q_begin][kk - blk.full_keys].item<float>() == 0.0f;
             EXPECT_EQ(allowed, tracking::may_attend(seq, static_cast<size_t>(i), static_cast<size_t>(j)));
             if (allowed) ++covered[static_cast<size_t>(i * t + j)];
           }
@@ -59,6 +61,70 @@ TEST(AttentionPlan, CoversExactlyTheTreeMask) {
       }
       if (tree && rows == 4) {
         EXPECT_LT(plan.computed_pairs(), t * t);  // blocks nobody sees are skipped
+      }
+    }
+  }
+}
+
+TEST(AttentionPlan, MaskMemoryIsLinearInTokens) {
+  // A causal sequence and a group of 8 sharing a long prompt: the mask covers only the keys some row
+  // of a block may not see, ~rows entries per token, where the full (Tq, K) blocks held ~T/2.
+  for (int64_t t : {int64_t{2048}, int64_t{8192}}) {
+    std::vector<int32_t> causal(static_cast<size_t>(t), static_cast<int32_t>(t));
+    const AttentionPlan plan = plan_attention(causal, 128);
+    EXPECT_EQ(plan.computed_pairs(), (t / 128) * (t / 128 + 1) / 2 * 128 * 128);
+    EXPECT_LE(plan.bias_bytes(), t * 128 * 4) << t;
+  }
+  // 8 samples: a 4,000-token prompt, then 40 tokens each (depth-first: the prompt, then each branch).
+  const int32_t prompt = 4000, own = 40, n = prompt + 8 * own;
+  std::vector<int32_t> tree(static_cast<size_t>(n));
+  for (int32_t j = 0; j < prompt; ++j) tree[static_cast<size_t>(j)] = n;
+  for (int32_t s = 0; s < 8; ++s) {
+    for (int32_t i = 0; i < own; ++i) tree[static_cast<size_t>(prompt + s * own + i)] = prompt + (s + 1) * own;
+  }
+  const AttentionPlan plan = plan_attention(tree, 128);
+  EXPECT_LE(plan.bias_bytes(), int64_t{n} * (128 + 8 * own) * 4);
+  for (const auto& blk : plan.blocks) {
+    if (blk.q_begin >= prompt) {
+      EXPECT_GE(blk.full_keys, prompt) << "the shared prompt needs no mask";
+    }
+  }
+}
+
+// The flash kernel against the tensor-op path (each block's scores at once), values and gradients, on a
+// tree with blocks of gathered keys, a long causal sequence spanning many key tiles, partial and full
+// masks, float32 and float64; and it does run where the BLAS is OpenBLAS (Debian's libtorch).
+TEST(BlockSparseAttention, FlashKernelMatchesTheTensorOpPath) {
+  if (!model::openblas_core().empty()) {
+    EXPECT_TRUE(flash_available());
+  }
+  if (!flash_available()) GTEST_SKIP() << "no cblas_sgemm in this process";
+  Batch b = random_batch(3, 4, 30, 9, 50, 5);
+  auto tree_seq = pack(b, /*tree=*/true, 1000)[0];
+  std::vector<int32_t> causal(700, 700);
+  for (auto dtype : {torch::kFloat, torch::kDouble}) {
+    for (bool tree : {true, false}) {
+      const std::vector<int32_t> ends = tree ? tree_seq.subtree_end : causal;
+      const auto t = static_cast<int64_t>(ends.size());
+      for (bool partial : {true, false}) {
+        set_partial_block_masks(partial);
+        const AttentionPlan plan = plan_attention(ends, tree ? 16 : 128);
+        set_partial_block_masks(true);
+        torch::manual_seed(7);
+        auto opts = torch::TensorOptions().dtype(dtype);
+        auto q0 = torch::randn({t, 6, 16}, opts), k0 = torch::randn({t, 2, 16}, opts), v0 = torch::randn({t, 2, 16}, opts);
+        auto up = torch::randn({t, 96}, opts);
+        std::vector<std::vector<torch::Tensor>> got;
+        for (bool flash : {false, true}) {
+          set_flash_attention_enabled(flash);
+          auto q = q0.clone().requires_grad_(true), k = k0.clone().requires_grad_(true), v = v0.clone().requires_grad_(true);
+          auto out = block_sparse_attention(q * 0.25, k, v, plan, 0);
+          (out * up).sum().backward();
+          got.push_back({out.detach(), q.grad(), k.grad(), v.grad()});
+        }
+        set_flash_attention_enabled(true);
+        const double tol = dtype == torch::kDouble ? 1e-12 : 2e-5;
+        EXPECT_LT(testing::relative_difference(got[1], got[0]), tol) << tree << partial << dtype;
       }
     }
   }
@@ -111,7 +177,8 @@ TEST(AttentionPlan, GivenBlockStartsCoverExactlyTheTreeMask) {
       for (int64_t i = blk.q_begin; i < blk.q_end; ++i) {
         for (int64_t kk = 0; kk < blk.key_count; ++kk) {
           const int64_t j = keys[kk].item<int64_t>();
-          const bool allowed = blk.bias[i - blk.q_begin][kk].item<float>() == 0.0f;
+          const bool allowed =
+              kk < blk.full_keys || blk.bias[i - blk.q_begin][kk - blk.full_keys].item<float>() == 0.0f;
           EXPECT_EQ(allowed, tracking::may_attend(seq, static_cast<size_t>(i), static_cast<size_t>(j)));
           if (allowed) ++covered[static_cast<size_t>(i * t + j)];
         }

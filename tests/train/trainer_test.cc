@@ -77,6 +77,76 @@ TEST(Trainer, TreePackingEqualsPlainPacking) {
   EXPECT_EQ(mt.trained_tokens, mp.trained_tokens);
 }
 
+// Issue 40: a group's prompt longer than the micro-batch budget is packed once (one tree per group)
+// instead of once per sample, with the same loss, KL, entropy and gradients, old-logprob and reference
+// passes included; the budget still bounds the tokens beyond the shared prompt.
+TEST(Trainer, APromptLongerThanTheBudgetIsComputedOnceWithTheSameGradients) {
+  auto base = testing::random_model(testing::qwen2_config(), 5);
+  Batch batch = random_batch(2, 4, 40, 6, 61, 9);  // two groups of 4, 40-token prompts
+  TrainerOptions o = test_options();
+  o.loss.use_kl = true;  // the reference pass too
+  o.loss.kl_coef = 0.1;
+  o.loss.entropy_coef = 0.01;
+  o.micro_batch_tokens = 30;  // below the prompt
+  o.budget_beyond_shared_prefix = false;
+  Trainer each(clone_model(base), o);
+  o.budget_beyond_shared_prefix = true;
+  Trainer shared(clone_model(base), o);
+  TrainMetrics me, ms;
+  auto ge = step_gradients(each, batch, &me);
+  auto gs = step_gradients(shared, batch, &ms);
+  expect_same_gradients(gs, ge, 1e-5, "shared prompt vs once per sample");
+  EXPECT_NEAR(ms.loss, me.loss, 1e-6);
+  EXPECT_NEAR(ms.kl, me.kl, 1e-6);
+  EXPECT_NEAR(ms.entropy, me.entropy, 1e-5);
+  EXPECT_EQ(me.micro_batches, 8) << "each sample alone: every one is longer than the budget";
+  EXPECT_EQ(ms.micro_batches, 2) << "one tree per group";
+  EXPECT_LT(ms.packed_tokens, me.packed_tokens - 2 * 3 * 40 + 1);  // each group's prompt once, not 4 times
+  // The logprob passes agree as well.
+  auto le = each.compute_logprobs(batch), ls = shared.compute_logprobs(batch);
+  ASSERT_EQ(le.size(), ls.size());
+  for (size_t i = 0; i < le.size(); ++i) {
+    for (size_t p = 0; p < le[i].size(); ++p) EXPECT_NEAR(le[i][p], ls[i][p], 1e-5) << i << " " << p;
+  }
+}
+
+// Activation checkpointing recomputes each layer in the backward pass: the same gradients, for full
+// fine-tuning and for LoRA with dropout (the rerun draws the forward's masks), over two steps (so the
+// dropout generator is left where it would have been).
+TEST(Trainer, ActivationCheckpointingGivesTheSameGradients) {
+  auto base = testing::random_model(testing::qwen2_config(), 6);
+  Batch batch = random_batch(2, 3, 10, 6, 61, 12);
+  for (int lora : {0, 4}) {
+    TrainerOptions o = test_options();
+    o.loss.use_kl = true;
+    o.loss.kl_coef = 0.1;
+    o.mini_batch_num = 2;
+    if (lora > 0) {
+      o.lora.rank = lora;
+      o.lora.dropout = 0.3;
+      o.optim.lr = 1e-2;  // B starts at 0: the second step sees a non-zero adapter
+    } else {
+      // AdamW's first update is ~lr * sign(g): a gradient entry at rounding level (the no-grad forward's
+      // kernels sum in another order) may flip sign and move its weight by lr; compare at fixed weights.
+      o.optim.lr = 0;
+    }
+    Trainer plain(clone_model(base), o);
+    o.activation_checkpointing = true;
+    Trainer checkpointed(clone_model(base), o);
+    for (int step = 0; step < 2; ++step) {
+      TrainMetrics mp, mc;
+      auto gp = step_gradients(plain, batch, &mp);
+      auto gc = step_gradients(checkpointed, batch, &mc);
+      expect_same_gradients(gc, gp, 1e-5, "lora " + std::to_string(lora) + " step " + std::to_string(step));
+      EXPECT_NEAR(mc.loss, mp.loss, 1e-6) << lora << " " << step;
+      ASSERT_FALSE(gp.empty());
+      double norm = 0;
+      for (const auto& g : gp.front()) norm += g.defined() ? g.norm().item<double>() : 0.0;
+      EXPECT_GT(norm, 0.0) << "the gradients compared are not all zero";
+    }
+  }
+}
+
 // Issue 5: GRPO groups of linear multi-turn episodes, merged by the tracking module (one sample per
 // episode) against one sample per call (the call's prompt as context, its completion trained). With
 // token-mean and every sample weighted 1, every generated token is one term with coefficient 1/N in
