@@ -207,9 +207,10 @@ void LlmCall::on_tokens(const rpc::TokensEvent& e) {
     if (!streaming_) open = open_stream();
     // A finished choice is closed (its last events: finish_reason, message_stop,
     // response.completed) by on_done, after the call is recorded: a client that read the end of its
-    // answer finds it in the episode, even when it hangs up at once (Codex does).
-    if (closed_[i] || c.finished()) return;
-    emit_delta(i, false);
+    // answer finds it in the episode, even when it hangs up at once (Codex does). The stream opened
+    // here is answered either way: an event that both starts and ends a choice (max_tokens 1, or a
+    // stop token first) is the only one some calls get, and on_done answers only a stream it opens.
+    if (!closed_[i] && !c.finished()) emit_delta(i, false);
   }
   if (open) respond_(std::move(*open));
 }

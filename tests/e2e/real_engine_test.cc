@@ -104,6 +104,42 @@ TEST_F(RealEngineTest, ChatStreamNLogprobsAndCompletionsAgainstTheRealEngine) {
   EXPECT_GE(m.at("ajet_engine_rpc_generate_requests_total"), 4);
 }
 
+// The real engine's first tokens event of a call that ends at once (max_tokens 1, or a stop token
+// first) also carries its finish reason: the stream opened for it is answered, not dropped (the
+// front answered such a call with a 500, "the handler dropped the request without responding").
+TEST_F(RealEngineTest, AStreamedCallEndedByItsFirstEventIsAnswered) {
+  Json claim = api_->claim("client-a", "eval");
+  ASSERT_EQ(claim["success"], true) << claim.dump();
+  const std::string key = claim["openai_api_key"];
+  const http::Headers headers{{"Authorization", "Bearer " + key}, {"Content-Type", "application/json"}};
+  http::HttpClient client(swarm_->url());
+  for (const std::string path : {"/v1/chat/completions", "/v1/completions"}) {
+    const bool chat = path == "/v1/chat/completions";
+    Json body = chat ? user_chat("Hello!", {{"stream", true}, {"max_tokens", 1}, {"logprobs", true},
+                                            {"stream_options", {{"include_usage", true}}}})
+                     : Json{{"prompt", "Once upon a time"}, {"stream", true}, {"max_tokens", 1},
+                            {"stream_options", {{"include_usage", true}}}};
+    std::vector<Json> chunks;
+    bool done = false;
+    auto s = client.stream("POST", path, headers, body.dump(), [&](const http::SseEvent& e) {
+      if (e.data == "[DONE]") done = true;
+      else chunks.push_back(Json::parse(e.data));
+      return true;
+    });
+    ASSERT_EQ(s.status, 200) << path << ": " << s.body;
+    EXPECT_TRUE(done) << path;
+    ASSERT_GE(chunks.size(), 2u) << path;
+    Json finish;
+    for (const auto& c : chunks) {
+      for (const auto& choice : c["choices"]) {
+        if (!choice["finish_reason"].is_null()) finish = choice["finish_reason"];
+      }
+    }
+    EXPECT_TRUE(finish == "length" || finish == "stop") << path << ": " << finish.dump();
+    EXPECT_EQ(chunks.back()["usage"]["completion_tokens"], 1) << path;
+  }
+}
+
 TEST_F(RealEngineTest, CrashedEngineIsRestartedAndNothingIsOrphanedWhenTheFrontDies) {
   const int64_t first = api_->engine_pid();
   ASSERT_GT(first, 0) << api_->status().dump();
