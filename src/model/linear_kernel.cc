@@ -8,6 +8,7 @@
 // The vector code uses GCC vector extensions of 16 floats: one register on AVX-512, two elsewhere.
 // The helpers below take and return 64-byte vectors, always inlined.
 #pragma GCC diagnostic ignored "-Wpsabi"
+#include "common/vec8.h"  // after the pragma: its 8-float helpers take vectors too
 
 namespace ajet::model {
 namespace {
@@ -128,15 +129,9 @@ AJET_INLINE void packed_tile(const float* x, int64_t k, const float* panel, cons
 // an AVX2 EPYC, 30-40x slower than OpenBLAS on the same rows. An 8-float broadcast is one vbroadcastss.
 // 3 rows: 12 accumulators and 4 weight vectors fill AVX2's 16 registers. Each output is the same
 // multiply-adds in the same order as in packed_tile, so both give the same bits.
-typedef float v8f __attribute__((vector_size(32)));
-
-AJET_INLINE v8f load8(const float* p) {
-  v8f v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-
-AJET_INLINE void store8(float* p, v8f v) { std::memcpy(p, &v, sizeof(v)); }
+using vec8::load8;
+using vec8::store8;
+using vec8::v8f;
 
 template <int MR>
 AJET_INLINE void packed_tile8(const float* x, int64_t k, const float* panel, const float* bias, float* y,
