@@ -124,8 +124,8 @@ void add_to_keys(torch::Tensor& dst, const torch::Tensor& src, const AttentionBl
   }
 }
 
-// The flash kernel (flash_kernel.h) over a plan: one work item per (kv head, block), handed out to the
-// threads on demand, the costliest (most keys) first. Tensors are CPU, contiguous, of type T:
+// The flash kernel (flash_kernel.h) over a plan: one work item per (kv head, block), dealt out to the
+// threads in turn, the costliest (most keys) first. Tensors are CPU, contiguous, of type T:
 // qg (Hkv, rep, T, D), kh / vh (Hkv, T, D).
 template <typename T>
 struct FlashPlanRun {
@@ -153,14 +153,18 @@ struct FlashPlanRun {
     }
     return m;
   }
-  // Runs fn(item, thread) over every item; each thread index in [0, threads()).
+  // Runs fn(item, part) over every item, part in [0, threads()) naming the buffers it may write. Part p
+  // takes items p, p + threads(), ... of the costliest-first order, whichever thread runs it: the items
+  // a part sums, and their order, never depend on timing, so the key and value gradients are the same
+  // bits on every run (a shared counter handing out items would not be).
   template <typename F>
   void for_each(F&& fn) const {
     const std::vector<int64_t> items = order();
-    std::atomic<size_t> next{0};
-    at::parallel_for(0, threads(), 1, [&](int64_t, int64_t) {
-      const int thread = at::get_thread_num();
-      for (size_t i = next.fetch_add(1); i < items.size(); i = next.fetch_add(1)) fn(items[i], thread);
+    const auto parts = static_cast<size_t>(threads());
+    at::parallel_for(0, threads(), 1, [&](int64_t begin, int64_t end) {
+      for (auto part = static_cast<size_t>(begin); part < static_cast<size_t>(end); ++part) {
+        for (size_t i = part; i < items.size(); i += parts) fn(items[i], static_cast<int>(part));
+      }
     });
   }
   static int64_t threads() { return at::get_num_threads(); }
