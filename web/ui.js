@@ -1,6 +1,7 @@
 // AgentJet web pages, served by ajet-swarm under /ui/ (and inlined into a classic run's
 // reward_curve.html with window.AJET_SNAPSHOT as its data). Three views, chosen by the URL hash:
-//   #/dashboard            live training curves, engine status and batch progress
+//   #/dashboard            held-out validation first → last and the model, engine status, batch
+//                          progress, training curves (duplicates folded, rates on 0–1)
 //   #/episodes?filters     the stored episodes, paged with the server's cursor
 //   #/episode/<uuid>       one episode: its LLM calls and merged training samples, token by token
 // Data comes from the front's routes (docs/protocol.md): /metrics_history, /episodes,
@@ -157,16 +158,28 @@
   // ================================================================ dashboard
   // Which curves come first; the rest follow by name. Names are the metric names of
   // /metrics_history; per-task (name@task) series share their chart.
-  const ORDER = [/reward/, /success|pass@/, /^val\//, /loss/, /(^|\/)kl/, /entropy/, /grad/, /(^|\/)lr$|learning_rate/, /clip/,
-    /token|throughput/, /time|_s$|seconds/, /merge|compression/, /stale/];
+  const ORDER = [/^val\/(greedy_success|sampled_success)$/, /^val\/(pass_at_\d+|pass@\d+)$/, /reward/, /success|pass@|pass_at_/, /^val\//, /loss/,
+    /(^|\/)kl/, /entropy/, /grad/, /(^|\/)lr$|learning_rate/, /clip/, /token|throughput/, /time|_s$|seconds/, /merge|compression/, /stale/];
   // "rollout/success_rate@calc": chart "rollout/success_rate", series "calc". A numeric suffix is part
   // of the name ("val/pass@4"), so "val/pass@4@calc" is pass@4's series for calc.
   function taskAt(name) { const at = name.lastIndexOf('@'); return at < 0 || /^\d+$/.test(name.slice(at + 1)) ? -1 : at; }
   function chartKey(name) { const at = taskAt(name); return at < 0 ? name : name.slice(0, at); }
   function seriesLabel(name) { const at = taskAt(name); return at < 0 ? 'all' : name.slice(at + 1); }
   function rank(key) { for (let i = 0; i < ORDER.length; i++) if (ORDER[i].test(key)) return i; return ORDER.length; }
+  // Rates (success, accuracy, pass@k, shares, fractions): drawn on a fixed 0–1 axis in percent, so a
+  // 100 → 99% drop looks as small as it is. A chart is a rate only while every value lies in [0, 1].
+  const RATE = /success(?!_tasks)|pass_at_\d|pass@\d|accura|(^|[/_])acc($|_)|correct|caller_right|(^|[/_])rate$|fraction|(^|[/_])share$/;
+  // Validations are few points, each an average over many tasks: never smoothed. Neither is any
+  // series of fewer than SPARSE points, where an average would hide the last value.
+  const SPARSE = 20;
+  function isSparse(key, n) { return n < SPARSE || /^val\//.test(key); }
+  function fmtPct(v) {
+    if (!Number.isFinite(v)) return '–';
+    return Number((v * 100).toFixed(1)).toString() + '%';
+  }
+  function fmtValue(v, rate) { return rate ? fmtPct(v) : fmtNum(v); }
 
-  const store = { series: new Map(), names: [], globalStep: null };  // name -> {steps, values, times}
+  const store = { series: new Map(), names: [], globalStep: null, checkpoint: null };  // name -> {steps, values, times}
   function addPoints(name, rows) {
     let s = store.series.get(name);
     if (!s) { s = { steps: [], values: [], times: [] }; store.series.set(name, s); }
@@ -192,18 +205,36 @@
         (SNAP.generated_at ? ', written ' + fmtTime(SNAP.generated_at) : '') +
         '. While a run goes, its front serves the live page at /ui/.'));
     }
+    const headline = el('div', { class: 'card headline', id: 'headline' });
+    view.append(headline);
     const statusCard = el('div', { class: 'card', id: 'run-status' });
     if (!SNAP) view.append(statusCard);
     const filter = el('input', { type: 'search', placeholder: 'filter curves', id: 'curve-filter' });
     const slider = el('input', { type: 'range', min: '0', max: '0.99', step: '0.01', value: String(smoothing()), id: 'smoothing' });
     const sval = el('span', { text: smoothing().toFixed(2) });
     view.append(el('div', { class: 'toolbar' },
-      el('label', {}, 'smoothing ', slider, ' ', sval),
+      el('label', { title: 'for series of ' + SPARSE + ' points or more, validations excepted; the raw points stay drawn' }, 'smoothing ', slider, ' ', sval),
       filter,
       el('span', { class: 'muted', id: 'curve-count' })));
     const grid = el('div', { class: 'charts', id: 'charts' });
     view.append(grid);
-    const charts = new Map();  // key -> Chart
+    const charts = new Map();  // key -> Chart (a chart folded into another's stays here, out of the page)
+    const signatures = new Map();  // key -> {n, sig}: the values of the chart, to fold duplicates
+    let shownCharts = 0;
+
+    // Every step and value of a chart's series, as text: charts with equal signatures are one chart.
+    function signature(k, names) {
+      let n = 0;
+      for (const name of names) n += store.series.get(name).steps.length;
+      const old = signatures.get(k);
+      if (old && old.n === n) return old.sig;
+      const sig = names.map((name) => {
+        const d = store.series.get(name);
+        return seriesLabel(name) + ':' + d.steps.join(',') + ':' + d.values.map((v) => (Number.isFinite(v) ? v.toPrecision(9) : 'x')).join(',');
+      }).join('|');
+      signatures.set(k, { n, sig });
+      return sig;
+    }
 
     function draw() {
       const keys = new Map();
@@ -212,27 +243,44 @@
         if (!keys.has(k)) keys.set(k, []);
         keys.get(k).push(name);
       }
+      for (const names of keys.values()) names.sort();
       const f = filter.value.trim().toLowerCase();
       const sorted = [...keys.keys()].sort((a, b) => rank(a) - rank(b) || a.localeCompare(b));
-      let shown = 0;
+      // duplicates fold into the first chart (in this order) with the same values at every step
+      const groups = new Map();  // signature -> [keys], the first key's chart draws them
       for (const k of sorted) {
+        const sig = signature(k, keys.get(k));
+        if (!groups.has(sig)) groups.set(sig, []);
+        groups.get(sig).push(k);
+      }
+      let shown = 0;
+      const primaries = new Set();
+      for (const group of groups.values()) {
+        const k = group[0];
+        primaries.add(k);
         let c = charts.get(k);
         if (!c) { c = new Chart(k); charts.set(k, c); }
-        const visible = !f || k.toLowerCase().includes(f);
+        c.setKeys(group);
+        const visible = !f || group.some((name) => name.toLowerCase().includes(f));
         if (visible) shown += 1;
         c.root.style.display = visible ? '' : 'none';
         grid.append(c.root);  // keeps the order
-        c.set(keys.get(k).sort().map((n) => ({ name: n, label: seriesLabel(n), data: store.series.get(n) })));
+        c.set(keys.get(k).map((n) => ({ name: n, label: seriesLabel(n), data: store.series.get(n) })));
         if (visible) c.render(parseFloat(slider.value));
       }
+      for (const [k, c] of charts) if (!primaries.has(k)) c.root.remove();
+      shownCharts = groups.size;
+      const folded = sorted.length - groups.size;
       document.getElementById('curve-count').textContent = sorted.length
-        ? shown + ' of ' + sorted.length + ' curves' + (store.globalStep !== null ? ' · global step ' + store.globalStep : '')
+        ? shown + ' of ' + groups.size + ' charts' + (folded ? ' (' + folded + ' duplicate series folded)' : '') +
+          (store.globalStep !== null ? ' · global step ' + store.globalStep : '')
         : '';
       if (!sorted.length && !grid.querySelector('.empty')) {
         grid.append(el('div', { class: 'muted empty', text: SNAP ? 'This run recorded no metrics.' : 'No metrics yet: curves appear once the first batch is trained (or a client posts /log_metrics).' }));
       } else if (sorted.length) {
         grid.querySelectorAll('.empty').forEach((e) => e.remove());
       }
+      renderHeadline(headline);
     }
     slider.addEventListener('input', () => {
       sval.textContent = parseFloat(slider.value).toFixed(2);
@@ -248,8 +296,9 @@
       store.series.clear();
       for (const [name, rows] of Object.entries(SNAP.series || {})) addPoints(name, rows);
       store.globalStep = SNAP.global_step ?? null;
+      store.checkpoint = SNAP.latest_checkpoint || null;
       draw();
-      ready('dashboard', { curves: charts.size });
+      ready('dashboard', { curves: shownCharts });
       return;
     }
 
@@ -288,7 +337,7 @@
         }
         view.querySelector('#metrics-error').textContent = describeError(e);
       }
-      if (!firstDone) { firstDone = true; ready('dashboard', { curves: charts.size }); }
+      if (!firstDone) { firstDone = true; ready('dashboard', { curves: shownCharts }); }
       later(poll, document.hidden ? POLL_MS * 5 : POLL_MS);
     }
     async function pollStatus() {
@@ -296,6 +345,7 @@
         const [pool, eng] = await Promise.all([api('/get_current_batch_rollout_pool_information'), api('/get_engine_status')]);
         if (g !== generation) return;
         renderStatus(statusCard, pool, eng);
+        if ((eng.latest_checkpoint || null) !== store.checkpoint) { store.checkpoint = eng.latest_checkpoint || null; renderHeadline(headline); }
       } catch (e) {
         if (g !== generation) return;
         statusCard.innerHTML = '';
@@ -305,6 +355,84 @@
     }
     poll();
     pollStatus();
+  }
+
+  // ---------------------------------------------------------------- headline
+  // What the run did, first: held-out success (greedy, sampled, pass@k) at the first validation and
+  // at the last, and which model it ended with. The names are the validation's (docs/operations.md
+  // "Metrics"): a classic run posts val/greedy_success, val/sampled_success and val/pass_at_<k>, a
+  // multi-model run the pair's val/greedy_success, val/sampled_success and val/*_caller_right.
+  const HEADLINE = [
+    ['val/greedy_success', 'held-out success, greedy', 'temperature 0'],
+    ['val/sampled_success', 'held-out success, sampled (T=1)', 'at the rollout temperature'],
+    [/^val\/pass(?:_at_|@)(\d+)$/, 'held-out pass@', 'unbiased pass@k over the sampled episodes'],
+    ['val/greedy_caller_right', 'caller right, greedy', 'multi-model: the caller model\'s part'],
+    ['val/sampled_caller_right', 'caller right, sampled (T=1)', 'multi-model: the caller model\'s part'],
+  ];
+  function headlineRows() {
+    const names = [...store.series.keys()];
+    const rows = [];
+    for (const [match, label, what] of HEADLINE) {
+      let base = null, title = label;
+      if (typeof match === 'string') {
+        if (names.some((n) => chartKey(n) === match)) base = match;
+      } else {  // pass@k: the largest k
+        let best = -1;
+        for (const n of names) {
+          const m = chartKey(n).match(match);
+          if (m && Number(m[1]) > best) { best = Number(m[1]); base = chartKey(n); }
+        }
+        if (base) title = label + best;
+      }
+      if (!base) continue;
+      // the whole run first, then each task of a cocktail (name@task)
+      const own = names.filter((n) => chartKey(n) === base).sort((a, b) => (taskAt(a) < 0 ? -1 : taskAt(b) < 0 ? 1 : a.localeCompare(b)));
+      for (const n of own) {
+        const d = store.series.get(n);
+        const i0 = d.values.findIndex(Number.isFinite);
+        if (i0 < 0) continue;
+        let i1 = d.values.length - 1;
+        while (!Number.isFinite(d.values[i1])) i1 -= 1;
+        const rate = RATE.test(base) && d.values.every((v) => !Number.isFinite(v) || (v >= 0 && v <= 1));
+        rows.push({ name: n, label: title + (taskAt(n) < 0 ? '' : ' · ' + seriesLabel(n)), what, rate, d, i0, i1 });
+      }
+    }
+    return rows;
+  }
+  function renderHeadline(card) {
+    const rows = headlineRows();
+    card.innerHTML = '';
+    card.append(el('div', { class: 'head-title', text: 'Held-out validation: first → last' }));
+    if (rows.length) {
+      const t = el('table', { class: 'headline-table' });
+      t.append(el('tr', {}, el('th', { text: '' }), el('th', { class: 'num', text: 'first' }), el('th', { class: 'num', text: 'last' }),
+        el('th', { class: 'num', text: 'change' })));
+      for (const r of rows) {
+        const v0 = r.d.values[r.i0], v1 = r.d.values[r.i1], s0 = r.d.steps[r.i0], s1 = r.d.steps[r.i1];
+        const one = r.i0 === r.i1;
+        const diff = v1 - v0;
+        const change = one ? 'one validation so far'
+          : r.rate ? (diff >= 0 ? '+' : '−') + Number(Math.abs(diff * 100).toFixed(1)) + ' points' : (diff >= 0 ? '+' : '−') + fmtNum(Math.abs(diff));
+        t.append(el('tr', { 'data-metric': r.name, 'data-before': String(v0), 'data-after': String(v1), title: r.name + ': ' + r.what },
+          el('td', { text: r.label }),
+          el('td', { class: 'num' }, el('b', { text: fmtValue(v0, r.rate) }), el('span', { class: 'muted', text: ' step ' + s0 })),
+          el('td', { class: 'num' }, one ? el('span', { class: 'muted', text: '–' }) : el('b', { text: fmtValue(v1, r.rate) }),
+            one ? null : el('span', { class: 'muted', text: ' step ' + s1 })),
+          el('td', { class: 'num change' + (one ? ' muted' : diff > 0 ? ' up' : diff < 0 ? ' down' : ''), text: change })));
+      }
+      card.append(t);
+    } else {
+      card.append(el('div', { class: 'muted', text: 'No held-out validation recorded yet (val/ metrics: a classic run validates before training and every test_freq steps).' }));
+    }
+    const model = el('div', { class: 'model', id: 'headline-model' });
+    if (store.checkpoint) {
+      model.append('model: ', el('b', { text: store.checkpoint.replace(/\/+$/, '') + '/model' }),
+        el('span', { class: 'muted', text: ' (the latest checkpoint' + (SNAP ? ' when this page was written' : '') + ')' }));
+    } else {
+      model.append(el('span', { class: 'muted', text: 'model: no checkpoint yet' }));
+    }
+    if (store.globalStep !== null && store.globalStep !== undefined) model.append(' · global step ', el('b', { text: String(store.globalStep) }));
+    card.append(model);
   }
 
   function renderStatus(card, pool, eng) {
@@ -400,13 +528,25 @@
   class Chart {
     constructor(key) {
       this.key = key;
+      this.keys = [key];
       this.series = [];
+      this.name = el('span', { class: 'names', text: key });
       this.legend = el('span', { class: 'legend' });
+      this.last = el('span', { class: 'last' });
       this.svgHost = el('div');
-      this.root = el('div', { class: 'chart', 'data-name': key }, el('div', { class: 'title' }, el('span', { text: key }), this.legend), this.svgHost);
+      this.root = el('div', { class: 'chart', 'data-name': key, 'data-names': key },
+        el('div', { class: 'title' }, this.name, this.legend, this.last), this.svgHost);
       this.tip = null;
       this.root.addEventListener('mousemove', (ev) => this.hover(ev));
       this.root.addEventListener('mouseleave', () => this.unhover());
+    }
+    // The names this chart stands for: its own and those of the charts folded into it (same values).
+    setKeys(keys) {
+      if (keys.join(' ') === this.keys.join(' ')) return;
+      this.keys = keys.slice();
+      this.name.textContent = keys.join(' = ');
+      this.name.title = keys.length > 1 ? 'equal at every step: ' + keys.join(', ') : '';
+      this.root.dataset.names = keys.join(' ');
     }
     set(series) { this.series = series; }
     render(w) {
@@ -421,18 +561,28 @@
         x0 = Math.min(x0, d.steps[0]); x1 = Math.max(x1, d.steps[d.steps.length - 1]);
         for (const v of d.values) if (Number.isFinite(v)) { if (v < y0) y0 = v; if (v > y1) y1 = v; }
       }
+      // a rate keeps its 0–1 axis; anything else fits its values
+      // (a folded chart: when its own name is a rate, or at least half of its names are)
+      const rateNames = this.keys.filter((k) => RATE.test(k)).length;
+      const rate = Number.isFinite(y0) && (RATE.test(this.key) || 2 * rateNames >= this.keys.length) && y0 >= 0 && y1 <= 1;
+      this.rate = rate;
       if (!Number.isFinite(x0)) { x0 = 0; x1 = 1; }
       if (x1 === x0) { x0 -= 1; x1 += 1; }
-      if (!Number.isFinite(y0)) { y0 = 0; y1 = 1; }
-      if (y1 === y0) { const d = Math.abs(y0) * 0.1 || 1; y0 -= d; y1 += d; }
-      const pad = (y1 - y0) * 0.06; y0 -= pad; y1 += pad;
+      let ylo, yhi;
+      if (rate) { ylo = 0; yhi = 1; y0 = -0.03; y1 = 1.03; } else {
+        if (!Number.isFinite(y0)) { y0 = 0; y1 = 1; }
+        if (y1 === y0) { const d = Math.abs(y0) * 0.1 || 1; y0 -= d; y1 += d; }
+        const pad = (y1 - y0) * 0.06; y0 -= pad; y1 += pad;
+        ylo = y0; yhi = y1;
+      }
       const X = (s) => m.l + ((s - x0) / (x1 - x0)) * pw;
       const Y = (v) => m.t + (1 - (v - y0) / (y1 - y0)) * ph;
       this.geom = { X, x0, x1, m, pw, W, H };
       const parts = [];
-      parts.push(`<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 ${W} ${H}" class="chart-svg" data-name="${esc(this.key)}" data-points="${points}" preserveAspectRatio="none">`);
-      const yt = ticks(y0, y1, 5), ys = yt.length > 1 ? yt[1] - yt[0] : (y1 - y0);
-      for (const v of yt) parts.push(`<line class="grid" x1="${m.l}" x2="${W - m.r}" y1="${Y(v).toFixed(1)}" y2="${Y(v).toFixed(1)}"/><text x="${m.l - 5}" y="${(Y(v) + 3.5).toFixed(1)}" text-anchor="end">${esc(tickText(v, ys))}</text>`);
+      parts.push(`<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 ${W} ${H}" class="chart-svg" data-name="${esc(this.key)}" data-names="${esc(this.keys.join(' '))}" data-points="${points}"` +
+        ` data-axis="${rate ? 'rate' : 'auto'}" data-y0="${ylo}" data-y1="${yhi}" preserveAspectRatio="none">`);
+      const yt = rate ? [0, 0.2, 0.4, 0.6, 0.8, 1] : ticks(y0, y1, 5), ys = yt.length > 1 ? yt[1] - yt[0] : (y1 - y0);
+      for (const v of yt) parts.push(`<line class="grid" x1="${m.l}" x2="${W - m.r}" y1="${Y(v).toFixed(1)}" y2="${Y(v).toFixed(1)}"/><text x="${m.l - 5}" y="${(Y(v) + 3.5).toFixed(1)}" text-anchor="end">${esc(rate ? Math.round(v * 100) + '%' : tickText(v, ys))}</text>`);
       const xt = ticks(x0, x1, Math.max(2, Math.floor(pw / 80)), 1);  // steps are whole numbers
       const xs = xt.length > 1 ? xt[1] - xt[0] : 1;
       for (const v of xt) parts.push(`<line class="grid" y1="${m.t}" y2="${m.t + ph}" x1="${X(v).toFixed(1)}" x2="${X(v).toFixed(1)}"/><text x="${X(v).toFixed(1)}" y="${H - m.b + 14}" text-anchor="middle">${esc(tickText(v, xs))}</text>`);
@@ -442,12 +592,16 @@
       this.legend.innerHTML = this.series.length > 1
         ? this.series.map((s, i) => `<i style="background:${PALETTE[i % PALETTE.length]}"></i>${esc(s.label)}`).join('')
         : '';
+      // the last value of each series, as it is (never the smoothed one)
+      const lasts = [];
+      this.smoothed = new Set();
       this.series.forEach((s, i) => {
         const color = PALETTE[i % PALETTE.length];
         const d = s.data;
         const n = d.steps.length;
         if (!n) return;
-        const smooth = w > 0 && n > 2;
+        const smooth = w > 0 && !isSparse(this.key, n);
+        if (smooth) this.smoothed.add(s.name);
         const path = (vals) => {
           const ds = downsample(d.steps, vals, x0, x1, pw);
           let p = '';
@@ -457,16 +611,25 @@
           }
           return p;
         };
-        parts.push(`<path class="raw" data-series="${esc(s.name)}" data-n="${n}" stroke="${color}" stroke-opacity="${smooth ? (n > 1000 ? 0.18 : 0.28) : 1}" d="${path(d.values)}"/>`);
+        parts.push(`<path class="raw" data-series="${esc(s.name)}" data-n="${n}" stroke="${color}" stroke-opacity="${smooth ? (n > 1000 ? 0.22 : 0.35) : 1}" stroke-width="${smooth ? 1 : 1.8}" d="${path(d.values)}"/>`);
         if (smooth) parts.push(`<path class="smooth" stroke="${color}" d="${path(ema(d.values, emaWeight(w, n)))}"/>`);
         if (n <= 40) {
           for (let k = 0; k < n; k++) {
             if (Number.isFinite(d.values[k])) parts.push(`<circle cx="${X(d.steps[k]).toFixed(1)}" cy="${Y(d.values[k]).toFixed(1)}" r="2.6" fill="${color}"/>`);
           }
         }
+        let k = n - 1;
+        while (k >= 0 && !Number.isFinite(d.values[k])) k -= 1;
+        if (k < 0) return;
+        parts.push(`<circle class="last" data-series="${esc(s.name)}" data-value="${d.values[k]}" cx="${X(d.steps[k]).toFixed(1)}" cy="${Y(d.values[k]).toFixed(1)}" r="3.6" fill="#fff" stroke="${color}" stroke-width="1.8"/>`);
+        lasts.push({ label: s.label, value: d.values[k], step: d.steps[k] });
       });
       parts.push(`<line class="cursor" y1="${m.t}" y2="${m.t + ph}" x1="-10" x2="-10"/></svg>`);
       this.svgHost.innerHTML = parts.join('');
+      this.last.textContent = lasts.length === 1
+        ? 'last ' + fmtValue(lasts[0].value, rate) + ' at step ' + lasts[0].step
+        : lasts.length ? 'last ' + lasts.map((l) => l.label + ' ' + fmtValue(l.value, rate)).join(' · ') : '';
+      this.last.dataset.value = lasts.length === 1 ? String(lasts[0].value) : '';
       this.smoothW = w;
     }
     hover(ev) {
@@ -486,8 +649,8 @@
         let i = lowerBound(d.steps, step);
         if (i >= d.steps.length || (i > 0 && step - d.steps[i - 1] < d.steps[i] - step)) i = Math.max(0, i - 1);
         if (at === null) at = d.steps[i];
-        let line = (this.series.length > 1 ? s.label + ': ' : '') + fmtNum(d.values[i], 5);
-        if (this.smoothW > 0 && d.steps.length > 2) line += '  (smoothed ' + fmtNum(ema(d.values.slice(0, i + 1), emaWeight(this.smoothW, d.steps.length))[i], 5) + ')';
+        let line = (this.series.length > 1 ? s.label + ': ' : '') + (this.rate ? fmtPct(d.values[i]) + '  (' + fmtNum(d.values[i], 5) + ')' : fmtNum(d.values[i], 5));
+        if (this.smoothed.has(s.name)) line += '  (smoothed ' + fmtNum(ema(d.values.slice(0, i + 1), emaWeight(this.smoothW, d.steps.length))[i], 5) + ')';
         lines.push(line);
       });
       if (at === null) return;

@@ -26,6 +26,10 @@ Json fetch_dashboard_snapshot(client::SwarmClient& client, const std::string& ti
     const Json series = part.value("series", Json::object());  // named: items() of a temporary would dangle
     for (const auto& [name, rows] : series.items()) snapshot["series"][name] = rows;
   }
+  // the page's headline names the model (null before the first checkpoint or without a front)
+  const Json status = client.get_engine_status().body;
+  snapshot["latest_checkpoint"] =
+      status.is_object() ? status.value("latest_checkpoint", Json(nullptr)) : Json(nullptr);
   return snapshot;
 }
 

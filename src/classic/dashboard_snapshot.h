@@ -10,8 +10,9 @@
 
 namespace ajet::classic {
 
-// Every series the front holds, in the shape web::dashboard_snapshot_html takes. Throws what the
-// client throws when the front does not answer.
+// Every series the front holds, in the shape web::dashboard_snapshot_html takes, and the engine's
+// latest checkpoint (GET /get_engine_status). Throws what the client throws when the front does not
+// answer.
 Json fetch_dashboard_snapshot(client::SwarmClient& client, const std::string& title);
 
 // Writes the page atomically.

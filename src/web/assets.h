@@ -22,8 +22,9 @@ const Asset* find_asset(std::string_view name);
 // One HTML file that shows the dashboard without a server: the CSS and the script inlined, and
 // `snapshot` as the data the live page would fetch:
 //   {"title": str, "global_step": int, "names": [{"name", "points", "last_step"}],
-//    "series": {name: [[step, value, unix_time], ...]}}
-// (the shapes of GET /metrics_history). `snapshot` goes in a <script> with '<', '>' and '&' escaped.
+//    "series": {name: [[step, value, unix_time], ...]}, "latest_checkpoint": str or null}
+// (the shapes of GET /metrics_history; the checkpoint as GET /get_engine_status says it, optional).
+// `snapshot` goes in a <script> with '<', '>' and '&' escaped.
 std::string dashboard_snapshot_html(const Json& snapshot);
 
 }  // namespace ajet::web

@@ -3,9 +3,10 @@
 // with real episodes; prints one line per check and exits 1 on the first failure.
 //
 //   node ui_pages.mjs --url http://127.0.0.1:PORT --token T --out DIR [--snapshot FILE] [--long-snapshot FILE]
+//                     [--shapes-snapshot FILE]
 //
 // Needs NODE_MODULES (scripts/npm-deps.sh prints it) and CHROMIUM (default /usr/bin/chromium).
-// Screenshots go to DIR (dashboard.png, episodes.png, episode.png, snapshot.png, long_run.png).
+// Screenshots go to DIR (dashboard.png, episodes.png, episode.png, snapshot.png, long_run.png, shapes.png).
 import { createRequire } from 'module';
 import path from 'path';
 
@@ -51,10 +52,27 @@ try {
   check(!(await page.url()).includes('token='), 'the token leaves the address bar');
   const want = new Map();
   for (const n of index.names) want.set(chartKey(n.name), (want.get(chartKey(n.name)) || 0) + n.points);
-  await page.waitForFunction((k) => document.querySelectorAll('svg.chart-svg').length >= k, want.size);
+  // a chart stands for every metric with the same values at every step (data-names lists them)
+  await page.waitForFunction((keys) => {
+    const have = new Set([...document.querySelectorAll('svg.chart-svg')].flatMap((s) => s.dataset.names.split(' ')));
+    return keys.every((k) => have.has(k));
+  }, [...want.keys()]);
+  const drawn = await page.$$eval('svg.chart-svg', (ss) => ss.map((s) => ({ names: s.dataset.names.split(' '), points: Number(s.dataset.points) })));
   for (const [key, points] of want) {
-    const got = await page.$eval(`svg.chart-svg[data-name="${key}"]`, (s) => Number(s.dataset.points)).catch(() => -1);
-    check(got === points, `chart ${key}: ${got} points drawn, the API has ${points}`);
+    const holders = drawn.filter((c) => c.names.includes(key));
+    const got = holders.length === 1 ? holders[0].points : -1;
+    check(got === points, `chart ${key}: ${got} points drawn (in ${holders.length} chart), the API has ${points}`);
+  }
+  check(drawn.length <= want.size, `${drawn.length} charts for ${want.size} metrics (duplicates folded)`);
+  // the headline: held-out greedy success at the first and the last validation, before the charts
+  const greedy = index.names.find((n) => n.name === 'val/greedy_success');
+  if (greedy) {
+    const first = (await api('/metrics_history?name=val/greedy_success')).series['val/greedy_success'];
+    const row = await page.$eval('#headline tr[data-metric="val/greedy_success"]', (r) => ({ before: Number(r.dataset.before), after: Number(r.dataset.after), text: r.textContent })).catch(() => null);
+    check(row && Math.abs(row.before - first[0][1]) < 1e-9 && Math.abs(row.after - first[first.length - 1][1]) < 1e-9,
+      `headline: greedy success ${row && row.before} → ${row && row.after}, the API has ${first[0][1]} → ${first[first.length - 1][1]}`);
+    check(await page.$eval('#headline', (h) => !!(h.compareDocumentPosition(document.getElementById('charts')) & Node.DOCUMENT_POSITION_FOLLOWING)),
+      'headline: above the charts');
   }
   const ticks = await page.$$eval('svg.chart-svg text', (ts) => ts.map((t) => t.textContent));
   check(ticks.includes('step'), 'charts label their step axis');
@@ -168,7 +186,7 @@ try {
     await sp.goto('file://' + path.resolve(args.snapshot));
     await sp.waitForSelector('#view[data-ready="dashboard"]');
     const n = await sp.$$eval('svg.chart-svg', (ss) => ss.length);
-    check(n === want.size, `snapshot: ${n} charts, the live dashboard has ${want.size}`);
+    check(n === drawn.length, `snapshot: ${n} charts, the live dashboard has ${drawn.length}`);
     check(serrors.length === 0, 'snapshot: no console errors ' + JSON.stringify(serrors));
     await sp.screenshot({ path: path.join(args.out, 'snapshot.png'), fullPage: true });
   }
@@ -202,6 +220,69 @@ try {
     check(nice(xs), 'long run: round step ticks ' + JSON.stringify(xs));
     check(nice(ys), 'long run: round value ticks ' + JSON.stringify(ys));
     await lp.screenshot({ path: path.join(args.out, 'long_run.png') });
+  }
+  // ---- a calc run's shapes: duplicates folded, sparse validations drawn as they are, rates on 0–1,
+  // the headline first (web_ui_test.cc writes the fixture)
+  if (args['shapes-snapshot']) {
+    const sp = await context.newPage();
+    const serrors = [];
+    sp.on('console', (m) => { if (m.type() === 'error') serrors.push(m.text()); });
+    sp.on('pageerror', (e) => serrors.push(e.message));
+    await sp.goto('file://' + path.resolve(args['shapes-snapshot']));
+    await sp.waitForSelector('#view[data-ready="dashboard"]');
+    const charts = await sp.$$eval('svg.chart-svg', (ss) => ss.map((s) => ({
+      names: s.dataset.names.split(' '), axis: s.dataset.axis, y0: Number(s.dataset.y0), y1: Number(s.dataset.y1),
+      title: s.closest('.chart').querySelector('.title').textContent,
+    })));
+    const same = ['rollout/reward_mean', 'train/reward_mean', 'rollout/success_rate', 'workflow/success'];
+    const holding = charts.filter((c) => c.names.some((n) => same.includes(n)));
+    check(holding.length === 1 && same.every((n) => holding[0].names.includes(n) && holding[0].title.includes(n)),
+      `shapes: 4 series equal at every step are one chart titled with all their names (${holding.length} charts: ${JSON.stringify(holding.map((c) => c.names))})`);
+    check(charts.some((c) => c.names.length === 1 && c.names[0] === 'train/reward_max'),
+      'shapes: a series that differs at one step keeps its own chart');
+    const one = (name) => sp.$eval(`svg.chart-svg[data-names~="${name}"]`, (svg) => {
+      const raw = svg.querySelector('path.raw');
+      const vs = raw.getAttribute('d').match(/[ML][^ML]+/g).map((p) => p.slice(1).trim().split(/\s+/).map(Number));
+      const last = svg.querySelector('circle.last');
+      return {
+        smooth: svg.querySelectorAll('path.smooth').length, rawOpacity: Number(raw.getAttribute('stroke-opacity')),
+        lastVertex: vs[vs.length - 1], lastDot: [Number(last.getAttribute('cx')), Number(last.getAttribute('cy'))],
+        lastValue: Number(last.dataset.value), readout: svg.closest('.chart').querySelector('.title .last').textContent,
+        dots: [...svg.querySelectorAll('circle:not(.last)')].map((c) => Number(c.getAttribute('cy'))),
+        plotHeight: svg.viewBox.baseVal.height,
+        yticks: [...svg.querySelectorAll('text[text-anchor="end"]')].map((t) => t.textContent),
+        axis: svg.dataset.axis, y0: Number(svg.dataset.y0), y1: Number(svg.dataset.y1),
+      };
+    });
+    const val = await one('val/sampled_success');
+    check(val.smooth === 0 && val.rawOpacity === 1, `shapes: a 4-point validation is not smoothed (its line is the points: ${val.smooth} smoothed lines, opacity ${val.rawOpacity})`);
+    check(Math.abs(val.lastVertex[0] - val.lastDot[0]) < 0.2 && Math.abs(val.lastVertex[1] - val.lastDot[1]) < 0.2 && val.lastValue === 0.98 && val.readout.includes('98%'),
+      `shapes: the validation line ends at its last value 0.98 (line ends at ${val.lastVertex}, the last point is at ${val.lastDot}, reads "${val.readout}")`);
+    const greedy = await one('val/greedy_success');
+    check(greedy.axis === 'rate' && greedy.y0 === 0 && greedy.y1 === 1 && greedy.yticks[0] === '0%' && greedy.yticks[greedy.yticks.length - 1] === '100%',
+      `shapes: a success rate is drawn on a 0–1 axis (${greedy.axis} ${greedy.y0}..${greedy.y1}, ticks ${JSON.stringify(greedy.yticks)})`);
+    const spread = Math.max(...greedy.dots) - Math.min(...greedy.dots);
+    check(spread < 0.03 * greedy.plotHeight, `shapes: 100 → 99% moves the line ${spread.toFixed(1)} px of ${greedy.plotHeight}`);
+    const loss = await one('train/loss');
+    check(loss.axis === 'auto' && loss.y0 < 0.6 && loss.y1 > 1.9 && loss.y1 < 2.5, `shapes: a loss keeps an axis fitted to its values (${loss.y0}..${loss.y1})`);
+    const dense = await one('rollout/reward_mean');
+    check(dense.smooth === 1 && dense.rawOpacity > 0 && Math.abs(dense.lastValue - 0.66) < 1e-9 && dense.readout.includes('66%'),
+      `shapes: a 30-point series is smoothed over its visible raw line, and reads its last raw value ("${dense.readout}")`);
+    // the headline: first, held-out greedy / sampled / the largest pass@k, first → last, and the model
+    const head = await sp.$eval('#headline', (h) => ({
+      first: h.compareDocumentPosition(document.getElementById('charts')) & Node.DOCUMENT_POSITION_FOLLOWING,
+      rows: [...h.querySelectorAll('tr[data-metric]')].map((r) => ({ metric: r.dataset.metric, before: Number(r.dataset.before), after: Number(r.dataset.after), text: r.textContent })),
+      model: h.querySelector('#headline-model').textContent,
+    })).catch(() => null);
+    check(!!head && !!head.first, 'shapes: a headline panel above the charts');
+    const row = (m) => head.rows.find((r) => r.metric === m) || { text: '' };
+    check(row('val/greedy_success').before === 1 && row('val/greedy_success').after === 0.99 && /100%.*99%.*−1 points/.test(row('val/greedy_success').text),
+      'shapes: headline greedy success 100% → 99%: ' + JSON.stringify(row('val/greedy_success').text));
+    check(/61\.5%.*98%.*\+36\.5 points/.test(row('val/sampled_success').text), 'shapes: headline sampled success 61.5% → 98%: ' + JSON.stringify(row('val/sampled_success').text));
+    check(/pass@4/.test(row('val/pass_at_4').text) && !head.rows.some((r) => r.metric === 'val/pass_at_1'), 'shapes: headline pass@k at the largest k: ' + JSON.stringify(row('val/pass_at_4').text));
+    check(head.model.includes('/runs/calc/saved_checkpoints/global_step_30/model') && head.model.includes('global step 31'), 'shapes: headline names the model: ' + JSON.stringify(head.model));
+    check(serrors.length === 0, 'shapes: no console errors ' + JSON.stringify(serrors));
+    await sp.screenshot({ path: path.join(args.out, 'shapes.png'), fullPage: true });
   }
 } catch (e) {
   failed = true;

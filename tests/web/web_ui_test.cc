@@ -9,6 +9,8 @@
 #include <cmath>
 #include <iostream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "client_e2e/client_e2e_util.h"
 #include "common/fs.h"
@@ -117,15 +119,52 @@ TEST(WebUi, PagesRenderWhatTheApiSaysInChromium) {
                                     {"names", Json::array({{{"name", "rollout/reward_mean"}, {"points", 10000}, {"last_step", 9999}}})},
                                     {"series", {{"rollout/reward_mean", long_series}}}}));
 
+  // a calc run's shapes (docs/operations.md "Metrics"): four names with the same values at every
+  // step, one that differs at its last step, a loss, and 4-point validations: the greedy one
+  // 100 -> 99% (a small drop), the sampled one ending at 0.98 (smoothed, it would end near 0.94)
+  Json shapes = {{"title", "calc shapes"}, {"global_step", 31},
+                 {"latest_checkpoint", "/runs/calc/saved_checkpoints/global_step_30"},
+                 {"names", Json::array()}, {"series", Json::object()}};
+  using Points = std::vector<std::pair<int, double>>;
+  auto add_series = [&](const std::string& name, const Points& points) {
+    Json rows = Json::array();
+    for (const auto& [step, value] : points) rows.push_back(Json::array({step, value, 1.0e9 + step}));
+    shapes["names"].push_back(
+        {{"name", name}, {"points", points.size()}, {"last_step", points.back().first}});
+    shapes["series"][name] = rows;
+  };
+  Points success, loss;
+  for (int step = 0; step < 30; ++step) {
+    success.emplace_back(step, step == 29 ? 0.66 : 0.5 + 0.25 * std::sin(step / 3.0));
+    loss.emplace_back(step, 2.0 - 0.05 * step);
+  }
+  for (const char* name :
+       {"rollout/reward_mean", "train/reward_mean", "rollout/success_rate", "workflow/success"}) {
+    add_series(name, success);
+  }
+  auto almost = success;
+  almost.back().second = 0.7;
+  add_series("train/reward_max", almost);
+  add_series("train/loss", loss);
+  add_series("val/greedy_success", {{0, 1.0}, {10, 1.0}, {20, 1.0}, {30, 0.99}});
+  add_series("val/sampled_success", {{0, 0.615}, {10, 0.9}, {20, 0.94}, {30, 0.98}});
+  add_series("val/pass_at_1", {{0, 0.615}, {10, 0.9}, {20, 0.94}, {30, 0.98}});
+  add_series("val/pass_at_4", {{0, 0.8}, {10, 0.95}, {20, 0.97}, {30, 0.99}});
+  add_series("val/tasks", {{0, 100}, {10, 100}, {20, 100}, {30, 100}});
+  const fs::path shapes_file = swarm.dir().path() / "shapes.html";
+  write_file_atomic(shapes_file, web::dashboard_snapshot_html(shapes));
+
   Captured out = run_capture("NODE_MODULES=" + shell_quote(node_modules->string()) + " CHROMIUM=" + shell_quote(chromium) +
                              " node " + shell_quote(source("tests/web/ui_pages.mjs").string()) + " --url " +
                              shell_quote(swarm.url()) + " --token " + kToken + " --out " + shell_quote(shots.string()) +
                              " --snapshot " + shell_quote(snapshot_file.string()) + " --long-snapshot " +
-                             shell_quote(long_file.string()) + " 2>&1");
+                             shell_quote(long_file.string()) + " --shapes-snapshot " +
+                             shell_quote(shapes_file.string()) + " 2>&1");
   std::cout << out.out;  // every check, also when all pass (ctest -V)
   EXPECT_EQ(out.status, 0) << out.out;
   EXPECT_NE(out.out.find("all passed"), std::string::npos) << out.out;
-  for (const char* png : {"dashboard.png", "episodes.png", "episode.png", "snapshot.png", "long_run.png"}) {
+  for (const char* png : {"dashboard.png", "episodes.png", "episode.png", "snapshot.png",
+                          "long_run.png", "shapes.png"}) {
     EXPECT_TRUE(fs::exists(shots / png)) << png;
   }
 }
