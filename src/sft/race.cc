@@ -153,8 +153,9 @@ void make_initial_model(const RaceOptions& o, int k) {
   }
   const CommandResult r = run_command(spawn);
   if (!exited_cleanly(r.status)) {
-    fail(ErrorCode::kInvalidArgument, strprintf("candidate %d's initial model (--candidate-init): model init ended "
-                                                "with %s:\n%s", k, describe_exit(r.status).c_str(), r.output.c_str()));
+    fail(ErrorCode::kFailedPrecondition,
+         strprintf("candidate %d's initial model (--candidate-init): model init ended with %s:\n%s", k,
+                   describe_exit(r.status).c_str(), r.output.c_str()));
   }
 }
 

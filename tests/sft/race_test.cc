@@ -150,6 +150,22 @@ TEST_F(RaceTest, NoModelWhenEveryCandidateFails) {
   EXPECT_TRUE(printed("sft: no candidate produced a model")) << output();
 }
 
+// A candidate's initial model that cannot be made ends the race: the candidates already running stop.
+TEST_F(RaceTest, AFailedInitialModelStopsTheRace) {
+  RaceOptions o = options("  init-1001) die 'no tokenizer' ;;\n  main-1) exec sleep 600 ;;");
+  o.candidate_init = {"--preset", "tiny"};
+  try {
+    race(o);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("candidate 1's initial model (--candidate-init): model init ended with exit "
+                                         "code 3:\nno tokenizer"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "gate"));
+}
+
 TEST_F(RaceTest, BadOptionsNameTheFlag) {
   struct Case {
     void (*edit)(RaceOptions&);
