@@ -230,8 +230,8 @@ void print_outcomes(const RaceOptions& o, const RaceResult& r, Printer& out) {
   } else if (r.passed) {
     out.linef("sft: candidate %d passed the gate first; the others stopped: %s", r.winner, o.out.c_str());
   } else {
-    out.linef("sft: WARNING: no candidate reached the gate%s; keeping candidate %d, the best by held-out success "
-              "(%.1f%%): %s", o.gate >= 0 ? strprintf(" (%g)", o.gate).c_str() : "", r.winner,
+    out.linef("sft: %skeeping candidate %d, the best by held-out success (%.1f%%): %s",
+              o.gate >= 0 ? strprintf("WARNING: no candidate reached the gate (%g); ", o.gate).c_str() : "", r.winner,
               100 * r.candidates[static_cast<size_t>(r.winner)].success.value_or(0), o.out.c_str());
   }
 }
