@@ -8,14 +8,13 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <ctime>
-#include <fstream>
 #include <memory>
 #include <mutex>
 #include <thread>
 
-#include <nlohmann/json.hpp>
-
 #include "common/error.h"
+#include "common/fs.h"
+#include "common/json.h"
 #include "common/subprocess.h"
 
 namespace ajet::sft {
@@ -132,12 +131,15 @@ bool Candidate::run_stage(bool first, const fs::path& from, const fs::path& dir,
 }
 
 void Candidate::read_report(const fs::path& dir) {
-  std::ifstream in(dir / "sft_report.json");
-  const nlohmann::json report = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (!report.is_object()) return failed("no readable " + (dir / "sft_report.json").string());
-  result.outcome = report.contains("stopped_at_success") ? CandidateOutcome::kPassed : CandidateOutcome::kFinished;
-  const auto after = report.find("eval_after");
-  if (after != report.end() && after->contains("success_rate")) result.success = (*after)["success_rate"].get<double>();
+  const fs::path path = dir / "sft_report.json";
+  const std::optional<Json> report = fs::exists(path) ? try_parse_json(read_file(path)) : std::nullopt;
+  if (!report || !report->is_object()) return failed("no readable " + path.string());
+  result.outcome = report->contains("stopped_at_success") ? CandidateOutcome::kPassed : CandidateOutcome::kFinished;
+  const auto after = report->find("eval_after");
+  if (after != report->end() && after->is_object() && after->contains("success_rate") &&
+      (*after)["success_rate"].is_number()) {
+    result.success = (*after)["success_rate"].get<double>();
+  }
 }
 
 // Candidate k's own initial model, made once by `program model init` (its output is not shown).
