@@ -87,12 +87,12 @@ demos() {  # demos NAME FLAGS...: $work/NAME.jsonl, made once
     mv "$work/$name.jsonl.tmp" "$work/$name.jsonl"
   fi
 }
-sft() {  # [sft_seed=S] [sft_threads=T] sft FROM DEMOS OUT STEPS WARMUP LR MIN_LR_RATIO [EXTRA FLAGS...]
+sft() {  # sft FROM DEMOS OUT STEPS WARMUP LR MIN_LR_RATIO [EXTRA FLAGS...]
   local from="$1" demos_file="$2" out="$3" steps="$4" warmup="$5" lr="$6" min="$7"; shift 7
   say "sft: ajet sft $(basename "$demos_file") → $(basename "$out") (up to $steps steps of 4096 tokens)"
   # ajet sft writes the model directory atomically: OUT exists only once it is complete.
   "$bin/ajet" sft --model "$from" --demos "$demos_file" --out "$out" --force --steps "$steps" --warmup "$warmup" --lr "$lr" \
-    --min-lr-ratio "$min" --batch-tokens 4096 --seed "${sft_seed:-$seed}" --threads "${sft_threads:-${AJET_THREADS:-2}}" \
+    --min-lr-ratio "$min" --batch-tokens 4096 --seed "$seed" --threads "${AJET_THREADS:-2}" \
     --log-every 50 "$@"
 }
 # The calc warm-up races AJET_SFT_CANDIDATES (default 2) candidates side by side, one intra-op thread
@@ -103,81 +103,23 @@ sft() {  # [sft_seed=S] [sft_threads=T] sft FROM DEMOS OUT STEPS WARMUP LR MIN_L
 # Each candidate starts with AJET_SFT_SYMBOLIC_STEPS (default 150; 0 skips it) steps on symbolic problems
 # ("What is 9-79*40?": the tool call copies the query verbatim), which brings the copying sooner: the
 # slowest seed measured went from no candidate at the gate by step 486 to the gate at 300 and 400 steps
-# in all (docs/sft.md, "Symbolic problems first").
+# in all (docs/sft.md, "Symbolic problems first"). `ajet sft --candidates` runs the race (docs/sft.md,
+# "Racing candidates"): the symbolic steps are its first stage (constant lr, evaluated every 50 steps as
+# the measured recipe was), the regular demos with the gate its main stage, each candidate's time shared
+# between them.
 race_sft() {  # race_sft DEMOS SYMBOLIC_DEMOS OUT STEPS SECONDS
-  local demos_file="$1" symbolic_demos="$2" out="$3" steps="$4" seconds="$5" n="${AJET_SFT_CANDIDATES:-2}" k pids=() winner="" best=""
+  local demos_file="$1" symbolic_demos="$2" out="$3" steps="$4" seconds="$5" n="${AJET_SFT_CANDIDATES:-2}"
   local symbolic_steps="${AJET_SFT_SYMBOLIC_STEPS:-150}" regular_steps regular_warmup
   case "$symbolic_steps" in ''|*[!0-9]*) echo "run: AJET_SFT_SYMBOLIC_STEPS must be a non-negative integer" >&2; exit 2 ;; esac
   # After the symbolic steps, the measured recipe's shorter warm-up and cosine (bench/classic/warmup_curriculum.sh).
   if [ "$symbolic_steps" -gt 0 ]; then regular_steps="${steps:-600}" regular_warmup=10; else regular_steps="${steps:-1000}" regular_warmup=30; fi
-  local threads=$(( ${AJET_THREADS:-2} / n )); [ "$threads" -ge 1 ] || threads=1
-  say "sft: $n candidates race to 50% held-out greedy success ($symbolic_steps symbolic steps, then up to $regular_steps regular steps of 4096 tokens; at most $seconds s, $threads thread(s) each)"
-  for (( k = 0; k < n; k++ )); do
-    local init="$init_dir" cand="$work/models/sft-candidate$k"
-    if [ "$k" -gt 0 ]; then
-      init="$work/models/tiny-init-candidate$k"
-      if [ ! -f "$init/config.json" ]; then
-        # shellcheck disable=SC2086
-        "$bin/ajet" model init --preset tiny --tokenizer "$work/tokenizer" --seed "$((seed + 1000 * k))" $INIT_FLAGS \
-          --out "$init" --force > /dev/null
-      fi
-    fi
-    rm -rf "$cand" "$cand-symbolic"
-    # Symbolic steps first (constant lr; evaluated every 50 steps as the measured recipe was, which shows
-    # the progress), then the regular demos with the gate; a candidate stopped during the first part
-    # (the race is won, or the time is up) never starts the second.
-    (
-      cand_seed=$((seed + 1000 * k)) t0=$(date +%s)
-      if [ "$symbolic_steps" -gt 0 ]; then
-        sft_seed=$cand_seed sft_threads="$threads" sft "$init" "$symbolic_demos" "$cand-symbolic" "$symbolic_steps" 30 2e-3 1.0 \
-          --eval-task calc --eval-n 50 --eval-seed "$seed" --eval-every 50 --max-seconds "$seconds" || exit 1
-        init="$cand-symbolic"
-      fi
-      left=$(( seconds - ($(date +%s) - t0) ))
-      [ "$left" -ge 5 ] || exit 1
-      sft_seed=$cand_seed sft_threads="$threads" sft "$init" "$demos_file" "$cand" "$regular_steps" "$regular_warmup" 2e-3 0.3 \
-        --eval-task calc --eval-n 50 --eval-seed "$seed" --eval-every 50 --stop-at-success "${AJET_SFT_STOP_AT:-0.5}" \
-        --max-seconds "$left"
-    ) > >(sed -u "s/^/  [candidate $k] /") 2>&1 &
-    pids+=($!)
-  done
-  # The first candidate whose report says it stopped at the gate wins.
-  while [ -z "$winner" ]; do
-    local running=0
-    for (( k = 0; k < n; k++ )); do
-      if kill -0 "${pids[$k]}" 2>/dev/null; then running=$((running + 1)); continue; fi
-      if grep -q '"stopped_at_success"' "$work/models/sft-candidate$k/sft_report.json" 2>/dev/null; then winner=$k; break; fi
-    done
-    [ -n "$winner" ] || [ "$running" -gt 0 ] || break
-    [ -n "$winner" ] || sleep 2
-  done
-  # Each candidate is a subshell running `ajet sft`: stop the ajet inside it too (killing the subshell
-  # alone leaves it training on, taking a core from the second stage and RL).
-  for pid in "${pids[@]}"; do pkill -TERM -P "$pid" 2>/dev/null || true; kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  if [ -z "$winner" ]; then  # none passed the gate: the best by held-out success (each kept its best model)
-    read -r winner best < <(python3 - "$work/models" "$n" <<'PY'
-import json, sys
-best = None
-for k in range(int(sys.argv[2])):
-    try:
-        r = json.load(open(f"{sys.argv[1]}/sft-candidate{k}/sft_report.json"))["eval_after"]["success_rate"]
-    except (OSError, ValueError, KeyError):
-        continue
-    if best is None or r > best[1]:
-        best = (k, r)
-print(*(best if best else ("", "")))
-PY
-    )
-    say "sft: WARNING: no candidate reached the gate; keeping candidate $winner (held-out greedy success $best)."
-    say "     RL from a model that does not copy yet gains little (docs/sft.md): expect a small gain."
-  else
-    say "sft: candidate $winner passed the gate first; the others stopped"
-  fi
-  [ -n "$winner" ] || { echo "run: no warm-up candidate produced a model" >&2; exit 1; }
-  rm -rf "$out" && mv "$work/models/sft-candidate$winner" "$out"
-  if [ -z "$best" ]; then say "sft: model past the gate: $out"; else say "sft: the best candidate's model (below the gate): $out"; fi
-  for (( k = 0; k < n; k++ )); do rm -rf "$work/models/sft-candidate$k" "$work/models/sft-candidate$k-symbolic"; done
+  say "sft: ajet sft --candidates $n ($symbolic_steps symbolic steps, then up to $regular_steps regular steps of 4096 tokens to 50% held-out greedy success; at most $seconds s)"
+  "$bin/ajet" sft --candidates "$n" --candidate-init="--preset tiny --tokenizer '$work/tokenizer' $INIT_FLAGS" \
+    --candidate-init-prefix "$work/models/tiny-init-candidate" --model "$init_dir" --out "$out" --force --seed "$seed" --threads "${AJET_THREADS:-2}" --max-seconds "$seconds" \
+    --first-demos "$symbolic_demos" --first-steps "$symbolic_steps" --first-warmup 30 --first-lr 2e-3 --first-min-lr-ratio 1.0 \
+    --demos "$demos_file" --steps "$regular_steps" --warmup "$regular_warmup" --lr 2e-3 --min-lr-ratio 0.3 \
+    --stop-at-success "${AJET_SFT_STOP_AT:-0.5}" --batch-tokens 4096 --log-every 50 \
+    --eval-task calc --eval-n 50 --eval-seed "$seed" --eval-every 50
 }
 # The 10-minute budget is shared out as it goes (seconds, counted from the end of the build): RL gets
 # AJET_RL_SECONDS (150: ~20 GRPO steps of ~6 s on 2 cores, by which T=1 success has caught up with greedy

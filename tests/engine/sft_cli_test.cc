@@ -101,5 +101,53 @@ TEST(SftCli, BadFlagsNameTheProblem) {
   EXPECT_FALSE(fs::exists(out / "config.json"));
 }
 
+// `ajet sft --candidates 2` on the tiny model: a first stage, then the main one with a gate the first
+// evaluation meets. Whichever candidate passes first, its model becomes --out and the rest is cleaned up.
+TEST(SftCli, ARaceOfTwoCandidatesKeepsTheWinner) {
+  const fs::path out = process_dir() / "sft-race";
+  const fs::path tok = process_dir() / "tok";
+  auto r = run_command(kAjet + sft_args(out) + " --steps 4 --candidates 2 --candidate-init=\"--preset tiny --tokenizer " +
+                       tok.string() + " --threads 1\" --first-demos " + quote(drills_file()) +
+                       " --first-steps 1 --eval-task frozenlake --eval-n 2 --eval-max-tokens 8 --eval-every 2 "
+                       "--stop-at-success 0 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("  [candidate 0] "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  [candidate 1] "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("passed the gate first"), std::string::npos) << r.out;
+  // Each stage's command line is printed: the flags the race does not set reach every stage as given.
+  EXPECT_NE(r.out.find("  [candidate 1] sft: main stage, up to 4 steps: ajet-engine sft --model "), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find(" --batch-tokens 512 --eval-task frozenlake --eval-n 2 --eval-max-tokens 8 --eval-every 2 "
+                       "--stop-at-success 0\n"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find(" --seed 1001 --threads 1 "), std::string::npos) << r.out;
+  EXPECT_TRUE(fs::exists(out / "config.json"));
+  EXPECT_EQ(report_of(out)["stopped_at_success"]["step"].get<int64_t>(), 2);
+  EXPECT_TRUE(fs::exists(fs::path(tiny_model_dir().string() + "-candidate1") / "config.json"));
+  for (const char* left : {"-candidate0", "-candidate1", "-candidate0-first", "-candidate1-first"}) {
+    EXPECT_FALSE(fs::exists(out.string() + left)) << left;
+  }
+}
+
+TEST(SftCli, RaceFlagErrorsExitTwo) {
+  const fs::path out = process_dir() / "sft-race-bad";
+  struct Case {
+    std::string flags, message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {" --candidates 2", "--candidates needs --eval-task"},
+           {" --candidates 2 --eval-task frozenlake --eval-only", "--eval-only"},
+           {" --first-steps 5", "--candidates"},
+           {" --candidates -1", "--candidates"},
+           {" --candidates 2 --eval-task frozenlake --eval-every 1 --first-steps 1", "--first-steps needs --first-demos"},
+       }) {
+    auto r = run_command(kAjet + sft_args(out) + " --steps 1" + c.flags + " 2>&1");
+    EXPECT_EQ(r.exit_code, 2) << c.flags << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.message), std::string::npos) << c.flags << "\n" << r.out;
+  }
+  EXPECT_FALSE(fs::exists(out));
+}
+
 }  // namespace
 }  // namespace ajet::engine
