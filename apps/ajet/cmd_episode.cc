@@ -24,6 +24,7 @@
 #include "client/swarm_client.h"
 #include "common/error.h"
 #include "common/json.h"
+#include "common/no_color.h"
 #include "config/load.h"
 #include "episode_text.h"
 #include "http/client.h"
@@ -237,8 +238,7 @@ Json summary_from_front(const Source& source, const std::string& uuid) {
 bool use_color(const std::string& mode) {
   if (mode == "always") return true;
   if (mode == "never") return false;
-  const char* no_color = std::getenv("NO_COLOR");  // https://no-color.org: set and not empty
-  return ::isatty(STDOUT_FILENO) == 1 && (no_color == nullptr || no_color[0] == '\0');
+  return ::isatty(STDOUT_FILENO) == 1 && !no_color_requested();
 }
 
 void run_episode_show(const ShowArgs& args) {
