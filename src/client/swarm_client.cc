@@ -523,10 +523,13 @@ EngineStatus SwarmClient::get_engine_status() {
   return s;
 }
 
-Json SwarmClient::sync_train_config(const std::string& yaml) {
+Json SwarmClient::sync_train_config(const std::string& yaml, const std::string& source) {
   Json body = {{"yaml_as_string", yaml}};
+  if (!source.empty()) body["source"] = source;
   Json data = json_or_throw(send("POST", "/sync_train_config", &body, true), "sync_train_config");
-  for (const auto& w : data.value("warnings", Json::array())) log().warn("sync_train_config: {}", w.dump());
+  for (const auto& w : data.value("warnings", Json::array())) {
+    log().warn("sync_train_config: {}", w.is_string() ? w.get<std::string>() : w.dump());
+  }
   note("synced the train config");
   return data;
 }

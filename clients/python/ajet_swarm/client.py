@@ -505,8 +505,11 @@ class SwarmClient:
         if not isinstance(config, (str, bytes, dict, os.PathLike)):
             self._agentjet_job = config
         text = config_yaml.config_text(config)
-        data = self._json_or_raise(self._post_admin("/sync_train_config", {"yaml_as_string": text}),
-                                   "sync_train_config")
+        body = {"yaml_as_string": text}
+        source = config_yaml.config_source(config)
+        if source is not None:  # the server names the file in its warnings, not "sync_train_config yaml_as_string"
+            body["source"] = source
+        data = self._json_or_raise(self._post_admin("/sync_train_config", body), "sync_train_config")
         warnings = [str(w) for w in data.get("warnings") or []]
         if len(warnings) == 1:
             logger.warning("sync_train_config: %s", warnings[0])
