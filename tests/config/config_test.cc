@@ -115,6 +115,20 @@ ajet:
   EXPECT_TRUE(contains(all, "w.yaml:"));
 }
 
+// The classic launcher syncs the whole resolved config (to_yaml) to its front: every classic run
+// (`ajet --conf examples/configs/calc.yaml`) used to print "ajet.task_reader is not used by the swarm
+// server" and the same for ajet.task_judge, at "sync_train_config yaml_as_string:65".
+TEST(ConfigUpstream, TheConfigAClassicRunSyncsDrawsNoWarningOnTheServer) {
+  for (const char* name : {"calc.yaml", "default.yaml"}) {
+    const std::filesystem::path file = std::filesystem::path(AJET_SOURCE_DIR) / "examples/configs" / name;
+    if (!std::filesystem::exists(file)) continue;
+    const LoadedConfig classic = load_config_file(file);
+    const LoadedConfig server = parse_config(to_yaml(classic.config), "sync_train_config yaml_as_string",
+                                             ConfigUse::kSwarmServer);
+    EXPECT_TRUE(server.warnings.empty()) << name << ": " << ::testing::PrintToString(server.warnings);
+  }
+}
+
 // Upstream's SwarmClient.sync_train_config(AgentJetJob(...)) sends the whole merged tree of its swarm
 // default. Every upstream example failed at that first line: "judge_type is builtin but judge_protocol
 // is not set". A key the server does not use is accepted and named in a warning; the task reader and
