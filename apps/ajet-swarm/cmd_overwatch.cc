@@ -23,6 +23,7 @@
 #include "client/overwatch_view.h"
 #include "command.h"
 #include "common/error.h"
+#include "common/no_color.h"
 
 namespace ajet::swarm_cli {
 namespace {
@@ -152,7 +153,7 @@ class Screen {
     keypad(stdscr, TRUE);
     curs_set(0);
     timeout(100);  // getch() wakes every 100 ms to pick up new snapshots
-    if (has_colors()) {
+    if (has_colors() && !no_color_requested()) {  // NO_COLOR: bold, reverse and dim only
       start_color();
       use_default_colors();
       init_pair(1, COLOR_CYAN, -1);

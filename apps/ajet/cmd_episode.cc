@@ -24,6 +24,7 @@
 #include "client/swarm_client.h"
 #include "common/error.h"
 #include "common/json.h"
+#include "common/no_color.h"
 #include "config/load.h"
 #include "episode_text.h"
 #include "http/client.h"
@@ -176,10 +177,11 @@ struct ShowArgs {
   int indent = 2;
 };
 
-Json document_from_store(store::Store& st, const ShowArgs& args) {
-  std::optional<store::EpisodeRow> episode = st.get_episode(args.uuid);
-  if (!episode) fail(ErrorCode::kNotFound, "episode " + args.uuid + " is not in store " + args.source.store);
-  std::vector<store::CallRow> rows = st.get_calls(args.uuid);
+// `uuid`: resolved (Store::resolve_episode_uuid).
+Json document_from_store(store::Store& st, const ShowArgs& args, const std::string& uuid) {
+  std::optional<store::EpisodeRow> episode = st.get_episode(uuid);
+  if (!episode) fail(ErrorCode::kNotFound, "episode " + uuid + " is not in store " + args.source.store);
+  std::vector<store::CallRow> rows = st.get_calls(uuid);
 
   std::optional<config::Config> cfg;
   if (auto yaml = st.get_state(store::kStateTrainConfigYaml); yaml && !yaml->empty()) {
@@ -218,7 +220,7 @@ Json document_from_store(store::Store& st, const ShowArgs& args) {
   tracking::EpisodeInfo info{episode->uuid, episode->task_id, episode->reward.value_or(0.0)};
   tracking::MergedEpisode merged = tracking::merge_episode(info, calls, options);
   tracking::EpisodeView view = tracking::EpisodeView::from_row(*episode);
-  view.dropped_calls = st.get_dropped_calls(args.uuid);
+  view.dropped_calls = st.get_dropped_calls(uuid);
   return tracking::episode_json(view, calls, merged, tok.get());
 }
 
@@ -237,8 +239,7 @@ Json summary_from_front(const Source& source, const std::string& uuid) {
 bool use_color(const std::string& mode) {
   if (mode == "always") return true;
   if (mode == "never") return false;
-  const char* no_color = std::getenv("NO_COLOR");  // https://no-color.org: set and not empty
-  return ::isatty(STDOUT_FILENO) == 1 && (no_color == nullptr || no_color[0] == '\0');
+  return ::isatty(STDOUT_FILENO) == 1 && !no_color_requested();
 }
 
 void run_episode_show(const ShowArgs& args) {
@@ -250,15 +251,18 @@ void run_episode_show(const ShowArgs& args) {
   }
   Json document;
   Json summary;
+  // The uuid may be the start of one (the 12 characters `list` prints): the front or the store
+  // resolves it, and the summary is asked for by the whole uuid.
   if (!args.source.url.empty()) {
     document = get_from_front(args.source, "/episodes/" + query_escape(args.uuid));
-    if (!args.json) summary = summary_from_front(args.source, args.uuid);
+    if (!args.json) summary = summary_from_front(args.source, document.value("episode_uuid", args.uuid));
   } else {
     std::unique_ptr<store::Store> st = open_store(args.source.store);
-    document = document_from_store(*st, args);
+    const std::string uuid = st->resolve_episode_uuid(args.uuid);
+    document = document_from_store(*st, args, uuid);
     if (!args.json) {
       store::EpisodePageRequest one;
-      one.filter.uuid = args.uuid;
+      one.filter.uuid = uuid;
       one.limit = 1;
       store::EpisodePage page = st->list_episodes(one);
       if (!page.episodes.empty()) summary = store::episode_summary_json(page.episodes[0]);
@@ -309,7 +313,9 @@ const CommandRegistration kEpisode("episode", [](CLI::App& app) {
       "dim when the policy gave the token p < 0.3; [trained]/[masked] markers when piped or NO_COLOR is set).\n"
       "--json prints the episode document instead (calls, samples, merge diagnostics; docs/tracking.md).");
   add_source_options(show, show_args->source);
-  show->add_option("uuid", show_args->uuid, "Episode uuid")->required();
+  show->add_option("uuid", show_args->uuid,
+                   "Episode uuid, or its start when only one episode's uuid has it (as list prints)")
+      ->required();
   show->add_flag("--json", show_args->json, "Print the JSON document (as GET /episodes/{uuid} serves it)");
   show->add_option("--color", show_args->color, "Colour the tokens: auto (a terminal without NO_COLOR), always, never")
       ->check(CLI::IsMember({"auto", "always", "never"}))

@@ -39,7 +39,7 @@ void add_engine_forward(CLI::App& app, const std::string& name, const std::strin
 int main(int argc, char** argv) {
   CLI::App app{"AgentJet: train the LLM behind an agent with reinforcement learning"};
   app.require_subcommand(0, 1);
-  ajet::apps::add_version_flag(app, "ajet", AJET_VERSION);
+  ajet::apps::add_version_flag(app, "ajet");
   ajet::cli::add_registered_commands(app);
   ajet::cli::add_main_entry(app);  // `ajet --conf x.yaml`: classic mode (cmd_classic.cc)
   try {

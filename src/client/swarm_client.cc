@@ -417,8 +417,10 @@ EndResult SwarmClient::end_episode(const std::string& task_id, const std::string
   }
   std::string message = error_message(r);
   if (message.find("WEIGHT_SYNCING") != std::string::npos || message.find("WEIGHT_EXPORTING") != std::string::npos) {
-    log().warn("swarm client: end_episode {}: the engine already moved on to a weight update; the episode is "
-               "dropped (expected at batch boundaries): {}", episode_uuid, message);
+    // The batch closed while this episode ran: part of every weight sync, not a problem (the caller
+    // gets kDropped and counts it), so info with verbose, else debug.
+    note(fmt::format("end_episode {}: the engine already moved on to a weight update; the episode is dropped "
+                     "(expected at batch boundaries): {}", episode_uuid, message));
     return EndResult::kDropped;
   }
   throw SwarmError(SwarmErrorKind::kCommand,
@@ -523,10 +525,13 @@ EngineStatus SwarmClient::get_engine_status() {
   return s;
 }
 
-Json SwarmClient::sync_train_config(const std::string& yaml) {
+Json SwarmClient::sync_train_config(const std::string& yaml, const std::string& source) {
   Json body = {{"yaml_as_string", yaml}};
+  if (!source.empty()) body["source"] = source;
   Json data = json_or_throw(send("POST", "/sync_train_config", &body, true), "sync_train_config");
-  for (const auto& w : data.value("warnings", Json::array())) log().warn("sync_train_config: {}", w.dump());
+  for (const auto& w : data.value("warnings", Json::array())) {
+    log().warn("sync_train_config: {}", w.is_string() ? w.get<std::string>() : w.dump());
+  }
   note("synced the train config");
   return data;
 }

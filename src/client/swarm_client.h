@@ -64,7 +64,9 @@ class SwarmClient {
 
   EngineStatus get_engine_status();  // never throws: kCannotConnect when unreachable
   int64_t get_global_step();         // the policy version the server serves; SwarmError when unreachable
-  Json sync_train_config(const std::string& yaml);
+  // `source`: the file `yaml` is the verbatim text of, named in the server's warnings and errors
+  // (leave it empty for generated text: its line numbers are no file's).
+  Json sync_train_config(const std::string& yaml, const std::string& source = "");
   Json sync_train_code(const std::string& zip_archive);
   // from_checkpoint: the engine continues from the newest checkpoint the front knows (a stopped run).
   // The answer's "engine_run" names the engine this call started.

@@ -123,7 +123,7 @@ struct EngineStatus {
 
 enum class EndResult {
   kEnded,          // stored by the server
-  kDropped,        // the engine had moved on to WEIGHT_SYNCING (a batch-boundary race): logged, dropped
+  kDropped,        // the engine had moved on to WEIGHT_SYNCING (a batch-boundary race, routine): dropped
   kAbortedExpired  // the episode outlived 8 x discard_episode_timeout: aborted instead
 };
 

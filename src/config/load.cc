@@ -270,12 +270,12 @@ const std::string* ignored_reason(const std::string& key) {
   return nullptr;
 }
 
-// Sections a reader has no use for (ConfigUse), with the reason its warning gives.
-const char* unused_section(const std::string& key, ConfigUse use) {
-  if (use != ConfigUse::kSwarmServer) return nullptr;
-  if (key == "ajet.task_reader") return "swarm clients bring their own tasks";
-  if (key == "ajet.task_judge") return "swarm clients report the rewards";
-  return nullptr;
+// Sections of the config that belong to the other side of a swarm (ConfigUse): the clients read the
+// tasks and judge them, from the same config the classic launcher or a swarm client syncs. The swarm
+// server skips them without a word: they are used, only not here, and a warning on every sync would
+// tell the user to remove what their clients need.
+bool client_side_section(const std::string& key, ConfigUse use) {
+  return use == ConfigUse::kSwarmServer && (key == "ajet.task_reader" || key == "ajet.task_judge");
 }
 
 void walk(const YAML::Node& map, const std::string& prefix, const KeyIndex& index, const Ctx& ctx) {
@@ -283,10 +283,7 @@ void walk(const YAML::Node& map, const std::string& prefix, const KeyIndex& inde
     if (!kv.first.IsScalar()) invalid_argument(ctx.at(kv.first) + ": config keys must be plain names");
     std::string key = prefix.empty() ? kv.first.Scalar() : prefix + "." + kv.first.Scalar();
     const YAML::Node& value = kv.second;
-    if (const char* why = unused_section(key, ctx.use)) {
-      ctx.warn(ctx.at(kv.first) + ": " + key + " is not used by the swarm server (" + why + "); ignored");
-      continue;
-    }
+    if (client_side_section(key, ctx.use)) continue;
     if (auto it = index.fields.find(key); it != index.fields.end()) {
       assign(*it->second, value, ctx);
     } else if (index.sections.count(key) != 0) {

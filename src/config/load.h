@@ -19,10 +19,11 @@ struct LoadedConfig {
   std::vector<std::string> warnings;  // each names the full dotted key, e.g. "unknown key 'ajet.foo' (ignored)"
 };
 
-// Who reads a config. The swarm server has no task reader and no judge: its clients bring the tasks
-// and report the rewards. So for it `ajet.task_reader` and `ajet.task_judge` are unused: accepted
-// whatever they hold (upstream's readers and judges included), named in one warning each, and left
-// at their defaults. Every other key is read the same way by both.
+// Who reads a config. The swarm server has no task reader and no judge: its clients (the classic
+// launcher, a swarm client) bring the tasks and report the rewards, reading `ajet.task_reader` and
+// `ajet.task_judge` from the same config they sync. So the server skips those two sections: accepted
+// whatever they hold (upstream's readers and judges included), without a warning (they are the
+// clients' keys, not mistakes), and left at their defaults. Every other key is read the same way by both.
 enum class ConfigUse { kClassic, kSwarmServer };
 
 // Parses YAML text layered over the defaults, then validates. `source` names the text in messages

@@ -91,6 +91,10 @@ class Store {
   // ---- reads (synchronous) ----
   std::optional<std::string> get_state(const std::string& key);
   std::optional<EpisodeRow> get_episode(const std::string& uuid);
+  // The uuid of the episode `id` names: its whole uuid, or a prefix that only one episode's uuid starts
+  // with (`ajet episode list` prints the first 12 characters). Error(kNotFound) when no episode
+  // matches; Error(kInvalidArgument) naming how many do when more than one starts with the prefix.
+  std::string resolve_episode_uuid(const std::string& id);
   std::vector<CallRow> get_calls(const std::string& episode_uuid);
   // Set when retain_calls deleted the episode's calls.
   std::optional<DroppedCalls> get_dropped_calls(const std::string& episode_uuid);

@@ -101,6 +101,30 @@ std::optional<EpisodeRow> Store::get_episode(const std::string& uuid) {
   return rows.front();
 }
 
+std::string Store::resolve_episode_uuid(const std::string& id) {
+  if (id.empty()) invalid_argument("an episode id (or the start of one) is required");
+  std::lock_guard<std::mutex> lock(reader_mu_);
+  // The uuids starting with `id`: [id, id + 0xFF) in the primary key's byte order (uuids are ASCII).
+  Stmt& s = reader_db_->prepare("SELECT uuid FROM episodes WHERE uuid >= ?1 AND uuid < ?2 ORDER BY uuid LIMIT 2");
+  s.bind(1, id);
+  s.bind(2, id + "\xff");
+  std::vector<std::string> found;
+  while (s.step()) found.push_back(s.column_text(0));
+  s.reset();
+  if (found.empty()) fail(ErrorCode::kNotFound, "no episode has the id " + id + " or an id starting with it");
+  if (found.size() == 1 || found.front() == id) return found.front();
+  Stmt& count = reader_db_->prepare(
+      "SELECT COUNT(*) FROM (SELECT 1 FROM episodes WHERE uuid >= ?1 AND uuid < ?2 LIMIT ?3)");
+  count.bind(1, id);
+  count.bind(2, id + "\xff");
+  count.bind(3, kEpisodeCountBound + 1);
+  const int64_t n = count.step() ? count.column_int(0) : 2;
+  count.reset();
+  invalid_argument("the episode id prefix " + id + " is ambiguous: " +
+                   (n > kEpisodeCountBound ? std::to_string(kEpisodeCountBound) + "+" : std::to_string(n)) +
+                   " episodes start with it; give more characters of the id");
+}
+
 std::vector<CallRow> Store::get_calls(const std::string& episode_uuid) {
   std::lock_guard<std::mutex> lock(reader_mu_);
   return read_calls(*reader_db_, episode_uuid);

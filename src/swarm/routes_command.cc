@@ -32,10 +32,12 @@ std::string size_text(size_t bytes) {
 }
 
 // GET /episodes/{uuid}: the tracker's episode document, built on the work pool (store reads).
-void episode_document(ServerContext& ctx, const std::string& uuid, Respond respond) {
-  ctx.pool.post([&ctx, uuid, respond] {
+// `id`: the episode's uuid or a prefix only its uuid starts with (404 for none, 400 when shared).
+void episode_document(ServerContext& ctx, const std::string& id, Respond respond) {
+  ctx.pool.post([&ctx, id, respond] {
     answer_errors(respond, [&] {
       ctx.store.flush().get();  // calls queued before this request are visible
+      const std::string uuid = ctx.store.resolve_episode_uuid(id);
       std::optional<store::EpisodeRow> row = ctx.store.get_episode(uuid);
       if (!row) fail(ErrorCode::kNotFound, "Episode " + uuid + " is not in the store.");
       std::vector<store::CallRow> rows = ctx.store.get_calls(uuid);

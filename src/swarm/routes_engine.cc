@@ -26,6 +26,20 @@ bool check_admin(ServerContext& ctx, const Request& req, const Respond& respond,
   return false;
 }
 
+// sync_train_config's optional "source": the file the client read yaml_as_string from, named in the
+// warnings and errors instead of "sync_train_config yaml_as_string" (their line numbers are the
+// file's). Printable text of at most 512 bytes; "" when absent.
+std::string sync_source(const Json& body) {
+  if (!body.contains("source") || body["source"].is_null()) return "";
+  if (!body["source"].is_string()) invalid_argument("sync_train_config: 'source' must be a string (a file name)");
+  const std::string source = body["source"].get<std::string>();
+  if (source.size() > 512) invalid_argument("sync_train_config: 'source' is longer than 512 bytes");
+  for (unsigned char c : source) {
+    if (c < 0x20 || c == 0x7f) invalid_argument("sync_train_config: 'source' holds a control character");
+  }
+  return source;
+}
+
 }  // namespace
 
 void add_engine_routes(http::Router& router, ServerContext& ctx) {
@@ -36,9 +50,10 @@ void add_engine_routes(http::Router& router, ServerContext& ctx) {
     answer_errors(respond, [&] {
       Json body = parse_json_body(req, limit);
       std::string yaml = get_string(body, "yaml_as_string", "sync_train_config body");
-      ctx.pool.post([&ctx, yaml = std::move(yaml), respond] {
+      std::string source = sync_source(body);
+      ctx.pool.post([&ctx, yaml = std::move(yaml), source = std::move(source), respond] {
         answer_errors(respond, [&] {
-          std::vector<std::string> warnings = ctx.sync_train_config(yaml);
+          std::vector<std::string> warnings = ctx.sync_train_config(yaml, source);
           respond(http::json_response(Json{{"success", true}, {"warnings", warnings}}));
         });
       });

@@ -221,7 +221,7 @@ StartReport SwarmServer::start() {
   ctx_->resume(recovered_);
   if (!options_.conf.empty()) {
     if (registry_->engine_status() == EngineStatus::kOffline) {
-      report.config_warnings = ctx_->sync_train_config(read_file(options_.conf));
+      report.config_warnings = ctx_->sync_train_config(read_file(options_.conf), options_.conf.string());
     } else {
       const std::string note = "--conf " + options_.conf.string() + " ignored: the resumed engine runs the stored config";
       verbose_->add("swarm", note);

@@ -140,11 +140,11 @@ void ServerContext::require_offline(const char* what) const {
   }
 }
 
-std::vector<std::string> ServerContext::sync_train_config(const std::string& yaml) {
+std::vector<std::string> ServerContext::sync_train_config(const std::string& yaml, const std::string& source) {
   std::lock_guard<std::mutex> lifecycle(lifecycle_mu_);
   require_offline("sync_train_config");
-  config::LoadedConfig loaded =
-      config::parse_config(yaml, "sync_train_config yaml_as_string", config::ConfigUse::kSwarmServer);
+  config::LoadedConfig loaded = config::parse_config(
+      yaml, source.empty() ? "sync_train_config yaml_as_string" : source, config::ConfigUse::kSwarmServer);
   if (std::string note = model_path_note(loaded.config.model.path); !note.empty()) loaded.warnings.push_back(note);
   (void)RegistryOptions::from_config(loaded.config, base_url);  // backbone and batch trigger names
   store.put_state(store::kStateTrainConfigYaml, yaml).get();

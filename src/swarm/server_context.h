@@ -160,8 +160,9 @@ class ServerContext {
 
   // ---- engine life cycle (block: run on the WorkPool) ----
   // Validates and stores the YAML (only in OFFLINE); returns the warnings (unknown keys). Throws
-  // Error naming the bad key.
-  std::vector<std::string> sync_train_config(const std::string& yaml);
+  // Error naming the bad key. `source` names the text in messages: the file it was read from when
+  // known (`ajet-swarm start --conf`, a client's `source`), else "sync_train_config yaml_as_string".
+  std::vector<std::string> sync_train_config(const std::string& yaml, const std::string& source = "");
   // Unpacks a zip of a source tree for the next start_engine (only in OFFLINE).
   UnpackedTree sync_train_code(std::string_view archive);
   // OFFLINE → BOOTING with the synced config; returns the engine pid (0 while synced code builds).

@@ -68,6 +68,28 @@ TEST_F(CommandApiTest, SyncTrainConfigNamesTheBadKey) {
   EXPECT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(r.json()["success"], true);
   EXPECT_THAT(r.json()["warnings"].dump(), HasSubstr("ajet.no_such_key"));
+  EXPECT_THAT(r.json()["warnings"].dump(), HasSubstr("sync_train_config yaml_as_string:"));  // no file named
+}
+
+// A client that read the config from a file names it ("source"): the warnings and errors point into
+// the user's file, not at "sync_train_config yaml_as_string:LINE".
+TEST_F(CommandApiTest, SyncTrainConfigNamesTheClientsFile) {
+  start();
+  auto r = api_->post("/sync_train_config", Json{{"yaml_as_string", config_yaml(model_, "  no_such_key: 1\n")},
+                                                 {"source", "configs/mine.yaml"}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  const std::string warnings = r.json()["warnings"].dump();
+  EXPECT_THAT(warnings, HasSubstr("configs/mine.yaml:"));
+  EXPECT_THAT(warnings, ::testing::Not(HasSubstr("yaml_as_string")));
+  r = api_->post("/sync_train_config", Json{{"yaml_as_string", "ajet:\n  rollout:\n    num_repeat: lots\n"},
+                                            {"source", "configs/mine.yaml"}});
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(r.body, HasSubstr("configs/mine.yaml:3"));
+  for (const Json& bad : {Json(3), Json("a\nb"), Json(std::string(600, 'x'))}) {
+    r = api_->post("/sync_train_config", Json{{"yaml_as_string", config_yaml(model_)}, {"source", bad}});
+    EXPECT_EQ(r.status, 400) << bad.dump();
+    EXPECT_THAT(r.body, HasSubstr("'source'"));
+  }
 }
 
 // Upstream's SwarmClient.sync_train_config(AgentJetJob(...)) body: the whole merged swarm default,
@@ -78,8 +100,10 @@ TEST_F(CommandApiTest, SyncTrainConfigAcceptsUpstreamsWholeJobWithWarnings) {
   auto r = api_->post("/sync_train_config", Json{{"yaml_as_string", yaml}});
   ASSERT_EQ(r.status, 200) << r.body;
   const std::string warnings = r.json()["warnings"].dump();
-  EXPECT_THAT(warnings, HasSubstr("ajet.task_judge is not used by the swarm server"));
-  EXPECT_THAT(warnings, HasSubstr("ajet.task_reader is not used by the swarm server"));
+  EXPECT_THAT(warnings, HasSubstr("unknown key 'actor_rollout_ref'"));
+  // The task reader and judge are the clients' keys (they read them from the config they sync).
+  EXPECT_THAT(warnings, ::testing::Not(HasSubstr("ajet.task_judge")));
+  EXPECT_THAT(warnings, ::testing::Not(HasSubstr("ajet.task_reader")));
   EXPECT_THAT(warnings, HasSubstr("'Qwen/Qwen2.5-7B-Instruct' looks like a Hugging Face hub id"));
   EXPECT_THAT(warnings, HasSubstr("cannot download"));
   // With a local model directory the model warning goes.

@@ -173,6 +173,15 @@ TEST_F(EpisodeListTest, TheCliReadsALiveFrontWithUrl) {
   EXPECT_THAT(text.out, HasSubstr("[trained]"));
   EXPECT_THAT(text.out, HasSubstr("-- call 1 . agent solver"));
 
+  // The 12 characters `list` prints are enough, on the front as in the CLI.
+  Captured short_id = run_capture(env + ajet + " episode show --json --indent -1" + url + a.substr(0, 12));
+  ASSERT_EQ(WEXITSTATUS(short_id.status), 0) << short_id.out;
+  EXPECT_EQ(Json::parse(short_id.out), Json::parse(doc.out));
+  Captured short_text = run_capture(env + ajet + " episode show" + url + a.substr(0, 12));
+  ASSERT_EQ(WEXITSTATUS(short_text.status), 0) << short_text.out;
+  EXPECT_THAT(short_text.out, HasSubstr("client client-a"));  // the summary, asked for by the whole uuid
+  EXPECT_EQ(api_->get("/episodes/" + a.substr(0, 8), admin_).json()["episode_uuid"], a);
+
   Captured missing = run_capture(env + ajet + " episode show" + url + "0123456789abcdef0123456789abcdef");
   EXPECT_EQ(WEXITSTATUS(missing.status), 1) << missing.out;
   EXPECT_THAT(missing.out, HasSubstr("404"));

@@ -131,7 +131,7 @@ TEST_F(PrometheusTest, VersionSaysWhatTheBinaryIs) {
   const std::string version = v["version"], commit = v["git_commit"], build_type = v["build_type"];
   Captured printed = run_capture(shell_quote(bin("ajet-swarm").string()) + " --version");
   ASSERT_EQ(printed.status, 0) << printed.out;
-  EXPECT_THAT(printed.out, HasSubstr("ajet-swarm " + version + "\n"));
+  EXPECT_EQ(printed.out, "ajet-swarm " + version + " (commit " + commit + ", build type " + build_type + ")\n");
   EXPECT_TRUE(commit == "unknown" || std::regex_match(commit, std::regex("[0-9a-f]{12}"))) << commit;
   EXPECT_FALSE(build_type.empty());  // this build sets CMAKE_BUILD_TYPE (Release by default)
   EXPECT_EQ(v["protocol"]["swarm_api"], 1);

@@ -117,6 +117,46 @@ TEST(Store, EpisodesCallsAndStateRoundTrip) {
   EXPECT_EQ(store.count_episodes(kEpisodeClaimed), 1);
 }
 
+// `ajet episode list` prints 12 characters of each uuid; `show` and GET /episodes/{uuid} take them.
+TEST(Store, AnEpisodeIsFoundByAUniquePrefixOfItsUuid) {
+  TempDir dir;
+  Store store(dir / "s.db");
+  for (const char* uuid : {"0a1b2c3d4e5f60718293a4b5c6d7e8f9", "0a1b2c3d4e5f6071ffffffffffffffff", "0a1b2c",
+                           "77ee0000000000000000000000000000"}) {
+    store.upsert_episode(episode(uuid));
+  }
+  store.flush().get();
+  EXPECT_EQ(store.resolve_episode_uuid("77ee0000000000000000000000000000"), "77ee0000000000000000000000000000");
+  EXPECT_EQ(store.resolve_episode_uuid("77ee00000000"), "77ee0000000000000000000000000000");
+  EXPECT_EQ(store.resolve_episode_uuid("7"), "77ee0000000000000000000000000000");
+  EXPECT_EQ(store.resolve_episode_uuid("0a1b2c"), "0a1b2c");  // a whole uuid wins over longer ones it starts
+  EXPECT_EQ(store.resolve_episode_uuid("0a1b2c3d4e5f6071f"), "0a1b2c3d4e5f6071ffffffffffffffff");
+  try {
+    store.resolve_episode_uuid("0a1b2c3d");
+    ADD_FAILURE() << "an ambiguous prefix resolved";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("0a1b2c3d is ambiguous: 2 episodes start with it"), std::string::npos)
+        << e.what();
+  }
+  try {
+    store.resolve_episode_uuid("0a1b");
+    ADD_FAILURE() << "an ambiguous prefix resolved";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("3 episodes"), std::string::npos) << e.what();
+  }
+  for (const std::string missing : {"99", "0a1b2c3d4e5f60718293a4b5c6d7e8f9a", "0A1B"}) {
+    try {
+      store.resolve_episode_uuid(missing);
+      ADD_FAILURE() << missing << " resolved";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kNotFound) << missing;
+      EXPECT_NE(std::string(e.what()).find("no episode has the id " + missing), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(store.resolve_episode_uuid(""), Error);
+}
+
 TEST(Store, RetireDeletesCallsAndDoneRunsAfterCommitInOrder) {
   TempDir dir;
   Store store(dir / "s.db");

@@ -268,6 +268,25 @@ TEST_F(EpisodeCli, ShowPrintsCallsAndMarksEveryTokenAsItsLossMaskSays) {
   EXPECT_NE(ids.out.find("[trained]"), std::string::npos);
 }
 
+// `list` prints 12 characters of a uuid: `show` takes any start of a uuid that only one episode has.
+TEST_F(EpisodeCli, ShowTakesAUniquePrefixOfTheUuid) {
+  CliRun whole = run_cli(ajet("show --json" + store_flag() + "ep-cli 2>/dev/null"));
+  ASSERT_EQ(whole.exit_code, 0) << whole.out;
+  CliRun prefix = run_cli(ajet("show --json" + store_flag() + "ep-c 2>/dev/null"));
+  ASSERT_EQ(prefix.exit_code, 0) << prefix.out;
+  EXPECT_EQ(prefix.out, whole.out);
+  CliRun text = run_cli(ajet("show" + store_flag() + "ep-e 2>/dev/null"));
+  ASSERT_EQ(text.exit_code, 0) << text.out;
+  EXPECT_EQ(text.out.rfind("episode ep-eval\n", 0), 0u) << text.out;
+  EXPECT_NE(text.out.find("task task-3"), std::string::npos) << "the summary is read by the whole uuid: " << text.out;
+  CliRun ambiguous = run_cli(ajet("show" + store_flag() + "ep- 2>&1"));
+  EXPECT_EQ(ambiguous.exit_code, 2) << ambiguous.out;
+  EXPECT_NE(ambiguous.out.find("ep- is ambiguous: 3 episodes start with it"), std::string::npos) << ambiguous.out;
+  CliRun none = run_cli(ajet("show" + store_flag() + "ep-x 2>&1"));
+  EXPECT_EQ(none.exit_code, 1) << none.out;
+  EXPECT_NE(none.out.find("no episode has the id ep-x"), std::string::npos) << none.out;
+}
+
 TEST_F(EpisodeCli, ShowErrors) {
   CliRun missing = run_cli(ajet("show" + store_flag() + "no-such-episode 2>&1"));
   EXPECT_EQ(missing.exit_code, 1);

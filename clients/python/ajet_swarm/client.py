@@ -47,6 +47,9 @@ _RECORD_GRACE = 10.0  # seconds an expired record is kept (upstream CLEAN_RECORD
 IN_PROGRESS = "already in progress"
 AGREE_METHODS = ("rollout_until_any_client_agree_sync_weight", "rollout_until_all_clients_agree_sync_weight")
 _SYNC_STATUSES = (WEIGHT_SYNCING, WEIGHT_EXPORTING)
+# The statuses every step passes through (a batch closing, the weights syncing): waiting on them is
+# routine, not worth a warning unless it stalls (_report_wait).
+ROUTINE_STATUSES = (ROLLING, ROLLING_POST, WEIGHT_SYNCING, WEIGHT_EXPORTING)
 
 
 _ABORT_CAUSE = re.compile(r"[a-z0-9_]{1,48}")
@@ -116,6 +119,7 @@ class SwarmClient:
         self._recent_tasks = RecentTasks()
         self._last_log: Dict[str, float] = {}
         self._last_wait_report: Dict[str, Tuple[str, float]] = {}  # what -> (reason, when) last reported
+        self._wait_since: Dict[str, float] = {}  # what -> when the wait going on began
         self._last_connect_error = ""
         # Batch boundaries as observed (add_entering_weight_sync_callback, agree_sync_weight).
         self._obs_lock = threading.Lock()
@@ -197,6 +201,7 @@ class SwarmClient:
                 delay = self.retry.engine_busy
                 continue
             if isinstance(claimed, Episode):
+                self._wait_over("claim")
                 if self.verbose:
                     self._log(f"claimed episode {claimed.episode_uuid}")
                 return claimed
@@ -215,14 +220,14 @@ class SwarmClient:
                 hint = " (no engine started yet: start it with `python3 -m ajet_swarm start --conf FILE`)" \
                     if status == OFFLINE else ""
                 if status == ROLLING:  # ready, but held back (e.g. async max_staleness): the server says why
-                    self._report_wait("claim", f"waiting to claim: {fail_cause}")
+                    self._report_wait("claim", f"waiting to claim: {fail_cause}", routine=True)
                 else:
                     self._report_wait("claim", f"waiting for the engine: status {status}, an episode can be "
-                                               f"claimed in ENGINE.ROLLING{hint}")
+                                               f"claimed in ENGINE.ROLLING{hint}", routine=status in ROUTINE_STATUSES)
                 delay = self.retry.status_poll
             elif fail_cause.startswith("No available episodes"):
                 seen_not_offline = True
-                self._report_wait("claim", f"waiting for a free episode: {fail_cause}")
+                self._report_wait("claim", f"waiting for a free episode: {fail_cause}", routine=True)
                 delay = self.retry.empty_pool
             else:
                 self._report_wait("claim", f"claim_episode failed: {fail_cause}; retrying", logging.WARNING)
@@ -310,8 +315,9 @@ class SwarmClient:
                 return True
         message = resp.error_message()
         if "WEIGHT_SYNCING" in message or "WEIGHT_EXPORTING" in message:
-            logger.warning("end_episode %s: the engine already moved on to a weight update; the episode is dropped "
-                           "(expected at batch boundaries): %s", episode_uuid, message)
+            # The batch closed while this episode ran: part of every weight sync, not a problem.
+            logger.info("end_episode %s: the engine already moved on to a weight update; the episode is dropped "
+                        "(expected at batch boundaries): %s", episode_uuid, message)
             return False
         raise SwarmCommandError(f"end_episode {episode_uuid} refused by {self.server_url} ({resp.status}): {message}",
                                 resp.status, message)
@@ -505,8 +511,11 @@ class SwarmClient:
         if not isinstance(config, (str, bytes, dict, os.PathLike)):
             self._agentjet_job = config
         text = config_yaml.config_text(config)
-        data = self._json_or_raise(self._post_admin("/sync_train_config", {"yaml_as_string": text}),
-                                   "sync_train_config")
+        body = {"yaml_as_string": text}
+        source = config_yaml.config_source(config)
+        if source is not None:  # the server names the file in its warnings, not "sync_train_config yaml_as_string"
+            body["source"] = source
+        data = self._json_or_raise(self._post_admin("/sync_train_config", body), "sync_train_config")
         warnings = [str(w) for w in data.get("warnings") or []]
         if len(warnings) == 1:
             logger.warning("sync_train_config: %s", warnings[0])
@@ -611,6 +620,7 @@ class SwarmClient:
         while True:
             status, info = self.get_engine_status()
             if status in wanted:
+                self._wait_over("status")
                 return info
             if status not in (OFFLINE, CANNOT_CONNECT):
                 seen_not_offline = True
@@ -620,7 +630,7 @@ class SwarmClient:
                     f"{info.get('engine_status_detail') or 'no detail (stopped, or failed to boot: see the server log)'}")
             detail = info.get("engine_status_detail") if info else self._last_connect_error
             self._report_wait("status", f"waiting for the engine: status {status}, want {desired}"
-                                        + (f" ({detail})" if detail else ""))
+                                        + (f" ({detail})" if detail else ""), routine=status in ROUTINE_STATUSES)
             self._sleep_until(self.retry.status_poll, deadline, desired)
 
     def _wait_until_status_change_to(self, desired_status: Optional[str] = None,
@@ -716,8 +726,10 @@ class SwarmClient:
         while True:
             status, _ = self.get_engine_status()
             if status in (OFFLINE, BOOTING, WEIGHT_SYNCING, WEIGHT_EXPORTING):
-                logger.warning("agree_sync_weight: the engine is %s, abandoning the agreement (the server resets "
-                               "agreements at a batch boundary anyway)", status)
+                # Mid weight sync the boundary this agreement was for is already under way: no problem.
+                logger.log(logging.INFO if status in (WEIGHT_SYNCING, WEIGHT_EXPORTING) else logging.WARNING,
+                           "agree_sync_weight: the engine is %s, abandoning the agreement (the server resets "
+                           "agreements at a batch boundary anyway)", status)
                 return False
             baseline = self._fetch_pool(report=False)
             method = baseline.get("sample_collection_method")
@@ -755,10 +767,12 @@ class SwarmClient:
                     logger.warning("agree_sync_weight: the engine went to ENGINE.OFFLINE before the weight update")
                     return False
                 if reason:
+                    self._wait_over("agree")
                     self._log(f"agree_sync_weight: batch boundary seen ({reason})")
                     return True
                 self._report_wait("agree", "agree_sync_weight: agreed; waiting for the batch boundary (the trigger "
-                                           f"{pool.get('sample_collection_method', '?')} has not fired yet)")
+                                           f"{pool.get('sample_collection_method', '?')} has not fired yet)",
+                                  routine=True)
             self._sleep_until(self.retry.status_poll, deadline, "the batch boundary after agree_sync_weight")
 
     def _boundary_reason(self, before: Dict[str, Any], now: Dict[str, Any]) -> str:
@@ -1031,19 +1045,32 @@ class SwarmClient:
             seconds = min(seconds, left)
         time.sleep(seconds)
 
-    def _report_wait(self, what: str, reason: str, level: int = logging.INFO) -> None:
+    def _report_wait(self, what: str, reason: str, level: int = logging.INFO, routine: bool = False) -> None:
         """Says why a wait (`what`: "claim", "status", ...) goes on: when the reason changes and then every
-        `retry.wait_report` s. Not silenced by `verbose`, and raised to WARNING when the logger would
-        drop INFO (an agent that never configured logging still sees why it waits)."""
+        `retry.wait_report` s. Not silenced by `verbose`. Where the logger drops INFO (an agent that
+        never configured logging), a wait that needs the user (no engine, a booting one, no server, an
+        error) is raised to WARNING at once; a `routine` one (a weight sync, a full pool, a claim held
+        back: part of every step) only once it has gone on for `retry.stall_warning` s."""
         now = time.monotonic()
         with self._lock:
+            since = self._wait_since.setdefault(what, now)
             last = self._last_wait_report.get(what)
             if last is not None and last[0] == reason and now - last[1] < self.retry.wait_report:
                 return
             self._last_wait_report[what] = (reason, now)
         if not logger.isEnabledFor(level):
+            if routine and now - since < self.retry.stall_warning:
+                return
+            if routine:
+                reason += f" (waiting for {now - since:.0f} s)"
             level = logging.WARNING
         logger.log(level, "%s", reason)
+
+    def _wait_over(self, what: str) -> None:
+        """The wait `what` ended: the next one starts its clock (and its first report) afresh."""
+        with self._lock:
+            self._wait_since.pop(what, None)
+            self._last_wait_report.pop(what, None)
 
     def _log(self, message: str, level: int = logging.INFO, force: bool = False) -> None:
         """Logs, dropping a repeat of the same line within one second (upstream logger_info); INFO

@@ -87,6 +87,17 @@ def _sequence(items: List[Any], indent: int, lines: List[str]) -> None:
             lines.append(pad + "- " + ("{}" if isinstance(v, dict) else "[]" if isinstance(v, (list, tuple)) else _scalar(v)))
 
 
+def config_source(config: Any) -> Optional[str]:
+    """The file `config_text(config)` reads verbatim (a path, or one line naming a .yaml file), for the
+    server to name in its warnings with the file's own line numbers; None for text made here."""
+    if isinstance(config, os.PathLike):
+        return os.fspath(config)
+    if isinstance(config, str) and "\n" not in config and config.strip().endswith((".yaml", ".yml")) \
+            and ":" not in config:
+        return config.strip()
+    return None
+
+
 def config_text(config: Any) -> str:
     """The YAML text of `config`: a YAML string, a path to a YAML file, a dict, or an object with
     `to_yaml()` / `to_dict()` / `.config.to_dict()` (upstream's AgentJetJob)."""

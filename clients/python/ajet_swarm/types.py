@@ -165,6 +165,8 @@ class RetryPolicy:
     end_episode_attempts: int = 5  # end_episode is retried on connection errors (it is idempotent)
     cannot_connect_retry: float = 4.0  # auto_sync_train_config_and_start_engine, once (upstream 16 s)
     wait_report: float = 5.0  # a wait that goes on says why at least this often (never silently)
+    # A routine wait (a weight sync, a full pool) is a WARNING where INFO is not shown only after this long.
+    stall_warning: float = 30.0
     jitter: float = 0.1
 
     def delay(self, seconds: float) -> float:

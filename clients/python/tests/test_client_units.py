@@ -305,7 +305,15 @@ class RetryRulesTest(unittest.TestCase):
         with self.assertLogs("ajet_swarm", "WARNING") as logs:
             c.begin_episode()
         self.assertIn("waiting for the engine: status ENGINE.BOOTING", logs.output[0])
-        self.assertIn("waiting for a free episode: No available episodes", logs.output[1])
+        # A full pool is part of every step: said at INFO, a WARNING only once it stalls (below).
+        self.assertEqual(len(logs.output), 1, logs.output)
+        s.answers["/claim_episode"] = [
+            claim_fail("No available episodes to claim. Try again (maybe 1 minute) later."), claim_ok()]
+        stalling = SwarmClient(s.url, retry=dataclasses.replace(FAST, stall_warning=0), verbose=False)
+        with self.assertLogs("ajet_swarm", "WARNING") as logs:
+            stalling.begin_episode()
+        self.assertIn("waiting for a free episode: No available episodes", logs.output[0])
+        self.assertIn("(waiting for 0 s)", logs.output[0])
         port = s.server_address[1]
         s.shutdown()
         s.server_close()  # nothing listens on the port any more
@@ -333,6 +341,25 @@ class RetryRulesTest(unittest.TestCase):
         self.assertIn("waiting for the engine: status ENGINE.BOOTING", r.stderr)
         self.assertIn("waiting for a free episode: No available episodes", r.stderr)
 
+    def test_a_normal_weight_sync_logs_no_warning(self):
+        # Every step used to log two WARNING lines in an agent without logging configured: the claim
+        # waiting through ROLLING_POST / WEIGHT_SYNCING, and the episode that ended after the batch closed.
+        s = self.serve({"/claim_episode": [
+            claim_ok("ep1"),
+            claim_fail("Engine not ready. Current status: [ENGINE.ROLLING_POST]. Wait."),
+            claim_fail("Engine not ready. Current status: [ENGINE.WEIGHT_SYNCING]. Wait."),
+            claim_fail("Engine not ready. Current status: [ENGINE.WEIGHT_EXPORTING]. Wait."),
+            claim_fail("No available episodes to claim. Try again (maybe 1 minute) later."),
+            claim_ok("ep2")],
+            "/end_episode": [(400, {"error": {"message": "Engine is not in rolling state. Current status: "
+                                                         "[ENGINE.WEIGHT_SYNCING]. Cannot end episode."}})],
+            "/get_engine_status": [(200, {"engine_status": "ENGINE.WEIGHT_SYNCING", "global_step": 3})]})
+        c = SwarmClient(s.url, retry=FAST, verbose=False)
+        with self.assertNoLogs("ajet_swarm", "WARNING"):
+            c.begin_episode()
+            self.assertFalse(c.end_episode("t", "ep1", 1.0))
+            self.assertEqual(c.begin_episode().episode_uuid, "ep2")
+
     def test_claim_gives_up_after_max_wait_and_when_the_engine_goes_offline(self):
         s = self.serve({"/claim_episode": [claim_fail("No available episodes to claim.")]})
         with self.assertRaises(SwarmTimeoutError):
@@ -349,9 +376,10 @@ class RetryRulesTest(unittest.TestCase):
             (404, {"error": {"message": "Episode ep1 is claimed by different client: a, but got b."}})]})
         c = SwarmClient(s.url, retry=FAST, verbose=False)
         c.begin_episode()
-        with self.assertLogs("ajet_swarm", "WARNING") as logs:
+        with self.assertLogs("ajet_swarm", "INFO") as logs:
             self.assertFalse(c.end_episode("t", "ep1", 1.0))
         self.assertIn("weight update", logs.output[0])
+        self.assertTrue(logs.output[0].startswith("INFO:"), logs.output)  # expected at a boundary: no warning
         with self.assertRaisesRegex(SwarmCommandError, "different client") as e:
             c.end_episode("t", "ep1", 1.0)
         self.assertEqual(e.exception.status, 404)
@@ -461,7 +489,7 @@ class RetryRulesTest(unittest.TestCase):
         cause = ("Engine not ready. Current status: [ENGINE.ROLLING]. The trainer is 2 batches behind "
                  "(ajet.async.max_staleness = 1); claims resume when it catches up.")
         s = self.serve({"/claim_episode": [claim_fail(cause), claim_ok()]})
-        with self.assertLogs("ajet_swarm", "WARNING") as logs:
+        with self.assertLogs("ajet_swarm", "INFO") as logs:
             SwarmClient(s.url, retry=FAST, verbose=False).begin_episode()
         self.assertIn("The trainer is 2 batches behind", logs.output[0])
         self.assertNotIn("can be claimed in ENGINE.ROLLING", logs.output[0])

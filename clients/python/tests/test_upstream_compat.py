@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import sys
 import tempfile
 import threading
@@ -291,6 +292,21 @@ class WireTest(ServedTest):
         sent = from_yaml(s.requests[-1][1]["yaml_as_string"])
         self.assertEqual(sent, job.config.to_dict())
         self.assertEqual((sent["ajet"]["model"]["path"], sent["ajet"]["engine"]), ("/models/m", {"threads": 2}))
+        self.assertNotIn("source", s.requests[-1][1])  # made here: its line numbers are no file's
+
+    def test_sync_train_config_from_a_file_names_the_file(self):
+        # The server's warnings used to name "sync_train_config yaml_as_string:LINE" for the user's own file.
+        s = self.serve({"/sync_train_config": [(200, {"success": True, "warnings": []})]})
+        c = self.client(s.url)
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "job.yaml")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write("ajet:\n  model: {path: /models/m}\n")
+            for config in (path, pathlib.Path(path)):
+                c.sync_train_config(config)
+                body = s.requests[-1][1]
+                self.assertEqual((body["source"], body["yaml_as_string"]),
+                                 (path, "ajet:\n  model: {path: /models/m}\n"))
 
     def test_wait_until_status_change_to_takes_one_status_or_a_list(self):
         s = self.serve({"/get_engine_status": [status("ENGINE.BOOTING"), status("ENGINE.ROLLING_POST")]})
@@ -374,8 +390,9 @@ class BoundaryRuleTest(ServedTest):
                         "/get_current_batch_rollout_pool_information": [pool_info(
                             active=[{"client_uuid": "me", "agreed_sync_weight": True}])]})
         c = self.client(s.url, client_uuid="me")
-        with self.assertLogs("ajet_swarm", "WARNING"):
+        with self.assertLogs("ajet_swarm", "INFO") as logs:  # the boundary is under way: routine, no warning
             self.assertFalse(c.agree_sync_weight())
+        self.assertEqual([line.split(":")[0] for line in logs.output], ["INFO"], logs.output)
         self.assertNotIn("/agree_sync_weight", s.paths())
         s.answers["/get_engine_status"] = [status(ROLLING)]
         with self.assertRaises(SwarmTimeoutError):  # agreed, but the trigger never fires
