@@ -50,10 +50,7 @@ TrainingOptions training_options(const EngineOptions& options) {
   t.threads = options.threads;
   if (!options.config) return t;
   const config::Config& c = *options.config;
-  t.backbone = c.backbone;
-  if (t.backbone != "torch" && t.backbone != "async" && t.backbone != "debug") {
-    invalid_argument("ajet.backbone must be torch, async or debug, got '" + t.backbone + "'");
-  }
+  t.backbone = config::backbone_of(c);
   t.async_trainer_threads = int(c.async.trainer_threads);
   t.async_decode_threads = int(c.async.decode_threads_while_training);
   t.async_trainer_nice = int(c.async.trainer_nice);
@@ -71,7 +68,7 @@ struct TrainMethods::Impl {
   std::unique_ptr<train::Trainer> trainer;  // built on first use, then only on the caller's thread
 
   Impl(infer::InferenceEngine& e, ModelInfo info, TrainingOptions o)
-      : engine(e), model_info(std::move(info)), options(std::move(o)), async(options.backbone == "async") {}
+      : engine(e), model_info(std::move(info)), options(std::move(o)), async(options.backbone == config::Backbone::kAsync) {}
 
   int all_threads() const {
     return options.threads > 0 ? options.threads : int(std::max(1u, std::thread::hardware_concurrency()));
@@ -97,7 +94,7 @@ struct TrainMethods::Impl {
   }
 
   void require_training(std::string_view method) const {
-    if (options.backbone == "debug") {
+    if (!config::trains(options.backbone)) {
       fail(ErrorCode::kFailedPrecondition,
            std::string(method) + ": the engine runs backbone 'debug' (inference only, never trains)");
     }
@@ -132,7 +129,7 @@ struct TrainMethods::Impl {
     train::Trainer::State state = trainer->state();
     state.policy_version = served_version;
     trainer->load_state(state);
-    log().info("trainer ready (backbone {}, {}, policy version {})", options.backbone,
+    log().info("trainer ready (backbone {}, {}, policy version {})", config::backbone_name(options.backbone),
                options.trainer.lora.enabled() ? "LoRA rank " + std::to_string(options.trainer.lora.rank)
                                               : std::string("full fine-tuning"),
                served_version);
@@ -225,7 +222,7 @@ Json TrainMethods::train_step(const rpc::TrainBatch& rpc_batch) {
   Json reply = metrics.to_json();
   reply["trainer_policy_version"] = metrics.policy_version;
   reply["policy_version"] = s.engine.policy_version();  // the version now served
-  reply["backbone"] = s.options.backbone;
+  reply["backbone"] = std::string(config::backbone_name(s.options.backbone));
   reply["step_time_s"] = seconds_since(start);
   reply["inference_paused_s"] = paused;
   reply.update(reply_extra);

@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 
+#include "config/backbone.h"
 #include "common/json.h"
 #include "engine/options.h"
 #include "engine/runtime.h"
@@ -30,7 +31,7 @@ namespace ajet::engine {
 class EngineService;
 
 struct TrainingOptions {
-  std::string backbone = "torch";  // torch | async | debug
+  config::Backbone backbone = config::Backbone::kTorch;
   train::TrainerOptions trainer;
   std::filesystem::path checkpoint_base_dir = "./saved_checkpoints";  // save_checkpoint's default
   int64_t keep_last = 3;                                               // <= 0 keeps all

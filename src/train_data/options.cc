@@ -5,6 +5,7 @@
 #include <numbers>
 
 #include "common/error.h"
+#include "config/backbone.h"
 #include "config/config.h"
 
 namespace ajet::train {
@@ -103,7 +104,7 @@ TrainerOptions TrainerOptions::from_config(const config::Config& c) {
   o.loss.kl_coef = tc.kl_loss_coef;
   o.loss.kl_type = kl_type_from_name(tc.kl_loss_type);
   o.loss.entropy_coef = tc.entropy_coeff;
-  if (c.backbone == "async") {
+  if (config::backbone_of(c) == config::Backbone::kAsync) {
     o.loss.correction = correction_from_name(c.async.off_policy_correction);
     o.loss.is_cap = c.async.importance_weight_cap;
   }
