@@ -10,6 +10,7 @@
 #include "client/swarm_client.h"
 #include "common/json.h"
 #include "common/time_text.h"
+#include "config/backbone.h"
 
 namespace ajet::client {
 
@@ -211,33 +212,41 @@ std::string number_or_dash(const Json& j, const char* key, const char* format) {
   return fmt::format(fmt::runtime(format), it->get<double>());
 }
 
+// The pool's backbone name (the wire's) is the debug backbone: nothing trains.
+bool is_debug_backbone(const std::string& name) {
+  try {
+    return !config::trains(config::parse_backbone(name));
+  } catch (const Error&) {
+    return false;  // an older or newer front's name
+  }
+}
+
 // The newest trained batch of GET /get_engine_status `recent_batches` (this server's model): reward,
 // success, loss, KL; a newer batch that was not trained is named with its error.
 void add_last_batch(Lines& lines, const OverwatchSnapshot& s) {
-  const Json recent = s.status.value("recent_batches", Json::array());
-  const Json* trained = nullptr;
-  const Json* refused = nullptr;  // newer than `trained`
-  for (auto b = recent.rbegin(); recent.is_array() && b != recent.rend(); ++b) {
-    if (!b->is_object()) continue;
-    if (b->value("trained", false)) {
+  const std::vector<BatchOutcome> recent = parse_recent_batches(s.status);
+  const BatchOutcome* trained = nullptr;
+  const BatchOutcome* refused = nullptr;  // newer than `trained`
+  for (auto b = recent.rbegin(); b != recent.rend(); ++b) {
+    if (b->trained) {
       trained = &*b;
       break;
     }
     if (refused == nullptr) refused = &*b;
   }
-  if (trained == nullptr && str_of(s.pool, "backbone") == "debug") {
+  if (trained == nullptr && is_debug_backbone(str_of(s.pool, "backbone"))) {
     lines.add(fmt::format("Newest trained batch: none (debug backbone: {} batches recorded, nothing trains)",
                           int_of(s.pool, "batches_recorded")),
               LineStyle::kDim);
   } else if (trained == nullptr) {
     lines.add("Newest trained batch: none yet", LineStyle::kDim);
   } else {
-    const Json stats = trained->value("stats", Json::object());
+    const Json stats = trained->stats.is_object() ? trained->stats : Json::object();
     const Json rollout = stats.value("rollout", Json::object());
     auto success = rollout.find("success_rate");
     lines.add(fmt::format("Newest trained batch: step {} (batch {})  episodes {}  reward mean {} ± {}  success {}  "
                           "loss {}  KL {}",
-                          int_of(*trained, "global_step"), int_of(*trained, "batch_id"), int_of(rollout, "episodes"),
+                          trained->global_step, trained->batch_id, int_of(rollout, "episodes"),
                           number_or_dash(rollout, "reward_mean", "{:+.3f}"),
                           number_or_dash(rollout, "reward_std", "{:.3f}"),
                           success != rollout.end() && success->is_number()
@@ -247,9 +256,8 @@ void add_last_batch(Lines& lines, const OverwatchSnapshot& s) {
               LineStyle::kGood);
   }
   if (refused != nullptr) {
-    const Json error = refused->value("error", Json::object());
-    lines.add(fmt::format("  batch {} (step {}) was not trained: {}: {}", int_of(*refused, "batch_id"),
-                          int_of(*refused, "global_step"), str_of(error, "code"), str_of(error, "message")),
+    lines.add(fmt::format("  batch {} (step {}) was not trained: {}: {}", refused->batch_id, refused->global_step,
+                          refused->error_code(), str_of(refused->error, "message")),
               LineStyle::kBad);
   }
 }

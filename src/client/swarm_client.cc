@@ -503,6 +503,49 @@ Json SwarmClient::get_episode_buffer() {
                                                                                                      Json::array());
 }
 
+std::vector<BatchOutcome> parse_recent_batches(const Json& status_body) {
+  std::vector<BatchOutcome> out;
+  auto it = status_body.find("recent_batches");
+  if (it == status_body.end() || !it->is_array()) return out;
+  for (const Json& b : *it) {
+    if (!b.is_object()) continue;
+    BatchOutcome o;
+    o.batch_id = b.value("batch_id", int64_t{0});
+    o.global_step = b.value("global_step", int64_t{-1});
+    o.trained = b.value("trained", false);
+    o.stats = b.value("stats", Json(nullptr));
+    o.error = b.value("error", Json::object());
+    out.push_back(std::move(o));
+  }
+  return out;
+}
+
+int64_t BatchOutcome::policy_version() const {
+  return stats.is_object() ? stats.value("policy_version", int64_t{-1}) : -1;
+}
+
+std::string BatchOutcome::error_code() const { return error.is_object() ? error.value("code", "") : ""; }
+
+const BatchOutcome* EngineStatus::batch_formed_at(int64_t step) const {
+  for (auto b = recent_batches.rbegin(); b != recent_batches.rend(); ++b) {
+    if (b->global_step == step) return &*b;
+  }
+  return nullptr;
+}
+
+const BatchOutcome* EngineStatus::newest_batch() const {
+  return recent_batches.empty() ? nullptr : &recent_batches.back();
+}
+
+const BatchOutcome* EngineStatus::batch_trained_into(int64_t version, bool synchronous) const {
+  for (auto b = recent_batches.rbegin(); b != recent_batches.rend(); ++b) {
+    if (b->trained && b->stats.is_object() && b->policy_version() == version) return &*b;
+  }
+  if (!synchronous) return nullptr;
+  const BatchOutcome* formed = batch_formed_at(version - 1);
+  return formed != nullptr && formed->trained && formed->stats.is_object() ? formed : nullptr;
+}
+
 EngineStatus SwarmClient::get_engine_status() {
   EngineStatus s;
   s.status = kCannotConnect;
@@ -518,6 +561,7 @@ EngineStatus SwarmClient::get_engine_status() {
     if (auto d = data.find("engine_status_detail"); d != data.end() && d->is_string()) s.detail = *d;
     if (auto g = data.find("global_step"); g != data.end() && g->is_number()) s.global_step = g->get<int64_t>();
     if (auto e = data.find("engine_run"); e != data.end() && e->is_string()) s.engine_run = *e;
+    s.recent_batches = parse_recent_batches(data);
     s.body = std::move(data);
   } catch (const SwarmError& e) {
     log().debug("swarm client: get_engine_status: {}", e.what());

@@ -8,6 +8,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/error.h"
 #include "common/json.h"
@@ -113,13 +114,38 @@ struct ClaimOptions {
   std::function<void(const std::string& fail_cause)> on_wait;
 };
 
+// One entry of GET /get_engine_status `recent_batches` (the front's newest batches, oldest first):
+// a batch handed to the trainer, and whether it trained.
+struct BatchOutcome {
+  int64_t batch_id = 0;
+  int64_t global_step = -1;  // the global step the batch was formed at
+  bool trained = false;
+  Json stats;                // the trainer's statistics (null when it did not train)
+  Json error;                // {"code", "message"} when it did not train ({} otherwise)
+  // The policy version the trainer's statistics name (stats.policy_version; -1 when absent).
+  int64_t policy_version() const;
+  std::string error_code() const;
+};
+
 struct EngineStatus {
   std::string status;   // ENGINE.* (kCannotConnect when unreachable)
   std::string detail;   // engine_status_detail ("" when null)
   int64_t global_step = 0;
   std::string engine_run;  // (ext) the running engine's start_engine name ("" when OFFLINE or unnamed)
+  std::vector<BatchOutcome> recent_batches;  // oldest first
   Json body;            // the whole answer ({} when unreachable)
+
+  // The newest record of the batch formed at `global_step`, or null.
+  const BatchOutcome* batch_formed_at(int64_t global_step) const;
+  // The newest record, or null.
+  const BatchOutcome* newest_batch() const;
+  // The trained batch whose training made policy `version` (its stats name the version); with
+  // `synchronous` also the trained batch formed at version - 1 (an engine that names no version).
+  const BatchOutcome* batch_trained_into(int64_t version, bool synchronous) const;
 };
+
+// recent_batches of a GET /get_engine_status answer (entries that are not objects are skipped).
+std::vector<BatchOutcome> parse_recent_batches(const Json& status_body);
 
 enum class EndResult {
   kEnded,          // stored by the server
