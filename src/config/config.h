@@ -270,11 +270,30 @@ struct EngineConfig {
   int64_t seed = 0;
 };
 
+// ajet.multi_model: several models trained together, each with its own front and engine (classic
+// mode; docs/classic.md "Several models"). Empty `models`: a run of one model.
+struct MultiModelConfig {
+  std::string workflow = "calc_duo";  // the built-in multi-model agent
+  Json models = Json::array();        // [{name, path}]; multi_model_members() reads and checks them
+  bool enabled() const { return !models.empty(); }
+};
+
+struct MultiModelMember {
+  std::string name;  // metric prefix and experiment subdirectory: a-z, 0-9, _ and -
+  std::string path;  // its model directory (relative to the config file's directory)
+};
+inline constexpr size_t kMaxMultiModelMembers = 8;
+// The members of ajet.multi_model. Problems go to `problems`, or (null) throw Error(kInvalidArgument)
+// naming the key.
+std::vector<MultiModelMember> multi_model_members(const MultiModelConfig& mm,
+                                                  std::vector<std::string>* problems = nullptr);
+
 struct Config {
   std::string project_name = "ajet_default_project";
   std::string experiment_name = "read_yaml_name";
   std::string experiment_dir = "auto";
-  std::string backbone = "torch";  // torch | async | debug
+  std::string backbone = "torch";  // torch | async | debug (config/backbone.h: the typed view)
+  MultiModelConfig multi_model;
   ModelConfig model;
   DataConfig data;
   RolloutConfig rollout;

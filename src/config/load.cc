@@ -238,7 +238,7 @@ void assign(const Field& f, const YAML::Node& node, const Ctx& ctx) {
       }
     }
     void operator()(Json* out) const {
-      if (!node.IsMap()) ctx.type_error(f, node);
+      if (f.json_list ? !node.IsSequence() : !node.IsMap()) ctx.type_error(f, node);
       Expansion expansion{f, ctx};
       *out = yaml_to_json(node, expansion);
     }
@@ -624,11 +624,57 @@ std::optional<std::string> truncated_rollout_warning(const Config& config, std::
                                : "ajet.trainer_common.old_logprob_source: rollout");
 }
 
+std::vector<MultiModelMember> multi_model_members(const MultiModelConfig& mm, std::vector<std::string>* problems) {
+  std::vector<MultiModelMember> out;
+  std::vector<std::string> local;
+  std::vector<std::string>& p = problems != nullptr ? *problems : local;
+  const std::string where = "ajet.multi_model.models";
+  if (!mm.models.is_array() || mm.models.size() > kMaxMultiModelMembers) {
+    p.push_back(fmt::format("{} must be a list of at most {} {{name, path}}", where, kMaxMultiModelMembers));
+    return out;
+  }
+  std::set<std::string> names;
+  for (size_t i = 0; i < mm.models.size(); ++i) {
+    const Json& m = mm.models[i];
+    const std::string at = fmt::format("{}[{}]", where, i);
+    auto text = [&](const char* key) -> std::string {
+      const Json v = m.is_object() ? m.value(key, Json()) : Json();
+      if (v.is_string() && !v.get<std::string>().empty()) return v.get<std::string>();
+      p.push_back(at + "." + key + " must be a non-empty string");
+      return "";
+    };
+    if (!m.is_object()) {
+      p.push_back(at + " must be a mapping {name, path}");
+      continue;
+    }
+    MultiModelMember member{text("name"), text("path")};
+    if (member.name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_-") != std::string::npos) {
+      p.push_back(at + ".name '" + member.name + "' may only hold a-z, 0-9, _ and - (it names a directory)");
+    } else if (!member.name.empty() && !names.insert(member.name).second) {
+      p.push_back(at + ".name '" + member.name + "' is used twice");
+    }
+    out.push_back(std::move(member));
+  }
+  if (!mm.models.empty() && mm.workflow == "calc_duo" && mm.models.size() != 2) {
+    p.push_back(fmt::format("{}: calc_duo needs exactly two models (the caller, then the answerer), got {}", where,
+                            mm.models.size()));
+  }
+  if (problems == nullptr && !local.empty()) invalid_argument(local.front());
+  return out;
+}
+
+namespace {
+void check_multi_model(const MultiModelConfig& mm, std::vector<std::string>& problems) {
+  multi_model_members(mm, &problems);
+}
+}  // namespace
+
 void validate(const Config& config, std::string_view source) {
   Config copy = config;  // config_fields needs mutable targets; the copy is never written
   std::vector<std::string> problems;
   check_bounds(config_fields(copy), problems);
   check_cocktail(config.task_reader.cocktail, problems);
+  check_multi_model(config.multi_model, problems);
   const auto& r = config.rollout;
   const auto& d = config.data;
   auto relation = [&](bool ok, std::string message) {

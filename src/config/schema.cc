@@ -11,6 +11,7 @@ struct Opt {
   std::vector<std::pair<std::string, std::string>> aliases = {};
   std::optional<int64_t> auto_value = std::nullopt;
   bool choice_checked_when_used = false;
+  bool json_list = false;
 };
 
 class Table {
@@ -18,7 +19,8 @@ class Table {
   template <class T>
   void add(std::string key, T& member, std::string doc, Opt opt = {}) {
     fields.push_back(Field{"ajet." + std::move(key), FieldTarget(&member), std::move(doc), std::move(opt.choices),
-                           opt.min, opt.max, std::move(opt.aliases), opt.auto_value, opt.choice_checked_when_used});
+                           opt.min, opt.max, std::move(opt.aliases), opt.auto_value, opt.choice_checked_when_used,
+                           opt.json_list});
   }
   std::vector<Field> fields;
 };
@@ -76,6 +78,11 @@ std::vector<Field> config_fields(Config& c) {
   t.add("experiment_dir", c.experiment_dir, "experiment directory; `auto` is `{--exp-dir}/{experiment_name}`");
   t.add("backbone", c.backbone, "torch: synchronous RL; async: rollouts continue while training; debug: inference only",
         {.choices = {"torch", "async", "debug"}, .aliases = {{"verl", "torch"}, {"trinity", "async"}}});
+  t.add("multi_model.workflow", c.multi_model.workflow, "the built-in agent of a run with several models",
+        {.choices = {"calc_duo"}});
+  t.add("multi_model.models", c.multi_model.models,
+        "several models trained together: [{name, path}] (each its own front and engine; docs/classic.md)",
+        {.json_list = true});
   t.add("model.path", c.model.path, "model directory in Hugging Face layout (config.json, safetensors, tokenizer)");
   // Lengths and batch.
   t.add("data.max_prompt_length", c.data.max_prompt_length, "max tokens of a training sample's prompt", {.min = 1});

@@ -33,6 +33,7 @@ struct Field {
   // A value outside `choices` is an error only when the run would use the key (checked after parsing,
   // load.cc); otherwise a warning, and the default stays. For settings of switched-off features.
   bool choice_checked_when_used = false;
+  bool json_list = false;  // Json fields: a list (of mappings) instead of a mapping
 };
 
 // The KL estimators the trainer has (ajet.trainer_common.kl_loss_type), the default first: verl's

@@ -120,7 +120,7 @@ TEST(MultiModelSpec, IsReadAndCheckedKeyByKey) {
 
   EXPECT_THAT(spec_error("  multi_model: 3\n"), HasSubstr("ajet.multi_model must be a mapping"));
   EXPECT_THAT(spec_error("  multi_model:\n    workflow: chess\n    models: []\n"),
-              HasSubstr("unknown multi-model workflow 'chess'"));
+              HasSubstr("ajet.multi_model.workflow must be one of [calc_duo], got 'chess'"));
   EXPECT_THAT(spec_error("  multi_model:\n    models:\n      - {name: a, path: x}\n"),
               HasSubstr("calc_duo needs exactly two models"));
   EXPECT_THAT(spec_error("  multi_model:\n    models:\n      - {name: a, path: x}\n      - {name: a, path: y}\n"),
