@@ -146,9 +146,14 @@ Json trainer_metrics(const Json& status_body, const Json& pool_info) {
 
 std::string progress_bar(int64_t step, int64_t total_steps, int64_t done, int64_t total, double reward_mean,
                          double tokens_per_s, int width) {
+  return progress_bar(StepProgress{step, total_steps, {}, {}}, done, total, reward_mean, tokens_per_s, width);
+}
+
+std::string progress_bar(const StepProgress& progress, int64_t done, int64_t total, double reward_mean,
+                         double tokens_per_s, int width) {
   int filled = total > 0 ? int(std::lround(double(width) * double(done) / double(total))) : width;
   filled = std::clamp(filled, 0, width);
-  return fmt::format("step {}/{} [{}{}] {}/{} episodes  reward {:.3f}  {:.0f} tok/s", step, total_steps,
+  return fmt::format("step {} [{}{}] {}/{} episodes  reward {:.3f}  {:.0f} tok/s", progress.label(),
                      std::string(size_t(filled), '#'), std::string(size_t(width - filled), '.'), done, total,
                      reward_mean, tokens_per_s);
 }
@@ -175,10 +180,14 @@ std::string opt(const char* label, std::optional<double> v, const char* format) 
 }  // namespace
 
 std::string step_line(const Json& record, int64_t total_steps) {
+  return step_line(record, fmt::format("{}/{}", record.at("step").get<int64_t>(), total_steps));
+}
+
+std::string step_line(const Json& record, const std::string& progress_label) {
   const Json& r = record.at("rollout");
   const Json trainer = record.value("trainer", Json::object());
-  std::string line = fmt::format("step {}/{}  reward {:.3f}  success {:.1f}%", record.at("step").get<int64_t>(),
-                                 total_steps, r.value("reward_mean", 0.0), 100.0 * r.value("success_rate", 0.0));
+  std::string line = fmt::format("step {}  reward {:.3f}  success {:.1f}%", progress_label, r.value("reward_mean", 0.0),
+                                 100.0 * r.value("success_rate", 0.0));
   line += opt("loss", pick(trainer, {"loss", "pg_loss", "policy_loss"}), "{:.4f}");
   line += opt("kl", pick(trainer, {"kl", "kl_loss", "ppo_kl"}), "{:.4f}");
   line += opt("entropy", pick(trainer, {"entropy"}), "{:.3f}");

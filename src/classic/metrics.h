@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "classic/episode_runner.h"
+#include "classic/run_loop.h"
 #include "common/json.h"
 
 namespace ajet::classic {
@@ -52,9 +53,14 @@ Json trainer_metrics(const Json& status_body, const Json& pool_info);
 // "step 3/20 [#######.....] 96/128 episodes  reward 0.41  312 tok/s"
 std::string progress_bar(int64_t step, int64_t total_steps, int64_t done, int64_t total, double reward_mean,
                          double tokens_per_s, int width = 24);
+// The same with the run's progress label: "step 3/~20 (1m10s left) [###...] ..." in a time-bounded run.
+std::string progress_bar(const StepProgress& progress, int64_t done, int64_t total, double reward_mean,
+                         double tokens_per_s, int width = 24);
 // "step 3/20  reward 0.412  success 38.3%  loss 0.0123  kl 0.0004  entropy 0.81  merge 3.10x  12.4 s"; async
 // records add "staleness 0.62/1" (mean/max policy versions behind) before the time
 std::string step_line(const Json& record, int64_t total_steps);
+// The same with the run's progress label (StepProgress::label) after "step ".
+std::string step_line(const Json& record, const std::string& progress_label);
 // "val @ step 3  greedy 45.0%  pass@4 71.0%  T=1.0 success 40.5%  (100 tasks)"
 std::string validation_line(const Json& record);
 // What the run did to held-out success: the first and the last validation record among `records`, e.g.
