@@ -28,8 +28,9 @@ struct MultiModelSpec {
   std::vector<ModelSpec> models;
 };
 
-// ajet.multi_model of the config file, or nullopt when it has none. Throws Error(kInvalidArgument)
-// naming the key for a malformed section (unknown workflow, not two models, duplicate names, ...).
+// ajet.multi_model of the config file (the typed config's section), or nullopt when it has none.
+// Throws Error(kInvalidArgument) naming the file and key for a malformed section (unknown workflow,
+// not two models, duplicate names, ...).
 std::optional<MultiModelSpec> read_multi_model_spec(const std::filesystem::path& conf);
 
 classic::RunResult run_multi_model(const classic::LaunchOptions& options, const MultiModelSpec& spec,
