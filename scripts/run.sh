@@ -146,15 +146,15 @@ if [ ! -f "$sft_model/config.json" ]; then
     # from the correct ones (greedy success climbs from the gate's ~50-70% to ~93-99%), while sampling at
     # temperature 1 makes the demos' mistakes part of the time: RL starts from a policy that knows the
     # task and still errs, and removes the mistakes. Trained on correct demos alone, T=1 success would
-    # follow greedy up (~75%) and leave RL little to do (docs/sft.md, "Runs of 2026-12-02, second
-    # session"). The longer the stage trains, the closer T=1 success comes to the mix's share of correct
+    # follow greedy up (~75%) and leave RL little to do (docs/sft.md, "The second stage's mix").
+    # The longer the stage trains, the closer T=1 success comes to the mix's share of correct
     # demos: with 70% a faster machine's stage (~720-870 steps) started RL at 63-75%, leaving at most
     # ~25 points below the ~98% RL reaches; 60% keeps that room on any machine (docs/sft.md, "The
     # second stage's mix").
     # The stage trains until RL's share of the budget is all that is left (--max-seconds), its cosine
     # fitted to that time (--fit-schedule: the schedule's length follows the measured step time), at most
     # AJET_SFT2_STEPS steps. The longer it trains, the better the model copies, which is what sets the
-    # final success (docs/sft.md, "Runs of 2026-12-02, fourth session").
+    # final success (docs/benchmarks.md, the SFT recipe's runs).
     mix_ratio="${AJET_SFT2_CORRECT_RATIO:-0.6}"
     demos "calc-demos-mix$mix_ratio" --n 20000 --correct-ratio "$mix_ratio" --seed "$((seed + 100))"
     stage2_s=$(( $(left_s) - rl_seconds )); [ "$stage2_s" -ge 30 ] || stage2_s=30

@@ -13,9 +13,10 @@ PKGS=(
   bubblewrap
 )
 # `setup.sh --tests` (scripts/test.sh): also what only the tests need. chromium renders the web
-# pages in the browser tests (tests/web), driven by playwright-core from npm.
+# pages in the browser tests (tests/web), driven by playwright-core from npm; clang-format checks the
+# house style (tests/build/format_check.sh).
 if [ "${1:-}" = "--tests" ]; then
-  PKGS+=(chromium)
+  PKGS+=(chromium clang-format)
 elif [ $# -gt 0 ]; then
   echo "setup: unknown argument '$1' (expected --tests or nothing)" >&2
   exit 2

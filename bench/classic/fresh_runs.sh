@@ -43,7 +43,7 @@ for s in seeds:
     # With the symbolic steps first (AJET_SFT_SYMBOLIC_STEPS), the gate's model started from the
     # winner's symbolic model: count those steps too.
     sym = 0
-    if rep.get("model", "").endswith("-symbolic"):
+    if rep.get("model", "").endswith(("-symbolic", "-first")):
         m = re.search(r"\((\d+) symbolic steps", log)
         sym = int(m.group(1)) if m else 0
     metrics = sorted(glob.glob(os.path.join(work, "experiments", "*", "metrics.jsonl")))[-1]
