@@ -30,7 +30,7 @@
 namespace {
 
 using ajet::infer::EngineConfig;
-using ajet::infer::GenerateRequest;
+using ajet::batching::GenerateRequest;
 using ajet::infer::InferenceEngine;
 using Clock = std::chrono::steady_clock;
 
@@ -235,7 +235,7 @@ DecodeRow measure_decode(const std::string& preset, ajet::model::Qwen2Model& mod
   int64_t started = 0, finished = 0;
   std::string error;
   for (int64_t i = 0; i < concurrency; ++i) {
-    engine.submit(make_request(i, prompt_len, max_tokens, c.vocab_size), [&, i](const ajet::infer::GenerateEvent& e) {
+    engine.submit(make_request(i, prompt_len, max_tokens, c.vocab_size), [&, i](const ajet::batching::GenerateEvent& e) {
       if (e.error) error = e.error->what();
       int64_t& n = generated[static_cast<size_t>(i)];
       if (n == 0 && !e.tokens.empty()) ++started;

@@ -2,7 +2,7 @@
 
 #include "common/error.h"
 
-namespace ajet::swarm {
+namespace ajet::episodes {
 
 namespace {
 constexpr std::pair<EngineStatus, std::string_view> kNames[] = {
@@ -127,4 +127,4 @@ Json EngineState::to_json() const {
               {"global_step", global_step_}};
 }
 
-}  // namespace ajet::swarm
+}  // namespace ajet::episodes

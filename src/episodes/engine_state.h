@@ -16,7 +16,7 @@
 
 #include "common/json.h"
 
-namespace ajet::swarm {
+namespace ajet::episodes {
 
 enum class EngineStatus { kOffline, kBooting, kRolling, kRollingPost, kWeightSyncing, kWeightExporting };
 
@@ -64,4 +64,4 @@ class EngineState {
   std::optional<double> booting_start_time_;
 };
 
-}  // namespace ajet::swarm
+}  // namespace ajet::episodes

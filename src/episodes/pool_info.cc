@@ -12,7 +12,7 @@
 #include "common/encoding.h"
 #include "episodes/registry.h"
 
-namespace ajet::swarm {
+namespace ajet::episodes {
 
 Json Batch::summary() const {
   double sum = 0, sq = 0;
@@ -265,4 +265,4 @@ Json Registry::episode_buffer(const ViewScope& scope) const {
   return Json{{"buffer", buffer}};
 }
 
-}  // namespace ajet::swarm
+}  // namespace ajet::episodes

@@ -13,7 +13,7 @@
 #include "config/config.h"
 #include "store/store.h"
 
-namespace ajet::swarm {
+namespace ajet::episodes {
 
 double system_clock_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -609,4 +609,4 @@ bool Registry::record_llm_call(store::CallRow call) {
   return true;
 }
 
-}  // namespace ajet::swarm
+}  // namespace ajet::episodes

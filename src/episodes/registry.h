@@ -1,7 +1,7 @@
 // The episode registry: the front's single owner of swarm state — engine status, the pool of
 // claimable episodes, claimed episodes, the batch being collected, active clients. Every command of
 // docs/protocol.md maps onto one method whose result is the response body (or an ajet::Error whose
-// code maps to the HTTP status through swarm::http_status_for). No HTTP, no engine RPC, no sleeping
+// code maps to the HTTP status through episodes::http_status_for). No HTTP, no engine RPC, no sleeping
 // here.
 //
 // Threads: every method is thread-safe (one mutex) and quick; none blocks on disk except the two
@@ -44,7 +44,7 @@ namespace ajet::store {
 class Store;
 }
 
-namespace ajet::swarm {
+namespace ajet::episodes {
 
 using UnixClock = std::function<double()>;  // unix seconds (tests pass a fake one)
 double system_clock_seconds();
@@ -548,4 +548,4 @@ class Registry {
   std::condition_variable callbacks_cv_;
 };
 
-}  // namespace ajet::swarm
+}  // namespace ajet::episodes

@@ -11,7 +11,7 @@
 #include "episodes/registry.h"
 #include "store/store.h"
 
-namespace ajet::swarm {
+namespace ajet::episodes {
 
 TriggerInput Registry::trigger_input_locked() const {
   TriggerInput in;
@@ -417,4 +417,4 @@ BoolResponse Registry::agree_sync_weight(const AgreeRequest& request) {
   return resp;
 }
 
-}  // namespace ajet::swarm
+}  // namespace ajet::episodes

@@ -9,7 +9,7 @@
 #include "episodes/registry.h"
 #include "store/store.h"
 
-namespace ajet::swarm {
+namespace ajet::episodes {
 
 namespace {
 CommandError error(ErrorCode code, std::string message) { return CommandError{code, std::move(message)}; }
@@ -279,4 +279,4 @@ void Registry::end_episode_wait(EndRequest request) {
   if (auto problem = future.get()) fail(problem->code, problem->message);
 }
 
-}  // namespace ajet::swarm
+}  // namespace ajet::episodes

@@ -19,7 +19,7 @@ using http::Respond;
 
 bool check_admin(ServerContext& ctx, const Request& req, const Respond& respond, std::string_view what) {
   if (ctx.admin_ok(req)) return true;
-  respond(openai_error(401, fmt::format("{} needs the admin token: send Authorization: Bearer <token> (the token "
+  respond(openai::openai_error(401, fmt::format("{} needs the admin token: send Authorization: Bearer <token> (the token "
                                         "given to ajet-swarm start --admin-token / AJET_ADMIN_TOKEN)",
                                         what),
                        "unauthenticated"));
@@ -50,7 +50,7 @@ void add_engine_routes(http::Router& router, ServerContext& ctx) {
     auto body = std::make_shared<std::string>(std::move(req.body));
     ctx.pool.post([&ctx, body, respond] {
       answer_errors(respond, [&] {
-        UnpackedTree tree = ctx.sync_train_code(*body);
+        engine_control::UnpackedTree tree = ctx.sync_train_code(*body);
         respond(http::json_response(
             Json{{"success", true},
                  {"message", fmt::format("{} files unpacked into {}; the next start_engine builds the ajet-engine "

@@ -24,7 +24,7 @@ http::Response asset_response(const web::Asset& asset) {
 void serve_asset(std::string_view name, const http::Respond& respond) {
   const web::Asset* asset = web::find_asset(name);
   if (asset == nullptr) {
-    respond(openai_error(404, "No page /ui/" + std::string(name) + " (the pages are /ui/, /ui/ui.js, /ui/style.css).",
+    respond(openai::openai_error(404, "No page /ui/" + std::string(name) + " (the pages are /ui/, /ui/ui.js, /ui/style.css).",
                          "not_found"));
     return;
   }

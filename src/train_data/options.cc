@@ -7,7 +7,7 @@
 #include "common/error.h"
 #include "config/config.h"
 
-namespace ajet::train {
+namespace ajet::train_data {
 
 std::string_view kl_type_name(KlType type) {
   switch (type) {
@@ -184,4 +184,4 @@ Json TrainMetrics::to_json() const {
   return j;
 }
 
-}  // namespace ajet::train
+}  // namespace ajet::train_data

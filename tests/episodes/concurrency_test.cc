@@ -10,7 +10,7 @@
 #include "episodes/janitor.h"
 #include "registry_test_util.h"
 
-namespace ajet::swarm {
+namespace ajet::episodes {
 namespace {
 
 TEST(RegistryConcurrency, ParallelClientsOverARealStore) {
@@ -82,4 +82,4 @@ TEST(Janitor, SweepsUntilDestroyed) {
 }
 
 }  // namespace
-}  // namespace ajet::swarm
+}  // namespace ajet::episodes

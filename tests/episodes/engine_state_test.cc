@@ -4,7 +4,7 @@
 #include "episodes/commands.h"
 #include "episodes/engine_state.h"
 
-namespace ajet::swarm {
+namespace ajet::episodes {
 namespace {
 
 using S = EngineStatus;
@@ -91,4 +91,4 @@ TEST(HttpStatus, ProtocolMapping) {
 }
 
 }  // namespace
-}  // namespace ajet::swarm
+}  // namespace ajet::episodes

@@ -2,7 +2,7 @@
 // engine state machine and the batch life cycle, all on an injected clock.
 #include "registry_test_util.h"
 
-namespace ajet::swarm {
+namespace ajet::episodes {
 namespace {
 
 using testing::contains;
@@ -839,4 +839,4 @@ TEST(RegistryFigures, ABatchCarriesItsTrainAbortsByCause) {
 }
 
 }  // namespace
-}  // namespace ajet::swarm
+}  // namespace ajet::episodes
