@@ -111,7 +111,7 @@ EvalResult evaluate(model::Qwen2Model& model, const tracking::ChatFormat& format
   const tasks::BuiltinTask& kind = tasks::builtin_task(args.eval_task);
   const std::vector<tasks::Task> held_out = kind.generate(
       tasks::GenerateOptions{.split = tasks::Split::kValidation, .count = args.eval_n, .seed = args.eval_seed, .params = {}});
-  infer::EngineConfig config;
+  infer::InferenceEngineOptions config;
   config.threads = args.threads;
   config.max_running = std::max<int64_t>(1, args.eval_parallel);
   config.cache_bytes = 256LL << 20;  // eval_parallel short episodes at a time need far less than a server

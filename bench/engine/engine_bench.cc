@@ -29,7 +29,7 @@
 
 namespace {
 
-using ajet::infer::EngineConfig;
+using ajet::infer::InferenceEngineOptions;
 using ajet::batching::GenerateRequest;
 using ajet::infer::InferenceEngine;
 using Clock = std::chrono::steady_clock;
@@ -109,10 +109,10 @@ double weight_stream_gbps(ajet::model::Qwen2Model& model, int reps) {
   return bytes / best / 1e9;
 }
 
-EngineConfig engine_config(int threads, int64_t max_running,
+InferenceEngineOptions engine_config(int threads, int64_t max_running,
                            ajet::infer::AttentionImpl attention = ajet::infer::AttentionImpl::kAuto,
                            at::ScalarType cache_dtype = at::ScalarType::Undefined) {
-  EngineConfig e;
+  InferenceEngineOptions e;
   e.attention = attention;
   e.cache_dtype = cache_dtype;
   e.start_thread = false;  // the benchmark steps the engine itself: no thread hand-off in the timing

@@ -166,7 +166,7 @@ int cmd_decode(const Flags& f) {
   const int64_t vocab = l.model->config().vocab_size;
   for (int64_t c : concurrencies) {
     if (c < 1) invalid_argument("--concurrency: every entry must be >= 1");
-    infer::EngineConfig ec;
+    infer::InferenceEngineOptions ec;
     ec.start_thread = false;  // stepped here: no thread hand-off in the timing
     ec.quiet = true;
     ec.cache_bytes = f.number("kv-cache-mb", 1024) << 20;

@@ -122,7 +122,7 @@ void EngineService::set_address(std::string address) {
 
 Json EngineService::status() const {
   const infer::EngineStats s = engine_.stats();
-  const infer::EngineConfig& c = engine_.config();
+  const infer::InferenceEngineOptions& c = engine_.config();
   std::string address;
   {
     std::lock_guard lock(mu_);

@@ -48,7 +48,7 @@ void BatchRunner::run() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       if (stopping_) return;
-      if (registry_.engine_status() == episodes::EngineStatus::kOffline) {
+      if (registry_.engine_status() == episodes::EnginePhase::kOffline) {
         // wait_batch_ready returns at once while OFFLINE: sleep until start_engine pokes us.
         cv_.wait_for(lock, std::chrono::seconds(1), [&] { return stopping_ || poked_; });
         poked_ = false;

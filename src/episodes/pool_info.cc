@@ -180,7 +180,7 @@ Json Registry::pool_info_locked(double now, const ViewScope& scope) const {
       // nothing running: never throttle" guard only on null, so a lone throttled client waited forever.
       {"running_episode_details", claimed > 0 ? running : Json(nullptr)},
       {"swarm_client_instruction", {{"active_clients", instruction}}},
-      {"engine_status", engine_status_name(engine_.status())},
+      {"engine_status", engine_phase_name(engine_.status())},
       {"global_step", engine_.global_step()},
       {"booting_start_time", booting ? Json(*booting) : Json(nullptr)},
       {"training_model_path", options_.training_model_path},

@@ -29,7 +29,7 @@ at::Tensor forward_cached(model::Qwen2Model& model, KvCache& cache, const Attent
   return model->lm_head(model->final_norm(last)).to(at::kCPU, at::kFloat).contiguous();  // (M, V)
 }
 
-InferenceEngine::InferenceEngine(model::Qwen2Model model, const EngineConfig& config)
+InferenceEngine::InferenceEngine(model::Qwen2Model model, const InferenceEngineOptions& config)
     : model_(std::move(model)), config_(config), seed_source_(std::random_device{}()) {
   const hf::ModelConfig& mc = model_->config();
   vocab_size_ = mc.vocab_size;

@@ -26,7 +26,9 @@
 
 namespace ajet::infer {
 
-struct EngineConfig {
+// How an InferenceEngine is built (batch limits, cache bytes, attention). Not config::EngineConfig,
+// the `ajet.engine` section of the YAML config, from which the engine's runtime fills some of these.
+struct InferenceEngineOptions {
   int threads = 0;                    // libtorch intra-op threads for the engine thread; 0 = unchanged
   int64_t cache_bytes = 0;            // memory bound of the KV cache (keys + values, all layers); the owner sets it
   int64_t block_size = 16;            // tokens per cache block
@@ -83,7 +85,7 @@ at::Tensor forward_cached(model::Qwen2Model& model, KvCache& cache, const Attent
 class InferenceEngine {
  public:
   // The model must already be on its device and dtype; the cache takes both from its parameters.
-  InferenceEngine(model::Qwen2Model model, const EngineConfig& config);
+  InferenceEngine(model::Qwen2Model model, const InferenceEngineOptions& config);
   ~InferenceEngine();  // stop()
   InferenceEngine(const InferenceEngine&) = delete;
   InferenceEngine& operator=(const InferenceEngine&) = delete;
@@ -109,7 +111,7 @@ class InferenceEngine {
 
   EngineStats stats() const;
   int64_t max_model_len() const { return max_model_len_; }
-  const EngineConfig& config() const { return config_; }
+  const InferenceEngineOptions& config() const { return config_; }
   // The KV cache's element type (config().cache_dtype, or the model's when that is Undefined).
   at::ScalarType cache_dtype() const { return cache_->dtype(); }
 
@@ -150,7 +152,7 @@ class InferenceEngine {
   void publish_stats();
 
   model::Qwen2Model model_;
-  EngineConfig config_;
+  InferenceEngineOptions config_;
   int64_t max_model_len_ = 0;
   int64_t vocab_size_ = 0;
   std::unique_ptr<KvCache> cache_;

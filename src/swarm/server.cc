@@ -220,7 +220,7 @@ StartReport SwarmServer::start() {
   report.notes = store_notes_;
   ctx_->resume(recovered_);
   if (!options_.conf.empty()) {
-    if (registry_->engine_status() == episodes::EngineStatus::kOffline) {
+    if (registry_->engine_status() == episodes::EnginePhase::kOffline) {
       report.config_warnings = ctx_->sync_train_config(read_file(options_.conf));
     } else {
       const std::string note = "--conf " + options_.conf.string() + " ignored: the resumed engine runs the stored config";

@@ -132,11 +132,11 @@ bool ServerContext::admin_ok(const http::RequestHead& request) const {
 }
 
 void ServerContext::require_offline(const char* what) const {
-  episodes::EngineStatus status = registry.engine_status();
-  if (status != episodes::EngineStatus::kOffline) {
+  episodes::EnginePhase status = registry.engine_status();
+  if (status != episodes::EnginePhase::kOffline) {
     fail(ErrorCode::kFailedPrecondition,
          fmt::format("{} is only allowed in ENGINE.OFFLINE (current status: [{}]). Call `stop_engine` first.", what,
-                     episodes::engine_status_name(status)));
+                     episodes::engine_phase_name(status)));
   }
 }
 
@@ -251,7 +251,7 @@ int64_t ServerContext::start_engine_locked(const std::string& reason, const stor
 }
 
 std::string ServerContext::running_engine_run() const {
-  return registry.engine_status() == episodes::EngineStatus::kOffline ? std::string() : train().engine_run;
+  return registry.engine_status() == episodes::EnginePhase::kOffline ? std::string() : train().engine_run;
 }
 
 bool ServerContext::engine_replaced(const std::string& engine_run) const {
@@ -265,7 +265,7 @@ void ServerContext::stop_engine(const std::string& reason, const std::string& en
     fail(ErrorCode::kFailedPrecondition,
          fmt::format("stop_engine: the engine running ({}) is engine_run {}, not {}: another start_engine replaced that "
                      "one since; left running",
-                     episodes::engine_status_name(registry.engine_status()), running_engine_run(), engine_run));
+                     episodes::engine_phase_name(registry.engine_status()), running_engine_run(), engine_run));
   }
   try {
     batches.save_checkpoint("stop_engine");  // steps trained since the last checkpoint are kept
@@ -304,7 +304,7 @@ void ServerContext::resume(const store::RecoveredState& recovered) {
   }
   registry.restore(recovered);
   const bool was_running = !recovered.engine_status.empty() &&
-                           recovered.engine_status != episodes::engine_status_name(episodes::EngineStatus::kOffline);
+                           recovered.engine_status != episodes::engine_phase_name(episodes::EnginePhase::kOffline);
   if (!was_running) return;
   if (!train().config) {
     verbose.add("swarm", "the engine was running before the restart, but no train config is stored; stay OFFLINE");

@@ -55,7 +55,7 @@ TEST(ForwardCached, LogitsMatchFullForwardInOneChunkAndInSeveral) {
   }
 }
 
-// A bfloat16 cache under the float32 model (EngineConfig::cache_dtype): twice the blocks for the same
+// A bfloat16 cache under the float32 model (InferenceEngineOptions::cache_dtype): twice the blocks for the same
 // bytes; the CPU kernel and the torch-op path agree (to 5e-3, not 1e-4: their float32 sums differ in
 // the last bits, and a key that lands on the other side of a bfloat16 rounding step moves by 2^-9),
 // and both stay within bfloat16's rounding of the float32 recompute (this random model's largest
@@ -72,7 +72,7 @@ TEST(Engine, BFloat16CacheHoldsTwiceTheBlocksAndStaysCloseToFloat32) {
   }
   std::vector<std::vector<batching::GeneratedToken>> runs;
   for (AttentionImpl impl : {AttentionImpl::kAuto, AttentionImpl::kTorchOps}) {
-    EngineConfig config = manual_config();
+    InferenceEngineOptions config = manual_config();
     config.cache_dtype = torch::kBFloat16;
     config.attention = impl;
     config.max_batch_tokens = 7;  // chunked prefill: later chunks read the rounded keys of earlier ones
@@ -104,7 +104,7 @@ TEST(Engine, GreedyDecodingMatchesFullRecomputeWithChunkedPrefill) {
   // other devices use.
   for (auto [budget, impl] : {std::pair{64, AttentionImpl::kAuto}, std::pair{7, AttentionImpl::kAuto},
                               std::pair{7, AttentionImpl::kTorchOps}}) {
-    EngineConfig config = manual_config();
+    InferenceEngineOptions config = manual_config();
     config.max_batch_tokens = budget;
     config.attention = impl;
     config.max_running = 4;
@@ -206,7 +206,7 @@ TEST(Engine, FullCacheMakesRequestsWaitAndPreemptionRecomputesCorrectly) {
   // needs 12 blocks, so sequences are preempted and recomputed; a fourth request waits throughout.
   const hf::ModelConfig& c = m->config();
   const int64_t block_bytes = 2 * c.num_hidden_layers * 4 * c.num_key_value_heads * c.head_dim * 4;
-  EngineConfig config = manual_config(8 * block_bytes);
+  InferenceEngineOptions config = manual_config(8 * block_bytes);
   InferenceEngine engine(m, config);
   ASSERT_EQ(engine.stats().total_blocks, 8);
   std::vector<batching::GenerateRequest> requests;
@@ -259,7 +259,7 @@ TEST(Engine, AbortEndsOnlyThatRequest) {
 
 TEST(Engine, InvalidRequestsGetErrorsWhileOthersComplete) {
   model::Qwen2Model m = tiny_model();
-  EngineConfig config = manual_config();
+  InferenceEngineOptions config = manual_config();
   config.start_thread = true;
   config.max_model_len = 64;
   InferenceEngine engine(m, config);
@@ -311,7 +311,7 @@ TEST(Engine, StopTokenIsIncludedAndEndsTheSample) {
 
 TEST(Engine, ContextLimitEndsWithLength) {
   model::Qwen2Model m = tiny_model();
-  EngineConfig config = manual_config();
+  InferenceEngineOptions config = manual_config();
   config.max_model_len = 20;
   InferenceEngine engine(m, config);
   EXPECT_EQ(engine.max_model_len(), 20);
@@ -353,7 +353,7 @@ TEST(Engine, RunExclusiveBetweenStepsChangesTheReportedVersion) {
 
 TEST(Engine, ThreadedEngineServesConcurrentSubmittersAndSwapsWeights) {
   model::Qwen2Model m = tiny_model(5, /*tied=*/true);
-  EngineConfig config = manual_config();
+  InferenceEngineOptions config = manual_config();
   config.start_thread = true;
   config.threads = 1;
   InferenceEngine engine(m, config);
@@ -459,7 +459,7 @@ TEST(Engine, PrefixCachingSkipsComputedBlocksAndKeepsEveryToken) {
   expect_matches_reference(m, turn2, r3.samples[0], /*greedy=*/true);
 
   // Without prefix caching the same requests give the same tokens, all computed.
-  EngineConfig off = manual_config();
+  InferenceEngineOptions off = manual_config();
   off.prefix_caching = false;
   InferenceEngine plain(m, off);
   for (const auto& [id, prompt, out] : {std::tuple{"p1", p1, r1}, std::tuple{"p2", p2, r2}, std::tuple{"turn2", turn2, r3}}) {

@@ -33,8 +33,8 @@ inline model::Qwen2Model tiny_model(uint64_t seed = 1, bool tied = false) {
   return m;
 }
 
-inline EngineConfig manual_config(int64_t cache_bytes = 8 << 20) {
-  EngineConfig c;
+inline InferenceEngineOptions manual_config(int64_t cache_bytes = 8 << 20) {
+  InferenceEngineOptions c;
   c.start_thread = false;
   c.cache_bytes = cache_bytes;
   c.block_size = 4;
