@@ -166,7 +166,7 @@ void answer_errors(const Respond& respond, const std::function<void()>& fn) {
   }
 }
 
-void add_command_routes(http::Router& router, ServerContext& ctx) {
+void add_command_handlers(RouteHandlers& out, ServerContext& ctx) {
   const size_t limit = ctx.options.max_json_body_bytes;
   auto claim = command(ctx, [&ctx, limit](const Request& req, const Respond& respond) {
     answer_errors(respond, [&] {
@@ -184,8 +184,7 @@ void add_command_routes(http::Router& router, ServerContext& ctx) {
       respond(http::json_response(ctx.registry.claim_episode(claim).to_json()));
     });
   });
-  router.post("/claim_episode", claim, command_body(ctx));
-  router.post("/begin_episode", claim, command_body(ctx));
+  out.add("claim_episode", claim, command_body(ctx));
 
   const size_t kept = ctx.options.max_episode_metadata_bytes;
   // end_episode's body is its metadata and log_metrics (each at most --max-episode-metadata-mb) and a
@@ -194,7 +193,7 @@ void add_command_routes(http::Router& router, ServerContext& ctx) {
       limit <= 2 * kept + kCommandBodyBytes
           ? body_limit(limit, "ajet-swarm start --max-json-mb")
           : body_limit(2 * kept + kCommandBodyBytes, "twice ajet-swarm start --max-episode-metadata-mb, plus 64 KiB");
-  router.post("/end_episode", command(ctx, [&ctx, limit, kept](const Request& req, const Respond& respond) {
+  out.add("end_episode", command(ctx, [&ctx, limit, kept](const Request& req, const Respond& respond) {
     answer_errors(respond, [&] {
       episodes::EndRequest end = episodes::EndRequest::from_json(parse_json_body(req, limit), "end_episode", kept);
       require_episode_key(ctx, req, end.episode_uuid, "end_episode");
@@ -210,7 +209,7 @@ void add_command_routes(http::Router& router, ServerContext& ctx) {
   }), episode_command(ctx, "end_episode", end_body));
 
   // Episode groups across servers (docs/protocol.md): prepare, commit, and the coordinator's side.
-  router.post("/prepare_end_episode", command(ctx, [&ctx, limit, kept](const Request& req, const Respond& respond) {
+  out.add("prepare_end_episode", command(ctx, [&ctx, limit, kept](const Request& req, const Respond& respond) {
     answer_errors(respond, [&] {
       episodes::PrepareRequest prepare = episodes::PrepareRequest::from_json(parse_json_body(req, limit), kept);
       require_episode_key(ctx, req, prepare.end.episode_uuid, "prepare_end_episode");
@@ -229,7 +228,7 @@ void add_command_routes(http::Router& router, ServerContext& ctx) {
     });
   }), episode_command(ctx, "prepare_end_episode", end_body));
 
-  router.post("/commit_episode", command(ctx, [&ctx, limit](const Request& req, const Respond& respond) {
+  out.add("commit_episode", command(ctx, [&ctx, limit](const Request& req, const Respond& respond) {
     answer_errors(respond, [&] {
       episodes::EpisodeRef commit = episodes::EpisodeRef::from_json(parse_json_body(req, limit), "commit_episode", /*client_required=*/true);
       require_episode_key(ctx, req, commit.episode_uuid, "commit_episode");
@@ -244,7 +243,7 @@ void add_command_routes(http::Router& router, ServerContext& ctx) {
   }), episode_command(ctx, "commit_episode", command_body(ctx)));
 
   // Asked by a participant's front with the coordinator episode's key (it aborts an uncommitted episode).
-  router.post("/resolve_episode_group", command(ctx, [&ctx, limit](const Request& req, const Respond& respond) {
+  out.add("resolve_episode_group", command(ctx, [&ctx, limit](const Request& req, const Respond& respond) {
     answer_errors(respond, [&] {
       episodes::ResolveRequest resolve = episodes::ResolveRequest::from_json(parse_json_body(req, limit));
       require_episode_key(ctx, req, resolve.episode_uuid, "resolve_episode_group");
@@ -256,7 +255,7 @@ void add_command_routes(http::Router& router, ServerContext& ctx) {
     });
   }), episode_command(ctx, "resolve_episode_group", command_body(ctx)));
 
-  router.post("/abort_episode", command(ctx, [&ctx, limit](const Request& req, const Respond& respond) {
+  out.add("abort_episode", command(ctx, [&ctx, limit](const Request& req, const Respond& respond) {
     answer_errors(respond, [&] {
       episodes::AbortRequest abort = episodes::AbortRequest::from_json(parse_json_body(req, limit));
       require_episode_key(ctx, req, abort.episode_uuid, "abort_episode");
@@ -265,32 +264,32 @@ void add_command_routes(http::Router& router, ServerContext& ctx) {
     });
   }), episode_command(ctx, "abort_episode", command_body(ctx)));
 
-  router.post("/can_continue_episode", command(ctx, [&ctx, limit](const Request& req, const Respond& respond) {
+  out.add("can_continue_episode", command(ctx, [&ctx, limit](const Request& req, const Respond& respond) {
     answer_errors(respond, [&] {
       bool ok = ctx.registry.can_continue_episode(episodes::EpisodeRef::from_json(parse_json_body(req, limit)));
       respond(http::json_response(Json{{"can_continue", ok}}));
     });
   }), command_body(ctx));
 
-  router.post("/get_episode_buffer", command(ctx, [&ctx, limit](const Request& req, const Respond& respond) {
+  out.add("get_episode_buffer", command(ctx, [&ctx, limit](const Request& req, const Respond& respond) {
     answer_errors(respond, [&] {
       const Json body = parse_json_body(req, limit);
       respond(http::json_response(ctx.registry.episode_buffer(view_scope(ctx, req, &body))));
     });
   }), command_body(ctx));
 
-  router.get("/get_current_batch_rollout_pool_information", [&ctx](Request req, Respond respond) {
+  out.add("pool_information", [&ctx](Request req, Respond respond) {
     answer_errors(respond, [&] { respond(http::json_response(ctx.registry.pool_info(view_scope(ctx, req, nullptr)))); });
   });
 
-  router.post("/agree_sync_weight", command(ctx, [&ctx, limit](const Request& req, const Respond& respond) {
+  out.add("agree_sync_weight", command(ctx, [&ctx, limit](const Request& req, const Respond& respond) {
     answer_errors(respond, [&] {
       episodes::AgreeRequest agree = episodes::AgreeRequest::from_json(parse_json_body(req, limit));
       respond(http::json_response(ctx.registry.agree_sync_weight(agree).to_json()));
     });
   }), command_body(ctx));
 
-  router.get("/get_engine_status", [&ctx](Request req, Respond respond) {
+  out.add("engine_status", [&ctx](Request req, Respond respond) {
     Json body = ctx.registry.engine_status_json(view_scope(ctx, req, nullptr));
     const std::filesystem::path checkpoint = ctx.supervisor.latest_checkpoint_dir();
     body["latest_checkpoint"] = checkpoint.empty() ? Json(nullptr) : Json(checkpoint.string());
@@ -299,17 +298,17 @@ void add_command_routes(http::Router& router, ServerContext& ctx) {
     respond(http::json_response(body));
   });
 
-  router.get("/get_server_experiment_dir", [&ctx](Request, Respond respond) {
+  out.add("experiment_dir", [&ctx](Request, Respond respond) {
     TrainState t = ctx.train();
     respond(http::json_response(
         Json{{"server_experiment_dir", t.experiment_dir.empty() ? Json(nullptr) : Json(t.experiment_dir.string())}}));
   });
 
-  router.get("/get_verbose_logs", [&ctx](Request, Respond respond) {
+  out.add("verbose_logs", [&ctx](Request, Respond respond) {
     respond(http::json_response(ctx.verbose.to_json()));
   });
 
-  router.post("/replay_latest_llm_call", [&ctx](Request req, Respond respond) {
+  out.add("replay_latest_llm_call", [&ctx](Request req, Respond respond) {
     if (!ctx.admin_ok(req)) {
       respond(openai::openai_error(401, "replay_latest_llm_call needs the admin token (Authorization: Bearer <token>)",
                            "unauthenticated"));
@@ -323,14 +322,14 @@ void add_command_routes(http::Router& router, ServerContext& ctx) {
     respond(http::json_response(*latest));
   }, admin_only(ctx, "replay_latest_llm_call", command_body(ctx)));
 
-  router.get("/health", [](Request, Respond respond) { respond(http::json_response(Json{{"status", "ok"}})); });
+  out.add("health", [](Request, Respond respond) { respond(http::json_response(Json{{"status", "ok"}})); });
   // The root answers like /health: clients probe it before their first call (Claude Code sends HEAD /,
   // which the router answers from this GET without the body).
-  router.get("/", [](Request, Respond respond) {
+  out.add("root", [](Request, Respond respond) {
     respond(http::json_response(Json{{"status", "ok"}, {"service", "ajet-swarm"}, {"ui", "/ui/"}}));
   });
 
-  router.get("/episodes", [&ctx](Request req, Respond respond) {
+  out.add("episode_page", [&ctx](Request req, Respond respond) {
     if (!ctx.admin_ok(req)) {
       respond(openai::openai_error(401, "GET /episodes needs the admin token (Authorization: Bearer <token>)",
                            "unauthenticated"));
@@ -339,7 +338,7 @@ void add_command_routes(http::Router& router, ServerContext& ctx) {
     answer_errors(respond, [&] { episode_page(ctx, req, respond); });
   }, admin_only(ctx, "GET /episodes", command_body(ctx)));
 
-  router.get("/episodes/{episode_uuid}", [&ctx](Request req, Respond respond) {
+  out.add("episode_document", [&ctx](Request req, Respond respond) {
     if (!ctx.admin_ok(req)) {
       respond(openai::openai_error(401, "GET /episodes/{uuid} needs the admin token (Authorization: Bearer <token>)",
                            "unauthenticated"));

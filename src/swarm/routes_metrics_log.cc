@@ -150,9 +150,9 @@ http::Response needs_admin(std::string_view route) {
 
 }  // namespace
 
-void add_metrics_routes(http::Router& router, ServerContext& ctx, MetricsSink& sink) {
+void add_metrics_handlers(RouteHandlers& out, ServerContext& ctx, MetricsSink& sink) {
   const size_t limit = ctx.options.max_json_body_bytes;
-  router.post("/log_metrics", [&ctx, &sink, limit](Request req, Respond respond) {
+  out.add("log_metrics", [&ctx, &sink, limit](Request req, Respond respond) {
     if (!ctx.admin_ok(req)) {
       respond(needs_admin("POST /log_metrics"));
       return;
@@ -173,7 +173,7 @@ void add_metrics_routes(http::Router& router, ServerContext& ctx, MetricsSink& s
     });
   }, admin_only(ctx, "POST /log_metrics", body_limit(limit, "ajet-swarm start --max-json-mb")));
 
-  router.get("/metrics_history", [&ctx](Request req, Respond respond) {
+  out.add("metrics_history", [&ctx](Request req, Respond respond) {
     if (!ctx.admin_ok(req)) {
       respond(needs_admin("GET /metrics_history"));
       return;

@@ -219,7 +219,7 @@ void count_tokens_route(ServerContext& ctx, const Request& req, const Respond& r
 
 }  // namespace
 
-void add_openai_routes(http::Router& router, ServerContext& ctx) {
+void add_openai_handlers(RouteHandlers& out, ServerContext& ctx) {
   // Parsing a body, rendering its chat template and tokenizing the prompt take time in proportion to
   // the prompt (seconds for megabytes), so they run on this pool and never on an HTTP I/O thread:
   // /health and the command API stay responsive under large prompts. The routes own it; the server
@@ -230,12 +230,12 @@ void add_openai_routes(http::Router& router, ServerContext& ctx) {
   // Requests waiting for the pool (their key was checked from the header): at most
   // max_queued_prompts, so a flood of valid keys cannot queue bodies without bound.
   auto waiting = std::make_shared<std::atomic<size_t>>(0);
-  for (auto [path, kind] : {std::pair{"/v1/chat/completions", openai::CallSetup::Kind::kChat},
-                            std::pair{"/v1/completions", openai::CallSetup::Kind::kCompletion},
-                            std::pair{"/v1/messages", openai::CallSetup::Kind::kMessages},
-                            std::pair{"/v1/responses", openai::CallSetup::Kind::kResponses}}) {
+  for (auto [name, kind] : {std::pair{"chat_completions", openai::CallSetup::Kind::kChat},
+                            std::pair{"completions", openai::CallSetup::Kind::kCompletion},
+                            std::pair{"messages", openai::CallSetup::Kind::kMessages},
+                            std::pair{"responses", openai::CallSetup::Kind::kResponses}}) {
     const bool anthropic = kind == openai::CallSetup::Kind::kMessages;
-    router.post(path, [&ctx, prompts, heartbeats, waiting, kind = kind, anthropic](Request req, Respond respond) {
+    out.add(name, [&ctx, prompts, heartbeats, waiting, kind = kind, anthropic](Request req, Respond respond) {
       if (waiting->fetch_add(1) >= ctx.options.max_queued_prompts) {
         waiting->fetch_sub(1);
         http::Response full = prompt_queue_full(ctx.options.max_queued_prompts, anthropic);
@@ -250,7 +250,7 @@ void add_openai_routes(http::Router& router, ServerContext& ctx) {
       });
     }, episode_key_only(ctx, anthropic, std::string(route_name(kind))));
   }
-  router.post("/v1/messages/count_tokens", [&ctx, prompts, waiting](Request req, Respond respond) {
+  out.add("count_tokens", [&ctx, prompts, waiting](Request req, Respond respond) {
     if (waiting->fetch_add(1) >= ctx.options.max_queued_prompts) {
       waiting->fetch_sub(1);
       respond(prompt_queue_full(ctx.options.max_queued_prompts, true));
@@ -262,7 +262,7 @@ void add_openai_routes(http::Router& router, ServerContext& ctx) {
       count_tokens_route(ctx, req, respond);
     });
   }, episode_key_only(ctx, true, "POST /v1/messages/count_tokens"));
-  router.get("/v1/models", [&ctx](Request req, Respond respond) {
+  out.add("models", [&ctx](Request req, Respond respond) {
     answer_errors(respond, [&] {
       ctx.registry.signer().verify(req.headers.get("Authorization").value_or(""));
       Json data = Json::array();

@@ -20,6 +20,7 @@
 #include "store/store.h"
 #include "swarm/coordinator_asker.h"
 #include "swarm/metrics_sink.h"
+#include "swarm/route_table.h"
 #include "swarm/routes.h"
 #include "swarm/routes_prometheus.h"
 #include "swarm/work_pool.h"
@@ -184,12 +185,15 @@ SwarmServer::SwarmServer(FrontOptions options) : options_(std::move(options)) {
   ctx_ = std::make_unique<ServerContext>(options_, url() + "/v1", *store_, *registry_, *verbose_, *pool_, *supervisor_,
                                          *trackers_, *latest_, *synced_, *batches_);
   router->set_defaults(command_body(*ctx_));  // routes that name no limit of their own carry no data
-  add_command_routes(*router, *ctx_);
-  add_metrics_routes(*router, *ctx_, *metrics_);
-  add_engine_routes(*router, *ctx_);
-  add_openai_routes(*router, *ctx_);
-  add_ui_routes(*router);
-  add_prometheus_routes(*router, *ctx_, *http_);
+  // Every route is a row of the route table (route_table.cc); its handler comes from its routes_*.cc.
+  RouteHandlers handlers;
+  add_command_handlers(handlers, *ctx_);
+  add_metrics_handlers(handlers, *ctx_, *metrics_);
+  add_engine_handlers(handlers, *ctx_);
+  add_openai_handlers(handlers, *ctx_);
+  add_ui_handlers(handlers);
+  add_prometheus_handlers(handlers, *router, *ctx_, *http_);
+  add_routes(*router, handlers);
   // A participant's prepared episode outlived its prepare_timeout: its coordinator is asked what the
   // group decided (docs/protocol.md "Episode groups across servers"), on the asker's own threads.
   asker_ = std::make_unique<CoordinatorAsker>(
