@@ -40,23 +40,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string dumped = body->dump();
   if (ajet::parse_json(dumped, "dump") != *body) std::abort();
   if (body->is_object()) {
-    namespace swarm = ajet::swarm;
-    refused_or_read([&] { swarm::ClaimRequest::from_json(*body); });
-    refused_or_read([&] { swarm::EndRequest::from_json(*body); });
-    refused_or_read([&] { swarm::AbortRequest::from_json(*body); });
-    refused_or_read([&] { swarm::EpisodeRef::from_json(*body); });
-    refused_or_read([&] { swarm::AgreeRequest::from_json(*body); });
-    refused_or_read([&] { swarm::PrepareRequest::from_json(*body); });
-    refused_or_read([&] { swarm::ResolveRequest::from_json(*body); });
+    namespace episodes = ajet::episodes;
+    refused_or_read([&] { episodes::ClaimRequest::from_json(*body); });
+    refused_or_read([&] { episodes::EndRequest::from_json(*body); });
+    refused_or_read([&] { episodes::AbortRequest::from_json(*body); });
+    refused_or_read([&] { episodes::EpisodeRef::from_json(*body); });
+    refused_or_read([&] { episodes::AgreeRequest::from_json(*body); });
+    refused_or_read([&] { episodes::PrepareRequest::from_json(*body); });
+    refused_or_read([&] { episodes::ResolveRequest::from_json(*body); });
   }
   std::optional<ajet::text::OrderedJson> ordered;
   refused_or_read([&] { ordered = ajet::parse_ordered_json(text, "request body"); });
   if (!ordered) return 0;
   refused_or_read([&] { ajet::text::parse_chat_request(*ordered); });
-  refused_or_read([&] { ajet::swarm::parse_chat_params(*ordered); });
-  refused_or_read([&] { ajet::swarm::parse_completion_params(*ordered); });
-  refused_or_read([&] { ajet::swarm::parse_completion_prompt(*ordered); });
-  refused_or_read([&] { ajet::swarm::anthropic_to_chat_body(*ordered); });
-  refused_or_read([&] { ajet::swarm::responses_to_chat_body(*ordered); });
+  refused_or_read([&] { ajet::openai::parse_chat_params(*ordered); });
+  refused_or_read([&] { ajet::openai::parse_completion_params(*ordered); });
+  refused_or_read([&] { ajet::openai::parse_completion_prompt(*ordered); });
+  refused_or_read([&] { ajet::openai::anthropic_to_chat_body(*ordered); });
+  refused_or_read([&] { ajet::openai::responses_to_chat_body(*ordered); });
   return 0;
 }

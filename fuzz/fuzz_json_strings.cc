@@ -93,13 +93,13 @@ void answer_with_calls(const std::string& arguments) {
   ajet::text::ParsedOutput output;
   output.content = "x";
   output.tool_calls.push_back({"call_0", "f", arguments});
-  ajet::swarm::anthropic_content_json(output).dump(-1, ' ', false, Json::error_handler_t::replace);
-  ajet::swarm::anthropic_stream_close(output, "tool_use", "", 1);
-  const ajet::swarm::ResponseItems items = ajet::swarm::response_items("msg_0", output);
-  ajet::swarm::ResponseMeta meta;
-  const Json response = ajet::swarm::responses_json(meta, &output, items, false, 1, 1);
+  ajet::openai::anthropic_content_json(output).dump(-1, ' ', false, Json::error_handler_t::replace);
+  ajet::openai::anthropic_stream_close(output, "tool_use", "", 1);
+  const ajet::openai::ResponseItems items = ajet::openai::response_items("msg_0", output);
+  ajet::openai::ResponseMeta meta;
+  const Json response = ajet::openai::responses_json(meta, &output, items, false, 1, 1);
   response.dump(-1, ' ', false, Json::error_handler_t::replace);
-  ajet::swarm::ResponsesEvents("msg_0").close(meta, output, false, 1, 1);
+  ajet::openai::ResponsesEvents("msg_0").close(meta, output, false, 1, 1);
 }
 
 void stored(const std::string& text) {
@@ -124,7 +124,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text = ajet::text::utf8::repair(raw);
   refused_or_read([&] { use_arguments(text); });
   refused_or_read([&] { read_chat(chat_body(text)); });
-  refused_or_read([&] { read_chat(ajet::swarm::responses_to_chat_body(responses_body(text))); });
+  refused_or_read([&] { read_chat(ajet::openai::responses_to_chat_body(responses_body(text))); });
   if (auto input = ajet::try_parse_ordered_json(text); input && input->is_object()) {
     const OrderedJson anthropic{
         {"max_tokens", 8},
@@ -133,7 +133,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           {{"role", "assistant"},
            {"content", {{{"type", "tool_use"}, {"id", "t1"}, {"name", "f"}, {"input", *input}}}}},
           {{"role", "user"}, {"content", {{{"type", "tool_result"}, {"tool_use_id", "t1"}, {"content", "ok"}}}}}}}};
-    refused_or_read([&] { read_chat(ajet::swarm::anthropic_to_chat_body(anthropic)); });
+    refused_or_read([&] { read_chat(ajet::openai::anthropic_to_chat_body(anthropic)); });
   }
   refused_or_read([&] { answer_with_calls(text); });
   refused_or_read([&] { stored(raw); });

@@ -39,7 +39,7 @@ struct ServeArgs {
   std::string resume;  // checkpoint dir, a base dir (its latest), or "auto" (checkpoint_base_dir if any)
   int ready_fd = -1;
   size_t max_connections = 16;
-  train::DistOptions dist;
+  train_data::DistOptions dist;
 };
 
 void write_ready_fd(int fd, const std::string& line) {
@@ -83,7 +83,7 @@ void run_serve(const ServeArgs& args) {
   engine::TrainingOptions training = engine::training_options(options);  // config errors before the model loads
   // Flag and variable errors before the model loads; then every rank meets the others (blocks until
   // all joined, or fails naming the rank and master address) before loading, so they load together.
-  const train::DistPlacement placement = train::resolve_placement(args.dist);
+  const train_data::DistPlacement placement = train_data::resolve_placement(args.dist);
   if (placement.world_size > 1) {
     log().info("data parallel: rank {} of {} (local rank {}), joining the group at {} (backend {}, timeout {} s)",
                placement.rank, placement.world_size, placement.local_rank, placement.master(), placement.backend,

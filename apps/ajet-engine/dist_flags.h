@@ -11,9 +11,9 @@
 
 namespace ajet::engine_cli {
 
-// Adds the flags to a command. Only given flags are set in `options`; call train::resolve_placement
+// Adds the flags to a command. Only given flags are set in `options`; call train_data::resolve_placement
 // after parsing.
-inline void add_dist_flags(CLI::App& cmd, train::DistOptions& o) {
+inline void add_dist_flags(CLI::App& cmd, train_data::DistOptions& o) {
   auto set_int = [&](const char* name, std::optional<int>& field, const char* help) {
     cmd.add_option_function<int>(name, [&field](const int& v) { field = v; }, help)->group("Data parallel");
   };

@@ -167,7 +167,7 @@ const CommandRegistration kStart("start", [](CLI::App& app) {
     o.max_stream_backlog_bytes = size_t(*backlog_mb * double(1 << 20));
     o.max_episode_bytes = size_t(*max_episode_mb * double(1 << 20));
     o.max_episode_metadata_bytes = size_t(*metadata_mb * double(1 << 20));
-    for (std::string& peer : o.peers) peer = swarm::normalized_coordinator_url(peer, "--peer");
+    for (std::string& peer : o.peers) peer = episodes::normalized_coordinator_url(peer, "--peer");
     run_start(std::move(o));
   });
 });

@@ -29,8 +29,8 @@
 
 namespace {
 
-using ajet::infer::EngineConfig;
-using ajet::infer::GenerateRequest;
+using ajet::infer::InferenceEngineOptions;
+using ajet::batching::GenerateRequest;
 using ajet::infer::InferenceEngine;
 using Clock = std::chrono::steady_clock;
 
@@ -109,10 +109,10 @@ double weight_stream_gbps(ajet::model::Qwen2Model& model, int reps) {
   return bytes / best / 1e9;
 }
 
-EngineConfig engine_config(int threads, int64_t max_running,
+InferenceEngineOptions engine_config(int threads, int64_t max_running,
                            ajet::infer::AttentionImpl attention = ajet::infer::AttentionImpl::kAuto,
                            at::ScalarType cache_dtype = at::ScalarType::Undefined) {
-  EngineConfig e;
+  InferenceEngineOptions e;
   e.attention = attention;
   e.cache_dtype = cache_dtype;
   e.start_thread = false;  // the benchmark steps the engine itself: no thread hand-off in the timing
@@ -235,7 +235,7 @@ DecodeRow measure_decode(const std::string& preset, ajet::model::Qwen2Model& mod
   int64_t started = 0, finished = 0;
   std::string error;
   for (int64_t i = 0; i < concurrency; ++i) {
-    engine.submit(make_request(i, prompt_len, max_tokens, c.vocab_size), [&, i](const ajet::infer::GenerateEvent& e) {
+    engine.submit(make_request(i, prompt_len, max_tokens, c.vocab_size), [&, i](const ajet::batching::GenerateEvent& e) {
       if (e.error) error = e.error->what();
       int64_t& n = generated[static_cast<size_t>(i)];
       if (n == 0 && !e.tokens.empty()) ++started;

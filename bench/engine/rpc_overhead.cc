@@ -123,7 +123,7 @@ int main(int argc, char** argv) {
     client.connect();
 
     auto run_direct = [&](int index, int max_tokens) {
-      ajet::infer::GenerateRequest r;
+      ajet::batching::GenerateRequest r;
       r.id = "bench-" + std::to_string(index) + "-" + std::to_string(max_tokens);
       r.prompt = prompt_for(index, args.prompt_tokens);
       r.max_tokens = max_tokens;

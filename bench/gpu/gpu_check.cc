@@ -166,7 +166,7 @@ int cmd_decode(const Flags& f) {
   const int64_t vocab = l.model->config().vocab_size;
   for (int64_t c : concurrencies) {
     if (c < 1) invalid_argument("--concurrency: every entry must be >= 1");
-    infer::EngineConfig ec;
+    infer::InferenceEngineOptions ec;
     ec.start_thread = false;  // stepped here: no thread hand-off in the timing
     ec.quiet = true;
     ec.cache_bytes = f.number("kv-cache-mb", 1024) << 20;
@@ -175,7 +175,7 @@ int cmd_decode(const Flags& f) {
     infer::InferenceEngine engine(l.model, ec);
     std::vector<std::future<infer::GenerateResult>> futures;
     for (int64_t i = 0; i < c; ++i) {
-      infer::GenerateRequest r;
+      batching::GenerateRequest r;
       r.id = "gpu-check-" + std::to_string(i);
       for (int64_t p = 0; p < prompt_len; ++p) r.prompt.push_back(static_cast<int32_t>((p * 131 + i * 977 + 7) % vocab));
       r.max_tokens = max_tokens;
@@ -221,9 +221,9 @@ int cmd_grpo(const Flags& f) {
   auto token = [&] { return static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab)); };
   std::vector<int32_t> prompt(static_cast<size_t>(prompt_len));
   for (auto& t : prompt) t = token();
-  train::Batch batch;
+  train_data::Batch batch;
   for (int64_t e = 0; e < group; ++e) {
-    train::TrainSample s;
+    train_data::TrainSample s;
     s.episode_uuid = "e" + std::to_string(e);
     s.task_id = "task";
     s.reward = static_cast<double>(e % 2);
@@ -237,7 +237,7 @@ int cmd_grpo(const Flags& f) {
     s.logprobs.assign(s.token_ids.size(), -1.0f);
     batch.samples.push_back(std::move(s));
   }
-  train::TrainerOptions o;
+  train_data::TrainerOptions o;
   o.optim.lr = 1e-6;
   o.optim.grad_clip = 1.0;
   o.loss.use_kl = false;
@@ -246,7 +246,7 @@ int cmd_grpo(const Flags& f) {
   l.model->train();
   train::Trainer trainer(l.model, o);
   const auto t_first = Clock::now();
-  const train::TrainMetrics first = trainer.train_step(batch);
+  const train_data::TrainMetrics first = trainer.train_step(batch);
   sync(l.device);
   const double first_seconds = seconds_since(t_first);
   std::vector<double> times;

@@ -44,14 +44,14 @@ struct Shape {
 };
 
 // GRPO-shaped: each group shares a prompt; completions of 16..completion tokens; rewards 0 / 1.
-train::Batch make_batch(const Shape& s, uint64_t seed) {
+train_data::Batch make_batch(const Shape& s, uint64_t seed) {
   std::mt19937_64 rng(seed);
-  train::Batch b;
+  train_data::Batch b;
   for (int g = 0; g < s.groups; ++g) {
     std::vector<int32_t> prompt(static_cast<size_t>(s.prompt));
     for (auto& t : prompt) t = static_cast<int32_t>(rng() % static_cast<uint64_t>(s.vocab));
     for (int e = 0; e < s.per_group; ++e) {
-      train::TrainSample t;
+      train_data::TrainSample t;
       t.episode_uuid = "ep-" + std::to_string(g) + "-" + std::to_string(e);
       t.task_id = "task-" + std::to_string(g);
       t.reward = static_cast<double>(rng() % 2);
@@ -69,8 +69,8 @@ train::Batch make_batch(const Shape& s, uint64_t seed) {
   return b;
 }
 
-train::TrainerOptions bench_options() {
-  train::TrainerOptions o;
+train_data::TrainerOptions bench_options() {
+  train_data::TrainerOptions o;
   o.optim.lr = 1e-5;
   o.shuffle = false;
   return o;
@@ -89,7 +89,7 @@ double median(std::vector<double> v) {
 
 // Step times (s) of `steps` train_steps after one warm-up step; with a collective, also the median time
 // of an all-reduce of tensors shaped like the gradients.
-std::vector<double> run_steps(train::Trainer& trainer, const train::Batch& batch, int steps, train::Collective* c,
+std::vector<double> run_steps(train::Trainer& trainer, const train_data::Batch& batch, int steps, train::Collective* c,
                               double* all_reduce_s, double* cpu_s) {
   trainer.train_step(batch);
   std::vector<double> times, cpu;
@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
   ajet::model::pick_blas_kernel(argc, argv);  // first: it may re-execute the process
   bench::BenchCli cli("train_dist_step_bench", "1 rank vs 2 data-parallel ranks: one GRPO step on the tiny preset");
   CLI::App& app = cli.app();
-  train::DistOptions dist;
+  train_data::DistOptions dist;
   engine_cli::add_dist_flags(app, dist);
   bool worker = false;
   int steps = 5;
@@ -168,10 +168,10 @@ int main(int argc, char** argv) {
   torch::set_num_threads(1);
   try {
     if (worker) {
-      const auto placement = train::resolve_placement(dist);
+      const auto placement = train_data::resolve_placement(dist);
       auto model = model::load_model_dir(model_dir);
-      const train::TrainerOptions o = bench_options();
-      const auto parts = train::split_batch(make_batch(shape, 1), placement.world_size, o.advantage);
+      const train_data::TrainerOptions o = bench_options();
+      const auto parts = train_data::split_batch(make_batch(shape, 1), placement.world_size, o.advantage);
       const auto& mine = parts[static_cast<size_t>(placement.rank)];
       train::Trainer trainer(model, o);
       auto collective = train::make_collective(placement);
@@ -190,7 +190,7 @@ int main(int argc, char** argv) {
       model::Qwen2Model m(config);
       model::save_model_dir(m, dir / "model");
     }
-    const train::Batch batch = make_batch(shape, 1);
+    const train_data::Batch batch = make_batch(shape, 1);
 
     // 1 rank, whole batch.
     auto model = model::load_model_dir(dir / "model");

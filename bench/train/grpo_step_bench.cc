@@ -82,11 +82,11 @@ double flops(const hf::ModelConfig& c, const Work& w) {
 
 // What our Trainer runs on `batch` in one micro-batch: the packed tokens, the distinct trained rows
 // (a token trained in several samples is predicted once), and the score blocks of the attention plan.
-Work our_work(const train::Batch& batch, train::Packing packing, const train::TrainerOptions& o) {
+Work our_work(const train_data::Batch& batch, train_data::Packing packing, const train_data::TrainerOptions& o) {
   std::vector<std::span<const int32_t>> views;
   for (const auto& s : batch.samples) views.emplace_back(s.token_ids);
   const std::span<const std::span<const int32_t>> all(views);
-  auto seqs = packing == train::Packing::kTree ? tracking::pack_tree(all, static_cast<size_t>(o.micro_batch_tokens))
+  auto seqs = packing == train_data::Packing::kTree ? tracking::pack_tree(all, static_cast<size_t>(o.micro_batch_tokens))
                                                : tracking::pack_plain(all, static_cast<size_t>(o.micro_batch_tokens));
   Work w;
   for (const auto& seq : seqs) {
@@ -108,7 +108,7 @@ Work our_work(const train::Batch& batch, train::Packing packing, const train::Tr
 
 // What grpo_step_ref.py runs: the batch padded to (B, Lmax), logits on every row, the full Lmax x Lmax
 // scores, once without gradient (old logprobs) and once with.
-Work python_work(const train::Batch& batch) {
+Work python_work(const train_data::Batch& batch) {
   size_t longest = 0;
   for (const auto& s : batch.samples) longest = std::max(longest, s.size());
   const double b = static_cast<double>(batch.samples.size()), l = static_cast<double>(longest);
@@ -173,11 +173,11 @@ int main(int argc, char** argv) {
   auto token = [&] { return static_cast<int32_t>(rng() % static_cast<uint64_t>(a.vocab)); };
   std::vector<int32_t> prompt(static_cast<size_t>(a.prompt));
   for (auto& t : prompt) t = token();
-  train::Batch batch;
+  train_data::Batch batch;
   std::vector<double> rewards;
   std::vector<std::string> groups;
   for (int e = 0; e < a.group; ++e) {
-    train::TrainSample s;
+    train_data::TrainSample s;
     s.episode_uuid = "e" + std::to_string(e);
     s.task_id = "task";
     s.reward = e % 2;
@@ -193,9 +193,9 @@ int main(int argc, char** argv) {
     groups.push_back(s.task_id);
     batch.samples.push_back(std::move(s));
   }
-  auto adv = train::compute_advantages(rewards, groups, {}).advantages;
+  auto adv = train_data::compute_advantages(rewards, groups, {}).advantages;
 
-  train::TrainerOptions o;
+  train_data::TrainerOptions o;
   o.optim.lr = 1e-6;
   o.optim.grad_clip = 1.0;
   o.loss.use_kl = false;
@@ -218,10 +218,10 @@ int main(int argc, char** argv) {
   // Ours.
   std::vector<Result> results;
   double ours_old_mean = 0;
-  for (auto packing : {train::Packing::kPlain, train::Packing::kTree}) {
+  for (auto packing : {train_data::Packing::kPlain, train_data::Packing::kTree}) {
     o.packing = packing;
     train::Trainer trainer(clone(base), o);
-    if (packing == train::Packing::kPlain) {
+    if (packing == train_data::Packing::kPlain) {
       auto lp = trainer.compute_logprobs(batch);
       double sum = 0, n = 0;
       for (size_t i = 0; i < lp.size(); ++i) {
@@ -235,7 +235,7 @@ int main(int argc, char** argv) {
       ours_old_mean = sum / n;
     }
     trainer.train_step(batch);  // warm-up: allocator, rotary tables
-    if (!a.profile.empty() && packing == train::Packing::kPlain) {
+    if (!a.profile.empty() && packing == train_data::Packing::kPlain) {
       torch::autograd::profiler::RecordProfile guard(a.profile);
       trainer.train_step(batch);
     }
@@ -246,7 +246,7 @@ int main(int argc, char** argv) {
       times.push_back(seconds_since(t0));
     }
     const Work w = our_work(batch, packing, o);
-    results.push_back({"ours (C++), " + std::string(train::packing_name(packing)) + " packing", fastest(times),
+    results.push_back({"ours (C++), " + std::string(train_data::packing_name(packing)) + " packing", fastest(times),
                        median(times), flops(config, w), w.tokens});
   }
 

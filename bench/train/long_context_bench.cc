@@ -60,9 +60,9 @@ int run_child(const std::string& preset, int64_t vocab, int64_t lora, int prefix
   auto token = [&] { return static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab)); };
   std::vector<int32_t> prompt(static_cast<size_t>(prefix));
   for (auto& t : prompt) t = token();
-  train::Batch batch;
+  train_data::Batch batch;
   for (int e = 0; e < group; ++e) {
-    train::TrainSample s;
+    train_data::TrainSample s;
     s.episode_uuid = "e" + std::to_string(e);
     s.task_id = "task";
     s.reward = e % 2;
@@ -76,7 +76,7 @@ int run_child(const std::string& preset, int64_t vocab, int64_t lora, int prefix
     s.logprobs.assign(s.token_ids.size(), -1.0f);
     batch.samples.push_back(std::move(s));
   }
-  train::TrainerOptions o;
+  train_data::TrainerOptions o;
   o.optim.lr = 1e-6;
   o.loss.use_kl = false;
   o.shuffle = false;

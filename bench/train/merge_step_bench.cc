@@ -37,8 +37,8 @@ using Clock = std::chrono::steady_clock;
 constexpr int kGroupSize = 8;
 
 struct Batches {
-  train::Batch per_call;  // (a)
-  train::Batch merged;    // (b) and (c)
+  train_data::Batch per_call;  // (a)
+  train_data::Batch merged;    // (b) and (c)
 };
 
 // One GRPO group of `turns`-turn episodes; rewards 0 / 1 alternate so the group has variance.
@@ -59,7 +59,7 @@ Batches make_batches(int turns, int64_t vocab, bool smoke) {
     const std::string uuid = calls.at(0).episode_uuid;
     const double reward = static_cast<double>(e % 2);
     for (const tracking::CallRecord& c : calls) {
-      train::TrainSample s;
+      train_data::TrainSample s;
       s.episode_uuid = uuid;
       s.task_id = "task";
       s.reward = reward;
@@ -73,7 +73,7 @@ Batches make_batches(int turns, int64_t vocab, bool smoke) {
       b.per_call.samples.push_back(std::move(s));
     }
     auto m = tracking::merge_episode({uuid, "task", reward}, calls, {});
-    for (auto& s : train::batch_from_samples(m.samples).samples) b.merged.samples.push_back(std::move(s));
+    for (auto& s : train_data::batch_from_samples(m.samples).samples) b.merged.samples.push_back(std::move(s));
   }
   return b;
 }
@@ -83,7 +83,7 @@ struct Step {
   int64_t packed = 0;  // tokens the forward computed (TrainMetrics::packed_tokens)
 };
 
-Step time_step(train::Trainer& trainer, const train::Batch& batch) {
+Step time_step(train::Trainer& trainer, const train_data::Batch& batch) {
   const auto t0 = Clock::now();
   const auto m = trainer.train_step(batch);
   return {std::chrono::duration<double>(Clock::now() - t0).count(), m.packed_tokens};
@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
   model::Qwen2Model base(config);
   model::init_weights(base, 0);
 
-  train::TrainerOptions o;
+  train_data::TrainerOptions o;
   o.optim.lr = 1e-6;
   o.shuffle = false;
   o.episode_weighting = true;
@@ -145,7 +145,7 @@ int main(int argc, char** argv) {
               ajet::bench::load_average_text().c_str());
 
   // One model per packing mode (weights drift by lr 1e-6 steps; the cost of a step does not).
-  o.packing = train::Packing::kPlain;
+  o.packing = train_data::Packing::kPlain;
   train::Trainer plain(base, o);
   model::Qwen2Model tree_model(config);
   {
@@ -154,7 +154,7 @@ int main(int argc, char** argv) {
     auto dst = tree_model->hf_named_parameters();
     for (size_t i = 0; i < src.size(); ++i) dst[i].second.copy_(src[i].second);
   }
-  o.packing = train::Packing::kTree;
+  o.packing = train_data::Packing::kTree;
   train::Trainer tree(tree_model, o);
   {
     const Batches warm = make_batches(1, vocab, smoke);

@@ -5,7 +5,7 @@
 #include "common/error.h"
 #include "common/mix.h"
 
-namespace ajet::infer {
+namespace ajet::batching {
 
 uint64_t chain_block_key(uint64_t previous, const int32_t* tokens, int64_t count) {
   uint64_t h = splitmix64_finalize(previous ^ static_cast<uint64_t>(count));
@@ -97,4 +97,4 @@ void BlockAllocator::check(int32_t block) const {
   }
 }
 
-}  // namespace ajet::infer
+}  // namespace ajet::batching

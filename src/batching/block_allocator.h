@@ -11,7 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
-namespace ajet::infer {
+namespace ajet::batching {
 
 class BlockAllocator {
  public:
@@ -56,4 +56,4 @@ class BlockAllocator {
 inline constexpr uint64_t kFirstBlockKey = 0x9e3779b97f4a7c15ULL;
 uint64_t chain_block_key(uint64_t previous, const int32_t* tokens, int64_t count);
 
-}  // namespace ajet::infer
+}  // namespace ajet::batching

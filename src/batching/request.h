@@ -10,7 +10,7 @@
 
 #include "common/error.h"
 
-namespace ajet::infer {
+namespace ajet::batching {
 
 struct GenerateRequest {
   std::string id;                      // unique among requests in flight; names the request in events
@@ -52,4 +52,4 @@ struct GenerateEvent {
   std::optional<Error> error;           // the request was rejected (no tokens; request_finished)
 };
 
-}  // namespace ajet::infer
+}  // namespace ajet::batching

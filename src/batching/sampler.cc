@@ -15,7 +15,7 @@
 #include "common/multiversion.h"
 #include "common/vec8.h"
 
-namespace ajet::infer {
+namespace ajet::batching {
 namespace {
 
 uint64_t splitmix64(uint64_t& state) { return splitmix64_finalize(state += kGoldenGamma); }
@@ -220,4 +220,4 @@ GeneratedToken sample_token(const float* logits, int64_t vocab, const SamplingPa
   return out;
 }
 
-}  // namespace ajet::infer
+}  // namespace ajet::batching

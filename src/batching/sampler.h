@@ -7,7 +7,7 @@
 
 #include "batching/request.h"
 
-namespace ajet::infer {
+namespace ajet::batching {
 
 struct SamplingParams {
   double temperature = 1.0;  // 0 = greedy
@@ -36,4 +36,4 @@ class SampleRng {
 // policy_version is left 0 for the caller to fill. Draws exactly one uniform unless greedy.
 GeneratedToken sample_token(const float* logits, int64_t vocab, const SamplingParams& params, SampleRng& rng);
 
-}  // namespace ajet::infer
+}  // namespace ajet::batching

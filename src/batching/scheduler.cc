@@ -5,7 +5,7 @@
 
 #include "common/error.h"
 
-namespace ajet::infer {
+namespace ajet::batching {
 namespace {
 
 int64_t uncached(const Sequence& seq) { return static_cast<int64_t>(seq.tokens.size()) - seq.num_cached; }
@@ -220,4 +220,4 @@ std::vector<std::unique_ptr<Sequence>> Scheduler::remove_if(const std::function<
   return removed;
 }
 
-}  // namespace ajet::infer
+}  // namespace ajet::batching

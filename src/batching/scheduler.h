@@ -16,7 +16,7 @@
 #include "batching/request.h"
 #include "batching/sampler.h"
 
-namespace ajet::infer {
+namespace ajet::batching {
 
 // One request as the engine tracks it (shared by its samples).
 struct RequestState {
@@ -126,4 +126,4 @@ class Scheduler {
   int64_t prefix_hit_tokens_ = 0;
 };
 
-}  // namespace ajet::infer
+}  // namespace ajet::batching

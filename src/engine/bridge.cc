@@ -5,8 +5,8 @@
 
 namespace ajet::engine {
 
-infer::GenerateRequest to_infer_request(const rpc::GenerateRequest& r, std::string id) {
-  infer::GenerateRequest out;
+batching::GenerateRequest to_infer_request(const rpc::GenerateRequest& r, std::string id) {
+  batching::GenerateRequest out;
   out.id = std::move(id);
   out.prompt = r.prompt;
   out.max_tokens = r.max_tokens;
@@ -20,13 +20,13 @@ infer::GenerateRequest to_infer_request(const rpc::GenerateRequest& r, std::stri
   return out;
 }
 
-rpc::FinishReason to_rpc_finish(infer::FinishReason reason) {
+rpc::FinishReason to_rpc_finish(batching::FinishReason reason) {
   switch (reason) {
-    case infer::FinishReason::kStop:
+    case batching::FinishReason::kStop:
       return rpc::FinishReason::kStop;
-    case infer::FinishReason::kLength:
+    case batching::FinishReason::kLength:
       return rpc::FinishReason::kLength;
-    case infer::FinishReason::kAbort:
+    case batching::FinishReason::kAbort:
       return rpc::FinishReason::kAbort;
   }
   return rpc::FinishReason::kAbort;
@@ -35,7 +35,7 @@ rpc::FinishReason to_rpc_finish(infer::FinishReason reason) {
 TokensEventBuilder::TokensEventBuilder(int64_t prompt_tokens, int64_t samples, int32_t top_logprobs)
     : prompt_tokens_(prompt_tokens), top_logprobs_(top_logprobs), completion_(static_cast<size_t>(samples), 0) {}
 
-rpc::TokensEvent TokensEventBuilder::next(const infer::GenerateEvent& event) {
+rpc::TokensEvent TokensEventBuilder::next(const batching::GenerateEvent& event) {
   rpc::TokensEvent e;
   e.sample = static_cast<int32_t>(event.sample_index);
   const size_t t = event.tokens.size();
@@ -44,7 +44,7 @@ rpc::TokensEvent TokensEventBuilder::next(const infer::GenerateEvent& event) {
   e.raw_logprobs.reserve(t);
   e.policy_versions.reserve(t);
   e.top_k = top_logprobs_;
-  for (const infer::GeneratedToken& token : event.tokens) {
+  for (const batching::GeneratedToken& token : event.tokens) {
     e.token_ids.push_back(token.id);
     e.logprobs.push_back(token.logprob);
     e.raw_logprobs.push_back(token.raw_logprob);

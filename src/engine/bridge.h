@@ -13,9 +13,9 @@
 namespace ajet::engine {
 
 // The engine request for an RPC generate request; `id` names it in the engine (unique in flight).
-infer::GenerateRequest to_infer_request(const rpc::GenerateRequest& request, std::string id);
+batching::GenerateRequest to_infer_request(const rpc::GenerateRequest& request, std::string id);
 
-rpc::FinishReason to_rpc_finish(infer::FinishReason reason);
+rpc::FinishReason to_rpc_finish(batching::FinishReason reason);
 
 // Gathers one request's engine events into RPC `tokens` events and the final `done` body: keeps
 // the prompt length and each sample's running completion count, which the events carry.
@@ -25,7 +25,7 @@ class TokensEventBuilder {
 
   // A non-error engine event of this request. Top alternatives are cut or padded (id -1, logprob
   // -inf) to exactly `top_logprobs` per token, the fixed row width of the wire format.
-  rpc::TokensEvent next(const infer::GenerateEvent& event);
+  rpc::TokensEvent next(const batching::GenerateEvent& event);
   rpc::GenerateDone done() const;
 
  private:

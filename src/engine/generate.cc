@@ -67,7 +67,7 @@ class InProcessBackend : public Backend {
   void start(const rpc::GenerateRequest& request, ItemQueue& queue) override {
     auto builder = std::make_shared<TokensEventBuilder>(static_cast<int64_t>(request.prompt.size()), request.n,
                                                         request.top_logprobs);
-    runtime_.engine->submit(to_infer_request(request, "cli"), [builder, &queue](const infer::GenerateEvent& event) {
+    runtime_.engine->submit(to_infer_request(request, "cli"), [builder, &queue](const batching::GenerateEvent& event) {
       if (event.error) {
         queue.push(Error(event.error->code(), std::string("generate: ") + event.error->what()));
         return;

@@ -81,7 +81,7 @@ EngineRuntime start_engine(const EngineOptions& options, bool start_thread) {
              rt.model.config.model_type, rt.model.dtype, rt.model.parameters, rt.model.config.num_hidden_layers,
              rt.model.config.hidden_size, rt.model.config.vocab_size, rt.compute.device);
 
-  infer::EngineConfig ec;
+  infer::InferenceEngineOptions ec;
   ec.threads = rt.compute.threads;
   ec.cache_bytes = options.kv_cache_mb << 20;
   ec.max_batch_tokens = options.max_batch_tokens;

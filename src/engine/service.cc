@@ -56,7 +56,7 @@ void EngineService::generate(rpc::Frame request, std::shared_ptr<rpc::ReplySink>
   if (!g.tag.empty()) log().debug("generate {} (tag {})", engine_request_id(sink->connection_id(), sink->request_id()), g.tag);
   // Runs on the engine thread: each event becomes one frame queued on the connection.
   engine_.submit(to_infer_request(g, engine_request_id(sink->connection_id(), sink->request_id())),
-                 [sink, builder](const infer::GenerateEvent& event) {
+                 [sink, builder](const batching::GenerateEvent& event) {
                    if (event.error) {
                      sink->error(event.error->code(), std::string("generate: ") + event.error->what());
                      return;
@@ -122,7 +122,7 @@ void EngineService::set_address(std::string address) {
 
 Json EngineService::status() const {
   const infer::EngineStats s = engine_.stats();
-  const infer::EngineConfig& c = engine_.config();
+  const infer::InferenceEngineOptions& c = engine_.config();
   std::string address;
   {
     std::lock_guard lock(mu_);

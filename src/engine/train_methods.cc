@@ -54,7 +54,7 @@ TrainingOptions training_options(const EngineOptions& options) {
   t.async_trainer_threads = int(c.async.trainer_threads);
   t.async_decode_threads = int(c.async.decode_threads_while_training);
   t.async_trainer_nice = int(c.async.trainer_nice);
-  t.trainer = train::TrainerOptions::from_config(c);
+  t.trainer = train_data::TrainerOptions::from_config(c);
   t.checkpoint_base_dir = c.trainer_common.checkpoint_base_dir;
   t.keep_last = c.trainer_common.max_checkpoints_to_keep;
   return t;
@@ -168,16 +168,16 @@ Json TrainMethods::train_step(const rpc::TrainBatch& rpc_batch) {
   Impl& s = *impl_;
   s.require_training("train_step");
   // Every check happens before the engine pauses or any weight changes.
-  const train::Batch batch = train::batch_from_rpc(rpc_batch);
+  const train_data::Batch batch = train_data::batch_from_rpc(rpc_batch);
   // One of several ranks may get no samples (fewer groups than ranks); it still takes part in the
   // step's all-reduces, so the group stays in step.
   const bool data_parallel = s.options.collective && s.options.collective->world_size() > 1;
   if (batch.samples.empty() && !data_parallel) invalid_argument("train_step batch: no samples");
-  train::validate_batch(batch, s.model_info.config.vocab_size);
+  train_data::validate_batch(batch, s.model_info.config.vocab_size);
   train::Trainer& trainer = s.ensure_trainer();
 
   const auto start = std::chrono::steady_clock::now();
-  train::TrainMetrics metrics;
+  train_data::TrainMetrics metrics;
   double paused = 0;
   Json reply_extra = Json::object();
   if (!s.async) {

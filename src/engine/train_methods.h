@@ -32,7 +32,7 @@ class EngineService;
 
 struct TrainingOptions {
   config::Backbone backbone = config::Backbone::kTorch;
-  train::TrainerOptions trainer;
+  train_data::TrainerOptions trainer;
   std::filesystem::path checkpoint_base_dir = "./saved_checkpoints";  // save_checkpoint's default
   int64_t keep_last = 3;                                               // <= 0 keeps all
   int threads = 0;  // the engine's intra-op threads (0: one per core)

@@ -16,9 +16,9 @@
 #include "train_data/batch.h"
 #include "train_data/dist_split.h"
 
-namespace ajet::swarm {
+namespace ajet::engine_control {
 
-BatchRunner::BatchRunner(Registry& registry, store::Store& store, VerboseLog& verbose, TrainerLink link)
+BatchRunner::BatchRunner(episodes::Registry& registry, store::Store& store, episodes::VerboseLog& verbose, TrainerLink link)
     : registry_(registry), store_(store), verbose_(verbose), link_(std::move(link)), thread_([this] { run(); }) {}
 
 BatchRunner::~BatchRunner() {
@@ -48,7 +48,7 @@ void BatchRunner::run() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       if (stopping_) return;
-      if (registry_.engine_status() == EngineStatus::kOffline) {
+      if (registry_.engine_status() == episodes::EnginePhase::kOffline) {
         // wait_batch_ready returns at once while OFFLINE: sleep until start_engine pokes us.
         cv_.wait_for(lock, std::chrono::seconds(1), [&] { return stopping_ || poked_; });
         poked_ = false;
@@ -57,14 +57,14 @@ void BatchRunner::run() {
     }
     if (!registry_.wait_batch_ready(std::chrono::milliseconds(500))) continue;
     try {
-      std::shared_ptr<const ModelContext> model = link_.model ? link_.model() : nullptr;
+      std::shared_ptr<const episodes::ModelContext> model = link_.model ? link_.model() : nullptr;
       if (!link_.engine || !link_.engine()) {
         // Booting or restarting: the batch waits (a restart returns it to collection anyway).
         std::unique_lock<std::mutex> lock(mu_);
         cv_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stopping_; });
         continue;
       }
-      Batch batch = registry_.take_batch();
+      episodes::Batch batch = registry_.take_batch();
       if (!model) {
         verbose_.add("batch", fmt::format("batch {} taken but no model is loaded; it is not trained", batch.batch_id));
         continue;
@@ -76,10 +76,10 @@ void BatchRunner::run() {
   }
 }
 
-BatchSamples BatchRunner::merge_batch(Batch batch, const ModelContext& model) {
+BatchSamples BatchRunner::merge_batch(episodes::Batch batch, const episodes::ModelContext& model) {
   BatchSamples out;
   store_.flush().get();  // every call of these episodes was queued before their end_episode
-  for (const FinishedEpisode& e : batch.episodes) {
+  for (const episodes::FinishedEpisode& e : batch.episodes) {
     std::vector<store::CallRow> rows = store_.get_calls(e.episode_uuid);
     std::vector<tracking::CallRecord> calls = tracking::calls_from_rows(rows, model.format.get());
     if (calls.empty()) continue;  // an episode without LLM calls carries no tokens
@@ -139,12 +139,12 @@ rpc::TrainBatch build_train_batch(const BatchSamples& samples) {
 namespace {
 
 // split_train_batch on the request's samples, already converted, and its meta.
-std::vector<rpc::TrainBatch> split_converted(const train::Batch& whole, const Json& meta, int world_size,
-                                             const train::AdvantageOptions& advantage) {
-  const std::vector<train::Batch> parts = train::split_batch(whole, world_size, advantage);
+std::vector<rpc::TrainBatch> split_converted(const train_data::Batch& whole, const Json& meta, int world_size,
+                                             const train_data::AdvantageOptions& advantage) {
+  const std::vector<train_data::Batch> parts = train_data::split_batch(whole, world_size, advantage);
   std::vector<rpc::TrainBatch> out;
   for (size_t r = 0; r < parts.size(); ++r) {
-    rpc::TrainBatch part = train::batch_to_rpc(parts[r]);
+    rpc::TrainBatch part = train_data::batch_to_rpc(parts[r]);
     part.meta = meta.is_object() ? meta : Json::object();
     part.meta["rank"] = r;
     part.meta["world_size"] = world_size;
@@ -156,11 +156,11 @@ std::vector<rpc::TrainBatch> split_converted(const train::Batch& whole, const Js
 }  // namespace
 
 std::vector<rpc::TrainBatch> split_train_batch(const rpc::TrainBatch& request, int world_size,
-                                               const train::AdvantageOptions& advantage) {
-  return split_converted(train::batch_from_rpc(request), request.meta, world_size, advantage);
+                                               const train_data::AdvantageOptions& advantage) {
+  return split_converted(train_data::batch_from_rpc(request), request.meta, world_size, advantage);
 }
 
-void whole_batch_metrics(const train::Batch& whole, const train::AdvantageOptions& advantage,
+void whole_batch_metrics(const train_data::Batch& whole, const train_data::AdvantageOptions& advantage,
                          const std::vector<Json>& replies, Json& metrics) {
   // Each rank's advantage means are over its trained samples: weighted by their counts, the batch's.
   double samples = 0, mean = 0, abs_mean = 0;
@@ -177,8 +177,8 @@ void whole_batch_metrics(const train::Batch& whole, const train::AdvantageOption
   // Rewards and groups over every episode, as one rank reports them (the split may give a group's
   // episodes to several ranks, e.g. under REINFORCE++, whose ranks receive advantages, not rewards).
   if (whole.has_advantages()) return;  // the caller's advantages: no rewards to report
-  const train::EpisodeIndex episodes = train::index_episodes(whole);
-  const train::AdvantageResult r = train::compute_advantages(episodes.rewards, episodes.groups, advantage);
+  const train_data::EpisodeIndex episodes = train_data::index_episodes(whole);
+  const train_data::AdvantageResult r = train_data::compute_advantages(episodes.rewards, episodes.groups, advantage);
   double reward_sum = 0;
   for (double x : episodes.rewards) reward_sum += x;
   metrics["reward_mean"] = episodes.rewards.empty() ? 0.0 : reward_sum / static_cast<double>(episodes.rewards.size());
@@ -189,7 +189,7 @@ void whole_batch_metrics(const train::Batch& whole, const train::AdvantageOption
 Json BatchRunner::train_on_ranks(const std::vector<std::shared_ptr<rpc::Client>>& ranks, const rpc::TrainBatch& request,
                                  const TrainSettings& settings) {
   const int world = int(ranks.size());
-  const train::Batch whole = train::batch_from_rpc(request);  // once, for the split and the metrics
+  const train_data::Batch whole = train_data::batch_from_rpc(request);  // once, for the split and the metrics
   std::vector<rpc::TrainBatch> parts = split_converted(whole, request.meta, world, settings.advantage);
   // One thread per rank: each call blocks until its rank finished the step, and the ranks only finish
   // together (their all-reduces wait for each other).
@@ -241,7 +241,7 @@ Json BatchRunner::train_on_ranks(const std::vector<std::shared_ptr<rpc::Client>>
 }
 
 void BatchRunner::train_on_engine(BatchSamples samples) {
-  const Batch& b = samples.batch;
+  const episodes::Batch& b = samples.batch;
   const TrainSettings settings = link_.settings ? link_.settings() : TrainSettings{};
   std::string merged = fmt::format("{} episodes -> {} samples, {} tokens after merging {} calls ({:.2f}x)",
                                    b.episodes.size(), samples.totals.samples, samples.totals.tokens_after,
@@ -303,7 +303,7 @@ void BatchRunner::train_on_engine(BatchSamples samples) {
                           {"tokens_before", samples.totals.tokens_before},
                           {"tokens_after", samples.totals.tokens_after},
                           {"compression_ratio", samples.totals.compression_ratio}};
-  const bool torch = registry_.options().backbone == Backbone::kTorch;
+  const bool torch = registry_.options().backbone == episodes::Backbone::kTorch;
   if (settings.save_freq > 0 && version % settings.save_freq == 0) {
     // torch: the engine's weights are exported before rollouts resume on them.
     if (torch) registry_.begin_weight_export();
@@ -348,4 +348,4 @@ std::optional<std::filesystem::path> BatchRunner::save_checkpoint(const std::str
   return path;
 }
 
-}  // namespace ajet::swarm
+}  // namespace ajet::engine_control

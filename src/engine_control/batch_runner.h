@@ -5,7 +5,7 @@
 // the supervisor where the newest checkpoint is so a crashed engine restarts from it. The debug
 // backbone never gets here: the registry records its batches itself and ROLLING resumes.
 //
-// Data parallel (ajet-swarm start --engine-ranks N): the request is split with train::split_batch
+// Data parallel (ajet-swarm start --engine-ranks N): the request is split with train_data::split_batch
 // (balanced by tokens, task groups kept whole) and part r goes to rank r's train_step, all at once (an
 // empty part too: every rank takes part in every all-reduce). The step counts when every rank
 // acknowledged it; one rank's error fails the batch, naming the rank. Checkpoints come from rank 0 (the
@@ -41,13 +41,15 @@ namespace ajet::rpc {
 class Client;
 }
 
-namespace ajet::swarm {
-
+namespace ajet::episodes {
 class VerboseLog;
 struct ModelContext;
+}
+
+namespace ajet::engine_control {
 
 struct BatchSamples {
-  Batch batch;
+  episodes::Batch batch;
   std::vector<tracking::Sample> samples;  // every episode's merged samples, episode by episode
   tracking::MergeDiagnostics totals;      // summed counts (calls, samples, tokens before/after)
 };
@@ -57,12 +59,12 @@ struct TrainSettings {
   int64_t save_freq = 0;                   // checkpoint when the new policy version is a multiple; <= 0: never
   std::filesystem::path checkpoint_dir;    // passed as save_checkpoint's `dir` (empty: the engine's default)
   std::chrono::milliseconds train_timeout{std::chrono::hours(2)};  // one train_step call
-  train::AdvantageOptions advantage;  // the engine's; how a batch is split across data-parallel ranks
+  train_data::AdvantageOptions advantage;  // the engine's; how a batch is split across data-parallel ranks
 };
 
 // The runner's view of the rest of the front (all may return null / empty while nothing is loaded).
 struct TrainerLink {
-  std::function<std::shared_ptr<const ModelContext>()> model;
+  std::function<std::shared_ptr<const episodes::ModelContext>()> model;
   std::function<std::shared_ptr<rpc::Client>()> engine;  // null while booting, restarting or stopped
   // Every data-parallel rank's connection in rank order (rank 0 = engine()); unset or empty: engine() alone.
   std::function<std::vector<std::shared_ptr<rpc::Client>>()> engine_ranks;
@@ -75,22 +77,22 @@ struct TrainerLink {
 // per task_id group from `rewards`. Throws Error(kFailedPrecondition) when no sample is trainable.
 rpc::TrainBatch build_train_batch(const BatchSamples& samples);
 
-// Rank r's train_step request for `world_size` data-parallel ranks: train::split_batch of `request`
+// Rank r's train_step request for `world_size` data-parallel ranks: train_data::split_batch of `request`
 // (so each rank's advantages equal those of one rank on the whole batch), `meta` carried over with
 // "rank" and "world_size" added. Some parts may hold no sample.
 std::vector<rpc::TrainBatch> split_train_batch(const rpc::TrainBatch& request, int world_size,
-                                               const train::AdvantageOptions& advantage);
+                                               const train_data::AdvantageOptions& advantage);
 
 // The step metrics of the ranks' replies, as one rank would report them for the batch `whole` (the
-// request's samples, train::batch_from_rpc): into `metrics` (rank 0's reply) go the advantage means
+// request's samples, train_data::batch_from_rpc): into `metrics` (rank 0's reply) go the advantage means
 // over every rank's trained samples and the reward mean, group and zero-variance-group counts of the
 // whole batch.
-void whole_batch_metrics(const train::Batch& whole, const train::AdvantageOptions& advantage,
+void whole_batch_metrics(const train_data::Batch& whole, const train_data::AdvantageOptions& advantage,
                          const std::vector<Json>& replies, Json& metrics);
 
 class BatchRunner {
  public:
-  BatchRunner(Registry& registry, store::Store& store, VerboseLog& verbose, TrainerLink link);
+  BatchRunner(episodes::Registry& registry, store::Store& store, episodes::VerboseLog& verbose, TrainerLink link);
   ~BatchRunner();  // stops and joins
   BatchRunner(const BatchRunner&) = delete;
   BatchRunner& operator=(const BatchRunner&) = delete;
@@ -100,7 +102,7 @@ class BatchRunner {
   void notify();
 
   // Merges the batch's episodes (calls read from the store) into samples. Blocks on the store.
-  BatchSamples merge_batch(Batch batch, const ModelContext& model);
+  BatchSamples merge_batch(episodes::Batch batch, const episodes::ModelContext& model);
   // Trains the taken batch on the engine, then finish_batch (or fail_batch when the engine rejects
   // it; nothing when the engine died: engine_restarting already returned the batch to collection).
   void train_on_engine(BatchSamples samples);
@@ -115,9 +117,9 @@ class BatchRunner {
   Json train_on_ranks(const std::vector<std::shared_ptr<rpc::Client>>& ranks, const rpc::TrainBatch& request,
                       const TrainSettings& settings);
 
-  Registry& registry_;
+  episodes::Registry& registry_;
   store::Store& store_;
-  VerboseLog& verbose_;
+  episodes::VerboseLog& verbose_;
   TrainerLink link_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -129,4 +131,4 @@ class BatchRunner {
   std::thread thread_;
 };
 
-}  // namespace ajet::swarm
+}  // namespace ajet::engine_control

@@ -13,7 +13,7 @@
 #include "common/error.h"
 #include "common/fs.h"
 
-namespace ajet::swarm {
+namespace ajet::engine_control {
 
 namespace {
 
@@ -244,4 +244,4 @@ UnpackedTree unpack_source_zip(std::string_view archive, const fs::path& dest, c
   return out;
 }
 
-}  // namespace ajet::swarm
+}  // namespace ajet::engine_control

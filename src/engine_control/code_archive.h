@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-namespace ajet::swarm {
+namespace ajet::engine_control {
 
 struct ArchiveLimits {
   uint64_t max_total_bytes = 512ull << 20;  // sum of uncompressed sizes
@@ -50,4 +50,4 @@ struct UnpackedTree {
 UnpackedTree unpack_source_zip(std::string_view archive, const std::filesystem::path& dest,
                                const ArchiveLimits& limits = {});
 
-}  // namespace ajet::swarm
+}  // namespace ajet::engine_control

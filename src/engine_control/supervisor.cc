@@ -30,7 +30,7 @@
 #include "episodes/verbose_log.h"
 #include "rpc/messages.h"
 
-namespace ajet::swarm {
+namespace ajet::engine_control {
 
 namespace fs = std::filesystem;
 
@@ -121,7 +121,7 @@ struct RankProcess {
   std::shared_ptr<rpc::Client> conn;
 };
 
-EngineSupervisor::EngineSupervisor(SupervisorOptions options, Registry& registry, VerboseLog& verbose)
+EngineSupervisor::EngineSupervisor(SupervisorOptions options, episodes::Registry& registry, episodes::VerboseLog& verbose)
     : options_(std::move(options)), registry_(registry), verbose_(verbose) {
   const fs::path tmp = fs::temp_directory_path();
   remove_stale_socket_dirs(tmp);
@@ -626,4 +626,4 @@ void EngineSupervisor::give_up(const std::string& detail) {
   }
 }
 
-}  // namespace ajet::swarm
+}  // namespace ajet::engine_control

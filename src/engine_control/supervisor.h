@@ -35,10 +35,12 @@ namespace ajet {
 class Subprocess;
 }  // namespace ajet
 
-namespace ajet::swarm {
-
+namespace ajet::episodes {
 class Registry;
 class VerboseLog;
+}
+
+namespace ajet::engine_control {
 
 struct SupervisorOptions {
   std::filesystem::path default_engine;  // the ajet-engine next to ajet-swarm
@@ -61,7 +63,7 @@ struct EngineLaunch {
 
 class EngineSupervisor {
  public:
-  EngineSupervisor(SupervisorOptions options, Registry& registry, VerboseLog& verbose);
+  EngineSupervisor(SupervisorOptions options, episodes::Registry& registry, episodes::VerboseLog& verbose);
   ~EngineSupervisor();  // stops the engine and joins the thread
   EngineSupervisor(const EngineSupervisor&) = delete;
   EngineSupervisor& operator=(const EngineSupervisor&) = delete;
@@ -123,8 +125,8 @@ class EngineSupervisor {
   bool sleep_unless_stopped(std::chrono::milliseconds d);
 
   SupervisorOptions options_;
-  Registry& registry_;
-  VerboseLog& verbose_;
+  episodes::Registry& registry_;
+  episodes::VerboseLog& verbose_;
   std::filesystem::path socket_dir_;  // private 0700 directory for the engine socket
   int owner_fd_ = -1;                 // its owner file, flock-ed while this front runs
   std::filesystem::path socket_path_;
@@ -150,4 +152,4 @@ class EngineSupervisor {
   std::thread thread_;
 };
 
-}  // namespace ajet::swarm
+}  // namespace ajet::engine_control

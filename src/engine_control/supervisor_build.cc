@@ -11,7 +11,7 @@
 #include "episodes/registry.h"
 #include "episodes/verbose_log.h"
 
-namespace ajet::swarm {
+namespace ajet::engine_control {
 
 namespace fs = std::filesystem;
 
@@ -116,4 +116,4 @@ fs::path EngineSupervisor::build_engine(const EngineLaunch& launch, Session& ses
   return result;
 }
 
-}  // namespace ajet::swarm
+}  // namespace ajet::engine_control

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <map>
 
-namespace ajet::swarm {
+namespace ajet::episodes {
 
 namespace {
 
@@ -118,4 +118,4 @@ MetricValues batch_metrics(const Json& stats) {
   return f.take();
 }
 
-}  // namespace ajet::swarm
+}  // namespace ajet::episodes

@@ -10,7 +10,7 @@
 
 #include "common/json.h"
 
-namespace ajet::swarm {
+namespace ajet::episodes {
 
 using MetricValues = std::vector<std::pair<std::string, double>>;
 
@@ -39,4 +39,4 @@ std::string metric_name_piece(std::string_view text, size_t max_length = 64);
 // Booleans, strings and nulls are left out. Sorted by name.
 MetricValues batch_metrics(const Json& stats);
 
-}  // namespace ajet::swarm
+}  // namespace ajet::episodes

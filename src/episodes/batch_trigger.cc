@@ -4,7 +4,7 @@
 
 #include "common/error.h"
 
-namespace ajet::swarm {
+namespace ajet::episodes {
 
 namespace {
 constexpr std::pair<SampleCollection, std::string_view> kMethods[] = {
@@ -111,4 +111,4 @@ bool batch_triggered(const BatchProgress& progress, const TriggerInput& in) {
   return false;
 }
 
-}  // namespace ajet::swarm
+}  // namespace ajet::episodes

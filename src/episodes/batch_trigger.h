@@ -11,7 +11,7 @@
 
 #include "common/json.h"
 
-namespace ajet::swarm {
+namespace ajet::episodes {
 
 enum class SampleCollection {
   kEnoughTasks,          // rollout_until_finish_enough_tasks (default)
@@ -89,4 +89,4 @@ struct TriggerInput {
 // True when the batch is full. The agree-based methods also need at least one finished episode.
 bool batch_triggered(const BatchProgress& progress, const TriggerInput& input);
 
-}  // namespace ajet::swarm
+}  // namespace ajet::episodes

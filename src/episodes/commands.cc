@@ -8,7 +8,7 @@
 
 #include "http/response.h"
 
-namespace ajet::swarm {
+namespace ajet::episodes {
 
 // The HTTP layer's mapping, except that another client's episode is 404, as upstream answers (the
 // layer says 403): one table, one exception.
@@ -300,4 +300,4 @@ AgreeRequest AgreeRequest::from_json(const Json& body) {
   return AgreeRequest{required_id(body, "client_uuid", "agree_sync_weight body")};
 }
 
-}  // namespace ajet::swarm
+}  // namespace ajet::episodes

@@ -11,7 +11,7 @@
 #include "common/error.h"
 #include "common/json.h"
 
-namespace ajet::swarm {
+namespace ajet::episodes {
 
 // docs/protocol.md "Statuses and error mapping": kInvalidArgument / kFailedPrecondition → 400,
 // kUnauthenticated → 401, kPermissionDenied (episode of another client) and kNotFound → 404,
@@ -174,4 +174,4 @@ struct BoolResponse {
   Json to_json() const { return Json{{"success", success}, {"failure_reason", failure_reason}}; }
 };
 
-}  // namespace ajet::swarm
+}  // namespace ajet::episodes

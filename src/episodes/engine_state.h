@@ -15,42 +15,46 @@
 #include <string_view>
 
 #include "common/json.h"
+#include "config/backbone.h"
 
-namespace ajet::swarm {
+namespace ajet::episodes {
 
-enum class EngineStatus { kOffline, kBooting, kRolling, kRollingPost, kWeightSyncing, kWeightExporting };
+// Where the engine is in its life cycle, as the front tracks it (its wire name is "engine_status").
+// A phase, not a "status": client::EngineStatus is the whole GET /get_engine_status answer a
+// client reads (this phase's name, its detail, the global step, ...).
+enum class EnginePhase { kOffline, kBooting, kRolling, kRollingPost, kWeightSyncing, kWeightExporting };
 
 // "ENGINE.OFFLINE", … exactly as on the wire.
-std::string_view engine_status_name(EngineStatus status);
-std::optional<EngineStatus> parse_engine_status(std::string_view name);
+std::string_view engine_phase_name(EnginePhase status);
+std::optional<EnginePhase> parse_engine_phase(std::string_view name);
 
-enum class Backbone { kTorch, kAsync, kDebug };
-std::string_view backbone_name(Backbone backbone);
-// "torch" | "async" | "debug" (and upstream's "verl" / "trinity"); throws Error(kInvalidArgument).
-Backbone parse_backbone(std::string_view name);
+// The backbone is config's typed one (config/backbone.h spells its names).
+using config::Backbone;
+using config::backbone_name;
+using config::parse_backbone;
 
-bool transition_allowed(EngineStatus from, EngineStatus to);
-bool claims_allowed(EngineStatus status);  // ROLLING only
-bool chat_allowed(EngineStatus status);    // ROLLING or ROLLING_POST
+bool transition_allowed(EnginePhase from, EnginePhase to);
+bool claims_allowed(EnginePhase status);  // ROLLING only
+bool chat_allowed(EnginePhase status);    // ROLLING or ROLLING_POST
 
 // claim_episode's fail_cause when claims are not served: "Engine not ready. Current status:
 // [ENGINE.X]. <what to wait for>" (upstream's wording, so upstream clients retry correctly).
-std::string claim_fail_cause(EngineStatus status);
+std::string claim_fail_cause(EnginePhase status);
 // The message of a refused chat call (the route answers 503 + Retry-After; see retry_after_seconds).
-std::string chat_unavailable_message(EngineStatus status);
+std::string chat_unavailable_message(EnginePhase status);
 // How long a client should wait before retrying in `status` (seconds, for Retry-After).
-int retry_after_seconds(EngineStatus status);
+int retry_after_seconds(EnginePhase status);
 
 class EngineState {
  public:
-  EngineStatus status() const { return status_; }
+  EnginePhase status() const { return status_; }
   const std::string& detail() const { return detail_; }
   int64_t global_step() const { return global_step_; }
   std::optional<double> booting_start_time() const { return booting_start_time_; }
 
   // Moves to `to` (throws Error(kFailedPrecondition) naming both statuses when illegal). Entering
   // BOOTING records `now` as booting_start_time; leaving it clears it.
-  void transition(EngineStatus to, double now, std::string detail);
+  void transition(EnginePhase to, double now, std::string detail);
   void set_detail(std::string detail) { detail_ = std::move(detail); }
   void set_global_step(int64_t step) { global_step_ = step; }
 
@@ -58,10 +62,10 @@ class EngineState {
   Json to_json() const;
 
  private:
-  EngineStatus status_ = EngineStatus::kOffline;
+  EnginePhase status_ = EnginePhase::kOffline;
   std::string detail_;
   int64_t global_step_ = 0;
   std::optional<double> booting_start_time_;
 };
 
-}  // namespace ajet::swarm
+}  // namespace ajet::episodes

@@ -6,7 +6,7 @@
 #include "common/error.h"
 #include "common/json.h"
 
-namespace ajet::swarm {
+namespace ajet::episodes {
 
 namespace {
 
@@ -128,4 +128,4 @@ std::string resolve_agent_name(const EpisodeKeyClaims& claims, std::optional<std
   return claims.agent_name;
 }
 
-}  // namespace ajet::swarm
+}  // namespace ajet::episodes

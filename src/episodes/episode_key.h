@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-namespace ajet::swarm {
+namespace ajet::episodes {
 
 inline constexpr std::string_view kKeyPrefix = "sk-ajet-";
 inline constexpr std::string_view kDefaultAgentName = "default_agent_name";
@@ -66,4 +66,4 @@ struct AgentNames {
 std::string resolve_agent_name(const EpisodeKeyClaims& claims, std::optional<std::string_view> header,
                                std::optional<std::string_view> model, const AgentNames& names = {});
 
-}  // namespace ajet::swarm
+}  // namespace ajet::episodes

@@ -2,7 +2,7 @@
 
 #include "common/log.h"
 
-namespace ajet::swarm {
+namespace ajet::episodes {
 
 Janitor::Janitor(Registry& registry, std::chrono::milliseconds period, std::function<void(const SweepResult&)> on_sweep)
     : registry_(registry), period_(period), on_sweep_(std::move(on_sweep)), thread_([this] { run(); }) {}
@@ -34,4 +34,4 @@ void Janitor::run() {
   }
 }
 
-}  // namespace ajet::swarm
+}  // namespace ajet::episodes

@@ -12,7 +12,7 @@
 
 #include "episodes/registry.h"
 
-namespace ajet::swarm {
+namespace ajet::episodes {
 
 class Janitor {
  public:
@@ -35,4 +35,4 @@ class Janitor {
   std::thread thread_;
 };
 
-}  // namespace ajet::swarm
+}  // namespace ajet::episodes

@@ -5,7 +5,7 @@
 #include "common/error.h"
 #include "hf/hf_config.h"
 
-namespace ajet::swarm {
+namespace ajet::episodes {
 
 namespace fs = std::filesystem;
 
@@ -61,4 +61,4 @@ std::shared_ptr<const ModelContext> ModelContext::load(const config::Config& con
   return ctx;
 }
 
-}  // namespace ajet::swarm
+}  // namespace ajet::episodes

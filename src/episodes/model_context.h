@@ -18,7 +18,7 @@
 #include "tracking/merge.h"
 #include "tracking/prompt.h"
 
-namespace ajet::swarm {
+namespace ajet::episodes {
 
 // ajet.rollout sampling: `train` episodes always sample with these (the rollout must come from the
 // policy being trained); `eval` episodes use the request's values and fall back to val_kwargs.
@@ -52,4 +52,4 @@ struct ModelContext {
 
 SamplingRules sampling_rules(const config::Config& config, int64_t model_max_positions);
 
-}  // namespace ajet::swarm
+}  // namespace ajet::episodes

@@ -12,7 +12,7 @@
 #include "common/encoding.h"
 #include "episodes/registry.h"
 
-namespace ajet::swarm {
+namespace ajet::episodes {
 
 Json Batch::summary() const {
   double sum = 0, sq = 0;
@@ -180,7 +180,7 @@ Json Registry::pool_info_locked(double now, const ViewScope& scope) const {
       // nothing running: never throttle" guard only on null, so a lone throttled client waited forever.
       {"running_episode_details", claimed > 0 ? running : Json(nullptr)},
       {"swarm_client_instruction", {{"active_clients", instruction}}},
-      {"engine_status", engine_status_name(engine_.status())},
+      {"engine_status", engine_phase_name(engine_.status())},
       {"global_step", engine_.global_step()},
       {"booting_start_time", booting ? Json(*booting) : Json(nullptr)},
       {"training_model_path", options_.training_model_path},
@@ -265,4 +265,4 @@ Json Registry::episode_buffer(const ViewScope& scope) const {
   return Json{{"buffer", buffer}};
 }
 
-}  // namespace ajet::swarm
+}  // namespace ajet::episodes

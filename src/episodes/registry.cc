@@ -13,7 +13,7 @@
 #include "config/config.h"
 #include "store/store.h"
 
-namespace ajet::swarm {
+namespace ajet::episodes {
 
 double system_clock_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -91,13 +91,13 @@ void Registry::deliver(Outbox& out) {
   if (out.batch_ready) batch_cv_.notify_all();
 }
 
-void Registry::transition_locked(EngineStatus to, double now, std::string detail, Outbox& out) {
-  EngineStatus from = engine_.status();
+void Registry::transition_locked(EnginePhase to, double now, std::string detail, Outbox& out) {
+  EnginePhase from = engine_.status();
   engine_.transition(to, now, std::move(detail));
-  out.logs.emplace_back("engine", fmt::format("{} -> {}{}", engine_status_name(from), engine_status_name(to),
+  out.logs.emplace_back("engine", fmt::format("{} -> {}{}", engine_phase_name(from), engine_phase_name(to),
                                               engine_.detail().empty() ? "" : ": " + engine_.detail()));
-  if (store_ != nullptr) store_->put_state(store::kStateEngineStatus, std::string(engine_status_name(to)));
-  if (to == EngineStatus::kRolling) {
+  if (store_ != nullptr) store_->put_state(store::kStateEngineStatus, std::string(engine_phase_name(to)));
+  if (to == EnginePhase::kRolling) {
     refresh_activity_locked(now);  // nobody could call the model while we were not rolling
     refill_pool_locked();
   }
@@ -110,7 +110,7 @@ void Registry::refresh_activity_locked(double now) {
 }
 
 void Registry::refill_pool_locked() {
-  if (engine_.status() != EngineStatus::kRolling) return;
+  if (engine_.status() != EnginePhase::kRolling) return;
   double now = clock_();
   while (int64_t(live_.size()) < options_.max_env_worker) {
     Episode e;
@@ -162,9 +162,9 @@ void Registry::expire_clients_locked(double now, std::vector<std::string>* expir
 
 void Registry::configure(RegistryOptions options) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (engine_.status() != EngineStatus::kOffline) {
+  if (engine_.status() != EnginePhase::kOffline) {
     fail(ErrorCode::kFailedPrecondition, "the registry can only be reconfigured in ENGINE.OFFLINE (current: " +
-                                             std::string(engine_status_name(engine_.status())) + ")");
+                                             std::string(engine_phase_name(engine_.status())) + ")");
   }
   options_ = std::move(options);
 }
@@ -174,7 +174,7 @@ void Registry::restore(const store::RecoveredState& recovered) {
   Outbox out;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (engine_.status() != EngineStatus::kOffline) {
+    if (engine_.status() != EnginePhase::kOffline) {
       fail(ErrorCode::kFailedPrecondition, "restore() must run in ENGINE.OFFLINE, before start_booting()");
     }
     engine_.set_global_step(recovered.global_step);
@@ -234,12 +234,12 @@ void Registry::start_booting(std::string detail) {
   Outbox out;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (engine_.status() != EngineStatus::kOffline) {
+    if (engine_.status() != EnginePhase::kOffline) {
       fail(ErrorCode::kFailedPrecondition, "Engine is already started (current status: " +
-                                               std::string(engine_status_name(engine_.status())) +
+                                               std::string(engine_phase_name(engine_.status())) +
                                                "). Call `stop_engine` first.");
     }
-    transition_locked(EngineStatus::kBooting, clock_(), detail.empty() ? "starting the engine" : std::move(detail),
+    transition_locked(EnginePhase::kBooting, clock_(), detail.empty() ? "starting the engine" : std::move(detail),
                       out);
   }
   deliver(out);
@@ -249,13 +249,13 @@ void Registry::engine_ready(std::string detail, std::optional<int64_t> engine_po
   Outbox out;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (engine_.status() != EngineStatus::kBooting) {
+    if (engine_.status() != EnginePhase::kBooting) {
       fail(ErrorCode::kFailedPrecondition, "engine_ready() needs ENGINE.BOOTING (current: " +
-                                               std::string(engine_status_name(engine_.status())) + ")");
+                                               std::string(engine_phase_name(engine_.status())) + ")");
     }
     if (engine_policy_version) adopt_engine_version_locked(*engine_policy_version, "on connecting", out);
     double now = clock_();
-    transition_locked(EngineStatus::kRolling, now, std::move(detail), out);
+    transition_locked(EnginePhase::kRolling, now, std::move(detail), out);
     check_trigger_locked(now, out);  // restored episodes may already fill a batch
   }
   deliver(out);
@@ -265,7 +265,7 @@ void Registry::engine_restarting(std::string detail) {
   Outbox out;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (engine_.status() == EngineStatus::kOffline) {
+    if (engine_.status() == EnginePhase::kOffline) {
       fail(ErrorCode::kFailedPrecondition, "the engine is offline; start it with start_booting()");
     }
     // A batch the trainer never finished goes back to collection, oldest first.
@@ -279,7 +279,7 @@ void Registry::engine_restarting(std::string detail) {
     training_.clear();
     ready_.reset();
     current_.prepend(std::move(back));
-    transition_locked(EngineStatus::kBooting, clock_(), std::move(detail), out);
+    transition_locked(EnginePhase::kBooting, clock_(), std::move(detail), out);
   }
   deliver(out);
 }
@@ -303,7 +303,7 @@ std::vector<std::string> Registry::stop(std::string detail) {
     ready_.reset();
     training_.clear();
     clients_.clear();
-    transition_locked(EngineStatus::kOffline, now, detail.empty() ? "stopped" : std::move(detail), out);
+    transition_locked(EnginePhase::kOffline, now, detail.empty() ? "stopped" : std::move(detail), out);
     if (!dropped.empty()) out.logs.emplace_back("swarm", fmt::format("stop: dropped {} running episodes", dropped.size()));
     out.batch_ready = true;  // wake a waiting trainer driver so it sees OFFLINE
   }
@@ -320,7 +320,7 @@ void Registry::begin_weight_export() {
   Outbox out;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    transition_locked(EngineStatus::kWeightExporting, clock_(), "exporting a checkpoint", out);
+    transition_locked(EnginePhase::kWeightExporting, clock_(), "exporting a checkpoint", out);
   }
   deliver(out);
 }
@@ -329,15 +329,15 @@ void Registry::end_weight_export() {
   Outbox out;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (engine_.status() != EngineStatus::kWeightExporting) {
+    if (engine_.status() != EnginePhase::kWeightExporting) {
       fail(ErrorCode::kFailedPrecondition, "end_weight_export() needs ENGINE.WEIGHT_EXPORTING");
     }
-    transition_locked(EngineStatus::kWeightSyncing, clock_(), "checkpoint exported", out);
+    transition_locked(EnginePhase::kWeightSyncing, clock_(), "checkpoint exported", out);
   }
   deliver(out);
 }
 
-EngineStatus Registry::engine_status() const {
+EnginePhase Registry::engine_status() const {
   std::lock_guard<std::mutex> lock(mu_);
   return engine_.status();
 }
@@ -404,7 +404,7 @@ ClaimResponse Registry::claim_episode(const ClaimRequest& request) {
                                  "sets the bound)",
                                  request.discard_episode_timeout, options_.max_discard_episode_timeout));
   }
-  EngineStatus status = engine_.status();
+  EnginePhase status = engine_.status();
   if (!claims_allowed(status)) {
     resp.fail_cause = claim_fail_cause(status);
     return resp;
@@ -413,7 +413,7 @@ ClaimResponse Registry::claim_episode(const ClaimRequest& request) {
     resp.fail_cause = fmt::format(
         "Engine not ready. Current status: [{}]. The trainer is {} batches behind (ajet.async.max_staleness = {}). "
         "Try again (maybe 1 minute) later.",
-        engine_status_name(status), training_.size() + (ready_ ? 1 : 0), options_.max_staleness);
+        engine_phase_name(status), training_.size() + (ready_ ? 1 : 0), options_.max_staleness);
     return resp;
   }
   if (unclaimed_.empty()) {
@@ -523,7 +523,7 @@ std::string mib_text(int64_t bytes) {
 std::vector<LlmCallTicket> Registry::begin_llm_calls(const std::string& episode_uuid, const CallReservation& want) {
   double now = clock_();
   std::lock_guard<std::mutex> lock(mu_);
-  EngineStatus status = engine_.status();
+  EnginePhase status = engine_.status();
   auto it = live_.find(episode_uuid);
   if (!chat_allowed(status)) {
     // The client is alive and waiting for the engine (a boot after a restart may outlast its
@@ -609,4 +609,4 @@ bool Registry::record_llm_call(store::CallRow call) {
   return true;
 }
 
-}  // namespace ajet::swarm
+}  // namespace ajet::episodes

@@ -1,7 +1,7 @@
 // The episode registry: the front's single owner of swarm state — engine status, the pool of
 // claimable episodes, claimed episodes, the batch being collected, active clients. Every command of
 // docs/protocol.md maps onto one method whose result is the response body (or an ajet::Error whose
-// code maps to the HTTP status through swarm::http_status_for). No HTTP, no engine RPC, no sleeping
+// code maps to the HTTP status through episodes::http_status_for). No HTTP, no engine RPC, no sleeping
 // here.
 //
 // Threads: every method is thread-safe (one mutex) and quick; none blocks on disk except the two
@@ -44,7 +44,7 @@ namespace ajet::store {
 class Store;
 }
 
-namespace ajet::swarm {
+namespace ajet::episodes {
 
 using UnixClock = std::function<double()>;  // unix seconds (tests pass a fake one)
 double system_clock_seconds();
@@ -195,7 +195,7 @@ struct SweepResult {
 
 // GET /metrics: the registry's figures, read under one lock (Registry::figures()).
 struct RegistryFigures {
-  EngineStatus engine_status = EngineStatus::kOffline;
+  EnginePhase engine_status = EnginePhase::kOffline;
   int64_t global_step = 0;
   // Live episodes by state: in the pool unclaimed, claimed, ending (an end, prepare or commit being
   // stored), prepared (waiting for its group's commit or abort).
@@ -251,7 +251,7 @@ class Registry {
   void set_status_detail(std::string detail);
   void begin_weight_export();  // WEIGHT_SYNCING → WEIGHT_EXPORTING
   void end_weight_export();    // WEIGHT_EXPORTING → WEIGHT_SYNCING
-  EngineStatus engine_status() const;
+  EnginePhase engine_status() const;
   int64_t global_step() const;
   // GET /get_engine_status body, with `recent_batches` (below) read under the same lock as global_step.
   // Other clients' ids in recent_batches' client shares are pseudonyms unless `scope` shows them.
@@ -431,7 +431,7 @@ class Registry {
   };
 
   // All *_locked helpers need mu_ held.
-  void transition_locked(EngineStatus to, double now, std::string detail, Outbox& out);
+  void transition_locked(EnginePhase to, double now, std::string detail, Outbox& out);
   void refill_pool_locked();
   void retire_locked(const std::string& uuid, EpisodeEnd how, std::string note, Outbox& out, bool store_it);
   void touch_client_locked(const std::string& client_uuid, double now);
@@ -548,4 +548,4 @@ class Registry {
   std::condition_variable callbacks_cv_;
 };
 
-}  // namespace ajet::swarm
+}  // namespace ajet::episodes

@@ -11,7 +11,7 @@
 #include "episodes/registry.h"
 #include "store/store.h"
 
-namespace ajet::swarm {
+namespace ajet::episodes {
 
 TriggerInput Registry::trigger_input_locked() const {
   TriggerInput in;
@@ -43,7 +43,7 @@ size_t Registry::train_alive_locked(double now) const {
 
 std::optional<std::chrono::milliseconds> Registry::next_sweep_due() const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (engine_.status() != EngineStatus::kRollingPost || ready_) return std::nullopt;
+  if (engine_.status() != EnginePhase::kRollingPost || ready_) return std::nullopt;
   const double now = clock_();
   std::optional<double> soonest;
   if (!agree_boundary_shown_locked(now)) soonest = rolling_post_since_ + options_.agree_boundary_dwell - now;
@@ -56,7 +56,7 @@ std::optional<std::chrono::milliseconds> Registry::next_sweep_due() const {
 }
 
 void Registry::check_trigger_locked(double now, Outbox& out) {
-  if (engine_.status() != EngineStatus::kRolling) return;
+  if (engine_.status() != EnginePhase::kRolling) return;
   if (ready_) return;  // async: one batch waits for the trainer at a time
   TriggerInput in = trigger_input_locked();
   if (!batch_triggered(current_, in)) return;
@@ -68,7 +68,7 @@ void Registry::check_trigger_locked(double now, Outbox& out) {
     form_ready_batch_locked(now, out);  // rollouts go on; episodes still running join the next batch
     return;
   }
-  transition_locked(EngineStatus::kRollingPost, now,
+  transition_locked(EnginePhase::kRollingPost, now,
                     agreed && options_.backbone == Backbone::kAsync
                         ? fmt::format("the clients agreed; the batch closes after {:.1f} s", options_.agree_boundary_dwell)
                         : fmt::format("the batch is full; waiting for {} running train episodes", train_alive_locked(now)),
@@ -82,13 +82,13 @@ bool Registry::agree_boundary_shown_locked(double now) const {
 }
 
 void Registry::check_drained_locked(double now, Outbox& out) {
-  if (engine_.status() != EngineStatus::kRollingPost || ready_) return;
+  if (engine_.status() != EnginePhase::kRollingPost || ready_) return;
   // Clients that agreed wait for the boundary by polling the status (upstream's client: ROLLING_POST
   // or WEIGHT_SYNCING): it stays visible for agree_boundary_dwell on every backbone.
   if (!agree_boundary_shown_locked(now)) return;
   if (options_.backbone == Backbone::kAsync) {  // only agree-based triggers get here: no drain
     form_ready_batch_locked(now, out);
-    transition_locked(EngineStatus::kRolling, now, "the agreed batch is ready; rollouts go on", out);
+    transition_locked(EnginePhase::kRolling, now, "the agreed batch is ready; rollouts go on", out);
     return;
   }
   const size_t alive = train_alive_locked(now);
@@ -199,7 +199,7 @@ void Registry::record_debug_batch_locked(double now, Outbox& out) {
                                    "stays {}",
                                    batch.batch_id, batch.episodes.size(), batch.global_step);
   last_recorded_ = std::move(batch);
-  transition_locked(EngineStatus::kRolling, now, detail, out);
+  transition_locked(EnginePhase::kRolling, now, detail, out);
 }
 
 bool Registry::batch_ready() const {
@@ -209,7 +209,7 @@ bool Registry::batch_ready() const {
 
 bool Registry::wait_batch_ready(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
-  batch_cv_.wait_for(lock, timeout, [&] { return ready_.has_value() || engine_.status() == EngineStatus::kOffline; });
+  batch_cv_.wait_for(lock, timeout, [&] { return ready_.has_value() || engine_.status() == EnginePhase::kOffline; });
   return ready_.has_value();
 }
 
@@ -225,7 +225,7 @@ Batch Registry::take_batch() {
     // Episodes carried across a batch boundary are off-policy: at most max_staleness versions behind.
     if (options_.backbone != Backbone::kDebug) drop_stale_episodes_locked(batch, out);
     if (options_.backbone == Backbone::kTorch) {
-      transition_locked(EngineStatus::kWeightSyncing, now,
+      transition_locked(EnginePhase::kWeightSyncing, now,
                         fmt::format("training step {} on {} episodes", batch.global_step, batch.episodes.size()),
                         out);
     }
@@ -251,9 +251,9 @@ void Registry::finish_batch(int64_t batch_id, Json stats) {
     if (it == training_.end()) {
       fail(ErrorCode::kFailedPrecondition, fmt::format("finish_batch(): batch {} is not being trained", batch_id));
     }
-    if (options_.backbone == Backbone::kTorch && engine_.status() != EngineStatus::kWeightSyncing) {
+    if (options_.backbone == Backbone::kTorch && engine_.status() != EnginePhase::kWeightSyncing) {
       fail(ErrorCode::kFailedPrecondition, fmt::format("finish_batch(): needs ENGINE.WEIGHT_SYNCING (current: {})",
-                                                       engine_status_name(engine_.status())));
+                                                       engine_phase_name(engine_.status())));
     }
     double now = clock_();
     Json summary = it->second.summary();
@@ -284,7 +284,7 @@ void Registry::finish_batch(int64_t batch_id, Json stats) {
       durable = store_->put_state(store::kStateGlobalStep, std::to_string(step));
     }
     if (options_.backbone == Backbone::kTorch) {
-      transition_locked(EngineStatus::kRolling, now, fmt::format("step {} done", step - 1), out);
+      transition_locked(EnginePhase::kRolling, now, fmt::format("step {} done", step - 1), out);
     } else {
       out.logs.emplace_back("swarm", fmt::format("step {} done; global_step is {}", step - 1, step));
     }
@@ -324,8 +324,8 @@ void Registry::fail_batch(int64_t batch_id, ErrorCode code, const std::string& r
     if (store_ != nullptr) store_->update_batch(batch_id, store::kBatchAbandoned, now, stats);
     std::string detail = fmt::format("batch {} was not trained ({}); global_step stays {}", batch_id, reason,
                                      engine_.global_step());
-    if (options_.backbone == Backbone::kTorch && engine_.status() == EngineStatus::kWeightSyncing) {
-      transition_locked(EngineStatus::kRolling, now, detail, out);
+    if (options_.backbone == Backbone::kTorch && engine_.status() == EnginePhase::kWeightSyncing) {
+      transition_locked(EnginePhase::kRolling, now, detail, out);
     } else {
       out.logs.emplace_back("swarm", detail);
     }
@@ -417,4 +417,4 @@ BoolResponse Registry::agree_sync_weight(const AgreeRequest& request) {
   return resp;
 }
 
-}  // namespace ajet::swarm
+}  // namespace ajet::episodes

@@ -9,7 +9,7 @@
 #include "episodes/registry.h"
 #include "store/store.h"
 
-namespace ajet::swarm {
+namespace ajet::episodes {
 
 namespace {
 CommandError error(ErrorCode code, std::string message) { return CommandError{code, std::move(message)}; }
@@ -56,8 +56,8 @@ std::optional<CommandError> Registry::repeat_conflict(const std::string& uuid, c
 Registry::EndVerdict Registry::end_precheck_locked(const EndRequest& req) const {
   auto refuse = [](ErrorCode code, std::string message) { return EndVerdict{false, error(code, std::move(message))}; };
   const std::string& uuid = req.episode_uuid;
-  EngineStatus status = engine_.status();
-  std::string status_name(engine_status_name(status));
+  EnginePhase status = engine_.status();
+  std::string status_name(engine_phase_name(status));
   auto it = live_.find(uuid);
   if (it == live_.end()) {
     if (auto r = retired_.find(uuid); r != retired_.end()) {
@@ -279,4 +279,4 @@ void Registry::end_episode_wait(EndRequest request) {
   if (auto problem = future.get()) fail(problem->code, problem->message);
 }
 
-}  // namespace ajet::swarm
+}  // namespace ajet::episodes

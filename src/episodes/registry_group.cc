@@ -10,7 +10,7 @@
 #include "episodes/registry.h"
 #include "store/store.h"
 
-namespace ajet::swarm {
+namespace ajet::episodes {
 
 namespace {
 
@@ -343,4 +343,4 @@ void Registry::settle_expired_prepared_locked(double now, SweepResult& result, O
   if (!expired.empty()) refill_pool_locked();
 }
 
-}  // namespace ajet::swarm
+}  // namespace ajet::episodes

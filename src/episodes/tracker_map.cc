@@ -2,7 +2,7 @@
 
 #include <malloc.h>
 
-namespace ajet::swarm {
+namespace ajet::episodes {
 
 TrackedEpisode TrackerMap::get_or_create(const std::string& uuid, const std::shared_ptr<const ModelContext>& model) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -64,4 +64,4 @@ size_t TrackerMap::size() const {
   return map_.size();
 }
 
-}  // namespace ajet::swarm
+}  // namespace ajet::episodes

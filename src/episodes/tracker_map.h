@@ -13,7 +13,7 @@
 #include "episodes/model_context.h"
 #include "tracking/episode_tracker.h"
 
-namespace ajet::swarm {
+namespace ajet::episodes {
 
 struct TrackedEpisode {
   std::shared_ptr<const ModelContext> model;
@@ -34,4 +34,4 @@ class TrackerMap {
   std::unordered_map<std::string, TrackedEpisode> map_;
 };
 
-}  // namespace ajet::swarm
+}  // namespace ajet::episodes

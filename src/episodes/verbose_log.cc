@@ -3,7 +3,7 @@
 #include "common/log.h"
 #include "episodes/registry.h"
 
-namespace ajet::swarm {
+namespace ajet::episodes {
 
 void VerboseLog::add(std::string tag, std::string message, bool mirror) {
   // Messages quote what requests said; each is kept to kMaxMessageBytes so the ring's size is bounded.
@@ -37,4 +37,4 @@ size_t VerboseLog::size() const {
   return entries_.size();
 }
 
-}  // namespace ajet::swarm
+}  // namespace ajet::episodes

@@ -10,7 +10,7 @@
 
 #include "common/json.h"
 
-namespace ajet::swarm {
+namespace ajet::episodes {
 
 struct VerboseEntry {
   double timestamp = 0;  // unix seconds
@@ -37,4 +37,4 @@ class VerboseLog {
   std::deque<VerboseEntry> entries_;
 };
 
-}  // namespace ajet::swarm
+}  // namespace ajet::episodes

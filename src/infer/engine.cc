@@ -29,7 +29,7 @@ at::Tensor forward_cached(model::Qwen2Model& model, KvCache& cache, const Attent
   return model->lm_head(model->final_norm(last)).to(at::kCPU, at::kFloat).contiguous();  // (M, V)
 }
 
-InferenceEngine::InferenceEngine(model::Qwen2Model model, const EngineConfig& config)
+InferenceEngine::InferenceEngine(model::Qwen2Model model, const InferenceEngineOptions& config)
     : model_(std::move(model)), config_(config), seed_source_(std::random_device{}()) {
   const hf::ModelConfig& mc = model_->config();
   vocab_size_ = mc.vocab_size;
@@ -41,8 +41,8 @@ InferenceEngine::InferenceEngine(model::Qwen2Model model, const EngineConfig& co
   KvCacheShape shape{mc.num_hidden_layers, mc.num_key_value_heads, mc.head_dim, config_.block_size};
   const int64_t num_blocks = KvCache::blocks_for_bytes(shape, config_.cache_bytes, options.dtype().itemsize());
   cache_ = std::make_unique<KvCache>(shape, num_blocks, options);
-  scheduler_ = std::make_unique<Scheduler>(
-      SchedulerConfig{config_.block_size, config_.max_batch_tokens, config_.max_running, config_.prefix_caching},
+  scheduler_ = std::make_unique<batching::Scheduler>(
+      batching::SchedulerConfig{config_.block_size, config_.max_batch_tokens, config_.max_running, config_.prefix_caching},
       num_blocks);
   // A sequence alone must always fit in the cache, so preemption can always make progress.
   max_model_len_ = config_.max_model_len > 0 ? config_.max_model_len : mc.max_position_embeddings;
@@ -69,7 +69,7 @@ InferenceEngine::InferenceEngine(model::Qwen2Model model, const EngineConfig& co
 
 InferenceEngine::~InferenceEngine() { stop(); }
 
-void InferenceEngine::submit(GenerateRequest request, EventCallback callback) {
+void InferenceEngine::submit(batching::GenerateRequest request, EventCallback callback) {
   {
     std::lock_guard lock(mu_);
     if (!stopped_) {
@@ -79,21 +79,21 @@ void InferenceEngine::submit(GenerateRequest request, EventCallback callback) {
     }
   }
   // No engine thread any more: answer here.
-  RequestState state;
+  batching::RequestState state;
   state.callback = std::move(callback);
-  GenerateEvent event;
+  batching::GenerateEvent event;
   event.request_id = request.id;
   event.request_finished = true;
   event.error = Error(ErrorCode::kUnavailable, "inference engine is stopped");
   call(state, event);
 }
 
-std::future<GenerateResult> InferenceEngine::generate(GenerateRequest request) {
+std::future<GenerateResult> InferenceEngine::generate(batching::GenerateRequest request) {
   auto promise = std::make_shared<std::promise<GenerateResult>>();
   auto result = std::make_shared<GenerateResult>();
   result->samples.resize(static_cast<size_t>(std::clamp<int64_t>(request.n, 1, config_.max_running)));
   std::future<GenerateResult> future = promise->get_future();
-  submit(std::move(request), [promise, result](const GenerateEvent& event) {
+  submit(std::move(request), [promise, result](const batching::GenerateEvent& event) {
     if (event.error) {
       result->error = event.error;
     } else {
@@ -201,10 +201,10 @@ void InferenceEngine::shutdown_requests() {
     task->done.set_exception(std::make_exception_ptr(Error(ErrorCode::kUnavailable, "inference engine stopped")));
   }
   for (Submission& s : submissions) {
-    auto state = std::make_shared<RequestState>();
+    auto state = std::make_shared<batching::RequestState>();
     state->request.id = s.request.id;
     state->callback = std::move(s.callback);
-    GenerateEvent event;
+    batching::GenerateEvent event;
     event.request_id = s.request.id;
     event.request_finished = true;
     event.error = Error(ErrorCode::kUnavailable, "inference engine stopped before request '" + s.request.id + "' ran");
@@ -254,7 +254,7 @@ bool InferenceEngine::handle_inbox() {
   return !submissions.empty() || !aborts.empty() || !tasks.empty();
 }
 
-void InferenceEngine::validate(const GenerateRequest& r) const {
+void InferenceEngine::validate(const batching::GenerateRequest& r) const {
   if (r.id.empty()) invalid_argument("request id must not be empty");
   if (active_.count(r.id)) invalid_argument("request id '" + r.id + "' is already in flight");
   if (r.prompt.empty()) invalid_argument("prompt must contain at least one token");
@@ -272,18 +272,18 @@ void InferenceEngine::validate(const GenerateRequest& r) const {
   if (r.n < 1 || r.n > config_.max_running) {
     invalid_argument("n must be in [1, " + std::to_string(config_.max_running) + "], got " + std::to_string(r.n));
   }
-  validate_sampling_params({r.temperature, r.top_p, r.top_k, r.top_logprobs});
+  batching::validate_sampling_params({r.temperature, r.top_p, r.top_k, r.top_logprobs});
 }
 
 void InferenceEngine::admit(Submission submission) {
-  auto state = std::make_shared<RequestState>();
+  auto state = std::make_shared<batching::RequestState>();
   state->callback = std::move(submission.callback);
   state->request = std::move(submission.request);
-  const GenerateRequest& r = state->request;
+  const batching::GenerateRequest& r = state->request;
   try {
     validate(r);
   } catch (const Error& e) {
-    GenerateEvent event;
+    batching::GenerateEvent event;
     event.request_id = r.id;
     event.request_finished = true;
     event.error = e;
@@ -294,12 +294,12 @@ void InferenceEngine::admit(Submission submission) {
   state->seed = r.seed ? *r.seed : seed_source_();
   state->sample_done.assign(static_cast<size_t>(r.n), false);
   state->samples_left = r.n;
-  auto seq = std::make_unique<Sequence>();
+  auto seq = std::make_unique<batching::Sequence>();
   seq->request = state;
   seq->pending_forks = r.n - 1;
   seq->tokens = r.prompt;
   seq->prompt_len = static_cast<int64_t>(r.prompt.size());
-  seq->rng = SampleRng(state->seed, 0);
+  seq->rng = batching::SampleRng(state->seed, 0);
   active_[r.id] = state;
   scheduler_->add(std::move(seq));
 }
@@ -307,15 +307,15 @@ void InferenceEngine::admit(Submission submission) {
 void InferenceEngine::abort_request(const std::string& id) {
   auto it = active_.find(id);
   if (it == active_.end()) return;
-  std::shared_ptr<RequestState> state = it->second;
-  scheduler_->remove_if([&](const Sequence& seq) { return seq.request == state; });
+  std::shared_ptr<batching::RequestState> state = it->second;
+  scheduler_->remove_if([&](const batching::Sequence& seq) { return seq.request == state; });
   for (size_t i = 0; i < state->sample_done.size(); ++i) {
     if (state->sample_done[i]) continue;
     state->sample_done[i] = true;
-    GenerateEvent event;
+    batching::GenerateEvent event;
     event.request_id = id;
     event.sample_index = static_cast<int64_t>(i);
-    event.finish = FinishReason::kAbort;
+    event.finish = batching::FinishReason::kAbort;
     event.request_finished = --state->samples_left == 0;
     emit(state, std::move(event));
   }
@@ -324,12 +324,12 @@ void InferenceEngine::abort_request(const std::string& id) {
 }
 
 bool InferenceEngine::run_batch() {
-  StepPlan plan = scheduler_->schedule();
+  batching::StepPlan plan = scheduler_->schedule();
   counters_.preemptions += plan.num_preempted;
   if (plan.chunks.empty()) return false;
   const auto started = std::chrono::steady_clock::now();
   at::NoGradGuard no_grad;
-  for (const BlockCopy& copy : plan.copies) cache_->copy_block(copy.src, copy.dst);
+  for (const batching::BlockCopy& copy : plan.copies) cache_->copy_block(copy.src, copy.dst);
 
   // The flat batch: every chunk's tokens in plan order; logits only for chunks that end a prompt or
   // carry a decode token.
@@ -337,11 +337,11 @@ bool InferenceEngine::run_batch() {
   std::vector<int32_t> tables;
   std::vector<int64_t> ids;
   std::vector<int64_t> logit_rows;
-  std::vector<std::shared_ptr<RequestState>> in_batch;  // to fail them if the step throws
+  std::vector<std::shared_ptr<batching::RequestState>> in_batch;  // to fail them if the step throws
   segments.reserve(plan.chunks.size());
   ids.reserve(static_cast<size_t>(plan.num_tokens));
-  for (const ScheduledChunk& chunk : plan.chunks) {
-    const Sequence& seq = *chunk.seq;
+  for (const batching::ScheduledChunk& chunk : plan.chunks) {
+    const batching::Sequence& seq = *chunk.seq;
     AttentionSegment seg;
     seg.token_begin = static_cast<int64_t>(ids.size());
     seg.num_tokens = chunk.length;
@@ -369,14 +369,14 @@ bool InferenceEngine::run_batch() {
   return true;
 }
 
-void InferenceEngine::fail_requests(const std::vector<std::shared_ptr<RequestState>>& failed, const std::string& why) {
-  for (const std::shared_ptr<RequestState>& state : failed) {
+void InferenceEngine::fail_requests(const std::vector<std::shared_ptr<batching::RequestState>>& failed, const std::string& why) {
+  for (const std::shared_ptr<batching::RequestState>& state : failed) {
     auto it = active_.find(state->request.id);
     if (it == active_.end() || it->second != state) continue;  // finished before the failure
-    scheduler_->remove_if([&](const Sequence& seq) { return seq.request == state; });
+    scheduler_->remove_if([&](const batching::Sequence& seq) { return seq.request == state; });
     active_.erase(state->request.id);
     ++counters_.requests_finished;
-    GenerateEvent event;
+    batching::GenerateEvent event;
     event.request_id = state->request.id;
     event.request_finished = true;
     event.error = Error(ErrorCode::kInternal, "inference step failed: " + why);
@@ -384,24 +384,24 @@ void InferenceEngine::fail_requests(const std::vector<std::shared_ptr<RequestSta
   }
 }
 
-void InferenceEngine::sample_and_emit(const StepPlan& plan, const at::Tensor& logits) {
+void InferenceEngine::sample_and_emit(const batching::StepPlan& plan, const at::Tensor& logits) {
   // Which sequence samples from which logits row. A prompt that just finished with n > 1 forks here,
   // before its first token, so every sample shares the prompt's blocks.
   struct Draw {
-    Sequence* seq;
+    batching::Sequence* seq;
     int64_t row;
-    GeneratedToken token;
+    batching::GeneratedToken token;
   };
   std::vector<Draw> draws;
   int64_t row = 0;
-  for (const ScheduledChunk& chunk : plan.chunks) {
-    Sequence* seq = chunk.seq;
+  for (const batching::ScheduledChunk& chunk : plan.chunks) {
+    batching::Sequence* seq = chunk.seq;
     scheduler_->advance(*seq, chunk.length);
     if (!chunk.needs_logits) continue;
     draws.push_back({seq, row, {}});
     if (seq->pending_forks > 0) {
-      for (Sequence* fork : scheduler_->fork(*seq, seq->pending_forks)) {
-        fork->rng = SampleRng(fork->request->seed, static_cast<uint64_t>(fork->sample_index));
+      for (batching::Sequence* fork : scheduler_->fork(*seq, seq->pending_forks)) {
+        fork->rng = batching::SampleRng(fork->request->seed, static_cast<uint64_t>(fork->sample_index));
         draws.push_back({fork, row, {}});
       }
     }
@@ -416,35 +416,35 @@ void InferenceEngine::sample_and_emit(const StepPlan& plan, const at::Tensor& lo
                    [&](int64_t begin, int64_t end) {
                      for (int64_t i = begin; i < end; ++i) {
                        Draw& d = draws[i];
-                       d.token = sample_token(data + d.row * vocab, vocab, d.seq->request->sampling, d.seq->rng);
+                       d.token = batching::sample_token(data + d.row * vocab, vocab, d.seq->request->sampling, d.seq->rng);
                      }
                    });
   const int64_t version = policy_version_.load();
   for (Draw& d : draws) {
-    Sequence* seq = d.seq;
-    std::shared_ptr<RequestState> keep = seq->request;  // finish_sample destroys seq
-    RequestState& state = *keep;
+    batching::Sequence* seq = d.seq;
+    std::shared_ptr<batching::RequestState> keep = seq->request;  // finish_sample destroys seq
+    batching::RequestState& state = *keep;
     d.token.policy_version = version;
     seq->tokens.push_back(d.token.id);
     ++counters_.tokens_generated;
-    GenerateEvent event;
+    batching::GenerateEvent event;
     event.request_id = state.request.id;
     event.sample_index = seq->sample_index;
     event.tokens.push_back(std::move(d.token));
     const int32_t id = seq->tokens.back();
     const auto& stops = state.request.stop_token_ids;
     if (std::find(stops.begin(), stops.end(), id) != stops.end()) {
-      finish_sample(seq, FinishReason::kStop, event);
+      finish_sample(seq, batching::FinishReason::kStop, event);
     } else if (seq->num_generated() >= state.request.max_tokens ||
                static_cast<int64_t>(seq->tokens.size()) >= max_model_len_) {
-      finish_sample(seq, FinishReason::kLength, event);
+      finish_sample(seq, batching::FinishReason::kLength, event);
     }
     emit(std::move(keep), std::move(event));
   }
 }
 
-void InferenceEngine::finish_sample(Sequence* seq, FinishReason reason, GenerateEvent& event) {
-  std::shared_ptr<RequestState> state = seq->request;
+void InferenceEngine::finish_sample(batching::Sequence* seq, batching::FinishReason reason, batching::GenerateEvent& event) {
+  std::shared_ptr<batching::RequestState> state = seq->request;
   const size_t index = static_cast<size_t>(seq->sample_index);
   scheduler_->finish(seq);  // seq is gone after this
   state->sample_done[index] = true;
@@ -456,17 +456,17 @@ void InferenceEngine::finish_sample(Sequence* seq, FinishReason reason, Generate
   }
 }
 
-void InferenceEngine::emit(std::shared_ptr<RequestState> request, GenerateEvent event) {
+void InferenceEngine::emit(std::shared_ptr<batching::RequestState> request, batching::GenerateEvent event) {
   outbox_.emplace_back(std::move(request), std::move(event));
 }
 
 void InferenceEngine::flush_events() {
-  std::vector<std::pair<std::shared_ptr<RequestState>, GenerateEvent>> events;
+  std::vector<std::pair<std::shared_ptr<batching::RequestState>, batching::GenerateEvent>> events;
   events.swap(outbox_);
   for (const auto& [request, event] : events) call(*request, event);
 }
 
-void InferenceEngine::call(RequestState& request, const GenerateEvent& event) {
+void InferenceEngine::call(batching::RequestState& request, const batching::GenerateEvent& event) {
   if (!request.callback) return;
   try {
     request.callback(event);

@@ -26,7 +26,9 @@
 
 namespace ajet::infer {
 
-struct EngineConfig {
+// How an InferenceEngine is built (batch limits, cache bytes, attention). Not config::EngineConfig,
+// the `ajet.engine` section of the YAML config, from which the engine's runtime fills some of these.
+struct InferenceEngineOptions {
   int threads = 0;                    // libtorch intra-op threads for the engine thread; 0 = unchanged
   int64_t cache_bytes = 0;            // memory bound of the KV cache (keys + values, all layers); the owner sets it
   int64_t block_size = 16;            // tokens per cache block
@@ -61,12 +63,12 @@ struct EngineStats {
   double busy_seconds = 0;       // wall time spent running batches (forward and sampling) since start
 };
 
-using EventCallback = std::function<void(const GenerateEvent&)>;
+using EventCallback = std::function<void(const batching::GenerateEvent&)>;
 
 // Everything one request produced, gathered from its events (see InferenceEngine::generate).
 struct SampleOutput {
-  std::vector<GeneratedToken> tokens;
-  std::optional<FinishReason> finish;
+  std::vector<batching::GeneratedToken> tokens;
+  std::optional<batching::FinishReason> finish;
 };
 struct GenerateResult {
   std::vector<SampleOutput> samples;  // (n)
@@ -83,16 +85,16 @@ at::Tensor forward_cached(model::Qwen2Model& model, KvCache& cache, const Attent
 class InferenceEngine {
  public:
   // The model must already be on its device and dtype; the cache takes both from its parameters.
-  InferenceEngine(model::Qwen2Model model, const EngineConfig& config);
+  InferenceEngine(model::Qwen2Model model, const InferenceEngineOptions& config);
   ~InferenceEngine();  // stop()
   InferenceEngine(const InferenceEngine&) = delete;
   InferenceEngine& operator=(const InferenceEngine&) = delete;
 
   // Queues a request; every outcome (tokens, finish, or a validation error) arrives through `callback`
   // on the engine thread. Thread-safe.
-  void submit(GenerateRequest request, EventCallback callback);
+  void submit(batching::GenerateRequest request, EventCallback callback);
   // Submits and gathers all events; the future is ready when the request is finished.
-  std::future<GenerateResult> generate(GenerateRequest request);
+  std::future<GenerateResult> generate(batching::GenerateRequest request);
   // Finishes the request's unfinished samples with `abort`. Unknown or finished ids are ignored.
   void abort(const std::string& request_id);
 
@@ -109,7 +111,7 @@ class InferenceEngine {
 
   EngineStats stats() const;
   int64_t max_model_len() const { return max_model_len_; }
-  const EngineConfig& config() const { return config_; }
+  const InferenceEngineOptions& config() const { return config_; }
   // The KV cache's element type (config().cache_dtype, or the model's when that is Undefined).
   at::ScalarType cache_dtype() const { return cache_->dtype(); }
 
@@ -121,7 +123,7 @@ class InferenceEngine {
 
  private:
   struct Submission {
-    GenerateRequest request;
+    batching::GenerateRequest request;
     EventCallback callback;
   };
   struct ExclusiveTask {
@@ -136,28 +138,28 @@ class InferenceEngine {
   bool has_inbox() const;  // under mu_
   bool handle_inbox();
   void admit(Submission submission);
-  void validate(const GenerateRequest& request) const;
+  void validate(const batching::GenerateRequest& request) const;
   void abort_request(const std::string& id);
   bool run_batch();
-  void sample_and_emit(const StepPlan& plan, const at::Tensor& logits);
-  void fail_requests(const std::vector<std::shared_ptr<RequestState>>& failed, const std::string& why);
-  void finish_sample(Sequence* seq, FinishReason reason, GenerateEvent& event);
+  void sample_and_emit(const batching::StepPlan& plan, const at::Tensor& logits);
+  void fail_requests(const std::vector<std::shared_ptr<batching::RequestState>>& failed, const std::string& why);
+  void finish_sample(batching::Sequence* seq, batching::FinishReason reason, batching::GenerateEvent& event);
   // Events are queued during a step and delivered after it (stats already published).
-  void emit(std::shared_ptr<RequestState> request, GenerateEvent event);
+  void emit(std::shared_ptr<batching::RequestState> request, batching::GenerateEvent event);
   void flush_events();
-  static void call(RequestState& request, const GenerateEvent& event);
+  static void call(batching::RequestState& request, const batching::GenerateEvent& event);
   void shutdown_requests();
   void publish_stats();
 
   model::Qwen2Model model_;
-  EngineConfig config_;
+  InferenceEngineOptions config_;
   int64_t max_model_len_ = 0;
   int64_t vocab_size_ = 0;
   std::unique_ptr<KvCache> cache_;
-  std::unique_ptr<Scheduler> scheduler_;
-  std::unordered_map<std::string, std::shared_ptr<RequestState>> active_;  // engine thread only
+  std::unique_ptr<batching::Scheduler> scheduler_;
+  std::unordered_map<std::string, std::shared_ptr<batching::RequestState>> active_;  // engine thread only
   std::mt19937_64 seed_source_;                                            // engine thread only
-  std::vector<std::pair<std::shared_ptr<RequestState>, GenerateEvent>> outbox_;  // engine thread only
+  std::vector<std::pair<std::shared_ptr<batching::RequestState>, batching::GenerateEvent>> outbox_;  // engine thread only
   std::atomic<int64_t> policy_version_{0};
 
   mutable std::mutex mu_;  // guards the inbox, stopping_ and stats_

@@ -8,7 +8,7 @@
 #include "common/error.h"
 #include "openai/body_fields.h"
 
-namespace ajet::swarm {
+namespace ajet::openai {
 
 namespace {
 
@@ -317,4 +317,4 @@ std::string anthropic_stream_error(std::string_view type, std::string_view messa
   return sse_event("error", Json{{"error", {{"type", type}, {"message", message}}}});
 }
 
-}  // namespace ajet::swarm
+}  // namespace ajet::openai

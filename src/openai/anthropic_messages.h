@@ -15,7 +15,7 @@
 #include "text/messages.h"
 #include "text/tool_calls.h"
 
-namespace ajet::swarm {
+namespace ajet::openai {
 
 // `system` (string or text blocks) → a system message; each message's content blocks → OpenAI
 // messages (text; assistant `tool_use` → tool_calls; user `tool_result` → role "tool" messages, in
@@ -62,4 +62,4 @@ std::string anthropic_stream_close(const text::ParsedOutput& output, std::string
 // An error inside an open stream: event `error`, {"type": "error", "error": {"type", "message"}}.
 std::string anthropic_stream_error(std::string_view type, std::string_view message);
 
-}  // namespace ajet::swarm
+}  // namespace ajet::openai

@@ -8,7 +8,7 @@
 #include "common/error.h"
 #include "text/messages.h"
 
-namespace ajet::swarm::body {
+namespace ajet::openai::body {
 
 [[noreturn]] inline void bad(const std::string& path, const std::string& what) {
   invalid_argument("request body: field '" + path + "' " + what);
@@ -28,4 +28,4 @@ inline std::string string_at(const text::OrderedJson& obj, const char* key, cons
   return v->get<std::string>();
 }
 
-}  // namespace ajet::swarm::body
+}  // namespace ajet::openai::body

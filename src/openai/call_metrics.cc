@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-namespace ajet::swarm {
+namespace ajet::openai {
 
 void CallMetrics::answered(int64_t prompt_tokens, int64_t completion_tokens, double seconds) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -22,4 +22,4 @@ CallMetrics::Snapshot CallMetrics::snapshot() const {
   return totals_;
 }
 
-}  // namespace ajet::swarm
+}  // namespace ajet::openai

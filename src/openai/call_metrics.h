@@ -8,7 +8,7 @@
 
 #include "common/prometheus_text.h"
 
-namespace ajet::swarm {
+namespace ajet::openai {
 
 class CallMetrics {
  public:
@@ -31,4 +31,4 @@ class CallMetrics {
   Snapshot totals_;
 };
 
-}  // namespace ajet::swarm
+}  // namespace ajet::openai

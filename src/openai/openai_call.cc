@@ -11,7 +11,7 @@
 #include "rpc/messages.h"
 #include "tracking/call_record.h"
 
-namespace ajet::swarm {
+namespace ajet::openai {
 
 void LatestCall::set(std::string input, std::string output) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -468,7 +468,7 @@ Json LlmCall::response_json() const {
 }
 
 void LlmCall::record(const std::string& response_body) {
-  const double finished_at = system_clock_seconds();
+  const double finished_at = episodes::system_clock_seconds();
   const double latency_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - setup_.started).count();
   services_.latest.set(setup_.request_body, response_body);
@@ -514,4 +514,4 @@ void LlmCall::record(const std::string& response_body) {
   }
 }
 
-}  // namespace ajet::swarm
+}  // namespace ajet::openai

@@ -35,7 +35,7 @@
 #include "rpc/client.h"
 #include "tracking/episode_tracker.h"
 
-namespace ajet::swarm {
+namespace ajet::openai {
 
 // The last LLM call, for POST /replay_latest_llm_call (request and response bodies as sent).
 class LatestCall {
@@ -53,10 +53,10 @@ class LatestCall {
 
 struct CallSetup {
   enum class Kind { kChat, kCompletion, kMessages, kResponses } kind = Kind::kChat;
-  std::shared_ptr<const ModelContext> model;
+  std::shared_ptr<const episodes::ModelContext> model;
   std::shared_ptr<tracking::EpisodeTracker> tracker;
-  std::vector<LlmCallTicket> tickets;  // one per choice (consecutive call indices: begin_llm_calls)
-  std::shared_ptr<CallInFlight> in_flight;  // ends the tickets' calls when the call object goes
+  std::vector<episodes::LlmCallTicket> tickets;  // one per choice (consecutive call indices: begin_llm_calls)
+  std::shared_ptr<episodes::CallInFlight> in_flight;  // ends the tickets' calls when the call object goes
   std::string agent_name;
   text::ChatRequest request;           // kChat: the parsed messages and tools
   tracking::RenderedPrompt prompt;     // ids, message spans, generation prompt start
@@ -85,7 +85,7 @@ struct CallSetup {
 };
 
 struct CallServices {
-  Registry& registry;
+  episodes::Registry& registry;
   LatestCall& latest;
   CallMetrics* metrics = nullptr;  // GET /metrics totals; null: not counted
 };
@@ -171,4 +171,4 @@ class Heartbeats {
   std::thread thread_;
 };
 
-}  // namespace ajet::swarm
+}  // namespace ajet::openai

@@ -5,7 +5,7 @@
 
 #include "tracking/chat_format.h"
 
-namespace ajet::swarm {
+namespace ajet::openai {
 
 namespace {
 
@@ -199,4 +199,4 @@ tracking::FinishReason ChoiceState::tracking_finish() const {
   return tracking::FinishReason::kStop;
 }
 
-}  // namespace ajet::swarm
+}  // namespace ajet::openai

@@ -16,7 +16,7 @@
 #include "text/tool_calls.h"
 #include "tracking/call_record.h"
 
-namespace ajet::swarm {
+namespace ajet::openai {
 
 struct ChoiceOptions {
   const text::Tokenizer* tokenizer = nullptr;
@@ -94,4 +94,4 @@ class ChoiceState {
   std::string content_sent_;
 };
 
-}  // namespace ajet::swarm
+}  // namespace ajet::openai

@@ -6,7 +6,7 @@
 #include "http/response.h"
 #include "openai/openai_params.h"
 
-namespace ajet::swarm {
+namespace ajet::openai {
 
 http::Response openai_error(int status, std::string_view message, std::string_view code) {
   Json body = {{"error",
@@ -25,7 +25,7 @@ http::Response unavailable_response(std::string_view message, int retry_after_se
 }
 
 http::Response error_for(const Error& error) {
-  const int status = http_status_for(error.code());
+  const int status = episodes::http_status_for(error.code());
   if (status == 503) return unavailable_response(error.what(), 2);
   if (dynamic_cast<const ContextLengthExceeded*>(&error) != nullptr) {
     return openai_error(status, error.what(), "context_length_exceeded");
@@ -59,7 +59,7 @@ http::Response anthropic_error(int status, std::string_view message, int retry_a
 }
 
 http::Response anthropic_error_for(const Error& error) {
-  return anthropic_error(http_status_for(error.code()), error.what());
+  return anthropic_error(episodes::http_status_for(error.code()), error.what());
 }
 
-}  // namespace ajet::swarm
+}  // namespace ajet::openai

@@ -2,7 +2,7 @@
 // {"error": {"message", "type", "code"}} plus a top-level "detail" string (what upstream AgentJet's
 // Python clients print) and "success": false (what command-API clients test), except on
 // /v1/messages, which answers in Anthropic's shape (anthropic_error). Statuses come from
-// swarm::http_status_for; 503 answers carry Retry-After.
+// episodes::http_status_for; 503 answers carry Retry-After.
 #pragma once
 
 #include <string>
@@ -11,7 +11,7 @@
 #include "common/error.h"
 #include "http/message.h"
 
-namespace ajet::swarm {
+namespace ajet::openai {
 
 http::Response openai_error(int status, std::string_view message, std::string_view code = {});
 // 503 + Retry-After: the engine is not rolling / not connected; the client should retry.
@@ -26,4 +26,4 @@ http::Response error_for(const Error& error);
 http::Response anthropic_error(int status, std::string_view message, int retry_after_seconds = 2);
 http::Response anthropic_error_for(const Error& error);
 
-}  // namespace ajet::swarm
+}  // namespace ajet::openai

@@ -2,7 +2,7 @@
 
 #include "common/encoding.h"
 
-namespace ajet::swarm {
+namespace ajet::openai {
 
 namespace {
 
@@ -126,4 +126,4 @@ std::string sse_data(const Json& value) {
   return out;
 }
 
-}  // namespace ajet::swarm
+}  // namespace ajet::openai

@@ -13,7 +13,7 @@
 #include "text/tokenizer.h"
 #include "text/tool_calls.h"
 
-namespace ajet::swarm {
+namespace ajet::openai {
 
 struct ResponseMeta {
   std::string id;       // "chatcmpl-…" / "cmpl-…"
@@ -48,4 +48,4 @@ Json usage_chunk_json(const ResponseMeta& meta, std::string_view object, Json us
 // "data: <json>\n\n" (invalid UTF-8 replaced, never thrown).
 std::string sse_data(const Json& value);
 
-}  // namespace ajet::swarm
+}  // namespace ajet::openai

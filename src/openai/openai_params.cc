@@ -7,7 +7,7 @@
 
 #include "common/error.h"
 
-namespace ajet::swarm {
+namespace ajet::openai {
 
 namespace {
 
@@ -219,7 +219,7 @@ CompletionPrompt parse_completion_prompt(const OrderedJson& body) {
   return out;
 }
 
-rpc::GenerateRequest resolve_generation(const OpenAiParams& p, const SamplingRules& rules, bool train,
+rpc::GenerateRequest resolve_generation(const OpenAiParams& p, const episodes::SamplingRules& rules, bool train,
                                         size_t prompt_tokens) {
   rpc::GenerateRequest g;
   if (p.n > rules.max_num_seqs) {
@@ -300,4 +300,4 @@ void check_tool_results(const text::ChatRequest& request) {
   }
 }
 
-}  // namespace ajet::swarm
+}  // namespace ajet::openai

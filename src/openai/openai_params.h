@@ -15,7 +15,7 @@
 #include "rpc/messages.h"
 #include "text/messages.h"
 
-namespace ajet::swarm {
+namespace ajet::openai {
 
 // `n`: what the engine accepts (rpc::kMaxSamplesPerRequest), and at most ajet.rollout.max_num_seqs
 // (the sequences the engine decodes together; resolve_generation).
@@ -91,7 +91,7 @@ CompletionPrompt parse_completion_prompt(const text::OrderedJson& body);
 // With ErrorWording::kOpenAi it is OpenAI's sentence ("This model's maximum context length is M tokens.
 // However, ...") and a ContextLengthExceeded, which the OpenAI-shaped answer carries as the code
 // `context_length_exceeded` (what OpenAI's SDK users, Codex and Qwen Code match on).
-rpc::GenerateRequest resolve_generation(const OpenAiParams& params, const SamplingRules& rules, bool train,
+rpc::GenerateRequest resolve_generation(const OpenAiParams& params, const episodes::SamplingRules& rules, bool train,
                                         size_t prompt_tokens);
 
 // The prompt (and max_tokens) exceed the context: a 400 whose OpenAI error code is context_length_exceeded.
@@ -111,4 +111,4 @@ void check_token_entries(const OpenAiParams& params, const rpc::GenerateRequest&
 // (OpenAI answers 400 too). A tool message without an id is accepted.
 void check_tool_results(const text::ChatRequest& request);
 
-}  // namespace ajet::swarm
+}  // namespace ajet::openai

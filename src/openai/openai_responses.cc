@@ -9,7 +9,7 @@
 #include "common/json.h"
 #include "openai/body_fields.h"
 
-namespace ajet::swarm {
+namespace ajet::openai {
 
 namespace {
 
@@ -381,4 +381,4 @@ std::string ResponsesEvents::error(std::string_view code, std::string_view messa
   return event("error", Json{{"code", code}, {"message", message}, {"param", nullptr}});
 }
 
-}  // namespace ajet::swarm
+}  // namespace ajet::openai

@@ -18,7 +18,7 @@
 #include "text/messages.h"
 #include "text/tool_calls.h"
 
-namespace ajet::swarm {
+namespace ajet::openai {
 
 // The request's tools as the answer must name them back: the namespace of each function tool that
 // came from a `{"type": "namespace", "name", "tools": [...]}` tool (Codex's multi_agent_v1), so its
@@ -84,4 +84,4 @@ class ResponsesEvents {
   int64_t sequence_ = 0;
 };
 
-}  // namespace ajet::swarm
+}  // namespace ajet::openai

@@ -21,7 +21,7 @@ inline constexpr std::string_view kMethodSaveCheckpoint = "save_checkpoint";
 inline constexpr std::string_view kMethodLoadCheckpoint = "load_checkpoint";
 inline constexpr std::string_view kMethodSetWeights = "set_weights";
 
-// `n`. The front checks the same range (swarm::kMaxChoices), and ajet.rollout.max_num_seqs, which
+// `n`. The front checks the same range (openai::kMaxChoices), and ajet.rollout.max_num_seqs, which
 // the engine's scheduler also enforces (a request's samples decode together).
 inline constexpr int kMaxSamplesPerRequest = 64;
 inline constexpr int kMaxTopLogprobs = 20;          // as the OpenAI API

@@ -32,7 +32,7 @@ class EngineChatModel : public tasks::ChatModel {
     request.tools = tools;
     const text::RenderedChat rendered =
         text::render_chat(format_.family, request, text::RenderOptions{.add_generation_prompt = true});
-    infer::GenerateRequest r;
+    batching::GenerateRequest r;
     r.id = id_ + "-" + std::to_string(turn_);
     r.prompt = format_.tok().encode(rendered.text);
     r.max_tokens = std::min<int64_t>(options_.max_tokens, engine_.max_model_len() - static_cast<int64_t>(r.prompt.size()));
@@ -44,9 +44,9 @@ class EngineChatModel : public tasks::ChatModel {
     if (result.error) throw *result.error;
     const infer::SampleOutput& sample = result.samples.at(0);
     std::vector<int32_t> ids;
-    for (const infer::GeneratedToken& t : sample.tokens) ids.push_back(t.id);
+    for (const batching::GeneratedToken& t : sample.tokens) ids.push_back(t.id);
     if (!ids.empty() && ids.back() == format_.end_of_turn) ids.pop_back();
-    const bool length = sample.finish == infer::FinishReason::kLength;
+    const bool length = sample.finish == batching::FinishReason::kLength;
     return tasks::reply_from_text(format_.tok().decode(ids), length ? "length" : "stop", 0);
   }
 
@@ -71,7 +71,7 @@ EvalResult evaluate(model::Qwen2Model& model, const tracking::ChatFormat& format
   const tasks::BuiltinTask& kind = tasks::builtin_task(options.task);
   const std::vector<tasks::Task> held_out = kind.generate(
       tasks::GenerateOptions{.split = tasks::Split::kValidation, .count = options.n, .seed = options.seed, .params = {}});
-  infer::EngineConfig config;
+  infer::InferenceEngineOptions config;
   config.threads = threads;
   config.max_running = std::max<int64_t>(1, options.parallel);
   config.cache_bytes = 256LL << 20;  // `parallel` short episodes at a time need far less than a server

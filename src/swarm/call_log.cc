@@ -46,7 +46,7 @@ void log_refused_call(std::string_view route, int status, std::string_view messa
   }
 }
 
-void log_conversion_notes(std::string_view route, const ConversionNotes& notes) {
+void log_conversion_notes(std::string_view route, const openai::ConversionNotes& notes) {
   for (const std::string& note : notes) {
     // The note's kind (its text up to the first ':') keys the limit: which tools may vary per call.
     std::optional<int64_t> held = call_lines().admit(fmt::format("{} {}", route, note.substr(0, note.find(':'))));

@@ -38,6 +38,6 @@ class RateLimitedLog {
 // "POST /v1/messages refused (400): <message>" at warn level (5xx: error).
 void log_refused_call(std::string_view route, int status, std::string_view message);
 // "POST /v1/responses: <note>" per note, at info level.
-void log_conversion_notes(std::string_view route, const ConversionNotes& notes);
+void log_conversion_notes(std::string_view route, const openai::ConversionNotes& notes);
 
 }  // namespace ajet::swarm

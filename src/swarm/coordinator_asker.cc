@@ -20,7 +20,7 @@ struct CoordinatorAsker::Shared {
   std::mutex mu;         // queue, stopping
   std::mutex settle_mu;  // held while `settle` runs; the destructor takes it to wait for the last one
   std::condition_variable cv;
-  std::deque<PendingResolution> queue;
+  std::deque<episodes::PendingResolution> queue;
   bool stopping = false;
 
   bool stopped() {
@@ -38,7 +38,7 @@ struct CoordinatorAsker::Shared {
 namespace {
 
 // One whole question; the decision, or "unreachable" with the reason in `why`.
-std::string ask_once(const PendingResolution& q, std::chrono::milliseconds deadline, std::string& why) {
+std::string ask_once(const episodes::PendingResolution& q, std::chrono::milliseconds deadline, std::string& why) {
   try {
     http::ClientOptions options;
     options.connect_timeout = std::min(deadline, std::chrono::milliseconds(3'000));
@@ -69,7 +69,7 @@ std::string ask_once(const PendingResolution& q, std::chrono::milliseconds deadl
 
 void run(const std::shared_ptr<CoordinatorAsker::Shared>& shared) {
   while (true) {
-    PendingResolution q;
+    episodes::PendingResolution q;
     {
       std::unique_lock<std::mutex> lock(shared->mu);
       shared->cv.wait(lock, [&] { return shared->stopping || !shared->queue.empty(); });
@@ -108,7 +108,7 @@ CoordinatorAsker::~CoordinatorAsker() {
   shared_->cv.notify_all();
 }
 
-void CoordinatorAsker::ask(PendingResolution question) {
+void CoordinatorAsker::ask(episodes::PendingResolution question) {
   {
     std::lock_guard<std::mutex> lock(shared_->mu);
     if (shared_->stopping) return;

@@ -35,7 +35,7 @@ class CoordinatorAsker {
   CoordinatorAsker(const CoordinatorAsker&) = delete;
   CoordinatorAsker& operator=(const CoordinatorAsker&) = delete;
 
-  void ask(PendingResolution question);
+  void ask(episodes::PendingResolution question);
 
   struct Shared;  // the queue and the settle callback, shared with the (possibly abandoned) threads
 

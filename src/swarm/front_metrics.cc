@@ -138,12 +138,12 @@ void write_build_info(TextBuilder& out) {
 }
 
 void write_front_figures(TextBuilder& out, const FrontFigures& f) {
-  const RegistryFigures& r = f.registry;
+  const episodes::RegistryFigures& r = f.registry;
   out.family("ajet_engine_status", Type::kGauge,
              "1 for the engine status the front reports (GET /get_engine_status), 0 for the others.");
-  for (EngineStatus s : {EngineStatus::kOffline, EngineStatus::kBooting, EngineStatus::kRolling,
-                         EngineStatus::kRollingPost, EngineStatus::kWeightSyncing, EngineStatus::kWeightExporting}) {
-    out.sample({{"status", std::string(engine_status_name(s))}}, s == r.engine_status ? 1 : 0);
+  for (episodes::EnginePhase s : {episodes::EnginePhase::kOffline, episodes::EnginePhase::kBooting, episodes::EnginePhase::kRolling,
+                         episodes::EnginePhase::kRollingPost, episodes::EnginePhase::kWeightSyncing, episodes::EnginePhase::kWeightExporting}) {
+    out.sample({{"status", std::string(episodes::engine_phase_name(s))}}, s == r.engine_status ? 1 : 0);
   }
   one_sample(out, "ajet_global_step", Type::kGauge, "The training step the front is at (GET /get_engine_status).",
          double(r.global_step));

@@ -39,8 +39,8 @@ class HttpMetrics {
 
 // What the front knows without asking the engine; each part is read with one short lock.
 struct FrontFigures {
-  RegistryFigures registry;
-  CallMetrics::Snapshot calls;
+  episodes::RegistryFigures registry;
+  openai::CallMetrics::Snapshot calls;
   size_t work_pool_queued = 0;     // the front's WorkPool (store reads, archives, engine start/stop)
   size_t store_queued_writes = 0;  // the store's writer queue
 };

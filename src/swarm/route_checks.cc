@@ -15,7 +15,7 @@ namespace {
 
 http::ErrorShape command_shape() {
   return [](int status, const std::string& message, const std::string& code) {
-    return openai_error(status, message, code);
+    return openai::openai_error(status, message, code);
   };
 }
 
@@ -39,7 +39,7 @@ http::RouteOptions command_body(const ServerContext& ctx) {
 http::RouteOptions admin_only(const ServerContext& ctx, std::string what, http::RouteOptions limit) {
   limit.check_head = [&ctx, what = std::move(what)](const http::RequestHead& head) -> std::optional<http::Response> {
     if (ctx.admin_ok(head)) return std::nullopt;
-    return openai_error(401,
+    return openai::openai_error(401,
                         fmt::format("{} needs the admin token: send Authorization: Bearer <token> (the token given "
                                     "to ajet-swarm start --admin-token / AJET_ADMIN_TOKEN)",
                                     what),
@@ -61,10 +61,10 @@ http::RouteOptions episode_command(const ServerContext& ctx, std::string command
         } catch (const Error&) {
         }
       }
-      check_episode_command_key(ctx.registry.signer(), key, episode, command, ctx.options.allow_keyless_episode_commands);
+      episodes::check_episode_command_key(ctx.registry.signer(), key, episode, command, ctx.options.allow_keyless_episode_commands);
       return std::nullopt;
     } catch (const Error& e) {
-      return error_for(e);
+      return openai::error_for(e);
     }
   };
   return limit;
@@ -76,7 +76,7 @@ http::RouteOptions episode_key_only(const ServerContext& ctx, bool anthropic, st
   // the API's shape and logged like the route's other refusals.
   options.error_shape = [anthropic, route](int status, const std::string& message, const std::string& code) {
     log_refused_call(route, status, message);
-    return anthropic ? anthropic_error(status, message) : openai_error(status, message, code);
+    return anthropic ? openai::anthropic_error(status, message) : openai::openai_error(status, message, code);
   };
   options.check_head = [&ctx, anthropic, route](const http::RequestHead& head) -> std::optional<http::Response> {
     // Anthropic's SDKs send the key in x-api-key; Authorization works for every endpoint.
@@ -87,7 +87,7 @@ http::RouteOptions episode_key_only(const ServerContext& ctx, bool anthropic, st
       return std::nullopt;
     } catch (const Error& e) {
       log_refused_call(route, 401, e.what());
-      return anthropic ? anthropic_error(401, e.what()) : error_for(e);
+      return anthropic ? openai::anthropic_error(401, e.what()) : openai::error_for(e);
     }
   };
   return options;

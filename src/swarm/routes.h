@@ -4,8 +4,10 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/json.h"
 #include "http/message.h"
@@ -14,23 +16,42 @@
 
 namespace ajet::swarm {
 
-// /claim_episode (/begin_episode), /end_episode, /abort_episode, /can_continue_episode,
-// /get_episode_buffer, /get_current_batch_rollout_pool_information, /agree_sync_weight,
-// /get_engine_status, /get_server_experiment_dir, /get_verbose_logs, /replay_latest_llm_call,
-// /health, GET / (HEAD /), GET /episodes (a page of summaries), GET /episodes/{episode_uuid}.
-void add_command_routes(http::Router& router, ServerContext& ctx);
-// /sync_train_config, /sync_train_code, /start_engine, /stop_engine (admin token when configured).
-void add_engine_routes(http::Router& router, ServerContext& ctx);
-// /v1/chat/completions, /v1/completions, /v1/responses, /v1/messages, /v1/messages/count_tokens,
-// /v1/models.
-void add_openai_routes(http::Router& router, ServerContext& ctx);
-// POST /log_metrics (numbers into the store and TensorBoard) and GET /metrics_history (every series
-// back out), both behind the admin token (routes_metrics_log.cc).
+// The handlers of the front's routes, each under the name the route table gives it
+// (swarm/route_table.cc: method, path, auth and purpose of every route). Each routes_*.cc adds its
+// own; add_routes registers them on the router from the table.
+class RouteHandlers {
+ public:
+  struct Named {
+    http::Handler handler;
+    http::RouteOptions options;  // what the route checks before its body is read
+  };
+  // Adds `handler` as `name`; a name added twice throws Error(kInternal).
+  void add(std::string name, http::Handler handler, http::RouteOptions options = {});
+  const Named* find(std::string_view name) const;  // null when absent
+  std::vector<std::string> names() const;
+
+ private:
+  std::map<std::string, Named, std::less<>> named_;
+};
+
+// The command API (routes_command.cc): claim_episode, end_episode, prepare_end_episode,
+// commit_episode, resolve_episode_group, abort_episode, can_continue_episode, get_episode_buffer,
+// pool_information, agree_sync_weight, engine_status, experiment_dir, verbose_logs,
+// replay_latest_llm_call, health, root, episode_page, episode_document.
+void add_command_handlers(RouteHandlers& out, ServerContext& ctx);
+// The endpoints that change the engine (routes_engine.cc): sync_train_config, sync_train_code,
+// start_engine, stop_engine (admin token when configured).
+void add_engine_handlers(RouteHandlers& out, ServerContext& ctx);
+// The OpenAI / Anthropic API (routes_openai.cc): chat_completions, completions, messages, responses,
+// count_tokens, models.
+void add_openai_handlers(RouteHandlers& out, ServerContext& ctx);
+// log_metrics (numbers into the store and TensorBoard) and metrics_history (every series back
+// out), both behind the admin token (routes_metrics_log.cc).
 class MetricsSink;
-void add_metrics_routes(http::Router& router, ServerContext& ctx, MetricsSink& sink);
-// The web pages under /ui/ (web/: dashboard, episodes, token viewer); their data comes from the
-// admin-token routes, so the pages themselves carry nothing secret.
-void add_ui_routes(http::Router& router);
+void add_metrics_handlers(RouteHandlers& out, ServerContext& ctx, MetricsSink& sink);
+// The web pages under /ui/ (web/: dashboard, episodes, token viewer): ui_redirect, ui_index,
+// ui_asset. Their data comes from the admin-token routes, so the pages carry nothing secret.
+void add_ui_handlers(RouteHandlers& out);
 
 // ---- what a route checks before its body is read (route_checks.cc) ----
 // The body limit of the command routes that carry a few ids (claim, can_continue, abort, commit, …).

@@ -41,7 +41,7 @@ void episode_document(ServerContext& ctx, const std::string& id, Respond respond
       std::optional<store::EpisodeRow> row = ctx.store.get_episode(uuid);
       if (!row) fail(ErrorCode::kNotFound, "Episode " + uuid + " is not in the store.");
       std::vector<store::CallRow> rows = ctx.store.get_calls(uuid);
-      std::shared_ptr<const ModelContext> model = ctx.model();
+      std::shared_ptr<const episodes::ModelContext> model = ctx.model();
       const tracking::ChatFormat* format = model ? model->format.get() : nullptr;
       tracking::MergeOptions options = model ? model->merge_options : tracking::MergeOptions{};
       if (format == nullptr) options.compare_level = tracking::CompareLevel::kToken;
@@ -84,23 +84,23 @@ http::Handler command(ServerContext& ctx, std::function<void(const Request&, con
   return command_handler(ctx.pool, std::move(handle));
 }
 
-http::Response command_error(const CommandError& error) {
-  if (error.status == 409) return openai_error(409, error.message, "conflict");
-  return error_for(Error(error.code, error.message));
+http::Response command_error(const episodes::CommandError& error) {
+  if (error.status == 409) return openai::openai_error(409, error.message, "conflict");
+  return openai::error_for(Error(error.code, error.message));
 }
 
 // The episode commands are bound to their episode: its key, or the admin token (episode_key.h).
 void require_episode_key(const ServerContext& ctx, const Request& req, const std::string& episode_uuid,
                          std::string_view command) {
   if (ctx.admin_token_given(req)) return;
-  check_episode_command_key(ctx.registry.signer(), req.headers.get("Authorization"), episode_uuid, command,
+  episodes::check_episode_command_key(ctx.registry.signer(), req.headers.get("Authorization"), episode_uuid, command,
                             ctx.options.allow_keyless_episode_commands);
 }
 
 // Who reads a public view: the admin token shows every id; `client_uuid` (a query parameter or a body
 // field) shows the caller's own.
-ViewScope view_scope(const ServerContext& ctx, const Request& req, const Json* body) {
-  ViewScope scope;
+episodes::ViewScope view_scope(const ServerContext& ctx, const Request& req, const Json* body) {
+  episodes::ViewScope scope;
   scope.all_ids = ctx.admin_token_given(req);
   if (auto it = req.query.find("client_uuid"); it != req.query.end()) scope.client_uuid = it->second;
   if (body != nullptr) {
@@ -110,7 +110,7 @@ ViewScope view_scope(const ServerContext& ctx, const Request& req, const Json* b
 }
 
 // A participant's coordinator must be one of --peer, unless the admin token is sent: the refusal, if any.
-std::optional<std::string> coordinator_refusal(const ServerContext& ctx, const Request& req, const EpisodeGroup& group) {
+std::optional<std::string> coordinator_refusal(const ServerContext& ctx, const Request& req, const episodes::EpisodeGroup& group) {
   if (group.is_coordinator() || ctx.is_peer(group.coordinator_url) || ctx.admin_token_given(req)) return std::nullopt;
   return fmt::format("prepare_end_episode body: group.coordinator_url {} is not on this front's allow-list of "
                      "coordinators, its peers ({}); start the front with `ajet-swarm start --peer {}`, or send the "
@@ -161,23 +161,23 @@ void answer_errors(const Respond& respond, const std::function<void()>& fn) {
   try {
     fn();
   } catch (const Error& e) {
-    respond(error_for(e));
+    respond(openai::error_for(e));
   } catch (const std::exception& e) {
     log().error("route: {}", e.what());
-    respond(openai_error(500, std::string("internal error: ") + e.what(), "internal"));
+    respond(openai::openai_error(500, std::string("internal error: ") + e.what(), "internal"));
   }
 }
 
-void add_command_routes(http::Router& router, ServerContext& ctx) {
+void add_command_handlers(RouteHandlers& out, ServerContext& ctx) {
   const size_t limit = ctx.options.max_json_body_bytes;
   auto claim = command(ctx, [&ctx, limit](const Request& req, const Respond& respond) {
     answer_errors(respond, [&] {
       const Json body = parse_json_body(req, limit);
-      ClaimRequest claim = ClaimRequest::from_json(body);
+      episodes::ClaimRequest claim = episodes::ClaimRequest::from_json(body);
       // (ext) "engine_run": claim only from the engine that start_engine started (a client whose engine
       // another client replaced must not roll out for the new one).
       if (const std::string engine_run = engine_run_field(body, "claim_episode body"); ctx.engine_replaced(engine_run)) {
-        respond(openai_error(409,
+        respond(openai::openai_error(409,
                              "claim_episode: the engine is engine_run " + ctx.running_engine_run() + " now, not " +
                                  engine_run + ": another start_engine replaced it",
                              "engine_replaced"));
@@ -186,8 +186,7 @@ void add_command_routes(http::Router& router, ServerContext& ctx) {
       respond(http::json_response(ctx.registry.claim_episode(claim).to_json()));
     });
   });
-  router.post("/claim_episode", claim, command_body(ctx));
-  router.post("/begin_episode", claim, command_body(ctx));
+  out.add("claim_episode", claim, command_body(ctx));
 
   const size_t kept = ctx.options.max_episode_metadata_bytes;
   // end_episode's body is its metadata and log_metrics (each at most --max-episode-metadata-mb) and a
@@ -196,12 +195,12 @@ void add_command_routes(http::Router& router, ServerContext& ctx) {
       limit <= 2 * kept + kCommandBodyBytes
           ? body_limit(limit, "ajet-swarm start --max-json-mb")
           : body_limit(2 * kept + kCommandBodyBytes, "twice ajet-swarm start --max-episode-metadata-mb, plus 64 KiB");
-  router.post("/end_episode", command(ctx, [&ctx, limit, kept](const Request& req, const Respond& respond) {
+  out.add("end_episode", command(ctx, [&ctx, limit, kept](const Request& req, const Respond& respond) {
     answer_errors(respond, [&] {
-      EndRequest end = EndRequest::from_json(parse_json_body(req, limit), "end_episode", kept);
+      episodes::EndRequest end = episodes::EndRequest::from_json(parse_json_body(req, limit), "end_episode", kept);
       require_episode_key(ctx, req, end.episode_uuid, "end_episode");
       // `done` runs inline, on the work pool or on the store's writer thread; respond is thread-safe.
-      ctx.registry.end_episode(std::move(end), [respond](std::optional<CommandError> error) {
+      ctx.registry.end_episode(std::move(end), [respond](std::optional<episodes::CommandError> error) {
         if (!error) {
           respond(http::json_response(Json{{"success", true}}));
         } else {
@@ -212,16 +211,16 @@ void add_command_routes(http::Router& router, ServerContext& ctx) {
   }), episode_command(ctx, "end_episode", end_body));
 
   // Episode groups across servers (docs/protocol.md): prepare, commit, and the coordinator's side.
-  router.post("/prepare_end_episode", command(ctx, [&ctx, limit, kept](const Request& req, const Respond& respond) {
+  out.add("prepare_end_episode", command(ctx, [&ctx, limit, kept](const Request& req, const Respond& respond) {
     answer_errors(respond, [&] {
-      PrepareRequest prepare = PrepareRequest::from_json(parse_json_body(req, limit), kept);
+      episodes::PrepareRequest prepare = episodes::PrepareRequest::from_json(parse_json_body(req, limit), kept);
       require_episode_key(ctx, req, prepare.end.episode_uuid, "prepare_end_episode");
       if (std::optional<std::string> refusal = coordinator_refusal(ctx, req, prepare.group)) {
-        respond(openai_error(403, *refusal, "coordinator_not_allowed"));
+        respond(openai::openai_error(403, *refusal, "coordinator_not_allowed"));
         return;
       }
       ctx.registry.prepare_end_episode(std::move(prepare),
-                                       [respond](std::optional<CommandError> error, PrepareResponse answer) {
+                                       [respond](std::optional<episodes::CommandError> error, episodes::PrepareResponse answer) {
                                          if (!error) {
                                            respond(http::json_response(answer.to_json()));
                                          } else {
@@ -231,11 +230,11 @@ void add_command_routes(http::Router& router, ServerContext& ctx) {
     });
   }), episode_command(ctx, "prepare_end_episode", end_body));
 
-  router.post("/commit_episode", command(ctx, [&ctx, limit](const Request& req, const Respond& respond) {
+  out.add("commit_episode", command(ctx, [&ctx, limit](const Request& req, const Respond& respond) {
     answer_errors(respond, [&] {
-      EpisodeRef commit = EpisodeRef::from_json(parse_json_body(req, limit), "commit_episode", /*client_required=*/true);
+      episodes::EpisodeRef commit = episodes::EpisodeRef::from_json(parse_json_body(req, limit), "commit_episode", /*client_required=*/true);
       require_episode_key(ctx, req, commit.episode_uuid, "commit_episode");
-      ctx.registry.commit_episode(commit, [respond](std::optional<CommandError> error) {
+      ctx.registry.commit_episode(commit, [respond](std::optional<episodes::CommandError> error) {
         if (!error) {
           respond(http::json_response(Json{{"success", true}}));
         } else {
@@ -246,9 +245,9 @@ void add_command_routes(http::Router& router, ServerContext& ctx) {
   }), episode_command(ctx, "commit_episode", command_body(ctx)));
 
   // Asked by a participant's front with the coordinator episode's key (it aborts an uncommitted episode).
-  router.post("/resolve_episode_group", command(ctx, [&ctx, limit](const Request& req, const Respond& respond) {
+  out.add("resolve_episode_group", command(ctx, [&ctx, limit](const Request& req, const Respond& respond) {
     answer_errors(respond, [&] {
-      ResolveRequest resolve = ResolveRequest::from_json(parse_json_body(req, limit));
+      episodes::ResolveRequest resolve = episodes::ResolveRequest::from_json(parse_json_body(req, limit));
       require_episode_key(ctx, req, resolve.episode_uuid, "resolve_episode_group");
       ctx.pool.post([&ctx, resolve, respond] {  // may read the store
         answer_errors(respond, [&] {
@@ -258,41 +257,41 @@ void add_command_routes(http::Router& router, ServerContext& ctx) {
     });
   }), episode_command(ctx, "resolve_episode_group", command_body(ctx)));
 
-  router.post("/abort_episode", command(ctx, [&ctx, limit](const Request& req, const Respond& respond) {
+  out.add("abort_episode", command(ctx, [&ctx, limit](const Request& req, const Respond& respond) {
     answer_errors(respond, [&] {
-      AbortRequest abort = AbortRequest::from_json(parse_json_body(req, limit));
+      episodes::AbortRequest abort = episodes::AbortRequest::from_json(parse_json_body(req, limit));
       require_episode_key(ctx, req, abort.episode_uuid, "abort_episode");
       ctx.registry.abort_episode(abort);
       respond(http::json_response(Json{{"success", true}}));
     });
   }), episode_command(ctx, "abort_episode", command_body(ctx)));
 
-  router.post("/can_continue_episode", command(ctx, [&ctx, limit](const Request& req, const Respond& respond) {
+  out.add("can_continue_episode", command(ctx, [&ctx, limit](const Request& req, const Respond& respond) {
     answer_errors(respond, [&] {
-      bool ok = ctx.registry.can_continue_episode(EpisodeRef::from_json(parse_json_body(req, limit)));
+      bool ok = ctx.registry.can_continue_episode(episodes::EpisodeRef::from_json(parse_json_body(req, limit)));
       respond(http::json_response(Json{{"can_continue", ok}}));
     });
   }), command_body(ctx));
 
-  router.post("/get_episode_buffer", command(ctx, [&ctx, limit](const Request& req, const Respond& respond) {
+  out.add("get_episode_buffer", command(ctx, [&ctx, limit](const Request& req, const Respond& respond) {
     answer_errors(respond, [&] {
       const Json body = parse_json_body(req, limit);
       respond(http::json_response(ctx.registry.episode_buffer(view_scope(ctx, req, &body))));
     });
   }), command_body(ctx));
 
-  router.get("/get_current_batch_rollout_pool_information", [&ctx](Request req, Respond respond) {
+  out.add("pool_information", [&ctx](Request req, Respond respond) {
     answer_errors(respond, [&] { respond(http::json_response(ctx.registry.pool_info(view_scope(ctx, req, nullptr)))); });
   });
 
-  router.post("/agree_sync_weight", command(ctx, [&ctx, limit](const Request& req, const Respond& respond) {
+  out.add("agree_sync_weight", command(ctx, [&ctx, limit](const Request& req, const Respond& respond) {
     answer_errors(respond, [&] {
-      AgreeRequest agree = AgreeRequest::from_json(parse_json_body(req, limit));
+      episodes::AgreeRequest agree = episodes::AgreeRequest::from_json(parse_json_body(req, limit));
       respond(http::json_response(ctx.registry.agree_sync_weight(agree).to_json()));
     });
   }), command_body(ctx));
 
-  router.get("/get_engine_status", [&ctx](Request req, Respond respond) {
+  out.add("engine_status", [&ctx](Request req, Respond respond) {
     Json body = ctx.registry.engine_status_json(view_scope(ctx, req, nullptr));
     const std::filesystem::path checkpoint = ctx.supervisor.latest_checkpoint_dir();
     body["latest_checkpoint"] = checkpoint.empty() ? Json(nullptr) : Json(checkpoint.string());
@@ -301,49 +300,49 @@ void add_command_routes(http::Router& router, ServerContext& ctx) {
     respond(http::json_response(body));
   });
 
-  router.get("/get_server_experiment_dir", [&ctx](Request, Respond respond) {
+  out.add("experiment_dir", [&ctx](Request, Respond respond) {
     TrainState t = ctx.train();
     respond(http::json_response(
         Json{{"server_experiment_dir", t.experiment_dir.empty() ? Json(nullptr) : Json(t.experiment_dir.string())}}));
   });
 
-  router.get("/get_verbose_logs", [&ctx](Request, Respond respond) {
+  out.add("verbose_logs", [&ctx](Request, Respond respond) {
     respond(http::json_response(ctx.verbose.to_json()));
   });
 
-  router.post("/replay_latest_llm_call", [&ctx](Request req, Respond respond) {
+  out.add("replay_latest_llm_call", [&ctx](Request req, Respond respond) {
     if (!ctx.admin_ok(req)) {
-      respond(openai_error(401, "replay_latest_llm_call needs the admin token (Authorization: Bearer <token>)",
+      respond(openai::openai_error(401, "replay_latest_llm_call needs the admin token (Authorization: Bearer <token>)",
                            "unauthenticated"));
       return;
     }
     std::optional<Json> latest = ctx.latest.get();
     if (!latest) {
-      respond(openai_error(404, "No LLM call has been made yet.", "not_found"));
+      respond(openai::openai_error(404, "No LLM call has been made yet.", "not_found"));
       return;
     }
     respond(http::json_response(*latest));
   }, admin_only(ctx, "replay_latest_llm_call", command_body(ctx)));
 
-  router.get("/health", [](Request, Respond respond) { respond(http::json_response(Json{{"status", "ok"}})); });
+  out.add("health", [](Request, Respond respond) { respond(http::json_response(Json{{"status", "ok"}})); });
   // The root answers like /health: clients probe it before their first call (Claude Code sends HEAD /,
   // which the router answers from this GET without the body).
-  router.get("/", [](Request, Respond respond) {
+  out.add("root", [](Request, Respond respond) {
     respond(http::json_response(Json{{"status", "ok"}, {"service", "ajet-swarm"}, {"ui", "/ui/"}}));
   });
 
-  router.get("/episodes", [&ctx](Request req, Respond respond) {
+  out.add("episode_page", [&ctx](Request req, Respond respond) {
     if (!ctx.admin_ok(req)) {
-      respond(openai_error(401, "GET /episodes needs the admin token (Authorization: Bearer <token>)",
+      respond(openai::openai_error(401, "GET /episodes needs the admin token (Authorization: Bearer <token>)",
                            "unauthenticated"));
       return;
     }
     answer_errors(respond, [&] { episode_page(ctx, req, respond); });
   }, admin_only(ctx, "GET /episodes", command_body(ctx)));
 
-  router.get("/episodes/{episode_uuid}", [&ctx](Request req, Respond respond) {
+  out.add("episode_document", [&ctx](Request req, Respond respond) {
     if (!ctx.admin_ok(req)) {
-      respond(openai_error(401, "GET /episodes/{uuid} needs the admin token (Authorization: Bearer <token>)",
+      respond(openai::openai_error(401, "GET /episodes/{uuid} needs the admin token (Authorization: Bearer <token>)",
                            "unauthenticated"));
       return;
     }

@@ -19,7 +19,7 @@ using http::Respond;
 
 bool check_admin(ServerContext& ctx, const Request& req, const Respond& respond, std::string_view what) {
   if (ctx.admin_ok(req)) return true;
-  respond(openai_error(401, fmt::format("{} needs the admin token: send Authorization: Bearer <token> (the token "
+  respond(openai::openai_error(401, fmt::format("{} needs the admin token: send Authorization: Bearer <token> (the token "
                                         "given to ajet-swarm start --admin-token / AJET_ADMIN_TOKEN)",
                                         what),
                        "unauthenticated"));
@@ -42,10 +42,10 @@ std::string sync_source(const Json& body) {
 
 }  // namespace
 
-void add_engine_routes(http::Router& router, ServerContext& ctx) {
+void add_engine_handlers(RouteHandlers& out, ServerContext& ctx) {
   const size_t limit = ctx.options.max_json_body_bytes;
 
-  router.post("/sync_train_config", [&ctx, limit](Request req, Respond respond) {
+  out.add("sync_train_config", [&ctx, limit](Request req, Respond respond) {
     if (!check_admin(ctx, req, respond, "sync_train_config")) return;
     answer_errors(respond, [&] {
       Json body = parse_json_body(req, limit);
@@ -60,12 +60,12 @@ void add_engine_routes(http::Router& router, ServerContext& ctx) {
     });
   }, admin_only(ctx, "sync_train_config", body_limit(limit, "ajet-swarm start --max-json-mb")));
 
-  router.post("/sync_train_code", [&ctx](Request req, Respond respond) {
+  out.add("sync_train_code", [&ctx](Request req, Respond respond) {
     if (!check_admin(ctx, req, respond, "sync_train_code")) return;
     auto body = std::make_shared<std::string>(std::move(req.body));
     ctx.pool.post([&ctx, body, respond] {
       answer_errors(respond, [&] {
-        UnpackedTree tree = ctx.sync_train_code(*body);
+        engine_control::UnpackedTree tree = ctx.sync_train_code(*body);
         respond(http::json_response(
             Json{{"success", true},
                  {"message", fmt::format("{} files unpacked into {}; the next start_engine builds the ajet-engine "
@@ -78,7 +78,7 @@ void add_engine_routes(http::Router& router, ServerContext& ctx) {
     });
   }, admin_only(ctx, "sync_train_code", body_limit(ctx.options.max_body_bytes, "ajet-swarm start --max-body-mb")));
 
-  router.post("/start_engine", [&ctx, limit](Request req, Respond respond) {
+  out.add("start_engine", [&ctx, limit](Request req, Respond respond) {
     if (!check_admin(ctx, req, respond, "start_engine")) return;
     answer_errors(respond, [&] {
       Json body = parse_json_body(req, limit);
@@ -98,7 +98,7 @@ void add_engine_routes(http::Router& router, ServerContext& ctx) {
     });
   }, admin_only(ctx, "start_engine", command_body(ctx)));
 
-  router.post("/stop_engine", [&ctx, limit](Request req, Respond respond) {
+  out.add("stop_engine", [&ctx, limit](Request req, Respond respond) {
     if (!check_admin(ctx, req, respond, "stop_engine")) return;
     answer_errors(respond, [&] {
       const std::string engine_run = engine_run_field(parse_json_body(req, limit), "stop_engine body");

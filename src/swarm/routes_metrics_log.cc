@@ -46,7 +46,7 @@ int64_t logged_step(const Json& body) {
 }
 
 // {"step": N, "metrics": {"name": number, ...}} checked whole before anything is written.
-MetricValues logged_values(const Json& body) {
+episodes::MetricValues logged_values(const Json& body) {
   for (const auto& [key, value] : body.items()) {
     if (key != "step" && key != "metrics") {
       invalid_argument("log_metrics: unknown field " + quoted_prefix(key) + " (the body is {\"step\": N, \"metrics\": "
@@ -63,13 +63,13 @@ MetricValues logged_values(const Json& body) {
     invalid_argument(fmt::format("log_metrics: 'metrics' holds {} names; at most {} per request", it->size(),
                                  kMaxNamesPerLog));
   }
-  MetricValues values;
+  episodes::MetricValues values;
   for (const auto& [name, value] : it->items()) {
-    if (name.size() > kMaxMetricNameLength) {
+    if (name.size() > episodes::kMaxMetricNameLength) {
       invalid_argument(fmt::format("log_metrics: metric name {} is {} characters long; at most {}", quoted_prefix(name),
-                                   name.size(), kMaxMetricNameLength));
+                                   name.size(), episodes::kMaxMetricNameLength));
     }
-    if (!valid_metric_name(name)) {
+    if (!episodes::valid_metric_name(name)) {
       invalid_argument("log_metrics: metric name " + quoted_prefix(name) +
                        " must be 1-200 characters of A-Z a-z 0-9 _ . / @ : -");
     }
@@ -112,7 +112,7 @@ std::vector<std::string> history_names(const std::string& list) {
                                  kMaxNamesPerHistory));
   }
   for (const std::string& name : names) {
-    if (!valid_metric_name(name)) {
+    if (!episodes::valid_metric_name(name)) {
       invalid_argument("metrics_history: name " + quoted_prefix(name) +
                        " is not a metric name (1-200 characters of A-Z a-z 0-9 _ . / @ : -, names separated by ',')");
     }
@@ -144,15 +144,15 @@ Json history_json(ServerContext& ctx, const std::optional<std::vector<std::strin
 }
 
 http::Response needs_admin(std::string_view route) {
-  return openai_error(401, std::string(route) + " needs the admin token (Authorization: Bearer <token>)",
+  return openai::openai_error(401, std::string(route) + " needs the admin token (Authorization: Bearer <token>)",
                       "unauthenticated");
 }
 
 }  // namespace
 
-void add_metrics_routes(http::Router& router, ServerContext& ctx, MetricsSink& sink) {
+void add_metrics_handlers(RouteHandlers& out, ServerContext& ctx, MetricsSink& sink) {
   const size_t limit = ctx.options.max_json_body_bytes;
-  router.post("/log_metrics", [&ctx, &sink, limit](Request req, Respond respond) {
+  out.add("log_metrics", [&ctx, &sink, limit](Request req, Respond respond) {
     if (!ctx.admin_ok(req)) {
       respond(needs_admin("POST /log_metrics"));
       return;
@@ -160,10 +160,10 @@ void add_metrics_routes(http::Router& router, ServerContext& ctx, MetricsSink& s
     answer_errors(respond, [&] {
       const Json body = parse_json_body(req, limit);
       const int64_t step = logged_step(body);
-      MetricValues values = logged_values(body);
+      episodes::MetricValues values = logged_values(body);
       const size_t written = values.size();
       // Answered once the store committed the numbers (and the event file has them).
-      sink.record(step, std::move(values), system_clock_seconds(), [respond, step, written](std::exception_ptr error) {
+      sink.record(step, std::move(values), episodes::system_clock_seconds(), [respond, step, written](std::exception_ptr error) {
         if (!error) {
           respond(http::json_response(Json{{"success", true}, {"step", step}, {"written", written}}));
           return;
@@ -173,7 +173,7 @@ void add_metrics_routes(http::Router& router, ServerContext& ctx, MetricsSink& s
     });
   }, admin_only(ctx, "POST /log_metrics", body_limit(limit, "ajet-swarm start --max-json-mb")));
 
-  router.get("/metrics_history", [&ctx](Request req, Respond respond) {
+  out.add("metrics_history", [&ctx](Request req, Respond respond) {
     if (!ctx.admin_ok(req)) {
       respond(needs_admin("GET /metrics_history"));
       return;

@@ -35,87 +35,87 @@ using http::Request;
 using http::Respond;
 
 // The text the generation prompt adds after the assistant header (e.g. Qwen3's empty think block).
-std::string generation_tail(const ModelContext& model, const tracking::RenderedPrompt& prompt) {
+std::string generation_tail(const episodes::ModelContext& model, const tracking::RenderedPrompt& prompt) {
   std::span<const text::TokenId> ids(prompt.ids);
   std::string text = model.tokenizer->decode(ids.subspan(size_t(prompt.generation_prompt_begin)));
   if (text.rfind(model.format->assistant_header, 0) == 0) text.erase(0, model.format->assistant_header.size());
   return text;
 }
 
-std::string_view route_name(CallSetup::Kind kind) {
+std::string_view route_name(openai::CallSetup::Kind kind) {
   switch (kind) {
-    case CallSetup::Kind::kChat: return "POST /v1/chat/completions";
-    case CallSetup::Kind::kCompletion: return "POST /v1/completions";
-    case CallSetup::Kind::kMessages: return "POST /v1/messages";
-    case CallSetup::Kind::kResponses: return "POST /v1/responses";
+    case openai::CallSetup::Kind::kChat: return "POST /v1/chat/completions";
+    case openai::CallSetup::Kind::kCompletion: return "POST /v1/completions";
+    case openai::CallSetup::Kind::kMessages: return "POST /v1/messages";
+    case openai::CallSetup::Kind::kResponses: return "POST /v1/responses";
   }
   return "POST /v1";
 }
 
-void serve_generation(ServerContext& ctx, Request req, Respond respond, CallSetup::Kind kind, Heartbeats& heartbeats) {
-  CallSetup setup;
+void serve_generation(ServerContext& ctx, Request req, Respond respond, openai::CallSetup::Kind kind, openai::Heartbeats& heartbeats) {
+  openai::CallSetup setup;
   setup.kind = kind;
   setup.started = std::chrono::steady_clock::now();
-  setup.started_at = system_clock_seconds();
-  const bool messages = kind == CallSetup::Kind::kMessages;
-  const bool responses = kind == CallSetup::Kind::kResponses;
-  const bool chat = kind != CallSetup::Kind::kCompletion;  // Messages runs as a chat
+  setup.started_at = episodes::system_clock_seconds();
+  const bool messages = kind == openai::CallSetup::Kind::kMessages;
+  const bool responses = kind == openai::CallSetup::Kind::kResponses;
+  const bool chat = kind != openai::CallSetup::Kind::kCompletion;  // Messages runs as a chat
 
   // Anthropic's SDKs send the key in x-api-key; Authorization works for every endpoint.
   std::optional<std::string_view> key = messages ? req.headers.get("x-api-key") : std::nullopt;
   if (!key) key = req.headers.get("Authorization");
-  EpisodeKeyClaims claims = ctx.registry.signer().verify(key.value_or(""));
+  episodes::EpisodeKeyClaims claims = ctx.registry.signer().verify(key.value_or(""));
   text::OrderedJson body = parse_ordered_json_body(req, ctx.options.max_json_body_bytes);
-  FieldNames names;  // errors name the fields the client sent, not the chat fields they became
-  ConversionNotes notes;
+  openai::FieldNames names;  // errors name the fields the client sent, not the chat fields they became
+  openai::ConversionNotes notes;
   if (messages) {
-    body = anthropic_to_chat_body(body, &notes);
-    names = anthropic_field_names();
+    body = openai::anthropic_to_chat_body(body, &notes);
+    names = openai::anthropic_field_names();
   }
   if (responses) {
-    body = responses_to_chat_body(body, &setup.responses_tools, &notes);
-    names = responses_field_names();
+    body = openai::responses_to_chat_body(body, &setup.responses_tools, &notes);
+    names = openai::responses_field_names();
   }
   log_conversion_notes(route_name(kind), notes);
   // The episode stores the chat body a Messages or Responses call became: every view of the episode
   // (GET /episodes/{uuid}, ajet episode show, /ui/) reads its conversation from the stored request.
   std::string stored_body;
   if (messages || responses) stored_body = body.dump(-1, ' ', false, text::OrderedJson::error_handler_t::replace);
-  setup.params = chat ? parse_chat_params(body, names) : parse_completion_params(body);
-  CompletionPrompt completion;
+  setup.params = chat ? openai::parse_chat_params(body, names) : openai::parse_completion_params(body);
+  openai::CompletionPrompt completion;
   if (chat) {
     setup.request = text::parse_chat_request(body);
-    if (kind == CallSetup::Kind::kChat) check_tool_results(setup.request);  // the adapters check their own
+    if (kind == openai::CallSetup::Kind::kChat) openai::check_tool_results(setup.request);  // the adapters check their own
   } else {
-    completion = parse_completion_prompt(body);
+    completion = openai::parse_completion_prompt(body);
   }
   body = text::OrderedJson();  // the parsed request is all that is needed from here
 
   // All n choices at once, within the episode's limits (checked against what it has recorded).
-  std::vector<LlmCallTicket> tickets;
+  std::vector<episodes::LlmCallTicket> tickets;
   try {
     tickets = ctx.registry.begin_llm_calls(
-        claims.episode_uuid, CallReservation{setup.params.n, int64_t(req.body.size()), ctx.options.max_episode_calls,
+        claims.episode_uuid, episodes::CallReservation{setup.params.n, int64_t(req.body.size()), ctx.options.max_episode_calls,
                                              int64_t(ctx.options.max_episode_bytes)});
   } catch (const Error& e) {
     if (e.code() != ErrorCode::kUnavailable) throw;
-    const int retry_after = retry_after_seconds(ctx.registry.engine_status());
+    const int retry_after = episodes::retry_after_seconds(ctx.registry.engine_status());
     log_refused_call(route_name(kind), 503, e.what());
-    respond(messages ? anthropic_error(503, e.what(), retry_after) : unavailable_response(e.what(), retry_after));
+    respond(messages ? openai::anthropic_error(503, e.what(), retry_after) : openai::unavailable_response(e.what(), retry_after));
     return;
   }
-  const LlmCallTicket first = tickets.front();
-  setup.in_flight = std::make_shared<CallInFlight>(ctx.registry, claims.episode_uuid);
-  for (const LlmCallTicket& ticket : tickets) setup.in_flight->add(ticket.call_index);
-  std::shared_ptr<const ModelContext> model = ctx.model();
+  const episodes::LlmCallTicket first = tickets.front();
+  setup.in_flight = std::make_shared<episodes::CallInFlight>(ctx.registry, claims.episode_uuid);
+  for (const episodes::LlmCallTicket& ticket : tickets) setup.in_flight->add(ticket.call_index);
+  std::shared_ptr<const episodes::ModelContext> model = ctx.model();
   if (!model) fail(ErrorCode::kUnavailable, "no model is loaded (start_engine first)");
   setup.model = model;
   std::optional<std::string_view> header_agent = req.headers.get("X-Agent-Name");
   std::optional<std::string_view> model_field;
   if (!setup.params.model.empty()) model_field = setup.params.model;
-  setup.agent_name = resolve_agent_name(claims, header_agent, model_field, model->agent_names);
+  setup.agent_name = episodes::resolve_agent_name(claims, header_agent, model_field, model->agent_names);
 
-  TrackedEpisode tracked = ctx.trackers.get_or_create(claims.episode_uuid, model);
+  episodes::TrackedEpisode tracked = ctx.trackers.get_or_create(claims.episode_uuid, model);
   // An end or abort between begin_llm_call and here ran the close hook (which drops the episode's
   // tracker) before this tracker existed: drop it again, or it would stay until the next engine start.
   // The call goes on with its own reference and is not recorded (record_llm_call refuses it).
@@ -126,7 +126,7 @@ void serve_generation(ServerContext& ctx, Request req, Respond respond, CallSetu
     options.enable_thinking = setup.params.enable_thinking;
     setup.prompt = tracked.tracker->render(setup.agent_name, setup.request, options);
     setup.generation_prompt_tail = generation_tail(*model, setup.prompt);
-    setup.parse_tools = !setup.request.tools.empty() && setup.params.tool_choice != ToolChoice::kNone;
+    setup.parse_tools = !setup.request.tools.empty() && setup.params.tool_choice != openai::ToolChoice::kNone;
   } else {
     setup.prompt.ids = completion.text ? model->tokenizer->encode(*completion.text) : completion.ids;
     for (size_t i = 0; i < setup.prompt.ids.size(); ++i) {
@@ -139,25 +139,25 @@ void serve_generation(ServerContext& ctx, Request req, Respond respond, CallSetu
   }
 
   const bool train = first.episode_type == "train";
-  setup.generate = resolve_generation(setup.params, model->sampling, train, setup.prompt.ids.size());
+  setup.generate = openai::resolve_generation(setup.params, model->sampling, train, setup.prompt.ids.size());
   setup.generate.prompt = setup.prompt.ids;
   setup.generate.stop_token_ids = chat ? model->chat_stop_ids : model->completion_stop_ids;
-  check_token_entries(setup.params, setup.generate, ctx.options.max_request_token_entries);
+  openai::check_token_entries(setup.params, setup.generate, ctx.options.max_request_token_entries);
   setup.generate.tag = fmt::format("{}#{}", claims.episode_uuid, first.call_index);
   setup.tickets = std::move(tickets);
   setup.length_is_clients = setup.params.max_tokens ? setup.generate.max_tokens == *setup.params.max_tokens
-                                                    : kind == CallSetup::Kind::kChat || kind == CallSetup::Kind::kCompletion;
+                                                    : kind == openai::CallSetup::Kind::kChat || kind == openai::CallSetup::Kind::kCompletion;
 
   setup.request_body = std::move(req.body);
   setup.stored_request_body = std::move(stored_body);
   setup.client_cancel = req.cancel;  // a hang-up aborts the engine request
   setup.stream_backlog_bytes = ctx.options.max_stream_backlog_bytes;
-  setup.meta.id = new_response_id(messages ? "msg_" : responses ? "resp_" : chat ? "chatcmpl-" : "cmpl-");
+  setup.meta.id = openai::new_response_id(messages ? "msg_" : responses ? "resp_" : chat ? "chatcmpl-" : "cmpl-");
   setup.meta.created = int64_t(setup.started_at);
   setup.meta.model = setup.params.model.empty() ? model->served_name : setup.params.model;
 
   const bool heartbeat = messages && setup.params.stream;
-  auto call = std::make_shared<LlmCall>(std::move(setup), CallServices{ctx.registry, ctx.latest, &ctx.call_metrics}, respond);
+  auto call = std::make_shared<openai::LlmCall>(std::move(setup), openai::CallServices{ctx.registry, ctx.latest, &ctx.call_metrics}, respond);
   if (heartbeat) heartbeats.add(call);
   call->start(ctx.supervisor.client());
 }
@@ -167,15 +167,15 @@ http::Response prompt_queue_full(size_t max_queued, bool anthropic) {
       "the front has {} requests waiting for the prompt pool, as many as it queues (ajet-swarm start "
       "--max-queued-prompts); retry shortly",
       max_queued);
-  http::Response r = anthropic ? anthropic_error(503, message) : openai_error(503, message, "prompt_queue_full");
+  http::Response r = anthropic ? openai::anthropic_error(503, message) : openai::openai_error(503, message, "prompt_queue_full");
   http::set_retry_after(r, std::chrono::seconds(1));
   return r;
 }
 
 // A refusal before the call starts: answered in the endpoint's envelope (Anthropic's SDKs read
 // Anthropic's) and logged, rate-limited, since the operator sees nothing of it otherwise.
-void generation_route(ServerContext& ctx, Request req, Respond respond, CallSetup::Kind kind, Heartbeats& heartbeats) {
-  const bool anthropic = kind == CallSetup::Kind::kMessages;
+void generation_route(ServerContext& ctx, Request req, Respond respond, openai::CallSetup::Kind kind, openai::Heartbeats& heartbeats) {
+  const bool anthropic = kind == openai::CallSetup::Kind::kMessages;
   auto refuse = [&](http::Response r, std::string_view message) {
     log_refused_call(route_name(kind), r.status, message);
     respond(std::move(r));
@@ -183,11 +183,11 @@ void generation_route(ServerContext& ctx, Request req, Respond respond, CallSetu
   try {
     serve_generation(ctx, std::move(req), respond, kind, heartbeats);
   } catch (const Error& e) {
-    refuse(anthropic ? anthropic_error_for(e) : error_for(e), e.what());
+    refuse(anthropic ? openai::anthropic_error_for(e) : openai::error_for(e), e.what());
   } catch (const std::exception& e) {
     log().error("route: {}", e.what());
     const std::string message = std::string("internal error: ") + e.what();
-    refuse(anthropic ? anthropic_error(500, message) : openai_error(500, message, "internal"), message);
+    refuse(anthropic ? openai::anthropic_error(500, message) : openai::openai_error(500, message, "internal"), message);
   }
 }
 
@@ -199,43 +199,43 @@ void count_tokens_route(ServerContext& ctx, const Request& req, const Respond& r
     if (!key) key = req.headers.get("Authorization");
     ctx.registry.signer().verify(key.value_or(""));
     const text::OrderedJson body =
-        anthropic_to_chat_body(parse_ordered_json_body(req, ctx.options.max_json_body_bytes), nullptr, true);
-    const OpenAiParams params = parse_chat_params(body, anthropic_field_names());
+        openai::anthropic_to_chat_body(parse_ordered_json_body(req, ctx.options.max_json_body_bytes), nullptr, true);
+    const openai::OpenAiParams params = openai::parse_chat_params(body, openai::anthropic_field_names());
     const text::ChatRequest request = text::parse_chat_request(body);
-    std::shared_ptr<const ModelContext> model = ctx.model();
+    std::shared_ptr<const episodes::ModelContext> model = ctx.model();
     if (!model) fail(ErrorCode::kUnavailable, "no model is loaded (start_engine first)");
     tracking::PromptOptions options = model->prompt_options;
     options.enable_thinking = params.enable_thinking;
     const tracking::RenderedPrompt prompt = tracking::render_prompt(*model->format, request, options, nullptr);
     respond(http::json_response(Json{{"input_tokens", int64_t(prompt.ids.size())}}));
   } catch (const Error& e) {
-    log_refused_call("POST /v1/messages/count_tokens", http_status_for(e.code()), e.what());
-    respond(anthropic_error_for(e));
+    log_refused_call("POST /v1/messages/count_tokens", episodes::http_status_for(e.code()), e.what());
+    respond(openai::anthropic_error_for(e));
   } catch (const std::exception& e) {
     log().error("route: {}", e.what());
-    respond(anthropic_error(500, std::string("internal error: ") + e.what()));
+    respond(openai::anthropic_error(500, std::string("internal error: ") + e.what()));
   }
 }
 
 }  // namespace
 
-void add_openai_routes(http::Router& router, ServerContext& ctx) {
+void add_openai_handlers(RouteHandlers& out, ServerContext& ctx) {
   // Parsing a body, rendering its chat template and tokenizing the prompt take time in proportion to
   // the prompt (seconds for megabytes), so they run on this pool and never on an HTTP I/O thread:
   // /health and the command API stay responsive under large prompts. The routes own it; the server
   // destroys them (and so joins it) before anything a queued call uses.
   auto prompts = std::make_shared<WorkPool>(std::max(2u, std::thread::hardware_concurrency()), "prompt pool");
   // Streamed Messages calls show a sign of life every 5 s while nothing is generated.
-  auto heartbeats = std::make_shared<Heartbeats>(std::chrono::seconds(5));
+  auto heartbeats = std::make_shared<openai::Heartbeats>(std::chrono::seconds(5));
   // Requests waiting for the pool (their key was checked from the header): at most
   // max_queued_prompts, so a flood of valid keys cannot queue bodies without bound.
   auto waiting = std::make_shared<std::atomic<size_t>>(0);
-  for (auto [path, kind] : {std::pair{"/v1/chat/completions", CallSetup::Kind::kChat},
-                            std::pair{"/v1/completions", CallSetup::Kind::kCompletion},
-                            std::pair{"/v1/messages", CallSetup::Kind::kMessages},
-                            std::pair{"/v1/responses", CallSetup::Kind::kResponses}}) {
-    const bool anthropic = kind == CallSetup::Kind::kMessages;
-    router.post(path, [&ctx, prompts, heartbeats, waiting, kind = kind, anthropic](Request req, Respond respond) {
+  for (auto [name, kind] : {std::pair{"chat_completions", openai::CallSetup::Kind::kChat},
+                            std::pair{"completions", openai::CallSetup::Kind::kCompletion},
+                            std::pair{"messages", openai::CallSetup::Kind::kMessages},
+                            std::pair{"responses", openai::CallSetup::Kind::kResponses}}) {
+    const bool anthropic = kind == openai::CallSetup::Kind::kMessages;
+    out.add(name, [&ctx, prompts, heartbeats, waiting, kind = kind, anthropic](Request req, Respond respond) {
       if (waiting->fetch_add(1) >= ctx.options.max_queued_prompts) {
         waiting->fetch_sub(1);
         http::Response full = prompt_queue_full(ctx.options.max_queued_prompts, anthropic);
@@ -250,7 +250,7 @@ void add_openai_routes(http::Router& router, ServerContext& ctx) {
       });
     }, episode_key_only(ctx, anthropic, std::string(route_name(kind))));
   }
-  router.post("/v1/messages/count_tokens", [&ctx, prompts, waiting](Request req, Respond respond) {
+  out.add("count_tokens", [&ctx, prompts, waiting](Request req, Respond respond) {
     if (waiting->fetch_add(1) >= ctx.options.max_queued_prompts) {
       waiting->fetch_sub(1);
       respond(prompt_queue_full(ctx.options.max_queued_prompts, true));
@@ -262,14 +262,14 @@ void add_openai_routes(http::Router& router, ServerContext& ctx) {
       count_tokens_route(ctx, req, respond);
     });
   }, episode_key_only(ctx, true, "POST /v1/messages/count_tokens"));
-  router.get("/v1/models", [&ctx](Request req, Respond respond) {
+  out.add("models", [&ctx](Request req, Respond respond) {
     answer_errors(respond, [&] {
       ctx.registry.signer().verify(req.headers.get("Authorization").value_or(""));
       Json data = Json::array();
-      if (std::shared_ptr<const ModelContext> model = ctx.model()) {
+      if (std::shared_ptr<const episodes::ModelContext> model = ctx.model()) {
         data.push_back({{"id", model->served_name},
                         {"object", "model"},
-                        {"created", int64_t(system_clock_seconds())},
+                        {"created", int64_t(episodes::system_clock_seconds())},
                         {"owned_by", "agentjet"}});
       }
       respond(http::json_response(Json{{"object", "list"}, {"data", std::move(data)}}));

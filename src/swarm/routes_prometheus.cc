@@ -16,6 +16,7 @@
 #include "rpc/messages.h"
 #include "store/store.h"
 #include "swarm/front_metrics.h"
+#include "swarm/routes.h"
 #include "swarm/work_pool.h"
 #include "tracking/episode_json.h"
 
@@ -40,14 +41,15 @@ http::Response exposition(prometheus::TextBuilder& out) {
 
 }  // namespace
 
-void add_prometheus_routes(http::Router& router, ServerContext& ctx, const http::HttpServer& server) {
+void add_prometheus_handlers(RouteHandlers& out, http::Router& router, ServerContext& ctx,
+                             const http::HttpServer& server) {
   auto http_metrics = std::make_shared<HttpMetrics>();
   router.observe([http_metrics](const http::RouteOutcome& outcome) { http_metrics->record(outcome); });
   // One thread: concurrent scrapes queue behind each other, so a hung engine costs each at most
   // kEngineStatusTimeout and never more than one waiting status call at a time.
   auto scrapes = std::make_shared<WorkPool>(1, "metrics scrape");
 
-  router.get("/metrics", [&ctx, &server, http_metrics, scrapes](http::Request, http::Respond respond) {
+  out.add("prometheus_metrics", [&ctx, &server, http_metrics, scrapes](http::Request, http::Respond respond) {
     prometheus::TextBuilder out;
     write_process_figures(out);
     write_build_info(out);
@@ -71,7 +73,7 @@ void add_prometheus_routes(http::Router& router, ServerContext& ctx, const http:
     });
   });
 
-  router.get("/version", [](http::Request, http::Respond respond) {
+  out.add("version", [](http::Request, http::Respond respond) {
     const BuildInfo& b = build_info();
     respond(http::json_response(Json{{"version", std::string(b.version)},
                                      {"git_commit", std::string(b.git_commit)},

@@ -19,9 +19,11 @@ inline constexpr std::chrono::milliseconds kEngineStatusTimeout{1'000};
 // a change could break a client that worked before (a field removed or retyped, a route gone).
 inline constexpr int kSwarmApiVersion = 1;
 
-// Registers GET /metrics and GET /version, and makes `router` report every request to the metrics
-// (Router::observe: the router must have no other observer). `server` is the one serving `router`;
-// both must outlive the routes' requests.
-void add_prometheus_routes(http::Router& router, ServerContext& ctx, const http::HttpServer& server);
+// Adds the handlers of GET /metrics (prometheus_metrics) and GET /version (version), and makes
+// `router` report every request to the metrics (Router::observe: the router must have no other
+// observer). `server` is the one serving `router`; both must outlive the routes' requests.
+class RouteHandlers;
+void add_prometheus_handlers(RouteHandlers& out, http::Router& router, ServerContext& ctx,
+                             const http::HttpServer& server);
 
 }  // namespace ajet::swarm

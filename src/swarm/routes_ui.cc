@@ -24,7 +24,7 @@ http::Response asset_response(const web::Asset& asset) {
 void serve_asset(std::string_view name, const http::Respond& respond) {
   const web::Asset* asset = web::find_asset(name);
   if (asset == nullptr) {
-    respond(openai_error(404, "No page /ui/" + std::string(name) + " (the pages are /ui/, /ui/ui.js, /ui/style.css).",
+    respond(openai::openai_error(404, "No page /ui/" + std::string(name) + " (the pages are /ui/, /ui/ui.js, /ui/style.css).",
                          "not_found"));
     return;
   }
@@ -33,15 +33,15 @@ void serve_asset(std::string_view name, const http::Respond& respond) {
 
 }  // namespace
 
-void add_ui_routes(http::Router& router) {
-  router.get("/ui", [](http::Request, http::Respond respond) {
+void add_ui_handlers(RouteHandlers& out) {
+  out.add("ui_redirect", [](http::Request, http::Respond respond) {
     http::Response r;
     r.status = 308;
     r.headers.set("Location", "/ui/");
     respond(std::move(r));
   });
-  router.get("/ui/", [](http::Request, http::Respond respond) { serve_asset("index.html", respond); });
-  router.get("/ui/{file}", [](http::Request req, http::Respond respond) {
+  out.add("ui_index", [](http::Request, http::Respond respond) { serve_asset("index.html", respond); });
+  out.add("ui_asset", [](http::Request req, http::Respond respond) {
     serve_asset(req.path_params.at("file"), respond);
   });
 }

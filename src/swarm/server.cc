@@ -20,6 +20,7 @@
 #include "store/store.h"
 #include "swarm/coordinator_asker.h"
 #include "swarm/metrics_sink.h"
+#include "swarm/route_table.h"
 #include "swarm/routes.h"
 #include "swarm/routes_prometheus.h"
 #include "swarm/work_pool.h"
@@ -115,20 +116,20 @@ SwarmServer::SwarmServer(FrontOptions options) : options_(std::move(options)) {
   const std::string secret = store_->load_or_create_secret();
   recovered_.episode_key_secret = secret;
 
-  verbose_ = std::make_unique<VerboseLog>();
-  latest_ = std::make_unique<LatestCall>();
-  trackers_ = std::make_unique<TrackerMap>();
-  registry_ = std::make_unique<Registry>(registry_options_for(options_, nullptr, ""), EpisodeKeySigner(secret),
+  verbose_ = std::make_unique<episodes::VerboseLog>();
+  latest_ = std::make_unique<openai::LatestCall>();
+  trackers_ = std::make_unique<episodes::TrackerMap>();
+  registry_ = std::make_unique<episodes::Registry>(registry_options_for(options_, nullptr, ""), episodes::EpisodeKeySigner(secret),
                                          store_.get());
   pool_ = std::make_unique<WorkPool>(2, "swarm work pool");
-  SupervisorOptions sup;
+  engine_control::SupervisorOptions sup;
   sup.default_engine = options_.engine_binary;
   sup.boot_timeout = std::chrono::milliseconds(int64_t(options_.engine_boot_timeout_s * 1000));
   sup.engine_ranks = options_.engine_ranks;
   sup.stop_grace = std::chrono::milliseconds(int64_t(options_.engine_stop_grace_s * 1000));
-  supervisor_ = std::make_unique<EngineSupervisor>(sup, *registry_, *verbose_);
-  TrackerMap* trackers = trackers_.get();
-  VerboseLog* verbose = verbose_.get();
+  supervisor_ = std::make_unique<engine_control::EngineSupervisor>(sup, *registry_, *verbose_);
+  episodes::TrackerMap* trackers = trackers_.get();
+  episodes::VerboseLog* verbose = verbose_.get();
   // Metrics go to TensorBoard in the experiment directory of the synced config (read at each write:
   // start_engine resolves it), while its ajet.trainer_common.logger holds tensorboard.
   metrics_ = std::make_unique<MetricsSink>(*store_, [this] {
@@ -140,8 +141,8 @@ SwarmServer::SwarmServer(FrontOptions options) : options_(std::move(options)) {
   });
   MetricsSink* metrics = metrics_.get();
   WorkPool* pool = pool_.get();
-  registry_->set_hooks(RegistryHooks{
-      [trackers](const EpisodeClosed& closed) { trackers->drop(closed.episode_uuid); },
+  registry_->set_hooks(episodes::RegistryHooks{
+      [trackers](const episodes::EpisodeClosed& closed) { trackers->drop(closed.episode_uuid); },
       [verbose](const std::string& tag, const std::string& message) { verbose->add(tag, message, false); },
       [metrics](int64_t step, const std::vector<std::pair<std::string, double>>& values, double at) {
         metrics->to_tensorboard(step, values, at);
@@ -151,9 +152,9 @@ SwarmServer::SwarmServer(FrontOptions options) : options_(std::move(options)) {
   // The batch runner reads the synced state; the life-cycle operations write it.
   synced_ = std::make_unique<SyncedTrain>();
   SyncedTrain* synced = synced_.get();
-  EngineSupervisor* supervisor = supervisor_.get();
+  engine_control::EngineSupervisor* supervisor = supervisor_.get();
   store::Store* store = store_.get();
-  TrainerLink link;
+  engine_control::TrainerLink link;
   link.model = [synced] { return synced->model(); };
   link.engine = [supervisor] { return supervisor->client(); };
   link.engine_ranks = [supervisor] { return supervisor->rank_clients(); };
@@ -162,7 +163,7 @@ SwarmServer::SwarmServer(FrontOptions options) : options_(std::move(options)) {
     supervisor->set_latest_checkpoint(dir);
     store->put_state(store::kStateLatestCheckpoint, dir.string());  // a restarted front resumes the engine from it
   };
-  batches_ = std::make_unique<BatchRunner>(*registry_, *store_, *verbose_, std::move(link));
+  batches_ = std::make_unique<engine_control::BatchRunner>(*registry_, *store_, *verbose_, std::move(link));
 
   // The port is bound first (port 0: the kernel picks it), so the context is complete when built: its
   // base URL names the bound port. Routes are added before start(), and only then can requests arrive.
@@ -184,12 +185,15 @@ SwarmServer::SwarmServer(FrontOptions options) : options_(std::move(options)) {
   ctx_ = std::make_unique<ServerContext>(options_, url() + "/v1", *store_, *registry_, *verbose_, *pool_, *supervisor_,
                                          *trackers_, *latest_, *synced_, *batches_);
   router->set_defaults(command_body(*ctx_));  // routes that name no limit of their own carry no data
-  add_command_routes(*router, *ctx_);
-  add_metrics_routes(*router, *ctx_, *metrics_);
-  add_engine_routes(*router, *ctx_);
-  add_openai_routes(*router, *ctx_);
-  add_ui_routes(*router);
-  add_prometheus_routes(*router, *ctx_, *http_);
+  // Every route is a row of the route table (route_table.cc); its handler comes from its routes_*.cc.
+  RouteHandlers handlers;
+  add_command_handlers(handlers, *ctx_);
+  add_metrics_handlers(handlers, *ctx_, *metrics_);
+  add_engine_handlers(handlers, *ctx_);
+  add_openai_handlers(handlers, *ctx_);
+  add_ui_handlers(handlers);
+  add_prometheus_handlers(handlers, *router, *ctx_, *http_);
+  add_routes(*router, handlers);
   // A participant's prepared episode outlived its prepare_timeout: its coordinator is asked what the
   // group decided (docs/protocol.md "Episode groups across servers"), on the asker's own threads.
   asker_ = std::make_unique<CoordinatorAsker>(
@@ -197,10 +201,10 @@ SwarmServer::SwarmServer(FrontOptions options) : options_(std::move(options)) {
       [registry = registry_.get()](const std::string& uuid, const std::string& decision) {
         registry->settle_prepared(uuid, decision);
       });
-  janitor_ = std::make_unique<Janitor>(
+  janitor_ = std::make_unique<episodes::Janitor>(
       *registry_, std::chrono::milliseconds(int64_t(options_.janitor_interval_s * 1000)),
-      [asker = asker_.get()](const SweepResult& swept) {
-        for (const PendingResolution& pending : swept.to_resolve) asker->ask(pending);
+      [asker = asker_.get()](const episodes::SweepResult& swept) {
+        for (const episodes::PendingResolution& pending : swept.to_resolve) asker->ask(pending);
       });
 }
 
@@ -220,7 +224,7 @@ StartReport SwarmServer::start() {
   report.notes = store_notes_;
   ctx_->resume(recovered_);
   if (!options_.conf.empty()) {
-    if (registry_->engine_status() == EngineStatus::kOffline) {
+    if (registry_->engine_status() == episodes::EnginePhase::kOffline) {
       report.config_warnings = ctx_->sync_train_config(read_file(options_.conf), options_.conf.string());
     } else {
       const std::string note = "--conf " + options_.conf.string() + " ignored: the resumed engine runs the stored config";

@@ -21,16 +21,25 @@ namespace ajet::store {
 class Store;
 }
 
-namespace ajet::swarm {
-
+namespace ajet::episodes {
 class Registry;
 class Janitor;
-class WorkPool;
-class EngineSupervisor;
 class TrackerMap;
-class LatestCall;
-class BatchRunner;
 class VerboseLog;
+}
+
+namespace ajet::engine_control {
+class EngineSupervisor;
+class BatchRunner;
+}
+
+namespace ajet::openai {
+class LatestCall;
+}
+
+namespace ajet::swarm {
+
+class WorkPool;
 class MetricsSink;
 class CoordinatorAsker;
 
@@ -73,18 +82,18 @@ class SwarmServer {
   FrontOptions options_;
   std::unique_ptr<store::Store> store_;
   store::RecoveredState recovered_;
-  std::unique_ptr<VerboseLog> verbose_;
-  std::unique_ptr<LatestCall> latest_;
-  std::unique_ptr<TrackerMap> trackers_;
-  std::unique_ptr<Registry> registry_;
+  std::unique_ptr<episodes::VerboseLog> verbose_;
+  std::unique_ptr<openai::LatestCall> latest_;
+  std::unique_ptr<episodes::TrackerMap> trackers_;
+  std::unique_ptr<episodes::Registry> registry_;
   std::unique_ptr<MetricsSink> metrics_;  // the registry's hooks and /log_metrics write through it
   std::unique_ptr<WorkPool> pool_;
-  std::unique_ptr<EngineSupervisor> supervisor_;
+  std::unique_ptr<engine_control::EngineSupervisor> supervisor_;
   std::unique_ptr<SyncedTrain> synced_;
-  std::unique_ptr<BatchRunner> batches_;
+  std::unique_ptr<engine_control::BatchRunner> batches_;
   std::unique_ptr<ServerContext> ctx_;
   std::unique_ptr<CoordinatorAsker> asker_;  // before janitor_: the janitor's sweeps ask through it
-  std::unique_ptr<Janitor> janitor_;
+  std::unique_ptr<episodes::Janitor> janitor_;
   std::unique_ptr<http::HttpServer> http_;
   std::vector<std::string> store_notes_;  // what the constructor restored or moved aside
   bool shut_down_ = false;

@@ -62,9 +62,9 @@ TrainState SyncedTrain::get() const {
   return state_;
 }
 
-TrainSettings SyncedTrain::settings() const {
+engine_control::TrainSettings SyncedTrain::settings() const {
   std::lock_guard<std::mutex> lock(mu_);
-  TrainSettings s;
+  engine_control::TrainSettings s;
   if (!state_.config) return s;
   s.save_freq = state_.config->trainer_common.save_freq;
   fs::path dir = state_.config->trainer_common.checkpoint_base_dir;
@@ -73,13 +73,13 @@ TrainSettings SyncedTrain::settings() const {
   // The engine derives its advantage settings from the same config; the split must agree with them.
   // A config the trainer refuses never gets an engine running; its batches fail there, not here.
   try {
-    s.advantage = train::TrainerOptions::from_config(*state_.config).advantage;
+    s.advantage = train_data::TrainerOptions::from_config(*state_.config).advantage;
   } catch (const Error&) {
   }
   return s;
 }
 
-std::shared_ptr<const ModelContext> SyncedTrain::model() const {
+std::shared_ptr<const episodes::ModelContext> SyncedTrain::model() const {
   std::lock_guard<std::mutex> lock(mu_);
   return state_.model;
 }
@@ -90,9 +90,9 @@ void SyncedTrain::update(const std::function<void(TrainState&)>& change) {
 }
 
 ServerContext::ServerContext(const FrontOptions& options_in, std::string base_url_in, store::Store& store_in,
-                             Registry& registry_in, VerboseLog& verbose_in, WorkPool& pool_in,
-                             EngineSupervisor& supervisor_in, TrackerMap& trackers_in, LatestCall& latest_in,
-                             SyncedTrain& synced_in, BatchRunner& batches_in)
+                             episodes::Registry& registry_in, episodes::VerboseLog& verbose_in, WorkPool& pool_in,
+                             engine_control::EngineSupervisor& supervisor_in, episodes::TrackerMap& trackers_in, openai::LatestCall& latest_in,
+                             SyncedTrain& synced_in, engine_control::BatchRunner& batches_in)
     : options(options_in),
       store(store_in),
       registry(registry_in),
@@ -105,8 +105,8 @@ ServerContext::ServerContext(const FrontOptions& options_in, std::string base_ur
       batches(batches_in),
       base_url(std::move(base_url_in)) {}
 
-RegistryOptions registry_options_for(const FrontOptions& front, const config::Config* config, std::string base_url) {
-  RegistryOptions o = config != nullptr ? RegistryOptions::from_config(*config, std::move(base_url)) : RegistryOptions{};
+episodes::RegistryOptions registry_options_for(const FrontOptions& front, const config::Config* config, std::string base_url) {
+  episodes::RegistryOptions o = config != nullptr ? episodes::RegistryOptions::from_config(*config, std::move(base_url)) : episodes::RegistryOptions{};
   o.max_claims_per_client = front.max_claims_per_client;
   o.max_discard_episode_timeout = front.max_discard_episode_timeout_s;
   o.resolve_backoff_min = std::max(front.janitor_interval_s, 0.01);
@@ -132,11 +132,11 @@ bool ServerContext::admin_ok(const http::RequestHead& request) const {
 }
 
 void ServerContext::require_offline(const char* what) const {
-  EngineStatus status = registry.engine_status();
-  if (status != EngineStatus::kOffline) {
+  episodes::EnginePhase status = registry.engine_status();
+  if (status != episodes::EnginePhase::kOffline) {
     fail(ErrorCode::kFailedPrecondition,
          fmt::format("{} is only allowed in ENGINE.OFFLINE (current status: [{}]). Call `stop_engine` first.", what,
-                     engine_status_name(status)));
+                     episodes::engine_phase_name(status)));
   }
 }
 
@@ -146,7 +146,7 @@ std::vector<std::string> ServerContext::sync_train_config(const std::string& yam
   config::LoadedConfig loaded = config::parse_config(
       yaml, source.empty() ? "sync_train_config yaml_as_string" : source, config::ConfigUse::kSwarmServer);
   if (std::string note = model_path_note(loaded.config.model.path); !note.empty()) loaded.warnings.push_back(note);
-  (void)RegistryOptions::from_config(loaded.config, base_url);  // backbone and batch trigger names
+  (void)episodes::RegistryOptions::from_config(loaded.config, base_url);  // backbone and batch trigger names
   store.put_state(store::kStateTrainConfigYaml, yaml).get();
   synced.update([&](TrainState& t) {
     t.yaml = yaml;
@@ -159,11 +159,11 @@ std::vector<std::string> ServerContext::sync_train_config(const std::string& yam
   return loaded.warnings;
 }
 
-UnpackedTree ServerContext::sync_train_code(std::string_view archive) {
+engine_control::UnpackedTree ServerContext::sync_train_code(std::string_view archive) {
   std::lock_guard<std::mutex> lifecycle(lifecycle_mu_);
   require_offline("sync_train_code");
   const fs::path dest = options.server_dir / "synced_code" / timestamp_micro();
-  UnpackedTree tree = unpack_source_zip(archive, dest, options.archive_limits);
+  engine_control::UnpackedTree tree = engine_control::unpack_source_zip(archive, dest, options.archive_limits);
   store.put_state(kStateSyncedCodeRoot, tree.root.string()).get();
   synced.update([&](TrainState& t) {
     t.code_root = tree.root;
@@ -187,7 +187,7 @@ int64_t ServerContext::start_engine_locked(const std::string& reason, const stor
   }
   require_offline("start_engine");
   config::Config cfg = *t.config;
-  std::shared_ptr<const ModelContext> model = ModelContext::load(cfg);
+  std::shared_ptr<const episodes::ModelContext> model = episodes::ModelContext::load(cfg);
   config::resolve_auto_names(cfg, "swarm", std::chrono::system_clock::now(), options.server_dir / "experiments");
   const fs::path run_dir = fs::absolute(cfg.experiment_dir);
   fs::create_directories(run_dir);
@@ -213,7 +213,7 @@ int64_t ServerContext::start_engine_locked(const std::string& reason, const stor
       try {
         std::shared_ptr<tracking::EpisodeTracker> tracker =
             tracking::EpisodeTracker::restore(claimed.episode.uuid, *model->format, claimed.calls);
-        trackers.put(claimed.episode.uuid, TrackedEpisode{model, std::move(tracker)});
+        trackers.put(claimed.episode.uuid, episodes::TrackedEpisode{model, std::move(tracker)});
       } catch (const std::exception& e) {
         verbose.add("swarm", fmt::format("episode {}: its stored calls could not be restored ({}); later calls start "
                                          "a new history",
@@ -235,7 +235,7 @@ int64_t ServerContext::start_engine_locked(const std::string& reason, const stor
   }
   supervisor.set_latest_checkpoint(checkpoint);
   registry.start_booting(reason);
-  EngineLaunch launch{cfg, run_dir / "train_config.yaml", t.code_root, t.code_build, run_dir};
+  engine_control::EngineLaunch launch{cfg, run_dir / "train_config.yaml", t.code_root, t.code_build, run_dir};
   int64_t pid = 0;
   try {
     pid = supervisor.start(std::move(launch));
@@ -251,7 +251,7 @@ int64_t ServerContext::start_engine_locked(const std::string& reason, const stor
 }
 
 std::string ServerContext::running_engine_run() const {
-  return registry.engine_status() == EngineStatus::kOffline ? std::string() : train().engine_run;
+  return registry.engine_status() == episodes::EnginePhase::kOffline ? std::string() : train().engine_run;
 }
 
 bool ServerContext::engine_replaced(const std::string& engine_run) const {
@@ -265,7 +265,7 @@ void ServerContext::stop_engine(const std::string& reason, const std::string& en
     fail(ErrorCode::kFailedPrecondition,
          fmt::format("stop_engine: the engine running ({}) is engine_run {}, not {}: another start_engine replaced that "
                      "one since; left running",
-                     engine_status_name(registry.engine_status()), running_engine_run(), engine_run));
+                     episodes::engine_phase_name(registry.engine_status()), running_engine_run(), engine_run));
   }
   try {
     batches.save_checkpoint("stop_engine");  // steps trained since the last checkpoint are kept
@@ -304,7 +304,7 @@ void ServerContext::resume(const store::RecoveredState& recovered) {
   }
   registry.restore(recovered);
   const bool was_running = !recovered.engine_status.empty() &&
-                           recovered.engine_status != engine_status_name(EngineStatus::kOffline);
+                           recovered.engine_status != episodes::engine_phase_name(episodes::EnginePhase::kOffline);
   if (!was_running) return;
   if (!train().config) {
     verbose.add("swarm", "the engine was running before the restart, but no train config is stored; stay OFFLINE");

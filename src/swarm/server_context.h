@@ -26,15 +26,25 @@ class Store;
 struct RecoveredState;
 }
 
-namespace ajet::swarm {
-
+namespace ajet::episodes {
 class Registry;
 class VerboseLog;
-class WorkPool;
-class EngineSupervisor;
 class TrackerMap;
-class LatestCall;
+struct RegistryOptions;
+}
+
+namespace ajet::engine_control {
+class EngineSupervisor;
 class BatchRunner;
+}
+
+namespace ajet::openai {
+class LatestCall;
+}
+
+namespace ajet::swarm {
+
+class WorkPool;
 
 // What a front does when its store already holds an earlier run (a synced config, a global step,
 // episodes): continue it (a restart after a crash), move it aside and start empty (a new experiment
@@ -67,7 +77,7 @@ struct FrontOptions {
   size_t max_episode_bytes = 64ull << 20;    // --max-episode-mb
   // One OpenAI request's n × max_tokens × (1 + top_logprobs) (400 above; 0: no limit).
   int64_t max_request_token_entries = int64_t(1) << 19;  // --max-request-token-entries
-  ArchiveLimits archive_limits;
+  engine_control::ArchiveLimits archive_limits;
   double engine_boot_timeout_s = 600;
   int engine_ranks = 1;  // data-parallel engine processes on this machine (rank 0 also serves inference)
   double engine_stop_grace_s = 10;
@@ -88,8 +98,7 @@ struct FrontOptions {
 
 // The registry's settings from the train config plus those the front's flags decide (claim share,
 // timeout bound, coordinator re-asking).
-struct RegistryOptions;
-RegistryOptions registry_options_for(const FrontOptions& front, const config::Config* config, std::string base_url);
+episodes::RegistryOptions registry_options_for(const FrontOptions& front, const config::Config* config, std::string base_url);
 
 // The state sync_train_config / sync_train_code / start_engine leave behind.
 struct TrainState {
@@ -99,7 +108,7 @@ struct TrainState {
   std::filesystem::path code_root;    // synced source tree (empty: none)
   std::filesystem::path code_build;   // its build directory
   std::filesystem::path experiment_dir;  // resolved at start_engine (empty before)
-  std::shared_ptr<const ModelContext> model;  // loaded at start_engine
+  std::shared_ptr<const episodes::ModelContext> model;  // loaded at start_engine
   // Names the engine start_engine started last (random; kept when the front or the engine restarts
   // it): stop_engine {"engine_run": ...} stops only that one. Empty before the first start.
   std::string engine_run;
@@ -112,8 +121,8 @@ class SyncedTrain {
   TrainState get() const;
   // save_freq and the checkpoint directory of the synced config (relative checkpoint_base_dir: under
   // the experiment directory, so the engine's working directory does not matter).
-  TrainSettings settings() const;
-  std::shared_ptr<const ModelContext> model() const;
+  engine_control::TrainSettings settings() const;
+  std::shared_ptr<const episodes::ModelContext> model() const;
   // Applies `change` under the lock.
   void update(const std::function<void(TrainState&)>& change);
 
@@ -125,22 +134,22 @@ class SyncedTrain {
 // Complete when constructed: every part exists before the routes that use it.
 class ServerContext {
  public:
-  ServerContext(const FrontOptions& options, std::string base_url, store::Store& store, Registry& registry,
-                VerboseLog& verbose, WorkPool& pool, EngineSupervisor& supervisor, TrackerMap& trackers,
-                LatestCall& latest, SyncedTrain& synced, BatchRunner& batches);
+  ServerContext(const FrontOptions& options, std::string base_url, store::Store& store, episodes::Registry& registry,
+                episodes::VerboseLog& verbose, WorkPool& pool, engine_control::EngineSupervisor& supervisor, episodes::TrackerMap& trackers,
+                openai::LatestCall& latest, SyncedTrain& synced, engine_control::BatchRunner& batches);
 
   const FrontOptions& options;
   store::Store& store;
-  Registry& registry;
-  VerboseLog& verbose;
+  episodes::Registry& registry;
+  episodes::VerboseLog& verbose;
   WorkPool& pool;
-  EngineSupervisor& supervisor;
-  TrackerMap& trackers;
-  LatestCall& latest;
+  engine_control::EngineSupervisor& supervisor;
+  episodes::TrackerMap& trackers;
+  openai::LatestCall& latest;
   SyncedTrain& synced;
-  BatchRunner& batches;
+  engine_control::BatchRunner& batches;
   const std::string base_url;  // "http://HOST:PORT/v1" (claim_episode's openai_base_url)
-  CallMetrics call_metrics;    // LLM call totals for GET /metrics (every LlmCall feeds them)
+  openai::CallMetrics call_metrics;    // LLM call totals for GET /metrics (every LlmCall feeds them)
 
   TrainState train() const { return synced.get(); }
   // The running engine's name (TrainState::engine_run): "" while OFFLINE.
@@ -148,7 +157,7 @@ class ServerContext {
   // Whether the engine `engine_run` names has been replaced: another start's engine runs now. An
   // empty name, the running engine's own, or an OFFLINE front: false.
   bool engine_replaced(const std::string& engine_run) const;
-  std::shared_ptr<const ModelContext> model() const { return synced.model(); }
+  std::shared_ptr<const episodes::ModelContext> model() const { return synced.model(); }
 
   // True when the request may use an admin endpoint (no token configured, or the right Bearer token).
   bool admin_ok(const http::RequestHead& request) const;
@@ -164,7 +173,7 @@ class ServerContext {
   // known (`ajet-swarm start --conf`, a client's `source`), else "sync_train_config yaml_as_string".
   std::vector<std::string> sync_train_config(const std::string& yaml, const std::string& source = "");
   // Unpacks a zip of a source tree for the next start_engine (only in OFFLINE).
-  UnpackedTree sync_train_code(std::string_view archive);
+  engine_control::UnpackedTree sync_train_code(std::string_view archive);
   // OFFLINE → BOOTING with the synced config; returns the engine pid (0 while synced code builds).
   // The engine loads ajet.model.path, or with `from_checkpoint` the newest checkpoint the store
   // names (weights, optimizer, step: continuing a stopped run; the model when there is none).

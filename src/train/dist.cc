@@ -54,7 +54,7 @@ class SingleRank : public Collective {
 
 class C10dCollective : public Collective {
  public:
-  C10dCollective(DistPlacement placement, c10::intrusive_ptr<c10d::Store> store, c10::intrusive_ptr<CollectiveGroup> group)
+  C10dCollective(train_data::DistPlacement placement, c10::intrusive_ptr<c10d::Store> store, c10::intrusive_ptr<CollectiveGroup> group)
       : placement_(std::move(placement)), store_(std::move(store)), group_(std::move(group)) {}
 
   int rank() const override { return placement_.rank; }
@@ -90,13 +90,13 @@ class C10dCollective : public Collective {
   }
 
  private:
-  DistPlacement placement_;
+  train_data::DistPlacement placement_;
   c10::intrusive_ptr<c10d::Store> store_;  // rank 0 serves it; kept for the group's lifetime
   c10::intrusive_ptr<CollectiveGroup> group_;
 };
 
 #ifdef AJET_HAVE_GLOO
-std::shared_ptr<::gloo::transport::Device> gloo_device(const DistPlacement& p) {
+std::shared_ptr<::gloo::transport::Device> gloo_device(const train_data::DistPlacement& p) {
   if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname != nullptr && *ifname != '\0') {
     return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
   }
@@ -108,7 +108,7 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const DistPlacement& p) {
 
 }  // namespace
 
-std::shared_ptr<Collective> make_collective(const DistPlacement& p) {
+std::shared_ptr<Collective> make_collective(const train_data::DistPlacement& p) {
   if (p.world_size == 1) return std::make_shared<SingleRank>();
   const std::string where = "rank " + std::to_string(p.rank) + " of " + std::to_string(p.world_size) + ", master " + p.master();
   bool nccl = p.backend == "nccl";

@@ -16,6 +16,6 @@ namespace ajet::train {
 // in use, the master is unreachable, a peer never joins within the timeout) throw
 // Error(kUnavailable) naming master_addr:master_port and the rank. world_size 1 needs no store and
 // returns a collective whose all_reduce_sum leaves the tensors as they are.
-std::shared_ptr<Collective> make_collective(const DistPlacement& placement);
+std::shared_ptr<Collective> make_collective(const train_data::DistPlacement& placement);
 
 }  // namespace ajet::train

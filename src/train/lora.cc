@@ -66,7 +66,7 @@ std::vector<model::Proj> resolve_lora_targets(const std::vector<std::string>& na
   return out;
 }
 
-LoraAdapter::LoraAdapter(int64_t in_features, int64_t out_features, const LoraOptions& options)
+LoraAdapter::LoraAdapter(int64_t in_features, int64_t out_features, const train_data::LoraOptions& options)
     : scale_(options.scale()), dropout_(options.dropout) {
   if (options.rank <= 0) invalid_argument("lora rank must be positive, got " + std::to_string(options.rank));
   lora_A = register_parameter("lora_A", torch::zeros({options.rank, in_features}));
@@ -92,7 +92,7 @@ torch::Tensor LoraAdapter::merged_delta() const {
   return torch::matmul(lora_B.to(torch::kFloat), lora_A.to(torch::kFloat)) * scale_;  // (out, in)
 }
 
-void attach_lora(model::Qwen2Model& m, const LoraOptions& options, uint64_t seed) {
+void attach_lora(model::Qwen2Model& m, const train_data::LoraOptions& options, uint64_t seed) {
   if (has_lora(m)) invalid_argument("attach_lora: the model already has LoRA adapters");
   const auto targets = resolve_lora_targets(options.target_modules);
   torch::NoGradGuard no_grad;
@@ -153,7 +153,7 @@ bool set_lora_enabled(model::Qwen2Model& m, bool enabled) {
   return previous.value_or(true);
 }
 
-void save_peft_adapter(model::Qwen2Model& m, const fs::path& dir, const LoraOptions& options,
+void save_peft_adapter(model::Qwen2Model& m, const fs::path& dir, const train_data::LoraOptions& options,
                        const std::string& base_model_name_or_path) {
   auto params = lora_named_parameters(m);
   if (params.empty()) invalid_argument("save_peft_adapter: the model has no LoRA adapters");
@@ -198,11 +198,11 @@ void save_peft_adapter(model::Qwen2Model& m, const fs::path& dir, const LoraOpti
   }
 }
 
-LoraOptions read_peft_config(const fs::path& dir) {
+train_data::LoraOptions read_peft_config(const fs::path& dir) {
   const fs::path path = dir / kAdapterConfig;
   Json j = parse_json(read_file(path), path.string());
   const std::string where = path.string();
-  LoraOptions o;
+  train_data::LoraOptions o;
   o.rank = get_int(j, "r", where);
   o.alpha = get_number(j, "lora_alpha", where);
   o.dropout = get_optional_number(j, "lora_dropout", where).value_or(0.0);
@@ -269,7 +269,7 @@ std::vector<std::pair<std::string, torch::Tensor>> merged_named_parameters(model
   return out;
 }
 
-void save_merged_model(model::Qwen2Model& m, const fs::path& dir, const LoraOptions& lora,
+void save_merged_model(model::Qwen2Model& m, const fs::path& dir, const train_data::LoraOptions& lora,
                        const std::string& base_model_name_or_path, model::SaveOptions options) {
   if (!has_lora(m)) invalid_argument("save_merged_model: the model has no LoRA adapters");
   std::vector<std::string> targets;

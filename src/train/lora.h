@@ -24,7 +24,7 @@ std::vector<model::Proj> resolve_lora_targets(const std::vector<std::string>& ta
 
 class LoraAdapter : public model::LinearAdapter {
  public:
-  LoraAdapter(int64_t in_features, int64_t out_features, const LoraOptions& options);
+  LoraAdapter(int64_t in_features, int64_t out_features, const train_data::LoraOptions& options);
   // (..., in) -> (..., out): scale * dropout(x) A^T B^T; zero when disabled. Dropout only in training mode.
   torch::Tensor delta(const torch::Tensor& x) override;
   // (out, in) float32: scale * B A, the weight change merging adds.
@@ -46,7 +46,7 @@ class LoraAdapter : public model::LinearAdapter {
 // and the dropout masks from a generator of their own seeded from it: a run's masks depend on its seed,
 // not on what else the process drew), then freezes every base parameter (requires_grad false) so only
 // adapters train. Throws when the model already has adapters.
-void attach_lora(model::Qwen2Model& model, const LoraOptions& options, uint64_t seed);
+void attach_lora(model::Qwen2Model& model, const train_data::LoraOptions& options, uint64_t seed);
 
 // The generator the model's adapters draw dropout masks from; undefined without adapters.
 at::Generator lora_dropout_generator(model::Qwen2Model& model);
@@ -61,13 +61,13 @@ bool set_lora_enabled(model::Qwen2Model& model, bool enabled);
 
 // Writes dir/adapter_model.safetensors and dir/adapter_config.json (r, lora_alpha, lora_dropout,
 // target_modules, peft_type "LORA", task_type "CAUSAL_LM", base_model_name_or_path), atomically.
-void save_peft_adapter(model::Qwen2Model& model, const std::filesystem::path& dir, const LoraOptions& options,
+void save_peft_adapter(model::Qwen2Model& model, const std::filesystem::path& dir, const train_data::LoraOptions& options,
                        const std::string& base_model_name_or_path);
 // Reads an adapter written by save_peft_adapter (or PEFT) into the model's attached adapters. Every
 // missing, extra or mis-shaped tensor is named in one Error(kInvalidArgument).
 void load_peft_adapter(model::Qwen2Model& model, const std::filesystem::path& dir);
 // Reads dir/adapter_config.json's r, lora_alpha, lora_dropout and target_modules.
-LoraOptions read_peft_config(const std::filesystem::path& dir);
+train_data::LoraOptions read_peft_config(const std::filesystem::path& dir);
 
 // The model's HF-named weights with every adapter merged in: W + scale B A (computed in float32,
 // stored in W's dtype, on the CPU) for adapted layers, the parameter itself for the others. Never
@@ -77,7 +77,7 @@ std::vector<std::pair<std::string, torch::Tensor>> merged_named_parameters(model
 // Saves the merged weights in HF layout (model::save_model_tensors, with the tokenizer files when
 // options.tokenizer_dir is set), plus model::kMergedLoraFile naming the base and the adapter's r,
 // lora_alpha and target_modules, so loaders say "merged model". The model is not changed.
-void save_merged_model(model::Qwen2Model& model, const std::filesystem::path& dir, const LoraOptions& lora,
+void save_merged_model(model::Qwen2Model& model, const std::filesystem::path& dir, const train_data::LoraOptions& lora,
                        const std::string& base_model_name_or_path, model::SaveOptions options = {});
 
 }  // namespace ajet::train

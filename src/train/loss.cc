@@ -4,12 +4,12 @@
 
 namespace ajet::train {
 
-torch::Tensor kl_estimate(const torch::Tensor& lp, const torch::Tensor& ref, KlType type) {
+torch::Tensor kl_estimate(const torch::Tensor& lp, const torch::Tensor& ref, train_data::KlType type) {
   switch (type) {
-    case KlType::kK1: return lp - ref;
-    case KlType::kAbs: return (lp - ref).abs();
-    case KlType::kMse: return 0.5 * (lp - ref).square();
-    case KlType::kLowVarKl: {
+    case train_data::KlType::kK1: return lp - ref;
+    case train_data::KlType::kAbs: return (lp - ref).abs();
+    case train_data::KlType::kMse: return 0.5 * (lp - ref).square();
+    case train_data::KlType::kLowVarKl: {
       auto d = torch::clamp(ref - lp, -20.0, 20.0);
       return torch::clamp(torch::exp(d) - d - 1.0, -10.0, 10.0);
     }
@@ -30,13 +30,13 @@ void check_term(const torch::Tensor& t, int64_t k, const char* name) {
 
 }  // namespace
 
-LossOutput policy_loss(const LossTerms& in, const LossOptions& o) {
+LossOutput policy_loss(const LossTerms& in, const train_data::LossOptions& o) {
   const int64_t k = in.logprob.defined() ? in.logprob.size(0) : 0;
   check_term(in.logprob, k, "logprob");
   check_term(in.old_logprob, k, "old_logprob");
   check_term(in.advantage, k, "advantage");
   check_term(in.coef, k, "coef");
-  const bool corrected = o.correction != OffPolicyCorrection::kNone;
+  const bool corrected = o.correction != train_data::OffPolicyCorrection::kNone;
   if (corrected) check_term(in.behaviour_logprob, k, "behaviour_logprob");
   if (o.use_kl) check_term(in.ref_logprob, k, "ref_logprob");
   if (in.entropy.defined()) check_term(in.entropy, k, "entropy");
@@ -68,7 +68,7 @@ LossOutput policy_loss(const LossTerms& in, const LossOptions& o) {
       out.is_truncated = sum_of(over.to(lp.scalar_type()) * active);
       // tis truncates the weight at the cap; decoupled PPO (AReaL) drops the token: weight 0, while it
       // stays in the aggregation's denominators as AReaL's loss mask keeps it.
-      w = o.correction == OffPolicyCorrection::kDecoupledPpo ? torch::where(over, torch::zeros_like(w), w)
+      w = o.correction == train_data::OffPolicyCorrection::kDecoupledPpo ? torch::where(over, torch::zeros_like(w), w)
                                                               : torch::clamp_max(w, o.is_cap);
     }
     pg = pg * w;

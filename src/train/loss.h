@@ -48,9 +48,9 @@ struct LossOutput {
 // importance sampling) truncates w to is_cap; decoupled_ppo (AReaL's behav_imp_weight_cap) drops the
 // term, w = 0. Either way the term stays in the aggregation (coef) and is counted in is_truncated.
 // Terms with coef == 0 contribute nothing (their gradient is exactly 0).
-LossOutput policy_loss(const LossTerms& terms, const LossOptions& options);
+LossOutput policy_loss(const LossTerms& terms, const train_data::LossOptions& options);
 
 // Per-term KL estimate between the current (lp) and reference (ref) log-probabilities.
-torch::Tensor kl_estimate(const torch::Tensor& lp, const torch::Tensor& ref, KlType type);
+torch::Tensor kl_estimate(const torch::Tensor& lp, const torch::Tensor& ref, train_data::KlType type);
 
 }  // namespace ajet::train

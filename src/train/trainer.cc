@@ -34,14 +34,14 @@ struct MicroBatch {
 // Packs `samples` (plain or tree) into sequences of at most `budget` tokens (a longer sample gets one
 // of its own). Every trained (sample, position) becomes one term; a packed token trained in several
 // samples is predicted once and shared by its terms.
-std::vector<MicroBatch> make_micro_batches(const std::vector<const TrainSample*>& samples, Packing packing,
+std::vector<MicroBatch> make_micro_batches(const std::vector<const train_data::TrainSample*>& samples, train_data::Packing packing,
                                            int64_t budget, bool beyond_shared, int64_t block_rows,
                                            torch::Device device) {
   std::vector<std::span<const int32_t>> views;
   views.reserve(samples.size());
-  for (const TrainSample* s : samples) views.emplace_back(s->token_ids);
+  for (const train_data::TrainSample* s : samples) views.emplace_back(s->token_ids);
   const std::span<const std::span<const int32_t>> all(views);
-  auto seqs = packing == Packing::kTree ? tracking::pack_tree(all, static_cast<size_t>(budget), beyond_shared)
+  auto seqs = packing == train_data::Packing::kTree ? tracking::pack_tree(all, static_cast<size_t>(budget), beyond_shared)
                                         : tracking::pack_plain(all, static_cast<size_t>(budget));
   std::vector<MicroBatch> out;
   out.reserve(seqs.size());
@@ -110,12 +110,12 @@ struct SampleAdvantages {
 };
 
 // Fills the group and reward metrics of `m` (left at 0 with per-token advantages).
-SampleAdvantages sample_advantages(const Batch& batch, const AdvantageOptions& options, TrainMetrics& m) {
+SampleAdvantages sample_advantages(const train_data::Batch& batch, const train_data::AdvantageOptions& options, train_data::TrainMetrics& m) {
   const size_t n = batch.samples.size();
   SampleAdvantages out{batch.has_advantages(), std::vector<double>(n, 0.0), std::vector<uint8_t>(n, 1)};
   if (out.per_token) return out;
-  const EpisodeIndex e = index_episodes(batch);
-  AdvantageResult r = compute_advantages(e.rewards, e.groups, options);
+  const train_data::EpisodeIndex e = train_data::index_episodes(batch);
+  train_data::AdvantageResult r = train_data::compute_advantages(e.rewards, e.groups, options);
   for (size_t i = 0; i < n; ++i) {
     out.per_sample[i] = r.advantages[e.episode_of[i]];
     out.keep[i] = r.kept[e.episode_of[i]];
@@ -130,7 +130,7 @@ SampleAdvantages sample_advantages(const Batch& batch, const AdvantageOptions& o
 struct ActiveSamples {
   bool per_token_advantages = false;
   std::vector<size_t> index;             // (A,) position in batch.samples
-  std::vector<const TrainSample*> ptrs;  // (A,)
+  std::vector<const train_data::TrainSample*> ptrs;  // (A,)
   std::vector<double> trained;           // (A,) loss-mask tokens
   std::vector<double> advantage;         // (A,) the episode's advantage (0 with per-token advantages)
 
@@ -142,7 +142,7 @@ struct ActiveSamples {
 };
 
 // The mean of a sample's per-token advantages over its trained tokens.
-double token_mean_advantage(const TrainSample& t) {
+double token_mean_advantage(const train_data::TrainSample& t) {
   double sum = 0, n = 0;
   for (size_t p = 0; p < t.size(); ++p) {
     if (t.loss_mask[p] == 0) continue;
@@ -154,11 +154,11 @@ double token_mean_advantage(const TrainSample& t) {
 
 // A sample is active when its group is kept, it has trained tokens and (with episode_weighting) a
 // positive weight. Counts the dropped ones and the active ones' tokens and advantages into `m`.
-ActiveSamples select_active(const Batch& batch, const SampleAdvantages& adv, bool episode_weighting, TrainMetrics& m) {
+ActiveSamples select_active(const train_data::Batch& batch, const SampleAdvantages& adv, bool episode_weighting, train_data::TrainMetrics& m) {
   ActiveSamples out;
   out.per_token_advantages = adv.per_token;
   for (size_t i = 0; i < batch.samples.size(); ++i) {
-    const TrainSample& t = batch.samples[i];
+    const train_data::TrainSample& t = batch.samples[i];
     if (adv.keep[i] && t.trained_tokens() > 0 && (!episode_weighting || t.weight > 0)) {
       out.index.push_back(i);
     } else {
@@ -169,7 +169,7 @@ ActiveSamples select_active(const Batch& batch, const SampleAdvantages& adv, boo
   out.trained.resize(count);
   out.advantage.resize(count);
   for (size_t a = 0; a < count; ++a) {
-    const TrainSample& t = batch.samples[out.index[a]];
+    const train_data::TrainSample& t = batch.samples[out.index[a]];
     out.ptrs.push_back(&t);
     out.trained[a] = static_cast<double>(t.trained_tokens());
     out.advantage[a] = adv.per_sample[out.index[a]];
@@ -208,17 +208,17 @@ struct Normalisers {
 };
 
 // c_s = w_s * agg_s of the header, for each sample of the mini-batch `part` (positions in `active`).
-std::vector<double> loss_coefficients(const TrainerOptions& o, const ActiveSamples& active, const std::vector<size_t>& part,
+std::vector<double> loss_coefficients(const train_data::TrainerOptions& o, const ActiveSamples& active, const std::vector<size_t>& part,
                                       const Normalisers& norm) {
   std::vector<double> coef(part.size());
   for (size_t j = 0; j < part.size(); ++j) {
     const size_t a = part[j];
     const double w = o.episode_weighting ? active.ptrs[a]->weight : 1.0;
     switch (o.aggregation) {
-      case LossAggregation::kTokenMean: coef[j] = w / norm.terms; break;
-      case LossAggregation::kSeqMeanTokenMean: coef[j] = w / (norm.seqs * active.trained[a]); break;
-      case LossAggregation::kSeqMeanTokenSum: coef[j] = w / norm.seqs; break;
-      case LossAggregation::kSeqMeanTokenSumNorm: coef[j] = w / o.norm_constant; break;
+      case train_data::LossAggregation::kTokenMean: coef[j] = w / norm.terms; break;
+      case train_data::LossAggregation::kSeqMeanTokenMean: coef[j] = w / (norm.seqs * active.trained[a]); break;
+      case train_data::LossAggregation::kSeqMeanTokenSum: coef[j] = w / norm.seqs; break;
+      case train_data::LossAggregation::kSeqMeanTokenSumNorm: coef[j] = w / o.norm_constant; break;
     }
   }
   return coef;
@@ -255,7 +255,7 @@ struct TokenSums {
     return {&tokens, &kl, &entropy, &clipped, &dual_clipped, &approx_kl, &is_weight, &is_truncated};
   }
   // Token means into `m` (the importance weight is 1 when there were no tokens).
-  void finish(TrainMetrics& m) const {
+  void finish(train_data::TrainMetrics& m) const {
     const double n = std::max(1.0, tokens);
     m.kl = kl / n;
     m.entropy = entropy / n;
@@ -275,7 +275,7 @@ struct StepSums {
   int64_t updates = 0;
 
   // Means over optimizer steps into `m`; call after m.optimizer_steps is final and `tokens` summed.
-  void finish(TrainMetrics& m) const {
+  void finish(train_data::TrainMetrics& m) const {
     tokens.finish(m);
     const double done = static_cast<double>(std::max<int64_t>(1, m.optimizer_steps));
     m.loss = loss / done;
@@ -288,7 +288,7 @@ struct StepSums {
 
 struct Trainer::Impl {
   model::Qwen2Model model;
-  TrainerOptions o;
+  train_data::TrainerOptions o;
   std::optional<model::Qwen2Model> reference;
   std::vector<std::pair<std::string, torch::Tensor>> params;  // trainable
   std::unique_ptr<torch::optim::AdamW> optimizer;
@@ -298,7 +298,7 @@ struct Trainer::Impl {
   GradientHook hook;
   std::shared_ptr<Collective> collective;
 
-  Impl(model::Qwen2Model m, TrainerOptions options) : model(std::move(m)), o(std::move(options)), rng(o.seed) {}
+  Impl(model::Qwen2Model m, train_data::TrainerOptions options) : model(std::move(m)), o(std::move(options)), rng(o.seed) {}
 
   bool lora() const { return o.lora.enabled(); }
   // What draws the dropout masks: the adapters' own generator, else the default one (checkpoints keep
@@ -317,7 +317,7 @@ struct Trainer::Impl {
   }
 
   // Logprob of every trained position of `samples` on `net` (no gradient, eval mode).
-  std::vector<std::vector<float>> evaluate(const std::vector<const TrainSample*>& samples, model::Qwen2Model& net) {
+  std::vector<std::vector<float>> evaluate(const std::vector<const train_data::TrainSample*>& samples, model::Qwen2Model& net) {
     torch::NoGradGuard no_grad;
     std::vector<std::vector<float>> out(samples.size());
     for (size_t i = 0; i < samples.size(); ++i) out[i].assign(samples[i]->size(), 0.0f);
@@ -338,7 +338,7 @@ struct Trainer::Impl {
     if (collective) collective->all_reduce_sum(tensors);
   }
 
-  bool corrected() const { return o.loss.correction != OffPolicyCorrection::kNone; }
+  bool corrected() const { return o.loss.correction != train_data::OffPolicyCorrection::kNone; }
 
   // Replaces each value by its sum over ranks: one all_reduce of one (n,) double tensor, packed in
   // the order given (every rank must give the same order).
@@ -364,7 +364,7 @@ struct Trainer::Impl {
   // training forward gives the old logprobs (detached) and only the other mini-batches need a separate
   // pass here. With dropout (LoRA) the training forward is not the policy's, so then every sample gets
   // the separate eval-mode pass. Call in eval mode.
-  StepLogprobs step_logprobs(const ActiveSamples& active, const std::vector<size_t>& first_order, TrainMetrics& m) {
+  StepLogprobs step_logprobs(const ActiveSamples& active, const std::vector<size_t>& first_order, train_data::TrainMetrics& m) {
     StepLogprobs lp;
     lp.recompute = o.recompute_old_logprobs || corrected();
     lp.reuse_forward = lp.recompute && !(lora() && o.lora.dropout > 0);
@@ -384,7 +384,7 @@ struct Trainer::Impl {
     const size_t first_size = count / static_cast<size_t>(o.mini_batch_num);
     std::vector<size_t> need;
     for (size_t r = lp.reuse_forward ? first_size : 0; r < count; ++r) need.push_back(first_order[r]);
-    std::vector<const TrainSample*> need_ptrs;
+    std::vector<const train_data::TrainSample*> need_ptrs;
     for (size_t a : need) need_ptrs.push_back(active.ptrs[a]);
     auto logprobs = evaluate(need_ptrs, model);
     for (size_t r = 0; r < need.size(); ++r) lp.recomputed[need[r]] = std::move(logprobs[r]);
@@ -397,10 +397,10 @@ struct Trainer::Impl {
 
   // m.rollout_logprob_diff over every rank's trained tokens; lp.recomputed is complete once epoch 0's
   // first mini-batch has run.
-  void rollout_logprob_diff(const ActiveSamples& active, const StepLogprobs& lp, TrainMetrics& m) {
+  void rollout_logprob_diff(const ActiveSamples& active, const StepLogprobs& lp, train_data::TrainMetrics& m) {
     double sum = 0, count = 0;
     for (size_t a = 0; a < active.size(); ++a) {
-      const TrainSample& sample = *active.ptrs[a];
+      const train_data::TrainSample& sample = *active.ptrs[a];
       for (size_t p = 0; p < sample.size(); ++p) {
         if (!sample.loss_mask[p]) continue;
         sum += std::abs(static_cast<double>(lp.recomputed[a][p]) - sample.logprobs[p]);
@@ -412,7 +412,7 @@ struct Trainer::Impl {
   }
 
   // The KL reference's logprobs: the model with LoRA switched off, or the frozen copy.
-  std::vector<std::vector<float>> reference_logprobs(const std::vector<const TrainSample*>& ptrs) {
+  std::vector<std::vector<float>> reference_logprobs(const std::vector<const train_data::TrainSample*>& ptrs) {
     if (!lora()) return evaluate(ptrs, *reference);
     set_lora_enabled(model, false);
     std::vector<std::vector<float>> out;
@@ -433,7 +433,7 @@ struct Trainer::Impl {
   //   4. gradients over every rank (all_reduce 2), loss sums (all_reduce 3), clip, AdamW.
   // `old_from_forward`: this is epoch 0's first mini-batch and its forward gives the old logprobs.
   void train_mini_batch(const ActiveSamples& active, const std::vector<size_t>& part, bool old_from_forward,
-                        StepLogprobs& lp, StepSums& sums, TrainMetrics& m) {
+                        StepLogprobs& lp, StepSums& sums, train_data::TrainMetrics& m) {
     Normalisers norm;
     for (size_t a : part) norm.terms += active.trained[a];
     norm.seqs = static_cast<double>(part.size());
@@ -451,8 +451,8 @@ struct Trainer::Impl {
   // The micro-batches of `part`: forward, loss, backward. Adds their diagnostics to `tokens` and
   // their counts to `m`; returns this rank's loss sums.
   MiniBatchLoss forward_backward(const ActiveSamples& active, const std::vector<size_t>& part, const std::vector<double>& coef,
-                                 bool old_from_forward, StepLogprobs& lp, TokenSums& tokens, TrainMetrics& m) {
-    std::vector<const TrainSample*> mb_ptrs;
+                                 bool old_from_forward, StepLogprobs& lp, TokenSums& tokens, train_data::TrainMetrics& m) {
+    std::vector<const train_data::TrainSample*> mb_ptrs;
     for (size_t a : part) mb_ptrs.push_back(active.ptrs[a]);
     MiniBatchLoss sum;
     for (auto& mb : make_micro_batches(mb_ptrs, o.packing, o.micro_batch_tokens, o.budget_beyond_shared_prefix,
@@ -512,7 +512,7 @@ struct Trainer::Impl {
 
   // The end of a mini-batch: gradients summed over ranks, the hook, the global norm (before
   // clipping), the loss sums over ranks, then clip and AdamW step unless the norm is non-finite.
-  void reduce_and_step(MiniBatchLoss loss, StepSums& sums, TrainMetrics& m) {
+  void reduce_and_step(MiniBatchLoss loss, StepSums& sums, train_data::TrainMetrics& m) {
     std::vector<torch::Tensor> grads;
     for (auto& [name, p] : params) {
       if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
@@ -533,7 +533,7 @@ struct Trainer::Impl {
         const double factor = o.optim.grad_clip / (norm + 1e-6);
         for (auto& g : grads) g.mul_(factor);
       }
-      m.lr = learning_rate(o.optim, global_step);
+      m.lr = train_data::learning_rate(o.optim, global_step);
       for (auto& group : optimizer->param_groups()) group.options().set_lr(m.lr);
       optimizer->step();
       sums.grad_norm += norm;
@@ -545,7 +545,7 @@ struct Trainer::Impl {
   }
 };
 
-Trainer::Trainer(model::Qwen2Model model, TrainerOptions options)
+Trainer::Trainer(model::Qwen2Model model, train_data::TrainerOptions options)
     : impl_(std::make_unique<Impl>(std::move(model), std::move(options))) {
   Impl& s = *impl_;
   if (s.o.mini_batch_num < 1 || s.o.ppo_epochs < 1) invalid_argument("trainer: mini_batch_num and ppo_epochs must be >= 1");
@@ -586,15 +586,15 @@ Trainer::~Trainer() = default;
 void Trainer::set_gradient_hook(GradientHook hook) { impl_->hook = std::move(hook); }
 void Trainer::set_collective(std::shared_ptr<Collective> collective) { impl_->collective = std::move(collective); }
 model::Qwen2Model& Trainer::model() { return impl_->model; }
-const TrainerOptions& Trainer::options() const { return impl_->o; }
+const train_data::TrainerOptions& Trainer::options() const { return impl_->o; }
 int64_t Trainer::global_step() const { return impl_->global_step; }
 int64_t Trainer::policy_version() const { return impl_->policy_version; }
 std::vector<std::pair<std::string, torch::Tensor>> Trainer::trainable_parameters() { return impl_->params; }
 std::optional<model::Qwen2Model> Trainer::reference_model() { return impl_->reference; }
 
-std::vector<std::vector<float>> Trainer::compute_logprobs(const Batch& batch) {
-  validate_batch(batch, impl_->model->config().vocab_size);
-  std::vector<const TrainSample*> ptrs;
+std::vector<std::vector<float>> Trainer::compute_logprobs(const train_data::Batch& batch) {
+  train_data::validate_batch(batch, impl_->model->config().vocab_size);
+  std::vector<const train_data::TrainSample*> ptrs;
   for (const auto& s : batch.samples) ptrs.push_back(&s);
   const bool was_training = impl_->model->is_training();
   impl_->model->eval();
@@ -606,12 +606,12 @@ std::vector<std::vector<float>> Trainer::compute_logprobs(const Batch& batch) {
 // The phases, in the order of the header: advantages -> active samples -> old/reference logprobs ->
 // PPO epochs x mini-batches (one optimizer step each) -> metrics. Every rank issues the same
 // all_reduce calls in the same order: three per mini-batch (one when it is skipped), one at the end.
-TrainMetrics Trainer::train_step(const Batch& batch) {
+train_data::TrainMetrics Trainer::train_step(const train_data::Batch& batch) {
   const auto t0 = Clock::now();
   Impl& s = *impl_;
-  const TrainerOptions& o = s.o;
-  validate_batch(batch, s.model->config().vocab_size);
-  TrainMetrics m;
+  const train_data::TrainerOptions& o = s.o;
+  train_data::validate_batch(batch, s.model->config().vocab_size);
+  train_data::TrainMetrics m;
 
   // 1. Advantages: per episode from rewards, or as given per token.
   const SampleAdvantages adv = sample_advantages(batch, o.advantage, m);

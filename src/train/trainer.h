@@ -62,12 +62,12 @@ class Trainer {
   // Takes the model (shared: the inference engine may hold the same one). With options.lora enabled
   // it attaches fresh adapters (unless the model already has some) and trains only them. With
   // use_kl and no LoRA it keeps a frozen copy of the current weights as the reference.
-  Trainer(model::Qwen2Model model, TrainerOptions options);
+  Trainer(model::Qwen2Model model, train_data::TrainerOptions options);
   ~Trainer();
 
   // One batch: advantages, old (and reference) logprobs on the current weights, then
   // mini_batch_num x ppo_epochs optimizer steps. Increments policy_version by one.
-  TrainMetrics train_step(const Batch& batch);
+  train_data::TrainMetrics train_step(const train_data::Batch& batch);
 
   // Called after each mini-batch's gradients are accumulated and before clipping; the Collective
   // (when set) is applied first. Gives the trainable parameters' gradients, in trainable_parameters() order.
@@ -76,7 +76,7 @@ class Trainer {
   void set_collective(std::shared_ptr<Collective> collective);
 
   model::Qwen2Model& model();
-  const TrainerOptions& options() const;
+  const train_data::TrainerOptions& options() const;
   int64_t global_step() const;     // optimizer steps so far
   int64_t policy_version() const;  // train_step calls so far
   // Trainable parameters by name: HF names, or PEFT names with LoRA. Stable order.
@@ -104,7 +104,7 @@ class Trainer {
 
   // Logprobs of every trained position of each sample under the current weights (no gradient; each
   // sample's vector has its length, 0 where the loss mask is 0). Exposed for the engine and tests.
-  std::vector<std::vector<float>> compute_logprobs(const Batch& batch);
+  std::vector<std::vector<float>> compute_logprobs(const train_data::Batch& batch);
 
  private:
   struct Impl;

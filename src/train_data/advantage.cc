@@ -5,7 +5,7 @@
 
 #include "common/error.h"
 
-namespace ajet::train {
+namespace ajet::train_data {
 
 std::string_view estimator_name(AdvantageEstimator estimator) {
   switch (estimator) {
@@ -107,4 +107,4 @@ AdvantageResult compute_advantages(std::span<const double> rewards, std::span<co
   return r;
 }
 
-}  // namespace ajet::train
+}  // namespace ajet::train_data

@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-namespace ajet::train {
+namespace ajet::train_data {
 
 enum class AdvantageEstimator {
   kGrpo,         // (r - mean) / (std + eps), std unbiased (torch.std); a group of one gets 0
@@ -43,4 +43,4 @@ struct AdvantageResult {
 AdvantageResult compute_advantages(std::span<const double> rewards, std::span<const std::string> groups,
                                    const AdvantageOptions& options);
 
-}  // namespace ajet::train
+}  // namespace ajet::train_data

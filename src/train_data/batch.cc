@@ -7,7 +7,7 @@
 #include "rpc/messages.h"
 #include "tracking/merge.h"
 
-namespace ajet::train {
+namespace ajet::train_data {
 
 size_t TrainSample::trained_tokens() const {
   size_t n = 0;
@@ -171,4 +171,4 @@ rpc::TrainBatch batch_to_rpc(const Batch& b) {
   return r;
 }
 
-}  // namespace ajet::train
+}  // namespace ajet::train_data

@@ -16,7 +16,7 @@ namespace ajet::tracking {
 struct Sample;
 }
 
-namespace ajet::train {
+namespace ajet::train_data {
 
 struct TrainSample {
   std::string episode_uuid;  // advantages are per episode; empty: the sample is its own episode
@@ -65,4 +65,4 @@ Batch batch_from_samples(std::span<const tracking::Sample> samples);
 Batch batch_from_rpc(const rpc::TrainBatch& batch);
 rpc::TrainBatch batch_to_rpc(const Batch& batch);
 
-}  // namespace ajet::train
+}  // namespace ajet::train_data

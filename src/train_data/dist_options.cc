@@ -7,7 +7,7 @@
 
 #include "common/error.h"
 
-namespace ajet::train {
+namespace ajet::train_data {
 
 namespace {
 
@@ -96,4 +96,4 @@ DistPlacement resolve_placement(const DistOptions& o, const EnvLookup& env) {
   return p;
 }
 
-}  // namespace ajet::train
+}  // namespace ajet::train_data

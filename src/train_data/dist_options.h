@@ -10,7 +10,7 @@
 #include <optional>
 #include <string>
 
-namespace ajet::train {
+namespace ajet::train_data {
 
 // What the command line said; unset fields fall back to the torchrun environment, then to defaults.
 // Flags: --nnodes --node-rank --master-addr --master-port --nproc-per-node --local-rank
@@ -49,4 +49,4 @@ EnvLookup process_env();
 // malformed values throw Error(kInvalidArgument) naming the flag or variable.
 DistPlacement resolve_placement(const DistOptions& options, const EnvLookup& env = process_env());
 
-}  // namespace ajet::train
+}  // namespace ajet::train_data

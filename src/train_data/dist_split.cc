@@ -7,7 +7,7 @@
 
 #include "common/error.h"
 
-namespace ajet::train {
+namespace ajet::train_data {
 
 std::vector<Batch> split_batch(const Batch& batch, int world_size, const AdvantageOptions& advantage) {
   if (world_size < 1) invalid_argument("split_batch: world_size must be >= 1, got " + std::to_string(world_size));
@@ -79,4 +79,4 @@ std::vector<int64_t> part_tokens(const std::vector<Batch>& parts) {
   return out;
 }
 
-}  // namespace ajet::train
+}  // namespace ajet::train_data

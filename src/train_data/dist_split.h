@@ -9,7 +9,7 @@
 #include "train_data/advantage.h"
 #include "train_data/batch.h"
 
-namespace ajet::train {
+namespace ajet::train_data {
 
 // parts[r] is rank r's batch. Advantages must come out as on one rank with the whole batch:
 //  * group estimators (GRPO, Dr.GRPO, RLOO) only look at their task_id group, so whole groups go to
@@ -27,4 +27,4 @@ std::vector<Batch> split_batch(const Batch& batch, int world_size, const Advanta
 // Tokens (sum of sample lengths) of each part: what the split balances.
 std::vector<int64_t> part_tokens(const std::vector<Batch>& parts);
 
-}  // namespace ajet::train
+}  // namespace ajet::train_data

@@ -8,7 +8,7 @@
 #include "config/backbone.h"
 #include "config/config.h"
 
-namespace ajet::train {
+namespace ajet::train_data {
 
 std::string_view kl_type_name(KlType type) {
   switch (type) {
@@ -185,4 +185,4 @@ Json TrainMetrics::to_json() const {
   return j;
 }
 
-}  // namespace ajet::train
+}  // namespace ajet::train_data

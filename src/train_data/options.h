@@ -16,7 +16,7 @@ struct Config;
 struct LoraConfig;
 }  // namespace ajet::config
 
-namespace ajet::train {
+namespace ajet::train_data {
 
 // verl's kl_penalty estimators, under verl's names (each the first of its names below).
 enum class KlType {
@@ -152,4 +152,4 @@ struct TrainMetrics {
   Json to_json() const;
 };
 
-}  // namespace ajet::train
+}  // namespace ajet::train_data

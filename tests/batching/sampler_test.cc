@@ -8,7 +8,7 @@
 #include <cmath>
 #include <map>
 
-namespace ajet::infer {
+namespace ajet::batching {
 namespace {
 
 const std::array<float, 4> kLogits = {std::log(1.0f), std::log(2.0f), std::log(3.0f), std::log(4.0f)};
@@ -177,4 +177,4 @@ TEST(Sampler, BadParametersNameTheField) {
 }
 
 }  // namespace
-}  // namespace ajet::infer
+}  // namespace ajet::batching

@@ -7,7 +7,7 @@
 
 #include <numeric>
 
-namespace ajet::infer {
+namespace ajet::batching {
 namespace {
 
 std::unique_ptr<Sequence> make_seq(int64_t prompt_len, int64_t n = 1) {
@@ -367,4 +367,4 @@ TEST(PrefixCaching, AWeightChangeForgetsEveryCachedBlock) {
 }
 
 }  // namespace
-}  // namespace ajet::infer
+}  // namespace ajet::batching

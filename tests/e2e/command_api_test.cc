@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "e2e_util.h"
+#include "swarm/route_table.h"
 
 namespace ajet::e2e {
 namespace {
@@ -253,6 +254,27 @@ TEST_F(CommandApiTest, SyncTrainCodeRejectsUnsafeArchives) {
   fs::path root = ok.json()["temp_ajet_code_path"].get<std::string>();
   EXPECT_TRUE(fs::exists(root / "src/a.cc"));
   EXPECT_EQ(ok.json()["files"], 2);
+}
+
+// Every row of the route table (src/swarm/route_table.cc) is served with its method, and asks for
+// what its auth column says: with an admin token set, a request with no credential gets 401 exactly
+// on the admin, episode command and episode key routes.
+TEST_F(CommandApiTest, EveryRouteOfTheTableIsServedWithItsAuth) {
+  start({}, "route-table-token");
+  for (const swarm::Route& route : swarm::route_table()) {
+    std::string path(route.path);
+    if (auto at = path.find("{file}"); at != std::string::npos) path.replace(at, 6, "index.html");
+    if (auto at = path.find("{episode_uuid}"); at != std::string::npos) path.replace(at, 14, "no-such-episode");
+    const CurlResult r = curl(std::string(route.method), swarm_->url() + path);
+    const std::string what = std::string(route.method) + " " + std::string(route.path) + ": " + r.body;
+    EXPECT_NE(r.status, 404) << what;
+    EXPECT_NE(r.status, 405) << what;
+    if (route.auth == swarm::RouteAuth::kNone) {
+      EXPECT_NE(r.status, 401) << what;
+    } else {
+      EXPECT_EQ(r.status, 401) << what;
+    }
+  }
 }
 
 }  // namespace

@@ -38,8 +38,8 @@ namespace ajet::e2e {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
-using swarm::testing::make_zip;
-using swarm::testing::ZipMember;
+using engine_control::testing::make_zip;
+using engine_control::testing::ZipMember;
 
 inline fs::path bin(const std::string& name) { return fs::path(AJET_BINARY_DIR) / "bin" / name; }
 inline fs::path source(const std::string& rel) { return fs::path(AJET_SOURCE_DIR) / rel; }

@@ -32,9 +32,9 @@ EngineOptions tiny_options() {
 
 TEST(EngineBridge, BuildsTokensEventsAndTotals) {
   TokensEventBuilder builder(/*prompt_tokens=*/5, /*samples=*/2, /*top_logprobs=*/2);
-  infer::GenerateEvent a;
+  batching::GenerateEvent a;
   a.sample_index = 1;
-  infer::GeneratedToken t{7, -0.5f, -0.7f, 3, {{7, -0.5f}}};  // one alternative where two are asked for
+  batching::GeneratedToken t{7, -0.5f, -0.7f, 3, {{7, -0.5f}}};  // one alternative where two are asked for
   a.tokens = {t, t};
   rpc::TokensEvent e = builder.next(a);
   EXPECT_EQ(e.sample, 1);
@@ -44,17 +44,17 @@ TEST(EngineBridge, BuildsTokensEventsAndTotals) {
   EXPECT_EQ(e.top_ids, (std::vector<int32_t>{7, -1, 7, -1}));  // padded to the fixed row width
   EXPECT_TRUE(std::isinf(e.top_logprobs[1]));
   EXPECT_FALSE(e.finish_reason);
-  infer::GenerateEvent end;
+  batching::GenerateEvent end;
   end.sample_index = 1;
   end.tokens = {t};
-  end.finish = infer::FinishReason::kStop;
+  end.finish = batching::FinishReason::kStop;
   e = builder.next(end);
   EXPECT_EQ(e.finish_reason, rpc::FinishReason::kStop);
   EXPECT_EQ(e.prompt_tokens, 5);
   EXPECT_EQ(e.completion_tokens, 3);
-  infer::GenerateEvent other;
+  batching::GenerateEvent other;
   other.sample_index = 0;
-  other.finish = infer::FinishReason::kAbort;
+  other.finish = batching::FinishReason::kAbort;
   e = builder.next(other);
   EXPECT_EQ(e.finish_reason, rpc::FinishReason::kAbort);
   EXPECT_EQ(e.completion_tokens, 0);
@@ -69,7 +69,7 @@ TEST(EngineService, GreedyThroughTheEngineProcessEqualsInProcess) {
   client.connect();
   EngineRuntime local = start_engine(tiny_options());
   for (int salt = 0; salt < 3; ++salt) {
-    infer::GenerateRequest r;
+    batching::GenerateRequest r;
     r.id = "local-" + std::to_string(salt);
     r.prompt = prompt_of(5 + 7 * salt, salt);
     r.max_tokens = 12;
@@ -168,7 +168,7 @@ TEST(EngineRuntime, StartEngineNamesBadSettings) {
   EXPECT_EQ(rt.engine->policy_version(), 9);
   EXPECT_EQ(rt.model.dtype, "bfloat16");
   EXPECT_EQ(rt.compute.threads, 1);
-  infer::GenerateRequest r;
+  batching::GenerateRequest r;
   r.id = "bf16";
   r.prompt = prompt_of(6, 2);
   r.max_tokens = 4;

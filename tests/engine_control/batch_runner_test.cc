@@ -6,7 +6,7 @@
 #include "engine_control/batch_runner.h"
 #include "rpc/messages.h"
 
-namespace ajet::swarm {
+namespace ajet::engine_control {
 namespace {
 
 tracking::Sample sample(std::string episode, std::string task, double reward, double weight,
@@ -56,4 +56,4 @@ TEST(BuildTrainBatch, ABatchWithoutGeneratedTokensIsRefused) {
 }
 
 }  // namespace
-}  // namespace ajet::swarm
+}  // namespace ajet::engine_control

@@ -11,7 +11,7 @@
 #include "engine_control/code_archive.h"
 #include "engine_control/test_zip.h"
 
-namespace ajet::swarm {
+namespace ajet::engine_control {
 namespace {
 
 namespace fs = std::filesystem;
@@ -167,4 +167,4 @@ TEST_F(UnpackTest, AMemberThatInflatesPastItsDeclaredSizeStopsThereAndIsNamed) {
 }
 
 }  // namespace
-}  // namespace ajet::swarm
+}  // namespace ajet::engine_control

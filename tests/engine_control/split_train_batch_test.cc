@@ -9,7 +9,7 @@
 #include "rpc/messages.h"
 #include "train_data/batch.h"
 
-namespace ajet::swarm {
+namespace ajet::engine_control {
 namespace {
 
 tracking::Sample sample(const std::string& episode, const std::string& task, double reward, size_t length) {
@@ -38,7 +38,7 @@ rpc::TrainBatch request() {
 
 TEST(SplitTrainBatch, GroupsStayWholeEverySampleGoesToOneRankAndMetaNamesTheRank) {
   const rpc::TrainBatch whole = request();
-  const auto parts = split_train_batch(whole, 2, train::AdvantageOptions{});
+  const auto parts = split_train_batch(whole, 2, train_data::AdvantageOptions{});
   ASSERT_EQ(parts.size(), 2u);
   std::multiset<std::string> seen;
   size_t tokens = 0;
@@ -64,22 +64,22 @@ TEST(SplitTrainBatch, GroupsStayWholeEverySampleGoesToOneRankAndMetaNamesTheRank
 }
 
 TEST(SplitTrainBatch, MoreRanksThanGroupsGivesEmptyPartsThatStillDecode) {
-  const auto parts = split_train_batch(request(), 5, train::AdvantageOptions{});
+  const auto parts = split_train_batch(request(), 5, train_data::AdvantageOptions{});
   ASSERT_EQ(parts.size(), 5u);
   size_t empty = 0;
   for (const auto& p : parts) {
     const rpc::TrainBatch decoded = rpc::decode_train_batch(rpc::encode_train_batch(p));
     if (decoded.token_ids.empty()) {
       ++empty;
-      EXPECT_TRUE(train::batch_from_rpc(decoded).samples.empty());
+      EXPECT_TRUE(train_data::batch_from_rpc(decoded).samples.empty());
     }
   }
   EXPECT_EQ(empty, 2u);  // 3 groups over 5 ranks
 }
 
 TEST(SplitTrainBatch, ReinforcePlusPlusAdvantagesAreComputedOnTheWholeBatchAndTravelPerToken) {
-  train::AdvantageOptions o;
-  o.estimator = train::AdvantageEstimator::kReinforcePP;
+  train_data::AdvantageOptions o;
+  o.estimator = train_data::AdvantageEstimator::kReinforcePP;
   const auto parts = split_train_batch(request(), 2, o);
   double sum = 0;
   size_t episodes = 0;
@@ -101,14 +101,14 @@ TEST(SplitTrainBatch, ReinforcePlusPlusAdvantagesAreComputedOnTheWholeBatchAndTr
 // weigh each rank's by its trained samples. Under REINFORCE++ the ranks receive advantages, not
 // rewards, and report no reward or group figures of their own.
 TEST(SplitTrainBatch, StepMetricsCoverEveryRank) {
-  for (auto estimator : {train::AdvantageEstimator::kGrpo, train::AdvantageEstimator::kReinforcePP}) {
-    train::AdvantageOptions o;
+  for (auto estimator : {train_data::AdvantageEstimator::kGrpo, train_data::AdvantageEstimator::kReinforcePP}) {
+    train_data::AdvantageOptions o;
     o.estimator = estimator;
     const std::vector<Json> replies = {
         Json{{"samples", 3}, {"advantage_mean", 0.5}, {"advantage_abs_mean", 1.0}, {"reward_mean", 0.0}, {"groups", 0}},
         Json{{"samples", 1}, {"advantage_mean", -0.5}, {"advantage_abs_mean", 2.0}}};
     Json metrics = replies[0];
-    whole_batch_metrics(train::batch_from_rpc(request()), o, replies, metrics);
+    whole_batch_metrics(train_data::batch_from_rpc(request()), o, replies, metrics);
     EXPECT_DOUBLE_EQ(metrics["advantage_mean"].get<double>(), (3 * 0.5 - 0.5) / 4);
     EXPECT_DOUBLE_EQ(metrics["advantage_abs_mean"].get<double>(), (3 * 1.0 + 2.0) / 4);
     EXPECT_DOUBLE_EQ(metrics["reward_mean"].get<double>(), 2.5 / 5);  // rewards 1, 0, 1, 0, 0.5
@@ -118,4 +118,4 @@ TEST(SplitTrainBatch, StepMetricsCoverEveryRank) {
 }
 
 }  // namespace
-}  // namespace ajet::swarm
+}  // namespace ajet::engine_control

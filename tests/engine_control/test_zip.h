@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-namespace ajet::swarm::testing {
+namespace ajet::engine_control::testing {
 
 inline uint32_t crc32(const std::string& data) {
   uint32_t crc = 0xFFFFFFFFu;
@@ -107,4 +107,4 @@ inline std::string make_zip(const std::vector<ZipMember>& members) {
   return out;
 }
 
-}  // namespace ajet::swarm::testing
+}  // namespace ajet::engine_control::testing

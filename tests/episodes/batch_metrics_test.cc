@@ -7,7 +7,7 @@
 #include <limits>
 #include <map>
 
-namespace ajet::swarm {
+namespace ajet::episodes {
 namespace {
 
 std::map<std::string, double> as_map(const MetricValues& values) {
@@ -109,4 +109,4 @@ TEST(MetricNames, TheAllowedCharactersAndLength) {
 }
 
 }  // namespace
-}  // namespace ajet::swarm
+}  // namespace ajet::episodes

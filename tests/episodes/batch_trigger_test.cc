@@ -3,7 +3,7 @@
 #include "common/error.h"
 #include "episodes/batch_trigger.h"
 
-namespace ajet::swarm {
+namespace ajet::episodes {
 namespace {
 
 FinishedEpisode ep(const std::string& uuid, const std::string& task, double reward, const std::string& client = "c") {
@@ -87,4 +87,4 @@ TEST(BatchTrigger, MethodNames) {
 }
 
 }  // namespace
-}  // namespace ajet::swarm
+}  // namespace ajet::episodes

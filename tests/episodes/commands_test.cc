@@ -4,7 +4,7 @@
 #include "episodes/commands.h"
 #include "episodes/verbose_log.h"
 
-namespace ajet::swarm {
+namespace ajet::episodes {
 namespace {
 
 std::string parse_error(const char* body) {
@@ -140,4 +140,4 @@ TEST(ResponseBodies, UpstreamFieldNames) {
 }
 
 }  // namespace
-}  // namespace ajet::swarm
+}  // namespace ajet::episodes

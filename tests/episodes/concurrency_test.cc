@@ -10,7 +10,7 @@
 #include "episodes/janitor.h"
 #include "registry_test_util.h"
 
-namespace ajet::swarm {
+namespace ajet::episodes {
 namespace {
 
 TEST(RegistryConcurrency, ParallelClientsOverARealStore) {
@@ -56,7 +56,7 @@ TEST(RegistryConcurrency, ParallelClientsOverARealStore) {
     EXPECT_EQ(acked.load(), kThreads * kEpisodes);
     EXPECT_EQ(closed.load(), kThreads * kEpisodes);
     EXPECT_EQ(store.count_episodes(store::kEpisodeFinished), kThreads * kEpisodes);
-    EXPECT_EQ(registry.engine_status(), EngineStatus::kRolling);
+    EXPECT_EQ(registry.engine_status(), EnginePhase::kRolling);
     EXPECT_GT(registry.pool_info()["batches_recorded"].get<int>(), 0);
   }
   std::filesystem::remove_all(dir);
@@ -82,4 +82,4 @@ TEST(Janitor, SweepsUntilDestroyed) {
 }
 
 }  // namespace
-}  // namespace ajet::swarm
+}  // namespace ajet::episodes

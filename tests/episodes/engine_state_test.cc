@@ -4,22 +4,22 @@
 #include "episodes/commands.h"
 #include "episodes/engine_state.h"
 
-namespace ajet::swarm {
+namespace ajet::episodes {
 namespace {
 
-using S = EngineStatus;
+using S = EnginePhase;
 
 TEST(EngineStatusNames, ExactWireStrings) {
-  EXPECT_EQ(engine_status_name(S::kOffline), "ENGINE.OFFLINE");
-  EXPECT_EQ(engine_status_name(S::kBooting), "ENGINE.BOOTING");
-  EXPECT_EQ(engine_status_name(S::kRolling), "ENGINE.ROLLING");
-  EXPECT_EQ(engine_status_name(S::kRollingPost), "ENGINE.ROLLING_POST");
-  EXPECT_EQ(engine_status_name(S::kWeightSyncing), "ENGINE.WEIGHT_SYNCING");
-  EXPECT_EQ(engine_status_name(S::kWeightExporting), "ENGINE.WEIGHT_EXPORTING");
+  EXPECT_EQ(engine_phase_name(S::kOffline), "ENGINE.OFFLINE");
+  EXPECT_EQ(engine_phase_name(S::kBooting), "ENGINE.BOOTING");
+  EXPECT_EQ(engine_phase_name(S::kRolling), "ENGINE.ROLLING");
+  EXPECT_EQ(engine_phase_name(S::kRollingPost), "ENGINE.ROLLING_POST");
+  EXPECT_EQ(engine_phase_name(S::kWeightSyncing), "ENGINE.WEIGHT_SYNCING");
+  EXPECT_EQ(engine_phase_name(S::kWeightExporting), "ENGINE.WEIGHT_EXPORTING");
   for (S s : {S::kOffline, S::kBooting, S::kRolling, S::kRollingPost, S::kWeightSyncing, S::kWeightExporting}) {
-    EXPECT_EQ(parse_engine_status(engine_status_name(s)), s);
+    EXPECT_EQ(parse_engine_phase(engine_phase_name(s)), s);
   }
-  EXPECT_FALSE(parse_engine_status("ENGINE.CANNOT_CONNECT").has_value());
+  EXPECT_FALSE(parse_engine_phase("ENGINE.CANNOT_CONNECT").has_value());
 }
 
 TEST(EngineTransitions, TheDesignCycleAndNothingElse) {
@@ -32,7 +32,7 @@ TEST(EngineTransitions, TheDesignCycleAndNothingElse) {
   EXPECT_TRUE(transition_allowed(S::kWeightSyncing, S::kWeightExporting));
   EXPECT_TRUE(transition_allowed(S::kWeightExporting, S::kWeightSyncing));
   for (S s : {S::kOffline, S::kBooting, S::kRolling, S::kRollingPost, S::kWeightSyncing, S::kWeightExporting}) {
-    EXPECT_TRUE(transition_allowed(s, S::kOffline)) << engine_status_name(s);  // stop_engine
+    EXPECT_TRUE(transition_allowed(s, S::kOffline)) << engine_phase_name(s);  // stop_engine
   }
   EXPECT_FALSE(transition_allowed(S::kOffline, S::kRolling));
   EXPECT_FALSE(transition_allowed(S::kRolling, S::kWeightSyncing));
@@ -91,4 +91,4 @@ TEST(HttpStatus, ProtocolMapping) {
 }
 
 }  // namespace
-}  // namespace ajet::swarm
+}  // namespace ajet::episodes

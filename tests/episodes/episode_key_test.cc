@@ -5,7 +5,7 @@
 #include "common/json.h"
 #include "episodes/episode_key.h"
 
-namespace ajet::swarm {
+namespace ajet::episodes {
 namespace {
 
 const std::string kSecret = "0123456789abcdef0123456789abcdef";
@@ -120,4 +120,4 @@ TEST(AgentName, HeaderThenModelThenKey) {
 }
 
 }  // namespace
-}  // namespace ajet::swarm
+}  // namespace ajet::episodes

@@ -7,7 +7,7 @@
 #include "common/encoding.h"
 #include "registry_test_util.h"
 
-namespace ajet::swarm {
+namespace ajet::episodes {
 namespace {
 
 namespace fs = std::filesystem;
@@ -284,4 +284,4 @@ TEST(EpisodeGroups, APreparedEpisodeSurvivesARestartOfTheFront) {
 }
 
 }  // namespace
-}  // namespace ajet::swarm
+}  // namespace ajet::episodes

@@ -9,7 +9,7 @@
 #include "common/encoding.h"
 #include "registry_test_util.h"
 
-namespace ajet::swarm {
+namespace ajet::episodes {
 namespace {
 
 namespace fs = std::filesystem;
@@ -404,4 +404,4 @@ TEST(RegistryLimits, EndMetadataAndLogMetricsAreBounded) {
 }
 
 }  // namespace
-}  // namespace ajet::swarm
+}  // namespace ajet::episodes

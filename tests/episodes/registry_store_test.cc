@@ -8,7 +8,7 @@
 #include "common/encoding.h"
 #include "registry_test_util.h"
 
-namespace ajet::swarm {
+namespace ajet::episodes {
 namespace {
 
 namespace fs = std::filesystem;
@@ -197,4 +197,4 @@ TEST(RegistryStore, ARestartedFrontResumesTheBatchAndClaimedEpisodes) {
 }
 
 }  // namespace
-}  // namespace ajet::swarm
+}  // namespace ajet::episodes

@@ -2,7 +2,7 @@
 // engine state machine and the batch life cycle, all on an injected clock.
 #include "registry_test_util.h"
 
-namespace ajet::swarm {
+namespace ajet::episodes {
 namespace {
 
 using testing::contains;
@@ -63,7 +63,7 @@ TEST(RegistryClaim, RefusedOutsideRollingWithAdviceAndBadTypeIs400) {
   h.registry.engine_ready();
   std::string a = h.claim("c1"), b = h.claim("c1");
   h.end("c1", a, "t", 1);  // 1 task x 1 repeat: the batch is full, b is still running
-  EXPECT_EQ(h.registry.engine_status(), EngineStatus::kRollingPost);
+  EXPECT_EQ(h.registry.engine_status(), EnginePhase::kRollingPost);
   EXPECT_TRUE(contains(h.try_claim("c1").fail_cause, "[ENGINE.ROLLING_POST]"));
   try {
     h.try_claim("c1", "grade");
@@ -117,7 +117,7 @@ TEST(RegistryBatch, ADeadClientsEpisodeDoesNotHoldTheBatchBoundaryAndCarriesOver
   h.registry.begin_llm_call(busy);  // a long generation: alive however long it takes
   h.now += 0.2;
   h.end("c1", a, "t", 1);
-  EXPECT_EQ(h.registry.engine_status(), EngineStatus::kRollingPost);  // `dead` claimed 0.2 s ago
+  EXPECT_EQ(h.registry.engine_status(), EnginePhase::kRollingPost);  // `dead` claimed 0.2 s ago
   EXPECT_FALSE(h.registry.batch_ready());
   ASSERT_TRUE(h.registry.next_sweep_due().has_value());
   EXPECT_LE(*h.registry.next_sweep_due(), std::chrono::milliseconds(310));  // its 0.5 s grace ends
@@ -130,7 +130,7 @@ TEST(RegistryBatch, ADeadClientsEpisodeDoesNotHoldTheBatchBoundaryAndCarriesOver
   h.registry.sweep();
   ASSERT_TRUE(h.registry.batch_ready());
   Batch batch = h.registry.take_batch();
-  EXPECT_EQ(h.registry.engine_status(), EngineStatus::kWeightSyncing);
+  EXPECT_EQ(h.registry.engine_status(), EnginePhase::kWeightSyncing);
   ASSERT_EQ(batch.episodes.size(), 1u);
   // Nothing was dropped: both still run, and an end during training joins the next batch.
   EXPECT_TRUE(h.can_continue("c2", dead));
@@ -138,7 +138,7 @@ TEST(RegistryBatch, ADeadClientsEpisodeDoesNotHoldTheBatchBoundaryAndCarriesOver
   h.registry.begin_weight_export();
   h.registry.end_weight_export();
   h.registry.finish_batch(batch.batch_id, Json{{"loss", 0.1}});
-  EXPECT_EQ(h.registry.engine_status(), EngineStatus::kRollingPost);  // `busy` fills the next batch at once
+  EXPECT_EQ(h.registry.engine_status(), EnginePhase::kRollingPost);  // `busy` fills the next batch at once
   // Re-entering ROLLING restarted the janitor's idle clocks, but not the client's last sign of life:
   // the dead client's episode holds this boundary no second either.
   ASSERT_TRUE(h.registry.batch_ready());
@@ -307,16 +307,16 @@ TEST(RegistryBatch, DefaultTriggerDrainThenTrainAdvancesTheStep) {
   h.end("c1", a1, "A", 1);
   h.end("c1", a2, "A", 0);
   h.end("c2", b1, "B", 1);
-  EXPECT_EQ(h.registry.engine_status(), EngineStatus::kRolling);
+  EXPECT_EQ(h.registry.engine_status(), EnginePhase::kRolling);
   h.end("c2", b2, "B", 1);  // two tasks with two episodes each: full
-  EXPECT_EQ(h.registry.engine_status(), EngineStatus::kRollingPost);
+  EXPECT_EQ(h.registry.engine_status(), EnginePhase::kRollingPost);
   EXPECT_FALSE(h.registry.batch_ready());  // `late` is still running and will be included
   EXPECT_NO_THROW(h.registry.begin_llm_call(late));  // chat is still served in ROLLING_POST
   EXPECT_FALSE(h.registry.wait_batch_ready(std::chrono::milliseconds(0)));
   h.end("c2", late, "C", 0.5);
   EXPECT_TRUE(h.registry.batch_ready());
   Batch batch = h.registry.take_batch();
-  EXPECT_EQ(h.registry.engine_status(), EngineStatus::kWeightSyncing);
+  EXPECT_EQ(h.registry.engine_status(), EnginePhase::kWeightSyncing);
   EXPECT_EQ(batch.global_step, 0);
   std::vector<std::string> uuids;
   for (const auto& e : batch.episodes) uuids.push_back(e.episode_uuid);
@@ -326,7 +326,7 @@ TEST(RegistryBatch, DefaultTriggerDrainThenTrainAdvancesTheStep) {
   h.registry.begin_weight_export();
   h.registry.end_weight_export();
   h.registry.finish_batch(batch.batch_id, Json{{"loss", 0.1}});
-  EXPECT_EQ(h.registry.engine_status(), EngineStatus::kRolling);
+  EXPECT_EQ(h.registry.engine_status(), EnginePhase::kRolling);
   EXPECT_EQ(h.registry.global_step(), 1);
   EXPECT_EQ(h.registry.engine_status_json()["global_step"], 1);
   EXPECT_EQ(h.registry.pool_info()["completed_episodes"], 0);
@@ -341,7 +341,7 @@ TEST(RegistryBatch, EpisodesAndNonDummyTriggers) {
     RegistryHarness h(o);
     h.start();
     for (const char* task : {"t0", "t1", "t2"}) h.end("c", h.claim("c"), task, 1);
-    EXPECT_EQ(h.registry.engine_status(), EngineStatus::kRolling);
+    EXPECT_EQ(h.registry.engine_status(), EnginePhase::kRolling);
     h.end("c", h.claim("c"), "t9", 1);  // 4 = 2 x 2 episodes, whatever the tasks
     EXPECT_TRUE(h.registry.batch_ready());
   }
@@ -351,7 +351,7 @@ TEST(RegistryBatch, EpisodesAndNonDummyTriggers) {
   for (const char* task : {"A", "A", "B", "B"}) h.end("c", h.claim("c"), task, 1);  // all equal: dummy
   EXPECT_EQ(h.registry.pool_info()["completed_tasks"], 2);
   EXPECT_EQ(h.registry.pool_info()["completed_non_dummy_tasks"], 0);
-  EXPECT_EQ(h.registry.engine_status(), EngineStatus::kRolling);
+  EXPECT_EQ(h.registry.engine_status(), EnginePhase::kRolling);
   h.end("c", h.claim("c"), "C", 1);
   h.end("c", h.claim("c"), "C", 0);
   h.end("c", h.claim("c"), "A", 0);  // A now varies
@@ -373,7 +373,7 @@ TEST(RegistryBatch, AgreeTriggersUseActiveClients) {
   h.registry.abort_episode(AbortRequest{"c3", aborted, false});  // declare_client_active: false
   EXPECT_FALSE(h.registry.agree_sync_weight(AgreeRequest{"c3"}).success);
   EXPECT_TRUE(h.registry.agree_sync_weight(AgreeRequest{"c1"}).success);
-  EXPECT_EQ(h.registry.engine_status(), EngineStatus::kRolling);  // c2 has not agreed
+  EXPECT_EQ(h.registry.engine_status(), EnginePhase::kRolling);  // c2 has not agreed
   EXPECT_EQ(h.registry.pool_info()["active_clients"].size(), 2u);
   // c2 goes quiet past CLIENT_ACTIVE_TIMEOUT: it no longer blocks the others.
   h.now += 601;
@@ -381,7 +381,7 @@ TEST(RegistryBatch, AgreeTriggersUseActiveClients) {
   EXPECT_EQ(swept.expired_clients, (std::vector<std::string>{"c1", "c2"}));  // c1 agreed at t0, also idle
   h.end("c1", h.claim("c1"), "t", 1);
   EXPECT_TRUE(h.registry.agree_sync_weight(AgreeRequest{"c1"}).success);
-  EXPECT_EQ(h.registry.engine_status(), EngineStatus::kRollingPost);  // shown for agree_boundary_dwell
+  EXPECT_EQ(h.registry.engine_status(), EnginePhase::kRollingPost);  // shown for agree_boundary_dwell
   h.now += 2;
   h.registry.sweep();
   EXPECT_TRUE(h.registry.batch_ready());
@@ -436,20 +436,20 @@ TEST(RegistryBatch, AnAgreedBoundaryIsVisibleOnEveryBackbone) {
     h.start();
     h.end("c1", h.claim("c1"), "t", 1);
     ASSERT_TRUE(h.registry.agree_sync_weight(AgreeRequest{"c1"}).success);
-    EXPECT_EQ(h.registry.engine_status(), EngineStatus::kRollingPost) << backbone_name(backbone);
+    EXPECT_EQ(h.registry.engine_status(), EnginePhase::kRollingPost) << backbone_name(backbone);
     ASSERT_TRUE(h.registry.next_sweep_due().has_value());
     EXPECT_LE(*h.registry.next_sweep_due(), std::chrono::milliseconds(2010));
     h.now += 1;
     h.registry.sweep();
-    EXPECT_EQ(h.registry.engine_status(), EngineStatus::kRollingPost) << backbone_name(backbone);
+    EXPECT_EQ(h.registry.engine_status(), EnginePhase::kRollingPost) << backbone_name(backbone);
     h.now += 1;
     h.registry.sweep();
     if (backbone == Backbone::kTorch) {
       EXPECT_TRUE(h.registry.batch_ready());
-      EXPECT_EQ(h.registry.engine_status(), EngineStatus::kRollingPost);
+      EXPECT_EQ(h.registry.engine_status(), EnginePhase::kRollingPost);
     } else {
       // debug recorded the batch; async handed it to the trainer and rolls on.
-      EXPECT_EQ(h.registry.engine_status(), EngineStatus::kRolling) << backbone_name(backbone);
+      EXPECT_EQ(h.registry.engine_status(), EnginePhase::kRolling) << backbone_name(backbone);
       if (backbone == Backbone::kAsync) {
         EXPECT_TRUE(h.registry.batch_ready());
       }
@@ -483,7 +483,7 @@ TEST(RegistryBatch, EvalEpisodesAreRecordedButNeverBatched) {
   LlmCallTicket t = h.registry.begin_llm_call(ev);
   EXPECT_EQ(t.episode_type, "eval");
   h.end("c1", ev, "e1", 0.25);
-  EXPECT_EQ(h.registry.engine_status(), EngineStatus::kRolling);
+  EXPECT_EQ(h.registry.engine_status(), EnginePhase::kRolling);
   Json info = h.registry.pool_info();
   EXPECT_EQ(info["completed_episodes"], 0);
   EXPECT_EQ(info["eval_episodes"]["completed"], 1);
@@ -577,7 +577,7 @@ TEST(RegistryPoolInfo, CarriesEveryProtocolField) {
 TEST(RegistryFigures, CountStatesOutcomesAndBatchProgress) {
   RegistryHarness h(small_options(Backbone::kTorch, 2, 2, /*pool=*/5));
   RegistryFigures f = h.registry.figures();
-  EXPECT_EQ(f.engine_status, EngineStatus::kOffline);
+  EXPECT_EQ(f.engine_status, EnginePhase::kOffline);
   EXPECT_EQ(f.registered + f.claimed + f.ending + f.prepared, 0);
   EXPECT_TRUE(f.ended.empty());
   EXPECT_EQ(f.batch_episode_target, 4);
@@ -592,7 +592,7 @@ TEST(RegistryFigures, CountStatesOutcomesAndBatchProgress) {
     EXPECT_EQ(f.llm_calls_in_flight, 1);
   }
   f = h.registry.figures();
-  EXPECT_EQ(f.engine_status, EngineStatus::kRolling);
+  EXPECT_EQ(f.engine_status, EnginePhase::kRolling);
   EXPECT_EQ(f.registered, 1);
   EXPECT_EQ(f.claimed, 4);
   EXPECT_EQ(f.llm_calls_in_flight, 0);
@@ -623,7 +623,7 @@ TEST(RegistryFigures, CountStatesOutcomesAndBatchProgress) {
   std::string g = h.claim("c1");
   h.registry.stop("test");
   f = h.registry.figures();
-  EXPECT_EQ(f.engine_status, EngineStatus::kOffline);
+  EXPECT_EQ(f.engine_status, EnginePhase::kOffline);
   EXPECT_EQ(f.registered + f.claimed, 0);
   EXPECT_EQ((f.ended[{"dropped", "train"}]), 1);  // g; the unclaimed pool is not counted
   (void)g;
@@ -636,7 +636,7 @@ TEST(RegistryBackbones, DebugRecordsTheBatchAndNeverAdvancesTheStep) {
   h.end("c", a, "t", 1);
   h.end("c", b, "t", 0);
   // Recorded at once: no trainer, no WEIGHT_SYNCING, global_step unchanged.
-  EXPECT_EQ(h.registry.engine_status(), EngineStatus::kRolling);
+  EXPECT_EQ(h.registry.engine_status(), EnginePhase::kRolling);
   EXPECT_EQ(h.registry.global_step(), 0);
   EXPECT_FALSE(h.registry.batch_ready());
   auto recorded = h.registry.last_recorded_batch();
@@ -658,20 +658,20 @@ TEST(RegistryBackbones, AsyncKeepsRollingAndBoundsStaleness) {
   h.start();
   std::string running = h.claim("c");
   h.end("c", h.claim("c"), "t", 1);
-  EXPECT_EQ(h.registry.engine_status(), EngineStatus::kRolling);  // no ROLLING_POST
+  EXPECT_EQ(h.registry.engine_status(), EnginePhase::kRolling);  // no ROLLING_POST
   EXPECT_TRUE(h.registry.batch_ready());
   EXPECT_TRUE(h.can_continue("c", running));  // in-flight episodes go on into the next batch
   ClaimResponse paused = h.try_claim("c");
   EXPECT_FALSE(paused.success);
   EXPECT_TRUE(contains(paused.fail_cause, "max_staleness")) << paused.fail_cause;
   Batch b = h.registry.take_batch();
-  EXPECT_EQ(h.registry.engine_status(), EngineStatus::kRolling);
+  EXPECT_EQ(h.registry.engine_status(), EnginePhase::kRolling);
   h.end("c", running, "t2", 0);
   EXPECT_TRUE(h.registry.batch_ready());  // the next batch fills while the trainer works
   EXPECT_FALSE(h.try_claim("c").success);
   h.registry.finish_batch(b.batch_id, {});
   EXPECT_EQ(h.registry.global_step(), 1);
-  EXPECT_EQ(h.registry.engine_status(), EngineStatus::kRolling);
+  EXPECT_EQ(h.registry.engine_status(), EnginePhase::kRolling);
   EXPECT_EQ(h.registry.take_batch().episodes.at(0).episode_uuid, running);
 }
 
@@ -682,7 +682,7 @@ TEST(RegistryLifecycle, StopDropsInFlightEpisodes) {
   h.end("c1", done, "t", 1);
   std::vector<std::string> dropped = h.registry.stop();
   EXPECT_EQ(dropped, std::vector<std::string>{running});
-  EXPECT_EQ(h.registry.engine_status(), EngineStatus::kOffline);
+  EXPECT_EQ(h.registry.engine_status(), EnginePhase::kOffline);
   EXPECT_TRUE(h.registry.episode_buffer()["buffer"].empty());
   EXPECT_EQ(h.registry.pool_info()["completed_episodes"], 0);
   CommandError e = h.end_error("c2", running);
@@ -703,7 +703,7 @@ TEST(RegistryLifecycle, EngineRestartReturnsTheUntrainedBatch) {
   h.end("c1", a, "t", 1);
   Batch first = h.registry.take_batch();
   h.registry.engine_restarting("engine died; restarting from the last checkpoint");
-  EXPECT_EQ(h.registry.engine_status(), EngineStatus::kBooting);
+  EXPECT_EQ(h.registry.engine_status(), EnginePhase::kBooting);
   EXPECT_TRUE(h.can_continue("c2", keep));  // live episodes survive an engine restart
   h.registry.engine_ready();
   ASSERT_TRUE(h.registry.batch_ready());  // the same episodes, collected again
@@ -746,7 +746,7 @@ TEST(RegistryBackbones, AsyncStalenessBoundCountsVersionsBehindTheTrainer) {
   EXPECT_EQ(h.registry.global_step(), 1);
   EXPECT_EQ(h.registry.batches_behind(), 1);
   EXPECT_TRUE(h.try_claim("c").success);
-  EXPECT_EQ(h.registry.engine_status(), EngineStatus::kRolling);
+  EXPECT_EQ(h.registry.engine_status(), EnginePhase::kRolling);
 }
 
 TEST(RegistryBackbones, FailedBatchKeepsTheStepAndResumesRolling) {
@@ -754,9 +754,9 @@ TEST(RegistryBackbones, FailedBatchKeepsTheStepAndResumesRolling) {
   h.start();
   h.end("c", h.claim("c"), "t", 1);
   Batch b = h.registry.take_batch();
-  EXPECT_EQ(h.registry.engine_status(), EngineStatus::kWeightSyncing);
+  EXPECT_EQ(h.registry.engine_status(), EnginePhase::kWeightSyncing);
   h.registry.fail_batch(b.batch_id, ErrorCode::kInvalidArgument, "engine said: invalid_argument");
-  EXPECT_EQ(h.registry.engine_status(), EngineStatus::kRolling);
+  EXPECT_EQ(h.registry.engine_status(), EnginePhase::kRolling);
   EXPECT_EQ(h.registry.global_step(), 0);
   EXPECT_THROW(h.registry.finish_batch(b.batch_id, {}), Error);
   EXPECT_THROW(h.registry.fail_batch(b.batch_id, ErrorCode::kInvalidArgument, "twice"), Error);
@@ -839,4 +839,4 @@ TEST(RegistryFigures, ABatchCarriesItsTrainAbortsByCause) {
 }
 
 }  // namespace
-}  // namespace ajet::swarm
+}  // namespace ajet::episodes

@@ -10,7 +10,7 @@
 #include "episodes/registry.h"
 #include "store/store.h"
 
-namespace ajet::swarm::testing {
+namespace ajet::episodes::testing {
 
 inline const std::string kTestSecret = "test-secret-0123456789abcdef";
 
@@ -106,4 +106,4 @@ inline bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
 }
 
-}  // namespace ajet::swarm::testing
+}  // namespace ajet::episodes::testing

@@ -6,7 +6,7 @@
 
 #include "registry_test_util.h"
 
-namespace ajet::swarm {
+namespace ajet::episodes {
 namespace {
 
 using testing::RegistryHarness;
@@ -122,4 +122,4 @@ TEST(RegistryVersions, TorchBatchesAreOnPolicyAndCarriedEpisodesAreHeldToMaxStal
 }
 
 }  // namespace
-}  // namespace ajet::swarm
+}  // namespace ajet::episodes

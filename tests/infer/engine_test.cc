@@ -18,7 +18,7 @@ constexpr double kTol = 1e-4;
 void expect_matches_reference(model::Qwen2Model& m, const std::vector<int32_t>& prompt, const SampleOutput& s,
                               bool greedy) {
   std::vector<int32_t> seq = prompt;
-  for (const GeneratedToken& t : s.tokens) seq.push_back(t.id);
+  for (const batching::GeneratedToken& t : s.tokens) seq.push_back(t.id);
   torch::Tensor ref = reference_logprobs(m, seq);  // (T, V)
   for (size_t i = 0; i < s.tokens.size(); ++i) {
     const int64_t row = static_cast<int64_t>(prompt.size() + i) - 1;
@@ -55,7 +55,7 @@ TEST(ForwardCached, LogitsMatchFullForwardInOneChunkAndInSeveral) {
   }
 }
 
-// A bfloat16 cache under the float32 model (EngineConfig::cache_dtype): twice the blocks for the same
+// A bfloat16 cache under the float32 model (InferenceEngineOptions::cache_dtype): twice the blocks for the same
 // bytes; the CPU kernel and the torch-op path agree (to 5e-3, not 1e-4: their float32 sums differ in
 // the last bits, and a key that lands on the other side of a bfloat16 rounding step moves by 2^-9),
 // and both stay within bfloat16's rounding of the float32 recompute (this random model's largest
@@ -70,9 +70,9 @@ TEST(Engine, BFloat16CacheHoldsTwiceTheBlocksAndStaysCloseToFloat32) {
     float_blocks = engine.stats().total_blocks;
     EXPECT_EQ(engine.cache_dtype(), torch::kFloat);
   }
-  std::vector<std::vector<GeneratedToken>> runs;
+  std::vector<std::vector<batching::GeneratedToken>> runs;
   for (AttentionImpl impl : {AttentionImpl::kAuto, AttentionImpl::kTorchOps}) {
-    EngineConfig config = manual_config();
+    InferenceEngineOptions config = manual_config();
     config.cache_dtype = torch::kBFloat16;
     config.attention = impl;
     config.max_batch_tokens = 7;  // chunked prefill: later chunks read the rounded keys of earlier ones
@@ -88,7 +88,7 @@ TEST(Engine, BFloat16CacheHoldsTwiceTheBlocksAndStaysCloseToFloat32) {
     runs.push_back(r.samples[0].tokens);
   }
   std::vector<int32_t> seq = prompt;
-  for (const GeneratedToken& t : runs[0]) seq.push_back(t.id);
+  for (const batching::GeneratedToken& t : runs[0]) seq.push_back(t.id);
   torch::Tensor ref = reference_logprobs(m, seq);
   for (size_t i = 0; i < runs[0].size(); ++i) {
     EXPECT_EQ(runs[1][i].id, runs[0][i].id) << "token " << i;
@@ -104,7 +104,7 @@ TEST(Engine, GreedyDecodingMatchesFullRecomputeWithChunkedPrefill) {
   // other devices use.
   for (auto [budget, impl] : {std::pair{64, AttentionImpl::kAuto}, std::pair{7, AttentionImpl::kAuto},
                               std::pair{7, AttentionImpl::kTorchOps}}) {
-    EngineConfig config = manual_config();
+    InferenceEngineOptions config = manual_config();
     config.max_batch_tokens = budget;
     config.attention = impl;
     config.max_running = 4;
@@ -115,17 +115,17 @@ TEST(Engine, GreedyDecodingMatchesFullRecomputeWithChunkedPrefill) {
     GenerateResult r = future.get();
     ASSERT_FALSE(r.error);
     ASSERT_EQ(r.samples[0].tokens.size(), 12u);
-    EXPECT_EQ(r.samples[0].finish, FinishReason::kLength);
-    for (const GeneratedToken& t : r.samples[0].tokens) EXPECT_EQ(t.logprob, 0.0f);  // greedy: a point mass
+    EXPECT_EQ(r.samples[0].finish, batching::FinishReason::kLength);
+    for (const batching::GeneratedToken& t : r.samples[0].tokens) EXPECT_EQ(t.logprob, 0.0f);  // greedy: a point mass
     expect_matches_reference(m, prompt, r.samples[0], /*greedy=*/true);
   }
 }
 
 TEST(Engine, BatchOfDifferentLengthsMatchesEachAlone) {
   model::Qwen2Model m = tiny_model(2);
-  std::vector<GenerateRequest> requests;
+  std::vector<batching::GenerateRequest> requests;
   for (int i = 0; i < 6; ++i) {
-    GenerateRequest r = request("r" + std::to_string(i), prompt_of(3 + 7 * i, i), 8 + i);
+    batching::GenerateRequest r = request("r" + std::to_string(i), prompt_of(3 + 7 * i, i), 8 + i);
     if (i % 2 == 1) {  // seeded sampling on half of them
       r.temperature = 0.9;
       r.top_p = 0.95;
@@ -137,7 +137,7 @@ TEST(Engine, BatchOfDifferentLengthsMatchesEachAlone) {
   std::vector<GenerateResult> alone;
   {
     InferenceEngine engine(m, manual_config());
-    for (const GenerateRequest& r : requests) {
+    for (const batching::GenerateRequest& r : requests) {
       auto f = engine.generate(r);
       drain(engine);
       alone.push_back(f.get());
@@ -145,7 +145,7 @@ TEST(Engine, BatchOfDifferentLengthsMatchesEachAlone) {
   }
   InferenceEngine engine(m, manual_config());
   std::vector<std::future<GenerateResult>> futures;
-  for (const GenerateRequest& r : requests) futures.push_back(engine.generate(r));
+  for (const batching::GenerateRequest& r : requests) futures.push_back(engine.generate(r));
   drain(engine);
   for (size_t i = 0; i < requests.size(); ++i) {
     GenerateResult together = futures[i].get();
@@ -166,7 +166,7 @@ TEST(Engine, SamplesSharingOnePrefillEachMatchAnIndependentRun) {
   model::Qwen2Model m = tiny_model(3);
   // 21 prompt tokens in blocks of 4: the last block is shared half-full, so each sample's first token
   // triggers copy-on-write.
-  GenerateRequest r = request("n4", prompt_of(21, 4), 10, 1.3);
+  batching::GenerateRequest r = request("n4", prompt_of(21, 4), 10, 1.3);
   r.n = 4;
   r.seed = 77;
   r.top_logprobs = 3;
@@ -206,10 +206,10 @@ TEST(Engine, FullCacheMakesRequestsWaitAndPreemptionRecomputesCorrectly) {
   // needs 12 blocks, so sequences are preempted and recomputed; a fourth request waits throughout.
   const hf::ModelConfig& c = m->config();
   const int64_t block_bytes = 2 * c.num_hidden_layers * 4 * c.num_key_value_heads * c.head_dim * 4;
-  EngineConfig config = manual_config(8 * block_bytes);
+  InferenceEngineOptions config = manual_config(8 * block_bytes);
   InferenceEngine engine(m, config);
   ASSERT_EQ(engine.stats().total_blocks, 8);
-  std::vector<GenerateRequest> requests;
+  std::vector<batching::GenerateRequest> requests;
   std::vector<std::future<GenerateResult>> futures;
   for (int i = 0; i < 4; ++i) {
     requests.push_back(request("c" + std::to_string(i), prompt_of(6, 10 + i), 10));
@@ -232,10 +232,10 @@ TEST(Engine, FullCacheMakesRequestsWaitAndPreemptionRecomputesCorrectly) {
 TEST(Engine, AbortEndsOnlyThatRequest) {
   model::Qwen2Model m = tiny_model();
   InferenceEngine engine(m, manual_config());
-  std::vector<GenerateEvent> events;
-  GenerateRequest victim = request("victim", prompt_of(5, 1), 100);
+  std::vector<batching::GenerateEvent> events;
+  batching::GenerateRequest victim = request("victim", prompt_of(5, 1), 100);
   victim.n = 2;
-  engine.submit(victim, [&](const GenerateEvent& e) { events.push_back(e); });
+  engine.submit(victim, [&](const batching::GenerateEvent& e) { events.push_back(e); });
   auto survivor = engine.generate(request("survivor", prompt_of(8, 2), 20));
   for (int i = 0; i < 4; ++i) engine.step();
   const size_t tokens_before = events.size();
@@ -246,35 +246,35 @@ TEST(Engine, AbortEndsOnlyThatRequest) {
   std::set<int64_t> aborted;
   for (size_t i = tokens_before; i < events.size(); ++i) {
     EXPECT_TRUE(events[i].tokens.empty());
-    EXPECT_EQ(events[i].finish, FinishReason::kAbort);
+    EXPECT_EQ(events[i].finish, batching::FinishReason::kAbort);
     aborted.insert(events[i].sample_index);
   }
   EXPECT_EQ(aborted, (std::set<int64_t>{0, 1}));
   EXPECT_TRUE(events.back().request_finished);
   GenerateResult s = survivor.get();
   EXPECT_EQ(s.samples[0].tokens.size(), 20u);
-  EXPECT_EQ(s.samples[0].finish, FinishReason::kLength);
+  EXPECT_EQ(s.samples[0].finish, batching::FinishReason::kLength);
   EXPECT_EQ(engine.stats().free_blocks, engine.stats().total_blocks);
 }
 
 TEST(Engine, InvalidRequestsGetErrorsWhileOthersComplete) {
   model::Qwen2Model m = tiny_model();
-  EngineConfig config = manual_config();
+  InferenceEngineOptions config = manual_config();
   config.start_thread = true;
   config.max_model_len = 64;
   InferenceEngine engine(m, config);
   auto good = engine.generate(request("good", prompt_of(10, 1), 30));
-  std::vector<std::pair<GenerateRequest, std::string>> bad;
+  std::vector<std::pair<batching::GenerateRequest, std::string>> bad;
   bad.push_back({request("bad-id", {1, 2, 300}, 5), "token 2 has id 300"});
   bad.push_back({request("negative-id", {-1}, 5), "token 0 has id -1"});
   bad.push_back({request("empty", {}, 5), "at least one token"});
   bad.push_back({request("too-long", prompt_of(64, 1), 5), "context of 64"});
   bad.push_back({request("max-tokens", {1}, 0), "max_tokens"});
   bad.push_back({request("temperature", {1}, 5, -1.0), "temperature"});
-  GenerateRequest n0 = request("n0", {1}, 5);
+  batching::GenerateRequest n0 = request("n0", {1}, 5);
   n0.n = 0;
   bad.push_back({n0, "n must be"});
-  GenerateRequest top_p = request("top-p", {1}, 5);
+  batching::GenerateRequest top_p = request("top-p", {1}, 5);
   top_p.top_p = 0;
   bad.push_back({top_p, "top_p"});
   bad.push_back({request("good", {1}, 5), "already in flight"});
@@ -299,19 +299,19 @@ TEST(Engine, StopTokenIsIncludedAndEndsTheSample) {
   drain(engine);
   std::vector<int32_t> free_run = ids_of(first.get().samples[0]);
   // Stop at the first occurrence of the 4th token.
-  GenerateRequest r = request("stop", prompt, 10);
+  batching::GenerateRequest r = request("stop", prompt, 10);
   r.stop_token_ids = {free_run[3], 299};
   auto second = engine.generate(r);
   drain(engine);
   SampleOutput s = second.get().samples[0];
   const size_t first_hit = std::find(free_run.begin(), free_run.end(), free_run[3]) - free_run.begin();
   EXPECT_EQ(ids_of(s), std::vector<int32_t>(free_run.begin(), free_run.begin() + first_hit + 1));
-  EXPECT_EQ(s.finish, FinishReason::kStop);
+  EXPECT_EQ(s.finish, batching::FinishReason::kStop);
 }
 
 TEST(Engine, ContextLimitEndsWithLength) {
   model::Qwen2Model m = tiny_model();
-  EngineConfig config = manual_config();
+  InferenceEngineOptions config = manual_config();
   config.max_model_len = 20;
   InferenceEngine engine(m, config);
   EXPECT_EQ(engine.max_model_len(), 20);
@@ -319,14 +319,14 @@ TEST(Engine, ContextLimitEndsWithLength) {
   drain(engine);
   SampleOutput s = f.get().samples[0];
   EXPECT_EQ(s.tokens.size(), 5u);  // 15 + 5 = 20 tokens
-  EXPECT_EQ(s.finish, FinishReason::kLength);
+  EXPECT_EQ(s.finish, batching::FinishReason::kLength);
 }
 
 TEST(Engine, RunExclusiveBetweenStepsChangesTheReportedVersion) {
   model::Qwen2Model m = tiny_model();
   InferenceEngine engine(m, manual_config());
-  std::vector<GeneratedToken> tokens;
-  engine.submit(request("v", prompt_of(5, 1), 8), [&](const GenerateEvent& e) {
+  std::vector<batching::GeneratedToken> tokens;
+  engine.submit(request("v", prompt_of(5, 1), 8), [&](const batching::GenerateEvent& e) {
     tokens.insert(tokens.end(), e.tokens.begin(), e.tokens.end());
   });
   for (int i = 0; i < 3; ++i) engine.step();
@@ -353,7 +353,7 @@ TEST(Engine, RunExclusiveBetweenStepsChangesTheReportedVersion) {
 
 TEST(Engine, ThreadedEngineServesConcurrentSubmittersAndSwapsWeights) {
   model::Qwen2Model m = tiny_model(5, /*tied=*/true);
-  EngineConfig config = manual_config();
+  InferenceEngineOptions config = manual_config();
   config.start_thread = true;
   config.threads = 1;
   InferenceEngine engine(m, config);
@@ -377,7 +377,7 @@ TEST(Engine, ThreadedEngineServesConcurrentSubmittersAndSwapsWeights) {
   }
   engine.run_exclusive([](model::Qwen2Model&) {}, true).get();
   GenerateResult after = engine.generate(request("after", prompt_of(4, 0), 3)).get();
-  for (const GeneratedToken& t : after.samples[0].tokens) EXPECT_EQ(t.policy_version, 1);
+  for (const batching::GeneratedToken& t : after.samples[0].tokens) EXPECT_EQ(t.policy_version, 1);
   EngineStats s = engine.stats();
   EXPECT_EQ(s.requests_finished, 21);
   EXPECT_EQ(s.tokens_generated, 20 * 6 + 3);
@@ -420,7 +420,7 @@ TEST(Engine, StopAbortsRequestsInFlight) {
   engine.step();
   engine.stop();
   GenerateResult r = f.get();
-  EXPECT_EQ(r.samples[0].finish, FinishReason::kAbort);
+  EXPECT_EQ(r.samples[0].finish, batching::FinishReason::kAbort);
 }
 
 
@@ -459,7 +459,7 @@ TEST(Engine, PrefixCachingSkipsComputedBlocksAndKeepsEveryToken) {
   expect_matches_reference(m, turn2, r3.samples[0], /*greedy=*/true);
 
   // Without prefix caching the same requests give the same tokens, all computed.
-  EngineConfig off = manual_config();
+  InferenceEngineOptions off = manual_config();
   off.prefix_caching = false;
   InferenceEngine plain(m, off);
   for (const auto& [id, prompt, out] : {std::tuple{"p1", p1, r1}, std::tuple{"p2", p2, r2}, std::tuple{"turn2", turn2, r3}}) {

@@ -33,8 +33,8 @@ inline model::Qwen2Model tiny_model(uint64_t seed = 1, bool tied = false) {
   return m;
 }
 
-inline EngineConfig manual_config(int64_t cache_bytes = 8 << 20) {
-  EngineConfig c;
+inline InferenceEngineOptions manual_config(int64_t cache_bytes = 8 << 20) {
+  InferenceEngineOptions c;
   c.start_thread = false;
   c.cache_bytes = cache_bytes;
   c.block_size = 4;
@@ -59,9 +59,9 @@ inline torch::Tensor reference_logprobs(model::Qwen2Model& m, const std::vector<
   return torch::log_softmax(m->forward_logits(x, pos)[0].to(torch::kDouble), -1);  // (T, V)
 }
 
-inline GenerateRequest request(std::string id, std::vector<int32_t> prompt, int64_t max_tokens,
+inline batching::GenerateRequest request(std::string id, std::vector<int32_t> prompt, int64_t max_tokens,
                                double temperature = 0.0) {
-  GenerateRequest r;
+  batching::GenerateRequest r;
   r.id = std::move(id);
   r.prompt = std::move(prompt);
   r.max_tokens = max_tokens;
@@ -77,7 +77,7 @@ inline std::vector<int32_t> prompt_of(int64_t length, int32_t salt) {
 
 inline std::vector<int32_t> ids_of(const SampleOutput& s) {
   std::vector<int32_t> ids;
-  for (const GeneratedToken& t : s.tokens) ids.push_back(t.id);
+  for (const batching::GeneratedToken& t : s.tokens) ids.push_back(t.id);
   return ids;
 }
 

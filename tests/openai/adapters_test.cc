@@ -10,7 +10,7 @@
 #include "openai/openai_errors.h"
 #include "openai/openai_responses.h"
 
-namespace ajet::swarm {
+namespace ajet::openai {
 namespace {
 
 using ::testing::HasSubstr;
@@ -165,4 +165,4 @@ TEST(AnthropicMessages, ErrorsComeInAnthropicsEnvelope) {
 }
 
 }  // namespace
-}  // namespace ajet::swarm
+}  // namespace ajet::openai

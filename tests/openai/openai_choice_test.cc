@@ -7,7 +7,7 @@
 #include "openai/openai_choice.h"
 #include "text/bpe_trainer.h"
 
-namespace ajet::swarm {
+namespace ajet::openai {
 namespace {
 
 using ::testing::HasSubstr;
@@ -191,4 +191,4 @@ TEST(ChoiceState, CompletionsAreTextOnly) {
 }
 
 }  // namespace
-}  // namespace ajet::swarm
+}  // namespace ajet::openai

@@ -6,7 +6,7 @@
 #include "common/error.h"
 #include "openai/openai_params.h"
 
-namespace ajet::swarm {
+namespace ajet::openai {
 namespace {
 
 using ::testing::HasSubstr;
@@ -92,7 +92,7 @@ TEST(OpenAiParams, CompletionsPromptAndLogprobs) {
 }
 
 TEST(OpenAiParams, TrainEpisodesSampleWithTheServersSettingsEvalWithTheRequests) {
-  SamplingRules rules;
+  episodes::SamplingRules rules;
   rules.train_temperature = 0.9;
   rules.train_top_p = 0.95;
   rules.train_top_k = 50;
@@ -125,7 +125,7 @@ TEST(OpenAiParams, TrainEpisodesSampleWithTheServersSettingsEvalWithTheRequests)
 }
 
 TEST(OpenAiParams, ContextOverflowIsAClearError) {
-  SamplingRules rules;
+  episodes::SamplingRules rules;
   rules.max_tokens_per_turn = 100;
   rules.max_model_len = 64;
   OpenAiParams bare;
@@ -155,7 +155,7 @@ TEST(OpenAiParams, NIsAtMost64AndAtMostTheEnginesMaxNumSeqs) {
   EXPECT_EQ(kMaxChoices, rpc::kMaxSamplesPerRequest);
   EXPECT_EQ(parse_chat_params(OrderedJson::parse(R"({"n": 64})")).n, 64);
   EXPECT_THAT(error_of(OrderedJson::parse(R"({"n": 65})")), HasSubstr("'n' must be between 1 and 64, got 65"));
-  SamplingRules rules;
+  episodes::SamplingRules rules;
   rules.max_num_seqs = 8;
   OpenAiParams p;
   p.n = 9;
@@ -174,7 +174,7 @@ TEST(OpenAiParams, NIsAtMost64AndAtMostTheEnginesMaxNumSeqs) {
 // Before: nothing bounded n × max_tokens × top_logprobs; one n=64 call with logprobs took the front
 // past 6 GB.
 TEST(OpenAiParams, TokenEntriesOfOneAnswerAreBoundedNamingTheFields) {
-  SamplingRules rules;
+  episodes::SamplingRules rules;
   rules.max_tokens_per_turn = 1000;
   rules.max_model_len = 100000;
   OpenAiParams p = parse_chat_params(OrderedJson::parse(R"({"n": 16, "max_tokens": 1000, "logprobs": true,
@@ -226,7 +226,7 @@ TEST(OpenAiParams, ErrorsNameTheFieldsOfTheClientsApi) {
   EXPECT_THAT(error_with(R"({"stop": 5})", messages), HasSubstr("'stop_sequences' must be"));
   EXPECT_THAT(error_with(R"({"max_tokens": 0})", responses), HasSubstr("'max_output_tokens' must be at least 1"));
   EXPECT_THAT(error_with(R"({"max_tokens": "x"})", responses), HasSubstr("'max_output_tokens' must be an integer"));
-  SamplingRules rules;
+  episodes::SamplingRules rules;
   rules.max_model_len = 64;
   OpenAiParams p = parse_chat_params(OrderedJson::parse(R"({"max_tokens": 10})"), responses);
   try {
@@ -259,4 +259,4 @@ TEST(OpenAiParams, ToolResultsMustAnswerAnEarlierToolCall) {
 }
 
 }  // namespace
-}  // namespace ajet::swarm
+}  // namespace ajet::openai

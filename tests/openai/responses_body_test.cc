@@ -6,7 +6,7 @@
 #include "common/json.h"
 #include "openai/openai_responses.h"
 
-namespace ajet::swarm {
+namespace ajet::openai {
 namespace {
 
 text::OrderedJson body_with_arguments(const std::string& arguments) {
@@ -33,4 +33,4 @@ TEST(ResponsesBody, FunctionCallArgumentsNestedPastTheLimitAreRefusedNamingTheIt
 }
 
 }  // namespace
-}  // namespace ajet::swarm
+}  // namespace ajet::openai

@@ -11,12 +11,12 @@ namespace ajet::train {
 namespace {
 
 // One GRPO group of three episodes (rewards 1, 0, 0) with 3, 1 and 2 trained tokens after a prompt.
-Batch hand_batch() {
-  Batch b;
+train_data::Batch hand_batch() {
+  train_data::Batch b;
   const std::vector<int> trained = {3, 1, 2};
   const std::vector<double> reward = {1, 0, 0}, weight = {1, 0.5, 0.5};
   for (size_t i = 0; i < 3; ++i) {
-    TrainSample s;
+    train_data::TrainSample s;
     s.episode_uuid = "ep-" + std::to_string(i);
     s.task_id = "g";
     s.reward = reward[i];
@@ -43,21 +43,21 @@ TEST(LossAggregation, EachModeByHand) {
   const double total_terms = 6, seqs = 3, norm = 4, scale = 1.5;
   auto base = testing::random_model(testing::qwen2_config(), 61);
   for (bool weighting : {false, true}) {
-    for (auto agg : {LossAggregation::kTokenMean, LossAggregation::kSeqMeanTokenMean, LossAggregation::kSeqMeanTokenSum,
-                     LossAggregation::kSeqMeanTokenSumNorm}) {
+    for (auto agg : {train_data::LossAggregation::kTokenMean, train_data::LossAggregation::kSeqMeanTokenMean, train_data::LossAggregation::kSeqMeanTokenSum,
+                     train_data::LossAggregation::kSeqMeanTokenSumNorm}) {
       double expected = 0;
       for (int s = 0; s < 3; ++s) {
         const double ws = weighting ? w[s] : 1.0;
         double c = 0;
         switch (agg) {
-          case LossAggregation::kTokenMean: c = ws / total_terms; break;
-          case LossAggregation::kSeqMeanTokenMean: c = ws / (seqs * n[s]); break;
-          case LossAggregation::kSeqMeanTokenSum: c = ws / seqs; break;
-          case LossAggregation::kSeqMeanTokenSumNorm: c = ws / norm; break;
+          case train_data::LossAggregation::kTokenMean: c = ws / total_terms; break;
+          case train_data::LossAggregation::kSeqMeanTokenMean: c = ws / (seqs * n[s]); break;
+          case train_data::LossAggregation::kSeqMeanTokenSum: c = ws / seqs; break;
+          case train_data::LossAggregation::kSeqMeanTokenSumNorm: c = ws / norm; break;
         }
         expected += -scale * c * n[s] * a[s];
       }
-      TrainerOptions o = testing::test_options();
+      train_data::TrainerOptions o = testing::test_options();
       o.aggregation = agg;
       o.episode_weighting = weighting;
       o.norm_constant = norm;
@@ -65,8 +65,8 @@ TEST(LossAggregation, EachModeByHand) {
       o.micro_batch_tokens = 9;  // several micro-batches: the normalisers are over the mini-batch
       o.budget_beyond_shared_prefix = false;  // (the samples share a prompt, which would be one tree)
       Trainer t(testing::clone_model(base), o);
-      const TrainMetrics m = t.train_step(hand_batch());
-      const std::string what = std::string(aggregation_name(agg)) + (weighting ? " weighted" : "");
+      const train_data::TrainMetrics m = t.train_step(hand_batch());
+      const std::string what = std::string(train_data::aggregation_name(agg)) + (weighting ? " weighted" : "");
       EXPECT_NEAR(m.loss, expected, 1e-6) << what;
       EXPECT_GT(m.micro_batches, 1) << what;
       EXPECT_EQ(m.clip_fraction, 0.0) << what;

@@ -19,7 +19,7 @@ namespace {
 
 using testing::clone_model;
 using testing::probe_logits;
-using testing::random_batch;
+using train_data::testing::random_batch;
 
 std::vector<torch::Tensor> snapshot(Trainer& t) {
   std::vector<torch::Tensor> out;
@@ -32,10 +32,10 @@ void expect_bit_identical(const std::vector<torch::Tensor>& a, const std::vector
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i])) << "parameter " << i;
 }
 
-void resume_case(TrainerOptions o, const std::string& tag) {
+void resume_case(train_data::TrainerOptions o, const std::string& tag) {
   testing::ScratchDir dir;
   auto base = testing::random_model(testing::qwen2_config(), 11);
-  std::vector<Batch> batches;
+  std::vector<train_data::Batch> batches;
   for (int i = 0; i < 3; ++i) batches.push_back(random_batch(2, 4, 6, 5, 61, 70 + static_cast<uint64_t>(i)));
 
   Trainer a(clone_model(base), o);
@@ -67,7 +67,7 @@ void resume_case(TrainerOptions o, const std::string& tag) {
 }
 
 TEST(Checkpoint, ResumeIsBitIdenticalFullFineTuning) {
-  TrainerOptions o = testing::test_options();
+  train_data::TrainerOptions o = testing::test_options();
   o.loss.use_kl = true;  // the reference must be the run's initial weights, not the checkpoint's
   o.loss.kl_coef = 0.1;
   o.mini_batch_num = 2;  // shuffling: the RNG state matters
@@ -79,7 +79,7 @@ TEST(Checkpoint, ResumeIsBitIdenticalFullFineTuning) {
 }
 
 TEST(Checkpoint, ResumeIsBitIdenticalLoraWithDropout) {
-  TrainerOptions o = testing::test_options();
+  train_data::TrainerOptions o = testing::test_options();
   o.lora.rank = 4;
   o.lora.dropout = 0.2;  // the torch generator state matters
   o.optim.lr = 1e-2;
@@ -91,7 +91,7 @@ TEST(Checkpoint, ResumeIsBitIdenticalLoraWithDropout) {
 
 TEST(Checkpoint, KeepsTheNewestAndPointsAtTheLatest) {
   testing::ScratchDir dir;
-  TrainerOptions o = testing::test_options();
+  train_data::TrainerOptions o = testing::test_options();
   Trainer t(testing::random_model(testing::qwen2_config(), 12), o);
   CheckpointOptions co;
   co.base_dir = dir / "ckpt";
@@ -124,7 +124,7 @@ TEST(Checkpoint, KeepsTheNewestAndPointsAtTheLatest) {
 
 TEST(Checkpoint, LoadErrorsNameWhatIsWrong) {
   testing::ScratchDir dir;
-  TrainerOptions o = testing::test_options();
+  train_data::TrainerOptions o = testing::test_options();
   Trainer t(testing::random_model(testing::qwen2_config(), 13), o);
   t.train_step(random_batch(1, 3, 4, 3, 61, 90));
   CheckpointOptions co;
@@ -137,7 +137,7 @@ TEST(Checkpoint, LoadErrorsNameWhatIsWrong) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("optimizer.safetensors"), std::string::npos) << e.what();
   }
-  TrainerOptions lo = o;
+  train_data::TrainerOptions lo = o;
   lo.lora.rank = 2;
   Trainer lt(testing::random_model(testing::qwen2_config(), 13), lo);
   try {
@@ -164,7 +164,7 @@ TEST(Checkpoint, LoraModelDirIsTheMergedModel) {
   model::testing::write_byte_tokenizer(dir / "tok");
   auto base = testing::random_model(testing::qwen2_config(), 14);
   model::save_model_dir(base, dir / "base");
-  TrainerOptions o = testing::test_options();
+  train_data::TrainerOptions o = testing::test_options();
   o.lora.rank = 4;
   o.lora.alpha = 8;
   o.optim.lr = 2e-2;

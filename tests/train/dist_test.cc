@@ -28,8 +28,8 @@ extern char** environ;
 namespace ajet::train {
 namespace {
 
-using testing::error_of;
-using testing::fake_env;
+using train_data::testing::error_of;
+using train_data::testing::fake_env;
 using testing::relative_difference;
 
 // A port nobody else uses right now (the kernel's pick for an ephemeral bind).
@@ -46,14 +46,14 @@ int free_port() {
   return ntohs(a.sin_port);
 }
 
-DistPlacement loopback(int rank, int world, int port, double timeout_seconds) {
-  DistOptions o;
+train_data::DistPlacement loopback(int rank, int world, int port, double timeout_seconds) {
+  train_data::DistOptions o;
   o.nnodes = world;
   o.node_rank = rank;
   o.master_addr = "127.0.0.1";
   o.master_port = port;
   o.timeout_seconds = timeout_seconds;
-  return resolve_placement(o, fake_env({}));
+  return train_data::resolve_placement(o, fake_env({}));
 }
 
 TEST(DistRendezvous, PortInUseNamesTheAddress) {

@@ -21,10 +21,10 @@ inline const std::vector<std::string>& dist_configs() {
 }
 
 // 5 groups x 3 episodes, one or two turns each: the groups differ in size, so the split must balance.
-inline Batch dist_batch(int64_t vocab) { return random_batch(5, 3, 9, 7, vocab, 21); }
+inline train_data::Batch dist_batch(int64_t vocab) { return train_data::testing::random_batch(5, 3, 9, 7, vocab, 21); }
 
-inline TrainerOptions dist_options(const std::string& config) {
-  TrainerOptions o = test_options();
+inline train_data::TrainerOptions dist_options(const std::string& config) {
+  train_data::TrainerOptions o = test_options();
   // AdamW's first step is lr * g / (|g| + eps): with the usual eps = 1e-8 it is lr * sign(g), which
   // turns the float summation noise of near-zero gradient entries into full-size differences. With
   // eps = 1 the step is smooth in g (about lr * g), so parameters compare as tightly as gradients.
@@ -35,11 +35,11 @@ inline TrainerOptions dist_options(const std::string& config) {
   o.loss.kl_coef = 0.1;
   o.loss.entropy_coef = 0.01;
   if (config == "reinforce_pp") {
-    o.advantage.estimator = AdvantageEstimator::kReinforcePP;
-    o.aggregation = LossAggregation::kSeqMeanTokenMean;
+    o.advantage.estimator = train_data::AdvantageEstimator::kReinforcePP;
+    o.aggregation = train_data::LossAggregation::kSeqMeanTokenMean;
   } else {
-    o.advantage.estimator = AdvantageEstimator::kGrpo;
-    o.aggregation = LossAggregation::kTokenMean;
+    o.advantage.estimator = train_data::AdvantageEstimator::kGrpo;
+    o.aggregation = train_data::LossAggregation::kTokenMean;
   }
   return o;
 }
@@ -80,9 +80,9 @@ inline DistResult load_dist_result(const std::string& path) {
 }
 
 // One train_step of `trainer` on `batch`; the gradients are the ones the hook saw (after the all-reduce).
-inline DistResult train_once(Trainer& trainer, const Batch& batch) {
+inline DistResult train_once(Trainer& trainer, const train_data::Batch& batch) {
   DistResult r;
-  TrainMetrics m;
+  train_data::TrainMetrics m;
   auto grads = step_gradients(trainer, batch, &m);
   if (grads.size() != 1) throw std::runtime_error("expected one optimizer step, got " + std::to_string(grads.size()));
   r.grads = grads[0];

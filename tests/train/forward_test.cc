@@ -17,9 +17,9 @@
 namespace ajet::train {
 namespace {
 
-using testing::random_batch;
+using train_data::testing::random_batch;
 
-std::vector<tracking::PackedSequence> pack(const Batch& b, bool tree, size_t budget) {
+std::vector<tracking::PackedSequence> pack(const train_data::Batch& b, bool tree, size_t budget) {
   std::vector<std::span<const int32_t>> views;
   for (const auto& s : b.samples) views.emplace_back(s.token_ids);
   std::span<const std::span<const int32_t>> all(views);
@@ -33,7 +33,7 @@ torch::Tensor dense_mask(const tracking::PackedSequence& seq) {
 }
 
 TEST(AttentionPlan, CoversExactlyTheTreeMask) {
-  Batch b = random_batch(3, 4, 6, 5, 50, 11);
+  train_data::Batch b = random_batch(3, 4, 6, 5, 50, 11);
   for (bool tree : {false, true}) {
     for (int64_t rows : {1, 4, 7, 128}) {
       auto seqs = pack(b, tree, 1000);
@@ -99,7 +99,7 @@ TEST(BlockSparseAttention, FlashKernelMatchesTheTensorOpPath) {
     EXPECT_TRUE(flash_available());
   }
   if (!flash_available()) GTEST_SKIP() << "no cblas_sgemm in this process";
-  Batch b = random_batch(3, 4, 30, 9, 50, 5);
+  train_data::Batch b = random_batch(3, 4, 30, 9, 50, 5);
   auto tree_seq = pack(b, /*tree=*/true, 1000)[0];
   std::vector<int32_t> causal(700, 700);
   for (auto dtype : {torch::kFloat, torch::kDouble}) {
@@ -138,7 +138,7 @@ TEST(BlockSparseAttention, FlashKernelMatchesTheTensorOpPath) {
 }
 
 TEST(BlockSparseAttention, MatchesDenseMaskedAttentionWithGradients) {
-  Batch b = random_batch(2, 3, 5, 6, 50, 3);
+  train_data::Batch b = random_batch(2, 3, 5, 6, 50, 3);
   auto seq = pack(b, /*tree=*/true, 1000)[0];
   const auto t = static_cast<int64_t>(seq.size());
   torch::manual_seed(1);
@@ -164,7 +164,7 @@ TEST(BlockSparseAttention, MatchesDenseMaskedAttentionWithGradients) {
 // Blocks that start where the caller says (run_sft puts them at each demo) cover the same mask; bad
 // starts are refused with what is wrong.
 TEST(AttentionPlan, GivenBlockStartsCoverExactlyTheTreeMask) {
-  Batch b = random_batch(3, 4, 6, 5, 50, 11);
+  train_data::Batch b = random_batch(3, 4, 6, 5, 50, 11);
   const auto seq = pack(b, true, 1000)[0];
   const auto t = static_cast<int64_t>(seq.size());
   std::mt19937 rng(5);
@@ -202,7 +202,7 @@ TEST(AttentionPlan, GivenBlockStartsCoverExactlyTheTreeMask) {
 
 // Central differences in float64 of sum(out * w) for every input element of a small case.
 TEST(BlockSparseAttention, BackwardMatchesFiniteDifferences) {
-  Batch b = random_batch(1, 3, 3, 3, 50, 5);
+  train_data::Batch b = random_batch(1, 3, 3, 3, 50, 5);
   auto seq = pack(b, true, 1000)[0];
   const auto t = static_cast<int64_t>(seq.size());
   AttentionPlan plan = plan_attention(seq.subtree_end, 3);
@@ -326,7 +326,7 @@ TEST(TokenLogprobs, BackwardMatchesFiniteDifferences) {
 }
 
 // Per trained (sample, position): logprob from one dense forward of that sample alone.
-torch::Tensor dense_logprobs(model::Qwen2Model& m, const Batch& b) {
+torch::Tensor dense_logprobs(model::Qwen2Model& m, const train_data::Batch& b) {
   std::vector<torch::Tensor> out;
   for (const auto& s : b.samples) {
     const auto l = static_cast<int64_t>(s.size());
@@ -340,7 +340,7 @@ torch::Tensor dense_logprobs(model::Qwen2Model& m, const Batch& b) {
 }
 
 // The same terms in the same order from packed sequences through the custom functions.
-torch::Tensor packed_logprobs(model::Qwen2Model& m, const Batch& b, bool tree, size_t budget, int64_t rows) {
+torch::Tensor packed_logprobs(model::Qwen2Model& m, const train_data::Batch& b, bool tree, size_t budget, int64_t rows) {
   std::vector<std::vector<torch::Tensor>> per_sample(b.samples.size());
   for (size_t i = 0; i < b.samples.size(); ++i) per_sample[i].resize(b.samples[i].size());
   for (auto& seq : pack(b, tree, budget)) {
@@ -376,7 +376,7 @@ std::vector<torch::Tensor> grads_of(model::Qwen2Model& m) {
 TEST(PackedForward, PlainAndTreePacksMatchDenseForwardsWithGradients) {
   for (auto config : {testing::qwen2_config(), testing::qwen3_config()}) {
     auto m = testing::random_model(config, 21);
-    Batch b = random_batch(2, 3, 7, 6, config.vocab_size, 8);
+    train_data::Batch b = random_batch(2, 3, 7, 6, config.vocab_size, 8);
     auto ref = dense_logprobs(m, b);
     torch::manual_seed(5);
     auto w = torch::randn({ref.size(0)});

@@ -17,10 +17,10 @@ namespace {
 
 using testing::clone_model;
 using testing::probe_logits;
-using testing::random_batch;
+using train_data::testing::random_batch;
 
-LoraOptions lora(int64_t rank, std::vector<std::string> targets = {"all-linear"}) {
-  LoraOptions o;
+train_data::LoraOptions lora(int64_t rank, std::vector<std::string> targets = {"all-linear"}) {
+  train_data::LoraOptions o;
   o.rank = rank;
   o.alpha = 8;
   o.target_modules = std::move(targets);
@@ -45,7 +45,7 @@ TEST(Lora, FreshAdaptersChangeNothingAndOnlyThemTrain) {
   auto m = testing::random_model(testing::qwen2_config(), 1);
   auto base = clone_model(m);
   auto before = probe_logits(m);
-  TrainerOptions o = testing::test_options();
+  train_data::TrainerOptions o = testing::test_options();
   o.lora = lora(4);
   o.optim.lr = 1e-2;
   Trainer trainer(m, o);
@@ -71,26 +71,26 @@ TEST(Lora, FreshAdaptersChangeNothingAndOnlyThemTrain) {
 
 TEST(Lora, KlReferenceIsTheBaseModel) {
   auto m = testing::random_model(testing::qwen2_config(), 2);
-  TrainerOptions o = testing::test_options();
+  train_data::TrainerOptions o = testing::test_options();
   o.lora = lora(2, {"q_proj", "down_proj"});
   o.optim.lr = 5e-2;
   o.loss.use_kl = true;
   o.loss.kl_coef = 0.1;
-  o.loss.kl_type = KlType::kK1;
+  o.loss.kl_type = train_data::KlType::kK1;
   Trainer trainer(m, o);
   EXPECT_FALSE(trainer.reference_model().has_value());
-  Batch b = random_batch(2, 4, 6, 5, 61, 40);
-  TrainMetrics first = trainer.train_step(b);
+  train_data::Batch b = random_batch(2, 4, 6, 5, 61, 40);
+  train_data::TrainMetrics first = trainer.train_step(b);
   EXPECT_LT(std::abs(first.kl), 1e-6);  // adapters start at zero: policy == reference (up to packing order)
   trainer.train_step(b);
-  TrainMetrics third = trainer.train_step(b);
+  train_data::TrainMetrics third = trainer.train_step(b);
   EXPECT_GT(std::abs(third.kl), 1e-5);
 }
 
 TEST(Lora, PeftLayoutAndMergedExport) {
   testing::ScratchDir dir;
   auto m = testing::random_model(testing::qwen2_config(), 3);
-  TrainerOptions o = testing::test_options();
+  train_data::TrainerOptions o = testing::test_options();
   o.lora = lora(4);
   o.optim.lr = 2e-2;
   Trainer trainer(m, o);
@@ -119,7 +119,7 @@ TEST(Lora, PeftLayoutAndMergedExport) {
   EXPECT_EQ(cfg["lora_dropout"], 0.0);
   EXPECT_EQ(cfg["base_model_name_or_path"], "some/base-model");
   EXPECT_EQ(cfg["target_modules"].size(), 7u);
-  LoraOptions read = read_peft_config(dir / "adapter");
+  train_data::LoraOptions read = read_peft_config(dir / "adapter");
   EXPECT_EQ(read.rank, 4);
   EXPECT_EQ(read.alpha, 8);
 
@@ -156,7 +156,7 @@ TEST(Lora, PeftLayoutAndMergedExport) {
 
 TEST(Lora, DropoutOnlyInTraining) {
   auto m = testing::random_model(testing::qwen2_config(), 4);
-  LoraOptions o = lora(4);
+  train_data::LoraOptions o = lora(4);
   o.dropout = 0.5;
   attach_lora(m, o, 5);
   {
@@ -177,7 +177,7 @@ TEST(Lora, DropoutOnlyInTraining) {
 // the same masks whatever else was drawn before, another seed other masks (same weights).
 TEST(Lora, DropoutMasksFollowTheSeed) {
   auto base = testing::random_model(testing::qwen2_config(), 4);
-  LoraOptions o = lora(4);
+  train_data::LoraOptions o = lora(4);
   o.dropout = 0.5;
   auto with_seed = [&](uint64_t seed) {
     auto m = testing::clone_model(base);

@@ -38,7 +38,7 @@ std::vector<double> values(const torch::Tensor& t) {
 }
 
 TEST(PolicyLoss, PpoClipAndDualClipByHand) {
-  LossOptions o;  // clip 0.2 / 0.2, dual clip 3
+  train_data::LossOptions o;  // clip 0.2 / 0.2, dual clip 3
   // ratio, advantage -> term, d term / d lp (= d term / d r * r):
   //  1.5, +1 -> -min(1.5, 1.2) = -1.2, clipped: 0
   //  0.5, +1 -> -min(0.5, 0.8) = -0.5, -0.5
@@ -65,7 +65,7 @@ TEST(PolicyLoss, PpoClipAndDualClipByHand) {
 }
 
 TEST(PolicyLoss, AsymmetricClipAndNoDualClip) {
-  LossOptions o;
+  train_data::LossOptions o;
   o.clip_low = 0.1;
   o.clip_high = 0.3;
   o.clip_c = 1.0;  // disabled
@@ -77,7 +77,7 @@ TEST(PolicyLoss, AsymmetricClipAndNoDualClip) {
 }
 
 TEST(PolicyLoss, CoefficientsWeightTermsAndZeroMasksExactly) {
-  LossOptions o;
+  train_data::LossOptions o;
   Case c = make({1.1, 0.9, 1.05}, {1, -2, 3}, {0.25, 0.0, 0.5});
   LossOutput out = policy_loss(c.terms, o);
   EXPECT_NEAR(out.loss.item<double>(), 0.25 * (-1.1) + 0.5 * (-3 * 1.05), 1e-12);
@@ -92,31 +92,31 @@ TEST(PolicyLoss, CoefficientsWeightTermsAndZeroMasksExactly) {
 TEST(PolicyLoss, KlEstimatorsByHand) {
   auto lp = d({-1.0, -2.0, -0.5});
   auto ref = d({-2.0, -1.0, 29.5});  // the last: ref - lp = 30, past both low_var_kl clamps
-  auto k1 = values(kl_estimate(lp, ref, KlType::kK1));
+  auto k1 = values(kl_estimate(lp, ref, train_data::KlType::kK1));
   EXPECT_NEAR(k1[0], 1.0, 1e-12);
   EXPECT_NEAR(k1[1], -1.0, 1e-12);
-  auto absolute = values(kl_estimate(lp, ref, KlType::kAbs));
+  auto absolute = values(kl_estimate(lp, ref, train_data::KlType::kAbs));
   EXPECT_NEAR(absolute[0], 1.0, 1e-12);
   EXPECT_NEAR(absolute[1], 1.0, 1e-12);
   EXPECT_NEAR(absolute[2], 30.0, 1e-12);
-  auto mse = values(kl_estimate(lp, ref, KlType::kMse));
+  auto mse = values(kl_estimate(lp, ref, train_data::KlType::kMse));
   EXPECT_NEAR(mse[1], 0.5, 1e-12);
   EXPECT_NEAR(mse[2], 450.0, 1e-9);
   // k3 = low_var_kl (verl gives both names one estimator): exp(d) - d - 1, d = ref - lp, clamped.
-  auto low = values(kl_estimate(lp, ref, KlType::kLowVarKl));
+  auto low = values(kl_estimate(lp, ref, train_data::KlType::kLowVarKl));
   EXPECT_NEAR(low[0], std::exp(-1.0) + 1.0 - 1.0, 1e-12);
   EXPECT_NEAR(low[1], std::exp(1.0) - 1.0 - 1.0, 1e-12);
   EXPECT_EQ(low[2], 10.0);  // exp(30) - 31 unclamped: an upstream k3 config never meets it
-  EXPECT_EQ(kl_type_from_name("k3"), KlType::kLowVarKl);
-  EXPECT_EQ(kl_type_from_name("kl"), KlType::kK1);
-  EXPECT_EQ(kl_type_from_name("k2"), KlType::kMse);
-  EXPECT_THROW(kl_type_from_name("full"), Error);
+  EXPECT_EQ(train_data::kl_type_from_name("k3"), train_data::KlType::kLowVarKl);
+  EXPECT_EQ(train_data::kl_type_from_name("kl"), train_data::KlType::kK1);
+  EXPECT_EQ(train_data::kl_type_from_name("k2"), train_data::KlType::kMse);
+  EXPECT_THROW(train_data::kl_type_from_name("full"), Error);
 }
 
 TEST(PolicyLoss, KlAndEntropyTermsAndTheirGradients) {
-  LossOptions o;
+  train_data::LossOptions o;
   o.use_kl = true;
-  o.kl_type = KlType::kLowVarKl;  // inside its clamps: k3
+  o.kl_type = train_data::KlType::kLowVarKl;  // inside its clamps: k3
   o.kl_coef = 0.1;
   o.entropy_coef = 0.01;
   Case c = make({1.0, 1.0}, {0.0, 0.0}, {0.5, 0.5});  // advantage 0: only KL and entropy act
@@ -139,15 +139,15 @@ TEST(PolicyLoss, KlAndEntropyTermsAndTheirGradients) {
 
 // Above the cap, tis truncates the weight and decoupled PPO (AReaL's behav_imp_weight_cap) drops the term.
 TEST(PolicyLoss, OffPolicyWeightIsTruncatedOrDroppedAndDetached) {
-  for (auto correction : {OffPolicyCorrection::kDecoupledPpo, OffPolicyCorrection::kTis}) {
-    LossOptions o;
+  for (auto correction : {train_data::OffPolicyCorrection::kDecoupledPpo, train_data::OffPolicyCorrection::kTis}) {
+    train_data::LossOptions o;
     o.correction = correction;
     o.is_cap = 2.0;
     // proximal (old) = 0; behaviour = -log 3 -> weight 3, over the cap; and behaviour = -log 1.5 -> 1.5.
     Case c = make({1.1, 1.1}, {1.0, 1.0}, {1.0, 1.0});
     c.terms.behaviour_logprob = d({-std::log(3.0), -std::log(1.5)});
     LossOutput out = policy_loss(c.terms, o);
-    const double over = correction == OffPolicyCorrection::kTis ? 2.0 : 0.0;
+    const double over = correction == train_data::OffPolicyCorrection::kTis ? 2.0 : 0.0;
     EXPECT_NEAR(out.loss.item<double>(), over * -1.1 + 1.5 * -1.1, 1e-12);
     EXPECT_NEAR(out.is_weight_sum, over + 1.5, 1e-12);
     EXPECT_EQ(out.is_truncated, 1);
@@ -157,8 +157,8 @@ TEST(PolicyLoss, OffPolicyWeightIsTruncatedOrDroppedAndDetached) {
     EXPECT_NEAR(g[0], over * -1.1, 1e-12);  // the weight scales the gradient, it has none of its own
     EXPECT_NEAR(g[1], 1.5 * -1.1, 1e-12);
   }
-  LossOptions o;
-  o.correction = OffPolicyCorrection::kTis;
+  train_data::LossOptions o;
+  o.correction = train_data::OffPolicyCorrection::kTis;
   Case c = make({1.0}, {1.0}, {1.0});
   EXPECT_THROW(policy_loss(c.terms, o), Error);  // behaviour logprobs are required
 }
@@ -166,12 +166,12 @@ TEST(PolicyLoss, OffPolicyWeightIsTruncatedOrDroppedAndDetached) {
 // Central differences of the loss w.r.t. every logprob and entropy, in float64, with every term
 // switched on; ratios stay away from the clip boundaries where the loss has kinks.
 TEST(PolicyLoss, GradientMatchesFiniteDifferences) {
-  LossOptions o;
+  train_data::LossOptions o;
   o.use_kl = true;
-  o.kl_type = KlType::kLowVarKl;
+  o.kl_type = train_data::KlType::kLowVarKl;
   o.kl_coef = 0.3;
   o.entropy_coef = 0.05;
-  o.correction = OffPolicyCorrection::kDecoupledPpo;
+  o.correction = train_data::OffPolicyCorrection::kDecoupledPpo;
   o.is_cap = 2.0;
   const std::vector<double> ratios = {0.5, 0.7, 0.9, 1.1, 1.3, 1.6, 2.5, 4.0, 0.95, 1.05};
   const std::vector<double> adv = {1.0, -1.0, 0.7, -0.4, 2.0, -1.5, 1.2, -0.8, -2.0, 0.3};
@@ -222,7 +222,7 @@ TEST(PolicyLoss, GradientMatchesFiniteDifferences) {
 }
 
 TEST(PolicyLoss, ShapesAreChecked) {
-  LossOptions o;
+  train_data::LossOptions o;
   Case c = make({1.0, 1.0}, {1.0, 1.0}, {1.0});
   EXPECT_THROW(policy_loss(c.terms, o), Error);
   Case k = make({1.0}, {1.0}, {1.0});

@@ -65,7 +65,7 @@ TEST(MergeEquality, TrackedEpisodesMergedEqualOneSamplePerCall) {
   config.max_position_embeddings = 4096;  // the tools block of the template alone is longer than the test config's 64
   auto base = testing::random_model(config, 51);
 
-  Batch merged, per_call;
+  train_data::Batch merged, per_call;
   for (int g = 0; g < 2; ++g) {
     for (int e = 0; e < 3; ++e) {
       const std::string uuid = "ep-" + std::to_string(g) + "-" + std::to_string(e);
@@ -75,9 +75,9 @@ TEST(MergeEquality, TrackedEpisodesMergedEqualOneSamplePerCall) {
       ASSERT_EQ(calls.size(), 4u);
       tracking::MergedEpisode m = tracking::merge_episode({uuid, task, reward}, calls, {});
       ASSERT_EQ(m.samples.size(), 1u) << "a linear tracked conversation merges into one sample";
-      merged.samples.push_back(batch_from_samples(m.samples).samples.at(0));
+      merged.samples.push_back(train_data::batch_from_samples(m.samples).samples.at(0));
       for (const auto& call : calls) {
-        TrainSample s;
+        train_data::TrainSample s;
         s.episode_uuid = uuid;
         s.task_id = task;
         s.reward = reward;
@@ -96,19 +96,19 @@ TEST(MergeEquality, TrackedEpisodesMergedEqualOneSamplePerCall) {
   ASSERT_EQ(merged.trained_tokens(), per_call.trained_tokens());
   EXPECT_LT(merged.tokens() * 2, per_call.tokens()) << "merging must save the repeated prefixes";
 
-  TrainerOptions o = testing::test_options();
-  o.aggregation = LossAggregation::kTokenMean;
+  train_data::TrainerOptions o = testing::test_options();
+  o.aggregation = train_data::LossAggregation::kTokenMean;
   o.episode_weighting = true;
   o.loss.use_kl = true;
   o.loss.kl_coef = 0.1;
   o.loss.entropy_coef = 0.01;
-  for (auto packing : {Packing::kPlain, Packing::kTree}) {
+  for (auto packing : {train_data::Packing::kPlain, train_data::Packing::kTree}) {
     for (bool recompute : {true, false}) {
       o.packing = packing;
       o.recompute_old_logprobs = recompute;
-      const std::string what = std::string(packing_name(packing)) + (recompute ? " recompute" : " rollout logprobs");
+      const std::string what = std::string(train_data::packing_name(packing)) + (recompute ? " recompute" : " rollout logprobs");
       Trainer a(testing::clone_model(base), o), b(testing::clone_model(base), o);
-      TrainMetrics ma, mb;
+      train_data::TrainMetrics ma, mb;
       auto ga = testing::step_gradients(a, merged, &ma);
       auto gb = testing::step_gradients(b, per_call, &mb);
       ASSERT_EQ(ga.size(), 1u);
@@ -123,7 +123,7 @@ TEST(MergeEquality, TrackedEpisodesMergedEqualOneSamplePerCall) {
       EXPECT_NEAR(ma.entropy, mb.entropy, 1e-5) << what;
       EXPECT_EQ(ma.trained_tokens, mb.trained_tokens) << what;
       // Plain packing computes every repeated prefix again; tree packing shares them (the trie again).
-      if (packing == Packing::kPlain) {
+      if (packing == train_data::Packing::kPlain) {
         EXPECT_LT(ma.packed_tokens * 2, mb.packed_tokens) << what;
       } else {
         EXPECT_LE(ma.packed_tokens, mb.packed_tokens) << what;

@@ -22,8 +22,8 @@ using model::testing::random_model;
 using model::testing::ScratchDir;
 
 // Options for fast, exact comparisons: plain SGD-like settings are not needed; AdamW with a small lr.
-inline TrainerOptions test_options() {
-  TrainerOptions o;
+inline train_data::TrainerOptions test_options() {
+  train_data::TrainerOptions o;
   o.optim.lr = 1e-3;
   o.optim.weight_decay = 0.01;
   o.optim.grad_clip = 0;  // comparisons look at raw gradients
@@ -55,14 +55,14 @@ inline double relative_difference(const std::vector<torch::Tensor>& a, const std
 }
 
 // Runs one train_step and returns the gradients the hook saw (one list per optimizer step).
-inline std::vector<std::vector<torch::Tensor>> step_gradients(Trainer& trainer, const Batch& batch, TrainMetrics* metrics = nullptr) {
+inline std::vector<std::vector<torch::Tensor>> step_gradients(Trainer& trainer, const train_data::Batch& batch, train_data::TrainMetrics* metrics = nullptr) {
   std::vector<std::vector<torch::Tensor>> seen;
   trainer.set_gradient_hook([&](std::vector<torch::Tensor>& grads) {
     std::vector<torch::Tensor> copy;
     for (auto& g : grads) copy.push_back(g.detach().clone());
     seen.push_back(std::move(copy));
   });
-  TrainMetrics m = trainer.train_step(batch);
+  train_data::TrainMetrics m = trainer.train_step(batch);
   if (metrics) *metrics = m;
   trainer.set_gradient_hook(nullptr);
   return seen;

@@ -19,7 +19,7 @@ namespace ajet::train {
 namespace {
 
 using testing::clone_model;
-using testing::random_batch;
+using train_data::testing::random_batch;
 using testing::relative_difference;
 using testing::step_gradients;
 using testing::test_options;
@@ -32,10 +32,10 @@ void expect_same_gradients(const std::vector<std::vector<torch::Tensor>>& a, con
 
 TEST(Trainer, MicroBatchingEqualsTheFullBatch) {
   auto base = testing::random_model(testing::qwen2_config(), 1);
-  Batch batch = random_batch(3, 4, 9, 7, 61, 2);
-  for (auto agg : {LossAggregation::kTokenMean, LossAggregation::kSeqMeanTokenMean}) {
-    for (auto packing : {Packing::kPlain, Packing::kTree}) {
-      TrainerOptions o = test_options();
+  train_data::Batch batch = random_batch(3, 4, 9, 7, 61, 2);
+  for (auto agg : {train_data::LossAggregation::kTokenMean, train_data::LossAggregation::kSeqMeanTokenMean}) {
+    for (auto packing : {train_data::Packing::kPlain, train_data::Packing::kTree}) {
+      train_data::TrainerOptions o = test_options();
       o.aggregation = agg;
       o.packing = packing;
       o.mini_batch_num = 2;
@@ -45,10 +45,10 @@ TEST(Trainer, MicroBatchingEqualsTheFullBatch) {
       Trainer full(clone_model(base), o);
       o.micro_batch_tokens = 20;  // many micro-batches per mini-batch
       Trainer micro(clone_model(base), o);
-      TrainMetrics mf, mm;
+      train_data::TrainMetrics mf, mm;
       auto gf = step_gradients(full, batch, &mf);
       auto gm = step_gradients(micro, batch, &mm);
-      const std::string what = std::string(aggregation_name(agg)) + " " + std::string(packing_name(packing));
+      const std::string what = std::string(train_data::aggregation_name(agg)) + " " + std::string(train_data::packing_name(packing));
       expect_same_gradients(gm, gf, 1e-5, what);
       EXPECT_GT(mm.micro_batches, mf.micro_batches) << what;
       EXPECT_NEAR(mm.loss, mf.loss, 1e-5 * std::max(1.0, std::abs(mf.loss))) << what;
@@ -60,15 +60,15 @@ TEST(Trainer, MicroBatchingEqualsTheFullBatch) {
 
 TEST(Trainer, TreePackingEqualsPlainPacking) {
   auto base = testing::random_model(testing::qwen3_config(), 3);
-  Batch batch = random_batch(2, 5, 12, 6, 53, 4);
-  TrainerOptions o = test_options();
+  train_data::Batch batch = random_batch(2, 5, 12, 6, 53, 4);
+  train_data::TrainerOptions o = test_options();
   o.loss.use_kl = true;
   o.loss.kl_coef = 0.05;
-  o.packing = Packing::kPlain;
+  o.packing = train_data::Packing::kPlain;
   Trainer plain(clone_model(base), o);
-  o.packing = Packing::kTree;
+  o.packing = train_data::Packing::kTree;
   Trainer tree(clone_model(base), o);
-  TrainMetrics mp, mt;
+  train_data::TrainMetrics mp, mt;
   auto gp = step_gradients(plain, batch, &mp);
   auto gt = step_gradients(tree, batch, &mt);
   expect_same_gradients(gt, gp, 1e-5, "tree vs plain");
@@ -82,8 +82,8 @@ TEST(Trainer, TreePackingEqualsPlainPacking) {
 // passes included; the budget still bounds the tokens beyond the shared prompt.
 TEST(Trainer, APromptLongerThanTheBudgetIsComputedOnceWithTheSameGradients) {
   auto base = testing::random_model(testing::qwen2_config(), 5);
-  Batch batch = random_batch(2, 4, 40, 6, 61, 9);  // two groups of 4, 40-token prompts
-  TrainerOptions o = test_options();
+  train_data::Batch batch = random_batch(2, 4, 40, 6, 61, 9);  // two groups of 4, 40-token prompts
+  train_data::TrainerOptions o = test_options();
   o.loss.use_kl = true;  // the reference pass too
   o.loss.kl_coef = 0.1;
   o.loss.entropy_coef = 0.01;
@@ -92,7 +92,7 @@ TEST(Trainer, APromptLongerThanTheBudgetIsComputedOnceWithTheSameGradients) {
   Trainer each(clone_model(base), o);
   o.budget_beyond_shared_prefix = true;
   Trainer shared(clone_model(base), o);
-  TrainMetrics me, ms;
+  train_data::TrainMetrics me, ms;
   auto ge = step_gradients(each, batch, &me);
   auto gs = step_gradients(shared, batch, &ms);
   expect_same_gradients(gs, ge, 1e-5, "shared prompt vs once per sample");
@@ -115,9 +115,9 @@ TEST(Trainer, APromptLongerThanTheBudgetIsComputedOnceWithTheSameGradients) {
 // dropout generator is left where it would have been).
 TEST(Trainer, ActivationCheckpointingGivesTheSameGradients) {
   auto base = testing::random_model(testing::qwen2_config(), 6);
-  Batch batch = random_batch(2, 3, 10, 6, 61, 12);
+  train_data::Batch batch = random_batch(2, 3, 10, 6, 61, 12);
   for (int lora : {0, 4}) {
-    TrainerOptions o = test_options();
+    train_data::TrainerOptions o = test_options();
     o.loss.use_kl = true;
     o.loss.kl_coef = 0.1;
     o.mini_batch_num = 2;
@@ -134,7 +134,7 @@ TEST(Trainer, ActivationCheckpointingGivesTheSameGradients) {
     o.activation_checkpointing = true;
     Trainer checkpointed(clone_model(base), o);
     for (int step = 0; step < 2; ++step) {
-      TrainMetrics mp, mc;
+      train_data::TrainMetrics mp, mc;
       auto gp = step_gradients(plain, batch, &mp);
       auto gc = step_gradients(checkpointed, batch, &mc);
       expect_same_gradients(gc, gp, 1e-5, "lora " + std::to_string(lora) + " step " + std::to_string(step));
@@ -161,7 +161,7 @@ TEST(Trainer, MergedSamplesEqualOneSamplePerCall) {
   shape.generated_tokens_per_turn = 6;
   shape.observation_tokens_per_turn = 3;
   shape.vocab_size = static_cast<int>(config.vocab_size);
-  Batch merged, per_call;
+  train_data::Batch merged, per_call;
   for (int g = 0; g < 2; ++g) {
     auto group = tracking::synthetic::grpo_group(shape, 3, 100 + static_cast<uint64_t>(g));
     for (size_t e = 0; e < group.size(); ++e) {
@@ -170,10 +170,10 @@ TEST(Trainer, MergedSamplesEqualOneSamplePerCall) {
       const std::string task = "task-" + std::to_string(g);
       tracking::MergedEpisode m = tracking::merge_episode({calls[0].episode_uuid, task, reward}, calls, {});
       ASSERT_EQ(m.samples.size(), 1u) << "a linear episode merges into one sample";
-      Batch one = batch_from_samples(m.samples);
+      train_data::Batch one = train_data::batch_from_samples(m.samples);
       merged.samples.push_back(one.samples[0]);
       for (const auto& call : calls) {
-        TrainSample s;
+        train_data::TrainSample s;
         s.episode_uuid = call.episode_uuid;
         s.task_id = task;
         s.reward = reward;
@@ -190,7 +190,7 @@ TEST(Trainer, MergedSamplesEqualOneSamplePerCall) {
   ASSERT_EQ(merged.trained_tokens(), per_call.trained_tokens());
   EXPECT_LT(merged.tokens() * 2, per_call.tokens());
 
-  TrainerOptions o = test_options();
+  train_data::TrainerOptions o = test_options();
   o.episode_weighting = false;
   o.loss.use_kl = true;
   o.loss.kl_coef = 0.1;
@@ -213,7 +213,7 @@ TEST(Trainer, MergedSamplesEqualOneSamplePerCall) {
     }
     ASSERT_EQ(fa.size(), fb.size());
     for (size_t k = 0; k < fa.size(); ++k) EXPECT_NEAR(fa[k], fb[k], 1e-5 * std::max(1.0f, std::abs(fb[k]))) << k;
-    TrainMetrics ma, mb;
+    train_data::TrainMetrics ma, mb;
     auto ga = step_gradients(a, merged, &ma);
     auto gb = step_gradients(b, per_call, &mb);
     expect_same_gradients(ga, gb, 1e-5, recompute ? "recompute" : "rollout logprobs");
@@ -282,21 +282,21 @@ class ThreadCollective {
 
 TEST(Trainer, TwoRanksEqualOneRankOnTheWholeBatch) {
   auto base = testing::random_model(testing::qwen2_config(), 6);
-  Batch all = random_batch(4, 3, 8, 6, 61, 7);
-  Batch half[2];
+  train_data::Batch all = random_batch(4, 3, 8, 6, 61, 7);
+  train_data::Batch half[2];
   for (size_t i = 0; i < all.samples.size(); ++i) half[i < 6 ? 0 : 1].samples.push_back(all.samples[i]);  // whole groups
-  TrainerOptions o = test_options();
+  train_data::TrainerOptions o = test_options();
   o.shuffle = false;
   o.loss.use_kl = true;
   o.loss.kl_coef = 0.1;
-  for (auto agg : {LossAggregation::kTokenMean, LossAggregation::kSeqMeanTokenMean}) {
+  for (auto agg : {train_data::LossAggregation::kTokenMean, train_data::LossAggregation::kSeqMeanTokenMean}) {
     o.aggregation = agg;
     Trainer single(clone_model(base), o);
-    TrainMetrics ms;
+    train_data::TrainMetrics ms;
     auto gs = step_gradients(single, all, &ms);
     ThreadCollective group(2);
     std::vector<std::vector<torch::Tensor>> gr[2];
-    TrainMetrics mr[2];
+    train_data::TrainMetrics mr[2];
     std::vector<std::thread> threads;
     for (int r = 0; r < 2; ++r) {
       threads.emplace_back([&, r] {
@@ -315,17 +315,17 @@ TEST(Trainer, TwoRanksEqualOneRankOnTheWholeBatch) {
 
 TEST(Trainer, RolloutLogprobsThatAgreeGiveTheRecomputedResult) {
   auto base = testing::random_model(testing::qwen2_config(), 8);
-  Batch batch = random_batch(2, 4, 6, 5, 61, 9);
-  TrainerOptions o = test_options();
+  train_data::Batch batch = random_batch(2, 4, 6, 5, 61, 9);
+  train_data::TrainerOptions o = test_options();
   Trainer probe(clone_model(base), o);
   auto lp = probe.compute_logprobs(batch);
   for (size_t i = 0; i < batch.samples.size(); ++i) batch.samples[i].logprobs = lp[i];
   Trainer recompute(clone_model(base), o);
   o.recompute_old_logprobs = false;
   Trainer rollout(clone_model(base), o);
-  o.loss.correction = OffPolicyCorrection::kDecoupledPpo;  // behaviour == proximal: weight 1
+  o.loss.correction = train_data::OffPolicyCorrection::kDecoupledPpo;  // behaviour == proximal: weight 1
   Trainer decoupled(clone_model(base), o);
-  TrainMetrics md;
+  train_data::TrainMetrics md;
   auto g1 = step_gradients(recompute, batch);
   auto g2 = step_gradients(rollout, batch);
   auto g3 = step_gradients(decoupled, batch, &md);
@@ -337,8 +337,8 @@ TEST(Trainer, RolloutLogprobsThatAgreeGiveTheRecomputedResult) {
 
 TEST(Trainer, StaleBehaviourLogprobsAreReweighted) {
   auto base = testing::random_model(testing::qwen2_config(), 8);
-  Batch batch = random_batch(2, 4, 6, 5, 61, 10);
-  TrainerOptions o = test_options();
+  train_data::Batch batch = random_batch(2, 4, 6, 5, 61, 10);
+  train_data::TrainerOptions o = test_options();
   Trainer probe(clone_model(base), o);
   auto lp = probe.compute_logprobs(batch);
   // Behaviour = proximal - log 1.5 everywhere: importance weight 1.5 under a cap of 2 scales the
@@ -347,9 +347,9 @@ TEST(Trainer, StaleBehaviourLogprobsAreReweighted) {
     for (size_t p = 0; p < lp[i].size(); ++p) batch.samples[i].logprobs[p] = lp[i][p] - std::log(1.5f);
   }
   Trainer plain(clone_model(base), o);
-  o.loss.correction = OffPolicyCorrection::kTis;
+  o.loss.correction = train_data::OffPolicyCorrection::kTis;
   Trainer tis(clone_model(base), o);
-  TrainMetrics mt;
+  train_data::TrainMetrics mt;
   auto g1 = step_gradients(plain, batch);
   auto g2 = step_gradients(tis, batch, &mt);
   std::vector<torch::Tensor> scaled;
@@ -363,15 +363,15 @@ TEST(Trainer, StaleBehaviourLogprobsAreReweighted) {
 // train episodes are sampled from (as verl's actor divides its logits by the rollout temperature).
 TEST(Trainer, LogprobsAreThoseOfTheRolloutTemperature) {
   auto base = testing::random_model(testing::qwen2_config(), 8);
-  Batch batch = random_batch(1, 2, 6, 5, 61, 12);
-  TrainerOptions o = test_options();
+  train_data::Batch batch = random_batch(1, 2, 6, 5, 61, 12);
+  train_data::TrainerOptions o = test_options();
   o.temperature = 0.7;
   Trainer tempered(clone_model(base), o);
   const auto lp = tempered.compute_logprobs(batch);
   // Independently: the model's full logits for each sample, divided by T, log-softmaxed.
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < batch.samples.size(); ++i) {
-    const TrainSample& s = batch.samples[i];
+    const train_data::TrainSample& s = batch.samples[i];
     const auto n = static_cast<int64_t>(s.size());
     auto ids = torch::tensor(std::vector<int64_t>(s.token_ids.begin(), s.token_ids.end())).view({1, n});
     auto logits = base->forward_logits(ids, torch::arange(n).view({1, n}))[0].to(torch::kDouble);  // (n, V)
@@ -390,8 +390,8 @@ TEST(Trainer, LogprobsAreThoseOfTheRolloutTemperature) {
 // rollout_logprob_diff: how far the recomputed old logprobs are from the rollout's, over trained tokens.
 TEST(Trainer, ReportsTheGapBetweenRolloutAndRecomputedLogprobs) {
   auto base = testing::random_model(testing::qwen2_config(), 8);
-  Batch batch = random_batch(2, 4, 6, 5, 61, 13);
-  TrainerOptions o = test_options();
+  train_data::Batch batch = random_batch(2, 4, 6, 5, 61, 13);
+  train_data::TrainerOptions o = test_options();
   o.temperature = 0.7;
   Trainer probe(clone_model(base), o);
   const auto lp = probe.compute_logprobs(batch);
@@ -411,17 +411,17 @@ TEST(Trainer, ReportsTheGapBetweenRolloutAndRecomputedLogprobs) {
 
 TEST(Trainer, DropsZeroVarianceGroupsAndReportsMetrics) {
   auto base = testing::random_model(testing::qwen2_config(), 2);
-  Batch batch = random_batch(3, 4, 6, 5, 61, 12);
+  train_data::Batch batch = random_batch(3, 4, 6, 5, 61, 12);
   for (size_t i = 0; i < 4; ++i) batch.samples[i].reward = 1.0;  // group 0 is flat
   batch.samples[4].reward = 0;
   batch.samples[5].reward = 1;
-  TrainerOptions o = test_options();
+  train_data::TrainerOptions o = test_options();
   o.advantage.drop_zero_variance_groups = true;
   o.mini_batch_num = 2;
   o.ppo_epochs = 2;
   o.optim.warmup_steps = 10;
   Trainer t(clone_model(base), o);
-  TrainMetrics m = t.train_step(batch);
+  train_data::TrainMetrics m = t.train_step(batch);
   EXPECT_EQ(m.dropped_samples, 4 + (batch.samples[8].reward == batch.samples[9].reward &&
                                     batch.samples[9].reward == batch.samples[10].reward &&
                                     batch.samples[10].reward == batch.samples[11].reward ? 4 : 0));
@@ -447,11 +447,11 @@ TEST(Trainer, DropsZeroVarianceGroupsAndReportsMetrics) {
 // metrics as each sample's token mean; before, they read 0.
 TEST(Trainer, PerTokenAdvantagesEnterTheAdvantageMetrics) {
   auto base = testing::random_model(testing::qwen2_config(), 3);
-  Batch batch = random_batch(2, 2, 6, 5, 61, 13);
+  train_data::Batch batch = random_batch(2, 2, 6, 5, 61, 13);
   const std::vector<float> given = {1.5f, -0.5f, -2.0f, 0.25f};
   for (size_t i = 0; i < batch.samples.size(); ++i) batch.samples[i].advantages.assign(batch.samples[i].size(), given[i]);
   Trainer t(clone_model(base), test_options());
-  TrainMetrics m = t.train_step(batch);
+  train_data::TrainMetrics m = t.train_step(batch);
   EXPECT_NEAR(m.advantage_mean, (1.5 - 0.5 - 2.0 + 0.25) / 4, 1e-6);
   EXPECT_NEAR(m.advantage_abs_mean, (1.5 + 0.5 + 2.0 + 0.25) / 4, 1e-6);
 }
@@ -470,7 +470,7 @@ TEST(Trainer, LearnsAToyBandit) {
     const double a = logp[10].exp().item<double>(), b = logp[11].exp().item<double>();
     return std::tuple{a / (a + b), logp[10].item<float>(), logp[11].item<float>()};
   };
-  TrainerOptions o = test_options();
+  train_data::TrainerOptions o = test_options();
   o.optim.lr = 1e-2;
   o.optim.weight_decay = 0;
   o.optim.grad_clip = 1.0;
@@ -480,11 +480,11 @@ TEST(Trainer, LearnsAToyBandit) {
   double first_reward = 0, last_reward = 0;
   for (int step = 0; step < 15; ++step) {
     auto [p10, lp10, lp11] = share(m);
-    Batch batch;
+    train_data::Batch batch;
     double reward_sum = 0;
     for (int e = 0; e < 8; ++e) {
       const bool pick10 = std::uniform_real_distribution<double>(0, 1)(rng) < p10;
-      TrainSample s;
+      train_data::TrainSample s;
       s.episode_uuid = std::to_string(step * 100 + e);
       s.task_id = "bandit";
       s.reward = pick10 ? 1.0 : -1.0;

@@ -10,7 +10,7 @@
 
 #include "common/error.h"
 
-namespace ajet::train {
+namespace ajet::train_data {
 namespace {
 
 AdvantageResult run(const std::vector<double>& rewards, const std::vector<std::string>& groups,
@@ -100,4 +100,4 @@ TEST(Advantage, RejectsBadInput) {
 }
 
 }  // namespace
-}  // namespace ajet::train
+}  // namespace ajet::train_data

@@ -7,7 +7,7 @@
 #include "rpc/messages.h"
 #include "tracking/merge.h"
 
-namespace ajet::train {
+namespace ajet::train_data {
 namespace {
 
 TrainSample sample(std::string episode, std::string task, double reward, std::vector<int32_t> ids,
@@ -116,4 +116,4 @@ TEST(Batch, FromTrackingSamplesSkipsUntrainable) {
 }
 
 }  // namespace
-}  // namespace ajet::train
+}  // namespace ajet::train_data

@@ -13,7 +13,7 @@
 #include "common/error.h"
 #include "test_util.h"
 
-namespace ajet::train {
+namespace ajet::train_data {
 namespace {
 
 using testing::error_of;
@@ -76,4 +76,4 @@ TEST(DistPlacement, BadValuesNameTheFlagOrVariable) {
 }
 
 }  // namespace
-}  // namespace ajet::train
+}  // namespace ajet::train_data

@@ -14,7 +14,7 @@
 #include "train_data/advantage.h"
 #include "test_util.h"
 
-namespace ajet::train {
+namespace ajet::train_data {
 namespace {
 
 // Every sample lands on exactly one rank, groups stay whole, parts are balanced and the split is a
@@ -120,4 +120,4 @@ TEST(SplitBatch, BatchLevelAdvantagesAreAttached) {
 }
 
 }  // namespace
-}  // namespace ajet::train
+}  // namespace ajet::train_data

@@ -10,7 +10,7 @@
 #include "config/config.h"
 #include "config/load.h"
 
-namespace ajet::train {
+namespace ajet::train_data {
 namespace {
 
 TEST(LearningRate, WarmupThenConstant) {
@@ -128,4 +128,4 @@ TEST(TrainerOptions, NamesRoundTrip) {
 }
 
 }  // namespace
-}  // namespace ajet::train
+}  // namespace ajet::train_data

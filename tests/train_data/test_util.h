@@ -15,7 +15,7 @@
 #include "train_data/batch.h"
 #include "train_data/dist_options.h"
 
-namespace ajet::train::testing {
+namespace ajet::train_data::testing {
 
 // `groups` tasks x `per_group` episodes: every episode of a task shares a prompt of `prompt` tokens,
 // then a completion of 1..`completion` tokens (mask 1), sometimes followed by environment tokens
@@ -75,4 +75,4 @@ inline std::string error_of(const std::function<void()>& f) {
   return "(no error)";
 }
 
-}  // namespace ajet::train::testing
+}  // namespace ajet::train_data::testing

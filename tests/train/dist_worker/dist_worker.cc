@@ -16,7 +16,7 @@ int main(int argc, char** argv) {
   ajet::model::pick_blas_kernel(argc, argv);  // first: it may re-execute the process
   using namespace ajet::train;
   CLI::App app{"ajet data-parallel test worker"};
-  DistOptions dist;
+  ajet::train_data::DistOptions dist;
   ajet::engine_cli::add_dist_flags(app, dist);
   std::string model_dir, out, config = "grpo";
   app.add_option("--model", model_dir, "Model directory")->required();
@@ -25,11 +25,11 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     torch::set_num_threads(1);
-    const DistPlacement placement = resolve_placement(dist);
+    const ajet::train_data::DistPlacement placement = ajet::train_data::resolve_placement(dist);
     auto model = ajet::model::load_model_dir(model_dir);
-    const TrainerOptions options = ajet::train::testing::dist_options(config);
-    const Batch whole = ajet::train::testing::dist_batch(model->config().vocab_size);
-    const auto parts = split_batch(whole, placement.world_size, options.advantage);
+    const ajet::train_data::TrainerOptions options = ajet::train::testing::dist_options(config);
+    const ajet::train_data::Batch whole = ajet::train::testing::dist_batch(model->config().vocab_size);
+    const auto parts = ajet::train_data::split_batch(whole, placement.world_size, options.advantage);
     Trainer trainer(model, options);
     trainer.set_collective(make_collective(placement));
     ajet::train::testing::DistResult r = ajet::train::testing::train_once(trainer, parts[static_cast<size_t>(placement.rank)]);
