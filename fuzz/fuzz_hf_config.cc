@@ -1,5 +1,5 @@
-// Fuzz target: arbitrary bytes as a HF config.json. Rejection must be an ajet::Error; every accepted
-// config must convert back to JSON and parse to the same ModelConfig.
+// Fuzz target: arbitrary bytes as a HF config.json. Rejection must be an ajet::Error; every
+// accepted config must convert back to JSON and parse to the same ModelConfig.
 #include <cstdint>
 #include <cstdlib>
 #include <string_view>

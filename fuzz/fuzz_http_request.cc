@@ -1,9 +1,9 @@
 // fuzz-sources: src/http/request_parse.cc src/http/message.cc src/http/response.cc
-// libFuzzer target: arbitrary bytes as everything a client sends on one connection, read the way the
-// server reads them (http/request_parse.h): request after request through Beast's parser with small
-// limits, the Transfer-Encoding framing checks, and the conversion into a Request. Nothing may crash
-// or escape as an exception; a request that is accepted has its body within the limit, a path that
-// is a prefix of its target, and a Transfer-Encoding (if any) that is chunked.
+// libFuzzer target: arbitrary bytes as everything a client sends on one connection, read the way
+// the server reads them (http/request_parse.h): request after request through Beast's parser with
+// small limits, the Transfer-Encoding framing checks, and the conversion into a Request. Nothing
+// may crash or escape as an exception; a request that is accepted has its body within the limit, a
+// path that is a prefix of its target, and a Transfer-Encoding (if any) that is chunked.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -33,10 +33,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (ec || used == 0) break;  // need_more (an incomplete request) or a rejected one
     }
     if (!parser.is_done()) {
-      if (!ec && parser.need_eof()) parser.put_eof(ec);  // the client closed: a body read to the end
-      if (!parser.is_done()) return 0;                   // the connection would answer 400/413 and close
+      if (!ec && parser.need_eof())
+        parser.put_eof(ec);             // the client closed: a body read to the end
+      if (!parser.is_done()) return 0;  // the connection would answer 400/413 and close
     }
-    if (std::optional<ajet::http::Response> bad = ajet::http::transfer_coding_error(parser.get()); bad) {
+    if (std::optional<ajet::http::Response> bad = ajet::http::transfer_coding_error(parser.get());
+        bad) {
       if (bad->status != 400 && bad->status != 501) std::abort();
       return 0;  // answered and closed
     }

@@ -1,10 +1,14 @@
-// fuzz-sources: src/http/response.cc src/http/message.cc src/openai/anthropic_messages.cc src/openai/openai_responses.cc src/openai/openai_format.cc src/tracking/chat_format.cc src/tracking/call_record.cc src/store/blob.cc
-// libFuzzer target: arbitrary bytes as the strings that hold JSON inside a valid body or a stored
-// row, each read the way the front reads it (issue 38: a tool call's arguments string nested 70,000
-// levels deep passed the body's depth limit and overflowed the stack in the tracker's signature):
-//   - a tool call's `arguments` as such (rendered by every chat family, the tracker's turn signature
-//     with its canonical arguments), and inside a chat body (an assistant message's tool_calls) and a
-//     Responses body (a function_call input item), read as the front reads them, then used the same way;
+// fuzz-sources: src/http/response.cc src/http/message.cc src/openai/anthropic_messages.cc
+// src/openai/openai_responses.cc src/openai/openai_format.cc src/tracking/chat_format.cc
+// src/tracking/call_record.cc src/store/blob.cc libFuzzer target: arbitrary bytes as the strings
+// that hold JSON inside a valid body or a stored row, each read the way the front reads it (issue
+// 38: a tool call's arguments string nested 70,000 levels deep passed the body's depth limit and
+// overflowed the stack in the tracker's signature):
+//   - a tool call's `arguments` as such (rendered by every chat family, the tracker's turn
+//   signature
+//     with its canonical arguments), and inside a chat body (an assistant message's tool_calls) and
+//     a Responses body (a function_call input item), read as the front reads them, then used the
+//     same way;
 //   - the same text as the arguments of generated tool calls, rendered as Anthropic content blocks,
 //     an Anthropic stream's close and Responses output items;
 //   - the text as a stored value: a JSON column (metadata, batch stats) and a stored call's request
@@ -64,28 +68,32 @@ void use_arguments(const std::string& arguments) {
   request.messages[1].role = ajet::text::Role::kAssistant;
   request.messages[1].tool_calls.push_back({"c1", "f", arguments});
   // The tracker reads arguments with the limit everything else has: text the bounded parser refuses
-  // compares as text (issue 38: parsed without a limit, 70,000 levels overflowed the stack in dump()).
+  // compares as text (issue 38: parsed without a limit, 70,000 levels overflowed the stack in
+  // dump()).
   const std::string key = ajet::tracking::message_signature(request.messages[1]).key;
-  if (!ajet::try_parse_json(arguments) && key.find("\x01" + arguments) == std::string::npos) std::abort();
+  if (!ajet::try_parse_json(arguments) && key.find("\x01" + arguments) == std::string::npos)
+    std::abort();
   use_request(request);
 }
 
 OrderedJson chat_body(const std::string& arguments) {
-  return OrderedJson{
-      {"messages",
-       {{{"role", "user"}, {"content", "hi"}},
-        {{"role", "assistant"},
-         {"content", nullptr},
-         {"tool_calls",
-          {{{"id", "c1"}, {"type", "function"}, {"function", {{"name", "f"}, {"arguments", arguments}}}}}}},
-        {{"role", "tool"}, {"tool_call_id", "c1"}, {"content", "ok"}}}}};
+  return OrderedJson{{"messages",
+                      {{{"role", "user"}, {"content", "hi"}},
+                       {{"role", "assistant"},
+                        {"content", nullptr},
+                        {"tool_calls",
+                         {{{"id", "c1"},
+                           {"type", "function"},
+                           {"function", {{"name", "f"}, {"arguments", arguments}}}}}}},
+                       {{"role", "tool"}, {"tool_call_id", "c1"}, {"content", "ok"}}}}};
 }
 
 OrderedJson responses_body(const std::string& arguments) {
-  return OrderedJson{{"input",
-                      {{{"role", "user"}, {"content", "hi"}},
-                       {{"type", "function_call"}, {"call_id", "c1"}, {"name", "f"}, {"arguments", arguments}},
-                       {{"type", "function_call_output"}, {"call_id", "c1"}, {"output", "ok"}}}}};
+  return OrderedJson{
+      {"input",
+       {{{"role", "user"}, {"content", "hi"}},
+        {{"type", "function_call"}, {"call_id", "c1"}, {"name", "f"}, {"arguments", arguments}},
+        {{"type", "function_call_output"}, {"call_id", "c1"}, {"output", "ok"}}}}};
 }
 
 // Generated tool calls whose arguments are the text, as each API's answer shows them.
@@ -132,7 +140,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
          {{{"role", "user"}, {"content", "hi"}},
           {{"role", "assistant"},
            {"content", {{{"type", "tool_use"}, {"id", "t1"}, {"name", "f"}, {"input", *input}}}}},
-          {{"role", "user"}, {"content", {{{"type", "tool_result"}, {"tool_use_id", "t1"}, {"content", "ok"}}}}}}}};
+          {{"role", "user"},
+           {"content", {{{"type", "tool_result"}, {"tool_use_id", "t1"}, {"content", "ok"}}}}}}}};
     refused_or_read([&] { read_chat(ajet::openai::anthropic_to_chat_body(anthropic)); });
   }
   refused_or_read([&] { answer_with_calls(text); });

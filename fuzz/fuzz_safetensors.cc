@@ -1,5 +1,5 @@
-// Fuzz target: arbitrary bytes as a safetensors file. Rejection must be an ajet::Error; every accepted
-// file must give in-bounds views and survive a write/read round trip unchanged.
+// Fuzz target: arbitrary bytes as a safetensors file. Rejection must be an ajet::Error; every
+// accepted file must give in-bounds views and survive a write/read round trip unchanged.
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -35,14 +35,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     check(file->find(info.name) == &info);
     TensorView view = file->view(info);
     check(view.data.size() == static_cast<size_t>(info.numel()) * dtype_size(info.dtype));
-    for (std::byte b : view.data) checksum ^= std::to_integer<uint8_t>(b);  // touch every byte (ASan)
+    for (std::byte b : view.data)
+      checksum ^= std::to_integer<uint8_t>(b);  // touch every byte (ASan)
     views.push_back(view);
   }
   (void)checksum;
 
   // Anything we accept, we can write, and reading that back gives the same tensors.
   std::string again = serialize_safetensors(views, file->metadata());
-  auto reread = SafetensorsFile::parse({reinterpret_cast<const std::byte*>(again.data()), again.size()}, "round trip");
+  auto reread = SafetensorsFile::parse(
+      {reinterpret_cast<const std::byte*>(again.data()), again.size()}, "round trip");
   check(reread.metadata() == file->metadata());
   check(reread.tensors().size() == views.size());
   for (size_t i = 0; i < views.size(); ++i) {

@@ -1,8 +1,8 @@
 // fuzz-smoke-runs: 1000
 // libFuzzer target: arbitrary bytes as a tokenizer.json, and as text for a fixed small tokenizer.
 // Loading must either succeed or throw ajet::Error (never crash, hang or allocate without bound);
-// a loaded tokenizer must encode, decode and stream-decode a sample consistently. Each input builds a
-// tokenizer (~20 ms under ASan: 10,000 runs took 202 s), hence fewer smoke runs.
+// a loaded tokenizer must encode, decode and stream-decode a sample consistently. Each input builds
+// a tokenizer (~20 ms under ASan: 10,000 runs took 202 s), hence fewer smoke runs.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -84,7 +84,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   try {
-    check(*tok, "Hello, world! 123 <|im_end|> \xE4\xBD\xA0\xE5\xA5\xBD \xF0\x9F\x98\x80 'll\n\n  x");
+    check(*tok,
+          "Hello, world! 123 <|im_end|> \xE4\xBD\xA0\xE5\xA5\xBD \xF0\x9F\x98\x80 'll\n\n  x");
   } catch (const ajet::Error&) {
     // e.g. a pathological pre-tokenizer regex hitting PCRE2's match limits: an error, not a crash.
   }

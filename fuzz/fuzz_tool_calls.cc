@@ -19,10 +19,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     options.id_source = [&next] { return "call_" + std::to_string(next++); };
     const ajet::text::ParsedOutput out = ajet::text::parse_model_output(text, options);
     for (const ajet::text::ParseIssue& issue : out.issues) {
-      if (issue.byte_begin > issue.byte_end || issue.byte_end > size || issue.reason.empty()) std::abort();
+      if (issue.byte_begin > issue.byte_end || issue.byte_end > size || issue.reason.empty())
+        std::abort();
     }
     for (const ajet::text::ToolCall& call : out.tool_calls) {
-      if (call.name.empty() || call.arguments.empty() || call.arguments.front() != '{') std::abort();
+      if (call.name.empty() || call.arguments.empty() || call.arguments.front() != '{')
+        std::abort();
       const auto arguments = ajet::try_parse_ordered_json(call.arguments);
       if (!arguments || !arguments->is_object()) std::abort();
     }

@@ -16,7 +16,8 @@ namespace {
 
 void run_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
-  std::vector<char> contents((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<char> contents((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
   // An exactly sized heap copy, so a sanitized build catches reads past the end.
   auto data = std::make_unique<uint8_t[]>(contents.size() + (contents.empty() ? 1 : 0));
   std::copy(contents.begin(), contents.end(), data.get());

@@ -1,5 +1,6 @@
-// main() of the test binaries that run libtorch maths: the BLAS-kernel start-up check the engine makes
-// (model/blas_kernel.h), then GoogleTest. ajet_test(... BLAS_MAIN) uses it instead of gtest_main.
+// main() of the test binaries that run libtorch maths: the BLAS-kernel start-up check the engine
+// makes (model/blas_kernel.h), then GoogleTest. ajet_test(... BLAS_MAIN) uses it instead of
+// gtest_main.
 #include <gtest/gtest.h>
 
 #include "model/blas_kernel.h"

@@ -51,16 +51,20 @@ void run_init(const InitArgs& args) {
     fail(ErrorCode::kNotFound, "--tokenizer " + tokenizer_dir.string() + ": not a directory");
   }
   if (!fs::exists(tokenizer_dir / "tokenizer.json")) {
-    fail(ErrorCode::kNotFound, "--tokenizer " + tokenizer_dir.string() + ": tokenizer.json not found");
+    fail(ErrorCode::kNotFound,
+         "--tokenizer " + tokenizer_dir.string() + ": tokenizer.json not found");
   }
   if (fs::exists(out)) {
-    if (!fs::is_directory(out)) invalid_argument("--out " + out.string() + " exists and is not a directory");
+    if (!fs::is_directory(out))
+      invalid_argument("--out " + out.string() + " exists and is not a directory");
     if (!fs::is_empty(out) && !args.force) {
-      invalid_argument("--out " + out.string() + " exists and is not empty (pass --force to replace it)");
+      invalid_argument("--out " + out.string() +
+                       " exists and is not empty (pass --force to replace it)");
     }
     // --force deletes the old directory: only ever one that already holds a model.
     if (!fs::is_empty(out) && !fs::exists(out / "config.json")) {
-      invalid_argument("--out " + out.string() + " is not empty and holds no config.json; refusing to replace it");
+      invalid_argument("--out " + out.string() +
+                       " is not empty and holds no config.json; refusing to replace it");
     }
   }
   model::configure_threads(args.threads);
@@ -80,45 +84,56 @@ void run_init(const InitArgs& args) {
 
   model::Qwen2Model model(config);
   const double output_scale =
-      args.scaled_residual_init ? 1.0 / std::sqrt(2.0 * static_cast<double>(config.num_hidden_layers)) : 1.0;
+      args.scaled_residual_init
+          ? 1.0 / std::sqrt(2.0 * static_cast<double>(config.num_hidden_layers))
+          : 1.0;
   model::init_weights(model, args.seed, args.init_std, output_scale, args.embed_std);
   model->to(dtype);
   model::save_model_dir(model, out, model::SaveOptions{tokenizer_dir});
-  std::cout << "model init: preset " << args.preset << ", " << with_thousands(model->parameter_count())
-            << " parameters (vocab " << config.vocab_size << ", " << model::dtype_to_hf_name(dtype) << ", seed "
-            << args.seed << ", init std " << args.init_std
+  std::cout << "model init: preset " << args.preset << ", "
+            << with_thousands(model->parameter_count()) << " parameters (vocab "
+            << config.vocab_size << ", " << model::dtype_to_hf_name(dtype) << ", seed " << args.seed
+            << ", init std " << args.init_std
             << (args.scaled_residual_init ? ", residual outputs scaled" : "")
             << (args.embed_std > 0 ? ", embeddings std " + std::to_string(args.embed_std) : "")
-            << (args.untie_embeddings ? ", untied lm_head" : "") << ") -> "
-            << out.string() << std::endl;
+            << (args.untie_embeddings ? ", untied lm_head" : "") << ") -> " << out.string()
+            << std::endl;
 }
 
 const CommandRegistration kModel("model", [](CLI::App& app) {
   auto* model_cmd = app.add_subcommand("model", "Create and inspect model directories");
   model_cmd->require_subcommand(1);
   auto args = std::make_shared<InitArgs>();
-  auto* init = model_cmd->add_subcommand("init", "Write a randomly initialised model (HF layout) for a preset");
+  auto* init = model_cmd->add_subcommand(
+      "init", "Write a randomly initialised model (HF layout) for a preset");
   std::string presets_help = "Architecture preset:";
   for (const auto& p : model::presets()) presets_help += "\n  " + p.name + ": " + p.description;
   init->add_option("--preset", args->preset, presets_help)->required();
-  init->add_option("--tokenizer", args->tokenizer, "Directory with tokenizer.json (and tokenizer_config.json)")
+  init->add_option("--tokenizer", args->tokenizer,
+                   "Directory with tokenizer.json (and tokenizer_config.json)")
       ->required();
-  init->add_option("--out", args->out, "Output model directory (must not exist or be empty, unless --force)")
+  init->add_option("--out", args->out,
+                   "Output model directory (must not exist or be empty, unless --force)")
       ->required();
   init->add_option("--seed", args->seed, "Random seed for the weights")->capture_default_str();
   init->add_option("--init-std", args->init_std, "Standard deviation of the initial weights")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  init->add_flag("--scaled-residual-init", args->scaled_residual_init,
-                 "Initialise o_proj and down_proj with std / sqrt(2 * layers) (GPT-2's residual scaling)");
-  init->add_option("--embed-std", args->embed_std, "Standard deviation of the input embeddings (0: --init-std)")
+  init->add_flag(
+      "--scaled-residual-init", args->scaled_residual_init,
+      "Initialise o_proj and down_proj with std / sqrt(2 * layers) (GPT-2's residual scaling)");
+  init->add_option("--embed-std", args->embed_std,
+                   "Standard deviation of the input embeddings (0: --init-std)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  init->add_flag("--untie-embeddings", args->untie_embeddings, "A separate lm_head instead of the preset's tied one");
+  init->add_flag("--untie-embeddings", args->untie_embeddings,
+                 "A separate lm_head instead of the preset's tied one");
   init->add_option("--dtype", args->dtype,
-                   "float32 or bfloat16 (default: the preset's, bfloat16 for qwen2.5-0.5b as published, else float32)");
+                   "float32 or bfloat16 (default: the preset's, bfloat16 for qwen2.5-0.5b as "
+                   "published, else float32)");
   init->add_flag("--force", args->force, "Replace a non-empty output directory");
-  init->add_option("--threads", args->threads, "Intra-op threads (0: all cores)")->capture_default_str();
+  init->add_option("--threads", args->threads, "Intra-op threads (0: all cores)")
+      ->capture_default_str();
   init->callback([args] { run_init(*args); });
 });
 

@@ -1,11 +1,12 @@
 // `ajet-engine serve`: the engine process. Loads a model directory, starts the inference engine and
-// serves the engine RPC (generate, status, abort, train_step, save_checkpoint, load_checkpoint) on a
-// Unix socket or TCP until SIGINT / SIGTERM, then stops gracefully: in-flight requests finish with
-// `abort`, the socket file is removed. --resume loads a trainer checkpoint before serving.
-// Supervisors wait for the single line "ajet-engine: ready on ADDRESS" on stdout (or on --ready-fd).
-// Data parallel: the torchrun-style flags (--nnodes, --nproc-per-node, --local-rank, --master-addr, ...;
-// dist_flags.h) or torchrun's variables make it one rank of a c10d group; every train_step
-// then all-reduces gradients with the other ranks. One rank (the default) has no group at all.
+// serves the engine RPC (generate, status, abort, train_step, save_checkpoint, load_checkpoint) on
+// a Unix socket or TCP until SIGINT / SIGTERM, then stops gracefully: in-flight requests finish
+// with `abort`, the socket file is removed. --resume loads a trainer checkpoint before serving.
+// Supervisors wait for the single line "ajet-engine: ready on ADDRESS" on stdout (or on
+// --ready-fd). Data parallel: the torchrun-style flags (--nnodes, --nproc-per-node, --local-rank,
+// --master-addr, ...; dist_flags.h) or torchrun's variables make it one rank of a c10d group; every
+// train_step then all-reduces gradients with the other ranks. One rank (the default) has no group
+// at all.
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -36,7 +37,8 @@ namespace {
 struct ServeArgs {
   EngineFlags engine;
   std::string listen;
-  std::string resume;  // checkpoint dir, a base dir (its latest), or "auto" (checkpoint_base_dir if any)
+  std::string
+      resume;  // checkpoint dir, a base dir (its latest), or "auto" (checkpoint_base_dir if any)
   int ready_fd = -1;
   size_t max_connections = 16;
   train_data::DistOptions dist;
@@ -69,7 +71,8 @@ bool holds_checkpoint(const std::filesystem::path& base) {
 void run_serve(const ServeArgs& args) {
   rpc::parse_address(args.listen);  // a bad address fails before the model is loaded
   if (args.ready_fd >= 0 && ::fcntl(args.ready_fd, F_GETFD) < 0) {
-    invalid_argument("--ready-fd " + std::to_string(args.ready_fd) + " is not an open file descriptor");
+    invalid_argument("--ready-fd " + std::to_string(args.ready_fd) +
+                     " is not an open file descriptor");
   }
   // SIGINT / SIGTERM are blocked in every thread started from here on; this thread waits for them.
   sigset_t stop_signals;
@@ -77,17 +80,21 @@ void run_serve(const ServeArgs& args) {
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
   ::pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-  ::signal(SIGPIPE, SIG_IGN);  // a vanished peer is an error on that connection, not the process's end
+  ::signal(SIGPIPE,
+           SIG_IGN);  // a vanished peer is an error on that connection, not the process's end
 
   const engine::EngineOptions options = args.engine.resolve();
-  engine::TrainingOptions training = engine::training_options(options);  // config errors before the model loads
+  engine::TrainingOptions training =
+      engine::training_options(options);  // config errors before the model loads
   // Flag and variable errors before the model loads; then every rank meets the others (blocks until
   // all joined, or fails naming the rank and master address) before loading, so they load together.
   const train_data::DistPlacement placement = train_data::resolve_placement(args.dist);
   if (placement.world_size > 1) {
-    log().info("data parallel: rank {} of {} (local rank {}), joining the group at {} (backend {}, timeout {} s)",
-               placement.rank, placement.world_size, placement.local_rank, placement.master(), placement.backend,
-               placement.timeout.count() / 1000.0);
+    log().info(
+        "data parallel: rank {} of {} (local rank {}), joining the group at {} (backend {}, "
+        "timeout {} s)",
+        placement.rank, placement.world_size, placement.local_rank, placement.master(),
+        placement.backend, placement.timeout.count() / 1000.0);
     training.collective = train::make_collective(placement);
   }
   engine::EngineRuntime runtime = engine::start_engine(options);
@@ -95,7 +102,8 @@ void run_serve(const ServeArgs& args) {
   engine::TrainMethods train(service, runtime.model, training);
   if (!args.resume.empty()) {
     // Before the socket exists, so nothing is generated on the weights the checkpoint replaces.
-    const std::filesystem::path dir = args.resume == "auto" ? training.checkpoint_base_dir : std::filesystem::path(args.resume);
+    const std::filesystem::path dir =
+        args.resume == "auto" ? training.checkpoint_base_dir : std::filesystem::path(args.resume);
     if (args.resume == "auto" && !holds_checkpoint(dir)) {
       log().info("--resume auto: no checkpoint under {}; starting fresh", dir.string());
     } else {
@@ -108,14 +116,16 @@ void run_serve(const ServeArgs& args) {
   server.listen(args.listen);
   const std::string address = server.address();
   service.set_address(address);
-  log().info("engine RPC serving on {} (policy version {})", address, runtime.engine->policy_version());
+  log().info("engine RPC serving on {} (policy version {})", address,
+             runtime.engine->policy_version());
   std::cout << "ajet-engine: ready on " << address << std::endl;
   if (args.ready_fd >= 0) write_ready_fd(args.ready_fd, address + "\n");
 
   int received = 0;
   while (::sigwait(&stop_signals, &received) != 0) {
   }
-  log().info("{} received: stopping (in-flight requests end with 'abort')", received == SIGINT ? "SIGINT" : "SIGTERM");
+  log().info("{} received: stopping (in-flight requests end with 'abort')",
+             received == SIGINT ? "SIGINT" : "SIGTERM");
   // Order matters: no new control calls, then the engine finishes every request through its sinks
   // (queued before the server's close frame), then the connections close and the socket goes.
   service.stop();
@@ -128,13 +138,18 @@ const CommandRegistration kServe("serve", [](CLI::App& app) {
   auto args = std::make_shared<ServeArgs>();
   auto* cmd = app.add_subcommand("serve", "Serve a model over the engine RPC (unix socket or TCP)");
   args->engine.add_to(cmd);
-  cmd->add_option("--listen", args->listen, "unix:/path/to.sock or tcp:HOST:PORT (port 0: any free port)")->required();
+  cmd->add_option("--listen", args->listen,
+                  "unix:/path/to.sock or tcp:HOST:PORT (port 0: any free port)")
+      ->required();
   cmd->add_option("--ready-fd", args->ready_fd,
-                  "Also write the bound address and a newline to this file descriptor when ready, then close it");
-  cmd->add_option("--resume", args->resume,
-                  "Load a trainer checkpoint before serving: a global_step_* directory, a base directory (its "
-                  "latest), or 'auto' (ajet.trainer_common.checkpoint_base_dir when it holds one)");
-  cmd->add_option("--max-connections", args->max_connections, "RPC peers at once")->capture_default_str();
+                  "Also write the bound address and a newline to this file descriptor when ready, "
+                  "then close it");
+  cmd->add_option(
+      "--resume", args->resume,
+      "Load a trainer checkpoint before serving: a global_step_* directory, a base directory (its "
+      "latest), or 'auto' (ajet.trainer_common.checkpoint_base_dir when it holds one)");
+  cmd->add_option("--max-connections", args->max_connections, "RPC peers at once")
+      ->capture_default_str();
   // Without these flags the torchrun variables (RANK, WORLD_SIZE, MASTER_ADDR, ...) place the rank.
   add_dist_flags(*cmd, args->dist);
   cmd->callback([args] { run_serve(*args); });

@@ -1,7 +1,7 @@
 // The engine settings flags shared by `ajet-engine serve` and `ajet-engine generate`: --model,
 // --conf, --threads, --kv-cache-mb, --max-model-len, --max-batch-tokens, --max-running, --device,
-// --dtype, --kv-cache-dtype, --no-prefix-caching, --policy-version. A flag given on the command line wins over the --conf file, which wins
-// over the defaults. No libtorch here.
+// --dtype, --kv-cache-dtype, --no-prefix-caching, --policy-version. A flag given on the command
+// line wins over the --conf file, which wins over the defaults. No libtorch here.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -39,20 +39,28 @@ inline void EngineFlags::add_to(CLI::App* cmd) {
   auto add = [&](CLI::Option* option, std::function<void(engine::EngineOptions&)> copy) {
     overrides_.emplace_back(option, std::move(copy));
   };
-  cmd->add_option("--model", flags_.model_dir_text, "Model directory (Hugging Face layout, e.g. from `ajet model init`)");
-  cmd->add_option("--conf", conf_, "YAML config: ajet.model.path, ajet.engine.*, ajet.rollout.max_model_len/max_num_seqs");
-  add(cmd->add_option("--threads", o.threads, "Intra-op compute threads (0: one per core)")->capture_default_str(),
+  cmd->add_option("--model", flags_.model_dir_text,
+                  "Model directory (Hugging Face layout, e.g. from `ajet model init`)");
+  cmd->add_option(
+      "--conf", conf_,
+      "YAML config: ajet.model.path, ajet.engine.*, ajet.rollout.max_model_len/max_num_seqs");
+  add(cmd->add_option("--threads", o.threads, "Intra-op compute threads (0: one per core)")
+          ->capture_default_str(),
       [this](engine::EngineOptions& x) { x.threads = flags_.options.threads; });
-  add(cmd->add_option("--kv-cache-mb", o.kv_cache_mb, "KV cache memory budget in MiB")->capture_default_str(),
+  add(cmd->add_option("--kv-cache-mb", o.kv_cache_mb, "KV cache memory budget in MiB")
+          ->capture_default_str(),
       [this](engine::EngineOptions& x) { x.kv_cache_mb = flags_.options.kv_cache_mb; });
-  add(cmd->add_option("--max-model-len", o.max_model_len,
-                      "Context limit: prompt + generated tokens (0: the model's max_position_embeddings)")
+  add(cmd->add_option(
+             "--max-model-len", o.max_model_len,
+             "Context limit: prompt + generated tokens (0: the model's max_position_embeddings)")
           ->capture_default_str(),
       [this](engine::EngineOptions& x) { x.max_model_len = flags_.options.max_model_len; });
-  add(cmd->add_option("--max-batch-tokens", o.max_batch_tokens, "Tokens per engine step (prefill chunk size)")
+  add(cmd->add_option("--max-batch-tokens", o.max_batch_tokens,
+                      "Tokens per engine step (prefill chunk size)")
           ->capture_default_str(),
       [this](engine::EngineOptions& x) { x.max_batch_tokens = flags_.options.max_batch_tokens; });
-  add(cmd->add_option("--max-running", o.max_running, "Sequences decoded together")->capture_default_str(),
+  add(cmd->add_option("--max-running", o.max_running, "Sequences decoded together")
+          ->capture_default_str(),
       [this](engine::EngineOptions& x) { x.max_running = flags_.options.max_running; });
   add(cmd->add_option("--device", o.device, "cpu, cuda, cuda:N or auto")->capture_default_str(),
       [this](engine::EngineOptions& x) { x.device = flags_.options.device; });
@@ -63,9 +71,11 @@ inline void EngineFlags::add_to(CLI::App* cmd) {
           ->capture_default_str(),
       [this](engine::EngineOptions& x) { x.kv_cache_dtype = flags_.options.kv_cache_dtype; });
   add(cmd->add_flag("--no-prefix-caching", no_prefix_caching_,
-                    "Compute every prompt in full (default: reuse the keys/values of prefixes already computed)"),
+                    "Compute every prompt in full (default: reuse the keys/values of prefixes "
+                    "already computed)"),
       [](engine::EngineOptions& x) { x.prefix_caching = false; });
-  add(cmd->add_option("--policy-version", o.policy_version, "Policy version reported with generated tokens")
+  add(cmd->add_option("--policy-version", o.policy_version,
+                      "Policy version reported with generated tokens")
           ->capture_default_str(),
       [this](engine::EngineOptions& x) { x.policy_version = flags_.options.policy_version; });
 }

@@ -47,13 +47,15 @@ void on_signal(int) { g_stop = true; }
 http::ClientOptions fetch_options(double refresh_interval) {
   http::ClientOptions o;
   o.connect_timeout = std::chrono::milliseconds(2'000);
-  o.timeout = std::chrono::milliseconds(int64_t(std::clamp(refresh_interval * 2.0, 1.0, 10.0) * 1000));
+  o.timeout =
+      std::chrono::milliseconds(int64_t(std::clamp(refresh_interval * 2.0, 1.0, 10.0) * 1000));
   o.user_agent = "ajet-swarm-overwatch";
   return o;
 }
 
 size_t default_width() {
-  if (const char* c = std::getenv("COLUMNS"); c != nullptr && std::atoi(c) > 20) return size_t(std::atoi(c));
+  if (const char* c = std::getenv("COLUMNS"); c != nullptr && std::atoi(c) > 20)
+    return size_t(std::atoi(c));
   return 120;
 }
 
@@ -96,7 +98,8 @@ class Fetcher {
     http::HttpClient http(options_.urls[i], fetch_options(options_.refresh_interval));
     uint64_t requests = 0, errors = 0, seen_poke = 0;
     while (true) {
-      OverwatchSnapshot s = client::fetch_overwatch(http, options_.urls[i], options_.refresh_interval, requests, errors);
+      OverwatchSnapshot s = client::fetch_overwatch(http, options_.urls[i],
+                                                    options_.refresh_interval, requests, errors);
       requests = s.requests;
       errors = s.errors;
       std::unique_lock<std::mutex> lock(mu_);
@@ -120,7 +123,8 @@ class Fetcher {
 };
 
 // One snapshot of every server, fetched at once.
-std::vector<OverwatchSnapshot> fetch_all(const OverwatchOptions& o, std::vector<http::HttpClient>& https,
+std::vector<OverwatchSnapshot> fetch_all(const OverwatchOptions& o,
+                                         std::vector<http::HttpClient>& https,
                                          const std::vector<OverwatchSnapshot>& previous) {
   std::vector<std::future<OverwatchSnapshot>> pending;
   for (size_t i = 0; i < o.urls.size(); ++i) {
@@ -207,7 +211,8 @@ void draw(const std::vector<OverwatchSnapshot>& snapshots, size_t& scroll) {
   attron(A_DIM);
   mvaddnstr(rows - 1, 0,
             ("q quit   up/down PgUp/PgDn Home scroll   r refresh now" +
-             (max_scroll > 0 ? "   (line " + std::to_string(scroll + 1) + " of " + std::to_string(lines.size()) + ")"
+             (max_scroll > 0 ? "   (line " + std::to_string(scroll + 1) + " of " +
+                                   std::to_string(lines.size()) + ")"
                              : std::string()))
                 .c_str(),
             cols);
@@ -240,11 +245,26 @@ void run_tui(const OverwatchOptions& o) {
       case 'r':
       case 'R': fetcher.refresh_now(); break;
       case KEY_RESIZE: dirty = true; break;
-      case KEY_UP: scroll = scroll > 0 ? scroll - 1 : 0; dirty = true; break;
-      case KEY_DOWN: scroll += 1; dirty = true; break;
-      case KEY_PPAGE: scroll = scroll > size_t(LINES) ? scroll - size_t(LINES) + 1 : 0; dirty = true; break;
-      case KEY_NPAGE: scroll += size_t(std::max(LINES - 1, 1)); dirty = true; break;
-      case KEY_HOME: scroll = 0; dirty = true; break;
+      case KEY_UP:
+        scroll = scroll > 0 ? scroll - 1 : 0;
+        dirty = true;
+        break;
+      case KEY_DOWN:
+        scroll += 1;
+        dirty = true;
+        break;
+      case KEY_PPAGE:
+        scroll = scroll > size_t(LINES) ? scroll - size_t(LINES) + 1 : 0;
+        dirty = true;
+        break;
+      case KEY_NPAGE:
+        scroll += size_t(std::max(LINES - 1, 1));
+        dirty = true;
+        break;
+      case KEY_HOME:
+        scroll = 0;
+        dirty = true;
+        break;
       default: break;
     }
   }
@@ -266,9 +286,9 @@ void run_overwatch(OverwatchOptions o) {
       n_unreachable += 1;
     }
     if (n_unreachable > 0) {
-      fail(ErrorCode::kUnavailable,
-           (n_unreachable == 1 ? "cannot reach the swarm server at " : "cannot reach the swarm servers at ") +
-               unreachable);
+      fail(ErrorCode::kUnavailable, (n_unreachable == 1 ? "cannot reach the swarm server at "
+                                                        : "cannot reach the swarm servers at ") +
+                                        unreachable);
     }
     return;
   }
@@ -292,18 +312,23 @@ void run_overwatch(OverwatchOptions o) {
 
 const CommandRegistration kOverwatch("overwatch", [](CLI::App& app) {
   auto o = std::make_shared<OverwatchOptions>();
-  auto* cmd = app.add_subcommand("overwatch", "Live terminal monitor of one or several swarm servers (q quits)");
+  auto* cmd = app.add_subcommand("overwatch",
+                                 "Live terminal monitor of one or several swarm servers (q quits)");
   cmd->alias("top");
   cmd->add_option("--swarm-url,--url", o->urls,
-                  "Swarm server to watch; repeat it or give a comma list for several (one per model), shown in "
-                  "order (default " + std::string(kDefaultUrl) + ")")
+                  "Swarm server to watch; repeat it or give a comma list for several (one per "
+                  "model), shown in "
+                  "order (default " +
+                      std::string(kDefaultUrl) + ")")
       ->delimiter(',');
   cmd->add_option("--refresh-interval", o->refresh_interval, "Seconds between polls")
       ->capture_default_str()
       ->check(CLI::Range(0.1, 3600.0));
   cmd->add_flag("--once", o->once,
-                "Print one plain-text snapshot of every server and exit (exit code 1 when any is unreachable)");
-  cmd->add_option("--width", o->width, "Columns of the plain-text output (default $COLUMNS, else 120)");
+                "Print one plain-text snapshot of every server and exit (exit code 1 when any is "
+                "unreachable)");
+  cmd->add_option("--width", o->width,
+                  "Columns of the plain-text output (default $COLUMNS, else 120)");
   cmd->callback([o] { run_overwatch(*o); });
 });
 

@@ -11,8 +11,8 @@
 
 namespace ajet::swarm_cli {
 
+using apps::add_registered_commands;
 using apps::CommandFactory;
 using apps::CommandRegistration;
-using apps::add_registered_commands;
 
 }  // namespace ajet::swarm_cli

@@ -1,5 +1,6 @@
 // `ajet episode list` and `ajet episode show`: recorded episodes, from the SQLite store file
-// (--store) or from a running front (--url; GET /episodes and GET /episodes/{uuid}, admin token from
+// (--store) or from a running front (--url; GET /episodes and GET /episodes/{uuid}, admin token
+// from
 // --token or $AJET_ADMIN_TOKEN). The store admits one process, so a live run is read through --url.
 // Reading with --store opens the store as a front would, but writes nothing (it only adds the list
 // indexes an older store lacks).
@@ -46,16 +47,20 @@ struct Source {
 };
 
 void add_source_options(CLI::App* cmd, Source& source) {
-  auto* store = cmd->add_option("--store", source.store, "SQLite store file of the swarm server (not while it runs)");
-  auto* url = cmd->add_option("--url", source.url, "A running ajet-swarm, e.g. http://127.0.0.1:10086");
+  auto* store = cmd->add_option("--store", source.store,
+                                "SQLite store file of the swarm server (not while it runs)");
+  auto* url =
+      cmd->add_option("--url", source.url, "A running ajet-swarm, e.g. http://127.0.0.1:10086");
   store->excludes(url);
-  cmd->add_option("--token", source.token, "Admin token for --url (default: $AJET_ADMIN_TOKEN)")->needs(url);
+  cmd->add_option("--token", source.token, "Admin token for --url (default: $AJET_ADMIN_TOKEN)")
+      ->needs(url);
 }
 
 void check_source(const Source& source, const char* command) {
   if (source.store.empty() && source.url.empty()) {
-    invalid_argument(std::string("ajet episode ") + command +
-                     ": pass --store FILE (a stopped run's store) or --url URL (a running ajet-swarm)");
+    invalid_argument(
+        std::string("ajet episode ") + command +
+        ": pass --store FILE (a stopped run's store) or --url URL (a running ajet-swarm)");
   }
 }
 
@@ -81,7 +86,8 @@ std::string query_escape(const std::string& text) {
 // GET `target` from the front with the admin token; the body as JSON. The front's 400 (a bad
 // parameter) is a usage error; 401 says where the token comes from.
 Json get_from_front(const Source& source, const std::string& target) {
-  const std::string token = source.token.empty() ? client::admin_token_for(source.url) : source.token;
+  const std::string token =
+      source.token.empty() ? client::admin_token_for(source.url) : source.token;
   http::Headers headers;
   if (!token.empty()) headers.add("Authorization", "Bearer " + token);
   http::HttpClient client(source.url);
@@ -92,17 +98,20 @@ Json get_from_front(const Source& source, const std::string& target) {
       body && body->contains("error") && (*body)["error"].is_object()) {
     message = (*body)["error"].value("message", r.body);
   }
-  const std::string what =
-      "GET " + target + " from " + source.url + ": HTTP " + std::to_string(r.status) + ": " + message;
+  const std::string what = "GET " + target + " from " + source.url + ": HTTP " +
+                           std::to_string(r.status) + ": " + message;
   if (r.status == 400) invalid_argument(what);
-  if (r.status == 401) fail(ErrorCode::kUnauthenticated, what + " (pass --token or set AJET_ADMIN_TOKEN)");
+  if (r.status == 401)
+    fail(ErrorCode::kUnauthenticated, what + " (pass --token or set AJET_ADMIN_TOKEN)");
   if (r.status == 404) fail(ErrorCode::kNotFound, what);
   fail(ErrorCode::kUnavailable, what);
 }
 
 void write_stdout(const std::string& text) { std::fwrite(text.data(), 1, text.size(), stdout); }
 
-double now_unix() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
+double now_unix() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
 
 // ---- list ----
 
@@ -180,13 +189,15 @@ struct ShowArgs {
 // `uuid`: resolved (Store::resolve_episode_uuid).
 Json document_from_store(store::Store& st, const ShowArgs& args, const std::string& uuid) {
   std::optional<store::EpisodeRow> episode = st.get_episode(uuid);
-  if (!episode) fail(ErrorCode::kNotFound, "episode " + uuid + " is not in store " + args.source.store);
+  if (!episode)
+    fail(ErrorCode::kNotFound, "episode " + uuid + " is not in store " + args.source.store);
   std::vector<store::CallRow> rows = st.get_calls(uuid);
 
   std::optional<config::Config> cfg;
   if (auto yaml = st.get_state(store::kStateTrainConfigYaml); yaml && !yaml->empty()) {
     try {
-      cfg = config::parse_config(*yaml, "train config stored in " + args.source.store, config::ConfigUse::kSwarmServer)
+      cfg = config::parse_config(*yaml, "train config stored in " + args.source.store,
+                                 config::ConfigUse::kSwarmServer)
                 .config;
     } catch (const Error& e) {
       std::fprintf(stderr, "ajet episode show: ignoring the stored train config: %s\n", e.what());
@@ -205,16 +216,21 @@ Json document_from_store(store::Store& st, const ShowArgs& args, const std::stri
     try {
       format = std::make_unique<tracking::ChatFormat>(tracking::ChatFormat::from_tokenizer(*tok));
     } catch (const Error& e) {
-      std::fprintf(stderr, "ajet episode show: no chat format (%s); text-level merging is unavailable\n", e.what());
+      std::fprintf(stderr,
+                   "ajet episode show: no chat format (%s); text-level merging is unavailable\n",
+                   e.what());
     }
   } else {
-    std::fprintf(stderr, "ajet episode show: no tokenizer (pass --tokenizer DIR): token ids without text pieces\n");
+    std::fprintf(
+        stderr,
+        "ajet episode show: no tokenizer (pass --tokenizer DIR): token ids without text pieces\n");
   }
 
   tracking::MergeOptions options =
       cfg ? tracking::MergeOptions::from_config(*cfg, format.get()) : tracking::MergeOptions{};
   options.format = format.get();
-  if (!args.compare_level.empty()) options.compare_level = tracking::compare_level_from_name(args.compare_level);
+  if (!args.compare_level.empty())
+    options.compare_level = tracking::compare_level_from_name(args.compare_level);
 
   std::vector<tracking::CallRecord> calls = tracking::calls_from_rows(rows, format.get());
   tracking::EpisodeInfo info{episode->uuid, episode->task_id, episode->reward.value_or(0.0)};
@@ -255,7 +271,8 @@ void run_episode_show(const ShowArgs& args) {
   // resolves it, and the summary is asked for by the whole uuid.
   if (!args.source.url.empty()) {
     document = get_from_front(args.source, "/episodes/" + query_escape(args.uuid));
-    if (!args.json) summary = summary_from_front(args.source, document.value("episode_uuid", args.uuid));
+    if (!args.json)
+      summary = summary_from_front(args.source, document.value("episode_uuid", args.uuid));
   } else {
     std::unique_ptr<store::Store> st = open_store(args.source.store);
     const std::string uuid = st->resolve_episode_uuid(args.uuid);
@@ -280,53 +297,69 @@ const CommandRegistration kEpisode("episode", [](CLI::App& app) {
   group->require_subcommand(1);
 
   auto list_args = std::make_shared<ListArgs>();
-  auto* list = group->add_subcommand(
-      "list",
-      "List episodes, newest first, a page at a time: uuid, step, type, task, status, reward, LLM calls,\n"
-      "prompt/generated tokens and age. Filters combine (all must hold). The last line gives the --cursor\n"
-      "of the next page.");
+  auto* list = group->add_subcommand("list",
+                                     "List episodes, newest first, a page at a time: uuid, step, "
+                                     "type, task, status, reward, LLM calls,\n"
+                                     "prompt/generated tokens and age. Filters combine (all must "
+                                     "hold). The last line gives the --cursor\n"
+                                     "of the next page.");
   add_source_options(list, list_args->source);
   list->add_option("--step", list_args->step, "Episodes in the batch of this global step")
       ->check(CLI::NonNegativeNumber);
   list->add_option("--task", list_args->task, "Task id");
   list->add_option("--client", list_args->client, "Client uuid");
-  list->add_option("--agent", list_args->agent, "Episodes with at least one LLM call by this agent");
+  list->add_option("--agent", list_args->agent,
+                   "Episodes with at least one LLM call by this agent");
   list->add_option("--status", list_args->status, "Episode status")
-      ->check(CLI::IsMember({"claimed", "prepared", "finished", "aborted", "reclaimed", "dropped"}));
-  list->add_option("--type", list_args->type, "train or eval")->check(CLI::IsMember({"train", "eval"}));
+      ->check(
+          CLI::IsMember({"claimed", "prepared", "finished", "aborted", "reclaimed", "dropped"}));
+  list->add_option("--type", list_args->type, "train or eval")
+      ->check(CLI::IsMember({"train", "eval"}));
   list->add_option("--reward-min", list_args->reward_min, "Reward at least this");
   list->add_option("--reward-max", list_args->reward_max, "Reward at most this");
-  list->add_option("--success", list_args->success, "true or false")->check(CLI::IsMember({"true", "false"}));
+  list->add_option("--success", list_args->success, "true or false")
+      ->check(CLI::IsMember({"true", "false"}));
   list->add_option("--limit", list_args->limit, "Episodes per page")
       ->check(CLI::Range(1, store::kEpisodePageMaxLimit))
       ->capture_default_str();
-  list->add_option("--cursor", list_args->cursor, "Continue after the page that printed this cursor");
+  list->add_option("--cursor", list_args->cursor,
+                   "Continue after the page that printed this cursor");
   list->add_flag("--json", list_args->json, "Print the page as GET /episodes answers it");
-  list->add_flag("--full-uuids", list_args->full_uuids, "Print whole uuids (default: the first 12 characters)");
+  list->add_flag("--full-uuids", list_args->full_uuids,
+                 "Print whole uuids (default: the first 12 characters)");
   list->callback([list_args] { run_episode_list(*list_args); });
 
   auto show_args = std::make_shared<ShowArgs>();
-  auto* show = group->add_subcommand(
-      "show",
-      "Print one episode: its LLM calls as messages (tool calls and results as text) and its merged training\n"
-      "samples with every token marked trained or masked (colours in a terminal: blue trained, orange masked,\n"
-      "dim when the policy gave the token p < 0.3; [trained]/[masked] markers when piped or NO_COLOR is set).\n"
-      "--json prints the episode document instead (calls, samples, merge diagnostics; docs/tracking.md).");
+  auto* show = group->add_subcommand("show",
+                                     "Print one episode: its LLM calls as messages (tool calls and "
+                                     "results as text) and its merged training\n"
+                                     "samples with every token marked trained or masked (colours "
+                                     "in a terminal: blue trained, orange masked,\n"
+                                     "dim when the policy gave the token p < 0.3; "
+                                     "[trained]/[masked] markers when piped or NO_COLOR is set).\n"
+                                     "--json prints the episode document instead (calls, samples, "
+                                     "merge diagnostics; docs/tracking.md).");
   add_source_options(show, show_args->source);
-  show->add_option("uuid", show_args->uuid,
-                   "Episode uuid, or its start when only one episode's uuid has it (as list prints)")
+  show->add_option(
+          "uuid", show_args->uuid,
+          "Episode uuid, or its start when only one episode's uuid has it (as list prints)")
       ->required();
-  show->add_flag("--json", show_args->json, "Print the JSON document (as GET /episodes/{uuid} serves it)");
-  show->add_option("--color", show_args->color, "Colour the tokens: auto (a terminal without NO_COLOR), always, never")
+  show->add_flag("--json", show_args->json,
+                 "Print the JSON document (as GET /episodes/{uuid} serves it)");
+  show->add_option("--color", show_args->color,
+                   "Colour the tokens: auto (a terminal without NO_COLOR), always, never")
       ->check(CLI::IsMember({"auto", "always", "never"}))
       ->capture_default_str();
   show->add_option("--tokenizer", show_args->tokenizer,
-                   "Tokenizer directory for text pieces (--store; default: model.path of the stored train config)");
+                   "Tokenizer directory for text pieces (--store; default: model.path of the "
+                   "stored train config)");
   show->add_option("--compare-level", show_args->compare_level,
-                   "Merge at 'token' or 'text' level (--store; default: the stored config's timeline_compare_level, "
+                   "Merge at 'token' or 'text' level (--store; default: the stored config's "
+                   "timeline_compare_level, "
                    "else token)")
       ->check(CLI::IsMember({"token", "text"}));
-  show->add_option("--indent", show_args->indent, "JSON indentation with --json (-1: one line)")->capture_default_str();
+  show->add_option("--indent", show_args->indent, "JSON indentation with --json (-1: one line)")
+      ->capture_default_str();
   show->callback([show_args] { run_episode_show(*show_args); });
 });
 

@@ -1,5 +1,6 @@
-// `ajet model ...`: model directories are tensor work, so this forwards the whole command line after
-// `model` to `ajet-engine model ...` (found next to this binary); `ajet` itself never links libtorch.
+// `ajet model ...`: model directories are tensor work, so this forwards the whole command line
+// after `model` to `ajet-engine model ...` (found next to this binary); `ajet` itself never links
+// libtorch.
 #include "command.h"
 
 namespace ajet::cli {

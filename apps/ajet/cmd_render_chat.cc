@@ -1,6 +1,7 @@
-// `ajet render-chat --tokenizer DIR [--generation-prompt] [--ids]`: reads an OpenAI-style chat request
-// (`messages`, `tools`) as JSON on stdin and prints the prompt the model's chat template makes of it,
-// or its token ids. For people debugging templates: --spans shows which bytes (and tokens) each
+// `ajet render-chat --tokenizer DIR [--generation-prompt] [--ids]`: reads an OpenAI-style chat
+// request
+// (`messages`, `tools`) as JSON on stdin and prints the prompt the model's chat template makes of
+// it, or its token ids. For people debugging templates: --spans shows which bytes (and tokens) each
 // message produced.
 #include <iostream>
 #include <iterator>
@@ -42,7 +43,8 @@ void run(const RenderChatArgs& args) {
   text::ChatFamily family;
   if (!args.family.empty()) {
     auto f = text::family_from_name(args.family);
-    if (!f) invalid_argument("--family must be qwen3, qwen2.5 or chatml, got '" + args.family + "'");
+    if (!f)
+      invalid_argument("--family must be qwen3, qwen2.5 or chatml, got '" + args.family + "'");
     family = *f;
   } else {
     family = text::detect_chat_family(text::load_chat_template(args.tokenizer_dir)).family;
@@ -60,12 +62,9 @@ void run(const RenderChatArgs& args) {
     text::OrderedJson spans = text::OrderedJson::array();
     for (size_t i = 0; i < rendered.spans.size(); ++i) {
       const text::ChatSpan& s = rendered.spans[i];
-      text::OrderedJson j = {{"kind", span_kind_name(s.kind)},
-                             {"message_index", s.message_index},
-                             {"bytes", {s.begin, s.end}},
-                             {"header", rendered.header(s)},
-                             {"body", rendered.body(s)},
-                             {"footer", rendered.footer(s)}};
+      text::OrderedJson j = {{"kind", span_kind_name(s.kind)}, {"message_index", s.message_index},
+                             {"bytes", {s.begin, s.end}},      {"header", rendered.header(s)},
+                             {"body", rendered.body(s)},       {"footer", rendered.footer(s)}};
       if (tokens) {
         const text::TokenSpan& t = tokens->spans[i];
         j["tokens"] = {t.begin, t.end};
@@ -87,17 +86,24 @@ void run(const RenderChatArgs& args) {
 
 const CommandRegistration kRenderChat("render-chat", [](CLI::App& app) {
   auto args = std::make_shared<RenderChatArgs>();
-  auto* cmd = app.add_subcommand("render-chat",
-                                 "Render an OpenAI-style chat request (JSON on stdin: messages, tools) with the model's "
-                                 "chat template; print the text, or the token ids with --ids");
+  auto* cmd = app.add_subcommand(
+      "render-chat",
+      "Render an OpenAI-style chat request (JSON on stdin: messages, tools) with the model's "
+      "chat template; print the text, or the token ids with --ids");
   cmd->add_option("--tokenizer", args->tokenizer_dir,
-                  "Model or tokenizer directory (tokenizer_config.json with chat_template; tokenizer.json for --ids)")
+                  "Model or tokenizer directory (tokenizer_config.json with chat_template; "
+                  "tokenizer.json for --ids)")
       ->required();
-  cmd->add_flag("--generation-prompt", args->generation_prompt, "Append the assistant turn opener the model continues from");
+  cmd->add_flag("--generation-prompt", args->generation_prompt,
+                "Append the assistant turn opener the model continues from");
   cmd->add_flag("--ids", args->ids, "Print the token ids (one JSON array) instead of the text");
-  cmd->add_flag("--spans", args->spans, "Print JSON: the text and each message's header/body/footer (and tokens with --ids)");
-  cmd->add_flag("--no-thinking", args->no_thinking, "Render with enable_thinking=false (Qwen3: empty think block)");
-  cmd->add_option("--family", args->family, "Template family to use instead of detecting it: qwen3, qwen2.5, chatml");
+  cmd->add_flag(
+      "--spans", args->spans,
+      "Print JSON: the text and each message's header/body/footer (and tokens with --ids)");
+  cmd->add_flag("--no-thinking", args->no_thinking,
+                "Render with enable_thinking=false (Qwen3: empty think block)");
+  cmd->add_option("--family", args->family,
+                  "Template family to use instead of detecting it: qwen3, qwen2.5, chatml");
   cmd->callback([args] { run(*args); });
 });
 

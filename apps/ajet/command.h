@@ -12,9 +12,9 @@
 
 namespace ajet::cli {
 
+using apps::add_registered_commands;
 using apps::CommandFactory;
 using apps::CommandRegistration;
-using apps::add_registered_commands;
 
 // The main command (`ajet --conf x.yaml`, no subcommand; cmd_classic.cc): its options on the top
 // level, and the run main() calls when no subcommand was given (returns the exit code).
@@ -24,8 +24,8 @@ int run_main_entry(CLI::App& app);
 // Path of a sibling binary (e.g. "ajet-engine") in the directory of the running executable.
 std::string sibling_binary(const std::string& name);
 
-// Adds `ajet NAME ...`, which replaces this process with `ajet-engine NAME ...` (same arguments, stdin
-// and stdout); everything after NAME, --help included, belongs to ajet-engine.
+// Adds `ajet NAME ...`, which replaces this process with `ajet-engine NAME ...` (same arguments,
+// stdin and stdout); everything after NAME, --help included, belongs to ajet-engine.
 void add_engine_forward(CLI::App& app, const std::string& name, const std::string& description);
 
 }  // namespace ajet::cli

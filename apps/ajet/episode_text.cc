@@ -1,4 +1,5 @@
-// Text renderings of the episode JSON for `ajet episode list` / `ajet episode show` (episode_text.h).
+// Text renderings of the episode JSON for `ajet episode list` / `ajet episode show`
+// (episode_text.h).
 #include "episode_text.h"
 
 #include <algorithm>
@@ -49,7 +50,9 @@ std::string number_format(const char* fmt, double v) {
   return buf;
 }
 
-std::string reward_text(const std::optional<double>& reward) { return reward ? number_format("%.4g", *reward) : "-"; }
+std::string reward_text(const std::optional<double>& reward) {
+  return reward ? number_format("%.4g", *reward) : "-";
+}
 
 // "12s", "5m", "3h", "2d": how long ago.
 std::string age_text(double seconds) {
@@ -130,8 +133,9 @@ std::string episode_table(const Json& page, double now, bool full_uuids) {
     const std::string uuid = printable(text_of(e, "uuid"));
     const std::optional<int64_t> step = int_of(e, "global_step");
     rows.push_back({full_uuids ? uuid : uuid.substr(0, 12), step ? std::to_string(*step) : "-",
-                    printable(text_of(e, "episode_type")), clip(printable(text_of(e, "task_id")), 28),
-                    printable(text_of(e, "status")), reward_text(number_of(e, "reward")),
+                    printable(text_of(e, "episode_type")),
+                    clip(printable(text_of(e, "task_id")), 28), printable(text_of(e, "status")),
+                    reward_text(number_of(e, "reward")),
                     std::to_string(int_of(e, "llm_calls").value_or(0)),
                     std::to_string(int_of(e, "prompt_tokens").value_or(0)) + "/" +
                         std::to_string(int_of(e, "completion_tokens").value_or(0)),
@@ -147,7 +151,8 @@ std::string episode_table(const Json& page, double now, bool full_uuids) {
     for (size_t i = 0; i < cells.size(); ++i) {
       const std::string pad(widths[i] - width_of(cells[i]), ' ');
       if (i > 0) out += "  ";
-      out += columns[i].right ? pad + cells[i] : (i + 1 == cells.size() ? cells[i] : cells[i] + pad);
+      out +=
+          columns[i].right ? pad + cells[i] : (i + 1 == cells.size() ? cells[i] : cells[i] + pad);
     }
     while (!out.empty() && out.back() == ' ') out.pop_back();
     return out + "\n";
@@ -159,8 +164,8 @@ std::string episode_table(const Json& page, double now, bool full_uuids) {
 
   const int64_t total = int_of(page, "total").value_or(0);
   const bool lower_bound = page.value("total_is_lower_bound", false);
-  out += std::to_string(rows.size()) + " of " + std::to_string(total) + (lower_bound ? "+" : "") + " episode" +
-         (total == 1 && !lower_bound ? "" : "s") + " (newest first)\n";
+  out += std::to_string(rows.size()) + " of " + std::to_string(total) + (lower_bound ? "+" : "") +
+         " episode" + (total == 1 && !lower_bound ? "" : "s") + " (newest first)\n";
   if (const std::string next = text_of(page, "next_cursor"); !next.empty()) {
     out += "next page: add --cursor " + next + "\n";
   }
@@ -171,14 +176,16 @@ namespace {
 
 // ---- one episode ----
 
-// An OpenAI message's content as text: a string, or the text of its parts ([image] etc. for others).
+// An OpenAI message's content as text: a string, or the text of its parts ([image] etc. for
+// others).
 std::string content_text(const Json& content) {
   if (content.is_string()) return content.get<std::string>();
   if (!content.is_array()) return "";
   std::string out;
   for (const Json& part : content) {
     const std::string type = text_of(part, "type");
-    out += type == "text" ? text_of(part, "text") : "[" + (type.empty() ? std::string("part") : type) + "]";
+    out += type == "text" ? text_of(part, "text")
+                          : "[" + (type.empty() ? std::string("part") : type) + "]";
   }
   return out;
 }
@@ -192,19 +199,23 @@ std::string message_text(const Json& m) {
   }
   std::string out =
       "  " + label + ": " +
-      indent_lines(printable(content_text(m.is_object() && m.contains("content") ? m["content"] : Json())), "    ") +
+      indent_lines(
+          printable(content_text(m.is_object() && m.contains("content") ? m["content"] : Json())),
+          "    ") +
       "\n";
   if (const std::string thinking = text_of(m, "reasoning_content"); !thinking.empty()) {
     out += "    (thinking) " + indent_lines(printable(thinking), "      ") + "\n";
   }
   for (const Json& call : array_of(m, "tool_calls")) {
     const Json& fn = object_of(call, "function");
-    std::string arguments = fn.contains("arguments") ? (fn["arguments"].is_string() ? fn["arguments"].get<std::string>()
-                                                                                    : fn["arguments"].dump())
-                                                     : "";
+    std::string arguments = fn.contains("arguments")
+                                ? (fn["arguments"].is_string() ? fn["arguments"].get<std::string>()
+                                                               : fn["arguments"].dump())
+                                : "";
     const std::string id = text_of(call, "id");
-    out += "    -> tool call " + printable(text_of(fn, "name")) + "(" + indent_lines(printable(arguments), "      ") +
-           ")" + (id.empty() ? "" : " [" + printable(id) + "]") + "\n";
+    out += "    -> tool call " + printable(text_of(fn, "name")) + "(" +
+           indent_lines(printable(arguments), "      ") + ")" +
+           (id.empty() ? "" : " [" + printable(id) + "]") + "\n";
   }
   return out;
 }
@@ -219,11 +230,12 @@ size_t shared_prefix(const Json& before, const Json& now) {
 std::string call_text(const Json& call, const Json* previous_of_agent) {
   const int64_t index = int_of(call, "call_index").value_or(0);
   const Json& messages = array_of(object_of(call, "request"), "messages");
-  std::string out = "-- call " + std::to_string(index) + " . agent " + printable(text_of(call, "agent_name")) + " . " +
-                    text_of(call, "finish_reason") + " . " +
-                    number_format("%.0f ms", number_of(call, "latency_ms").value_or(0)) + " . " +
-                    std::to_string(array_of(call, "prompt_ids").size()) + " prompt + " +
-                    std::to_string(array_of(call, "completion_ids").size()) + " completion tokens\n";
+  std::string out =
+      "-- call " + std::to_string(index) + " . agent " + printable(text_of(call, "agent_name")) +
+      " . " + text_of(call, "finish_reason") + " . " +
+      number_format("%.0f ms", number_of(call, "latency_ms").value_or(0)) + " . " +
+      std::to_string(array_of(call, "prompt_ids").size()) + " prompt + " +
+      std::to_string(array_of(call, "completion_ids").size()) + " completion tokens\n";
   size_t skip = 0;
   if (previous_of_agent != nullptr) {
     skip = shared_prefix(array_of(object_of(*previous_of_agent, "request"), "messages"), messages);
@@ -235,11 +247,14 @@ std::string call_text(const Json& call, const Json* previous_of_agent) {
   for (size_t i = skip; i < messages.size(); ++i) out += message_text(messages[i]);
   std::string completion = text_of(call, "completion_text");
   if (completion.empty()) {
-    for (const Json& p : array_of(call, "completion_pieces")) completion += p.is_string() ? p.get<std::string>() : "";
+    for (const Json& p : array_of(call, "completion_pieces"))
+      completion += p.is_string() ? p.get<std::string>() : "";
   }
-  if (completion.empty() && !array_of(call, "completion_ids").empty()) {  // no text kept, no tokenizer
+  if (completion.empty() &&
+      !array_of(call, "completion_ids").empty()) {  // no text kept, no tokenizer
     std::string ids;
-    for (const Json& id : array_of(call, "completion_ids")) ids += (ids.empty() ? "" : " ") + id.dump();
+    for (const Json& id : array_of(call, "completion_ids"))
+      ids += (ids.empty() ? "" : " ") + id.dump();
     out += "  => completion (token ids): " + ids + "\n";
   } else {
     out += "  => completion: " + indent_lines(printable(completion), "    ") + "\n";
@@ -277,7 +292,8 @@ std::string sample_tokens(const Json& sample, const TextStyle& style) {
   for (size_t i = 0; i < ids.size(); ++i) {
     TokenLook look;
     look.trained = i < mask.size() && mask[i].is_number() && mask[i].get<int>() != 0;
-    const bool generated = i < versions.size() && versions[i].is_number() && versions[i].get<int64_t>() >= 0;
+    const bool generated =
+        i < versions.size() && versions[i].is_number() && versions[i].get<int64_t>() >= 0;
     look.low = style.color && generated && i < logprobs.size() && logprobs[i].is_number() &&
                logprobs[i].get<double>() < kLowLogprob;
     // Without text pieces the ids are separated by spaces, which stay outside the markers.
@@ -290,7 +306,8 @@ std::string sample_tokens(const Json& sample, const TextStyle& style) {
     } else {
       out += separator;
     }
-    out += have_pieces ? printable(pieces[i].is_string() ? pieces[i].get<std::string>() : "") : ids[i].dump();
+    out += have_pieces ? printable(pieces[i].is_string() ? pieces[i].get<std::string>() : "")
+                       : ids[i].dump();
   }
   if (current) out += close_look(*current, style);
   return out;
@@ -299,9 +316,10 @@ std::string sample_tokens(const Json& sample, const TextStyle& style) {
 std::string legend(const Json& document, const TextStyle& style) {
   std::string out = "tokens: ";
   if (style.color) {
-    out += open_look({true, false}, style) + "trained (loss mask 1)" + close_look({}, style) + "  " +
-           open_look({false, false}, style) + "masked (loss mask 0)" + close_look({}, style) + "  " +
-           open_look({true, true}, style) + "dim: generated with p < 0.3" + close_look({}, style);
+    out += open_look({true, false}, style) + "trained (loss mask 1)" + close_look({}, style) +
+           "  " + open_look({false, false}, style) + "masked (loss mask 0)" +
+           close_look({}, style) + "  " + open_look({true, true}, style) +
+           "dim: generated with p < 0.3" + close_look({}, style);
   } else {
     out += "[trained]...[/trained] loss mask 1, [masked]...[/masked] loss mask 0";
   }
@@ -314,17 +332,19 @@ std::string sample_text(const Json& sample, const Json& diagnostics, const TextS
   std::string calls;
   for (const Json& c : array_of(sample, "calls")) calls += (calls.empty() ? "" : ",") + c.dump();
   std::string out =
-      "-- sample " + std::to_string(index) + " . agent " + printable(text_of(sample, "agent_name")) + " . calls " +
-      (calls.empty() ? "-" : calls) + " . " + std::to_string(int_of(sample, "num_tokens").value_or(0)) + " tokens, " +
+      "-- sample " + std::to_string(index) + " . agent " +
+      printable(text_of(sample, "agent_name")) + " . calls " + (calls.empty() ? "-" : calls) +
+      " . " + std::to_string(int_of(sample, "num_tokens").value_or(0)) + " tokens, " +
       std::to_string(int_of(sample, "num_trained").value_or(0)) + " trained . weight " +
       number_format("%.4g", number_of(sample, "weight").value_or(0)) + " . reward " +
-      reward_text(number_of(sample, "reward")) + (sample.value("trainable", true) ? "" : " . not trainable") + "\n";
+      reward_text(number_of(sample, "reward")) +
+      (sample.value("trainable", true) ? "" : " . not trainable") + "\n";
   for (const Json& agent : array_of(diagnostics, "agents")) {
     for (const Json& b : array_of(agent, "branches")) {
       if (int_of(b, "sample") != index) continue;
-      out += "  branches from sample " + std::to_string(int_of(b, "from_sample").value_or(0)) + " at token " +
-             std::to_string(int_of(b, "position").value_or(0)) + " (" + text_of(b, "kind") +
-             "): " + printable(text_of(b, "reason")) + "\n";
+      out += "  branches from sample " + std::to_string(int_of(b, "from_sample").value_or(0)) +
+             " at token " + std::to_string(int_of(b, "position").value_or(0)) + " (" +
+             text_of(b, "kind") + "): " + printable(text_of(b, "reason")) + "\n";
     }
   }
   out += sample_tokens(sample, style) + "\n";
@@ -337,8 +357,9 @@ std::string episode_text(const Json& document, const Json& summary, const TextSt
   const Json& d = object_of(document, "diagnostics");
   std::string out = "episode " + printable(text_of(document, "episode_uuid")) + "\n";
   const std::string task = printable(text_of(document, "task_id"));
-  std::string line = "  task " + (task.empty() ? std::string("-") : task) + " . " + text_of(document, "episode_type") +
-                     " . " + text_of(document, "status") + " . reward " + reward_text(number_of(document, "reward"));
+  std::string line = "  task " + (task.empty() ? std::string("-") : task) + " . " +
+                     text_of(document, "episode_type") + " . " + text_of(document, "status") +
+                     " . reward " + reward_text(number_of(document, "reward"));
   if (summary.is_object()) {
     if (summary.contains("is_success") && summary["is_success"].is_boolean()) {
       line += std::string(" . success ") + (summary["is_success"].get<bool>() ? "yes" : "no");
@@ -356,15 +377,18 @@ std::string episode_text(const Json& document, const Json& summary, const TextSt
     }
     out += times + "\n";
   }
-  const size_t calls = array_of(document, "calls").size(), samples = array_of(document, "samples").size();
-  out += "  " + std::to_string(calls) + (calls == 1 ? " LLM call -> " : " LLM calls -> ") + std::to_string(samples) +
-         (samples == 1 ? " sample; " : " samples; ") + std::to_string(int_of(d, "tokens_before").value_or(0)) +
-         " tokens before merging, " + std::to_string(int_of(d, "tokens_after").value_or(0)) + " after (" +
-         number_format("%.2fx", number_of(d, "compression_ratio").value_or(0)) + ", " + text_of(d, "compare_level") +
-         " level)\n";
+  const size_t calls = array_of(document, "calls").size(),
+               samples = array_of(document, "samples").size();
+  out += "  " + std::to_string(calls) + (calls == 1 ? " LLM call -> " : " LLM calls -> ") +
+         std::to_string(samples) + (samples == 1 ? " sample; " : " samples; ") +
+         std::to_string(int_of(d, "tokens_before").value_or(0)) + " tokens before merging, " +
+         std::to_string(int_of(d, "tokens_after").value_or(0)) + " after (" +
+         number_format("%.2fx", number_of(d, "compression_ratio").value_or(0)) + ", " +
+         text_of(d, "compare_level") + " level)\n";
 
   out += "\nLLM calls\n";
-  if (const Json* dropped = document.contains("calls_not_retained") ? &document["calls_not_retained"] : nullptr;
+  if (const Json* dropped =
+          document.contains("calls_not_retained") ? &document["calls_not_retained"] : nullptr;
       dropped != nullptr && dropped->is_object()) {
     out += "  " + printable(text_of(*dropped, "message")) + "\n";
   }

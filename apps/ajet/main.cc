@@ -30,7 +30,8 @@ void add_engine_forward(CLI::App& app, const std::string& name, const std::strin
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
     ::execv(engine.c_str(), argv.data());
-    fail(ErrorCode::kNotFound, "cannot run " + engine + " (" + std::strerror(errno) + "); build the ajet-engine target");
+    fail(ErrorCode::kNotFound,
+         "cannot run " + engine + " (" + std::strerror(errno) + "); build the ajet-engine target");
   });
 }
 

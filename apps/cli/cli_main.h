@@ -1,6 +1,7 @@
-// What the binaries' main() functions share: subcommands that register themselves from their cmd_*.cc
-// files (each binary links its own, so each has its own registry), and the parse-run-report loop of
-// `ajet-engine` and `ajet-swarm`. Header-only, no libtorch; link ajet_build_info.
+// What the binaries' main() functions share: subcommands that register themselves from their
+// cmd_*.cc files (each binary links its own, so each has its own registry), and the
+// parse-run-report loop of `ajet-engine` and `ajet-swarm`. Header-only, no libtorch; link
+// ajet_build_info.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -44,12 +45,14 @@ inline void add_registered_commands(CLI::App& app) {
 // GET /version of the front reports (common/build_info.h).
 inline std::string version_text(const std::string& program) {
   const BuildInfo& b = build_info();
-  return program + " " + std::string(b.version) + " (commit " + std::string(b.git_commit) + ", build type " +
+  return program + " " + std::string(b.version) + " (commit " + std::string(b.git_commit) +
+         ", build type " +
          (b.build_type.empty() ? std::string("none") : std::string(b.build_type)) + ")";
 }
 
 inline void add_version_flag(CLI::App& app, const std::string& program) {
-  app.set_version_flag("--version", version_text(program), "Print the version, commit and build type, and exit");
+  app.set_version_flag("--version", version_text(program),
+                       "Print the version, commit and build type, and exit");
 }
 
 // The (sub)command being parsed: the last selected subcommand, depth first.
@@ -80,7 +83,8 @@ inline std::vector<std::string> unconsumed_arguments(const CLI::App& app) {
   return out;
 }
 
-// The names a typed token may have meant at `at`: its flags (and the top level's), or its subcommands.
+// The names a typed token may have meant at `at`: its flags (and the top level's), or its
+// subcommands.
 inline std::vector<std::string> known_names(CLI::App& app, CLI::App* at, bool flags) {
   std::vector<std::string> out;
   if (flags) {
@@ -98,10 +102,10 @@ inline std::vector<std::string> known_names(CLI::App& app, CLI::App* at, bool fl
   return out;
 }
 
-// For a parse error about an unexpected argument: the nearest flag or subcommand of the (sub)command
-// being parsed, e.g. "--conf" for "--cnf" or "start" for "strat"; "" when nothing is close.
-// `args`: the command line without the program; consulted when the parse left nothing over (a
-// required subcommand that was mistyped).
+// For a parse error about an unexpected argument: the nearest flag or subcommand of the
+// (sub)command being parsed, e.g. "--conf" for "--cnf" or "start" for "strat"; "" when nothing is
+// close. `args`: the command line without the program; consulted when the parse left nothing over
+// (a required subcommand that was mistyped).
 inline std::string did_you_mean(CLI::App& app, const std::vector<std::string>& args) {
   CLI::App* at = innermost_command(app);
   std::vector<std::string> typed = app.remaining(true);  // the arguments nothing consumed, in order
@@ -117,13 +121,15 @@ inline std::string did_you_mean(CLI::App& app, const std::vector<std::string>& a
   return "";
 }
 
-// Reports a CLI11 parse error (or prints --help / --version); returns the exit code: 0 for --help and
+// Reports a CLI11 parse error (or prints --help / --version); returns the exit code: 0 for --help
+// and
 // --version, 2 for every usage error. The message comes first and says what was wrong in words
 // ("ajet: unknown subcommand 'proxy'", "ajet episode list: unknown option '--stauts'; did you mean
 // --status?"), then where to look. A group command given no subcommand (`ajet episode`,
 // `ajet-swarm`) prints its help, which lists the subcommands, and exits 2, as bare `ajet` does.
 // `--help` after an unknown subcommand (`ajet proxy --help`) is that usage error, not the top help.
-inline int report_parse_error(CLI::App& app, const CLI::ParseError& e, const char* program, int argc, char** argv) {
+inline int report_parse_error(CLI::App& app, const CLI::ParseError& e, const char* program,
+                              int argc, char** argv) {
   const std::vector<std::string> left = unconsumed_arguments(app);
   const bool help = e.get_name() == "CallForHelp" || e.get_name() == "CallForAllHelp";
   if (e.get_exit_code() == 0 && (!help || left.empty())) return app.exit(e) == 0 ? 0 : 2;
@@ -146,7 +152,9 @@ inline int report_parse_error(CLI::App& app, const CLI::ParseError& e, const cha
     }
     const bool flag = culprit.rfind("-", 0) == 0;
     const std::vector<std::string> subcommands = known_names(app, at, false);
-    const char* what = flag ? "unknown option" : !subcommands.empty() ? "unknown subcommand" : "unexpected argument";
+    const char* what = flag                   ? "unknown option"
+                       : !subcommands.empty() ? "unknown subcommand"
+                                              : "unexpected argument";
     std::string message = path + ": " + what + " '" + culprit + "'";
     if (!near.empty()) {
       message += "; did you mean " + near + "?";
@@ -160,12 +168,14 @@ inline int report_parse_error(CLI::App& app, const CLI::ParseError& e, const cha
   }
   if (at->get_require_subcommand_min() > 0 && at->get_subcommands().empty() &&
       !at->get_subcommands([](const CLI::App*) { return true; }).empty()) {
-    std::fputs(app.help().c_str(), stdout);  // the selected subcommand's help, named by its full path
+    std::fputs(app.help().c_str(),
+               stdout);  // the selected subcommand's help, named by its full path
     std::fprintf(stderr, "%s: a subcommand is required\n", path.c_str());
     return 2;
   }
   std::string message = path + ": error: " + e.what();
-  if (const std::string near = did_you_mean(app, std::vector<std::string>(argv + 1, argv + argc)); !near.empty()) {
+  if (const std::string near = did_you_mean(app, std::vector<std::string>(argv + 1, argv + argc));
+      !near.empty()) {
     message += " (did you mean " + near + "?)";
   }
   std::fprintf(stderr, "%s\n%s", message.c_str(), usage.c_str());
@@ -177,8 +187,9 @@ inline int report_parse_error(CLI::App& app, const CLI::ParseError& e, const cha
 // 1 any other failure, with "PROGRAM: error: ..." on stderr.
 inline int run_subcommands(CLI::App& app, int argc, char** argv, const char* program) {
   app.require_subcommand(1);
-  app.add_option_function<std::string>("--log-level", [](const std::string& level) { set_log_level(level); },
-                                       "trace, debug, info, warn, error or off (default info)");
+  app.add_option_function<std::string>(
+      "--log-level", [](const std::string& level) { set_log_level(level); },
+      "trace, debug, info, warn, error or off (default info)");
   add_registered_commands(app);
   try {
     app.parse(argc, argv);

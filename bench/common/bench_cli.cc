@@ -14,8 +14,10 @@ namespace ajet::bench {
 
 BenchCli::BenchCli(std::string program, std::string description)
     : program_(std::move(program)), app_(std::move(description), program_) {
-  app_.add_flag("--smoke", smoke_, "A seconds-long run that checks the program works; appends nothing");
-  app_.add_flag("--no-append", no_append_, "Print the table without adding it to docs/benchmarks.md");
+  app_.add_flag("--smoke", smoke_,
+                "A seconds-long run that checks the program works; appends nothing");
+  app_.add_flag("--no-append", no_append_,
+                "Print the table without adding it to docs/benchmarks.md");
 }
 
 std::optional<int> BenchCli::parse(int argc, char** argv) {
@@ -52,14 +54,17 @@ CommandOutput run_command(const std::string& command) {
   while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) result.text.append(buf, n);
   const int status = ::pclose(p);
   if (status == -1) return result;
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : -1;
+  result.exit_code = WIFEXITED(status)     ? WEXITSTATUS(status)
+                     : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
+                                           : -1;
   return result;
 }
 
 std::string capture(const std::string& command) {
   CommandOutput out = run_command(command);
   if (out.exit_code != 0) {
-    throw std::runtime_error("'" + command + "' failed (exit " + std::to_string(out.exit_code) + "):\n" + out.text);
+    throw std::runtime_error("'" + command + "' failed (exit " + std::to_string(out.exit_code) +
+                             "):\n" + out.text);
   }
   return std::move(out.text);
 }

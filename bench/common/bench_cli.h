@@ -34,25 +34,25 @@ class BenchCli {
   bool no_append_ = false;
 };
 
-// Appends "\n## TITLE, DATE\n\nBODY" to the repository's docs/benchmarks.md (DATE: today, local time)
-// and prints "appended to docs/benchmarks.md". Throws std::runtime_error naming the file when it cannot
-// be written, so a run never reports a table it did not keep.
+// Appends "\n## TITLE, DATE\n\nBODY" to the repository's docs/benchmarks.md (DATE: today, local
+// time) and prints "appended to docs/benchmarks.md". Throws std::runtime_error naming the file when
+// it cannot be written, so a run never reports a table it did not keep.
 void append_to_benchmarks(const std::string& title, const std::string& body);
 
-// "1.23 0.98 0.75": the 1, 5 and 15 minute load averages of /proc/loadavg ("unknown" when unreadable),
-// which the tables print so a reader can tell a busy machine's run.
+// "1.23 0.98 0.75": the 1, 5 and 15 minute load averages of /proc/loadavg ("unknown" when
+// unreadable), which the tables print so a reader can tell a busy machine's run.
 std::string load_average_text();
 
-// What a shell command printed on stdout and how it ended: its exit status, 128 + N after signal N (as a
-// shell reports it, and as the tests' run_command does), or -1 when it could not be started.
+// What a shell command printed on stdout and how it ended: its exit status, 128 + N after signal N
+// (as a shell reports it, and as the tests' run_command does), or -1 when it could not be started.
 struct CommandOutput {
   std::string text;
   int exit_code = -1;
 };
 CommandOutput run_command(const std::string& command);
 
-// run_command for a step the benchmark cannot do without: its stdout, or std::runtime_error naming the
-// command, its status and what it printed when it fails.
+// run_command for a step the benchmark cannot do without: its stdout, or std::runtime_error naming
+// the command, its status and what it printed when it fails.
 std::string capture(const std::string& command);
 
 }  // namespace ajet::bench

@@ -13,14 +13,16 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 }  // namespace
 
 std::string GemmPeak::describe() const {
   char buf[160];
-  std::snprintf(buf, sizeof(buf), "%.1f GFLOP/s (float32 %lld^3 matmul, %d threads, best of %d)", gflops,
-                static_cast<long long>(n), threads, reps);
+  std::snprintf(buf, sizeof(buf), "%.1f GFLOP/s (float32 %lld^3 matmul, %d threads, best of %d)",
+                gflops, static_cast<long long>(n), threads, reps);
   return buf;
 }
 
@@ -34,7 +36,8 @@ GemmPeak measure_gemm_peak(const GemmPeakOptions& options) {
   best.reps = options.reps;
   for (int64_t n : options.sizes) {
     auto a = torch::randn({n, n}), b = torch::randn({n, n}), c = torch::empty({n, n});
-    const double flops = 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n);
+    const double flops =
+        2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n);
     // Warm-up: first-touch of the output, BLAS buffers, thread pool wake-up; also sizes the loop.
     auto t0 = Clock::now();
     torch::mm_out(c, a, b);

@@ -3,7 +3,8 @@
 // scattered chunks of 4 and 16 KiB (a paged KV cache's blocks of one kv head) against a streaming
 // read. The attention of a float32 decode step reads its whole cache from memory once per layer, so
 // these bounds say what it can cost (docs/engine.md, "What is left"). Prints two tables and appends
-// them to docs/benchmarks.md (--no-append skips that, --smoke runs a second to check the program works).
+// them to docs/benchmarks.md (--no-append skips that, --smoke runs a second to check the program
+// works).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -24,7 +25,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 typedef float v4f __attribute__((vector_size(16)));
 
-// Sum of `bytes` (a multiple of 64) at p, four 16-byte loads per line: the loads, not the adds, bound it.
+// Sum of `bytes` (a multiple of 64) at p, four 16-byte loads per line: the loads, not the adds,
+// bound it.
 float sum_bytes(const char* p, size_t bytes) {
   v4f a = {}, b = {}, c = {}, d = {};
   for (size_t i = 0; i < bytes; i += 64) {
@@ -44,7 +46,8 @@ float sum_bytes(const char* p, size_t bytes) {
 
 // GB/s of `threads` threads each reading its own list of (offset, bytes) pieces of `data`, `passes`
 // times; the clock runs from a common start to the last thread's end.
-double read_gbps(const char* data, const std::vector<std::vector<std::pair<size_t, size_t>>>& pieces, int passes) {
+double read_gbps(const char* data,
+                 const std::vector<std::vector<std::pair<size_t, size_t>>>& pieces, int passes) {
   std::atomic<bool> go{false};
   std::atomic<float> sink{0};
   std::vector<double> seconds(pieces.size());
@@ -72,7 +75,8 @@ double read_gbps(const char* data, const std::vector<std::vector<std::pair<size_
 }
 
 // Best of `reps` (after a warm-up read) of read_gbps.
-double best_gbps(const char* data, const std::vector<std::vector<std::pair<size_t, size_t>>>& pieces, int passes,
+double best_gbps(const char* data,
+                 const std::vector<std::vector<std::pair<size_t, size_t>>>& pieces, int passes,
                  int reps) {
   read_gbps(data, pieces, 1);
   double best = 0;
@@ -89,21 +93,24 @@ std::vector<std::vector<std::pair<size_t, size_t>>> streaming(size_t bytes, int 
 }
 
 // Every `chunk`-byte piece of [0, bytes) once, in a shuffled order, dealt out to `threads` in turn.
-std::vector<std::vector<std::pair<size_t, size_t>>> scattered(size_t bytes, size_t chunk, int threads) {
+std::vector<std::vector<std::pair<size_t, size_t>>> scattered(size_t bytes, size_t chunk,
+                                                              int threads) {
   std::vector<size_t> order(bytes / chunk);
   std::iota(order.begin(), order.end(), size_t{0});
   std::shuffle(order.begin(), order.end(), std::mt19937(7));
   std::vector<std::vector<std::pair<size_t, size_t>>> pieces(static_cast<size_t>(threads));
-  for (size_t i = 0; i < order.size(); ++i) pieces[i % threads].push_back({order[i] * chunk, chunk});
+  for (size_t i = 0; i < order.size(); ++i)
+    pieces[i % threads].push_back({order[i] * chunk, chunk});
   return pieces;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  ajet::bench::BenchCli cli("memory_bench",
-                            "Read bandwidth against working-set size and of scattered chunks; appends its tables to "
-                            "docs/benchmarks.md unless --no-append or --smoke");
+  ajet::bench::BenchCli cli(
+      "memory_bench",
+      "Read bandwidth against working-set size and of scattered chunks; appends its tables to "
+      "docs/benchmarks.md unless --no-append or --smoke");
   if (auto code = cli.parse(argc, argv)) return *code;
   const bool smoke = cli.smoke();
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
@@ -114,8 +121,10 @@ int main(int argc, char** argv) {
 
   std::ostringstream table;
   char line[256];
-  table << "Read bandwidth against the working set (each thread reads its contiguous share, again and again:\n"
-        << "at least 256 MiB a measurement; best of " << reps << "). Where it falls is where the last-level cache ends.\n\n"
+  table << "Read bandwidth against the working set (each thread reads its contiguous share, again "
+           "and again:\n"
+        << "at least 256 MiB a measurement; best of " << reps
+        << "). Where it falls is where the last-level cache ends.\n\n"
         << "| working set | 1 thread GB/s | 2 threads GB/s |\n|---|---|---|\n";
   for (size_t mib : {4, 8, 16, 32, 64, 128, 256, 512}) {
     const size_t bytes = mib << 20;
@@ -128,7 +137,8 @@ int main(int argc, char** argv) {
     table << line;
   }
   const double stream2 = best_gbps(data, streaming(largest, 2), 1, reps);
-  table << "\nTwo threads over " << (largest >> 20) << " MiB (from DRAM): a streaming read against the same bytes "
+  table << "\nTwo threads over " << (largest >> 20)
+        << " MiB (from DRAM): a streaming read against the same bytes "
         << "read as chunks in a shuffled order.\n\n"
         << "| read | GB/s | vs streaming |\n|---|---|---|\n";
   std::snprintf(line, sizeof(line), "| streaming | %.1f | 1.00x |\n", stream2);
@@ -142,7 +152,8 @@ int main(int argc, char** argv) {
   std::printf("\n%s", table.str().c_str());
   if (cli.append()) {
     ajet::bench::append_to_benchmarks(
-        "Memory read bandwidth: working-set size and scattered chunks (bench/engine/memory_bench)", table.str());
+        "Memory read bandwidth: working-set size and scattered chunks (bench/engine/memory_bench)",
+        table.str());
   }
   return 0;
 }

@@ -61,7 +61,8 @@ std::vector<double> measure(int count, int concurrency, const std::function<void
       for (int i = next.fetch_add(1); i < count; i = next.fetch_add(1)) {
         const auto t0 = Clock::now();
         run(i);
-        latencies[static_cast<size_t>(i)] = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        latencies[static_cast<size_t>(i)] =
+            std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
       }
     });
   }
@@ -71,7 +72,8 @@ std::vector<double> measure(int count, int concurrency, const std::function<void
 
 double percentile(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
-  const size_t i = std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5));
+  const size_t i =
+      std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5));
   return v[i];
 }
 
@@ -80,21 +82,28 @@ double percentile(std::vector<double> v, double q) {
 int main(int argc, char** argv) {
   ajet::model::pick_blas_kernel(argc, argv);  // first: it may re-execute the process
   Args args;
-  ajet::bench::BenchCli cli("rpc_overhead",
-                            "Engine RPC overhead per request: an in-process engine against `ajet-engine serve` over a "
-                            "Unix socket");
-  cli.app().add_option("--threads", args.threads, "Compute threads of each engine (default 2)")->check(CLI::Range(1, 256));
-  cli.app().add_option("--preset", args.preset, "Model preset (default tiny)")->check(CLI::IsMember({"micro", "tiny", "small"}));
+  ajet::bench::BenchCli cli(
+      "rpc_overhead",
+      "Engine RPC overhead per request: an in-process engine against `ajet-engine serve` over a "
+      "Unix socket");
+  cli.app()
+      .add_option("--threads", args.threads, "Compute threads of each engine (default 2)")
+      ->check(CLI::Range(1, 256));
+  cli.app()
+      .add_option("--preset", args.preset, "Model preset (default tiny)")
+      ->check(CLI::IsMember({"micro", "tiny", "small"}));
   if (auto code = cli.parse(argc, argv)) return *code;
   args.smoke = cli.smoke();
   ajet::set_log_level("warn");
   const fs::path self = fs::read_symlink("/proc/self/exe");
   const fs::path engine_binary = self.parent_path() / "ajet-engine";
   if (!fs::exists(engine_binary)) {
-    std::fprintf(stderr, "rpc_overhead: %s not found (build the ajet-engine target)\n", engine_binary.c_str());
+    std::fprintf(stderr, "rpc_overhead: %s not found (build the ajet-engine target)\n",
+                 engine_binary.c_str());
     return 1;
   }
-  const fs::path dir = fs::temp_directory_path() / ("ajet_rpc_overhead_" + std::to_string(::getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("ajet_rpc_overhead_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
 
@@ -115,10 +124,11 @@ int main(int argc, char** argv) {
   try {
     ajet::engine::EngineRuntime direct = ajet::engine::start_engine(options);
     backend = direct.compute.backend;
-    ajet::rpc::ServeChild serve({engine_binary.string(), "serve", "--model", options.model_dir.string(), "--listen",
-                                 "unix:" + (dir / "engine.sock").string(), "--threads", std::to_string(args.threads),
-                                 "--kv-cache-mb", "64"},
-                                dir / "serve.log");
+    ajet::rpc::ServeChild serve(
+        {engine_binary.string(), "serve", "--model", options.model_dir.string(), "--listen",
+         "unix:" + (dir / "engine.sock").string(), "--threads", std::to_string(args.threads),
+         "--kv-cache-mb", "64"},
+        dir / "serve.log");
     ajet::rpc::Client client(serve.wait_ready());
     client.connect();
 
@@ -140,16 +150,18 @@ int main(int argc, char** argv) {
       auto future = done->get_future();
       client.start(ajet::rpc::encode_generate_request(r), [done](ajet::rpc::Frame&& frame) {
         if (frame.kind == ajet::rpc::FrameKind::kDone) done->set_value(std::nullopt);
-        if (frame.kind == ajet::rpc::FrameKind::kError) done->set_value(ajet::rpc::frame_error(frame));
+        if (frame.kind == ajet::rpc::FrameKind::kError)
+          done->set_value(ajet::rpc::frame_error(frame));
       });
       if (auto error = future.get()) throw *error;
     };
 
-    table << "| max_tokens | in flight | requests | direct p50 ms | direct p99 ms | rpc p50 ms | rpc p99 ms "
+    table << "| max_tokens | in flight | requests | direct p50 ms | direct p99 ms | rpc p50 ms | "
+             "rpc p99 ms "
              "| p50 diff ms | p50 ratio | p99 diff ms | p99 ratio |\n"
           << "|---|---|---|---|---|---|---|---|---|---|---|\n";
-    std::printf("preset %s, %d threads, prompt %d tokens, greedy; %s\n", args.preset.c_str(), args.threads,
-                args.prompt_tokens, backend.c_str());
+    std::printf("preset %s, %d threads, prompt %d tokens, greedy; %s\n", args.preset.c_str(),
+                args.threads, args.prompt_tokens, backend.c_str());
     for (int max_tokens : {1, 16}) {
       for (int concurrency : {1, 8}) {
         const int per_round = args.smoke ? 8 : (max_tokens == 1 ? 200 : 48);
@@ -166,30 +178,38 @@ int main(int argc, char** argv) {
         const double d50 = percentile(d, 0.5), d99 = percentile(d, 0.99);
         const double r50 = percentile(r, 0.5), r99 = percentile(r, 0.99);
         char row[512];
-        std::snprintf(row, sizeof row, "| %d | %d | %zu | %.3f | %.3f | %.3f | %.3f | %+.3f | %.2fx | %+.3f | %.2fx |\n",
-                      max_tokens, concurrency, d.size(), d50, d99, r50, r99, r50 - d50, r50 / d50, r99 - d99,
-                      r99 / d99);
+        std::snprintf(
+            row, sizeof row,
+            "| %d | %d | %zu | %.3f | %.3f | %.3f | %.3f | %+.3f | %.2fx | %+.3f | %.2fx |\n",
+            max_tokens, concurrency, d.size(), d50, d99, r50, r99, r50 - d50, r50 / d50, r99 - d99,
+            r99 / d99);
         table << row;
         std::printf("%s", row);
         std::fflush(stdout);
       }
     }
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "rpc_overhead: %s (engine log: %s)\n", e.what(), (dir / "serve.log").c_str());
+    std::fprintf(stderr, "rpc_overhead: %s (engine log: %s)\n", e.what(),
+                 (dir / "serve.log").c_str());
     rc = 1;
   }
   if (rc == 0) {
     std::printf("\n%s", table.str().c_str());
     if (cli.append()) {
       std::ostringstream body;
-      body << "The same greedy `generate` requests (" << args.prompt_tokens << "-token prompts, preset " << args.preset
-           << ", vocab 1024, float32, random weights)\nrun on an in-process `InferenceEngine` (direct) and through a "
-           << "Unix socket to an `ajet-engine serve`\nprocess (rpc: frames, socket, server I/O thread, tokens events "
+      body << "The same greedy `generate` requests (" << args.prompt_tokens
+           << "-token prompts, preset " << args.preset
+           << ", vocab 1024, float32, random weights)\nrun on an in-process `InferenceEngine` "
+              "(direct) and through a "
+           << "Unix socket to an `ajet-engine serve`\nprocess (rpc: frames, socket, server I/O "
+              "thread, tokens events "
            << "streamed back per token), with the same\nsettings, " << args.threads
-           << " compute threads each, interleaved in " << args.rounds << " rounds. Latency = submit to final frame.\n"
+           << " compute threads each, interleaved in " << args.rounds
+           << " rounds. Latency = submit to final frame.\n"
            << "Compute: " << backend << "\n\n"
            << table.str();
-      ajet::bench::append_to_benchmarks("Engine RPC overhead per request (bench/engine/rpc_overhead)", body.str());
+      ajet::bench::append_to_benchmarks(
+          "Engine RPC overhead per request (bench/engine/rpc_overhead)", body.str());
     }
   }
   fs::remove_all(dir);

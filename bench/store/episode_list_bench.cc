@@ -1,11 +1,12 @@
-// How long one page of GET /episodes takes on a store of 100,000 episodes (2 LLM calls each), against
-// loading every episode (what a list without paging would do), in one run:
+// How long one page of GET /episodes takes on a store of 100,000 episodes (2 LLM calls each),
+// against loading every episode (what a list without paging would do), in one run:
 //   first page, a page 50,000 episodes deep (keyset cursor), filtered pages (a task, eval+finished,
 //   an agent), each with its bounded count and call totals, as Store::list_episodes answers them;
 //   the same deep page as bare SQL by keyset and by OFFSET 50,000 (what keyset paging avoids); one
 //   SELECT of every episode row, with and without its call totals.
-// Median and p90 of repeated runs on a warm cache (the store fits in the page cache, as on a front).
-// Prints a table and appends a dated section to docs/benchmarks.md (not with --smoke or --no-append).
+// Median and p90 of repeated runs on a warm cache (the store fits in the page cache, as on a
+// front). Prints a table and appends a dated section to docs/benchmarks.md (not with --smoke or
+// --no-append).
 //   episode_list_bench [--smoke] [--no-append] [--episodes N] [--keep FILE]
 #include <sqlite3.h>
 
@@ -32,8 +33,9 @@ using ajet::store::Store;
 using Clock = std::chrono::steady_clock;
 
 // Episode i: claimed 0.5 s after i-1 (pairs share a claimed_at, as a burst of claims does), task
-// task-(i % 500), every 10th an eval, every 20th aborted, a batch (global step) per 64 train episodes;
-// two calls: agent solver, then critic on odd episodes, each a 48-token prompt and 16-token completion.
+// task-(i % 500), every 10th an eval, every 20th aborted, a batch (global step) per 64 train
+// episodes; two calls: agent solver, then critic on odd episodes, each a 48-token prompt and
+// 16-token completion.
 double fill(Store& st, int episodes) {
   const auto t0 = Clock::now();
   const double base = 1.7e9;
@@ -66,12 +68,14 @@ double fill(Store& st, int episodes) {
       call.finish_reason = "stop";
       st.put_call(std::move(call));
     }
-    if (r.episode_type == "train" && r.status == ajet::store::kEpisodeFinished) batch.push_back(r.uuid);
+    if (r.episode_type == "train" && r.status == ajet::store::kEpisodeFinished)
+      batch.push_back(r.uuid);
     if (batch.size() == 64) {
       ++batch_id;
-      st.put_batch(ajet::store::BatchRow{batch_id, batch_id, r.claimed_at, ajet::store::kBatchTrained, r.claimed_at,
-                                         ajet::Json::object()},
-                   std::move(batch));
+      st.put_batch(
+          ajet::store::BatchRow{batch_id, batch_id, r.claimed_at, ajet::store::kBatchTrained,
+                                r.claimed_at, ajet::Json::object()},
+          std::move(batch));
       batch.clear();
     }
   }
@@ -134,14 +138,18 @@ class Raw {
 int main(int argc, char** argv) {
   int episodes = 100'000;
   std::string keep;
-  ajet::bench::BenchCli cli("episode_list_bench",
-                            "One page of GET /episodes on a store of 100,000 episodes against loading every episode");
-  cli.app().add_option("--episodes", episodes, "Episodes in the store (default 100000)")->check(CLI::Range(100, 100'000'000));
+  ajet::bench::BenchCli cli(
+      "episode_list_bench",
+      "One page of GET /episodes on a store of 100,000 episodes against loading every episode");
+  cli.app()
+      .add_option("--episodes", episodes, "Episodes in the store (default 100000)")
+      ->check(CLI::Range(100, 100'000'000));
   cli.app().add_option("--keep", keep, "Keep the store in FILE (reused when it exists)");
   if (auto code = cli.parse(argc, argv)) return *code;
   const bool smoke = cli.smoke();
   if (smoke) episodes = 3'000;
-  const fs::path dir = fs::temp_directory_path() / ("ajet_episode_list_bench_" + ajet::new_uuid_hex());
+  const fs::path dir =
+      fs::temp_directory_path() / ("ajet_episode_list_bench_" + ajet::new_uuid_hex());
   fs::create_directories(dir);
   const fs::path path = keep.empty() ? dir / "store.db" : fs::path(keep);
   const bool reuse = fs::exists(path);
@@ -151,7 +159,8 @@ int main(int argc, char** argv) {
   options.fsync_each_commit = false;
   Store st(path, options);
   const double fill_s = reuse ? 0 : fill(st, episodes);
-  std::cout << (reuse ? "reusing " : "filled ") << path << " (" << (reuse ? "" : std::to_string(episodes) + " episodes")
+  std::cout << (reuse ? "reusing " : "filled ") << path << " ("
+            << (reuse ? "" : std::to_string(episodes) + " episodes")
             << (reuse ? "" : ", " + std::to_string(fill_s).substr(0, 5) + " s") << ")\n";
 
   // The cursor 50,000 episodes deep (half way in a smoke run), found by paging there.
@@ -175,7 +184,8 @@ int main(int argc, char** argv) {
   };
   std::vector<Row> rows;
   auto page = [&](const std::string& what, EpisodePageRequest request) {
-    rows.push_back({what, time_it(repeats, [&] { return st.list_episodes(request).episodes.size(); })});
+    rows.push_back(
+        {what, time_it(repeats, [&] { return st.list_episodes(request).episodes.size(); })});
   };
   page("first page (limit 50)", EpisodePageRequest{});
   EpisodePageRequest deep_page;
@@ -198,38 +208,45 @@ int main(int argc, char** argv) {
 
   Raw raw(path);
   const std::string columns =
-      "e.uuid, e.task_id, e.client_uuid, e.episode_type, e.status, e.reward, e.is_success, e.claimed_at, e.ended_at, "
+      "e.uuid, e.task_id, e.client_uuid, e.episode_type, e.status, e.reward, e.is_success, "
+      "e.claimed_at, e.ended_at, "
       "e.batch_id";
   // The same deep page as bare SQL both ways: the cursor's seek against OFFSET's walk.
   const ajet::store::EpisodeCursor at = ajet::store::decode_episode_cursor(walk.cursor);
   char seek[128];
-  std::snprintf(seek, sizeof(seek), "(e.claimed_at, e.uuid) < (%.17g, '%s')", at.claimed_at, at.uuid.c_str());
-  rows.push_back({"page after " + std::to_string(deep) + ", bare SQL, keyset", time_it(repeats, [&] {
-                    return raw.read_all("SELECT " + columns + " FROM episodes e WHERE " + seek +
-                                        " ORDER BY e.claimed_at DESC, e.uuid DESC LIMIT 50");
+  std::snprintf(seek, sizeof(seek), "(e.claimed_at, e.uuid) < (%.17g, '%s')", at.claimed_at,
+                at.uuid.c_str());
+  rows.push_back(
+      {"page after " + std::to_string(deep) + ", bare SQL, keyset", time_it(repeats, [&] {
+         return raw.read_all("SELECT " + columns + " FROM episodes e WHERE " + seek +
+                             " ORDER BY e.claimed_at DESC, e.uuid DESC LIMIT 50");
+       })});
+  rows.push_back(
+      {"page after " + std::to_string(deep) + ", bare SQL, OFFSET", time_it(repeats, [&] {
+         return raw.read_all("SELECT " + columns +
+                             " FROM episodes e ORDER BY e.claimed_at DESC, e.uuid "
+                             "DESC LIMIT 50 OFFSET " +
+                             std::to_string(deep));
+       })});
+  rows.push_back({"load all: every episode row", time_it(smoke ? 3 : 5, [&] {
+                    return raw.read_all("SELECT " + columns + " FROM episodes e");
                   })});
-  rows.push_back({"page after " + std::to_string(deep) + ", bare SQL, OFFSET", time_it(repeats, [&] {
-                    return raw.read_all("SELECT " + columns +
-                                        " FROM episodes e ORDER BY e.claimed_at DESC, e.uuid "
-                                        "DESC LIMIT 50 OFFSET " +
-                                        std::to_string(deep));
-                  })});
-  rows.push_back({"load all: every episode row",
-                  time_it(smoke ? 3 : 5, [&] { return raw.read_all("SELECT " + columns + " FROM episodes e"); })});
-  rows.push_back({"load all: rows + call totals", time_it(smoke ? 3 : 5, [&] {
-                    return raw.read_all("SELECT " + columns +
-                                        ", count(c.call_index), sum(length(c.prompt_ids)) / 4, "
-                                        "sum(length(c.completion_ids)) / 4, group_concat(DISTINCT c.agent_name) "
-                                        "FROM episodes e LEFT JOIN calls c ON c.episode_uuid = e.uuid GROUP BY e.uuid");
-                  })});
+  rows.push_back(
+      {"load all: rows + call totals", time_it(smoke ? 3 : 5, [&] {
+         return raw.read_all(
+             "SELECT " + columns +
+             ", count(c.call_index), sum(length(c.prompt_ids)) / 4, "
+             "sum(length(c.completion_ids)) / 4, group_concat(DISTINCT c.agent_name) "
+             "FROM episodes e LEFT JOIN calls c ON c.episode_uuid = e.uuid GROUP BY e.uuid");
+       })});
 
   const size_t stored = rows[rows.size() - 2].t.rows;  // "load all: every episode row"
   std::ostringstream table;
   table << "| query | rows | median ms | p90 ms |\n|---|---|---|---|\n";
   char line[256];
   for (const Row& r : rows) {
-    std::snprintf(line, sizeof(line), "| %s | %zu | %.2f | %.2f |\n", r.what.c_str(), r.t.rows, r.t.median_ms,
-                  r.t.p90_ms);
+    std::snprintf(line, sizeof(line), "| %s | %zu | %.2f | %.2f |\n", r.what.c_str(), r.t.rows,
+                  r.t.median_ms, r.t.p90_ms);
     table << line;
   }
   std::cout << "\n" << table.str();
@@ -240,15 +257,20 @@ int main(int argc, char** argv) {
 
   if (!cli.append()) return 0;
   std::ostringstream body;
-  body << "`bench/store/episode_list_bench`: a store of " << stored << " episodes (2 LLM calls each, 48 + 16 tokens a\n"
-       << "call; 500 tasks, 1 in 10 eval, a batch per 64 train episodes; pairs of episodes share a claimed_at), filled\n"
+  body << "`bench/store/episode_list_bench`: a store of " << stored
+       << " episodes (2 LLM calls each, 48 + 16 tokens a\n"
+       << "call; 500 tasks, 1 in 10 eval, a batch per 64 train episodes; pairs of episodes share a "
+          "claimed_at), filled\n"
        << "in " << static_cast<int>(fill_s + 0.5)
        << " s. `Store::list_episodes` pages (limit 50) include the bounded count\n"
-       << "(exact up to 10,000) and each row's call totals, as the route serves them; median and p90 of " << repeats
-       << " runs,\n"
-       << "warm page cache. The comparisons read the same file over a plain SQLite connection. Load average "
+       << "(exact up to 10,000) and each row's call totals, as the route serves them; median and "
+          "p90 of "
+       << repeats << " runs,\n"
+       << "warm page cache. The comparisons read the same file over a plain SQLite connection. "
+          "Load average "
        << ajet::bench::load_average_text() << ".\n\n"
        << table.str();
-  ajet::bench::append_to_benchmarks("Episode list: one page of GET /episodes against loading every episode", body.str());
+  ajet::bench::append_to_benchmarks(
+      "Episode list: one page of GET /episodes against loading every episode", body.str());
   return 0;
 }

@@ -1,13 +1,15 @@
 // front_bench: the swarm front (`ajet-swarm start`) as clients see it, measured in one run.
 //  1. GET /get_engine_status with N concurrent keep-alive connections: requests/s, p50/p99.
-//  2. POST /v1/chat/completions with max_tokens 1 on the tiny model (real ajet-engine), N connections
+//  2. POST /v1/chat/completions with max_tokens 1 on the tiny model (real ajet-engine), N
+//  connections
 //     spread over 16 episodes: requests/s, p50/p99.
 //  3. Tracking + HTTP overhead per chat call: the same request one at a time through the front and
-//     straight to an `ajet-engine serve` of the same model with src/rpc's Client (the prompt ids the
-//     front rendered, read back from the episode document), interleaved; overhead = p50 front - p50
-//     direct.
+//     straight to an `ajet-engine serve` of the same model with src/rpc's Client (the prompt ids
+//     the front rendered, read back from the episode document), interleaved; overhead = p50 front -
+//     p50 direct.
 //  4. Resident memory (VmRSS) of the front with M open streaming chat calls (the echo engine test
-//     double holds each stream open after its first tokens: "HOLD" directive), against its baseline.
+//     double holds each stream open after its first tokens: "HOLD" directive), against its
+//     baseline.
 // Server, engine and this load generator share the machine's cores; the report says how many.
 // Appends a dated section to docs/benchmarks.md (not with --smoke or --no-append).
 #include <signal.h>
@@ -59,15 +61,26 @@ struct Options {
 
 // Fills o from the command line; a value means main() returns it (--help, a usage error).
 std::optional<int> parse_args(int argc, char** argv, Options& o) {
-  ajet::bench::BenchCli cli("front_bench",
-                            "The swarm front (ajet-swarm + ajet-engine, tiny model) under client load: status and "
-                            "chat throughput, streaming overhead, memory per open stream");
+  ajet::bench::BenchCli cli(
+      "front_bench",
+      "The swarm front (ajet-swarm + ajet-engine, tiny model) under client load: status and "
+      "chat throughput, streaming overhead, memory per open stream");
   CLI::App& app = cli.app();
-  app.add_option("--connections", o.connections, "Concurrent keep-alive connections")->capture_default_str()->check(CLI::Range(1, 100000));
-  app.add_option("--seconds", o.seconds, "Seconds measured")->capture_default_str()->check(CLI::Range(0.1, 3600.0));
-  app.add_option("--warmup", o.warmup, "Seconds of warm-up")->capture_default_str()->check(CLI::Range(0.0, 3600.0));
-  app.add_option("--streams", o.streams, "Open streaming chat calls for the memory row")->capture_default_str()->check(CLI::Range(0, 100000));
-  app.add_option("--overhead-calls", o.overhead_calls, "Calls timed for the overhead row")->capture_default_str()->check(CLI::Range(1, 1000000));
+  app.add_option("--connections", o.connections, "Concurrent keep-alive connections")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  app.add_option("--seconds", o.seconds, "Seconds measured")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 3600.0));
+  app.add_option("--warmup", o.warmup, "Seconds of warm-up")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 3600.0));
+  app.add_option("--streams", o.streams, "Open streaming chat calls for the memory row")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 100000));
+  app.add_option("--overhead-calls", o.overhead_calls, "Calls timed for the overhead row")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
   if (auto code = cli.parse(argc, argv)) return code;
   o.smoke = cli.smoke();
   o.append = cli.append();
@@ -160,22 +173,25 @@ Fixture make_fixture() {
   if (!fs::exists(f.tokenizer / "tokenizer.json")) {
     fs::remove_all(f.tokenizer);
     run_or_throw({(bin_dir() / "ajet").string(), "tokenizer", "train", "--corpus",
-                  (fs::path(AJET_SOURCE_DIR) / "tests/text/data/tokenizer_corpus.jsonl").string(), "--vocab-size",
-                  "400", "--out", f.tokenizer.string()});
+                  (fs::path(AJET_SOURCE_DIR) / "tests/text/data/tokenizer_corpus.jsonl").string(),
+                  "--vocab-size", "400", "--out", f.tokenizer.string()});
   }
   if (!fs::exists(f.model / "config.json")) {
     fs::remove_all(f.model);
-    run_or_throw({(bin_dir() / "ajet-engine").string(), "model", "init", "--preset", "tiny", "--tokenizer",
-                  f.tokenizer.string(), "--seed", "7", "--out", f.model.string()});
+    run_or_throw({(bin_dir() / "ajet-engine").string(), "model", "init", "--preset", "tiny",
+                  "--tokenizer", f.tokenizer.string(), "--seed", "7", "--out", f.model.string()});
   }
   return f;
 }
 
 std::string config_yaml(const fs::path& model) {
   return "ajet:\n  backbone: debug\n  model:\n    path: " + model.string() +
-         "\n  data:\n    train_batch_size: 1000000\n    max_prompt_length: 256\n    max_response_length: 256\n"
-         "  rollout:\n    max_env_worker: 64\n    max_model_len: 512\n    max_response_length_in_one_turn: 16\n"
-         "    num_repeat: 1\n    temperature: 1.0\n  engine:\n    threads: 1\n    kv_cache_memory_mb: 128\n";
+         "\n  data:\n    train_batch_size: 1000000\n    max_prompt_length: 256\n    "
+         "max_response_length: 256\n"
+         "  rollout:\n    max_env_worker: 64\n    max_model_len: 512\n    "
+         "max_response_length_in_one_turn: 16\n"
+         "    num_repeat: 1\n    temperature: 1.0\n  engine:\n    threads: 1\n    "
+         "kv_cache_memory_mb: 128\n";
 }
 
 // `ajet-swarm start` with `engine`, booted with `yaml`.
@@ -187,9 +203,9 @@ struct Front {
 
 Front start_front(const fs::path& dir, const fs::path& engine, const std::string& yaml) {
   Front f;
-  f.child = std::make_unique<Child>(std::vector<std::string>{(bin_dir() / "ajet-swarm").string(), "start", "--port",
-                                                             "0", "--exp-dir", dir.string(), "--engine",
-                                                             engine.string()});
+  f.child = std::make_unique<Child>(
+      std::vector<std::string>{(bin_dir() / "ajet-swarm").string(), "start", "--port", "0",
+                               "--exp-dir", dir.string(), "--engine", engine.string()});
   std::string ready = f.child->wait_for_line("ajet-swarm ready:", 60s);
   f.port = uint16_t(std::stoi(ready.substr(ready.find("(port ") + 6)));
   f.url = "http://127.0.0.1:" + std::to_string(f.port);
@@ -200,14 +216,16 @@ Front start_front(const fs::path& dir, const fs::path& engine, const std::string
   if (r.status != 200) throw std::runtime_error("start_engine: " + r.body);
   auto deadline = Clock::now() + 180s;
   while (c.get("/get_engine_status").json().value("engine_status", "") != "ENGINE.ROLLING") {
-    if (Clock::now() > deadline) throw std::runtime_error("the engine did not reach ENGINE.ROLLING");
+    if (Clock::now() > deadline)
+      throw std::runtime_error("the engine did not reach ENGINE.ROLLING");
     std::this_thread::sleep_for(50ms);
   }
   return f;
 }
 
 Json claim(http::HttpClient& c) {
-  Json r = c.post_json("/claim_episode", Json{{"client_uuid", "bench"}, {"episode_type", "train"},
+  Json r = c.post_json("/claim_episode", Json{{"client_uuid", "bench"},
+                                              {"episode_type", "train"},
                                               {"discard_episode_timeout", 3600}})
                .json();
   if (!r.value("success", false)) throw std::runtime_error("claim_episode: " + r.dump());
@@ -215,7 +233,8 @@ Json claim(http::HttpClient& c) {
 }
 
 Json chat_body(const std::string& content, bool stream) {
-  Json b = {{"model", "agentjet"}, {"messages", Json::array({{{"role", "user"}, {"content", content}}})}};
+  Json b = {{"model", "agentjet"},
+            {"messages", Json::array({{{"role", "user"}, {"content", content}}})}};
   if (stream) {
     b["stream"] = true;
   } else {
@@ -263,27 +282,32 @@ int main(int argc, char** argv) {
     lim.rlim_cur = lim.rlim_max;  // children (the front) inherit it
     ::setrlimit(RLIMIT_NOFILE, &lim);
     const unsigned cores = std::thread::hardware_concurrency();
-    const fs::path scratch = fs::temp_directory_path() / ("ajet_front_bench_" + std::to_string(::getpid()));
+    const fs::path scratch =
+        fs::temp_directory_path() / ("ajet_front_bench_" + std::to_string(::getpid()));
     fs::create_directories(scratch);
     Fixture fx = make_fixture();
     std::ostringstream report;
-    report << "Machine: " << cores << " cores shared by the front (ajet-swarm, 2 I/O threads), the engine and "
-           << "this load generator (one thread); numbers are lower bounds for a machine where they do not compete.\n\n";
+    report << "Machine: " << cores
+           << " cores shared by the front (ajet-swarm, 2 I/O threads), the engine and "
+           << "this load generator (one thread); numbers are lower bounds for a machine where they "
+              "do not compete.\n\n";
 
     // --- 1-3: the real engine with the tiny model.
     LoadResult status_load, chat_load;
     Latencies front_lat, direct_lat;
     {
       Front front = start_front(scratch / "real", bin_dir() / "ajet-engine", config_yaml(fx.model));
-      status_load = bench::run_load(front.port, "/get_engine_status", o.connections, o.seconds, o.warmup);
+      status_load =
+          bench::run_load(front.port, "/get_engine_status", o.connections, o.seconds, o.warmup);
       std::cerr << "status: " << status_load.requests_per_second() << " req/s\n";
 
       http::HttpClient c(front.url);
       std::vector<std::string> requests;
       for (int i = 0; i < 16; ++i) {
         Json ep = claim(c);
-        requests.push_back(bench::raw_post("/v1/chat/completions", chat_body("Hello there", false).dump(),
-                                           {"Authorization: Bearer " + ep["openai_api_key"].get<std::string>()}));
+        requests.push_back(
+            bench::raw_post("/v1/chat/completions", chat_body("Hello there", false).dump(),
+                            {"Authorization: Bearer " + ep["openai_api_key"].get<std::string>()}));
       }
       chat_load = bench::run_request_load(front.port, requests, o.connections, o.seconds, o.warmup);
       std::cerr << "chat: " << chat_load.requests_per_second() << " req/s\n";
@@ -293,17 +317,21 @@ int main(int argc, char** argv) {
       http::Headers auth{{"Authorization", "Bearer " + probe["openai_api_key"].get<std::string>()}};
       auto first = c.post_json("/v1/chat/completions", chat_body("Hello there", false), auth);
       if (first.status != 200) throw std::runtime_error("chat: " + first.body);
-      c.post_json("/end_episode", Json{{"client_uuid", "bench"}, {"episode_uuid", probe["episode_uuid"]},
-                                       {"task_id", "probe"},
-                                       {"workflow_output", {{"reward", 0}, {"metadata", {{"task_id", "probe"}}}}}},
+      c.post_json("/end_episode",
+                  Json{{"client_uuid", "bench"},
+                       {"episode_uuid", probe["episode_uuid"]},
+                       {"task_id", "probe"},
+                       {"workflow_output", {{"reward", 0}, {"metadata", {{"task_id", "probe"}}}}}},
                   auth);  // the episode's key
       Json doc = c.get("/episodes/" + probe["episode_uuid"].get<std::string>()).json();
-      std::vector<int32_t> prompt = doc.at("calls").at(0).at("prompt_ids").get<std::vector<int32_t>>();
+      std::vector<int32_t> prompt =
+          doc.at("calls").at(0).at("prompt_ids").get<std::vector<int32_t>>();
       Json measured = claim(c);
-      http::Headers mauth{{"Authorization", "Bearer " + measured["openai_api_key"].get<std::string>()}};
+      http::Headers mauth{
+          {"Authorization", "Bearer " + measured["openai_api_key"].get<std::string>()}};
 
-      Child engine({(bin_dir() / "ajet-engine").string(), "serve", "--model", fx.model.string(), "--listen",
-                    "tcp:127.0.0.1:0", "--threads", "1", "--kv-cache-mb", "128"});
+      Child engine({(bin_dir() / "ajet-engine").string(), "serve", "--model", fx.model.string(),
+                    "--listen", "tcp:127.0.0.1:0", "--threads", "1", "--kv-cache-mb", "128"});
       std::string ready = engine.wait_for_line("ajet-engine: ready on ", 120s);
       rpc::Client rpc(ready.substr(ready.find("ready on ") + 9));
       rpc.connect_with_retry();
@@ -339,13 +367,15 @@ int main(int argc, char** argv) {
     int streams_ready = 0, streams_failed = 0;
     std::string memory_note;
     if (fs::exists(bin_dir() / "ajet-echo-engine")) {
-      Front front = start_front(scratch / "echo", bin_dir() / "ajet-echo-engine", config_yaml(fx.tokenizer));
+      Front front =
+          start_front(scratch / "echo", bin_dir() / "ajet-echo-engine", config_yaml(fx.tokenizer));
       http::HttpClient c(front.url);
       std::vector<std::string> requests;
       for (int i = 0; i < 16; ++i) {
         Json ep = claim(c);
-        requests.push_back(bench::raw_post("/v1/chat/completions", chat_body("HOLD\nhello stream", true).dump(),
-                                           {"Authorization: Bearer " + ep["openai_api_key"].get<std::string>()}));
+        requests.push_back(
+            bench::raw_post("/v1/chat/completions", chat_body("HOLD\nhello stream", true).dump(),
+                            {"Authorization: Bearer " + ep["openai_api_key"].get<std::string>()}));
       }
       rss_before = rss_kb(front.child->pid());
       bench::hold_request_streams(front.port, requests, o.streams, 120, [&](int ready, int failed) {
@@ -360,36 +390,44 @@ int main(int argc, char** argv) {
     fs::remove_all(scratch, ec);
 
     // --- report
-    report << "| Measurement | Connections | Requests/s | p50 ms | p99 ms | Errors |\n|---|---|---|---|---|---|\n";
+    report << "| Measurement | Connections | Requests/s | p50 ms | p99 ms | Errors "
+              "|\n|---|---|---|---|---|---|\n";
     report << "| GET /get_engine_status | " << status_load.connections << " | "
-           << fmt_rate(status_load.requests_per_second()) << " | " << fmt_ms(status_load.p50_us) << " | "
-           << fmt_ms(status_load.p99_us) << " | " << status_load.errors << " |\n";
-    report << "| POST /v1/chat/completions, max_tokens 1, tiny model | " << chat_load.connections << " | "
-           << fmt_rate(chat_load.requests_per_second()) << " | " << fmt_ms(chat_load.p50_us) << " | "
-           << fmt_ms(chat_load.p99_us) << " | " << chat_load.errors << " |\n\n";
+           << fmt_rate(status_load.requests_per_second()) << " | " << fmt_ms(status_load.p50_us)
+           << " | " << fmt_ms(status_load.p99_us) << " | " << status_load.errors << " |\n";
+    report << "| POST /v1/chat/completions, max_tokens 1, tiny model | " << chat_load.connections
+           << " | " << fmt_rate(chat_load.requests_per_second()) << " | "
+           << fmt_ms(chat_load.p50_us) << " | " << fmt_ms(chat_load.p99_us) << " | "
+           << chat_load.errors << " |\n\n";
     const double fp50 = front_lat.pct(0.5), dp50 = direct_lat.pct(0.5);
-    report << "One call at a time (" << o.overhead_calls << " each, interleaved), max_tokens 1, same prompt ids:\n\n"
+    report << "One call at a time (" << o.overhead_calls
+           << " each, interleaved), max_tokens 1, same prompt ids:\n\n"
            << "| Path | p50 ms | p99 ms |\n|---|---|---|\n"
-           << "| front: HTTP + render + tracking + engine RPC | " << fmt_ms(fp50) << " | " << fmt_ms(front_lat.pct(0.99))
-           << " |\n"
-           << "| direct: src/rpc Client → ajet-engine serve | " << fmt_ms(dp50) << " | " << fmt_ms(direct_lat.pct(0.99))
-           << " |\n"
-           << "| **overhead (front − direct), p50** | **" << fmt_ms(fp50 - dp50) << "** | (target ≤ 1 ms) |\n\n";
+           << "| front: HTTP + render + tracking + engine RPC | " << fmt_ms(fp50) << " | "
+           << fmt_ms(front_lat.pct(0.99)) << " |\n"
+           << "| direct: src/rpc Client → ajet-engine serve | " << fmt_ms(dp50) << " | "
+           << fmt_ms(direct_lat.pct(0.99)) << " |\n"
+           << "| **overhead (front − direct), p50** | **" << fmt_ms(fp50 - dp50)
+           << "** | (target ≤ 1 ms) |\n\n";
     if (memory_note.empty()) {
       report << "Resident memory of the front (VmRSS): " << rss_before / 1024 << " MiB after boot; "
-             << rss_with / 1024 << " MiB with " << streams_ready << " open streaming chat calls (" << streams_failed
-             << " failed); " << (streams_ready > 0 ? (rss_with - rss_before) / std::max(streams_ready, 1) : 0)
-             << " KiB per stream (target ≤ 100 MB for 5,000 streams; echo engine holding each stream).\n";
+             << rss_with / 1024 << " MiB with " << streams_ready << " open streaming chat calls ("
+             << streams_failed << " failed); "
+             << (streams_ready > 0 ? (rss_with - rss_before) / std::max(streams_ready, 1) : 0)
+             << " KiB per stream (target ≤ 100 MB for 5,000 streams; echo engine holding each "
+                "stream).\n";
     } else {
       report << "Resident memory with open streams: " << memory_note << ".\n";
     }
     std::cout << report.str();
     if (o.append) {
       std::ostringstream body;
-      body << o.connections << " concurrent keep-alive connections, " << o.seconds << " s measured after " << o.warmup
+      body << o.connections << " concurrent keep-alive connections, " << o.seconds
+           << " s measured after " << o.warmup
            << " s warm-up; tiny model (debug backbone) on the real ajet-engine.\n\n"
            << report.str();
-      ajet::bench::append_to_benchmarks("Swarm front as clients see it (bench/swarm/front_bench)", body.str());
+      ajet::bench::append_to_benchmarks("Swarm front as clients see it (bench/swarm/front_bench)",
+                                        body.str());
     }
     if (status_load.errors + chat_load.errors > 0 || (memory_note.empty() && streams_failed > 0)) {
       std::cerr << "front_bench: some requests failed (see the Errors column)\n";

@@ -34,16 +34,17 @@ class RequestLoad {
   LoadResult run(double seconds, double warmup) {
     int pending = int(conns_.size());
     for (auto& c : conns_) {
-      c->socket.async_connect(loopback(port_), [this, c = c.get(), &pending, seconds, warmup](error_code ec) {
-        if (ec) {
-          ++errors_;
-          c->dead = true;
-        } else {
-          c->socket.set_option(tcp::no_delay(true));
-          ++connected_;
-        }
-        if (--pending == 0) start(seconds, warmup);
-      });
+      c->socket.async_connect(loopback(port_),
+                              [this, c = c.get(), &pending, seconds, warmup](error_code ec) {
+                                if (ec) {
+                                  ++errors_;
+                                  c->dead = true;
+                                } else {
+                                  c->socket.set_option(tcp::no_delay(true));
+                                  ++connected_;
+                                }
+                                if (--pending == 0) start(seconds, warmup);
+                              });
     }
     ioc_.run();
     LoadResult out;
@@ -54,7 +55,8 @@ class RequestLoad {
     if (!latencies_us_.empty()) {
       std::sort(latencies_us_.begin(), latencies_us_.end());
       out.p50_us = latencies_us_[latencies_us_.size() / 2];
-      out.p99_us = latencies_us_[std::min(latencies_us_.size() - 1, latencies_us_.size() * 99 / 100)];
+      out.p99_us =
+          latencies_us_[std::min(latencies_us_.size() - 1, latencies_us_.size() * 99 / 100)];
     }
     return out;
   }
@@ -100,26 +102,27 @@ class RequestLoad {
   }
 
   void read(Conn& c) {
-    c.socket.async_read_some(asio::buffer(c.buf.data() + c.have, c.buf.size() - c.have),
-                             [this, &c](error_code ec, size_t n) {
-                               if (ec) return fail(c);
-                               c.have += n;
-                               bool ok = false;
-                               size_t len = complete_response(std::string_view(c.buf.data(), c.have), ok);
-                               if (len == 0) {
-                                 if (c.have == c.buf.size()) return fail(c);
-                                 return read(c);
-                               }
-                               std::memmove(c.buf.data(), c.buf.data() + len, c.have - len);
-                               c.have -= len;
-                               if (measuring_) {
-                                 ++completed_;
-                                 if (!ok) ++errors_;
-                                 latencies_us_.push_back(
-                                     float(std::chrono::duration<double, std::micro>(Clock::now() - c.sent).count()));
-                               }
-                               if (!stopping_) send(c);
-                             });
+    c.socket.async_read_some(
+        asio::buffer(c.buf.data() + c.have, c.buf.size() - c.have),
+        [this, &c](error_code ec, size_t n) {
+          if (ec) return fail(c);
+          c.have += n;
+          bool ok = false;
+          size_t len = complete_response(std::string_view(c.buf.data(), c.have), ok);
+          if (len == 0) {
+            if (c.have == c.buf.size()) return fail(c);
+            return read(c);
+          }
+          std::memmove(c.buf.data(), c.buf.data() + len, c.have - len);
+          c.have -= len;
+          if (measuring_) {
+            ++completed_;
+            if (!ok) ++errors_;
+            latencies_us_.push_back(
+                float(std::chrono::duration<double, std::micro>(Clock::now() - c.sent).count()));
+          }
+          if (!stopping_) send(c);
+        });
   }
 
   void fail(Conn& c) {
@@ -142,19 +145,21 @@ class RequestLoad {
 
 }  // namespace
 
-std::string raw_post(const std::string& path, const std::string& body, const std::vector<std::string>& headers) {
+std::string raw_post(const std::string& path, const std::string& body,
+                     const std::vector<std::string>& headers) {
   std::string r = "POST " + path + " HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n";
   for (const auto& h : headers) r += h + "\r\n";
   return r + "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
 }
 
-LoadResult run_request_load(uint16_t port, const std::vector<std::string>& requests, int connections, double seconds,
-                            double warmup_seconds) {
+LoadResult run_request_load(uint16_t port, const std::vector<std::string>& requests,
+                            int connections, double seconds, double warmup_seconds) {
   RequestLoad load(port, requests, connections);
   return load.run(seconds, warmup_seconds);
 }
 
-void hold_request_streams(uint16_t port, const std::vector<std::string>& requests, int streams, double settle_seconds,
+void hold_request_streams(uint16_t port, const std::vector<std::string>& requests, int streams,
+                          double settle_seconds,
                           const std::function<void(int ready, int failed)>& on_ready) {
   asio::io_context ioc{1};
   struct Stream {

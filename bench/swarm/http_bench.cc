@@ -46,7 +46,8 @@ struct Options {
   double warmup = 1;
   int streams = 5000;
   int io_threads = 2;
-  int rounds = 3;  // raw and ours alternate; the best round of each is reported (a shared machine is noisy)
+  int rounds =
+      3;  // raw and ours alternate; the best round of each is reported (a shared machine is noisy)
   bool smoke = false;
   bool append = true;
   // child roles
@@ -59,18 +60,33 @@ const char* kStatusBody =
 
 // Fills o from the command line; a value means main() returns it (--help, a usage error).
 std::optional<int> parse_args(int argc, char** argv, Options& o) {
-  ajet::bench::BenchCli cli("http_bench",
-                            "The HTTP layer: a trivial JSON route against a minimal raw-Asio responder, then idle SSE "
-                            "streams held open");
+  ajet::bench::BenchCli cli(
+      "http_bench",
+      "The HTTP layer: a trivial JSON route against a minimal raw-Asio responder, then idle SSE "
+      "streams held open");
   CLI::App& app = cli.app();
-  app.add_option("--connections", o.connections, "Keep-alive connections")->capture_default_str()->check(CLI::Range(1, 100000));
-  app.add_option("--seconds", o.seconds, "Seconds measured")->capture_default_str()->check(CLI::Range(0.05, 3600.0));
-  app.add_option("--warmup", o.warmup, "Seconds of warm-up")->capture_default_str()->check(CLI::Range(0.0, 3600.0));
-  app.add_option("--streams", o.streams, "Idle SSE streams held open")->capture_default_str()->check(CLI::Range(1, 1000000));
-  app.add_option("--io-threads", o.io_threads, "Server I/O threads")->capture_default_str()->check(CLI::Range(1, 256));
-  app.add_option("--rounds", o.rounds, "Rounds of the throughput pair")->capture_default_str()->check(CLI::Range(1, 1000));
+  app.add_option("--connections", o.connections, "Keep-alive connections")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  app.add_option("--seconds", o.seconds, "Seconds measured")
+      ->capture_default_str()
+      ->check(CLI::Range(0.05, 3600.0));
+  app.add_option("--warmup", o.warmup, "Seconds of warm-up")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 3600.0));
+  app.add_option("--streams", o.streams, "Idle SSE streams held open")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
+  app.add_option("--io-threads", o.io_threads, "Server I/O threads")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
+  app.add_option("--rounds", o.rounds, "Rounds of the throughput pair")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
   // The load-generating child's own flags (the bench spawns itself with them).
-  app.add_option("--role", o.role, "Child role (used by the bench itself)")->check(CLI::IsMember({"load", "streams"}))->group("");
+  app.add_option("--role", o.role, "Child role (used by the bench itself)")
+      ->check(CLI::IsMember({"load", "streams"}))
+      ->group("");
   app.add_option("--port", o.port, "Child: the server's port")->group("");
   if (auto code = cli.parse(argc, argv)) return code;
   o.smoke = cli.smoke();
@@ -154,7 +170,8 @@ struct Child {
 
 int child_main(const Options& o) {
   if (o.role == "load") {
-    bench::LoadResult r = bench::run_load(o.port, "/get_engine_status", o.connections, o.seconds, o.warmup);
+    bench::LoadResult r =
+        bench::run_load(o.port, "/get_engine_status", o.connections, o.seconds, o.warmup);
     Json j = {{"connections", r.connections}, {"requests", r.requests}, {"errors", r.errors},
               {"seconds", r.seconds},         {"p50_us", r.p50_us},     {"p99_us", r.p99_us}};
     std::cout << j.dump() << std::endl;
@@ -188,8 +205,8 @@ Measured load_against(uint16_t port, const Options& o) {
   double server_before = cpu_seconds(RUSAGE_SELF);
   double children_before = cpu_seconds(RUSAGE_CHILDREN);
   Child child = Child::spawn({"--role", "load", "--port", std::to_string(port), "--connections",
-                              std::to_string(o.connections), "--seconds", std::to_string(o.seconds), "--warmup",
-                              std::to_string(o.warmup)});
+                              std::to_string(o.connections), "--seconds", std::to_string(o.seconds),
+                              "--warmup", std::to_string(o.warmup)});
   std::string line = child.read_line();
   child.finish();
   Json j = parse_json(line, "load generator output");
@@ -226,7 +243,8 @@ MemoryResult measure_streams(const Options& o) {
   Router router;
   router.get("/stream", [&](Request, Respond respond) {
     auto stream = std::make_shared<ChannelStream>();
-    stream->push(sse_event(R"({"object":"chat.completion.chunk"})"));  // then idle, like a slow engine
+    stream->push(
+        sse_event(R"({"object":"chat.completion.chunk"})"));  // then idle, like a slow engine
     respond(sse_response(stream));
     std::lock_guard lock(mu);
     streams.push_back(std::move(stream));
@@ -240,8 +258,8 @@ MemoryResult measure_streams(const Options& o) {
   MemoryResult m;
   m.streams = o.streams;
   m.baseline_kib = rss_kib();
-  Child child = Child::spawn({"--role", "streams", "--port", std::to_string(server.port()), "--streams",
-                              std::to_string(o.streams)});
+  Child child = Child::spawn({"--role", "streams", "--port", std::to_string(server.port()),
+                              "--streams", std::to_string(o.streams)});
   Json j = parse_json(child.read_line(), "stream holder output");
   m.ready = j["ready"];
   m.open_connections = server.stats().connections_open;
@@ -254,8 +272,10 @@ MemoryResult measure_streams(const Options& o) {
 
 std::string fmt_us(double us) {
   char buf[32];
-  if (us >= 1000) std::snprintf(buf, sizeof buf, "%.2f ms", us / 1000);
-  else std::snprintf(buf, sizeof buf, "%.0f us", us);
+  if (us >= 1000)
+    std::snprintf(buf, sizeof buf, "%.2f ms", us / 1000);
+  else
+    std::snprintf(buf, sizeof buf, "%.0f us", us);
   return buf;
 }
 
@@ -270,7 +290,8 @@ int main(int argc, char** argv) {
     set_log_level("warn");
 
     if (nofile < rlim_t(o.streams + o.connections + 256)) {
-      std::cerr << "warning: RLIMIT_NOFILE is " << nofile << "; the run needs about " << o.streams + 256 << "\n";
+      std::cerr << "warning: RLIMIT_NOFILE is " << nofile << "; the run needs about "
+                << o.streams + 256 << "\n";
     }
     const std::string loadavg = ajet::bench::load_average_text();
     unsigned cores = std::thread::hardware_concurrency();
@@ -280,7 +301,8 @@ int main(int argc, char** argv) {
 
     Router router;
     Json status = parse_json(kStatusBody, "status body");
-    router.get("/get_engine_status", [status](Request, Respond respond) { respond(json_response(status)); });
+    router.get("/get_engine_status",
+               [status](Request, Respond respond) { respond(json_response(status)); });
     ServerOptions options;
     options.io_threads = o.io_threads;
     HttpServer server(options, std::move(router));
@@ -308,52 +330,66 @@ int main(int argc, char** argv) {
     };
     double ratio = rps(raw) > 0 ? rps(ours) / rps(raw) : 0;
     double cpu_ratio = ours.server_cpu_us > 0 ? raw.server_cpu_us / ours.server_cpu_us : 0;
-    double per_stream_kib = mem.ready > 0 ? double(mem.with_streams_kib - mem.baseline_kib) / mem.ready : 0;
+    double per_stream_kib =
+        mem.ready > 0 ? double(mem.with_streams_kib - mem.baseline_kib) / mem.ready : 0;
     std::ostringstream table;
     char line[512];
     table << "Machine: " << cores << " cores, load average (1/5/15 min) at start " << loadavg
-          << " (other work on the machine lowers requests/s, not CPU per request). Server: " << o.io_threads
-          << " I/O threads; load generator: 1 thread in a child process on the same cores. Best of " << o.rounds
-          << " alternating rounds.\n\n";
-    table << "| server | connections | requests/s | p50 | p99 | errors | server CPU/request | load-generator "
-             "CPU/request | req/s if the cores were idle |\n|---|---|---|---|---|---|---|---|---|\n";
-    for (auto [name, m] : {std::pair{"raw Asio responder (reference)", raw}, std::pair{"ajet::http::HttpServer", ours}}) {
+          << " (other work on the machine lowers requests/s, not CPU per request). Server: "
+          << o.io_threads
+          << " I/O threads; load generator: 1 thread in a child process on the same cores. Best of "
+          << o.rounds << " alternating rounds.\n\n";
+    table
+        << "| server | connections | requests/s | p50 | p99 | errors | server CPU/request | "
+           "load-generator "
+           "CPU/request | req/s if the cores were idle |\n|---|---|---|---|---|---|---|---|---|\n";
+    for (auto [name, m] : {std::pair{"raw Asio responder (reference)", raw},
+                           std::pair{"ajet::http::HttpServer", ours}}) {
       const bench::LoadResult& r = m.load;
-      std::snprintf(line, sizeof line, "| %s | %d | %.0f | %s | %s | %llu | %.1f us | %.1f us | %.0f |\n", name,
-                    r.connections, r.requests_per_second(), fmt_us(r.p50_us).c_str(), fmt_us(r.p99_us).c_str(),
-                    static_cast<unsigned long long>(r.errors), m.server_cpu_us, m.client_cpu_us, capacity(m));
+      std::snprintf(line, sizeof line,
+                    "| %s | %d | %.0f | %s | %s | %llu | %.1f us | %.1f us | %.0f |\n", name,
+                    r.connections, r.requests_per_second(), fmt_us(r.p50_us).c_str(),
+                    fmt_us(r.p99_us).c_str(), static_cast<unsigned long long>(r.errors),
+                    m.server_cpu_us, m.client_cpu_us, capacity(m));
       table << line;
     }
     std::snprintf(line, sizeof line,
-                  "\nHttpServer / raw responder: throughput %.2f, server CPU per request %.2f (1 = as cheap as the "
+                  "\nHttpServer / raw responder: throughput %.2f, server CPU per request %.2f (1 = "
+                  "as cheap as the "
                   "reference). Target >= 20,000 req/s: measured %s, from CPU per request %s.\n\n",
-                  ratio, cpu_ratio, rps(ours) >= 20000 ? "met" : "NOT met", capacity(ours) >= 20000 ? "met" : "NOT met");
+                  ratio, cpu_ratio, rps(ours) >= 20000 ? "met" : "NOT met",
+                  capacity(ours) >= 20000 ? "met" : "NOT met");
     table << line;
     table << "| idle SSE streams | open on server | RSS before | RSS with streams | per stream |\n"
              "|---|---|---|---|---|\n";
-    std::snprintf(line, sizeof line, "| %d | %llu | %.1f MiB | %.1f MiB | %.1f KiB |\n", mem.streams,
-                  static_cast<unsigned long long>(mem.open_connections), mem.baseline_kib / 1024.0,
-                  mem.with_streams_kib / 1024.0, per_stream_kib);
+    std::snprintf(line, sizeof line, "| %d | %llu | %.1f MiB | %.1f MiB | %.1f KiB |\n",
+                  mem.streams, static_cast<unsigned long long>(mem.open_connections),
+                  mem.baseline_kib / 1024.0, mem.with_streams_kib / 1024.0, per_stream_kib);
     table << line;
     std::snprintf(line, sizeof line,
-                  "\nRSS growth for %d streams: %.1f MiB; whole server process with them: %.1f MiB (target: <= 100 MB:"
+                  "\nRSS growth for %d streams: %.1f MiB; whole server process with them: %.1f MiB "
+                  "(target: <= 100 MB:"
                   " %s)\n",
-                  mem.ready, (mem.with_streams_kib - mem.baseline_kib) / 1024.0, mem.with_streams_kib / 1024.0,
+                  mem.ready, (mem.with_streams_kib - mem.baseline_kib) / 1024.0,
+                  mem.with_streams_kib / 1024.0,
                   mem.with_streams_kib * 1024.0 <= 100e6 ? "met" : "NOT met");
     table << line;
     std::cout << table.str();
 
-    bool healthy = ours.load.requests > 0 && raw.load.requests > 0 && ours.load.errors == 0 && mem.ready == mem.streams &&
-                   mem.open_connections == uint64_t(mem.streams);
+    bool healthy = ours.load.requests > 0 && raw.load.requests > 0 && ours.load.errors == 0 &&
+                   mem.ready == mem.streams && mem.open_connections == uint64_t(mem.streams);
     if (o.append) {
       std::ostringstream body;
-      body << "`build/bin/http_bench` (bench/swarm/http_bench.cc): a trivial JSON route (like `/get_engine_status`)"
-           << " with " << o.connections << " keep-alive connections for " << o.seconds << " s after a " << o.warmup
-           << " s warm-up, against a minimal raw-Asio responder measured in the same run; then " << o.streams
-           << " idle SSE streams held open.\n\n"
+      body << "`build/bin/http_bench` (bench/swarm/http_bench.cc): a trivial JSON route (like "
+              "`/get_engine_status`)"
+           << " with " << o.connections << " keep-alive connections for " << o.seconds
+           << " s after a " << o.warmup
+           << " s warm-up, against a minimal raw-Asio responder measured in the same run; then "
+           << o.streams << " idle SSE streams held open.\n\n"
            << table.str();
-      ajet::bench::append_to_benchmarks("HTTP layer: raw server throughput and idle-stream memory (bench/swarm/http_bench)",
-                                        body.str());
+      ajet::bench::append_to_benchmarks(
+          "HTTP layer: raw server throughput and idle-stream memory (bench/swarm/http_bench)",
+          body.str());
     }
     if (!healthy) {
       std::cerr << "http_bench: unhealthy run (errors, or streams that did not open)\n";

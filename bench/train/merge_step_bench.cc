@@ -1,15 +1,16 @@
-// Wall time of one training step (issue 5's benchmark) for a synthetic multi-turn agent, three ways,
-// in one run: (a) one sample per LLM call (plain packing: every call repeats the shared history),
-// (b) timeline merging (one sample per linear episode, plain packing), (c) merging + tree packing
-// (the GRPO group's shared prompt computed once). Episodes come from tracking/synthetic.h with the
-// shape bench/tracking/merge_tokens uses (256-token system prompt, 32-token task, ~64 new tokens per
-// turn); ONE GRPO group of 8 episodes, N turns. A step is Trainer::train_step (old logprobs from the
-// step's own forward, forward + backward, AdamW; micro_batch_tokens 16384). Each packing mode gets a
-// warm-up step on the N = 1 batch; every measured step then runs once (a step on tiny is seconds;
-// large buffers are fresh mmaps either way). Before each (a) step its time is estimated from the
-// previous (a) step's seconds per token; above --cap seconds (default 240) that N is skipped and the
-// output says so. Prints a table and appends it to docs/benchmarks.md (--no-append to skip; --smoke
-// for a seconds-long check with micro shapes). Options: --preset (tiny), --threads (2), --vocab (4096),
+// Wall time of one training step (issue 5's benchmark) for a synthetic multi-turn agent, three
+// ways, in one run: (a) one sample per LLM call (plain packing: every call repeats the shared
+// history), (b) timeline merging (one sample per linear episode, plain packing), (c) merging + tree
+// packing (the GRPO group's shared prompt computed once). Episodes come from tracking/synthetic.h
+// with the shape bench/tracking/merge_tokens uses (256-token system prompt, 32-token task, ~64 new
+// tokens per turn); ONE GRPO group of 8 episodes, N turns. A step is Trainer::train_step (old
+// logprobs from the step's own forward, forward + backward, AdamW; micro_batch_tokens 16384). Each
+// packing mode gets a warm-up step on the N = 1 batch; every measured step then runs once (a step
+// on tiny is seconds; large buffers are fresh mmaps either way). Before each (a) step its time is
+// estimated from the previous (a) step's seconds per token; above --cap seconds (default 240) that
+// N is skipped and the output says so. Prints a table and appends it to docs/benchmarks.md
+// (--no-append to skip; --smoke for a seconds-long check with micro shapes). Options: --preset
+// (tiny), --threads (2), --vocab (4096),
 // --turns 1,5,10,20, --cap S. On `small`, (a) at N = 20 (~140k tokens) takes several minutes on 2
 // cores: the cap skips it there.
 #include <torch/torch.h>
@@ -73,7 +74,8 @@ Batches make_batches(int turns, int64_t vocab, bool smoke) {
       b.per_call.samples.push_back(std::move(s));
     }
     auto m = tracking::merge_episode({uuid, "task", reward}, calls, {});
-    for (auto& s : train_data::batch_from_samples(m.samples).samples) b.merged.samples.push_back(std::move(s));
+    for (auto& s : train_data::batch_from_samples(m.samples).samples)
+      b.merged.samples.push_back(std::move(s));
   }
   return b;
 }
@@ -112,14 +114,18 @@ int main(int argc, char** argv) {
   int64_t vocab = 4096;
   double cap = 240;
   std::vector<int> turns = {1, 5, 10, 20};
-  ajet::bench::BenchCli cli("train_merge_step_bench",
-                            "Wall time of one training step: one sample per LLM call against merged against merged + "
-                            "tree-packed");
+  ajet::bench::BenchCli cli(
+      "train_merge_step_bench",
+      "Wall time of one training step: one sample per LLM call against merged against merged + "
+      "tree-packed");
   CLI::App& app = cli.app();
-  app.add_option("--preset", preset, "Model preset (default tiny)")->check(CLI::IsMember({"micro", "tiny", "small"}));
+  app.add_option("--preset", preset, "Model preset (default tiny)")
+      ->check(CLI::IsMember({"micro", "tiny", "small"}));
   app.add_option("--threads", threads, "Intra-op threads (default 2)")->check(CLI::Range(1, 256));
-  app.add_option("--vocab", vocab, "Vocabulary size (default 4096)")->check(CLI::Range(int64_t{16}, int64_t{1} << 20));
-  app.add_option("--cap", cap, "Skip an (a) step estimated to take longer than this many seconds (default 240)")
+  app.add_option("--vocab", vocab, "Vocabulary size (default 4096)")
+      ->check(CLI::Range(int64_t{16}, int64_t{1} << 20));
+  app.add_option("--cap", cap,
+                 "Skip an (a) step estimated to take longer than this many seconds (default 240)")
       ->check(CLI::Range(1.0, 86400.0));
   app.add_option("--turns", turns, "Comma-separated turns per episode (default 1,5,10,20)")
       ->delimiter(',')
@@ -141,8 +147,8 @@ int main(int argc, char** argv) {
   o.shuffle = false;
   o.episode_weighting = true;
   std::printf("preset %s (%lld parameters, vocab %lld), %d threads, load %s\n", preset.c_str(),
-              static_cast<long long>(model::count_parameters(config)), static_cast<long long>(vocab), threads,
-              ajet::bench::load_average_text().c_str());
+              static_cast<long long>(model::count_parameters(config)),
+              static_cast<long long>(vocab), threads, ajet::bench::load_average_text().c_str());
 
   // One model per packing mode (weights drift by lr 1e-6 steps; the cost of a step does not).
   o.packing = train_data::Packing::kPlain;
@@ -172,40 +178,49 @@ int main(int argc, char** argv) {
     r.tokens_a = b.per_call.tokens();
     r.b = time_step(plain, b.merged);
     r.c = time_step(tree, b.merged);
-    // (a) costs at least its tokens at (a)'s measured rate; attention grows faster, hence the margin.
-    const double estimate = 1.2 * static_cast<double>(b.per_call.tokens()) *
-                            (a_seconds_per_token > 0 ? a_seconds_per_token : r.b.seconds / static_cast<double>(r.b.packed));
+    // (a) costs at least its tokens at (a)'s measured rate; attention grows faster, hence the
+    // margin.
+    const double estimate =
+        1.2 * static_cast<double>(b.per_call.tokens()) *
+        (a_seconds_per_token > 0 ? a_seconds_per_token
+                                 : r.b.seconds / static_cast<double>(r.b.packed));
     if (estimate > cap) {
       r.a_estimate = estimate;
-      notes.push_back("N = " + std::to_string(n) + ": (a) skipped, estimated " + std::to_string(static_cast<int>(estimate)) +
-                      " s for one step (> cap " + std::to_string(static_cast<int>(cap)) + " s); its tokens are still listed.");
+      notes.push_back("N = " + std::to_string(n) + ": (a) skipped, estimated " +
+                      std::to_string(static_cast<int>(estimate)) + " s for one step (> cap " +
+                      std::to_string(static_cast<int>(cap)) + " s); its tokens are still listed.");
     } else {
       r.a = time_step(plain, b.per_call);
       a_seconds_per_token = r.a->seconds / static_cast<double>(r.a->packed);
     }
-    std::printf("N = %d: tokens (a) %zu (b) %lld (c) %lld; seconds (a) %s (b) %.3f (c) %.3f\n", n, r.tokens_a,
-                static_cast<long long>(r.b.packed), static_cast<long long>(r.c.packed),
+    std::printf("N = %d: tokens (a) %zu (b) %lld (c) %lld; seconds (a) %s (b) %.3f (c) %.3f\n", n,
+                r.tokens_a, static_cast<long long>(r.b.packed), static_cast<long long>(r.c.packed),
                 r.a ? std::to_string(r.a->seconds).c_str() : "skipped", r.b.seconds, r.c.seconds);
     rows.push_back(r);
     std::fflush(stdout);
   }
 
   std::ostringstream table;
-  table << "| turns N | tokens (a) | tokens (b) | tokens (c) | step s (a) | step s (b) | step s (c) "
-           "| tokens (a)/(b) | tokens (b)/(c) | time (a)/(b) | time (b)/(c) | time (a)/(c) |\n"
-           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  table
+      << "| turns N | tokens (a) | tokens (b) | tokens (c) | step s (a) | step s (b) | step s (c) "
+         "| tokens (a)/(b) | tokens (b)/(c) | time (a)/(b) | time (b)/(c) | time (a)/(c) |\n"
+         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const Row& r : rows) {
     const double ta = static_cast<double>(r.tokens_a);
     char a_cell[64];
-    if (r.a) std::snprintf(a_cell, sizeof a_cell, "%.3f", r.a->seconds);
-    else std::snprintf(a_cell, sizeof a_cell, "skipped (~%.0f)", r.a_estimate);
+    if (r.a)
+      std::snprintf(a_cell, sizeof a_cell, "%.3f", r.a->seconds);
+    else
+      std::snprintf(a_cell, sizeof a_cell, "skipped (~%.0f)", r.a_estimate);
     char line[512];
-    std::snprintf(line, sizeof line, "| %d | %.0f | %lld | %lld | %s | %.3f | %.3f | %s | %s | %s | %s | %s |\n", r.turns, ta,
-                  static_cast<long long>(r.b.packed), static_cast<long long>(r.c.packed),
-                  a_cell,
-                  r.b.seconds, r.c.seconds, ratio(ta, static_cast<double>(r.b.packed)).c_str(),
+    std::snprintf(line, sizeof line,
+                  "| %d | %.0f | %lld | %lld | %s | %.3f | %.3f | %s | %s | %s | %s | %s |\n",
+                  r.turns, ta, static_cast<long long>(r.b.packed),
+                  static_cast<long long>(r.c.packed), a_cell, r.b.seconds, r.c.seconds,
+                  ratio(ta, static_cast<double>(r.b.packed)).c_str(),
                   ratio(static_cast<double>(r.b.packed), static_cast<double>(r.c.packed)).c_str(),
-                  r.a ? ratio(r.a->seconds, r.b.seconds).c_str() : "-", ratio(r.b.seconds, r.c.seconds).c_str(),
+                  r.a ? ratio(r.a->seconds, r.b.seconds).c_str() : "-",
+                  ratio(r.b.seconds, r.c.seconds).c_str(),
                   r.a ? ratio(r.a->seconds, r.c.seconds).c_str() : "-");
     table << line;
   }
@@ -214,15 +229,21 @@ int main(int argc, char** argv) {
   std::printf("\n%s\nload average after the run: %s\n", table.str().c_str(), load.c_str());
   if (cli.append()) {
     std::ostringstream body;
-    body << "`bench/train/merge_step_bench`: the synthetic agent of `bench/tracking/merge_tokens` (256-token system prompt,\n"
-         << "32-token task, ~64 new tokens per turn), ONE GRPO group of " << kGroupSize << " episodes, `" << preset
-         << "` preset (" << model::count_parameters(config) << " parameters, vocab " << vocab << "), " << threads
-         << " threads. One Trainer::train_step\n(forward + backward + AdamW, micro_batch_tokens 16384) timed once per cell "
-         << "after a warm-up step per packing mode:\n(a) one sample per LLM call, plain packing; (b) merged, plain packing; "
-         << "(c) merged + tree packing. Tokens = tokens\nthe forward computed. Load average (1/5/15 min) at the end: " << load
-         << " (2-core machine).\n\n"
+    body << "`bench/train/merge_step_bench`: the synthetic agent of `bench/tracking/merge_tokens` "
+            "(256-token system prompt,\n"
+         << "32-token task, ~64 new tokens per turn), ONE GRPO group of " << kGroupSize
+         << " episodes, `" << preset << "` preset (" << model::count_parameters(config)
+         << " parameters, vocab " << vocab << "), " << threads
+         << " threads. One Trainer::train_step\n(forward + backward + AdamW, micro_batch_tokens "
+            "16384) timed once per cell "
+         << "after a warm-up step per packing mode:\n(a) one sample per LLM call, plain packing; "
+            "(b) merged, plain packing; "
+         << "(c) merged + tree packing. Tokens = tokens\nthe forward computed. Load average "
+            "(1/5/15 min) at the end: "
+         << load << " (2-core machine).\n\n"
          << table.str();
-    ajet::bench::append_to_benchmarks("Timeline merging and tree packing: wall time of one training step", body.str());
+    ajet::bench::append_to_benchmarks(
+        "Timeline merging and tree packing: wall time of one training step", body.str());
   }
   return 0;
 }

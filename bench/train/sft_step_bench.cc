@@ -1,14 +1,15 @@
-// Wall time of one `ajet sft` step (forward + backward of one packed batch, train::sft_step_gradients)
-// on the same model and batch, two ways in one run, interleaved: A the step as laid out before
-// 2026-12-03 (SftOptions::demo_blocks = false: 128-row attention blocks over the packed sequence, every
-// row through the last layer) and B the current one (blocks that follow the demos, the last layer's
-// MLP on the target rows only). Also checks that both give the same loss and gradients (float rounding).
-// With --model DIR --demos FILE it packs the first demos of FILE (calc demos from `ajet tasks demos`,
-// as scripts/run.sh) with the model's tokenizer; without, a tiny-preset model (vocab 1024, run.sh's
-// calc init) and synthetic calc-shaped demos (a 148-token shared prefix, 45-85 own tokens, the last
-// half trained). Options: --tokens (4096), --rounds (8), --threads 1,2, --keep-memory
-// (train::keep_freed_memory() first, as `ajet sft` does: run once with and once without), --only A|B
-// (that one alone, for `perf record`). Appends the table with the date to docs/benchmarks.md unless
+// Wall time of one `ajet sft` step (forward + backward of one packed batch,
+// train::sft_step_gradients) on the same model and batch, two ways in one run, interleaved: A the
+// step as laid out before 2026-12-03 (SftOptions::demo_blocks = false: 128-row attention blocks
+// over the packed sequence, every row through the last layer) and B the current one (blocks that
+// follow the demos, the last layer's MLP on the target rows only). Also checks that both give the
+// same loss and gradients (float rounding). With --model DIR --demos FILE it packs the first demos
+// of FILE (calc demos from `ajet tasks demos`, as scripts/run.sh) with the model's tokenizer;
+// without, a tiny-preset model (vocab 1024, run.sh's calc init) and synthetic calc-shaped demos (a
+// 148-token shared prefix, 45-85 own tokens, the last half trained). Options: --tokens (4096),
+// --rounds (8), --threads 1,2, --keep-memory (train::keep_freed_memory() first, as `ajet sft` does:
+// run once with and once without), --only A|B (that one alone, for `perf record`). Appends the
+// table with the date to docs/benchmarks.md unless
 // --no-append; --smoke runs a 512-token batch once on one thread and appends nothing.
 #include <torch/torch.h>
 
@@ -48,7 +49,9 @@ std::vector<train::SftExample> synthetic_demos(int n) {
     const int own = 45 + static_cast<int>(rng() % 41);
     for (int i = 0; i < own; ++i) ex.token_ids.push_back(static_cast<int32_t>(rng() % 1024));
     ex.loss_mask.assign(ex.token_ids.size(), 0);
-    for (size_t i = ex.token_ids.size() - static_cast<size_t>(own / 2); i < ex.token_ids.size(); ++i) ex.loss_mask[i] = 1;
+    for (size_t i = ex.token_ids.size() - static_cast<size_t>(own / 2); i < ex.token_ids.size();
+         ++i)
+      ex.loss_mask[i] = 1;
     ex.source = "synthetic:" + std::to_string(d);
     out.push_back(std::move(ex));
   }
@@ -56,7 +59,8 @@ std::vector<train::SftExample> synthetic_demos(int n) {
 }
 
 // Consecutive demos while the packed size (their common prefix once) stays within `budget`.
-std::vector<const train::SftExample*> take(const std::vector<train::SftExample>& all, int64_t budget) {
+std::vector<const train::SftExample*> take(const std::vector<train::SftExample>& all,
+                                           int64_t budget) {
   std::vector<const train::SftExample*> batch;
   int64_t total = 0;
   size_t prefix = all.at(0).token_ids.size();
@@ -74,8 +78,8 @@ std::vector<const train::SftExample*> take(const std::vector<train::SftExample>&
   return batch;
 }
 
-// CPU time of the process, all threads, user and system (page faults included): steadier than wall time
-// when other jobs share the cores.
+// CPU time of the process, all threads, user and system (page faults included): steadier than wall
+// time when other jobs share the cores.
 double cpu_seconds() {
   timespec ts{};
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
@@ -89,7 +93,8 @@ double median(std::vector<double> v) {
 
 std::vector<torch::Tensor> grads_of(model::Qwen2Model& m) {
   std::vector<torch::Tensor> g;
-  for (const auto& p : m->parameters()) g.push_back(p.grad().defined() ? p.grad().clone() : torch::zeros_like(p));
+  for (const auto& p : m->parameters())
+    g.push_back(p.grad().defined() ? p.grad().clone() : torch::zeros_like(p));
   return g;
 }
 
@@ -107,23 +112,29 @@ int main(int argc, char** argv) {
   std::vector<int> threads_list = {1, 2};
   int64_t tokens = 4096;
   int rounds = 8;
-  int run_steps = 0;  // --run-sft N: N whole run_sft steps each way instead
+  int run_steps = 0;         // --run-sft N: N whole run_sft steps each way instead
   bool keep_memory = false;  // train::keep_freed_memory() first, as `ajet sft` does
-  std::string only;  // "A" or "B": run that one only, `rounds` times (for perf record)
+  std::string only;          // "A" or "B": run that one only, `rounds` times (for perf record)
   bench::BenchCli cli("train_sft_step_bench",
-                      "Wall time of one `ajet sft` step, the block layout before 2026-12-03 (A) against the current "
+                      "Wall time of one `ajet sft` step, the block layout before 2026-12-03 (A) "
+                      "against the current "
                       "one (B), interleaved in one run");
   CLI::App& app = cli.app();
   app.add_option("--model", model_dir, "Model directory (with --demos)");
   app.add_option("--demos", demos_path, "Demos JSONL from `ajet tasks demos` (with --model)");
-  app.add_option("--tokens", tokens, "Tokens packed into the batch (default 4096)")->check(CLI::Range(int64_t{64}, int64_t{1} << 20));
-  app.add_option("--rounds", rounds, "Interleaved timed runs each way (default 8)")->check(CLI::Range(1, 1000));
+  app.add_option("--tokens", tokens, "Tokens packed into the batch (default 4096)")
+      ->check(CLI::Range(int64_t{64}, int64_t{1} << 20));
+  app.add_option("--rounds", rounds, "Interleaved timed runs each way (default 8)")
+      ->check(CLI::Range(1, 1000));
   app.add_option("--threads", threads_list, "Comma-separated thread counts (default 1,2)")
       ->delimiter(',')
       ->check(CLI::Range(1, 256));
-  app.add_flag("--keep-memory", keep_memory, "Call train::keep_freed_memory() first, as `ajet sft` does");
-  app.add_option("--only", only, "Run A or B alone, --rounds times (for perf record)")->check(CLI::IsMember({"A", "B"}));
-  app.add_option("--run-sft", run_steps, "Time N whole run_sft steps each way instead")->check(CLI::Range(0, 100000));
+  app.add_flag("--keep-memory", keep_memory,
+               "Call train::keep_freed_memory() first, as `ajet sft` does");
+  app.add_option("--only", only, "Run A or B alone, --rounds times (for perf record)")
+      ->check(CLI::IsMember({"A", "B"}));
+  app.add_option("--run-sft", run_steps, "Time N whole run_sft steps each way instead")
+      ->check(CLI::Range(0, 100000));
   if (auto code = cli.parse(argc, argv)) return *code;
   if (cli.smoke()) {
     tokens = 512;
@@ -168,7 +179,8 @@ int main(int argc, char** argv) {
   train::SftOptions a, b;
   a.demo_blocks = false;
   b.demo_blocks = true;
-  if (run_steps > 0) {  // whole run_sft steps (optimizer, packing, a fresh batch each) for comparison
+  if (run_steps >
+      0) {  // whole run_sft steps (optimizer, packing, a fresh batch each) for comparison
     torch::set_num_threads(1);
     for (const bool blocks : {false, true}) {
       train::SftOptions o;
@@ -183,8 +195,9 @@ int main(int argc, char** argv) {
         each.push_back(st.seconds);
       }
       cpu = cpu_seconds() - c0;
-      std::printf("run_sft %s: %.3f s per step (cpu %.3f), median %.3f, first %.3f\n", blocks ? "B" : "A", total / run_steps,
-                  cpu / run_steps, median(each), each.front());
+      std::printf("run_sft %s: %.3f s per step (cpu %.3f), median %.3f, first %.3f\n",
+                  blocks ? "B" : "A", total / run_steps, cpu / run_steps, median(each),
+                  each.front());
     }
     return 0;
   }
@@ -209,13 +222,15 @@ int main(int argc, char** argv) {
     const double scale = ga[i].abs().max().item<double>();
     if (scale > 0) worst = std::max(worst, (ga[i] - gb[i]).abs().max().item<double>() / scale);
   }
-  std::printf("batch: %zu demos, %lld tokens unpacked, %lld trained; loss A %.9g B %.9g (rel %.2g); "
-              "max gradient difference %.2g of the tensor's largest entry\n",
-              batch.size(), static_cast<long long>(packed), static_cast<long long>(trained), loss_a, loss_b,
-              std::abs(loss_a - loss_b) / std::abs(loss_a), worst);
+  std::printf(
+      "batch: %zu demos, %lld tokens unpacked, %lld trained; loss A %.9g B %.9g (rel %.2g); "
+      "max gradient difference %.2g of the tensor's largest entry\n",
+      batch.size(), static_cast<long long>(packed), static_cast<long long>(trained), loss_a, loss_b,
+      std::abs(loss_a - loss_b) / std::abs(loss_a), worst);
 
   std::ostringstream table;
-  table << "| threads | freed memory | A: 128-row blocks, full last layer: wall (CPU) s | B: per-demo blocks, last layer on target rows: wall (CPU) s | A / B: wall (CPU) |\n"
+  table << "| threads | freed memory | A: 128-row blocks, full last layer: wall (CPU) s | B: "
+           "per-demo blocks, last layer on target rows: wall (CPU) s | A / B: wall (CPU) |\n"
         << "|---|---|---|---|---|\n";
   for (const int t : threads_list) {
     torch::set_num_threads(t);
@@ -244,22 +259,27 @@ int main(int argc, char** argv) {
     }
     const double ma = median(ta), mb = median(tb), pa = median(ca), pb = median(cb);
     char row[256];
-    std::snprintf(row, sizeof row, "| %d | %s | %.3f (%.3f) | %.3f (%.3f) | **%.2fx** (%.2fx) |\n", t,
-                  keep_memory ? "kept" : "glibc default", ma, pa, mb, pb, ma / mb, pa / pb);
+    std::snprintf(row, sizeof row, "| %d | %s | %.3f (%.3f) | %.3f (%.3f) | **%.2fx** (%.2fx) |\n",
+                  t, keep_memory ? "kept" : "glibc default", ma, pa, mb, pb, ma / mb, pa / pb);
     table << row;
-    std::printf("threads %d: A %.3f s (cpu %.3f), B %.3f s (cpu %.3f) (medians of %d, interleaved): %.2fx (cpu %.2fx)\n", t,
-                ma, pa, mb, pb, rounds, ma / mb, pa / pb);
+    std::printf(
+        "threads %d: A %.3f s (cpu %.3f), B %.3f s (cpu %.3f) (medians of %d, interleaved): %.2fx "
+        "(cpu %.2fx)\n",
+        t, ma, pa, mb, pb, rounds, ma / mb, pa / pb);
   }
   std::printf("\n%s", table.str().c_str());
   if (cli.append()) {
     std::ostringstream body;
-    body << "One `ajet sft` step's forward + backward (`train::sft_step_gradients`) on " << source << ": "
-         << batch.size() << " demos packed into ~" << tokens << " tokens (shared prefix once), " << trained
-         << " trained; " << model::describe_compute_backend() << ". Medians of " << rounds
+    body << "One `ajet sft` step's forward + backward (`train::sft_step_gradients`) on " << source
+         << ": " << batch.size() << " demos packed into ~" << tokens
+         << " tokens (shared prefix once), " << trained << " trained; "
+         << model::describe_compute_backend() << ". Medians of " << rounds
          << " interleaved runs; A and B agree to " << std::abs(loss_a - loss_b) / std::abs(loss_a)
-         << " (loss, relative) and " << worst << " (gradients, relative to each tensor's largest entry).\n\n"
+         << " (loss, relative) and " << worst
+         << " (gradients, relative to each tensor's largest entry).\n\n"
          << table.str();
-    bench::append_to_benchmarks("SFT step, per-demo attention blocks (bench/train/sft_step_bench.cc)", body.str());
+    bench::append_to_benchmarks(
+        "SFT step, per-demo attention blocks (bench/train/sft_step_bench.cc)", body.str());
   }
   return 0;
 }

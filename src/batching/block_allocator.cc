@@ -9,12 +9,14 @@ namespace ajet::batching {
 
 uint64_t chain_block_key(uint64_t previous, const int32_t* tokens, int64_t count) {
   uint64_t h = splitmix64_finalize(previous ^ static_cast<uint64_t>(count));
-  for (int64_t i = 0; i < count; ++i) h = splitmix64_finalize(h + static_cast<uint32_t>(tokens[i]) + kGoldenGamma);
+  for (int64_t i = 0; i < count; ++i)
+    h = splitmix64_finalize(h + static_cast<uint32_t>(tokens[i]) + kGoldenGamma);
   return h;
 }
 
 BlockAllocator::BlockAllocator(int64_t num_blocks) {
-  if (num_blocks < 1) invalid_argument("kv cache: need at least one block, got " + std::to_string(num_blocks));
+  if (num_blocks < 1)
+    invalid_argument("kv cache: need at least one block, got " + std::to_string(num_blocks));
   ref_counts_.assign(static_cast<size_t>(num_blocks), 0);
   key_of_.assign(static_cast<size_t>(num_blocks), std::nullopt);
   idle_pos_.assign(static_cast<size_t>(num_blocks), idle_cached_.end());
@@ -70,7 +72,8 @@ std::optional<int32_t> BlockAllocator::find(uint64_t key) const {
 
 void BlockAllocator::acquire(int32_t block) {
   if (ref_count(block) == 0) {
-    if (!key_of_[block]) fail(ErrorCode::kInternal, "kv cache: acquiring free block " + std::to_string(block));
+    if (!key_of_[block])
+      fail(ErrorCode::kInternal, "kv cache: acquiring free block " + std::to_string(block));
     idle_cached_.erase(idle_pos_[block]);
     idle_pos_[block] = idle_cached_.end();
   }

@@ -1,5 +1,5 @@
-// What a caller asks the inference engine for and what it gets back, per token. Plain structs with no
-// libtorch, so the RPC layer and clients can share them. Never holds engine state.
+// What a caller asks the inference engine for and what it gets back, per token. Plain structs with
+// no libtorch, so the RPC layer and clients can share them. Never holds engine state.
 #pragma once
 
 #include <cstdint>
@@ -13,16 +13,16 @@
 namespace ajet::batching {
 
 struct GenerateRequest {
-  std::string id;                      // unique among requests in flight; names the request in events
-  std::vector<int32_t> prompt;         // token ids, at least one
-  int64_t max_tokens = 16;             // generated tokens per sample, >= 1
-  double temperature = 1.0;            // 0 = greedy; otherwise > 0
-  double top_p = 1.0;                  // (0, 1]; 1 = off
-  int64_t top_k = 0;                   // 0 = off
-  std::optional<uint64_t> seed;        // reproducible sampling; unset = a fresh random seed
-  std::vector<int32_t> stop_token_ids; // generating one of these ends the sample (it is kept)
-  int64_t n = 1;                       // samples sharing one prefill, each with its own RNG stream
-  int64_t top_logprobs = 0;            // raw-model top-k logprobs per token; 0 = none
+  std::string id;                // unique among requests in flight; names the request in events
+  std::vector<int32_t> prompt;   // token ids, at least one
+  int64_t max_tokens = 16;       // generated tokens per sample, >= 1
+  double temperature = 1.0;      // 0 = greedy; otherwise > 0
+  double top_p = 1.0;            // (0, 1]; 1 = off
+  int64_t top_k = 0;             // 0 = off
+  std::optional<uint64_t> seed;  // reproducible sampling; unset = a fresh random seed
+  std::vector<int32_t> stop_token_ids;  // generating one of these ends the sample (it is kept)
+  int64_t n = 1;                        // samples sharing one prefill, each with its own RNG stream
+  int64_t top_logprobs = 0;             // raw-model top-k logprobs per token; 0 = none
 };
 
 enum class FinishReason { kStop, kLength, kAbort };
@@ -35,9 +35,9 @@ struct TokenLogprob {
 
 struct GeneratedToken {
   int32_t id = 0;
-  float logprob = 0;          // under the distribution sampled from (temperature, top-k, top-p applied)
-  float raw_logprob = 0;      // under the raw model: temperature 1, no truncation
-  int64_t policy_version = 0; // weights that produced the logits
+  float logprob = 0;      // under the distribution sampled from (temperature, top-k, top-p applied)
+  float raw_logprob = 0;  // under the raw model: temperature 1, no truncation
+  int64_t policy_version = 0;              // weights that produced the logits
   std::vector<TokenLogprob> top_logprobs;  // raw logprobs, best first; empty unless asked for
 };
 
@@ -46,10 +46,10 @@ struct GeneratedToken {
 struct GenerateEvent {
   std::string request_id;
   int64_t sample_index = 0;
-  std::vector<GeneratedToken> tokens;   // new tokens of this sample, in order
-  std::optional<FinishReason> finish;   // set when this sample is done
+  std::vector<GeneratedToken> tokens;  // new tokens of this sample, in order
+  std::optional<FinishReason> finish;  // set when this sample is done
   bool request_finished = false;
-  std::optional<Error> error;           // the request was rejected (no tokens; request_finished)
+  std::optional<Error> error;  // the request was rejected (no tokens; request_finished)
 };
 
 }  // namespace ajet::batching

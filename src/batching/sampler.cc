@@ -8,8 +8,8 @@
 
 #include "common/mix.h"
 
-// 8-float vectors for the exponentials and sums (common/vec8.h): always inlined, so GCC's note on how
-// such vectors are passed does not apply (silenced before the include).
+// 8-float vectors for the exponentials and sums (common/vec8.h): always inlined, so GCC's note on
+// how such vectors are passed does not apply (silenced before the include).
 #pragma GCC diagnostic ignored "-Wpsabi"
 
 #include "common/multiversion.h"
@@ -85,14 +85,17 @@ std::string_view finish_reason_name(FinishReason reason) {
 
 void validate_sampling_params(const SamplingParams& params) {
   if (!std::isfinite(params.temperature) || params.temperature < 0) {
-    invalid_argument("temperature must be a finite number >= 0, got " + std::to_string(params.temperature));
+    invalid_argument("temperature must be a finite number >= 0, got " +
+                     std::to_string(params.temperature));
   }
   if (!std::isfinite(params.top_p) || params.top_p <= 0 || params.top_p > 1) {
     invalid_argument("top_p must be in (0, 1], got " + std::to_string(params.top_p));
   }
-  if (params.top_k < 0) invalid_argument("top_k must be >= 0 (0 = off), got " + std::to_string(params.top_k));
+  if (params.top_k < 0)
+    invalid_argument("top_k must be >= 0 (0 = off), got " + std::to_string(params.top_k));
   if (params.top_logprobs < 0 || params.top_logprobs > 1000) {
-    invalid_argument("top_logprobs must be in [0, 1000], got " + std::to_string(params.top_logprobs));
+    invalid_argument("top_logprobs must be in [0, 1000], got " +
+                     std::to_string(params.top_logprobs));
   }
 }
 
@@ -104,11 +107,13 @@ SampleRng::SampleRng(uint64_t seed, uint64_t stream) {
 
 double SampleRng::uniform() { return static_cast<double>(splitmix64(state_) >> 11) * 0x1.0p-53; }
 
-// The exponentials and sums run 8 lanes at a time (their rounding differs from a scalar loop's in the
-// last bits; a seed still gives the same tokens on every run of a build): per row they were ~10k
-// cycles of dependent scalar adds and expf calls, 7-10 % of a `tiny` decode step at 64 sequences.
+// The exponentials and sums run 8 lanes at a time (their rounding differs from a scalar loop's in
+// the last bits; a seed still gives the same tokens on every run of a build): per row they were
+// ~10k cycles of dependent scalar adds and expf calls, 7-10 % of a `tiny` decode step at 64
+// sequences.
 AJET_MULTIVERSION
-GeneratedToken sample_token(const float* logits, int64_t vocab, const SamplingParams& params, SampleRng& rng) {
+GeneratedToken sample_token(const float* logits, int64_t vocab, const SamplingParams& params,
+                            SampleRng& rng) {
   GeneratedToken out;
   Scratch& scratch = t_scratch;
   std::vector<int32_t>& ids = scratch.ids;
@@ -167,7 +172,8 @@ GeneratedToken sample_token(const float* logits, int64_t vocab, const SamplingPa
       for (int64_t j = 0; j < kept; ++j) {
         if (j >= sorted) {
           sorted = std::min<int64_t>(kept, std::max<int64_t>(64, sorted * 8));
-          std::partial_sort(ids.begin() + j, ids.begin() + sorted, ids.begin() + kept, ByLogitDesc{logits});
+          std::partial_sort(ids.begin() + j, ids.begin() + sorted, ids.begin() + kept,
+                            ByLogitDesc{logits});
         }
         acc += w[ids[j]];
         if (acc >= target) {
@@ -187,8 +193,8 @@ GeneratedToken sample_token(const float* logits, int64_t vocab, const SamplingPa
     int64_t pick = kept - 1;
     int64_t j = 0;
     if (!truncated && params.top_p >= 1) {
-      // ids are still 0..vocab-1 in order (top-p sorts them): skip whole blocks of 8 while they stay
-      // below the target.
+      // ids are still 0..vocab-1 in order (top-p sorts them): skip whole blocks of 8 while they
+      // stay below the target.
       for (; j + 8 <= kept; j += 8) {
         const double block = hsum8d(__builtin_convertvector(load8(w + j), v8d));
         if (acc + block > target) break;
@@ -204,7 +210,8 @@ GeneratedToken sample_token(const float* logits, int64_t vocab, const SamplingPa
     }
     while (pick > 0 && w[ids[pick]] == 0) --pick;  // never return a zero-probability token
     out.id = ids[pick];
-    out.logprob = static_cast<float>((static_cast<double>(logits[out.id]) - max_logit) * inv_t - std::log(total));
+    out.logprob = static_cast<float>((static_cast<double>(logits[out.id]) - max_logit) * inv_t -
+                                     std::log(total));
   }
   out.raw_logprob = static_cast<float>(logits[out.id] - raw_lse);
 

@@ -8,11 +8,14 @@
 namespace ajet::batching {
 namespace {
 
-int64_t uncached(const Sequence& seq) { return static_cast<int64_t>(seq.tokens.size()) - seq.num_cached; }
+int64_t uncached(const Sequence& seq) {
+  return static_cast<int64_t>(seq.tokens.size()) - seq.num_cached;
+}
 
 }  // namespace
 
-Scheduler::Scheduler(const SchedulerConfig& config, int64_t num_blocks) : config_(config), blocks_(num_blocks) {
+Scheduler::Scheduler(const SchedulerConfig& config, int64_t num_blocks)
+    : config_(config), blocks_(num_blocks) {
   if (config_.block_size < 1) invalid_argument("scheduler: block_size must be >= 1");
   if (config_.max_running < 1) invalid_argument("scheduler: max_running must be >= 1");
   // Every running sequence decodes one token per step, so the budget must cover them all.
@@ -27,7 +30,8 @@ void Scheduler::add(std::unique_ptr<Sequence> seq) {
     fail(ErrorCode::kInternal, "scheduler: a new sequence needs tokens and no cache");
   }
   if (1 + seq->pending_forks > config_.max_running) {
-    invalid_argument("n = " + std::to_string(1 + seq->pending_forks) + " exceeds the engine's max running sequences (" +
+    invalid_argument("n = " + std::to_string(1 + seq->pending_forks) +
+                     " exceeds the engine's max running sequences (" +
                      std::to_string(config_.max_running) + ")");
   }
   waiting_.push_back(std::move(seq));
@@ -76,7 +80,8 @@ std::vector<int32_t> Scheduler::cached_prefix(const Sequence& seq, uint64_t& las
   last_key = kFirstBlockKey;
   if (!config_.prefix_caching || !seq.shares_blocks) return hits;
   const int64_t bs = config_.block_size;
-  const int64_t max_hits = (static_cast<int64_t>(seq.tokens.size()) - 1) / bs;  // the last token runs: logits
+  const int64_t max_hits =
+      (static_cast<int64_t>(seq.tokens.size()) - 1) / bs;  // the last token runs: logits
   uint64_t key = kFirstBlockKey;
   for (int64_t b = 0; b < max_hits; ++b) {
     key = chain_block_key(key, seq.tokens.data() + b * bs, bs);
@@ -90,7 +95,8 @@ std::vector<int32_t> Scheduler::cached_prefix(const Sequence& seq, uint64_t& las
 
 void Scheduler::advance(Sequence& seq, int64_t length) {
   const int64_t bs = config_.block_size;
-  const int64_t full_before = seq.num_cached / bs;  // already keyed (while the sequence shares blocks)
+  const int64_t full_before =
+      seq.num_cached / bs;  // already keyed (while the sequence shares blocks)
   seq.num_cached += length;
   if (!config_.prefix_caching || !seq.shares_blocks) return;
   for (int64_t b = full_before; b < seq.num_cached / bs; ++b) {
@@ -175,7 +181,8 @@ StepPlan Scheduler::schedule() {
 }
 
 std::vector<Sequence*> Scheduler::fork(Sequence& parent, int64_t count) {
-  if (count > parent.pending_forks) fail(ErrorCode::kInternal, "scheduler: fork beyond the request's n");
+  if (count > parent.pending_forks)
+    fail(ErrorCode::kInternal, "scheduler: fork beyond the request's n");
   std::vector<Sequence*> forks;
   for (int64_t k = 1; k <= count; ++k) {
     auto seq = std::make_unique<Sequence>();
@@ -196,13 +203,16 @@ std::vector<Sequence*> Scheduler::fork(Sequence& parent, int64_t count) {
 }
 
 void Scheduler::finish(Sequence* seq) {
-  auto it = std::find_if(running_.begin(), running_.end(), [&](const auto& s) { return s.get() == seq; });
-  if (it == running_.end()) fail(ErrorCode::kInternal, "scheduler: finishing a sequence that is not running");
+  auto it =
+      std::find_if(running_.begin(), running_.end(), [&](const auto& s) { return s.get() == seq; });
+  if (it == running_.end())
+    fail(ErrorCode::kInternal, "scheduler: finishing a sequence that is not running");
   release_blocks(**it);
   running_.erase(it);
 }
 
-std::vector<std::unique_ptr<Sequence>> Scheduler::remove_if(const std::function<bool(const Sequence&)>& pred) {
+std::vector<std::unique_ptr<Sequence>> Scheduler::remove_if(
+    const std::function<bool(const Sequence&)>& pred) {
   std::vector<std::unique_ptr<Sequence>> removed;
   auto take = [&](auto& container) {
     for (auto it = container.begin(); it != container.end();) {

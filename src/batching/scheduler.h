@@ -1,9 +1,9 @@
-// Decides, once per engine step, which tokens of which sequences run: decode tokens of every running
-// sequence first, then prefill chunks under a token budget, then FIFO admission of waiting sequences
-// when KV blocks and sequence slots allow. With prefix caching, an admitted prompt starts after the
-// full blocks it shares with keys/values already computed (e.g. the system prompt, or an agent's
-// previous turn). Owns the sequences and their block tables; never touches
-// tensors (block copies for copy-on-write are returned in the plan for the engine to perform).
+// Decides, once per engine step, which tokens of which sequences run: decode tokens of every
+// running sequence first, then prefill chunks under a token budget, then FIFO admission of waiting
+// sequences when KV blocks and sequence slots allow. With prefix caching, an admitted prompt starts
+// after the full blocks it shares with keys/values already computed (e.g. the system prompt, or an
+// agent's previous turn). Owns the sequences and their block tables; never touches tensors (block
+// copies for copy-on-write are returned in the plan for the engine to perform).
 #pragma once
 
 #include <cstdint>
@@ -32,15 +32,16 @@ struct RequestState {
 struct Sequence {
   std::shared_ptr<RequestState> request;
   int64_t sample_index = 0;
-  int64_t pending_forks = 0;     // samples to fork off this one once its prompt is computed
-  std::vector<int32_t> tokens;   // prompt, then generated ids
+  int64_t pending_forks = 0;    // samples to fork off this one once its prompt is computed
+  std::vector<int32_t> tokens;  // prompt, then generated ids
   int64_t prompt_len = 0;
-  int64_t num_cached = 0;        // leading tokens whose keys/values are in the cache
-  std::vector<int32_t> blocks;   // block table: position p lives in blocks[p / block_size]
+  int64_t num_cached = 0;       // leading tokens whose keys/values are in the cache
+  std::vector<int32_t> blocks;  // block table: position p lives in blocks[p / block_size]
   // With prefix caching every full block below num_cached is keyed; this is the key of the last one
   // (kFirstBlockKey before the first), which the next full block's key chains on.
   uint64_t last_key = kFirstBlockKey;
-  bool shares_blocks = true;     // false once the weights changed under it: its blocks are not reusable
+  bool shares_blocks =
+      true;  // false once the weights changed under it: its blocks are not reusable
   SampleRng rng{0, 0};
   int64_t num_generated() const { return static_cast<int64_t>(tokens.size()) - prompt_len; }
 };
@@ -49,7 +50,7 @@ struct SchedulerConfig {
   int64_t block_size = 16;         // tokens per block
   int64_t max_batch_tokens = 512;  // tokens per step (decode + prefill)
   int64_t max_running = 64;        // running sequences, counting samples not yet forked
-  bool prefix_caching = true;      // reuse computed full blocks across requests with the same prefix
+  bool prefix_caching = true;  // reuse computed full blocks across requests with the same prefix
 };
 
 // Tokens [start, start + length) of one sequence run this step (positions = indices).
@@ -85,17 +86,18 @@ class Scheduler {
   // Queues a sequence with no cached tokens (a new request's first sample, pending_forks = n - 1).
   void add(std::unique_ptr<Sequence> seq);
 
-  // Plans one step. A running sequence that needs a block when none is free preempts the most recently
-  // admitted running sequences (their blocks are freed; they wait at the front of the queue and are
-  // recomputed from their tokens when readmitted). Empty plan = nothing can run.
+  // Plans one step. A running sequence that needs a block when none is free preempts the most
+  // recently admitted running sequences (their blocks are freed; they wait at the front of the
+  // queue and are recomputed from their tokens when readmitted). Empty plan = nothing can run.
   StepPlan schedule();
 
-  // Forks `count` samples off `parent` (its prompt just finished): they share its blocks and copy its
-  // tokens; sample indices follow the parent's. The caller sets their RNGs. Returns them, in order.
+  // Forks `count` samples off `parent` (its prompt just finished): they share its blocks and copy
+  // its tokens; sample indices follow the parent's. The caller sets their RNGs. Returns them, in
+  // order.
   std::vector<Sequence*> fork(Sequence& parent, int64_t count);
 
-  // `length` more tokens of seq were computed: advances num_cached and, with prefix caching, registers
-  // the blocks that became full so later prompts with the same prefix reuse them.
+  // `length` more tokens of seq were computed: advances num_cached and, with prefix caching,
+  // registers the blocks that became full so later prompts with the same prefix reuse them.
   void advance(Sequence& seq, int64_t length);
 
   // The weights changed: no computed block may be reused by a new prompt any more.
@@ -106,8 +108,10 @@ class Scheduler {
   // Removes a running sequence and frees its blocks.
   void finish(Sequence* seq);
 
-  // Removes every sequence (waiting or running) for which pred is true, freeing blocks; returns them.
-  std::vector<std::unique_ptr<Sequence>> remove_if(const std::function<bool(const Sequence&)>& pred);
+  // Removes every sequence (waiting or running) for which pred is true, freeing blocks; returns
+  // them.
+  std::vector<std::unique_ptr<Sequence>> remove_if(
+      const std::function<bool(const Sequence&)>& pred);
 
  private:
   int64_t slots_used() const;

@@ -1,5 +1,5 @@
-// The classic run's reward_curve.html: the front's live dashboard (web/) as one self-contained file,
-// with every series of the front's GET /metrics_history inlined.
+// The classic run's reward_curve.html: the front's live dashboard (web/) as one self-contained
+// file, with every series of the front's GET /metrics_history inlined.
 #pragma once
 
 #include <filesystem>

@@ -8,8 +8,8 @@
 
 namespace ajet::classic {
 
-EpisodeRunner::EpisodeRunner(client::SwarmClient& client, const Workflow& workflow, RunnerOptions options,
-                             const std::atomic<bool>& stop)
+EpisodeRunner::EpisodeRunner(client::SwarmClient& client, const Workflow& workflow,
+                             RunnerOptions options, const std::atomic<bool>& stop)
     : client_(client), workflow_(workflow), options_(options), stop_(stop) {}
 
 EpisodeResult EpisodeRunner::run_one(const EpisodeJob& job) {
@@ -40,38 +40,44 @@ EpisodeResult EpisodeRunner::run_one(const EpisodeJob& job) {
       if (stop_ || fatal_) break;
       continue;
     }
-    EpisodeContext ctx{job.task, episode, job.episode_type, job.sampling, job.env_seed,
-                       [this] { return stop_.load() || fatal_.load(); }};
+    EpisodeContext ctx{job.task,         episode,
+                       job.episode_type, job.sampling,
+                       job.env_seed,     [this] { return stop_.load() || fatal_.load(); }};
     result.report = workflow_.run(ctx);
     if (stop_ || fatal_) {
       client_.abort_episode(episode.episode_uuid);
       break;
     }
     try {
-      client::EndResult end = client_.end_episode(job.task->task_id, episode.episode_uuid, result.report.output);
+      client::EndResult end =
+          client_.end_episode(job.task->task_id, episode.episode_uuid, result.report.output);
       if (end == client::EndResult::kEnded) {
         result.ended = true;
         result.episode_uuid = episode.episode_uuid;
         result.error.clear();
         return result;
       }
-      result.error = end == client::EndResult::kDropped ? "dropped at a batch boundary" : "expired before it ended";
+      result.error = end == client::EndResult::kDropped ? "dropped at a batch boundary"
+                                                        : "expired before it ended";
     } catch (const std::exception& e) {
       result.error = e.what();
       client_.abort_episode(episode.episode_uuid);
     }
-    log().warn("classic: episode of task {} not stored ({}); running it again", job.task->task_id, result.error);
+    log().warn("classic: episode of task {} not stored ({}); running it again", job.task->task_id,
+               result.error);
   }
-  if (result.error.empty()) result.error = stop_ ? "stopped" : (fatal_ ? fatal_message_ : "gave up");
+  if (result.error.empty())
+    result.error = stop_ ? "stopped" : (fatal_ ? fatal_message_ : "gave up");
   return result;
 }
 
-std::vector<EpisodeResult> EpisodeRunner::run(const std::vector<EpisodeJob>& jobs,
-                                              const std::function<void(const EpisodeResult&)>& on_done) {
+std::vector<EpisodeResult> EpisodeRunner::run(
+    const std::vector<EpisodeJob>& jobs, const std::function<void(const EpisodeResult&)>& on_done) {
   std::vector<EpisodeResult> results(jobs.size());
   std::atomic<size_t> next{0};
   std::mutex done_mu;
-  const size_t n_workers = std::max<size_t>(1, std::min<size_t>(size_t(options_.workers), jobs.size()));
+  const size_t n_workers =
+      std::max<size_t>(1, std::min<size_t>(size_t(options_.workers), jobs.size()));
   std::vector<std::thread> workers;
   for (size_t w = 0; w < n_workers; ++w) {
     workers.emplace_back([&] {

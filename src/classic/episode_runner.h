@@ -1,7 +1,7 @@
 // Runs a list of episodes through the swarm with a fixed number of worker threads (max_env_worker),
-// like a pool of swarm clients: claim → workflow → end_episode with the reward. An episode whose end
-// was refused or dropped is run again (a GRPO group must be complete for the batch trigger). Stops
-// claiming when `stop` says so; a front that goes OFFLINE ends the run with its reason.
+// like a pool of swarm clients: claim → workflow → end_episode with the reward. An episode whose
+// end was refused or dropped is run again (a GRPO group must be complete for the batch trigger).
+// Stops claiming when `stop` says so; a front that goes OFFLINE ends the run with its reason.
 #pragma once
 
 #include <atomic>
@@ -28,9 +28,9 @@ struct EpisodeResult {
   EpisodeJob job;
   EpisodeReport report;
   std::string episode_uuid;  // of the attempt that ended (empty when none did)
-  bool ended = false;   // end_episode stored it
+  bool ended = false;        // end_episode stored it
   int attempts = 0;
-  std::string error;    // why it never ended (empty when ended)
+  std::string error;  // why it never ended (empty when ended)
 };
 
 struct RunnerOptions {

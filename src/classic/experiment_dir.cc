@@ -42,7 +42,8 @@ std::vector<std::string> command_line(pid_t pid) {
 }
 
 bool is_under(const std::string& arg, const std::string& dir) {
-  return arg == dir || (arg.size() > dir.size() && arg.compare(0, dir.size(), dir) == 0 && arg[dir.size()] == '/');
+  return arg == dir || (arg.size() > dir.size() && arg.compare(0, dir.size(), dir) == 0 &&
+                        arg[dir.size()] == '/');
 }
 
 // Gone, or a zombie its parent has not reaped yet.
@@ -56,14 +57,16 @@ bool wait_gone(pid_t pid, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (!process_gone(pid)) {
     if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // polling a process's exit, not synchronising
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(50));  // polling a process's exit, not synchronising
   }
   return true;
 }
 
 }  // namespace
 
-ExperimentLock::ExperimentLock(const fs::path& dir) : dir_(dir), started_(local_time_text("%Y-%m-%d %H:%M:%S")) {
+ExperimentLock::ExperimentLock(const fs::path& dir)
+    : dir_(dir), started_(local_time_text("%Y-%m-%d %H:%M:%S")) {
   fs::create_directories(dir_);
   const fs::path lock = dir_ / kLockFile;
   fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -74,11 +77,13 @@ ExperimentLock::ExperimentLock(const fs::path& dir) : dir_(dir), started_(local_
     std::string who = "another ajet";
     try {
       Json pids = parse_json(read_file(dir_ / kPidFile), (dir_ / kPidFile).string());
-      who = fmt::format("ajet pid {} (its front: pid {})", pids.value("ajet_pid", 0), pids.value("front_pid", 0));
+      who = fmt::format("ajet pid {} (its front: pid {})", pids.value("ajet_pid", 0),
+                        pids.value("front_pid", 0));
     } catch (const std::exception&) {
     }
     fail(ErrorCode::kFailedPrecondition,
-         fmt::format("experiment {} is being run by {} ({} is locked); stop that run first (Ctrl-C in its terminal, "
+         fmt::format("experiment {} is being run by {} ({} is locked); stop that run first (Ctrl-C "
+                     "in its terminal, "
                      "or kill -INT on its pid) or choose another experiment_name",
                      dir_.string(), who, lock.string()));
   }
@@ -98,8 +103,10 @@ void ExperimentLock::set_front_pid(pid_t pid) {
 }
 
 void ExperimentLock::write_pid_file() {
-  write_file_atomic(dir_ / kPidFile,
-                    Json{{"ajet_pid", ::getpid()}, {"front_pid", front_pid_}, {"started", started_}}.dump() + "\n");
+  write_file_atomic(
+      dir_ / kPidFile,
+      Json{{"ajet_pid", ::getpid()}, {"front_pid", front_pid_}, {"started", started_}}.dump() +
+          "\n");
 }
 
 std::vector<Leftover> find_leftovers(const fs::path& dir) {
@@ -117,7 +124,8 @@ std::vector<Leftover> find_leftovers(const fs::path& dir) {
     if (program != "ajet-swarm" && program != "ajet-engine") continue;
     for (size_t i = 1; i < args.size(); ++i) {
       const size_t eq = args[i].find('=');
-      const std::string value = args[i].rfind("--", 0) == 0 && eq != std::string::npos ? args[i].substr(eq + 1) : args[i];
+      const std::string value =
+          args[i].rfind("--", 0) == 0 && eq != std::string::npos ? args[i].substr(eq + 1) : args[i];
       if (is_under(value, root)) {
         if (!process_gone(pid)) out.push_back(Leftover{pid, program});
         break;
@@ -133,11 +141,13 @@ void stop_leftovers(const std::vector<Leftover>& leftovers, std::chrono::millise
   for (const bool fronts : {true, false}) {
     for (const Leftover& l : leftovers) {
       if ((l.program == "ajet-swarm") != fronts || process_gone(l.pid)) continue;
-      say(fmt::format("ajet: {} pid {} of an earlier run of this experiment is still running; stopping it", l.program,
-                      l.pid));
+      say(fmt::format(
+          "ajet: {} pid {} of an earlier run of this experiment is still running; stopping it",
+          l.program, l.pid));
       ::kill(l.pid, fronts ? SIGINT : SIGTERM);
       if (!wait_gone(l.pid, grace)) {
-        say(fmt::format("ajet: {} pid {} did not stop within {} s; killing it", l.program, l.pid, grace.count() / 1000));
+        say(fmt::format("ajet: {} pid {} did not stop within {} s; killing it", l.program, l.pid,
+                        grace.count() / 1000));
         ::kill(l.pid, SIGKILL);
         wait_gone(l.pid, std::chrono::seconds(10));
       }
@@ -149,12 +159,14 @@ fs::path move_earlier_run_aside(const fs::path& dir) {
   std::vector<fs::path> entries;
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string name = entry.path().filename().string();
-    if (name != kLockFile && name != kPidFile && name != kEarlierDir) entries.push_back(entry.path());
+    if (name != kLockFile && name != kPidFile && name != kEarlierDir)
+      entries.push_back(entry.path());
   }
   if (entries.empty()) return {};
   const std::string stamp = local_time_text("%Y%m%d-%H%M%S");
   fs::path target = dir / kEarlierDir / stamp;
-  for (int n = 2; fs::exists(target); ++n) target = dir / kEarlierDir / (stamp + "-" + std::to_string(n));
+  for (int n = 2; fs::exists(target); ++n)
+    target = dir / kEarlierDir / (stamp + "-" + std::to_string(n));
   fs::create_directories(target);
   for (const fs::path& from : entries) fs::rename(from, target / from.filename());
   return target;

@@ -1,8 +1,8 @@
 // One classic run owns its experiment directory: a lock (`ajet.lock`, held by the running ajet; the
-// kernel drops it when ajet dies however it dies), a pid file (`ajet.pid`: which ajet and which front
-// run this experiment), leftovers of an earlier run found and stopped (a front or engine whose
-// command line names this directory), and the files of an earlier run moved aside (never deleted)
-// when a new run starts there. Never talks HTTP and never touches the store's contents.
+// kernel drops it when ajet dies however it dies), a pid file (`ajet.pid`: which ajet and which
+// front run this experiment), leftovers of an earlier run found and stopped (a front or engine
+// whose command line names this directory), and the files of an earlier run moved aside (never
+// deleted) when a new run starts there. Never talks HTTP and never touches the store's contents.
 #pragma once
 
 #include <sys/types.h>

@@ -1,7 +1,7 @@
-// The front session: the one front a classic run talks to, local (an `ajet-swarm start` child in the
-// experiment directory) or remote (--swarm-url), and the engine this run owns there. It connects,
-// syncs the config, starts the engine and stops it again; it never stops an engine another client
-// started since (the front refuses, and the session says so and leaves it running).
+// The front session: the one front a classic run talks to, local (an `ajet-swarm start` child in
+// the experiment directory) or remote (--swarm-url), and the engine this run owns there. It
+// connects, syncs the config, starts the engine and stops it again; it never stops an engine
+// another client started since (the front refuses, and the session says so and leaves it running).
 #pragma once
 
 #include <filesystem>
@@ -25,11 +25,12 @@ class FrontSession {
   void connect(bool resume, const std::function<void(int pid)>& front_pid);
 
   struct Boot {
-    bool resume = false;        // the engine continues the earlier run (false: the front had none of it)
-    int64_t global_step = 0;    // the engine's global step once ROLLING
+    bool resume = false;  // the engine continues the earlier run (false: the front had none of it)
+    int64_t global_step = 0;  // the engine's global step once ROLLING
   };
   // Frees the remote front's engine (an earlier run of this experiment, or --force-restart), syncs
-  // the config and starts the engine (from the newest checkpoint when resuming), waits until ROLLING.
+  // the config and starts the engine (from the newest checkpoint when resuming), waits until
+  // ROLLING.
   Boot boot(bool resume);
 
   // Fails the run when the front's engine (status `s`) is no longer the one this run started.
@@ -63,8 +64,8 @@ class FrontSession {
   std::unique_ptr<client::SwarmClient> client_;
   std::string url_;
   // The engine this run started: start_engine answered (started), with its "engine_run" ("" from a
-  // front that names none: then stop_engine stops whatever runs); replaced: another client stopped it
-  // and started its own, which the end of this run leaves alone.
+  // front that names none: then stop_engine stops whatever runs); replaced: another client stopped
+  // it and started its own, which the end of this run leaves alone.
   bool engine_started_ = false;
   std::string engine_run_;
   bool engine_replaced_ = false;

@@ -39,7 +39,8 @@ tasks::ModelReply HttpChatModel::complete(const std::vector<text::ChatMessage>& 
     completion_tokens_ += answer["usage"].value("completion_tokens", int64_t{0});
   }
   tasks::ModelReply reply;
-  reply.message = text::parse_chat_message(tasks::OrderedJson(choice.at("message")), "response message");
+  reply.message =
+      text::parse_chat_message(tasks::OrderedJson(choice.at("message")), "response message");
   reply.message.role = text::Role::kAssistant;
   if (choice.contains("finish_reason") && choice["finish_reason"].is_string()) {
     reply.finish_reason = choice["finish_reason"].get<std::string>();

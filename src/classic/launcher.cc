@@ -33,7 +33,8 @@ namespace {
 
 class Job {
  public:
-  Job(const LaunchOptions& options, const std::atomic<bool>& stop, std::function<void(const std::string&)> out)
+  Job(const LaunchOptions& options, const std::atomic<bool>& stop,
+      std::function<void(const std::string&)> out)
       : options_(options),
         stop_(stop),
         say_(std::move(out)),
@@ -73,15 +74,19 @@ class Job {
 
 void Job::describe(int64_t total_steps) {
   const config::Config& c = prepared_.config;
-  const bool per_task_agent =
-      tasks_.cocktail() && (c.rollout.user_workflow.empty() || c.rollout.user_workflow == "builtin");
-  say(fmt::format("ajet: {} backbone, {} training / {} validation tasks, {} steps of {} tasks x {} episodes, {} in "
-                  "parallel; workflow: {}",
-                  c.backbone, tasks_.training, tasks_.validation, total_steps, c.data.train_batch_size,
-                  c.rollout.num_repeat, c.rollout.max_env_worker,
-                  per_task_agent ? "built-in agent of each task's env_type" : workflow_->describe()));
+  const bool per_task_agent = tasks_.cocktail() && (c.rollout.user_workflow.empty() ||
+                                                    c.rollout.user_workflow == "builtin");
+  say(fmt::format(
+      "ajet: {} backbone, {} training / {} validation tasks, {} steps of {} tasks x {} episodes, "
+      "{} in "
+      "parallel; workflow: {}",
+      c.backbone, tasks_.training, tasks_.validation, total_steps, c.data.train_batch_size,
+      c.rollout.num_repeat, c.rollout.max_env_worker,
+      per_task_agent ? "built-in agent of each task's env_type" : workflow_->describe()));
   say("ajet: experiment directory " + prepared_.exp_dir.string());
-  if (tasks_.cocktail()) say("ajet: " + cocktail_description(*tasks_.mix, c.task_reader.cocktail, tasks_.sources, total_steps));
+  if (tasks_.cocktail())
+    say("ajet: " +
+        cocktail_description(*tasks_.mix, c.task_reader.cocktail, tasks_.sources, total_steps));
 }
 
 // The experiment directory becomes this run's: the lock, leftovers of an earlier run stopped, and
@@ -90,17 +95,22 @@ void Job::claim_experiment_dir() {
   const fs::path& dir = prepared_.exp_dir;
   lock_ = std::make_unique<ExperimentLock>(dir);
   if (!front_.remote()) {
-    stop_leftovers(find_leftovers(dir), std::chrono::seconds(30), [this](const std::string& line) { say(line); });
+    stop_leftovers(find_leftovers(dir), std::chrono::seconds(30),
+                   [this](const std::string& line) { say(line); });
   } else {
     // This run starts no process, so it stops none either: a front it did not start is not its own.
     for (const Leftover& l : find_leftovers(dir)) {
-      say(fmt::format("ajet: {} pid {} runs on {}; left alone (--swarm-url: this run starts and signals no process)",
+      say(
+          fmt::format("ajet: {} pid {} runs on {}; left alone (--swarm-url: this run starts and "
+                      "signals no process)",
                       l.program, l.pid, dir.string()));
     }
   }
   if (resume_) {
-    const bool earlier = front_.remote() ? fs::exists(dir / "metrics.jsonl") : fs::exists(dir / "swarm" / "swarm.sqlite");
-    if (!earlier) say("ajet: --resume: " + dir.string() + " holds no earlier run; starting a new one");
+    const bool earlier = front_.remote() ? fs::exists(dir / "metrics.jsonl")
+                                         : fs::exists(dir / "swarm" / "swarm.sqlite");
+    if (!earlier)
+      say("ajet: --resume: " + dir.string() + " holds no earlier run; starting a new one");
     return;
   }
   move_earlier_run_aside_and_say();
@@ -109,14 +119,15 @@ void Job::claim_experiment_dir() {
 void Job::move_earlier_run_aside_and_say() {
   const fs::path& dir = prepared_.exp_dir;
   if (const fs::path moved = move_earlier_run_aside(dir); !moved.empty()) {
-    say("ajet: " + dir.string() + " held an earlier run; its files (metrics.jsonl, checkpoints, logs, store) are now in " +
+    say("ajet: " + dir.string() +
+        " held an earlier run; its files (metrics.jsonl, checkpoints, logs, store) are now in " +
         moved.string() + " (to continue that run instead, move them back and rerun with --resume)");
   }
 }
 
-// --resume: the step the earlier run got to, from the front (trained steps: the checkpoint the engine
-// resumed from) or, for the debug backbone (nothing trained), from metrics.jsonl; the earlier records
-// up to that step are kept for the summary and the reward curve.
+// --resume: the step the earlier run got to, from the front (trained steps: the checkpoint the
+// engine resumed from) or, for the debug backbone (nothing trained), from metrics.jsonl; the
+// earlier records up to that step are kept for the summary and the reward curve.
 int64_t Job::resume_point(int64_t engine_global_step) {
   std::vector<Json> earlier = RunRecord::read_earlier(record_.metrics_path());
   int64_t step = engine_global_step;
@@ -140,13 +151,17 @@ void Job::boot(RunParts& parts, int64_t total_steps) {
     return;
   }
   const int64_t done = resume_point(booted.global_step);
-  // Launcher steps and global steps agree in a run of this launcher (a new run's store starts at 0).
+  // Launcher steps and global steps agree in a run of this launcher (a new run's store starts at
+  // 0).
   parts.start_global_step = config::trains(backbone_) ? 0 : booted.global_step;
   first_step_ = done + 1;
   result_.resumed_from_step = done;
   tasks_.restore_cursor(record_.records(), done);
-  record_.mark_resume(Json{{"kind", "resume"}, {"step", done}, {"global_step", booted.global_step}, {"elapsed_s", 0.0}});
-  say(fmt::format("ajet: --resume: continuing after step {} of {} (global step {}); metrics.jsonl continues after a "
+  record_.mark_resume(Json{
+      {"kind", "resume"}, {"step", done}, {"global_step", booted.global_step}, {"elapsed_s", 0.0}});
+  say(
+      fmt::format("ajet: --resume: continuing after step {} of {} (global step {}); metrics.jsonl "
+                  "continues after a "
                   "{{\"kind\":\"resume\"}} line",
                   done, total_steps, booted.global_step));
 }
@@ -158,7 +173,8 @@ RunPlan Job::plan(int64_t total_steps) const {
   p.total_steps = total_steps;
   p.test_freq = c.trainer_common.test_freq;
   p.validate_before = c.trainer_common.val_before_train || c.trainer_common.val_only;
-  if (c.trainer_common.max_training_seconds) p.max_training_seconds = double(*c.trainer_common.max_training_seconds);
+  if (c.trainer_common.max_training_seconds)
+    p.max_training_seconds = double(*c.trainer_common.max_training_seconds);
   return p;
 }
 
@@ -196,7 +212,9 @@ RunResult Job::run() {
   }
   result_.steps_done = parts.steps_done;
   result_.stopped = stop_;
-  if (stop_) say(front_.remote() ? "ajet: stop requested; stopping the engine on the front" : "ajet: stop requested; stopping the engine and the front");
+  if (stop_)
+    say(front_.remote() ? "ajet: stop requested; stopping the engine on the front"
+                        : "ajet: stop requested; stopping the engine and the front");
   finish(parts);
   return result_;
 }
@@ -205,22 +223,29 @@ RunResult Job::run() {
 void Job::finish(const RunParts& parts) {
   (void)parts;
   try {
-    front_.stop_engine(60.0);  // the front saves a last checkpoint of steps trained since the last one
+    front_.stop_engine(
+        60.0);  // the front saves a last checkpoint of steps trained since the last one
   } catch (const std::exception& e) {
     log().warn("classic: stop_engine: {}", e.what());
   }
-  const client::EngineStatus last = front_.client().get_engine_status();  // where that checkpoint is
-  record_.write_snapshot();  // the last numbers (the front records the last batch as the engine stops)
+  const client::EngineStatus last =
+      front_.client().get_engine_status();  // where that checkpoint is
+  record_
+      .write_snapshot();  // the last numbers (the front records the last batch as the engine stops)
   front_.stop_front();
   result_.records = record_.records();
-  if (const std::string summary = learning_summary(result_.records); !summary.empty()) say("ajet: " + summary);
+  if (const std::string summary = learning_summary(result_.records); !summary.empty())
+    say("ajet: " + summary);
   for (const std::string& line : cocktail_learning_summary(result_.records)) say("ajet: " + line);
   if (record_.jsonl()) say("ajet: metrics: " + record_.metrics_path().string());
   if (config::logger_enabled(prepared_.config, "tensorboard")) {
     if (!front_.remote()) {
-      say("ajet: TensorBoard: tensorboard --logdir " + (prepared_.exp_dir / "tensorboard").string());
-    } else if (const std::string front_dir = front_.experiment_dir_for_messages(); !front_dir.empty()) {
-      say("ajet: TensorBoard (the front writes it): tensorboard --logdir " + front_dir + "/tensorboard");
+      say("ajet: TensorBoard: tensorboard --logdir " +
+          (prepared_.exp_dir / "tensorboard").string());
+    } else if (const std::string front_dir = front_.experiment_dir_for_messages();
+               !front_dir.empty()) {
+      say("ajet: TensorBoard (the front writes it): tensorboard --logdir " + front_dir +
+          "/tensorboard");
     }
   }
   say("ajet: reward curve: " + record_.curve_path().string());
@@ -230,15 +255,19 @@ void Job::finish(const RunParts& parts) {
 void Job::say_where_the_model_is(const client::EngineStatus& last) {
   const Json checkpoint = last.body.value("latest_checkpoint", Json(nullptr));
   if (front_.engine_replaced()) {
-    say("ajet: the front's newest checkpoint is the engine's that replaced this run's; this run's are under " +
-        (front_.front_run_dir().empty() ? std::string("its experiment directory") : front_.front_run_dir()) +
+    say("ajet: the front's newest checkpoint is the engine's that replaced this run's; this run's "
+        "are under " +
+        (front_.front_run_dir().empty() ? std::string("its experiment directory")
+                                        : front_.front_run_dir()) +
         "/saved_checkpoints on the front");
   } else if (checkpoint.is_string() && !checkpoint.get<std::string>().empty()) {
     result_.final_checkpoint = checkpoint.get<std::string>();
-    say("ajet: final model: " + (result_.final_checkpoint / "model").string() + (front_.remote() ? " on the front" : "") +
-        " (checkpoint " + result_.final_checkpoint.filename().string() + "; continue this run with --resume)");
+    say("ajet: final model: " + (result_.final_checkpoint / "model").string() +
+        (front_.remote() ? " on the front" : "") + " (checkpoint " +
+        result_.final_checkpoint.filename().string() + "; continue this run with --resume)");
   } else if (last.status == client::kCannotConnect) {
-    say("ajet: the front did not answer after stop_engine, so where the final checkpoint is is unknown (see " +
+    say("ajet: the front did not answer after stop_engine, so where the final checkpoint is is "
+        "unknown (see " +
         (front_.remote() ? front_.url() + "/ui/" : (prepared_.exp_dir / "swarm").string()) + ")");
   } else if (config::trains(backbone_)) {
     say("ajet: no checkpoint was written (no step was trained)");

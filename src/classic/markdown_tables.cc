@@ -40,7 +40,8 @@ MeanStd ended_rewards(const std::vector<EpisodeResult>& results) {
 
 std::string md_cell(double v) { return fmt::format("{:.4f}", v); }
 
-std::string md_table(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows) {
+std::string md_table(const std::vector<std::string>& header,
+                     const std::vector<std::vector<std::string>>& rows) {
   std::string out = "|";
   std::string rule = "|";
   for (size_t i = 0; i < header.size(); ++i) {
@@ -65,7 +66,8 @@ double pass_at_k(int64_t n, int64_t c, int64_t k) {
   return 1.0 - all_fail;
 }
 
-PassTable pass_table(const std::vector<EpisodeResult>& greedy, const std::vector<EpisodeResult>& sampled) {
+PassTable pass_table(const std::vector<EpisodeResult>& greedy,
+                     const std::vector<EpisodeResult>& sampled) {
   const std::vector<EpisodeResult>& samples = sampled.empty() ? greedy : sampled;
   std::map<std::string, std::pair<int64_t, int64_t>> per_task;  // task id -> (samples, successes)
   for (const auto& r : samples) {
@@ -84,7 +86,8 @@ PassTable pass_table(const std::vector<EpisodeResult>& greedy, const std::vector
     double sum = 0;
     int64_t tasks = 0;
     for (const auto& [task, nc] : per_task) {
-      if (nc.first < k) continue;  // a task with fewer samples (some never ran) has no estimate at k
+      if (nc.first < k)
+        continue;  // a task with fewer samples (some never ran) has no estimate at k
       sum += pass_at_k(nc.first, nc.second, k);
       tasks += 1;
     }
@@ -114,7 +117,8 @@ RolloutTable rollout_table(const std::vector<EpisodeResult>& results) {
   return t;
 }
 
-std::string validation_markdown(int64_t step, const std::vector<std::pair<std::string, PassTable>>& rows) {
+std::string validation_markdown(int64_t step,
+                                const std::vector<std::pair<std::string, PassTable>>& rows) {
   // Columns for every k some row has (rows of one validation share pass_n).
   std::vector<int64_t> ks;
   for (const auto& [name, t] : rows) {
@@ -123,29 +127,35 @@ std::string validation_markdown(int64_t step, const std::vector<std::pair<std::s
     }
   }
   std::sort(ks.begin(), ks.end());
-  std::vector<std::string> header = {"task", "pass_n", "total_tasks", "num_all_success_tasks", "num_pass_n_tasks"};
+  std::vector<std::string> header = {"task", "pass_n", "total_tasks", "num_all_success_tasks",
+                                     "num_pass_n_tasks"};
   for (int64_t k : ks) header.push_back(fmt::format("task_pass_rate@{}", k));
   header.insert(header.end(), {"mean_reward", "std_reward", "greedy_success"});
   std::vector<std::vector<std::string>> cells;
   for (const auto& [name, t] : rows) {
     std::vector<std::string> row = {name, std::to_string(t.pass_n), std::to_string(t.total_tasks),
-                                    std::to_string(t.num_all_success_tasks), std::to_string(t.num_pass_n_tasks)};
+                                    std::to_string(t.num_all_success_tasks),
+                                    std::to_string(t.num_pass_n_tasks)};
     for (int64_t k : ks) {
-      auto it = std::find_if(t.task_pass_rate.begin(), t.task_pass_rate.end(), [&](const auto& p) { return p.first == k; });
+      auto it = std::find_if(t.task_pass_rate.begin(), t.task_pass_rate.end(),
+                             [&](const auto& p) { return p.first == k; });
       row.push_back(it == t.task_pass_rate.end() ? "-" : md_cell(it->second));
     }
-    row.insert(row.end(), {md_cell(t.mean_reward), md_cell(t.std_reward), md_cell(t.greedy_success)});
+    row.insert(row.end(),
+               {md_cell(t.mean_reward), md_cell(t.std_reward), md_cell(t.greedy_success)});
     cells.push_back(std::move(row));
   }
   return fmt::format("\n### Validation at step {}\n\n", step) + md_table(header, cells);
 }
 
-std::string train_markdown(int64_t step, const std::vector<std::pair<std::string, RolloutTable>>& rows) {
-  const std::vector<std::string> header = {"task", "episodes", "reward_mean", "reward_std", "success_rate"};
+std::string train_markdown(int64_t step,
+                           const std::vector<std::pair<std::string, RolloutTable>>& rows) {
+  const std::vector<std::string> header = {"task", "episodes", "reward_mean", "reward_std",
+                                           "success_rate"};
   std::vector<std::vector<std::string>> cells;
   for (const auto& [name, t] : rows) {
-    cells.push_back({name, std::to_string(t.episodes), md_cell(t.reward_mean), md_cell(t.reward_std),
-                     md_cell(t.success_rate)});
+    cells.push_back({name, std::to_string(t.episodes), md_cell(t.reward_mean),
+                     md_cell(t.reward_std), md_cell(t.success_rate)});
   }
   return fmt::format("\n### Training step {}\n\n", step) + md_table(header, cells);
 }

@@ -20,7 +20,8 @@ bool success_of(const EpisodeResult& r) {
 }  // namespace
 
 GroupCounts count_groups(const std::vector<EpisodeResult>& results) {
-  std::map<std::string, std::pair<double, bool>> first_and_equal;  // task id -> (first reward, all equal)
+  std::map<std::string, std::pair<double, bool>>
+      first_and_equal;  // task id -> (first reward, all equal)
   for (const auto& r : results) {
     if (!r.ended || r.job.task == nullptr) continue;
     const double reward = r.report.output.reward;
@@ -107,9 +108,11 @@ ValidationSummary summarize_validation(const std::vector<EpisodeResult>& greedy,
 }
 
 Json trainer_metrics(const Json& status_body, const Json& pool_info) {
-  static const std::vector<std::string> kContainers = {"last_train_stats", "train_stats", "trainer", "last_batch_stats"};
-  static const std::vector<std::string> kWanted = {"loss", "kl", "entropy", "merge", "ratio", "clip", "grad", "lr", "tokens", "version", "groups",
-                                                   "samples", "time", "rollout_logprob"};
+  static const std::vector<std::string> kContainers = {"last_train_stats", "train_stats", "trainer",
+                                                       "last_batch_stats"};
+  static const std::vector<std::string> kWanted = {
+      "loss", "kl",     "entropy", "merge",  "ratio",   "clip", "grad",
+      "lr",   "tokens", "version", "groups", "samples", "time", "rollout_logprob"};
   const Json* found = nullptr;
   for (const Json* body : {&status_body, &pool_info}) {
     if (!body->is_object()) continue;
@@ -125,37 +128,39 @@ Json trainer_metrics(const Json& status_body, const Json& pool_info) {
   Json out = Json::object();
   if (!found) return out;
   // Flatten one level of nesting ("train": {"loss": ..}) into "train/loss".
-  std::function<void(const Json&, const std::string&, int)> walk = [&](const Json& j, const std::string& prefix, int depth) {
-    for (const auto& [k, v] : j.items()) {
-      std::string name = prefix.empty() ? k : prefix + "/" + k;
-      if (v.is_object() && depth < 2) {
-        walk(v, name, depth + 1);
-      } else if (v.is_number()) {
-        for (const auto& w : kWanted) {
-          if (name.find(w) != std::string::npos) {
-            out[name] = v;
-            break;
+  std::function<void(const Json&, const std::string&, int)> walk =
+      [&](const Json& j, const std::string& prefix, int depth) {
+        for (const auto& [k, v] : j.items()) {
+          std::string name = prefix.empty() ? k : prefix + "/" + k;
+          if (v.is_object() && depth < 2) {
+            walk(v, name, depth + 1);
+          } else if (v.is_number()) {
+            for (const auto& w : kWanted) {
+              if (name.find(w) != std::string::npos) {
+                out[name] = v;
+                break;
+              }
+            }
           }
         }
-      }
-    }
-  };
+      };
   walk(*found, "", 0);
   return out;
 }
 
-std::string progress_bar(int64_t step, int64_t total_steps, int64_t done, int64_t total, double reward_mean,
-                         double tokens_per_s, int width) {
-  return progress_bar(StepProgress{step, total_steps, {}, {}}, done, total, reward_mean, tokens_per_s, width);
+std::string progress_bar(int64_t step, int64_t total_steps, int64_t done, int64_t total,
+                         double reward_mean, double tokens_per_s, int width) {
+  return progress_bar(StepProgress{step, total_steps, {}, {}}, done, total, reward_mean,
+                      tokens_per_s, width);
 }
 
-std::string progress_bar(const StepProgress& progress, int64_t done, int64_t total, double reward_mean,
-                         double tokens_per_s, int width) {
+std::string progress_bar(const StepProgress& progress, int64_t done, int64_t total,
+                         double reward_mean, double tokens_per_s, int width) {
   int filled = total > 0 ? int(std::lround(double(width) * double(done) / double(total))) : width;
   filled = std::clamp(filled, 0, width);
   return fmt::format("step {} [{}{}] {}/{} episodes  reward {:.3f}  {:.0f} tok/s", progress.label(),
-                     std::string(size_t(filled), '#'), std::string(size_t(width - filled), '.'), done, total,
-                     reward_mean, tokens_per_s);
+                     std::string(size_t(filled), '#'), std::string(size_t(width - filled), '.'),
+                     done, total, reward_mean, tokens_per_s);
 }
 
 namespace {
@@ -165,7 +170,8 @@ std::optional<double> pick(const Json& trainer, std::initializer_list<const char
     for (const auto& [k, v] : trainer.items()) {
       std::string key = k;
       std::string want = n;
-      if (key == want || (key.size() > want.size() && key.compare(key.size() - want.size(), want.size(), want) == 0 &&
+      if (key == want || (key.size() > want.size() &&
+                          key.compare(key.size() - want.size(), want.size(), want) == 0 &&
                           key[key.size() - want.size() - 1] == '/')) {
         return v.get<double>();
       }
@@ -186,19 +192,23 @@ std::string step_line(const Json& record, int64_t total_steps) {
 std::string step_line(const Json& record, const std::string& progress_label) {
   const Json& r = record.at("rollout");
   const Json trainer = record.value("trainer", Json::object());
-  std::string line = fmt::format("step {}  reward {:.3f}  success {:.1f}%", progress_label, r.value("reward_mean", 0.0),
-                                 100.0 * r.value("success_rate", 0.0));
+  std::string line = fmt::format("step {}  reward {:.3f}  success {:.1f}%", progress_label,
+                                 r.value("reward_mean", 0.0), 100.0 * r.value("success_rate", 0.0));
   line += opt("loss", pick(trainer, {"loss", "pg_loss", "policy_loss"}), "{:.4f}");
   line += opt("kl", pick(trainer, {"kl", "kl_loss", "ppo_kl"}), "{:.4f}");
   line += opt("entropy", pick(trainer, {"entropy"}), "{:.3f}");
-  line += opt("merge", pick(trainer, {"merge_ratio", "compression_ratio", "merge_speedup"}), "{:.2f}x");
-  if (const Json sampling = record.value("sampling", Json::object()); sampling.value("gen_batches", 1) > 1) {
-    line += fmt::format("  signal groups {}/{}", sampling.value("informative_groups", 0), sampling.value("groups", 0));
+  line +=
+      opt("merge", pick(trainer, {"merge_ratio", "compression_ratio", "merge_speedup"}), "{:.2f}x");
+  if (const Json sampling = record.value("sampling", Json::object());
+      sampling.value("gen_batches", 1) > 1) {
+    line += fmt::format("  signal groups {}/{}", sampling.value("informative_groups", 0),
+                        sampling.value("groups", 0));
   }
   // async: how many policy versions the batch's episodes lagged the trainer, mean/max.
   if (const Json stale = record.value("staleness", Json()); stale.is_object()) {
     const Json mean = stale.value("mean", Json()), most = stale.value("max", Json());
-    line += fmt::format("  staleness {}/{}", mean.is_number() ? fmt::format("{:.2f}", mean.get<double>()) : "-",
+    line += fmt::format("  staleness {}/{}",
+                        mean.is_number() ? fmt::format("{:.2f}", mean.get<double>()) : "-",
                         most.is_number() ? std::to_string(most.get<int64_t>()) : "-");
   }
   line += fmt::format("  {:.1f} s", record.value("step_time_s", 0.0));
@@ -207,10 +217,11 @@ std::string step_line(const Json& record, const std::string& progress_label) {
 
 std::string validation_line(const Json& record) {
   const Json& v = record.at("validation");
-  return fmt::format("val @ step {}  greedy {:.1f}%  pass@{} {:.1f}%  sampled {:.1f}%  ({} tasks, {:.1f} s)",
-                     record.at("step").get<int64_t>(), 100.0 * v.value("greedy_success", 0.0), v.value("k", 0),
-                     100.0 * v.value("pass_at_k", 0.0), 100.0 * v.value("sampled_success", 0.0), v.value("tasks", 0),
-                     record.value("time_s", 0.0));
+  return fmt::format(
+      "val @ step {}  greedy {:.1f}%  pass@{} {:.1f}%  sampled {:.1f}%  ({} tasks, {:.1f} s)",
+      record.at("step").get<int64_t>(), 100.0 * v.value("greedy_success", 0.0), v.value("k", 0),
+      100.0 * v.value("pass_at_k", 0.0), 100.0 * v.value("sampled_success", 0.0),
+      v.value("tasks", 0), record.value("time_s", 0.0));
 }
 
 namespace {
@@ -291,9 +302,9 @@ std::string cocktail_validation_line(const Json& record) {
 }
 
 Json rollout_json(const RolloutSummary& s) {
-  return Json{{"episodes", s.episodes},          {"failed", s.failed},
-              {"reward_mean", s.reward_mean},    {"success_rate", s.success_rate},
-              {"llm_calls", s.llm_calls},        {"completion_tokens", s.completion_tokens},
+  return Json{{"episodes", s.episodes},         {"failed", s.failed},
+              {"reward_mean", s.reward_mean},   {"success_rate", s.success_rate},
+              {"llm_calls", s.llm_calls},       {"completion_tokens", s.completion_tokens},
               {"terminations", s.terminations}, {"log_metrics", s.log_metrics}};
 }
 

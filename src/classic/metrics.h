@@ -14,8 +14,8 @@
 namespace ajet::classic {
 
 struct RolloutSummary {
-  int64_t episodes = 0;       // ended episodes
-  int64_t failed = 0;         // never ended
+  int64_t episodes = 0;  // ended episodes
+  int64_t failed = 0;    // never ended
   double reward_mean = 0;
   double success_rate = 0;
   int64_t llm_calls = 0;
@@ -25,8 +25,8 @@ struct RolloutSummary {
 };
 RolloutSummary summarize(const std::vector<EpisodeResult>& results);
 
-// GRPO groups among ended train episodes (by task id) and those whose rewards are not all equal: the
-// ones that carry a signal (dynamic sampling counts them).
+// GRPO groups among ended train episodes (by task id) and those whose rewards are not all equal:
+// the ones that carry a signal (dynamic sampling counts them).
 struct GroupCounts {
   int64_t groups = 0;
   int64_t informative = 0;
@@ -51,21 +51,22 @@ ValidationSummary summarize_validation(const std::vector<EpisodeResult>& greedy,
 Json trainer_metrics(const Json& status_body, const Json& pool_info);
 
 // "step 3/20 [#######.....] 96/128 episodes  reward 0.41  312 tok/s"
-std::string progress_bar(int64_t step, int64_t total_steps, int64_t done, int64_t total, double reward_mean,
-                         double tokens_per_s, int width = 24);
-// The same with the run's progress label: "step 3/~20 (1m10s left) [###...] ..." in a time-bounded run.
-std::string progress_bar(const StepProgress& progress, int64_t done, int64_t total, double reward_mean,
-                         double tokens_per_s, int width = 24);
-// "step 3/20  reward 0.412  success 38.3%  loss 0.0123  kl 0.0004  entropy 0.81  merge 3.10x  12.4 s"; async
-// records add "staleness 0.62/1" (mean/max policy versions behind) before the time
+std::string progress_bar(int64_t step, int64_t total_steps, int64_t done, int64_t total,
+                         double reward_mean, double tokens_per_s, int width = 24);
+// The same with the run's progress label: "step 3/~20 (1m10s left) [###...] ..." in a time-bounded
+// run.
+std::string progress_bar(const StepProgress& progress, int64_t done, int64_t total,
+                         double reward_mean, double tokens_per_s, int width = 24);
+// "step 3/20  reward 0.412  success 38.3%  loss 0.0123  kl 0.0004  entropy 0.81  merge 3.10x  12.4
+// s"; async records add "staleness 0.62/1" (mean/max policy versions behind) before the time
 std::string step_line(const Json& record, int64_t total_steps);
 // The same with the run's progress label (StepProgress::label) after "step ".
 std::string step_line(const Json& record, const std::string& progress_label);
 // "val @ step 3  greedy 45.0%  pass@4 71.0%  T=1.0 success 40.5%  (100 tasks)"
 std::string validation_line(const Json& record);
-// What the run did to held-out success: the first and the last validation record among `records`, e.g.
-// "held-out success, step 0 -> 96: sampled 48.5% -> 77.0% (+28.5), greedy 65.0% -> 87.0% (+22.0),
-// pass@4 85.0% -> 93.0% (+8.0)". Empty when there are fewer than two validation records.
+// What the run did to held-out success: the first and the last validation record among `records`,
+// e.g. "held-out success, step 0 -> 96: sampled 48.5% -> 77.0% (+28.5), greedy 65.0% -> 87.0%
+// (+22.0), pass@4 85.0% -> 93.0% (+8.0)". Empty when there are fewer than two validation records.
 std::string learning_summary(const std::vector<Json>& records);
 
 // Cocktail runs (records with a "cocktail" object: task name -> that task's numbers):

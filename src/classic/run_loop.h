@@ -1,7 +1,7 @@
-// The run loop: the recipe of a run and nothing else. Validate first if asked (or make up a validation
-// a resumed run lost), then step by step: run the step, check the time budget, validate when due; at
-// the end every step in flight is settled. What a step is (sync or async rollout and training, one
-// model or several) is the StepPipeline's business; validation is a callback.
+// The run loop: the recipe of a run and nothing else. Validate first if asked (or make up a
+// validation a resumed run lost), then step by step: run the step, check the time budget, validate
+// when due; at the end every step in flight is settled. What a step is (sync or async rollout and
+// training, one model or several) is the StepPipeline's business; validation is a callback.
 //
 // The loop is steppable: tick() does one unit of work (the first validation, or one step with its
 // validation), so tests drive it with a fake pipeline and a fake clock.
@@ -25,7 +25,8 @@ class StepPipeline {
   virtual void settle() {}
 };
 
-// Where the run stands, for progress lines: "54/400", or in a time-bounded run "54/~60 (1m10s left)".
+// Where the run stands, for progress lines: "54/400", or in a time-bounded run "54/~60 (1m10s
+// left)".
 struct StepProgress {
   int64_t step = 0;
   int64_t total = 0;
@@ -35,10 +36,10 @@ struct StepProgress {
 };
 
 struct RunPlan {
-  int64_t first_step = 1;             // > 1 when a resumed run continues after first_step - 1
+  int64_t first_step = 1;  // > 1 when a resumed run continues after first_step - 1
   int64_t total_steps = 0;
-  int64_t test_freq = 0;              // validate every test_freq steps and after the last (0: never)
-  bool validate_before = false;       // val_before_train (or val_only): validate at step 0
+  int64_t test_freq = 0;         // validate every test_freq steps and after the last (0: never)
+  bool validate_before = false;  // val_before_train (or val_only): validate at step 0
   std::optional<double> max_training_seconds;
 };
 
@@ -46,7 +47,7 @@ struct RunLoopHooks {
   std::function<void(int64_t step)> validate;
   std::function<bool(int64_t step)> has_validation;  // a resumed run's records hold it already
   std::function<void(const std::string&)> say;
-  std::function<double()> elapsed_s;                 // seconds since the run started
+  std::function<double()> elapsed_s;  // seconds since the run started
 };
 
 class RunLoop {

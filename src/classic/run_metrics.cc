@@ -21,15 +21,17 @@ void put_number(Json& out, const std::string& name, double value) {
 }
 
 // "" for the whole run, "@task" for one task of a cocktail.
-std::string task_suffix(const std::string& task) { return task == "all" ? "" : "@" + metric_piece(task); }
+std::string task_suffix(const std::string& task) {
+  return task == "all" ? "" : "@" + metric_piece(task);
+}
 
 }  // namespace
 
 std::string metric_piece(const std::string& text) {
   std::string out;
   for (char c : text.substr(0, 64)) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-                    c == '.' || c == ':' || c == '-';
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '_' || c == '.' || c == ':' || c == '-';
     out.push_back(ok ? c : '_');
   }
   return out.empty() ? "_" : out;
@@ -44,7 +46,8 @@ Json train_step_metrics(const Json& record, bool with_success_rate) {
   if (with_success_rate) copy_number(out, "rollout/success_rate", rollout, "success_rate");
   const Json terminations = rollout.value("terminations", Json::object());
   for (const auto& [kind, count] : terminations.items()) {
-    if (count.is_number()) put_number(out, "rollout/termination/" + metric_piece(kind), count.get<double>());
+    if (count.is_number())
+      put_number(out, "rollout/termination/" + metric_piece(kind), count.get<double>());
   }
   const Json log_metrics = rollout.value("log_metrics", Json::object());
   for (const auto& [name, mean] : log_metrics.items()) {
@@ -61,21 +64,24 @@ Json train_step_metrics(const Json& record, bool with_success_rate) {
   }
   const Json cocktail = record.value("cocktail", Json::object());
   for (const auto& [task, numbers] : cocktail.items()) {
-    for (const char* key : {"share", "tasks_per_batch", "tasks", "episodes", "reward_mean", "success_rate"}) {
+    for (const char* key :
+         {"share", "tasks_per_batch", "tasks", "episodes", "reward_mean", "success_rate"}) {
       copy_number(out, fmt::format("rollout/{}{}", key, task_suffix(task)), numbers, key);
     }
   }
   return out;
 }
 
-Json validation_metrics(const Json& record, const std::vector<std::pair<std::string, PassTable>>& tables) {
+Json validation_metrics(const Json& record,
+                        const std::vector<std::pair<std::string, PassTable>>& tables) {
   Json out = Json::object();
   auto summary_numbers = [&](const Json& v, const std::string& suffix) {
     for (const char* key : {"greedy_success", "greedy_reward", "sampled_success", "tasks"}) {
       copy_number(out, fmt::format("val/{}{}", key, suffix), v, key);
     }
     if (v.is_object() && v.value("k", Json()).is_number_integer()) {
-      copy_number(out, fmt::format("val/pass_at_{}{}", v["k"].get<int64_t>(), suffix), v, "pass_at_k");
+      copy_number(out, fmt::format("val/pass_at_{}{}", v["k"].get<int64_t>(), suffix), v,
+                  "pass_at_k");
     }
   };
   summary_numbers(record.value("validation", Json::object()), "");
@@ -83,7 +89,8 @@ Json validation_metrics(const Json& record, const std::vector<std::pair<std::str
   for (const auto& [task, v] : cocktail.items()) summary_numbers(v, task_suffix(task));
   for (const auto& [task, t] : tables) {
     const std::string suffix = task_suffix(task);
-    for (const auto& [k, rate] : t.task_pass_rate) put_number(out, fmt::format("val/pass_at_{}{}", k, suffix), rate);
+    for (const auto& [k, rate] : t.task_pass_rate)
+      put_number(out, fmt::format("val/pass_at_{}{}", k, suffix), rate);
     put_number(out, "val/all_success_tasks" + suffix, double(t.num_all_success_tasks));
     put_number(out, "val/pass_n_tasks" + suffix, double(t.num_pass_n_tasks));
     put_number(out, "val/reward_mean" + suffix, t.mean_reward);

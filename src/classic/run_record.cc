@@ -41,12 +41,15 @@ void RunRecord::post_metrics(int64_t step, const Json& metrics) {
   try {
     client_->log_metrics(step, metrics);
   } catch (const std::exception& e) {
-    if (!post_warned_) log().warn("classic: POST /log_metrics failed ({}); these numbers miss the front's store", e.what());
+    if (!post_warned_)
+      log().warn("classic: POST /log_metrics failed ({}); these numbers miss the front's store",
+                 e.what());
     post_warned_ = true;
   }
 }
 
-void RunRecord::append_markdown(const std::optional<std::string>& configured, const std::string& section) {
+void RunRecord::append_markdown(const std::optional<std::string>& configured,
+                                const std::string& section) {
   if (!configured || configured->empty()) return;
   const fs::path p = *configured;
   try {

@@ -10,7 +10,8 @@
 
 namespace ajet::classic {
 
-RunTasks RunTasks::load(const config::Config& c, const std::filesystem::path& config_dir, const std::string& conf) {
+RunTasks RunTasks::load(const config::Config& c, const std::filesystem::path& config_dir,
+                        const std::string& conf) {
   const config::TaskReaderConfig& reader = c.task_reader;
   RunTasks t;
   if (reader.cocktail.tasks.empty()) {
@@ -26,13 +27,16 @@ RunTasks RunTasks::load(const config::Config& c, const std::filesystem::path& co
     invalid_argument(conf + ": ajet.task_reader yields no training tasks (after filters)");
   }
   if (!c.trainer_common.val_only && int64_t(t.training) < c.data.train_batch_size) {
-    invalid_argument(fmt::format("{}: ajet.data.train_batch_size ({}) is larger than the number of training tasks ({})",
-                                 conf, c.data.train_batch_size, t.training));
+    invalid_argument(fmt::format(
+        "{}: ajet.data.train_batch_size ({}) is larger than the number of training tasks ({})",
+        conf, c.data.train_batch_size, t.training));
   }
   const uint64_t seed = uint64_t(reader.shuffle_seed);
-  t.mix = reader.cocktail.tasks.empty()
-              ? std::make_unique<TaskMix>(t.sources.front().sets.training, reader.shuffle, seed, c.data.train_batch_size)
-              : std::make_unique<TaskMix>(reader.cocktail, t.sources, seed, c.data.train_batch_size);
+  t.mix =
+      reader.cocktail.tasks.empty()
+          ? std::make_unique<TaskMix>(t.sources.front().sets.training, reader.shuffle, seed,
+                                      c.data.train_batch_size)
+          : std::make_unique<TaskMix>(reader.cocktail, t.sources, seed, c.data.train_batch_size);
   return t;
 }
 
@@ -51,14 +55,17 @@ void RunTasks::restore_cursor(const std::vector<Json>& records, int64_t done) {
   if (const auto it = train_records.find(done);
       mix->is_cocktail() && it != train_records.end() && it->second->contains("cocktail")) {
     Json cursors = Json::object();
-    for (const auto& [name, task] : (*it->second)["cocktail"].items()) cursors[name] = task.value("cursor", Json());
+    for (const auto& [name, task] : (*it->second)["cocktail"].items())
+      cursors[name] = task.value("cursor", Json());
     mix->seek(cursors);
     return;
   }
   for (int64_t s = 1; s <= done; ++s) {
     const auto it = train_records.find(s);
     const int64_t batches =
-        it == train_records.end() ? 1 : it->second->value("sampling", Json::object()).value("gen_batches", int64_t(1));
+        it == train_records.end()
+            ? 1
+            : it->second->value("sampling", Json::object()).value("gen_batches", int64_t(1));
     std::set<std::string> ids;
     for (int64_t b = 0; b < batches; ++b) mix->draw(s, ids);
   }

@@ -19,13 +19,17 @@ struct RunTasks {
   size_t training = 0, validation = 0;  // tasks over all sources
   std::unique_ptr<TaskMix> mix;
 
-  // Throws Error(kInvalidArgument) naming `conf` when there are no training tasks or fewer than a batch.
-  static RunTasks load(const config::Config& c, const std::filesystem::path& config_dir, const std::string& conf);
-  // The steps of the run: total_training_steps, or total_epochs over the training tasks (0: val_only).
+  // Throws Error(kInvalidArgument) naming `conf` when there are no training tasks or fewer than a
+  // batch.
+  static RunTasks load(const config::Config& c, const std::filesystem::path& config_dir,
+                       const std::string& conf);
+  // The steps of the run: total_training_steps, or total_epochs over the training tasks (0:
+  // val_only).
   int64_t total_steps(const config::Config& c) const;
-  // --resume: the task streams continue where step `done` left them. A cocktail's record of that step
-  // holds each source's cursor; otherwise the steps' task batches are drawn again (each step drew the
-  // batches it recorded: more than one with dynamic sampling, one when its record is missing).
+  // --resume: the task streams continue where step `done` left them. A cocktail's record of that
+  // step holds each source's cursor; otherwise the steps' task batches are drawn again (each step
+  // drew the batches it recorded: more than one with dynamic sampling, one when its record is
+  // missing).
   void restore_cursor(const std::vector<Json>& records, int64_t done);
   bool cocktail() const { return mix->is_cocktail(); }
 };

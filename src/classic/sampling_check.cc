@@ -4,7 +4,8 @@
 
 namespace ajet::classic {
 
-SamplingCheck check_sampled_requests(client::SwarmClient& client, const std::vector<EpisodeResult>& sampled,
+SamplingCheck check_sampled_requests(client::SwarmClient& client,
+                                     const std::vector<EpisodeResult>& sampled,
                                      double absent_temperature, size_t max_episodes) {
   SamplingCheck check;
   for (const EpisodeResult& result : sampled) {
@@ -32,9 +33,12 @@ SamplingCheck check_sampled_requests(client::SwarmClient& client, const std::vec
 
 std::string greedy_validation_warning(const SamplingCheck& check, double temperature) {
   return fmt::format(
-      "validation asked for sampled episodes (temperature {:g}), but all {} model calls of the {} sampled "
-      "episodes checked ran greedy (temperature 0 or none sent): their success and pass@k are greedy's. Pass "
-      "the sampling parameters of $AJET_SAMPLING (worker mode: the request's \"sampling\") in every request "
+      "validation asked for sampled episodes (temperature {:g}), but all {} model calls of the {} "
+      "sampled "
+      "episodes checked ran greedy (temperature 0 or none sent): their success and pass@k are "
+      "greedy's. Pass "
+      "the sampling parameters of $AJET_SAMPLING (worker mode: the request's \"sampling\") in "
+      "every request "
       "of an eval episode (docs/classic.md)",
       temperature, check.calls, check.episodes);
 }

@@ -29,12 +29,14 @@ class PipelineBase : public StepPipeline {
   // without a later batch training), the engine went away, or another client replaced it.
   void wait_for_global_step(int64_t target);
   // The step's record with what training added; to metrics.jsonl, the console, Markdown, the store.
-  void record_step(PendingStep& pending, Json trainer, int64_t global_step, double step_time_s, Json staleness);
+  void record_step(PendingStep& pending, Json trainer, int64_t global_step, double step_time_s,
+                   Json staleness);
 
   RunParts& parts_;
 
  private:
-  void check_refusal(const client::EngineStatus& s, int64_t target, Clock::time_point& refused_since);
+  void check_refusal(const client::EngineStatus& s, int64_t target,
+                     Clock::time_point& refused_since);
 };
 
 void PipelineBase::wait_for_global_step(int64_t target) {
@@ -45,20 +47,25 @@ void PipelineBase::wait_for_global_step(int64_t target) {
     parts_.front.check_engine_is_ours(s);
     if (s.global_step >= target) return;
     if (s.status == client::kOffline || s.status == client::kCannotConnect) {
-      fail(ErrorCode::kUnavailable, "the engine is " + s.status + " while training step " + std::to_string(target) +
-                                        ": " + s.detail + parts_.front.exit_lines());
+      fail(ErrorCode::kUnavailable, "the engine is " + s.status + " while training step " +
+                                        std::to_string(target) + ": " + s.detail +
+                                        parts_.front.exit_lines());
     }
     check_refusal(s, target, refused_since);
-    if (Clock::now() > deadline) fail(ErrorCode::kUnavailable, "training step " + std::to_string(target) + " never finished");
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // polling an observable status, not synchronising
+    if (Clock::now() > deadline)
+      fail(ErrorCode::kUnavailable, "training step " + std::to_string(target) + " never finished");
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(100));  // polling an observable status, not synchronising
   }
 }
 
-// async: batches are not numbered by steps, and a batch that failed leaves global_step short of every
-// later target, so the newest record says it.
-void PipelineBase::check_refusal(const client::EngineStatus& s, int64_t target, Clock::time_point& refused_since) {
-  const client::BatchOutcome* outcome =
-      parts_.backbone == config::Backbone::kAsync ? s.newest_batch() : s.batch_formed_at(target - 1);
+// async: batches are not numbered by steps, and a batch that failed leaves global_step short of
+// every later target, so the newest record says it.
+void PipelineBase::check_refusal(const client::EngineStatus& s, int64_t target,
+                                 Clock::time_point& refused_since) {
+  const client::BatchOutcome* outcome = parts_.backbone == config::Backbone::kAsync
+                                            ? s.newest_batch()
+                                            : s.batch_formed_at(target - 1);
   if (outcome == nullptr || outcome->trained || s.status == client::kWeightSyncing) {
     refused_since = Clock::time_point::max();
     return;
@@ -66,14 +73,14 @@ void PipelineBase::check_refusal(const client::EngineStatus& s, int64_t target, 
   const std::string code = outcome->error_code();
   if (refused_since == Clock::time_point::max()) refused_since = Clock::now();
   if (code == "not_found" || Clock::now() - refused_since > std::chrono::seconds(10)) {
-    fail(ErrorCode::kFailedPrecondition, "the front cannot train (" + code + ": " +
-                                             outcome->error.value("message", "") +
-                                             "); run with --backbone debug to roll out without training");
+    fail(ErrorCode::kFailedPrecondition,
+         "the front cannot train (" + code + ": " + outcome->error.value("message", "") +
+             "); run with --backbone debug to roll out without training");
   }
 }
 
-void PipelineBase::record_step(PendingStep& pending, Json trainer, int64_t global_step, double step_time_s,
-                               Json staleness) {
+void PipelineBase::record_step(PendingStep& pending, Json trainer, int64_t global_step,
+                               double step_time_s, Json staleness) {
   const config::Config& c = parts_.config();
   const int64_t step = pending.step;
   Json r = std::move(pending.record);
@@ -88,11 +95,13 @@ void PipelineBase::record_step(PendingStep& pending, Json trainer, int64_t globa
     parts_.say(step_line(r, progress.label()));
     if (parts_.tasks.cocktail()) parts_.say(cocktail_step_line(r));
   }
-  parts_.record.append_markdown(c.trainer_common.train_print_to_markdown_file_path, pending.markdown);
-  // The front records the step's batch (rollout/reward_mean, train/loss …) at the batch's global step,
-  // start + step - 1; the launcher's own numbers go next to them. Its success rate only where no
-  // episode reported is_success (the front's rollout/success_rate counts reported ones).
-  parts_.record.post_metrics(parts_.start_global_step + step - 1, train_step_metrics(r, !pending.judged));
+  parts_.record.append_markdown(c.trainer_common.train_print_to_markdown_file_path,
+                                pending.markdown);
+  // The front records the step's batch (rollout/reward_mean, train/loss …) at the batch's global
+  // step, start + step - 1; the launcher's own numbers go next to them. Its success rate only where
+  // no episode reported is_success (the front's rollout/success_rate counts reported ones).
+  parts_.record.post_metrics(parts_.start_global_step + step - 1,
+                             train_step_metrics(r, !pending.judged));
   parts_.record.add(std::move(r));
   parts_.steps_done = step;
 }
@@ -111,18 +120,20 @@ class SyncPipeline : public PipelineBase {
     const client::EngineStatus status = parts_.client().get_engine_status();
     Json trainer = trainer_metrics(status.body, parts_.client().get_rollout_stat());
     if (trainer.empty() && trains) {
-      // The trainer's statistics of this step's batch, as the front reports them (recent_batches; the
-      // front records them in the same update that advances global_step).
-      const client::BatchOutcome* b = status.batch_trained_into(parts_.start_global_step + step, true);
-      if (b != nullptr) trainer = trainer_metrics(Json{{"last_train_stats", b->stats}}, Json::object());
+      // The trainer's statistics of this step's batch, as the front reports them (recent_batches;
+      // the front records them in the same update that advances global_step).
+      const client::BatchOutcome* b =
+          status.batch_trained_into(parts_.start_global_step + step, true);
+      if (b != nullptr)
+        trainer = trainer_metrics(Json{{"last_train_stats", b->stats}}, Json::object());
     }
     record_step(pending, std::move(trainer), status.global_step, seconds_since(pending.started),
                 Json(Json::value_t::discarded));
   }
 };
 
-// async: step s may roll out once version start + s - 1 - max_staleness is served; the steps before it
-// train meanwhile, and each is recorded once its batch trained.
+// async: step s may roll out once version start + s - 1 - max_staleness is served; the steps before
+// it train meanwhile, and each is recorded once its batch trained.
 class AsyncPipeline : public PipelineBase {
  public:
   using PipelineBase::PipelineBase;
@@ -141,8 +152,8 @@ class AsyncPipeline : public PipelineBase {
 };
 
 // Tokens sampled at policy version v may train at most max_staleness versions later. Step s's batch
-// trains from version start + s - 1, so its rollout may begin once version start + s - 1 - max_staleness
-// is served; until then the batches before it are training.
+// trains from version start + s - 1, so its rollout may begin once version start + s - 1 -
+// max_staleness is served; until then the batches before it are training.
 void AsyncPipeline::run_step(int64_t step) {
   const auto t_wait = Clock::now();
   wait_for_global_step(parts_.start_global_step + step - 1 - parts_.config().async.max_staleness);
@@ -163,16 +174,18 @@ void AsyncPipeline::run_step(int64_t step) {
 void AsyncPipeline::finish_trained_steps() {
   while (!pending_.empty() && !parts_.stop) {
     const client::EngineStatus status = parts_.client().get_engine_status();
-    const int64_t version = parts_.start_global_step + pending_.front().step;  // what the batch trained into
+    const int64_t version =
+        parts_.start_global_step + pending_.front().step;  // what the batch trained into
     if (status.global_step < version) return;
     PendingStep& p = pending_.front();
     Json trainer = Json::object();
     if (const client::BatchOutcome* b = status.batch_trained_into(version, false); b != nullptr) {
       trainer = trainer_metrics(Json{{"last_train_stats", b->stats}}, Json::object());
     }
-    // The launcher's time on the step (waiting for the staleness bound, then the rollout); its training
-    // overlapped the next step's rollout.
-    const double step_time = p.record.value("train_wait_s", 0.0) + p.record.value("rollout_time_s", 0.0);
+    // The launcher's time on the step (waiting for the staleness bound, then the rollout); its
+    // training overlapped the next step's rollout.
+    const double step_time =
+        p.record.value("train_wait_s", 0.0) + p.record.value("rollout_time_s", 0.0);
     record_step(p, std::move(trainer), version, step_time, batch_staleness(status, version));
     pending_.pop_front();
   }
@@ -184,14 +197,17 @@ void AsyncPipeline::wait_for_batch_closed(int64_t step) {
     const Json pool = parts_.client().get_rollout_stat();
     // An unreachable front answers {}; the next step's claims will say what is wrong.
     if (!pool.is_object() || pool.value("completed_episodes", int64_t(0)) == 0) return;
-    if (Clock::now() > deadline) fail(ErrorCode::kUnavailable, fmt::format("step {}: the front never closed the step's batch", step));
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // polling an observable status, not synchronising
+    if (Clock::now() > deadline)
+      fail(ErrorCode::kUnavailable,
+           fmt::format("step {}: the front never closed the step's batch", step));
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(50));  // polling an observable status, not synchronising
   }
 }
 
 // The staleness of the batch trained into policy version `version`: the front's record of it
-// (recent_batches: its policy_version, staleness_max) and the mean over its episodes from the metrics
-// it stored at step version - 1 (the store may take a moment to have it).
+// (recent_batches: its policy_version, staleness_max) and the mean over its episodes from the
+// metrics it stored at step version - 1 (the store may take a moment to have it).
 Json AsyncPipeline::batch_staleness(const client::EngineStatus& status, int64_t version) {
   const client::BatchOutcome* b = status.batch_trained_into(version, false);
   if (b == nullptr) return Json(nullptr);
@@ -204,8 +220,10 @@ Json AsyncPipeline::batch_staleness(const client::EngineStatus& status, int64_t 
   const auto deadline = Clock::now() + std::chrono::seconds(5);
   while (!parts_.stop && Clock::now() <= deadline) {
     try {
-      const Json history = parts_.client().get_metrics_history({"rollout/staleness_mean"}, version - 2);
-      for (const Json& point : history.value("series", Json::object()).value("rollout/staleness_mean", Json::array())) {
+      const Json history =
+          parts_.client().get_metrics_history({"rollout/staleness_mean"}, version - 2);
+      for (const Json& point :
+           history.value("series", Json::object()).value("rollout/staleness_mean", Json::array())) {
         if (point.is_array() && point.size() >= 2 && point[0] == version - 1) {
           out["mean"] = point[1];
           return out;
@@ -215,7 +233,8 @@ Json AsyncPipeline::batch_staleness(const client::EngineStatus& status, int64_t 
       log().warn("classic: staleness of step {}: {}", version, e.what());
       return out;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the store writes behind the status
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(50));  // the store writes behind the status
   }
   return out;
 }

@@ -20,7 +20,9 @@ namespace ajet::classic {
 
 using Clock = std::chrono::steady_clock;
 
-uint64_t mix_seed(uint64_t a, uint64_t b) { return splitmix64_finalize(a * kGoldenGamma + b + 0x632BE59BD9B4E5ULL); }
+uint64_t mix_seed(uint64_t a, uint64_t b) {
+  return splitmix64_finalize(a * kGoldenGamma + b + 0x632BE59BD9B4E5ULL);
+}
 
 namespace {
 
@@ -32,8 +34,8 @@ struct StepEpisodes {
   double reward_sum = 0;
 };
 
-// The progress bar: redrawn in place on a terminal. Elsewhere (a log) the step's line says it all; with
-// the console logger off, the final bar is the step's one line.
+// The progress bar: redrawn in place on a terminal. Elsewhere (a log) the step's line says it all;
+// with the console logger off, the final bar is the step's one line.
 void draw_progress(RunParts& parts, const StepEpisodes& e, Clock::time_point t0, bool final_line) {
   if (!parts.interactive && (!final_line || parts.record.console())) return;
   const double tps = double(e.tokens) / std::max(1e-3, seconds_since(t0));
@@ -45,19 +47,22 @@ void draw_progress(RunParts& parts, const StepEpisodes& e, Clock::time_point t0,
 }
 
 // One task batch of the step: its train_batch_size × num_repeat episodes.
-void run_task_batch(RunParts& parts, int64_t step, std::set<std::string>& ids, StepEpisodes& e, Clock::time_point t0) {
+void run_task_batch(RunParts& parts, int64_t step, std::set<std::string>& ids, StepEpisodes& e,
+                    Clock::time_point t0) {
   const config::Config& c = parts.config();
   std::vector<tasks::Task>& batch = e.batches.emplace_back(parts.tasks.mix->draw(step, ids));
   std::vector<EpisodeJob> jobs;
   for (size_t i = 0; i < batch.size(); ++i) {
     for (int64_t rep = 0; rep < c.rollout.num_repeat; ++rep) {
       const uint64_t index = uint64_t(e.gen_batches) * 1000000 + i * 1000 + uint64_t(rep);
-      jobs.push_back(EpisodeJob{&batch[i], "train", Json::object(),
-                                mix_seed(mix_seed(uint64_t(c.task_reader.shuffle_seed), uint64_t(step)), index), rep});
+      jobs.push_back(EpisodeJob{
+          &batch[i], "train", Json::object(),
+          mix_seed(mix_seed(uint64_t(c.task_reader.shuffle_seed), uint64_t(step)), index), rep});
     }
   }
   e.submitted += int64_t(jobs.size());
-  EpisodeRunner runner(parts.client(), parts.workflow, RunnerOptions{c.rollout.max_env_worker, 600, 3}, parts.stop);
+  EpisodeRunner runner(parts.client(), parts.workflow,
+                       RunnerOptions{c.rollout.max_env_worker, 600, 3}, parts.stop);
   std::vector<EpisodeResult> round = runner.run(jobs, [&](const EpisodeResult& r) {
     if (!r.ended) return;
     e.done += 1;
@@ -69,7 +74,8 @@ void run_task_batch(RunParts& parts, int64_t step, std::set<std::string>& ids, S
   const GroupCounts counted = count_groups(round);
   e.groups += counted.groups;
   e.informative += counted.informative;
-  e.results.insert(e.results.end(), std::make_move_iterator(round.begin()), std::make_move_iterator(round.end()));
+  e.results.insert(e.results.end(), std::make_move_iterator(round.begin()),
+                   std::make_move_iterator(round.end()));
 }
 
 void fail_on_lost_episodes(int64_t step, const StepEpisodes& e, const RolloutSummary& rollout) {
@@ -81,9 +87,10 @@ void fail_on_lost_episodes(int64_t step, const StepEpisodes& e, const RolloutSum
       break;
     }
   }
-  fail(ErrorCode::kUnavailable, fmt::format("step {}: {} episodes could not be stored (first: {}); the batch cannot "
-                                            "complete",
-                                            step, rollout.failed, first));
+  fail(ErrorCode::kUnavailable,
+       fmt::format("step {}: {} episodes could not be stored (first: {}); the batch cannot "
+                   "complete",
+                   step, rollout.failed, first));
 }
 
 // What each task of a cocktail had in this step: its share, its tasks, its episodes' reward and
@@ -98,7 +105,8 @@ Json cocktail_step_json(const TaskMix& mix, int64_t step, const std::vector<Epis
   Json out = Json::object();
   for (size_t i = 0; i < mix.sources(); ++i) {
     const RolloutSummary summary = summarize(by_source[i]);
-    const bool ran = summary.episodes > 0;  // a task with no share this step has no reward (null, not 0)
+    const bool ran =
+        summary.episodes > 0;  // a task with no share this step has no reward (null, not 0)
     out[mix.name(i)] = Json{{"share", shares[i]},
                             {"tasks_per_batch", counts[i]},
                             {"tasks", counts[i] * gen_batches},
@@ -110,34 +118,41 @@ Json cocktail_step_json(const TaskMix& mix, int64_t step, const std::vector<Epis
   return out;
 }
 
-std::string step_markdown(const TaskMix& mix, int64_t step, const std::vector<EpisodeResult>& results) {
+std::string step_markdown(const TaskMix& mix, int64_t step,
+                          const std::vector<EpisodeResult>& results) {
   std::vector<std::pair<std::string, RolloutTable>> tables = {{"all", rollout_table(results)}};
   if (mix.is_cocktail()) {
     std::vector<std::vector<EpisodeResult>> by_source(mix.sources());
-    for (const EpisodeResult& e : results) by_source[mix.source_of(e.job.task->task_id)].push_back(e);
-    for (size_t i = 0; i < mix.sources(); ++i) tables.emplace_back(mix.name(i), rollout_table(by_source[i]));
+    for (const EpisodeResult& e : results)
+      by_source[mix.source_of(e.job.task->task_id)].push_back(e);
+    for (size_t i = 0; i < mix.sources(); ++i)
+      tables.emplace_back(mix.name(i), rollout_table(by_source[i]));
   }
   return train_markdown(step, tables);
 }
 
-// Everything that depends on the task streams is taken now: with async the next step draws its tasks
-// before this one's record is finished.
+// Everything that depends on the task streams is taken now: with async the next step draws its
+// tasks before this one's record is finished.
 void fill_record(RunParts& parts, PendingStep& pending, const StepEpisodes& e, double rollout_s) {
   const TaskMix& mix = *parts.tasks.mix;
   const RolloutSummary rollout = summarize(e.results);
   fail_on_lost_episodes(pending.step, e, rollout);
-  pending.record = Json{
-      {"kind", "train"},
-      {"step", pending.step},
-      {"rollout_time_s", rollout_s},
-      {"tokens_per_s", double(rollout.completion_tokens) / std::max(1e-3, rollout_s)},
-      {"epoch", mix.epoch()},
-      {"rollout", rollout_json(rollout)},
-      {"sampling", Json{{"gen_batches", e.gen_batches}, {"groups", e.groups}, {"informative_groups", e.informative}}}};
-  if (mix.is_cocktail()) pending.record["cocktail"] = cocktail_step_json(mix, pending.step, e.results, e.gen_batches);
+  pending.record =
+      Json{{"kind", "train"},
+           {"step", pending.step},
+           {"rollout_time_s", rollout_s},
+           {"tokens_per_s", double(rollout.completion_tokens) / std::max(1e-3, rollout_s)},
+           {"epoch", mix.epoch()},
+           {"rollout", rollout_json(rollout)},
+           {"sampling", Json{{"gen_batches", e.gen_batches},
+                             {"groups", e.groups},
+                             {"informative_groups", e.informative}}}};
+  if (mix.is_cocktail())
+    pending.record["cocktail"] = cocktail_step_json(mix, pending.step, e.results, e.gen_batches);
   pending.markdown = step_markdown(mix, pending.step, e.results);
-  pending.judged = std::any_of(e.results.begin(), e.results.end(),
-                               [](const EpisodeResult& r) { return r.ended && r.report.output.is_success; });
+  pending.judged = std::any_of(e.results.begin(), e.results.end(), [](const EpisodeResult& r) {
+    return r.ended && r.report.output.is_success;
+  });
   pending.rolled_out = true;
 }
 
@@ -152,7 +167,8 @@ PendingStep roll_out_step(RunParts& parts, int64_t step) {
   // A step's tasks are distinct, so it cannot sample more batches than the training tasks fill.
   const bool dynamic = parts.prepared.dynamic_sampling;
   const int64_t max_gen_batches =
-      dynamic ? std::clamp<int64_t>(parts.tasks.mix->max_batches(step), 1, c.trainer_common.algorithm.max_num_gen_batches)
+      dynamic ? std::clamp<int64_t>(parts.tasks.mix->max_batches(step), 1,
+                                    c.trainer_common.algorithm.max_num_gen_batches)
               : 1;
   StepEpisodes e;
   std::set<std::string> ids;
@@ -162,11 +178,14 @@ PendingStep roll_out_step(RunParts& parts, int64_t step) {
   }
   if (dynamic && !parts.stop) {
     if (e.informative < c.data.train_batch_size) {
-      log().info("classic: step {}: {} of {} groups carry a signal after {} task batches (max_num_gen_batches); "
-                 "training on them",
-                 step, e.informative, c.data.train_batch_size, e.gen_batches);
+      log().info(
+          "classic: step {}: {} of {} groups carry a signal after {} task batches "
+          "(max_num_gen_batches); "
+          "training on them",
+          step, e.informative, c.data.train_batch_size, e.gen_batches);
     }
-    parts.client().agree_sync_weight(true);  // the batch is full: the front's trigger is agree-based
+    parts.client().agree_sync_weight(
+        true);  // the batch is full: the front's trigger is agree-based
   }
   const double rollout_s = seconds_since(t0);
   draw_progress(parts, e, t0, true);

@@ -23,21 +23,24 @@ SwarmChild::SwarmChild(SwarmChildOptions options) : options_(std::move(options))
     std::filesystem::create_directories(options_.log_file.parent_path());
     log_.open(options_.log_file, std::ios::app);
   }
-  std::vector<std::string> argv = {options_.binary.string(), "start", "--port", "0", "--exp-dir",
+  std::vector<std::string> argv = {options_.binary.string(),    "start", "--port", "0", "--exp-dir",
                                    options_.server_dir.string()};
   argv.insert(argv.end(), options_.extra_flags.begin(), options_.extra_flags.end());
   proc_ = Subprocess::spawn(SpawnOptions{argv, {}, {}});
   reader_ = std::thread([this] { pump(); });
   std::unique_lock<std::mutex> lock(mu_);
-  bool ready = cv_.wait_for(lock, options_.ready_timeout, [this] { return !url_.empty() || exited_; });
+  bool ready =
+      cv_.wait_for(lock, options_.ready_timeout, [this] { return !url_.empty() || exited_; });
   if (!url_.empty()) return;
   std::string why = exited_ ? "exited (" + describe_exit(status_) + ")"
-                            : "printed no ready line within " + std::to_string(options_.ready_timeout.count()) + " s";
+                            : "printed no ready line within " +
+                                  std::to_string(options_.ready_timeout.count()) + " s";
   (void)ready;
   lock.unlock();
   std::string tail = last_lines(15);
   stop(std::chrono::milliseconds(2000));
-  fail(ErrorCode::kUnavailable, options_.binary.string() + " start " + why + "; its last output:\n" + tail);
+  fail(ErrorCode::kUnavailable,
+       options_.binary.string() + " start " + why + "; its last output:\n" + tail);
 }
 
 SwarmChild::~SwarmChild() { stop(); }
@@ -67,7 +70,8 @@ bool SwarmChild::exited() const {
 std::string SwarmChild::last_lines(size_t n) const {
   std::lock_guard<std::mutex> lock(mu_);
   std::string out;
-  for (size_t i = tail_.size() > n ? tail_.size() - n : 0; i < tail_.size(); ++i) out += "  " + tail_[i] + "\n";
+  for (size_t i = tail_.size() > n ? tail_.size() - n : 0; i < tail_.size(); ++i)
+    out += "  " + tail_[i] + "\n";
   return out;
 }
 

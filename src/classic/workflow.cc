@@ -26,7 +26,9 @@ std::string shell_quote(const std::string& s) {
 class BuiltinWorkflow : public Workflow {
  public:
   BuiltinWorkflow(std::string default_task, int64_t max_tool_calls, int64_t max_steps)
-      : default_task_(std::move(default_task)), max_tool_calls_(max_tool_calls), max_steps_(max_steps) {}
+      : default_task_(std::move(default_task)),
+        max_tool_calls_(max_tool_calls),
+        max_steps_(max_steps) {}
 
   EpisodeReport run(const EpisodeContext& ctx) const override {
     const tasks::Task& task = *ctx.task;
@@ -80,7 +82,8 @@ class CommandWorkflow : public Workflow {
                  {"AJET_SAMPLING", ctx.sampling.dump()},
                  {"AJET_ENV_SEED", std::to_string(ctx.env_seed)}};
     spawn.cwd = options_.cwd;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(options_.timeout_s);
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(options_.timeout_s);
     bool timed_out = false;
     CommandResult result;
     try {
@@ -90,9 +93,12 @@ class CommandWorkflow : public Workflow {
         return timed_out;
       });
     } catch (const std::exception& e) {
-      return failed_report(task, "agent_error", std::string("workflow command could not run: ") + e.what());
+      return failed_report(task, "agent_error",
+                           std::string("workflow command could not run: ") + e.what());
     }
-    if (timed_out) return failed_report(task, "timeout", timeout_message(options_.timeout_s, "workflow command"));
+    if (timed_out)
+      return failed_report(task, "timeout",
+                           timeout_message(options_.timeout_s, "workflow command"));
     if (result.cancelled) return failed_report(task, "agent_error", "cancelled");
     if (!exited_cleanly(result.status)) {
       return failed_report(task, "agent_error",
@@ -116,31 +122,39 @@ class CommandWorkflow : public Workflow {
 }  // namespace
 
 std::vector<std::string> command_argv(const CommandWorkflowOptions& options) {
-  return {"/bin/sh", "-c", "(" + options.command + ") 2>>" + shell_quote(options.stderr_log.string())};
+  return {"/bin/sh", "-c",
+          "(" + options.command + ") 2>>" + shell_quote(options.stderr_log.string())};
 }
 
 std::string timeout_message(double timeout_s, const std::string& what) {
-  return what + " took longer than ajet.rollout.user_workflow_timeout (" + fmt::format("{:g}", timeout_s) +
-         " s); stopped";
+  return what + " took longer than ajet.rollout.user_workflow_timeout (" +
+         fmt::format("{:g}", timeout_s) + " s); stopped";
 }
 
-EpisodeReport failed_report(const tasks::Task& task, const std::string& termination, const std::string& error) {
+EpisodeReport failed_report(const tasks::Task& task, const std::string& termination,
+                            const std::string& error) {
   EpisodeReport r;
   r.output.reward = 0;
   r.output.is_success = false;
-  r.output.metadata = Json{{"task_id", task.task_id}, {"termination", termination}, {"error", error}};
+  r.output.metadata =
+      Json{{"task_id", task.task_id}, {"termination", termination}, {"error", error}};
   r.termination = termination;
   return r;
 }
 
-EpisodeReport command_report(const Json& parsed, const EpisodeContext& ctx, const CommandWorkflowOptions& options) {
+EpisodeReport command_report(const Json& parsed, const EpisodeContext& ctx,
+                             const CommandWorkflowOptions& options) {
   const tasks::Task& task = *ctx.task;
   EpisodeReport r;
   r.output.reward = parsed.value("reward", 0.0);
-  if (parsed.contains("is_success") && parsed["is_success"].is_boolean()) r.output.is_success = parsed["is_success"].get<bool>();
-  r.output.metadata = parsed.contains("metadata") && parsed["metadata"].is_object() ? parsed["metadata"] : Json::object();
-  r.output.log_metrics =
-      parsed.contains("log_metrics") && parsed["log_metrics"].is_object() ? parsed["log_metrics"] : Json::object();
+  if (parsed.contains("is_success") && parsed["is_success"].is_boolean())
+    r.output.is_success = parsed["is_success"].get<bool>();
+  r.output.metadata = parsed.contains("metadata") && parsed["metadata"].is_object()
+                          ? parsed["metadata"]
+                          : Json::object();
+  r.output.log_metrics = parsed.contains("log_metrics") && parsed["log_metrics"].is_object()
+                             ? parsed["log_metrics"]
+                             : Json::object();
   if (options.builtin_judge) {
     try {
       const tasks::BuiltinTask& kind = tasks::builtin_task_for(task, options.default_task);
@@ -149,7 +163,8 @@ EpisodeReport command_report(const Json& parsed, const EpisodeContext& ctx, cons
         std::vector<text::ChatMessage> messages;
         const tasks::OrderedJson ordered(parsed["messages"]);  // a value converted, not re-parsed
         for (size_t i = 0; i < ordered.size(); ++i) {
-          messages.push_back(text::parse_chat_message(ordered[i], "messages[" + std::to_string(i) + "]"));
+          messages.push_back(
+              text::parse_chat_message(ordered[i], "messages[" + std::to_string(i) + "]"));
         }
         j = kind.judge_episode(task, messages);
       } else {
@@ -178,23 +193,34 @@ Json parse_command_result(const std::string& stdout_text) {
   while (std::getline(in, line)) {
     if (line.find_first_not_of(" \t\r") != std::string::npos) last = line;
   }
-  if (last.empty()) invalid_argument("workflow command printed nothing on stdout (expected its result as JSON on the last line)");
+  if (last.empty())
+    invalid_argument(
+        "workflow command printed nothing on stdout (expected its result as JSON on the last "
+        "line)");
   std::optional<Json> parsed = try_parse_json(last);
-  if (!parsed) invalid_argument("workflow command's last stdout line is not JSON: '" + last.substr(0, 200) + "'");
+  if (!parsed)
+    invalid_argument("workflow command's last stdout line is not JSON: '" + last.substr(0, 200) +
+                     "'");
   const Json& j = *parsed;
   if (j.is_number()) return Json{{"reward", j.get<double>()}};
-  if (!j.is_object()) invalid_argument("workflow command's result must be a number or an object, got " + j.dump().substr(0, 100));
+  if (!j.is_object())
+    invalid_argument("workflow command's result must be a number or an object, got " +
+                     j.dump().substr(0, 100));
   if (j.contains("reward") && !j["reward"].is_number()) {
-    invalid_argument("workflow command's result: field 'reward' must be a number, got " + j["reward"].dump());
+    invalid_argument("workflow command's result: field 'reward' must be a number, got " +
+                     j["reward"].dump());
   }
   if (!j.contains("reward") && !j.contains("answer") && !j.contains("messages")) {
-    invalid_argument("workflow command's result has no 'reward' (nor 'answer'/'messages' for a built-in judge): " +
-                     last.substr(0, 200));
+    invalid_argument(
+        "workflow command's result has no 'reward' (nor 'answer'/'messages' for a built-in "
+        "judge): " +
+        last.substr(0, 200));
   }
   return j;
 }
 
-std::unique_ptr<Workflow> make_builtin_workflow(std::string default_task, int64_t max_tool_calls, int64_t max_steps) {
+std::unique_ptr<Workflow> make_builtin_workflow(std::string default_task, int64_t max_tool_calls,
+                                                int64_t max_steps) {
   return std::make_unique<BuiltinWorkflow>(std::move(default_task), max_tool_calls, max_steps);
 }
 
@@ -203,7 +229,8 @@ std::unique_ptr<Workflow> make_command_workflow(CommandWorkflowOptions options) 
   return std::make_unique<CommandWorkflow>(std::move(options));
 }
 
-std::unique_ptr<Workflow> make_workflow(const config::Config& config, const std::filesystem::path& config_dir,
+std::unique_ptr<Workflow> make_workflow(const config::Config& config,
+                                        const std::filesystem::path& config_dir,
                                         const std::filesystem::path& exp_dir) {
   const std::string& w = config.rollout.user_workflow;
   const std::string default_task = config.task_reader.builtin.generator;
@@ -216,7 +243,7 @@ std::unique_ptr<Workflow> make_workflow(const config::Config& config, const std:
   options.default_task = default_task;
   options.mode = config.rollout.user_workflow_mode;
   options.workers = config.rollout.user_workflow_workers > 0 ? config.rollout.user_workflow_workers
-                                                              : config.rollout.max_env_worker;
+                                                             : config.rollout.max_env_worker;
   options.timeout_s = config.rollout.user_workflow_timeout;
   return make_command_workflow(std::move(options));
 }

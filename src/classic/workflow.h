@@ -1,10 +1,11 @@
-// What one classic-mode episode runs once the launcher has claimed it: the built-in C++ agent of the
-// task (tasks/builtin.h) over the episode's OpenAI endpoint, or an external command (any language):
-// per episode, a process given OPENAI_BASE_URL, OPENAI_API_KEY, AJET_TASK and AJET_SAMPLING that prints
-// its result as JSON on its last stdout line; in worker mode, long-lived processes that read one
-// episode per JSON line on stdin and answer one result line each (workflow_worker.h). Either way the
-// result is the `workflow_output` for end_episode. Never throws for a broken agent: the episode gets
-// reward 0 and the reason in metadata (termination agent_error, or timeout).
+// What one classic-mode episode runs once the launcher has claimed it: the built-in C++ agent of
+// the task (tasks/builtin.h) over the episode's OpenAI endpoint, or an external command (any
+// language): per episode, a process given OPENAI_BASE_URL, OPENAI_API_KEY, AJET_TASK and
+// AJET_SAMPLING that prints its result as JSON on its last stdout line; in worker mode, long-lived
+// processes that read one episode per JSON line on stdin and answer one result line each
+// (workflow_worker.h). Either way the result is the `workflow_output` for end_episode. Never throws
+// for a broken agent: the episode gets reward 0 and the reason in metadata (termination
+// agent_error, or timeout).
 #pragma once
 
 #include <cstdint>
@@ -44,14 +45,15 @@ class Workflow {
   virtual std::string describe() const = 0;
 };
 
-// The built-in agent of the task's env_type, else of `default_task` (ajet.task_reader.builtin.generator).
+// The built-in agent of the task's env_type, else of `default_task`
+// (ajet.task_reader.builtin.generator).
 std::unique_ptr<Workflow> make_builtin_workflow(std::string default_task, int64_t max_tool_calls,
                                                 int64_t max_steps);
 
 // An external command as a workflow. It runs under /bin/sh -c in `cwd`; its stderr is appended to
-// `stderr_log`. With `builtin_judge` (ajet.task_judge.judge_type: builtin) the reward comes from the
-// task's built-in judge applied to the "answer" or "messages" the command printed; otherwise from
-// its "reward".
+// `stderr_log`. With `builtin_judge` (ajet.task_judge.judge_type: builtin) the reward comes from
+// the task's built-in judge applied to the "answer" or "messages" the command printed; otherwise
+// from its "reward".
 struct CommandWorkflowOptions {
   std::string command;
   std::filesystem::path cwd;
@@ -70,15 +72,18 @@ std::vector<std::string> command_argv(const CommandWorkflowOptions& options);
 std::string timeout_message(double timeout_s, const std::string& what);
 
 // A broken episode: reward 0, not a success, `termination` and `error` in its metadata.
-EpisodeReport failed_report(const tasks::Task& task, const std::string& termination, const std::string& error);
+EpisodeReport failed_report(const tasks::Task& task, const std::string& termination,
+                            const std::string& error);
 
 // The report of a command's parsed result (parse_command_result): its reward, or the built-in
 // judge's verdict on its answer or messages. A judge that cannot read them fails the episode.
-EpisodeReport command_report(const Json& parsed, const EpisodeContext& context, const CommandWorkflowOptions& options);
+EpisodeReport command_report(const Json& parsed, const EpisodeContext& context,
+                             const CommandWorkflowOptions& options);
 
 // The workflow of a config: ajet.rollout.user_workflow empty or "builtin" → built-in agent;
 // anything else is a shell command. `config_dir` is the command's working directory.
-std::unique_ptr<Workflow> make_workflow(const config::Config& config, const std::filesystem::path& config_dir,
+std::unique_ptr<Workflow> make_workflow(const config::Config& config,
+                                        const std::filesystem::path& config_dir,
                                         const std::filesystem::path& exp_dir);
 
 // Reads a command's result from its whole stdout: the last non-blank line must be a JSON number

@@ -19,10 +19,11 @@ namespace ajet::classic {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr auto kPoll = std::chrono::milliseconds(100);  // how often a waiting episode checks stop and timeout
+constexpr auto kPoll =
+    std::chrono::milliseconds(100);  // how often a waiting episode checks stop and timeout
 
-// Forks from one thread that lives as long as the pool: PR_SET_PDEATHSIG (common/subprocess.h) ties a
-// child to the thread that spawned it, and the episode runner's threads end with every step.
+// Forks from one thread that lives as long as the pool: PR_SET_PDEATHSIG (common/subprocess.h) ties
+// a child to the thread that spawned it, and the episode runner's threads end with every step.
 class Spawner {
  public:
   Spawner() : thread_([this] { loop(); }) {}
@@ -105,7 +106,7 @@ class WorkerWorkflow : public Workflow {
   struct Slot {
     Subprocess process;  // not valid() until its first episode, and after it was stopped
     int64_t starts = 0;
-    bool busy = false;   // held by one run(): only that thread touches `process`
+    bool busy = false;  // held by one run(): only that thread touches `process`
   };
 
   // A free slot, a running worker first (a cold one only when none is free): a pool larger than the
@@ -152,13 +153,16 @@ class WorkerWorkflow : public Workflow {
         try {
           start(slot);
         } catch (const std::exception& e) {
-          return failed_report(task, "agent_error", std::string("workflow worker could not start: ") + e.what());
+          return failed_report(task, "agent_error",
+                               std::string("workflow worker could not start: ") + e.what());
         }
       }
       sent = slot.process.write_input(request);
       if (!sent) stop(slot);
     }
-    if (!sent) return failed_report(task, "agent_error", "workflow worker exited before it read its episode" + where());
+    if (!sent)
+      return failed_report(task, "agent_error",
+                           "workflow worker exited before it read its episode" + where());
 
     std::optional<std::string> answer;
     const auto on_line = [&](std::string line) {
@@ -179,8 +183,9 @@ class WorkerWorkflow : public Workflow {
       if (exited) {
         const std::string how = describe_exit(*slot.process.status());
         stop(slot);
-        return failed_report(task, "agent_error",
-                             "workflow worker " + how + " before it answered" + where() + "; started again");
+        return failed_report(
+            task, "agent_error",
+            "workflow worker " + how + " before it answered" + where() + "; started again");
       }
       if (ctx.cancelled && ctx.cancelled()) {
         stop(slot);
@@ -188,7 +193,9 @@ class WorkerWorkflow : public Workflow {
       }
       if (options_.timeout_s > 0 && Clock::now() >= deadline) {
         stop(slot);
-        return failed_report(task, "timeout", timeout_message(options_.timeout_s, "workflow worker") + " and started again");
+        return failed_report(
+            task, "timeout",
+            timeout_message(options_.timeout_s, "workflow worker") + " and started again");
       }
     }
     Json parsed;
@@ -206,15 +213,17 @@ class WorkerWorkflow : public Workflow {
     spawn.env = {{"AJET_WORKFLOW_MODE", "worker"}};
     spawn.cwd = options_.cwd;
     spawn.pipe_stdin = true;
-    if (slot.starts > 0) log().warn("classic: starting a workflow worker again (start {} of its slot)", slot.starts + 1);
+    if (slot.starts > 0)
+      log().warn("classic: starting a workflow worker again (start {} of its slot)",
+                 slot.starts + 1);
     slot.process = spawner_.spawn(spawn);
     slot.starts += 1;
   }
 
   void stop(Slot& slot) const {
-    if (slot.process.valid()) slot.process.terminate(std::chrono::milliseconds(1000), [this](std::string line) {
-      copy_to_log(line);
-    });
+    if (slot.process.valid())
+      slot.process.terminate(std::chrono::milliseconds(1000),
+                             [this](std::string line) { copy_to_log(line); });
     slot.process = Subprocess();
   }
 
@@ -238,14 +247,16 @@ class WorkerWorkflow : public Workflow {
 }  // namespace
 
 std::string worker_request(const EpisodeContext& ctx) {
-  // Ordered, as AJET_TASK is: a tool's parameters reach the prompt in the order the task gives them.
+  // Ordered, as AJET_TASK is: a tool's parameters reach the prompt in the order the task gives
+  // them.
   tasks::OrderedJson request;
   request["base_url"] = ctx.episode.base_url;
   request["api_key"] = ctx.episode.api_key;
   request["model"] = "agentjet";
   request["task"] = tasks::task_to_json(*ctx.task);
   request["episode_type"] = ctx.episode_type;
-  request["sampling"] = tasks::OrderedJson(ctx.sampling);  // converted, not re-parsed (its keys sorted)
+  request["sampling"] =
+      tasks::OrderedJson(ctx.sampling);  // converted, not re-parsed (its keys sorted)
   request["env_seed"] = ctx.env_seed;
   return request.dump();
 }

@@ -9,10 +9,10 @@
 // line (a number, or {"reward", "is_success", "metadata", "log_metrics", "answer", "messages"}).
 // Lines on stdout that are not JSON are copied to the stderr log. End of file on stdin: exit.
 //
-// A worker that exits, or answers nothing within user_workflow_timeout, fails its episode exactly as
-// a broken per-episode command does (reward 0, the reason in the metadata) and is started again for
-// the next episode. Workers are terminated when the workflow is destroyed. run() is called from many
-// threads; each call holds one worker for the episode, waiting for a free one.
+// A worker that exits, or answers nothing within user_workflow_timeout, fails its episode exactly
+// as a broken per-episode command does (reward 0, the reason in the metadata) and is started again
+// for the next episode. Workers are terminated when the workflow is destroyed. run() is called from
+// many threads; each call holds one worker for the episode, waiting for a free one.
 #pragma once
 
 #include <memory>

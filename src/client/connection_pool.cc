@@ -10,7 +10,8 @@ ConnectionPool::ConnectionPool(std::string base_url, http::ClientOptions options
 }
 
 ConnectionPool::Lease::~Lease() {
-  if (client_ && pool_ != nullptr && std::uncaught_exceptions() == 0) pool_->release(std::move(client_));
+  if (client_ && pool_ != nullptr && std::uncaught_exceptions() == 0)
+    pool_->release(std::move(client_));
 }
 
 ConnectionPool::Lease ConnectionPool::acquire() {

@@ -20,7 +20,8 @@ class ConnectionPool {
   // its connection may be half-used).
   class Lease {
    public:
-    Lease(ConnectionPool* pool, std::unique_ptr<http::HttpClient> client) : pool_(pool), client_(std::move(client)) {}
+    Lease(ConnectionPool* pool, std::unique_ptr<http::HttpClient> client)
+        : pool_(pool), client_(std::move(client)) {}
     Lease(Lease&&) = default;
     ~Lease();
     http::HttpClient* operator->() { return client_.get(); }

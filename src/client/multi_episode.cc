@@ -13,7 +13,8 @@ namespace ajet::client {
 
 namespace {
 
-// Runs fn(i) for every i on its own thread; returns each one's error message ("" when it succeeded).
+// Runs fn(i) for every i on its own thread; returns each one's error message ("" when it
+// succeeded).
 std::vector<std::string> on_each(size_t n, const std::function<void(size_t)>& fn) {
   std::vector<std::string> errors(n);
   std::vector<std::thread> threads;
@@ -31,7 +32,8 @@ std::vector<std::string> on_each(size_t n, const std::function<void(size_t)>& fn
   return errors;
 }
 
-std::string failures(const std::vector<SwarmClient*>& servers, const std::vector<std::string>& errors) {
+std::string failures(const std::vector<SwarmClient*>& servers,
+                     const std::vector<std::string>& errors) {
   std::vector<std::string> parts;
   for (size_t i = 0; i < errors.size(); ++i) {
     if (!errors[i].empty()) parts.push_back(servers[i]->server_url() + ": " + errors[i]);
@@ -44,7 +46,8 @@ std::string failures(const std::vector<SwarmClient*>& servers, const std::vector
 MultiEpisode::MultiEpisode(std::vector<SwarmClient*> servers, std::vector<Episode> episodes)
     : servers_(std::move(servers)), episodes_(std::move(episodes)), group_id_(new_uuid_hex()) {}
 
-MultiEpisode MultiEpisode::begin(const std::vector<SwarmClient*>& servers, const ClaimOptions& options) {
+MultiEpisode MultiEpisode::begin(const std::vector<SwarmClient*>& servers,
+                                 const ClaimOptions& options) {
   if (servers.empty()) throw SwarmError(SwarmErrorKind::kCommand, "MultiEpisode: no servers given");
   std::vector<Episode> episodes(servers.size());
   std::vector<std::string> errors =
@@ -53,7 +56,8 @@ MultiEpisode MultiEpisode::begin(const std::vector<SwarmClient*>& servers, const
   for (size_t i = 0; i < servers.size(); ++i) {
     if (errors[i].empty()) servers[i]->abort_episode(episodes[i].episode_uuid);
   }
-  throw SwarmError(SwarmErrorKind::kCommand, "MultiEpisode: claiming failed on " + failures(servers, errors));
+  throw SwarmError(SwarmErrorKind::kCommand,
+                   "MultiEpisode: claiming failed on " + failures(servers, errors));
 }
 
 MultiEpisode::~MultiEpisode() {
@@ -62,15 +66,18 @@ MultiEpisode::~MultiEpisode() {
 
 void MultiEpisode::abort() {
   settled_ = true;
-  on_each(servers_.size(), [&](size_t i) { servers_[i]->abort_episode(episodes_[i].episode_uuid); });
+  on_each(servers_.size(),
+          [&](size_t i) { servers_[i]->abort_episode(episodes_[i].episode_uuid); });
 }
 
 void MultiEpisode::end(const std::string& task_id, const std::vector<WorkflowOutput>& outputs,
                        const MultiEndOptions& options) {
-  if (settled_) throw SwarmError(SwarmErrorKind::kCommand, "MultiEpisode " + group_id_ + " was already ended");
+  if (settled_)
+    throw SwarmError(SwarmErrorKind::kCommand, "MultiEpisode " + group_id_ + " was already ended");
   if (outputs.size() != servers_.size()) {
-    throw SwarmError(SwarmErrorKind::kCommand, fmt::format("MultiEpisode::end: {} outputs for {} servers",
-                                                           outputs.size(), servers_.size()));
+    throw SwarmError(SwarmErrorKind::kCommand,
+                     fmt::format("MultiEpisode::end: {} outputs for {} servers", outputs.size(),
+                                 servers_.size()));
   }
   // Phase 1: prepare everywhere. The coordinator (server 0) names no coordinator.
   std::vector<Prepared> prepared(servers_.size());
@@ -83,44 +90,52 @@ void MultiEpisode::end(const std::string& task_id, const std::vector<WorkflowOut
       role.coordinator_episode_uuid = episodes_[0].episode_uuid;
       role.coordinator_episode_key = episodes_[0].api_key;
     }
-    prepared[i] = servers_[i]->prepare_end_episode(task_id, episodes_[i].episode_uuid, outputs[i], role);
+    prepared[i] =
+        servers_[i]->prepare_end_episode(task_id, episodes_[i].episode_uuid, outputs[i], role);
   });
   if (std::string failed = failures(servers_, errors); !failed.empty()) {
     abort();
-    throw SwarmError(SwarmErrorKind::kCommand, "MultiEpisode " + group_id_ + ": prepare failed on " + failed +
+    throw SwarmError(SwarmErrorKind::kCommand, "MultiEpisode " + group_id_ +
+                                                   ": prepare failed on " + failed +
                                                    "; every member was aborted");
   }
   std::vector<std::string> changed;
   for (size_t i = 0; i < servers_.size(); ++i) {
     if (prepared[i].weights_changed) {
-      changed.push_back(fmt::format("{} (step {} -> {})", servers_[i]->server_url(), prepared[i].global_step_at_claim,
-                                    prepared[i].global_step));
+      changed.push_back(fmt::format("{} (step {} -> {})", servers_[i]->server_url(),
+                                    prepared[i].global_step_at_claim, prepared[i].global_step));
     }
   }
   if (!changed.empty() && !options.keep_if_weights_changed) {
     abort();
-    throw WeightUpdatedHalfway(fmt::format("MultiEpisode {}: the weights changed during the rollout on {}; every "
-                                           "member was aborted, redo the rollout",
-                                           group_id_, fmt::join(changed, ", ")));
+    throw WeightUpdatedHalfway(
+        fmt::format("MultiEpisode {}: the weights changed during the rollout on {}; every "
+                    "member was aborted, redo the rollout",
+                    group_id_, fmt::join(changed, ", ")));
   }
   // Phase 2: the coordinator's commit decides; after it the group is committed everywhere.
   try {
     servers_[0]->commit_episode(episodes_[0].episode_uuid);
   } catch (const std::exception& e) {
     abort();
-    throw SwarmError(SwarmErrorKind::kCommand, fmt::format("MultiEpisode {}: the coordinator refused the commit ({}); "
-                                                           "every member was aborted",
-                                                           group_id_, e.what()));
+    throw SwarmError(SwarmErrorKind::kCommand,
+                     fmt::format("MultiEpisode {}: the coordinator refused the commit ({}); "
+                                 "every member was aborted",
+                                 group_id_, e.what()));
   }
   settled_ = true;
   if (options.after_coordinator_commit) options.after_coordinator_commit();
-  errors = on_each(servers_.size() - 1, [&](size_t i) { servers_[i + 1]->commit_episode(episodes_[i + 1].episode_uuid); });
+  errors = on_each(servers_.size() - 1, [&](size_t i) {
+    servers_[i + 1]->commit_episode(episodes_[i + 1].episode_uuid);
+  });
   for (size_t i = 0; i < errors.size(); ++i) {
     // The group is committed: a participant the client could not tell commits when it asks the
     // coordinator after its prepare_timeout.
     if (!errors[i].empty()) {
-      log().warn("MultiEpisode {}: commit on {} failed ({}); that server commits it after its prepare_timeout",
-                 group_id_, servers_[i + 1]->server_url(), errors[i]);
+      log().warn(
+          "MultiEpisode {}: commit on {} failed ({}); that server commits it after its "
+          "prepare_timeout",
+          group_id_, servers_[i + 1]->server_url(), errors[i]);
     }
   }
 }

@@ -1,9 +1,10 @@
 // MultiEpisode: one rollout across several swarm servers (multi-model training: one server per
 // model). It claims one episode on each server, hands each agent its server's base URL and key, and
-// ends the group all-or-nothing by the protocol of docs/protocol.md "Episode groups across servers":
-// prepare on every server, commit on the first (the coordinator: the group's decision), then commit
-// on the rest. A weight update on any server between claim and end aborts the group and throws
-// WeightUpdatedHalfway (upstream's name; redo the rollout), unless the caller keeps such groups.
+// ends the group all-or-nothing by the protocol of docs/protocol.md "Episode groups across
+// servers": prepare on every server, commit on the first (the coordinator: the group's decision),
+// then commit on the rest. A weight update on any server between claim and end aborts the group and
+// throws WeightUpdatedHalfway (upstream's name; redo the rollout), unless the caller keeps such
+// groups.
 #pragma once
 
 #include <functional>
@@ -17,34 +18,44 @@ namespace ajet::client {
 // Some server trained between this group's claim and its end; every member was aborted.
 class WeightUpdatedHalfway : public SwarmError {
  public:
-  explicit WeightUpdatedHalfway(const std::string& message) : SwarmError(SwarmErrorKind::kCommand, message, 409) {}
+  explicit WeightUpdatedHalfway(const std::string& message)
+      : SwarmError(SwarmErrorKind::kCommand, message, 409) {}
 };
 
 struct MultiEndOptions {
-  double prepare_timeout = 60;  // seconds the servers wait for this client's commit before settling alone
-  bool keep_if_weights_changed = false;  // true: commit anyway (trained off-policy, within max_staleness)
-  // Test hook: runs after the coordinator's commit and before the participants' (kill the client here).
+  double prepare_timeout =
+      60;  // seconds the servers wait for this client's commit before settling alone
+  bool keep_if_weights_changed =
+      false;  // true: commit anyway (trained off-policy, within max_staleness)
+  // Test hook: runs after the coordinator's commit and before the participants' (kill the client
+  // here).
   std::function<void()> after_coordinator_commit;
 };
 
 class MultiEpisode {
  public:
-  // Claims one episode on each server, concurrently. If any claim fails, the claimed ones are aborted
-  // and the error is rethrown. `servers` must outlive this object; the first is the coordinator.
-  static MultiEpisode begin(const std::vector<SwarmClient*>& servers, const ClaimOptions& options = {});
+  // Claims one episode on each server, concurrently. If any claim fails, the claimed ones are
+  // aborted and the error is rethrown. `servers` must outlive this object; the first is the
+  // coordinator.
+  static MultiEpisode begin(const std::vector<SwarmClient*>& servers,
+                            const ClaimOptions& options = {});
   ~MultiEpisode();  // aborts every member unless the group was ended or aborted
   MultiEpisode(MultiEpisode&&) noexcept = default;
   MultiEpisode& operator=(MultiEpisode&&) = delete;
   MultiEpisode(const MultiEpisode&) = delete;
 
   size_t size() const { return episodes_.size(); }
-  const Episode& episode(size_t i) const { return episodes_.at(i); }  // base_url, api_key of server i
+  const Episode& episode(size_t i) const {
+    return episodes_.at(i);
+  }  // base_url, api_key of server i
   const std::string& group_id() const { return group_id_; }
 
-  // Ends the group: outputs[i] is server i's workflow output (its model's reward); one task id for all
-  // (the GRPO groups line up on every server). All or nothing: throws after aborting every member
-  // when any prepare or the coordinator's commit is refused (WeightUpdatedHalfway for a weight update).
-  void end(const std::string& task_id, const std::vector<WorkflowOutput>& outputs, const MultiEndOptions& options = {});
+  // Ends the group: outputs[i] is server i's workflow output (its model's reward); one task id for
+  // all (the GRPO groups line up on every server). All or nothing: throws after aborting every
+  // member when any prepare or the coordinator's commit is refused (WeightUpdatedHalfway for a
+  // weight update).
+  void end(const std::string& task_id, const std::vector<WorkflowOutput>& outputs,
+           const MultiEndOptions& options = {});
   void abort();  // never throws
 
  private:

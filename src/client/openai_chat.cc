@@ -28,13 +28,18 @@ SwarmError chat_error(const http::ClientResponse& r) {
   Json body = try_parse_json(r.body).value_or(Json(Json::value_t::discarded));
   if (body.is_object() && body.contains("error") && body["error"].is_object()) {
     const Json& e = body["error"];
-    std::string message = e.contains("message") && e["message"].is_string() ? e["message"].get<std::string>() : e.dump();
-    std::string code = e.contains("code") && e["code"].is_string() ? e["code"].get<std::string>() : "";
-    return SwarmError(SwarmErrorKind::kChat, fmt::format("chat completion failed ({}): {}", r.status, message),
-                      r.status, code);
+    std::string message = e.contains("message") && e["message"].is_string()
+                              ? e["message"].get<std::string>()
+                              : e.dump();
+    std::string code =
+        e.contains("code") && e["code"].is_string() ? e["code"].get<std::string>() : "";
+    return SwarmError(SwarmErrorKind::kChat,
+                      fmt::format("chat completion failed ({}): {}", r.status, message), r.status,
+                      code);
   }
-  return SwarmError(SwarmErrorKind::kChat, fmt::format("chat completion failed ({}): {}", r.status,
-                                                       r.body.substr(0, 500)), r.status);
+  return SwarmError(SwarmErrorKind::kChat,
+                    fmt::format("chat completion failed ({}): {}", r.status, r.body.substr(0, 500)),
+                    r.status);
 }
 
 std::string string_or_empty(const Json& obj, const char* key) {
@@ -49,7 +54,9 @@ Json ChatMessage::to_json() const {
   if (!tool_calls.empty()) {
     Json calls = Json::array();
     for (const auto& c : tool_calls) {
-      calls.push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+      calls.push_back({{"id", c.id},
+                       {"type", "function"},
+                       {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
     }
     m["tool_calls"] = calls;
   }
@@ -61,7 +68,8 @@ Json user_message(const std::string& text) { return {{"role", "user"}, {"content
 Json tool_message(const std::string& tool_call_id, const std::string& content) {
   return {{"role", "tool"}, {"tool_call_id", tool_call_id}, {"content", content}};
 }
-Json function_tool(const std::string& name, const std::string& description, const Json& parameters) {
+Json function_tool(const std::string& name, const std::string& description,
+                   const Json& parameters) {
   return {{"type", "function"},
           {"function", {{"name", name}, {"description", description}, {"parameters", parameters}}}};
 }
@@ -70,13 +78,15 @@ ChatMessage parse_message(const Json& message, const std::string& finish_reason)
   if (!message.is_object()) invalid_argument("chat completion: message is not an object");
   ChatMessage m;
   m.role = message.value("role", "assistant");
-  if (auto c = message.find("content"); c != message.end() && c->is_string()) m.content = c->get<std::string>();
+  if (auto c = message.find("content"); c != message.end() && c->is_string())
+    m.content = c->get<std::string>();
   m.reasoning_content = string_or_empty(message, "reasoning_content");
   if (auto calls = message.find("tool_calls"); calls != message.end() && calls->is_array()) {
     for (const auto& c : *calls) {
       if (!c.is_object()) continue;
       const Json fn = c.value("function", Json::object());
-      m.tool_calls.push_back({string_or_empty(c, "id"), string_or_empty(fn, "name"), string_or_empty(fn, "arguments")});
+      m.tool_calls.push_back({string_or_empty(c, "id"), string_or_empty(fn, "name"),
+                              string_or_empty(fn, "arguments")});
     }
   }
   m.finish_reason = finish_reason;
@@ -105,7 +115,8 @@ void StreamAccumulator::add(const Json& chunk) {
         calls_[i].arguments += string_or_empty(fn, "arguments");
       }
     }
-    if (auto f = choice.find("finish_reason"); f != choice.end() && f->is_string()) message_.finish_reason = *f;
+    if (auto f = choice.find("finish_reason"); f != choice.end() && f->is_string())
+      message_.finish_reason = *f;
   }
 }
 
@@ -137,7 +148,8 @@ http::Headers ChatClient::headers() const {
   return h;
 }
 
-Json ChatClient::body(const Json& messages, const Json& tools, const Json& params, bool stream) const {
+Json ChatClient::body(const Json& messages, const Json& tools, const Json& params,
+                      bool stream) const {
   if (!messages.is_array()) invalid_argument("chat: messages must be a JSON array");
   Json b = {{"model", options_.model}, {"messages", messages}};
   if (tools.is_array() && !tools.empty()) b["tools"] = tools;
@@ -161,18 +173,22 @@ Json ChatClient::create(const Json& messages, const Json& tools, const Json& par
       r = conn->request("POST", "/chat/completions", headers(), text);
     } catch (const Error& e) {
       conn.discard();
-      throw SwarmError(SwarmErrorKind::kConnection, fmt::format("POST {}/chat/completions: {}", base_url_, e.what()));
+      throw SwarmError(SwarmErrorKind::kConnection,
+                       fmt::format("POST {}/chat/completions: {}", base_url_, e.what()));
     }
     if (r.status == 200) {
       Json data = try_parse_json(r.body).value_or(Json(Json::value_t::discarded));
       if (!data.is_object() || !data.contains("choices") || !data["choices"].is_array()) {
-        throw SwarmError(SwarmErrorKind::kChat, "chat completion: the answer is not a ChatCompletion: " +
-                                                    r.body.substr(0, 500), r.status);
+        throw SwarmError(
+            SwarmErrorKind::kChat,
+            "chat completion: the answer is not a ChatCompletion: " + r.body.substr(0, 500),
+            r.status);
       }
       return data;
     }
     if (retryable(r.status) && attempt < options_.max_retries) {
-      std::this_thread::sleep_for(std::chrono::duration<double>(retry_after(r, options_.max_retry_after)));
+      std::this_thread::sleep_for(
+          std::chrono::duration<double>(retry_after(r, options_.max_retry_after)));
       continue;
     }
     throw chat_error(r);
@@ -181,9 +197,11 @@ Json ChatClient::create(const Json& messages, const Json& tools, const Json& par
 
 ChatMessage ChatClient::chat(const Json& messages, const Json& tools, const Json& params) {
   Json data = create(messages, tools, params);
-  if (data["choices"].empty()) throw SwarmError(SwarmErrorKind::kChat, "chat completion: no choices", 200);
+  if (data["choices"].empty())
+    throw SwarmError(SwarmErrorKind::kChat, "chat completion: no choices", 200);
   const Json& choice = data["choices"][0];
-  return parse_message(choice.value("message", Json::object()), string_or_empty(choice, "finish_reason"));
+  return parse_message(choice.value("message", Json::object()),
+                       string_or_empty(choice, "finish_reason"));
 }
 
 ChatMessage ChatClient::stream(const Json& messages, const Json& tools, const Json& params,
@@ -204,7 +222,8 @@ ChatMessage ChatClient::stream(const Json& messages, const Json& tools, const Js
         }
         Json chunk = try_parse_json(e.data).value_or(Json(Json::value_t::discarded));
         if (!chunk.is_object()) {
-          bad.emplace(SwarmErrorKind::kChat, "chat stream: an event is not JSON: " + e.data.substr(0, 200));
+          bad.emplace(SwarmErrorKind::kChat,
+                      "chat stream: an event is not JSON: " + e.data.substr(0, 200));
           return false;
         }
         if (chunk.contains("error")) {
@@ -220,18 +239,21 @@ ChatMessage ChatClient::stream(const Json& messages, const Json& tools, const Js
       });
     } catch (const Error& e) {
       conn.discard();
-      throw SwarmError(SwarmErrorKind::kConnection, fmt::format("POST {}/chat/completions: {}", base_url_, e.what()));
+      throw SwarmError(SwarmErrorKind::kConnection,
+                       fmt::format("POST {}/chat/completions: {}", base_url_, e.what()));
     }
     if (stopped_early || bad) conn.discard();  // reading stopped mid-body: the connection is closed
     if (bad) throw *bad;
     if (r.status == 200) {
       if (!done) {
-        throw SwarmError(SwarmErrorKind::kConnection, "chat stream: the server closed the stream before [DONE]");
+        throw SwarmError(SwarmErrorKind::kConnection,
+                         "chat stream: the server closed the stream before [DONE]");
       }
       return acc.message();
     }
     if (retryable(r.status) && attempt < options_.max_retries) {
-      std::this_thread::sleep_for(std::chrono::duration<double>(retry_after(r, options_.max_retry_after)));
+      std::this_thread::sleep_for(
+          std::chrono::duration<double>(retry_after(r, options_.max_retry_after)));
       continue;
     }
     throw chat_error(r);

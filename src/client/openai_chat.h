@@ -19,8 +19,10 @@ namespace ajet::client {
 
 struct ChatOptions {
   std::string model = "agentjet";
-  std::string agent_name;  // X-Agent-Name: this agent's name in a multi-agent episode ("" = default)
-  std::chrono::milliseconds timeout{300'000};  // each wait; for a stream, the longest gap between chunks
+  std::string
+      agent_name;  // X-Agent-Name: this agent's name in a multi-agent episode ("" = default)
+  std::chrono::milliseconds timeout{
+      300'000};  // each wait; for a stream, the longest gap between chunks
   std::chrono::milliseconds connect_timeout{5'000};
   int max_retries = 2;
   double max_retry_after = 30;  // seconds; a longer Retry-After is capped
@@ -53,13 +55,15 @@ class ChatClient {
   // `base_url` ends in /v1 (as begin_episode returns it).
   ChatClient(std::string base_url, std::string api_key, ChatOptions options = {});
 
-  // The whole ChatCompletion. `params` are merged into the body (temperature, max_tokens, n, logprobs …).
-  // Throws SwarmError(kChat) with the OpenAI error's status and code, or kConnection.
-  Json create(const Json& messages, const Json& tools = nullptr, const Json& params = Json::object());
+  // The whole ChatCompletion. `params` are merged into the body (temperature, max_tokens, n,
+  // logprobs …). Throws SwarmError(kChat) with the OpenAI error's status and code, or kConnection.
+  Json create(const Json& messages, const Json& tools = nullptr,
+              const Json& params = Json::object());
   // The first choice's message.
-  ChatMessage chat(const Json& messages, const Json& tools = nullptr, const Json& params = Json::object());
-  // stream=true: `on_chunk` sees every ChatCompletionChunk as it arrives (return false to stop early);
-  // returns the first choice's message assembled from the deltas.
+  ChatMessage chat(const Json& messages, const Json& tools = nullptr,
+                   const Json& params = Json::object());
+  // stream=true: `on_chunk` sees every ChatCompletionChunk as it arrives (return false to stop
+  // early); returns the first choice's message assembled from the deltas.
   ChatMessage stream(const Json& messages, const Json& tools, const Json& params,
                      const std::function<bool(const Json& chunk)>& on_chunk = {});
 

@@ -19,17 +19,18 @@ struct OverwatchSnapshot {
   double fetched_at = 0;        // unix seconds
   double refresh_interval = 2;  // seconds (shown in the header)
   bool connected = false;
-  std::string error;            // why not connected
-  Json status = Json::object(); // /get_engine_status
-  Json pool = Json::object();   // /get_current_batch_rollout_pool_information
-  Json logs = Json::array();    // /get_verbose_logs entries
-  uint64_t requests = 0;        // fetches so far (all attempts)
-  uint64_t errors = 0;          // failed fetches so far
+  std::string error;             // why not connected
+  Json status = Json::object();  // /get_engine_status
+  Json pool = Json::object();    // /get_current_batch_rollout_pool_information
+  Json logs = Json::array();     // /get_verbose_logs entries
+  uint64_t requests = 0;         // fetches so far (all attempts)
+  uint64_t errors = 0;           // failed fetches so far
 };
 
-// Fetches the three endpoints with `http` (its timeout bounds each); counts into `previous`'s counters.
-OverwatchSnapshot fetch_overwatch(http::HttpClient& http, const std::string& url, double refresh_interval,
-                                  uint64_t requests, uint64_t errors);
+// Fetches the three endpoints with `http` (its timeout bounds each); counts into `previous`'s
+// counters.
+OverwatchSnapshot fetch_overwatch(http::HttpClient& http, const std::string& url,
+                                  double refresh_interval, uint64_t requests, uint64_t errors);
 
 enum class LineStyle { kNormal, kTitle, kSection, kColumns, kGood, kWarn, kBad, kDim, kChosen };
 
@@ -46,14 +47,18 @@ struct OverwatchLayout {
   size_t max_clients = 8;     // client-share rows per server
 };
 
-// One server in full: header, engine, progress to the next weight update, the newest trained batch's
-// metrics, each client's share of the current batch, running episodes, tasks, recent log lines.
-std::vector<StyledLine> render_overwatch(const OverwatchSnapshot& snapshot, const OverwatchLayout& layout);
+// One server in full: header, engine, progress to the next weight update, the newest trained
+// batch's metrics, each client's share of the current batch, running episodes, tasks, recent log
+// lines.
+std::vector<StyledLine> render_overwatch(const OverwatchSnapshot& snapshot,
+                                         const OverwatchLayout& layout);
 // Several servers (one per model): a title, then one block per server in order — engine, progress,
 // newest trained batch, client shares, a one-line pool summary. One snapshot renders as above.
-std::vector<StyledLine> render_overwatch(const std::vector<OverwatchSnapshot>& snapshots, const OverwatchLayout& layout);
+std::vector<StyledLine> render_overwatch(const std::vector<OverwatchSnapshot>& snapshots,
+                                         const OverwatchLayout& layout);
 // The plain-text form (`--once`): the rendered lines, each ended by '\n'.
 std::string overwatch_text(const OverwatchSnapshot& snapshot, const OverwatchLayout& layout);
-std::string overwatch_text(const std::vector<OverwatchSnapshot>& snapshots, const OverwatchLayout& layout);
+std::string overwatch_text(const std::vector<OverwatchSnapshot>& snapshots,
+                           const OverwatchLayout& layout);
 
 }  // namespace ajet::client

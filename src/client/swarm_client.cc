@@ -21,23 +21,26 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using Deadline = std::optional<Clock::time_point>;
 
-constexpr int kMaxEpisodeTimeFactor = 8;              // upstream: 8 x discard_episode_timeout
+constexpr int kMaxEpisodeTimeFactor = 8;                    // upstream: 8 x discard_episode_timeout
 constexpr std::chrono::seconds kEngineCommandTimeout{600};  // start/stop_engine (upstream)
 
 Deadline deadline_after(std::optional<double> seconds) {
   if (!seconds) return std::nullopt;
-  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(*seconds));
+  return Clock::now() +
+         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(*seconds));
 }
 
 std::string error_message(const http::ClientResponse& r) {
   Json body = try_parse_json(r.body).value_or(Json(Json::value_t::discarded));
   if (body.is_object()) {
     if (auto e = body.find("error"); e != body.end()) {
-      if (e->is_object() && e->contains("message") && (*e)["message"].is_string()) return (*e)["message"];
+      if (e->is_object() && e->contains("message") && (*e)["message"].is_string())
+        return (*e)["message"];
       if (e->is_string()) return *e;
     }
     for (const char* key : {"detail", "fail_cause", "failure_reason", "message"}) {
-      if (auto it = body.find(key); it != body.end() && it->is_string() && !it->get<std::string>().empty()) {
+      if (auto it = body.find(key);
+          it != body.end() && it->is_string() && !it->get<std::string>().empty()) {
         return *it;
       }
     }
@@ -101,8 +104,8 @@ std::string admin_token_for(const std::string& server_url) {
       ++index;
       // Messages name the entry by position and URL, never a token.
       const std::string which = "AJET_ADMIN_TOKENS: entry " + std::to_string(index);
-      // https:// entries are accepted (the Python client dials them; one list serves both), so a list
-      // that names a TLS proxy does not fail every client here.
+      // https:// entries are accepted (the Python client dials them; one list serves both), so a
+      // list that names a TLS proxy does not fail every client here.
       if (entry.rfind("http://", 0) != 0 && entry.rfind("https://", 0) != 0) {
         invalid_argument(which + " does not start with http:// or https:// (expected URL=TOKEN)");
       }
@@ -112,7 +115,8 @@ std::string admin_token_for(const std::string& server_url) {
       }
       if (found.empty() && normalized_url(entry.substr(0, eq)) == url) found = entry.substr(eq + 1);
     }
-    if (!found.empty()) return found;  // after every entry was checked: a bad one fails for every server
+    if (!found.empty())
+      return found;  // after every entry was checked: a bad one fails for every server
   }
   const char* one = std::getenv("AJET_ADMIN_TOKEN");
   return one != nullptr ? one : "";
@@ -175,8 +179,9 @@ SwarmClient::SwarmClient(std::string server_url, SwarmClientOptions options)
   if (options_.admin_token.empty()) options_.admin_token = admin_token_for(server_url_);
 }
 
-http::ClientResponse SwarmClient::send(const std::string& method, const std::string& path, const Json* body,
-                                       bool admin, std::optional<std::chrono::milliseconds> timeout,
+http::ClientResponse SwarmClient::send(const std::string& method, const std::string& path,
+                                       const Json* body, bool admin,
+                                       std::optional<std::chrono::milliseconds> timeout,
                                        const http::Headers& extra) {
   http::Headers headers = extra;
   if (admin && !options_.admin_token.empty() && !headers.has("Authorization")) {
@@ -190,7 +195,8 @@ http::ClientResponse SwarmClient::send(const std::string& method, const std::str
   } catch (const Error& e) {
     conn.discard();
     if (e.code() == ErrorCode::kInvalidArgument) throw;
-    throw SwarmError(SwarmErrorKind::kConnection, fmt::format("{} {}{}: {}", method, server_url_, path, e.what()));
+    throw SwarmError(SwarmErrorKind::kConnection,
+                     fmt::format("{} {}{}: {}", method, server_url_, path, e.what()));
   }
 }
 
@@ -199,7 +205,8 @@ http::Headers SwarmClient::episode_auth(const std::string& episode_uuid) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = keys_.find(episode_uuid); it != keys_.end()) {
     headers.add("Authorization", "Bearer " + it->second);
-  } else if (!options_.admin_token.empty()) {  // an episode another client claimed: the admin may end it
+  } else if (!options_.admin_token
+                  .empty()) {  // an episode another client claimed: the admin may end it
     headers.add("Authorization", "Bearer " + options_.admin_token);
   }
   return headers;
@@ -210,19 +217,21 @@ void SwarmClient::forget_key(const std::string& episode_uuid) {
   keys_.erase(episode_uuid);
 }
 
-http::ClientResponse SwarmClient::post_retrying(const std::string& path, const Json& body, int attempts,
-                                                const http::Headers& headers) {
+http::ClientResponse SwarmClient::post_retrying(const std::string& path, const Json& body,
+                                                int attempts, const http::Headers& headers) {
   std::optional<SwarmError> last;
   for (int attempt = 0; attempt < std::max(1, attempts); ++attempt) {
     if (attempt > 0) {
-      double backoff = std::min(options_.retry.engine_busy, 0.5 * double(1 << std::min(attempt, 10)));
-      std::this_thread::sleep_for(std::chrono::duration<double>(jittered(backoff, options_.retry.jitter)));
+      double backoff =
+          std::min(options_.retry.engine_busy, 0.5 * double(1 << std::min(attempt, 10)));
+      std::this_thread::sleep_for(
+          std::chrono::duration<double>(jittered(backoff, options_.retry.jitter)));
     }
     try {
       http::ClientResponse r = send("POST", path, &body, false, std::nullopt, headers);
       if (r.status >= 500 && attempt + 1 < attempts) {
-        last.emplace(SwarmErrorKind::kCommand, fmt::format("{}: HTTP {}: {}", path, r.status, error_message(r)),
-                     r.status);
+        last.emplace(SwarmErrorKind::kCommand,
+                     fmt::format("{}: HTTP {}: {}", path, r.status, error_message(r)), r.status);
         continue;
       }
       return r;
@@ -240,23 +249,28 @@ Json SwarmClient::json_or_throw(const http::ClientResponse& r, const std::string
   if (r.status != 200 || !body.is_object()) {
     std::string message = error_message(r);
     throw SwarmError(SwarmErrorKind::kCommand,
-                     fmt::format("{} refused by {} ({}): {}", what, server_url_, r.status, message), r.status);
+                     fmt::format("{} refused by {} ({}): {}", what, server_url_, r.status, message),
+                     r.status);
   }
-  if (body.value("success", true) == false && !body.contains("fail_cause") && !body.contains("failure_reason")) {
+  if (body.value("success", true) == false && !body.contains("fail_cause") &&
+      !body.contains("failure_reason")) {
     throw SwarmError(SwarmErrorKind::kCommand,
-                     fmt::format("{} failed on {}: {}", what, server_url_, error_message(r)), r.status);
+                     fmt::format("{} failed on {}: {}", what, server_url_, error_message(r)),
+                     r.status);
   }
   return body;
 }
 
-void SwarmClient::sleep_within(double seconds, const Deadline& deadline, const std::string& what) const {
+void SwarmClient::sleep_within(double seconds, const Deadline& deadline,
+                               const std::string& what) const {
   auto wait = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double>(jittered(seconds, options_.retry.jitter)));
   if (deadline) {
     auto left = *deadline - Clock::now();
     if (left <= Clock::duration::zero()) {
-      throw SwarmError(SwarmErrorKind::kTimeout,
-                       fmt::format("gave up waiting for {} at {} (max_wait passed)", what, server_url_));
+      throw SwarmError(
+          SwarmErrorKind::kTimeout,
+          fmt::format("gave up waiting for {} at {} (max_wait passed)", what, server_url_));
     }
     wait = std::min(wait, left);
   }
@@ -288,8 +302,8 @@ std::variant<Episode, std::string> SwarmClient::claim_once(const ClaimOptions& o
   const http::ClientResponse r = send("POST", "/claim_episode", &body, false);
   if (r.status == 409) {
     throw SwarmError(SwarmErrorKind::kOffline,
-                     fmt::format("the engine at {} is no longer the one this client follows: {}", server_url_,
-                                 error_message(r)),
+                     fmt::format("the engine at {} is no longer the one this client follows: {}",
+                                 server_url_, error_message(r)),
                      r.status);
   }
   Json data = json_or_throw(r, "claim_episode");
@@ -303,7 +317,9 @@ std::variant<Episode, std::string> SwarmClient::claim_once(const ClaimOptions& o
   e.api_key = get_string(data, "openai_api_key", "claim_episode answer");
   e.client_uuid = client_uuid_;
   e.episode_type = o.episode_type;
-  e.global_step = data.value("global_step", Json(0)).is_number_integer() ? data["global_step"].get<int64_t>() : 0;
+  e.global_step = data.value("global_step", Json(0)).is_number_integer()
+                      ? data["global_step"].get<int64_t>()
+                      : 0;
   std::lock_guard<std::mutex> lock(mu_);
   auto now = Clock::now();
   expire_at_[e.episode_uuid] =
@@ -321,11 +337,13 @@ std::variant<Episode, std::string> SwarmClient::claim_once(const ClaimOptions& o
 
 Episode SwarmClient::begin_episode(const ClaimOptions& o) {
   if (o.episode_type != "train" && o.episode_type != "eval") {
-    throw SwarmError(SwarmErrorKind::kCommand, "begin_episode: episode_type must be train or eval, got '" +
-                                                   o.episode_type + "'");
+    throw SwarmError(
+        SwarmErrorKind::kCommand,
+        "begin_episode: episode_type must be train or eval, got '" + o.episode_type + "'");
   }
   if (!(o.discard_episode_timeout > 0)) {
-    throw SwarmError(SwarmErrorKind::kCommand, "begin_episode: discard_episode_timeout must be positive (seconds)");
+    throw SwarmError(SwarmErrorKind::kCommand,
+                     "begin_episode: discard_episode_timeout must be positive (seconds)");
   }
   const Deadline deadline = deadline_after(o.max_wait);
   bool seen_not_offline = false;
@@ -366,9 +384,12 @@ Episode SwarmClient::begin_episode(const ClaimOptions& o) {
     if (std::optional<std::string> status = status_in(cause)) {
       // Following an engine (follow_engine_run): it was started, so OFFLINE means it is gone.
       if (*status == kOffline && (seen_not_offline || !followed_engine_run().empty())) {
-        throw SwarmError(SwarmErrorKind::kOffline,
-                         fmt::format("the engine at {} went to ENGINE.OFFLINE while this client waited to claim an "
-                                     "episode (stop_engine was called, or the engine failed)", server_url_));
+        throw SwarmError(
+            SwarmErrorKind::kOffline,
+            fmt::format(
+                "the engine at {} went to ENGINE.OFFLINE while this client waited to claim an "
+                "episode (stop_engine was called, or the engine failed)",
+                server_url_));
       }
       seen_not_offline = seen_not_offline || *status != kOffline;
       note("engine status " + *status + ": waiting for ENGINE.ROLLING");
@@ -385,8 +406,10 @@ Episode SwarmClient::begin_episode(const ClaimOptions& o) {
 
 EndResult SwarmClient::end_episode(const std::string& task_id, const std::string& episode_uuid,
                                    const WorkflowOutput& output) {
-  if (episode_uuid.empty()) throw SwarmError(SwarmErrorKind::kCommand, "end_episode: episode_uuid is empty");
-  if (task_id.empty()) throw SwarmError(SwarmErrorKind::kCommand, "end_episode: task_id must not be empty");
+  if (episode_uuid.empty())
+    throw SwarmError(SwarmErrorKind::kCommand, "end_episode: episode_uuid is empty");
+  if (task_id.empty())
+    throw SwarmError(SwarmErrorKind::kCommand, "end_episode: task_id must not be empty");
   std::optional<Clock::time_point> expire;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -396,8 +419,10 @@ EndResult SwarmClient::end_episode(const std::string& task_id, const std::string
     }
   }
   if (expire && Clock::now() > *expire) {
-    log().warn("swarm client: episode {} outlived {} x discard_episode_timeout; aborting it instead of ending it",
-               episode_uuid, kMaxEpisodeTimeFactor);
+    log().warn(
+        "swarm client: episode {} outlived {} x discard_episode_timeout; aborting it instead of "
+        "ending it",
+        episode_uuid, kMaxEpisodeTimeFactor);
     abort_episode(episode_uuid);
     return EndResult::kAbortedExpired;
   }
@@ -405,33 +430,40 @@ EndResult SwarmClient::end_episode(const std::string& task_id, const std::string
                {"episode_uuid", episode_uuid},
                {"task_id", task_id},
                {"workflow_output", output.to_json(task_id)}};
-  http::ClientResponse r =
-      post_retrying("/end_episode", body, options_.retry.end_episode_attempts, episode_auth(episode_uuid));
+  http::ClientResponse r = post_retrying("/end_episode", body, options_.retry.end_episode_attempts,
+                                         episode_auth(episode_uuid));
   if (r.status == 200) {
     Json data = try_parse_json(r.body).value_or(Json(Json::value_t::discarded));
     if (!data.is_object() || data.value("success", true)) {
-      note(fmt::format("ended episode {} (task {}, reward {})", episode_uuid, task_id, output.reward));
+      note(fmt::format("ended episode {} (task {}, reward {})", episode_uuid, task_id,
+                       output.reward));
       forget_key(episode_uuid);
       return EndResult::kEnded;
     }
   }
   std::string message = error_message(r);
-  if (message.find("WEIGHT_SYNCING") != std::string::npos || message.find("WEIGHT_EXPORTING") != std::string::npos) {
+  if (message.find("WEIGHT_SYNCING") != std::string::npos ||
+      message.find("WEIGHT_EXPORTING") != std::string::npos) {
     // The batch closed while this episode ran: part of every weight sync, not a problem (the caller
     // gets kDropped and counts it), so info with verbose, else debug.
-    note(fmt::format("end_episode {}: the engine already moved on to a weight update; the episode is dropped "
-                     "(expected at batch boundaries): {}", episode_uuid, message));
+    note(fmt::format(
+        "end_episode {}: the engine already moved on to a weight update; the episode is dropped "
+        "(expected at batch boundaries): {}",
+        episode_uuid, message));
     return EndResult::kDropped;
   }
   throw SwarmError(SwarmErrorKind::kCommand,
-                   fmt::format("end_episode {} refused by {} ({}): {}", episode_uuid, server_url_, r.status, message),
+                   fmt::format("end_episode {} refused by {} ({}): {}", episode_uuid, server_url_,
+                               r.status, message),
                    r.status);
 }
 
-Prepared SwarmClient::prepare_end_episode(const std::string& task_id, const std::string& episode_uuid,
+Prepared SwarmClient::prepare_end_episode(const std::string& task_id,
+                                          const std::string& episode_uuid,
                                           const WorkflowOutput& output, const GroupRole& role) {
   if (episode_uuid.empty() || task_id.empty()) {
-    throw SwarmError(SwarmErrorKind::kCommand, "prepare_end_episode: episode_uuid and task_id must not be empty");
+    throw SwarmError(SwarmErrorKind::kCommand,
+                     "prepare_end_episode: episode_uuid and task_id must not be empty");
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -442,9 +474,10 @@ Prepared SwarmClient::prepare_end_episode(const std::string& task_id, const std:
                {"task_id", task_id},
                {"workflow_output", output.to_json(task_id)},
                {"group", role.to_json()}};
-  Json data = json_or_throw(post_retrying("/prepare_end_episode", body, options_.retry.end_episode_attempts,
-                                          episode_auth(episode_uuid)),
-                            "prepare_end_episode " + episode_uuid);
+  Json data =
+      json_or_throw(post_retrying("/prepare_end_episode", body, options_.retry.end_episode_attempts,
+                                  episode_auth(episode_uuid)),
+                    "prepare_end_episode " + episode_uuid);
   Prepared p;
   p.global_step_at_claim = data.value("global_step_at_claim", int64_t(0));
   p.global_step = data.value("global_step", int64_t(0));
@@ -454,7 +487,8 @@ Prepared SwarmClient::prepare_end_episode(const std::string& task_id, const std:
 
 void SwarmClient::commit_episode(const std::string& episode_uuid) {
   Json body = {{"client_uuid", client_uuid_}, {"episode_uuid", episode_uuid}};
-  json_or_throw(post_retrying("/commit_episode", body, options_.retry.end_episode_attempts, episode_auth(episode_uuid)),
+  json_or_throw(post_retrying("/commit_episode", body, options_.retry.end_episode_attempts,
+                              episode_auth(episode_uuid)),
                 "commit_episode " + episode_uuid);
   forget_key(episode_uuid);
 }
@@ -476,7 +510,8 @@ bool SwarmClient::abort_episode(const std::string& episode_uuid) {
       forget_key(episode_uuid);
       return true;
     }
-    log().error("swarm client: abort_episode {} refused ({}): {}", episode_uuid, r.status, error_message(r));
+    log().error("swarm client: abort_episode {} refused ({}): {}", episode_uuid, r.status,
+                error_message(r));
   } catch (const std::exception& e) {
     log().error("swarm client: abort_episode {}: {}", episode_uuid, e.what());
   }
@@ -499,8 +534,8 @@ bool SwarmClient::can_continue_episode(const std::string& episode_uuid) {
 Json SwarmClient::get_episode_buffer() {
   // Other clients' ids come back as pseudonyms unless the admin token is sent (docs/protocol.md).
   Json body = {{"client_uuid", client_uuid_}};
-  return json_or_throw(send("POST", "/get_episode_buffer", &body, true), "get_episode_buffer").value("buffer",
-                                                                                                     Json::array());
+  return json_or_throw(send("POST", "/get_episode_buffer", &body, true), "get_episode_buffer")
+      .value("buffer", Json::array());
 }
 
 std::vector<BatchOutcome> parse_recent_batches(const Json& status_body) {
@@ -524,7 +559,9 @@ int64_t BatchOutcome::policy_version() const {
   return stats.is_object() ? stats.value("policy_version", int64_t{-1}) : -1;
 }
 
-std::string BatchOutcome::error_code() const { return error.is_object() ? error.value("code", "") : ""; }
+std::string BatchOutcome::error_code() const {
+  return error.is_object() ? error.value("code", "") : "";
+}
 
 const BatchOutcome* EngineStatus::batch_formed_at(int64_t step) const {
   for (auto b = recent_batches.rbegin(); b != recent_batches.rend(); ++b) {
@@ -558,8 +595,10 @@ EngineStatus SwarmClient::get_engine_status() {
       return s;
     }
     s.status = data.value("engine_status", "unknown");
-    if (auto d = data.find("engine_status_detail"); d != data.end() && d->is_string()) s.detail = *d;
-    if (auto g = data.find("global_step"); g != data.end() && g->is_number()) s.global_step = g->get<int64_t>();
+    if (auto d = data.find("engine_status_detail"); d != data.end() && d->is_string())
+      s.detail = *d;
+    if (auto g = data.find("global_step"); g != data.end() && g->is_number())
+      s.global_step = g->get<int64_t>();
     if (auto e = data.find("engine_run"); e != data.end() && e->is_string()) s.engine_run = *e;
     s.recent_batches = parse_recent_batches(data);
     s.body = std::move(data);
@@ -585,25 +624,29 @@ Json SwarmClient::sync_train_code(const std::string& zip_archive) {
   if (!options_.admin_token.empty()) headers.add("Authorization", "Bearer " + options_.admin_token);
   auto conn = long_commands_.acquire();
   try {
-    return json_or_throw(conn->request("POST", "/sync_train_code", headers, zip_archive), "sync_train_code");
+    return json_or_throw(conn->request("POST", "/sync_train_code", headers, zip_archive),
+                         "sync_train_code");
   } catch (const SwarmError&) {
     throw;
   } catch (const Error& e) {
     conn.discard();
-    throw SwarmError(SwarmErrorKind::kConnection, fmt::format("POST {}/sync_train_code: {}", server_url_, e.what()));
+    throw SwarmError(SwarmErrorKind::kConnection,
+                     fmt::format("POST {}/sync_train_code: {}", server_url_, e.what()));
   }
 }
 
 Json SwarmClient::start_engine(bool wait, std::optional<double> max_wait, bool from_checkpoint) {
   Json body = Json::object();
   if (from_checkpoint) body["from_checkpoint"] = true;
-  Json data = json_or_throw(send("POST", "/start_engine", &body, true, kEngineCommandTimeout), "start_engine");
+  Json data = json_or_throw(send("POST", "/start_engine", &body, true, kEngineCommandTimeout),
+                            "start_engine");
   note("start_engine accepted");
   if (wait) wait_for_status(kRolling, max_wait, true);
   return data;
 }
 
-void SwarmClient::stop_engine(bool wait, std::optional<double> max_wait, const std::string& engine_run) {
+void SwarmClient::stop_engine(bool wait, std::optional<double> max_wait,
+                              const std::string& engine_run) {
   if (get_engine_status().status == kOffline) return;
   Json body = Json::object();
   if (!engine_run.empty()) body["engine_run"] = engine_run;
@@ -621,7 +664,8 @@ std::string SwarmClient::followed_engine_run() const {
   return engine_run_;
 }
 
-std::string SwarmClient::auto_sync_train_config_and_start_engine(const std::string& yaml, bool force_restart,
+std::string SwarmClient::auto_sync_train_config_and_start_engine(const std::string& yaml,
+                                                                 bool force_restart,
                                                                  std::optional<double> max_wait) {
   if (force_restart) {
     log().warn("swarm client: force_restart: stopping the engine at {}", server_url_);
@@ -632,7 +676,8 @@ std::string SwarmClient::auto_sync_train_config_and_start_engine(const std::stri
     std::this_thread::sleep_for(std::chrono::duration<double>(options_.retry.cannot_connect_retry));
     status = get_engine_status().status;
     if (status == kCannotConnect) {
-      throw SwarmError(SwarmErrorKind::kConnection, "cannot reach the swarm server at " + server_url_);
+      throw SwarmError(SwarmErrorKind::kConnection,
+                       "cannot reach the swarm server at " + server_url_);
     }
   }
   if (status == kOffline) {
@@ -641,12 +686,14 @@ std::string SwarmClient::auto_sync_train_config_and_start_engine(const std::stri
   } else if (status == kBooting || status == kWeightSyncing || status == kWeightExporting) {
     wait_for_status(kRolling, max_wait, true);
   } else if (status != kRolling && status != kRollingPost) {
-    throw SwarmError(SwarmErrorKind::kCommand, "cannot sync the train config or start the engine in status " + status);
+    throw SwarmError(SwarmErrorKind::kCommand,
+                     "cannot sync the train config or start the engine in status " + status);
   }
   return status;
 }
 
-EngineStatus SwarmClient::wait_for_status(const std::string& desired, std::optional<double> max_wait, bool started) {
+EngineStatus SwarmClient::wait_for_status(const std::string& desired,
+                                          std::optional<double> max_wait, bool started) {
   const Deadline deadline = deadline_after(max_wait);
   bool seen_not_offline = started;
   while (true) {
@@ -655,9 +702,11 @@ EngineStatus SwarmClient::wait_for_status(const std::string& desired, std::optio
     if (s.status != kOffline && s.status != kCannotConnect) {
       seen_not_offline = true;
     } else if (s.status == kOffline && seen_not_offline && desired != kOffline) {
-      throw SwarmError(SwarmErrorKind::kOffline,
-                       fmt::format("the engine at {} went to ENGINE.OFFLINE while waiting for {}: {}", server_url_,
-                                   desired, s.detail.empty() ? "no detail (see the server log)" : s.detail));
+      throw SwarmError(
+          SwarmErrorKind::kOffline,
+          fmt::format("the engine at {} went to ENGINE.OFFLINE while waiting for {}: {}",
+                      server_url_, desired,
+                      s.detail.empty() ? "no detail (see the server log)" : s.detail));
     }
     sleep_within(options_.retry.status_poll, deadline, desired);
   }
@@ -665,10 +714,12 @@ EngineStatus SwarmClient::wait_for_status(const std::string& desired, std::optio
 
 Json SwarmClient::get_rollout_stat() {
   try {
-    // Naming this client shows its own ids (the throttle tells its tasks apart); the admin token, all.
-    http::ClientResponse r = send("GET", "/get_current_batch_rollout_pool_information?client_uuid=" +
-                                             percent_encode(client_uuid_),
-                                  nullptr, true);
+    // Naming this client shows its own ids (the throttle tells its tasks apart); the admin token,
+    // all.
+    http::ClientResponse r = send(
+        "GET",
+        "/get_current_batch_rollout_pool_information?client_uuid=" + percent_encode(client_uuid_),
+        nullptr, true);
     Json data = try_parse_json(r.body).value_or(Json(Json::value_t::discarded));
     if (r.status == 200 && data.is_object()) return data;
   } catch (const SwarmError& e) {
@@ -680,7 +731,8 @@ Json SwarmClient::get_rollout_stat() {
 int64_t SwarmClient::get_global_step() {
   EngineStatus status = get_engine_status();
   if (status.status == kCannotConnect) {
-    throw SwarmError(SwarmErrorKind::kConnection, "get_global_step: " + server_url_ + " is unreachable");
+    throw SwarmError(SwarmErrorKind::kConnection,
+                     "get_global_step: " + server_url_ + " is unreachable");
   }
   return status.global_step;
 }
@@ -693,7 +745,8 @@ std::vector<std::string> SwarmClient::start_multi_engine(
   for (size_t i = 0; i < pairs.size(); ++i) {
     threads.emplace_back([&, i] {
       try {
-        found[i] = pairs[i].first->auto_sync_train_config_and_start_engine(pairs[i].second, force_restart, max_wait);
+        found[i] = pairs[i].first->auto_sync_train_config_and_start_engine(pairs[i].second,
+                                                                           force_restart, max_wait);
       } catch (const std::exception& e) {
         errors[i] = pairs[i].first->server_url() + ": " + e.what();
       }
@@ -705,8 +758,9 @@ std::vector<std::string> SwarmClient::start_multi_engine(
     if (!e.empty()) failed.push_back(e);
   }
   if (!failed.empty()) {
-    throw SwarmError(SwarmErrorKind::kCommand, fmt::format("failed to start {} of {} engines: {}", failed.size(),
-                                                           pairs.size(), fmt::join(failed, "; ")));
+    throw SwarmError(SwarmErrorKind::kCommand,
+                     fmt::format("failed to start {} of {} engines: {}", failed.size(),
+                                 pairs.size(), fmt::join(failed, "; ")));
   }
   return found;
 }
@@ -719,7 +773,8 @@ struct Boundary {
   int64_t global_step = 0;
   int64_t batches_recorded = 0;
   static Boundary of(const Json& pool) {
-    return Boundary{pool.value("engine_status", std::string()), pool.value("global_step", int64_t(0)),
+    return Boundary{pool.value("engine_status", std::string()),
+                    pool.value("global_step", int64_t(0)),
                     pool.value("batches_recorded", int64_t(0))};
   }
   bool passed_since(const Boundary& before) const {
@@ -738,10 +793,12 @@ bool SwarmClient::agree_sync_weight(bool retry, std::optional<double> max_wait, 
     std::string reason;
     try {
       Json body = {{"client_uuid", client_uuid_}};
-      Json data = json_or_throw(send("POST", "/agree_sync_weight", &body, false), "agree_sync_weight");
+      Json data =
+          json_or_throw(send("POST", "/agree_sync_weight", &body, false), "agree_sync_weight");
       if (data.value("success", false)) {
         while (wait && !Boundary::of(get_rollout_stat()).passed_since(before)) {
-          sleep_within(options_.retry.status_poll, deadline, "the batch boundary after agree_sync_weight");
+          sleep_within(options_.retry.status_poll, deadline,
+                       "the batch boundary after agree_sync_weight");
         }
         return true;
       }
@@ -766,7 +823,8 @@ Json SwarmClient::get_episode(const std::string& episode_uuid) {
 }
 
 std::string SwarmClient::get_server_experiment_dir() {
-  const Json data = json_or_throw(send("GET", "/get_server_experiment_dir", nullptr, false), "get_server_experiment_dir");
+  const Json data = json_or_throw(send("GET", "/get_server_experiment_dir", nullptr, false),
+                                  "get_server_experiment_dir");
   const Json dir = data.value("server_experiment_dir", Json(nullptr));
   return dir.is_string() ? dir.get<std::string>() : std::string();
 }
@@ -783,7 +841,8 @@ Json SwarmClient::get_metrics_history(const std::vector<std::string>& names, int
     for (const std::string& n : names) {
       if (!joined.empty()) joined += ',';
       for (unsigned char ch : n) {  // names are [A-Za-z0-9_./@:-]; anything else is sent escaped
-        if (std::isalnum(ch) || std::string_view("_./@:-").find(char(ch)) != std::string_view::npos) {
+        if (std::isalnum(ch) ||
+            std::string_view("_./@:-").find(char(ch)) != std::string_view::npos) {
           joined += char(ch);
         } else {
           joined += fmt::format("%{:02X}", unsigned(ch));

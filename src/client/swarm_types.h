@@ -1,5 +1,5 @@
-// Plain types of the swarm client (docs/protocol.md field names): a claimed episode, a workflow output,
-// the throttle and retry policies, and SwarmError, the one exception the client throws.
+// Plain types of the swarm client (docs/protocol.md field names): a claimed episode, a workflow
+// output, the throttle and retry policies, and SwarmError, the one exception the client throws.
 // Nothing here talks to the network.
 #pragma once
 
@@ -34,8 +34,11 @@ enum class SwarmErrorKind {
 
 class SwarmError : public Error {
  public:
-  SwarmError(SwarmErrorKind kind, const std::string& message, int http_status = 0, std::string openai_code = {})
-      : Error(code_for(kind, http_status), message), kind_(kind), http_status_(http_status),
+  SwarmError(SwarmErrorKind kind, const std::string& message, int http_status = 0,
+             std::string openai_code = {})
+      : Error(code_for(kind, http_status), message),
+        kind_(kind),
+        http_status_(http_status),
         openai_code_(std::move(openai_code)) {}
   SwarmErrorKind kind() const { return kind_; }
   int http_status() const { return http_status_; }  // 0 when no HTTP answer was involved
@@ -64,7 +67,8 @@ struct GroupRole {
   std::string coordinator_url;
   std::string coordinator_episode_uuid;
   double prepare_timeout = 60;  // seconds before the servers settle the group without this client
-  std::string coordinator_episode_key;  // participants: the coordinator episode's api_key (their fronts ask with it)
+  std::string coordinator_episode_key;  // participants: the coordinator episode's api_key (their
+                                        // fronts ask with it)
   Json to_json() const;
 };
 
@@ -83,7 +87,8 @@ struct WorkflowOutput {
   Json to_json(const std::string& task_id) const;  // metadata.task_id = task_id
 };
 
-// Cocktail training (docs/protocol.md "Throttle policy"); unset sizes come from the server's pool info.
+// Cocktail training (docs/protocol.md "Throttle policy"); unset sizes come from the server's pool
+// info.
 struct ThrottlePolicy {
   std::string current_task_id;
   double ratio = 1.5;
@@ -101,7 +106,8 @@ struct RetryPolicy {
   double throttle = 2.0;
   double agree_sync_weight = 2.0;
   double cannot_connect_retry = 4.0;
-  int end_episode_attempts = 5;  // end_episode is idempotent on the server, so connection errors retry
+  int end_episode_attempts =
+      5;  // end_episode is idempotent on the server, so connection errors retry
   double jitter = 0.1;
 };
 
@@ -109,7 +115,7 @@ struct ClaimOptions {
   double discard_episode_timeout = 240;  // seconds idle before the server reclaims the episode
   std::string episode_type = "train";    // "train" | "eval"
   std::optional<ThrottlePolicy> throttle_policy;
-  std::optional<double> max_wait;        // seconds; unset: wait as long as it takes
+  std::optional<double> max_wait;  // seconds; unset: wait as long as it takes
   // Called with the server's fail_cause before each wait (progress reporting); may be empty.
   std::function<void(const std::string& fail_cause)> on_wait;
 };
@@ -120,20 +126,21 @@ struct BatchOutcome {
   int64_t batch_id = 0;
   int64_t global_step = -1;  // the global step the batch was formed at
   bool trained = false;
-  Json stats;                // the trainer's statistics (null when it did not train)
-  Json error;                // {"code", "message"} when it did not train ({} otherwise)
+  Json stats;  // the trainer's statistics (null when it did not train)
+  Json error;  // {"code", "message"} when it did not train ({} otherwise)
   // The policy version the trainer's statistics name (stats.policy_version; -1 when absent).
   int64_t policy_version() const;
   std::string error_code() const;
 };
 
 struct EngineStatus {
-  std::string status;   // ENGINE.* (kCannotConnect when unreachable)
-  std::string detail;   // engine_status_detail ("" when null)
+  std::string status;  // ENGINE.* (kCannotConnect when unreachable)
+  std::string detail;  // engine_status_detail ("" when null)
   int64_t global_step = 0;
-  std::string engine_run;  // (ext) the running engine's start_engine name ("" when OFFLINE or unnamed)
+  std::string
+      engine_run;  // (ext) the running engine's start_engine name ("" when OFFLINE or unnamed)
   std::vector<BatchOutcome> recent_batches;  // oldest first
-  Json body;            // the whole answer ({} when unreachable)
+  Json body;                                 // the whole answer ({} when unreachable)
 
   // The newest record of the batch formed at `global_step`, or null.
   const BatchOutcome* batch_formed_at(int64_t global_step) const;
@@ -148,8 +155,8 @@ struct EngineStatus {
 std::vector<BatchOutcome> parse_recent_batches(const Json& status_body);
 
 enum class EndResult {
-  kEnded,          // stored by the server
-  kDropped,        // the engine had moved on to WEIGHT_SYNCING (a batch-boundary race, routine): dropped
+  kEnded,    // stored by the server
+  kDropped,  // the engine had moved on to WEIGHT_SYNCING (a batch-boundary race, routine): dropped
   kAbortedExpired  // the episode outlived 8 x discard_episode_timeout: aborted instead
 };
 

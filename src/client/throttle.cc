@@ -42,14 +42,20 @@ std::optional<std::string> throttle_decision(const ThrottlePolicy& policy, const
   if (!pool.is_object()) invalid_argument("throttle policy: the pool info is not a JSON object");
   const std::string method = string_field(pool, "sample_collection_method");
   if (!method.empty() && method != kTaskBasedMethod) {
-    invalid_argument(fmt::format("throttle policy needs ajet.swarm_mode_sample_collection_method = {} (the server "
-                                 "uses {})", kTaskBasedMethod, method));
+    invalid_argument(fmt::format(
+        "throttle policy needs ajet.swarm_mode_sample_collection_method = {} (the server "
+        "uses {})",
+        kTaskBasedMethod, method));
   }
-  const int64_t batch = policy.expected_batch_size.value_or(int_field(pool, "completed_task_target"));
-  const int64_t repeat = policy.expected_num_repeat.value_or(int_field(pool, "task_expected_num_repeat"));
+  const int64_t batch =
+      policy.expected_batch_size.value_or(int_field(pool, "completed_task_target"));
+  const int64_t repeat =
+      policy.expected_num_repeat.value_or(int_field(pool, "task_expected_num_repeat"));
   if (batch <= 0 || repeat <= 0) {
-    invalid_argument(fmt::format("throttle policy: expected_batch_size and expected_num_repeat must be positive "
-                                 "(got {} and {})", batch, repeat));
+    invalid_argument(
+        fmt::format("throttle policy: expected_batch_size and expected_num_repeat must be positive "
+                    "(got {} and {})",
+                    batch, repeat));
   }
 
   std::set<std::string> mine, alien;
@@ -89,8 +95,11 @@ std::optional<std::string> throttle_decision(const ThrottlePolicy& policy, const
   for (const auto& t : mine) own_unique += alien.count(t) ? 0 : 1;
   const double limit = double(batch) * policy.ratio;
   if (double(own_unique) >= limit) {
-    return fmt::format("this client already has {} distinct tasks in the batch (limit {:g} = expected_batch_size {} "
-                       "x ratio {:g}); holding back task '{}'", own_unique, limit, batch, policy.ratio, task);
+    return fmt::format(
+        "this client already has {} distinct tasks in the batch (limit {:g} = expected_batch_size "
+        "{} "
+        "x ratio {:g}); holding back task '{}'",
+        own_unique, limit, batch, policy.ratio, task);
   }
   return admit();
 }

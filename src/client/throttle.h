@@ -1,5 +1,5 @@
-// The client-side throttle of cocktail training (upstream `_check_throttle_policy`): before claiming
-// a train episode for a *new* task, a client holds back while it already has
+// The client-side throttle of cocktail training (upstream `_check_throttle_policy`): before
+// claiming a train episode for a *new* task, a client holds back while it already has
 // expected_batch_size x ratio distinct tasks of its own in the batch. Pure logic on the pool info;
 // the same rules as the Python client (clients/python/ajet_swarm/throttle.py).
 #pragma once

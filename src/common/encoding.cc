@@ -84,8 +84,9 @@ std::string hex_encode(std::string_view bytes) {
 std::string hmac_sha256(std::string_view key, std::string_view message) {
   std::array<unsigned char, EVP_MAX_MD_SIZE> md{};
   unsigned int len = 0;
-  if (HMAC(EVP_sha256(), key.data(), int(key.size()), reinterpret_cast<const unsigned char*>(message.data()),
-           message.size(), md.data(), &len) == nullptr) {
+  if (HMAC(EVP_sha256(), key.data(), int(key.size()),
+           reinterpret_cast<const unsigned char*>(message.data()), message.size(), md.data(),
+           &len) == nullptr) {
     fail(ErrorCode::kInternal, "HMAC-SHA256 failed");
   }
   return std::string(reinterpret_cast<const char*>(md.data()), len);

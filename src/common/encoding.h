@@ -1,4 +1,5 @@
-// Small encodings used on the wire: base64 (standard alphabet, padded), hex, HMAC-SHA256, random ids.
+// Small encodings used on the wire: base64 (standard alphabet, padded), hex, HMAC-SHA256, random
+// ids.
 #pragma once
 
 #include <optional>

@@ -1,5 +1,6 @@
 // One error type for the whole project: a code plus a message that names what was wrong and where.
-// Thrown inside modules, mapped to HTTP statuses / RPC error replies / CLI exit codes at one boundary.
+// Thrown inside modules, mapped to HTTP statuses / RPC error replies / CLI exit codes at one
+// boundary.
 #pragma once
 
 #include <stdexcept>
@@ -32,7 +33,9 @@ class Error : public std::runtime_error {
   ErrorCode code_;
 };
 
-[[noreturn]] inline void fail(ErrorCode code, const std::string& message) { throw Error(code, message); }
+[[noreturn]] inline void fail(ErrorCode code, const std::string& message) {
+  throw Error(code, message);
+}
 [[noreturn]] inline void invalid_argument(const std::string& message) {
   throw Error(ErrorCode::kInvalidArgument, message);
 }

@@ -47,9 +47,14 @@ void write_file_atomic(const std::filesystem::path& path, std::string_view conte
 }
 
 std::filesystem::path temp_sibling(const std::filesystem::path& dir, const std::string& tag) {
-  const std::filesystem::path parent = dir.parent_path().empty() ? std::filesystem::path(".") : dir.parent_path();
+  const std::filesystem::path parent =
+      dir.parent_path().empty() ? std::filesystem::path(".") : dir.parent_path();
   std::string name = ".";  // appended piecewise: GCC 12 warns (-Wrestrict) on "literal" + string&&
-  name.append(dir.filename().string()).append(".").append(tag).append("-").append(std::to_string(::getpid()));
+  name.append(dir.filename().string())
+      .append(".")
+      .append(tag)
+      .append("-")
+      .append(std::to_string(::getpid()));
   return parent / name;
 }
 
@@ -61,13 +66,16 @@ void publish_dir(const std::filesystem::path& tmp, const std::filesystem::path& 
   if (replacing) {
     fs::remove_all(old, ec);
     fs::rename(dir, old, ec);
-    if (ec) fail(ErrorCode::kIo, dir.string() + ": cannot move the existing directory aside (" + ec.message() + ")");
+    if (ec)
+      fail(ErrorCode::kIo,
+           dir.string() + ": cannot move the existing directory aside (" + ec.message() + ")");
   }
   fs::rename(tmp, dir, ec);
   if (ec) {
     std::error_code ignored;
     if (replacing) fs::rename(old, dir, ignored);
-    fail(ErrorCode::kIo, dir.string() + ": cannot rename " + tmp.string() + " into place (" + ec.message() + ")");
+    fail(ErrorCode::kIo,
+         dir.string() + ": cannot rename " + tmp.string() + " into place (" + ec.message() + ")");
   }
   if (replacing) fs::remove_all(old, ec);
 }

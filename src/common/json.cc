@@ -10,10 +10,11 @@ namespace ajet {
 
 namespace {
 
-// A SAX handler (nlohmann's DOM builder, an acceptor, a caller's reader), wrapped to know where it is:
-// the keys and indices from the root down to the value being read. It names the field in an error and
-// refuses nesting beyond the limit while the parser (which is iterative) reads it, so no deep value is
-// ever built. With report_syntax false, a syntax error stops the parse quietly (only depth throws).
+// A SAX handler (nlohmann's DOM builder, an acceptor, a caller's reader), wrapped to know where it
+// is: the keys and indices from the root down to the value being read. It names the field in an
+// error and refuses nesting beyond the limit while the parser (which is iterative) reads it, so no
+// deep value is ever built. With report_syntax false, a syntax error stops the parse quietly (only
+// depth throws).
 template <class J, class Inner>
 class LocatingSax {
  public:
@@ -24,9 +25,15 @@ class LocatingSax {
 
   bool null() { return element(), inner_.null(); }
   bool boolean(bool v) { return element(), inner_.boolean(v); }
-  bool number_integer(typename J::number_integer_t v) { return element(), inner_.number_integer(v); }
-  bool number_unsigned(typename J::number_unsigned_t v) { return element(), inner_.number_unsigned(v); }
-  bool number_float(typename J::number_float_t v, const string_t& s) { return element(), inner_.number_float(v, s); }
+  bool number_integer(typename J::number_integer_t v) {
+    return element(), inner_.number_integer(v);
+  }
+  bool number_unsigned(typename J::number_unsigned_t v) {
+    return element(), inner_.number_unsigned(v);
+  }
+  bool number_float(typename J::number_float_t v, const string_t& s) {
+    return element(), inner_.number_float(v, s);
+  }
   bool string(string_t& v) { return element(), inner_.string(v); }
   bool binary(typename J::binary_t& v) { return element(), inner_.binary(v); }
   bool start_object(std::size_t n) { return enter(false), inner_.start_object(n); }
@@ -40,13 +47,17 @@ class LocatingSax {
   bool end_array() { return frames_.pop_back(), inner_.end_array(); }
 
   template <class Exception>
-  bool parse_error(std::size_t /*position*/, const std::string& /*last_token*/, const Exception& ex) {
+  bool parse_error(std::size_t /*position*/, const std::string& /*last_token*/,
+                   const Exception& ex) {
     if (!report_syntax_) return false;
-    std::string reason = ex.what();  // "[json.exception.parse_error.101] parse error at line 1, column 5: ..."
-    if (size_t end = reason.find("] "); reason.rfind("[json.exception.", 0) == 0 && end != std::string::npos) {
+    std::string reason =
+        ex.what();  // "[json.exception.parse_error.101] parse error at line 1, column 5: ..."
+    if (size_t end = reason.find("] ");
+        reason.rfind("[json.exception.", 0) == 0 && end != std::string::npos) {
       reason.erase(0, end + 2);
     }
-    if (reason.size() > kReasonChars) reason = reason.substr(0, kReasonChars) + "...";  // "last read: '<token>'"
+    if (reason.size() > kReasonChars)
+      reason = reason.substr(0, kReasonChars) + "...";  // "last read: '<token>'"
     // The failed value never reached element(): in an array, it is the one after the last counted.
     if (!frames_.empty() && frames_.back().array) ++frames_.back().index;
     fail_at(reason);
@@ -54,8 +65,8 @@ class LocatingSax {
   }
 
  private:
-  static constexpr size_t kKeyChars = 64;     // of one key, in the path
-  static constexpr size_t kPathFrames = 12;   // named in full before the path is elided
+  static constexpr size_t kKeyChars = 64;    // of one key, in the path
+  static constexpr size_t kPathFrames = 12;  // named in full before the path is elided
   static constexpr size_t kReasonChars = 160;
 
   struct Frame {
@@ -87,7 +98,8 @@ class LocatingSax {
     std::string out;
     size_t named = 0;
     for (const Frame& f : frames_) {
-      if (f.array ? f.index < 0 : f.key.empty() && !f.key_truncated) break;  // nothing read inside it yet
+      if (f.array ? f.index < 0 : f.key.empty() && !f.key_truncated)
+        break;  // nothing read inside it yet
       if (named == kPathFrames) {
         out += "...";
         break;
@@ -98,7 +110,8 @@ class LocatingSax {
         continue;
       }
       bool plain = !f.key_truncated;
-      for (char c : f.key) plain = plain && (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-');
+      for (char c : f.key)
+        plain = plain && (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-');
       if (plain) {
         out += (out.empty() ? "" : ".") + f.key;
       } else {
@@ -107,7 +120,8 @@ class LocatingSax {
       }
     }
     if (out.empty()) return "the top level";
-    if (frames_.size() > kPathFrames) out += " (" + std::to_string(frames_.size()) + " levels deep)";
+    if (frames_.size() > kPathFrames)
+      out += " (" + std::to_string(frames_.size()) + " levels deep)";
     return out;
   }
 
@@ -146,12 +160,13 @@ void require_json_depth(std::string_view text, std::string_view what, int max_de
   sax_parse_located<Json>(text, what, max_depth, acceptor, /*report_syntax=*/false);
 }
 
-bool sax_parse_json(std::string_view text, std::string_view what, nlohmann::json_sax<Json>& handler, int max_depth) {
+bool sax_parse_json(std::string_view text, std::string_view what, nlohmann::json_sax<Json>& handler,
+                    int max_depth) {
   return sax_parse_located<Json>(text, what, max_depth, handler);
 }
 
-bool sax_parse_json(std::string_view text, std::string_view what, nlohmann::json_sax<nlohmann::ordered_json>& handler,
-                    int max_depth) {
+bool sax_parse_json(std::string_view text, std::string_view what,
+                    nlohmann::json_sax<nlohmann::ordered_json>& handler, int max_depth) {
   return sax_parse_located<nlohmann::ordered_json>(text, what, max_depth, handler);
 }
 
@@ -159,7 +174,8 @@ Json parse_json(std::string_view text, std::string_view what, int max_depth) {
   return parse_located<Json>(text, what, max_depth);
 }
 
-nlohmann::ordered_json parse_ordered_json(std::string_view text, std::string_view what, int max_depth) {
+nlohmann::ordered_json parse_ordered_json(std::string_view text, std::string_view what,
+                                          int max_depth) {
   return parse_located<nlohmann::ordered_json>(text, what, max_depth);
 }
 
@@ -196,13 +212,16 @@ static std::string_view type_name_of(nlohmann::detail::value_t type) {
 }
 
 std::string_view json_type_name(const Json& value) { return type_name_of(value.type()); }
-std::string_view json_type_name(const nlohmann::ordered_json& value) { return type_name_of(value.type()); }
+std::string_view json_type_name(const nlohmann::ordered_json& value) {
+  return type_name_of(value.type());
+}
 
 namespace {
 
 const Json* find_field(const Json& obj, std::string_view key, std::string_view where) {
   if (!obj.is_object()) {
-    invalid_argument(std::string(where) + ": expected a JSON object, got " + std::string(json_type_name(obj)));
+    invalid_argument(std::string(where) + ": expected a JSON object, got " +
+                     std::string(json_type_name(obj)));
   }
   auto it = obj.find(key);
   if (it == obj.end() || it->is_null()) {
@@ -211,10 +230,10 @@ const Json* find_field(const Json& obj, std::string_view key, std::string_view w
   return &*it;
 }
 
-[[noreturn]] void wrong_type(std::string_view key, std::string_view where, std::string_view expected,
-                             const Json& got) {
-  invalid_argument(std::string(where) + ": field '" + std::string(key) + "' must be " + std::string(expected) +
-                   ", got " + std::string(json_type_name(got)));
+[[noreturn]] void wrong_type(std::string_view key, std::string_view where,
+                             std::string_view expected, const Json& got) {
+  invalid_argument(std::string(where) + ": field '" + std::string(key) + "' must be " +
+                   std::string(expected) + ", got " + std::string(json_type_name(got)));
 }
 
 [[noreturn]] void missing(std::string_view key, std::string_view where) {
@@ -223,7 +242,8 @@ const Json* find_field(const Json& obj, std::string_view key, std::string_view w
 
 }  // namespace
 
-std::optional<std::string> get_optional_string(const Json& obj, std::string_view key, std::string_view where) {
+std::optional<std::string> get_optional_string(const Json& obj, std::string_view key,
+                                               std::string_view where) {
   const Json* v = find_field(obj, key, where);
   if (v == nullptr) return std::nullopt;
   if (!v->is_string()) wrong_type(key, where, "a string", *v);
@@ -236,7 +256,8 @@ std::string get_string(const Json& obj, std::string_view key, std::string_view w
   return *v;
 }
 
-std::optional<int64_t> get_optional_int(const Json& obj, std::string_view key, std::string_view where) {
+std::optional<int64_t> get_optional_int(const Json& obj, std::string_view key,
+                                        std::string_view where) {
   const Json* v = find_field(obj, key, where);
   if (v == nullptr) return std::nullopt;
   if (v->is_number_integer()) return v->get<int64_t>();
@@ -256,7 +277,8 @@ int64_t get_int(const Json& obj, std::string_view key, std::string_view where) {
   return *v;
 }
 
-std::optional<double> get_optional_number(const Json& obj, std::string_view key, std::string_view where) {
+std::optional<double> get_optional_number(const Json& obj, std::string_view key,
+                                          std::string_view where) {
   const Json* v = find_field(obj, key, where);
   if (v == nullptr) return std::nullopt;
   if (!v->is_number()) wrong_type(key, where, "a number", *v);
@@ -269,7 +291,8 @@ double get_number(const Json& obj, std::string_view key, std::string_view where)
   return *v;
 }
 
-std::optional<bool> get_optional_bool(const Json& obj, std::string_view key, std::string_view where) {
+std::optional<bool> get_optional_bool(const Json& obj, std::string_view key,
+                                      std::string_view where) {
   const Json* v = find_field(obj, key, where);
   if (v == nullptr) return std::nullopt;
   if (!v->is_boolean()) wrong_type(key, where, "a boolean", *v);

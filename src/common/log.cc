@@ -21,7 +21,8 @@ spdlog::logger& log() {
 void set_log_level(const std::string& name) {
   auto level = spdlog::level::from_str(name);
   if (level == spdlog::level::off && name != "off") {
-    invalid_argument("unknown log level '" + name + "' (use trace, debug, info, warn, error or off)");
+    invalid_argument("unknown log level '" + name +
+                     "' (use trace, debug, info, warn, error or off)");
   }
   log().set_level(level);
 }

@@ -8,7 +8,8 @@ namespace ajet {
 // The process-wide logger (stderr by default).
 spdlog::logger& log();
 
-// Sets the level from a name ("trace", "debug", "info", "warn", "error", "off"); unknown names throw.
+// Sets the level from a name ("trace", "debug", "info", "warn", "error", "off"); unknown names
+// throw.
 void set_log_level(const std::string& name);
 
 }  // namespace ajet

@@ -84,10 +84,11 @@ std::string format_value(double value) {
 
 Histogram::Histogram(std::vector<double> upper_bounds) : bounds_(std::move(upper_bounds)) {
   for (size_t i = 0; i < bounds_.size(); ++i) {
-    if (!std::isfinite(bounds_[i])) invalid_argument(fmt::format("histogram bound {} is not finite", i));
+    if (!std::isfinite(bounds_[i]))
+      invalid_argument(fmt::format("histogram bound {} is not finite", i));
     if (i > 0 && !(bounds_[i] > bounds_[i - 1])) {
-      invalid_argument(fmt::format("histogram bounds must increase: bound {} ({}) follows {}", i, bounds_[i],
-                                   bounds_[i - 1]));
+      invalid_argument(fmt::format("histogram bounds must increase: bound {} ({}) follows {}", i,
+                                   bounds_[i], bounds_[i - 1]));
     }
   }
   counts_.assign(bounds_.size() + 1, 0);
@@ -95,7 +96,8 @@ Histogram::Histogram(std::vector<double> upper_bounds) : bounds_(std::move(upper
 
 void Histogram::observe(double value) {
   size_t i = 0;
-  while (i < bounds_.size() && value > bounds_[i]) ++i;  // le: a value on a bound counts in that bucket
+  while (i < bounds_.size() && value > bounds_[i])
+    ++i;  // le: a value on a bound counts in that bucket
   counts_[i] += 1;
   count_ += 1;
   sum_ += value;
@@ -116,19 +118,22 @@ std::vector<double> latency_buckets_seconds() {
 }
 
 void TextBuilder::family(std::string_view name, Type type, std::string_view help) {
-  if (!valid_metric_name(name)) invalid_argument("metric name '" + std::string(name) + "' is not valid");
+  if (!valid_metric_name(name))
+    invalid_argument("metric name '" + std::string(name) + "' is not valid");
   if (!written_.insert(std::string(name)).second) {
     invalid_argument("metric family '" + std::string(name) + "' is written twice");
   }
   current_ = std::string(name);
   type_ = type;
-  out_ += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, escape_help(help), name, type_name(type));
+  out_ +=
+      fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, escape_help(help), name, type_name(type));
 }
 
 void TextBuilder::line(std::string_view suffix, const Labels& labels, std::string_view extra_name,
                        std::string_view extra_value, double value) {
   for (const auto& [name, v] : labels) {
-    if (!valid_label_name(name)) invalid_argument("label name '" + name + "' of " + current_ + " is not valid");
+    if (!valid_label_name(name))
+      invalid_argument("label name '" + name + "' of " + current_ + " is not valid");
   }
   out_ += current_;
   out_ += suffix;
@@ -154,7 +159,8 @@ void TextBuilder::line(std::string_view suffix, const Labels& labels, std::strin
 
 void TextBuilder::sample(const Labels& labels, double value) {
   if (current_.empty()) invalid_argument("a sample was written before its metric family");
-  if (type_ == Type::kHistogram) invalid_argument("histogram " + current_ + " takes histogram(), not sample()");
+  if (type_ == Type::kHistogram)
+    invalid_argument("histogram " + current_ + " takes histogram(), not sample()");
   line("", labels, "", "", value);
 }
 

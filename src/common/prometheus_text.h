@@ -55,12 +55,14 @@ class Histogram {
 
  private:
   std::vector<double> bounds_;
-  std::vector<uint64_t> counts_;  // per bucket, not cumulative; one more than bounds_ (the +Inf bucket)
+  std::vector<uint64_t>
+      counts_;  // per bucket, not cumulative; one more than bounds_ (the +Inf bucket)
   uint64_t count_ = 0;
   double sum_ = 0;
 };
 
-// Request latencies from 1 ms to 60 s (seconds): the buckets of ajet's `_duration_seconds` histograms.
+// Request latencies from 1 ms to 60 s (seconds): the buckets of ajet's `_duration_seconds`
+// histograms.
 std::vector<double> latency_buckets_seconds();
 
 class TextBuilder {
@@ -77,8 +79,8 @@ class TextBuilder {
   std::string take() { return std::move(out_); }
 
  private:
-  void line(std::string_view suffix, const Labels& labels, std::string_view extra_name, std::string_view extra_value,
-            double value);
+  void line(std::string_view suffix, const Labels& labels, std::string_view extra_name,
+            std::string_view extra_value, double value);
 
   std::string out_;
   std::string current_;  // the current family's name ("" before the first)

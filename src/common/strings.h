@@ -12,7 +12,8 @@ namespace ajet {
 // `s` with A-Z turned into a-z (other bytes unchanged): for case-insensitive names and keywords.
 inline std::string ascii_lower(std::string_view s) {
   std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return out;
 }
 
@@ -35,7 +36,8 @@ inline size_t edit_distance(std::string_view a, std::string_view b) {
 // The candidate nearest to `typed` for a "did you mean X?" hint: at most a third of its length
 // (rounded up; at least 1, at most 3) edits away, so "strat" finds "start"; "" when none is that
 // close. Ties go to the first candidate.
-inline std::string closest_name(std::string_view typed, const std::vector<std::string>& candidates) {
+inline std::string closest_name(std::string_view typed,
+                                const std::vector<std::string>& candidates) {
   const size_t limit = std::clamp<size_t>((typed.size() + 2) / 3, 1, 3);
   std::string best;
   size_t best_distance = limit + 1;

@@ -63,7 +63,8 @@ Subprocess Subprocess::spawn(const SpawnOptions& options) {
     std::string_view entry(*e);
     bool overridden = false;
     for (const auto& [k, v] : options.env) {
-      if (entry.size() > k.size() && entry.substr(0, k.size()) == k && entry[k.size()] == '=') overridden = true;
+      if (entry.size() > k.size() && entry.substr(0, k.size()) == k && entry[k.size()] == '=')
+        overridden = true;
     }
     if (!overridden) env_strings.emplace_back(entry);
   }
@@ -75,14 +76,15 @@ Subprocess Subprocess::spawn(const SpawnOptions& options) {
   const long max_fd = std::max(::sysconf(_SC_OPEN_MAX), 1024L);
 
   int out[2], err[2], in[2] = {-1, -1};
-  if (::pipe2(out, O_CLOEXEC) != 0) fail(ErrorCode::kIo, "spawn " + program + ": pipe: " + std::strerror(errno));
+  if (::pipe2(out, O_CLOEXEC) != 0)
+    fail(ErrorCode::kIo, "spawn " + program + ": pipe: " + std::strerror(errno));
   if (::pipe2(err, O_CLOEXEC) != 0) {
     ::close(out[0]);
     ::close(out[1]);
     fail(ErrorCode::kIo, "spawn " + program + ": pipe: " + std::strerror(errno));
   }
-  // stdin as a socket pair rather than a pipe: send(MSG_NOSIGNAL) turns a vanished reader into EPIPE
-  // without touching the process's SIGPIPE disposition.
+  // stdin as a socket pair rather than a pipe: send(MSG_NOSIGNAL) turns a vanished reader into
+  // EPIPE without touching the process's SIGPIPE disposition.
   if (options.pipe_stdin && ::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, in) != 0) {
     for (int fd : {out[0], out[1], err[0], err[1]}) ::close(fd);
     fail(ErrorCode::kIo, "spawn " + program + ": socketpair: " + std::strerror(errno));
@@ -112,9 +114,9 @@ Subprocess Subprocess::spawn(const SpawnOptions& options) {
     ::dup2(out[1], 1);
     ::dup2(out[1], 2);
     // Nothing else of the parent's reaches the child: not the front's listening socket (a front
-    // restarted on its port would find it taken while the engine lives), not its client connections,
-    // not the store. Libraries (Asio, SQLite) open fds without O_CLOEXEC, so mark them all here;
-    // err[1] is already close-on-exec and must stay open until execve reports.
+    // restarted on its port would find it taken while the engine lives), not its client
+    // connections, not the store. Libraries (Asio, SQLite) open fds without O_CLOEXEC, so mark them
+    // all here; err[1] is already close-on-exec and must stay open until execve reports.
     if (::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC) != 0) {  // Linux < 5.11
       for (long fd = 3; fd < max_fd; ++fd) {
         if (fd != err[1]) ::close(int(fd));
@@ -145,7 +147,8 @@ Subprocess Subprocess::spawn(const SpawnOptions& options) {
     if (in[0] >= 0) ::close(in[0]);
     int status = 0;
     ::waitpid(pid, &status, 0);
-    fail(ErrorCode::kIo, "cannot run " + program + (cwd.empty() ? "" : " in " + cwd) + ": " + std::strerror(child_errno));
+    fail(ErrorCode::kIo, "cannot run " + program + (cwd.empty() ? "" : " in " + cwd) + ": " +
+                             std::strerror(child_errno));
   }
   Subprocess p;
   p.pid_ = pid;
@@ -257,7 +260,8 @@ void Subprocess::signal_group(int sig) {
   if (::kill(-pid_, sig) != 0) ::kill(pid_, sig);
 }
 
-bool Subprocess::wait_some(std::chrono::milliseconds timeout, const std::function<void(std::string)>& on_line) {
+bool Subprocess::wait_some(std::chrono::milliseconds timeout,
+                           const std::function<void(std::string)>& on_line) {
   if (try_reap()) {
     read_output(on_line);
     return true;
@@ -273,13 +277,15 @@ bool Subprocess::wait_some(std::chrono::milliseconds timeout, const std::functio
   return try_reap().has_value();
 }
 
-int Subprocess::terminate(std::chrono::milliseconds grace, const std::function<void(std::string)>& on_line) {
+int Subprocess::terminate(std::chrono::milliseconds grace,
+                          const std::function<void(std::string)>& on_line) {
   if (pid_ <= 0) return 0;
   if (!try_reap()) {
     signal_group(SIGTERM);
     auto deadline = std::chrono::steady_clock::now() + grace;
     while (!exited()) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) break;
       wait_some(left, on_line);
     }
@@ -301,20 +307,23 @@ std::string describe_exit(int status) {
   if (WIFSIGNALED(status)) {
     int sig = WTERMSIG(status);
     const char* name = ::strsignal(sig);
-    return "killed by signal " + std::to_string(sig) + (name != nullptr ? std::string(" (") + name + ")" : "");
+    return "killed by signal " + std::to_string(sig) +
+           (name != nullptr ? std::string(" (") + name + ")" : "");
   }
   return "status " + std::to_string(status);
 }
 
 bool exited_cleanly(int status) { return WIFEXITED(status) && WEXITSTATUS(status) == 0; }
 
-CommandResult run_command(const SpawnOptions& options, const std::function<bool()>& cancelled, size_t max_output) {
+CommandResult run_command(const SpawnOptions& options, const std::function<bool()>& cancelled,
+                          size_t max_output) {
   CommandResult result;
   Subprocess p = Subprocess::spawn(options);
   auto collect = [&](std::string line) {
     result.output += line;
     result.output += '\n';
-    if (result.output.size() > 2 * max_output) result.output.erase(0, result.output.size() - max_output);
+    if (result.output.size() > 2 * max_output)
+      result.output.erase(0, result.output.size() - max_output);
   };
   while (!p.wait_some(std::chrono::milliseconds(100), collect)) {
     if (cancelled && cancelled()) {

@@ -1,8 +1,9 @@
-// Child processes (the front's engine and the build of synced code; classic mode's front and workflow
-// commands): fork + exec with stdout and stderr piped back, a process group of its own (a terminal's
-// Ctrl-C reaches only the parent, which then stops the child in order), PR_SET_PDEATHSIG so the child
-// dies with the *thread* that spawned it (a SIGKILLed parent leaves no orphan), and a pidfd to poll for
-// its exit. Linux only. A Subprocess is owned by one thread at a time; it never reaps other children.
+// Child processes (the front's engine and the build of synced code; classic mode's front and
+// workflow commands): fork + exec with stdout and stderr piped back, a process group of its own (a
+// terminal's Ctrl-C reaches only the parent, which then stops the child in order), PR_SET_PDEATHSIG
+// so the child dies with the *thread* that spawned it (a SIGKILLed parent leaves no orphan), and a
+// pidfd to poll for its exit. Linux only. A Subprocess is owned by one thread at a time; it never
+// reaps other children.
 #pragma once
 
 #include <sys/types.h>
@@ -18,10 +19,11 @@
 namespace ajet {
 
 struct SpawnOptions {
-  std::vector<std::string> argv;                            // argv[0]: the program path
-  std::vector<std::pair<std::string, std::string>> env;    // set on top of the front's environment
-  std::filesystem::path cwd;                                // empty: the front's
-  bool pipe_stdin = false;  // the child's stdin is a socket the parent writes (write_input); else /dev/null
+  std::vector<std::string> argv;                         // argv[0]: the program path
+  std::vector<std::pair<std::string, std::string>> env;  // set on top of the front's environment
+  std::filesystem::path cwd;                             // empty: the front's
+  bool pipe_stdin =
+      false;  // the child's stdin is a socket the parent writes (write_input); else /dev/null
 };
 
 class Subprocess {
@@ -60,11 +62,13 @@ class Subprocess {
   void signal_group(int sig);
   // SIGTERM, then SIGKILL after `grace`; waits for the exit and returns the status. Output arriving
   // meanwhile goes to `on_line` (may be null).
-  int terminate(std::chrono::milliseconds grace, const std::function<void(std::string)>& on_line = nullptr);
+  int terminate(std::chrono::milliseconds grace,
+                const std::function<void(std::string)>& on_line = nullptr);
   // Blocks until the child exits (draining output to `on_line`), returns its status.
   int wait(const std::function<void(std::string)>& on_line = nullptr);
   // Waits up to `timeout` for output or the exit (output goes to `on_line`); true once exited.
-  bool wait_some(std::chrono::milliseconds timeout, const std::function<void(std::string)>& on_line);
+  bool wait_some(std::chrono::milliseconds timeout,
+                 const std::function<void(std::string)>& on_line);
 
  private:
   void reset();  // kills and reaps a running child, closes the descriptors
@@ -82,8 +86,8 @@ class Subprocess {
 std::string describe_exit(int wait_status);
 bool exited_cleanly(int wait_status);
 
-// The first executable `program` in the directories of $PATH (an empty entry: the working directory;
-// no $PATH: /usr/local/bin:/usr/bin:/bin), or nullopt.
+// The first executable `program` in the directories of $PATH (an empty entry: the working
+// directory; no $PATH: /usr/local/bin:/usr/bin:/bin), or nullopt.
 std::optional<std::string> find_on_path(const std::string& program);
 
 // Runs a command to completion (blocking), capturing stdout + stderr (the last `max_output` bytes).
@@ -93,7 +97,8 @@ struct CommandResult {
   std::string output;  // tail of the combined output
   bool cancelled = false;
 };
-CommandResult run_command(const SpawnOptions& options, const std::function<bool()>& cancelled = nullptr,
+CommandResult run_command(const SpawnOptions& options,
+                          const std::function<bool()>& cancelled = nullptr,
                           size_t max_output = 256 * 1024);
 
 }  // namespace ajet

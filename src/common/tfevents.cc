@@ -35,7 +35,9 @@ void put_fixed64(std::string& out, uint64_t v) {
 }
 
 // Field keys: (field number << 3) | wire type (0 varint, 1 fixed64, 2 length-delimited, 5 fixed32).
-void put_key(std::string& out, uint32_t field, uint32_t wire_type) { put_varint(out, (field << 3) | wire_type); }
+void put_key(std::string& out, uint32_t field, uint32_t wire_type) {
+  put_varint(out, (field << 3) | wire_type);
+}
 
 void put_bytes(std::string& out, uint32_t field, std::string_view bytes) {
   put_key(out, field, 2);
@@ -118,16 +120,20 @@ std::string scalars_event(double wall_time, int64_t step, const Scalars& scalars
 }
 
 std::string event_file_name(double wall_time) {
-  return fmt::format("events.out.tfevents.{}.{}", static_cast<int64_t>(std::floor(wall_time)), host_name());
+  return fmt::format("events.out.tfevents.{}.{}", static_cast<int64_t>(std::floor(wall_time)),
+                     host_name());
 }
 
 EventFileWriter::EventFileWriter(const std::filesystem::path& dir, double wall_time) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) fail(ErrorCode::kIo, "cannot create the TensorBoard directory " + dir.string() + ": " + ec.message());
+  if (ec)
+    fail(ErrorCode::kIo,
+         "cannot create the TensorBoard directory " + dir.string() + ": " + ec.message());
   path_ = dir / event_file_name(wall_time);
   file_ = std::fopen(path_.c_str(), "ab");
-  if (file_ == nullptr) fail(ErrorCode::kIo, "cannot open " + path_.string() + ": " + std::strerror(errno));
+  if (file_ == nullptr)
+    fail(ErrorCode::kIo, "cannot open " + path_.string() + ": " + std::strerror(errno));
   write_record(file_version_event(wall_time));
 }
 
@@ -141,7 +147,8 @@ void EventFileWriter::write_scalars(int64_t step, const Scalars& scalars, double
 
 void EventFileWriter::write_record(const std::string& event) {
   const std::string record = frame_record(event);
-  if (std::fwrite(record.data(), 1, record.size(), file_) != record.size() || std::fflush(file_) != 0) {
+  if (std::fwrite(record.data(), 1, record.size(), file_) != record.size() ||
+      std::fflush(file_) != 0) {
     fail(ErrorCode::kIo, "cannot write " + path_.string() + ": " + std::strerror(errno));
   }
 }

@@ -1,6 +1,7 @@
-// TensorBoard event files, encoded by hand: no TensorFlow, no protobuf library. A file is a sequence
-// of TFRecords, each one serialized `Event` proto; TensorBoard (and tf.summary readers) read them.
-// Only scalars are written. This module never reads event files (tests bring their own reader).
+// TensorBoard event files, encoded by hand: no TensorFlow, no protobuf library. A file is a
+// sequence of TFRecords, each one serialized `Event` proto; TensorBoard (and tf.summary readers)
+// read them. Only scalars are written. This module never reads event files (tests bring their own
+// reader).
 //
 // TFRecord framing: uint64 LE length, uint32 LE masked CRC32C of those 8 bytes, the data, uint32 LE
 // masked CRC32C of the data; mask(c) = ((c >> 15) | (c << 17)) + 0xa282ead8.
@@ -40,7 +41,8 @@ std::string scalars_event(double wall_time, int64_t step, const Scalars& scalars
 std::string event_file_name(double wall_time);
 
 // Appends events to one file in `dir`. Every write is flushed, so a reader (TensorBoard while the
-// run goes) sees whole records. Not thread-safe: one owner writes. Throws Error(kIo) naming the file.
+// run goes) sees whole records. Not thread-safe: one owner writes. Throws Error(kIo) naming the
+// file.
 class EventFileWriter {
  public:
   // Creates `dir` and the file (appends when a file of that name exists: a second version event in

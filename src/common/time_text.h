@@ -15,7 +15,8 @@ inline std::string local_time_text(const char* format, std::time_t t = std::time
   return std::string(text, n);
 }
 
-// Today's local date, YYYY-MM-DD (what `date -I` prints): the benchmarks' entries in docs/benchmarks.md.
+// Today's local date, YYYY-MM-DD (what `date -I` prints): the benchmarks' entries in
+// docs/benchmarks.md.
 inline std::string local_date_text() { return local_time_text("%Y-%m-%d"); }
 
 }  // namespace ajet

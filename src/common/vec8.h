@@ -1,7 +1,8 @@
 // 8-float vectors (GCC vector extensions) and the few helpers the hand-written CPU kernels share:
-// loads and stores, horizontal sums, the maximum of a row, and exp on non-positive inputs (softmax after its max
-// is subtracted). Each target of AJET_MULTIVERSION lowers them to its own instructions (one AVX
-// register, or two SSE ones); always inlined, so a clone's vector calling convention never matters.
+// loads and stores, horizontal sums, the maximum of a row, and exp on non-positive inputs (softmax
+// after its max is subtracted). Each target of AJET_MULTIVERSION lowers them to its own
+// instructions (one AVX register, or two SSE ones); always inlined, so a clone's vector calling
+// convention never matters.
 #pragma once
 
 #include <algorithm>
@@ -26,9 +27,9 @@ AJET_INLINE v8f load8(const float* p) {
 
 AJET_INLINE void store8(float* p, v8f v) { std::memcpy(p, &v, sizeof(v)); }
 
-// For constants and loop invariants only: inside an AJET_MULTIVERSION clone GCC 12 builds a vector from
-// a run-time scalar with a chain of 8 inserts (it lowers the constructor for the base target), 9
-// shuffle-port µops where one broadcast would do. In a hot loop, load 8 and use lane8 below.
+// For constants and loop invariants only: inside an AJET_MULTIVERSION clone GCC 12 builds a vector
+// from a run-time scalar with a chain of 8 inserts (it lowers the constructor for the base target),
+// 9 shuffle-port µops where one broadcast would do. In a hot loop, load 8 and use lane8 below.
 AJET_INLINE v8f splat8(float x) { return v8f{x, x, x, x, x, x, x, x}; }
 
 // Lane J of v in every lane: one broadcast (from memory when v was just loaded) in every clone.
@@ -58,9 +59,9 @@ AJET_INLINE float max_of(const float* x, int64_t n) {
   return m;
 }
 
-// exp(x) for x <= 0 (softmax after subtracting the max), Cephes-style: x = n ln2 + r, |r| <= ln2 / 2,
-// degree-6 polynomial for e^r, 2^n from the exponent bits. Relative error ~2e-7; branch-free so the
-// softmax loop vectorises. Inputs below -87 return ~2^-126 instead of underflowing to 0.
+// exp(x) for x <= 0 (softmax after subtracting the max), Cephes-style: x = n ln2 + r, |r| <= ln2 /
+// 2, degree-6 polynomial for e^r, 2^n from the exponent bits. Relative error ~2e-7; branch-free so
+// the softmax loop vectorises. Inputs below -87 return ~2^-126 instead of underflowing to 0.
 AJET_INLINE float exp_nonpositive(float x) {
   x = x < -87.0f ? -87.0f : x;
   const float n = std::floor(x * 1.44269504088896341f + 0.5f);
@@ -85,7 +86,8 @@ AJET_INLINE v8f exp8_nonpositive(v8f x) {
   const v8f t = x * splat8(1.44269504088896341f) + splat8(0.5f);
   v8i ti = __builtin_convertvector(t, v8i);  // truncates toward zero
   v8f n = __builtin_convertvector(ti, v8f);
-  const v8i above = n > t;  // -1 where truncation rounded up (t < 0 and not whole): floor is one less
+  const v8i above =
+      n > t;  // -1 where truncation rounded up (t < 0 and not whole): floor is one less
   n += __builtin_convertvector(above, v8f);
   ti += above;
   const v8f r = x - n * splat8(0.693359375f) + n * splat8(2.12194440e-4f);

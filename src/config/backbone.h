@@ -1,4 +1,5 @@
-// The backbone: how a run trains. The one place its names are spelled; everything else holds the enum.
+// The backbone: how a run trains. The one place its names are spelled; everything else holds the
+// enum.
 //   torch: synchronous RL (a step's batch trains before the next step rolls out);
 //   async: rollouts go on while earlier batches train, within async.max_staleness versions;
 //   debug: inference only, nothing trains (batches are recorded).

@@ -39,7 +39,7 @@ struct RolloutConfig {
   std::string user_workflow;
   std::string user_workflow_mode = "per_episode";  // per_episode | worker (docs/classic.md)
   int64_t user_workflow_workers = 0;               // worker mode: processes; 0 = max_env_worker
-  double user_workflow_timeout = 600;              // seconds an episode's command may take; 0 = no limit
+  double user_workflow_timeout = 600;  // seconds an episode's command may take; 0 = no limit
   bool force_disable_toolcalls = false;
   int64_t max_env_worker = 64;
   int64_t max_response_length_in_one_turn = 4096;
@@ -69,7 +69,8 @@ struct BuiltinTasksConfig {
 struct TaskFilterConfig {
   std::vector<std::string> include_task_ids;
   std::vector<std::string> exclude_task_ids;
-  Json metadata = Json::object();  // metadata predicate: key -> value | [values] | {min, max} (docs/tasks.md)
+  Json metadata =
+      Json::object();  // metadata predicate: key -> value | [values] | {min, max} (docs/tasks.md)
 };
 
 // One source of tasks: what ajet.task_reader reads, and each task of a cocktail.
@@ -138,11 +139,13 @@ struct TaskJudgeConfig {
 // naming a judge. Upstream's swarm default, customized_protocol with judge_protocol null, means the
 // workflow (in swarm mode: the client) reports the reward, as judge_type workflow does.
 inline bool uses_builtin_judge(const TaskJudgeConfig& judge) {
-  return judge.judge_type == "builtin" || (judge.judge_type == "customized_protocol" && judge.judge_protocol);
+  return judge.judge_type == "builtin" ||
+         (judge.judge_type == "customized_protocol" && judge.judge_protocol);
 }
 
 struct ContextTrackerConfig {
-  std::string timeline_compare_level = "token";  // token (exact ids, default) | text (upstream fallback)
+  std::string timeline_compare_level =
+      "token";  // token (exact ids, default) | text (upstream fallback)
   bool ignore_tools = true;
   bool fix_retokenization_drift = true;
   std::vector<std::string> trainable_agents;  // empty: every agent is trained
@@ -215,7 +218,8 @@ struct TrainerCommonConfig {
   int64_t max_checkpoints_to_keep = 3;  // -1: all
   bool episode_loss_weighting = true;
   std::string sequence_packing = "tree";  // tree | plain
-  bool activation_checkpointing = false;  // keep each layer's input only; recompute the layer in backward
+  bool activation_checkpointing =
+      false;  // keep each layer's input only; recompute the layer in backward
   OptimConfig optim;
 };
 
@@ -229,21 +233,21 @@ struct LoraConfig {
 struct AsyncConfig {
   int64_t max_staleness = 1;
   std::string off_policy_correction = "decoupled_ppo";  // decoupled_ppo | tis | none
-  double importance_weight_cap = 2.0;  // 0: no truncation
+  double importance_weight_cap = 2.0;                   // 0: no truncation
   // While a step trains beside the rollouts: the trainer's intra-op threads (0: half of
   // ajet.engine.threads, at least 1) and the decoder's (0: all of ajet.engine.threads); a narrower
   // decoder gets all of them back when the step's weights are in.
   int64_t trainer_threads = 0;
   int64_t decode_threads_while_training = 0;
-  // The trainer thread's nice value (Linux, per thread): above the decoder's, the trainer runs on what
-  // the rollouts leave idle instead of preempting the decoder's threads.
+  // The trainer thread's nice value (Linux, per thread): above the decoder's, the trainer runs on
+  // what the rollouts leave idle instead of preempting the decoder's threads.
   int64_t trainer_nice = 19;
 };
 
-// What the front's store keeps of trained steps' LLM calls (the token records behind GET /episodes/{uuid}
-// and `ajet episode show`): every call of the newest `full_steps` trained steps, and of each earlier
-// step the calls of its first `sample_episodes` episodes; the rest are deleted once a step falls
-// behind (episode rows, rewards and batch stats stay). -1 keeps every call.
+// What the front's store keeps of trained steps' LLM calls (the token records behind GET
+// /episodes/{uuid} and `ajet episode show`): every call of the newest `full_steps` trained steps,
+// and of each earlier step the calls of its first `sample_episodes` episodes; the rest are deleted
+// once a step falls behind (episode rows, rewards and batch stats stay). -1 keeps every call.
 struct StoreRetentionConfig {
   int64_t full_steps = 5;
   int64_t sample_episodes = 4;
@@ -253,7 +257,8 @@ struct InterchangeServerConfig {
   int64_t interchange_server_port = 10086;  // 0 ("auto"): any free port
 };
 
-// The KV cache budget when the config does not set ajet.engine.kv_cache_memory_mb (and ajet-engine's
+// The KV cache budget when the config does not set ajet.engine.kv_cache_memory_mb (and
+// ajet-engine's
 // --kv-cache-mb default): the one place this default is written.
 inline constexpr int64_t kDefaultKvCacheMemoryMb = 1024;
 // ajet.engine.kv_cache_dtype's values (and `ajet-engine serve --kv-cache-dtype`'s).
@@ -262,9 +267,10 @@ inline const std::vector<std::string> kKvCacheDtypes = {"auto", "float32", "bflo
 struct EngineConfig {
   int64_t threads = 0;  // 0: one per core
   int64_t kv_cache_memory_mb = kDefaultKvCacheMemoryMb;
-  std::string device = "cpu";   // cpu | cuda | auto
+  std::string device = "cpu";     // cpu | cuda | auto
   std::string dtype = "float32";  // float32 | bfloat16 | float16
-  std::string kv_cache_dtype = "auto";  // vLLM's name: auto (the model's dtype) | float32 | bfloat16 | float16
+  std::string kv_cache_dtype =
+      "auto";  // vLLM's name: auto (the model's dtype) | float32 | bfloat16 | float16
   int64_t prefill_chunk_tokens = 512;
   bool enable_prefix_caching = true;  // vLLM's name: reuse keys/values of shared prompt prefixes
   int64_t seed = 0;
@@ -283,8 +289,8 @@ struct MultiModelMember {
   std::string path;  // its model directory (relative to the config file's directory)
 };
 inline constexpr size_t kMaxMultiModelMembers = 8;
-// The members of ajet.multi_model. Problems go to `problems`, or (null) throw Error(kInvalidArgument)
-// naming the key.
+// The members of ajet.multi_model. Problems go to `problems`, or (null) throw
+// Error(kInvalidArgument) naming the key.
 std::vector<MultiModelMember> multi_model_members(const MultiModelConfig& mm,
                                                   std::vector<std::string>* problems = nullptr);
 
@@ -308,8 +314,10 @@ struct Config {
   EngineConfig engine;
   std::string swarm_mode_sample_collection_method = "rollout_until_finish_enough_tasks";
   int64_t swarm_mode_sample_collection_max_cached_episodes = 9999;
-  double swarm_mode_drain_timeout = 600.0;  // most seconds ROLLING_POST waits for live train episodes
-  double swarm_mode_drain_idle_grace = 0.5;  // an episode idle longer is not waited for (it carries over)
+  double swarm_mode_drain_timeout =
+      600.0;  // most seconds ROLLING_POST waits for live train episodes
+  double swarm_mode_drain_idle_grace =
+      0.5;  // an episode idle longer is not waited for (it carries over)
   // With an agree-based trigger, seconds the boundary (ROLLING_POST) stays visible for clients that
   // agreed and poll the status for it; 0 when the only client waits on global_step (classic mode).
   double swarm_mode_agree_boundary_dwell = 2.0;
@@ -317,7 +325,8 @@ struct Config {
 
 // The loggers this build writes, and upstream's (VERL's Tracking backends) that it has not.
 inline const std::vector<std::string> kLoggers = {"console", "jsonl", "tensorboard"};
-inline const std::vector<std::string> kUnavailableLoggers = {"swanlab", "wandb", "mlflow", "vemlp_wandb", "clearml"};
+inline const std::vector<std::string> kUnavailableLoggers = {"swanlab", "wandb", "mlflow",
+                                                             "vemlp_wandb", "clearml"};
 
 // Whether ajet.trainer_common.logger names `name`.
 inline bool logger_enabled(const Config& config, const std::string& name) {

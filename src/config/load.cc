@@ -41,7 +41,8 @@ struct Ctx {
     if (!node.Mark().is_null()) out += fmt::format(":{}", node.Mark().line + 1);
     return out;
   }
-  [[noreturn]] void type_error(const Field& f, const YAML::Node& node, std::string_view expected = {}) const {
+  [[noreturn]] void type_error(const Field& f, const YAML::Node& node,
+                               std::string_view expected = {}) const {
     std::string want(expected.empty() ? field_type_name(f.target) : expected);
     invalid_argument(at(node) + ": " + f.key + " must be " + want + ", got " + describe(node));
   }
@@ -77,9 +78,9 @@ std::optional<int64_t> scalar_int(const std::string& text) {
 bool is_quoted(const YAML::Node& node) { return node.Tag() == "!"; }
 
 // Free-form mappings (task params, metadata) become JSON. YAML aliases make a document a graph in
-// which one node can be reached billions of times (nine levels of nine aliases fit in 500 bytes), and
-// the conversion copies each reference: it counts the bytes it builds and the depth it reaches, and
-// refuses the field beyond kMaxExpandedBytes or kMaxJsonDepth instead of growing without bound.
+// which one node can be reached billions of times (nine levels of nine aliases fit in 500 bytes),
+// and the conversion copies each reference: it counts the bytes it builds and the depth it reaches,
+// and refuses the field beyond kMaxExpandedBytes or kMaxJsonDepth instead of growing without bound.
 constexpr size_t kMaxExpandedBytes = size_t(16) << 20;
 
 struct Expansion {
@@ -90,12 +91,14 @@ struct Expansion {
   void spend(const YAML::Node& node, size_t n, int depth) {
     bytes += n;
     if (bytes > kMaxExpandedBytes) {
-      invalid_argument(ctx.at(node) + ": " + field.key + " expands to more than " + std::to_string(kMaxExpandedBytes >> 20) +
-                       " MiB (YAML aliases repeat one node many times); write the values out or make them smaller");
+      invalid_argument(ctx.at(node) + ": " + field.key + " expands to more than " +
+                       std::to_string(kMaxExpandedBytes >> 20) +
+                       " MiB (YAML aliases repeat one node many times); write the values out or "
+                       "make them smaller");
     }
     if (depth > kMaxJsonDepth) {
-      invalid_argument(ctx.at(node) + ": " + field.key + " nests deeper than " + std::to_string(kMaxJsonDepth) +
-                       " levels");
+      invalid_argument(ctx.at(node) + ": " + field.key + " nests deeper than " +
+                       std::to_string(kMaxJsonDepth) + " levels");
     }
   }
 };
@@ -133,10 +136,12 @@ Json yaml_to_json(const YAML::Node& node, Expansion& expansion, int depth = 1) {
   return text;
 }
 
-std::string canonical_choice(const Field& f, const std::string& value, const YAML::Node& node, const Ctx& ctx) {
+std::string canonical_choice(const Field& f, const std::string& value, const YAML::Node& node,
+                             const Ctx& ctx) {
   for (const auto& [given, canonical] : f.aliases) {
     if (value == given) {
-      ctx.warn(ctx.at(node) + ": " + f.key + ": '" + given + "' is upstream's name; using '" + canonical + "'");
+      ctx.warn(ctx.at(node) + ": " + f.key + ": '" + given + "' is upstream's name; using '" +
+               canonical + "'");
       return canonical;
     }
   }
@@ -144,7 +149,8 @@ std::string canonical_choice(const Field& f, const std::string& value, const YAM
       std::find(f.choices.begin(), f.choices.end(), value) == f.choices.end()) {
     std::string allowed;
     for (const auto& c : f.choices) allowed += (allowed.empty() ? "" : ", ") + c;
-    invalid_argument(ctx.at(node) + ": " + f.key + " must be one of [" + allowed + "], got '" + value + "'");
+    invalid_argument(ctx.at(node) + ": " + f.key + " must be one of [" + allowed + "], got '" +
+                     value + "'");
   }
   return value;
 }
@@ -192,7 +198,9 @@ void assign(const Field& f, const YAML::Node& node, const Ctx& ctx) {
     }
     void operator()(int64_t* out) const { *out = as_int(f, node, ctx); }
     void operator()(double* out) const { *out = as_double(f, node, ctx); }
-    void operator()(std::string* out) const { *out = canonical_choice(f, scalar_string(f, node, ctx), node, ctx); }
+    void operator()(std::string* out) const {
+      *out = canonical_choice(f, scalar_string(f, node, ctx), node, ctx);
+    }
     void operator()(std::vector<std::string>* out) const {
       std::vector<std::string> items;
       if (node.IsScalar()) {
@@ -262,8 +270,9 @@ struct KeyIndex {
 
 const std::string* ignored_reason(const std::string& key) {
   for (const auto& [prefix, reason] : ignored_upstream_keys()) {
-    if (key == prefix || (key.size() > prefix.size() && key.compare(0, prefix.size(), prefix) == 0 &&
-                          key[prefix.size()] == '.')) {
+    if (key == prefix ||
+        (key.size() > prefix.size() && key.compare(0, prefix.size(), prefix) == 0 &&
+         key[prefix.size()] == '.')) {
       return &reason;
     }
   }
@@ -271,16 +280,17 @@ const std::string* ignored_reason(const std::string& key) {
 }
 
 // Sections of the config that belong to the other side of a swarm (ConfigUse): the clients read the
-// tasks and judge them, from the same config the classic launcher or a swarm client syncs. The swarm
-// server skips them without a word: they are used, only not here, and a warning on every sync would
-// tell the user to remove what their clients need.
+// tasks and judge them, from the same config the classic launcher or a swarm client syncs. The
+// swarm server skips them without a word: they are used, only not here, and a warning on every sync
+// would tell the user to remove what their clients need.
 bool client_side_section(const std::string& key, ConfigUse use) {
   return use == ConfigUse::kSwarmServer && (key == "ajet.task_reader" || key == "ajet.task_judge");
 }
 
 void walk(const YAML::Node& map, const std::string& prefix, const KeyIndex& index, const Ctx& ctx) {
   for (const auto& kv : map) {
-    if (!kv.first.IsScalar()) invalid_argument(ctx.at(kv.first) + ": config keys must be plain names");
+    if (!kv.first.IsScalar())
+      invalid_argument(ctx.at(kv.first) + ": config keys must be plain names");
     std::string key = prefix.empty() ? kv.first.Scalar() : prefix + "." + kv.first.Scalar();
     const YAML::Node& value = kv.second;
     if (client_side_section(key, ctx.use)) continue;
@@ -293,7 +303,8 @@ void walk(const YAML::Node& map, const std::string& prefix, const KeyIndex& inde
         invalid_argument(ctx.at(value) + ": " + key + " must be a mapping, got " + describe(value));
       }
     } else if (const std::string* reason = ignored_reason(key)) {
-      ctx.warn(ctx.at(kv.first) + ": upstream key '" + key + "' is not used here (" + *reason + "); ignored");
+      ctx.warn(ctx.at(kv.first) + ": upstream key '" + key + "' is not used here (" + *reason +
+               "); ignored");
     } else if (prefix.empty() && (key == "hydra" || key == "defaults")) {
       // Upstream's Hydra preamble: meaningless here and harmless.
     } else {
@@ -401,13 +412,15 @@ bool is_kl_loss_type(const std::string& name) {
 
 std::string kl_loss_types_text() { return fmt::format("{}", fmt::join(kKlLossTypes, ", ")); }
 
-// Settings of switched-off features may hold values this build lacks (Field::choice_checked_when_used):
-// a warning, and the default stays, so the config still dumps and reloads.
+// Settings of switched-off features may hold values this build lacks
+// (Field::choice_checked_when_used): a warning, and the default stays, so the config still dumps
+// and reloads.
 void settle_unused_choices(Config& config, const Ctx& ctx) {
   auto& tc = config.trainer_common;
   if (!tc.use_kl_loss && !is_kl_loss_type(tc.kl_loss_type)) {
     ctx.warn(std::string(ctx.source) + ": ajet.trainer_common.kl_loss_type '" + tc.kl_loss_type +
-             "' is not supported here (" + kl_loss_types_text() + "), and use_kl_loss is false: ignored");
+             "' is not supported here (" + kl_loss_types_text() +
+             "), and use_kl_loss is false: ignored");
     tc.kl_loss_type = kKlLossTypes.front();  // config.h's default
   }
 }
@@ -416,20 +429,24 @@ bool listed(const std::vector<std::string>& names, const std::string& name) {
   return std::find(names.begin(), names.end(), name) != names.end();
 }
 
-// Upstream's loggers this build lacks (swanlab, wandb …) are dropped with a warning. A list that held
-// only those becomes the default, so an upstream config still gets its curves (here: TensorBoard).
+// Upstream's loggers this build lacks (swanlab, wandb …) are dropped with a warning. A list that
+// held only those becomes the default, so an upstream config still gets its curves (here:
+// TensorBoard).
 void settle_loggers(Config& config, const Ctx& ctx) {
   std::vector<std::string>& loggers = config.trainer_common.logger;
   std::vector<std::string> kept, dropped;
-  for (const std::string& name : loggers) (listed(kUnavailableLoggers, name) ? dropped : kept).push_back(name);
+  for (const std::string& name : loggers)
+    (listed(kUnavailableLoggers, name) ? dropped : kept).push_back(name);
   if (dropped.empty()) return;
-  std::string message = fmt::format("{}: ajet.trainer_common.logger: {} not available here; ignored", ctx.source,
-                                    fmt::join(dropped, ", "));
+  std::string message =
+      fmt::format("{}: ajet.trainer_common.logger: {} not available here; ignored", ctx.source,
+                  fmt::join(dropped, ", "));
   if (kept.empty()) {
     kept = Config().trainer_common.logger;
     message += fmt::format(" (using the default: {})", fmt::join(kept, ", "));
   }
-  ctx.warn(message + "; metrics go to the store, and to TensorBoard event files with `tensorboard`");
+  ctx.warn(message +
+           "; metrics go to the store, and to TensorBoard event files with `tensorboard`");
   loggers = std::move(kept);
 }
 
@@ -553,7 +570,8 @@ LoadedConfig parse_config(std::string_view yaml_text, std::string_view source, C
   try {
     root = YAML::Load(std::string(yaml_text));
   } catch (const YAML::Exception& e) {
-    invalid_argument(fmt::format("{}:{}:{}: invalid YAML: {}", source, e.mark.line + 1, e.mark.column + 1, e.msg));
+    invalid_argument(fmt::format("{}:{}:{}: invalid YAML: {}", source, e.mark.line + 1,
+                                 e.mark.column + 1, e.msg));
   }
   LoadedConfig loaded;
   std::vector<Field> fields = config_fields(loaded.config);
@@ -562,7 +580,8 @@ LoadedConfig parse_config(std::string_view yaml_text, std::string_view source, C
   if (root.IsMap()) {
     walk(root, "", index, ctx);
   } else if (root.IsDefined() && !root.IsNull()) {
-    invalid_argument(std::string(source) + ": the config must be a mapping with an `ajet` section, got " +
+    invalid_argument(std::string(source) +
+                     ": the config must be a mapping with an `ajet` section, got " +
                      describe(root));
   }
   settle_unused_choices(loaded.config, ctx);
@@ -580,7 +599,8 @@ void set_config_value(Config& config, std::string_view dotted_key, std::string_v
   std::vector<Field> fields = config_fields(config);
   std::string key(dotted_key);
   if (key.rfind("ajet.", 0) != 0) key = "ajet." + key;
-  auto it = std::find_if(fields.begin(), fields.end(), [&](const Field& f) { return f.key == key; });
+  auto it =
+      std::find_if(fields.begin(), fields.end(), [&](const Field& f) { return f.key == key; });
   if (it == fields.end()) {
     std::vector<std::string> known;
     for (const auto& f : fields) known.push_back(f.key);
@@ -592,7 +612,8 @@ void set_config_value(Config& config, std::string_view dotted_key, std::string_v
   try {
     node = YAML::Load(std::string(yaml_value));
   } catch (const YAML::Exception& e) {
-    invalid_argument("override " + key + ": invalid YAML value '" + std::string(yaml_value) + "': " + e.msg);
+    invalid_argument("override " + key + ": invalid YAML value '" + std::string(yaml_value) +
+                     "': " + e.msg);
   }
   std::vector<std::string> ignored_warnings;
   assign(*it, node, Ctx{"override", &ignored_warnings});
@@ -609,28 +630,32 @@ bool valid_device_name(std::string_view device) {
   return true;
 }
 
-std::optional<std::string> truncated_rollout_warning(const Config& config, std::string_view source) {
+std::optional<std::string> truncated_rollout_warning(const Config& config,
+                                                     std::string_view source) {
   const auto& r = config.rollout;
   if (r.top_p >= 1.0 && r.top_k <= 0) return std::nullopt;
   const bool corrected = config.backbone == "async" && config.async.off_policy_correction != "none";
   const bool rollout_old = config.trainer_common.old_logprob_source == "rollout";
   if (!corrected && !rollout_old) return std::nullopt;
-  return fmt::format("{}: ajet.rollout.top_p {} / top_k {}: train episodes come from a truncated distribution the "
-                     "trainer does not form, and {} divides by their logprobs; the ratios carry the difference "
-                     "(each step's rollout_logprob_diff shows it). Keep top_p 1 and top_k -1 to train on what was "
-                     "sampled",
-                     source, r.top_p, r.top_k,
-                     corrected ? "the async off-policy correction (ajet.async.off_policy_correction)"
-                               : "ajet.trainer_common.old_logprob_source: rollout");
+  return fmt::format(
+      "{}: ajet.rollout.top_p {} / top_k {}: train episodes come from a truncated distribution the "
+      "trainer does not form, and {} divides by their logprobs; the ratios carry the difference "
+      "(each step's rollout_logprob_diff shows it). Keep top_p 1 and top_k -1 to train on what was "
+      "sampled",
+      source, r.top_p, r.top_k,
+      corrected ? "the async off-policy correction (ajet.async.off_policy_correction)"
+                : "ajet.trainer_common.old_logprob_source: rollout");
 }
 
-std::vector<MultiModelMember> multi_model_members(const MultiModelConfig& mm, std::vector<std::string>* problems) {
+std::vector<MultiModelMember> multi_model_members(const MultiModelConfig& mm,
+                                                  std::vector<std::string>* problems) {
   std::vector<MultiModelMember> out;
   std::vector<std::string> local;
   std::vector<std::string>& p = problems != nullptr ? *problems : local;
   const std::string where = "ajet.multi_model.models";
   if (!mm.models.is_array() || mm.models.size() > kMaxMultiModelMembers) {
-    p.push_back(fmt::format("{} must be a list of at most {} {{name, path}}", where, kMaxMultiModelMembers));
+    p.push_back(fmt::format("{} must be a list of at most {} {{name, path}}", where,
+                            kMaxMultiModelMembers));
     return out;
   }
   std::set<std::string> names;
@@ -648,16 +673,19 @@ std::vector<MultiModelMember> multi_model_members(const MultiModelConfig& mm, st
       continue;
     }
     MultiModelMember member{text("name"), text("path")};
-    if (member.name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_-") != std::string::npos) {
-      p.push_back(at + ".name '" + member.name + "' may only hold a-z, 0-9, _ and - (it names a directory)");
+    if (member.name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_-") !=
+        std::string::npos) {
+      p.push_back(at + ".name '" + member.name +
+                  "' may only hold a-z, 0-9, _ and - (it names a directory)");
     } else if (!member.name.empty() && !names.insert(member.name).second) {
       p.push_back(at + ".name '" + member.name + "' is used twice");
     }
     out.push_back(std::move(member));
   }
   if (!mm.models.empty() && mm.workflow == "calc_duo" && mm.models.size() != 2) {
-    p.push_back(fmt::format("{}: calc_duo needs exactly two models (the caller, then the answerer), got {}", where,
-                            mm.models.size()));
+    p.push_back(
+        fmt::format("{}: calc_duo needs exactly two models (the caller, then the answerer), got {}",
+                    where, mm.models.size()));
   }
   if (problems == nullptr && !local.empty()) invalid_argument(local.front());
   return out;
@@ -680,24 +708,29 @@ void validate(const Config& config, std::string_view source) {
   auto relation = [&](bool ok, std::string message) {
     if (!ok) problems.push_back(std::move(message));
   };
-  relation(!config.model.path.empty(), "ajet.model.path is required (a model directory in Hugging Face layout)");
+  relation(!config.model.path.empty(),
+           "ajet.model.path is required (a model directory in Hugging Face layout)");
   relation(valid_device_name(config.engine.device),
-           "ajet.engine.device must be cpu, cuda, cuda:N (N a GPU index, 0-999) or auto, got '" + config.engine.device +
-               "'");
+           "ajet.engine.device must be cpu, cuda, cuda:N (N a GPU index, 0-999) or auto, got '" +
+               config.engine.device + "'");
   relation(r.max_response_length_in_one_turn <= r.max_model_len,
-           fmt::format("ajet.rollout.max_response_length_in_one_turn ({}) must be <= ajet.rollout.max_model_len ({})",
+           fmt::format("ajet.rollout.max_response_length_in_one_turn ({}) must be <= "
+                       "ajet.rollout.max_model_len ({})",
                        r.max_response_length_in_one_turn, r.max_model_len));
   relation(r.max_response_length_in_one_turn <= d.max_response_length,
-           fmt::format("ajet.rollout.max_response_length_in_one_turn ({}) must be <= ajet.data.max_response_length "
+           fmt::format("ajet.rollout.max_response_length_in_one_turn ({}) must be <= "
+                       "ajet.data.max_response_length "
                        "({})",
                        r.max_response_length_in_one_turn, d.max_response_length));
   relation(d.max_prompt_length + d.max_response_length <= r.max_model_len,
-           fmt::format("ajet.data.max_prompt_length + ajet.data.max_response_length ({} + {}) must be <= "
-                       "ajet.rollout.max_model_len ({})",
-                       d.max_prompt_length, d.max_response_length, r.max_model_len));
+           fmt::format(
+               "ajet.data.max_prompt_length + ajet.data.max_response_length ({} + {}) must be <= "
+               "ajet.rollout.max_model_len ({})",
+               d.max_prompt_length, d.max_response_length, r.max_model_len));
   for (const auto& [model, agent] : config.context_tracker.model_agents.items()) {
     relation(agent.is_string() && !agent.get<std::string>().empty(),
-             fmt::format("ajet.context_tracker.model_agents.{} must be an agent name (a non-empty string), got {}",
+             fmt::format("ajet.context_tracker.model_agents.{} must be an agent name (a non-empty "
+                         "string), got {}",
                          model, agent.dump()));
   }
   const auto& betas = config.trainer_common.optim.betas;
@@ -709,17 +742,19 @@ void validate(const Config& config, std::string_view source) {
                !config.task_reader.jsonl_dataset_file.training_file_path.empty(),
            "ajet.task_reader.type is jsonl_dataset_file but "
            "ajet.task_reader.jsonl_dataset_file.training.file_path is empty");
-  relation(config.task_judge.judge_type != "builtin" || config.task_judge.judge_protocol.has_value(),
-           "ajet.task_judge.judge_type is builtin but ajet.task_judge.judge_protocol is not set");
+  relation(
+      config.task_judge.judge_type != "builtin" || config.task_judge.judge_protocol.has_value(),
+      "ajet.task_judge.judge_type is builtin but ajet.task_judge.judge_protocol is not set");
   const auto& tc = config.trainer_common;
   relation(!tc.use_kl_loss || is_kl_loss_type(tc.kl_loss_type),
-           "ajet.trainer_common.kl_loss_type must be one of [" + kl_loss_types_text() + "] when use_kl_loss is true, got '" +
-               tc.kl_loss_type + "'");
+           "ajet.trainer_common.kl_loss_type must be one of [" + kl_loss_types_text() +
+               "] when use_kl_loss is true, got '" + tc.kl_loss_type + "'");
   for (const std::string& logger : tc.logger) {
     if (listed(kLoggers, logger) || listed(kUnavailableLoggers, logger)) continue;
     const std::string near = closest_name(logger, kLoggers);
-    problems.push_back(fmt::format("ajet.trainer_common.logger: unknown logger '{}' (known: {}{})", logger,
-                                   fmt::join(kLoggers, ", "), near.empty() ? "" : "; did you mean '" + near + "'?"));
+    problems.push_back(fmt::format("ajet.trainer_common.logger: unknown logger '{}' (known: {}{})",
+                                   logger, fmt::join(kLoggers, ", "),
+                                   near.empty() ? "" : "; did you mean '" + near + "'?"));
   }
   relation(config.lora.lora_rank == 0 || config.lora.lora_alpha > 0,
            "ajet.lora.lora_alpha must be > 0 when ajet.lora.lora_rank > 0");
@@ -744,7 +779,8 @@ std::string to_yaml(const Config& config) {
   return std::string(out.c_str()) + "\n";
 }
 
-void resolve_auto_names(Config& config, std::string_view yaml_path, std::chrono::system_clock::time_point now,
+void resolve_auto_names(Config& config, std::string_view yaml_path,
+                        std::chrono::system_clock::time_point now,
                         const std::filesystem::path& exp_base_dir) {
   if (config.experiment_name == "read_yaml_name") {
     std::time_t t = std::chrono::system_clock::to_time_t(now);
@@ -755,7 +791,8 @@ void resolve_auto_names(Config& config, std::string_view yaml_path, std::chrono:
     std::string stem = std::filesystem::path(yaml_path).stem().string();
     config.experiment_name = (stem.empty() ? std::string("experiment") : stem) + "_" + stamp;
   }
-  if (config.experiment_dir == "auto") config.experiment_dir = (exp_base_dir / config.experiment_name).string();
+  if (config.experiment_dir == "auto")
+    config.experiment_dir = (exp_base_dir / config.experiment_name).string();
 }
 
 }  // namespace ajet::config

@@ -30,17 +30,19 @@ struct Field {
   // Accepted values that mean another one (upstream names): {given, canonical}. Using one warns.
   std::vector<std::pair<std::string, std::string>> aliases;
   std::optional<int64_t> auto_value;  // integer fields: the string `auto` means this value
-  // A value outside `choices` is an error only when the run would use the key (checked after parsing,
-  // load.cc); otherwise a warning, and the default stays. For settings of switched-off features.
+  // A value outside `choices` is an error only when the run would use the key (checked after
+  // parsing, load.cc); otherwise a warning, and the default stays. For settings of switched-off
+  // features.
   bool choice_checked_when_used = false;
   bool json_list = false;  // Json fields: a list (of mappings) instead of a mapping
 };
 
 // The KL estimators the trainer has (ajet.trainer_common.kl_loss_type), the default first: verl's
-// names, where k3 is low_var_kl, kl is k1 and k2 is mse (train_data/options.h). verl's `full` (every
-// vocabulary logit) is not among them. Checked only when use_kl_loss is on (load.cc), so named once
-// here for the schema and that check.
-inline const std::vector<std::string> kKlLossTypes = {"low_var_kl", "k3", "k1", "kl", "k2", "mse", "abs"};
+// names, where k3 is low_var_kl, kl is k1 and k2 is mse (train_data/options.h). verl's `full`
+// (every vocabulary logit) is not among them. Checked only when use_kl_loss is on (load.cc), so
+// named once here for the schema and that check.
+inline const std::vector<std::string> kKlLossTypes = {"low_var_kl", "k3",  "k1", "kl",
+                                                      "k2",         "mse", "abs"};
 
 // Every key of `config`, in document order. Targets point into `config`.
 std::vector<Field> config_fields(Config& config);
@@ -50,8 +52,9 @@ std::vector<Field> config_fields(Config& config);
 // Targets point into `task`.
 std::vector<Field> cocktail_task_fields(CocktailTaskConfig& task, size_t index);
 
-// Upstream AgentJet keys that have no meaning here (vLLM, Ray, FSDP, Hydra, …). A YAML that sets one
-// gets a warning that names it and says it is ignored; a subtree entry covers everything below it.
+// Upstream AgentJet keys that have no meaning here (vLLM, Ray, FSDP, Hydra, …). A YAML that sets
+// one gets a warning that names it and says it is ignored; a subtree entry covers everything below
+// it.
 const std::vector<std::pair<std::string, std::string>>& ignored_upstream_keys();
 
 // "integer", "number", "boolean", "string", "list of strings", … (for messages and docs).

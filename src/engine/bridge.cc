@@ -22,18 +22,17 @@ batching::GenerateRequest to_infer_request(const rpc::GenerateRequest& r, std::s
 
 rpc::FinishReason to_rpc_finish(batching::FinishReason reason) {
   switch (reason) {
-    case batching::FinishReason::kStop:
-      return rpc::FinishReason::kStop;
-    case batching::FinishReason::kLength:
-      return rpc::FinishReason::kLength;
-    case batching::FinishReason::kAbort:
-      return rpc::FinishReason::kAbort;
+    case batching::FinishReason::kStop: return rpc::FinishReason::kStop;
+    case batching::FinishReason::kLength: return rpc::FinishReason::kLength;
+    case batching::FinishReason::kAbort: return rpc::FinishReason::kAbort;
   }
   return rpc::FinishReason::kAbort;
 }
 
 TokensEventBuilder::TokensEventBuilder(int64_t prompt_tokens, int64_t samples, int32_t top_logprobs)
-    : prompt_tokens_(prompt_tokens), top_logprobs_(top_logprobs), completion_(static_cast<size_t>(samples), 0) {}
+    : prompt_tokens_(prompt_tokens),
+      top_logprobs_(top_logprobs),
+      completion_(static_cast<size_t>(samples), 0) {}
 
 rpc::TokensEvent TokensEventBuilder::next(const batching::GenerateEvent& event) {
   rpc::TokensEvent e;
@@ -52,10 +51,12 @@ rpc::TokensEvent TokensEventBuilder::next(const batching::GenerateEvent& event) 
     for (int32_t k = 0; k < top_logprobs_; ++k) {
       const bool have = static_cast<size_t>(k) < token.top_logprobs.size();
       e.top_ids.push_back(have ? token.top_logprobs[k].id : -1);
-      e.top_logprobs.push_back(have ? token.top_logprobs[k].logprob : -std::numeric_limits<float>::infinity());
+      e.top_logprobs.push_back(have ? token.top_logprobs[k].logprob
+                                    : -std::numeric_limits<float>::infinity());
     }
   }
-  if (static_cast<size_t>(event.sample_index) >= completion_.size()) completion_.resize(event.sample_index + 1, 0);
+  if (static_cast<size_t>(event.sample_index) >= completion_.size())
+    completion_.resize(event.sample_index + 1, 0);
   int64_t& done = completion_[static_cast<size_t>(event.sample_index)];
   done += static_cast<int64_t>(t);
   if (event.finish) {
@@ -67,7 +68,8 @@ rpc::TokensEvent TokensEventBuilder::next(const batching::GenerateEvent& event) 
 }
 
 rpc::GenerateDone TokensEventBuilder::done() const {
-  return rpc::GenerateDone{prompt_tokens_, std::accumulate(completion_.begin(), completion_.end(), int64_t{0})};
+  return rpc::GenerateDone{prompt_tokens_,
+                           std::accumulate(completion_.begin(), completion_.end(), int64_t{0})};
 }
 
 }  // namespace ajet::engine

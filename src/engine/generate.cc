@@ -65,16 +65,17 @@ class InProcessBackend : public Backend {
  public:
   explicit InProcessBackend(const EngineOptions& options) : runtime_(start_engine(options)) {}
   void start(const rpc::GenerateRequest& request, ItemQueue& queue) override {
-    auto builder = std::make_shared<TokensEventBuilder>(static_cast<int64_t>(request.prompt.size()), request.n,
-                                                        request.top_logprobs);
-    runtime_.engine->submit(to_infer_request(request, "cli"), [builder, &queue](const batching::GenerateEvent& event) {
-      if (event.error) {
-        queue.push(Error(event.error->code(), std::string("generate: ") + event.error->what()));
-        return;
-      }
-      queue.push(builder->next(event));
-      if (event.request_finished) queue.push(builder->done());
-    });
+    auto builder = std::make_shared<TokensEventBuilder>(static_cast<int64_t>(request.prompt.size()),
+                                                        request.n, request.top_logprobs);
+    runtime_.engine->submit(
+        to_infer_request(request, "cli"), [builder, &queue](const batching::GenerateEvent& event) {
+          if (event.error) {
+            queue.push(Error(event.error->code(), std::string("generate: ") + event.error->what()));
+            return;
+          }
+          queue.push(builder->next(event));
+          if (event.request_finished) queue.push(builder->done());
+        });
   }
 
  private:
@@ -89,20 +90,16 @@ class RpcBackend : public Backend {
     client_.connect_with_retry(retry);
   }
   // The engine's status (e.g. to find its model directory).
-  Json status() { return client_.call(rpc::make_status_request(), std::chrono::seconds(30)).done.body; }
+  Json status() {
+    return client_.call(rpc::make_status_request(), std::chrono::seconds(30)).done.body;
+  }
   void start(const rpc::GenerateRequest& request, ItemQueue& queue) override {
     client_.start(rpc::encode_generate_request(request), [&queue](rpc::Frame&& frame) {
       try {
         switch (frame.kind) {
-          case rpc::FrameKind::kReply:
-            queue.push(rpc::decode_tokens_event(frame));
-            break;
-          case rpc::FrameKind::kDone:
-            queue.push(rpc::decode_generate_done(frame));
-            break;
-          default:
-            queue.push(rpc::frame_error(frame));
-            break;
+          case rpc::FrameKind::kReply: queue.push(rpc::decode_tokens_event(frame)); break;
+          case rpc::FrameKind::kDone: queue.push(rpc::decode_generate_done(frame)); break;
+          default: queue.push(rpc::frame_error(frame)); break;
         }
       } catch (const Error& e) {
         queue.push(e);
@@ -142,22 +139,28 @@ struct Prompt {
 };
 
 Prompt make_prompt(const GenerateOptions& o, const fs::path& given_dir, std::istream& in) {
-  if (!fs::is_directory(given_dir)) fail(ErrorCode::kNotFound, "--model " + given_dir.string() + ": not a directory");
-  // A checkpoint, a merged model or a PEFT adapter: the tokenizer and config.json of what is loaded.
+  if (!fs::is_directory(given_dir))
+    fail(ErrorCode::kNotFound, "--model " + given_dir.string() + ": not a directory");
+  // A checkpoint, a merged model or a PEFT adapter: the tokenizer and config.json of what is
+  // loaded.
   const model::ModelSource source = model::resolve_model_source(given_dir);
   const fs::path tokenizer_dir = source.tokenizer_dir;
   if (!fs::exists(tokenizer_dir / "tokenizer.json")) {
-    fail(ErrorCode::kNotFound, "model directory " + tokenizer_dir.string() + " has no tokenizer.json");
+    fail(ErrorCode::kNotFound,
+         "model directory " + tokenizer_dir.string() + " has no tokenizer.json");
   }
   Prompt p{text::Tokenizer::load(tokenizer_dir), std::nullopt, {}, {}};
   const hf::ModelConfig model_config = hf::load_model_config(source.weights / "config.json");
-  p.tokenizer.pad_to_model_vocab(static_cast<size_t>(model_config.vocab_size));  // padded rows: no text
+  p.tokenizer.pad_to_model_vocab(
+      static_cast<size_t>(model_config.vocab_size));  // padded rows: no text
   const std::string input =
-      o.prompt ? *o.prompt : std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+      o.prompt ? *o.prompt
+               : std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   if (o.chat) {
     const text::ChatRequest chat = text::parse_chat_request(input, o.prompt ? "--prompt" : "stdin");
     p.family = text::detect_chat_family(text::load_chat_template(tokenizer_dir)).family;
-    const text::RenderedChat rendered = text::render_chat(*p.family, chat, text::RenderOptions{true});
+    const text::RenderedChat rendered =
+        text::render_chat(*p.family, chat, text::RenderOptions{true});
     p.ids = text::tokenize_chat(p.tokenizer, rendered).ids;
   } else {
     p.ids = p.tokenizer.encode(input);
@@ -217,7 +220,8 @@ rpc::GenerateDone collect(ItemQueue& queue, const Prompt& p, std::vector<Sample>
 // The text of a sample leaves out its final stop token (the model's end of turn).
 std::string sample_text(const Prompt& p, const Sample& s) {
   std::vector<int32_t> ids = s.ids;
-  if (s.finish == rpc::FinishReason::kStop && !ids.empty() && p.stops.count(ids.back())) ids.pop_back();
+  if (s.finish == rpc::FinishReason::kStop && !ids.empty() && p.stops.count(ids.back()))
+    ids.pop_back();
   return p.tokenizer.decode(ids);
 }
 
@@ -227,7 +231,9 @@ OrderedJson message_of(const Prompt& p, const Sample& s) {
   return text::to_openai_json(text::parse_model_output(sample_text(p, s), options).to_message());
 }
 
-std::string finish_name(const Sample& s) { return std::string(s.finish ? rpc::finish_reason_name(*s.finish) : "none"); }
+std::string finish_name(const Sample& s) {
+  return std::string(s.finish ? rpc::finish_reason_name(*s.finish) : "none");
+}
 
 OrderedJson top_logprobs_json(const Sample& s, size_t k) {
   OrderedJson tops = OrderedJson::array();
@@ -241,9 +247,10 @@ OrderedJson top_logprobs_json(const Sample& s, size_t k) {
   return tops;
 }
 
-OrderedJson logprobs_json(const GenerateOptions& o, const Prompt& p, const std::vector<Sample>& samples,
-                          const rpc::GenerateDone& totals) {
-  OrderedJson out = {{"prompt_token_ids", p.ids}, {"prompt_tokens", totals.prompt_tokens},
+OrderedJson logprobs_json(const GenerateOptions& o, const Prompt& p,
+                          const std::vector<Sample>& samples, const rpc::GenerateDone& totals) {
+  OrderedJson out = {{"prompt_token_ids", p.ids},
+                     {"prompt_tokens", totals.prompt_tokens},
                      {"completion_tokens", totals.completion_tokens}};
   OrderedJson list = OrderedJson::array();
   for (size_t i = 0; i < samples.size(); ++i) {
@@ -255,7 +262,8 @@ OrderedJson logprobs_json(const GenerateOptions& o, const Prompt& p, const std::
                      {"logprobs", s.logprobs},
                      {"raw_logprobs", s.raw_logprobs},
                      {"policy_versions", s.versions}};
-    if (o.top_logprobs > 0) j["top_logprobs"] = top_logprobs_json(s, static_cast<size_t>(o.top_logprobs));
+    if (o.top_logprobs > 0)
+      j["top_logprobs"] = top_logprobs_json(s, static_cast<size_t>(o.top_logprobs));
     if (o.chat) j["message"] = message_of(p, s);
     list.push_back(std::move(j));
   }
@@ -265,14 +273,16 @@ OrderedJson logprobs_json(const GenerateOptions& o, const Prompt& p, const std::
 
 void print_samples(const Prompt& p, const std::vector<Sample>& samples, std::ostream& out) {
   for (size_t i = 0; i < samples.size(); ++i) {
-    out << "=== sample " << i << " (" << finish_name(samples[i]) << ", " << samples[i].ids.size() << " tokens) ===\n"
+    out << "=== sample " << i << " (" << finish_name(samples[i]) << ", " << samples[i].ids.size()
+        << " tokens) ===\n"
         << sample_text(p, samples[i]) << std::endl;
   }
 }
 
 }  // namespace
 
-void run_generate(const GenerateOptions& o, std::istream& in, std::ostream& out, std::ostream& err) {
+void run_generate(const GenerateOptions& o, std::istream& in, std::ostream& out,
+                  std::ostream& err) {
   ItemQueue queue;  // outlives the backend, whose callbacks push into it
   std::unique_ptr<Backend> backend;
   RpcBackend* remote = nullptr;
@@ -297,7 +307,8 @@ void run_generate(const GenerateOptions& o, std::istream& in, std::ostream& out,
     for (const Sample& s : samples) out << message_of(p, s).dump() << std::endl;
   } else if (stream) {
     out << streamer.flush() << std::endl;
-    err << "[" << finish_name(samples[0]) << ", " << samples[0].ids.size() << " tokens]" << std::endl;
+    err << "[" << finish_name(samples[0]) << ", " << samples[0].ids.size() << " tokens]"
+        << std::endl;
   } else {
     print_samples(p, samples, out);
   }

@@ -1,7 +1,7 @@
-// One generation for `ajet-engine generate`: a prompt (raw text, or an OpenAI chat request rendered with
-// the model's chat template) generated in this process or through a running engine, printed as it is
-// produced, or as one JSON object with ids, logprobs and finish reasons (logprobs), or as OpenAI
-// assistant messages with tool calls parsed (chat).
+// One generation for `ajet-engine generate`: a prompt (raw text, or an OpenAI chat request rendered
+// with the model's chat template) generated in this process or through a running engine, printed as
+// it is produced, or as one JSON object with ids, logprobs and finish reasons (logprobs), or as
+// OpenAI assistant messages with tool calls parsed (chat).
 #pragma once
 
 #include <chrono>
@@ -16,9 +16,11 @@
 namespace ajet::engine {
 
 struct GenerateOptions {
-  // The in-process engine's options (asked for only when needed: --model, or --conf's ajet.model.path).
+  // The in-process engine's options (asked for only when needed: --model, or --conf's
+  // ajet.model.path).
   std::function<EngineOptions()> engine;
-  std::string address;  // not empty: through a running `ajet-engine serve` (unix:/path or tcp:HOST:PORT)
+  std::string
+      address;  // not empty: through a running `ajet-engine serve` (unix:/path or tcp:HOST:PORT)
   std::chrono::milliseconds connect_timeout{10'000};
   std::optional<std::string> prompt;  // nullopt: read from the input stream
   int32_t max_tokens = 64;
@@ -33,7 +35,9 @@ struct GenerateOptions {
   bool ignore_eos = false;
 };
 
-// Generates and prints: the text (or JSON) on `out`, the streamed sample's "[finish, N tokens]" on `err`.
-void run_generate(const GenerateOptions& options, std::istream& in, std::ostream& out, std::ostream& err);
+// Generates and prints: the text (or JSON) on `out`, the streamed sample's "[finish, N tokens]" on
+// `err`.
+void run_generate(const GenerateOptions& options, std::istream& in, std::ostream& out,
+                  std::ostream& err);
 
 }  // namespace ajet::engine

@@ -29,8 +29,10 @@ EngineOptions options_from_config(const config::Config& config) {
   return o;
 }
 
-EngineOptions options_from_config_file(const std::filesystem::path& path, const std::string& model_dir) {
-  if (!std::filesystem::is_regular_file(path)) fail(ErrorCode::kNotFound, "--conf " + path.string() + ": no such file");
+EngineOptions options_from_config_file(const std::filesystem::path& path,
+                                       const std::string& model_dir) {
+  if (!std::filesystem::is_regular_file(path))
+    fail(ErrorCode::kNotFound, "--conf " + path.string() + ": no such file");
   std::string text = read_file(path);
   if (!model_dir.empty()) {
     // The flag fills in ajet.model.path before validation, which requires it.
@@ -56,7 +58,8 @@ EngineOptions options_from_config_file(const std::filesystem::path& path, const 
 void validate_options(const EngineOptions& o) {
   auto at_least = [](const char* flag, int64_t value, int64_t min) {
     if (value < min) {
-      invalid_argument(std::string(flag) + " must be >= " + std::to_string(min) + ", got " + std::to_string(value));
+      invalid_argument(std::string(flag) + " must be >= " + std::to_string(min) + ", got " +
+                       std::to_string(value));
     }
   };
   at_least("--threads", o.threads, 0);
@@ -67,8 +70,8 @@ void validate_options(const EngineOptions& o) {
   at_least("--policy-version", o.policy_version, 0);
   if (std::find(config::kKvCacheDtypes.begin(), config::kKvCacheDtypes.end(), o.kv_cache_dtype) ==
       config::kKvCacheDtypes.end()) {
-    invalid_argument(fmt::format("--kv-cache-dtype must be one of {}, got '{}'", fmt::join(config::kKvCacheDtypes, ", "),
-                                 o.kv_cache_dtype));
+    invalid_argument(fmt::format("--kv-cache-dtype must be one of {}, got '{}'",
+                                 fmt::join(config::kKvCacheDtypes, ", "), o.kv_cache_dtype));
   }
   if (o.model_dir.empty()) invalid_argument("--model is required (or ajet.model.path in --conf)");
   if (!std::filesystem::is_directory(o.model_dir)) {

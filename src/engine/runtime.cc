@@ -13,18 +13,23 @@
 namespace ajet::engine {
 namespace {
 
-// Checked before anything is loaded. A CUDA device that cannot be used says why: a CPU-only build (the
-// usual case here) is told apart from a CUDA build on a machine without that GPU.
+// Checked before anything is loaded. A CUDA device that cannot be used says why: a CPU-only build
+// (the usual case here) is told apart from a CUDA build on a machine without that GPU.
 torch::Device resolve_device(const std::string& name) {
-  if (name == "auto") return torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+  if (name == "auto")
+    return torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0)
+                                       : torch::Device(torch::kCPU);
   const std::string what = "--device (ajet.engine.device) '" + name + "'";
   if (name.rfind("cuda", 0) == 0) {
 #ifndef AJET_TORCH_CUDA
-    invalid_argument(what + ": no usable CUDA: this engine is built against a CPU-only libtorch; build it against "
-                     "a CUDA libtorch (cmake -DAJET_TORCH_FROM_PYTHON=ON, docs/engine.md \"GPU\")");
+    invalid_argument(
+        what +
+        ": no usable CUDA: this engine is built against a CPU-only libtorch; build it against "
+        "a CUDA libtorch (cmake -DAJET_TORCH_FROM_PYTHON=ON, docs/engine.md \"GPU\")");
 #else
     const auto visible = static_cast<int64_t>(torch::cuda::device_count());
-    if (visible == 0) invalid_argument(what + ": no usable CUDA: this build has CUDA but no GPU is visible");
+    if (visible == 0)
+      invalid_argument(what + ": no usable CUDA: this build has CUDA but no GPU is visible");
 #endif
   }
   torch::Device device = torch::kCPU;
@@ -35,7 +40,8 @@ torch::Device resolve_device(const std::string& name) {
   }
   if (device.is_cuda() && device.has_index() &&
       device.index() >= static_cast<int64_t>(torch::cuda::device_count())) {
-    invalid_argument(what + ": only " + std::to_string(torch::cuda::device_count()) + " GPU(s) are visible");
+    invalid_argument(what + ": only " + std::to_string(torch::cuda::device_count()) +
+                     " GPU(s) are visible");
   }
   return device;
 }
@@ -64,22 +70,25 @@ EngineRuntime start_engine(const EngineOptions& options, bool start_thread) {
   const torch::ScalarType dtype = resolve_dtype(options.dtype);
 
   EngineRuntime rt;
-  rt.compute.threads = options.threads > 0 ? options.threads
-                                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  rt.compute.threads = options.threads > 0
+                           ? options.threads
+                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   model::configure_threads(rt.compute.threads);
   rt.compute.device = device.str();
   rt.compute.backend = model::describe_compute_backend();
-  log().info("compute: {} (engine thread: {} intra-op threads, device {})", rt.compute.backend, rt.compute.threads,
-             rt.compute.device);
+  log().info("compute: {} (engine thread: {} intra-op threads, device {})", rt.compute.backend,
+             rt.compute.threads, rt.compute.device);
 
-  model::Qwen2Model model = model::load_model_dir(options.model_dir, model::LoadOptions{dtype, device});
+  model::Qwen2Model model =
+      model::load_model_dir(options.model_dir, model::LoadOptions{dtype, device});
   rt.model.path = std::filesystem::absolute(options.model_dir).lexically_normal();
   rt.model.config = model->config();
   rt.model.parameters = model->parameter_count();
   rt.model.dtype = model::dtype_to_hf_name(dtype);
-  log().info("model: {} ({} {}, {} parameters, {} layers, hidden {}, vocab {}, {})", rt.model.path.string(),
-             rt.model.config.model_type, rt.model.dtype, rt.model.parameters, rt.model.config.num_hidden_layers,
-             rt.model.config.hidden_size, rt.model.config.vocab_size, rt.compute.device);
+  log().info("model: {} ({} {}, {} parameters, {} layers, hidden {}, vocab {}, {})",
+             rt.model.path.string(), rt.model.config.model_type, rt.model.dtype,
+             rt.model.parameters, rt.model.config.num_hidden_layers, rt.model.config.hidden_size,
+             rt.model.config.vocab_size, rt.compute.device);
 
   infer::InferenceEngineOptions ec;
   ec.threads = rt.compute.threads;

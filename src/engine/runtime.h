@@ -1,6 +1,6 @@
 // Starts what an engine process serves: loads the model directory onto the configured device and
-// dtype, sets thread counts explicitly (libtorch starts with one here), logs the BLAS and threads in
-// use, and starts the InferenceEngine. No libtorch in this header, so command files stay cheap.
+// dtype, sets thread counts explicitly (libtorch starts with one here), logs the BLAS and threads
+// in use, and starts the InferenceEngine. No libtorch in this header, so command files stay cheap.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +22,7 @@ struct ModelInfo {
   std::filesystem::path path;
   hf::ModelConfig config;
   int64_t parameters = 0;
-  std::string dtype;   // "float32", "bfloat16", "float16"
+  std::string dtype;  // "float32", "bfloat16", "float16"
 };
 
 struct ComputeInfo {

@@ -15,9 +15,10 @@ std::string engine_request_id(rpc::ConnectionId connection, uint64_t request_id)
 
 EngineService::EngineService(infer::InferenceEngine& engine, ModelInfo model, ComputeInfo compute)
     : engine_(engine), model_(std::move(model)), compute_(std::move(compute)) {
-  router_.add(std::string(rpc::kMethodGenerate), [this](rpc::Frame request, std::shared_ptr<rpc::ReplySink> sink) {
-    generate(std::move(request), std::move(sink));
-  });
+  router_.add(std::string(rpc::kMethodGenerate),
+              [this](rpc::Frame request, std::shared_ptr<rpc::ReplySink> sink) {
+                generate(std::move(request), std::move(sink));
+              });
   router_.add_call(std::string(rpc::kMethodStatus), [this](const rpc::Frame&) {
     rpc::Frame reply;
     reply.body = status();
@@ -32,8 +33,8 @@ EngineService::EngineService(infer::InferenceEngine& engine, ModelInfo model, Co
   router_.set_on_disconnect([this](rpc::ConnectionId connection, std::vector<uint64_t> in_flight) {
     disconnects_.fetch_add(1);
     if (!in_flight.empty()) {
-      log().info("engine RPC: connection {} closed with {} requests in flight; aborting them", connection,
-                 in_flight.size());
+      log().info("engine RPC: connection {} closed with {} requests in flight; aborting them",
+                 connection, in_flight.size());
     }
     for (uint64_t id : in_flight) engine_.abort(engine_request_id(connection, id));
   });
@@ -51,23 +52,28 @@ void EngineService::generate(rpc::Frame request, std::shared_ptr<rpc::ReplySink>
     request_errors_.fetch_add(1);
     throw;  // the router turns it into this request's error reply
   }
-  auto builder =
-      std::make_shared<TokensEventBuilder>(static_cast<int64_t>(g.prompt.size()), g.n, g.top_logprobs);
-  if (!g.tag.empty()) log().debug("generate {} (tag {})", engine_request_id(sink->connection_id(), sink->request_id()), g.tag);
+  auto builder = std::make_shared<TokensEventBuilder>(static_cast<int64_t>(g.prompt.size()), g.n,
+                                                      g.top_logprobs);
+  if (!g.tag.empty())
+    log().debug("generate {} (tag {})",
+                engine_request_id(sink->connection_id(), sink->request_id()), g.tag);
   // Runs on the engine thread: each event becomes one frame queued on the connection.
   engine_.submit(to_infer_request(g, engine_request_id(sink->connection_id(), sink->request_id())),
                  [sink, builder](const batching::GenerateEvent& event) {
                    if (event.error) {
-                     sink->error(event.error->code(), std::string("generate: ") + event.error->what());
+                     sink->error(event.error->code(),
+                                 std::string("generate: ") + event.error->what());
                      return;
                    }
                    sink->reply(rpc::encode_tokens_event(builder->next(event)));
-                   if (event.request_finished) sink->done(rpc::encode_generate_done(builder->done()));
+                   if (event.request_finished)
+                     sink->done(rpc::encode_generate_done(builder->done()));
                  });
 }
 
 void EngineService::add_control_method(std::string name, ControlMethod fn) {
-  router_.add(name, [this, name, fn = std::move(fn)](rpc::Frame request, std::shared_ptr<rpc::ReplySink> sink) {
+  router_.add(name, [this, name, fn = std::move(fn)](rpc::Frame request,
+                                                     std::shared_ptr<rpc::ReplySink> sink) {
     auto run = [name, fn, sink, request = std::move(request)] {
       try {
         sink->done(fn(request));
@@ -78,7 +84,8 @@ void EngineService::add_control_method(std::string name, ControlMethod fn) {
       }
     };
     std::lock_guard lock(mu_);
-    if (stopping_) fail(ErrorCode::kUnavailable, "the engine is stopping; '" + name + "' was not run");
+    if (stopping_)
+      fail(ErrorCode::kUnavailable, "the engine is stopping; '" + name + "' was not run");
     control_.push_back(ControlCall{name, sink, std::move(run)});
     control_wake_.notify_one();
   });
@@ -128,7 +135,8 @@ Json EngineService::status() const {
     std::lock_guard lock(mu_);
     address = address_;
   }
-  const double uptime = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  const double uptime =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
   return Json{
       {"policy_version", s.policy_version},
       {"model", model_info_json(model_)},
@@ -152,7 +160,8 @@ Json EngineService::status() const {
         {"prefix_caching", c.prefix_caching},
         {"preemptions", s.preemptions},
         {"requests_finished", s.requests_finished}}},
-      {"compute", {{"device", compute_.device}, {"threads", compute_.threads}, {"backend", compute_.backend}}},
+      {"compute",
+       {{"device", compute_.device}, {"threads", compute_.threads}, {"backend", compute_.backend}}},
       {"rpc",
        {{"address", address},
         {"generate_requests", generate_requests_.load()},

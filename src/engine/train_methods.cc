@@ -34,11 +34,13 @@ namespace {
 // A checkpoint directory as given, or the latest one under a base directory.
 fs::path resolve_checkpoint(const fs::path& dir) {
   if (fs::is_regular_file(dir / "trainer_state.json")) return dir;
-  if (!fs::is_directory(dir)) fail(ErrorCode::kNotFound, "load_checkpoint: " + dir.string() + ": no such directory");
+  if (!fs::is_directory(dir))
+    fail(ErrorCode::kNotFound, "load_checkpoint: " + dir.string() + ": no such directory");
   std::optional<fs::path> latest = train::latest_checkpoint(dir);
   if (!latest) {
-    fail(ErrorCode::kNotFound, "load_checkpoint: " + dir.string() +
-                                   " holds no checkpoint (neither trainer_state.json nor a global_step_* directory)");
+    fail(ErrorCode::kNotFound,
+         "load_checkpoint: " + dir.string() +
+             " holds no checkpoint (neither trainer_state.json nor a global_step_* directory)");
   }
   return *latest;
 }
@@ -68,15 +70,20 @@ struct TrainMethods::Impl {
   std::unique_ptr<train::Trainer> trainer;  // built on first use, then only on the caller's thread
 
   Impl(infer::InferenceEngine& e, ModelInfo info, TrainingOptions o)
-      : engine(e), model_info(std::move(info)), options(std::move(o)), async(options.backbone == config::Backbone::kAsync) {}
+      : engine(e),
+        model_info(std::move(info)),
+        options(std::move(o)),
+        async(options.backbone == config::Backbone::kAsync) {}
 
   int all_threads() const {
-    return options.threads > 0 ? options.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+    return options.threads > 0 ? options.threads
+                               : int(std::max(1u, std::thread::hardware_concurrency()));
   }
   // async: {trainer, decoder} intra-op threads while a step trains beside the rollouts.
   std::pair<int, int> thread_split() const {
     const int all = all_threads();
-    const int trainer = options.async_trainer_threads > 0 ? options.async_trainer_threads : std::max(1, all / 2);
+    const int trainer =
+        options.async_trainer_threads > 0 ? options.async_trainer_threads : std::max(1, all / 2);
     const int decode = options.async_decode_threads > 0 ? options.async_decode_threads : all;
     return {trainer, decode};
   }
@@ -89,49 +96,63 @@ struct TrainMethods::Impl {
     niced = true;
     const pid_t tid = pid_t(::syscall(SYS_gettid));
     if (::setpriority(PRIO_PROCESS, id_t(tid), options.async_trainer_nice) != 0) {
-      log().warn("async trainer: setpriority({}) failed: {}", options.async_trainer_nice, std::strerror(errno));
+      log().warn("async trainer: setpriority({}) failed: {}", options.async_trainer_nice,
+                 std::strerror(errno));
     }
   }
 
   void require_training(std::string_view method) const {
     if (!config::trains(options.backbone)) {
       fail(ErrorCode::kFailedPrecondition,
-           std::string(method) + ": the engine runs backbone 'debug' (inference only, never trains)");
+           std::string(method) +
+               ": the engine runs backbone 'debug' (inference only, never trains)");
     }
   }
 
   // Builds the trainer. torch: on the served model itself, on the engine thread (attaching LoRA or
   // setting requires_grad must not race a forward). async: on a copy taken between two steps. The
-  // trainer's policy version starts at the served one, so checkpoints are named after served versions.
+  // trainer's policy version starts at the served one, so checkpoints are named after served
+  // versions.
   train::Trainer& ensure_trainer() {
     if (trainer) return *trainer;
     const int64_t served_version = engine.policy_version();
     if (!async) {
-      engine.run_exclusive([&](model::Qwen2Model& served) {
-        trainer = std::make_unique<train::Trainer>(served, options.trainer);
-      }, false).get();
+      engine
+          .run_exclusive(
+              [&](model::Qwen2Model& served) {
+                trainer = std::make_unique<train::Trainer>(served, options.trainer);
+              },
+              false)
+          .get();
       trainer->set_collective(options.collective);
     } else {
       model::configure_threads(options.threads);
-      engine.run_exclusive([&](model::Qwen2Model& served) {
-        model::Qwen2Model copy(served->config());
-        copy->to(served->options().device(), served->options().dtype().toScalarType());
-        train::copy_parameters(served, copy);
-        trainer = std::make_unique<train::Trainer>(copy, options.trainer);
-        // The served model gets the same (zero-delta) adapters, so every later copy is name for name.
-        if (options.trainer.lora.enabled() && !train::has_lora(served)) {
-          train::attach_lora(served, options.trainer.lora, options.trainer.seed);
-          train::copy_parameters(trainer->model(), served);
-        }
-      }, false).get();
+      engine
+          .run_exclusive(
+              [&](model::Qwen2Model& served) {
+                model::Qwen2Model copy(served->config());
+                copy->to(served->options().device(), served->options().dtype().toScalarType());
+                train::copy_parameters(served, copy);
+                trainer = std::make_unique<train::Trainer>(copy, options.trainer);
+                // The served model gets the same (zero-delta) adapters, so every later copy is name
+                // for name.
+                if (options.trainer.lora.enabled() && !train::has_lora(served)) {
+                  train::attach_lora(served, options.trainer.lora, options.trainer.seed);
+                  train::copy_parameters(trainer->model(), served);
+                }
+              },
+              false)
+          .get();
       trainer->set_collective(options.collective);
     }
     train::Trainer::State state = trainer->state();
     state.policy_version = served_version;
     trainer->load_state(state);
-    log().info("trainer ready (backbone {}, {}, policy version {})", config::backbone_name(options.backbone),
-               options.trainer.lora.enabled() ? "LoRA rank " + std::to_string(options.trainer.lora.rank)
-                                              : std::string("full fine-tuning"),
+    log().info("trainer ready (backbone {}, {}, policy version {})",
+               config::backbone_name(options.backbone),
+               options.trainer.lora.enabled()
+                   ? "LoRA rank " + std::to_string(options.trainer.lora.rank)
+                   : std::string("full fine-tuning"),
                served_version);
     return *trainer;
   }
@@ -144,22 +165,26 @@ TrainMethods::TrainMethods(EngineService& service, ModelInfo model, TrainingOpti
     reply.body = train_step(rpc::decode_train_batch(request));
     return reply;
   });
-  service.add_control_method(std::string(rpc::kMethodSaveCheckpoint), [this](const rpc::Frame& request) {
-    constexpr std::string_view where = "save_checkpoint";
-    if (!request.body.is_object()) invalid_argument("save_checkpoint: the body must be a JSON object");
-    std::optional<fs::path> dir;
-    if (auto d = get_optional_string(request.body, "dir", where)) dir = *d;
-    const auto cursor = request.body.find("front_cursor");
-    rpc::Frame reply;
-    reply.body = save_checkpoint(dir, cursor == request.body.end() ? Json(nullptr) : *cursor);
-    return reply;
-  });
-  service.add_control_method(std::string(rpc::kMethodLoadCheckpoint), [this](const rpc::Frame& request) {
-    if (!request.body.is_object()) invalid_argument("load_checkpoint: the body must be a JSON object");
-    rpc::Frame reply;
-    reply.body = load_checkpoint(get_string(request.body, "dir", "load_checkpoint"));
-    return reply;
-  });
+  service.add_control_method(
+      std::string(rpc::kMethodSaveCheckpoint), [this](const rpc::Frame& request) {
+        constexpr std::string_view where = "save_checkpoint";
+        if (!request.body.is_object())
+          invalid_argument("save_checkpoint: the body must be a JSON object");
+        std::optional<fs::path> dir;
+        if (auto d = get_optional_string(request.body, "dir", where)) dir = *d;
+        const auto cursor = request.body.find("front_cursor");
+        rpc::Frame reply;
+        reply.body = save_checkpoint(dir, cursor == request.body.end() ? Json(nullptr) : *cursor);
+        return reply;
+      });
+  service.add_control_method(
+      std::string(rpc::kMethodLoadCheckpoint), [this](const rpc::Frame& request) {
+        if (!request.body.is_object())
+          invalid_argument("load_checkpoint: the body must be a JSON object");
+        rpc::Frame reply;
+        reply.body = load_checkpoint(get_string(request.body, "dir", "load_checkpoint"));
+        return reply;
+      });
 }
 
 TrainMethods::~TrainMethods() = default;
@@ -182,21 +207,25 @@ Json TrainMethods::train_step(const rpc::TrainBatch& rpc_batch) {
   Json reply_extra = Json::object();
   if (!s.async) {
     // Inference waits while the served weights themselves are trained.
-    s.engine.run_exclusive([&](model::Qwen2Model&) {
-      const auto pause = std::chrono::steady_clock::now();
-      metrics = trainer.train_step(batch);
-      paused = seconds_since(pause);
-    }, true).get();
+    s.engine
+        .run_exclusive(
+            [&](model::Qwen2Model&) {
+              const auto pause = std::chrono::steady_clock::now();
+              metrics = trainer.train_step(batch);
+              paused = seconds_since(pause);
+            },
+            true)
+        .get();
   } else {
     // Inference continues on the current weights; only the copy into the served model pauses it.
-    // Trainer and decoder share the cores meanwhile. Two OpenMP teams as wide as the machine wait at
-    // every barrier for a thread that is not running: on 2 cores the rollout beside a step took 2-3x as
-    // long as alone. The trainer takes half the threads; the decoder keeps all of them (measured on the
-    // main command's config, 10 steps each: trainer 1 + decoder 2 23.4 s, 2 + 2 25.7 s, 1 + 1 36.8 s,
-    // torch 28.7-33.5 s). A smaller decoder share is set on the engine thread (OpenMP thread counts
-    // belong to the calling thread) in a task that changes no weights but still forgets the prefix
-    // cache, so only when asked for; the decoder gets every thread back in the task that swaps the
-    // weights in.
+    // Trainer and decoder share the cores meanwhile. Two OpenMP teams as wide as the machine wait
+    // at every barrier for a thread that is not running: on 2 cores the rollout beside a step took
+    // 2-3x as long as alone. The trainer takes half the threads; the decoder keeps all of them
+    // (measured on the main command's config, 10 steps each: trainer 1 + decoder 2 23.4 s, 2 +
+    // 2 25.7 s, 1 + 1 36.8 s, torch 28.7-33.5 s). A smaller decoder share is set on the engine
+    // thread (OpenMP thread counts belong to the calling thread) in a task that changes no weights
+    // but still forgets the prefix cache, so only when asked for; the decoder gets every thread
+    // back in the task that swaps the weights in.
     const auto [trainer_threads, decode_threads] = s.thread_split();
     const bool narrow_decode = decode_threads != s.all_threads();
     auto set_decode_threads = [&](int n) {
@@ -211,13 +240,18 @@ Json TrainMethods::train_step(const rpc::TrainBatch& rpc_batch) {
       if (narrow_decode) set_decode_threads(s.all_threads());
       throw;
     }
-    s.engine.run_exclusive([&](model::Qwen2Model& served) {
-      const auto pause = std::chrono::steady_clock::now();
-      train::copy_parameters(trainer.model(), served);
-      if (narrow_decode) model::configure_threads(s.all_threads());
-      paused = seconds_since(pause);
-    }, true).get();
-    reply_extra = Json{{"trainer_threads", trainer_threads}, {"decode_threads_while_training", decode_threads}};
+    s.engine
+        .run_exclusive(
+            [&](model::Qwen2Model& served) {
+              const auto pause = std::chrono::steady_clock::now();
+              train::copy_parameters(trainer.model(), served);
+              if (narrow_decode) model::configure_threads(s.all_threads());
+              paused = seconds_since(pause);
+            },
+            true)
+        .get();
+    reply_extra = Json{{"trainer_threads", trainer_threads},
+                       {"decode_threads_while_training", decode_threads}};
   }
   Json reply = metrics.to_json();
   reply["trainer_policy_version"] = metrics.policy_version;
@@ -226,13 +260,16 @@ Json TrainMethods::train_step(const rpc::TrainBatch& rpc_batch) {
   reply["step_time_s"] = seconds_since(start);
   reply["inference_paused_s"] = paused;
   reply.update(reply_extra);
-  log().info("train_step: {} samples, {} tokens, loss {:.5f}, grad norm {:.4f}, {:.2f} s; serving policy version {}",
-             metrics.samples, metrics.tokens, metrics.loss, metrics.grad_norm, reply["step_time_s"].get<double>(),
-             reply["policy_version"].get<int64_t>());
+  log().info(
+      "train_step: {} samples, {} tokens, loss {:.5f}, grad norm {:.4f}, {:.2f} s; serving policy "
+      "version {}",
+      metrics.samples, metrics.tokens, metrics.loss, metrics.grad_norm,
+      reply["step_time_s"].get<double>(), reply["policy_version"].get<int64_t>());
   return reply;
 }
 
-Json TrainMethods::save_checkpoint(const std::optional<fs::path>& base_dir, const Json& front_cursor) {
+Json TrainMethods::save_checkpoint(const std::optional<fs::path>& base_dir,
+                                   const Json& front_cursor) {
   Impl& s = *impl_;
   s.require_training("save_checkpoint");
   train::Trainer& trainer = s.ensure_trainer();
@@ -240,12 +277,14 @@ Json TrainMethods::save_checkpoint(const std::optional<fs::path>& base_dir, cons
   o.base_dir = base_dir ? *base_dir : s.options.checkpoint_base_dir;
   if (o.base_dir.empty()) invalid_argument("save_checkpoint: 'dir' is empty");
   o.keep_last = s.options.keep_last;
-  o.tokenizer_dir = model::resolve_model_source(s.model_info.path).tokenizer_dir;  // --model may be a checkpoint
+  o.tokenizer_dir =
+      model::resolve_model_source(s.model_info.path).tokenizer_dir;  // --model may be a checkpoint
   o.base_model_name_or_path = s.model_info.path.string();
-  // torch: the served model is the trainer's; saving only reads it, which inference may do meanwhile.
+  // torch: the served model is the trainer's; saving only reads it, which inference may do
+  // meanwhile.
   const fs::path dir = train::save_checkpoint(trainer, o, Json{{"front_cursor", front_cursor}});
-  log().info("checkpoint saved: {} (policy version {}, global step {})", dir.string(), trainer.policy_version(),
-             trainer.global_step());
+  log().info("checkpoint saved: {} (policy version {}, global step {})", dir.string(),
+             trainer.policy_version(), trainer.global_step());
   return Json{{"path", fs::absolute(dir).lexically_normal().string()},
               {"policy_version", trainer.policy_version()},
               {"global_step", trainer.global_step()}};
@@ -257,20 +296,28 @@ Json TrainMethods::load_checkpoint(const fs::path& dir) {
   const fs::path checkpoint = resolve_checkpoint(dir);
   // The version the restored weights are served at, read first so that weights and version change
   // in the same exclusive task.
-  const Json state = parse_json(read_file(checkpoint / "trainer_state.json"), (checkpoint / "trainer_state.json").string());
-  const int64_t version = get_int(state, "policy_version", (checkpoint / "trainer_state.json").string());
+  const Json state = parse_json(read_file(checkpoint / "trainer_state.json"),
+                                (checkpoint / "trainer_state.json").string());
+  const int64_t version =
+      get_int(state, "policy_version", (checkpoint / "trainer_state.json").string());
   train::Trainer& trainer = s.ensure_trainer();
   train::LoadedCheckpoint loaded;
   if (!s.async) {
-    s.engine.run_exclusive_at_version([&](model::Qwen2Model&) { loaded = train::load_checkpoint(trainer, checkpoint); },
-                                      version).get();
+    s.engine
+        .run_exclusive_at_version(
+            [&](model::Qwen2Model&) { loaded = train::load_checkpoint(trainer, checkpoint); },
+            version)
+        .get();
   } else {
     loaded = train::load_checkpoint(trainer, checkpoint);
-    s.engine.run_exclusive_at_version([&](model::Qwen2Model& served) { train::copy_parameters(trainer.model(), served); },
-                                      version).get();
+    s.engine
+        .run_exclusive_at_version(
+            [&](model::Qwen2Model& served) { train::copy_parameters(trainer.model(), served); },
+            version)
+        .get();
   }
-  log().info("checkpoint loaded: {} (policy version {}, global step {})", loaded.dir.string(), loaded.policy_version,
-             loaded.global_step);
+  log().info("checkpoint loaded: {} (policy version {}, global step {})", loaded.dir.string(),
+             loaded.policy_version, loaded.global_step);
   const auto cursor = loaded.user.find("front_cursor");
   return Json{{"path", fs::absolute(loaded.dir).lexically_normal().string()},
               {"policy_version", s.engine.policy_version()},

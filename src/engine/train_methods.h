@@ -1,10 +1,10 @@
-// The engine's training methods over the RPC: `train_step`, `save_checkpoint`, `load_checkpoint`, on
-// one train::Trainer. Backbone `torch`: a step pauses inference (it runs on the engine thread between
-// two steps) and updates the served weights in place. `async`: the trainer works on its own copy of
-// the model on the control thread while inference continues; the new weights are copied into the
-// served model between two decode steps. `debug`: inference only, the methods answer an error.
-// It never decides when to checkpoint (the caller's save_freq) and never touches sockets. No libtorch
-// in this header.
+// The engine's training methods over the RPC: `train_step`, `save_checkpoint`, `load_checkpoint`,
+// on one train::Trainer. Backbone `torch`: a step pauses inference (it runs on the engine thread
+// between two steps) and updates the served weights in place. `async`: the trainer works on its own
+// copy of the model on the control thread while inference continues; the new weights are copied
+// into the served model between two decode steps. `debug`: inference only, the methods answer an
+// error. It never decides when to checkpoint (the caller's save_freq) and never touches sockets. No
+// libtorch in this header.
 #pragma once
 
 #include <cstdint>
@@ -34,7 +34,7 @@ struct TrainingOptions {
   config::Backbone backbone = config::Backbone::kTorch;
   train_data::TrainerOptions trainer;
   std::filesystem::path checkpoint_base_dir = "./saved_checkpoints";  // save_checkpoint's default
-  int64_t keep_last = 3;                                               // <= 0 keeps all
+  int64_t keep_last = 3;                                              // <= 0 keeps all
   int threads = 0;  // the engine's intra-op threads (0: one per core)
   // async: while a step trains beside the rollouts, the trainer's threads (0: half of `threads`, at
   // least 1) and the decoder's (0: all of `threads`); ajet.async.trainer_threads /
@@ -62,12 +62,15 @@ class TrainMethods {
   TrainMethods& operator=(const TrainMethods&) = delete;
 
   // Each runs on the caller's thread (the service's control thread for RPC calls); see
-  // docs/engine-rpc.md for the bodies. Bad input throws Error(kInvalidArgument) before any weight changes.
+  // docs/engine-rpc.md for the bodies. Bad input throws Error(kInvalidArgument) before any weight
+  // changes.
   Json train_step(const rpc::TrainBatch& batch);
-  // Writes base_dir/global_step_<policy version>/ with {"front_cursor": front_cursor} as the user blob.
-  Json save_checkpoint(const std::optional<std::filesystem::path>& base_dir, const Json& front_cursor);
-  // `dir` is a checkpoint directory or a base directory (its latest checkpoint is loaded). The served
-  // weights and the policy version change together between two engine steps.
+  // Writes base_dir/global_step_<policy version>/ with {"front_cursor": front_cursor} as the user
+  // blob.
+  Json save_checkpoint(const std::optional<std::filesystem::path>& base_dir,
+                       const Json& front_cursor);
+  // `dir` is a checkpoint directory or a base directory (its latest checkpoint is loaded). The
+  // served weights and the policy version change together between two engine steps.
   Json load_checkpoint(const std::filesystem::path& dir);
 
  private:

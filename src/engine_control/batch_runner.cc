@@ -18,8 +18,13 @@
 
 namespace ajet::engine_control {
 
-BatchRunner::BatchRunner(episodes::Registry& registry, store::Store& store, episodes::VerboseLog& verbose, TrainerLink link)
-    : registry_(registry), store_(store), verbose_(verbose), link_(std::move(link)), thread_([this] { run(); }) {}
+BatchRunner::BatchRunner(episodes::Registry& registry, store::Store& store,
+                         episodes::VerboseLog& verbose, TrainerLink link)
+    : registry_(registry),
+      store_(store),
+      verbose_(verbose),
+      link_(std::move(link)),
+      thread_([this] { run(); }) {}
 
 BatchRunner::~BatchRunner() {
   {
@@ -66,7 +71,9 @@ void BatchRunner::run() {
       }
       episodes::Batch batch = registry_.take_batch();
       if (!model) {
-        verbose_.add("batch", fmt::format("batch {} taken but no model is loaded; it is not trained", batch.batch_id));
+        verbose_.add("batch",
+                     fmt::format("batch {} taken but no model is loaded; it is not trained",
+                                 batch.batch_id));
         continue;
       }
       train_on_engine(merge_batch(std::move(batch), *model));
@@ -93,12 +100,12 @@ BatchSamples BatchRunner::merge_batch(episodes::Batch batch, const episodes::Mod
     for (auto& s : merged.samples) out.samples.push_back(std::move(s));
   }
   if (out.totals.tokens_after > 0) {
-    out.totals.compression_ratio = double(out.totals.tokens_before) / double(out.totals.tokens_after);
+    out.totals.compression_ratio =
+        double(out.totals.tokens_before) / double(out.totals.tokens_after);
   }
   out.batch = std::move(batch);
   return out;
 }
-
 
 rpc::TrainBatch build_train_batch(const BatchSamples& samples) {
   rpc::TrainBatch t;
@@ -107,8 +114,9 @@ rpc::TrainBatch build_train_batch(const BatchSamples& samples) {
     if (!s.trainable || s.trained_tokens() == 0) continue;
     const size_t n = s.token_ids.size();
     if (s.loss_mask.size() != n || s.logprobs.size() != n || s.policy_versions.size() != n) {
-      fail(ErrorCode::kInternal, fmt::format("episode {} sample {}: per-token arrays differ in length", s.episode_uuid,
-                                             s.index));
+      fail(ErrorCode::kInternal,
+           fmt::format("episode {} sample {}: per-token arrays differ in length", s.episode_uuid,
+                       s.index));
     }
     t.token_ids.insert(t.token_ids.end(), s.token_ids.begin(), s.token_ids.end());
     t.loss_mask.insert(t.loss_mask.end(), s.loss_mask.begin(), s.loss_mask.end());
@@ -125,8 +133,8 @@ rpc::TrainBatch build_train_batch(const BatchSamples& samples) {
   }
   if (t.rewards.empty()) {
     fail(ErrorCode::kFailedPrecondition,
-         fmt::format("batch {}: none of its {} samples has a generated token to train on", samples.batch.batch_id,
-                     samples.samples.size()));
+         fmt::format("batch {}: none of its {} samples has a generated token to train on",
+                     samples.batch.batch_id, samples.samples.size()));
   }
   t.meta = Json{{"batch_id", samples.batch.batch_id},
                 {"global_step", samples.batch.global_step},
@@ -139,9 +147,11 @@ rpc::TrainBatch build_train_batch(const BatchSamples& samples) {
 namespace {
 
 // split_train_batch on the request's samples, already converted, and its meta.
-std::vector<rpc::TrainBatch> split_converted(const train_data::Batch& whole, const Json& meta, int world_size,
+std::vector<rpc::TrainBatch> split_converted(const train_data::Batch& whole, const Json& meta,
+                                             int world_size,
                                              const train_data::AdvantageOptions& advantage) {
-  const std::vector<train_data::Batch> parts = train_data::split_batch(whole, world_size, advantage);
+  const std::vector<train_data::Batch> parts =
+      train_data::split_batch(whole, world_size, advantage);
   std::vector<rpc::TrainBatch> out;
   for (size_t r = 0; r < parts.size(); ++r) {
     rpc::TrainBatch part = train_data::batch_to_rpc(parts[r]);
@@ -160,9 +170,11 @@ std::vector<rpc::TrainBatch> split_train_batch(const rpc::TrainBatch& request, i
   return split_converted(train_data::batch_from_rpc(request), request.meta, world_size, advantage);
 }
 
-void whole_batch_metrics(const train_data::Batch& whole, const train_data::AdvantageOptions& advantage,
+void whole_batch_metrics(const train_data::Batch& whole,
+                         const train_data::AdvantageOptions& advantage,
                          const std::vector<Json>& replies, Json& metrics) {
-  // Each rank's advantage means are over its trained samples: weighted by their counts, the batch's.
+  // Each rank's advantage means are over its trained samples: weighted by their counts, the
+  // batch's.
   double samples = 0, mean = 0, abs_mean = 0;
   for (const Json& reply : replies) {
     const double n = reply.value("samples", 0.0);
@@ -175,28 +187,34 @@ void whole_batch_metrics(const train_data::Batch& whole, const train_data::Advan
     metrics["advantage_abs_mean"] = abs_mean / samples;
   }
   // Rewards and groups over every episode, as one rank reports them (the split may give a group's
-  // episodes to several ranks, e.g. under REINFORCE++, whose ranks receive advantages, not rewards).
+  // episodes to several ranks, e.g. under REINFORCE++, whose ranks receive advantages, not
+  // rewards).
   if (whole.has_advantages()) return;  // the caller's advantages: no rewards to report
   const train_data::EpisodeIndex episodes = train_data::index_episodes(whole);
-  const train_data::AdvantageResult r = train_data::compute_advantages(episodes.rewards, episodes.groups, advantage);
+  const train_data::AdvantageResult r =
+      train_data::compute_advantages(episodes.rewards, episodes.groups, advantage);
   double reward_sum = 0;
   for (double x : episodes.rewards) reward_sum += x;
-  metrics["reward_mean"] = episodes.rewards.empty() ? 0.0 : reward_sum / static_cast<double>(episodes.rewards.size());
+  metrics["reward_mean"] =
+      episodes.rewards.empty() ? 0.0 : reward_sum / static_cast<double>(episodes.rewards.size());
   metrics["groups"] = r.groups;
   metrics["zero_variance_groups"] = r.zero_variance_groups;
 }
 
-Json BatchRunner::train_on_ranks(const std::vector<std::shared_ptr<rpc::Client>>& ranks, const rpc::TrainBatch& request,
-                                 const TrainSettings& settings) {
+Json BatchRunner::train_on_ranks(const std::vector<std::shared_ptr<rpc::Client>>& ranks,
+                                 const rpc::TrainBatch& request, const TrainSettings& settings) {
   const int world = int(ranks.size());
-  const train_data::Batch whole = train_data::batch_from_rpc(request);  // once, for the split and the metrics
-  std::vector<rpc::TrainBatch> parts = split_converted(whole, request.meta, world, settings.advantage);
-  // One thread per rank: each call blocks until its rank finished the step, and the ranks only finish
-  // together (their all-reduces wait for each other).
+  const train_data::Batch whole =
+      train_data::batch_from_rpc(request);  // once, for the split and the metrics
+  std::vector<rpc::TrainBatch> parts =
+      split_converted(whole, request.meta, world, settings.advantage);
+  // One thread per rank: each call blocks until its rank finished the step, and the ranks only
+  // finish together (their all-reduces wait for each other).
   std::vector<std::future<Json>> calls;
   for (int r = 0; r < world; ++r) {
     calls.push_back(std::async(std::launch::async, [&, r] {
-      rpc::Client::CallResult res = ranks[size_t(r)]->call(rpc::encode_train_batch(parts[size_t(r)]), settings.train_timeout);
+      rpc::Client::CallResult res =
+          ranks[size_t(r)]->call(rpc::encode_train_batch(parts[size_t(r)]), settings.train_timeout);
       return res.done.body.is_object() ? res.done.body : Json::object();
     }));
   }
@@ -206,17 +224,21 @@ Json BatchRunner::train_on_ranks(const std::vector<std::shared_ptr<rpc::Client>>
     try {
       replies[size_t(r)] = calls[size_t(r)].get();
     } catch (const Error& e) {
-      if (!first) first = Error(e.code(), fmt::format("data-parallel rank {} of {}: {}", r, world, e.what()));
+      if (!first)
+        first = Error(e.code(), fmt::format("data-parallel rank {} of {}: {}", r, world, e.what()));
     } catch (const std::exception& e) {
-      if (!first) first = Error(ErrorCode::kInternal, fmt::format("data-parallel rank {} of {}: {}", r, world, e.what()));
+      if (!first)
+        first = Error(ErrorCode::kInternal,
+                      fmt::format("data-parallel rank {} of {}: {}", r, world, e.what()));
     }
   }
   if (first) throw *first;
-  // Rank 0's reply (its loss terms are its share), with the batch's counts summed over the ranks and
-  // its reward and advantage figures those of the whole batch.
+  // Rank 0's reply (its loss terms are its share), with the batch's counts summed over the ranks
+  // and its reward and advantage figures those of the whole batch.
   Json metrics = replies[0];
   Json per_rank = Json::array();
-  for (const char* key : {"tokens", "trained_tokens", "packed_tokens", "samples", "dropped_samples"}) {
+  for (const char* key :
+       {"tokens", "trained_tokens", "packed_tokens", "samples", "dropped_samples"}) {
     int64_t sum = 0;
     for (const Json& reply : replies) sum += reply.value(key, int64_t(0));
     metrics[key] = sum;
@@ -230,9 +252,10 @@ Json BatchRunner::train_on_ranks(const std::vector<std::shared_ptr<rpc::Client>>
                             {"loss", reply.value("loss", Json(nullptr))},
                             {"step_time_s", reply.value("step_time_s", 0.0)},
                             {"policy_version", reply.value("policy_version", int64_t(-1))}});
-    if (reply.value("policy_version", int64_t(-1)) != metrics.value("policy_version", int64_t(-1))) {
-      verbose_.add("batch", fmt::format("data-parallel rank {} serves policy_version {}, rank 0 {}", r,
-                                        reply.value("policy_version", int64_t(-1)),
+    if (reply.value("policy_version", int64_t(-1)) !=
+        metrics.value("policy_version", int64_t(-1))) {
+      verbose_.add("batch", fmt::format("data-parallel rank {} serves policy_version {}, rank 0 {}",
+                                        r, reply.value("policy_version", int64_t(-1)),
                                         metrics.value("policy_version", int64_t(-1))));
     }
   }
@@ -243,9 +266,10 @@ Json BatchRunner::train_on_ranks(const std::vector<std::shared_ptr<rpc::Client>>
 void BatchRunner::train_on_engine(BatchSamples samples) {
   const episodes::Batch& b = samples.batch;
   const TrainSettings settings = link_.settings ? link_.settings() : TrainSettings{};
-  std::string merged = fmt::format("{} episodes -> {} samples, {} tokens after merging {} calls ({:.2f}x)",
-                                   b.episodes.size(), samples.totals.samples, samples.totals.tokens_after,
-                                   samples.totals.calls, samples.totals.compression_ratio);
+  std::string merged =
+      fmt::format("{} episodes -> {} samples, {} tokens after merging {} calls ({:.2f}x)",
+                  b.episodes.size(), samples.totals.samples, samples.totals.tokens_after,
+                  samples.totals.calls, samples.totals.compression_ratio);
   rpc::TrainBatch request;
   try {
     request = build_train_batch(samples);
@@ -256,37 +280,45 @@ void BatchRunner::train_on_engine(BatchSamples samples) {
   std::shared_ptr<rpc::Client> engine = link_.engine ? link_.engine() : nullptr;
   if (!engine) {
     // The engine went away after take_batch: engine_restarting returned the batch to collection.
-    verbose_.add("batch", fmt::format("batch {} not trained: the engine is restarting; it is collected again", b.batch_id));
+    verbose_.add(
+        "batch",
+        fmt::format("batch {} not trained: the engine is restarting; it is collected again",
+                    b.batch_id));
     return;
   }
   std::vector<std::shared_ptr<rpc::Client>> ranks;
   if (link_.engine_ranks) ranks = link_.engine_ranks();
-  if (std::any_of(ranks.begin(), ranks.end(), [](const auto& rank) { return !rank; })) ranks.clear();
+  if (std::any_of(ranks.begin(), ranks.end(), [](const auto& rank) { return !rank; }))
+    ranks.clear();
   if (ranks.size() > 1) {
-    verbose_.add("batch", fmt::format("batch {} (step {}): {}; training on {} data-parallel ranks", b.batch_id,
-                                      b.global_step, merged, ranks.size()));
+    verbose_.add("batch", fmt::format("batch {} (step {}): {}; training on {} data-parallel ranks",
+                                      b.batch_id, b.global_step, merged, ranks.size()));
   } else {
-    verbose_.add("batch", fmt::format("batch {} (step {}): {}; training on the engine", b.batch_id, b.global_step, merged));
+    verbose_.add("batch", fmt::format("batch {} (step {}): {}; training on the engine", b.batch_id,
+                                      b.global_step, merged));
   }
   Json metrics;
   try {
     if (ranks.size() > 1) {
       metrics = train_on_ranks(ranks, request, settings);
     } else {
-      rpc::Client::CallResult r = engine->call(rpc::encode_train_batch(request), settings.train_timeout);
+      rpc::Client::CallResult r =
+          engine->call(rpc::encode_train_batch(request), settings.train_timeout);
       metrics = r.done.body.is_object() ? r.done.body : Json::object();
     }
   } catch (const Error& e) {
     if (e.code() == ErrorCode::kUnavailable) {
       // Lost connection (the supervisor restarts the engine and returns the batch) or a timeout.
-      verbose_.add("batch", fmt::format("batch {}: train_step did not complete: {}", b.batch_id, e.what()));
+      verbose_.add("batch",
+                   fmt::format("batch {}: train_step did not complete: {}", b.batch_id, e.what()));
       try {
         registry_.fail_batch(b.batch_id, e.code(), e.what());
       } catch (const Error&) {  // already returned to collection by engine_restarting, or stopped
       }
       return;
     }
-    verbose_.add("batch", fmt::format("batch {}: the engine rejected train_step: {}", b.batch_id, e.what()));
+    verbose_.add("batch",
+                 fmt::format("batch {}: the engine rejected train_step: {}", b.batch_id, e.what()));
     try {
       registry_.fail_batch(b.batch_id, e.code(), e.what());
     } catch (const Error&) {
@@ -319,13 +351,15 @@ void BatchRunner::train_on_engine(BatchSamples samples) {
   try {
     registry_.finish_batch(b.batch_id, metrics);
   } catch (const Error& e) {  // stopped or restarted meanwhile
-    verbose_.add("batch", fmt::format("batch {} trained, but the registry moved on: {}", b.batch_id, e.what()));
+    verbose_.add("batch", fmt::format("batch {} trained, but the registry moved on: {}", b.batch_id,
+                                      e.what()));
     return;
   }
-  verbose_.add("batch", fmt::format("step {} done: policy_version {}, loss {}, {} trained tokens, {:.2f} s", b.global_step,
-                                    version, metrics.value("loss", Json(nullptr)).dump(),
-                                    metrics.value("trained_tokens", Json(nullptr)).dump(),
-                                    metrics.value("step_time_s", 0.0)));
+  verbose_.add("batch",
+               fmt::format("step {} done: policy_version {}, loss {}, {} trained tokens, {:.2f} s",
+                           b.global_step, version, metrics.value("loss", Json(nullptr)).dump(),
+                           metrics.value("trained_tokens", Json(nullptr)).dump(),
+                           metrics.value("step_time_s", 0.0)));
 }
 
 std::optional<std::filesystem::path> BatchRunner::save_checkpoint(const std::string& why) {
@@ -339,11 +373,13 @@ std::optional<std::filesystem::path> BatchRunner::save_checkpoint(const std::str
   request.method = std::string(rpc::kMethodSaveCheckpoint);
   request.body = Json::object();
   if (!settings.checkpoint_dir.empty()) request.body["dir"] = settings.checkpoint_dir.string();
-  request.body["front_cursor"] = Json{{"global_step", registry_.global_step()}, {"policy_version", trained_version_}};
+  request.body["front_cursor"] =
+      Json{{"global_step", registry_.global_step()}, {"policy_version", trained_version_}};
   rpc::Client::CallResult r = engine->call(std::move(request), settings.train_timeout);
   const std::filesystem::path path = r.done.body.value("path", std::string());
   saved_version_ = r.done.body.value("policy_version", trained_version_);
-  verbose_.add("batch", fmt::format("checkpoint ({}): policy_version {} saved in {}", why, saved_version_, path.string()));
+  verbose_.add("batch", fmt::format("checkpoint ({}): policy_version {} saved in {}", why,
+                                    saved_version_, path.string()));
   if (!path.empty() && link_.checkpoint_saved) link_.checkpoint_saved(path);
   return path;
 }

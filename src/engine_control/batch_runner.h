@@ -1,21 +1,21 @@
 // The batch loop of the torch and async backbones: waits for the registry's ready batch, takes it,
-// merges each episode's stored calls into training samples (src/tracking), sends them to the engine's
-// `train_step` RPC (docs/engine-rpc.md) and reports the step to Registry::finish_batch. Every
-// `save_freq` policy versions (and on stop_engine) it asks the engine to `save_checkpoint`, and tells
-// the supervisor where the newest checkpoint is so a crashed engine restarts from it. The debug
-// backbone never gets here: the registry records its batches itself and ROLLING resumes.
+// merges each episode's stored calls into training samples (src/tracking), sends them to the
+// engine's `train_step` RPC (docs/engine-rpc.md) and reports the step to Registry::finish_batch.
+// Every `save_freq` policy versions (and on stop_engine) it asks the engine to `save_checkpoint`,
+// and tells the supervisor where the newest checkpoint is so a crashed engine restarts from it. The
+// debug backbone never gets here: the registry records its batches itself and ROLLING resumes.
 //
-// Data parallel (ajet-swarm start --engine-ranks N): the request is split with train_data::split_batch
-// (balanced by tokens, task groups kept whole) and part r goes to rank r's train_step, all at once (an
-// empty part too: every rank takes part in every all-reduce). The step counts when every rank
-// acknowledged it; one rank's error fails the batch, naming the rank. Checkpoints come from rank 0 (the
-// ranks hold the same weights). Inference runs on rank 0 only.
+// Data parallel (ajet-swarm start --engine-ranks N): the request is split with
+// train_data::split_batch (balanced by tokens, task groups kept whole) and part r goes to rank r's
+// train_step, all at once (an empty part too: every rank takes part in every all-reduce). The step
+// counts when every rank acknowledged it; one rank's error fails the batch, naming the rank.
+// Checkpoints come from rank 0 (the ranks hold the same weights). Inference runs on rank 0 only.
 //
-// torch: the registry is in WEIGHT_SYNCING from take_batch until finish_batch (WEIGHT_EXPORTING while
-// a checkpoint is written). async: the status stays ROLLING; the registry pauses claims when more
-// than ajet.async.max_staleness batches wait for the trainer.
-// Threads: one thread of its own; it blocks on the registry, the store and the engine, never on an
-// I/O thread. It never advances global_step without a step the engine acknowledged.
+// torch: the registry is in WEIGHT_SYNCING from take_batch until finish_batch (WEIGHT_EXPORTING
+// while a checkpoint is written). async: the status stays ROLLING; the registry pauses claims when
+// more than ajet.async.max_staleness batches wait for the trainer. Threads: one thread of its own;
+// it blocks on the registry, the store and the engine, never on an I/O thread. It never advances
+// global_step without a step the engine acknowledged.
 #pragma once
 
 #include <chrono>
@@ -44,7 +44,7 @@ class Client;
 namespace ajet::episodes {
 class VerboseLog;
 struct ModelContext;
-}
+}  // namespace ajet::episodes
 
 namespace ajet::engine_control {
 
@@ -56,49 +56,57 @@ struct BatchSamples {
 
 // What the runner needs from the synced config at the time a batch trains.
 struct TrainSettings {
-  int64_t save_freq = 0;                   // checkpoint when the new policy version is a multiple; <= 0: never
-  std::filesystem::path checkpoint_dir;    // passed as save_checkpoint's `dir` (empty: the engine's default)
+  int64_t save_freq = 0;  // checkpoint when the new policy version is a multiple; <= 0: never
+  std::filesystem::path
+      checkpoint_dir;  // passed as save_checkpoint's `dir` (empty: the engine's default)
   std::chrono::milliseconds train_timeout{std::chrono::hours(2)};  // one train_step call
-  train_data::AdvantageOptions advantage;  // the engine's; how a batch is split across data-parallel ranks
+  train_data::AdvantageOptions
+      advantage;  // the engine's; how a batch is split across data-parallel ranks
 };
 
 // The runner's view of the rest of the front (all may return null / empty while nothing is loaded).
 struct TrainerLink {
   std::function<std::shared_ptr<const episodes::ModelContext>()> model;
-  std::function<std::shared_ptr<rpc::Client>()> engine;  // null while booting, restarting or stopped
-  // Every data-parallel rank's connection in rank order (rank 0 = engine()); unset or empty: engine() alone.
+  std::function<std::shared_ptr<rpc::Client>()>
+      engine;  // null while booting, restarting or stopped
+  // Every data-parallel rank's connection in rank order (rank 0 = engine()); unset or empty:
+  // engine() alone.
   std::function<std::vector<std::shared_ptr<rpc::Client>>()> engine_ranks;
   std::function<TrainSettings()> settings;
-  std::function<void(const std::filesystem::path&)> checkpoint_saved;  // newest checkpoint directory
+  std::function<void(const std::filesystem::path&)>
+      checkpoint_saved;  // newest checkpoint directory
 };
 
 // The train_step request for these samples (S samples packed back to back, N tokens). Samples that
-// are not trainable (no generated token) are left out. advantages stay empty: the engine computes them
-// per task_id group from `rewards`. Throws Error(kFailedPrecondition) when no sample is trainable.
+// are not trainable (no generated token) are left out. advantages stay empty: the engine computes
+// them per task_id group from `rewards`. Throws Error(kFailedPrecondition) when no sample is
+// trainable.
 rpc::TrainBatch build_train_batch(const BatchSamples& samples);
 
-// Rank r's train_step request for `world_size` data-parallel ranks: train_data::split_batch of `request`
-// (so each rank's advantages equal those of one rank on the whole batch), `meta` carried over with
-// "rank" and "world_size" added. Some parts may hold no sample.
+// Rank r's train_step request for `world_size` data-parallel ranks: train_data::split_batch of
+// `request` (so each rank's advantages equal those of one rank on the whole batch), `meta` carried
+// over with "rank" and "world_size" added. Some parts may hold no sample.
 std::vector<rpc::TrainBatch> split_train_batch(const rpc::TrainBatch& request, int world_size,
                                                const train_data::AdvantageOptions& advantage);
 
 // The step metrics of the ranks' replies, as one rank would report them for the batch `whole` (the
-// request's samples, train_data::batch_from_rpc): into `metrics` (rank 0's reply) go the advantage means
-// over every rank's trained samples and the reward mean, group and zero-variance-group counts of the
-// whole batch.
-void whole_batch_metrics(const train_data::Batch& whole, const train_data::AdvantageOptions& advantage,
+// request's samples, train_data::batch_from_rpc): into `metrics` (rank 0's reply) go the advantage
+// means over every rank's trained samples and the reward mean, group and zero-variance-group counts
+// of the whole batch.
+void whole_batch_metrics(const train_data::Batch& whole,
+                         const train_data::AdvantageOptions& advantage,
                          const std::vector<Json>& replies, Json& metrics);
 
 class BatchRunner {
  public:
-  BatchRunner(episodes::Registry& registry, store::Store& store, episodes::VerboseLog& verbose, TrainerLink link);
+  BatchRunner(episodes::Registry& registry, store::Store& store, episodes::VerboseLog& verbose,
+              TrainerLink link);
   ~BatchRunner();  // stops and joins
   BatchRunner(const BatchRunner&) = delete;
   BatchRunner& operator=(const BatchRunner&) = delete;
 
-  // After start_engine: wakes the loop so it waits on the registry again; forgets the last session's
-  // trained/saved policy versions.
+  // After start_engine: wakes the loop so it waits on the registry again; forgets the last
+  // session's trained/saved policy versions.
   void notify();
 
   // Merges the batch's episodes (calls read from the store) into samples. Blocks on the store.
@@ -112,10 +120,10 @@ class BatchRunner {
 
  private:
   void run();
-  // train_step on every rank at once; rank 0's reply with the ranks' counts summed. Throws the first
-  // error (by rank), naming the rank, after every call returned.
-  Json train_on_ranks(const std::vector<std::shared_ptr<rpc::Client>>& ranks, const rpc::TrainBatch& request,
-                      const TrainSettings& settings);
+  // train_step on every rank at once; rank 0's reply with the ranks' counts summed. Throws the
+  // first error (by rank), naming the rank, after every call returned.
+  Json train_on_ranks(const std::vector<std::shared_ptr<rpc::Client>>& ranks,
+                      const rpc::TrainBatch& request, const TrainSettings& settings);
 
   episodes::Registry& registry_;
   store::Store& store_;
@@ -125,9 +133,9 @@ class BatchRunner {
   std::condition_variable cv_;
   bool stopping_ = false;
   bool poked_ = false;
-  std::mutex save_mu_;               // one save_checkpoint at a time
-  int64_t trained_version_ = -1;     // policy_version after the last acknowledged step
-  int64_t saved_version_ = -1;       // policy_version of the last checkpoint
+  std::mutex save_mu_;            // one save_checkpoint at a time
+  int64_t trained_version_ = -1;  // policy_version after the last acknowledged step
+  int64_t saved_version_ = -1;    // policy_version of the last checkpoint
   std::thread thread_;
 };
 

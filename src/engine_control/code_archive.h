@@ -1,9 +1,10 @@
 // sync_train_code's archive handling: a zip of a source tree is checked entry by entry from its
 // central directory (no absolute paths, no `..`, no links or device files, no encryption, size and
 // count limits) BEFORE anything touches the disk, then unpacked member by member into a fresh
-// directory (store and deflate, through zlib). Sizes in a zip are claims: every member is counted as it
-// is written and stops at the size its header declares, so the limits hold for what lands on disk,
-// and its CRC-32 is checked. It never writes outside that directory and never over an existing one.
+// directory (store and deflate, through zlib). Sizes in a zip are claims: every member is counted
+// as it is written and stops at the size its header declares, so the limits hold for what lands on
+// disk, and its CRC-32 is checked. It never writes outside that directory and never over an
+// existing one.
 #pragma once
 
 #include <cstdint>
@@ -21,8 +22,8 @@ struct ArchiveLimits {
 };
 
 struct ZipEntry {
-  std::string name;  // as stored ("src/a.cc", "apps/")
-  uint64_t size = 0; // uncompressed bytes, as declared
+  std::string name;   // as stored ("src/a.cc", "apps/")
+  uint64_t size = 0;  // uncompressed bytes, as declared
   bool is_dir = false;
   // Where and how the data is stored (from the central directory).
   uint16_t method = 0;  // 0 store, 8 deflate
@@ -45,8 +46,8 @@ struct UnpackedTree {
 };
 
 // inspect_zip, then unpacks into `dest` (created; must not exist yet). The source root must hold a
-// CMakeLists.txt. A member that inflates past its declared size, or whose data or CRC does not match
-// its header, is Error(kInvalidArgument) naming it. `dest` is removed again on any failure.
+// CMakeLists.txt. A member that inflates past its declared size, or whose data or CRC does not
+// match its header, is Error(kInvalidArgument) naming it. `dest` is removed again on any failure.
 UnpackedTree unpack_source_zip(std::string_view archive, const std::filesystem::path& dest,
                                const ArchiveLimits& limits = {});
 

@@ -37,29 +37,31 @@ namespace fs = std::filesystem;
 struct EngineSupervisor::Session {
   std::ofstream log;
   std::vector<uint8_t> ready_line;  // per rank: "ajet-engine: ready on ADDRESS" was printed
-  std::deque<std::string> tail;  // the engine's last lines, for crash reports
-  int forwarded = 0;             // lines copied into the verbose log (bounded per engine process)
+  std::deque<std::string> tail;     // the engine's last lines, for crash reports
+  int forwarded = 0;  // lines copied into the verbose log (bounded per engine process)
 };
 
 namespace {
 
 constexpr const char* kSocketDirPrefix = "ajet-swarm-";
-constexpr const char* kOwnerFile = "owner";  // "<pid> <start time> locked" of the front that made the directory
-constexpr const char* kLockedMarker = "locked";  // the owner holds an flock on the file while it runs
+constexpr const char* kOwnerFile =
+    "owner";  // "<pid> <start time> locked" of the front that made the directory
+constexpr const char* kLockedMarker =
+    "locked";  // the owner holds an flock on the file while it runs
 
-// Field 22 of /proc/<pid>/stat: when the process started, in clock ticks since boot. With the pid it
-// names one process; a pid alone may have been reused since. Empty when the process is gone.
+// Field 22 of /proc/<pid>/stat: when the process started, in clock ticks since boot. With the pid
+// it names one process; a pid alone may have been reused since. Empty when the process is gone.
 std::string process_start_time(pid_t pid) {
   std::vector<std::string> fields = proc_stat_fields(pid);
   return fields.size() > 22 - 3 ? fields[22 - 3] : "";
 }
 
-// Whether the front that wrote this owner file is gone. Its flock (held from creation to exit, released
-// by the kernel however the front ends) says so wherever the front ran: a pid is not enough, since a
-// front in a PID namespace that shares /tmp but not /proc (tests/docs runs the documents so) recorded a
-// pid that names some other process here, and its directory stayed forever. Owner files without the
-// marker (older versions) fall back to the pid and its start time. nullopt: no owner file, or one
-// that says nothing yet (its front is creating it).
+// Whether the front that wrote this owner file is gone. Its flock (held from creation to exit,
+// released by the kernel however the front ends) says so wherever the front ran: a pid is not
+// enough, since a front in a PID namespace that shares /tmp but not /proc (tests/docs runs the
+// documents so) recorded a pid that names some other process here, and its directory stayed
+// forever. Owner files without the marker (older versions) fall back to the pid and its start time.
+// nullopt: no owner file, or one that says nothing yet (its front is creating it).
 std::optional<bool> owner_gone(const fs::path& owner_file) {
   const int fd = ::open(owner_file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return std::nullopt;
@@ -79,14 +81,16 @@ std::optional<bool> owner_gone(const fs::path& owner_file) {
 }
 
 // Removes the engine-socket directories of fronts that are gone (SIGKILLed fronts cannot clean up).
-// A directory is stale when its owner is gone (owner_gone); one without a complete owner file (being
-// created, or left by a front that failed to create it) only once it is a minute old. Only this user's.
+// A directory is stale when its owner is gone (owner_gone); one without a complete owner file
+// (being created, or left by a front that failed to create it) only once it is a minute old. Only
+// this user's.
 void remove_stale_socket_dirs(const fs::path& tmp) {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(tmp, ec)) {
     const std::string name = entry.path().filename().string();
-    if (name.rfind(kSocketDirPrefix, 0) != 0 || !entry.is_directory(ec) || entry.is_symlink(ec)) continue;
-    struct stat st{};
+    if (name.rfind(kSocketDirPrefix, 0) != 0 || !entry.is_directory(ec) || entry.is_symlink(ec))
+      continue;
+    struct stat st {};
     if (::lstat(entry.path().c_str(), &st) != 0 || st.st_uid != ::getuid()) continue;
     const std::optional<bool> gone = owner_gone(entry.path() / kOwnerFile);
     if (!gone.value_or(std::time(nullptr) - st.st_mtime > 60)) continue;
@@ -96,10 +100,12 @@ void remove_stale_socket_dirs(const fs::path& tmp) {
 }
 
 // A TCP port on loopback that nothing listens on right now: the ranks' rendezvous (rank 0 binds it
-// moments later; a clash is reported by the engine, naming the port, and the restart picks another).
+// moments later; a clash is reported by the engine, naming the port, and the restart picks
+// another).
 int free_loopback_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) fail(ErrorCode::kIo, "cannot open a socket to pick the engine ranks' rendezvous port");
+  if (fd < 0)
+    fail(ErrorCode::kIo, "cannot open a socket to pick the engine ranks' rendezvous port");
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -121,24 +127,29 @@ struct RankProcess {
   std::shared_ptr<rpc::Client> conn;
 };
 
-EngineSupervisor::EngineSupervisor(SupervisorOptions options, episodes::Registry& registry, episodes::VerboseLog& verbose)
+EngineSupervisor::EngineSupervisor(SupervisorOptions options, episodes::Registry& registry,
+                                   episodes::VerboseLog& verbose)
     : options_(std::move(options)), registry_(registry), verbose_(verbose) {
   const fs::path tmp = fs::temp_directory_path();
   remove_stale_socket_dirs(tmp);
   std::string templ = (tmp / (std::string(kSocketDirPrefix) + "XXXXXX")).string();
   if (::mkdtemp(templ.data()) == nullptr) {
-    fail(ErrorCode::kIo, "cannot create a private directory for the engine socket in " + tmp.string());
+    fail(ErrorCode::kIo,
+         "cannot create a private directory for the engine socket in " + tmp.string());
   }
   socket_dir_ = templ;  // mode 0700: only this user can reach the engine
   // Locked before anything is written: a reader sees either no marker (and leaves a young directory
   // alone) or the marker with the lock held.
-  owner_fd_ = ::open((socket_dir_ / kOwnerFile).c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  const std::string owner = fmt::format("{} {} {}\n", ::getpid(), process_start_time(::getpid()), kLockedMarker);
+  owner_fd_ =
+      ::open((socket_dir_ / kOwnerFile).c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  const std::string owner =
+      fmt::format("{} {} {}\n", ::getpid(), process_start_time(::getpid()), kLockedMarker);
   if (owner_fd_ < 0 || ::flock(owner_fd_, LOCK_EX | LOCK_NB) != 0 ||
       ::write(owner_fd_, owner.data(), owner.size()) != ssize_t(owner.size())) {
     const std::string why = std::strerror(errno);
     if (owner_fd_ >= 0) ::close(owner_fd_);
-    fail(ErrorCode::kIo, "cannot create, lock and write " + (socket_dir_ / kOwnerFile).string() + ": " + why);
+    fail(ErrorCode::kIo,
+         "cannot create, lock and write " + (socket_dir_ / kOwnerFile).string() + ": " + why);
   }
   socket_path_ = socket_dir_ / "engine.sock";
   thread_ = std::thread([this] { run(); });
@@ -222,7 +233,8 @@ Json EngineSupervisor::status_json() const {
   static constexpr const char* kNames[] = {"idle", "building", "booting", "ready", "stopping"};
   Json ranks = Json::array();
   for (size_t r = 0; r < rank_pids_.size(); ++r) {
-    ranks.push_back(Json{{"rank", r}, {"pid", rank_pids_[r]}, {"socket", rank_socket(int(r)).string()}});
+    ranks.push_back(
+        Json{{"rank", r}, {"pid", rank_pids_[r]}, {"socket", rank_socket(int(r)).string()}});
   }
   return Json{{"pid", pid_},
               {"phase", kNames[int(phase_)]},
@@ -251,15 +263,17 @@ bool EngineSupervisor::sleep_unless_stopped(std::chrono::milliseconds d) {
 }
 
 void EngineSupervisor::note_line(Session& s, int rank, const std::string& raw) {
-  if (raw.rfind("ajet-engine: ready on ", 0) == 0 && size_t(rank) < s.ready_line.size()) s.ready_line[size_t(rank)] = 1;
+  if (raw.rfind("ajet-engine: ready on ", 0) == 0 && size_t(rank) < s.ready_line.size())
+    s.ready_line[size_t(rank)] = 1;
   // With several ranks each line says whose it is; one rank's lines stay as they were.
   const std::string line = options_.engine_ranks > 1 ? fmt::format("[rank {}] {}", rank, raw) : raw;
   if (s.log.is_open()) s.log << line << '\n' << std::flush;
   s.tail.push_back(line);
   while (s.tail.size() > 40) s.tail.pop_front();
   const std::string l = ascii_lower(line);
-  const bool notable = l.find("error") != std::string::npos || l.find("ready") != std::string::npos ||
-                       l.find("listening") != std::string::npos || l.find("warn") != std::string::npos;
+  const bool notable =
+      l.find("error") != std::string::npos || l.find("ready") != std::string::npos ||
+      l.find("listening") != std::string::npos || l.find("warn") != std::string::npos;
   if (notable && s.forwarded < 50) {
     s.forwarded += 1;
     verbose_.add("engine", line.substr(0, 500), /*mirror=*/false);
@@ -292,7 +306,8 @@ void EngineSupervisor::run() {
     }
     lock.lock();
     if (started_) {  // supervise() ended before resolving start(): it failed before spawning
-      started_->set_exception(std::make_exception_ptr(Error(ErrorCode::kIo, "the engine could not be started")));
+      started_->set_exception(
+          std::make_exception_ptr(Error(ErrorCode::kIo, "the engine could not be started")));
       started_.reset();
     }
     if (client_) retired_clients_.push_back(std::move(client_));
@@ -303,7 +318,8 @@ void EngineSupervisor::run() {
     std::vector<std::shared_ptr<rpc::Client>> retired;
     retired.swap(retired_clients_);
     lock.unlock();
-    retired.clear();  // closes them here, never on an RPC reader thread; in-flight calls get their error
+    retired.clear();  // closes them here, never on an RPC reader thread; in-flight calls get their
+                      // error
     lock.lock();
     pid_ = 0;
     phase_ = Phase::kIdle;
@@ -311,22 +327,28 @@ void EngineSupervisor::run() {
   }
 }
 
-std::vector<std::string> EngineSupervisor::engine_command(const fs::path& binary, const EngineLaunch& launch, int rank,
+std::vector<std::string> EngineSupervisor::engine_command(const fs::path& binary,
+                                                          const EngineLaunch& launch, int rank,
                                                           int master_port) const {
-  // The engine reads ajet.engine.*, ajet.rollout.*, the trainer's keys from the synced YAML; --model
-  // names the base weights and --resume the newest checkpoint (weights, optimizer, step) when one exists.
-  std::vector<std::string> argv = {binary.string(), "serve", "--conf", launch.config_file.string(),
-                                   "--model", launch.config.model.path, "--listen", "unix:" + rank_socket(rank).string()};
+  // The engine reads ajet.engine.*, ajet.rollout.*, the trainer's keys from the synced YAML;
+  // --model names the base weights and --resume the newest checkpoint (weights, optimizer, step)
+  // when one exists.
+  std::vector<std::string> argv = {binary.string(), "serve",
+                                   "--conf",        launch.config_file.string(),
+                                   "--model",       launch.config.model.path,
+                                   "--listen",      "unix:" + rank_socket(rank).string()};
   const int ranks = options_.engine_ranks;
   if (ranks > 1) {
     // One node, N local ranks meeting on loopback; the cores are shared out so the ranks do not
     // oversubscribe them (ajet.engine.threads, or one per core when 0, divided by N; at least 1).
     const int64_t configured = launch.config.engine.threads;
-    const int64_t total = configured > 0 ? configured : int64_t(std::max(1u, std::thread::hardware_concurrency()));
+    const int64_t total =
+        configured > 0 ? configured : int64_t(std::max(1u, std::thread::hardware_concurrency()));
     const int64_t threads = std::max<int64_t>(1, total / ranks);
-    argv.insert(argv.end(), {"--threads", std::to_string(threads), "--nnodes", "1", "--node-rank", "0",
-                             "--nproc-per-node", std::to_string(ranks), "--local-rank", std::to_string(rank),
-                             "--master-addr", "127.0.0.1", "--master-port", std::to_string(master_port)});
+    argv.insert(argv.end(),
+                {"--threads", std::to_string(threads), "--nnodes", "1", "--node-rank", "0",
+                 "--nproc-per-node", std::to_string(ranks), "--local-rank", std::to_string(rank),
+                 "--master-addr", "127.0.0.1", "--master-port", std::to_string(master_port)});
   }
   const fs::path checkpoint = latest_checkpoint_dir();
   if (!checkpoint.empty()) argv.insert(argv.end(), {"--resume", checkpoint.string()});
@@ -342,20 +364,25 @@ struct EngineSupervisor::RankGroup {
   int world() const { return static_cast<int>(ranks.size()); }
   Subprocess& rank0() { return ranks[0].proc; }
 
-  // Waits on rank 0 for up to `d` and looks at the others without waiting; the rank that exited, or -1.
+  // Waits on rank 0 for up to `d` and looks at the others without waiting; the rank that exited, or
+  // -1.
   int wait(std::chrono::milliseconds d) {
     for (int r = 0; r < world(); ++r) {
-      if (ranks[size_t(r)].proc.wait_some(r == 0 ? d : std::chrono::milliseconds(0), on_lines[size_t(r)])) return r;
+      if (ranks[size_t(r)].proc.wait_some(r == 0 ? d : std::chrono::milliseconds(0),
+                                          on_lines[size_t(r)]))
+        return r;
     }
     return -1;
   }
 
-  // SIGTERM to every rank still running, last rank first; then each is reaped (SIGKILL after `grace`).
+  // SIGTERM to every rank still running, last rank first; then each is reaped (SIGKILL after
+  // `grace`).
   void terminate_all(std::chrono::milliseconds grace) {
     for (int r = world() - 1; r >= 0; --r) {
       if (!ranks[size_t(r)].proc.exited()) ranks[size_t(r)].proc.signal_group(SIGTERM);
     }
-    for (int r = world() - 1; r >= 0; --r) ranks[size_t(r)].proc.terminate(grace, on_lines[size_t(r)]);
+    for (int r = world() - 1; r >= 0; --r)
+      ranks[size_t(r)].proc.terminate(grace, on_lines[size_t(r)]);
   }
 
   void drop_connections() {
@@ -421,7 +448,8 @@ void EngineSupervisor::supervise(EngineLaunch launch) {
   }
 }
 
-std::optional<fs::path> EngineSupervisor::choose_binary(const EngineLaunch& launch, Session& session) {
+std::optional<fs::path> EngineSupervisor::choose_binary(const EngineLaunch& launch,
+                                                        Session& session) {
   fs::path binary = options_.default_engine;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -439,7 +467,8 @@ std::optional<fs::path> EngineSupervisor::choose_binary(const EngineLaunch& laun
   return binary;
 }
 
-std::optional<EngineSupervisor::RankGroup> EngineSupervisor::spawn_ranks(const fs::path& binary, const EngineLaunch& launch,
+std::optional<EngineSupervisor::RankGroup> EngineSupervisor::spawn_ranks(const fs::path& binary,
+                                                                         const EngineLaunch& launch,
                                                                          Session& session) {
   const int world = std::max(1, options_.engine_ranks);
   RankGroup group;
@@ -449,7 +478,8 @@ std::optional<EngineSupervisor::RankGroup> EngineSupervisor::spawn_ranks(const f
     std::error_code ec;
     const int master_port = world > 1 ? free_loopback_port() : 0;
     for (int r = 0; r < world; ++r) {
-      fs::remove(rank_socket(r), ec);  // a crashed engine's socket file would refuse the new one's clients
+      fs::remove(rank_socket(r),
+                 ec);  // a crashed engine's socket file would refuse the new one's clients
       argvs.push_back(engine_command(binary, launch, r, master_port));
       group.ranks[size_t(r)].proc = Subprocess::spawn(SpawnOptions{argvs.back(), {}, {}});
     }
@@ -479,13 +509,15 @@ std::optional<EngineSupervisor::RankGroup> EngineSupervisor::spawn_ranks(const f
     }
   }
   if (session.log.is_open()) {
-    for (const auto& argv : argvs) session.log << "---- " << fmt::format("{}", fmt::join(argv, " ")) << '\n';
+    for (const auto& argv : argvs)
+      session.log << "---- " << fmt::format("{}", fmt::join(argv, " ")) << '\n';
     session.log << std::flush;
   }
   session.forwarded = 0;
   session.ready_line.assign(size_t(world), 0);
   for (int r = 0; r < world; ++r) {
-    group.on_lines.push_back([this, &session, r](std::string line) { note_line(session, r, line); });
+    group.on_lines.push_back(
+        [this, &session, r](std::string line) { note_line(session, r, line); });
   }
   return group;
 }
@@ -530,11 +562,13 @@ void EngineSupervisor::shut_down(RankGroup& group) {
 
 void EngineSupervisor::announce_ready(RankGroup& group, const fs::path& binary) {
   std::shared_ptr<rpc::Client> conn = group.ranks[0].conn;
-  std::string detail = fmt::format("engine ready (pid {}, {})", group.rank0().pid(), binary.filename().string());
+  std::string detail =
+      fmt::format("engine ready (pid {}, {})", group.rank0().pid(), binary.filename().string());
   std::optional<int64_t> served_version;  // the front's global_step adopts it (e.g. after --resume)
   if (group.world() > 1) detail += fmt::format(", {} data-parallel ranks", group.world());
   try {
-    rpc::Client::CallResult status = conn->call(rpc::make_status_request(), std::chrono::seconds(30));
+    rpc::Client::CallResult status =
+        conn->call(rpc::make_status_request(), std::chrono::seconds(30));
     if (status.done.body.contains("policy_version")) {
       detail += fmt::format(", policy_version {}", status.done.body["policy_version"].dump());
       if (status.done.body["policy_version"].is_number_integer()) {
@@ -583,9 +617,11 @@ std::string EngineSupervisor::end_group(RankGroup& group, int exited_rank, bool 
   group.drop_connections();
   // The ranks still running cannot go on without the one that exited: all of them go.
   const int failed = exited_rank >= 0 ? exited_rank : 0;
-  const int failed_status = exited_rank >= 0 ? group.ranks[size_t(failed)].proc.wait(group.on_lines[size_t(failed)]) : 0;
+  const int failed_status =
+      exited_rank >= 0 ? group.ranks[size_t(failed)].proc.wait(group.on_lines[size_t(failed)]) : 0;
   group.terminate_all(options_.stop_grace);
-  std::string why = timed_out ? fmt::format("did not accept connections within {} s", options_.boot_timeout.count() / 1000)
+  std::string why = timed_out ? fmt::format("did not accept connections within {} s",
+                                            options_.boot_timeout.count() / 1000)
                               : describe_exit(failed_status);
   if (group.world() > 1 && !timed_out) {
     why = fmt::format("rank {} (pid {}): {}", failed, group.ranks[size_t(failed)].proc.pid(), why);
@@ -593,21 +629,25 @@ std::string EngineSupervisor::end_group(RankGroup& group, int exited_rank, bool 
   return why;
 }
 
-bool EngineSupervisor::restart_or_give_up(const EngineLaunch& launch, const Session& session, RankGroup& group,
-                                          const std::string& why, bool ever_ready, int failures) {
+bool EngineSupervisor::restart_or_give_up(const EngineLaunch& launch, const Session& session,
+                                          RankGroup& group, const std::string& why, bool ever_ready,
+                                          int failures) {
   const std::string tail = tail_text(session, group.world() > 1 ? 10 : 6);
   if (!ever_ready) {
     give_up(fmt::format("the engine failed to start ({}): {}", why, tail));
     return false;
   }
   if (failures >= options_.max_restart_failures) {
-    give_up(fmt::format("the engine crashed and failed to restart {} times ({}): {}; giving up", failures, why, tail));
+    give_up(fmt::format("the engine crashed and failed to restart {} times ({}): {}; giving up",
+                        failures, why, tail));
     return false;
   }
   const fs::path checkpoint = latest_checkpoint_dir();
   std::string detail = fmt::format(
-      "the engine (pid {}) exited unexpectedly ({}); restarting it from {}; last output: {}", group.rank0().pid(), why,
-      checkpoint.empty() ? launch.config.model.path + " (no checkpoint yet)" : "checkpoint " + checkpoint.string(),
+      "the engine (pid {}) exited unexpectedly ({}); restarting it from {}; last output: {}",
+      group.rank0().pid(), why,
+      checkpoint.empty() ? launch.config.model.path + " (no checkpoint yet)"
+                         : "checkpoint " + checkpoint.string(),
       tail);
   verbose_.add("engine", detail);
   try {

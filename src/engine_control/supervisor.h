@@ -1,17 +1,19 @@
-// Engine supervision: the front launches `ajet-engine serve` with the synced config on a private Unix
-// socket, waits for its ready line ("ajet-engine: ready on ADDRESS") and connects the rpc::Client, moves
-// the registry BOOTING → ROLLING. If the engine dies it marks the status, logs it in verbose logs and
-// restarts it from latest_checkpoint_dir(); stop() terminates it (SIGTERM, grace, SIGKILL). With
-// engine_ranks N > 1 it launches N local data-parallel ranks (one c10d group on loopback, each with
-// threads / N and a socket of its own) and treats them as one engine: ready when all are, and when one
-// dies all are restarted together from the checkpoint (the group cannot continue without it). With
-// synced code (sync_train_code) the tree is built first (cmake, only the ajet-engine target) and its
-// binary runs; a failed build keeps the previous engine and says why in engine_status_detail.
+// Engine supervision: the front launches `ajet-engine serve` with the synced config on a private
+// Unix socket, waits for its ready line ("ajet-engine: ready on ADDRESS") and connects the
+// rpc::Client, moves the registry BOOTING → ROLLING. If the engine dies it marks the status, logs
+// it in verbose logs and restarts it from latest_checkpoint_dir(); stop() terminates it (SIGTERM,
+// grace, SIGKILL). With engine_ranks N > 1 it launches N local data-parallel ranks (one c10d group
+// on loopback, each with threads / N and a socket of its own) and treats them as one engine: ready
+// when all are, and when one dies all are restarted together from the checkpoint (the group cannot
+// continue without it). With synced code (sync_train_code) the tree is built first (cmake, only the
+// ajet-engine target) and its binary runs; a failed build keeps the previous engine and says why in
+// engine_status_detail.
 //
 // Threads: one supervisor thread forks every child (engines, builds), so PR_SET_PDEATHSIG — which
-// follows the forking *thread* — kills them if the front dies; it also reads their output and notices
-// their exit (pidfd). start()/stop() may be called from any thread except an HTTP I/O thread (stop
-// waits for the engine to exit). It never holds the registry's lock while waiting on a process.
+// follows the forking *thread* — kills them if the front dies; it also reads their output and
+// notices their exit (pidfd). start()/stop() may be called from any thread except an HTTP I/O
+// thread (stop waits for the engine to exit). It never holds the registry's lock while waiting on a
+// process.
 #pragma once
 
 #include <chrono>
@@ -38,7 +40,7 @@ class Subprocess;
 namespace ajet::episodes {
 class Registry;
 class VerboseLog;
-}
+}  // namespace ajet::episodes
 
 namespace ajet::engine_control {
 
@@ -48,8 +50,8 @@ struct SupervisorOptions {
   std::chrono::milliseconds stop_grace{10'000};
   int max_restart_failures = 3;  // consecutive failed restarts before giving up (→ OFFLINE)
   int build_jobs = 2;
-  // Data-parallel engine ranks started on this machine (ajet-swarm start --engine-ranks). Rank 0 also
-  // serves inference; every rank trains its part of each batch (batch_runner.h).
+  // Data-parallel engine ranks started on this machine (ajet-swarm start --engine-ranks). Rank 0
+  // also serves inference; every rank trains its part of each batch (batch_runner.h).
   int engine_ranks = 1;
 };
 
@@ -57,13 +59,15 @@ struct EngineLaunch {
   config::Config config;
   std::filesystem::path config_file;  // the synced YAML written to disk (passed to the engine)
   std::filesystem::path code_root;    // synced source tree to build first; empty: none
-  std::filesystem::path build_dir;    // where that tree is built (next to it, never inside the install)
-  std::filesystem::path run_dir;      // engine.log and build logs go here
+  std::filesystem::path
+      build_dir;                  // where that tree is built (next to it, never inside the install)
+  std::filesystem::path run_dir;  // engine.log and build logs go here
 };
 
 class EngineSupervisor {
  public:
-  EngineSupervisor(SupervisorOptions options, episodes::Registry& registry, episodes::VerboseLog& verbose);
+  EngineSupervisor(SupervisorOptions options, episodes::Registry& registry,
+                   episodes::VerboseLog& verbose);
   ~EngineSupervisor();  // stops the engine and joins the thread
   EngineSupervisor(const EngineSupervisor&) = delete;
   EngineSupervisor& operator=(const EngineSupervisor&) = delete;
@@ -103,19 +107,20 @@ class EngineSupervisor {
   void supervise(EngineLaunch launch);
   // The phases of supervise(), in order. A nullopt / false / -1 answer ends the supervision.
   std::optional<std::filesystem::path> choose_binary(const EngineLaunch& launch, Session& session);
-  std::optional<RankGroup> spawn_ranks(const std::filesystem::path& binary, const EngineLaunch& launch,
-                                       Session& session);
+  std::optional<RankGroup> spawn_ranks(const std::filesystem::path& binary,
+                                       const EngineLaunch& launch, Session& session);
   BootResult wait_for_ready(RankGroup& group, Session& session);
   void announce_ready(RankGroup& group, const std::filesystem::path& binary);
   int watch(RankGroup& group);  // the rank that exited, or -1 when stopped
   void retire_connections(RankGroup& group);
   void shut_down(RankGroup& group);  // on stop: kStopping, then every rank terminated
   std::string end_group(RankGroup& group, int exited_rank, bool timed_out);  // why it ended
-  bool restart_or_give_up(const EngineLaunch& launch, const Session& session, RankGroup& group, const std::string& why,
-                          bool ever_ready, int failures);
+  bool restart_or_give_up(const EngineLaunch& launch, const Session& session, RankGroup& group,
+                          const std::string& why, bool ever_ready, int failures);
   void give_up(const std::string& detail);  // verbose log, registry → OFFLINE
   std::filesystem::path build_engine(const EngineLaunch& launch, Session& session);
-  std::vector<std::string> engine_command(const std::filesystem::path& binary, const EngineLaunch& launch, int rank,
+  std::vector<std::string> engine_command(const std::filesystem::path& binary,
+                                          const EngineLaunch& launch, int rank,
                                           int master_port) const;
   std::filesystem::path rank_socket(int rank) const;
   bool stop_requested() const;

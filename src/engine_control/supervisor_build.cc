@@ -27,7 +27,8 @@ std::string error_summary(const std::string& output) {
     std::string line = output.substr(pos, nl - pos);
     pos = nl + 1;
     if (line.empty()) continue;
-    if (line.find("error") != std::string::npos || line.find("Error") != std::string::npos) errors.push_back(line);
+    if (line.find("error") != std::string::npos || line.find("Error") != std::string::npos)
+      errors.push_back(line);
     lines.push_back(std::move(line));
   }
   const std::vector<std::string>& pick = errors.empty() ? lines : errors;
@@ -56,16 +57,23 @@ fs::path EngineSupervisor::build_engine(const EngineLaunch& launch, Session& ses
   registry_.set_status_detail(detail);
   verbose_.add("engine", detail);
 
-  std::vector<std::string> configure = {"cmake", "-S", launch.code_root.string(), "-B", launch.build_dir.string(),
-                                        "-DCMAKE_BUILD_TYPE=Release", "-DAJET_BUILD_TESTS=OFF",
-                                        "-DAJET_BUILD_BENCH=OFF", "-DAJET_BUILD_FUZZ=OFF"};
+  std::vector<std::string> configure = {"cmake",
+                                        "-S",
+                                        launch.code_root.string(),
+                                        "-B",
+                                        launch.build_dir.string(),
+                                        "-DCMAKE_BUILD_TYPE=Release",
+                                        "-DAJET_BUILD_TESTS=OFF",
+                                        "-DAJET_BUILD_BENCH=OFF",
+                                        "-DAJET_BUILD_FUZZ=OFF"};
   if (find_on_path("ninja") && !fs::exists(launch.build_dir / "CMakeCache.txt")) {
     configure.insert(configure.begin() + 1, {"-G", "Ninja"});
   }
   // Every upload unpacks into a new directory with an empty build directory, so without a compiler
-  // cache each sync rebuilds the whole engine (minutes) even for a one-line change. With ccache on the
-  // PATH (scripts/setup.sh installs it), paths under the upload's directory are hashed relative to it,
-  // so the unchanged files of the next upload are cache hits (docs/swarm-server.md, "Remote code sync").
+  // cache each sync rebuilds the whole engine (minutes) even for a one-line change. With ccache on
+  // the PATH (scripts/setup.sh installs it), paths under the upload's directory are hashed relative
+  // to it, so the unchanged files of the next upload are cache hits (docs/swarm-server.md, "Remote
+  // code sync").
   std::vector<std::pair<std::string, std::string>> env;
   const bool use_ccache = find_on_path("ccache").has_value();
   if (use_ccache) {
@@ -73,8 +81,9 @@ fs::path EngineSupervisor::build_engine(const EngineLaunch& launch, Session& ses
     configure.push_back("-DCMAKE_C_COMPILER_LAUNCHER=ccache");
     env = {{"CCACHE_BASEDIR", launch.build_dir.parent_path().string()}, {"CCACHE_NOHASHDIR", "1"}};
   }
-  const std::vector<std::string> build = {"cmake", "--build", launch.build_dir.string(), "--target", "ajet-engine",
-                                          "-j", std::to_string(options_.build_jobs)};
+  const std::vector<std::string> build = {
+      "cmake",       "--build", launch.build_dir.string(),          "--target",
+      "ajet-engine", "-j",      std::to_string(options_.build_jobs)};
   std::ofstream log_file(log_path, std::ios::app);
   auto cancelled = [this] { return stop_requested(); };
   std::string failure;
@@ -90,7 +99,8 @@ fs::path EngineSupervisor::build_engine(const EngineLaunch& launch, Session& ses
     log_file << r.output << std::flush;
     if (r.cancelled) return previous;
     if (!exited_cleanly(r.status)) {
-      failure = fmt::format("{} ({}): {}", argv[1] == "--build" ? "build failed" : "cmake configure failed",
+      failure = fmt::format("{} ({}): {}",
+                            argv[1] == "--build" ? "build failed" : "cmake configure failed",
                             describe_exit(r.status), error_summary(r.output));
       break;
     }
@@ -100,11 +110,13 @@ fs::path EngineSupervisor::build_engine(const EngineLaunch& launch, Session& ses
   std::string note;
   fs::path result = built;
   if (!failure.empty()) {
-    note = fmt::format("the synced code failed to build, so the previous engine ({}) runs: {} (log: {})",
-                       previous.string(), failure, log_path.string());
+    note = fmt::format(
+        "the synced code failed to build, so the previous engine ({}) runs: {} (log: {})",
+        previous.string(), failure, log_path.string());
     result = previous;
   } else {
-    note = fmt::format("running the engine built from the synced code in {}", launch.code_root.string());
+    note = fmt::format("running the engine built from the synced code in {}",
+                       launch.code_root.string());
   }
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -9,17 +9,18 @@ namespace ajet::episodes {
 namespace {
 
 bool metric_char(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
-         c == '/' || c == '@' || c == ':' || c == '-';
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+         c == '.' || c == '/' || c == '@' || c == ':' || c == '-';
 }
 
 // The engine's timings under timing/ (seconds everywhere, named _s).
 const std::map<std::string, std::string>& timing_names() {
-  static const std::map<std::string, std::string> names = {{"step_time_s", "timing/step_s"},
-                                                           {"seconds", "timing/trainer_s"},
-                                                           {"old_logprob_seconds", "timing/old_logprob_s"},
-                                                           {"ref_logprob_seconds", "timing/ref_logprob_s"},
-                                                           {"inference_paused_s", "timing/inference_paused_s"}};
+  static const std::map<std::string, std::string> names = {
+      {"step_time_s", "timing/step_s"},
+      {"seconds", "timing/trainer_s"},
+      {"old_logprob_seconds", "timing/old_logprob_s"},
+      {"ref_logprob_seconds", "timing/ref_logprob_s"},
+      {"inference_paused_s", "timing/inference_paused_s"}};
   return names;
 }
 
@@ -33,7 +34,8 @@ class Flattener {
   // Objects as prefix/key, arrays as prefix/index, a few levels deep.
   void any(const std::string& name, const Json& v, int depth = 0) {
     if (v.is_object() && depth < 4) {
-      for (const auto& [key, item] : v.items()) any(name + "/" + metric_name_piece(key), item, depth + 1);
+      for (const auto& [key, item] : v.items())
+        any(name + "/" + metric_name_piece(key), item, depth + 1);
     } else if (v.is_array() && depth < 4) {
       for (size_t i = 0; i < v.size(); ++i) any(name + "/" + std::to_string(i), v[i], depth + 1);
     } else {
@@ -53,7 +55,8 @@ class Flattener {
         }
         if (n > 0) number("rollout/staleness_mean", Json(sum / double(n)));
       } else if (key == "client_shares" && v.is_object()) {
-        for (const auto& [client, share] : v.items()) any("rollout/client/" + metric_name_piece(client), share, 1);
+        for (const auto& [client, share] : v.items())
+          any("rollout/client/" + metric_name_piece(client), share, 1);
       } else {
         any("rollout/" + metric_name_piece(key), v, 1);
       }
@@ -69,7 +72,9 @@ class Flattener {
                                 : int64_t(i);
           if (!rank.is_object()) continue;
           for (const auto& [field, x] : rank.items()) {
-            if (field != "rank") any("train/data_parallel/rank" + std::to_string(r) + "/" + metric_name_piece(field), x, 2);
+            if (field != "rank")
+              any("train/data_parallel/rank" + std::to_string(r) + "/" + metric_name_piece(field),
+                  x, 2);
           }
         }
       } else {
@@ -86,7 +91,8 @@ class Flattener {
 }  // namespace
 
 bool valid_metric_name(std::string_view name) {
-  return !name.empty() && name.size() <= kMaxMetricNameLength && std::all_of(name.begin(), name.end(), metric_char);
+  return !name.empty() && name.size() <= kMaxMetricNameLength &&
+         std::all_of(name.begin(), name.end(), metric_char);
 }
 
 std::string metric_name_piece(std::string_view text, size_t max_length) {

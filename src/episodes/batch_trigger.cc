@@ -27,11 +27,13 @@ SampleCollection parse_sample_collection(std::string_view name) {
   for (const auto& [m, n] : kMethods) {
     if (n == name) return m;
   }
-  invalid_argument("ajet.swarm_mode_sample_collection_method: unknown method '" + std::string(name) + "'");
+  invalid_argument("ajet.swarm_mode_sample_collection_method: unknown method '" +
+                   std::string(name) + "'");
 }
 
 bool is_agree_based(SampleCollection method) {
-  return method == SampleCollection::kAnyClientAgrees || method == SampleCollection::kAllClientsAgree;
+  return method == SampleCollection::kAnyClientAgrees ||
+         method == SampleCollection::kAllClientsAgree;
 }
 
 void BatchProgress::count(const FinishedEpisode& e) {
@@ -91,7 +93,8 @@ size_t BatchProgress::finished_tasks(int64_t num_repeat) const {
 
 size_t BatchProgress::finished_non_dummy_tasks(int64_t num_repeat) const {
   size_t n = 0;
-  for (const auto& [task, c] : counts_) n += (c.episodes >= num_repeat && !c.all_rewards_equal) ? 1 : 0;
+  for (const auto& [task, c] : counts_)
+    n += (c.episodes >= num_repeat && !c.all_rewards_equal) ? 1 : 0;
   return n;
 }
 
@@ -106,7 +109,8 @@ bool batch_triggered(const BatchProgress& progress, const TriggerInput& in) {
     case SampleCollection::kAnyClientAgrees:
       return progress.episodes() > 0 && in.agreed_clients > 0;
     case SampleCollection::kAllClientsAgree:
-      return progress.episodes() > 0 && in.active_clients > 0 && in.agreed_clients == in.active_clients;
+      return progress.episodes() > 0 && in.active_clients > 0 &&
+             in.agreed_clients == in.active_clients;
   }
   return false;
 }

@@ -35,9 +35,11 @@ struct FinishedEpisode {
   std::optional<bool> is_success;
   Json metadata = Json::object();
   Json log_metrics = Json::object();
-  std::vector<int64_t> call_indices;  // calls recorded in the store under (episode_uuid, call_index)
-  double ended_at = 0;                // unix seconds
-  int64_t policy_version = -1;        // oldest weights version of its generated tokens; -1: none or unknown
+  std::vector<int64_t>
+      call_indices;     // calls recorded in the store under (episode_uuid, call_index)
+  double ended_at = 0;  // unix seconds
+  int64_t policy_version =
+      -1;  // oldest weights version of its generated tokens; -1: none or unknown
 };
 
 struct TaskStats {

@@ -1,7 +1,7 @@
 // The swarm command API's request and response bodies (docs/protocol.md "Command API", upstream
 // field names) as plain structs: from_json() validates a request body and names the bad field;
-// to_json() is the exact response body. Also the one mapping from ajet::ErrorCode to the HTTP status
-// of swarm routes.
+// to_json() is the exact response body. Also the one mapping from ajet::ErrorCode to the HTTP
+// status of swarm routes.
 #pragma once
 
 #include <cstdint>
@@ -19,8 +19,8 @@ namespace ajet::episodes {
 // else → 500.
 int http_status_for(ErrorCode code);
 
-// A failed command, as delivered to end_episode's completion callback. `status`, when set, overrides
-// the code's status: 409 for a repeated end that differs from the stored one.
+// A failed command, as delivered to end_episode's completion callback. `status`, when set,
+// overrides the code's status: 409 for a repeated end that differs from the stored one.
 struct CommandError {
   ErrorCode code = ErrorCode::kInternal;
   std::string message;
@@ -39,8 +39,8 @@ struct ThrottlePolicy {
 // POST /claim_episode (alias /begin_episode).
 struct ClaimRequest {
   std::string client_uuid;
-  std::string episode_type = "train";        // "train" | "eval" (checked by the registry: 400 otherwise)
-  double discard_episode_timeout = 240.0;    // seconds; > 0
+  std::string episode_type = "train";  // "train" | "eval" (checked by the registry: 400 otherwise)
+  double discard_episode_timeout = 240.0;  // seconds; > 0
   std::optional<ThrottlePolicy> throttle_policy;
   static ClaimRequest from_json(const Json& body);
 };
@@ -68,8 +68,9 @@ struct WorkflowOutput {
   Json log_metrics = Json::object();
 };
 
-// POST /end_episode. `task_id` and `workflow_output.metadata.task_id` must agree when both are given
-// (400 naming both); either one alone is copied to the other; neither is a 400. reward is required.
+// POST /end_episode. `task_id` and `workflow_output.metadata.task_id` must agree when both are
+// given (400 naming both); either one alone is copied to the other; neither is a 400. reward is
+// required.
 struct EndRequest {
   std::string client_uuid;
   std::string episode_uuid;
@@ -77,37 +78,41 @@ struct EndRequest {
   WorkflowOutput workflow_output;
   bool declare_client_active = true;
   // `command` names the body in errors ("end_episode body: …"). workflow_output.metadata and
-  // log_metrics are each refused above `max_field_bytes` serialized (413 naming the field, the limit
-  // and ajet-swarm start --max-episode-metadata-mb).
+  // log_metrics are each refused above `max_field_bytes` serialized (413 naming the field, the
+  // limit and ajet-swarm start --max-episode-metadata-mb).
   static EndRequest from_json(const Json& body, std::string_view command = "end_episode",
                               size_t max_field_bytes = kDefaultMaxEpisodeMetadataBytes);
 };
 
-// The episode group of POST /prepare_end_episode (docs/protocol.md "Episode groups across servers").
-// The coordinator has no coordinator_url; a participant names the coordinator, its episode and that
-// episode's key (the participant's front sends it when it asks the coordinator for the decision).
+// The episode group of POST /prepare_end_episode (docs/protocol.md "Episode groups across
+// servers"). The coordinator has no coordinator_url; a participant names the coordinator, its
+// episode and that episode's key (the participant's front sends it when it asks the coordinator for
+// the decision).
 struct EpisodeGroup {
   std::string group_id;
-  std::string coordinator_url;           // "" on the coordinator; else "http://host:port" (normalized)
+  std::string coordinator_url;  // "" on the coordinator; else "http://host:port" (normalized)
   std::string coordinator_episode_uuid;  // participants only
-  std::string coordinator_episode_key;   // participants only: the coordinator episode's openai_api_key
-  double prepare_timeout = 60.0;         // seconds without commit/abort before the janitor settles it
+  std::string
+      coordinator_episode_key;    // participants only: the coordinator episode's openai_api_key
+  double prepare_timeout = 60.0;  // seconds without commit/abort before the janitor settles it
   bool is_coordinator() const { return coordinator_url.empty(); }
   Json to_json() const;
   // Throws Error(kInvalidArgument) naming `where`.field. `key_required`: a participant must name
-  // coordinator_episode_key (a new prepare; a group stored before keys existed is read without one).
-  static EpisodeGroup from_json(const Json& group, std::string_view where, bool key_required = false);
+  // coordinator_episode_key (a new prepare; a group stored before keys existed is read without
+  // one).
+  static EpisodeGroup from_json(const Json& group, std::string_view where,
+                                bool key_required = false);
 };
 
 // A coordinator URL as a front may dial it: "http://host:port" and nothing else — no path, query,
 // userinfo, spaces or control characters, a port in 1..65535 (https is refused: the front cannot
 // dial TLS). Returns it normalized (host lower-cased, a trailing '/' dropped) so that allow-list
-// entries compare as strings; throws Error(kInvalidArgument) starting with `where` (the field or flag)
-// and saying what is wrong.
+// entries compare as strings; throws Error(kInvalidArgument) starting with `where` (the field or
+// flag) and saying what is wrong.
 std::string normalized_coordinator_url(std::string_view url, std::string_view where);
 // Ids a client chooses: a client_uuid, episode_uuid or group_id longer than this is refused (400
-// naming the field), and so is a task_id longer than kMaxTaskIdBytes. They are copied into logs, the store, the
-// pool information and error texts, so an unbounded one is memory a request can pin.
+// naming the field), and so is a task_id longer than kMaxTaskIdBytes. They are copied into logs,
+// the store, the pool information and error texts, so an unbounded one is memory a request can pin.
 inline constexpr size_t kMaxIdBytes = 256;
 inline constexpr size_t kMaxTaskIdBytes = 4096;
 inline constexpr double kMaxPrepareTimeout = 86400.0;
@@ -116,7 +121,8 @@ inline constexpr double kMaxPrepareTimeout = 86400.0;
 struct PrepareRequest {
   EndRequest end;
   EpisodeGroup group;
-  static PrepareRequest from_json(const Json& body, size_t max_field_bytes = kDefaultMaxEpisodeMetadataBytes);
+  static PrepareRequest from_json(const Json& body,
+                                  size_t max_field_bytes = kDefaultMaxEpisodeMetadataBytes);
 };
 
 // The answer of a successful prepare.

@@ -55,7 +55,8 @@ std::string claim_fail_cause(EnginePhase status) {
   switch (status) {
     case EnginePhase::kOffline:
       advice =
-          "Please start the engine first. Please use one of the client to run `client.sync_train_config() + "
+          "Please start the engine first. Please use one of the client to run "
+          "`client.sync_train_config() + "
           "client.start_engine()` to start the engine.";
       break;
     case EnginePhase::kBooting:
@@ -63,7 +64,8 @@ std::string claim_fail_cause(EnginePhase status) {
       break;
     case EnginePhase::kRollingPost:
       advice =
-          "Engine is in post-rolling phase (the batch is full; waiting for running episodes to finish). Try again "
+          "Engine is in post-rolling phase (the batch is full; waiting for running episodes to "
+          "finish). Try again "
           "(maybe 1 minute) later.";
       break;
     case EnginePhase::kWeightSyncing:
@@ -74,11 +76,13 @@ std::string claim_fail_cause(EnginePhase status) {
       break;
     case EnginePhase::kRolling: break;
   }
-  return "Engine not ready. Current status: [" + std::string(engine_phase_name(status)) + "]. " + advice;
+  return "Engine not ready. Current status: [" + std::string(engine_phase_name(status)) + "]. " +
+         advice;
 }
 
 std::string chat_unavailable_message(EnginePhase status) {
-  return "The server is not in ENGINE.ROLLING status (current: " + std::string(engine_phase_name(status)) +
+  return "The server is not in ENGINE.ROLLING status (current: " +
+         std::string(engine_phase_name(status)) +
          "); chat calls are served in ENGINE.ROLLING and ENGINE.ROLLING_POST. Retry after " +
          std::to_string(retry_after_seconds(status)) + " seconds.";
 }
@@ -93,8 +97,9 @@ int retry_after_seconds(EnginePhase status) {
 
 void EngineState::transition(EnginePhase to, double now, std::string detail) {
   if (!transition_allowed(status_, to)) {
-    fail(ErrorCode::kFailedPrecondition, "illegal engine transition " + std::string(engine_phase_name(status_)) +
-                                             " -> " + std::string(engine_phase_name(to)));
+    fail(ErrorCode::kFailedPrecondition, "illegal engine transition " +
+                                             std::string(engine_phase_name(status_)) + " -> " +
+                                             std::string(engine_phase_name(to)));
   }
   if (to == EnginePhase::kBooting) {
     booting_start_time_ = now;

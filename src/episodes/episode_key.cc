@@ -30,7 +30,8 @@ std::string_view strip_bearer(std::string_view text) {
       break;
     }
   }
-  while (!text.empty() && (text.back() == ' ' || text.back() == '\r' || text.back() == '\n')) text.remove_suffix(1);
+  while (!text.empty() && (text.back() == ' ' || text.back() == '\r' || text.back() == '\n'))
+    text.remove_suffix(1);
   while (!text.empty() && text.front() == ' ') text.remove_prefix(1);
   return text;
 }
@@ -52,10 +53,14 @@ std::string EpisodeKeySigner::make_key(const EpisodeKeyClaims& claims) const {
 
 EpisodeKeyClaims EpisodeKeySigner::verify(std::string_view authorization_or_key) const {
   std::string_view key = strip_bearer(authorization_or_key);
-  if (key.empty()) reject("no key given (send `Authorization: Bearer <openai_api_key from claim_episode>`)");
-  if (key.size() > kMaxKeyBytes) reject("key is longer than " + std::to_string(kMaxKeyBytes) + " bytes");
+  if (key.empty())
+    reject("no key given (send `Authorization: Bearer <openai_api_key from claim_episode>`)");
+  if (key.size() > kMaxKeyBytes)
+    reject("key is longer than " + std::to_string(kMaxKeyBytes) + " bytes");
   if (key.substr(0, kKeyPrefix.size()) != kKeyPrefix) {
-    reject("not an AgentJet episode key (it must start with 'sk-ajet-'; use the openai_api_key from claim_episode)");
+    reject(
+        "not an AgentJet episode key (it must start with 'sk-ajet-'; use the openai_api_key from "
+        "claim_episode)");
   }
   auto decoded = base64_decode(key.substr(kKeyPrefix.size()));
   if (!decoded) reject("the part after 'sk-ajet-' is not base64");
@@ -64,11 +69,13 @@ EpisodeKeyClaims EpisodeKeySigner::verify(std::string_view authorization_or_key)
   Json& fields = *parsed;
   for (const char* name : {"agent_name", "target_tag", "episode_uuid"}) {
     auto it = fields.find(name);
-    if (it == fields.end() || !it->is_string()) reject(std::string("field '") + name + "' is missing");
+    if (it == fields.end() || !it->is_string())
+      reject(std::string("field '") + name + "' is missing");
   }
   auto sig = fields.find("sig");
   if (sig == fields.end() || !sig->is_string()) {
-    reject("it is not signed by this server (an unsigned upstream-style key, or from another server)");
+    reject(
+        "it is not signed by this server (an unsigned upstream-style key, or from another server)");
   }
   std::string given = sig->get<std::string>();
   fields.erase("sig");
@@ -85,36 +92,46 @@ EpisodeKeyClaims EpisodeKeySigner::verify(std::string_view authorization_or_key)
   return claims;
 }
 
-void check_episode_command_key(const EpisodeKeySigner& signer, std::optional<std::string_view> authorization,
-                               std::string_view episode_uuid, std::string_view command, bool keyless_allowed) {
+void check_episode_command_key(const EpisodeKeySigner& signer,
+                               std::optional<std::string_view> authorization,
+                               std::string_view episode_uuid, std::string_view command,
+                               bool keyless_allowed) {
   if (!authorization || strip_bearer(*authorization).empty()) {
     if (keyless_allowed) return;
     fail(ErrorCode::kUnauthenticated,
-         std::string(command) + " needs the episode's key: send `Authorization: Bearer <openai_api_key from "
-                                "claim_episode>` for episode " + std::string(episode_uuid.substr(0, 256)) +
-             " (or the admin token). A front started with --allow-keyless-episode-commands accepts clients that "
+         std::string(command) +
+             " needs the episode's key: send `Authorization: Bearer <openai_api_key from "
+             "claim_episode>` for episode " +
+             std::string(episode_uuid.substr(0, 256)) +
+             " (or the admin token). A front started with --allow-keyless-episode-commands accepts "
+             "clients that "
              "send none.");
   }
   EpisodeKeyClaims claims;
   try {
     claims = signer.verify(*authorization);
   } catch (const Error& e) {
-    fail(ErrorCode::kUnauthenticated, std::string(command) + ": " + e.what() +
-                                          " (send the openai_api_key of the episode's claim, or the admin token)");
+    fail(ErrorCode::kUnauthenticated,
+         std::string(command) + ": " + e.what() +
+             " (send the openai_api_key of the episode's claim, or the admin token)");
   }
   if (claims.episode_uuid != episode_uuid) {
-    fail(ErrorCode::kUnauthenticated,
-         std::string(command) + ": the key is episode " + claims.episode_uuid.substr(0, 256) + "'s, not episode " +
-             std::string(episode_uuid.substr(0, 256)) + "'s: send the key its claim answered");
+    fail(ErrorCode::kUnauthenticated, std::string(command) + ": the key is episode " +
+                                          claims.episode_uuid.substr(0, 256) + "'s, not episode " +
+                                          std::string(episode_uuid.substr(0, 256)) +
+                                          "'s: send the key its claim answered");
   }
 }
 
-std::string resolve_agent_name(const EpisodeKeyClaims& claims, std::optional<std::string_view> header,
+std::string resolve_agent_name(const EpisodeKeyClaims& claims,
+                               std::optional<std::string_view> header,
                                std::optional<std::string_view> model, const AgentNames& names) {
   auto check = [](std::string_view name, std::string_view source) {
-    bool control = std::any_of(name.begin(), name.end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; });
+    bool control = std::any_of(name.begin(), name.end(),
+                               [](unsigned char c) { return c < 0x20 || c == 0x7f; });
     if (name.size() > 128 || control) {
-      invalid_argument(std::string(source) + ": agent name must be at most 128 bytes without control characters");
+      invalid_argument(std::string(source) +
+                       ": agent name must be at most 128 bytes without control characters");
     }
     return std::string(name);
   };

@@ -1,8 +1,8 @@
 // Signed episode keys: api_key = "sk-ajet-" + base64(JSON{agent_name, target_tag, episode_uuid,
 // episode_address, sig}), where sig = hex HMAC-SHA256(secret, "ajet-episode-key-v1\n" + the JSON of
 // every other field, keys sorted). Wire-compatible with upstream's unsigned key (same prefix, same
-// fields), but a key whose signature does not verify is rejected, so keys cannot be forged or edited.
-// Thread-safe (immutable after construction). Never log a secret.
+// fields), but a key whose signature does not verify is rejected, so keys cannot be forged or
+// edited. Thread-safe (immutable after construction). Never log a secret.
 #pragma once
 
 #include <functional>
@@ -46,11 +46,13 @@ class EpisodeKeySigner {
 // resolve_episode_group) are bound to their episode: the caller sends the episode's key, the
 // openai_api_key its claim answered (docs/protocol.md "Command API"). Checks `authorization` (the
 // Authorization header, if any) against `episode_uuid`, the body's episode; throws
-// Error(kUnauthenticated) naming what to send when the key is missing (unless `keyless_allowed`, the
-// compatibility switch --allow-keyless-episode-commands), invalid, or another episode's. The admin
-// token is the caller's to check before (it passes every episode).
-void check_episode_command_key(const EpisodeKeySigner& signer, std::optional<std::string_view> authorization,
-                               std::string_view episode_uuid, std::string_view command, bool keyless_allowed);
+// Error(kUnauthenticated) naming what to send when the key is missing (unless `keyless_allowed`,
+// the compatibility switch --allow-keyless-episode-commands), invalid, or another episode's. The
+// admin token is the caller's to check before (it passes every episode).
+void check_episode_command_key(const EpisodeKeySigner& signer,
+                               std::optional<std::string_view> authorization,
+                               std::string_view episode_uuid, std::string_view command,
+                               bool keyless_allowed);
 
 // Which request `model` names an agent (ajet.context_tracker.model_agents, trainable_agents).
 struct AgentNames {
@@ -60,10 +62,11 @@ struct AgentNames {
 
 // The agent a call belongs to: the X-Agent-Name header; else the agent `names.by_model` gives the
 // request's `model`; else the `model` itself when it is a known agent name; else the key's
-// agent_name. Any other `model` (a CLI's "claude-opus-…", a served model's name, a placeholder) names
-// no agent, so a client's side calls on other model names stay in the episode's agent. Throws
+// agent_name. Any other `model` (a CLI's "claude-opus-…", a served model's name, a placeholder)
+// names no agent, so a client's side calls on other model names stay in the episode's agent. Throws
 // Error(kInvalidArgument) for a name longer than 128 bytes or with control characters.
-std::string resolve_agent_name(const EpisodeKeyClaims& claims, std::optional<std::string_view> header,
+std::string resolve_agent_name(const EpisodeKeyClaims& claims,
+                               std::optional<std::string_view> header,
                                std::optional<std::string_view> model, const AgentNames& names = {});
 
 }  // namespace ajet::episodes

@@ -4,8 +4,12 @@
 
 namespace ajet::episodes {
 
-Janitor::Janitor(Registry& registry, std::chrono::milliseconds period, std::function<void(const SweepResult&)> on_sweep)
-    : registry_(registry), period_(period), on_sweep_(std::move(on_sweep)), thread_([this] { run(); }) {}
+Janitor::Janitor(Registry& registry, std::chrono::milliseconds period,
+                 std::function<void(const SweepResult&)> on_sweep)
+    : registry_(registry),
+      period_(period),
+      on_sweep_(std::move(on_sweep)),
+      thread_([this] { run(); }) {}
 
 Janitor::~Janitor() {
   {
@@ -19,7 +23,8 @@ Janitor::~Janitor() {
 void Janitor::run() {
   std::unique_lock<std::mutex> lock(mu_);
   auto next_wait = [&] {
-    std::optional<std::chrono::milliseconds> due = registry_.next_sweep_due();  // a drain's grace ending
+    std::optional<std::chrono::milliseconds> due =
+        registry_.next_sweep_due();  // a drain's grace ending
     return due ? std::min(period_, *due) : period_;
   };
   while (!cv_.wait_for(lock, next_wait(), [&] { return stopping_; })) {

@@ -27,9 +27,11 @@ SamplingRules sampling_rules(const config::Config& c, int64_t model_max_position
 std::shared_ptr<const ModelContext> ModelContext::load(const config::Config& config) {
   auto ctx = std::make_shared<ModelContext>();
   ctx->model_dir = config.model.path;
-  if (ctx->model_dir.empty()) invalid_argument("ajet.model.path is empty: the config must name the model directory");
+  if (ctx->model_dir.empty())
+    invalid_argument("ajet.model.path is empty: the config must name the model directory");
   if (!fs::is_directory(ctx->model_dir)) {
-    fail(ErrorCode::kNotFound, "ajet.model.path: " + ctx->model_dir.string() + " is not a directory");
+    fail(ErrorCode::kNotFound,
+         "ajet.model.path: " + ctx->model_dir.string() + " is not a directory");
   }
   ctx->served_name = fs::absolute(ctx->model_dir).lexically_normal().filename().string();
   if (ctx->served_name.empty()) ctx->served_name = "agentjet-model";
@@ -41,7 +43,8 @@ std::shared_ptr<const ModelContext> ModelContext::load(const config::Config& con
   ctx->agent_names.known.insert(config.context_tracker.trainable_agents.begin(),
                                 config.context_tracker.trainable_agents.end());
   ctx->tokenizer = std::make_unique<text::Tokenizer>(text::Tokenizer::load(ctx->model_dir));
-  ctx->format = std::make_unique<tracking::ChatFormat>(tracking::ChatFormat::from_tokenizer(*ctx->tokenizer));
+  ctx->format =
+      std::make_unique<tracking::ChatFormat>(tracking::ChatFormat::from_tokenizer(*ctx->tokenizer));
   ctx->chat_stop_ids.push_back(ctx->format->end_of_turn);
   if (auto eos = ctx->tokenizer->eos_id()) {
     if (*eos != ctx->format->end_of_turn) ctx->chat_stop_ids.push_back(*eos);

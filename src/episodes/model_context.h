@@ -30,17 +30,18 @@ struct SamplingRules {
   double eval_top_p = 1.0;
   int32_t eval_top_k = 0;
   int64_t max_tokens_per_turn = 4096;  // ajet.rollout.max_response_length_in_one_turn
-  int64_t max_model_len = 18000;       // prompt + completion (min of the config and the model's positions)
-  int64_t max_num_seqs = 64;           // ajet.rollout.max_num_seqs: the engine's cap on a request's n
+  int64_t max_model_len =
+      18000;                  // prompt + completion (min of the config and the model's positions)
+  int64_t max_num_seqs = 64;  // ajet.rollout.max_num_seqs: the engine's cap on a request's n
 };
 
 struct ModelContext {
   std::filesystem::path model_dir;
-  std::string served_name;                 // the model directory's name: what /v1/models lists
-  AgentNames agent_names;                  // which request `model` names an agent (model_agents)
+  std::string served_name;  // the model directory's name: what /v1/models lists
+  AgentNames agent_names;   // which request `model` names an agent (model_agents)
   std::unique_ptr<text::Tokenizer> tokenizer;
-  std::unique_ptr<tracking::ChatFormat> format;  // points into *tokenizer
-  std::vector<text::TokenId> chat_stop_ids;      // end of turn, eos
+  std::unique_ptr<tracking::ChatFormat> format;    // points into *tokenizer
+  std::vector<text::TokenId> chat_stop_ids;        // end of turn, eos
   std::vector<text::TokenId> completion_stop_ids;  // eos
   SamplingRules sampling;
   tracking::PromptOptions prompt_options;  // splice_generated from ajet.context_tracker

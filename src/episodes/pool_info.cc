@@ -61,8 +61,9 @@ Json Batch::summary() const {
            {"client_shares", std::move(client_shares)}};
   if (!aborted_by_cause.empty()) out["aborted"] = aborted_by_cause;
   if (policy_version >= 0) {
-    // async: versions behind the trainer, per episode (its oldest generated token; every sample merged
-    // from the episode lags at most this much). Episodes without a known version are left out.
+    // async: versions behind the trainer, per episode (its oldest generated token; every sample
+    // merged from the episode lags at most this much). Episodes without a known version are left
+    // out.
     Json staleness = Json::object();
     int64_t most = 0;
     for (const auto& e : episodes) {
@@ -79,8 +80,10 @@ Json Batch::summary() const {
 
 std::string Registry::shown_id(const ViewScope& scope, std::string_view kind, const std::string& id,
                                const std::string& owner) const {
-  if (scope.all_ids || id.empty() || (!scope.client_uuid.empty() && owner == scope.client_uuid)) return id;
-  return std::string(kind) + "-" + hex_encode(hmac_sha256(view_salt_, std::string(kind) + "\n" + id)).substr(0, 12);
+  if (scope.all_ids || id.empty() || (!scope.client_uuid.empty() && owner == scope.client_uuid))
+    return id;
+  return std::string(kind) + "-" +
+         hex_encode(hmac_sha256(view_salt_, std::string(kind) + "\n" + id)).substr(0, 12);
 }
 
 std::string Batch::staleness_text() const {
@@ -92,11 +95,13 @@ std::string Batch::staleness_text() const {
     known += 1;
     sum += policy_version - e.policy_version;
   }
-  if (known == 0) return fmt::format("staleness unknown ({} episodes without a policy version)", episodes.size());
+  if (known == 0)
+    return fmt::format("staleness unknown ({} episodes without a policy version)", episodes.size());
   std::vector<std::string> counts;
   for (const auto& [staleness, n] : count_of) counts.push_back(fmt::format("{}: {}", staleness, n));
-  return fmt::format("staleness min {}, mean {:.2f}, max {} over {} episodes ({})", count_of.begin()->first,
-                     double(sum) / double(known), count_of.rbegin()->first, known, fmt::join(counts, ", "));
+  return fmt::format("staleness min {}, mean {:.2f}, max {} over {} episodes ({})",
+                     count_of.begin()->first, double(sum) / double(known), count_of.rbegin()->first,
+                     known, fmt::join(counts, ", "));
 }
 
 Json Registry::pool_info(const ViewScope& scope) const {
@@ -120,7 +125,8 @@ Json Registry::pool_info_locked(double now, const ViewScope& scope) const {
       by_client[client].first += 1;
       by_client[client].second.insert(task);
       clients.push_back(client_id(client));
-      if (i < s.episode_uuids.size()) episodes.push_back(shown_id(scope, "episode", s.episode_uuids[i], client));
+      if (i < s.episode_uuids.size())
+        episodes.push_back(shown_id(scope, "episode", s.episode_uuids[i], client));
     }
     details[task] = std::move(episodes);
     clients_by_task[task] = std::move(clients);
@@ -151,15 +157,17 @@ Json Registry::pool_info_locked(double now, const ViewScope& scope) const {
     active.push_back({{"client_uuid", client_id(uuid)},
                       {"agreed_sync_weight", c.agreed},
                       {"time_since_last_activity", now - c.latest_activity}});
-    instruction.push_back(
-        {{"client_uuid", client_id(uuid)}, {"last_activity_at", c.latest_activity}, {"allowed_sync_weight", c.agreed}});
+    instruction.push_back({{"client_uuid", client_id(uuid)},
+                           {"last_activity_at", c.latest_activity},
+                           {"allowed_sync_weight", c.agreed}});
   }
   Json client_shares = Json::object();
   const double episodes_in_batch = double(current_.episodes());
   for (const auto& [client, share] : by_client) {
-    client_shares[client_id(client)] = {{"episodes", share.first},
-                             {"tasks", share.second.size()},
-                             {"share", episodes_in_batch > 0 ? double(share.first) / episodes_in_batch : 0.0}};
+    client_shares[client_id(client)] = {
+        {"episodes", share.first},
+        {"tasks", share.second.size()},
+        {"share", episodes_in_batch > 0 ? double(share.first) / episodes_in_batch : 0.0}};
   }
   size_t prepared = 0;
   for (const auto& [uuid, e] : live_) prepared += e.state == State::kPrepared ? 1 : 0;
@@ -176,8 +184,9 @@ Json Registry::pool_info_locked(double now, const ViewScope& scope) const {
       {"completed_tasks_details", details},
       {"completed_tasks_client_uuids", clients_by_task},
       {"completed_tasks_rewards", rewards},
-      // null, not {}, when nothing is claimed: upstream's client applies its "batch not complete and
-      // nothing running: never throttle" guard only on null, so a lone throttled client waited forever.
+      // null, not {}, when nothing is claimed: upstream's client applies its "batch not complete
+      // and nothing running: never throttle" guard only on null, so a lone throttled client waited
+      // forever.
       {"running_episode_details", claimed > 0 ? running : Json(nullptr)},
       {"swarm_client_instruction", {{"active_clients", instruction}}},
       {"engine_status", engine_phase_name(engine_.status())},
@@ -198,8 +207,10 @@ Json Registry::pool_info_locked(double now, const ViewScope& scope) const {
       {"active_clients", active},
       {"eval_episodes",
        {{"completed", eval_finished_},
-        {"reward_mean", eval_finished_ > 0 ? Json(eval_reward_sum_ / double(eval_finished_)) : Json(nullptr)},
-        {"success_rate", eval_finished_ > 0 ? Json(double(eval_successes_) / double(eval_finished_)) : Json(nullptr)}}},
+        {"reward_mean",
+         eval_finished_ > 0 ? Json(eval_reward_sum_ / double(eval_finished_)) : Json(nullptr)},
+        {"success_rate", eval_finished_ > 0 ? Json(double(eval_successes_) / double(eval_finished_))
+                                            : Json(nullptr)}}},
   };
 }
 
@@ -235,9 +246,9 @@ RegistryFigures Registry::figures() const {
 Json Registry::episode_buffer(const ViewScope& scope) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto status_of = [this, &scope](const Episode& e) {
-    // Upstream's EpisodeStatus fields. The key stays empty: episode keys are bearer credentials, and
-    // this endpoint needs none (docs/protocol.md, deliberate differences); no ZeroMQ, an empty debug log.
-    // Ids of other clients' episodes are pseudonyms (ViewScope).
+    // Upstream's EpisodeStatus fields. The key stays empty: episode keys are bearer credentials,
+    // and this endpoint needs none (docs/protocol.md, deliberate differences); no ZeroMQ, an empty
+    // debug log. Ids of other clients' episodes are pseudonyms (ViewScope).
     return Json{{"episode_uuid", shown_id(scope, "episode", e.uuid, e.client_uuid)},
                 {"episode_status", state_name(e.state)},
                 {"episode_type", e.episode_type},

@@ -55,7 +55,8 @@ RegistryOptions RegistryOptions::from_config(const config::Config& c, std::strin
   return o;
 }
 
-Registry::Registry(RegistryOptions options, EpisodeKeySigner signer, store::Store* store, UnixClock clock)
+Registry::Registry(RegistryOptions options, EpisodeKeySigner signer, store::Store* store,
+                   UnixClock clock)
     : options_(std::move(options)),
       signer_(std::move(signer)),
       view_salt_(new_uuid_hex()),
@@ -94,9 +95,11 @@ void Registry::deliver(Outbox& out) {
 void Registry::transition_locked(EnginePhase to, double now, std::string detail, Outbox& out) {
   EnginePhase from = engine_.status();
   engine_.transition(to, now, std::move(detail));
-  out.logs.emplace_back("engine", fmt::format("{} -> {}{}", engine_phase_name(from), engine_phase_name(to),
-                                              engine_.detail().empty() ? "" : ": " + engine_.detail()));
-  if (store_ != nullptr) store_->put_state(store::kStateEngineStatus, std::string(engine_phase_name(to)));
+  out.logs.emplace_back("engine",
+                        fmt::format("{} -> {}{}", engine_phase_name(from), engine_phase_name(to),
+                                    engine_.detail().empty() ? "" : ": " + engine_.detail()));
+  if (store_ != nullptr)
+    store_->put_state(store::kStateEngineStatus, std::string(engine_phase_name(to)));
   if (to == EnginePhase::kRolling) {
     refresh_activity_locked(now);  // nobody could call the model while we were not rolling
     refill_pool_locked();
@@ -122,7 +125,8 @@ void Registry::refill_pool_locked() {
   }
 }
 
-void Registry::retire_locked(const std::string& uuid, EpisodeEnd how, std::string note, Outbox& out, bool store_it) {
+void Registry::retire_locked(const std::string& uuid, EpisodeEnd how, std::string note, Outbox& out,
+                             bool store_it) {
   auto it = live_.find(uuid);
   if (it == live_.end()) return;
   Episode& e = it->second;
@@ -131,9 +135,14 @@ void Registry::retire_locked(const std::string& uuid, EpisodeEnd how, std::strin
   } else {
     out.closed.push_back(EpisodeClosed{uuid, e.episode_type, how});
     ended_counts_[{std::string(episode_end_name(how)), e.episode_type}] += 1;
-    if (store_it && store_ != nullptr) store_->retire_episode(uuid, std::string(episode_end_name(how)), clock_());
-    retired_[uuid] = Retired{how, e.client_uuid, e.episode_type, std::move(note),
-                             e.prepared ? e.prepared->group.group_id : std::string(), std::nullopt};
+    if (store_it && store_ != nullptr)
+      store_->retire_episode(uuid, std::string(episode_end_name(how)), clock_());
+    retired_[uuid] = Retired{how,
+                             e.client_uuid,
+                             e.episode_type,
+                             std::move(note),
+                             e.prepared ? e.prepared->group.group_id : std::string(),
+                             std::nullopt};
     retired_order_.push_back(uuid);
     while (retired_order_.size() > kRetiredEpisodesKept) {
       retired_.erase(retired_order_.front());
@@ -163,8 +172,9 @@ void Registry::expire_clients_locked(double now, std::vector<std::string>* expir
 void Registry::configure(RegistryOptions options) {
   std::lock_guard<std::mutex> lock(mu_);
   if (engine_.status() != EnginePhase::kOffline) {
-    fail(ErrorCode::kFailedPrecondition, "the registry can only be reconfigured in ENGINE.OFFLINE (current: " +
-                                             std::string(engine_phase_name(engine_.status())) + ")");
+    fail(ErrorCode::kFailedPrecondition,
+         "the registry can only be reconfigured in ENGINE.OFFLINE (current: " +
+             std::string(engine_phase_name(engine_.status())) + ")");
   }
   options_ = std::move(options);
 }
@@ -175,14 +185,22 @@ void Registry::restore(const store::RecoveredState& recovered) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (engine_.status() != EnginePhase::kOffline) {
-      fail(ErrorCode::kFailedPrecondition, "restore() must run in ENGINE.OFFLINE, before start_booting()");
+      fail(ErrorCode::kFailedPrecondition,
+           "restore() must run in ENGINE.OFFLINE, before start_booting()");
     }
     engine_.set_global_step(recovered.global_step);
     next_batch_id_ = std::max(next_batch_id_, recovered.next_batch_id);
     std::vector<FinishedEpisode> pending;
     for (const auto& row : recovered.pending_finished) {
-      pending.push_back(FinishedEpisode{row.uuid, row.task_id, row.client_uuid, row.reward.value_or(0.0),
-                                        row.is_success, row.metadata, row.log_metrics, {}, row.ended_at.value_or(0)});
+      pending.push_back(FinishedEpisode{row.uuid,
+                                        row.task_id,
+                                        row.client_uuid,
+                                        row.reward.value_or(0.0),
+                                        row.is_success,
+                                        row.metadata,
+                                        row.log_metrics,
+                                        {},
+                                        row.ended_at.value_or(0)});
     }
     current_.prepend(std::move(pending));
     for (const auto& claimed : recovered.claimed) {
@@ -191,7 +209,8 @@ void Registry::restore(const store::RecoveredState& recovered) {
       e.uuid = row.uuid;
       e.api_key = signer_.make_key(claims_for(row.uuid));
       e.state = State::kClaimed;
-      if (row.status == store::kEpisodePrepared) {  // episode groups: prepared again, with its deadline
+      if (row.status ==
+          store::kEpisodePrepared) {  // episode groups: prepared again, with its deadline
         e.prepared = prepared_from_row(row, now);
         if (e.prepared) e.state = State::kPrepared;
       }
@@ -209,7 +228,8 @@ void Registry::restore(const store::RecoveredState& recovered) {
         e.stored_bytes += call.stored_bytes();
         e.next_call_index = std::max(e.next_call_index, call.call_index + 1);
         for (int32_t v : call.policy_versions) {
-          if (e.oldest_policy_version < 0 || v < e.oldest_policy_version) e.oldest_policy_version = v;
+          if (e.oldest_policy_version < 0 || v < e.oldest_policy_version)
+            e.oldest_policy_version = v;
         }
       }
       e.llm_call_count = int64_t(claimed.calls.size());
@@ -218,14 +238,16 @@ void Registry::restore(const store::RecoveredState& recovered) {
     if (recovered.registry_snapshot.is_object()) {
       for (const auto& c : recovered.registry_snapshot.value("active_clients", Json::array())) {
         if (c.is_object() && c.contains("client_uuid") && c["client_uuid"].is_string()) {
-          clients_[c["client_uuid"].get<std::string>()] = ActiveClient{now, c.value("agreed_sync_weight", false)};
+          clients_[c["client_uuid"].get<std::string>()] =
+              ActiveClient{now, c.value("agreed_sync_weight", false)};
         }
       }
     }
-    out.logs.emplace_back("swarm", fmt::format("restored from the store: global_step {}, {} finished episodes in the "
-                                               "current batch, {} claimed episodes",
-                                               recovered.global_step, recovered.pending_finished.size(),
-                                               recovered.claimed.size()));
+    out.logs.emplace_back(
+        "swarm", fmt::format("restored from the store: global_step {}, {} finished episodes in the "
+                             "current batch, {} claimed episodes",
+                             recovered.global_step, recovered.pending_finished.size(),
+                             recovered.claimed.size()));
   }
   deliver(out);
 }
@@ -239,8 +261,8 @@ void Registry::start_booting(std::string detail) {
                                                std::string(engine_phase_name(engine_.status())) +
                                                "). Call `stop_engine` first.");
     }
-    transition_locked(EnginePhase::kBooting, clock_(), detail.empty() ? "starting the engine" : std::move(detail),
-                      out);
+    transition_locked(EnginePhase::kBooting, clock_(),
+                      detail.empty() ? "starting the engine" : std::move(detail), out);
   }
   deliver(out);
 }
@@ -251,9 +273,11 @@ void Registry::engine_ready(std::string detail, std::optional<int64_t> engine_po
     std::lock_guard<std::mutex> lock(mu_);
     if (engine_.status() != EnginePhase::kBooting) {
       fail(ErrorCode::kFailedPrecondition, "engine_ready() needs ENGINE.BOOTING (current: " +
-                                               std::string(engine_phase_name(engine_.status())) + ")");
+                                               std::string(engine_phase_name(engine_.status())) +
+                                               ")");
     }
-    if (engine_policy_version) adopt_engine_version_locked(*engine_policy_version, "on connecting", out);
+    if (engine_policy_version)
+      adopt_engine_version_locked(*engine_policy_version, "on connecting", out);
     double now = clock_();
     transition_locked(EnginePhase::kRolling, now, std::move(detail), out);
     check_trigger_locked(now, out);  // restored episodes may already fill a batch
@@ -294,17 +318,22 @@ std::vector<std::string> Registry::stop(std::string detail) {
     for (const auto& [uuid, e] : live_) uuids.push_back(uuid);
     for (const auto& uuid : uuids) {
       if (live_.at(uuid).state != State::kRegistered) dropped.push_back(uuid);
-      retire_locked(uuid, EpisodeEnd::kDropped, "it was dropped when the engine stopped (ENGINE.OFFLINE).", out, true);
+      retire_locked(uuid, EpisodeEnd::kDropped,
+                    "it was dropped when the engine stopped (ENGINE.OFFLINE).", out, true);
     }
     bool pending = current_.episodes() > 0 || ready_.has_value() || !training_.empty();
-    if (pending && store_ != nullptr) store_->abandon_pending(next_batch_id_++, engine_.global_step(), now);
+    if (pending && store_ != nullptr)
+      store_->abandon_pending(next_batch_id_++, engine_.global_step(), now);
     current_.take_all();
     batch_aborted_by_cause_.clear();
     ready_.reset();
     training_.clear();
     clients_.clear();
-    transition_locked(EnginePhase::kOffline, now, detail.empty() ? "stopped" : std::move(detail), out);
-    if (!dropped.empty()) out.logs.emplace_back("swarm", fmt::format("stop: dropped {} running episodes", dropped.size()));
+    transition_locked(EnginePhase::kOffline, now, detail.empty() ? "stopped" : std::move(detail),
+                      out);
+    if (!dropped.empty())
+      out.logs.emplace_back("swarm",
+                            fmt::format("stop: dropped {} running episodes", dropped.size()));
     out.batch_ready = true;  // wake a waiting trainer driver so it sees OFFLINE
   }
   deliver(out);
@@ -362,7 +391,8 @@ Json Registry::engine_status_json(const ViewScope& scope) const {
     }
     if (shares == nullptr) continue;
     Json shown = Json::object();
-    for (auto& [client, share] : shares->items()) shown[shown_id(scope, "client", client, client)] = share;
+    for (auto& [client, share] : shares->items())
+      shown[shown_id(scope, "client", client, client)] = share;
     *shares = std::move(shown);
   }
   return out;
@@ -379,7 +409,8 @@ double Registry::last_activity_of(const store::RecoveredEpisode& claimed) {
 
 int64_t Registry::claims_of_locked(const std::string& client_uuid) const {
   int64_t n = 0;
-  for (const auto& [uuid, e] : live_) n += e.state != State::kRegistered && e.client_uuid == client_uuid ? 1 : 0;
+  for (const auto& [uuid, e] : live_)
+    n += e.state != State::kRegistered && e.client_uuid == client_uuid ? 1 : 0;
   return n;
 }
 
@@ -399,10 +430,11 @@ ClaimResponse Registry::claim_episode(const ClaimRequest& request) {
   double now = clock_();
   std::lock_guard<std::mutex> lock(mu_);
   if (request.discard_episode_timeout > options_.max_discard_episode_timeout) {
-    invalid_argument(fmt::format("claim_episode body: field 'discard_episode_timeout' is {:g} s; at most {:g} s are "
-                                 "accepted (an idle claim must expire; ajet-swarm start --max-discard-episode-timeout "
-                                 "sets the bound)",
-                                 request.discard_episode_timeout, options_.max_discard_episode_timeout));
+    invalid_argument(fmt::format(
+        "claim_episode body: field 'discard_episode_timeout' is {:g} s; at most {:g} s are "
+        "accepted (an idle claim must expire; ajet-swarm start --max-discard-episode-timeout "
+        "sets the bound)",
+        request.discard_episode_timeout, options_.max_discard_episode_timeout));
   }
   EnginePhase status = engine_.status();
   if (!claims_allowed(status)) {
@@ -411,7 +443,8 @@ ClaimResponse Registry::claim_episode(const ClaimRequest& request) {
   }
   if (claims_paused_locked()) {
     resp.fail_cause = fmt::format(
-        "Engine not ready. Current status: [{}]. The trainer is {} batches behind (ajet.async.max_staleness = {}). "
+        "Engine not ready. Current status: [{}]. The trainer is {} batches behind "
+        "(ajet.async.max_staleness = {}). "
         "Try again (maybe 1 minute) later.",
         engine_phase_name(status), training_.size() + (ready_ ? 1 : 0), options_.max_staleness);
     return resp;
@@ -423,7 +456,8 @@ ClaimResponse Registry::claim_episode(const ClaimRequest& request) {
   // Worded as an empty pool ("No available episodes"), which every client already waits out.
   if (const int64_t share = claim_share_locked(); claims_of_locked(request.client_uuid) >= share) {
     resp.fail_cause = fmt::format(
-        "No available episodes for this client: client {} holds {} claimed episodes, its share of the pool of {} "
+        "No available episodes for this client: client {} holds {} claimed episodes, its share of "
+        "the pool of {} "
         "(ajet-swarm start --max-claims-per-client). End or abort one first, or try again later.",
         request.client_uuid, share, options_.max_env_worker);
     return resp;
@@ -476,11 +510,14 @@ void Registry::abort_episode(const AbortRequest& request) {
     double now = clock_();
     auto it = live_.find(request.episode_uuid);
     // Unknown, ended or being stored: still a success. A prepared episode (episode groups) aborts.
-    if (it == live_.end() || (it->second.state != State::kClaimed && it->second.state != State::kPrepared)) return;
+    if (it == live_.end() ||
+        (it->second.state != State::kClaimed && it->second.state != State::kPrepared))
+      return;
     if (!request.client_uuid.empty() && request.client_uuid != it->second.client_uuid) {
-      out.logs.emplace_back("swarm", fmt::format("abort_episode: client {} tried to abort episode {} of client {}; "
-                                                 "ignored",
-                                                 request.client_uuid, request.episode_uuid, it->second.client_uuid));
+      out.logs.emplace_back(
+          "swarm", fmt::format("abort_episode: client {} tried to abort episode {} of client {}; "
+                               "ignored",
+                               request.client_uuid, request.episode_uuid, it->second.client_uuid));
     } else {
       touch_client_locked(it->second.client_uuid, now);
       if (request.declare_client_active && it->second.episode_type == "train") {
@@ -488,7 +525,8 @@ void Registry::abort_episode(const AbortRequest& request) {
       }
       const bool train = it->second.episode_type == "train";
       retire_locked(request.episode_uuid, EpisodeEnd::kAborted,
-                    fmt::format("it was aborted by its client (cause {}).", request.cause), out, true);
+                    fmt::format("it was aborted by its client (cause {}).", request.cause), out,
+                    true);
       count_cause(aborted_by_cause_, request.cause);
       if (train) count_cause(batch_aborted_by_cause_, request.cause);
       refill_pool_locked();
@@ -520,7 +558,8 @@ std::string mib_text(int64_t bytes) {
 
 }  // namespace
 
-std::vector<LlmCallTicket> Registry::begin_llm_calls(const std::string& episode_uuid, const CallReservation& want) {
+std::vector<LlmCallTicket> Registry::begin_llm_calls(const std::string& episode_uuid,
+                                                     const CallReservation& want) {
   double now = clock_();
   std::lock_guard<std::mutex> lock(mu_);
   EnginePhase status = engine_.status();
@@ -539,25 +578,33 @@ std::vector<LlmCallTicket> Registry::begin_llm_calls(const std::string& episode_
   }
   Episode& e = it->second;
   if (e.state == State::kRegistered) {
-    fail(ErrorCode::kNotFound, "Episode " + episode_uuid + " is not claimed; call claim_episode first.");
+    fail(ErrorCode::kNotFound,
+         "Episode " + episode_uuid + " is not claimed; call claim_episode first.");
   }
-  if (e.state == State::kEnding) fail(ErrorCode::kNotFound, "Episode " + episode_uuid + " has ended.");
+  if (e.state == State::kEnding)
+    fail(ErrorCode::kNotFound, "Episode " + episode_uuid + " has ended.");
   if (e.state == State::kPrepared) {
-    fail(ErrorCode::kNotFound, "Episode " + episode_uuid + " has ended (prepared in an episode group).");
+    fail(ErrorCode::kNotFound,
+         "Episode " + episode_uuid + " has ended (prepared in an episode group).");
   }
   const int64_t held = int64_t(e.call_indices.size() + e.pending_calls.size());
   if (want.max_calls > 0 && held + want.calls > want.max_calls) {
     fail(ErrorCode::kResourceExhausted,
-         fmt::format("episode {} has {} LLM calls recorded or in flight; {} more (n) would pass this front's limit "
-                     "of {} calls per episode (ajet-swarm --max-episode-calls). End the episode and claim another.",
+         fmt::format("episode {} has {} LLM calls recorded or in flight; {} more (n) would pass "
+                     "this front's limit "
+                     "of {} calls per episode (ajet-swarm --max-episode-calls). End the episode "
+                     "and claim another.",
                      episode_uuid, held, want.calls, want.max_calls));
   }
   if (want.max_bytes > 0 && e.stored_bytes + want.request_bytes > want.max_bytes) {
     fail(ErrorCode::kResourceExhausted,
-         fmt::format("episode {} has stored {} bytes of LLM calls (bodies and token arrays); this request's {} bytes "
-                     "would pass this front's limit of {} bytes per episode (ajet-swarm --max-episode-mb {}). End "
+         fmt::format("episode {} has stored {} bytes of LLM calls (bodies and token arrays); this "
+                     "request's {} bytes "
+                     "would pass this front's limit of {} bytes per episode (ajet-swarm "
+                     "--max-episode-mb {}). End "
                      "the episode and claim another.",
-                     episode_uuid, e.stored_bytes, want.request_bytes, want.max_bytes, mib_text(want.max_bytes)));
+                     episode_uuid, e.stored_bytes, want.request_bytes, want.max_bytes,
+                     mib_text(want.max_bytes)));
   }
   e.seen(now);
   touch_client_locked(e.client_uuid, now);

@@ -1,16 +1,17 @@
 // The episode registry: the front's single owner of swarm state — engine status, the pool of
 // claimable episodes, claimed episodes, the batch being collected, active clients. Every command of
 // docs/protocol.md maps onto one method whose result is the response body (or an ajet::Error whose
-// code maps to the HTTP status through episodes::http_status_for). No HTTP, no engine RPC, no sleeping
-// here.
+// code maps to the HTTP status through episodes::http_status_for). No HTTP, no engine RPC, no
+// sleeping here.
 //
 // Threads: every method is thread-safe (one mutex) and quick; none blocks on disk except the two
 // marked "blocks" (never call those from an I/O thread). Hooks run outside the mutex.
 //
 // Who calls what:
-//   routes (HTTP I/O threads): claim_episode, end_episode (async), abort_episode, can_continue_episode,
-//     episode_buffer, pool_info, agree_sync_weight, engine_status_json; for /v1/*: signer().verify(),
-//     begin_llm_call() before generating, record_llm_call() after.
+//   routes (HTTP I/O threads): claim_episode, end_episode (async), abort_episode,
+//   can_continue_episode,
+//     episode_buffer, pool_info, agree_sync_weight, engine_status_json; for /v1/*:
+//     signer().verify(), begin_llm_call() before generating, record_llm_call() after.
 //   supervisor / app: configure, restore, start_booting, engine_ready, engine_restarting, stop,
 //     set_status_detail, begin_weight_export / end_weight_export.
 //   trainer driver thread (torch/async): wait_batch_ready → take_batch → train → finish_batch.
@@ -50,8 +51,10 @@ using UnixClock = std::function<double()>;  // unix seconds (tests pass a fake o
 double system_clock_seconds();
 
 inline constexpr double kClientActiveTimeout = 600.0;  // upstream CLIENT_ACTIVE_TIMEOUT
-inline constexpr size_t kMaxAbortCauses = 32;  // distinct abort causes counted; the rest are "other"
-inline constexpr size_t kRetiredEpisodesKept = 20000;  // ended episodes remembered for precise errors
+inline constexpr size_t kMaxAbortCauses =
+    32;  // distinct abort causes counted; the rest are "other"
+inline constexpr size_t kRetiredEpisodesKept =
+    20000;  // ended episodes remembered for precise errors
 
 struct RegistryOptions {
   Backbone backbone = Backbone::kTorch;
@@ -60,17 +63,17 @@ struct RegistryOptions {
   int64_t num_repeat = 4;
   int64_t max_env_worker = 64;         // pool size: registered + claimed episodes while ROLLING
   int64_t max_cached_episodes = 9999;  // warn (80 %, 100 %) when a batch holds this many
-  // ROLLING_POST waits only for train episodes that are alive: a call in flight, an end in progress,
-  // or a sign of life from the client within drain_idle_grace seconds (a client between two calls);
-  // and for at most drain_timeout seconds. Episodes it
-  // does not wait for carry into the next batch (still claimed, nothing lost), so a dead client's
-  // claim never holds the swarm at a batch boundary.
+  // ROLLING_POST waits only for train episodes that are alive: a call in flight, an end in
+  // progress, or a sign of life from the client within drain_idle_grace seconds (a client between
+  // two calls); and for at most drain_timeout seconds. Episodes it does not wait for carry into the
+  // next batch (still claimed, nothing lost), so a dead client's claim never holds the swarm at a
+  // batch boundary.
   double drain_timeout = 600.0;
   double drain_idle_grace = 0.5;
-  // With an agree-based trigger the boundary (ROLLING_POST) stays visible this long on every backbone
-  // (async too, which otherwise never leaves ROLLING): clients that agreed poll for it.
+  // With an agree-based trigger the boundary (ROLLING_POST) stays visible this long on every
+  // backbone (async too, which otherwise never leaves ROLLING): clients that agreed poll for it.
   double agree_boundary_dwell = 2.0;
-  int64_t max_staleness = 1;           // async: claims pause while more batches than this await training
+  int64_t max_staleness = 1;  // async: claims pause while more batches than this await training
   store::CallRetention call_retention;  // applied to the store after each trained batch
   double client_active_timeout = kClientActiveTimeout;
   std::string openai_base_url = "http://127.0.0.1:10086/v1";  // returned by claim_episode
@@ -81,12 +84,12 @@ struct RegistryOptions {
   // client cannot take the whole pool: 0 = half of max_env_worker (at least 1), < 0 = no bound
   // (--max-claims-per-client). At the bound a claim answers success=false, as an empty pool does.
   int64_t max_claims_per_client = -1;
-  // claim_episode refuses a larger discard_episode_timeout with 400 (--max-discard-episode-timeout):
-  // an idle claim must expire.
+  // claim_episode refuses a larger discard_episode_timeout with 400
+  // (--max-discard-episode-timeout): an idle claim must expire.
   double max_discard_episode_timeout = 3600.0;
   // A participant's question to its coordinator that brought no decision is asked again after
-  // resolve_backoff_min seconds, doubling up to resolve_backoff_max; resolve_give_up seconds past its
-  // prepare deadline the participant aborts the prepared episode (logged as an error).
+  // resolve_backoff_min seconds, doubling up to resolve_backoff_max; resolve_give_up seconds past
+  // its prepare deadline the participant aborts the prepared episode (logged as an error).
   double resolve_backoff_min = 5.0;
   double resolve_backoff_max = 300.0;
   double resolve_give_up = 3600.0;
@@ -105,14 +108,15 @@ struct EpisodeClosed {
 };
 
 struct RegistryHooks {
-  // An episode ended, was aborted, reclaimed or dropped: drop its tracker state (finished: its calls
-  // are committed in the store). May run on any thread, including the store's writer thread.
+  // An episode ended, was aborted, reclaimed or dropped: drop its tracker state (finished: its
+  // calls are committed in the store). May run on any thread, including the store's writer thread.
   std::function<void(const EpisodeClosed&)> on_episode_closed;
   // One line for /get_verbose_logs (tag, message).
   std::function<void(const std::string&, const std::string&)> on_verbose_log;
   // A batch's numbers were queued for the store's `metrics` table (step, name -> value, unix time):
   // for other sinks (TensorBoard). Must not block.
-  std::function<void(int64_t, const std::vector<std::pair<std::string, double>>&, double)> on_metrics = nullptr;
+  std::function<void(int64_t, const std::vector<std::pair<std::string, double>>&, double)>
+      on_metrics = nullptr;
   // Runs a task that reads the store (end_episode or commit_episode of an episode only the store
   // knows) where blocking is fine: the front's work pool. Unset: inline.
   std::function<void(std::function<void()>)> run_blocking = nullptr;
@@ -132,17 +136,18 @@ struct LlmCallTicket {
   std::string episode_uuid;
   std::string episode_type;  // train: the server's sampling settings win; eval: the request's
   std::string client_uuid;
-  int64_t call_index = 0;    // use as CallRow::call_index (n > 1: begin_llm_calls)
+  int64_t call_index = 0;  // use as CallRow::call_index (n > 1: begin_llm_calls)
 };
 
-// What one OpenAI request asks of its episode (begin_llm_calls): `calls` choices, and a request body
-// of `request_bytes` to store; and the front's per-episode limits, checked against what the episode
-// has recorded (and has in flight) before anything is generated. 0: no limit.
+// What one OpenAI request asks of its episode (begin_llm_calls): `calls` choices, and a request
+// body of `request_bytes` to store; and the front's per-episode limits, checked against what the
+// episode has recorded (and has in flight) before anything is generated. 0: no limit.
 struct CallReservation {
   int64_t calls = 1;          // the request's n
   int64_t request_bytes = 0;  // its body, stored once
-  int64_t max_calls = 0;      // ajet-swarm --max-episode-calls: recorded + in flight + this request's
-  int64_t max_bytes = 0;      // ajet-swarm --max-episode-mb: stored bytes (store::CallRow::stored_bytes) + this body
+  int64_t max_calls = 0;  // ajet-swarm --max-episode-calls: recorded + in flight + this request's
+  int64_t max_bytes =
+      0;  // ajet-swarm --max-episode-mb: stored bytes (store::CallRow::stored_bytes) + this body
 };
 
 class Registry;
@@ -150,7 +155,8 @@ class Registry;
 // Ends the calls it holds (Registry::end_llm_call) when the last owner lets go, on any path.
 class CallInFlight {
  public:
-  CallInFlight(Registry& registry, std::string episode_uuid) : registry_(registry), uuid_(std::move(episode_uuid)) {}
+  CallInFlight(Registry& registry, std::string episode_uuid)
+      : registry_(registry), uuid_(std::move(episode_uuid)) {}
   ~CallInFlight();
   CallInFlight(const CallInFlight&) = delete;
   CallInFlight& operator=(const CallInFlight&) = delete;
@@ -168,13 +174,14 @@ struct Batch {
   int64_t global_step = 0;  // the step that trains on it
   double created_at = 0;
   // async: the policy version the trainer starts from (set by take_batch; -1 before). An episode's
-  // staleness is this minus its oldest token's version; none above ajet.async.max_staleness is trained.
+  // staleness is this minus its oldest token's version; none above ajet.async.max_staleness is
+  // trained.
   int64_t policy_version = -1;
   std::vector<FinishedEpisode> episodes;  // train episodes only; calls are in the store
   // Train episodes their clients aborted while this batch was collected, by cause (summary()'s
   // "aborted": the step's rollout/aborted/<cause> metrics).
   std::map<std::string, int64_t> aborted_by_cause;
-  Json summary() const;                   // counts and reward statistics for logs and the store
+  Json summary() const;  // counts and reward statistics for logs and the store
   // One line for the log: "staleness min 0, mean 0.42, max 1 over 128 episodes (0: 74, 1: 54)"; the
   // per-episode map is in summary() (the store's batch stats), not in the log.
   std::string staleness_text() const;
@@ -187,9 +194,10 @@ struct PendingResolution {
 };
 
 struct SweepResult {
-  std::vector<std::string> reclaimed;        // idle past discard_episode_timeout; slots back in the pool
+  std::vector<std::string> reclaimed;  // idle past discard_episode_timeout; slots back in the pool
   std::vector<std::string> expired_clients;  // inactive for client_active_timeout
-  std::vector<std::string> group_aborted;    // a coordinator's prepared episode past its prepare_timeout
+  std::vector<std::string>
+      group_aborted;  // a coordinator's prepared episode past its prepare_timeout
   std::vector<PendingResolution> to_resolve;  // ask the coordinator, then settle_prepared()
 };
 
@@ -226,7 +234,8 @@ class Registry {
  public:
   // `store` may be null (tests without persistence): then end_episode succeeds without durability.
   // The store, if any, must outlive the registry.
-  Registry(RegistryOptions options, EpisodeKeySigner signer, store::Store* store, UnixClock clock = system_clock_seconds);
+  Registry(RegistryOptions options, EpisodeKeySigner signer, store::Store* store,
+           UnixClock clock = system_clock_seconds);
   ~Registry();  // waits for this registry's pending store writes (their callbacks touch it)
   Registry(const Registry&) = delete;
   Registry& operator=(const Registry&) = delete;
@@ -240,11 +249,13 @@ class Registry {
   // Resumes after a restart: global step, the current batch's finished episodes, claimed episodes
   // (their keys stay valid: same secret). Only in OFFLINE, before start_booting.
   void restore(const store::RecoveredState& recovered);
-  void start_booting(std::string detail = "");     // OFFLINE → BOOTING (start_engine)
+  void start_booting(std::string detail = "");  // OFFLINE → BOOTING (start_engine)
   // BOOTING → ROLLING: fills the pool. `engine_policy_version`: the version the engine reports it
   // serves (after --resume, its checkpoint's); global_step adopts it, so front and engine agree.
-  void engine_ready(std::string detail = "", std::optional<int64_t> engine_policy_version = std::nullopt);
-  void engine_restarting(std::string detail);      // any → BOOTING: an untrained batch returns to collection
+  void engine_ready(std::string detail = "",
+                    std::optional<int64_t> engine_policy_version = std::nullopt);
+  void engine_restarting(
+      std::string detail);  // any → BOOTING: an untrained batch returns to collection
   // → OFFLINE from anywhere: drops every live episode (returned), abandons the unfinished batch
   // (finished episodes stay stored, never trained), forgets active clients.
   std::vector<std::string> stop(std::string detail = "");
@@ -253,8 +264,9 @@ class Registry {
   void end_weight_export();    // WEIGHT_EXPORTING → WEIGHT_SYNCING
   EnginePhase engine_status() const;
   int64_t global_step() const;
-  // GET /get_engine_status body, with `recent_batches` (below) read under the same lock as global_step.
-  // Other clients' ids in recent_batches' client shares are pseudonyms unless `scope` shows them.
+  // GET /get_engine_status body, with `recent_batches` (below) read under the same lock as
+  // global_step. Other clients' ids in recent_batches' client shares are pseudonyms unless `scope`
+  // shows them.
   Json engine_status_json(const ViewScope& scope = ViewScope{.all_ids = true}) const;
 
   // ---- command API (routes) ----
@@ -262,8 +274,8 @@ class Registry {
   // or an empty pool: success=false with a fail_cause saying what to wait for.
   ClaimResponse claim_episode(const ClaimRequest& request);
   // Validates, commits the episode to the store, then calls `done` with nullopt (answer
-  // {"success": true}) or the error to answer. `done` runs inline for validation errors and without a
-  // store, else on the store's writer thread after the commit: post it back to your executor.
+  // {"success": true}) or the error to answer. `done` runs inline for validation errors and without
+  // a store, else on the store's writer thread after the commit: post it back to your executor.
   void end_episode(EndRequest request, std::function<void(std::optional<CommandError>)> done);
   // The same, waiting for the commit; throws Error. Blocks.
   void end_episode_wait(EndRequest request);
@@ -273,18 +285,20 @@ class Registry {
   bool can_continue_episode(const EpisodeRef& request) const;
 
   // ---- episode groups across servers (docs/protocol.md "Episode groups across servers") ----
-  // Validates as end_episode does, stores the episode as prepared, then calls `done` (on the store's
-  // writer thread, as end_episode). A prepared episode takes no calls and counts toward nothing.
+  // Validates as end_episode does, stores the episode as prepared, then calls `done` (on the
+  // store's writer thread, as end_episode). A prepared episode takes no calls and counts toward
+  // nothing.
   using PrepareDone = std::function<void(std::optional<CommandError>, PrepareResponse)>;
   void prepare_end_episode(PrepareRequest request, PrepareDone done);
   // A prepared episode of this client ends as end_episode would have ended it (after the commit).
-  void commit_episode(const EpisodeRef& request, std::function<void(std::optional<CommandError>)> done);
+  void commit_episode(const EpisodeRef& request,
+                      std::function<void(std::optional<CommandError>)> done);
   // The coordinator's decision for a participant: "committed", "aborted" (a prepared or claimed
-  // episode is aborted now), or "pending" (its prepare or commit is being stored: ask again). May read
-  // the store for an episode it no longer remembers. Blocks.
+  // episode is aborted now), or "pending" (its prepare or commit is being stored: ask again). May
+  // read the store for an episode it no longer remembers. Blocks.
   std::string resolve_group(const ResolveRequest& request);
-  // A participant learned its coordinator's decision: "committed" commits, "aborted" aborts; anything
-  // else (pending, unreachable) leaves it prepared until the next sweep asks again.
+  // A participant learned its coordinator's decision: "committed" commits, "aborted" aborts;
+  // anything else (pending, unreachable) leaves it prepared until the next sweep asks again.
   void settle_prepared(const std::string& episode_uuid, const std::string& decision);
   // {"buffer": [episode status…]} (docs/protocol.md, get_episode_buffer).
   Json episode_buffer(const ViewScope& scope = {true, ""}) const;
@@ -294,16 +308,18 @@ class Registry {
   BoolResponse agree_sync_weight(const AgreeRequest& request);
 
   // ---- OpenAI API (routes) ----
-  // Before generating. Throws Error(kUnavailable) when the engine is not ROLLING/ROLLING_POST (503 +
-  // Retry-After: retry_after_seconds), Error(kNotFound) for an unknown, unclaimed or ended episode.
-  // The call is in flight from here until end_llm_call: an episode with a call in flight is active,
-  // and the janitor never reclaims it however long the generation takes (CallInFlight pairs them).
+  // Before generating. Throws Error(kUnavailable) when the engine is not ROLLING/ROLLING_POST (503
+  // + Retry-After: retry_after_seconds), Error(kNotFound) for an unknown, unclaimed or ended
+  // episode. The call is in flight from here until end_llm_call: an episode with a call in flight
+  // is active, and the janitor never reclaims it however long the generation takes (CallInFlight
+  // pairs them).
   LlmCallTicket begin_llm_call(const std::string& episode_uuid);
   // The same for a request's `reservation.calls` choices at once (consecutive call indices, one
-  // ticket each), after checking the episode's limits: Error(kResourceExhausted) naming the limit and
-  // its ajet-swarm flag when the episode's recorded and in-flight calls plus these would pass
+  // ticket each), after checking the episode's limits: Error(kResourceExhausted) naming the limit
+  // and its ajet-swarm flag when the episode's recorded and in-flight calls plus these would pass
   // max_calls, or its stored bytes plus the request body would pass max_bytes.
-  std::vector<LlmCallTicket> begin_llm_calls(const std::string& episode_uuid, const CallReservation& reservation);
+  std::vector<LlmCallTicket> begin_llm_calls(const std::string& episode_uuid,
+                                             const CallReservation& reservation);
   // Once per begin_llm_call, however the call ended (answered, failed, the client hung up): its
   // episode's idle clock starts again now. Unknown or ended episodes are ignored. With the ticket's
   // call_index, a call that was not recorded stops counting against --max-episode-calls.
@@ -311,8 +327,8 @@ class Registry {
   // Whether the episode is claimed and not ended: what a route that made per-episode state after
   // begin_llm_call asks, since the episode's close hook may have run before that state existed.
   bool is_live(const std::string& episode_uuid) const;
-  // After generating: stores the call (asynchronously) if the episode is still claimed; false when it
-  // ended meanwhile (discard the call). Refreshes the episode's activity.
+  // After generating: stores the call (asynchronously) if the episode is still claimed; false when
+  // it ended meanwhile (discard the call). Refreshes the episode's activity.
   bool record_llm_call(store::CallRow call);
 
   // ---- batches (trainer driver) ----
@@ -326,25 +342,26 @@ class Registry {
   // Hands over the ready batch (Error(kFailedPrecondition) if none). torch: ROLLING_POST →
   // WEIGHT_SYNCING (train episodes still running carry into the next batch); async: status
   // unchanged. Either way an episode whose staleness would exceed ajet.async.max_staleness (one
-  // carried across boundaries, or async's) is left out (logged; its calls stay stored), so no trained
-  // sample lags more than that.
+  // carried across boundaries, or async's) is left out (logged; its calls stay stored), so no
+  // trained sample lags more than that.
   Batch take_batch();
   // The trainer is done: global_step becomes the engine's `policy_version` from `stats` when it has
   // one, else global_step + 1; torch: → ROLLING. Blocks until the step is durable.
   void finish_batch(int64_t batch_id, Json stats);
   // The trainer could not train the batch (the engine rejected it, `code` says how): the batch is
-  // stored as abandoned, global_step stays; torch: → ROLLING. A batch whose engine died is not failed:
-  // engine_restarting returns it to collection. Throws Error(kFailedPrecondition) if the batch is not
-  // being trained.
+  // stored as abandoned, global_step stays; torch: → ROLLING. A batch whose engine died is not
+  // failed: engine_restarting returns it to collection. Throws Error(kFailedPrecondition) if the
+  // batch is not being trained.
   void fail_batch(int64_t batch_id, ErrorCode code, const std::string& reason);
-  // engine_status_json()'s `recent_batches`: what became of the last kRecentBatches batches handed to
-  // the trainer, oldest first, so a caller reads a step's trainer statistics or why it was not trained as
-  // fields, not from the store or status text: {"batch_id", "global_step" (the step that trains on it),
-  // "trained": true, "stats": the trainer's stats with "rollout" (the batch summary without async's
-  // per-episode staleness map, which the store keeps)} or {..., "trained": false, "error": {"code":
-  // error_code_name(code), "message"}}.
+  // engine_status_json()'s `recent_batches`: what became of the last kRecentBatches batches handed
+  // to the trainer, oldest first, so a caller reads a step's trainer statistics or why it was not
+  // trained as fields, not from the store or status text: {"batch_id", "global_step" (the step that
+  // trains on it), "trained": true, "stats": the trainer's stats with "rollout" (the batch summary
+  // without async's per-episode staleness map, which the store keeps)} or {..., "trained": false,
+  // "error": {"code": error_code_name(code), "message"}}.
   static constexpr size_t kRecentBatches = 16;
-  // Batches handed to the trainer plus the one ready for it (the async staleness bound counts these).
+  // Batches handed to the trainer plus the one ready for it (the async staleness bound counts
+  // these).
   int64_t batches_behind() const;
   std::optional<Batch> last_recorded_batch() const;  // debug backbone
 
@@ -359,11 +376,11 @@ class Registry {
   static const char* state_name(State state);
   struct Prepared {
     EpisodeGroup group;
-    EndRequest request;     // what commit ends it with
-    double deadline = 0;    // unix seconds: the janitor settles it after this
-    bool resolving = false; // a participant's question to its coordinator is in flight
-    double next_ask = 0;    // unix seconds: a participant asks (again) from then on
-    int asks = 0;           // questions that brought no decision (the backoff doubles with each)
+    EndRequest request;      // what commit ends it with
+    double deadline = 0;     // unix seconds: the janitor settles it after this
+    bool resolving = false;  // a participant's question to its coordinator is in flight
+    double next_ask = 0;     // unix seconds: a participant asks (again) from then on
+    int asks = 0;            // questions that brought no decision (the backoff doubles with each)
   };
   struct Episode {
     std::string uuid;
@@ -373,10 +390,11 @@ class Registry {
     std::string episode_type = "train";
     std::string optional_task_id;
     double claimed_at = 0;
-    double latest_activity = 0;  // the janitor's idle clock (restarted when the engine re-enters ROLLING)
-    // The client's own last sign of life (claim, a call beginning or ending, an end); the server never
-    // moves it. The batch-boundary drain judges liveness by it: a dead client's episode must not look
-    // alive again after every boundary because the idle clock restarted.
+    double latest_activity =
+        0;  // the janitor's idle clock (restarted when the engine re-enters ROLLING)
+    // The client's own last sign of life (claim, a call beginning or ending, an end); the server
+    // never moves it. The batch-boundary drain judges liveness by it: a dead client's episode must
+    // not look alive again after every boundary because the idle clock restarted.
     double client_seen = 0;
     // Restored after a restart with its stored last activity: its idle clock keeps running through
     // the restart and the boot (entering ROLLING does not restart it) until the client shows up.
@@ -396,8 +414,8 @@ class Registry {
     // recorded call may still be in flight; it counts once).
     std::unordered_set<int64_t> pending_calls;
     int64_t oldest_policy_version = -1;  // of its calls' generated tokens; -1 before any
-    int64_t claim_global_step = 0;       // global_step when claimed (prepare reports weights_changed)
-    std::optional<Prepared> prepared;    // set from a stored prepare until commit or abort
+    int64_t claim_global_step = 0;     // global_step when claimed (prepare reports weights_changed)
+    std::optional<Prepared> prepared;  // set from a stored prepare until commit or abort
   };
   // What a finished episode ended with: a repeated end must send the same (else 409).
   struct EndResult {
@@ -409,8 +427,8 @@ class Registry {
     EpisodeEnd how;
     std::string client_uuid;
     std::string episode_type;
-    std::string note;  // why, for error messages
-    std::string group_id;  // the episode group it was prepared in ("" for none)
+    std::string note;                 // why, for error messages
+    std::string group_id;             // the episode group it was prepared in ("" for none)
     std::optional<EndResult> result;  // finished episodes
   };
   struct ActiveClient {
@@ -433,7 +451,8 @@ class Registry {
   // All *_locked helpers need mu_ held.
   void transition_locked(EnginePhase to, double now, std::string detail, Outbox& out);
   void refill_pool_locked();
-  void retire_locked(const std::string& uuid, EpisodeEnd how, std::string note, Outbox& out, bool store_it);
+  void retire_locked(const std::string& uuid, EpisodeEnd how, std::string note, Outbox& out,
+                     bool store_it);
   void touch_client_locked(const std::string& client_uuid, double now);
   void expire_clients_locked(double now, std::vector<std::string>* expired);
   TriggerInput trigger_input_locked() const;
@@ -449,58 +468,67 @@ class Registry {
   bool claims_paused_locked() const;
   // False while an agree-based boundary must stay visible (RegistryOptions::agree_boundary_dwell).
   bool agree_boundary_shown_locked(double now) const;
-  // Until when the ROLLING_POST drain waits for `e` (RegistryOptions::drain_idle_grace): +inf while a
-  // call runs or its end commits, its client's last sign of life + the grace otherwise, -inf for an
-  // episode it never waits for (not a claimed train episode).
+  // Until when the ROLLING_POST drain waits for `e` (RegistryOptions::drain_idle_grace): +inf while
+  // a call runs or its end commits, its client's last sign of life + the grace otherwise, -inf for
+  // an episode it never waits for (not a claimed train episode).
   double drain_waits_until_locked(const Episode& e) const;
   // Train episodes the ROLLING_POST drain waits for now.
   size_t train_alive_locked(double now) const;
   void refresh_activity_locked(double now);
-  // `back_to`: the state a failed store write returns the episode to (claimed, or prepared for a commit).
+  // `back_to`: the state a failed store write returns the episode to (claimed, or prepared for a
+  // commit).
   void end_committed(const std::string& uuid, const EndRequest& request, std::exception_ptr error,
-                     const std::function<void(std::optional<CommandError>)>& done, State back_to = State::kClaimed);
+                     const std::function<void(std::optional<CommandError>)>& done,
+                     State back_to = State::kClaimed);
   // What a failed store write said; "unknown error" for a non-std exception.
   static std::string store_error_text(std::exception_ptr error);
   // The answer while a write was in flight and the episode was dropped (stop()).
   std::optional<CommandError> no_longer_running_locked(const std::string& uuid) const;
   // The store row of an episode ending with `request` (status finished or prepared); `group`, when
   // given, is recorded in metadata.ajet_group.
-  store::EpisodeRow ended_row_locked(const Episode& e, const EndRequest& request, double now, const char* status,
-                                     const EpisodeGroup* group = nullptr) const;
+  store::EpisodeRow ended_row_locked(const Episode& e, const EndRequest& request, double now,
+                                     const char* status, const EpisodeGroup* group = nullptr) const;
   // prepare_end_episode's answer for `e` (a repeat answers the same).
   PrepareResponse prepare_answer_locked(const Episode& e) const;
-  // The answer for an episode that is no longer live but remembered: another client's (404), one this
-  // client finished (nullopt: a success again; 409 when `repeat`, an end, differs from how it ended)
-  // or one that ended otherwise (400 with the reason).
-  std::optional<CommandError> retired_answer(const std::string& uuid, const Retired& r, const std::string& client,
+  // The answer for an episode that is no longer live but remembered: another client's (404), one
+  // this client finished (nullopt: a success again; 409 when `repeat`, an end, differs from how it
+  // ended) or one that ended otherwise (400 with the reason).
+  std::optional<CommandError> retired_answer(const std::string& uuid, const Retired& r,
+                                             const std::string& client,
                                              const EndRequest* repeat = nullptr) const;
   // 409 naming each field where a repeated end differs from the stored end; nullopt when identical.
-  static std::optional<CommandError> repeat_conflict(const std::string& uuid, const EndResult& stored,
+  static std::optional<CommandError> repeat_conflict(const std::string& uuid,
+                                                     const EndResult& stored,
                                                      const EndRequest& repeat);
-  // A participant's question brought no decision (or could not be asked): ask again later, backing off.
+  // A participant's question brought no decision (or could not be asked): ask again later, backing
+  // off.
   void schedule_next_ask_locked(Episode& e, double now);
-  // Live claimed episodes of `client_uuid`, and the most it may hold (RegistryOptions::max_claims_per_client).
+  // Live claimed episodes of `client_uuid`, and the most it may hold
+  // (RegistryOptions::max_claims_per_client).
   int64_t claims_of_locked(const std::string& client_uuid) const;
   int64_t claim_share_locked() const;
   // Stores `row` and runs `then` with the write's outcome (the destructor waits for it).
   void write_then(store::EpisodeRow row, std::function<void(std::exception_ptr)> then);
-  void prepare_committed(const std::string& uuid, const PrepareRequest& request, std::exception_ptr error,
-                         const PrepareDone& done);
+  void prepare_committed(const std::string& uuid, const PrepareRequest& request,
+                         std::exception_ptr error, const PrepareDone& done);
   // kPrepared → kEnding; the commit is stored, then end_committed. `client` "" = any (the janitor).
-  void begin_commit_locked(const std::string& uuid, const std::string& client, store::EpisodeRow& row,
-                           EndRequest& request);
+  void begin_commit_locked(const std::string& uuid, const std::string& client,
+                           store::EpisodeRow& row, EndRequest& request);
   void settle_expired_prepared_locked(double now, SweepResult& result, Outbox& out);
-  // A stored prepared episode's group and end (restore); nullopt when the row's group is unreadable.
+  // A stored prepared episode's group and end (restore); nullopt when the row's group is
+  // unreadable.
   static std::optional<Prepared> prepared_from_row(const store::EpisodeRow& row, double now);
   // proceed: commit the end; else answer at once (nullopt answer: already ended by this client,
   // which is a success again so a client retrying after a lost response does not fail).
   struct EndVerdict {
     bool proceed = false;
     std::optional<CommandError> answer;
-    bool unknown = false;  // neither live nor remembered: the store may know it (ended before a restart)
+    bool unknown =
+        false;  // neither live nor remembered: the store may know it (ended before a restart)
   };
-  // The answer for an episode only the store knows: the same as for a remembered one (`compare_result`:
-  // `request` is an end whose result must match the stored one; false for a commit).
+  // The answer for an episode only the store knows: the same as for a remembered one
+  // (`compare_result`: `request` is an end whose result must match the stored one; false for a
+  // commit).
   std::optional<CommandError> end_of_stored(const EndRequest& request, const store::EpisodeRow& row,
                                             bool compare_result = true) const;
   // Runs `task` through RegistryHooks::run_blocking (inline when unset). Not under mu_.
@@ -528,8 +556,8 @@ class Registry {
   std::deque<std::string> unclaimed_;  // FIFO of registered episodes
   std::unordered_map<std::string, Retired> retired_;
   std::map<std::pair<std::string, std::string>, int64_t> ended_counts_;  // RegistryFigures::ended
-  std::map<std::string, int64_t> aborted_by_cause_;                     // RegistryFigures::aborted_by_cause
-  std::map<std::string, int64_t> batch_aborted_by_cause_;               // train aborts since the last batch
+  std::map<std::string, int64_t> aborted_by_cause_;        // RegistryFigures::aborted_by_cause
+  std::map<std::string, int64_t> batch_aborted_by_cause_;  // train aborts since the last batch
   std::deque<std::string> retired_order_;
   std::map<std::string, ActiveClient> clients_;
   BatchProgress current_;

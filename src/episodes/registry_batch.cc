@@ -46,7 +46,8 @@ std::optional<std::chrono::milliseconds> Registry::next_sweep_due() const {
   if (engine_.status() != EnginePhase::kRollingPost || ready_) return std::nullopt;
   const double now = clock_();
   std::optional<double> soonest;
-  if (!agree_boundary_shown_locked(now)) soonest = rolling_post_since_ + options_.agree_boundary_dwell - now;
+  if (!agree_boundary_shown_locked(now))
+    soonest = rolling_post_since_ + options_.agree_boundary_dwell - now;
   for (const auto& [uuid, e] : live_) {
     const double left = drain_waits_until_locked(e) - now;
     if (left >= 0 && std::isfinite(left) && (!soonest || left < *soonest)) soonest = left;
@@ -60,31 +61,36 @@ void Registry::check_trigger_locked(double now, Outbox& out) {
   if (ready_) return;  // async: one batch waits for the trainer at a time
   TriggerInput in = trigger_input_locked();
   if (!batch_triggered(current_, in)) return;
-  out.logs.emplace_back("swarm", fmt::format("batch trigger {} fired: {} episodes, {} finished tasks",
-                                             sample_collection_name(in.method), current_.episodes(),
-                                             current_.finished_tasks(in.num_repeat)));
+  out.logs.emplace_back("swarm",
+                        fmt::format("batch trigger {} fired: {} episodes, {} finished tasks",
+                                    sample_collection_name(in.method), current_.episodes(),
+                                    current_.finished_tasks(in.num_repeat)));
   const bool agreed = is_agree_based(in.method);
   if (options_.backbone == Backbone::kAsync && !agreed) {
-    form_ready_batch_locked(now, out);  // rollouts go on; episodes still running join the next batch
+    form_ready_batch_locked(now,
+                            out);  // rollouts go on; episodes still running join the next batch
     return;
   }
   transition_locked(EnginePhase::kRollingPost, now,
                     agreed && options_.backbone == Backbone::kAsync
-                        ? fmt::format("the clients agreed; the batch closes after {:.1f} s", options_.agree_boundary_dwell)
-                        : fmt::format("the batch is full; waiting for {} running train episodes", train_alive_locked(now)),
+                        ? fmt::format("the clients agreed; the batch closes after {:.1f} s",
+                                      options_.agree_boundary_dwell)
+                        : fmt::format("the batch is full; waiting for {} running train episodes",
+                                      train_alive_locked(now)),
                     out);
   rolling_post_since_ = now;
   check_drained_locked(now, out);
 }
 
 bool Registry::agree_boundary_shown_locked(double now) const {
-  return !is_agree_based(options_.sample_collection) || now - rolling_post_since_ >= options_.agree_boundary_dwell;
+  return !is_agree_based(options_.sample_collection) ||
+         now - rolling_post_since_ >= options_.agree_boundary_dwell;
 }
 
 void Registry::check_drained_locked(double now, Outbox& out) {
   if (engine_.status() != EnginePhase::kRollingPost || ready_) return;
-  // Clients that agreed wait for the boundary by polling the status (upstream's client: ROLLING_POST
-  // or WEIGHT_SYNCING): it stays visible for agree_boundary_dwell on every backbone.
+  // Clients that agreed wait for the boundary by polling the status (upstream's client:
+  // ROLLING_POST or WEIGHT_SYNCING): it stays visible for agree_boundary_dwell on every backbone.
   if (!agree_boundary_shown_locked(now)) return;
   if (options_.backbone == Backbone::kAsync) {  // only agree-based triggers get here: no drain
     form_ready_batch_locked(now, out);
@@ -95,15 +101,19 @@ void Registry::check_drained_locked(double now, Outbox& out) {
   const bool timed_out = now - rolling_post_since_ >= options_.drain_timeout;
   if (alive > 0 && !timed_out) return;
   size_t carried = 0;
-  for (const auto& [uuid, e] : live_) carried += (e.episode_type == "train" && e.state != State::kRegistered) ? 1 : 0;
+  for (const auto& [uuid, e] : live_)
+    carried += (e.episode_type == "train" && e.state != State::kRegistered) ? 1 : 0;
   if (carried > 0) {
     out.logs.emplace_back(
-        "swarm", fmt::format("batch closed {}: {} train episodes still claimed carry into the next batch ({} of them "
-                             "active; idle ones are reclaimed after their discard_episode_timeout as usual)",
-                             timed_out ? fmt::format("by the drain timeout ({:.0f} s)", options_.drain_timeout)
-                                       : fmt::format("with no train episode active within {:.1f} s",
-                                                     options_.drain_idle_grace),
-                             carried, alive));
+        "swarm",
+        fmt::format("batch closed {}: {} train episodes still claimed carry into the next batch "
+                    "({} of them "
+                    "active; idle ones are reclaimed after their discard_episode_timeout as usual)",
+                    timed_out
+                        ? fmt::format("by the drain timeout ({:.0f} s)", options_.drain_timeout)
+                        : fmt::format("with no train episode active within {:.1f} s",
+                                      options_.drain_idle_grace),
+                    carried, alive));
   }
   form_ready_batch_locked(now, out);
   if (options_.backbone == Backbone::kDebug) record_debug_batch_locked(now, out);
@@ -111,8 +121,9 @@ void Registry::check_drained_locked(double now, Outbox& out) {
 
 namespace {
 
-// The batch summary for the log line: the per-client shares (one entry per client, 16 KB a step with
-// 200 clients) become their count and the largest; the whole map stays in the store's batch stats.
+// The batch summary for the log line: the per-client shares (one entry per client, 16 KB a step
+// with 200 clients) become their count and the largest; the whole map stays in the store's batch
+// stats.
 Json ready_summary_for_log(const Batch& batch) {
   Json summary = batch.summary();
   double largest = 0;
@@ -135,11 +146,12 @@ void Registry::form_ready_batch_locked(double now, Outbox& out) {
   batch.episodes = current_.take_all();
   batch.aborted_by_cause = std::exchange(batch_aborted_by_cause_, {});
   ready_ = std::move(batch);
-  clients_.clear();  // agreement and activity count from the last batch boundary (upstream resets too)
+  clients_
+      .clear();  // agreement and activity count from the last batch boundary (upstream resets too)
   cache_warned_ = false;
   out.batch_ready = true;
-  out.logs.emplace_back("swarm",
-                        fmt::format("batch {} ready: {}", ready_->batch_id, ready_summary_for_log(*ready_).dump()));
+  out.logs.emplace_back("swarm", fmt::format("batch {} ready: {}", ready_->batch_id,
+                                             ready_summary_for_log(*ready_).dump()));
 }
 
 void Registry::drop_stale_episodes_locked(Batch& batch, Outbox& out) {
@@ -160,24 +172,29 @@ void Registry::drop_stale_episodes_locked(Batch& batch, Outbox& out) {
     constexpr size_t kNamed = 5;  // the log names a few; the count says how many
     const size_t more = dropped.size() > kNamed ? dropped.size() - kNamed : 0;
     dropped.resize(std::min(dropped.size(), kNamed));
-    out.logs.emplace_back("swarm", fmt::format("batch {}: left out {} episodes staler than ajet.async.max_staleness = {} "
-                                               "at policy_version {}: {}{}",
-                                               batch.batch_id, dropped.size() + more, options_.max_staleness,
-                                               batch.policy_version, fmt::join(dropped, ", "),
-                                               more > 0 ? fmt::format(" and {} more", more) : ""));
+    out.logs.emplace_back(
+        "swarm",
+        fmt::format("batch {}: left out {} episodes staler than ajet.async.max_staleness = {} "
+                    "at policy_version {}: {}{}",
+                    batch.batch_id, dropped.size() + more, options_.max_staleness,
+                    batch.policy_version, fmt::join(dropped, ", "),
+                    more > 0 ? fmt::format(" and {} more", more) : ""));
   }
   // One line a step: the per-episode map (once 1 MB of a 1.1 MB log) is in the store's batch stats.
-  out.logs.emplace_back("swarm",
-                        fmt::format("batch {} trains from policy_version {}: {} (ajet.async.max_staleness = {})",
-                                    batch.batch_id, batch.policy_version, batch.staleness_text(), options_.max_staleness));
+  out.logs.emplace_back(
+      "swarm",
+      fmt::format("batch {} trains from policy_version {}: {} (ajet.async.max_staleness = {})",
+                  batch.batch_id, batch.policy_version, batch.staleness_text(),
+                  options_.max_staleness));
 }
 
 void Registry::adopt_engine_version_locked(int64_t version, const char* why, Outbox& out) {
   if (version < 0 || version == engine_.global_step()) return;
-  // The weights are what count: an engine that resumed from an older checkpoint (or from none) serves
-  // that checkpoint's version, and the steps after it are gone.
-  out.logs.emplace_back("swarm", fmt::format("global_step {} -> {}: adopted the policy_version the engine serves {}",
-                                             engine_.global_step(), version, why));
+  // The weights are what count: an engine that resumed from an older checkpoint (or from none)
+  // serves that checkpoint's version, and the steps after it are gone.
+  out.logs.emplace_back(
+      "swarm", fmt::format("global_step {} -> {}: adopted the policy_version the engine serves {}",
+                           engine_.global_step(), version, why));
   engine_.set_global_step(version);
   if (store_ != nullptr) store_->put_state(store::kStateGlobalStep, std::to_string(version));
 }
@@ -189,15 +206,18 @@ void Registry::record_debug_batch_locked(double now, Outbox& out) {
     std::vector<std::string> uuids;
     for (const auto& e : batch.episodes) uuids.push_back(e.episode_uuid);
     Json summary = batch.summary();
-    store_->put_batch(store::BatchRow{batch.batch_id, batch.global_step, now, store::kBatchRecorded, now, summary},
+    store_->put_batch(store::BatchRow{batch.batch_id, batch.global_step, now, store::kBatchRecorded,
+                                      now, summary},
                       std::move(uuids));
-    // The debug backbone never advances global_step: its batches are numbered by id so curves advance.
+    // The debug backbone never advances global_step: its batches are numbered by id so curves
+    // advance.
     put_batch_metrics_locked(batch.batch_id - 1, Json{{"rollout", summary}}, now, out);
   }
   batches_recorded_ += 1;
-  std::string detail = fmt::format("debug backbone: batch {} recorded ({} episodes); nothing trains, global_step "
-                                   "stays {}",
-                                   batch.batch_id, batch.episodes.size(), batch.global_step);
+  std::string detail = fmt::format(
+      "debug backbone: batch {} recorded ({} episodes); nothing trains, global_step "
+      "stays {}",
+      batch.batch_id, batch.episodes.size(), batch.global_step);
   last_recorded_ = std::move(batch);
   transition_locked(EnginePhase::kRolling, now, detail, out);
 }
@@ -209,7 +229,9 @@ bool Registry::batch_ready() const {
 
 bool Registry::wait_batch_ready(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
-  batch_cv_.wait_for(lock, timeout, [&] { return ready_.has_value() || engine_.status() == EnginePhase::kOffline; });
+  batch_cv_.wait_for(lock, timeout, [&] {
+    return ready_.has_value() || engine_.status() == EnginePhase::kOffline;
+  });
   return ready_.has_value();
 }
 
@@ -222,18 +244,20 @@ Batch Registry::take_batch() {
     double now = clock_();
     batch = std::move(*ready_);
     ready_.reset();
-    // Episodes carried across a batch boundary are off-policy: at most max_staleness versions behind.
+    // Episodes carried across a batch boundary are off-policy: at most max_staleness versions
+    // behind.
     if (options_.backbone != Backbone::kDebug) drop_stale_episodes_locked(batch, out);
     if (options_.backbone == Backbone::kTorch) {
-      transition_locked(EnginePhase::kWeightSyncing, now,
-                        fmt::format("training step {} on {} episodes", batch.global_step, batch.episodes.size()),
-                        out);
+      transition_locked(
+          EnginePhase::kWeightSyncing, now,
+          fmt::format("training step {} on {} episodes", batch.global_step, batch.episodes.size()),
+          out);
     }
     if (store_ != nullptr) {
       std::vector<std::string> uuids;
       for (const auto& e : batch.episodes) uuids.push_back(e.episode_uuid);
-      store_->put_batch(store::BatchRow{batch.batch_id, batch.global_step, batch.created_at, store::kBatchTaken,
-                                        std::nullopt, Json::object()},
+      store_->put_batch(store::BatchRow{batch.batch_id, batch.global_step, batch.created_at,
+                                        store::kBatchTaken, std::nullopt, Json::object()},
                         std::move(uuids));
     }
     training_[batch.batch_id] = batch;
@@ -249,11 +273,13 @@ void Registry::finish_batch(int64_t batch_id, Json stats) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = training_.find(batch_id);
     if (it == training_.end()) {
-      fail(ErrorCode::kFailedPrecondition, fmt::format("finish_batch(): batch {} is not being trained", batch_id));
+      fail(ErrorCode::kFailedPrecondition,
+           fmt::format("finish_batch(): batch {} is not being trained", batch_id));
     }
     if (options_.backbone == Backbone::kTorch && engine_.status() != EnginePhase::kWeightSyncing) {
-      fail(ErrorCode::kFailedPrecondition, fmt::format("finish_batch(): needs ENGINE.WEIGHT_SYNCING (current: {})",
-                                                       engine_phase_name(engine_.status())));
+      fail(ErrorCode::kFailedPrecondition,
+           fmt::format("finish_batch(): needs ENGINE.WEIGHT_SYNCING (current: {})",
+                       engine_phase_name(engine_.status())));
     }
     double now = clock_();
     Json summary = it->second.summary();
@@ -261,12 +287,14 @@ void Registry::finish_batch(int64_t batch_id, Json stats) {
     training_.erase(it);
     int64_t step = engine_.global_step() + 1;
     // The engine's count wins: the front's global_step is the policy version the engine now serves.
-    if (stats.is_object() && stats.contains("policy_version") && stats["policy_version"].is_number_integer()) {
+    if (stats.is_object() && stats.contains("policy_version") &&
+        stats["policy_version"].is_number_integer()) {
       const int64_t version = stats["policy_version"].get<int64_t>();
       if (version != step) {
-        out.logs.emplace_back("swarm", fmt::format("the engine reports policy_version {} after batch {}; global_step "
-                                                   "follows it (the front expected {})",
-                                                   version, batch_id, step));
+        out.logs.emplace_back(
+            "swarm", fmt::format("the engine reports policy_version {} after batch {}; global_step "
+                                 "follows it (the front expected {})",
+                                 version, batch_id, step));
       }
       step = version;
     }
@@ -275,7 +303,9 @@ void Registry::finish_batch(int64_t batch_id, Json stats) {
     all["rollout"] = summary;
     Json polled = all;  // GET /get_engine_status is polled: its copy leaves out the per-episode map
     polled["rollout"].erase("staleness");
-    note_batch_outcome_locked(Json{{"batch_id", batch_id}, {"global_step", batch_global_step}, {"trained", true},
+    note_batch_outcome_locked(Json{{"batch_id", batch_id},
+                                   {"global_step", batch_global_step},
+                                   {"trained", true},
                                    {"stats", std::move(polled)}});
     if (store_ != nullptr) {
       store_->update_batch(batch_id, store::kBatchTrained, now, all);
@@ -286,7 +316,8 @@ void Registry::finish_batch(int64_t batch_id, Json stats) {
     if (options_.backbone == Backbone::kTorch) {
       transition_locked(EnginePhase::kRolling, now, fmt::format("step {} done", step - 1), out);
     } else {
-      out.logs.emplace_back("swarm", fmt::format("step {} done; global_step is {}", step - 1, step));
+      out.logs.emplace_back("swarm",
+                            fmt::format("step {} done; global_step is {}", step - 1, step));
     }
     check_trigger_locked(now, out);
   }
@@ -312,18 +343,20 @@ void Registry::fail_batch(int64_t batch_id, ErrorCode code, const std::string& r
     std::lock_guard<std::mutex> lock(mu_);
     auto it = training_.find(batch_id);
     if (it == training_.end()) {
-      fail(ErrorCode::kFailedPrecondition, fmt::format("fail_batch(): batch {} is not being trained", batch_id));
+      fail(ErrorCode::kFailedPrecondition,
+           fmt::format("fail_batch(): batch {} is not being trained", batch_id));
     }
     double now = clock_();
     Json stats{{"error", reason}, {"rollout", it->second.summary()}};
-    note_batch_outcome_locked(Json{{"batch_id", batch_id},
-                                   {"global_step", it->second.global_step},
-                                   {"trained", false},
-                                   {"error", Json{{"code", error_code_name(code)}, {"message", reason}}}});
+    note_batch_outcome_locked(
+        Json{{"batch_id", batch_id},
+             {"global_step", it->second.global_step},
+             {"trained", false},
+             {"error", Json{{"code", error_code_name(code)}, {"message", reason}}}});
     training_.erase(it);
     if (store_ != nullptr) store_->update_batch(batch_id, store::kBatchAbandoned, now, stats);
-    std::string detail = fmt::format("batch {} was not trained ({}); global_step stays {}", batch_id, reason,
-                                     engine_.global_step());
+    std::string detail = fmt::format("batch {} was not trained ({}); global_step stays {}",
+                                     batch_id, reason, engine_.global_step());
     if (options_.backbone == Backbone::kTorch && engine_.status() == EnginePhase::kWeightSyncing) {
       transition_locked(EnginePhase::kRolling, now, detail, out);
     } else {
@@ -354,18 +387,22 @@ SweepResult Registry::sweep() {
     if (chat_allowed(engine_.status())) {
       std::vector<std::pair<std::string, double>> idle;
       for (const auto& [uuid, e] : live_) {
-        if (e.state == State::kClaimed && e.calls_in_flight == 0 && now - e.latest_activity > e.discard_episode_timeout) {
+        if (e.state == State::kClaimed && e.calls_in_flight == 0 &&
+            now - e.latest_activity > e.discard_episode_timeout) {
           idle.emplace_back(uuid, now - e.latest_activity);
         }
       }
       for (const auto& [uuid, seconds] : idle) {
         double timeout = live_.at(uuid).discard_episode_timeout;
-        retire_locked(uuid, EpisodeEnd::kReclaimed,
-                      fmt::format("it was reclaimed after {:.1f} s without activity (discard_episode_timeout = {:.1f} "
-                                  "s). Maybe you take **too long** to submit the workflow output, try increase "
-                                  "`discard_episode_timeout` when `begin_episode`.",
-                                  seconds, timeout),
-                      out, true);
+        retire_locked(
+            uuid, EpisodeEnd::kReclaimed,
+            fmt::format(
+                "it was reclaimed after {:.1f} s without activity (discard_episode_timeout = "
+                "{:.1f} "
+                "s). Maybe you take **too long** to submit the workflow output, try increase "
+                "`discard_episode_timeout` when `begin_episode`.",
+                seconds, timeout),
+            out, true);
         result.reclaimed.push_back(uuid);
       }
       if (!idle.empty()) {
@@ -379,8 +416,10 @@ SweepResult Registry::sweep() {
     check_drained_locked(now, out);
     if (store_ != nullptr) {
       Json clients = Json::array();
-      for (const auto& [uuid, c] : clients_) clients.push_back({{"client_uuid", uuid}, {"agreed_sync_weight", c.agreed}});
-      store_->put_state(store::kStateRegistrySnapshot, Json{{"active_clients", clients}, {"written_at", now}}.dump());
+      for (const auto& [uuid, c] : clients_)
+        clients.push_back({{"client_uuid", uuid}, {"agreed_sync_weight", c.agreed}});
+      store_->put_state(store::kStateRegistrySnapshot,
+                        Json{{"active_clients", clients}, {"written_at", now}}.dump());
     }
   }
   deliver(out);
@@ -396,16 +435,18 @@ BoolResponse Registry::agree_sync_weight(const AgreeRequest& request) {
     if (!is_agree_based(options_.sample_collection)) {
       resp.failure_reason = fmt::format(
           "agree_sync_weight only applies when ajet.swarm_mode_sample_collection_method is "
-          "rollout_until_any_client_agree_sync_weight or rollout_until_all_clients_agree_sync_weight (current: {}).",
+          "rollout_until_any_client_agree_sync_weight or "
+          "rollout_until_all_clients_agree_sync_weight (current: {}).",
           sample_collection_name(options_.sample_collection));
       return resp;
     }
     expire_clients_locked(now, nullptr);
     auto it = clients_.find(request.client_uuid);
     if (it == clients_.end()) {
-      resp.failure_reason = "Client " + request.client_uuid +
-                            " is not an active client: it must have completed at least one rewarded (non-abort) "
-                            "episode since the last weight sync.";
+      resp.failure_reason =
+          "Client " + request.client_uuid +
+          " is not an active client: it must have completed at least one rewarded (non-abort) "
+          "episode since the last weight sync.";
       return resp;
     }
     it->second.agreed = true;

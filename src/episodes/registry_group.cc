@@ -1,7 +1,8 @@
-// Episode groups across servers (docs/protocol.md "Episode groups across servers"): prepare, commit,
-// the coordinator's resolution and the janitor's settling of prepared episodes whose client vanished.
-// Commit on the coordinator is the group's decision; the coordinator aborts an uncommitted episode
-// when a participant asks, so a late client finds its commit refused and aborts the rest.
+// Episode groups across servers (docs/protocol.md "Episode groups across servers"): prepare,
+// commit, the coordinator's resolution and the janitor's settling of prepared episodes whose client
+// vanished. Commit on the coordinator is the group's decision; the coordinator aborts an
+// uncommitted episode when a participant asks, so a late client finds its commit refused and aborts
+// the rest.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -14,7 +15,9 @@ namespace ajet::episodes {
 
 namespace {
 
-CommandError group_error(ErrorCode code, std::string message) { return CommandError{code, std::move(message)}; }
+CommandError group_error(ErrorCode code, std::string message) {
+  return CommandError{code, std::move(message)};
+}
 
 }  // namespace
 
@@ -28,10 +31,12 @@ const char* Registry::state_name(State state) {
   return "claimed";
 }
 
-std::optional<Registry::Prepared> Registry::prepared_from_row(const store::EpisodeRow& row, double now) {
+std::optional<Registry::Prepared> Registry::prepared_from_row(const store::EpisodeRow& row,
+                                                              double now) {
   try {
     Prepared p;
-    p.group = EpisodeGroup::from_json(row.metadata.at("ajet_group"), "stored episode " + row.uuid + ": ajet_group");
+    p.group = EpisodeGroup::from_json(row.metadata.at("ajet_group"),
+                                      "stored episode " + row.uuid + ": ajet_group");
     p.request.client_uuid = row.client_uuid;
     p.request.episode_uuid = row.uuid;
     p.request.task_id = row.task_id;
@@ -45,8 +50,10 @@ std::optional<Registry::Prepared> Registry::prepared_from_row(const store::Episo
     p.next_ask = p.deadline;
     return p;
   } catch (const std::exception& e) {
-    log().warn("episode {} was stored as prepared but its group cannot be read ({}); it is restored as claimed",
-               row.uuid, e.what());
+    log().warn(
+        "episode {} was stored as prepared but its group cannot be read ({}); it is restored as "
+        "claimed",
+        row.uuid, e.what());
     return std::nullopt;
   }
 }
@@ -59,12 +66,14 @@ void Registry::prepare_end_episode(PrepareRequest request, PrepareDone done) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = live_.find(request.end.episode_uuid);
-    if (it != live_.end() && it->second.state == State::kPrepared && it->second.client_uuid == request.end.client_uuid) {
+    if (it != live_.end() && it->second.state == State::kPrepared &&
+        it->second.client_uuid == request.end.client_uuid) {
       const Episode& e = it->second;
       if (e.prepared->group.group_id != request.group.group_id) {
-        verdict.answer = group_error(ErrorCode::kFailedPrecondition,
-                                     "Episode " + e.uuid + " is already prepared in episode group '" +
-                                         e.prepared->group.group_id + "', not '" + request.group.group_id + "'.");
+        verdict.answer = group_error(
+            ErrorCode::kFailedPrecondition,
+            "Episode " + e.uuid + " is already prepared in episode group '" +
+                e.prepared->group.group_id + "', not '" + request.group.group_id + "'.");
       } else {  // a repeat (the answer was lost): the same answer again
         repeat = prepare_answer_locked(e);
       }
@@ -76,8 +85,9 @@ void Registry::prepare_end_episode(PrepareRequest request, PrepareDone done) {
         e.seen(now);
         row = ended_row_locked(e, request.end, now, store::kEpisodePrepared, &request.group);
       } else if (!verdict.answer && !verdict.unknown) {
-        verdict.answer = group_error(ErrorCode::kFailedPrecondition,
-                                     "Episode " + request.end.episode_uuid + " has already ended; it cannot be prepared.");
+        verdict.answer = group_error(
+            ErrorCode::kFailedPrecondition,
+            "Episode " + request.end.episode_uuid + " has already ended; it cannot be prepared.");
       }
     }
   }
@@ -90,13 +100,13 @@ void Registry::prepare_end_episode(PrepareRequest request, PrepareDone done) {
     return;
   }
   std::string uuid = request.end.episode_uuid;
-  write_then(std::move(row), [this, uuid, request = std::move(request), done = std::move(done)](std::exception_ptr error) {
-    prepare_committed(uuid, request, error, done);
-  });
+  write_then(std::move(row),
+             [this, uuid, request = std::move(request), done = std::move(done)](
+                 std::exception_ptr error) { prepare_committed(uuid, request, error, done); });
 }
 
-void Registry::prepare_committed(const std::string& uuid, const PrepareRequest& request, std::exception_ptr store_error,
-                                 const PrepareDone& done) {
+void Registry::prepare_committed(const std::string& uuid, const PrepareRequest& request,
+                                 std::exception_ptr store_error, const PrepareDone& done) {
   std::optional<CommandError> answer;
   PrepareResponse response;
   {
@@ -107,7 +117,8 @@ void Registry::prepare_committed(const std::string& uuid, const PrepareRequest& 
       answer = no_longer_running_locked(uuid);
     } else if (store_error) {
       it->second.state = State::kClaimed;
-      answer = group_error(ErrorCode::kIo, "Episode " + uuid + " could not be stored, so it was not prepared: " +
+      answer = group_error(ErrorCode::kIo, "Episode " + uuid +
+                                               " could not be stored, so it was not prepared: " +
                                                store_error_text(store_error));
     } else {
       Episode& e = it->second;
@@ -122,11 +133,13 @@ void Registry::prepare_committed(const std::string& uuid, const PrepareRequest& 
 
 PrepareResponse Registry::prepare_answer_locked(const Episode& e) const {
   return PrepareResponse{e.uuid, e.claim_global_step, engine_.global_step(),
-                         e.oldest_policy_version >= 0 ? std::optional<int64_t>(e.oldest_policy_version) : std::nullopt};
+                         e.oldest_policy_version >= 0
+                             ? std::optional<int64_t>(e.oldest_policy_version)
+                             : std::nullopt};
 }
 
-void Registry::begin_commit_locked(const std::string& uuid, const std::string& client, store::EpisodeRow& row,
-                                   EndRequest& request) {
+void Registry::begin_commit_locked(const std::string& uuid, const std::string& client,
+                                   store::EpisodeRow& row, EndRequest& request) {
   Episode& e = live_.at(uuid);
   double now = clock_();
   e.state = State::kEnding;
@@ -135,7 +148,8 @@ void Registry::begin_commit_locked(const std::string& uuid, const std::string& c
   row = ended_row_locked(e, request, now, store::kEpisodeFinished, &e.prepared->group);
 }
 
-void Registry::commit_episode(const EpisodeRef& ref, std::function<void(std::optional<CommandError>)> done) {
+void Registry::commit_episode(const EpisodeRef& ref,
+                              std::function<void(std::optional<CommandError>)> done) {
   const std::string& uuid = ref.episode_uuid;
   store::EpisodeRow row;
   EndRequest request;
@@ -152,12 +166,15 @@ void Registry::commit_episode(const EpisodeRef& ref, std::function<void(std::opt
         answer = group_error(ErrorCode::kFailedPrecondition, "Episode " + uuid + " not found.");
       }
     } else if (it->second.state == State::kRegistered) {
-      answer = group_error(ErrorCode::kFailedPrecondition, "Episode " + uuid + " is not prepared (it was never claimed).");
+      answer = group_error(ErrorCode::kFailedPrecondition,
+                           "Episode " + uuid + " is not prepared (it was never claimed).");
     } else if (it->second.client_uuid != ref.client_uuid) {
-      answer = group_error(ErrorCode::kPermissionDenied, "Episode " + uuid + " is claimed by different client: " +
-                                                             it->second.client_uuid + ", but got " + ref.client_uuid + ".");
+      answer = group_error(ErrorCode::kPermissionDenied,
+                           "Episode " + uuid + " is claimed by different client: " +
+                               it->second.client_uuid + ", but got " + ref.client_uuid + ".");
     } else if (it->second.state == State::kEnding) {
-      answer = group_error(ErrorCode::kFailedPrecondition, "Episode " + uuid + ": an end or commit is already in progress.");
+      answer = group_error(ErrorCode::kFailedPrecondition,
+                           "Episode " + uuid + ": an end or commit is already in progress.");
     } else if (it->second.state != State::kPrepared) {
       answer = group_error(ErrorCode::kFailedPrecondition,
                            "Episode " + uuid + " is not prepared; call prepare_end_episode first.");
@@ -186,7 +203,8 @@ void Registry::commit_episode(const EpisodeRef& ref, std::function<void(std::opt
     end_committed(uuid, request, nullptr, done, State::kPrepared);
     return;
   }
-  write_then(std::move(row), [this, uuid, request = std::move(request), done = std::move(done)](std::exception_ptr error) {
+  write_then(std::move(row), [this, uuid, request = std::move(request),
+                              done = std::move(done)](std::exception_ptr error) {
     end_committed(uuid, request, error, done, State::kPrepared);
   });
 }
@@ -203,30 +221,34 @@ std::string Registry::resolve_group(const ResolveRequest& request) {
       if (e.state == State::kEnding) {
         decision = "pending";
       } else if (e.state == State::kPrepared && e.prepared->group.group_id != request.group_id) {
-        out.logs.emplace_back("swarm", fmt::format("resolve_episode_group: episode {} is prepared in group '{}', "
-                                                   "not '{}'; left alone, answered aborted",
-                                                   uuid, e.prepared->group.group_id, request.group_id));
+        out.logs.emplace_back(
+            "swarm", fmt::format("resolve_episode_group: episode {} is prepared in group '{}', "
+                                 "not '{}'; left alone, answered aborted",
+                                 uuid, e.prepared->group.group_id, request.group_id));
         decision = "aborted";
       } else {
         if (e.state != State::kRegistered) {
           retire_locked(uuid, EpisodeEnd::kAborted,
                         "its episode group '" + request.group_id +
-                            "' was aborted: a participant's prepare timed out before this (coordinator) episode "
+                            "' was aborted: a participant's prepare timed out before this "
+                            "(coordinator) episode "
                             "was committed.",
                         out, true);
           refill_pool_locked();
           check_drained_locked(clock_(), out);
-          out.logs.emplace_back("swarm", fmt::format("group {}: coordinator episode {} aborted on a participant's "
-                                                     "request (no commit came)",
-                                                     request.group_id, uuid));
+          out.logs.emplace_back(
+              "swarm", fmt::format("group {}: coordinator episode {} aborted on a participant's "
+                                   "request (no commit came)",
+                                   request.group_id, uuid));
         }
         decision = "aborted";
       }
     } else if (auto r = retired_.find(uuid); r != retired_.end()) {
       // Committed in this group; an episode ended otherwise (another group, a plain end) is not the
       // decision of this group, which therefore never committed.
-      decision = r->second.how == EpisodeEnd::kFinished && r->second.group_id == request.group_id ? "committed"
-                                                                                                  : "aborted";
+      decision = r->second.how == EpisodeEnd::kFinished && r->second.group_id == request.group_id
+                     ? "committed"
+                     : "aborted";
     }
   }
   deliver(out);
@@ -235,7 +257,8 @@ std::string Registry::resolve_group(const ResolveRequest& request) {
     if (std::optional<store::EpisodeRow> stored = store_->get_episode(uuid); stored) {
       const Json group = stored->metadata.value("ajet_group", Json::object());
       const auto id = group.is_object() ? group.find("group_id") : group.end();
-      const bool same_group = id != group.end() && id->is_string() && id->get<std::string>() == request.group_id;
+      const bool same_group =
+          id != group.end() && id->is_string() && id->get<std::string>() == request.group_id;
       return stored->status == store::kEpisodeFinished && same_group ? "committed" : "aborted";
     }
   }
@@ -245,8 +268,9 @@ std::string Registry::resolve_group(const ResolveRequest& request) {
 void Registry::schedule_next_ask_locked(Episode& e, double now) {
   Prepared& p = *e.prepared;
   p.resolving = false;
-  const double wait = std::min(options_.resolve_backoff_max,
-                               options_.resolve_backoff_min * std::pow(2.0, double(std::min(p.asks, 40))));
+  const double wait =
+      std::min(options_.resolve_backoff_max,
+               options_.resolve_backoff_min * std::pow(2.0, double(std::min(p.asks, 40))));
   p.asks += 1;
   p.next_ask = now + std::max(wait, 0.0);
 }
@@ -258,41 +282,52 @@ void Registry::settle_prepared(const std::string& uuid, const std::string& decis
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = live_.find(uuid);
-    if (it == live_.end() || it->second.state != State::kPrepared) return;  // the client settled it meanwhile
+    if (it == live_.end() || it->second.state != State::kPrepared)
+      return;  // the client settled it meanwhile
     Episode& e = it->second;
     e.prepared->resolving = false;
     if (decision == "aborted") {
       std::string group = e.prepared->group.group_id;
-      retire_locked(uuid, EpisodeEnd::kAborted,
-                    "its episode group '" + group + "' was aborted (the coordinator never committed it).", out, true);
+      retire_locked(
+          uuid, EpisodeEnd::kAborted,
+          "its episode group '" + group + "' was aborted (the coordinator never committed it).",
+          out, true);
       refill_pool_locked();
       check_drained_locked(clock_(), out);
-      out.logs.emplace_back("janitor", fmt::format("group {}: episode {} aborted, as its coordinator decided", group, uuid));
+      out.logs.emplace_back(
+          "janitor",
+          fmt::format("group {}: episode {} aborted, as its coordinator decided", group, uuid));
     } else if (decision == "committed") {
-      out.logs.emplace_back("janitor", fmt::format("group {}: episode {} committed, as its coordinator decided",
-                                                   e.prepared->group.group_id, uuid));
+      out.logs.emplace_back(
+          "janitor", fmt::format("group {}: episode {} committed, as its coordinator decided",
+                                 e.prepared->group.group_id, uuid));
       begin_commit_locked(uuid, "", row, request);
     } else {
-      // pending, unreachable, refused: asked again later. The public log says only that no decision came
-      // (not what the remote answered, nor whether it answered at all); the front's log has the detail.
+      // pending, unreachable, refused: asked again later. The public log says only that no decision
+      // came (not what the remote answered, nor whether it answered at all); the front's log has
+      // the detail.
       schedule_next_ask_locked(e, clock_());
-      out.logs.emplace_back("janitor", fmt::format("group {}: episode {} has no decision from its coordinator yet; "
-                                                   "asking again in {:.0f} s",
-                                                   e.prepared->group.group_id, uuid, e.prepared->next_ask - clock_()));
+      out.logs.emplace_back(
+          "janitor",
+          fmt::format("group {}: episode {} has no decision from its coordinator yet; "
+                      "asking again in {:.0f} s",
+                      e.prepared->group.group_id, uuid, e.prepared->next_ask - clock_()));
     }
   }
   deliver(out);
   if (decision != "committed") return;
   auto logged = [uuid](std::optional<CommandError> problem) {
-    if (problem) log().warn("committing episode {} for its group failed: {}", uuid, problem->message);
+    if (problem)
+      log().warn("committing episode {} for its group failed: {}", uuid, problem->message);
   };
   if (store_ == nullptr) {
     end_committed(uuid, request, nullptr, logged, State::kPrepared);
     return;
   }
-  write_then(std::move(row), [this, uuid, request = std::move(request), logged](std::exception_ptr error) {
-    end_committed(uuid, request, error, logged, State::kPrepared);
-  });
+  write_then(std::move(row),
+             [this, uuid, request = std::move(request), logged](std::exception_ptr error) {
+               end_committed(uuid, request, error, logged, State::kPrepared);
+             });
 }
 
 void Registry::settle_expired_prepared_locked(double now, SweepResult& result, Outbox& out) {
@@ -304,40 +339,51 @@ void Registry::settle_expired_prepared_locked(double now, SweepResult& result, O
     } else if (now >= e.prepared->deadline + options_.resolve_give_up) {
       given_up.push_back(uuid);
     } else if (!e.prepared->resolving && now >= e.prepared->next_ask) {
-      e.prepared->resolving = true;  // one question in flight per episode; settle_prepared clears it
+      e.prepared->resolving =
+          true;  // one question in flight per episode; settle_prepared clears it
       result.to_resolve.push_back(PendingResolution{uuid, e.prepared->group});
     }
   }
   // Re-asking is capped: a coordinator that never answers must not hold a slot (and a question) for
-  // ever. This abort may contradict a commit the coordinator made, so it is an error in the front's log.
+  // ever. This abort may contradict a commit the coordinator made, so it is an error in the front's
+  // log.
   for (const auto& uuid : given_up) {
     const Prepared& p = *live_.at(uuid).prepared;
     std::string group = p.group.group_id;
-    log().error("group {}: participant episode {} aborted: its coordinator {} gave no decision within {:.0f} s after "
-                "the prepare_timeout (ajet-swarm start --group-resolve-give-up); if the coordinator committed, this "
-                "group is split",
-                group, uuid, p.group.coordinator_url, options_.resolve_give_up);
-    retire_locked(uuid, EpisodeEnd::kAborted,
-                  fmt::format("it was prepared in episode group '{}' and aborted: its coordinator gave no decision "
-                              "within {:.0f} s after the prepare_timeout.",
-                              group, options_.resolve_give_up),
-                  out, true);
-    out.logs.emplace_back("janitor", fmt::format("group {}: episode {} aborted: no decision from its coordinator in "
-                                                 "time (see the front's log)",
-                                                 group, uuid));
+    log().error(
+        "group {}: participant episode {} aborted: its coordinator {} gave no decision within "
+        "{:.0f} s after "
+        "the prepare_timeout (ajet-swarm start --group-resolve-give-up); if the coordinator "
+        "committed, this "
+        "group is split",
+        group, uuid, p.group.coordinator_url, options_.resolve_give_up);
+    retire_locked(
+        uuid, EpisodeEnd::kAborted,
+        fmt::format(
+            "it was prepared in episode group '{}' and aborted: its coordinator gave no decision "
+            "within {:.0f} s after the prepare_timeout.",
+            group, options_.resolve_give_up),
+        out, true);
+    out.logs.emplace_back(
+        "janitor", fmt::format("group {}: episode {} aborted: no decision from its coordinator in "
+                               "time (see the front's log)",
+                               group, uuid));
     result.group_aborted.push_back(uuid);
   }
   if (!given_up.empty()) refill_pool_locked();
   for (const auto& uuid : expired) {
     const Prepared& p = *live_.at(uuid).prepared;
     std::string group = p.group.group_id;
-    retire_locked(uuid, EpisodeEnd::kAborted,
-                  fmt::format("it was prepared in episode group '{}' and aborted when its prepare_timeout ({:.1f} s) "
-                              "passed without a commit.",
-                              group, p.group.prepare_timeout),
-                  out, true);
-    out.logs.emplace_back("janitor", fmt::format("group {}: coordinator episode {} aborted (prepare_timeout passed)",
-                                                 group, uuid));
+    retire_locked(
+        uuid, EpisodeEnd::kAborted,
+        fmt::format(
+            "it was prepared in episode group '{}' and aborted when its prepare_timeout ({:.1f} s) "
+            "passed without a commit.",
+            group, p.group.prepare_timeout),
+        out, true);
+    out.logs.emplace_back(
+        "janitor", fmt::format("group {}: coordinator episode {} aborted (prepare_timeout passed)",
+                               group, uuid));
     result.group_aborted.push_back(uuid);
   }
   if (!expired.empty()) refill_pool_locked();

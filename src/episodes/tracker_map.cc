@@ -4,7 +4,8 @@
 
 namespace ajet::episodes {
 
-TrackedEpisode TrackerMap::get_or_create(const std::string& uuid, const std::shared_ptr<const ModelContext>& model) {
+TrackedEpisode TrackerMap::get_or_create(const std::string& uuid,
+                                         const std::shared_ptr<const ModelContext>& model) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = map_.find(uuid);
   if (it != map_.end() && it->second.model == model) return it->second;
@@ -28,7 +29,8 @@ constexpr size_t kTrimAfterBytes = size_t(4) << 20;
 void release_tracker(std::shared_ptr<tracking::EpisodeTracker> tracker) {
   if (!tracker) return;
   const bool large = tracker->memory_bytes() >= kTrimAfterBytes;
-  const bool last = tracker.use_count() == 1;  // a call in flight may still hold it: freed then, untrimmed
+  const bool last =
+      tracker.use_count() == 1;  // a call in flight may still hold it: freed then, untrimmed
   tracker.reset();
   if (large && last) ::malloc_trim(0);
 }

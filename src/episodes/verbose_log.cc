@@ -6,7 +6,8 @@
 namespace ajet::episodes {
 
 void VerboseLog::add(std::string tag, std::string message, bool mirror) {
-  // Messages quote what requests said; each is kept to kMaxMessageBytes so the ring's size is bounded.
+  // Messages quote what requests said; each is kept to kMaxMessageBytes so the ring's size is
+  // bounded.
   if (message.size() > kMaxMessageBytes) {
     // Cut on a character boundary: to_json's dump refuses invalid UTF-8.
     size_t keep = kMaxMessageBytes;

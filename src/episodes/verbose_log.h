@@ -24,8 +24,8 @@ class VerboseLog {
   // A longer message is cut to this many bytes, its tail named by its length.
   static constexpr size_t kMaxMessageBytes = 4096;
 
-  // Adds a line; `mirror` also writes it to the process log at info level (the registry logs its own
-  // lines already, so its hook passes false).
+  // Adds a line; `mirror` also writes it to the process log at info level (the registry logs its
+  // own lines already, so its hook passes false).
   void add(std::string tag, std::string message, bool mirror = true);
   // {"entries": [{"timestamp", "tag", "message"}...]}, oldest first; the newest `limit` lines.
   Json to_json(size_t limit = 200) const;

@@ -17,8 +17,8 @@ namespace fs = std::filesystem;
 void check_shard_name(const std::string& shard, const std::string& tensor, const fs::path& index) {
   if (shard.empty() || shard == "." || shard == ".." || shard.find('/') != std::string::npos ||
       shard.find('\\') != std::string::npos || shard.find('\0') != std::string::npos) {
-    fail(ErrorCode::kDataLoss, index.string() + ": weight_map entry '" + tensor + "' names shard '" + shard +
-                                   "', which is not a plain file name");
+    fail(ErrorCode::kDataLoss, index.string() + ": weight_map entry '" + tensor +
+                                   "' names shard '" + shard + "', which is not a plain file name");
   }
 }
 
@@ -33,7 +33,8 @@ std::map<std::string, std::string> read_weight_map(const fs::path& index) {
   std::map<std::string, std::string> out;
   for (const auto& [tensor, shard] : it->items()) {
     if (!shard.is_string()) {
-      fail(ErrorCode::kDataLoss, index.string() + ": weight_map entry '" + tensor + "' must be a string");
+      fail(ErrorCode::kDataLoss,
+           index.string() + ": weight_map entry '" + tensor + "' must be a string");
     }
     check_shard_name(shard.get<std::string>(), tensor, index);
     out.emplace(tensor, shard.get<std::string>());
@@ -60,8 +61,8 @@ SafetensorsCheckpoint SafetensorsCheckpoint::open(const fs::path& path) {
     } else if (fs::exists(path / kSingleFileName)) {
       single = path / kSingleFileName;
     } else {
-      fail(ErrorCode::kNotFound, path.string() + ": neither " + std::string(kIndexFileName) + " nor " +
-                                     std::string(kSingleFileName) + " found");
+      fail(ErrorCode::kNotFound, path.string() + ": neither " + std::string(kIndexFileName) +
+                                     " nor " + std::string(kSingleFileName) + " found");
     }
   } else if (path.extension() == ".json") {
     index = path;
@@ -71,7 +72,8 @@ SafetensorsCheckpoint SafetensorsCheckpoint::open(const fs::path& path) {
 
   if (!single.empty()) {
     ckpt.files_.push_back(SafetensorsFile::open(single));
-    for (const TensorInfo& t : ckpt.files_[0].tensors()) ckpt.by_name_.emplace(t.name, Location{0, &t});
+    for (const TensorInfo& t : ckpt.files_[0].tensors())
+      ckpt.by_name_.emplace(t.name, Location{0, &t});
   } else {
     auto weight_map = read_weight_map(index);
     std::map<std::string, size_t> shard_index;  // shard file name -> position in files_
@@ -86,7 +88,8 @@ SafetensorsCheckpoint SafetensorsCheckpoint::open(const fs::path& path) {
             break;
           }
         }
-        fail(ErrorCode::kNotFound, index.string() + ": tensor '" + tensor + "' is mapped to shard '" + shard +
+        fail(ErrorCode::kNotFound, index.string() + ": tensor '" + tensor +
+                                       "' is mapped to shard '" + shard +
                                        "', which does not exist");
       }
       position = ckpt.files_.size();
@@ -96,7 +99,8 @@ SafetensorsCheckpoint SafetensorsCheckpoint::open(const fs::path& path) {
       size_t file = shard_index.at(shard);
       const TensorInfo* info = ckpt.files_[file].find(tensor);
       if (info == nullptr) {
-        fail(ErrorCode::kDataLoss, index.string() + ": tensor '" + tensor + "' is mapped to shard '" + shard +
+        fail(ErrorCode::kDataLoss, index.string() + ": tensor '" + tensor +
+                                       "' is mapped to shard '" + shard +
                                        "', which does not hold it");
       }
       ckpt.by_name_.emplace(tensor, Location{file, info});
@@ -107,8 +111,8 @@ SafetensorsCheckpoint SafetensorsCheckpoint::open(const fs::path& path) {
       for (const TensorInfo& t : ckpt.files_[f].tensors()) {
         auto it = ckpt.by_name_.find(t.name);
         if (it == ckpt.by_name_.end() || it->second.file != f) {
-          fail(ErrorCode::kDataLoss, ckpt.files_[f].source() + ": tensor '" + t.name + "' is not mapped to this " +
-                                         "shard by " + index.string());
+          fail(ErrorCode::kDataLoss, ckpt.files_[f].source() + ": tensor '" + t.name +
+                                         "' is not mapped to this " + "shard by " + index.string());
         }
       }
     }
@@ -127,7 +131,8 @@ std::optional<TensorView> SafetensorsCheckpoint::find(std::string_view name) con
 
 TensorView SafetensorsCheckpoint::get(std::string_view name) const {
   auto view = find(name);
-  if (!view) fail(ErrorCode::kNotFound, source_.string() + ": no tensor '" + std::string(name) + "'");
+  if (!view)
+    fail(ErrorCode::kNotFound, source_.string() + ": no tensor '" + std::string(name) + "'");
   return *view;
 }
 
@@ -135,9 +140,9 @@ const std::vector<SafetensorsFile>& SafetensorsCheckpoint::files() const { retur
 
 const fs::path& SafetensorsCheckpoint::source() const { return source_; }
 
-std::vector<fs::path> write_safetensors_checkpoint(const fs::path& dir, const std::vector<TensorView>& tensors,
-                                                   size_t max_shard_bytes,
-                                                   const std::map<std::string, std::string>& metadata) {
+std::vector<fs::path> write_safetensors_checkpoint(
+    const fs::path& dir, const std::vector<TensorView>& tensors, size_t max_shard_bytes,
+    const std::map<std::string, std::string>& metadata) {
   if (max_shard_bytes == 0) invalid_argument(dir.string() + ": max_shard_bytes must be positive");
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -167,7 +172,8 @@ std::vector<fs::path> write_safetensors_checkpoint(const fs::path& dir, const st
   Json weight_map = Json::object();
   for (size_t i = 0; i < shards.size(); ++i) {
     for (const TensorView& t : shards[i]) {
-      if (weight_map.contains(t.name)) invalid_argument(dir.string() + ": tensor '" + t.name + "' given twice");
+      if (weight_map.contains(t.name))
+        invalid_argument(dir.string() + ": tensor '" + t.name + "' given twice");
       weight_map[t.name] = shard_name(i, shards.size());
     }
   }

@@ -11,7 +11,8 @@ namespace {
 
 constexpr int64_t kMaxSize = (int64_t{1} << 31) - 1;  // keeps products of two sizes inside int64
 
-[[noreturn]] void bad_field(std::string_view where, std::string_view field, const std::string& message) {
+[[noreturn]] void bad_field(std::string_view where, std::string_view field,
+                            const std::string& message) {
   invalid_argument(std::string(where) + ": field '" + std::string(field) + "' " + message);
 }
 
@@ -20,22 +21,25 @@ const Json* field(const Json& config, std::string_view key) {
   return it == config.end() || it->is_null() ? nullptr : &*it;
 }
 
-// Integer field; floats with an integral value in range are accepted (some exporters write 2.0), but
-// range is checked here so that no out-of-range float is ever cast.
+// Integer field; floats with an integral value in range are accepted (some exporters write 2.0),
+// but range is checked here so that no out-of-range float is ever cast.
 int64_t int_value(const Json* v, std::string_view key, std::string_view where) {
   if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
     bad_field(where, key, "is out of range");
   }
   if (v->is_number_float()) {
     double d = v->get<double>();
-    if (!(d >= -9.0e18 && d <= 9.0e18) || d != std::trunc(d)) bad_field(where, key, "must be an integer");
+    if (!(d >= -9.0e18 && d <= 9.0e18) || d != std::trunc(d))
+      bad_field(where, key, "must be an integer");
     return static_cast<int64_t>(d);
   }
-  if (!v->is_number_integer()) bad_field(where, key, "must be an integer, got " + std::string(json_type_name(*v)));
+  if (!v->is_number_integer())
+    bad_field(where, key, "must be an integer, got " + std::string(json_type_name(*v)));
   return v->get<int64_t>();
 }
 
-std::optional<int64_t> optional_int(const Json& config, std::string_view key, std::string_view where) {
+std::optional<int64_t> optional_int(const Json& config, std::string_view key,
+                                    std::string_view where) {
   const Json* v = field(config, key);
   if (v == nullptr) return std::nullopt;
   return int_value(v, key, where);
@@ -43,21 +47,26 @@ std::optional<int64_t> optional_int(const Json& config, std::string_view key, st
 
 int64_t required_int(const Json& config, std::string_view key, std::string_view where) {
   auto v = optional_int(config, key, where);
-  if (!v) invalid_argument(std::string(where) + ": missing required field '" + std::string(key) + "'");
+  if (!v)
+    invalid_argument(std::string(where) + ": missing required field '" + std::string(key) + "'");
   return *v;
 }
 
-double optional_number(const Json& config, std::string_view key, std::string_view where, double fallback) {
+double optional_number(const Json& config, std::string_view key, std::string_view where,
+                       double fallback) {
   const Json* v = field(config, key);
   if (v == nullptr) return fallback;
-  if (!v->is_number()) bad_field(where, key, "must be a number, got " + std::string(json_type_name(*v)));
+  if (!v->is_number())
+    bad_field(where, key, "must be a number, got " + std::string(json_type_name(*v)));
   return v->get<double>();
 }
 
-bool optional_bool(const Json& config, std::string_view key, std::string_view where, bool fallback) {
+bool optional_bool(const Json& config, std::string_view key, std::string_view where,
+                   bool fallback) {
   const Json* v = field(config, key);
   if (v == nullptr) return fallback;
-  if (!v->is_boolean()) bad_field(where, key, "must be a boolean, got " + std::string(json_type_name(*v)));
+  if (!v->is_boolean())
+    bad_field(where, key, "must be a boolean, got " + std::string(json_type_name(*v)));
   return v->get<bool>();
 }
 
@@ -85,8 +94,9 @@ void check_size(std::string_view where, std::string_view name, int64_t value) {
 
 void check_token(std::string_view where, std::string_view name, int64_t id, int64_t vocab_size) {
   if (id < 0 || id >= vocab_size) {
-    bad_field(where, name, "id " + std::to_string(id) + " is outside the vocabulary [0, " +
-                               std::to_string(vocab_size) + ")");
+    bad_field(where, name,
+              "id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                  std::to_string(vocab_size) + ")");
   }
 }
 
@@ -109,22 +119,29 @@ void validate_model_config(const ModelConfig& c, std::string_view where) {
               std::to_string(c.num_key_value_heads) + " does not divide num_attention_heads " +
                   std::to_string(c.num_attention_heads));
   }
-  if (c.head_dim % 2 != 0) bad_field(where, "head_dim", std::to_string(c.head_dim) + " must be even for RoPE");
-  if (!(c.rope_theta > 0 && std::isfinite(c.rope_theta))) bad_field(where, "rope_theta", "must be positive");
-  if (!(c.rms_norm_eps > 0 && std::isfinite(c.rms_norm_eps))) bad_field(where, "rms_norm_eps", "must be positive");
+  if (c.head_dim % 2 != 0)
+    bad_field(where, "head_dim", std::to_string(c.head_dim) + " must be even for RoPE");
+  if (!(c.rope_theta > 0 && std::isfinite(c.rope_theta)))
+    bad_field(where, "rope_theta", "must be positive");
+  if (!(c.rms_norm_eps > 0 && std::isfinite(c.rms_norm_eps)))
+    bad_field(where, "rms_norm_eps", "must be positive");
   if (c.hidden_act != "silu") {
     bad_field(where, "hidden_act", "'" + c.hidden_act + "' is not supported (only silu)");
   }
   if (c.torch_dtype != "float32" && c.torch_dtype != "float16" && c.torch_dtype != "bfloat16") {
-    bad_field(where, "torch_dtype", "'" + c.torch_dtype + "' is not one of float32, float16, bfloat16");
+    bad_field(where, "torch_dtype",
+              "'" + c.torch_dtype + "' is not one of float32, float16, bfloat16");
   }
-  // HF builds these from model_type alone, so any other combination cannot be written as config.json.
+  // HF builds these from model_type alone, so any other combination cannot be written as
+  // config.json.
   if (c.model_type == "qwen2" && !c.attention_bias) {
-    bad_field(where, "attention_bias", "must be true for qwen2 (its q/k/v projections always have a bias)");
+    bad_field(where, "attention_bias",
+              "must be true for qwen2 (its q/k/v projections always have a bias)");
   }
   if (c.qk_norm != (c.model_type == "qwen3")) {
-    bad_field(where, "qk_norm", std::string("is implied by model_type and must be ") +
-                                    (c.model_type == "qwen3" ? "true" : "false") + " for " + c.model_type);
+    bad_field(where, "qk_norm",
+              std::string("is implied by model_type and must be ") +
+                  (c.model_type == "qwen3" ? "true" : "false") + " for " + c.model_type);
   }
   if (c.bos_token_id) check_token(where, "bos_token_id", *c.bos_token_id, c.vocab_size);
   for (int64_t id : c.eos_token_ids) check_token(where, "eos_token_id", id, c.vocab_size);
@@ -137,11 +154,13 @@ void validate_model_config(const ModelConfig& c, std::string_view where) {
 
 ModelConfig parse_model_config(const Json& json, std::string_view where) {
   if (!json.is_object()) {
-    invalid_argument(std::string(where) + ": expected a JSON object, got " + std::string(json_type_name(json)));
+    invalid_argument(std::string(where) + ": expected a JSON object, got " +
+                     std::string(json_type_name(json)));
   }
   ModelConfig c;
   const Json* model_type = field(json, "model_type");
-  if (model_type == nullptr) invalid_argument(std::string(where) + ": missing required field 'model_type'");
+  if (model_type == nullptr)
+    invalid_argument(std::string(where) + ": missing required field 'model_type'");
   if (!model_type->is_string()) bad_field(where, "model_type", "must be a string");
   c.model_type = model_type->get<std::string>();
   if (c.model_type != "qwen2" && c.model_type != "qwen3" && c.model_type != "llama") {
@@ -159,14 +178,17 @@ ModelConfig parse_model_config(const Json& json, std::string_view where) {
   }
   if (c.architectures.empty()) c.architectures.push_back(default_architecture(c.model_type));
 
-  // Refuse what our decoder does not implement rather than load a model that computes something else.
+  // Refuse what our decoder does not implement rather than load a model that computes something
+  // else.
   if (field(json, "rope_scaling") != nullptr) {
-    bad_field(where, "rope_scaling", "is not supported (only plain RoPE); got " + field(json, "rope_scaling")->dump());
+    bad_field(where, "rope_scaling",
+              "is not supported (only plain RoPE); got " + field(json, "rope_scaling")->dump());
   }
   if (optional_bool(json, "use_sliding_window", where, false)) {
     bad_field(where, "use_sliding_window", "is not supported (full attention only)");
   }
-  if (optional_bool(json, "mlp_bias", where, false)) bad_field(where, "mlp_bias", "is not supported");
+  if (optional_bool(json, "mlp_bias", where, false))
+    bad_field(where, "mlp_bias", "is not supported");
   if (field(json, "quantization_config") != nullptr) {
     bad_field(where, "quantization_config", "is not supported (unquantized weights only)");
   }
@@ -177,7 +199,8 @@ ModelConfig parse_model_config(const Json& json, std::string_view where) {
   c.num_hidden_layers = required_int(json, "num_hidden_layers", where);
   c.num_attention_heads = required_int(json, "num_attention_heads", where);
   check_size(where, "num_attention_heads", c.num_attention_heads);
-  c.num_key_value_heads = optional_int(json, "num_key_value_heads", where).value_or(c.num_attention_heads);
+  c.num_key_value_heads =
+      optional_int(json, "num_key_value_heads", where).value_or(c.num_attention_heads);
 
   // Defaults below are those of transformers' Qwen2Config / Qwen3Config / LlamaConfig.
   if (auto head_dim = optional_int(json, "head_dim", where)) {
@@ -192,12 +215,14 @@ ModelConfig parse_model_config(const Json& json, std::string_view where) {
     }
     c.head_dim = c.hidden_size / c.num_attention_heads;
   }
-  c.max_position_embeddings = optional_int(json, "max_position_embeddings", where).value_or(llama ? 2048 : 32768);
+  c.max_position_embeddings =
+      optional_int(json, "max_position_embeddings", where).value_or(llama ? 2048 : 32768);
   c.rope_theta = optional_number(json, "rope_theta", where, 10000.0);
   c.rms_norm_eps = optional_number(json, "rms_norm_eps", where, 1e-6);
   c.tie_word_embeddings = optional_bool(json, "tie_word_embeddings", where, false);
   // Qwen2 always has q/k/v bias (transformers ignores attention_bias for it).
-  c.attention_bias = c.model_type == "qwen2" ? true : optional_bool(json, "attention_bias", where, false);
+  c.attention_bias =
+      c.model_type == "qwen2" ? true : optional_bool(json, "attention_bias", where, false);
   c.qk_norm = qwen3;
   if (const Json* act = field(json, "hidden_act")) {
     if (!act->is_string()) bad_field(where, "hidden_act", "must be a string");
@@ -232,8 +257,9 @@ ModelConfig load_model_config(const std::filesystem::path& config_json) {
 Json model_config_to_json(const ModelConfig& c) {
   validate_model_config(c, "model config");
   Json j = Json::object();
-  j["architectures"] = c.architectures.empty() ? std::vector<std::string>{default_architecture(c.model_type)}
-                                               : c.architectures;
+  j["architectures"] = c.architectures.empty()
+                           ? std::vector<std::string>{default_architecture(c.model_type)}
+                           : c.architectures;
   j["model_type"] = c.model_type;
   j["vocab_size"] = c.vocab_size;
   j["hidden_size"] = c.hidden_size;

@@ -20,7 +20,8 @@ namespace ajet::hf {
 
 // Tensor bytes are little-endian in the file and handed out as they are: a big-endian host would
 // need byte swapping everywhere downstream, so we refuse to build there instead.
-static_assert(std::endian::native == std::endian::little, "safetensors views assume a little-endian host");
+static_assert(std::endian::native == std::endian::little,
+              "safetensors views assume a little-endian host");
 
 namespace {
 
@@ -33,8 +34,10 @@ constexpr std::string_view kMetadataKey = "__metadata__";
   fail(ErrorCode::kDataLoss, std::string(source) + ": " + message);
 }
 
-[[noreturn]] void corrupt_tensor(std::string_view source, std::string_view tensor, const std::string& message) {
-  fail(ErrorCode::kDataLoss, std::string(source) + ": tensor '" + std::string(tensor) + "': " + message);
+[[noreturn]] void corrupt_tensor(std::string_view source, std::string_view tensor,
+                                 const std::string& message) {
+  fail(ErrorCode::kDataLoss,
+       std::string(source) + ": tensor '" + std::string(tensor) + "': " + message);
 }
 
 std::optional<DType> dtype_from_name(std::string_view name) {
@@ -59,13 +62,14 @@ std::optional<uint64_t> checked_byte_size(const std::vector<int64_t>& shape, siz
 // A JSON integer >= 0 (floats such as 2.0 are not integers in this format).
 std::optional<uint64_t> as_unsigned(const OrderedJson& v) {
   if (v.is_number_unsigned()) return v.get<uint64_t>();
-  if (v.is_number_integer() && v.get<int64_t>() >= 0) return static_cast<uint64_t>(v.get<int64_t>());
+  if (v.is_number_integer() && v.get<int64_t>() >= 0)
+    return static_cast<uint64_t>(v.get<int64_t>());
   return std::nullopt;
 }
 
 // The header JSON as nlohmann's DOM builder reads it, also recording the first duplicate key of any
-// object (JSON parsers keep the last value silently; the format forbids duplicates, and a silent pick
-// could hide a corrupt file).
+// object (JSON parsers keep the last value silently; the format forbids duplicates, and a silent
+// pick could hide a corrupt file).
 class HeaderReader final : public nlohmann::json_sax<OrderedJson> {
  public:
   explicit HeaderReader(OrderedJson& root) : dom_(root, true) {}
@@ -75,10 +79,14 @@ class HeaderReader final : public nlohmann::json_sax<OrderedJson> {
   bool boolean(bool v) override { return dom_.boolean(v); }
   bool number_integer(number_integer_t v) override { return dom_.number_integer(v); }
   bool number_unsigned(number_unsigned_t v) override { return dom_.number_unsigned(v); }
-  bool number_float(number_float_t v, const string_t& s) override { return dom_.number_float(v, s); }
+  bool number_float(number_float_t v, const string_t& s) override {
+    return dom_.number_float(v, s);
+  }
   bool string(string_t& v) override { return dom_.string(v); }
   bool binary(binary_t& v) override { return dom_.binary(v); }
-  bool start_object(std::size_t n) override { return open_objects_.emplace_back(), dom_.start_object(n); }
+  bool start_object(std::size_t n) override {
+    return open_objects_.emplace_back(), dom_.start_object(n);
+  }
   bool key(string_t& k) override {
     if (!open_objects_.back().insert(k).second && duplicate.empty()) duplicate = k;
     return dom_.key(k);
@@ -105,12 +113,14 @@ OrderedJson parse_header_json(std::string_view header, std::string_view source) 
   } catch (const Error& e) {
     corrupt(source, e.what());  // "header: invalid JSON at <path>: <reason>"
   }
-  if (!reader.duplicate.empty()) corrupt(source, "header repeats the key '" + reader.duplicate + "'");
+  if (!reader.duplicate.empty())
+    corrupt(source, "header repeats the key '" + reader.duplicate + "'");
   if (!json.is_object()) corrupt(source, "header must be a JSON object");
   return json;
 }
 
-std::map<std::string, std::string> parse_metadata(const OrderedJson& value, std::string_view source) {
+std::map<std::string, std::string> parse_metadata(const OrderedJson& value,
+                                                  std::string_view source) {
   if (!value.is_object()) corrupt(source, "'__metadata__' must be an object of strings");
   std::map<std::string, std::string> out;
   for (const auto& [key, v] : value.items()) {
@@ -127,20 +137,25 @@ TensorInfo parse_tensor_entry(const std::string& name, const OrderedJson& entry,
   info.name = name;
 
   auto dtype_it = entry.find("dtype");
-  if (dtype_it == entry.end() || !dtype_it->is_string()) corrupt_tensor(source, name, "missing string field 'dtype'");
+  if (dtype_it == entry.end() || !dtype_it->is_string())
+    corrupt_tensor(source, name, "missing string field 'dtype'");
   std::string dtype = dtype_it->get<std::string>();
   auto parsed_dtype = dtype_from_name(dtype);
   if (!parsed_dtype) {
-    corrupt_tensor(source, name, "unsupported dtype '" + dtype + "' (supported: F32, F16, BF16, I64, I32, U8, BOOL)");
+    corrupt_tensor(
+        source, name,
+        "unsupported dtype '" + dtype + "' (supported: F32, F16, BF16, I64, I32, U8, BOOL)");
   }
   info.dtype = *parsed_dtype;
 
   auto shape_it = entry.find("shape");
-  if (shape_it == entry.end() || !shape_it->is_array()) corrupt_tensor(source, name, "missing array field 'shape'");
+  if (shape_it == entry.end() || !shape_it->is_array())
+    corrupt_tensor(source, name, "missing array field 'shape'");
   for (const auto& d : *shape_it) {
     auto dim = as_unsigned(d);
     if (!dim || *dim > static_cast<uint64_t>(INT64_MAX)) {
-      corrupt_tensor(source, name, "shape " + shape_it->dump() + " must hold non-negative integers");
+      corrupt_tensor(source, name,
+                     "shape " + shape_it->dump() + " must hold non-negative integers");
     }
     info.shape.push_back(static_cast<int64_t>(*dim));
   }
@@ -152,22 +167,25 @@ TensorInfo parse_tensor_entry(const std::string& name, const OrderedJson& entry,
   auto begin = as_unsigned((*offsets_it)[0]);
   auto end = as_unsigned((*offsets_it)[1]);
   if (!begin || !end || *begin > *end) {
-    corrupt_tensor(source, name, "data_offsets " + offsets_it->dump() + " must be integers 0 <= begin <= end");
+    corrupt_tensor(source, name,
+                   "data_offsets " + offsets_it->dump() + " must be integers 0 <= begin <= end");
   }
   if (*end > data_size) {
     corrupt_tensor(source, name,
-                   "data_offsets " + offsets_it->dump() + " run past the data section (" + std::to_string(data_size) +
-                       " bytes)");
+                   "data_offsets " + offsets_it->dump() + " run past the data section (" +
+                       std::to_string(data_size) + " bytes)");
   }
   info.begin = static_cast<size_t>(*begin);
   info.end = static_cast<size_t>(*end);
 
   auto bytes = checked_byte_size(info.shape, dtype_size(info.dtype));
-  if (!bytes) corrupt_tensor(source, name, "shape " + shape_it->dump() + " overflows 64-bit byte size");
+  if (!bytes)
+    corrupt_tensor(source, name, "shape " + shape_it->dump() + " overflows 64-bit byte size");
   if (*bytes != *end - *begin) {
     corrupt_tensor(source, name,
-                   "shape " + shape_it->dump() + " x " + dtype + " needs " + std::to_string(*bytes) +
-                       " bytes but data_offsets " + offsets_it->dump() + " hold " + std::to_string(*end - *begin));
+                   "shape " + shape_it->dump() + " x " + dtype + " needs " +
+                       std::to_string(*bytes) + " bytes but data_offsets " + offsets_it->dump() +
+                       " hold " + std::to_string(*end - *begin));
   }
   return info;
 }
@@ -181,11 +199,13 @@ struct Parsed {
 
 Parsed parse_bytes(std::span<const std::byte> bytes, std::string_view source) {
   if (bytes.size() < 8) {
-    corrupt(source, "file is " + std::to_string(bytes.size()) + " bytes, too small for the 8-byte header length");
+    corrupt(source, "file is " + std::to_string(bytes.size()) +
+                        " bytes, too small for the 8-byte header length");
   }
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | std::to_integer<uint64_t>(bytes[i]);
-  if (header_len < 2) corrupt(source, "header length " + std::to_string(header_len) + " is too small for '{}'");
+  if (header_len < 2)
+    corrupt(source, "header length " + std::to_string(header_len) + " is too small for '{}'");
   if (header_len > kMaxHeaderBytes) {
     corrupt(source, "header length " + std::to_string(header_len) + " exceeds the 100 MB limit");
   }
@@ -209,35 +229,39 @@ Parsed parse_bytes(std::span<const std::byte> bytes, std::string_view source) {
 
   // The tensors must tile the data section exactly: sorted by offsets, each starts where the
   // previous ended, and the last ends at the end of the file (the reference implementation's rule).
-  std::stable_sort(out.tensors.begin(), out.tensors.end(), [](const TensorInfo& a, const TensorInfo& b) {
-    return std::pair(a.begin, a.end) < std::pair(b.begin, b.end);
-  });
+  std::stable_sort(out.tensors.begin(), out.tensors.end(),
+                   [](const TensorInfo& a, const TensorInfo& b) {
+                     return std::pair(a.begin, a.end) < std::pair(b.begin, b.end);
+                   });
   size_t expected = 0;
   const TensorInfo* previous = nullptr;
   for (const TensorInfo& t : out.tensors) {
     if (t.begin < expected) {
       corrupt_tensor(source, t.name,
-                     "bytes [" + std::to_string(t.begin) + ", " + std::to_string(t.end) + ") overlap tensor '" +
-                         previous->name + "' [" + std::to_string(previous->begin) + ", " +
-                         std::to_string(previous->end) + ")");
+                     "bytes [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
+                         ") overlap tensor '" + previous->name + "' [" +
+                         std::to_string(previous->begin) + ", " + std::to_string(previous->end) +
+                         ")");
     }
     if (t.begin > expected) {
-      corrupt_tensor(source, t.name,
-                     "starts at byte " + std::to_string(t.begin) + " of the data section, leaving a gap of " +
-                         std::to_string(t.begin - expected) + " bytes after byte " + std::to_string(expected));
+      corrupt_tensor(
+          source, t.name,
+          "starts at byte " + std::to_string(t.begin) + " of the data section, leaving a gap of " +
+              std::to_string(t.begin - expected) + " bytes after byte " + std::to_string(expected));
     }
     expected = t.end;
     previous = &t;
   }
   if (expected != out.data.size()) {
-    corrupt(source, "data section is " + std::to_string(out.data.size()) + " bytes but the tensors cover only " +
-                        std::to_string(expected));
+    corrupt(source, "data section is " + std::to_string(out.data.size()) +
+                        " bytes but the tensors cover only " + std::to_string(expected));
   }
   return out;
 }
 
 // Header JSON (padded with spaces to a multiple of 8 bytes) for tensors laid out in order.
-std::string build_header(const std::vector<TensorView>& tensors, const std::map<std::string, std::string>& metadata,
+std::string build_header(const std::vector<TensorView>& tensors,
+                         const std::map<std::string, std::string>& metadata,
                          std::string_view destination) {
   OrderedJson header = OrderedJson::object();
   if (!metadata.empty()) header[std::string(kMetadataKey)] = metadata;
@@ -250,17 +274,20 @@ std::string build_header(const std::vector<TensorView>& tensors, const std::map<
     auto bytes = checked_byte_size(t.shape, dtype_size(t.dtype));
     if (!bytes) invalid_argument(where + ": shape has a negative or overflowing dimension");
     if (*bytes != t.data.size()) {
-      invalid_argument(where + ": shape x " + std::string(dtype_name(t.dtype)) + " needs " + std::to_string(*bytes) +
-                       " bytes, got " + std::to_string(t.data.size()));
+      invalid_argument(where + ": shape x " + std::string(dtype_name(t.dtype)) + " needs " +
+                       std::to_string(*bytes) + " bytes, got " + std::to_string(t.data.size()));
     }
-    header[t.name] = {{"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + *bytes}}};
+    header[t.name] = {{"dtype", dtype_name(t.dtype)},
+                      {"shape", t.shape},
+                      {"data_offsets", {offset, offset + *bytes}}};
     offset += *bytes;
   }
   std::string text;
   try {
     text = header.dump();
   } catch (const OrderedJson::exception& e) {
-    invalid_argument(std::string(destination) + ": cannot encode header (tensor names must be UTF-8): " + e.what());
+    invalid_argument(std::string(destination) +
+                     ": cannot encode header (tensor names must be UTF-8): " + e.what());
   }
   text.append((8 - text.size() % 8) % 8, ' ');
   return text;
@@ -273,7 +300,8 @@ std::string length_prefix(uint64_t n) {
 }
 
 // Writes a file as a sequence of chunks to `path.tmp-<pid>-<n>`, fsyncs, then renames over `path`.
-void write_chunks_atomic(const std::filesystem::path& path, const std::vector<std::span<const std::byte>>& chunks) {
+void write_chunks_atomic(const std::filesystem::path& path,
+                         const std::vector<std::span<const std::byte>>& chunks) {
   static std::atomic<uint64_t> counter{0};
   std::filesystem::path tmp = path;
   tmp += ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
@@ -403,7 +431,8 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
   return SafetensorsFile(std::move(impl));
 }
 
-SafetensorsFile SafetensorsFile::parse(std::span<const std::byte> bytes, std::string_view source_name) {
+SafetensorsFile SafetensorsFile::parse(std::span<const std::byte> bytes,
+                                       std::string_view source_name) {
   auto impl = std::make_unique<Impl>();
   impl->source = std::string(source_name);
   impl->load(bytes);
@@ -418,10 +447,13 @@ const TensorInfo* SafetensorsFile::find(std::string_view name) const {
 }
 
 TensorView SafetensorsFile::view(const TensorInfo& info) const {
-  return TensorView{info.name, info.dtype, info.shape, impl_->data.subspan(info.begin, info.end - info.begin)};
+  return TensorView{info.name, info.dtype, info.shape,
+                    impl_->data.subspan(info.begin, info.end - info.begin)};
 }
 
-const std::map<std::string, std::string>& SafetensorsFile::metadata() const { return impl_->metadata; }
+const std::map<std::string, std::string>& SafetensorsFile::metadata() const {
+  return impl_->metadata;
+}
 
 const std::string& SafetensorsFile::source() const { return impl_->source; }
 
@@ -429,7 +461,8 @@ std::string serialize_safetensors(const std::vector<TensorView>& tensors,
                                   const std::map<std::string, std::string>& metadata) {
   std::string header = build_header(tensors, metadata, "safetensors buffer");
   std::string out = length_prefix(header.size()) + header;
-  for (const TensorView& t : tensors) out.append(reinterpret_cast<const char*>(t.data.data()), t.data.size());
+  for (const TensorView& t : tensors)
+    out.append(reinterpret_cast<const char*>(t.data.data()), t.data.size());
   return out;
 }
 

@@ -17,8 +17,8 @@ namespace ajet::hf {
 
 enum class DType { kF32, kF16, kBF16, kI64, kI32, kU8, kBool };
 
-std::string_view dtype_name(DType dtype);   // "F32", "BF16", ... as in the file format
-size_t dtype_size(DType dtype);             // bytes per element
+std::string_view dtype_name(DType dtype);  // "F32", "BF16", ... as in the file format
+size_t dtype_size(DType dtype);            // bytes per element
 
 struct TensorInfo {
   std::string name;
@@ -39,21 +39,22 @@ struct TensorView {
 
 class SafetensorsFile {
  public:
-  // mmaps the file; validates the header (length sane, JSON well-formed, dtypes known, offsets in range,
-  // sizes == numel * dtype size, no overlaps, no gaps). Errors name the file and the tensor.
+  // mmaps the file; validates the header (length sane, JSON well-formed, dtypes known, offsets in
+  // range, sizes == numel * dtype size, no overlaps, no gaps). Errors name the file and the tensor.
   static SafetensorsFile open(const std::filesystem::path& path);
-  // Same validation over bytes in memory (for tests and fuzzing); the bytes must outlive the object.
+  // Same validation over bytes in memory (for tests and fuzzing); the bytes must outlive the
+  // object.
   static SafetensorsFile parse(std::span<const std::byte> bytes, std::string_view source_name);
 
   SafetensorsFile(SafetensorsFile&&) noexcept;
   SafetensorsFile& operator=(SafetensorsFile&&) noexcept;
   ~SafetensorsFile();
 
-  const std::vector<TensorInfo>& tensors() const;            // in file order (by data offset)
-  const TensorInfo* find(std::string_view name) const;       // nullptr when absent
-  TensorView view(const TensorInfo& info) const;             // `info` must come from this file
+  const std::vector<TensorInfo>& tensors() const;              // in file order (by data offset)
+  const TensorInfo* find(std::string_view name) const;         // nullptr when absent
+  TensorView view(const TensorInfo& info) const;               // `info` must come from this file
   const std::map<std::string, std::string>& metadata() const;  // the "__metadata__" entry
-  const std::string& source() const;                           // the path or source name, for messages
+  const std::string& source() const;  // the path or source name, for messages
 
  private:
   struct Impl;

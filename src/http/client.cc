@@ -23,8 +23,10 @@ Url parse_url(std::string_view url) {
   std::string_view rest = url;
   if (size_t scheme = rest.find("://"); scheme != std::string_view::npos) {
     std::string_view name = rest.substr(0, scheme);
-    if (iequals(name, "https")) invalid_argument("url '" + std::string(url) + "': https is not supported");
-    if (!iequals(name, "http")) invalid_argument("url '" + std::string(url) + "': scheme must be http");
+    if (iequals(name, "https"))
+      invalid_argument("url '" + std::string(url) + "': https is not supported");
+    if (!iequals(name, "http"))
+      invalid_argument("url '" + std::string(url) + "': scheme must be http");
     rest.remove_prefix(scheme + 3);
   }
   size_t slash = rest.find('/');
@@ -34,7 +36,8 @@ Url parse_url(std::string_view url) {
   std::string_view port_text;
   if (!authority.empty() && authority.front() == '[') {  // [::1]:8080
     size_t close = authority.find(']');
-    if (close == std::string_view::npos) invalid_argument("url '" + std::string(url) + "': unclosed '['");
+    if (close == std::string_view::npos)
+      invalid_argument("url '" + std::string(url) + "': unclosed '['");
     out.host = std::string(authority.substr(1, close - 1));
     std::string_view after = authority.substr(close + 1);
     if (!after.empty()) {
@@ -50,10 +53,12 @@ Url parse_url(std::string_view url) {
   if (!port_text.empty()) {
     int port = 0;
     for (char c : port_text) {
-      if (c < '0' || c > '9' || port > 65535) invalid_argument("url '" + std::string(url) + "': bad port");
+      if (c < '0' || c > '9' || port > 65535)
+        invalid_argument("url '" + std::string(url) + "': bad port");
       port = port * 10 + (c - '0');
     }
-    if (port < 1 || port > 65535) invalid_argument("url '" + std::string(url) + "': port out of range");
+    if (port < 1 || port > 65535)
+      invalid_argument("url '" + std::string(url) + "': port out of range");
     out.port = static_cast<uint16_t>(port);
   }
   return out;
@@ -73,7 +78,8 @@ struct HttpClient::Impl {
   std::string host;  // of the open connection
   uint16_t port = 0;
   uint64_t opened = 0;
-  std::optional<std::chrono::steady_clock::time_point> deadline;  // of the request under way (total_timeout)
+  std::optional<std::chrono::steady_clock::time_point>
+      deadline;  // of the request under way (total_timeout)
 
   // The next wait may last `wait`, and not past the request's deadline.
   void arm(std::chrono::milliseconds wait) {
@@ -110,13 +116,15 @@ struct HttpClient::Impl {
                              ? "timed out: the whole request may take at most " +
                                    std::to_string(options.total_timeout.count()) + " ms"
                              : "timed out after " + std::to_string(options.timeout.count()) + " ms";
-    fail(ErrorCode::kUnavailable, "http client: " + what + " " + authority(url.host, url.port) + ": " + reason);
+    fail(ErrorCode::kUnavailable,
+         "http client: " + what + " " + authority(url.host, url.port) + ": " + reason);
   }
 
-  // A pooled connection is usable only if it is idle and quiet: readable now means the server closed
-  // it (EOF) or sent something unasked; either way it cannot carry the next request.
+  // A pooled connection is usable only if it is idle and quiet: readable now means the server
+  // closed it (EOF) or sent something unasked; either way it cannot carry the next request.
   bool reusable(const Url& url) {
-    if (!stream || !stream->socket().is_open() || host != url.host || port != url.port) return false;
+    if (!stream || !stream->socket().is_open() || host != url.host || port != url.port)
+      return false;
     pollfd p{stream->socket().native_handle(), POLLIN, 0};
     return ::poll(&p, 1, 0) == 0 && buffer.size() == 0;
   }
@@ -126,10 +134,11 @@ struct HttpClient::Impl {
     error_code ec;
     tcp::resolver resolver(ioc);
     tcp::resolver::results_type endpoints;
-    resolver.async_resolve(url.host, std::to_string(url.port), [&](error_code e, tcp::resolver::results_type r) {
-      ec = e;
-      endpoints = std::move(r);
-    });
+    resolver.async_resolve(url.host, std::to_string(url.port),
+                           [&](error_code e, tcp::resolver::results_type r) {
+                             ec = e;
+                             endpoints = std::move(r);
+                           });
     run();
     if (ec) unavailable("cannot resolve", url, ec);
     stream.emplace(ioc);
@@ -138,11 +147,12 @@ struct HttpClient::Impl {
     run();
     if (ec == beast::error::timeout) {
       disconnect();
-      fail(ErrorCode::kUnavailable, "http client: cannot connect to " + authority(url.host, url.port) +
-                                        ": timed out after " +
-                                        std::to_string((past_deadline() ? options.total_timeout : options.connect_timeout)
-                                                           .count()) +
-                                        " ms");
+      fail(ErrorCode::kUnavailable,
+           "http client: cannot connect to " + authority(url.host, url.port) +
+               ": timed out after " +
+               std::to_string(
+                   (past_deadline() ? options.total_timeout : options.connect_timeout).count()) +
+               " ms");
     }
     if (ec) unavailable("cannot connect to", url, ec);
     stream->socket().set_option(tcp::no_delay(true), ec);
@@ -160,12 +170,14 @@ struct HttpClient::Impl {
     return parse_url(url_or_path);
   }
 
-  ClientResponse exchange(std::string_view method, std::string_view url_or_path, const Headers& headers,
-                          std::string_view body, const std::function<bool(const SseEvent&)>* on_event) {
+  ClientResponse exchange(std::string_view method, std::string_view url_or_path,
+                          const Headers& headers, std::string_view body,
+                          const std::function<bool(const SseEvent&)>* on_event) {
     Url url = resolve(url_or_path);
     std::string what = std::string(method) + " " + url.target + " at";
     deadline.reset();
-    if (options.total_timeout.count() > 0) deadline = std::chrono::steady_clock::now() + options.total_timeout;
+    if (options.total_timeout.count() > 0)
+      deadline = std::chrono::steady_clock::now() + options.total_timeout;
 
     bhttp::request<bhttp::span_body<const char>> req;
     req.method_string(method);
@@ -204,8 +216,9 @@ struct HttpClient::Impl {
       if (ec) {
         // The server closed an idle connection just as we reused it: nothing was answered, so
         // sending again on a fresh connection is safe.
-        bool closed_idle = ec == bhttp::error::end_of_stream || ec == asio::error::connection_reset ||
-                           ec == asio::error::eof || ec == asio::error::broken_pipe;
+        bool closed_idle = ec == bhttp::error::end_of_stream ||
+                           ec == asio::error::connection_reset || ec == asio::error::eof ||
+                           ec == asio::error::broken_pipe;
         if (reused && attempt == 0 && closed_idle && !parser.got_some()) {
           disconnect();
           continue;
@@ -215,7 +228,8 @@ struct HttpClient::Impl {
 
       ClientResponse out;
       out.status = static_cast<int>(parser.get().result_int());
-      for (const auto& field : parser.get()) out.headers.add(std::string(field.name_string()), std::string(field.value()));
+      for (const auto& field : parser.get())
+        out.headers.add(std::string(field.name_string()), std::string(field.value()));
       bool sse = on_event && out.status / 100 == 2 &&
                  out.headers.get_or("Content-Type", "").starts_with("text/event-stream");
       SseParser sse_parser;
@@ -239,16 +253,18 @@ struct HttpClient::Impl {
           // without the blank line that dispatches them) is held whole: bounded like a body.
           if (sse_parser.buffered() > options.max_response_bytes) {
             disconnect();
-            fail(ErrorCode::kResourceExhausted, "http client: an event of the stream answering " + what + " " +
-                                                    authority(url.host, url.port) + " exceeds max_response_bytes (" +
-                                                    std::to_string(options.max_response_bytes) + ")");
+            fail(ErrorCode::kResourceExhausted,
+                 "http client: an event of the stream answering " + what + " " +
+                     authority(url.host, url.port) + " exceeds max_response_bytes (" +
+                     std::to_string(options.max_response_bytes) + ")");
           }
         } else {
           if (out.body.size() + n > options.max_response_bytes) {
             disconnect();
-            fail(ErrorCode::kResourceExhausted, "http client: the response to " + what + " " +
-                                                    authority(url.host, url.port) + " exceeds max_response_bytes (" +
-                                                    std::to_string(options.max_response_bytes) + ")");
+            fail(ErrorCode::kResourceExhausted,
+                 "http client: the response to " + what + " " + authority(url.host, url.port) +
+                     " exceeds max_response_bytes (" + std::to_string(options.max_response_bytes) +
+                     ")");
           }
           out.body.append(chunk.data(), n);
         }
@@ -259,7 +275,8 @@ struct HttpClient::Impl {
   }
 };
 
-HttpClient::HttpClient(std::string_view base_url, ClientOptions options) : impl_(std::make_unique<Impl>()) {
+HttpClient::HttpClient(std::string_view base_url, ClientOptions options)
+    : impl_(std::make_unique<Impl>()) {
   impl_->options = std::move(options);
   impl_->base = parse_url(base_url);
   std::string path = impl_->base.target;
@@ -274,20 +291,22 @@ HttpClient::~HttpClient() {
 HttpClient::HttpClient(HttpClient&&) noexcept = default;
 HttpClient& HttpClient::operator=(HttpClient&&) noexcept = default;
 
-ClientResponse HttpClient::request(std::string_view method, std::string_view url_or_path, const Headers& headers,
-                                   std::string_view body) {
+ClientResponse HttpClient::request(std::string_view method, std::string_view url_or_path,
+                                   const Headers& headers, std::string_view body) {
   return impl_->exchange(method, url_or_path, headers, body, nullptr);
 }
 
-ClientResponse HttpClient::post_json(std::string_view url_or_path, const Json& body, const Headers& headers) {
+ClientResponse HttpClient::post_json(std::string_view url_or_path, const Json& body,
+                                     const Headers& headers) {
   Headers with_type = headers;
   if (!with_type.has("Content-Type")) with_type.add("Content-Type", "application/json");
   std::string text = body.dump();
   return impl_->exchange("POST", url_or_path, with_type, text, nullptr);
 }
 
-ClientResponse HttpClient::stream(std::string_view method, std::string_view url_or_path, const Headers& headers,
-                                  std::string_view body, const std::function<bool(const SseEvent&)>& on_event) {
+ClientResponse HttpClient::stream(std::string_view method, std::string_view url_or_path,
+                                  const Headers& headers, std::string_view body,
+                                  const std::function<bool(const SseEvent&)>& on_event) {
   return impl_->exchange(method, url_or_path, headers, body, &on_event);
 }
 

@@ -17,7 +17,7 @@
 namespace ajet::http {
 
 struct Url {
-  std::string host;    // "127.0.0.1", "localhost", "::1" (no brackets)
+  std::string host;  // "127.0.0.1", "localhost", "::1" (no brackets)
   uint16_t port = 80;
   std::string target;  // "/v1/chat/completions?x=1"; "/" when the URL has no path
 };
@@ -40,7 +40,7 @@ struct ClientOptions {
 struct ClientResponse {
   int status = 0;
   Headers headers;
-  std::string body;  // for stream(): only a non-SSE body (e.g. a JSON error)
+  std::string body;   // for stream(): only a non-SSE body (e.g. a JSON error)
   Json json() const;  // body parsed; Error(kInvalidArgument) naming the status when it is not JSON
 };
 
@@ -58,23 +58,25 @@ class HttpClient {
   // once, on a new one, when nothing of the response arrived. Errors: Error(kUnavailable) naming
   // host:port for refused connections, timeouts and broken connections; kResourceExhausted for a
   // response over max_response_bytes; kInvalidArgument for a bad URL.
-  ClientResponse request(std::string_view method, std::string_view url_or_path, const Headers& headers = {},
-                         std::string_view body = {});
+  ClientResponse request(std::string_view method, std::string_view url_or_path,
+                         const Headers& headers = {}, std::string_view body = {});
   ClientResponse get(std::string_view url_or_path, const Headers& headers = {}) {
     return request("GET", url_or_path, headers);
   }
   // POST with `Content-Type: application/json` (added unless `headers` has a Content-Type).
-  ClientResponse post_json(std::string_view url_or_path, const Json& body, const Headers& headers = {});
+  ClientResponse post_json(std::string_view url_or_path, const Json& body,
+                           const Headers& headers = {});
 
   // Like request(), but a `text/event-stream` response is read as it arrives: on_event gets every
   // event (the `data:` payload, event name, id) as soon as its blank line is received, and
   // returning false stops reading and closes the connection (the server sees the client leave).
   // Any other response is read whole into .body without calling on_event.
-  ClientResponse stream(std::string_view method, std::string_view url_or_path, const Headers& headers,
-                        std::string_view body, const std::function<bool(const SseEvent&)>& on_event);
+  ClientResponse stream(std::string_view method, std::string_view url_or_path,
+                        const Headers& headers, std::string_view body,
+                        const std::function<bool(const SseEvent&)>& on_event);
 
-  void close();                       // drops the keep-alive connection
-  uint64_t connections_opened() const; // how many TCP connections this client has made
+  void close();                         // drops the keep-alive connection
+  uint64_t connections_opened() const;  // how many TCP connections this client has made
   const std::string& host() const;
   uint16_t port() const;
 

@@ -17,15 +17,17 @@
 namespace ajet::http::detail {
 
 namespace {
-constexpr size_t kFirstRead = 1024;         // asked for while waiting for a request
-constexpr size_t kBodyRead = 64 * 1024;     // per read while a large body arrives
-constexpr size_t kMaxDrainBytes = 64 << 20; // read-and-discarded after a 413/400 before closing
-constexpr int64_t kMaxRefusing = 256;       // 503s at the cap being written at once; beyond: closed at once
+constexpr size_t kFirstRead = 1024;          // asked for while waiting for a request
+constexpr size_t kBodyRead = 64 * 1024;      // per read while a large body arrives
+constexpr size_t kMaxDrainBytes = 64 << 20;  // read-and-discarded after a 413/400 before closing
+constexpr int64_t kMaxRefusing =
+    256;  // 503s at the cap being written at once; beyond: closed at once
 constexpr auto kRefusalLinger = std::chrono::seconds(2);
 
 std::string bytes_text(uint64_t bytes) { return std::to_string(bytes) + " bytes"; }
 
-// "65536 bytes (64 KiB; NAME)": the exact figure, a round one when there is one, and how to change it.
+// "65536 bytes (64 KiB; NAME)": the exact figure, a round one when there is one, and how to change
+// it.
 std::string limit_text(uint64_t bytes, const std::string& name) {
   std::string round;
   if (bytes >= (1u << 20) && bytes % (1u << 20) == 0) {
@@ -171,11 +173,13 @@ Task<void> Connection::serve() {
     if (response->stream && !head_only && has_body(response->status)) {
       ok = co_await write_stream(*response, keep_alive, version);
     } else {
-      std::array<asio::const_buffer, 2> out = prepare_plain(*response, keep_alive, head_only, version);
+      std::array<asio::const_buffer, 2> out =
+          prepare_plain(*response, keep_alive, head_only, version);
       error_code write_ec;
       size_t done = write_now(out, write_ec);
       ok = !write_ec;
-      if (ok && done < asio::buffer_size(out)) ok = co_await write_rest(out, done);  // the socket was full
+      if (ok && done < asio::buffer_size(out))
+        ok = co_await write_rest(out, done);  // the socket was full
     }
     if (ok) cancel_.reset();  // answered: a hang-up from now on cancels nothing
     if (!ok || !keep_alive) co_return;
@@ -211,7 +215,8 @@ Task<Connection::Incoming> Connection::read_request() {
   if (refused) core_.answered_at_head.fetch_add(1, std::memory_order_relaxed);
   body_rules_ = std::move(verdict.body);
   if (!refused && has_body) refused = admit_body();
-  if (refused && has_body) {  // the body is never read: answer, drain what comes without keeping it, close
+  if (refused &&
+      has_body) {  // the body is never read: answer, drain what comes without keeping it, close
     parser_.reset();
     co_await reject(std::move(*refused));
     in.close = true;
@@ -250,7 +255,8 @@ Task<Connection::Incoming> Connection::read_request() {
 }
 
 // Feeds buffered bytes to the parser, up to the end of the header (whole_message false) or of the
-// whole request. True when that end is reached; false when it needs more bytes or failed (then `ec`).
+// whole request. True when that end is reached; false when it needs more bytes or failed (then
+// `ec`).
 bool Connection::parse_buffered(error_code& ec, bool whole_message) {
   auto reached = [&] { return whole_message ? parser_->is_done() : parser_->is_header_done(); };
   while (buffer_.size() > 0 && !reached()) {
@@ -272,14 +278,16 @@ Task<error_code> Connection::read_header() {
     if (ec) co_return ec;
     size_t room = buffer_.max_size() - buffer_.size();
     if (room == 0) co_return bhttp::error::header_limit;  // only an unfinished header accumulates
-    auto [read_ec, n] = co_await socket_.async_read_some(buffer_.prepare(std::min(room, kBodyRead)), kNoThrow);
+    auto [read_ec, n] =
+        co_await socket_.async_read_some(buffer_.prepare(std::min(room, kBodyRead)), kNoThrow);
     if (read_ec) co_return read_ec;
     buffer_.commit(n);
   }
 }
 
 // Reads the body the head check let through; answers `Expect: 100-continue` first. A chunked body
-// takes its bytes from the body-memory budget as they arrive (body_memory_full_ when they no longer fit).
+// takes its bytes from the body-memory budget as they arrive (body_memory_full_ when they no longer
+// fit).
 Task<error_code> Connection::read_body() {
   set_deadline(core_.options.read_body_timeout);
   bool asked = false;
@@ -300,7 +308,8 @@ Task<error_code> Connection::read_body() {
       }
     }
     size_t room = buffer_.max_size() - buffer_.size();
-    auto [read_ec, n] = co_await socket_.async_read_some(buffer_.prepare(std::min(room, kBodyRead)), kNoThrow);
+    auto [read_ec, n] =
+        co_await socket_.async_read_some(buffer_.prepare(std::min(room, kBodyRead)), kNoThrow);
     if (read_ec) co_return read_ec;
     buffer_.commit(n);
   }
@@ -314,8 +323,9 @@ HeadVerdict Connection::check_head(const RequestHead& head) {
     return HeadVerdict{error_response(e), nullptr};
   } catch (const std::exception& e) {
     log().error("http: head check threw: {}", e.what());
-    return HeadVerdict{error_response(500, std::string("internal error: ") + e.what(), "server_error", "internal"),
-                       nullptr};
+    return HeadVerdict{
+        error_response(500, std::string("internal error: ") + e.what(), "server_error", "internal"),
+        nullptr};
   }
 }
 
@@ -324,8 +334,8 @@ size_t Connection::body_limit() const {
   return core_.options.max_body_bytes;
 }
 
-// Before the body: a declared length over the route's limit → 413, one the body-memory budget cannot
-// hold → 503; a chunked body is limited as it arrives. nullopt: read it.
+// Before the body: a declared length over the route's limit → 413, one the body-memory budget
+// cannot hold → 503; a chunked body is limited as it arrives. nullopt: read it.
 std::optional<Response> Connection::admit_body() {
   const size_t limit = body_limit();
   if (boost::optional<uint64_t> length = parser_->content_length(); length) {
@@ -351,16 +361,19 @@ void Connection::release_body() {
   body_held_ = 0;
 }
 
-Response Connection::body_error(int status, const std::string& message, const std::string& code) const {
-  if (body_rules_ && body_rules_->error_shape) return body_rules_->error_shape(status, message, code);
+Response Connection::body_error(int status, const std::string& message,
+                                const std::string& code) const {
+  if (body_rules_ && body_rules_->error_shape)
+    return body_rules_->error_shape(status, message, code);
   return error_response(status, message, "", code);
 }
 
 Response Connection::body_too_large(std::optional<uint64_t> declared) const {
   const size_t limit = body_limit();
   const std::string name =
-      body_rules_ && body_rules_->max_body_bytes && !body_rules_->limit_name.empty() ? body_rules_->limit_name
-                                                                                     : std::string("max_body_bytes");
+      body_rules_ && body_rules_->max_body_bytes && !body_rules_->limit_name.empty()
+          ? body_rules_->limit_name
+          : std::string("max_body_bytes");
   std::string message = "request body";
   if (declared) message += " of " + bytes_text(*declared);
   message += " exceeds this endpoint's limit of " + limit_text(limit, name);
@@ -371,8 +384,8 @@ Response Connection::body_memory_full(uint64_t wanted) const {
   Response response = body_error(
       503,
       "the server holds as many request-body bytes in memory as it may, " +
-          limit_text(core_.options.max_body_memory_bytes, core_.options.body_memory_name) + "; a body of " +
-          bytes_text(wanted) + " does not fit now: retry shortly",
+          limit_text(core_.options.max_body_memory_bytes, core_.options.body_memory_name) +
+          "; a body of " + bytes_text(wanted) + " does not fit now: retry shortly",
       "server_busy");
   set_retry_after(response, std::chrono::seconds(1));
   return response;
@@ -380,7 +393,8 @@ Response Connection::body_memory_full(uint64_t wanted) const {
 
 // Calls the handler; the answer if it came at once (the common case), else std::nullopt and the
 // connection waits on `slot`.
-std::optional<Response> Connection::call_handler(Request request, const std::shared_ptr<Slot<Response>>& slot) {
+std::optional<Response> Connection::call_handler(Request request,
+                                                 const std::shared_ptr<Slot<Response>>& slot) {
   // Our own handle keeps the slot from counting as dropped while the handler unwinds, so that its
   // exception (not "dropped without responding") becomes the answer.
   Respond keep(slot);
@@ -391,11 +405,13 @@ std::optional<Response> Connection::call_handler(Request request, const std::sha
     log().warn("http: handler failed: {}", e.what());
   } catch (const std::exception& e) {
     if (slot->claim()) {
-      slot->accept(error_response(500, std::string("internal error: ") + e.what(), "server_error", "internal"));
+      slot->accept(error_response(500, std::string("internal error: ") + e.what(), "server_error",
+                                  "internal"));
     }
     log().error("http: handler threw: {}", e.what());
   } catch (...) {
-    if (slot->claim()) slot->accept(error_response(500, "internal error", "server_error", "internal"));
+    if (slot->claim())
+      slot->accept(error_response(500, "internal error", "server_error", "internal"));
     log().error("http: handler threw a non-exception");
   }
   return slot->take_or_wait(this);
@@ -406,19 +422,20 @@ std::optional<Response> Connection::call_handler(Request request, const std::sha
 Task<void> Connection::reject_bad_request(error_code ec) {
   Response response;
   if (ec == bhttp::error::header_limit || ec == bhttp::error::buffer_overflow) {
-    response = error_response(
-        413, "request header exceeds the limit of " + std::to_string(core_.options.max_header_bytes) +
-                 " bytes (max_header_bytes)",
-        "invalid_request_error", "request_header_too_large");
+    response = error_response(413,
+                              "request header exceeds the limit of " +
+                                  std::to_string(core_.options.max_header_bytes) +
+                                  " bytes (max_header_bytes)",
+                              "invalid_request_error", "request_header_too_large");
   } else if (ec.category() == bhttp::make_error_code(bhttp::error::bad_method).category() &&
              ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message) {
-    response = error_response(400, "malformed HTTP request: " + ec.message(), "invalid_request_error", "bad_request");
+    response = error_response(400, "malformed HTTP request: " + ec.message(),
+                              "invalid_request_error", "bad_request");
   } else {
     co_return;
   }
   co_await reject(std::move(response));
 }
-
 
 // Writes an error response, then closes the connection after draining what the client still sends.
 Task<void> Connection::reject(Response response) {
@@ -449,7 +466,8 @@ Task<void> refuse_connection(Core& core, std::shared_ptr<Socket> socket) {
     const std::string body =
         R"({"error":{"message":"the server is at its connection limit (max_connections) and every connection is )"
         R"(busy; retry shortly","type":"service_unavailable_error","code":"too_many_connections"}})";
-    return "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
+    return "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: "
+           "1\r\n"
            "Connection: close\r\nContent-Length: " +
            std::to_string(body.size()) + "\r\n\r\n" + body;
   }();
@@ -499,14 +517,16 @@ void admit(Core& core, Worker& worker, Socket socket) {
     } else {
       worker.assigned.fetch_sub(1, std::memory_order_relaxed);
       core.refused.fetch_add(1, std::memory_order_relaxed);
-      if (core.refusing.fetch_add(1) >= kMaxRefusing) {  // a flood: no answer, just the descriptor back
+      if (core.refusing.fetch_add(1) >=
+          kMaxRefusing) {  // a flood: no answer, just the descriptor back
         core.refusing.fetch_sub(1);
         error_code ignored;
         socket.close(ignored);
         core.connection_done();
         return;
       }
-      asio::co_spawn(worker.ioc, refuse_connection(core, std::make_shared<Socket>(std::move(socket))),
+      asio::co_spawn(worker.ioc,
+                     refuse_connection(core, std::make_shared<Socket>(std::move(socket))),
                      asio::detached);
       return;
     }

@@ -12,10 +12,12 @@ namespace {
 constexpr size_t kWatchRead = 1024;
 }  // namespace
 
-bool has_body(int status) { return status >= 200 && status <= 599 && status != 204 && status != 304; }
+bool has_body(int status) {
+  return status >= 200 && status <= 599 && status != 204 && status != 304;
+}
 
-void Connection::serialize_head(const Response& response, bool keep_alive, bool chunked, int version,
-                                bool no_length) {
+void Connection::serialize_head(const Response& response, bool keep_alive, bool chunked,
+                                int version, bool no_length) {
   head_.clear();
   head_ += "HTTP/1.1 ";
   head_ += std::to_string(response.status);
@@ -23,8 +25,11 @@ void Connection::serialize_head(const Response& response, bool keep_alive, bool 
   head_ += bhttp::obsolete_reason(static_cast<bhttp::status>(response.status));
   head_ += "\r\n";
   for (const auto& [name, value] : response.headers) {
-    if (iequals(name, "Content-Length") || iequals(name, "Transfer-Encoding") || iequals(name, "Connection")) continue;
-    if (name.find_first_of("\r\n:") != std::string::npos || value.find_first_of("\r\n") != std::string::npos) {
+    if (iequals(name, "Content-Length") || iequals(name, "Transfer-Encoding") ||
+        iequals(name, "Connection"))
+      continue;
+    if (name.find_first_of("\r\n:") != std::string::npos ||
+        value.find_first_of("\r\n") != std::string::npos) {
       continue;  // never let a header split the response
     }
     head_ += name;
@@ -47,13 +52,14 @@ void Connection::serialize_head(const Response& response, bool keep_alive, bool 
   head_ += "\r\n";
 }
 
-std::array<asio::const_buffer, 2> Connection::prepare_plain(Response& response, bool keep_alive, bool head_only,
-                                                            int version) {
+std::array<asio::const_buffer, 2> Connection::prepare_plain(Response& response, bool keep_alive,
+                                                            bool head_only, int version) {
   if (response.status < 100 || response.status > 599) {
     int bad = response.status;
     cancel_orphan(response);
-    response = error_response(500, "the handler answered with invalid status " + std::to_string(bad), "server_error",
-                              "internal");
+    response =
+        error_response(500, "the handler answered with invalid status " + std::to_string(bad),
+                       "server_error", "internal");
   }
   bool had_stream = response.stream != nullptr;
   if (had_stream) {  // a HEAD request or a status without a body: the stream is never read
@@ -67,11 +73,13 @@ std::array<asio::const_buffer, 2> Connection::prepare_plain(Response& response, 
 }
 
 // One body chunk as written: its size line (chunked encoding), the data, and its CRLF; with chunked
-// false only the data. `size_line` holds the size line's text while the write runs. (A free function:
-// a lambda local to the coroutine would put a type without linkage into its frame.)
-static std::array<asio::const_buffer, 3> chunk_frame(std::string_view data, bool chunked, char (&size_line)[24]) {
+// false only the data. `size_line` holds the size line's text while the write runs. (A free
+// function: a lambda local to the coroutine would put a type without linkage into its frame.)
+static std::array<asio::const_buffer, 3> chunk_frame(std::string_view data, bool chunked,
+                                                     char (&size_line)[24]) {
   const int len = chunked ? std::snprintf(size_line, sizeof size_line, "%zx\r\n", data.size()) : 0;
-  return {asio::buffer(size_line, static_cast<size_t>(len)), asio::buffer(data), asio::buffer("\r\n", chunked ? 2 : 0)};
+  return {asio::buffer(size_line, static_cast<size_t>(len)), asio::buffer(data),
+          asio::buffer("\r\n", chunked ? 2 : 0)};
 }
 
 Task<bool> Connection::write_stream(Response& response, bool keep_alive, int version) {
@@ -80,7 +88,8 @@ Task<bool> Connection::write_stream(Response& response, bool keep_alive, int ver
   serialize_head(response, keep_alive && chunked, chunked, version, true);
   char size_line[24];
   bool ok = co_await write(asio::buffer(head_));
-  if (ok && !response.body.empty()) ok = co_await write(chunk_frame(response.body, chunked, size_line));
+  if (ok && !response.body.empty())
+    ok = co_await write(chunk_frame(response.body, chunked, size_line));
   if (!ok) {
     stream->cancel();
     co_return false;
@@ -99,7 +108,8 @@ Task<bool> Connection::write_stream(Response& response, bool keep_alive, int ver
       log().error("http: body stream threw a non-exception");
       threw = true;
     }
-    if (threw) {  // cut the body short: closing without the last chunk tells the client it is incomplete
+    if (threw) {  // cut the body short: closing without the last chunk tells the client it is
+                  // incomplete
       slot->abandon();
       stream->cancel();
       ok = false;
@@ -125,26 +135,28 @@ Task<bool> Connection::write_stream(Response& response, bool keep_alive, int ver
   }
   watch_wanted_ = false;
   co_await stop_watch();
-  co_return ok && chunked && !client_gone_;
+  co_return ok&& chunked && !client_gone_;
 }
 
 // While a handler works on a request, or a stream waits for its producer, nobody reads the socket,
-// so a client that leaves would go unnoticed. This read notices: EOF or an error means the client is
-// gone (a client that half-closes after its request counts as gone too). Bytes that arrive (a
+// so a client that leaves would go unnoticed. This read notices: EOF or an error means the client
+// is gone (a client that half-closes after its request counts as gone too). Bytes that arrive (a
 // pipelined next request) are kept for the parser and end the watch (await_slot starts another).
 void Connection::start_watch() {
   if (watching_ || client_gone_) return;
   if (buffer_.size() + kWatchRead > buffer_.max_size()) return;  // pipelined input already fills it
   watching_ = true;
-  socket_.async_read_some(buffer_.prepare(kWatchRead), [self = shared_from_this()](error_code ec, size_t n) {
-    self->watching_ = false;
-    if (!ec) {
-      self->buffer_.commit(n);
-    } else if (ec != asio::error::operation_aborted) {
-      self->client_gone_ = true;  // aborts come from stop_watch() or a close, which say so themselves
-    }
-    self->wake();
-  });
+  socket_.async_read_some(
+      buffer_.prepare(kWatchRead), [self = shared_from_this()](error_code ec, size_t n) {
+        self->watching_ = false;
+        if (!ec) {
+          self->buffer_.commit(n);
+        } else if (ec != asio::error::operation_aborted) {
+          self->client_gone_ =
+              true;  // aborts come from stop_watch() or a close, which say so themselves
+        }
+        self->wake();
+      });
 }
 
 Task<void> Connection::stop_watch() {

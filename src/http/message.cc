@@ -99,7 +99,8 @@ std::string percent_decode(std::string_view text, bool plus_is_space) {
   return out;
 }
 
-void split_target(std::string_view target, std::string& path, std::map<std::string, std::string>& query) {
+void split_target(std::string_view target, std::string& path,
+                  std::map<std::string, std::string>& query) {
   size_t q = target.find('?');
   path.assign(target.substr(0, q));
   if (q == std::string_view::npos) return;
@@ -113,7 +114,8 @@ void split_target(std::string_view target, std::string& path, std::map<std::stri
     if (pair.empty()) continue;
     size_t eq = pair.find('=');
     std::string key = percent_decode(pair.substr(0, eq), true);
-    std::string value = eq == std::string_view::npos ? std::string() : percent_decode(pair.substr(eq + 1), true);
+    std::string value =
+        eq == std::string_view::npos ? std::string() : percent_decode(pair.substr(eq + 1), true);
     query[std::move(key)] = std::move(value);
   }
 }

@@ -28,7 +28,9 @@ class Headers {
   Headers() = default;
   Headers(std::initializer_list<Field> fields) : fields_(fields) {}
 
-  void add(std::string name, std::string value) { fields_.emplace_back(std::move(name), std::move(value)); }
+  void add(std::string name, std::string value) {
+    fields_.emplace_back(std::move(name), std::move(value));
+  }
   void set(std::string name, std::string value);  // replaces every field of that name
   void erase(std::string_view name);
   std::optional<std::string_view> get(std::string_view name) const;  // the first field of that name
@@ -87,7 +89,8 @@ template <class T>
 class OnceCallback {
  public:
   OnceCallback() = default;
-  explicit OnceCallback(std::shared_ptr<detail::OnceTarget<T>> target) : target_(std::move(target)) {
+  explicit OnceCallback(std::shared_ptr<detail::OnceTarget<T>> target)
+      : target_(std::move(target)) {
     if (target_) target_->handles.fetch_add(1, std::memory_order_relaxed);
   }
   OnceCallback(const OnceCallback& other) : target_(other.target_) {
@@ -127,7 +130,8 @@ class OnceCallback {
 
  private:
   void release() {
-    if (target_ && target_->handles.fetch_sub(1, std::memory_order_acq_rel) == 1 && target_->claim()) {
+    if (target_ && target_->handles.fetch_sub(1, std::memory_order_acq_rel) == 1 &&
+        target_->claim()) {
       target_->accept(detail::dropped_value<T>());
     }
     target_.reset();
@@ -145,7 +149,8 @@ using Deliver = OnceCallback<Chunk>;
 // stream answers by calling deliver(chunk) exactly once, now or later, from any thread;
 // deliver(std::nullopt) ends the body. next() must not block. cancel() is called (from an I/O
 // thread, or from the thread that responded if the connection was already gone) when the client
-// went away or the server is closing; after it, deliver calls are ignored. An empty chunk is skipped.
+// went away or the server is closing; after it, deliver calls are ignored. An empty chunk is
+// skipped.
 class BodyStream {
  public:
   virtual ~BodyStream() = default;
@@ -166,13 +171,13 @@ using Respond = OnceCallback<Response>;
 
 // What a request says before its body: all a head check (below) may look at.
 struct RequestHead {
-  std::string method;                                // as sent: "GET", "POST", …
-  std::string target;                                // the raw request-target: "/a/b?x=1"
-  std::string path;                                  // target up to '?', not percent-decoded
-  std::map<std::string, std::string> query;          // decoded query parameters (last one wins)
+  std::string method;                        // as sent: "GET", "POST", …
+  std::string target;                        // the raw request-target: "/a/b?x=1"
+  std::string path;                          // target up to '?', not percent-decoded
+  std::map<std::string, std::string> query;  // decoded query parameters (last one wins)
   Headers headers;
-  std::string remote_address;                        // "127.0.0.1:53422"
-  int version = 11;                                  // 10 or 11 (HTTP/1.0, HTTP/1.1)
+  std::string remote_address;  // "127.0.0.1:53422"
+  int version = 11;            // 10 or 11 (HTTP/1.0, HTTP/1.1)
 };
 
 // Fired once when the client of a request in flight hangs up (or the server closes its connection
@@ -193,7 +198,7 @@ class CancelSignal {
 };
 
 struct Request : RequestHead {
-  std::map<std::string, std::string> path_params;    // filled by Router from `{name}` segments
+  std::map<std::string, std::string> path_params;  // filled by Router from `{name}` segments
   std::string body;
   // Set by the server for every request it hands to a handler (null elsewhere, e.g. in unit tests).
   std::shared_ptr<CancelSignal> cancel;
@@ -206,7 +211,8 @@ using Handler = std::function<void(Request request, Respond respond)>;
 
 // The error body a route gives for the errors the server makes on its behalf while reading its
 // request (413 body too large, 503 too many body bytes held): its API's own error shape.
-using ErrorShape = std::function<Response(int status, const std::string& message, const std::string& code)>;
+using ErrorShape =
+    std::function<Response(int status, const std::string& message, const std::string& code)>;
 
 // How the server reads one route's request bodies; shared, built once per route.
 struct BodyRules {
@@ -233,7 +239,8 @@ Response dropped_value<Response>();
 }  // namespace detail
 
 // Splits a request-target into path and decoded query parameters; '+' in a query means a space.
-void split_target(std::string_view target, std::string& path, std::map<std::string, std::string>& query);
+void split_target(std::string_view target, std::string& path,
+                  std::map<std::string, std::string>& query);
 // Percent-decoding; malformed escapes are kept as they are.
 std::string percent_decode(std::string_view text, bool plus_is_space);
 

@@ -18,9 +18,9 @@ void limit_parser(RequestParser& parser, size_t max_header_bytes, size_t max_bod
 }
 
 // RFC 9112 6.1/6.3: a request body is chunked when Transfer-Encoding's final coding is `chunked`;
-// any other final coding leaves the length unknowable (400), a coding this server does not decode is
-// 501, and Transfer-Encoding in an HTTP/1.0 request is faulty framing (400). Beast's parser already
-// refuses Transfer-Encoding beside Content-Length (reject_bad_request answers it).
+// any other final coding leaves the length unknowable (400), a coding this server does not decode
+// is 501, and Transfer-Encoding in an HTTP/1.0 request is faulty framing (400). Beast's parser
+// already refuses Transfer-Encoding beside Content-Length (reject_bad_request answers it).
 std::optional<Response> transfer_coding_error(const RequestParser::value_type& header) {
   bool present = false;
   std::string all;
@@ -32,21 +32,25 @@ std::optional<Response> transfer_coding_error(const RequestParser::value_type& h
   }
   if (!present) return std::nullopt;
   auto bad = [&all](int status, const std::string& reason) {
-    return error_response(status, "malformed HTTP request: Transfer-Encoding '" + all + "': " + reason,
-                          "invalid_request_error", status == 501 ? "unsupported_transfer_coding" : "bad_request");
+    return error_response(
+        status, "malformed HTTP request: Transfer-Encoding '" + all + "': " + reason,
+        "invalid_request_error", status == 501 ? "unsupported_transfer_coding" : "bad_request");
   };
   if (header.version() < 11) return bad(400, "not allowed in an HTTP/1.0 request");
-  std::vector<std::string> codings;  // lower case, parameters and blanks dropped, empty items skipped
+  std::vector<std::string>
+      codings;  // lower case, parameters and blanks dropped, empty items skipped
   for (std::string_view rest = all;;) {
     const size_t comma = std::min(rest.find(','), rest.size());
     const std::string_view item = rest.substr(0, std::min(rest.find(';'), comma));
     const size_t b = item.find_first_not_of(" \t");
-    if (b != std::string_view::npos) codings.push_back(ascii_lower(item.substr(b, item.find_last_not_of(" \t") - b + 1)));
+    if (b != std::string_view::npos)
+      codings.push_back(ascii_lower(item.substr(b, item.find_last_not_of(" \t") - b + 1)));
     if (comma == rest.size()) break;
     rest.remove_prefix(comma + 1);
   }
   if (codings.empty()) return bad(400, "names no coding");
-  static constexpr std::array<std::string_view, 5> kKnown = {"gzip", "x-gzip", "deflate", "compress", "x-compress"};
+  static constexpr std::array<std::string_view, 5> kKnown = {"gzip", "x-gzip", "deflate",
+                                                             "compress", "x-compress"};
   for (size_t i = 0; i < codings.size(); ++i) {
     const std::string& c = codings[i];
     const bool last = i + 1 == codings.size();

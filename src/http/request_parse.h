@@ -1,6 +1,6 @@
 // One request off the wire, apart from any socket: Beast's parser with this server's limits, the
-// framing checks Beast leaves to us (Transfer-Encoding, RFC 9112), and the conversion into a Request.
-// The connection (connection.cc) reads every request through these; the fuzz target
+// framing checks Beast leaves to us (Transfer-Encoding, RFC 9112), and the conversion into a
+// Request. The connection (connection.cc) reads every request through these; the fuzz target
 // fuzz_http_request feeds them arbitrary bytes.
 #pragma once
 
@@ -14,7 +14,8 @@ namespace ajet::http {
 
 using RequestParser = boost::beast::http::request_parser<boost::beast::http::string_body>;
 
-// A header above max_header_bytes fails with header_limit, a body above max_body_bytes with body_limit.
+// A header above max_header_bytes fails with header_limit, a body above max_body_bytes with
+// body_limit.
 void limit_parser(RequestParser& parser, size_t max_header_bytes, size_t max_body_bytes);
 
 // RFC 9112 6.1/6.3 for a parsed header: nullopt when its framing is sound; else the answer (400, or

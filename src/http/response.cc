@@ -31,7 +31,8 @@ std::string_view error_type_for(int status) {
   return status >= 500 ? "server_error" : "invalid_request_error";
 }
 
-Response error_response(int status, std::string_view message, std::string_view type, std::string_view code) {
+Response error_response(int status, std::string_view message, std::string_view type,
+                        std::string_view code) {
   Json error = {
       {"message", message},
       {"type", type.empty() ? error_type_for(status) : type},
@@ -56,7 +57,8 @@ int status_for(ErrorCode code) {
 
 Response error_response(const Error& error) {
   int status = status_for(error.code());
-  return error_response(status, error.what(), error_type_for(status), error_code_name(error.code()));
+  return error_response(status, error.what(), error_type_for(status),
+                        error_code_name(error.code()));
 }
 
 void set_retry_after(Response& response, std::chrono::milliseconds delay) {
@@ -83,8 +85,8 @@ std::string sse_event(std::string_view data, std::string_view event) {
     out += '\n';
   }
   // Every line of the payload is its own data: field; the parser joins them back with '\n'. A line
-  // ends at LF, CR or CRLF, as SSE parsers read it: a bare CR split nowhere would end the data: line
-  // early there and let the rest read as a field of its own (another event's name, an id).
+  // ends at LF, CR or CRLF, as SSE parsers read it: a bare CR split nowhere would end the data:
+  // line early there and let the rest read as a field of its own (another event's name, an id).
   size_t start = 0;
   for (;;) {
     size_t nl = data.find_first_of("\r\n", start);

@@ -11,11 +11,16 @@ namespace {
 
 using ObserverClock = std::chrono::steady_clock;
 
-// One request's report to the observer, made exactly once, by whichever path ends the request first.
+// One request's report to the observer, made exactly once, by whichever path ends the request
+// first.
 class RouteReport {
  public:
-  RouteReport(std::shared_ptr<const RouteObserver> observer, std::string_view route, std::string method)
-      : observer_(std::move(observer)), route_(route), method_(std::move(method)), start_(ObserverClock::now()) {}
+  RouteReport(std::shared_ptr<const RouteObserver> observer, std::string_view route,
+              std::string method)
+      : observer_(std::move(observer)),
+        route_(route),
+        method_(std::move(method)),
+        start_(ObserverClock::now()) {}
 
   void done(int status) {
     if (reported_.exchange(true, std::memory_order_acq_rel)) return;
@@ -77,7 +82,8 @@ class ReportedRespond final : public detail::OnceTarget<Response> {
       : respond_(std::move(respond)), report_(std::move(report)) {}
   void accept(Response response) override {
     if (response.stream) {
-      response.stream = std::make_shared<ReportedStream>(std::move(response.stream), report_, response.status);
+      response.stream =
+          std::make_shared<ReportedStream>(std::move(response.stream), report_, response.status);
     } else {
       report_->done(response.status);
     }
@@ -125,12 +131,15 @@ std::string Router::Methods::allow() const {
   return out;
 }
 
-Router& Router::add(std::string_view method, std::string_view pattern, Handler handler, RouteOptions options) {
+Router& Router::add(std::string_view method, std::string_view pattern, Handler handler,
+                    RouteOptions options) {
   if (pattern.empty() || pattern.front() != '/') {
     invalid_argument("route pattern '" + std::string(pattern) + "' must start with '/'");
   }
   if (method.empty()) invalid_argument("route '" + std::string(pattern) + "' needs a method");
-  if (!handler) invalid_argument("route " + std::string(method) + " " + std::string(pattern) + " has no handler");
+  if (!handler)
+    invalid_argument("route " + std::string(method) + " " + std::string(pattern) +
+                     " has no handler");
   std::vector<std::string_view> segments = split_path(pattern);
   bool has_param = false;
   for (std::string_view s : segments) {
@@ -158,11 +167,13 @@ Router& Router::add(std::string_view method, std::string_view pattern, Handler h
   }
   for (const Route& route : methods->routes) {
     if (route.method == method) {
-      invalid_argument("route " + std::string(method) + " " + std::string(pattern) + " is registered twice");
+      invalid_argument("route " + std::string(method) + " " + std::string(pattern) +
+                       " is registered twice");
     }
   }
   std::shared_ptr<const BodyRules> body = body_rules(options);
-  methods->routes.push_back(Route{std::string(method), std::move(handler), std::move(options), std::move(body)});
+  methods->routes.push_back(
+      Route{std::string(method), std::move(handler), std::move(options), std::move(body)});
   return *this;
 }
 
@@ -194,18 +205,19 @@ void Router::rebuild_body_rules() {
 
 namespace {
 
-Response method_not_allowed(std::string_view method, std::string_view path, const std::string& allow) {
+Response method_not_allowed(std::string_view method, std::string_view path,
+                            const std::string& allow) {
   Response response = error_response(405,
-                                     "method " + std::string(method) + " is not allowed on " + std::string(path) +
-                                         " (allowed: " + allow + ")",
+                                     "method " + std::string(method) + " is not allowed on " +
+                                         std::string(path) + " (allowed: " + allow + ")",
                                      "invalid_request_error", "method_not_allowed");
   response.headers.add("Allow", allow);
   return response;
 }
 
 Response no_route(std::string_view method, std::string_view path) {
-  return error_response(404, "no route for " + std::string(method) + " " + std::string(path), "not_found_error",
-                        "not_found");
+  return error_response(404, "no route for " + std::string(method) + " " + std::string(path),
+                        "not_found_error", "not_found");
 }
 
 }  // namespace
@@ -223,7 +235,9 @@ HeadVerdict Router::check_head(const RequestHead& head) const {
   auto [methods, pattern] = match(head.path, nullptr);
   if (!methods) return answered_at_head(pattern, head.method, no_route(head.method, head.path));
   const Route* route = methods->find(head.method);
-  if (!route) return answered_at_head(pattern, head.method, method_not_allowed(head.method, head.path, methods->allow()));
+  if (!route)
+    return answered_at_head(pattern, head.method,
+                            method_not_allowed(head.method, head.path, methods->allow()));
   if (route->options.check_head) {
     std::optional<Response> answer;
     try {
@@ -231,14 +245,16 @@ HeadVerdict Router::check_head(const RequestHead& head) const {
     } catch (const Error& e) {
       answer = error_response(e);
     } catch (const std::exception& e) {
-      answer = error_response(500, std::string("internal error: ") + e.what(), "server_error", "internal");
+      answer = error_response(500, std::string("internal error: ") + e.what(), "server_error",
+                              "internal");
     }
     if (answer) return answered_at_head(pattern, head.method, std::move(*answer));
   }
   return HeadVerdict{std::nullopt, route->body};
 }
 
-HeadVerdict Router::answered_at_head(std::string_view route, std::string_view method, Response response) const {
+HeadVerdict Router::answered_at_head(std::string_view route, std::string_view method,
+                                     Response response) const {
   if (observer_) (*observer_)(RouteOutcome{route, method, response.status, {}});
   return HeadVerdict{std::move(response), nullptr};
 }
@@ -249,8 +265,8 @@ Router& Router::observe(RouteObserver observer) {
   return *this;
 }
 
-std::pair<const Router::Methods*, std::string_view> Router::match(std::string_view path,
-                                                                  std::map<std::string, std::string>* params) const {
+std::pair<const Router::Methods*, std::string_view> Router::match(
+    std::string_view path, std::map<std::string, std::string>* params) const {
   if (auto it = exact_.find(path); it != exact_.end()) return {&it->second, it->first};
   if (!patterns_.empty()) {
     std::vector<std::string_view> segments = split_path(path);
@@ -264,7 +280,8 @@ std::pair<const Router::Methods*, std::string_view> Router::match(std::string_vi
       if (!matches) continue;
       for (size_t i = 0; i < segments.size() && params; ++i) {
         const std::string& want = p.segments[i];
-        if (is_param(want)) (*params)[want.substr(1, want.size() - 2)] = percent_decode(segments[i], false);
+        if (is_param(want))
+          (*params)[want.substr(1, want.size() - 2)] = percent_decode(segments[i], false);
       }
       return {&p.methods, p.text};
     }
@@ -283,7 +300,8 @@ void Router::operator()(Request request, Respond respond) const {
   }
 }
 
-void Router::observed(const Methods* methods, std::string_view route, Request request, Respond respond) const {
+void Router::observed(const Methods* methods, std::string_view route, Request request,
+                      Respond respond) const {
   auto report = std::make_shared<RouteReport>(observer_, route, request.method);
   // Our own handle keeps the reported Respond from counting as dropped while a throwing handler
   // unwinds: the exception's answer is given below, as the server would give it (connection.cc).
@@ -298,7 +316,8 @@ void Router::observed(const Methods* methods, std::string_view route, Request re
     reported(error_response(e));
     throw;  // the server logs it; its own answer is refused (already answered)
   } catch (const std::exception& e) {
-    reported(error_response(500, std::string("internal error: ") + e.what(), "server_error", "internal"));
+    reported(error_response(500, std::string("internal error: ") + e.what(), "server_error",
+                            "internal"));
     throw;
   } catch (...) {
     reported(error_response(500, "internal error", "server_error", "internal"));

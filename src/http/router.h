@@ -1,10 +1,10 @@
 // Routes requests to handlers by method and path: exact paths ("/health") and `{name}` path
 // parameters ("/episodes/{episode_uuid}"). Unknown path → 404, known path with another method →
 // 405 with `Allow`; both carry the OpenAI error shape. Each route may check a request's head before
-// its body is read (a credential) and name its own body limit (check_head(): the server's HeadCheck).
-// Built once, then read-only (thread-safe).
-// An observer (observe()) learns each request's route pattern, status and duration, for metrics; the
-// Router knows nothing of what it does with them.
+// its body is read (a credential) and name its own body limit (check_head(): the server's
+// HeadCheck). Built once, then read-only (thread-safe). An observer (observe()) learns each
+// request's route pattern, status and duration, for metrics; the Router knows nothing of what it
+// does with them.
 #pragma once
 
 #include <chrono>
@@ -26,9 +26,10 @@ namespace ajet::http {
 inline constexpr std::string_view kUnmatchedRoute = "unmatched";
 
 // One request as the Router saw it. `route` is the registered pattern that matched
-// ("/episodes/{episode_uuid}"), never the raw path, so a label made of it stays bounded; `method` is
-// as sent. `elapsed` runs from dispatch to the response handed to the server; for a streamed body,
-// to the stream's end (its last chunk produced, or its cancellation when the client went away).
+// ("/episodes/{episode_uuid}"), never the raw path, so a label made of it stays bounded; `method`
+// is as sent. `elapsed` runs from dispatch to the response handed to the server; for a streamed
+// body, to the stream's end (its last chunk produced, or its cancellation when the client went
+// away).
 struct RouteOutcome {
   std::string_view route;
   std::string_view method;
@@ -58,8 +59,10 @@ class Router {
   // Registers `handler` for `method` (exact, e.g. "POST") on `pattern`. A `{name}` segment matches
   // one non-empty path segment and lands (percent-decoded) in request.path_params[name]. Exact
   // patterns win over parameterised ones; among those, the first registered wins. HEAD requests
-  // use the GET handler (the server sends no body). A duplicate registration throws kInvalidArgument.
-  Router& add(std::string_view method, std::string_view pattern, Handler handler, RouteOptions options = {});
+  // use the GET handler (the server sends no body). A duplicate registration throws
+  // kInvalidArgument.
+  Router& add(std::string_view method, std::string_view pattern, Handler handler,
+              RouteOptions options = {});
   Router& get(std::string_view pattern, Handler handler, RouteOptions options = {}) {
     return add("GET", pattern, std::move(handler), std::move(options));
   }
@@ -101,11 +104,13 @@ class Router {
   static void dispatch(const Methods& methods, Request request, Respond respond);
   // The methods registered for `path` and the pattern that matched (nullptr: none); fills `params`
   // (when given) from the pattern's `{name}` segments.
-  std::pair<const Methods*, std::string_view> match(std::string_view path,
-                                                    std::map<std::string, std::string>* params) const;
+  std::pair<const Methods*, std::string_view> match(
+      std::string_view path, std::map<std::string, std::string>* params) const;
   // dispatch() through a Respond that reports to the observer (404 for methods == nullptr).
-  void observed(const Methods* methods, std::string_view route, Request request, Respond respond) const;
-  HeadVerdict answered_at_head(std::string_view route, std::string_view method, Response response) const;
+  void observed(const Methods* methods, std::string_view route, Request request,
+                Respond respond) const;
+  HeadVerdict answered_at_head(std::string_view route, std::string_view method,
+                               Response response) const;
   std::shared_ptr<const BodyRules> body_rules(const RouteOptions& options) const;
   void rebuild_body_rules();
 

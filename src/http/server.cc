@@ -69,9 +69,10 @@ struct HttpServer::Impl {
       core.accepted.fetch_add(1, std::memory_order_relaxed);
       core.live.fetch_add(1);
       worker.assigned.fetch_add(1, std::memory_order_relaxed);
-      asio::post(worker.ioc, [this, w = &worker, s = std::make_shared<Socket>(std::move(socket))]() mutable {
-        admit(core, *w, std::move(*s));
-      });
+      asio::post(worker.ioc,
+                 [this, w = &worker, s = std::make_shared<Socket>(std::move(socket))]() mutable {
+                   admit(core, *w, std::move(*s));
+                 });
     }
   }
 
@@ -126,7 +127,8 @@ struct HttpServer::Impl {
     signals->async_wait([this](error_code ec, int signal_number) {
       if (ec || drained.load()) return;  // re-arming after the drain would keep worker 0 alive
       if (request_stop_state()) {
-        log().info("http: signal {}: stopping (a second signal closes every connection)", signal_number);
+        log().info("http: signal {}: stopping (a second signal closes every connection)",
+                   signal_number);
         begin_stop();
       } else {
         log().info("http: signal {}: closing every connection", signal_number);
@@ -149,7 +151,8 @@ size_t default_max_connections() {
   constexpr rlim_t kReserve = 64;  // the store, the engine's sockets, subprocess pipes, log files
   constexpr rlim_t kMost = 16384;
   rlimit limit{};
-  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return size_t(kMost);
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY)
+    return size_t(kMost);
   if (limit.rlim_cur <= 2 * kReserve) return size_t(std::max<rlim_t>(limit.rlim_cur / 2, 1));
   return size_t(std::min(limit.rlim_cur - kReserve, kMost));
 }
@@ -160,18 +163,21 @@ HttpServer::HttpServer(ServerOptions options, Router router)
 HttpServer::HttpServer(ServerOptions options, std::shared_ptr<const Router> router)
     : HttpServer(
           std::move(options),
-          [router](Request request, Respond respond) { (*router)(std::move(request), std::move(respond)); },
+          [router](Request request, Respond respond) {
+            (*router)(std::move(request), std::move(respond));
+          },
           [router](const RequestHead& head) { return router->check_head(head); }) {}
 
-HttpServer::HttpServer(ServerOptions options, Handler handler, HeadCheck check) : impl_(std::make_unique<Impl>()) {
+HttpServer::HttpServer(ServerOptions options, Handler handler, HeadCheck check)
+    : impl_(std::make_unique<Impl>()) {
   Impl& s = *impl_;
   if (!handler) invalid_argument("HttpServer needs a handler");
   if (options.io_threads < 1) invalid_argument("ServerOptions.io_threads must be >= 1");
   s.core.options = std::move(options);
   s.core.handler = std::move(handler);
   s.core.head_check = std::move(check);
-  s.core.max_connections =
-      s.core.options.max_connections > 0 ? s.core.options.max_connections : default_max_connections();
+  s.core.max_connections = s.core.options.max_connections > 0 ? s.core.options.max_connections
+                                                              : default_max_connections();
   const size_t threads = size_t(s.core.options.io_threads);
   s.core.worker_share = std::max<size_t>((s.core.max_connections + threads - 1) / threads, 1);
   s.core.on_drained = [&s] { s.on_drained(); };
@@ -213,9 +219,11 @@ const std::string& HttpServer::host() const { return impl_->core.options.host; }
 void HttpServer::handle_signals() {
   Impl& s = *impl_;
   std::lock_guard lock(s.state_mu);
-  if (s.state != Impl::State::kCreated) fail(ErrorCode::kFailedPrecondition, "handle_signals() must come before start()");
+  if (s.state != Impl::State::kCreated)
+    fail(ErrorCode::kFailedPrecondition, "handle_signals() must come before start()");
   if (s.signals) return;
-  s.signals.emplace(s.main().ioc.get_executor(), SIGINT, SIGTERM, SIGHUP);  // a closed terminal stops it cleanly too
+  s.signals.emplace(s.main().ioc.get_executor(), SIGINT, SIGTERM,
+                    SIGHUP);  // a closed terminal stops it cleanly too
   s.wait_signal();
 }
 

@@ -3,12 +3,13 @@
 // shutdown; it never interprets a route. Handlers must never block an I/O thread.
 //
 //   Router router;
-//   router.get("/health", [](Request, Respond respond) { respond(json_response({{"status", "ok"}})); });
-//   HttpServer server({.port = 10086}, std::move(router));   // binds now; port 0 → server.port()
+//   router.get("/health", [](Request, Respond respond) { respond(json_response({{"status",
+//   "ok"}})); }); HttpServer server({.port = 10086}, std::move(router));   // binds now; port 0 →
+//   server.port()
 //
 // Every request's head goes to the head check (a Router gives its own: 404/405, the route's check
-// and body limit) before its body is read; a client that hangs up while its request is handled fires
-// the request's CancelSignal.
+// and body limit) before its body is read; a client that hangs up while its request is handled
+// fires the request's CancelSignal.
 //   server.handle_signals();                                  // SIGINT/SIGTERM/SIGHUP → stop()
 //   server.run();                                             // until stopped and drained
 #pragma once
@@ -25,8 +26,8 @@ namespace ajet::http {
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  uint16_t port = 0;  // 0: an ephemeral port, see HttpServer::port()
-  int io_threads = 2; // each runs its own event loop; connections are spread round-robin
+  uint16_t port = 0;   // 0: an ephemeral port, see HttpServer::port()
+  int io_threads = 2;  // each runs its own event loop; connections are spread round-robin
   // Over a limit → 413 naming the limit, then the connection closes. max_body_bytes is the limit of
   // requests whose head verdict names none (HeadVerdict::body).
   size_t max_header_bytes = 32 * 1024;
@@ -36,10 +37,10 @@ struct ServerOptions {
   // body is read; a chunked body counts as it arrives (503 when it no longer fits).
   size_t max_body_memory_bytes = size_t(512) << 20;
   std::string body_memory_name = "max_body_memory_bytes";  // how the 503 names that limit
-  // Open connections at most (0: from RLIMIT_NOFILE, see default_max_connections()); each I/O thread
-  // takes an equal share. A connection accepted at the cap sheds the thread's connection idle the
-  // longest (keep-alive), else the one reading its header the longest; when none can go, it is
-  // answered 503 and closed.
+  // Open connections at most (0: from RLIMIT_NOFILE, see default_max_connections()); each I/O
+  // thread takes an equal share. A connection accepted at the cap sheds the thread's connection
+  // idle the longest (keep-alive), else the one reading its header the longest; when none can go,
+  // it is answered 503 and closed.
   size_t max_connections = 0;
   // Slow clients: from a request's first byte to the end of its header; for its whole body; between
   // requests on a keep-alive connection (and before the first); for each write (a response, one
@@ -84,7 +85,8 @@ class HttpServer {
   uint16_t port() const;  // the bound port (the ephemeral one when options.port was 0)
   const std::string& host() const;
 
-  // SIGINT/SIGTERM/SIGHUP → stop(); a second signal closes every connection at once. Call before start().
+  // SIGINT/SIGTERM/SIGHUP → stop(); a second signal closes every connection at once. Call before
+  // start().
   void handle_signals();
   // Starts the I/O threads and returns. A server runs once: it cannot be restarted after stop().
   void start();

@@ -79,9 +79,9 @@ struct Worker {
 struct Core {
   ServerOptions options;
   Handler handler;
-  HeadCheck head_check;               // null: every request is read with the server's own limits
-  size_t max_connections = 0;         // resolved (never 0)
-  size_t worker_share = 0;            // max_connections / io_threads, rounded up
+  HeadCheck head_check;        // null: every request is read with the server's own limits
+  size_t max_connections = 0;  // resolved (never 0)
+  size_t worker_share = 0;     // max_connections / io_threads, rounded up
   std::atomic<uint64_t> accepted{0};
   std::atomic<uint64_t> requests{0};
   std::atomic<uint64_t> shed{0};
@@ -89,8 +89,8 @@ struct Core {
   std::atomic<uint64_t> answered_at_head{0};
   std::atomic<uint64_t> body_bytes_read{0};
   std::atomic<size_t> body_bytes_held{0};  // see ServerOptions::max_body_memory_bytes
-  std::atomic<int64_t> refusing{0};  // connections being answered 503 at the cap
-  std::atomic<int64_t> live{0};      // connections accepted and not yet finished
+  std::atomic<int64_t> refusing{0};        // connections being answered 503 at the cap
+  std::atomic<int64_t> live{0};            // connections accepted and not yet finished
   std::atomic<bool> stopping{false};
   std::function<void()> on_drained;  // called once `live` reaches 0 while stopping
 
@@ -98,11 +98,14 @@ struct Core {
   bool hold_body_bytes(size_t bytes) {
     size_t held = body_bytes_held.load(std::memory_order_relaxed);
     do {
-      if (bytes > options.max_body_memory_bytes || held > options.max_body_memory_bytes - bytes) return false;
+      if (bytes > options.max_body_memory_bytes || held > options.max_body_memory_bytes - bytes)
+        return false;
     } while (!body_bytes_held.compare_exchange_weak(held, held + bytes, std::memory_order_relaxed));
     return true;
   }
-  void release_body_bytes(size_t bytes) { body_bytes_held.fetch_sub(bytes, std::memory_order_relaxed); }
+  void release_body_bytes(size_t bytes) {
+    body_bytes_held.fetch_sub(bytes, std::memory_order_relaxed);
+  }
   // A connection (or a refusal) finished.
   void connection_done() {
     if (live.fetch_sub(1) == 1 && stopping.load()) on_drained();
@@ -178,13 +181,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void on_stop();      // worker thread; graceful: idle closes now, busy after its response
   void force_close();  // worker thread; immediate: in-flight work abandoned, streams cancelled
-  void shed();         // worker thread; closed to make room at max_connections (idle or slow header)
+  void shed();  // worker thread; closed to make room at max_connections (idle or slow header)
   void wake() { signal_.cancel(); }
 
   // For shedding (worker thread): waiting for a request, or still reading a request's header, and
   // since when.
   bool idle() const { return phase_ == Phase::kIdle; }
-  bool reading_header() const { return phase_ == Phase::kReading && parser_ && !parser_->is_header_done(); }
+  bool reading_header() const {
+    return phase_ == Phase::kReading && parser_ && !parser_->is_header_done();
+  }
   Clock::time_point phase_since() const { return phase_since_; }
 
  private:
@@ -195,7 +200,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     Request request;
     std::optional<Response> answer;  // answered from the head (a request without a body)
     bool keep_alive = false;
-    bool close = false;              // the connection is done: rejected and drained, or failed
+    bool close = false;  // the connection is done: rejected and drained, or failed
   };
 
   void end();
@@ -220,16 +225,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Response body_memory_full(uint64_t wanted) const;
   Task<void> reject_bad_request(error_code ec);
   Task<void> reject(Response response);
-  std::optional<Response> call_handler(Request request, const std::shared_ptr<Slot<Response>>& slot);
+  std::optional<Response> call_handler(Request request,
+                                       const std::shared_ptr<Slot<Response>>& slot);
   template <class T>
   Task<std::optional<T>> await_slot(Slot<T>& slot);
 
   // connection_write.cc
-  std::array<asio::const_buffer, 2> prepare_plain(Response& response, bool keep_alive, bool head_only, int version);
+  std::array<asio::const_buffer, 2> prepare_plain(Response& response, bool keep_alive,
+                                                  bool head_only, int version);
   Task<bool> write_stream(Response& response, bool keep_alive, int version);
   void start_watch();
   Task<void> stop_watch();
-  void serialize_head(const Response& response, bool keep_alive, bool chunked, int version, bool no_length);
+  void serialize_head(const Response& response, bool keep_alive, bool chunked, int version,
+                      bool no_length);
   template <class Buffers>
   size_t write_now(const Buffers& buffers, error_code& ec);
   template <class Buffers>
@@ -249,10 +257,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Clock::time_point deadline_;
   Phase phase_ = Phase::kIdle;
   Clock::time_point phase_since_ = Clock::now();
-  std::shared_ptr<const BodyRules> body_rules_;  // the request being read: its route's (null: the server's)
-  size_t body_held_ = 0;                         // its bytes in Core::body_bytes_held
-  bool body_memory_full_ = false;                // a chunked body outgrew what the budget had left
-  std::shared_ptr<CancelSignal> cancel_;         // the request in flight's, until its answer is written
+  std::shared_ptr<const BodyRules>
+      body_rules_;                 // the request being read: its route's (null: the server's)
+  size_t body_held_ = 0;           // its bytes in Core::body_bytes_held
+  bool body_memory_full_ = false;  // a chunked body outgrew what the budget had left
+  std::shared_ptr<CancelSignal> cancel_;  // the request in flight's, until its answer is written
   bool stopping_ = false;
   bool force_closed_ = false;
   bool timed_out_ = false;
@@ -302,8 +311,8 @@ Task<std::optional<T>> Connection::await_slot(Slot<T>& slot) {
   }
 }
 
-// Writes what the (non-blocking) socket takes right now; no event-loop round trip. Returns the bytes
-// written; `ec` is set only on a real error, not when the socket is merely full.
+// Writes what the (non-blocking) socket takes right now; no event-loop round trip. Returns the
+// bytes written; `ec` is set only on a real error, not when the socket is merely full.
 template <class Buffers>
 size_t Connection::write_now(const Buffers& buffers, error_code& ec) {
   size_t total = asio::buffer_size(buffers);

@@ -1,5 +1,5 @@
-// Incremental parser for `text/event-stream` bodies (the HTML living standard's SSE rules): bytes in,
-// whole events out. Used by the HTTP client; never buffers more than one unfinished event.
+// Incremental parser for `text/event-stream` bodies (the HTML living standard's SSE rules): bytes
+// in, whole events out. Used by the HTTP client; never buffers more than one unfinished event.
 #pragma once
 
 #include <functional>
@@ -25,8 +25,8 @@ class SseParser {
  private:
   bool line(std::string_view text, const std::function<bool(const SseEvent&)>& on_event);
 
-  std::string partial_;   // an unfinished line
-  bool after_cr_ = false; // the previous byte was '\r' (so a following '\n' is not a new line)
+  std::string partial_;    // an unfinished line
+  bool after_cr_ = false;  // the previous byte was '\r' (so a following '\n' is not a new line)
   SseEvent event_;
   bool has_data_ = false;
 };

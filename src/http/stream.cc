@@ -5,7 +5,8 @@
 namespace ajet::http {
 
 namespace {
-// next() joins queued chunks up to this many bytes: fewer, larger writes when the producer is ahead.
+// next() joins queued chunks up to this many bytes: fewer, larger writes when the producer is
+// ahead.
 constexpr size_t kMaxJoinedBytes = 64 * 1024;
 }  // namespace
 
@@ -20,7 +21,8 @@ bool ChannelStream::push(std::string chunk) {
     if (pending_) {
       deliver = std::move(pending_);
       pending_ = Deliver();
-    } else if (max_queued_bytes_ > 0 && !queue_.empty() && queued_bytes_ + chunk.size() > max_queued_bytes_) {
+    } else if (max_queued_bytes_ > 0 && !queue_.empty() &&
+               queued_bytes_ + chunk.size() > max_queued_bytes_) {
       overflowed_ = true;  // the reader stopped reading: stop the producer rather than buffer more
     } else {
       queued_bytes_ += chunk.size();
@@ -89,8 +91,10 @@ void ChannelStream::next(Deliver deliver) {
   std::function<void()> finished_cancel;  // destroyed outside the lock
   {
     std::lock_guard lock(mu_);
-    if (overflowed_) {  // cut the body short: a clean end would pass a truncated answer for a whole one
-      throw std::runtime_error("the client read too slowly: more than " + std::to_string(max_queued_bytes_) +
+    if (overflowed_) {  // cut the body short: a clean end would pass a truncated answer for a whole
+                        // one
+      throw std::runtime_error("the client read too slowly: more than " +
+                               std::to_string(max_queued_bytes_) +
                                " bytes of the stream waited, so it was cancelled");
     }
     if (cancelled_) return;  // `deliver` dies unused: the server ends the body

@@ -7,8 +7,9 @@
 #include <utility>
 
 // The vector code uses GCC vector extensions (8 floats, common/vec8.h), which every target of
-// AJET_MULTIVERSION lowers to its own instructions. The helpers take and return 32-byte vectors, always
-// inlined: the ABI note GCC gives for passing them does not apply (silenced before the include).
+// AJET_MULTIVERSION lowers to its own instructions. The helpers take and return 32-byte vectors,
+// always inlined: the ABI note GCC gives for passing them does not apply (silenced before the
+// include).
 #pragma GCC diagnostic ignored "-Wpsabi"
 
 #include "common/multiversion.h"
@@ -20,8 +21,8 @@ namespace {
 using namespace ajet::vec8;
 using ajet::vec8::load8;  // beside the bfloat16 overload below
 
-// A key or value row's 8 elements as floats: float32 as it is, bfloat16 (its bits as uint16_t) widened
-// exactly (the top half of a float32).
+// A key or value row's 8 elements as floats: float32 as it is, bfloat16 (its bits as uint16_t)
+// widened exactly (the top half of a float32).
 typedef uint16_t v8h __attribute__((vector_size(16)));
 AJET_INLINE v8f load8(const uint16_t* p) {
   v8h h;
@@ -54,15 +55,17 @@ AJET_INLINE v8f reduce8x8(const v8f* a) {
   return __builtin_shuffle(r, v8i{0, 4, 1, 5, 2, 6, 3, 7});
 }
 
-// float32 to bfloat16 bits as c10::BFloat16 does (to nearest, ties to even; a NaN becomes 0x7fc0), so
-// a row the kernel writes is the row KvCache::write would have written.
+// float32 to bfloat16 bits as c10::BFloat16 does (to nearest, ties to even; a NaN becomes 0x7fc0),
+// so a row the kernel writes is the row KvCache::write would have written.
 AJET_INLINE uint16_t to_bfloat16(float x) {
   if (std::isnan(x)) return 0x7fc0;
   uint32_t bits;
   std::memcpy(&bits, &x, sizeof(bits));
   return static_cast<uint16_t>((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
 }
-AJET_INLINE void store_row(float* dst, const float* src, int64_t d) { std::memcpy(dst, src, sizeof(float) * d); }
+AJET_INLINE void store_row(float* dst, const float* src, int64_t d) {
+  std::memcpy(dst, src, sizeof(float) * d);
+}
 AJET_INLINE void store_row(uint16_t* dst, const float* src, int64_t d) {
   for (int64_t i = 0; i < d; ++i) dst[i] = to_bfloat16(src[i]);
 }
@@ -104,7 +107,8 @@ AJET_INLINE int64_t block_rows(const CpuAttentionArgs& a, int32_t block, int64_t
   return (static_cast<int64_t>(block) * a.kv_heads + g) * a.block_size * a.head_dim;
 }
 
-void fill_offsets(const CpuAttentionArgs& a, const int32_t* table, int64_t kv_head, int64_t len, int64_t* out) {
+void fill_offsets(const CpuAttentionArgs& a, const int32_t* table, int64_t kv_head, int64_t len,
+                  int64_t* out) {
   int64_t p = 0;
   for (int64_t b = 0; p < len; ++b) {
     const int64_t base = block_rows(a, table[b], kv_head);
@@ -121,13 +125,17 @@ AJET_INLINE int64_t first_position(const AttentionSegment& seg, const AttentionT
 // token r / G, head r % G; token i sees positions [0, first_len + i). Scores for all rows (R, len),
 // causal mask, softmax, then the weighted sum of values.
 struct Item {
-  const float* q;   // first row: (T, H, D) rows of the tile's first token, offset to head g * G
-  float* out;       // same layout as q
+  const float* q;      // first row: (T, H, D) rows of the tile's first token, offset to head g * G
+  float* out;          // same layout as q
   int64_t row_stride;  // floats between tokens (H * D)
   int64_t tokens, group, first_len;
   const float* const* q_rows;  // (tokens * group) q_row(r) of every row, computed once per item
-  AJET_INLINE const float* q_row(int64_t r, int64_t d) const { return q + (r / group) * row_stride + (r % group) * d; }
-  AJET_INLINE float* out_row(int64_t r, int64_t d) const { return out + (r / group) * row_stride + (r % group) * d; }
+  AJET_INLINE const float* q_row(int64_t r, int64_t d) const {
+    return q + (r / group) * row_stride + (r % group) * d;
+  }
+  AJET_INLINE float* out_row(int64_t r, int64_t d) const {
+    return out + (r / group) * row_stride + (r % group) * d;
+  }
   AJET_INLINE int64_t row_len(int64_t r) const { return first_len + r / group; }
 };
 
@@ -135,18 +143,20 @@ struct Item {
 AJET_INLINE void mask_and_softmax(const Item& it, float* s, int64_t len) {
   const int64_t rows = it.tokens * it.group;
   for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t p = it.row_len(r); p < len; ++p) s[r * len + p] = -std::numeric_limits<float>::infinity();
+    for (int64_t p = it.row_len(r); p < len; ++p)
+      s[r * len + p] = -std::numeric_limits<float>::infinity();
   }
   softmax_rows(s, rows, len);
 }
 
-// Scores of query rows [r0, r0 + RB) against the 8 keys kp: each key vector is loaded once for the RB
-// rows (a decode token's G heads share its kv head), 8 * RB accumulators.
+// Scores of query rows [r0, r0 + RB) against the 8 keys kp: each key vector is loaded once for the
+// RB rows (a decode token's G heads share its kv head), 8 * RB accumulators.
 template <typename T, int RB>
-AJET_INLINE void score_rows(const Item& it, const T* const* kp, int64_t nd, int64_t r0, float* s, int64_t len,
-                            int64_t p0, const v8f& scale) {
+AJET_INLINE void score_rows(const Item& it, const T* const* kp, int64_t nd, int64_t r0, float* s,
+                            int64_t len, int64_t p0, const v8f& scale) {
   const float* qr[RB];
-  for (int r = 0; r < RB; ++r) qr[r] = it.q_rows[r0 + r];  // not q_row: a division per row and 8 keys
+  for (int r = 0; r < RB; ++r)
+    qr[r] = it.q_rows[r0 + r];  // not q_row: a division per row and 8 keys
   v8f acc[RB][8] = {};
   for (int64_t c = 0; c < nd; ++c) {
     v8f k[8];
@@ -162,8 +172,8 @@ AJET_INLINE void score_rows(const Item& it, const T* const* kp, int64_t nd, int6
 // Outputs of rows [r0, r0 + RB) of one token: the weighted sum of values, each value vector loaded
 // once for the RB rows.
 template <typename T, int RB, int ND>
-AJET_INLINE void value_rows(const Item& it, const T* values, const RowAddress& addr, const float* s, int64_t len,
-                            int64_t r0) {
+AJET_INLINE void value_rows(const Item& it, const T* values, const RowAddress& addr, const float* s,
+                            int64_t len, int64_t r0) {
   constexpr int64_t d = ND * 8;
   v8f acc[RB][ND] = {};
   const float* w[RB];
@@ -177,7 +187,8 @@ AJET_INLINE void value_rows(const Item& it, const T* values, const RowAddress& a
     }
   };
   int64_t p = 0;
-  // 8 positions' weights per load, each broadcast with lane8 (splat8 of a scalar costs 9 µops here).
+  // 8 positions' weights per load, each broadcast with lane8 (splat8 of a scalar costs 9 µops
+  // here).
   for (; p + 8 <= row_len; p += 8) {
     v8f w8[RB];
     for (int r = 0; r < RB; ++r) w8[r] = load8(w[r] + p);
@@ -188,7 +199,8 @@ AJET_INLINE void value_rows(const Item& it, const T* values, const RowAddress& a
         position(p + K, wv);
       };
       (one.template operator()<J>(), ...);
-    }(std::make_integer_sequence<int, 8>{});
+    }
+    (std::make_integer_sequence<int, 8>{});
   }
   for (; p < row_len; ++p) {
     v8f wv[RB];
@@ -201,22 +213,23 @@ AJET_INLINE void value_rows(const Item& it, const T* values, const RowAddress& a
   }
 }
 
-// D = 8 * nd: scores of 8 keys at a time, then values accumulated in registers. With ND > 0 (nd = ND,
-// a compile-time constant at the common head sizes) two query rows go at a time, each loaded key and
-// value serving both; ND = 0 takes nd at run time (any D = 8 * nd <= 256), one row at a time.
+// D = 8 * nd: scores of 8 keys at a time, then values accumulated in registers. With ND > 0 (nd =
+// ND, a compile-time constant at the common head sizes) two query rows go at a time, each loaded
+// key and value serving both; ND = 0 takes nd at run time (any D = 8 * nd <= 256), one row at a
+// time.
 template <typename T, int ND>
-AJET_INLINE void attend_item_vec(const CpuAttentionArgs& a, const RowAddress& addr, const Item& it, float* s,
-                                 int64_t runtime_nd = ND) {
+AJET_INLINE void attend_item_vec(const CpuAttentionArgs& a, const RowAddress& addr, const Item& it,
+                                 float* s, int64_t runtime_nd = ND) {
   const T* keys = static_cast<const T*>(a.keys);
   const T* values = static_cast<const T*>(a.values);
   constexpr int64_t kLine = 64 / sizeof(T);  // elements per cache line
   const int64_t nd = ND > 0 ? ND : runtime_nd, d = nd * 8;
-  // Two rows share each load while their accumulators fit the registers (2 x 8 for the scores, 2 x ND
-  // for the values: AVX-512's 32).
+  // Two rows share each load while their accumulators fit the registers (2 x 8 for the scores, 2 x
+  // ND for the values: AVX-512's 32).
   constexpr int kPair = ND > 0 && ND <= 8 ? 2 : 1;
   const int64_t rows = it.tokens * it.group;
   const int64_t len = it.first_len + it.tokens - 1;  // the tile's last token sees the most
-  const v8f scale8 = splat8(a.scale);                 // once per item (splat8 is 9 µops)
+  const v8f scale8 = splat8(a.scale);                // once per item (splat8 is 9 µops)
   int64_t p0 = 0;
   for (; p0 + 8 <= len; p0 += 8) {
     const T* kp[8];
@@ -247,8 +260,8 @@ AJET_INLINE void attend_item_vec(const CpuAttentionArgs& a, const RowAddress& ad
   }
   mask_and_softmax(it, s, len);
   if constexpr (ND > 0) {
-    // Pairs of one token's rows only: their lengths are equal, so no row multiplies another's values
-    // by a masked weight (0 * an infinite value would be NaN).
+    // Pairs of one token's rows only: their lengths are equal, so no row multiplies another's
+    // values by a masked weight (0 * an infinite value would be NaN).
     for (int64_t t = 0; t < it.tokens; ++t) {
       int64_t r = t * it.group;
       const int64_t end = r + it.group;
@@ -273,7 +286,8 @@ AJET_INLINE void attend_item_vec(const CpuAttentionArgs& a, const RowAddress& ad
 
 // Any D: plain loops (the vectoriser does what it can).
 template <typename T>
-AJET_INLINE void attend_item_scalar(const CpuAttentionArgs& a, const RowAddress& addr, const Item& it, float* s) {
+AJET_INLINE void attend_item_scalar(const CpuAttentionArgs& a, const RowAddress& addr,
+                                    const Item& it, float* s) {
   const T* keys = static_cast<const T*>(a.keys);
   const T* values = static_cast<const T*>(a.values);
   const int64_t d = a.head_dim;
@@ -301,8 +315,8 @@ AJET_INLINE void attend_item_scalar(const CpuAttentionArgs& a, const RowAddress&
 }
 
 template <typename T>
-AJET_INLINE void attend_items(const CpuAttentionArgs& a, int64_t begin, int64_t end, AttentionScratch& scratch,
-                              int64_t then) {
+AJET_INLINE void attend_items(const CpuAttentionArgs& a, int64_t begin, int64_t end,
+                              AttentionScratch& scratch, int64_t then) {
   const int64_t group = a.heads / a.kv_heads;
   const int64_t d = a.head_dim;
   // Zig-zag over tiles (0, last, 1, last - 1, ...) so every contiguous range of items is balanced.
@@ -320,7 +334,8 @@ AJET_INLINE void attend_items(const CpuAttentionArgs& a, int64_t begin, int64_t 
       // memory, ~1,000 times a step per thread on `small` x64.
       const AttentionTile& next = tile_of(following);
       const AttentionSegment& ns = a.segments[next.segment];
-      const int64_t rows_ahead = std::min<int64_t>({8, a.block_size, first_position(ns, next) + next.num_tokens});
+      const int64_t rows_ahead =
+          std::min<int64_t>({8, a.block_size, first_position(ns, next) + next.num_tokens});
       const int64_t first = block_rows(a, a.block_tables[ns.table_begin], following % a.kv_heads);
       const char* kp = static_cast<const char*>(a.keys) + first * static_cast<int64_t>(sizeof(T));
       const int64_t bytes = rows_ahead * d * static_cast<int64_t>(sizeof(T));
@@ -337,10 +352,12 @@ AJET_INLINE void attend_items(const CpuAttentionArgs& a, int64_t begin, int64_t 
     const int64_t len = it.first_len + it.tokens - 1;
     const size_t need = static_cast<size_t>(it.tokens * group * len);
     if (scratch.scores.size() < need) scratch.scores.resize(need);
-    if (scratch.offsets.size() < static_cast<size_t>(len)) scratch.offsets.resize(static_cast<size_t>(len));
+    if (scratch.offsets.size() < static_cast<size_t>(len))
+      scratch.offsets.resize(static_cast<size_t>(len));
     fill_offsets(a, a.block_tables + seg.table_begin, g, len, scratch.offsets.data());
     const int64_t rows = it.tokens * group;
-    if (scratch.q_rows.size() < static_cast<size_t>(rows)) scratch.q_rows.resize(static_cast<size_t>(rows));
+    if (scratch.q_rows.size() < static_cast<size_t>(rows))
+      scratch.q_rows.resize(static_cast<size_t>(rows));
     for (int64_t r = 0; r < rows; ++r) scratch.q_rows[static_cast<size_t>(r)] = it.q_row(r, d);
     it.q_rows = scratch.q_rows.data();
     if (a.new_keys != nullptr) {
@@ -357,7 +374,8 @@ AJET_INLINE void attend_items(const CpuAttentionArgs& a, int64_t begin, int64_t 
     }
     const RowAddress addr{scratch.offsets.data()};
     float* s = scratch.scores.data();  // (R, len) scores, then weights
-    // Constant ND at the common head sizes lets the compiler unroll and keep accumulators in registers.
+    // Constant ND at the common head sizes lets the compiler unroll and keep accumulators in
+    // registers.
     switch (d) {
       case 16: attend_item_vec<T, 2>(a, addr, it, s); break;
       case 32: attend_item_vec<T, 4>(a, addr, it, s); break;
@@ -376,7 +394,8 @@ AJET_INLINE void attend_items(const CpuAttentionArgs& a, int64_t begin, int64_t 
 }  // namespace
 
 AJET_MULTIVERSION
-void attend_cpu_f32(const CpuAttentionArgs& a, int64_t begin, int64_t end, AttentionScratch& scratch, int64_t then) {
+void attend_cpu_f32(const CpuAttentionArgs& a, int64_t begin, int64_t end,
+                    AttentionScratch& scratch, int64_t then) {
   if (a.kv_type == KvElementType::kBFloat16) {
     attend_items<uint16_t>(a, begin, end, scratch, then);
   } else {

@@ -10,7 +10,8 @@
 namespace ajet::infer {
 
 at::Tensor forward_cached(model::Qwen2Model& model, KvCache& cache, const AttentionBatch& batch,
-                          const std::vector<int64_t>& ids, const std::vector<int64_t>& logit_rows, AttentionImpl impl) {
+                          const std::vector<int64_t>& ids, const std::vector<int64_t>& logit_rows,
+                          AttentionImpl impl) {
   // No-grad rather than inference mode: tensors the model caches lazily (rotary tables) must stay
   // usable by the trainer's autograd later.
   at::NoGradGuard no_grad;
@@ -20,12 +21,12 @@ at::Tensor forward_cached(model::Qwen2Model& model, KvCache& cache, const Attent
     model::DecoderLayer& layer = model->layer(l);
     model::QKV qkv = layer->attention_inputs(x, batch.positions());  // q (N, H, D), k/v (N, Hkv, D)
     at::Tensor attn = write_and_attend(qkv.q, qkv.k, qkv.v, cache, l, batch, impl);  // (N, H*D)
-    x = layer->attention_outputs(x, attn);                             // (N, C)
+    x = layer->attention_outputs(x, attn);                                           // (N, C)
   }
   if (logit_rows.empty()) return at::Tensor();
   at::Tensor last = static_cast<int64_t>(logit_rows.size()) == batch.num_tokens()
                         ? x
-                        : x.index_select(0, int64_tensor(logit_rows, device));  // (M, C)
+                        : x.index_select(0, int64_tensor(logit_rows, device));           // (M, C)
   return model->lm_head(model->final_norm(last)).to(at::kCPU, at::kFloat).contiguous();  // (M, V)
 }
 
@@ -37,17 +38,21 @@ InferenceEngine::InferenceEngine(model::Qwen2Model model, const InferenceEngineO
                                         ? model_->options()
                                         : model_->options().dtype(config_.cache_dtype);
   if (config_.block_size < 1) invalid_argument("engine config: block_size must be >= 1");
-  if (config_.cache_bytes < 1) invalid_argument("engine config: cache_bytes (the KV cache budget) must be set");
+  if (config_.cache_bytes < 1)
+    invalid_argument("engine config: cache_bytes (the KV cache budget) must be set");
   KvCacheShape shape{mc.num_hidden_layers, mc.num_key_value_heads, mc.head_dim, config_.block_size};
-  const int64_t num_blocks = KvCache::blocks_for_bytes(shape, config_.cache_bytes, options.dtype().itemsize());
+  const int64_t num_blocks =
+      KvCache::blocks_for_bytes(shape, config_.cache_bytes, options.dtype().itemsize());
   cache_ = std::make_unique<KvCache>(shape, num_blocks, options);
   scheduler_ = std::make_unique<batching::Scheduler>(
-      batching::SchedulerConfig{config_.block_size, config_.max_batch_tokens, config_.max_running, config_.prefix_caching},
+      batching::SchedulerConfig{config_.block_size, config_.max_batch_tokens, config_.max_running,
+                                config_.prefix_caching},
       num_blocks);
   // A sequence alone must always fit in the cache, so preemption can always make progress.
   max_model_len_ = config_.max_model_len > 0 ? config_.max_model_len : mc.max_position_embeddings;
   if (max_model_len_ <= 0) max_model_len_ = num_blocks * config_.block_size;
-  if (mc.max_position_embeddings > 0) max_model_len_ = std::min(max_model_len_, mc.max_position_embeddings);
+  if (mc.max_position_embeddings > 0)
+    max_model_len_ = std::min(max_model_len_, mc.max_position_embeddings);
   max_model_len_ = std::min(max_model_len_, num_blocks * config_.block_size);
   counters_.total_blocks = num_blocks;
   counters_.block_size = config_.block_size;
@@ -91,7 +96,8 @@ void InferenceEngine::submit(batching::GenerateRequest request, EventCallback ca
 std::future<GenerateResult> InferenceEngine::generate(batching::GenerateRequest request) {
   auto promise = std::make_shared<std::promise<GenerateResult>>();
   auto result = std::make_shared<GenerateResult>();
-  result->samples.resize(static_cast<size_t>(std::clamp<int64_t>(request.n, 1, config_.max_running)));
+  result->samples.resize(
+      static_cast<size_t>(std::clamp<int64_t>(request.n, 1, config_.max_running)));
   std::future<GenerateResult> future = promise->get_future();
   submit(std::move(request), [promise, result](const batching::GenerateEvent& event) {
     if (event.error) {
@@ -112,15 +118,16 @@ void InferenceEngine::abort(const std::string& request_id) {
   wake_.notify_one();
 }
 
-std::future<void> InferenceEngine::run_exclusive(std::function<void(model::Qwen2Model&)> fn, bool bump_version) {
+std::future<void> InferenceEngine::run_exclusive(std::function<void(model::Qwen2Model&)> fn,
+                                                 bool bump_version) {
   auto task = std::make_unique<ExclusiveTask>();
   task->fn = std::move(fn);
   task->bump_version = bump_version;
   return enqueue(std::move(task));
 }
 
-std::future<void> InferenceEngine::run_exclusive_at_version(std::function<void(model::Qwen2Model&)> fn,
-                                                            int64_t version) {
+std::future<void> InferenceEngine::run_exclusive_at_version(
+    std::function<void(model::Qwen2Model&)> fn, int64_t version) {
   auto task = std::make_unique<ExclusiveTask>();
   task->fn = std::move(fn);
   task->set_version = version;
@@ -137,7 +144,8 @@ std::future<void> InferenceEngine::enqueue(std::unique_ptr<ExclusiveTask> task) 
   std::future<void> done = task->done.get_future();
   std::lock_guard lock(mu_);
   if (stopped_) {
-    task->done.set_exception(std::make_exception_ptr(Error(ErrorCode::kUnavailable, "inference engine is stopped")));
+    task->done.set_exception(
+        std::make_exception_ptr(Error(ErrorCode::kUnavailable, "inference engine is stopped")));
   } else {
     exclusive_.push_back(std::move(task));
     wake_.notify_one();
@@ -152,7 +160,9 @@ EngineStats InferenceEngine::stats() const {
   return s;
 }
 
-bool InferenceEngine::has_inbox() const { return !new_requests_.empty() || !aborts_.empty() || !exclusive_.empty(); }
+bool InferenceEngine::has_inbox() const {
+  return !new_requests_.empty() || !aborts_.empty() || !exclusive_.empty();
+}
 
 void InferenceEngine::loop() {
   if (config_.threads > 0) {
@@ -198,7 +208,8 @@ void InferenceEngine::shutdown_requests() {
     aborts_.clear();
   }
   for (auto& task : tasks) {
-    task->done.set_exception(std::make_exception_ptr(Error(ErrorCode::kUnavailable, "inference engine stopped")));
+    task->done.set_exception(
+        std::make_exception_ptr(Error(ErrorCode::kUnavailable, "inference engine stopped")));
   }
   for (Submission& s : submissions) {
     auto state = std::make_shared<batching::RequestState>();
@@ -207,7 +218,8 @@ void InferenceEngine::shutdown_requests() {
     batching::GenerateEvent event;
     event.request_id = s.request.id;
     event.request_finished = true;
-    event.error = Error(ErrorCode::kUnavailable, "inference engine stopped before request '" + s.request.id + "' ran");
+    event.error = Error(ErrorCode::kUnavailable,
+                        "inference engine stopped before request '" + s.request.id + "' ran");
     emit(state, event);
   }
   std::vector<std::string> ids;
@@ -260,17 +272,21 @@ void InferenceEngine::validate(const batching::GenerateRequest& r) const {
   if (r.prompt.empty()) invalid_argument("prompt must contain at least one token");
   for (size_t i = 0; i < r.prompt.size(); ++i) {
     if (r.prompt[i] < 0 || r.prompt[i] >= vocab_size_) {
-      invalid_argument("prompt token " + std::to_string(i) + " has id " + std::to_string(r.prompt[i]) +
-                       ", outside the vocabulary [0, " + std::to_string(vocab_size_) + ")");
+      invalid_argument("prompt token " + std::to_string(i) + " has id " +
+                       std::to_string(r.prompt[i]) + ", outside the vocabulary [0, " +
+                       std::to_string(vocab_size_) + ")");
     }
   }
   if (static_cast<int64_t>(r.prompt.size()) >= max_model_len_) {
-    invalid_argument("prompt of " + std::to_string(r.prompt.size()) + " tokens leaves no room to generate within " +
-                     "the context of " + std::to_string(max_model_len_) + " tokens");
+    invalid_argument("prompt of " + std::to_string(r.prompt.size()) +
+                     " tokens leaves no room to generate within " + "the context of " +
+                     std::to_string(max_model_len_) + " tokens");
   }
-  if (r.max_tokens < 1) invalid_argument("max_tokens must be >= 1, got " + std::to_string(r.max_tokens));
+  if (r.max_tokens < 1)
+    invalid_argument("max_tokens must be >= 1, got " + std::to_string(r.max_tokens));
   if (r.n < 1 || r.n > config_.max_running) {
-    invalid_argument("n must be in [1, " + std::to_string(config_.max_running) + "], got " + std::to_string(r.n));
+    invalid_argument("n must be in [1, " + std::to_string(config_.max_running) + "], got " +
+                     std::to_string(r.n));
   }
   batching::validate_sampling_params({r.temperature, r.top_p, r.top_k, r.top_logprobs});
 }
@@ -349,13 +365,15 @@ bool InferenceEngine::run_batch() {
     seg.table_begin = static_cast<int64_t>(tables.size());
     seg.table_size = static_cast<int64_t>(seq.blocks.size());
     tables.insert(tables.end(), seq.blocks.begin(), seq.blocks.end());
-    ids.insert(ids.end(), seq.tokens.begin() + chunk.start, seq.tokens.begin() + chunk.start + chunk.length);
+    ids.insert(ids.end(), seq.tokens.begin() + chunk.start,
+               seq.tokens.begin() + chunk.start + chunk.length);
     if (chunk.needs_logits) logit_rows.push_back(seg.token_begin + chunk.length - 1);
     segments.push_back(seg);
     if (in_batch.empty() || in_batch.back() != seq.request) in_batch.push_back(seq.request);
   }
   try {
-    AttentionBatch batch(std::move(segments), std::move(tables), config_.block_size, model_->options().device());
+    AttentionBatch batch(std::move(segments), std::move(tables), config_.block_size,
+                         model_->options().device());
     at::Tensor logits = forward_cached(model_, *cache_, batch, ids, logit_rows, config_.attention);
     counters_.tokens_computed += plan.num_tokens;
     ++counters_.steps;
@@ -365,11 +383,13 @@ bool InferenceEngine::run_batch() {
     log().error("inference engine: step failed: {}", e.what());
     fail_requests(in_batch, e.what());
   }
-  counters_.busy_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  counters_.busy_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return true;
 }
 
-void InferenceEngine::fail_requests(const std::vector<std::shared_ptr<batching::RequestState>>& failed, const std::string& why) {
+void InferenceEngine::fail_requests(
+    const std::vector<std::shared_ptr<batching::RequestState>>& failed, const std::string& why) {
   for (const std::shared_ptr<batching::RequestState>& state : failed) {
     auto it = active_.find(state->request.id);
     if (it == active_.end() || it->second != state) continue;  // finished before the failure
@@ -385,8 +405,8 @@ void InferenceEngine::fail_requests(const std::vector<std::shared_ptr<batching::
 }
 
 void InferenceEngine::sample_and_emit(const batching::StepPlan& plan, const at::Tensor& logits) {
-  // Which sequence samples from which logits row. A prompt that just finished with n > 1 forks here,
-  // before its first token, so every sample shares the prompt's blocks.
+  // Which sequence samples from which logits row. A prompt that just finished with n > 1 forks
+  // here, before its first token, so every sample shares the prompt's blocks.
   struct Draw {
     batching::Sequence* seq;
     int64_t row;
@@ -401,7 +421,8 @@ void InferenceEngine::sample_and_emit(const batching::StepPlan& plan, const at::
     draws.push_back({seq, row, {}});
     if (seq->pending_forks > 0) {
       for (batching::Sequence* fork : scheduler_->fork(*seq, seq->pending_forks)) {
-        fork->rng = batching::SampleRng(fork->request->seed, static_cast<uint64_t>(fork->sample_index));
+        fork->rng =
+            batching::SampleRng(fork->request->seed, static_cast<uint64_t>(fork->sample_index));
         draws.push_back({fork, row, {}});
       }
     }
@@ -410,13 +431,15 @@ void InferenceEngine::sample_and_emit(const batching::StepPlan& plan, const at::
   if (draws.empty()) return;
   const float* data = logits.data_ptr<float>();
   const int64_t vocab = logits.size(1);
-  // Each draw has its own RNG and output slot, so rows can be sampled in parallel: a row costs a few
-  // passes over the vocabulary, so ~8k logits per thread are worth a thread (64 rows of a 1k vocab: 2).
+  // Each draw has its own RNG and output slot, so rows can be sampled in parallel: a row costs a
+  // few passes over the vocabulary, so ~8k logits per thread are worth a thread (64 rows of a 1k
+  // vocab: 2).
   at::parallel_for(0, static_cast<int64_t>(draws.size()), std::max<int64_t>(1, 8192 / vocab),
                    [&](int64_t begin, int64_t end) {
                      for (int64_t i = begin; i < end; ++i) {
                        Draw& d = draws[i];
-                       d.token = batching::sample_token(data + d.row * vocab, vocab, d.seq->request->sampling, d.seq->rng);
+                       d.token = batching::sample_token(data + d.row * vocab, vocab,
+                                                        d.seq->request->sampling, d.seq->rng);
                      }
                    });
   const int64_t version = policy_version_.load();
@@ -443,7 +466,8 @@ void InferenceEngine::sample_and_emit(const batching::StepPlan& plan, const at::
   }
 }
 
-void InferenceEngine::finish_sample(batching::Sequence* seq, batching::FinishReason reason, batching::GenerateEvent& event) {
+void InferenceEngine::finish_sample(batching::Sequence* seq, batching::FinishReason reason,
+                                    batching::GenerateEvent& event) {
   std::shared_ptr<batching::RequestState> state = seq->request;
   const size_t index = static_cast<size_t>(seq->sample_index);
   scheduler_->finish(seq);  // seq is gone after this
@@ -456,7 +480,8 @@ void InferenceEngine::finish_sample(batching::Sequence* seq, batching::FinishRea
   }
 }
 
-void InferenceEngine::emit(std::shared_ptr<batching::RequestState> request, batching::GenerateEvent event) {
+void InferenceEngine::emit(std::shared_ptr<batching::RequestState> request,
+                           batching::GenerateEvent event) {
   outbox_.emplace_back(std::move(request), std::move(event));
 }
 
@@ -471,7 +496,8 @@ void InferenceEngine::call(batching::RequestState& request, const batching::Gene
   try {
     request.callback(event);
   } catch (const std::exception& e) {
-    log().error("inference engine: callback for request '{}' threw: {}", event.request_id, e.what());
+    log().error("inference engine: callback for request '{}' threw: {}", event.request_id,
+                e.what());
   } catch (...) {
     log().error("inference engine: callback for request '{}' threw", event.request_id);
   }

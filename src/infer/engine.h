@@ -1,7 +1,8 @@
-// The inference engine: one thread owns the model and the paged KV cache and runs a continuous-batching
-// loop (admit waiting requests, decode every running sequence, prefill prompts in chunks, sample, emit
-// events). Any thread may submit, abort, read stats, or run code on the model between steps (weight
-// updates). Never sees text or the wire protocol; callbacks run on the engine thread and must be cheap.
+// The inference engine: one thread owns the model and the paged KV cache and runs a
+// continuous-batching loop (admit waiting requests, decode every running sequence, prefill prompts
+// in chunks, sample, emit events). Any thread may submit, abort, read stats, or run code on the
+// model between steps (weight updates). Never sees text or the wire protocol; callbacks run on the
+// engine thread and must be cheap.
 #pragma once
 
 #include <atomic>
@@ -27,40 +28,43 @@
 namespace ajet::infer {
 
 // How an InferenceEngine is built (batch limits, cache bytes, attention). Not config::EngineConfig,
-// the `ajet.engine` section of the YAML config, from which the engine's runtime fills some of these.
+// the `ajet.engine` section of the YAML config, from which the engine's runtime fills some of
+// these.
 struct InferenceEngineOptions {
-  int threads = 0;                    // libtorch intra-op threads for the engine thread; 0 = unchanged
-  int64_t cache_bytes = 0;            // memory bound of the KV cache (keys + values, all layers); the owner sets it
-  int64_t block_size = 16;            // tokens per cache block
-  int64_t max_batch_tokens = 512;     // tokens per step: decode tokens first, then prefill chunks
-  int64_t max_running = 64;           // sequences decoding at once (samples of n > 1 count each)
-  int64_t max_model_len = 0;          // prompt + generated limit; 0 = max_position_embeddings
-  bool prefix_caching = true;         // reuse computed full blocks of shared prompt prefixes (batching/scheduler.h)
-  bool start_thread = true;           // false: no engine thread, the owner calls step() (tests)
-  bool quiet = false;                 // log the cache sizing at debug, not info (owners that build many engines)
+  int threads = 0;  // libtorch intra-op threads for the engine thread; 0 = unchanged
+  int64_t cache_bytes =
+      0;  // memory bound of the KV cache (keys + values, all layers); the owner sets it
+  int64_t block_size = 16;         // tokens per cache block
+  int64_t max_batch_tokens = 512;  // tokens per step: decode tokens first, then prefill chunks
+  int64_t max_running = 64;        // sequences decoding at once (samples of n > 1 count each)
+  int64_t max_model_len = 0;       // prompt + generated limit; 0 = max_position_embeddings
+  bool prefix_caching =
+      true;  // reuse computed full blocks of shared prompt prefixes (batching/scheduler.h)
+  bool start_thread = true;  // false: no engine thread, the owner calls step() (tests)
+  bool quiet = false;  // log the cache sizing at debug, not info (owners that build many engines)
   AttentionImpl attention = AttentionImpl::kAuto;
-  // Element type of the KV cache; Undefined = the model's. bfloat16 under a float32 model halves the
-  // bytes a decode step reads from the cache (and doubles the tokens cache_bytes holds); attention
-  // still computes in float32 on the keys and values rounded to bfloat16.
+  // Element type of the KV cache; Undefined = the model's. bfloat16 under a float32 model halves
+  // the bytes a decode step reads from the cache (and doubles the tokens cache_bytes holds);
+  // attention still computes in float32 on the keys and values rounded to bfloat16.
   at::ScalarType cache_dtype = at::ScalarType::Undefined;
 };
 
 struct EngineStats {
-  int64_t running = 0;           // sequences admitted (prefilling or decoding)
-  int64_t waiting = 0;           // sequences queued for cache blocks or a slot
+  int64_t running = 0;  // sequences admitted (prefilling or decoding)
+  int64_t waiting = 0;  // sequences queued for cache blocks or a slot
   int64_t free_blocks = 0;
   int64_t total_blocks = 0;
   int64_t block_size = 0;
   int64_t max_model_len = 0;
   int64_t steps = 0;
-  int64_t tokens_generated = 0;  // sampled tokens
-  int64_t tokens_computed = 0;   // tokens run through the model (prefill, recompute and decode)
+  int64_t tokens_generated = 0;      // sampled tokens
+  int64_t tokens_computed = 0;       // tokens run through the model (prefill, recompute and decode)
   int64_t tokens_prefix_cached = 0;  // prompt tokens not computed: their keys/values were cached
-  int64_t cached_blocks = 0;     // blocks whose contents prefix caching can reuse (now)
+  int64_t cached_blocks = 0;         // blocks whose contents prefix caching can reuse (now)
   int64_t preemptions = 0;
   int64_t requests_finished = 0;
   int64_t policy_version = 0;
-  double busy_seconds = 0;       // wall time spent running batches (forward and sampling) since start
+  double busy_seconds = 0;  // wall time spent running batches (forward and sampling) since start
 };
 
 using EventCallback = std::function<void(const batching::GenerateEvent&)>;
@@ -90,21 +94,23 @@ class InferenceEngine {
   InferenceEngine(const InferenceEngine&) = delete;
   InferenceEngine& operator=(const InferenceEngine&) = delete;
 
-  // Queues a request; every outcome (tokens, finish, or a validation error) arrives through `callback`
-  // on the engine thread. Thread-safe.
+  // Queues a request; every outcome (tokens, finish, or a validation error) arrives through
+  // `callback` on the engine thread. Thread-safe.
   void submit(batching::GenerateRequest request, EventCallback callback);
   // Submits and gathers all events; the future is ready when the request is finished.
   std::future<GenerateResult> generate(batching::GenerateRequest request);
   // Finishes the request's unfinished samples with `abort`. Unknown or finished ids are ignored.
   void abort(const std::string& request_id);
 
-  // Runs fn on the engine thread between two steps with exclusive access to the model; afterwards the
-  // policy version is incremented when bump_version is set (and fn did not throw). Tokens sampled after
-  // that carry the new version. Sequences in flight keep their cached keys/values from older weights.
+  // Runs fn on the engine thread between two steps with exclusive access to the model; afterwards
+  // the policy version is incremented when bump_version is set (and fn did not throw). Tokens
+  // sampled after that carry the new version. Sequences in flight keep their cached keys/values
+  // from older weights.
   std::future<void> run_exclusive(std::function<void(model::Qwen2Model&)> fn, bool bump_version);
-  // run_exclusive, then (when fn did not throw) the policy version becomes `version`: weights restored
-  // from a checkpoint and their version change together, no step runs in between.
-  std::future<void> run_exclusive_at_version(std::function<void(model::Qwen2Model&)> fn, int64_t version);
+  // run_exclusive, then (when fn did not throw) the policy version becomes `version`: weights
+  // restored from a checkpoint and their version change together, no step runs in between.
+  std::future<void> run_exclusive_at_version(std::function<void(model::Qwen2Model&)> fn,
+                                             int64_t version);
   // Sets the policy version (e.g. restored from a checkpoint), between steps like run_exclusive.
   std::future<void> set_policy_version(int64_t version);
   int64_t policy_version() const { return policy_version_.load(); }
@@ -115,8 +121,8 @@ class InferenceEngine {
   // The KV cache's element type (config().cache_dtype, or the model's when that is Undefined).
   at::ScalarType cache_dtype() const { return cache_->dtype(); }
 
-  // Manual mode (start_thread = false): handles queued submissions, aborts and exclusive tasks, then
-  // runs one batch. Returns false when there was nothing to do at all.
+  // Manual mode (start_thread = false): handles queued submissions, aborts and exclusive tasks,
+  // then runs one batch. Returns false when there was nothing to do at all.
   bool step();
   // Stops the engine thread; unfinished requests end with `abort`, queued exclusive tasks fail.
   void stop();
@@ -142,8 +148,10 @@ class InferenceEngine {
   void abort_request(const std::string& id);
   bool run_batch();
   void sample_and_emit(const batching::StepPlan& plan, const at::Tensor& logits);
-  void fail_requests(const std::vector<std::shared_ptr<batching::RequestState>>& failed, const std::string& why);
-  void finish_sample(batching::Sequence* seq, batching::FinishReason reason, batching::GenerateEvent& event);
+  void fail_requests(const std::vector<std::shared_ptr<batching::RequestState>>& failed,
+                     const std::string& why);
+  void finish_sample(batching::Sequence* seq, batching::FinishReason reason,
+                     batching::GenerateEvent& event);
   // Events are queued during a step and delivered after it (stats already published).
   void emit(std::shared_ptr<batching::RequestState> request, batching::GenerateEvent event);
   void flush_events();
@@ -157,9 +165,11 @@ class InferenceEngine {
   int64_t vocab_size_ = 0;
   std::unique_ptr<KvCache> cache_;
   std::unique_ptr<batching::Scheduler> scheduler_;
-  std::unordered_map<std::string, std::shared_ptr<batching::RequestState>> active_;  // engine thread only
-  std::mt19937_64 seed_source_;                                            // engine thread only
-  std::vector<std::pair<std::shared_ptr<batching::RequestState>, batching::GenerateEvent>> outbox_;  // engine thread only
+  std::unordered_map<std::string, std::shared_ptr<batching::RequestState>>
+      active_;                   // engine thread only
+  std::mt19937_64 seed_source_;  // engine thread only
+  std::vector<std::pair<std::shared_ptr<batching::RequestState>, batching::GenerateEvent>>
+      outbox_;  // engine thread only
   std::atomic<int64_t> policy_version_{0};
 
   mutable std::mutex mu_;  // guards the inbox, stopping_ and stats_

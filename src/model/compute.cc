@@ -26,7 +26,8 @@ std::string loaded_blas_libraries() {
     if (slash == std::string::npos) continue;
     std::string path = line.substr(slash);
     auto base = path.substr(path.rfind('/') + 1);
-    if (base.find("blas") != std::string::npos || base.find("mkl_") != std::string::npos) found.insert(path);
+    if (base.find("blas") != std::string::npos || base.find("mkl_") != std::string::npos)
+      found.insert(path);
   }
   std::string out;
   for (const auto& p : found) out += (out.empty() ? "" : ", ") + p;
@@ -54,9 +55,11 @@ std::string describe_compute_backend() {
   std::string blas = "BLAS " + loaded_blas_libraries();
   // OpenBLAS reports its build (kernel, threading) when it is the BLAS in use.
   using ConfigFn = char* (*)();
-  if (auto fn = reinterpret_cast<ConfigFn>(dlsym(RTLD_DEFAULT, "openblas_get_config"))) blas += " (" + std::string(fn()) + ")";
+  if (auto fn = reinterpret_cast<ConfigFn>(dlsym(RTLD_DEFAULT, "openblas_get_config")))
+    blas += " (" + std::string(fn()) + ")";
   if (const std::string was = openblas_core_replaced(); !was.empty()) {
-    blas += " [kernel " + openblas_core() + " set by ajet: OpenBLAS picked " + was + " for this CPU; blas_kernel.h]";
+    blas += " [kernel " + openblas_core() + " set by ajet: OpenBLAS picked " + was +
+            " for this CPU; blas_kernel.h]";
   }
   std::string parallel = at::get_parallel_info();
   std::string backend = "unknown";
@@ -69,11 +72,13 @@ std::string describe_compute_backend() {
     capability = config.substr(pos + 22, config.find('\n', pos) - pos - 22);
   }
   const int own = own_parallel_for_threads(at::get_num_threads());
-  const std::string own_note = own < at::get_num_threads() ? " [this build's own kernels run on " + std::to_string(own) +
-                                                                 ": built without OpenMP]"
-                                                           : "";
-  return blas + ", " + std::to_string(at::get_num_threads()) + " intra-op threads (" + backend + ")" + own_note + ", " +
-         std::to_string(at::get_num_interop_threads()) + " inter-op, CPU capability " + capability + ", CUDA " +
+  const std::string own_note =
+      own < at::get_num_threads()
+          ? " [this build's own kernels run on " + std::to_string(own) + ": built without OpenMP]"
+          : "";
+  return blas + ", " + std::to_string(at::get_num_threads()) + " intra-op threads (" + backend +
+         ")" + own_note + ", " + std::to_string(at::get_num_interop_threads()) +
+         " inter-op, CPU capability " + capability + ", CUDA " +
          (at::globalContext().hasCUDA() ? "available" : "unavailable");
 }
 

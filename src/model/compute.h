@@ -1,5 +1,5 @@
-// What the engine computes with: BLAS library, thread counts, device. Logged at engine start-up so a
-// slow run can be traced to a reference BLAS or a single thread. Never changes numerics.
+// What the engine computes with: BLAS library, thread counts, device. Logged at engine start-up so
+// a slow run can be traced to a reference BLAS or a single thread. Never changes numerics.
 #pragma once
 
 #include <cstdint>

@@ -30,12 +30,15 @@ AJET_INLINE v16f pair_sums8(const v16f* a) {
   const v16i hi8 = lo8 + 8;
   v16f t[4];
   for (int j = 0; j < 4; ++j) {  // groups of 8: [a0 a1], [a2 a3], ...
-    t[j] = __builtin_shuffle(a[2 * j], a[2 * j + 1], lo8) + __builtin_shuffle(a[2 * j], a[2 * j + 1], hi8);
+    t[j] = __builtin_shuffle(a[2 * j], a[2 * j + 1], lo8) +
+           __builtin_shuffle(a[2 * j], a[2 * j + 1], hi8);
   }
   const v16i lo4 = {0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27};
   const v16i hi4 = lo4 + 4;
-  const v16f u0 = __builtin_shuffle(t[0], t[1], lo4) + __builtin_shuffle(t[0], t[1], hi4);  // [a0 a1 a2 a3]
-  const v16f u1 = __builtin_shuffle(t[2], t[3], lo4) + __builtin_shuffle(t[2], t[3], hi4);  // [a4 .. a7]
+  const v16f u0 =
+      __builtin_shuffle(t[0], t[1], lo4) + __builtin_shuffle(t[0], t[1], hi4);  // [a0 a1 a2 a3]
+  const v16f u1 =
+      __builtin_shuffle(t[2], t[3], lo4) + __builtin_shuffle(t[2], t[3], hi4);  // [a4 .. a7]
   const v16i lo2 = {0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29};
   const v16i hi2 = lo2 + 2;
   return __builtin_shuffle(u0, u1, lo2) + __builtin_shuffle(u0, u1, hi2);  // [a0 .. a7] in pairs
@@ -44,7 +47,8 @@ AJET_INLINE v16f pair_sums8(const v16f* a) {
 // One tile: MR input rows against 8 weight rows (8 output columns). Dot products along K, 16 at a
 // time; the 8 weight vectors of a step are shared by the MR rows, so each is loaded once per tile.
 template <int MR>
-AJET_INLINE void tile(const float* x, const float* w, const float* bias, float* y, int64_t n, int64_t k) {
+AJET_INLINE void tile(const float* x, const float* w, const float* bias, float* y, int64_t n,
+                      int64_t k) {
   v16f acc[MR][8] = {};
   const int64_t kv = k - k % 16;
   for (int64_t c = 0; c < kv; c += 16) {
@@ -62,7 +66,8 @@ AJET_INLINE void tile(const float* x, const float* w, const float* bias, float* 
   const v16i odd = even + 1;
   for (int r = 0; r < MR; ++r) {
     const v16f p = pair_sums8(acc[r]);
-    const v16f s = __builtin_shuffle(p, p, even) + __builtin_shuffle(p, p, odd);  // lanes 0..7: the 8 sums
+    const v16f s =
+        __builtin_shuffle(p, p, even) + __builtin_shuffle(p, p, odd);  // lanes 0..7: the 8 sums
     float* out = y + r * n;
     for (int j = 0; j < 8; ++j) {
       float v = s[j];
@@ -75,18 +80,19 @@ AJET_INLINE void tile(const float* x, const float* w, const float* bias, float* 
 AJET_INLINE void store16(float* p, v16f v) { std::memcpy(p, &v, sizeof(v)); }
 
 // One tile of the packed kernel: MR input rows against one panel (32 output columns, `cols` of them
-// real). Per K step: two weight vectors, MR broadcasts, 2 * MR multiply-adds into 2 * MR accumulators
-// (24 of AVX-512's 32 registers at MR = 12).
+// real). Per K step: two weight vectors, MR broadcasts, 2 * MR multiply-adds into 2 * MR
+// accumulators (24 of AVX-512's 32 registers at MR = 12).
 //
-// The tile also asks for [prefetch, prefetch_end) (part of the next panel) to be brought into L2, a few
-// cache lines every kPrefetchSteps K steps, so the first tile of the next panel need not wait for it
-// to come from memory (~11 GB/s per core, where a tile consumes ~32). Measured: ~2 points of the GEMM
-// peak on `small`'s linears at 64 rows (68 -> 70 %, an A/B of two builds).
+// The tile also asks for [prefetch, prefetch_end) (part of the next panel) to be brought into L2, a
+// few cache lines every kPrefetchSteps K steps, so the first tile of the next panel need not wait
+// for it to come from memory (~11 GB/s per core, where a tile consumes ~32). Measured: ~2 points of
+// the GEMM peak on `small`'s linears at 64 rows (68 -> 70 %, an A/B of two builds).
 constexpr int64_t kPrefetchSteps = 8;
 
 template <int MR>
-AJET_INLINE void packed_tile(const float* x, int64_t k, const float* panel, const float* bias, float* y,
-                                    int64_t n, int64_t cols, const char* prefetch, const char* prefetch_end) {
+AJET_INLINE void packed_tile(const float* x, int64_t k, const float* panel, const float* bias,
+                             float* y, int64_t n, int64_t cols, const char* prefetch,
+                             const char* prefetch_end) {
   v16f lo[MR] = {}, hi[MR] = {};
   constexpr int64_t kLine = 64;
   const int64_t lines = (prefetch_end - prefetch) / kLine;
@@ -98,7 +104,8 @@ AJET_INLINE void packed_tile(const float* x, int64_t k, const float* panel, cons
     const int64_t c1 = std::min(k, c0 + kPrefetchSteps);
 #pragma GCC unroll 2
     for (int64_t c = c0; c < c1; ++c) {
-      const v16f w0 = load16(panel + c * kPackedColumns), w1 = load16(panel + c * kPackedColumns + 16);
+      const v16f w0 = load16(panel + c * kPackedColumns),
+                 w1 = load16(panel + c * kPackedColumns + 16);
 #pragma GCC unroll 12
       for (int r = 0; r < MR; ++r) {
         const float xv = x[r * k + c];
@@ -108,7 +115,8 @@ AJET_INLINE void packed_tile(const float* x, int64_t k, const float* panel, cons
     }
   }
   if (cols == kPackedColumns) {
-    const v16f b0 = bias != nullptr ? load16(bias) : v16f{}, b1 = bias != nullptr ? load16(bias + 16) : v16f{};
+    const v16f b0 = bias != nullptr ? load16(bias) : v16f{},
+               b1 = bias != nullptr ? load16(bias + 16) : v16f{};
     for (int r = 0; r < MR; ++r) {
       store16(y + r * n, lo[r] + b0);
       store16(y + r * n + 16, hi[r] + b1);
@@ -124,18 +132,19 @@ AJET_INLINE void packed_tile(const float* x, int64_t k, const float* panel, cons
 }
 
 // The same tile in vectors of 8 floats (32 output columns: four per row), for CPUs without AVX-512.
-// There a 16-float vector is two registers, and GCC builds packed_tile's broadcast of each input value
-// into one through the stack: a store-forwarding stall per step, which left that tile ~1.8 GFLOP/s on
-// an AVX2 EPYC, 30-40x slower than OpenBLAS on the same rows. An 8-float broadcast is one vbroadcastss.
-// 3 rows: 12 accumulators and 4 weight vectors fill AVX2's 16 registers. Each output is the same
-// multiply-adds in the same order as in packed_tile, so both give the same bits.
+// There a 16-float vector is two registers, and GCC builds packed_tile's broadcast of each input
+// value into one through the stack: a store-forwarding stall per step, which left that tile ~1.8
+// GFLOP/s on an AVX2 EPYC, 30-40x slower than OpenBLAS on the same rows. An 8-float broadcast is
+// one vbroadcastss. 3 rows: 12 accumulators and 4 weight vectors fill AVX2's 16 registers. Each
+// output is the same multiply-adds in the same order as in packed_tile, so both give the same bits.
 using vec8::load8;
 using vec8::store8;
 using vec8::v8f;
 
 template <int MR>
-AJET_INLINE void packed_tile8(const float* x, int64_t k, const float* panel, const float* bias, float* y,
-                              int64_t n, int64_t cols, const char* prefetch, const char* prefetch_end) {
+AJET_INLINE void packed_tile8(const float* x, int64_t k, const float* panel, const float* bias,
+                              float* y, int64_t n, int64_t cols, const char* prefetch,
+                              const char* prefetch_end) {
   v8f acc[MR][4] = {};
   constexpr int64_t kLine = 64;
   const int64_t lines = (prefetch_end - prefetch) / kLine;
@@ -176,8 +185,9 @@ AJET_INLINE void packed_tile8(const float* x, int64_t k, const float* panel, con
 
 // One tile of MR rows: 16-float vectors (kNarrow false) or 8-float ones.
 template <int MR, bool kNarrow>
-AJET_INLINE void packed_tile_of(const float* x, int64_t k, const float* panel, const float* bias, float* y,
-                                int64_t n, int64_t cols, const char* prefetch, const char* prefetch_end) {
+AJET_INLINE void packed_tile_of(const float* x, int64_t k, const float* panel, const float* bias,
+                                float* y, int64_t n, int64_t cols, const char* prefetch,
+                                const char* prefetch_end) {
   if constexpr (kNarrow) {
     packed_tile8<MR>(x, k, panel, bias, y, n, cols, prefetch, prefetch_end);
   } else {
@@ -188,33 +198,39 @@ AJET_INLINE void packed_tile_of(const float* x, int64_t k, const float* panel, c
 // Rows [0, rows) of a row block against one panel, in tiles of `mr` rows and one tile for the rest;
 // the tiles share out the prefetch of `next` (the panel after this one, or null).
 template <int MR, bool kNarrow>
-AJET_INLINE void packed_rows(const float* x, int64_t rows, int64_t k, const float* panel, const float* bias,
-                                    float* y, int64_t n, int64_t cols, const float* next) {
+AJET_INLINE void packed_rows(const float* x, int64_t rows, int64_t k, const float* panel,
+                             const float* bias, float* y, int64_t n, int64_t cols,
+                             const float* next) {
   const int64_t tiles = (rows + MR - 1) / MR;
   const char* next_bytes = reinterpret_cast<const char*>(next);
-  const int64_t next_size = next != nullptr ? k * kPackedColumns * static_cast<int64_t>(sizeof(float)) : 0;
+  const int64_t next_size =
+      next != nullptr ? k * kPackedColumns * static_cast<int64_t>(sizeof(float)) : 0;
   auto share = [&](int64_t t) { return next_bytes + next_size * t / tiles; };
   int64_t r = 0, t = 0;
   for (; r + MR <= rows; r += MR, ++t) {
-    packed_tile_of<MR, kNarrow>(x + r * k, k, panel, bias, y + r * n, n, cols, share(t), share(t + 1));
+    packed_tile_of<MR, kNarrow>(x + r * k, k, panel, bias, y + r * n, n, cols, share(t),
+                                share(t + 1));
   }
   const float* xr = x + r * k;
   float* yr = y + r * n;
+  // clang-format off
   switch (rows - r) {
-#define AJET_PACKED_REST(R) \
-  case R: \
-    if constexpr (R < MR) packed_tile_of<R, kNarrow>(xr, k, panel, bias, yr, n, cols, share(t), share(t + 1)); \
+#define AJET_PACKED_REST(R)                                                                \
+  case R:                                                                                  \
+    if constexpr (R < MR)                                                                  \
+      packed_tile_of<R, kNarrow>(xr, k, panel, bias, yr, n, cols, share(t), share(t + 1)); \
     break;
-    AJET_PACKED_REST(1) AJET_PACKED_REST(2) AJET_PACKED_REST(3) AJET_PACKED_REST(4) AJET_PACKED_REST(5)
-    AJET_PACKED_REST(6) AJET_PACKED_REST(7) AJET_PACKED_REST(8) AJET_PACKED_REST(9) AJET_PACKED_REST(10)
-    AJET_PACKED_REST(11)
+    AJET_PACKED_REST(1) AJET_PACKED_REST(2) AJET_PACKED_REST(3) AJET_PACKED_REST(4)
+    AJET_PACKED_REST(5) AJET_PACKED_REST(6) AJET_PACKED_REST(7) AJET_PACKED_REST(8)
+    AJET_PACKED_REST(9) AJET_PACKED_REST(10) AJET_PACKED_REST(11)
 #undef AJET_PACKED_REST
     default: break;
   }
+  // clang-format on
 }
 
-// AVX-512 has the 32 vector registers a 12-row tile of 16-float vectors needs; elsewhere the tiles are of
-// 8-float vectors and 3 rows (packed_tile8).
+// AVX-512 has the 32 vector registers a 12-row tile of 16-float vectors needs; elsewhere the tiles
+// are of 8-float vectors and 3 rows (packed_tile8).
 bool wide_vectors() {
 #if defined(__GNUC__) && defined(__x86_64__)
   static const bool avx512 = __builtin_cpu_supports("avx512f");
@@ -239,11 +255,13 @@ void pack_weight_f32(const float* w, int64_t n, int64_t k, float* packed) {
 }
 
 AJET_MULTIVERSION
-void linear_packed_f32(const float* x, const float* packed, const float* bias, float* y, int64_t m, int64_t n,
-                       int64_t k, int64_t panel_begin, int64_t panel_end, const float* then) {
+void linear_packed_f32(const float* x, const float* packed, const float* bias, float* y, int64_t m,
+                       int64_t n, int64_t k, int64_t panel_begin, int64_t panel_end,
+                       const float* then) {
   const bool wide = wide_vectors();
   const int64_t mr = wide ? 12 : 3;
-  // Row blocks of ~256 KB of input stay in L2 while this thread's panels stream past them once each.
+  // Row blocks of ~256 KB of input stay in L2 while this thread's panels stream past them once
+  // each.
   const int64_t block = std::max<int64_t>(mr, (256 * 1024 / std::max<int64_t>(1, k * 4)) / mr * mr);
   for (int64_t m0 = 0; m0 < m; m0 += block) {
     const int64_t rows = std::min(block, m - m0);
@@ -251,7 +269,9 @@ void linear_packed_f32(const float* x, const float* packed, const float* bias, f
       const int64_t col0 = p * kPackedColumns, cols = std::min(kPackedColumns, n - col0);
       const float* panel = packed_panel(packed, k, p);
       const float* b = bias != nullptr ? bias + col0 : nullptr;
-      const float* next = p + 1 < panel_end ? packed_panel(packed, k, p + 1) : m0 + block >= m ? then : nullptr;
+      const float* next = p + 1 < panel_end ? packed_panel(packed, k, p + 1)
+                          : m0 + block >= m ? then
+                                            : nullptr;
       if (wide) {
         packed_rows<12, false>(x + m0 * k, rows, k, panel, b, y + m0 * n + col0, n, cols, next);
       } else {
@@ -262,8 +282,8 @@ void linear_packed_f32(const float* x, const float* packed, const float* bias, f
 }
 
 AJET_MULTIVERSION
-void linear_rows_f32(const float* x, const float* w, const float* bias, float* y, int64_t m, int64_t n, int64_t k,
-                     int64_t n_begin, int64_t n_end) {
+void linear_rows_f32(const float* x, const float* w, const float* bias, float* y, int64_t m,
+                     int64_t n, int64_t k, int64_t n_begin, int64_t n_end) {
   int64_t n0 = n_begin;
   // Loop order: a block of 8 weight rows stays in L1 while every input row (in L2) passes by it.
   for (; n0 + kLinearColumnsPerUnit <= n_end; n0 += kLinearColumnsPerUnit) {

@@ -1,9 +1,9 @@
 // A float32 CPU kernel for linear layers with few rows (the engine's decode steps: one row per
-// running sequence), on plain pointers (no libtorch, so it compiles fast and can be built for several
-// instruction sets at once). OpenBLAS packs the whole weight matrix on every call; with 64 rows that
-// copy costs as much as the multiply itself (docs/benchmarks.md, 2026-12-03). This kernel reads each
-// weight row once, straight from its HF layout, and reuses it for every input row from L1. Never
-// allocates; never decides when it is used (model/qwen2.cc does).
+// running sequence), on plain pointers (no libtorch, so it compiles fast and can be built for
+// several instruction sets at once). OpenBLAS packs the whole weight matrix on every call; with 64
+// rows that copy costs as much as the multiply itself (docs/benchmarks.md, 2026-12-03). This kernel
+// reads each weight row once, straight from its HF layout, and reuses it for every input row from
+// L1. Never allocates; never decides when it is used (model/qwen2.cc does).
 #pragma once
 
 #include <cstdint>
@@ -14,9 +14,10 @@ namespace ajet::model {
 inline constexpr int64_t kLinearColumnsPerUnit = 8;
 
 // y[m, n] = sum_k x[m, k] * w[n, k] (+ bias[n]) for n in [n_begin, n_end): x (M, K), w (N, K),
-// bias (N) or null, y (M, N), all row-major and contiguous. Columns outside the range are untouched.
-void linear_rows_f32(const float* x, const float* w, const float* bias, float* y, int64_t m, int64_t n, int64_t k,
-                     int64_t n_begin, int64_t n_end);
+// bias (N) or null, y (M, N), all row-major and contiguous. Columns outside the range are
+// untouched.
+void linear_rows_f32(const float* x, const float* w, const float* bias, float* y, int64_t m,
+                     int64_t n, int64_t k, int64_t n_begin, int64_t n_end);
 
 // The packed layout: the weight (N, K) cut into panels of kPackedColumns output columns, each panel
 // stored K-major (panel p, row k holds w[p * 32 + 0..31, k]), the last panel zero-padded. A GEMM
@@ -41,9 +42,11 @@ void pack_weight_f32(const float* w, int64_t n, int64_t k, float* packed);
 
 // y[m, n] = sum_k x[m, k] * w[n, k] (+ bias[n]) from the packed copy, for the columns of panels
 // [panel_begin, panel_end): x (M, K), bias (N) or null, y (M, N), row-major and contiguous. Any M.
-// Each panel's tiles prefetch the next panel of the range; `then`, when not null, is the panel (of a
-// packed weight with the same K) the caller computes after this range, prefetched during the last one.
-void linear_packed_f32(const float* x, const float* packed, const float* bias, float* y, int64_t m, int64_t n,
-                       int64_t k, int64_t panel_begin, int64_t panel_end, const float* then = nullptr);
+// Each panel's tiles prefetch the next panel of the range; `then`, when not null, is the panel (of
+// a packed weight with the same K) the caller computes after this range, prefetched during the last
+// one.
+void linear_packed_f32(const float* x, const float* packed, const float* bias, float* y, int64_t m,
+                       int64_t n, int64_t k, int64_t panel_begin, int64_t panel_end,
+                       const float* then = nullptr);
 
 }  // namespace ajet::model

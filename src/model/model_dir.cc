@@ -20,8 +20,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr std::string_view kPeftPrefix = "base_model.model.";  // PEFT's names: prefix + HF module + .lora_A.weight
-constexpr size_t kMaxListedProblems = 40;  // a wholly different model would otherwise list thousands
+constexpr std::string_view kPeftPrefix =
+    "base_model.model.";  // PEFT's names: prefix + HF module + .lora_A.weight
+constexpr size_t kMaxListedProblems =
+    40;  // a wholly different model would otherwise list thousands
 
 std::optional<torch::ScalarType> torch_dtype_of(hf::DType d) {
   switch (d) {
@@ -50,7 +52,8 @@ std::string shape_string(c10::IntArrayRef shape) {
 }
 
 bool ends_with(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // A CPU tensor over (or copied from) the view's bytes; only valid while the checkpoint is open.
@@ -58,21 +61,26 @@ torch::Tensor tensor_from_view(const hf::TensorView& view, torch::ScalarType dty
   auto options = torch::TensorOptions().dtype(dtype);
   const size_t elem = c10::elementSize(dtype);
   void* ptr = const_cast<std::byte*>(view.data.data());
-  if (reinterpret_cast<uintptr_t>(ptr) % elem == 0) return torch::from_blob(ptr, view.shape, options);
-  auto copy = torch::empty(view.shape, options);  // unaligned in the file: copy to aligned memory first
+  if (reinterpret_cast<uintptr_t>(ptr) % elem == 0)
+    return torch::from_blob(ptr, view.shape, options);
+  auto copy =
+      torch::empty(view.shape, options);  // unaligned in the file: copy to aligned memory first
   std::memcpy(copy.data_ptr(), ptr, view.data.size());
   return copy;
 }
 
 void copy_tokenizer_files(const fs::path& from, const fs::path& to) {
   if (!fs::exists(from / "tokenizer.json")) {
-    fail(ErrorCode::kNotFound, "tokenizer directory " + from.string() + ": tokenizer.json not found");
+    fail(ErrorCode::kNotFound,
+         "tokenizer directory " + from.string() + ": tokenizer.json not found");
   }
   for (const char* name : kTokenizerFiles) {
     if (!fs::exists(from / name)) continue;
     std::error_code ec;
     fs::copy_file(from / name, to / name, fs::copy_options::overwrite_existing, ec);
-    if (ec) fail(ErrorCode::kIo, (from / name).string() + ": cannot copy to " + to.string() + " (" + ec.message() + ")");
+    if (ec)
+      fail(ErrorCode::kIo,
+           (from / name).string() + ": cannot copy to " + to.string() + " (" + ec.message() + ")");
   }
 }
 
@@ -91,7 +99,9 @@ Json generation_config(const hf::ModelConfig& c) {
 // A fresh float32 CPU tensor with the view's values.
 torch::Tensor float_tensor(const hf::TensorView& v) {
   auto dtype = torch_dtype_of(v.dtype);
-  if (!dtype) invalid_argument("tensor '" + v.name + "' has dtype " + std::string(hf::dtype_name(v.dtype)) + ", expected a float");
+  if (!dtype)
+    invalid_argument("tensor '" + v.name + "' has dtype " + std::string(hf::dtype_name(v.dtype)) +
+                     ", expected a float");
   return tensor_from_view(v, *dtype).to(torch::kFloat).clone();
 }
 
@@ -118,17 +128,18 @@ void load_weights(Qwen2Model& model, const fs::path& path) {
     expected.insert(name);
     auto view = ckpt.find(name);
     if (!view) {
-      problems.push_back("missing tensor '" + name + "' (expected shape " + shape_string(param.sizes()) + ")");
+      problems.push_back("missing tensor '" + name + "' (expected shape " +
+                         shape_string(param.sizes()) + ")");
       continue;
     }
     if (!torch_dtype_of(view->dtype)) {
-      problems.push_back("tensor '" + name + "' has dtype " + std::string(hf::dtype_name(view->dtype)) +
-                         ", expected F32, F16 or BF16");
+      problems.push_back("tensor '" + name + "' has dtype " +
+                         std::string(hf::dtype_name(view->dtype)) + ", expected F32, F16 or BF16");
       continue;
     }
     if (c10::IntArrayRef(view->shape) != param.sizes()) {
-      problems.push_back("tensor '" + name + "' has shape " + shape_string(view->shape) + " but the model expects " +
-                         shape_string(param.sizes()));
+      problems.push_back("tensor '" + name + "' has shape " + shape_string(view->shape) +
+                         " but the model expects " + shape_string(param.sizes()));
       continue;
     }
     copies.emplace_back(param, *view);
@@ -141,16 +152,19 @@ void load_weights(Qwen2Model& model, const fs::path& path) {
     problems.push_back("unexpected tensor '" + name + "'");
   }
   if (!problems.empty()) {
-    std::string message = path.string() + ": weights do not match config.json (" + std::to_string(problems.size()) +
+    std::string message = path.string() + ": weights do not match config.json (" +
+                          std::to_string(problems.size()) +
                           (problems.size() == 1 ? " problem" : " problems") + "): ";
-    for (size_t i = 0; i < problems.size() && i < kMaxListedProblems; ++i) message += (i ? "; " : "") + problems[i];
+    for (size_t i = 0; i < problems.size() && i < kMaxListedProblems; ++i)
+      message += (i ? "; " : "") + problems[i];
     if (problems.size() > kMaxListedProblems) {
       message += "; ... and " + std::to_string(problems.size() - kMaxListedProblems) + " more";
     }
     invalid_argument(message);
   }
   torch::NoGradGuard no_grad;
-  for (auto& [param, view] : copies) param.copy_(tensor_from_view(view, *torch_dtype_of(view.dtype)));
+  for (auto& [param, view] : copies)
+    param.copy_(tensor_from_view(view, *torch_dtype_of(view.dtype)));
 }
 
 void merge_peft_adapter(Qwen2Model& model, const fs::path& adapter_dir) {
@@ -160,7 +174,8 @@ void merge_peft_adapter(Qwen2Model& model, const fs::path& adapter_dir) {
   const int64_t r = get_int(config, "r", where);
   const double alpha = get_number(config, "lora_alpha", where);
   if (r <= 0) invalid_argument(where + ": 'r' must be positive, got " + std::to_string(r));
-  if (get_optional_bool(config, "use_dora", where).value_or(false)) invalid_argument(where + ": DoRA adapters are not supported");
+  if (get_optional_bool(config, "use_dora", where).value_or(false))
+    invalid_argument(where + ": DoRA adapters are not supported");
   for (const char* pattern : {"rank_pattern", "alpha_pattern"}) {
     auto it = config.find(pattern);
     if (it != config.end() && !it->is_null() && !it->empty()) {
@@ -168,7 +183,8 @@ void merge_peft_adapter(Qwen2Model& model, const fs::path& adapter_dir) {
     }
   }
   const bool rslora = get_optional_bool(config, "use_rslora", where).value_or(false);
-  const double scale = alpha / (rslora ? std::sqrt(static_cast<double>(r)) : static_cast<double>(r));
+  const double scale =
+      alpha / (rslora ? std::sqrt(static_cast<double>(r)) : static_cast<double>(r));
 
   const fs::path path = adapter_dir / "adapter_model.safetensors";
   auto file = hf::SafetensorsFile::open(path);
@@ -200,22 +216,25 @@ void merge_peft_adapter(Qwen2Model& model, const fs::path& adapter_dir) {
       continue;
     }
     if (!pair.a || !pair.b) {
-      problems.push_back("'" + module + "' has lora_" + (pair.a ? "A" : "B") + " but not lora_" + (pair.a ? "B" : "A"));
+      problems.push_back("'" + module + "' has lora_" + (pair.a ? "A" : "B") + " but not lora_" +
+                         (pair.a ? "B" : "A"));
       continue;
     }
     auto a = float_tensor(file.view(*pair.a));  // (r, in)
     auto b = float_tensor(file.view(*pair.b));  // (out, r)
     const auto& weight = w->second;             // (out, in)
-    if (a.dim() != 2 || b.dim() != 2 || a.size(0) != r || b.size(1) != r || b.size(0) != weight.size(0) ||
-        a.size(1) != weight.size(1)) {
-      problems.push_back("'" + module + "' has the wrong shape for r=" + std::to_string(r) + " and its weight");
+    if (a.dim() != 2 || b.dim() != 2 || a.size(0) != r || b.size(1) != r ||
+        b.size(0) != weight.size(0) || a.size(1) != weight.size(1)) {
+      problems.push_back("'" + module + "' has the wrong shape for r=" + std::to_string(r) +
+                         " and its weight");
       continue;
     }
     deltas.emplace_back(weight, torch::matmul(b, a) * scale);  // (out, in)
   }
   if (modules.empty() && problems.empty()) problems.push_back("no lora_A / lora_B tensors");
   if (!problems.empty()) {
-    std::string msg = path.string() + ": adapter does not fit the model (" + std::to_string(problems.size()) + " problems): ";
+    std::string msg = path.string() + ": adapter does not fit the model (" +
+                      std::to_string(problems.size()) + " problems): ";
     for (size_t i = 0; i < problems.size() && i < 20; ++i) msg += (i ? "; " : "") + problems[i];
     invalid_argument(msg);
   }
@@ -229,7 +248,8 @@ void save_model_dir(Qwen2Model& model, const fs::path& dir, const SaveOptions& o
   save_model_tensors(model->config(), model->hf_named_parameters(), dir, options);
 }
 
-void save_model_tensors(const hf::ModelConfig& model_config, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+void save_model_tensors(const hf::ModelConfig& model_config,
+                        const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
                         const fs::path& dir_in, const SaveOptions& options) {
   const fs::path dir = dir_in.has_filename() ? dir_in : dir_in.parent_path();  // "out/" → "out"
   const fs::path parent = dir.parent_path().empty() ? fs::path(".") : dir.parent_path();
@@ -250,16 +270,19 @@ void save_model_tensors(const hf::ModelConfig& model_config, const std::vector<s
       auto t = param.detach().to(torch::kCPU).contiguous();
       if (!dtype) dtype = t.scalar_type();
       cpu.push_back(t);
-      views.push_back(hf::TensorView{name, hf_dtype_of(t.scalar_type()), t.sizes().vec(),
-                                     std::span<const std::byte>(static_cast<const std::byte*>(t.data_ptr()), t.nbytes())});
+      views.push_back(hf::TensorView{
+          name, hf_dtype_of(t.scalar_type()), t.sizes().vec(),
+          std::span<const std::byte>(static_cast<const std::byte*>(t.data_ptr()), t.nbytes())});
     }
     config.torch_dtype = dtype_to_hf_name(dtype.value_or(torch::kFloat));
     write_file_atomic(tmp / "config.json", hf::model_config_to_json(config).dump(2) + "\n");
     write_file_atomic(tmp / "generation_config.json", generation_config(config).dump(2) + "\n");
     hf::write_safetensors_checkpoint(tmp, views, options.max_shard_bytes, {{"format", "pt"}});
     if (options.tokenizer_dir) copy_tokenizer_files(*options.tokenizer_dir, tmp);
-    for (const auto& [name, contents] : options.extra_files) write_file_atomic(tmp / name, contents);
-    // Swap in: the old directory (if any) moves aside first, so `dir` is always either whole or absent.
+    for (const auto& [name, contents] : options.extra_files)
+      write_file_atomic(tmp / name, contents);
+    // Swap in: the old directory (if any) moves aside first, so `dir` is always either whole or
+    // absent.
     publish_dir(tmp, dir);
   } catch (...) {
     fs::remove_all(tmp, ec);

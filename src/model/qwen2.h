@@ -1,18 +1,18 @@
 // The Qwen2-architecture decoder (also Qwen3 with qk-norm, and Llama) in the libtorch C++ frontend.
-// It owns parameters and the per-layer maths; it never owns a KV cache or a scheduler (src/infer does)
-// and never sees text (src/text does). Shapes: N = flattened tokens, B = batch, T = time, C = hidden,
-// H = query heads, Hkv = key/value heads, D = head dim, V = vocab.
+// It owns parameters and the per-layer maths; it never owns a KV cache or a scheduler (src/infer
+// does) and never sees text (src/text does). Shapes: N = flattened tokens, B = batch, T = time, C =
+// hidden, H = query heads, Hkv = key/value heads, D = head dim, V = vocab.
 //
 // Dtype and device are whatever the parameters hold: build the module (float32, CPU), then
 // `model->to(device, dtype)`; every tensor made inside takes its options from the parameters.
 //
-// LoRA (`ajet.lora.*` in docs/config.md; checkpoints in docs/training.md) attaches per projection: each
-// of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj is a plain torch::nn::Linear
-// registered under its HF name, and every call goes through DecoderLayerImpl::project(), which adds
-// `adapter->delta(x)` when an adapter was attached with attach_adapter(). The adapter is registered as
-// submodule "adapter" of that Linear, so its parameters appear as "...self_attn.q_proj.adapter.<name>"
-// in named_parameters() but never in hf_named_parameters() (the base checkpoint stays exactly the HF
-// layout).
+// LoRA (`ajet.lora.*` in docs/config.md; checkpoints in docs/training.md) attaches per projection:
+// each of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj is a plain
+// torch::nn::Linear registered under its HF name, and every call goes through
+// DecoderLayerImpl::project(), which adds `adapter->delta(x)` when an adapter was attached with
+// attach_adapter(). The adapter is registered as submodule "adapter" of that Linear, so its
+// parameters appear as "...self_attn.q_proj.adapter.<name>" in named_parameters() but never in
+// hf_named_parameters() (the base checkpoint stays exactly the HF layout).
 #pragma once
 
 #include <torch/torch.h>
@@ -50,21 +50,23 @@ class RMSNormImpl : public torch::nn::Module {
 TORCH_MODULE(RMSNorm);
 
 // Rotary position embedding, HF non-interleaved ("rotate_half") layout. cos/sin tables are computed
-// exactly as HF does (float32 inv_freq, float32 position * inv_freq) and cached per device and dtype;
-// they grow on demand when a position beyond the table is asked for. Thread-safe.
+// exactly as HF does (float32 inv_freq, float32 position * inv_freq) and cached per device and
+// dtype; they grow on demand when a position beyond the table is asked for. Thread-safe.
 class Rotary {
  public:
   Rotary(int64_t head_dim, double theta, int64_t initial_positions);
   // x: (..., heads, D); positions: (...) int64. Returns x rotated, same shape and dtype.
   torch::Tensor apply(const torch::Tensor& x, const torch::Tensor& positions);
   // cos, sin for positions: each (..., D) in `dtype` on positions' device.
-  std::pair<torch::Tensor, torch::Tensor> cos_sin(const torch::Tensor& positions, torch::ScalarType dtype);
+  std::pair<torch::Tensor, torch::Tensor> cos_sin(const torch::Tensor& positions,
+                                                  torch::ScalarType dtype);
 
  private:
   // Table rows the positions need (their maximum + 1), remembered for the same tensor.
   int64_t rows_needed(const torch::Tensor& positions);
   // The (P, D) cos and sin tables for device and dtype, made or grown to at least `needed` rows.
-  std::pair<torch::Tensor, torch::Tensor> tables(torch::Device device, torch::ScalarType dtype, int64_t needed);
+  std::pair<torch::Tensor, torch::Tensor> tables(torch::Device device, torch::ScalarType dtype,
+                                                 int64_t needed);
 
   struct Table {
     torch::Device device = torch::kCPU;
@@ -78,7 +80,8 @@ class Rotary {
   std::mutex mu_;
   std::vector<Table> tables_;
   // The positions of the last call and the rows they need: every layer of a step passes the same
-  // tensor, and reading its maximum from a GPU is a device sync, once per step instead of per layer.
+  // tensor, and reading its maximum from a GPU is a device sync, once per step instead of per
+  // layer.
   torch::Tensor last_positions_;
   uint32_t last_version_ = 0;  // its version counter then (an in-place write changes it)
   int64_t last_needed_ = 0;
@@ -92,42 +95,43 @@ class LinearAdapter : public torch::nn::Module {
 
 // The seven projections LoRA can target, by PEFT / HF name.
 enum class Proj { kQ, kK, kV, kO, kGate, kUp, kDown };
-inline constexpr std::array<std::string_view, 7> kProjNames = {"q_proj", "k_proj", "v_proj", "o_proj",
-                                                                "gate_proj", "up_proj", "down_proj"};
+inline constexpr std::array<std::string_view, 7> kProjNames = {
+    "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
 std::optional<Proj> proj_from_name(std::string_view name);
 
 // Attention over an explicit boolean mask, GQA by grouping query heads onto their kv head (the same
-// maths as HF's repeat_kv, without copying k and v). Scores and softmax in float32; a query row with
-// no allowed key gives zeros, not NaN. Tq may differ from Tk (a chunk of queries over cached keys).
-// q: (B, Tq, H, D); k, v: (B, Tk, Hkv, D); mask: (B, Tq, Tk) or (1, Tq, Tk) bool, true = may attend.
-// Returns (B, Tq, H*D) in q's dtype.
-torch::Tensor masked_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                               const torch::Tensor& mask);
+// maths as HF's repeat_kv, without copying k and v). Scores and softmax in float32; a query row
+// with no allowed key gives zeros, not NaN. Tq may differ from Tk (a chunk of queries over cached
+// keys). q: (B, Tq, H, D); k, v: (B, Tk, Hkv, D); mask: (B, Tq, Tk) or (1, Tq, Tk) bool, true = may
+// attend. Returns (B, Tq, H*D) in q's dtype.
+torch::Tensor masked_attention(const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, const torch::Tensor& mask);
 
-// x (..., K) · w (N, K)^T + bias (N), what every projection of the model runs. With grad off, float32
-// on the CPU: given `packed` (the weight's packed copy, PackedWeight below), 2..512 rows run the packed
-// kernel (linear_kernel.h); without it, 2..48 rows run the small-row kernel; either split by columns
-// over the intra-op threads. Otherwise torch's linear. Same maths; float32 sums in another order.
+// x (..., K) · w (N, K)^T + bias (N), what every projection of the model runs. With grad off,
+// float32 on the CPU: given `packed` (the weight's packed copy, PackedWeight below), 2..512 rows
+// run the packed kernel (linear_kernel.h); without it, 2..48 rows run the small-row kernel; either
+// split by columns over the intra-op threads. Otherwise torch's linear. Same maths; float32 sums in
+// another order.
 class PackedWeight;
-torch::Tensor linear_forward(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& bias,
-                             PackedWeight* packed = nullptr);
+torch::Tensor linear_forward(const torch::Tensor& x, const torch::Tensor& w,
+                             const torch::Tensor& bias, PackedWeight* packed = nullptr);
 
-// Whether a layer runs the projections that read one input in one parallel region when all of them go
-// through the packed kernel (no adapter, grad off, float32 on the CPU, 2..512 rows): q, k and v together;
-// gate and up together with silu(gate) * up computed on each thread's columns; o and down with the
-// residual added there. Fewer thread hand-offs and torch ops per layer, and bit for bit the one-by-one
-// path (which, with grad off in float32 on the CPU, computes the SiLU product with the same row kernel;
-// torch's silu, used with grad on, differs from it by ~1e-7 relative). On by default; engine_bench
-// turns it off to measure it.
+// Whether a layer runs the projections that read one input in one parallel region when all of them
+// go through the packed kernel (no adapter, grad off, float32 on the CPU, 2..512 rows): q, k and v
+// together; gate and up together with silu(gate) * up computed on each thread's columns; o and down
+// with the residual added there. Fewer thread hand-offs and torch ops per layer, and bit for bit
+// the one-by-one path (which, with grad off in float32 on the CPU, computes the SiLU product with
+// the same row kernel; torch's silu, used with grad on, differs from it by ~1e-7 relative). On by
+// default; engine_bench turns it off to measure it.
 void set_fused_projections_enabled(bool on);
 bool fused_projections_enabled();
 // Fused regions run so far by every layer of every model (tests check that the fused path ran).
 uint64_t fused_projection_runs();
 
 // A float32 CPU weight's copy in linear_kernel.h's packed layout, made on first use and made again
-// whenever the weight has changed since: an in-place update (optimizer step, weight sync, copy_) bumps
-// the tensor's version; a new tensor has another storage (the copy holds its source's storage, so no
-// later tensor can reuse that address unnoticed). Safe to call from several threads.
+// whenever the weight has changed since: an in-place update (optimizer step, weight sync, copy_)
+// bumps the tensor's version; a new tensor has another storage (the copy holds its source's
+// storage, so no later tensor can reuse that address unnoticed). Safe to call from several threads.
 class PackedWeight {
  public:
   // The packed copy of w (N, K), current for w as it is now.
@@ -159,8 +163,8 @@ class DecoderLayerImpl : public torch::nn::Module {
   torch::Tensor attention_outputs(const torch::Tensor& x, const torch::Tensor& attn);
 
   // Named submodules use HF names so state_dict keys map 1:1 onto HF tensor names:
-  // input_layernorm, self_attn.{q,k,v,o}_proj, self_attn.{q,k}_norm (Qwen3), post_attention_layernorm,
-  // mlp.{gate,up,down}_proj.
+  // input_layernorm, self_attn.{q,k,v,o}_proj, self_attn.{q,k}_norm (Qwen3),
+  // post_attention_layernorm, mlp.{gate,up,down}_proj.
   torch::nn::Linear& linear(Proj p);
   // Applies projection p to x: base Linear plus the attached adapter's delta, if any.
   torch::Tensor project(Proj p, const torch::Tensor& x);
@@ -174,8 +178,8 @@ class DecoderLayerImpl : public torch::nn::Module {
 
   // Used by Qwen2ModelImpl to share one rotary table across layers.
   void set_rotary(std::shared_ptr<Rotary> rotary);
-  // Whether no-grad float32 projections may keep packed copies of their weights (PackedWeight): on by
-  // default; Qwen2ModelImpl turns it off for models too big to hold their weights twice.
+  // Whether no-grad float32 projections may keep packed copies of their weights (PackedWeight): on
+  // by default; Qwen2ModelImpl turns it off for models too big to hold their weights twice.
   void set_weight_packing(bool on);
 
  private:
@@ -195,7 +199,8 @@ class DecoderLayerImpl : public torch::nn::Module {
   std::shared_ptr<torch::nn::Module> self_attn_, mlp_;
   RMSNorm input_layernorm_{nullptr}, post_attention_layernorm_{nullptr};
   RMSNorm q_norm_{nullptr}, k_norm_{nullptr};  // Qwen3 only
-  std::array<torch::nn::Linear, 7> linears_{{nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr}};
+  std::array<torch::nn::Linear, 7> linears_{
+      {nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr}};
   std::array<std::shared_ptr<LinearAdapter>, 7> adapters_;
   std::array<PackedWeight, 7> packed_;
   bool pack_weights_ = true;
@@ -211,20 +216,23 @@ class Qwen2ModelImpl : public torch::nn::Module {
   int64_t num_layers() const;
   DecoderLayer& layer(int64_t i);
 
-  torch::Tensor embed(const torch::Tensor& ids);       // (...) int64 → (..., C)
-  torch::Tensor final_norm(const torch::Tensor& x);    // (..., C) → (..., C)
-  torch::Tensor lm_head(const torch::Tensor& hidden);  // (..., C) → (..., V); tied or separate weight
+  torch::Tensor embed(const torch::Tensor& ids);     // (...) int64 → (..., C)
+  torch::Tensor final_norm(const torch::Tensor& x);  // (..., C) → (..., C)
+  torch::Tensor lm_head(
+      const torch::Tensor& hidden);  // (..., C) → (..., V); tied or separate weight
 
   // Full forward without a cache, for training and reference checks.
-  // ids, positions: (B, T) int64. mask: (B, T, T) bool, true where query t may attend key s; when empty
-  // the mask is causal. Returns final-normed hidden states (B, T, C); call lm_head on what you need.
+  // ids, positions: (B, T) int64. mask: (B, T, T) bool, true where query t may attend key s; when
+  // empty the mask is causal. Returns final-normed hidden states (B, T, C); call lm_head on what
+  // you need.
   torch::Tensor forward_hidden(const torch::Tensor& ids, const torch::Tensor& positions,
                                const std::optional<torch::Tensor>& mask = std::nullopt);
-  torch::Tensor forward_logits(const torch::Tensor& ids, const torch::Tensor& positions,
-                               const std::optional<torch::Tensor>& mask = std::nullopt);  // (B, T, V)
+  torch::Tensor forward_logits(
+      const torch::Tensor& ids, const torch::Tensor& positions,
+      const std::optional<torch::Tensor>& mask = std::nullopt);  // (B, T, V)
 
-  // Parameters under their HF names ("model.layers.0.self_attn.q_proj.weight", "lm_head.weight" only when
-  // not tied), in a stable order. Tensors share storage with the module.
+  // Parameters under their HF names ("model.layers.0.self_attn.q_proj.weight", "lm_head.weight"
+  // only when not tied), in a stable order. Tensors share storage with the module.
   std::vector<std::pair<std::string, torch::Tensor>> hf_named_parameters();
 
   // Options (dtype, device) of the parameters.

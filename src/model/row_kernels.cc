@@ -23,8 +23,8 @@ bool row_kernels_enabled() { return g_enabled.load(std::memory_order_relaxed); }
 namespace ajet::model {
 
 AJET_MULTIVERSION
-void rms_norm_rows_f32(const float* x, const float* weight, float* y, int64_t dim, float eps, int64_t row_begin,
-                       int64_t row_end) {
+void rms_norm_rows_f32(const float* x, const float* weight, float* y, int64_t dim, float eps,
+                       int64_t row_begin, int64_t row_end) {
   for (int64_t r = row_begin; r < row_end; ++r) {
     const float* xr = x + r * dim;
     float* yr = y + r * dim;
@@ -38,8 +38,9 @@ void rms_norm_rows_f32(const float* x, const float* weight, float* y, int64_t di
 }
 
 AJET_MULTIVERSION
-void rotary_rows_f32(const float* x, float* y, const int64_t* positions, const float* cos, const float* sin,
-                     int64_t heads, int64_t head_dim, int64_t row_begin, int64_t row_end) {
+void rotary_rows_f32(const float* x, float* y, const int64_t* positions, const float* cos,
+                     const float* sin, int64_t heads, int64_t head_dim, int64_t row_begin,
+                     int64_t row_end) {
   const int64_t half = head_dim / 2;
   for (int64_t r = row_begin; r < row_end; ++r) {
     const int64_t p = positions[r / heads];
@@ -57,8 +58,8 @@ void rotary_rows_f32(const float* x, float* y, const int64_t* positions, const f
 }
 
 AJET_MULTIVERSION
-void silu_mul_cols_f32(const float* g, const float* u, float* y, int64_t rows, int64_t cols, int64_t col_begin,
-                       int64_t col_end) {
+void silu_mul_cols_f32(const float* g, const float* u, float* y, int64_t rows, int64_t cols,
+                       int64_t col_begin, int64_t col_end) {
   using namespace vec8;
   auto one = [](float gv, float uv) {
     const float e = exp_nonpositive(-std::fabs(gv));  // exp(-|g|)
@@ -82,7 +83,8 @@ void silu_mul_cols_f32(const float* g, const float* u, float* y, int64_t rows, i
 }
 
 AJET_MULTIVERSION
-void add_cols_f32(float* y, const float* a, int64_t rows, int64_t cols, int64_t col_begin, int64_t col_end) {
+void add_cols_f32(float* y, const float* a, int64_t rows, int64_t cols, int64_t col_begin,
+                  int64_t col_end) {
   for (int64_t r = 0; r < rows; ++r) {
     float* yr = y + r * cols;
     const float* ar = a + r * cols;

@@ -29,7 +29,8 @@ bool caller_computed(const std::vector<text::ChatMessage>& messages, int64_t exp
 
 namespace {
 
-client::WorkflowOutput duo_output(const tasks::WorkflowOutput& pair, double reward, const char* role) {
+client::WorkflowOutput duo_output(const tasks::WorkflowOutput& pair, double reward,
+                                  const char* role) {
   client::WorkflowOutput out;
   out.reward = reward;
   out.is_success = reward > 0.5;
@@ -42,7 +43,8 @@ client::WorkflowOutput duo_output(const tasks::WorkflowOutput& pair, double rewa
 
 }  // namespace
 
-DuoOutcome run_calc_duo(const tasks::Task& task, tasks::ChatModel& caller, tasks::ChatModel& answerer) {
+DuoOutcome run_calc_duo(const tasks::Task& task, tasks::ChatModel& caller,
+                        tasks::ChatModel& answerer) {
   TurnRouter router(caller, answerer);
   DuoOutcome out;
   out.episode = tasks::calc_task().run_episode(task, router);

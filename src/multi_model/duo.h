@@ -1,8 +1,8 @@
 // The built-in two-model agent `calc_duo` (multi-model training, issue 17): the calc task played by
 // two models, each served by its own swarm server. The caller (model 0) writes the calculator call;
-// the answerer (model 1) reads the tool's result and replies <answer>N</answer>. Each model gets its
-// own reward for its own turn, so each learns its role: the caller is rewarded when its call computes
-// the right value, the answerer when the pair's final answer is right.
+// the answerer (model 1) reads the tool's result and replies <answer>N</answer>. Each model gets
+// its own reward for its own turn, so each learns its role: the caller is rewarded when its call
+// computes the right value, the answerer when the pair's final answer is right.
 #pragma once
 
 #include <string>
@@ -31,8 +31,9 @@ class TurnRouter : public tasks::ChatModel {
 };
 
 struct DuoOutcome {
-  tasks::EpisodeResult episode;     // the whole conversation and the pair's reward
-  client::WorkflowOutput caller;    // model 0's output: 1 when its calculator call computed the answer
+  tasks::EpisodeResult episode;  // the whole conversation and the pair's reward
+  client::WorkflowOutput
+      caller;  // model 0's output: 1 when its calculator call computed the answer
   client::WorkflowOutput answerer;  // model 1's output: the pair's reward (the final answer judged)
   bool pair_success = false;
   bool caller_right = false;
@@ -40,7 +41,8 @@ struct DuoOutcome {
 
 // Plays one calc task with the two models. Never throws for a broken model reply (calc's agent ends
 // the episode with a termination reason, as for one model).
-DuoOutcome run_calc_duo(const tasks::Task& task, tasks::ChatModel& caller, tasks::ChatModel& answerer);
+DuoOutcome run_calc_duo(const tasks::Task& task, tasks::ChatModel& caller,
+                        tasks::ChatModel& answerer);
 
 // Whether the first assistant turn of `messages` is a calculator call whose result is `expected`.
 bool caller_computed(const std::vector<text::ChatMessage>& messages, int64_t expected);

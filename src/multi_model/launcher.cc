@@ -35,7 +35,8 @@ std::optional<MultiModelSpec> read_multi_model_spec(const fs::path& conf) {
   MultiModelSpec spec;
   spec.workflow = mm.workflow;
   try {
-    for (config::MultiModelMember& m : config::multi_model_members(mm)) spec.models.push_back({m.name, m.path});
+    for (config::MultiModelMember& m : config::multi_model_members(mm))
+      spec.models.push_back({m.name, m.path});
   } catch (const Error& e) {
     throw Error(e.code(), conf.string() + ": " + e.what());
   }
@@ -44,7 +45,8 @@ std::optional<MultiModelSpec> read_multi_model_spec(const fs::path& conf) {
 
 namespace {
 
-// One model: its config, its front session (a local `ajet-swarm` child) and what the launcher has read.
+// One model: its config, its front session (a local `ajet-swarm` child) and what the launcher has
+// read.
 struct Member {
   ModelSpec spec;
   classic::LaunchOptions options;  // the run's, with this model's path and, past the first, --peer
@@ -87,8 +89,8 @@ Json model_stats(const Json& stats) {
 
 class MultiJob : public classic::StepPipeline {
  public:
-  MultiJob(const classic::LaunchOptions& options, const MultiModelSpec& spec, const std::atomic<bool>& stop,
-           const std::function<void(const std::string&)>& out)
+  MultiJob(const classic::LaunchOptions& options, const MultiModelSpec& spec,
+           const std::atomic<bool>& stop, const std::function<void(const std::string&)>& out)
       : options_(options), spec_(spec), stop_(stop), out_(out) {}
 
   classic::RunResult run();
@@ -100,8 +102,8 @@ class MultiJob : public classic::StepPipeline {
   void prepare();
   void prepare_member(const ModelSpec& m);
   void start_servers();
-  std::vector<PlayedEpisode> play(const std::vector<const tasks::Task*>& tasks, const std::string& type,
-                                  const Json& sampling);
+  std::vector<PlayedEpisode> play(const std::vector<const tasks::Task*>& tasks,
+                                  const std::string& type, const Json& sampling);
   PlayedEpisode play_one(const tasks::Task& task, const std::string& type, const Json& sampling);
   void fail_on_lost_episodes(int64_t step, const std::vector<PlayedEpisode>& played) const;
   void validate(int64_t step);
@@ -128,14 +130,17 @@ class MultiJob : public classic::StepPipeline {
 // Every model gets the shared config with its own model path and experiment subdirectory.
 void MultiJob::prepare_member(const ModelSpec& m) {
   Member member{m, options_, {}, nullptr, 0};
-  const fs::path path = m.path.is_absolute() ? m.path : fs::absolute(options_.conf).parent_path() / m.path;
+  const fs::path path =
+      m.path.is_absolute() ? m.path : fs::absolute(options_.conf).parent_path() / m.path;
   member.options.overrides.push_back("ajet.model.path=" + path.lexically_normal().string());
   member.prepared = classic::prepare_config(member.options);
   config::Config& c = member.prepared.config;
   if (member.prepared.dynamic_sampling) {
-    invalid_argument(options_.conf.string() + ": ajet.swarm_mode_sample_collection_method "
-                     "rollout_until_finish_enough_non_dummy_tasks (dynamic sampling) is not supported with "
-                     "ajet.multi_model; use rollout_until_finish_enough_tasks");
+    invalid_argument(
+        options_.conf.string() +
+        ": ajet.swarm_mode_sample_collection_method "
+        "rollout_until_finish_enough_non_dummy_tasks (dynamic sampling) is not supported with "
+        "ajet.multi_model; use rollout_until_finish_enough_tasks");
   }
   if (exp_dir_.empty()) exp_dir_ = member.prepared.exp_dir;
   member.prepared.exp_dir = exp_dir_ / m.name;
@@ -152,18 +157,23 @@ void MultiJob::prepare() {
   const config::Config& c = config();
   tasks_ = tasks::load_tasks(c.task_reader, members_.front().prepared.config_dir);
   if (int64_t(tasks_.training.size()) < c.data.train_batch_size) {
-    invalid_argument(options_.conf.string() + ": fewer training tasks than ajet.data.train_batch_size");
+    invalid_argument(options_.conf.string() +
+                     ": fewer training tasks than ajet.data.train_batch_size");
   }
-  stream_ = std::make_unique<tasks::TaskStream>(tasks_.training, c.task_reader.shuffle, uint64_t(c.task_reader.shuffle_seed));
-  const int64_t per_epoch = (int64_t(tasks_.training.size()) + c.data.train_batch_size - 1) / c.data.train_batch_size;
-  total_steps_ = c.trainer_common.total_training_steps.value_or(c.trainer_common.total_epochs * per_epoch);
+  stream_ = std::make_unique<tasks::TaskStream>(tasks_.training, c.task_reader.shuffle,
+                                                uint64_t(c.task_reader.shuffle_seed));
+  const int64_t per_epoch =
+      (int64_t(tasks_.training.size()) + c.data.train_batch_size - 1) / c.data.train_batch_size;
+  total_steps_ =
+      c.trainer_common.total_training_steps.value_or(c.trainer_common.total_epochs * per_epoch);
 }
 
 void MultiJob::start_servers() {
   fs::create_directories(exp_dir_);
   lock_ = std::make_unique<classic::ExperimentLock>(exp_dir_);
   if (auto leftovers = classic::find_leftovers(exp_dir_); !leftovers.empty()) {
-    classic::stop_leftovers(leftovers, std::chrono::seconds(15), [this](const std::string& l) { say("ajet: " + l); });
+    classic::stop_leftovers(leftovers, std::chrono::seconds(15),
+                            [this](const std::string& l) { say("ajet: " + l); });
   }
   if (const fs::path moved = classic::move_earlier_run_aside(exp_dir_); !moved.empty()) {
     say("ajet: the earlier run's files were moved to " + moved.string());
@@ -171,7 +181,9 @@ void MultiJob::start_servers() {
   std::vector<std::pair<client::SwarmClient*, std::string>> boot;
   for (Member& m : members_) {
     // The first front coordinates every episode group, so the others may dial it (--peer).
-    if (&m != &members_.front()) m.options.swarm_flags.insert(m.options.swarm_flags.end(), {"--peer", members_.front().front->url()});
+    if (&m != &members_.front())
+      m.options.swarm_flags.insert(m.options.swarm_flags.end(),
+                                   {"--peer", members_.front().front->url()});
     say(fmt::format("ajet: model {} ({})", m.spec.name, m.prepared.config.model.path));
     m.front = std::make_unique<classic::FrontSession>(m.options, m.prepared, out_);
     m.front->connect(false, [](int) {});
@@ -185,7 +197,8 @@ void MultiJob::start_servers() {
   }
 }
 
-PlayedEpisode MultiJob::play_one(const tasks::Task& task, const std::string& type, const Json& sampling) {
+PlayedEpisode MultiJob::play_one(const tasks::Task& task, const std::string& type,
+                                 const Json& sampling) {
   std::vector<client::SwarmClient*> servers;
   for (Member& m : members_) servers.push_back(&m.front->client());
   client::ClaimOptions claim;
@@ -197,7 +210,8 @@ PlayedEpisode MultiJob::play_one(const tasks::Task& task, const std::string& typ
     try {
       client::MultiEpisode group = client::MultiEpisode::begin(servers, claim);
       classic::HttpChatModel caller(group.episode(0).base_url, group.episode(0).api_key, sampling);
-      classic::HttpChatModel answerer(group.episode(1).base_url, group.episode(1).api_key, sampling);
+      classic::HttpChatModel answerer(group.episode(1).base_url, group.episode(1).api_key,
+                                      sampling);
       played.outcome = run_calc_duo(task, caller, answerer);
       if (type == "eval") {
         group.abort();  // evaluation only: nothing is stored or trained
@@ -214,24 +228,26 @@ PlayedEpisode MultiJob::play_one(const tasks::Task& task, const std::string& typ
   return played;
 }
 
-std::vector<PlayedEpisode> MultiJob::play(const std::vector<const tasks::Task*>& tasks, const std::string& type,
-                                          const Json& sampling) {
+std::vector<PlayedEpisode> MultiJob::play(const std::vector<const tasks::Task*>& tasks,
+                                          const std::string& type, const Json& sampling) {
   std::vector<PlayedEpisode> results(tasks.size());
   std::atomic<size_t> next{0};
-  const size_t workers = std::max<size_t>(1, std::min<size_t>(size_t(config().rollout.max_env_worker), tasks.size()));
+  const size_t workers =
+      std::max<size_t>(1, std::min<size_t>(size_t(config().rollout.max_env_worker), tasks.size()));
   std::vector<std::thread> threads;
   for (size_t w = 0; w < workers; ++w) {
     threads.emplace_back([&] {
-      for (size_t i = next++; i < tasks.size() && !stop_; i = next++) results[i] = play_one(*tasks[i], type, sampling);
+      for (size_t i = next++; i < tasks.size() && !stop_; i = next++)
+        results[i] = play_one(*tasks[i], type, sampling);
     });
   }
   for (auto& t : threads) t.join();
   return results;
 }
 
-// Waits for the front's outcome of this step's batch — the first batch newer than the last one seen —
-// and returns its stats, or {"trained": false, "error"} when the trainer refused it (e.g. a batch of
-// the answerer whose episodes never reached its turn: nothing to train on).
+// Waits for the front's outcome of this step's batch — the first batch newer than the last one seen
+// — and returns its stats, or {"trained": false, "error"} when the trainer refused it (e.g. a batch
+// of the answerer whose episodes never reached its turn: nothing to train on).
 Json MultiJob::trained_stats(Member& m) {
   const auto deadline = Clock::now() + std::chrono::hours(1);
   while (!stop_) {
@@ -242,9 +258,11 @@ Json MultiJob::trained_stats(Member& m) {
       if (b.trained) return b.stats.is_object() ? b.stats : Json::object();
       return Json{{"trained", false}, {"error", b.error}};
     }
-    if (s.status == client::kOffline || s.status == client::kCannotConnect || Clock::now() > deadline) {
-      fail(ErrorCode::kUnavailable, fmt::format("model {}: the engine is {} while training a step: {}{}", m.spec.name,
-                                                s.status, s.detail, m.front->exit_lines()));
+    if (s.status == client::kOffline || s.status == client::kCannotConnect ||
+        Clock::now() > deadline) {
+      fail(ErrorCode::kUnavailable,
+           fmt::format("model {}: the engine is {} while training a step: {}{}", m.spec.name,
+                       s.status, s.detail, m.front->exit_lines()));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));  // polling an observable status
   }
@@ -259,8 +277,9 @@ void MultiJob::fail_on_lost_episodes(int64_t step, const std::vector<PlayedEpiso
     if (failed++ == 0) why = p.error;
   }
   if (failed > 0) {
-    fail(ErrorCode::kUnavailable, fmt::format("step {}: {} episodes could not be ended on every model: {}", step,
-                                              failed, why));
+    fail(ErrorCode::kUnavailable,
+         fmt::format("step {}: {} episodes could not be ended on every model: {}", step, failed,
+                     why));
   }
 }
 
@@ -276,8 +295,11 @@ void MultiJob::run_step(int64_t step) {
   std::vector<PlayedEpisode> played = play(jobs, "train", Json::object());
   if (stop_) return;
   fail_on_lost_episodes(step, played);
-  Json rec{{"kind", "train"}, {"step", step}, {"pair_success", share(played, pair_ok)},
-           {"caller_right", share(played, caller_ok)}, {"episodes", played.size()}};
+  Json rec{{"kind", "train"},
+           {"step", step},
+           {"pair_success", share(played, pair_ok)},
+           {"caller_right", share(played, caller_ok)},
+           {"episodes", played.size()}};
   if (config::trains(config::backbone_of(c))) {
     for (Member& m : members_) rec[m.spec.name] = model_stats(trained_stats(m));
   }
@@ -285,11 +307,13 @@ void MultiJob::run_step(int64_t step) {
   rec["elapsed_seconds"] = seconds_since(t0_);
   classic::StepProgress progress = loop_->progress();
   progress.step = step;
-  std::string line = fmt::format("step {}  pair success {:.1f}%  caller right {:.1f}%", progress.label(),
-                                 100.0 * rec["pair_success"].get<double>(), 100.0 * rec["caller_right"].get<double>());
+  std::string line = fmt::format("step {}  pair success {:.1f}%  caller right {:.1f}%",
+                                 progress.label(), 100.0 * rec["pair_success"].get<double>(),
+                                 100.0 * rec["caller_right"].get<double>());
   for (Member& m : members_) {
     const Json s = rec.value(m.spec.name, Json::object());
-    line += fmt::format("  | {} reward {:.3f} loss {:.4f}", m.spec.name, s.value("reward_mean", 0.0), s.value("loss", 0.0));
+    line += fmt::format("  | {} reward {:.3f} loss {:.4f}", m.spec.name,
+                        s.value("reward_mean", 0.0), s.value("loss", 0.0));
   }
   record(rec);
   result_.steps_done = step;
@@ -299,7 +323,8 @@ void MultiJob::run_step(int64_t step) {
 void MultiJob::validate(int64_t step) {
   const config::Config& c = config();
   size_t n = tasks_.validation.size();
-  if (const auto cap = c.trainer_common.val_max_num_task_each_validation; cap && *cap > 0) n = std::min(n, size_t(*cap));
+  if (const auto cap = c.trainer_common.val_max_num_task_each_validation; cap && *cap > 0)
+    n = std::min(n, size_t(*cap));
   if (n == 0 || stop_) return;
   std::vector<const tasks::Task*> tasks;
   for (size_t i = 0; i < n; ++i) tasks.push_back(&tasks_.validation[i]);
@@ -314,7 +339,8 @@ void MultiJob::validate(int64_t step) {
            {"sampled_caller_right", share(sampled, caller_ok)},
            {"elapsed_seconds", seconds_since(t0_)}};
   record(rec);
-  // Each model's front gets the pair's validation (its store and its TensorBoard next to its own curves).
+  // Each model's front gets the pair's validation (its store and its TensorBoard next to its own
+  // curves).
   const Json metrics{{"val/greedy_success", rec["greedy_success"]},
                      {"val/sampled_success", rec["sampled_success"]},
                      {"val/greedy_caller_right", rec["greedy_caller_right"]},
@@ -324,13 +350,18 @@ void MultiJob::validate(int64_t step) {
     try {
       m.front->client().log_metrics(step, metrics);
     } catch (const std::exception& e) {
-      log().warn("multi-model: {}: the front did not take the validation metrics: {}", m.spec.name, e.what());
+      log().warn("multi-model: {}: the front did not take the validation metrics: {}", m.spec.name,
+                 e.what());
     }
   }
-  say(fmt::format("val @ step {}  pair greedy {:.1f}%  sampled {:.1f}%  caller right greedy {:.1f}%  sampled {:.1f}%  "
+  say(
+      fmt::format("val @ step {}  pair greedy {:.1f}%  sampled {:.1f}%  caller right greedy "
+                  "{:.1f}%  sampled {:.1f}%  "
                   "({} tasks)",
-                  step, 100.0 * rec["greedy_success"].get<double>(), 100.0 * rec["sampled_success"].get<double>(),
-                  100.0 * rec["greedy_caller_right"].get<double>(), 100.0 * rec["sampled_caller_right"].get<double>(), n));
+                  step, 100.0 * rec["greedy_success"].get<double>(),
+                  100.0 * rec["sampled_success"].get<double>(),
+                  100.0 * rec["greedy_caller_right"].get<double>(),
+                  100.0 * rec["sampled_caller_right"].get<double>(), n));
 }
 
 void MultiJob::record(Json r) {
@@ -350,8 +381,9 @@ void MultiJob::shut_down() {
   }
 }
 
-// Stops every engine (each saves its last checkpoint) and front, then says where everything is, in the
-// words a single-model run uses: the summary, metrics, TensorBoard, reward curves, final models.
+// Stops every engine (each saves its last checkpoint) and front, then says where everything is, in
+// the words a single-model run uses: the summary, metrics, TensorBoard, reward curves, final
+// models.
 void MultiJob::finish() {
   std::vector<std::pair<Member*, Json>> last;
   for (Member& m : members_) {
@@ -362,8 +394,9 @@ void MultiJob::finish() {
     }
     const client::EngineStatus s = m.front->client().get_engine_status();
     try {
-      classic::write_dashboard_snapshot(m.prepared.exp_dir / "reward_curve.html",
-                                        classic::fetch_dashboard_snapshot(m.front->client(), m.spec.name));
+      classic::write_dashboard_snapshot(
+          m.prepared.exp_dir / "reward_curve.html",
+          classic::fetch_dashboard_snapshot(m.front->client(), m.spec.name));
     } catch (const std::exception& e) {
       log().warn("multi-model: {}: reward_curve.html not written: {}", m.spec.name, e.what());
     }
@@ -373,11 +406,14 @@ void MultiJob::finish() {
   say("ajet: metrics: " + (exp_dir_ / "metrics.jsonl").string());
   for (auto& [m, checkpoint] : last) {
     if (config::logger_enabled(m->prepared.config, "tensorboard")) {
-      say("ajet: TensorBoard (" + m->spec.name + "): tensorboard --logdir " + (m->prepared.exp_dir / "tensorboard").string());
+      say("ajet: TensorBoard (" + m->spec.name + "): tensorboard --logdir " +
+          (m->prepared.exp_dir / "tensorboard").string());
     }
-    say("ajet: reward curve (" + m->spec.name + "): " + (m->prepared.exp_dir / "reward_curve.html").string());
+    say("ajet: reward curve (" + m->spec.name +
+        "): " + (m->prepared.exp_dir / "reward_curve.html").string());
     if (checkpoint.is_string() && !checkpoint.get<std::string>().empty()) {
-      say("ajet: final model (" + m->spec.name + "): " + (fs::path(checkpoint.get<std::string>()) / "model").string());
+      say("ajet: final model (" + m->spec.name +
+          "): " + (fs::path(checkpoint.get<std::string>()) / "model").string());
     }
   }
 }
@@ -386,18 +422,23 @@ classic::RunResult MultiJob::run() {
   prepare();
   const config::Config& c = config();
   result_.exp_dir = exp_dir_;
-  say(fmt::format("ajet: multi-model run ({}): {} models, {} backbone, {} training / {} validation tasks, {} steps "
-                  "of {} tasks x {} episodes",
-                  spec_.workflow, members_.size(), c.backbone, tasks_.training.size(), tasks_.validation.size(),
-                  total_steps_, c.data.train_batch_size, c.rollout.num_repeat));
+  say(fmt::format(
+      "ajet: multi-model run ({}): {} models, {} backbone, {} training / {} validation tasks, {} "
+      "steps "
+      "of {} tasks x {} episodes",
+      spec_.workflow, members_.size(), c.backbone, tasks_.training.size(), tasks_.validation.size(),
+      total_steps_, c.data.train_batch_size, c.rollout.num_repeat));
   say("ajet: experiment directory " + exp_dir_.string());
-  classic::RunPlan plan{1, total_steps_, c.trainer_common.test_freq, c.trainer_common.val_before_train, std::nullopt};
-  if (c.trainer_common.max_training_seconds) plan.max_training_seconds = double(*c.trainer_common.max_training_seconds);
+  classic::RunPlan plan{1, total_steps_, c.trainer_common.test_freq,
+                        c.trainer_common.val_before_train, std::nullopt};
+  if (c.trainer_common.max_training_seconds)
+    plan.max_training_seconds = double(*c.trainer_common.max_training_seconds);
   try {
     start_servers();
     loop_ = std::make_unique<classic::RunLoop>(
         plan, *this,
-        classic::RunLoopHooks{[this](int64_t step) { validate(step); }, [](int64_t) { return false; }, out_,
+        classic::RunLoopHooks{[this](int64_t step) { validate(step); },
+                              [](int64_t) { return false; }, out_,
                               [this] { return seconds_since(t0_); }},
         stop_);
     loop_->run();
@@ -412,8 +453,9 @@ classic::RunResult MultiJob::run() {
 
 }  // namespace
 
-classic::RunResult run_multi_model(const classic::LaunchOptions& options, const MultiModelSpec& spec,
-                                   const std::atomic<bool>& stop, const std::function<void(const std::string&)>& out) {
+classic::RunResult run_multi_model(const classic::LaunchOptions& options,
+                                   const MultiModelSpec& spec, const std::atomic<bool>& stop,
+                                   const std::function<void(const std::string&)>& out) {
   MultiJob job(options, spec, stop, out);
   return job.run();
 }

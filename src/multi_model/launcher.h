@@ -1,10 +1,10 @@
 // Classic mode for several models: `ajet --conf calc_duo.yaml`, where the config names the models
-// under ajet.multi_model (docs/classic.md "Several models"). One `ajet-swarm` front (and engine) per
-// model, each with the shared config and its own model path, experiment subdirectory and step
+// under ajet.multi_model (docs/classic.md "Several models"). One `ajet-swarm` front (and engine)
+// per model, each with the shared config and its own model path, experiment subdirectory and step
 // counter; one launcher drives them all with MultiEpisode: every rollout claims one episode per
-// server, the built-in two-model agent plays it, and the group ends all-or-nothing with each model's
-// own reward. Validation runs the pair greedily (and at T=1) on the held-out tasks. Every front and
-// engine is stopped on exit.
+// server, the built-in two-model agent plays it, and the group ends all-or-nothing with each
+// model's own reward. Validation runs the pair greedily (and at T=1) on the held-out tasks. Every
+// front and engine is stopped on exit.
 #pragma once
 
 #include <atomic>
@@ -19,8 +19,8 @@
 namespace ajet::multi_model {
 
 struct ModelSpec {
-  std::string name;                // "caller": metric prefix and experiment subdirectory
-  std::filesystem::path path;      // its model directory (relative to the config file's directory)
+  std::string name;            // "caller": metric prefix and experiment subdirectory
+  std::filesystem::path path;  // its model directory (relative to the config file's directory)
 };
 
 struct MultiModelSpec {
@@ -33,8 +33,8 @@ struct MultiModelSpec {
 // not two models, duplicate names, ...).
 std::optional<MultiModelSpec> read_multi_model_spec(const std::filesystem::path& conf);
 
-classic::RunResult run_multi_model(const classic::LaunchOptions& options, const MultiModelSpec& spec,
-                                   const std::atomic<bool>& stop,
+classic::RunResult run_multi_model(const classic::LaunchOptions& options,
+                                   const MultiModelSpec& spec, const std::atomic<bool>& stop,
                                    const std::function<void(const std::string&)>& out);
 
 }  // namespace ajet::multi_model

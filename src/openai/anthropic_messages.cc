@@ -39,7 +39,8 @@ std::string text_of(const OrderedJson& v, const std::string& path, bool tool_res
       line = "[tool loaded: " + string_at(v[j], "tool_name", at) + "]";
     } else {
       bad(at + ".type", "'" + type + "' is not supported here (" +
-                            (tool_result ? "text, image, document, tool_reference" : "text only") + ")");
+                            (tool_result ? "text, image, document, tool_reference" : "text only") +
+                            ")");
     }
     if (!out.empty()) out += "\n";
     out += line;
@@ -51,7 +52,9 @@ std::string text_of(const OrderedJson& v, const std::string& path, bool tool_res
   if (type == "image" || type == "document") {
     bad(at + ".type", "'" + type + "' blocks are not supported (the served model reads text only)");
   }
-  bad(at + ".type", "'" + type + "' is not a content block this server reads (text, tool_use, tool_result, thinking)");
+  bad(at + ".type",
+      "'" + type +
+          "' is not a content block this server reads (text, tool_use, tool_result, thinking)");
 }
 
 // One Anthropic message → its OpenAI messages, appended to `out`. `tool_uses`: the ids of the
@@ -96,17 +99,21 @@ void convert_message(const OrderedJson& m, const std::string& at, OrderedJson& o
           {"type", "function"},
           {"function",
            {{"name", string_at(b, "name", bat)},
-            {"arguments", (input != nullptr ? *input : OrderedJson::object()).dump(-1, ' ', false,
-                                                                                  OrderedJson::error_handler_t::replace)}}}});
+            {"arguments", (input != nullptr ? *input : OrderedJson::object())
+                              .dump(-1, ' ', false, OrderedJson::error_handler_t::replace)}}}});
     } else if (type == "tool_result" && role == "user") {
       const OrderedJson* result = field(b, "content");
-      std::string body = result == nullptr ? "" : text_of(*result, bat + ".content", /*tool_result=*/true);
+      std::string body =
+          result == nullptr ? "" : text_of(*result, bat + ".content", /*tool_result=*/true);
       const OrderedJson* is_error = field(b, "is_error");
-      if (is_error != nullptr && is_error->is_boolean() && is_error->get<bool>()) body = "Error: " + body;
+      if (is_error != nullptr && is_error->is_boolean() && is_error->get<bool>())
+        body = "Error: " + body;
       const std::string id = string_at(b, "tool_use_id", bat);
       if (!tool_uses.contains(id)) {
-        bad(bat + ".tool_use_id", "'" + id + "' answers no tool_use: no earlier assistant message has a tool_use "
-                                            "block with that id");
+        bad(bat + ".tool_use_id",
+            "'" + id +
+                "' answers no tool_use: no earlier assistant message has a tool_use "
+                "block with that id");
       }
       out.push_back(OrderedJson{{"role", "tool"}, {"tool_call_id", id}, {"content", body}});
     } else if (type == "thinking" && role == "assistant") {
@@ -114,8 +121,8 @@ void convert_message(const OrderedJson& m, const std::string& at, OrderedJson& o
     } else if (type == "redacted_thinking") {
       // Opaque to any model but Anthropic's: nothing to render.
     } else if (type == "tool_use" || type == "tool_result" || type == "thinking") {
-      bad(bat + ".type", "'" + type + "' blocks belong to " + (type == "tool_result" ? "user" : "assistant") +
-                             " messages");
+      bad(bat + ".type", "'" + type + "' blocks belong to " +
+                             (type == "tool_result" ? "user" : "assistant") + " messages");
     } else {
       unsupported_block(bat, type);
     }
@@ -132,8 +139,9 @@ void convert_message(const OrderedJson& m, const std::string& at, OrderedJson& o
   out.push_back(std::move(message));
 }
 
-// Client tools (no type, or "custom") → function tools; server tools (web_search_…, code_execution_…,
-// any other type) are run by Anthropic's servers, not by the client: dropped, and named in `notes`.
+// Client tools (no type, or "custom") → function tools; server tools (web_search_…,
+// code_execution_…, any other type) are run by Anthropic's servers, not by the client: dropped, and
+// named in `notes`.
 OrderedJson anthropic_tools_to_chat(const OrderedJson& tools, ConversionNotes* notes) {
   if (!tools.is_array()) bad("tools", "must be a list");
   OrderedJson out = OrderedJson::array();
@@ -145,8 +153,9 @@ OrderedJson anthropic_tools_to_chat(const OrderedJson& tools, ConversionNotes* n
     if (const OrderedJson* type = field(t, "type"); type != nullptr && *type != "custom") {
       if (!type->is_string()) bad(at + ".type", "must be a string");
       const OrderedJson* name = field(t, "name");
-      dropped.push_back(fmt::format("{} ({})", name != nullptr && name->is_string() ? name->get<std::string>() : at,
-                                    type->get<std::string>()));
+      dropped.push_back(fmt::format(
+          "{} ({})", name != nullptr && name->is_string() ? name->get<std::string>() : at,
+          type->get<std::string>()));
       continue;
     }
     const OrderedJson* schema = field(t, "input_schema");
@@ -161,8 +170,8 @@ OrderedJson anthropic_tools_to_chat(const OrderedJson& tools, ConversionNotes* n
     out.push_back(OrderedJson{{"type", "function"}, {"function", std::move(function)}});
   }
   if (!dropped.empty() && notes != nullptr) {
-    notes->push_back(fmt::format("dropped {} server tool(s) this server does not run: {}", dropped.size(),
-                                 fmt::join(dropped, ", ")));
+    notes->push_back(fmt::format("dropped {} server tool(s) this server does not run: {}",
+                                 dropped.size(), fmt::join(dropped, ", ")));
   }
   return out;
 }
@@ -174,19 +183,22 @@ OrderedJson convert_tool_choice(const OrderedJson& choice) {
   if (type == "any") return "required";
   if (type == "none") return "none";
   if (type == "tool") {
-    return OrderedJson{{"type", "function"}, {"function", {{"name", string_at(choice, "name", "tool_choice")}}}};
+    return OrderedJson{{"type", "function"},
+                       {"function", {{"name", string_at(choice, "name", "tool_choice")}}}};
   }
   bad("tool_choice.type", "must be auto, any, tool or none, got '" + type + "'");
 }
 
 }  // namespace
 
-OrderedJson anthropic_to_chat_body(const OrderedJson& body, ConversionNotes* notes, bool count_only) {
+OrderedJson anthropic_to_chat_body(const OrderedJson& body, ConversionNotes* notes,
+                                   bool count_only) {
   OrderedJson chat = OrderedJson::object();
   if (!body.is_object()) bad("(root)", "must be a JSON object");
   if (const OrderedJson* model = field(body, "model")) chat["model"] = *model;
   const OrderedJson* max_tokens = field(body, "max_tokens");
-  if (max_tokens == nullptr && !count_only) bad("max_tokens", "is required (the Messages API has no default)");
+  if (max_tokens == nullptr && !count_only)
+    bad("max_tokens", "is required (the Messages API has no default)");
   if (max_tokens != nullptr) chat["max_tokens"] = *max_tokens;
 
   OrderedJson messages = OrderedJson::array();
@@ -202,14 +214,17 @@ OrderedJson anthropic_to_chat_body(const OrderedJson& body, ConversionNotes* not
   }
   chat["messages"] = std::move(messages);
 
-  if (const OrderedJson* tools = field(body, "tools")) chat["tools"] = anthropic_tools_to_chat(*tools, notes);
-  if (const OrderedJson* choice = field(body, "tool_choice")) chat["tool_choice"] = convert_tool_choice(*choice);
+  if (const OrderedJson* tools = field(body, "tools"))
+    chat["tools"] = anthropic_tools_to_chat(*tools, notes);
+  if (const OrderedJson* choice = field(body, "tool_choice"))
+    chat["tool_choice"] = convert_tool_choice(*choice);
   if (const OrderedJson* stop = field(body, "stop_sequences")) chat["stop"] = *stop;
   for (const char* key : {"temperature", "top_p", "top_k", "stream"}) {
     if (const OrderedJson* v = field(body, key)) chat[key] = *v;
   }
   if (const OrderedJson* thinking = field(body, "thinking")) {
-    if (!thinking->is_object()) bad("thinking", "must be an object such as {\"type\": \"enabled\"}");
+    if (!thinking->is_object())
+      bad("thinking", "must be an object such as {\"type\": \"enabled\"}");
     const std::string type = string_at(*thinking, "type", "thinking");
     if (type != "enabled" && type != "disabled" && type != "adaptive") {
       bad("thinking.type", "must be enabled, adaptive or disabled, got '" + type + "'");
@@ -222,7 +237,8 @@ OrderedJson anthropic_to_chat_body(const OrderedJson& body, ConversionNotes* not
 }
 
 FieldNames anthropic_field_names() {
-  return FieldNames{.stop = "stop_sequences", .max_tokens = "max_tokens", .wording = ErrorWording::kAnthropic};
+  return FieldNames{
+      .stop = "stop_sequences", .max_tokens = "max_tokens", .wording = ErrorWording::kAnthropic};
 }
 
 std::string anthropic_stop_reason(std::string_view openai_finish_reason, bool stopped_by_string) {
@@ -235,9 +251,11 @@ std::string anthropic_stop_reason(std::string_view openai_finish_reason, bool st
 Json anthropic_content_json(const text::ParsedOutput& output) {
   Json blocks = Json::array();
   if (output.reasoning_content) {
-    blocks.push_back({{"type", "thinking"}, {"thinking", *output.reasoning_content}, {"signature", ""}});
+    blocks.push_back(
+        {{"type", "thinking"}, {"thinking", *output.reasoning_content}, {"signature", ""}});
   }
-  if (!output.content.empty() || output.tool_calls.empty()) blocks.push_back({{"type", "text"}, {"text", output.content}});
+  if (!output.content.empty() || output.tool_calls.empty())
+    blocks.push_back({{"type", "text"}, {"text", output.content}});
   for (const text::ToolCall& call : output.tool_calls) {
     std::optional<Json> input = try_parse_json(call.arguments);
     blocks.push_back({{"type", "tool_use"},
@@ -248,8 +266,9 @@ Json anthropic_content_json(const text::ParsedOutput& output) {
   return blocks;
 }
 
-Json anthropic_message_json(const ResponseMeta& meta, const text::ParsedOutput& output, std::string_view stop_reason,
-                            std::string_view stop_sequence, int64_t input_tokens, int64_t output_tokens) {
+Json anthropic_message_json(const ResponseMeta& meta, const text::ParsedOutput& output,
+                            std::string_view stop_reason, std::string_view stop_sequence,
+                            int64_t input_tokens, int64_t output_tokens) {
   return Json{{"id", meta.id},
               {"type", "message"},
               {"role", "assistant"},
@@ -280,12 +299,14 @@ std::string anthropic_stream_open(const ResponseMeta& meta, int64_t input_tokens
                {"stop_sequence", nullptr},
                {"usage", {{"input_tokens", input_tokens}, {"output_tokens", 0}}}};
   return sse_event("message_start", Json{{"message", std::move(message)}}) +
-         sse_event("content_block_start", Json{{"index", 0}, {"content_block", {{"type", "text"}, {"text", ""}}}}) +
+         sse_event("content_block_start",
+                   Json{{"index", 0}, {"content_block", {{"type", "text"}, {"text", ""}}}}) +
          sse_event("ping", Json::object());
 }
 
 std::string anthropic_text_delta(std::string_view text) {
-  return sse_event("content_block_delta", Json{{"index", 0}, {"delta", {{"type", "text_delta"}, {"text", text}}}});
+  return sse_event("content_block_delta",
+                   Json{{"index", 0}, {"delta", {{"type", "text_delta"}, {"text", text}}}});
 }
 
 std::string anthropic_stream_close(const text::ParsedOutput& output, std::string_view stop_reason,
@@ -295,20 +316,24 @@ std::string anthropic_stream_close(const text::ParsedOutput& output, std::string
   for (const text::ToolCall& call : output.tool_calls) {
     std::optional<Json> input = try_parse_json(call.arguments);
     const std::string arguments = input && input->is_object() ? call.arguments : "{}";
-    out += sse_event("content_block_start",
-                     Json{{"index", index},
-                          {"content_block",
-                           {{"type", "tool_use"}, {"id", call.id}, {"name", call.name}, {"input", Json::object()}}}});
+    out += sse_event("content_block_start", Json{{"index", index},
+                                                 {"content_block",
+                                                  {{"type", "tool_use"},
+                                                   {"id", call.id},
+                                                   {"name", call.name},
+                                                   {"input", Json::object()}}}});
     out += sse_event("content_block_delta",
-                     Json{{"index", index}, {"delta", {{"type", "input_json_delta"}, {"partial_json", arguments}}}});
+                     Json{{"index", index},
+                          {"delta", {{"type", "input_json_delta"}, {"partial_json", arguments}}}});
     out += sse_event("content_block_stop", Json{{"index", index}});
     ++index;
   }
-  out += sse_event("message_delta",
-                   Json{{"delta",
-                         {{"stop_reason", stop_reason},
-                          {"stop_sequence", stop_sequence.empty() ? Json(nullptr) : Json(stop_sequence)}}},
-                        {"usage", {{"output_tokens", output_tokens}}}});
+  out += sse_event(
+      "message_delta",
+      Json{{"delta",
+            {{"stop_reason", stop_reason},
+             {"stop_sequence", stop_sequence.empty() ? Json(nullptr) : Json(stop_sequence)}}},
+           {"usage", {{"output_tokens", output_tokens}}}});
   out += sse_event("message_stop", Json::object());
   return out;
 }

@@ -21,7 +21,8 @@ inline const text::OrderedJson* field(const text::OrderedJson& obj, const char* 
 }
 
 // A required string at `path`.`key`.
-inline std::string string_at(const text::OrderedJson& obj, const char* key, const std::string& path) {
+inline std::string string_at(const text::OrderedJson& obj, const char* key,
+                             const std::string& path) {
   const text::OrderedJson* v = field(obj, key);
   if (v == nullptr) bad(path + "." + key, "is required");
   if (!v->is_string()) bad(path + "." + key, "must be a string");

@@ -45,8 +45,10 @@ LlmCall::LlmCall(CallSetup setup, CallServices services, http::Respond respond)
   finals_.resize(n);
   text_offset_.assign(n, 0);
   prompt_tokens_ = int64_t(setup_.prompt.ids.size());
-  if (setup_.params.stream) stream_ = std::make_shared<http::ChannelStream>(0, setup_.stream_backlog_bytes);
-  if (setup_.kind == CallSetup::Kind::kResponses) responses_.emplace(new_response_id("msg_"), setup_.responses_tools);
+  if (setup_.params.stream)
+    stream_ = std::make_shared<http::ChannelStream>(0, setup_.stream_backlog_bytes);
+  if (setup_.kind == CallSetup::Kind::kResponses)
+    responses_.emplace(new_response_id("msg_"), setup_.responses_tools);
 }
 
 void LlmCall::push(std::string chunk) {
@@ -61,11 +63,13 @@ bool LlmCall::done() {
 
 void LlmCall::heartbeat(std::chrono::steady_clock::duration idle) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (setup_.kind != CallSetup::Kind::kMessages || !streaming_ || finished_ || cancelled_.load()) return;
+  if (setup_.kind != CallSetup::Kind::kMessages || !streaming_ || finished_ || cancelled_.load())
+    return;
   if (std::chrono::steady_clock::now() - last_push_ >= idle) push(anthropic_text_delta(""));
 }
 
-Heartbeats::Heartbeats(std::chrono::milliseconds period) : period_(period), thread_([this] { run(); }) {}
+Heartbeats::Heartbeats(std::chrono::milliseconds period)
+    : period_(period), thread_([this] { run(); }) {}
 
 Heartbeats::~Heartbeats() {
   {
@@ -106,7 +110,8 @@ void LlmCall::start(const std::shared_ptr<rpc::Client>& client) {
     });
     if (cancelled_.load()) return;  // the client left before the engine was asked: generate nothing
   }
-  const bool opens_at_once = setup_.kind == CallSetup::Kind::kMessages || setup_.kind == CallSetup::Kind::kResponses;
+  const bool opens_at_once =
+      setup_.kind == CallSetup::Kind::kMessages || setup_.kind == CallSetup::Kind::kResponses;
   if (opens_at_once && stream_ && client) {
     std::optional<http::Response> open;
     {
@@ -117,8 +122,9 @@ void LlmCall::start(const std::shared_ptr<rpc::Client>& client) {
   }
   if (!client) {
     if (services_.metrics) services_.metrics->failed();
-    respond_(error_answer(503, "The engine is not connected (it is starting or restarting); retry shortly.",
-                          "engine_unavailable"));
+    respond_(error_answer(
+        503, "The engine is not connected (it is starting or restarting); retry shortly.",
+        "engine_unavailable"));
     return;
   }
   client_weak_ = client;
@@ -135,16 +141,19 @@ void LlmCall::start(const std::shared_ptr<rpc::Client>& client) {
       opened = streaming_;
     }
     if (opened) {
-      // The stream was answered already (Messages, Responses): a second answer would be dropped and the
-      // client left waiting on an open stream. The error goes down the stream, which then closes.
+      // The stream was answered already (Messages, Responses): a second answer would be dropped and
+      // the client left waiting on an open stream. The error goes down the stream, which then
+      // closes.
       on_error(e.code(), std::string("the engine is not reachable: ") + e.what());
       return;
     }
     if (services_.metrics) services_.metrics->failed();
     if (e.code() == ErrorCode::kResourceExhausted) {
-      respond_(error_answer(413, std::string("The request is too large for the engine: ") + e.what(), "too_large"));
+      respond_(error_answer(
+          413, std::string("The request is too large for the engine: ") + e.what(), "too_large"));
     } else {
-      respond_(error_answer(503, std::string("The engine is not reachable: ") + e.what(), "engine_unavailable"));
+      respond_(error_answer(503, std::string("The engine is not reachable: ") + e.what(),
+                            "engine_unavailable"));
     }
     return;
   }
@@ -166,14 +175,16 @@ void LlmCall::on_frame(rpc::Frame&& frame) {
     }
   } catch (const std::exception& e) {
     log().error("chat call {}: {}", setup_.meta.id, e.what());
-    on_error(ErrorCode::kInternal, std::string("internal error while handling the engine's reply: ") + e.what());
+    on_error(ErrorCode::kInternal,
+             std::string("internal error while handling the engine's reply: ") + e.what());
   }
 }
 
 void LlmCall::abort_engine_request() {
   abort_wanted_.store(true);
   uint64_t id = request_id_.load();
-  if (id != 0 && client_raw_ != nullptr) client_raw_->abort(id);  // inside a callback: the client is alive
+  if (id != 0 && client_raw_ != nullptr)
+    client_raw_->abort(id);  // inside a callback: the client is alive
 }
 
 void LlmCall::cancel() {
@@ -202,7 +213,8 @@ void LlmCall::on_tokens(const rpc::TokensEvent& e) {
       for (const auto& other : choices_) all = all && other.finished();
       if (all) abort_engine_request();  // nothing left that anyone will read
     }
-    if (e.finish_reason == rpc::FinishReason::kAbort && !c.stopped_by_string()) engine_aborted_ = true;
+    if (e.finish_reason == rpc::FinishReason::kAbort && !c.stopped_by_string())
+      engine_aborted_ = true;
     if (!stream_ || engine_aborted_) return;
     if (!streaming_) open = open_stream();
     // A finished choice is closed (its last events: finish_reason, message_stop,
@@ -231,8 +243,8 @@ std::optional<http::Response> LlmCall::open_stream() {
   }
   for (size_t i = 0; i < choices_.size(); ++i) {
     if (setup_.kind == CallSetup::Kind::kChat) {
-      push(sse_data(chat_chunk_json(setup_.meta, int(i), Json{{"role", "assistant"}, {"content", ""}},
-                                             nullptr, nullptr)));
+      push(sse_data(chat_chunk_json(
+          setup_.meta, int(i), Json{{"role", "assistant"}, {"content", ""}}, nullptr, nullptr)));
     }
   }
   return http::sse_response(stream_);
@@ -241,15 +253,18 @@ std::optional<http::Response> LlmCall::open_stream() {
 Json LlmCall::logprobs_for(size_t i, size_t begin, size_t end) {
   if (!setup_.params.logprobs || begin >= end) return nullptr;
   const text::Tokenizer& tok = *setup_.model->tokenizer;
-  if (setup_.kind == CallSetup::Kind::kChat) return chat_logprobs_json(choices_[i], begin, end, tok);
+  if (setup_.kind == CallSetup::Kind::kChat)
+    return chat_logprobs_json(choices_[i], begin, end, tok);
   Json lp = completion_logprobs_json(choices_[i], begin, end, tok, text_offset_[i]);
-  for (size_t t = begin; t < end; ++t) text_offset_[i] += tok.token_bytes(choices_[i].ids()[t]).size();
+  for (size_t t = begin; t < end; ++t)
+    text_offset_[i] += tok.token_bytes(choices_[i].ids()[t]).size();
   return lp;
 }
 
 void LlmCall::push_delta(size_t i, const ChoiceDelta& d, Json finish_reason) {
   const bool has_tokens = d.token_end > d.token_begin;
-  if (d.reasoning.empty() && d.content.empty() && finish_reason.is_null() && !(has_tokens && setup_.params.logprobs)) {
+  if (d.reasoning.empty() && d.content.empty() && finish_reason.is_null() &&
+      !(has_tokens && setup_.params.logprobs)) {
     return;
   }
   if (setup_.kind == CallSetup::Kind::kMessages) {
@@ -264,7 +279,7 @@ void LlmCall::push_delta(size_t i, const ChoiceDelta& d, Json finish_reason) {
   Json logprobs = logprobs_for(i, d.token_begin, d.token_end);
   if (setup_.kind == CallSetup::Kind::kCompletion) {
     push(sse_data(completion_chunk_json(setup_.meta, int(i), d.content, std::move(finish_reason),
-                                                 std::move(logprobs))));
+                                        std::move(logprobs))));
     return;
   }
   Json delta = Json::object();
@@ -272,10 +287,12 @@ void LlmCall::push_delta(size_t i, const ChoiceDelta& d, Json finish_reason) {
   if (!d.content.empty() || d.reasoning.empty()) delta["content"] = d.content;
   if (!finish_reason.is_null() && d.content.empty() && d.reasoning.empty()) delta = Json::object();
   push(sse_data(chat_chunk_json(setup_.meta, int(i), std::move(delta), std::move(finish_reason),
-                                         std::move(logprobs))));
+                                std::move(logprobs))));
 }
 
-void LlmCall::emit_delta(size_t i, bool final) { push_delta(i, choices_[i].take_delta(final), nullptr); }
+void LlmCall::emit_delta(size_t i, bool final) {
+  push_delta(i, choices_[i].take_delta(final), nullptr);
+}
 
 const text::ParsedOutput& LlmCall::final_of(size_t i) {
   if (!finals_[i]) finals_[i] = choices_[i].final_output();
@@ -284,7 +301,8 @@ const text::ParsedOutput& LlmCall::final_of(size_t i) {
 
 std::string LlmCall::answered_finish(size_t i, bool has_tool_calls) const {
   std::string finish = choices_[i].finish_reason(has_tool_calls);
-  if (finish == "length" && !setup_.length_is_clients) return has_tool_calls ? "tool_calls" : "stop";
+  if (finish == "length" && !setup_.length_is_clients)
+    return has_tool_calls ? "tool_calls" : "stop";
   return finish;
 }
 
@@ -302,19 +320,22 @@ void LlmCall::close_choice(size_t i) {
   }
   push_delta(i, d, nullptr);
   if (setup_.kind == CallSetup::Kind::kMessages) {
-    push(anthropic_stream_close(out, anthropic_stop_reason(answered_finish(i, tools), c.stopped_by_string()),
-                                c.matched_stop(), completion_tokens()));
+    push(anthropic_stream_close(
+        out, anthropic_stop_reason(answered_finish(i, tools), c.stopped_by_string()),
+        c.matched_stop(), completion_tokens()));
     closed_[i] = true;
     return;
   }
   if (setup_.kind == CallSetup::Kind::kResponses) {
-    push(responses_->close(setup_.meta, out, answered_finish(i, tools) == "length", prompt_tokens_, completion_tokens()));
+    push(responses_->close(setup_.meta, out, answered_finish(i, tools) == "length", prompt_tokens_,
+                           completion_tokens()));
     closed_[i] = true;
     return;
   }
   if (tools) {
-    push(sse_data(chat_chunk_json(setup_.meta, int(i), Json{{"tool_calls", tool_calls_json(out.tool_calls, true)}},
-                                           nullptr, nullptr)));
+    push(sse_data(chat_chunk_json(setup_.meta, int(i),
+                                  Json{{"tool_calls", tool_calls_json(out.tool_calls, true)}},
+                                  nullptr, nullptr)));
   }
   ChoiceDelta none;
   push_delta(i, none, answered_finish(i, tools));
@@ -333,10 +354,12 @@ void LlmCall::on_done() {
   }
   if (aborted) {
     // The engine ended the request itself (it is stopping): a retryable error, nothing recorded.
-    on_error(ErrorCode::kUnavailable, "the engine stopped while generating (it is restarting or stopping); retry.");
+    on_error(ErrorCode::kUnavailable,
+             "the engine stopped while generating (it is restarting or stopping); retry.");
     return;
   }
-  if (cancelled_.load()) return;  // the client went away: nothing was delivered, nothing is recorded
+  if (cancelled_.load())
+    return;  // the client went away: nothing was delivered, nothing is recorded
   int64_t completion = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -360,11 +383,13 @@ void LlmCall::on_done() {
       for (size_t i = 0; i < choices_.size(); ++i) {
         if (!closed_[i]) close_choice(i);
       }
-      const bool openai_sse = setup_.kind == CallSetup::Kind::kChat || setup_.kind == CallSetup::Kind::kCompletion;
+      const bool openai_sse =
+          setup_.kind == CallSetup::Kind::kChat || setup_.kind == CallSetup::Kind::kCompletion;
       if (setup_.params.include_usage && openai_sse) {
         Json usage = usage_json(prompt_tokens_, completion_tokens());
         push(sse_data(usage_chunk_json(
-            setup_.meta, setup_.kind == CallSetup::Kind::kChat ? "chat.completion.chunk" : "text_completion",
+            setup_.meta,
+            setup_.kind == CallSetup::Kind::kChat ? "chat.completion.chunk" : "text_completion",
             std::move(usage))));
       }
       if (openai_sse) push("data: [DONE]\n\n");
@@ -406,19 +431,23 @@ void LlmCall::on_error(ErrorCode code, const std::string& message) {
       push(responses_->error(error_code_name(code), text));
       stream_->close();
     } else if (streaming_) {
-      Json error = {{"error", {{"message", text}, {"type", std::string(http::error_type_for(status))},
-                               {"code", std::string(error_code_name(code))}}}};
+      Json error = {{"error",
+                     {{"message", text},
+                      {"type", std::string(http::error_type_for(status))},
+                      {"code", std::string(error_code_name(code))}}}};
       push(sse_data(error));
       push("data: [DONE]\n\n");
       stream_->close();
     } else {
-      answer = error_answer(status, text, status == 503 ? "engine_unavailable" : error_code_name(code));
+      answer =
+          error_answer(status, text, status == 503 ? "engine_unavailable" : error_code_name(code));
     }
   }
   if (answer) respond_(std::move(*answer));
 }
 
-http::Response LlmCall::error_answer(int status, const std::string& text, std::string_view code) const {
+http::Response LlmCall::error_answer(int status, const std::string& text,
+                                     std::string_view code) const {
   if (setup_.kind == CallSetup::Kind::kMessages) return anthropic_error(status, text, 2);
   if (status == 503) return unavailable_response(text, 2);
   return openai_error(status, text, code);
@@ -428,14 +457,16 @@ Json LlmCall::response_json() const {
   if (setup_.kind == CallSetup::Kind::kMessages) {
     const ChoiceState& c = choices_[0];
     const text::ParsedOutput& out = *finals_[0];
-    return anthropic_message_json(setup_.meta, out,
-                                  anthropic_stop_reason(answered_finish(0, !out.tool_calls.empty()), c.stopped_by_string()),
-                                  c.matched_stop(), prompt_tokens_, completion_tokens());
+    return anthropic_message_json(
+        setup_.meta, out,
+        anthropic_stop_reason(answered_finish(0, !out.tool_calls.empty()), c.stopped_by_string()),
+        c.matched_stop(), prompt_tokens_, completion_tokens());
   }
   if (setup_.kind == CallSetup::Kind::kResponses) {
     const text::ParsedOutput& out = *finals_[0];
-    return responses_json(setup_.meta, &out, responses_->items(out), answered_finish(0, !out.tool_calls.empty()) == "length",
-                          prompt_tokens_, completion_tokens(), setup_.responses_tools);
+    return responses_json(setup_.meta, &out, responses_->items(out),
+                          answered_finish(0, !out.tool_calls.empty()) == "length", prompt_tokens_,
+                          completion_tokens(), setup_.responses_tools);
   }
   Json choices = Json::array();
   const text::Tokenizer& tok = *setup_.model->tokenizer;
@@ -457,23 +488,26 @@ Json LlmCall::response_json() const {
                          {"finish_reason", answered_finish(i, false)}});
     }
   }
-  Json j = {{"id", setup_.meta.id},
-            {"object", setup_.kind == CallSetup::Kind::kChat ? "chat.completion" : "text_completion"},
-            {"created", setup_.meta.created},
-            {"model", setup_.meta.model},
-            {"choices", std::move(choices)},
-            {"usage", usage_json(prompt_tokens_, completion_tokens())}};
-  if (!setup_.meta.system_fingerprint.empty()) j["system_fingerprint"] = setup_.meta.system_fingerprint;
+  Json j = {
+      {"id", setup_.meta.id},
+      {"object", setup_.kind == CallSetup::Kind::kChat ? "chat.completion" : "text_completion"},
+      {"created", setup_.meta.created},
+      {"model", setup_.meta.model},
+      {"choices", std::move(choices)},
+      {"usage", usage_json(prompt_tokens_, completion_tokens())}};
+  if (!setup_.meta.system_fingerprint.empty())
+    j["system_fingerprint"] = setup_.meta.system_fingerprint;
   return j;
 }
 
 void LlmCall::record(const std::string& response_body) {
   const double finished_at = episodes::system_clock_seconds();
   const double latency_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - setup_.started).count();
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - setup_.started)
+          .count();
   services_.latest.set(setup_.request_body, response_body);
-  // The bodies go once, on the first choice's row; the other choices' rows name it (bodies_from), and
-  // the tracker keeps neither (it renders and merges from the parsed request and the tokens).
+  // The bodies go once, on the first choice's row; the other choices' rows name it (bodies_from),
+  // and the tracker keeps neither (it renders and merges from the parsed request and the tokens).
   std::optional<int64_t> holder;  // the call_index of the row with the bodies
   for (size_t i = 0; i < choices_.size() && i < setup_.tickets.size(); ++i) {
     const ChoiceState& c = choices_[i];
@@ -499,17 +533,19 @@ void LlmCall::record(const std::string& response_body) {
       store::CallRow row = tracking::to_call_row(rec);
       if (!holder) {
         holder = rec.call_index;
-        row.request_json = setup_.stored_request_body.empty() ? std::move(setup_.request_body)
-                                                              : std::move(setup_.stored_request_body);
+        row.request_json = setup_.stored_request_body.empty()
+                               ? std::move(setup_.request_body)
+                               : std::move(setup_.stored_request_body);
         row.response_json = response_body;
       } else {
         row.bodies_from = holder;
       }
-      if (!services_.registry.record_llm_call(std::move(row))) continue;  // the episode ended meanwhile
+      if (!services_.registry.record_llm_call(std::move(row)))
+        continue;  // the episode ended meanwhile
       setup_.tracker->record(std::move(rec));
     } catch (const std::exception& e) {
-      log().error("episode {} call {}: not recorded: {}", setup_.tickets[i].episode_uuid, setup_.tickets[i].call_index,
-                  e.what());
+      log().error("episode {} call {}: not recorded: {}", setup_.tickets[i].episode_uuid,
+                  setup_.tickets[i].call_index, e.what());
     }
   }
 }

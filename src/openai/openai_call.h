@@ -1,17 +1,17 @@
-// One OpenAI request in flight (/v1/chat/completions, /v1/completions, or /v1/responses and Anthropic's
-// /v1/messages over the chat pipeline: openai_responses.h, anthropic_messages.h): sends one `generate` to the
-// engine (n samples sharing one prefill), turns its streamed `tokens` events into SSE chunks as they
-// arrive (or one JSON body at the end), and records every choice as a tracked LLM call (the request and
-// response bodies once per request, on its first choice's row).
+// One OpenAI request in flight (/v1/chat/completions, /v1/completions, or /v1/responses and
+// Anthropic's /v1/messages over the chat pipeline: openai_responses.h, anthropic_messages.h): sends
+// one `generate` to the engine (n samples sharing one prefill), turns its streamed `tokens` events
+// into SSE chunks as they arrive (or one JSON body at the end), and records every choice as a
+// tracked LLM call (the request and response bodies once per request, on its first choice's row).
 //
-// Threads: start() runs on a prompt-pool thread; engine events arrive on the RPC client's reader thread
-// and are handled there directly (decoding a token and queueing a chunk never blocks: a push to the
-// ChannelStream never waits, the store write is queued). The engine request is aborted when the client
-// goes away: a hang-up (the request's CancelSignal, from an I/O thread, streamed or not, also before
-// the first token) or a stream reader that fell stream_backlog_bytes behind (from the reader thread).
-// Ownership: the RPC callback holds the call (shared_ptr) until the engine's final frame; the stream's
-// cancel hook holds it weakly. The rpc::Client is never owned here (a weak_ptr for aborts from
-// other threads; inside a callback the reader thread keeps the client alive).
+// Threads: start() runs on a prompt-pool thread; engine events arrive on the RPC client's reader
+// thread and are handled there directly (decoding a token and queueing a chunk never blocks: a push
+// to the ChannelStream never waits, the store write is queued). The engine request is aborted when
+// the client goes away: a hang-up (the request's CancelSignal, from an I/O thread, streamed or not,
+// also before the first token) or a stream reader that fell stream_backlog_bytes behind (from the
+// reader thread). Ownership: the RPC callback holds the call (shared_ptr) until the engine's final
+// frame; the stream's cancel hook holds it weakly. The rpc::Client is never owned here (a weak_ptr
+// for aborts from other threads; inside a callback the reader thread keeps the client alive).
 #pragma once
 
 #include <atomic>
@@ -55,16 +55,19 @@ struct CallSetup {
   enum class Kind { kChat, kCompletion, kMessages, kResponses } kind = Kind::kChat;
   std::shared_ptr<const episodes::ModelContext> model;
   std::shared_ptr<tracking::EpisodeTracker> tracker;
-  std::vector<episodes::LlmCallTicket> tickets;  // one per choice (consecutive call indices: begin_llm_calls)
-  std::shared_ptr<episodes::CallInFlight> in_flight;  // ends the tickets' calls when the call object goes
+  std::vector<episodes::LlmCallTicket>
+      tickets;  // one per choice (consecutive call indices: begin_llm_calls)
+  std::shared_ptr<episodes::CallInFlight>
+      in_flight;  // ends the tickets' calls when the call object goes
   std::string agent_name;
-  text::ChatRequest request;           // kChat: the parsed messages and tools
-  tracking::RenderedPrompt prompt;     // ids, message spans, generation prompt start
+  text::ChatRequest request;        // kChat: the parsed messages and tools
+  tracking::RenderedPrompt prompt;  // ids, message spans, generation prompt start
   OpenAiParams params;
-  rpc::GenerateRequest generate;       // prompt and stop ids included
-  std::shared_ptr<http::CancelSignal> client_cancel;  // the HTTP request's: fired when its client hangs up
-  size_t stream_backlog_bytes = 8 << 20;              // a streamed answer's queue; beyond, it is cancelled
-  std::string request_body;            // as received (POST /replay_latest_llm_call shows it)
+  rpc::GenerateRequest generate;  // prompt and stop ids included
+  std::shared_ptr<http::CancelSignal>
+      client_cancel;                      // the HTTP request's: fired when its client hangs up
+  size_t stream_backlog_bytes = 8 << 20;  // a streamed answer's queue; beyond, it is cancelled
+  std::string request_body;               // as received (POST /replay_latest_llm_call shows it)
   // What the episode stores, once, on the first choice's row: the request as received for chat and
   // completions, the converted chat body for Messages and Responses ("" : request_body).
   std::string stored_request_body;
@@ -109,8 +112,8 @@ class LlmCall : public std::enable_shared_from_this<LlmCall> {
   void on_done();
   void on_error(ErrorCode code, const std::string& message);
   void push(std::string chunk);  // onto the stream, noting the time (mu_ held)
-  void cancel();                // the HTTP client went away (I/O thread, or the reader thread)
-  void abort_engine_request();  // from a callback: stop strings made the rest useless
+  void cancel();                 // the HTTP client went away (I/O thread, or the reader thread)
+  void abort_engine_request();   // from a callback: stop strings made the rest useless
   // The helpers below need mu_ held.
   std::optional<http::Response> open_stream();  // first event: the SSE response + role chunks
   void emit_delta(size_t index, bool final);
@@ -141,14 +144,16 @@ class LlmCall : public std::enable_shared_from_this<LlmCall> {
   std::vector<ChoiceState> choices_;
   std::vector<bool> closed_;
   std::vector<std::optional<text::ParsedOutput>> finals_;
-  std::vector<size_t> text_offset_;  // completions: bytes of text sent per choice (logprobs offsets)
+  std::vector<size_t>
+      text_offset_;  // completions: bytes of text sent per choice (logprobs offsets)
   bool streaming_ = false;
   bool finished_ = false;
   bool engine_aborted_ = false;  // a choice ended with `abort` that we did not ask for
   int64_t prompt_tokens_ = 0;
   int64_t policy_version_ = -1;
   std::chrono::steady_clock::time_point last_push_{};
-  std::optional<ResponsesEvents> responses_;  // kResponses: the stream's item ids and sequence numbers
+  std::optional<ResponsesEvents>
+      responses_;  // kResponses: the stream's item ids and sequence numbers
 };
 
 // Calls heartbeat() on each registered call every `period` from a thread of its own, until the call

@@ -32,8 +32,10 @@ bool is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; 
 ChoiceState::ChoiceState(ChoiceOptions options)
     : options_(std::move(options)), decoder_(*options_.tokenizer, /*skip_special=*/true) {
   for (const auto& s : options_.stop) max_stop_len_ = std::max(max_stop_len_, s.size());
-  if (!options_.chat) mode_ = Mode::kContent;
-  else if (opens_think(options_.generation_prompt_tail)) mode_ = Mode::kReasoning;
+  if (!options_.chat)
+    mode_ = Mode::kContent;
+  else if (opens_think(options_.generation_prompt_tail))
+    mode_ = Mode::kReasoning;
 }
 
 void ChoiceState::add(const rpc::TokensEvent& e) {
@@ -100,7 +102,8 @@ ChoiceDelta ChoiceState::take_delta(bool final) {
         mode_ = Mode::kReasoning;
         continue;
       }
-      if (!final && raw_.size() < kThinkOpen.size() && kThinkOpen.substr(0, raw_.size()) == raw_) break;
+      if (!final && raw_.size() < kThinkOpen.size() && kThinkOpen.substr(0, raw_.size()) == raw_)
+        break;
       mode_ = Mode::kContent;
       continue;
     }
@@ -112,7 +115,8 @@ ChoiceDelta ChoiceState::take_delta(bool final) {
         mode_ = Mode::kAfterThink;
         continue;
       }
-      size_t end = final ? raw_.size() : std::min(limit, raw_.size() - partial_suffix(raw_, kThinkClose));
+      size_t end =
+          final ? raw_.size() : std::min(limit, raw_.size() - partial_suffix(raw_, kThinkClose));
       if (end > consumed_) {
         d.reasoning += raw_.substr(consumed_, end - consumed_);
         consumed_ = end;
@@ -131,7 +135,8 @@ ChoiceDelta ChoiceState::take_delta(bool final) {
       // Content stops at the first <tool_call>; what follows comes with final_output().
       std::string_view rest = std::string_view(raw_).substr(consumed_);
       if (!tool_seen_ && rest.find("<tool_call>") != std::string_view::npos) tool_seen_ = true;
-      if (!final || tool_seen_) end = std::min(end, consumed_ + text::streamable_content_length(rest));
+      if (!final || tool_seen_)
+        end = std::min(end, consumed_ + text::streamable_content_length(rest));
     }
     if (end > consumed_) {
       std::string piece = raw_.substr(consumed_, end - consumed_);

@@ -1,7 +1,7 @@
 // One choice of a completion while its tokens arrive from the engine: the generated ids with their
-// logprobs, incremental UTF-8 decoding, stop strings (the text is cut before the first match and the
-// choice ends), and what may be shown to the client *now* — reasoning (a leading <think> block) and
-// content — holding back any tail that could still become a stop string, a </think> or a
+// logprobs, incremental UTF-8 decoding, stop strings (the text is cut before the first match and
+// the choice ends), and what may be shown to the client *now* — reasoning (a leading <think> block)
+// and content — holding back any tail that could still become a stop string, a </think> or a
 // <tool_call>. Tool calls are only known once the choice ends (final_output()).
 // Not thread-safe: one call object feeds it from one thread at a time.
 #pragma once
@@ -20,10 +20,11 @@ namespace ajet::openai {
 
 struct ChoiceOptions {
   const text::Tokenizer* tokenizer = nullptr;
-  std::vector<std::string> stop;        // stop strings
-  bool chat = true;                     // false (/v1/completions): plain text, no reasoning, no tools
-  bool parse_tools = false;             // chat with tools and tool_choice != none
-  std::string generation_prompt_tail;   // text the generation prompt added after the assistant header
+  std::vector<std::string> stop;  // stop strings
+  bool chat = true;               // false (/v1/completions): plain text, no reasoning, no tools
+  bool parse_tools = false;       // chat with tools and tool_choice != none
+  std::string
+      generation_prompt_tail;  // text the generation prompt added after the assistant header
 };
 
 struct ChoiceDelta {
@@ -40,7 +41,9 @@ class ChoiceState {
   // Appends one `tokens` event of this choice. Tokens after a stop string matched are ignored.
   void add(const rpc::TokensEvent& event);
   bool stopped_by_string() const { return stopped_by_string_; }
-  const std::string& matched_stop() const { return matched_stop_; }  // the stop string that ended it
+  const std::string& matched_stop() const {
+    return matched_stop_;
+  }  // the stop string that ended it
   // The engine sent the choice's last event, or a stop string ended it.
   bool finished() const { return stopped_by_string_ || engine_finish_.has_value(); }
   std::optional<rpc::FinishReason> engine_finish() const { return engine_finish_; }
@@ -62,7 +65,7 @@ class ChoiceState {
   const std::vector<float>& raw_logprobs() const { return raw_logprobs_; }
   const std::vector<int32_t>& policy_versions() const { return versions_; }
   int top_k() const { return top_k_; }
-  const std::vector<int32_t>& top_ids() const { return top_ids_; }        // (T * top_k)
+  const std::vector<int32_t>& top_ids() const { return top_ids_; }          // (T * top_k)
   const std::vector<float>& top_logprobs() const { return top_logprobs_; }  // (T * top_k)
   size_t tokens() const { return ids_.size(); }
 

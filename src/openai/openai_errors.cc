@@ -52,7 +52,8 @@ std::string_view anthropic_error_type(int status) {
 }  // namespace
 
 http::Response anthropic_error(int status, std::string_view message, int retry_after_seconds) {
-  Json body = {{"type", "error"}, {"error", {{"type", anthropic_error_type(status)}, {"message", message}}}};
+  Json body = {{"type", "error"},
+               {"error", {{"type", anthropic_error_type(status)}, {"message", message}}}};
   http::Response r = http::json_response(body, status);
   if (status == 503) http::set_retry_after(r, std::chrono::seconds(retry_after_seconds));
   return r;

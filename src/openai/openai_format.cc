@@ -21,7 +21,9 @@ void put_meta(Json& j, const ResponseMeta& meta) {
 
 }  // namespace
 
-std::string new_response_id(std::string_view prefix) { return std::string(prefix) + new_uuid_hex().substr(0, 24); }
+std::string new_response_id(std::string_view prefix) {
+  return std::string(prefix) + new_uuid_hex().substr(0, 24);
+}
 
 Json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
   return Json{{"prompt_tokens", prompt_tokens},
@@ -29,7 +31,8 @@ Json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
               {"total_tokens", prompt_tokens + completion_tokens}};
 }
 
-Json chat_logprobs_json(const ChoiceState& choice, size_t begin, size_t end, const text::Tokenizer& tok) {
+Json chat_logprobs_json(const ChoiceState& choice, size_t begin, size_t end,
+                        const text::Tokenizer& tok) {
   Json content = Json::array();
   const int k = choice.top_k();
   for (size_t t = begin; t < end && t < choice.tokens(); ++t) {
@@ -39,17 +42,21 @@ Json chat_logprobs_json(const ChoiceState& choice, size_t begin, size_t end, con
       size_t at = t * size_t(k) + size_t(j);
       if (at >= choice.top_ids().size()) break;
       std::string alt = tok.token_bytes(choice.top_ids()[at]);
-      top.push_back({{"token", alt}, {"logprob", choice.top_logprobs()[at]}, {"bytes", byte_list(alt)}});
+      top.push_back(
+          {{"token", alt}, {"logprob", choice.top_logprobs()[at]}, {"bytes", byte_list(alt)}});
     }
-    content.push_back({{"token", bytes}, {"logprob", choice.logprobs()[t]}, {"bytes", byte_list(bytes)},
+    content.push_back({{"token", bytes},
+                       {"logprob", choice.logprobs()[t]},
+                       {"bytes", byte_list(bytes)},
                        {"top_logprobs", std::move(top)}});
   }
   return Json{{"content", std::move(content)}, {"refusal", nullptr}};
 }
 
-Json completion_logprobs_json(const ChoiceState& choice, size_t begin, size_t end, const text::Tokenizer& tok,
-                              size_t text_offset) {
-  Json tokens = Json::array(), token_logprobs = Json::array(), top = Json::array(), offsets = Json::array();
+Json completion_logprobs_json(const ChoiceState& choice, size_t begin, size_t end,
+                              const text::Tokenizer& tok, size_t text_offset) {
+  Json tokens = Json::array(), token_logprobs = Json::array(), top = Json::array(),
+       offsets = Json::array();
   const int k = choice.top_k();
   for (size_t t = begin; t < end && t < choice.tokens(); ++t) {
     std::string bytes = tok.token_bytes(choice.ids()[t]);
@@ -85,13 +92,15 @@ Json tool_calls_json(const std::vector<text::ToolCall>& calls, bool with_index) 
 
 Json chat_message_json(const text::ParsedOutput& output) {
   Json m = {{"role", "assistant"}};
-  m["content"] = (output.content.empty() && !output.tool_calls.empty()) ? Json(nullptr) : Json(output.content);
+  m["content"] =
+      (output.content.empty() && !output.tool_calls.empty()) ? Json(nullptr) : Json(output.content);
   if (!output.tool_calls.empty()) m["tool_calls"] = tool_calls_json(output.tool_calls, false);
   if (output.reasoning_content) m["reasoning_content"] = *output.reasoning_content;
   return m;
 }
 
-Json chat_chunk_json(const ResponseMeta& meta, int index, Json delta, Json finish_reason, Json logprobs) {
+Json chat_chunk_json(const ResponseMeta& meta, int index, Json delta, Json finish_reason,
+                     Json logprobs) {
   Json j = {{"object", "chat.completion.chunk"}};
   put_meta(j, meta);
   j["choices"] = Json::array({Json{{"index", index},
@@ -101,7 +110,8 @@ Json chat_chunk_json(const ResponseMeta& meta, int index, Json delta, Json finis
   return j;
 }
 
-Json completion_chunk_json(const ResponseMeta& meta, int index, std::string text, Json finish_reason, Json logprobs) {
+Json completion_chunk_json(const ResponseMeta& meta, int index, std::string text,
+                           Json finish_reason, Json logprobs) {
   Json j = {{"object", "text_completion"}};
   put_meta(j, meta);
   j["choices"] = Json::array({Json{{"index", index},

@@ -28,10 +28,11 @@ std::string new_response_id(std::string_view prefix);
 Json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
 
 // {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}]} for tokens [begin, end).
-Json chat_logprobs_json(const ChoiceState& choice, size_t begin, size_t end, const text::Tokenizer& tokenizer);
+Json chat_logprobs_json(const ChoiceState& choice, size_t begin, size_t end,
+                        const text::Tokenizer& tokenizer);
 // Legacy completions: {"tokens", "token_logprobs", "top_logprobs", "text_offset"}.
-Json completion_logprobs_json(const ChoiceState& choice, size_t begin, size_t end, const text::Tokenizer& tokenizer,
-                              size_t text_offset);
+Json completion_logprobs_json(const ChoiceState& choice, size_t begin, size_t end,
+                              const text::Tokenizer& tokenizer, size_t text_offset);
 
 // [{"id", "type": "function", "function": {"name", "arguments"}}] (with "index" for stream deltas).
 Json tool_calls_json(const std::vector<text::ToolCall>& calls, bool with_index);
@@ -39,9 +40,11 @@ Json tool_calls_json(const std::vector<text::ToolCall>& calls, bool with_index);
 Json chat_message_json(const text::ParsedOutput& output);
 
 // One chat.completion.chunk with one choice. `finish_reason` and `logprobs` may be null.
-Json chat_chunk_json(const ResponseMeta& meta, int index, Json delta, Json finish_reason, Json logprobs);
+Json chat_chunk_json(const ResponseMeta& meta, int index, Json delta, Json finish_reason,
+                     Json logprobs);
 // One text_completion chunk (streamed /v1/completions).
-Json completion_chunk_json(const ResponseMeta& meta, int index, std::string text, Json finish_reason, Json logprobs);
+Json completion_chunk_json(const ResponseMeta& meta, int index, std::string text,
+                           Json finish_reason, Json logprobs);
 // The last chunk of a stream with stream_options.include_usage: "choices": [], "usage".
 Json usage_chunk_json(const ResponseMeta& meta, std::string_view object, Json usage);
 

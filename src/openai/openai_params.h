@@ -20,7 +20,8 @@ namespace ajet::openai {
 // `n`: what the engine accepts (rpc::kMaxSamplesPerRequest), and at most ajet.rollout.max_num_seqs
 // (the sequences the engine decodes together; resolve_generation).
 inline constexpr int kMaxChoices = rpc::kMaxSamplesPerRequest;
-// n × max_tokens × (1 + top_logprobs): the token entries one answer may hold (FrontOptions default).
+// n × max_tokens × (1 + top_logprobs): the token entries one answer may hold (FrontOptions
+// default).
 inline constexpr int64_t kDefaultMaxTokenEntries = int64_t(1) << 19;
 inline constexpr size_t kMaxStopStrings = 16;
 // Bytes of one stop string: each generated piece is checked against the tail of every stop string
@@ -50,7 +51,7 @@ using ConversionNotes = std::vector<std::string>;
 struct OpenAiParams {
   std::string model;  // "" when absent
   int n = 1;
-  std::optional<int64_t> max_tokens;  // max_tokens or max_completion_tokens
+  std::optional<int64_t> max_tokens;                // max_tokens or max_completion_tokens
   std::string max_tokens_field = "max_tokens";      // the field that set it, as the client named it
   std::string top_logprobs_field = "top_logprobs";  // /v1/completions: "logprobs"
   std::optional<double> temperature;
@@ -83,32 +84,38 @@ struct CompletionPrompt {
 CompletionPrompt parse_completion_prompt(const text::OrderedJson& body);
 
 // The engine request (without prompt ids and stop ids) for `prompt_tokens` prompt tokens. Throws
-// Error(kInvalidArgument) when the prompt leaves no room (context overflow, naming the numbers) or n
-// is above ajet.rollout.max_num_seqs. With ErrorWording::kAnthropic the overflow is said as Anthropic
-// says it: "prompt is too long: N tokens > M maximum" when the prompt alone does not fit, "input
-// length and `max_tokens` exceed context limit: A + B > C, decrease input length or `max_tokens` and
-// try again" when the prompt and max_tokens (as resolved: the per-turn cap applied) do not.
-// With ErrorWording::kOpenAi it is OpenAI's sentence ("This model's maximum context length is M tokens.
-// However, ...") and a ContextLengthExceeded, which the OpenAI-shaped answer carries as the code
-// `context_length_exceeded` (what OpenAI's SDK users, Codex and Qwen Code match on).
-rpc::GenerateRequest resolve_generation(const OpenAiParams& params, const episodes::SamplingRules& rules, bool train,
+// Error(kInvalidArgument) when the prompt leaves no room (context overflow, naming the numbers) or
+// n is above ajet.rollout.max_num_seqs. With ErrorWording::kAnthropic the overflow is said as
+// Anthropic says it: "prompt is too long: N tokens > M maximum" when the prompt alone does not fit,
+// "input length and `max_tokens` exceed context limit: A + B > C, decrease input length or
+// `max_tokens` and try again" when the prompt and max_tokens (as resolved: the per-turn cap
+// applied) do not. With ErrorWording::kOpenAi it is OpenAI's sentence ("This model's maximum
+// context length is M tokens. However, ...") and a ContextLengthExceeded, which the OpenAI-shaped
+// answer carries as the code `context_length_exceeded` (what OpenAI's SDK users, Codex and Qwen
+// Code match on).
+rpc::GenerateRequest resolve_generation(const OpenAiParams& params,
+                                        const episodes::SamplingRules& rules, bool train,
                                         size_t prompt_tokens);
 
-// The prompt (and max_tokens) exceed the context: a 400 whose OpenAI error code is context_length_exceeded.
+// The prompt (and max_tokens) exceed the context: a 400 whose OpenAI error code is
+// context_length_exceeded.
 class ContextLengthExceeded : public Error {
  public:
-  explicit ContextLengthExceeded(const std::string& message) : Error(ErrorCode::kInvalidArgument, message) {}
+  explicit ContextLengthExceeded(const std::string& message)
+      : Error(ErrorCode::kInvalidArgument, message) {}
 };
 
 // What one answer may hold: n × max_tokens (resolved: the request's or the default) × (1 +
 // top_logprobs) token entries, each a token or an alternative with its logprob (the JSON answer and
 // the stored call grow with it). Above `limit` (ajet-swarm --max-request-token-entries; 0: none):
-// Error(kInvalidArgument) naming the three fields as the client sent them, their product and the limit.
-void check_token_entries(const OpenAiParams& params, const rpc::GenerateRequest& generate, int64_t limit);
+// Error(kInvalidArgument) naming the three fields as the client sent them, their product and the
+// limit.
+void check_token_entries(const OpenAiParams& params, const rpc::GenerateRequest& generate,
+                         int64_t limit);
 
-// Tool results must answer a tool call of an earlier assistant message in the same request: a `tool`
-// message whose tool_call_id names none → Error(kInvalidArgument) naming messages[i].tool_call_id
-// (OpenAI answers 400 too). A tool message without an id is accepted.
+// Tool results must answer a tool call of an earlier assistant message in the same request: a
+// `tool` message whose tool_call_id names none → Error(kInvalidArgument) naming
+// messages[i].tool_call_id (OpenAI answers 400 too). A tool message without an id is accepted.
 void check_tool_results(const text::ChatRequest& request);
 
 }  // namespace ajet::openai

@@ -31,9 +31,11 @@ std::string content_text(const OrderedJson& content, const std::string& path) {
     if (type == "input_text" || type == "output_text") {
       out += string_at(content[j], "text", at);
     } else if (type == "input_image" || type == "input_file" || type == "input_audio") {
-      bad(at + ".type", "'" + type + "' parts are not supported (the served model reads text only)");
+      bad(at + ".type",
+          "'" + type + "' parts are not supported (the served model reads text only)");
     } else {
-      bad(at + ".type", "'" + type + "' is not a content part this server reads (input_text, output_text)");
+      bad(at + ".type",
+          "'" + type + "' is not a content part this server reads (input_text, output_text)");
     }
   }
   return out;
@@ -65,25 +67,28 @@ void convert_item(const OrderedJson& item, const std::string& at, OrderedJson& m
     }
     const OrderedJson* content = field(item, "content");
     if (content == nullptr) bad(at + ".content", "is required");
-    messages.push_back(OrderedJson{{"role", role}, {"content", content_text(*content, at + ".content")}});
+    messages.push_back(
+        OrderedJson{{"role", role}, {"content", content_text(*content, at + ".content")}});
   } else if (type == "function_call") {
     std::string call_id = string_at(item, "call_id", at);
     std::string name = string_at(item, "name", at);
     std::string arguments = string_at(item, "arguments", at);
-    require_json_depth(arguments, "request body: field '" + at + ".arguments'");  // named as sent (issue 38)
+    require_json_depth(arguments,
+                       "request body: field '" + at + ".arguments'");  // named as sent (issue 38)
     OrderedJson& assistant = assistant_for_calls(messages);
     if (!assistant.contains("tool_calls")) assistant["tool_calls"] = OrderedJson::array();
     calls.insert(call_id);
-    assistant["tool_calls"].push_back(OrderedJson{{"id", std::move(call_id)},
-                                                  {"type", "function"},
-                                                  {"function",
-                                                   {{"name", std::move(name)}, {"arguments", std::move(arguments)}}}});
+    assistant["tool_calls"].push_back(OrderedJson{
+        {"id", std::move(call_id)},
+        {"type", "function"},
+        {"function", {{"name", std::move(name)}, {"arguments", std::move(arguments)}}}});
   } else if (type == "function_call_output") {
     const OrderedJson* output = field(item, "output");
     if (output == nullptr) bad(at + ".output", "is required");
     const std::string id = string_at(item, "call_id", at);
     if (!calls.contains(id)) {
-      bad(at + ".call_id", "'" + id + "' answers no function call: no earlier function_call item has that call_id");
+      bad(at + ".call_id",
+          "'" + id + "' answers no function call: no earlier function_call item has that call_id");
     }
     messages.push_back(OrderedJson{{"role", "tool"},
                                    {"tool_call_id", id},
@@ -91,8 +96,9 @@ void convert_item(const OrderedJson& item, const std::string& at, OrderedJson& m
   } else if (type == "reasoning") {
     // The model's earlier reasoning: not rendered again (chat templates drop it from history too).
   } else {
-    bad(at + ".type", "'" + type + "' is not an input item this server reads (message, function_call, "
-                                     "function_call_output, reasoning)");
+    bad(at + ".type", "'" + type +
+                          "' is not an input item this server reads (message, function_call, "
+                          "function_call_output, reasoning)");
   }
 }
 
@@ -114,7 +120,8 @@ OrderedJson function_tool(const OrderedJson& t, const std::string& at) {
 // already taken is left out), each remembered with its namespace so that a call names it back;
 // built-in tools (web_search, file_search, …), which OpenAI's servers run, dropped. What was
 // flattened or dropped goes to `notes`.
-OrderedJson responses_tools_to_chat(const OrderedJson& tools, ResponsesTools& names, ConversionNotes* notes) {
+OrderedJson responses_tools_to_chat(const OrderedJson& tools, ResponsesTools& names,
+                                    ConversionNotes* notes) {
   if (!tools.is_array()) bad("tools", "must be a list");
   OrderedJson out = OrderedJson::array();
   std::unordered_set<std::string> taken;
@@ -143,7 +150,8 @@ OrderedJson responses_tools_to_chat(const OrderedJson& tools, ResponsesTools& na
     }
     const std::string space = string_at(t, "name", at);
     const OrderedJson* inner = field(t, "tools");
-    if (inner == nullptr || !inner->is_array()) bad(at + ".tools", "must be a list of function tools");
+    if (inner == nullptr || !inner->is_array())
+      bad(at + ".tools", "must be a list of function tools");
     size_t kept = 0;
     for (size_t j = 0; j < inner->size(); ++j) {
       const std::string jat = fmt::format("{}.tools[{}]", at, j);
@@ -157,11 +165,12 @@ OrderedJson responses_tools_to_chat(const OrderedJson& tools, ResponsesTools& na
     flattened.push_back(fmt::format("{} ({} function tools)", space, kept));
   }
   if (notes != nullptr && !flattened.empty()) {
-    notes->push_back(fmt::format("flattened namespace tool(s) into function tools: {}", fmt::join(flattened, ", ")));
+    notes->push_back(fmt::format("flattened namespace tool(s) into function tools: {}",
+                                 fmt::join(flattened, ", ")));
   }
   if (notes != nullptr && !dropped.empty()) {
-    notes->push_back(fmt::format("dropped {} built-in tool(s) this server does not run: {}", dropped.size(),
-                                 fmt::join(dropped, ", ")));
+    notes->push_back(fmt::format("dropped {} built-in tool(s) this server does not run: {}",
+                                 dropped.size(), fmt::join(dropped, ", ")));
   }
   return out;
 }
@@ -175,31 +184,33 @@ Json usage(int64_t input_tokens, int64_t output_tokens) {
 }
 
 Json message_item(const std::string& id, const std::string& text, const char* status) {
-  return Json{{"id", id},
-              {"type", "message"},
-              {"status", status},
-              {"role", "assistant"},
-              {"content", Json::array({{{"type", "output_text"}, {"text", text}, {"annotations", Json::array()}}})}};
+  return Json{
+      {"id", id},
+      {"type", "message"},
+      {"status", status},
+      {"role", "assistant"},
+      {"content",
+       Json::array({{{"type", "output_text"}, {"text", text}, {"annotations", Json::array()}}})}};
 }
 
-Json call_item(const std::string& id, const text::ToolCall& call, const char* status, bool with_arguments,
-               const ResponsesTools& tools) {
-  Json item{{"id", id},
-            {"type", "function_call"},
-            {"status", status},
-            {"call_id", call.id},
-            {"name", call.name},
-            {"arguments", with_arguments ? call.arguments : ""}};
-  if (auto it = tools.namespace_of.find(call.name); it != tools.namespace_of.end()) item["namespace"] = it->second;
+Json call_item(const std::string& id, const text::ToolCall& call, const char* status,
+               bool with_arguments, const ResponsesTools& tools) {
+  Json item{{"id", id},          {"type", "function_call"},
+            {"status", status},  {"call_id", call.id},
+            {"name", call.name}, {"arguments", with_arguments ? call.arguments : ""}};
+  if (auto it = tools.namespace_of.find(call.name); it != tools.namespace_of.end())
+    item["namespace"] = it->second;
   return item;
 }
 
 }  // namespace
 
-OrderedJson responses_to_chat_body(const OrderedJson& body, ResponsesTools* tools_out, ConversionNotes* notes) {
+OrderedJson responses_to_chat_body(const OrderedJson& body, ResponsesTools* tools_out,
+                                   ConversionNotes* notes) {
   if (field(body, "previous_response_id") != nullptr) {
-    bad("previous_response_id", "is not supported: this server keeps no responses; send the whole conversation "
-                                "in 'input'");
+    bad("previous_response_id",
+        "is not supported: this server keeps no responses; send the whole conversation "
+        "in 'input'");
   }
   OrderedJson chat = OrderedJson::object();
   if (const OrderedJson* model = field(body, "model")) chat["model"] = *model;
@@ -214,25 +225,30 @@ OrderedJson responses_to_chat_body(const OrderedJson& body, ResponsesTools* tool
     messages.push_back(OrderedJson{{"role", "user"}, {"content", *input}});
   } else if (input->is_array()) {
     std::unordered_set<std::string> calls;
-    for (size_t i = 0; i < input->size(); ++i) convert_item((*input)[i], fmt::format("input[{}]", i), messages, calls);
+    for (size_t i = 0; i < input->size(); ++i)
+      convert_item((*input)[i], fmt::format("input[{}]", i), messages, calls);
   } else {
     bad("input", "must be a string or a list of input items");
   }
   if (messages.empty()) bad("input", "holds no message");
   chat["messages"] = std::move(messages);
   ResponsesTools names;
-  if (const OrderedJson* tools = field(body, "tools")) chat["tools"] = responses_tools_to_chat(*tools, names, notes);
+  if (const OrderedJson* tools = field(body, "tools"))
+    chat["tools"] = responses_tools_to_chat(*tools, names, notes);
   if (tools_out != nullptr) *tools_out = std::move(names);
   if (const OrderedJson* choice = field(body, "tool_choice")) {
     if (choice->is_object()) {
       const std::string type = string_at(*choice, "type", "tool_choice");
       if (type != "function") bad("tool_choice.type", "must be function, got '" + type + "'");
       chat["tool_choice"] =
-          OrderedJson{{"type", "function"}, {"function", {{"name", string_at(*choice, "name", "tool_choice")}}}};
-    } else if (choice->is_string() && (*choice == "auto" || *choice == "none" || *choice == "required")) {
+          OrderedJson{{"type", "function"},
+                      {"function", {{"name", string_at(*choice, "name", "tool_choice")}}}};
+    } else if (choice->is_string() &&
+               (*choice == "auto" || *choice == "none" || *choice == "required")) {
       chat["tool_choice"] = *choice;
     } else {
-      bad("tool_choice", "must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"name\": ...}");
+      bad("tool_choice",
+          "must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"name\": ...}");
     }
   }
   if (const OrderedJson* max = field(body, "max_output_tokens")) chat["max_tokens"] = *max;
@@ -242,22 +258,27 @@ OrderedJson responses_to_chat_body(const OrderedJson& body, ResponsesTools* tool
   return chat;
 }
 
-FieldNames responses_field_names() { return FieldNames{.stop = "stop", .max_tokens = "max_output_tokens"}; }
+FieldNames responses_field_names() {
+  return FieldNames{.stop = "stop", .max_tokens = "max_output_tokens"};
+}
 
 ResponseItems response_items(std::string message_id, const text::ParsedOutput& output) {
   ResponseItems items{std::move(message_id), {}};
-  for (size_t i = 0; i < output.tool_calls.size(); ++i) items.call_ids.push_back(new_response_id("fc_"));
+  for (size_t i = 0; i < output.tool_calls.size(); ++i)
+    items.call_ids.push_back(new_response_id("fc_"));
   return items;
 }
 
-Json responses_json(const ResponseMeta& meta, const text::ParsedOutput* output, const ResponseItems& items,
-                    bool length, int64_t input_tokens, int64_t output_tokens, const ResponsesTools& tools) {
+Json responses_json(const ResponseMeta& meta, const text::ParsedOutput* output,
+                    const ResponseItems& items, bool length, int64_t input_tokens,
+                    int64_t output_tokens, const ResponsesTools& tools) {
   Json out = Json::array();
   if (output != nullptr) {
     if (output->reasoning_content) {
       out.push_back({{"id", "rs_" + items.message_id.substr(4)},
                      {"type", "reasoning"},
-                     {"summary", Json::array({{{"type", "summary_text"}, {"text", *output->reasoning_content}}})}});
+                     {"summary", Json::array({{{"type", "summary_text"},
+                                               {"text", *output->reasoning_content}}})}});
     }
     if (!output->content.empty() || output->tool_calls.empty()) {
       out.push_back(message_item(items.message_id, output->content, "completed"));
@@ -267,18 +288,19 @@ Json responses_json(const ResponseMeta& meta, const text::ParsedOutput* output, 
     }
   }
   const char* status = output == nullptr ? "in_progress" : length ? "incomplete" : "completed";
-  return Json{{"id", meta.id},
-              {"object", "response"},
-              {"created_at", meta.created},
-              {"status", status},
-              {"model", meta.model},
-              {"output", std::move(out)},
-              {"parallel_tool_calls", true},
-              {"tool_choice", "auto"},
-              {"tools", Json::array()},
-              {"error", nullptr},
-              {"incomplete_details", length ? Json{{"reason", "max_output_tokens"}} : Json(nullptr)},
-              {"usage", output == nullptr ? Json(nullptr) : usage(input_tokens, output_tokens)}};
+  return Json{
+      {"id", meta.id},
+      {"object", "response"},
+      {"created_at", meta.created},
+      {"status", status},
+      {"model", meta.model},
+      {"output", std::move(out)},
+      {"parallel_tool_calls", true},
+      {"tool_choice", "auto"},
+      {"tools", Json::array()},
+      {"error", nullptr},
+      {"incomplete_details", length ? Json{{"reason", "max_output_tokens"}} : Json(nullptr)},
+      {"usage", output == nullptr ? Json(nullptr) : usage(input_tokens, output_tokens)}};
 }
 
 std::string ResponsesEvents::event(std::string_view type, Json data) {
@@ -293,7 +315,8 @@ std::string ResponsesEvents::event(std::string_view type, Json data) {
 }
 
 std::string ResponsesEvents::open(const ResponseMeta& meta, int64_t input_tokens) {
-  const Json response = responses_json(meta, nullptr, ResponseItems{message_id_, {}}, false, input_tokens, 0, tools_);
+  const Json response =
+      responses_json(meta, nullptr, ResponseItems{message_id_, {}}, false, input_tokens, 0, tools_);
   std::string out = event("response.created", Json{{"response", response}});
   out += event("response.in_progress", Json{{"response", response}});
   return out;
@@ -303,12 +326,14 @@ std::string ResponsesEvents::open_message() {
   message_open_ = true;
   Json item = message_item(message_id_, "", "in_progress");
   item["content"] = Json::array();
-  std::string out = event("response.output_item.added", Json{{"output_index", 0}, {"item", std::move(item)}});
-  out += event("response.content_part.added",
-               Json{{"item_id", message_id_},
-                    {"output_index", 0},
-                    {"content_index", 0},
-                    {"part", {{"type", "output_text"}, {"text", ""}, {"annotations", Json::array()}}}});
+  std::string out =
+      event("response.output_item.added", Json{{"output_index", 0}, {"item", std::move(item)}});
+  out += event(
+      "response.content_part.added",
+      Json{{"item_id", message_id_},
+           {"output_index", 0},
+           {"content_index", 0},
+           {"part", {{"type", "output_text"}, {"text", ""}, {"annotations", Json::array()}}}});
   return out;
 }
 
@@ -329,8 +354,8 @@ const ResponseItems& ResponsesEvents::items(const text::ParsedOutput& output) co
   return *items_;
 }
 
-std::string ResponsesEvents::close(const ResponseMeta& meta, const text::ParsedOutput& output, bool length,
-                                   int64_t input_tokens, int64_t output_tokens) {
+std::string ResponsesEvents::close(const ResponseMeta& meta, const text::ParsedOutput& output,
+                                   bool length, int64_t input_tokens, int64_t output_tokens) {
   const ResponseItems& items = this->items(output);
   std::string out;
   // The message item shows when text was streamed, or when there is nothing else to show; a turn of
@@ -342,28 +367,33 @@ std::string ResponsesEvents::close(const ResponseMeta& meta, const text::ParsedO
                                                    {"content_index", 0},
                                                    {"text", text_},
                                                    {"logprobs", Json::array()}});
-    out += event("response.content_part.done",
-                 Json{{"item_id", message_id_},
-                      {"output_index", 0},
-                      {"content_index", 0},
-                      {"part", {{"type", "output_text"}, {"text", text_}, {"annotations", Json::array()}}}});
-    out += event("response.output_item.done",
-                 Json{{"output_index", 0}, {"item", message_item(message_id_, text_, "completed")}});
+    out += event(
+        "response.content_part.done",
+        Json{{"item_id", message_id_},
+             {"output_index", 0},
+             {"content_index", 0},
+             {"part", {{"type", "output_text"}, {"text", text_}, {"annotations", Json::array()}}}});
+    out +=
+        event("response.output_item.done",
+              Json{{"output_index", 0}, {"item", message_item(message_id_, text_, "completed")}});
   }
   const int first_call = message_open_ ? 1 : 0;
   for (size_t i = 0; i < output.tool_calls.size(); ++i) {
     const text::ToolCall& call = output.tool_calls[i];
     const int index = int(i) + first_call;
     out += event("response.output_item.added",
-                 Json{{"output_index", index}, {"item", call_item(items.call_ids[i], call, "in_progress", false, tools_)}});
-    out += event("response.function_call_arguments.delta",
-                 Json{{"item_id", items.call_ids[i]}, {"output_index", index}, {"delta", call.arguments}});
+                 Json{{"output_index", index},
+                      {"item", call_item(items.call_ids[i], call, "in_progress", false, tools_)}});
+    out += event(
+        "response.function_call_arguments.delta",
+        Json{{"item_id", items.call_ids[i]}, {"output_index", index}, {"delta", call.arguments}});
     out += event("response.function_call_arguments.done", Json{{"item_id", items.call_ids[i]},
-                                                                {"output_index", index},
-                                                                {"name", call.name},
-                                                                {"arguments", call.arguments}});
+                                                               {"output_index", index},
+                                                               {"name", call.name},
+                                                               {"arguments", call.arguments}});
     out += event("response.output_item.done",
-                 Json{{"output_index", index}, {"item", call_item(items.call_ids[i], call, "completed", true, tools_)}});
+                 Json{{"output_index", index},
+                      {"item", call_item(items.call_ids[i], call, "completed", true, tools_)}});
   }
   // The final object lists what the stream showed: the message (when shown), then the calls.
   Json response = responses_json(meta, &output, items, length, input_tokens, output_tokens, tools_);
@@ -373,7 +403,8 @@ std::string ResponsesEvents::close(const ResponseMeta& meta, const text::ParsedO
     if (item["type"] == "function_call") shown.push_back(item);
   }
   response["output"] = std::move(shown);
-  out += event(length ? "response.incomplete" : "response.completed", Json{{"response", std::move(response)}});
+  out += event(length ? "response.incomplete" : "response.completed",
+               Json{{"response", std::move(response)}});
   return out;
 }
 

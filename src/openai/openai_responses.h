@@ -35,9 +35,11 @@ struct ResponsesTools {
 // path (`input[2].call_id`); images, files and previous_response_id are refused by name.
 // A function_call_output whose call_id names no earlier function_call item is refused by name
 // (OpenAI answers 400 too).
-text::OrderedJson responses_to_chat_body(const text::OrderedJson& body, ResponsesTools* tools = nullptr,
+text::OrderedJson responses_to_chat_body(const text::OrderedJson& body,
+                                         ResponsesTools* tools = nullptr,
                                          ConversionNotes* notes = nullptr);
-// The Responses names of the chat fields that body carries (max_output_tokens), for the chat parser's errors.
+// The Responses names of the chat fields that body carries (max_output_tokens), for the chat
+// parser's errors.
 FieldNames responses_field_names();
 
 // The ids of one answer's output items: "msg_…" for the message (chosen when the stream opens),
@@ -51,8 +53,9 @@ ResponseItems response_items(std::string message_id, const text::ParsedOutput& o
 // The whole `response` object. `status` "completed", or "incomplete" with
 // incomplete_details.reason "max_output_tokens" when `length` is true; `in_progress` (no output,
 // no usage) for the stream's first events.
-Json responses_json(const ResponseMeta& meta, const text::ParsedOutput* output, const ResponseItems& items,
-                    bool length, int64_t input_tokens, int64_t output_tokens, const ResponsesTools& tools = {});
+Json responses_json(const ResponseMeta& meta, const text::ParsedOutput* output,
+                    const ResponseItems& items, bool length, int64_t input_tokens,
+                    int64_t output_tokens, const ResponsesTools& tools = {});
 
 // Streamed events: "event: <type>\ndata: <json>\n\n" with "type" and "sequence_number" in the data.
 class ResponsesEvents {
@@ -64,11 +67,11 @@ class ResponsesEvents {
   // The first non-empty text opens the message item (output_item.added, content_part.added) first;
   // empty text: nothing.
   std::string text_delta(std::string_view text);
-  // When text was streamed, or there are no function calls: output_text.done, content_part.done, the
-  // message item's done (the item opened first if it was not); per function call its item added,
-  // arguments delta and done, item done; response.completed (or response.incomplete).
-  std::string close(const ResponseMeta& meta, const text::ParsedOutput& output, bool length, int64_t input_tokens,
-                    int64_t output_tokens);
+  // When text was streamed, or there are no function calls: output_text.done, content_part.done,
+  // the message item's done (the item opened first if it was not); per function call its item
+  // added, arguments delta and done, item done; response.completed (or response.incomplete).
+  std::string close(const ResponseMeta& meta, const text::ParsedOutput& output, bool length,
+                    int64_t input_tokens, int64_t output_tokens);
   std::string error(std::string_view code, std::string_view message);
   // The answer's item ids, made on first use: the stream and the stored body name the same items.
   const ResponseItems& items(const text::ParsedOutput& output) const;

@@ -43,9 +43,13 @@ Params base_params(const Study& study) {
 
 }  // namespace
 
-Controller::Controller(const Study& study, Journal& journal, TrialRunner& runner, Proposer& proposer,
-                       ControllerOptions options)
-    : study_(study), journal_(journal), runner_(runner), proposer_(proposer), options_(std::move(options)) {
+Controller::Controller(const Study& study, Journal& journal, TrialRunner& runner,
+                       Proposer& proposer, ControllerOptions options)
+    : study_(study),
+      journal_(journal),
+      runner_(runner),
+      proposer_(proposer),
+      options_(std::move(options)) {
   if (const auto w = journal_.meta_double("wall_s")) wall_before_ = *w;
 }
 
@@ -75,7 +79,8 @@ std::optional<double> Controller::metric_of(const Validation& v) const {
 
 double Controller::trial_runtime(int64_t id, const TrialRow& t) const {
   const auto it = live_.find(id);
-  return it == live_.end() ? t.runtime_s : it->second.runtime_before + seconds_since(it->second.started);
+  return it == live_.end() ? t.runtime_s
+                           : it->second.runtime_before + seconds_since(it->second.started);
 }
 
 TrialLaunch Controller::make_launch(const TrialRow& t, bool resume) const {
@@ -89,18 +94,20 @@ TrialLaunch Controller::make_launch(const TrialRow& t, bool resume) const {
   l.resume = resume;
   l.revalidate_step = t.revalidate;
   const int64_t every = validation_interval(study_);
-  l.overrides = {{"ajet.experiment_name", t.name},
-                 {"ajet.experiment_dir", "auto"},
-                 {"ajet.trainer_common.total_training_steps", std::to_string(study_.objective.step)},
-                 {"ajet.trainer_common.test_freq", std::to_string(every)},
-                 {"ajet.trainer_common.save_freq", std::to_string(every)},
-                 {"ajet.trainer_common.val_before_train", "true"},
-                 {"ajet.trainer_common.max_training_seconds", "null"}};
+  l.overrides = {
+      {"ajet.experiment_name", t.name},
+      {"ajet.experiment_dir", "auto"},
+      {"ajet.trainer_common.total_training_steps", std::to_string(study_.objective.step)},
+      {"ajet.trainer_common.test_freq", std::to_string(every)},
+      {"ajet.trainer_common.save_freq", std::to_string(every)},
+      {"ajet.trainer_common.val_before_train", "true"},
+      {"ajet.trainer_common.max_training_seconds", "null"}};
   for (auto& kv : trial_overrides(study_, t.params, t.seed)) l.overrides.push_back(std::move(kv));
   return l;
 }
 
-// ---- start: the plan, and the trials a dead controller left running --------------------------------
+// ---- start: the plan, and the trials a dead controller left running
+// --------------------------------
 
 void Controller::start() {
   fs::create_directories(options_.dir / "trials");
@@ -108,18 +115,23 @@ void Controller::start() {
     commit([&] {
       journal_.set_meta("phase", kPhaseSearch);
       journal_.set_meta("round", "0");
-      Json plan = {{"hypotheses", proposer_.hypotheses(study_)}, {"proposer", proposer_.name()},
+      Json plan = {{"hypotheses", proposer_.hypotheses(study_)},
+                   {"proposer", proposer_.name()},
                    {"runner", runner_.describe()}};
       const std::vector<std::string> notes = proposer_.take_notes();
       journal_.set_meta("plan", plan.dump());
-      journal_.add_decision("plan", std::nullopt,
-                            fmt::format("study planned: up to {} trials in rounds of {}, {} on {} at step {}; rungs {}, "
-                                        "keep the top 1/{} at each; then the best and the base on seeds {}",
-                                        study_.budget.trials, study_.round_size, study_.objective.maximize ? "max" : "min",
-                                        study_.objective.metric, study_.objective.step,
-                                        study_.stopping.rungs.empty() ? "none" : fmt::format("{}", fmt::join(study_.stopping.rungs, ", ")),
-                                        study_.stopping.eta, fmt::format("{}", fmt::join(study_.confirm_seeds, ", "))),
-                            notes.empty() ? Json::object() : Json{{"proposer_notes", notes}});
+      journal_.add_decision(
+          "plan", std::nullopt,
+          fmt::format(
+              "study planned: up to {} trials in rounds of {}, {} on {} at step {}; rungs {}, "
+              "keep the top 1/{} at each; then the best and the base on seeds {}",
+              study_.budget.trials, study_.round_size, study_.objective.maximize ? "max" : "min",
+              study_.objective.metric, study_.objective.step,
+              study_.stopping.rungs.empty()
+                  ? "none"
+                  : fmt::format("{}", fmt::join(study_.stopping.rungs, ", ")),
+              study_.stopping.eta, fmt::format("{}", fmt::join(study_.confirm_seeds, ", "))),
+          notes.empty() ? Json::object() : Json{{"proposer_notes", notes}});
     });
   }
   for (TrialRow t : journal_.trials()) {
@@ -128,7 +140,8 @@ void Controller::start() {
     collect_validations(t.id, make_launch(t, true));
     if (journal_.trial(t.id).status != kRunning) continue;  // a point it left decided its end
     bool reached = false;
-    for (const Point& p : journal_.points(t.id)) reached = reached || p.step == study_.objective.step;
+    for (const Point& p : journal_.points(t.id))
+      reached = reached || p.step == study_.objective.step;
     if (reached) {
       handle_end(t.id, TrialEnd{true, "ended while the controller was away"});
       continue;
@@ -142,11 +155,14 @@ void Controller::launch(TrialRow t, bool resume, const std::string& why) {
     t.status = kRunning;
     t.launches += 1;
     journal_.update_trial(t);
-    journal_.add_decision(t.revalidate ? "validate" : resume ? "resume" : "launch", t.id, why,
-                          {{"launch", t.launches}, {"seed", t.seed}});
+    journal_.add_decision(t.revalidate ? "validate"
+                          : resume     ? "resume"
+                                       : "launch",
+                          t.id, why, {{"launch", t.launches}, {"seed", t.seed}});
   });
   const TrialLaunch l = make_launch(t, resume);
-  options_.say(fmt::format("research: {} {} ({})", resume ? "continuing" : "starting", t.name, why));
+  options_.say(
+      fmt::format("research: {} {} ({})", resume ? "continuing" : "starting", t.name, why));
   live_[t.id] = Live{l, std::chrono::steady_clock::now(), t.runtime_s};
   try {
     runner_.start(l);
@@ -156,7 +172,8 @@ void Controller::launch(TrialRow t, bool resume, const std::string& why) {
   }
 }
 
-// ---- 1. validations: rungs and plateaus -----------------------------------------------------------
+// ---- 1. validations: rungs and plateaus
+// -----------------------------------------------------------
 
 void Controller::collect_validations(int64_t id, const TrialLaunch& launch) {
   std::vector<Validation> vs = runner_.validations(launch);
@@ -186,7 +203,8 @@ void Controller::collect_validations(int64_t id, const TrialLaunch& launch) {
       if (verdict) journal_.add_decision(verdict->kind, id, verdict->reason, verdict->numbers);
     });
     if (stop) {
-      options_.say(fmt::format("research: {} {}: {}", verdict->kind == "stop" ? "stopping" : verdict->kind, t.name,
+      options_.say(fmt::format("research: {} {}: {}",
+                               verdict->kind == "stop" ? "stopping" : verdict->kind, t.name,
                                verdict->reason));
       runner_.stop(id);
       live_.erase(id);
@@ -195,7 +213,8 @@ void Controller::collect_validations(int64_t id, const TrialLaunch& launch) {
   }
 }
 
-std::optional<Controller::Verdict> Controller::judge(const TrialRow& t, int64_t step, double value) {
+std::optional<Controller::Verdict> Controller::judge(const TrialRow& t, int64_t step,
+                                                     double value) {
   if (!is_search(t)) return std::nullopt;  // confirmation runs always finish
   const std::vector<Point> mine_so_far = journal_.points(t.id);
   // The rung this point crosses: normally its own step; after a resume that lost the rung's own
@@ -212,8 +231,8 @@ std::optional<Controller::Verdict> Controller::judge(const TrialRow& t, int64_t 
   std::optional<Verdict> promoted;
   if (rung) {
     const int64_t at = *rung;
-    // Asynchronous successive halving: compare with every search trial that reached this rung so far;
-    // continue when among the top max(1, n / eta).
+    // Asynchronous successive halving: compare with every search trial that reached this rung so
+    // far; continue when among the top max(1, n / eta).
     std::vector<double> peers;
     for (const auto& [trial, v] : journal_.rung_values(at)) {
       if (trial != t.id) peers.push_back(study_.objective.maximize ? v : -v);
@@ -223,19 +242,24 @@ std::optional<Controller::Verdict> Controller::judge(const TrialRow& t, int64_t 
     std::sort(peers.rbegin(), peers.rend());
     const int64_t n = int64_t(peers.size());
     const int64_t keep = std::max<int64_t>(1, n / study_.stopping.eta);
-    const int64_t better = int64_t(std::count_if(peers.begin(), peers.end(), [&](double x) { return x > mine; }));
-    const double cutoff = study_.objective.maximize ? peers[size_t(keep - 1)] : -peers[size_t(keep - 1)];
-    const Json numbers = {{"rung", at}, {"step", step}, {"value", value}, {"rank", better + 1}, {"trials_at_rung", n},
-                          {"keep", keep}, {"cutoff", cutoff}};
+    const int64_t better =
+        int64_t(std::count_if(peers.begin(), peers.end(), [&](double x) { return x > mine; }));
+    const double cutoff =
+        study_.objective.maximize ? peers[size_t(keep - 1)] : -peers[size_t(keep - 1)];
+    const Json numbers = {{"rung", at},         {"step", step},        {"value", value},
+                          {"rank", better + 1}, {"trials_at_rung", n}, {"keep", keep},
+                          {"cutoff", cutoff}};
     if (better >= keep) {
       return Verdict{"stop",
-                     fmt::format("rung {}: {} = {} ranks {} of {}, below the top {} (cutoff {})", at,
-                                 study_.objective.metric, number_text(value), better + 1, n, keep, number_text(cutoff)),
+                     fmt::format("rung {}: {} = {} ranks {} of {}, below the top {} (cutoff {})",
+                                 at, study_.objective.metric, number_text(value), better + 1, n,
+                                 keep, number_text(cutoff)),
                      numbers, true};
     }
     promoted = Verdict{"promote",
-                       fmt::format("rung {}: {} = {} ranks {} of {} (top {} continue; cutoff {})", at,
-                                   study_.objective.metric, number_text(value), better + 1, n, keep, number_text(cutoff)),
+                       fmt::format("rung {}: {} = {} ranks {} of {} (top {} continue; cutoff {})",
+                                   at, study_.objective.metric, number_text(value), better + 1, n,
+                                   keep, number_text(cutoff)),
                        numbers, false};
   }
   // (A rung first crossed at the objective step is still decided, so a resumed study ends as an
@@ -252,26 +276,36 @@ std::optional<Controller::Verdict> Controller::judge(const TrialRow& t, int64_t 
     auto better = [&](double a, double b) { return study_.objective.maximize ? a > b : a < b; };
     const size_t split = pts.size() - size_t(patience);
     double earlier = pts[0].value, recent = pts[split].value;
-    for (size_t i = 0; i < split; ++i) earlier = better(pts[i].value, earlier) ? pts[i].value : earlier;
-    for (size_t i = split; i < pts.size(); ++i) recent = better(pts[i].value, recent) ? pts[i].value : recent;
+    for (size_t i = 0; i < split; ++i)
+      earlier = better(pts[i].value, earlier) ? pts[i].value : earlier;
+    for (size_t i = split; i < pts.size(); ++i)
+      recent = better(pts[i].value, recent) ? pts[i].value : recent;
     const double gain = study_.objective.maximize ? recent - earlier : earlier - recent;
     if (gain <= study_.stopping.plateau_min_delta) {
-      Verdict v{"plateau",
-                     fmt::format("plateau at step {}: the best of the last {} validations ({}) is not better than the "
-                                 "earlier best ({}) by more than {}{}",
-                                 step, patience, number_text(recent), number_text(earlier),
-                                 study_.stopping.plateau_min_delta, promoted ? " (" + promoted->reason + ")" : ""),
-                     {{"earlier_best", earlier}, {"recent_best", recent}, {"gain", gain}, {"patience", patience},
-                      {"min_delta", study_.stopping.plateau_min_delta}, {"step", step}},
-                     true};
-      if (promoted) v.numbers["rung"] = promoted->numbers["rung"];  // the rung result is recorded too
+      Verdict v{
+          "plateau",
+          fmt::format(
+              "plateau at step {}: the best of the last {} validations ({}) is not better than the "
+              "earlier best ({}) by more than {}{}",
+              step, patience, number_text(recent), number_text(earlier),
+              study_.stopping.plateau_min_delta, promoted ? " (" + promoted->reason + ")" : ""),
+          {{"earlier_best", earlier},
+           {"recent_best", recent},
+           {"gain", gain},
+           {"patience", patience},
+           {"min_delta", study_.stopping.plateau_min_delta},
+           {"step", step}},
+          true};
+      if (promoted)
+        v.numbers["rung"] = promoted->numbers["rung"];  // the rung result is recorded too
       return v;
     }
   }
   return promoted;
 }
 
-void Controller::stop_trial(int64_t id, const std::string& kind, const std::string& reason, const Json& numbers) {
+void Controller::stop_trial(int64_t id, const std::string& kind, const std::string& reason,
+                            const Json& numbers) {
   TrialRow t = journal_.trial(id);
   commit([&] {
     t.status = kStopped;
@@ -280,12 +314,14 @@ void Controller::stop_trial(int64_t id, const std::string& kind, const std::stri
     journal_.update_trial(t);
     journal_.add_decision(kind, id, reason, numbers);
   });
-  options_.say(fmt::format("research: {} {}: {}", kind == "stop" ? "stopping" : kind, t.name, reason));
+  options_.say(
+      fmt::format("research: {} {}: {}", kind == "stop" ? "stopping" : kind, t.name, reason));
   runner_.stop(id);
   live_.erase(id);
 }
 
-// ---- 2. trials that ended ---------------------------------------------------------------------------
+// ---- 2. trials that ended
+// ---------------------------------------------------------------------------
 
 void Controller::handle_end(int64_t id, const TrialEnd& end) {
   TrialRow t = journal_.trial(id);
@@ -304,38 +340,43 @@ void Controller::handle_end(int64_t id, const TrialEnd& end) {
         t.status = kCompleted;
         t.result = final_value;
         t.reason = "";
-        journal_.add_decision("complete", id,
-                              fmt::format("{} at step {} = {} ({:.0f} s)", study_.objective.metric, study_.objective.step,
-                                          number_text(*final_value), t.runtime_s),
-                              {{"value", *final_value}, {"runtime_s", t.runtime_s}});
+        journal_.add_decision(
+            "complete", id,
+            fmt::format("{} at step {} = {} ({:.0f} s)", study_.objective.metric,
+                        study_.objective.step, number_text(*final_value), t.runtime_s),
+            {{"value", *final_value}, {"runtime_s", t.runtime_s}});
       } else if (!t.revalidate && runner_.last_step(l) >= study_.objective.step) {
         // The run trained to the objective step but has no validation there: it was killed between
         // the step and its validation, and its resume went on after the step. Validate that step's
         // checkpoint instead of calling the trial stopped.
         t.revalidate = study_.objective.step;
-        journal_.add_decision("revalidate", id,
-                              fmt::format("the run reached step {} but lost that step's validation (killed between "
-                                          "the two); validating the step's checkpoint",
-                                          study_.objective.step),
-                              {{"step", study_.objective.step}});
+        journal_.add_decision(
+            "revalidate", id,
+            fmt::format("the run reached step {} but lost that step's validation (killed between "
+                        "the two); validating the step's checkpoint",
+                        study_.objective.step),
+            {{"step", study_.objective.step}});
       } else {
         t.status = kStopped;
-        t.reason = fmt::format("the run ended at step {} before the objective step {}", last_step, study_.objective.step);
+        t.reason = fmt::format("the run ended at step {} before the objective step {}", last_step,
+                               study_.objective.step);
         journal_.add_decision("stop", id, t.reason, {{"last_step", last_step}});
       }
       journal_.update_trial(t);
     });
     if (t.status == kRunning && t.revalidate && !final_value) {
-      launch(journal_.trial(id), true, fmt::format("validating the step-{} checkpoint", *t.revalidate));
+      launch(journal_.trial(id), true,
+             fmt::format("validating the step-{} checkpoint", *t.revalidate));
       return;
     }
-    options_.say(fmt::format("research: {} {}", t.name, final_value ? "completed: " + number_text(*final_value) : t.reason));
+    options_.say(fmt::format("research: {} {}", t.name,
+                             final_value ? "completed: " + number_text(*final_value) : t.reason));
     return;
   }
   t.attempts += 1;
   t.error = runner_.log_tail(l, kLogTailLines);
-  // What went wrong, in the log's words: a crash, or a trial server that never answered (the run did
-  // not start; the same retry rule).
+  // What went wrong, in the log's words: a crash, or a trial server that never answered (the run
+  // did not start; the same retry rule).
   const bool unreachable = !end.unreachable_server.empty();
   Json numbers = {{"attempts", t.attempts}, {"exit", end.description}};
   if (unreachable) {
@@ -343,21 +384,24 @@ void Controller::handle_end(int64_t id, const TrialEnd& end) {
     numbers["waited_s"] = end.waited_s;
   }
   const std::string what =
-      unreachable ? fmt::format("server unreachable: the trial server {} did not answer for {:.0f} s "
-                                "(budget.unreachable_seconds), so the run did not start",
-                                end.unreachable_server, end.waited_s)
+      unreachable ? fmt::format(
+                        "server unreachable: the trial server {} did not answer for {:.0f} s "
+                        "(budget.unreachable_seconds), so the run did not start",
+                        end.unreachable_server, end.waited_s)
                   : fmt::format("crashed ({})", end.description);
   if (t.attempts < study_.budget.max_attempts) {
     commit([&] {
       journal_.update_trial(t);
-      journal_.add_decision("retry", id,
-                            fmt::format("{}; attempt {} of {}, continuing from its newest checkpoint{}", what,
-                                        t.attempts + 1, study_.budget.max_attempts,
-                                        unreachable ? " (a server that answered is picked first)" : ""),
-                            numbers);
+      journal_.add_decision(
+          "retry", id,
+          fmt::format("{}; attempt {} of {}, continuing from its newest checkpoint{}", what,
+                      t.attempts + 1, study_.budget.max_attempts,
+                      unreachable ? " (a server that answered is picked first)" : ""),
+          numbers);
     });
     options_.say(fmt::format("research: {} {}; retrying", t.name, what));
-    launch(journal_.trial(id), true, unreachable ? "retry after an unreachable trial server" : "retry after a crash");
+    launch(journal_.trial(id), true,
+           unreachable ? "retry after an unreachable trial server" : "retry after a crash");
     return;
   }
   commit([&] {
@@ -370,7 +414,8 @@ void Controller::handle_end(int64_t id, const TrialEnd& end) {
   options_.say(fmt::format("research: {} failed: {}", t.name, t.reason));
 }
 
-// ---- 3. budgets ---------------------------------------------------------------------------------------
+// ---- 3. budgets
+// ---------------------------------------------------------------------------------------
 
 void Controller::keep_budgets() {
   std::vector<int64_t> ids;
@@ -379,7 +424,9 @@ void Controller::keep_budgets() {
     const TrialRow t = journal_.trial(id);
     const double runtime = trial_runtime(id, t);
     if (runtime > study_.budget.trial_seconds) {
-      stop_trial(id, "stop", fmt::format("ran {:.0f} s, past budget.trial_seconds ({:.0f} s)", runtime, study_.budget.trial_seconds),
+      stop_trial(id, "stop",
+                 fmt::format("ran {:.0f} s, past budget.trial_seconds ({:.0f} s)", runtime,
+                             study_.budget.trial_seconds),
                  {{"runtime_s", runtime}, {"trial_seconds", study_.budget.trial_seconds}});
     }
   }
@@ -387,8 +434,10 @@ void Controller::keep_budgets() {
     std::vector<int64_t> left;
     for (const auto& [id, live] : live_) left.push_back(id);
     for (int64_t id : left) {
-      stop_trial(id, "stop", fmt::format("the study's wall budget ({:.0f} s) is spent", study_.budget.wall_seconds),
-                 {{"wall_s", wall_seconds()}});
+      stop_trial(
+          id, "stop",
+          fmt::format("the study's wall budget ({:.0f} s) is spent", study_.budget.wall_seconds),
+          {{"wall_s", wall_seconds()}});
     }
     commit([&] {
       for (TrialRow t : journal_.trials()) {
@@ -402,24 +451,27 @@ void Controller::keep_budgets() {
   }
 }
 
-// ---- 4. launches --------------------------------------------------------------------------------------
+// ---- 4. launches
+// --------------------------------------------------------------------------------------
 
 void Controller::launch_pending() {
   for (const TrialRow& t : journal_.trials()) {
     if (int64_t(live_.size()) >= study_.parallel) return;
     if (t.status != kPending) continue;
-    launch(t, t.launches > 0, t.role == "confirm" ? "confirmation run" : fmt::format("round {}", t.round));
+    launch(t, t.launches > 0,
+           t.role == "confirm" ? "confirmation run" : fmt::format("round {}", t.round));
   }
 }
 
-// ---- 5. rounds, confirmation, conclusion ----------------------------------------------------------
+// ---- 5. rounds, confirmation, conclusion
+// ----------------------------------------------------------
 
 void Controller::plan_next() {
   const std::string ph = phase();
   if (ph == kPhaseSearch) {
     const int64_t round = journal_.meta_int("round").value_or(0);
-    // A new round only when the trial budget allows one and the wall budget leaves room for it and the
-    // confirmation (each estimated from the trials' mean running time so far).
+    // A new round only when the trial budget allows one and the wall budget leaves room for it and
+    // the confirmation (each estimated from the trials' mean running time so far).
     double mean = 0;
     int64_t n = 0;
     for (const TrialRow& t : journal_.trials()) {
@@ -431,19 +483,22 @@ void Controller::plan_next() {
     mean = n ? mean / double(n) : 0;
     const int64_t left = study_.budget.trials - search_trials();
     const int64_t size = std::min(left, study_.round_size);
-    const double need = mean * (std::ceil(double(size) / double(study_.parallel)) +
-                                std::ceil(2.0 * double(study_.confirm_seeds.size()) / double(study_.parallel)));
+    const double need =
+        mean * (std::ceil(double(size) / double(study_.parallel)) +
+                std::ceil(2.0 * double(study_.confirm_seeds.size()) / double(study_.parallel)));
     if (left > 0 && (round == 0 || wall_seconds() + need <= study_.budget.wall_seconds)) {
       plan_round(round + 1);
       return;
     }
     if (left > 0) {
       commit([&] {
-        journal_.add_decision("stop_search", std::nullopt,
-                              fmt::format("no round {}: {:.0f} s left of the wall budget, a round and the confirmation "
-                                          "need about {:.0f} s",
-                                          round + 1, study_.budget.wall_seconds - wall_seconds(), need),
-                              {{"wall_s", wall_seconds()}, {"need_s", need}});
+        journal_.add_decision(
+            "stop_search", std::nullopt,
+            fmt::format(
+                "no round {}: {:.0f} s left of the wall budget, a round and the confirmation "
+                "need about {:.0f} s",
+                round + 1, study_.budget.wall_seconds - wall_seconds(), need),
+            {{"wall_s", wall_seconds()}, {"need_s", need}});
       });
     }
     plan_confirmation();
@@ -455,7 +510,9 @@ void Controller::plan_next() {
 void Controller::plan_round(int64_t round) {
   const std::vector<TrialRow> trials = journal_.trials();
   const int64_t left = study_.budget.trials - search_trials();
-  const bool with_base = round == 1 && std::none_of(trials.begin(), trials.end(), [](const TrialRow& t) { return t.role == "base"; });
+  const bool with_base =
+      round == 1 && std::none_of(trials.begin(), trials.end(),
+                                 [](const TrialRow& t) { return t.role == "base"; });
   const int64_t wanted = std::min(left, study_.round_size) - (with_base ? 1 : 0);
   const Params base = base_params(study_);
   ProposalRequest req{&study_, round, wanted, trials, journal_.points()};
@@ -510,9 +567,10 @@ void Controller::plan_round(int64_t round) {
   }
   if (accepted.empty() && !with_base) {
     commit([&] {
-      journal_.add_decision("stop_search", std::nullopt,
-                            fmt::format("round {} has no new candidate (the space is used up)", round),
-                            {{"dropped", dropped}, {"proposer_notes", proposer_notes}});
+      journal_.add_decision(
+          "stop_search", std::nullopt,
+          fmt::format("round {} has no new candidate (the space is used up)", round),
+          {{"dropped", dropped}, {"proposer_notes", proposer_notes}});
     });
     plan_confirmation();
     return;
@@ -534,14 +592,16 @@ void Controller::plan_round(int64_t round) {
     Json numbers = {{"candidates", accepted.size()}, {"dropped", dropped}};
     if (!rationale.empty()) numbers["rationale"] = rationale;
     if (!proposer_notes.empty()) numbers["proposer_notes"] = proposer_notes;
-    journal_.add_decision("round", std::nullopt,
-                          fmt::format("round {}: {} candidates{} from {}{}{}", round, accepted.size(),
-                                      with_base ? " and the base config" : "", proposer_.name(),
-                                      dropped.empty() ? "" : fmt::format(" ({} proposals dropped)", dropped.size()),
-                                      rationale.empty() ? "" : ". The proposer's reasons: " + rationale),
-                          numbers);
+    journal_.add_decision(
+        "round", std::nullopt,
+        fmt::format("round {}: {} candidates{} from {}{}{}", round, accepted.size(),
+                    with_base ? " and the base config" : "", proposer_.name(),
+                    dropped.empty() ? "" : fmt::format(" ({} proposals dropped)", dropped.size()),
+                    rationale.empty() ? "" : ". The proposer's reasons: " + rationale),
+        numbers);
   });
-  options_.say(fmt::format("research: round {}: {} trials", round, accepted.size() + (with_base ? 1 : 0)));
+  options_.say(
+      fmt::format("research: round {}: {} trials", round, accepted.size() + (with_base ? 1 : 0)));
 }
 
 void Controller::plan_confirmation() {
@@ -551,7 +611,9 @@ void Controller::plan_confirmation() {
   for (const TrialRow& t : trials) {
     if (t.role == "base") base = &t;
     if (!is_search(t) || t.status != kCompleted || !t.result) continue;
-    if (!best || (study_.objective.maximize ? *t.result > *best->result : *t.result < *best->result)) best = &t;
+    if (!best ||
+        (study_.objective.maximize ? *t.result > *best->result : *t.result < *best->result))
+      best = &t;
   }
   if (!best) {
     conclude("no trial reached the objective step");
@@ -561,10 +623,12 @@ void Controller::plan_confirmation() {
     commit([&] {
       journal_.set_meta("phase", kPhaseConfirm);
       journal_.set_meta("best", std::to_string(best->id));
-      journal_.add_decision("confirm", best->id,
-                            best->role == "base" ? "the base config is the best of the search: nothing to confirm"
-                                                 : "no confirmation seeds (or no base run): the search's best stands unconfirmed",
-                            {{"best", best->name}});
+      journal_.add_decision(
+          "confirm", best->id,
+          best->role == "base"
+              ? "the base config is the best of the search: nothing to confirm"
+              : "no confirmation seeds (or no base run): the search's best stands unconfirmed",
+          {{"best", best->name}});
     });
     conclude("search ended");
     return;
@@ -586,12 +650,13 @@ void Controller::plan_confirmation() {
     }
     journal_.set_meta("phase", kPhaseConfirm);
     journal_.set_meta("best", std::to_string(best->id));
-    journal_.add_decision("confirm", best->id,
-                          fmt::format("best of the search: {} ({} = {}); it and the base ({} = {}) run again on seeds {}",
-                                      best->name, study_.objective.metric, number_text(*best->result), base->name,
-                                      base->result ? number_text(*base->result) : "-",
-                                      fmt::join(study_.confirm_seeds, ", ")),
-                          {{"best", best->name}, {"best_value", *best->result}, {"base", base->name}});
+    journal_.add_decision(
+        "confirm", best->id,
+        fmt::format(
+            "best of the search: {} ({} = {}); it and the base ({} = {}) run again on seeds {}",
+            best->name, study_.objective.metric, number_text(*best->result), base->name,
+            base->result ? number_text(*base->result) : "-", fmt::join(study_.confirm_seeds, ", ")),
+        {{"best", best->name}, {"best_value", *best->result}, {"base", base->name}});
   });
   options_.say(fmt::format("research: confirming {} against the base on seeds {}", best->name,
                            fmt::join(study_.confirm_seeds, ", ")));
@@ -616,9 +681,13 @@ void Controller::conclude(const std::string& why) {
   } else {
     std::vector<std::string> diff;
     for (const auto& [name, value] : best->params) {
-      if (!base || base->params.count(name) == 0 || base->params.at(name) != value) diff.push_back(name + " = " + value_text(value));
+      if (!base || base->params.count(name) == 0 || base->params.at(name) != value)
+        diff.push_back(name + " = " + value_text(value));
     }
-    const std::string config_text = best->role == "base" ? "the base config" : diff.empty() ? best->name : fmt::format("{} ({})", best->name, fmt::join(diff, ", "));
+    const std::string config_text = best->role == "base" ? "the base config"
+                                    : diff.empty()
+                                        ? best->name
+                                        : fmt::format("{} ({})", best->name, fmt::join(diff, ", "));
     numbers["best"] = best->name;
     numbers["best_search_value"] = best->result ? Json(*best->result) : Json();
     // The confirmation: per seed, the best's and the base's value at the objective step.
@@ -643,12 +712,17 @@ void Controller::conclude(const std::string& why) {
       rows.push_back(fmt::format("seed {}: {} vs base {}", seed, number_text(*b), number_text(*a)));
     }
     if (best->role == "base") {
-      text = fmt::format("The base config stays best: no candidate beat its {} = {} at step {} on the search seed.",
-                         study_.objective.metric, best->result ? number_text(*best->result) : "-", study_.objective.step);
+      text = fmt::format(
+          "The base config stays best: no candidate beat its {} = {} at step {} on the search "
+          "seed.",
+          study_.objective.metric, best->result ? number_text(*best->result) : "-",
+          study_.objective.step);
     } else if (pairs == 0) {
-      text = fmt::format("Best of the search: {} with {} = {} at step {} (seed {}); not confirmed on fresh seeds ({}).",
-                         config_text, study_.objective.metric, best->result ? number_text(*best->result) : "-",
-                         study_.objective.step, study_.search_seed, why);
+      text = fmt::format(
+          "Best of the search: {} with {} = {} at step {} (seed {}); not confirmed on fresh seeds "
+          "({}).",
+          config_text, study_.objective.metric, best->result ? number_text(*best->result) : "-",
+          study_.objective.step, study_.search_seed, why);
     } else {
       const double mb = sum_best / double(pairs), ma = sum_base / double(pairs);
       const bool beats = (study_.objective.maximize ? mb > ma : mb < ma) && wins == pairs;
@@ -657,13 +731,14 @@ void Controller::conclude(const std::string& why) {
       numbers["confirm_seeds"] = seeds;
       numbers["wins"] = wins;
       numbers["beats_base"] = beats;
-      text = fmt::format("{}: {} {} the base config on fresh seeds {}: {} at step {} = {} vs {} (mean of {}; {}). "
-                         "Search seed {}: {}.",
-                         beats ? "Best configuration" : "Not confirmed", config_text,
-                         beats ? "beats" : fmt::format("won on {} of {} seeds against", wins, pairs),
-                         fmt::join(seeds, ", "), study_.objective.metric, study_.objective.step, number_text(mb),
-                         number_text(ma), pairs, fmt::join(rows, "; "), study_.search_seed,
-                         best->result ? number_text(*best->result) : "-");
+      text = fmt::format(
+          "{}: {} {} the base config on fresh seeds {}: {} at step {} = {} vs {} (mean of {}; {}). "
+          "Search seed {}: {}.",
+          beats ? "Best configuration" : "Not confirmed", config_text,
+          beats ? "beats" : fmt::format("won on {} of {} seeds against", wins, pairs),
+          fmt::join(seeds, ", "), study_.objective.metric, study_.objective.step, number_text(mb),
+          number_text(ma), pairs, fmt::join(rows, "; "), study_.search_seed,
+          best->result ? number_text(*best->result) : "-");
     }
   }
   ConclusionFacts facts{text};
@@ -673,13 +748,15 @@ void Controller::conclude(const std::string& why) {
   } catch (const std::exception& e) {
     log().warn("research: the proposer's conclusion failed: {}", e.what());
   }
-  if (const std::vector<std::string> notes = proposer_.take_notes(); !notes.empty()) numbers["proposer_notes"] = notes;
+  if (const std::vector<std::string> notes = proposer_.take_notes(); !notes.empty())
+    numbers["proposer_notes"] = notes;
   commit([&] {
     journal_.set_meta("conclusion", text);
     if (prose) journal_.set_meta("conclusion_prose", *prose);
     journal_.set_meta("phase", kPhaseDone);
     journal_.set_meta("exit_code", std::to_string(exit_code));
-    journal_.add_decision("conclude", best ? std::optional<int64_t>(best->id) : std::nullopt, why + ". " + text, numbers);
+    journal_.add_decision("conclude", best ? std::optional<int64_t>(best->id) : std::nullopt,
+                          why + ". " + text, numbers);
   });
   options_.say("research: " + text);
   finish(exit_code);
@@ -687,7 +764,8 @@ void Controller::conclude(const std::string& why) {
 
 void Controller::finish(int exit_code) {
   write_notes();
-  const Json flag = {{"state", kPhaseDone}, {"exit_code", exit_code},
+  const Json flag = {{"state", kPhaseDone},
+                     {"exit_code", exit_code},
                      {"conclusion", journal_.meta("conclusion").value_or("")},
                      {"notebook", (options_.dir / "notebook.md").string()}};
   write_file_atomic(options_.dir / "finish.flag", flag.dump(2) + "\n");
@@ -699,7 +777,8 @@ void Controller::write_notes() {
   last_notes_ = std::chrono::steady_clock::now();
 }
 
-// ---- the loop ------------------------------------------------------------------------------------------
+// ---- the loop
+// ------------------------------------------------------------------------------------------
 
 bool Controller::tick() {
   if (phase() == kPhaseDone) return false;
@@ -710,7 +789,8 @@ bool Controller::tick() {
     collect_validations(id, live_.at(id).launch);
     if (live_.count(id) == 0) continue;
     if (const std::optional<TrialEnd> end = runner_.poll(id)) {
-      collect_validations(id, live_.at(id).launch);  // what it wrote between the last read and its exit
+      collect_validations(id,
+                          live_.at(id).launch);  // what it wrote between the last read and its exit
       if (live_.count(id)) handle_end(id, *end);
     }
   }
@@ -722,7 +802,8 @@ bool Controller::tick() {
     if (phase() != kPhaseDone) launch_pending();
   }
   // After every decision; and now and then while trials run, for their curves and running times.
-  if (notes_stale_ || std::chrono::steady_clock::now() - last_notes_ > options_.notebook_interval) write_notes();
+  if (notes_stale_ || std::chrono::steady_clock::now() - last_notes_ > options_.notebook_interval)
+    write_notes();
   return phase() != kPhaseDone;
 }
 
@@ -737,7 +818,8 @@ void Controller::interrupt() {
       TrialRow u = t;
       u.runtime_s = runtime;
       journal_.update_trial(u);
-      journal_.add_decision("interrupt", id, "the controller was asked to stop; resume continues this trial",
+      journal_.add_decision("interrupt", id,
+                            "the controller was asked to stop; resume continues this trial",
                             {{"runtime_s", runtime}});
     });
     live_.erase(id);

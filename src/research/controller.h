@@ -1,11 +1,11 @@
-// The research controller: plans a study, runs its trials through a TrialRunner in rounds, prunes them
-// at rungs (asynchronous successive halving) and on plateaus, retries crashes a bounded number of
-// times, keeps to the budgets, confirms the best configuration against the base on fresh seeds and
-// concludes. Every decision is one journal transaction (with its reason and numbers) made before it
-// is acted on, so a controller killed at any point resumes from the journal: finished trials are
-// never rerun, interrupted ones continue from their checkpoints. Single-threaded: tick() is one pass
-// of the loop and can be driven step by step in tests. The notebook is rewritten after each pass
-// that decided anything.
+// The research controller: plans a study, runs its trials through a TrialRunner in rounds, prunes
+// them at rungs (asynchronous successive halving) and on plateaus, retries crashes a bounded number
+// of times, keeps to the budgets, confirms the best configuration against the base on fresh seeds
+// and concludes. Every decision is one journal transaction (with its reason and numbers) made
+// before it is acted on, so a controller killed at any point resumes from the journal: finished
+// trials are never rerun, interrupted ones continue from their checkpoints. Single-threaded: tick()
+// is one pass of the loop and can be driven step by step in tests. The notebook is rewritten after
+// each pass that decided anything.
 #pragma once
 
 #include <atomic>
@@ -24,9 +24,10 @@
 
 namespace ajet::research {
 
-// Exit codes of `ajet research run/resume` (also in finish.flag): 0 the study concluded with at least
-// one trial that reached the objective step; 1 it concluded without one (every trial failed or was
-// stopped early) or failed; 2 usage errors; 128 + the signal when interrupted (resume continues).
+// Exit codes of `ajet research run/resume` (also in finish.flag): 0 the study concluded with at
+// least one trial that reached the objective step; 1 it concluded without one (every trial failed
+// or was stopped early) or failed; 2 usage errors; 128 + the signal when interrupted (resume
+// continues).
 inline constexpr int kExitConcluded = 0;
 inline constexpr int kExitNoResult = 1;
 
@@ -37,15 +38,16 @@ struct ControllerOptions {
   std::chrono::milliseconds notebook_interval{10000};  // also rewritten this often while trials run
 };
 
-// The journal's phases: search (rounds of trials) → confirm (the best and the base on fresh seeds) →
-// done (concluded; finish.flag written).
+// The journal's phases: search (rounds of trials) → confirm (the best and the base on fresh seeds)
+// → done (concluded; finish.flag written).
 inline constexpr const char* kPhaseSearch = "search";
 inline constexpr const char* kPhaseConfirm = "confirm";
 inline constexpr const char* kPhaseDone = "done";
 
 class Controller {
  public:
-  Controller(const Study& study, Journal& journal, TrialRunner& runner, Proposer& proposer, ControllerOptions options);
+  Controller(const Study& study, Journal& journal, TrialRunner& runner, Proposer& proposer,
+             ControllerOptions options);
 
   // Writes the plan (first start only) and takes back what the journal says was running: a run that
   // reached the objective step is recorded as completed, any other continues with --resume.
@@ -54,8 +56,8 @@ class Controller {
   // trials that ended (complete, retry, fail), 3. keep to the budgets, 4. launch pending trials,
   // 5. when nothing runs or waits: plan a round, the confirmation, or conclude. False once done.
   bool tick();
-  // start(), then tick() until done or `stop`; returns the exit code. On `stop` the running trials are
-  // stopped cleanly and stay `running` in the journal, for resume.
+  // start(), then tick() until done or `stop`; returns the exit code. On `stop` the running trials
+  // are stopped cleanly and stay `running` in the journal, for resume.
   int run(const std::atomic<bool>& stop);
   void interrupt();
 
@@ -82,7 +84,8 @@ class Controller {
   void collect_validations(int64_t id, const TrialLaunch& launch);
   std::optional<Verdict> judge(const TrialRow& t, int64_t step, double value);
   void handle_end(int64_t id, const TrialEnd& end);
-  void stop_trial(int64_t id, const std::string& kind, const std::string& reason, const Json& numbers);
+  void stop_trial(int64_t id, const std::string& kind, const std::string& reason,
+                  const Json& numbers);
   void keep_budgets();
   void launch_pending();
   void plan_next();

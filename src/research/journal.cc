@@ -30,7 +30,8 @@ CREATE TABLE IF NOT EXISTS decisions (
 )sql";
 
 constexpr const char* kTrialColumns =
-    "id, name, round, role, confirms, params, seed, status, reason, attempts, launches, runtime_s, result, error, "
+    "id, name, round, role, confirms, params, seed, status, reason, attempts, launches, runtime_s, "
+    "result, error, "
     "revalidate";
 
 TrialRow read_trial(store::Stmt& s) {
@@ -67,7 +68,8 @@ Journal::Journal(const std::filesystem::path& file) : db_(std::make_unique<store
   db_->exec("PRAGMA synchronous=FULL");  // a decision is on disk before anything acts on it
   db_->exec(kSchema);
   if (const char* at = std::getenv("AJET_RESEARCH_KILL_AT")) kill_at_ = std::atoll(at);
-  if (const char* before = std::getenv("AJET_RESEARCH_KILL_BEFORE_COMMIT")) kill_before_commit_ = std::string(before) == "1";
+  if (const char* before = std::getenv("AJET_RESEARCH_KILL_BEFORE_COMMIT"))
+    kill_before_commit_ = std::string(before) == "1";
 }
 
 Journal::~Journal() = default;
@@ -97,37 +99,49 @@ namespace {
 
 // Journal::meta(key) parsed whole as a T.
 template <typename T>
-std::optional<T> meta_number(Journal& journal, const std::filesystem::path& file, const std::string& key,
-                             const char* kind) {
+std::optional<T> meta_number(Journal& journal, const std::filesystem::path& file,
+                             const std::string& key, const char* kind) {
   const auto text = journal.meta(key);
   if (!text) return std::nullopt;
   T value{};
   const char* end = text->data() + text->size();
   const auto [ptr, ec] = std::from_chars(text->data(), end, value);
   if (ec != std::errc() || ptr != end || text->empty()) {
-    invalid_argument("research journal " + file.string() + ": meta '" + key + "' is '" + text->substr(0, 40) +
-                     "', not " + kind + " (a damaged or hand-edited journal)");
+    invalid_argument("research journal " + file.string() + ": meta '" + key + "' is '" +
+                     text->substr(0, 40) + "', not " + kind +
+                     " (a damaged or hand-edited journal)");
   }
   return value;
 }
 
 }  // namespace
 
-std::optional<int64_t> Journal::meta_int(const std::string& key) { return meta_number<int64_t>(*this, db_->path(), key, "an integer"); }
+std::optional<int64_t> Journal::meta_int(const std::string& key) {
+  return meta_number<int64_t>(*this, db_->path(), key, "an integer");
+}
 
-std::optional<double> Journal::meta_double(const std::string& key) { return meta_number<double>(*this, db_->path(), key, "a number"); }
+std::optional<double> Journal::meta_double(const std::string& key) {
+  return meta_number<double>(*this, db_->path(), key, "a number");
+}
 
 void Journal::set_meta(const std::string& key, const std::string& value) {
-  store::Stmt& s = db_->prepare("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value");
+  store::Stmt& s = db_->prepare(
+      "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = "
+      "excluded.value");
   s.bind(1, key).bind(2, value);
   s.run();
 }
 
 int64_t Journal::add_trial(const TrialRow& t) {
   store::Stmt& s = db_->prepare(
-      "INSERT INTO trials (name, round, role, confirms, params, seed, status, reason, attempts, launches, runtime_s, "
+      "INSERT INTO trials (name, round, role, confirms, params, seed, status, reason, attempts, "
+      "launches, runtime_s, "
       "result, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
-  s.bind(1, t.name).bind(2, t.round).bind(3, t.role).bind(4, t.confirms).bind(5, params_json(t.params));
+  s.bind(1, t.name)
+      .bind(2, t.round)
+      .bind(3, t.role)
+      .bind(4, t.confirms)
+      .bind(5, params_json(t.params));
   s.bind(6, t.seed).bind(7, t.status).bind(8, t.reason).bind(9, t.attempts).bind(10, t.launches);
   s.bind(11, t.runtime_s).bind(12, t.result).bind(13, t.error);
   s.run();
@@ -136,37 +150,46 @@ int64_t Journal::add_trial(const TrialRow& t) {
 
 void Journal::update_trial(const TrialRow& t) {
   store::Stmt& s = db_->prepare(
-      "UPDATE trials SET status = ?, reason = ?, attempts = ?, launches = ?, runtime_s = ?, result = ?, error = ?, "
+      "UPDATE trials SET status = ?, reason = ?, attempts = ?, launches = ?, runtime_s = ?, result "
+      "= ?, error = ?, "
       "revalidate = ? WHERE id = ?");
-  s.bind(1, t.status).bind(2, t.reason).bind(3, t.attempts).bind(4, t.launches).bind(5, t.runtime_s);
+  s.bind(1, t.status)
+      .bind(2, t.reason)
+      .bind(3, t.attempts)
+      .bind(4, t.launches)
+      .bind(5, t.runtime_s);
   s.bind(6, t.result).bind(7, t.error).bind(8, t.revalidate).bind(9, t.id);
   s.run();
 }
 
 std::vector<TrialRow> Journal::trials() {
-  store::Stmt& s = db_->prepare(std::string("SELECT ") + kTrialColumns + " FROM trials ORDER BY id");
+  store::Stmt& s =
+      db_->prepare(std::string("SELECT ") + kTrialColumns + " FROM trials ORDER BY id");
   std::vector<TrialRow> out;
   while (s.step()) out.push_back(read_trial(s));
   return out;
 }
 
 TrialRow Journal::trial(int64_t id) {
-  store::Stmt& s = db_->prepare(std::string("SELECT ") + kTrialColumns + " FROM trials WHERE id = ?");
+  store::Stmt& s =
+      db_->prepare(std::string("SELECT ") + kTrialColumns + " FROM trials WHERE id = ?");
   s.bind(1, id);
   if (!s.step()) fail(ErrorCode::kNotFound, "journal: no trial " + std::to_string(id));
   return read_trial(s);
 }
 
 bool Journal::add_point(int64_t trial, int64_t step, double value) {
-  store::Stmt& s = db_->prepare("INSERT OR IGNORE INTO points (trial, step, value) VALUES (?, ?, ?)");
+  store::Stmt& s =
+      db_->prepare("INSERT OR IGNORE INTO points (trial, step, value) VALUES (?, ?, ?)");
   s.bind(1, trial).bind(2, step).bind(3, value);
   s.run();
   return sqlite3_changes(db_->raw()) > 0;
 }
 
 std::vector<Point> Journal::points(std::optional<int64_t> trial) {
-  store::Stmt& s = trial ? db_->prepare("SELECT trial, step, value FROM points WHERE trial = ? ORDER BY step")
-                         : db_->prepare("SELECT trial, step, value FROM points ORDER BY trial, step");
+  store::Stmt& s =
+      trial ? db_->prepare("SELECT trial, step, value FROM points WHERE trial = ? ORDER BY step")
+            : db_->prepare("SELECT trial, step, value FROM points ORDER BY trial, step");
   if (trial) s.bind(1, *trial);
   std::vector<Point> out;
   while (s.step()) out.push_back(Point{s.column_int(0), s.column_int(1), s.column_double(2)});
@@ -174,7 +197,8 @@ std::vector<Point> Journal::points(std::optional<int64_t> trial) {
 }
 
 bool Journal::add_rung(int64_t trial, int64_t rung, double value, int64_t step) {
-  store::Stmt& s = db_->prepare("INSERT OR IGNORE INTO rungs (trial, rung, value, step) VALUES (?, ?, ?, ?)");
+  store::Stmt& s =
+      db_->prepare("INSERT OR IGNORE INTO rungs (trial, rung, value, step) VALUES (?, ?, ?, ?)");
   s.bind(1, trial).bind(2, rung).bind(3, value).bind(4, step);
   s.run();
   return sqlite3_changes(db_->raw()) > 0;
@@ -188,19 +212,26 @@ std::map<int64_t, double> Journal::rung_values(int64_t rung) {
   return out;
 }
 
-void Journal::add_decision(const std::string& kind, std::optional<int64_t> trial, const std::string& reason,
-                           const Json& numbers) {
-  store::Stmt& s = db_->prepare("INSERT INTO decisions (time, kind, trial, reason, numbers) VALUES (?, ?, ?, ?, ?)");
-  s.bind(1, local_time_text("%Y-%m-%d %H:%M:%S")).bind(2, kind).bind(3, trial).bind(4, reason).bind(5, numbers.dump());
+void Journal::add_decision(const std::string& kind, std::optional<int64_t> trial,
+                           const std::string& reason, const Json& numbers) {
+  store::Stmt& s = db_->prepare(
+      "INSERT INTO decisions (time, kind, trial, reason, numbers) VALUES (?, ?, ?, ?, ?)");
+  s.bind(1, local_time_text("%Y-%m-%d %H:%M:%S"))
+      .bind(2, kind)
+      .bind(3, trial)
+      .bind(4, reason)
+      .bind(5, numbers.dump());
   s.run();
 }
 
 std::vector<Decision> Journal::decisions() {
-  store::Stmt& s = db_->prepare("SELECT id, time, kind, trial, reason, numbers FROM decisions ORDER BY id");
+  store::Stmt& s =
+      db_->prepare("SELECT id, time, kind, trial, reason, numbers FROM decisions ORDER BY id");
   std::vector<Decision> out;
   while (s.step()) {
-    out.push_back(Decision{s.column_int(0), s.column_text(1), s.column_text(2), s.column_optional_int(3),
-                           s.column_text(4), parse_json(s.column_text(5), "journal decision numbers")});
+    out.push_back(Decision{s.column_int(0), s.column_text(1), s.column_text(2),
+                           s.column_optional_int(3), s.column_text(4),
+                           parse_json(s.column_text(5), "journal decision numbers")});
   }
   return out;
 }

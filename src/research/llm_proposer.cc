@@ -14,8 +14,10 @@ namespace ajet::research {
 namespace {
 
 constexpr const char* kSystemPrompt =
-    "You are the researcher of a reinforcement-learning study of an LLM agent. The study's controller runs "
-    "the trials, prunes them and keeps the journal; you suggest what to try and explain what was found. "
+    "You are the researcher of a reinforcement-learning study of an LLM agent. The study's "
+    "controller runs "
+    "the trials, prunes them and keeps the journal; you suggest what to try and explain what was "
+    "found. "
     "Answer exactly in the format asked for.";
 
 std::string kind_text(const Param& p) {
@@ -26,7 +28,8 @@ std::string kind_text(const Param& p) {
       return s + "]";
     }
     case Param::Kind::kUniform: return fmt::format("a number in [{}, {}]", p.low, p.high);
-    case Param::Kind::kLogUniform: return fmt::format("a number in [{}, {}] (searched on a log scale)", p.low, p.high);
+    case Param::Kind::kLogUniform:
+      return fmt::format("a number in [{}, {}] (searched on a log scale)", p.low, p.high);
     case Param::Kind::kInt: return fmt::format("an integer in [{}, {}]", p.low, p.high);
   }
   return "?";
@@ -34,12 +37,14 @@ std::string kind_text(const Param& p) {
 
 std::string study_text(const Study& study) {
   std::string s = "Question: " + study.question + "\n";
-  s += fmt::format("Objective: {} {} at RL step {} (held-out validation).\n", study.objective.maximize ? "maximize" : "minimize",
-                   study.objective.metric, study.objective.step);
+  s += fmt::format("Objective: {} {} at RL step {} (held-out validation).\n",
+                   study.objective.maximize ? "maximize" : "minimize", study.objective.metric,
+                   study.objective.step);
   s += "Search space (name: config key, values):\n";
-  for (const Param& p : study.space) s += fmt::format("- {}: {}, {}\n", p.name, p.key, kind_text(p));
-  s += fmt::format("Budget: {} search trials, {} s of wall time, {} s per trial.\n", study.budget.trials,
-                   study.budget.wall_seconds, study.budget.trial_seconds);
+  for (const Param& p : study.space)
+    s += fmt::format("- {}: {}, {}\n", p.name, p.key, kind_text(p));
+  s += fmt::format("Budget: {} search trials, {} s of wall time, {} s per trial.\n",
+                   study.budget.trials, study.budget.wall_seconds, study.budget.trial_seconds);
   return s;
 }
 
@@ -59,14 +64,16 @@ std::string trials_text(const ProposalRequest& r) {
     s += fmt::format("- {}: {}; {}", t.name, params_text(t.params), t.status);
     if (!t.reason.empty()) s += " (" + t.reason + ")";
     std::string curve;
-    for (const Point* p : by_trial[t.id]) curve += fmt::format("{}{}: {:.3f}", curve.empty() ? "" : ", ", p->step, p->value);
+    for (const Point* p : by_trial[t.id])
+      curve += fmt::format("{}{}: {:.3f}", curve.empty() ? "" : ", ", p->step, p->value);
     if (!curve.empty()) s += "; " + curve;
     s += "\n";
   }
   return s;
 }
 
-// A JSON value for a parameter: integers stay integers (a model writes 8 or 8.0 for an int parameter).
+// A JSON value for a parameter: integers stay integers (a model writes 8 or 8.0 for an int
+// parameter).
 Json normalised(const Param& p, const Json& v) {
   if (p.kind == Param::Kind::kInt && v.is_number_float()) {
     double d = v.get<double>();
@@ -94,18 +101,22 @@ std::optional<Json> json_object_in_reply(const std::string& reply, std::string* 
     return std::nullopt;
   };
   if (reply.size() > kMaxLlmReplyBytes)
-    return fail(fmt::format("the reply is {} bytes (at most {} are read)", reply.size(), kMaxLlmReplyBytes));
+    return fail(fmt::format("the reply is {} bytes (at most {} are read)", reply.size(),
+                            kMaxLlmReplyBytes));
   // The outermost braces: a fence or prose around the object is tolerated, two objects are not.
   size_t open = reply.find('{'), close = reply.rfind('}');
-  if (open == std::string::npos || close == std::string::npos || close < open) return fail("the reply holds no JSON object");
-  std::optional<Json> j = try_parse_json(std::string_view(reply).substr(open, close - open + 1), 16);
+  if (open == std::string::npos || close == std::string::npos || close < open)
+    return fail("the reply holds no JSON object");
+  std::optional<Json> j =
+      try_parse_json(std::string_view(reply).substr(open, close - open + 1), 16);
   if (!j) return fail("the reply's {...} is not valid JSON");
   if (!j->is_object()) return fail("the reply's JSON is not an object");
   return j;
 }
 
-std::vector<Params> valid_candidates(const Study& study, const Json& reply, const std::vector<Params>& tried,
-                                     int64_t count, std::vector<std::string>* dropped) {
+std::vector<Params> valid_candidates(const Study& study, const Json& reply,
+                                     const std::vector<Params>& tried, int64_t count,
+                                     std::vector<std::string>* dropped) {
   std::vector<Params> out;
   auto drop = [&](std::string line) {
     if (dropped) dropped->push_back(std::move(line));
@@ -154,12 +165,14 @@ std::vector<Params> valid_candidates(const Study& study, const Json& reply, cons
   return out;
 }
 
-LlmProposer::LlmProposer(LlmEndpoint endpoint, Proposer& fallback, std::function<void(const std::string&)> note)
+LlmProposer::LlmProposer(LlmEndpoint endpoint, Proposer& fallback,
+                         std::function<void(const std::string&)> note)
     : endpoint_(std::move(endpoint)), fallback_(fallback), note_(std::move(note)) {}
 
 std::string LlmProposer::name() const {
-  return fmt::format("LLM researcher ({} at {}), checked against the space; the built-in search where it fails",
-                     endpoint_.model, endpoint_.base_url);
+  return fmt::format(
+      "LLM researcher ({} at {}), checked against the space; the built-in search where it fails",
+      endpoint_.model, endpoint_.base_url);
 }
 
 void LlmProposer::note(const std::string& line) {
@@ -173,17 +186,20 @@ std::vector<std::string> LlmProposer::take_notes() {
   return out;
 }
 
-std::optional<std::string> LlmProposer::ask_text(const std::string& what, const std::string& prompt) {
+std::optional<std::string> LlmProposer::ask_text(const std::string& what,
+                                                 const std::string& prompt) {
   try {
     client::ChatOptions options;
     options.model = endpoint_.model;
     options.timeout = endpoint_.timeout;
     options.max_retries = 1;
     client::ChatClient chat(endpoint_.base_url, endpoint_.api_key, options);
-    Json messages = Json::array({client::system_message(kSystemPrompt), client::user_message(prompt)});
+    Json messages =
+        Json::array({client::system_message(kSystemPrompt), client::user_message(prompt)});
     client::ChatMessage m = chat.chat(messages, nullptr, Json{{"temperature", 0.7}});
     if (!m.content || m.content->empty()) {
-      note(fmt::format("LLM researcher, {}: an empty reply (finish_reason {})", what, m.finish_reason));
+      note(fmt::format("LLM researcher, {}: an empty reply (finish_reason {})", what,
+                       m.finish_reason));
       return std::nullopt;
     }
     return *m.content;
@@ -203,11 +219,13 @@ std::optional<Json> LlmProposer::ask_json(const std::string& what, const std::st
 }
 
 std::vector<std::string> LlmProposer::hypotheses(const Study& study) {
-  std::string prompt = study_text(study) +
-                       fmt::format("\nBefore any trial runs: state at most {} hypotheses this study tests, each one "
-                                   "sentence naming the parameters involved and the outcome you expect. Reply with "
-                                   "one JSON object: {{\"hypotheses\": [\"...\", ...]}}",
-                                   kMaxHypotheses);
+  std::string prompt =
+      study_text(study) +
+      fmt::format(
+          "\nBefore any trial runs: state at most {} hypotheses this study tests, each one "
+          "sentence naming the parameters involved and the outcome you expect. Reply with "
+          "one JSON object: {{\"hypotheses\": [\"...\", ...]}}",
+          kMaxHypotheses);
   std::optional<Json> j = ask_json("hypotheses", prompt);
   std::vector<std::string> out;
   if (j) {
@@ -231,11 +249,13 @@ std::vector<std::string> LlmProposer::hypotheses(const Study& study) {
 
 std::vector<Params> LlmProposer::propose(const ProposalRequest& request) {
   const Study& study = *request.study;
-  std::string prompt = study_text(study) + "\n" + trials_text(request) +
-                       fmt::format("\nPropose the {} configurations of round {} most likely to improve the objective "
-                                   "(points of the search space not tried yet; every parameter given). Reply with one "
-                                   "JSON object: {{\"candidates\": [{{\"<name>\": <value>, ...}}, ...], \"why\": \"...\"}}",
-                                   request.count, request.round);
+  std::string prompt =
+      study_text(study) + "\n" + trials_text(request) +
+      fmt::format(
+          "\nPropose the {} configurations of round {} most likely to improve the objective "
+          "(points of the search space not tried yet; every parameter given). Reply with one "
+          "JSON object: {{\"candidates\": [{{\"<name>\": <value>, ...}}, ...], \"why\": \"...\"}}",
+          request.count, request.round);
   rationale_.clear();
   std::optional<Json> j = ask_json(fmt::format("round {}", request.round), prompt);
   std::vector<Params> out;
@@ -244,13 +264,17 @@ std::vector<Params> LlmProposer::propose(const ProposalRequest& request) {
     for (const TrialRow& t : request.trials) tried.push_back(t.params);
     std::vector<std::string> dropped;
     out = valid_candidates(study, *j, tried, request.count, &dropped);
-    for (const std::string& d : dropped) note(fmt::format("LLM researcher, round {}: dropped {}", request.round, d));
+    for (const std::string& d : dropped)
+      note(fmt::format("LLM researcher, round {}: dropped {}", request.round, d));
     auto why = j->find("why");
     if (!out.empty() && why != j->end() && why->is_string() && !why->get<std::string>().empty()) {
       rationale_ = why->get<std::string>();
-      if (rationale_.size() > kMaxRationaleBytes) rationale_ = rationale_.substr(0, kMaxRationaleBytes) + " …";
-      std::replace(rationale_.begin(), rationale_.end(), '\n', ' ');  // one table cell in the decision log
-      note(fmt::format("LLM researcher, round {}: {} candidate(s): {}", request.round, out.size(), rationale_));
+      if (rationale_.size() > kMaxRationaleBytes)
+        rationale_ = rationale_.substr(0, kMaxRationaleBytes) + " …";
+      std::replace(rationale_.begin(), rationale_.end(), '\n',
+                   ' ');  // one table cell in the decision log
+      note(fmt::format("LLM researcher, round {}: {} candidate(s): {}", request.round, out.size(),
+                       rationale_));
     }
   }
   if (static_cast<int64_t>(out.size()) < request.count) {
@@ -262,21 +286,25 @@ std::vector<Params> LlmProposer::propose(const ProposalRequest& request) {
       planned.status = kPending;
       rest.trials.push_back(planned);
     }
-    note(fmt::format("LLM researcher, round {}: {} of {} candidate(s) from the built-in search", request.round,
-                     rest.count, request.count));
+    note(fmt::format("LLM researcher, round {}: {} of {} candidate(s) from the built-in search",
+                     request.round, rest.count, request.count));
     for (Params& p : fallback_.propose(rest)) out.push_back(std::move(p));
   }
   return out;
 }
 
 std::optional<std::string> LlmProposer::conclusion_prose(const ConclusionFacts& facts) {
-  std::string prompt = "The study is over. The controller's conclusion, with the numbers:\n\n" + facts.summary +
-                       "\n\nWrite one or two paragraphs of plain prose (no headings, no tables) that explain what the "
-                       "numbers show and what to try next. Do not state numbers that are not in the conclusion above.";
+  std::string prompt = "The study is over. The controller's conclusion, with the numbers:\n\n" +
+                       facts.summary +
+                       "\n\nWrite one or two paragraphs of plain prose (no headings, no tables) "
+                       "that explain what the "
+                       "numbers show and what to try next. Do not state numbers that are not in "
+                       "the conclusion above.";
   std::optional<std::string> text = ask_text("conclusion", prompt);
   if (!text) return std::nullopt;
   if (text->size() > kMaxProseBytes) {
-    note(fmt::format("LLM researcher, conclusion: {} bytes cut to {}", text->size(), kMaxProseBytes));
+    note(fmt::format("LLM researcher, conclusion: {} bytes cut to {}", text->size(),
+                     kMaxProseBytes));
     text->resize(kMaxProseBytes);
     *text += " …";
   }

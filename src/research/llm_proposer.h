@@ -1,10 +1,10 @@
-// The optional LLM researcher: a Proposer that asks a model behind any OpenAI-compatible endpoint for
-// the plan's hypotheses, each round's candidates and the conclusion's prose, with what the study has
-// measured so far as context. Nothing it says is trusted: replies must be one JSON object of the asked
-// shape, candidates must be points of the search space (check_params) not yet tried, prose is cut to a
-// bound; whatever fails (no answer, an error status, malformed or out-of-space replies) falls back to
-// the built-in proposer for that request and leaves a note saying why, so a study never waits on or
-// breaks because of the model.
+// The optional LLM researcher: a Proposer that asks a model behind any OpenAI-compatible endpoint
+// for the plan's hypotheses, each round's candidates and the conclusion's prose, with what the
+// study has measured so far as context. Nothing it says is trusted: replies must be one JSON object
+// of the asked shape, candidates must be points of the search space (check_params) not yet tried,
+// prose is cut to a bound; whatever fails (no answer, an error status, malformed or out-of-space
+// replies) falls back to the built-in proposer for that request and leaves a note saying why, so a
+// study never waits on or breaks because of the model.
 #pragma once
 
 #include <chrono>
@@ -38,7 +38,8 @@ class LlmProposer : public Proposer {
  public:
   // `fallback` answers whatever the model does not; `note` gets one line per fallback or dropped
   // candidate (the controller puts them in its log and the notebook).
-  LlmProposer(LlmEndpoint endpoint, Proposer& fallback, std::function<void(const std::string&)> note = {});
+  LlmProposer(LlmEndpoint endpoint, Proposer& fallback,
+              std::function<void(const std::string&)> note = {});
 
   std::string name() const override;
   std::vector<std::string> hypotheses(const Study& study) override;
@@ -68,9 +69,11 @@ class LlmProposer : public Proposer {
 // Exposed for tests: the JSON object in a model's reply (bare, or inside a ``` fence, or with prose
 // around it); nullopt when there is none or it is not one object. `why` says what was wrong.
 std::optional<Json> json_object_in_reply(const std::string& reply, std::string* why);
-// The candidates of a reply ({"candidates": [{name: value, ...}, ...]}) that are points of the space
-// and not already in `tried` (nor repeated), at most `count`; every dropped one gets a line in `dropped`.
-std::vector<Params> valid_candidates(const Study& study, const Json& reply, const std::vector<Params>& tried,
-                                     int64_t count, std::vector<std::string>* dropped);
+// The candidates of a reply ({"candidates": [{name: value, ...}, ...]}) that are points of the
+// space and not already in `tried` (nor repeated), at most `count`; every dropped one gets a line
+// in `dropped`.
+std::vector<Params> valid_candidates(const Study& study, const Json& reply,
+                                     const std::vector<Params>& tried, int64_t count,
+                                     std::vector<std::string>* dropped);
 
 }  // namespace ajet::research

@@ -56,10 +56,13 @@ LocalRunner::LocalRunner(fs::path ajet_binary, std::chrono::milliseconds stop_gr
 
 LocalRunner::~LocalRunner() = default;  // a Subprocess still running is killed with its group
 
-std::string LocalRunner::describe() const { return "local classic runs (" + ajet_.string() + " --conf ...)"; }
+std::string LocalRunner::describe() const {
+  return "local classic runs (" + ajet_.string() + " --conf ...)";
+}
 
 std::vector<std::string> LocalRunner::command(const TrialLaunch& l) const {
-  std::vector<std::string> argv = {ajet_.string(), "--conf", l.base_config.string(), "--exp-dir", l.exp_base.string()};
+  std::vector<std::string> argv = {ajet_.string(), "--conf", l.base_config.string(), "--exp-dir",
+                                   l.exp_base.string()};
   for (const auto& [key, value] : l.overrides) {
     argv.push_back("--set");
     argv.push_back(key + "=" + value);
@@ -71,7 +74,8 @@ std::vector<std::string> LocalRunner::command(const TrialLaunch& l) const {
     argv.push_back("ajet.experiment_name=" + l.run_dir().filename().string());
     argv.push_back("--set");
     argv.push_back("ajet.trainer_common.val_only=true");
-    const fs::path model = l.exp_dir() / "saved_checkpoints" / ("global_step_" + std::to_string(*l.revalidate_step)) / "model";
+    const fs::path model = l.exp_dir() / "saved_checkpoints" /
+                           ("global_step_" + std::to_string(*l.revalidate_step)) / "model";
     if (fs::exists(model)) {
       argv.push_back("--set");
       argv.push_back("ajet.model.path=" + fs::absolute(model).string());
@@ -114,7 +118,8 @@ void append_trial_log(const TrialLaunch& l, const std::string& line) {
 void LocalRunner::start(const TrialLaunch& l) { spawn(l, command(l)); }
 
 void LocalRunner::spawn(const TrialLaunch& l, const std::vector<std::string>& argv) {
-  if (running_.count(l.trial)) fail(ErrorCode::kInternal, "trial " + l.name + " is already running");
+  if (running_.count(l.trial))
+    fail(ErrorCode::kInternal, "trial " + l.name + " is already running");
   fs::create_directories(l.run_dir());
   if (l.resume || l.revalidate_step) wait_for_earlier_run(l.run_dir());
   const fs::path log = l.exp_base / (l.name + ".log");
@@ -153,7 +158,9 @@ std::vector<Validation> LocalRunner::validations(const TrialLaunch& l) {
   return out;
 }
 
-int64_t LocalRunner::last_step(const TrialLaunch& l) { return read_classic_last_step(l.exp_dir() / "metrics.jsonl"); }
+int64_t LocalRunner::last_step(const TrialLaunch& l) {
+  return read_classic_last_step(l.exp_dir() / "metrics.jsonl");
+}
 
 void LocalRunner::stop(int64_t trial) {
   auto it = running_.find(trial);

@@ -43,16 +43,19 @@ Params random_params(const Study& study, std::mt19937_64& rng) {
     std::uniform_real_distribution<double> u(0.0, 1.0);
     switch (p.kind) {
       case Param::Kind::kChoice:
-        out[p.name] = p.choices[std::uniform_int_distribution<size_t>(0, p.choices.size() - 1)(rng)];
+        out[p.name] =
+            p.choices[std::uniform_int_distribution<size_t>(0, p.choices.size() - 1)(rng)];
         break;
       case Param::Kind::kUniform:
         out[p.name] = numeric_value(p, p.low + u(rng) * (p.high - p.low));
         break;
       case Param::Kind::kLogUniform:
-        out[p.name] = numeric_value(p, std::exp(std::log(p.low) + u(rng) * (std::log(p.high) - std::log(p.low))));
+        out[p.name] = numeric_value(
+            p, std::exp(std::log(p.low) + u(rng) * (std::log(p.high) - std::log(p.low))));
         break;
       case Param::Kind::kInt:
-        out[p.name] = int64_t(std::uniform_int_distribution<int64_t>(int64_t(p.low), int64_t(p.high))(rng));
+        out[p.name] =
+            int64_t(std::uniform_int_distribution<int64_t>(int64_t(p.low), int64_t(p.high))(rng));
         break;
     }
   }
@@ -72,7 +75,8 @@ Params nearby_params(const Study& study, const Params& from, std::mt19937_64& rn
     switch (p.kind) {
       case Param::Kind::kChoice:
         if (std::bernoulli_distribution(0.5)(rng)) {
-          out[p.name] = p.choices[std::uniform_int_distribution<size_t>(0, p.choices.size() - 1)(rng)];
+          out[p.name] =
+              p.choices[std::uniform_int_distribution<size_t>(0, p.choices.size() - 1)(rng)];
         }
         break;
       case Param::Kind::kUniform:
@@ -98,11 +102,15 @@ std::vector<std::string> BuiltinProposer::hypotheses(const Study& study) {
       for (const Json& v : p.choices) vs.push_back(fmt::format("`{}`", value_text(v)));
       range = "one of " + fmt::format("{}", fmt::join(vs, ", "));
     } else {
-      range = fmt::format("{} in [{}, {}]", p.kind == Param::Kind::kLogUniform ? "log-uniform" : p.kind == Param::Kind::kInt ? "integer" : "uniform",
+      range = fmt::format("{} in [{}, {}]",
+                          p.kind == Param::Kind::kLogUniform ? "log-uniform"
+                          : p.kind == Param::Kind::kInt      ? "integer"
+                                                             : "uniform",
                           value_text(p.low), value_text(p.high));
     }
-    out.push_back(fmt::format("`{}` ({}, {}) changes {} at step {}; H0: it does not, beyond seed noise.", p.name, p.key,
-                              range, study.objective.metric, study.objective.step));
+    out.push_back(
+        fmt::format("`{}` ({}, {}) changes {} at step {}; H0: it does not, beyond seed noise.",
+                    p.name, p.key, range, study.objective.metric, study.objective.step));
   }
   return out;
 }
@@ -118,15 +126,21 @@ std::vector<Params> BuiltinProposer::propose(const ProposalRequest& req) {
   for (const TrialRow& t : req.trials) {
     if (t.role != "search" && t.role != "base") continue;
     if (t.role == "base" && t.params.empty()) continue;  // no point of the space to move from
-    if (const auto s = trial_score(t, req.points)) ranked.emplace_back(study.objective.maximize ? *s : -*s, &t);
+    if (const auto s = trial_score(t, req.points))
+      ranked.emplace_back(study.objective.maximize ? *s : -*s, &t);
   }
-  std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
   std::vector<Params> out;
   const int64_t local = ranked.empty() ? 0 : req.count / 2 + req.count % 2;
   for (int64_t i = 0; i < req.count; ++i) {
     for (int attempt = 0; attempt < 50; ++attempt) {
-      Params p = i < local ? nearby_params(study, ranked[size_t(i) % std::min<size_t>(2, ranked.size())].second->params, rng)
-                           : random_params(study, rng);
+      Params p =
+          i < local
+              ? nearby_params(study,
+                              ranked[size_t(i) % std::min<size_t>(2, ranked.size())].second->params,
+                              rng)
+              : random_params(study, rng);
       if (std::find(seen.begin(), seen.end(), p) != seen.end()) continue;
       seen.push_back(p);
       out.push_back(std::move(p));

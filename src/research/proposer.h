@@ -25,7 +25,8 @@ struct ProposalRequest {
 };
 
 struct ConclusionFacts {
-  std::string summary;  // the controller's own conclusion (numbers, seeds); prose may be added to it
+  std::string
+      summary;  // the controller's own conclusion (numbers, seeds); prose may be added to it
 };
 
 class Proposer {
@@ -39,8 +40,8 @@ class Proposer {
   // Optional prose for the conclusion; nullopt: the controller's summary stands alone.
   virtual std::optional<std::string> conclusion_prose(const ConclusionFacts& facts) = 0;
   // The proposer's own reasons for the candidates of its last propose() answer (an LLM's "why"), ""
-  // when it gave none or none of its candidates was used. The controller writes it into that round's
-  // decision, so the notebook's decision log says why the round tries what it tries.
+  // when it gave none or none of its candidates was used. The controller writes it into that
+  // round's decision, so the notebook's decision log says why the round tries what it tries.
   virtual std::string rationale() const { return ""; }
   // What the proposer noted since the last call (fallbacks, dropped candidates), oldest first; the
   // controller keeps them with the decision they belong to (its numbers, "proposer_notes").
@@ -49,17 +50,21 @@ class Proposer {
 
 class BuiltinProposer : public Proposer {
  public:
-  std::string name() const override { return "built-in (random search, then local moves around the best)"; }
+  std::string name() const override {
+    return "built-in (random search, then local moves around the best)";
+  }
   std::vector<std::string> hypotheses(const Study& study) override;
   std::vector<Params> propose(const ProposalRequest& request) override;
-  std::optional<std::string> conclusion_prose(const ConclusionFacts&) override { return std::nullopt; }
+  std::optional<std::string> conclusion_prose(const ConclusionFacts&) override {
+    return std::nullopt;
+  }
 };
 
 // A uniform random point of the space (log-uniform ranges sampled in log space), values rounded to
 // 3 significant digits so tables stay readable.
 Params random_params(const Study& study, std::mt19937_64& rng);
-// A point near `from`: each numeric parameter moves by a random factor (log-uniform: x e^{±0.5 of the
-// range's log width / 2}; uniform and int: ± a quarter of the range), each choice changes with
+// A point near `from`: each numeric parameter moves by a random factor (log-uniform: x e^{±0.5 of
+// the range's log width / 2}; uniform and int: ± a quarter of the range), each choice changes with
 // probability 1/2.
 Params nearby_params(const Study& study, const Params& from, std::mt19937_64& rng);
 

@@ -14,22 +14,24 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// Where a trial's last server is kept (beside its log), so a controller that restarted sends a resumed
-// trial back to the front that holds its checkpoint.
+// Where a trial's last server is kept (beside its log), so a controller that restarted sends a
+// resumed trial back to the front that holds its checkpoint.
 fs::path server_file(const TrialLaunch& l) { return l.exp_base / (l.name + ".server"); }
 
 double seconds(std::chrono::milliseconds d) { return double(d.count()) / 1000.0; }
 
 }  // namespace
 
-RemoteRunner::RemoteRunner(fs::path ajet_binary, RemoteRunnerOptions options, std::chrono::milliseconds stop_grace)
+RemoteRunner::RemoteRunner(fs::path ajet_binary, RemoteRunnerOptions options,
+                           std::chrono::milliseconds stop_grace)
     : LocalRunner(std::move(ajet_binary), stop_grace), options_(std::move(options)) {
-  if (options_.servers.empty()) invalid_argument("the remote trial runner needs at least one server");
+  if (options_.servers.empty())
+    invalid_argument("the remote trial runner needs at least one server");
 }
 
 std::string RemoteRunner::describe() const {
-  return fmt::format("classic runs (ajet --conf ... --swarm-url) on {} swarm server(s): {}", options_.servers.size(),
-                     fmt::join(options_.servers, ", "));
+  return fmt::format("classic runs (ajet --conf ... --swarm-url) on {} swarm server(s): {}",
+                     options_.servers.size(), fmt::join(options_.servers, ", "));
 }
 
 std::string RemoteRunner::server_of(int64_t trial) const {
@@ -37,13 +39,14 @@ std::string RemoteRunner::server_of(int64_t trial) const {
   return it == held_.end() ? "" : it->second;
 }
 
-// A free server: for a resumed trial the one it last ran on (when free and not found silent at its last
-// probe), else the first free one that answered at its last probe (or was never probed), else the
-// first free one.
+// A free server: for a resumed trial the one it last ran on (when free and not found silent at its
+// last probe), else the first free one that answered at its last probe (or was never probed), else
+// the first free one.
 std::string RemoteRunner::pick_server(const TrialLaunch& l) const {
   std::vector<std::string> free;
   for (const std::string& s : options_.servers) {
-    const bool taken = std::any_of(held_.begin(), held_.end(), [&](const auto& h) { return h.second == s; });
+    const bool taken =
+        std::any_of(held_.begin(), held_.end(), [&](const auto& h) { return h.second == s; });
     if (!taken) free.push_back(s);
   }
   if (free.empty()) return "";
@@ -95,8 +98,9 @@ void RemoteRunner::start(const TrialLaunch& l) {
   if (held_.count(l.trial)) fail(ErrorCode::kInternal, "trial " + l.name + " is already running");
   const std::string server = pick_server(l);
   if (server.empty()) {
-    fail(ErrorCode::kUnavailable, fmt::format("every trial server is busy ({}); parallel must not exceed them",
-                                              fmt::join(options_.servers, ", ")));
+    fail(ErrorCode::kUnavailable,
+         fmt::format("every trial server is busy ({}); parallel must not exceed them",
+                     fmt::join(options_.servers, ", ")));
   }
   held_[l.trial] = server;
   fs::create_directories(l.exp_base);
@@ -107,12 +111,14 @@ void RemoteRunner::start(const TrialLaunch& l) {
     return;
   }
   unreachable_[server] = true;
-  const std::string line = fmt::format("research: {}: the trial server {} does not answer; waiting up to {:.0f} s for it",
-                                       l.name, server, seconds(options_.unreachable));
+  const std::string line = fmt::format(
+      "research: {}: the trial server {} does not answer; waiting up to {:.0f} s for it", l.name,
+      server, seconds(options_.unreachable));
   options_.say(line);
   append_trial_log(l, "=== " + line);
   const auto now = Clock::now();
-  waiting_[l.trial] = Waiting{l, server, now, now + options_.first_probe_delay, options_.first_probe_delay};
+  waiting_[l.trial] =
+      Waiting{l, server, now, now + options_.first_probe_delay, options_.first_probe_delay};
 }
 
 std::optional<TrialEnd> RemoteRunner::poll(int64_t trial) {
@@ -129,7 +135,8 @@ std::optional<TrialEnd> RemoteRunner::poll(int64_t trial) {
   if (answers(wait.server)) {
     unreachable_[wait.server] = false;
     const TrialLaunch l = wait.launch;
-    options_.say(fmt::format("research: {}: the trial server {} answers after {:.0f} s; starting", l.name, wait.server, waited));
+    options_.say(fmt::format("research: {}: the trial server {} answers after {:.0f} s; starting",
+                             l.name, wait.server, waited));
     waiting_.erase(w);
     try {
       launch_on(l, held_.at(trial));
@@ -139,8 +146,9 @@ std::optional<TrialEnd> RemoteRunner::poll(int64_t trial) {
     return std::nullopt;
   }
   if (now - wait.since >= options_.unreachable) {
-    const std::string why = fmt::format("the trial server {} did not answer for {:.0f} s (budget.unreachable_seconds)",
-                                        wait.server, waited);
+    const std::string why =
+        fmt::format("the trial server {} did not answer for {:.0f} s (budget.unreachable_seconds)",
+                    wait.server, waited);
     options_.say(fmt::format("research: {}: giving up: {}", wait.launch.name, why));
     append_trial_log(wait.launch, "=== research: giving up: " + why);
     TrialEnd end{false, why};

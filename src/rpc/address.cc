@@ -23,10 +23,11 @@ Address parse_address(std::string_view text) {
     a.path = std::string(text.substr(5));
     if (a.path.empty()) bad_address(text, "empty socket path");
     if (a.path.size() > kMaxUnixPath) {
-      bad_address(text, "socket path is " + std::to_string(a.path.size()) + " bytes, the limit is " +
-                            std::to_string(kMaxUnixPath));
+      bad_address(text, "socket path is " + std::to_string(a.path.size()) +
+                            " bytes, the limit is " + std::to_string(kMaxUnixPath));
     }
-    if (a.path.find('\0') != std::string::npos) bad_address(text, "socket path contains a NUL byte");
+    if (a.path.find('\0') != std::string::npos)
+      bad_address(text, "socket path contains a NUL byte");
     return a;
   }
   if (!text.starts_with("tcp:")) bad_address(text, "unknown scheme");
@@ -59,7 +60,8 @@ Address parse_address(std::string_view text) {
 std::string to_string(const Address& address) {
   if (address.kind == Address::Kind::kUnix) return "unix:" + address.path;
   bool v6 = address.host.find(':') != std::string::npos;
-  return "tcp:" + (v6 ? "[" + address.host + "]" : address.host) + ":" + std::to_string(address.port);
+  return "tcp:" + (v6 ? "[" + address.host + "]" : address.host) + ":" +
+         std::to_string(address.port);
 }
 
 }  // namespace ajet::rpc

@@ -11,9 +11,9 @@ namespace ajet::rpc {
 struct Address {
   enum class Kind { kUnix, kTcp };
   Kind kind = Kind::kUnix;
-  std::string path;  // kUnix: socket file path (at most 107 bytes: the sockaddr_un limit)
-  std::string host;  // kTcp: name or literal address, without brackets
-  uint16_t port = 0; // kTcp: 0 asks the server for an ephemeral port
+  std::string path;   // kUnix: socket file path (at most 107 bytes: the sockaddr_un limit)
+  std::string host;   // kTcp: name or literal address, without brackets
+  uint16_t port = 0;  // kTcp: 0 asks the server for an ephemeral port
 };
 
 // Throws Error(kInvalidArgument) naming the address and what is wrong with it.

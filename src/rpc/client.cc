@@ -36,19 +36,21 @@ struct Client::Session {
     switch (frame.kind) {
       case FrameKind::kReply:
       case FrameKind::kDone:
-      case FrameKind::kError:
-        break;
+      case FrameKind::kError: break;
       case FrameKind::kClose: {
         Error e = frame_error(frame);
         std::lock_guard lk(mu);
-        close_reason = "the engine closed the connection: " + std::string(error_code_name(e.code())) + ": " + e.what();
+        close_reason =
+            "the engine closed the connection: " + std::string(error_code_name(e.code())) + ": " +
+            e.what();
         connection->close(close_reason);
         return;
       }
       default:
-        connection->close_with_error(ErrorCode::kInvalidArgument,
-                                     "unexpected '" + std::string(frame_kind_name(frame.kind)) +
-                                         "' frame from the engine (it sends reply, done, error and close frames)");
+        connection->close_with_error(
+            ErrorCode::kInvalidArgument,
+            "unexpected '" + std::string(frame_kind_name(frame.kind)) +
+                "' frame from the engine (it sends reply, done, error and close frames)");
         return;
     }
     std::shared_ptr<ReplyCallback> callback;
@@ -69,9 +71,11 @@ struct Client::Session {
       std::lock_guard lk(mu);
       open = false;
       failed.swap(pending);
-      message = "engine connection lost (" + address + "): " + (close_reason.empty() ? reason : close_reason);
+      message = "engine connection lost (" + address +
+                "): " + (close_reason.empty() ? reason : close_reason);
     }
-    if (!failed.empty()) log().warn("rpc client: {}; failing {} in-flight requests", message, failed.size());
+    if (!failed.empty())
+      log().warn("rpc client: {}; failing {} in-flight requests", message, failed.size());
     for (auto& [id, callback] : failed) {
       try {
         (*callback)(make_error_frame(id, ErrorCode::kUnavailable, message));
@@ -104,7 +108,8 @@ void Client::connect() {
   s->address = to_string(address_);
   Socket socket = connect_socket(s->io, address_);
   s->connection = std::make_shared<Connection>(
-      std::move(socket), ConnectionOptions{options_.limits, options_.max_queued_bytes, options_.close_grace},
+      std::move(socket),
+      ConnectionOptions{options_.limits, options_.max_queued_bytes, options_.close_grace},
       "engine " + s->address);
   Session* raw = s.get();
   s->connection->start([raw](Frame&& frame) { raw->on_frame(std::move(frame)); },
@@ -120,7 +125,8 @@ void Client::connect_with_retry(const RetryPolicy& policy) {
   for (int attempt = 1;; ++attempt) {
     try {
       connect();
-      if (attempt > 1) log().info("rpc client: connected to {} after {} attempts", to_string(address_), attempt);
+      if (attempt > 1)
+        log().info("rpc client: connected to {} after {} attempts", to_string(address_), attempt);
       return;
     } catch (const Error& e) {
       if (e.code() != ErrorCode::kUnavailable) throw;
@@ -128,7 +134,8 @@ void Client::connect_with_retry(const RetryPolicy& policy) {
       if (cancelled || std::chrono::steady_clock::now() + backoff > deadline) {
         throw Error(ErrorCode::kUnavailable,
                     "the engine at " + to_string(address_) + " did not accept a connection " +
-                        (cancelled ? "before the wait was cancelled" : "within " + std::to_string(policy.timeout.count()) + " ms") +
+                        (cancelled ? "before the wait was cancelled"
+                                   : "within " + std::to_string(policy.timeout.count()) + " ms") +
                         " (" + std::to_string(attempt) + " attempts); last error: " + e.what());
       }
     }
@@ -149,7 +156,8 @@ void Client::close() {
   {
     std::lock_guard lk(mu_);
     if (session_ && session_->on_reader_thread()) {
-      throw Error(ErrorCode::kFailedPrecondition, "rpc client: close() called from a reply callback");
+      throw Error(ErrorCode::kFailedPrecondition,
+                  "rpc client: close() called from a reply callback");
     }
     s.swap(session_);
   }
@@ -158,7 +166,8 @@ void Client::close() {
 
 uint64_t Client::start(Frame request, ReplyCallback on_reply) {
   auto s = session();
-  if (!s) throw Error(ErrorCode::kUnavailable, "not connected to the engine at " + to_string(address_));
+  if (!s)
+    throw Error(ErrorCode::kUnavailable, "not connected to the engine at " + to_string(address_));
   request.kind = FrameKind::kRequest;
   request.id = next_id_.fetch_add(1);
   uint64_t id = request.id;
@@ -172,8 +181,9 @@ uint64_t Client::start(Frame request, ReplyCallback on_reply) {
   {
     std::lock_guard lk(s->mu);
     if (!s->open) {
-      throw Error(ErrorCode::kUnavailable, "engine connection lost (" + s->address + "): " +
-                                               (s->close_reason.empty() ? "closed" : s->close_reason));
+      throw Error(ErrorCode::kUnavailable,
+                  "engine connection lost (" + s->address +
+                      "): " + (s->close_reason.empty() ? "closed" : s->close_reason));
     }
     s->pending.emplace(id, std::make_shared<ReplyCallback>(std::move(on_reply)));
   }
@@ -200,7 +210,8 @@ Client::CallResult Client::call(Frame request, std::chrono::milliseconds timeout
     CallResult result;
   };
   if (auto s = session(); s && s->on_reader_thread()) {
-    throw Error(ErrorCode::kFailedPrecondition, "rpc client: call() from a reply callback would deadlock");
+    throw Error(ErrorCode::kFailedPrecondition,
+                "rpc client: call() from a reply callback would deadlock");
   }
   auto state = std::make_shared<State>();
   std::string method = request.method;
@@ -222,9 +233,9 @@ Client::CallResult Client::call(Frame request, std::chrono::milliseconds timeout
       std::lock_guard slk(s->mu);
       s->pending.erase(id);
     }
-    throw Error(ErrorCode::kUnavailable, "engine call '" + method + "' (request " + std::to_string(id) +
-                                             ") got no final reply within " + std::to_string(timeout.count()) +
-                                             " ms; aborted");
+    throw Error(ErrorCode::kUnavailable, "engine call '" + method + "' (request " +
+                                             std::to_string(id) + ") got no final reply within " +
+                                             std::to_string(timeout.count()) + " ms; aborted");
   }
   if (state->result.done.kind == FrameKind::kError) {
     Error e = frame_error(state->result.done);

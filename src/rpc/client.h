@@ -20,24 +20,24 @@
 namespace ajet::rpc {
 
 struct ClientOptions {
-  FrameLimits limits;                   // applied to replies read and to requests before sending
-  size_t max_queued_bytes = 1ull << 30; // requests waiting to be written
+  FrameLimits limits;                    // applied to replies read and to requests before sending
+  size_t max_queued_bytes = 1ull << 30;  // requests waiting to be written
   std::chrono::milliseconds close_grace{2000};
 };
 
 // Backoff for connecting while the engine boots.
 struct RetryPolicy {
-  std::chrono::milliseconds timeout{60'000};      // give up after this long in total
+  std::chrono::milliseconds timeout{60'000};  // give up after this long in total
   std::chrono::milliseconds initial_backoff{20};
-  std::chrono::milliseconds max_backoff{1'000};   // doubling up to this
-  std::function<bool()> cancelled;                // optional: stop early (e.g. the engine process died)
+  std::chrono::milliseconds max_backoff{1'000};  // doubling up to this
+  std::function<bool()> cancelled;  // optional: stop early (e.g. the engine process died)
 };
 
 class Client {
  public:
   // Receives every frame of one request: zero or more kReply frames, then exactly one final
-  // kDone or kError frame (a lost connection arrives as kError with code `unavailable`). Runs on the
-  // client's reader thread: it must be cheap and must not block, and must not call close(),
+  // kDone or kError frame (a lost connection arrives as kError with code `unavailable`). Runs on
+  // the client's reader thread: it must be cheap and must not block, and must not call close(),
   // connect() or call() (those wait for that thread). start() and abort() are fine.
   using ReplyCallback = std::function<void(Frame&& frame)>;
 
@@ -85,7 +85,7 @@ class Client {
 
   Address address_;
   ClientOptions options_;
-  mutable std::mutex mu_;             // guards session_
+  mutable std::mutex mu_;  // guards session_
   std::shared_ptr<Session> session_;
   std::atomic<uint64_t> next_id_{1};  // never reused, across reconnects too
 };

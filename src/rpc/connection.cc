@@ -32,56 +32,63 @@ bool Connection::closing() const {
 }
 
 void Connection::read_prefix() {
-  asio::async_read(socket_, asio::buffer(prefix_), [self = shared_from_this()](boost::system::error_code ec, size_t) {
-    if (ec) return self->close_now(ec == asio::error::eof ? "peer closed the connection" : "read failed: " + ec.message());
-    if (self->closing()) return self->discard_input();
-    Prefix p;
-    try {
-      p = decode_prefix(self->prefix_, self->options_.limits);
-    } catch (const Error& e) {
-      return self->protocol_error(e);
-    }
-    self->header_.resize(p.header_bytes);
-    self->payload_.resize(p.payload_bytes);
-    self->read_body();
-  });
+  asio::async_read(socket_, asio::buffer(prefix_),
+                   [self = shared_from_this()](boost::system::error_code ec, size_t) {
+                     if (ec)
+                       return self->close_now(ec == asio::error::eof
+                                                  ? "peer closed the connection"
+                                                  : "read failed: " + ec.message());
+                     if (self->closing()) return self->discard_input();
+                     Prefix p;
+                     try {
+                       p = decode_prefix(self->prefix_, self->options_.limits);
+                     } catch (const Error& e) {
+                       return self->protocol_error(e);
+                     }
+                     self->header_.resize(p.header_bytes);
+                     self->payload_.resize(p.payload_bytes);
+                     self->read_body();
+                   });
 }
 
 void Connection::read_body() {
   std::array<asio::mutable_buffer, 2> bufs{asio::buffer(header_), asio::buffer(payload_)};
-  asio::async_read(socket_, bufs, [self = shared_from_this()](boost::system::error_code ec, size_t) {
-    if (ec) {
-      return self->close_now(ec == asio::error::eof ? "peer closed the connection in the middle of a frame"
-                                                    : "read failed: " + ec.message());
-    }
-    if (self->closing()) return self->discard_input();
-    Frame frame;
-    try {
-      frame = decode_frame(self->header_, std::move(self->payload_), self->options_.limits);
-    } catch (const Error& e) {
-      return self->protocol_error(e);
-    }
-    self->payload_ = {};
-    if (self->on_frame_) {
-      try {
-        self->on_frame_(std::move(frame));
-      } catch (const std::exception& e) {
-        // A handler bug must not take the connection (and every other request on it) down.
-        log().error("rpc {}: frame handler threw: {}", self->peer_, e.what());
-      }
-    }
-    self->read_prefix();
-  });
+  asio::async_read(
+      socket_, bufs, [self = shared_from_this()](boost::system::error_code ec, size_t) {
+        if (ec) {
+          return self->close_now(ec == asio::error::eof
+                                     ? "peer closed the connection in the middle of a frame"
+                                     : "read failed: " + ec.message());
+        }
+        if (self->closing()) return self->discard_input();
+        Frame frame;
+        try {
+          frame = decode_frame(self->header_, std::move(self->payload_), self->options_.limits);
+        } catch (const Error& e) {
+          return self->protocol_error(e);
+        }
+        self->payload_ = {};
+        if (self->on_frame_) {
+          try {
+            self->on_frame_(std::move(frame));
+          } catch (const std::exception& e) {
+            // A handler bug must not take the connection (and every other request on it) down.
+            log().error("rpc {}: frame handler threw: {}", self->peer_, e.what());
+          }
+        }
+        self->read_prefix();
+      });
 }
 
 void Connection::discard_input() {
   // While closing: keep reading (and dropping) so unread input never turns our close into a reset
   // that could destroy the close frame before the peer reads it.
   scratch_.resize(64 * 1024);
-  socket_.async_read_some(asio::buffer(scratch_), [self = shared_from_this()](boost::system::error_code ec, size_t) {
-    if (ec) return self->close_now("closed after a protocol error");
-    self->discard_input();
-  });
+  socket_.async_read_some(asio::buffer(scratch_),
+                          [self = shared_from_this()](boost::system::error_code ec, size_t) {
+                            if (ec) return self->close_now("closed after a protocol error");
+                            self->discard_input();
+                          });
 }
 
 void Connection::protocol_error(const Error& error) {
@@ -95,7 +102,8 @@ bool Connection::send(EncodedFrame frame) {
   if (closed_ || closing_) return false;
   if (queued_bytes_ + frame.size() > options_.max_queued_bytes) {
     lk.unlock();
-    close("peer is not reading: " + std::to_string(options_.max_queued_bytes) + " bytes already queued for it");
+    close("peer is not reading: " + std::to_string(options_.max_queued_bytes) +
+          " bytes already queued for it");
     return false;
   }
   queued_bytes_ += frame.size();
@@ -141,7 +149,8 @@ void Connection::close_with_error(ErrorCode code, const std::string& message) {
 }
 
 void Connection::close(const std::string& reason) {
-  asio::post(socket_.get_executor(), [self = shared_from_this(), reason] { self->close_now(reason); });
+  asio::post(socket_.get_executor(),
+             [self = shared_from_this(), reason] { self->close_now(reason); });
 }
 
 void Connection::drain() {
@@ -168,14 +177,15 @@ void Connection::drain() {
     write_buffers_.push_back(asio::buffer(f.head));
     if (!f.payload.empty()) write_buffers_.push_back(asio::buffer(f.payload));
   }
-  asio::async_write(socket_, write_buffers_, [self = shared_from_this()](boost::system::error_code ec, size_t n) {
-    if (ec) return self->close_now("write failed: " + ec.message());
-    {
-      std::lock_guard lk(self->mu_);
-      self->queued_bytes_ -= n;
-    }
-    self->drain();
-  });
+  asio::async_write(socket_, write_buffers_,
+                    [self = shared_from_this()](boost::system::error_code ec, size_t n) {
+                      if (ec) return self->close_now("write failed: " + ec.message());
+                      {
+                        std::lock_guard lk(self->mu_);
+                        self->queued_bytes_ -= n;
+                      }
+                      self->drain();
+                    });
 }
 
 void Connection::close_now(const std::string& why) {
@@ -218,7 +228,8 @@ Socket connect_socket(asio::io_context& io, const Address& address) {
     if (!ec) socket.set_option(asio::ip::tcp::no_delay(true), ec);
   }
   if (ec) {
-    throw Error(ErrorCode::kUnavailable, "cannot connect to the engine at " + to_string(address) + ": " + ec.message());
+    throw Error(ErrorCode::kUnavailable,
+                "cannot connect to the engine at " + to_string(address) + ": " + ec.message());
   }
   return socket;
 }

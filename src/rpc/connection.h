@@ -71,9 +71,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   FrameHandler on_frame_;
   CloseHandler on_close_;
   std::array<std::byte, kPrefixBytes> prefix_{};
-  std::string header_;                 // reused between frames
-  std::vector<std::byte> payload_;     // moved into each decoded frame
-  std::vector<std::byte> scratch_;     // discard buffer while closing
+  std::string header_;              // reused between frames
+  std::vector<std::byte> payload_;  // moved into each decoded frame
+  std::vector<std::byte> scratch_;  // discard buffer while closing
   std::vector<EncodedFrame> writing_batch_;
   std::vector<asio::const_buffer> write_buffers_;
 
@@ -81,8 +81,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   mutable std::mutex mu_;
   std::deque<EncodedFrame> queue_;
   size_t queued_bytes_ = 0;
-  bool writing_ = false;  // a drain is scheduled or a write is in flight
-  bool closing_ = false;  // close frame queued; no more frames accepted
+  bool writing_ = false;       // a drain is scheduled or a write is in flight
+  bool closing_ = false;       // close frame queued; no more frames accepted
   std::string close_message_;  // why we sent a close frame: the reason reported when it closes
   bool closed_ = false;
 };

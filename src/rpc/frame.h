@@ -20,20 +20,23 @@
 
 namespace ajet::rpc {
 
-static_assert(std::endian::native == std::endian::little,
-              "the RPC payload is little-endian and copied as is; add byte swapping for big-endian hosts");
+static_assert(
+    std::endian::native == std::endian::little,
+    "the RPC payload is little-endian and copied as is; add byte swapping for big-endian hosts");
 
 // Prefix: u32 magic ("AJR" + version byte), u32 header length, u64 payload length; little-endian.
 inline constexpr uint32_t kProtocolVersion = 1;
-inline constexpr uint32_t kMagic = 0x00524A41u | (kProtocolVersion << 24);  // bytes 'A' 'J' 'R' 0x01
+inline constexpr uint32_t kMagic =
+    0x00524A41u | (kProtocolVersion << 24);  // bytes 'A' 'J' 'R' 0x01
 inline constexpr size_t kPrefixBytes = 16;
-inline constexpr size_t kArrayAlignment = 8;  // every array starts at a multiple of 8 in the payload
+inline constexpr size_t kArrayAlignment =
+    8;  // every array starts at a multiple of 8 in the payload
 
 // Hard limits applied when decoding (and checked before sending). Oversize → kResourceExhausted.
 struct FrameLimits {
-  uint32_t max_header_bytes = 1u << 20;         // 1 MiB of header JSON
-  uint64_t max_payload_bytes = 256ull << 20;    // 256 MiB of arrays
-  size_t max_arrays = 64;                       // named arrays per frame
+  uint32_t max_header_bytes = 1u << 20;       // 1 MiB of header JSON
+  uint64_t max_payload_bytes = 256ull << 20;  // 256 MiB of arrays
+  size_t max_arrays = 64;                     // named arrays per frame
 };
 
 enum class FrameKind {
@@ -52,11 +55,16 @@ size_t dtype_size(DType dtype);
 
 template <class T>
 constexpr DType dtype_of() {
-  if constexpr (std::is_same_v<T, int32_t>) return DType::kI32;
-  else if constexpr (std::is_same_v<T, float>) return DType::kF32;
-  else if constexpr (std::is_same_v<T, int64_t>) return DType::kI64;
-  else if constexpr (std::is_same_v<T, uint8_t>) return DType::kU8;
-  else static_assert(sizeof(T) == 0, "RPC arrays hold int32_t, float, int64_t or uint8_t");
+  if constexpr (std::is_same_v<T, int32_t>)
+    return DType::kI32;
+  else if constexpr (std::is_same_v<T, float>)
+    return DType::kF32;
+  else if constexpr (std::is_same_v<T, int64_t>)
+    return DType::kI64;
+  else if constexpr (std::is_same_v<T, uint8_t>)
+    return DType::kU8;
+  else
+    static_assert(sizeof(T) == 0, "RPC arrays hold int32_t, float, int64_t or uint8_t");
 }
 
 // Where one named array lives in the payload: bytes [offset, offset + count * dtype_size).
@@ -69,9 +77,9 @@ struct ArrayDesc {
 
 struct Frame {
   FrameKind kind = FrameKind::kRequest;
-  uint64_t id = 0;              // request id chosen by the client (>= 1); 0 only for kClose
-  std::string method;           // kRequest only
-  Json body = Json::object();   // params / event fields; kError and kClose: {"code", "message"}
+  uint64_t id = 0;             // request id chosen by the client (>= 1); 0 only for kClose
+  std::string method;          // kRequest only
+  Json body = Json::object();  // params / event fields; kError and kClose: {"code", "message"}
   std::vector<ArrayDesc> arrays;
   std::vector<std::byte> payload;
 
@@ -84,7 +92,8 @@ struct Frame {
   void add_array(std::string_view name, const std::vector<T>& values) {
     add_array(name, std::span<const T>(values));
   }
-  void add_array_bytes(std::string_view name, DType dtype, uint64_t count, std::span<const std::byte> bytes);
+  void add_array_bytes(std::string_view name, DType dtype, uint64_t count,
+                       std::span<const std::byte> bytes);
 
   const ArrayDesc* find_array(std::string_view name) const;
 
@@ -97,7 +106,8 @@ struct Frame {
     return std::move(*v);
   }
   template <class T>
-  std::optional<std::vector<T>> optional_array(std::string_view name, std::string_view where) const {
+  std::optional<std::vector<T>> optional_array(std::string_view name,
+                                               std::string_view where) const {
     const ArrayDesc* a = find_array(name);
     if (a == nullptr) return std::nullopt;
     check_dtype(*a, dtype_of<T>(), where);
@@ -131,7 +141,8 @@ struct Prefix {
 Prefix decode_prefix(std::span<const std::byte, kPrefixBytes> prefix, const FrameLimits& limits);
 
 // Parses and validates the header and the array descriptors against the payload.
-Frame decode_frame(std::string_view header, std::vector<std::byte> payload, const FrameLimits& limits);
+Frame decode_frame(std::string_view header, std::vector<std::byte> payload,
+                   const FrameLimits& limits);
 
 // Whole-buffer decode (tests, tools, fuzzing): exactly one frame, no trailing bytes.
 Frame decode_frame_bytes(std::span<const std::byte> bytes, const FrameLimits& limits);
@@ -142,7 +153,8 @@ std::vector<std::byte> flatten(const EncodedFrame& frame);
 Frame make_error_frame(uint64_t id, ErrorCode code, std::string_view message);
 Frame make_close_frame(ErrorCode code, std::string_view message);
 Frame make_abort_frame(uint64_t id);
-// The Error an kError / kClose frame carries (code parsed from its name; unknown names → kInternal).
+// The Error an kError / kClose frame carries (code parsed from its name; unknown names →
+// kInternal).
 Error frame_error(const Frame& frame);
 std::optional<ErrorCode> error_code_from_name(std::string_view name);
 

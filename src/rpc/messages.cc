@@ -15,33 +15,36 @@ constexpr std::string_view kTrainWhere = "train_step batch";
   invalid_argument(std::string(where) + ": " + message);
 }
 
-int32_t get_int_in(const Json& body, std::string_view key, std::string_view where, int64_t lo, int64_t hi,
-                   std::optional<int32_t> fallback) {
+int32_t get_int_in(const Json& body, std::string_view key, std::string_view where, int64_t lo,
+                   int64_t hi, std::optional<int32_t> fallback) {
   auto v = get_optional_int(body, key, where);
   if (!v) {
     if (!fallback) bad(where, "missing required field '" + std::string(key) + "'");
     return *fallback;
   }
   if (*v < lo || *v > hi) {
-    bad(where, "'" + std::string(key) + "' must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
-                   std::to_string(*v));
+    bad(where, "'" + std::string(key) + "' must be in [" + std::to_string(lo) + ", " +
+                   std::to_string(hi) + "], got " + std::to_string(*v));
   }
   return static_cast<int32_t>(*v);
 }
 
-void check_token_ids(const std::vector<int32_t>& ids, std::string_view name, std::string_view where) {
+void check_token_ids(const std::vector<int32_t>& ids, std::string_view name,
+                     std::string_view where) {
   for (size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] < 0) {
-      bad(where, std::string(name) + "[" + std::to_string(i) + "] = " + std::to_string(ids[i]) + " is not a valid token id");
+      bad(where, std::string(name) + "[" + std::to_string(i) + "] = " + std::to_string(ids[i]) +
+                     " is not a valid token id");
     }
   }
 }
 
 template <class T>
-void check_length(const std::vector<T>& v, size_t want, std::string_view name, std::string_view where) {
+void check_length(const std::vector<T>& v, size_t want, std::string_view name,
+                  std::string_view where) {
   if (v.size() != want) {
-    bad(where, "array '" + std::string(name) + "' has " + std::to_string(v.size()) + " entries, expected " +
-                   std::to_string(want));
+    bad(where, "array '" + std::string(name) + "' has " + std::to_string(v.size()) +
+                   " entries, expected " + std::to_string(want));
   }
 }
 
@@ -68,10 +71,12 @@ GenerateRequest decode_generate_request(const Frame& f) {
   r.prompt = f.array<int32_t>("prompt", where);
   if (r.prompt.empty()) bad(where, "'prompt' is empty");
   check_token_ids(r.prompt, "prompt", where);
-  r.stop_token_ids = f.optional_array<int32_t>("stop_token_ids", where).value_or(std::vector<int32_t>{});
+  r.stop_token_ids =
+      f.optional_array<int32_t>("stop_token_ids", where).value_or(std::vector<int32_t>{});
   check_token_ids(r.stop_token_ids, "stop_token_ids", where);
   r.n = get_int_in(b, "n", where, 1, kMaxSamplesPerRequest, 1);
-  r.max_tokens = get_int_in(b, "max_tokens", where, 1, std::numeric_limits<int32_t>::max(), std::nullopt);
+  r.max_tokens =
+      get_int_in(b, "max_tokens", where, 1, std::numeric_limits<int32_t>::max(), std::nullopt);
   r.top_k = get_int_in(b, "top_k", where, 0, std::numeric_limits<int32_t>::max(), 0);
   r.top_logprobs = get_int_in(b, "top_logprobs", where, 0, kMaxTopLogprobs, 0);
   r.temperature = get_optional_number(b, "temperature", where).value_or(1.0);
@@ -79,7 +84,8 @@ GenerateRequest decode_generate_request(const Frame& f) {
     bad(where, "'temperature' must be a finite number >= 0, got " + std::to_string(r.temperature));
   }
   r.top_p = get_optional_number(b, "top_p", where).value_or(1.0);
-  if (!(r.top_p > 0 && r.top_p <= 1)) bad(where, "'top_p' must be in (0, 1], got " + std::to_string(r.top_p));
+  if (!(r.top_p > 0 && r.top_p <= 1))
+    bad(where, "'top_p' must be in (0, 1], got " + std::to_string(r.top_p));
   r.seed = get_optional_int(b, "seed", where);
   r.tag = get_optional_string(b, "tag", where).value_or("");
   return r;
@@ -154,7 +160,8 @@ TokensEvent decode_tokens_event(const Frame& f) {
   }
   if (auto reason = get_optional_string(b, "finish_reason", where)) {
     e.finish_reason = finish_reason_from_name(*reason);
-    if (!e.finish_reason) bad(where, "unknown finish_reason '" + reason->substr(0, 32) + "' (stop, length or abort)");
+    if (!e.finish_reason)
+      bad(where, "unknown finish_reason '" + reason->substr(0, 32) + "' (stop, length or abort)");
     e.prompt_tokens = get_int(b, "prompt_tokens", where);
     e.completion_tokens = get_int(b, "completion_tokens", where);
   }
@@ -207,7 +214,8 @@ TrainBatch decode_train_batch(const Frame& f) {
   b.loss_mask = f.array<uint8_t>("loss_mask", where);
   b.logprobs = f.array<float>("logprobs", where);
   b.advantages = f.optional_array<float>("advantages", where).value_or(std::vector<float>{});
-  b.policy_versions = f.optional_array<int32_t>("policy_versions", where).value_or(std::vector<int32_t>{});
+  b.policy_versions =
+      f.optional_array<int32_t>("policy_versions", where).value_or(std::vector<int32_t>{});
   const size_t n = b.token_ids.size();
   check_length(b.loss_mask, n, "loss_mask", where);
   check_length(b.logprobs, n, "logprobs", where);
@@ -222,7 +230,9 @@ TrainBatch decode_train_batch(const Frame& f) {
     if (off[s] < off[s - 1]) bad(where, "'sample_offsets' decreases at index " + std::to_string(s));
   }
   for (size_t i = 0; i < n; ++i) {
-    if (b.loss_mask[i] > 1) bad(where, "loss_mask[" + std::to_string(i) + "] = " + std::to_string(b.loss_mask[i]) + " is not 0 or 1");
+    if (b.loss_mask[i] > 1)
+      bad(where, "loss_mask[" + std::to_string(i) + "] = " + std::to_string(b.loss_mask[i]) +
+                     " is not 0 or 1");
   }
   if (auto meta = f.body.find("meta"); meta != f.body.end()) {
     if (!meta->is_object()) bad(where, "'meta' must be an object");
@@ -234,12 +244,14 @@ TrainBatch decode_train_batch(const Frame& f) {
     auto it = f.body.find(key);
     if (it == f.body.end()) return;
     if (!it->is_array() || it->size() != samples) {
-      bad(where, std::string("'") + key + "' must be a list of " + std::to_string(samples) + " entries (one per sample)");
+      bad(where, std::string("'") + key + "' must be a list of " + std::to_string(samples) +
+                     " entries (one per sample)");
     }
     for (size_t i = 0; i < samples; ++i) {
       const Json& v = (*it)[i];
       if (numbers ? !v.is_number() : !v.is_string()) {
-        bad(where, std::string("'") + key + "[" + std::to_string(i) + "]' must be a " + (numbers ? "number" : "string"));
+        bad(where, std::string("'") + key + "[" + std::to_string(i) + "]' must be a " +
+                       (numbers ? "number" : "string"));
       }
     }
     out = it->get<std::remove_reference_t<decltype(out)>>();

@@ -15,7 +15,8 @@ namespace ajet::rpc {
 
 inline constexpr std::string_view kMethodGenerate = "generate";
 inline constexpr std::string_view kMethodStatus = "status";
-// The trainer's methods: docs/engine-rpc.md, "Trainer methods" (set_weights is reserved, not implemented).
+// The trainer's methods: docs/engine-rpc.md, "Trainer methods" (set_weights is reserved, not
+// implemented).
 inline constexpr std::string_view kMethodTrainStep = "train_step";
 inline constexpr std::string_view kMethodSaveCheckpoint = "save_checkpoint";
 inline constexpr std::string_view kMethodLoadCheckpoint = "load_checkpoint";
@@ -24,7 +25,7 @@ inline constexpr std::string_view kMethodSetWeights = "set_weights";
 // `n`. The front checks the same range (openai::kMaxChoices), and ajet.rollout.max_num_seqs, which
 // the engine's scheduler also enforces (a request's samples decode together).
 inline constexpr int kMaxSamplesPerRequest = 64;
-inline constexpr int kMaxTopLogprobs = 20;          // as the OpenAI API
+inline constexpr int kMaxTopLogprobs = 20;  // as the OpenAI API
 
 // ---- generate -------------------------------------------------------------------------------
 
@@ -52,18 +53,19 @@ std::optional<FinishReason> finish_reason_from_name(std::string_view name);
 // One streamed reply of `generate`: the next tokens of one sample. T may be 0 (a final event that
 // only carries the finish reason, e.g. after an abort).
 struct TokensEvent {
-  int32_t sample = 0;                    // which of the n samples, 0..n-1
-  std::vector<int32_t> token_ids;        // (T,)
-  std::vector<float> logprobs;           // (T,) under the sampling distribution actually used
-  std::vector<float> raw_logprobs;       // (T,) under the raw model distribution (temperature 1, no truncation)
+  int32_t sample = 0;              // which of the n samples, 0..n-1
+  std::vector<int32_t> token_ids;  // (T,)
+  std::vector<float> logprobs;     // (T,) under the sampling distribution actually used
+  std::vector<float>
+      raw_logprobs;  // (T,) under the raw model distribution (temperature 1, no truncation)
   std::vector<int64_t> policy_versions;  // (T,) weights version that produced each token
   int32_t top_k = 0;                     // K alternatives per token (0 = none)
-  std::vector<int32_t> top_ids;          // (T * K,) row-major: token t's alternatives at [t*K, t*K+K)
-  std::vector<float> top_logprobs;       // (T * K,) their logprobs under the sampling distribution
+  std::vector<int32_t> top_ids;     // (T * K,) row-major: token t's alternatives at [t*K, t*K+K)
+  std::vector<float> top_logprobs;  // (T * K,) their logprobs under the sampling distribution
   // On the sample's last event only:
   std::optional<FinishReason> finish_reason;
-  int64_t prompt_tokens = 0;             // P
-  int64_t completion_tokens = 0;         // tokens this sample generated in total
+  int64_t prompt_tokens = 0;      // P
+  int64_t completion_tokens = 0;  // tokens this sample generated in total
 };
 
 Frame encode_tokens_event(const TokensEvent& event);

@@ -4,7 +4,8 @@ namespace ajet::rpc {
 
 void Router::add(std::string name, Method method) {
   if (methods_.count(name) > 0) {
-    throw Error(ErrorCode::kFailedPrecondition, "rpc router: method '" + name + "' is registered twice");
+    throw Error(ErrorCode::kFailedPrecondition,
+                "rpc router: method '" + name + "' is registered twice");
   }
   methods_.emplace(std::move(name), std::move(method));
 }

@@ -23,7 +23,9 @@ class Router : public Handler {
   // Register before the server starts listening; a second registration of a name throws.
   void add(std::string name, Method method);
   void add_call(std::string name, Call call);
-  void set_on_abort(std::function<void(ConnectionId, uint64_t request_id)> fn) { on_abort_ = std::move(fn); }
+  void set_on_abort(std::function<void(ConnectionId, uint64_t request_id)> fn) {
+    on_abort_ = std::move(fn);
+  }
   void set_on_disconnect(std::function<void(ConnectionId, std::vector<uint64_t> in_flight)> fn) {
     on_disconnect_ = std::move(fn);
   }

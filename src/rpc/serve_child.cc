@@ -24,7 +24,8 @@ ServeChild::ServeChild(std::vector<std::string> argv, std::filesystem::path stde
     : stderr_path_(std::move(stderr_path)) {
   if (argv.empty()) fail(ErrorCode::kInvalidArgument, "ServeChild: no command");
   int out[2];
-  if (::pipe2(out, O_CLOEXEC) != 0) fail(ErrorCode::kIo, std::string("ServeChild: pipe: ") + std::strerror(errno));
+  if (::pipe2(out, O_CLOEXEC) != 0)
+    fail(ErrorCode::kIo, std::string("ServeChild: pipe: ") + std::strerror(errno));
   std::vector<char*> args;
   for (auto& a : argv) args.push_back(a.data());
   args.push_back(nullptr);
@@ -51,7 +52,8 @@ ServeChild::~ServeChild() {
     int status = 0;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     pid_t r = 0;
-    while ((r = ::waitpid(pid_, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < deadline) {
+    while ((r = ::waitpid(pid_, &status, WNOHANG)) == 0 &&
+           std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling a child's exit
     }
     if (r == 0) {
@@ -69,15 +71,19 @@ const std::string& ServeChild::wait_ready(std::chrono::seconds limit) {
     const size_t at = stdout_.find(marker);
     if (at != std::string::npos) {
       const size_t end = stdout_.find('\n', at);
-      if (end != std::string::npos) return address_ = stdout_.substr(at + marker.size(), end - at - marker.size());
+      if (end != std::string::npos)
+        return address_ = stdout_.substr(at + marker.size(), end - at - marker.size());
     }
     const Read r = read_stdout(deadline);
     if (r != Read::kData) {
       std::string why = "no ready line within " + std::to_string(limit.count()) + " s";
-      if (r == Read::kEnd) why = reap_within(std::chrono::seconds(10)) ? "it exited with code " + std::to_string(*exit_code_)
-                                                                        : "it closed its stdout";
-      fail(ErrorCode::kUnavailable, "the engine did not get ready (" + why + "); stdout:\n" + stdout_ + "\nstderr (" +
-                                        stderr_path_.string() + "):\n" + stderr_text());
+      if (r == Read::kEnd)
+        why = reap_within(std::chrono::seconds(10))
+                  ? "it exited with code " + std::to_string(*exit_code_)
+                  : "it closed its stdout";
+      fail(ErrorCode::kUnavailable, "the engine did not get ready (" + why + "); stdout:\n" +
+                                        stdout_ + "\nstderr (" + stderr_path_.string() + "):\n" +
+                                        stderr_text());
     }
   }
 }
@@ -107,7 +113,8 @@ std::string ServeChild::stderr_text() const {
 
 ServeChild::Read ServeChild::read_stdout(std::chrono::steady_clock::time_point deadline) {
   while (true) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) return Read::kTimeout;
     pollfd p{stdout_fd_, POLLIN, 0};
     const int r = ::poll(&p, 1, static_cast<int>(left.count()));

@@ -1,7 +1,8 @@
-// `ajet-engine serve` (or any command that prints "ajet-engine: ready on ADDRESS") as a child process
-// of a test or a benchmark: stdout read through a pipe up to the ready line (never a sleep), stderr
-// into a file. The front supervises its engines itself (engine_control/supervisor.h); this is the
-// plain version for a process that drives an engine directly over RPC.
+// `ajet-engine serve` (or any command that prints "ajet-engine: ready on ADDRESS") as a child
+// process of a test or a benchmark: stdout read through a pipe up to the ready line (never a
+// sleep), stderr into a file. The front supervises its engines itself
+// (engine_control/supervisor.h); this is the plain version for a process that drives an engine
+// directly over RPC.
 #pragma once
 
 #include <sys/types.h>
@@ -25,9 +26,11 @@ class ServeChild {
   ServeChild& operator=(const ServeChild&) = delete;
 
   // Reads stdout until "ajet-engine: ready on ADDRESS"; returns ADDRESS. Throws Error(kUnavailable)
-  // with stdout and stderr when the process closes stdout (exits) first; `limit` guards against a hang.
+  // with stdout and stderr when the process closes stdout (exits) first; `limit` guards against a
+  // hang.
   const std::string& wait_ready(std::chrono::seconds limit = std::chrono::seconds(300));
-  // Reads stdout to its end, reaps the process and returns its exit code (128 + signal when killed).
+  // Reads stdout to its end, reaps the process and returns its exit code (128 + signal when
+  // killed).
   int wait_exit(std::chrono::seconds limit = std::chrono::seconds(120));
 
   void signal(int sig);

@@ -28,7 +28,8 @@ struct ServerConnection {
   ConnectionId id = 0;
   FrameLimits limits;
   std::mutex mu;
-  std::shared_ptr<Connection> connection;  // reset when the peer is gone, so sinks do not pin the socket
+  std::shared_ptr<Connection>
+      connection;  // reset when the peer is gone, so sinks do not pin the socket
   std::unordered_set<uint64_t> in_flight;
   bool gone = false;
 };
@@ -40,13 +41,14 @@ using detail::ServerConnection;
 // ---------------------------------------------------------------------------------------------
 // ReplySink
 
-ReplySink::ReplySink(std::shared_ptr<ServerConnection> connection, uint64_t request_id, std::string method)
+ReplySink::ReplySink(std::shared_ptr<ServerConnection> connection, uint64_t request_id,
+                     std::string method)
     : connection_(std::move(connection)), request_id_(request_id), method_(std::move(method)) {}
 
 ReplySink::~ReplySink() {
   if (!finished_.load()) {
-    error(ErrorCode::kInternal, "the engine dropped request " + std::to_string(request_id_) + " ('" + method_ +
-                                    "') without a final reply");
+    error(ErrorCode::kInternal, "the engine dropped request " + std::to_string(request_id_) +
+                                    " ('" + method_ + "') without a final reply");
   }
 }
 
@@ -181,8 +183,9 @@ void Server::Impl::on_frame(const std::shared_ptr<ServerConnection>& peer, Frame
       {
         std::lock_guard lk(peer->mu);
         if (!peer->in_flight.insert(frame.id).second) {
-          connection->close_with_error(ErrorCode::kInvalidArgument,
-                                       "request id " + std::to_string(frame.id) + " is already in flight");
+          connection->close_with_error(
+              ErrorCode::kInvalidArgument,
+              "request id " + std::to_string(frame.id) + " is already in flight");
           return;
         }
       }
@@ -213,18 +216,21 @@ void Server::Impl::on_frame(const std::shared_ptr<ServerConnection>& peer, Frame
     }
     case FrameKind::kClose: {
       Error e = frame_error(frame);
-      log().warn("rpc server: {} reported {}: {}", connection->peer(), error_code_name(e.code()), e.what());
+      log().warn("rpc server: {} reported {}: {}", connection->peer(), error_code_name(e.code()),
+                 e.what());
       connection->close(std::string("peer reported an error: ") + e.what());
       return;
     }
     default:
-      connection->close_with_error(ErrorCode::kInvalidArgument,
-                                   "unexpected '" + std::string(frame_kind_name(frame.kind)) +
-                                       "' frame from a client (clients send request and abort frames)");
+      connection->close_with_error(
+          ErrorCode::kInvalidArgument,
+          "unexpected '" + std::string(frame_kind_name(frame.kind)) +
+              "' frame from a client (clients send request and abort frames)");
   }
 }
 
-void Server::Impl::on_close(const std::shared_ptr<ServerConnection>& peer, const std::string& reason) {
+void Server::Impl::on_close(const std::shared_ptr<ServerConnection>& peer,
+                            const std::string& reason) {
   std::vector<uint64_t> in_flight;
   {
     std::lock_guard lk(peer->mu);
@@ -238,7 +244,8 @@ void Server::Impl::on_close(const std::shared_ptr<ServerConnection>& peer, const
     std::lock_guard lk(mu);
     connections.erase(peer->id);
   }
-  log().debug("rpc server: connection {} closed ({}), {} requests in flight", peer->id, reason, in_flight.size());
+  log().debug("rpc server: connection {} closed ({}), {} requests in flight", peer->id, reason,
+              in_flight.size());
   try {
     handler.on_disconnect(peer->id, std::move(in_flight));
   } catch (const std::exception& e) {
@@ -260,7 +267,8 @@ void listen_unix(Acceptor& acceptor, asio::io_context& io, const Address& addres
   auto status = fs::symlink_status(address.path, fec);
   if (!fec && fs::exists(status)) {
     if (!fs::is_socket(status)) {
-      throw Error(ErrorCode::kIo, where + ": a file that is not a socket exists there; refusing to replace it");
+      throw Error(ErrorCode::kIo,
+                  where + ": a file that is not a socket exists there; refusing to replace it");
     }
     Socket probe(io);
     boost::system::error_code ec;
@@ -268,14 +276,16 @@ void listen_unix(Acceptor& acceptor, asio::io_context& io, const Address& addres
     if (!ec) throw Error(ErrorCode::kIo, where + ": another server is already listening there");
     fs::remove(address.path, fec);  // stale socket of a process that died
   }
-  asio::generic::stream_protocol::endpoint endpoint{asio::local::stream_protocol::endpoint(address.path)};
+  asio::generic::stream_protocol::endpoint endpoint{
+      asio::local::stream_protocol::endpoint(address.path)};
   boost::system::error_code ec;
   acceptor.open(endpoint.protocol(), ec);
   if (!ec) acceptor.bind(endpoint, ec);
   if (ec) throw Error(ErrorCode::kIo, where + ": cannot bind: " + ec.message());
   // Before listen(): nobody can connect yet, so there is no window with the umask's permissions.
   if (::chmod(address.path.c_str(), 0600) != 0) {
-    throw Error(ErrorCode::kIo, where + ": cannot chmod 0600 the socket file: " + std::strerror(errno));
+    throw Error(ErrorCode::kIo,
+                where + ": cannot chmod 0600 the socket file: " + std::strerror(errno));
   }
   acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) throw Error(ErrorCode::kIo, where + ": cannot listen: " + ec.message());
@@ -285,8 +295,10 @@ uint16_t listen_tcp(Acceptor& acceptor, asio::io_context& io, const Address& add
   const std::string where = "engine RPC server at " + to_string(address);
   boost::system::error_code ec;
   asio::ip::tcp::resolver resolver(io);
-  auto results = resolver.resolve(address.host, std::to_string(address.port), asio::ip::tcp::resolver::passive, ec);
-  if (ec || results.empty()) throw Error(ErrorCode::kIo, where + ": cannot resolve host: " + ec.message());
+  auto results = resolver.resolve(address.host, std::to_string(address.port),
+                                  asio::ip::tcp::resolver::passive, ec);
+  if (ec || results.empty())
+    throw Error(ErrorCode::kIo, where + ": cannot resolve host: " + ec.message());
   asio::generic::stream_protocol::endpoint endpoint{results.begin()->endpoint()};
   acceptor.open(endpoint.protocol(), ec);
   if (!ec) acceptor.set_option(asio::socket_base::reuse_address(true), ec);
@@ -304,7 +316,9 @@ uint16_t listen_tcp(Acceptor& acceptor, asio::io_context& io, const Address& add
 
 void Server::listen(std::string_view address_text) {
   Impl& s = *impl_;
-  if (s.listening) throw Error(ErrorCode::kFailedPrecondition, "engine RPC server is already listening on " + to_string(s.bound));
+  if (s.listening)
+    throw Error(ErrorCode::kFailedPrecondition,
+                "engine RPC server is already listening on " + to_string(s.bound));
   Address address = parse_address(address_text);
   if (s.io.stopped()) s.io.restart();
   s.work.emplace(s.io.get_executor());
@@ -333,7 +347,8 @@ void Server::stop() {
   Impl& s = *impl_;
   if (!s.listening) return;
   if (s.thread.get_id() == std::this_thread::get_id()) {
-    throw Error(ErrorCode::kFailedPrecondition, "Server::stop() called from its own I/O thread (a handler)");
+    throw Error(ErrorCode::kFailedPrecondition,
+                "Server::stop() called from its own I/O thread (a handler)");
   }
   asio::post(s.io, [&s] {
     boost::system::error_code ignored;
@@ -355,7 +370,8 @@ void Server::stop() {
       }
       // A close frame tells the client why (rather than a bare hang-up); a peer that does not hang
       // up in turn is closed after close_grace.
-      if (connection) connection->close_with_error(ErrorCode::kUnavailable, "the engine RPC server is stopping");
+      if (connection)
+        connection->close_with_error(ErrorCode::kUnavailable, "the engine RPC server is stopping");
     }
     s.work.reset();
   });

@@ -27,7 +27,8 @@ struct ServerConnection;
 // false. Dropping an unfinished sink sends an `internal` error, so a client never waits forever.
 class ReplySink {
  public:
-  ReplySink(std::shared_ptr<detail::ServerConnection> connection, uint64_t request_id, std::string method);
+  ReplySink(std::shared_ptr<detail::ServerConnection> connection, uint64_t request_id,
+            std::string method);
   ~ReplySink();
   ReplySink(const ReplySink&) = delete;
   ReplySink& operator=(const ReplySink&) = delete;
@@ -38,8 +39,8 @@ class ReplySink {
 
   // Each returns false (and sends nothing) when the request is already finished or the peer is
   // gone. A frame over the size limits is replaced by a `resource_exhausted` error (final).
-  bool reply(Frame frame);            // a streamed reply (kind and id are set here)
-  bool done(Frame frame = Frame{});   // the final success frame
+  bool reply(Frame frame);           // a streamed reply (kind and id are set here)
+  bool done(Frame frame = Frame{});  // the final success frame
   bool error(ErrorCode code, std::string_view message);
 
   bool finished() const;
@@ -71,8 +72,8 @@ class Handler {
 
 struct ServerOptions {
   FrameLimits limits;
-  size_t max_connections = 16;          // beyond this a new peer gets a close frame and is dropped
-  size_t max_queued_bytes = 1ull << 30; // per connection, see ConnectionOptions
+  size_t max_connections = 16;           // beyond this a new peer gets a close frame and is dropped
+  size_t max_queued_bytes = 1ull << 30;  // per connection, see ConnectionOptions
   std::chrono::milliseconds close_grace{2000};
 };
 

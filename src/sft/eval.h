@@ -18,7 +18,7 @@ struct EvalResult {
 
 // options.n held-out episodes of options.task, options.parallel at a time (the engine batches their
 // turns), on `threads` intra-op threads.
-EvalResult evaluate(model::Qwen2Model& model, const tracking::ChatFormat& format, const EvalOptions& options,
-                    int threads);
+EvalResult evaluate(model::Qwen2Model& model, const tracking::ChatFormat& format,
+                    const EvalOptions& options, int threads);
 
 }  // namespace ajet::sft

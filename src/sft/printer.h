@@ -15,8 +15,8 @@ std::string strprintf(const char* format, ...) __attribute__((format(printf, 1, 
 class Printer {
  public:
   using Sink = std::function<void(std::string_view line)>;  // one line, without its newline
-  Printer();                    // stdout
-  explicit Printer(Sink sink);  // e.g. a test's collector
+  Printer();                                                // stdout
+  explicit Printer(Sink sink);                              // e.g. a test's collector
 
   void line(std::string_view text);
   void linef(const char* format, ...) __attribute__((format(printf, 2, 3)));

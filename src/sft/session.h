@@ -1,7 +1,8 @@
-// One SFT session (`ajet sft` without --candidates): load a model, optionally evaluate it on held-out
-// episodes of a built-in task, fine-tune it on demonstrations (train/sft.h) with evaluations every N
-// steps, a success gate that stops training (--stop-at-success) and the best evaluated model kept, then
-// save it with its report (sft_report.json). Every line goes through one Printer. libtorch.
+// One SFT session (`ajet sft` without --candidates): load a model, optionally evaluate it on
+// held-out episodes of a built-in task, fine-tune it on demonstrations (train/sft.h) with
+// evaluations every N steps, a success gate that stops training (--stop-at-success) and the best
+// evaluated model kept, then save it with its report (sft_report.json). Every line goes through one
+// Printer. libtorch.
 #pragma once
 
 #include <cstdint>
@@ -15,13 +16,13 @@ namespace ajet::sft {
 
 // Held-out episodes of a built-in task, played with the built-in agent on an in-process engine.
 struct EvalOptions {
-  std::string task;        // empty: no evaluation
-  int64_t n = 100;         // episodes per evaluation
-  uint64_t seed = 1;       // the held-out tasks and sampling
-  double temperature = 0;  // 0: greedy
-  int64_t max_tokens = 96; // generated tokens per turn
-  int64_t parallel = 16;   // episodes at once
-  int64_t every = 0;       // also every N steps during training (0: before and after only)
+  std::string task;         // empty: no evaluation
+  int64_t n = 100;          // episodes per evaluation
+  uint64_t seed = 1;        // the held-out tasks and sampling
+  double temperature = 0;   // 0: greedy
+  int64_t max_tokens = 96;  // generated tokens per turn
+  int64_t parallel = 16;    // episodes at once
+  int64_t every = 0;        // also every N steps during training (0: before and after only)
 };
 
 struct SessionOptions {

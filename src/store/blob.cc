@@ -11,7 +11,8 @@ namespace ajet::store {
 namespace {
 
 void put_u32(std::string& out, uint32_t v) {
-  char bytes[4] = {char(v & 0xff), char((v >> 8) & 0xff), char((v >> 16) & 0xff), char((v >> 24) & 0xff)};
+  char bytes[4] = {char(v & 0xff), char((v >> 8) & 0xff), char((v >> 16) & 0xff),
+                   char((v >> 24) & 0xff)};
   out.append(bytes, 4);
 }
 
@@ -46,14 +47,16 @@ std::string encode_f32(std::span<const float> values) {
 std::vector<int32_t> decode_i32(std::string_view bytes, std::string_view what) {
   check_size(bytes, what);
   std::vector<int32_t> out(bytes.size() / 4);
-  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<int32_t>(get_u32(bytes.data() + 4 * i));
+  for (size_t i = 0; i < out.size(); ++i)
+    out[i] = static_cast<int32_t>(get_u32(bytes.data() + 4 * i));
   return out;
 }
 
 std::vector<float> decode_f32(std::string_view bytes, std::string_view what) {
   check_size(bytes, what);
   std::vector<float> out(bytes.size() / 4);
-  for (size_t i = 0; i < out.size(); ++i) out[i] = std::bit_cast<float>(get_u32(bytes.data() + 4 * i));
+  for (size_t i = 0; i < out.size(); ++i)
+    out[i] = std::bit_cast<float>(get_u32(bytes.data() + 4 * i));
   return out;
 }
 

@@ -1,6 +1,6 @@
-// Token arrays as little-endian blobs (the on-disk form of ids, logprobs and policy versions), and the
-// JSON text columns read back. The encoding is fixed (LE, 4 bytes per value) whatever the host, so a
-// store moves between machines.
+// Token arrays as little-endian blobs (the on-disk form of ids, logprobs and policy versions), and
+// the JSON text columns read back. The encoding is fixed (LE, 4 bytes per value) whatever the host,
+// so a store moves between machines.
 #pragma once
 
 #include <cstdint>

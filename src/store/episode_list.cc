@@ -18,7 +18,8 @@ namespace ajet::store {
 
 namespace {
 
-[[noreturn]] void bad_parameter(const std::string& name, const std::string& value, const std::string& why) {
+[[noreturn]] void bad_parameter(const std::string& name, const std::string& value,
+                                const std::string& why) {
   invalid_argument("GET /episodes parameter '" + name + "': " + why + " (got '" + value + "')");
 }
 
@@ -26,7 +27,8 @@ int64_t parse_int_parameter(const std::string& name, const std::string& value) {
   errno = 0;
   char* end = nullptr;
   const long long v = std::strtoll(value.c_str(), &end, 10);
-  if (end == value.c_str() || *end != '\0' || errno == ERANGE || std::isspace(static_cast<unsigned char>(value[0]))) {
+  if (end == value.c_str() || *end != '\0' || errno == ERANGE ||
+      std::isspace(static_cast<unsigned char>(value[0]))) {
     bad_parameter(name, value, "must be an integer");
   }
   return v;
@@ -50,19 +52,21 @@ int hex_digit(char c) {
 }
 
 [[noreturn]] void bad_cursor(const std::string& cursor) {
-  invalid_argument("GET /episodes parameter 'cursor': not a cursor this server gave out (got '" + cursor.substr(0, 80) +
-                   "'); start again without one");
+  invalid_argument("GET /episodes parameter 'cursor': not a cursor this server gave out (got '" +
+                   cursor.substr(0, 80) + "'); start again without one");
 }
 
 }  // namespace
 
 const std::vector<std::string>& episode_page_parameter_names() {
-  static const std::vector<std::string> names = {"limit", "cursor", "uuid", "step",       "task",       "client",
-                                                 "agent", "status", "type", "reward_min", "reward_max", "success"};
+  static const std::vector<std::string> names = {"limit", "cursor",     "uuid",       "step",
+                                                 "task",  "client",     "agent",      "status",
+                                                 "type",  "reward_min", "reward_max", "success"};
   return names;
 }
 
-EpisodePageRequest episode_page_request_from_params(const std::map<std::string, std::string>& params) {
+EpisodePageRequest episode_page_request_from_params(
+    const std::map<std::string, std::string>& params) {
   EpisodePageRequest out;
   const std::vector<std::string>& known = episode_page_parameter_names();
   for (const auto& [name, value] : params) {
@@ -70,8 +74,10 @@ EpisodePageRequest episode_page_request_from_params(const std::map<std::string, 
       std::string list;
       for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
       std::string hint;
-      if (const std::string near = closest_name(name, known); !near.empty()) hint = " (did you mean '" + near + "'?)";
-      invalid_argument("GET /episodes: unknown parameter '" + name + "'" + hint + "; known: " + list);
+      if (const std::string near = closest_name(name, known); !near.empty())
+        hint = " (did you mean '" + near + "'?)";
+      invalid_argument("GET /episodes: unknown parameter '" + name + "'" + hint +
+                       "; known: " + list);
     }
     if (value.empty()) continue;
     EpisodeFilter& f = out.filter;
@@ -82,7 +88,8 @@ EpisodePageRequest episode_page_request_from_params(const std::map<std::string, 
       }
       out.limit = static_cast<int>(limit);
     } else if (name == "cursor") {
-      decode_episode_cursor(value);  // fails here, naming the parameter, rather than deep in the query
+      decode_episode_cursor(
+          value);  // fails here, naming the parameter, rather than deep in the query
       out.cursor = value;
     } else if (name == "uuid") {
       f.uuid = value;
@@ -96,10 +103,12 @@ EpisodePageRequest episode_page_request_from_params(const std::map<std::string, 
     } else if (name == "agent") {
       f.agent_name = value;
     } else if (name == "status") {
-      static const std::vector<std::string> statuses = {kEpisodeClaimed, kEpisodePrepared,  kEpisodeFinished,
-                                                        kEpisodeAborted, kEpisodeReclaimed, kEpisodeDropped};
+      static const std::vector<std::string> statuses = {kEpisodeClaimed,   kEpisodePrepared,
+                                                        kEpisodeFinished,  kEpisodeAborted,
+                                                        kEpisodeReclaimed, kEpisodeDropped};
       if (std::find(statuses.begin(), statuses.end(), value) == statuses.end()) {
-        bad_parameter(name, value, "must be one of claimed, prepared, finished, aborted, reclaimed, dropped");
+        bad_parameter(name, value,
+                      "must be one of claimed, prepared, finished, aborted, reclaimed, dropped");
       }
       f.status = value;
     } else if (name == "type") {
@@ -128,7 +137,8 @@ std::string encode_episode_cursor(double claimed_at, const std::string& uuid) {
 }
 
 EpisodeCursor decode_episode_cursor(const std::string& cursor) {
-  if (cursor.size() < 16 || cursor.size() % 2 != 0 || cursor.size() > 16 + 2 * 512) bad_cursor(cursor);
+  if (cursor.size() < 16 || cursor.size() % 2 != 0 || cursor.size() > 16 + 2 * 512)
+    bad_cursor(cursor);
   for (char c : cursor) {
     if (hex_digit(c) < 0) bad_cursor(cursor);
   }

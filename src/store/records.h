@@ -13,13 +13,17 @@ namespace ajet::store {
 
 // Episode statuses on disk. Registered (unclaimed) episodes are never stored: they are empty slots.
 inline constexpr const char* kEpisodeClaimed = "claimed";
-inline constexpr const char* kEpisodeFinished = "finished";    // ended with a reward; calls kept
-inline constexpr const char* kEpisodePrepared = "prepared";    // episode groups: ended, waiting for commit
-inline constexpr const char* kEpisodeAborted = "aborted";      // calls deleted
-inline constexpr const char* kEpisodeReclaimed = "reclaimed";  // idle past its timeout; calls deleted
-inline constexpr const char* kEpisodeDropped = "dropped";      // in flight at stop / batch boundary; calls deleted
+inline constexpr const char* kEpisodeFinished = "finished";  // ended with a reward; calls kept
+inline constexpr const char* kEpisodePrepared =
+    "prepared";  // episode groups: ended, waiting for commit
+inline constexpr const char* kEpisodeAborted = "aborted";  // calls deleted
+inline constexpr const char* kEpisodeReclaimed =
+    "reclaimed";  // idle past its timeout; calls deleted
+inline constexpr const char* kEpisodeDropped =
+    "dropped";  // in flight at stop / batch boundary; calls deleted
 
-// Batch statuses: taken (handed to the trainer), trained, recorded (debug backbone), abandoned (stop).
+// Batch statuses: taken (handed to the trainer), trained, recorded (debug backbone), abandoned
+// (stop).
 inline constexpr const char* kBatchTaken = "taken";
 inline constexpr const char* kBatchTrained = "trained";
 inline constexpr const char* kBatchRecorded = "recorded";
@@ -31,7 +35,8 @@ inline constexpr const char* kStateTrainConfigYaml = "train_config_yaml";
 inline constexpr const char* kStateGlobalStep = "global_step";
 inline constexpr const char* kStateEngineStatus = "engine_status";
 inline constexpr const char* kStateRegistrySnapshot = "registry_snapshot";
-inline constexpr const char* kStateLatestCheckpoint = "latest_checkpoint";  // the engine's newest save_checkpoint
+inline constexpr const char* kStateLatestCheckpoint =
+    "latest_checkpoint";  // the engine's newest save_checkpoint
 
 struct EpisodeRow {
   std::string uuid;
@@ -59,15 +64,18 @@ struct MessageSpan {
 
 // One LLM call (one completion; a request with n > 1 is n calls with consecutive indices). The
 // request and response bodies of such a request are kept once, on its first choice's row: the
-// others name that row in `bodies_from` and hold empty bodies (tracking::calls_from_rows resolves it).
+// others name that row in `bodies_from` and hold empty bodies (tracking::calls_from_rows resolves
+// it).
 struct CallRow {
   std::string episode_uuid;
   std::string agent_name;
-  int64_t call_index = 0;    // per episode, from 0
-  std::string request_json;  // the OpenAI request body as received ("" when bodies_from is set)
-  std::string response_json;  // the answer sent, all choices (may be empty for streams; "" when bodies_from is set)
+  int64_t call_index = 0;     // per episode, from 0
+  std::string request_json;   // the OpenAI request body as received ("" when bodies_from is set)
+  std::string response_json;  // the answer sent, all choices (may be empty for streams; "" when
+                              // bodies_from is set)
   // The call_index of the row of the same episode that holds this call's request and response (its
-  // request's first choice); nullopt: this row holds its own. Stores before schema version 2: nullopt.
+  // request's first choice); nullopt: this row holds its own. Stores before schema version 2:
+  // nullopt.
   std::optional<int64_t> bodies_from;
   std::vector<int32_t> prompt_ids;
   std::vector<MessageSpan> message_spans;
@@ -83,8 +91,8 @@ struct CallRow {
   // Bytes this row keeps: the bodies and the token arrays (4 bytes per value). What the per-episode
   // stored-bytes limit counts.
   int64_t stored_bytes() const {
-    const size_t values = prompt_ids.size() + 2 * message_spans.size() + completion_ids.size() + logprobs.size() +
-                          raw_logprobs.size() + policy_versions.size();
+    const size_t values = prompt_ids.size() + 2 * message_spans.size() + completion_ids.size() +
+                          logprobs.size() + raw_logprobs.size() + policy_versions.size();
     return int64_t(request_json.size() + response_json.size() + 4 * values);
   }
 };
@@ -98,10 +106,11 @@ struct BatchRow {
   Json stats = Json::object();
 };
 
-// How much of trained batches' calls the store keeps (Store::retain_calls): every call of the newest
-// `full_steps` trained batches, and of each older one the calls of its first `sample_episodes`
-// episodes (by end time). The rest's call rows are deleted; episode rows, batch rows and their stats
-// stay. full_steps -1 keeps everything. Set by ajet.store_retention (config/config.h).
+// How much of trained batches' calls the store keeps (Store::retain_calls): every call of the
+// newest `full_steps` trained batches, and of each older one the calls of its first
+// `sample_episodes` episodes (by end time). The rest's call rows are deleted; episode rows, batch
+// rows and their stats stay. full_steps -1 keeps everything. Set by ajet.store_retention
+// (config/config.h).
 struct CallRetention {
   int64_t full_steps = 5;
   int64_t sample_episodes = 4;
@@ -137,16 +146,18 @@ struct RecoveredEpisode {
 
 // What a restarted front needs to resume (Store::recover()).
 struct RecoveredState {
-  bool has_data = false;            // any episode, batch or state row existed
-  std::string episode_key_secret;   // empty: none yet
-  std::string train_config_yaml;    // empty: none synced
+  bool has_data = false;           // any episode, batch or state row existed
+  std::string episode_key_secret;  // empty: none yet
+  std::string train_config_yaml;   // empty: none synced
   int64_t global_step = 0;
-  std::string engine_status;        // at the last write ("" if never written)
+  std::string engine_status;  // at the last write ("" if never written)
   Json registry_snapshot = nullptr;
   int64_t next_batch_id = 1;
-  // Finished train episodes not in a trained/recorded/abandoned batch, oldest first: the current batch.
+  // Finished train episodes not in a trained/recorded/abandoned batch, oldest first: the current
+  // batch.
   std::vector<EpisodeRow> pending_finished;
-  std::vector<RecoveredEpisode> claimed;  // in flight (claimed or prepared) at the crash, with their calls
+  std::vector<RecoveredEpisode>
+      claimed;  // in flight (claimed or prepared) at the crash, with their calls
 };
 
 }  // namespace ajet::store

@@ -26,8 +26,9 @@ ErrorCode code_for(int rc) {
 }  // namespace
 
 Db::Db(const std::filesystem::path& path) : path_(path) {
-  int rc = sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                           nullptr);
+  int rc =
+      sqlite3_open_v2(path.c_str(), &db_,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     std::string message = db_ != nullptr ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
     sqlite3_close(db_);
@@ -46,7 +47,8 @@ Db::~Db() {
 void Db::raise(int rc, std::string_view what) const {
   std::string message = sqlite3_errmsg(db_);
   if ((rc & 0xff) == SQLITE_NOTADB) message += " (not an AgentJet store, or a corrupt one)";
-  fail(code_for(rc), "store " + path_.string() + ": " + message + " (while " + std::string(what) + ")");
+  fail(code_for(rc),
+       "store " + path_.string() + ": " + message + " (while " + std::string(what) + ")");
 }
 
 void Db::exec(std::string_view sql) {
@@ -126,11 +128,15 @@ int64_t Stmt::column_int(int column) const { return sqlite3_column_int64(stmt_, 
 double Stmt::column_double(int column) const { return sqlite3_column_double(stmt_, column); }
 std::string Stmt::column_text(int column) const {
   const unsigned char* p = sqlite3_column_text(stmt_, column);
-  return p == nullptr ? std::string() : std::string(reinterpret_cast<const char*>(p), sqlite3_column_bytes(stmt_, column));
+  return p == nullptr
+             ? std::string()
+             : std::string(reinterpret_cast<const char*>(p), sqlite3_column_bytes(stmt_, column));
 }
 std::string Stmt::column_blob(int column) const {
   const void* p = sqlite3_column_blob(stmt_, column);
-  return p == nullptr ? std::string() : std::string(static_cast<const char*>(p), sqlite3_column_bytes(stmt_, column));
+  return p == nullptr
+             ? std::string()
+             : std::string(static_cast<const char*>(p), sqlite3_column_bytes(stmt_, column));
 }
 std::optional<int64_t> Stmt::column_optional_int(int column) const {
   if (is_null(column)) return std::nullopt;

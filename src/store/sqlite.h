@@ -1,5 +1,6 @@
-// A thin RAII layer over the SQLite C API for the store: one connection, cached prepared statements,
-// errors as ajet::Error naming the database file. Internal to src/store; one thread per Db at a time.
+// A thin RAII layer over the SQLite C API for the store: one connection, cached prepared
+// statements, errors as ajet::Error naming the database file. Internal to src/store; one thread per
+// Db at a time.
 #pragma once
 
 #include <sqlite3.h>
@@ -32,8 +33,8 @@ class Stmt {
   Stmt& bind(int index, const std::optional<int64_t>& value);
   Stmt& bind(int index, const std::optional<double>& value);
 
-  bool step();     // true when a row is available
-  void run();      // steps a statement that returns no rows
+  bool step();  // true when a row is available
+  void run();   // steps a statement that returns no rows
   void reset();
 
   bool is_null(int column) const;

@@ -116,11 +116,13 @@ std::string encode_spans(const std::vector<MessageSpan>& spans) {
 int lock_store(const std::filesystem::path& path) {
   std::string lock_path = path.string() + ".lock";
   int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) fail(ErrorCode::kIo, "store " + path.string() + ": cannot open lock file " + lock_path);
+  if (fd < 0)
+    fail(ErrorCode::kIo, "store " + path.string() + ": cannot open lock file " + lock_path);
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     ::close(fd);
-    fail(ErrorCode::kFailedPrecondition,
-         "store " + path.string() + " is in use by another process (lock " + lock_path + " is held)");
+    fail(ErrorCode::kFailedPrecondition, "store " + path.string() +
+                                             " is in use by another process (lock " + lock_path +
+                                             " is held)");
   }
   return fd;
 }
@@ -136,17 +138,20 @@ void check_and_create_schema(Db& db, bool fsync_each_commit) {
              "): upgrade AgentJet, or use another store file");
   }
   if (app_id != 0 && app_id != kApplicationId) {
-    fail(ErrorCode::kDataLoss, where + " is a SQLite database of another application (application_id " +
+    fail(ErrorCode::kDataLoss, where +
+                                   " is a SQLite database of another application (application_id " +
                                    std::to_string(app_id) + "), not an AgentJet store");
   }
   if (app_id == 0 && to_int(db.query_text("SELECT count(*) FROM sqlite_master")) > 0) {
-    fail(ErrorCode::kDataLoss, where + " is a SQLite database without the AgentJet marker, not an AgentJet store");
+    fail(ErrorCode::kDataLoss,
+         where + " is a SQLite database without the AgentJet marker, not an AgentJet store");
   }
   // Pages freed by retention (Store::retain_calls) go back to the file system. Only a store without
   // tables can take this (and only before WAL is on); an older store reuses its free pages instead.
   if (version == 0) db.exec("PRAGMA auto_vacuum=INCREMENTAL");
   std::string mode = db.query_text("PRAGMA journal_mode=WAL");
-  if (mode != "wal") fail(ErrorCode::kIo, where + ": cannot enable WAL mode (journal_mode is '" + mode + "')");
+  if (mode != "wal")
+    fail(ErrorCode::kIo, where + ": cannot enable WAL mode (journal_mode is '" + mode + "')");
   db.exec(fsync_each_commit ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL");
   if (version == 0) {
     db.exec("BEGIN IMMEDIATE");
@@ -205,7 +210,8 @@ std::future<void> Store::enqueue(std::function<void(Db&)> apply, Done done) {
       return result;
     }
   }
-  auto error = std::make_exception_ptr(Error(ErrorCode::kFailedPrecondition, "store " + path_.string() + " is closing"));
+  auto error = std::make_exception_ptr(
+      Error(ErrorCode::kFailedPrecondition, "store " + path_.string() + " is closing"));
   job.promise.set_exception(error);
   if (job.done) job.done(error);
   return result;
@@ -281,8 +287,10 @@ std::future<void> Store::upsert_episode(EpisodeRow row, Done done) {
   return enqueue(
       [row = std::move(row)](Db& db) {
         db.prepare(
-              "INSERT OR REPLACE INTO episodes (uuid, client_uuid, episode_type, status, task_id, optional_task_id, "
-              "reward, is_success, metadata, log_metrics, discard_episode_timeout, claimed_at, ended_at, batch_id) "
+              "INSERT OR REPLACE INTO episodes (uuid, client_uuid, episode_type, status, task_id, "
+              "optional_task_id, "
+              "reward, is_success, metadata, log_metrics, discard_episode_timeout, claimed_at, "
+              "ended_at, batch_id) "
               "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)")
             .bind(1, row.uuid)
             .bind(2, row.client_uuid)
@@ -291,7 +299,8 @@ std::future<void> Store::upsert_episode(EpisodeRow row, Done done) {
             .bind(5, row.task_id)
             .bind(6, row.optional_task_id)
             .bind(7, row.reward)
-            .bind(8, row.is_success ? std::optional<int64_t>(*row.is_success ? 1 : 0) : std::nullopt)
+            .bind(8,
+                  row.is_success ? std::optional<int64_t>(*row.is_success ? 1 : 0) : std::nullopt)
             .bind(9, row.metadata.dump())
             .bind(10, row.log_metrics.dump())
             .bind(11, row.discard_episode_timeout)
@@ -303,7 +312,8 @@ std::future<void> Store::upsert_episode(EpisodeRow row, Done done) {
       std::move(done));
 }
 
-std::future<void> Store::retire_episode(std::string uuid, std::string status, double ended_at, Done done) {
+std::future<void> Store::retire_episode(std::string uuid, std::string status, double ended_at,
+                                        Done done) {
   return enqueue(
       [uuid = std::move(uuid), status = std::move(status), ended_at](Db& db) {
         db.prepare("UPDATE episodes SET status = ?1, ended_at = ?2 WHERE uuid = ?3")
@@ -320,8 +330,10 @@ std::future<void> Store::put_call(CallRow row, Done done) {
   return enqueue(
       [row = std::move(row)](Db& db) {
         db.prepare(
-              "INSERT OR REPLACE INTO calls (episode_uuid, call_index, agent_name, request, response, prompt_ids, "
-              "message_spans, completion_ids, logprobs, raw_logprobs, policy_versions, finish_reason, latency_ms, "
+              "INSERT OR REPLACE INTO calls (episode_uuid, call_index, agent_name, request, "
+              "response, prompt_ids, "
+              "message_spans, completion_ids, logprobs, raw_logprobs, policy_versions, "
+              "finish_reason, latency_ms, "
               "started_at, finished_at, bodies_from) "
               "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)")
             .bind(1, row.episode_uuid)
@@ -345,11 +357,13 @@ std::future<void> Store::put_call(CallRow row, Done done) {
       std::move(done));
 }
 
-std::future<void> Store::put_batch(BatchRow row, std::vector<std::string> episode_uuids, Done done) {
+std::future<void> Store::put_batch(BatchRow row, std::vector<std::string> episode_uuids,
+                                   Done done) {
   return enqueue(
       [row = std::move(row), uuids = std::move(episode_uuids)](Db& db) {
         db.prepare(
-              "INSERT OR REPLACE INTO batches (id, global_step, created_at, status, finished_at, stats) "
+              "INSERT OR REPLACE INTO batches (id, global_step, created_at, status, finished_at, "
+              "stats) "
               "VALUES (?1, ?2, ?3, ?4, ?5, ?6)")
             .bind(1, row.id)
             .bind(2, row.global_step)
@@ -359,13 +373,17 @@ std::future<void> Store::put_batch(BatchRow row, std::vector<std::string> episod
             .bind(6, row.stats.dump())
             .run();
         for (const auto& uuid : uuids) {
-          db.prepare("UPDATE episodes SET batch_id = ?1 WHERE uuid = ?2").bind(1, row.id).bind(2, uuid).run();
+          db.prepare("UPDATE episodes SET batch_id = ?1 WHERE uuid = ?2")
+              .bind(1, row.id)
+              .bind(2, uuid)
+              .run();
         }
       },
       std::move(done));
 }
 
-std::future<void> Store::update_batch(int64_t id, std::string status, double finished_at, Json stats, Done done) {
+std::future<void> Store::update_batch(int64_t id, std::string status, double finished_at,
+                                      Json stats, Done done) {
   return enqueue(
       [=, status = std::move(status), stats = std::move(stats)](Db& db) {
         db.prepare("UPDATE batches SET status = ?1, finished_at = ?2, stats = ?3 WHERE id = ?4")
@@ -378,11 +396,13 @@ std::future<void> Store::update_batch(int64_t id, std::string status, double fin
       std::move(done));
 }
 
-std::future<void> Store::abandon_pending(int64_t batch_id, int64_t global_step, double at, Done done) {
+std::future<void> Store::abandon_pending(int64_t batch_id, int64_t global_step, double at,
+                                         Done done) {
   return enqueue(
       [=](Db& db) {
         db.prepare(
-              "INSERT OR REPLACE INTO batches (id, global_step, created_at, status, finished_at, stats) "
+              "INSERT OR REPLACE INTO batches (id, global_step, created_at, status, finished_at, "
+              "stats) "
               "VALUES (?1, ?2, ?3, ?4, ?3, '{}')")
             .bind(1, batch_id)
             .bind(2, global_step)
@@ -390,18 +410,21 @@ std::future<void> Store::abandon_pending(int64_t batch_id, int64_t global_step, 
             .bind(4, std::string_view(kBatchAbandoned))
             .run();
         db.prepare(
-              "UPDATE episodes SET batch_id = ?1 WHERE status = 'finished' AND episode_type = 'train' AND "
+              "UPDATE episodes SET batch_id = ?1 WHERE status = 'finished' AND episode_type = "
+              "'train' AND "
               "(batch_id IS NULL OR batch_id IN (SELECT id FROM batches WHERE status = 'taken'))")
             .bind(1, batch_id)
             .run();
-        db.prepare("UPDATE batches SET status = 'abandoned', finished_at = ?1 WHERE status = 'taken'")
+        db.prepare(
+              "UPDATE batches SET status = 'abandoned', finished_at = ?1 WHERE status = 'taken'")
             .bind(1, at)
             .run();
       },
       std::move(done));
 }
 
-std::future<void> Store::put_metrics(int64_t step, std::vector<std::pair<std::string, double>> values, double at,
+std::future<void> Store::put_metrics(int64_t step,
+                                     std::vector<std::pair<std::string, double>> values, double at,
                                      Done done) {
   return enqueue(
       [=, values = std::move(values)](Db& db) {
@@ -420,21 +443,27 @@ std::future<void> Store::put_metrics(int64_t step, std::vector<std::pair<std::st
 std::future<void> Store::put_state(std::string key, std::string value, Done done) {
   return enqueue(
       [key = std::move(key), value = std::move(value)](Db& db) {
-        db.prepare("INSERT OR REPLACE INTO state (key, value) VALUES (?1, ?2)").bind(1, key).bind_blob(2, value).run();
+        db.prepare("INSERT OR REPLACE INTO state (key, value) VALUES (?1, ?2)")
+            .bind(1, key)
+            .bind_blob(2, value)
+            .run();
       },
       std::move(done));
 }
 
 std::string call_retention_text(const CallRetention& r) {
   if (r.full_steps < 0) return "every trained step in full (ajet.store_retention.full_steps = -1)";
-  return fmt::format("the last {} trained step{} in full, of each earlier step the first {} episode{} "
-                     "(ajet.store_retention.full_steps, sample_episodes)",
-                     r.full_steps, r.full_steps == 1 ? "" : "s", r.sample_episodes, r.sample_episodes == 1 ? "" : "s");
+  return fmt::format(
+      "the last {} trained step{} in full, of each earlier step the first {} episode{} "
+      "(ajet.store_retention.full_steps, sample_episodes)",
+      r.full_steps, r.full_steps == 1 ? "" : "s", r.sample_episodes,
+      r.sample_episodes == 1 ? "" : "s");
 }
 
 namespace {
 
-// Trained batches retention has not yet applied to, older than the newest `full_steps` trained ones.
+// Trained batches retention has not yet applied to, older than the newest `full_steps` trained
+// ones.
 std::vector<int64_t> batches_past_retention(Db& db, int64_t full_steps) {
   Stmt& s = db.prepare(
       "SELECT b.id FROM batches b WHERE b.status = 'trained' "
@@ -448,10 +477,13 @@ std::vector<int64_t> batches_past_retention(Db& db, int64_t full_steps) {
 }
 
 // One batch: the episodes past the first `sample_episodes` lose their calls, each noted.
-void retain_batch_calls(Db& db, int64_t batch_id, int64_t sample_episodes, const std::string& policy, double at) {
+void retain_batch_calls(Db& db, int64_t batch_id, int64_t sample_episodes,
+                        const std::string& policy, double at) {
   Stmt& dropped = db.prepare(
-      "SELECT c.episode_uuid, count(*), sum(length(c.request) + length(c.response) + length(c.prompt_ids) + "
-      "length(c.message_spans) + length(c.completion_ids) + length(c.logprobs) + length(c.raw_logprobs) + "
+      "SELECT c.episode_uuid, count(*), sum(length(c.request) + length(c.response) + "
+      "length(c.prompt_ids) + "
+      "length(c.message_spans) + length(c.completion_ids) + length(c.logprobs) + "
+      "length(c.raw_logprobs) + "
       "length(c.policy_versions)) FROM calls c JOIN episodes e ON e.uuid = c.episode_uuid "
       "WHERE e.batch_id = ?1 AND e.uuid NOT IN "
       "(SELECT uuid FROM episodes WHERE batch_id = ?1 ORDER BY ended_at, rowid LIMIT ?2) "
@@ -461,7 +493,8 @@ void retain_batch_calls(Db& db, int64_t batch_id, int64_t sample_episodes, const
   std::vector<std::string> uuids;
   while (dropped.step()) {
     uuids.push_back(dropped.column_text(0));
-    notes.push_back(DroppedCalls{batch_id, dropped.column_int(1), dropped.column_int(2), policy, at});
+    notes.push_back(
+        DroppedCalls{batch_id, dropped.column_int(1), dropped.column_int(2), policy, at});
   }
   dropped.reset();
   for (size_t i = 0; i < uuids.size(); ++i) {
@@ -477,10 +510,11 @@ void retain_batch_calls(Db& db, int64_t batch_id, int64_t sample_episodes, const
         .bind(6, at)
         .run();
   }
-  const int64_t episodes = std::stoll(db.query_text("SELECT count(*) FROM episodes WHERE batch_id = " +
-                                                    std::to_string(batch_id)));
-  db.prepare("INSERT OR REPLACE INTO retained_batches (batch_id, kept_episodes, dropped_episodes, at) "
-             "VALUES (?1, ?2, ?3, ?4)")
+  const int64_t episodes = std::stoll(
+      db.query_text("SELECT count(*) FROM episodes WHERE batch_id = " + std::to_string(batch_id)));
+  db.prepare(
+        "INSERT OR REPLACE INTO retained_batches (batch_id, kept_episodes, dropped_episodes, at) "
+        "VALUES (?1, ?2, ?3, ?4)")
       .bind(1, batch_id)
       .bind(2, episodes - int64_t(uuids.size()))
       .bind(3, int64_t(uuids.size()))
@@ -497,7 +531,8 @@ std::future<void> Store::retain_calls(CallRetention retention, double at, Done d
         const std::string policy = call_retention_text(retention);
         bool deleted = false;
         for (int64_t batch_id : batches_past_retention(db, retention.full_steps)) {
-          retain_batch_calls(db, batch_id, std::max<int64_t>(retention.sample_episodes, 0), policy, at);
+          retain_batch_calls(db, batch_id, std::max<int64_t>(retention.sample_episodes, 0), policy,
+                             at);
           deleted = true;
         }
         // No-op in a store without auto_vacuum (its free pages are reused by later writes instead).

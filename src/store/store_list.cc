@@ -1,11 +1,11 @@
 // Store::list_episodes: one page of episode summaries by keyset paging along the claimed_at index.
 //
-// Why keyset and not OFFSET: page 1,000 of an OFFSET query reads the 50,000 rows before it; a cursor
-// (claimed_at, uuid) of the last row seeks straight to the next one, so every page costs the same.
-// In the page query, filters on columns with few distinct values (status, type) are written
+// Why keyset and not OFFSET: page 1,000 of an OFFSET query reads the 50,000 rows before it; a
+// cursor (claimed_at, uuid) of the last row seeks straight to the next one, so every page costs the
+// same. In the page query, filters on columns with few distinct values (status, type) are written
 // `+e.status` so that SQLite walks the claimed_at index in order and stops after `limit` matches,
-// instead of taking episodes_by_status and sorting every finished episode of the run to return 50 of
-// them. The count has no order to keep, so there they may use episodes_by_status.
+// instead of taking episodes_by_status and sorting every finished episode of the run to return 50
+// of them. The count has no order to keep, so there they may use episodes_by_status.
 #include <algorithm>
 #include <mutex>
 #include <string>
@@ -31,7 +31,9 @@ struct ListQuery {
   };
   std::vector<Value> values;
 
-  void add(const std::string& condition) { where += (where.empty() ? " WHERE " : " AND ") + condition; }
+  void add(const std::string& condition) {
+    where += (where.empty() ? " WHERE " : " AND ") + condition;
+  }
   // Each returns the placeholder of the value it appends.
   std::string text(std::string v) {
     Value value;
@@ -58,15 +60,9 @@ struct ListQuery {
     for (size_t i = 0; i < values.size(); ++i) {
       const int index = static_cast<int>(i + 1);
       switch (values[i].kind) {
-        case Value::kText:
-          s.bind(index, std::string_view(values[i].text));
-          break;
-        case Value::kInt:
-          s.bind(index, values[i].integer);
-          break;
-        case Value::kReal:
-          s.bind(index, values[i].real);
-          break;
+        case Value::kText: s.bind(index, std::string_view(values[i].text)); break;
+        case Value::kInt: s.bind(index, values[i].integer); break;
+        case Value::kReal: s.bind(index, values[i].real); break;
       }
     }
   }
@@ -78,12 +74,13 @@ ListQuery filter_query(const EpisodeFilter& f, bool ordered) {
   ListQuery q;
   if (f.uuid) q.add("e.uuid = " + q.text(*f.uuid));
   if (f.global_step)
-    q.add("e.batch_id IN (SELECT id FROM batches WHERE global_step = " + q.integer(*f.global_step) + ")");
+    q.add("e.batch_id IN (SELECT id FROM batches WHERE global_step = " + q.integer(*f.global_step) +
+          ")");
   if (f.task_id) q.add("e.task_id = " + q.text(*f.task_id));
   if (f.client_uuid) q.add("e.client_uuid = " + q.text(*f.client_uuid));
   if (f.agent_name) {
-    q.add("EXISTS (SELECT 1 FROM calls c WHERE c.episode_uuid = e.uuid AND c.agent_name = " + q.text(*f.agent_name) +
-          ")");
+    q.add("EXISTS (SELECT 1 FROM calls c WHERE c.episode_uuid = e.uuid AND c.agent_name = " +
+          q.text(*f.agent_name) + ")");
   }
   if (f.status) q.add(plus + "e.status = " + q.text(*f.status));
   if (f.episode_type) q.add(plus + "e.episode_type = " + q.text(*f.episode_type));
@@ -94,24 +91,28 @@ ListQuery filter_query(const EpisodeFilter& f, bool ordered) {
 }
 
 constexpr const char* kSummaryColumns =
-    "e.uuid, e.task_id, e.client_uuid, e.episode_type, e.status, e.reward, e.is_success, e.claimed_at, e.ended_at, "
+    "e.uuid, e.task_id, e.client_uuid, e.episode_type, e.status, e.reward, e.is_success, "
+    "e.claimed_at, e.ended_at, "
     "e.batch_id, b.global_step";
 
 // The page query: `limit + 1` rows, the extra one saying whether there is a next page.
 std::string page_sql(const EpisodePageRequest& request, ListQuery& q) {
   if (!request.cursor.empty()) {
     EpisodeCursor c = decode_episode_cursor(request.cursor);
-    const std::string at = q.real(c.claimed_at);  // two statements: the ?NNN numbers follow call order
+    const std::string at =
+        q.real(c.claimed_at);  // two statements: the ?NNN numbers follow call order
     const std::string uuid = q.text(c.uuid);
     q.add("(e.claimed_at, e.uuid) < (" + at + ", " + uuid + ")");
   }
-  return std::string("SELECT ") + kSummaryColumns + " FROM episodes e LEFT JOIN batches b ON b.id = e.batch_id" +
-         q.where + " ORDER BY e.claimed_at DESC, e.uuid DESC LIMIT " + q.integer(request.limit + 1);
+  return std::string("SELECT ") + kSummaryColumns +
+         " FROM episodes e LEFT JOIN batches b ON b.id = e.batch_id" + q.where +
+         " ORDER BY e.claimed_at DESC, e.uuid DESC LIMIT " + q.integer(request.limit + 1);
 }
 
 void check_request(const EpisodePageRequest& request) {
   if (request.limit < 1 || request.limit > kEpisodePageMaxLimit) {
-    invalid_argument("episode list: limit must be between 1 and " + std::to_string(kEpisodePageMaxLimit) + " (got " +
+    invalid_argument("episode list: limit must be between 1 and " +
+                     std::to_string(kEpisodePageMaxLimit) + " (got " +
                      std::to_string(request.limit) + ")");
   }
 }
@@ -136,7 +137,8 @@ EpisodeSummary read_summary(const Stmt& s) {
 // header, not the token arrays themselves (int32 and so 4 bytes a token).
 void add_call_totals(Db& db, EpisodeSummary& e) {
   Stmt& s = db.prepare(
-      "SELECT agent_name, count(*), sum(length(prompt_ids)), sum(length(completion_ids)), min(call_index) AS first "
+      "SELECT agent_name, count(*), sum(length(prompt_ids)), sum(length(completion_ids)), "
+      "min(call_index) AS first "
       "FROM calls WHERE episode_uuid = ?1 GROUP BY agent_name ORDER BY first");
   s.bind(1, e.uuid);
   while (s.step()) {

@@ -13,7 +13,8 @@ namespace ajet::store {
 namespace {
 
 constexpr const char* kEpisodeColumns =
-    "e.uuid, e.client_uuid, e.episode_type, e.status, e.task_id, e.optional_task_id, e.reward, e.is_success, "
+    "e.uuid, e.client_uuid, e.episode_type, e.status, e.task_id, e.optional_task_id, e.reward, "
+    "e.is_success, "
     "e.metadata, e.log_metrics, e.discard_episode_timeout, e.claimed_at, e.ended_at, e.batch_id";
 
 EpisodeRow read_episode(const Stmt& s) {
@@ -44,8 +45,10 @@ std::vector<EpisodeRow> read_episodes(Stmt& s) {
 
 std::vector<CallRow> read_calls(Db& db, const std::string& episode_uuid) {
   Stmt& s = db.prepare(
-      "SELECT episode_uuid, call_index, agent_name, request, response, prompt_ids, message_spans, completion_ids, "
-      "logprobs, raw_logprobs, policy_versions, finish_reason, latency_ms, started_at, finished_at, bodies_from "
+      "SELECT episode_uuid, call_index, agent_name, request, response, prompt_ids, message_spans, "
+      "completion_ids, "
+      "logprobs, raw_logprobs, policy_versions, finish_reason, latency_ms, started_at, "
+      "finished_at, bodies_from "
       "FROM calls WHERE episode_uuid = ?1 ORDER BY call_index");
   s.bind(1, episode_uuid);
   std::vector<CallRow> out;
@@ -59,8 +62,10 @@ std::vector<CallRow> read_calls(Db& db, const std::string& episode_uuid) {
     std::string what = "call " + std::to_string(c.call_index) + " of episode " + c.episode_uuid;
     c.prompt_ids = decode_i32(s.column_blob(5), what + " prompt_ids");
     std::vector<int32_t> spans = decode_i32(s.column_blob(6), what + " message_spans");
-    if (spans.size() % 2 != 0) fail(ErrorCode::kDataLoss, what + " message_spans: odd number of values");
-    for (size_t i = 0; i + 1 < spans.size(); i += 2) c.message_spans.push_back({spans[i], spans[i + 1]});
+    if (spans.size() % 2 != 0)
+      fail(ErrorCode::kDataLoss, what + " message_spans: odd number of values");
+    for (size_t i = 0; i + 1 < spans.size(); i += 2)
+      c.message_spans.push_back({spans[i], spans[i + 1]});
     c.completion_ids = decode_i32(s.column_blob(7), what + " completion_ids");
     c.logprobs = decode_f32(s.column_blob(8), what + " logprobs");
     c.raw_logprobs = decode_f32(s.column_blob(9), what + " raw_logprobs");
@@ -94,7 +99,8 @@ std::optional<std::string> Store::get_state(const std::string& key) {
 
 std::optional<EpisodeRow> Store::get_episode(const std::string& uuid) {
   std::lock_guard<std::mutex> lock(reader_mu_);
-  Stmt& s = reader_db_->prepare(std::string("SELECT ") + kEpisodeColumns + " FROM episodes e WHERE e.uuid = ?1");
+  Stmt& s = reader_db_->prepare(std::string("SELECT ") + kEpisodeColumns +
+                                " FROM episodes e WHERE e.uuid = ?1");
   s.bind(1, uuid);
   auto rows = read_episodes(s);
   if (rows.empty()) return std::nullopt;
@@ -104,14 +110,17 @@ std::optional<EpisodeRow> Store::get_episode(const std::string& uuid) {
 std::string Store::resolve_episode_uuid(const std::string& id) {
   if (id.empty()) invalid_argument("an episode id (or the start of one) is required");
   std::lock_guard<std::mutex> lock(reader_mu_);
-  // The uuids starting with `id`: [id, id + 0xFF) in the primary key's byte order (uuids are ASCII).
-  Stmt& s = reader_db_->prepare("SELECT uuid FROM episodes WHERE uuid >= ?1 AND uuid < ?2 ORDER BY uuid LIMIT 2");
+  // The uuids starting with `id`: [id, id + 0xFF) in the primary key's byte order (uuids are
+  // ASCII).
+  Stmt& s = reader_db_->prepare(
+      "SELECT uuid FROM episodes WHERE uuid >= ?1 AND uuid < ?2 ORDER BY uuid LIMIT 2");
   s.bind(1, id);
   s.bind(2, id + "\xff");
   std::vector<std::string> found;
   while (s.step()) found.push_back(s.column_text(0));
   s.reset();
-  if (found.empty()) fail(ErrorCode::kNotFound, "no episode has the id " + id + " or an id starting with it");
+  if (found.empty())
+    fail(ErrorCode::kNotFound, "no episode has the id " + id + " or an id starting with it");
   if (found.size() == 1 || found.front() == id) return found.front();
   Stmt& count = reader_db_->prepare(
       "SELECT COUNT(*) FROM (SELECT 1 FROM episodes WHERE uuid >= ?1 AND uuid < ?2 LIMIT ?3)");
@@ -120,9 +129,10 @@ std::string Store::resolve_episode_uuid(const std::string& id) {
   count.bind(3, kEpisodeCountBound + 1);
   const int64_t n = count.step() ? count.column_int(0) : 2;
   count.reset();
-  invalid_argument("the episode id prefix " + id + " is ambiguous: " +
-                   (n > kEpisodeCountBound ? std::to_string(kEpisodeCountBound) + "+" : std::to_string(n)) +
-                   " episodes start with it; give more characters of the id");
+  invalid_argument(
+      "the episode id prefix " + id + " is ambiguous: " +
+      (n > kEpisodeCountBound ? std::to_string(kEpisodeCountBound) + "+" : std::to_string(n)) +
+      " episodes start with it; give more characters of the id");
 }
 
 std::vector<CallRow> Store::get_calls(const std::string& episode_uuid) {
@@ -132,11 +142,13 @@ std::vector<CallRow> Store::get_calls(const std::string& episode_uuid) {
 
 std::optional<DroppedCalls> Store::get_dropped_calls(const std::string& episode_uuid) {
   std::lock_guard<std::mutex> lock(reader_mu_);
-  Stmt& s = reader_db_->prepare("SELECT batch_id, calls, bytes, policy, at FROM dropped_calls WHERE episode_uuid = ?1");
+  Stmt& s = reader_db_->prepare(
+      "SELECT batch_id, calls, bytes, policy, at FROM dropped_calls WHERE episode_uuid = ?1");
   s.bind(1, episode_uuid);
   std::optional<DroppedCalls> out;
   if (s.step()) {
-    out = DroppedCalls{s.column_int(0), s.column_int(1), s.column_int(2), s.column_text(3), s.column_double(4)};
+    out = DroppedCalls{s.column_int(0), s.column_int(1), s.column_int(2), s.column_text(3),
+                       s.column_double(4)};
   }
   s.reset();
   return out;
@@ -144,16 +156,17 @@ std::optional<DroppedCalls> Store::get_dropped_calls(const std::string& episode_
 
 std::vector<EpisodeRow> Store::get_batch_episodes(int64_t batch_id) {
   std::lock_guard<std::mutex> lock(reader_mu_);
-  Stmt& s = reader_db_->prepare(std::string("SELECT ") + kEpisodeColumns +
-                                " FROM episodes e WHERE e.batch_id = ?1 ORDER BY e.ended_at, e.rowid");
+  Stmt& s =
+      reader_db_->prepare(std::string("SELECT ") + kEpisodeColumns +
+                          " FROM episodes e WHERE e.batch_id = ?1 ORDER BY e.ended_at, e.rowid");
   s.bind(1, batch_id);
   return read_episodes(s);
 }
 
 std::vector<BatchRow> Store::get_batches() {
   std::lock_guard<std::mutex> lock(reader_mu_);
-  Stmt& s =
-      reader_db_->prepare("SELECT id, global_step, created_at, status, finished_at, stats FROM batches ORDER BY id");
+  Stmt& s = reader_db_->prepare(
+      "SELECT id, global_step, created_at, status, finished_at, stats FROM batches ORDER BY id");
   std::vector<BatchRow> out;
   while (s.step()) {
     BatchRow b;
@@ -175,7 +188,8 @@ std::vector<MetricRow> Store::get_metrics(const std::string& name) {
       "SELECT step, name, value, created_at FROM metrics WHERE name = ?1 ORDER BY step, rowid");
   s.bind(1, name);
   std::vector<MetricRow> out;
-  while (s.step()) out.push_back({s.column_int(0), s.column_text(1), s.column_double(2), s.column_double(3)});
+  while (s.step())
+    out.push_back({s.column_int(0), s.column_text(1), s.column_double(2), s.column_double(3)});
   s.reset();
   return out;
 }
@@ -183,11 +197,13 @@ std::vector<MetricRow> Store::get_metrics(const std::string& name) {
 std::vector<MetricRow> Store::get_metrics_after(const std::string& name, int64_t after_step) {
   std::lock_guard<std::mutex> lock(reader_mu_);
   Stmt& s = reader_db_->prepare(
-      "SELECT step, name, value, created_at FROM metrics WHERE name = ?1 AND step > ?2 ORDER BY step, rowid");
+      "SELECT step, name, value, created_at FROM metrics WHERE name = ?1 AND step > ?2 ORDER BY "
+      "step, rowid");
   s.bind(1, name);
   s.bind(2, after_step);
   std::vector<MetricRow> out;
-  while (s.step()) out.push_back({s.column_int(0), s.column_text(1), s.column_double(2), s.column_double(3)});
+  while (s.step())
+    out.push_back({s.column_int(0), s.column_text(1), s.column_double(2), s.column_double(3)});
   s.reset();
   return out;
 }
@@ -195,7 +211,8 @@ std::vector<MetricRow> Store::get_metrics_after(const std::string& name, int64_t
 std::vector<MetricSeriesInfo> Store::list_metric_names() {
   std::lock_guard<std::mutex> lock(reader_mu_);
   // metrics_by_name (name, step) covers this: one pass over the index, no table rows read.
-  Stmt& s = reader_db_->prepare("SELECT name, count(*), max(step) FROM metrics GROUP BY name ORDER BY name");
+  Stmt& s = reader_db_->prepare(
+      "SELECT name, count(*), max(step) FROM metrics GROUP BY name ORDER BY name");
   std::vector<MetricSeriesInfo> out;
   while (s.step()) out.push_back({s.column_text(0), s.column_int(1), s.column_int(2)});
   s.reset();
@@ -215,8 +232,9 @@ RecoveredState Store::recover() {
   std::lock_guard<std::mutex> lock(reader_mu_);
   Db& db = *reader_db_;
   RecoveredState out;
-  out.has_data = std::stoll(db.query_text("SELECT (SELECT count(*) FROM episodes) + (SELECT count(*) FROM batches) + "
-                                          "(SELECT count(*) FROM state)")) > 0;
+  out.has_data = std::stoll(db.query_text(
+                     "SELECT (SELECT count(*) FROM episodes) + (SELECT count(*) FROM batches) + "
+                     "(SELECT count(*) FROM state)")) > 0;
   out.episode_key_secret = read_state(db, kStateEpisodeKeySecret).value_or("");
   out.train_config_yaml = read_state(db, kStateTrainConfigYaml).value_or("");
   out.engine_status = read_state(db, kStateEngineStatus).value_or("");
@@ -224,7 +242,8 @@ RecoveredState Store::recover() {
     try {
       out.global_step = std::stoll(*step);
     } catch (const std::exception&) {
-      fail(ErrorCode::kDataLoss, "store " + path_.string() + ": global_step '" + *step + "' is not an integer");
+      fail(ErrorCode::kDataLoss,
+           "store " + path_.string() + ": global_step '" + *step + "' is not an integer");
     }
   }
   if (auto snapshot = read_state(db, kStateRegistrySnapshot)) {
@@ -250,7 +269,8 @@ RecoveredState Store::recover() {
 
 std::string Store::load_or_create_secret() {
   std::lock_guard<std::mutex> lock(reader_mu_);
-  if (auto secret = read_state(*reader_db_, kStateEpisodeKeySecret); secret && !secret->empty()) return *secret;
+  if (auto secret = read_state(*reader_db_, kStateEpisodeKeySecret); secret && !secret->empty())
+    return *secret;
   std::string secret = hex_encode(random_bytes(32));
   put_state(kStateEpisodeKeySecret, secret).get();  // the writer never takes reader_mu_
   return secret;

@@ -28,7 +28,8 @@ RateLimitedLog& call_lines() {
 }
 
 std::string held_back(int64_t held) {
-  return held == 0 ? std::string() : fmt::format(" ({} more like it in the last 10 s not logged)", held);
+  return held == 0 ? std::string()
+                   : fmt::format(" ({} more like it in the last 10 s not logged)", held);
 }
 
 // A message cut to a line's worth: a refusal can quote a long field.
@@ -49,7 +50,8 @@ void log_refused_call(std::string_view route, int status, std::string_view messa
 void log_conversion_notes(std::string_view route, const openai::ConversionNotes& notes) {
   for (const std::string& note : notes) {
     // The note's kind (its text up to the first ':') keys the limit: which tools may vary per call.
-    std::optional<int64_t> held = call_lines().admit(fmt::format("{} {}", route, note.substr(0, note.find(':'))));
+    std::optional<int64_t> held =
+        call_lines().admit(fmt::format("{} {}", route, note.substr(0, note.find(':'))));
     if (held) log().info("{}: {}{}", route, note, held_back(*held));
   }
 }

@@ -17,8 +17,9 @@ namespace ajet::swarm {
 struct CoordinatorAsker::Shared {
   Options options;
   Settle settle;
-  std::mutex mu;         // queue, stopping
-  std::mutex settle_mu;  // held while `settle` runs; the destructor takes it to wait for the last one
+  std::mutex mu;  // queue, stopping
+  std::mutex
+      settle_mu;  // held while `settle` runs; the destructor takes it to wait for the last one
   std::condition_variable cv;
   std::deque<episodes::PendingResolution> queue;
   bool stopping = false;
@@ -38,7 +39,8 @@ struct CoordinatorAsker::Shared {
 namespace {
 
 // One whole question; the decision, or "unreachable" with the reason in `why`.
-std::string ask_once(const episodes::PendingResolution& q, std::chrono::milliseconds deadline, std::string& why) {
+std::string ask_once(const episodes::PendingResolution& q, std::chrono::milliseconds deadline,
+                     std::string& why) {
   try {
     http::ClientOptions options;
     options.connect_timeout = std::min(deadline, std::chrono::milliseconds(3'000));
@@ -52,11 +54,14 @@ std::string ask_once(const episodes::PendingResolution& q, std::chrono::millisec
     }
     http::ClientResponse r = coordinator.post_json(
         "/resolve_episode_group",
-        Json{{"group_id", q.group.group_id}, {"episode_uuid", q.group.coordinator_episode_uuid}}, headers);
+        Json{{"group_id", q.group.group_id}, {"episode_uuid", q.group.coordinator_episode_uuid}},
+        headers);
     const Json body = try_parse_json(r.body).value_or(Json());
-    if (r.status == 200 && body.is_object() && body.contains("decision") && body["decision"].is_string()) {
+    if (r.status == 200 && body.is_object() && body.contains("decision") &&
+        body["decision"].is_string()) {
       const std::string decision = body["decision"].get<std::string>();
-      if (decision == "committed" || decision == "aborted" || decision == "pending") return decision;
+      if (decision == "committed" || decision == "aborted" || decision == "pending")
+        return decision;
       why = "an unknown decision";
     } else {
       why = fmt::format("HTTP {}: {}", r.status, r.body.substr(0, 300));
@@ -81,8 +86,9 @@ void run(const std::shared_ptr<CoordinatorAsker::Shared>& shared) {
     const std::string decision = ask_once(q, shared->options.deadline, why);
     if (shared->stopped()) return;  // abandoned: the front is shutting down
     if (decision == "unreachable") {
-      log().warn("group {}: episode {} got no decision from its coordinator {} ({}); asked again later",
-                 q.group.group_id, q.episode_uuid, q.group.coordinator_url, why);
+      log().warn(
+          "group {}: episode {} got no decision from its coordinator {} ({}); asked again later",
+          q.group.group_id, q.episode_uuid, q.group.coordinator_url, why);
     }
     shared->deliver(q.episode_uuid, decision);
   }
@@ -90,7 +96,8 @@ void run(const std::shared_ptr<CoordinatorAsker::Shared>& shared) {
 
 }  // namespace
 
-CoordinatorAsker::CoordinatorAsker(Options options, Settle settle) : shared_(std::make_shared<Shared>()) {
+CoordinatorAsker::CoordinatorAsker(Options options, Settle settle)
+    : shared_(std::make_shared<Shared>()) {
   shared_->options = options;
   shared_->settle = std::move(settle);
   for (size_t i = 0; i < std::max<size_t>(options.threads, 1); ++i) {

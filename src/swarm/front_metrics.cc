@@ -29,7 +29,8 @@ std::string metric_method(std::string_view method) {
   return "other";  // whatever a client sends, the label stays bounded
 }
 
-void one_sample(TextBuilder& out, std::string_view name, Type type, std::string_view help, double value) {
+void one_sample(TextBuilder& out, std::string_view name, Type type, std::string_view help,
+                double value) {
   out.family(name, type, help);
   out.sample({}, value);
 }
@@ -63,19 +64,23 @@ std::optional<double> boot_time_seconds() {
   return std::nullopt;
 }
 
-void write_proc_stat(TextBuilder& out, const std::vector<std::string>& stat, long ticks, long page) {
+void write_proc_stat(TextBuilder& out, const std::vector<std::string>& stat, long ticks,
+                     long page) {
   if (stat.size() <= 21 || ticks <= 0 || page <= 0) return;
   const double utime = std::stod(stat[14 - 3]);
   const double stime = std::stod(stat[15 - 3]);
-  one_sample(out, "process_cpu_seconds_total", Type::kCounter, "User and system CPU time spent, in seconds.",
-         (utime + stime) / double(ticks));
+  one_sample(out, "process_cpu_seconds_total", Type::kCounter,
+             "User and system CPU time spent, in seconds.", (utime + stime) / double(ticks));
   one_sample(out, "process_resident_memory_bytes", Type::kGauge, "Resident memory size in bytes.",
-         std::stod(stat[24 - 3]) * double(page));
-  one_sample(out, "process_virtual_memory_bytes", Type::kGauge, "Virtual memory size in bytes.", std::stod(stat[23 - 3]));
-  one_sample(out, "process_threads", Type::kGauge, "Threads of the process.", std::stod(stat[20 - 3]));
+             std::stod(stat[24 - 3]) * double(page));
+  one_sample(out, "process_virtual_memory_bytes", Type::kGauge, "Virtual memory size in bytes.",
+             std::stod(stat[23 - 3]));
+  one_sample(out, "process_threads", Type::kGauge, "Threads of the process.",
+             std::stod(stat[20 - 3]));
   if (std::optional<double> boot = boot_time_seconds()) {
-    one_sample(out, "process_start_time_seconds", Type::kGauge, "Start time of the process since the Unix epoch, in seconds.",
-           *boot + std::stod(stat[22 - 3]) / double(ticks));
+    one_sample(out, "process_start_time_seconds", Type::kGauge,
+               "Start time of the process since the Unix epoch, in seconds.",
+               *boot + std::stod(stat[22 - 3]) / double(ticks));
   }
 }
 
@@ -87,7 +92,8 @@ void HttpMetrics::record(const http::RouteOutcome& outcome) {
   std::lock_guard<std::mutex> lock(mu_);
   requests_[{route, metric_method(outcome.method), outcome.status}] += 1;
   auto it = durations_.find(route);
-  if (it == durations_.end()) it = durations_.emplace(route, prometheus::latency_buckets_seconds()).first;
+  if (it == durations_.end())
+    it = durations_.emplace(route, prometheus::latency_buckets_seconds()).first;
   it->second.observe(seconds);
 }
 
@@ -100,37 +106,43 @@ void HttpMetrics::write(TextBuilder& out, const http::ServerStats& server) const
     durations = durations_;
   }
   out.family("ajet_http_requests_total", Type::kCounter,
-             "HTTP requests answered, by route pattern (\"unmatched\" for a 404), method and status code.");
+             "HTTP requests answered, by route pattern (\"unmatched\" for a 404), method and "
+             "status code.");
   for (const auto& [key, n] : requests) {
     const auto& [route, method, code] = key;
     out.sample({{"route", route}, {"method", method}, {"code", std::to_string(code)}}, double(n));
   }
   out.family("ajet_http_request_duration_seconds", Type::kHistogram,
-             "Time from routing a request to handing its response to the server; for a streamed body, to its "
+             "Time from routing a request to handing its response to the server; for a streamed "
+             "body, to its "
              "end.");
   for (const auto& [route, histogram] : durations) out.histogram({{"route", route}}, histogram);
   one_sample(out, "ajet_http_connections_open", Type::kGauge, "HTTP connections open now.",
-         double(server.connections_open));
+             double(server.connections_open));
   one_sample(out, "ajet_http_connections_total", Type::kCounter, "HTTP connections accepted.",
-         double(server.connections_accepted));
-  one_sample(out, "ajet_http_connections_max", Type::kGauge, "The connection cap (--max-connections).",
-             double(server.max_connections));
+             double(server.connections_accepted));
+  one_sample(out, "ajet_http_connections_max", Type::kGauge,
+             "The connection cap (--max-connections).", double(server.max_connections));
   one_sample(out, "ajet_http_connections_shed_total", Type::kCounter,
              "Idle (or slow-header) connections closed to make room at the connection cap.",
              double(server.connections_shed));
   one_sample(out, "ajet_http_connections_refused_total", Type::kCounter,
-             "Connections answered 503 at the connection cap, nothing being idle.", double(server.connections_refused));
-  one_sample(out, "ajet_http_requests_answered_at_head_total", Type::kCounter,
-             "Requests answered from their header, their body never read (credentials, limits, no route).",
-             double(server.answered_at_head));
+             "Connections answered 503 at the connection cap, nothing being idle.",
+             double(server.connections_refused));
+  one_sample(
+      out, "ajet_http_requests_answered_at_head_total", Type::kCounter,
+      "Requests answered from their header, their body never read (credentials, limits, no route).",
+      double(server.answered_at_head));
   one_sample(out, "ajet_http_request_body_bytes_held", Type::kGauge,
-             "Request-body bytes held now by requests read or waiting for their answer (--max-body-memory-mb).",
+             "Request-body bytes held now by requests read or waiting for their answer "
+             "(--max-body-memory-mb).",
              double(server.body_bytes_held));
 }
 
 void write_build_info(TextBuilder& out) {
   const BuildInfo& b = build_info();
-  out.family("ajet_build_info", Type::kGauge, "Always 1; the labels say which build runs (as GET /version).");
+  out.family("ajet_build_info", Type::kGauge,
+             "Always 1; the labels say which build runs (as GET /version).");
   out.sample({{"version", std::string(b.version)},
               {"git_commit", std::string(b.git_commit)},
               {"build_type", std::string(b.build_type)}},
@@ -139,63 +151,80 @@ void write_build_info(TextBuilder& out) {
 
 void write_front_figures(TextBuilder& out, const FrontFigures& f) {
   const episodes::RegistryFigures& r = f.registry;
-  out.family("ajet_engine_status", Type::kGauge,
-             "1 for the engine status the front reports (GET /get_engine_status), 0 for the others.");
-  for (episodes::EnginePhase s : {episodes::EnginePhase::kOffline, episodes::EnginePhase::kBooting, episodes::EnginePhase::kRolling,
-                         episodes::EnginePhase::kRollingPost, episodes::EnginePhase::kWeightSyncing, episodes::EnginePhase::kWeightExporting}) {
-    out.sample({{"status", std::string(episodes::engine_phase_name(s))}}, s == r.engine_status ? 1 : 0);
+  out.family(
+      "ajet_engine_status", Type::kGauge,
+      "1 for the engine status the front reports (GET /get_engine_status), 0 for the others.");
+  for (episodes::EnginePhase s :
+       {episodes::EnginePhase::kOffline, episodes::EnginePhase::kBooting,
+        episodes::EnginePhase::kRolling, episodes::EnginePhase::kRollingPost,
+        episodes::EnginePhase::kWeightSyncing, episodes::EnginePhase::kWeightExporting}) {
+    out.sample({{"status", std::string(episodes::engine_phase_name(s))}},
+               s == r.engine_status ? 1 : 0);
   }
-  one_sample(out, "ajet_global_step", Type::kGauge, "The training step the front is at (GET /get_engine_status).",
-         double(r.global_step));
+  one_sample(out, "ajet_global_step", Type::kGauge,
+             "The training step the front is at (GET /get_engine_status).", double(r.global_step));
 
   out.family("ajet_episodes", Type::kGauge,
-             "Live episodes by state: registered (in the pool, unclaimed), claimed, ending (its end being stored), "
+             "Live episodes by state: registered (in the pool, unclaimed), claimed, ending (its "
+             "end being stored), "
              "prepared (waiting for its group's decision).");
   out.sample({{"state", "registered"}}, double(r.registered));
   out.sample({{"state", "claimed"}}, double(r.claimed));
   out.sample({{"state", "ending"}}, double(r.ending));
   out.sample({{"state", "prepared"}}, double(r.prepared));
   out.family("ajet_episodes_ended_total", Type::kCounter,
-             "Claimed episodes that ended since the front started, by outcome (finished, aborted, reclaimed by "
+             "Claimed episodes that ended since the front started, by outcome (finished, aborted, "
+             "reclaimed by "
              "the janitor, dropped by stop_engine) and episode type.");
   std::map<std::pair<std::string, std::string>, int64_t> ended;
   for (const char* outcome : {"finished", "aborted", "reclaimed", "dropped"}) {
-    for (const char* type : {"train", "eval"}) ended[{outcome, type}] = 0;  // every series from the start
+    for (const char* type : {"train", "eval"})
+      ended[{outcome, type}] = 0;  // every series from the start
   }
   for (const auto& [key, n] : r.ended) ended[key] = n;
-  for (const auto& [key, n] : ended) out.sample({{"outcome", key.first}, {"type", key.second}}, double(n));
+  for (const auto& [key, n] : ended)
+    out.sample({{"outcome", key.first}, {"type", key.second}}, double(n));
   out.family("ajet_episodes_aborted_total", Type::kCounter,
-             "Claimed episodes their client aborted (abort_episode), by the cause it gave (\"unspecified\" when "
+             "Claimed episodes their client aborted (abort_episode), by the cause it gave "
+             "(\"unspecified\" when "
              "none; at most 32 distinct causes, later ones count as \"other\").");
   std::map<std::string, int64_t> aborted = r.aborted_by_cause;
   aborted.emplace("unspecified", 0);  // a series from the start
   for (const auto& [cause, n] : aborted) out.sample({{"cause", cause}}, double(n));
 
-  one_sample(out, "ajet_batch_episodes", Type::kGauge, "Finished train episodes in the batch being collected.",
-         double(r.batch_episodes));
+  one_sample(out, "ajet_batch_episodes", Type::kGauge,
+             "Finished train episodes in the batch being collected.", double(r.batch_episodes));
   one_sample(out, "ajet_batch_episodes_target", Type::kGauge,
-         "Episodes a full batch holds (train_batch_size * num_repeat).", double(r.batch_episode_target));
-  one_sample(out, "ajet_batch_tasks", Type::kGauge, "Tasks of the batch being collected with num_repeat finished episodes.",
-         double(r.batch_tasks));
+             "Episodes a full batch holds (train_batch_size * num_repeat).",
+             double(r.batch_episode_target));
+  one_sample(out, "ajet_batch_tasks", Type::kGauge,
+             "Tasks of the batch being collected with num_repeat finished episodes.",
+             double(r.batch_tasks));
   one_sample(out, "ajet_batch_non_dummy_tasks", Type::kGauge,
-         "Of those tasks, the ones whose rewards differ (a GRPO signal).", double(r.batch_non_dummy_tasks));
-  one_sample(out, "ajet_batch_tasks_target", Type::kGauge, "Tasks a full batch holds (train_batch_size).",
-         double(r.batch_task_target));
-  one_sample(out, "ajet_batch_ready", Type::kGauge, "1 while a full batch waits for the trainer.", r.batch_ready ? 1 : 0);
-  one_sample(out, "ajet_batches_in_training", Type::kGauge, "Batches handed to the trainer and not finished.",
-         double(r.batches_in_training));
+             "Of those tasks, the ones whose rewards differ (a GRPO signal).",
+             double(r.batch_non_dummy_tasks));
+  one_sample(out, "ajet_batch_tasks_target", Type::kGauge,
+             "Tasks a full batch holds (train_batch_size).", double(r.batch_task_target));
+  one_sample(out, "ajet_batch_ready", Type::kGauge, "1 while a full batch waits for the trainer.",
+             r.batch_ready ? 1 : 0);
+  one_sample(out, "ajet_batches_in_training", Type::kGauge,
+             "Batches handed to the trainer and not finished.", double(r.batches_in_training));
   one_sample(out, "ajet_batches_recorded_total", Type::kCounter,
-         "Batches the debug backbone recorded (it trains nothing).", double(r.batches_recorded));
-  one_sample(out, "ajet_clients_active", Type::kGauge, "Swarm clients active within client_active_timeout.",
-         double(r.active_clients));
-  one_sample(out, "ajet_clients_agreed", Type::kGauge, "Active clients that called agree_sync_weight for this batch.",
-         double(r.agreed_clients));
+             "Batches the debug backbone recorded (it trains nothing).",
+             double(r.batches_recorded));
+  one_sample(out, "ajet_clients_active", Type::kGauge,
+             "Swarm clients active within client_active_timeout.", double(r.active_clients));
+  one_sample(out, "ajet_clients_agreed", Type::kGauge,
+             "Active clients that called agree_sync_weight for this batch.",
+             double(r.agreed_clients));
 
   one_sample(out, "ajet_llm_calls_in_flight", Type::kGauge, "LLM calls begun and not yet answered.",
-         double(r.llm_calls_in_flight));
+             double(r.llm_calls_in_flight));
   out.family("ajet_llm_calls_total", Type::kCounter,
-             "LLM calls of the OpenAI-compatible API: answered in full, or failed (the engine was not connected "
-             "or could not generate). Calls refused before reaching the engine (a bad key or body, a status "
+             "LLM calls of the OpenAI-compatible API: answered in full, or failed (the engine was "
+             "not connected "
+             "or could not generate). Calls refused before reaching the engine (a bad key or body, "
+             "a status "
              "that takes no calls) count only in ajet_http_requests_total.");
   out.sample({{"outcome", "answered"}}, double(f.calls.answered));
   out.sample({{"outcome", "failed"}}, double(f.calls.failed));
@@ -203,39 +232,46 @@ void write_front_figures(TextBuilder& out, const FrontFigures& f) {
              "Duration of answered LLM calls, from the request's arrival to the answer's end.");
   out.histogram({}, f.calls.latency);
   one_sample(out, "ajet_prompt_tokens_total", Type::kCounter,
-         "Prompt tokens of answered LLM calls (once per call: its choices share the prompt).",
-         double(f.calls.prompt_tokens));
+             "Prompt tokens of answered LLM calls (once per call: its choices share the prompt).",
+             double(f.calls.prompt_tokens));
   one_sample(out, "ajet_completion_tokens_total", Type::kCounter,
-         "Completion tokens of answered LLM calls, every choice counted.", double(f.calls.completion_tokens));
+             "Completion tokens of answered LLM calls, every choice counted.",
+             double(f.calls.completion_tokens));
 
-  one_sample(out, "ajet_work_pool_queued_tasks", Type::kGauge,
-         "Tasks waiting for the front's work pool (store reads, archives, engine start and stop).",
-         double(f.work_pool_queued));
-  one_sample(out, "ajet_store_queued_writes", Type::kGauge, "Writes waiting for the store's writer thread.",
-         double(f.store_queued_writes));
+  one_sample(
+      out, "ajet_work_pool_queued_tasks", Type::kGauge,
+      "Tasks waiting for the front's work pool (store reads, archives, engine start and stop).",
+      double(f.work_pool_queued));
+  one_sample(out, "ajet_store_queued_writes", Type::kGauge,
+             "Writes waiting for the store's writer thread.", double(f.store_queued_writes));
 }
 
 void write_engine_figures(TextBuilder& out, const std::optional<Json>& status) {
   one_sample(out, "ajet_engine_up", Type::kGauge,
-         "1 when the engine answered its status call for this scrape; 0 when there is none (OFFLINE, booting) "
-         "or it did not answer in time, and the ajet_engine_* figures are absent.",
-         status ? 1 : 0);
+             "1 when the engine answered its status call for this scrape; 0 when there is none "
+             "(OFFLINE, booting) "
+             "or it did not answer in time, and the ajet_engine_* figures are absent.",
+             status ? 1 : 0);
   if (!status) return;
   const Json empty = Json::object();
   const Json& engine = status->contains("engine") ? (*status)["engine"] : empty;
   const Json& rpc = status->contains("rpc") ? (*status)["rpc"] : empty;
   auto gauge = [&](const Json& from, const char* key, const char* name, const char* help) {
-    if (std::optional<double> v = engine_number(from, key)) one_sample(out, name, Type::kGauge, help, *v);
+    if (std::optional<double> v = engine_number(from, key))
+      one_sample(out, name, Type::kGauge, help, *v);
   };
   auto counter = [&](const Json& from, const char* key, const char* name, const char* help) {
-    if (std::optional<double> v = engine_number(from, key)) one_sample(out, name, Type::kCounter, help, *v);
+    if (std::optional<double> v = engine_number(from, key))
+      one_sample(out, name, Type::kCounter, help, *v);
   };
-  gauge(*status, "policy_version", "ajet_engine_policy_version", "The weights version the engine serves.");
+  gauge(*status, "policy_version", "ajet_engine_policy_version",
+        "The weights version the engine serves.");
   const std::optional<double> running = engine_number(engine, "running");
   const std::optional<double> waiting = engine_number(engine, "waiting");
   if (running && waiting) {
     out.family("ajet_engine_sequences", Type::kGauge,
-               "Sequences in the engine: running (admitted, prefilling or decoding) or waiting (queued for cache "
+               "Sequences in the engine: running (admitted, prefilling or decoding) or waiting "
+               "(queued for cache "
                "blocks or a slot).");
     out.sample({{"state", "running"}}, *running);
     out.sample({{"state", "waiting"}}, *waiting);
@@ -246,8 +282,9 @@ void write_engine_figures(TextBuilder& out, const std::optional<Json>& status) {
     out.family("ajet_engine_kv_cache_blocks", Type::kGauge, "KV cache blocks used and free.");
     out.sample({{"state", "used"}}, *total_blocks - *free_blocks);
     out.sample({{"state", "free"}}, *free_blocks);
-    one_sample(out, "ajet_engine_kv_cache_usage_ratio", Type::kGauge, "Fraction of KV cache blocks in use (0 to 1).",
-           *total_blocks > 0 ? (*total_blocks - *free_blocks) / *total_blocks : 0.0);
+    one_sample(out, "ajet_engine_kv_cache_usage_ratio", Type::kGauge,
+               "Fraction of KV cache blocks in use (0 to 1).",
+               *total_blocks > 0 ? (*total_blocks - *free_blocks) / *total_blocks : 0.0);
   }
   gauge(engine, "block_size", "ajet_engine_kv_cache_block_tokens", "Tokens per KV cache block.");
   gauge(engine, "cached_blocks", "ajet_engine_prefix_cache_blocks",
@@ -261,10 +298,13 @@ void write_engine_figures(TextBuilder& out, const std::optional<Json>& status) {
   counter(engine, "steps", "ajet_engine_steps_total", "Engine scheduler steps (one batch each).");
   counter(engine, "preemptions", "ajet_engine_preemptions_total",
           "Sequences preempted (their cache blocks freed, recomputed later).");
-  counter(engine, "requests_finished", "ajet_engine_requests_finished_total", "Generate requests the engine finished.");
-  counter(rpc, "generate_requests", "ajet_engine_rpc_generate_requests_total", "Generate requests the engine received.");
+  counter(engine, "requests_finished", "ajet_engine_requests_finished_total",
+          "Generate requests the engine finished.");
+  counter(rpc, "generate_requests", "ajet_engine_rpc_generate_requests_total",
+          "Generate requests the engine received.");
   counter(rpc, "aborts", "ajet_engine_rpc_aborts_total", "Generate requests aborted by the front.");
-  gauge(*status, "uptime_s", "ajet_engine_uptime_seconds", "Seconds since the engine process started serving.");
+  gauge(*status, "uptime_s", "ajet_engine_uptime_seconds",
+        "Seconds since the engine process started serving.");
 }
 
 void write_process_figures(TextBuilder& out) {
@@ -279,11 +319,14 @@ void write_process_figures(TextBuilder& out) {
   }
   std::error_code ec;
   size_t fds = 0;
-  for (std::filesystem::directory_iterator it("/proc/self/fd", ec), end; !ec && it != end; it.increment(ec)) ++fds;
+  for (std::filesystem::directory_iterator it("/proc/self/fd", ec), end; !ec && it != end;
+       it.increment(ec))
+    ++fds;
   if (!ec) one_sample(out, "process_open_fds", Type::kGauge, "Open file descriptors.", double(fds));
   rlimit limit{};
   if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
-    one_sample(out, "process_max_fds", Type::kGauge, "The limit on open file descriptors.", double(limit.rlim_cur));
+    one_sample(out, "process_max_fds", Type::kGauge, "The limit on open file descriptors.",
+               double(limit.rlim_cur));
   }
 }
 

@@ -33,15 +33,16 @@ class HttpMetrics {
 
  private:
   mutable std::mutex mu_;
-  std::map<std::tuple<std::string, std::string, int>, uint64_t> requests_;  // (route, method, status)
-  std::map<std::string, prometheus::Histogram> durations_;                   // route → seconds
+  std::map<std::tuple<std::string, std::string, int>, uint64_t>
+      requests_;                                            // (route, method, status)
+  std::map<std::string, prometheus::Histogram> durations_;  // route → seconds
 };
 
 // What the front knows without asking the engine; each part is read with one short lock.
 struct FrontFigures {
   episodes::RegistryFigures registry;
   openai::CallMetrics::Snapshot calls;
-  size_t work_pool_queued = 0;     // the front's WorkPool (store reads, archives, engine start/stop)
+  size_t work_pool_queued = 0;  // the front's WorkPool (store reads, archives, engine start/stop)
   size_t store_queued_writes = 0;  // the store's writer queue
 };
 
@@ -49,9 +50,9 @@ struct FrontFigures {
 void write_build_info(prometheus::TextBuilder& out);
 // Engine status, global step, episodes, batch progress, clients, LLM calls and tokens, queues.
 void write_front_figures(prometheus::TextBuilder& out, const FrontFigures& figures);
-// ajet_engine_up (1 with a status reply, else 0) and, with a reply, the engine's figures: sequences,
-// KV cache blocks, token counters (engine/service.cc EngineService::status()). A field the reply
-// lacks (an older engine, the echo test double) leaves its family out.
+// ajet_engine_up (1 with a status reply, else 0) and, with a reply, the engine's figures:
+// sequences, KV cache blocks, token counters (engine/service.cc EngineService::status()). A field
+// the reply lacks (an older engine, the echo test double) leaves its family out.
 void write_engine_figures(prometheus::TextBuilder& out, const std::optional<Json>& status);
 // process_*: resident and virtual memory, CPU seconds, start time, open and maximum file
 // descriptors, threads (from /proc/self; families that cannot be read are left out).

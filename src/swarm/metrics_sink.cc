@@ -9,7 +9,9 @@
 namespace ajet::swarm {
 
 MetricsSink::MetricsSink(store::Store& store, std::function<Target()> target)
-    : store_(store), target_(std::move(target)), thread_(std::make_unique<WorkPool>(1, "metrics sink")) {}
+    : store_(store),
+      target_(std::move(target)),
+      thread_(std::make_unique<WorkPool>(1, "metrics sink")) {}
 
 MetricsSink::~MetricsSink() { thread_.reset(); }
 
@@ -53,7 +55,9 @@ void MetricsSink::write_events(int64_t step, const tfevents::Scalars& values, do
     writer_->write_scalars(step, values, at);
   } catch (const std::exception& e) {
     writer_.reset();  // a file that failed once is opened again at the next write
-    if (!warned_) log().warn("metrics: TensorBoard events not written ({}); the store keeps the numbers", e.what());
+    if (!warned_)
+      log().warn("metrics: TensorBoard events not written ({}); the store keeps the numbers",
+                 e.what());
     warned_ = true;
   }
 }

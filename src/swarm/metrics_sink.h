@@ -1,7 +1,7 @@
 // Where the front's metrics go besides the registry's own store writes: POST /log_metrics into the
 // store's `metrics` table, and every metrics write (those and the registry's batch numbers) into a
-// TensorBoard event file, <experiment dir>/tensorboard/events.out.tfevents.<unix s>.<host>, when the
-// synced config's ajet.trainer_common.logger holds `tensorboard` (the default; before any
+// TensorBoard event file, <experiment dir>/tensorboard/events.out.tfevents.<unix s>.<host>, when
+// the synced config's ajet.trainer_common.logger holds `tensorboard` (the default; before any
 // start_engine the server directory stands in for the experiment directory).
 //
 // Threads: record() and to_tensorboard() may be called from any thread and never block: the work
@@ -42,7 +42,8 @@ class MetricsSink {
   MetricsSink& operator=(const MetricsSink&) = delete;
 
   // Into the store (`done` after its commit, with the store's error or nullptr) and TensorBoard.
-  void record(int64_t step, tfevents::Scalars values, double at, std::function<void(std::exception_ptr)> done);
+  void record(int64_t step, tfevents::Scalars values, double at,
+              std::function<void(std::exception_ptr)> done);
   // TensorBoard only (the registry queued the store write itself).
   void to_tensorboard(int64_t step, tfevents::Scalars values, double at);
   // Returns once everything queued before it is written and answered (the front calls it before its

@@ -36,24 +36,30 @@ http::RouteOptions command_body(const ServerContext& ctx) {
   return body_limit(kCommandBodyBytes, "the command API's fixed limit");
 }
 
-http::RouteOptions admin_only(const ServerContext& ctx, std::string what, http::RouteOptions limit) {
-  limit.check_head = [&ctx, what = std::move(what)](const http::RequestHead& head) -> std::optional<http::Response> {
+http::RouteOptions admin_only(const ServerContext& ctx, std::string what,
+                              http::RouteOptions limit) {
+  limit.check_head = [&ctx, what = std::move(what)](
+                         const http::RequestHead& head) -> std::optional<http::Response> {
     if (ctx.admin_ok(head)) return std::nullopt;
-    return openai::openai_error(401,
-                        fmt::format("{} needs the admin token: send Authorization: Bearer <token> (the token given "
-                                    "to ajet-swarm start --admin-token / AJET_ADMIN_TOKEN)",
-                                    what),
-                        "unauthenticated");
+    return openai::openai_error(
+        401,
+        fmt::format("{} needs the admin token: send Authorization: Bearer <token> (the token given "
+                    "to ajet-swarm start --admin-token / AJET_ADMIN_TOKEN)",
+                    what),
+        "unauthenticated");
   };
   return limit;
 }
 
-http::RouteOptions episode_command(const ServerContext& ctx, std::string command, http::RouteOptions limit) {
-  limit.check_head = [&ctx, command = std::move(command)](const http::RequestHead& head) -> std::optional<http::Response> {
+http::RouteOptions episode_command(const ServerContext& ctx, std::string command,
+                                   http::RouteOptions limit) {
+  limit.check_head = [&ctx, command = std::move(command)](
+                         const http::RequestHead& head) -> std::optional<http::Response> {
     if (ctx.admin_token_given(head)) return std::nullopt;
     const std::optional<std::string_view> key = head.headers.get("Authorization");
     try {
-      // Which episode the key is for is known only from the body; here the key must be this server's.
+      // Which episode the key is for is known only from the body; here the key must be this
+      // server's.
       std::string episode = "<the body's episode_uuid>";
       if (key) {
         try {
@@ -61,7 +67,8 @@ http::RouteOptions episode_command(const ServerContext& ctx, std::string command
         } catch (const Error&) {
         }
       }
-      episodes::check_episode_command_key(ctx.registry.signer(), key, episode, command, ctx.options.allow_keyless_episode_commands);
+      episodes::check_episode_command_key(ctx.registry.signer(), key, episode, command,
+                                          ctx.options.allow_keyless_episode_commands);
       return std::nullopt;
     } catch (const Error& e) {
       return openai::error_for(e);
@@ -71,14 +78,18 @@ http::RouteOptions episode_command(const ServerContext& ctx, std::string command
 }
 
 http::RouteOptions episode_key_only(const ServerContext& ctx, bool anthropic, std::string route) {
-  http::RouteOptions options = body_limit(ctx.options.max_json_body_bytes, "ajet-swarm start --max-json-mb");
+  http::RouteOptions options =
+      body_limit(ctx.options.max_json_body_bytes, "ajet-swarm start --max-json-mb");
   // The server's own refusals of the route (413 body over the limit, 503 over the body budget), in
   // the API's shape and logged like the route's other refusals.
-  options.error_shape = [anthropic, route](int status, const std::string& message, const std::string& code) {
+  options.error_shape = [anthropic, route](int status, const std::string& message,
+                                           const std::string& code) {
     log_refused_call(route, status, message);
-    return anthropic ? openai::anthropic_error(status, message) : openai::openai_error(status, message, code);
+    return anthropic ? openai::anthropic_error(status, message)
+                     : openai::openai_error(status, message, code);
   };
-  options.check_head = [&ctx, anthropic, route](const http::RequestHead& head) -> std::optional<http::Response> {
+  options.check_head = [&ctx, anthropic,
+                        route](const http::RequestHead& head) -> std::optional<http::Response> {
     // Anthropic's SDKs send the key in x-api-key; Authorization works for every endpoint.
     std::optional<std::string_view> key = anthropic ? head.headers.get("x-api-key") : std::nullopt;
     if (!key) key = head.headers.get("Authorization");

@@ -62,14 +62,10 @@ constexpr std::array kRoutes = {
 
 std::string_view route_auth_name(RouteAuth auth) {
   switch (auth) {
-    case RouteAuth::kNone:
-      return "none";
-    case RouteAuth::kAdmin:
-      return "admin";
-    case RouteAuth::kEpisodeCommand:
-      return "episode command";
-    case RouteAuth::kEpisodeKey:
-      return "episode key";
+    case RouteAuth::kNone: return "none";
+    case RouteAuth::kAdmin: return "admin";
+    case RouteAuth::kEpisodeCommand: return "episode command";
+    case RouteAuth::kEpisodeKey: return "episode key";
   }
   return "?";
 }
@@ -97,15 +93,16 @@ void add_routes(http::Router& router, const RouteHandlers& handlers) {
   for (const Route& route : kRoutes) {
     const RouteHandlers::Named* h = handlers.find(route.handler);
     if (h == nullptr) {
-      fail(ErrorCode::kInternal,
-           "route table: " + std::string(route.method) + " " + std::string(route.path) + " names handler '" +
-               std::string(route.handler) + "', which no routes_*.cc added");
+      fail(ErrorCode::kInternal, "route table: " + std::string(route.method) + " " +
+                                     std::string(route.path) + " names handler '" +
+                                     std::string(route.handler) + "', which no routes_*.cc added");
     }
     router.add(route.method, route.path, h->handler, h->options);
     named.insert(route.handler);
   }
   for (const std::string& name : handlers.names()) {
-    if (!named.contains(name)) fail(ErrorCode::kInternal, "route table: no route for handler '" + name + "'");
+    if (!named.contains(name))
+      fail(ErrorCode::kInternal, "route table: no route for handler '" + name + "'");
   }
 }
 

@@ -1,7 +1,7 @@
-// Every HTTP route of the front in one place (route_table.cc): method, path, the name of its handler,
-// what it checks before the body and a line on what it is for. The handlers stay in their files
-// (routes_*.cc), each adding itself to RouteHandlers under its name; the server registers the routes
-// by walking the table (add_routes), so a route exists exactly when it has a row.
+// Every HTTP route of the front in one place (route_table.cc): method, path, the name of its
+// handler, what it checks before the body and a line on what it is for. The handlers stay in their
+// files (routes_*.cc), each adding itself to RouteHandlers under its name; the server registers the
+// routes by walking the table (add_routes), so a route exists exactly when it has a row.
 // docs/protocol.md describes each route; this table is the index into the code.
 #pragma once
 
@@ -21,7 +21,8 @@ enum class RouteAuth {
   kEpisodeCommand,  // the episode's key or the admin token (--allow-keyless-episode-commands: none)
   kEpisodeKey,      // an episode key this server signed (the OpenAI / Anthropic API)
 };
-std::string_view route_auth_name(RouteAuth auth);  // "none" | "admin" | "episode command" | "episode key"
+std::string_view route_auth_name(
+    RouteAuth auth);  // "none" | "admin" | "episode command" | "episode key"
 
 struct Route {
   std::string_view method;   // "GET" | "POST" (a GET route answers HEAD too)

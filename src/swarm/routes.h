@@ -1,6 +1,6 @@
-// The swarm front's HTTP routes (docs/protocol.md): the command API, the admin endpoints that change
-// the engine, and the OpenAI-compatible API. Handlers run on HTTP I/O threads and never block there:
-// store reads, archives and process control go to ServerContext::pool.
+// The swarm front's HTTP routes (docs/protocol.md): the command API, the admin endpoints that
+// change the engine, and the OpenAI-compatible API. Handlers run on HTTP I/O threads and never
+// block there: store reads, archives and process control go to ServerContext::pool.
 #pragma once
 
 #include <functional>
@@ -42,8 +42,8 @@ void add_command_handlers(RouteHandlers& out, ServerContext& ctx);
 // The endpoints that change the engine (routes_engine.cc): sync_train_config, sync_train_code,
 // start_engine, stop_engine (admin token when configured).
 void add_engine_handlers(RouteHandlers& out, ServerContext& ctx);
-// The OpenAI / Anthropic API (routes_openai.cc): chat_completions, completions, messages, responses,
-// count_tokens, models.
+// The OpenAI / Anthropic API (routes_openai.cc): chat_completions, completions, messages,
+// responses, count_tokens, models.
 void add_openai_handlers(RouteHandlers& out, ServerContext& ctx);
 // log_metrics (numbers into the store and TensorBoard) and metrics_history (every series back
 // out), both behind the admin token (routes_metrics_log.cc).
@@ -54,7 +54,8 @@ void add_metrics_handlers(RouteHandlers& out, ServerContext& ctx, MetricsSink& s
 void add_ui_handlers(RouteHandlers& out);
 
 // ---- what a route checks before its body is read (route_checks.cc) ----
-// The body limit of the command routes that carry a few ids (claim, can_continue, abort, commit, …).
+// The body limit of the command routes that carry a few ids (claim, can_continue, abort, commit,
+// …).
 inline constexpr size_t kCommandBodyBytes = 64 << 10;
 // A body of at most `bytes`, named by `limit_name` in the 413 (e.g. "--max-json-mb"); errors the
 // server makes for the route in the command API's shape (openai_error).
@@ -67,16 +68,17 @@ http::RouteOptions admin_only(const ServerContext& ctx, std::string what, http::
 // API's error shape; the body at most max_json_body_bytes. Refusals are logged (rate-limited) under
 // `route` ("POST /v1/messages").
 http::RouteOptions episode_key_only(const ServerContext& ctx, bool anthropic, std::string route);
-// An episode command's credentials before the body (the admin token, or a key this server signed; the
-// handler checks that the key is the body's episode's), unless --allow-keyless-episode-commands lets a
-// request without any through.
-http::RouteOptions episode_command(const ServerContext& ctx, std::string command, http::RouteOptions limit);
+// An episode command's credentials before the body (the admin token, or a key this server signed;
+// the handler checks that the key is the body's episode's), unless --allow-keyless-episode-commands
+// lets a request without any through.
+http::RouteOptions episode_command(const ServerContext& ctx, std::string command,
+                                   http::RouteOptions limit);
 
-// A JSON request body ({} when empty); Error(kInvalidArgument) for bad JSON or a body that is not an
-// object, kResourceExhausted naming `limit` for an oversize body.
+// A JSON request body ({} when empty); Error(kInvalidArgument) for bad JSON or a body that is not
+// an object, kResourceExhausted naming `limit` for an oversize body.
 Json parse_json_body(const http::Request& request, size_t limit);
-// The body's optional "engine_run" (ext: stop_engine, claim_episode): "" when absent; anything but a
-// non-empty string throws Error(kInvalidArgument) naming `where`.
+// The body's optional "engine_run" (ext: stop_engine, claim_episode): "" when absent; anything but
+// a non-empty string throws Error(kInvalidArgument) naming `where`.
 std::string engine_run_field(const Json& body, std::string_view where);
 // The same for the OpenAI routes, keeping the order of keys (a tool schema is rendered as sent) and
 // with no default: an empty body is bad JSON.
@@ -84,13 +86,14 @@ nlohmann::ordered_json parse_ordered_json_body(const http::Request& request, siz
 // Runs `fn`; an ajet::Error (or any exception) it throws becomes the error response.
 void answer_errors(const http::Respond& respond, const std::function<void()>& fn);
 
-// A command body up to this size is parsed on the I/O thread; a larger one on the work pool, so that
-// parsing megabytes of JSON never stalls the other connections of an I/O thread.
+// A command body up to this size is parsed on the I/O thread; a larger one on the work pool, so
+// that parsing megabytes of JSON never stalls the other connections of an I/O thread.
 inline constexpr size_t kInlineCommandBodyBytes = 64u << 10;
 // A command route's handler: runs `handle` on the I/O thread for a body of at most `inline_limit`
 // bytes, on `pool` for a larger one (parsing and all: `handle` must not assume its thread).
 class WorkPool;
-http::Handler command_handler(WorkPool& pool, std::function<void(const http::Request&, const http::Respond&)> handle,
-                              size_t inline_limit = kInlineCommandBodyBytes);
+http::Handler command_handler(
+    WorkPool& pool, std::function<void(const http::Request&, const http::Respond&)> handle,
+    size_t inline_limit = kInlineCommandBodyBytes);
 
 }  // namespace ajet::swarm

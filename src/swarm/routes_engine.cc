@@ -1,7 +1,7 @@
-// The command endpoints that change the server (docs/protocol.md "Engine and admin endpoints"; admin
-// token when one is configured): /sync_train_config, /sync_train_code, /start_engine, /stop_engine.
-// The work (disk, unpacking, process control) runs on the work pool; the I/O thread only checks the token
-// and parses the body.
+// The command endpoints that change the server (docs/protocol.md "Engine and admin endpoints";
+// admin token when one is configured): /sync_train_config, /sync_train_code, /start_engine,
+// /stop_engine. The work (disk, unpacking, process control) runs on the work pool; the I/O thread
+// only checks the token and parses the body.
 #include <fmt/format.h>
 
 #include "episodes/registry.h"
@@ -17,12 +17,15 @@ namespace {
 using http::Request;
 using http::Respond;
 
-bool check_admin(ServerContext& ctx, const Request& req, const Respond& respond, std::string_view what) {
+bool check_admin(ServerContext& ctx, const Request& req, const Respond& respond,
+                 std::string_view what) {
   if (ctx.admin_ok(req)) return true;
-  respond(openai::openai_error(401, fmt::format("{} needs the admin token: send Authorization: Bearer <token> (the token "
-                                        "given to ajet-swarm start --admin-token / AJET_ADMIN_TOKEN)",
-                                        what),
-                       "unauthenticated"));
+  respond(openai::openai_error(
+      401,
+      fmt::format("{} needs the admin token: send Authorization: Bearer <token> (the token "
+                  "given to ajet-swarm start --admin-token / AJET_ADMIN_TOKEN)",
+                  what),
+      "unauthenticated"));
   return false;
 }
 
@@ -31,11 +34,13 @@ bool check_admin(ServerContext& ctx, const Request& req, const Respond& respond,
 // file's). Printable text of at most 512 bytes; "" when absent.
 std::string sync_source(const Json& body) {
   if (!body.contains("source") || body["source"].is_null()) return "";
-  if (!body["source"].is_string()) invalid_argument("sync_train_config: 'source' must be a string (a file name)");
+  if (!body["source"].is_string())
+    invalid_argument("sync_train_config: 'source' must be a string (a file name)");
   const std::string source = body["source"].get<std::string>();
   if (source.size() > 512) invalid_argument("sync_train_config: 'source' is longer than 512 bytes");
   for (unsigned char c : source) {
-    if (c < 0x20 || c == 0x7f) invalid_argument("sync_train_config: 'source' holds a control character");
+    if (c < 0x20 || c == 0x7f)
+      invalid_argument("sync_train_config: 'source' holds a control character");
   }
   return source;
 }
@@ -45,71 +50,88 @@ std::string sync_source(const Json& body) {
 void add_engine_handlers(RouteHandlers& out, ServerContext& ctx) {
   const size_t limit = ctx.options.max_json_body_bytes;
 
-  out.add("sync_train_config", [&ctx, limit](Request req, Respond respond) {
-    if (!check_admin(ctx, req, respond, "sync_train_config")) return;
-    answer_errors(respond, [&] {
-      Json body = parse_json_body(req, limit);
-      std::string yaml = get_string(body, "yaml_as_string", "sync_train_config body");
-      std::string source = sync_source(body);
-      ctx.pool.post([&ctx, yaml = std::move(yaml), source = std::move(source), respond] {
+  out.add(
+      "sync_train_config",
+      [&ctx, limit](Request req, Respond respond) {
+        if (!check_admin(ctx, req, respond, "sync_train_config")) return;
         answer_errors(respond, [&] {
-          std::vector<std::string> warnings = ctx.sync_train_config(yaml, source);
-          respond(http::json_response(Json{{"success", true}, {"warnings", warnings}}));
+          Json body = parse_json_body(req, limit);
+          std::string yaml = get_string(body, "yaml_as_string", "sync_train_config body");
+          std::string source = sync_source(body);
+          ctx.pool.post([&ctx, yaml = std::move(yaml), source = std::move(source), respond] {
+            answer_errors(respond, [&] {
+              std::vector<std::string> warnings = ctx.sync_train_config(yaml, source);
+              respond(http::json_response(Json{{"success", true}, {"warnings", warnings}}));
+            });
+          });
         });
-      });
-    });
-  }, admin_only(ctx, "sync_train_config", body_limit(limit, "ajet-swarm start --max-json-mb")));
+      },
+      admin_only(ctx, "sync_train_config", body_limit(limit, "ajet-swarm start --max-json-mb")));
 
-  out.add("sync_train_code", [&ctx](Request req, Respond respond) {
-    if (!check_admin(ctx, req, respond, "sync_train_code")) return;
-    auto body = std::make_shared<std::string>(std::move(req.body));
-    ctx.pool.post([&ctx, body, respond] {
-      answer_errors(respond, [&] {
-        engine_control::UnpackedTree tree = ctx.sync_train_code(*body);
-        respond(http::json_response(
-            Json{{"success", true},
-                 {"message", fmt::format("{} files unpacked into {}; the next start_engine builds the ajet-engine "
-                                         "target of this tree and runs it",
-                                         tree.files, tree.root.string())},
-                 {"temp_ajet_code_path", tree.root.string()},
-                 {"files", tree.files},
-                 {"bytes", tree.bytes}}));
-      });
-    });
-  }, admin_only(ctx, "sync_train_code", body_limit(ctx.options.max_body_bytes, "ajet-swarm start --max-body-mb")));
+  out.add(
+      "sync_train_code",
+      [&ctx](Request req, Respond respond) {
+        if (!check_admin(ctx, req, respond, "sync_train_code")) return;
+        auto body = std::make_shared<std::string>(std::move(req.body));
+        ctx.pool.post([&ctx, body, respond] {
+          answer_errors(respond, [&] {
+            engine_control::UnpackedTree tree = ctx.sync_train_code(*body);
+            respond(http::json_response(
+                Json{{"success", true},
+                     {"message",
+                      fmt::format(
+                          "{} files unpacked into {}; the next start_engine builds the ajet-engine "
+                          "target of this tree and runs it",
+                          tree.files, tree.root.string())},
+                     {"temp_ajet_code_path", tree.root.string()},
+                     {"files", tree.files},
+                     {"bytes", tree.bytes}}));
+          });
+        });
+      },
+      admin_only(ctx, "sync_train_code",
+                 body_limit(ctx.options.max_body_bytes, "ajet-swarm start --max-body-mb")));
 
-  out.add("start_engine", [&ctx, limit](Request req, Respond respond) {
-    if (!check_admin(ctx, req, respond, "start_engine")) return;
-    answer_errors(respond, [&] {
-      Json body = parse_json_body(req, limit);
-      if (body.contains("from_checkpoint") && !body["from_checkpoint"].is_boolean()) {
-        invalid_argument("start_engine: 'from_checkpoint' must be true or false");
-      }
-      const bool from_checkpoint = body.value("from_checkpoint", false);
-      ctx.pool.post([&ctx, respond, from_checkpoint] {
+  out.add(
+      "start_engine",
+      [&ctx, limit](Request req, Respond respond) {
+        if (!check_admin(ctx, req, respond, "start_engine")) return;
         answer_errors(respond, [&] {
-          int64_t pid = ctx.start_engine(from_checkpoint ? "start_engine from_checkpoint" : "start_engine",
-                                         from_checkpoint);
-          Json body = {{"success", true}, {"engine_run", ctx.train().engine_run}};
-          if (pid > 0) body["pid"] = pid;
-          respond(http::json_response(body));
+          Json body = parse_json_body(req, limit);
+          if (body.contains("from_checkpoint") && !body["from_checkpoint"].is_boolean()) {
+            invalid_argument("start_engine: 'from_checkpoint' must be true or false");
+          }
+          const bool from_checkpoint = body.value("from_checkpoint", false);
+          ctx.pool.post([&ctx, respond, from_checkpoint] {
+            answer_errors(respond, [&] {
+              int64_t pid = ctx.start_engine(
+                  from_checkpoint ? "start_engine from_checkpoint" : "start_engine",
+                  from_checkpoint);
+              Json body = {{"success", true}, {"engine_run", ctx.train().engine_run}};
+              if (pid > 0) body["pid"] = pid;
+              respond(http::json_response(body));
+            });
+          });
         });
-      });
-    });
-  }, admin_only(ctx, "start_engine", command_body(ctx)));
+      },
+      admin_only(ctx, "start_engine", command_body(ctx)));
 
-  out.add("stop_engine", [&ctx, limit](Request req, Respond respond) {
-    if (!check_admin(ctx, req, respond, "stop_engine")) return;
-    answer_errors(respond, [&] {
-      const std::string engine_run = engine_run_field(parse_json_body(req, limit), "stop_engine body");
-      ctx.pool.post([&ctx, respond, engine_run] {
+  out.add(
+      "stop_engine",
+      [&ctx, limit](Request req, Respond respond) {
+        if (!check_admin(ctx, req, respond, "stop_engine")) return;
         answer_errors(respond, [&] {
-          ctx.stop_engine("stop_engine", engine_run);
-          respond(http::json_response(Json{{"success", true}}));
+          const std::string engine_run =
+              engine_run_field(parse_json_body(req, limit), "stop_engine body");
+          ctx.pool.post([&ctx, respond, engine_run] {
+            answer_errors(respond, [&] {
+              ctx.stop_engine("stop_engine", engine_run);
+              respond(http::json_response(Json{{"success", true}}));
+            });
+          });
         });
-      });
-    });
-  }, admin_only(ctx, "stop_engine", command_body(ctx)));
+      },
+      admin_only(ctx, "stop_engine", command_body(ctx)));
 }
 
 }  // namespace ajet::swarm

@@ -1,10 +1,9 @@
 // The OpenAI-compatible API (docs/protocol.md "OpenAI-compatible API"): /v1/chat/completions,
-// /v1/completions, /v1/models, /v1/responses (openai/openai_responses.h) and Anthropic's /v1/messages
-// (openai/anthropic_messages.h), with the episode
-// key as the Bearer token (or x-api-key). On the prompt pool (never an
-// I/O thread): verify the key (HMAC), parse and validate the body, render the prompt token-in/token-out
-// through the episode's tracker, then hand the engine request to an LlmCall (openai/openai_call.h), which
-// answers when tokens arrive.
+// /v1/completions, /v1/models, /v1/responses (openai/openai_responses.h) and Anthropic's
+// /v1/messages (openai/anthropic_messages.h), with the episode key as the Bearer token (or
+// x-api-key). On the prompt pool (never an I/O thread): verify the key (HMAC), parse and validate
+// the body, render the prompt token-in/token-out through the episode's tracker, then hand the
+// engine request to an LlmCall (openai/openai_call.h), which answers when tokens arrive.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -35,10 +34,12 @@ using http::Request;
 using http::Respond;
 
 // The text the generation prompt adds after the assistant header (e.g. Qwen3's empty think block).
-std::string generation_tail(const episodes::ModelContext& model, const tracking::RenderedPrompt& prompt) {
+std::string generation_tail(const episodes::ModelContext& model,
+                            const tracking::RenderedPrompt& prompt) {
   std::span<const text::TokenId> ids(prompt.ids);
   std::string text = model.tokenizer->decode(ids.subspan(size_t(prompt.generation_prompt_begin)));
-  if (text.rfind(model.format->assistant_header, 0) == 0) text.erase(0, model.format->assistant_header.size());
+  if (text.rfind(model.format->assistant_header, 0) == 0)
+    text.erase(0, model.format->assistant_header.size());
   return text;
 }
 
@@ -52,7 +53,8 @@ std::string_view route_name(openai::CallSetup::Kind kind) {
   return "POST /v1";
 }
 
-void serve_generation(ServerContext& ctx, Request req, Respond respond, openai::CallSetup::Kind kind, openai::Heartbeats& heartbeats) {
+void serve_generation(ServerContext& ctx, Request req, Respond respond,
+                      openai::CallSetup::Kind kind, openai::Heartbeats& heartbeats) {
   openai::CallSetup setup;
   setup.kind = kind;
   setup.started = std::chrono::steady_clock::now();
@@ -66,7 +68,8 @@ void serve_generation(ServerContext& ctx, Request req, Respond respond, openai::
   if (!key) key = req.headers.get("Authorization");
   episodes::EpisodeKeyClaims claims = ctx.registry.signer().verify(key.value_or(""));
   text::OrderedJson body = parse_ordered_json_body(req, ctx.options.max_json_body_bytes);
-  openai::FieldNames names;  // errors name the fields the client sent, not the chat fields they became
+  openai::FieldNames
+      names;  // errors name the fields the client sent, not the chat fields they became
   openai::ConversionNotes notes;
   if (messages) {
     body = openai::anthropic_to_chat_body(body, &notes);
@@ -80,12 +83,15 @@ void serve_generation(ServerContext& ctx, Request req, Respond respond, openai::
   // The episode stores the chat body a Messages or Responses call became: every view of the episode
   // (GET /episodes/{uuid}, ajet episode show, /ui/) reads its conversation from the stored request.
   std::string stored_body;
-  if (messages || responses) stored_body = body.dump(-1, ' ', false, text::OrderedJson::error_handler_t::replace);
-  setup.params = chat ? openai::parse_chat_params(body, names) : openai::parse_completion_params(body);
+  if (messages || responses)
+    stored_body = body.dump(-1, ' ', false, text::OrderedJson::error_handler_t::replace);
+  setup.params =
+      chat ? openai::parse_chat_params(body, names) : openai::parse_completion_params(body);
   openai::CompletionPrompt completion;
   if (chat) {
     setup.request = text::parse_chat_request(body);
-    if (kind == openai::CallSetup::Kind::kChat) openai::check_tool_results(setup.request);  // the adapters check their own
+    if (kind == openai::CallSetup::Kind::kChat)
+      openai::check_tool_results(setup.request);  // the adapters check their own
   } else {
     completion = openai::parse_completion_prompt(body);
   }
@@ -95,13 +101,15 @@ void serve_generation(ServerContext& ctx, Request req, Respond respond, openai::
   std::vector<episodes::LlmCallTicket> tickets;
   try {
     tickets = ctx.registry.begin_llm_calls(
-        claims.episode_uuid, episodes::CallReservation{setup.params.n, int64_t(req.body.size()), ctx.options.max_episode_calls,
-                                             int64_t(ctx.options.max_episode_bytes)});
+        claims.episode_uuid, episodes::CallReservation{setup.params.n, int64_t(req.body.size()),
+                                                       ctx.options.max_episode_calls,
+                                                       int64_t(ctx.options.max_episode_bytes)});
   } catch (const Error& e) {
     if (e.code() != ErrorCode::kUnavailable) throw;
     const int retry_after = episodes::retry_after_seconds(ctx.registry.engine_status());
     log_refused_call(route_name(kind), 503, e.what());
-    respond(messages ? openai::anthropic_error(503, e.what(), retry_after) : openai::unavailable_response(e.what(), retry_after));
+    respond(messages ? openai::anthropic_error(503, e.what(), retry_after)
+                     : openai::unavailable_response(e.what(), retry_after));
     return;
   }
   const episodes::LlmCallTicket first = tickets.front();
@@ -113,12 +121,14 @@ void serve_generation(ServerContext& ctx, Request req, Respond respond, openai::
   std::optional<std::string_view> header_agent = req.headers.get("X-Agent-Name");
   std::optional<std::string_view> model_field;
   if (!setup.params.model.empty()) model_field = setup.params.model;
-  setup.agent_name = episodes::resolve_agent_name(claims, header_agent, model_field, model->agent_names);
+  setup.agent_name =
+      episodes::resolve_agent_name(claims, header_agent, model_field, model->agent_names);
 
   episodes::TrackedEpisode tracked = ctx.trackers.get_or_create(claims.episode_uuid, model);
   // An end or abort between begin_llm_call and here ran the close hook (which drops the episode's
-  // tracker) before this tracker existed: drop it again, or it would stay until the next engine start.
-  // The call goes on with its own reference and is not recorded (record_llm_call refuses it).
+  // tracker) before this tracker existed: drop it again, or it would stay until the next engine
+  // start. The call goes on with its own reference and is not recorded (record_llm_call refuses
+  // it).
   if (!ctx.registry.is_live(claims.episode_uuid)) ctx.trackers.drop(claims.episode_uuid);
   setup.tracker = tracked.tracker;
   if (chat) {
@@ -126,55 +136,68 @@ void serve_generation(ServerContext& ctx, Request req, Respond respond, openai::
     options.enable_thinking = setup.params.enable_thinking;
     setup.prompt = tracked.tracker->render(setup.agent_name, setup.request, options);
     setup.generation_prompt_tail = generation_tail(*model, setup.prompt);
-    setup.parse_tools = !setup.request.tools.empty() && setup.params.tool_choice != openai::ToolChoice::kNone;
+    setup.parse_tools =
+        !setup.request.tools.empty() && setup.params.tool_choice != openai::ToolChoice::kNone;
   } else {
-    setup.prompt.ids = completion.text ? model->tokenizer->encode(*completion.text) : completion.ids;
+    setup.prompt.ids =
+        completion.text ? model->tokenizer->encode(*completion.text) : completion.ids;
     for (size_t i = 0; i < setup.prompt.ids.size(); ++i) {
       if (!model->tokenizer->valid_id(setup.prompt.ids[i])) {
-        invalid_argument(fmt::format("request body: field 'prompt[{}]' = {} is not a token id of this model",
-                                     i, setup.prompt.ids[i]));
+        invalid_argument(
+            fmt::format("request body: field 'prompt[{}]' = {} is not a token id of this model", i,
+                        setup.prompt.ids[i]));
       }
     }
     setup.prompt.generation_prompt_begin = int32_t(setup.prompt.ids.size());
   }
 
   const bool train = first.episode_type == "train";
-  setup.generate = openai::resolve_generation(setup.params, model->sampling, train, setup.prompt.ids.size());
+  setup.generate =
+      openai::resolve_generation(setup.params, model->sampling, train, setup.prompt.ids.size());
   setup.generate.prompt = setup.prompt.ids;
   setup.generate.stop_token_ids = chat ? model->chat_stop_ids : model->completion_stop_ids;
   openai::check_token_entries(setup.params, setup.generate, ctx.options.max_request_token_entries);
   setup.generate.tag = fmt::format("{}#{}", claims.episode_uuid, first.call_index);
   setup.tickets = std::move(tickets);
-  setup.length_is_clients = setup.params.max_tokens ? setup.generate.max_tokens == *setup.params.max_tokens
-                                                    : kind == openai::CallSetup::Kind::kChat || kind == openai::CallSetup::Kind::kCompletion;
+  setup.length_is_clients =
+      setup.params.max_tokens
+          ? setup.generate.max_tokens == *setup.params.max_tokens
+          : kind == openai::CallSetup::Kind::kChat || kind == openai::CallSetup::Kind::kCompletion;
 
   setup.request_body = std::move(req.body);
   setup.stored_request_body = std::move(stored_body);
   setup.client_cancel = req.cancel;  // a hang-up aborts the engine request
   setup.stream_backlog_bytes = ctx.options.max_stream_backlog_bytes;
-  setup.meta.id = openai::new_response_id(messages ? "msg_" : responses ? "resp_" : chat ? "chatcmpl-" : "cmpl-");
+  setup.meta.id = openai::new_response_id(messages    ? "msg_"
+                                          : responses ? "resp_"
+                                          : chat      ? "chatcmpl-"
+                                                      : "cmpl-");
   setup.meta.created = int64_t(setup.started_at);
   setup.meta.model = setup.params.model.empty() ? model->served_name : setup.params.model;
 
   const bool heartbeat = messages && setup.params.stream;
-  auto call = std::make_shared<openai::LlmCall>(std::move(setup), openai::CallServices{ctx.registry, ctx.latest, &ctx.call_metrics}, respond);
+  auto call = std::make_shared<openai::LlmCall>(
+      std::move(setup), openai::CallServices{ctx.registry, ctx.latest, &ctx.call_metrics}, respond);
   if (heartbeat) heartbeats.add(call);
   call->start(ctx.supervisor.client());
 }
 
 http::Response prompt_queue_full(size_t max_queued, bool anthropic) {
   const std::string message = fmt::format(
-      "the front has {} requests waiting for the prompt pool, as many as it queues (ajet-swarm start "
+      "the front has {} requests waiting for the prompt pool, as many as it queues (ajet-swarm "
+      "start "
       "--max-queued-prompts); retry shortly",
       max_queued);
-  http::Response r = anthropic ? openai::anthropic_error(503, message) : openai::openai_error(503, message, "prompt_queue_full");
+  http::Response r = anthropic ? openai::anthropic_error(503, message)
+                               : openai::openai_error(503, message, "prompt_queue_full");
   http::set_retry_after(r, std::chrono::seconds(1));
   return r;
 }
 
 // A refusal before the call starts: answered in the endpoint's envelope (Anthropic's SDKs read
 // Anthropic's) and logged, rate-limited, since the operator sees nothing of it otherwise.
-void generation_route(ServerContext& ctx, Request req, Respond respond, openai::CallSetup::Kind kind, openai::Heartbeats& heartbeats) {
+void generation_route(ServerContext& ctx, Request req, Respond respond,
+                      openai::CallSetup::Kind kind, openai::Heartbeats& heartbeats) {
   const bool anthropic = kind == openai::CallSetup::Kind::kMessages;
   auto refuse = [&](http::Response r, std::string_view message) {
     log_refused_call(route_name(kind), r.status, message);
@@ -187,7 +210,9 @@ void generation_route(ServerContext& ctx, Request req, Respond respond, openai::
   } catch (const std::exception& e) {
     log().error("route: {}", e.what());
     const std::string message = std::string("internal error: ") + e.what();
-    refuse(anthropic ? openai::anthropic_error(500, message) : openai::openai_error(500, message, "internal"), message);
+    refuse(anthropic ? openai::anthropic_error(500, message)
+                     : openai::openai_error(500, message, "internal"),
+           message);
   }
 }
 
@@ -198,18 +223,21 @@ void count_tokens_route(ServerContext& ctx, const Request& req, const Respond& r
     std::optional<std::string_view> key = req.headers.get("x-api-key");
     if (!key) key = req.headers.get("Authorization");
     ctx.registry.signer().verify(key.value_or(""));
-    const text::OrderedJson body =
-        openai::anthropic_to_chat_body(parse_ordered_json_body(req, ctx.options.max_json_body_bytes), nullptr, true);
-    const openai::OpenAiParams params = openai::parse_chat_params(body, openai::anthropic_field_names());
+    const text::OrderedJson body = openai::anthropic_to_chat_body(
+        parse_ordered_json_body(req, ctx.options.max_json_body_bytes), nullptr, true);
+    const openai::OpenAiParams params =
+        openai::parse_chat_params(body, openai::anthropic_field_names());
     const text::ChatRequest request = text::parse_chat_request(body);
     std::shared_ptr<const episodes::ModelContext> model = ctx.model();
     if (!model) fail(ErrorCode::kUnavailable, "no model is loaded (start_engine first)");
     tracking::PromptOptions options = model->prompt_options;
     options.enable_thinking = params.enable_thinking;
-    const tracking::RenderedPrompt prompt = tracking::render_prompt(*model->format, request, options, nullptr);
+    const tracking::RenderedPrompt prompt =
+        tracking::render_prompt(*model->format, request, options, nullptr);
     respond(http::json_response(Json{{"input_tokens", int64_t(prompt.ids.size())}}));
   } catch (const Error& e) {
-    log_refused_call("POST /v1/messages/count_tokens", episodes::http_status_for(e.code()), e.what());
+    log_refused_call("POST /v1/messages/count_tokens", episodes::http_status_for(e.code()),
+                     e.what());
     respond(openai::anthropic_error_for(e));
   } catch (const std::exception& e) {
     log().error("route: {}", e.what());
@@ -220,11 +248,12 @@ void count_tokens_route(ServerContext& ctx, const Request& req, const Respond& r
 }  // namespace
 
 void add_openai_handlers(RouteHandlers& out, ServerContext& ctx) {
-  // Parsing a body, rendering its chat template and tokenizing the prompt take time in proportion to
-  // the prompt (seconds for megabytes), so they run on this pool and never on an HTTP I/O thread:
-  // /health and the command API stay responsive under large prompts. The routes own it; the server
-  // destroys them (and so joins it) before anything a queued call uses.
-  auto prompts = std::make_shared<WorkPool>(std::max(2u, std::thread::hardware_concurrency()), "prompt pool");
+  // Parsing a body, rendering its chat template and tokenizing the prompt take time in proportion
+  // to the prompt (seconds for megabytes), so they run on this pool and never on an HTTP I/O
+  // thread: /health and the command API stay responsive under large prompts. The routes own it; the
+  // server destroys them (and so joins it) before anything a queued call uses.
+  auto prompts =
+      std::make_shared<WorkPool>(std::max(2u, std::thread::hardware_concurrency()), "prompt pool");
   // Streamed Messages calls show a sign of life every 5 s while nothing is generated.
   auto heartbeats = std::make_shared<openai::Heartbeats>(std::chrono::seconds(5));
   // Requests waiting for the pool (their key was checked from the header): at most
@@ -235,46 +264,59 @@ void add_openai_handlers(RouteHandlers& out, ServerContext& ctx) {
                             std::pair{"messages", openai::CallSetup::Kind::kMessages},
                             std::pair{"responses", openai::CallSetup::Kind::kResponses}}) {
     const bool anthropic = kind == openai::CallSetup::Kind::kMessages;
-    out.add(name, [&ctx, prompts, heartbeats, waiting, kind = kind, anthropic](Request req, Respond respond) {
-      if (waiting->fetch_add(1) >= ctx.options.max_queued_prompts) {
-        waiting->fetch_sub(1);
-        http::Response full = prompt_queue_full(ctx.options.max_queued_prompts, anthropic);
-        log_refused_call(route_name(kind), full.status, "the prompt pool's queue is full (--max-queued-prompts)");
-        respond(std::move(full));
-        return;
-      }
-      prompts->post([&ctx, heartbeats, waiting, kind, req = std::move(req), respond = std::move(respond)]() mutable {
-        waiting->fetch_sub(1);
-        if (req.cancel && req.cancel->cancelled()) return;  // the client hung up while it waited
-        generation_route(ctx, std::move(req), std::move(respond), kind, *heartbeats);
-      });
-    }, episode_key_only(ctx, anthropic, std::string(route_name(kind))));
+    out.add(
+        name,
+        [&ctx, prompts, heartbeats, waiting, kind = kind, anthropic](Request req, Respond respond) {
+          if (waiting->fetch_add(1) >= ctx.options.max_queued_prompts) {
+            waiting->fetch_sub(1);
+            http::Response full = prompt_queue_full(ctx.options.max_queued_prompts, anthropic);
+            log_refused_call(route_name(kind), full.status,
+                             "the prompt pool's queue is full (--max-queued-prompts)");
+            respond(std::move(full));
+            return;
+          }
+          prompts->post([&ctx, heartbeats, waiting, kind, req = std::move(req),
+                         respond = std::move(respond)]() mutable {
+            waiting->fetch_sub(1);
+            if (req.cancel && req.cancel->cancelled())
+              return;  // the client hung up while it waited
+            generation_route(ctx, std::move(req), std::move(respond), kind, *heartbeats);
+          });
+        },
+        episode_key_only(ctx, anthropic, std::string(route_name(kind))));
   }
-  out.add("count_tokens", [&ctx, prompts, waiting](Request req, Respond respond) {
-    if (waiting->fetch_add(1) >= ctx.options.max_queued_prompts) {
-      waiting->fetch_sub(1);
-      respond(prompt_queue_full(ctx.options.max_queued_prompts, true));
-      return;
-    }
-    prompts->post([&ctx, waiting, req = std::move(req), respond = std::move(respond)]() mutable {
-      waiting->fetch_sub(1);
-      if (req.cancel && req.cancel->cancelled()) return;
-      count_tokens_route(ctx, req, respond);
-    });
-  }, episode_key_only(ctx, true, "POST /v1/messages/count_tokens"));
-  out.add("models", [&ctx](Request req, Respond respond) {
-    answer_errors(respond, [&] {
-      ctx.registry.signer().verify(req.headers.get("Authorization").value_or(""));
-      Json data = Json::array();
-      if (std::shared_ptr<const episodes::ModelContext> model = ctx.model()) {
-        data.push_back({{"id", model->served_name},
-                        {"object", "model"},
-                        {"created", int64_t(episodes::system_clock_seconds())},
-                        {"owned_by", "agentjet"}});
-      }
-      respond(http::json_response(Json{{"object", "list"}, {"data", std::move(data)}}));
-    });
-  }, episode_key_only(ctx, false, "GET /v1/models"));
+  out.add(
+      "count_tokens",
+      [&ctx, prompts, waiting](Request req, Respond respond) {
+        if (waiting->fetch_add(1) >= ctx.options.max_queued_prompts) {
+          waiting->fetch_sub(1);
+          respond(prompt_queue_full(ctx.options.max_queued_prompts, true));
+          return;
+        }
+        prompts->post(
+            [&ctx, waiting, req = std::move(req), respond = std::move(respond)]() mutable {
+              waiting->fetch_sub(1);
+              if (req.cancel && req.cancel->cancelled()) return;
+              count_tokens_route(ctx, req, respond);
+            });
+      },
+      episode_key_only(ctx, true, "POST /v1/messages/count_tokens"));
+  out.add(
+      "models",
+      [&ctx](Request req, Respond respond) {
+        answer_errors(respond, [&] {
+          ctx.registry.signer().verify(req.headers.get("Authorization").value_or(""));
+          Json data = Json::array();
+          if (std::shared_ptr<const episodes::ModelContext> model = ctx.model()) {
+            data.push_back({{"id", model->served_name},
+                            {"object", "model"},
+                            {"created", int64_t(episodes::system_clock_seconds())},
+                            {"owned_by", "agentjet"}});
+          }
+          respond(http::json_response(Json{{"object", "list"}, {"data", std::move(data)}}));
+        });
+      },
+      episode_key_only(ctx, false, "GET /v1/models"));
 }
 
 }  // namespace ajet::swarm

@@ -1,6 +1,6 @@
-// GET /metrics and GET /version (routes_prometheus.h). A scrape reads the front's figures on the I/O
-// thread (each behind one short lock, like every command route), then, when an engine is connected,
-// asks it for its `status` on the scrape thread and answers from there.
+// GET /metrics and GET /version (routes_prometheus.h). A scrape reads the front's figures on the
+// I/O thread (each behind one short lock, like every command route), then, when an engine is
+// connected, asks it for its `status` on the scrape thread and answers from there.
 #include "swarm/routes_prometheus.h"
 
 #include <memory>
@@ -25,7 +25,8 @@ namespace ajet::swarm {
 namespace {
 
 // The engine's `status` reply body, or nullopt when it failed or took longer than `timeout`.
-std::optional<Json> engine_status_reply(const std::shared_ptr<rpc::Client>& engine, std::chrono::milliseconds timeout) {
+std::optional<Json> engine_status_reply(const std::shared_ptr<rpc::Client>& engine,
+                                        std::chrono::milliseconds timeout) {
   try {
     rpc::Client::CallResult r = engine->call(rpc::make_status_request(), timeout);
     if (r.done.body.is_object()) return std::move(r.done.body);
@@ -44,34 +45,37 @@ http::Response exposition(prometheus::TextBuilder& out) {
 void add_prometheus_handlers(RouteHandlers& out, http::Router& router, ServerContext& ctx,
                              const http::HttpServer& server) {
   auto http_metrics = std::make_shared<HttpMetrics>();
-  router.observe([http_metrics](const http::RouteOutcome& outcome) { http_metrics->record(outcome); });
+  router.observe(
+      [http_metrics](const http::RouteOutcome& outcome) { http_metrics->record(outcome); });
   // One thread: concurrent scrapes queue behind each other, so a hung engine costs each at most
   // kEngineStatusTimeout and never more than one waiting status call at a time.
   auto scrapes = std::make_shared<WorkPool>(1, "metrics scrape");
 
-  out.add("prometheus_metrics", [&ctx, &server, http_metrics, scrapes](http::Request, http::Respond respond) {
-    prometheus::TextBuilder out;
-    write_process_figures(out);
-    write_build_info(out);
-    http_metrics->write(out, server.stats());
-    FrontFigures front;
-    front.registry = ctx.registry.figures();
-    front.calls = ctx.call_metrics.snapshot();
-    front.work_pool_queued = ctx.pool.queued();
-    front.store_queued_writes = ctx.store.queued_writes();
-    write_front_figures(out, front);
-    std::shared_ptr<rpc::Client> engine = ctx.supervisor.client();
-    if (!engine) {
-      write_engine_figures(out, std::nullopt);
-      respond(exposition(out));
-      return;
-    }
-    // The task holds nothing of the front but the engine's client: it may run after the server stopped.
-    scrapes->post([out = std::move(out), engine, respond]() mutable {
-      write_engine_figures(out, engine_status_reply(engine, kEngineStatusTimeout));
-      respond(exposition(out));
-    });
-  });
+  out.add("prometheus_metrics",
+          [&ctx, &server, http_metrics, scrapes](http::Request, http::Respond respond) {
+            prometheus::TextBuilder out;
+            write_process_figures(out);
+            write_build_info(out);
+            http_metrics->write(out, server.stats());
+            FrontFigures front;
+            front.registry = ctx.registry.figures();
+            front.calls = ctx.call_metrics.snapshot();
+            front.work_pool_queued = ctx.pool.queued();
+            front.store_queued_writes = ctx.store.queued_writes();
+            write_front_figures(out, front);
+            std::shared_ptr<rpc::Client> engine = ctx.supervisor.client();
+            if (!engine) {
+              write_engine_figures(out, std::nullopt);
+              respond(exposition(out));
+              return;
+            }
+            // The task holds nothing of the front but the engine's client: it may run after the
+            // server stopped.
+            scrapes->post([out = std::move(out), engine, respond]() mutable {
+              write_engine_figures(out, engine_status_reply(engine, kEngineStatusTimeout));
+              respond(exposition(out));
+            });
+          });
 
   out.add("version", [](http::Request, http::Respond respond) {
     const BuildInfo& b = build_info();

@@ -16,7 +16,8 @@ http::Response asset_response(const web::Asset& asset) {
   r.headers.set("X-Content-Type-Options", "nosniff");
   // Only this origin's scripts and data; inline style attributes carry the token colours.
   r.headers.set("Content-Security-Policy",
-                "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+                "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src "
+                "'self' data:; "
                 "connect-src 'self'; frame-ancestors 'none'");
   return r;
 }
@@ -24,8 +25,10 @@ http::Response asset_response(const web::Asset& asset) {
 void serve_asset(std::string_view name, const http::Respond& respond) {
   const web::Asset* asset = web::find_asset(name);
   if (asset == nullptr) {
-    respond(openai::openai_error(404, "No page /ui/" + std::string(name) + " (the pages are /ui/, /ui/ui.js, /ui/style.css).",
-                         "not_found"));
+    respond(openai::openai_error(
+        404,
+        "No page /ui/" + std::string(name) + " (the pages are /ui/, /ui/ui.js, /ui/style.css).",
+        "not_found"));
     return;
   }
   respond(asset_response(*asset));
@@ -40,7 +43,8 @@ void add_ui_handlers(RouteHandlers& out) {
     r.headers.set("Location", "/ui/");
     respond(std::move(r));
   });
-  out.add("ui_index", [](http::Request, http::Respond respond) { serve_asset("index.html", respond); });
+  out.add("ui_index",
+          [](http::Request, http::Respond respond) { serve_asset("index.html", respond); });
   out.add("ui_asset", [](http::Request req, http::Respond respond) {
     serve_asset(req.path_params.at("file"), respond);
   });

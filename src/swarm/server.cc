@@ -36,20 +36,22 @@ fs::path sibling_engine_binary() {
   return self.parent_path() / "ajet-engine";
 }
 
-
 std::string describe_earlier_run(const store::RecoveredState& r) {
-  const bool has_run = !r.train_config_yaml.empty() || r.global_step > 0 || !r.pending_finished.empty() ||
-                       !r.claimed.empty();
+  const bool has_run = !r.train_config_yaml.empty() || r.global_step > 0 ||
+                       !r.pending_finished.empty() || !r.claimed.empty();
   if (!has_run) return "";
-  std::string out = fmt::format("global step {}, engine was {}, {} finished episodes waiting for a batch, {} claimed "
-                                "episodes",
-                                r.global_step, r.engine_status.empty() ? "ENGINE.OFFLINE" : r.engine_status,
-                                r.pending_finished.size(), r.claimed.size());
+  std::string out = fmt::format(
+      "global step {}, engine was {}, {} finished episodes waiting for a batch, {} claimed "
+      "episodes",
+      r.global_step, r.engine_status.empty() ? "ENGINE.OFFLINE" : r.engine_status,
+      r.pending_finished.size(), r.claimed.size());
   if (!r.train_config_yaml.empty()) {
     try {
-      config::Config c =
-          config::parse_config(r.train_config_yaml, "stored train config", config::ConfigUse::kSwarmServer).config;
-      out += fmt::format(", config: experiment {}, backbone {}, model {}", c.experiment_name, c.backbone, c.model.path);
+      config::Config c = config::parse_config(r.train_config_yaml, "stored train config",
+                                              config::ConfigUse::kSwarmServer)
+                             .config;
+      out += fmt::format(", config: experiment {}, backbone {}, model {}", c.experiment_name,
+                         c.backbone, c.model.path);
     } catch (const std::exception&) {
       out += ", config: (does not load any more)";
     }
@@ -59,11 +61,13 @@ std::string describe_earlier_run(const store::RecoveredState& r) {
 
 namespace {
 
-// Renames the store file and its WAL side files to `<store>.before-<stamp>[-N]…`; returns the new name.
+// Renames the store file and its WAL side files to `<store>.before-<stamp>[-N]…`; returns the new
+// name.
 fs::path move_store_aside(const fs::path& store_path) {
   const std::string stamp = local_time_text("%Y%m%d-%H%M%S");
   fs::path target = store_path.string() + ".before-" + stamp;
-  for (int n = 2; fs::exists(target); ++n) target = store_path.string() + ".before-" + stamp + "-" + std::to_string(n);
+  for (int n = 2; fs::exists(target); ++n)
+    target = store_path.string() + ".before-" + stamp + "-" + std::to_string(n);
   fs::rename(store_path, target);
   for (const char* side : {"-wal", "-shm"}) {
     const fs::path from = store_path.string() + side;
@@ -89,29 +93,34 @@ SwarmServer::SwarmServer(FrontOptions options) : options_(std::move(options)) {
 
   store_ = std::make_unique<store::Store>(options_.store_path);
   recovered_ = store_->recover();
-  // An earlier run in the store: resumed only when asked, so a new experiment never continues an old one.
+  // An earlier run in the store: resumed only when asked, so a new experiment never continues an
+  // old one.
   if (const std::string earlier = describe_earlier_run(recovered_); !earlier.empty()) {
     switch (options_.old_store) {
       case OldStoreRule::kRefuse:
-        invalid_argument(fmt::format("{} holds an earlier run ({}). Continue it with --resume (what a restart after a "
-                                     "crash wants), or start a new experiment with --fresh (the old store is moved "
-                                     "aside, nothing is deleted)",
-                                     options_.store_path.string(), earlier));
+        invalid_argument(fmt::format(
+            "{} holds an earlier run ({}). Continue it with --resume (what a restart after a "
+            "crash wants), or start a new experiment with --fresh (the old store is moved "
+            "aside, nothing is deleted)",
+            options_.store_path.string(), earlier));
       case OldStoreRule::kResume:
-        store_notes_.push_back("resuming the earlier run in " + options_.store_path.string() + ": " + earlier);
+        store_notes_.push_back("resuming the earlier run in " + options_.store_path.string() +
+                               ": " + earlier);
         break;
       case OldStoreRule::kFresh: {
         store_.reset();  // commits and closes, releases the lock
         const fs::path moved = move_store_aside(options_.store_path);
-        store_notes_.push_back(fmt::format("--fresh: the earlier run in {} ({}) was moved aside to {}",
-                                           options_.store_path.string(), earlier, moved.string()));
+        store_notes_.push_back(
+            fmt::format("--fresh: the earlier run in {} ({}) was moved aside to {}",
+                        options_.store_path.string(), earlier, moved.string()));
         store_ = std::make_unique<store::Store>(options_.store_path);
         recovered_ = store_->recover();
         break;
       }
     }
   } else if (options_.old_store == OldStoreRule::kResume) {
-    store_notes_.push_back("--resume: " + options_.store_path.string() + " holds no earlier run; starting empty");
+    store_notes_.push_back("--resume: " + options_.store_path.string() +
+                           " holds no earlier run; starting empty");
   }
   const std::string secret = store_->load_or_create_secret();
   recovered_.episode_key_secret = secret;
@@ -119,8 +128,9 @@ SwarmServer::SwarmServer(FrontOptions options) : options_(std::move(options)) {
   verbose_ = std::make_unique<episodes::VerboseLog>();
   latest_ = std::make_unique<openai::LatestCall>();
   trackers_ = std::make_unique<episodes::TrackerMap>();
-  registry_ = std::make_unique<episodes::Registry>(registry_options_for(options_, nullptr, ""), episodes::EpisodeKeySigner(secret),
-                                         store_.get());
+  registry_ =
+      std::make_unique<episodes::Registry>(registry_options_for(options_, nullptr, ""),
+                                           episodes::EpisodeKeySigner(secret), store_.get());
   pool_ = std::make_unique<WorkPool>(2, "swarm work pool");
   engine_control::SupervisorOptions sup;
   sup.default_engine = options_.engine_binary;
@@ -143,10 +153,11 @@ SwarmServer::SwarmServer(FrontOptions options) : options_(std::move(options)) {
   WorkPool* pool = pool_.get();
   registry_->set_hooks(episodes::RegistryHooks{
       [trackers](const episodes::EpisodeClosed& closed) { trackers->drop(closed.episode_uuid); },
-      [verbose](const std::string& tag, const std::string& message) { verbose->add(tag, message, false); },
-      [metrics](int64_t step, const std::vector<std::pair<std::string, double>>& values, double at) {
-        metrics->to_tensorboard(step, values, at);
+      [verbose](const std::string& tag, const std::string& message) {
+        verbose->add(tag, message, false);
       },
+      [metrics](int64_t step, const std::vector<std::pair<std::string, double>>& values,
+                double at) { metrics->to_tensorboard(step, values, at); },
       [pool](std::function<void()> task) { pool->post(std::move(task)); }});
 
   // The batch runner reads the synced state; the life-cycle operations write it.
@@ -161,12 +172,15 @@ SwarmServer::SwarmServer(FrontOptions options) : options_(std::move(options)) {
   link.settings = [synced] { return synced->settings(); };
   link.checkpoint_saved = [supervisor, store](const fs::path& dir) {
     supervisor->set_latest_checkpoint(dir);
-    store->put_state(store::kStateLatestCheckpoint, dir.string());  // a restarted front resumes the engine from it
+    store->put_state(store::kStateLatestCheckpoint,
+                     dir.string());  // a restarted front resumes the engine from it
   };
-  batches_ = std::make_unique<engine_control::BatchRunner>(*registry_, *store_, *verbose_, std::move(link));
+  batches_ = std::make_unique<engine_control::BatchRunner>(*registry_, *store_, *verbose_,
+                                                           std::move(link));
 
-  // The port is bound first (port 0: the kernel picks it), so the context is complete when built: its
-  // base URL names the bound port. Routes are added before start(), and only then can requests arrive.
+  // The port is bound first (port 0: the kernel picks it), so the context is complete when built:
+  // its base URL names the bound port. Routes are added before start(), and only then can requests
+  // arrive.
   auto router = std::make_shared<http::Router>();
   http::ServerOptions http_options;
   http_options.host = options_.host;
@@ -180,12 +194,17 @@ SwarmServer::SwarmServer(FrontOptions options) : options_(std::move(options)) {
   // before its body is read.
   http_ = std::make_unique<http::HttpServer>(
       http_options,
-      [router](http::Request request, http::Respond respond) { (*router)(std::move(request), std::move(respond)); },
+      [router](http::Request request, http::Respond respond) {
+        (*router)(std::move(request), std::move(respond));
+      },
       [router](const http::RequestHead& head) { return router->check_head(head); });
-  ctx_ = std::make_unique<ServerContext>(options_, url() + "/v1", *store_, *registry_, *verbose_, *pool_, *supervisor_,
-                                         *trackers_, *latest_, *synced_, *batches_);
-  router->set_defaults(command_body(*ctx_));  // routes that name no limit of their own carry no data
-  // Every route is a row of the route table (route_table.cc); its handler comes from its routes_*.cc.
+  ctx_ = std::make_unique<ServerContext>(options_, url() + "/v1", *store_, *registry_, *verbose_,
+                                         *pool_, *supervisor_, *trackers_, *latest_, *synced_,
+                                         *batches_);
+  router->set_defaults(
+      command_body(*ctx_));  // routes that name no limit of their own carry no data
+  // Every route is a row of the route table (route_table.cc); its handler comes from its
+  // routes_*.cc.
   RouteHandlers handlers;
   add_command_handlers(handlers, *ctx_);
   add_metrics_handlers(handlers, *ctx_, *metrics_);
@@ -194,8 +213,9 @@ SwarmServer::SwarmServer(FrontOptions options) : options_(std::move(options)) {
   add_ui_handlers(handlers);
   add_prometheus_handlers(handlers, *router, *ctx_, *http_);
   add_routes(*router, handlers);
-  // A participant's prepared episode outlived its prepare_timeout: its coordinator is asked what the
-  // group decided (docs/protocol.md "Episode groups across servers"), on the asker's own threads.
+  // A participant's prepared episode outlived its prepare_timeout: its coordinator is asked what
+  // the group decided (docs/protocol.md "Episode groups across servers"), on the asker's own
+  // threads.
   asker_ = std::make_unique<CoordinatorAsker>(
       CoordinatorAsker::Options{},
       [registry = registry_.get()](const std::string& uuid, const std::string& decision) {
@@ -215,7 +235,9 @@ SwarmServer::~SwarmServer() {
 
 uint16_t SwarmServer::port() const { return http_->port(); }
 
-std::string SwarmServer::url() const { return fmt::format("http://{}:{}", url_host(options_.host), port()); }
+std::string SwarmServer::url() const {
+  return fmt::format("http://{}:{}", url_host(options_.host), port());
+}
 
 void SwarmServer::handle_signals() { http_->handle_signals(); }
 
@@ -225,9 +247,11 @@ StartReport SwarmServer::start() {
   ctx_->resume(recovered_);
   if (!options_.conf.empty()) {
     if (registry_->engine_status() == episodes::EnginePhase::kOffline) {
-      report.config_warnings = ctx_->sync_train_config(read_file(options_.conf), options_.conf.string());
+      report.config_warnings =
+          ctx_->sync_train_config(read_file(options_.conf), options_.conf.string());
     } else {
-      const std::string note = "--conf " + options_.conf.string() + " ignored: the resumed engine runs the stored config";
+      const std::string note = "--conf " + options_.conf.string() +
+                               " ignored: the resumed engine runs the stored config";
       verbose_->add("swarm", note);
       report.notes.push_back(note);
     }
@@ -249,16 +273,17 @@ void SwarmServer::shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
   janitor_.reset();
-  asker_.reset();       // questions to coordinators in flight are abandoned, not waited for
+  asker_.reset();  // questions to coordinators in flight are abandoned, not waited for
   batches_.reset();
-  supervisor_->stop();  // the engine goes (in-flight calls get their error); the store keeps its status
-  pool_.reset();        // finishes queued work
+  supervisor_
+      ->stop();   // the engine goes (in-flight calls get their error); the store keeps its status
+  pool_.reset();  // finishes queued work
   store_->flush().get();  // end_episode answers waiting for a commit go out while the server exists
   metrics_->flush();      // and /log_metrics answers
-  http_.reset();        // stopped already (wait() returned); now nothing can answer any more
+  http_.reset();          // stopped already (wait() returned); now nothing can answer any more
   supervisor_.reset();
-  registry_.reset();    // waits for its pending store callbacks
-  metrics_.reset();     // writes the queued metrics (the registry's last batch numbers too)
+  registry_.reset();  // waits for its pending store callbacks
+  metrics_.reset();   // writes the queued metrics (the registry's last batch numbers too)
   store_->flush().get();
   store_.reset();
 }

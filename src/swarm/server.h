@@ -26,12 +26,12 @@ class Registry;
 class Janitor;
 class TrackerMap;
 class VerboseLog;
-}
+}  // namespace ajet::episodes
 
 namespace ajet::engine_control {
 class EngineSupervisor;
 class BatchRunner;
-}
+}  // namespace ajet::engine_control
 
 namespace ajet::openai {
 class LatestCall;
@@ -50,15 +50,17 @@ struct StartReport {
   std::vector<std::string> config_warnings;
 };
 
-// One line for a store's earlier run: "global step 3, engine was ENGINE.ROLLING, 2 finished episodes
-// waiting for a batch, 1 claimed episode, config: backbone torch, model /m"; "" for a store with no run.
+// One line for a store's earlier run: "global step 3, engine was ENGINE.ROLLING, 2 finished
+// episodes waiting for a batch, 1 claimed episode, config: backbone torch, model /m"; "" for a
+// store with no run.
 std::string describe_earlier_run(const store::RecoveredState& recovered);
 
 class SwarmServer {
  public:
   // Opens (or creates) the store and recovers it (applying options.old_store to an earlier run),
-  // builds every part, binds the port (port 0: an ephemeral one). Throws Error naming what failed (a
-  // store held by another front, a busy port …; kInvalidArgument for an earlier run under kRefuse).
+  // builds every part, binds the port (port 0: an ephemeral one). Throws Error naming what failed
+  // (a store held by another front, a busy port …; kInvalidArgument for an earlier run under
+  // kRefuse).
   explicit SwarmServer(FrontOptions options);
   ~SwarmServer();  // stop() and shut down in order
   SwarmServer(const SwarmServer&) = delete;

@@ -35,24 +35,29 @@ std::string timestamp_micro() {
   gmtime_r(&t, &tm);
   char stamp[32];
   std::strftime(stamp, sizeof stamp, "%Y%m%d_%H%M%S", &tm);
-  auto micros = std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count() % 1000000;
+  auto micros =
+      std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count() %
+      1000000;
   return fmt::format("{}_{:06d}", stamp, micros);
 }
 
-// A model path that is no directory on this machine fails only at start_engine; say so at sync time.
-// An "org/name" path is a Hugging Face hub id (upstream's default Qwen/Qwen2.5-7B-Instruct), which
-// this server cannot download.
+// A model path that is no directory on this machine fails only at start_engine; say so at sync
+// time. An "org/name" path is a Hugging Face hub id (upstream's default Qwen/Qwen2.5-7B-Instruct),
+// which this server cannot download.
 std::string model_path_note(const std::string& path) {
   std::error_code ec;
   if (path.empty() || fs::is_directory(path, ec)) return "";
-  const bool hub_id = path.find('/') != std::string::npos && path.front() != '/' && path.front() != '.' &&
-                      path.find('/') == path.rfind('/');
+  const bool hub_id = path.find('/') != std::string::npos && path.front() != '/' &&
+                      path.front() != '.' && path.find('/') == path.rfind('/');
   if (hub_id) {
-    return "ajet.model.path '" + path + "' looks like a Hugging Face hub id: this server loads a model only from a "
-           "local directory in Hugging Face layout (config.json, tokenizer.json, *.safetensors) and cannot download "
+    return "ajet.model.path '" + path +
+           "' looks like a Hugging Face hub id: this server loads a model only from a "
+           "local directory in Hugging Face layout (config.json, tokenizer.json, *.safetensors) "
+           "and cannot download "
            "one; copy the model to this machine and give its path before start_engine";
   }
-  return "ajet.model.path '" + path + "' is not a directory on this machine; start_engine will fail until it is";
+  return "ajet.model.path '" + path +
+         "' is not a directory on this machine; start_engine will fail until it is";
 }
 
 }  // namespace
@@ -89,9 +94,11 @@ void SyncedTrain::update(const std::function<void(TrainState&)>& change) {
   change(state_);
 }
 
-ServerContext::ServerContext(const FrontOptions& options_in, std::string base_url_in, store::Store& store_in,
-                             episodes::Registry& registry_in, episodes::VerboseLog& verbose_in, WorkPool& pool_in,
-                             engine_control::EngineSupervisor& supervisor_in, episodes::TrackerMap& trackers_in, openai::LatestCall& latest_in,
+ServerContext::ServerContext(const FrontOptions& options_in, std::string base_url_in,
+                             store::Store& store_in, episodes::Registry& registry_in,
+                             episodes::VerboseLog& verbose_in, WorkPool& pool_in,
+                             engine_control::EngineSupervisor& supervisor_in,
+                             episodes::TrackerMap& trackers_in, openai::LatestCall& latest_in,
                              SyncedTrain& synced_in, engine_control::BatchRunner& batches_in)
     : options(options_in),
       store(store_in),
@@ -105,8 +112,11 @@ ServerContext::ServerContext(const FrontOptions& options_in, std::string base_ur
       batches(batches_in),
       base_url(std::move(base_url_in)) {}
 
-episodes::RegistryOptions registry_options_for(const FrontOptions& front, const config::Config* config, std::string base_url) {
-  episodes::RegistryOptions o = config != nullptr ? episodes::RegistryOptions::from_config(*config, std::move(base_url)) : episodes::RegistryOptions{};
+episodes::RegistryOptions registry_options_for(const FrontOptions& front,
+                                               const config::Config* config, std::string base_url) {
+  episodes::RegistryOptions o =
+      config != nullptr ? episodes::RegistryOptions::from_config(*config, std::move(base_url))
+                        : episodes::RegistryOptions{};
   o.max_claims_per_client = front.max_claims_per_client;
   o.max_discard_episode_timeout = front.max_discard_episode_timeout_s;
   o.resolve_backoff_min = std::max(front.janitor_interval_s, 0.01);
@@ -119,7 +129,8 @@ bool ServerContext::admin_token_given(const http::RequestHead& request) const {
 }
 
 bool ServerContext::is_peer(const std::string& coordinator_url) const {
-  return std::find(options.peers.begin(), options.peers.end(), coordinator_url) != options.peers.end();
+  return std::find(options.peers.begin(), options.peers.end(), coordinator_url) !=
+         options.peers.end();
 }
 
 bool ServerContext::admin_ok(const http::RequestHead& request) const {
@@ -135,27 +146,36 @@ void ServerContext::require_offline(const char* what) const {
   episodes::EnginePhase status = registry.engine_status();
   if (status != episodes::EnginePhase::kOffline) {
     fail(ErrorCode::kFailedPrecondition,
-         fmt::format("{} is only allowed in ENGINE.OFFLINE (current status: [{}]). Call `stop_engine` first.", what,
-                     episodes::engine_phase_name(status)));
+         fmt::format("{} is only allowed in ENGINE.OFFLINE (current status: [{}]). Call "
+                     "`stop_engine` first.",
+                     what, episodes::engine_phase_name(status)));
   }
 }
 
-std::vector<std::string> ServerContext::sync_train_config(const std::string& yaml, const std::string& source) {
+std::vector<std::string> ServerContext::sync_train_config(const std::string& yaml,
+                                                          const std::string& source) {
   std::lock_guard<std::mutex> lifecycle(lifecycle_mu_);
   require_offline("sync_train_config");
-  config::LoadedConfig loaded = config::parse_config(
-      yaml, source.empty() ? "sync_train_config yaml_as_string" : source, config::ConfigUse::kSwarmServer);
-  if (std::string note = model_path_note(loaded.config.model.path); !note.empty()) loaded.warnings.push_back(note);
-  (void)episodes::RegistryOptions::from_config(loaded.config, base_url);  // backbone and batch trigger names
+  config::LoadedConfig loaded =
+      config::parse_config(yaml, source.empty() ? "sync_train_config yaml_as_string" : source,
+                           config::ConfigUse::kSwarmServer);
+  if (std::string note = model_path_note(loaded.config.model.path); !note.empty())
+    loaded.warnings.push_back(note);
+  (void)episodes::RegistryOptions::from_config(loaded.config,
+                                               base_url);  // backbone and batch trigger names
   store.put_state(store::kStateTrainConfigYaml, yaml).get();
   synced.update([&](TrainState& t) {
     t.yaml = yaml;
     t.config = loaded.config;
     t.warnings = loaded.warnings;
   });
-  verbose.add("swarm", fmt::format("train config synced: model {}, backbone {}, {}{}", loaded.config.model.path,
-                                   loaded.config.backbone, loaded.config.swarm_mode_sample_collection_method,
-                                   loaded.warnings.empty() ? "" : "; warnings: " + fmt::format("{}", fmt::join(loaded.warnings, "; "))));
+  verbose.add(
+      "swarm",
+      fmt::format("train config synced: model {}, backbone {}, {}{}", loaded.config.model.path,
+                  loaded.config.backbone, loaded.config.swarm_mode_sample_collection_method,
+                  loaded.warnings.empty()
+                      ? ""
+                      : "; warnings: " + fmt::format("{}", fmt::join(loaded.warnings, "; "))));
   return loaded.warnings;
 }
 
@@ -163,14 +183,18 @@ engine_control::UnpackedTree ServerContext::sync_train_code(std::string_view arc
   std::lock_guard<std::mutex> lifecycle(lifecycle_mu_);
   require_offline("sync_train_code");
   const fs::path dest = options.server_dir / "synced_code" / timestamp_micro();
-  engine_control::UnpackedTree tree = engine_control::unpack_source_zip(archive, dest, options.archive_limits);
+  engine_control::UnpackedTree tree =
+      engine_control::unpack_source_zip(archive, dest, options.archive_limits);
   store.put_state(kStateSyncedCodeRoot, tree.root.string()).get();
   synced.update([&](TrainState& t) {
     t.code_root = tree.root;
     t.code_build = dest / "build";
   });
-  verbose.add("swarm", fmt::format("synced code: {} files ({} bytes) unpacked into {}; the next start_engine builds it",
-                                   tree.files, tree.bytes, tree.root.string()));
+  verbose.add(
+      "swarm",
+      fmt::format(
+          "synced code: {} files ({} bytes) unpacked into {}; the next start_engine builds it",
+          tree.files, tree.bytes, tree.root.string()));
   return tree;
 }
 
@@ -179,21 +203,24 @@ int64_t ServerContext::start_engine(const std::string& reason, bool from_checkpo
   return start_engine_locked(reason, nullptr, from_checkpoint);
 }
 
-int64_t ServerContext::start_engine_locked(const std::string& reason, const store::RecoveredState* resumed,
+int64_t ServerContext::start_engine_locked(const std::string& reason,
+                                           const store::RecoveredState* resumed,
                                            bool from_checkpoint) {
   TrainState t = train();
   if (!t.config) {
-    fail(ErrorCode::kFailedPrecondition, "No train config has been synced: call sync_train_config first.");
+    fail(ErrorCode::kFailedPrecondition,
+         "No train config has been synced: call sync_train_config first.");
   }
   require_offline("start_engine");
   config::Config cfg = *t.config;
   std::shared_ptr<const episodes::ModelContext> model = episodes::ModelContext::load(cfg);
-  config::resolve_auto_names(cfg, "swarm", std::chrono::system_clock::now(), options.server_dir / "experiments");
+  config::resolve_auto_names(cfg, "swarm", std::chrono::system_clock::now(),
+                             options.server_dir / "experiments");
   const fs::path run_dir = fs::absolute(cfg.experiment_dir);
   fs::create_directories(run_dir);
-  // The engine gets the config as this server read it (every key known, the unused sections at their
-  // defaults, the auto names resolved), not the client's text: an upstream YAML's task reader or judge
-  // would be errors to a reader that uses them.
+  // The engine gets the config as this server read it (every key known, the unused sections at
+  // their defaults, the auto names resolved), not the client's text: an upstream YAML's task reader
+  // or judge would be errors to a reader that uses them.
   write_file_atomic(run_dir / "train_config.yaml", config::to_yaml(cfg));
   registry.configure(registry_options_for(options, &cfg, base_url));
   // A front restarted with its store resumes the same run: the engine keeps its name.
@@ -215,27 +242,34 @@ int64_t ServerContext::start_engine_locked(const std::string& reason, const stor
             tracking::EpisodeTracker::restore(claimed.episode.uuid, *model->format, claimed.calls);
         trackers.put(claimed.episode.uuid, episodes::TrackedEpisode{model, std::move(tracker)});
       } catch (const std::exception& e) {
-        verbose.add("swarm", fmt::format("episode {}: its stored calls could not be restored ({}); later calls start "
-                                         "a new history",
-                                         claimed.episode.uuid, e.what()));
+        verbose.add(
+            "swarm",
+            fmt::format(
+                "episode {}: its stored calls could not be restored ({}); later calls start "
+                "a new history",
+                claimed.episode.uuid, e.what()));
       }
     }
   }
-  // A crashed engine, a restarted front and start_engine {"from_checkpoint": true} continue from the
-  // newest checkpoint; a fresh start_engine starts from ajet.model.path.
+  // A crashed engine, a restarted front and start_engine {"from_checkpoint": true} continue from
+  // the newest checkpoint; a fresh start_engine starts from ajet.model.path.
   fs::path checkpoint;
   if (resumed != nullptr || from_checkpoint) {
-    if (auto stored = store.get_state(store::kStateLatestCheckpoint); stored && fs::is_directory(*stored)) {
+    if (auto stored = store.get_state(store::kStateLatestCheckpoint);
+        stored && fs::is_directory(*stored)) {
       checkpoint = *stored;
     } else if (from_checkpoint) {
-      verbose.add("swarm", "start_engine: from_checkpoint, but no checkpoint is stored; the engine loads the model");
+      verbose.add(
+          "swarm",
+          "start_engine: from_checkpoint, but no checkpoint is stored; the engine loads the model");
     }
   } else {
     store.put_state(store::kStateLatestCheckpoint, "");
   }
   supervisor.set_latest_checkpoint(checkpoint);
   registry.start_booting(reason);
-  engine_control::EngineLaunch launch{cfg, run_dir / "train_config.yaml", t.code_root, t.code_build, run_dir};
+  engine_control::EngineLaunch launch{cfg, run_dir / "train_config.yaml", t.code_root, t.code_build,
+                                      run_dir};
   int64_t pid = 0;
   try {
     pid = supervisor.start(std::move(launch));
@@ -244,14 +278,18 @@ int64_t ServerContext::start_engine_locked(const std::string& reason, const stor
     throw;
   }
   batches.notify();
-  verbose.add("swarm", fmt::format("start_engine: {} (engine pid {}; experiment dir {}; {})", reason,
-                                   pid > 0 ? std::to_string(pid) : std::string("pending build"), run_dir.string(),
-                                   checkpoint.empty() ? "from the model" : "from checkpoint " + checkpoint.string()));
+  verbose.add(
+      "swarm",
+      fmt::format(
+          "start_engine: {} (engine pid {}; experiment dir {}; {})", reason,
+          pid > 0 ? std::to_string(pid) : std::string("pending build"), run_dir.string(),
+          checkpoint.empty() ? "from the model" : "from checkpoint " + checkpoint.string()));
   return pid;
 }
 
 std::string ServerContext::running_engine_run() const {
-  return registry.engine_status() == episodes::EnginePhase::kOffline ? std::string() : train().engine_run;
+  return registry.engine_status() == episodes::EnginePhase::kOffline ? std::string()
+                                                                     : train().engine_run;
 }
 
 bool ServerContext::engine_replaced(const std::string& engine_run) const {
@@ -263,9 +301,11 @@ void ServerContext::stop_engine(const std::string& reason, const std::string& en
   std::lock_guard<std::mutex> lifecycle(lifecycle_mu_);
   if (engine_replaced(engine_run)) {
     fail(ErrorCode::kFailedPrecondition,
-         fmt::format("stop_engine: the engine running ({}) is engine_run {}, not {}: another start_engine replaced that "
+         fmt::format("stop_engine: the engine running ({}) is engine_run {}, not {}: another "
+                     "start_engine replaced that "
                      "one since; left running",
-                     episodes::engine_phase_name(registry.engine_status()), running_engine_run(), engine_run));
+                     episodes::engine_phase_name(registry.engine_status()), running_engine_run(),
+                     engine_run));
   }
   try {
     batches.save_checkpoint("stop_engine");  // steps trained since the last checkpoint are kept
@@ -275,7 +315,8 @@ void ServerContext::stop_engine(const std::string& reason, const std::string& en
   std::vector<std::string> dropped = registry.stop(reason);
   supervisor.stop();
   trackers.clear();
-  verbose.add("swarm", fmt::format("stop_engine: {} ({} running episodes dropped)", reason, dropped.size()));
+  verbose.add("swarm",
+              fmt::format("stop_engine: {} ({} running episodes dropped)", reason, dropped.size()));
 }
 
 void ServerContext::resume(const store::RecoveredState& recovered) {
@@ -290,8 +331,8 @@ void ServerContext::resume(const store::RecoveredState& recovered) {
   }
   if (!recovered.train_config_yaml.empty()) {
     try {
-      config::LoadedConfig loaded = config::parse_config(recovered.train_config_yaml, "stored train config",
-                                                         config::ConfigUse::kSwarmServer);
+      config::LoadedConfig loaded = config::parse_config(
+          recovered.train_config_yaml, "stored train config", config::ConfigUse::kSwarmServer);
       registry.configure(registry_options_for(options, &loaded.config, base_url));
       synced.update([&](TrainState& t) {
         t.yaml = recovered.train_config_yaml;
@@ -299,23 +340,29 @@ void ServerContext::resume(const store::RecoveredState& recovered) {
         t.warnings = loaded.warnings;
       });
     } catch (const std::exception& e) {
-      verbose.add("swarm", std::string("the stored train config does not load any more: ") + e.what());
+      verbose.add("swarm",
+                  std::string("the stored train config does not load any more: ") + e.what());
     }
   }
   registry.restore(recovered);
-  const bool was_running = !recovered.engine_status.empty() &&
-                           recovered.engine_status != episodes::engine_phase_name(episodes::EnginePhase::kOffline);
+  const bool was_running =
+      !recovered.engine_status.empty() &&
+      recovered.engine_status != episodes::engine_phase_name(episodes::EnginePhase::kOffline);
   if (!was_running) return;
   if (!train().config) {
-    verbose.add("swarm", "the engine was running before the restart, but no train config is stored; stay OFFLINE");
+    verbose.add(
+        "swarm",
+        "the engine was running before the restart, but no train config is stored; stay OFFLINE");
     return;
   }
   try {
-    start_engine_locked(fmt::format("resuming after a restart of the front ({} claimed episodes kept)",
-                                    recovered.claimed.size()),
-                        &recovered);
+    start_engine_locked(
+        fmt::format("resuming after a restart of the front ({} claimed episodes kept)",
+                    recovered.claimed.size()),
+        &recovered);
   } catch (const std::exception& e) {
-    std::string detail = std::string("could not restart the engine after a restart of the front: ") + e.what();
+    std::string detail =
+        std::string("could not restart the engine after a restart of the front: ") + e.what();
     verbose.add("swarm", detail);
     registry.stop(detail);  // restored episodes cannot continue without an engine
   }

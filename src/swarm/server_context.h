@@ -24,19 +24,19 @@
 namespace ajet::store {
 class Store;
 struct RecoveredState;
-}
+}  // namespace ajet::store
 
 namespace ajet::episodes {
 class Registry;
 class VerboseLog;
 class TrackerMap;
 struct RegistryOptions;
-}
+}  // namespace ajet::episodes
 
 namespace ajet::engine_control {
 class EngineSupervisor;
 class BatchRunner;
-}
+}  // namespace ajet::engine_control
 
 namespace ajet::openai {
 class LatestCall;
@@ -53,74 +53,79 @@ enum class OldStoreRule { kRefuse, kResume, kFresh };
 
 struct FrontOptions {
   std::string host = "127.0.0.1";
-  uint16_t port = 10086;            // 0: an ephemeral port (printed in the ready line)
-  std::string admin_token;          // empty: no admin token (anyone who can reach the port is trusted)
+  uint16_t port = 10086;    // 0: an ephemeral port (printed in the ready line)
+  std::string admin_token;  // empty: no admin token (anyone who can reach the port is trusted)
   std::filesystem::path server_dir = "ajet_swarm";  // --exp-dir: store, experiments, synced code
   std::filesystem::path store_path;                 // empty: <server_dir>/swarm.sqlite
-  std::filesystem::path conf;       // --conf: a train config to sync at start (when OFFLINE)
+  std::filesystem::path conf;  // --conf: a train config to sync at start (when OFFLINE)
   OldStoreRule old_store = OldStoreRule::kRefuse;  // --resume / --fresh
-  std::filesystem::path engine_binary;  // empty: the ajet-engine next to ajet-swarm
+  std::filesystem::path engine_binary;             // empty: the ajet-engine next to ajet-swarm
   int io_threads = 2;
   double janitor_interval_s = 5.0;
-  size_t max_body_bytes = 64ull << 20;      // any request (sync_train_code archives are the largest)
-  size_t max_json_body_bytes = 16ull << 20; // JSON bodies: commands and OpenAI requests
+  size_t max_body_bytes = 64ull << 20;  // any request (sync_train_code archives are the largest)
+  size_t max_json_body_bytes = 16ull << 20;  // JSON bodies: commands and OpenAI requests
   // Request-body bytes all requests together may hold while read and until answered (503 beyond).
   size_t max_body_memory_bytes = 512ull << 20;
-  size_t max_connections = 0;               // 0: min(RLIMIT_NOFILE - 64, 16384)
-  // Bytes of SSE a streamed call may queue for a reader that does not keep up; beyond, it is cancelled.
+  size_t max_connections = 0;  // 0: min(RLIMIT_NOFILE - 64, 16384)
+  // Bytes of SSE a streamed call may queue for a reader that does not keep up; beyond, it is
+  // cancelled.
   size_t max_stream_backlog_bytes = 8ull << 20;
-  size_t max_queued_prompts = 256;          // /v1 requests waiting for the prompt pool; beyond: 503
+  size_t max_queued_prompts = 256;  // /v1 requests waiting for the prompt pool; beyond: 503
   // What one episode key may make the front keep (0: no limit): its LLM calls (each of n choices
-  // counts; recorded + in flight), and the bytes its calls store (request and response bodies, token
-  // arrays). A call over either is refused (413) before anything is generated.
-  int64_t max_episode_calls = 1024;          // --max-episode-calls
-  size_t max_episode_bytes = 64ull << 20;    // --max-episode-mb
+  // counts; recorded + in flight), and the bytes its calls store (request and response bodies,
+  // token arrays). A call over either is refused (413) before anything is generated.
+  int64_t max_episode_calls = 1024;        // --max-episode-calls
+  size_t max_episode_bytes = 64ull << 20;  // --max-episode-mb
   // One OpenAI request's n × max_tokens × (1 + top_logprobs) (400 above; 0: no limit).
   int64_t max_request_token_entries = int64_t(1) << 19;  // --max-request-token-entries
   engine_control::ArchiveLimits archive_limits;
   double engine_boot_timeout_s = 600;
-  int engine_ranks = 1;  // data-parallel engine processes on this machine (rank 0 also serves inference)
+  int engine_ranks =
+      1;  // data-parallel engine processes on this machine (rank 0 also serves inference)
   double engine_stop_grace_s = 10;
 
   // ---- episodes (docs/protocol.md "Command API") ----
   // --peer: the fronts this one may dial as an episode group's coordinator ("http://host:port",
-  // normalized by normalized_coordinator_url). A prepare naming any other coordinator needs the admin
-  // token; with no admin token configured, only peers are accepted.
+  // normalized by normalized_coordinator_url). A prepare naming any other coordinator needs the
+  // admin token; with no admin token configured, only peers are accepted.
   std::vector<std::string> peers;
   // --allow-keyless-episode-commands: end/abort/prepare/commit/resolve without the episode's key
   // (upstream clients send none). Off: they need the key or the admin token.
   bool allow_keyless_episode_commands = false;
   double max_discard_episode_timeout_s = 3600;  // --max-discard-episode-timeout
-  int64_t max_claims_per_client = 0;  // --max-claims-per-client: 0 = half of max_env_worker, -1 = no bound
-  size_t max_episode_metadata_bytes = 1u << 20;  // --max-episode-metadata-mb: end's metadata, log_metrics each
+  int64_t max_claims_per_client =
+      0;  // --max-claims-per-client: 0 = half of max_env_worker, -1 = no bound
+  size_t max_episode_metadata_bytes =
+      1u << 20;  // --max-episode-metadata-mb: end's metadata, log_metrics each
   double group_resolve_give_up_s = 3600;  // --group-resolve-give-up: past the prepare deadline
 };
 
 // The registry's settings from the train config plus those the front's flags decide (claim share,
 // timeout bound, coordinator re-asking).
-episodes::RegistryOptions registry_options_for(const FrontOptions& front, const config::Config* config, std::string base_url);
+episodes::RegistryOptions registry_options_for(const FrontOptions& front,
+                                               const config::Config* config, std::string base_url);
 
 // The state sync_train_config / sync_train_code / start_engine leave behind.
 struct TrainState {
   std::string yaml;
   std::optional<config::Config> config;
   std::vector<std::string> warnings;
-  std::filesystem::path code_root;    // synced source tree (empty: none)
-  std::filesystem::path code_build;   // its build directory
-  std::filesystem::path experiment_dir;  // resolved at start_engine (empty before)
+  std::filesystem::path code_root;                      // synced source tree (empty: none)
+  std::filesystem::path code_build;                     // its build directory
+  std::filesystem::path experiment_dir;                 // resolved at start_engine (empty before)
   std::shared_ptr<const episodes::ModelContext> model;  // loaded at start_engine
   // Names the engine start_engine started last (random; kept when the front or the engine restarts
   // it): stop_engine {"engine_run": ...} stops only that one. Empty before the first start.
   std::string engine_run;
 };
 
-// The synced training state, shared by the life-cycle operations (which write it) and the batch runner
-// (which reads the model and the checkpoint settings). Thread-safe.
+// The synced training state, shared by the life-cycle operations (which write it) and the batch
+// runner (which reads the model and the checkpoint settings). Thread-safe.
 class SyncedTrain {
  public:
   TrainState get() const;
-  // save_freq and the checkpoint directory of the synced config (relative checkpoint_base_dir: under
-  // the experiment directory, so the engine's working directory does not matter).
+  // save_freq and the checkpoint directory of the synced config (relative checkpoint_base_dir:
+  // under the experiment directory, so the engine's working directory does not matter).
   engine_control::TrainSettings settings() const;
   std::shared_ptr<const episodes::ModelContext> model() const;
   // Applies `change` under the lock.
@@ -134,9 +139,11 @@ class SyncedTrain {
 // Complete when constructed: every part exists before the routes that use it.
 class ServerContext {
  public:
-  ServerContext(const FrontOptions& options, std::string base_url, store::Store& store, episodes::Registry& registry,
-                episodes::VerboseLog& verbose, WorkPool& pool, engine_control::EngineSupervisor& supervisor, episodes::TrackerMap& trackers,
-                openai::LatestCall& latest, SyncedTrain& synced, engine_control::BatchRunner& batches);
+  ServerContext(const FrontOptions& options, std::string base_url, store::Store& store,
+                episodes::Registry& registry, episodes::VerboseLog& verbose, WorkPool& pool,
+                engine_control::EngineSupervisor& supervisor, episodes::TrackerMap& trackers,
+                openai::LatestCall& latest, SyncedTrain& synced,
+                engine_control::BatchRunner& batches);
 
   const FrontOptions& options;
   store::Store& store;
@@ -148,8 +155,8 @@ class ServerContext {
   openai::LatestCall& latest;
   SyncedTrain& synced;
   engine_control::BatchRunner& batches;
-  const std::string base_url;  // "http://HOST:PORT/v1" (claim_episode's openai_base_url)
-  openai::CallMetrics call_metrics;    // LLM call totals for GET /metrics (every LlmCall feeds them)
+  const std::string base_url;        // "http://HOST:PORT/v1" (claim_episode's openai_base_url)
+  openai::CallMetrics call_metrics;  // LLM call totals for GET /metrics (every LlmCall feeds them)
 
   TrainState train() const { return synced.get(); }
   // The running engine's name (TrainState::engine_run): "" while OFFLINE.
@@ -159,7 +166,8 @@ class ServerContext {
   bool engine_replaced(const std::string& engine_run) const;
   std::shared_ptr<const episodes::ModelContext> model() const { return synced.model(); }
 
-  // True when the request may use an admin endpoint (no token configured, or the right Bearer token).
+  // True when the request may use an admin endpoint (no token configured, or the right Bearer
+  // token).
   bool admin_ok(const http::RequestHead& request) const;
   // True only when an admin token is configured and the request carries it (what unlocks other
   // clients' episodes, every id in the public views, and a coordinator outside --peer).
@@ -170,8 +178,10 @@ class ServerContext {
   // ---- engine life cycle (block: run on the WorkPool) ----
   // Validates and stores the YAML (only in OFFLINE); returns the warnings (unknown keys). Throws
   // Error naming the bad key. `source` names the text in messages: the file it was read from when
-  // known (`ajet-swarm start --conf`, a client's `source`), else "sync_train_config yaml_as_string".
-  std::vector<std::string> sync_train_config(const std::string& yaml, const std::string& source = "");
+  // known (`ajet-swarm start --conf`, a client's `source`), else "sync_train_config
+  // yaml_as_string".
+  std::vector<std::string> sync_train_config(const std::string& yaml,
+                                             const std::string& source = "");
   // Unpacks a zip of a source tree for the next start_engine (only in OFFLINE).
   engine_control::UnpackedTree sync_train_code(std::string_view archive);
   // OFFLINE → BOOTING with the synced config; returns the engine pid (0 while synced code builds).

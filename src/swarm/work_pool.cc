@@ -5,7 +5,8 @@
 namespace ajet::swarm {
 
 WorkPool::WorkPool(size_t threads, std::string name) : name_(std::move(name)) {
-  for (size_t i = 0; i < std::max<size_t>(threads, 1); ++i) threads_.emplace_back([this] { run(); });
+  for (size_t i = 0; i < std::max<size_t>(threads, 1); ++i)
+    threads_.emplace_back([this] { run(); });
 }
 
 WorkPool::~WorkPool() {

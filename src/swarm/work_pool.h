@@ -1,5 +1,5 @@
-// A few threads for work that may block (store reads, unpacking an archive, starting or stopping the
-// engine), so HTTP I/O threads never wait on disk or on a process. FIFO; tasks must not throw
+// A few threads for work that may block (store reads, unpacking an archive, starting or stopping
+// the engine), so HTTP I/O threads never wait on disk or on a process. FIFO; tasks must not throw
 // (exceptions are caught and logged). Never used for per-token work.
 #pragma once
 

@@ -18,13 +18,15 @@ ModelReply reply_from_text(std::string_view generated, std::string_view finish_r
   ModelReply reply;
   reply.message = parsed.to_message();
   reply.finish_reason = std::string(finish_reason);
-  if (reply.finish_reason == "stop" && !reply.message.tool_calls.empty()) reply.finish_reason = "tool_calls";
+  if (reply.finish_reason == "stop" && !reply.message.tool_calls.empty())
+    reply.finish_reason = "tool_calls";
   return reply;
 }
 
-std::optional<ModelReply> call_model(ChatModel& model, const std::vector<text::ChatMessage>& messages,
-                                     const std::vector<OrderedJson>& tools, std::string& termination,
-                                     std::string& error_message) {
+std::optional<ModelReply> call_model(ChatModel& model,
+                                     const std::vector<text::ChatMessage>& messages,
+                                     const std::vector<OrderedJson>& tools,
+                                     std::string& termination, std::string& error_message) {
   try {
     ModelReply reply = model.complete(messages, tools);
     reply.message.role = text::Role::kAssistant;

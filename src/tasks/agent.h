@@ -1,7 +1,7 @@
 // The seam between built-in agents and the model: a ChatModel takes the conversation and tool
 // definitions and returns one assistant message (tool calls already parsed), the way an OpenAI chat
-// completions endpoint does. The launcher plugs in an HTTP client bound to an episode's base_url and
-// api_key; tests plug in scripted replies. Agents must survive anything a model returns.
+// completions endpoint does. The launcher plugs in an HTTP client bound to an episode's base_url
+// and api_key; tests plug in scripted replies. Agents must survive anything a model returns.
 #pragma once
 
 #include <cstdint>
@@ -31,9 +31,9 @@ class ChatModel {
                               const std::vector<OrderedJson>& tools) = 0;
 };
 
-// The reply a server makes of generated text: content, <think> block and <tool_call> blocks parsed as
-// the swarm server does (text/tool_calls.h); a malformed <tool_call> stays in the content. Tool-call
-// ids are "call_<n>" from `next_call_id` upwards when given, else random.
+// The reply a server makes of generated text: content, <think> block and <tool_call> blocks parsed
+// as the swarm server does (text/tool_calls.h); a malformed <tool_call> stays in the content.
+// Tool-call ids are "call_<n>" from `next_call_id` upwards when given, else random.
 ModelReply reply_from_text(std::string_view generated, std::string_view finish_reason = "stop",
                            std::optional<int64_t> next_call_id = std::nullopt);
 
@@ -62,8 +62,9 @@ struct EpisodeResult {
 //   model_error      the model call failed for another reason
 //   agent_error      a bug or a broken task; the message is in metadata.error
 // Calls the model, turning a thrown error into a termination reason (returned in `termination`).
-std::optional<ModelReply> call_model(ChatModel& model, const std::vector<text::ChatMessage>& messages,
-                                     const std::vector<OrderedJson>& tools, std::string& termination,
-                                     std::string& error_message);
+std::optional<ModelReply> call_model(ChatModel& model,
+                                     const std::vector<text::ChatMessage>& messages,
+                                     const std::vector<OrderedJson>& tools,
+                                     std::string& termination, std::string& error_message);
 
 }  // namespace ajet::tasks

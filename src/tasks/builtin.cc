@@ -29,7 +29,8 @@ OrderedJson demo_to_json(const Demo& demo) {
   return j;
 }
 
-EpisodeResult BuiltinTask::run_episode(const Task& task, ChatModel& model, const AgentOptions& options) const {
+EpisodeResult BuiltinTask::run_episode(const Task& task, ChatModel& model,
+                                       const AgentOptions& options) const {
   try {
     return run_episode_unchecked(task, model, options);
   } catch (const std::exception& e) {
@@ -52,7 +53,8 @@ const BuiltinTask& builtin_task(std::string_view name) {
   if (name == "frozenlake") return frozenlake_task();
   std::string known;
   for (const std::string& n : builtin_task_names()) known += (known.empty() ? "" : ", ") + n;
-  fail(ErrorCode::kNotFound, "unknown built-in task '" + std::string(name) + "' (known: " + known + ")");
+  fail(ErrorCode::kNotFound,
+       "unknown built-in task '" + std::string(name) + "' (known: " + known + ")");
 }
 
 const BuiltinTask& builtin_task_for(const Task& task, std::string_view fallback) {
@@ -68,9 +70,11 @@ const BuiltinTask& builtin_task_for(const Task& task, std::string_view fallback)
   return builtin_task(fallback);
 }
 
-std::vector<Demo> generate_demos(const BuiltinTask& kind, const std::vector<Task>& tasks, const DemoOptions& options) {
+std::vector<Demo> generate_demos(const BuiltinTask& kind, const std::vector<Task>& tasks,
+                                 const DemoOptions& options) {
   if (!(options.correct_ratio >= 0 && options.correct_ratio <= 1)) {
-    invalid_argument("correct_ratio must be in [0, 1], got " + std::to_string(options.correct_ratio));
+    invalid_argument("correct_ratio must be in [0, 1], got " +
+                     std::to_string(options.correct_ratio));
   }
   const std::vector<std::string> kinds = kind.error_kinds();
   std::vector<double> mix = options.error_mix;
@@ -78,15 +82,17 @@ std::vector<Demo> generate_demos(const BuiltinTask& kind, const std::vector<Task
   if (mix.size() != kinds.size()) {
     std::string list;
     for (const std::string& k : kinds) list += (list.empty() ? "" : ",") + k;
-    invalid_argument("error mix for " + std::string(kind.name()) + " needs " + std::to_string(kinds.size()) +
-                     " weights (" + list + "), got " + std::to_string(mix.size()));
+    invalid_argument("error mix for " + std::string(kind.name()) + " needs " +
+                     std::to_string(kinds.size()) + " weights (" + list + "), got " +
+                     std::to_string(mix.size()));
   }
   double total = 0;
   for (double w : mix) {
     if (!(w >= 0)) invalid_argument("error mix weights must be >= 0");
     total += w;
   }
-  if (total <= 0 && options.correct_ratio < 1) invalid_argument("error mix weights must not all be 0");
+  if (total <= 0 && options.correct_ratio < 1)
+    invalid_argument("error mix weights must not all be 0");
   std::vector<Demo> out;
   out.reserve(tasks.size());
   for (size_t i = 0; i < tasks.size(); ++i) {

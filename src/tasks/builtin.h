@@ -33,7 +33,8 @@ struct GenerateOptions {
   Split split = Split::kTrain;
   int64_t count = 100;
   uint64_t seed = 1;
-  // Task-specific settings (docs/tasks.md); an unknown key is an error naming it and the known ones.
+  // Task-specific settings (docs/tasks.md); an unknown key is an error naming it and the known
+  // ones.
   OrderedJson params = OrderedJson::object();
 };
 
@@ -48,7 +49,8 @@ struct Demo {
   Judgement judgement{};
 };
 
-// {"task_id", "env_type", "kind", "reward", "messages": [OpenAI messages], "tools": [...], "env_seed"?}
+// {"task_id", "env_type", "kind", "reward", "messages": [OpenAI messages], "tools": [...],
+// "env_seed"?}
 OrderedJson demo_to_json(const Demo& demo);
 
 class BuiltinTask {
@@ -73,7 +75,8 @@ class BuiltinTask {
 
   // The built-in agent: runs one episode against `model`. Never throws: a broken model reply or a
   // broken task ends the episode with reward 0 and a termination reason in output.metadata.
-  EpisodeResult run_episode(const Task& task, ChatModel& model, const AgentOptions& options = {}) const;
+  EpisodeResult run_episode(const Task& task, ChatModel& model,
+                            const AgentOptions& options = {}) const;
 
   // One demonstration of `kind` ("correct" or an error kind) for a training task.
   virtual Demo make_demo(const Task& task, std::string_view kind, Rng& rng) const = 0;
@@ -98,6 +101,7 @@ struct DemoOptions {
 
 // One demo per task, in order; demo i draws from its own stream (seed, i), so a prefix of a longer
 // run equals a shorter run. Whether demo i is correct is a Bernoulli(correct_ratio) draw.
-std::vector<Demo> generate_demos(const BuiltinTask& kind, const std::vector<Task>& tasks, const DemoOptions& options);
+std::vector<Demo> generate_demos(const BuiltinTask& kind, const std::vector<Task>& tasks,
+                                 const DemoOptions& options);
 
 }  // namespace ajet::tasks

@@ -25,8 +25,8 @@ struct CalcParams {
 
 CalcParams read_calc_params(const OrderedJson& json) {
   Params p(json, "calc",
-           {"min_operand", "max_operand", "min_operands", "max_operands", "operators", "word_problem_ratio",
-            "max_tool_calls", "holdout_fraction"});
+           {"min_operand", "max_operand", "min_operands", "max_operands", "operators",
+            "word_problem_ratio", "max_tool_calls", "holdout_fraction"});
   CalcParams c;
   c.min_operand = p.get_int("min_operand", c.min_operand, 0, 999999);
   c.max_operand = p.get_int("max_operand", c.max_operand, c.min_operand, 999999);
@@ -63,11 +63,16 @@ std::string story(int64_t a, char op, int64_t b, Rng& rng) {
   const std::string sa = std::to_string(a);
   const std::string sb = std::to_string(b);
   switch (op) {
-    case '+': return who + " has " + sa + " " + what + " and gets " + sb + " more. How many " + what + " now?";
+    case '+':
+      return who + " has " + sa + " " + what + " and gets " + sb + " more. How many " + what +
+             " now?";
     case '-':
       if (a < b) return "";
-      return who + " has " + sa + " " + what + " and gives away " + sb + ". How many " + what + " are left?";
-    default: return who + " buys " + sa + " bags of " + sb + " " + what + ". How many " + what + " in total?";
+      return who + " has " + sa + " " + what + " and gives away " + sb + ". How many " + what +
+             " are left?";
+    default:
+      return who + " buys " + sa + " bags of " + sb + " " + what + ". How many " + what +
+             " in total?";
   }
 }
 
@@ -78,21 +83,25 @@ int64_t expected_answer(const Task& task) {
   if (ex != task.metadata.end() && ex->is_string()) {
     Evaluation e = evaluate_expression(ex->get<std::string>());
     if (e.ok && e.value.is_integer()) return e.value.num;
-    invalid_argument("calc task " + task.task_id + ": metadata.expression '" + ex->get<std::string>() +
-                     "' has no integer value (" + (e.ok ? e.value.to_string() : e.error) + ")");
+    invalid_argument("calc task " + task.task_id + ": metadata.expression '" +
+                     ex->get<std::string>() + "' has no integer value (" +
+                     (e.ok ? e.value.to_string() : e.error) + ")");
   }
-  invalid_argument("calc task " + task.task_id + ": metadata needs an integer 'answer' or an 'expression'");
+  invalid_argument("calc task " + task.task_id +
+                   ": metadata needs an integer 'answer' or an 'expression'");
 }
 
 int64_t max_tool_calls_of(const Task& task, const AgentOptions& options) {
   if (options.max_tool_calls) return *options.max_tool_calls;
   auto it = task.metadata.find("max_tool_calls");
-  if (it != task.metadata.end() && it->is_number_integer() && it->get<int64_t>() > 0) return it->get<int64_t>();
+  if (it != task.metadata.end() && it->is_number_integer() && it->get<int64_t>() > 0)
+    return it->get<int64_t>();
   return kCalcDefaultMaxToolCalls;
 }
 
 // Splits a generated expression ("37*4+15") into operand texts and operators.
-void split_expression(const std::string& expr, std::vector<std::string>& operands, std::vector<char>& ops) {
+void split_expression(const std::string& expr, std::vector<std::string>& operands,
+                      std::vector<char>& ops) {
   operands.assign(1, "");
   ops.clear();
   for (char c : expr) {
@@ -105,7 +114,8 @@ void split_expression(const std::string& expr, std::vector<std::string>& operand
   }
 }
 
-std::string join_expression(const std::vector<std::string>& operands, const std::vector<char>& ops) {
+std::string join_expression(const std::vector<std::string>& operands,
+                            const std::vector<char>& ops) {
   std::string out = operands[0];
   for (size_t i = 0; i < ops.size(); ++i) out += ops[i] + operands[i + 1];
   return out;
@@ -126,7 +136,9 @@ std::optional<std::string> perturb_digits(const std::string& digits_text, Rng& r
     if (d.size() < 2) return std::nullopt;
     d.erase(at, 1);
   } else {
-    d.insert(d.begin() + static_cast<std::ptrdiff_t>(rng.uniform_int(0, static_cast<int64_t>(d.size()))), digit);
+    d.insert(
+        d.begin() + static_cast<std::ptrdiff_t>(rng.uniform_int(0, static_cast<int64_t>(d.size()))),
+        digit);
   }
   std::string out = (negative ? "-" : "") + d;
   if (!parse_integer_literal(out)) return std::nullopt;
@@ -145,7 +157,8 @@ text::ChatMessage tool_call_message(const std::string& expression) {
   text::ChatMessage m{.role = text::Role::kAssistant, .content = "", .content_was_null = true};
   OrderedJson args = OrderedJson::object();
   args["expression"] = expression;
-  m.tool_calls.push_back(text::ToolCall{.id = "call_0", .name = "calculator", .arguments = text::template_json(args)});
+  m.tool_calls.push_back(
+      text::ToolCall{.id = "call_0", .name = "calculator", .arguments = text::template_json(args)});
   return m;
 }
 
@@ -156,14 +169,18 @@ text::ChatMessage assistant(std::string content) {
 class CalcTask final : public BuiltinTask {
  public:
   std::string_view name() const override { return "calc"; }
-  std::vector<std::string> error_kinds() const override { return {"bad_expr", "bad_copy", "no_tool"}; }
+  std::vector<std::string> error_kinds() const override {
+    return {"bad_expr", "bad_copy", "no_tool"};
+  }
 
   std::vector<Task> generate(const GenerateOptions& options) const override {
     const CalcParams p = read_calc_params(options.params);
-    return generate_split("calc", options, p.holdout_fraction, [&p](Rng& rng) { return sample(p, rng); });
+    return generate_split("calc", options, p.holdout_fraction,
+                          [&p](Rng& rng) { return sample(p, rng); });
   }
 
-  Judgement judge_answer(const Task& task, std::string_view answer, const AgentOptions&) const override {
+  Judgement judge_answer(const Task& task, std::string_view answer,
+                         const AgentOptions&) const override {
     const int64_t expected = expected_answer(task);
     Judgement j;
     j.details["expected"] = expected;
@@ -224,7 +241,8 @@ class CalcTask final : public BuiltinTask {
     if (d.tools.empty()) d.tools.push_back(calculator_tool());
     auto with_tool = [&](const std::string& expr, const std::string& answer) {
       d.messages.push_back(tool_call_message(expr));
-      d.messages.push_back(text::ChatMessage{.role = text::Role::kTool, .content = calculator(expr), .tool_call_id = "call_0"});
+      d.messages.push_back(text::ChatMessage{
+          .role = text::Role::kTool, .content = calculator(expr), .tool_call_id = "call_0"});
       d.messages.push_back(assistant("<answer>" + answer + "</answer>"));
     };
     if (kind == "correct") {
@@ -237,18 +255,21 @@ class CalcTask final : public BuiltinTask {
     } else if (kind == "no_tool") {
       std::string guess;
       do {
-        guess = rng.bernoulli(0.5) ? wrong_value_text(truth, rng) : std::to_string(rng.uniform_int(-999, 9999));
+        guess = rng.bernoulli(0.5) ? wrong_value_text(truth, rng)
+                                   : std::to_string(rng.uniform_int(-999, 9999));
       } while (guess == std::to_string(truth));
       d.messages.push_back(assistant("<answer>" + guess + "</answer>"));
     } else {
-      invalid_argument("calc demo kind must be correct, bad_expr, bad_copy or no_tool, got '" + std::string(kind) + "'");
+      invalid_argument("calc demo kind must be correct, bad_expr, bad_copy or no_tool, got '" +
+                       std::string(kind) + "'");
     }
     d.judgement = judge_episode(task, d.messages, {});
     return d;
   }
 
  protected:
-  EpisodeResult run_episode_unchecked(const Task& task, ChatModel& model, const AgentOptions& options) const override {
+  EpisodeResult run_episode_unchecked(const Task& task, ChatModel& model,
+                                      const AgentOptions& options) const override {
     EpisodeResult r;
     r.messages = initial_messages(task, kCalcSystemPrompt);
     r.tools = task_tools(task);
@@ -280,10 +301,12 @@ class CalcTask final : public BuiltinTask {
       }
       for (const text::ToolCall& call : m.tool_calls) {
         ++calls;
-        std::string result = calls > max_calls ? "error: tool call limit reached (" + std::to_string(max_calls) + ")"
-                                               : execute_calculator_call(call);
+        std::string result =
+            calls > max_calls ? "error: tool call limit reached (" + std::to_string(max_calls) + ")"
+                              : execute_calculator_call(call);
         if (result.rfind("error:", 0) == 0) ++tool_errors;
-        r.messages.push_back(text::ChatMessage{.role = text::Role::kTool, .content = std::move(result), .tool_call_id = call.id});
+        r.messages.push_back(text::ChatMessage{
+            .role = text::Role::kTool, .content = std::move(result), .tool_call_id = call.id});
       }
       if (calls > max_calls) termination = "tool_call_limit";
     }
@@ -314,25 +337,31 @@ class CalcTask final : public BuiltinTask {
     const int64_t n = rng.uniform_int(p.min_operands, p.max_operands);
     std::vector<int64_t> operands;
     std::vector<char> ops;
-    for (int64_t i = 0; i < n; ++i) operands.push_back(rng.uniform_int(p.min_operand, p.max_operand));
-    for (int64_t i = 0; i + 1 < n; ++i) ops.push_back(p.operators[static_cast<size_t>(rng.uniform_int(0, static_cast<int64_t>(p.operators.size()) - 1))]);
+    for (int64_t i = 0; i < n; ++i)
+      operands.push_back(rng.uniform_int(p.min_operand, p.max_operand));
+    for (int64_t i = 0; i + 1 < n; ++i)
+      ops.push_back(p.operators[static_cast<size_t>(
+          rng.uniform_int(0, static_cast<int64_t>(p.operators.size()) - 1))]);
     std::string expr = std::to_string(operands[0]);
     for (size_t i = 0; i < ops.size(); ++i) expr += ops[i] + std::to_string(operands[i + 1]);
     const Evaluation e = evaluate_expression(expr);
-    if (!e.ok || !e.value.is_integer()) invalid_argument("calc: generated expression '" + expr + "' failed: " + e.error);
+    if (!e.ok || !e.value.is_integer())
+      invalid_argument("calc: generated expression '" + expr + "' failed: " + e.error);
     const int64_t answer = e.value.num;
 
     std::string style = "symbolic";
     std::string query = expr + "=?";
     if (rng.bernoulli(p.word_problem_ratio)) {
-      std::string s = (n == 2 && rng.bernoulli(0.5)) ? story(operands[0], ops[0], operands[1], rng) : "";
+      std::string s =
+          (n == 2 && rng.bernoulli(0.5)) ? story(operands[0], ops[0], operands[1], rng) : "";
       if (!s.empty()) {
         style = "story";
         query = s;
       } else {
         style = "verbal";
         query = "What is " + std::to_string(operands[0]);
-        for (size_t i = 0; i < ops.size(); ++i) query += " " + op_word(ops[i]) + " " + std::to_string(operands[i + 1]);
+        for (size_t i = 0; i < ops.size(); ++i)
+          query += " " + op_word(ops[i]) + " " + std::to_string(operands[i + 1]);
         query += "?";
       }
     }
@@ -345,7 +374,8 @@ class CalcTask final : public BuiltinTask {
     Task& t = out.task;
     t.main_query = query;
     t.init_messages = OrderedJson::array();
-    t.init_messages.push_back(OrderedJson{{"role", "system"}, {"content", std::string(kCalcSystemPrompt)}});
+    t.init_messages.push_back(
+        OrderedJson{{"role", "system"}, {"content", std::string(kCalcSystemPrompt)}});
     t.init_messages.push_back(OrderedJson{{"role", "user"}, {"content", query}});
     t.metadata["expression"] = expr;
     t.metadata["answer"] = answer;
@@ -391,9 +421,9 @@ class CalcTask final : public BuiltinTask {
 }  // namespace
 
 OrderedJson calculator_tool() {
-  // Keys in sorted order on purpose: a client whose JSON library sorts keys (nlohmann::json, ajet::Json)
-  // and one that keeps insertion order (Python, JS, OrderedJson) then send byte-identical tool
-  // definitions, so the rendered prompt is the one the model was trained on.
+  // Keys in sorted order on purpose: a client whose JSON library sorts keys (nlohmann::json,
+  // ajet::Json) and one that keeps insertion order (Python, JS, OrderedJson) then send
+  // byte-identical tool definitions, so the rendered prompt is the one the model was trained on.
   OrderedJson parameters = OrderedJson::object();
   parameters["properties"] = OrderedJson{{"expression", OrderedJson{{"type", "string"}}}};
   parameters["required"] = OrderedJson::array({"expression"});
@@ -413,7 +443,8 @@ std::string execute_calculator_call(const text::ToolCall& call) {
   std::optional<OrderedJson> parsed = try_parse_ordered_json(call.arguments);
   if (!parsed) return "error: arguments are not JSON";
   const OrderedJson& args = *parsed;
-  if (!args.is_object() || !args.contains("expression")) return "error: arguments need \"expression\"";
+  if (!args.is_object() || !args.contains("expression"))
+    return "error: arguments need \"expression\"";
   const OrderedJson& e = args["expression"];
   if (e.is_string()) return calculator(e.get<std::string>());
   if (e.is_number_integer()) return calculator(e.dump());

@@ -12,7 +12,9 @@ text::RenderedChat render_demo(const Demo& demo) {
 std::string tokenizer_corpus(const CorpusOptions& options) {
   std::string out;
   const std::vector<std::pair<std::string, int64_t>> plan = {
-      {"calc", options.calc_episodes}, {"countdown", options.countdown_episodes}, {"frozenlake", options.frozenlake_episodes}};
+      {"calc", options.calc_episodes},
+      {"countdown", options.countdown_episodes},
+      {"frozenlake", options.frozenlake_episodes}};
   for (const auto& [name, count] : plan) {
     if (count <= 0) continue;
     const BuiltinTask& kind = builtin_task(name);
@@ -21,8 +23,9 @@ std::string tokenizer_corpus(const CorpusOptions& options) {
     g.count = count;
     g.seed = options.seed;
     const std::vector<Task> tasks = kind.generate(g);
-    const std::vector<Demo> demos =
-        generate_demos(kind, tasks, DemoOptions{.correct_ratio = options.correct_ratio, .error_mix = {}, .seed = options.seed});
+    const std::vector<Demo> demos = generate_demos(
+        kind, tasks,
+        DemoOptions{.correct_ratio = options.correct_ratio, .error_mix = {}, .seed = options.seed});
     for (const Demo& d : demos) {
       out += render_demo(d).text;
       out += '\n';
@@ -31,7 +34,8 @@ std::string tokenizer_corpus(const CorpusOptions& options) {
   return out;
 }
 
-EpisodeTokenStats measure_episode_tokens(const text::Tokenizer& tokenizer, const std::vector<Demo>& demos) {
+EpisodeTokenStats measure_episode_tokens(const text::Tokenizer& tokenizer,
+                                         const std::vector<Demo>& demos) {
   EpisodeTokenStats s;
   double total = 0;
   double prompt = 0;
@@ -43,8 +47,9 @@ EpisodeTokenStats measure_episode_tokens(const text::Tokenizer& tokenizer, const
     s.max_total = std::max(s.max_total, tokens.ids.size());
     bool seen_assistant = false;
     for (const text::TokenSpan& span : tokens.spans) {
-      const bool is_assistant = span.kind == text::SpanKind::kMessage && span.message_index >= 0 &&
-                                d.messages[static_cast<size_t>(span.message_index)].role == text::Role::kAssistant;
+      const bool is_assistant =
+          span.kind == text::SpanKind::kMessage && span.message_index >= 0 &&
+          d.messages[static_cast<size_t>(span.message_index)].role == text::Role::kAssistant;
       if (is_assistant) {
         seen_assistant = true;
         generated += static_cast<double>(span.body_end - span.body_begin) + 1;  // + <|im_end|>

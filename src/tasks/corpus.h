@@ -37,6 +37,7 @@ struct EpisodeTokenStats {
   size_t max_total = 0;
 };
 
-EpisodeTokenStats measure_episode_tokens(const text::Tokenizer& tokenizer, const std::vector<Demo>& demos);
+EpisodeTokenStats measure_episode_tokens(const text::Tokenizer& tokenizer,
+                                         const std::vector<Demo>& demos);
 
 }  // namespace ajet::tasks

@@ -22,7 +22,8 @@ struct CountdownParams {
 
 CountdownParams read_countdown_params(const OrderedJson& json) {
   Params p(json, "countdown",
-           {"min_numbers", "max_numbers", "min_number", "max_number", "min_target", "max_target", "holdout_fraction"});
+           {"min_numbers", "max_numbers", "min_number", "max_number", "min_target", "max_target",
+            "holdout_fraction"});
   CountdownParams c;
   c.min_numbers = p.get_int("min_numbers", c.min_numbers, 2, 6);
   c.max_numbers = p.get_int("max_numbers", c.max_numbers, c.min_numbers, 6);
@@ -73,11 +74,13 @@ std::optional<Node> random_expression(const std::vector<int64_t>& numbers, Rng& 
 std::vector<int64_t> task_numbers(const Task& task) {
   auto it = task.metadata.find("numbers");
   if (it == task.metadata.end() || !it->is_array() || it->empty()) {
-    invalid_argument("countdown task " + task.task_id + ": metadata needs 'numbers' (an array of integers)");
+    invalid_argument("countdown task " + task.task_id +
+                     ": metadata needs 'numbers' (an array of integers)");
   }
   std::vector<int64_t> out;
   for (const OrderedJson& v : *it) {
-    if (!v.is_number_integer()) invalid_argument("countdown task " + task.task_id + ": metadata.numbers must hold integers");
+    if (!v.is_number_integer())
+      invalid_argument("countdown task " + task.task_id + ": metadata.numbers must hold integers");
     out.push_back(v.get<int64_t>());
   }
   return out;
@@ -98,10 +101,12 @@ class CountdownTask final : public BuiltinTask {
 
   std::vector<Task> generate(const GenerateOptions& options) const override {
     const CountdownParams p = read_countdown_params(options.params);
-    return generate_split("countdown", options, p.holdout_fraction, [&p](Rng& rng) { return sample(p, rng); });
+    return generate_split("countdown", options, p.holdout_fraction,
+                          [&p](Rng& rng) { return sample(p, rng); });
   }
 
-  Judgement judge_answer(const Task& task, std::string_view answer, const AgentOptions&) const override {
+  Judgement judge_answer(const Task& task, std::string_view answer,
+                         const AgentOptions&) const override {
     std::vector<int64_t> numbers = task_numbers(task);
     const int64_t target = task_target(task);
     Judgement j;
@@ -160,7 +165,8 @@ class CountdownTask final : public BuiltinTask {
   Judgement judge_episode(const Task& task, const std::vector<text::ChatMessage>& messages,
                           const AgentOptions& options) const override {
     for (size_t i = messages.size(); i > 0; --i) {
-      if (messages[i - 1].role == text::Role::kAssistant) return judge_answer(task, messages[i - 1].content, options);
+      if (messages[i - 1].role == text::Role::kAssistant)
+        return judge_answer(task, messages[i - 1].content, options);
     }
     Judgement j;
     j.reason = "no_answer";
@@ -186,15 +192,18 @@ class CountdownTask final : public BuiltinTask {
     } else if (kind == "incorrect") {
       reply = find_variant(task, rng, 0.1, [&](Rng& r) { return incorrect(task, solution, r); });
     } else {
-      invalid_argument("countdown demo kind must be correct, invalid or incorrect, got '" + std::string(kind) + "'");
+      invalid_argument("countdown demo kind must be correct, invalid or incorrect, got '" +
+                       std::string(kind) + "'");
     }
-    d.messages.push_back(text::ChatMessage{.role = text::Role::kAssistant, .content = "<answer>" + reply + "</answer>"});
+    d.messages.push_back(text::ChatMessage{.role = text::Role::kAssistant,
+                                           .content = "<answer>" + reply + "</answer>"});
     d.judgement = judge_episode(task, d.messages, {});
     return d;
   }
 
  protected:
-  EpisodeResult run_episode_unchecked(const Task& task, ChatModel& model, const AgentOptions& options) const override {
+  EpisodeResult run_episode_unchecked(const Task& task, ChatModel& model,
+                                      const AgentOptions& options) const override {
     EpisodeResult r;
     r.messages = initial_messages(task, kCountdownSystemPrompt);
     r.tools = task_tools(task);
@@ -234,23 +243,29 @@ class CountdownTask final : public BuiltinTask {
     for (int redraw = 0; redraw < 1000; ++redraw) {
       const int64_t k = rng.uniform_int(p.min_numbers, p.max_numbers);
       std::vector<int64_t> numbers;
-      for (int64_t i = 0; i < k; ++i) numbers.push_back(rng.uniform_int(p.min_number, p.max_number));
+      for (int64_t i = 0; i < k; ++i)
+        numbers.push_back(rng.uniform_int(p.min_number, p.max_number));
       for (int attempt = 0; attempt < 50; ++attempt) {
         std::optional<Node> n = random_expression(numbers, rng);
-        if (!n || !n->value.is_integer() || n->value.num < p.min_target || n->value.num > p.max_target) continue;
+        if (!n || !n->value.is_integer() || n->value.num < p.min_target ||
+            n->value.num > p.max_target)
+          continue;
         return make_problem(numbers, n->value.num, n->text);
       }
     }
     invalid_argument("countdown: no reachable target in [" + std::to_string(p.min_target) + ", " +
-                     std::to_string(p.max_target) + "] for these number ranges; widen min_target/max_target");
+                     std::to_string(p.max_target) +
+                     "] for these number ranges; widen min_target/max_target");
   }
 
-  static SampledProblem make_problem(const std::vector<int64_t>& numbers, int64_t target, const std::string& solution) {
+  static SampledProblem make_problem(const std::vector<int64_t>& numbers, int64_t target,
+                                     const std::string& solution) {
     std::vector<int64_t> sorted = numbers;
     std::sort(sorted.begin(), sorted.end());
     SampledProblem out;
     out.key = "countdown:";
-    for (size_t i = 0; i < sorted.size(); ++i) out.key += (i ? "," : "") + std::to_string(sorted[i]);
+    for (size_t i = 0; i < sorted.size(); ++i)
+      out.key += (i ? "," : "") + std::to_string(sorted[i]);
     out.key += "=" + std::to_string(target);
     std::string shown;
     for (int64_t n : numbers) shown += (shown.empty() ? "" : " ") + std::to_string(n);
@@ -258,7 +273,8 @@ class CountdownTask final : public BuiltinTask {
     Task& t = out.task;
     t.main_query = query;
     t.init_messages = OrderedJson::array();
-    t.init_messages.push_back(OrderedJson{{"role", "system"}, {"content", std::string(kCountdownSystemPrompt)}});
+    t.init_messages.push_back(
+        OrderedJson{{"role", "system"}, {"content", std::string(kCountdownSystemPrompt)}});
     t.init_messages.push_back(OrderedJson{{"role", "user"}, {"content", query}});
     t.metadata["numbers"] = numbers;
     t.metadata["target"] = target;
@@ -283,14 +299,16 @@ class CountdownTask final : public BuiltinTask {
     std::string out = s;
     switch (rng.uniform_int(0, 3)) {
       case 0: {  // a bracket or a digit lost
-        const size_t at = static_cast<size_t>(rng.uniform_int(0, static_cast<int64_t>(out.size()) - 1));
+        const size_t at =
+            static_cast<size_t>(rng.uniform_int(0, static_cast<int64_t>(out.size()) - 1));
         out.erase(at, 1);
         return out;
       }
       case 1: return out + std::string(1, "+-*/"[rng.uniform_int(0, 3)]);  // dangling operator
-      case 2: {  // an operator doubled
+      case 2: {                                                            // an operator doubled
         for (size_t i = 0; i < out.size(); ++i) {
-          if (std::string_view("+*/").find(out[i]) != std::string_view::npos && rng.bernoulli(0.5)) {
+          if (std::string_view("+*/").find(out[i]) != std::string_view::npos &&
+              rng.bernoulli(0.5)) {
             return out.insert(i, 1, out[i]);
           }
         }
@@ -298,7 +316,8 @@ class CountdownTask final : public BuiltinTask {
       }
       default: {  // a word instead of an operator
         for (size_t i = 0; i < out.size(); ++i) {
-          if (std::string_view("+-*/").find(out[i]) != std::string_view::npos) return out.replace(i, 1, " x ");
+          if (std::string_view("+-*/").find(out[i]) != std::string_view::npos)
+            return out.replace(i, 1, " x ");
         }
         return out + " x";
       }
@@ -322,7 +341,8 @@ class CountdownTask final : public BuiltinTask {
       }
     }
     if (literals.empty()) return solution + "+1";
-    const auto [b, en] = literals[static_cast<size_t>(rng.uniform_int(0, static_cast<int64_t>(literals.size()) - 1))];
+    const auto [b, en] = literals[static_cast<size_t>(
+        rng.uniform_int(0, static_cast<int64_t>(literals.size()) - 1))];
     std::string out = solution;
     out.replace(b, en - b, std::to_string(rng.uniform_int(1, 20)));
     return out;

@@ -1,5 +1,5 @@
-// `countdown`: combine the given numbers (3-4 of them) with + - * / and brackets, each exactly once,
-// to reach a target. One turn: the reply holds exactly one <answer>EXPR</answer> (an optional
+// `countdown`: combine the given numbers (3-4 of them) with + - * / and brackets, each exactly
+// once, to reach a target. One turn: the reply holds exactly one <answer>EXPR</answer> (an optional
 // "= N" after the expression is allowed and ignored). Reward 1 when the expression uses the numbers
 // exactly (as a multiset) and its exact rational value equals the target; 0.1 when it is only
 // well-formed (parses, but wrong numbers, wrong value or a division by zero); 0 otherwise (no or
@@ -13,7 +13,8 @@
 namespace ajet::tasks {
 
 inline constexpr std::string_view kCountdownSystemPrompt =
-    "Use each number once with + - * / and brackets to make the target. Reply <answer>expression</answer>.";
+    "Use each number once with + - * / and brackets to make the target. Reply "
+    "<answer>expression</answer>.";
 
 const BuiltinTask& countdown_task();
 

@@ -12,12 +12,16 @@ namespace {
 constexpr const char* kSystem = "Repeat the user's text exactly.";
 
 void validate(const CopyDrillOptions& o) {
-  if (o.count < 0) invalid_argument("copy drills: count must be >= 0, got " + std::to_string(o.count));
-  if (o.min_terms < 1) invalid_argument("copy drills: min_terms must be >= 1, got " + std::to_string(o.min_terms));
+  if (o.count < 0)
+    invalid_argument("copy drills: count must be >= 0, got " + std::to_string(o.count));
+  if (o.min_terms < 1)
+    invalid_argument("copy drills: min_terms must be >= 1, got " + std::to_string(o.min_terms));
   if (o.max_terms < o.min_terms || o.max_terms > 64) {
-    invalid_argument("copy drills: max_terms must be in [min_terms, 64], got " + std::to_string(o.max_terms));
+    invalid_argument("copy drills: max_terms must be in [min_terms, 64], got " +
+                     std::to_string(o.max_terms));
   }
-  if (o.max_number < 1) invalid_argument("copy drills: max_number must be >= 1, got " + std::to_string(o.max_number));
+  if (o.max_number < 1)
+    invalid_argument("copy drills: max_number must be >= 1, got " + std::to_string(o.max_number));
 }
 
 }  // namespace

@@ -36,7 +36,8 @@ Rational make_rational(i128 num, i128 den) {
     den /= a;
   }
   constexpr i128 kMax = INT64_MAX;
-  if (num > kMax || num < -kMax || den > kMax) throw ExprError{"number too large (overflow)", false};
+  if (num > kMax || num < -kMax || den > kMax)
+    throw ExprError{"number too large (overflow)", false};
   return Rational{static_cast<int64_t>(num), static_cast<int64_t>(den)};
 }
 
@@ -69,7 +70,8 @@ class Parser {
 
  private:
   void skip_space() {
-    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\t' || text_[pos_] == '\n' || text_[pos_] == '\r')) {
+    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\t' ||
+                                   text_[pos_] == '\n' || text_[pos_] == '\r')) {
       ++pos_;
     }
   }
@@ -142,7 +144,8 @@ class Parser {
       Rational v = expr(depth + 1);
       if (!eat(')')) {
         skip_space();
-        fail_at(pos_ < text_.size() ? "expected ')' but found '" + std::string(1, text_[pos_]) + "'" : "missing ')'");
+        fail_at(pos_ < text_.size() ? "expected ')' but found '" + std::string(1, text_[pos_]) + "'"
+                                    : "missing ')'");
       }
       return v;
     }
@@ -153,7 +156,8 @@ class Parser {
         pos_ = begin;
         fail_at("number too long");
       }
-      if (pos_ < text_.size() && (text_[pos_] == '.' || text_[pos_] == ',')) fail_at("only integers are allowed, found '" + std::string(1, text_[pos_]) + "'");
+      if (pos_ < text_.size() && (text_[pos_] == '.' || text_[pos_] == ','))
+        fail_at("only integers are allowed, found '" + std::string(1, text_[pos_]) + "'");
       int64_t n = std::strtoll(std::string(text_.substr(begin, pos_ - begin)).c_str(), nullptr, 10);
       numbers.push_back(n);
       return Rational{n, 1};
@@ -174,7 +178,8 @@ std::string Rational::to_string() const {
 Evaluation evaluate_expression(std::string_view text) {
   Evaluation out;
   if (text.size() > kMaxLength) {
-    out.error = "expression too long (" + std::to_string(text.size()) + " bytes, at most " + std::to_string(kMaxLength) + ")";
+    out.error = "expression too long (" + std::to_string(text.size()) + " bytes, at most " +
+                std::to_string(kMaxLength) + ")";
     return out;
   }
   Parser parser(text);

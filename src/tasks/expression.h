@@ -1,14 +1,15 @@
 // Safe arithmetic over integers with exact rational results: the `calculator` tool of the calc task
-// and the equation checker of countdown. A hand-written recursive-descent parser (never eval, never a
-// shell); every failure is a value naming what was wrong and where, never an exception or a crash.
+// and the equation checker of countdown. A hand-written recursive-descent parser (never eval, never
+// a shell); every failure is a value naming what was wrong and where, never an exception or a
+// crash.
 //
 // Grammar (whitespace anywhere between tokens):
 //   expr    := term (('+' | '-') term)*
 //   term    := unary (('*' | '/') unary)*
 //   unary   := '-' unary | primary
 //   primary := integer | '(' expr ')'
-// Normal precedence, left associative. Integers are decimal digits (at most 18). Limits: 256 bytes of
-// text, 32 levels of nesting. Values are exact fractions of int64 (overflow is an error).
+// Normal precedence, left associative. Integers are decimal digits (at most 18). Limits: 256 bytes
+// of text, 32 levels of nesting. Values are exact fractions of int64 (overflow is an error).
 #pragma once
 
 #include <cstdint>
@@ -31,9 +32,9 @@ struct Rational {
 struct Evaluation {
   bool ok = false;
   Rational value{};
-  std::string error{};                // when !ok: e.g. "division by zero", "unexpected ')' at column 5"
-  std::vector<int64_t> numbers{};     // the integer literals, in order of appearance (when parsed)
-  bool parsed = false;                // the text is a well-formed expression (even if evaluation failed)
+  std::string error{};  // when !ok: e.g. "division by zero", "unexpected ')' at column 5"
+  std::vector<int64_t> numbers{};  // the integer literals, in order of appearance (when parsed)
+  bool parsed = false;  // the text is a well-formed expression (even if evaluation failed)
 };
 
 // Parses and evaluates exactly.

@@ -33,7 +33,8 @@ struct LakeParams {
 };
 
 LakeParams read_lake_params(const OrderedJson& json) {
-  Params p(json, "frozenlake", {"size", "hole_fraction", "slippery", "slip_prob", "max_steps", "holdout_fraction"});
+  Params p(json, "frozenlake",
+           {"size", "hole_fraction", "slippery", "slip_prob", "max_steps", "holdout_fraction"});
   LakeParams c;
   c.size = p.get_int("size", c.size, 2, 16);
   c.hole_fraction = p.get_number("hole_fraction", c.hole_fraction, 0, 0.8);
@@ -47,7 +48,8 @@ LakeParams read_lake_params(const OrderedJson& json) {
 // Distance to G from every cell over non-hole cells (-1: unreachable).
 std::vector<std::vector<int>> distances_to_goal(const LakeMap& map) {
   const int n = map.size();
-  std::vector<std::vector<int>> dist(static_cast<size_t>(n), std::vector<int>(static_cast<size_t>(n), -1));
+  std::vector<std::vector<int>> dist(static_cast<size_t>(n),
+                                     std::vector<int>(static_cast<size_t>(n), -1));
   std::deque<std::pair<int, int>> queue;
   for (int r = 0; r < n; ++r) {
     for (int c = 0; c < n; ++c) {
@@ -87,7 +89,9 @@ std::pair<int, int> find_cell(const LakeMap& map, char what) {
 
 const OrderedJson& meta_field(const Task& task, std::string_view key) {
   auto it = task.metadata.find(key);
-  if (it == task.metadata.end() || it->is_null()) invalid_argument("frozenlake task " + task.task_id + ": metadata needs '" + std::string(key) + "'");
+  if (it == task.metadata.end() || it->is_null())
+    invalid_argument("frozenlake task " + task.task_id + ": metadata needs '" + std::string(key) +
+                     "'");
   return *it;
 }
 
@@ -128,7 +132,8 @@ std::optional<std::vector<Move>> parse_action_list(std::string_view text) {
   return out;
 }
 
-Judgement outcome_judgement(const FrozenLakeEnv& env, const std::vector<std::string>& actions, std::string reason_if_running) {
+Judgement outcome_judgement(const FrozenLakeEnv& env, const std::vector<std::string>& actions,
+                            std::string reason_if_running) {
   Judgement j;
   j.reason = env.done() ? env.outcome() : std::move(reason_if_running);
   j.reward = env.outcome() == "goal" ? 1.0 : 0.0;
@@ -142,20 +147,25 @@ Judgement outcome_judgement(const FrozenLakeEnv& env, const std::vector<std::str
 }
 
 text::ChatMessage action_message(Move m) {
-  return text::ChatMessage{.role = text::Role::kAssistant, .content = "<action>" + std::string(move_name(m)) + "</action>"};
+  return text::ChatMessage{.role = text::Role::kAssistant,
+                           .content = "<action>" + std::string(move_name(m)) + "</action>"};
 }
 
 class FrozenLakeTask final : public BuiltinTask {
  public:
   std::string_view name() const override { return "frozenlake"; }
-  std::vector<std::string> error_kinds() const override { return {"wrong_move", "random", "bad_format"}; }
+  std::vector<std::string> error_kinds() const override {
+    return {"wrong_move", "random", "bad_format"};
+  }
 
   std::vector<Task> generate(const GenerateOptions& options) const override {
     const LakeParams p = read_lake_params(options.params);
-    return generate_split("frozenlake", options, p.holdout_fraction, [&p](Rng& rng) { return sample(p, rng); });
+    return generate_split("frozenlake", options, p.holdout_fraction,
+                          [&p](Rng& rng) { return sample(p, rng); });
   }
 
-  Judgement judge_answer(const Task& task, std::string_view answer, const AgentOptions& options) const override {
+  Judgement judge_answer(const Task& task, std::string_view answer,
+                         const AgentOptions& options) const override {
     FrozenLakeEnv env = make_env(task, options);
     std::optional<std::vector<Move>> moves = parse_action_list(answer);
     if (!moves) {
@@ -193,7 +203,9 @@ class FrozenLakeTask final : public BuiltinTask {
 
   Demo make_demo(const Task& task, std::string_view kind, Rng& rng) const override {
     if (kind != "correct" && kind != "wrong_move" && kind != "random" && kind != "bad_format") {
-      invalid_argument("frozenlake demo kind must be correct, wrong_move, random or bad_format, got '" + std::string(kind) + "'");
+      invalid_argument(
+          "frozenlake demo kind must be correct, wrong_move, random or bad_format, got '" +
+          std::string(kind) + "'");
     }
     make_env(task);  // validates the task before anything is played
     const uint64_t base_seed = task_seed(task);
@@ -203,7 +215,8 @@ class FrozenLakeTask final : public BuiltinTask {
     if (k == "correct") {
       // On a slippery lake the best walk can still fall in; replay other seeds until one succeeds.
       for (int attempt = 0; attempt < (slippery ? 256 : 1); ++attempt) {
-        const uint64_t seed = attempt == 0 ? base_seed : mix_seed(base_seed, static_cast<uint64_t>(attempt));
+        const uint64_t seed =
+            attempt == 0 ? base_seed : mix_seed(base_seed, static_cast<uint64_t>(attempt));
         d = play(task, seed, rng, -1, false);
         if (d.judgement.reward == 1.0) return finish(d, "correct");
       }
@@ -212,7 +225,8 @@ class FrozenLakeTask final : public BuiltinTask {
     if (k == "wrong_move") {
       for (int attempt = 0; attempt < 20; ++attempt) {
         FrozenLakeEnv probe = make_env(task, AgentOptions{.env_seed = base_seed});
-        const int at = static_cast<int>(rng.uniform_int(0, std::max(0, shortest_path_length(probe.map()).value_or(1) - 1)));
+        const int at = static_cast<int>(
+            rng.uniform_int(0, std::max(0, shortest_path_length(probe.map()).value_or(1) - 1)));
         d = play(task, base_seed, rng, at, false);
         if (d.judgement.reward < 1.0) return finish(d, "wrong_move");
       }
@@ -226,17 +240,20 @@ class FrozenLakeTask final : public BuiltinTask {
     }
     // bad_format: a few good moves, then a reply without exactly one valid action.
     FrozenLakeEnv probe = make_env(task, AgentOptions{.env_seed = base_seed});
-    const int before = static_cast<int>(rng.uniform_int(0, std::max(0, shortest_path_length(probe.map()).value_or(1) - 1)));
+    const int before = static_cast<int>(
+        rng.uniform_int(0, std::max(0, shortest_path_length(probe.map()).value_or(1) - 1)));
     d = play(task, base_seed, rng, -1, false, before);
-    static const std::vector<std::string> kBad = {"Down", "<action>Jump</action>",
-                                                  "<action>Up</action><action>Left</action>", "I go right."};
-    d.messages.push_back(text::ChatMessage{.role = text::Role::kAssistant, .content = rng.pick(kBad)});
+    static const std::vector<std::string> kBad = {
+        "Down", "<action>Jump</action>", "<action>Up</action><action>Left</action>", "I go right."};
+    d.messages.push_back(
+        text::ChatMessage{.role = text::Role::kAssistant, .content = rng.pick(kBad)});
     d.judgement = judge_episode(task, d.messages, AgentOptions{.env_seed = d.env_seed});
     return finish(d, "bad_format");
   }
 
  protected:
-  EpisodeResult run_episode_unchecked(const Task& task, ChatModel& model, const AgentOptions& options) const override {
+  EpisodeResult run_episode_unchecked(const Task& task, ChatModel& model,
+                                      const AgentOptions& options) const override {
     EpisodeResult r;
     FrozenLakeEnv env = make_env(task, options);
     r.messages = initial_messages(task, kFrozenLakeSystemPrompt);
@@ -303,7 +320,8 @@ class FrozenLakeTask final : public BuiltinTask {
 
   // Plays a demo: best moves, except a bad move at step `wrong_at` (into a hole when one is next
   // to the agent) or random moves throughout; stops after `max_moves` moves when >= 0.
-  Demo play(const Task& task, uint64_t seed, Rng& rng, int wrong_at, bool random_moves, int max_moves = -1) const {
+  Demo play(const Task& task, uint64_t seed, Rng& rng, int wrong_at, bool random_moves,
+            int max_moves = -1) const {
     Demo d;
     d.task_id = task.task_id;
     d.env_type = "frozenlake";
@@ -334,7 +352,8 @@ class FrozenLakeTask final : public BuiltinTask {
       d.messages.push_back(action_message(m));
       env.step(m);
       ++moves;
-      if (!env.done()) d.messages.push_back(text::ChatMessage{.role = text::Role::kUser, .content = env.render()});
+      if (!env.done())
+        d.messages.push_back(text::ChatMessage{.role = text::Role::kUser, .content = env.render()});
     }
     d.judgement = judge_episode(task, d.messages, AgentOptions{.env_seed = seed});
     return d;
@@ -381,7 +400,8 @@ class FrozenLakeTask final : public BuiltinTask {
       FrozenLakeEnv env(map, slip, 0, static_cast<int>(p.max_steps));
       t.main_query = env.render();
       t.init_messages = OrderedJson::array();
-      t.init_messages.push_back(OrderedJson{{"role", "system"}, {"content", std::string(kFrozenLakeSystemPrompt)}});
+      t.init_messages.push_back(
+          OrderedJson{{"role", "system"}, {"content", std::string(kFrozenLakeSystemPrompt)}});
       t.init_messages.push_back(OrderedJson{{"role", "user"}, {"content", t.main_query}});
       return out;
     }
@@ -418,20 +438,24 @@ std::optional<Move> parse_action(std::string_view reply) {
 
 LakeMap parse_lake_map(const OrderedJson& rows, std::string_view where) {
   const std::string w(where);
-  if (!rows.is_array() || rows.empty()) invalid_argument(w + ": map must be a non-empty array of row strings");
+  if (!rows.is_array() || rows.empty())
+    invalid_argument(w + ": map must be a non-empty array of row strings");
   LakeMap map;
   int starts = 0;
   int goals = 0;
   for (size_t r = 0; r < rows.size(); ++r) {
-    if (!rows[r].is_string()) invalid_argument(w + ": map[" + std::to_string(r) + "] must be a string");
+    if (!rows[r].is_string())
+      invalid_argument(w + ": map[" + std::to_string(r) + "] must be a string");
     std::string row = rows[r].get<std::string>();
     if (row.size() != rows.size()) {
-      invalid_argument(w + ": map must be square; row " + std::to_string(r) + " has " + std::to_string(row.size()) +
-                       " cells for " + std::to_string(rows.size()) + " rows");
+      invalid_argument(w + ": map must be square; row " + std::to_string(r) + " has " +
+                       std::to_string(row.size()) + " cells for " + std::to_string(rows.size()) +
+                       " rows");
     }
     for (char c : row) {
       if (c != 'S' && c != 'F' && c != 'H' && c != 'G') {
-        invalid_argument(w + ": map[" + std::to_string(r) + "] has '" + std::string(1, c) + "'; cells are S F H G");
+        invalid_argument(w + ": map[" + std::to_string(r) + "] has '" + std::string(1, c) +
+                         "'; cells are S F H G");
       }
       starts += c == 'S';
       goals += c == 'G';
@@ -534,14 +558,21 @@ FrozenLakeEnv make_env(const Task& task, const AgentOptions& options) {
   const std::string where = "frozenlake task " + task.task_id + " metadata";
   LakeMap map = parse_lake_map(meta_field(task, "map"), where);
   double slip = 0;
-  if (auto it = task.metadata.find("slip_prob"); it != task.metadata.end() && it->is_number()) slip = it->get<double>();
-  if (auto it = task.metadata.find("slippery"); it != task.metadata.end() && it->is_boolean() && !it->get<bool>()) slip = 0;
+  if (auto it = task.metadata.find("slip_prob"); it != task.metadata.end() && it->is_number())
+    slip = it->get<double>();
+  if (auto it = task.metadata.find("slippery");
+      it != task.metadata.end() && it->is_boolean() && !it->get<bool>())
+    slip = 0;
   int64_t max_steps = 4 * map.size();
-  if (auto it = task.metadata.find("max_steps"); it != task.metadata.end() && it->is_number_integer()) max_steps = it->get<int64_t>();
+  if (auto it = task.metadata.find("max_steps");
+      it != task.metadata.end() && it->is_number_integer())
+    max_steps = it->get<int64_t>();
   if (options.max_steps) max_steps = *options.max_steps;
   if (max_steps < 1) invalid_argument(where + ": max_steps must be >= 1");
   uint64_t seed = 0;
-  if (auto it = task.metadata.find("env_seed"); it != task.metadata.end() && it->is_number_integer()) seed = it->get<uint64_t>();
+  if (auto it = task.metadata.find("env_seed");
+      it != task.metadata.end() && it->is_number_integer())
+    seed = it->get<uint64_t>();
   if (options.env_seed) seed = *options.env_seed;
   return FrozenLakeEnv(std::move(map), slip, seed, static_cast<int>(max_steps));
 }

@@ -18,13 +18,15 @@
 namespace ajet::tasks {
 
 inline constexpr std::string_view kFrozenLakeSystemPrompt =
-    "Walk from S to G on the grid, avoid H. P is you. Reply one move: <action>Up</action>, Down, Left or Right.";
+    "Walk from S to G on the grid, avoid H. P is you. Reply one move: <action>Up</action>, Down, "
+    "Left or Right.";
 
 enum class Move { kUp, kDown, kLeft, kRight };
 std::string_view move_name(Move move);
 std::optional<Move> move_from_name(std::string_view name);  // exact: "Up", "Down", "Left", "Right"
 
-// The one action of a reply: nullopt unless the text holds exactly one <action>X</action> with a valid X.
+// The one action of a reply: nullopt unless the text holds exactly one <action>X</action> with a
+// valid X.
 std::optional<Move> parse_action(std::string_view reply);
 
 struct LakeMap {
@@ -41,12 +43,12 @@ std::optional<int> shortest_path_length(const LakeMap& map);
 std::optional<Move> best_move(const LakeMap& map, int r, int c);
 
 struct StepResult {
-  Move taken = Move::kUp;   // the direction actually moved (differs from the action after a slip)
+  Move taken = Move::kUp;  // the direction actually moved (differs from the action after a slip)
   bool slipped = false;
   bool hit_wall = false;
   bool done = false;
   double reward = 0.0;
-  std::string event;        // "moved", "wall", "hole", "goal", "max_steps"
+  std::string event;  // "moved", "wall", "hole", "goal", "max_steps"
 };
 
 class FrozenLakeEnv {

@@ -10,7 +10,9 @@ namespace ajet::tasks {
 
 Params::Params(const OrderedJson& params, std::string task_name, std::vector<std::string> known)
     : params_(params.is_null() ? OrderedJson::object() : params), task_name_(std::move(task_name)) {
-  if (!params_.is_object()) invalid_argument(task_name_ + " params must be a mapping, got " + std::string(params_.type_name()));
+  if (!params_.is_object())
+    invalid_argument(task_name_ + " params must be a mapping, got " +
+                     std::string(params_.type_name()));
   for (const auto& [key, value] : params_.items()) {
     bool ok = false;
     for (const std::string& k : known) ok = ok || k == key;
@@ -46,7 +48,8 @@ int64_t Params::get_int(std::string_view key, int64_t fallback, int64_t min, int
     }
   }
   if (out < min || out > max) {
-    bad(key, "must be in [" + std::to_string(min) + ", " + std::to_string(max) + "], got " + std::to_string(out));
+    bad(key, "must be in [" + std::to_string(min) + ", " + std::to_string(max) + "], got " +
+                 std::to_string(out));
   }
   return out;
 }
@@ -59,7 +62,8 @@ double Params::get_number(std::string_view key, double fallback, double min, dou
     out = v->get<double>();
   }
   if (!(out >= min && out <= max)) {
-    bad(key, "must be in [" + std::to_string(min) + ", " + std::to_string(max) + "], got " + std::to_string(out));
+    bad(key, "must be in [" + std::to_string(min) + ", " + std::to_string(max) + "], got " +
+                 std::to_string(out));
   }
   return out;
 }
@@ -84,23 +88,28 @@ bool in_validation_split(std::string_view key, double holdout_fraction) {
   return static_cast<double>(bucket) * 0x1.0p-53 < holdout_fraction;
 }
 
-std::vector<Task> generate_split(std::string_view task_name, const GenerateOptions& options, double holdout_fraction,
+std::vector<Task> generate_split(std::string_view task_name, const GenerateOptions& options,
+                                 double holdout_fraction,
                                  const std::function<SampledProblem(Rng&)>& sample) {
   if (options.count < 0) invalid_argument(std::string(task_name) + ": task count must be >= 0");
   const bool want_validation = options.split == Split::kValidation;
   if (want_validation && holdout_fraction <= 0 && options.count > 0) {
-    invalid_argument(std::string(task_name) + ": holdout_fraction is 0, so there are no validation problems");
+    invalid_argument(std::string(task_name) +
+                     ": holdout_fraction is 0, so there are no validation problems");
   }
   if (!want_validation && holdout_fraction >= 1 && options.count > 0) {
-    invalid_argument(std::string(task_name) + ": holdout_fraction is 1, so there are no training problems");
+    invalid_argument(std::string(task_name) +
+                     ": holdout_fraction is 1, so there are no training problems");
   }
   Rng rng(mix_seed(options.seed, stable_hash(task_name)));
   std::vector<Task> out;
   std::unordered_set<std::string> seen;
   // Enough draws for the rarer split, plus slack for duplicates; a small problem space runs out.
   const double share = want_validation ? holdout_fraction : 1 - holdout_fraction;
-  const int64_t max_draws = static_cast<int64_t>(static_cast<double>(options.count) / share * 20) + 2000;
-  for (int64_t draw = 0; draw < max_draws && static_cast<int64_t>(out.size()) < options.count; ++draw) {
+  const int64_t max_draws =
+      static_cast<int64_t>(static_cast<double>(options.count) / share * 20) + 2000;
+  for (int64_t draw = 0; draw < max_draws && static_cast<int64_t>(out.size()) < options.count;
+       ++draw) {
     SampledProblem p = sample(rng);
     if (in_validation_split(p.key, holdout_fraction) != want_validation) continue;
     if (!seen.insert(p.key).second) continue;
@@ -112,15 +121,16 @@ std::vector<Task> generate_split(std::string_view task_name, const GenerateOptio
     out.push_back(std::move(p.task));
   }
   if (static_cast<int64_t>(out.size()) < options.count) {
-    invalid_argument(std::string(task_name) + ": found only " + std::to_string(out.size()) + " distinct " +
-                     std::string(split_name(options.split)) + " problems of " + std::to_string(options.count) +
-                     " requested; widen the generator params (more operands, a larger range or map)");
+    invalid_argument(
+        std::string(task_name) + ": found only " + std::to_string(out.size()) + " distinct " +
+        std::string(split_name(options.split)) + " problems of " + std::to_string(options.count) +
+        " requested; widen the generator params (more operands, a larger range or map)");
   }
   return out;
 }
 
-std::optional<std::string> extract_tagged(std::string_view text, std::string_view open, std::string_view close,
-                                          size_t& count) {
+std::optional<std::string> extract_tagged(std::string_view text, std::string_view open,
+                                          std::string_view close, size_t& count) {
   count = 0;
   std::optional<std::string> first;
   size_t pos = 0;

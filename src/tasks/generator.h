@@ -44,13 +44,14 @@ struct SampledProblem {
 // Draws from `sample` (seeded from options.seed and the task name) until `options.count` distinct
 // problems of options.split are found. task_id = "<name>-<12 hex digits of the key's hash>";
 // metadata.split is set. Throws when the problem space runs out (naming how many were found).
-std::vector<Task> generate_split(std::string_view task_name, const GenerateOptions& options, double holdout_fraction,
+std::vector<Task> generate_split(std::string_view task_name, const GenerateOptions& options,
+                                 double holdout_fraction,
                                  const std::function<SampledProblem(Rng&)>& sample);
 
 // The text between the one `open`...`close` pair in `text`: nullopt when there is none; sets
 // `count` to how many pairs there are (judges reject more than one).
-std::optional<std::string> extract_tagged(std::string_view text, std::string_view open, std::string_view close,
-                                          size_t& count);
+std::optional<std::string> extract_tagged(std::string_view text, std::string_view open,
+                                          std::string_view close, size_t& count);
 
 std::string trim(std::string_view text);
 

@@ -35,8 +35,8 @@ std::vector<Task> parse_task_jsonl(std::string_view text, std::string_view sourc
     Task task = task_from_json(json, where);
     auto [it, inserted] = first_line.emplace(task.task_id, line_no);
     if (!inserted) {
-      invalid_argument(where + ": field 'task_id': duplicate id '" + task.task_id + "' (first at line " +
-                       std::to_string(it->second) + ")");
+      invalid_argument(where + ": field 'task_id': duplicate id '" + task.task_id +
+                       "' (first at line " + std::to_string(it->second) + ")");
     }
     out.push_back(std::move(task));
     if (end == text.size()) break;
@@ -63,9 +63,11 @@ bool condition_holds(const OrderedJson& value, const OrderedJson& cond, const st
   if (cond.is_object()) {
     for (const auto& [k, v] : cond.items()) {
       if (k != "min" && k != "max") {
-        invalid_argument("metadata filter '" + key + "': a range takes only min and max, got '" + k + "'");
+        invalid_argument("metadata filter '" + key + "': a range takes only min and max, got '" +
+                         k + "'");
       }
-      if (!v.is_number()) invalid_argument("metadata filter '" + key + "." + k + "' must be a number");
+      if (!v.is_number())
+        invalid_argument("metadata filter '" + key + "." + k + "' must be a number");
     }
     if (!value.is_number()) return false;
     const double x = value.get<double>();
@@ -75,7 +77,8 @@ bool condition_holds(const OrderedJson& value, const OrderedJson& cond, const st
   }
   if (cond.is_array()) {
     for (const OrderedJson& c : cond) {
-      if (c.is_object() || c.is_array()) invalid_argument("metadata filter '" + key + "': a list holds plain values");
+      if (c.is_object() || c.is_array())
+        invalid_argument("metadata filter '" + key + "': a list holds plain values");
       if (condition_holds(value, c, key)) return true;
     }
     return false;
@@ -89,7 +92,8 @@ bool condition_holds(const OrderedJson& value, const OrderedJson& cond, const st
 
 bool metadata_matches(const Task& task, const OrderedJson& predicate) {
   if (predicate.is_null()) return true;
-  if (!predicate.is_object()) invalid_argument("metadata filter must be a mapping of metadata key to condition");
+  if (!predicate.is_object())
+    invalid_argument("metadata filter must be a mapping of metadata key to condition");
   for (const auto& [key, cond] : predicate.items()) {
     auto it = task.metadata.find(key);
     if (it == task.metadata.end()) return false;
@@ -99,8 +103,10 @@ bool metadata_matches(const Task& task, const OrderedJson& predicate) {
 }
 
 std::vector<Task> filter_tasks(std::vector<Task> tasks, const config::TaskFilterConfig& filters) {
-  const std::unordered_set<std::string> include(filters.include_task_ids.begin(), filters.include_task_ids.end());
-  const std::unordered_set<std::string> exclude(filters.exclude_task_ids.begin(), filters.exclude_task_ids.end());
+  const std::unordered_set<std::string> include(filters.include_task_ids.begin(),
+                                                filters.include_task_ids.end());
+  const std::unordered_set<std::string> exclude(filters.exclude_task_ids.begin(),
+                                                filters.exclude_task_ids.end());
   const OrderedJson predicate(filters.metadata);
   std::vector<Task> out;
   for (Task& t : tasks) {
@@ -131,7 +137,9 @@ TaskSets load_tasks(const config::TaskSourceConfig& reader, const std::filesyste
   if (reader.type == "jsonl_dataset_file") {
     const std::string& train_path = reader.jsonl_dataset_file.training_file_path;
     if (train_path.empty()) {
-      invalid_argument("ajet.task_reader.jsonl_dataset_file.training.file_path is empty (type jsonl_dataset_file)");
+      invalid_argument(
+          "ajet.task_reader.jsonl_dataset_file.training.file_path is empty (type "
+          "jsonl_dataset_file)");
     }
     std::vector<Task> all = read_task_jsonl(resolve(train_path, base_dir));
     const std::string& val_path = reader.jsonl_dataset_file.validation_file_path;
@@ -140,7 +148,8 @@ TaskSets load_tasks(const config::TaskSourceConfig& reader, const std::filesyste
       sets.validation = read_task_jsonl(resolve(val_path, base_dir));
     } else {
       for (Task& t : all) {
-        const uint64_t h = mix_seed(static_cast<uint64_t>(reader.shuffle_seed), stable_hash(t.task_id));
+        const uint64_t h =
+            mix_seed(static_cast<uint64_t>(reader.shuffle_seed), stable_hash(t.task_id));
         const bool held_out = static_cast<double>(h >> 11) * 0x1.0p-53 < reader.validation_fraction;
         (held_out ? sets.validation : sets.training).push_back(std::move(t));
       }
@@ -159,7 +168,9 @@ TaskSets load_tasks(const config::TaskSourceConfig& reader, const std::filesyste
   } else if (reader.type == "random_dummy") {
     return sets;
   } else {
-    invalid_argument("ajet.task_reader.type must be jsonl_dataset_file, builtin or random_dummy, got '" + reader.type + "'");
+    invalid_argument(
+        "ajet.task_reader.type must be jsonl_dataset_file, builtin or random_dummy, got '" +
+        reader.type + "'");
   }
   sets.training = filter_tasks(std::move(sets.training), reader.filters);
   sets.validation = filter_tasks(std::move(sets.validation), reader.filters);
@@ -184,7 +195,8 @@ TaskStream::TaskStream(std::vector<Task> tasks, bool shuffle, uint64_t seed)
 }
 
 const Task& TaskStream::next() {
-  if (tasks_.empty()) fail(ErrorCode::kFailedPrecondition, "task stream is empty: no training tasks");
+  if (tasks_.empty())
+    fail(ErrorCode::kFailedPrecondition, "task stream is empty: no training tasks");
   if (index_ >= tasks_.size()) {
     ++epoch_;
     index_ = 0;
@@ -202,8 +214,9 @@ std::vector<Task> TaskStream::next_batch(size_t n) {
 
 void TaskStream::seek(Position position) {
   if (position.epoch < 0 || position.index > tasks_.size()) {
-    invalid_argument("task stream position out of range (epoch " + std::to_string(position.epoch) + ", index " +
-                     std::to_string(position.index) + " of " + std::to_string(tasks_.size()) + ")");
+    invalid_argument("task stream position out of range (epoch " + std::to_string(position.epoch) +
+                     ", index " + std::to_string(position.index) + " of " +
+                     std::to_string(tasks_.size()) + ")");
   }
   epoch_ = position.epoch;
   index_ = position.index;

@@ -1,5 +1,5 @@
-// Where the launcher's tasks come from: JSONL files (one task per line), the built-in generators, or
-// nothing (swarm mode's random_dummy), then filters, the train/validation split and a seeded
+// Where the launcher's tasks come from: JSONL files (one task per line), the built-in generators,
+// or nothing (swarm mode's random_dummy), then filters, the train/validation split and a seeded
 // shuffle that repeats per epoch. Errors name the file, the line and the field; nothing here
 // depends on the model or the network.
 #pragma once

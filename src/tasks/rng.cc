@@ -14,7 +14,9 @@ uint64_t stable_hash(std::string_view text) {
   return splitmix64_finalize(h);
 }
 
-uint64_t mix_seed(uint64_t a, uint64_t b) { return splitmix64_finalize(a * 0x9e3779b97f4a7c15ULL + splitmix64_finalize(b)); }
+uint64_t mix_seed(uint64_t a, uint64_t b) {
+  return splitmix64_finalize(a * 0x9e3779b97f4a7c15ULL + splitmix64_finalize(b));
+}
 
 uint64_t Rng::next_u64() {
   state_ += 0x9e3779b97f4a7c15ULL;
@@ -22,7 +24,9 @@ uint64_t Rng::next_u64() {
 }
 
 int64_t Rng::uniform_int(int64_t lo, int64_t hi) {
-  if (lo > hi) invalid_argument("Rng::uniform_int: empty range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  if (lo > hi)
+    invalid_argument("Rng::uniform_int: empty range [" + std::to_string(lo) + ", " +
+                     std::to_string(hi) + "]");
   const uint64_t span = static_cast<uint64_t>(hi) - static_cast<uint64_t>(lo);
   if (span == UINT64_MAX) return static_cast<int64_t>(next_u64());
   const uint64_t n = span + 1;

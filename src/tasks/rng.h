@@ -1,6 +1,7 @@
-// Deterministic randomness for task generation, demos and environments: the same seed gives the same
-// tasks on every platform and compiler. std::uniform_int_distribution & co. are implementation-defined,
-// so they must never be used here; everything draws from SplitMix64 with our own range reduction.
+// Deterministic randomness for task generation, demos and environments: the same seed gives the
+// same tasks on every platform and compiler. std::uniform_int_distribution & co. are
+// implementation-defined, so they must never be used here; everything draws from SplitMix64 with
+// our own range reduction.
 #pragma once
 
 #include <cstddef>

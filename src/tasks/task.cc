@@ -9,10 +9,10 @@ namespace {
 
 std::string_view type_name(const OrderedJson& v) { return json_type_name(v); }
 
-[[noreturn]] void bad_field(const std::string& where, std::string_view field, std::string_view expected,
-                            const OrderedJson& got) {
-  invalid_argument(where + ": field '" + std::string(field) + "' must be " + std::string(expected) + ", got " +
-                   std::string(type_name(got)));
+[[noreturn]] void bad_field(const std::string& where, std::string_view field,
+                            std::string_view expected, const OrderedJson& got) {
+  invalid_argument(where + ": field '" + std::string(field) + "' must be " + std::string(expected) +
+                   ", got " + std::string(type_name(got)));
 }
 
 const OrderedJson* field(const OrderedJson& obj, std::string_view key) {
@@ -34,7 +34,8 @@ OrderedJson task_to_json(const Task& task) {
 }
 
 Task task_from_json(const OrderedJson& json, const std::string& where) {
-  if (!json.is_object()) invalid_argument(where + ": a task must be a JSON object, got " + std::string(type_name(json)));
+  if (!json.is_object())
+    invalid_argument(where + ": a task must be a JSON object, got " + std::string(type_name(json)));
   Task task;
   const OrderedJson* id = field(json, "task_id");
   if (id == nullptr) invalid_argument(where + ": missing required field 'task_id'");
@@ -80,13 +81,15 @@ std::vector<text::ChatMessage> initial_messages(const Task& task, std::string_vi
   std::vector<text::ChatMessage> out;
   if (!task.init_messages.empty()) {
     for (size_t i = 0; i < task.init_messages.size(); ++i) {
-      out.push_back(text::parse_chat_message(task.init_messages[i], "task " + task.task_id + " init_messages[" +
-                                                                        std::to_string(i) + "]"));
+      out.push_back(text::parse_chat_message(
+          task.init_messages[i],
+          "task " + task.task_id + " init_messages[" + std::to_string(i) + "]"));
     }
     return out;
   }
   if (!system_prompt.empty()) {
-    out.push_back(text::ChatMessage{.role = text::Role::kSystem, .content = std::string(system_prompt)});
+    out.push_back(
+        text::ChatMessage{.role = text::Role::kSystem, .content = std::string(system_prompt)});
   }
   out.push_back(text::ChatMessage{.role = text::Role::kUser, .content = task.main_query});
   return out;

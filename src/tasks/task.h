@@ -1,8 +1,8 @@
-// The task and episode-result schemas shared by readers, generators, judges, built-in agents and the
-// launcher. Field names follow upstream AgentJet (ajet/schema/task.py): a Task is what one episode
-// works on; a WorkflowOutput is what an episode reports (the `workflow_output` of end_episode).
-// JSON is kept in insertion order (OrderedJson) because messages and tool definitions are rendered
-// by chat templates in the order they were written.
+// The task and episode-result schemas shared by readers, generators, judges, built-in agents and
+// the launcher. Field names follow upstream AgentJet (ajet/schema/task.py): a Task is what one
+// episode works on; a WorkflowOutput is what an episode reports (the `workflow_output` of
+// end_episode). JSON is kept in insertion order (OrderedJson) because messages and tool definitions
+// are rendered by chat templates in the order they were written.
 #pragma once
 
 #include <optional>
@@ -26,15 +26,16 @@ struct Task {
 
 // {"task_id", "main_query", "init_messages", "metadata", "env_type"}.
 OrderedJson task_to_json(const Task& task);
-// Reads a task object. `where` prefixes errors (e.g. "tasks.jsonl:12"); every error names the field:
-// "tasks.jsonl:12: field 'init_messages' must be an array of messages, got string". task_id is
-// required (a non-empty string, or an integer which is turned into its decimal text); the other
+// Reads a task object. `where` prefixes errors (e.g. "tasks.jsonl:12"); every error names the
+// field: "tasks.jsonl:12: field 'init_messages' must be an array of messages, got string". task_id
+// is required (a non-empty string, or an integer which is turned into its decimal text); the other
 // fields default to empty. init_messages are validated as OpenAI chat messages.
 Task task_from_json(const OrderedJson& json, const std::string& where);
 
 // The initial conversation of a task as chat messages: init_messages when present, otherwise one
 // user message with main_query (after `system_prompt` when that is non-empty).
-std::vector<text::ChatMessage> initial_messages(const Task& task, std::string_view system_prompt = "");
+std::vector<text::ChatMessage> initial_messages(const Task& task,
+                                                std::string_view system_prompt = "");
 // Tool definitions carried in metadata.tools (OpenAI form); empty when there are none.
 std::vector<OrderedJson> task_tools(const Task& task);
 
@@ -42,8 +43,9 @@ std::vector<OrderedJson> task_tools(const Task& task);
 struct Judgement {
   double reward = 0.0;
   bool is_success = false;
-  std::string reason{};                     // short machine-readable word: "correct", "wrong_answer", ...
-  OrderedJson details = OrderedJson::object();  // task-specific facts (the parsed answer, expected value)
+  std::string reason{};  // short machine-readable word: "correct", "wrong_answer", ...
+  OrderedJson details =
+      OrderedJson::object();  // task-specific facts (the parsed answer, expected value)
 };
 
 OrderedJson judgement_to_json(const Judgement& judgement);

@@ -10,8 +10,8 @@ namespace ajet::text {
 
 bool is_unicode_whitespace(char32_t cp) {
   return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
-         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F ||
-         cp == 0x3000;
+         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F ||
+         cp == 0x205F || cp == 0x3000;
 }
 
 namespace {
@@ -70,7 +70,7 @@ int32_t AddedTokenMatcher::child(int32_t node, uint8_t byte) const {
 }
 
 std::optional<AddedTokenMatcher::Match> AddedTokenMatcher::find(std::string_view text, size_t from,
-                                                               bool allow_special) const {
+                                                                bool allow_special) const {
   if (empty()) return std::nullopt;
   for (size_t pos = from; pos < text.size(); ++pos) {
     if (!first_byte_[static_cast<uint8_t>(text[pos])]) continue;

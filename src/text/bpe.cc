@@ -89,14 +89,16 @@ class BpeModel::WordCache {
     {
       std::lock_guard<std::mutex> lock(shard.mu);
       if (const Entry* e = shard.find(h, word)) {
-        out.insert(out.end(), shard.ids.begin() + e->ids_off, shard.ids.begin() + e->ids_off + e->n_ids);
+        out.insert(out.end(), shard.ids.begin() + e->ids_off,
+                   shard.ids.begin() + e->ids_off + e->n_ids);
         return;
       }
     }
     size_t start = out.size();
     compute(out);
     std::lock_guard<std::mutex> lock(shard.mu);
-    if (shard.find(h, word) == nullptr) shard.insert(h, word, out.data() + start, out.size() - start);
+    if (shard.find(h, word) == nullptr)
+      shard.insert(h, word, out.data() + start, out.size() - start);
   }
 
  private:
@@ -121,7 +123,8 @@ class BpeModel::WordCache {
       for (size_t i = h & (kSlots - 1);; i = (i + 1) & (kSlots - 1)) {
         const Entry& e = table[i];
         if (e.hash == 0) return nullptr;
-        if (e.hash == h && e.key_len == word.size() && std::memcmp(keys.data() + e.key_off, word.data(), word.size()) == 0) {
+        if (e.hash == h && e.key_len == word.size() &&
+            std::memcmp(keys.data() + e.key_off, word.data(), word.size()) == 0) {
           return &e;
         }
       }
@@ -161,19 +164,21 @@ class BpeModel::WordCache {
   std::unique_ptr<Shard[]> shards_;
 };
 
-BpeModel::BpeModel() : merges_(std::make_unique<MergeTable>(0)), cache_(std::make_unique<WordCache>()) {
+BpeModel::BpeModel()
+    : merges_(std::make_unique<MergeTable>(0)), cache_(std::make_unique<WordCache>()) {
   byte_ids_.fill(-1);
 }
 
-BpeModel::BpeModel(const std::array<BpeId, 256>& byte_ids, const std::vector<Merge>& merges, bool ignore_merges,
-                   std::unordered_map<std::string, BpeId> whole_words)
+BpeModel::BpeModel(const std::array<BpeId, 256>& byte_ids, const std::vector<Merge>& merges,
+                   bool ignore_merges, std::unordered_map<std::string, BpeId> whole_words)
     : byte_ids_(byte_ids),
       merges_(std::make_unique<MergeTable>(merges.size())),
       cache_(std::make_unique<WordCache>()),
       ignore_merges_(ignore_merges),
       whole_words_(std::move(whole_words)) {
   for (size_t r = 0; r < merges.size(); ++r) {
-    merges_->insert_or_assign(merges[r].left, merges[r].right, static_cast<uint32_t>(r), merges[r].merged);
+    merges_->insert_or_assign(merges[r].left, merges[r].right, static_cast<uint32_t>(r),
+                              merges[r].merged);
   }
 }
 
@@ -217,8 +222,8 @@ std::vector<BpeId> BpeModel::merge_word(std::string_view word, bool use_heap) co
   return out;
 }
 
-// O(n^2) in the worst case but with tiny constants: `rank[i]` caches the merge of (ids[i], ids[i+1])
-// so each step is one min-scan plus two table lookups.
+// O(n^2) in the worst case but with tiny constants: `rank[i]` caches the merge of (ids[i],
+// ids[i+1]) so each step is one min-scan plus two table lookups.
 void BpeModel::merge_scan(std::string_view word, std::vector<BpeId>& out) const {
   if (word.size() > kMaxCachedWord) {
     merge_heap(word, out);

@@ -1,7 +1,7 @@
 // The BPE model on bytes: a word (the bytes of one pre-token) starts as one symbol per byte and
-// the lowest-ranked adjacent pair is merged until no merge applies, exactly as HF's `Word::merge_all`
-// (ties go to the leftmost pair). Results are cached per word; all methods are safe to call from
-// many threads at once.
+// the lowest-ranked adjacent pair is merged until no merge applies, exactly as HF's
+// `Word::merge_all` (ties go to the leftmost pair). Results are cached per word; all methods are
+// safe to call from many threads at once.
 #pragma once
 
 #include <array>
@@ -28,8 +28,8 @@ class BpeModel {
   // `byte_ids[b]` is the id of the symbol for byte b (-1: not in the vocab, the byte is dropped as
   // HF does without an unk token). `merges` in rank order; a repeated pair takes its last rank.
   // `whole_words` (only for ignore_merges): word bytes -> id, looked up before merging.
-  BpeModel(const std::array<BpeId, 256>& byte_ids, const std::vector<Merge>& merges, bool ignore_merges,
-           std::unordered_map<std::string, BpeId> whole_words);
+  BpeModel(const std::array<BpeId, 256>& byte_ids, const std::vector<Merge>& merges,
+           bool ignore_merges, std::unordered_map<std::string, BpeId> whole_words);
   BpeModel(BpeModel&&) noexcept;
   BpeModel& operator=(BpeModel&&) noexcept;
   ~BpeModel();

@@ -114,12 +114,17 @@ Json pre_tokenizer_spec() {
                 {"pattern", {{"Regex", std::string(kQwen2Pattern)}}},
                 {"behavior", "Isolated"},
                 {"invert", false}};
-  Json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}};
+  Json byte_level = {{"type", "ByteLevel"},
+                     {"add_prefix_space", false},
+                     {"trim_offsets", false},
+                     {"use_regex", false}};
   return Json{{"type", "Sequence"}, {"pretokenizers", Json::array({split, byte_level})}};
 }
 
-// Word bytes -> occurrences, from the corpus with added tokens cut out (they are never merged into).
-std::vector<std::pair<std::string, int64_t>> count_words(std::string_view corpus, const std::deque<AddedToken>& added) {
+// Word bytes -> occurrences, from the corpus with added tokens cut out (they are never merged
+// into).
+std::vector<std::pair<std::string, int64_t>> count_words(std::string_view corpus,
+                                                         const std::deque<AddedToken>& added) {
   std::vector<const AddedToken*> ptrs;
   for (const AddedToken& a : added) ptrs.push_back(&a);
   AddedTokenMatcher matcher(ptrs);
@@ -149,7 +154,8 @@ std::vector<std::pair<std::string, int64_t>> count_words(std::string_view corpus
   return sorted;
 }
 
-// The added tokens in id order (specials first) and their contents; throws for an empty or repeated one.
+// The added tokens in id order (specials first) and their contents; throws for an empty or repeated
+// one.
 struct AddedTokens {
   std::deque<AddedToken> tokens;
   std::unordered_set<std::string> contents;
@@ -159,7 +165,8 @@ AddedTokens added_tokens(const BpeTrainerOptions& options) {
   AddedTokens out;
   auto add = [&](const std::string& content, bool special) {
     if (content.empty()) invalid_argument("bpe trainer: empty added token");
-    if (!out.contents.insert(content).second) invalid_argument("bpe trainer: added token '" + content + "' given twice");
+    if (!out.contents.insert(content).second)
+      invalid_argument("bpe trainer: added token '" + content + "' given twice");
     AddedToken a;
     a.content = content;
     a.special = special;
@@ -172,9 +179,9 @@ AddedTokens added_tokens(const BpeTrainerOptions& options) {
 
 // The model vocabulary being learned: pieces by id, and the byte alphabet's ids.
 struct Vocab {
-  std::vector<std::string> pieces;                    // by id (byte-level strings)
+  std::vector<std::string> pieces;  // by id (byte-level strings)
   std::unordered_map<std::string, int32_t> piece_ids;
-  std::array<int32_t, 256> byte_id{};                 // byte -> id
+  std::array<int32_t, 256> byte_id{};  // byte -> id
 
   // Ids 0..255: the byte alphabet in GPT-2 order.
   static Vocab byte_alphabet() {
@@ -201,7 +208,8 @@ struct Vocab {
 };
 
 // The corpus's words as byte-alphabet ids, in count_words' (sorted) order.
-std::vector<Word> corpus_words(std::string_view corpus, const std::deque<AddedToken>& added, const Vocab& vocab) {
+std::vector<Word> corpus_words(std::string_view corpus, const std::deque<AddedToken>& added,
+                               const Vocab& vocab) {
   std::vector<Word> words;
   for (auto& [bytes, count] : count_words(corpus, added)) {
     Word w;
@@ -214,8 +222,8 @@ std::vector<Word> corpus_words(std::string_view corpus, const std::deque<AddedTo
 
 // `syms` with every non-overlapping (left, right), scanned left to right, replaced by `merged`;
 // nullopt when there is none.
-std::optional<std::vector<int32_t>> merged_symbols(const std::vector<int32_t>& syms, int32_t left, int32_t right,
-                                                   int32_t merged) {
+std::optional<std::vector<int32_t>> merged_symbols(const std::vector<int32_t>& syms, int32_t left,
+                                                   int32_t right, int32_t merged) {
   std::vector<int32_t> next;
   next.reserve(syms.size());
   bool hit = false;
@@ -244,7 +252,8 @@ struct PairIndex {
     PairIndex p;
     for (uint32_t wi = 0; wi < words.size(); ++wi) {
       const Word& w = words[wi];
-      for (size_t i = 0; i + 1 < w.syms.size(); ++i) p.add(key_of(w.syms[i], w.syms[i + 1]), w.count, wi);
+      for (size_t i = 0; i + 1 < w.syms.size(); ++i)
+        p.add(key_of(w.syms[i], w.syms[i + 1]), w.count, wi);
     }
     for (const auto& [k, c] : p.pair_count) p.push(k, c);
     p.last_touched.assign(words.size(), UINT32_MAX);
@@ -266,7 +275,8 @@ struct PairIndex {
 
   // Rewrites every word holding `pair` with `merged_id` (merge number `merge_index`), updates the
   // counts and locations of the pairs around it and queues the pairs it created.
-  void apply(const Candidate& pair, int32_t merged_id, uint32_t merge_index, std::vector<Word>& words) {
+  void apply(const Candidate& pair, int32_t merged_id, uint32_t merge_index,
+             std::vector<Word>& words) {
     const uint64_t k = key_of(pair.left, pair.right);
     std::vector<uint64_t> grown;
     std::vector<uint32_t> affected = std::move(where[k]);
@@ -275,9 +285,11 @@ struct PairIndex {
       if (last_touched[wi] == merge_index) continue;
       last_touched[wi] = merge_index;
       Word& w = words[wi];
-      std::optional<std::vector<int32_t>> next = merged_symbols(w.syms, pair.left, pair.right, merged_id);
+      std::optional<std::vector<int32_t>> next =
+          merged_symbols(w.syms, pair.left, pair.right, merged_id);
       if (!next) continue;
-      for (size_t i = 0; i + 1 < w.syms.size(); ++i) pair_count[key_of(w.syms[i], w.syms[i + 1])] -= w.count;
+      for (size_t i = 0; i + 1 < w.syms.size(); ++i)
+        pair_count[key_of(w.syms[i], w.syms[i + 1])] -= w.count;
       w.syms = std::move(*next);
       for (size_t i = 0; i + 1 < w.syms.size(); ++i) {
         uint64_t nk = key_of(w.syms[i], w.syms[i + 1]);
@@ -311,7 +323,8 @@ void assign_added_ids(std::deque<AddedToken>& added, size_t model_vocab) {
 }
 
 // tokenizer.json, laid out like Qwen's.
-std::string tokenizer_json(const Vocab& vocab, const std::vector<Pair>& merges, const std::deque<AddedToken>& added) {
+std::string tokenizer_json(const Vocab& vocab, const std::vector<Pair>& merges,
+                           const std::deque<AddedToken>& added) {
   using OJson = nlohmann::ordered_json;
   const std::vector<std::string>& pieces = vocab.pieces;
   OJson added_json = OJson::array();
@@ -328,7 +341,10 @@ std::string tokenizer_json(const Vocab& vocab, const std::vector<Pair>& merges, 
   for (size_t i = 0; i < pieces.size(); ++i) vocab_json[pieces[i]] = static_cast<int32_t>(i);
   OJson merges_json = OJson::array();
   for (const auto& [a, b] : merges) merges_json.push_back(OJson::array({pieces[a], pieces[b]}));
-  OJson byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}};
+  OJson byte_level = {{"type", "ByteLevel"},
+                      {"add_prefix_space", false},
+                      {"trim_offsets", false},
+                      {"use_regex", false}};
   OJson tok;
   tok["version"] = "1.0";
   tok["truncation"] = nullptr;
@@ -358,8 +374,9 @@ std::string tokenizer_config_json(const AddedTokens& added, const BpeTrainerOpti
   OJson decoder_map = OJson::object();
   std::vector<std::string> extra_special;
   for (const AddedToken& a : added.tokens) {
-    decoder_map[std::to_string(a.id)] = {{"content", a.content}, {"lstrip", false}, {"normalized", false},
-                                         {"rstrip", false},      {"single_word", false}, {"special", a.special}};
+    decoder_map[std::to_string(a.id)] = {{"content", a.content}, {"lstrip", false},
+                                         {"normalized", false},  {"rstrip", false},
+                                         {"single_word", false}, {"special", a.special}};
     if (a.special && a.content != options.eos_token && a.content != options.pad_token) {
       extra_special.push_back(a.content);
     }
@@ -391,16 +408,16 @@ std::string tokenizer_config_json(const AddedTokens& added, const BpeTrainerOpti
 }  // namespace
 
 // The phases: 1. added tokens and the vocab-size check; 2. the byte alphabet; 3. the corpus's words
-// and their pair counts; 4. merges, most frequent pair first, until the vocab is full, the pairs run
-// out or the best one is below min_frequency; 5. the two JSON files.
+// and their pair counts; 4. merges, most frequent pair first, until the vocab is full, the pairs
+// run out or the best one is below min_frequency; 5. the two JSON files.
 TrainedBpe train_bpe(std::string_view corpus_in, const BpeTrainerOptions& options) {
   std::string corpus = utf8::is_valid(corpus_in) ? std::string(corpus_in) : utf8::repair(corpus_in);
   // 1. Added tokens: ids after the model vocabulary, never merged into.
   AddedTokens added = added_tokens(options);
   if (options.vocab_size < 256 + added.tokens.size()) {
-    invalid_argument("bpe trainer: vocab size " + std::to_string(options.vocab_size) + " is below the minimum " +
-                     std::to_string(256 + added.tokens.size()) + " (256 bytes + " + std::to_string(added.tokens.size()) +
-                     " added tokens)");
+    invalid_argument("bpe trainer: vocab size " + std::to_string(options.vocab_size) +
+                     " is below the minimum " + std::to_string(256 + added.tokens.size()) +
+                     " (256 bytes + " + std::to_string(added.tokens.size()) + " added tokens)");
   }
   const size_t model_target = options.vocab_size - added.tokens.size();
   // 2. Ids 0..255: the byte alphabet.
@@ -420,8 +437,9 @@ TrainedBpe train_bpe(std::string_view corpus_in, const BpeTrainerOptions& option
     pairs.apply(*best, merged_id, merge_index, words);
   }
   if (vocab.pieces.size() < model_target) {
-    log().warn("bpe trainer: corpus supports only {} model tokens ({} requested); vocab size will be {}",
-               vocab.pieces.size(), model_target, vocab.pieces.size() + added.tokens.size());
+    log().warn(
+        "bpe trainer: corpus supports only {} model tokens ({} requested); vocab size will be {}",
+        vocab.pieces.size(), model_target, vocab.pieces.size() + added.tokens.size());
   }
   // 5. The files.
   assign_added_ids(added.tokens, vocab.pieces.size());

@@ -23,7 +23,8 @@ struct BpeTrainerOptions {
   // Added with special = true (skipped by decode(skip_special)); ids right after the model vocab.
   std::vector<std::string> special_tokens = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
   // Added with special = false, as Qwen2.5 does for its tool-call markers; ids after the specials.
-  std::vector<std::string> added_tokens = {"<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"};
+  std::vector<std::string> added_tokens = {"<tool_call>", "</tool_call>", "<tool_response>",
+                                           "</tool_response>"};
   // A pair seen fewer times than this is never merged (training then stops early).
   size_t min_frequency = 2;
   std::string eos_token = "<|im_end|>";
@@ -33,7 +34,8 @@ struct BpeTrainerOptions {
 struct TrainedBpe {
   std::string tokenizer_json;
   std::string tokenizer_config_json;
-  size_t vocab_size = 0;   // ids actually used (smaller than asked when the corpus runs out of pairs)
+  size_t vocab_size =
+      0;  // ids actually used (smaller than asked when the corpus runs out of pairs)
   size_t merges = 0;
 };
 

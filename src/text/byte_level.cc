@@ -18,7 +18,9 @@ struct Tables {
   Tables() {
     to_byte.fill(-1);
     int n = 0;
-    auto printable = [](int b) { return (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255); };
+    auto printable = [](int b) {
+      return (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+    };
     int k = 0;
     for (int b = 0; b < 256; ++b) {
       if (printable(b)) {

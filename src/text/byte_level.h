@@ -19,8 +19,9 @@ const std::string& byte_to_utf8(uint8_t b);
 // The inverse; nullopt for code points outside the alphabet.
 std::optional<uint8_t> char_to_byte(char32_t cp);
 
-// The 256 bytes in the order GPT-2 lists them (the printable ranges first, then the rest); GPT-2 and
-// Qwen vocabularies give ids 0..255 to the alphabet in exactly this order, and so does our trainer.
+// The 256 bytes in the order GPT-2 lists them (the printable ranges first, then the rest); GPT-2
+// and Qwen vocabularies give ids 0..255 to the alphabet in exactly this order, and so does our
+// trainer.
 const std::array<uint8_t, 256>& alphabet_order();
 
 // Bytes -> alphabet string ("hi there" -> "hiĠthere").

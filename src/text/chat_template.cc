@@ -15,7 +15,9 @@ namespace {
 
 // ---- Python string semantics the templates use ----
 
-bool contains(std::string_view s, std::string_view needle) { return s.find(needle) != std::string_view::npos; }
+bool contains(std::string_view s, std::string_view needle) {
+  return s.find(needle) != std::string_view::npos;
+}
 
 std::string_view lstrip_newlines(std::string_view s) {
   size_t i = 0;
@@ -43,18 +45,22 @@ std::string_view after_last(std::string_view s, std::string_view sep) {
 }
 
 bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
-bool ends_with(std::string_view s, std::string_view p) { return s.size() >= p.size() && s.substr(s.size() - p.size()) == p; }
+bool ends_with(std::string_view s, std::string_view p) {
+  return s.size() >= p.size() && s.substr(s.size() - p.size()) == p;
+}
 
 // ---- Template constants (verbatim from the templates) ----
 
 constexpr std::string_view kImStart = "<|im_start|>";
 constexpr std::string_view kImEnd = "<|im_end|>";
-constexpr std::string_view kQwen25DefaultSystem = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
+constexpr std::string_view kQwen25DefaultSystem =
+    "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
 constexpr std::string_view kToolsIntro =
     "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
     "You are provided with function signatures within <tools></tools> XML tags:\n<tools>";
 constexpr std::string_view kToolsOutro =
-    "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+    "\n</tools>\n\nFor each function call, return a json object with function name and arguments "
+    "within "
     "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
     "<args-json-object>}\n</tool_call><|im_end|>\n";
 
@@ -81,7 +87,8 @@ constexpr std::array<KnownTemplate, 3> kKnownTemplates = {{
     {0x2bfdb7aa9754484eull, 4116, ChatFamily::kQwen3},
     // Qwen2.5-Instruct (tests/text/data/chat_templates/qwen2_5/tokenizer_config.json).
     {0xc2b27ee60f1b8775ull, 2507, ChatFamily::kQwen2_5},
-    // The common plain ChatML template (tests/text/data/chat_templates/chatml/tokenizer_config.json).
+    // The common plain ChatML template
+    // (tests/text/data/chat_templates/chatml/tokenizer_config.json).
     {0xa41d6bae9b9141bcull, 199, ChatFamily::kChatml},
 }};
 
@@ -116,7 +123,8 @@ std::vector<ViewMessage> make_view(ChatFamily family, const ChatRequest& request
     v.role = m.role == Role::kDeveloper ? role_name(Role::kSystem) : role_name(m.role);
     v.content = m.content;
     v.reasoning_content = &m.reasoning_content;
-    for (const ToolCall& c : m.tool_calls) v.tool_calls.push_back({c.name, rendered_arguments(family, c.arguments)});
+    for (const ToolCall& c : m.tool_calls)
+      v.tool_calls.push_back({c.name, rendered_arguments(family, c.arguments)});
     out.push_back(std::move(v));
   }
   return out;
@@ -126,7 +134,8 @@ std::vector<ViewMessage> make_view(ChatFamily family, const ChatRequest& request
 
 class Builder {
  public:
-  void add(SpanKind kind, int index, std::string_view header, std::string_view body, std::string_view footer) {
+  void add(SpanKind kind, int index, std::string_view header, std::string_view body,
+           std::string_view footer) {
     ChatSpan s;
     s.kind = kind;
     s.message_index = index;
@@ -173,7 +182,8 @@ void add_tool_result(const std::vector<ViewMessage>& msgs, size_t i, Builder& b)
 }
 
 std::string tool_call_text(const ViewCall& c) {
-  return "<tool_call>\n{\"name\": \"" + std::string(c.name) + "\", \"arguments\": " + c.arguments + "}\n</tool_call>";
+  return "<tool_call>\n{\"name\": \"" + std::string(c.name) + "\", \"arguments\": " + c.arguments +
+         "}\n</tool_call>";
 }
 
 // The first message, when it is a system message, or the default system prompt / tools block.
@@ -184,16 +194,20 @@ bool add_system_preamble(ChatFamily family, const std::vector<ViewMessage>& msgs
   if (!tools.empty()) {
     if (family == ChatFamily::kQwen3) {
       if (first_is_system) {
-        b.add(SpanKind::kMessage, 0, turn_header("system"), msgs[0].content, "\n\n" + tools_block(tools));
+        b.add(SpanKind::kMessage, 0, turn_header("system"), msgs[0].content,
+              "\n\n" + tools_block(tools));
       } else {
         b.add(SpanKind::kPreamble, -1, turn_header("system") + tools_block(tools), "", "");
       }
     } else {
       if (first_is_system) {
-        b.add(SpanKind::kMessage, 0, turn_header("system"), msgs[0].content, "\n\n" + tools_block(tools));
+        b.add(SpanKind::kMessage, 0, turn_header("system"), msgs[0].content,
+              "\n\n" + tools_block(tools));
       } else {
-        b.add(SpanKind::kPreamble, -1, turn_header("system") + std::string(kQwen25DefaultSystem) + "\n\n" + tools_block(tools),
-              "", "");
+        b.add(
+            SpanKind::kPreamble, -1,
+            turn_header("system") + std::string(kQwen25DefaultSystem) + "\n\n" + tools_block(tools),
+            "", "");
       }
     }
     return first_is_system;
@@ -201,7 +215,8 @@ bool add_system_preamble(ChatFamily family, const std::vector<ViewMessage>& msgs
   if (first_is_system) {
     b.add(SpanKind::kMessage, 0, turn_header("system"), msgs[0].content, kTurnFooter);
   } else if (family == ChatFamily::kQwen2_5) {
-    b.add(SpanKind::kPreamble, -1, turn_header("system") + std::string(kQwen25DefaultSystem) + kTurnFooter, "", "");
+    b.add(SpanKind::kPreamble, -1,
+          turn_header("system") + std::string(kQwen25DefaultSystem) + kTurnFooter, "", "");
   }
   return first_is_system;
 }
@@ -214,7 +229,8 @@ void render_qwen3(const std::vector<ViewMessage>& msgs, const ChatRequest& reque
   size_t last_query_index = msgs.size() - 1;
   for (size_t k = msgs.size(); k-- > 0;) {
     const ViewMessage& m = msgs[k];
-    if (m.role == "user" && !(starts_with(m.content, "<tool_response>") && ends_with(m.content, "</tool_response>"))) {
+    if (m.role == "user" &&
+        !(starts_with(m.content, "<tool_response>") && ends_with(m.content, "</tool_response>"))) {
       last_query_index = k;
       break;
     }
@@ -232,11 +248,13 @@ void render_qwen3(const std::vector<ViewMessage>& msgs, const ChatRequest& reque
         reasoning = **m.reasoning_content;
       } else if (contains(m.content, "</think>")) {
         content = lstrip_newlines(after_last(m.content, "</think>"));
-        reasoning = lstrip_newlines(after_last(rstrip_newlines(before_first(m.content, "</think>")), "<think>"));
+        reasoning = lstrip_newlines(
+            after_last(rstrip_newlines(before_first(m.content, "</think>")), "<think>"));
       }
       std::string body;
       if (i > last_query_index && (i + 1 == msgs.size() || !reasoning.empty())) {
-        body = "<think>\n" + std::string(strip_newlines(reasoning)) + "\n</think>\n\n" + std::string(lstrip_newlines(content));
+        body = "<think>\n" + std::string(strip_newlines(reasoning)) + "\n</think>\n\n" +
+               std::string(lstrip_newlines(content));
       } else {
         body = std::string(content);
       }
@@ -257,7 +275,8 @@ void render_qwen2_5(const std::vector<ViewMessage>& msgs, const ChatRequest& req
   for (size_t i = 0; i < msgs.size(); ++i) {
     const ViewMessage& m = msgs[i];
     const int index = static_cast<int>(i);
-    if (m.role == "user" || (m.role == "system" && i > 0) || (m.role == "assistant" && m.tool_calls.empty())) {
+    if (m.role == "user" || (m.role == "system" && i > 0) ||
+        (m.role == "assistant" && m.tool_calls.empty())) {
       b.add(SpanKind::kMessage, index, turn_header(m.role), m.content, kTurnFooter);
     } else if (m.role == "assistant") {
       // Template: "<|im_start|>assistant" + ("\n" + content if content) + ("\n" + call)*. The text
@@ -272,7 +291,8 @@ void render_qwen2_5(const std::vector<ViewMessage>& msgs, const ChatRequest& req
         rest += '\n';
         rest += tool_call_text(c);
       }
-      b.add(SpanKind::kMessage, index, turn_header("assistant"), std::string_view(rest).substr(1), kTurnFooter);
+      b.add(SpanKind::kMessage, index, turn_header("assistant"), std::string_view(rest).substr(1),
+            kTurnFooter);
     } else if (m.role == "tool") {
       add_tool_result(msgs, i, b);
     }
@@ -285,10 +305,12 @@ void render_chatml(const std::vector<ViewMessage>& msgs, const ChatRequest& requ
   }
   for (size_t i = 0; i < msgs.size(); ++i) {
     if (!msgs[i].tool_calls.empty()) {
-      invalid_argument("the chat template (plain ChatML) has no tool format: cannot render messages[" +
-                       std::to_string(i) + "].tool_calls");
+      invalid_argument(
+          "the chat template (plain ChatML) has no tool format: cannot render messages[" +
+          std::to_string(i) + "].tool_calls");
     }
-    b.add(SpanKind::kMessage, static_cast<int>(i), turn_header(msgs[i].role), msgs[i].content, kTurnFooter);
+    b.add(SpanKind::kMessage, static_cast<int>(i), turn_header(msgs[i].role), msgs[i].content,
+          kTurnFooter);
   }
 }
 
@@ -313,28 +335,33 @@ std::optional<ChatFamily> family_from_name(std::string_view name) {
 TemplateDetection detect_chat_family(std::string_view src) {
   if (src.empty()) invalid_argument("chat template is empty");
   TemplateDetection d{};
-  if (contains(src, "<tool_call>") && contains(src, "<think>") && contains(src, "last_query_index")) {
+  if (contains(src, "<tool_call>") && contains(src, "<think>") &&
+      contains(src, "last_query_index")) {
     d.family = ChatFamily::kQwen3;
-  } else if (contains(src, "<tool_call>") && contains(src, "You are Qwen, created by Alibaba Cloud")) {
+  } else if (contains(src, "<tool_call>") &&
+             contains(src, "You are Qwen, created by Alibaba Cloud")) {
     d.family = ChatFamily::kQwen2_5;
-  } else if (contains(src, kImStart) && contains(src, kImEnd) && !contains(src, "tool") && !contains(src, "<think>") &&
-             !contains(src, "You are")) {
+  } else if (contains(src, kImStart) && contains(src, kImEnd) && !contains(src, "tool") &&
+             !contains(src, "<think>") && !contains(src, "You are")) {
     // Plain ChatML: no tool format, no thinking, no default system prompt.
     d.family = ChatFamily::kChatml;
   } else {
-    invalid_argument(
-        "unrecognised chat template (" + std::to_string(src.size()) +
-        " bytes): supported are Qwen3 (has <tool_call>, <think>, last_query_index), Qwen2.5 (has <tool_call> and "
-        "the 'You are Qwen, created by Alibaba Cloud' default system prompt) and plain ChatML (<|im_start|>/<|im_end|>, "
-        "no tools, no <think>, no default system prompt)");
+    invalid_argument("unrecognised chat template (" + std::to_string(src.size()) +
+                     " bytes): supported are Qwen3 (has <tool_call>, <think>, last_query_index), "
+                     "Qwen2.5 (has <tool_call> and "
+                     "the 'You are Qwen, created by Alibaba Cloud' default system prompt) and "
+                     "plain ChatML (<|im_start|>/<|im_end|>, "
+                     "no tools, no <think>, no default system prompt)");
   }
   const uint64_t h = fnv1a64(src);
   for (const KnownTemplate& k : kKnownTemplates) {
     if (k.hash == h && k.size == src.size() && k.family == d.family) d.verified = true;
   }
   if (!d.verified) {
-    log().warn("chat template ({} bytes, hash {:016x}) is not one the tests verify; rendering it as the {} family",
-               src.size(), h, family_name(d.family));
+    log().warn(
+        "chat template ({} bytes, hash {:016x}) is not one the tests verify; rendering it as the "
+        "{} family",
+        src.size(), h, family_name(d.family));
   }
   return d;
 }
@@ -349,21 +376,24 @@ std::string load_chat_template(const std::filesystem::path& model_dir) {
     if (it != config.end() && it->is_string()) return it->get<std::string>();
     if (it != config.end() && it->is_array()) {
       for (const OrderedJson& entry : *it) {
-        if (entry.is_object() && entry.value("name", "") == "default" && entry.contains("template") &&
-            entry["template"].is_string()) {
+        if (entry.is_object() && entry.value("name", "") == "default" &&
+            entry.contains("template") && entry["template"].is_string()) {
           return entry["template"].get<std::string>();
         }
       }
-      invalid_argument(config_path.string() + ": chat_template is a list without a \"default\" entry");
+      invalid_argument(config_path.string() +
+                       ": chat_template is a list without a \"default\" entry");
     }
     if (it != config.end() && !it->is_null()) {
-      invalid_argument(config_path.string() + ": chat_template must be a string or a list of {name, template}");
+      invalid_argument(config_path.string() +
+                       ": chat_template must be a string or a list of {name, template}");
     }
   }
   const auto jinja_path = model_dir / "chat_template.jinja";
   if (std::filesystem::exists(jinja_path)) return read_file(jinja_path);
-  fail(ErrorCode::kNotFound, "no chat template in " + model_dir.string() +
-                                 " (looked for tokenizer_config.json \"chat_template\" and chat_template.jinja)");
+  fail(ErrorCode::kNotFound,
+       "no chat template in " + model_dir.string() +
+           " (looked for tokenizer_config.json \"chat_template\" and chat_template.jinja)");
 }
 
 const ChatSpan* RenderedChat::message_span(int index) const {
@@ -373,7 +403,8 @@ const ChatSpan* RenderedChat::message_span(int index) const {
   return nullptr;
 }
 
-RenderedChat render_chat(ChatFamily family, const ChatRequest& request, const RenderOptions& options) {
+RenderedChat render_chat(ChatFamily family, const ChatRequest& request,
+                         const RenderOptions& options) {
   if (request.messages.empty()) invalid_argument("cannot render a chat without messages");
   const std::vector<ViewMessage> msgs = make_view(family, request);
   Builder b;
@@ -384,7 +415,8 @@ RenderedChat render_chat(ChatFamily family, const ChatRequest& request, const Re
   }
   if (options.add_generation_prompt) {
     std::string prompt = turn_header("assistant");
-    if (family == ChatFamily::kQwen3 && options.enable_thinking == false) prompt += "<think>\n\n</think>\n\n";
+    if (family == ChatFamily::kQwen3 && options.enable_thinking == false)
+      prompt += "<think>\n\n</think>\n\n";
     b.add(SpanKind::kGenerationPrompt, -1, prompt, "", "");
   }
   return b.done();
@@ -396,7 +428,8 @@ namespace {
 // as special cannot change the encoding, because special tokens are split off before
 // pre-tokenisation.
 constexpr std::array<std::string_view, 8> kBoundaryMarkers = {
-    "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>",
+    "<|im_start|>",    "<|im_end|>",       "<tool_call>", "</tool_call>",
+    "<tool_response>", "</tool_response>", "<think>",     "</think>",
 };
 
 }  // namespace
@@ -462,8 +495,8 @@ TokenizedChat tokenize_chat(const Tokenizer& tokenizer, const RenderedChat& rend
     t.body_begin = token_index(s.body_begin);
     t.body_end = token_index(s.body_end);
     t.end = token_index(s.end);
-    t.exact = on_token_boundary(s.begin) && on_token_boundary(s.body_begin) && on_token_boundary(s.body_end) &&
-              on_token_boundary(s.end);
+    t.exact = on_token_boundary(s.begin) && on_token_boundary(s.body_begin) &&
+              on_token_boundary(s.body_end) && on_token_boundary(s.end);
     out.spans.push_back(t);
   }
   return out;

@@ -23,7 +23,8 @@
 //   * `tojson` output: see template_json() in messages.h.
 //   * str.strip('\n') / lstrip('\n') / rstrip('\n') strip only newlines (@huggingface/jinja strips
 //     all whitespace there; tests avoid spaces next to such text).
-//   * Tool-call `arguments` (JSON text) are parsed before rendering when they hold a JSON object, as
+//   * Tool-call `arguments` (JSON text) are parsed before rendering when they hold a JSON object,
+//   as
 //     vLLM does; the template then writes them with tojson. Text that is not a JSON object stays a
 //     string: Qwen3 writes it verbatim, Qwen2.5 writes it as a JSON string literal.
 //   * Empty `tools` is the same as no tools (Jinja truthiness).
@@ -36,7 +37,8 @@
 //   first system with tools: "<|im_start|>system\n" | content | "\n\n# Tools ...<|im_end|>\n"
 //   assistant:    "<|im_start|>assistant\n" | everything the model generates before its end-of-turn
 //                 token (think block, content, <tool_call> blocks) | "<|im_end|>\n"
-//   tool (folded into one user turn): "<|im_start|>user\n<tool_response>\n" (or "\n<tool_response>\n"
+//   tool (folded into one user turn): "<|im_start|>user\n<tool_response>\n" (or
+//   "\n<tool_response>\n"
 //                 when a previous tool result opened the turn) | content | "\n</tool_response>"
 //                 (+ "<|im_end|>\n" on the last result of the run)
 //   preamble / generation prompt: all header, empty body and footer.
@@ -74,9 +76,9 @@ struct TemplateDetection {
 // Throws Error(kInvalidArgument) for an empty or unrecognised template, saying what was looked for.
 TemplateDetection detect_chat_family(std::string_view jinja_source);
 
-// The chat template of a model directory: tokenizer_config.json "chat_template" (a string, or a list
-// of {name, template} from which "default" is taken), else chat_template.jinja. Throws naming the
-// file when there is none.
+// The chat template of a model directory: tokenizer_config.json "chat_template" (a string, or a
+// list of {name, template} from which "default" is taken), else chat_template.jinja. Throws naming
+// the file when there is none.
 std::string load_chat_template(const std::filesystem::path& model_dir);
 
 struct RenderOptions {
@@ -111,12 +113,15 @@ struct RenderedChat {
   const ChatSpan* message_span(int index) const;
 
  private:
-  std::string_view view(size_t b, size_t e) const { return std::string_view(text).substr(b, e - b); }
+  std::string_view view(size_t b, size_t e) const {
+    return std::string_view(text).substr(b, e - b);
+  }
 };
 
 // Renders `request` as `family`'s template does. Throws Error(kInvalidArgument) for what the
 // template cannot express (tools with plain ChatML).
-RenderedChat render_chat(ChatFamily family, const ChatRequest& request, const RenderOptions& options = {});
+RenderedChat render_chat(ChatFamily family, const ChatRequest& request,
+                         const RenderOptions& options = {});
 
 // Token indices into TokenizedChat::ids, same layout as ChatSpan.
 struct TokenSpan {
@@ -132,7 +137,7 @@ struct TokenSpan {
 };
 
 struct TokenizedChat {
-  std::vector<TokenId> ids{};     // equal to tokenizer.encode(rendered.text)
+  std::vector<TokenId> ids{};      // equal to tokenizer.encode(rendered.text)
   std::vector<TokenSpan> spans{};  // one per ChatSpan, tiling `ids`
 };
 

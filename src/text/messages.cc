@@ -12,8 +12,10 @@ namespace {
 
 std::string_view type_name(const OrderedJson& v) { return json_type_name(v); }
 
-[[noreturn]] void wrong_type(const std::string& path, std::string_view expected, const OrderedJson& got) {
-  invalid_argument(path + " must be " + std::string(expected) + ", got " + std::string(type_name(got)));
+[[noreturn]] void wrong_type(const std::string& path, std::string_view expected,
+                             const OrderedJson& got) {
+  invalid_argument(path + " must be " + std::string(expected) + ", got " +
+                   std::string(type_name(got)));
 }
 
 // The field when present and not null.
@@ -23,7 +25,8 @@ const OrderedJson* field(const OrderedJson& obj, const char* key) {
   return &*it;
 }
 
-std::optional<std::string> optional_string(const OrderedJson& obj, const char* key, const std::string& where) {
+std::optional<std::string> optional_string(const OrderedJson& obj, const char* key,
+                                           const std::string& where) {
   const OrderedJson* v = field(obj, key);
   if (v == nullptr) return std::nullopt;
   if (!v->is_string()) wrong_type(where + "." + key, "a string", *v);
@@ -49,7 +52,8 @@ std::optional<std::string> parse_content(const OrderedJson& message, const std::
     if (!part.is_object()) wrong_type(path, "an object", part);
     std::string type = required_string(part, "type", path);
     if (type != "text") {
-      invalid_argument(path + ".type '" + type + "' is not supported (only text parts can be rendered)");
+      invalid_argument(path + ".type '" + type +
+                       "' is not supported (only text parts can be rendered)");
     }
     if (i > 0) joined += '\n';
     joined += required_string(part, "text", path);
@@ -165,7 +169,8 @@ ChatMessage parse_chat_message(const OrderedJson& message, const std::string& wh
   std::string role = required_string(message, "role", where);
   auto r = role_from_name(role);
   if (!r) {
-    invalid_argument(where + ".role '" + role + "' is not one of system, developer, user, assistant, tool");
+    invalid_argument(where + ".role '" + role +
+                     "' is not one of system, developer, user, assistant, tool");
   }
   out.role = *r;
 
@@ -186,7 +191,8 @@ ChatMessage parse_chat_message(const OrderedJson& message, const std::string& wh
       invalid_argument(where + ".tool_calls is only allowed on assistant messages, not " + role);
     }
     for (size_t i = 0; i < calls->size(); ++i) {
-      out.tool_calls.push_back(parse_tool_call((*calls)[i], where + ".tool_calls[" + std::to_string(i) + "]"));
+      out.tool_calls.push_back(
+          parse_tool_call((*calls)[i], where + ".tool_calls[" + std::to_string(i) + "]"));
     }
   }
   return out;
@@ -201,7 +207,8 @@ std::vector<OrderedJson> parse_tools(const OrderedJson& tools, const std::string
     const OrderedJson& tool = tools[i];
     if (!tool.is_object()) wrong_type(path, "an object", tool);
     std::string type = required_string(tool, "type", path);
-    if (type != "function") invalid_argument(path + ".type must be \"function\", got \"" + type + "\"");
+    if (type != "function")
+      invalid_argument(path + ".type must be \"function\", got \"" + type + "\"");
     const OrderedJson* fn = field(tool, "function");
     if (fn == nullptr) invalid_argument(path + ".function is required");
     if (!fn->is_object()) wrong_type(path + ".function", "an object", *fn);
@@ -224,7 +231,8 @@ ChatRequest parse_chat_request(const OrderedJson& body) {
   if (!messages->is_array()) wrong_type("messages", "an array", *messages);
   if (messages->empty()) invalid_argument("messages must not be empty");
   for (size_t i = 0; i < messages->size(); ++i) {
-    out.messages.push_back(parse_chat_message((*messages)[i], "messages[" + std::to_string(i) + "]"));
+    out.messages.push_back(
+        parse_chat_message((*messages)[i], "messages[" + std::to_string(i) + "]"));
   }
   if (const OrderedJson* tools = field(body, "tools")) out.tools = parse_tools(*tools, "tools");
   return out;
@@ -251,7 +259,9 @@ OrderedJson to_openai_json(const ChatMessage& message) {
   if (!message.tool_calls.empty()) {
     OrderedJson calls = OrderedJson::array();
     for (const ToolCall& c : message.tool_calls) {
-      calls.push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+      calls.push_back({{"id", c.id},
+                       {"type", "function"},
+                       {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
     }
     out["tool_calls"] = std::move(calls);
   }

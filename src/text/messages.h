@@ -4,13 +4,14 @@
 //
 // Key order matters: templates serialise tool definitions and tool-call arguments in the order the
 // client sent them, so everything here is parsed as OrderedJson (insertion order), never ajet::Json
-// (which sorts keys). Parse request bodies with parse_chat_request(text) or parse_ordered_json (common/json.h).
+// (which sorts keys). Parse request bodies with parse_chat_request(text) or parse_ordered_json
+// (common/json.h).
 //
 // Normalisation (what an OpenAI-compatible server such as vLLM does before applying a template, and
-// what tests/js/render_chat_template.mjs mirrors): role "developer" is rendered as "system"; null or
-// absent content becomes ""; a list of text parts becomes their texts joined with "\n"; any other
-// part type is an error. Tool-call `arguments` stay the JSON text the client sent; the renderer
-// parses them (see chat_template.h).
+// what tests/js/render_chat_template.mjs mirrors): role "developer" is rendered as "system"; null
+// or absent content becomes ""; a list of text parts becomes their texts joined with "\n"; any
+// other part type is an error. Tool-call `arguments` stay the JSON text the client sent; the
+// renderer parses them (see chat_template.h).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -37,11 +38,12 @@ struct ToolCall {
 
 struct ChatMessage {
   Role role = Role::kUser;
-  std::string content{};   // normalised: text parts joined with "\n", null -> ""
+  std::string content{};          // normalised: text parts joined with "\n", null -> ""
   bool content_was_null = false;  // the client sent null / no content (assistant with tool calls)
-  std::optional<std::string> reasoning_content{};  // assistant; null and absent both read as nullopt
-  std::vector<ToolCall> tool_calls{};               // assistant only
-  std::optional<std::string> tool_call_id{};        // tool only
+  std::optional<std::string>
+      reasoning_content{};                    // assistant; null and absent both read as nullopt
+  std::vector<ToolCall> tool_calls{};         // assistant only
+  std::optional<std::string> tool_call_id{};  // tool only
   std::optional<std::string> name{};
 };
 

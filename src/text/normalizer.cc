@@ -26,13 +26,15 @@ class InertTable {
 
  private:
   static bool compute(char32_t cp) {
-    if (cp < 0x300) return true;  // nothing below U+0300 decomposes under NFC or composes as a second
+    if (cp < 0x300)
+      return true;  // nothing below U+0300 decomposes under NFC or composes as a second
     if (cp >= 0xD800 && cp <= 0xDFFF) return false;
     // Conjoining jamo compose algorithmically (L+V, LV+T); utf8proc does not flag them.
     if (cp >= 0x1100 && cp <= 0x11FF) return false;
     const utf8proc_property_t* p = utf8proc_get_property(static_cast<utf8proc_int32_t>(cp));
     if (p->combining_class != 0) return false;
-    // comb_index >= 0x8000 (but not 0xFFFF, "none") marks the second character of a composition pair.
+    // comb_index >= 0x8000 (but not 0xFFFF, "none") marks the second character of a composition
+    // pair.
     if (p->comb_index != UINT16_MAX && p->comb_index >= 0x8000) return false;
     if (p->decomp_seqindex != UINT16_MAX && p->decomp_type == 0) {
       // Canonically decomposable: inert only if NFC recomposes it to itself (not excluded).
@@ -91,7 +93,8 @@ bool all_inert(std::string_view text) {
 
 void add_step(std::vector<NormalForm>& steps, const Json& spec, std::string_view where) {
   if (spec.is_null()) return;
-  if (!spec.is_object()) invalid_argument(std::string(where) + ": normalizer must be an object or null");
+  if (!spec.is_object())
+    invalid_argument(std::string(where) + ": normalizer must be an object or null");
   std::string type = get_string(spec, "type", std::string(where) + ": normalizer");
   if (type == "NFC") {
     steps.push_back(NormalForm::kNfc);

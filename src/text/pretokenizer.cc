@@ -53,12 +53,13 @@ std::string pcre2_message(int code) {
 
 }  // namespace
 
-Regex::Regex(std::string_view pattern, bool literal, std::string_view where) : code_(std::make_unique<Code>()) {
+Regex::Regex(std::string_view pattern, bool literal, std::string_view where)
+    : code_(std::make_unique<Code>()) {
   int err = 0;
   PCRE2_SIZE offset = 0;
   uint32_t options = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
-  code_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &err, &offset,
-                              nullptr);
+  code_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options,
+                              &err, &offset, nullptr);
   if (code_->code == nullptr) {
     invalid_argument(std::string(where) + ": bad regex at offset " + std::to_string(offset) + ": " +
                      pcre2_message(err) + " (pattern: " + std::string(pattern) + ")");
@@ -70,16 +71,21 @@ Regex::Regex(Regex&&) noexcept = default;
 Regex& Regex::operator=(Regex&&) noexcept = default;
 Regex::~Regex() = default;
 
-bool Regex::find(std::string_view subject, size_t start, size_t& match_begin, size_t& match_end) const {
+bool Regex::find(std::string_view subject, size_t start, size_t& match_begin,
+                 size_t& match_end) const {
   MatchScratch& s = scratch();
-  if (s.data == nullptr) fail(ErrorCode::kResourceExhausted, "pre-tokenizer: cannot allocate regex match data");
+  if (s.data == nullptr)
+    fail(ErrorCode::kResourceExhausted, "pre-tokenizer: cannot allocate regex match data");
   auto subj = reinterpret_cast<PCRE2_SPTR>(subject.data());
   // The subject was validated (or repaired) once; rechecking UTF-8 on every call is ~40x slower.
-  int rc = jit_ ? pcre2_jit_match(code_->code, subj, subject.size(), start, PCRE2_NO_UTF_CHECK, s.data, s.context)
-               : pcre2_match(code_->code, subj, subject.size(), start, PCRE2_NO_UTF_CHECK, s.data, s.context);
+  int rc = jit_ ? pcre2_jit_match(code_->code, subj, subject.size(), start, PCRE2_NO_UTF_CHECK,
+                                  s.data, s.context)
+                : pcre2_match(code_->code, subj, subject.size(), start, PCRE2_NO_UTF_CHECK, s.data,
+                              s.context);
   if (rc == PCRE2_ERROR_NOMATCH) return false;
   if (rc < 0) {
-    fail(ErrorCode::kResourceExhausted, "pre-tokenizer regex failed on a " + std::to_string(subject.size()) +
+    fail(ErrorCode::kResourceExhausted, "pre-tokenizer regex failed on a " +
+                                            std::to_string(subject.size()) +
                                             "-byte text: " + pcre2_message(rc));
   }
   PCRE2_SIZE* ov = pcre2_get_ovector_pointer(s.data);
@@ -186,7 +192,8 @@ struct PreTokenizer::Step {
   bool invert = false;
 
   // Split: HF's `SplitDelimiterBehavior` applied to the regex matches of one piece.
-  void apply(std::string_view text, std::vector<std::string_view>& out, std::deque<std::string>& arena) const {
+  void apply(std::string_view text, std::vector<std::string_view>& out,
+             std::deque<std::string>& arena) const {
     if (kind == Kind::kPrefixSpace) {
       if (!text.empty() && text.front() == ' ') {
         out.push_back(text);
@@ -298,7 +305,8 @@ PreTokenizer::~PreTokenizer() = default;
 
 namespace {
 
-void add_steps(std::vector<PreTokenizer::Step>& steps, bool& byte_level, const Json& spec, std::string_view where);
+void add_steps(std::vector<PreTokenizer::Step>& steps, bool& byte_level, const Json& spec,
+               std::string_view where);
 
 }  // namespace
 
@@ -310,7 +318,8 @@ PreTokenizer PreTokenizer::from_json(const Json& spec, std::string_view where) {
 
 namespace {
 
-void add_steps(std::vector<PreTokenizer::Step>& steps, bool& byte_level, const Json& spec, std::string_view where) {
+void add_steps(std::vector<PreTokenizer::Step>& steps, bool& byte_level, const Json& spec,
+               std::string_view where) {
   using Step = PreTokenizer::Step;
   if (spec.is_null()) return;
   std::string ctx = std::string(where) + ": pre_tokenizer";
@@ -318,20 +327,24 @@ void add_steps(std::vector<PreTokenizer::Step>& steps, bool& byte_level, const J
   std::string type = get_string(spec, "type", ctx);
   if (type == "Sequence") {
     auto it = spec.find("pretokenizers");
-    if (it == spec.end() || !it->is_array()) invalid_argument(ctx + ": Sequence needs a 'pretokenizers' array");
+    if (it == spec.end() || !it->is_array())
+      invalid_argument(ctx + ": Sequence needs a 'pretokenizers' array");
     for (const Json& s : *it) add_steps(steps, byte_level, s, where);
   } else if (type == "Split") {
     auto it = spec.find("pattern");
-    if (it == spec.end() || !it->is_object()) invalid_argument(ctx + ": Split needs a 'pattern' object");
+    if (it == spec.end() || !it->is_object())
+      invalid_argument(ctx + ": Split needs a 'pattern' object");
     Step step;
     if (auto re = get_optional_string(*it, "Regex", ctx + ".pattern")) {
-      step.regex = std::make_unique<Regex>(rewrite_caseless_groups(*re), false, ctx + ".pattern.Regex");
+      step.regex =
+          std::make_unique<Regex>(rewrite_caseless_groups(*re), false, ctx + ".pattern.Regex");
     } else if (auto lit = get_optional_string(*it, "String", ctx + ".pattern")) {
       step.regex = std::make_unique<Regex>(*lit, true, ctx + ".pattern.String");
     } else {
       invalid_argument(ctx + ": Split pattern needs 'Regex' or 'String'");
     }
-    step.behavior = parse_behavior(get_optional_string(spec, "behavior", ctx).value_or("Isolated"), ctx);
+    step.behavior =
+        parse_behavior(get_optional_string(spec, "behavior", ctx).value_or("Isolated"), ctx);
     step.invert = get_optional_bool(spec, "invert", ctx).value_or(false);
     steps.push_back(std::move(step));
   } else if (type == "ByteLevel") {
@@ -344,7 +357,8 @@ void add_steps(std::vector<PreTokenizer::Step>& steps, bool& byte_level, const J
     }
     if (get_optional_bool(spec, "use_regex", ctx).value_or(true)) {
       Step step;
-      step.regex = std::make_unique<Regex>(rewrite_caseless_groups(kGpt2Pattern), false, ctx + " (ByteLevel regex)");
+      step.regex = std::make_unique<Regex>(rewrite_caseless_groups(kGpt2Pattern), false,
+                                           ctx + " (ByteLevel regex)");
       steps.push_back(std::move(step));
     }
   } else {

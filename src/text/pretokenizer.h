@@ -55,7 +55,8 @@ class PreTokenizer {
 
   // Appends the non-empty pre-tokens of `text` to `out`. Pieces view `text` or strings kept in
   // `arena` (a ByteLevel prefix space makes new strings).
-  void split(std::string_view text, std::vector<std::string_view>& out, std::deque<std::string>& arena) const;
+  void split(std::string_view text, std::vector<std::string_view>& out,
+             std::deque<std::string>& arena) const;
 
   struct Step;  // one split stage; defined in pretokenizer.cc
 

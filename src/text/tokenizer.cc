@@ -24,14 +24,17 @@ constexpr int64_t kMaxTokenId = (int64_t{1} << 22) - 1;
   invalid_argument(std::string(source) + ": " + problem);
 }
 
-const Json& require(const Json& obj, std::string_view key, std::string_view source, std::string_view where) {
+const Json& require(const Json& obj, std::string_view key, std::string_view source,
+                    std::string_view where) {
   auto it = obj.find(key);
-  if (it == obj.end()) bad_file(source, std::string(where) + ": missing required field '" + std::string(key) + "'");
+  if (it == obj.end())
+    bad_file(source, std::string(where) + ": missing required field '" + std::string(key) + "'");
   return *it;
 }
 
 // A special token in tokenizer_config.json is a string, {"content": ...} (AddedToken), or null.
-std::optional<std::string> config_token(const Json& cfg, std::string_view key, std::string_view source) {
+std::optional<std::string> config_token(const Json& cfg, std::string_view key,
+                                        std::string_view source) {
   auto it = cfg.find(key);
   if (it == cfg.end() || it->is_null()) return std::nullopt;
   if (it->is_string()) return it->get<std::string>();
@@ -39,9 +42,9 @@ std::optional<std::string> config_token(const Json& cfg, std::string_view key, s
     auto c = it->find("content");
     if (c != it->end() && c->is_string()) return c->get<std::string>();
   }
-  bad_file(source, "field '" + std::string(key) + "' must be a string, an object with a string 'content', or null");
+  bad_file(source, "field '" + std::string(key) +
+                       "' must be a string, an object with a string 'content', or null");
 }
-
 
 // Parses tokenizer.json, streaming model.vocab and model.merges (some 300k entries in a Qwen file)
 // straight into `vocab` / `merges` while building a DOM for everything else: about twice as fast as
@@ -59,10 +62,13 @@ class TokenizerJsonSax final : public nlohmann::json_sax<Json> {
 
   bool null() override { return scalar(Json()); }
   bool boolean(bool v) override { return scalar(Json(v)); }
-  bool number_integer(Json::number_integer_t v) override { return mode_ == kVocab ? vocab_id(v) : scalar(Json(v)); }
+  bool number_integer(Json::number_integer_t v) override {
+    return mode_ == kVocab ? vocab_id(v) : scalar(Json(v));
+  }
   bool number_unsigned(Json::number_unsigned_t v) override {
-    return mode_ == kVocab ? vocab_id(v > static_cast<uint64_t>(kMaxTokenId) ? -1 : static_cast<int64_t>(v))
-                           : scalar(Json(v));
+    return mode_ == kVocab
+               ? vocab_id(v > static_cast<uint64_t>(kMaxTokenId) ? -1 : static_cast<int64_t>(v))
+               : scalar(Json(v));
   }
   bool number_float(Json::number_float_t v, const std::string&) override { return scalar(Json(v)); }
   bool binary(Json::binary_t&) override { return scalar(Json()); }
@@ -70,7 +76,8 @@ class TokenizerJsonSax final : public nlohmann::json_sax<Json> {
     if (mode_ == kMerges) {
       size_t sp = v.find(' ');
       if (sp == std::string::npos || sp == 0 || sp + 1 >= v.size()) {
-        bad_file(source_, "model.merges[" + std::to_string(merges.size()) + "] = \"" + v + "\" is not of the form \"a b\"");
+        bad_file(source_, "model.merges[" + std::to_string(merges.size()) + "] = \"" + v +
+                              "\" is not of the form \"a b\"");
       }
       merges.emplace_back(v.substr(0, sp), v.substr(sp + 1));
       return true;
@@ -141,11 +148,13 @@ class TokenizerJsonSax final : public nlohmann::json_sax<Json> {
   enum Mode { kDom, kVocab, kMerges, kMergePair };
 
   [[noreturn]] void bad_merge() {
-    bad_file(source_, "model.merges[" + std::to_string(merges.size()) + "] must be a string \"a b\" or a pair [\"a\", \"b\"]");
+    bad_file(source_, "model.merges[" + std::to_string(merges.size()) +
+                          "] must be a string \"a b\" or a pair [\"a\", \"b\"]");
   }
   bool vocab_id(int64_t id) {
     if (id < 0 || id > kMaxTokenId) {
-      bad_file(source_, "model.vocab['" + key_ + "'] must be an integer id in [0, " + std::to_string(kMaxTokenId) + "]");
+      bad_file(source_, "model.vocab['" + key_ + "'] must be an integer id in [0, " +
+                            std::to_string(kMaxTokenId) + "]");
     }
     vocab_.insert_or_assign(key_, static_cast<TokenId>(id));
     max_vocab_id = std::max(max_vocab_id, id);
@@ -153,7 +162,8 @@ class TokenizerJsonSax final : public nlohmann::json_sax<Json> {
   }
   bool scalar(Json v) {
     if (mode_ == kVocab) {
-      bad_file(source_, "model.vocab['" + key_ + "'] must be an integer id in [0, " + std::to_string(kMaxTokenId) + "]");
+      bad_file(source_, "model.vocab['" + key_ + "'] must be an integer id in [0, " +
+                            std::to_string(kMaxTokenId) + "]");
     }
     if (mode_ == kMerges || mode_ == kMergePair) bad_merge();
     add(std::move(v));
@@ -199,7 +209,8 @@ TokenizerConfig parse_tokenizer_config(std::string_view json_text, std::string_v
       const Json* chosen = nullptr;
       for (const Json& t : *it) {
         if (!t.is_object() || !t.contains("template") || !t["template"].is_string()) {
-          bad_file(source_name, "chat_template list entries must be objects with a string 'template'");
+          bad_file(source_name,
+                   "chat_template list entries must be objects with a string 'template'");
         }
         if (chosen == nullptr) chosen = &t;
         if (t.contains("name") && t["name"] == "default") chosen = &t;
@@ -266,7 +277,8 @@ struct Tokenizer::Impl {
     }
   }
 
-  void encode_section(std::string_view section, bool allow_special, std::vector<TokenId>& out) const {
+  void encode_section(std::string_view section, bool allow_special,
+                      std::vector<TokenId>& out) const {
     std::string storage;
     std::string_view norm = normalizer.apply(section, storage);
     if (normalized_matcher.empty()) {
@@ -283,8 +295,9 @@ struct Tokenizer::Impl {
 
   void check_id(TokenId id, std::string_view what) const {
     if (!valid(id)) {
-      invalid_argument(std::string(what) + ": token id " + std::to_string(id) + " is not in the vocabulary of " +
-                       source + " (size " + std::to_string(id_flags.size()) + ")");
+      invalid_argument(std::string(what) + ": token id " + std::to_string(id) +
+                       " is not in the vocabulary of " + source + " (size " +
+                       std::to_string(id_flags.size()) + ")");
     }
   }
 };
@@ -303,7 +316,8 @@ std::deque<AddedToken> parse_added_tokens(const Json& root, std::string_view src
     const Json& id = require(t, "id", src, where);
     const Json& content = require(t, "content", src, where);
     if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > kMaxTokenId) {
-      bad_file(src, where + ": 'id' must be an integer in [0, " + std::to_string(kMaxTokenId) + "]");
+      bad_file(src,
+               where + ": 'id' must be an integer in [0, " + std::to_string(kMaxTokenId) + "]");
     }
     if (!content.is_string() || content.get<std::string>().empty()) {
       bad_file(src, where + ": 'content' must be a non-empty string");
@@ -333,7 +347,8 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
   return from_json(tokenizer_json, source_name, TokenizerConfig{});
 }
 
-Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view src, TokenizerConfig config) {
+Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view src,
+                               TokenizerConfig config) {
   auto impl = std::make_unique<Impl>();
   impl->source = std::string(src);
   impl->config = std::move(config);
@@ -351,15 +366,18 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
     type = t->get<std::string>();
   }
   if (type != "BPE") {
-    bad_file(src, "unsupported model type '" + type + "': only byte-level BPE (GPT-2 / Qwen family) is supported");
+    bad_file(src, "unsupported model type '" + type +
+                      "': only byte-level BPE (GPT-2 / Qwen family) is supported");
   }
   if (auto d = model.find("dropout"); d != model.end() && !d->is_null()) {
-    if (!d->is_number() || d->get<double>() != 0.0) bad_file(src, "model.dropout is not supported (must be null)");
+    if (!d->is_number() || d->get<double>() != 0.0)
+      bad_file(src, "model.dropout is not supported (must be null)");
   }
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     auto v = model.find(key);
     if (v != model.end() && !v->is_null() && !(v->is_string() && v->get<std::string>().empty())) {
-      bad_file(src, std::string("model.") + key + " is not supported by byte-level BPE (must be empty)");
+      bad_file(src,
+               std::string("model.") + key + " is not supported by byte-level BPE (must be empty)");
     }
   }
   bool ignore_merges = false;
@@ -383,8 +401,8 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
   impl->id_flags.assign(size, 0);
   for (const auto& [piece, id] : impl->vocab) {
     if (impl->id_flags[id] & Impl::kValid) {
-      bad_file(src, "model.vocab maps both '" + impl->id_pieces[id] + "' and '" + piece + "' to id " +
-                        std::to_string(id));
+      bad_file(src, "model.vocab maps both '" + impl->id_pieces[id] + "' and '" + piece +
+                        "' to id " + std::to_string(id));
     }
     impl->id_flags[id] = Impl::kValid;
     impl->id_pieces[id] = piece;
@@ -403,7 +421,8 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
   impl->raw_matcher = AddedTokenMatcher(raw_tokens);
   impl->normalized_matcher = AddedTokenMatcher(normalized_tokens);
 
-  // Merges: both sides and their concatenation must be in the vocab (HF refuses the file otherwise).
+  // Merges: both sides and their concatenation must be in the vocab (HF refuses the file
+  // otherwise).
   if (!sax.has_merges && model.contains("merges") && !model["merges"].is_null()) {
     bad_file(src, "model.merges must be an array");
   }
@@ -415,8 +434,9 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
     auto lookup = [&, index](const std::string& tok) {
       auto it = impl->vocab.find(tok);
       if (it == impl->vocab.end()) {
-        bad_file(src, "model.merges[" + std::to_string(index) + "] (\"" + sax.merges[index].first + "\", \"" +
-                          sax.merges[index].second + "\") names token '" + tok + "' which is not in the vocab");
+        bad_file(src, "model.merges[" + std::to_string(index) + "] (\"" + sax.merges[index].first +
+                          "\", \"" + sax.merges[index].second + "\") names token '" + tok +
+                          "' which is not in the vocab");
       }
       return it->second;
     };
@@ -429,7 +449,9 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
   impl->normalizer = Normalizer::from_json(root.value("normalizer", Json()), src);
   impl->pre_tokenizer = PreTokenizer::from_json(root.value("pre_tokenizer", Json()), src);
   if (!impl->pre_tokenizer.byte_level()) {
-    bad_file(src, "pre_tokenizer has no ByteLevel step: only byte-level BPE (GPT-2 / Qwen family) is supported");
+    bad_file(src,
+             "pre_tokenizer has no ByteLevel step: only byte-level BPE (GPT-2 / Qwen family) is "
+             "supported");
   }
 
   std::array<BpeId, 256> byte_ids;
@@ -451,7 +473,9 @@ Tokenizer Tokenizer::load(const std::filesystem::path& path) {
   std::filesystem::path file = path;
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) {
-    fail(ErrorCode::kNotFound, path.string() + ": does not exist (expected a directory holding tokenizer.json, or the file)");
+    fail(ErrorCode::kNotFound,
+         path.string() +
+             ": does not exist (expected a directory holding tokenizer.json, or the file)");
   }
   if (std::filesystem::is_directory(path, ec)) file = path / "tokenizer.json";
   std::string text = read_file(file);
@@ -476,8 +500,9 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text, bool allow_special
   if (impl_->raw_matcher.empty()) {
     impl_->encode_section(text, allow_special, out);
   } else {
-    impl_->split_added(impl_->raw_matcher, text, allow_special, out,
-                       [&](std::string_view gap) { impl_->encode_section(gap, allow_special, out); });
+    impl_->split_added(impl_->raw_matcher, text, allow_special, out, [&](std::string_view gap) {
+      impl_->encode_section(gap, allow_special, out);
+    });
   }
   return out;
 }
@@ -505,7 +530,8 @@ const std::string& Tokenizer::piece(TokenId id) const {
 
 std::optional<TokenId> Tokenizer::token_to_id(std::string_view piece) const {
   std::string key(piece);
-  if (auto it = impl_->added_by_content.find(key); it != impl_->added_by_content.end()) return it->second;
+  if (auto it = impl_->added_by_content.find(key); it != impl_->added_by_content.end())
+    return it->second;
   if (auto it = impl_->vocab.find(key); it != impl_->vocab.end()) return it->second;
   return std::nullopt;
 }
@@ -519,7 +545,9 @@ void Tokenizer::pad_to_model_vocab(size_t model_vocab_size) {
   impl_->id_flags.resize(model_vocab_size, Impl::kValid);
 }
 
-bool Tokenizer::is_special(TokenId id) const { return impl_->valid(id) && (impl_->id_flags[id] & Impl::kSpecial); }
+bool Tokenizer::is_special(TokenId id) const {
+  return impl_->valid(id) && (impl_->id_flags[id] & Impl::kSpecial);
+}
 
 bool Tokenizer::valid_id(TokenId id) const { return impl_->valid(id); }
 

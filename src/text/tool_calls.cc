@@ -42,7 +42,8 @@ std::string_view json_kind(const OrderedJson& v) {
 }
 
 // One <tool_call> block's inner text: a ToolCall, or the issue that keeps it as text.
-std::optional<ToolCall> parse_block(std::string_view inner, size_t at, std::string* problem, ParseIssue::Kind* kind) {
+std::optional<ToolCall> parse_block(std::string_view inner, size_t at, std::string* problem,
+                                    ParseIssue::Kind* kind) {
   const std::string where = "tool call at byte " + std::to_string(at);
   OrderedJson j;
   try {
@@ -66,7 +67,8 @@ std::optional<ToolCall> parse_block(std::string_view inner, size_t at, std::stri
   auto args = j.find("arguments");
   if (args == j.end() || !args->is_object()) {
     *kind = ParseIssue::Kind::kArgumentsNotObject;
-    *problem = where + " (" + name->get<std::string>() + "): \"arguments\" must be an object, got " +
+    *problem = where + " (" + name->get<std::string>() +
+               "): \"arguments\" must be an object, got " +
                (args == j.end() ? std::string("nothing") : std::string(json_kind(*args)));
     return std::nullopt;
   }
@@ -76,10 +78,13 @@ std::optional<ToolCall> parse_block(std::string_view inner, size_t at, std::stri
   return call;
 }
 
-void flag_stray_closes(std::string_view region, size_t region_offset, std::vector<ParseIssue>& issues) {
-  for (size_t p = region.find(kClose); p != std::string_view::npos; p = region.find(kClose, p + kClose.size())) {
+void flag_stray_closes(std::string_view region, size_t region_offset,
+                       std::vector<ParseIssue>& issues) {
+  for (size_t p = region.find(kClose); p != std::string_view::npos;
+       p = region.find(kClose, p + kClose.size())) {
     const size_t at = region_offset + p;
-    issues.push_back({ParseIssue::Kind::kStrayClose, "</tool_call> at byte " + std::to_string(at) + " has no opening <tool_call>",
+    issues.push_back({ParseIssue::Kind::kStrayClose,
+                      "</tool_call> at byte " + std::to_string(at) + " has no opening <tool_call>",
                       at, at + kClose.size()});
   }
 }
@@ -113,7 +118,8 @@ ChatMessage ParsedOutput::to_message() const {
 
 ParsedOutput parse_model_output(std::string_view text, const ParseOptions& options) {
   ParsedOutput out;
-  const ToolCallIdSource next_id = options.id_source ? options.id_source : ToolCallIdSource(random_tool_call_id);
+  const ToolCallIdSource next_id =
+      options.id_source ? options.id_source : ToolCallIdSource(random_tool_call_id);
 
   // Reasoning: everything before the first </think> (minus an opening <think>), as the Qwen3
   // template splits it; the rest is the body.
@@ -133,9 +139,10 @@ ParsedOutput parse_model_output(std::string_view text, const ParseOptions& optio
     } else {
       const size_t lead = text.find_first_not_of(" \t\r\n");
       if (lead != std::string_view::npos && text.substr(lead, kThinkOpen.size()) == kThinkOpen) {
-        out.issues.push_back({ParseIssue::Kind::kUnterminatedThink,
-                              "<think> at byte " + std::to_string(lead) + " is never closed; kept as content", lead,
-                              text.size()});
+        out.issues.push_back(
+            {ParseIssue::Kind::kUnterminatedThink,
+             "<think> at byte " + std::to_string(lead) + " is never closed; kept as content", lead,
+             text.size()});
       }
     }
   }
@@ -155,10 +162,12 @@ ParsedOutput parse_model_output(std::string_view text, const ParseOptions& optio
     const size_t inner_start = open + kOpen.size();
     const size_t close = body.find(kClose, inner_start);
     const size_t next_open = body.find(kOpen, inner_start);
-    if (close == std::string_view::npos || (next_open != std::string_view::npos && next_open < close)) {
+    if (close == std::string_view::npos ||
+        (next_open != std::string_view::npos && next_open < close)) {
       const size_t end = next_open != std::string_view::npos ? next_open : body.size();
       out.issues.push_back({ParseIssue::Kind::kUnterminated,
-                            "<tool_call> at byte " + std::to_string(body_offset + open) + " has no closing </tool_call>",
+                            "<tool_call> at byte " + std::to_string(body_offset + open) +
+                                " has no closing </tool_call>",
                             body_offset + open, body_offset + end});
       pos = end;
       continue;
@@ -166,7 +175,8 @@ ParsedOutput parse_model_output(std::string_view text, const ParseOptions& optio
     const size_t block_end = close + kClose.size();
     std::string problem;
     ParseIssue::Kind kind{};
-    auto call = parse_block(body.substr(inner_start, close - inner_start), body_offset + open, &problem, &kind);
+    auto call = parse_block(body.substr(inner_start, close - inner_start), body_offset + open,
+                            &problem, &kind);
     if (call) {
       call->id = next_id();
       out.tool_calls.push_back(std::move(*call));

@@ -26,7 +26,7 @@ struct ParseIssue {
     kUnterminatedThink,   // <think> without </think>: the whole text is kept as content
   };
   Kind kind = Kind::kBadJson;
-  std::string reason{};    // human-readable, names the problem
+  std::string reason{};   // human-readable, names the problem
   size_t byte_begin = 0;  // the offending block in the parsed text, [byte_begin, byte_end)
   size_t byte_end = 0;
 };
@@ -39,10 +39,11 @@ struct ParsedOutput {
   // on its own line, so that rendering the message again gives back canonical output.
   std::string content{};
   std::optional<std::string> reasoning_content{};  // text of the <think> block, when there was one
-  std::vector<ToolCall> tool_calls{};               // arguments re-serialised with template_json()
+  std::vector<ToolCall> tool_calls{};              // arguments re-serialised with template_json()
   std::vector<ParseIssue> issues{};
 
-  // The assistant message this output stands for (content null when empty and there are tool calls).
+  // The assistant message this output stands for (content null when empty and there are tool
+  // calls).
   ChatMessage to_message() const;
 };
 
@@ -53,8 +54,8 @@ using ToolCallIdSource = std::function<std::string()>;
 std::string random_tool_call_id();
 
 struct ParseOptions {
-  // Split a leading "<think>...</think>" (or "...</think>" when the generation prompt already opened
-  // the block) into reasoning_content, as Qwen3's template does.
+  // Split a leading "<think>...</think>" (or "...</think>" when the generation prompt already
+  // opened the block) into reasoning_content, as Qwen3's template does.
   bool parse_reasoning = true;
   ToolCallIdSource id_source{};  // empty: random_tool_call_id
 };

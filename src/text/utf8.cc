@@ -72,7 +72,8 @@ Decoded decode(std::string_view s, size_t i) {
       break;
     default:
       cp = ((b0 & 0x07u) << 18) | ((static_cast<uint8_t>(s[i + 1]) & 0x3Fu) << 12) |
-           ((static_cast<uint8_t>(s[i + 2]) & 0x3Fu) << 6) | (static_cast<uint8_t>(s[i + 3]) & 0x3Fu);
+           ((static_cast<uint8_t>(s[i + 2]) & 0x3Fu) << 6) |
+           (static_cast<uint8_t>(s[i + 3]) & 0x3Fu);
       break;
   }
   return {cp, static_cast<int>(n)};

@@ -37,36 +37,41 @@ std::string_view render_note_kind_name(RenderNote::Kind kind) {
 }
 
 void validate_call(const CallRecord& call) {
-  const std::string where = "call " + std::to_string(call.call_index) + " of episode " + call.episode_uuid;
+  const std::string where =
+      "call " + std::to_string(call.call_index) + " of episode " + call.episode_uuid;
   const size_t n = call.completion_ids.size();
   if (call.logprobs.size() != n) {
-    invalid_argument(where + ": logprobs has " + std::to_string(call.logprobs.size()) + " values for " +
-                     std::to_string(n) + " completion tokens");
-  }
-  if (call.policy_versions.size() != n) {
-    invalid_argument(where + ": policy_versions has " + std::to_string(call.policy_versions.size()) +
+    invalid_argument(where + ": logprobs has " + std::to_string(call.logprobs.size()) +
                      " values for " + std::to_string(n) + " completion tokens");
   }
-  if (!call.raw_logprobs.empty() && call.raw_logprobs.size() != n) {
-    invalid_argument(where + ": raw_logprobs has " + std::to_string(call.raw_logprobs.size()) + " values for " +
+  if (call.policy_versions.size() != n) {
+    invalid_argument(where + ": policy_versions has " +
+                     std::to_string(call.policy_versions.size()) + " values for " +
                      std::to_string(n) + " completion tokens");
+  }
+  if (!call.raw_logprobs.empty() && call.raw_logprobs.size() != n) {
+    invalid_argument(where + ": raw_logprobs has " + std::to_string(call.raw_logprobs.size()) +
+                     " values for " + std::to_string(n) + " completion tokens");
   }
   const auto prompt = static_cast<int64_t>(call.prompt_ids.size());
   if (call.generation_prompt_begin < 0 || call.generation_prompt_begin > prompt) {
-    invalid_argument(where + ": generation_prompt_begin " + std::to_string(call.generation_prompt_begin) +
-                     " is outside the prompt (" + std::to_string(prompt) + " tokens)");
+    invalid_argument(where + ": generation_prompt_begin " +
+                     std::to_string(call.generation_prompt_begin) + " is outside the prompt (" +
+                     std::to_string(prompt) + " tokens)");
   }
   for (size_t i = 0; i < call.message_spans.size(); ++i) {
     const MessageTokens& s = call.message_spans[i];
     if (s.begin < 0 || s.begin > s.end || s.end > prompt) {
-      invalid_argument(where + ": message_spans[" + std::to_string(i) + "] = [" + std::to_string(s.begin) + ", " +
-                       std::to_string(s.end) + ") is outside the prompt (" + std::to_string(prompt) + " tokens)");
+      invalid_argument(where + ": message_spans[" + std::to_string(i) + "] = [" +
+                       std::to_string(s.begin) + ", " + std::to_string(s.end) +
+                       ") is outside the prompt (" + std::to_string(prompt) + " tokens)");
     }
   }
 }
 
 void derive_completion_fields(CallRecord& call, const ChatFormat& format) {
-  call.ended_with_end_token = !call.completion_ids.empty() && call.completion_ids.back() == format.end_of_turn;
+  call.ended_with_end_token =
+      !call.completion_ids.empty() && call.completion_ids.back() == format.end_of_turn;
   std::span<const TokenId> body(call.completion_ids);
   if (call.ended_with_end_token) body = body.first(body.size() - 1);
   call.completion_text = format.tok().decode(body);
@@ -74,7 +79,8 @@ void derive_completion_fields(CallRecord& call, const ChatFormat& format) {
 
 std::string generation_prompt_tail(const CallRecord& call, const ChatFormat& format) {
   std::span<const TokenId> ids(call.prompt_ids);
-  std::string text = format.tok().decode(ids.subspan(static_cast<size_t>(call.generation_prompt_begin)));
+  std::string text =
+      format.tok().decode(ids.subspan(static_cast<size_t>(call.generation_prompt_begin)));
   if (text.rfind(format.assistant_header, 0) == 0) text.erase(0, format.assistant_header.size());
   return text;
 }
@@ -120,7 +126,8 @@ std::string content_from_response(const std::string& response_json, size_t choic
 text::ChatRequest stored_request(const store::CallRow& holder, int64_t call_index) {
   if (holder.request_json.empty()) return {};
   try {
-    return text::parse_chat_request(holder.request_json, "stored request of call " + std::to_string(call_index));
+    return text::parse_chat_request(holder.request_json,
+                                    "stored request of call " + std::to_string(call_index));
   } catch (const Error& e) {
     log().warn("episode {} call {}: {}", holder.episode_uuid, call_index, e.what());
   }
@@ -129,8 +136,8 @@ text::ChatRequest stored_request(const store::CallRow& holder, int64_t call_inde
 
 // `holder`: the row with the bodies (the row itself, another row, or null when the reference is
 // dangling); `parsed`: its request already parsed (null: parse it here).
-CallRecord record_of_row(const store::CallRow& row, const ChatFormat* format, const store::CallRow* holder,
-                         const text::ChatRequest* parsed) {
+CallRecord record_of_row(const store::CallRow& row, const ChatFormat* format,
+                         const store::CallRow* holder, const text::ChatRequest* parsed) {
   CallRecord c;
   c.episode_uuid = row.episode_uuid;
   c.agent_name = row.agent_name;
@@ -140,19 +147,21 @@ CallRecord record_of_row(const store::CallRow& row, const ChatFormat* format, co
     c.request_json = row.request_json;
     c.response_json = row.response_json;
   } else if (holder == nullptr) {
-    log().warn("episode {} call {}: its bodies are on call {}, which is not stored", row.episode_uuid, row.call_index,
-               *row.bodies_from);
+    log().warn("episode {} call {}: its bodies are on call {}, which is not stored",
+               row.episode_uuid, row.call_index, *row.bodies_from);
   } else {
     choice = size_t(std::max<int64_t>(0, row.call_index - *row.bodies_from));
   }
-  if (holder != nullptr) c.request = parsed != nullptr ? *parsed : stored_request(*holder, row.call_index);
+  if (holder != nullptr)
+    c.request = parsed != nullptr ? *parsed : stored_request(*holder, row.call_index);
   c.prompt_ids = row.prompt_ids;
   int32_t last_end = 0;
   for (const store::MessageSpan& s : row.message_spans) {
     c.message_spans.push_back({s.begin, s.end, -1});
     last_end = std::max(last_end, s.end);
   }
-  c.generation_prompt_begin = std::min<int32_t>(last_end, static_cast<int32_t>(row.prompt_ids.size()));
+  c.generation_prompt_begin =
+      std::min<int32_t>(last_end, static_cast<int32_t>(row.prompt_ids.size()));
   c.completion_ids = row.completion_ids;
   c.logprobs = row.logprobs;
   c.raw_logprobs = row.raw_logprobs;
@@ -165,18 +174,21 @@ CallRecord record_of_row(const store::CallRow& row, const ChatFormat* format, co
     derive_completion_fields(c, *format);
   } else {
     c.ended_with_end_token = c.finish_reason == FinishReason::kStop && !c.completion_ids.empty();
-    c.completion_text = holder != nullptr ? content_from_response(holder->response_json, choice) : "";
+    c.completion_text =
+        holder != nullptr ? content_from_response(holder->response_json, choice) : "";
   }
   return c;
 }
 
 }  // namespace
 
-CallRecord call_from_row(const store::CallRow& row, const ChatFormat* format, const store::CallRow* bodies) {
+CallRecord call_from_row(const store::CallRow& row, const ChatFormat* format,
+                         const store::CallRow* bodies) {
   return record_of_row(row, format, row.bodies_from ? bodies : &row, nullptr);
 }
 
-std::vector<CallRecord> calls_from_rows(std::span<const store::CallRow> rows, const ChatFormat* format) {
+std::vector<CallRecord> calls_from_rows(std::span<const store::CallRow> rows,
+                                        const ChatFormat* format) {
   std::vector<size_t> order(rows.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(),
@@ -197,7 +209,8 @@ std::vector<CallRecord> calls_from_rows(std::span<const store::CallRow> rows, co
     if (it == holders.end()) {
       out.push_back(record_of_row(row, format, nullptr, nullptr));
     } else {
-      CallRecord c = record_of_row(row, format, &rows[it->second.first], &out[it->second.second].request);
+      CallRecord c =
+          record_of_row(row, format, &rows[it->second.first], &out[it->second.second].request);
       out.push_back(std::move(c));
     }
   }

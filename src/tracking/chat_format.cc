@@ -18,9 +18,9 @@ std::string trim(std::string_view s) {
 }
 
 // Arguments as a JSON value with sorted keys and no spacing, so {"a": 1, "b": 2} == {"b":2,"a":1};
-// text that is not JSON stays text (prefixed so it never equals a JSON value). The parse is the bounded
-// one: an arguments string nested 70,000 levels deep used to be built here and overflow the stack in
-// dump() (issue 38); past the limit it compares as text.
+// text that is not JSON stays text (prefixed so it never equals a JSON value). The parse is the
+// bounded one: an arguments string nested 70,000 levels deep used to be built here and overflow the
+// stack in dump() (issue 38); past the limit it compares as text.
 std::string canonical_arguments(const std::string& arguments) {
   std::optional<Json> j = try_parse_json(arguments);
   if (!j) return "\x01" + arguments;
@@ -59,39 +59,46 @@ ChatFormat ChatFormat::create(const text::Tokenizer& tokenizer, text::ChatFamily
   probe.messages[1].content = "y";
   const text::RenderedChat rc = text::render_chat(family, probe);
   const text::ChatSpan* span = rc.message_span(1);
-  if (span == nullptr) invalid_argument("chat format probe: the template rendered no span for an assistant message");
+  if (span == nullptr)
+    invalid_argument("chat format probe: the template rendered no span for an assistant message");
   f.assistant_header = std::string(rc.header(*span));
   const std::string_view footer = rc.footer(*span);
   for (std::string_view candidate : kEndOfTurnCandidates) {
     if (footer.substr(0, candidate.size()) != candidate) continue;
     auto id = tokenizer.token_to_id(candidate);
     if (!id) {
-      invalid_argument("chat format: the " + std::string(text::family_name(family)) + " template ends assistant turns with " +
-                       std::string(candidate) + ", which the tokenizer has no token for");
+      invalid_argument("chat format: the " + std::string(text::family_name(family)) +
+                       " template ends assistant turns with " + std::string(candidate) +
+                       ", which the tokenizer has no token for");
     }
     f.end_of_turn = *id;
     f.end_of_turn_text = std::string(candidate);
     f.footer_after_end = tokenizer.encode(footer.substr(candidate.size()));
     return f;
   }
-  invalid_argument("chat format: the " + std::string(text::family_name(family)) +
-                   " template's assistant footer does not start with a known end-of-turn token (got '" +
-                   std::string(footer) + "')");
+  invalid_argument(
+      "chat format: the " + std::string(text::family_name(family)) +
+      " template's assistant footer does not start with a known end-of-turn token (got '" +
+      std::string(footer) + "')");
 }
 
 ChatFormat ChatFormat::from_tokenizer(const text::Tokenizer& tokenizer) {
   const std::string& source = tokenizer.config().chat_template;
-  if (source.empty()) invalid_argument("chat format: the tokenizer has no chat template (tokenizer_config.json chat_template)");
+  if (source.empty())
+    invalid_argument(
+        "chat format: the tokenizer has no chat template (tokenizer_config.json chat_template)");
   return create(tokenizer, text::detect_chat_family(source).family);
 }
 
-text::ParsedOutput parse_generated(std::string_view generation_prompt_tail, std::string_view generated_text) {
+text::ParsedOutput parse_generated(std::string_view generation_prompt_tail,
+                                   std::string_view generated_text) {
   std::string text(generation_prompt_tail);
   text += generated_text;
   return text::parse_model_output(text, deterministic_parse());
 }
 
-TurnSignature generated_signature(std::string_view generation_prompt_tail, std::string_view generated_text) {
+TurnSignature generated_signature(std::string_view generation_prompt_tail,
+                                  std::string_view generated_text) {
   text::ParsedOutput p = parse_generated(generation_prompt_tail, generated_text);
   return {make_key(p.content, p.tool_calls), trim(p.reasoning_content.value_or(""))};
 }
@@ -101,7 +108,8 @@ TurnSignature message_signature(const text::ChatMessage& message) {
   std::vector<text::ToolCall> calls;
   std::string content = message.content;
   std::string reasoning = message.reasoning_content.value_or("");
-  if (content.find("<tool_call>") != std::string::npos || content.find("</think>") != std::string::npos) {
+  if (content.find("<tool_call>") != std::string::npos ||
+      content.find("</think>") != std::string::npos) {
     text::ParsedOutput p = text::parse_model_output(content, deterministic_parse());
     content = p.content;
     calls = p.tool_calls;
@@ -115,7 +123,8 @@ TurnSignature message_signature(const text::ChatMessage& message) {
 
 std::string comparable_content(const text::ChatMessage& message) {
   const std::string& content = message.content;
-  if (content.find("<tool_call>") != std::string::npos || content.find("</think>") != std::string::npos) {
+  if (content.find("<tool_call>") != std::string::npos ||
+      content.find("</think>") != std::string::npos) {
     return trim(text::parse_model_output(content, deterministic_parse()).content);
   }
   return trim(content);

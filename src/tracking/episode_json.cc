@@ -11,7 +11,9 @@ namespace ajet::tracking {
 namespace {
 
 // nlohmann refuses invalid UTF-8 at dump time; text is repaired here so any episode prints.
-std::string valid_utf8(std::string_view s) { return text::utf8::is_valid(s) ? std::string(s) : text::utf8::repair(s); }
+std::string valid_utf8(std::string_view s) {
+  return text::utf8::is_valid(s) ? std::string(s) : text::utf8::repair(s);
+}
 
 Json branch_json(const BranchDiagnostic& b) {
   return Json{{"sample", b.sample},
@@ -34,18 +36,20 @@ Json branch_json(const BranchDiagnostic& b) {
 Json request_json(const CallRecord& c) {
   Json messages = Json::array();
   for (const text::ChatMessage& m : c.request.messages) {
-    const std::string dumped = text::to_openai_json(m).dump(-1, ' ', false, Json::error_handler_t::replace);
+    const std::string dumped =
+        text::to_openai_json(m).dump(-1, ' ', false, Json::error_handler_t::replace);
     messages.push_back(parse_json(dumped, "stored message"));
   }
   Json tools = Json::array();
   for (const text::OrderedJson& t : c.request.tools) {
-    tools.push_back(parse_json(t.dump(-1, ' ', false, Json::error_handler_t::replace), "stored tool"));
+    tools.push_back(
+        parse_json(t.dump(-1, ' ', false, Json::error_handler_t::replace), "stored tool"));
   }
   return Json{{"messages", messages}, {"tools", tools}};
 }
 
-// The sampling parameters the request itself sent (absent ones are not filled in): what tells an eval
-// episode sampled on purpose from one whose agent dropped AJET_SAMPLING and so ran greedy.
+// The sampling parameters the request itself sent (absent ones are not filled in): what tells an
+// eval episode sampled on purpose from one whose agent dropped AJET_SAMPLING and so ran greedy.
 Json request_sampling(const CallRecord& c) {
   Json out = Json::object();
   const std::optional<Json> body = try_parse_json(c.request_json);
@@ -68,12 +72,14 @@ EpisodeView EpisodeView::from_row(const store::EpisodeRow& row) {
   return v;
 }
 
-std::vector<std::string> text_pieces(const text::Tokenizer& tokenizer, std::span<const TokenId> ids) {
+std::vector<std::string> text_pieces(const text::Tokenizer& tokenizer,
+                                     std::span<const TokenId> ids) {
   std::vector<std::string> out;
   out.reserve(ids.size());
   text::IncrementalDecoder dec(tokenizer);
   for (TokenId id : ids) {
-    out.push_back(tokenizer.valid_id(id) ? valid_utf8(dec.push(id)) : std::string(text::utf8::kReplacementUtf8));
+    out.push_back(tokenizer.valid_id(id) ? valid_utf8(dec.push(id))
+                                         : std::string(text::utf8::kReplacementUtf8));
   }
   if (!out.empty()) out.back() += dec.flush();
   return out;
@@ -110,8 +116,8 @@ Json diagnostics_json(const MergeDiagnostics& d) {
               {"agents", agents}};
 }
 
-Json episode_json(const EpisodeView& episode, std::span<const CallRecord> calls, const MergedEpisode& merged,
-                  const text::Tokenizer* tokenizer) {
+Json episode_json(const EpisodeView& episode, std::span<const CallRecord> calls,
+                  const MergedEpisode& merged, const text::Tokenizer* tokenizer) {
   Json j;
   j["version"] = kEpisodeJsonVersion;
   j["episode_uuid"] = episode.episode_uuid;
@@ -122,12 +128,13 @@ Json episode_json(const EpisodeView& episode, std::span<const CallRecord> calls,
   j["tokenizer"] = tokenizer != nullptr;
   j["calls_not_retained"] = nullptr;
   if (const auto& d = episode.dropped_calls) {
-    j["calls_not_retained"] = Json{{"calls", d->calls},
-                                   {"bytes", d->bytes},
-                                   {"batch_id", d->batch_id},
-                                   {"at", d->at},
-                                   {"message", fmt::format("{} call{} not retained (retention: {})", d->calls,
-                                                           d->calls == 1 ? "" : "s", d->policy)}};
+    j["calls_not_retained"] =
+        Json{{"calls", d->calls},
+             {"bytes", d->bytes},
+             {"batch_id", d->batch_id},
+             {"at", d->at},
+             {"message", fmt::format("{} call{} not retained (retention: {})", d->calls,
+                                     d->calls == 1 ? "" : "s", d->policy)}};
   }
 
   Json jc = Json::array();
@@ -136,7 +143,9 @@ Json episode_json(const EpisodeView& episode, std::span<const CallRecord> calls,
     for (size_t i = 0; i < c.message_spans.size(); ++i) {
       const MessageTokens& s = c.message_spans[i];
       Json o{{"message_index", i}, {"begin", s.begin}, {"end", s.end}};
-      o["role"] = i < c.request.messages.size() ? std::string(text::role_name(c.request.messages[i].role)) : "";
+      o["role"] = i < c.request.messages.size()
+                      ? std::string(text::role_name(c.request.messages[i].role))
+                      : "";
       o["spliced_from_call"] = s.spliced_from_call >= 0 ? Json(s.spliced_from_call) : Json(nullptr);
       spans.push_back(std::move(o));
     }

@@ -33,12 +33,13 @@ struct EpisodeView {
 };
 
 // `tokenizer` may be null: then no text pieces ("text_pieces" absent, "tokenizer": false).
-Json episode_json(const EpisodeView& episode, std::span<const CallRecord> calls, const MergedEpisode& merged,
-                  const text::Tokenizer* tokenizer);
+Json episode_json(const EpisodeView& episode, std::span<const CallRecord> calls,
+                  const MergedEpisode& merged, const text::Tokenizer* tokenizer);
 
 // Text of each token, such that the pieces concatenate to the decoded text: a character split
 // across tokens is attributed to the token that completes it (earlier ones get "").
-std::vector<std::string> text_pieces(const text::Tokenizer& tokenizer, std::span<const TokenId> ids);
+std::vector<std::string> text_pieces(const text::Tokenizer& tokenizer,
+                                     std::span<const TokenId> ids);
 
 Json diagnostics_json(const MergeDiagnostics& diagnostics);
 

@@ -14,14 +14,16 @@ void take_prompt(CallRecord& call, RenderedPrompt prompt) {
 EpisodeTracker::EpisodeTracker(std::string episode_uuid, const ChatFormat& format)
     : episode_uuid_(std::move(episode_uuid)), format_(format) {}
 
-std::unique_ptr<EpisodeTracker> EpisodeTracker::restore(std::string episode_uuid, const ChatFormat& format,
+std::unique_ptr<EpisodeTracker> EpisodeTracker::restore(std::string episode_uuid,
+                                                        const ChatFormat& format,
                                                         std::span<const store::CallRow> rows) {
   auto t = std::make_unique<EpisodeTracker>(std::move(episode_uuid), format);
   for (CallRecord& c : calls_from_rows(rows, &format)) t->record(std::move(c));
   return t;
 }
 
-RenderedPrompt EpisodeTracker::render(const std::string& agent_name, const text::ChatRequest& request,
+RenderedPrompt EpisodeTracker::render(const std::string& agent_name,
+                                      const text::ChatRequest& request,
                                       const PromptOptions& options) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = agents_.find(agent_name);
@@ -32,11 +34,12 @@ namespace {
 
 size_t approx_bytes(const CallRecord& c) {
   size_t bytes = sizeof(CallRecord) + c.completion_text.size();
-  bytes += 4 * (c.prompt_ids.size() + 3 * c.message_spans.size() + c.completion_ids.size() + c.logprobs.size() +
-                c.raw_logprobs.size() + c.policy_versions.size());
+  bytes += 4 * (c.prompt_ids.size() + 3 * c.message_spans.size() + c.completion_ids.size() +
+                c.logprobs.size() + c.raw_logprobs.size() + c.policy_versions.size());
   for (const text::ChatMessage& m : c.request.messages) {
     bytes += sizeof(m) + m.content.size() + m.reasoning_content.value_or("").size();
-    for (const text::ToolCall& t : m.tool_calls) bytes += sizeof(t) + t.id.size() + t.name.size() + t.arguments.size();
+    for (const text::ToolCall& t : m.tool_calls)
+      bytes += sizeof(t) + t.id.size() + t.name.size() + t.arguments.size();
   }
   for (const text::OrderedJson& t : c.request.tools) bytes += t.dump().size();
   return bytes;
@@ -64,8 +67,9 @@ std::vector<CallRecord> EpisodeTracker::calls() const {
     std::lock_guard<std::mutex> lock(mu_);
     out.assign(calls_.begin(), calls_.end());
   }
-  std::stable_sort(out.begin(), out.end(),
-                   [](const CallRecord& a, const CallRecord& b) { return a.call_index < b.call_index; });
+  std::stable_sort(out.begin(), out.end(), [](const CallRecord& a, const CallRecord& b) {
+    return a.call_index < b.call_index;
+  });
   return out;
 }
 

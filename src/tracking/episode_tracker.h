@@ -48,14 +48,15 @@ class EpisodeTracker {
   const std::string& episode_uuid() const { return episode_uuid_; }
   const ChatFormat& format() const { return format_; }
 
-  // Renders the prompt of agent `agent_name`'s next call (splicing that agent's earlier completions).
+  // Renders the prompt of agent `agent_name`'s next call (splicing that agent's earlier
+  // completions).
   RenderedPrompt render(const std::string& agent_name, const text::ChatRequest& request,
                         const PromptOptions& options = {}) const;
 
-  // Adds a finished call: validates it (Error(kInvalidArgument) naming the field), fills its derived
-  // fields, drops its bodies (request_json, response_json: the store keeps them), and makes its
-  // completion available to later renders of the same agent. Calls may be recorded in any order;
-  // calls() sorts them by call_index.
+  // Adds a finished call: validates it (Error(kInvalidArgument) naming the field), fills its
+  // derived fields, drops its bodies (request_json, response_json: the store keeps them), and makes
+  // its completion available to later renders of the same agent. Calls may be recorded in any
+  // order; calls() sorts them by call_index.
   void record(CallRecord call);
 
   std::vector<CallRecord> calls() const;  // a copy, by call_index

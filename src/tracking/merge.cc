@@ -10,12 +10,15 @@
 
 namespace ajet::tracking {
 
-std::string_view compare_level_name(CompareLevel level) { return level == CompareLevel::kText ? "text" : "token"; }
+std::string_view compare_level_name(CompareLevel level) {
+  return level == CompareLevel::kText ? "text" : "token";
+}
 
 CompareLevel compare_level_from_name(std::string_view name) {
   if (name == "token") return CompareLevel::kToken;
   if (name == "text") return CompareLevel::kText;
-  invalid_argument("timeline_compare_level must be 'token' or 'text', got '" + std::string(name) + "'");
+  invalid_argument("timeline_compare_level must be 'token' or 'text', got '" + std::string(name) +
+                   "'");
 }
 
 std::string_view stream_part_name(StreamPart::Kind kind) {
@@ -40,8 +43,8 @@ MergeOptions MergeOptions::from_config(const config::Config& config, const ChatF
 }
 
 bool MergeOptions::is_trainable(const std::string& agent_name) const {
-  return trainable_agents.empty() ||
-         std::find(trainable_agents.begin(), trainable_agents.end(), agent_name) != trainable_agents.end();
+  return trainable_agents.empty() || std::find(trainable_agents.begin(), trainable_agents.end(),
+                                               agent_name) != trainable_agents.end();
 }
 
 size_t Sample::trained_tokens() const {
@@ -62,17 +65,20 @@ Stream token_stream(const CallRecord& call, size_t call_pos) {
   }
   std::vector<std::pair<int32_t, int32_t>> spans;  // (begin, message index)
   for (size_t i = 0; i < call.message_spans.size(); ++i) {
-    if (call.message_spans[i].end > call.message_spans[i].begin) spans.emplace_back(call.message_spans[i].begin, static_cast<int32_t>(i));
+    if (call.message_spans[i].end > call.message_spans[i].begin)
+      spans.emplace_back(call.message_spans[i].begin, static_cast<int32_t>(i));
   }
   std::sort(spans.begin(), spans.end());
-  if (spans.empty() || spans.front().first > 0) s.parts.push_back({0, -1, StreamPart::Kind::kPreamble});
+  if (spans.empty() || spans.front().first > 0)
+    s.parts.push_back({0, -1, StreamPart::Kind::kPreamble});
   for (auto [b, i] : spans) {
     if (b < call.generation_prompt_begin) s.parts.push_back({b, i, StreamPart::Kind::kMessage});
   }
   if (static_cast<size_t>(call.generation_prompt_begin) < prompt) {
     s.parts.push_back({call.generation_prompt_begin, -1, StreamPart::Kind::kGenerationPrompt});
   }
-  if (!call.completion_ids.empty()) s.parts.push_back({static_cast<int32_t>(prompt), -1, StreamPart::Kind::kCompletion});
+  if (!call.completion_ids.empty())
+    s.parts.push_back({static_cast<int32_t>(prompt), -1, StreamPart::Kind::kCompletion});
   return s;
 }
 
@@ -96,12 +102,14 @@ struct AgentWork {
   std::vector<std::vector<int32_t>> paths;              // per leaf
   std::vector<int64_t> generated_on_path;               // per leaf
   std::vector<uint8_t> kept;                            // per leaf
-  std::vector<int32_t> owner;                           // per node: first kept leaf (agent-local order) containing it
-  int32_t first_sample = 0;                             // index of its first sample in the episode
+  std::vector<int32_t> owner;  // per node: first kept leaf (agent-local order) containing it
+  int32_t first_sample = 0;    // index of its first sample in the episode
   AgentMergeDiagnostics diag;
 };
 
-bool is_generated(const TokenTrie& trie, int32_t node) { return trie.node(node).generation.generated(); }
+bool is_generated(const TokenTrie& trie, int32_t node) {
+  return trie.node(node).generation.generated();
+}
 
 // owner[node] = rank (among kept leaves, depth-first) of the first kept leaf whose path holds it.
 void compute_ownership(AgentWork& a) {
@@ -117,8 +125,10 @@ void compute_ownership(AgentWork& a) {
 }
 
 std::string role_of(const CallRecord& call, int32_t message_index) {
-  if (message_index < 0 || static_cast<size_t>(message_index) >= call.request.messages.size()) return "";
-  return std::string(text::role_name(call.request.messages[static_cast<size_t>(message_index)].role));
+  if (message_index < 0 || static_cast<size_t>(message_index) >= call.request.messages.size())
+    return "";
+  return std::string(
+      text::role_name(call.request.messages[static_cast<size_t>(message_index)].role));
 }
 
 const RenderNote* note_for(const CallRecord& call, int32_t message_index) {
@@ -147,8 +157,8 @@ void classify(BranchDiagnostic& b, const CallRecord& ours, const CallRecord& oth
   const bool other_gen = b.other_part == "completion";
   if (b.position == 0) {
     b.kind = "different_start";
-    b.reason = "shares no token with sample " + std::to_string(b.from_sample) + ": " + describe(b, true) +
-               " vs " + describe(b, false);
+    b.reason = "shares no token with sample " + std::to_string(b.from_sample) + ": " +
+               describe(b, true) + " vs " + describe(b, false);
     return;
   }
   if (our_gen && other_gen) {
@@ -164,9 +174,11 @@ void classify(BranchDiagnostic& b, const CallRecord& ours, const CallRecord& oth
     const int32_t msg = our_gen ? b.other_message_index : b.message_index;
     const std::string where = describe(b, !our_gen);
     const RenderNote* note = note_for(prompt_call, msg);
-    if (note != nullptr && (note->kind == RenderNote::Kind::kRewritten || note->kind == RenderNote::Kind::kFooterMismatch)) {
+    if (note != nullptr && (note->kind == RenderNote::Kind::kRewritten ||
+                            note->kind == RenderNote::Kind::kFooterMismatch)) {
       b.kind = "template_rewrote";
-      b.reason = where + " repeats call " + std::to_string(note->call) + "'s completion but the chat template rendered " +
+      b.reason = where + " repeats call " + std::to_string(note->call) +
+                 "'s completion but the chat template rendered " +
                  "it differently from what was generated: " + note->detail;
     } else if (note != nullptr && note->kind == RenderNote::Kind::kSplicingDisabled) {
       b.kind = "template_rewrote";
@@ -222,7 +234,8 @@ std::vector<size_t> call_order(std::span<const CallRecord> calls) {
 }
 
 // The agents in order of first call, each with its calls in call order.
-std::vector<AgentWork> group_by_agent(std::span<const CallRecord> calls, const std::vector<size_t>& order,
+std::vector<AgentWork> group_by_agent(std::span<const CallRecord> calls,
+                                      const std::vector<size_t>& order,
                                       const MergeOptions& options) {
   std::vector<AgentWork> agents;
   std::map<std::string, size_t> agent_pos;
@@ -287,8 +300,9 @@ int64_t apply_cap(std::vector<AgentWork>& agents, int64_t max_samples) {
     }
   }
   if (static_cast<int64_t>(candidates.size()) <= max_samples) return 0;
-  std::stable_sort(candidates.begin(), candidates.end(),
-                   [](const Candidate& x, const Candidate& y) { return x.generated > y.generated; });
+  std::stable_sort(
+      candidates.begin(), candidates.end(),
+      [](const Candidate& x, const Candidate& y) { return x.generated > y.generated; });
   int64_t dropped = 0;
   for (size_t i = static_cast<size_t>(max_samples); i < candidates.size(); ++i) {
     agents[candidates[i].agent].kept[candidates[i].leaf] = 0;
@@ -322,8 +336,9 @@ void count_agent_tokens(AgentWork& a, std::span<const CallRecord> calls) {
 
 // The sample of `path`, the agent's kept leaf of rank `rank`, numbered `index` in the episode: it
 // trains the generated tokens it owns.
-Sample make_sample(const AgentWork& a, const EpisodeInfo& episode, std::span<const CallRecord> calls,
-                   const std::vector<int32_t>& path, int32_t rank, int32_t index) {
+Sample make_sample(const AgentWork& a, const EpisodeInfo& episode,
+                   std::span<const CallRecord> calls, const std::vector<int32_t>& path,
+                   int32_t rank, int32_t index) {
   const size_t length = path.size();
   Sample s;
   s.episode_uuid = episode.episode_uuid;
@@ -338,9 +353,12 @@ Sample make_sample(const AgentWork& a, const EpisodeInfo& episode, std::span<con
     const bool gen = node.generation.generated();
     const CallRecord* gen_call = gen ? &calls[static_cast<size_t>(node.generation.call)] : nullptr;
     s.token_ids.push_back(node.token);
-    s.loss_mask.push_back(a.trainable && gen && a.owner[static_cast<size_t>(path[p])] == rank ? 1 : 0);
-    s.logprobs.push_back(gen ? gen_call->logprobs[static_cast<size_t>(node.generation.position)] : 0.0f);
-    s.policy_versions.push_back(gen ? gen_call->policy_versions[static_cast<size_t>(node.generation.position)] : -1);
+    s.loss_mask.push_back(a.trainable && gen && a.owner[static_cast<size_t>(path[p])] == rank ? 1
+                                                                                              : 0);
+    s.logprobs.push_back(gen ? gen_call->logprobs[static_cast<size_t>(node.generation.position)]
+                             : 0.0f);
+    s.policy_versions.push_back(
+        gen ? gen_call->policy_versions[static_cast<size_t>(node.generation.position)] : -1);
     const size_t source = gen ? static_cast<size_t>(node.generation.call)
                               : a.streams[static_cast<size_t>(node.first_stream)].call;
     s.source_calls.push_back(static_cast<int32_t>(calls[source].call_index));
@@ -357,7 +375,8 @@ Sample make_sample(const AgentWork& a, const EpisodeInfo& episode, std::span<con
 // Where and why the sample of kept rank `rank` (> 0) splits from the earlier sample it shares the
 // longest prefix with: the owner of the token before its first owned one.
 BranchDiagnostic branch_diagnostic(const AgentWork& a, std::span<const CallRecord> calls,
-                                   const std::vector<size_t>& kept_leaves, int32_t rank, int32_t sample) {
+                                   const std::vector<size_t>& kept_leaves, int32_t rank,
+                                   int32_t sample) {
   const std::vector<int32_t>& path = a.paths[kept_leaves[static_cast<size_t>(rank)]];
   size_t p = 0;
   while (p < path.size() && a.owner[static_cast<size_t>(path[p])] != rank) ++p;
@@ -390,7 +409,8 @@ BranchDiagnostic branch_diagnostic(const AgentWork& a, std::span<const CallRecor
 
 // Appends the agent's kept samples to `out` (depth-first), with its diagnostics in a.diag: token
 // counts, and one branch per sample after the first.
-void emit_agent_samples(AgentWork& a, const EpisodeInfo& episode, std::span<const CallRecord> calls, MergedEpisode& out) {
+void emit_agent_samples(AgentWork& a, const EpisodeInfo& episode, std::span<const CallRecord> calls,
+                        MergedEpisode& out) {
   a.first_sample = static_cast<int32_t>(out.samples.size());
   count_agent_tokens(a, calls);
   AgentMergeDiagnostics& d = a.diag;
@@ -400,20 +420,23 @@ void emit_agent_samples(AgentWork& a, const EpisodeInfo& episode, std::span<cons
   }
   for (size_t rank = 0; rank < kept_leaves.size(); ++rank) {
     const auto r = static_cast<int32_t>(rank);
-    Sample s = make_sample(a, episode, calls, a.paths[kept_leaves[rank]], r, static_cast<int32_t>(out.samples.size()));
+    Sample s = make_sample(a, episode, calls, a.paths[kept_leaves[rank]], r,
+                           static_cast<int32_t>(out.samples.size()));
     d.tokens_after += static_cast<int64_t>(s.token_ids.size());
     d.trained_tokens += static_cast<int64_t>(s.trained_tokens());
     if (rank > 0) d.branches.push_back(branch_diagnostic(a, calls, kept_leaves, r, s.index));
     out.samples.push_back(std::move(s));
   }
   d.samples = static_cast<int64_t>(kept_leaves.size());
-  d.compression_ratio = d.tokens_after > 0 ? static_cast<double>(d.tokens_before) / static_cast<double>(d.tokens_after) : 0.0;
+  d.compression_ratio = d.tokens_after > 0 ? static_cast<double>(d.tokens_before) /
+                                                 static_cast<double>(d.tokens_after)
+                                           : 0.0;
 }
 
 // Each trainable sample's weight 1 / (trainable samples), so an episode counts once; the episode's
 // diagnostics, taking over the agents'.
-void finish_episode(MergedEpisode& out, std::vector<AgentWork>& agents, size_t calls, const MergeOptions& options,
-                    int64_t dropped_by_cap) {
+void finish_episode(MergedEpisode& out, std::vector<AgentWork>& agents, size_t calls,
+                    const MergeOptions& options, int64_t dropped_by_cap) {
   int64_t trainable = 0;
   for (const Sample& s : out.samples) trainable += s.trainable ? 1 : 0;
   for (Sample& s : out.samples) s.weight = s.trainable ? 1.0 / static_cast<double>(trainable) : 0.0;
@@ -429,23 +452,29 @@ void finish_episode(MergedEpisode& out, std::vector<AgentWork>& agents, size_t c
     md.tokens_after += a.diag.tokens_after;
     md.agents.push_back(std::move(a.diag));
   }
-  md.compression_ratio = md.tokens_after > 0 ? static_cast<double>(md.tokens_before) / static_cast<double>(md.tokens_after) : 0.0;
+  md.compression_ratio = md.tokens_after > 0 ? static_cast<double>(md.tokens_before) /
+                                                   static_cast<double>(md.tokens_after)
+                                             : 0.0;
 }
 
 }  // namespace
 
 // The phases: 1. calls in call order, grouped by agent; 2. each agent's trie, samples and token
-// ownership; 3. the cap; 4. each agent's samples and diagnostics; 5. weights and episode diagnostics.
-MergedEpisode merge_episode(const EpisodeInfo& episode, std::span<const CallRecord> calls, const MergeOptions& options) {
+// ownership; 3. the cap; 4. each agent's samples and diagnostics; 5. weights and episode
+// diagnostics.
+MergedEpisode merge_episode(const EpisodeInfo& episode, std::span<const CallRecord> calls,
+                            const MergeOptions& options) {
   if (options.compare_level == CompareLevel::kText && options.format == nullptr) {
-    invalid_argument("timeline_compare_level 'text' needs the model's chat format (tokenizer + template)");
+    invalid_argument(
+        "timeline_compare_level 'text' needs the model's chat format (tokenizer + template)");
   }
   // 1. Agents in order of first call.
   std::vector<AgentWork> agents = group_by_agent(calls, call_order(calls), options);
   // 2. One trie per agent.
   for (AgentWork& a : agents) build_trie(a, calls, options);
   // 3. The cap, over the trainable samples of the whole episode.
-  const int64_t dropped_by_cap = options.max_samples_per_episode > 0 ? apply_cap(agents, options.max_samples_per_episode) : 0;
+  const int64_t dropped_by_cap =
+      options.max_samples_per_episode > 0 ? apply_cap(agents, options.max_samples_per_episode) : 0;
   // 4. Samples, agent by agent.
   MergedEpisode out;
   for (AgentWork& a : agents) emit_agent_samples(a, episode, calls, out);

@@ -20,7 +20,8 @@ struct Unit {
   int32_t message_index = -1;
   StreamPart::Kind kind = StreamPart::Kind::kMessage;
   bool completion = false;
-  int32_t generation_prompt_tokens = 0;  // completion units: generation prompt, completion, footer lengths
+  int32_t generation_prompt_tokens =
+      0;  // completion units: generation prompt, completion, footer lengths
   int32_t completion_tokens = 0;
 };
 
@@ -31,9 +32,12 @@ uint64_t hash_ids(std::span<const TokenId> ids) {
   return hash_text(bytes) ^ 0x9e3779b97f4a7c15ull;
 }
 
-uint64_t mix(uint64_t a, uint64_t b) { return a ^ (b + 0x9e3779b97f4a7c15ull + (a << 6) + (a >> 2)); }
+uint64_t mix(uint64_t a, uint64_t b) {
+  return a ^ (b + 0x9e3779b97f4a7c15ull + (a << 6) + (a >> 2));
+}
 
-Unit env_unit(const CallRecord& c, int32_t b, int32_t e, int32_t message_index, StreamPart::Kind kind) {
+Unit env_unit(const CallRecord& c, int32_t b, int32_t e, int32_t message_index,
+              StreamPart::Kind kind) {
   Unit u;
   u.ids.assign(c.prompt_ids.begin() + b, c.prompt_ids.begin() + e);
   u.origins.assign(u.ids.size(), TokenOrigin{});
@@ -53,7 +57,8 @@ std::vector<Unit> units_of(const CallRecord& c, size_t call_pos, const MergeOpti
   std::vector<std::pair<int32_t, int32_t>> spans;  // (begin, message index)
   for (size_t i = 0; i < c.message_spans.size(); ++i) {
     const MessageTokens& s = c.message_spans[i];
-    if (s.end > s.begin && s.end <= c.generation_prompt_begin) spans.emplace_back(s.begin, static_cast<int32_t>(i));
+    if (s.end > s.begin && s.end <= c.generation_prompt_begin)
+      spans.emplace_back(s.begin, static_cast<int32_t>(i));
   }
   std::sort(spans.begin(), spans.end());
   int32_t cursor = 0;
@@ -65,7 +70,8 @@ std::vector<Unit> units_of(const CallRecord& c, size_t call_pos, const MergeOpti
     cursor = e;
   }
   if (cursor < c.generation_prompt_begin) {
-    units.push_back(env_unit(c, cursor, c.generation_prompt_begin, -1, StreamPart::Kind::kPreamble));
+    units.push_back(
+        env_unit(c, cursor, c.generation_prompt_begin, -1, StreamPart::Kind::kPreamble));
   }
   if (!options.ignore_tools && !units.empty()) {
     std::string tools;
@@ -89,7 +95,8 @@ std::vector<Unit> units_of(const CallRecord& c, size_t call_pos, const MergeOpti
   if (!c.ended_with_end_token) u.ids.push_back(f.end_of_turn);
   u.ids.insert(u.ids.end(), f.footer_after_end.begin(), f.footer_after_end.end());
   u.origins.resize(u.ids.size(), TokenOrigin{});
-  const text::ParsedOutput parsed = parse_generated(generation_prompt_tail(c, f), c.completion_text);
+  const text::ParsedOutput parsed =
+      parse_generated(generation_prompt_tail(c, f), c.completion_text);
   text::ChatMessage m;
   m.role = text::Role::kAssistant;
   m.content = parsed.content;
@@ -100,9 +107,11 @@ std::vector<Unit> units_of(const CallRecord& c, size_t call_pos, const MergeOpti
 
 }  // namespace
 
-std::vector<Stream> text_streams(std::span<const CallRecord> calls, const std::vector<size_t>& agent_calls,
+std::vector<Stream> text_streams(std::span<const CallRecord> calls,
+                                 const std::vector<size_t>& agent_calls,
                                  const MergeOptions& options) {
-  if (options.format == nullptr) invalid_argument("text-level merging needs the model's chat format");
+  if (options.format == nullptr)
+    invalid_argument("text-level merging needs the model's chat format");
   struct UNode {
     size_t call = 0;  // index into agent_calls of the unit chosen as canonical
     size_t unit = 0;
@@ -117,7 +126,8 @@ std::vector<Stream> text_streams(std::span<const CallRecord> calls, const std::v
     node_path.emplace_back();
     int32_t at = -1;
     for (size_t u = 0; u < units[k].size(); ++u) {
-      auto [it, fresh] = children.emplace(std::make_pair(at, units[k][u].key), static_cast<int32_t>(nodes.size()));
+      auto [it, fresh] =
+          children.emplace(std::make_pair(at, units[k][u].key), static_cast<int32_t>(nodes.size()));
       if (fresh) {
         nodes.push_back({k, u, units[k][u].completion});
       } else if (units[k][u].completion && !nodes[static_cast<size_t>(it->second)].completion) {
@@ -139,11 +149,13 @@ std::vector<Stream> text_streams(std::span<const CallRecord> calls, const std::v
       const Unit& own = units[k][u];
       const auto begin = static_cast<int32_t>(s.ids.size());
       if (canon.completion) {
-        const StreamPart::Kind head = own.completion ? StreamPart::Kind::kGenerationPrompt : own.kind;
+        const StreamPart::Kind head =
+            own.completion ? StreamPart::Kind::kGenerationPrompt : own.kind;
         s.parts.push_back({begin, own.message_index, head});
-        s.parts.push_back({begin + canon.generation_prompt_tokens, own.message_index, StreamPart::Kind::kCompletion});
-        s.parts.push_back({begin + canon.generation_prompt_tokens + canon.completion_tokens, own.message_index,
-                           StreamPart::Kind::kFooter});
+        s.parts.push_back({begin + canon.generation_prompt_tokens, own.message_index,
+                           StreamPart::Kind::kCompletion});
+        s.parts.push_back({begin + canon.generation_prompt_tokens + canon.completion_tokens,
+                           own.message_index, StreamPart::Kind::kFooter});
       } else {
         s.parts.push_back({begin, own.message_index, own.kind});
       }

@@ -37,7 +37,8 @@ void build_occurrences(PackedSequence& seq) {
     for (int32_t i : path) ++count[static_cast<size_t>(i) + 1];
   }
   seq.occurrence_begin.assign(t + 1, 0);
-  for (size_t i = 0; i < t; ++i) seq.occurrence_begin[i + 1] = seq.occurrence_begin[i] + count[i + 1];
+  for (size_t i = 0; i < t; ++i)
+    seq.occurrence_begin[i + 1] = seq.occurrence_begin[i] + count[i + 1];
   seq.occurrence_sample.assign(static_cast<size_t>(seq.occurrence_begin[t]), 0);
   seq.occurrence_position.assign(static_cast<size_t>(seq.occurrence_begin[t]), 0);
   std::vector<int32_t> fill(seq.occurrence_begin.begin(), seq.occurrence_begin.end() - 1);
@@ -52,7 +53,8 @@ void build_occurrences(PackedSequence& seq) {
 }
 
 // Lays out one group of sequences as a depth-first tree.
-PackedSequence build_tree(std::span<const std::span<const TokenId>> sequences, const std::vector<size_t>& members) {
+PackedSequence build_tree(std::span<const std::span<const TokenId>> sequences,
+                          const std::vector<size_t>& members) {
   TokenTrie trie;
   std::vector<int32_t> ends;
   std::vector<TokenOrigin> origins;
@@ -73,7 +75,8 @@ PackedSequence build_tree(std::span<const std::span<const TokenId>> sequences, c
     Frame& f = stack.back();
     if (f.next_child < 0) {
       if (f.node != TokenTrie::kRoot) {
-        seq.subtree_end[static_cast<size_t>(packed_of[static_cast<size_t>(f.node)])] = static_cast<int32_t>(seq.size());
+        seq.subtree_end[static_cast<size_t>(packed_of[static_cast<size_t>(f.node)])] =
+            static_cast<int32_t>(seq.size());
       }
       stack.pop_back();
       continue;
@@ -85,7 +88,8 @@ PackedSequence build_tree(std::span<const std::span<const TokenId>> sequences, c
     packed_of[static_cast<size_t>(c)] = static_cast<int32_t>(seq.size());
     seq.token_ids.push_back(n.token);
     seq.position_ids.push_back(n.depth);
-    seq.parent.push_back(n.parent == TokenTrie::kRoot ? -1 : packed_of[static_cast<size_t>(n.parent)]);
+    seq.parent.push_back(n.parent == TokenTrie::kRoot ? -1
+                                                      : packed_of[static_cast<size_t>(n.parent)]);
     seq.subtree_end.push_back(-1);
     seq.segment_ids.push_back(segment);
     stack.push_back({c, n.first_child});
@@ -102,16 +106,20 @@ PackedSequence build_tree(std::span<const std::span<const TokenId>> sequences, c
 
 size_t common_prefix(std::span<const TokenId> a, std::span<const TokenId> b) {
   const size_t n = std::min(a.size(), b.size());
-  return static_cast<size_t>(std::mismatch(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(n), b.begin()).first - a.begin());
+  return static_cast<size_t>(
+      std::mismatch(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(n), b.begin()).first -
+      a.begin());
 }
 
 }  // namespace
 
-std::vector<PackedSequence> pack_plain(std::span<const std::span<const TokenId>> sequences, size_t token_budget) {
+std::vector<PackedSequence> pack_plain(std::span<const std::span<const TokenId>> sequences,
+                                       size_t token_budget) {
   if (token_budget == 0) invalid_argument("pack_plain: token_budget must be positive");
   std::vector<size_t> order(sequences.size());
   std::iota(order.begin(), order.end(), size_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return sequences[a].size() > sequences[b].size(); });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return sequences[a].size() > sequences[b].size(); });
   std::vector<std::vector<size_t>> bins;
   std::vector<size_t> used;
   for (size_t i : order) {
@@ -154,18 +162,20 @@ std::vector<PackedSequence> pack_plain(std::span<const std::span<const TokenId>>
   return out;
 }
 
-std::vector<PackedSequence> pack_tree(std::span<const std::span<const TokenId>> sequences, size_t token_budget,
-                                      bool beyond_shared_prefix) {
+std::vector<PackedSequence> pack_tree(std::span<const std::span<const TokenId>> sequences,
+                                      size_t token_budget, bool beyond_shared_prefix) {
   if (token_budget == 0) invalid_argument("pack_tree: token_budget must be positive");
   std::vector<size_t> order(sequences.size());
   std::iota(order.begin(), order.end(), size_t{0});
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return std::lexicographical_compare(sequences[a].begin(), sequences[a].end(), sequences[b].begin(), sequences[b].end());
+    return std::lexicographical_compare(sequences[a].begin(), sequences[a].end(),
+                                        sequences[b].begin(), sequences[b].end());
   });
   std::vector<PackedSequence> out;
   std::vector<size_t> members;
   size_t distinct = 0;
-  size_t common = 0;  // tokens every member shares (in sorted order: the minimum of neighbours' prefixes)
+  size_t common =
+      0;  // tokens every member shares (in sorted order: the minimum of neighbours' prefixes)
   auto close = [&] {
     std::sort(members.begin(), members.end());
     out.push_back(build_tree(sequences, members));
@@ -180,9 +190,12 @@ std::vector<PackedSequence> pack_tree(std::span<const std::span<const TokenId>> 
     // previous member.
     const size_t shared = members.empty() ? 0 : common_prefix(sequences[members.back()], s);
     const size_t cost = s.size() - shared;
-    // The budget bounds the tokens beyond the prefix all members share: a group whose shared prompt is
-    // longer than the budget still packs as one tree, so that prompt is computed once, not per sample.
-    const size_t common_after = !beyond_shared_prefix ? 0 : members.empty() ? s.size() : std::min(common, shared);
+    // The budget bounds the tokens beyond the prefix all members share: a group whose shared prompt
+    // is longer than the budget still packs as one tree, so that prompt is computed once, not per
+    // sample.
+    const size_t common_after = !beyond_shared_prefix ? 0
+                                : members.empty()     ? s.size()
+                                                      : std::min(common, shared);
     if (!members.empty() && distinct + cost - common_after > token_budget) close();
     common = members.empty() ? s.size() : std::min(common, shared);
     distinct += members.empty() ? s.size() : cost;
@@ -222,7 +235,8 @@ std::vector<uint8_t> dense_attention_mask(const PackedSequence& seq) {
   std::vector<uint8_t> mask(t * t, 0);
   // Column j is allowed for rows [j, subtree_end[j]).
   for (size_t j = 0; j < t; ++j) {
-    for (auto i = static_cast<int32_t>(j); i < seq.subtree_end[j]; ++i) mask[static_cast<size_t>(i) * t + j] = 1;
+    for (auto i = static_cast<int32_t>(j); i < seq.subtree_end[j]; ++i)
+      mask[static_cast<size_t>(i) * t + j] = 1;
   }
   return mask;
 }
@@ -234,7 +248,8 @@ std::vector<TokenId> unpack(const PackedSequence& seq, size_t k) {
   return out;
 }
 
-std::vector<double> aggregate(const PackedSequence& seq, std::span<const Sample> samples, std::span<const double> per_sample) {
+std::vector<double> aggregate(const PackedSequence& seq, std::span<const Sample> samples,
+                              std::span<const double> per_sample) {
   std::vector<double> out(seq.size(), 0.0);
   for (size_t i = 0; i < seq.size(); ++i) {
     auto ks = seq.occurrence_samples(i);

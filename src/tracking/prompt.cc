@@ -39,7 +39,8 @@ constexpr int32_t kUnset = std::numeric_limits<int32_t>::max();
 
 class Assembler {
  public:
-  Assembler(const ChatFormat& format, const text::RenderedChat& rc, size_t messages) : format_(format), rc_(rc) {
+  Assembler(const ChatFormat& format, const text::RenderedChat& rc, size_t messages)
+      : format_(format), rc_(rc) {
     out_.message_spans.assign(messages, MessageTokens{kUnset, -1, -1});
   }
 
@@ -64,7 +65,8 @@ class Assembler {
     out_.ids.insert(out_.ids.end(), t.ids.begin(), t.ids.end());
     for (const text::TokenSpan& s : t.spans) {
       if (s.kind == text::SpanKind::kMessage) {
-        extend(s.message_index, base + static_cast<int32_t>(s.begin), base + static_cast<int32_t>(s.end));
+        extend(s.message_index, base + static_cast<int32_t>(s.begin),
+               base + static_cast<int32_t>(s.end));
       } else if (s.kind == text::SpanKind::kGenerationPrompt) {
         out_.generation_prompt_begin = base + static_cast<int32_t>(s.begin);
       }
@@ -121,8 +123,8 @@ std::string quote(std::string_view s, size_t max = 60) {
 
 }  // namespace
 
-RenderedPrompt render_prompt(const ChatFormat& format, const text::ChatRequest& request, const PromptOptions& options,
-                             const AgentHistory* history) {
+RenderedPrompt render_prompt(const ChatFormat& format, const text::ChatRequest& request,
+                             const PromptOptions& options, const AgentHistory* history) {
   text::RenderOptions ro;
   ro.add_generation_prompt = true;
   ro.enable_thinking = options.enable_thinking;
@@ -138,7 +140,8 @@ RenderedPrompt render_prompt(const ChatFormat& format, const text::ChatRequest& 
     note.message_index = s.message_index;
     if (!options.splice_generated) {
       note.kind = RenderNote::Kind::kSplicingDisabled;
-      note.detail = "rendered from text: splicing generated ids is off (fix_retokenization_drift: false)";
+      note.detail =
+          "rendered from text: splicing generated ids is off (fix_retokenization_drift: false)";
       out.notes().push_back(std::move(note));
       continue;
     }
@@ -147,8 +150,10 @@ RenderedPrompt render_prompt(const ChatFormat& format, const text::ChatRequest& 
     if (history != nullptr) candidates = history->find(wanted.key);
     if (candidates.empty()) {
       note.kind = RenderNote::Kind::kNoMatch;
-      note.detail = "rendered from text: no earlier completion of this agent has this content and tool calls (content " +
-                    quote(m.content) + ")";
+      note.detail =
+          "rendered from text: no earlier completion of this agent has this content and tool calls "
+          "(content " +
+          quote(m.content) + ")";
       out.notes().push_back(std::move(note));
       continue;
     }
@@ -164,25 +169,29 @@ RenderedPrompt render_prompt(const ChatFormat& format, const text::ChatRequest& 
 
     // What the template makes of this message, against what was generated.
     std::string rendered_tail(rc.header(s));
-    if (rendered_tail.rfind(format.assistant_header, 0) == 0) rendered_tail.erase(0, format.assistant_header.size());
+    if (rendered_tail.rfind(format.assistant_header, 0) == 0)
+      rendered_tail.erase(0, format.assistant_header.size());
     const TurnSignature rendered = generated_signature(rendered_tail, rc.body(s));
     const bool same_turn = rendered.key == wanted.key;
     const bool same_reasoning = rendered.reasoning == chosen->reasoning;
     if (!same_turn || (!same_reasoning && !options.keep_generated_reasoning)) {
       note.kind = RenderNote::Kind::kRewritten;
-      note.detail = "rendered from text: repeats call " + std::to_string(call.call_index) +
-                    "'s completion, but the chat template renders it differently" +
-                    (!same_turn ? std::string(" (content or tool calls)")
-                                : " (it drops the generated reasoning, as Qwen3 does before the last user query; "
-                                  "keep_generated_reasoning splices it anyway)");
+      note.detail =
+          "rendered from text: repeats call " + std::to_string(call.call_index) +
+          "'s completion, but the chat template renders it differently" +
+          (!same_turn
+               ? std::string(" (content or tool calls)")
+               : " (it drops the generated reasoning, as Qwen3 does before the last user query; "
+                 "keep_generated_reasoning splices it anyway)");
       out.notes().push_back(std::move(note));
       continue;
     }
     const std::string_view footer = rc.footer(s);
-    if (call.ended_with_end_token && footer.substr(0, format.end_of_turn_text.size()) != format.end_of_turn_text) {
+    if (call.ended_with_end_token &&
+        footer.substr(0, format.end_of_turn_text.size()) != format.end_of_turn_text) {
       note.kind = RenderNote::Kind::kFooterMismatch;
-      note.detail = "rendered from text: the template's footer " + quote(footer) + " does not start with " +
-                    format.end_of_turn_text;
+      note.detail = "rendered from text: the template's footer " + quote(footer) +
+                    " does not start with " + format.end_of_turn_text;
       out.notes().push_back(std::move(note));
       continue;
     }
@@ -191,9 +200,10 @@ RenderedPrompt render_prompt(const ChatFormat& format, const text::ChatRequest& 
     // skipped (it is a special token, so the cut after it is safe).
     text_from = s.body_end + (call.ended_with_end_token ? format.end_of_turn_text.size() : 0);
     note.kind = same_reasoning ? RenderNote::Kind::kSpliced : RenderNote::Kind::kKeptReasoning;
-    note.detail = same_reasoning ? "spliced the ids generated by call " + std::to_string(call.call_index)
-                                 : "spliced the ids generated by call " + std::to_string(call.call_index) +
-                                       ", keeping reasoning the template would drop";
+    note.detail = same_reasoning
+                      ? "spliced the ids generated by call " + std::to_string(call.call_index)
+                      : "spliced the ids generated by call " + std::to_string(call.call_index) +
+                            ", keeping reasoning the template would drop";
     out.notes().push_back(std::move(note));
   }
   out.encode_text(text_from, rc.text.size());

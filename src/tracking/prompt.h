@@ -1,15 +1,15 @@
 // Token-in/token-out prompt rendering. A request is rendered with the model's chat template, except
 // that every assistant message repeating an earlier completion of the same episode and agent is
-// rendered from the ids the model actually generated: the generation prompt ids that call was given,
-// its generated ids, then the template's footer (without the end-of-turn token when the model
-// generated it). So when an agent simply appends to its history, the prompt of call k+1 starts with
-// exactly prompt(k) + completion(k), and no re-tokenization drift can occur.
+// rendered from the ids the model actually generated: the generation prompt ids that call was
+// given, its generated ids, then the template's footer (without the end-of-turn token when the
+// model generated it). So when an agent simply appends to its history, the prompt of call k+1
+// starts with exactly prompt(k) + completion(k), and no re-tokenization drift can occur.
 //
 // When is a message "a repeat" (message_signature == generated_signature, see chat_format.h): same
 // content (trimmed) and same tool calls (names, arguments as JSON values), after parsing <think> /
 // <tool_call> blocks; reasoning and tool-call ids are not compared. Several earlier calls may
-// match (e.g. two "OK" turns): the one whose prompt equals the tokens rendered so far wins, else the
-// most recent. Then the template's own rendering of that message must say the same thing as the
+// match (e.g. two "OK" turns): the one whose prompt equals the tokens rendered so far wins, else
+// the most recent. Then the template's own rendering of that message must say the same thing as the
 // generation (content, tool calls and reasoning): Qwen3 drops the <think> block of assistant turns
 // before the last user query, so such a turn is rendered from text (a branch appears in the merged
 // samples, and RenderNote::kRewritten says why) unless keep_generated_reasoning is set. An empty
@@ -47,7 +47,7 @@ class AgentHistory {
  public:
   struct Entry {
     const CallRecord* call = nullptr;
-    std::string reasoning;              // generated reasoning, trimmed
+    std::string reasoning;               // generated reasoning, trimmed
     std::string generation_prompt_tail;  // see generation_prompt_tail()
   };
   // `call` must have its derived fields (derive_completion_fields).
@@ -65,14 +65,14 @@ struct RenderedPrompt {
   std::vector<TokenId> ids;                  // the prompt, generation prompt included
   std::vector<MessageTokens> message_spans;  // one per request message
   int32_t generation_prompt_begin = 0;
-  std::vector<RenderNote> notes;             // one per assistant message of the request
+  std::vector<RenderNote> notes;  // one per assistant message of the request
   size_t spliced_messages() const;
 };
 
 // Renders `request` for one agent of an episode. `history` may be null (first call, or splicing of
-// another agent's turns is never wanted). Throws Error(kInvalidArgument) for what the template cannot
-// express (tools with plain ChatML) or an empty message list.
-RenderedPrompt render_prompt(const ChatFormat& format, const text::ChatRequest& request, const PromptOptions& options,
-                             const AgentHistory* history);
+// another agent's turns is never wanted). Throws Error(kInvalidArgument) for what the template
+// cannot express (tools with plain ChatML) or an empty message list.
+RenderedPrompt render_prompt(const ChatFormat& format, const text::ChatRequest& request,
+                             const PromptOptions& options, const AgentHistory* history);
 
 }  // namespace ajet::tracking

@@ -59,7 +59,8 @@ struct Prompt {
   // a truncated completion) as an assistant message.
   void add_turn(const CallRecord& call) {
     const auto b = static_cast<int32_t>(ids.size());
-    ids.insert(ids.end(), call.prompt_ids.begin() + call.generation_prompt_begin, call.prompt_ids.end());
+    ids.insert(ids.end(), call.prompt_ids.begin() + call.generation_prompt_begin,
+               call.prompt_ids.end());
     ids.insert(ids.end(), call.completion_ids.begin(), call.completion_ids.end());
     if (!call.ended_with_end_token) ids.push_back(kEndOfTurn);
     spans.push_back({b, static_cast<int32_t>(ids.size()), -1});
@@ -67,8 +68,8 @@ struct Prompt {
   }
 };
 
-CallRecord make_call(const std::string& episode, const std::string& agent, int64_t index, const Prompt& p, Gen& g,
-                     int completion_tokens, bool stop, int vocab) {
+CallRecord make_call(const std::string& episode, const std::string& agent, int64_t index,
+                     const Prompt& p, Gen& g, int completion_tokens, bool stop, int vocab) {
   CallRecord c;
   c.episode_uuid = episode;
   c.agent_name = agent;
@@ -97,36 +98,43 @@ CallRecord make_call(const std::string& episode, const std::string& agent, int64
 
 }  // namespace
 
-std::vector<CallRecord> linear_episode(const AgentShape& shape, const std::vector<TokenId>& system_prompt,
-                                       const std::vector<TokenId>& task, const std::string& episode_uuid,
-                                       uint64_t seed) {
+std::vector<CallRecord> linear_episode(const AgentShape& shape,
+                                       const std::vector<TokenId>& system_prompt,
+                                       const std::vector<TokenId>& task,
+                                       const std::string& episode_uuid, uint64_t seed) {
   Gen g(seed);
   Prompt p;
   p.add_message(text::Role::kSystem, system_prompt);
   p.add_message(text::Role::kUser, task);
   std::vector<CallRecord> calls;
   for (int k = 0; k < shape.turns; ++k) {
-    calls.push_back(make_call(episode_uuid, "agent", k, p, g, g.around(shape.generated_tokens_per_turn) - 1, true,
+    calls.push_back(make_call(episode_uuid, "agent", k, p, g,
+                              g.around(shape.generated_tokens_per_turn) - 1, true,
                               shape.vocab_size));
     p.add_turn(calls.back());
-    p.add_message(text::Role::kTool, g.tokens(g.around(shape.observation_tokens_per_turn), shape.vocab_size));
+    p.add_message(text::Role::kTool,
+                  g.tokens(g.around(shape.observation_tokens_per_turn), shape.vocab_size));
   }
   return calls;
 }
 
-std::vector<std::vector<CallRecord>> grpo_group(const AgentShape& shape, int group_size, uint64_t seed) {
+std::vector<std::vector<CallRecord>> grpo_group(const AgentShape& shape, int group_size,
+                                                uint64_t seed) {
   Gen g(seed);
-  const std::vector<TokenId> system_prompt = g.tokens(shape.system_prompt_tokens - 2, shape.vocab_size);
+  const std::vector<TokenId> system_prompt =
+      g.tokens(shape.system_prompt_tokens - 2, shape.vocab_size);
   const std::vector<TokenId> task = g.tokens(shape.task_tokens, shape.vocab_size);
   std::vector<std::vector<CallRecord>> group;
   for (int i = 0; i < group_size; ++i) {
-    group.push_back(linear_episode(shape, system_prompt, task, "episode-" + std::to_string(seed) + "-" + std::to_string(i),
+    group.push_back(linear_episode(shape, system_prompt, task,
+                                   "episode-" + std::to_string(seed) + "-" + std::to_string(i),
                                    seed * 1000003u + static_cast<uint64_t>(i) + 1));
   }
   return group;
 }
 
-std::vector<CallRecord> random_tree(const TreeShape& shape, const std::string& episode_uuid, uint64_t seed) {
+std::vector<CallRecord> random_tree(const TreeShape& shape, const std::string& episode_uuid,
+                                    uint64_t seed) {
   Gen g(seed);
   std::vector<CallRecord> calls;
   auto env_message = [&](Prompt& p) {
@@ -135,14 +143,18 @@ std::vector<CallRecord> random_tree(const TreeShape& shape, const std::string& e
   };
   const double total = shape.p_continue + shape.p_retry + shape.p_edit + 0.1;
   for (int k = 0; k < shape.calls; ++k) {
-    const std::string& agent = shape.agents[static_cast<size_t>(g.uniform(0, static_cast<int>(shape.agents.size()) - 1))];
+    const std::string& agent =
+        shape.agents[static_cast<size_t>(g.uniform(0, static_cast<int>(shape.agents.size()) - 1))];
     std::vector<size_t> mine;
     for (size_t i = 0; i < calls.size(); ++i) {
       if (calls[i].agent_name == agent) mine.push_back(i);
     }
     Prompt p;
     const double r = g.real() * total;
-    const CallRecord* base = mine.empty() ? nullptr : &calls[mine[static_cast<size_t>(g.uniform(0, static_cast<int>(mine.size()) - 1))]];
+    const CallRecord* base =
+        mine.empty()
+            ? nullptr
+            : &calls[mine[static_cast<size_t>(g.uniform(0, static_cast<int>(mine.size()) - 1))]];
     auto copy_prefix = [&](const CallRecord& c, size_t messages) {
       for (size_t m = 0; m < messages; ++m) {
         const MessageTokens& s = c.message_spans[m];
@@ -159,14 +171,18 @@ std::vector<CallRecord> random_tree(const TreeShape& shape, const std::string& e
     } else if (base != nullptr && r < shape.p_continue + shape.p_retry) {
       copy_prefix(*base, base->message_spans.size());
     } else if (base != nullptr && r < shape.p_continue + shape.p_retry + shape.p_edit) {
-      copy_prefix(*base, static_cast<size_t>(g.uniform(1, static_cast<int>(base->message_spans.size()))));
+      copy_prefix(*base,
+                  static_cast<size_t>(g.uniform(1, static_cast<int>(base->message_spans.size()))));
       env_message(p);
     } else {
-      p.add_message(text::Role::kSystem, g.tokens(g.uniform(1, shape.max_message_tokens), shape.vocab_size));
-      p.add_message(text::Role::kUser, g.tokens(g.uniform(1, shape.max_message_tokens), shape.vocab_size));
+      p.add_message(text::Role::kSystem,
+                    g.tokens(g.uniform(1, shape.max_message_tokens), shape.vocab_size));
+      p.add_message(text::Role::kUser,
+                    g.tokens(g.uniform(1, shape.max_message_tokens), shape.vocab_size));
     }
     const bool stop = g.real() < 0.7;
-    calls.push_back(make_call(episode_uuid, agent, k, p, g, g.uniform(stop ? 0 : 1, shape.max_completion_tokens), stop,
+    calls.push_back(make_call(episode_uuid, agent, k, p, g,
+                              g.uniform(stop ? 0 : 1, shape.max_completion_tokens), stop,
                               shape.vocab_size));
   }
   return calls;

@@ -9,13 +9,15 @@ namespace ajet::tracking {
 TokenTrie::TokenTrie() { nodes_.push_back(Node{}); }
 
 int32_t TokenTrie::child(int32_t parent, TokenId token) const {
-  for (int32_t c = nodes_[static_cast<size_t>(parent)].first_child; c >= 0; c = nodes_[static_cast<size_t>(c)].next_sibling) {
+  for (int32_t c = nodes_[static_cast<size_t>(parent)].first_child; c >= 0;
+       c = nodes_[static_cast<size_t>(c)].next_sibling) {
     if (nodes_[static_cast<size_t>(c)].token == token) return c;
   }
   return -1;
 }
 
-int32_t TokenTrie::insert(std::span<const TokenId> ids, std::span<const TokenOrigin> origins, int32_t stream) {
+int32_t TokenTrie::insert(std::span<const TokenId> ids, std::span<const TokenOrigin> origins,
+                          int32_t stream) {
   if (ids.size() != origins.size()) {
     fail(ErrorCode::kInternal, "TokenTrie::insert: " + std::to_string(ids.size()) + " ids but " +
                                    std::to_string(origins.size()) + " origins");
@@ -65,7 +67,8 @@ std::vector<int32_t> TokenTrie::leaves(const std::vector<uint8_t>* alive) const 
   // Push live children in reverse so the first-inserted child is visited first; false if none.
   auto push_children = [&](int32_t n) {
     const size_t mark = stack.size();
-    for (int32_t c = nodes_[static_cast<size_t>(n)].first_child; c >= 0; c = nodes_[static_cast<size_t>(c)].next_sibling) {
+    for (int32_t c = nodes_[static_cast<size_t>(n)].first_child; c >= 0;
+         c = nodes_[static_cast<size_t>(c)].next_sibling) {
       if (live(c)) stack.push_back(c);
     }
     std::reverse(stack.begin() + static_cast<std::ptrdiff_t>(mark), stack.end());

@@ -46,7 +46,8 @@ class TokenTrie {
 
   // Inserts `ids` (origins[i] describes ids[i]; origins.size() == ids.size()) as stream `stream`.
   // Returns the node of the last token (kRoot for an empty stream).
-  int32_t insert(std::span<const TokenId> ids, std::span<const TokenOrigin> origins, int32_t stream);
+  int32_t insert(std::span<const TokenId> ids, std::span<const TokenOrigin> origins,
+                 int32_t stream);
 
   const Node& node(int32_t i) const { return nodes_[static_cast<size_t>(i)]; }
   size_t size() const { return nodes_.size(); }  // including the root

@@ -49,9 +49,9 @@ std::vector<std::pair<int64_t, fs::path>> checkpoints(const fs::path& base) {
   return out;
 }
 
-// A 64-bit hash (FNV-1a over 8-byte words) of the HF weights' names, shapes, dtypes and bytes as held:
-// the same base loaded the same way hashes the same. Adapters are not HF weights, so with LoRA this is
-// the frozen base. Reads every weight once (a copy to the CPU for device tensors).
+// A 64-bit hash (FNV-1a over 8-byte words) of the HF weights' names, shapes, dtypes and bytes as
+// held: the same base loaded the same way hashes the same. Adapters are not HF weights, so with
+// LoRA this is the frozen base. Reads every weight once (a copy to the CPU for device tensors).
 std::string weights_fingerprint(model::Qwen2Model& m) {
   constexpr uint64_t kPrime = 0x100000001b3ull;
   uint64_t h = 0xcbf29ce484222325ull;
@@ -101,7 +101,8 @@ fs::path save_checkpoint(Trainer& trainer, const CheckpointOptions& options, con
   std::error_code ec;
   fs::create_directories(options.base_dir, ec);
   fs::remove_all(tmp, ec);
-  if (!fs::create_directory(tmp, ec) || ec) fail(ErrorCode::kIo, tmp.string() + ": cannot create (" + ec.message() + ")");
+  if (!fs::create_directory(tmp, ec) || ec)
+    fail(ErrorCode::kIo, tmp.string() + ": cannot create (" + ec.message() + ")");
   try {
     auto& model = trainer.model();
     model::SaveOptions save;
@@ -109,8 +110,10 @@ fs::path save_checkpoint(Trainer& trainer, const CheckpointOptions& options, con
     const bool lora = trainer.options().lora.enabled();
     if (lora) {
       // model/ is what a user runs: the merged model, not the untrained base.
-      save_merged_model(model, tmp / "model", trainer.options().lora, options.base_model_name_or_path, save);
-      save_peft_adapter(model, tmp / "adapter", trainer.options().lora, options.base_model_name_or_path);
+      save_merged_model(model, tmp / "model", trainer.options().lora,
+                        options.base_model_name_or_path, save);
+      save_peft_adapter(model, tmp / "adapter", trainer.options().lora,
+                        options.base_model_name_or_path);
     } else {
       model::save_model_dir(model, tmp / "model", save);
     }
@@ -133,7 +136,8 @@ fs::path save_checkpoint(Trainer& trainer, const CheckpointOptions& options, con
                   {"global_step", st.global_step},
                   {"policy_version", st.policy_version},
                   {"shuffle_rng", st.shuffle_rng},
-                  {"torch_rng", base64_encode(std::string_view(static_cast<const char*>(rng.data_ptr()), rng.nbytes()))},
+                  {"torch_rng", base64_encode(std::string_view(
+                                    static_cast<const char*>(rng.data_ptr()), rng.nbytes()))},
                   {"optimizer_steps", steps},
                   {"lora", lora},
                   {"user", user}};
@@ -173,13 +177,16 @@ std::optional<fs::path> latest_checkpoint(const fs::path& base) {
 
 LoadedCheckpoint load_checkpoint(Trainer& trainer, const fs::path& dir) {
   const fs::path state_path = dir / "trainer_state.json";
-  if (!fs::is_directory(dir)) fail(ErrorCode::kNotFound, "checkpoint " + dir.string() + " does not exist");
+  if (!fs::is_directory(dir))
+    fail(ErrorCode::kNotFound, "checkpoint " + dir.string() + " does not exist");
   const Json j = parse_json(read_file(state_path), state_path.string());
   const std::string where = state_path.string();
-  if (get_int(j, "format", where) != kFormat) invalid_argument(where + ": unsupported checkpoint format");
+  if (get_int(j, "format", where) != kFormat)
+    invalid_argument(where + ": unsupported checkpoint format");
   const bool lora = get_optional_bool(j, "lora", where).value_or(false);
   if (lora != trainer.options().lora.enabled()) {
-    invalid_argument(where + ": checkpoint was written " + (lora ? "with" : "without") + " LoRA, the trainer is " +
+    invalid_argument(where + ": checkpoint was written " + (lora ? "with" : "without") +
+                     " LoRA, the trainer is " +
                      (trainer.options().lora.enabled() ? "with" : "without"));
   }
   Trainer::State st;
@@ -191,20 +198,24 @@ LoadedCheckpoint load_checkpoint(Trainer& trainer, const fs::path& dir) {
   st.torch_rng = torch::empty({static_cast<int64_t>(rng_bytes->size())}, torch::kByte);
   std::memcpy(st.torch_rng.data_ptr(), rng_bytes->data(), rng_bytes->size());
   const auto steps_it = j.find("optimizer_steps");
-  if (steps_it == j.end() || !steps_it->is_object()) invalid_argument(where + ": 'optimizer_steps' must be an object");
+  if (steps_it == j.end() || !steps_it->is_object())
+    invalid_argument(where + ": 'optimizer_steps' must be an object");
 
   const fs::path opt_path = dir / "optimizer.safetensors";
   auto file = hf::SafetensorsFile::open(opt_path);
   for (const auto& [name, step] : steps_it->items()) {
-    if (!step.is_number_integer()) invalid_argument(where + ": optimizer step of '" + name + "' must be an integer");
+    if (!step.is_number_integer())
+      invalid_argument(where + ": optimizer step of '" + name + "' must be an integer");
     const hf::TensorInfo* avg = file.find(name + ".exp_avg");
     const hf::TensorInfo* sq = file.find(name + ".exp_avg_sq");
-    if (!avg || !sq) invalid_argument(opt_path.string() + ": moments of '" + name + "' are missing");
+    if (!avg || !sq)
+      invalid_argument(opt_path.string() + ": moments of '" + name + "' are missing");
     st.optimizer.push_back({name, step.get<int64_t>(), detail::tensor_from_view(file.view(*avg)),
                             detail::tensor_from_view(file.view(*sq))});
   }
   if (file.tensors().size() != 2 * st.optimizer.size()) {
-    invalid_argument(opt_path.string() + ": holds tensors not listed in trainer_state.json's optimizer_steps");
+    invalid_argument(opt_path.string() +
+                     ": holds tensors not listed in trainer_state.json's optimizer_steps");
   }
   // With LoRA, model/ holds the merged model; the base to train on is the trainer's own, checked by
   // fingerprint. A LoRA checkpoint without "lora_base" predates that: its model/ is the base.
@@ -218,31 +229,39 @@ LoadedCheckpoint load_checkpoint(Trainer& trainer, const fs::path& dir) {
     const std::string recorded = get_string(*lora_base, "fingerprint", where);
     const std::string now = weights_fingerprint(model);
     if (now != recorded) {
-      invalid_argument(where + ": the trainer's base weights (fingerprint " + now + ") are not the base this checkpoint's "
-                       "adapter was trained on (fingerprint " + recorded + ", base_model_name_or_path '" + base_name +
-                       "'); start the engine on that base in the same dtype, not on the checkpoint's merged model/");
+      invalid_argument(where + ": the trainer's base weights (fingerprint " + now +
+                       ") are not the base this checkpoint's "
+                       "adapter was trained on (fingerprint " +
+                       recorded + ", base_model_name_or_path '" + base_name +
+                       "'); start the engine on that base in the same dtype, not on the "
+                       "checkpoint's merged model/");
     }
   }
   for (const char* sub : {"model", "adapter", "reference"}) {
-    const bool needed = (std::string(sub) == "model" && !base_in_memory) || (std::string(sub) == "adapter" && lora) ||
+    const bool needed = (std::string(sub) == "model" && !base_in_memory) ||
+                        (std::string(sub) == "adapter" && lora) ||
                         (std::string(sub) == "reference" && trainer.reference_model().has_value());
-    if (needed && !fs::is_directory(dir / sub)) fail(ErrorCode::kNotFound, "checkpoint " + dir.string() + ": " + sub + "/ is missing");
+    if (needed && !fs::is_directory(dir / sub))
+      fail(ErrorCode::kNotFound, "checkpoint " + dir.string() + ": " + sub + "/ is missing");
   }
 
   std::string weights;
   if (base_in_memory) {
-    weights = "base model (the trainer's, from '" + base_name + "', fingerprint matches) + adapter " + (dir / "adapter").string();
+    weights = "base model (the trainer's, from '" + base_name +
+              "', fingerprint matches) + adapter " + (dir / "adapter").string();
   } else {
     model::load_weights(model, dir / "model");
-    weights = lora ? "base model " + (dir / "model").string() + " + adapter " + (dir / "adapter").string()
-                   : "model " + (dir / "model").string();
+    weights =
+        lora ? "base model " + (dir / "model").string() + " + adapter " + (dir / "adapter").string()
+             : "model " + (dir / "model").string();
   }
   if (lora) load_peft_adapter(model, dir / "adapter");
   if (auto ref = trainer.reference_model()) model::load_weights(*ref, dir / "reference");
   trainer.load_state(st);
   log().info("checkpoint {}: loaded {}", dir.string(), weights);
   auto user = j.find("user");
-  return {dir, st.global_step, st.policy_version, user == j.end() ? Json::object() : *user, weights};
+  return {dir, st.global_step, st.policy_version, user == j.end() ? Json::object() : *user,
+          weights};
 }
 
 }  // namespace ajet::train

@@ -22,9 +22,9 @@ namespace ajet::train {
 
 namespace {
 
-// What runs the collectives: c10d's ProcessGroupGloo / ProcessGroupNCCL are ProcessGroups in libtorch
-// 1.x and Backends (which a ProcessGroup wraps) since 2.0, the libtorch of a CUDA build (docs/engine.md,
-// "GPU"); both have the allreduce used here.
+// What runs the collectives: c10d's ProcessGroupGloo / ProcessGroupNCCL are ProcessGroups in
+// libtorch 1.x and Backends (which a ProcessGroup wraps) since 2.0, the libtorch of a CUDA build
+// (docs/engine.md, "GPU"); both have the allreduce used here.
 #if TORCH_VERSION_MAJOR >= 2
 using CollectiveGroup = c10d::Backend;
 #else
@@ -43,7 +43,9 @@ std::string seconds(std::chrono::milliseconds t) {
   return s.str();
 }
 
-bool is_loopback(const std::string& addr) { return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1"; }
+bool is_loopback(const std::string& addr) {
+  return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
+}
 
 class SingleRank : public Collective {
  public:
@@ -54,7 +56,8 @@ class SingleRank : public Collective {
 
 class C10dCollective : public Collective {
  public:
-  C10dCollective(train_data::DistPlacement placement, c10::intrusive_ptr<c10d::Store> store, c10::intrusive_ptr<CollectiveGroup> group)
+  C10dCollective(train_data::DistPlacement placement, c10::intrusive_ptr<c10d::Store> store,
+                 c10::intrusive_ptr<CollectiveGroup> group)
       : placement_(std::move(placement)), store_(std::move(store)), group_(std::move(group)) {}
 
   int rank() const override { return placement_.rank; }
@@ -69,16 +72,18 @@ class C10dCollective : public Collective {
     for (auto& [dtype, indices] : by_dtype) {
       std::vector<torch::Tensor> flat;
       for (size_t i : indices) flat.push_back(tensors[i].reshape({-1}));
-      std::vector<torch::Tensor> buffer = {flat.size() == 1 ? flat[0].contiguous().clone() : torch::cat(flat)};
+      std::vector<torch::Tensor> buffer = {flat.size() == 1 ? flat[0].contiguous().clone()
+                                                            : torch::cat(flat)};
       try {
         c10d::AllreduceOptions opts;
         opts.reduceOp = c10d::ReduceOp::SUM;
         opts.timeout = placement_.timeout;
         group_->allreduce(buffer, opts)->wait(placement_.timeout);
       } catch (const std::exception& e) {
-        fail(ErrorCode::kUnavailable, "data parallel all-reduce failed on rank " + std::to_string(placement_.rank) + " of " +
-                                          std::to_string(placement_.world_size) + " (group at " + placement_.master() +
-                                          "): " + describe(e));
+        fail(ErrorCode::kUnavailable, "data parallel all-reduce failed on rank " +
+                                          std::to_string(placement_.rank) + " of " +
+                                          std::to_string(placement_.world_size) + " (group at " +
+                                          placement_.master() + "): " + describe(e));
       }
       int64_t offset = 0;
       for (size_t i : indices) {
@@ -97,11 +102,14 @@ class C10dCollective : public Collective {
 
 #ifdef AJET_HAVE_GLOO
 std::shared_ptr<::gloo::transport::Device> gloo_device(const train_data::DistPlacement& p) {
-  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname != nullptr && *ifname != '\0') {
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+      ifname != nullptr && *ifname != '\0') {
     return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
   }
-  // On one machine (loopback master) every rank binds to loopback; otherwise to this host's address.
-  if (is_loopback(p.master_addr)) return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  // On one machine (loopback master) every rank binds to loopback; otherwise to this host's
+  // address.
+  if (is_loopback(p.master_addr))
+    return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
   return c10d::ProcessGroupGloo::createDefaultDevice();
 }
 #endif
@@ -110,17 +118,21 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const train_data::DistPla
 
 std::shared_ptr<Collective> make_collective(const train_data::DistPlacement& p) {
   if (p.world_size == 1) return std::make_shared<SingleRank>();
-  const std::string where = "rank " + std::to_string(p.rank) + " of " + std::to_string(p.world_size) + ", master " + p.master();
+  const std::string where = "rank " + std::to_string(p.rank) + " of " +
+                            std::to_string(p.world_size) + ", master " + p.master();
   bool nccl = p.backend == "nccl";
 #ifdef USE_C10D_NCCL
   if (p.backend == "auto") nccl = torch::cuda::is_available();
 #else
-  if (nccl) invalid_argument("distributed backend nccl: this libtorch was built without NCCL (use gloo)");
+  if (nccl)
+    invalid_argument("distributed backend nccl: this libtorch was built without NCCL (use gloo)");
 #endif
 #ifndef AJET_HAVE_GLOO
   if (!nccl) {
-    invalid_argument("distributed backend " + p.backend + ": this build has no Gloo (its libtorch ships no Gloo headers "
-                     "and libgloo-dev was missing at build time); use nccl on GPUs, or rebuild with libgloo-dev");
+    invalid_argument("distributed backend " + p.backend +
+                     ": this build has no Gloo (its libtorch ships no Gloo headers "
+                     "and libgloo-dev was missing at build time); use nccl on GPUs, or rebuild "
+                     "with libgloo-dev");
   }
 #endif
 
@@ -137,13 +149,16 @@ std::shared_ptr<Collective> make_collective(const train_data::DistPlacement& p) 
     const std::string why = describe(e);
     const std::string within = " within " + seconds(p.timeout) + " s";
     if (p.rank == 0) {
-      const bool bind = why.find("failed to listen") != std::string::npos || why.find("failed to bind") != std::string::npos;
+      const bool bind = why.find("failed to listen") != std::string::npos ||
+                        why.find("failed to bind") != std::string::npos;
       fail(ErrorCode::kUnavailable, "distributed rendezvous (" + where + "): " +
-                                        (bind ? "could not serve the store: port " + std::to_string(p.master_port) + " is in use"
+                                        (bind ? "could not serve the store: port " +
+                                                    std::to_string(p.master_port) + " is in use"
                                               : "not every rank joined the store" + within) +
                                         ": " + why);
     }
-    fail(ErrorCode::kUnavailable, "distributed rendezvous (" + where + "): could not reach the store at " + p.master() +
+    fail(ErrorCode::kUnavailable, "distributed rendezvous (" + where +
+                                      "): could not reach the store at " + p.master() +
                                       " or not every rank joined" + within + ": " + why);
   }
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>("ajet_default_pg", store);
@@ -164,9 +179,10 @@ std::shared_ptr<Collective> make_collective(const train_data::DistPlacement& p) 
 #endif
     }
   } catch (const std::exception& e) {
-    fail(ErrorCode::kUnavailable, std::string("distributed ") + (nccl ? "NCCL" : "Gloo") + " group (" + where +
-                                      "): not every rank joined within " + seconds(p.timeout) +
-                                      " s, or the ranks could not connect to each other: " + describe(e));
+    fail(ErrorCode::kUnavailable,
+         std::string("distributed ") + (nccl ? "NCCL" : "Gloo") + " group (" + where +
+             "): not every rank joined within " + seconds(p.timeout) +
+             " s, or the ranks could not connect to each other: " + describe(e));
   }
   log().info("data parallel: {} joined the {} group", where, nccl ? "NCCL" : "Gloo");
   return std::make_shared<C10dCollective>(p, store, group);

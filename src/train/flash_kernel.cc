@@ -13,10 +13,12 @@
 namespace ajet::train {
 namespace {
 
-// CBLAS's ABI (row-major 101, no transpose 111, transpose 112; 32-bit integers, as Debian's OpenBLAS).
-using Sgemm = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int, float, float*, int);
-using Dgemm = void (*)(int, int, int, int, int, int, double, const double*, int, const double*, int, double, double*,
-                       int);
+// CBLAS's ABI (row-major 101, no transpose 111, transpose 112; 32-bit integers, as Debian's
+// OpenBLAS).
+using Sgemm = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int,
+                       float, float*, int);
+using Dgemm = void (*)(int, int, int, int, int, int, double, const double*, int, const double*, int,
+                       double, double*, int);
 constexpr int kRowMajor = 101, kNo = 111, kTrans = 112;
 
 struct Blas {
@@ -31,21 +33,21 @@ const Blas& blas() {
 }
 
 // C (m, n) = alpha-free A op B + beta C, row-major: a_t / b_t transpose A (k, m) / B (n, k).
-void gemm(bool a_t, bool b_t, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
-          int64_t ldb, float beta, float* c, int64_t ldc) {
-  blas().s(kRowMajor, a_t ? kTrans : kNo, b_t ? kTrans : kNo, static_cast<int>(m), static_cast<int>(n),
-           static_cast<int>(k), 1.0f, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta, c,
-           static_cast<int>(ldc));
+void gemm(bool a_t, bool b_t, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+          const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  blas().s(kRowMajor, a_t ? kTrans : kNo, b_t ? kTrans : kNo, static_cast<int>(m),
+           static_cast<int>(n), static_cast<int>(k), 1.0f, a, static_cast<int>(lda), b,
+           static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
 }
-void gemm(bool a_t, bool b_t, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, const double* b,
-          int64_t ldb, double beta, double* c, int64_t ldc) {
-  blas().d(kRowMajor, a_t ? kTrans : kNo, b_t ? kTrans : kNo, static_cast<int>(m), static_cast<int>(n),
-           static_cast<int>(k), 1.0, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta, c,
-           static_cast<int>(ldc));
+void gemm(bool a_t, bool b_t, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda,
+          const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
+  blas().d(kRowMajor, a_t ? kTrans : kNo, b_t ? kTrans : kNo, static_cast<int>(m),
+           static_cast<int>(n), static_cast<int>(k), 1.0, a, static_cast<int>(lda), b,
+           static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
 }
 
-// x[0, n) = exp(x - shift), returning their sum; -inf entries (masked keys) give 0. shift is the row's
-// running maximum (forward) or its log-sum-exp (backward), so x - shift <= 0 up to rounding.
+// x[0, n) = exp(x - shift), returning their sum; -inf entries (masked keys) give 0. shift is the
+// row's running maximum (forward) or its log-sum-exp (backward), so x - shift <= 0 up to rounding.
 AJET_MULTIVERSION
 float exp_shifted(float* x, int64_t n, float shift) {
   using namespace vec8;
@@ -76,11 +78,12 @@ double exp_shifted(double* x, int64_t n, double shift) {
   return sum;
 }
 
-// The forward's online-softmax step on one score tile s (rows, n): per row, the running maximum m and
-// sum l move to this tile, s becomes exp(s - m) (its probabilities up to the final 1 / l), and the
-// output row o (d) is rescaled to the new maximum. Rows with nothing visible yet stay all 0.
+// The forward's online-softmax step on one score tile s (rows, n): per row, the running maximum m
+// and sum l move to this tile, s becomes exp(s - m) (its probabilities up to the final 1 / l), and
+// the output row o (d) is rescaled to the new maximum. Rows with nothing visible yet stay all 0.
 AJET_MULTIVERSION
-void online_softmax_tile(float* s, int64_t rows, int64_t n, float* m, float* l, float* o, int64_t d) {
+void online_softmax_tile(float* s, int64_t rows, int64_t n, float* m, float* l, float* o,
+                         int64_t d) {
   const float ninf = -std::numeric_limits<float>::infinity();
   for (int64_t r = 0; r < rows; ++r) {
     float* row = s + r * n;
@@ -148,15 +151,16 @@ bool flash_available() { return blas().s != nullptr && blas().d != nullptr; }
 
 int64_t flash_scratch(int64_t rows, int64_t d) {
   (void)d;
-  return 2 * rows * kFlashKeyTile + 2 * rows;  // scores / probabilities, their gradient; row max and sum
+  return 2 * rows * kFlashKeyTile +
+         2 * rows;  // scores / probabilities, their gradient; row max and sum
 }
 
 template <typename T>
 void flash_forward(const FlashTile<T>& t, T* o, T* lse, T* scratch) {
   const int64_t rows = t.rep * t.tq, d = t.d;
-  T* s = scratch;                         // (rows, tile)
+  T* s = scratch;                             // (rows, tile)
   T* m = scratch + 2 * rows * kFlashKeyTile;  // (rows,) running maximum
-  T* l = m + rows;                        // (rows,) running sum
+  T* l = m + rows;                            // (rows,) running sum
   const T ninf = -std::numeric_limits<T>::infinity();
   std::fill(m, m + rows, ninf);
   std::fill(l, l + rows, T(0));
@@ -181,8 +185,8 @@ void flash_forward(const FlashTile<T>& t, T* o, T* lse, T* scratch) {
 }
 
 template <typename T>
-void flash_backward(const FlashTile<T>& t, const T* dout, const T* delta, const T* lse, T* dq, T* dk, T* dv,
-                    T* scratch) {
+void flash_backward(const FlashTile<T>& t, const T* dout, const T* delta, const T* lse, T* dq,
+                    T* dk, T* dv, T* scratch) {
   const int64_t rows = t.rep * t.tq, d = t.d;
   T* p = scratch;                          // (rows, tile)
   T* dp = scratch + rows * kFlashKeyTile;  // (rows, tile)
@@ -202,16 +206,16 @@ void flash_backward(const FlashTile<T>& t, const T* dout, const T* delta, const 
     gemm(true, false, n, d, rows, p, n, dout, d, T(1), dv + k0 * d, d);    // dV += P^T dO
     gemm(false, true, rows, n, d, dout, d, t.v + k0 * d, d, T(0), dp, n);  // dP = dO V^T
     for (int64_t r = 0; r < rows; ++r) softmax_grad_row(p + r * n, dp + r * n, n, delta[r]);  // dS
-    gemm(false, false, rows, d, n, dp, n, t.k + k0 * d, d, T(1), dq, d);   // dQ += dS K
-    gemm(true, false, n, d, rows, dp, n, t.q, d, T(1), dk + k0 * d, d);    // dK += dS^T Q
+    gemm(false, false, rows, d, n, dp, n, t.k + k0 * d, d, T(1), dq, d);  // dQ += dS K
+    gemm(true, false, n, d, rows, dp, n, t.q, d, T(1), dk + k0 * d, d);   // dK += dS^T Q
   }
 }
 
 template void flash_forward<float>(const FlashTile<float>&, float*, float*, float*);
 template void flash_forward<double>(const FlashTile<double>&, double*, double*, double*);
-template void flash_backward<float>(const FlashTile<float>&, const float*, const float*, const float*, float*, float*,
-                                    float*, float*);
-template void flash_backward<double>(const FlashTile<double>&, const double*, const double*, const double*, double*,
-                                     double*, double*, double*);
+template void flash_backward<float>(const FlashTile<float>&, const float*, const float*,
+                                    const float*, float*, float*, float*, float*);
+template void flash_backward<double>(const FlashTile<double>&, const double*, const double*,
+                                     const double*, double*, double*, double*, double*);
 
 }  // namespace ajet::train

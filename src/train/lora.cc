@@ -24,7 +24,8 @@ constexpr const char* kAdapterConfig = "adapter_config.json";
 
 // "model.layers.3.self_attn.q_proj" for layer 3's q projection: the HF module path.
 std::string module_path(int64_t layer, model::Proj p) {
-  const bool attention = p == model::Proj::kQ || p == model::Proj::kK || p == model::Proj::kV || p == model::Proj::kO;
+  const bool attention =
+      p == model::Proj::kQ || p == model::Proj::kK || p == model::Proj::kV || p == model::Proj::kO;
   return "model.layers." + std::to_string(layer) + (attention ? ".self_attn." : ".mlp.") +
          std::string(model::kProjNames[static_cast<size_t>(p)]);
 }
@@ -56,7 +57,8 @@ std::vector<model::Proj> resolve_lora_targets(const std::vector<std::string>& na
     if (!p) {
       std::string known = "all-linear";
       for (auto n : model::kProjNames) known += ", " + std::string(n);
-      invalid_argument("lora target module '" + name + "' is not a linear layer of this model (known: " + known + ")");
+      invalid_argument("lora target module '" + name +
+                       "' is not a linear layer of this model (known: " + known + ")");
     }
     chosen.insert(static_cast<size_t>(*p));
   }
@@ -66,15 +68,18 @@ std::vector<model::Proj> resolve_lora_targets(const std::vector<std::string>& na
   return out;
 }
 
-LoraAdapter::LoraAdapter(int64_t in_features, int64_t out_features, const train_data::LoraOptions& options)
+LoraAdapter::LoraAdapter(int64_t in_features, int64_t out_features,
+                         const train_data::LoraOptions& options)
     : scale_(options.scale()), dropout_(options.dropout) {
-  if (options.rank <= 0) invalid_argument("lora rank must be positive, got " + std::to_string(options.rank));
+  if (options.rank <= 0)
+    invalid_argument("lora rank must be positive, got " + std::to_string(options.rank));
   lora_A = register_parameter("lora_A", torch::zeros({options.rank, in_features}));
   lora_B = register_parameter("lora_B", torch::zeros({out_features, options.rank}));
 }
 
 torch::Tensor LoraAdapter::delta(const torch::Tensor& x) {
-  if (!enabled) return torch::zeros({}, x.options());  // a 0-d zero: broadcasts onto the base output
+  if (!enabled)
+    return torch::zeros({}, x.options());  // a 0-d zero: broadcasts onto the base output
   auto in = x;
   if (dropout_ > 0 && is_training()) {
     if (!dropout_generator.defined() || !x.device().is_cpu() || dropout_ >= 1) {
@@ -84,7 +89,7 @@ torch::Tensor LoraAdapter::delta(const torch::Tensor& x) {
       in = x * at::bernoulli(x, 1.0 - dropout_, dropout_generator).div_(1.0 - dropout_);
     }
   }
-  auto low = torch::nn::functional::linear(in, lora_A);      // (..., r)
+  auto low = torch::nn::functional::linear(in, lora_A);        // (..., r)
   return torch::nn::functional::linear(low, lora_B) * scale_;  // (..., out)
 }
 
@@ -153,7 +158,8 @@ bool set_lora_enabled(model::Qwen2Model& m, bool enabled) {
   return previous.value_or(true);
 }
 
-void save_peft_adapter(model::Qwen2Model& m, const fs::path& dir, const train_data::LoraOptions& options,
+void save_peft_adapter(model::Qwen2Model& m, const fs::path& dir,
+                       const train_data::LoraOptions& options,
                        const std::string& base_model_name_or_path) {
   auto params = lora_named_parameters(m);
   if (params.empty()) invalid_argument("save_peft_adapter: the model has no LoRA adapters");
@@ -165,7 +171,8 @@ void save_peft_adapter(model::Qwen2Model& m, const fs::path& dir, const train_da
   }
   // target_modules as PEFT stores them after resolution: the concrete module names.
   std::vector<std::string> targets;
-  for (model::Proj p : resolve_lora_targets(options.target_modules)) targets.emplace_back(model::kProjNames[static_cast<size_t>(p)]);
+  for (model::Proj p : resolve_lora_targets(options.target_modules))
+    targets.emplace_back(model::kProjNames[static_cast<size_t>(p)]);
   Json config = {{"peft_type", "LORA"},
                  {"task_type", "CAUSAL_LM"},
                  {"base_model_name_or_path", base_model_name_or_path},
@@ -208,7 +215,8 @@ train_data::LoraOptions read_peft_config(const fs::path& dir) {
   o.dropout = get_optional_number(j, "lora_dropout", where).value_or(0.0);
   o.target_modules.clear();
   auto it = j.find("target_modules");
-  if (it == j.end() || !(it->is_array() || it->is_string())) invalid_argument(where + ": 'target_modules' must be a list");
+  if (it == j.end() || !(it->is_array() || it->is_string()))
+    invalid_argument(where + ": 'target_modules' must be a list");
   if (it->is_string()) {
     o.target_modules.push_back(it->get<std::string>());
   } else {
@@ -224,7 +232,8 @@ void load_peft_adapter(model::Qwen2Model& m, const fs::path& dir) {
   const fs::path path = dir / kAdapterFile;
   auto file = hf::SafetensorsFile::open(path);
   auto params = lora_named_parameters(m);
-  if (params.empty()) invalid_argument("load_peft_adapter: attach adapters before loading " + path.string());
+  if (params.empty())
+    invalid_argument("load_peft_adapter: attach adapters before loading " + path.string());
   std::vector<std::string> problems;
   std::set<std::string> expected;
   std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;
@@ -263,17 +272,22 @@ std::vector<std::pair<std::string, torch::Tensor>> merged_named_parameters(model
   auto out = m->hf_named_parameters();
   for (auto& [name, t] : out) {
     auto d = deltas.find(name);
-    // Merged copies go to the CPU at once: an export of a device model holds one transient copy there.
-    t = d == deltas.end() ? t.detach() : (t.detach().to(torch::kFloat) + d->second).to(torch::kCPU, t.scalar_type());
+    // Merged copies go to the CPU at once: an export of a device model holds one transient copy
+    // there.
+    t = d == deltas.end()
+            ? t.detach()
+            : (t.detach().to(torch::kFloat) + d->second).to(torch::kCPU, t.scalar_type());
   }
   return out;
 }
 
-void save_merged_model(model::Qwen2Model& m, const fs::path& dir, const train_data::LoraOptions& lora,
+void save_merged_model(model::Qwen2Model& m, const fs::path& dir,
+                       const train_data::LoraOptions& lora,
                        const std::string& base_model_name_or_path, model::SaveOptions options) {
   if (!has_lora(m)) invalid_argument("save_merged_model: the model has no LoRA adapters");
   std::vector<std::string> targets;
-  for (model::Proj p : resolve_lora_targets(lora.target_modules)) targets.emplace_back(model::kProjNames[static_cast<size_t>(p)]);
+  for (model::Proj p : resolve_lora_targets(lora.target_modules))
+    targets.emplace_back(model::kProjNames[static_cast<size_t>(p)]);
   const Json provenance = {{"merged", "lora"},
                            {"base_model_name_or_path", base_model_name_or_path},
                            {"r", lora.rank},

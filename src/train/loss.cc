@@ -4,7 +4,8 @@
 
 namespace ajet::train {
 
-torch::Tensor kl_estimate(const torch::Tensor& lp, const torch::Tensor& ref, train_data::KlType type) {
+torch::Tensor kl_estimate(const torch::Tensor& lp, const torch::Tensor& ref,
+                          train_data::KlType type) {
   switch (type) {
     case train_data::KlType::kK1: return lp - ref;
     case train_data::KlType::kAbs: return (lp - ref).abs();
@@ -24,7 +25,8 @@ double sum_of(const torch::Tensor& t) { return t.sum().to(torch::kDouble).item<d
 void check_term(const torch::Tensor& t, int64_t k, const char* name) {
   if (!t.defined()) invalid_argument(std::string("policy loss: '") + name + "' is required");
   if (t.dim() != 1 || t.size(0) != k) {
-    invalid_argument(std::string("policy loss: '") + name + "' must have shape (" + std::to_string(k) + ",)");
+    invalid_argument(std::string("policy loss: '") + name + "' must have shape (" +
+                     std::to_string(k) + ",)");
   }
 }
 
@@ -46,7 +48,7 @@ LossOutput policy_loss(const LossTerms& in, const train_data::LossOptions& o) {
   const auto adv = in.advantage.detach();
   const auto coef = in.coef.detach();
   auto log_ratio = torch::clamp(lp - old, -20.0, 20.0);
-  auto ratio = torch::exp(log_ratio);                                                  // (K,)
+  auto ratio = torch::exp(log_ratio);  // (K,)
   auto pg1 = -adv * ratio;
   auto pg2 = -adv * torch::clamp(ratio, 1.0 - o.clip_low, 1.0 + o.clip_high);
   auto clip_max = torch::maximum(pg1, pg2);
@@ -60,23 +62,24 @@ LossOutput policy_loss(const LossTerms& in, const train_data::LossOptions& o) {
   }
 
   LossOutput out;
-  const auto active = (coef != 0).to(lp.scalar_type());                                // (K,)
+  const auto active = (coef != 0).to(lp.scalar_type());  // (K,)
   if (corrected) {
     auto w = torch::exp(torch::clamp(old - in.behaviour_logprob.detach(), -20.0, 20.0));  // (K,)
     if (o.is_cap > 0) {
       const auto over = w > o.is_cap;
       out.is_truncated = sum_of(over.to(lp.scalar_type()) * active);
-      // tis truncates the weight at the cap; decoupled PPO (AReaL) drops the token: weight 0, while it
-      // stays in the aggregation's denominators as AReaL's loss mask keeps it.
-      w = o.correction == train_data::OffPolicyCorrection::kDecoupledPpo ? torch::where(over, torch::zeros_like(w), w)
-                                                              : torch::clamp_max(w, o.is_cap);
+      // tis truncates the weight at the cap; decoupled PPO (AReaL) drops the token: weight 0, while
+      // it stays in the aggregation's denominators as AReaL's loss mask keeps it.
+      w = o.correction == train_data::OffPolicyCorrection::kDecoupledPpo
+              ? torch::where(over, torch::zeros_like(w), w)
+              : torch::clamp_max(w, o.is_cap);
     }
     pg = pg * w;
     out.is_weight_sum = sum_of(w * active);
   } else {
     out.is_weight_sum = sum_of(active);
   }
-  auto total = coef * pg;                                                              // (K,)
+  auto total = coef * pg;  // (K,)
   out.pg_loss = sum_of(total.detach());
   if (o.use_kl) {
     auto kl = kl_estimate(lp, in.ref_logprob.detach(), o.kl_type);

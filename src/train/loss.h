@@ -16,7 +16,7 @@ struct LossTerms {
   torch::Tensor logprob;      // current policy, differentiable
   torch::Tensor old_logprob;  // ratio denominator: recomputed (= proximal) or rollout logprobs
   torch::Tensor advantage;
-  torch::Tensor coef;         // weight x aggregation factor; the loss is sum(coef * term)
+  torch::Tensor coef;               // weight x aggregation factor; the loss is sum(coef * term)
   torch::Tensor behaviour_logprob;  // rollout logprobs; required when correction != kNone
   torch::Tensor ref_logprob;        // required when use_kl
   torch::Tensor entropy;            // optional; differentiable when entropy_coef != 0
@@ -24,33 +24,36 @@ struct LossTerms {
 
 // Sums over the K terms (detached, float64 scalars except `loss`).
 struct LossOutput {
-  torch::Tensor loss;           // scalar, differentiable: sum coef * (pg + kl_coef kl - entropy_coef H)
-  double pg_loss = 0;           // sum coef * pg
-  double kl_loss = 0;           // sum coef * kl (0 without use_kl)
-  double entropy_loss = 0;      // sum coef * H
+  torch::Tensor loss;       // scalar, differentiable: sum coef * (pg + kl_coef kl - entropy_coef H)
+  double pg_loss = 0;       // sum coef * pg
+  double kl_loss = 0;       // sum coef * kl (0 without use_kl)
+  double entropy_loss = 0;  // sum coef * H
   // Unweighted token sums, for token-mean metrics:
-  double tokens = 0;            // K' = terms with coef != 0
-  double kl_sum = 0;            // sum kl
-  double entropy_sum = 0;       // sum H
-  double clipped = 0;           // terms where the clipped branch was taken (ratio outside the range)
-  double dual_clipped = 0;      // terms where the dual clip was taken
-  double approx_kl_sum = 0;     // sum (old - lp), verl's ppo_kl
-  double is_weight_sum = 0;     // sum of the (truncated) importance weights; K' without correction
-  double is_truncated = 0;      // terms whose importance weight exceeded is_cap (truncated, or dropped)
+  double tokens = 0;         // K' = terms with coef != 0
+  double kl_sum = 0;         // sum kl
+  double entropy_sum = 0;    // sum H
+  double clipped = 0;        // terms where the clipped branch was taken (ratio outside the range)
+  double dual_clipped = 0;   // terms where the dual clip was taken
+  double approx_kl_sum = 0;  // sum (old - lp), verl's ppo_kl
+  double is_weight_sum = 0;  // sum of the (truncated) importance weights; K' without correction
+  double is_truncated = 0;  // terms whose importance weight exceeded is_cap (truncated, or dropped)
 };
 
-// pg(r, A) with r = exp(lp - old) (log ratio clamped to [-20, 20]), r̄ = clip(r, 1 - clip_low, 1 + clip_high):
+// pg(r, A) with r = exp(lp - old) (log ratio clamped to [-20, 20]), r̄ = clip(r, 1 - clip_low, 1 +
+// clip_high):
 //   A >= 0: -A min(r, r̄)                       (= max(-A r, -A r̄))
 //   A <  0: min(max(-A r, -A r̄), -A clip_c)    (dual clip)
 // Off-policy correction: with decoupled_ppo or tis the ratio is against the proximal policy
 // (old_logprob = recomputed current-version logprobs) and the term is multiplied by the importance
-// weight w = exp(old - behaviour) (detached). Above is_cap the two differ: tis (Yao et al.'s truncated
-// importance sampling) truncates w to is_cap; decoupled_ppo (AReaL's behav_imp_weight_cap) drops the
-// term, w = 0. Either way the term stays in the aggregation (coef) and is counted in is_truncated.
-// Terms with coef == 0 contribute nothing (their gradient is exactly 0).
+// weight w = exp(old - behaviour) (detached). Above is_cap the two differ: tis (Yao et al.'s
+// truncated importance sampling) truncates w to is_cap; decoupled_ppo (AReaL's
+// behav_imp_weight_cap) drops the term, w = 0. Either way the term stays in the aggregation (coef)
+// and is counted in is_truncated. Terms with coef == 0 contribute nothing (their gradient is
+// exactly 0).
 LossOutput policy_loss(const LossTerms& terms, const train_data::LossOptions& options);
 
 // Per-term KL estimate between the current (lp) and reference (ref) log-probabilities.
-torch::Tensor kl_estimate(const torch::Tensor& lp, const torch::Tensor& ref, train_data::KlType type);
+torch::Tensor kl_estimate(const torch::Tensor& lp, const torch::Tensor& ref,
+                          train_data::KlType type);
 
 }  // namespace ajet::train

@@ -42,16 +42,19 @@ bool partial_block_masks() { return g_partial_masks.load(); }
 AttentionPlan plan_attention(std::span<const int32_t> subtree_end, int64_t block_rows) {
   if (block_rows <= 0) invalid_argument("plan_attention: block_rows must be positive");
   std::vector<int64_t> starts;
-  for (int64_t a = 0; a < static_cast<int64_t>(subtree_end.size()); a += block_rows) starts.push_back(a);
+  for (int64_t a = 0; a < static_cast<int64_t>(subtree_end.size()); a += block_rows)
+    starts.push_back(a);
   return plan_attention(subtree_end, starts);
 }
 
-AttentionPlan plan_attention(std::span<const int32_t> subtree_end, std::span<const int64_t> block_starts) {
+AttentionPlan plan_attention(std::span<const int32_t> subtree_end,
+                             std::span<const int64_t> block_starts) {
   const auto t = static_cast<int64_t>(subtree_end.size());
   for (int64_t j = 0; j < t; ++j) {
     if (subtree_end[j] <= j || subtree_end[j] > t) {
-      invalid_argument("plan_attention: subtree_end[" + std::to_string(j) + "] = " + std::to_string(subtree_end[j]) +
-                       " is outside (" + std::to_string(j) + ", " + std::to_string(t) + "]");
+      invalid_argument("plan_attention: subtree_end[" + std::to_string(j) +
+                       "] = " + std::to_string(subtree_end[j]) + " is outside (" +
+                       std::to_string(j) + ", " + std::to_string(t) + "]");
     }
   }
   if (t > 0 && (block_starts.empty() || block_starts.front() != 0)) {
@@ -59,8 +62,9 @@ AttentionPlan plan_attention(std::span<const int32_t> subtree_end, std::span<con
   }
   for (size_t i = 0; i < block_starts.size(); ++i) {
     if (block_starts[i] >= t || (i > 0 && block_starts[i] <= block_starts[i - 1])) {
-      invalid_argument("plan_attention: block_starts must increase and stay below " + std::to_string(t) +
-                       " (block " + std::to_string(i) + " starts at " + std::to_string(block_starts[i]) + ")");
+      invalid_argument("plan_attention: block_starts must increase and stay below " +
+                       std::to_string(t) + " (block " + std::to_string(i) + " starts at " +
+                       std::to_string(block_starts[i]) + ")");
     }
   }
   AttentionPlan plan;
@@ -106,7 +110,8 @@ namespace {
 
 // Keys of one block from (Hkv, T, D): a view when they are one range, a gathered copy otherwise.
 torch::Tensor block_keys(const torch::Tensor& kh, const AttentionBlock& b) {
-  return b.key_index.defined() ? kh.index_select(1, b.key_index) : kh.narrow(1, b.key_begin, b.key_count);
+  return b.key_index.defined() ? kh.index_select(1, b.key_index)
+                               : kh.narrow(1, b.key_begin, b.key_count);
 }
 
 // Scores s (Hkv, rep*Tq, K) += the block's mask on its keys past the full ones.
@@ -124,9 +129,9 @@ void add_to_keys(torch::Tensor& dst, const torch::Tensor& src, const AttentionBl
   }
 }
 
-// The flash kernel (flash_kernel.h) over a plan: one work item per (kv head, block), dealt out to the
-// threads in turn, the costliest (most keys) first. Tensors are CPU, contiguous, of type T:
-// qg (Hkv, rep, T, D), kh / vh (Hkv, T, D).
+// The flash kernel (flash_kernel.h) over a plan: one work item per (kv head, block), dealt out to
+// the threads in turn, the costliest (most keys) first. Tensors are CPU, contiguous, of type T: qg
+// (Hkv, rep, T, D), kh / vh (Hkv, T, D).
 template <typename T>
 struct FlashPlanRun {
   const std::vector<AttentionBlock>& blocks;
@@ -137,7 +142,8 @@ struct FlashPlanRun {
     std::iota(items.begin(), items.end(), int64_t{0});
     const auto nb = static_cast<int64_t>(blocks.size());
     std::stable_sort(items.begin(), items.end(), [&](int64_t a, int64_t b) {
-      return blocks[static_cast<size_t>(a % nb)].key_count > blocks[static_cast<size_t>(b % nb)].key_count;
+      return blocks[static_cast<size_t>(a % nb)].key_count >
+             blocks[static_cast<size_t>(b % nb)].key_count;
     });
     return items;
   }
@@ -153,10 +159,10 @@ struct FlashPlanRun {
     }
     return m;
   }
-  // Runs fn(item, part) over every item, part in [0, threads()) naming the buffers it may write. Part p
-  // takes items p, p + threads(), ... of the costliest-first order, whichever thread runs it: the items
-  // a part sums, and their order, never depend on timing, so the key and value gradients are the same
-  // bits on every run (a shared counter handing out items would not be).
+  // Runs fn(item, part) over every item, part in [0, threads()) naming the buffers it may write.
+  // Part p takes items p, p + threads(), ... of the costliest-first order, whichever thread runs
+  // it: the items a part sums, and their order, never depend on timing, so the key and value
+  // gradients are the same bits on every run (a shared counter handing out items would not be).
   template <typename F>
   void for_each(F&& fn) const {
     const std::vector<int64_t> items = order();
@@ -168,7 +174,8 @@ struct FlashPlanRun {
     });
   }
   static int64_t threads() { return at::get_num_threads(); }
-  // rows [b.q_begin, b.q_end) of every query head of kv head g: (rep, T, D)-strided src <-> (rep*tq, D) dst.
+  // rows [b.q_begin, b.q_end) of every query head of kv head g: (rep, T, D)-strided src <->
+  // (rep*tq, D) dst.
   void gather_rows(const T* src, T* dst, int64_t g, const AttentionBlock& b, int64_t width) const {
     const int64_t tq = b.q_end - b.q_begin;
     for (int64_t r = 0; r < rep; ++r) {
@@ -183,12 +190,14 @@ struct FlashPlanRun {
                   static_cast<size_t>(tq * width) * sizeof(T));
     }
   }
-  // The block's keys of kv head g from (Hkv, T, D): a pointer into it for a range, else gathered into buf.
+  // The block's keys of kv head g from (Hkv, T, D): a pointer into it for a range, else gathered
+  // into buf.
   const T* keys(const T* all, T* buf, int64_t g, const AttentionBlock& b) const {
     const T* head = all + g * t * d;
     if (!b.key_index.defined()) return head + b.key_begin * d;
     const int64_t* idx = b.key_index.data_ptr<int64_t>();
-    for (int64_t kk = 0; kk < b.key_count; ++kk) std::memcpy(buf + kk * d, head + idx[kk] * d, static_cast<size_t>(d) * sizeof(T));
+    for (int64_t kk = 0; kk < b.key_count; ++kk)
+      std::memcpy(buf + kk * d, head + idx[kk] * d, static_cast<size_t>(d) * sizeof(T));
     return buf;
   }
   FlashTile<T> tile(const AttentionBlock& b, const T* q, const T* k, const T* v) const {
@@ -208,12 +217,15 @@ struct FlashPlanRun {
 
 // Whether the flash kernel runs these inputs: CPU, float32 or float64, and a BLAS to call.
 bool use_flash(const torch::Tensor& q) {
-  return flash_attention_enabled() && q.is_cpu() && (q.scalar_type() == torch::kFloat || q.scalar_type() == torch::kDouble) && flash_available();
+  return flash_attention_enabled() && q.is_cpu() &&
+         (q.scalar_type() == torch::kFloat || q.scalar_type() == torch::kDouble) &&
+         flash_available();
 }
 
 template <typename T>
-void flash_plan_forward(const std::vector<AttentionBlock>& blocks, const torch::Tensor& qg, const torch::Tensor& kh,
-                        const torch::Tensor& vh, torch::Tensor& og, torch::Tensor& lse) {
+void flash_plan_forward(const std::vector<AttentionBlock>& blocks, const torch::Tensor& qg,
+                        const torch::Tensor& kh, const torch::Tensor& vh, torch::Tensor& og,
+                        torch::Tensor& lse) {
   const FlashPlanRun<T> run{blocks, kh.size(0), qg.size(1), qg.size(2), qg.size(3)};
   const int64_t rows = run.max_rows(), d = run.d, gathered = run.max_gathered_keys();
   const int64_t per_thread = flash_scratch(rows, d) + 2 * rows * d + rows + 2 * gathered * d;
@@ -243,15 +255,18 @@ void flash_plan_forward(const std::vector<AttentionBlock>& blocks, const torch::
 
 // dq (Hkv, rep, T, D) written; dk, dv (Hkv, T, D) zeroed and filled.
 template <typename T>
-void flash_plan_backward(const std::vector<AttentionBlock>& blocks, const torch::Tensor& qg, const torch::Tensor& kh,
-                         const torch::Tensor& vh, const torch::Tensor& dog, const torch::Tensor& delta,
-                         const torch::Tensor& lse, torch::Tensor& dq, torch::Tensor& dk, torch::Tensor& dv) {
+void flash_plan_backward(const std::vector<AttentionBlock>& blocks, const torch::Tensor& qg,
+                         const torch::Tensor& kh, const torch::Tensor& vh, const torch::Tensor& dog,
+                         const torch::Tensor& delta, const torch::Tensor& lse, torch::Tensor& dq,
+                         torch::Tensor& dk, torch::Tensor& dv) {
   const FlashPlanRun<T> run{blocks, kh.size(0), qg.size(1), qg.size(2), qg.size(3)};
-  const int64_t rows = run.max_rows(), d = run.d, gathered = run.max_gathered_keys(), t = run.t, hkv = run.hkv;
+  const int64_t rows = run.max_rows(), d = run.d, gathered = run.max_gathered_keys(), t = run.t,
+                hkv = run.hkv;
   const int64_t per_thread = flash_scratch(rows, d) + 3 * rows * d + 2 * rows + 4 * gathered * d;
   const int64_t threads = run.threads();
   std::vector<T> scratch(static_cast<size_t>(per_thread * threads));
-  // Each thread sums its items' key and value gradients in its own (Hkv, T, D) pair; added up after.
+  // Each thread sums its items' key and value gradients in its own (Hkv, T, D) pair; added up
+  // after.
   std::vector<T> acc(static_cast<size_t>(threads * 2 * hkv * t * d), T(0));
   const T* q = qg.data_ptr<T>();
   const T* k = kh.data_ptr<T>();
@@ -318,19 +333,21 @@ void flash_plan_backward(const std::vector<AttentionBlock>& blocks, const torch:
 
 class BlockAttention : public torch::autograd::Function<BlockAttention> {
  public:
-  // q: (T, H, D) scaled; k, v: (T, Hkv, D). plan: address of an AttentionPlan (read during forward only).
-  // Scores in float32 (float64 when q is float64, for gradient checks).
+  // q: (T, H, D) scaled; k, v: (T, Hkv, D). plan: address of an AttentionPlan (read during forward
+  // only). Scores in float32 (float64 when q is float64, for gradient checks).
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
-                               const torch::Tensor& v, int64_t plan_address, int64_t keep_probs_bytes) {
+                               const torch::Tensor& v, int64_t plan_address,
+                               int64_t keep_probs_bytes) {
     const auto& plan = *reinterpret_cast<const AttentionPlan*>(plan_address);
     const int64_t t = q.size(0), h = q.size(1), d = q.size(2), hkv = k.size(1), rep = h / hkv;
     const auto ct = q.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
-    auto qg = q.to(ct).view({t, hkv, rep, d}).permute({1, 2, 0, 3}).contiguous();  // (Hkv, rep, T, D)
-    auto kh = k.to(ct).permute({1, 0, 2}).contiguous();                          // (Hkv, T, D)
-    auto vh = v.to(ct).permute({1, 0, 2}).contiguous();                          // (Hkv, T, D)
-    auto og = torch::empty({hkv, rep, t, d}, qg.options());                      // (Hkv, rep, T, D)
+    auto qg =
+        q.to(ct).view({t, hkv, rep, d}).permute({1, 2, 0, 3}).contiguous();  // (Hkv, rep, T, D)
+    auto kh = k.to(ct).permute({1, 0, 2}).contiguous();                      // (Hkv, T, D)
+    auto vh = v.to(ct).permute({1, 0, 2}).contiguous();                      // (Hkv, T, D)
+    auto og = torch::empty({hkv, rep, t, d}, qg.options());                  // (Hkv, rep, T, D)
     if (use_flash(qg)) {
-      auto lse = torch::empty({hkv, rep, t}, qg.options());                      // (Hkv, rep, T)
+      auto lse = torch::empty({hkv, rep, t}, qg.options());  // (Hkv, rep, T)
       if (ct == torch::kDouble) {
         flash_plan_forward<double>(plan.blocks, qg, kh, vh, og, lse);
       } else {
@@ -341,21 +358,23 @@ class BlockAttention : public torch::autograd::Function<BlockAttention> {
       ctx->saved_data["flash"] = true;
       return og.permute({2, 0, 1, 3}).reshape({t, h * d}).to(q.scalar_type());  // (T, H*D)
     }
-    const bool keep_probs = plan.computed_pairs() * h * static_cast<int64_t>(c10::elementSize(ct)) <= keep_probs_bytes;
-    c10::List<torch::Tensor> saved;  // per block: probs (Hkv, rep*Tq, K) or row logsumexp (Hkv, rep*Tq, 1)
+    const bool keep_probs =
+        plan.computed_pairs() * h * static_cast<int64_t>(c10::elementSize(ct)) <= keep_probs_bytes;
+    c10::List<torch::Tensor>
+        saved;  // per block: probs (Hkv, rep*Tq, K) or row logsumexp (Hkv, rep*Tq, 1)
     for (const auto& b : plan.blocks) {
       const int64_t tq = b.q_end - b.q_begin;
       auto qb = qg.narrow(2, b.q_begin, tq).reshape({hkv, rep * tq, d});  // (Hkv, rep*Tq, D)
       auto kb = block_keys(kh, b);                                        // (Hkv, K, D)
       auto vb = block_keys(vh, b);
-      auto s = torch::bmm(qb, kb.transpose(1, 2));                        // (Hkv, rep*Tq, K)
+      auto s = torch::bmm(qb, kb.transpose(1, 2));  // (Hkv, rep*Tq, K)
       add_mask(s, b, hkv, rep, tq);
       torch::Tensor p;
       if (keep_probs) {
         p = torch::softmax(s, -1);
         saved.push_back(p);
       } else {
-        auto lse = torch::logsumexp(s, -1, /*keepdim=*/true);            // (Hkv, rep*Tq, 1)
+        auto lse = torch::logsumexp(s, -1, /*keepdim=*/true);  // (Hkv, rep*Tq, 1)
         p = s.sub_(lse).exp_();
         saved.push_back(lse);
       }
@@ -366,18 +385,20 @@ class BlockAttention : public torch::autograd::Function<BlockAttention> {
     ctx->saved_data["saved"] = saved;
     ctx->saved_data["keep_probs"] = keep_probs;
     ctx->saved_data["flash"] = false;
-    return og.permute({2, 0, 1, 3}).reshape({t, h * d}).to(q.scalar_type());              // (T, H*D)
+    return og.permute({2, 0, 1, 3}).reshape({t, h * d}).to(q.scalar_type());  // (T, H*D)
   }
 
-  // The plan travels with the graph (tensors are reference counted), so the caller's plan may go away
-  // before backward runs.
+  // The plan travels with the graph (tensors are reference counted), so the caller's plan may go
+  // away before backward runs.
   static void save_plan(AutogradContext* ctx, const AttentionPlan& plan, const torch::Tensor& q,
                         const torch::Tensor& k, const torch::Tensor& v) {
     std::vector<int64_t> ranges;
     c10::List<torch::Tensor> key_index, bias;
     for (const auto& blk : plan.blocks) {
-      ranges.insert(ranges.end(), {blk.q_begin, blk.q_end, blk.key_begin, blk.key_count, blk.full_keys});
-      key_index.push_back(blk.key_index.defined() ? blk.key_index : torch::Tensor(torch::empty({0}, torch::kLong)));
+      ranges.insert(ranges.end(),
+                    {blk.q_begin, blk.q_end, blk.key_begin, blk.key_count, blk.full_keys});
+      key_index.push_back(blk.key_index.defined() ? blk.key_index
+                                                  : torch::Tensor(torch::empty({0}, torch::kLong)));
       bias.push_back(blk.bias);
     }
     ctx->saved_data["ranges"] = ranges;
@@ -414,10 +435,17 @@ class BlockAttention : public torch::autograd::Function<BlockAttention> {
     const auto& og = vars[3];
     const auto dtypes = ctx->saved_data["dtypes"].toIntVector();
     const int64_t hkv = qg.size(0), rep = qg.size(1), t = qg.size(2), d = qg.size(3);
-    auto dog = grads[0].to(qg.scalar_type()).view({t, hkv, rep, d}).permute({1, 2, 0, 3}).contiguous();  // (Hkv, rep, T, D)
+    auto dog = grads[0]
+                   .to(qg.scalar_type())
+                   .view({t, hkv, rep, d})
+                   .permute({1, 2, 0, 3})
+                   .contiguous();                       // (Hkv, rep, T, D)
     auto delta = (dog * og).sum(-1, /*keepdim=*/true);  // (Hkv, rep, T, 1): rowsum(dP * P) = dO . O
-    auto finish = [&](const torch::Tensor& dqg, const torch::Tensor& dkh, const torch::Tensor& dvh) -> variable_list {
-      auto dq = dqg.permute({2, 0, 1, 3}).reshape({t, hkv * rep, d}).to(static_cast<c10::ScalarType>(dtypes[0]));
+    auto finish = [&](const torch::Tensor& dqg, const torch::Tensor& dkh,
+                      const torch::Tensor& dvh) -> variable_list {
+      auto dq = dqg.permute({2, 0, 1, 3})
+                    .reshape({t, hkv * rep, d})
+                    .to(static_cast<c10::ScalarType>(dtypes[0]));
       auto dk = dkh.permute({1, 0, 2}).contiguous().to(static_cast<c10::ScalarType>(dtypes[1]));
       auto dv = dvh.permute({1, 0, 2}).contiguous().to(static_cast<c10::ScalarType>(dtypes[2]));
       return {dq, dk, dv, torch::Tensor(), torch::Tensor()};
@@ -454,11 +482,11 @@ class BlockAttention : public torch::autograd::Function<BlockAttention> {
         add_mask(s, b, hkv, rep, tq);
         p = s.sub_(saved.get(i)).exp_();
       }
-      auto dob = dog.narrow(2, b.q_begin, tq).reshape({hkv, rep * tq, d});   // (Hkv, rep*Tq, D)
+      auto dob = dog.narrow(2, b.q_begin, tq).reshape({hkv, rep * tq, d});  // (Hkv, rep*Tq, D)
       auto db = delta.narrow(2, b.q_begin, tq).reshape({hkv, rep * tq, 1});
-      add_to_keys(dvh, torch::bmm(p.transpose(1, 2), dob), b);              // (Hkv, K, D)
-      auto ds = torch::bmm(dob, vb.transpose(1, 2));                        // dP: (Hkv, rep*Tq, K)
-      ds.sub_(db).mul_(p);                                                  // dS = P * (dP - delta)
+      add_to_keys(dvh, torch::bmm(p.transpose(1, 2), dob), b);  // (Hkv, K, D)
+      auto ds = torch::bmm(dob, vb.transpose(1, 2));            // dP: (Hkv, rep*Tq, K)
+      ds.sub_(db).mul_(p);                                      // dS = P * (dP - delta)
       dqg.narrow(2, b.q_begin, tq).copy_(torch::bmm(ds, kb).view({hkv, rep, tq, d}));
       add_to_keys(dkh, torch::bmm(ds.transpose(1, 2), qb), b);
     }
@@ -468,9 +496,11 @@ class BlockAttention : public torch::autograd::Function<BlockAttention> {
 
 class TokenLogprobFn : public torch::autograd::Function<TokenLogprobFn> {
  public:
-  // hidden (M, C), weight (V, C), targets (M,) int64. Returns {logprob (M,), entropy (M,)} in float32.
-  static variable_list forward(AutogradContext* ctx, const torch::Tensor& hidden, const torch::Tensor& weight,
-                               const torch::Tensor& targets, int64_t chunk_rows, int64_t keep_logits_bytes) {
+  // hidden (M, C), weight (V, C), targets (M,) int64. Returns {logprob (M,), entropy (M,)} in
+  // float32.
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& hidden,
+                               const torch::Tensor& weight, const torch::Tensor& targets,
+                               int64_t chunk_rows, int64_t keep_logits_bytes) {
     ctx->set_materialize_grads(false);
     const int64_t m = hidden.size(0), vocab = weight.size(0);
     const auto ct = hidden.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
@@ -487,12 +517,13 @@ class TokenLogprobFn : public torch::autograd::Function<TokenLogprobFn> {
       auto lse = torch::logsumexp(z, 1);                                       // (n,)
       auto tz = z.gather(1, targets.narrow(0, a, n).unsqueeze(1)).squeeze(1);  // (n,)
       logprob.narrow(0, a, n).copy_(tz - lse);
-      auto p = torch::exp(z - lse.unsqueeze(1));                               // (n, V)
-      entropy.narrow(0, a, n).copy_(lse - p.mul_(z).sum(1));                  // p * z in place
+      auto p = torch::exp(z - lse.unsqueeze(1));              // (n, V)
+      entropy.narrow(0, a, n).copy_(lse - p.mul_(z).sum(1));  // p * z in place
       lse_all.narrow(0, a, n).copy_(lse);
       if (keep) kept.push_back(z);
     }
-    ctx->save_for_backward({hidden, weight, targets, lse_all, lse_all - entropy});  // last: E_p[z] per row
+    ctx->save_for_backward(
+        {hidden, weight, targets, lse_all, lse_all - entropy});  // last: E_p[z] per row
     ctx->saved_data["chunk_rows"] = chunk_rows;
     ctx->saved_data["kept"] = kept;
     return {logprob, entropy};
@@ -518,14 +549,15 @@ class TokenLogprobFn : public torch::autograd::Function<TokenLogprobFn> {
     // 151,936 x 896 that buffer is 545 MB, and filling it a third of this backward's work.
     const bool weight_grad = ctx->needs_input_grad(1);
     torch::Tensor dw = weight_grad ? torch::zeros_like(w) : torch::Tensor();
-    if (!g_lp.defined() && !g_h.defined()) return {torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    if (!g_lp.defined() && !g_h.defined())
+      return {torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
     size_t chunk = 0;
     for (int64_t a = 0; a < m; a += chunk_rows, ++chunk) {
       const int64_t n = std::min(chunk_rows, m - a);
       auto hc = h.narrow(0, a, n);
-      auto z = kept.empty() ? torch::mm(hc, w.t()) : kept.get(chunk);         // (n, V)
-      auto lse = lse_all.narrow(0, a, n).unsqueeze(1);                        // (n, 1)
-      auto p = torch::exp(z - lse);                                           // (n, V)
+      auto z = kept.empty() ? torch::mm(hc, w.t()) : kept.get(chunk);  // (n, V)
+      auto lse = lse_all.narrow(0, a, n).unsqueeze(1);                 // (n, 1)
+      auto p = torch::exp(z - lse);                                    // (n, V)
       // In place from here: three (n, V) buffers at most (z, p, gz), whatever the vocabulary.
       torch::Tensor gz;
       if (g_h.defined()) {
@@ -537,14 +569,15 @@ class TokenLogprobFn : public torch::autograd::Function<TokenLogprobFn> {
       }
       if (g_lp.defined()) {
         // d logp[target]/dz = onehot(target) - p.
-        auto g = g_lp.narrow(0, a, n).unsqueeze(1);                           // (n, 1)
+        auto g = g_lp.narrow(0, a, n).unsqueeze(1);  // (n, 1)
         gz.sub_(p.mul_(g));
         gz.scatter_add_(1, targets.narrow(0, a, n).unsqueeze(1), g);
       }
-      dh.narrow(0, a, n).copy_(torch::mm(gz, w));                             // (n, C)
-      if (weight_grad) dw.addmm_(gz.t(), hc);                                 // (V, C)
+      dh.narrow(0, a, n).copy_(torch::mm(gz, w));  // (n, C)
+      if (weight_grad) dw.addmm_(gz.t(), hc);      // (V, C)
     }
-    return {dh.to(hidden.scalar_type()), weight_grad ? dw.to(weight.scalar_type()) : torch::Tensor(), torch::Tensor(),
+    return {dh.to(hidden.scalar_type()),
+            weight_grad ? dw.to(weight.scalar_type()) : torch::Tensor(), torch::Tensor(),
             torch::Tensor(), torch::Tensor()};
   }
 };
@@ -560,14 +593,18 @@ AttentionPlan AttentionPlan::to(torch::Device device) const {
   return out;
 }
 
-torch::Tensor block_sparse_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                     const AttentionPlan& plan, int64_t keep_probs_bytes) {
-  TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3, "block_sparse_attention: q, k, v must be (T, heads, D)");
-  TORCH_CHECK(q.size(0) == plan.tokens && k.size(0) == plan.tokens, "block_sparse_attention: ", q.size(0),
-              " tokens but the plan has ", plan.tokens);
-  TORCH_CHECK(q.size(1) % k.size(1) == 0, "block_sparse_attention: query heads not a multiple of kv heads");
+torch::Tensor block_sparse_attention(const torch::Tensor& q, const torch::Tensor& k,
+                                     const torch::Tensor& v, const AttentionPlan& plan,
+                                     int64_t keep_probs_bytes) {
+  TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3,
+              "block_sparse_attention: q, k, v must be (T, heads, D)");
+  TORCH_CHECK(q.size(0) == plan.tokens && k.size(0) == plan.tokens,
+              "block_sparse_attention: ", q.size(0), " tokens but the plan has ", plan.tokens);
+  TORCH_CHECK(q.size(1) % k.size(1) == 0,
+              "block_sparse_attention: query heads not a multiple of kv heads");
   if (!plan.blocks.empty() && plan.blocks.front().bias.device() != q.device()) {
-    // A host plan with GPU activations (a caller that did not move it): correct, at one copy per layer.
+    // A host plan with GPU activations (a caller that did not move it): correct, at one copy per
+    // layer.
     const AttentionPlan moved = plan.to(q.device());
     return BlockAttention::apply(q, k, v, reinterpret_cast<int64_t>(&moved), keep_probs_bytes);
   }
@@ -577,20 +614,21 @@ torch::Tensor block_sparse_attention(const torch::Tensor& q, const torch::Tensor
 namespace {
 
 // One decoder layer over a packed sequence: h (1, T, C) → (1, T, C).
-torch::Tensor run_layer(model::DecoderLayer& layer, const torch::Tensor& h, const torch::Tensor& pos,
-                        const AttentionPlan& plan, double scale) {
-  model::QKV qkv = layer->attention_inputs(h, pos);                                  // (1, T, H|Hkv, D)
+torch::Tensor run_layer(model::DecoderLayer& layer, const torch::Tensor& h,
+                        const torch::Tensor& pos, const AttentionPlan& plan, double scale) {
+  model::QKV qkv = layer->attention_inputs(h, pos);  // (1, T, H|Hkv, D)
   auto attn = block_sparse_attention(qkv.q[0] * scale, qkv.k[0], qkv.v[0], plan);  // (T, H*D)
   return layer->attention_outputs(h, attn.unsqueeze(0));
 }
 
-// A layer whose activations are not kept: forward without a graph, and in backward the layer again with
-// one, back-propagated at once (its parameters' gradients accumulate as usual). The LoRA dropout
-// generator's state is put back for the rerun, so it draws the forward's masks.
+// A layer whose activations are not kept: forward without a graph, and in backward the layer again
+// with one, back-propagated at once (its parameters' gradients accumulate as usual). The LoRA
+// dropout generator's state is put back for the rerun, so it draws the forward's masks.
 class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
  public:
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& h, const torch::Tensor& pos,
-                               int64_t layer_address, int64_t plan_address, double scale, at::Generator dropout) {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& h,
+                               const torch::Tensor& pos, int64_t layer_address,
+                               int64_t plan_address, double scale, at::Generator dropout) {
     auto& layer = *reinterpret_cast<model::DecoderLayer*>(layer_address);
     const auto& plan = *reinterpret_cast<const AttentionPlan*>(plan_address);
     ctx->saved_data["layer"] = layer_address;
@@ -601,7 +639,8 @@ class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
       ctx->saved_data["generator"] = dropout;
     }
     ctx->save_for_backward({h, pos});
-    return run_layer(layer, h, pos, plan, scale);  // forward runs with grad mode off: no graph is kept
+    return run_layer(layer, h, pos, plan,
+                     scale);  // forward runs with grad mode off: no graph is kept
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -623,15 +662,18 @@ class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
       if (gen.defined()) gen.set_state(after);
     }
     torch::autograd::backward({out}, {grads[0]});
-    return {h.grad(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {h.grad(),        torch::Tensor(), torch::Tensor(),
+            torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
 }  // namespace
 
-torch::Tensor packed_hidden(model::Qwen2Model& model, const torch::Tensor& ids, const torch::Tensor& positions,
-                            const AttentionPlan& plan, const torch::Tensor& rows, bool checkpoint_layers) {
-  TORCH_CHECK(ids.dim() == 1 && positions.sizes() == ids.sizes(), "packed_hidden: ids and positions must be (T,)");
+torch::Tensor packed_hidden(model::Qwen2Model& model, const torch::Tensor& ids,
+                            const torch::Tensor& positions, const AttentionPlan& plan,
+                            const torch::Tensor& rows, bool checkpoint_layers) {
+  TORCH_CHECK(ids.dim() == 1 && positions.sizes() == ids.sizes(),
+              "packed_hidden: ids and positions must be (T,)");
   TORCH_CHECK(!rows.defined() || rows.dim() == 1, "packed_hidden: rows must be (M,)");
   const double scale = 1.0 / std::sqrt(static_cast<double>(model->config().head_dim));
   auto h = model->embed(ids.unsqueeze(0));  // (1, T, C)
@@ -641,22 +683,23 @@ torch::Tensor packed_hidden(model::Qwen2Model& model, const torch::Tensor& ids, 
   at::Generator dropout;
   if (checkpoint) {
     dropout = lora_dropout_generator(model);
-    // Without an input that needs a gradient (frozen embeddings under LoRA) the layer's output would
-    // need none either, and its parameters would get no gradient.
+    // Without an input that needs a gradient (frozen embeddings under LoRA) the layer's output
+    // would need none either, and its parameters would get no gradient.
     if (!h.requires_grad()) h = h.detach().requires_grad_(true);
   }
   for (int64_t l = 0; l < layers; ++l) {
     auto& layer = model->layer(l);
     if (checkpoint && l + 1 < layers) {
-      h = CheckpointedLayer::apply(h, pos, reinterpret_cast<int64_t>(&layer), reinterpret_cast<int64_t>(&plan), scale,
-                                   dropout);
+      h = CheckpointedLayer::apply(h, pos, reinterpret_cast<int64_t>(&layer),
+                                   reinterpret_cast<int64_t>(&plan), scale, dropout);
       continue;
     }
     model::QKV qkv = layer->attention_inputs(h, pos);  // (1, T, H|Hkv, D)
     auto attn = block_sparse_attention(qkv.q[0] * scale, qkv.k[0], qkv.v[0], plan);  // (T, H*D)
     if (rows.defined() && l + 1 == layers) {
       // Past the last attention every row is on its own: only the wanted rows go on.
-      return model->final_norm(layer->attention_outputs(h[0].index_select(0, rows), attn.index_select(0, rows)));  // (M, C)
+      return model->final_norm(layer->attention_outputs(h[0].index_select(0, rows),
+                                                        attn.index_select(0, rows)));  // (M, C)
     }
     h = layer->attention_outputs(h, attn.unsqueeze(0));  // (1, T, C)
   }
@@ -674,15 +717,17 @@ torch::Tensor lm_head_weight(model::Qwen2Model& model) {
   fail(ErrorCode::kInternal, "model has neither lm_head.weight nor model.embed_tokens.weight");
 }
 
-TokenLogprobs token_logprobs(model::Qwen2Model& model, const torch::Tensor& hidden, const torch::Tensor& targets,
-                             int64_t chunk_rows, int64_t keep_logits_bytes) {
+TokenLogprobs token_logprobs(model::Qwen2Model& model, const torch::Tensor& hidden,
+                             const torch::Tensor& targets, int64_t chunk_rows,
+                             int64_t keep_logits_bytes) {
   TORCH_CHECK(hidden.dim() == 2 && targets.dim() == 1 && targets.size(0) == hidden.size(0),
               "token_logprobs: hidden must be (M, C) and targets (M,)");
   if (chunk_rows <= 0) invalid_argument("token_logprobs: chunk_rows must be positive");
   const torch::Tensor weight = lm_head_weight(model);
   // A chunk's few (rows, V) float32 buffers stay near kMaxLogitChunkBytes each: 1024 rows of Qwen's
   // 151,936 logits would be 622 MB per buffer, ~3 GB at once in the backward pass.
-  chunk_rows = std::min(chunk_rows, std::max<int64_t>(1, kMaxLogitChunkBytes / (weight.size(0) * 4)));
+  chunk_rows =
+      std::min(chunk_rows, std::max<int64_t>(1, kMaxLogitChunkBytes / (weight.size(0) * 4)));
   auto out = TokenLogprobFn::apply(hidden, weight, targets, chunk_rows, keep_logits_bytes);
   return {out[0], out[1]};
 }

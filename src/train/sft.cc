@@ -29,7 +29,8 @@ int64_t SftExample::trained_tokens() const {
   return n;
 }
 
-SftExample tokenize_demo(const tracking::ChatFormat& format, const std::vector<text::ChatMessage>& messages,
+SftExample tokenize_demo(const tracking::ChatFormat& format,
+                         const std::vector<text::ChatMessage>& messages,
                          const std::vector<OrderedJson>& tools, std::string source) {
   text::ChatRequest request;
   request.messages = messages;
@@ -45,7 +46,8 @@ SftExample tokenize_demo(const tracking::ChatFormat& format, const std::vector<t
     if (messages[static_cast<size_t>(span.message_index)].role != text::Role::kAssistant) continue;
     // What the model generates in an episode: the body, then the end-of-turn token that stops it.
     for (size_t i = span.body_begin; i < span.body_end; ++i) ex.loss_mask[i] = 1;
-    if (span.body_end < span.end && tokens.ids[span.body_end] == format.end_of_turn) ex.loss_mask[span.body_end] = 1;
+    if (span.body_end < span.end && tokens.ids[span.body_end] == format.end_of_turn)
+      ex.loss_mask[span.body_end] = 1;
   }
   if (!ex.loss_mask.empty()) ex.loss_mask[0] = 0;  // nothing predicts the first token
   return ex;
@@ -75,16 +77,20 @@ DemoSet read_demos_jsonl(const std::filesystem::path& path, const tracking::Chat
       }
     }
     auto ms = j.find("messages");
-    if (ms == j.end() || !ms->is_array()) invalid_argument(where + ": field 'messages' must be an array of chat messages");
+    if (ms == j.end() || !ms->is_array())
+      invalid_argument(where + ": field 'messages' must be an array of chat messages");
     std::vector<text::ChatMessage> messages;
     bool has_assistant = false;
     for (size_t i = 0; i < ms->size(); ++i) {
-      messages.push_back(text::parse_chat_message((*ms)[i], where + ": messages[" + std::to_string(i) + "]"));
+      messages.push_back(
+          text::parse_chat_message((*ms)[i], where + ": messages[" + std::to_string(i) + "]"));
       has_assistant = has_assistant || messages.back().role == text::Role::kAssistant;
     }
-    if (!has_assistant) invalid_argument(where + ": field 'messages' has no assistant message (nothing to train)");
+    if (!has_assistant)
+      invalid_argument(where + ": field 'messages' has no assistant message (nothing to train)");
     std::vector<OrderedJson> tools;
-    if (auto t = j.find("tools"); t != j.end() && !t->is_null()) tools = text::parse_tools(*t, where + ": tools");
+    if (auto t = j.find("tools"); t != j.end() && !t->is_null())
+      tools = text::parse_tools(*t, where + ": tools");
     SftExample ex = tokenize_demo(format, messages, tools, where);
     if (options.max_tokens > 0 && static_cast<int64_t>(ex.token_ids.size()) > options.max_tokens) {
       ++set.skipped_too_long;
@@ -98,24 +104,26 @@ DemoSet read_demos_jsonl(const std::filesystem::path& path, const tracking::Chat
 namespace {
 
 // Several examples side by side in one sequence: positions restart per example and block-sparse
-// attention keeps each example to itself (a token's keys are its own example's earlier tokens). With
-// `shared_prefix` > 0 the first `shared_prefix` tokens, identical in every example and holding no
-// target, are packed once at the front and every example's own tokens attend to them (a one-level
-// tree, tracking/packing.h's rule): the same loss and gradients as packing each example whole, since a
-// causal prefix's hidden states do not depend on what follows it.
+// attention keeps each example to itself (a token's keys are its own example's earlier tokens).
+// With `shared_prefix` > 0 the first `shared_prefix` tokens, identical in every example and holding
+// no target, are packed once at the front and every example's own tokens attend to them (a
+// one-level tree, tracking/packing.h's rule): the same loss and gradients as packing each example
+// whole, since a causal prefix's hidden states do not depend on what follows it.
 struct PackedBatch {
   torch::Tensor ids, positions;  // (T,) int64
-  torch::Tensor rows, targets;   // (M,) int64: the row whose logits predict each target, the target id
+  torch::Tensor rows,
+      targets;  // (M,) int64: the row whose logits predict each target, the target id
   AttentionPlan plan;
   int64_t tokens = 0;
   int64_t trained = 0;
-  bool demo_blocks = false;  // also: the last layer runs the target rows only (packed_hidden's rows)
+  bool demo_blocks =
+      false;  // also: the last layer runs the target rows only (packed_hidden's rows)
 };
 
 // With `demo_blocks` the attention blocks start at the shared prefix and at every demo (and every
 // `block_rows` rows within them); else every `block_rows` rows of the packed sequence.
-PackedBatch pack(const std::vector<const SftExample*>& batch, int64_t block_rows, int64_t shared_prefix,
-                 bool demo_blocks = false) {
+PackedBatch pack(const std::vector<const SftExample*>& batch, int64_t block_rows,
+                 int64_t shared_prefix, bool demo_blocks = false) {
   std::vector<int64_t> ids, pos, rows, targets, block_starts;
   std::vector<int32_t> subtree_end;
   for (int64_t i = 0; i < shared_prefix; i += block_rows) block_starts.push_back(i);
@@ -128,7 +136,8 @@ PackedBatch pack(const std::vector<const SftExample*>& batch, int64_t block_rows
     }
   }
   for (const SftExample* ex : batch) {
-    const int64_t base = static_cast<int64_t>(ids.size()) - shared_prefix;  // packed index of example token 0
+    const int64_t base =
+        static_cast<int64_t>(ids.size()) - shared_prefix;  // packed index of example token 0
     const int64_t n = static_cast<int64_t>(ex->token_ids.size());
     for (int64_t i = shared_prefix; i < n; i += block_rows) block_starts.push_back(base + i);
     for (int64_t i = shared_prefix; i < n; ++i) {
@@ -136,13 +145,15 @@ PackedBatch pack(const std::vector<const SftExample*>& batch, int64_t block_rows
       pos.push_back(i);
       subtree_end.push_back(static_cast<int32_t>(base + n));
       if (i > 0 && ex->loss_mask[static_cast<size_t>(i)]) {
-        // Token i is predicted by token i - 1: the shared prefix's last row when i == shared_prefix.
+        // Token i is predicted by token i - 1: the shared prefix's last row when i ==
+        // shared_prefix.
         rows.push_back(i - 1 < shared_prefix ? i - 1 : base + i - 1);
         targets.push_back(ex->token_ids[static_cast<size_t>(i)]);
       }
     }
   }
-  for (int64_t i = 0; i < shared_prefix; ++i) subtree_end[static_cast<size_t>(i)] = static_cast<int32_t>(ids.size());
+  for (int64_t i = 0; i < shared_prefix; ++i)
+    subtree_end[static_cast<size_t>(i)] = static_cast<int32_t>(ids.size());
   PackedBatch p;
   p.tokens = static_cast<int64_t>(ids.size());
   p.trained = static_cast<int64_t>(rows.size());
@@ -150,7 +161,8 @@ PackedBatch pack(const std::vector<const SftExample*>& batch, int64_t block_rows
   p.positions = torch::tensor(pos, torch::kLong);
   p.rows = torch::tensor(rows, torch::kLong);
   p.targets = torch::tensor(targets, torch::kLong);
-  p.plan = demo_blocks ? plan_attention(subtree_end, block_starts) : plan_attention(subtree_end, block_rows);
+  p.plan = demo_blocks ? plan_attention(subtree_end, block_starts)
+                       : plan_attention(subtree_end, block_rows);
   p.demo_blocks = demo_blocks;
   return p;
 }
@@ -165,9 +177,11 @@ int64_t first_target(const SftExample& ex) {
 
 // Length of the prefix `ex` shares with `first` that holds no target of `ex` and leaves it a token.
 int64_t common_prefix(const SftExample& first, const SftExample& ex, int64_t limit) {
-  const int64_t n = std::min({limit, first_target(ex), static_cast<int64_t>(ex.token_ids.size()) - 1});
+  const int64_t n =
+      std::min({limit, first_target(ex), static_cast<int64_t>(ex.token_ids.size()) - 1});
   int64_t k = 0;
-  while (k < n && first.token_ids[static_cast<size_t>(k)] == ex.token_ids[static_cast<size_t>(k)]) ++k;
+  while (k < n && first.token_ids[static_cast<size_t>(k)] == ex.token_ids[static_cast<size_t>(k)])
+    ++k;
   return k;
 }
 
@@ -181,23 +195,28 @@ int64_t shared_prefix_of(std::span<const SftExample* const> examples) {
   return p;
 }
 
-// Sum of -log p(target) over the batch's trained tokens: a scalar tensor (with a graph when grad is on).
+// Sum of -log p(target) over the batch's trained tokens: a scalar tensor (with a graph when grad is
+// on).
 torch::Tensor nll_sum(model::Qwen2Model& model, const PackedBatch& p) {
   const torch::Device device = model->options().device();
   torch::Tensor hidden;  // (M, C): the rows that predict the targets
   if (p.demo_blocks) {
-    hidden = packed_hidden(model, p.ids.to(device), p.positions.to(device), p.plan, p.rows.to(device));
+    hidden =
+        packed_hidden(model, p.ids.to(device), p.positions.to(device), p.plan, p.rows.to(device));
   } else {
-    hidden = packed_hidden(model, p.ids.to(device), p.positions.to(device), p.plan).index_select(0, p.rows.to(device));
+    hidden = packed_hidden(model, p.ids.to(device), p.positions.to(device), p.plan)
+                 .index_select(0, p.rows.to(device));
   }
   const TokenLogprobs tl = token_logprobs(model, hidden, p.targets.to(device));
   return -tl.logprob.to(torch::kFloat).sum();
 }
 
 // Consecutive examples of `order` from `next` until the token budget is full (always at least one).
-// With `share` the budget counts packed tokens: the prefix all of them share (shared_prefix_of) once.
-std::vector<const SftExample*> take_batch(const std::vector<SftExample>& examples, const std::vector<size_t>& order,
-                                          size_t& next, int64_t budget, bool share) {
+// With `share` the budget counts packed tokens: the prefix all of them share (shared_prefix_of)
+// once.
+std::vector<const SftExample*> take_batch(const std::vector<SftExample>& examples,
+                                          const std::vector<size_t>& order, size_t& next,
+                                          int64_t budget, bool share) {
   std::vector<const SftExample*> taken;
   int64_t total = 0;  // sum of example lengths
   int64_t prefix = 0;
@@ -205,7 +224,8 @@ std::vector<const SftExample*> take_batch(const std::vector<SftExample>& example
     const SftExample& ex = examples[order[next]];
     const int64_t n = static_cast<int64_t>(ex.token_ids.size());
     int64_t p = 0;
-    if (share) p = taken.empty() ? common_prefix(ex, ex, n) : common_prefix(*taken.front(), ex, prefix);
+    if (share)
+      p = taken.empty() ? common_prefix(ex, ex, n) : common_prefix(*taken.front(), ex, prefix);
     const int64_t count = static_cast<int64_t>(taken.size()) + 1;
     const int64_t packed = total + n - (count - 1) * p;  // prefix p once instead of `count` times
     if (!taken.empty() && packed > budget) break;
@@ -222,16 +242,21 @@ void validate(const SftOptions& o) {
   if (!(o.lr > 0) || !std::isfinite(o.lr)) invalid_argument("sft: lr must be a positive number");
   if (o.batch_tokens < 1) invalid_argument("sft: batch_tokens must be >= 1");
   if (o.warmup_steps < 0) invalid_argument("sft: warmup_steps must be >= 0");
-  if (!(o.min_lr_ratio >= 0 && o.min_lr_ratio <= 1)) invalid_argument("sft: min_lr_ratio must be in [0, 1]");
+  if (!(o.min_lr_ratio >= 0 && o.min_lr_ratio <= 1))
+    invalid_argument("sft: min_lr_ratio must be in [0, 1]");
   if (!(o.weight_decay >= 0)) invalid_argument("sft: weight_decay must be >= 0");
   if (o.attention_block < 1) invalid_argument("sft: attention_block must be >= 1");
-  if (o.workers < 1) invalid_argument("sft: workers must be >= 1, got " + std::to_string(o.workers));
-  if (!(o.max_seconds >= 0) || !std::isfinite(o.max_seconds)) invalid_argument("sft: max_seconds must be >= 0 (0: no limit)");
-  if (o.fit_schedule_to_time && o.max_seconds <= 0) invalid_argument("sft: fit_schedule_to_time needs max_seconds > 0");
+  if (o.workers < 1)
+    invalid_argument("sft: workers must be >= 1, got " + std::to_string(o.workers));
+  if (!(o.max_seconds >= 0) || !std::isfinite(o.max_seconds))
+    invalid_argument("sft: max_seconds must be >= 0 (0: no limit)");
+  if (o.fit_schedule_to_time && o.max_seconds <= 0)
+    invalid_argument("sft: fit_schedule_to_time needs max_seconds > 0");
 }
 
 // `examples` cut into at most `parts` consecutive runs of about equal token count, none empty.
-std::vector<std::vector<const SftExample*>> split_parts(const std::vector<const SftExample*>& examples, int64_t parts) {
+std::vector<std::vector<const SftExample*>> split_parts(
+    const std::vector<const SftExample*>& examples, int64_t parts) {
   int64_t total = 0;
   for (const SftExample* ex : examples) total += static_cast<int64_t>(ex->token_ids.size());
   std::vector<std::vector<const SftExample*>> out(1);
@@ -246,12 +271,14 @@ std::vector<std::vector<const SftExample*>> split_parts(const std::vector<const 
   return out;
 }
 
-// Gradients of nll_sum(part) / denom with respect to `params` (undefined where a parameter is unused),
-// on the calling thread with `intra_threads` OpenMP threads; also the part's nll sum.
-std::vector<torch::Tensor> part_gradients(model::Qwen2Model& model, const PackedBatch& part, double denom,
-                                          const std::vector<torch::Tensor>& params, int intra_threads, double& nll) {
-  // The OpenMP thread count is per calling thread (OpenBLAS reads it too): give this thread its share.
-  // at::set_num_threads also stores ATen's global default, which run_sft restores after the step.
+// Gradients of nll_sum(part) / denom with respect to `params` (undefined where a parameter is
+// unused), on the calling thread with `intra_threads` OpenMP threads; also the part's nll sum.
+std::vector<torch::Tensor> part_gradients(model::Qwen2Model& model, const PackedBatch& part,
+                                          double denom, const std::vector<torch::Tensor>& params,
+                                          int intra_threads, double& nll) {
+  // The OpenMP thread count is per calling thread (OpenBLAS reads it too): give this thread its
+  // share. at::set_num_threads also stores ATen's global default, which run_sft restores after the
+  // step.
   at::set_num_threads(intra_threads);
   const torch::Tensor sum = nll_sum(model, part);
   nll = sum.item<double>();
@@ -266,7 +293,8 @@ int sft_worker_threads(int64_t workers) {
 }
 
 double sft_learning_rate(const SftOptions& o, int64_t step, int64_t total_steps) {
-  if (step < o.warmup_steps) return o.lr * static_cast<double>(step + 1) / static_cast<double>(o.warmup_steps);
+  if (step < o.warmup_steps)
+    return o.lr * static_cast<double>(step + 1) / static_cast<double>(o.warmup_steps);
   const int64_t span = (total_steps < 0 ? o.steps : total_steps) - o.warmup_steps;
   if (span <= 1) return o.lr;
   const double q = static_cast<double>(step - o.warmup_steps) / static_cast<double>(span - 1);
@@ -275,11 +303,13 @@ double sft_learning_rate(const SftOptions& o, int64_t step, int64_t total_steps)
 }
 
 std::vector<SftStep> run_sft(model::Qwen2Model& model, const std::vector<SftExample>& examples,
-                             const SftOptions& options, const std::function<void(const SftStep&)>& on_step) {
+                             const SftOptions& options,
+                             const std::function<void(const SftStep&)>& on_step) {
   validate(options);
   if (examples.empty()) invalid_argument("sft: no demonstrations to train on");
   for (const SftExample& ex : examples) {
-    if (ex.token_ids.size() != ex.loss_mask.size()) invalid_argument("sft: " + ex.source + ": mask and ids differ in length");
+    if (ex.token_ids.size() != ex.loss_mask.size())
+      invalid_argument("sft: " + ex.source + ": mask and ids differ in length");
   }
   std::vector<torch::Tensor> params;
   for (const torch::Tensor& t : model->parameters()) {
@@ -309,7 +339,8 @@ std::vector<SftStep> run_sft(model::Qwen2Model& model, const std::vector<SftExam
       const double per_step = elapsed / static_cast<double>(s);
       if (elapsed + per_step > options.max_seconds) break;
       if (options.fit_schedule_to_time) {
-        const auto fit = s + static_cast<int64_t>((options.max_seconds - elapsed) / std::max(per_step, 1e-9));
+        const auto fit =
+            s + static_cast<int64_t>((options.max_seconds - elapsed) / std::max(per_step, 1e-9));
         planned = std::clamp<int64_t>(fit, s + 1, options.steps);
       }
     }
@@ -317,7 +348,8 @@ std::vector<SftStep> run_sft(model::Qwen2Model& model, const std::vector<SftExam
       reshuffle();
       next = 0;
     }
-    const std::vector<const SftExample*> batch = take_batch(examples, order, next, options.batch_tokens, options.share_prefix);
+    const std::vector<const SftExample*> batch =
+        take_batch(examples, order, next, options.batch_tokens, options.share_prefix);
     SftStep m;
     m.step = s + 1;
     m.examples = static_cast<int64_t>(batch.size());
@@ -350,7 +382,8 @@ std::vector<SftStep> run_sft(model::Qwen2Model& model, const std::vector<SftExam
       for (size_t k = 0; k < parts.size(); ++k) {
         threads.emplace_back([&, k] {
           try {
-            if (parts[k].trained > 0) grads[k] = part_gradients(model, parts[k], denom, params, intra, nll[k]);
+            if (parts[k].trained > 0)
+              grads[k] = part_gradients(model, parts[k], denom, params, intra, nll[k]);
           } catch (...) {
             errors[k] = std::current_exception();
           }
@@ -375,7 +408,8 @@ std::vector<SftStep> run_sft(model::Qwen2Model& model, const std::vector<SftExam
       }
     }
     if (m.trained_tokens > 0) {
-      const double max_norm = options.grad_clip > 0 ? options.grad_clip : std::numeric_limits<double>::infinity();
+      const double max_norm =
+          options.grad_clip > 0 ? options.grad_clip : std::numeric_limits<double>::infinity();
       m.grad_norm = torch::nn::utils::clip_grad_norm_(params, max_norm);
       if (std::isfinite(m.grad_norm)) {
         for (auto& group : optimizer.param_groups()) group.options().set_lr(m.lr);
@@ -410,8 +444,8 @@ double sft_step_gradients(model::Qwen2Model& model, const std::vector<const SftE
   return loss.item<double>();
 }
 
-double sft_loss(model::Qwen2Model& model, const std::vector<SftExample>& examples, int64_t batch_tokens,
-                bool share_prefix) {
+double sft_loss(model::Qwen2Model& model, const std::vector<SftExample>& examples,
+                int64_t batch_tokens, bool share_prefix) {
   if (batch_tokens < 1) invalid_argument("sft_loss: batch_tokens must be >= 1");
   torch::NoGradGuard no_grad;
   std::vector<size_t> order(examples.size());
@@ -420,8 +454,10 @@ double sft_loss(model::Qwen2Model& model, const std::vector<SftExample>& example
   double total = 0;
   int64_t count = 0;
   while (next < order.size()) {
-    const std::vector<const SftExample*> b = take_batch(examples, order, next, batch_tokens, share_prefix);
-    const PackedBatch p = pack(b, 128, share_prefix ? shared_prefix_of(b) : 0, /*demo_blocks=*/true);
+    const std::vector<const SftExample*> b =
+        take_batch(examples, order, next, batch_tokens, share_prefix);
+    const PackedBatch p =
+        pack(b, 128, share_prefix ? shared_prefix_of(b) : 0, /*demo_blocks=*/true);
     if (p.trained == 0) continue;
     total += nll_sum(model, p).item<double>();
     count += p.trained;

@@ -1,5 +1,6 @@
-// Float tensors <-> safetensors views for the trainer's own files (adapters, optimizer state). Internal
-// to src/train. (Directories appear whole through common/fs.h's temp_sibling + publish_dir.)
+// Float tensors <-> safetensors views for the trainer's own files (adapters, optimizer state).
+// Internal to src/train. (Directories appear whole through common/fs.h's temp_sibling +
+// publish_dir.)
 #pragma once
 
 #include <torch/torch.h>
@@ -32,14 +33,17 @@ inline torch::ScalarType torch_dtype(hf::DType d, const std::string& name) {
     case hf::DType::kBF16: return torch::kBFloat16;
     case hf::DType::kI64: return torch::kLong;
     case hf::DType::kU8: return torch::kByte;
-    default: invalid_argument("tensor '" + name + "' has an unsupported dtype " + std::string(hf::dtype_name(d)));
+    default:
+      invalid_argument("tensor '" + name + "' has an unsupported dtype " +
+                       std::string(hf::dtype_name(d)));
   }
 }
 
 // `t` must be a contiguous CPU tensor that outlives the view.
 inline hf::TensorView view_of(const std::string& name, const torch::Tensor& t) {
-  return hf::TensorView{name, hf_dtype(t.scalar_type()), t.sizes().vec(),
-                        std::span<const std::byte>(static_cast<const std::byte*>(t.data_ptr()), t.nbytes())};
+  return hf::TensorView{
+      name, hf_dtype(t.scalar_type()), t.sizes().vec(),
+      std::span<const std::byte>(static_cast<const std::byte*>(t.data_ptr()), t.nbytes())};
 }
 
 // A fresh CPU tensor holding the view's bytes.

@@ -24,25 +24,27 @@ using Clock = std::chrono::steady_clock;
 struct MicroBatch {
   tracking::PackedSequence seq;
   AttentionPlan plan;
-  torch::Tensor ids, positions;        // (T,) int64
-  torch::Tensor rows, targets;         // (M,) int64: packed index whose logits predict each target; target id
-  std::vector<int32_t> term_sample;    // (K,) index into the sample list given to make_micro_batches
+  torch::Tensor ids, positions;  // (T,) int64
+  torch::Tensor rows,
+      targets;  // (M,) int64: packed index whose logits predict each target; target id
+  std::vector<int32_t> term_sample;  // (K,) index into the sample list given to make_micro_batches
   std::vector<int32_t> term_position;  // (K,) position in that sample
   torch::Tensor term_slot;             // (K,) int64 index into the M predicted tokens
 };
 
-// Packs `samples` (plain or tree) into sequences of at most `budget` tokens (a longer sample gets one
-// of its own). Every trained (sample, position) becomes one term; a packed token trained in several
-// samples is predicted once and shared by its terms.
-std::vector<MicroBatch> make_micro_batches(const std::vector<const train_data::TrainSample*>& samples, train_data::Packing packing,
-                                           int64_t budget, bool beyond_shared, int64_t block_rows,
-                                           torch::Device device) {
+// Packs `samples` (plain or tree) into sequences of at most `budget` tokens (a longer sample gets
+// one of its own). Every trained (sample, position) becomes one term; a packed token trained in
+// several samples is predicted once and shared by its terms.
+std::vector<MicroBatch> make_micro_batches(
+    const std::vector<const train_data::TrainSample*>& samples, train_data::Packing packing,
+    int64_t budget, bool beyond_shared, int64_t block_rows, torch::Device device) {
   std::vector<std::span<const int32_t>> views;
   views.reserve(samples.size());
   for (const train_data::TrainSample* s : samples) views.emplace_back(s->token_ids);
   const std::span<const std::span<const int32_t>> all(views);
-  auto seqs = packing == train_data::Packing::kTree ? tracking::pack_tree(all, static_cast<size_t>(budget), beyond_shared)
-                                        : tracking::pack_plain(all, static_cast<size_t>(budget));
+  auto seqs = packing == train_data::Packing::kTree
+                  ? tracking::pack_tree(all, static_cast<size_t>(budget), beyond_shared)
+                  : tracking::pack_plain(all, static_cast<size_t>(budget));
   std::vector<MicroBatch> out;
   out.reserve(seqs.size());
   for (auto& seq : seqs) {
@@ -60,7 +62,8 @@ std::vector<MicroBatch> make_micro_batches(const std::vector<const train_data::T
         const int32_t p = ps[o];
         if (!samples[static_cast<size_t>(input)]->loss_mask[static_cast<size_t>(p)]) continue;
         if (slot_of[i] < 0) {
-          if (seq.parent[i] < 0) fail(ErrorCode::kInternal, "packing: a trained token has no predecessor");
+          if (seq.parent[i] < 0)
+            fail(ErrorCode::kInternal, "packing: a trained token has no predecessor");
           slot_of[i] = static_cast<int64_t>(rows.size());
           rows.push_back(seq.parent[i]);
           targets.push_back(seq.token_ids[i]);
@@ -83,8 +86,9 @@ std::vector<MicroBatch> make_micro_batches(const std::vector<const train_data::T
   return out;
 }
 
-// The optimizer's key for a parameter's state: libtorch 1.x keys it by the TensorImpl address as text,
-// 2.x by the address itself (a CUDA build uses a PyTorch 2.x libtorch; docs/engine.md, "GPU").
+// The optimizer's key for a parameter's state: libtorch 1.x keys it by the TensorImpl address as
+// text, 2.x by the address itself (a CUDA build uses a PyTorch 2.x libtorch; docs/engine.md,
+// "GPU").
 template <typename Optimizer>
 auto optimizer_state_key(const Optimizer& optimizer, const torch::Tensor& p) {
   using Key = typename std::decay_t<decltype(optimizer.state())>::key_type;
@@ -110,9 +114,12 @@ struct SampleAdvantages {
 };
 
 // Fills the group and reward metrics of `m` (left at 0 with per-token advantages).
-SampleAdvantages sample_advantages(const train_data::Batch& batch, const train_data::AdvantageOptions& options, train_data::TrainMetrics& m) {
+SampleAdvantages sample_advantages(const train_data::Batch& batch,
+                                   const train_data::AdvantageOptions& options,
+                                   train_data::TrainMetrics& m) {
   const size_t n = batch.samples.size();
-  SampleAdvantages out{batch.has_advantages(), std::vector<double>(n, 0.0), std::vector<uint8_t>(n, 1)};
+  SampleAdvantages out{batch.has_advantages(), std::vector<double>(n, 0.0),
+                       std::vector<uint8_t>(n, 1)};
   if (out.per_token) return out;
   const train_data::EpisodeIndex e = train_data::index_episodes(batch);
   train_data::AdvantageResult r = train_data::compute_advantages(e.rewards, e.groups, options);
@@ -129,10 +136,10 @@ SampleAdvantages sample_advantages(const train_data::Batch& batch, const train_d
 // The samples of a batch that carry loss terms, in batch order ("active sample a" below).
 struct ActiveSamples {
   bool per_token_advantages = false;
-  std::vector<size_t> index;             // (A,) position in batch.samples
+  std::vector<size_t> index;                         // (A,) position in batch.samples
   std::vector<const train_data::TrainSample*> ptrs;  // (A,)
-  std::vector<double> trained;           // (A,) loss-mask tokens
-  std::vector<double> advantage;         // (A,) the episode's advantage (0 with per-token advantages)
+  std::vector<double> trained;                       // (A,) loss-mask tokens
+  std::vector<double> advantage;  // (A,) the episode's advantage (0 with per-token advantages)
 
   size_t size() const { return ptrs.size(); }
   // The advantage of active sample `a` at position `p`.
@@ -154,7 +161,8 @@ double token_mean_advantage(const train_data::TrainSample& t) {
 
 // A sample is active when its group is kept, it has trained tokens and (with episode_weighting) a
 // positive weight. Counts the dropped ones and the active ones' tokens and advantages into `m`.
-ActiveSamples select_active(const train_data::Batch& batch, const SampleAdvantages& adv, bool episode_weighting, train_data::TrainMetrics& m) {
+ActiveSamples select_active(const train_data::Batch& batch, const SampleAdvantages& adv,
+                            bool episode_weighting, train_data::TrainMetrics& m) {
   ActiveSamples out;
   out.per_token_advantages = adv.per_token;
   for (size_t i = 0; i < batch.samples.size(); ++i) {
@@ -187,7 +195,7 @@ ActiveSamples select_active(const train_data::Batch& batch, const SampleAdvantag
 
 // The logprobs the loss compares the policy with, per active sample and position.
 struct StepLogprobs {
-  bool recompute = false;      // old logprobs are `recomputed`, else the samples' behaviour logprobs
+  bool recompute = false;  // old logprobs are `recomputed`, else the samples' behaviour logprobs
   bool reuse_forward = false;  // the first mini-batch of epoch 0 fills its own `recomputed` rows
   std::vector<std::vector<float>> recomputed;  // (A, len) with recompute
   std::vector<std::vector<float>> reference;   // (A, len) with use_kl
@@ -198,7 +206,8 @@ std::vector<size_t> mini_batch_slice(const std::vector<size_t>& order, int64_t k
   const size_t count = order.size();
   const size_t lo = count * static_cast<size_t>(k) / static_cast<size_t>(num);
   const size_t hi = count * static_cast<size_t>(k + 1) / static_cast<size_t>(num);
-  return {order.begin() + static_cast<std::ptrdiff_t>(lo), order.begin() + static_cast<std::ptrdiff_t>(hi)};
+  return {order.begin() + static_cast<std::ptrdiff_t>(lo),
+          order.begin() + static_cast<std::ptrdiff_t>(hi)};
 }
 
 // N and S of the header's loss normalisation, over the whole mini-batch on every rank.
@@ -207,8 +216,10 @@ struct Normalisers {
   double seqs = 0;   // S: samples
 };
 
-// c_s = w_s * agg_s of the header, for each sample of the mini-batch `part` (positions in `active`).
-std::vector<double> loss_coefficients(const train_data::TrainerOptions& o, const ActiveSamples& active, const std::vector<size_t>& part,
+// c_s = w_s * agg_s of the header, for each sample of the mini-batch `part` (positions in
+// `active`).
+std::vector<double> loss_coefficients(const train_data::TrainerOptions& o,
+                                      const ActiveSamples& active, const std::vector<size_t>& part,
                                       const Normalisers& norm) {
   std::vector<double> coef(part.size());
   for (size_t j = 0; j < part.size(); ++j) {
@@ -216,7 +227,9 @@ std::vector<double> loss_coefficients(const train_data::TrainerOptions& o, const
     const double w = o.episode_weighting ? active.ptrs[a]->weight : 1.0;
     switch (o.aggregation) {
       case train_data::LossAggregation::kTokenMean: coef[j] = w / norm.terms; break;
-      case train_data::LossAggregation::kSeqMeanTokenMean: coef[j] = w / (norm.seqs * active.trained[a]); break;
+      case train_data::LossAggregation::kSeqMeanTokenMean:
+        coef[j] = w / (norm.seqs * active.trained[a]);
+        break;
       case train_data::LossAggregation::kSeqMeanTokenSum: coef[j] = w / norm.seqs; break;
       case train_data::LossAggregation::kSeqMeanTokenSumNorm: coef[j] = w / o.norm_constant; break;
     }
@@ -235,10 +248,11 @@ struct MiniBatchLoss {
   double pg = 0;
 };
 
-// Token sums of the loss diagnostics over every term of every mini-batch and epoch of a step. Summed
-// over ranks once, at the end of the step, as one tensor; then divided by the token count.
+// Token sums of the loss diagnostics over every term of every mini-batch and epoch of a step.
+// Summed over ranks once, at the end of the step, as one tensor; then divided by the token count.
 struct TokenSums {
-  double tokens = 0, kl = 0, entropy = 0, clipped = 0, dual_clipped = 0, approx_kl = 0, is_weight = 0, is_truncated = 0;
+  double tokens = 0, kl = 0, entropy = 0, clipped = 0, dual_clipped = 0, approx_kl = 0,
+         is_weight = 0, is_truncated = 0;
 
   void add(const LossOutput& out) {
     tokens += out.tokens;
@@ -250,7 +264,8 @@ struct TokenSums {
     is_weight += out.is_weight_sum;
     is_truncated += out.is_truncated;
   }
-  // Every field, in the one order every rank packs them in to sum them over ranks as an (8,) tensor.
+  // Every field, in the one order every rank packs them in to sum them over ranks as an (8,)
+  // tensor.
   std::vector<double*> fields() {
     return {&tokens, &kl, &entropy, &clipped, &dual_clipped, &approx_kl, &is_weight, &is_truncated};
   }
@@ -298,11 +313,12 @@ struct Trainer::Impl {
   GradientHook hook;
   std::shared_ptr<Collective> collective;
 
-  Impl(model::Qwen2Model m, train_data::TrainerOptions options) : model(std::move(m)), o(std::move(options)), rng(o.seed) {}
+  Impl(model::Qwen2Model m, train_data::TrainerOptions options)
+      : model(std::move(m)), o(std::move(options)), rng(o.seed) {}
 
   bool lora() const { return o.lora.enabled(); }
-  // What draws the dropout masks: the adapters' own generator, else the default one (checkpoints keep
-  // its state).
+  // What draws the dropout masks: the adapters' own generator, else the default one (checkpoints
+  // keep its state).
   at::Generator dropout_generator() {
     at::Generator gen = lora() ? lora_dropout_generator(model) : at::Generator();
     return gen.defined() ? gen : at::detail::getDefaultCPUGenerator();
@@ -310,25 +326,31 @@ struct Trainer::Impl {
   // Where the weights live: every tensor a step builds goes there (ajet.engine.device).
   torch::Device device() const { return model->options().device(); }
 
-  // The rows that form logits, scaled so that lm_head gives logits / temperature (lm_head is linear);
-  // autograd carries the factor into the gradient. Untouched at temperature 1.
+  // The rows that form logits, scaled so that lm_head gives logits / temperature (lm_head is
+  // linear); autograd carries the factor into the gradient. Untouched at temperature 1.
   torch::Tensor tempered(torch::Tensor rows) const {
     return o.temperature == 1.0 ? rows : rows * (1.0 / o.temperature);
   }
 
   // Logprob of every trained position of `samples` on `net` (no gradient, eval mode).
-  std::vector<std::vector<float>> evaluate(const std::vector<const train_data::TrainSample*>& samples, model::Qwen2Model& net) {
+  std::vector<std::vector<float>> evaluate(
+      const std::vector<const train_data::TrainSample*>& samples, model::Qwen2Model& net) {
     torch::NoGradGuard no_grad;
     std::vector<std::vector<float>> out(samples.size());
     for (size_t i = 0; i < samples.size(); ++i) out[i].assign(samples[i]->size(), 0.0f);
-    for (auto& mb : make_micro_batches(samples, o.packing, o.micro_batch_tokens, o.budget_beyond_shared_prefix, o.attention_block,
-                                        device())) {
-      auto hidden = packed_hidden(net, mb.ids, mb.positions, mb.plan, mb.rows);  // (M, C): the rows that predict
+    for (auto& mb :
+         make_micro_batches(samples, o.packing, o.micro_batch_tokens, o.budget_beyond_shared_prefix,
+                            o.attention_block, device())) {
+      auto hidden = packed_hidden(net, mb.ids, mb.positions, mb.plan,
+                                  mb.rows);  // (M, C): the rows that predict
       auto tl = token_logprobs(net, tempered(hidden), mb.targets, o.logprob_chunk);
-      auto lp = tl.logprob.index_select(0, mb.term_slot).to(torch::kCPU).contiguous();  // (K,) read on the host
+      auto lp = tl.logprob.index_select(0, mb.term_slot)
+                    .to(torch::kCPU)
+                    .contiguous();  // (K,) read on the host
       const float* d = lp.data_ptr<float>();
       for (size_t k = 0; k < mb.term_sample.size(); ++k) {
-        out[static_cast<size_t>(mb.term_sample[k])][static_cast<size_t>(mb.term_position[k])] = d[k];
+        out[static_cast<size_t>(mb.term_sample[k])][static_cast<size_t>(mb.term_position[k])] =
+            d[k];
       }
     }
     return out;
@@ -347,7 +369,8 @@ struct Trainer::Impl {
     for (const double* v : values) packed.push_back(*v);
     std::vector<torch::Tensor> sums = {torch::tensor(packed, torch::kDouble)};
     all_reduce(sums);
-    for (size_t i = 0; i < values.size(); ++i) *values[i] = sums[0][static_cast<int64_t>(i)].item<double>();
+    for (size_t i = 0; i < values.size(); ++i)
+      *values[i] = sums[0][static_cast<int64_t>(i)].item<double>();
   }
 
   // 0 .. count - 1, shuffled with `rng` when the options ask for it.
@@ -359,12 +382,13 @@ struct Trainer::Impl {
   }
 
   // Old (proximal) logprobs on the current weights, when recomputed, and reference logprobs with
-  // use_kl; records their timings in `m`. `first_order` is epoch 0's order: the samples of its first
-  // mini-batch are trained on the weights the old logprobs must come from, so (reuse_forward) their
-  // training forward gives the old logprobs (detached) and only the other mini-batches need a separate
-  // pass here. With dropout (LoRA) the training forward is not the policy's, so then every sample gets
-  // the separate eval-mode pass. Call in eval mode.
-  StepLogprobs step_logprobs(const ActiveSamples& active, const std::vector<size_t>& first_order, train_data::TrainMetrics& m) {
+  // use_kl; records their timings in `m`. `first_order` is epoch 0's order: the samples of its
+  // first mini-batch are trained on the weights the old logprobs must come from, so (reuse_forward)
+  // their training forward gives the old logprobs (detached) and only the other mini-batches need a
+  // separate pass here. With dropout (LoRA) the training forward is not the policy's, so then every
+  // sample gets the separate eval-mode pass. Call in eval mode.
+  StepLogprobs step_logprobs(const ActiveSamples& active, const std::vector<size_t>& first_order,
+                             train_data::TrainMetrics& m) {
     StepLogprobs lp;
     lp.recompute = o.recompute_old_logprobs || corrected();
     lp.reuse_forward = lp.recompute && !(lora() && o.lora.dropout > 0);
@@ -378,12 +402,15 @@ struct Trainer::Impl {
     return lp;
   }
 
-  // Fills lp.recomputed; with reuse_forward the first mini-batch's rows are zeros until its forward.
-  void recompute_old_logprobs(const ActiveSamples& active, const std::vector<size_t>& first_order, StepLogprobs& lp) {
+  // Fills lp.recomputed; with reuse_forward the first mini-batch's rows are zeros until its
+  // forward.
+  void recompute_old_logprobs(const ActiveSamples& active, const std::vector<size_t>& first_order,
+                              StepLogprobs& lp) {
     const size_t count = active.size();
     const size_t first_size = count / static_cast<size_t>(o.mini_batch_num);
     std::vector<size_t> need;
-    for (size_t r = lp.reuse_forward ? first_size : 0; r < count; ++r) need.push_back(first_order[r]);
+    for (size_t r = lp.reuse_forward ? first_size : 0; r < count; ++r)
+      need.push_back(first_order[r]);
     std::vector<const train_data::TrainSample*> need_ptrs;
     for (size_t a : need) need_ptrs.push_back(active.ptrs[a]);
     auto logprobs = evaluate(need_ptrs, model);
@@ -395,9 +422,10 @@ struct Trainer::Impl {
     }
   }
 
-  // m.rollout_logprob_diff over every rank's trained tokens; lp.recomputed is complete once epoch 0's
-  // first mini-batch has run.
-  void rollout_logprob_diff(const ActiveSamples& active, const StepLogprobs& lp, train_data::TrainMetrics& m) {
+  // m.rollout_logprob_diff over every rank's trained tokens; lp.recomputed is complete once epoch
+  // 0's first mini-batch has run.
+  void rollout_logprob_diff(const ActiveSamples& active, const StepLogprobs& lp,
+                            train_data::TrainMetrics& m) {
     double sum = 0, count = 0;
     for (size_t a = 0; a < active.size(); ++a) {
       const train_data::TrainSample& sample = *active.ptrs[a];
@@ -412,7 +440,8 @@ struct Trainer::Impl {
   }
 
   // The KL reference's logprobs: the model with LoRA switched off, or the frozen copy.
-  std::vector<std::vector<float>> reference_logprobs(const std::vector<const train_data::TrainSample*>& ptrs) {
+  std::vector<std::vector<float>> reference_logprobs(
+      const std::vector<const train_data::TrainSample*>& ptrs) {
     if (!lora()) return evaluate(ptrs, *reference);
     set_lora_enabled(model, false);
     std::vector<std::vector<float>> out;
@@ -432,8 +461,9 @@ struct Trainer::Impl {
   //   3. forward, loss and backward of each micro-batch (gradients accumulate);
   //   4. gradients over every rank (all_reduce 2), loss sums (all_reduce 3), clip, AdamW.
   // `old_from_forward`: this is epoch 0's first mini-batch and its forward gives the old logprobs.
-  void train_mini_batch(const ActiveSamples& active, const std::vector<size_t>& part, bool old_from_forward,
-                        StepLogprobs& lp, StepSums& sums, train_data::TrainMetrics& m) {
+  void train_mini_batch(const ActiveSamples& active, const std::vector<size_t>& part,
+                        bool old_from_forward, StepLogprobs& lp, StepSums& sums,
+                        train_data::TrainMetrics& m) {
     Normalisers norm;
     for (size_t a : part) norm.terms += active.trained[a];
     norm.seqs = static_cast<double>(part.size());
@@ -444,21 +474,25 @@ struct Trainer::Impl {
       return;
     }
     const std::vector<double> coef = loss_coefficients(o, active, part, norm);
-    const MiniBatchLoss loss = forward_backward(active, part, coef, old_from_forward, lp, sums.tokens, m);
+    const MiniBatchLoss loss =
+        forward_backward(active, part, coef, old_from_forward, lp, sums.tokens, m);
     reduce_and_step(loss, sums, m);
   }
 
   // The micro-batches of `part`: forward, loss, backward. Adds their diagnostics to `tokens` and
   // their counts to `m`; returns this rank's loss sums.
-  MiniBatchLoss forward_backward(const ActiveSamples& active, const std::vector<size_t>& part, const std::vector<double>& coef,
-                                 bool old_from_forward, StepLogprobs& lp, TokenSums& tokens, train_data::TrainMetrics& m) {
+  MiniBatchLoss forward_backward(const ActiveSamples& active, const std::vector<size_t>& part,
+                                 const std::vector<double>& coef, bool old_from_forward,
+                                 StepLogprobs& lp, TokenSums& tokens, train_data::TrainMetrics& m) {
     std::vector<const train_data::TrainSample*> mb_ptrs;
     for (size_t a : part) mb_ptrs.push_back(active.ptrs[a]);
     MiniBatchLoss sum;
-    for (auto& mb : make_micro_batches(mb_ptrs, o.packing, o.micro_batch_tokens, o.budget_beyond_shared_prefix,
-                                        o.attention_block, device())) {
+    for (auto& mb :
+         make_micro_batches(mb_ptrs, o.packing, o.micro_batch_tokens, o.budget_beyond_shared_prefix,
+                            o.attention_block, device())) {
       TermInputs in = gather_terms(mb, active, part, coef, lp);
-      auto hidden = packed_hidden(model, mb.ids, mb.positions, mb.plan, mb.rows,  // (M, C): the rows that predict
+      auto hidden = packed_hidden(model, mb.ids, mb.positions, mb.plan,
+                                  mb.rows,  // (M, C): the rows that predict
                                   o.activation_checkpointing);
       auto tl = token_logprobs(model, tempered(hidden), mb.targets, o.logprob_chunk);
       LossTerms lt;
@@ -466,8 +500,10 @@ struct Trainer::Impl {
       auto entropy = tl.entropy.index_select(0, mb.term_slot);
       lt.entropy = o.loss.entropy_coef != 0 ? entropy : entropy.detach();
       if (old_from_forward) {
-        // The weights have not moved yet: this forward's logprobs are the old ones. Kept for later epochs.
-        auto detached = lt.logprob.detach().to(torch::kCPU, torch::kFloat).contiguous();  // read on the host
+        // The weights have not moved yet: this forward's logprobs are the old ones. Kept for later
+        // epochs.
+        auto detached =
+            lt.logprob.detach().to(torch::kCPU, torch::kFloat).contiguous();  // read on the host
         const float* d = detached.data_ptr<float>();
         for (size_t q = 0; q < mb.term_sample.size(); ++q) {
           const size_t a = part[static_cast<size_t>(mb.term_sample[q])];
@@ -492,11 +528,12 @@ struct Trainer::Impl {
   }
 
   // Each term's old, behaviour and reference logprob, advantage and coefficient.
-  TermInputs gather_terms(const MicroBatch& mb, const ActiveSamples& active, const std::vector<size_t>& part,
-                          const std::vector<double>& coef, const StepLogprobs& lp) const {
+  TermInputs gather_terms(const MicroBatch& mb, const ActiveSamples& active,
+                          const std::vector<size_t>& part, const std::vector<double>& coef,
+                          const StepLogprobs& lp) const {
     const size_t kt = mb.term_sample.size();
-    TermInputs in{std::vector<float>(kt), std::vector<float>(kt), std::vector<float>(kt), std::vector<float>(kt),
-                  std::vector<float>(kt)};
+    TermInputs in{std::vector<float>(kt), std::vector<float>(kt), std::vector<float>(kt),
+                  std::vector<float>(kt), std::vector<float>(kt)};
     for (size_t q = 0; q < kt; ++q) {
       const auto j = static_cast<size_t>(mb.term_sample[q]);
       const auto p = static_cast<size_t>(mb.term_position[q]);
@@ -548,7 +585,8 @@ struct Trainer::Impl {
 Trainer::Trainer(model::Qwen2Model model, train_data::TrainerOptions options)
     : impl_(std::make_unique<Impl>(std::move(model), std::move(options))) {
   Impl& s = *impl_;
-  if (s.o.mini_batch_num < 1 || s.o.ppo_epochs < 1) invalid_argument("trainer: mini_batch_num and ppo_epochs must be >= 1");
+  if (s.o.mini_batch_num < 1 || s.o.ppo_epochs < 1)
+    invalid_argument("trainer: mini_batch_num and ppo_epochs must be >= 1");
   if (s.o.micro_batch_tokens < 1) invalid_argument("trainer: micro_batch_tokens must be >= 1");
   if (s.lora()) {
     if (!has_lora(s.model)) {
@@ -577,19 +615,25 @@ Trainer::Trainer(model::Qwen2Model model, train_data::TrainerOptions options)
   std::vector<torch::Tensor> tensors;
   for (auto& [name, p] : s.params) tensors.push_back(p);
   torch::optim::AdamWOptions adam(s.o.optim.lr);
-  adam.betas({s.o.optim.beta1, s.o.optim.beta2}).eps(s.o.optim.eps).weight_decay(s.o.optim.weight_decay);
+  adam.betas({s.o.optim.beta1, s.o.optim.beta2})
+      .eps(s.o.optim.eps)
+      .weight_decay(s.o.optim.weight_decay);
   s.optimizer = std::make_unique<torch::optim::AdamW>(tensors, adam);
 }
 
 Trainer::~Trainer() = default;
 
 void Trainer::set_gradient_hook(GradientHook hook) { impl_->hook = std::move(hook); }
-void Trainer::set_collective(std::shared_ptr<Collective> collective) { impl_->collective = std::move(collective); }
+void Trainer::set_collective(std::shared_ptr<Collective> collective) {
+  impl_->collective = std::move(collective);
+}
 model::Qwen2Model& Trainer::model() { return impl_->model; }
 const train_data::TrainerOptions& Trainer::options() const { return impl_->o; }
 int64_t Trainer::global_step() const { return impl_->global_step; }
 int64_t Trainer::policy_version() const { return impl_->policy_version; }
-std::vector<std::pair<std::string, torch::Tensor>> Trainer::trainable_parameters() { return impl_->params; }
+std::vector<std::pair<std::string, torch::Tensor>> Trainer::trainable_parameters() {
+  return impl_->params;
+}
 std::optional<model::Qwen2Model> Trainer::reference_model() { return impl_->reference; }
 
 std::vector<std::vector<float>> Trainer::compute_logprobs(const train_data::Batch& batch) {
@@ -605,7 +649,8 @@ std::vector<std::vector<float>> Trainer::compute_logprobs(const train_data::Batc
 
 // The phases, in the order of the header: advantages -> active samples -> old/reference logprobs ->
 // PPO epochs x mini-batches (one optimizer step each) -> metrics. Every rank issues the same
-// all_reduce calls in the same order: three per mini-batch (one when it is skipped), one at the end.
+// all_reduce calls in the same order: three per mini-batch (one when it is skipped), one at the
+// end.
 train_data::TrainMetrics Trainer::train_step(const train_data::Batch& batch) {
   const auto t0 = Clock::now();
   Impl& s = *impl_;
@@ -617,7 +662,8 @@ train_data::TrainMetrics Trainer::train_step(const train_data::Batch& batch) {
   const SampleAdvantages adv = sample_advantages(batch, o.advantage, m);
   // 2. Samples that carry loss terms.
   const ActiveSamples active = select_active(batch, adv, o.episode_weighting, m);
-  // 3. Epoch 0's order, then old (proximal) and reference logprobs on the weights before any update.
+  // 3. Epoch 0's order, then old (proximal) and reference logprobs on the weights before any
+  // update.
   const bool was_training = s.model->is_training();
   s.model->eval();
   const std::vector<size_t> first_order = s.draw_order(active.size());  // positions in `active`
@@ -629,7 +675,8 @@ train_data::TrainMetrics Trainer::train_step(const train_data::Batch& batch) {
     const std::vector<size_t> order = epoch == 0 ? first_order : s.draw_order(active.size());
     for (int64_t k = 0; k < o.mini_batch_num; ++k) {
       const bool old_from_forward = lp.reuse_forward && epoch == 0 && k == 0;
-      s.train_mini_batch(active, mini_batch_slice(order, k, o.mini_batch_num), old_from_forward, lp, sums, m);
+      s.train_mini_batch(active, mini_batch_slice(order, k, o.mini_batch_num), old_from_forward, lp,
+                         sums, m);
     }
   }
   s.model->train(was_training);
@@ -654,7 +701,8 @@ void copy_parameters(model::Qwen2Model& from, model::Qwen2Model& to) {
   for (const auto& item : src) {
     const torch::Tensor* target = dst.find(item.key());
     if (!target || target->sizes() != item.value().sizes()) {
-      invalid_argument("copy_parameters: parameter '" + item.key() + "' is missing or has another shape in the target");
+      invalid_argument("copy_parameters: parameter '" + item.key() +
+                       "' is missing or has another shape in the target");
     }
   }
   torch::NoGradGuard no_grad;
@@ -678,7 +726,8 @@ Trainer::State Trainer::state() {
     auto it = s.optimizer->state().find(optimizer_state_key(*s.optimizer, p));
     if (it == s.optimizer->state().end()) continue;  // never stepped
     auto& ps = static_cast<torch::optim::AdamWParamState&>(*it->second);
-    st.optimizer.push_back({name, ps.step(), ps.exp_avg().detach().clone(), ps.exp_avg_sq().detach().clone()});
+    st.optimizer.push_back(
+        {name, ps.step(), ps.exp_avg().detach().clone(), ps.exp_avg_sq().detach().clone()});
   }
   return st;
 }
@@ -688,10 +737,13 @@ void Trainer::load_state(const State& st) {
   std::map<std::string, torch::Tensor> by_name(s.params.begin(), s.params.end());
   for (const auto& e : st.optimizer) {
     auto it = by_name.find(e.name);
-    if (it == by_name.end()) invalid_argument("trainer state: optimizer entry '" + e.name + "' is not a trainable parameter");
-    if (!e.exp_avg.defined() || !e.exp_avg_sq.defined() || e.exp_avg.sizes() != it->second.sizes() ||
-        e.exp_avg_sq.sizes() != it->second.sizes()) {
-      invalid_argument("trainer state: optimizer moments of '" + e.name + "' do not match the parameter's shape");
+    if (it == by_name.end())
+      invalid_argument("trainer state: optimizer entry '" + e.name +
+                       "' is not a trainable parameter");
+    if (!e.exp_avg.defined() || !e.exp_avg_sq.defined() ||
+        e.exp_avg.sizes() != it->second.sizes() || e.exp_avg_sq.sizes() != it->second.sizes()) {
+      invalid_argument("trainer state: optimizer moments of '" + e.name +
+                       "' do not match the parameter's shape");
     }
   }
   std::mt19937_64 rng;

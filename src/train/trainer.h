@@ -1,30 +1,32 @@
-// The learning core of the engine: a Trainer owns the optimizer state of one model and turns a batch
-// of samples into optimizer steps (advantages -> old/reference logprobs -> mini-batches x PPO epochs of
-// micro-batched, packed forward/backward passes -> AdamW). It can snapshot and restore its complete
-// state (checkpoint.h). It never talks RPC, never swaps weights into an inference engine and never
-// waits on other ranks by itself: a Collective given by the caller is its only link to other ranks.
+// The learning core of the engine: a Trainer owns the optimizer state of one model and turns a
+// batch of samples into optimizer steps (advantages -> old/reference logprobs -> mini-batches x PPO
+// epochs of micro-batched, packed forward/backward passes -> AdamW). It can snapshot and restore
+// its complete state (checkpoint.h). It never talks RPC, never swaps weights into an inference
+// engine and never waits on other ranks by itself: a Collective given by the caller is its only
+// link to other ranks.
 //
 // Loss normalisation. For a mini-batch with trained terms (s, p) (sample s, loss mask 1 at p):
 //     L = scale * sum_(s,p) c_s * term(s, p),  c_s = w_s * agg_s
 // w_s = the sample's weight when episode_weighting is on (1 / samples of its episode), else 1;
-// agg_s = 1 / N (token-mean, N = trained terms in the mini-batch), 1 / (S n_s) (seq-mean-token-mean,
-// n_s = trained terms of s, S = samples with n_s > 0), 1 / S (seq-mean-token-sum), 1 / norm_constant
-// (seq-mean-token-sum-norm, Dr.GRPO). N and S are over the whole mini-batch on every rank (summed by the
-// Collective), so micro-batching and data parallelism change nothing but float summation order.
+// agg_s = 1 / N (token-mean, N = trained terms in the mini-batch), 1 / (S n_s)
+// (seq-mean-token-mean, n_s = trained terms of s, S = samples with n_s > 0), 1 / S
+// (seq-mean-token-sum), 1 / norm_constant (seq-mean-token-sum-norm, Dr.GRPO). N and S are over the
+// whole mini-batch on every rank (summed by the Collective), so micro-batching and data parallelism
+// change nothing but float summation order.
 //
-// Old logprobs (recompute mode) are the current weights' logprobs before this step's first update. The
-// first mini-batch of epoch 0 is trained on exactly those weights, so its own forward supplies them
-// (detached; ratio = 1, the PPO gradient) and only the other mini-batches get a separate no-gradient
-// pass first: with mini_batch_num = ppo_epochs = 1 a step costs one forward + backward, not two
-// forwards + backward. With LoRA dropout every sample gets the separate eval-mode pass.
+// Old logprobs (recompute mode) are the current weights' logprobs before this step's first update.
+// The first mini-batch of epoch 0 is trained on exactly those weights, so its own forward supplies
+// them (detached; ratio = 1, the PPO gradient) and only the other mini-batches get a separate
+// no-gradient pass first: with mini_batch_num = ppo_epochs = 1 a step costs one forward + backward,
+// not two forwards + backward. With LoRA dropout every sample gets the separate eval-mode pass.
 //
-// Merging invariance (merging: docs/tracking.md; the tests: docs/training.md). Advantages are computed
-// per episode, and with token-mean and episode_weighting off every generated token of an episode is one
-// term with coefficient 1 / N, so the loss and its gradients are the same whether an episode's calls
-// arrive merged into one sample or as one sample per call (each call's completion trained once, its
-// prompt as context). With episode_weighting on, a merged linear episode (one sample, weight 1) also
-// equals its one-sample-per-call form exactly when that form's samples carry weight 1 (the weight
-// counts branches, not calls).
+// Merging invariance (merging: docs/tracking.md; the tests: docs/training.md). Advantages are
+// computed per episode, and with token-mean and episode_weighting off every generated token of an
+// episode is one term with coefficient 1 / N, so the loss and its gradients are the same whether an
+// episode's calls arrive merged into one sample or as one sample per call (each call's completion
+// trained once, its prompt as context). With episode_weighting on, a merged linear episode (one
+// sample, weight 1) also equals its one-sample-per-call form exactly when that form's samples carry
+// weight 1 (the weight counts branches, not calls).
 #pragma once
 
 #include <torch/torch.h>
@@ -70,7 +72,8 @@ class Trainer {
   train_data::TrainMetrics train_step(const train_data::Batch& batch);
 
   // Called after each mini-batch's gradients are accumulated and before clipping; the Collective
-  // (when set) is applied first. Gives the trainable parameters' gradients, in trainable_parameters() order.
+  // (when set) is applied first. Gives the trainable parameters' gradients, in
+  // trainable_parameters() order.
   using GradientHook = std::function<void(std::vector<torch::Tensor>& grads)>;
   void set_gradient_hook(GradientHook hook);
   void set_collective(std::shared_ptr<Collective> collective);
@@ -82,8 +85,8 @@ class Trainer {
   // Trainable parameters by name: HF names, or PEFT names with LoRA. Stable order.
   std::vector<std::pair<std::string, torch::Tensor>> trainable_parameters();
 
-  // Complete state: step counters, optimizer moments and step counts, RNG states. Parameters are the
-  // model's (saved by checkpoint.h in HF / PEFT layout).
+  // Complete state: step counters, optimizer moments and step counts, RNG states. Parameters are
+  // the model's (saved by checkpoint.h in HF / PEFT layout).
   struct OptimizerEntry {
     std::string name;
     int64_t step = 0;
@@ -92,8 +95,9 @@ class Trainer {
   struct State {
     int64_t global_step = 0;
     int64_t policy_version = 0;
-    std::string shuffle_rng;    // std::mt19937_64 in its stream form
-    torch::Tensor torch_rng;    // the dropout masks' generator state (LoRA's own; else the default CPU generator's)
+    std::string shuffle_rng;  // std::mt19937_64 in its stream form
+    torch::Tensor torch_rng;  // the dropout masks' generator state (LoRA's own; else the default
+                              // CPU generator's)
     std::vector<OptimizerEntry> optimizer;
   };
   State state();
@@ -111,8 +115,8 @@ class Trainer {
   std::unique_ptr<Impl> impl_;
 };
 
-// Copies every parameter of `from` into `to` by module name (HF weights and LoRA adapters alike), e.g.
-// to move trained weights into the model an inference engine serves. Both must have the same
+// Copies every parameter of `from` into `to` by module name (HF weights and LoRA adapters alike),
+// e.g. to move trained weights into the model an inference engine serves. Both must have the same
 // architecture and adapters; the first missing or mis-shaped parameter is named in an Error.
 void copy_parameters(model::Qwen2Model& from, model::Qwen2Model& to);
 

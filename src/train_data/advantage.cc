@@ -21,8 +21,10 @@ AdvantageEstimator estimator_from_name(std::string_view name) {
   if (name == "grpo") return AdvantageEstimator::kGrpo;
   if (name == "drgrpo" || name == "dr_grpo") return AdvantageEstimator::kDrGrpo;
   if (name == "rloo") return AdvantageEstimator::kRloo;
-  if (name == "reinforce_pp" || name == "reinforce_plus_plus") return AdvantageEstimator::kReinforcePP;
-  invalid_argument("unknown advantage estimator '" + std::string(name) + "' (grpo, drgrpo, rloo, reinforce_pp)");
+  if (name == "reinforce_pp" || name == "reinforce_plus_plus")
+    return AdvantageEstimator::kReinforcePP;
+  invalid_argument("unknown advantage estimator '" + std::string(name) +
+                   "' (grpo, drgrpo, rloo, reinforce_pp)");
 }
 
 namespace {
@@ -54,14 +56,16 @@ bool all_equal(std::span<const double> rewards, const std::vector<size_t>& membe
 
 }  // namespace
 
-AdvantageResult compute_advantages(std::span<const double> rewards, std::span<const std::string> groups,
+AdvantageResult compute_advantages(std::span<const double> rewards,
+                                   std::span<const std::string> groups,
                                    const AdvantageOptions& options) {
   if (rewards.size() != groups.size()) {
-    invalid_argument("advantages: " + std::to_string(rewards.size()) + " rewards but " + std::to_string(groups.size()) +
-                     " group ids");
+    invalid_argument("advantages: " + std::to_string(rewards.size()) + " rewards but " +
+                     std::to_string(groups.size()) + " group ids");
   }
   for (size_t i = 0; i < rewards.size(); ++i) {
-    if (!std::isfinite(rewards[i])) invalid_argument("advantages: reward of episode " + std::to_string(i) + " is not finite");
+    if (!std::isfinite(rewards[i]))
+      invalid_argument("advantages: reward of episode " + std::to_string(i) + " is not finite");
   }
   AdvantageResult r;
   r.advantages.assign(rewards.size(), 0.0);
@@ -97,7 +101,9 @@ AdvantageResult compute_advantages(std::span<const double> rewards, std::span<co
     for (size_t i : members) {
       const double centred = rewards[i] - m.mean;
       switch (options.estimator) {
-        case AdvantageEstimator::kGrpo: r.advantages[i] = centred / (m.std + options.epsilon); break;
+        case AdvantageEstimator::kGrpo:
+          r.advantages[i] = centred / (m.std + options.epsilon);
+          break;
         case AdvantageEstimator::kDrGrpo: r.advantages[i] = centred; break;
         case AdvantageEstimator::kRloo: r.advantages[i] = centred * n / (n - 1); break;
         case AdvantageEstimator::kReinforcePP: break;

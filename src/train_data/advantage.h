@@ -1,7 +1,7 @@
 // Advantage estimators for the GRPO family: one scalar per episode from the episode rewards of its
-// group (task_id). Pure arithmetic, no libtorch, no I/O; it never looks at tokens. Statistics are over
-// episodes, not samples, so an episode merged into one sample and the same episode split into one
-// sample per call get the same advantage (see train/trainer.h, "merging invariance").
+// group (task_id). Pure arithmetic, no libtorch, no I/O; it never looks at tokens. Statistics are
+// over episodes, not samples, so an episode merged into one sample and the same episode split into
+// one sample per call get the same advantage (see train/trainer.h, "merging invariance").
 #pragma once
 
 #include <cstdint>
@@ -16,7 +16,8 @@ enum class AdvantageEstimator {
   kGrpo,         // (r - mean) / (std + eps), std unbiased (torch.std); a group of one gets 0
   kDrGrpo,       // r - mean (no std normalisation); a group of one gets 0
   kRloo,         // r - mean of the other members = n/(n-1) (r - mean); a group of one gets 0
-  kReinforcePP,  // REINFORCE++: (r - batch mean) / (batch std + eps) over every episode of the batch
+  kReinforcePP,  // REINFORCE++: (r - batch mean) / (batch std + eps) over every episode of the
+                 // batch
 };
 
 std::string_view estimator_name(AdvantageEstimator estimator);
@@ -40,7 +41,8 @@ struct AdvantageResult {
 
 // rewards, groups: (E,) one entry per episode; `groups` holds the task ids. Rewards may be any real
 // number; a non-finite reward throws Error(kInvalidArgument) naming the episode index.
-AdvantageResult compute_advantages(std::span<const double> rewards, std::span<const std::string> groups,
+AdvantageResult compute_advantages(std::span<const double> rewards,
+                                   std::span<const std::string> groups,
                                    const AdvantageOptions& options);
 
 }  // namespace ajet::train_data

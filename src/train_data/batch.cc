@@ -33,7 +33,8 @@ EpisodeIndex index_episodes(const Batch& batch) {
   e.episode_of.resize(batch.samples.size());
   for (size_t i = 0; i < batch.samples.size(); ++i) {
     const TrainSample& s = batch.samples[i];
-    const std::string key = s.episode_uuid.empty() ? "\x01sample " + std::to_string(i) : s.episode_uuid;
+    const std::string key =
+        s.episode_uuid.empty() ? "\x01sample " + std::to_string(i) : s.episode_uuid;
     auto [it, fresh] = index.emplace(key, e.rewards.size());
     if (fresh) {
       e.rewards.push_back(s.reward);
@@ -62,7 +63,8 @@ void validate_batch(const Batch& batch, int64_t vocab_size) {
     const size_t l = s.size();
     auto same_length = [&](size_t n, const char* field, bool optional) {
       if ((optional && n == 0) || n == l) return;
-      invalid_argument(where + ": '" + field + "' has " + std::to_string(n) + " entries, expected " + std::to_string(l));
+      invalid_argument(where + ": '" + field + "' has " + std::to_string(n) +
+                       " entries, expected " + std::to_string(l));
     };
     same_length(s.loss_mask.size(), "loss_mask", false);
     same_length(s.logprobs.size(), "logprobs", false);
@@ -70,26 +72,32 @@ void validate_batch(const Batch& batch, int64_t vocab_size) {
     same_length(s.advantages.size(), "advantages", true);
     for (size_t p = 0; p < l; ++p) {
       if (s.token_ids[p] < 0 || s.token_ids[p] >= vocab_size) {
-        invalid_argument(where + ": token_ids[" + std::to_string(p) + "] = " + std::to_string(s.token_ids[p]) +
+        invalid_argument(where + ": token_ids[" + std::to_string(p) +
+                         "] = " + std::to_string(s.token_ids[p]) +
                          " is outside the vocabulary [0, " + std::to_string(vocab_size) + ")");
       }
-      if (s.loss_mask[p] > 1) invalid_argument(where + ": loss_mask[" + std::to_string(p) + "] is not 0 or 1");
+      if (s.loss_mask[p] > 1)
+        invalid_argument(where + ": loss_mask[" + std::to_string(p) + "] is not 0 or 1");
       if (!std::isfinite(s.logprobs[p]) || s.logprobs[p] > 0) {
-        if (s.loss_mask[p]) invalid_argument(where + ": logprobs[" + std::to_string(p) + "] is not a finite value <= 0");
+        if (s.loss_mask[p])
+          invalid_argument(where + ": logprobs[" + std::to_string(p) +
+                           "] is not a finite value <= 0");
       }
       if (!s.advantages.empty() && !std::isfinite(s.advantages[p])) {
         invalid_argument(where + ": advantages[" + std::to_string(p) + "] is not finite");
       }
     }
-    if (l > 0 && s.loss_mask[0] != 0) invalid_argument(where + ": loss_mask[0] is 1, but nothing predicts the first token");
-    if (!std::isfinite(s.weight) || s.weight < 0) invalid_argument(where + ": weight must be finite and >= 0");
+    if (l > 0 && s.loss_mask[0] != 0)
+      invalid_argument(where + ": loss_mask[0] is 1, but nothing predicts the first token");
+    if (!std::isfinite(s.weight) || s.weight < 0)
+      invalid_argument(where + ": weight must be finite and >= 0");
     if (!given) {
       if (!std::isfinite(s.reward)) invalid_argument(where + ": reward is not finite");
       if (!s.episode_uuid.empty()) {
         auto [it, fresh] = episode_reward.emplace(s.episode_uuid, s.reward);
         if (!fresh && it->second != s.reward) {
-          invalid_argument(where + ": reward " + std::to_string(s.reward) + " differs from " + std::to_string(it->second) +
-                           " of another sample of the same episode");
+          invalid_argument(where + ": reward " + std::to_string(s.reward) + " differs from " +
+                           std::to_string(it->second) + " of another sample of the same episode");
         }
       }
     }
@@ -120,8 +128,8 @@ Batch batch_from_rpc(const rpc::TrainBatch& r) {
   const size_t count = r.sample_offsets.size() - 1;
   auto check = [&](size_t n, const char* field) {
     if (n != 0 && n != count) {
-      invalid_argument("train_step batch: '" + std::string(field) + "' has " + std::to_string(n) + " entries for " +
-                       std::to_string(count) + " samples");
+      invalid_argument("train_step batch: '" + std::string(field) + "' has " + std::to_string(n) +
+                       " entries for " + std::to_string(count) + " samples");
     }
   };
   check(r.rewards.size(), "rewards");
@@ -129,11 +137,14 @@ Batch batch_from_rpc(const rpc::TrainBatch& r) {
   check(r.task_ids.size(), "task_ids");
   check(r.episode_uuids.size(), "episode_uuids");
   if (r.rewards.empty() && r.advantages.size() != r.token_ids.size()) {
-    invalid_argument("train_step batch: neither per-sample 'rewards' nor per-token 'advantages' were given");
+    invalid_argument(
+        "train_step batch: neither per-sample 'rewards' nor per-token 'advantages' were given");
   }
   for (size_t s = 0; s < count; ++s) {
-    const auto begin = static_cast<size_t>(r.sample_offsets[s]), end = static_cast<size_t>(r.sample_offsets[s + 1]);
-    if (begin > end || end > r.token_ids.size()) invalid_argument("train_step batch: bad sample_offsets at " + std::to_string(s));
+    const auto begin = static_cast<size_t>(r.sample_offsets[s]),
+               end = static_cast<size_t>(r.sample_offsets[s + 1]);
+    if (begin > end || end > r.token_ids.size())
+      invalid_argument("train_step batch: bad sample_offsets at " + std::to_string(s));
     TrainSample t;
     if (!r.episode_uuids.empty()) t.episode_uuid = r.episode_uuids[s];
     if (!r.task_ids.empty()) t.task_id = r.task_ids[s];
@@ -160,8 +171,11 @@ rpc::TrainBatch batch_to_rpc(const Batch& b) {
     r.token_ids.insert(r.token_ids.end(), s.token_ids.begin(), s.token_ids.end());
     r.loss_mask.insert(r.loss_mask.end(), s.loss_mask.begin(), s.loss_mask.end());
     r.logprobs.insert(r.logprobs.end(), s.logprobs.begin(), s.logprobs.end());
-    if (advantages) r.advantages.insert(r.advantages.end(), s.advantages.begin(), s.advantages.end());
-    if (versions) r.policy_versions.insert(r.policy_versions.end(), s.policy_versions.begin(), s.policy_versions.end());
+    if (advantages)
+      r.advantages.insert(r.advantages.end(), s.advantages.begin(), s.advantages.end());
+    if (versions)
+      r.policy_versions.insert(r.policy_versions.end(), s.policy_versions.begin(),
+                               s.policy_versions.end());
     r.sample_offsets.push_back(static_cast<int64_t>(r.token_ids.size()));
     if (!advantages) r.rewards.push_back(s.reward);
     r.weights.push_back(s.weight);

@@ -21,14 +21,14 @@ namespace ajet::train_data {
 struct TrainSample {
   std::string episode_uuid;  // advantages are per episode; empty: the sample is its own episode
   std::string task_id;       // the advantage group
-  double reward = 0;         // the episode's reward (every sample of an episode must carry the same)
-  double weight = 1;         // per-episode weighting: 1 / (samples of the episode)
-  std::vector<int32_t> token_ids;        // (L,)
-  std::vector<uint8_t> loss_mask;        // (L,) 1 = trained; position 0 must be 0 (nothing predicts it)
-  std::vector<float> logprobs;           // (L,) behaviour logprobs of generated tokens (0 elsewhere)
+  double reward = 0;  // the episode's reward (every sample of an episode must carry the same)
+  double weight = 1;  // per-episode weighting: 1 / (samples of the episode)
+  std::vector<int32_t> token_ids;  // (L,)
+  std::vector<uint8_t> loss_mask;  // (L,) 1 = trained; position 0 must be 0 (nothing predicts it)
+  std::vector<float> logprobs;     // (L,) behaviour logprobs of generated tokens (0 elsewhere)
   std::vector<int32_t> policy_versions;  // (L,) or empty: weights version of each generated token
-  // (L,) optional: advantages given by the caller (e.g. a rank-0 or front-side estimator). When every
-  // sample of a batch has them, rewards are not used for advantages.
+  // (L,) optional: advantages given by the caller (e.g. a rank-0 or front-side estimator). When
+  // every sample of a batch has them, rewards are not used for advantages.
   std::vector<float> advantages;
 
   size_t size() const { return token_ids.size(); }
@@ -43,8 +43,8 @@ struct Batch {
   bool has_advantages() const;    // every sample carries per-token advantages
 };
 
-// The episodes of a batch in order of first appearance: the unit of the advantages. Samples that share
-// an episode_uuid are one episode; a sample without one is an episode of its own.
+// The episodes of a batch in order of first appearance: the unit of the advantages. Samples that
+// share an episode_uuid are one episode; a sample without one is an episode of its own.
 struct EpisodeIndex {
   std::vector<double> rewards;      // (E,) each episode's reward (its first sample's)
   std::vector<std::string> groups;  // (E,) its task_id, the advantage group
@@ -53,15 +53,17 @@ struct EpisodeIndex {
 EpisodeIndex index_episodes(const Batch& batch);
 
 // Checks lengths, 0/1 masks, ids in [0, vocab_size), finite logprobs/rewards/weights >= 0, a 0 mask
-// at position 0, equal rewards within an episode; throws Error(kInvalidArgument) naming sample and field.
+// at position 0, equal rewards within an episode; throws Error(kInvalidArgument) naming sample and
+// field.
 void validate_batch(const Batch& batch, int64_t vocab_size);
 
 // Merged samples of the tracking module (reward, weight, task_id, episode_uuid carried over);
 // samples that are not trainable are skipped.
 Batch batch_from_samples(std::span<const tracking::Sample> samples);
 
-// The engine RPC's train_step batch. Per-sample fields (rewards, weights, task ids, episode uuids) come
-// from the batch's optional per-sample arrays; without rewards, the per-token `advantages` are used.
+// The engine RPC's train_step batch. Per-sample fields (rewards, weights, task ids, episode uuids)
+// come from the batch's optional per-sample arrays; without rewards, the per-token `advantages` are
+// used.
 Batch batch_from_rpc(const rpc::TrainBatch& batch);
 rpc::TrainBatch batch_to_rpc(const Batch& batch);
 

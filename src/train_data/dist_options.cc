@@ -15,7 +15,8 @@ int parse_int(std::string_view text, const std::string& what) {
   int value = 0;
   const char* end = text.data() + text.size();
   auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  if (text.empty() || ec != std::errc() || ptr != end) invalid_argument(what + ": '" + std::string(text) + "' is not an integer");
+  if (text.empty() || ec != std::errc() || ptr != end)
+    invalid_argument(what + ": '" + std::string(text) + "' is not an integer");
   return value;
 }
 
@@ -41,12 +42,14 @@ DistPlacement resolve_placement(const DistOptions& o, const EnvLookup& env) {
     if (nnodes < 1) invalid_argument("--nnodes must be >= 1, got " + std::to_string(nnodes));
     if (nproc < 1) invalid_argument("--nproc-per-node must be >= 1, got " + std::to_string(nproc));
     if (node_rank < 0 || node_rank >= nnodes) {
-      invalid_argument("--node-rank " + std::to_string(node_rank) + " is outside [0, --nnodes " + std::to_string(nnodes) + ")");
+      invalid_argument("--node-rank " + std::to_string(node_rank) + " is outside [0, --nnodes " +
+                       std::to_string(nnodes) + ")");
     }
     const int local = o.local_rank ? *o.local_rank : env_int(env, "LOCAL_RANK").value_or(0);
     if (local < 0 || local >= nproc) {
-      invalid_argument(std::string(o.local_rank ? "--local-rank " : "LOCAL_RANK ") + std::to_string(local) +
-                       " is outside [0, --nproc-per-node " + std::to_string(nproc) + ")");
+      invalid_argument(std::string(o.local_rank ? "--local-rank " : "LOCAL_RANK ") +
+                       std::to_string(local) + " is outside [0, --nproc-per-node " +
+                       std::to_string(nproc) + ")");
     }
     p.world_size = nnodes * nproc;
     p.rank = node_rank * nproc + local;
@@ -57,18 +60,21 @@ DistPlacement resolve_placement(const DistOptions& o, const EnvLookup& env) {
     if (!rank) invalid_argument("WORLD_SIZE is set but RANK is not (torchrun sets both)");
     if (*world < 1) invalid_argument("WORLD_SIZE must be >= 1, got " + std::to_string(*world));
     if (*rank < 0 || *rank >= *world) {
-      invalid_argument("RANK " + std::to_string(*rank) + " is outside [0, WORLD_SIZE " + std::to_string(*world) + ")");
+      invalid_argument("RANK " + std::to_string(*rank) + " is outside [0, WORLD_SIZE " +
+                       std::to_string(*world) + ")");
     }
     p.world_size = *world;
     p.rank = *rank;
     p.local_rank = o.local_rank ? *o.local_rank : env_int(env, "LOCAL_RANK").value_or(0);
     p.local_world_size = env_int(env, "LOCAL_WORLD_SIZE").value_or(std::max(1, p.local_rank + 1));
     if (p.local_rank < 0 || p.local_rank >= p.local_world_size) {
-      invalid_argument("LOCAL_RANK " + std::to_string(p.local_rank) + " is outside [0, LOCAL_WORLD_SIZE " +
-                       std::to_string(p.local_world_size) + ")");
+      invalid_argument("LOCAL_RANK " + std::to_string(p.local_rank) +
+                       " is outside [0, LOCAL_WORLD_SIZE " + std::to_string(p.local_world_size) +
+                       ")");
     }
   } else if (o.local_rank && *o.local_rank != 0) {
-    invalid_argument("--local-rank " + std::to_string(*o.local_rank) + " without --nproc-per-node or WORLD_SIZE");
+    invalid_argument("--local-rank " + std::to_string(*o.local_rank) +
+                     " without --nproc-per-node or WORLD_SIZE");
   }
 
   if (o.master_addr) {
@@ -85,7 +91,8 @@ DistPlacement resolve_placement(const DistOptions& o, const EnvLookup& env) {
     port = *e;
     port_source = "MASTER_PORT";
   }
-  if (port < 1 || port > 65535) invalid_argument(port_source + " " + std::to_string(port) + " is outside [1, 65535]");
+  if (port < 1 || port > 65535)
+    invalid_argument(port_source + " " + std::to_string(port) + " is outside [1, 65535]");
   p.master_port = static_cast<uint16_t>(port);
   if (!(o.timeout_seconds > 0)) invalid_argument("distributed timeout must be positive");
   p.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_seconds * 1000));

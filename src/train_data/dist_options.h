@@ -1,7 +1,8 @@
-// Where this engine process sits in a data-parallel group, torchrun-style: flags (--nnodes, --node-rank,
-// --master-addr, --master-port, --nproc-per-node, --local-rank) with the torchrun environment as the
-// fallback. Plain data and parsing, no libtorch, no sockets, no CLI11 (the engine app registers the
-// flags: apps/ajet-engine/dist_flags.h); train/dist.h joins the group.
+// Where this engine process sits in a data-parallel group, torchrun-style: flags (--nnodes,
+// --node-rank,
+// --master-addr, --master-port, --nproc-per-node, --local-rank) with the torchrun environment as
+// the fallback. Plain data and parsing, no libtorch, no sockets, no CLI11 (the engine app registers
+// the flags: apps/ajet-engine/dist_flags.h); train/dist.h joins the group.
 #pragma once
 
 #include <chrono>
@@ -20,7 +21,8 @@ struct DistOptions {
   std::optional<std::string> master_addr;
   std::optional<int> master_port;
   double timeout_seconds = 300;  // rendezvous (every rank joins) and each collective
-  std::string backend = "auto";  // "auto" (NCCL for CUDA tensors when built with it, else Gloo), "gloo", "nccl"
+  std::string backend =
+      "auto";  // "auto" (NCCL for CUDA tensors when built with it, else Gloo), "gloo", "nccl"
 };
 
 // The resolved place of this process: global rank in [0, world_size).

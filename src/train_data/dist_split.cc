@@ -9,8 +9,10 @@
 
 namespace ajet::train_data {
 
-std::vector<Batch> split_batch(const Batch& batch, int world_size, const AdvantageOptions& advantage) {
-  if (world_size < 1) invalid_argument("split_batch: world_size must be >= 1, got " + std::to_string(world_size));
+std::vector<Batch> split_batch(const Batch& batch, int world_size,
+                               const AdvantageOptions& advantage) {
+  if (world_size < 1)
+    invalid_argument("split_batch: world_size must be >= 1, got " + std::to_string(world_size));
   const size_t n = batch.samples.size();
   const bool given = batch.has_advantages();
   const bool batch_level = !given && advantage.estimator == AdvantageEstimator::kReinforcePP;
@@ -23,7 +25,8 @@ std::vector<Batch> split_batch(const Batch& batch, int world_size, const Advanta
     AdvantageResult r = compute_advantages(episodes.rewards, episodes.groups, advantage);
     for (size_t i = 0; i < n; ++i) {
       keep[i] = r.kept[episodes.episode_of[i]];
-      attached[i].assign(batch.samples[i].size(), static_cast<float>(r.advantages[episodes.episode_of[i]]));
+      attached[i].assign(batch.samples[i].size(),
+                         static_cast<float>(r.advantages[episodes.episode_of[i]]));
     }
   }
 
@@ -54,7 +57,8 @@ std::vector<Batch> split_batch(const Batch& batch, int world_size, const Advanta
   // Longest processing time first: largest unit to the least loaded rank.
   std::vector<size_t> order(units.size());
   std::iota(order.begin(), order.end(), size_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return unit_tokens[a] > unit_tokens[b]; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return unit_tokens[a] > unit_tokens[b]; });
   std::vector<int64_t> load(static_cast<size_t>(world_size), 0);
   std::vector<int> rank_of(n, -1);
   for (size_t u : order) {

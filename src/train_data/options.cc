@@ -25,7 +25,8 @@ KlType kl_type_from_name(std::string_view name) {
   if (name == "abs") return KlType::kAbs;
   if (name == "mse" || name == "k2") return KlType::kMse;
   if (name == "low_var_kl" || name == "k3") return KlType::kLowVarKl;
-  invalid_argument("unknown kl_loss_type '" + std::string(name) + "' (low_var_kl, k3, k1, kl, k2, mse, abs)");
+  invalid_argument("unknown kl_loss_type '" + std::string(name) +
+                   "' (low_var_kl, k3, k1, kl, k2, mse, abs)");
 }
 
 std::string_view correction_name(OffPolicyCorrection c) {
@@ -41,7 +42,8 @@ OffPolicyCorrection correction_from_name(std::string_view name) {
   if (name == "none") return OffPolicyCorrection::kNone;
   if (name == "decoupled_ppo") return OffPolicyCorrection::kDecoupledPpo;
   if (name == "tis") return OffPolicyCorrection::kTis;
-  invalid_argument("unknown off_policy_correction '" + std::string(name) + "' (decoupled_ppo, tis, none)");
+  invalid_argument("unknown off_policy_correction '" + std::string(name) +
+                   "' (decoupled_ppo, tis, none)");
 }
 
 LossAggregation aggregation_from_name(std::string_view name) {
@@ -49,8 +51,9 @@ LossAggregation aggregation_from_name(std::string_view name) {
   if (name == "seq-mean-token-mean") return LossAggregation::kSeqMeanTokenMean;
   if (name == "seq-mean-token-sum") return LossAggregation::kSeqMeanTokenSum;
   if (name == "seq-mean-token-sum-norm") return LossAggregation::kSeqMeanTokenSumNorm;
-  invalid_argument("unknown loss_agg_mode '" + std::string(name) +
-                   "' (token-mean, seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm)");
+  invalid_argument(
+      "unknown loss_agg_mode '" + std::string(name) +
+      "' (token-mean, seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm)");
 }
 
 std::string_view aggregation_name(LossAggregation agg) {
@@ -69,7 +72,9 @@ Packing packing_from_name(std::string_view name) {
   invalid_argument("unknown sequence_packing '" + std::string(name) + "' (tree, plain)");
 }
 
-std::string_view packing_name(Packing packing) { return packing == Packing::kTree ? "tree" : "plain"; }
+std::string_view packing_name(Packing packing) {
+  return packing == Packing::kTree ? "tree" : "plain";
+}
 
 LoraOptions LoraOptions::from_config(const config::LoraConfig& c) {
   LoraOptions o;
@@ -81,10 +86,12 @@ LoraOptions LoraOptions::from_config(const config::LoraConfig& c) {
 }
 
 double learning_rate(const OptimOptions& o, int64_t step) {
-  if (step < o.warmup_steps) return o.lr * static_cast<double>(step + 1) / static_cast<double>(o.warmup_steps);
+  if (step < o.warmup_steps)
+    return o.lr * static_cast<double>(step + 1) / static_cast<double>(o.warmup_steps);
   if (!o.cosine) return o.lr;
   const int64_t span = std::max<int64_t>(1, o.total_steps - o.warmup_steps);
-  const double progress = std::clamp(static_cast<double>(step - o.warmup_steps) / static_cast<double>(span), 0.0, 1.0);
+  const double progress =
+      std::clamp(static_cast<double>(step - o.warmup_steps) / static_cast<double>(span), 0.0, 1.0);
   const double wave = 0.5 * (1.0 + std::cos(std::numbers::pi * 2.0 * o.num_cycles * progress));
   return o.lr * std::max(0.0, o.min_lr_ratio + (1.0 - o.min_lr_ratio) * wave);
 }
@@ -120,14 +127,15 @@ TrainerOptions TrainerOptions::from_config(const config::Config& c) {
   o.activation_checkpointing = tc.activation_checkpointing;
   o.lora = LoraOptions::from_config(c.lora);
   o.seed = static_cast<uint64_t>(c.engine.seed);
-  // Train episodes are always sampled at ajet.rollout.temperature (the front ignores a request's own);
-  // 0 (greedy) has no distribution to train, so the trainer keeps the model's.
+  // Train episodes are always sampled at ajet.rollout.temperature (the front ignores a request's
+  // own); 0 (greedy) has no distribution to train, so the trainer keeps the model's.
   o.temperature = c.rollout.temperature > 0 ? c.rollout.temperature : 1.0;
 
   const auto& op = tc.optim;
   o.optim.lr = op.lr;
   if (op.betas.size() != 2) {
-    invalid_argument("ajet.trainer_common.optim.betas must hold two numbers, got " + std::to_string(op.betas.size()));
+    invalid_argument("ajet.trainer_common.optim.betas must hold two numbers, got " +
+                     std::to_string(op.betas.size()));
   }
   o.optim.beta1 = op.betas[0];
   o.optim.beta2 = op.betas[1];
@@ -136,17 +144,23 @@ TrainerOptions TrainerOptions::from_config(const config::Config& c) {
   o.optim.min_lr_ratio = op.min_lr_ratio;
   o.optim.num_cycles = op.num_cycles;
   o.optim.grad_clip = op.grad_clip;
-  if (tc.total_training_steps) o.optim.total_steps = *tc.total_training_steps * tc.mini_batch_num * tc.ppo_epochs;
+  if (tc.total_training_steps)
+    o.optim.total_steps = *tc.total_training_steps * tc.mini_batch_num * tc.ppo_epochs;
   if (op.lr_warmup_steps >= 0) {
     o.optim.warmup_steps = op.lr_warmup_steps * tc.mini_batch_num * tc.ppo_epochs;
   } else if (op.lr_warmup_steps_ratio > 0) {
     if (o.optim.total_steps == 0) {
-      invalid_argument("ajet.trainer_common.optim.lr_warmup_steps_ratio needs ajet.trainer_common.total_training_steps");
+      invalid_argument(
+          "ajet.trainer_common.optim.lr_warmup_steps_ratio needs "
+          "ajet.trainer_common.total_training_steps");
     }
-    o.optim.warmup_steps = static_cast<int64_t>(op.lr_warmup_steps_ratio * static_cast<double>(o.optim.total_steps));
+    o.optim.warmup_steps =
+        static_cast<int64_t>(op.lr_warmup_steps_ratio * static_cast<double>(o.optim.total_steps));
   }
   if (o.optim.cosine && o.optim.total_steps == 0) {
-    invalid_argument("ajet.trainer_common.optim.lr_scheduler_type 'cosine' needs ajet.trainer_common.total_training_steps");
+    invalid_argument(
+        "ajet.trainer_common.optim.lr_scheduler_type 'cosine' needs "
+        "ajet.trainer_common.total_training_steps");
   }
   return o;
 }
@@ -181,7 +195,8 @@ Json TrainMetrics::to_json() const {
          {"seconds", seconds},
          {"old_logprob_seconds", old_logprob_seconds},
          {"ref_logprob_seconds", ref_logprob_seconds}};
-  if (rollout_logprob_diff >= 0) j["rollout_logprob_diff"] = rollout_logprob_diff;  // absent: not measured
+  if (rollout_logprob_diff >= 0)
+    j["rollout_logprob_diff"] = rollout_logprob_diff;  // absent: not measured
   return j;
 }
 

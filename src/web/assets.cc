@@ -33,7 +33,8 @@ const std::vector<Asset>& assets() {
 
 const Asset& required(std::string_view name) {
   const Asset* a = find_asset(name);
-  if (a == nullptr) fail(ErrorCode::kInternal, "web asset " + std::string(name) + " was not compiled in");
+  if (a == nullptr)
+    fail(ErrorCode::kInternal, "web asset " + std::string(name) + " was not compiled in");
   return *a;
 }
 

@@ -1,6 +1,6 @@
-// The web pages (web/: the training dashboard, the episode list, the token viewer), compiled in: the
-// front serves them under /ui/ and a classic run writes the dashboard as one self-contained file.
-// Nothing is fetched at run time: the pages are the project's own HTML, CSS and JavaScript.
+// The web pages (web/: the training dashboard, the episode list, the token viewer), compiled in:
+// the front serves them under /ui/ and a classic run writes the dashboard as one self-contained
+// file. Nothing is fetched at run time: the pages are the project's own HTML, CSS and JavaScript.
 #pragma once
 
 #include <string>

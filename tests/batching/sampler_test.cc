@@ -1,5 +1,6 @@
 // The sampler against hand-computed distributions: logits log(1), log(2), log(3), log(4) give raw
-// probabilities 0.1, 0.2, 0.3, 0.4, and every truncation below is worked out by hand in the comments.
+// probabilities 0.1, 0.2, 0.3, 0.4, and every truncation below is worked out by hand in the
+// comments.
 #include "batching/sampler.h"
 
 #include <gtest/gtest.h>
@@ -11,7 +12,8 @@
 namespace ajet::batching {
 namespace {
 
-const std::array<float, 4> kLogits = {std::log(1.0f), std::log(2.0f), std::log(3.0f), std::log(4.0f)};
+const std::array<float, 4> kLogits = {std::log(1.0f), std::log(2.0f), std::log(3.0f),
+                                      std::log(4.0f)};
 constexpr double kTol = 1e-5;
 
 SamplingParams params(double temperature, double top_p = 1.0, int64_t top_k = 0) {
@@ -24,7 +26,9 @@ SamplingParams params(double temperature, double top_p = 1.0, int64_t top_k = 0)
 
 // Draws `draws` tokens and returns how often each id came up, checking both logprobs on every draw
 // against `expected` (the sampled-from distribution) and the raw 0.1..0.4.
-std::map<int32_t, double> frequencies(const SamplingParams& p, const std::map<int32_t, double>& expected, int draws = 20000) {
+std::map<int32_t, double> frequencies(const SamplingParams& p,
+                                      const std::map<int32_t, double>& expected,
+                                      int draws = 20000) {
   SampleRng rng(1234, 0);
   std::map<int32_t, double> freq;
   for (int i = 0; i < draws; ++i) {
@@ -63,18 +67,20 @@ TEST(Sampler, TemperatureSharpens) {
   expect_frequencies(params(0.5), {{0, 1 / 30.0}, {1, 4 / 30.0}, {2, 9 / 30.0}, {3, 16 / 30.0}});
   // T = 2: sqrt(p) renormalised.
   const double z = 1 + std::sqrt(2.0) + std::sqrt(3.0) + 2;
-  expect_frequencies(params(2.0), {{0, 1 / z}, {1, std::sqrt(2.0) / z}, {2, std::sqrt(3.0) / z}, {3, 2 / z}});
+  expect_frequencies(params(2.0),
+                     {{0, 1 / z}, {1, std::sqrt(2.0) / z}, {2, std::sqrt(3.0) / z}, {3, 2 / z}});
 }
 
 TEST(Sampler, TopKKeepsTheBestK) {
   expect_frequencies(params(1.0, 1.0, 2), {{2, 3 / 7.0}, {3, 4 / 7.0}});
   expect_frequencies(params(1.0, 1.0, 1), {{3, 1.0}});
-  expect_frequencies(params(1.0, 1.0, 10), {{0, 0.1}, {1, 0.2}, {2, 0.3}, {3, 0.4}});  // k > vocab: no-op
+  expect_frequencies(params(1.0, 1.0, 10),
+                     {{0, 0.1}, {1, 0.2}, {2, 0.3}, {3, 0.4}});  // k > vocab: no-op
 }
 
 TEST(Sampler, TopPKeepsTheSmallestPrefixReachingP) {
-  expect_frequencies(params(1.0, 0.35), {{3, 1.0}});                                 // 0.4 >= 0.35
-  expect_frequencies(params(1.0, 0.5), {{3, 4 / 7.0}, {2, 3 / 7.0}});                // 0.4 + 0.3
+  expect_frequencies(params(1.0, 0.35), {{3, 1.0}});                   // 0.4 >= 0.35
+  expect_frequencies(params(1.0, 0.5), {{3, 4 / 7.0}, {2, 3 / 7.0}});  // 0.4 + 0.3
   expect_frequencies(params(1.0, 0.75), {{3, 0.4 / 0.9}, {2, 0.3 / 0.9}, {1, 0.2 / 0.9}});
 }
 
@@ -116,7 +122,8 @@ TEST(Sampler, TopLogprobsAreRawBestFirst) {
   ASSERT_EQ(t.top_logprobs.size(), 3u);
   for (int j = 0; j < 3; ++j) {
     EXPECT_EQ(t.top_logprobs[j].id, 3 - j);
-    EXPECT_NEAR(t.top_logprobs[j].logprob, std::log(0.1 * (4 - j)), kTol);  // raw, not the truncated ones
+    EXPECT_NEAR(t.top_logprobs[j].logprob, std::log(0.1 * (4 - j)),
+                kTol);  // raw, not the truncated ones
   }
   std::array<float, 4> tie = {0.5f, 1.0f, 0.5f, 1.0f};
   p.top_logprobs = 4;
@@ -134,7 +141,8 @@ TEST(Sampler, SameSeedAndStreamSameTokens) {
   auto run = [&](uint64_t seed, uint64_t stream) {
     SampleRng rng(seed, stream);
     std::vector<int32_t> ids;
-    for (int i = 0; i < 50; ++i) ids.push_back(sample_token(logits.data(), 300, params(1.0, 0.9, 50), rng).id);
+    for (int i = 0; i < 50; ++i)
+      ids.push_back(sample_token(logits.data(), 300, params(1.0, 0.9, 50), rng).id);
     return ids;
   };
   EXPECT_EQ(run(42, 0), run(42, 0));

@@ -1,6 +1,6 @@
 // The scheduler one step at a time, with the engine's part (cache the chunk, append a token after a
-// chunk that needs logits) simulated by hand: budgets, FIFO admission, waiting for blocks, fork with
-// copy-on-write, and preemption with recompute.
+// chunk that needs logits) simulated by hand: budgets, FIFO admission, waiting for blocks, fork
+// with copy-on-write, and preemption with recompute.
 #include "batching/scheduler.h"
 
 #include <gtest/gtest.h>
@@ -20,7 +20,8 @@ std::unique_ptr<Sequence> make_seq(int64_t prompt_len, int64_t n = 1) {
   return seq;
 }
 
-// What the engine does after the forward: the chunk is cached; a chunk that reached the end samples.
+// What the engine does after the forward: the chunk is cached; a chunk that reached the end
+// samples.
 void run(const StepPlan& plan) {
   for (const ScheduledChunk& c : plan.chunks) {
     ASSERT_EQ(c.start, c.seq->num_cached);
@@ -93,7 +94,8 @@ TEST(Scheduler, DecodeTokensComeBeforePrefillAndAdmissionIsFifo) {
 }
 
 TEST(Scheduler, RequestsWaitForBlocksAndRunWhenFreed) {
-  // 6 blocks of 4: a 12-token prompt takes 3; a second one needs 3 + 1 spare for the first's decode.
+  // 6 blocks of 4: a 12-token prompt takes 3; a second one needs 3 + 1 spare for the first's
+  // decode.
   Scheduler s({4, 64, 8}, 6);
   auto first = make_seq(12);
   auto second = make_seq(12);
@@ -210,7 +212,8 @@ TEST(Scheduler, RemoveIfFreesBlocksOfWaitingAndRunning) {
   s.add(make_seq(8));
   run(s.schedule());
   auto third = make_seq(8);
-  third->request = s.running()[0]->request;  // a second sequence of the first request, still waiting
+  third->request =
+      s.running()[0]->request;  // a second sequence of the first request, still waiting
   s.add(std::move(third));
   auto removed = s.remove_if([&](const Sequence& seq) { return seq.request.get() == victim; });
   EXPECT_EQ(removed.size(), 2u);
@@ -272,7 +275,7 @@ TEST(PrefixCaching, APromptStartsAfterTheFullBlocksAlreadyComputed) {
 
   Sequence* b = admit(s, make_seq(10));  // the same prompt
   StepPlan plan = s.schedule();
-  ASSERT_EQ(plan.chunks.size(), 2u);     // a's decode token, b's prompt
+  ASSERT_EQ(plan.chunks.size(), 2u);  // a's decode token, b's prompt
   EXPECT_EQ(plan.chunks[1].seq, b);
   EXPECT_EQ(plan.chunks[1].start, 8);
   EXPECT_EQ(plan.chunks[1].length, 2);
@@ -283,7 +286,8 @@ TEST(PrefixCaching, APromptStartsAfterTheFullBlocksAlreadyComputed) {
   EXPECT_EQ(s.prefix_hit_tokens(), 8);
   run_advancing(s, plan);
 
-  // A prompt that is exactly the cached blocks still computes its last block (its logits are needed).
+  // A prompt that is exactly the cached blocks still computes its last block (its logits are
+  // needed).
   Sequence* c = admit(s, make_seq(8));
   plan = s.schedule();
   EXPECT_EQ(plan.chunks.back().seq, c);
@@ -314,12 +318,13 @@ TEST(PrefixCaching, OffComputesEveryPromptInFull) {
 TEST(PrefixCaching, GeneratedTokensBecomeAPrefixForTheNextTurn) {
   Scheduler s({4, 64, 4}, 32);
   Sequence* a = admit(s, make_seq(6));
-  run_advancing(s, s.schedule());             // prompt computed, token 7 sampled (7 tokens)
-  for (int i = 0; i < 3; ++i) run_advancing(s, s.schedule());  // 3 decode steps: 10 tokens, 9 computed
+  run_advancing(s, s.schedule());  // prompt computed, token 7 sampled (7 tokens)
+  for (int i = 0; i < 3; ++i)
+    run_advancing(s, s.schedule());  // 3 decode steps: 10 tokens, 9 computed
   EXPECT_EQ(a->num_cached, 9);
-  EXPECT_EQ(s.blocks().num_cached(), 2);      // [1..4] and [5 6 7 7]
+  EXPECT_EQ(s.blocks().num_cached(), 2);  // [1..4] and [5 6 7 7]
   EXPECT_EQ(s.blocks().find(key_of(a->tokens, 2)), a->blocks[1]);
-  auto next_turn = make_seq(12);              // the previous turn's tokens, then the new message
+  auto next_turn = make_seq(12);  // the previous turn's tokens, then the new message
   std::copy(a->tokens.begin(), a->tokens.end(), next_turn->tokens.begin());
   Sequence* b = admit(s, std::move(next_turn));
   StepPlan plan = s.schedule();
@@ -329,25 +334,25 @@ TEST(PrefixCaching, GeneratedTokensBecomeAPrefixForTheNextTurn) {
 
 TEST(PrefixCaching, FinishedBlocksStayReusableUntilFreshBlocksAreNeeded) {
   Scheduler s({4, 64, 4}, 6);
-  Sequence* a = admit(s, make_seq(10));       // 3 blocks, 2 of them full
+  Sequence* a = admit(s, make_seq(10));  // 3 blocks, 2 of them full
   run_advancing(s, s.schedule());
   s.finish(a);
-  EXPECT_EQ(s.blocks().num_free(), 6);        // idle cached blocks still count as free
+  EXPECT_EQ(s.blocks().num_free(), 6);  // idle cached blocks still count as free
   EXPECT_EQ(s.blocks().num_cached(), 2);
 
-  Sequence* b = admit(s, make_seq(10));       // reuses both
+  Sequence* b = admit(s, make_seq(10));  // reuses both
   StepPlan plan = s.schedule();
   EXPECT_EQ(plan.chunks.back().start, 8);
   run_advancing(s, plan);
   s.finish(b);
 
-  auto other = make_seq(20);                  // 5 blocks: the 4 free ones, then the idle block released first
+  auto other = make_seq(20);  // 5 blocks: the 4 free ones, then the idle block released first
   for (int32_t& t : other->tokens) t += 100;
   Sequence* c = admit(s, std::move(other));
   plan = s.schedule();
   EXPECT_EQ(plan.chunks.back().seq, c);
   EXPECT_EQ(plan.chunks.back().start, 0);
-  EXPECT_EQ(s.blocks().num_cached(), 1);      // one cached block was taken back
+  EXPECT_EQ(s.blocks().num_cached(), 1);  // one cached block was taken back
   EXPECT_EQ(s.blocks().num_free(), 1);
 }
 
@@ -357,7 +362,8 @@ TEST(PrefixCaching, AWeightChangeForgetsEveryCachedBlock) {
   run_advancing(s, s.schedule());
   s.forget_cached_prefixes();
   EXPECT_EQ(s.blocks().num_cached(), 0);
-  for (int i = 0; i < 8; ++i) run_advancing(s, s.schedule());  // a decodes on: its blocks are not registered
+  for (int i = 0; i < 8; ++i)
+    run_advancing(s, s.schedule());  // a decodes on: its blocks are not registered
   EXPECT_EQ(s.blocks().num_cached(), 0);
   Sequence* b = admit(s, make_seq(10));
   StepPlan plan = s.schedule();

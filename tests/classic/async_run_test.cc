@@ -1,12 +1,14 @@
-// `ajet --conf` with the async backbone, end to end (the real ajet, ajet-swarm and ajet-engine on the
-// micro model): the rollout of step s+1 goes on while step s trains, every batch's staleness is
-// recorded in metrics.jsonl and on the step line and never exceeds ajet.async.max_staleness, and the
-// steps stay one to one with the trainer's batches (global_step = step) with dynamic sampling too.
+// `ajet --conf` with the async backbone, end to end (the real ajet, ajet-swarm and ajet-engine on
+// the micro model): the rollout of step s+1 goes on while step s trains, every batch's staleness is
+// recorded in metrics.jsonl and on the step line and never exceeds ajet.async.max_staleness, and
+// the steps stay one to one with the trainer's batches (global_step = step) with dynamic sampling
+// too.
 //
-// Nothing here measures time. Overlap is read from the data: a batch whose episodes lag the weights it
-// trains from (staleness > 0) was sampled, token by token, before the previous batch's weights were
-// in — the rollout ran while that batch trained. The launcher starts each rollout as soon as the bound
-// allows, and each step here trains 8 optimizer passes over its batch, so that happens in every run.
+// Nothing here measures time. Overlap is read from the data: a batch whose episodes lag the weights
+// it trains from (staleness > 0) was sampled, token by token, before the previous batch's weights
+// were in — the rollout ran while that batch trained. The launcher starts each rollout as soon as
+// the bound allows, and each step here trains 8 optimizer passes over its batch, so that happens in
+// every run.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,10 +26,12 @@ namespace fs = std::filesystem;
 using e2e::Captured;
 using e2e::shell_quote;
 
-std::string async_yaml(const fs::path& model, int64_t max_staleness, const std::string& extra = "") {
+std::string async_yaml(const fs::path& model, int64_t max_staleness,
+                       const std::string& extra = "") {
   std::string yaml = classic_yaml(model,
                                   "  async:\n"
-                                  "    max_staleness: " + std::to_string(max_staleness) + "\n" + extra);
+                                  "    max_staleness: " +
+                                      std::to_string(max_staleness) + "\n" + extra);
   yaml.replace(yaml.find("backbone: debug"), 15, "backbone: async");
   yaml.replace(yaml.find("val_before_train: true"), 22, "val_before_train: false");
   yaml.replace(yaml.find("total_training_steps: 2"), 23, "total_training_steps: 5");
@@ -66,7 +70,8 @@ int64_t check_steps(const AsyncRun& run, int64_t max_staleness, int64_t steps) {
     SCOPED_TRACE(r.dump());
     EXPECT_EQ(r["step"].get<int64_t>(), int64_t(i) + 1);  // in step order, though finished late
     EXPECT_EQ(r["global_step"].get<int64_t>(), int64_t(i) + 1);
-    EXPECT_TRUE(r["trainer"].contains("loss"));  // this step's batch's numbers, found by its version
+    EXPECT_TRUE(
+        r["trainer"].contains("loss"));  // this step's batch's numbers, found by its version
     const Json& s = r["staleness"];
     if (!s.is_object()) {
       ADD_FAILURE() << "no staleness object";
@@ -94,12 +99,13 @@ TEST(ClassicAsync, NextRolloutOverlapsTrainingWithinMaxStaleness) {
   const fs::path model = micro_model();
   AsyncRun run = run_async(dir.path(), async_yaml(model, 1));
   ASSERT_EQ(run.out.status, 0) << run.out.out;
-  EXPECT_EQ(check_steps(run, 1, 5), 1) << "no batch was sampled while the one before it trained\n" << run.out.out;
+  EXPECT_EQ(check_steps(run, 1, 5), 1) << "no batch was sampled while the one before it trained\n"
+                                       << run.out.out;
   // The step line says it: "staleness <mean>/<max>".
   EXPECT_NE(run.out.out.find("  staleness "), std::string::npos) << run.out.out;
   // The front's own record of the batches agrees with the bound (swarm.log: "batch N trains from
-  // policy_version V: staleness min a, mean b, max M over n episodes (...) (ajet.async.max_staleness =
-  // 1)"), and dropped none.
+  // policy_version V: staleness min a, mean b, max M over n episodes (...)
+  // (ajet.async.max_staleness = 1)"), and dropped none.
   const std::string log = read_file(dir / "exps" / "run" / "swarm.log");
   EXPECT_EQ(log.find("staler than ajet.async.max_staleness"), std::string::npos) << log;
 }
@@ -109,13 +115,15 @@ TEST(ClassicAsync, NextRolloutOverlapsTrainingWithinMaxStaleness) {
 TEST(ClassicAsync, DynamicSamplingKeepsStepsAndBatchesOneToOne) {
   e2e::ScratchDir dir;
   const fs::path model = micro_model();
-  std::string yaml = async_yaml(model, 1,
-                                "  swarm_mode_sample_collection_method: rollout_until_finish_enough_non_dummy_tasks\n");
+  std::string yaml = async_yaml(
+      model, 1,
+      "  swarm_mode_sample_collection_method: rollout_until_finish_enough_non_dummy_tasks\n");
   yaml.replace(yaml.find("  trainer_common:\n"), 18,
                "  trainer_common:\n    algorithm:\n      max_num_gen_batches: 2\n");
   AsyncRun run = run_async(dir.path(), yaml);
   ASSERT_EQ(run.out.status, 0) << run.out.out;
-  EXPECT_EQ(run.out.out.find("dynamic sampling needs a synchronous backbone"), std::string::npos) << run.out.out;
+  EXPECT_EQ(run.out.out.find("dynamic sampling needs a synchronous backbone"), std::string::npos)
+      << run.out.out;
   check_steps(run, 1, 5);
   for (const Json& r : run.steps) {
     // Every task batch the step sampled is in its one trained batch.
@@ -124,8 +132,8 @@ TEST(ClassicAsync, DynamicSamplingKeepsStepsAndBatchesOneToOne) {
   }
 }
 
-// max_staleness 0: no overlap is allowed, so every batch is sampled entirely on the weights it trains
-// from.
+// max_staleness 0: no overlap is allowed, so every batch is sampled entirely on the weights it
+// trains from.
 TEST(ClassicAsync, MaxStalenessZeroNeverTrainsAStaleToken) {
   e2e::ScratchDir dir;
   const fs::path model = micro_model();

@@ -1,6 +1,7 @@
-// The classic tests' shared pieces: a JSONL reader and a tokenizer trained on the built-in tasks' text (`ajet tasks
-// corpus`, 1024 ids asked), so a calc or frozenlake episode is a few hundred tokens; made once per
-// build tree under <build>/classic_fixture and shared by the tests that need it.
+// The classic tests' shared pieces: a JSONL reader and a tokenizer trained on the built-in tasks'
+// text (`ajet tasks corpus`, 1024 ids asked), so a calc or frozenlake episode is a few hundred
+// tokens; made once per build tree under <build>/classic_fixture and shared by the tests that need
+// it.
 #pragma once
 
 #include <fcntl.h>
@@ -27,23 +28,26 @@ inline std::filesystem::path classic_tokenizer() {
   const fs::path tok = root / "tokenizer";
   e2e::make_once(tok, [&](const fs::path& out) {
     fs::create_directories(root);
-    e2e::Captured r = e2e::run_capture(shell_quote(bin("ajet").string()) + " tasks corpus --out " +
-                                       shell_quote((root / "corpus.txt").string()) + " && " +
-                                       shell_quote(bin("ajet").string()) + " tokenizer train --corpus " +
-                                       shell_quote((root / "corpus.txt").string()) + " --vocab-size 1024 --out " +
-                                       shell_quote(out.string()));
+    e2e::Captured r = e2e::run_capture(
+        shell_quote(bin("ajet").string()) + " tasks corpus --out " +
+        shell_quote((root / "corpus.txt").string()) + " && " + shell_quote(bin("ajet").string()) +
+        " tokenizer train --corpus " + shell_quote((root / "corpus.txt").string()) +
+        " --vocab-size 1024 --out " + shell_quote(out.string()));
     ASSERT_EQ(r.status, 0) << r.out;
   });
   return tok;
 }
 
-// A debug-backbone calc run of 2 steps on `model` (experiment "run"); `extra` adds YAML under `ajet:`.
+// A debug-backbone calc run of 2 steps on `model` (experiment "run"); `extra` adds YAML under
+// `ajet:`.
 inline std::string classic_yaml(const std::filesystem::path& model, const std::string& extra = "") {
   return "ajet:\n"
          "  experiment_name: run\n"
          "  backbone: debug\n"
          "  model:\n"
-         "    path: " + model.string() + "\n"
+         "    path: " +
+         model.string() +
+         "\n"
          "  data:\n"
          "    max_prompt_length: 640\n"
          "    max_response_length: 384\n"
@@ -73,7 +77,8 @@ inline std::string classic_yaml(const std::filesystem::path& model, const std::s
 }
 
 // classic_yaml() made to run "forever" (100000 steps) on `backbone`, validating never.
-inline std::string long_run_yaml(const std::filesystem::path& model, const std::string& backbone = "debug") {
+inline std::string long_run_yaml(const std::filesystem::path& model,
+                                 const std::string& backbone = "debug") {
   std::string yaml = classic_yaml(model);
   yaml.replace(yaml.find("total_training_steps: 2"), 23, "total_training_steps: 100000");
   yaml.replace(yaml.find("backbone: debug"), 15, "backbone: " + backbone);
@@ -88,8 +93,9 @@ inline std::filesystem::path micro_model() {
   const std::filesystem::path model = tok.parent_path() / "model-micro";
   e2e::make_once(model, [&](const std::filesystem::path& out) {
     e2e::Captured r = e2e::run_capture(e2e::shell_quote(e2e::bin("ajet-engine").string()) +
-                                       " model init --preset micro --tokenizer " + e2e::shell_quote(tok.string()) +
-                                       " --seed 7 --out " + e2e::shell_quote(out.string()));
+                                       " model init --preset micro --tokenizer " +
+                                       e2e::shell_quote(tok.string()) + " --seed 7 --out " +
+                                       e2e::shell_quote(out.string()));
     ASSERT_EQ(r.status, 0) << r.out;
   });
   return model;

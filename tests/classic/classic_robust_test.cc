@@ -32,14 +32,17 @@ fs::path only_entry(const fs::path& dir) {
 }
 
 // A closed terminal (SIGHUP) stops the run like Ctrl-C: the front and the engine are stopped, none
-// outlives ajet, and the next run of the same experiment starts cleanly, the earlier one moved aside.
+// outlives ajet, and the next run of the same experiment starts cleanly, the earlier one moved
+// aside.
 TEST(ClassicRobust, SighupStopsFrontAndEngineAndARerunStartsCleanly) {
   e2e::ScratchDir dir;
   const fs::path model = micro_model();
   write_file_atomic(dir / "long.yaml", long_run_yaml(model));
   const fs::path exp = dir / "exps" / "run";
-  pid_t pid = spawn_ajet(dir / "out.txt", {"--conf", (dir / "long.yaml").string(), "--exp-dir", (dir / "exps").string()});
-  ASSERT_TRUE(e2e::eventually([&] { return has_train_step(exp / "metrics.jsonl", 1); }, std::chrono::seconds(180)))
+  pid_t pid = spawn_ajet(dir / "out.txt", {"--conf", (dir / "long.yaml").string(), "--exp-dir",
+                                           (dir / "exps").string()});
+  ASSERT_TRUE(e2e::eventually([&] { return has_train_step(exp / "metrics.jsonl", 1); },
+                              std::chrono::seconds(180)))
       << read_file(dir / "out.txt");
   // The pid file names this ajet and its front; the front and its engine run on this experiment.
   Json pids = Json::parse(read_file(exp / "ajet.pid"));
@@ -47,7 +50,8 @@ TEST(ClassicRobust, SighupStopsFrontAndEngineAndARerunStartsCleanly) {
   const std::vector<Leftover> running = find_leftovers(exp);
   ASSERT_EQ(running.size(), 2u) << read_file(dir / "out.txt");
   bool front_listed = false;
-  for (const auto& l : running) front_listed = front_listed || l.pid == pids["front_pid"].get<pid_t>();
+  for (const auto& l : running)
+    front_listed = front_listed || l.pid == pids["front_pid"].get<pid_t>();
   EXPECT_TRUE(front_listed);
 
   ::kill(pid, SIGHUP);
@@ -55,7 +59,8 @@ TEST(ClassicRobust, SighupStopsFrontAndEngineAndARerunStartsCleanly) {
   ASSERT_TRUE(WIFEXITED(status)) << status << "\n" << read_file(dir / "out.txt");
   EXPECT_EQ(WEXITSTATUS(status), 128 + SIGHUP) << read_file(dir / "out.txt");
   EXPECT_NE(read_file(exp / "swarm.log").find("ajet-swarm: stopped"), std::string::npos);
-  for (const auto& l : running) EXPECT_TRUE(e2e::process_gone(l.pid)) << l.program << " " << l.pid << " survived";
+  for (const auto& l : running)
+    EXPECT_TRUE(e2e::process_gone(l.pid)) << l.program << " " << l.pid << " survived";
   EXPECT_FALSE(fs::exists(exp / "ajet.pid"));
 
   // The same experiment again (2 steps): it runs, and the earlier run's files are kept aside.
@@ -73,18 +78,21 @@ TEST(ClassicRobust, SighupStopsFrontAndEngineAndARerunStartsCleanly) {
   EXPECT_EQ(train, 2);
 }
 
-// `ajet … | head -n 1`: the closed pipe stops the run cleanly (no SIGPIPE death), nothing left running.
+// `ajet … | head -n 1`: the closed pipe stops the run cleanly (no SIGPIPE death), nothing left
+// running.
 TEST(ClassicRobust, AClosedStdoutStopsTheRunCleanly) {
   e2e::ScratchDir dir;
   const fs::path model = micro_model();
   write_file_atomic(dir / "long.yaml", long_run_yaml(model));
   const fs::path exp = dir / "exps" / "run";
-  const std::string script = shell_quote(bin("ajet").string()) + " --conf " + shell_quote((dir / "long.yaml").string()) +
-                             " --exp-dir " + shell_quote((dir / "exps").string()) + " 2>" +
-                             shell_quote((dir / "err.txt").string()) + " | head -n 1; echo \"ajet exit ${PIPESTATUS[0]}\"";
+  const std::string script =
+      shell_quote(bin("ajet").string()) + " --conf " + shell_quote((dir / "long.yaml").string()) +
+      " --exp-dir " + shell_quote((dir / "exps").string()) + " 2>" +
+      shell_quote((dir / "err.txt").string()) + " | head -n 1; echo \"ajet exit ${PIPESTATUS[0]}\"";
   Captured r = e2e::run_capture("bash -c " + shell_quote(script));
   EXPECT_NE(r.out.find("ajet exit 141"), std::string::npos) << r.out << read_file(dir / "err.txt");
-  EXPECT_NE(read_file(dir / "err.txt").find("stdout was closed"), std::string::npos) << read_file(dir / "err.txt");
+  EXPECT_NE(read_file(dir / "err.txt").find("stdout was closed"), std::string::npos)
+      << read_file(dir / "err.txt");
   EXPECT_NE(read_file(exp / "swarm.log").find("ajet-swarm: stopped"), std::string::npos);
   EXPECT_TRUE(find_leftovers(exp).empty());
 }
@@ -95,8 +103,8 @@ TEST(ClassicRobust, ARerunStopsALeftoverFrontAndKeepsTheEarlierMetrics) {
   e2e::ScratchDir dir;
   const fs::path model = micro_model();
   write_file_atomic(dir / "calc.yaml", classic_yaml(model));
-  const std::string args =
-      "--conf " + shell_quote((dir / "calc.yaml").string()) + " --exp-dir " + shell_quote((dir / "exps").string());
+  const std::string args = "--conf " + shell_quote((dir / "calc.yaml").string()) + " --exp-dir " +
+                           shell_quote((dir / "exps").string());
   Captured first = run_ajet(args);
   ASSERT_EQ(first.status, 0) << first.out;
   const fs::path exp = dir / "exps" / "run";
@@ -106,9 +114,12 @@ TEST(ClassicRobust, ARerunStopsALeftoverFrontAndKeepsTheEarlierMetrics) {
 
   Captured second = run_ajet(args);
   ASSERT_EQ(second.status, 0) << second.out;
-  EXPECT_NE(second.out.find("ajet-swarm pid " + std::to_string(leftover_pid) + " of an earlier run"), std::string::npos)
+  EXPECT_NE(
+      second.out.find("ajet-swarm pid " + std::to_string(leftover_pid) + " of an earlier run"),
+      std::string::npos)
       << second.out;
-  EXPECT_TRUE(e2e::eventually([&] { return e2e::process_gone(leftover_pid); }, std::chrono::seconds(30)));
+  EXPECT_TRUE(
+      e2e::eventually([&] { return e2e::process_gone(leftover_pid); }, std::chrono::seconds(30)));
   const fs::path earlier = only_entry(exp / "earlier");
   ASSERT_FALSE(earlier.empty()) << second.out;
   EXPECT_EQ(read_jsonl(earlier / "metrics.jsonl").size(), read_jsonl(exp / "metrics.jsonl").size());
@@ -126,14 +137,17 @@ TEST(ClassicRobust, ASecondAjetOnARunningExperimentIsRefused) {
     Captured r = run_ajet("--conf " + shell_quote((dir / "calc.yaml").string()) + " --exp-dir " +
                           shell_quote((dir / "exps").string()));
     EXPECT_EQ(WEXITSTATUS(r.status), 1) << r.out;
-    EXPECT_NE(r.out.find("is being run by ajet pid " + std::to_string(::getpid())), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("is being run by ajet pid " + std::to_string(::getpid())),
+              std::string::npos)
+        << r.out;
   }
   ExperimentLock again(dir / "exps" / "run");  // released: taken again without error
 }
 
 // The torch backbone: checkpoints go under the experiment directory and are named by the step the
 // launcher and the engine log report; after kill -9, --resume continues from the newest checkpoint
-// (step, weights, optimizer, task order) and appends to metrics.jsonl; the end names the final model.
+// (step, weights, optimizer, task order) and appends to metrics.jsonl; the end names the final
+// model.
 TEST(ClassicRobust, TorchCheckpointsStayInTheExperimentAndResumeContinuesAfterKill9) {
   e2e::ScratchDir dir;
   const fs::path model = micro_model();
@@ -141,14 +155,17 @@ TEST(ClassicRobust, TorchCheckpointsStayInTheExperimentAndResumeContinuesAfterKi
   yaml.replace(yaml.find("test_freq: 0"), 12, "test_freq: 0\n    save_freq: 1");
   write_file_atomic(dir / "torch.yaml", yaml);
   const fs::path exp = dir / "exps" / "run";
-  const std::vector<std::string> base = {"--conf", (dir / "torch.yaml").string(), "--exp-dir", (dir / "exps").string()};
+  const std::vector<std::string> base = {"--conf", (dir / "torch.yaml").string(), "--exp-dir",
+                                         (dir / "exps").string()};
   pid_t pid = spawn_ajet(dir / "out1.txt", base, dir.path());
-  ASSERT_TRUE(e2e::eventually([&] { return has_train_step(exp / "metrics.jsonl", 2); }, std::chrono::seconds(300)))
+  ASSERT_TRUE(e2e::eventually([&] { return has_train_step(exp / "metrics.jsonl", 2); },
+                              std::chrono::seconds(300)))
       << read_file(dir / "out1.txt");
   ::kill(pid, SIGKILL);
   wait_exit(pid, std::chrono::seconds(30));
   // The front dies with ajet (PR_SET_PDEATHSIG) and the engine with the front.
-  EXPECT_TRUE(e2e::eventually([&] { return find_leftovers(exp).empty(); }, std::chrono::seconds(30)));
+  EXPECT_TRUE(
+      e2e::eventually([&] { return find_leftovers(exp).empty(); }, std::chrono::seconds(30)));
   EXPECT_TRUE(fs::is_directory(exp / "saved_checkpoints" / "global_step_2" / "model"));
   EXPECT_FALSE(fs::exists(dir / "saved_checkpoints"));  // nothing in the working directory
 
@@ -173,17 +190,21 @@ TEST(ClassicRobust, TorchCheckpointsStayInTheExperimentAndResumeContinuesAfterKi
     }
   }
   ASSERT_GE(resumed_at, 2) << out;
-  EXPECT_NE(out.find("continuing after step " + std::to_string(resumed_at)), std::string::npos) << out;
+  EXPECT_NE(out.find("continuing after step " + std::to_string(resumed_at)), std::string::npos)
+      << out;
   std::vector<int64_t> expected;
   for (int64_t s = resumed_at + 1; s <= 4; ++s) expected.push_back(s);
   EXPECT_EQ(steps_after, expected) << out;
   const fs::path final_checkpoint = exp / "saved_checkpoints" / "global_step_4";
-  EXPECT_NE(out.find("final model: " + (final_checkpoint / "model").string()), std::string::npos) << out;
+  EXPECT_NE(out.find("final model: " + (final_checkpoint / "model").string()), std::string::npos)
+      << out;
   EXPECT_TRUE(fs::is_directory(final_checkpoint / "model"));
-  EXPECT_NE(read_file(exp / "engine.log").find(final_checkpoint.string() + " (policy version 4, global step 4)"),
+  EXPECT_NE(read_file(exp / "engine.log")
+                .find(final_checkpoint.string() + " (policy version 4, global step 4)"),
             std::string::npos);
-  EXPECT_NE(read_file(exp / "swarm.log").find("from checkpoint " + (exp / "saved_checkpoints").string()),
-            std::string::npos);
+  EXPECT_NE(
+      read_file(exp / "swarm.log").find("from checkpoint " + (exp / "saved_checkpoints").string()),
+      std::string::npos);
 }
 
 // A run stopped after a step but before that step's validation (here: metrics.jsonl cut after step
@@ -192,8 +213,8 @@ TEST(ClassicRobust, TorchCheckpointsStayInTheExperimentAndResumeContinuesAfterKi
 TEST(ClassicRobust, ResumeValidatesTheStepWhoseValidationWasLost) {
   e2e::ScratchDir dir;
   write_file_atomic(dir / "calc.yaml", classic_yaml(micro_model()));
-  const std::string args =
-      "--conf " + shell_quote((dir / "calc.yaml").string()) + " --exp-dir " + shell_quote((dir / "exps").string());
+  const std::string args = "--conf " + shell_quote((dir / "calc.yaml").string()) + " --exp-dir " +
+                           shell_quote((dir / "exps").string());
   Captured first = run_ajet(args);
   ASSERT_EQ(first.status, 0) << first.out;
   const fs::path metrics = dir / "exps" / "run" / "metrics.jsonl";
@@ -215,7 +236,8 @@ TEST(ClassicRobust, ResumeValidatesTheStepWhoseValidationWasLost) {
       seen_resume = true;
       EXPECT_EQ(r["step"], 2);
     } else if (seen_resume) {
-      after.push_back(r["kind"].get<std::string>() + " " + std::to_string(r["step"].get<int64_t>()));
+      after.push_back(r["kind"].get<std::string>() + " " +
+                      std::to_string(r["step"].get<int64_t>()));
     }
   }
   EXPECT_EQ(after, (std::vector<std::string>{"validation 2", "train 3", "validation 3"}));
@@ -243,7 +265,8 @@ TEST(ClassicCli, VersionUsageErrorsAndDidYouMean) {
   e2e::ScratchDir dir;
   const fs::path model = micro_model();
   write_file_atomic(dir / "ok.yaml", classic_yaml(model));
-  r = run_ajet("--conf " + shell_quote((dir / "ok.yaml").string()) + " --set ajet.rollout.nmu_repeat=3");
+  r = run_ajet("--conf " + shell_quote((dir / "ok.yaml").string()) +
+               " --set ajet.rollout.nmu_repeat=3");
   EXPECT_EQ(WEXITSTATUS(r.status), 2) << r.out;
   EXPECT_NE(r.out.find("did you mean 'ajet.rollout.num_repeat'?"), std::string::npos) << r.out;
 }

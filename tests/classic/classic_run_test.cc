@@ -1,6 +1,7 @@
 // End-to-end runs of `ajet --conf` (the real ajet binary, which starts the real ajet-swarm, which
-// starts the real ajet-engine) on the micro model with the debug and torch backbones: counts and files, never
-// speed. Plus the errors a user meets first: unknown backbone, missing file, wrong types.
+// starts the real ajet-engine) on the micro model with the debug and torch backbones: counts and
+// files, never speed. Plus the errors a user meets first: unknown backbone, missing file, wrong
+// types.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -54,7 +55,8 @@ TEST(ClassicRun, DebugBackboneRunsStepsValidatesAndWritesFiles) {
   }
   EXPECT_EQ(train, 2) << r.out;
   EXPECT_EQ(val, 3) << r.out;  // before training, after step 1, after step 2
-  // reward_curve.html: the front's dashboard with its series inlined (the train and validation numbers)
+  // reward_curve.html: the front's dashboard with its series inlined (the train and validation
+  // numbers)
   std::string html = read_file(exp / "reward_curve.html");
   EXPECT_NE(html.find("window.AJET_SNAPSHOT = "), std::string::npos);
   EXPECT_NE(html.find("\"rollout/reward_mean\":[["), std::string::npos);
@@ -64,8 +66,10 @@ TEST(ClassicRun, DebugBackboneRunsStepsValidatesAndWritesFiles) {
   EXPECT_NE(r.out.find("step 1/2  reward"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("step 1/2 ["), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("val @ step 0"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("ajet: held-out success, step 0 -> 2: sampled "), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("reward curve: " + (exp / "reward_curve.html").string()), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ajet: held-out success, step 0 -> 2: sampled "), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("reward curve: " + (exp / "reward_curve.html").string()), std::string::npos)
+      << r.out;
   // The front ran under the experiment directory and stopped cleanly.
   EXPECT_TRUE(fs::exists(exp / "train_config.yaml"));
   EXPECT_NE(read_file(exp / "swarm.log").find("ajet-swarm: stopped"), std::string::npos);
@@ -83,16 +87,19 @@ TEST(ClassicRun, TorchBackboneTrainsEachStepThroughTheFront) {
     yaml.replace(yaml.find("backbone: debug"), 15, "backbone: torch");
     yaml.replace(yaml.find("val_before_train: true"), 22, "val_before_train: false");
     write_file_atomic(dir / "torch.yaml", yaml);
-    Captured r = run_ajet("--conf " + shell_quote((dir / "torch.yaml").string()) + " --exp-dir " +
-                          shell_quote((dir / "exps").string()) +
-                          (ranks > 1 ? " --swarm-flag=--engine-ranks=" + std::to_string(ranks) : ""));
+    Captured r =
+        run_ajet("--conf " + shell_quote((dir / "torch.yaml").string()) + " --exp-dir " +
+                 shell_quote((dir / "exps").string()) +
+                 (ranks > 1 ? " --swarm-flag=--engine-ranks=" + std::to_string(ranks) : ""));
     ASSERT_EQ(r.status, 0) << r.out;
     int train = 0;
     for (const auto& rec : read_jsonl(dir / "exps" / "run" / "metrics.jsonl")) {
       if (rec["kind"] != "train") continue;
       train += 1;
-      EXPECT_EQ(rec["global_step"].get<int64_t>(), train) << rec.dump();  // one optimizer step per step
-      EXPECT_TRUE(rec["trainer"].contains("loss")) << rec.dump();          // the trainer's metrics came back
+      EXPECT_EQ(rec["global_step"].get<int64_t>(), train)
+          << rec.dump();  // one optimizer step per step
+      EXPECT_TRUE(rec["trainer"].contains("loss"))
+          << rec.dump();  // the trainer's metrics came back
       EXPECT_EQ(rec["rollout"]["episodes"].get<int64_t>(), 4);
     }
     EXPECT_EQ(train, 2) << r.out;
@@ -108,16 +115,19 @@ TEST(ClassicRun, TorchBackboneTrainsEachStepThroughTheFront) {
 TEST(ClassicRun, ExternalCommandWorkflowReportsItsOwnReward) {
   e2e::ScratchDir dir;
   const fs::path model = micro_model();
-  // An agent in shell: one chat call with the episode key, then its reward as JSON on the last line.
-  write_file_atomic(dir / "agent.sh",
-                    "#!/bin/sh\n"
-                    "set -e\n"
-                    "test -n \"$AJET_TASK\"\n"
-                    "curl -sf -H \"Authorization: Bearer $OPENAI_API_KEY\" -H 'Content-Type: application/json' "
-                    "-d '{\"model\":\"x\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":3}' "
-                    "\"$OPENAI_BASE_URL/chat/completions\" > /dev/null\n"
-                    "echo 'agent log line'\n"
-                    "echo '{\"reward\": 0.5, \"is_success\": false, \"log_metrics\": {\"llm_calls\": 1}}'\n");
+  // An agent in shell: one chat call with the episode key, then its reward as JSON on the last
+  // line.
+  write_file_atomic(
+      dir / "agent.sh",
+      "#!/bin/sh\n"
+      "set -e\n"
+      "test -n \"$AJET_TASK\"\n"
+      "curl -sf -H \"Authorization: Bearer $OPENAI_API_KEY\" -H 'Content-Type: application/json' "
+      "-d "
+      "'{\"model\":\"x\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":3}' "
+      "\"$OPENAI_BASE_URL/chat/completions\" > /dev/null\n"
+      "echo 'agent log line'\n"
+      "echo '{\"reward\": 0.5, \"is_success\": false, \"log_metrics\": {\"llm_calls\": 1}}'\n");
   fs::permissions(dir / "agent.sh", fs::perms::owner_all);
   std::string yaml = classic_yaml(model);
   yaml.replace(yaml.find("  rollout:\n"), 11, "  rollout:\n    user_workflow: \"sh agent.sh\"\n");
@@ -143,21 +153,25 @@ TEST(ClassicRun, ExternalCommandWorkflowReportsItsOwnReward) {
 TEST(ClassicRun, WorkerModeServesTrainAndValidationEpisodesWithFewProcesses) {
   e2e::ScratchDir dir;
   const fs::path model = micro_model();
-  write_file_atomic(dir / "worker.py",
-                    "import json, os, sys, urllib.request\n"
-                    "open('pids.txt', 'a').write(f'{os.getpid()}\\n')\n"
-                    "for line in sys.stdin:\n"
-                    "    req = json.loads(line)\n"
-                    "    body = {'model': req['model'], 'messages': [{'role': 'user', 'content': 'hi'}], 'max_tokens': 3,\n"
-                    "            **req['sampling']}\n"
-                    "    r = urllib.request.Request(req['base_url'] + '/chat/completions', json.dumps(body).encode(),\n"
-                    "        {'Authorization': 'Bearer ' + req['api_key'], 'Content-Type': 'application/json'})\n"
-                    "    urllib.request.urlopen(r).read()\n"
-                    "    print(json.dumps({'reward': 0.5, 'log_metrics': {'llm_calls': 1}}), flush=True)\n");
+  write_file_atomic(
+      dir / "worker.py",
+      "import json, os, sys, urllib.request\n"
+      "open('pids.txt', 'a').write(f'{os.getpid()}\\n')\n"
+      "for line in sys.stdin:\n"
+      "    req = json.loads(line)\n"
+      "    body = {'model': req['model'], 'messages': [{'role': 'user', 'content': 'hi'}], "
+      "'max_tokens': 3,\n"
+      "            **req['sampling']}\n"
+      "    r = urllib.request.Request(req['base_url'] + '/chat/completions', "
+      "json.dumps(body).encode(),\n"
+      "        {'Authorization': 'Bearer ' + req['api_key'], 'Content-Type': 'application/json'})\n"
+      "    urllib.request.urlopen(r).read()\n"
+      "    print(json.dumps({'reward': 0.5, 'log_metrics': {'llm_calls': 1}}), flush=True)\n");
   std::string yaml = classic_yaml(model);
-  yaml.replace(yaml.find("  rollout:\n"), 11,
-               "  rollout:\n    user_workflow: \"python3 worker.py\"\n    user_workflow_mode: worker\n"
-               "    user_workflow_workers: 2\n");
+  yaml.replace(
+      yaml.find("  rollout:\n"), 11,
+      "  rollout:\n    user_workflow: \"python3 worker.py\"\n    user_workflow_mode: worker\n"
+      "    user_workflow_workers: 2\n");
   write_file_atomic(dir / "worker.yaml", yaml);
   Captured r = run_ajet("--conf " + shell_quote((dir / "worker.yaml").string()) + " --exp-dir " +
                         shell_quote((dir / "exps").string()));
@@ -176,7 +190,8 @@ TEST(ClassicRun, WorkerModeServesTrainAndValidationEpisodesWithFewProcesses) {
       EXPECT_EQ(rec["greedy_rollout"]["episodes"].get<int64_t>(), 3) << rec.dump();
       // The worker passed the request's sampling: the sampled episodes were sampled.
       EXPECT_GT(rec["sampled_requests"]["calls"].get<int64_t>(), 0) << rec.dump();
-      EXPECT_EQ(rec["sampled_requests"]["sampled_calls"], rec["sampled_requests"]["calls"]) << rec.dump();
+      EXPECT_EQ(rec["sampled_requests"]["sampled_calls"], rec["sampled_requests"]["calls"])
+          << rec.dump();
     }
   }
   EXPECT_EQ(train, 2) << r.out;
@@ -190,25 +205,28 @@ TEST(ClassicRun, WorkerModeServesTrainAndValidationEpisodesWithFewProcesses) {
   EXPECT_LE(processes, 2) << read_file(dir / "pids.txt");
 }
 
-// An agent that ignores AJET_SAMPLING turns sampled validation greedy without a word: ajet reads the
-// sampled episodes' requests back and warns once per validation, with a metric; an agent that passes
-// it gets no warning.
+// An agent that ignores AJET_SAMPLING turns sampled validation greedy without a word: ajet reads
+// the sampled episodes' requests back and warns once per validation, with a metric; an agent that
+// passes it gets no warning.
 TEST(ClassicRun, WarnsWhenSampledValidationGotOnlyGreedyRequests) {
   const fs::path model = micro_model();
   for (const bool passes_sampling : {false, true}) {
     SCOPED_TRACE(passes_sampling ? "passes AJET_SAMPLING" : "ignores AJET_SAMPLING");
     e2e::ScratchDir dir;
-    write_file_atomic(dir / "agent.sh",
-                      std::string("#!/bin/sh\nset -e\n") +
-                          (passes_sampling ? "s=${AJET_SAMPLING#?}; s=${s%?}\n" : "s=\n") +
-                          "body='{\"model\":\"x\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
-                          "\"max_tokens\":3'${s:+,$s}'}'\n"
-                          "curl -sf -H \"Authorization: Bearer $OPENAI_API_KEY\" -H 'Content-Type: application/json' "
-                          "-d \"$body\" \"$OPENAI_BASE_URL/chat/completions\" > /dev/null\n"
-                          "echo 1\n");
+    write_file_atomic(
+        dir / "agent.sh",
+        std::string("#!/bin/sh\nset -e\n") +
+            (passes_sampling ? "s=${AJET_SAMPLING#?}; s=${s%?}\n" : "s=\n") +
+            "body='{\"model\":\"x\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+            "\"max_tokens\":3'${s:+,$s}'}'\n"
+            "curl -sf -H \"Authorization: Bearer $OPENAI_API_KEY\" -H 'Content-Type: "
+            "application/json' "
+            "-d \"$body\" \"$OPENAI_BASE_URL/chat/completions\" > /dev/null\n"
+            "echo 1\n");
     std::string yaml = classic_yaml(model);
     yaml.replace(yaml.find("  rollout:\n"), 11, "  rollout:\n    user_workflow: \"sh agent.sh\"\n");
-    yaml.replace(yaml.find("    val_before_train: true\n"), 27, "    val_before_train: true\n    val_only: true\n");
+    yaml.replace(yaml.find("    val_before_train: true\n"), 27,
+                 "    val_before_train: true\n    val_only: true\n");
     write_file_atomic(dir / "greedy.yaml", yaml);
     Captured r = run_ajet("--conf " + shell_quote((dir / "greedy.yaml").string()) + " --exp-dir " +
                           shell_quote((dir / "exps").string()));
@@ -219,7 +237,8 @@ TEST(ClassicRun, WarnsWhenSampledValidationGotOnlyGreedyRequests) {
       val += 1;
       const Json& check = rec["sampled_requests"];
       EXPECT_GT(check["calls"].get<int64_t>(), 0) << rec.dump();
-      EXPECT_EQ(check["sampled_calls"].get<int64_t>(), passes_sampling ? check["calls"].get<int64_t>() : 0)
+      EXPECT_EQ(check["sampled_calls"].get<int64_t>(),
+                passes_sampling ? check["calls"].get<int64_t>() : 0)
           << rec.dump();
     }
     EXPECT_EQ(val, 1) << r.out;
@@ -228,16 +247,17 @@ TEST(ClassicRun, WarnsWhenSampledValidationGotOnlyGreedyRequests) {
     } else {
       const size_t at = r.out.find("ran greedy");
       ASSERT_NE(at, std::string::npos) << r.out;
-      EXPECT_EQ(r.out.find("ran greedy", at + 1), std::string::npos) << "warned more than once: " << r.out;
+      EXPECT_EQ(r.out.find("ran greedy", at + 1), std::string::npos)
+          << "warned more than once: " << r.out;
       EXPECT_NE(r.out.find("AJET_SAMPLING"), std::string::npos) << r.out;  // names the fix
     }
   }
 }
 
 // Dynamic sampling (rollout_until_finish_enough_non_dummy_tasks): a step samples task batches until
-// train_batch_size groups have unequal rewards, at most max_num_gen_batches, and the batch the front
-// forms holds every episode sampled. The agent gives a constant reward on two tasks in three and a
-// reward that depends on the episode on the others, so some steps need more than one batch.
+// train_batch_size groups have unequal rewards, at most max_num_gen_batches, and the batch the
+// front forms holds every episode sampled. The agent gives a constant reward on two tasks in three
+// and a reward that depends on the episode on the others, so some steps need more than one batch.
 TEST(ClassicRun, DynamicSamplingSamplesUntilEnoughGroupsCarryASignal) {
   e2e::ScratchDir dir;
   const fs::path model = micro_model();
@@ -247,8 +267,9 @@ TEST(ClassicRun, DynamicSamplingSamplesUntilEnoughGroupsCarryASignal) {
                     "last=${AJET_ENV_SEED#${AJET_ENV_SEED%?}}\n"
                     "if [ $((h % 3)) -eq 0 ]; then r=$((last % 2)); else r=1; fi\n"
                     "echo \"{\\\"reward\\\": $r}\"\n");
-  std::string yaml = classic_yaml(model,
-                                  "  swarm_mode_sample_collection_method: rollout_until_finish_enough_non_dummy_tasks\n");
+  std::string yaml = classic_yaml(
+      model,
+      "  swarm_mode_sample_collection_method: rollout_until_finish_enough_non_dummy_tasks\n");
   yaml.replace(yaml.find("  rollout:\n"), 11, "  rollout:\n    user_workflow: \"sh agent.sh\"\n");
   yaml.replace(yaml.find("num_repeat: 2"), 13, "num_repeat: 4");
   yaml.replace(yaml.find("num_training_tasks: 6"), 21, "num_training_tasks: 40");
@@ -266,7 +287,8 @@ TEST(ClassicRun, DynamicSamplingSamplesUntilEnoughGroupsCarryASignal) {
     if (rec["kind"] != "train") continue;
     train += 1;
     const Json& s = rec["sampling"];
-    const int64_t batches = s["gen_batches"].get<int64_t>(), informative = s["informative_groups"].get<int64_t>();
+    const int64_t batches = s["gen_batches"].get<int64_t>(),
+                  informative = s["informative_groups"].get<int64_t>();
     EXPECT_GE(batches, 1) << rec.dump();
     EXPECT_LE(batches, 3) << rec.dump();
     EXPECT_EQ(s["groups"].get<int64_t>(), batches * 2) << rec.dump();
@@ -283,11 +305,13 @@ TEST(ClassicRun, DynamicSamplingSamplesUntilEnoughGroupsCarryASignal) {
     episodes += rec["rollout"]["episodes"].get<int64_t>();
   }
   EXPECT_EQ(train, 4) << r.out;
-  EXPECT_GT(more_than_one, 0) << "every step was done after one batch: the agent's rewards do not exercise the rule";
+  EXPECT_GT(more_than_one, 0)
+      << "every step was done after one batch: the agent's rewards do not exercise the rule";
   // The front formed one batch per step, holding every episode the step sampled.
   const std::string log = read_file(dir / "exps" / "run" / "swarm.log");
   size_t fired = 0;
-  for (size_t at = log.find("rollout_until_any_client_agree_sync_weight fired"); at != std::string::npos;
+  for (size_t at = log.find("rollout_until_any_client_agree_sync_weight fired");
+       at != std::string::npos;
        at = log.find("rollout_until_any_client_agree_sync_weight fired", at + 1)) {
     fired += 1;
   }
@@ -307,23 +331,30 @@ TEST(ClassicRun, SigintStopsCleanly) {
     int fd = ::open(out.c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
     ::dup2(fd, 1);
     ::dup2(fd, 2);
-    std::string conf = (dir / "long.yaml").string(), exps = (dir / "exps").string(), ajet = bin("ajet").string();
-    ::execl(ajet.c_str(), ajet.c_str(), "--conf", conf.c_str(), "--exp-dir", exps.c_str(), (char*)nullptr);
+    std::string conf = (dir / "long.yaml").string(), exps = (dir / "exps").string(),
+                ajet = bin("ajet").string();
+    ::execl(ajet.c_str(), ajet.c_str(), "--conf", conf.c_str(), "--exp-dir", exps.c_str(),
+            (char*)nullptr);
     ::_exit(127);
   }
   const fs::path metrics = dir / "exps" / "run" / "metrics.jsonl";
   // Wait for the first finished step (an observable file), then interrupt.
   bool stepped = e2e::eventually(
-      [&] { return fs::exists(metrics) && read_file(metrics).find("\"kind\":\"train\"") != std::string::npos; },
+      [&] {
+        return fs::exists(metrics) &&
+               read_file(metrics).find("\"kind\":\"train\"") != std::string::npos;
+      },
       std::chrono::seconds(180));
   ::kill(pid, SIGINT);
   int status = 0;
-  ASSERT_TRUE(e2e::eventually([&] { return ::waitpid(pid, &status, WNOHANG) == pid; }, std::chrono::seconds(60)))
+  ASSERT_TRUE(e2e::eventually([&] { return ::waitpid(pid, &status, WNOHANG) == pid; },
+                              std::chrono::seconds(60)))
       << read_file(out);
   ASSERT_TRUE(stepped) << read_file(out);
   ASSERT_TRUE(WIFEXITED(status)) << read_file(out);
   EXPECT_EQ(WEXITSTATUS(status), 130) << read_file(out);
-  EXPECT_NE(read_file(dir / "exps" / "run" / "swarm.log").find("ajet-swarm: stopped"), std::string::npos);
+  EXPECT_NE(read_file(dir / "exps" / "run" / "swarm.log").find("ajet-swarm: stopped"),
+            std::string::npos);
   EXPECT_TRUE(fs::exists(dir / "exps" / "run" / "reward_curve.html"));
 }
 
@@ -336,7 +367,8 @@ TEST(ClassicErrors, UnknownBackboneMissingFileAndBadTypesNameTheProblem) {
   EXPECT_NE(r.out.find("--backbone"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("turbo"), std::string::npos) << r.out;
 
-  r = run_ajet("--conf " + shell_quote((dir / "ok.yaml").string()) + " --set ajet.rollout.nmu_repeat=3");
+  r = run_ajet("--conf " + shell_quote((dir / "ok.yaml").string()) +
+               " --set ajet.rollout.nmu_repeat=3");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.out.find("ajet.rollout.nmu_repeat"), std::string::npos) << r.out;
   r = run_ajet("--conf " + shell_quote((dir / "ok.yaml").string()) + " --set rollout.num_repeat=0");

@@ -121,7 +121,8 @@ TEST(CocktailRun, EachStepFollowsTheScheduleAndEachTaskIsValidatedAlone) {
   EXPECT_NE(r.out.find("ajet: held-out success of count, step 0 -> 4: sampled "), std::string::npos)
       << r.out;
   const std::string html = read_file(dir / "exps" / "run" / "reward_curve.html");
-  EXPECT_NE(html.find("\"rollout/reward_mean@calc\":[["), std::string::npos);  // per task: one chart, a line each
+  EXPECT_NE(html.find("\"rollout/reward_mean@calc\":[["),
+            std::string::npos);  // per task: one chart, a line each
   EXPECT_NE(html.find("\"val/sampled_success@count\":[["), std::string::npos);
 }
 

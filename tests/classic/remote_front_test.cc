@@ -1,9 +1,9 @@
-// Classic mode against a front it did not start (`ajet --conf x.yaml --swarm-url URL`), with the real
-// binaries on the micro model: the run syncs its config, starts the engine, runs its episodes here,
-// writes metrics.jsonl into the local experiment directory and stops the engine at its end, leaving
-// the front running and free for the next run; a run killed with kill -9 leaves the engine running,
-// and the next one stops it and continues (--resume); a front that does not answer is named. Every
-// wait is for a file, a log line or a process exit, never a fixed time.
+// Classic mode against a front it did not start (`ajet --conf x.yaml --swarm-url URL`), with the
+// real binaries on the micro model: the run syncs its config, starts the engine, runs its episodes
+// here, writes metrics.jsonl into the local experiment directory and stops the engine at its end,
+// leaving the front running and free for the next run; a run killed with kill -9 leaves the engine
+// running, and the next one stops it and continues (--resume); a front that does not answer is
+// named. Every wait is for a file, a log line or a process exit, never a fixed time.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -22,7 +22,9 @@ namespace fs = std::filesystem;
 using e2e::Captured;
 using e2e::shell_quote;
 
-std::string engine_status(const std::string& url) { return client::SwarmClient(url).get_engine_status().status; }
+std::string engine_status(const std::string& url) {
+  return client::SwarmClient(url).get_engine_status().status;
+}
 
 // The steps of metrics.jsonl's records of `kind` (after the last resume line, when there is one).
 std::vector<int64_t> steps_of(const fs::path& metrics, const std::string& kind) {
@@ -33,11 +35,13 @@ std::vector<int64_t> steps_of(const fs::path& metrics, const std::string& kind) 
   return steps;
 }
 
-// A "forever" run (long_run_yaml, experiment "run") of `ajet --swarm-url URL` in the background, its
-// output in dir/OUT; returns its pid once metrics.jsonl has train step `step` (-1 and a test failure
-// when it never gets there).
-pid_t spawn_long_run(const e2e::ScratchDir& dir, const std::string& url, const std::string& out, int64_t step) {
-  if (!fs::exists(dir / "long.yaml")) write_file_atomic(dir / "long.yaml", long_run_yaml(micro_model()));
+// A "forever" run (long_run_yaml, experiment "run") of `ajet --swarm-url URL` in the background,
+// its output in dir/OUT; returns its pid once metrics.jsonl has train step `step` (-1 and a test
+// failure when it never gets there).
+pid_t spawn_long_run(const e2e::ScratchDir& dir, const std::string& url, const std::string& out,
+                     int64_t step) {
+  if (!fs::exists(dir / "long.yaml"))
+    write_file_atomic(dir / "long.yaml", long_run_yaml(micro_model()));
   const pid_t pid = spawn_ajet(dir / out, {"--conf", (dir / "long.yaml").string(), "--exp-dir",
                                            (dir / "exps").string(), "--swarm-url", url});
   if (!e2e::eventually([&] { return has_train_step(dir / "exps" / "run" / "metrics.jsonl", step); },
@@ -60,7 +64,8 @@ TEST(ClassicRemote, ARunDrivesARunningFrontAndLeavesItFreeForTheNext) {
 
   Captured first = run_ajet(args);
   ASSERT_EQ(first.status, 0) << first.out;
-  EXPECT_NE(first.out.find("front at " + front.url() + " (--swarm-url"), std::string::npos) << first.out;
+  EXPECT_NE(first.out.find("front at " + front.url() + " (--swarm-url"), std::string::npos)
+      << first.out;
   EXPECT_EQ(steps_of(exp / "metrics.jsonl", "train"), (std::vector<int64_t>{1, 2}));
   EXPECT_EQ(steps_of(exp / "metrics.jsonl", "validation"), (std::vector<int64_t>{0, 1, 2}));
   EXPECT_TRUE(fs::exists(exp / "reward_curve.html"));
@@ -94,17 +99,20 @@ TEST(ClassicRemote, AKilledRunLeavesTheEngineAndTheResumeStopsItAndContinues) {
   e2e::SwarmProcess front(e2e::SwarmProcess::Options{dir / "front", {}, "", {}});
   ASSERT_FALSE(front.url().empty());
   const fs::path exp = dir / "exps" / "run";
-  std::vector<std::string> args = {"--conf", (dir / "long.yaml").string(), "--exp-dir", (dir / "exps").string(),
+  std::vector<std::string> args = {"--conf",      (dir / "long.yaml").string(),
+                                   "--exp-dir",   (dir / "exps").string(),
                                    "--swarm-url", front.url()};
   pid_t pid = spawn_ajet(dir / "out1.txt", args);
-  ASSERT_TRUE(e2e::eventually([&] { return has_train_step(exp / "metrics.jsonl", 2); }, std::chrono::seconds(180)))
+  ASSERT_TRUE(e2e::eventually([&] { return has_train_step(exp / "metrics.jsonl", 2); },
+                              std::chrono::seconds(180)))
       << read_file(dir / "out1.txt");
   ::kill(pid, SIGKILL);
   wait_exit(pid, std::chrono::seconds(30));
   EXPECT_NE(engine_status(front.url()), client::kOffline);
   const int64_t done = steps_of(exp / "metrics.jsonl", "train").back();
 
-  args.insert(args.end(), {"--resume", "--set", "ajet.trainer_common.total_training_steps=" + std::to_string(done + 1)});
+  args.insert(args.end(), {"--resume", "--set",
+                           "ajet.trainer_common.total_training_steps=" + std::to_string(done + 1)});
   pid = spawn_ajet(dir / "out2.txt", args);
   const int status = wait_exit(pid, std::chrono::seconds(300));
   const std::string out = read_file(dir / "out2.txt");
@@ -120,8 +128,8 @@ TEST(ClassicRemote, AKilledRunLeavesTheEngineAndTheResumeStopsItAndContinues) {
   EXPECT_FALSE(e2e::process_gone(front.pid()));
 }
 
-// SIGTERM (what `ajet research` sends a trial it stops) ends the run cleanly: the engine on the front
-// is stopped, the front itself keeps running.
+// SIGTERM (what `ajet research` sends a trial it stops) ends the run cleanly: the engine on the
+// front is stopped, the front itself keeps running.
 TEST(ClassicRemote, SigtermStopsTheEngineOnTheFrontButNotTheFront) {
   e2e::ScratchDir dir;
   e2e::SwarmProcess front(e2e::SwarmProcess::Options{dir / "front", {}, "", {}});
@@ -156,7 +164,8 @@ TEST(ClassicRemote, ResumeContinuesFromTheFrontsCheckpointOnlyWhileItIsThisRuns)
 
   Captured r = run_ajet(args);
   ASSERT_EQ(r.status, 0) << r.out;
-  EXPECT_NE(r.out.find("final model: " + (checkpoints / "global_step_2" / "model").string() + " on the front"),
+  EXPECT_NE(r.out.find("final model: " + (checkpoints / "global_step_2" / "model").string() +
+                       " on the front"),
             std::string::npos)
       << r.out;
   EXPECT_FALSE(fs::exists(exp / "saved_checkpoints"));
@@ -173,7 +182,8 @@ TEST(ClassicRemote, ResumeContinuesFromTheFrontsCheckpointOnlyWhileItIsThisRuns)
   r = run_ajet(args + " --resume --set ajet.trainer_common.total_training_steps=2");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("holds no checkpoint of this run (its newest, " + (dir / "front").string() +
-                       "/experiments/other/saved_checkpoints/global_step_2, is another experiment's); starting the "
+                       "/experiments/other/saved_checkpoints/global_step_2, is another "
+                       "experiment's); starting the "
                        "run again from step 0"),
             std::string::npos)
       << r.out;
@@ -184,8 +194,8 @@ TEST(ClassicRemote, ResumeContinuesFromTheFrontsCheckpointOnlyWhileItIsThisRuns)
 }
 
 // A front shared by two experiments: a run does not stop another experiment's engine unless told to
-// (--force-restart); the run whose engine was replaced stops on its own and leaves the new engine to
-// the run that started it.
+// (--force-restart); the run whose engine was replaced stops on its own and leaves the new engine
+// to the run that started it.
 TEST(ClassicRemote, AnotherExperimentsEngineIsLeftAloneUnlessForceRestart) {
   e2e::ScratchDir dir;
   e2e::SwarmProcess front(e2e::SwarmProcess::Options{dir / "front", {}, "", {}});
@@ -195,29 +205,35 @@ TEST(ClassicRemote, AnotherExperimentsEngineIsLeftAloneUnlessForceRestart) {
   const Json first_run = client::SwarmClient(front.url()).get_engine_status().body["engine_run"];
   ASSERT_TRUE(first_run.is_string());
 
-  const std::string other = "--conf " + shell_quote((dir / "long.yaml").string()) + " --exp-dir " +
-                            shell_quote((dir / "exps").string()) + " --swarm-url " + front.url() +
-                            " --set ajet.experiment_name=other --set ajet.trainer_common.total_training_steps=2";
+  const std::string other =
+      "--conf " + shell_quote((dir / "long.yaml").string()) + " --exp-dir " +
+      shell_quote((dir / "exps").string()) + " --swarm-url " + front.url() +
+      " --set ajet.experiment_name=other --set ajet.trainer_common.total_training_steps=2";
   Captured refused = run_ajet(other);
   EXPECT_EQ(WEXITSTATUS(refused.status), 1) << refused.out;
   EXPECT_NE(refused.out.find("the front's engine is ENGINE."), std::string::npos) << refused.out;
-  EXPECT_NE(refused.out.find("not this run's experiment 'other'; stopping it would end that training"),
-            std::string::npos)
+  EXPECT_NE(
+      refused.out.find("not this run's experiment 'other'; stopping it would end that training"),
+      std::string::npos)
       << refused.out;
   EXPECT_NE(refused.out.find("--force-restart"), std::string::npos) << refused.out;
   EXPECT_EQ(client::SwarmClient(front.url()).get_engine_status().body["engine_run"], first_run);
-  EXPECT_EQ(::waitpid(first, nullptr, WNOHANG), 0) << "the first run ended:\n" << read_file(dir / "out1.txt");
+  EXPECT_EQ(::waitpid(first, nullptr, WNOHANG), 0) << "the first run ended:\n"
+                                                   << read_file(dir / "out1.txt");
 
   Captured forced = run_ajet(other + " --force-restart");
   ASSERT_EQ(forced.status, 0) << forced.out;
-  EXPECT_NE(forced.out.find("stopping it so this run's config can be synced (--force-restart;"), std::string::npos)
+  EXPECT_NE(forced.out.find("stopping it so this run's config can be synced (--force-restart;"),
+            std::string::npos)
       << forced.out;
-  EXPECT_EQ(steps_of(dir / "exps" / "other" / "metrics.jsonl", "train"), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(steps_of(dir / "exps" / "other" / "metrics.jsonl", "train"),
+            (std::vector<int64_t>{1, 2}));
   const int status = wait_exit(first, std::chrono::seconds(300));
   const std::string out1 = read_file(dir / "out1.txt");
   ASSERT_TRUE(WIFEXITED(status)) << status << "\n" << out1;
   EXPECT_EQ(WEXITSTATUS(status), 1) << out1;
-  // Replaced while it waited (or found the engine OFFLINE in between): either way it stopped nothing.
+  // Replaced while it waited (or found the engine OFFLINE in between): either way it stopped
+  // nothing.
   EXPECT_TRUE(out1.find("the front's engine is no longer this run's") != std::string::npos ||
               out1.find("is no longer the one this client follows") != std::string::npos ||
               out1.find("ENGINE.OFFLINE") != std::string::npos)
@@ -251,7 +267,9 @@ TEST(ClassicRemote, AFrontThatDoesNotAnswerIsNamedAndBadFlagsAreRefused) {
   e2e::ClosedPort dead;
   Captured r = run_ajet(conf + " --swarm-url " + dead.url());
   EXPECT_EQ(WEXITSTATUS(r.status), 1) << r.out;
-  EXPECT_NE(r.out.find("--swarm-url " + dead.url() + ": the front does not answer"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--swarm-url " + dead.url() + ": the front does not answer"),
+            std::string::npos)
+      << r.out;
   EXPECT_FALSE(fs::exists(dir / "exps" / "run" / "ajet.pid"));
   r = run_ajet(conf + " --swarm-url 127.0.0.1:10086");
   EXPECT_EQ(WEXITSTATUS(r.status), 2) << r.out;

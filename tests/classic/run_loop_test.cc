@@ -1,5 +1,5 @@
-// The run loop on its own: a fake step pipeline and a fake clock drive the recipe one tick at a time
-// (validation schedule, the time budget, --resume's lost validation, settle, a stop request).
+// The run loop on its own: a fake step pipeline and a fake clock drive the recipe one tick at a
+// time (validation schedule, the time budget, --resume's lost validation, settle, a stop request).
 #include "classic/run_loop.h"
 
 #include <gtest/gtest.h>
@@ -23,15 +23,16 @@ struct Fake : StepPipeline {
   }
   void settle() override { log.push_back("settle"); }
   RunLoopHooks hooks(std::vector<int64_t> validated = {}) {
-    return RunLoopHooks{[this](int64_t s) {
-                          now += validation_s;
-                          log.push_back("validate " + std::to_string(s));
-                        },
-                        [validated](int64_t s) {
-                          return std::find(validated.begin(), validated.end(), s) != validated.end();
-                        },
-                        [this](const std::string& line) { log.push_back("say: " + line.substr(0, 40)); },
-                        [this] { return now; }};
+    return RunLoopHooks{
+        [this](int64_t s) {
+          now += validation_s;
+          log.push_back("validate " + std::to_string(s));
+        },
+        [validated](int64_t s) {
+          return std::find(validated.begin(), validated.end(), s) != validated.end();
+        },
+        [this](const std::string& line) { log.push_back("say: " + line.substr(0, 40)); },
+        [this] { return now; }};
   }
 };
 
@@ -51,8 +52,9 @@ TEST(RunLoop, ValidatesBeforeEveryTestFreqStepsAndAfterTheLastThenSettles) {
   while (loop.tick()) ++ticks;
   EXPECT_EQ(ticks, 5);  // the first validation, then one tick per step (the last one ends the run)
   EXPECT_EQ(steps_and_validations(f.log),
-            (std::vector<std::string>{"validate 0", "step 1", "step 2", "settle", "validate 2", "step 3", "step 4",
-                                      "settle", "validate 4", "step 5", "settle", "validate 5", "settle"}));
+            (std::vector<std::string>{"validate 0", "step 1", "step 2", "settle", "validate 2",
+                                      "step 3", "step 4", "settle", "validate 4", "step 5",
+                                      "settle", "validate 5", "settle"}));
   EXPECT_EQ(loop.steps_done(), 5);
   EXPECT_FALSE(loop.out_of_time());
   EXPECT_FALSE(loop.tick());
@@ -63,12 +65,14 @@ TEST(RunLoop, StopsWhenTheNextStepWouldPassTheBudgetAndValidatesThere) {
   std::atomic<bool> stop{false};
   RunLoop loop(RunPlan{1, 100, 10, false, 35.0}, f, f.hooks(), stop);
   loop.run();
-  EXPECT_EQ(steps_and_validations(f.log),
-            (std::vector<std::string>{"step 1", "step 2", "step 3", "settle", "validate 3", "settle"}));
+  EXPECT_EQ(
+      steps_and_validations(f.log),
+      (std::vector<std::string>{"step 1", "step 2", "step 3", "settle", "validate 3", "settle"}));
   EXPECT_TRUE(loop.out_of_time());
   EXPECT_EQ(loop.steps_done(), 3);
   bool said = false;
-  for (const auto& l : f.log) said = said || l.find("stopping after step 3 of 100") != std::string::npos;
+  for (const auto& l : f.log)
+    said = said || l.find("stopping after step 3 of 100") != std::string::npos;
   EXPECT_TRUE(said);
 }
 
@@ -107,14 +111,17 @@ TEST(RunLoop, ProgressShowsTheBudgetsEstimateAndTimeLeft) {
 TEST(RunLoop, AResumedRunMakesUpTheValidationItLost) {
   Fake f;
   std::atomic<bool> stop{false};
-  RunLoop lost(RunPlan{5, 6, 2, true, std::nullopt}, f, f.hooks({0, 2}), stop);  // stopped after step 4
+  RunLoop lost(RunPlan{5, 6, 2, true, std::nullopt}, f, f.hooks({0, 2}),
+               stop);  // stopped after step 4
   lost.run();
   EXPECT_EQ(steps_and_validations(f.log),
-            (std::vector<std::string>{"validate 4", "step 5", "step 6", "settle", "validate 6", "settle"}));
+            (std::vector<std::string>{"validate 4", "step 5", "step 6", "settle", "validate 6",
+                                      "settle"}));
   Fake g;
   RunLoop kept(RunPlan{5, 6, 2, true, std::nullopt}, g, g.hooks({0, 2, 4}), stop);
   kept.run();
-  EXPECT_EQ(steps_and_validations(g.log), (std::vector<std::string>{"step 5", "step 6", "settle", "validate 6", "settle"}));
+  EXPECT_EQ(steps_and_validations(g.log),
+            (std::vector<std::string>{"step 5", "step 6", "settle", "validate 6", "settle"}));
 }
 
 TEST(RunLoop, AStopRequestEndsTheRunWithoutSettlingOrValidating) {

@@ -2,7 +2,8 @@
 // (pass@k with the unbiased estimator, checked against counting subsets), the metric names it posts
 // to its front, and a real `ajet --conf` run with ajet.trainer_common.logger [tensorboard] and both
 // Markdown paths: the tables appear, metrics.jsonl and the per-step lines do not, and the front's
-// store holds the launcher's val/ and rollout/ numbers next to the batch numbers it recorded itself.
+// store holds the launcher's val/ and rollout/ numbers next to the batch numbers it recorded
+// itself.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -21,7 +22,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-EpisodeResult ran(const tasks::Task& task, double reward, bool ended, std::optional<bool> success = std::nullopt) {
+EpisodeResult ran(const tasks::Task& task, double reward, bool ended,
+                  std::optional<bool> success = std::nullopt) {
   EpisodeResult r;
   r.job.task = &task;
   r.ended = ended;
@@ -45,7 +47,8 @@ TEST(PassAtK, TheUnbiasedEstimateEqualsCountingSubsets) {
   for (int n = 1; n <= 10; ++n) {
     for (int c = 0; c <= n; ++c) {
       for (int k = 1; k <= n; ++k) {
-        EXPECT_NEAR(pass_at_k(n, c, k), pass_at_k_by_subsets(n, c, k), 1e-12) << n << " " << c << " " << k;
+        EXPECT_NEAR(pass_at_k(n, c, k), pass_at_k_by_subsets(n, c, k), 1e-12)
+            << n << " " << c << " " << k;
       }
     }
   }
@@ -54,12 +57,15 @@ TEST(PassAtK, TheUnbiasedEstimateEqualsCountingSubsets) {
 
 TEST(PassTable, UpstreamsFieldsFromTheSampledEpisodes) {
   tasks::Task a{"a"}, b{"b"}, c{"c"};
-  // 4 samples per task: a 4/4 successes, b 1/4 (one by reward >= 1 without is_success), c 0/4 (one never ended).
+  // 4 samples per task: a 4/4 successes, b 1/4 (one by reward >= 1 without is_success), c 0/4 (one
+  // never ended).
   std::vector<EpisodeResult> sampled = {
-      ran(a, 1, true, true), ran(a, 1, true, true), ran(a, 1, true, true), ran(a, 1, true, true),
-      ran(b, 1, true),       ran(b, 0, true, false), ran(b, 0, true, false), ran(b, 0, true, false),
-      ran(c, 0, true, false), ran(c, 0, true, false), ran(c, 0, true, false), ran(c, 0, false)};
-  std::vector<EpisodeResult> greedy = {ran(a, 1, true, true), ran(b, 0, true, false), ran(c, 1, true, true)};
+      ran(a, 1, true, true),  ran(a, 1, true, true),  ran(a, 1, true, true),
+      ran(a, 1, true, true),  ran(b, 1, true),        ran(b, 0, true, false),
+      ran(b, 0, true, false), ran(b, 0, true, false), ran(c, 0, true, false),
+      ran(c, 0, true, false), ran(c, 0, true, false), ran(c, 0, false)};
+  std::vector<EpisodeResult> greedy = {ran(a, 1, true, true), ran(b, 0, true, false),
+                                       ran(c, 1, true, true)};
   const PassTable t = pass_table(greedy, sampled);
   EXPECT_EQ(t.pass_n, 4);
   EXPECT_EQ(t.total_tasks, 3);
@@ -90,13 +96,15 @@ TEST(Markdown, ValidationAndTrainingTablesAreExact) {
   calc.total_tasks = 4;
   EXPECT_EQ(validation_markdown(3, {{"all", all}, {"calc", calc}}),
             "\n### Validation at step 3\n\n"
-            "| task | pass_n | total_tasks | num_all_success_tasks | num_pass_n_tasks | task_pass_rate@1 | "
+            "| task | pass_n | total_tasks | num_all_success_tasks | num_pass_n_tasks | "
+            "task_pass_rate@1 | "
             "task_pass_rate@2 | mean_reward | std_reward | greedy_success |\n"
             "|:--|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n"
             "| all | 2 | 10 | 3 | 7 | 0.5000 | 0.7000 | 0.5000 | 0.2500 | 0.6000 |\n"
             "| calc | 2 | 4 | 3 | 7 | 0.5000 | 0.7000 | 0.5000 | 0.2500 | 0.6000 |\n");
   tasks::Task a{"a"};
-  const RolloutTable r = rollout_table({ran(a, 1, true, true), ran(a, 0, true), ran(a, 0.5, true), ran(a, 9, false)});
+  const RolloutTable r =
+      rollout_table({ran(a, 1, true, true), ran(a, 0, true), ran(a, 0.5, true), ran(a, 9, false)});
   EXPECT_EQ(r.episodes, 3);
   EXPECT_DOUBLE_EQ(r.reward_mean, 0.5);
   EXPECT_DOUBLE_EQ(r.success_rate, 1.0 / 3);
@@ -108,7 +116,8 @@ TEST(Markdown, ValidationAndTrainingTablesAreExact) {
 }
 
 TEST(RunMetrics, TheLaunchersNamesForAStepAndAValidation) {
-  const Json step = Json::parse(R"({"kind": "train", "step": 2, "step_time_s": 3.5, "rollout_time_s": 3.0,
+  const Json step =
+      Json::parse(R"({"kind": "train", "step": 2, "step_time_s": 3.5, "rollout_time_s": 3.0,
     "train_wait_s": 0.5, "tokens_per_s": 100, "epoch": 1,
     "rollout": {"episodes": 4, "failed": 0, "reward_mean": 0.5, "success_rate": 0.25, "llm_calls": 8,
                 "completion_tokens": 300, "terminations": {"answered": 3, "max turns": 1},
@@ -169,28 +178,33 @@ TEST(RunMetrics, TheLaunchersNamesForAStepAndAValidation) {
   EXPECT_EQ(v.size(), 20u) << v.dump(1);
 }
 
-// A debug-backbone run: logger [tensorboard] alone, both Markdown files (one relative, one absolute).
+// A debug-backbone run: logger [tensorboard] alone, both Markdown files (one relative, one
+// absolute).
 TEST(ClassicTracking, MarkdownTablesTensorBoardAndPostedMetricsWithoutJsonl) {
   e2e::ScratchDir dir;
   const fs::path model = micro_model();
   const fs::path train_md = dir / "train_log" / "train.md";
   std::string yaml = classic_yaml(model);
   const std::string anchor = "    val_before_train: true\n";
-  yaml.replace(yaml.find(anchor), anchor.size(),
-               anchor + "    logger: [tensorboard]\n    val_print_to_markdown_file_path: results/val.md\n" +
-                   "    train_print_to_markdown_file_path: " + train_md.string() + "\n");
+  yaml.replace(
+      yaml.find(anchor), anchor.size(),
+      anchor + "    logger: [tensorboard]\n    val_print_to_markdown_file_path: results/val.md\n" +
+          "    train_print_to_markdown_file_path: " + train_md.string() + "\n");
   write_file_atomic(dir / "calc.yaml", yaml);
-  e2e::Captured r = run_ajet("--conf " + e2e::shell_quote((dir / "calc.yaml").string()) + " --exp-dir " +
-                             e2e::shell_quote((dir / "exps").string()));
+  e2e::Captured r = run_ajet("--conf " + e2e::shell_quote((dir / "calc.yaml").string()) +
+                             " --exp-dir " + e2e::shell_quote((dir / "exps").string()));
   ASSERT_EQ(r.status, 0) << r.out;
   const fs::path exp = dir / "exps" / "run";
 
-  // Markdown: 3 validations (before training, after steps 1 and 2) with pass@1 and pass@2 (val_pass_n 2).
+  // Markdown: 3 validations (before training, after steps 1 and 2) with pass@1 and pass@2
+  // (val_pass_n 2).
   const std::string val = read_file(exp / "results" / "val.md");
-  for (const char* section : {"### Validation at step 0", "### Validation at step 1", "### Validation at step 2"}) {
+  for (const char* section :
+       {"### Validation at step 0", "### Validation at step 1", "### Validation at step 2"}) {
     EXPECT_NE(val.find(section), std::string::npos) << val;
   }
-  EXPECT_NE(val.find("| task | pass_n | total_tasks | num_all_success_tasks | num_pass_n_tasks | task_pass_rate@1 | "
+  EXPECT_NE(val.find("| task | pass_n | total_tasks | num_all_success_tasks | num_pass_n_tasks | "
+                     "task_pass_rate@1 | "
                      "task_pass_rate@2 | mean_reward |"),
             std::string::npos)
       << val;
@@ -205,13 +219,15 @@ TEST(ClassicTracking, MarkdownTablesTensorBoardAndPostedMetricsWithoutJsonl) {
   EXPECT_EQ(r.out.find("step 1/2  reward"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("val @ step"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("step 1/2 ["), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("TensorBoard: tensorboard --logdir " + (exp / "tensorboard").string()), std::string::npos)
+  EXPECT_NE(r.out.find("TensorBoard: tensorboard --logdir " + (exp / "tensorboard").string()),
+            std::string::npos)
       << r.out;
 
   // TensorBoard: one event file in the experiment directory.
   int files = 0;
   for (const auto& entry : fs::directory_iterator(exp / "tensorboard")) {
-    EXPECT_EQ(entry.path().filename().string().rfind("events.out.tfevents.", 0), 0u) << entry.path();
+    EXPECT_EQ(entry.path().filename().string().rfind("events.out.tfevents.", 0), 0u)
+        << entry.path();
     EXPECT_GT(fs::file_size(entry.path()), 100u);
     files += 1;
   }
@@ -222,7 +238,8 @@ TEST(ClassicTracking, MarkdownTablesTensorBoardAndPostedMetricsWithoutJsonl) {
   store::Store store(exp / "swarm" / "swarm.sqlite");
   std::map<std::string, std::vector<int64_t>> steps;
   for (const auto& info : store.list_metric_names()) {
-    for (const auto& row : store.get_metrics_after(info.name, -1)) steps[info.name].push_back(row.step);
+    for (const auto& row : store.get_metrics_after(info.name, -1))
+      steps[info.name].push_back(row.step);
   }
   EXPECT_EQ(steps["val/greedy_success"], (std::vector<int64_t>{0, 1, 2}));
   EXPECT_EQ(steps["val/pass_at_1"], (std::vector<int64_t>{0, 1, 2}));
@@ -230,7 +247,8 @@ TEST(ClassicTracking, MarkdownTablesTensorBoardAndPostedMetricsWithoutJsonl) {
   EXPECT_EQ(steps["val/reward_std"], (std::vector<int64_t>{0, 1, 2}));
   EXPECT_EQ(steps["rollout/llm_calls"], (std::vector<int64_t>{0, 1}));
   EXPECT_EQ(steps["timing/rollout_s"], (std::vector<int64_t>{0, 1}));
-  EXPECT_EQ(steps["rollout/reward_mean"], (std::vector<int64_t>{0, 1}));  // the front's debug batches
+  EXPECT_EQ(steps["rollout/reward_mean"],
+            (std::vector<int64_t>{0, 1}));  // the front's debug batches
   EXPECT_EQ(steps["rollout/episodes"], (std::vector<int64_t>{0, 1}));
   EXPECT_EQ(store.get_metrics("rollout/episodes").at(0).value, 4.0);
 }

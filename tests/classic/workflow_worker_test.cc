@@ -1,8 +1,9 @@
-// The command workflows without a front: worker mode (ajet.rollout.user_workflow_mode: worker) serves
-// many episodes per process, restarts a worker that crashed or passed the timeout (its episode gets
-// reward 0 with the reason, as a broken per-episode command does), and stops its workers at the end;
-// per-episode mode honours the timeout too. The workers are small Python scripts; no test depends on
-// how fast anything runs (a timeout test waits for a worker that never answers).
+// The command workflows without a front: worker mode (ajet.rollout.user_workflow_mode: worker)
+// serves many episodes per process, restarts a worker that crashed or passed the timeout (its
+// episode gets reward 0 with the reason, as a broken per-episode command does), and stops its
+// workers at the end; per-episode mode honours the timeout too. The workers are small Python
+// scripts; no test depends on how fast anything runs (a timeout test waits for a worker that never
+// answers).
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -65,8 +66,8 @@ struct WorkerSetup {
   }
 };
 
-EpisodeReport run_episode(const Workflow& w, const tasks::Task& t, const std::string& type = "train",
-                          Json sampling = Json::object()) {
+EpisodeReport run_episode(const Workflow& w, const tasks::Task& t,
+                          const std::string& type = "train", Json sampling = Json::object()) {
   EpisodeContext ctx;
   ctx.task = &t;
   ctx.episode.base_url = "http://127.0.0.1:9/v1";
@@ -85,10 +86,12 @@ bool running(int64_t pid) {
   return paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] != 'Z';
 }
 
-// A worker may be the grandchild of the shell its slot started: the signal that ends the shell's group
-// reaches it too, but it dies (and init reaps it) on its own schedule: still running 30 s later is alive.
+// A worker may be the grandchild of the shell its slot started: the signal that ends the shell's
+// group reaches it too, but it dies (and init reaps it) on its own schedule: still running 30 s
+// later is alive.
 bool outlives_its_stop(int64_t pid) {
-  for (int i = 0; i < 300 && running(pid); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (int i = 0; i < 300 && running(pid); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   return running(pid);
 }
 
@@ -97,7 +100,8 @@ TEST(WorkflowWorker, ServesManyEpisodesPerProcessFromManyThreads) {
   std::set<int64_t> pids;
   {
     auto workflow = make_command_workflow(setup.options);
-    EXPECT_NE(workflow->describe().find("2 worker processes"), std::string::npos) << workflow->describe();
+    EXPECT_NE(workflow->describe().find("2 worker processes"), std::string::npos)
+        << workflow->describe();
     std::vector<tasks::Task> tasks;
     for (int i = 0; i < 12; ++i) tasks.push_back(task("t" + std::to_string(i)));
     std::vector<EpisodeReport> reports(tasks.size());
@@ -106,7 +110,8 @@ TEST(WorkflowWorker, ServesManyEpisodesPerProcessFromManyThreads) {
     for (int t = 0; t < 4; ++t) {  // more episodes in flight than workers: they wait for a free one
       threads.emplace_back([&] {
         for (size_t i = next++; i < tasks.size(); i = next++) {
-          reports[i] = run_episode(*workflow, tasks[i], "eval", Json{{"temperature", 1.0}, {"top_p", 1.0}});
+          reports[i] =
+              run_episode(*workflow, tasks[i], "eval", Json{{"temperature", 1.0}, {"top_p", 1.0}});
         }
       });
     }
@@ -126,10 +131,12 @@ TEST(WorkflowWorker, ServesManyEpisodesPerProcessFromManyThreads) {
     }
     EXPECT_GE(pids.size(), 1u);
     EXPECT_LE(pids.size(), 2u) << "more processes than workers: 12 episodes, 2 workers";
-    for (int64_t pid : pids) EXPECT_TRUE(running(pid)) << "worker " << pid << " ended between episodes";
+    for (int64_t pid : pids)
+      EXPECT_TRUE(running(pid)) << "worker " << pid << " ended between episodes";
   }
   // The workflow is gone: so are its workers.
-  for (int64_t pid : pids) EXPECT_FALSE(outlives_its_stop(pid)) << "worker " << pid << " outlived the workflow";
+  for (int64_t pid : pids)
+    EXPECT_FALSE(outlives_its_stop(pid)) << "worker " << pid << " outlived the workflow";
 }
 
 TEST(WorkflowWorker, CrashedWorkerFailsItsEpisodeAndIsStartedAgain) {
@@ -163,9 +170,11 @@ TEST(WorkflowWorker, WorkerPastTheTimeoutIsStoppedAndItsEpisodeFails) {
   EXPECT_DOUBLE_EQ(a.output.reward, 1.0);
   EXPECT_DOUBLE_EQ(b.output.reward, 0.0);
   EXPECT_EQ(b.termination, "timeout");
-  EXPECT_NE(b.output.metadata["error"].get<std::string>().find("user_workflow_timeout"), std::string::npos)
+  EXPECT_NE(b.output.metadata["error"].get<std::string>().find("user_workflow_timeout"),
+            std::string::npos)
       << b.output.metadata.dump();
-  EXPECT_FALSE(outlives_its_stop(a.output.metadata["pid"].get<int64_t>())) << "the hung worker was not stopped";
+  EXPECT_FALSE(outlives_its_stop(a.output.metadata["pid"].get<int64_t>()))
+      << "the hung worker was not stopped";
   EXPECT_DOUBLE_EQ(c.output.reward, 1.0);
   EXPECT_NE(c.output.metadata["pid"], a.output.metadata["pid"]);
 }
@@ -189,7 +198,8 @@ TEST(WorkflowWorker, CommandThatIsNoWorkerFailsEachEpisodeWithTheReason) {
     const EpisodeReport r = run_episode(*workflow, t);
     EXPECT_DOUBLE_EQ(r.output.reward, 0.0);
     EXPECT_EQ(r.termination, "agent_error");
-    EXPECT_NE(r.output.metadata["error"].get<std::string>().find("workflow worker"), std::string::npos)
+    EXPECT_NE(r.output.metadata["error"].get<std::string>().find("workflow worker"),
+              std::string::npos)
         << r.output.metadata.dump();
   }
   EXPECT_NE(read_file(setup.options.stderr_log).find("not a worker"), std::string::npos);

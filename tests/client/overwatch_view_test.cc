@@ -1,5 +1,5 @@
-// The overwatch rendering of server snapshots, one server in full or several in blocks (the terminal
-// only draws these lines).
+// The overwatch rendering of server snapshots, one server in full or several in blocks (the
+// terminal only draws these lines).
 #include "client/overwatch_view.h"
 
 #include <gmock/gmock.h>
@@ -18,36 +18,48 @@ OverwatchSnapshot snapshot() {
   s.fetched_at = 1'800'000'000;
   s.requests = 7;
   s.errors = 1;
-  s.status = {{"engine_status", "ENGINE.ROLLING"}, {"engine_status_detail", "engine ready (pid 42)"}, {"global_step", 3}};
-  s.pool = {
-      {"sample_collection_method", "rollout_until_finish_enough_tasks"},
-      {"completed_episodes", 5},
-      {"completed_episode_target", 8},
-      {"completed_tasks", 1},
-      {"completed_task_target", 4},
-      {"completed_non_dummy_tasks", 0},
-      {"completed_non_dummy_task_target", 4},
-      {"task_expected_num_repeat", 2},
-      {"completed_tasks_details", {{"task-a", {"aaaaaaaa1111", "bbbbbbbb2222"}}, {"task-b", {"cccccccc3333"}}}},
-      {"completed_tasks_reward_stats",
-       {{"task-a", {{"episodes", 2}, {"reward_mean", 0.5}, {"reward_std", 0.5}}},
-        {"task-b", {{"episodes", 1}, {"reward_mean", 1.0}, {"reward_std", 0.0}}}}},
-      {"running_episode_details",
-       {{"ep-quiet", {{"episode_status", "claimed"}, {"time_since_last_activity", "50.0s"},
-                      {"discard_episode_timeout", "60.0s"}, {"llm_call_count", "2"}, {"client_uuid", "client-1"},
-                      {"optional_task_id", "task-c"}}},
-        {"ep-busy", {{"episode_status", "claimed"}, {"time_since_last_activity", "0.5s"},
-                     {"discard_episode_timeout", "60.0s"}, {"llm_call_count", "9"}, {"client_uuid", "client-2"},
-                     {"optional_task_id", ""}}}}},
-      {"registered_episodes", 6},
-      {"claimed_episodes", 2},
-      {"pool_size", 8},
-      {"backbone", "debug"}};
-  s.logs = Json::array({{{"timestamp", 1'800'000'000.0}, {"tag", "engine"}, {"message", "engine ready"}}});
+  s.status = {{"engine_status", "ENGINE.ROLLING"},
+              {"engine_status_detail", "engine ready (pid 42)"},
+              {"global_step", 3}};
+  s.pool = {{"sample_collection_method", "rollout_until_finish_enough_tasks"},
+            {"completed_episodes", 5},
+            {"completed_episode_target", 8},
+            {"completed_tasks", 1},
+            {"completed_task_target", 4},
+            {"completed_non_dummy_tasks", 0},
+            {"completed_non_dummy_task_target", 4},
+            {"task_expected_num_repeat", 2},
+            {"completed_tasks_details",
+             {{"task-a", {"aaaaaaaa1111", "bbbbbbbb2222"}}, {"task-b", {"cccccccc3333"}}}},
+            {"completed_tasks_reward_stats",
+             {{"task-a", {{"episodes", 2}, {"reward_mean", 0.5}, {"reward_std", 0.5}}},
+              {"task-b", {{"episodes", 1}, {"reward_mean", 1.0}, {"reward_std", 0.0}}}}},
+            {"running_episode_details",
+             {{"ep-quiet",
+               {{"episode_status", "claimed"},
+                {"time_since_last_activity", "50.0s"},
+                {"discard_episode_timeout", "60.0s"},
+                {"llm_call_count", "2"},
+                {"client_uuid", "client-1"},
+                {"optional_task_id", "task-c"}}},
+              {"ep-busy",
+               {{"episode_status", "claimed"},
+                {"time_since_last_activity", "0.5s"},
+                {"discard_episode_timeout", "60.0s"},
+                {"llm_call_count", "9"},
+                {"client_uuid", "client-2"},
+                {"optional_task_id", ""}}}}},
+            {"registered_episodes", 6},
+            {"claimed_episodes", 2},
+            {"pool_size", 8},
+            {"backbone", "debug"}};
+  s.logs = Json::array(
+      {{{"timestamp", 1'800'000'000.0}, {"tag", "engine"}, {"message", "engine ready"}}});
   return s;
 }
 
-std::string line_with(const std::vector<StyledLine>& lines, const std::string& needle, LineStyle* style = nullptr) {
+std::string line_with(const std::vector<StyledLine>& lines, const std::string& needle,
+                      LineStyle* style = nullptr) {
   for (const auto& l : lines) {
     if (l.text.find(needle) != std::string::npos) {
       if (style) *style = l.style;
@@ -59,7 +71,8 @@ std::string line_with(const std::vector<StyledLine>& lines, const std::string& n
 
 TEST(OverwatchViewTest, ShowsStatusProgressEpisodesTasksAndLogs) {
   auto lines = render_overwatch(snapshot(), OverwatchLayout{});
-  EXPECT_THAT(line_with(lines, "Engine:"), HasSubstr("ENGINE.ROLLING  global step 3  backbone debug"));
+  EXPECT_THAT(line_with(lines, "Engine:"),
+              HasSubstr("ENGINE.ROLLING  global step 3  backbone debug"));
   LineStyle style{};
   std::string tasks = line_with(lines, "Completed tasks", &style);
   EXPECT_THAT(tasks, HasSubstr("1 / 4"));
@@ -100,7 +113,8 @@ TEST(OverwatchViewTest, AgreeTriggersShowTheClientsAndLimitsAreKept) {
   EXPECT_THAT(line_with(lines, "Running episodes"), HasSubstr("1 longest idle shown"));
 }
 
-// A torch-backbone status: two trained batches, then one the engine refused (GET /get_engine_status).
+// A torch-backbone status: two trained batches, then one the engine refused (GET
+// /get_engine_status).
 Json trained_status() {
   auto trained = [](int64_t batch, int64_t step, double reward, double loss) {
     return Json{{"batch_id", batch},
@@ -109,12 +123,17 @@ Json trained_status() {
                 {"stats",
                  {{"loss", loss},
                   {"kl", 0.0125},
-                  {"rollout", {{"episodes", 8}, {"reward_mean", reward}, {"reward_std", 0.25}, {"success_rate", 0.75}}}}}};
+                  {"rollout",
+                   {{"episodes", 8},
+                    {"reward_mean", reward},
+                    {"reward_std", 0.25},
+                    {"success_rate", 0.75}}}}}};
   };
   return Json{{"engine_status", "ENGINE.ROLLING"},
               {"global_step", 2},
               {"recent_batches",
-               {trained(0, 0, 0.1, 0.5), trained(1, 1, 0.625, 0.25),
+               {trained(0, 0, 0.1, 0.5),
+                trained(1, 1, 0.625, 0.25),
                 {{"batch_id", 2},
                  {"global_step", 2},
                  {"trained", false},
@@ -142,7 +161,8 @@ TEST(OverwatchViewTest, ShowsTheNewestTrainedBatchsMetricsAndARefusedOneAfterIt)
 TEST(OverwatchViewTest, MissingMetricsReadAsDashesAndNoBatchReadsNoneYet) {
   OverwatchSnapshot s = snapshot();
   s.pool["backbone"] = "torch";
-  EXPECT_THAT(line_with(render_overwatch(s, OverwatchLayout{}), "Newest trained batch"), HasSubstr("none yet"));
+  EXPECT_THAT(line_with(render_overwatch(s, OverwatchLayout{}), "Newest trained batch"),
+              HasSubstr("none yet"));
   s.pool["backbone"] = "debug";
   s.pool["batches_recorded"] = 3;
   EXPECT_THAT(line_with(render_overwatch(s, OverwatchLayout{}), "Newest trained batch"),
@@ -153,8 +173,11 @@ TEST(OverwatchViewTest, MissingMetricsReadAsDashesAndNoBatchReadsNoneYet) {
                                  {"trained", true},
                                  {"stats",
                                   {{"loss", 0.0},
-                                   {"rollout", {{"episodes", 1}, {"reward_mean", 1.0}, {"reward_std", 0.0},
-                                                {"success_rate", nullptr}}}}}}};
+                                   {"rollout",
+                                    {{"episodes", 1},
+                                     {"reward_mean", 1.0},
+                                     {"reward_std", 0.0},
+                                     {"success_rate", nullptr}}}}}}};
   std::string batch = line_with(render_overwatch(s, OverwatchLayout{}), "Newest trained batch");
   EXPECT_THAT(batch, HasSubstr("success -"));
   EXPECT_THAT(batch, HasSubstr("loss 0.0000  KL -"));
@@ -163,8 +186,9 @@ TEST(OverwatchViewTest, MissingMetricsReadAsDashesAndNoBatchReadsNoneYet) {
 
 TEST(OverwatchViewTest, ShowsEachClientsShareOfTheBatchLargestFirst) {
   OverwatchSnapshot s = snapshot();
-  s.pool["completed_client_shares"] = {{"client-small", {{"episodes", 1}, {"tasks", 1}, {"share", 0.25}}},
-                                       {"client-big", {{"episodes", 3}, {"tasks", 2}, {"share", 0.75}}}};
+  s.pool["completed_client_shares"] = {
+      {"client-small", {{"episodes", 1}, {"tasks", 1}, {"share", 0.25}}},
+      {"client-big", {{"episodes", 3}, {"tasks", 2}, {"share", 0.75}}}};
   auto lines = render_overwatch(s, OverwatchLayout{});
   EXPECT_THAT(line_with(lines, "Client shares of this batch"), HasSubstr("(2)"));
   std::string big = line_with(lines, "client-big");
@@ -183,7 +207,8 @@ TEST(OverwatchViewTest, SeveralServersRenderOneBlockEachInOrder) {
   OverwatchSnapshot a = snapshot();
   a.url = "http://127.0.0.1:7001";
   a.status = trained_status();
-  a.pool["completed_client_shares"] = {{"client-1", {{"episodes", 5}, {"tasks", 1}, {"share", 1.0}}}};
+  a.pool["completed_client_shares"] = {
+      {"client-1", {{"episodes", 5}, {"tasks", 1}, {"share", 1.0}}}};
   OverwatchSnapshot b = snapshot();
   b.url = "http://127.0.0.1:7002";
   b.status["global_step"] = 9;
@@ -226,7 +251,8 @@ TEST(OverwatchViewTest, OneServerInAListRendersInFull) {
   auto single = render_overwatch(s, OverwatchLayout{});
   auto listed = render_overwatch(std::vector<OverwatchSnapshot>{s}, OverwatchLayout{});
   ASSERT_EQ(single.size(), listed.size());
-  for (size_t i = 1; i < single.size(); ++i) EXPECT_EQ(single[i].text, listed[i].text);  // line 0 has the clock
+  for (size_t i = 1; i < single.size(); ++i)
+    EXPECT_EQ(single[i].text, listed[i].text);  // line 0 has the clock
   EXPECT_NE(line_with(listed, "ep-quiet"), "");
 }
 

@@ -1,4 +1,5 @@
-// The cocktail-training throttle (same rules and cases as clients/python/tests/test_client_units.py).
+// The cocktail-training throttle (same rules and cases as
+// clients/python/tests/test_client_units.py).
 #include "client/throttle.h"
 
 #include <gtest/gtest.h>
@@ -10,10 +11,11 @@ struct RunningEpisode {
   std::string uuid, client, task;
 };
 
-Json pool(const Json& completed, const std::vector<RunningEpisode>& running, int64_t batch = 2, int64_t repeat = 2,
-          const std::string& method = "rollout_until_finish_enough_tasks") {
+Json pool(const Json& completed, const std::vector<RunningEpisode>& running, int64_t batch = 2,
+          int64_t repeat = 2, const std::string& method = "rollout_until_finish_enough_tasks") {
   Json r = Json::object();
-  for (const auto& e : running) r[e.uuid] = {{"client_uuid", e.client}, {"optional_task_id", e.task}};
+  for (const auto& e : running)
+    r[e.uuid] = {{"client_uuid", e.client}, {"optional_task_id", e.task}};
   return {{"sample_collection_method", method},
           {"completed_task_target", batch},
           {"task_expected_num_repeat", repeat},
@@ -47,7 +49,8 @@ TEST(ThrottleTest, ANewTaskIsHeldBackAtBatchTimesRatioOwnTasks) {
 }
 
 TEST(ThrottleTest, TasksInTheBatchOrSeenRecentlyAreNeverHeldBack) {
-  auto p = pool(Json::object(), {{"e1", "me", "a"}, {"e2", "me", "b"}, {"e3", "me", "c"}, {"e4", "other", "x"}});
+  auto p = pool(Json::object(),
+                {{"e1", "me", "a"}, {"e2", "me", "b"}, {"e3", "me", "c"}, {"e4", "other", "x"}});
   for (const char* task : {"a", "x"}) {
     RecentTasks recent;
     EXPECT_FALSE(throttle_decision(policy(task, 1.0), p, "me", recent)) << task;
@@ -60,7 +63,10 @@ TEST(ThrottleTest, TasksInTheBatchOrSeenRecentlyAreNeverHeldBack) {
 
 TEST(ThrottleTest, TasksSharedWithOtherClientsDoNotCount) {
   RecentTasks recent;
-  auto p = pool(Json::object(), {{"e1", "me", "a"}, {"e2", "other", "a"}, {"e3", "me", "b"}, {"e4", "other", "b"},
+  auto p = pool(Json::object(), {{"e1", "me", "a"},
+                                 {"e2", "other", "a"},
+                                 {"e3", "me", "b"},
+                                 {"e4", "other", "b"},
                                  {"e5", "me", "c"}});
   EXPECT_FALSE(throttle_decision(policy("new", 1.0), p, "me", recent));
 }
@@ -76,14 +82,16 @@ TEST(ThrottleTest, TheRecentBufferIsBounded) {
 TEST(ThrottleTest, BadPoliciesAndOtherTriggersAreErrorsNamingTheProblem) {
   RecentTasks recent;
   try {
-    throttle_decision(policy("a"), pool(Json::object(), {}, 2, 2, "rollout_until_finish_enough_episodes"), "me",
+    throttle_decision(policy("a"),
+                      pool(Json::object(), {}, 2, 2, "rollout_until_finish_enough_episodes"), "me",
                       recent);
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("rollout_until_finish_enough_tasks"), std::string::npos);
   }
   EXPECT_THROW(throttle_decision(policy(""), pool(Json::object(), {}), "me", recent), Error);
-  EXPECT_THROW(throttle_decision(policy("a"), Json{{"sample_collection_method", ""}}, "me", recent), Error);
+  EXPECT_THROW(throttle_decision(policy("a"), Json{{"sample_collection_method", ""}}, "me", recent),
+               Error);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
-// A swarm client that dies mid-protocol, for the episode-group tests (multi_server_test.cc): it claims
-// a group on two servers and SIGKILLs itself at a chosen point, printing the group's episodes first.
+// A swarm client that dies mid-protocol, for the episode-group tests (multi_server_test.cc): it
+// claims a group on two servers and SIGKILLs itself at a chosen point, printing the group's
+// episodes first.
 //   group_client_probe MODE COORDINATOR_URL PARTICIPANT_URL PREPARE_TIMEOUT
 //   MODE: after-coordinator-commit | after-prepare
 #include <csignal>

@@ -1,6 +1,6 @@
-// The official OpenAI JS SDK (pinned in tests/js/package.json) against the real ajet-swarm, driven by
-// tests/js/openai_sdk_swarm.mjs; and the Node example agent (examples/node_agent) end to end. Both
-// are skipped loudly when node or the npm packages are unavailable.
+// The official OpenAI JS SDK (pinned in tests/js/package.json) against the real ajet-swarm, driven
+// by tests/js/openai_sdk_swarm.mjs; and the Node example agent (examples/node_agent) end to end.
+// Both are skipped loudly when node or the npm packages are unavailable.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -25,12 +25,14 @@ void run_sdk_checks(BootedSwarm& swarm, const fs::path& node_modules, const std:
                            shell_quote(train["openai_base_url"].get<std::string>()) + " " +
                            shell_quote(train["openai_api_key"].get<std::string>()) + " " +
                            shell_quote(eval["openai_api_key"].get<std::string>()));
-  std::string last = r.out.substr(r.out.rfind("{\"ok\"") == std::string::npos ? 0 : r.out.rfind("{\"ok\""));
+  std::string last =
+      r.out.substr(r.out.rfind("{\"ok\"") == std::string::npos ? 0 : r.out.rfind("{\"ok\""));
   Json report = Json::parse(last, nullptr, false);
   ASSERT_TRUE(report.is_object()) << "exit " << r.status << ", output:\n" << r.out;
   ASSERT_GE(report["checks"].size(), min_checks) << r.out;
   for (const auto& c : report["checks"]) {
-    EXPECT_TRUE(c["ok"].get<bool>()) << mode << ": " << c["name"].get<std::string>() << ": " << c.value("detail", "");
+    EXPECT_TRUE(c["ok"].get<bool>())
+        << mode << ": " << c["name"].get<std::string>() << ": " << c.value("detail", "");
   }
   EXPECT_EQ(r.status, 0) << r.out;
 }
@@ -93,26 +95,32 @@ TEST(NodeExampleTest, ClaimsCallsToolsAndReportsRewards) {
   std::string why;
   auto node_modules = npm_node_modules(&why);
   if (!node_modules) GTEST_SKIP() << "SKIPPED LOUDLY: " << why;
-  BootedSwarm swarm("ajet-echo-engine", "", /*train_batch_size=*/100);  // no batch boundary mid-test
+  BootedSwarm swarm("ajet-echo-engine", "",
+                    /*train_batch_size=*/100);  // no batch boundary mid-test
   if (HasFailure()) return;
-  // The example resolves `openai` from its own directory: run a copy next to the test's node_modules.
+  // The example resolves `openai` from its own directory: run a copy next to the test's
+  // node_modules.
   const fs::path app = swarm.dir() / "node_agent";
   fs::create_directories(app);
   for (const char* f : {"agent.mjs", "swarm.mjs", "calculator.mjs", "package.json"}) {
     fs::copy_file(source(std::string("examples/node_agent/") + f), app / f);
   }
   fs::create_directory_symlink(*node_modules, app / "node_modules");
-  // The echo engine answers with the last user-role message: "42" is a correct final answer at once; a
-  // question that is a tool call makes the agent run the calculator, and the echoed tool result (Qwen's
-  // template renders it as a user-role <tool_response>) is the correct answer; "41" is wrong.
-  write_file_atomic(app / "tasks.jsonl",
-             "{\"task_id\": \"plain\", \"question\": \"42\", \"answer\": 42}\n"
-             "{\"task_id\": \"tool\", \"question\": \"<tool_call>\\n{\\\"name\\\": \\\"calculator\\\", "
-             "\\\"arguments\\\": {\\\"expression\\\": \\\"(3 + 4) * 5\\\"}}\\n</tool_call>\", \"answer\": 35}\n"
-             "{\"task_id\": \"wrong\", \"question\": \"41\", \"answer\": 42}\n");
-  Captured r = run_capture("cd " + shell_quote(app.string()) + " && node agent.mjs --swarm-url " +
-                           shell_quote(swarm.url()) + " --tasks tasks.jsonl --episodes 6 --repeat 2 --parallel 2" +
-                           " --max-turns 2");
+  // The echo engine answers with the last user-role message: "42" is a correct final answer at
+  // once; a question that is a tool call makes the agent run the calculator, and the echoed tool
+  // result (Qwen's template renders it as a user-role <tool_response>) is the correct answer; "41"
+  // is wrong.
+  write_file_atomic(
+      app / "tasks.jsonl",
+      "{\"task_id\": \"plain\", \"question\": \"42\", \"answer\": 42}\n"
+      "{\"task_id\": \"tool\", \"question\": \"<tool_call>\\n{\\\"name\\\": \\\"calculator\\\", "
+      "\\\"arguments\\\": {\\\"expression\\\": \\\"(3 + 4) * 5\\\"}}\\n</tool_call>\", \"answer\": "
+      "35}\n"
+      "{\"task_id\": \"wrong\", \"question\": \"41\", \"answer\": 42}\n");
+  Captured r =
+      run_capture("cd " + shell_quote(app.string()) + " && node agent.mjs --swarm-url " +
+                  shell_quote(swarm.url()) +
+                  " --tasks tasks.jsonl --episodes 6 --repeat 2 --parallel 2" + " --max-turns 2");
   ASSERT_EQ(r.status, 0) << r.out;
   std::map<std::string, std::vector<Json>> by_task;
   std::istringstream lines(r.out);

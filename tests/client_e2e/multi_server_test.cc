@@ -1,6 +1,6 @@
-// Multi-model training against two real ajet-swarm servers (echo engine): one C++ client drives both
-// with MultiEpisode; episode groups join the batches on both servers or on neither — also when the
-// client is SIGKILLed mid-protocol (group_client_probe) and when one server trains in between.
+// Multi-model training against two real ajet-swarm servers (echo engine): one C++ client drives
+// both with MultiEpisode; episode groups join the batches on both servers or on neither — also when
+// the client is SIGKILLed mid-protocol (group_client_probe) and when one server trains in between.
 #include <gmock/gmock.h>
 
 #include "client/multi_episode.h"
@@ -22,8 +22,9 @@ class GroupServer {
   explicit GroupServer(const std::string& backbone = "debug", int batch = 2, int repeat = 2,
                        const GroupServer* coordinator = nullptr)
       : dir_(fs::temp_directory_path() / ("ajet_group_server_" + new_uuid_hex())),
-        server_(std::make_unique<EchoSwarm>(dir_ / "server", backbone, batch, repeat,
-                                            coordinator != nullptr ? coordinator->url() : std::string())) {}
+        server_(std::make_unique<EchoSwarm>(
+            dir_ / "server", backbone, batch, repeat,
+            coordinator != nullptr ? coordinator->url() : std::string())) {}
   ~GroupServer() {
     server_.reset();
     std::error_code ec;
@@ -50,7 +51,8 @@ TEST(MultiServer, OneClientEndsAGroupOnTwoServersWithTheirOwnModelsAndRewards) {
   GroupServer a, b("debug", 2, 2, &a);
   SwarmClient ca(a.url()), cb(b.url());
   std::vector<std::string> found = SwarmClient::start_multi_engine({{&ca, ""}, {&cb, ""}});
-  EXPECT_EQ(found, (std::vector<std::string>{"ENGINE.ROLLING", "ENGINE.ROLLING"}));  // already running
+  EXPECT_EQ(found,
+            (std::vector<std::string>{"ENGINE.ROLLING", "ENGINE.ROLLING"}));  // already running
   MultiEpisode group = MultiEpisode::begin({&ca, &cb});
   ASSERT_EQ(group.size(), 2u);
   EXPECT_THAT(group.episode(0).base_url, HasSubstr(a.url()));
@@ -73,7 +75,8 @@ TEST(MultiServer, StartingSeveralEnginesNamesEveryServerThatFailed) {
   GroupServer a;
   SwarmClient ok(a.url()), down1("http://127.0.0.1:1"), down2("http://127.0.0.1:2");
   try {
-    SwarmClient::start_multi_engine({{&ok, ""}, {&down1, "ajet: {}"}, {&down2, "ajet: {}"}}, false, 2.0);
+    SwarmClient::start_multi_engine({{&ok, ""}, {&down1, "ajet: {}"}, {&down2, "ajet: {}"}}, false,
+                                    2.0);
     FAIL() << "no error";
   } catch (const client::SwarmError& e) {
     EXPECT_THAT(e.what(), HasSubstr("failed to start 2 of 3 engines"));
@@ -82,9 +85,10 @@ TEST(MultiServer, StartingSeveralEnginesNamesEveryServerThatFailed) {
   }
 }
 
-Json probe(const std::string& mode, const GroupServer& coordinator, const GroupServer& participant) {
-  Captured r = run_capture(shell_quote(bin("group_client_probe").string()) + " " + mode + " " + coordinator.url() +
-                           " " + participant.url() + " 0.5");
+Json probe(const std::string& mode, const GroupServer& coordinator,
+           const GroupServer& participant) {
+  Captured r = run_capture(shell_quote(bin("group_client_probe").string()) + " " + mode + " " +
+                           coordinator.url() + " " + participant.url() + " 0.5");
   Json episodes = Json::parse(r.out.substr(0, r.out.find('\n')), nullptr, false);
   EXPECT_TRUE(episodes.is_object()) << r.out;
   EXPECT_NE(r.status, 0);  // it killed itself
@@ -105,11 +109,13 @@ TEST(MultiServer, AClientKilledBeforeAnyCommitLeavesTheGroupOnNeither) {
   GroupServer a, b("debug", 2, 2, &a);
   Json episodes = probe("after-prepare", a, b);
   EXPECT_EQ(a.prepared(), 1);
-  ASSERT_TRUE(eventually([&] { return a.prepared() == 0 && b.prepared() == 0; })) << b.pool().dump();
+  ASSERT_TRUE(eventually([&] { return a.prepared() == 0 && b.prepared() == 0; }))
+      << b.pool().dump();
   EXPECT_EQ(a.completed(), 0);
   EXPECT_EQ(b.completed(), 0);
   // Both ends were aborted: a late commit by anyone is refused.
-  auto late = b.api().post("/commit_episode", Json{{"client_uuid", "x"}, {"episode_uuid", episodes["participant"]}});
+  auto late = b.api().post("/commit_episode",
+                           Json{{"client_uuid", "x"}, {"episode_uuid", episodes["participant"]}});
   EXPECT_NE(late.status, 200);
 }
 
@@ -121,7 +127,8 @@ TEST(MultiServer, AWeightUpdateBetweenClaimAndEndAbortsTheGroupOnBoth) {
   client::Episode e = other.begin_episode();
   ASSERT_EQ(a.api().chat(e.api_key, user_chat("a token to train on")).status, 200);
   other.end_episode("other-task", e.episode_uuid, output_with(1));
-  ASSERT_TRUE(eventually([&] { return a.api().status()["global_step"] == 1; })) << a.api().status().dump();
+  ASSERT_TRUE(eventually([&] { return a.api().status()["global_step"] == 1; }))
+      << a.api().status().dump();
   try {
     group.end("task-1", {output_with(1), output_with(1)});
     FAIL() << "no WeightUpdatedHalfway";
@@ -139,8 +146,10 @@ TEST(MultiServer, AWeightUpdateBetweenClaimAndEndAbortsTheGroupOnBoth) {
   ASSERT_EQ(a.api().chat(redo.episode(0).api_key, user_chat("model A")).status, 200);
   ASSERT_EQ(b.api().chat(redo.episode(1).api_key, user_chat("model B")).status, 200);
   redo.end("task-1", {output_with(1), output_with(0)});
-  ASSERT_TRUE(eventually([&] { return b.api().status()["global_step"] == 1; })) << b.api().status().dump();
-  ASSERT_TRUE(eventually([&] { return a.api().status()["global_step"] == 2; })) << a.api().status().dump();
+  ASSERT_TRUE(eventually([&] { return b.api().status()["global_step"] == 1; }))
+      << b.api().status().dump();
+  ASSERT_TRUE(eventually([&] { return a.api().status()["global_step"] == 2; }))
+      << a.api().status().dump();
 }
 
 }  // namespace

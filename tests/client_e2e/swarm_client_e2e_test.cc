@@ -1,6 +1,6 @@
-// The C++ client library (src/client) against the real ajet-swarm: ajet-echo-engine (whose answer is
-// the last user message) for exact contents, the real ajet-engine for one full pass. Every wait polls
-// an observable status with a generous deadline.
+// The C++ client library (src/client) against the real ajet-swarm: ajet-echo-engine (whose answer
+// is the last user message) for exact contents, the real ajet-engine for one full pass. Every wait
+// polls an observable status with a generous deadline.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -26,7 +26,9 @@ using client::SwarmErrorKind;
 using client::WorkflowOutput;
 using ::testing::HasSubstr;
 
-const char* kToolCall = "<tool_call>\n{\"name\": \"calculator\", \"arguments\": {\"expression\": \"6*7\"}}\n</tool_call>";
+const char* kToolCall =
+    "<tool_call>\n{\"name\": \"calculator\", \"arguments\": {\"expression\": "
+    "\"6*7\"}}\n</tool_call>";
 
 SwarmClientOptions fast(const std::string& admin_token = "") {
   SwarmClientOptions o;
@@ -42,9 +44,10 @@ SwarmClientOptions fast(const std::string& admin_token = "") {
 }
 
 Json calculator_tools() {
-  return Json::array({client::function_tool(
-      "calculator", "Evaluates arithmetic",
-      {{"type", "object"}, {"properties", {{"expression", {{"type", "string"}}}}}, {"required", {"expression"}}})});
+  return Json::array({client::function_tool("calculator", "Evaluates arithmetic",
+                                            {{"type", "object"},
+                                             {"properties", {{"expression", {{"type", "string"}}}}},
+                                             {"required", {"expression"}}})});
 }
 
 WorkflowOutput reward(double r) {
@@ -61,8 +64,8 @@ std::string edited(std::string yaml, const std::string& from, const std::string&
   return yaml;
 }
 
-// The fixture config for the echo engine: it takes any length, and the 400-id fixture tokenizer makes
-// tool prompts and tool-call answers long.
+// The fixture config for the echo engine: it takes any length, and the 400-id fixture tokenizer
+// makes tool prompts and tool-call answers long.
 std::string echo_yaml(const fs::path& model, const std::string& extra = "") {
   return edited(edited(config_yaml(model, extra), "max_model_len: 512", "max_model_len: 4096"),
                 "max_response_length_in_one_turn: 48", "max_response_length_in_one_turn: 256");
@@ -75,11 +78,13 @@ class ClientE2eTest : public ::testing::Test {
  protected:
   void SetUp() override {
     model_ = fixture(false).tokenizer;
-    swarm_ = std::make_unique<SwarmProcess>(SwarmProcess::Options{dir_ / "server", bin("ajet-echo-engine"), "", {}});
+    swarm_ = std::make_unique<SwarmProcess>(
+        SwarmProcess::Options{dir_ / "server", bin("ajet-echo-engine"), "", {}});
     // Dial "localhost": the server's base_url names 127.0.0.1; the client must rewrite it.
     url_ = "http://localhost:" + std::to_string(swarm_->port());
   }
-  // The fixture config; the echo engine takes any length (the 400-id tokenizer makes tool prompts long).
+  // The fixture config; the echo engine takes any length (the 400-id tokenizer makes tool prompts
+  // long).
   std::string yaml() const { return echo_yaml(model_); }
   ScratchDir dir_;
   fs::path model_;
@@ -102,8 +107,10 @@ TEST_F(ClientE2eTest, AutoStartClaimChatWithToolsStreamEnd) {
   EXPECT_TRUE(c.can_continue_episode(ep.episode_uuid));
 
   ChatClient chat(ep.base_url, ep.api_key);
-  EXPECT_EQ(chat.chat(Json::array({client::user_message("plain words")})).content.value_or(""), "plain words");
-  client::ChatMessage call = chat.chat(Json::array({client::user_message(kToolCall)}), calculator_tools());
+  EXPECT_EQ(chat.chat(Json::array({client::user_message("plain words")})).content.value_or(""),
+            "plain words");
+  client::ChatMessage call =
+      chat.chat(Json::array({client::user_message(kToolCall)}), calculator_tools());
   ASSERT_EQ(call.tool_calls.size(), 1u);
   EXPECT_EQ(call.tool_calls[0].name, "calculator");
   EXPECT_EQ(Json::parse(call.tool_calls[0].arguments), (Json{{"expression", "6*7"}}));
@@ -111,21 +118,23 @@ TEST_F(ClientE2eTest, AutoStartClaimChatWithToolsStreamEnd) {
 
   size_t chunks = 0;
   client::ChatMessage streamed =
-      chat.stream(Json::array({client::user_message(kToolCall)}), calculator_tools(), Json::object(),
-                  [&](const Json&) { return ++chunks > 0; });
+      chat.stream(Json::array({client::user_message(kToolCall)}), calculator_tools(),
+                  Json::object(), [&](const Json&) { return ++chunks > 0; });
   EXPECT_GT(chunks, 2u);
   ASSERT_EQ(streamed.tool_calls.size(), 1u);
   EXPECT_EQ(streamed.tool_calls[0].arguments, call.tool_calls[0].arguments);
   // The tool result turn: history with the assistant's tool call and the tool message.
   Json history = Json::array({client::user_message(kToolCall), call.to_json(),
-                              client::tool_message(call.tool_calls[0].id, "42"), client::user_message("it is 42")});
+                              client::tool_message(call.tool_calls[0].id, "42"),
+                              client::user_message("it is 42")});
   EXPECT_EQ(chat.chat(history, calculator_tools()).content.value_or(""), "it is 42");
   // Stopping a stream early leaves the client usable.
   std::string first;
-  chat.stream(Json::array({client::user_message("a b c d e f")}), nullptr, Json::object(), [&](const Json& chunk) {
-    first = chunk.dump();
-    return false;
-  });
+  chat.stream(Json::array({client::user_message("a b c d e f")}), nullptr, Json::object(),
+              [&](const Json& chunk) {
+                first = chunk.dump();
+                return false;
+              });
   EXPECT_FALSE(first.empty());
   EXPECT_EQ(chat.chat(Json::array({client::user_message("again")})).content.value_or(""), "again");
 
@@ -150,7 +159,8 @@ TEST_F(ClientE2eTest, ErrorsCarryTheServersStatusAndReason) {
     EXPECT_EQ(e.http_status(), 400);
   }
   c.auto_sync_train_config_and_start_engine(yaml(), false, 120.0);
-  // Episode commands carry the key of this client's claim: for an episode it never claimed it has none.
+  // Episode commands carry the key of this client's claim: for an episode it never claimed it has
+  // none.
   try {
     c.end_episode("t", "no-such-episode", reward(1));
     ADD_FAILURE() << "ending an unknown episode succeeded";
@@ -214,7 +224,8 @@ TEST_F(ClientE2eTest, ClaimsWaitForTheEngineAndFailWhenItStops) {
     }
   });
   // Stop only once the claim was answered "No available episodes" (the engine was seen running).
-  const bool waited_on_empty_pool = pool_empty.get_future().wait_for(120s) == std::future_status::ready;
+  const bool waited_on_empty_pool =
+      pool_empty.get_future().wait_for(120s) == std::future_status::ready;
   c.stop_engine(true, 60.0);
   second.join();
   ASSERT_TRUE(waited_on_empty_pool);
@@ -236,8 +247,11 @@ TEST_F(ClientE2eTest, OneClientSharedByManyThreads) {
         client::Episode ep = c.begin_episode();
         ChatClient chat(ep.base_url, ep.api_key);
         std::string text = "thread " + std::to_string(i);
-        if (chat.chat(Json::array({client::user_message(text)})).content.value_or("") != text) errors[i] = "content";
-        if (c.end_episode("task-" + std::to_string(i % 4), ep.episode_uuid, reward(i)) == EndResult::kEnded) ++ended;
+        if (chat.chat(Json::array({client::user_message(text)})).content.value_or("") != text)
+          errors[i] = "content";
+        if (c.end_episode("task-" + std::to_string(i % 4), ep.episode_uuid, reward(i)) ==
+            EndResult::kEnded)
+          ++ended;
       } catch (const std::exception& e) {
         errors[i] = e.what();
       }
@@ -255,12 +269,15 @@ TEST_F(ClientE2eTest, ThrottlePolicyAndAgreeSyncWeight) {
   ClaimOptions cocktail;
   cocktail.throttle_policy = client::ThrottlePolicy{"cocktail-a", 1.5, std::nullopt, std::nullopt};
   client::Episode ep = c.begin_episode(cocktail);
-  EXPECT_EQ(c.get_rollout_stat()["running_episode_details"][ep.episode_uuid]["optional_task_id"], "cocktail-a");
+  EXPECT_EQ(c.get_rollout_stat()["running_episode_details"][ep.episode_uuid]["optional_task_id"],
+            "cocktail-a");
   EXPECT_EQ(c.end_episode("cocktail-a", ep.episode_uuid, reward(1)), EndResult::kEnded);
   c.stop_engine(true, 60.0);
 
   c.auto_sync_train_config_and_start_engine(
-      echo_yaml(model_, "  swarm_mode_sample_collection_method: rollout_until_any_client_agree_sync_weight\n"),
+      echo_yaml(
+          model_,
+          "  swarm_mode_sample_collection_method: rollout_until_any_client_agree_sync_weight\n"),
       false, 120.0);
   EXPECT_FALSE(c.agree_sync_weight(false));  // nothing finished since the last weight sync
   client::Episode done = c.begin_episode();
@@ -293,13 +310,15 @@ TEST(ClientAdminTest, ProtectedCommandsNeedTheAdminToken) {
 
 // Sets an environment variable for the scope (unset again after).
 struct ScopedEnv {
-  ScopedEnv(const char* name, const std::string& value) : name_(name) { ::setenv(name, value.c_str(), 1); }
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    ::setenv(name, value.c_str(), 1);
+  }
   ~ScopedEnv() { ::unsetenv(name_); }
   const char* name_;
 };
 
-// Two servers with tokens of their own: AJET_ADMIN_TOKENS gives each client its server's token, with
-// AJET_ADMIN_TOKEN (here wrong for both) as the fallback for servers it does not list.
+// Two servers with tokens of their own: AJET_ADMIN_TOKENS gives each client its server's token,
+// with AJET_ADMIN_TOKEN (here wrong for both) as the fallback for servers it does not list.
 TEST(ClientAdminTest, EachServerGetsItsTokenFromAjetAdminTokens) {
   ScratchDir dir;
   fs::path model = fixture(false).tokenizer;
@@ -327,7 +346,8 @@ TEST(ClientAdminTest, EachServerGetsItsTokenFromAjetAdminTokens) {
     }
   }
   {
-    // An https:// entry (a TLS proxy the Python client dials) is another server's, not a malformed list.
+    // An https:// entry (a TLS proxy the Python client dials) is another server's, not a malformed
+    // list.
     ScopedEnv with_https("AJET_ADMIN_TOKENS", "https://proxy.example=tok-p " + a.url() + "=tok-a");
     EXPECT_EQ(client::admin_token_for(a.url()), "tok-a");
     EXPECT_EQ(client::admin_token_for("https://proxy.example/"), "tok-p");
@@ -384,7 +404,8 @@ TEST(ClientRealEngineTest, ClaimChatStreamAndEndThroughTheRealEngine) {
   EXPECT_THAT(choice["finish_reason"].get<std::string>(), ::testing::AnyOf("stop", "length"));
   EXPECT_GT(r["usage"]["completion_tokens"].get<int>(), 0);
   EXPECT_FALSE(choice["logprobs"]["content"].empty());
-  client::ChatMessage streamed = chat.stream(Json::array({client::user_message("Hello")}), nullptr, {{"max_tokens", 4}});
+  client::ChatMessage streamed =
+      chat.stream(Json::array({client::user_message("Hello")}), nullptr, {{"max_tokens", 4}});
   EXPECT_THAT(streamed.finish_reason, ::testing::AnyOf("stop", "length"));
   EXPECT_EQ(c.end_episode("t", ep.episode_uuid, reward(0.5)), EndResult::kEnded);
   EXPECT_EQ(c.get_rollout_stat()["completed_episodes"], 1);

@@ -77,16 +77,22 @@ std::string parse_error_of(std::string_view text, int max_depth = kMaxJsonDepth)
 TEST(Json, ParseErrorsNameThePathWhereTheParserStopped) {
   EXPECT_EQ(parse_error_of(R"({"temperature": 1e400})"),
             "body: invalid JSON at temperature: number overflow parsing '1e400'");
-  EXPECT_THAT(parse_error_of("{\"messages\": [{\"role\": \"user\"}, {\"content\": \"a\xff\"}]}"),
-              ::testing::StartsWith("body: invalid JSON at messages[1].content: parse error at line 1"));
+  EXPECT_THAT(
+      parse_error_of("{\"messages\": [{\"role\": \"user\"}, {\"content\": \"a\xff\"}]}"),
+      ::testing::StartsWith("body: invalid JSON at messages[1].content: parse error at line 1"));
   EXPECT_THAT(parse_error_of(R"({"stop": ["\ud800"]})"),
               ::testing::StartsWith("body: invalid JSON at stop[0]: parse error"));
-  EXPECT_THAT(parse_error_of(R"({"a b": {"c": tru}})"), ::testing::StartsWith("body: invalid JSON at [\"a b\"].c:"));
-  EXPECT_THAT(parse_error_of("{\"a\":"), ::testing::StartsWith("body: invalid JSON at a: parse error"));
-  EXPECT_THAT(parse_error_of("nope"), ::testing::StartsWith("body: invalid JSON at the top level: parse error"));
-  EXPECT_THAT(parse_error_of("{} x"), ::testing::StartsWith("body: invalid JSON at the top level: parse error"));
+  EXPECT_THAT(parse_error_of(R"({"a b": {"c": tru}})"),
+              ::testing::StartsWith("body: invalid JSON at [\"a b\"].c:"));
+  EXPECT_THAT(parse_error_of("{\"a\":"),
+              ::testing::StartsWith("body: invalid JSON at a: parse error"));
+  EXPECT_THAT(parse_error_of("nope"),
+              ::testing::StartsWith("body: invalid JSON at the top level: parse error"));
+  EXPECT_THAT(parse_error_of("{} x"),
+              ::testing::StartsWith("body: invalid JSON at the top level: parse error"));
   // A parsed value is the same as nlohmann's own parse gives.
-  const std::string text = R"({"b": [1, 2.5, "x", null, true, {"c": []}], "a": -3, "u": 18446744073709551615})";
+  const std::string text =
+      R"({"b": [1, 2.5, "x", null, true, {"c": []}], "a": -3, "u": 18446744073709551615})";
   EXPECT_EQ(parse_json(text, "body"), Json::parse(text));
   EXPECT_EQ(parse_ordered_json(text, "body").dump(), nlohmann::ordered_json::parse(text).dump());
 }
@@ -100,9 +106,13 @@ TEST(Json, NestingBeyondTheLimitIsRefusedNamingWhereItStarted) {
   std::string schema = R"({"tools": [{"function": {"parameters": )";
   for (int i = 0; i < 20000; ++i) schema += R"({"properties": )";
   const std::string msg = parse_error_of(schema);
-  EXPECT_THAT(msg, ::testing::StartsWith("body: invalid JSON at tools[0].function.parameters.properties.properties."));
-  EXPECT_THAT(msg, ::testing::HasSubstr("... (128 levels deep): arrays and objects nested deeper than 128 levels"));
-  EXPECT_THAT(parse_error_of(R"({"a": {"b": 1}})", 1), ::testing::StartsWith("body: invalid JSON at a: arrays"));
+  EXPECT_THAT(msg,
+              ::testing::StartsWith(
+                  "body: invalid JSON at tools[0].function.parameters.properties.properties."));
+  EXPECT_THAT(msg, ::testing::HasSubstr(
+                       "... (128 levels deep): arrays and objects nested deeper than 128 levels"));
+  EXPECT_THAT(parse_error_of(R"({"a": {"b": 1}})", 1),
+              ::testing::StartsWith("body: invalid JSON at a: arrays"));
   // Keys named in the path are capped; a long key does not make a long message.
   const std::string long_key = std::string(5000, 'k');
   EXPECT_LT(parse_error_of("{\"" + long_key + "\": x}").size(), 400u);
@@ -116,7 +126,8 @@ TEST(Json, TryParseGivesNothingForTextThatIsNotJsonOrTooDeep) {
 }
 
 // A tool call's arguments may be any text; JSON in them deeper than the limit is refused naming the
-// field (before issue 38 it was parsed without a limit elsewhere and overflowed the stack in dump()).
+// field (before issue 38 it was parsed without a limit elsewhere and overflowed the stack in
+// dump()).
 TEST(Json, RequireDepthRefusesOnlyJsonNestedTooDeep) {
   const std::string deep = std::string(70000, '[') + std::string(70000, ']');
   try {
@@ -125,11 +136,12 @@ TEST(Json, RequireDepthRefusesOnlyJsonNestedTooDeep) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
     EXPECT_THAT(e.what(),
-                ::testing::StartsWith("messages[1].tool_calls[0].function.arguments: invalid JSON at [0][0]"));
+                ::testing::StartsWith(
+                    "messages[1].tool_calls[0].function.arguments: invalid JSON at [0][0]"));
     EXPECT_THAT(e.what(), ::testing::HasSubstr("nested deeper than 128 levels"));
   }
-  // Deep but cut off, or deep inside text that is not JSON at its start: still refused once it opens
-  // the 129th level as JSON; any other text passes, JSON or not.
+  // Deep but cut off, or deep inside text that is not JSON at its start: still refused once it
+  // opens the 129th level as JSON; any other text passes, JSON or not.
   EXPECT_THROW(require_json_depth("{\"a\": " + std::string(200, '['), "args"), Error);
   EXPECT_NO_THROW(require_json_depth(std::string(128, '[') + std::string(128, ']'), "args"));
   EXPECT_NO_THROW(require_json_depth("not json " + std::string(500, '['), "args"));
@@ -154,7 +166,9 @@ TEST(Json, SaxParseForwardsEventsWithTheSameLimit) {
     bool end_object() override { return true; }
     bool start_array(std::size_t) override { return ++opened; }
     bool end_array() override { return true; }
-    bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+    bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+      return false;
+    }
   };
   Counter c;
   EXPECT_TRUE(sax_parse_json(R"({"a": [1, "x", null], "b": {"c": 2.5}})", "file", c));
@@ -187,8 +201,9 @@ TEST(Fs, AtomicWriteThenRead) {
   }
 }
 
-// A directory written beside its target appears whole: a first publish creates it, a second replaces
-// it (the old one moved aside, then removed), and a failed rename into place puts the old one back.
+// A directory written beside its target appears whole: a first publish creates it, a second
+// replaces it (the old one moved aside, then removed), and a failed rename into place puts the old
+// one back.
 TEST(Fs, PublishDirReplacesWholeAndRestoresTheOldOneWhenItFails) {
   namespace fs = std::filesystem;
   const fs::path root = fs::temp_directory_path() / ("ajet_publish_test_" + new_uuid_hex());
@@ -210,7 +225,8 @@ TEST(Fs, PublishDirReplacesWholeAndRestoresTheOldOneWhenItFails) {
   EXPECT_EQ(read_file(dir / "b"), "second");
   EXPECT_FALSE(fs::exists(temp_sibling(dir, "old")));
 
-  try {  // nothing at tmp: the rename fails, the error names the target, and `dir` is still the old one
+  try {  // nothing at tmp: the rename fails, the error names the target, and `dir` is still the old
+         // one
     publish_dir(tmp, dir);
     FAIL();
   } catch (const Error& e) {

@@ -16,7 +16,8 @@ using ::testing::HasSubstr;
 
 TEST(Subprocess, DeliversOutputLinesAndTheExitStatus) {
   std::vector<std::string> lines;
-  Subprocess p = Subprocess::spawn({{"/bin/sh", "-c", "echo one; echo two >&2; printf three; exit 3"}, {}, {}});
+  Subprocess p = Subprocess::spawn(
+      {{"/bin/sh", "-c", "echo one; echo two >&2; printf three; exit 3"}, {}, {}});
   EXPECT_GT(p.pid(), 0);
   int status = p.wait([&](std::string line) { lines.push_back(std::move(line)); });
   EXPECT_THAT(lines, ElementsAre("one", "two", "three"));
@@ -27,16 +28,20 @@ TEST(Subprocess, DeliversOutputLinesAndTheExitStatus) {
 }
 
 TEST(Subprocess, EnvironmentAndWorkingDirectory) {
-  CommandResult r = run_command({{"sh", "-c", "echo $AJET_TEST_VAR; pwd"}, {{"AJET_TEST_VAR", "hello"}}, "/tmp"});
+  CommandResult r =
+      run_command({{"sh", "-c", "echo $AJET_TEST_VAR; pwd"}, {{"AJET_TEST_VAR", "hello"}}, "/tmp"});
   EXPECT_TRUE(exited_cleanly(r.status));
   EXPECT_EQ(r.output, "hello\n/tmp\n");
 }
 
 TEST(Subprocess, TerminateEscalatesToSigkillAfterTheGrace) {
   // Ignores SIGTERM: terminate() must fall back to SIGKILL.
-  Subprocess p = Subprocess::spawn({{"/bin/sh", "-c", "trap '' TERM; echo up; while :; do sleep 1; done"}, {}, {}});
+  Subprocess p = Subprocess::spawn(
+      {{"/bin/sh", "-c", "trap '' TERM; echo up; while :; do sleep 1; done"}, {}, {}});
   bool up = false;
-  while (!up) p.wait_some(std::chrono::milliseconds(1000), [&](const std::string& l) { up = up || l == "up"; });
+  while (!up)
+    p.wait_some(std::chrono::milliseconds(1000),
+                [&](const std::string& l) { up = up || l == "up"; });
   int status = p.terminate(std::chrono::milliseconds(200));
   EXPECT_TRUE(WIFSIGNALED(status));
   EXPECT_EQ(WTERMSIG(status), SIGKILL);
@@ -44,7 +49,9 @@ TEST(Subprocess, TerminateEscalatesToSigkillAfterTheGrace) {
 
   Subprocess q = Subprocess::spawn({{"/bin/sh", "-c", "echo up; exec sleep 30"}, {}, {}});
   up = false;
-  while (!up) q.wait_some(std::chrono::milliseconds(1000), [&](const std::string& l) { up = up || l == "up"; });
+  while (!up)
+    q.wait_some(std::chrono::milliseconds(1000),
+                [&](const std::string& l) { up = up || l == "up"; });
   status = q.terminate(std::chrono::milliseconds(10'000));
   EXPECT_TRUE(WIFSIGNALED(status));
   EXPECT_EQ(WTERMSIG(status), SIGTERM);
@@ -53,7 +60,8 @@ TEST(Subprocess, TerminateEscalatesToSigkillAfterTheGrace) {
 // pipe_stdin: lines written reach the child in order, closing the input is its end of file, and a
 // write to a child that is gone is false (no SIGPIPE: the test process would die of it).
 TEST(Subprocess, StdinCarriesLinesAndEndOfFile) {
-  SpawnOptions options{{"/bin/sh", "-c", "while read -r l; do echo \"got $l\"; done; echo eof"}, {}, {}};
+  SpawnOptions options{
+      {"/bin/sh", "-c", "while read -r l; do echo \"got $l\"; done; echo eof"}, {}, {}};
   options.pipe_stdin = true;
   Subprocess p = Subprocess::spawn(options);
   EXPECT_TRUE(p.write_input("one\n"));
@@ -66,7 +74,8 @@ TEST(Subprocess, StdinCarriesLinesAndEndOfFile) {
   options.argv = {"/bin/sh", "-c", "exit 0"};
   Subprocess q = Subprocess::spawn(options);
   q.wait();
-  EXPECT_FALSE(q.write_input(std::string(1 << 20, 'x')));  // the reader is gone: EPIPE, not a signal
+  EXPECT_FALSE(
+      q.write_input(std::string(1 << 20, 'x')));  // the reader is gone: EPIPE, not a signal
 
   Subprocess r = Subprocess::spawn({{"/bin/sh", "-c", "exit 0"}, {}, {}});
   EXPECT_FALSE(r.write_input("x\n"));  // without pipe_stdin there is nothing to write to
@@ -77,7 +86,8 @@ TEST(Subprocess, TheChildInheritsNoDescriptorOfTheParent) {
   // Like a socket Asio or SQLite opened: no O_CLOEXEC.
   const int fd = ::open("/dev/null", O_RDONLY);
   ASSERT_GE(fd, 3);
-  const std::string probe = "[ -e /proc/$$/fd/" + std::to_string(fd) + " ] && echo leaked || echo closed";
+  const std::string probe =
+      "[ -e /proc/$$/fd/" + std::to_string(fd) + " ] && echo leaked || echo closed";
   CommandResult r = run_command(SpawnOptions{{"sh", "-c", probe}, {}, {}});
   ::close(fd);
   EXPECT_EQ(r.output, "closed\n");

@@ -1,7 +1,7 @@
 // The TensorBoard event encoder against independent references: CRC-32C test vectors of RFC 3720
-// (B.4), protobuf varints as the protobuf documentation spells them, and events assembled byte by byte
-// from event.proto's field numbers. tests/tools/tfevents_reader_test.py reads a real front's file
-// with its own decoder.
+// (B.4), protobuf varints as the protobuf documentation spells them, and events assembled byte by
+// byte from event.proto's field numbers. tests/tools/tfevents_reader_test.py reads a real front's
+// file with its own decoder.
 #include "common/tfevents.h"
 
 #include <gtest/gtest.h>
@@ -73,7 +73,8 @@ TEST(Varint, EncodesAsProtobufDoes) {
   EXPECT_EQ(varint(300), bytes({0xac, 0x02}));
   EXPECT_EQ(varint(16384), bytes({0x80, 0x80, 0x01}));
   // int64 -1 is ten bytes: nine 0xff and 0x01.
-  EXPECT_EQ(varint(uint64_t(int64_t(-1))), bytes({0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}));
+  EXPECT_EQ(varint(uint64_t(int64_t(-1))),
+            bytes({0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}));
 }
 
 TEST(Record, FramesLengthCrcDataCrc) {
@@ -90,19 +91,22 @@ TEST(Record, FramesLengthCrcDataCrc) {
 }
 
 TEST(Event, FileVersionEventIsWallTimeAndVersionString) {
-  const std::string expected = bytes({0x09}) + double_bits(1234.5) + bytes({0x1a, 13}) + "brain.Event:2";
+  const std::string expected =
+      bytes({0x09}) + double_bits(1234.5) + bytes({0x1a, 13}) + "brain.Event:2";
   EXPECT_EQ(file_version_event(1234.5), expected);
 }
 
 TEST(Event, ScalarsEventHoldsEveryValueInOneSummary) {
   // Event{wall_time=1.5 (field 1, fixed64), step=3 (field 2, varint), summary (field 5)}
   // Summary{value (field 1)}, Value{tag (field 1), simple_value (field 2, fixed32 float)}.
-  const std::string value_a = bytes({0x0a, 1}) + "a" + bytes({0x15, 0x00, 0x00, 0x00, 0x3f});  // 0.5f
-  const std::string value_bc = bytes({0x0a, 2}) + "bc" + bytes({0x15, 0x00, 0x00, 0x80, 0xbf});  // -1.0f
-  const std::string summary = bytes({0x0a, int(value_a.size())}) + value_a + bytes({0x0a, int(value_bc.size())}) +
-                              value_bc;
-  const std::string expected =
-      bytes({0x09}) + double_bits(1.5) + bytes({0x10, 0x03}) + bytes({0x2a, int(summary.size())}) + summary;
+  const std::string value_a =
+      bytes({0x0a, 1}) + "a" + bytes({0x15, 0x00, 0x00, 0x00, 0x3f});  // 0.5f
+  const std::string value_bc =
+      bytes({0x0a, 2}) + "bc" + bytes({0x15, 0x00, 0x00, 0x80, 0xbf});  // -1.0f
+  const std::string summary =
+      bytes({0x0a, int(value_a.size())}) + value_a + bytes({0x0a, int(value_bc.size())}) + value_bc;
+  const std::string expected = bytes({0x09}) + double_bits(1.5) + bytes({0x10, 0x03}) +
+                               bytes({0x2a, int(summary.size())}) + summary;
   EXPECT_EQ(scalars_event(1.5, 3, {{"a", 0.5}, {"bc", -1.0}}), expected);
 }
 

@@ -79,7 +79,8 @@ ajet:
   EXPECT_EQ(c.trainer_common.total_training_steps, 12);
   EXPECT_DOUBLE_EQ(c.trainer_common.optim.lr, 1e-5);
   EXPECT_EQ(c.trainer_common.optim.betas, (std::vector<double>{0.9, 0.95}));
-  EXPECT_EQ(c.task_reader.builtin.params, Json::parse(R"({"size": 4, "slippery": false, "name": "x"})"));
+  EXPECT_EQ(c.task_reader.builtin.params,
+            Json::parse(R"({"size": 4, "slippery": false, "name": "x"})"));
   EXPECT_EQ(c.task_judge.judge_protocol, "calc");
   EXPECT_EQ(c.interchange_server.interchange_server_port, 0);
 }
@@ -107,7 +108,8 @@ ajet:
   for (const auto& w : loaded.warnings) all += w + "\n";
   EXPECT_TRUE(contains(all, "unknown key 'trainer'"));
   EXPECT_TRUE(contains(all, "unknown key 'ajet.rollout.nmu_repeat'"));
-  EXPECT_TRUE(contains(all, "did you mean 'ajet.rollout.num_repeat'?"));  // a hint for a near spelling
+  EXPECT_TRUE(
+      contains(all, "did you mean 'ajet.rollout.num_repeat'?"));  // a hint for a near spelling
   EXPECT_TRUE(contains(all, "'ajet.rollout.gpu_memory_utilization' is not used here"));
   // One warning for the whole ignored subtree, naming its root.
   EXPECT_TRUE(contains(all, "'ajet.task_reader.huggingface_dat_repo' is not used here"));
@@ -116,26 +118,30 @@ ajet:
 }
 
 // The classic launcher syncs the whole resolved config (to_yaml) to its front: every classic run
-// (`ajet --conf examples/configs/calc.yaml`) used to print "ajet.task_reader is not used by the swarm
-// server" and the same for ajet.task_judge, at "sync_train_config yaml_as_string:65".
+// (`ajet --conf examples/configs/calc.yaml`) used to print "ajet.task_reader is not used by the
+// swarm server" and the same for ajet.task_judge, at "sync_train_config yaml_as_string:65".
 TEST(ConfigUpstream, TheConfigAClassicRunSyncsDrawsNoWarningOnTheServer) {
   for (const char* name : {"calc.yaml", "default.yaml"}) {
-    const std::filesystem::path file = std::filesystem::path(AJET_SOURCE_DIR) / "examples/configs" / name;
+    const std::filesystem::path file =
+        std::filesystem::path(AJET_SOURCE_DIR) / "examples/configs" / name;
     if (!std::filesystem::exists(file)) continue;
     const LoadedConfig classic = load_config_file(file);
-    const LoadedConfig server = parse_config(to_yaml(classic.config), "sync_train_config yaml_as_string",
-                                             ConfigUse::kSwarmServer);
-    EXPECT_TRUE(server.warnings.empty()) << name << ": " << ::testing::PrintToString(server.warnings);
+    const LoadedConfig server = parse_config(
+        to_yaml(classic.config), "sync_train_config yaml_as_string", ConfigUse::kSwarmServer);
+    EXPECT_TRUE(server.warnings.empty())
+        << name << ": " << ::testing::PrintToString(server.warnings);
   }
 }
 
-// Upstream's SwarmClient.sync_train_config(AgentJetJob(...)) sends the whole merged tree of its swarm
-// default. Every upstream example failed at that first line: "judge_type is builtin but judge_protocol
-// is not set". A key the server does not use is accepted and named in a warning; the task reader and
-// judge belong to the clients that sync the config (a classic launcher, a swarm client), so the server
-// skips them without one (every classic run used to warn that they were ignored).
+// Upstream's SwarmClient.sync_train_config(AgentJetJob(...)) sends the whole merged tree of its
+// swarm default. Every upstream example failed at that first line: "judge_type is builtin but
+// judge_protocol is not set". A key the server does not use is accepted and named in a warning; the
+// task reader and judge belong to the clients that sync the config (a classic launcher, a swarm
+// client), so the server skips them without one (every classic run used to warn that they were
+// ignored).
 TEST(ConfigUpstream, AnAgentJetJobDumpLoadsWithWarningsOnly) {
-  const std::string yaml = read_file(std::filesystem::path(AJET_SOURCE_DIR) / "tests/config/data/upstream_swarm_job.yaml");
+  const std::string yaml = read_file(std::filesystem::path(AJET_SOURCE_DIR) /
+                                     "tests/config/data/upstream_swarm_job.yaml");
   LoadedConfig swarm = parse_config(yaml, "job.yaml", ConfigUse::kSwarmServer);
   std::string all;
   for (const auto& w : swarm.warnings) all += w + "\n";
@@ -146,18 +152,22 @@ TEST(ConfigUpstream, AnAgentJetJobDumpLoadsWithWarningsOnly) {
   EXPECT_EQ(swarm.config.data.train_batch_size, 32);
   EXPECT_EQ(swarm.config.task_judge.judge_type, "workflow");  // left at the default
   EXPECT_FALSE(uses_builtin_judge(swarm.config.task_judge));
-  // Classic mode reads both sections: customized_protocol without a protocol means the workflow's reward.
+  // Classic mode reads both sections: customized_protocol without a protocol means the workflow's
+  // reward.
   LoadedConfig classic = parse_config(yaml, "job.yaml");
   EXPECT_EQ(classic.config.task_judge.judge_type, "customized_protocol");
   EXPECT_FALSE(uses_builtin_judge(classic.config.task_judge));
-  EXPECT_TRUE(contains(error_of([] {
-                         parse_config("ajet:\n  model: {path: /m}\n  task_judge: {judge_type: builtin}\n", "j.yaml");
-                       }),
-                       "judge_type is builtin but ajet.task_judge.judge_protocol is not set"));
+  EXPECT_TRUE(contains(
+      error_of([] {
+        parse_config("ajet:\n  model: {path: /m}\n  task_judge: {judge_type: builtin}\n", "j.yaml");
+      }),
+      "judge_type is builtin but ajet.task_judge.judge_protocol is not set"));
   // Upstream's classic default reader is an error where a reader is used, and only there.
-  const std::string hf = "ajet:\n  model: {path: /m}\n  task_reader: {type: huggingface_dat_repo}\n";
-  EXPECT_TRUE(contains(error_of([&] { parse_config(hf, "r.yaml"); }),
-                       "ajet.task_reader.type must be one of [jsonl_dataset_file, builtin, random_dummy]"));
+  const std::string hf =
+      "ajet:\n  model: {path: /m}\n  task_reader: {type: huggingface_dat_repo}\n";
+  EXPECT_TRUE(
+      contains(error_of([&] { parse_config(hf, "r.yaml"); }),
+               "ajet.task_reader.type must be one of [jsonl_dataset_file, builtin, random_dummy]"));
   EXPECT_NO_THROW(parse_config(hf, "r.yaml", ConfigUse::kSwarmServer));
 }
 
@@ -166,40 +176,59 @@ TEST(ConfigUpstream, AnAgentJetJobDumpLoadsWithWarningsOnly) {
 TEST(ConfigUpstream, UnsupportedKlTypesMatterOnlyWithTheKlLoss) {
   // verl's `full` (every vocabulary logit) is the one verl estimator this build lacks.
   LoadedConfig off = parse_config(
-      "ajet:\n  model: {path: /m}\n  trainer_common: {use_kl_loss: false, kl_loss_type: full}\n", "k.yaml");
+      "ajet:\n  model: {path: /m}\n  trainer_common: {use_kl_loss: false, kl_loss_type: full}\n",
+      "k.yaml");
   EXPECT_EQ(off.config.trainer_common.kl_loss_type, "low_var_kl");
   ASSERT_EQ(off.warnings.size(), 1u);
-  EXPECT_TRUE(contains(off.warnings[0], "kl_loss_type 'full' is not supported here (low_var_kl, k3, k1, kl, k2, mse, abs)"))
+  EXPECT_TRUE(
+      contains(off.warnings[0],
+               "kl_loss_type 'full' is not supported here (low_var_kl, k3, k1, kl, k2, mse, abs)"))
       << off.warnings[0];
   EXPECT_TRUE(contains(to_yaml(off.config), "low_var_kl"));
   std::string msg = error_of([] {
-    parse_config("ajet:\n  model: {path: /m}\n  trainer_common: {use_kl_loss: true, kl_loss_type: full}\n", "k.yaml");
+    parse_config(
+        "ajet:\n  model: {path: /m}\n  trainer_common: {use_kl_loss: true, kl_loss_type: full}\n",
+        "k.yaml");
   });
-  EXPECT_TRUE(contains(msg, "kl_loss_type must be one of [low_var_kl, k3, k1, kl, k2, mse, abs] when use_kl_loss is "
-                            "true, got 'full'"))
+  EXPECT_TRUE(contains(
+      msg,
+      "kl_loss_type must be one of [low_var_kl, k3, k1, kl, k2, mse, abs] when use_kl_loss is "
+      "true, got 'full'"))
       << msg;
   // verl's other names load as they are.
   for (const char* name : {"mse", "k2", "kl", "abs", "k3"}) {
-    LoadedConfig on = parse_config(std::string("ajet:\n  model: {path: /m}\n  trainer_common: {use_kl_loss: true, "
-                                               "kl_loss_type: ") + name + "}\n", "k.yaml");
+    LoadedConfig on = parse_config(
+        std::string("ajet:\n  model: {path: /m}\n  trainer_common: {use_kl_loss: true, "
+                    "kl_loss_type: ") +
+            name + "}\n",
+        "k.yaml");
     EXPECT_EQ(on.config.trainer_common.kl_loss_type, name);
     EXPECT_TRUE(on.warnings.empty()) << name;
   }
   msg = error_of([] {
-    parse_config("ajet:\n  model: {path: /m}\n  trainer_common: {algorithm: {adv_estimator: gae}}\n", "e.yaml");
+    parse_config(
+        "ajet:\n  model: {path: /m}\n  trainer_common: {algorithm: {adv_estimator: gae}}\n",
+        "e.yaml");
   });
-  EXPECT_TRUE(contains(msg, "adv_estimator must be one of [grpo, drgrpo, rloo, reinforce_pp], got 'gae'")) << msg;
+  EXPECT_TRUE(
+      contains(msg, "adv_estimator must be one of [grpo, drgrpo, rloo, reinforce_pp], got 'gae'"))
+      << msg;
 }
 
 // vLLM's kv_cache_dtype key: auto by default, the listed types taken, anything else named.
 TEST(ConfigEngine, KvCacheDtype) {
-  EXPECT_EQ(parse_config("ajet:\n  model: {path: /m}\n", "a.yaml").config.engine.kv_cache_dtype, "auto");
-  EXPECT_EQ(parse_config("ajet:\n  model: {path: /m}\n  engine: {kv_cache_dtype: bfloat16}\n", "b.yaml")
-                .config.engine.kv_cache_dtype,
-            "bfloat16");
-  const std::string msg =
-      error_of([] { parse_config("ajet:\n  model: {path: /m}\n  engine: {kv_cache_dtype: fp8}\n", "c.yaml"); });
-  EXPECT_TRUE(contains(msg, "ajet.engine.kv_cache_dtype must be one of [auto, float32, bfloat16, float16]")) << msg;
+  EXPECT_EQ(parse_config("ajet:\n  model: {path: /m}\n", "a.yaml").config.engine.kv_cache_dtype,
+            "auto");
+  EXPECT_EQ(
+      parse_config("ajet:\n  model: {path: /m}\n  engine: {kv_cache_dtype: bfloat16}\n", "b.yaml")
+          .config.engine.kv_cache_dtype,
+      "bfloat16");
+  const std::string msg = error_of([] {
+    parse_config("ajet:\n  model: {path: /m}\n  engine: {kv_cache_dtype: fp8}\n", "c.yaml");
+  });
+  EXPECT_TRUE(
+      contains(msg, "ajet.engine.kv_cache_dtype must be one of [auto, float32, bfloat16, float16]"))
+      << msg;
 }
 
 TEST(ConfigWarnings, UpstreamAliasesMapWithANote) {
@@ -210,7 +239,8 @@ TEST(ConfigWarnings, UpstreamAliasesMapWithANote) {
   EXPECT_EQ(loaded.config.backbone, "torch");
   EXPECT_EQ(loaded.config.context_tracker.timeline_compare_level, "text");
   ASSERT_EQ(loaded.warnings.size(), 2u);
-  EXPECT_TRUE(contains(loaded.warnings[0], "ajet.backbone: 'verl' is upstream's name; using 'torch'"));
+  EXPECT_TRUE(
+      contains(loaded.warnings[0], "ajet.backbone: 'verl' is upstream's name; using 'torch'"));
 }
 
 // The trainer forms softmax(logits / T); top-p/top-k train episodes come from something else, which
@@ -222,32 +252,50 @@ TEST(ConfigWarnings, TruncatedTrainSamplingIsNamedWhereTheLossUsesItsLogprobs) {
   // The async backbone's correction divides by the rollout logprobs.
   auto w = warnings_of("  backbone: async\n  rollout: {top_p: 0.9}\n");
   ASSERT_EQ(w.size(), 1u) << ::testing::PrintToString(w);
-  EXPECT_TRUE(contains(w[0], "t.yaml: ajet.rollout.top_p 0.9 / top_k -1: train episodes come from a truncated")) << w[0];
+  EXPECT_TRUE(contains(
+      w[0], "t.yaml: ajet.rollout.top_p 0.9 / top_k -1: train episodes come from a truncated"))
+      << w[0];
   EXPECT_TRUE(contains(w[0], "ajet.async.off_policy_correction")) << w[0];
   w = warnings_of("  trainer_common: {old_logprob_source: rollout}\n  rollout: {top_k: 20}\n");
   ASSERT_EQ(w.size(), 1u) << ::testing::PrintToString(w);
   EXPECT_TRUE(contains(w[0], "old_logprob_source: rollout")) << w[0];
   // Recomputed old logprobs, no correction, or nothing truncated: nothing to say.
   EXPECT_TRUE(warnings_of("  rollout: {top_p: 0.9}\n").empty());
-  EXPECT_TRUE(warnings_of("  backbone: async\n  async: {off_policy_correction: none}\n  rollout: {top_p: 0.9}\n").empty());
+  EXPECT_TRUE(
+      warnings_of(
+          "  backbone: async\n  async: {off_policy_correction: none}\n  rollout: {top_p: 0.9}\n")
+          .empty());
   EXPECT_TRUE(warnings_of("  backbone: async\n  rollout: {top_p: 1.0, top_k: -1}\n").empty());
 }
 
 TEST(ConfigErrors, WrongTypesNameKeyTypeFileAndLine) {
-  std::string msg = error_of([] { parse_config("ajet:\n  model: {path: /m}\n  data:\n    train_batch_size: abc\n", "t.yaml"); });
+  std::string msg = error_of([] {
+    parse_config("ajet:\n  model: {path: /m}\n  data:\n    train_batch_size: abc\n", "t.yaml");
+  });
   EXPECT_EQ(msg, "t.yaml:4: ajet.data.train_batch_size must be an integer, got 'abc'");
-  msg = error_of([] { parse_config("ajet:\n  model: {path: /m}\n  rollout: {temperature: [1]}\n", "t.yaml"); });
+  msg = error_of([] {
+    parse_config("ajet:\n  model: {path: /m}\n  rollout: {temperature: [1]}\n", "t.yaml");
+  });
   EXPECT_TRUE(contains(msg, "ajet.rollout.temperature must be a number, got a list")) << msg;
-  msg = error_of([] { parse_config("ajet:\n  model: {path: /m}\n  rollout: {num_repeat: 2.5}\n", "t.yaml"); });
+  msg = error_of(
+      [] { parse_config("ajet:\n  model: {path: /m}\n  rollout: {num_repeat: 2.5}\n", "t.yaml"); });
   EXPECT_TRUE(contains(msg, "ajet.rollout.num_repeat must be an integer, got '2.5'")) << msg;
-  msg = error_of([] { parse_config("ajet:\n  model: {path: /m}\n  use_kl: 1\n  trainer_common: {use_kl_loss: maybe}\n", "t.yaml"); });
-  EXPECT_TRUE(contains(msg, "ajet.trainer_common.use_kl_loss must be a boolean, got 'maybe'")) << msg;
+  msg = error_of([] {
+    parse_config(
+        "ajet:\n  model: {path: /m}\n  use_kl: 1\n  trainer_common: {use_kl_loss: maybe}\n",
+        "t.yaml");
+  });
+  EXPECT_TRUE(contains(msg, "ajet.trainer_common.use_kl_loss must be a boolean, got 'maybe'"))
+      << msg;
   msg = error_of([] { parse_config("ajet:\n  model: {path: /m}\n  rollout: 5\n", "t.yaml"); });
   EXPECT_TRUE(contains(msg, "ajet.rollout must be a mapping, got '5'")) << msg;
-  msg = error_of([] { parse_config("ajet:\n  model: {path: /m}\n  task_reader: {builtin: {params: 3}}\n", "t.yaml"); });
+  msg = error_of([] {
+    parse_config("ajet:\n  model: {path: /m}\n  task_reader: {builtin: {params: 3}}\n", "t.yaml");
+  });
   EXPECT_TRUE(contains(msg, "ajet.task_reader.builtin.params must be a mapping")) << msg;
   msg = error_of([] { parse_config("ajet:\n  model: {path: /m}\n  backbone: jax\n", "t.yaml"); });
-  EXPECT_TRUE(contains(msg, "ajet.backbone must be one of [torch, async, debug], got 'jax'")) << msg;
+  EXPECT_TRUE(contains(msg, "ajet.backbone must be one of [torch, async, debug], got 'jax'"))
+      << msg;
   msg = error_of([] { parse_config("ajet: [1, 2\n", "broken.yaml"); });
   EXPECT_TRUE(contains(msg, "broken.yaml:")) << msg;
   EXPECT_TRUE(contains(msg, "invalid YAML")) << msg;
@@ -268,7 +316,8 @@ TEST(ConfigErrors, AliasesThatExpandBeyondTheLimitAreRefusedNamingTheKey) {
   EXPECT_TRUE(contains(msg, "ajet.task_reader.builtin.params expands to more than 16 MiB")) << msg;
   // A few aliases are fine and expand as YAML says.
   LoadedConfig ok = parse_config(
-      "defs:\n  common: &c {k: 2}\najet:\n  model: {path: /m}\n  task_reader:\n    builtin:\n      params: {x: *c, y: *c}\n",
+      "defs:\n  common: &c {k: 2}\najet:\n  model: {path: /m}\n  task_reader:\n    builtin:\n      "
+      "params: {x: *c, y: *c}\n",
       "ok.yaml");
   EXPECT_EQ(ok.config.task_reader.builtin.params, Json::parse(R"({"x": {"k": 2}, "y": {"k": 2}})"));
   // Deep nesting in a free-form mapping is refused too (what later walks it recurses).
@@ -276,7 +325,8 @@ TEST(ConfigErrors, AliasesThatExpandBeyondTheLimitAreRefusedNamingTheKey) {
   for (int i = 0; i < 200; ++i) deep += "{a: ";
   deep += "1" + std::string(200, '}') + "\n";
   const std::string deep_msg = error_of([&] { parse_config(deep, "deep.yaml"); });
-  EXPECT_TRUE(contains(deep_msg, "ajet.task_reader.builtin.params nests deeper than 128 levels")) << deep_msg;
+  EXPECT_TRUE(contains(deep_msg, "ajet.task_reader.builtin.params nests deeper than 128 levels"))
+      << deep_msg;
 }
 
 TEST(ConfigErrors, RelationsAndBoundsListEveryViolation) {
@@ -290,17 +340,22 @@ ajet:
   EXPECT_TRUE(contains(msg, "r.yaml: invalid config:")) << msg;
   EXPECT_TRUE(contains(msg, "ajet.data.train_batch_size must be >= 1, got 0")) << msg;
   EXPECT_TRUE(contains(msg, "ajet.rollout.top_p must be <= 1, got 1.5")) << msg;
-  EXPECT_TRUE(contains(msg, "ajet.rollout.max_response_length_in_one_turn (2048) must be <= "
-                            "ajet.rollout.max_model_len (1024)"))
+  EXPECT_TRUE(contains(msg,
+                       "ajet.rollout.max_response_length_in_one_turn (2048) must be <= "
+                       "ajet.rollout.max_model_len (1024)"))
       << msg;
-  EXPECT_TRUE(contains(msg, "ajet.rollout.max_response_length_in_one_turn (2048) must be <= "
-                            "ajet.data.max_response_length (1000)"))
+  EXPECT_TRUE(contains(msg,
+                       "ajet.rollout.max_response_length_in_one_turn (2048) must be <= "
+                       "ajet.data.max_response_length (1000)"))
       << msg;
   EXPECT_TRUE(contains(msg, "(100 + 1000) must be <= ajet.rollout.max_model_len (1024)")) << msg;
   msg = error_of([] { parse_config("ajet: {}\n", "e.yaml"); });
   EXPECT_TRUE(contains(msg, "ajet.model.path is required")) << msg;
-  msg = error_of([] { parse_config("ajet: {model: {path: /m}, task_reader: {type: jsonl_dataset_file}}", "j.yaml"); });
-  EXPECT_TRUE(contains(msg, "ajet.task_reader.jsonl_dataset_file.training.file_path is empty")) << msg;
+  msg = error_of([] {
+    parse_config("ajet: {model: {path: /m}, task_reader: {type: jsonl_dataset_file}}", "j.yaml");
+  });
+  EXPECT_TRUE(contains(msg, "ajet.task_reader.jsonl_dataset_file.training.file_path is empty"))
+      << msg;
 }
 
 TEST(ConfigRoundTrip, DumpedYamlParsesBackToTheSameConfig) {
@@ -325,7 +380,8 @@ TEST(ConfigOverrides, SetValueByDottedKey) {
   EXPECT_FALSE(c.trainer_common.total_training_steps.has_value());
   EXPECT_TRUE(contains(error_of([&] { set_config_value(c, "ajet.rollout.nmu_repeat", "1"); }),
                        "did you mean 'ajet.rollout.num_repeat'?"));
-  EXPECT_TRUE(contains(error_of([&] { set_config_value(c, "ajet.nope", "1"); }), "unknown config key 'ajet.nope'"));
+  EXPECT_TRUE(contains(error_of([&] { set_config_value(c, "ajet.nope", "1"); }),
+                       "unknown config key 'ajet.nope'"));
   EXPECT_TRUE(contains(error_of([&] { set_config_value(c, "ajet.rollout.num_repeat", "many"); }),
                        "ajet.rollout.num_repeat must be an integer"));
   c.rollout.max_model_len = 10;
@@ -355,7 +411,8 @@ TEST(ConfigNames, AutoNamesFollowUpstream) {
   EXPECT_EQ(c.experiment_dir, "/abs/dir");
 }
 
-// The documented default config and docs/config.md cover every key, and the YAML states the defaults.
+// The documented default config and docs/config.md cover every key, and the YAML states the
+// defaults.
 TEST(ConfigDocs, DefaultYamlAndDocsCoverEveryKey) {
   std::filesystem::path root = AJET_SOURCE_DIR;
   auto yaml_path = root / "examples/configs/default.yaml";
@@ -375,7 +432,8 @@ TEST(ConfigDocs, DefaultYamlAndDocsCoverEveryKey) {
     bool found = true;
     while (found) {
       size_t dot = key.find('.', start);
-      std::string part = key.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+      std::string part =
+          key.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
       if (!node.IsMap() || !node[part]) {
         found = false;
         break;
@@ -398,17 +456,22 @@ namespace {
 // Multi-model training places each server's engine on its own GPU: cuda:N is a device name.
 TEST(ConfigDevice, CudaWithAnIndexIsAcceptedAndNonsenseNamesTheKey) {
   for (const char* ok : {"cpu", "cuda", "auto", "cuda:0", "cuda:7", "cuda:123"}) {
-    Config c = parse_config(std::string("ajet:\n  model: {path: /m}\n  engine: {device: '") + ok + "'}\n", "d.yaml").config;
+    Config c =
+        parse_config(std::string("ajet:\n  model: {path: /m}\n  engine: {device: '") + ok + "'}\n",
+                     "d.yaml")
+            .config;
     EXPECT_EQ(c.engine.device, ok);
   }
   for (const char* bad : {"gpu", "cuda:", "cuda:x", "cuda:1234", "cuda:-1", "CUDA"}) {
     std::string message;
     try {
-      parse_config(std::string("ajet:\n  model: {path: /m}\n  engine: {device: '") + bad + "'}\n", "d.yaml");
+      parse_config(std::string("ajet:\n  model: {path: /m}\n  engine: {device: '") + bad + "'}\n",
+                   "d.yaml");
     } catch (const Error& e) {
       message = e.what();
     }
-    EXPECT_NE(message.find("ajet.engine.device must be cpu, cuda, cuda:N"), std::string::npos) << bad << ": " << message;
+    EXPECT_NE(message.find("ajet.engine.device must be cpu, cuda, cuda:N"), std::string::npos)
+        << bad << ": " << message;
   }
 }
 

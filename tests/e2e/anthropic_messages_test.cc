@@ -1,8 +1,8 @@
-// Anthropic's Messages API (POST /v1/messages), and OpenAI's Responses API beside it, through the real
-// ajet-swarm with ajet-echo-engine, whose
-// answer is the last user message: a Messages call is tracked exactly like the equivalent chat call,
-// its streamed events come in Anthropic's order and a quiet stream gets heartbeats, and malformed
-// bodies name the Anthropic field. The official SDK's checks are in tests/js/anthropic_sdk_swarm.mjs.
+// Anthropic's Messages API (POST /v1/messages), and OpenAI's Responses API beside it, through the
+// real ajet-swarm with ajet-echo-engine, whose answer is the last user message: a Messages call is
+// tracked exactly like the equivalent chat call, its streamed events come in Anthropic's order and
+// a quiet stream gets heartbeats, and malformed bodies name the Anthropic field. The official SDK's
+// checks are in tests/js/anthropic_sdk_swarm.mjs.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -16,7 +16,8 @@ using ::testing::HasSubstr;
 class AnthropicMessagesTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    swarm_ = std::make_unique<SwarmProcess>(SwarmProcess::Options{dir_ / "server", bin("ajet-echo-engine"), "", {}});
+    swarm_ = std::make_unique<SwarmProcess>(
+        SwarmProcess::Options{dir_ / "server", bin("ajet-echo-engine"), "", {}});
     api_ = std::make_unique<Api>(swarm_->url());
     std::string yaml = config_yaml(fixture(false).tokenizer);
     const std::string len = "max_model_len: 512";
@@ -29,7 +30,9 @@ class AnthropicMessagesTest : public ::testing::Test {
   }
   http::ClientResponse messages(const std::string& key, const Json& body) {
     return api_->http.request("POST", "/v1/messages",
-                              {{"x-api-key", key}, {"anthropic-version", "2023-06-01"}, {"Content-Type", "application/json"}},
+                              {{"x-api-key", key},
+                               {"anthropic-version", "2023-06-01"},
+                               {"Content-Type", "application/json"}},
                               body.dump());
   }
   ScratchDir dir_;
@@ -37,28 +40,35 @@ class AnthropicMessagesTest : public ::testing::Test {
   std::unique_ptr<Api> api_;
 };
 
-const char* kToolCall = "<tool_call>\n{\"name\": \"calculator\", \"arguments\": {\"expression\": \"6*7\"}}\n</tool_call>";
+const char* kToolCall =
+    "<tool_call>\n{\"name\": \"calculator\", \"arguments\": {\"expression\": "
+    "\"6*7\"}}\n</tool_call>";
 
 TEST_F(AnthropicMessagesTest, AMessagesCallIsTrackedLikeTheSameChatCall) {
   Json claim = api_->claim("client-a", "train");
   const std::string key = claim["openai_api_key"];
-  // Written out, so the tool's keys keep the order OpenAI clients send (name, description, parameters).
+  // Written out, so the tool's keys keep the order OpenAI clients send (name, description,
+  // parameters).
   const std::string chat_body =
       R"({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": )" +
       Json(kToolCall).dump() +
       R"(}], "tools": [{"type": "function", "function": {"name": "calculator", "description": "Evaluates arithmetic",
           "parameters": {"properties": {"expression": {"type": "string"}}, "type": "object"}}}], "max_tokens": 200})";
-  auto chat = api_->http.request("POST", "/v1/chat/completions",
-                                 {{"Authorization", "Bearer " + key}, {"Content-Type", "application/json"}}, chat_body);
+  auto chat = api_->http.request(
+      "POST", "/v1/chat/completions",
+      {{"Authorization", "Bearer " + key}, {"Content-Type", "application/json"}}, chat_body);
   ASSERT_EQ(chat.status, 200) << chat.body.substr(0, 400);
-  auto m = messages(key, Json{{"model", "claude-test"},
-                              {"max_tokens", 200},
-                              {"system", "Be brief."},
-                              {"messages", Json::array({{{"role", "user"}, {"content", kToolCall}}})},
-                              {"tools", Json::array({{{"name", "calculator"},
-                                                      {"description", "Evaluates arithmetic"},
-                                                      {"input_schema", {{"type", "object"},
-                                                                        {"properties", {{"expression", {{"type", "string"}}}}}}}}})}});
+  auto m = messages(
+      key,
+      Json{{"model", "claude-test"},
+           {"max_tokens", 200},
+           {"system", "Be brief."},
+           {"messages", Json::array({{{"role", "user"}, {"content", kToolCall}}})},
+           {"tools", Json::array({{{"name", "calculator"},
+                                   {"description", "Evaluates arithmetic"},
+                                   {"input_schema",
+                                    {{"type", "object"},
+                                     {"properties", {{"expression", {{"type", "string"}}}}}}}}})}});
   ASSERT_EQ(m.status, 200) << m.body;
   Json answer = m.json();
   EXPECT_EQ(answer["type"], "message");
@@ -75,22 +85,26 @@ TEST_F(AnthropicMessagesTest, AMessagesCallIsTrackedLikeTheSameChatCall) {
   const Json ep = episode.json();
   const Json& calls = ep["calls"];
   ASSERT_EQ(calls.size(), 2u) << episode.body.substr(0, 500);
-  EXPECT_EQ(calls[1]["prompt_ids"], calls[0]["prompt_ids"]) << "the same conversation renders the same tokens";
+  EXPECT_EQ(calls[1]["prompt_ids"], calls[0]["prompt_ids"])
+      << "the same conversation renders the same tokens";
   EXPECT_EQ(calls[1]["completion_ids"], calls[0]["completion_ids"]);
 
   // The tool result turn: Anthropic's blocks become the same tool message a chat client sends.
-  auto turn = messages(key, Json{{"model", "claude-test"},
-                                 {"max_tokens", 64},
-                                 {"messages", Json::array({{{"role", "user"}, {"content", "compute"}},
-                                                           {{"role", "assistant"},
-                                                            {"content", Json::array({{{"type", "tool_use"},
-                                                                                      {"id", answer["content"][0]["id"]},
-                                                                                      {"name", "calculator"},
-                                                                                      {"input", {{"expression", "6*7"}}}}})}},
-                                                           {{"role", "user"},
-                                                            {"content", Json::array({{{"type", "tool_result"},
-                                                                                      {"tool_use_id", answer["content"][0]["id"]},
-                                                                                      {"content", "42"}}})}}})}});
+  auto turn = messages(
+      key,
+      Json{{"model", "claude-test"},
+           {"max_tokens", 64},
+           {"messages",
+            Json::array({{{"role", "user"}, {"content", "compute"}},
+                         {{"role", "assistant"},
+                          {"content", Json::array({{{"type", "tool_use"},
+                                                    {"id", answer["content"][0]["id"]},
+                                                    {"name", "calculator"},
+                                                    {"input", {{"expression", "6*7"}}}}})}},
+                         {{"role", "user"},
+                          {"content", Json::array({{{"type", "tool_result"},
+                                                    {"tool_use_id", answer["content"][0]["id"]},
+                                                    {"content", "42"}}})}}})}});
   ASSERT_EQ(turn.status, 200) << turn.body;
   EXPECT_EQ(turn.json()["stop_reason"], "end_turn");
   EXPECT_THAT(turn.json()["content"][0]["text"].get<std::string>(), HasSubstr("42"));
@@ -101,15 +115,18 @@ TEST_F(AnthropicMessagesTest, AMessagesCallIsTrackedLikeTheSameChatCall) {
 TEST_F(AnthropicMessagesTest, AResponsesCallIsTrackedLikeTheSameChatCall) {
   Json claim = api_->claim("client-a", "train");
   const std::string key = claim["openai_api_key"];
-  const http::Headers auth{{"Authorization", "Bearer " + key}, {"Content-Type", "application/json"}};
+  const http::Headers auth{{"Authorization", "Bearer " + key},
+                           {"Content-Type", "application/json"}};
   auto chat = api_->http.request(
       "POST", "/v1/chat/completions", auth,
-      Json{{"messages", Json::array({{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", kToolCall}}})},
+      Json{{"messages", Json::array({{{"role", "system"}, {"content", "Be brief."}},
+                                     {{"role", "user"}, {"content", kToolCall}}})},
            {"max_tokens", 200}}
           .dump());
   ASSERT_EQ(chat.status, 200) << chat.body.substr(0, 400);
-  auto r = api_->http.request("POST", "/v1/responses", auth,
-                              Json{{"instructions", "Be brief."}, {"input", kToolCall}, {"max_output_tokens", 200}}.dump());
+  auto r = api_->http.request(
+      "POST", "/v1/responses", auth,
+      Json{{"instructions", "Be brief."}, {"input", kToolCall}, {"max_output_tokens", 200}}.dump());
   ASSERT_EQ(r.status, 200) << r.body.substr(0, 400);
   Json answer = r.json();
   EXPECT_EQ(answer["object"], "response");
@@ -120,8 +137,9 @@ TEST_F(AnthropicMessagesTest, AResponsesCallIsTrackedLikeTheSameChatCall) {
   EXPECT_EQ(ep["calls"][1]["prompt_ids"], ep["calls"][0]["prompt_ids"]);
   EXPECT_EQ(ep["calls"][1]["completion_ids"], ep["calls"][0]["completion_ids"]);
   // Not stateless-safe, so refused by name.
-  auto previous = api_->http.request("POST", "/v1/responses", auth,
-                                     Json{{"input", "x"}, {"previous_response_id", answer["id"]}}.dump());
+  auto previous =
+      api_->http.request("POST", "/v1/responses", auth,
+                         Json{{"input", "x"}, {"previous_response_id", answer["id"]}}.dump());
   EXPECT_EQ(previous.status, 400);
   EXPECT_THAT(previous.body, HasSubstr("previous_response_id"));
 }
@@ -132,21 +150,25 @@ TEST_F(AnthropicMessagesTest, StreamsOpenAtOnceComeInAnthropicsOrderAndAQuietStr
   const http::Headers h{{"x-api-key", key}, {"Content-Type", "application/json"}};
   std::vector<std::string> names;
   std::string text;
-  auto r = client.stream("POST", "/v1/messages", h,
-                         Json{{"model", "m"}, {"max_tokens", 64}, {"stream", true}, {"stop_sequences", {"STOP"}},
-                              {"messages", Json::array({{{"role", "user"}, {"content", "hello there STOP unseen"}}})}}
-                             .dump(),
-                         [&](const http::SseEvent& e) {
-                           names.push_back(e.event);
-                           Json d = Json::parse(e.data);
-                           EXPECT_EQ(d["type"], e.event);
-                           if (e.event == "content_block_delta") text += d["delta"]["text"].get<std::string>();
-                           if (e.event == "message_delta") {
-                             EXPECT_EQ(d["delta"]["stop_reason"], "stop_sequence");
-                             EXPECT_EQ(d["delta"]["stop_sequence"], "STOP");
-                           }
-                           return true;
-                         });
+  auto r = client.stream(
+      "POST", "/v1/messages", h,
+      Json{{"model", "m"},
+           {"max_tokens", 64},
+           {"stream", true},
+           {"stop_sequences", {"STOP"}},
+           {"messages", Json::array({{{"role", "user"}, {"content", "hello there STOP unseen"}}})}}
+          .dump(),
+      [&](const http::SseEvent& e) {
+        names.push_back(e.event);
+        Json d = Json::parse(e.data);
+        EXPECT_EQ(d["type"], e.event);
+        if (e.event == "content_block_delta") text += d["delta"]["text"].get<std::string>();
+        if (e.event == "message_delta") {
+          EXPECT_EQ(d["delta"]["stop_reason"], "stop_sequence");
+          EXPECT_EQ(d["delta"]["stop_sequence"], "STOP");
+        }
+        return true;
+      });
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(text, "hello there ");
   ASSERT_GE(names.size(), 6u);
@@ -158,16 +180,19 @@ TEST_F(AnthropicMessagesTest, StreamsOpenAtOnceComeInAnthropicsOrderAndAQuietStr
   // HOLD: the echo engine sends one token and then nothing. The stream shows empty text deltas
   // (every 5 s) so that an idle watchdog does not abort it; the client hangs up after one.
   bool heartbeat = false;
-  client.stream("POST", "/v1/messages", h,
-                Json{{"model", "m"}, {"max_tokens", 64}, {"stream", true},
-                     {"messages", Json::array({{{"role", "user"}, {"content", "HOLD\nslow answer"}}})}}
-                    .dump(),
-                [&](const http::SseEvent& e) {
-                  if (e.event != "content_block_delta") return true;
-                  Json d = Json::parse(e.data);
-                  heartbeat = d["delta"]["text"] == "";
-                  return !heartbeat;
-                });
+  client.stream(
+      "POST", "/v1/messages", h,
+      Json{{"model", "m"},
+           {"max_tokens", 64},
+           {"stream", true},
+           {"messages", Json::array({{{"role", "user"}, {"content", "HOLD\nslow answer"}}})}}
+          .dump(),
+      [&](const http::SseEvent& e) {
+        if (e.event != "content_block_delta") return true;
+        Json d = Json::parse(e.data);
+        heartbeat = d["delta"]["text"] == "";
+        return !heartbeat;
+      });
   EXPECT_TRUE(heartbeat);
 }
 
@@ -181,17 +206,23 @@ TEST_F(AnthropicMessagesTest, MalformedBodiesNameTheAnthropicField) {
   const std::vector<Case> cases = {
       {Json{{"messages", user}}, "'max_tokens' is required"},
       {Json{{"max_tokens", 8}}, "'messages' is required"},
-      {Json{{"max_tokens", 8}, {"messages", Json::array({{{"role", "tool"}, {"content", "x"}}})}}, "messages[0].role"},
+      {Json{{"max_tokens", 8}, {"messages", Json::array({{{"role", "tool"}, {"content", "x"}}})}},
+       "messages[0].role"},
       {Json{{"max_tokens", 8},
-            {"messages", Json::array({{{"role", "user"},
-                                       {"content", Json::array({{{"type", "image"}, {"source", Json::object()}}})}}})}},
+            {"messages",
+             Json::array(
+                 {{{"role", "user"},
+                   {"content", Json::array({{{"type", "image"}, {"source", Json::object()}}})}}})}},
        "messages[0].content[0].type' 'image' blocks are not supported"},
       {Json{{"max_tokens", 8},
             {"messages", Json::array({{{"role", "user"},
-                                       {"content", Json::array({{{"type", "tool_result"}, {"content", "1"}}})}}})}},
+                                       {"content", Json::array({{{"type", "tool_result"},
+                                                                 {"content", "1"}}})}}})}},
        "messages[0].content[0].tool_use_id' is required"},
-      {Json{{"max_tokens", 8}, {"messages", user}, {"tools", Json::array({{{"name", "f"}}})}}, "tools[0].input_schema"},
-      {Json{{"max_tokens", 8}, {"messages", user}, {"tool_choice", {{"type", "sometimes"}}}}, "tool_choice.type"},
+      {Json{{"max_tokens", 8}, {"messages", user}, {"tools", Json::array({{{"name", "f"}}})}},
+       "tools[0].input_schema"},
+      {Json{{"max_tokens", 8}, {"messages", user}, {"tool_choice", {{"type", "sometimes"}}}},
+       "tool_choice.type"},
   };
   for (const auto& c : cases) {
     auto r = messages(key, c.body);
@@ -210,30 +241,36 @@ TEST_F(AnthropicMessagesTest, MalformedBodiesNameTheAnthropicField) {
 TEST_F(AnthropicMessagesTest, ErrorsNameTheFieldsSentAndMessagesUsesAnthropicsEnvelope) {
   const std::string key = api_->claim("client-a", "eval")["openai_api_key"];
   const Json user = Json::array({{{"role", "user"}, {"content", "hi"}}});
-  auto stop = messages(key, Json{{"max_tokens", 8}, {"messages", user}, {"stop_sequences", Json::array({""})}});
+  auto stop = messages(
+      key, Json{{"max_tokens", 8}, {"messages", user}, {"stop_sequences", Json::array({""})}});
   EXPECT_EQ(stop.status, 400) << stop.body;
   const Json error = stop.json();
   EXPECT_EQ(error["type"], "error") << stop.body;
   EXPECT_EQ(error["error"]["type"], "invalid_request_error") << stop.body;
-  EXPECT_THAT(error["error"]["message"].get<std::string>(), HasSubstr("'stop_sequences[0]' must not be empty"));
+  EXPECT_THAT(error["error"]["message"].get<std::string>(),
+              HasSubstr("'stop_sequences[0]' must not be empty"));
   EXPECT_THAT(stop.body, ::testing::Not(HasSubstr("'stop[")));
   auto overflow = messages(key, Json{{"max_tokens", 100000}, {"messages", user}});
   EXPECT_EQ(overflow.status, 400);
   // Anthropic's own sentence, which Claude Code parses to retry with a smaller max_tokens.
   EXPECT_THAT(overflow.json()["error"]["message"].get<std::string>(),
-              ::testing::MatchesRegex("input length and `max_tokens` exceed context limit: [0-9]+ \\+ 100000 > 2048, "
-                                      "decrease input length or `max_tokens` and try again"));
+              ::testing::MatchesRegex(
+                  "input length and `max_tokens` exceed context limit: [0-9]+ \\+ 100000 > 2048, "
+                  "decrease input length or `max_tokens` and try again"));
   auto forged = messages("sk-ajet-forged", Json{{"max_tokens", 8}, {"messages", user}});
   EXPECT_EQ(forged.status, 401);
   EXPECT_EQ(forged.json()["type"], "error");
   EXPECT_EQ(forged.json()["error"]["type"], "authentication_error");
 
-  const http::Headers auth{{"Authorization", "Bearer " + key}, {"Content-Type", "application/json"}};
-  auto zero = api_->http.request("POST", "/v1/responses", auth, Json{{"input", "hi"}, {"max_output_tokens", 0}}.dump());
+  const http::Headers auth{{"Authorization", "Bearer " + key},
+                           {"Content-Type", "application/json"}};
+  auto zero = api_->http.request("POST", "/v1/responses", auth,
+                                 Json{{"input", "hi"}, {"max_output_tokens", 0}}.dump());
   EXPECT_EQ(zero.status, 400);
-  EXPECT_THAT(zero.json()["error"]["message"].get<std::string>(), HasSubstr("'max_output_tokens' must be at least 1"));
-  auto long_answer =
-      api_->http.request("POST", "/v1/responses", auth, Json{{"input", "hi"}, {"max_output_tokens", 100000}}.dump());
+  EXPECT_THAT(zero.json()["error"]["message"].get<std::string>(),
+              HasSubstr("'max_output_tokens' must be at least 1"));
+  auto long_answer = api_->http.request(
+      "POST", "/v1/responses", auth, Json{{"input", "hi"}, {"max_output_tokens", 100000}}.dump());
   EXPECT_EQ(long_answer.status, 400);
   EXPECT_THAT(long_answer.body, HasSubstr("lower max_output_tokens to at most"));
   EXPECT_THAT(long_answer.body, ::testing::Not(HasSubstr("max_tokens")));
@@ -245,16 +282,17 @@ TEST_F(AnthropicMessagesTest, ToolResultsThatAnswerNoToolCallAre400NamingThem) {
   const std::string key = api_->claim("client-a", "eval")["openai_api_key"];
   auto turn = [](const std::string& result_id) {
     return Json{{"max_tokens", 16},
-                {"messages", Json::array({{{"role", "user"}, {"content", "compute"}},
-                                          {{"role", "assistant"},
-                                           {"content", Json::array({{{"type", "tool_use"},
-                                                                     {"id", "toolu_1"},
-                                                                     {"name", "calculator"},
-                                                                     {"input", {{"expression", "6*7"}}}}})}},
-                                          {{"role", "user"},
-                                           {"content", Json::array({{{"type", "tool_result"},
-                                                                     {"tool_use_id", result_id},
-                                                                     {"content", "42"}}})}}})}};
+                {"messages",
+                 Json::array({{{"role", "user"}, {"content", "compute"}},
+                              {{"role", "assistant"},
+                               {"content", Json::array({{{"type", "tool_use"},
+                                                         {"id", "toolu_1"},
+                                                         {"name", "calculator"},
+                                                         {"input", {{"expression", "6*7"}}}}})}},
+                              {{"role", "user"},
+                               {"content", Json::array({{{"type", "tool_result"},
+                                                         {"tool_use_id", result_id},
+                                                         {"content", "42"}}})}}})}};
   };
   EXPECT_EQ(messages(key, turn("toolu_1")).status, 200);
   auto orphan = messages(key, turn("toolu_9"));
@@ -263,30 +301,43 @@ TEST_F(AnthropicMessagesTest, ToolResultsThatAnswerNoToolCallAre400NamingThem) {
   EXPECT_THAT(orphan.json()["error"]["message"].get<std::string>(),
               HasSubstr("'messages[2].content[0].tool_use_id' 'toolu_9' answers no tool_use"));
 
-  const http::Headers auth{{"Authorization", "Bearer " + key}, {"Content-Type", "application/json"}};
+  const http::Headers auth{{"Authorization", "Bearer " + key},
+                           {"Content-Type", "application/json"}};
   auto items = [](const std::string& output_id) {
     return Json{{"input", Json::array({{{"role", "user"}, {"content", "compute"}},
-                                       {{"type", "function_call"}, {"call_id", "c1"}, {"name", "calculator"},
+                                       {{"type", "function_call"},
+                                        {"call_id", "c1"},
+                                        {"name", "calculator"},
                                         {"arguments", "{}"}},
-                                       {{"type", "function_call_output"}, {"call_id", output_id}, {"output", "42"}}})}};
+                                       {{"type", "function_call_output"},
+                                        {"call_id", output_id},
+                                        {"output", "42"}}})}};
   };
   EXPECT_EQ(api_->http.request("POST", "/v1/responses", auth, items("c1").dump()).status, 200);
   auto output = api_->http.request("POST", "/v1/responses", auth, items("c9").dump());
   EXPECT_EQ(output.status, 400) << output.body;
-  EXPECT_THAT(output.json()["error"]["message"].get<std::string>(), HasSubstr("'input[2].call_id' 'c9' answers no function call"));
+  EXPECT_THAT(output.json()["error"]["message"].get<std::string>(),
+              HasSubstr("'input[2].call_id' 'c9' answers no function call"));
 
   auto chat = [](const std::string& tool_call_id) {
-    return Json{{"messages", Json::array({{{"role", "user"}, {"content", "compute"}},
-                                          {{"role", "assistant"}, {"content", nullptr},
-                                           {"tool_calls", Json::array({{{"id", "call_1"}, {"type", "function"},
-                                                                        {"function", {{"name", "calculator"},
-                                                                                      {"arguments", "{}"}}}}})}},
-                                          {{"role", "tool"}, {"tool_call_id", tool_call_id}, {"content", "42"}}})}};
+    return Json{
+        {"messages",
+         Json::array(
+             {{{"role", "user"}, {"content", "compute"}},
+              {{"role", "assistant"},
+               {"content", nullptr},
+               {"tool_calls",
+                Json::array({{{"id", "call_1"},
+                              {"type", "function"},
+                              {"function", {{"name", "calculator"}, {"arguments", "{}"}}}}})}},
+              {{"role", "tool"}, {"tool_call_id", tool_call_id}, {"content", "42"}}})}};
   };
-  EXPECT_EQ(api_->http.request("POST", "/v1/chat/completions", auth, chat("call_1").dump()).status, 200);
+  EXPECT_EQ(api_->http.request("POST", "/v1/chat/completions", auth, chat("call_1").dump()).status,
+            200);
   auto tool = api_->http.request("POST", "/v1/chat/completions", auth, chat("call_9").dump());
   EXPECT_EQ(tool.status, 400) << tool.body;
-  EXPECT_THAT(tool.json()["error"]["message"].get<std::string>(), HasSubstr("'messages[2].tool_call_id' 'call_9'"));
+  EXPECT_THAT(tool.json()["error"]["message"].get<std::string>(),
+              HasSubstr("'messages[2].tool_call_id' 'call_9'"));
 }
 
 }  // namespace

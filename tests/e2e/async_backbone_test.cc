@@ -1,10 +1,10 @@
-// The async backbone through the real binaries: ajet-swarm with the real ajet-engine (micro model) on
-// loopback. Episodes are claimed, served and reported while a batch trains (the front stays
+// The async backbone through the real binaries: ajet-swarm with the real ajet-engine (micro model)
+// on loopback. Episodes are claimed, served and reported while a batch trains (the front stays
 // ENGINE.ROLLING); the front refuses claims once max_staleness batches wait for the trainer; every
-// trained episode's staleness (policy versions between its oldest generated token and the weights it
-// is trained from: a bound on each of its samples) is recorded and within the bound, and an episode
-// that ran too long is left out. The engine is held with SIGSTOP while a batch is in its hands, so
-// "while a batch trains" is a fact of the test, not a race: nothing here waits on time.
+// trained episode's staleness (policy versions between its oldest generated token and the weights
+// it is trained from: a bound on each of its samples) is recorded and within the bound, and an
+// episode that ran too long is left out. The engine is held with SIGSTOP while a batch is in its
+// hands, so "while a batch trains" is a fact of the test, not a race: nothing here waits on time.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -26,8 +26,8 @@ std::vector<std::string> verbose_lines(Api& api, const std::string& needle) {
   return found;
 }
 
-// The staleness summary of the "batch N trains from policy_version V: staleness min a, mean b, max c
-// over n episodes (s: count, ...) (ajet.async.max_staleness = m)" line for V ("" before it).
+// The staleness summary of the "batch N trains from policy_version V: staleness min a, mean b, max
+// c over n episodes (s: count, ...) (ajet.async.max_staleness = m)" line for V ("" before it).
 std::string staleness_from(Api& api, int64_t version) {
   const std::string key = "trains from policy_version " + std::to_string(version) + ": staleness ";
   for (const std::string& line : verbose_lines(api, key)) {
@@ -60,16 +60,21 @@ struct Resume {
 };
 
 TEST(AsyncBackboneTest, RolloutsGoOnWhileABatchTrainsAndStalenessStaysBounded) {
-  if (!fs::exists(bin("ajet-engine"))) GTEST_FAIL() << "ajet-engine is not built: build the ajet-engine target";
+  if (!fs::exists(bin("ajet-engine")))
+    GTEST_FAIL() << "ajet-engine is not built: build the ajet-engine target";
   ScratchDir dir;
   const fs::path model = fixture(true).model;
   // One client holds 5 of the pool's 8 episodes: more than the default share (half the pool).
-  SwarmProcess swarm(SwarmProcess::Options{dir / "server", {}, "", {"--max-claims-per-client", "-1"}});
+  SwarmProcess swarm(
+      SwarmProcess::Options{dir / "server", {}, "", {"--max-claims-per-client", "-1"}});
   Api api(swarm.url());
   // 1 task x 2 episodes per batch; at most 1 policy version between rollout and training.
-  std::string yaml = config_yaml(model, "  async:\n    max_staleness: 1\n  trainer_common:\n    optim:\n      lr: 0.001\n");
-  yaml.replace(yaml.find("backbone: debug"), std::string("backbone: debug").size(), "backbone: async");
-  yaml.replace(yaml.find("train_batch_size: 2"), std::string("train_batch_size: 2").size(), "train_batch_size: 1");
+  std::string yaml = config_yaml(
+      model, "  async:\n    max_staleness: 1\n  trainer_common:\n    optim:\n      lr: 0.001\n");
+  yaml.replace(yaml.find("backbone: debug"), std::string("backbone: debug").size(),
+               "backbone: async");
+  yaml.replace(yaml.find("train_batch_size: 2"), std::string("train_batch_size: 2").size(),
+               "train_batch_size: 1");
   api.boot(yaml);
 
   // Claims an episode and makes one chat call; returns its uuid.
@@ -101,12 +106,15 @@ TEST(AsyncBackboneTest, RolloutsGoOnWhileABatchTrainsAndStalenessStaysBounded) {
 
   // Batch 1 fills and goes to the (held) trainer; rollouts go on meanwhile.
   end(a2, "task-a", 0.0);
-  ASSERT_TRUE(eventually([&] { return !staleness_from(api, 0).empty(); })) << api.get("/get_verbose_logs").body;
+  ASSERT_TRUE(eventually([&] { return !staleness_from(api, 0).empty(); }))
+      << api.get("/get_verbose_logs").body;
   EXPECT_EQ(api.engine_status(), "ENGINE.ROLLING");
   EXPECT_EQ(api.status()["global_step"], 0);
   Json claimed = api.claim("client-async");  // 1 batch behind: within max_staleness 1
   ASSERT_EQ(claimed["success"], true) << claimed.dump();
-  ASSERT_EQ(api.post("/abort_episode", Json{{"client_uuid", "client-async"}, {"episode_uuid", claimed["episode_uuid"]}}).status,
+  ASSERT_EQ(api.post("/abort_episode", Json{{"client_uuid", "client-async"},
+                                            {"episode_uuid", claimed["episode_uuid"]}})
+                .status,
             200);
   end(b1, "task-b", 1.0);
   end(b2, "task-b", 0.0);  // batch 2 is ready while batch 1 still trains: 2 behind
@@ -118,7 +126,8 @@ TEST(AsyncBackboneTest, RolloutsGoOnWhileABatchTrainsAndStalenessStaysBounded) {
 
   ASSERT_EQ(::kill(engine, SIGCONT), 0);
   ASSERT_TRUE(eventually([&] { return api.status()["global_step"] == 2; }, 300s))
-      << api.status().dump() << "\n" << api.get("/get_verbose_logs").body;
+      << api.status().dump() << "\n"
+      << api.get("/get_verbose_logs").body;
   // One summary line a batch (the per-episode map is in the store's batch stats): a1, a2 trained
   // from 0 at staleness 0; b1, b2 rolled out on 0 and trained from 1.
   EXPECT_EQ(staleness_from(api, 0), "min 0, mean 0.00, max 0 over 2 episodes (0: 2)");
@@ -137,10 +146,12 @@ TEST(AsyncBackboneTest, RolloutsGoOnWhileABatchTrainsAndStalenessStaysBounded) {
   end(slow, "task-c", 1.0);
   end(fresh, "task-c", 0.0);
   ASSERT_TRUE(eventually([&] { return api.status()["global_step"] == 3; }, 300s))
-      << api.status().dump() << "\n" << api.get("/get_verbose_logs").body;
+      << api.status().dump() << "\n"
+      << api.get("/get_verbose_logs").body;
   EXPECT_EQ(staleness_from(api, 2), "min 0, mean 0.00, max 0 over 1 episodes (0: 1)");
   EXPECT_EQ(batch_of(api, fresh), batch_from(api, 2));
-  std::vector<std::string> left_out = verbose_lines(api, "staler than ajet.async.max_staleness = 1");
+  std::vector<std::string> left_out =
+      verbose_lines(api, "staler than ajet.async.max_staleness = 1");
   ASSERT_EQ(left_out.size(), 1u) << api.get("/get_verbose_logs").body;
   EXPECT_THAT(left_out[0], HasSubstr(slow + " (2 versions behind)"));
 

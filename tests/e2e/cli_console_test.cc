@@ -31,8 +31,9 @@ TEST(CliConsole, VersionGivesTheCommitAndBuildType) {
     ASSERT_EQ(WEXITSTATUS(r.status), 0) << program << ": " << r.out;
     std::smatch m;
     const std::string out = first_line(r.out);
-    const std::regex line_re(std::string(program) +
-                             R"( (\d+\.\d+\.\d+) \(commit ([0-9a-f]{12}|unknown), build type (\w+)\))");
+    const std::regex line_re(
+        std::string(program) +
+        R"( (\d+\.\d+\.\d+) \(commit ([0-9a-f]{12}|unknown), build type (\w+)\))");
     ASSERT_TRUE(std::regex_match(out, m, line_re)) << out;
     const std::string rest = out.substr(std::string(program).size());
     if (line.empty()) line = rest;
@@ -45,14 +46,16 @@ TEST(CliConsole, AnUnknownSubcommandWithHelpIsAUsageError) {
     for (const std::string args : {"proxy --help", "proxy", "--help proxy"}) {
       Captured r = run(program, args);
       EXPECT_EQ(WEXITSTATUS(r.status), 2) << program << " " << args << ": " << r.out;
-      EXPECT_EQ(first_line(r.out).rfind(std::string(program) + ": unknown subcommand 'proxy'", 0), 0u)
+      EXPECT_EQ(first_line(r.out).rfind(std::string(program) + ": unknown subcommand 'proxy'", 0),
+                0u)
           << program << " " << args << ": " << r.out;
       EXPECT_THAT(r.out, Not(HasSubstr("Options:"))) << "not the top-level help: " << r.out;
     }
   }
   Captured nested = run("ajet", "episode proxy --help");
   EXPECT_EQ(WEXITSTATUS(nested.status), 2) << nested.out;
-  EXPECT_THAT(first_line(nested.out), HasSubstr("ajet episode: unknown subcommand 'proxy' (subcommands: list show)"));
+  EXPECT_THAT(first_line(nested.out),
+              HasSubstr("ajet episode: unknown subcommand 'proxy' (subcommands: list show)"));
   // The help of a real subcommand is still help.
   Captured help = run("ajet", "episode --help");
   EXPECT_EQ(WEXITSTATUS(help.status), 0) << help.out;
@@ -62,16 +65,21 @@ TEST(CliConsole, AnUnknownSubcommandWithHelpIsAUsageError) {
 TEST(CliConsole, TheClearMessageComesFirstThenTheHint) {
   Captured r = run("ajet", "tokenze");
   EXPECT_EQ(WEXITSTATUS(r.status), 2);
-  EXPECT_EQ(first_line(r.out), "ajet: unknown subcommand 'tokenze'; did you mean tokenize?") << r.out;
-  EXPECT_THAT(r.out, Not(HasSubstr("The following argument was not expected")));  // CLI11's raw text
+  EXPECT_EQ(first_line(r.out), "ajet: unknown subcommand 'tokenze'; did you mean tokenize?")
+      << r.out;
+  EXPECT_THAT(r.out,
+              Not(HasSubstr("The following argument was not expected")));  // CLI11's raw text
   r = run("ajet", "--cnf x.yaml");
   EXPECT_EQ(first_line(r.out), "ajet: unknown option '--cnf'; did you mean --conf?") << r.out;
   r = run("ajet-swarm", "start --prot 0");
-  EXPECT_EQ(first_line(r.out), "ajet-swarm start: unknown option '--prot'; did you mean --port?") << r.out;
+  EXPECT_EQ(first_line(r.out), "ajet-swarm start: unknown option '--prot'; did you mean --port?")
+      << r.out;
   r = run("ajet", "episode lsit");
-  EXPECT_EQ(first_line(r.out), "ajet episode: unknown subcommand 'lsit'; did you mean list?") << r.out;
+  EXPECT_EQ(first_line(r.out), "ajet episode: unknown subcommand 'lsit'; did you mean list?")
+      << r.out;
   EXPECT_THAT(r.out, Not(HasSubstr("A subcommand is required")));
-  r = run("ajet", "episode show");  // other usage errors: "error:" and CLI11's words, then where to look
+  r = run("ajet",
+          "episode show");  // other usage errors: "error:" and CLI11's words, then where to look
   EXPECT_EQ(WEXITSTATUS(r.status), 2);
   EXPECT_EQ(first_line(r.out), "ajet episode show: error: uuid is required") << r.out;
   EXPECT_THAT(r.out, HasSubstr("Run 'ajet episode show --help' for the usage."));
@@ -82,10 +90,12 @@ TEST(CliConsole, AGroupWithoutASubcommandListsItsSubcommands) {
     std::string program, args;
     std::vector<std::string> subcommands;
   };
-  for (const Group& g : {Group{"ajet", "episode", {"list", "show"}}, Group{"ajet-swarm", "", {"start", "overwatch"}},
-                         Group{"ajet-engine", "", {"serve", "sft"}}, Group{"ajet", "", {"episode", "tasks"}}}) {
+  for (const Group& g :
+       {Group{"ajet", "episode", {"list", "show"}}, Group{"ajet-swarm", "", {"start", "overwatch"}},
+        Group{"ajet-engine", "", {"serve", "sft"}}, Group{"ajet", "", {"episode", "tasks"}}}) {
     Captured r = run(g.program, g.args);
-    EXPECT_EQ(WEXITSTATUS(r.status), 2) << g.program << " " << g.args << ": " << r.out;  // as bare `ajet` always did
+    EXPECT_EQ(WEXITSTATUS(r.status), 2)
+        << g.program << " " << g.args << ": " << r.out;  // as bare `ajet` always did
     EXPECT_THAT(r.out, HasSubstr("Subcommands:")) << g.program << " " << g.args;
     for (const std::string& sub : g.subcommands) {
       EXPECT_THAT(r.out, HasSubstr("\n  " + sub)) << g.program << " " << g.args << ": " << r.out;
@@ -96,13 +106,16 @@ TEST(CliConsole, AGroupWithoutASubcommandListsItsSubcommands) {
 // Under a terminal (script(1) gives one) the log lines are coloured; NO_COLOR=1 takes every colour
 // code out. ajet-swarm logs an info line at start, then refuses the config (no model) and exits.
 TEST(CliConsole, NoColorTakesTheColourOutOfLogLinesOnATerminal) {
-  if (run_capture("command -v script").status != 0) GTEST_SKIP() << "SKIPPED: script(1) is not installed";
+  if (run_capture("command -v script").status != 0)
+    GTEST_SKIP() << "SKIPPED: script(1) is not installed";
   ScratchDir dir;
   write_file_atomic(dir / "c.yaml", "ajet:\n  rollout: {num_repeat: 2}\n");
   const std::string start = shell_quote(bin("ajet-swarm").string()) + " start --port 0 --exp-dir " +
-                            shell_quote((dir / "s").string()) + " --conf " + shell_quote((dir / "c.yaml").string());
+                            shell_quote((dir / "s").string()) + " --conf " +
+                            shell_quote((dir / "c.yaml").string());
   auto on_terminal = [&](const std::string& env) {
-    return run_capture("env " + env + " TERM=xterm script -qec " + shell_quote(start) + " /dev/null");
+    return run_capture("env " + env + " TERM=xterm script -qec " + shell_quote(start) +
+                       " /dev/null");
   };
   Captured coloured = on_terminal("-u NO_COLOR");
   ASSERT_THAT(coloured.out, HasSubstr("restored from the store")) << coloured.out;

@@ -1,5 +1,5 @@
-// What the stock agent CLIs send, through the real ajet-swarm with ajet-echo-engine (whose answer is
-// the last user message, so a user message holding a Hermes <tool_call> block is a tool call on
+// What the stock agent CLIs send, through the real ajet-swarm with ajet-echo-engine (whose answer
+// is the last user message, so a user message holding a Hermes <tool_call> block is a tool call on
 // cue): Claude Code's Messages bodies (adaptive thinking, system messages inside `messages`, server
 // tools, `?beta=true`), its overflow sentences, count_tokens and HEAD /; Codex's Responses bodies
 // (namespace and built-in tools) and a stream of function calls alone; model names that do not
@@ -26,9 +26,11 @@ Json schema_with(const std::string& property) {
 
 class CliFrontTest : public ::testing::Test {
  protected:
-  // `max_model_len` 2048 leaves room for tool schemas, a per-turn cap of 256 tokens for a tool call.
+  // `max_model_len` 2048 leaves room for tool schemas, a per-turn cap of 256 tokens for a tool
+  // call.
   void boot(const std::string& extra = "") {
-    swarm_ = std::make_unique<SwarmProcess>(SwarmProcess::Options{dir_ / "server", bin("ajet-echo-engine"), "", {}});
+    swarm_ = std::make_unique<SwarmProcess>(
+        SwarmProcess::Options{dir_ / "server", bin("ajet-echo-engine"), "", {}});
     api_ = std::make_unique<Api>(swarm_->url());
     std::string yaml = config_yaml(fixture(false).tokenizer, extra);
     const std::string len = "max_model_len: 512";
@@ -39,14 +41,18 @@ class CliFrontTest : public ::testing::Test {
     yaml.replace(yaml.find(turn), turn.size(), "max_response_length_in_one_turn: 256");
     api_->boot(yaml);
   }
-  http::ClientResponse messages(const std::string& key, const Json& body, const std::string& path = "/v1/messages") {
+  http::ClientResponse messages(const std::string& key, const Json& body,
+                                const std::string& path = "/v1/messages") {
     return api_->http.request("POST", path,
-                              {{"x-api-key", key}, {"anthropic-version", "2023-06-01"}, {"Content-Type", "application/json"}},
+                              {{"x-api-key", key},
+                               {"anthropic-version", "2023-06-01"},
+                               {"Content-Type", "application/json"}},
                               body.dump());
   }
   http::ClientResponse responses(const std::string& key, const Json& body) {
-    return api_->http.request("POST", "/v1/responses",
-                              {{"Authorization", "Bearer " + key}, {"Content-Type", "application/json"}}, body.dump());
+    return api_->http.request(
+        "POST", "/v1/responses",
+        {{"Authorization", "Bearer " + key}, {"Content-Type", "application/json"}}, body.dump());
   }
   Json episode(const std::string& uuid) {
     auto r = api_->get("/episodes/" + uuid);
@@ -66,26 +72,36 @@ Json claude_code_body(const std::string& user_text, bool stream) {
       {"model", "claude-opus-4-8"},
       {"max_tokens", 32000},
       {"stream", stream},
-      {"system", Json::array({{{"type", "text"}, {"text", "x-anthropic-billing-header: cc_version=2.1"}},
-                              {{"type", "text"}, {"text", "You are Claude Code."}, {"cache_control", {{"type", "ephemeral"}}}}})},
-      {"messages", Json::array({{{"role", "user"},
-                                 {"content", Json::array({{{"type", "text"}, {"text", user_text}}})}},
-                                {{"role", "system"},
-                                 {"content", Json::array({{{"type", "text"},
-                                                           {"text", "# Environment\nPrimary working directory: /w"},
-                                                           {"cache_control", {{"type", "ephemeral"}}}}})}}})},
-      {"tools", Json::array({{{"name", "Bash"}, {"description", "Runs a command"}, {"input_schema", schema_with("command")}},
-                             {{"name", "Deferred"}, {"description", "later"}, {"input_schema", schema_with("x")},
-                              {"defer_loading", true}},
-                             {{"type", "web_search_20250305"}, {"name", "web_search"}, {"max_uses", 5}}})},
+      {"system",
+       Json::array({{{"type", "text"}, {"text", "x-anthropic-billing-header: cc_version=2.1"}},
+                    {{"type", "text"},
+                     {"text", "You are Claude Code."},
+                     {"cache_control", {{"type", "ephemeral"}}}}})},
+      {"messages",
+       Json::array(
+           {{{"role", "user"}, {"content", Json::array({{{"type", "text"}, {"text", user_text}}})}},
+            {{"role", "system"},
+             {"content", Json::array({{{"type", "text"},
+                                       {"text", "# Environment\nPrimary working directory: /w"},
+                                       {"cache_control", {{"type", "ephemeral"}}}}})}}})},
+      {"tools",
+       Json::array({{{"name", "Bash"},
+                     {"description", "Runs a command"},
+                     {"input_schema", schema_with("command")}},
+                    {{"name", "Deferred"},
+                     {"description", "later"},
+                     {"input_schema", schema_with("x")},
+                     {"defer_loading", true}},
+                    {{"type", "web_search_20250305"}, {"name", "web_search"}, {"max_uses", 5}}})},
       {"thinking", {{"type", "adaptive"}, {"display", "omitted"}}},
-      {"context_management", {{"edits", Json::array({{{"type", "clear_thinking_20251015"}, {"keep", "all"}}})}}},
+      {"context_management",
+       {{"edits", Json::array({{{"type", "clear_thinking_20251015"}, {"keep", "all"}}})}}},
       {"output_config", {{"effort", "medium"}}},
       {"metadata", {{"user_id", "{\"session_id\": \"s\"}"}}}};
 }
 
-// Before (issue 39): stock Claude Code was refused on every request: `thinking: {"type": "adaptive"}`
-// and a {"role": "system"} message inside `messages` were each a 400.
+// Before (issue 39): stock Claude Code was refused on every request: `thinking: {"type":
+// "adaptive"}` and a {"role": "system"} message inside `messages` were each a 400.
 TEST_F(CliFrontTest, MessagesTakesWhatClaudeCodeSendsAndKeepsItsSystemMessagesInPlace) {
   boot();
   Json claim = api_->claim("client-a", "train");
@@ -111,9 +127,13 @@ TEST_F(CliFrontTest, MessagesTakesWhatClaudeCodeSendsAndKeepsItsSystemMessagesIn
   EXPECT_EQ(request["messages"][0]["role"], "system");
   EXPECT_EQ(request["messages"][1]["role"], "user");
   EXPECT_EQ(request["messages"][2]["role"], "system");
-  EXPECT_THAT(request["messages"][2]["content"].get<std::string>(), HasSubstr("Primary working directory"));
+  EXPECT_THAT(request["messages"][2]["content"].get<std::string>(),
+              HasSubstr("Primary working directory"));
   ASSERT_EQ(request["tools"].size(), 2u) << request["tools"].dump();
-  EXPECT_EQ(swarm_->wait_for_line("dropped 1 server tool(s) this server does not run: web_search", 10s).empty(), false)
+  EXPECT_EQ(
+      swarm_->wait_for_line("dropped 1 server tool(s) this server does not run: web_search", 10s)
+          .empty(),
+      false)
       << swarm_->output();
 }
 
@@ -128,8 +148,9 @@ TEST_F(CliFrontTest, OverflowIsSaidInAnthropicsSentencesOnMessages) {
   EXPECT_EQ(both.json()["type"], "error");
   EXPECT_EQ(both.json()["error"]["type"], "invalid_request_error");
   EXPECT_THAT(both.json()["error"]["message"].get<std::string>(),
-              ::testing::MatchesRegex("input length and `max_tokens` exceed context limit: [0-9]+ \\+ 5000 > 2048, "
-                                      "decrease input length or `max_tokens` and try again"));
+              ::testing::MatchesRegex(
+                  "input length and `max_tokens` exceed context limit: [0-9]+ \\+ 5000 > 2048, "
+                  "decrease input length or `max_tokens` and try again"));
   // A prompt longer than the context: "prompt is too long: N tokens > M maximum", exactly.
   const Json long_user = Json::array({{{"role", "user"}, {"content", std::string(9000, 'z')}}});
   auto prompt = messages(key, Json{{"max_tokens", 8}, {"messages", long_user}});
@@ -161,7 +182,8 @@ TEST_F(CliFrontTest, CountTokensCountsWhatAMessagesCallRendersAndTheRootAnswers)
   EXPECT_EQ(messages("sk-ajet-forged", body, "/v1/messages/count_tokens").json()["error"]["type"],
             "authentication_error");
 
-  Captured head = run_capture("curl -s -S --max-time 30 -o /dev/null -I -w '%{http_code}' " + shell_quote(swarm_->url() + "/"));
+  Captured head = run_capture("curl -s -S --max-time 30 -o /dev/null -I -w '%{http_code}' " +
+                              shell_quote(swarm_->url() + "/"));
   EXPECT_EQ(head.out, "200") << "Claude Code probes HEAD /";
   EXPECT_EQ(curl("GET", swarm_->url() + "/").json()["status"], "ok");
 }
@@ -170,25 +192,36 @@ TEST_F(CliFrontTest, CountTokensCountsWhatAMessagesCallRendersAndTheRootAnswers)
 // built-in web_search tool, developer messages, and fields this server ignores.
 Json codex_body(const std::string& user_text, bool stream) {
   auto function = [](const std::string& name) {
-    return Json{{"type", "function"}, {"name", name}, {"description", name}, {"strict", false},
+    return Json{{"type", "function"},
+                {"name", name},
+                {"description", name},
+                {"strict", false},
                 {"parameters", schema_with("cmd")}};
   };
-  return Json{{"model", "gpt-5-codex"},
-              {"stream", stream},
-              {"store", false},
-              {"tool_choice", "auto"},
-              {"parallel_tool_calls", true},
-              {"reasoning", {{"summary", "auto"}}},
-              {"include", Json::array({"reasoning.encrypted_content"})},
-              {"prompt_cache_key", "k"},
-              {"tools", Json::array({function("exec_command"),
-                                     {{"type", "namespace"}, {"name", "multi_agent_v1"}, {"description", "agents"},
-                                      {"tools", Json::array({function("spawn_agent"), function("wait_agent")})}},
-                                     {{"type", "web_search"}, {"external_web_access", false}}})},
-              {"input", Json::array({{{"type", "message"}, {"role", "developer"},
-                                      {"content", Json::array({{{"type", "input_text"}, {"text", "You are Codex."}}})}},
-                                     {{"type", "message"}, {"role", "user"},
-                                      {"content", Json::array({{{"type", "input_text"}, {"text", user_text}}})}}})}};
+  return Json{
+      {"model", "gpt-5-codex"},
+      {"stream", stream},
+      {"store", false},
+      {"tool_choice", "auto"},
+      {"parallel_tool_calls", true},
+      {"reasoning", {{"summary", "auto"}}},
+      {"include", Json::array({"reasoning.encrypted_content"})},
+      {"prompt_cache_key", "k"},
+      {"tools",
+       Json::array({function("exec_command"),
+                    {{"type", "namespace"},
+                     {"name", "multi_agent_v1"},
+                     {"description", "agents"},
+                     {"tools", Json::array({function("spawn_agent"), function("wait_agent")})}},
+                    {{"type", "web_search"}, {"external_web_access", false}}})},
+      {"input",
+       Json::array(
+           {{{"type", "message"},
+             {"role", "developer"},
+             {"content", Json::array({{{"type", "input_text"}, {"text", "You are Codex."}}})}},
+            {{"type", "message"},
+             {"role", "user"},
+             {"content", Json::array({{{"type", "input_text"}, {"text", user_text}}})}}})}};
 }
 
 // Before: Codex was refused on every request (namespace and web_search tools were 400), and a
@@ -208,15 +241,17 @@ TEST_F(CliFrontTest, ResponsesFlattensNamespacesDropsBuiltInToolsAndStreamsCalls
   std::vector<Json> added;
   std::string completed_status;
   http::HttpClient client(swarm_->url());
-  auto streamed = client.stream("POST", "/v1/responses",
-                                {{"Authorization", "Bearer " + key}, {"Content-Type", "application/json"}},
-                                codex_body(tool_call_text("exec_command", {{"cmd", "ls"}}), true).dump(),
-                                [&](const http::SseEvent& e) {
-                                  Json d = Json::parse(e.data);
-                                  if (e.event == "response.output_item.added") added.push_back(d);
-                                  if (e.event == "response.completed") completed_status = d["response"]["status"];
-                                  return true;
-                                });
+  auto streamed =
+      client.stream("POST", "/v1/responses",
+                    {{"Authorization", "Bearer " + key}, {"Content-Type", "application/json"}},
+                    codex_body(tool_call_text("exec_command", {{"cmd", "ls"}}), true).dump(),
+                    [&](const http::SseEvent& e) {
+                      Json d = Json::parse(e.data);
+                      if (e.event == "response.output_item.added") added.push_back(d);
+                      if (e.event == "response.completed")
+                        completed_status = d["response"]["status"];
+                      return true;
+                    });
   ASSERT_EQ(streamed.status, 200) << streamed.body;
   ASSERT_EQ(added.size(), 1u) << "one item: the call, no empty message before it";
   EXPECT_EQ(added[0]["item"]["type"], "function_call");
@@ -232,9 +267,14 @@ TEST_F(CliFrontTest, ResponsesFlattensNamespacesDropsBuiltInToolsAndStreamsCalls
 
   Json ep = episode(claim["episode_uuid"]);
   ASSERT_EQ(ep["calls"].size(), 3u);
-  EXPECT_EQ(ep["calls"][0]["request"]["tools"].size(), 3u) << "exec_command, spawn_agent, wait_agent";
-  EXPECT_FALSE(swarm_->wait_for_line("flattened namespace tool(s) into function tools: multi_agent_v1", 10s).empty());
-  EXPECT_FALSE(swarm_->wait_for_line("dropped 1 built-in tool(s) this server does not run: web_search", 10s).empty());
+  EXPECT_EQ(ep["calls"][0]["request"]["tools"].size(), 3u)
+      << "exec_command, spawn_agent, wait_agent";
+  EXPECT_FALSE(
+      swarm_->wait_for_line("flattened namespace tool(s) into function tools: multi_agent_v1", 10s)
+          .empty());
+  EXPECT_FALSE(
+      swarm_->wait_for_line("dropped 1 built-in tool(s) this server does not run: web_search", 10s)
+          .empty());
 }
 
 // Before: any `model` became an agent name, so Claude Code's model (and a side call on another)
@@ -244,7 +284,10 @@ TEST_F(CliFrontTest, ModelNamesSplitAnEpisodeOnlyWhenConfigured) {
   Json claim = api_->claim("client-a", "train");
   const std::string key = claim["openai_api_key"];
   for (const char* model : {"claude-opus-4-8", "gpt-5-codex", "claude-haiku-side"}) {
-    auto r = messages(key, Json{{"model", model}, {"max_tokens", 8}, {"messages", Json::array({{{"role", "user"}, {"content", "hi"}}})}});
+    auto r =
+        messages(key, Json{{"model", model},
+                           {"max_tokens", 8},
+                           {"messages", Json::array({{{"role", "user"}, {"content", "hi"}}})}});
     ASSERT_EQ(r.status, 200) << r.body;
     EXPECT_EQ(r.json()["model"], model) << "the model is echoed as sent";
   }
@@ -255,9 +298,9 @@ TEST_F(CliFrontTest, ModelNamesSplitAnEpisodeOnlyWhenConfigured) {
   EXPECT_EQ(ep["calls"][2]["agent_name"], "helper");
 }
 
-// Before: the stored request of a Messages or Responses call was the body as sent, which the episode
-// views read as a chat body: every view showed {"messages": [], "tools": []}, and each read logged
-// a warning.
+// Before: the stored request of a Messages or Responses call was the body as sent, which the
+// episode views read as a chat body: every view showed {"messages": [], "tools": []}, and each read
+// logged a warning.
 TEST_F(CliFrontTest, EveryViewShowsTheConversationOfMessagesAndResponsesCalls) {
   boot();
   Json claim = api_->claim("client-a", "train");
@@ -274,11 +317,12 @@ TEST_F(CliFrontTest, EveryViewShowsTheConversationOfMessagesAndResponsesCalls) {
   ASSERT_EQ(second.size(), 2u) << second.dump();
   EXPECT_EQ(second[0]["role"], "system") << "developer is rendered as system";
   EXPECT_THAT(second[1]["content"].get<std::string>(), HasSubstr("from codex"));
-  EXPECT_EQ(swarm_->output().substr(lines_before).find("stored request"), std::string::npos) << swarm_->output();
+  EXPECT_EQ(swarm_->output().substr(lines_before).find("stored request"), std::string::npos)
+      << swarm_->output();
   // The CLI (ajet episode show) reads the same store.
   Captured show = run_capture(shell_quote(bin("ajet").string()) + " episode show " +
-                              shell_quote(claim["episode_uuid"].get<std::string>()) + " --color never --url " +
-                              shell_quote(swarm_->url()));
+                              shell_quote(claim["episode_uuid"].get<std::string>()) +
+                              " --color never --url " + shell_quote(swarm_->url()));
   EXPECT_THAT(show.out, HasSubstr("from claude")) << show.out;
 }
 
@@ -287,13 +331,20 @@ TEST_F(CliFrontTest, RefusedCallsAreLoggedRateLimited) {
   boot();
   const std::string key = api_->claim("client-a", "eval")["openai_api_key"];
   for (int i = 0; i < 5; ++i) {
-    EXPECT_EQ(messages(key, Json{{"messages", Json::array({{{"role", "user"}, {"content", "hi"}}})}}).status, 400);
+    EXPECT_EQ(
+        messages(key, Json{{"messages", Json::array({{{"role", "user"}, {"content", "hi"}}})}})
+            .status,
+        400);
   }
   EXPECT_EQ(responses("sk-ajet-forged", Json{{"input", "hi"}}).status, 401);
-  EXPECT_FALSE(swarm_->wait_for_line("POST /v1/messages refused (400): request body: field 'max_tokens' is required",
-                                     10s).empty())
+  EXPECT_FALSE(
+      swarm_
+          ->wait_for_line(
+              "POST /v1/messages refused (400): request body: field 'max_tokens' is required", 10s)
+          .empty())
       << swarm_->output();
-  EXPECT_FALSE(swarm_->wait_for_line("POST /v1/responses refused (401)", 10s).empty()) << swarm_->output();
+  EXPECT_FALSE(swarm_->wait_for_line("POST /v1/responses refused (401)", 10s).empty())
+      << swarm_->output();
   const std::string out = swarm_->output();
   size_t lines = 0;
   for (size_t at = out.find("POST /v1/messages refused (400)"); at != std::string::npos;
@@ -330,7 +381,8 @@ TEST_F(CliFrontTest, APerTurnCapBelowTheClientsMaxTokensEndsTheTurnNormally) {
   auto chat = api_->chat(key, user_chat(long_text, {{"max_tokens", 1000}}));
   EXPECT_EQ(chat.json()["choices"][0]["finish_reason"], "stop");
   auto chat_default = api_->chat(key, user_chat(long_text));
-  EXPECT_EQ(chat_default.json()["choices"][0]["finish_reason"], "length") << "no max_tokens: the server's, as vLLM";
+  EXPECT_EQ(chat_default.json()["choices"][0]["finish_reason"], "length")
+      << "no max_tokens: the server's, as vLLM";
 
   Json ep = episode(claim["episode_uuid"]);
   ASSERT_EQ(ep["calls"].size(), 6u);

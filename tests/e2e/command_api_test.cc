@@ -17,8 +17,8 @@ class CommandApiTest : public ::testing::Test {
   void start(std::vector<std::string> extra = {}, std::string token = "") {
     Fixture f = fixture(false);
     model_ = f.tokenizer;
-    swarm_ = std::make_unique<SwarmProcess>(
-        SwarmProcess::Options{dir_ / "server", bin("ajet-echo-engine"), std::move(token), std::move(extra)});
+    swarm_ = std::make_unique<SwarmProcess>(SwarmProcess::Options{
+        dir_ / "server", bin("ajet-echo-engine"), std::move(token), std::move(extra)});
     api_ = std::make_unique<Api>(swarm_->url());
   }
   ScratchDir dir_;
@@ -49,7 +49,8 @@ TEST_F(CommandApiTest, HealthStatusAndExperimentDirWhileOffline) {
 
 TEST_F(CommandApiTest, SyncTrainConfigNamesTheBadKey) {
   start();
-  auto r = api_->post("/sync_train_config", Json{{"yaml_as_string", "ajet:\n  rollout:\n    num_repeat: lots\n"}});
+  auto r = api_->post("/sync_train_config",
+                      Json{{"yaml_as_string", "ajet:\n  rollout:\n    num_repeat: lots\n"}});
   EXPECT_EQ(r.status, 400);
   Json body = r.json();
   EXPECT_THAT(body["error"]["message"].get<std::string>(), HasSubstr("ajet.rollout.num_repeat"));
@@ -61,40 +62,47 @@ TEST_F(CommandApiTest, SyncTrainConfigNamesTheBadKey) {
   r = api_->post("/sync_train_config", Json{{"yaml", "x"}});
   EXPECT_EQ(r.status, 400);
   EXPECT_THAT(r.body, HasSubstr("yaml_as_string"));
-  r = api_->post("/sync_train_config", Json{{"yaml_as_string", config_yaml(model_, "  backbone: warp_drive\n")}});
+  r = api_->post("/sync_train_config",
+                 Json{{"yaml_as_string", config_yaml(model_, "  backbone: warp_drive\n")}});
   EXPECT_EQ(r.status, 400);
   EXPECT_THAT(r.body, HasSubstr("warp_drive"));
 
-  r = api_->post("/sync_train_config", Json{{"yaml_as_string", config_yaml(model_, "  no_such_key: 1\n")}});
+  r = api_->post("/sync_train_config",
+                 Json{{"yaml_as_string", config_yaml(model_, "  no_such_key: 1\n")}});
   EXPECT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(r.json()["success"], true);
   EXPECT_THAT(r.json()["warnings"].dump(), HasSubstr("ajet.no_such_key"));
-  EXPECT_THAT(r.json()["warnings"].dump(), HasSubstr("sync_train_config yaml_as_string:"));  // no file named
+  EXPECT_THAT(r.json()["warnings"].dump(),
+              HasSubstr("sync_train_config yaml_as_string:"));  // no file named
 }
 
 // A client that read the config from a file names it ("source"): the warnings and errors point into
 // the user's file, not at "sync_train_config yaml_as_string:LINE".
 TEST_F(CommandApiTest, SyncTrainConfigNamesTheClientsFile) {
   start();
-  auto r = api_->post("/sync_train_config", Json{{"yaml_as_string", config_yaml(model_, "  no_such_key: 1\n")},
-                                                 {"source", "configs/mine.yaml"}});
+  auto r = api_->post("/sync_train_config",
+                      Json{{"yaml_as_string", config_yaml(model_, "  no_such_key: 1\n")},
+                           {"source", "configs/mine.yaml"}});
   ASSERT_EQ(r.status, 200) << r.body;
   const std::string warnings = r.json()["warnings"].dump();
   EXPECT_THAT(warnings, HasSubstr("configs/mine.yaml:"));
   EXPECT_THAT(warnings, ::testing::Not(HasSubstr("yaml_as_string")));
-  r = api_->post("/sync_train_config", Json{{"yaml_as_string", "ajet:\n  rollout:\n    num_repeat: lots\n"},
-                                            {"source", "configs/mine.yaml"}});
+  r = api_->post("/sync_train_config",
+                 Json{{"yaml_as_string", "ajet:\n  rollout:\n    num_repeat: lots\n"},
+                      {"source", "configs/mine.yaml"}});
   EXPECT_EQ(r.status, 400);
   EXPECT_THAT(r.body, HasSubstr("configs/mine.yaml:3"));
   for (const Json& bad : {Json(3), Json("a\nb"), Json(std::string(600, 'x'))}) {
-    r = api_->post("/sync_train_config", Json{{"yaml_as_string", config_yaml(model_)}, {"source", bad}});
+    r = api_->post("/sync_train_config",
+                   Json{{"yaml_as_string", config_yaml(model_)}, {"source", bad}});
     EXPECT_EQ(r.status, 400) << bad.dump();
     EXPECT_THAT(r.body, HasSubstr("'source'"));
   }
 }
 
 // Upstream's SwarmClient.sync_train_config(AgentJetJob(...)) body: the whole merged swarm default,
-// with a hub model id. Accepted, with warnings that name what is not used and what start_engine needs.
+// with a hub model id. Accepted, with warnings that name what is not used and what start_engine
+// needs.
 TEST_F(CommandApiTest, SyncTrainConfigAcceptsUpstreamsWholeJobWithWarnings) {
   start();
   const std::string yaml = read_file(source("tests/config/data/upstream_swarm_job.yaml"));
@@ -130,19 +138,24 @@ TEST_F(CommandApiTest, ClaimOutsideRollingSaysWhatToWaitFor) {
   EXPECT_THAT(missing.body, HasSubstr("client_uuid"));
 }
 
-// Episode commands need the episode's key (or the admin token): without one, an unknown episode is a
-// 401 naming what to send, from the request's header, before its body is read (a body that would not
-// parse is a 401 too). With the compatibility switch (--allow-keyless-episode-commands) a body that does
-// not parse is a 400, an unknown episode's end is a 400 and an abort succeeds, as upstream.
+// Episode commands need the episode's key (or the admin token): without one, an unknown episode is
+// a 401 naming what to send, from the request's header, before its body is read (a body that would
+// not parse is a 401 too). With the compatibility switch (--allow-keyless-episode-commands) a body
+// that does not parse is a 400, an unknown episode's end is a 400 and an abort succeeds, as
+// upstream.
 TEST_F(CommandApiTest, EndOfUnknownEpisodeNeedsAKeyAndAbortAlwaysSucceedsWithout) {
   start();
   auto r = api_->end("client-a", "0123456789abcdef0123456789abcdef", "task", 1.0);
   EXPECT_EQ(r.status, 401) << r.body;
   EXPECT_THAT(r.body, HasSubstr("Authorization: Bearer"));
-  const Json no_reward_body = {{"client_uuid", "c"}, {"episode_uuid", "e"}, {"task_id", "t"},
+  const Json no_reward_body = {{"client_uuid", "c"},
+                               {"episode_uuid", "e"},
+                               {"task_id", "t"},
                                {"workflow_output", {{"metadata", {{"task_id", "t"}}}}}};
   EXPECT_EQ(api_->post("/end_episode", no_reward_body).status, 401);
-  EXPECT_EQ(api_->post("/abort_episode", Json{{"client_uuid", "c"}, {"episode_uuid", "nope"}}).status, 401);
+  EXPECT_EQ(
+      api_->post("/abort_episode", Json{{"client_uuid", "c"}, {"episode_uuid", "nope"}}).status,
+      401);
   swarm_.reset();
   start({"--allow-keyless-episode-commands"});
   auto no_reward = api_->post("/end_episode", no_reward_body);
@@ -153,7 +166,8 @@ TEST_F(CommandApiTest, EndOfUnknownEpisodeNeedsAKeyAndAbortAlwaysSucceedsWithout
   auto abort = api_->post("/abort_episode", Json{{"client_uuid", "c"}, {"episode_uuid", "nope"}});
   EXPECT_EQ(abort.status, 200);
   EXPECT_EQ(abort.json()["success"], true);
-  auto cont = api_->post("/can_continue_episode", Json{{"client_uuid", "c"}, {"episode_uuid", "nope"}});
+  auto cont =
+      api_->post("/can_continue_episode", Json{{"client_uuid", "c"}, {"episode_uuid", "nope"}});
   EXPECT_EQ(cont.json()["can_continue"], false);
   auto agree = api_->post("/agree_sync_weight", Json{{"client_uuid", "c"}});
   EXPECT_EQ(agree.status, 200);
@@ -166,22 +180,24 @@ TEST_F(CommandApiTest, EndOfUnknownEpisodeNeedsAKeyAndAbortAlwaysSucceedsWithout
 TEST_F(CommandApiTest, AdminTokenGuardsTheEndpointsThatChangeTheServer) {
   start({}, "s3cret-token");
   const std::string yaml = config_yaml(model_);
-  for (const std::string path : {"/sync_train_config", "/start_engine", "/stop_engine", "/sync_train_code"}) {
+  for (const std::string path :
+       {"/sync_train_config", "/start_engine", "/stop_engine", "/sync_train_code"}) {
     auto none = api_->post(path, Json{{"yaml_as_string", yaml}});
     EXPECT_EQ(none.status, 401) << path << ": " << none.body;
     EXPECT_THAT(none.body, HasSubstr("admin token"));
-    auto wrong = api_->post(path, Json{{"yaml_as_string", yaml}}, {{"Authorization", "Bearer nope"}});
+    auto wrong =
+        api_->post(path, Json{{"yaml_as_string", yaml}}, {{"Authorization", "Bearer nope"}});
     EXPECT_EQ(wrong.status, 401) << path;
   }
   auto ep = curl("GET", swarm_->url() + "/episodes/0123456789abcdef0123456789abcdef");
   EXPECT_EQ(ep.status, 401);
   // The client verbs need no token.
   EXPECT_EQ(api_->claim("c")["success"], false);
-  auto ok = curl("POST", swarm_->url() + "/sync_train_config", Json{{"yaml_as_string", yaml}}.dump(),
-                 {"Authorization: Bearer s3cret-token"});
+  auto ok = curl("POST", swarm_->url() + "/sync_train_config",
+                 Json{{"yaml_as_string", yaml}}.dump(), {"Authorization: Bearer s3cret-token"});
   EXPECT_EQ(ok.status, 200) << ok.body;
-  auto ep_ok = curl("GET", swarm_->url() + "/episodes/0123456789abcdef0123456789abcdef",
-                    "", {"Authorization: Bearer s3cret-token"});
+  auto ep_ok = curl("GET", swarm_->url() + "/episodes/0123456789abcdef0123456789abcdef", "",
+                    {"Authorization: Bearer s3cret-token"});
   EXPECT_EQ(ep_ok.status, 404) << ep_ok.body;
 }
 
@@ -193,7 +209,8 @@ TEST_F(CommandApiTest, OversizeBodiesGet413NamingTheLimit) {
   EXPECT_THAT(json_too_big.body, HasSubstr("16 KiB"));
   const fs::path big = dir_ / "big.bin";
   write_file_atomic(big, std::string(100 * 1024, 'z'));
-  auto too_big = curl("POST", swarm_->url() + "/sync_train_code", "", {"Content-Type: application/zip"}, big.string());
+  auto too_big = curl("POST", swarm_->url() + "/sync_train_code", "",
+                      {"Content-Type: application/zip"}, big.string());
   EXPECT_EQ(too_big.status, 413) << too_big.body;
   EXPECT_THAT(too_big.body, HasSubstr("65536"));
   EXPECT_EQ(curl("GET", swarm_->url() + "/health").status, 200);  // still serving
@@ -201,13 +218,14 @@ TEST_F(CommandApiTest, OversizeBodiesGet413NamingTheLimit) {
 
 TEST_F(CommandApiTest, ForgedOrMissingEpisodeKeysGet401) {
   start();
-  for (const std::string& key : std::vector<std::string>{"", "sk-ajet-not-base64!!", "sk-ajet-eyJhZ2VudF9uYW1lIjoieCJ9",
-                                                       "sk-live-123"}) {
+  for (const std::string& key : std::vector<std::string>{
+           "", "sk-ajet-not-base64!!", "sk-ajet-eyJhZ2VudF9uYW1lIjoieCJ9", "sk-live-123"}) {
     std::vector<std::string> headers;
     if (!key.empty()) headers.push_back("Authorization: Bearer " + key);
     auto models = curl("GET", swarm_->url() + "/v1/models", "", headers);
     EXPECT_EQ(models.status, 401) << key << ": " << models.body;
-    auto chat = curl("POST", swarm_->url() + "/v1/chat/completions", user_chat("hi").dump(), headers);
+    auto chat =
+        curl("POST", swarm_->url() + "/v1/chat/completions", user_chat("hi").dump(), headers);
     EXPECT_EQ(chat.status, 401) << key;
     EXPECT_EQ(chat.json()["error"]["type"], "authentication_error");
   }
@@ -232,7 +250,8 @@ TEST_F(CommandApiTest, SyncTrainCodeRejectsUnsafeArchives) {
   for (const auto& c : cases) {
     const fs::path zip = dir_ / "archive.zip";
     write_file_atomic(zip, make_zip(c.members));
-    auto r = curl("POST", swarm_->url() + "/sync_train_code", "", {"Content-Type: application/zip"}, zip.string());
+    auto r = curl("POST", swarm_->url() + "/sync_train_code", "", {"Content-Type: application/zip"},
+                  zip.string());
     EXPECT_EQ(r.status, 400) << c.name << ": " << r.body;
     EXPECT_THAT(r.body, HasSubstr(c.expect)) << c.name;
   }
@@ -248,8 +267,10 @@ TEST_F(CommandApiTest, SyncTrainCodeRejectsUnsafeArchives) {
   }
 
   const fs::path zip = dir_ / "good.zip";
-  write_file_atomic(zip, make_zip({{"CMakeLists.txt", cmake}, {"src/a.cc", "int main() { return 0; }\n"}}));
-  auto ok = curl("POST", swarm_->url() + "/sync_train_code", "", {"Content-Type: application/zip"}, zip.string());
+  write_file_atomic(
+      zip, make_zip({{"CMakeLists.txt", cmake}, {"src/a.cc", "int main() { return 0; }\n"}}));
+  auto ok = curl("POST", swarm_->url() + "/sync_train_code", "", {"Content-Type: application/zip"},
+                 zip.string());
   ASSERT_EQ(ok.status, 200) << ok.body;
   fs::path root = ok.json()["temp_ajet_code_path"].get<std::string>();
   EXPECT_TRUE(fs::exists(root / "src/a.cc"));
@@ -264,9 +285,11 @@ TEST_F(CommandApiTest, EveryRouteOfTheTableIsServedWithItsAuth) {
   for (const swarm::Route& route : swarm::route_table()) {
     std::string path(route.path);
     if (auto at = path.find("{file}"); at != std::string::npos) path.replace(at, 6, "index.html");
-    if (auto at = path.find("{episode_uuid}"); at != std::string::npos) path.replace(at, 14, "no-such-episode");
+    if (auto at = path.find("{episode_uuid}"); at != std::string::npos)
+      path.replace(at, 14, "no-such-episode");
     const CurlResult r = curl(std::string(route.method), swarm_->url() + path);
-    const std::string what = std::string(route.method) + " " + std::string(route.path) + ": " + r.body;
+    const std::string what =
+        std::string(route.method) + " " + std::string(route.path) + ": " + r.body;
     EXPECT_NE(r.status, 404) << what;
     EXPECT_NE(r.status, 405) << what;
     if (route.auth == swarm::RouteAuth::kNone) {

@@ -1,10 +1,10 @@
 // Data parallelism through the real binaries: `ajet-swarm start --engine-ranks 2` starts two
-// `ajet-engine serve` ranks (one c10d Gloo group on loopback), splits the batch with split_batch and
-// trains part r on rank r. With mini_batch_num 1 the weights after the step must equal those of a
-// one-rank front on the same episodes (greedy rollouts, so both fronts record the same tokens), up to
-// float summation order; rank 0 then serves the new policy version. Also: a rank that dies takes the
-// group down and the front restarts every rank; the engine's dist flags and rendezvous failures give
-// clear errors naming the flag, the rank and the address.
+// `ajet-engine serve` ranks (one c10d Gloo group on loopback), splits the batch with split_batch
+// and trains part r on rank r. With mini_batch_num 1 the weights after the step must equal those of
+// a one-rank front on the same episodes (greedy rollouts, so both fronts record the same tokens),
+// up to float summation order; rank 0 then serves the new policy version. Also: a rank that dies
+// takes the group down and the front restarts every rank; the engine's dist flags and rendezvous
+// failures give clear errors naming the flag, the rank and the address.
 #include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -26,32 +26,35 @@ namespace {
 using ::testing::HasSubstr;
 
 struct RunResult {
-  fs::path checkpoint;   // global_step_1 (written by save_freq 1): model/ and optimizer.safetensors
-  std::string logs;      // verbose logs after the step
+  fs::path checkpoint;  // global_step_1 (written by save_freq 1): model/ and optimizer.safetensors
+  std::string logs;     // verbose logs after the step
   std::string next_fingerprint;
 };
 
-// One front with `ranks` engine ranks; four greedy episodes (2 tasks x 2 repeats, rewards 1 and 0 in
-// each task) fill one batch, which trains one step.
+// One front with `ranks` engine ranks; four greedy episodes (2 tasks x 2 repeats, rewards 1 and 0
+// in each task) fill one batch, which trains one step.
 RunResult train_one_step(const fs::path& model, const fs::path& dir, int ranks) {
   RunResult out;
   std::vector<std::string> extra;
   if (ranks > 1) extra = {"--engine-ranks", std::to_string(ranks)};
   SwarmProcess swarm(SwarmProcess::Options{dir / "server", {}, "", extra});
   Api api(swarm.url());
-  std::string yaml = config_yaml(model, "  trainer_common:\n    save_freq: 1\n    mini_batch_num: 1\n"
-                                        "    checkpoint_base_dir: " + (dir / "ckpt").string() +
-                                        "\n    optim:\n      lr: 0.001\n");
-  yaml.replace(yaml.find("backbone: debug"), std::string("backbone: debug").size(), "backbone: torch");
-  yaml.replace(yaml.find("temperature: 1.0"), std::string("temperature: 1.0").size(), "temperature: 0.0");
+  std::string yaml = config_yaml(model,
+                                 "  trainer_common:\n    save_freq: 1\n    mini_batch_num: 1\n"
+                                 "    checkpoint_base_dir: " +
+                                     (dir / "ckpt").string() + "\n    optim:\n      lr: 0.001\n");
+  yaml.replace(yaml.find("backbone: debug"), std::string("backbone: debug").size(),
+               "backbone: torch");
+  yaml.replace(yaml.find("temperature: 1.0"), std::string("temperature: 1.0").size(),
+               "temperature: 0.0");
   api.boot(yaml);
   if (::testing::Test::HasFatalFailure()) return out;
-  const std::vector<std::pair<std::string, double>> episodes = {{"task-a", 1.0}, {"task-a", 0.0}, {"task-b", 0.0},
-                                                                 {"task-b", 1.0}};
+  const std::vector<std::pair<std::string, double>> episodes = {
+      {"task-a", 1.0}, {"task-a", 0.0}, {"task-b", 0.0}, {"task-b", 1.0}};
   // Greedy decoding repeats itself: each episode gets its own prompt, or the two episodes of a task
   // would be the same sample with opposite advantages and their gradients would cancel.
-  const std::vector<std::string> prompts = {"Say something about the sea", "Count the stars", "Name a colour",
-                                            "Tell me a story"};
+  const std::vector<std::string> prompts = {"Say something about the sea", "Count the stars",
+                                            "Name a colour", "Tell me a story"};
   for (size_t i = 0; i < episodes.size(); ++i) {
     const auto& [task, reward] = episodes[i];
     Json e = api.claim("client-d");
@@ -61,8 +64,10 @@ RunResult train_one_step(const fs::path& model, const fs::path& dir, int ranks) 
     EXPECT_EQ(api.end("client-d", e["episode_uuid"], task, reward).status, 200);
   }
   EXPECT_TRUE(eventually([&] { return api.status()["global_step"] == 1; }, 300s))
-      << api.status().dump() << "\n" << api.get("/get_verbose_logs").body;
-  EXPECT_TRUE(eventually([&] { return api.engine_status() == "ENGINE.ROLLING"; })) << api.status().dump();
+      << api.status().dump() << "\n"
+      << api.get("/get_verbose_logs").body;
+  EXPECT_TRUE(eventually([&] { return api.engine_status() == "ENGINE.ROLLING"; }))
+      << api.status().dump();
   // The step's log line is written just after global_step advances.
   EXPECT_TRUE(eventually([&] {
     out.logs = api.get("/get_verbose_logs").body;
@@ -83,7 +88,8 @@ std::vector<float> floats(const hf::TensorView& t) {
   return v;
 }
 
-// Largest |a - b| over the tensors both checkpoints hold (`same_names`: they must hold the same ones).
+// Largest |a - b| over the tensors both checkpoints hold (`same_names`: they must hold the same
+// ones).
 double max_abs_difference(const fs::path& a_dir, const fs::path& b_dir, bool same_names) {
   hf::SafetensorsCheckpoint a = hf::SafetensorsCheckpoint::open(a_dir);
   hf::SafetensorsCheckpoint b = hf::SafetensorsCheckpoint::open(b_dir);
@@ -98,13 +104,15 @@ double max_abs_difference(const fs::path& a_dir, const fs::path& b_dir, bool sam
     EXPECT_EQ(ta.shape, tb->shape) << name;
     std::vector<float> va = floats(ta), vb = floats(*tb);
     if (va.size() != vb.size()) continue;
-    for (size_t i = 0; i < va.size(); ++i) worst = std::max(worst, std::abs(double(va[i]) - double(vb[i])));
+    for (size_t i = 0; i < va.size(); ++i)
+      worst = std::max(worst, std::abs(double(va[i]) - double(vb[i])));
   }
   return worst;
 }
 
 // Per tensor of two optimizer states: max |a - b| / max |a| (0 when the tensor is all zero), the
-// worst over tensors; `largest` gets the largest |a| seen (so a test can tell the state is not empty).
+// worst over tensors; `largest` gets the largest |a| seen (so a test can tell the state is not
+// empty).
 double worst_relative_difference(const fs::path& a_file, const fs::path& b_file, double& largest) {
   hf::SafetensorsCheckpoint a = hf::SafetensorsCheckpoint::open(a_file);
   hf::SafetensorsCheckpoint b = hf::SafetensorsCheckpoint::open(b_file);
@@ -112,7 +120,8 @@ double worst_relative_difference(const fs::path& a_file, const fs::path& b_file,
   double worst = 0;
   largest = 0;
   for (const std::string& name : a.names()) {
-    if (name.find(".exp_avg") == std::string::npos || name.find("exp_avg_sq") != std::string::npos) continue;
+    if (name.find(".exp_avg") == std::string::npos || name.find("exp_avg_sq") != std::string::npos)
+      continue;
     auto tb = b.find(name);
     if (!tb) continue;
     std::vector<float> va = floats(a.get(name)), vb = floats(*tb);
@@ -129,7 +138,8 @@ double worst_relative_difference(const fs::path& a_file, const fs::path& b_file,
 }
 
 TEST(DistTrainingTest, TwoEngineRanksThroughTheFrontTrainTheSameWeightsAsOneRank) {
-  if (!fs::exists(bin("ajet-engine"))) GTEST_FAIL() << "ajet-engine is not built: build the ajet-engine target";
+  if (!fs::exists(bin("ajet-engine")))
+    GTEST_FAIL() << "ajet-engine is not built: build the ajet-engine target";
   ScratchDir dir;
   const fs::path model = fixture(true).model;
   const RunResult one = train_one_step(model, dir / "one", 1);
@@ -147,23 +157,26 @@ TEST(DistTrainingTest, TwoEngineRanksThroughTheFrontTrainTheSameWeightsAsOneRank
   ASSERT_TRUE(fs::exists(two.checkpoint / "optimizer.safetensors")) << two.logs;
 
   // The gradient itself: after one AdamW step exp_avg = (1 - beta1) * grad, so equal first moments
-  // mean the ranks' summed gradient (scale and normalisers included) is one rank's gradient. Float32
-  // summation order differs (~1e-6 of the tensor's largest entry); 1e-4 leaves room, and a missing
-  // all-reduce or normaliser would be off by O(1).
+  // mean the ranks' summed gradient (scale and normalisers included) is one rank's gradient.
+  // Float32 summation order differs (~1e-6 of the tensor's largest entry); 1e-4 leaves room, and a
+  // missing all-reduce or normaliser would be off by O(1).
   double largest = 0;
-  const double moments = worst_relative_difference(one.checkpoint / "optimizer.safetensors",
-                                                   two.checkpoint / "optimizer.safetensors", largest);
+  const double moments = worst_relative_difference(
+      one.checkpoint / "optimizer.safetensors", two.checkpoint / "optimizer.safetensors", largest);
   EXPECT_GT(largest, 0.0) << "the step had no gradient: the test cannot tell anything";
   EXPECT_LE(moments, 1e-4);
 
   // The weights. The step moved them (AdamW's first step is ~lr = 1e-3 per trained parameter) ...
   EXPECT_GT(max_abs_difference(model, one.checkpoint / "model", false), 5e-4);
-  // ... and two ranks moved them as one rank did. AdamW's first update is lr * g / (|g| + 1e-8), which
-  // magnifies the summation-order noise of gradients near 1e-8 (measured: up to ~7e-6), so the bound
-  // is 5% of one step (5e-5); a rank training without the other's gradient differs by ~lr.
-  const double weights = max_abs_difference(one.checkpoint / "model", two.checkpoint / "model", true);
+  // ... and two ranks moved them as one rank did. AdamW's first update is lr * g / (|g| + 1e-8),
+  // which magnifies the summation-order noise of gradients near 1e-8 (measured: up to ~7e-6), so
+  // the bound is 5% of one step (5e-5); a rank training without the other's gradient differs by
+  // ~lr.
+  const double weights =
+      max_abs_difference(one.checkpoint / "model", two.checkpoint / "model", true);
   EXPECT_LE(weights, 5e-5);
-  std::printf("1 rank vs 2 ranks: first moments %.3g relative, weights %.3g absolute\n", moments, weights);
+  std::printf("1 rank vs 2 ranks: first moments %.3g relative, weights %.3g absolute\n", moments,
+              weights);
 }
 
 // The pid of the front's child engine whose command line holds `--local-rank <rank>`; 0 when none.
@@ -182,8 +195,10 @@ int64_t rank_pid(pid_t front, int rank) {
     if (close == std::string::npos) continue;
     int64_t ppid = 0;
     char state = 0;
-    if (std::sscanf(stat.c_str() + close + 1, " %c %ld", &state, &ppid) != 2 || ppid != front) continue;
-    if (cmdline.find(std::string("--local-rank") + '\0' + std::to_string(rank) + '\0') != std::string::npos) {
+    if (std::sscanf(stat.c_str() + close + 1, " %c %ld", &state, &ppid) != 2 || ppid != front)
+      continue;
+    if (cmdline.find(std::string("--local-rank") + '\0' + std::to_string(rank) + '\0') !=
+        std::string::npos) {
       return std::stoll(name);
     }
   }
@@ -191,13 +206,15 @@ int64_t rank_pid(pid_t front, int rank) {
 }
 
 TEST(DistTrainingTest, ARankThatDiesTakesTheGroupDownAndEveryRankIsRestarted) {
-  if (!fs::exists(bin("ajet-engine"))) GTEST_FAIL() << "ajet-engine is not built: build the ajet-engine target";
+  if (!fs::exists(bin("ajet-engine")))
+    GTEST_FAIL() << "ajet-engine is not built: build the ajet-engine target";
   ScratchDir dir;
   const fs::path model = fixture(true).model;
   SwarmProcess swarm(SwarmProcess::Options{dir / "server", {}, "", {"--engine-ranks", "2"}});
   Api api(swarm.url());
   std::string yaml = config_yaml(model);
-  yaml.replace(yaml.find("backbone: debug"), std::string("backbone: debug").size(), "backbone: torch");
+  yaml.replace(yaml.find("backbone: debug"), std::string("backbone: debug").size(),
+               "backbone: torch");
   api.boot(yaml);
   const int64_t rank0 = api.engine_pid();
   const int64_t rank1 = rank_pid(swarm.pid(), 1);
@@ -222,12 +239,14 @@ TEST(DistTrainingTest, ARankThatDiesTakesTheGroupDownAndEveryRankIsRestarted) {
 
 // `ajet-engine serve` with `args` (after --model and --listen); its exit status and output.
 Captured serve(const fs::path& model, const std::string& args) {
-  return run_capture(shell_quote(bin("ajet-engine").string()) + " serve --model " + shell_quote(model.string()) +
+  return run_capture(shell_quote(bin("ajet-engine").string()) + " serve --model " +
+                     shell_quote(model.string()) +
                      " --listen tcp:127.0.0.1:0 --threads 1 --kv-cache-mb 16 " + args);
 }
 
 TEST(DistTrainingTest, BadDistFlagsAndFailedRendezvousAreClearErrors) {
-  if (!fs::exists(bin("ajet-engine"))) GTEST_FAIL() << "ajet-engine is not built: build the ajet-engine target";
+  if (!fs::exists(bin("ajet-engine")))
+    GTEST_FAIL() << "ajet-engine is not built: build the ajet-engine target";
   const fs::path model = fixture(true).model;
 
   Captured bad_rank = serve(model, "--nproc-per-node 2 --local-rank 2");
@@ -249,14 +268,17 @@ TEST(DistTrainingTest, BadDistFlagsAndFailedRendezvousAreClearErrors) {
   ASSERT_EQ(::listen(taken, 1), 0);
   ASSERT_EQ(::getsockname(taken, reinterpret_cast<sockaddr*>(&addr), &len), 0);
   const std::string port = std::to_string(ntohs(addr.sin_port));
-  Captured in_use = serve(model, "--nproc-per-node 2 --local-rank 0 --dist-timeout 5 --master-port " + port);
+  Captured in_use =
+      serve(model, "--nproc-per-node 2 --local-rank 0 --dist-timeout 5 --master-port " + port);
   ::close(taken);
   EXPECT_NE(in_use.status, 0);
   EXPECT_THAT(in_use.out, HasSubstr("port " + port + " is in use"));
   EXPECT_THAT(in_use.out, HasSubstr("rank 0"));
 
-  // Rank 1 of 2 alone: nobody serves the store; it gives up after --dist-timeout, naming the address.
-  Captured alone = serve(model, "--nproc-per-node 2 --local-rank 1 --dist-timeout 1 --master-port " + port);
+  // Rank 1 of 2 alone: nobody serves the store; it gives up after --dist-timeout, naming the
+  // address.
+  Captured alone =
+      serve(model, "--nproc-per-node 2 --local-rank 1 --dist-timeout 1 --master-port " + port);
   EXPECT_NE(alone.status, 0);
   EXPECT_THAT(alone.out, HasSubstr("127.0.0.1:" + port));
   EXPECT_THAT(alone.out, HasSubstr("rank 1"));

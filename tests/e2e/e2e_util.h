@@ -104,26 +104,29 @@ inline Fixture fixture(bool need_model) {
   const fs::path root = fs::path(AJET_BINARY_DIR) / "e2e_fixture";
   f.tokenizer = root / "tokenizer";
   make_once(f.tokenizer, [](const fs::path& out) {
-    Captured r = run_capture(shell_quote(bin("ajet").string()) + " tokenizer train --corpus " +
-                             shell_quote(source("tests/text/data/tokenizer_corpus.jsonl").string()) +
-                             " --vocab-size 400 --out " + shell_quote(out.string()));
+    Captured r =
+        run_capture(shell_quote(bin("ajet").string()) + " tokenizer train --corpus " +
+                    shell_quote(source("tests/text/data/tokenizer_corpus.jsonl").string()) +
+                    " --vocab-size 400 --out " + shell_quote(out.string()));
     ASSERT_EQ(r.status, 0) << r.out;
   });
   if (need_model) {
     f.model = root / "model-micro";
     make_once(f.model, [&](const fs::path& out) {
-      Captured r = run_capture(shell_quote(bin("ajet-engine").string()) + " model init --preset micro --tokenizer " +
-                               shell_quote(f.tokenizer.string()) + " --seed 7 --out " + shell_quote(out.string()));
+      Captured r = run_capture(
+          shell_quote(bin("ajet-engine").string()) + " model init --preset micro --tokenizer " +
+          shell_quote(f.tokenizer.string()) + " --seed 7 --out " + shell_quote(out.string()));
       ASSERT_EQ(r.status, 0) << r.out;
     });
   }
   return f;
 }
 
-// A copy of `model` in `out` whose config allows `positions` positions: the micro preset has 512, and a
-// tool-call turn with the 400-id fixture tokenizer is ~650 tokens (RoPE positions are computed, not
-// stored, so only config.json changes).
-inline fs::path model_with_positions(const fs::path& model, const fs::path& out, int64_t positions) {
+// A copy of `model` in `out` whose config allows `positions` positions: the micro preset has 512,
+// and a tool-call turn with the 400-id fixture tokenizer is ~650 tokens (RoPE positions are
+// computed, not stored, so only config.json changes).
+inline fs::path model_with_positions(const fs::path& model, const fs::path& out,
+                                     int64_t positions) {
   fs::copy(model, out, fs::copy_options::recursive);
   Json config = Json::parse(read_file(out / "config.json"));
   config["max_position_embeddings"] = positions;
@@ -131,12 +134,15 @@ inline fs::path model_with_positions(const fs::path& model, const fs::path& out,
   return out;
 }
 
-// A train config for the tiny fixtures; `extra` is appended under `ajet:` (two-space indented YAML).
+// A train config for the tiny fixtures; `extra` is appended under `ajet:` (two-space indented
+// YAML).
 inline std::string config_yaml(const fs::path& model, const std::string& extra = "") {
   return "ajet:\n"
          "  backbone: debug\n"
          "  model:\n"
-         "    path: " + model.string() + "\n"
+         "    path: " +
+         model.string() +
+         "\n"
          "  data:\n"
          "    max_prompt_length: 256\n"
          "    max_response_length: 256\n"
@@ -157,8 +163,8 @@ inline std::string config_yaml(const fs::path& model, const std::string& extra =
 class SwarmProcess {
  public:
   struct Options {
-    fs::path dir;                    // --exp-dir
-    fs::path engine;                 // --engine (empty: the real ajet-engine next to ajet-swarm)
+    fs::path dir;     // --exp-dir
+    fs::path engine;  // --engine (empty: the real ajet-engine next to ajet-swarm)
     std::string admin_token;
     std::vector<std::string> extra;  // more flags
     // --resume: a restart continues the run in the store (ajet-swarm refuses an earlier run without
@@ -170,10 +176,12 @@ class SwarmProcess {
   ~SwarmProcess() { stop(SIGTERM); }
 
   void start() {
-    std::vector<std::string> argv = {bin("ajet-swarm").string(), "start", "--port", "0", "--exp-dir",
-                                     options_.dir.string(), "--janitor-interval", "0.1"};
+    std::vector<std::string> argv = {
+        bin("ajet-swarm").string(), "start", "--port", "0", "--exp-dir", options_.dir.string(),
+        "--janitor-interval",       "0.1"};
     if (!options_.engine.empty()) argv.insert(argv.end(), {"--engine", options_.engine.string()});
-    if (!options_.admin_token.empty()) argv.insert(argv.end(), {"--admin-token", options_.admin_token});
+    if (!options_.admin_token.empty())
+      argv.insert(argv.end(), {"--admin-token", options_.admin_token});
     if (options_.resume) argv.push_back("--resume");
     argv.insert(argv.end(), options_.extra.begin(), options_.extra.end());
     {
@@ -226,7 +234,8 @@ class SwarmProcess {
   }
 
   // The first line (from the start, or after `from` lines) containing `needle`; "" on timeout.
-  std::string wait_for_line(const std::string& needle, std::chrono::milliseconds timeout, size_t from = 0) {
+  std::string wait_for_line(const std::string& needle, std::chrono::milliseconds timeout,
+                            size_t from = 0) {
     std::unique_lock<std::mutex> lock(mu_);
     std::string found;
     cv_.wait_for(lock, timeout, [&] {
@@ -325,9 +334,11 @@ struct CurlResult {
   Json json() const { return Json::parse(body, nullptr, false); }
 };
 // curl -X METHOD URL with optional JSON body and headers; the HTTP status comes from -w.
-inline CurlResult curl(const std::string& method, const std::string& url, const std::string& body = "",
-                       const std::vector<std::string>& headers = {}, const std::string& body_file = "") {
-  std::string cmd = "curl -s -S --max-time 60 -X " + method + " -w '\\n%{http_code}' " + shell_quote(url);
+inline CurlResult curl(const std::string& method, const std::string& url,
+                       const std::string& body = "", const std::vector<std::string>& headers = {},
+                       const std::string& body_file = "") {
+  std::string cmd =
+      "curl -s -S --max-time 60 -X " + method + " -w '\\n%{http_code}' " + shell_quote(url);
   for (const auto& h : headers) cmd += " -H " + shell_quote(h);
   if (!body_file.empty()) {
     cmd += " --data-binary @" + shell_quote(body_file);
@@ -344,8 +355,8 @@ inline CurlResult curl(const std::string& method, const std::string& url, const 
 }
 
 // The key of every episode an Api claimed in this test process (episode uuid -> openai_api_key), so
-// that the episode commands any Api sends carry it, as the front requires (docs/protocol.md "Command
-// API"). Tests of the refusal send their own Authorization header (or Api::raw_post).
+// that the episode commands any Api sends carry it, as the front requires (docs/protocol.md
+// "Command API"). Tests of the refusal send their own Authorization header (or Api::raw_post).
 class EpisodeKeys {
  public:
   static EpisodeKeys& all() {
@@ -381,10 +392,12 @@ struct Api {
   explicit Api(const std::string& url) : http(url) {}
   // An episode command gets `Authorization: Bearer <the episode's key>` when an Api claimed it and
   // `headers` has no Authorization of its own.
-  http::ClientResponse post(const std::string& path, const Json& body, const http::Headers& headers = {}) {
+  http::ClientResponse post(const std::string& path, const Json& body,
+                            const http::Headers& headers = {}) {
     if (is_episode_command(path) && !headers.has("Authorization") && body.is_object() &&
         body.contains("episode_uuid") && body["episode_uuid"].is_string()) {
-      if (std::string key = EpisodeKeys::all().key_of(body["episode_uuid"].get<std::string>()); !key.empty()) {
+      if (std::string key = EpisodeKeys::all().key_of(body["episode_uuid"].get<std::string>());
+          !key.empty()) {
         http::Headers with_key = headers;
         with_key.add("Authorization", "Bearer " + key);
         return http.post_json(path, body, with_key);
@@ -393,14 +406,19 @@ struct Api {
     return http.post_json(path, body, headers);
   }
   // As sent: no key added.
-  http::ClientResponse raw_post(const std::string& path, const Json& body, const http::Headers& headers = {}) {
+  http::ClientResponse raw_post(const std::string& path, const Json& body,
+                                const http::Headers& headers = {}) {
     return http.post_json(path, body, headers);
   }
-  http::ClientResponse get(const std::string& path, const http::Headers& headers = {}) { return http.get(path, headers); }
+  http::ClientResponse get(const std::string& path, const http::Headers& headers = {}) {
+    return http.get(path, headers);
+  }
   Json status() { return http.get("/get_engine_status").json(); }
   int64_t engine_pid() {
     Json s = status();
-    return s["engine_status_detail"].is_string() ? pid_in(s["engine_status_detail"].get<std::string>()) : 0;
+    return s["engine_status_detail"].is_string()
+               ? pid_in(s["engine_status_detail"].get<std::string>())
+               : 0;
   }
   std::string engine_status() { return status().value("engine_status", ""); }
   // sync_train_config + start_engine, then waits for ENGINE.ROLLING.
@@ -412,20 +430,24 @@ struct Api {
     ASSERT_TRUE(eventually([&] { return engine_status() == "ENGINE.ROLLING"; })) << status().dump();
   }
   Json claim(const std::string& client, const std::string& type = "train", double timeout = 60) {
-    auto r = post("/claim_episode",
-                  Json{{"client_uuid", client}, {"episode_type", type}, {"discard_episode_timeout", timeout}});
+    auto r = post("/claim_episode", Json{{"client_uuid", client},
+                                         {"episode_type", type},
+                                         {"discard_episode_timeout", timeout}});
     EXPECT_EQ(r.status, 200) << r.body;
     Json claimed = r.json();
     EpisodeKeys::all().remember(claimed);
     return claimed;
   }
-  http::ClientResponse end(const std::string& client, const std::string& uuid, const std::string& task, double reward) {
-    return post("/end_episode", Json{{"client_uuid", client},
-                                     {"episode_uuid", uuid},
-                                     {"task_id", task},
-                                     {"workflow_output", {{"reward", reward}, {"metadata", {{"task_id", task}}}}}});
+  http::ClientResponse end(const std::string& client, const std::string& uuid,
+                           const std::string& task, double reward) {
+    return post("/end_episode",
+                Json{{"client_uuid", client},
+                     {"episode_uuid", uuid},
+                     {"task_id", task},
+                     {"workflow_output", {{"reward", reward}, {"metadata", {{"task_id", task}}}}}});
   }
-  http::ClientResponse chat(const std::string& key, const Json& body, const http::Headers& extra = {}) {
+  http::ClientResponse chat(const std::string& key, const Json& body,
+                            const http::Headers& extra = {}) {
     http::Headers h = extra;
     h.add("Authorization", "Bearer " + key);
     return post("/v1/chat/completions", body, h);
@@ -434,7 +456,8 @@ struct Api {
 };
 
 inline Json user_chat(const std::string& content, Json extra = Json::object()) {
-  Json body = {{"model", "agentjet"}, {"messages", Json::array({{{"role", "user"}, {"content", content}}})}};
+  Json body = {{"model", "agentjet"},
+               {"messages", Json::array({{{"role", "user"}, {"content", content}}})}};
   for (auto& [k, v] : extra.items()) body[k] = v;
   return body;
 }

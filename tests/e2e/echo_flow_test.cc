@@ -1,6 +1,7 @@
-// End to end through the real ajet-swarm with ajet-echo-engine, the engine test double whose output is
-// the last user message: the OpenAI API's answer shapes (non-streamed, SSE, tool calls, stop strings,
-// n, logprobs, lengths), the tracking of every call, and the episode error paths of docs/protocol.md.
+// End to end through the real ajet-swarm with ajet-echo-engine, the engine test double whose output
+// is the last user message: the OpenAI API's answer shapes (non-streamed, SSE, tool calls, stop
+// strings, n, logprobs, lengths), the tracking of every call, and the episode error paths of
+// docs/protocol.md.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -15,15 +16,17 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
 
-const char* kToolCallText = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+const char* kToolCallText =
+    "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
 
 Json weather_tools() {
-  return Json::array({{{"type", "function"},
-                       {"function",
-                        {{"name", "get_weather"},
-                         {"description", "Weather of a city"},
-                         {"parameters",
-                          {{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}}}}}}});
+  return Json::array(
+      {{{"type", "function"},
+        {"function",
+         {{"name", "get_weather"},
+          {"description", "Weather of a city"},
+          {"parameters",
+           {{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}}}}}}});
 }
 
 struct Streamed {
@@ -37,14 +40,15 @@ Streamed stream_chat(const std::string& url, const std::string& key, const Json&
   http::HttpClient client(url);
   Streamed out;
   http::Headers h{{"Authorization", "Bearer " + key}, {"Content-Type", "application/json"}};
-  auto r = client.stream("POST", "/v1/chat/completions", h, body.dump(), [&](const http::SseEvent& e) {
-    if (e.data == "[DONE]") {
-      out.done = true;
-    } else {
-      out.chunks.push_back(Json::parse(e.data));
-    }
-    return true;
-  });
+  auto r =
+      client.stream("POST", "/v1/chat/completions", h, body.dump(), [&](const http::SseEvent& e) {
+        if (e.data == "[DONE]") {
+          out.done = true;
+        } else {
+          out.chunks.push_back(Json::parse(e.data));
+        }
+        return true;
+      });
   out.status = r.status;
   out.body = r.body;
   return out;
@@ -54,7 +58,8 @@ std::string streamed_content(const Streamed& s, int index = 0) {
   std::string text;
   for (const auto& c : s.chunks) {
     for (const auto& choice : c["choices"]) {
-      if (choice["index"] == index && choice["delta"].contains("content") && choice["delta"]["content"].is_string()) {
+      if (choice["index"] == index && choice["delta"].contains("content") &&
+          choice["delta"]["content"].is_string()) {
         text += choice["delta"]["content"].get<std::string>();
       }
     }
@@ -65,7 +70,8 @@ std::string streamed_content(const Streamed& s, int index = 0) {
 Json streamed_finish(const Streamed& s, int index = 0) {
   for (const auto& c : s.chunks) {
     for (const auto& choice : c["choices"]) {
-      if (choice["index"] == index && !choice["finish_reason"].is_null()) return choice["finish_reason"];
+      if (choice["index"] == index && !choice["finish_reason"].is_null())
+        return choice["finish_reason"];
     }
   }
   return nullptr;
@@ -74,7 +80,8 @@ Json streamed_finish(const Streamed& s, int index = 0) {
 class EchoFlowTest : public ::testing::Test {
  protected:
   void SetUp() override { model_ = fixture(false).tokenizer; }
-  void boot(const std::string& extra_yaml = "", std::vector<std::string> flags = {}, int64_t max_model_len = 512) {
+  void boot(const std::string& extra_yaml = "", std::vector<std::string> flags = {},
+            int64_t max_model_len = 512) {
     swarm_ = std::make_unique<SwarmProcess>(
         SwarmProcess::Options{dir_ / "server", bin("ajet-echo-engine"), "", std::move(flags)});
     api_ = std::make_unique<Api>(swarm_->url());
@@ -114,18 +121,20 @@ TEST_F(EchoFlowTest, ChatIsAnsweredTrackedAndTheEpisodeEnds) {
   EXPECT_EQ(body["choices"][0]["finish_reason"], "stop");
   EXPECT_GT(body["usage"]["prompt_tokens"].get<int>(), 0);
   EXPECT_GT(body["usage"]["completion_tokens"].get<int>(), 0);
-  EXPECT_EQ(body["usage"]["total_tokens"].get<int>(),
-            body["usage"]["prompt_tokens"].get<int>() + body["usage"]["completion_tokens"].get<int>());
+  EXPECT_EQ(
+      body["usage"]["total_tokens"].get<int>(),
+      body["usage"]["prompt_tokens"].get<int>() + body["usage"]["completion_tokens"].get<int>());
 
   // A second turn that repeats the first answer: its prompt must start with the first call's ids.
-  Json turn2 = {{"messages",
-                 Json::array({{{"role", "user"}, {"content", "Hello there, agent."}},
-                              {{"role", "assistant"}, {"content", "Hello there, agent."}},
-                              {{"role", "user"}, {"content", "Again!"}}})}};
+  Json turn2 = {
+      {"messages", Json::array({{{"role", "user"}, {"content", "Hello there, agent."}},
+                                {{"role", "assistant"}, {"content", "Hello there, agent."}},
+                                {{"role", "user"}, {"content", "Again!"}}})}};
   ASSERT_EQ(api_->chat(key, turn2).status, 200);
 
   // Naming the client shows its own ids (others' are pseudonyms).
-  Json buffer = api_->post("/get_episode_buffer", Json{{"client_uuid", "client-a"}}).json()["buffer"];
+  Json buffer =
+      api_->post("/get_episode_buffer", Json{{"client_uuid", "client-a"}}).json()["buffer"];
   bool seen = false;
   for (const auto& e : buffer) {
     if (e["episode_uuid"] == uuid) {
@@ -159,17 +168,20 @@ TEST_F(EchoFlowTest, ChatIsAnsweredTrackedAndTheEpisodeEnds) {
   // The key of a finished episode no longer works: 404.
   auto after = api_->chat(key, user_chat("more?"));
   EXPECT_EQ(after.status, 404) << after.body;
-  EXPECT_EQ(api_->post("/can_continue_episode", Json{{"client_uuid", "client-a"}, {"episode_uuid", uuid}})
-                .json()["can_continue"],
-            false);
+  EXPECT_EQ(
+      api_->post("/can_continue_episode", Json{{"client_uuid", "client-a"}, {"episode_uuid", uuid}})
+          .json()["can_continue"],
+      false);
 }
 
 TEST_F(EchoFlowTest, StreamingSendsRoleContentFinishUsageAndDone) {
   boot();
   Json claim = api_->claim("client-a");
-  const std::string text = "Streaming works: caf\xC3\xA9, \xE4\xBD\xA0\xE5\xA5\xBD, \xF0\x9F\x98\x80 done.";
-  Streamed s = stream_chat(swarm_->url(), claim["openai_api_key"],
-                           user_chat(text, {{"stream", true}, {"stream_options", {{"include_usage", true}}}}));
+  const std::string text =
+      "Streaming works: caf\xC3\xA9, \xE4\xBD\xA0\xE5\xA5\xBD, \xF0\x9F\x98\x80 done.";
+  Streamed s = stream_chat(
+      swarm_->url(), claim["openai_api_key"],
+      user_chat(text, {{"stream", true}, {"stream_options", {{"include_usage", true}}}}));
   ASSERT_EQ(s.status, 200) << s.body;
   ASSERT_GE(s.chunks.size(), 4u);
   EXPECT_TRUE(s.done);
@@ -180,7 +192,8 @@ TEST_F(EchoFlowTest, StreamingSendsRoleContentFinishUsageAndDone) {
   // More than one content chunk: tokens are sent as they come, not replayed at the end.
   int content_chunks = 0;
   for (const auto& c : s.chunks) {
-    if (!c["choices"].empty() && c["choices"][0]["delta"].value("content", "") != "") content_chunks += 1;
+    if (!c["choices"].empty() && c["choices"][0]["delta"].value("content", "") != "")
+      content_chunks += 1;
   }
   EXPECT_GT(content_chunks, 3);
   const Json& last = s.chunks.back();
@@ -190,10 +203,12 @@ TEST_F(EchoFlowTest, StreamingSendsRoleContentFinishUsageAndDone) {
 }
 
 TEST_F(EchoFlowTest, ToolCallsBecomeToolCallsStreamedAndNot) {
-  boot("", {}, 2048);  // the tool schema alone is ~500 tokens of the test tokenizer's 400-id vocabulary
+  boot("", {},
+       2048);  // the tool schema alone is ~500 tokens of the test tokenizer's 400-id vocabulary
   Json claim = api_->claim("client-a");
   const std::string key = claim["openai_api_key"];
-  Json request = user_chat(std::string("I will check.\n") + kToolCallText, {{"tools", weather_tools()}});
+  Json request =
+      user_chat(std::string("I will check.\n") + kToolCallText, {{"tools", weather_tools()}});
   auto r = api_->chat(key, request);
   ASSERT_EQ(r.status, 200) << r.body;
   Json choice = r.json()["choices"][0];
@@ -203,7 +218,8 @@ TEST_F(EchoFlowTest, ToolCallsBecomeToolCallsStreamedAndNot) {
   EXPECT_THAT(call["id"].get<std::string>(), StartsWith("call_"));
   EXPECT_EQ(call["type"], "function");
   EXPECT_EQ(call["function"]["name"], "get_weather");
-  EXPECT_EQ(Json::parse(call["function"]["arguments"].get<std::string>()), Json({{"city", "Paris"}}));
+  EXPECT_EQ(Json::parse(call["function"]["arguments"].get<std::string>()),
+            Json({{"city", "Paris"}}));
   EXPECT_EQ(choice["message"]["content"], "I will check.");
 
   request["stream"] = true;
@@ -214,7 +230,8 @@ TEST_F(EchoFlowTest, ToolCallsBecomeToolCallsStreamedAndNot) {
   EXPECT_EQ(streamed_finish(s), "tool_calls");
   Json tool_delta;
   for (const auto& c : s.chunks) {
-    if (!c["choices"].empty() && c["choices"][0]["delta"].contains("tool_calls")) tool_delta = c["choices"][0]["delta"];
+    if (!c["choices"].empty() && c["choices"][0]["delta"].contains("tool_calls"))
+      tool_delta = c["choices"][0]["delta"];
   }
   ASSERT_TRUE(tool_delta.is_object());
   EXPECT_EQ(tool_delta["tool_calls"][0]["index"], 0);
@@ -223,15 +240,18 @@ TEST_F(EchoFlowTest, ToolCallsBecomeToolCallsStreamedAndNot) {
   // Without tools in the request the same text stays content; tool_choice "none" too.
   auto plain = api_->chat(key, user_chat(kToolCallText));
   EXPECT_EQ(plain.json()["choices"][0]["message"]["content"], kToolCallText);
-  auto none = api_->chat(key, user_chat(kToolCallText, {{"tools", weather_tools()}, {"tool_choice", "none"}}));
+  auto none = api_->chat(
+      key, user_chat(kToolCallText, {{"tools", weather_tools()}, {"tool_choice", "none"}}));
   EXPECT_EQ(none.json()["choices"][0]["finish_reason"], "stop");
   // A tool result turn renders and is answered.
-  Json with_result = {{"tools", weather_tools()},
-                      {"messages", Json::array({{{"role", "user"}, {"content", "weather?"}},
-                                                {{"role", "assistant"}, {"content", nullptr},
-                                                 {"tool_calls", Json::array({call})}},
-                                                {{"role", "tool"}, {"tool_call_id", call["id"]}, {"content", "sunny"}},
-                                                {{"role", "user"}, {"content", "thanks"}}})}};
+  Json with_result = {
+      {"tools", weather_tools()},
+      {"messages",
+       Json::array(
+           {{{"role", "user"}, {"content", "weather?"}},
+            {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", Json::array({call})}},
+            {{"role", "tool"}, {"tool_call_id", call["id"]}, {"content", "sunny"}},
+            {{"role", "user"}, {"content", "thanks"}}})}};
   auto result = api_->chat(key, with_result);
   EXPECT_EQ(result.status, 200) << result.body;
   EXPECT_EQ(result.json()["choices"][0]["message"]["content"], "thanks");
@@ -241,15 +261,18 @@ TEST_F(EchoFlowTest, StopStringsNLogprobsAndLengthLimits) {
   boot();
   Json claim = api_->claim("client-a", "eval");
   const std::string key = claim["openai_api_key"];
-  auto stop = api_->chat(key, user_chat("one two three four", {{"stop", Json::array({"three", "zzz"})}}));
+  auto stop =
+      api_->chat(key, user_chat("one two three four", {{"stop", Json::array({"three", "zzz"})}}));
   ASSERT_EQ(stop.status, 200) << stop.body;
   EXPECT_EQ(stop.json()["choices"][0]["message"]["content"], "one two ");
   EXPECT_EQ(stop.json()["choices"][0]["finish_reason"], "stop");
-  Streamed s = stream_chat(swarm_->url(), key, user_chat("one two three four", {{"stream", true}, {"stop", "three"}}));
+  Streamed s = stream_chat(swarm_->url(), key,
+                           user_chat("one two three four", {{"stream", true}, {"stop", "three"}}));
   EXPECT_EQ(streamed_content(s), "one two ");
   EXPECT_EQ(streamed_finish(s), "stop");
 
-  auto n = api_->chat(key, user_chat("same for all", {{"n", 3}, {"logprobs", true}, {"top_logprobs", 2}}));
+  auto n = api_->chat(
+      key, user_chat("same for all", {{"n", 3}, {"logprobs", true}, {"top_logprobs", 2}}));
   ASSERT_EQ(n.status, 200) << n.body;
   Json choices = n.json()["choices"];
   ASSERT_EQ(choices.size(), 3u);
@@ -265,12 +288,14 @@ TEST_F(EchoFlowTest, StopStringsNLogprobsAndLengthLimits) {
   }
   EXPECT_EQ(n.json()["usage"]["completion_tokens"].get<int>() % 3, 0);
 
-  auto len = api_->chat(key, user_chat("a fairly long answer that will be cut", {{"max_tokens", 2}}));
+  auto len =
+      api_->chat(key, user_chat("a fairly long answer that will be cut", {{"max_tokens", 2}}));
   EXPECT_EQ(len.json()["choices"][0]["finish_reason"], "length");
   EXPECT_EQ(len.json()["usage"]["completion_tokens"], 2);
 
-  auto completion = api_->post("/v1/completions", Json{{"prompt", "plain text in"}, {"max_tokens", 40}, {"logprobs", 1}},
-                               {{"Authorization", "Bearer " + key}});
+  auto completion = api_->post(
+      "/v1/completions", Json{{"prompt", "plain text in"}, {"max_tokens", 40}, {"logprobs", 1}},
+      {{"Authorization", "Bearer " + key}});
   ASSERT_EQ(completion.status, 200) << completion.body;
   EXPECT_EQ(completion.json()["object"], "text_completion");
   EXPECT_THAT(completion.json()["id"].get<std::string>(), StartsWith("cmpl-"));
@@ -328,9 +353,11 @@ TEST_F(EchoFlowTest, NChoicesStoreTheirBodiesOnceAndNStopsAt64) {
   const std::string key = claim["openai_api_key"];
   const std::string uuid = claim["episode_uuid"];
   const std::string request =
-      user_chat("same words for every choice", {{"n", 16}, {"logprobs", true}, {"top_logprobs", 5}}).dump();
-  auto r = api_->http.request("POST", "/v1/chat/completions",
-                              {{"Authorization", "Bearer " + key}, {"Content-Type", "application/json"}}, request);
+      user_chat("same words for every choice", {{"n", 16}, {"logprobs", true}, {"top_logprobs", 5}})
+          .dump();
+  auto r = api_->http.request(
+      "POST", "/v1/chat/completions",
+      {{"Authorization", "Bearer " + key}, {"Content-Type", "application/json"}}, request);
   ASSERT_EQ(r.status, 200) << r.body.substr(0, 300);
   ASSERT_EQ(r.json()["choices"].size(), 16u);
 
@@ -350,8 +377,10 @@ TEST_F(EchoFlowTest, NChoicesStoreTheirBodiesOnceAndNStopsAt64) {
   const std::string where = " FROM calls WHERE episode_uuid = '" + uuid + "'";
   EXPECT_EQ(db.query_text("SELECT count(*)" + where), "16");
   EXPECT_EQ(db.query_text("SELECT count(*)" + where + " AND length(response) > 0"), "1");
-  EXPECT_EQ(db.query_text("SELECT sum(length(CAST(request AS BLOB)) + length(CAST(response AS BLOB)))" + where),
-            std::to_string(request.size() + r.body.size()));
+  EXPECT_EQ(
+      db.query_text("SELECT sum(length(CAST(request AS BLOB)) + length(CAST(response AS BLOB)))" +
+                    where),
+      std::to_string(request.size() + r.body.size()));
   EXPECT_EQ(db.query_text("SELECT count(*)" + where + " AND bodies_from IS NOT NULL"), "15");
 
   auto over = api_->chat(key, user_chat("x", {{"n", 65}}));
@@ -378,21 +407,28 @@ TEST_F(EchoFlowTest, AnEpisodePastItsLimitsIsRefusedNamingTheLimitAndItsFlag) {
   // /v1/messages says it in Anthropic's envelope.
   auto messages = api_->http.request(
       "POST", "/v1/messages", {{"x-api-key", key}, {"Content-Type", "application/json"}},
-      Json{{"max_tokens", 8}, {"messages", Json::array({{{"role", "user"}, {"content", "five"}}})}}.dump());
+      Json{{"max_tokens", 8}, {"messages", Json::array({{{"role", "user"}, {"content", "five"}}})}}
+          .dump());
   EXPECT_EQ(messages.status, 413) << messages.body;
   EXPECT_EQ(messages.json()["type"], "error");
   EXPECT_EQ(messages.json()["error"]["type"], "request_too_large");
-  EXPECT_THAT(messages.json()["error"]["message"].get<std::string>(), HasSubstr("--max-episode-calls"));
+  EXPECT_THAT(messages.json()["error"]["message"].get<std::string>(),
+              HasSubstr("--max-episode-calls"));
 
   // n x max_tokens x (1 + top_logprobs): 3 x 40 x 21 = 2520 > 2000.
   const std::string other = api_->claim("client-a", "eval")["openai_api_key"];
-  auto wide = api_->chat(other, user_chat("x", {{"n", 3}, {"max_tokens", 40}, {"logprobs", true}, {"top_logprobs", 20}}));
+  auto wide = api_->chat(
+      other,
+      user_chat("x", {{"n", 3}, {"max_tokens", 40}, {"logprobs", true}, {"top_logprobs", 20}}));
   EXPECT_EQ(wide.status, 400) << wide.body;
   EXPECT_THAT(wide.body, HasSubstr("n (3) × max_tokens (40) × (1 + top_logprobs (20)) = 2520"));
   EXPECT_THAT(wide.body, HasSubstr("--max-request-token-entries"));
-  EXPECT_EQ(api_->chat(other, user_chat("x", {{"n", 1}, {"max_tokens", 40}, {"logprobs", true}, {"top_logprobs", 20}}))
-                .status,
-            200);
+  EXPECT_EQ(
+      api_->chat(other,
+                 user_chat(
+                     "x", {{"n", 1}, {"max_tokens", 40}, {"logprobs", true}, {"top_logprobs", 20}}))
+          .status,
+      200);
 }
 
 TEST_F(EchoFlowTest, AnEpisodePastItsStoredBytesIsRefusedNamingTheFlag) {
@@ -448,7 +484,8 @@ TEST_F(EchoFlowTest, JanitorReclaimsIdleEpisodesAndEndNamesTheTimeout) {
   Json claim = api_->claim("client-a", "train", 0.3);
   const std::string uuid = claim["episode_uuid"];
   ASSERT_TRUE(eventually([&] {
-    return api_->post("/can_continue_episode", Json{{"client_uuid", "client-a"}, {"episode_uuid", uuid}})
+    return api_->post("/can_continue_episode",
+                      Json{{"client_uuid", "client-a"}, {"episode_uuid", uuid}})
                .json()["can_continue"] == false;
   }));
   auto end = api_->end("client-a", uuid, "t", 1.0);
@@ -465,29 +502,33 @@ TEST_F(EchoFlowTest, AClientThatHangsUpMidStreamAbortsTheEngineRequest) {
   Json claim = api_->claim("client-a");
   http::HttpClient client(swarm_->url());
   int events = 0;
-  auto r = client.stream("POST", "/v1/chat/completions",
-                         {{"Authorization", "Bearer " + claim["openai_api_key"].get<std::string>()},
-                          {"Content-Type", "application/json"}},
-                         user_chat("HOLD\nthis answer never ends", {{"stream", true}}).dump(),
-                         [&](const http::SseEvent&) { return ++events < 2; });  // hang up after 2 events
+  auto r =
+      client.stream("POST", "/v1/chat/completions",
+                    {{"Authorization", "Bearer " + claim["openai_api_key"].get<std::string>()},
+                     {"Content-Type", "application/json"}},
+                    user_chat("HOLD\nthis answer never ends", {{"stream", true}}).dump(),
+                    [&](const http::SseEvent&) { return ++events < 2; });  // hang up after 2 events
   EXPECT_EQ(r.status, 200);
-  ASSERT_TRUE(eventually([&] { return api_->get("/get_verbose_logs").body.find("aborted") != std::string::npos; }))
-      << api_->get("/get_verbose_logs").body;
+  ASSERT_TRUE(eventually([&] {
+    return api_->get("/get_verbose_logs").body.find("aborted") != std::string::npos;
+  })) << api_->get("/get_verbose_logs").body;
   // Nothing reached the agent, so nothing was recorded; the episode goes on.
   auto episode = api_->get("/episodes/" + claim["episode_uuid"].get<std::string>());
   EXPECT_TRUE(episode.json()["calls"].empty()) << episode.body.substr(0, 500);
   EXPECT_EQ(api_->chat(claim["openai_api_key"], user_chat("next")).status, 200);
 }
 
-// An episode was reclaimed while its own chat call was generating: idle time counted from the start of
-// the call. A call in flight is activity, however long it runs; the idle clock starts when it ends.
+// An episode was reclaimed while its own chat call was generating: idle time counted from the start
+// of the call. A call in flight is activity, however long it runs; the idle clock starts when it
+// ends.
 TEST_F(EchoFlowTest, AGeneratingCallKeepsItsEpisodeAlivePastTheTimeout) {
   boot();
   Json claim = api_->claim("client-a", "train", 0.3);  // the janitor sweeps every 0.1 s
   const std::string uuid = claim["episode_uuid"];
   auto can_continue = [&] {
-    return api_->post("/can_continue_episode", Json{{"client_uuid", "client-a"}, {"episode_uuid", uuid}})
-        .json()["can_continue"] == true;
+    return api_->post("/can_continue_episode",
+                      Json{{"client_uuid", "client-a"}, {"episode_uuid", uuid}})
+               .json()["can_continue"] == true;
   };
   http::HttpClient client(swarm_->url());
   bool alive_while_generating = false;
@@ -516,7 +557,8 @@ TEST_F(EchoFlowTest, DebugBackboneRecordsAFullBatchWithoutTraining) {
       ASSERT_EQ(api_->end("client-a", c["episode_uuid"], task, i == 0 ? 1.0 : 0.0).status, 200);
     }
   }
-  ASSERT_TRUE(eventually([&] { return api_->get("/get_verbose_logs").body.find("recorded") != std::string::npos; }));
+  ASSERT_TRUE(eventually(
+      [&] { return api_->get("/get_verbose_logs").body.find("recorded") != std::string::npos; }));
   Json status = api_->status();
   EXPECT_EQ(status["engine_status"], "ENGINE.ROLLING");
   EXPECT_EQ(status["global_step"], 0);
@@ -540,7 +582,8 @@ TEST_F(EchoFlowTest, SyncTrainConfigOutsideOfflineIs400AndStopEngineGoesOffline)
   auto chat = api_->chat(claim["openai_api_key"], user_chat("hi"));
   EXPECT_EQ(chat.status, 503);
   EXPECT_TRUE(chat.headers.has("Retry-After"));
-  EXPECT_EQ(api_->post("/sync_train_config", Json{{"yaml_as_string", config_yaml(model_)}}).status, 200);
+  EXPECT_EQ(api_->post("/sync_train_config", Json{{"yaml_as_string", config_yaml(model_)}}).status,
+            200);
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // Issue 38 on the wire, against the real ajet-swarm with ajet-echo-engine: the episode commands are
 // bound to the episode's key, a repeated end that differs answers 409, the public views hide other
-// clients' ids, coordinator URLs are host:port on an allow-list (--peer), and a coordinator that never
-// answers holds neither the work pool nor shutdown. Each test says what main did before.
+// clients' ids, coordinator URLs are host:port on an allow-list (--peer), and a coordinator that
+// never answers holds neither the work pool nor shutdown. Each test says what main did before.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -21,10 +21,11 @@ using ::testing::Not;
 
 class EpisodeCommandsTest : public ::testing::Test {
  protected:
-  void start(std::vector<std::string> extra = {}, std::string token = "", const std::string& subdir = "server") {
+  void start(std::vector<std::string> extra = {}, std::string token = "",
+             const std::string& subdir = "server") {
     token_ = token;
-    swarm_ = std::make_unique<SwarmProcess>(
-        SwarmProcess::Options{dir_ / subdir, bin("ajet-echo-engine"), std::move(token), std::move(extra)});
+    swarm_ = std::make_unique<SwarmProcess>(SwarmProcess::Options{
+        dir_ / subdir, bin("ajet-echo-engine"), std::move(token), std::move(extra)});
     api_ = std::make_unique<Api>(swarm_->url());
     api_->boot(config_yaml(fixture(false).tokenizer), admin());
   }
@@ -33,15 +34,18 @@ class EpisodeCommandsTest : public ::testing::Test {
     if (!token_.empty()) h.add("Authorization", "Bearer " + token_);
     return h;
   }
-  static http::Headers bearer(const std::string& key) { return http::Headers{{"Authorization", "Bearer " + key}}; }
-  static Json end_body(const std::string& client, const std::string& uuid, double reward, const std::string& task = "t") {
+  static http::Headers bearer(const std::string& key) {
+    return http::Headers{{"Authorization", "Bearer " + key}};
+  }
+  static Json end_body(const std::string& client, const std::string& uuid, double reward,
+                       const std::string& task = "t") {
     return Json{{"client_uuid", client},
                 {"episode_uuid", uuid},
                 {"task_id", task},
                 {"workflow_output", {{"reward", reward}, {"metadata", {{"task_id", task}}}}}};
   }
-  static Json prepare_body(const std::string& client, const std::string& uuid, const std::string& coordinator_url,
-                           double prepare_timeout = 60) {
+  static Json prepare_body(const std::string& client, const std::string& uuid,
+                           const std::string& coordinator_url, double prepare_timeout = 60) {
     Json body = end_body(client, uuid, 1);
     body["group"] = {{"group_id", "g-" + uuid},
                      {"coordinator_url", coordinator_url},
@@ -69,18 +73,22 @@ TEST_F(EpisodeCommandsTest, AStrangerCannotEndOrAbortAnotherClientsEpisode) {
   EXPECT_EQ(no_key.status, 401) << no_key.body;
   EXPECT_THAT(no_key.body, HasSubstr("Authorization: Bearer <openai_api_key from claim_episode>"));
   EXPECT_THAT(no_key.body, HasSubstr("--allow-keyless-episode-commands"));
-  auto wrong_key = api_->raw_post("/end_episode", end_body("victim", uuid, 1e300), bearer(stranger["openai_api_key"]));
+  auto wrong_key = api_->raw_post("/end_episode", end_body("victim", uuid, 1e300),
+                                  bearer(stranger["openai_api_key"]));
   EXPECT_EQ(wrong_key.status, 401) << wrong_key.body;
   EXPECT_THAT(wrong_key.body, HasSubstr("not episode " + uuid));
   for (const char* path : {"/abort_episode", "/prepare_end_episode", "/commit_episode"}) {
-    Json body = std::string(path) == "/prepare_end_episode" ? prepare_body("victim", uuid, "") : end_body("victim", uuid, 0);
+    Json body = std::string(path) == "/prepare_end_episode" ? prepare_body("victim", uuid, "")
+                                                            : end_body("victim", uuid, 0);
     auto r = api_->raw_post(path, body);
     EXPECT_EQ(r.status, 401) << path << ": " << r.body;
   }
-  auto resolve = api_->raw_post("/resolve_episode_group", Json{{"group_id", "g"}, {"episode_uuid", uuid}});
+  auto resolve =
+      api_->raw_post("/resolve_episode_group", Json{{"group_id", "g"}, {"episode_uuid", uuid}});
   EXPECT_EQ(resolve.status, 401) << resolve.body;  // it would abort the episode
-  EXPECT_TRUE(api_->post("/can_continue_episode", Json{{"client_uuid", "victim"}, {"episode_uuid", uuid}})
-                  .json()["can_continue"]);
+  EXPECT_TRUE(
+      api_->post("/can_continue_episode", Json{{"client_uuid", "victim"}, {"episode_uuid", uuid}})
+          .json()["can_continue"]);
 
   // The victim's own end (Api sends its key) is the one stored; a repeat that differs is 409.
   auto own = api_->post("/end_episode", end_body("victim", uuid, 0.5));
@@ -96,7 +104,8 @@ TEST_F(EpisodeCommandsTest, AStrangerCannotEndOrAbortAnotherClientsEpisode) {
   // After a restart the store row decides, with the same answers.
   swarm_->restart();
   api_ = std::make_unique<Api>(swarm_->url());
-  ASSERT_TRUE(eventually([&] { return api_->engine_status() == "ENGINE.ROLLING"; })) << api_->status().dump();
+  ASSERT_TRUE(eventually([&] { return api_->engine_status() == "ENGINE.ROLLING"; }))
+      << api_->status().dump();
   EXPECT_EQ(api_->post("/end_episode", end_body("victim", uuid, 0.5)).status, 200);
   EXPECT_EQ(api_->post("/end_episode", end_body("victim", uuid, 2)).status, 409);
 }
@@ -105,9 +114,13 @@ TEST_F(EpisodeCommandsTest, AStrangerCannotEndOrAbortAnotherClientsEpisode) {
 TEST_F(EpisodeCommandsTest, TheAdminTokenAndTheCompatibilitySwitchPassWithoutAKey) {
   start({}, "admin-s3cret");
   Json a = api_->claim("c");
-  EXPECT_EQ(api_->raw_post("/end_episode", end_body("c", a["episode_uuid"], 1), admin()).status, 200);
+  EXPECT_EQ(api_->raw_post("/end_episode", end_body("c", a["episode_uuid"], 1), admin()).status,
+            200);
   Json b = api_->claim("c");
-  EXPECT_EQ(api_->raw_post("/end_episode", end_body("c", b["episode_uuid"], 1), bearer("not-the-token")).status, 401);
+  EXPECT_EQ(
+      api_->raw_post("/end_episode", end_body("c", b["episode_uuid"], 1), bearer("not-the-token"))
+          .status,
+      401);
 
   swarm_.reset();
   start({"--allow-keyless-episode-commands"}, "", "keyless-server");
@@ -117,7 +130,8 @@ TEST_F(EpisodeCommandsTest, TheAdminTokenAndTheCompatibilitySwitchPassWithoutAKe
   Json d = api_->claim("upstream");
   Json e = api_->claim("upstream");
   // A key that is sent must still be the episode's own.
-  auto wrong = api_->raw_post("/end_episode", end_body("upstream", d["episode_uuid"], 1), bearer(e["openai_api_key"]));
+  auto wrong = api_->raw_post("/end_episode", end_body("upstream", d["episode_uuid"], 1),
+                              bearer(e["openai_api_key"]));
   EXPECT_EQ(wrong.status, 401) << wrong.body;
 }
 
@@ -130,7 +144,8 @@ TEST_F(EpisodeCommandsTest, PublicViewsHideOtherClientsIds) {
   const std::string pool_path = "/get_current_batch_rollout_pool_information";
 
   Json stranger = api_->get(pool_path).json();
-  const std::string shown = stranger.dump() + api_->post("/get_episode_buffer", Json::object()).body;
+  const std::string shown =
+      stranger.dump() + api_->post("/get_episode_buffer", Json::object()).body;
   EXPECT_THAT(shown, Not(HasSubstr(their_uuid)));
   EXPECT_THAT(shown, Not(HasSubstr(my_uuid)));
   EXPECT_THAT(shown, Not(HasSubstr("\"victim\"")));
@@ -152,7 +167,8 @@ TEST_F(EpisodeCommandsTest, PublicViewsHideOtherClientsIds) {
 // Before: discard_episode_timeout 1e12 was accepted, and one client could claim the whole pool.
 TEST_F(EpisodeCommandsTest, ClaimsAreBoundedInTimeAndPerClient) {
   start({"--max-discard-episode-timeout", "600"});
-  auto forever = api_->post("/claim_episode", Json{{"client_uuid", "c"}, {"discard_episode_timeout", 1e12}});
+  auto forever =
+      api_->post("/claim_episode", Json{{"client_uuid", "c"}, {"discard_episode_timeout", 1e12}});
   EXPECT_EQ(forever.status, 400) << forever.body;
   EXPECT_THAT(forever.body, HasSubstr("discard_episode_timeout"));
   EXPECT_THAT(forever.body, HasSubstr("--max-discard-episode-timeout"));
@@ -160,7 +176,8 @@ TEST_F(EpisodeCommandsTest, ClaimsAreBoundedInTimeAndPerClient) {
   for (int i = 0; i < 4; ++i) EXPECT_TRUE(api_->claim("greedy")["success"].get<bool>()) << i;
   Json refused = api_->claim("greedy");
   EXPECT_FALSE(refused["success"].get<bool>());
-  EXPECT_THAT(refused["fail_cause"].get<std::string>(), HasSubstr("No available episodes for this client"));
+  EXPECT_THAT(refused["fail_cause"].get<std::string>(),
+              HasSubstr("No available episodes for this client"));
   EXPECT_THAT(refused["fail_cause"].get<std::string>(), HasSubstr("--max-claims-per-client"));
   EXPECT_TRUE(api_->claim("modest")["success"].get<bool>());
 }
@@ -184,8 +201,8 @@ TEST_F(EpisodeCommandsTest, EndMetadataAboveTheLimitIs413NamingFieldAndFlag) {
   EXPECT_EQ(api_->post("/end_episode", body).status, 200);
 }
 
-// Before: CR/LF in coordinator_url went to the wire (request splitting), any path was POSTed to, and
-// any host was dialled.
+// Before: CR/LF in coordinator_url went to the wire (request splitting), any path was POSTed to,
+// and any host was dialled.
 TEST_F(EpisodeCommandsTest, CoordinatorUrlsAreCheckedAndAllowListed) {
   ClosedPort peer, stranger;
   start({"--peer", peer.url()}, "admin-s3cret");
@@ -193,7 +210,8 @@ TEST_F(EpisodeCommandsTest, CoordinatorUrlsAreCheckedAndAllowListed) {
   auto prepare = [&](const std::string& url, const http::Headers& extra = {}) {
     const std::string client = "c" + std::to_string(++clients);
     Json claimed = api_->claim(client);
-    return api_->post("/prepare_end_episode", prepare_body(client, claimed["episode_uuid"], url), extra);
+    return api_->post("/prepare_end_episode", prepare_body(client, claimed["episode_uuid"], url),
+                      extra);
   };
   auto split = prepare(peer.url() + "\r\nX-Injected: 1");
   EXPECT_EQ(split.status, 400) << split.body;
@@ -212,8 +230,9 @@ TEST_F(EpisodeCommandsTest, CoordinatorUrlsAreCheckedAndAllowListed) {
   // The admin may name any coordinator: the Authorization header carries the admin token instead of
   // the episode's key.
   Json claimed = api_->claim("by-admin");
-  auto by_admin = api_->raw_post("/prepare_end_episode",
-                                 prepare_body("by-admin", claimed["episode_uuid"], stranger.url()), admin());
+  auto by_admin =
+      api_->raw_post("/prepare_end_episode",
+                     prepare_body("by-admin", claimed["episode_uuid"], stranger.url()), admin());
   EXPECT_EQ(by_admin.status, 200) << by_admin.body;
 }
 
@@ -257,7 +276,8 @@ class Tarpit {
     pollfd p{c, POLLIN, 0};
     if (::poll(&p, 1, 5000) > 0) ::recv(c, buf, sizeof buf, 0);  // the question
     ++questions_;
-    const std::string head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n";
+    const std::string head =
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n";
     bool alive = ::send(c, head.data(), head.size(), MSG_NOSIGNAL) > 0;
     while (alive && !stopping_) {
       std::this_thread::sleep_for(200ms);
@@ -275,8 +295,8 @@ class Tarpit {
 };
 
 // Before: four prepared episodes naming a tarpit held both work-pool threads (GET /episodes/{uuid},
-// resolve_episode_group and stop_engine never answered) and SIGTERM no longer stopped the front; the
-// public verbose log said what each coordinator answered.
+// resolve_episode_group and stop_engine never answered) and SIGTERM no longer stopped the front;
+// the public verbose log said what each coordinator answered.
 TEST_F(EpisodeCommandsTest, ATarpitCoordinatorHoldsNeitherTheWorkPoolNorShutdown) {
   Tarpit tarpit;
   start({"--peer", tarpit.url()});
@@ -284,7 +304,8 @@ TEST_F(EpisodeCommandsTest, ATarpitCoordinatorHoldsNeitherTheWorkPoolNorShutdown
   for (int i = 0; i < 4; ++i) {
     Json claimed = api_->claim("c");
     prepared.push_back(claimed["episode_uuid"]);
-    auto r = api_->post("/prepare_end_episode", prepare_body("c", prepared.back(), tarpit.url(), 0.2));
+    auto r =
+        api_->post("/prepare_end_episode", prepare_body("c", prepared.back(), tarpit.url(), 0.2));
     ASSERT_EQ(r.status, 200) << r.body;
   }
   // Each prepared episode's question is in flight (the tarpit got it and trickles its answer).
@@ -297,7 +318,8 @@ TEST_F(EpisodeCommandsTest, ATarpitCoordinatorHoldsNeitherTheWorkPoolNorShutdown
   auto doc = slow.get("/episodes/" + prepared[0]);
   EXPECT_EQ(doc.status, 200) << doc.body.substr(0, 300);
   Json other = api_->claim("c2");
-  auto resolve = slow.post("/resolve_episode_group", Json{{"group_id", "g"}, {"episode_uuid", other["episode_uuid"]}});
+  auto resolve = slow.post("/resolve_episode_group",
+                           Json{{"group_id", "g"}, {"episode_uuid", other["episode_uuid"]}});
   EXPECT_EQ(resolve.status, 200) << resolve.body;
   EXPECT_EQ(resolve.json()["decision"], "aborted");
 
@@ -318,7 +340,8 @@ TEST_F(EpisodeCommandsTest, ATarpitCoordinatorHoldsNeitherTheWorkPoolNorShutdown
 
   // SIGTERM stops the front: it abandons the questions in flight instead of waiting for them.
   const int status = swarm_->stop(SIGTERM, 120s);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "wait status " << status << "\n" << swarm_->output();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "wait status " << status << "\n"
+                                                             << swarm_->output();
 }
 
 // The dispatch of command bodies: a small one is handled on the calling (I/O) thread, a larger one
@@ -328,11 +351,12 @@ TEST(CommandBodies, ALargeBodyIsHandledOnThePoolNotTheIoThread) {
   swarm::WorkPool pool(1, "test pool");
   auto handled_on = [&](size_t bytes) {
     std::promise<std::thread::id> where;
-    http::Handler handler = swarm::command_handler(pool, [&](const http::Request& req, const http::Respond& respond) {
-      EXPECT_EQ(req.body.size(), bytes);
-      where.set_value(std::this_thread::get_id());
-      respond(http::Response{});
-    });
+    http::Handler handler =
+        swarm::command_handler(pool, [&](const http::Request& req, const http::Respond& respond) {
+          EXPECT_EQ(req.body.size(), bytes);
+          where.set_value(std::this_thread::get_id());
+          respond(http::Response{});
+        });
     http::Request req;
     req.body = std::string(bytes, ' ');
     handler(std::move(req), http::Respond::from([](http::Response) {}));

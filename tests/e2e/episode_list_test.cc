@@ -20,12 +20,14 @@ class EpisodeListTest : public ::testing::Test {
  protected:
   void SetUp() override {
     model_ = fixture(false).tokenizer;
-    swarm_ =
-        std::make_unique<SwarmProcess>(SwarmProcess::Options{dir_ / "server", bin("ajet-echo-engine"), kListToken, {}});
+    swarm_ = std::make_unique<SwarmProcess>(
+        SwarmProcess::Options{dir_ / "server", bin("ajet-echo-engine"), kListToken, {}});
     api_ = std::make_unique<Api>(swarm_->url());
     api_->boot(config_yaml(model_), admin_);
   }
-  http::ClientResponse list(const std::string& query) { return api_->get("/episodes" + query, admin_); }
+  http::ClientResponse list(const std::string& query) {
+    return api_->get("/episodes" + query, admin_);
+  }
   Json page(const std::string& query) {
     auto r = list(query);
     EXPECT_EQ(r.status, 200) << query << ": " << r.body;
@@ -37,18 +39,21 @@ class EpisodeListTest : public ::testing::Test {
     return out;
   }
   // Claims an episode and makes `calls` chat calls as `agent`; returns its uuid.
-  std::string episode(const std::string& client, const std::string& type, const std::string& agent, int calls) {
+  std::string episode(const std::string& client, const std::string& type, const std::string& agent,
+                      int calls) {
     Json claim = api_->claim(client, type);
     EXPECT_EQ(claim["success"], true) << claim.dump();
     const std::string uuid = claim.value("episode_uuid", "");
     for (int i = 0; i < calls; ++i) {
-      auto r = api_->chat(claim.value("openai_api_key", ""), user_chat("hello number " + std::to_string(i)),
-                          {{"X-Agent-Name", agent}});
+      auto r =
+          api_->chat(claim.value("openai_api_key", ""),
+                     user_chat("hello number " + std::to_string(i)), {{"X-Agent-Name", agent}});
       EXPECT_EQ(r.status, 200) << r.body;
     }
     return uuid;
   }
-  void end(const std::string& client, const std::string& uuid, const std::string& task, double reward) {
+  void end(const std::string& client, const std::string& uuid, const std::string& task,
+           double reward) {
     auto r = api_->end(client, uuid, task, reward);
     EXPECT_EQ(r.status, 200) << r.body;
   }
@@ -80,7 +85,8 @@ TEST_F(EpisodeListTest, PagesFiltersAndRefusesBadParameters) {
   EXPECT_TRUE(all["next_cursor"].is_null());
   EXPECT_EQ(all.size(), 4u) << all.dump();
   for (size_t i = 1; i < all["episodes"].size(); ++i) {
-    EXPECT_GE(all["episodes"][i - 1]["claimed_at"].get<double>(), all["episodes"][i]["claimed_at"].get<double>());
+    EXPECT_GE(all["episodes"][i - 1]["claimed_at"].get<double>(),
+              all["episodes"][i]["claimed_at"].get<double>());
   }
   for (const Json& e : all["episodes"]) {
     EXPECT_EQ(e.size(), 16u) << e.dump();
@@ -128,8 +134,9 @@ TEST_F(EpisodeListTest, PagesFiltersAndRefusesBadParameters) {
   }
   EXPECT_EQ(paged, uuids(all));
 
-  for (const std::string bad : {"limit=0", "limit=501", "limit=ten", "step=-1", "step=x", "status=done", "type=test",
-                                "reward_min=high", "reward_max=nan", "success=maybe", "cursor=zz", "stauts=finished"}) {
+  for (const std::string bad :
+       {"limit=0", "limit=501", "limit=ten", "step=-1", "step=x", "status=done", "type=test",
+        "reward_min=high", "reward_max=nan", "success=maybe", "cursor=zz", "stauts=finished"}) {
     auto r = list("?" + bad);
     EXPECT_EQ(r.status, 400) << bad << ": " << r.body;
     EXPECT_THAT(r.body, HasSubstr("'" + bad.substr(0, bad.find('=')) + "'")) << bad;
@@ -146,7 +153,8 @@ TEST_F(EpisodeListTest, TheCliReadsALiveFrontWithUrl) {
   EXPECT_EQ(WEXITSTATUS(denied.status), 1) << denied.out;
   EXPECT_THAT(denied.out, HasSubstr("AJET_ADMIN_TOKEN"));
 
-  Captured table = run_capture(ajet + " episode list" + url + "--token " + kListToken + " --full-uuids");
+  Captured table =
+      run_capture(ajet + " episode list" + url + "--token " + kListToken + " --full-uuids");
   ASSERT_EQ(WEXITSTATUS(table.status), 0) << table.out;
   EXPECT_THAT(table.out, HasSubstr(a));
   EXPECT_THAT(table.out, HasSubstr("task-7"));
@@ -174,15 +182,18 @@ TEST_F(EpisodeListTest, TheCliReadsALiveFrontWithUrl) {
   EXPECT_THAT(text.out, HasSubstr("-- call 1 . agent solver"));
 
   // The 12 characters `list` prints are enough, on the front as in the CLI.
-  Captured short_id = run_capture(env + ajet + " episode show --json --indent -1" + url + a.substr(0, 12));
+  Captured short_id =
+      run_capture(env + ajet + " episode show --json --indent -1" + url + a.substr(0, 12));
   ASSERT_EQ(WEXITSTATUS(short_id.status), 0) << short_id.out;
   EXPECT_EQ(Json::parse(short_id.out), Json::parse(doc.out));
   Captured short_text = run_capture(env + ajet + " episode show" + url + a.substr(0, 12));
   ASSERT_EQ(WEXITSTATUS(short_text.status), 0) << short_text.out;
-  EXPECT_THAT(short_text.out, HasSubstr("client client-a"));  // the summary, asked for by the whole uuid
+  EXPECT_THAT(short_text.out,
+              HasSubstr("client client-a"));  // the summary, asked for by the whole uuid
   EXPECT_EQ(api_->get("/episodes/" + a.substr(0, 8), admin_).json()["episode_uuid"], a);
 
-  Captured missing = run_capture(env + ajet + " episode show" + url + "0123456789abcdef0123456789abcdef");
+  Captured missing =
+      run_capture(env + ajet + " episode show" + url + "0123456789abcdef0123456789abcdef");
   EXPECT_EQ(WEXITSTATUS(missing.status), 1) << missing.out;
   EXPECT_THAT(missing.out, HasSubstr("404"));
 }

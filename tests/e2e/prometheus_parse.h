@@ -1,10 +1,12 @@
 // A strict reader of the Prometheus text exposition format 0.0.4, for the tests of GET /metrics. It
 // is the test's independent oracle, not a copy of the writer (src/common/prometheus_text.cc): every
-// line must be a comment, blank, or `name{labels} value [timestamp]`; every family needs `# HELP` and
+// line must be a comment, blank, or `name{labels} value [timestamp]`; every family needs `# HELP`
+// and
 // `# TYPE` before its first sample and keeps its samples together; names and label names follow the
 // format's grammar and label values use only its three escapes; a series appears once; counters end
 // in `_total` and are never negative; a histogram's buckets rise in `le`, are cumulative, end with
-// `+Inf`, and its `+Inf` bucket equals its `_count`. Each violation is a test failure naming the line.
+// `+Inf`, and its `+Inf` bucket equals its `_count`. Each violation is a test failure naming the
+// line.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -74,7 +76,8 @@ struct Exposition {
 namespace prom_detail {
 
 inline bool name_char(char c, bool first, bool colon) {
-  const bool letter = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || (colon && c == ':');
+  const bool letter =
+      (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || (colon && c == ':');
   return first ? letter : letter || (c >= '0' && c <= '9');
 }
 
@@ -103,7 +106,8 @@ inline std::optional<double> parse_number(const std::string& text) {
   if (end != text.c_str() + text.size()) return std::nullopt;
   // strtod also reads "inf", "nan" and hex floats, which the format does not allow.
   for (char c : text) {
-    if (!((c >= '0' && c <= '9') || c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-')) return std::nullopt;
+    if (!((c >= '0' && c <= '9') || c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-'))
+      return std::nullopt;
   }
   return v;
 }
@@ -119,14 +123,17 @@ inline std::string series_key(const std::string& name, const PromLabels& labels)
 inline Exposition parse_exposition(const std::string& text) {
   using namespace prom_detail;
   Exposition out;
-  if (!text.empty() && text.back() != '\n') ADD_FAILURE() << "the exposition does not end with a newline";
+  if (!text.empty() && text.back() != '\n')
+    ADD_FAILURE() << "the exposition does not end with a newline";
   std::set<std::string> closed;  // families whose samples ended (another family's came after)
   std::set<std::string> series;
-  std::string current;           // the family of the last sample
+  std::string current;  // the family of the last sample
   std::istringstream in(text);
   std::string line;
   for (int number = 1; std::getline(in, line); ++number) {
-    auto fail = [&](const std::string& why) { ADD_FAILURE() << "line " << number << ": " << why << ": " << line; };
+    auto fail = [&](const std::string& why) {
+      ADD_FAILURE() << "line " << number << ": " << why << ": " << line;
+    };
     if (line.empty()) continue;
     if (line[0] == '#') {
       std::istringstream words(line.substr(1));
@@ -145,7 +152,8 @@ inline Exposition parse_exposition(const std::string& text) {
       if (!rest.empty() && rest[0] == ' ') rest.erase(0, 1);
       if (keyword == "TYPE") {
         if (!f.type.empty()) fail("a second TYPE");
-        if (rest != "counter" && rest != "gauge" && rest != "histogram" && rest != "summary" && rest != "untyped") {
+        if (rest != "counter" && rest != "gauge" && rest != "histogram" && rest != "summary" &&
+            rest != "untyped") {
           fail("unknown type '" + rest + "'");
         }
         f.type = rest;
@@ -153,7 +161,8 @@ inline Exposition parse_exposition(const std::string& text) {
         if (!f.help.empty()) fail("a second HELP");
         for (size_t i = 0; i < rest.size(); ++i) {  // HELP escapes: \\ and \n only
           if (rest[i] == '\\') {
-            if (i + 1 >= rest.size() || (rest[i + 1] != '\\' && rest[i + 1] != 'n')) fail("a bad escape in HELP");
+            if (i + 1 >= rest.size() || (rest[i + 1] != '\\' && rest[i + 1] != 'n'))
+              fail("a bad escape in HELP");
             ++i;
           }
         }
@@ -212,7 +221,8 @@ inline Exposition parse_exposition(const std::string& text) {
         s.labels[label] = value;
         if (at < line.size() && line[at] == ',') {
           ++at;
-          if (at < line.size() && line[at] == '}') ok = false;  // no trailing comma in what we write
+          if (at < line.size() && line[at] == '}')
+            ok = false;  // no trailing comma in what we write
         } else if (at < line.size() && line[at] != '}') {
           ok = false;
         }
@@ -244,9 +254,11 @@ inline Exposition parse_exposition(const std::string& text) {
     if (!out.has(family)) {
       for (const char* suffix : {"_bucket", "_sum", "_count"}) {
         const std::string sfx = suffix;
-        if (s.name.size() > sfx.size() && s.name.compare(s.name.size() - sfx.size(), sfx.size(), sfx) == 0) {
+        if (s.name.size() > sfx.size() &&
+            s.name.compare(s.name.size() - sfx.size(), sfx.size(), sfx) == 0) {
           const std::string base = s.name.substr(0, s.name.size() - sfx.size());
-          if (out.has(base) && (out.families[base].type == "histogram" || out.families[base].type == "summary")) {
+          if (out.has(base) &&
+              (out.families[base].type == "histogram" || out.families[base].type == "summary")) {
             family = base;
           }
         }
@@ -264,8 +276,10 @@ inline Exposition parse_exposition(const std::string& text) {
       if (!current.empty()) closed.insert(current);
       current = family;
     }
-    if (f.type == "histogram" && s.name == family) fail("a histogram sample without _bucket, _sum or _count");
-    if (f.type == "histogram" && s.name == family + "_bucket" && !s.labels.count("le")) fail("a bucket without le");
+    if (f.type == "histogram" && s.name == family)
+      fail("a histogram sample without _bucket, _sum or _count");
+    if (f.type == "histogram" && s.name == family + "_bucket" && !s.labels.count("le"))
+      fail("a bucket without le");
     if (!series.insert(series_key(s.name, s.labels)).second) fail("a series written twice");
     f.samples.push_back(std::move(s));
   }
@@ -283,7 +297,8 @@ inline Exposition parse_exposition(const std::string& text) {
       }
     }
     if (f.type != "histogram") continue;
-    std::map<std::string, std::vector<const PromSample*>> buckets;  // series without le → buckets, in order
+    std::map<std::string, std::vector<const PromSample*>>
+        buckets;  // series without le → buckets, in order
     std::map<std::string, double> counts, sums;
     for (const auto& s : f.samples) {
       PromLabels rest = s.labels;
@@ -297,16 +312,20 @@ inline Exposition parse_exposition(const std::string& text) {
       double le_before = -INFINITY, count_before = 0;
       for (const PromSample* b : list) {
         std::optional<double> le = parse_number(b->labels.at("le"));
-        if (!le || !(*le > le_before)) ADD_FAILURE() << key << ": le " << b->labels.at("le") << " does not rise";
-        if (b->value < count_before) ADD_FAILURE() << key << ": bucket le=" << b->labels.at("le") << " is not cumulative";
+        if (!le || !(*le > le_before))
+          ADD_FAILURE() << key << ": le " << b->labels.at("le") << " does not rise";
+        if (b->value < count_before)
+          ADD_FAILURE() << key << ": bucket le=" << b->labels.at("le") << " is not cumulative";
         le_before = le.value_or(le_before);
         count_before = b->value;
       }
-      if (list.back()->labels.at("le") != "+Inf") ADD_FAILURE() << key << ": the last bucket is not le=\"+Inf\"";
+      if (list.back()->labels.at("le") != "+Inf")
+        ADD_FAILURE() << key << ": the last bucket is not le=\"+Inf\"";
       if (!counts.count(key)) {
         ADD_FAILURE() << key << ": no _count";
       } else if (list.back()->value != counts[key]) {
-        ADD_FAILURE() << key << ": +Inf bucket " << list.back()->value << " != _count " << counts[key];
+        ADD_FAILURE() << key << ": +Inf bucket " << list.back()->value << " != _count "
+                      << counts[key];
       }
       if (!sums.count(key)) ADD_FAILURE() << key << ": no _sum";
     }

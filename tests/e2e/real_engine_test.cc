@@ -16,7 +16,8 @@ using ::testing::HasSubstr;
 class RealEngineTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!fs::exists(bin("ajet-engine"))) GTEST_FAIL() << "ajet-engine is not built: build the ajet-engine target";
+    if (!fs::exists(bin("ajet-engine")))
+      GTEST_FAIL() << "ajet-engine is not built: build the ajet-engine target";
     model_ = fixture(true).model;
     swarm_ = std::make_unique<SwarmProcess>(SwarmProcess::Options{dir_ / "server", {}, "", {}});
     api_ = std::make_unique<Api>(swarm_->url());
@@ -33,14 +34,16 @@ TEST_F(RealEngineTest, ChatStreamNLogprobsAndCompletionsAgainstTheRealEngine) {
   ASSERT_EQ(claim["success"], true) << claim.dump();
   const std::string key = claim["openai_api_key"], uuid = claim["episode_uuid"];
 
-  auto r = api_->chat(key, user_chat("Hello!", {{"max_tokens", 8}, {"logprobs", true}, {"top_logprobs", 2}}));
+  auto r = api_->chat(
+      key, user_chat("Hello!", {{"max_tokens", 8}, {"logprobs", true}, {"top_logprobs", 2}}));
   ASSERT_EQ(r.status, 200) << r.body;
   Json body = r.json();
   const int completion = body["usage"]["completion_tokens"];
   EXPECT_GE(completion, 1);
   EXPECT_LE(completion, 8);
   Json choice = body["choices"][0];
-  EXPECT_TRUE(choice["finish_reason"] == "stop" || choice["finish_reason"] == "length") << choice.dump();
+  EXPECT_TRUE(choice["finish_reason"] == "stop" || choice["finish_reason"] == "length")
+      << choice.dump();
   EXPECT_EQ(choice["logprobs"]["content"].size(), size_t(completion));
   for (const auto& t : choice["logprobs"]["content"]) {
     EXPECT_LE(t["logprob"].get<double>(), 0.0);
@@ -52,16 +55,20 @@ TEST_F(RealEngineTest, ChatStreamNLogprobsAndCompletionsAgainstTheRealEngine) {
   http::HttpClient client(swarm_->url());
   std::vector<Json> chunks;
   bool done = false;
-  auto s = client.stream("POST", "/v1/chat/completions",
-                         {{"Authorization", "Bearer " + key}, {"Content-Type", "application/json"}},
-                         user_chat("Count to five.", {{"stream", true}, {"max_tokens", 6},
-                                                       {"stream_options", {{"include_usage", true}}}})
-                             .dump(),
-                         [&](const http::SseEvent& e) {
-                           if (e.data == "[DONE]") done = true;
-                           else chunks.push_back(Json::parse(e.data));
-                           return true;
-                         });
+  auto s = client.stream(
+      "POST", "/v1/chat/completions",
+      {{"Authorization", "Bearer " + key}, {"Content-Type", "application/json"}},
+      user_chat(
+          "Count to five.",
+          {{"stream", true}, {"max_tokens", 6}, {"stream_options", {{"include_usage", true}}}})
+          .dump(),
+      [&](const http::SseEvent& e) {
+        if (e.data == "[DONE]")
+          done = true;
+        else
+          chunks.push_back(Json::parse(e.data));
+        return true;
+      });
   ASSERT_EQ(s.status, 200) << s.body;
   EXPECT_TRUE(done);
   ASSERT_GE(chunks.size(), 3u);
@@ -72,8 +79,9 @@ TEST_F(RealEngineTest, ChatStreamNLogprobsAndCompletionsAgainstTheRealEngine) {
   ASSERT_EQ(n.status, 200) << n.body;
   EXPECT_EQ(n.json()["choices"].size(), 3u);
 
-  auto completion_r = api_->post("/v1/completions", Json{{"prompt", "Once upon a time"}, {"max_tokens", 5}},
-                                 {{"Authorization", "Bearer " + key}});
+  auto completion_r =
+      api_->post("/v1/completions", Json{{"prompt", "Once upon a time"}, {"max_tokens", 5}},
+                 {{"Authorization", "Bearer " + key}});
   ASSERT_EQ(completion_r.status, 200) << completion_r.body;
   EXPECT_EQ(completion_r.json()["object"], "text_completion");
 
@@ -111,19 +119,26 @@ TEST_F(RealEngineTest, AStreamedCallEndedByItsFirstEventIsAnswered) {
   Json claim = api_->claim("client-a", "eval");
   ASSERT_EQ(claim["success"], true) << claim.dump();
   const std::string key = claim["openai_api_key"];
-  const http::Headers headers{{"Authorization", "Bearer " + key}, {"Content-Type", "application/json"}};
+  const http::Headers headers{{"Authorization", "Bearer " + key},
+                              {"Content-Type", "application/json"}};
   http::HttpClient client(swarm_->url());
   for (const std::string path : {"/v1/chat/completions", "/v1/completions"}) {
     const bool chat = path == "/v1/chat/completions";
-    Json body = chat ? user_chat("Hello!", {{"stream", true}, {"max_tokens", 1}, {"logprobs", true},
+    Json body = chat ? user_chat("Hello!", {{"stream", true},
+                                            {"max_tokens", 1},
+                                            {"logprobs", true},
                                             {"stream_options", {{"include_usage", true}}}})
-                     : Json{{"prompt", "Once upon a time"}, {"stream", true}, {"max_tokens", 1},
+                     : Json{{"prompt", "Once upon a time"},
+                            {"stream", true},
+                            {"max_tokens", 1},
                             {"stream_options", {{"include_usage", true}}}};
     std::vector<Json> chunks;
     bool done = false;
     auto s = client.stream("POST", path, headers, body.dump(), [&](const http::SseEvent& e) {
-      if (e.data == "[DONE]") done = true;
-      else chunks.push_back(Json::parse(e.data));
+      if (e.data == "[DONE]")
+        done = true;
+      else
+        chunks.push_back(Json::parse(e.data));
       return true;
     });
     ASSERT_EQ(s.status, 200) << path << ": " << s.body;
@@ -154,7 +169,8 @@ TEST_F(RealEngineTest, CrashedEngineIsRestartedAndNothingIsOrphanedWhenTheFrontD
 
   const int64_t second = api_->engine_pid();
   swarm_->stop(SIGKILL);
-  EXPECT_TRUE(eventually([&] { return process_gone(second); }, 20s)) << "the engine outlived the SIGKILLed front";
+  EXPECT_TRUE(eventually([&] { return process_gone(second); }, 20s))
+      << "the engine outlived the SIGKILLed front";
 }
 
 }  // namespace

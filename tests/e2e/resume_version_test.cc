@@ -1,8 +1,8 @@
-// Front and engine agree on the step after the engine resumes from a checkpoint older than the front's
-// last step: save_freq 2, three steps, the engine dies and comes back from global_step_2 (ajet-echo-
-// engine: a test double whose versions and checkpoints follow the engine's RPC), and the front's
-// global_step follows it down to 2 instead of claiming 3; the next call is served by version 2 and the
-// next step is 3 on both sides.
+// Front and engine agree on the step after the engine resumes from a checkpoint older than the
+// front's last step: save_freq 2, three steps, the engine dies and comes back from global_step_2
+// (ajet-echo- engine: a test double whose versions and checkpoints follow the engine's RPC), and
+// the front's global_step follows it down to 2 instead of claiming 3; the next call is served by
+// version 2 and the next step is 3 on both sides.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -28,10 +28,13 @@ TEST(ResumeVersionTest, TheFrontAdoptsThePolicyVersionOfTheCheckpointTheEngineRe
   const fs::path tokenizer = fixture(false).tokenizer;
   SwarmProcess swarm(SwarmProcess::Options{dir / "server", bin("ajet-echo-engine"), "", {}});
   Api api(swarm.url());
-  std::string yaml = config_yaml(tokenizer, "  trainer_common:\n    save_freq: 2\n    checkpoint_base_dir: " +
-                                                (dir / "ckpt").string() + "\n");
-  yaml.replace(yaml.find("backbone: debug"), std::string("backbone: debug").size(), "backbone: torch");
-  yaml.replace(yaml.find("train_batch_size: 2"), std::string("train_batch_size: 2").size(), "train_batch_size: 1");
+  std::string yaml =
+      config_yaml(tokenizer, "  trainer_common:\n    save_freq: 2\n    checkpoint_base_dir: " +
+                                 (dir / "ckpt").string() + "\n");
+  yaml.replace(yaml.find("backbone: debug"), std::string("backbone: debug").size(),
+               "backbone: torch");
+  yaml.replace(yaml.find("train_batch_size: 2"), std::string("train_batch_size: 2").size(),
+               "train_batch_size: 1");
   api.boot(yaml);
   // The engine's pid, read while its ready line is among the log's recent entries.
   auto engine_pid = [&] { return pid_in(verbose_line(api, "engine ready (pid")); };
@@ -51,7 +54,8 @@ TEST(ResumeVersionTest, TheFrontAdoptsThePolicyVersionOfTheCheckpointTheEngineRe
     const std::string task = "task-" + std::to_string(step);
     EXPECT_EQ(episode(task, 1.0), "ajet-policy-" + std::to_string(step));
     episode(task, 0.0);
-    ASSERT_TRUE(eventually([&] { return api.status()["global_step"] == step + 1; })) << api.status().dump();
+    ASSERT_TRUE(eventually([&] { return api.status()["global_step"] == step + 1; }))
+        << api.status().dump();
   }
   ASSERT_TRUE(fs::exists(dir / "ckpt" / "global_step_2"));
   ASSERT_FALSE(fs::exists(dir / "ckpt" / "global_step_3"));
@@ -63,14 +67,16 @@ TEST(ResumeVersionTest, TheFrontAdoptsThePolicyVersionOfTheCheckpointTheEngineRe
   })) << api.status().dump();
   EXPECT_THAT(verbose_line(api, "engine ready (pid"), HasSubstr("policy_version 2"));
   EXPECT_EQ(api.status()["global_step"], 2) << api.get("/get_verbose_logs").body;
-  EXPECT_THAT(verbose_line(api, "adopted the policy_version the engine serves"), HasSubstr("global_step 3 -> 2"));
+  EXPECT_THAT(verbose_line(api, "adopted the policy_version the engine serves"),
+              HasSubstr("global_step 3 -> 2"));
 
   // The next call is served by the weights of step 2, and the next step is 3 on both sides.
   EXPECT_EQ(episode("task-3", 1.0), "ajet-policy-2");
   episode("task-3", 0.0);
   ASSERT_TRUE(eventually([&] { return api.status()["global_step"] == 3; })) << api.status().dump();
   EXPECT_EQ(episode("task-4", 1.0), "ajet-policy-3");
-  EXPECT_TRUE(verbose_line(api, "the engine reports policy_version").empty()) << "front and engine counted alike";
+  EXPECT_TRUE(verbose_line(api, "the engine reports policy_version").empty())
+      << "front and engine counted alike";
 }
 
 }  // namespace

@@ -1,13 +1,13 @@
-// The stock agent CLIs from npm, unchanged, against the real ajet-swarm with ajet-echo-engine: Claude
-// Code (`claude -p`, ANTHROPIC_BASE_URL and the episode key), Codex (`codex exec`, a custom provider
-// with wire_api = "responses") and Qwen Code (`qwen -p`, OpenAI chat), each with its default system
-// prompt and tools, through one episode with a tool round trip made on cue (the echo engine answers
-// the last user message, so a prompt holding a <tool_call> block is a tool call; the CLI runs the
-// tool and sends its result; the echo of that result is the final answer). The calls are tracked and
-// merged into one sample per conversation.
+// The stock agent CLIs from npm, unchanged, against the real ajet-swarm with ajet-echo-engine:
+// Claude Code (`claude -p`, ANTHROPIC_BASE_URL and the episode key), Codex (`codex exec`, a custom
+// provider with wire_api = "responses") and Qwen Code (`qwen -p`, OpenAI chat), each with its
+// default system prompt and tools, through one episode with a tool round trip made on cue (the echo
+// engine answers the last user message, so a prompt holding a <tool_call> block is a tool call; the
+// CLI runs the tool and sends its result; the echo of that result is the final answer). The calls
+// are tracked and merged into one sample per conversation.
 //
-// The CLIs come from scripts/npm-deps.sh (tests/js/package.json pins their versions); without npm or
-// the registry the tests skip loudly. The CLIs run in a scratch HOME with every proxy variable
+// The CLIs come from scripts/npm-deps.sh (tests/js/package.json pins their versions); without npm
+// or the registry the tests skip loudly. The CLIs run in a scratch HOME with every proxy variable
 // pointing at a closed port (only the front, on 127.0.0.1, is reachable) and their own telemetry
 // and update checks off.
 #include <gmock/gmock.h>
@@ -23,15 +23,20 @@ using ::testing::HasSubstr;
 // node_modules/.bin with the CLIs, or nullopt with `why` (the caller skips, naming it).
 std::optional<fs::path> npm_bin(std::string* why) {
   if (run_capture("command -v node").status != 0) {
-    *why = "node is not installed (scripts/setup.sh installs nodejs and npm): the stock CLIs cannot run";
+    *why =
+        "node is not installed (scripts/setup.sh installs nodejs and npm): the stock CLIs cannot "
+        "run";
     return std::nullopt;
   }
-  Captured r = run_capture("bash " + shell_quote(source("scripts/npm-deps.sh").string()) + " 2>/dev/null");
+  Captured r =
+      run_capture("bash " + shell_quote(source("scripts/npm-deps.sh").string()) + " 2>/dev/null");
   std::string last = r.out;
   while (!last.empty() && (last.back() == '\n' || last.back() == '\r')) last.pop_back();
   last = last.substr(last.rfind('\n') == std::string::npos ? 0 : last.rfind('\n') + 1);
   if (r.status != 0 || !fs::is_directory(last)) {
-    *why = "scripts/npm-deps.sh failed (npm or the registry unavailable): the stock CLIs are not installed";
+    *why =
+        "scripts/npm-deps.sh failed (npm or the registry unavailable): the stock CLIs are not "
+        "installed";
     return std::nullopt;
   }
   return fs::path(last) / ".bin";
@@ -59,15 +64,17 @@ class StockCliTest : public ::testing::Test {
     std::string why;
     bin_ = npm_bin(&why);
     if (!bin_) GTEST_SKIP() << "SKIPPED: " << why;
-    swarm_ = std::make_unique<SwarmProcess>(SwarmProcess::Options{dir_ / "server", bin("ajet-echo-engine"), "", {}});
+    swarm_ = std::make_unique<SwarmProcess>(
+        SwarmProcess::Options{dir_ / "server", bin("ajet-echo-engine"), "", {}});
     api_ = std::make_unique<Api>(swarm_->url());
-    // The CLIs' default prompts are 40-60k tokens with the 400-id fixture tokenizer, and the echo of
-    // Qwen Code's first user message (its skills list) is ~10k: room for both.
+    // The CLIs' default prompts are 40-60k tokens with the 400-id fixture tokenizer, and the echo
+    // of Qwen Code's first user message (its skills list) is ~10k: room for both.
     std::string yaml = config_yaml(fixture(false).tokenizer);
     for (auto [from, to] : {std::pair{"max_model_len: 512", "max_model_len: 200000"},
                             std::pair{"max_prompt_length: 256", "max_prompt_length: 180000"},
                             std::pair{"max_response_length: 256", "max_response_length: 16384"},
-                            std::pair{"max_response_length_in_one_turn: 48", "max_response_length_in_one_turn: 16384"}}) {
+                            std::pair{"max_response_length_in_one_turn: 48",
+                                      "max_response_length_in_one_turn: 16384"}}) {
       yaml.replace(yaml.find(from), std::string(from).size(), to);
     }
     api_->boot(yaml);
@@ -80,10 +87,12 @@ class StockCliTest : public ::testing::Test {
   Captured run_cli(const std::string& env, const std::string& command) {
     const std::string closed = closed_.url();
     const std::string line =
-        "cd " + shell_quote(work().string()) + " && env -u ANTHROPIC_AUTH_TOKEN -u OPENAI_ORG_ID HOME=" +
-        shell_quote(home().string()) + " HTTPS_PROXY=" + closed + " HTTP_PROXY=" + closed + " https_proxy=" + closed +
-        " http_proxy=" + closed + " ALL_PROXY=" + closed + " NO_PROXY=127.0.0.1,localhost no_proxy=127.0.0.1,localhost " +
-        env + " timeout 300 " + command + " < /dev/null";
+        "cd " + shell_quote(work().string()) +
+        " && env -u ANTHROPIC_AUTH_TOKEN -u OPENAI_ORG_ID HOME=" + shell_quote(home().string()) +
+        " HTTPS_PROXY=" + closed + " HTTP_PROXY=" + closed + " https_proxy=" + closed +
+        " http_proxy=" + closed + " ALL_PROXY=" + closed +
+        " NO_PROXY=127.0.0.1,localhost no_proxy=127.0.0.1,localhost " + env + " timeout 300 " +
+        command + " < /dev/null";
     return run_capture(line);
   }
   std::string cli(const std::string& name) const { return shell_quote((*bin_ / name).string()); }
@@ -126,21 +135,26 @@ TEST_F(StockCliTest, ClaudeCodeRunsAToolRoundTripInOneEpisode) {
   Json claim = api_->claim("client-a", "train");
   const std::string key = claim["openai_api_key"];
   // Bash is among Claude Code's default tools; --allowedTools only grants it without a prompt.
-  const std::string prompt = tool_call("Bash", {{"command", "echo ajet-tool-$((6*7))"}, {"description", "marker"}});
-  Captured r = run_cli("ANTHROPIC_BASE_URL=" + swarm_->url() + " ANTHROPIC_API_KEY=" + key +
-                           " CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_AUTOUPDATER=1 DISABLE_TELEMETRY=1"
-                           " DISABLE_ERROR_REPORTING=1",
-                       cli("claude") + " -p " + shell_quote(prompt) + " --output-format json --allowedTools Bash");
+  const std::string prompt =
+      tool_call("Bash", {{"command", "echo ajet-tool-$((6*7))"}, {"description", "marker"}});
+  Captured r = run_cli(
+      "ANTHROPIC_BASE_URL=" + swarm_->url() + " ANTHROPIC_API_KEY=" + key +
+          " CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_AUTOUPDATER=1 DISABLE_TELEMETRY=1"
+          " DISABLE_ERROR_REPORTING=1",
+      cli("claude") + " -p " + shell_quote(prompt) + " --output-format json --allowedTools Bash");
   Json result = last_json_line(r.out);
   ASSERT_TRUE(result.is_object()) << r.out;
   EXPECT_EQ(result["is_error"], false) << r.out;
-  EXPECT_THAT(result.value("result", ""), HasSubstr(kMarker)) << "the echo of the tool's result is the answer";
+  EXPECT_THAT(result.value("result", ""), HasSubstr(kMarker))
+      << "the echo of the tool's result is the answer";
 
   Json ep = episode(claim["episode_uuid"]);
   ASSERT_GE(ep["calls"].size(), 2u) << swarm_->output();
-  EXPECT_TRUE(some_call_sent_tool_result(ep, kMarker)) << ep["calls"].back()["request"].dump().substr(0, 2000);
+  EXPECT_TRUE(some_call_sent_tool_result(ep, kMarker))
+      << ep["calls"].back()["request"].dump().substr(0, 2000);
   for (const Json& call : ep["calls"]) {
-    EXPECT_EQ(call["agent_name"], "default_agent_name") << "Claude Code's model name does not split the episode";
+    EXPECT_EQ(call["agent_name"], "default_agent_name")
+        << "Claude Code's model name does not split the episode";
   }
   EXPECT_EQ(ep["samples"].size(), 1u) << "the calls of one conversation merge into one sample";
   end_episode(claim);
@@ -159,14 +173,18 @@ TEST_F(StockCliTest, CodexRunsAToolRoundTripInOneEpisode) {
                     "[analytics]\nenabled = false\n\n"
                     "[model_providers.ajet]\n"
                     "name = \"AgentJet\"\n"
-                    "base_url = \"" + swarm_->url() + "/v1\"\n"
-                    "env_key = \"AJET_EPISODE_KEY\"\n"
-                    "wire_api = \"responses\"\n");
+                    "base_url = \"" +
+                        swarm_->url() +
+                        "/v1\"\n"
+                        "env_key = \"AJET_EPISODE_KEY\"\n"
+                        "wire_api = \"responses\"\n");
   const std::string prompt = tool_call("exec_command", {{"cmd", "echo ajet-tool-$((6*7))"}});
-  // Codex prefers a `bwrap` on PATH to the one it bundles, and runs it with --argv0, which Debian 12's
-  // bubblewrap (0.8) lacks ("execvp codex-linux-sandbox"): its own bwrap goes first on PATH
+  // Codex prefers a `bwrap` on PATH to the one it bundles, and runs it with --argv0, which Debian
+  // 12's bubblewrap (0.8) lacks ("execvp codex-linux-sandbox"): its own bwrap goes first on PATH
   // (docs/agents.md says the same for users).
-  const fs::path bundled = bin_->parent_path() / "@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/codex-resources/bwrap";
+  const fs::path bundled =
+      bin_->parent_path() /
+      "@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/codex-resources/bwrap";
   const fs::path shim = dir_ / "codex-bwrap";
   std::string path_env;
   if (fs::exists(bundled)) {
@@ -175,16 +193,19 @@ TEST_F(StockCliTest, CodexRunsAToolRoundTripInOneEpisode) {
     fs::create_symlink(bundled, shim / "bwrap");
     path_env = " PATH=" + shell_quote(shim.string()) + ":\"$PATH\"";
   }
-  Captured r = run_cli("CODEX_HOME=" + shell_quote(codex_home.string()) + " AJET_EPISODE_KEY=" + key + path_env,
-                       cli("codex") + " exec --skip-git-repo-check " + shell_quote(prompt));
+  Captured r = run_cli(
+      "CODEX_HOME=" + shell_quote(codex_home.string()) + " AJET_EPISODE_KEY=" + key + path_env,
+      cli("codex") + " exec --skip-git-repo-check " + shell_quote(prompt));
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr(kMarker)) << r.out;
 
   Json ep = episode(claim["episode_uuid"]);
   ASSERT_GE(ep["calls"].size(), 2u) << r.out << swarm_->output();
-  EXPECT_TRUE(some_call_sent_tool_result(ep, kMarker)) << ep["calls"].back()["request"].dump().substr(0, 2000);
+  EXPECT_TRUE(some_call_sent_tool_result(ep, kMarker))
+      << ep["calls"].back()["request"].dump().substr(0, 2000);
   EXPECT_EQ(ep["samples"].size(), 1u);
-  EXPECT_FALSE(swarm_->wait_for_line("flattened namespace tool(s)", 10s).empty()) << swarm_->output();
+  EXPECT_FALSE(swarm_->wait_for_line("flattened namespace tool(s)", 10s).empty())
+      << swarm_->output();
   end_episode(claim);
 }
 
@@ -193,9 +214,11 @@ TEST_F(StockCliTest, QwenCodeRunsAToolRoundTripInOneEpisode) {
   Json claim = api_->claim("client-a", "train");
   const std::string key = claim["openai_api_key"];
   write_file_atomic(work() / "hello.txt", std::string(kMarker) + "\n");
-  const std::string prompt = tool_call("read_file", {{"file_path", (work() / "hello.txt").string()}});
-  Captured r = run_cli("OPENAI_BASE_URL=" + swarm_->url() + "/v1 OPENAI_API_KEY=" + key + " OPENAI_MODEL=agentjet",
-                       cli("qwen") + " -p " + shell_quote(prompt) + " --output-format json");
+  const std::string prompt =
+      tool_call("read_file", {{"file_path", (work() / "hello.txt").string()}});
+  Captured r = run_cli(
+      "OPENAI_BASE_URL=" + swarm_->url() + "/v1 OPENAI_API_KEY=" + key + " OPENAI_MODEL=agentjet",
+      cli("qwen") + " -p " + shell_quote(prompt) + " --output-format json");
   EXPECT_EQ(r.status, 0) << r.out;
 
   Json ep = episode(claim["episode_uuid"]);

@@ -1,8 +1,8 @@
-// Training through the engine with ajet-echo-engine (a test double whose train_step validates the batch
-// like the engine, trains nothing and bumps the policy version): a full batch is merged, sent as one
-// train_step, global_step and the served policy version advance, save_freq writes a checkpoint, and an
-// engine that dies is restarted from that checkpoint. The real engine's version of this flow is in
-// real_engine_test.cc.
+// Training through the engine with ajet-echo-engine (a test double whose train_step validates the
+// batch like the engine, trains nothing and bumps the policy version): a full batch is merged, sent
+// as one train_step, global_step and the served policy version advance, save_freq writes a
+// checkpoint, and an engine that dies is restarted from that checkpoint. The real engine's version
+// of this flow is in real_engine_test.cc.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -48,9 +48,11 @@ class TrainingTest : public ::testing::Test {
 
 TEST_F(TrainingTest, FullBatchTrainsOnceCheckpointsAndACrashedEngineResumesFromIt) {
   const fs::path checkpoints = dir_ / "ckpt";
-  std::string yaml = config_yaml(model_, "  trainer_common:\n    save_freq: 1\n    checkpoint_base_dir: " +
-                                            checkpoints.string() + "\n");
-  yaml.replace(yaml.find("backbone: debug"), std::string("backbone: debug").size(), "backbone: torch");
+  std::string yaml =
+      config_yaml(model_, "  trainer_common:\n    save_freq: 1\n    checkpoint_base_dir: " +
+                              checkpoints.string() + "\n");
+  yaml.replace(yaml.find("backbone: debug"), std::string("backbone: debug").size(),
+               "backbone: torch");
   api_->boot(yaml);
   // train_batch_size 2 tasks x num_repeat 2 episodes; the rewards differ within each task.
   std::vector<std::string> uuids = {episode("task-a", "alpha", 1.0), episode("task-a", "beta", 0.0),
@@ -58,8 +60,10 @@ TEST_F(TrainingTest, FullBatchTrainsOnceCheckpointsAndACrashedEngineResumesFromI
   EXPECT_EQ(api_->status()["global_step"], 0);
   uuids.push_back(episode("task-b", "epsilon", 2.0));
 
-  ASSERT_TRUE(eventually([&] { return api_->status()["global_step"] == 1; })) << api_->status().dump();
-  EXPECT_TRUE(eventually([&] { return api_->engine_status() == "ENGINE.ROLLING"; })) << api_->status().dump();
+  ASSERT_TRUE(eventually([&] { return api_->status()["global_step"] == 1; }))
+      << api_->status().dump();
+  EXPECT_TRUE(eventually([&] { return api_->engine_status() == "ENGINE.ROLLING"; }))
+      << api_->status().dump();
   // What the engine received: 4 single-call episodes -> 4 samples, rewards summed, weights 1 each.
   std::string line = verbose_line("train_step {");
   ASSERT_FALSE(line.empty()) << api_->get("/get_verbose_logs").body;
@@ -69,11 +73,13 @@ TEST_F(TrainingTest, FullBatchTrainsOnceCheckpointsAndACrashedEngineResumesFromI
   EXPECT_EQ(got["groups"], 2);
   EXPECT_DOUBLE_EQ(got["reward_sum"].get<double>(), 3.5);
   EXPECT_DOUBLE_EQ(got["weight_sum"].get<double>(), 4.0);
-  EXPECT_GT(got["trained_tokens"].get<int64_t>(), 4);  // every echoed token plus the end-of-turn token
-  EXPECT_LT(got["trained_tokens"].get<int64_t>(), got["tokens"].get<int64_t>());  // prompts are not trained
+  EXPECT_GT(got["trained_tokens"].get<int64_t>(),
+            4);  // every echoed token plus the end-of-turn token
+  EXPECT_LT(got["trained_tokens"].get<int64_t>(),
+            got["tokens"].get<int64_t>());  // prompts are not trained
 
-  // The status says it as fields: the batch of step 0 was trained, with the engine's statistics and the
-  // rollout summary, and where the newest checkpoint is.
+  // The status says it as fields: the batch of step 0 was trained, with the engine's statistics and
+  // the rollout summary, and where the newest checkpoint is.
   const Json status = api_->status();
   ASSERT_EQ(status["recent_batches"].size(), 1u) << status.dump();
   const Json& batch = status["recent_batches"][0];
@@ -86,7 +92,8 @@ TEST_F(TrainingTest, FullBatchTrainsOnceCheckpointsAndACrashedEngineResumesFromI
   EXPECT_TRUE(fs::exists(checkpoints / "global_step_1" / "echo_checkpoint.json"));
   EXPECT_TRUE(eventually([&] {
     const Json latest = api_->status()["latest_checkpoint"];
-    return latest.is_string() && fs::equivalent(latest.get<std::string>(), checkpoints / "global_step_1");
+    return latest.is_string() &&
+           fs::equivalent(latest.get<std::string>(), checkpoints / "global_step_1");
   })) << api_->status().dump();
   Json next = api_->claim("client-t");
   auto r = api_->chat(next["openai_api_key"], user_chat("after the step", {{"logprobs", true}}));
@@ -102,7 +109,8 @@ TEST_F(TrainingTest, FullBatchTrainsOnceCheckpointsAndACrashedEngineResumesFromI
   ASSERT_TRUE(eventually([&] {
     return api_->engine_status() == "ENGINE.ROLLING" && engine_pid() != pid && engine_pid() > 0;
   })) << api_->status().dump();
-  EXPECT_TRUE(eventually([&] { return !verbose_line("resumed policy_version 1 from").empty(); }, 10s))
+  EXPECT_TRUE(
+      eventually([&] { return !verbose_line("resumed policy_version 1 from").empty(); }, 10s))
       << api_->get("/get_verbose_logs").body;
   EXPECT_THAT(verbose_line("exited unexpectedly"), HasSubstr("restarting it from checkpoint"));
   EXPECT_EQ(api_->status()["global_step"], 1);
@@ -113,22 +121,27 @@ TEST_F(TrainingTest, FullBatchTrainsOnceCheckpointsAndACrashedEngineResumesFromI
 // Now ajet.store_retention keeps the newest steps' calls in full and a sample of older steps', an
 // episode whose calls went says so, and the log has one staleness summary a step.
 TEST_F(TrainingTest, OlderStepsKeepASampleOfTheirCallsAndTheLogSummarisesStaleness) {
-  std::string yaml = config_yaml(model_, "  store_retention:\n    full_steps: 1\n    sample_episodes: 1\n");
-  yaml.replace(yaml.find("backbone: debug"), std::string("backbone: debug").size(), "backbone: torch");
+  std::string yaml =
+      config_yaml(model_, "  store_retention:\n    full_steps: 1\n    sample_episodes: 1\n");
+  yaml.replace(yaml.find("backbone: debug"), std::string("backbone: debug").size(),
+               "backbone: torch");
   const http::Headers admin;  // this front has no admin token: the admin routes are open
   api_->boot(yaml);
-  std::vector<std::vector<std::string>> steps;  // the episodes of each step, in the order they ended
+  std::vector<std::vector<std::string>>
+      steps;  // the episodes of each step, in the order they ended
   for (int step = 0; step < 3; ++step) {
     steps.push_back({episode("task-a", "alpha", 1.0), episode("task-a", "beta", 0.0),
                      episode("task-b", "gamma", 0.5), episode("task-b", "delta", 2.0)});
-    ASSERT_TRUE(eventually([&] { return api_->status()["global_step"] == step + 1; })) << api_->status().dump();
+    ASSERT_TRUE(eventually([&] { return api_->status()["global_step"] == step + 1; }))
+        << api_->status().dump();
   }
   auto document = [&](const std::string& uuid) {
     auto r = api_->get("/episodes/" + uuid, admin);
     EXPECT_EQ(r.status, 200) << r.body;
     return r.json();
   };
-  // Steps 0 and 1 are older than the newest trained step: their first episode to end keeps its call.
+  // Steps 0 and 1 are older than the newest trained step: their first episode to end keeps its
+  // call.
   for (int step = 0; step < 2; ++step) {
     const Json kept = document(steps[step][0]);
     EXPECT_EQ(kept["calls"].size(), 1u) << kept.dump().substr(0, 300);
@@ -141,7 +154,8 @@ TEST_F(TrainingTest, OlderStepsKeepASampleOfTheirCallsAndTheLogSummarisesStalene
       ASSERT_TRUE(gone["calls_not_retained"].is_object()) << gone.dump().substr(0, 300);
       EXPECT_EQ(gone["calls_not_retained"]["calls"], 1);
       EXPECT_THAT(gone["calls_not_retained"]["message"].get<std::string>(),
-                  HasSubstr("1 call not retained (retention: the last 1 trained step in full, of each earlier step "
+                  HasSubstr("1 call not retained (retention: the last 1 trained step in full, of "
+                            "each earlier step "
                             "the first 1 episode"));
     }
   }

@@ -36,15 +36,17 @@ using model::testing::run_command;
 
 inline const std::string kAjet = AJET_BINARY_DIR "/bin/ajet";
 inline const std::string kEngineBinary = AJET_BINARY_DIR "/bin/ajet-engine";
-inline constexpr int64_t kVocab = 259;      // the byte tokenizer: 256 bytes + 3 special tokens
+inline constexpr int64_t kVocab = 259;  // the byte tokenizer: 256 bytes + 3 special tokens
 inline constexpr int32_t kImStart = 257;
-inline constexpr int32_t kImEnd = 258;      // eos
+inline constexpr int32_t kImEnd = 258;        // eos
 inline constexpr int64_t kPolicyVersion = 7;  // what the shared servers are started with
 
 // A ChatML template (no tools) that detect_chat_family recognises as plain ChatML.
 inline const char* kChatmlTemplate =
-    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
-    "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] "
+    "+ "
+    "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' "
+    "}}{% endif %}";
 
 // Whether this libtorch can use CUDA (defined in service_test.cc, this binary's libtorch unit).
 bool torch_has_cuda();
@@ -70,18 +72,23 @@ inline const fs::path& tiny_model_dir() {
   static const fs::path dir = [] {
     const fs::path tok = process_dir() / "tok", out = process_dir() / "tiny";
     model::testing::write_byte_tokenizer(tok);
-    nlohmann::json config = {{"eos_token", "<|im_end|>"}, {"pad_token", "<|endoftext|>"}, {"bos_token", nullptr},
-                             {"add_bos_token", false}, {"chat_template", kChatmlTemplate}};
+    nlohmann::json config = {{"eos_token", "<|im_end|>"},
+                             {"pad_token", "<|endoftext|>"},
+                             {"bos_token", nullptr},
+                             {"add_bos_token", false},
+                             {"chat_template", kChatmlTemplate}};
     model::testing::write_text(tok / "tokenizer_config.json", config.dump(1));
-    auto r = run_command(kEngineBinary + " model init --preset tiny --seed 11 --threads 1 --tokenizer " + quote(tok) +
-                         " --out " + quote(out));
+    auto r =
+        run_command(kEngineBinary + " model init --preset tiny --seed 11 --threads 1 --tokenizer " +
+                    quote(tok) + " --out " + quote(out));
     if (r.exit_code != 0) throw std::runtime_error("model init failed: " + r.out);
     return out;
   }();
   return dir;
 }
 
-// A child `ajet-engine serve` (rpc::ServeChild: stdout read up to the ready line, stderr into a file).
+// A child `ajet-engine serve` (rpc::ServeChild: stdout read up to the ready line, stderr into a
+// file).
 class EngineProcess {
  public:
   // `extra` are appended to `serve --model DIR --listen unix:SOCK --threads 1 --kv-cache-mb 32`.
@@ -90,9 +97,14 @@ class EngineProcess {
 
   // Reads stdout until "ajet-engine: ready on ADDRESS"; returns ADDRESS. Throws (with stdout and
   // stderr) when the process exits first; `limit` only guards against a hang.
-  std::string wait_ready(std::chrono::seconds limit = std::chrono::seconds(120)) { return child_.wait_ready(limit); }
-  // Reads stdout until end of file (the process closed it, i.e. exited) and waits for the exit code.
-  int wait_exit(std::chrono::seconds limit = std::chrono::seconds(120)) { return child_.wait_exit(limit); }
+  std::string wait_ready(std::chrono::seconds limit = std::chrono::seconds(120)) {
+    return child_.wait_ready(limit);
+  }
+  // Reads stdout until end of file (the process closed it, i.e. exited) and waits for the exit
+  // code.
+  int wait_exit(std::chrono::seconds limit = std::chrono::seconds(120)) {
+    return child_.wait_exit(limit);
+  }
 
   void signal(int sig) { child_.signal(sig); }
   const std::string& address() const { return child_.address(); }
@@ -105,10 +117,13 @@ class EngineProcess {
     static int counter = 0;
     return process_dir() / ("e" + std::to_string(counter++) + suffix);
   }
-  static std::vector<std::string> command(const std::vector<std::string>& extra, const fs::path& model,
-                                          const fs::path& socket) {
-    std::vector<std::string> args = {kEngineBinary, "serve", "--model", model.string(), "--listen",
-                                     "unix:" + socket.string(), "--threads", "1", "--kv-cache-mb", "32"};
+  static std::vector<std::string> command(const std::vector<std::string>& extra,
+                                          const fs::path& model, const fs::path& socket) {
+    std::vector<std::string> args = {kEngineBinary,   "serve",
+                                     "--model",       model.string(),
+                                     "--listen",      "unix:" + socket.string(),
+                                     "--threads",     "1",
+                                     "--kv-cache-mb", "32"};
     args.insert(args.end(), extra.begin(), extra.end());
     return args;
   }
@@ -119,9 +134,9 @@ class EngineProcess {
 
 // Everything one generate request got back.
 struct GenerateOutcome {
-  std::vector<rpc::TokensEvent> events;        // in arrival order
-  std::optional<rpc::GenerateDone> done;       // set on success
-  std::optional<Error> error;                  // set on an error reply
+  std::vector<rpc::TokensEvent> events;   // in arrival order
+  std::optional<rpc::GenerateDone> done;  // set on success
+  std::optional<Error> error;             // set on an error reply
   std::vector<int32_t> ids(int sample = 0) const {
     std::vector<int32_t> out;
     for (const auto& e : events) {

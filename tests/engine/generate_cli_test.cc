@@ -1,6 +1,6 @@
-// `ajet generate` end to end: the real `ajet` binary forwarding to `ajet-engine generate`, in-process
-// and through a running engine (--engine), printing streamed text, JSON with logprobs, and chat
-// messages rendered with the model's chat template.
+// `ajet generate` end to end: the real `ajet` binary forwarding to `ajet-engine generate`,
+// in-process and through a running engine (--engine), printing streamed text, JSON with logprobs,
+// and chat messages rendered with the model's chat template.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -22,16 +22,19 @@ struct Output {
 // Runs `ajet generate ARGS` with `input` on stdin, stdout and stderr apart.
 Output ajet_generate(const std::string& args, const std::string& input = "") {
   static int counter = 0;
-  const fs::path in = process_dir() / ("in" + std::to_string(counter)), err = process_dir() / ("err" + std::to_string(counter));
+  const fs::path in = process_dir() / ("in" + std::to_string(counter)),
+                 err = process_dir() / ("err" + std::to_string(counter));
   ++counter;
   model::testing::write_text(in, input);
   // run_command appends 2>&1; the subshell keeps the command's own stderr in `err`.
-  auto r = run_command("(" + kAjet + " generate " + args + " < " + quote(in) + " 2> " + quote(err) + ")");
+  auto r = run_command("(" + kAjet + " generate " + args + " < " + quote(in) + " 2> " + quote(err) +
+                       ")");
   return Output{r.exit_code, r.out, run_command("cat " + quote(err)).out};
 }
 
 const std::string& base_args() {
-  static const std::string args = "--model " + quote(tiny_model_dir()) + " --threads 1 --kv-cache-mb 16";
+  static const std::string args =
+      "--model " + quote(tiny_model_dir()) + " --threads 1 --kv-cache-mb 16";
   return args;
 }
 
@@ -58,7 +61,8 @@ TEST(GenerateCli, TextAndLogprobsJson) {
   const Output json = ajet_generate(args + " --logprobs", "Hello");
   ASSERT_EQ(json.exit_code, 0) << json.out << json.err;
   const auto j = parse_json(json);
-  EXPECT_EQ(j["prompt_token_ids"].get<std::vector<int32_t>>(), (std::vector<int32_t>{72, 101, 108, 108, 111}));  // byte ids of "Hello"
+  EXPECT_EQ(j["prompt_token_ids"].get<std::vector<int32_t>>(),
+            (std::vector<int32_t>{72, 101, 108, 108, 111}));  // byte ids of "Hello"
   EXPECT_EQ(j["prompt_tokens"], 5);
   EXPECT_EQ(j["completion_tokens"], 6);
   ASSERT_EQ(j["samples"].size(), 1u);
@@ -86,7 +90,8 @@ TEST(GenerateCli, TextAndLogprobsJson) {
 }
 
 TEST(GenerateCli, SeededSamplesAreReproducible) {
-  const std::string args = base_args() + " --max-tokens 5 --temperature 1 --seed 4 --n 2 --ignore-eos --logprobs";
+  const std::string args =
+      base_args() + " --max-tokens 5 --temperature 1 --seed 4 --n 2 --ignore-eos --logprobs";
   const Output a = ajet_generate(args, "abc"), b = ajet_generate(args, "abc");
   ASSERT_EQ(a.exit_code, 0) << a.err;
   ASSERT_EQ(b.exit_code, 0) << b.err;
@@ -95,7 +100,8 @@ TEST(GenerateCli, SeededSamplesAreReproducible) {
   EXPECT_EQ(ja["samples"], jb["samples"]);
   for (const auto& s : ja["samples"]) {
     ASSERT_EQ(s["token_ids"].size(), 5u);
-    for (size_t t = 0; t < 5; ++t) EXPECT_NEAR(s["logprobs"][t].get<double>(), s["raw_logprobs"][t].get<double>(), 1e-5);
+    for (size_t t = 0; t < 5; ++t)
+      EXPECT_NEAR(s["logprobs"][t].get<double>(), s["raw_logprobs"][t].get<double>(), 1e-5);
   }
   // Plain text with n > 1: one block per sample.
   const Output text = ajet_generate(base_args() + " --max-tokens 3 --seed 4 --n 2", "abc");
@@ -118,14 +124,16 @@ TEST(GenerateCli, ThroughARunningEngine) {
   EXPECT_EQ(jr["samples"][0]["token_ids"], jl["samples"][0]["token_ids"]);
   EXPECT_EQ(jr["samples"][0]["finish_reason"], "length");
   // An engine-side rejection comes back as the command's error.
-  const Output too_long = ajet_generate("--engine " + address + " --max-tokens 3", std::string(3000, 'x'));
+  const Output too_long =
+      ajet_generate("--engine " + address + " --max-tokens 3", std::string(3000, 'x'));
   EXPECT_NE(too_long.exit_code, 0);
   EXPECT_NE(too_long.err.find("context of 2048 tokens"), std::string::npos) << too_long.err;
 }
 
 TEST(GenerateCli, ChatRendersTheTemplateAndPrintsMessages) {
   const std::string request = R"({"messages": [{"role": "user", "content": "hi"}]})";
-  const Output json = ajet_generate(base_args() + " --chat --max-tokens 4 --temperature 0 --ignore-eos --logprobs", request);
+  const Output json = ajet_generate(
+      base_args() + " --chat --max-tokens 4 --temperature 0 --ignore-eos --logprobs", request);
   ASSERT_EQ(json.exit_code, 0) << json.err;
   const auto j = parse_json(json);
   // "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n" in the byte tokenizer's ids.
@@ -141,7 +149,8 @@ TEST(GenerateCli, ChatRendersTheTemplateAndPrintsMessages) {
   EXPECT_TRUE(message.contains("content")) << message.dump();
 
   // Without --logprobs: one OpenAI assistant message per line.
-  const Output plain = ajet_generate(base_args() + " --chat --max-tokens 4 --temperature 0 --ignore-eos", request);
+  const Output plain =
+      ajet_generate(base_args() + " --chat --max-tokens 4 --temperature 0 --ignore-eos", request);
   ASSERT_EQ(plain.exit_code, 0) << plain.err;
   const auto m = parse_json(plain);
   EXPECT_EQ(m["role"], "assistant");
@@ -162,7 +171,9 @@ TEST(GenerateCli, BadInputGivesClearErrors) {
       {base_args() + " --chat", "{not json", "stdin"},
       {base_args() + " --chat", R"({"messages": []})", "messages"},
       {base_args(), "", "prompt is empty"},
-      {"--engine unix:" + (process_dir() / "nobody.sock").string() + " --connect-timeout 0.2 --max-tokens 2", "x", "nobody.sock"},
+      {"--engine unix:" + (process_dir() / "nobody.sock").string() +
+           " --connect-timeout 0.2 --max-tokens 2",
+       "x", "nobody.sock"},
   };
   for (const Case& c : cases) {
     const Output o = ajet_generate(c.args, c.input);

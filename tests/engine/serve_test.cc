@@ -16,7 +16,9 @@ namespace {
 
 using namespace testing;
 
-std::vector<std::string> with_version() { return {"--policy-version", std::to_string(kPolicyVersion)}; }
+std::vector<std::string> with_version() {
+  return {"--policy-version", std::to_string(kPolicyVersion)};
+}
 
 // Validity every generated token must have; `version` is what the engine was started with.
 void expect_valid_tokens(const GenerateOutcome& o, int sample = 0) {
@@ -47,7 +49,8 @@ TEST(EngineServe, StreamsTokensWithLogprobs) {
   const GenerateOutcome o = generate(client, r);
   ASSERT_FALSE(o.error) << o.error->what();
   ASSERT_TRUE(o.done);
-  // Streamed: the tokens came in more than one frame, in order, the last one with the finish reason.
+  // Streamed: the tokens came in more than one frame, in order, the last one with the finish
+  // reason.
   EXPECT_GE(o.events.size(), 2u);
   ASSERT_EQ(o.ids().size(), 10u);
   expect_valid_tokens(o);
@@ -96,7 +99,8 @@ TEST(EngineServe, StreamsTokensWithLogprobs) {
 
 // Ids must match the solo run; at a position where they differ, the two candidates must be a near
 // tie in the solo run (batching changes float summation order, never a clear choice).
-void expect_same_greedy(const GenerateOutcome& batched, const GenerateOutcome& solo, const std::string& what) {
+void expect_same_greedy(const GenerateOutcome& batched, const GenerateOutcome& solo,
+                        const std::string& what) {
   const auto a = batched.ids(), b = solo.ids();
   ASSERT_EQ(a.size(), b.size()) << what;
   const size_t diff = std::mismatch(a.begin(), a.end(), b.begin()).first - a.begin();
@@ -109,7 +113,8 @@ void expect_same_greedy(const GenerateOutcome& batched, const GenerateOutcome& s
     }
   }
   ASSERT_EQ(top.size(), 2u) << what;
-  EXPECT_LT(top[0] - top[1], 1e-3) << what << ": greedy ids differ at token " << diff << " without a near tie";
+  EXPECT_LT(top[0] - top[1], 1e-3)
+      << what << ": greedy ids differ at token " << diff << " without a near tie";
 }
 
 TEST(EngineServe, ManyConcurrentRequestsAreMultiplexed) {
@@ -128,7 +133,8 @@ TEST(EngineServe, ManyConcurrentRequestsAreMultiplexed) {
   }
   // All in flight at once, on two connections.
   std::vector<PendingGenerate> pending;
-  for (int i = 0; i < kRequests; ++i) pending.push_back(start_generate(i % 3 == 0 ? other : client, requests[i]));
+  for (int i = 0; i < kRequests; ++i)
+    pending.push_back(start_generate(i % 3 == 0 ? other : client, requests[i]));
   std::vector<GenerateOutcome> batched;
   for (auto& p : pending) batched.push_back(p.outcome.get());
   for (int i = 0; i < kRequests; ++i) {
@@ -137,7 +143,8 @@ TEST(EngineServe, ManyConcurrentRequestsAreMultiplexed) {
     expect_valid_tokens(batched[i]);
   }
   // Each equals the same request run alone.
-  for (int i = 0; i < kRequests; ++i) expect_same_greedy(batched[i], generate(client, requests[i]), "request " + std::to_string(i));
+  for (int i = 0; i < kRequests; ++i)
+    expect_same_greedy(batched[i], generate(client, requests[i]), "request " + std::to_string(i));
 }
 
 TEST(EngineServe, BadRequestsGetErrorsWhileOthersComplete) {
@@ -152,8 +159,10 @@ TEST(EngineServe, BadRequestsGetErrorsWhileOthersComplete) {
     std::string message;
   };
   std::vector<Case> cases;
-  cases.push_back({greedy({1, 2, static_cast<int32_t>(kVocab) + 5}, 4), ErrorCode::kInvalidArgument, "outside the vocabulary"});
-  cases.push_back({greedy(prompt_of(64, 3), 4), ErrorCode::kInvalidArgument, "context of 64 tokens"});
+  cases.push_back({greedy({1, 2, static_cast<int32_t>(kVocab) + 5}, 4), ErrorCode::kInvalidArgument,
+                   "outside the vocabulary"});
+  cases.push_back(
+      {greedy(prompt_of(64, 3), 4), ErrorCode::kInvalidArgument, "context of 64 tokens"});
   rpc::GenerateRequest cold = greedy(prompt_of(4, 4), 4);
   cold.temperature = -0.5;
   cases.push_back({cold, ErrorCode::kInvalidArgument, "temperature"});
@@ -161,7 +170,8 @@ TEST(EngineServe, BadRequestsGetErrorsWhileOthersComplete) {
   top_p.top_p = 0.0;
   cases.push_back({top_p, ErrorCode::kInvalidArgument, "top_p"});
   rpc::GenerateRequest many = greedy(prompt_of(4, 4), 4);
-  many.n = 200;  // beyond the wire format's limit (64, the engine's default max_running and the front's n)
+  many.n = 200;  // beyond the wire format's limit (64, the engine's default max_running and the
+                 // front's n)
   cases.push_back({many, ErrorCode::kInvalidArgument, "'n' must be in [1, 64]"});
   rpc::GenerateRequest negative = greedy({5, -1}, 4);
   cases.push_back({negative, ErrorCode::kInvalidArgument, "prompt[1]"});
@@ -173,7 +183,8 @@ TEST(EngineServe, BadRequestsGetErrorsWhileOthersComplete) {
     ASSERT_TRUE(o.error) << "case " << i << " was not rejected";
     EXPECT_TRUE(o.events.empty()) << i;
     EXPECT_EQ(o.error->code(), cases[i].code) << i << ": " << o.error->what();
-    EXPECT_NE(std::string(o.error->what()).find(cases[i].message), std::string::npos) << i << ": " << o.error->what();
+    EXPECT_NE(std::string(o.error->what()).find(cases[i].message), std::string::npos)
+        << i << ": " << o.error->what();
   }
   // An unknown method is an error for that request only.
   rpc::Frame unknown;
@@ -183,7 +194,8 @@ TEST(EngineServe, BadRequestsGetErrorsWhileOthersComplete) {
     ADD_FAILURE() << "unknown method accepted";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kNotFound);
-    EXPECT_NE(std::string(e.what()).find("generate"), std::string::npos) << e.what();  // lists the methods
+    EXPECT_NE(std::string(e.what()).find("generate"), std::string::npos)
+        << e.what();  // lists the methods
   }
   const GenerateOutcome o = good.outcome.get();
   ASSERT_TRUE(o.done) << (o.error ? o.error->what() : "");
@@ -248,22 +260,27 @@ TEST(EngineServe, StatusDescribesModelEngineAndCompute) {
   EXPECT_EQ(e["busy_s"].get<double>(), 0.0);  // no batch has run
   EXPECT_EQ(before["compute"]["threads"], 1);
   EXPECT_EQ(before["compute"]["device"], "cpu");
-  EXPECT_NE(before["compute"]["backend"].get<std::string>().find("BLAS"), std::string::npos) << before.dump();
+  EXPECT_NE(before["compute"]["backend"].get<std::string>().find("BLAS"), std::string::npos)
+      << before.dump();
   EXPECT_EQ(before["rpc"]["address"], address);
   EXPECT_GE(before["uptime_s"].get<double>(), 0.0);
   EXPECT_GT(before["pid"].get<int64_t>(), 0);
 
   ASSERT_TRUE(generate(client, greedy(prompt_of(6, 1), 9)).done);
   const auto after = status_of(client);
-  EXPECT_EQ(after["engine"]["tokens_generated"].get<int64_t>() - e["tokens_generated"].get<int64_t>(), 9);
-  EXPECT_EQ(after["engine"]["requests_finished"].get<int64_t>() - e["requests_finished"].get<int64_t>(), 1);
+  EXPECT_EQ(
+      after["engine"]["tokens_generated"].get<int64_t>() - e["tokens_generated"].get<int64_t>(), 9);
+  EXPECT_EQ(
+      after["engine"]["requests_finished"].get<int64_t>() - e["requests_finished"].get<int64_t>(),
+      1);
   EXPECT_EQ(after["rpc"]["generate_requests"], 1);
   EXPECT_GE(after["uptime_s"].get<double>(), before["uptime_s"].get<double>());
   // Nine steps ran: busy for some time, and never longer than the engine has been up.
   EXPECT_GT(after["engine"]["busy_s"].get<double>(), 0.0);
   EXPECT_LE(after["engine"]["busy_s"].get<double>(), after["uptime_s"].get<double>());
   // The start-up log names the BLAS and the thread count.
-  EXPECT_NE(engine.stderr_text().find("1 intra-op threads"), std::string::npos) << engine.stderr_text();
+  EXPECT_NE(engine.stderr_text().find("1 intra-op threads"), std::string::npos)
+      << engine.stderr_text();
 }
 
 TEST(EngineServe, ClientDisconnectAbortsItsRequests) {
@@ -291,10 +308,12 @@ TEST(EngineServe, ClientDisconnectAbortsItsRequests) {
     status = status_of(watcher);
   } while (status["engine"]["requests_finished"].get<int64_t>() < finished_before + 2 &&
            std::chrono::steady_clock::now() < deadline);
-  EXPECT_EQ(status["engine"]["requests_finished"].get<int64_t>(), finished_before + 2) << status.dump();
+  EXPECT_EQ(status["engine"]["requests_finished"].get<int64_t>(), finished_before + 2)
+      << status.dump();
   EXPECT_EQ(status["engine"]["running"], 0);
   EXPECT_EQ(status["engine"]["free_blocks"], status["engine"]["total_blocks"]);
-  EXPECT_LT(status["engine"]["tokens_generated"].get<int64_t>(), 4000);  // aborted, not run to the end
+  EXPECT_LT(status["engine"]["tokens_generated"].get<int64_t>(),
+            4000);  // aborted, not run to the end
   EXPECT_GE(status["rpc"]["disconnects"].get<int64_t>(), 1);
 }
 
@@ -310,9 +329,11 @@ TEST(EngineServe, SigtermStopsGracefully) {
   ASSERT_TRUE(o.done) << (o.error ? o.error->what() : "");
   EXPECT_EQ(o.finish(), rpc::FinishReason::kAbort);
   EXPECT_EQ(engine.wait_exit(), 0) << engine.stderr_text();
-  EXPECT_NE(engine.stdout_text().find("ajet-engine: stopped"), std::string::npos) << engine.stdout_text();
+  EXPECT_NE(engine.stdout_text().find("ajet-engine: stopped"), std::string::npos)
+      << engine.stdout_text();
   EXPECT_FALSE(fs::exists(engine.socket_path()));
-  EXPECT_NE(engine.stderr_text().find("SIGTERM received"), std::string::npos) << engine.stderr_text();
+  EXPECT_NE(engine.stderr_text().find("SIGTERM received"), std::string::npos)
+      << engine.stderr_text();
 }
 
 TEST(EngineServe, SigintStopsAnIdleEngine) {
@@ -349,7 +370,8 @@ TEST(EngineServe, ConfigFileSetsEngineSettingsAndFlagsWin) {
     EXPECT_EQ(status["engine"]["kv_cache_dtype"], "bfloat16");
     EXPECT_EQ(status["model"]["dtype"], "float32");
   }
-  EngineProcess engine({"--conf", conf.string(), "--max-model-len", "90", "--kv-cache-dtype", "auto"});
+  EngineProcess engine(
+      {"--conf", conf.string(), "--max-model-len", "90", "--kv-cache-dtype", "auto"});
   rpc::Client client(engine.wait_ready());
   client.connect();
   const auto status = status_of(client);
@@ -378,7 +400,8 @@ TEST(EngineServe, BadArgumentsFailWithClearMessages) {
       {model + sock + " --conf " + quote(dir / "nope.yaml"), "no such file", 1},
       {model + sock + " --dtype int4", "unknown dtype", 2},
       {model + sock + " --kv-cache-mb 0", "--kv-cache-mb must be >= 1", 2},
-      {model + sock + " --kv-cache-dtype int8", "--kv-cache-dtype must be one of auto, float32, bfloat16, float16, got 'int8'", 2},
+      {model + sock + " --kv-cache-dtype int8",
+       "--kv-cache-dtype must be one of auto, float32, bfloat16, float16, got 'int8'", 2},
       {model + sock + " --device tpu", "--device", 2},
       {model, "--listen", 2},
   };
@@ -386,7 +409,9 @@ TEST(EngineServe, BadArgumentsFailWithClearMessages) {
 #ifndef AJET_TORCH_CUDA
   // A CPU-only build names the key, the value and what the build lacks (docs/engine.md, "GPU").
   cases.push_back({model + sock + " --conf " + quote(dir / "cuda.yaml"),
-                   "ajet.engine.device) 'cuda:0': no usable CUDA: this engine is built against a CPU-only libtorch", 2});
+                   "ajet.engine.device) 'cuda:0': no usable CUDA: this engine is built against a "
+                   "CPU-only libtorch",
+                   2});
 #endif
   for (const Case& c : cases) {
     auto r = run_command(kEngineBinary + " serve " + c.args);

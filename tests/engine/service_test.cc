@@ -34,7 +34,8 @@ TEST(EngineBridge, BuildsTokensEventsAndTotals) {
   TokensEventBuilder builder(/*prompt_tokens=*/5, /*samples=*/2, /*top_logprobs=*/2);
   batching::GenerateEvent a;
   a.sample_index = 1;
-  batching::GeneratedToken t{7, -0.5f, -0.7f, 3, {{7, -0.5f}}};  // one alternative where two are asked for
+  batching::GeneratedToken t{
+      7, -0.5f, -0.7f, 3, {{7, -0.5f}}};  // one alternative where two are asked for
   a.tokens = {t, t};
   rpc::TokensEvent e = builder.next(a);
   EXPECT_EQ(e.sample, 1);
@@ -60,7 +61,8 @@ TEST(EngineBridge, BuildsTokensEventsAndTotals) {
   EXPECT_EQ(e.completion_tokens, 0);
   EXPECT_EQ(builder.done().completion_tokens, 3);
   // The wire format accepts what the builder makes.
-  EXPECT_EQ(rpc::decode_tokens_event(rpc::encode_tokens_event(e)).finish_reason, rpc::FinishReason::kAbort);
+  EXPECT_EQ(rpc::decode_tokens_event(rpc::encode_tokens_event(e)).finish_reason,
+            rpc::FinishReason::kAbort);
 }
 
 TEST(EngineService, GreedyThroughTheEngineProcessEqualsInProcess) {
@@ -83,7 +85,8 @@ TEST(EngineService, GreedyThroughTheEngineProcessEqualsInProcess) {
     EXPECT_EQ(got.ids(), want_ids) << "prompt " << salt;
     const auto raw = got.logprobs(0, true);
     for (size_t t = 0; t < raw.size() && t < want_ids.size(); ++t) {
-      EXPECT_NEAR(raw[t], want.samples[0].tokens[t].raw_logprob, 1e-5) << "prompt " << salt << " token " << t;
+      EXPECT_NEAR(raw[t], want.samples[0].tokens[t].raw_logprob, 1e-5)
+          << "prompt " << salt << " token " << t;
     }
   }
 }

@@ -17,14 +17,17 @@ namespace {
 using namespace testing;
 using std::chrono::seconds;
 
-// The `micro` preset over the byte tokenizer, made once per test process by `ajet-engine model init`.
+// The `micro` preset over the byte tokenizer, made once per test process by `ajet-engine model
+// init`.
 const fs::path& micro_model_dir() {
   static const fs::path dir = [] {
     const fs::path tok = process_dir() / "micro_tok", out = process_dir() / "micro";
     model::testing::write_byte_tokenizer(tok);
-    model::testing::write_text(tok / "tokenizer_config.json", R"({"eos_token": "<|im_end|>", "add_bos_token": false})");
-    auto r = run_command(kEngineBinary + " model init --preset micro --seed 5 --threads 1 --tokenizer " + quote(tok) +
-                         " --out " + quote(out));
+    model::testing::write_text(tok / "tokenizer_config.json",
+                               R"({"eos_token": "<|im_end|>", "add_bos_token": false})");
+    auto r =
+        run_command(kEngineBinary + " model init --preset micro --seed 5 --threads 1 --tokenizer " +
+                    quote(tok) + " --out " + quote(out));
     if (r.exit_code != 0) throw std::runtime_error("model init failed: " + r.out);
     return out;
   }();
@@ -32,17 +35,23 @@ const fs::path& micro_model_dir() {
 }
 
 // A config with a learning rate large enough that one step visibly changes greedy logprobs.
-fs::path write_conf(const std::string& name, const std::string& backbone, const fs::path& checkpoints) {
+fs::path write_conf(const std::string& name, const std::string& backbone,
+                    const fs::path& checkpoints) {
   const fs::path conf = process_dir() / (name + ".yaml");
-  model::testing::write_text(conf, "ajet:\n"
-                                   "  backbone: " + backbone + "\n"
-                                   "  trainer_common:\n"
-                                   "    use_kl_loss: false\n"
-                                   "    checkpoint_base_dir: " + checkpoints.string() + "\n"
-                                   "    optim:\n"
-                                   "      lr: 0.01\n"
-                                   "  engine:\n"
-                                   "    seed: 3\n");
+  model::testing::write_text(conf,
+                             "ajet:\n"
+                             "  backbone: " +
+                                 backbone +
+                                 "\n"
+                                 "  trainer_common:\n"
+                                 "    use_kl_loss: false\n"
+                                 "    checkpoint_base_dir: " +
+                                 checkpoints.string() +
+                                 "\n"
+                                 "    optim:\n"
+                                 "      lr: 0.01\n"
+                                 "  engine:\n"
+                                 "    seed: 3\n");
   return conf;
 }
 
@@ -92,7 +101,9 @@ std::string file_bytes(const fs::path& path) {
 }
 
 // Greedy tokens of a fixed prompt with their raw logprobs and versions.
-GenerateOutcome probe(rpc::Client& client) { return generate(client, greedy(prompt_of(10, 42), 6)); }
+GenerateOutcome probe(rpc::Client& client) {
+  return generate(client, greedy(prompt_of(10, 42), 6));
+}
 
 void expect_versions(const GenerateOutcome& o, int64_t version) {
   ASSERT_TRUE(o.done) << (o.error ? o.error->what() : "no done frame");
@@ -112,7 +123,8 @@ bool logprobs_differ(const GenerateOutcome& a, const GenerateOutcome& b) {
 
 void expect_step_changes_served_weights(const std::string& backbone) {
   const fs::path checkpoints = process_dir() / ("ckpt_" + backbone);
-  EngineProcess engine({"--conf", write_conf("train_" + backbone, backbone, checkpoints).string()}, micro_model_dir());
+  EngineProcess engine({"--conf", write_conf("train_" + backbone, backbone, checkpoints).string()},
+                       micro_model_dir());
   rpc::Client client(engine.wait_ready());
   client.connect();
   const GenerateOutcome before = probe(client);
@@ -136,24 +148,32 @@ void expect_step_changes_served_weights(const std::string& backbone) {
   // Generation afterwards runs on the new weights and says so.
   const GenerateOutcome after = probe(client);
   expect_versions(after, 1);
-  EXPECT_TRUE(logprobs_differ(before, after)) << "one step at lr 0.01 left the greedy logprobs unchanged";
+  EXPECT_TRUE(logprobs_differ(before, after))
+      << "one step at lr 0.01 left the greedy logprobs unchanged";
 
-  // The saved weights differ from the initial ones; the checkpoint is named after the served version.
-  const nlohmann::json saved = call(client, method_frame(rpc::kMethodSaveCheckpoint, {{"front_cursor", {{"epoch", 0}}}}));
+  // The saved weights differ from the initial ones; the checkpoint is named after the served
+  // version.
+  const nlohmann::json saved =
+      call(client, method_frame(rpc::kMethodSaveCheckpoint, {{"front_cursor", {{"epoch", 0}}}}));
   EXPECT_EQ(saved["policy_version"], 1);
   const fs::path dir = saved["path"].get<std::string>();
   EXPECT_EQ(dir.filename(), "global_step_1");
   EXPECT_EQ(dir.parent_path(), fs::absolute(checkpoints).lexically_normal());
-  EXPECT_NE(file_bytes(dir / "model" / "model.safetensors"), file_bytes(micro_model_dir() / "model.safetensors"));
+  EXPECT_NE(file_bytes(dir / "model" / "model.safetensors"),
+            file_bytes(micro_model_dir() / "model.safetensors"));
 }
 
 TEST(EngineTrain, TrainStepUpdatesTheServedModel) { expect_step_changes_served_weights("torch"); }
 
-TEST(EngineTrain, AsyncBackboneSwapsTrainedWeightsIn) { expect_step_changes_served_weights("async"); }
+TEST(EngineTrain, AsyncBackboneSwapsTrainedWeightsIn) {
+  expect_step_changes_served_weights("async");
+}
 
 TEST(EngineTrain, AsyncTrainingLetsInflightGenerationFinish) {
-  EngineProcess engine({"--conf", write_conf("train_async_inflight", "async", process_dir() / "ckpt_inflight").string()},
-                       micro_model_dir());
+  EngineProcess engine(
+      {"--conf",
+       write_conf("train_async_inflight", "async", process_dir() / "ckpt_inflight").string()},
+      micro_model_dir());
   rpc::Client client(engine.wait_ready());
   client.connect();
   PendingGenerate pending = start_generate(client, greedy(prompt_of(8, 3), 200));
@@ -175,8 +195,9 @@ TEST(EngineTrain, AsyncTrainingLetsInflightGenerationFinish) {
 }
 
 TEST(EngineTrain, BadBatchesGetErrorsAndTheEngineKeepsServing) {
-  EngineProcess engine({"--conf", write_conf("train_bad", "torch", process_dir() / "ckpt_bad").string()},
-                       micro_model_dir());
+  EngineProcess engine(
+      {"--conf", write_conf("train_bad", "torch", process_dir() / "ckpt_bad").string()},
+      micro_model_dir());
   rpc::Client client(engine.wait_ready());
   client.connect();
   auto expect_invalid = [&](const rpc::TrainBatch& batch, const std::string& needle) {
@@ -207,7 +228,8 @@ TEST(EngineTrain, BadBatchesGetErrorsAndTheEngineKeepsServing) {
   b.logprobs[10] = 0.5f;  // a generated token's logprob above 0
   expect_invalid(b, "logprobs");
   try {
-    call(client, method_frame(rpc::kMethodLoadCheckpoint, {{"dir", (process_dir() / "nowhere").string()}}));
+    call(client,
+         method_frame(rpc::kMethodLoadCheckpoint, {{"dir", (process_dir() / "nowhere").string()}}));
     ADD_FAILURE() << "load_checkpoint of a missing directory succeeded";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kNotFound) << e.what();
@@ -220,8 +242,9 @@ TEST(EngineTrain, BadBatchesGetErrorsAndTheEngineKeepsServing) {
 }
 
 TEST(EngineTrain, DebugBackboneNeverTrains) {
-  EngineProcess engine({"--conf", write_conf("train_debug", "debug", process_dir() / "ckpt_debug").string()},
-                       micro_model_dir());
+  EngineProcess engine(
+      {"--conf", write_conf("train_debug", "debug", process_dir() / "ckpt_debug").string()},
+      micro_model_dir());
   rpc::Client client(engine.wait_ready());
   client.connect();
   try {
@@ -238,22 +261,26 @@ TEST(EngineTrain, ResumeContinuesExactly) {
   fs::path after_one, after_two;
   {
     // Uninterrupted: step, save, step, save.
-    EngineProcess engine({"--conf", write_conf("resume_a", "torch", run_a).string()}, micro_model_dir());
+    EngineProcess engine({"--conf", write_conf("resume_a", "torch", run_a).string()},
+                         micro_model_dir());
     rpc::Client client(engine.wait_ready());
     client.connect();
     call(client, rpc::encode_train_batch(make_batch(1)));
-    after_one = call(client, method_frame(rpc::kMethodSaveCheckpoint, {{"front_cursor", {{"task", 4}}}}))["path"]
+    after_one = call(client, method_frame(rpc::kMethodSaveCheckpoint,
+                                          {{"front_cursor", {{"task", 4}}}}))["path"]
                     .get<std::string>();
     call(client, rpc::encode_train_batch(make_batch(2)));
-    after_two = call(client, method_frame(rpc::kMethodSaveCheckpoint, {{"front_cursor", {{"task", 8}}}}))["path"]
+    after_two = call(client, method_frame(rpc::kMethodSaveCheckpoint,
+                                          {{"front_cursor", {{"task", 8}}}}))["path"]
                     .get<std::string>();
   }
   ASSERT_EQ(after_one.filename(), "global_step_1");
   ASSERT_EQ(after_two.filename(), "global_step_2");
 
   // A new process resumes from the first checkpoint and takes the second step.
-  EngineProcess engine({"--conf", write_conf("resume_b", "torch", run_b).string(), "--resume", after_one.string()},
-                       micro_model_dir());
+  EngineProcess engine(
+      {"--conf", write_conf("resume_b", "torch", run_b).string(), "--resume", after_one.string()},
+      micro_model_dir());
   rpc::Client client(engine.wait_ready());
   client.connect();
   EXPECT_EQ(status_of(client)["policy_version"], 1);
@@ -261,15 +288,19 @@ TEST(EngineTrain, ResumeContinuesExactly) {
   const nlohmann::json m = call(client, rpc::encode_train_batch(make_batch(2)));
   EXPECT_EQ(m["policy_version"], 2);
   EXPECT_EQ(m["global_step"], 2);
-  const fs::path resumed = call(client, method_frame(rpc::kMethodSaveCheckpoint, {{"dir", run_b.string()}}))["path"]
-                               .get<std::string>();
+  const fs::path resumed =
+      call(client, method_frame(rpc::kMethodSaveCheckpoint, {{"dir", run_b.string()}}))["path"]
+          .get<std::string>();
   ASSERT_EQ(resumed.filename(), "global_step_2");
-  EXPECT_EQ(file_bytes(resumed / "model" / "model.safetensors"), file_bytes(after_two / "model" / "model.safetensors"))
+  EXPECT_EQ(file_bytes(resumed / "model" / "model.safetensors"),
+            file_bytes(after_two / "model" / "model.safetensors"))
       << "the resumed step's weights differ from the uninterrupted run's";
-  EXPECT_EQ(file_bytes(resumed / "optimizer.safetensors"), file_bytes(after_two / "optimizer.safetensors"));
+  EXPECT_EQ(file_bytes(resumed / "optimizer.safetensors"),
+            file_bytes(after_two / "optimizer.safetensors"));
 
   // load_checkpoint over the RPC: a base directory loads its latest, with the caller's cursor.
-  const nlohmann::json loaded = call(client, method_frame(rpc::kMethodLoadCheckpoint, {{"dir", run_a.string()}}));
+  const nlohmann::json loaded =
+      call(client, method_frame(rpc::kMethodLoadCheckpoint, {{"dir", run_a.string()}}));
   EXPECT_EQ(loaded["policy_version"], 2);
   EXPECT_EQ(loaded["global_step"], 2);
   EXPECT_EQ(loaded["front_cursor"], nlohmann::json({{"task", 8}}));
@@ -279,18 +310,21 @@ TEST(EngineTrain, ResumeContinuesExactly) {
 TEST(EngineTrain, LoraCheckpointHoldsTheMergedModelAndResumes) {
   auto conf = [](const std::string& name, const fs::path& checkpoints) {
     const fs::path path = process_dir() / (name + ".yaml");
-    model::testing::write_text(path, "ajet:\n"
-                                     "  backbone: torch\n"
-                                     "  trainer_common:\n"
-                                     "    use_kl_loss: false\n"
-                                     "    checkpoint_base_dir: " + checkpoints.string() + "\n"
-                                     "    optim:\n"
-                                     "      lr: 0.05\n"
-                                     "  lora:\n"
-                                     "    lora_rank: 4\n"
-                                     "    lora_alpha: 8\n"
-                                     "  engine:\n"
-                                     "    seed: 3\n");
+    model::testing::write_text(path,
+                               "ajet:\n"
+                               "  backbone: torch\n"
+                               "  trainer_common:\n"
+                               "    use_kl_loss: false\n"
+                               "    checkpoint_base_dir: " +
+                                   checkpoints.string() +
+                                   "\n"
+                                   "    optim:\n"
+                                   "      lr: 0.05\n"
+                                   "  lora:\n"
+                                   "    lora_rank: 4\n"
+                                   "    lora_alpha: 8\n"
+                                   "  engine:\n"
+                                   "    seed: 3\n");
     return path.string();
   };
   fs::path saved;
@@ -302,29 +336,38 @@ TEST(EngineTrain, LoraCheckpointHoldsTheMergedModelAndResumes) {
     const GenerateOutcome before = probe(client);
     call(client, rpc::encode_train_batch(make_batch(1)));
     served = probe(client);
-    ASSERT_TRUE(logprobs_differ(before, served)) << "one LoRA step at lr 0.05 left the greedy logprobs unchanged";
-    saved = call(client, method_frame(rpc::kMethodSaveCheckpoint, nlohmann::json::object()))["path"].get<std::string>();
+    ASSERT_TRUE(logprobs_differ(before, served))
+        << "one LoRA step at lr 0.05 left the greedy logprobs unchanged";
+    saved = call(client, method_frame(rpc::kMethodSaveCheckpoint, nlohmann::json::object()))["path"]
+                .get<std::string>();
   }
-  for (const char* f : {"model/config.json", "model/model.safetensors", "model/tokenizer.json", "model/ajet_merged_lora.json",
-                        "adapter/adapter_model.safetensors", "adapter/adapter_config.json"}) {
+  for (const char* f : {"model/config.json", "model/model.safetensors", "model/tokenizer.json",
+                        "model/ajet_merged_lora.json", "adapter/adapter_model.safetensors",
+                        "adapter/adapter_config.json"}) {
     EXPECT_TRUE(fs::exists(saved / f)) << f;
   }
-  EXPECT_NE(file_bytes(saved / "model" / "model.safetensors"), file_bytes(micro_model_dir() / "model.safetensors"))
+  EXPECT_NE(file_bytes(saved / "model" / "model.safetensors"),
+            file_bytes(micro_model_dir() / "model.safetensors"))
       << "model/ of a LoRA checkpoint is the untrained base";
 
   // `generate --model …/model` runs the merged model and says so.
-  const auto g = run_command(kEngineBinary + " generate --model " + quote(saved / "model") +
-                             " --threads 1 --kv-cache-mb 8 --max-tokens 2 --temperature 0 --prompt hi");
+  const auto g =
+      run_command(kEngineBinary + " generate --model " + quote(saved / "model") +
+                  " --threads 1 --kv-cache-mb 8 --max-tokens 2 --temperature 0 --prompt hi");
   ASSERT_EQ(g.exit_code, 0) << g.out;
-  EXPECT_NE(g.out.find("loaded merged model " + (saved / "model").string()), std::string::npos) << g.out;
+  EXPECT_NE(g.out.find("loaded merged model " + (saved / "model").string()), std::string::npos)
+      << g.out;
 
   // A new process on the base resumes with the adapter and serves what the first one served.
-  EngineProcess engine({"--conf", conf("lora_b", process_dir() / "lora_b"), "--resume", saved.string()}, micro_model_dir());
+  EngineProcess engine(
+      {"--conf", conf("lora_b", process_dir() / "lora_b"), "--resume", saved.string()},
+      micro_model_dir());
   rpc::Client client(engine.wait_ready());
   client.connect();
   EXPECT_EQ(status_of(client)["policy_version"], 1);
   EXPECT_FALSE(logprobs_differ(served, probe(client)));
-  EXPECT_NE(engine.stderr_text().find("loaded base model (the trainer's"), std::string::npos) << engine.stderr_text();
+  EXPECT_NE(engine.stderr_text().find("loaded base model (the trainer's"), std::string::npos)
+      << engine.stderr_text();
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
-// build_train_batch: merged samples -> the engine's train_step request (docs/engine-rpc.md), checked
-// through the real encoder/decoder pair so the engine's validation sees exactly these arrays.
+// build_train_batch: merged samples -> the engine's train_step request (docs/engine-rpc.md),
+// checked through the real encoder/decoder pair so the engine's validation sees exactly these
+// arrays.
 #include <gtest/gtest.h>
 
 #include "common/error.h"

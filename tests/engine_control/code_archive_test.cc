@@ -31,7 +31,8 @@ std::string rejection(const std::vector<ZipMember>& members, ArchiveLimits limit
 }
 
 TEST(CodeArchive, AcceptsAPlainTreeAndListsItsMembers) {
-  auto entries = inspect_zip(make_zip({{"CMakeLists.txt", kCmake}, {"src/", ""}, {"src/a.cc", "int x;\n"}}));
+  auto entries =
+      inspect_zip(make_zip({{"CMakeLists.txt", kCmake}, {"src/", ""}, {"src/a.cc", "int x;\n"}}));
   ASSERT_EQ(entries.size(), 3u);
   EXPECT_EQ(entries[0].name, "CMakeLists.txt");
   EXPECT_EQ(entries[0].size, kCmake.size());
@@ -51,7 +52,8 @@ TEST(CodeArchive, RefusesUnsafeNamesAndMembers) {
 }
 
 TEST(CodeArchive, RefusesWhatIsNotAZipAndOversizeArchives) {
-  EXPECT_EQ(rejection({}), "");  // an empty archive is a valid zip (unpacking then wants CMakeLists.txt)
+  EXPECT_EQ(rejection({}),
+            "");  // an empty archive is a valid zip (unpacking then wants CMakeLists.txt)
   try {
     inspect_zip("PK\x03\x04 this is not really a zip");
     FAIL();
@@ -69,20 +71,23 @@ TEST(CodeArchive, RefusesWhatIsNotAZipAndOversizeArchives) {
   }
   small = ArchiveLimits{};
   small.max_total_bytes = 15;
-  EXPECT_THAT(rejection({{"a", std::string(10, 'x')}, {"b", std::string(10, 'x')}}, small), HasSubstr("15 bytes"));
+  EXPECT_THAT(rejection({{"a", std::string(10, 'x')}, {"b", std::string(10, 'x')}}, small),
+              HasSubstr("15 bytes"));
   small = ArchiveLimits{};
   small.max_entries = 1;
   EXPECT_THAT(rejection({{"a", "x"}, {"b", "y"}}, small), HasSubstr("limit is 1"));
   // A truncated archive: the central directory is gone.
   std::string zip = make_zip({{"a", "x"}});
-  EXPECT_THAT([&] {
-    try {
-      inspect_zip(zip.substr(0, zip.size() - 30));
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  }(), HasSubstr("not a zip"));
+  EXPECT_THAT(
+      [&] {
+        try {
+          inspect_zip(zip.substr(0, zip.size() - 30));
+        } catch (const Error& e) {
+          return std::string(e.what());
+        }
+        return std::string();
+      }(),
+      HasSubstr("not a zip"));
 }
 
 class UnpackTest : public ::testing::Test {
@@ -97,7 +102,8 @@ class UnpackTest : public ::testing::Test {
 };
 
 TEST_F(UnpackTest, UnpacksIntoAFreshDirectoryAndFindsTheSourceRoot) {
-  UnpackedTree t = unpack_source_zip(make_zip({{"CMakeLists.txt", kCmake}, {"src/a.cc", "int a;\n"}}), dir_ / "one");
+  UnpackedTree t = unpack_source_zip(
+      make_zip({{"CMakeLists.txt", kCmake}, {"src/a.cc", "int a;\n"}}), dir_ / "one");
   EXPECT_EQ(t.root, dir_ / "one" / "tree");
   EXPECT_EQ(read_file(t.root / "src/a.cc"), "int a;\n");
   EXPECT_EQ(t.files, 2u);
@@ -120,17 +126,20 @@ TEST_F(UnpackTest, DeflatedMembersAndExecutableModesUnpack) {
                                      dir_ / "one");
   EXPECT_EQ(read_file(t.root / "src/big.cc"), source);
   EXPECT_EQ(t.bytes, kCmake.size() + source.size() + 10);
-  EXPECT_NE(fs::status(t.root / "tools/run.sh").permissions() & fs::perms::owner_exec, fs::perms::none);
-  EXPECT_EQ(fs::status(t.root / "src/big.cc").permissions() & fs::perms::owner_exec, fs::perms::none);
+  EXPECT_NE(fs::status(t.root / "tools/run.sh").permissions() & fs::perms::owner_exec,
+            fs::perms::none);
+  EXPECT_EQ(fs::status(t.root / "src/big.cc").permissions() & fs::perms::owner_exec,
+            fs::perms::none);
 }
 
-// A 612 KB upload whose members declared 1,000 bytes and inflated to 60 MiB each wrote ~620 MB before
-// the 413: the sizes were checked after `unzip` had written everything. Now each member stops at its
-// declared size.
+// A 612 KB upload whose members declared 1,000 bytes and inflated to 60 MiB each wrote ~620 MB
+// before the 413: the sizes were checked after `unzip` had written everything. Now each member
+// stops at its declared size.
 TEST_F(UnpackTest, AMemberThatInflatesPastItsDeclaredSizeStopsThereAndIsNamed) {
   const std::string bomb(60u << 20, '\0');
   std::vector<ZipMember> members = {{"CMakeLists.txt", kCmake}};
-  for (int i = 0; i < 10; ++i) members.push_back({"bomb" + std::to_string(i), bomb, 0100644, true, 1000});
+  for (int i = 0; i < 10; ++i)
+    members.push_back({"bomb" + std::to_string(i), bomb, 0100644, true, 1000});
   const std::string zip = make_zip(members);
   EXPECT_LT(zip.size(), 1u << 20);
   try {
@@ -138,7 +147,8 @@ TEST_F(UnpackTest, AMemberThatInflatesPastItsDeclaredSizeStopsThereAndIsNamed) {
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("'bomb0' unpacks to more than the 1000 bytes its header declares"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr(
+                              "'bomb0' unpacks to more than the 1000 bytes its header declares"));
   }
   EXPECT_FALSE(fs::exists(dir_ / "bomb"));
   // Lies the other way, and corrupt data, are named too.
@@ -151,7 +161,8 @@ TEST_F(UnpackTest, AMemberThatInflatesPastItsDeclaredSizeStopsThereAndIsNamed) {
     return std::string("no error");
   };
   EXPECT_THAT(error_of({{"CMakeLists.txt", kCmake, 0100644, true, 5000}}, "short"),
-              ::testing::HasSubstr("unpacks to " + std::to_string(kCmake.size()) + " bytes, but its header declares 5000"));
+              ::testing::HasSubstr("unpacks to " + std::to_string(kCmake.size()) +
+                                   " bytes, but its header declares 5000"));
   std::string corrupt = make_zip({{"CMakeLists.txt", kCmake}});
   corrupt[30 + 14] ^= 1;  // one byte of the stored data: the CRC no longer matches
   try {

@@ -12,7 +12,8 @@
 namespace ajet::engine_control {
 namespace {
 
-tracking::Sample sample(const std::string& episode, const std::string& task, double reward, size_t length) {
+tracking::Sample sample(const std::string& episode, const std::string& task, double reward,
+                        size_t length) {
   tracking::Sample s;
   s.episode_uuid = episode;
   s.task_id = task;
@@ -53,7 +54,8 @@ TEST(SplitTrainBatch, GroupsStayWholeEverySampleGoesToOneRankAndMetaNamesTheRank
     for (const auto& g : groups) {
       for (size_t o = 0; o < parts.size(); ++o) {
         if (o == r) continue;
-        EXPECT_EQ(std::count(parts[o].task_ids.begin(), parts[o].task_ids.end(), g), 0) << "group " << g;
+        EXPECT_EQ(std::count(parts[o].task_ids.begin(), parts[o].task_ids.end(), g), 0)
+            << "group " << g;
       }
     }
     seen.insert(part.episode_uuids.begin(), part.episode_uuids.end());
@@ -97,15 +99,20 @@ TEST(SplitTrainBatch, ReinforcePlusPlusAdvantagesAreComputedOnTheWholeBatchAndTr
   EXPECT_NEAR(sum, 0.0, 1e-5);
 }
 
-// The step's reward and group figures are the whole batch's, not rank 0's share; its advantage means
-// weigh each rank's by its trained samples. Under REINFORCE++ the ranks receive advantages, not
-// rewards, and report no reward or group figures of their own.
+// The step's reward and group figures are the whole batch's, not rank 0's share; its advantage
+// means weigh each rank's by its trained samples. Under REINFORCE++ the ranks receive advantages,
+// not rewards, and report no reward or group figures of their own.
 TEST(SplitTrainBatch, StepMetricsCoverEveryRank) {
-  for (auto estimator : {train_data::AdvantageEstimator::kGrpo, train_data::AdvantageEstimator::kReinforcePP}) {
+  for (auto estimator :
+       {train_data::AdvantageEstimator::kGrpo, train_data::AdvantageEstimator::kReinforcePP}) {
     train_data::AdvantageOptions o;
     o.estimator = estimator;
     const std::vector<Json> replies = {
-        Json{{"samples", 3}, {"advantage_mean", 0.5}, {"advantage_abs_mean", 1.0}, {"reward_mean", 0.0}, {"groups", 0}},
+        Json{{"samples", 3},
+             {"advantage_mean", 0.5},
+             {"advantage_abs_mean", 1.0},
+             {"reward_mean", 0.0},
+             {"groups", 0}},
         Json{{"samples", 1}, {"advantage_mean", -0.5}, {"advantage_abs_mean", 2.0}}};
     Json metrics = replies[0];
     whole_batch_metrics(train_data::batch_from_rpc(request()), o, replies, metrics);

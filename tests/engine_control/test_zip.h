@@ -1,6 +1,6 @@
-// Zip archives built in memory (store or deflate, CRC-32, Unix modes) for the sync_train_code tests:
-// members with any name and any declared size, including the unsafe and lying ones the server must
-// refuse. Test-only.
+// Zip archives built in memory (store or deflate, CRC-32, Unix modes) for the sync_train_code
+// tests: members with any name and any declared size, including the unsafe and lying ones the
+// server must refuse. Test-only.
 #pragma once
 
 #include <zlib.h>
@@ -27,13 +27,15 @@ struct ZipMember {
   std::string data;
   uint32_t unix_mode = 0100644;  // S_IFLNK (0120777) makes a symbolic link
   bool deflate = false;
-  std::optional<uint32_t> declared_size = std::nullopt;  // what the headers claim; default: the true size
+  std::optional<uint32_t> declared_size =
+      std::nullopt;  // what the headers claim; default: the true size
 };
 
 // Raw deflate (no zlib header), as zip stores it.
 inline std::string deflate_raw(const std::string& data) {
   z_stream z{};
-  if (deflateInit2(&z, 9, Z_DEFLATED, -MAX_WBITS, 9, Z_DEFAULT_STRATEGY) != Z_OK) throw std::runtime_error("deflateInit2");
+  if (deflateInit2(&z, 9, Z_DEFLATED, -MAX_WBITS, 9, Z_DEFAULT_STRATEGY) != Z_OK)
+    throw std::runtime_error("deflateInit2");
   std::string out(deflateBound(&z, uLong(data.size())), '\0');
   z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
   z.avail_in = uInt(data.size());
@@ -61,7 +63,8 @@ inline std::string make_zip(const std::vector<ZipMember>& members) {
     const std::string stored = m.deflate ? deflate_raw(m.data) : m.data;
     const uint16_t method = m.deflate ? 8 : 0;
     const uint32_t offset = uint32_t(out.size()), crc = crc32(m.data);
-    const uint32_t size = m.declared_size.value_or(uint32_t(m.data.size())), packed = uint32_t(stored.size());
+    const uint32_t size = m.declared_size.value_or(uint32_t(m.data.size())),
+                   packed = uint32_t(stored.size());
     u32(out, 0x04034b50);
     u16(out, 20);
     u16(out, 0);

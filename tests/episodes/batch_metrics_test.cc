@@ -1,5 +1,6 @@
-// The names a batch's stats get in the metrics table: every finite number, flattened, with the engine's
-// timings under timing/, the per-episode staleness summarised, client ids made valid names.
+// The names a batch's stats get in the metrics table: every finite number, flattened, with the
+// engine's timings under timing/, the per-episode staleness summarised, client ids made valid
+// names.
 #include "episodes/batch_metrics.h"
 
 #include <gtest/gtest.h>
@@ -82,14 +83,19 @@ TEST(BatchMetrics, EveryNumberOfATrainedBatchGetsAStableName) {
 }
 
 TEST(BatchMetrics, ADebugBatchHasTheRolloutAloneAndNothingNonFinite) {
-  const Json stats = {{"rollout", {{"episodes", 2}, {"reward_mean", 1.0}, {"success_rate", 0.5}, {"staleness", Json::object()},
-                                   {"aborted", {{"verifier_timeout", 2}}}}},
+  const Json stats = {{"rollout",
+                       {{"episodes", 2},
+                        {"reward_mean", 1.0},
+                        {"success_rate", 0.5},
+                        {"staleness", Json::object()},
+                        {"aborted", {{"verifier_timeout", 2}}}}},
                       {"loss", std::numeric_limits<double>::quiet_NaN()},
                       {"grad_norm", std::numeric_limits<double>::infinity()}};
   const std::map<std::string, double> m = as_map(batch_metrics(stats));
-  EXPECT_EQ(m, (std::map<std::string, double>{
-                   {"rollout/episodes", 2}, {"rollout/reward_mean", 1.0}, {"rollout/success_rate", 0.5},
-                   {"rollout/aborted/verifier_timeout", 2}}));
+  EXPECT_EQ(m, (std::map<std::string, double>{{"rollout/episodes", 2},
+                                              {"rollout/reward_mean", 1.0},
+                                              {"rollout/success_rate", 0.5},
+                                              {"rollout/aborted/verifier_timeout", 2}}));
   EXPECT_TRUE(batch_metrics(Json(nullptr)).empty());
   EXPECT_TRUE(batch_metrics(Json::object()).empty());
 }

@@ -32,8 +32,11 @@ TEST(ClaimRequestParsing, DefaultsAndThrottlePolicy) {
   EXPECT_EQ(r.throttle_policy->expected_batch_size, 8);
   EXPECT_EQ(r.throttle_policy->current_task_id, "t9");
   EXPECT_THROW(ClaimRequest::from_json(Json::parse(R"({"episode_type": "train"})")), Error);
-  EXPECT_THROW(ClaimRequest::from_json(Json::parse(R"({"client_uuid": "c", "discard_episode_timeout": -1})")), Error);
-  EXPECT_THROW(ClaimRequest::from_json(Json::parse(R"({"client_uuid": "c", "throttle_policy": 3})")), Error);
+  EXPECT_THROW(ClaimRequest::from_json(
+                   Json::parse(R"({"client_uuid": "c", "discard_episode_timeout": -1})")),
+               Error);
+  EXPECT_THROW(
+      ClaimRequest::from_json(Json::parse(R"({"client_uuid": "c", "throttle_policy": 3})")), Error);
 }
 
 TEST(EndRequestParsing, TaskIdRulesAndReward) {
@@ -58,13 +61,17 @@ TEST(EndRequestParsing, TaskIdRulesAndReward) {
                                     "workflow_output": {"reward": 1, "metadata": {"task_id": "t2"}}})");
   EXPECT_NE(msg.find("task_id 't1'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("workflow_output.metadata.task_id 't2'"), std::string::npos) << msg;
-  msg = parse_error(R"({"client_uuid": "c", "episode_uuid": "e", "workflow_output": {"reward": 1}})");
+  msg =
+      parse_error(R"({"client_uuid": "c", "episode_uuid": "e", "workflow_output": {"reward": 1}})");
   EXPECT_NE(msg.find("task_id is required"), std::string::npos) << msg;
-  msg = parse_error(R"({"client_uuid": "c", "episode_uuid": "e", "task_id": "t", "workflow_output": {}})");
+  msg = parse_error(
+      R"({"client_uuid": "c", "episode_uuid": "e", "task_id": "t", "workflow_output": {}})");
   EXPECT_NE(msg.find("workflow_output.reward is required"), std::string::npos) << msg;
-  msg = parse_error(R"({"client_uuid": "c", "episode_uuid": "e", "task_id": "t", "workflow_output": {"reward": [1, 0]}})");
+  msg = parse_error(
+      R"({"client_uuid": "c", "episode_uuid": "e", "task_id": "t", "workflow_output": {"reward": [1, 0]}})");
   EXPECT_NE(msg.find("step rewards"), std::string::npos) << msg;
-  msg = parse_error(R"({"client_uuid": "c", "episode_uuid": "e", "task_id": "t", "workflow_output": {"reward": "1"}})");
+  msg = parse_error(
+      R"({"client_uuid": "c", "episode_uuid": "e", "task_id": "t", "workflow_output": {"reward": "1"}})");
   EXPECT_NE(msg.find("'reward' must be a number"), std::string::npos) << msg;
   msg = parse_error(R"({"client_uuid": "c", "task_id": "t", "workflow_output": {"reward": 1}})");
   EXPECT_NE(msg.find("episode_uuid"), std::string::npos) << msg;
@@ -90,30 +97,52 @@ TEST(CommandParsing, OverlongIdsAreRefusedNamingTheField) {
     }
   };
   refused([&] { ClaimRequest::from_json(Json{{"client_uuid", long_id}}); }, "client_uuid");
-  refused([&] { AbortRequest::from_json(Json{{"client_uuid", long_id}, {"episode_uuid", "e"}}); }, "client_uuid");
+  refused(
+      [&] {
+        AbortRequest::from_json(Json{{"client_uuid", long_id}, {"episode_uuid", "e"}});
+      },
+      "client_uuid");
   refused([&] { AbortRequest::from_json(Json{{"episode_uuid", long_id}}); }, "episode_uuid");
   EXPECT_EQ(AbortRequest::from_json(Json{{"episode_uuid", "e"}}).cause, "unspecified");
-  EXPECT_EQ(AbortRequest::from_json(Json{{"episode_uuid", "e"}, {"cause", "verifier_timeout"}}).cause,
-            "verifier_timeout");
+  EXPECT_EQ(
+      AbortRequest::from_json(Json{{"episode_uuid", "e"}, {"cause", "verifier_timeout"}}).cause,
+      "verifier_timeout");
   for (const char* bad : {"", "Verifier", "a-b", "a b", "x\n"}) {
-    EXPECT_THROW(AbortRequest::from_json(Json{{"episode_uuid", "e"}, {"cause", bad}}), Error) << bad;
+    EXPECT_THROW(AbortRequest::from_json(Json{{"episode_uuid", "e"}, {"cause", bad}}), Error)
+        << bad;
   }
-  EXPECT_THROW(AbortRequest::from_json(Json{{"episode_uuid", "e"}, {"cause", std::string(49, 'a')}}), Error);
-  EXPECT_NO_THROW(AbortRequest::from_json(Json{{"episode_uuid", "e"}, {"cause", std::string(48, 'a')}}));
-  refused([&] { EpisodeRef::from_json(Json{{"client_uuid", "c"}, {"episode_uuid", long_id}}, "commit_episode", true); },
-          "episode_uuid");
+  EXPECT_THROW(
+      AbortRequest::from_json(Json{{"episode_uuid", "e"}, {"cause", std::string(49, 'a')}}), Error);
+  EXPECT_NO_THROW(
+      AbortRequest::from_json(Json{{"episode_uuid", "e"}, {"cause", std::string(48, 'a')}}));
+  refused(
+      [&] {
+        EpisodeRef::from_json(Json{{"client_uuid", "c"}, {"episode_uuid", long_id}},
+                              "commit_episode", true);
+      },
+      "episode_uuid");
   const Json out = Json{{"reward", 1}};
-  refused([&] {
-    EndRequest::from_json(Json{{"client_uuid", "c"}, {"episode_uuid", "e"}, {"task_id", std::string(kMaxTaskIdBytes + 1, 't')},
-                               {"workflow_output", out}});
-  }, "task_id");
-  EXPECT_EQ(EndRequest::from_json(Json{{"client_uuid", "c"}, {"episode_uuid", "e"}, {"task_id", std::string(kMaxTaskIdBytes, 't')},
-                                       {"workflow_output", out}}).task_id.size(),
+  refused(
+      [&] {
+        EndRequest::from_json(Json{{"client_uuid", "c"},
+                                   {"episode_uuid", "e"},
+                                   {"task_id", std::string(kMaxTaskIdBytes + 1, 't')},
+                                   {"workflow_output", out}});
+      },
+      "task_id");
+  EXPECT_EQ(EndRequest::from_json(Json{{"client_uuid", "c"},
+                                       {"episode_uuid", "e"},
+                                       {"task_id", std::string(kMaxTaskIdBytes, 't')},
+                                       {"workflow_output", out}})
+                .task_id.size(),
             kMaxTaskIdBytes);
-  refused([&] {
-    ClaimRequest::from_json(Json{{"client_uuid", "c"},
-                                 {"throttle_policy", {{"current_task_id", std::string(kMaxTaskIdBytes + 1, 't')}}}});
-  }, "current_task_id");
+  refused(
+      [&] {
+        ClaimRequest::from_json(Json{
+            {"client_uuid", "c"},
+            {"throttle_policy", {{"current_task_id", std::string(kMaxTaskIdBytes + 1, 't')}}}});
+      },
+      "current_task_id");
 }
 
 // Lines quote what requests said: each is kept to kMaxMessageBytes, cut on a UTF-8 character
@@ -121,7 +150,8 @@ TEST(CommandParsing, OverlongIdsAreRefusedNamingTheField) {
 TEST(VerboseLogLines, LongLinesAreCutOnACharacterBoundary) {
   VerboseLog log;
   const size_t limit = VerboseLog::kMaxMessageBytes;
-  log.add("t", std::string(limit - 1, 'a') + "\xC3\xA9" + std::string(100, 'b'), false);  // é straddles the limit
+  log.add("t", std::string(limit - 1, 'a') + "\xC3\xA9" + std::string(100, 'b'),
+          false);  // é straddles the limit
   const Json dumped = Json::parse(log.to_json().dump());
   const std::string line = dumped["entries"][0]["message"].get<std::string>();
   EXPECT_EQ(line.substr(0, limit - 1), std::string(limit - 1, 'a'));
@@ -136,7 +166,8 @@ TEST(ResponseBodies, UpstreamFieldNames) {
   c.fail_cause = "x";
   EXPECT_EQ(c.to_json(), Json::parse(R"({"success": false, "client_uuid": "c", "episode_uuid": "",
       "openai_base_url": "", "openai_api_key": "", "fail_cause": "x", "global_step": 0})"));
-  EXPECT_EQ((BoolResponse{true, ""}.to_json()), Json::parse(R"({"success": true, "failure_reason": ""})"));
+  EXPECT_EQ((BoolResponse{true, ""}.to_json()),
+            Json::parse(R"({"success": true, "failure_reason": ""})"));
 }
 
 }  // namespace

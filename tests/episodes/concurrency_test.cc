@@ -45,8 +45,8 @@ TEST(RegistryConcurrency, ParallelClientsOverARealStore) {
           call.call_index = ticket.call_index;
           call.completion_ids = {t, done};
           EXPECT_TRUE(registry.record_llm_call(call));
-          registry.end_episode_wait(
-              testing::RegistryHarness::end_request(client, r.episode_uuid, "task-" + std::to_string(done % 5), t));
+          registry.end_episode_wait(testing::RegistryHarness::end_request(
+              client, r.episode_uuid, "task-" + std::to_string(done % 5), t));
           ++acked;
           ++done;
         }

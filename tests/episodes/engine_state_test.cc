@@ -16,7 +16,8 @@ TEST(EngineStatusNames, ExactWireStrings) {
   EXPECT_EQ(engine_phase_name(S::kRollingPost), "ENGINE.ROLLING_POST");
   EXPECT_EQ(engine_phase_name(S::kWeightSyncing), "ENGINE.WEIGHT_SYNCING");
   EXPECT_EQ(engine_phase_name(S::kWeightExporting), "ENGINE.WEIGHT_EXPORTING");
-  for (S s : {S::kOffline, S::kBooting, S::kRolling, S::kRollingPost, S::kWeightSyncing, S::kWeightExporting}) {
+  for (S s : {S::kOffline, S::kBooting, S::kRolling, S::kRollingPost, S::kWeightSyncing,
+              S::kWeightExporting}) {
     EXPECT_EQ(parse_engine_phase(engine_phase_name(s)), s);
   }
   EXPECT_FALSE(parse_engine_phase("ENGINE.CANNOT_CONNECT").has_value());
@@ -31,7 +32,8 @@ TEST(EngineTransitions, TheDesignCycleAndNothingElse) {
   EXPECT_TRUE(transition_allowed(S::kRollingPost, S::kRolling));  // debug backbone
   EXPECT_TRUE(transition_allowed(S::kWeightSyncing, S::kWeightExporting));
   EXPECT_TRUE(transition_allowed(S::kWeightExporting, S::kWeightSyncing));
-  for (S s : {S::kOffline, S::kBooting, S::kRolling, S::kRollingPost, S::kWeightSyncing, S::kWeightExporting}) {
+  for (S s : {S::kOffline, S::kBooting, S::kRolling, S::kRollingPost, S::kWeightSyncing,
+              S::kWeightExporting}) {
     EXPECT_TRUE(transition_allowed(s, S::kOffline)) << engine_phase_name(s);  // stop_engine
   }
   EXPECT_FALSE(transition_allowed(S::kOffline, S::kRolling));
@@ -42,7 +44,10 @@ TEST(EngineTransitions, TheDesignCycleAndNothingElse) {
 
 TEST(EngineState, TransitionsRecordBootingTimeAndRefuseIllegalMoves) {
   EngineState st;
-  EXPECT_EQ(st.to_json(), Json::parse(R"({"engine_status":"ENGINE.OFFLINE","engine_status_detail":null,"global_step":0})"));
+  EXPECT_EQ(
+      st.to_json(),
+      Json::parse(
+          R"({"engine_status":"ENGINE.OFFLINE","engine_status_detail":null,"global_step":0})"));
   st.transition(S::kBooting, 123.5, "loading model");
   EXPECT_EQ(st.booting_start_time(), 123.5);
   EXPECT_EQ(st.to_json()["engine_status_detail"], "loading model");
@@ -64,7 +69,8 @@ TEST(EngineAdvice, EachStatusSaysWhatToWaitFor) {
   EXPECT_TRUE(chat_allowed(S::kRollingPost));
   EXPECT_FALSE(chat_allowed(S::kWeightSyncing));
   EXPECT_EQ(claim_fail_cause(S::kWeightSyncing),
-            "Engine not ready. Current status: [ENGINE.WEIGHT_SYNCING]. Engine is syncing weights. Try again (maybe 1 "
+            "Engine not ready. Current status: [ENGINE.WEIGHT_SYNCING]. Engine is syncing weights. "
+            "Try again (maybe 1 "
             "minute) later.");
   EXPECT_NE(claim_fail_cause(S::kOffline).find("start_engine"), std::string::npos);
   EXPECT_NE(claim_fail_cause(S::kBooting).find("fully booted"), std::string::npos);

@@ -20,7 +20,8 @@ EpisodeKeyClaims sample() {
 }
 
 // Expects verify() to reject with kUnauthenticated and a message containing `why`.
-void expect_rejected(const EpisodeKeySigner& signer, const std::string& key, const std::string& why) {
+void expect_rejected(const EpisodeKeySigner& signer, const std::string& key,
+                     const std::string& why) {
   try {
     signer.verify(key);
     ADD_FAILURE() << "accepted: " << key;
@@ -35,7 +36,9 @@ Json payload(const std::string& key) {
   return Json::parse(*base64_decode(key.substr(kKeyPrefix.size())));
 }
 
-std::string encode(const Json& fields) { return std::string(kKeyPrefix) + base64_encode(fields.dump()); }
+std::string encode(const Json& fields) {
+  return std::string(kKeyPrefix) + base64_encode(fields.dump());
+}
 
 TEST(EpisodeKey, ValidKeyRoundTripsWithAndWithoutBearer) {
   EpisodeKeySigner signer(kSecret);
@@ -46,7 +49,8 @@ TEST(EpisodeKey, ValidKeyRoundTripsWithAndWithoutBearer) {
   for (const char* f : {"agent_name", "target_tag", "episode_uuid", "episode_address", "sig"}) {
     EXPECT_TRUE(fields.contains(f)) << f;
   }
-  for (const std::string& presented : {key, "Bearer " + key, "bearer " + key, "  Bearer " + key + " "}) {
+  for (const std::string& presented :
+       {key, "Bearer " + key, "bearer " + key, "  Bearer " + key + " "}) {
     EpisodeKeyClaims c = signer.verify(presented);
     EXPECT_EQ(c.agent_name, "planner");
     EXPECT_EQ(c.target_tag, "tag");
@@ -100,8 +104,8 @@ TEST(AgentName, HeaderThenModelThenKey) {
   EXPECT_EQ(resolve_agent_name(claims, std::nullopt, std::nullopt), "planner");
   EXPECT_EQ(resolve_agent_name(claims, std::nullopt, "reserved_field"), "planner");
   EXPECT_EQ(resolve_agent_name(claims, std::nullopt, "AgentJet-Model"), "planner");
-  // Before (issue 39): any model string named an agent, so Claude Code's "claude-opus-…" (and a side
-  // call on another model) split an episode into agents that trainable_agents did not train.
+  // Before (issue 39): any model string named an agent, so Claude Code's "claude-opus-…" (and a
+  // side call on another model) split an episode into agents that trainable_agents did not train.
   EXPECT_EQ(resolve_agent_name(claims, std::nullopt, "claude-opus-4-8"), "planner");
   EXPECT_EQ(resolve_agent_name(claims, std::nullopt, "critic"), "planner");
   AgentNames names;
@@ -113,7 +117,8 @@ TEST(AgentName, HeaderThenModelThenKey) {
   EXPECT_EQ(resolve_agent_name(claims, "solver", "critic", names), "solver");
   EXPECT_EQ(resolve_agent_name(claims, "", "critic", names), "critic");
   EXPECT_THROW(resolve_agent_name(claims, std::string(200, 'a'), std::nullopt), Error);
-  EXPECT_EQ(resolve_agent_name(claims, std::nullopt, std::string("a\nb")), "planner") << "not an agent name: ignored";
+  EXPECT_EQ(resolve_agent_name(claims, std::nullopt, std::string("a\nb")), "planner")
+      << "not an agent name: ignored";
   AgentNames bad;
   bad.by_model = {{"m", std::string(200, 'a')}};
   EXPECT_THROW(resolve_agent_name(claims, std::nullopt, "m", bad), Error);

@@ -1,5 +1,5 @@
-// Episode groups across servers (docs/protocol.md): prepare, commit, the coordinator's resolution, the
-// janitor's settling, weight changes between claim and prepare, and a prepared episode across a
+// Episode groups across servers (docs/protocol.md): prepare, commit, the coordinator's resolution,
+// the janitor's settling, weight changes between claim and prepare, and a prepared episode across a
 // restart of the front. The two-server protocol over HTTP is tested in tests/client_e2e.
 #include <filesystem>
 #include <set>
@@ -22,7 +22,8 @@ EpisodeGroup coordinator_group(const std::string& id, double timeout = 30) {
   return g;
 }
 
-EpisodeGroup participant_group(const std::string& id, const std::string& coordinator_episode, double timeout = 30) {
+EpisodeGroup participant_group(const std::string& id, const std::string& coordinator_episode,
+                               double timeout = 30) {
   EpisodeGroup g = coordinator_group(id, timeout);
   g.coordinator_url = "http://127.0.0.1:1";
   g.coordinator_episode_uuid = coordinator_episode;
@@ -35,8 +36,8 @@ struct Prepared {
   PrepareResponse answer;
 };
 
-Prepared prepare(Registry& r, const std::string& client, const std::string& uuid, const EpisodeGroup& group,
-                 double reward = 1, const std::string& task = "t") {
+Prepared prepare(Registry& r, const std::string& client, const std::string& uuid,
+                 const EpisodeGroup& group, double reward = 1, const std::string& task = "t") {
   PrepareRequest req{RegistryHarness::end_request(client, uuid, task, reward), group};
   Prepared out;
   bool called = false;
@@ -48,7 +49,8 @@ Prepared prepare(Registry& r, const std::string& client, const std::string& uuid
   return out;
 }
 
-std::optional<CommandError> commit(Registry& r, const std::string& client, const std::string& uuid) {
+std::optional<CommandError> commit(Registry& r, const std::string& client,
+                                   const std::string& uuid) {
   std::optional<CommandError> out;
   bool called = false;
   r.commit_episode(EpisodeRef{client, uuid}, [&](std::optional<CommandError> e) {
@@ -103,7 +105,8 @@ TEST(EpisodeGroups, CommitNeedsAPrepareAndAnAbortedPrepareCannotCommit) {
   h.abort("c1", b);
   std::optional<CommandError> late = commit(h.registry, "c1", b);
   ASSERT_TRUE(late);
-  EXPECT_TRUE(contains(late->message, "not in claimed status: it was aborted by its client")) << late->message;
+  EXPECT_TRUE(contains(late->message, "not in claimed status: it was aborted by its client"))
+      << late->message;
   EXPECT_EQ(completed(h.registry), 0);
   // A finished episode cannot be prepared.
   h.end("c1", a, "t", 1);
@@ -135,7 +138,8 @@ TEST(EpisodeGroups, AParticipantAsksItsCoordinatorAndFollowsTheDecision) {
   h.start();
   std::string a = h.claim("c1"), b = h.claim("c1"), c = h.claim("c1");
   for (const auto& uuid : {a, b, c}) {
-    ASSERT_FALSE(prepare(h.registry, "c1", uuid, participant_group("g-" + uuid, "coord-" + uuid, 5)).error);
+    ASSERT_FALSE(
+        prepare(h.registry, "c1", uuid, participant_group("g-" + uuid, "coord-" + uuid, 5)).error);
   }
   h.now += 6;
   SweepResult swept = h.registry.sweep();
@@ -149,7 +153,7 @@ TEST(EpisodeGroups, AParticipantAsksItsCoordinatorAndFollowsTheDecision) {
   EXPECT_FALSE(commit(h.registry, "c1", a));  // the client's own commit afterwards: success
   EXPECT_TRUE(commit(h.registry, "c1", b).has_value());
   Json info = h.registry.pool_info();
-  EXPECT_EQ(info["prepared_episodes"], 1);  // c waits for an answer
+  EXPECT_EQ(info["prepared_episodes"], 1);             // c waits for an answer
   EXPECT_TRUE(h.registry.sweep().to_resolve.empty());  // asked again only after the backoff
   h.now += RegistryOptions{}.resolve_backoff_min;
   SweepResult again = h.registry.sweep();
@@ -161,7 +165,8 @@ TEST(EpisodeGroups, AParticipantAsksItsCoordinatorAndFollowsTheDecision) {
 TEST(EpisodeGroups, TheCoordinatorAbortsWhatIsNotCommittedWhenAParticipantAsks) {
   RegistryHarness h(small_options(Backbone::kTorch, 4, 1));
   h.start();
-  std::string prepared = h.claim("c1"), claimed = h.claim("c1"), done = h.claim("c1"), other = h.claim("c1");
+  std::string prepared = h.claim("c1"), claimed = h.claim("c1"), done = h.claim("c1"),
+              other = h.claim("c1");
   ASSERT_FALSE(prepare(h.registry, "c1", prepared, coordinator_group("g1")).error);
   ASSERT_FALSE(prepare(h.registry, "c1", other, coordinator_group("g-other")).error);
   ASSERT_FALSE(prepare(h.registry, "c1", done, coordinator_group("g3")).error);
@@ -170,9 +175,11 @@ TEST(EpisodeGroups, TheCoordinatorAbortsWhatIsNotCommittedWhenAParticipantAsks) 
   EXPECT_EQ(h.registry.resolve_group(ResolveRequest{"g1", prepared}), "aborted");
   EXPECT_EQ(h.registry.resolve_group(ResolveRequest{"g2", claimed}), "aborted");
   EXPECT_EQ(h.registry.resolve_group(ResolveRequest{"g3", done}), "committed");
-  EXPECT_EQ(h.registry.resolve_group(ResolveRequest{"g-wrong", done}), "aborted");  // not this group's commit
+  EXPECT_EQ(h.registry.resolve_group(ResolveRequest{"g-wrong", done}),
+            "aborted");  // not this group's commit
   EXPECT_EQ(h.registry.resolve_group(ResolveRequest{"g4", "never-seen"}), "aborted");
-  EXPECT_EQ(h.registry.resolve_group(ResolveRequest{"g1", other}), "aborted");  // another group's: untouched
+  EXPECT_EQ(h.registry.resolve_group(ResolveRequest{"g1", other}),
+            "aborted");  // another group's: untouched
   // The late client finds its commits refused, so it aborts the rest of its group.
   EXPECT_TRUE(contains(commit(h.registry, "c1", prepared)->message, "group 'g1' was aborted"));
   EXPECT_THROW(h.registry.begin_llm_call(claimed), Error);
@@ -203,7 +210,10 @@ TEST(EpisodeGroups, APrepareReportsWeightsThatChangedSinceTheClaim) {
 }
 
 TEST(EpisodeGroups, BodiesAreCheckedFieldByField) {
-  Json end{{"client_uuid", "c"}, {"episode_uuid", "e"}, {"task_id", "t"}, {"workflow_output", {{"reward", 1}}}};
+  Json end{{"client_uuid", "c"},
+           {"episode_uuid", "e"},
+           {"task_id", "t"},
+           {"workflow_output", {{"reward", 1}}}};
   auto error_of = [](const Json& body) -> std::string {
     try {
       PrepareRequest::from_json(body);
@@ -222,7 +232,8 @@ TEST(EpisodeGroups, BodiesAreCheckedFieldByField) {
   EXPECT_TRUE(contains(error_of(bad), "'coordinator_url' must be http://host:port"));
   bad["group"] = {{"group_id", "g"}, {"coordinator_url", "http://h:1"}};
   EXPECT_TRUE(contains(error_of(bad), "'coordinator_episode_uuid' is required"));
-  bad["group"] = {{"group_id", "g"}, {"coordinator_url", "http://h:1"}, {"coordinator_episode_uuid", "x"}};
+  bad["group"] = {
+      {"group_id", "g"}, {"coordinator_url", "http://h:1"}, {"coordinator_episode_uuid", "x"}};
   EXPECT_TRUE(contains(error_of(bad), "'coordinator_episode_key' is required"));
   bad["group"] = {{"group_id", "g"}, {"prepare_timeout", -1}};
   EXPECT_TRUE(contains(error_of(bad), "'prepare_timeout' must be a number of seconds"));
@@ -250,7 +261,8 @@ TEST(EpisodeGroups, APreparedEpisodeSurvivesARestartOfTheFront) {
     h.start();
     a = h.claim("c1");
     std::promise<void> stored;
-    PrepareRequest req{RegistryHarness::end_request("c1", a, "t", 0.5), participant_group("g", "coord", 30)};
+    PrepareRequest req{RegistryHarness::end_request("c1", a, "t", 0.5),
+                       participant_group("g", "coord", 30)};
     h.registry.prepare_end_episode(req, [&](std::optional<CommandError> e, PrepareResponse) {
       EXPECT_FALSE(e);
       stored.set_value();

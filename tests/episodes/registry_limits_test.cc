@@ -27,10 +27,11 @@ TEST(RegistryLimits, AClientsShareOfThePoolIsBounded) {
   for (int i = 0; i < 4; ++i) mine.push_back(h.claim("greedy"));
   ClaimResponse refused = h.try_claim("greedy");
   EXPECT_FALSE(refused.success);
-  EXPECT_TRUE(contains(refused.fail_cause, "No available episodes for this client")) << refused.fail_cause;
+  EXPECT_TRUE(contains(refused.fail_cause, "No available episodes for this client"))
+      << refused.fail_cause;
   EXPECT_TRUE(contains(refused.fail_cause, "--max-claims-per-client")) << refused.fail_cause;
   EXPECT_TRUE(h.try_claim("other").success);  // the rest of the pool is still there for others
-  h.end("greedy", mine[0], "t", 1);  // an end frees a place of the share
+  h.end("greedy", mine[0], "t", 1);           // an end frees a place of the share
   EXPECT_TRUE(h.try_claim("greedy").success);
 
   o.max_claims_per_client = 3;
@@ -135,31 +136,34 @@ TEST(RegistryLimits, AnEndOfAnEpisodeOnlyTheStoreKnowsReadsItWhereBlockingIsFine
   store::Store store(tmp.db());
   RegistryHarness h(small_options(Backbone::kTorch, 4, 2), &store);
   std::vector<std::function<void()>> deferred;
-  h.registry.set_hooks(RegistryHooks{nullptr, nullptr, nullptr,
-                                     [&](std::function<void()> task) { deferred.push_back(std::move(task)); }});
+  h.registry.set_hooks(RegistryHooks{nullptr, nullptr, nullptr, [&](std::function<void()> task) {
+                                       deferred.push_back(std::move(task));
+                                     }});
   h.registry.restore(store.recover());
   h.start();
   bool answered = false;
   std::optional<CommandError> answer;
-  h.registry.end_episode(RegistryHarness::end_request("c1", a, "t", 1), [&](std::optional<CommandError> e) {
-    answered = true;
-    answer = e;
-  });
+  h.registry.end_episode(RegistryHarness::end_request("c1", a, "t", 1),
+                         [&](std::optional<CommandError> e) {
+                           answered = true;
+                           answer = e;
+                         });
   EXPECT_FALSE(answered);  // nothing was read on this thread
   ASSERT_EQ(deferred.size(), 1u);
   deferred[0]();
   EXPECT_TRUE(answered);
   EXPECT_FALSE(answer) << answer->message;  // the stored end: an idempotent repeat
   answered = false;
-  h.registry.commit_episode(EpisodeRef{"c1", a}, [&](std::optional<CommandError>) { answered = true; });
+  h.registry.commit_episode(EpisodeRef{"c1", a},
+                            [&](std::optional<CommandError>) { answered = true; });
   EXPECT_FALSE(answered);
   ASSERT_EQ(deferred.size(), 2u);
   deferred[1]();
   EXPECT_TRUE(answered);
 }
 
-// Before: restore() gave restored claims a fresh idle clock, so a loop of quick restarts kept a dead
-// client's claims alive for ever and filled the pool (item 10).
+// Before: restore() gave restored claims a fresh idle clock, so a loop of quick restarts kept a
+// dead client's claims alive for ever and filled the pool (item 10).
 TEST(RegistryLimits, ClaimsRestoredAfterARestartKeepTheirIdleDeadline) {
   TempDir tmp;
   std::string dead, active;
@@ -187,7 +191,8 @@ TEST(RegistryLimits, ClaimsRestoredAfterARestartKeepTheirIdleDeadline) {
   h.now = 1050;
   h.registry.restore(store.recover());
   h.registry.start_booting();
-  // Its client is back while the engine boots: a refused call is a sign of life, its clock starts again.
+  // Its client is back while the engine boots: a refused call is a sign of life, its clock starts
+  // again.
   EXPECT_THROW(h.registry.begin_llm_call(active), Error);
   h.registry.engine_ready();
   h.now = 1061;  // 61 s after the claim: past its 60 s deadline
@@ -196,7 +201,8 @@ TEST(RegistryLimits, ClaimsRestoredAfterARestartKeepTheirIdleDeadline) {
   EXPECT_TRUE(h.can_continue("alive", active));
 }
 
-// Before: the public pool info and buffer listed every claimed episode's episode_uuid and client_uuid.
+// Before: the public pool info and buffer listed every claimed episode's episode_uuid and
+// client_uuid.
 TEST(RegistryLimits, PublicViewsShowOnlyTheCallersOwnIds) {
   RegistryHarness h(small_options(Backbone::kTorch, 4, 2));
   h.start();
@@ -224,7 +230,8 @@ TEST(RegistryLimits, PublicViewsShowOnlyTheCallersOwnIds) {
   EXPECT_FALSE(contains(own.dump(), "\"victim\""));
   Json buffer = h.registry.episode_buffer(ViewScope{false, "me"})["buffer"];
   int own_items = 0;
-  for (const auto& item : buffer) own_items += item["episode_uuid"] == mine && item["client_uuid"] == "me";
+  for (const auto& item : buffer)
+    own_items += item["episode_uuid"] == mine && item["client_uuid"] == "me";
   EXPECT_EQ(own_items, 1);
 
   Json admin = h.registry.pool_info(ViewScope{true, ""});
@@ -242,13 +249,15 @@ EpisodeGroup participant(const std::string& coordinator_episode, double timeout 
   return g;
 }
 
-void prepare(RegistryHarness& h, const std::string& client, const std::string& uuid, const EpisodeGroup& group) {
+void prepare(RegistryHarness& h, const std::string& client, const std::string& uuid,
+             const EpisodeGroup& group) {
   bool answered = false;
-  h.registry.prepare_end_episode(PrepareRequest{RegistryHarness::end_request(client, uuid, "t", 1), group},
-                                 [&](std::optional<CommandError> e, PrepareResponse) {
-                                   EXPECT_FALSE(e) << e->message;
-                                   answered = true;
-                                 });
+  h.registry.prepare_end_episode(
+      PrepareRequest{RegistryHarness::end_request(client, uuid, "t", 1), group},
+      [&](std::optional<CommandError> e, PrepareResponse) {
+        EXPECT_FALSE(e) << e->message;
+        answered = true;
+      });
   EXPECT_TRUE(answered);
 }
 
@@ -299,11 +308,12 @@ TEST(RegistryLimits, APreparedEpisodeKeepsItsDeadlineAcrossARestart) {
     h.start();
     a = h.claim("c1");
     std::promise<void> stored;
-    h.registry.prepare_end_episode(PrepareRequest{RegistryHarness::end_request("c1", a, "t", 1), participant("x", 30)},
-                                   [&](std::optional<CommandError> e, PrepareResponse) {
-                                     EXPECT_FALSE(e);
-                                     stored.set_value();
-                                   });
+    h.registry.prepare_end_episode(
+        PrepareRequest{RegistryHarness::end_request("c1", a, "t", 1), participant("x", 30)},
+        [&](std::optional<CommandError> e, PrepareResponse) {
+          EXPECT_FALSE(e);
+          stored.set_value();
+        });
     stored.get_future().get();
     store.flush().get();
   }
@@ -332,7 +342,8 @@ TEST(RegistryLimits, EpisodeCommandsNeedTheEpisodesOwnKey) {
   claims.episode_uuid = "e1";
   const std::string key = signer.make_key(claims);
   EXPECT_NO_THROW(check_episode_command_key(signer, "Bearer " + key, "e1", "end_episode", false));
-  auto refusal = [&](std::optional<std::string_view> auth, std::string_view uuid, bool keyless) -> std::string {
+  auto refusal = [&](std::optional<std::string_view> auth, std::string_view uuid,
+                     bool keyless) -> std::string {
     try {
       check_episode_command_key(signer, auth, uuid, "end_episode", keyless);
     } catch (const Error& e) {
@@ -341,11 +352,14 @@ TEST(RegistryLimits, EpisodeCommandsNeedTheEpisodesOwnKey) {
     }
     return "";
   };
-  EXPECT_TRUE(contains(refusal(std::nullopt, "e1", false), "Authorization: Bearer <openai_api_key"));
+  EXPECT_TRUE(
+      contains(refusal(std::nullopt, "e1", false), "Authorization: Bearer <openai_api_key"));
   EXPECT_TRUE(contains(refusal(std::nullopt, "e1", false), "--allow-keyless-episode-commands"));
   EXPECT_EQ(refusal(std::nullopt, "e1", true), "");  // the compatibility switch
-  EXPECT_TRUE(contains(refusal("Bearer " + key, "e2", false), "the key is episode e1's, not episode e2's"));
-  EXPECT_TRUE(contains(refusal("Bearer " + key, "e2", true), "not episode e2's"));  // a wrong key is never let in
+  EXPECT_TRUE(
+      contains(refusal("Bearer " + key, "e2", false), "the key is episode e1's, not episode e2's"));
+  EXPECT_TRUE(contains(refusal("Bearer " + key, "e2", true),
+                       "not episode e2's"));  // a wrong key is never let in
   EXPECT_TRUE(contains(refusal("Bearer sk-ajet-forged", "e1", false), "invalid episode key"));
 }
 
@@ -375,7 +389,8 @@ TEST(RegistryLimits, CoordinatorUrlsAreHostAndPortOnly) {
   EXPECT_TRUE(contains(refusal("http://127.0.0.1:0"), "1..65535"));
   EXPECT_TRUE(contains(refusal("http://a b:1"), "space"));
   EXPECT_TRUE(contains(refusal("ftp://x:1"), "the scheme must be http://"));
-  EXPECT_TRUE(contains(refusal("http://x"), "group: field 'coordinator_url' must be http://host:port, got 'http://x'"));
+  EXPECT_TRUE(contains(refusal("http://x"),
+                       "group: field 'coordinator_url' must be http://host:port, got 'http://x'"));
 }
 
 // Before: an 8 MB metadata array was kept per episode until its batch trained (item 4).
@@ -394,7 +409,8 @@ TEST(RegistryLimits, EndMetadataAndLogMetricsAreBounded) {
     EXPECT_TRUE(contains(e.what(), "1 KiB")) << e.what();
     EXPECT_TRUE(contains(e.what(), "--max-episode-metadata-mb")) << e.what();
   }
-  body["workflow_output"] = {{"reward", 1}, {"log_metrics", {{"m", std::vector<double>(500, 1.5)}}}};
+  body["workflow_output"] = {{"reward", 1},
+                             {"log_metrics", {{"m", std::vector<double>(500, 1.5)}}}};
   try {
     EndRequest::from_json(body, "end_episode", 1024);
     ADD_FAILURE() << "accepted";

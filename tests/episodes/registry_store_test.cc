@@ -29,7 +29,9 @@ class TempStore {
 // A registry over `store` using the store's secret, on a manual clock.
 struct Front {
   Front(store::Store& s, RegistryOptions options)
-      : store(s), registry(std::move(options), EpisodeKeySigner(s.load_or_create_secret()), &s, [this] { return now; }) {}
+      : store(s),
+        registry(std::move(options), EpisodeKeySigner(s.load_or_create_secret()), &s,
+                 [this] { return now; }) {}
 
   std::string claim(const std::string& client, double timeout = 240) {
     ClaimRequest req;
@@ -53,7 +55,8 @@ struct Front {
     EXPECT_TRUE(registry.record_llm_call(row));
     registry.end_llm_call(uuid);
   }
-  void end(const std::string& client, const std::string& uuid, const std::string& task, double reward) {
+  void end(const std::string& client, const std::string& uuid, const std::string& task,
+           double reward) {
     registry.end_episode_wait(testing::RegistryHarness::end_request(client, uuid, task, reward));
   }
 
@@ -97,7 +100,8 @@ TEST(RegistryStore, AbortReclaimAndStopLeaveTheRightRows) {
   Front f(store, small_options(Backbone::kTorch, 8, 4));
   f.registry.start_booting();
   f.registry.engine_ready();
-  std::string aborted = f.claim("c1"), idle = f.claim("c1", 10), finished = f.claim("c2"), running = f.claim("c2");
+  std::string aborted = f.claim("c1"), idle = f.claim("c1", 10), finished = f.claim("c2"),
+              running = f.claim("c2");
   for (const auto& uuid : {aborted, idle, running}) f.call(uuid, 3);
   f.registry.abort_episode(AbortRequest{"c1", aborted});
   f.now += 11;
@@ -108,8 +112,10 @@ TEST(RegistryStore, AbortReclaimAndStopLeaveTheRightRows) {
   EXPECT_EQ(store.get_episode(aborted)->status, store::kEpisodeAborted);
   EXPECT_EQ(store.get_episode(idle)->status, store::kEpisodeReclaimed);
   EXPECT_EQ(store.get_episode(running)->status, store::kEpisodeDropped);
-  EXPECT_EQ(store.get_episode(finished)->status, store::kEpisodeFinished);  // finished ones stay stored
-  for (const auto& uuid : {aborted, idle, running}) EXPECT_TRUE(store.get_calls(uuid).empty()) << uuid;
+  EXPECT_EQ(store.get_episode(finished)->status,
+            store::kEpisodeFinished);  // finished ones stay stored
+  for (const auto& uuid : {aborted, idle, running})
+    EXPECT_TRUE(store.get_calls(uuid).empty()) << uuid;
   // Stopped means abandoned: a later restart does not resume that batch.
   EXPECT_TRUE(store.recover().pending_finished.empty());
   EXPECT_EQ(store.recover().engine_status, "ENGINE.OFFLINE");

@@ -138,9 +138,10 @@ TEST(RegistryBatch, ADeadClientsEpisodeDoesNotHoldTheBatchBoundaryAndCarriesOver
   h.registry.begin_weight_export();
   h.registry.end_weight_export();
   h.registry.finish_batch(batch.batch_id, Json{{"loss", 0.1}});
-  EXPECT_EQ(h.registry.engine_status(), EnginePhase::kRollingPost);  // `busy` fills the next batch at once
-  // Re-entering ROLLING restarted the janitor's idle clocks, but not the client's last sign of life:
-  // the dead client's episode holds this boundary no second either.
+  EXPECT_EQ(h.registry.engine_status(),
+            EnginePhase::kRollingPost);  // `busy` fills the next batch at once
+  // Re-entering ROLLING restarted the janitor's idle clocks, but not the client's last sign of
+  // life: the dead client's episode holds this boundary no second either.
   ASSERT_TRUE(h.registry.batch_ready());
   Batch next = h.registry.take_batch();
   ASSERT_EQ(next.episodes.size(), 1u);
@@ -205,8 +206,9 @@ TEST(RegistryJanitor, ReclaimsOnlyEpisodesIdlePastTheirTimeout) {
   EXPECT_EQ(h.registry.sweep().reclaimed, std::vector<std::string>{patient});
 }
 
-// A generation longer than discard_episode_timeout (a long answer, a queue on a busy engine) lost its
-// episode: idle time counted from the start of the call, and the call in flight was not activity.
+// A generation longer than discard_episode_timeout (a long answer, a queue on a busy engine) lost
+// its episode: idle time counted from the start of the call, and the call in flight was not
+// activity.
 TEST(RegistryJanitor, AnEpisodeWithACallInFlightIsNeverIdle) {
   RegistryHarness h(small_options(Backbone::kTorch, 8, 4, 2));
   h.start();
@@ -273,7 +275,8 @@ TEST(RegistryLlmCalls, EpisodeLimitsOnCallsAndStoredBytes) {
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kResourceExhausted);
-    EXPECT_TRUE(contains(e.what(), "limit of 3 calls per episode (ajet-swarm --max-episode-calls)")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "limit of 3 calls per episode (ajet-swarm --max-episode-calls)"))
+        << e.what();
   }
   store::CallRow row;
   row.episode_uuid = a;
@@ -283,18 +286,22 @@ TEST(RegistryLlmCalls, EpisodeLimitsOnCallsAndStoredBytes) {
   // Call 0 is recorded but still in flight (its answer is out, its object not yet gone): it counts
   // once, so a third call fits (1 recorded + 1 pending + 1).
   std::vector<LlmCallTicket> third = h.registry.begin_llm_calls(
-      a, CallReservation{.calls = 1, .request_bytes = 400, .max_calls = 3, .max_bytes = 1000});  // 600 + 400 fits
+      a,
+      CallReservation{
+          .calls = 1, .request_bytes = 400, .max_calls = 3, .max_bytes = 1000});  // 600 + 400 fits
   ASSERT_EQ(third.size(), 1u);
   h.registry.end_llm_call(a, 0);
   h.registry.end_llm_call(a, 1);  // the second choice was never recorded: it no longer counts
   h.registry.end_llm_call(a, third[0].call_index);
   try {
-    h.registry.begin_llm_calls(a, CallReservation{.calls = 1, .request_bytes = 401, .max_calls = 3, .max_bytes = 1000});
+    h.registry.begin_llm_calls(
+        a, CallReservation{.calls = 1, .request_bytes = 401, .max_calls = 3, .max_bytes = 1000});
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kResourceExhausted);
     EXPECT_TRUE(contains(e.what(), "has stored 600 bytes")) << e.what();
-    EXPECT_TRUE(contains(e.what(), "limit of 1000 bytes per episode (ajet-swarm --max-episode-mb")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "limit of 1000 bytes per episode (ajet-swarm --max-episode-mb"))
+        << e.what();
   }
   std::string b = h.claim("c1", "eval");  // another episode has its own budget
   EXPECT_EQ(h.registry.begin_llm_calls(b, two).size(), 2u);
@@ -303,14 +310,15 @@ TEST(RegistryLlmCalls, EpisodeLimitsOnCallsAndStoredBytes) {
 TEST(RegistryBatch, DefaultTriggerDrainThenTrainAdvancesTheStep) {
   RegistryHarness h(small_options(Backbone::kTorch, 2, 2));
   h.start();
-  std::string a1 = h.claim("c1"), a2 = h.claim("c1"), b1 = h.claim("c2"), b2 = h.claim("c2"), late = h.claim("c2");
+  std::string a1 = h.claim("c1"), a2 = h.claim("c1"), b1 = h.claim("c2"), b2 = h.claim("c2"),
+              late = h.claim("c2");
   h.end("c1", a1, "A", 1);
   h.end("c1", a2, "A", 0);
   h.end("c2", b1, "B", 1);
   EXPECT_EQ(h.registry.engine_status(), EnginePhase::kRolling);
   h.end("c2", b2, "B", 1);  // two tasks with two episodes each: full
   EXPECT_EQ(h.registry.engine_status(), EnginePhase::kRollingPost);
-  EXPECT_FALSE(h.registry.batch_ready());  // `late` is still running and will be included
+  EXPECT_FALSE(h.registry.batch_ready());            // `late` is still running and will be included
   EXPECT_NO_THROW(h.registry.begin_llm_call(late));  // chat is still served in ROLLING_POST
   EXPECT_FALSE(h.registry.wait_batch_ready(std::chrono::milliseconds(0)));
   h.end("c2", late, "C", 0.5);
@@ -348,7 +356,8 @@ TEST(RegistryBatch, EpisodesAndNonDummyTriggers) {
   o.sample_collection = SampleCollection::kEnoughNonDummyTasks;
   RegistryHarness h(o);
   h.start();
-  for (const char* task : {"A", "A", "B", "B"}) h.end("c", h.claim("c"), task, 1);  // all equal: dummy
+  for (const char* task : {"A", "A", "B", "B"})
+    h.end("c", h.claim("c"), task, 1);  // all equal: dummy
   EXPECT_EQ(h.registry.pool_info()["completed_tasks"], 2);
   EXPECT_EQ(h.registry.pool_info()["completed_non_dummy_tasks"], 0);
   EXPECT_EQ(h.registry.engine_status(), EnginePhase::kRolling);
@@ -378,10 +387,12 @@ TEST(RegistryBatch, AgreeTriggersUseActiveClients) {
   // c2 goes quiet past CLIENT_ACTIVE_TIMEOUT: it no longer blocks the others.
   h.now += 601;
   SweepResult swept = h.registry.sweep();
-  EXPECT_EQ(swept.expired_clients, (std::vector<std::string>{"c1", "c2"}));  // c1 agreed at t0, also idle
+  EXPECT_EQ(swept.expired_clients,
+            (std::vector<std::string>{"c1", "c2"}));  // c1 agreed at t0, also idle
   h.end("c1", h.claim("c1"), "t", 1);
   EXPECT_TRUE(h.registry.agree_sync_weight(AgreeRequest{"c1"}).success);
-  EXPECT_EQ(h.registry.engine_status(), EnginePhase::kRollingPost);  // shown for agree_boundary_dwell
+  EXPECT_EQ(h.registry.engine_status(),
+            EnginePhase::kRollingPost);  // shown for agree_boundary_dwell
   h.now += 2;
   h.registry.sweep();
   EXPECT_TRUE(h.registry.batch_ready());
@@ -458,8 +469,8 @@ TEST(RegistryBatch, AnAgreedBoundaryIsVisibleOnEveryBackbone) {
 }
 
 // Classic mode's dynamic sampling: the launcher is the only client and waits on global_step, so the
-// agreed boundary needs no dwell (ajet.swarm_mode_agree_boundary_dwell: 0) and the batch is ready at
-// once, with no sweep and no time passing.
+// agreed boundary needs no dwell (ajet.swarm_mode_agree_boundary_dwell: 0) and the batch is ready
+// at once, with no sweep and no time passing.
 TEST(RegistryBatch, WithoutADwellAnAgreedBatchIsReadyAtOnce) {
   for (Backbone backbone : {Backbone::kTorch, Backbone::kAsync}) {
     RegistryOptions o = small_options(backbone, 100, 4);
@@ -532,7 +543,8 @@ TEST(RegistryBatch, ThrottlePolicyFieldsShowInPoolInfoAndBuffer) {
   info = h.registry.pool_info();
   EXPECT_EQ(info["completed_tasks_client_uuids"]["math-7"], Json::parse(R"(["c1", "c2"])"));
   EXPECT_EQ(info["completed_tasks_details"]["math-7"].size(), 2u);
-  EXPECT_DOUBLE_EQ(info["completed_tasks_reward_stats"]["math-7"]["reward_mean"].get<double>(), 0.5);
+  EXPECT_DOUBLE_EQ(info["completed_tasks_reward_stats"]["math-7"]["reward_mean"].get<double>(),
+                   0.5);
   EXPECT_DOUBLE_EQ(info["completed_tasks_reward_stats"]["math-7"]["reward_std"].get<double>(), 0.5);
 }
 
@@ -540,12 +552,13 @@ TEST(RegistryPoolInfo, CarriesEveryProtocolField) {
   RegistryHarness h(small_options(Backbone::kTorch, 3, 5));
   h.registry.start_booting();
   Json info = h.registry.pool_info();
-  for (const char* f : {"sample_collection_method", "completed_episodes", "completed_episode_target",
-                        "completed_tasks", "completed_task_target", "completed_non_dummy_tasks",
-                        "completed_non_dummy_task_target", "task_expected_num_repeat", "completed_tasks_details",
-                        "completed_tasks_client_uuids", "completed_tasks_rewards", "running_episode_details",
-                        "engine_status", "global_step", "booting_start_time", "training_model_path",
-                        "swarm_client_instruction"}) {
+  for (const char* f :
+       {"sample_collection_method", "completed_episodes", "completed_episode_target",
+        "completed_tasks", "completed_task_target", "completed_non_dummy_tasks",
+        "completed_non_dummy_task_target", "task_expected_num_repeat", "completed_tasks_details",
+        "completed_tasks_client_uuids", "completed_tasks_rewards", "running_episode_details",
+        "engine_status", "global_step", "booting_start_time", "training_model_path",
+        "swarm_client_instruction"}) {
     EXPECT_TRUE(info.contains(f)) << f;
   }
   // Nothing claimed: null, as upstream sends (its client's never-throttle guard tests for None).
@@ -583,7 +596,8 @@ TEST(RegistryFigures, CountStatesOutcomesAndBatchProgress) {
   EXPECT_EQ(f.batch_episode_target, 4);
   EXPECT_EQ(f.batch_task_target, 2);
   h.start();
-  std::string a = h.claim("c1"), b = h.claim("c1"), c = h.claim("c2", "eval"), d = h.claim("c2", "train", 10);
+  std::string a = h.claim("c1"), b = h.claim("c1"), c = h.claim("c2", "eval"),
+              d = h.claim("c2", "train", 10);
   {
     CallInFlight call(h.registry, a);
     h.registry.begin_llm_call(a);
@@ -605,13 +619,13 @@ TEST(RegistryFigures, CountStatesOutcomesAndBatchProgress) {
   f = h.registry.figures();
   using Key = std::pair<std::string, std::string>;
   EXPECT_EQ(f.ended, (std::map<Key, int64_t>{{{"finished", "train"}, 1},
-                                            {{"finished", "eval"}, 1},
-                                            {{"aborted", "train"}, 1},
-                                            {{"reclaimed", "train"}, 1}}));
+                                             {{"finished", "eval"}, 1},
+                                             {{"aborted", "train"}, 1},
+                                             {{"reclaimed", "train"}, 1}}));
   EXPECT_EQ(f.claimed, 0);
   EXPECT_EQ(f.registered, 5);  // every slot back in the pool
   EXPECT_EQ(f.batch_episodes, 1);
-  EXPECT_EQ(f.batch_tasks, 0);  // t1 has 1 of its 2 episodes
+  EXPECT_EQ(f.batch_tasks, 0);     // t1 has 1 of its 2 episodes
   EXPECT_EQ(f.active_clients, 1);  // c1 ended a train episode; c2 only an eval one
 
   std::string e = h.claim("c1");
@@ -723,11 +737,10 @@ TEST(RegistryLifecycle, ConfigureOnlyWhenOffline) {
   EXPECT_THROW(h.registry.engine_ready(), Error);
 }
 
-
 TEST(RegistryBackbones, AsyncStalenessBoundCountsVersionsBehindTheTrainer) {
   // max_staleness 1: while one batch trains (policy v -> v+1), episodes claimed now are trained at
-  // v+1 (1 version behind: allowed). Once the next batch is full too, a new episode would be trained
-  // at v+2 on tokens of v (2 behind): claims wait until the trainer finishes a step.
+  // v+1 (1 version behind: allowed). Once the next batch is full too, a new episode would be
+  // trained at v+2 on tokens of v (2 behind): claims wait until the trainer finishes a step.
   RegistryOptions o = small_options(Backbone::kAsync, 1, 1);
   o.max_staleness = 1;
   RegistryHarness h(o);
@@ -763,15 +776,17 @@ TEST(RegistryBackbones, FailedBatchKeepsTheStepAndResumesRolling) {
   EXPECT_TRUE(h.try_claim("c").success);
 }
 
-// What became of each batch is served as fields (GET /get_engine_status `recent_batches`): a refusal
-// with its error code, a trained batch with the trainer's stats; the newest last, at most kRecentBatches.
+// What became of each batch is served as fields (GET /get_engine_status `recent_batches`): a
+// refusal with its error code, a trained batch with the trainer's stats; the newest last, at most
+// kRecentBatches.
 TEST(RegistryBackbones, RecentBatchesSayWhatBecameOfEachBatchAsFields) {
   RegistryHarness h(small_options(Backbone::kTorch, 1, 1));
   h.start();
   EXPECT_EQ(h.registry.engine_status_json()["recent_batches"], Json::array());
   h.end("c", h.claim("c"), "t", 1);
   Batch refused = h.registry.take_batch();
-  h.registry.fail_batch(refused.batch_id, ErrorCode::kNotFound, "unknown engine method 'train_step'");
+  h.registry.fail_batch(refused.batch_id, ErrorCode::kNotFound,
+                        "unknown engine method 'train_step'");
   h.end("c", h.claim("c"), "t", 1);
   Batch trained = h.registry.take_batch();
   h.registry.finish_batch(trained.batch_id, Json{{"loss", 0.25}});
@@ -821,7 +836,8 @@ TEST(RegistryFigures, AbortsCountByCauseWithABoundOnDistinctCauses) {
   EXPECT_EQ(counted.at("verifier_timeout"), 1);
 }
 
-// The train aborts of a batch, by cause, go with it (its summary's "aborted": rollout/aborted/<cause>).
+// The train aborts of a batch, by cause, go with it (its summary's "aborted":
+// rollout/aborted/<cause>).
 TEST(RegistryFigures, ABatchCarriesItsTrainAbortsByCause) {
   RegistryHarness h(small_options(Backbone::kTorch, 1, 1));
   h.start();
@@ -834,7 +850,8 @@ TEST(RegistryFigures, ABatchCarriesItsTrainAbortsByCause) {
   h.end("c1", h.claim("c1"), "t", 1);
   ASSERT_TRUE(h.registry.batch_ready());
   Batch b = h.registry.take_batch();
-  EXPECT_EQ(b.aborted_by_cause, (std::map<std::string, int64_t>{{"agent_died_before_first_call", 1}}));
+  EXPECT_EQ(b.aborted_by_cause,
+            (std::map<std::string, int64_t>{{"agent_died_before_first_call", 1}}));
   EXPECT_EQ(b.summary()["aborted"], Json::parse(R"({"agent_died_before_first_call": 1})"));
 }
 

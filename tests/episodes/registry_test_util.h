@@ -18,7 +18,8 @@ class RegistryHarness {
  public:
   explicit RegistryHarness(RegistryOptions options, store::Store* store = nullptr)
       : registry(std::move(options), EpisodeKeySigner(kTestSecret), store, [this] { return now; }) {
-    registry.set_hooks(RegistryHooks{[this](const EpisodeClosed& c) { closed.push_back(c); }, nullptr});
+    registry.set_hooks(
+        RegistryHooks{[this](const EpisodeClosed& c) { closed.push_back(c); }, nullptr});
   }
 
   // OFFLINE → BOOTING → ROLLING.
@@ -27,8 +28,8 @@ class RegistryHarness {
     registry.engine_ready();
   }
 
-  ClaimResponse try_claim(const std::string& client, const std::string& type = "train", double timeout = 240,
-                          const std::string& task = "") {
+  ClaimResponse try_claim(const std::string& client, const std::string& type = "train",
+                          double timeout = 240, const std::string& task = "") {
     ClaimRequest req;
     req.client_uuid = client;
     req.episode_type = type;
@@ -41,15 +42,15 @@ class RegistryHarness {
     return registry.claim_episode(req);
   }
 
-  std::string claim(const std::string& client, const std::string& type = "train", double timeout = 240,
-                    const std::string& task = "") {
+  std::string claim(const std::string& client, const std::string& type = "train",
+                    double timeout = 240, const std::string& task = "") {
     ClaimResponse r = try_claim(client, type, timeout, task);
     EXPECT_TRUE(r.success) << r.fail_cause;
     return r.episode_uuid;
   }
 
-  static EndRequest end_request(const std::string& client, const std::string& uuid, const std::string& task,
-                                double reward) {
+  static EndRequest end_request(const std::string& client, const std::string& uuid,
+                                const std::string& task, double reward) {
     EndRequest req;
     req.client_uuid = client;
     req.episode_uuid = uuid;
@@ -59,19 +60,21 @@ class RegistryHarness {
     return req;
   }
 
-  void end(const std::string& client, const std::string& uuid, const std::string& task, double reward) {
+  void end(const std::string& client, const std::string& uuid, const std::string& task,
+           double reward) {
     registry.end_episode_wait(end_request(client, uuid, task, reward));
   }
 
   // end_episode's error (fails the test when it succeeds).
-  CommandError end_error(const std::string& client, const std::string& uuid, const std::string& task = "t",
-                         double reward = 1) {
+  CommandError end_error(const std::string& client, const std::string& uuid,
+                         const std::string& task = "t", double reward = 1) {
     std::optional<CommandError> result;
     bool called = false;
-    registry.end_episode(end_request(client, uuid, task, reward), [&](std::optional<CommandError> e) {
-      called = true;
-      result = e;
-    });
+    registry.end_episode(end_request(client, uuid, task, reward),
+                         [&](std::optional<CommandError> e) {
+                           called = true;
+                           result = e;
+                         });
     EXPECT_TRUE(called);
     EXPECT_TRUE(result.has_value()) << "end_episode succeeded";
     return result.value_or(CommandError{});
@@ -90,8 +93,8 @@ class RegistryHarness {
   Registry registry;
 };
 
-inline RegistryOptions small_options(Backbone backbone = Backbone::kTorch, int64_t batch = 2, int64_t repeat = 2,
-                                     int64_t pool = 8) {
+inline RegistryOptions small_options(Backbone backbone = Backbone::kTorch, int64_t batch = 2,
+                                     int64_t repeat = 2, int64_t pool = 8) {
   RegistryOptions o;
   o.backbone = backbone;
   o.train_batch_size = batch;

@@ -1,7 +1,7 @@
-// The front's step counter against the engine's policy version, and the async staleness bound on the
-// episodes that are trained: global_step adopts the version the engine reports when it connects
-// (after --resume from an older checkpoint, or none) and after each step; an async batch records each
-// episode's staleness and leaves out episodes that lag more than max_staleness.
+// The front's step counter against the engine's policy version, and the async staleness bound on
+// the episodes that are trained: global_step adopts the version the engine reports when it connects
+// (after --resume from an older checkpoint, or none) and after each step; an async batch records
+// each episode's staleness and leaves out episodes that lag more than max_staleness.
 #include <gtest/gtest.h>
 
 #include "registry_test_util.h"
@@ -13,7 +13,8 @@ using testing::RegistryHarness;
 using testing::small_options;
 
 // A chat call of `uuid` whose generated tokens came from policy `versions`.
-void record_call(RegistryHarness& h, const std::string& uuid, int64_t index, std::vector<int32_t> versions) {
+void record_call(RegistryHarness& h, const std::string& uuid, int64_t index,
+                 std::vector<int32_t> versions) {
   store::CallRow call;
   call.episode_uuid = uuid;
   call.call_index = index;
@@ -87,7 +88,8 @@ TEST(RegistryVersions, AsyncBatchesRecordStalenessAndLeaveOutEpisodesBeyondTheBo
   EXPECT_EQ(second.summary()["staleness"][b], 1);
   EXPECT_EQ(second.summary()["staleness_max"], 1);
 
-  record_call(h, slow, 1, {1, 1});  // a later call on newer weights; its oldest token stays version 0
+  record_call(h, slow, 1,
+              {1, 1});  // a later call on newer weights; its oldest token stays version 0
   h.end("c", slow, "t3", 1);
   h.registry.finish_batch(second.batch_id, Json{{"policy_version", 2}});
   Batch third = h.registry.take_batch();  // would train version-0 tokens from version 2: left out
@@ -96,8 +98,8 @@ TEST(RegistryVersions, AsyncBatchesRecordStalenessAndLeaveOutEpisodesBeyondTheBo
   EXPECT_EQ(third.summary()["staleness_max"], 0);
 }
 
-// torch batches are on-policy, except episodes carried over a batch boundary (a client between calls
-// when the drain closed): those are held to ajet.async.max_staleness like async's.
+// torch batches are on-policy, except episodes carried over a batch boundary (a client between
+// calls when the drain closed): those are held to ajet.async.max_staleness like async's.
 TEST(RegistryVersions, TorchBatchesAreOnPolicyAndCarriedEpisodesAreHeldToMaxStaleness) {
   RegistryHarness h(small_options(Backbone::kTorch, 1, 1));
   h.start();
@@ -116,7 +118,8 @@ TEST(RegistryVersions, TorchBatchesAreOnPolicyAndCarriedEpisodesAreHeldToMaxStal
   h.end("c2", carried, "u", 1);
   h.now += 3;
   h.registry.sweep();
-  Batch next = h.registry.take_batch();  // version-0 tokens trained from version 1: within max_staleness 1
+  Batch next =
+      h.registry.take_batch();  // version-0 tokens trained from version 1: within max_staleness 1
   ASSERT_EQ(next.episodes.size(), 1u);
   EXPECT_EQ(next.summary()["staleness_max"], 1);
 }

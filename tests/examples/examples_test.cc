@@ -1,10 +1,11 @@
 // The example agents (examples/python_agent, node_agent, langgraph_agent) end to end: each claims
-// episodes of built-in calc tasks (`ajet tasks generate`) from a real `ajet-swarm`, talks to the real
-// `ajet-engine` (a random micro model: the rewards are whatever it earns) through the episode's OpenAI
-// base URL and key, judges with `ajet tasks judge` and ends every episode with the reward; the test
-// checks that the server stored each episode, finished, with that reward, and that the example's own
-// judge agreed. The JS examples need npm packages (scripts/npm-deps.sh) and skip loudly without them.
-// The examples' copies of the calc calculator and judge are also checked against `ajet tasks` directly.
+// episodes of built-in calc tasks (`ajet tasks generate`) from a real `ajet-swarm`, talks to the
+// real `ajet-engine` (a random micro model: the rewards are whatever it earns) through the
+// episode's OpenAI base URL and key, judges with `ajet tasks judge` and ends every episode with the
+// reward; the test checks that the server stored each episode, finished, with that reward, and that
+// the example's own judge agreed. The JS examples need npm packages (scripts/npm-deps.sh) and skip
+// loudly without them. The examples' copies of the calc calculator and judge are also checked
+// against `ajet tasks` directly.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -15,13 +16,15 @@
 namespace ajet::examples_test {
 namespace {
 
-// The flags that make an example run 2 generated calc tasks x 2 episodes, judged by `ajet tasks judge`.
+// The flags that make an example run 2 generated calc tasks x 2 episodes, judged by `ajet tasks
+// judge`.
 std::string calc_flags(const std::string& url) {
   return " --swarm-url " + shell_quote(url) + " --ajet " + shell_quote(bin("ajet").string()) +
          " --generate 2 --seed 3 --episodes 4 --repeat 2 --parallel 2 --max-turns 2";
 }
 
-// Two calc tasks, two episodes each, judged by ajet, the example's local judge agreeing; all stored.
+// Two calc tasks, two episodes each, judged by ajet, the example's local judge agreeing; all
+// stored.
 void expect_calc_episodes(Api& api, const Captured& r) {
   ASSERT_EQ(r.status, 0) << r.out;
   std::vector<Json> episodes = episode_lines(r.out);
@@ -29,7 +32,8 @@ void expect_calc_episodes(Api& api, const Captured& r) {
   std::map<std::string, int> per_task;
   for (const Json& e : episodes) {
     EXPECT_EQ(e["judge"], "ajet") << e.dump();
-    EXPECT_EQ(e["reason"], e["local_reason"]) << "the local judge disagrees with ajet tasks judge: " << e.dump();
+    EXPECT_EQ(e["reason"], e["local_reason"])
+        << "the local judge disagrees with ajet tasks judge: " << e.dump();
     EXPECT_EQ(e["task_id"].get<std::string>().rfind("calc-", 0), 0u) << e.dump();
     per_task[e["task_id"]] += 1;
   }
@@ -42,7 +46,8 @@ TEST(PythonAgentExampleTest, EndsGeneratedCalcEpisodesJudgedByAjetOnTheRealEngin
   ExampleSwarm swarm;
   if (!swarm.ok()) return;
   Captured r = run_capture("PYTHONDONTWRITEBYTECODE=1 python3 " +
-                           shell_quote(source("examples/python_agent/agent.py").string()) + calc_flags(swarm.url()));
+                           shell_quote(source("examples/python_agent/agent.py").string()) +
+                           calc_flags(swarm.url()));
   expect_calc_episodes(swarm.api(), r);
 }
 
@@ -53,7 +58,8 @@ TEST(NodeAgentExampleTest, EndsGeneratedCalcEpisodesJudgedByAjetOnTheRealEngine)
   ExampleSwarm swarm;
   if (!swarm.ok()) return;
   const fs::path app = stage_js_example(swarm.dir().path(), *node_modules, "node_agent");
-  Captured r = run_capture("cd " + shell_quote(app.string()) + " && node agent.mjs" + calc_flags(swarm.url()));
+  Captured r = run_capture("cd " + shell_quote(app.string()) + " && node agent.mjs" +
+                           calc_flags(swarm.url()));
   expect_calc_episodes(swarm.api(), r);
 }
 
@@ -63,14 +69,16 @@ TEST(LangGraphAgentExampleTest, EndsGeneratedCalcEpisodesJudgedByAjetOnTheRealEn
   if (!node_modules) GTEST_SKIP() << "SKIPPED LOUDLY: " << why;
   ExampleSwarm swarm;
   if (!swarm.ok()) return;
-  stage_js_example(swarm.dir().path(), *node_modules, "node_agent");  // its swarm.mjs and calculator.mjs
+  stage_js_example(swarm.dir().path(), *node_modules,
+                   "node_agent");  // its swarm.mjs and calculator.mjs
   const fs::path app = stage_js_example(swarm.dir().path(), *node_modules, "langgraph_agent");
-  Captured r = run_capture("cd " + shell_quote(app.string()) + " && node agent.mjs" + calc_flags(swarm.url()));
+  Captured r = run_capture("cd " + shell_quote(app.string()) + " && node agent.mjs" +
+                           calc_flags(swarm.url()));
   expect_calc_episodes(swarm.api(), r);
 }
 
-// The graph's paths with outputs we choose: the echo engine replies with the last user message, so a
-// question that is an answer is answered, and a question that is a tool call makes a tool call.
+// The graph's paths with outputs we choose: the echo engine replies with the last user message, so
+// a question that is an answer is answered, and a question that is a tool call makes a tool call.
 TEST(LangGraphAgentExampleTest, ToolLoopLimitAndJudgeWithTheEchoEngine) {
   std::string why;
   auto node_modules = npm_node_modules(&why);
@@ -80,26 +88,34 @@ TEST(LangGraphAgentExampleTest, ToolLoopLimitAndJudgeWithTheEchoEngine) {
   stage_js_example(swarm.dir().path(), *node_modules, "node_agent");
   const fs::path app = stage_js_example(swarm.dir().path(), *node_modules, "langgraph_agent");
   auto call = [](const std::string& expression) {
-    return "<tool_call>\n" + Json{{"name", "calculator"}, {"arguments", {{"expression", expression}}}}.dump() +
+    return "<tool_call>\n" +
+           Json{{"name", "calculator"}, {"arguments", {{"expression", expression}}}}.dump() +
            "\n</tool_call>";
   };
   auto task = [](const std::string& id, const std::string& query) {
-    return Json{{"task_id", id}, {"main_query", query}, {"metadata", {{"answer", 163}}}, {"env_type", "calc"}}.dump() +
+    return Json{{"task_id", id},
+                {"main_query", query},
+                {"metadata", {{"answer", 163}}},
+                {"env_type", "calc"}}
+               .dump() +
            "\n";
   };
-  write_file_atomic(app / "tasks.jsonl",
-                    task("right", "<answer>163</answer>") + task("wrong", "<answer>+163</answer>") +
-                        task("tool", call("37*4+15")) +
-                        task("limit", call("1+1") + "\n" + call("2+2") + "\n" + call("3+3") + "\n" + call("4+4")));
-  Captured r = run_capture("cd " + shell_quote(app.string()) + " && node agent.mjs --swarm-url " +
-                           shell_quote(swarm.url()) + " --ajet " + shell_quote(bin("ajet").string()) +
-                           " --tasks tasks.jsonl --episodes 8 --repeat 2 --parallel 2 --max-turns 3 --max-tokens 256");
+  write_file_atomic(app / "tasks.jsonl", task("right", "<answer>163</answer>") +
+                                             task("wrong", "<answer>+163</answer>") +
+                                             task("tool", call("37*4+15")) +
+                                             task("limit", call("1+1") + "\n" + call("2+2") + "\n" +
+                                                               call("3+3") + "\n" + call("4+4")));
+  Captured r = run_capture(
+      "cd " + shell_quote(app.string()) + " && node agent.mjs --swarm-url " +
+      shell_quote(swarm.url()) + " --ajet " + shell_quote(bin("ajet").string()) +
+      " --tasks tasks.jsonl --episodes 8 --repeat 2 --parallel 2 --max-turns 3 --max-tokens 256");
   ASSERT_EQ(r.status, 0) << r.out;
   std::vector<Json> episodes = episode_lines(r.out);
   ASSERT_EQ(episodes.size(), 8u) << r.out;
   std::map<std::string, std::vector<Json>> by_task;
   for (const Json& e : episodes) {
-    EXPECT_EQ(e["reason"], e["local_reason"]) << "the local judge disagrees with ajet tasks judge: " << e.dump();
+    EXPECT_EQ(e["reason"], e["local_reason"])
+        << "the local judge disagrees with ajet tasks judge: " << e.dump();
     by_task[e["task_id"]].push_back(e);
   }
   for (const auto& [id, list] : by_task) ASSERT_EQ(list.size(), 2u) << id << "\n" << r.out;
@@ -128,11 +144,12 @@ TEST(LangGraphAgentExampleTest, ToolLoopLimitAndJudgeWithTheEchoEngine) {
   expect_stored_as_reported(swarm.api(), episodes);
 }
 
-// Runs a calc_agreement script and checks its report: the example's calculator and judge against the
-// reference (the tool results in `ajet tasks demos`, the verdicts of `ajet tasks judge`).
+// Runs a calc_agreement script and checks its report: the example's calculator and judge against
+// the reference (the tool results in `ajet tasks demos`, the verdicts of `ajet tasks judge`).
 void expect_agreement(const std::string& command) {
   Captured r = run_capture(command + " " + shell_quote(bin("ajet").string()));
-  std::string last = r.out.substr(r.out.rfind("{\"ok\"") == std::string::npos ? 0 : r.out.rfind("{\"ok\""));
+  std::string last =
+      r.out.substr(r.out.rfind("{\"ok\"") == std::string::npos ? 0 : r.out.rfind("{\"ok\""));
   Json report = Json::parse(last, nullptr, false);
   ASSERT_TRUE(report.is_object()) << "exit " << r.status << ", output:\n" << r.out;
   EXPECT_GE(report["tool_results"].get<int>(), 50) << r.out;
@@ -146,8 +163,8 @@ void expect_agreement(const std::string& command) {
 // node_agent/calculator.mjs (the JS examples' calculator and judge; error texts too).
 // examples/first_agent: `ajet --conf examples/first_agent/config.yaml` as the README says, on the
 // fixture's micro model instead of the warmed-up tiny one (its 400-id tokenizer makes the prompt
-// longer, so the lengths grow), a couple of steps: the Node agent trains in worker mode (torch: each
-// step an optimizer step) and runs per episode too; every episode it served ended with its own
+// longer, so the lengths grow), a couple of steps: the Node agent trains in worker mode (torch:
+// each step an optimizer step) and runs per episode too; every episode it served ended with its own
 // reward, and its validation requests carried AJET_SAMPLING's parameters.
 TEST(FirstAgentExampleTest, TrainsStepsThroughClassicModeInWorkerAndPerEpisodeMode) {
   std::string why;
@@ -169,18 +186,22 @@ TEST(FirstAgentExampleTest, TrainsStepsThroughClassicModeInWorkerAndPerEpisodeMo
         {"train_batch_size: 8", "train_batch_size: 2"},
         {"num_repeat: 8", "num_repeat: 2"},
         {"max_env_worker: 32", "max_env_worker: 4"},
-        {"total_training_steps: 20", mode == "worker" ? "total_training_steps: 2" : "total_training_steps: 1"},
-        {"val_before_train: true", "val_before_train: true\n    val_max_num_task_each_validation: 2"},
+        {"total_training_steps: 20",
+         mode == "worker" ? "total_training_steps: 2" : "total_training_steps: 1"},
+        {"val_before_train: true",
+         "val_before_train: true\n    val_max_num_task_each_validation: 2"},
         {"user_workflow_mode: worker", "user_workflow_mode: " + mode},
         {"kv_cache_memory_mb: 256", "kv_cache_memory_mb: 64"},
     };
     for (const auto& [from, to] : edits) {
       const size_t at = yaml.find(from);
-      ASSERT_NE(at, std::string::npos) << "examples/first_agent/config.yaml no longer has '" << from << "'";
+      ASSERT_NE(at, std::string::npos)
+          << "examples/first_agent/config.yaml no longer has '" << from << "'";
       yaml.replace(at, from.size(), to);
     }
     write_file_atomic(app / "config.yaml", yaml);
-    Captured r = run_capture("cd " + shell_quote(dir.path().string()) + " && " + shell_quote(bin("ajet").string()) +
+    Captured r = run_capture("cd " + shell_quote(dir.path().string()) + " && " +
+                             shell_quote(bin("ajet").string()) +
                              " --conf examples/first_agent/config.yaml --exp-dir exps");
     ASSERT_EQ(r.status, 0) << r.out;
     if (mode == "worker") EXPECT_NE(r.out.find("4 worker processes"), std::string::npos) << r.out;
@@ -190,7 +211,8 @@ TEST(FirstAgentExampleTest, TrainsStepsThroughClassicModeInWorkerAndPerEpisodeMo
       const Json rec = Json::parse(line);
       if (rec["kind"] == "train") {
         train += 1;
-        EXPECT_EQ(rec["global_step"].get<int64_t>(), train) << rec.dump();  // torch: trained every step
+        EXPECT_EQ(rec["global_step"].get<int64_t>(), train)
+            << rec.dump();  // torch: trained every step
         EXPECT_EQ(rec["rollout"]["episodes"].get<int64_t>(), 4) << rec.dump();
         EXPECT_EQ(rec["rollout"]["failed"].get<int64_t>(), 0) << rec.dump();
         EXPECT_FALSE(rec["rollout"]["terminations"].contains("agent_error")) << rec.dump();
@@ -199,7 +221,8 @@ TEST(FirstAgentExampleTest, TrainsStepsThroughClassicModeInWorkerAndPerEpisodeMo
         val += 1;
         EXPECT_FALSE(rec["greedy_rollout"]["terminations"].contains("agent_error")) << rec.dump();
         EXPECT_GT(rec["sampled_requests"]["calls"].get<int64_t>(), 0) << rec.dump();
-        EXPECT_EQ(rec["sampled_requests"]["sampled_calls"], rec["sampled_requests"]["calls"]) << rec.dump();
+        EXPECT_EQ(rec["sampled_requests"]["sampled_calls"], rec["sampled_requests"]["calls"])
+            << rec.dump();
       }
     }
     EXPECT_EQ(train, mode == "worker" ? 2 : 1) << r.out;
@@ -209,7 +232,8 @@ TEST(FirstAgentExampleTest, TrainsStepsThroughClassicModeInWorkerAndPerEpisodeMo
 }
 
 TEST(CalcTaskAgreementTest, JsCalculatorAndJudgeAgreeWithAjetTasks) {
-  if (run_capture("command -v node").status != 0) GTEST_SKIP() << "SKIPPED LOUDLY: node is not installed";
+  if (run_capture("command -v node").status != 0)
+    GTEST_SKIP() << "SKIPPED LOUDLY: node is not installed";
   ASSERT_TRUE(fs::exists(bin("ajet"))) << "build the ajet target";
   expect_agreement("node " + shell_quote(source("tests/examples/calc_agreement.mjs").string()));
 }
@@ -217,7 +241,8 @@ TEST(CalcTaskAgreementTest, JsCalculatorAndJudgeAgreeWithAjetTasks) {
 // python_agent/calculator.py (values; its error texts are Python's own).
 TEST(CalcTaskAgreementTest, PythonCalculatorAndJudgeAgreeWithAjetTasks) {
   ASSERT_TRUE(fs::exists(bin("ajet"))) << "build the ajet target";
-  expect_agreement("PYTHONDONTWRITEBYTECODE=1 python3 " + shell_quote(source("tests/examples/calc_agreement.py").string()));
+  expect_agreement("PYTHONDONTWRITEBYTECODE=1 python3 " +
+                   shell_quote(source("tests/examples/calc_agreement.py").string()));
 }
 
 }  // namespace

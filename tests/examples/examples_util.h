@@ -20,8 +20,8 @@ using namespace ajet::e2e;
 using clients_test::npm_node_modules;
 
 // A server with a started engine. The calc task's prompt (system prompt + tool block) is ~600 ids
-// with the fixture's 400-id tokenizer, longer than the micro preset's 512 positions: the test's copy
-// of the model gets 2048 (the Qwen2 architecture has no learned positions, RoPE only).
+// with the fixture's 400-id tokenizer, longer than the micro preset's 512 positions: the test's
+// copy of the model gets 2048 (the Qwen2 architecture has no learned positions, RoPE only).
 class ExampleSwarm {
  public:
   // engine: "ajet-engine" (real, random micro model) or "ajet-echo-engine" (test double).
@@ -36,14 +36,16 @@ class ExampleSwarm {
     Fixture f = fixture(real);
     if (::testing::Test::HasFailure()) return;
     const fs::path model = real ? model_with_positions(f.model, dir_ / "model", 2048) : f.tokenizer;
-    swarm_ = std::make_unique<SwarmProcess>(SwarmProcess::Options{dir_ / "server", bin(engine), "", {}});
+    swarm_ =
+        std::make_unique<SwarmProcess>(SwarmProcess::Options{dir_ / "server", bin(engine), "", {}});
     if (::testing::Test::HasFailure()) return;
     api_ = std::make_unique<Api>(swarm_->url());
     std::string yaml = config_yaml(model);
     replace(yaml, "max_prompt_length: 256", "max_prompt_length: 1536");
     replace(yaml, "max_model_len: 512", "max_model_len: 2048");
     replace(yaml, "train_batch_size: 2", "train_batch_size: 100");  // no batch boundary mid-test
-    if (!real) replace(yaml, "max_response_length_in_one_turn: 48", "max_response_length_in_one_turn: 256");
+    if (!real)
+      replace(yaml, "max_response_length_in_one_turn: 48", "max_response_length_in_one_turn: 256");
     api_->boot(yaml);
   }
 
@@ -75,8 +77,8 @@ inline std::vector<Json> episode_lines(const std::string& output) {
   return out;
 }
 
-// Every reported episode was ended (not aborted) and the store holds it as finished, under its task,
-// with the reward the example reported and at least one model call.
+// Every reported episode was ended (not aborted) and the store holds it as finished, under its
+// task, with the reward the example reported and at least one model call.
 inline void expect_stored_as_reported(Api& api, const std::vector<Json>& episodes) {
   std::set<std::string> uuids;
   for (const Json& e : episodes) {
@@ -102,7 +104,8 @@ inline void expect_stored_as_reported(Api& api, const std::vector<Json>& episode
 
 // Copies examples/<name>/<files> to <dir>/examples/<name>/, so that `node` resolves npm packages
 // from <dir>/examples/node_modules (a link to the cache of scripts/npm-deps.sh).
-inline fs::path stage_js_example(const fs::path& dir, const fs::path& node_modules, const std::string& name) {
+inline fs::path stage_js_example(const fs::path& dir, const fs::path& node_modules,
+                                 const std::string& name) {
   const fs::path root = dir / "examples";
   if (!fs::exists(root / "node_modules")) {
     fs::create_directories(root);

@@ -30,13 +30,15 @@ struct Weights {
   }
 };
 
-void expect_error(const std::function<void()>& body, ErrorCode code, const std::vector<std::string>& parts) {
+void expect_error(const std::function<void()>& body, ErrorCode code,
+                  const std::vector<std::string>& parts) {
   try {
     body();
     ADD_FAILURE() << "no error; expected one mentioning " << parts.front();
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), code) << e.what();
-    for (const auto& part : parts) EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    for (const auto& part : parts)
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
   }
 }
 
@@ -75,7 +77,8 @@ TEST(Checkpoint, ShardsByMaxSizeAndReadsBackThroughTheIndex) {
 TEST(Checkpoint, OversizedTensorGetsItsOwnShard) {
   ScratchDir dir;
   Weights w;
-  auto files = write_safetensors_checkpoint(dir.path(), w.views, 50);  // every tensor exceeds the limit
+  auto files =
+      write_safetensors_checkpoint(dir.path(), w.views, 50);  // every tensor exceeds the limit
   EXPECT_EQ(files.size(), 11u);
   EXPECT_EQ(SafetensorsCheckpoint::open(dir.path()).names().size(), 10u);
 }
@@ -108,8 +111,9 @@ TEST(Checkpoint, IndexErrorsNameTheIndexShardAndTensor) {
   Json missing_shard = good;
   missing_shard["weight_map"]["t9"] = "model-00009-of-00009.safetensors";
   with_index(missing_shard);
-  expect_error([&] { SafetensorsCheckpoint::open(dir.path()); }, ErrorCode::kNotFound,
-               {kIndexFileName.data(), "'t9'", "model-00009-of-00009.safetensors", "does not exist"});
+  expect_error(
+      [&] { SafetensorsCheckpoint::open(dir.path()); }, ErrorCode::kNotFound,
+      {kIndexFileName.data(), "'t9'", "model-00009-of-00009.safetensors", "does not exist"});
 
   // A tensor mapped to a shard that exists but does not hold it.
   Json wrong_shard = good;
@@ -138,17 +142,22 @@ TEST(Checkpoint, IndexErrorsNameTheIndexShardAndTensor) {
   Json escaping = good;
   escaping["weight_map"]["t0"] = "../model-00001-of-00005.safetensors";
   with_index(escaping);
-  expect_error([&] { SafetensorsCheckpoint::open(dir.path()); }, ErrorCode::kDataLoss, {"not a plain file name"});
+  expect_error([&] { SafetensorsCheckpoint::open(dir.path()); }, ErrorCode::kDataLoss,
+               {"not a plain file name"});
 
   // Structural problems.
   with_index(Json{{"metadata", Json::object()}});
-  expect_error([&] { SafetensorsCheckpoint::open(dir.path()); }, ErrorCode::kDataLoss, {"weight_map"});
+  expect_error([&] { SafetensorsCheckpoint::open(dir.path()); }, ErrorCode::kDataLoss,
+               {"weight_map"});
   with_index(Json{{"weight_map", {{"t0", 3}}}});
-  expect_error([&] { SafetensorsCheckpoint::open(dir.path()); }, ErrorCode::kDataLoss, {"'t0'", "string"});
+  expect_error([&] { SafetensorsCheckpoint::open(dir.path()); }, ErrorCode::kDataLoss,
+               {"'t0'", "string"});
   write_file_atomic(index_path, "{\"weight_map\": {");
-  expect_error([&] { SafetensorsCheckpoint::open(dir.path()); }, ErrorCode::kInvalidArgument, {"invalid JSON"});
+  expect_error([&] { SafetensorsCheckpoint::open(dir.path()); }, ErrorCode::kInvalidArgument,
+               {"invalid JSON"});
   write_file_atomic(index_path, R"({"metadata": {"total_size": 1e+600}, "weight_map": {}})");
-  expect_error([&] { SafetensorsCheckpoint::open(dir.path()); }, ErrorCode::kInvalidArgument, {"invalid JSON"});
+  expect_error([&] { SafetensorsCheckpoint::open(dir.path()); }, ErrorCode::kInvalidArgument,
+               {"invalid JSON"});
 
   // And the original index still works.
   with_index(good);
@@ -169,14 +178,15 @@ TEST(Checkpoint, CorruptShardIsReportedByName) {
 
 TEST(Checkpoint, EmptyDirectoryAndBadArguments) {
   ScratchDir dir;
-  expect_error([&] { SafetensorsCheckpoint::open(dir.path()); }, ErrorCode::kNotFound, {kSingleFileName.data()});
+  expect_error([&] { SafetensorsCheckpoint::open(dir.path()); }, ErrorCode::kNotFound,
+               {kSingleFileName.data()});
   Weights w;
-  expect_error([&] { write_safetensors_checkpoint(dir.path(), w.views, 0); }, ErrorCode::kInvalidArgument,
-               {"max_shard_bytes"});
+  expect_error([&] { write_safetensors_checkpoint(dir.path(), w.views, 0); },
+               ErrorCode::kInvalidArgument, {"max_shard_bytes"});
   auto dup = w.views;
   dup.push_back(w.views[0]);
-  expect_error([&] { write_safetensors_checkpoint(dir / "dup", dup, 250); }, ErrorCode::kInvalidArgument,
-               {"'t0'", "twice"});
+  expect_error([&] { write_safetensors_checkpoint(dir / "dup", dup, 250); },
+               ErrorCode::kInvalidArgument, {"'t0'", "twice"});
   EXPECT_FALSE(std::filesystem::exists(dir / "dup" / std::string(kIndexFileName)));
 }
 

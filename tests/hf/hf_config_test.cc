@@ -121,7 +121,9 @@ constexpr const char* kLlama32_1B = R"({
   "vocab_size": 128256
 })";
 
-ModelConfig parse(const std::string& text) { return parse_model_config(parse_json(text, "config.json"), "config.json"); }
+ModelConfig parse(const std::string& text) {
+  return parse_model_config(parse_json(text, "config.json"), "config.json");
+}
 
 Json edited(const char* base, const std::function<void(Json&)>& edit) {
   Json j = Json::parse(base);
@@ -138,7 +140,8 @@ void expect_rejected(const Json& json, const std::vector<std::string>& parts) {
     std::string message = e.what();
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
     EXPECT_EQ(message.rfind("cfg/config.json: ", 0), 0u) << message;
-    for (const auto& part : parts) EXPECT_NE(message.find(part), std::string::npos) << "'" << part << "' not in: " << message;
+    for (const auto& part : parts)
+      EXPECT_NE(message.find(part), std::string::npos) << "'" << part << "' not in: " << message;
   }
 }
 
@@ -196,7 +199,8 @@ TEST(HfConfig, TinyLlama) {
 
 TEST(HfConfig, EosListKeepsEveryIdAndRopeScalingIsRefused) {
   expect_rejected(Json::parse(kLlama32_1B), {"'rope_scaling'", "llama3"});
-  ModelConfig c = parse_model_config(edited(kLlama32_1B, [](Json& j) { j.erase("rope_scaling"); }), "c");
+  ModelConfig c =
+      parse_model_config(edited(kLlama32_1B, [](Json& j) { j.erase("rope_scaling"); }), "c");
   EXPECT_EQ(c.eos_token_id, 128001);
   EXPECT_EQ(c.eos_token_ids, (std::vector<int64_t>{128001, 128008, 128009}));
   EXPECT_EQ(c.head_dim, 64);
@@ -205,8 +209,11 @@ TEST(HfConfig, EosListKeepsEveryIdAndRopeScalingIsRefused) {
 }
 
 TEST(HfConfig, DefaultsFollowTransformersPerModelType) {
-  Json minimal = {{"vocab_size", 1000}, {"hidden_size", 64},      {"intermediate_size", 128},
-                  {"num_hidden_layers", 2}, {"num_attention_heads", 4}};
+  Json minimal = {{"vocab_size", 1000},
+                  {"hidden_size", 64},
+                  {"intermediate_size", 128},
+                  {"num_hidden_layers", 2},
+                  {"num_attention_heads", 4}};
   minimal["model_type"] = "qwen2";
   ModelConfig qwen2 = parse_model_config(minimal, "c");
   EXPECT_EQ(qwen2.num_key_value_heads, 4);
@@ -247,34 +254,56 @@ TEST(HfConfig, DefaultsFollowTransformersPerModelType) {
 TEST(HfConfig, MissingAndInconsistentFieldsAreNamed) {
   for (const char* field : {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                             "num_attention_heads", "model_type"}) {
-    expect_rejected(edited(kQwen25_05B, [&](Json& j) { j.erase(field); }), {"missing required field", field});
+    expect_rejected(edited(kQwen25_05B, [&](Json& j) { j.erase(field); }),
+                    {"missing required field", field});
   }
   expect_rejected(edited(kQwen25_05B, [](Json& j) { j["hidden_size"] = 900; }),
                   {"'hidden_size'", "900", "not divisible", "14"});
   expect_rejected(edited(kQwen25_05B, [](Json& j) { j["num_key_value_heads"] = 3; }),
                   {"'num_key_value_heads'", "does not divide", "14"});
-  expect_rejected(edited(kQwen25_05B, [](Json& j) { j["num_hidden_layers"] = 0; }), {"'num_hidden_layers'", "positive"});
+  expect_rejected(edited(kQwen25_05B, [](Json& j) { j["num_hidden_layers"] = 0; }),
+                  {"'num_hidden_layers'", "positive"});
   expect_rejected(edited(kQwen25_05B, [](Json& j) { j["vocab_size"] = -5; }), {"'vocab_size'"});
-  expect_rejected(edited(kQwen25_05B, [](Json& j) { j["num_attention_heads"] = 0; }), {"'num_attention_heads'"});
+  expect_rejected(edited(kQwen25_05B, [](Json& j) { j["num_attention_heads"] = 0; }),
+                  {"'num_attention_heads'"});
   expect_rejected(edited(kQwen3_06B, [](Json& j) { j["head_dim"] = 63; }), {"'head_dim'", "even"});
-  expect_rejected(edited(kQwen25_05B, [](Json& j) { j["vocab_size"] = "big"; }), {"'vocab_size'", "integer", "string"});
-  expect_rejected(edited(kQwen25_05B, [](Json& j) { j["hidden_size"] = 896.5; }), {"'hidden_size'", "integer"});
-  expect_rejected(edited(kQwen25_05B, [](Json& j) { j["hidden_size"] = 1e300; }), {"'hidden_size'", "integer"});
+  expect_rejected(edited(kQwen25_05B, [](Json& j) { j["vocab_size"] = "big"; }),
+                  {"'vocab_size'", "integer", "string"});
+  expect_rejected(edited(kQwen25_05B, [](Json& j) { j["hidden_size"] = 896.5; }),
+                  {"'hidden_size'", "integer"});
+  expect_rejected(edited(kQwen25_05B, [](Json& j) { j["hidden_size"] = 1e300; }),
+                  {"'hidden_size'", "integer"});
   expect_rejected(edited(kQwen25_05B, [](Json& j) { j["hidden_size"] = 18446744073709551615ull; }),
                   {"'hidden_size'", "out of range"});
   expect_rejected(edited(kQwen25_05B, [](Json& j) { j["rms_norm_eps"] = 0; }), {"'rms_norm_eps'"});
-  expect_rejected(edited(kQwen25_05B, [](Json& j) { j["rope_theta"] = "1e6"; }), {"'rope_theta'", "number"});
-  expect_rejected(edited(kQwen25_05B, [](Json& j) { j["tie_word_embeddings"] = 1; }), {"'tie_word_embeddings'", "boolean"});
-  expect_rejected(edited(kQwen25_05B, [](Json& j) { j["hidden_act"] = "gelu"; }), {"'hidden_act'", "gelu", "silu"});
-  expect_rejected(edited(kQwen25_05B, [](Json& j) { j["model_type"] = "mistral"; }), {"'model_type'", "mistral"});
-  expect_rejected(edited(kQwen25_05B, [](Json& j) { j["torch_dtype"] = "float64"; }), {"'torch_dtype'", "float64"});
-  expect_rejected(edited(kQwen25_05B, [](Json& j) { j["use_sliding_window"] = true; }), {"'use_sliding_window'"});
+  expect_rejected(edited(kQwen25_05B, [](Json& j) { j["rope_theta"] = "1e6"; }),
+                  {"'rope_theta'", "number"});
+  expect_rejected(edited(kQwen25_05B, [](Json& j) { j["tie_word_embeddings"] = 1; }),
+                  {"'tie_word_embeddings'", "boolean"});
+  expect_rejected(edited(kQwen25_05B, [](Json& j) { j["hidden_act"] = "gelu"; }),
+                  {"'hidden_act'", "gelu", "silu"});
+  expect_rejected(edited(kQwen25_05B, [](Json& j) { j["model_type"] = "mistral"; }),
+                  {"'model_type'", "mistral"});
+  expect_rejected(edited(kQwen25_05B, [](Json& j) { j["torch_dtype"] = "float64"; }),
+                  {"'torch_dtype'", "float64"});
+  expect_rejected(edited(kQwen25_05B, [](Json& j) { j["use_sliding_window"] = true; }),
+                  {"'use_sliding_window'"});
   expect_rejected(edited(kTinyLlama, [](Json& j) { j["mlp_bias"] = true; }), {"'mlp_bias'"});
-  expect_rejected(edited(kTinyLlama, [](Json& j) { j["quantization_config"] = {{"bits", 4}}; }), {"'quantization_config'"});
-  expect_rejected(edited(kQwen25_05B, [](Json& j) { j["eos_token_id"] = 151936; }), {"'eos_token_id'", "vocabulary"});
-  expect_rejected(edited(kQwen25_05B, [](Json& j) { j["eos_token_id"] = Json::array({1, "x"}); }), {"'eos_token_id'"});
+  expect_rejected(edited(kTinyLlama,
+                         [](Json& j) {
+                           j["quantization_config"] = {{"bits", 4}};
+                         }),
+                  {"'quantization_config'"});
+  expect_rejected(edited(kQwen25_05B, [](Json& j) { j["eos_token_id"] = 151936; }),
+                  {"'eos_token_id'", "vocabulary"});
+  expect_rejected(edited(kQwen25_05B,
+                         [](Json& j) {
+                           j["eos_token_id"] = Json::array({1, "x"});
+                         }),
+                  {"'eos_token_id'"});
   expect_rejected(edited(kQwen25_05B, [](Json& j) { j["bos_token_id"] = -1; }), {"'bos_token_id'"});
-  expect_rejected(edited(kQwen25_05B, [](Json& j) { j["architectures"] = "Qwen2ForCausalLM"; }), {"'architectures'"});
+  expect_rejected(edited(kQwen25_05B, [](Json& j) { j["architectures"] = "Qwen2ForCausalLM"; }),
+                  {"'architectures'"});
   expect_rejected(Json::array(), {"object"});
 }
 
@@ -305,12 +334,15 @@ TEST(HfConfig, LoadNamesTheFile) {
     load_model_config(dir / "config.json");
     FAIL() << "accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find((dir / "config.json").string() + ": missing required field"), std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find((dir / "config.json").string() + ": missing required field"),
+        std::string::npos)
         << e.what();
   }
   write_file_atomic(dir / "config.json", "{\"model_type\": ");
   EXPECT_THROW(load_model_config(dir / "config.json"), Error);
-  // A number too large for a double is an error, not an escaping nlohmann exception (found by fuzzing).
+  // A number too large for a double is an error, not an escaping nlohmann exception (found by
+  // fuzzing).
   write_file_atomic(dir / "config.json", R"({"model_type": "qwen2", "hidden_size": 1e+600})");
   EXPECT_THROW(load_model_config(dir / "config.json"), Error);
   EXPECT_THROW(load_model_config(dir / "absent.json"), Error);

@@ -17,7 +17,8 @@ using testing::raw_bytes;
 using testing::safetensors_bytes;
 using testing::ScratchDir;
 
-// One tensor of every supported dtype, with distinct contents; includes a scalar and an empty tensor.
+// One tensor of every supported dtype, with distinct contents; includes a scalar and an empty
+// tensor.
 struct Sample {
   std::string name;
   DType dtype;
@@ -27,9 +28,16 @@ struct Sample {
 
 std::vector<Sample> every_dtype() {
   std::vector<Sample> s;
-  s.push_back({"f32", DType::kF32, {2, 3}, raw_bytes(std::vector<float>{1.5f, -2.0f, 0.0f, 3.25f, 1e-3f, -7.0f})});
-  s.push_back({"f16", DType::kF16, {4}, raw_bytes(std::vector<uint16_t>{0x3C00, 0xC000, 0x3800, 0x7BFF})});
-  s.push_back({"bf16", DType::kBF16, {2, 2}, raw_bytes(std::vector<uint16_t>{0x3F80, 0xC000, 0x3F00, 0x4049})});
+  s.push_back({"f32",
+               DType::kF32,
+               {2, 3},
+               raw_bytes(std::vector<float>{1.5f, -2.0f, 0.0f, 3.25f, 1e-3f, -7.0f})});
+  s.push_back(
+      {"f16", DType::kF16, {4}, raw_bytes(std::vector<uint16_t>{0x3C00, 0xC000, 0x3800, 0x7BFF})});
+  s.push_back({"bf16",
+               DType::kBF16,
+               {2, 2},
+               raw_bytes(std::vector<uint16_t>{0x3F80, 0xC000, 0x3F00, 0x4049})});
   s.push_back({"i64", DType::kI64, {3}, raw_bytes(std::vector<int64_t>{-1, int64_t{1} << 40, 7})});
   s.push_back({"i32", DType::kI32, {1, 3, 1}, raw_bytes(std::vector<int32_t>{-5, 0, 2147483647})});
   s.push_back({"u8", DType::kU8, {5}, raw_bytes(std::vector<uint8_t>{0, 1, 127, 128, 255})});
@@ -70,7 +78,8 @@ TEST(Safetensors, RoundTripsEveryDtypeThroughAFile) {
 
 TEST(Safetensors, HeaderIsPaddedWithSpacesToEightBytes) {
   auto samples = every_dtype();
-  for (size_t n = 0; n <= samples.size(); ++n) {  // several header lengths, so every remainder shows up
+  for (size_t n = 0; n <= samples.size();
+       ++n) {  // several header lengths, so every remainder shows up
     std::vector<Sample> some(samples.begin(), samples.begin() + n);
     std::string bytes = serialize_safetensors(views_of(some));
     uint64_t header_len = 0;
@@ -89,7 +98,8 @@ TEST(Safetensors, FileAndBufferWritersAgree) {
   ScratchDir dir;
   auto samples = every_dtype();
   write_safetensors(dir / "a.safetensors", views_of(samples), {{"k", "v"}});
-  EXPECT_EQ(read_file(dir / "a.safetensors"), serialize_safetensors(views_of(samples), {{"k", "v"}}));
+  EXPECT_EQ(read_file(dir / "a.safetensors"),
+            serialize_safetensors(views_of(samples), {{"k", "v"}}));
   // Overwriting an existing file replaces it.
   write_safetensors(dir / "a.safetensors", views_of({samples[0]}));
   EXPECT_EQ(SafetensorsFile::open(dir / "a.safetensors").tensors().size(), 1u);
@@ -109,15 +119,16 @@ TEST(Safetensors, TensorsComeInDataOrderWhateverTheHeaderOrder) {
 
 TEST(Safetensors, AcceptsWhatTheSpecAllows) {
   // Unpadded header, empty header, zero-size tensors sharing an offset, trailing-space padding.
-  for (const auto& [header, data] : std::vector<std::pair<std::string, std::string>>{
-           {"{}", ""},
-           {R"({"__metadata__":{}})", ""},
-           {R"({"e":{"dtype":"F32","shape":[0],"data_offsets":[0,0]},"x":{"dtype":"BOOL","shape":[1],"data_offsets":[0,1]}})",
-            "\x01"},
-           {R"({"x":{"dtype":"BOOL","shape":[1],"data_offsets":[0,1]},"e":{"dtype":"F32","shape":[2,0],"data_offsets":[1,1]}})",
-            "\x01"},
-           {"{}      ", ""},
-       }) {
+  for (
+      const auto& [header, data] : std::vector<std::pair<std::string, std::string>>{
+          {"{}", ""},
+          {R"({"__metadata__":{}})", ""},
+          {R"({"e":{"dtype":"F32","shape":[0],"data_offsets":[0,0]},"x":{"dtype":"BOOL","shape":[1],"data_offsets":[0,1]}})",
+           "\x01"},
+          {R"({"x":{"dtype":"BOOL","shape":[1],"data_offsets":[0,1]},"e":{"dtype":"F32","shape":[2,0],"data_offsets":[1,1]}})",
+           "\x01"},
+          {"{}      ", ""},
+      }) {
     std::string bytes = safetensors_bytes(header, data);
     EXPECT_NO_THROW(SafetensorsFile::parse(as_bytes(bytes), "buffer")) << header;
   }
@@ -129,8 +140,10 @@ struct BadCase {
   std::vector<std::string> message_parts;  // each must appear in the error
 };
 
-std::string u8_entry(const std::string& name, const std::string& offsets, const std::string& shape) {
-  return "\"" + name + "\":{\"dtype\":\"U8\",\"shape\":" + shape + ",\"data_offsets\":" + offsets + "}";
+std::string u8_entry(const std::string& name, const std::string& offsets,
+                     const std::string& shape) {
+  return "\"" + name + "\":{\"dtype\":\"U8\",\"shape\":" + shape + ",\"data_offsets\":" + offsets +
+         "}";
 }
 
 std::vector<BadCase> bad_cases() {
@@ -140,7 +153,8 @@ std::vector<BadCase> bad_cases() {
   std::string over_limit = safetensors_bytes("{}", "");
   uint64_t n = 200'000'000;
   std::memcpy(over_limit.data(), &n, 8);
-  std::string truncated_header = safetensors_bytes(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})", "x");
+  std::string truncated_header =
+      safetensors_bytes(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})", "x");
   truncated_header.resize(20);
   return {
       {"empty file", "", {"0 bytes", "too small"}},
@@ -150,39 +164,64 @@ std::vector<BadCase> bad_cases() {
       {"header length over the limit", over_limit, {"100 MB"}},
       {"truncated header", truncated_header, {"exceeds the 12 bytes"}},
       {"bad JSON", safetensors_bytes(R"({"a":{"dtype":)", ""), {"header: invalid JSON"}},
-      {"number overflow", safetensors_bytes("{" + u8_entry("a", "[0,0]", "[1e+600]") + "}", ""),
+      {"number overflow",
+       safetensors_bytes("{" + u8_entry("a", "[0,0]", "[1e+600]") + "}", ""),
        {"header: invalid JSON"}},
       {"trailing garbage", safetensors_bytes("{} x", ""), {"header: invalid JSON"}},
       {"not an object", safetensors_bytes("[1, 2]", ""), {"start with '{'"}},
       {"invalid UTF-8", safetensors_bytes("{\"\xff\":{}}", ""), {"header: invalid JSON"}},
       {"deep nesting",
-       safetensors_bytes("{\"__metadata__\": " + std::string(5000, '[') + std::string(5000, ']') + "}", ""),
+       safetensors_bytes(
+           "{\"__metadata__\": " + std::string(5000, '[') + std::string(5000, ']') + "}", ""),
        {"header: invalid JSON at __metadata__[0][0]", "nested deeper than 128 levels"}},
-      {"duplicate key", safetensors_bytes("{" + u8_entry("a", "[0,1]", "[1]") + "," + u8_entry("a", "[0,1]", "[1]") + "}", "x"),
+      {"duplicate key",
+       safetensors_bytes(
+           "{" + u8_entry("a", "[0,1]", "[1]") + "," + u8_entry("a", "[0,1]", "[1]") + "}", "x"),
        {"repeats the key 'a'"}},
-      {"unknown dtype", safetensors_bytes(R"({"w":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}})", "12345678"),
+      {"unknown dtype",
+       safetensors_bytes(R"({"w":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}})", "12345678"),
        {"tensor 'w'", "'F64'"}},
-      {"missing dtype", safetensors_bytes(R"({"w":{"shape":[1],"data_offsets":[0,1]}})", "x"), {"tensor 'w'", "dtype"}},
+      {"missing dtype",
+       safetensors_bytes(R"({"w":{"shape":[1],"data_offsets":[0,1]}})", "x"),
+       {"tensor 'w'", "dtype"}},
       {"entry not an object", safetensors_bytes(R"({"w":[1]})", ""), {"tensor 'w'", "object"}},
-      {"offsets out of range", safetensors_bytes("{" + u8_entry("w", "[0,16]", "[16]") + "}", "12345678"),
+      {"offsets out of range",
+       safetensors_bytes("{" + u8_entry("w", "[0,16]", "[16]") + "}", "12345678"),
        {"tensor 'w'", "past the data section (8 bytes)"}},
-      {"size mismatch", safetensors_bytes(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", "12345678"),
+      {"size mismatch",
+       safetensors_bytes(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", "12345678"),
        {"tensor 'w'", "needs 12 bytes", "hold 8"}},
-      {"overlap", safetensors_bytes("{" + u8_entry("a", "[0,8]", "[8]") + "," + u8_entry("b", "[4,12]", "[8]") + "}",
-                                    "123456789012"),
+      {"overlap",
+       safetensors_bytes(
+           "{" + u8_entry("a", "[0,8]", "[8]") + "," + u8_entry("b", "[4,12]", "[8]") + "}",
+           "123456789012"),
        {"tensor 'b'", "overlap tensor 'a'"}},
-      {"gap", safetensors_bytes("{" + u8_entry("a", "[0,4]", "[4]") + "," + u8_entry("b", "[8,12]", "[4]") + "}",
-                                "123456789012"),
+      {"gap",
+       safetensors_bytes(
+           "{" + u8_entry("a", "[0,4]", "[4]") + "," + u8_entry("b", "[8,12]", "[4]") + "}",
+           "123456789012"),
        {"tensor 'b'", "gap of 4 bytes"}},
-      {"uncovered tail", safetensors_bytes("{" + u8_entry("a", "[0,4]", "[4]") + "}", "12345678"),
+      {"uncovered tail",
+       safetensors_bytes("{" + u8_entry("a", "[0,4]", "[4]") + "}", "12345678"),
        {"cover only 4"}},
-      {"negative shape", safetensors_bytes("{" + u8_entry("a", "[0,0]", "[-1]") + "}", ""), {"tensor 'a'", "non-negative"}},
-      {"float shape", safetensors_bytes("{" + u8_entry("a", "[0,2]", "[2.0]") + "}", "xy"), {"tensor 'a'", "non-negative"}},
-      {"overflowing shape", safetensors_bytes("{" + u8_entry("a", "[0,0]", "[4294967296,4294967296,16]") + "}", ""),
+      {"negative shape",
+       safetensors_bytes("{" + u8_entry("a", "[0,0]", "[-1]") + "}", ""),
+       {"tensor 'a'", "non-negative"}},
+      {"float shape",
+       safetensors_bytes("{" + u8_entry("a", "[0,2]", "[2.0]") + "}", "xy"),
+       {"tensor 'a'", "non-negative"}},
+      {"overflowing shape",
+       safetensors_bytes("{" + u8_entry("a", "[0,0]", "[4294967296,4294967296,16]") + "}", ""),
        {"tensor 'a'", "overflows"}},
-      {"begin after end", safetensors_bytes("{" + u8_entry("a", "[2,1]", "[1]") + "}", "xy"), {"tensor 'a'", "begin <= end"}},
-      {"one offset", safetensors_bytes("{" + u8_entry("a", "[1]", "[1]") + "}", "x"), {"tensor 'a'", "data_offsets"}},
-      {"metadata not strings", safetensors_bytes(R"({"__metadata__":{"n":1}})", ""), {"'__metadata__' entry 'n'"}},
+      {"begin after end",
+       safetensors_bytes("{" + u8_entry("a", "[2,1]", "[1]") + "}", "xy"),
+       {"tensor 'a'", "begin <= end"}},
+      {"one offset",
+       safetensors_bytes("{" + u8_entry("a", "[1]", "[1]") + "}", "x"),
+       {"tensor 'a'", "data_offsets"}},
+      {"metadata not strings",
+       safetensors_bytes(R"({"__metadata__":{"n":1}})", ""),
+       {"'__metadata__' entry 'n'"}},
   };
 }
 
@@ -196,7 +235,8 @@ TEST(Safetensors, RejectsCorruptBuffersNamingSourceAndTensor) {
       std::string message = e.what();
       EXPECT_EQ(message.rfind("buf.safetensors: ", 0), 0u) << c.label << ": " << message;
       for (const auto& part : c.message_parts) {
-        EXPECT_NE(message.find(part), std::string::npos) << c.label << ": '" << part << "' not in: " << message;
+        EXPECT_NE(message.find(part), std::string::npos)
+            << c.label << ": '" << part << "' not in: " << message;
       }
     }
   }
@@ -211,7 +251,8 @@ TEST(Safetensors, RejectsCorruptFilesOnDisk) {
       SafetensorsFile::open(path);
       ADD_FAILURE() << c.label << ": accepted";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(path.string()), std::string::npos) << c.label << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find(path.string()), std::string::npos)
+          << c.label << ": " << e.what();
     }
   }
 }
@@ -241,7 +282,8 @@ TEST(Safetensors, WriterRejectsInconsistentTensors) {
     }
   };
   expect_rejected({{"a", DType::kF32, {2}, as_bytes(four)}}, "needs 8 bytes, got 4");
-  expect_rejected({{"a", DType::kU8, {4}, as_bytes(four)}, {"a", DType::kU8, {4}, as_bytes(four)}}, "given twice");
+  expect_rejected({{"a", DType::kU8, {4}, as_bytes(four)}, {"a", DType::kU8, {4}, as_bytes(four)}},
+                  "given twice");
   expect_rejected({{"__metadata__", DType::kU8, {4}, as_bytes(four)}}, "reserved");
   expect_rejected({{"a", DType::kU8, {-4}, as_bytes(four)}}, "negative");
   EXPECT_FALSE(std::filesystem::exists(dir / "w.safetensors"));

@@ -1,4 +1,5 @@
-// Helpers for the hf tests: a scratch directory per test, hand-made safetensors bytes, tensor bytes.
+// Helpers for the hf tests: a scratch directory per test, hand-made safetensors bytes, tensor
+// bytes.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -36,6 +37,8 @@ std::string raw_bytes(const std::vector<T>& values) {
 }
 
 // A tensor's bytes as a string (for comparisons).
-inline std::string bytes_of(const TensorView& v) { return std::string(reinterpret_cast<const char*>(v.data.data()), v.data.size()); }
+inline std::string bytes_of(const TensorView& v) {
+  return std::string(reinterpret_cast<const char*>(v.data.data()), v.data.size());
+}
 
 }  // namespace ajet::hf::testing

@@ -52,7 +52,8 @@ TEST(HttpClient, RefusedConnectionIsUnavailableNamingHostAndPort) {
     FAIL() << "connected to a port nobody listens on";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kUnavailable);
-    EXPECT_NE(std::string(e.what()).find("127.0.0.1:" + std::to_string(port)), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("127.0.0.1:" + std::to_string(port)), std::string::npos)
+        << e.what();
   }
 }
 
@@ -76,7 +77,8 @@ TEST(HttpClient, SilentServerTimesOut) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kUnavailable);
     EXPECT_NE(std::string(e.what()).find("timed out"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find(":" + std::to_string(port)), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(":" + std::to_string(port)), std::string::npos)
+        << e.what();
   }
   ::close(fd);
 }
@@ -131,7 +133,8 @@ TEST(HttpClient, StreamOfANonSseResponseReturnsTheBody) {
   TestServer ts;
   HttpClient client(ts.url());
   int events = 0;
-  ClientResponse r = client.stream("GET", "/nope", {}, {}, [&](const SseEvent&) { return ++events > 0; });
+  ClientResponse r =
+      client.stream("GET", "/nope", {}, {}, [&](const SseEvent&) { return ++events > 0; });
   EXPECT_EQ(r.status, 404);
   EXPECT_EQ(events, 0);
   EXPECT_EQ(r.json()["error"]["type"], "not_found_error");

@@ -10,8 +10,9 @@ namespace {
 using testing::run_command;
 using testing::TestServer;
 
-#define REQUIRE_CURL() \
-  if (!testing::have_curl()) GTEST_SKIP() << "curl is not installed (scripts/setup.sh installs it); SKIPPING"
+#define REQUIRE_CURL()       \
+  if (!testing::have_curl()) \
+  GTEST_SKIP() << "curl is not installed (scripts/setup.sh installs it); SKIPPING"
 
 // curl's body, then a line with the status code.
 std::pair<std::string, int> curl(const std::string& args) {
@@ -35,8 +36,9 @@ TEST(HttpCurl, KeepAliveAcrossUrlsOfOneInvocation) {
 TEST(HttpCurl, JsonPostAndPathParameters) {
   REQUIRE_CURL();
   TestServer ts;
-  auto [body, status] = curl("-X POST -H 'Content-Type: application/json' -H 'X-Test: curl' --data '{\"a\":1}' " +
-                             ts.url("/echo"));
+  auto [body, status] =
+      curl("-X POST -H 'Content-Type: application/json' -H 'X-Test: curl' --data '{\"a\":1}' " +
+           ts.url("/echo"));
   ASSERT_EQ(status, 200) << body;
   Json j = Json::parse(body);
   EXPECT_EQ(j["body"], "{\"a\":1}");
@@ -54,9 +56,9 @@ TEST(HttpCurl, OversizedBodyIs413) {
   // Small enough that curl sends it at once, and big enough (2 MiB) that curl first asks
   // `Expect: 100-continue` and gets the 413 without sending the body.
   for (const char* size : {"5000", "2097152"}) {
-    testing::CommandResult r = run_command(std::string("head -c ") + size +
-                                           " /dev/zero | curl -sS -w '\\n%{http_code}' --data-binary @- " +
-                                           ts.url("/echo") + " 2>&1");
+    testing::CommandResult r = run_command(
+        std::string("head -c ") + size +
+        " /dev/zero | curl -sS -w '\\n%{http_code}' --data-binary @- " + ts.url("/echo") + " 2>&1");
     size_t nl = r.out.rfind('\n');
     ASSERT_NE(nl, std::string::npos) << r.out;
     std::string body = r.out.substr(0, nl);
@@ -81,10 +83,12 @@ TEST(HttpCurl, ErrorShapesAndHead) {
   EXPECT_EQ(Json::parse(thrown)["error"]["type"], "server_error");
 
   auto [get_body, get_status] = curl(ts.url("/get_engine_status"));
-  testing::CommandResult head = run_command("curl -sS -I " + ts.url("/get_engine_status") + " 2>&1");
+  testing::CommandResult head =
+      run_command("curl -sS -I " + ts.url("/get_engine_status") + " 2>&1");
   ASSERT_EQ(head.exit_code, 0) << head.out;
   EXPECT_TRUE(head.out.starts_with("HTTP/1.1 200")) << head.out;
-  EXPECT_NE(head.out.find("Content-Length: " + std::to_string(get_body.size())), std::string::npos) << head.out;
+  EXPECT_NE(head.out.find("Content-Length: " + std::to_string(get_body.size())), std::string::npos)
+      << head.out;
 }
 
 // curl -N prints each event as it arrives; the producer pushes event k+1 only after this test read

@@ -42,7 +42,8 @@ TEST(HttpSplitTarget, DecodesQueryButNotPath) {
 }
 
 TEST(HttpResponses, ErrorHasOpenAiShape) {
-  Response r = error_response(413, "request body exceeds the limit of 10 bytes", "", "request_too_large");
+  Response r =
+      error_response(413, "request body exceeds the limit of 10 bytes", "", "request_too_large");
   EXPECT_EQ(r.status, 413);
   EXPECT_EQ(r.headers.get("Content-Type").value(), "application/json");
   Json body = Json::parse(r.body);
@@ -78,8 +79,9 @@ TEST(HttpResponses, JsonAndRetryAfter) {
 }
 
 TEST(HttpSse, EventsRoundTripThroughTheParserInAnySplit) {
-  std::string wire = sse_event("{\"a\":1}") + ": keep-alive comment\n\n" + sse_event("line1\nline2", "update") +
-                     "data: crlf\r\n\r\n" + "id: 7\ndata:no-space\n\n" + sse_event("[DONE]");
+  std::string wire = sse_event("{\"a\":1}") + ": keep-alive comment\n\n" +
+                     sse_event("line1\nline2", "update") + "data: crlf\r\n\r\n" +
+                     "id: 7\ndata:no-space\n\n" + sse_event("[DONE]");
   for (size_t step : {size_t(1), size_t(2), size_t(3), size_t(7), wire.size()}) {
     SseParser parser;
     std::vector<SseEvent> events;
@@ -100,8 +102,8 @@ TEST(HttpSse, EventsRoundTripThroughTheParserInAnySplit) {
   }
 }
 
-// A bare CR in the payload ends a line for every SSE parser: it must not let the rest of the payload
-// read as fields of its own (here an event name and an id the payload never set).
+// A bare CR in the payload ends a line for every SSE parser: it must not let the rest of the
+// payload read as fields of its own (here an event name and an id the payload never set).
 TEST(HttpSse, CarriageReturnsInThePayloadCannotInjectFields) {
   SseParser parser;
   std::vector<SseEvent> events;
@@ -118,7 +120,8 @@ TEST(HttpSse, CarriageReturnsInThePayloadCannotInjectFields) {
 TEST(HttpSse, ParserStopsWhenTheCallbackSaysSo) {
   SseParser parser;
   int seen = 0;
-  EXPECT_FALSE(parser.feed(sse_event("1") + sse_event("2"), [&](const SseEvent&) { return ++seen < 1; }));
+  EXPECT_FALSE(
+      parser.feed(sse_event("1") + sse_event("2"), [&](const SseEvent&) { return ++seen < 1; }));
   EXPECT_EQ(seen, 1);
 }
 

@@ -21,19 +21,24 @@ Request make_request(std::string method, std::string target) {
 
 Response call(const Router& router, std::string method, std::string target) {
   std::optional<Response> got;
-  router(make_request(std::move(method), std::move(target)), Respond::from([&](Response r) { got = std::move(r); }));
+  router(make_request(std::move(method), std::move(target)),
+         Respond::from([&](Response r) { got = std::move(r); }));
   EXPECT_TRUE(got.has_value());
   return got ? std::move(*got) : Response{};
 }
 
 Router make_router() {
   Router router;
-  router.get("/health", [](Request, Respond respond) { respond(json_response({{"status", "ok"}})); });
+  router.get("/health", [](Request, Respond respond) {
+    respond(json_response({{"status", "ok"}}));
+  });
   router.post("/health", [](Request, Respond respond) { respond(text_response("posted")); });
   router.get("/episodes/{episode_uuid}", [](Request req, Respond respond) {
-    respond(json_response({{"episode", req.path_params.at("episode_uuid")}, {"q", req.query["verbose"]}}));
+    respond(json_response(
+        {{"episode", req.path_params.at("episode_uuid")}, {"q", req.query["verbose"]}}));
   });
-  router.get("/episodes/latest", [](Request, Respond respond) { respond(text_response("latest")); });
+  router.get("/episodes/latest",
+             [](Request, Respond respond) { respond(text_response("latest")); });
   router.post("/tasks/{task}/episodes/{episode}", [](Request req, Respond respond) {
     respond(text_response(req.path_params.at("task") + "|" + req.path_params.at("episode")));
   });
@@ -148,12 +153,15 @@ TEST(HttpRouterObserver, AThrowingHandlerIsAnsweredAndReportedAsTheServerWouldAn
     log->seen.push_back(Seen{std::string(o.route), std::string(o.method), o.status});
   });
   std::optional<Response> got;
-  EXPECT_THROW(router(make_request("GET", "/bad"), Respond::from([&](Response r) { got = std::move(r); })), Error);
+  EXPECT_THROW(
+      router(make_request("GET", "/bad"), Respond::from([&](Response r) { got = std::move(r); })),
+      Error);
   ASSERT_TRUE(got);
   EXPECT_EQ(got->status, 400);
   EXPECT_NE(got->body.find("field 'x' is wrong"), std::string::npos);
   got.reset();
-  EXPECT_THROW(router(make_request("GET", "/broken"), Respond::from([&](Response r) { got = std::move(r); })),
+  EXPECT_THROW(router(make_request("GET", "/broken"),
+                      Respond::from([&](Response r) { got = std::move(r); })),
                std::runtime_error);
   ASSERT_TRUE(got);
   EXPECT_EQ(got->status, 500);
@@ -167,7 +175,8 @@ TEST(HttpRouterObserver, AThrowingHandlerIsAnsweredAndReportedAsTheServerWouldAn
   EXPECT_EQ(seen[2].status, 500);
 }
 
-// A streamed answer counts when its stream ends: before the server (here the test) receives the end.
+// A streamed answer counts when its stream ends: before the server (here the test) receives the
+// end.
 TEST(HttpRouterObserver, AStreamIsReportedWhenItEndsOrIsCancelled) {
   auto log = std::make_shared<Observed>();
   auto channel = std::make_shared<ChannelStream>();

@@ -17,7 +17,8 @@ using testing::RawSocket;
 class ScriptedStream : public BodyStream {
  public:
   enum class Ending { kEnd, kThrow, kDropDeliver };
-  ScriptedStream(std::vector<std::string> chunks, Ending ending) : chunks_(std::move(chunks)), ending_(ending) {}
+  ScriptedStream(std::vector<std::string> chunks, Ending ending)
+      : chunks_(std::move(chunks)), ending_(ending) {}
   void next(Deliver deliver) override {
     if (next_ < chunks_.size()) {
       deliver(chunks_[next_++]);
@@ -54,7 +55,8 @@ class EdgeServer {
     });
     auto scripted = [](ScriptedStream::Ending ending) {
       return [ending](Request, Respond respond) {
-        Response r = sse_response(std::make_shared<ScriptedStream>(std::vector<std::string>{"a", "", "b"}, ending));
+        Response r = sse_response(
+            std::make_shared<ScriptedStream>(std::vector<std::string>{"a", "", "b"}, ending));
         r.body = "prefix;";
         respond(std::move(r));
       };
@@ -100,7 +102,8 @@ TEST(HttpServerEdge, InvalidStatusBecomes500AndNoContentHasNoBody) {
   std::string no_content = s.read_until("\r\n\r\n");
   EXPECT_TRUE(no_content.starts_with("HTTP/1.1 204")) << no_content;
   EXPECT_EQ(no_content.find("Content-Length"), std::string::npos) << no_content;
-  std::string next = s.read_response();  // "ignored" was never sent: the next answer follows at once
+  std::string next =
+      s.read_response();  // "ignored" was never sent: the next answer follows at once
   EXPECT_TRUE(next.starts_with("HTTP/1.1 200")) << next;
   EXPECT_TRUE(next.ends_with("fine")) << next;
 }

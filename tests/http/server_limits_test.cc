@@ -1,6 +1,7 @@
 // HttpServer's defences against expensive clients, over real sockets: checks made from a request's
-// head before its body is read (credentials, per-route body limits, the body-memory budget), hang-ups
-// that cancel the request in flight, streams whose reader stopped reading, and the connection cap.
+// head before its body is read (credentials, per-route body limits, the body-memory budget),
+// hang-ups that cancel the request in flight, streams whose reader stopped reading, and the
+// connection cap.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -34,17 +35,19 @@ bool within_30s(const std::function<bool()>& done) {
   return done();
 }
 
-std::string limit_post_head(std::string_view path, size_t content_length, std::string_view extra = "") {
-  return "POST " + std::string(path) + " HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(content_length) +
-         "\r\n" + std::string(extra) + "\r\n";
+std::string limit_post_head(std::string_view path, size_t content_length,
+                            std::string_view extra = "") {
+  return "POST " + std::string(path) +
+         " HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(content_length) + "\r\n" +
+         std::string(extra) + "\r\n";
 }
 
 // What the routes of LimitServer hand to the test.
 struct LimitSeen {
   std::mutex mu;
-  std::vector<Respond> held;                      // /hold: answered by the test
+  std::vector<Respond> held;  // /hold: answered by the test
   std::vector<std::shared_ptr<CancelSignal>> cancels;
-  std::shared_ptr<ChannelStream> stream;          // /flood
+  std::shared_ptr<ChannelStream> stream;  // /flood
   std::atomic<int> handled{0};
   std::atomic<int> cancelled{0};
   std::atomic<int> stream_cancelled{0};
@@ -52,7 +55,8 @@ struct LimitSeen {
 
 class LimitServer {
  public:
-  explicit LimitServer(ServerOptions options = {}, size_t backlog = 256 << 10) : seen_(std::make_shared<LimitSeen>()) {
+  explicit LimitServer(ServerOptions options = {}, size_t backlog = 256 << 10)
+      : seen_(std::make_shared<LimitSeen>()) {
     auto seen = seen_;
     Router router;
     RouteOptions keyed;
@@ -60,21 +64,28 @@ class LimitServer {
       if (head.headers.get_or("x-key", "") == "open sesame") return std::nullopt;
       return error_response(401, "send x-key", "authentication_error", "unauthenticated");
     };
-    router.post("/keyed", [seen](Request req, Respond respond) {
-      ++seen->handled;
-      respond(json_response({{"length", req.body.size()}}));
-    }, keyed);
-    router.get("/keyed_get", [](Request, Respond respond) { respond(text_response("in")); }, keyed);
+    router.post(
+        "/keyed",
+        [seen](Request req, Respond respond) {
+          ++seen->handled;
+          respond(json_response({{"length", req.body.size()}}));
+        },
+        keyed);
+    router.get(
+        "/keyed_get", [](Request, Respond respond) { respond(text_response("in")); }, keyed);
     RouteOptions small;
     small.max_body_bytes = 1024;
     small.limit_name = "--small-mb";
     small.error_shape = [](int status, const std::string& message, const std::string& code) {
       return json_response({{"shaped", true}, {"message", message}, {"code", code}}, status);
     };
-    router.post("/small", [seen](Request req, Respond respond) {
-      ++seen->handled;
-      respond(json_response({{"length", req.body.size()}}));
-    }, small);
+    router.post(
+        "/small",
+        [seen](Request req, Respond respond) {
+          ++seen->handled;
+          respond(json_response({{"length", req.body.size()}}));
+        },
+        small);
     router.get("/health", [](Request, Respond respond) { respond(text_response("ok")); });
     auto hold = [seen](Request req, Respond respond) {
       std::lock_guard lock(seen->mu);
@@ -143,7 +154,8 @@ TEST(HttpServerHead, ARequestRefusedFromItsHeadIsAnsweredBeforeItsBodyIsSent) {
 
   // With the key, the same route reads its body.
   HttpClient client("http://127.0.0.1:" + std::to_string(ls.port()));
-  ClientResponse ok = client.request("POST", "/keyed", {{"x-key", "open sesame"}}, std::string(5000, 'k'));
+  ClientResponse ok =
+      client.request("POST", "/keyed", {{"x-key", "open sesame"}}, std::string(5000, 'k'));
   EXPECT_EQ(ok.status, 200);
   EXPECT_EQ(ok.json()["length"], 5000);
   EXPECT_EQ(ls.server().stats().body_bytes_read, 5000u);
@@ -227,7 +239,8 @@ TEST(HttpServerHead, BodiesBeyondTheMemoryBudgetGet503BeforeTheyAreRead) {
   EXPECT_EQ(ls.server().stats().body_bytes_held, 800u << 10);
 
   RawSocket second(ls.port());
-  second.send(limit_post_head("/small", 1000) + std::string(1000, 's'));  // fits its route, not the budget
+  second.send(limit_post_head("/small", 1000) +
+              std::string(1000, 's'));  // fits its route, not the budget
   EXPECT_TRUE(second.read_response().starts_with("HTTP/1.1 200"));  // 1000 bytes fit what is left
   RawSocket third(ls.port());
   third.send(limit_post_head("/hold", 300 << 10));
@@ -239,7 +252,8 @@ TEST(HttpServerHead, BodiesBeyondTheMemoryBudgetGet503BeforeTheyAreRead) {
   // A chunked body counts as it arrives.
   RawSocket chunked(ls.port());
   std::string body = "POST /hold HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
-  for (int i = 0; i < 5; ++i) body += "10000\r\n" + std::string(0x10000, 'c') + "\r\n";  // 5 × 64 KiB
+  for (int i = 0; i < 5; ++i)
+    body += "10000\r\n" + std::string(0x10000, 'c') + "\r\n";  // 5 × 64 KiB
   chunked.send(body + "0\r\n\r\n");
   EXPECT_TRUE(chunked.read_response().starts_with("HTTP/1.1 503"));
 

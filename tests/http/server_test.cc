@@ -91,7 +91,9 @@ TEST(HttpServer, OversizedChunkedBodyIs413) {
   options.max_body_bytes = 16;
   TestServer ts(options);
   RawSocket s(ts.port());
-  s.send("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n10\r\n0123456789abcdef\r\n1\r\nz\r\n0\r\n\r\n");
+  s.send(
+      "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: "
+      "chunked\r\n\r\n10\r\n0123456789abcdef\r\n1\r\nz\r\n0\r\n\r\n");
   std::string response = s.read_response();
   EXPECT_TRUE(response.starts_with("HTTP/1.1 413")) << response;
   EXPECT_NE(response.find("16 bytes"), std::string::npos) << response;
@@ -102,7 +104,8 @@ TEST(HttpServer, OversizedHeaderIs413NamingTheLimit) {
   options.max_header_bytes = 2048;
   TestServer ts(options);
   HttpClient client(ts.url());
-  ClientResponse r = client.request("GET", "/get_engine_status", {{"X-Big", std::string(4000, 'h')}});
+  ClientResponse r =
+      client.request("GET", "/get_engine_status", {{"X-Big", std::string(4000, 'h')}});
   ASSERT_EQ(r.status, 413);
   std::string message = r.json()["error"]["message"];
   EXPECT_NE(message.find("2048"), std::string::npos) << message;
@@ -126,7 +129,8 @@ TEST(HttpServer, ExpectContinueIsAnsweredBeforeTheBodyIsSent) {
   {
     // Over the limit: the 413 comes at once, without the body ever being sent.
     RawSocket s(ts.port());
-    s.send("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\nExpect: 100-continue\r\n\r\n");
+    s.send(
+        "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\nExpect: 100-continue\r\n\r\n");
     std::string response = s.read_response();
     EXPECT_TRUE(response.starts_with("HTTP/1.1 413")) << response;
     EXPECT_NE(response.find("100 bytes"), std::string::npos) << response;
@@ -168,9 +172,9 @@ TEST(HttpServer, PathParameters) {
   EXPECT_EQ(client.get("/episodes/3f2a-77").json()["episode_uuid"], "3f2a-77");
 }
 
-// Request smuggling through Transfer-Encoding (RFC 9112 6.1, 6.3): a final coding other than chunked,
-// an unknown coding, TE beside Content-Length or in HTTP/1.0 gets 400 / 501 and the connection closes,
-// so the bytes after the header are never answered as a second request.
+// Request smuggling through Transfer-Encoding (RFC 9112 6.1, 6.3): a final coding other than
+// chunked, an unknown coding, TE beside Content-Length or in HTTP/1.0 gets 400 / 501 and the
+// connection closes, so the bytes after the header are never answered as a second request.
 TEST(HttpServer, TransferEncodingThatIsNotFinallyChunkedIsRefusedAndTheConnectionCloses) {
   TestServer ts;
   const std::string smuggled = "GET /episodes/smuggled HTTP/1.1\r\nHost: x\r\n\r\n";
@@ -182,16 +186,24 @@ TEST(HttpServer, TransferEncodingThatIsNotFinallyChunkedIsRefusedAndTheConnectio
   // Transfer-Encoding beside Content-Length is caught by Beast's parser, which names the header it
   // read second.
   for (const Case& c : std::vector<Case>{
-           {"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, identity\r\n\r\n", "400", "Transfer-Encoding '"},
-           {"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: xchunked\r\n\r\n", "501", "Transfer-Encoding '"},
-           {"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", "400", "Transfer-Encoding '"},
-           {"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", "501", "Transfer-Encoding '"},
-           {"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: ,\r\n\r\n", "400", "Transfer-Encoding '"},
-           {"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n", "400",
-            "bad Content-Length"},
-           {"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", "400",
-            "Transfer-Encoding"},
-           {"POST /echo HTTP/1.0\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", "400", "Transfer-Encoding '"}}) {
+           {"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, identity\r\n\r\n", "400",
+            "Transfer-Encoding '"},
+           {"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: xchunked\r\n\r\n", "501",
+            "Transfer-Encoding '"},
+           {"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", "400",
+            "Transfer-Encoding '"},
+           {"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+            "501", "Transfer-Encoding '"},
+           {"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: ,\r\n\r\n", "400",
+            "Transfer-Encoding '"},
+           {"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: "
+            "5\r\n\r\n0\r\n\r\n",
+            "400", "bad Content-Length"},
+           {"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: "
+            "chunked\r\n\r\n0\r\n\r\n",
+            "400", "Transfer-Encoding"},
+           {"POST /echo HTTP/1.0\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", "400",
+            "Transfer-Encoding '"}}) {
     RawSocket s(ts.port());
     s.send(c.head + smuggled);
     std::string response = s.read_response();
@@ -202,7 +214,9 @@ TEST(HttpServer, TransferEncodingThatIsNotFinallyChunkedIsRefusedAndTheConnectio
   }
   // A proper chunked body still works.
   RawSocket s(ts.port());
-  s.send("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n");
+  s.send(
+      "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: "
+      "chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n");
   std::string response = s.read_response();
   EXPECT_TRUE(response.starts_with("HTTP/1.1 200")) << response;
   EXPECT_NE(response.find("hello"), std::string::npos) << response;
@@ -212,7 +226,8 @@ TEST(HttpServer, PipelinedRequestsAreAnsweredInOrder) {
   TestServer ts;
   RawSocket s(ts.port());
   std::string batch;
-  for (int i = 1; i <= 3; ++i) batch += "GET /episodes/e" + std::to_string(i) + " HTTP/1.1\r\nHost: x\r\n\r\n";
+  for (int i = 1; i <= 3; ++i)
+    batch += "GET /episodes/e" + std::to_string(i) + " HTTP/1.1\r\nHost: x\r\n\r\n";
   batch += "GET /later?id=4 HTTP/1.1\r\nHost: x\r\n\r\n";
   batch += "GET /episodes/e5 HTTP/1.1\r\nHost: x\r\n\r\n";
   s.send(batch);
@@ -240,7 +255,8 @@ TEST(HttpServer, ThrowingOrSilentHandlersGetErrorsAndTheConnectionSurvives) {
   HttpClient client(ts.url());
   ClientResponse thrown = client.get("/throw");
   EXPECT_EQ(thrown.status, 500);
-  EXPECT_NE(thrown.json()["error"]["message"].get<std::string>().find("handler exploded"), std::string::npos);
+  EXPECT_NE(thrown.json()["error"]["message"].get<std::string>().find("handler exploded"),
+            std::string::npos);
   EXPECT_EQ(thrown.json()["error"]["type"], "server_error");
   ClientResponse ajet_error = client.get("/throw_ajet");
   EXPECT_EQ(ajet_error.status, 404);
@@ -270,7 +286,8 @@ TEST(HttpServer, SseEventsArriveWhileTheStreamIsStillOpen) {
     std::shared_ptr<ChannelStream> stream = shared.streams.front();
     for (int k = 1; k <= kEvents; ++k) {
       std::unique_lock lock(mu);
-      if (!cv.wait_for(lock, std::chrono::seconds(30), [&] { return acked >= k - 1; })) producer_ok = false;
+      if (!cv.wait_for(lock, std::chrono::seconds(30), [&] { return acked >= k - 1; }))
+        producer_ok = false;
       lock.unlock();
       if (k < kEvents) stream->push(sse_event(std::to_string(k)));
     }
@@ -317,10 +334,11 @@ TEST(HttpClient, AnEventLongerThanTheResponseLimitIsRefused) {
     ADD_FAILURE() << "a 300-byte event passed a 100-byte limit";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kResourceExhausted);
-    EXPECT_NE(std::string(e.what()).find("max_response_bytes (100)"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("max_response_bytes (100)"), std::string::npos)
+        << e.what();
   }
   producer.join();
-  EXPECT_EQ(got, (std::vector<std::string>{"ok"}));  // events under the limit arrive as ever
+  EXPECT_EQ(got, (std::vector<std::string>{"ok"}));         // events under the limit arrive as ever
   EXPECT_EQ(client.get("/get_engine_status").status, 200);  // usable afterwards
 }
 
@@ -475,7 +493,9 @@ TEST(HttpServer, BindFailureNamesTheAddress) {
     ADD_FAILURE() << "bound a port that is in use";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kIo);
-    EXPECT_NE(std::string(e.what()).find("127.0.0.1:" + std::to_string(ts.port())), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("127.0.0.1:" + std::to_string(ts.port())),
+              std::string::npos)
+        << e.what();
   }
 }
 

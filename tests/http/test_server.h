@@ -47,7 +47,8 @@ class LaterResponder {
       auto [request, respond] = std::move(queue_.front());
       queue_.pop_front();
       lock.unlock();
-      respond(json_response({{"later", true}, {"id", request.query["id"]}, {"thread", "responder"}}));
+      respond(
+          json_response({{"later", true}, {"id", request.query["id"]}, {"thread", "responder"}}));
       lock.lock();
     }
   }
@@ -63,8 +64,8 @@ class LaterResponder {
 struct Shared {
   std::mutex mu;
   std::condition_variable cv;
-  std::vector<Respond> held;                          // /hold: never answered by the route itself
-  std::vector<std::shared_ptr<ChannelStream>> streams; // /stream: fed by the test
+  std::vector<Respond> held;                            // /hold: never answered by the route itself
+  std::vector<std::shared_ptr<ChannelStream>> streams;  // /stream: fed by the test
   int cancelled_streams = 0;
 
   template <class Pred>
@@ -81,7 +82,8 @@ class TestServer {
     auto shared = shared_;
     LaterResponder* later = &later_;
     router.get("/get_engine_status", [](Request, Respond respond) {
-      respond(json_response({{"engine_status", "ENGINE.ROLLING"}, {"engine_status_detail", ""}, {"global_step", 3}}));
+      respond(json_response(
+          {{"engine_status", "ENGINE.ROLLING"}, {"engine_status_detail", ""}, {"global_step", 3}}));
     });
     router.post("/echo", [](Request req, Respond respond) {
       respond(json_response({{"body", req.body},
@@ -92,9 +94,14 @@ class TestServer {
     router.get("/episodes/{episode_uuid}", [](Request req, Respond respond) {
       respond(json_response({{"episode_uuid", req.path_params.at("episode_uuid")}}));
     });
-    router.get("/later", [later](Request req, Respond respond) { later->enqueue(std::move(req), std::move(respond)); });
-    router.get("/throw", [](Request, Respond) -> void { throw std::runtime_error("handler exploded"); });
-    router.get("/throw_ajet", [](Request, Respond) -> void { fail(ErrorCode::kNotFound, "episode 'x' not found"); });
+    router.get("/later", [later](Request req, Respond respond) {
+      later->enqueue(std::move(req), std::move(respond));
+    });
+    router.get("/throw",
+               [](Request, Respond) -> void { throw std::runtime_error("handler exploded"); });
+    router.get("/throw_ajet", [](Request, Respond) -> void {
+      fail(ErrorCode::kNotFound, "episode 'x' not found");
+    });
     router.get("/drop", [](Request, Respond) {});
     router.get("/big", [](Request req, Respond respond) {
       size_t n = req.query.count("n") ? std::stoul(req.query["n"]) : 1000;

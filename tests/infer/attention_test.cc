@@ -34,10 +34,10 @@ at::Tensor reference(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   at::Tensor out = at::zeros({t, h, d}, at::kDouble);
   for (int64_t head = 0; head < h; ++head) {
     const int64_t kvh = head / (h / hkv);
-    at::Tensor qh = q.select(1, head).to(at::kDouble);              // (T, D)
-    at::Tensor kh = k.select(1, kvh).to(at::kDouble);               // (L, D)
+    at::Tensor qh = q.select(1, head).to(at::kDouble);  // (T, D)
+    at::Tensor kh = k.select(1, kvh).to(at::kDouble);   // (L, D)
     at::Tensor vh = v.select(1, kvh).to(at::kDouble);
-    at::Tensor scores = qh.matmul(kh.t()) / std::sqrt(double(d));   // (T, L)
+    at::Tensor scores = qh.matmul(kh.t()) / std::sqrt(double(d));  // (T, L)
     for (int64_t i = 0; i < t; ++i) {
       at::Tensor row = scores[i].narrow(0, 0, start + i + 1);
       at::Tensor w = at::softmax(row, 0);
@@ -47,14 +47,15 @@ at::Tensor reference(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   return out.view({t, h * d});
 }
 
-// A batch over a scattered cache: each sequence's keys, values and queries (random), its segment, and
-// its earlier positions already in the cache of `layer`, written as a previous step would have (one
-// batch holding every cached token). The step's new keys and values are not written.
+// A batch over a scattered cache: each sequence's keys, values and queries (random), its segment,
+// and its earlier positions already in the cache of `layer`, written as a previous step would have
+// (one batch holding every cached token). The step's new keys and values are not written.
 struct Scenario {
   KvCache cache;
   std::vector<AttentionSegment> segments;
   std::vector<int32_t> tables;
-  std::vector<at::Tensor> ks, vs, qs;  // per sequence: (total, Hkv, D), (total, Hkv, D), (chunk, H, D)
+  std::vector<at::Tensor> ks, vs,
+      qs;  // per sequence: (total, Hkv, D), (total, Hkv, D), (chunk, H, D)
   int64_t layer = 1;
 
   // The step's new keys and values, (N, Hkv, D) in batch order.
@@ -67,14 +68,16 @@ struct Scenario {
   }
 };
 
-Scenario make_scenario(const Case& c, const std::vector<SeqSpec>& seqs, at::ScalarType cache_dtype) {
+Scenario make_scenario(const Case& c, const std::vector<SeqSpec>& seqs,
+                       at::ScalarType cache_dtype) {
   at::manual_seed(11);
   std::mt19937 gen(5);
   KvCacheShape shape{/*num_layers=*/2, c.kv_heads, c.head_dim, c.block_size};
   int64_t blocks_needed = 0;
   for (const SeqSpec& s : seqs) blocks_needed += (s.total + c.block_size - 1) / c.block_size;
   const int64_t num_blocks = blocks_needed + 7;
-  Scenario sc{KvCache(shape, num_blocks, at::TensorOptions().dtype(cache_dtype)), {}, {}, {}, {}, {}};
+  Scenario sc{
+      KvCache(shape, num_blocks, at::TensorOptions().dtype(cache_dtype)), {}, {}, {}, {}, {}};
   // Scattered block tables: a shuffled permutation of the blocks, handed out in turn.
   std::vector<int32_t> perm(static_cast<size_t>(num_blocks));
   std::iota(perm.begin(), perm.end(), 0);
@@ -118,26 +121,35 @@ Scenario make_scenario(const Case& c, const std::vector<SeqSpec>& seqs, at::Scal
 
 // cache_dtype bfloat16: the cache rounds keys and values to bfloat16 when they are written; the
 // reference gets the same rounded values, so both implementations must still match it to 1e-5.
-void check_case(const Case& c, const std::vector<SeqSpec>& seqs, at::ScalarType cache_dtype = at::kFloat) {
+void check_case(const Case& c, const std::vector<SeqSpec>& seqs,
+                at::ScalarType cache_dtype = at::kFloat) {
   Scenario sc = make_scenario(c, seqs, cache_dtype);
   KvCache& cache = sc.cache;
   const std::vector<AttentionSegment>& segments = sc.segments;
   const int64_t layer = sc.layer;
   AttentionBatch batch(segments, sc.tables, c.block_size, at::kCPU);
   // float64 input takes the generic index_copy_ path (the float32 row copy wrote the history).
-  cache.write(layer, sc.new_keys(seqs).to(at::kDouble), sc.new_keys(seqs, true).to(at::kDouble), batch.slots(),
-              batch.slots_tensor());
+  cache.write(layer, sc.new_keys(seqs).to(at::kDouble), sc.new_keys(seqs, true).to(at::kDouble),
+              batch.slots(), batch.slots_tensor());
 
   at::Tensor q = at::cat(sc.qs);  // (N, H, D)
   at::Tensor kernel = cached_attention(q, cache, layer, batch, AttentionImpl::kCpuKernel);
   at::Tensor ops = cached_attention(q, cache, layer, batch, AttentionImpl::kTorchOps);
   ASSERT_EQ(kernel.sizes(), (std::vector<int64_t>{q.size(0), c.heads * c.head_dim}));
   for (size_t i = 0; i < seqs.size(); ++i) {
-    const at::Tensor k = sc.ks[i].to(cache_dtype).to(at::kFloat), v = sc.vs[i].to(cache_dtype).to(at::kFloat);
+    const at::Tensor k = sc.ks[i].to(cache_dtype).to(at::kFloat),
+                     v = sc.vs[i].to(cache_dtype).to(at::kFloat);
     at::Tensor want = reference(sc.qs[i], k, v, seqs[i].total - seqs[i].chunk);
     const AttentionSegment& seg = segments[i];
-    const double kernel_err = (kernel.narrow(0, seg.token_begin, seg.num_tokens).to(at::kDouble) - want).abs().max().item<double>();
-    const double ops_err = (ops.narrow(0, seg.token_begin, seg.num_tokens).to(at::kDouble) - want).abs().max().item<double>();
+    const double kernel_err =
+        (kernel.narrow(0, seg.token_begin, seg.num_tokens).to(at::kDouble) - want)
+            .abs()
+            .max()
+            .item<double>();
+    const double ops_err = (ops.narrow(0, seg.token_begin, seg.num_tokens).to(at::kDouble) - want)
+                               .abs()
+                               .max()
+                               .item<double>();
     EXPECT_LT(kernel_err, 1e-5) << "sequence " << i << " (kernel)";
     EXPECT_LT(ops_err, 1e-5) << "sequence " << i << " (torch ops)";
   }
@@ -164,8 +176,8 @@ TEST(CachedAttention, BFloat16CacheMatchesReferenceOnRoundedValues) {
   check_case({8, 1, 64, 16}, {{300, 1}}, at::kBFloat16);
 }
 
-// The kernel widens bfloat16 exactly: over a bfloat16 cache it computes bit for bit what it computes
-// over a float32 cache holding the same (rounded) values.
+// The kernel widens bfloat16 exactly: over a bfloat16 cache it computes bit for bit what it
+// computes over a float32 cache holding the same (rounded) values.
 TEST(CachedAttention, BFloat16CacheEqualsFloat32CacheOfTheSameValues) {
   at::manual_seed(3);
   KvCacheShape shape{1, 2, 32, 16};
@@ -181,8 +193,8 @@ TEST(CachedAttention, BFloat16CacheEqualsFloat32CacheOfTheSameValues) {
   const at::Tensor k = at::randn({41, 2, 32}), v = at::randn({41, 2, 32});
   for (KvCache* cache : {&wide, &narrow}) {
     cache->write(0, k0, v0, history.slots(), history.slots_tensor());
-    cache->write(0, k.to(at::kBFloat16).to(at::kFloat), v.to(at::kBFloat16).to(at::kFloat), batch.slots(),
-                 batch.slots_tensor());
+    cache->write(0, k.to(at::kBFloat16).to(at::kFloat), v.to(at::kBFloat16).to(at::kFloat),
+                 batch.slots(), batch.slots_tensor());
   }
   const at::Tensor q = at::randn({41, 4, 32});
   EXPECT_TRUE(cached_attention(q, narrow, 0, batch, AttentionImpl::kCpuKernel)
@@ -190,12 +202,14 @@ TEST(CachedAttention, BFloat16CacheEqualsFloat32CacheOfTheSameValues) {
 }
 
 // write_and_attend leaves the cache and returns the output that KvCache::write followed by
-// cached_attention gives, bit for bit: with every segment one tile the kernel's items write their own
-// rows (float32 copied, bfloat16 rounded as c10::BFloat16 does); with a longer chunk the write runs
-// first. Both cache dtypes, the kernel's compile-time and run-time head sizes, and the torch ops.
+// cached_attention gives, bit for bit: with every segment one tile the kernel's items write their
+// own rows (float32 copied, bfloat16 rounded as c10::BFloat16 does); with a longer chunk the write
+// runs first. Both cache dtypes, the kernel's compile-time and run-time head sizes, and the torch
+// ops.
 TEST(CachedAttention, WriteAndAttendEqualsWriteThenAttend) {
   const std::vector<SeqSpec> one_tile_each = {{1, 1}, {17, 1}, {33, 5}, {5, 1}, {300, 8}, {16, 2}};
-  for (const Case& c : {Case{4, 2, 16, 4}, Case{14, 2, 64, 16}, Case{6, 2, 24, 5}, Case{6, 2, 12, 5}}) {
+  for (const Case& c :
+       {Case{4, 2, 16, 4}, Case{14, 2, 64, 16}, Case{6, 2, 24, 5}, Case{6, 2, 12, 5}}) {
     for (const auto& seqs : {one_tile_each, kMixed}) {
       for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
         for (AttentionImpl impl : {AttentionImpl::kCpuKernel, AttentionImpl::kTorchOps}) {
@@ -208,14 +222,17 @@ TEST(CachedAttention, WriteAndAttendEqualsWriteThenAttend) {
           const at::Tensor got = write_and_attend(q, k, v, fused.cache, fused.layer, batch, impl);
           apart.cache.write(apart.layer, k, v, batch.slots(), batch.slots_tensor());
           const at::Tensor want = cached_attention(q, apart.cache, apart.layer, batch, impl);
-          const std::string what = "H " + std::to_string(c.heads) + " D " + std::to_string(c.head_dim) + ", " +
-                                   std::to_string(seqs.size()) + " sequences, " + c10::toString(dtype) +
+          const std::string what = "H " + std::to_string(c.heads) + " D " +
+                                   std::to_string(c.head_dim) + ", " + std::to_string(seqs.size()) +
+                                   " sequences, " + c10::toString(dtype) +
                                    (impl == AttentionImpl::kCpuKernel ? ", kernel" : ", torch ops");
           // The NaN key makes its sequence's outputs NaN on both paths: compare bits, not values.
           EXPECT_TRUE(got.view(at::kInt).equal(want.view(at::kInt))) << what;
           for (int kv = 0; kv < 2; ++kv) {
-            const at::Tensor a = kv == 0 ? fused.cache.keys(fused.layer) : fused.cache.values(fused.layer);
-            const at::Tensor b = kv == 0 ? apart.cache.keys(apart.layer) : apart.cache.values(apart.layer);
+            const at::Tensor a =
+                kv == 0 ? fused.cache.keys(fused.layer) : fused.cache.values(fused.layer);
+            const at::Tensor b =
+                kv == 0 ? apart.cache.keys(apart.layer) : apart.cache.values(apart.layer);
             EXPECT_TRUE(a.view(dtype == at::kFloat ? at::kInt : at::kShort)
                             .equal(b.view(dtype == at::kFloat ? at::kInt : at::kShort)))
                 << what << (kv == 0 ? ": keys" : ": values");
@@ -227,14 +244,15 @@ TEST(CachedAttention, WriteAndAttendEqualsWriteThenAttend) {
 }
 
 // The row-by-row write into a bfloat16 cache rounds as Tensor::to does (to nearest, ties to even),
-// including ties, overflow to infinity and denormals; a NaN stays a NaN (its bits may differ: torch's
-// vectorised conversion writes 0xffff, c10::BFloat16 0x7fc0).
+// including ties, overflow to infinity and denormals; a NaN stays a NaN (its bits may differ:
+// torch's vectorised conversion writes 0xffff, c10::BFloat16 0x7fc0).
 TEST(KvCache, BFloat16WriteRoundsAsTensorTo) {
   KvCacheShape shape{1, 1, 16, 4};
   KvCache fast(shape, 2, at::TensorOptions().dtype(at::kBFloat16));
   KvCache generic(shape, 2, at::TensorOptions().dtype(at::kBFloat16));
-  std::vector<uint32_t> bits = {0x3f808000u, 0x3f818000u, 0x3f807fffu, 0x3f808001u, 0xbf818000u, 0x7f7fffffu,
-                                0x7f800000u, 0xff800000u, 0x7fc00001u, 0x00000001u, 0x80008000u, 0x00018000u,
+  std::vector<uint32_t> bits = {0x3f808000u, 0x3f818000u, 0x3f807fffu, 0x3f808001u,
+                                0xbf818000u, 0x7f7fffffu, 0x7f800000u, 0xff800000u,
+                                0x7fc00001u, 0x00000001u, 0x80008000u, 0x00018000u,
                                 0x3f800000u, 0x40490fdbu, 0xc2f6e979u, 0x358637bdu};
   std::vector<float> values(bits.size());
   std::memcpy(values.data(), bits.data(), bits.size() * sizeof(float));
@@ -242,8 +260,9 @@ TEST(KvCache, BFloat16WriteRoundsAsTensorTo) {
   const at::Tensor v = -k;
   const std::vector<int64_t> slots = {5};
   const at::Tensor slots_tensor = at::tensor(std::vector<int64_t>{5});
-  fast.write(0, k, v, slots, slots_tensor);                                       // float32 rows: converted here
-  generic.write(0, k.to(at::kDouble), v.to(at::kDouble), slots, slots_tensor);  // index_put_ of Tensor::to
+  fast.write(0, k, v, slots, slots_tensor);  // float32 rows: converted here
+  generic.write(0, k.to(at::kDouble), v.to(at::kDouble), slots,
+                slots_tensor);  // index_put_ of Tensor::to
   const int64_t nan_at = 8;
   ASSERT_TRUE(std::isnan(values[nan_at]));
   for (KvCache* cache : {&fast, &generic}) {

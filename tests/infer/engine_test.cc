@@ -1,7 +1,8 @@
-// The engine end to end on a tiny random model. Every generated token's raw logprob is checked against
-// the no-cache forward over the same tokens (tolerance 1e-4 in float32), which covers the paged cache,
-// chunked prefill, batching, copy-on-write and preemption together. Manual stepping (no engine thread)
-// keeps batch composition deterministic; the threaded tests wait on futures only, never on time.
+// The engine end to end on a tiny random model. Every generated token's raw logprob is checked
+// against the no-cache forward over the same tokens (tolerance 1e-4 in float32), which covers the
+// paged cache, chunked prefill, batching, copy-on-write and preemption together. Manual stepping
+// (no engine thread) keeps batch composition deterministic; the threaded tests wait on futures
+// only, never on time.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -15,14 +16,15 @@ using namespace testing;
 constexpr double kTol = 1e-4;
 
 // Every token's raw logprob (and greedy choice, when greedy) against the full recompute.
-void expect_matches_reference(model::Qwen2Model& m, const std::vector<int32_t>& prompt, const SampleOutput& s,
-                              bool greedy) {
+void expect_matches_reference(model::Qwen2Model& m, const std::vector<int32_t>& prompt,
+                              const SampleOutput& s, bool greedy) {
   std::vector<int32_t> seq = prompt;
   for (const batching::GeneratedToken& t : s.tokens) seq.push_back(t.id);
   torch::Tensor ref = reference_logprobs(m, seq);  // (T, V)
   for (size_t i = 0; i < s.tokens.size(); ++i) {
     const int64_t row = static_cast<int64_t>(prompt.size() + i) - 1;
-    EXPECT_NEAR(s.tokens[i].raw_logprob, ref[row][s.tokens[i].id].item<double>(), kTol) << "token " << i;
+    EXPECT_NEAR(s.tokens[i].raw_logprob, ref[row][s.tokens[i].id].item<double>(), kTol)
+        << "token " << i;
     if (greedy) {
       EXPECT_EQ(s.tokens[i].id, ref[row].argmax().item<int64_t>()) << "token " << i;
     }
@@ -49,18 +51,19 @@ TEST(ForwardCached, LogitsMatchFullForwardInOneChunkAndInSeveral) {
       }
       torch::Tensor got = torch::softmax(torch::cat(rows).to(torch::kDouble), -1);
       EXPECT_LT((got - ref).abs().max().item<double>(), kTol) << "chunk " << chunk;
-      torch::Tensor logits_err = (torch::cat(rows).to(torch::kDouble).log_softmax(-1) - ref.log()).abs().max();
+      torch::Tensor logits_err =
+          (torch::cat(rows).to(torch::kDouble).log_softmax(-1) - ref.log()).abs().max();
       EXPECT_LT(logits_err.item<double>(), kTol) << "chunk " << chunk;
     }
   }
 }
 
-// A bfloat16 cache under the float32 model (InferenceEngineOptions::cache_dtype): twice the blocks for the same
-// bytes; the CPU kernel and the torch-op path agree (to 5e-3, not 1e-4: their float32 sums differ in
-// the last bits, and a key that lands on the other side of a bfloat16 rounding step moves by 2^-9),
-// and both stay within bfloat16's rounding of the float32 recompute (this random model's largest
-// difference is ~0.03; a misread cache gives differences of whole nats). attention_test checks the
-// kernel over a bfloat16 cache bit for bit.
+// A bfloat16 cache under the float32 model (InferenceEngineOptions::cache_dtype): twice the blocks
+// for the same bytes; the CPU kernel and the torch-op path agree (to 5e-3, not 1e-4: their float32
+// sums differ in the last bits, and a key that lands on the other side of a bfloat16 rounding step
+// moves by 2^-9), and both stay within bfloat16's rounding of the float32 recompute (this random
+// model's largest difference is ~0.03; a misread cache gives differences of whole nats).
+// attention_test checks the kernel over a bfloat16 cache bit for bit.
 TEST(Engine, BFloat16CacheHoldsTwiceTheBlocksAndStaysCloseToFloat32) {
   model::Qwen2Model m = tiny_model();
   const std::vector<int32_t> prompt = prompt_of(30, 1);
@@ -75,7 +78,8 @@ TEST(Engine, BFloat16CacheHoldsTwiceTheBlocksAndStaysCloseToFloat32) {
     InferenceEngineOptions config = manual_config();
     config.cache_dtype = torch::kBFloat16;
     config.attention = impl;
-    config.max_batch_tokens = 7;  // chunked prefill: later chunks read the rounded keys of earlier ones
+    config.max_batch_tokens =
+        7;  // chunked prefill: later chunks read the rounded keys of earlier ones
     config.max_running = 4;
     InferenceEngine engine(m, config);
     EXPECT_EQ(engine.cache_dtype(), torch::kBFloat16);
@@ -93,7 +97,8 @@ TEST(Engine, BFloat16CacheHoldsTwiceTheBlocksAndStaysCloseToFloat32) {
   for (size_t i = 0; i < runs[0].size(); ++i) {
     EXPECT_EQ(runs[1][i].id, runs[0][i].id) << "token " << i;
     EXPECT_NEAR(runs[1][i].raw_logprob, runs[0][i].raw_logprob, 5e-3) << "token " << i;
-    const double want = ref[static_cast<int64_t>(prompt.size() + i) - 1][runs[0][i].id].item<double>();
+    const double want =
+        ref[static_cast<int64_t>(prompt.size() + i) - 1][runs[0][i].id].item<double>();
     EXPECT_NEAR(runs[0][i].raw_logprob, want, 0.1) << "token " << i;
   }
 }
@@ -102,8 +107,9 @@ TEST(Engine, GreedyDecodingMatchesFullRecomputeWithChunkedPrefill) {
   model::Qwen2Model m = tiny_model();
   // Whole prompt in one step, or in chunks of at most 7; the CPU kernel, and the torch-op path that
   // other devices use.
-  for (auto [budget, impl] : {std::pair{64, AttentionImpl::kAuto}, std::pair{7, AttentionImpl::kAuto},
-                              std::pair{7, AttentionImpl::kTorchOps}}) {
+  for (auto [budget, impl] :
+       {std::pair{64, AttentionImpl::kAuto}, std::pair{7, AttentionImpl::kAuto},
+        std::pair{7, AttentionImpl::kTorchOps}}) {
     InferenceEngineOptions config = manual_config();
     config.max_batch_tokens = budget;
     config.attention = impl;
@@ -116,7 +122,8 @@ TEST(Engine, GreedyDecodingMatchesFullRecomputeWithChunkedPrefill) {
     ASSERT_FALSE(r.error);
     ASSERT_EQ(r.samples[0].tokens.size(), 12u);
     EXPECT_EQ(r.samples[0].finish, batching::FinishReason::kLength);
-    for (const batching::GeneratedToken& t : r.samples[0].tokens) EXPECT_EQ(t.logprob, 0.0f);  // greedy: a point mass
+    for (const batching::GeneratedToken& t : r.samples[0].tokens)
+      EXPECT_EQ(t.logprob, 0.0f);  // greedy: a point mass
     expect_matches_reference(m, prompt, r.samples[0], /*greedy=*/true);
   }
 }
@@ -153,10 +160,13 @@ TEST(Engine, BatchOfDifferentLengthsMatchesEachAlone) {
     EXPECT_EQ(ids_of(together.samples[0]), ids_of(alone[i].samples[0])) << "request " << i;
     ASSERT_EQ(together.samples[0].tokens.size(), alone[i].samples[0].tokens.size());
     for (size_t t = 0; t < together.samples[0].tokens.size(); ++t) {
-      EXPECT_NEAR(together.samples[0].tokens[t].raw_logprob, alone[i].samples[0].tokens[t].raw_logprob, kTol);
-      EXPECT_NEAR(together.samples[0].tokens[t].logprob, alone[i].samples[0].tokens[t].logprob, kTol);
+      EXPECT_NEAR(together.samples[0].tokens[t].raw_logprob,
+                  alone[i].samples[0].tokens[t].raw_logprob, kTol);
+      EXPECT_NEAR(together.samples[0].tokens[t].logprob, alone[i].samples[0].tokens[t].logprob,
+                  kTol);
     }
-    expect_matches_reference(m, requests[i].prompt, together.samples[0], requests[i].temperature == 0);
+    expect_matches_reference(m, requests[i].prompt, together.samples[0],
+                             requests[i].temperature == 0);
   }
   EXPECT_GT(engine.stats().steps, 0);
   EXPECT_GT(engine.stats().busy_seconds, 0.0);
@@ -164,8 +174,8 @@ TEST(Engine, BatchOfDifferentLengthsMatchesEachAlone) {
 
 TEST(Engine, SamplesSharingOnePrefillEachMatchAnIndependentRun) {
   model::Qwen2Model m = tiny_model(3);
-  // 21 prompt tokens in blocks of 4: the last block is shared half-full, so each sample's first token
-  // triggers copy-on-write.
+  // 21 prompt tokens in blocks of 4: the last block is shared half-full, so each sample's first
+  // token triggers copy-on-write.
   batching::GenerateRequest r = request("n4", prompt_of(21, 4), 10, 1.3);
   r.n = 4;
   r.seed = 77;
@@ -196,7 +206,8 @@ TEST(Engine, SamplesSharingOnePrefillEachMatchAnIndependentRun) {
   auto f2 = again.generate(r);
   drain(again);
   GenerateResult repeat = f2.get();
-  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(ids_of(repeat.samples[i]), ids_of(result.samples[i])) << "sample " << i;
+  for (size_t i = 0; i < 4; ++i)
+    EXPECT_EQ(ids_of(repeat.samples[i]), ids_of(result.samples[i])) << "sample " << i;
   EXPECT_FALSE(other.get().error);
 }
 
@@ -284,7 +295,8 @@ TEST(Engine, InvalidRequestsGetErrorsWhileOthersComplete) {
     GenerateResult r = futures[i].get();
     ASSERT_TRUE(r.error) << bad[i].first.id;
     EXPECT_EQ(r.error->code(), ErrorCode::kInvalidArgument);
-    EXPECT_NE(std::string(r.error->what()).find(bad[i].second), std::string::npos) << r.error->what();
+    EXPECT_NE(std::string(r.error->what()).find(bad[i].second), std::string::npos)
+        << r.error->what();
   }
   GenerateResult g = good.get();
   ASSERT_FALSE(g.error);
@@ -304,7 +316,8 @@ TEST(Engine, StopTokenIsIncludedAndEndsTheSample) {
   auto second = engine.generate(r);
   drain(engine);
   SampleOutput s = second.get().samples[0];
-  const size_t first_hit = std::find(free_run.begin(), free_run.end(), free_run[3]) - free_run.begin();
+  const size_t first_hit =
+      std::find(free_run.begin(), free_run.end(), free_run[3]) - free_run.begin();
   EXPECT_EQ(ids_of(s), std::vector<int32_t>(free_run.begin(), free_run.begin() + first_hit + 1));
   EXPECT_EQ(s.finish, batching::FinishReason::kStop);
 }
@@ -344,7 +357,8 @@ TEST(Engine, RunExclusiveBetweenStepsChangesTheReportedVersion) {
   EXPECT_TRUE(ran);
   EXPECT_EQ(engine.policy_version(), 1);
   ASSERT_EQ(tokens.size(), 8u);
-  for (size_t i = 0; i < tokens.size(); ++i) EXPECT_EQ(tokens[i].policy_version, i < 3 ? 0 : 1) << "token " << i;
+  for (size_t i = 0; i < tokens.size(); ++i)
+    EXPECT_EQ(tokens[i].policy_version, i < 3 ? 0 : 1) << "token " << i;
   std::future<void> set = engine.set_policy_version(41);  // manual mode: done by the next step
   engine.step();
   set.get();
@@ -363,7 +377,8 @@ TEST(Engine, ThreadedEngineServesConcurrentSubmittersAndSwapsWeights) {
   for (int t = 0; t < 4; ++t) {
     submitters.emplace_back([&, t] {
       for (int i = 0; i < 5; ++i) {
-        auto f = engine.generate(request("t" + std::to_string(t) + "-" + std::to_string(i), prompt_of(4 + i, t), 6));
+        auto f = engine.generate(
+            request("t" + std::to_string(t) + "-" + std::to_string(i), prompt_of(4 + i, t), 6));
         std::lock_guard lock(mu);
         futures.push_back(std::move(f));
       }
@@ -393,7 +408,8 @@ TEST(Engine, AFailingStepFailsItsRequestsNotTheEngine) {
   auto broken = engine.run_exclusive(
       [&](model::Qwen2Model& model) {
         saved = model->layer(1)->linear(model::Proj::kUp)->weight;
-        model->layer(1)->linear(model::Proj::kUp)->weight = torch::zeros({3, 5});  // forward now throws
+        model->layer(1)->linear(model::Proj::kUp)->weight =
+            torch::zeros({3, 5});  // forward now throws
       },
       false);
   auto failed = engine.generate(request("fails", prompt_of(6, 1), 4));
@@ -403,8 +419,9 @@ TEST(Engine, AFailingStepFailsItsRequestsNotTheEngine) {
   ASSERT_TRUE(r.error);
   EXPECT_EQ(r.error->code(), ErrorCode::kInternal);
   EXPECT_EQ(engine.stats().free_blocks, engine.stats().total_blocks);
-  auto fixed = engine.run_exclusive([&](model::Qwen2Model& model) { model->layer(1)->linear(model::Proj::kUp)->weight = saved; },
-                                    false);
+  auto fixed = engine.run_exclusive(
+      [&](model::Qwen2Model& model) { model->layer(1)->linear(model::Proj::kUp)->weight = saved; },
+      false);
   auto works = engine.generate(request("works", prompt_of(6, 1), 4));
   drain(engine);
   fixed.get();
@@ -423,13 +440,12 @@ TEST(Engine, StopAbortsRequestsInFlight) {
   EXPECT_EQ(r.samples[0].finish, batching::FinishReason::kAbort);
 }
 
-
 // Prefix caching: prompts that share a prefix with keys/values already computed (the same system
-// prompt; an agent's next turn, which repeats the previous one) skip those blocks, and every token is
-// still the full recompute's.
+// prompt; an agent's next turn, which repeats the previous one) skip those blocks, and every token
+// is still the full recompute's.
 TEST(Engine, PrefixCachingSkipsComputedBlocksAndKeepsEveryToken) {
   model::Qwen2Model m = tiny_model();
-  std::vector<int32_t> common = prompt_of(24, 4);        // 6 blocks of 4
+  std::vector<int32_t> common = prompt_of(24, 4);  // 6 blocks of 4
   std::vector<int32_t> p1 = common, p2 = common;
   for (int32_t t : {11, 12, 13, 14, 15, 16}) p1.push_back(t);
   for (int32_t t : {21, 22, 23, 24, 25}) p2.push_back(t);
@@ -446,8 +462,8 @@ TEST(Engine, PrefixCachingSkipsComputedBlocksAndKeepsEveryToken) {
   expect_matches_reference(m, p1, r1.samples[0], /*greedy=*/true);
   expect_matches_reference(m, p2, r2.samples[0], /*greedy=*/true);
 
-  // The next turn: the first exchange (prompt and reply) and a new message. 30 + 6 tokens, of which 35
-  // were computed: 8 full blocks.
+  // The next turn: the first exchange (prompt and reply) and a new message. 30 + 6 tokens, of which
+  // 35 were computed: 8 full blocks.
   std::vector<int32_t> turn2 = p1;
   for (int32_t id : ids_of(r1.samples[0])) turn2.push_back(id);
   for (int32_t t : {31, 32, 33}) turn2.push_back(t);
@@ -462,8 +478,10 @@ TEST(Engine, PrefixCachingSkipsComputedBlocksAndKeepsEveryToken) {
   InferenceEngineOptions off = manual_config();
   off.prefix_caching = false;
   InferenceEngine plain(m, off);
-  for (const auto& [id, prompt, out] : {std::tuple{"p1", p1, r1}, std::tuple{"p2", p2, r2}, std::tuple{"turn2", turn2, r3}}) {
-    auto f = plain.generate(request(id, prompt, static_cast<int64_t>(out.samples[0].tokens.size())));
+  for (const auto& [id, prompt, out] :
+       {std::tuple{"p1", p1, r1}, std::tuple{"p2", p2, r2}, std::tuple{"turn2", turn2, r3}}) {
+    auto f =
+        plain.generate(request(id, prompt, static_cast<int64_t>(out.samples[0].tokens.size())));
     drain(plain);
     EXPECT_EQ(ids_of(f.get().samples[0]), ids_of(out.samples[0])) << id;
   }

@@ -59,8 +59,8 @@ inline torch::Tensor reference_logprobs(model::Qwen2Model& m, const std::vector<
   return torch::log_softmax(m->forward_logits(x, pos)[0].to(torch::kDouble), -1);  // (T, V)
 }
 
-inline batching::GenerateRequest request(std::string id, std::vector<int32_t> prompt, int64_t max_tokens,
-                               double temperature = 0.0) {
+inline batching::GenerateRequest request(std::string id, std::vector<int32_t> prompt,
+                                         int64_t max_tokens, double temperature = 0.0) {
   batching::GenerateRequest r;
   r.id = std::move(id);
   r.prompt = std::move(prompt);
@@ -71,7 +71,8 @@ inline batching::GenerateRequest request(std::string id, std::vector<int32_t> pr
 
 inline std::vector<int32_t> prompt_of(int64_t length, int32_t salt) {
   std::vector<int32_t> p;
-  for (int64_t i = 0; i < length; ++i) p.push_back(static_cast<int32_t>((i * 37 + salt * 101 + 5) % 300));
+  for (int64_t i = 0; i < length; ++i)
+    p.push_back(static_cast<int32_t>((i * 37 + salt * 101 + 5) % 300));
   return p;
 }
 

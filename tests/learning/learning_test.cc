@@ -1,15 +1,15 @@
-// The learning proof, reduced to fit CI (docs/classic.md "Learning proof"): a freshly initialised tiny
-// model is warmed up by `ajet sft` on frozenlake demonstrations, then trained by GRPO through the
-// whole stack (`ajet --conf` → ajet-swarm → ajet-engine, built-in agents), and its held-out success at
-// temperature 1 must rise by more than measurement noise can explain.
+// The learning proof, reduced to fit CI (docs/classic.md "Learning proof"): a freshly initialised
+// tiny model is warmed up by `ajet sft` on frozenlake demonstrations, then trained by GRPO through
+// the whole stack (`ajet --conf` → ajet-swarm → ajet-engine, built-in agents), and its held-out
+// success at temperature 1 must rise by more than measurement noise can explain.
 //
-// The margin: validation plays the same 100 held-out tasks 8 times each before and after training. For
-// fixed tasks the success count's variance is at most that of a binomial with the mean success rate,
-// so z = (after - before) / sqrt(p0 (1 - p0) / n + p1 (1 - p1) / n) with n = 800 is a conservative
-// noise scale; the test asks for z >= 4 (one-sided p < 4e-5) and at least +8 points. Measured on the
-// development machine with this config: 27.1% -> 52.5% (z = 10.7) in 8 RL steps; with lr 1e-4 and 4
-// samples per task two runs gave z = 6.6 and 3.8, hence the larger lr and sample. Nothing here
-// depends on timing.
+// The margin: validation plays the same 100 held-out tasks 8 times each before and after training.
+// For fixed tasks the success count's variance is at most that of a binomial with the mean success
+// rate, so z = (after - before) / sqrt(p0 (1 - p0) / n + p1 (1 - p1) / n) with n = 800 is a
+// conservative noise scale; the test asks for z >= 4 (one-sided p < 4e-5) and at least +8 points.
+// Measured on the development machine with this config: 27.1% -> 52.5% (z = 10.7) in 8 RL steps;
+// with lr 1e-4 and 4 samples per task two runs gave z = 6.6 and 3.8, hence the larger lr and
+// sample. Nothing here depends on timing.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -33,7 +33,9 @@ std::string learning_yaml(const fs::path& model) {
          "  experiment_name: learn\n"
          "  backbone: torch\n"
          "  model:\n"
-         "    path: " + model.string() + "\n"
+         "    path: " +
+         model.string() +
+         "\n"
          "  data:\n"
          "    max_prompt_length: 896\n"
          "    max_response_length: 384\n"
@@ -87,21 +89,30 @@ TEST(Learning, FrozenLakeHeldOutSuccessRisesBeyondNoise) {
   const std::string ajet = shell_quote(bin("ajet").string());
   const fs::path init = dir / "tiny-init", sft = dir / "tiny-sft", demos = dir / "demos.jsonl";
 
-  // Warm-up: 80% shortest paths, 20% random walks; 100 steps of 4096 tokens, two worker threads of one
-  // intra-op thread each (robust when other tests share the cores).
-  if (run_ok(ajet + " model init --preset tiny --seed 1 --tokenizer " + shell_quote(tok.string()) + " --out " +
-             shell_quote(init.string())).status != 0) return;
-  if (run_ok(ajet + " tasks demos --task frozenlake --n 2000 --correct-ratio 0.8 --error-mix 0,1,0 --seed 5 --out " +
-             shell_quote(demos.string())).status != 0) return;
-  if (run_ok(ajet + " sft --model " + shell_quote(init.string()) + " --demos " + shell_quote(demos.string()) +
-             " --out " + shell_quote(sft.string()) +
-             " --steps 100 --warmup 20 --lr 2e-3 --min-lr-ratio 0.25 --batch-tokens 4096 --seed 1 --threads 2"
-             " --workers 2 --log-every 50").status != 0) return;
+  // Warm-up: 80% shortest paths, 20% random walks; 100 steps of 4096 tokens, two worker threads of
+  // one intra-op thread each (robust when other tests share the cores).
+  if (run_ok(ajet + " model init --preset tiny --seed 1 --tokenizer " + shell_quote(tok.string()) +
+             " --out " + shell_quote(init.string()))
+          .status != 0)
+    return;
+  if (run_ok(ajet +
+             " tasks demos --task frozenlake --n 2000 --correct-ratio 0.8 --error-mix 0,1,0 --seed "
+             "5 --out " +
+             shell_quote(demos.string()))
+          .status != 0)
+    return;
+  if (run_ok(ajet + " sft --model " + shell_quote(init.string()) + " --demos " +
+             shell_quote(demos.string()) + " --out " + shell_quote(sft.string()) +
+             " --steps 100 --warmup 20 --lr 2e-3 --min-lr-ratio 0.25 --batch-tokens 4096 --seed 1 "
+             "--threads 2"
+             " --workers 2 --log-every 50")
+          .status != 0)
+    return;
 
   // RL: 8 steps of 16 tasks x 8 episodes, validation before and after.
   write_file_atomic(dir / "learn.yaml", learning_yaml(sft));
-  const Captured r = run_ok(ajet + " --conf " + shell_quote((dir / "learn.yaml").string()) + " --exp-dir " +
-                            shell_quote((dir / "exps").string()));
+  const Captured r = run_ok(ajet + " --conf " + shell_quote((dir / "learn.yaml").string()) +
+                            " --exp-dir " + shell_quote((dir / "exps").string()));
   if (r.status != 0) return;
 
   std::vector<Json> val;
@@ -119,9 +130,12 @@ TEST(Learning, FrozenLakeHeldOutSuccessRisesBeyondNoise) {
   const double p0 = v0["sampled_success"].get<double>(), p1 = v1["sampled_success"].get<double>();
   const double se = std::sqrt(p0 * (1 - p0) / n + p1 * (1 - p1) / n);
   const double z = se > 0 ? (p1 - p0) / se : 0;
-  std::printf("held-out success at T=1: %.1f%% -> %.1f%% (z = %.1f); greedy %.1f%% -> %.1f%%; pass@8 %.1f%% -> %.1f%%\n",
-              100 * p0, 100 * p1, z, 100 * v0["greedy_success"].get<double>(), 100 * v1["greedy_success"].get<double>(),
-              100 * v0["pass_at_k"].get<double>(), 100 * v1["pass_at_k"].get<double>());
+  std::printf(
+      "held-out success at T=1: %.1f%% -> %.1f%% (z = %.1f); greedy %.1f%% -> %.1f%%; pass@8 "
+      "%.1f%% -> %.1f%%\n",
+      100 * p0, 100 * p1, z, 100 * v0["greedy_success"].get<double>(),
+      100 * v1["greedy_success"].get<double>(), 100 * v0["pass_at_k"].get<double>(),
+      100 * v1["pass_at_k"].get<double>());
   // The warm-up gives RL something to improve: neither hopeless nor solved.
   EXPECT_GT(p0, 0.05);
   EXPECT_LT(p0, 0.8);

@@ -1,6 +1,6 @@
-// The start-up choice of OpenBLAS kernel (model/blas_kernel.h): the decision rule, what this very test
-// binary (which links ajet_model, so the start-up check ran in it) ends up using, and what a fresh
-// process (blas_kernel_probe) picks under each setting.
+// The start-up choice of OpenBLAS kernel (model/blas_kernel.h): the decision rule, what this very
+// test binary (which links ajet_model, so the start-up check ran in it) ends up using, and what a
+// fresh process (blas_kernel_probe) picks under each setting.
 #include "model/blas_kernel.h"
 
 #include <gtest/gtest.h>
@@ -13,7 +13,12 @@ namespace ajet::model {
 namespace {
 
 CpuFeatures avx512() {
-  return CpuFeatures{.avx2 = true, .fma = true, .avx512f = true, .avx512cd = true, .avx512bw = true, .avx512dq = true,
+  return CpuFeatures{.avx2 = true,
+                     .fma = true,
+                     .avx512f = true,
+                     .avx512cd = true,
+                     .avx512bw = true,
+                     .avx512dq = true,
                      .avx512vl = true};
 }
 
@@ -32,7 +37,8 @@ TEST(BlasKernel, GenericFallbackKernelsAreReplacedByWhatTheCpuRuns) {
 }
 
 TEST(BlasKernel, KernelsThatAlreadyUseAvx2AreKept) {
-  for (const char* core : {"Haswell", "Zen", "SkylakeX", "Cooperlake", "SAPPHIRERAPIDS", "Excavator"}) {
+  for (const char* core :
+       {"Haswell", "Zen", "SkylakeX", "Cooperlake", "SAPPHIRERAPIDS", "Excavator"}) {
     EXPECT_EQ(better_openblas_core(core, avx512()), "") << core;
   }
   EXPECT_EQ(better_openblas_core("", avx512()), "") << "no OpenBLAS: nothing to choose";
@@ -41,8 +47,9 @@ TEST(BlasKernel, KernelsThatAlreadyUseAvx2AreKept) {
 // Runs the probe (a fresh process linking ajet_model) with `env` (a shell prefix) on top of an
 // environment without any kernel setting; what it prints: "<core> <core replaced, or ->".
 std::string probe(const std::string& env) {
-  const std::string cmd = "env -u OPENBLAS_CORETYPE -u AJET_BLAS_KERNEL_REPLACED -u AJET_BLAS_KERNEL " + env + " '" +
-                          AJET_BINARY_DIR "/bin/blas_kernel_probe' 2>/dev/null";
+  const std::string cmd =
+      "env -u OPENBLAS_CORETYPE -u AJET_BLAS_KERNEL_REPLACED -u AJET_BLAS_KERNEL " + env + " '" +
+      AJET_BINARY_DIR "/bin/blas_kernel_probe' 2>/dev/null";
   std::string out;
   if (FILE* pipe = popen(cmd.c_str(), "r")) {
     char buf[256];
@@ -64,8 +71,10 @@ std::string users_setting() {
 TEST(BlasKernel, ThisProcessRunsAKernelTheCpuSupportsBest) {
   const std::string core = openblas_core();
   if (core.empty()) GTEST_SKIP() << "the BLAS in use is not OpenBLAS";
-  EXPECT_EQ(better_openblas_core(core, detect_cpu_features()), "") << "still on OpenBLAS's " << core << " kernel";
-  // A fresh start without any setting picks the same kernel again, and says whether it replaced one.
+  EXPECT_EQ(better_openblas_core(core, detect_cpu_features()), "")
+      << "still on OpenBLAS's " << core << " kernel";
+  // A fresh start without any setting picks the same kernel again, and says whether it replaced
+  // one.
   const std::string replaced = openblas_core_replaced();
   EXPECT_EQ(probe(users_setting()), core + " " + (replaced.empty() ? "-" : replaced));
 }
@@ -77,7 +86,8 @@ TEST(BlasKernel, AUsersSettingIsNeverOverridden) {
 
 TEST(BlasKernel, KeepTurnsTheCheckOff) {
   if (openblas_core().empty()) GTEST_SKIP() << "the BLAS in use is not OpenBLAS";
-  const std::string replaced = openblas_core_replaced();  // what OpenBLAS picks by itself on this CPU
+  const std::string replaced =
+      openblas_core_replaced();  // what OpenBLAS picks by itself on this CPU
   const std::string own = replaced.empty() ? openblas_core() : replaced;
   EXPECT_EQ(probe(users_setting() + " AJET_BLAS_KERNEL=keep"), own + " -");
 }

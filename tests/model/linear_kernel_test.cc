@@ -1,6 +1,6 @@
 // The small-row and packed linear kernels (model/linear_kernel.h) against torch's linear: every row
-// and column tail of their tiles, with and without bias, a column (panel) sub-range, the packed copy
-// following in-place weight updates, and the decoder's no-grad path that dispatches to them.
+// and column tail of their tiles, with and without bias, a column (panel) sub-range, the packed
+// copy following in-place weight updates, and the decoder's no-grad path that dispatches to them.
 #include <gtest/gtest.h>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -37,8 +37,8 @@ TEST(LinearKernel, ParallelLoopsOfThisBuildUseEveryThread) {
   at::set_num_threads(before);
 }
 
-// Every index once, whole ranges in [0, n), and `then` either -1 or the end of its range (the owner's
-// next chunk), for one, two (halves with stealing) and three threads (the static split).
+// Every index once, whole ranges in [0, n), and `then` either -1 or the end of its range (the
+// owner's next chunk), for one, two (halves with stealing) and three threads (the static split).
 TEST(ParallelForStealing, RunsEveryIndexOnceWithHintsInRange) {
   const int before = at::get_num_threads();
   for (int threads : {1, 2, 3}) {
@@ -50,12 +50,15 @@ TEST(ParallelForStealing, RunsEveryIndexOnceWithHintsInRange) {
           std::atomic<int> bad{0};
           parallel_for_stealing(n, grain, chunk, [&](int64_t begin, int64_t end, int64_t then) {
             if (begin < 0 || end > n || begin >= end || (then != -1 && then != end)) ++bad;
-            for (int64_t i = std::max<int64_t>(begin, 0); i < std::min(end, n); ++i) ++runs[static_cast<size_t>(i)];
+            for (int64_t i = std::max<int64_t>(begin, 0); i < std::min(end, n); ++i)
+              ++runs[static_cast<size_t>(i)];
           });
-          EXPECT_EQ(bad.load(), 0) << threads << " threads, n " << n << ", grain " << grain << ", chunk " << chunk;
+          EXPECT_EQ(bad.load(), 0)
+              << threads << " threads, n " << n << ", grain " << grain << ", chunk " << chunk;
           for (int64_t i = 0; i < n; ++i) {
             EXPECT_EQ(runs[static_cast<size_t>(i)].load(), 1)
-                << "index " << i << ": " << threads << " threads, n " << n << ", grain " << grain << ", chunk " << chunk;
+                << "index " << i << ": " << threads << " threads, n " << n << ", grain " << grain
+                << ", chunk " << chunk;
           }
         }
       }
@@ -64,9 +67,9 @@ TEST(ParallelForStealing, RunsEveryIndexOnceWithHintsInRange) {
   at::set_num_threads(before);
 }
 
-// With two threads, the one done first takes chunks from the back of the other's half: here the first
-// half's first chunk waits until an index of the first half has run on another thread (or 60 s pass,
-// which fails the test). Every index still runs once.
+// With two threads, the one done first takes chunks from the back of the other's half: here the
+// first half's first chunk waits until an index of the first half has run on another thread (or 60
+// s pass, which fails the test). Every index still runs once.
 TEST(ParallelForStealing, TheThreadDoneFirstTakesTheOthersTail) {
   const int before = at::get_num_threads();
   at::set_num_threads(2);
@@ -82,7 +85,8 @@ TEST(ParallelForStealing, TheThreadDoneFirstTakesTheOthersTail) {
         owner_of_zero = std::this_thread::get_id();
       }
       const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-      while (!stolen.load() && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+      while (!stolen.load() && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::yield();
     } else if (end <= n / 2) {
       std::lock_guard lock(mu);
       if (std::this_thread::get_id() != owner_of_zero) stolen = true;
@@ -90,7 +94,8 @@ TEST(ParallelForStealing, TheThreadDoneFirstTakesTheOthersTail) {
     for (int64_t i = begin; i < end; ++i) ++runs[static_cast<size_t>(i)];
   });
   EXPECT_TRUE(stolen.load());
-  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(runs[static_cast<size_t>(i)].load(), 1) << "index " << i;
+  for (int64_t i = 0; i < n; ++i)
+    EXPECT_EQ(runs[static_cast<size_t>(i)].load(), 1) << "index " << i;
   at::set_num_threads(before);
 }
 
@@ -102,8 +107,9 @@ TEST(LinearKernel, MatchesTorchLinearOnEveryTileTail) {
           const torch::Tensor x = kernel_normal({m, k}, 1), w = kernel_normal({n, k}, 2);
           const torch::Tensor bias = with_bias ? kernel_normal({n}, 3) : torch::Tensor();
           torch::Tensor y = torch::full({m, n}, 123.0f);
-          linear_rows_f32(x.data_ptr<float>(), w.data_ptr<float>(), with_bias ? bias.data_ptr<float>() : nullptr,
-                          y.data_ptr<float>(), m, n, k, 0, n);
+          linear_rows_f32(x.data_ptr<float>(), w.data_ptr<float>(),
+                          with_bias ? bias.data_ptr<float>() : nullptr, y.data_ptr<float>(), m, n,
+                          k, 0, n);
           const torch::Tensor expected = torch::nn::functional::linear(x, w, bias);
           EXPECT_LT((y - expected).abs().max().item<double>(), kKernelTol)
               << "m " << m << " n " << n << " k " << k << " bias " << with_bias;
@@ -117,7 +123,8 @@ TEST(LinearKernel, WritesOnlyItsColumnRange) {
   const int64_t m = 5, n = 24, k = 32;
   const torch::Tensor x = kernel_normal({m, k}, 4), w = kernel_normal({n, k}, 5);
   torch::Tensor y = torch::full({m, n}, 7.0f);
-  linear_rows_f32(x.data_ptr<float>(), w.data_ptr<float>(), nullptr, y.data_ptr<float>(), m, n, k, 8, 16);
+  linear_rows_f32(x.data_ptr<float>(), w.data_ptr<float>(), nullptr, y.data_ptr<float>(), m, n, k,
+                  8, 16);
   const torch::Tensor expected = torch::nn::functional::linear(x, w);
   EXPECT_LT((y.narrow(1, 8, 8) - expected.narrow(1, 8, 8)).abs().max().item<double>(), kKernelTol);
   EXPECT_TRUE(torch::all(y.narrow(1, 0, 8) == 7.0f).item<bool>());
@@ -136,8 +143,8 @@ TEST(PackedLinearKernel, MatchesTorchLinearOnEveryTileAndPanelTail) {
           pack_weight_f32(w.data_ptr<float>(), n, k, packed.data_ptr<float>());
           torch::Tensor y = torch::full({m, n}, 123.0f);
           linear_packed_f32(x.data_ptr<float>(), packed.data_ptr<float>(),
-                            with_bias ? bias.data_ptr<float>() : nullptr, y.data_ptr<float>(), m, n, k, 0,
-                            packed_panels(n));
+                            with_bias ? bias.data_ptr<float>() : nullptr, y.data_ptr<float>(), m, n,
+                            k, 0, packed_panels(n));
           const torch::Tensor expected = torch::nn::functional::linear(x, w, bias);
           EXPECT_LT((y - expected).abs().max().item<double>(), kKernelTol)
               << "m " << m << " n " << n << " k " << k << " bias " << with_bias;
@@ -154,7 +161,8 @@ TEST(PackedLinearKernel, CoversEveryRowBlock) {
   torch::Tensor packed = torch::empty({packed_floats(n, k)});
   pack_weight_f32(w.data_ptr<float>(), n, k, packed.data_ptr<float>());
   torch::Tensor y = torch::full({m, n}, 9.0f);
-  linear_packed_f32(x.data_ptr<float>(), packed.data_ptr<float>(), nullptr, y.data_ptr<float>(), m, n, k, 0, 2);
+  linear_packed_f32(x.data_ptr<float>(), packed.data_ptr<float>(), nullptr, y.data_ptr<float>(), m,
+                    n, k, 0, 2);
   EXPECT_LT((y - torch::nn::functional::linear(x, w)).abs().max().item<double>(), kKernelTol);
 }
 
@@ -164,9 +172,11 @@ TEST(PackedLinearKernel, WritesOnlyItsPanels) {
   torch::Tensor packed = torch::empty({packed_floats(n, k)});
   pack_weight_f32(w.data_ptr<float>(), n, k, packed.data_ptr<float>());
   torch::Tensor y = torch::full({m, n}, 7.0f);
-  linear_packed_f32(x.data_ptr<float>(), packed.data_ptr<float>(), nullptr, y.data_ptr<float>(), m, n, k, 1, 2);
+  linear_packed_f32(x.data_ptr<float>(), packed.data_ptr<float>(), nullptr, y.data_ptr<float>(), m,
+                    n, k, 1, 2);
   const torch::Tensor expected = torch::nn::functional::linear(x, w);
-  EXPECT_LT((y.narrow(1, 32, 32) - expected.narrow(1, 32, 32)).abs().max().item<double>(), kKernelTol);
+  EXPECT_LT((y.narrow(1, 32, 32) - expected.narrow(1, 32, 32)).abs().max().item<double>(),
+            kKernelTol);
   EXPECT_TRUE(torch::all(y.narrow(1, 0, 32) == 7.0f).item<bool>());
   EXPECT_TRUE(torch::all(y.narrow(1, 64, 32) == 7.0f).item<bool>());
 }
@@ -180,7 +190,8 @@ TEST(PackedLinearKernel, PackedWeightFollowsInPlaceUpdatesAndNewTensors) {
   torch::Tensor w = kernel_normal({40, 48}, 9);
   auto check = [&](const char* when) {
     const torch::Tensor y = linear_forward(x, w, torch::Tensor(), &packed);
-    EXPECT_LT((y - torch::nn::functional::linear(x, w)).abs().max().item<double>(), kKernelTol) << when;
+    EXPECT_LT((y - torch::nn::functional::linear(x, w)).abs().max().item<double>(), kKernelTol)
+        << when;
   };
   check("first use");
   w.add_(1.0);
@@ -200,13 +211,15 @@ TEST(LinearKernel, NoGradForwardMatchesTheGradForward) {
   Qwen2Model model = testing::random_model(testing::qwen2_config(), 11);
   for (int64_t t : {5, 40}) {  // 15 and 120 rows
     for (bool packing : {true, false}) {
-      for (int64_t i = 0; i < model->num_layers(); ++i) model->layer(i)->set_weight_packing(packing);
+      for (int64_t i = 0; i < model->num_layers(); ++i)
+        model->layer(i)->set_weight_packing(packing);
       const torch::Tensor ids = torch::randint(model->config().vocab_size, {3, t}, torch::kLong);
       const torch::Tensor positions = testing::arange_positions(t).expand({3, t}).contiguous();
       const torch::Tensor with_grad = model->forward_logits(ids, positions).detach();
       torch::NoGradGuard no_grad;
       const torch::Tensor without = model->forward_logits(ids, positions);
-      EXPECT_LT((without - with_grad).abs().max().item<double>(), kKernelTol) << t << " tokens, packing " << packing;
+      EXPECT_LT((without - with_grad).abs().max().item<double>(), kKernelTol)
+          << t << " tokens, packing " << packing;
     }
   }
   const torch::Tensor ids = torch::randint(model->config().vocab_size, {3, 5}, torch::kLong);
@@ -219,7 +232,8 @@ TEST(LinearKernel, NoGradForwardMatchesTheGradForward) {
   }
   const torch::Tensor with_grad = model->forward_logits(ids, positions).detach();
   torch::NoGradGuard no_grad;
-  EXPECT_LT((model->forward_logits(ids, positions) - with_grad).abs().max().item<double>(), kKernelTol);
+  EXPECT_LT((model->forward_logits(ids, positions) - with_grad).abs().max().item<double>(),
+            kKernelTol);
 }
 
 }  // namespace

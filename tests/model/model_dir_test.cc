@@ -1,5 +1,5 @@
-// HF model directory I/O: bit-identical round trips (float32, bfloat16, sharded), dtype conversion on
-// load, atomic replacement, and one error naming every missing / extra / mis-shaped tensor.
+// HF model directory I/O: bit-identical round trips (float32, bfloat16, sharded), dtype conversion
+// on load, atomic replacement, and one error naming every missing / extra / mis-shaped tensor.
 #include <gtest/gtest.h>
 
 #include "common/error.h"
@@ -43,8 +43,8 @@ TEST(ModelDir, SaveLoadRoundTripIsBitIdentical) {
     SCOPED_TRACE(config.model_type);
     auto model = random_model(config, 21);
     save_model_dir(model, dir / "m", SaveOptions{dir / "tok"});
-    for (const char* f : {"config.json", "model.safetensors", "generation_config.json", "tokenizer.json",
-                          "tokenizer_config.json"}) {
+    for (const char* f : {"config.json", "model.safetensors", "generation_config.json",
+                          "tokenizer.json", "tokenizer_config.json"}) {
       EXPECT_TRUE(fs::exists(dir / "m" / f)) << f;
     }
     auto loaded = load_model_dir(dir / "m");
@@ -114,19 +114,21 @@ TEST(ModelDir, MismatchedTensorsAreAllNamedInOneError) {
   auto add = [&](const std::string& name, torch::Tensor t) {
     t = t.detach().contiguous();
     keep.push_back(t);
-    views.push_back({name, hf::DType::kF32, t.sizes().vec(),
+    views.push_back({name,
+                     hf::DType::kF32,
+                     t.sizes().vec(),
                      {static_cast<const std::byte*>(t.data_ptr()), t.nbytes()}});
   };
   for (auto& [name, p] : model->hf_named_parameters()) {
-    if (name == "model.layers.1.mlp.up_proj.weight") continue;                  // missing
+    if (name == "model.layers.1.mlp.up_proj.weight") continue;  // missing
     if (name == "model.norm.weight") {
-      add(name, torch::ones({31}));                                             // mis-shaped (32)
+      add(name, torch::ones({31}));  // mis-shaped (32)
       continue;
     }
     add(name, p);
   }
-  add("model.layers.7.self_attn.q_proj.weight", torch::ones({2, 2}));          // extra
-  add("model.layers.0.self_attn.rotary_emb.inv_freq", torch::ones({4}));       // ignored buffer
+  add("model.layers.7.self_attn.q_proj.weight", torch::ones({2, 2}));     // extra
+  add("model.layers.0.self_attn.rotary_emb.inv_freq", torch::ones({4}));  // ignored buffer
   hf::write_safetensors(dir / "m" / "model.safetensors", views);
 
   auto target = random_model(qwen2_config(), 26);
@@ -138,9 +140,14 @@ TEST(ModelDir, MismatchedTensorsAreAllNamedInOneError) {
     const std::string msg = e.what();
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
     EXPECT_NE(msg.find("3 problems"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("missing tensor 'model.layers.1.mlp.up_proj.weight'"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("unexpected tensor 'model.layers.7.self_attn.q_proj.weight'"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("'model.norm.weight' has shape [31] but the model expects [32]"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("missing tensor 'model.layers.1.mlp.up_proj.weight'"), std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("unexpected tensor 'model.layers.7.self_attn.q_proj.weight'"),
+              std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("'model.norm.weight' has shape [31] but the model expects [32]"),
+              std::string::npos)
+        << msg;
     EXPECT_EQ(msg.find("inv_freq"), std::string::npos) << msg;
     EXPECT_NE(msg.find((dir / "m").string()), std::string::npos) << msg;
   }
@@ -157,7 +164,10 @@ TEST(ModelDir, TiedModelAcceptsACheckpointThatCarriesLmHead) {
   for (auto& [name, p] : params) {
     auto t = p.detach().contiguous();
     keep.push_back(t);
-    views.push_back({name, hf::DType::kF32, t.sizes().vec(), {static_cast<const std::byte*>(t.data_ptr()), t.nbytes()}});
+    views.push_back({name,
+                     hf::DType::kF32,
+                     t.sizes().vec(),
+                     {static_cast<const std::byte*>(t.data_ptr()), t.nbytes()}});
   }
   fs::create_directories(dir / "m");
   hf::write_safetensors(dir / "m" / "model.safetensors", views);

@@ -16,7 +16,8 @@ using testing::qwen2_config;
 using testing::qwen3_config;
 using testing::random_model;
 
-// Tolerance for the same maths evaluated with different batch shapes (BLAS may sum in another order).
+// Tolerance for the same maths evaluated with different batch shapes (BLAS may sum in another
+// order).
 constexpr double kShapeTol = 2e-5;
 
 torch::Tensor random_ids(int64_t b, int64_t t, int64_t vocab, uint64_t seed) {
@@ -34,7 +35,7 @@ TEST_P(ModelMaths, ExplicitCausalMaskEqualsDefaultAndMaskMatters) {
   auto ids = random_ids(2, 9, config().vocab_size, 2);
   auto pos = arange_positions(9).expand({2, 9});
   auto causal = causal_mask(9, torch::kCPU).unsqueeze(0).expand({2, 9, 9});
-  auto a = model->forward_logits(ids, pos);                                            // (2, 9, V)
+  auto a = model->forward_logits(ids, pos);  // (2, 9, V)
   auto b = model->forward_logits(ids, pos, causal);
   EXPECT_EQ(max_abs_diff(a, b), 0.0);
   // Letting the first token see the future changes its logits; with one layer of look-ahead the
@@ -42,15 +43,16 @@ TEST_P(ModelMaths, ExplicitCausalMaskEqualsDefaultAndMaskMatters) {
   auto peek = causal.clone();
   peek.select(1, 0).fill_(true);
   auto c = model->forward_logits(ids, pos, peek);
-  for (int64_t t = 0; t < 9; ++t) EXPECT_GT(max_abs_diff(a.select(1, t), c.select(1, t)), 1e-3) << "position " << t;
+  for (int64_t t = 0; t < 9; ++t)
+    EXPECT_GT(max_abs_diff(a.select(1, t), c.select(1, t)), 1e-3) << "position " << t;
 }
 
 TEST_P(ModelMaths, PaddedBatchMatchesEachSequenceAlone) {
   auto model = random_model(config(), 3);
   const int64_t v = config().vocab_size;
-  auto long_ids = random_ids(1, 8, v, 4);   // (1, 8)
-  auto short_ids = random_ids(1, 5, v, 5);  // (1, 5)
-  auto alone_long = model->forward_logits(long_ids, arange_positions(8));   // (1, 8, V)
+  auto long_ids = random_ids(1, 8, v, 4);                                    // (1, 8)
+  auto short_ids = random_ids(1, 5, v, 5);                                   // (1, 5)
+  auto alone_long = model->forward_logits(long_ids, arange_positions(8));    // (1, 8, V)
   auto alone_short = model->forward_logits(short_ids, arange_positions(5));  // (1, 5, V)
 
   for (bool left_pad : {false, true}) {
@@ -66,7 +68,8 @@ TEST_P(ModelMaths, PaddedBatchMatchesEachSequenceAlone) {
     pos[1].narrow(0, off, 5).copy_(torch::arange(5));
     key_real[1].narrow(0, off, 5).fill_(true);
     // Query t sees key s when s <= t and s is real; left-padded query rows see nothing at all.
-    auto mask = causal_mask(8, torch::kCPU).unsqueeze(0) & key_real.unsqueeze(1) & key_real.unsqueeze(2);
+    auto mask =
+        causal_mask(8, torch::kCPU).unsqueeze(0) & key_real.unsqueeze(1) & key_real.unsqueeze(2);
     auto batch = model->forward_logits(ids, pos, mask);  // (2, 8, V)
     EXPECT_FALSE(batch.isnan().any().item<bool>());
     EXPECT_LT(max_abs_diff(batch[0], alone_long[0]), kShapeTol);
@@ -78,12 +81,12 @@ TEST_P(ModelMaths, BlockDiagonalPackEqualsSeparateRuns) {
   auto model = random_model(config(), 6);
   const int64_t v = config().vocab_size;
   auto a = random_ids(1, 6, v, 7), b = random_ids(1, 4, v, 8);
-  auto ids = torch::cat({a, b}, 1);                                                   // (1, 10)
-  auto pos = torch::cat({arange_positions(6), arange_positions(4)}, 1);               // restarts at 0
+  auto ids = torch::cat({a, b}, 1);                                      // (1, 10)
+  auto pos = torch::cat({arange_positions(6), arange_positions(4)}, 1);  // restarts at 0
   auto mask = torch::zeros({1, 10, 10}, torch::kBool);
   mask[0].narrow(0, 0, 6).narrow(1, 0, 6).copy_(causal_mask(6, torch::kCPU));
   mask[0].narrow(0, 6, 4).narrow(1, 6, 4).copy_(causal_mask(4, torch::kCPU));
-  auto packed = model->forward_logits(ids, pos, mask);                                // (1, 10, V)
+  auto packed = model->forward_logits(ids, pos, mask);  // (1, 10, V)
   auto alone_a = model->forward_logits(a, arange_positions(6));
   auto alone_b = model->forward_logits(b, arange_positions(4));
   EXPECT_LT(max_abs_diff(packed.narrow(1, 0, 6), alone_a), kShapeTol);
@@ -117,7 +120,8 @@ TEST_P(ModelMaths, GradientsReachEveryParameter) {
   auto model = random_model(config(), 13);
   auto ids = random_ids(2, 5, config().vocab_size, 14);
   auto logits = model->forward_logits(ids, arange_positions(5).expand({2, 5}));
-  torch::nn::functional::cross_entropy(logits.reshape({-1, config().vocab_size}), ids.reshape({-1})).backward();
+  torch::nn::functional::cross_entropy(logits.reshape({-1, config().vocab_size}), ids.reshape({-1}))
+      .backward();
   for (auto& [name, p] : model->hf_named_parameters()) {
     ASSERT_TRUE(p.grad().defined()) << name;
     EXPECT_GT(p.grad().abs().sum().item<double>(), 0.0) << name;
@@ -142,13 +146,14 @@ TEST(MaskedAttention, GroupedHeadsEqualRepeatedKvHeads) {
     auto s = torch::matmul(qh, kh.transpose(1, 2)) / 2.0;                        // (B, Tq, Tk)
     s = s.masked_fill(mask.logical_not(), -1e30);
     auto p = torch::softmax(s, -1).masked_fill(mask.any(-1, true).logical_not(), 0.0);
-    auto expect = torch::matmul(p, vh);                                             // (B, Tq, D)
+    auto expect = torch::matmul(p, vh);  // (B, Tq, D)
     EXPECT_LT(max_abs_diff(grouped.narrow(2, h * 4, 4), expect), 1e-5) << "head " << h;
   }
 }
 
 TEST(MaskedAttention, FullyMaskedRowGivesZeros) {
-  auto q = torch::randn({1, 3, 2, 4}), k = torch::randn({1, 3, 2, 4}), v = torch::randn({1, 3, 2, 4});
+  auto q = torch::randn({1, 3, 2, 4}), k = torch::randn({1, 3, 2, 4}),
+       v = torch::randn({1, 3, 2, 4});
   auto mask = causal_mask(3, torch::kCPU).unsqueeze(0).clone();
   mask[0][1].fill_(false);
   auto out = masked_attention(q, k, v, mask);  // (1, 3, 8)
@@ -203,7 +208,8 @@ TEST(Init, ResidualScalingAndEmbeddingStd) {
   Qwen2Model m(config);
   init_weights(m, 7, 0.05, 0.25, 0.3);
   for (const auto& [name, t] : m->hf_named_parameters()) {
-    if (name.find("norm.weight") != std::string::npos || name.find(".bias") != std::string::npos) continue;
+    if (name.find("norm.weight") != std::string::npos || name.find(".bias") != std::string::npos)
+      continue;
     const double std = t.std().item<double>();
     if (name.find("o_proj") != std::string::npos || name.find("down_proj") != std::string::npos) {
       EXPECT_NEAR(std, 0.05 * 0.25, 0.003) << name;
@@ -220,13 +226,11 @@ TEST(Presets, SizesAndCountsAgreeWithTheModule) {
     auto config = preset_config(preset.name, 1024);
     Qwen2Model model(config);
     EXPECT_EQ(model->parameter_count(), count_parameters(config)) << preset.name;
-    EXPECT_EQ(model->parameter_count(),
-              [&] {
-                int64_t n = 0;
-                for (const auto& p : model->parameters()) n += p.numel();
-                return n;
-              }())
-        << preset.name;
+    EXPECT_EQ(model->parameter_count(), [&] {
+      int64_t n = 0;
+      for (const auto& p : model->parameters()) n += p.numel();
+      return n;
+    }()) << preset.name;
   }
   EXPECT_GE(count_parameters(preset_config("tiny", 1024)), 1'000'000);
   EXPECT_LE(count_parameters(preset_config("tiny", 1024)), 5'000'000);
@@ -242,7 +246,9 @@ class TestAdapter : public LinearAdapter {
     a = register_parameter("lora_A", torch::randn({rank, in}));
     b = register_parameter("lora_B", torch::zeros({out, rank}));
   }
-  torch::Tensor delta(const torch::Tensor& x) override { return torch::matmul(torch::matmul(x, a.t()), b.t()); }
+  torch::Tensor delta(const torch::Tensor& x) override {
+    return torch::matmul(torch::matmul(x, a.t()), b.t());
+  }
   torch::Tensor a, b;
 };
 
@@ -258,7 +264,8 @@ TEST(Adapters, AttachChangesOutputOnlyThroughDelta) {
   EXPECT_EQ(model->parameters().size(), all_count + 2);
   auto named = model->named_parameters();
   EXPECT_NE(named.find("model.layers.1.self_attn.q_proj.adapter.lora_B"), nullptr);
-  EXPECT_EQ(max_abs_diff(model->forward_logits(ids, arange_positions(6)), base), 0.0);  // B = 0: no change
+  EXPECT_EQ(max_abs_diff(model->forward_logits(ids, arange_positions(6)), base),
+            0.0);  // B = 0: no change
   {
     torch::NoGradGuard no_grad;
     adapter->b.normal_();
@@ -271,9 +278,9 @@ TEST(Adapters, AttachChangesOutputOnlyThroughDelta) {
 }
 
 // The fused projections (q/k/v in one region; gate/up with the SiLU product; o and down with the
-// residual) against the same layer one projection at a time, bit for bit (the same packed kernel per
-// panel, the same SiLU product kernel), at row counts with tile and panel tails (intermediate 72 is
-// two full panels and a partial one); an adapter takes the one-by-one path.
+// residual) against the same layer one projection at a time, bit for bit (the same packed kernel
+// per panel, the same SiLU product kernel), at row counts with tile and panel tails (intermediate
+// 72 is two full panels and a partial one); an adapter takes the one-by-one path.
 TEST(FusedProjections, LayerEqualsTheOneByOneLayer) {
   const int before = at::get_num_threads();
   at::set_num_threads(2);
@@ -295,7 +302,8 @@ TEST(FusedProjections, LayerEqualsTheOneByOneLayer) {
     const torch::Tensor positions = torch::arange(rows, torch::kLong) + 3;
     const uint64_t runs = fused_projection_runs();
     auto [fq, fout] = run(x, positions, true);
-    EXPECT_EQ(fused_projection_runs() - runs, 4u) << "q/k/v, o, gate/up and down each in one region";
+    EXPECT_EQ(fused_projection_runs() - runs, 4u)
+        << "q/k/v, o, gate/up and down each in one region";
     auto [q, out] = run(x, positions, false);
     EXPECT_EQ(fused_projection_runs() - runs, 4u);
     EXPECT_TRUE(torch::equal(fq.q, q.q)) << rows << " rows";
@@ -313,7 +321,8 @@ TEST(FusedProjections, LayerEqualsTheOneByOneLayer) {
   adapter->b.normal_();
   layer->attach_adapter(Proj::kUp, adapter);
   const uint64_t runs = fused_projection_runs();
-  const torch::Tensor fused = run(x, positions, true).second, one_by_one = run(x, positions, false).second;
+  const torch::Tensor fused = run(x, positions, true).second,
+                      one_by_one = run(x, positions, false).second;
   EXPECT_EQ(fused_projection_runs() - runs, 3u) << "all but gate/up fused";
   EXPECT_TRUE(torch::equal(fused, one_by_one));
   EXPECT_GT(max_abs_diff(fused, plain), 1e-3);

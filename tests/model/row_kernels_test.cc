@@ -1,6 +1,6 @@
 // The no-grad row kernels (model/row_kernels.h) against the torch-ops forward they replace: RMSNorm
-// within float32 rounding of a sum in another order, rotary embeddings bit for bit, at head sizes and
-// widths with vector tails, positions that grow the table, and several threads.
+// within float32 rounding of a sum in another order, rotary embeddings bit for bit, at head sizes
+// and widths with vector tails, positions that grow the table, and several threads.
 #include <gtest/gtest.h>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -44,7 +44,8 @@ TEST_F(RowKernelThreads, RmsNormMatchesTheTorchOpsForward) {
       torch::NoGradGuard no_grad;
       const torch::Tensor got = norm->forward(x);
       ASSERT_EQ(got.sizes(), expected.sizes());
-      EXPECT_LT(((got - expected).abs() / (expected.abs() + 1e-3)).max().item<double>(), 2e-6) << "dim " << dim;
+      EXPECT_LT(((got - expected).abs() / (expected.abs() + 1e-3)).max().item<double>(), 2e-6)
+          << "dim " << dim;
     }
   }
 }
@@ -62,8 +63,8 @@ TEST_F(RowKernelThreads, RotaryIsBitForBitTheTorchOpsForward) {
     }
     torch::NoGradGuard no_grad;
     const torch::Tensor got = rotary.apply(x, positions);
-    EXPECT_TRUE(torch::equal(got, expected)) << "head_dim " << head_dim << ", max diff "
-                                             << (got - expected).abs().max().item<double>();
+    EXPECT_TRUE(torch::equal(got, expected))
+        << "head_dim " << head_dim << ", max diff " << (got - expected).abs().max().item<double>();
     // The engine's layout: (tokens, heads, D) against (tokens) positions.
     const torch::Tensor flat = rotary.apply(x.view({15, 4, head_dim}), positions.view({15}));
     EXPECT_TRUE(torch::equal(flat, expected.view({15, 4, head_dim})));
@@ -74,17 +75,20 @@ TEST(RowKernels, SiluProductMatchesTorchOnItsColumnsOnly) {
   const int64_t rows = 3, cols = 45;
   torch::Tensor g = normal({rows, cols}, 5) * 6.0;
   // Large, tiny, zero and signed-zero inputs: sigmoid saturates without overflow.
-  g[0][7] = 100.0f, g[0][8] = -100.0f, g[0][9] = 0.0f, g[0][10] = -0.0f, g[0][11] = 1e-8f, g[0][12] = -1e-8f;
+  g[0][7] = 100.0f, g[0][8] = -100.0f, g[0][9] = 0.0f, g[0][10] = -0.0f, g[0][11] = 1e-8f,
+  g[0][12] = -1e-8f;
   g[1][20] = 88.0f, g[1][21] = -88.0f, g[2][30] = 1000.0f, g[2][31] = -1000.0f;
   const torch::Tensor u = normal({rows, cols}, 6);
   const torch::Tensor expected = torch::silu(g) * u;
-  // Column ranges with and without 8-wide vectors and tails, written into another tensor and in place.
+  // Column ranges with and without 8-wide vectors and tails, written into another tensor and in
+  // place.
   for (auto [begin, end] : {std::pair<int64_t, int64_t>{0, 45}, {5, 37}, {40, 45}, {3, 3}}) {
     torch::Tensor y = torch::full({rows, cols}, 55.0f);
-    silu_mul_cols_f32(g.data_ptr<float>(), u.data_ptr<float>(), y.data_ptr<float>(), rows, cols, begin, end);
+    silu_mul_cols_f32(g.data_ptr<float>(), u.data_ptr<float>(), y.data_ptr<float>(), rows, cols,
+                      begin, end);
     torch::Tensor in_place = g.clone();
-    silu_mul_cols_f32(in_place.data_ptr<float>(), u.data_ptr<float>(), in_place.data_ptr<float>(), rows, cols, begin,
-                      end);
+    silu_mul_cols_f32(in_place.data_ptr<float>(), u.data_ptr<float>(), in_place.data_ptr<float>(),
+                      rows, cols, begin, end);
     for (int64_t c = 0; c < cols; ++c) {
       const bool inside = c >= begin && c < end;
       for (int64_t r = 0; r < rows; ++r) {

@@ -26,7 +26,9 @@ inline void write_text(const std::filesystem::path& path, const std::string& tex
 
 // GPT-2's byte → printable-character map used by byte-level BPE vocabularies.
 inline std::string byte_piece(int b) {
-  auto printable = [](int c) { return (c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF); };
+  auto printable = [](int c) {
+    return (c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF);
+  };
   int code = b;
   if (!printable(b)) {
     int n = 0;
@@ -56,26 +58,51 @@ inline void write_byte_tokenizer(const std::filesystem::path& dir) {
   for (int b = 0; b < 256; ++b) vocab[byte_piece(b)] = b;
   nlohmann::json added = nlohmann::json::array();
   for (size_t i = 0; i < special_tokens().size(); ++i) {
-    added.push_back({{"id", 256 + i}, {"content", special_tokens()[i]}, {"single_word", false}, {"lstrip", false},
-                     {"rstrip", false}, {"normalized", false}, {"special", true}});
+    added.push_back({{"id", 256 + i},
+                     {"content", special_tokens()[i]},
+                     {"single_word", false},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"normalized", false},
+                     {"special", true}});
   }
-  nlohmann::json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
-  nlohmann::json tok = {
-      {"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr}, {"added_tokens", added},
-      {"normalizer", nullptr}, {"pre_tokenizer", byte_level}, {"post_processor", nullptr}, {"decoder", byte_level},
-      {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", nullptr},
-                 {"end_of_word_suffix", nullptr}, {"fuse_unk", false}, {"byte_fallback", false},
-                 {"vocab", vocab}, {"merges", nlohmann::json::array()}}}};
+  nlohmann::json byte_level = {{"type", "ByteLevel"},
+                               {"add_prefix_space", false},
+                               {"trim_offsets", true},
+                               {"use_regex", true}};
+  nlohmann::json tok = {{"version", "1.0"},
+                        {"truncation", nullptr},
+                        {"padding", nullptr},
+                        {"added_tokens", added},
+                        {"normalizer", nullptr},
+                        {"pre_tokenizer", byte_level},
+                        {"post_processor", nullptr},
+                        {"decoder", byte_level},
+                        {"model",
+                         {{"type", "BPE"},
+                          {"dropout", nullptr},
+                          {"unk_token", nullptr},
+                          {"continuing_subword_prefix", nullptr},
+                          {"end_of_word_suffix", nullptr},
+                          {"fuse_unk", false},
+                          {"byte_fallback", false},
+                          {"vocab", vocab},
+                          {"merges", nlohmann::json::array()}}}};
   write_text(dir / "tokenizer.json", tok.dump(1));
-  nlohmann::json config = {{"eos_token", "<|im_end|>"}, {"pad_token", "<|endoftext|>"}, {"bos_token", nullptr},
-                           {"add_bos_token", false}, {"chat_template", ""}};
+  nlohmann::json config = {{"eos_token", "<|im_end|>"},
+                           {"pad_token", "<|endoftext|>"},
+                           {"bos_token", nullptr},
+                           {"add_bos_token", false},
+                           {"chat_template", ""}};
   write_text(dir / "tokenizer_config.json", config.dump(1));
 }
 
 using test_support::CommandResult;
 
 // Runs a shell command line with stderr joined to stdout (`out`).
-inline CommandResult run_command(const std::string& command) { return test_support::run_command(command + " 2>&1"); }
+inline CommandResult run_command(const std::string& command) {
+  return test_support::run_command(command + " 2>&1");
+}
 
 inline std::string quote(const std::filesystem::path& p) {
   std::string out = "'";

@@ -1,5 +1,6 @@
 // Helpers for the libtorch model tests: small configs of each flavour and randomly filled models
-// whose activations are O(1), so that any wrong term in the maths moves the logits well past tolerance.
+// whose activations are O(1), so that any wrong term in the maths moves the logits well past
+// tolerance.
 #pragma once
 
 #include <torch/torch.h>
@@ -52,8 +53,8 @@ inline hf::ModelConfig qwen3_config() {
   return c;
 }
 
-// Every weight ~ normal(0, 1/sqrt(fan_in)), biases ~ normal(0, 0.1), norm weights ~ 1 + normal(0, 0.1):
-// unlike HF's 0.02 init this makes every component visible in the logits.
+// Every weight ~ normal(0, 1/sqrt(fan_in)), biases ~ normal(0, 0.1), norm weights ~ 1 + normal(0,
+// 0.1): unlike HF's 0.02 init this makes every component visible in the logits.
 inline Qwen2Model random_model(const hf::ModelConfig& config, uint64_t seed) {
   Qwen2Model model(config);
   torch::NoGradGuard no_grad;
@@ -61,7 +62,8 @@ inline Qwen2Model random_model(const hf::ModelConfig& config, uint64_t seed) {
   for (auto& [name, p] : model->hf_named_parameters()) {
     auto values = torch::empty(p.sizes(), torch::kFloat);
     values.normal_(0.0, 1.0, gen);
-    const bool is_norm = name.size() >= 11 && name.compare(name.size() - 11, 11, "norm.weight") == 0;
+    const bool is_norm =
+        name.size() >= 11 && name.compare(name.size() - 11, 11, "norm.weight") == 0;
     const bool is_bias = name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
     if (is_norm) {
       values = 1.0 + 0.1 * values;

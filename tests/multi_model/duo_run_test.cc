@@ -1,6 +1,6 @@
 // `ajet --conf duo.yaml`: the real ajet starts one ajet-swarm and one ajet-engine per model, trains
-// both on the micro model with the torch backbone, validates the pair, writes per-model metrics, and
-// leaves no front or engine behind.
+// both on the micro model with the torch backbone, validates the pair, writes per-model metrics,
+// and leaves no front or engine behind.
 #include <gmock/gmock.h>
 #include <sys/wait.h>
 
@@ -19,8 +19,11 @@ std::string duo_yaml(const fs::path& model) {
                                            "  multi_model:\n"
                                            "    workflow: calc_duo\n"
                                            "    models:\n"
-                                           "      - {name: caller, path: " + model.string() + "}\n"
-                                           "      - {name: answerer, path: " + model.string() + "}\n");
+                                           "      - {name: caller, path: " +
+                                               model.string() +
+                                               "}\n"
+                                               "      - {name: answerer, path: " +
+                                               model.string() + "}\n");
   yaml.replace(yaml.find("backbone: debug"), 15, "backbone: torch");
   return yaml;
 }
@@ -48,14 +51,18 @@ TEST(DuoRun, TwoFrontsTrainTheirModelAndStopOnExit) {
     // The answerer plays only after a calculator call, which a random micro model rarely makes: its
     // front then has nothing to train on, and the record says so instead of waiting forever.
     const Json& answerer = rec["answerer"];
-    EXPECT_TRUE(answerer.value("episodes", 0) == 4 || answerer.value("trained", true) == false) << rec.dump();
+    EXPECT_TRUE(answerer.value("episodes", 0) == 4 || answerer.value("trained", true) == false)
+        << rec.dump();
   }
   EXPECT_EQ(trained, (std::vector<int64_t>{1, 2}));
   EXPECT_EQ(validated, (std::vector<int64_t>{0, 1, 2}));
-  for (const char* name : {"caller", "answerer"}) EXPECT_TRUE(fs::exists(exp / name / "swarm.log")) << name;
-  EXPECT_TRUE(fs::is_directory(exp / "caller" / "checkpoints"));  // its own, saved when its engine stopped
-  EXPECT_TRUE(classic::find_leftovers(exp).empty());  // every front and engine stopped
-  // Each model's front holds the pair's validation next to its own batches, and its TensorBoard file.
+  for (const char* name : {"caller", "answerer"})
+    EXPECT_TRUE(fs::exists(exp / name / "swarm.log")) << name;
+  EXPECT_TRUE(
+      fs::is_directory(exp / "caller" / "checkpoints"));  // its own, saved when its engine stopped
+  EXPECT_TRUE(classic::find_leftovers(exp).empty());      // every front and engine stopped
+  // Each model's front holds the pair's validation next to its own batches, and its TensorBoard
+  // file.
   for (const char* name : {"caller", "answerer"}) {
     store::Store store(exp / name / "swarm" / "swarm.sqlite");
     std::vector<int64_t> steps;
@@ -63,14 +70,16 @@ TEST(DuoRun, TwoFrontsTrainTheirModelAndStopOnExit) {
     EXPECT_EQ(steps, (std::vector<int64_t>{0, 1, 2})) << name;
     EXPECT_TRUE(fs::is_directory(exp / name / "tensorboard")) << name;
   }
-  store::Store caller(exp / "caller" / "swarm" / "swarm.sqlite");  // its batches trained (the answerer's may not)
+  store::Store caller(exp / "caller" / "swarm" /
+                      "swarm.sqlite");  // its batches trained (the answerer's may not)
   EXPECT_FALSE(caller.get_metrics("train/loss").empty());
   EXPECT_FALSE(caller.get_metrics("rollout/reward_mean").empty());
 }
 
 TEST(DuoRun, ABadMultiModelSectionIsAClearErrorBeforeAnythingStarts) {
   e2e::ScratchDir dir;
-  write_file_atomic(dir / "duo.yaml", "ajet:\n  multi_model:\n    models:\n      - {name: only, path: /nowhere}\n");
+  write_file_atomic(dir / "duo.yaml",
+                    "ajet:\n  multi_model:\n    models:\n      - {name: only, path: /nowhere}\n");
   e2e::Captured r = e2e::run_capture(e2e::shell_quote(e2e::bin("ajet").string()) + " --conf " +
                                      e2e::shell_quote((dir / "duo.yaml").string()) + " 2>&1");
   EXPECT_EQ(WEXITSTATUS(r.status), 2) << r.out;

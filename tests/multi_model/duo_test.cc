@@ -1,5 +1,5 @@
-// The calc duo without servers: turns are routed by position, each model's reward is its own, and the
-// multi-model section of a config is checked key by key.
+// The calc duo without servers: turns are routed by position, each model's reward is its own, and
+// the multi-model section of a config is checked key by key.
 #include <gmock/gmock.h>
 
 #include <deque>
@@ -43,7 +43,8 @@ tasks::Task calc_task_sample() {
 }
 
 std::string call_of(const std::string& expression) {
-  return "<tool_call>{\"name\": \"calculator\", \"arguments\": {\"expression\": \"" + expression + "\"}}</tool_call>";
+  return "<tool_call>{\"name\": \"calculator\", \"arguments\": {\"expression\": \"" + expression +
+         "\"}}</tool_call>";
 }
 
 TEST(CalcDuo, TheCallerServesTheFirstTurnAndTheAnswererTheRest) {
@@ -68,14 +69,16 @@ TEST(CalcDuo, EachModelIsRewardedForItsOwnTurn) {
   const std::string expression = task.metadata["expression"].get<std::string>();
   const int64_t truth = task.metadata["answer"].get<int64_t>();
   {  // right call, miscopied answer: the caller did its part
-    Scripted caller({call_of(expression)}), answerer({"<answer>" + std::to_string(truth + 1) + "</answer>"});
+    Scripted caller({call_of(expression)}),
+        answerer({"<answer>" + std::to_string(truth + 1) + "</answer>"});
     DuoOutcome o = run_calc_duo(task, caller, answerer);
     EXPECT_EQ(o.caller.reward, 1.0);
     EXPECT_EQ(o.answerer.reward, 0.0);
     EXPECT_FALSE(o.pair_success);
   }
   {  // a wrong expression: neither is rewarded, whatever the answerer copies
-    Scripted caller({call_of(expression + "+1")}), answerer({"<answer>" + std::to_string(truth + 1) + "</answer>"});
+    Scripted caller({call_of(expression + "+1")}),
+        answerer({"<answer>" + std::to_string(truth + 1) + "</answer>"});
     DuoOutcome o = run_calc_duo(task, caller, answerer);
     EXPECT_EQ(o.caller.reward, 0.0);
     EXPECT_EQ(o.answerer.reward, 0.0);
@@ -107,7 +110,9 @@ std::string spec_error(const std::string& multi_model) {
 }
 
 TEST(MultiModelSpec, IsReadAndCheckedKeyByKey) {
-  fs::path p = write_conf("  multi_model:\n    models:\n      - {name: caller, path: a}\n      - {name: answerer, path: /b}\n");
+  fs::path p = write_conf(
+      "  multi_model:\n    models:\n      - {name: caller, path: a}\n      - {name: answerer, "
+      "path: /b}\n");
   std::optional<MultiModelSpec> spec = read_multi_model_spec(p);
   fs::remove(p);
   ASSERT_TRUE(spec);
@@ -123,12 +128,16 @@ TEST(MultiModelSpec, IsReadAndCheckedKeyByKey) {
               HasSubstr("ajet.multi_model.workflow must be one of [calc_duo], got 'chess'"));
   EXPECT_THAT(spec_error("  multi_model:\n    models:\n      - {name: a, path: x}\n"),
               HasSubstr("calc_duo needs exactly two models"));
-  EXPECT_THAT(spec_error("  multi_model:\n    models:\n      - {name: a, path: x}\n      - {name: a, path: y}\n"),
-              HasSubstr("models[1].name 'a' is used twice"));
-  EXPECT_THAT(spec_error("  multi_model:\n    models:\n      - {name: A/b, path: x}\n      - {name: c, path: y}\n"),
+  EXPECT_THAT(
+      spec_error(
+          "  multi_model:\n    models:\n      - {name: a, path: x}\n      - {name: a, path: y}\n"),
+      HasSubstr("models[1].name 'a' is used twice"));
+  EXPECT_THAT(spec_error("  multi_model:\n    models:\n      - {name: A/b, path: x}\n      - "
+                         "{name: c, path: y}\n"),
               HasSubstr("models[0].name 'A/b' may only hold"));
-  EXPECT_THAT(spec_error("  multi_model:\n    models:\n      - {name: a}\n      - {name: c, path: y}\n"),
-              HasSubstr("models[0].path must be a non-empty string"));
+  EXPECT_THAT(
+      spec_error("  multi_model:\n    models:\n      - {name: a}\n      - {name: c, path: y}\n"),
+      HasSubstr("models[0].path must be a non-empty string"));
   EXPECT_THAT(spec_error("  multi_model:\n    models: [\n"), HasSubstr(".yaml"));
 }
 

@@ -46,7 +46,8 @@ TEST(AnthropicMessages, AToolResultMustAnswerAnEarlierToolUse) {
 // Before: a tool_result holding an image (Claude Code's Read of a picture) or a tool_reference (its
 // ToolSearch) was a 400 that ended the episode; a text model gets a line saying what was there.
 TEST(AnthropicMessages, ToolResultsKeepGoingPastImagesAndToolReferences) {
-  const OrderedJson chat = anthropic_to_chat_body(OrderedJson::parse(R"({"max_tokens": 8, "messages": [
+  const OrderedJson chat =
+      anthropic_to_chat_body(OrderedJson::parse(R"({"max_tokens": 8, "messages": [
       {"role": "user", "content": "look"},
       {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {}}]},
       {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": [
@@ -55,14 +56,19 @@ TEST(AnthropicMessages, ToolResultsKeepGoingPastImagesAndToolReferences) {
         {"type": "tool_reference", "tool_name": "mcp__fs__read"}]}]}]})"));
   const OrderedJson& tool = chat["messages"][2];
   EXPECT_EQ(tool["role"], "tool");
-  EXPECT_EQ(tool["content"], "a picture:\n[image omitted: the served model reads text only]\n[tool loaded: mcp__fs__read]");
+  EXPECT_EQ(tool["content"],
+            "a picture:\n[image omitted: the served model reads text only]\n[tool loaded: "
+            "mcp__fs__read]");
   // Outside a tool result an image is still refused by name: the user sent it to a text model.
   auto convert = [](const OrderedJson& b) { return anthropic_to_chat_body(b); };
   EXPECT_THAT(error_of(convert, R"({"max_tokens": 8, "messages": [{"role": "user", "content": [
       {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}]}]})"),
               HasSubstr("'image' blocks are not supported"));
-  EXPECT_THAT(error_of(convert, R"({"max_tokens": 8, "system": [{"type": "tool_reference", "tool_name": "x"}],
-      "messages": [{"role": "user", "content": "hi"}]})"), HasSubstr("text only"));
+  EXPECT_THAT(
+      error_of(convert,
+               R"({"max_tokens": 8, "system": [{"type": "tool_reference", "tool_name": "x"}],
+      "messages": [{"role": "user", "content": "hi"}]})"),
+      HasSubstr("text only"));
 }
 
 // Before: a function_call_output whose call_id matched no function_call was accepted.
@@ -76,9 +82,12 @@ TEST(OpenAiResponses, AFunctionCallOutputMustAnswerAnEarlierFunctionCall) {
   EXPECT_THAT(error_of(convert, head + R"("c2", "output": "42"}]})"),
               HasSubstr("'input[2].call_id' 'c2' answers no function call"));
   // Fields the chat parser used to check name the Responses paths.
-  EXPECT_THAT(error_of(convert, R"({"input": "x", "tools": [{"type": "function", "name": "f", "description": 3}]})"),
-              HasSubstr("'tools[0].description' must be a string"));
-  EXPECT_THAT(error_of(convert, R"({"input": "x", "tool_choice": "sometimes"})"), HasSubstr("'tool_choice'"));
+  EXPECT_THAT(
+      error_of(convert,
+               R"({"input": "x", "tools": [{"type": "function", "name": "f", "description": 3}]})"),
+      HasSubstr("'tools[0].description' must be a string"));
+  EXPECT_THAT(error_of(convert, R"({"input": "x", "tool_choice": "sometimes"})"),
+              HasSubstr("'tool_choice'"));
   EXPECT_EQ(responses_field_names().max_tokens, "max_output_tokens");
 }
 
@@ -101,12 +110,14 @@ TEST(AnthropicMessages, ClaudeCodesBodiesConvert) {
   EXPECT_EQ(chat["tools"][0]["function"]["name"], "Bash");
   ASSERT_EQ(notes.size(), 1u);
   EXPECT_THAT(notes[0], HasSubstr("web_search (web_search_20250305)"));
-  EXPECT_EQ(anthropic_to_chat_body(OrderedJson::parse(R"({"max_tokens": 8, "thinking": {"type": "disabled"},
-      "messages": [{"role": "user", "content": "x"}]})"))["chat_template_kwargs"]["enable_thinking"],
+  EXPECT_EQ(anthropic_to_chat_body(
+                OrderedJson::parse(R"({"max_tokens": 8, "thinking": {"type": "disabled"},
+      "messages": [{"role": "user", "content": "x"}]})"))["chat_template_kwargs"]
+                                                         ["enable_thinking"],
             false);
   // count_tokens needs no max_tokens.
-  EXPECT_NO_THROW(anthropic_to_chat_body(OrderedJson::parse(R"({"messages": [{"role": "user", "content": "x"}]})"),
-                                         nullptr, true));
+  EXPECT_NO_THROW(anthropic_to_chat_body(
+      OrderedJson::parse(R"({"messages": [{"role": "user", "content": "x"}]})"), nullptr, true));
 }
 
 // Before: Codex's namespace and web_search tools were each a 400, and a stream of function calls
@@ -123,7 +134,8 @@ TEST(OpenAiResponses, NamespacesFlattenBuiltInToolsDropAndCallsStreamAlone) {
                                                   &tools, &notes);
   ASSERT_EQ(chat["tools"].size(), 2u) << "a namespaced name a top-level function has is left out";
   EXPECT_EQ(chat["tools"][1]["function"]["name"], "spawn_agent");
-  EXPECT_EQ(tools.namespace_of, (std::unordered_map<std::string, std::string>{{"spawn_agent", "multi_agent_v1"}}));
+  EXPECT_EQ(tools.namespace_of,
+            (std::unordered_map<std::string, std::string>{{"spawn_agent", "multi_agent_v1"}}));
   ASSERT_EQ(notes.size(), 2u);
   EXPECT_THAT(notes[0], HasSubstr("multi_agent_v1 (1 function tools)"));
   EXPECT_THAT(notes[1], HasSubstr("web_search"));
@@ -148,17 +160,25 @@ TEST(OpenAiResponses, NamespacesFlattenBuiltInToolsDropAndCallsStreamAlone) {
 
 // Before: /v1/messages answered errors in OpenAI's shape, which Anthropic's SDKs do not read.
 TEST(AnthropicMessages, ErrorsComeInAnthropicsEnvelope) {
-  http::Response bad = anthropic_error_for(Error(ErrorCode::kInvalidArgument, "request body: field 'x' is required"));
+  http::Response bad = anthropic_error_for(
+      Error(ErrorCode::kInvalidArgument, "request body: field 'x' is required"));
   EXPECT_EQ(bad.status, 400);
   Json body = Json::parse(bad.body);
   EXPECT_EQ(body, (Json{{"type", "error"},
-                        {"error", {{"type", "invalid_request_error"}, {"message", "request body: field 'x' is required"}}}}));
-  EXPECT_EQ(Json::parse(anthropic_error_for(Error(ErrorCode::kUnauthenticated, "no key")).body)["error"]["type"],
-            "authentication_error");
-  EXPECT_EQ(Json::parse(anthropic_error_for(Error(ErrorCode::kNotFound, "ended")).body)["error"]["type"],
-            "not_found_error");
-  EXPECT_EQ(Json::parse(anthropic_error_for(Error(ErrorCode::kResourceExhausted, "big")).body)["error"]["type"],
-            "request_too_large");
+                        {"error",
+                         {{"type", "invalid_request_error"},
+                          {"message", "request body: field 'x' is required"}}}}));
+  EXPECT_EQ(
+      Json::parse(
+          anthropic_error_for(Error(ErrorCode::kUnauthenticated, "no key")).body)["error"]["type"],
+      "authentication_error");
+  EXPECT_EQ(
+      Json::parse(anthropic_error_for(Error(ErrorCode::kNotFound, "ended")).body)["error"]["type"],
+      "not_found_error");
+  EXPECT_EQ(
+      Json::parse(
+          anthropic_error_for(Error(ErrorCode::kResourceExhausted, "big")).body)["error"]["type"],
+      "request_too_large");
   http::Response busy = anthropic_error(503, "restarting", 5);
   EXPECT_EQ(Json::parse(busy.body)["error"]["type"], "overloaded_error");
   EXPECT_EQ(busy.headers.get("Retry-After"), "5");

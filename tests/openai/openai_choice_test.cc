@@ -1,6 +1,6 @@
-// One choice of a streamed completion: deltas concatenate to the answer, whole UTF-8 characters only,
-// stop strings cut the text (also across tokens) and end the choice, held-back <tool_call> and
-// <think> blocks, and the final parse.
+// One choice of a streamed completion: deltas concatenate to the answer, whole UTF-8 characters
+// only, stop strings cut the text (also across tokens) and end the choice, held-back <tool_call>
+// and <think> blocks, and the final parse.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -17,13 +17,16 @@ const text::Tokenizer& tokenizer() {
   static const text::Tokenizer tok = [] {
     std::string corpus;
     for (int i = 0; i < 30; ++i) {
-      corpus += "The weather in Paris is sunny. one two three four. <think>hmm</think> caf\xC3\xA9 \xE4\xBD\xA0\xE5\xA5\xBD\n";
+      corpus +=
+          "The weather in Paris is sunny. one two three four. <think>hmm</think> caf\xC3\xA9 "
+          "\xE4\xBD\xA0\xE5\xA5\xBD\n";
       corpus += "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n";
     }
     text::BpeTrainerOptions o;
     o.vocab_size = 600;
     text::TrainedBpe t = text::train_bpe(corpus, o);
-    return text::Tokenizer::from_json(t.tokenizer_json, "t", text::parse_tokenizer_config(t.tokenizer_config_json, "c"));
+    return text::Tokenizer::from_json(t.tokenizer_json, "t",
+                                      text::parse_tokenizer_config(t.tokenizer_config_json, "c"));
   }();
   return tok;
 }
@@ -35,7 +38,8 @@ struct Fed {
 };
 
 // Feeds `text`'s tokens one per event (the last event carries `finish`), collecting every delta.
-Fed feed(ChoiceState& c, const std::string& text, rpc::FinishReason finish = rpc::FinishReason::kStop) {
+Fed feed(ChoiceState& c, const std::string& text,
+         rpc::FinishReason finish = rpc::FinishReason::kStop) {
   Fed out;
   std::vector<int32_t> ids = tokenizer().encode(text);
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -82,7 +86,8 @@ bool valid_utf8(const std::string& s) {
 }
 
 TEST(ChoiceState, DeltasConcatenateToTheAnswerInWholeCharacters) {
-  const std::string text = "The weather in Paris is sunny: caf\xC3\xA9 \xE4\xBD\xA0\xE5\xA5\xBD \xF0\x9F\x98\x80!";
+  const std::string text =
+      "The weather in Paris is sunny: caf\xC3\xA9 \xE4\xBD\xA0\xE5\xA5\xBD \xF0\x9F\x98\x80!";
   ChoiceState c(options());
   std::vector<int32_t> ids = tokenizer().encode(text);
   std::string joined;
@@ -135,7 +140,8 @@ TEST(ChoiceState, StopStringsCutTheTextAndEndTheChoice) {
 
 TEST(ChoiceState, ToolCallsAreHeldBackAndParsedAtTheEnd) {
   const std::string text =
-      "Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+      "Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+      "\"Paris\"}}\n</tool_call>";
   ChoiceState c(options({}, /*tools=*/true));
   Fed f = feed(c, text);
   EXPECT_THAT(f.content, Not(HasSubstr("<tool")));

@@ -1,5 +1,6 @@
 // OpenAI request parameters: validation names the field; train episodes sample with the server's
-// settings (the request may only shorten the turn), eval episodes with the request's; context overflow.
+// settings (the request may only shorten the turn), eval episodes with the request's; context
+// overflow.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -42,7 +43,8 @@ TEST(OpenAiParams, ReadsEveryField) {
   EXPECT_EQ(p.tool_choice, ToolChoice::kNamed);
   EXPECT_EQ(p.tool_choice_name, "f");
   EXPECT_EQ(p.enable_thinking, false);
-  OpenAiParams d = parse_chat_params(OrderedJson::parse(R"({"stop": "x", "tool_choice": "none", "n": null})"));
+  OpenAiParams d =
+      parse_chat_params(OrderedJson::parse(R"({"stop": "x", "tool_choice": "none", "n": null})"));
   EXPECT_EQ(d.n, 1);
   EXPECT_EQ(d.stop, std::vector<std::string>{"x"});
   EXPECT_EQ(d.tool_choice, ToolChoice::kNone);
@@ -53,14 +55,18 @@ TEST(OpenAiParams, ErrorsNameTheField) {
   EXPECT_THAT(error_of(OrderedJson::parse(R"({"n": 0})")), HasSubstr("'n'"));
   EXPECT_THAT(error_of(OrderedJson::parse(R"({"n": 1.5})")), HasSubstr("'n' must be an integer"));
   EXPECT_THAT(error_of(OrderedJson::parse(R"({"temperature": 3})")), HasSubstr("'temperature'"));
-  EXPECT_THAT(error_of(OrderedJson::parse(R"({"temperature": "warm"})")), HasSubstr("number, got string"));
+  EXPECT_THAT(error_of(OrderedJson::parse(R"({"temperature": "warm"})")),
+              HasSubstr("number, got string"));
   EXPECT_THAT(error_of(OrderedJson::parse(R"({"top_p": 0})")), HasSubstr("'top_p'"));
   EXPECT_THAT(error_of(OrderedJson::parse(R"({"max_tokens": 0})")), HasSubstr("'max_tokens'"));
   EXPECT_THAT(error_of(OrderedJson::parse(R"({"stop": [""]})")), HasSubstr("'stop[0]'"));
   EXPECT_THAT(error_of(OrderedJson::parse(R"({"stop": 5})")), HasSubstr("'stop'"));
-  EXPECT_THAT(error_of(OrderedJson::parse(R"({"top_logprobs": 2})")), HasSubstr("\"logprobs\": true"));
-  EXPECT_THAT(error_of(OrderedJson::parse(R"({"logprobs": true, "top_logprobs": 21})")), HasSubstr("'top_logprobs'"));
-  EXPECT_THAT(error_of(OrderedJson::parse(R"({"tool_choice": "maybe"})")), HasSubstr("'tool_choice'"));
+  EXPECT_THAT(error_of(OrderedJson::parse(R"({"top_logprobs": 2})")),
+              HasSubstr("\"logprobs\": true"));
+  EXPECT_THAT(error_of(OrderedJson::parse(R"({"logprobs": true, "top_logprobs": 21})")),
+              HasSubstr("'top_logprobs'"));
+  EXPECT_THAT(error_of(OrderedJson::parse(R"({"tool_choice": "maybe"})")),
+              HasSubstr("'tool_choice'"));
   // A type that is not a string was a JSON type error, answered 500 "internal error".
   for (const char* type : {"1", "null", "[\"function\"]", "{}", "true"}) {
     EXPECT_THAT(error_of(OrderedJson::parse(std::string(R"({"tool_choice": {"type": )") + type +
@@ -68,10 +74,13 @@ TEST(OpenAiParams, ErrorsNameTheField) {
                 HasSubstr("'tool_choice'"))
         << type;
   }
-  EXPECT_THAT(error_of(OrderedJson::parse(R"({"top_k": 4294967297})")), HasSubstr("'top_k'"));  // was 1: greedy
-  EXPECT_THAT(error_of(OrderedJson::parse("{\"stop\": [\"ok\", \"" + std::string(kMaxStopBytes + 1, 'x') + "\"]}")),
+  EXPECT_THAT(error_of(OrderedJson::parse(R"({"top_k": 4294967297})")),
+              HasSubstr("'top_k'"));  // was 1: greedy
+  EXPECT_THAT(error_of(OrderedJson::parse("{\"stop\": [\"ok\", \"" +
+                                          std::string(kMaxStopBytes + 1, 'x') + "\"]}")),
               HasSubstr("'stop[1]' is 257 bytes long"));
-  EXPECT_THAT(error_of(OrderedJson::parse(R"({"stream_options": []})")), HasSubstr("'stream_options'"));
+  EXPECT_THAT(error_of(OrderedJson::parse(R"({"stream_options": []})")),
+              HasSubstr("'stream_options'"));
   EXPECT_THAT(error_of(OrderedJson::parse(R"({"model": 7})")), HasSubstr("'model'"));
   EXPECT_THAT(error_of(OrderedJson::parse(R"([1, 2])")), HasSubstr("JSON object"));
 }
@@ -85,7 +94,8 @@ TEST(OpenAiParams, CompletionsPromptAndLogprobs) {
   EXPECT_EQ(parse_completion_prompt(OrderedJson::parse(R"({"prompt": ["hi"]})")).text, "hi");
   EXPECT_EQ(parse_completion_prompt(OrderedJson::parse(R"({"prompt": [1, 2, 3]})")).ids,
             (std::vector<int32_t>{1, 2, 3}));
-  EXPECT_EQ(parse_completion_prompt(OrderedJson::parse(R"({"prompt": [[4, 5]]})")).ids, (std::vector<int32_t>{4, 5}));
+  EXPECT_EQ(parse_completion_prompt(OrderedJson::parse(R"({"prompt": [[4, 5]]})")).ids,
+            (std::vector<int32_t>{4, 5}));
   EXPECT_THROW(parse_completion_prompt(OrderedJson::parse(R"({"prompt": ["a", "b"]})")), Error);
   EXPECT_THROW(parse_completion_prompt(OrderedJson::parse(R"({"prompt": [-1]})")), Error);
   EXPECT_THROW(parse_completion_prompt(OrderedJson::parse(R"({})")), Error);
@@ -129,7 +139,8 @@ TEST(OpenAiParams, ContextOverflowIsAClearError) {
   rules.max_tokens_per_turn = 100;
   rules.max_model_len = 64;
   OpenAiParams bare;
-  EXPECT_EQ(resolve_generation(bare, rules, false, 60).max_tokens, 4);  // no max_tokens: what is left
+  EXPECT_EQ(resolve_generation(bare, rules, false, 60).max_tokens,
+            4);  // no max_tokens: what is left
   try {
     resolve_generation(bare, rules, false, 64);
     FAIL();
@@ -154,7 +165,8 @@ TEST(OpenAiParams, NIsAtMost64AndAtMostTheEnginesMaxNumSeqs) {
   EXPECT_EQ(kMaxChoices, 64);
   EXPECT_EQ(kMaxChoices, rpc::kMaxSamplesPerRequest);
   EXPECT_EQ(parse_chat_params(OrderedJson::parse(R"({"n": 64})")).n, 64);
-  EXPECT_THAT(error_of(OrderedJson::parse(R"({"n": 65})")), HasSubstr("'n' must be between 1 and 64, got 65"));
+  EXPECT_THAT(error_of(OrderedJson::parse(R"({"n": 65})")),
+              HasSubstr("'n' must be between 1 and 64, got 65"));
   episodes::SamplingRules rules;
   rules.max_num_seqs = 8;
   OpenAiParams p;
@@ -177,7 +189,8 @@ TEST(OpenAiParams, TokenEntriesOfOneAnswerAreBoundedNamingTheFields) {
   episodes::SamplingRules rules;
   rules.max_tokens_per_turn = 1000;
   rules.max_model_len = 100000;
-  OpenAiParams p = parse_chat_params(OrderedJson::parse(R"({"n": 16, "max_tokens": 1000, "logprobs": true,
+  OpenAiParams p =
+      parse_chat_params(OrderedJson::parse(R"({"n": 16, "max_tokens": 1000, "logprobs": true,
                                                             "top_logprobs": 20})"));
   const rpc::GenerateRequest g = resolve_generation(p, rules, false, 10);
   check_token_entries(p, g, 16 * 1000 * 21);  // at the limit: fine
@@ -187,19 +200,22 @@ TEST(OpenAiParams, TokenEntriesOfOneAnswerAreBoundedNamingTheFields) {
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-    EXPECT_THAT(e.what(), HasSubstr("n (16) × max_tokens (1000) × (1 + top_logprobs (20)) = 336000"));
+    EXPECT_THAT(e.what(),
+                HasSubstr("n (16) × max_tokens (1000) × (1 + top_logprobs (20)) = 336000"));
     EXPECT_THAT(e.what(), HasSubstr("limit of 100000"));
     EXPECT_THAT(e.what(), HasSubstr("--max-request-token-entries"));
   }
   // The names the client used: max_completion_tokens, a default, /v1/completions' logprobs.
-  OpenAiParams completion = parse_completion_params(OrderedJson::parse(R"({"n": 4, "logprobs": 5})"));
+  OpenAiParams completion =
+      parse_completion_params(OrderedJson::parse(R"({"n": 4, "logprobs": 5})"));
   try {
     check_token_entries(completion, resolve_generation(completion, rules, false, 10), 1000);
     FAIL();
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("n (4) × max_tokens (1000, the default) × (1 + logprobs (5))"));
   }
-  OpenAiParams chat = parse_chat_params(OrderedJson::parse(R"({"n": 4, "max_completion_tokens": 500})"));
+  OpenAiParams chat =
+      parse_chat_params(OrderedJson::parse(R"({"n": 4, "max_completion_tokens": 500})"));
   try {
     check_token_entries(chat, resolve_generation(chat, rules, false, 10), 1000);
     FAIL();
@@ -222,10 +238,13 @@ TEST(OpenAiParams, ErrorsNameTheFieldsOfTheClientsApi) {
     }
     return "";
   };
-  EXPECT_THAT(error_with(R"({"stop": [""]})", messages), HasSubstr("'stop_sequences[0]' must not be empty"));
+  EXPECT_THAT(error_with(R"({"stop": [""]})", messages),
+              HasSubstr("'stop_sequences[0]' must not be empty"));
   EXPECT_THAT(error_with(R"({"stop": 5})", messages), HasSubstr("'stop_sequences' must be"));
-  EXPECT_THAT(error_with(R"({"max_tokens": 0})", responses), HasSubstr("'max_output_tokens' must be at least 1"));
-  EXPECT_THAT(error_with(R"({"max_tokens": "x"})", responses), HasSubstr("'max_output_tokens' must be an integer"));
+  EXPECT_THAT(error_with(R"({"max_tokens": 0})", responses),
+              HasSubstr("'max_output_tokens' must be at least 1"));
+  EXPECT_THAT(error_with(R"({"max_tokens": "x"})", responses),
+              HasSubstr("'max_output_tokens' must be an integer"));
   episodes::SamplingRules rules;
   rules.max_model_len = 64;
   OpenAiParams p = parse_chat_params(OrderedJson::parse(R"({"max_tokens": 10})"), responses);
@@ -240,13 +259,14 @@ TEST(OpenAiParams, ErrorsNameTheFieldsOfTheClientsApi) {
 
 // Before: a tool message answering no tool call of the request was rendered as if it did.
 TEST(OpenAiParams, ToolResultsMustAnswerAnEarlierToolCall) {
-  auto request = [](const char* tool_call_id) {
-    return text::parse_chat_request(OrderedJson::parse(std::string(R"({"messages": [
+  auto request =
+      [](const char* tool_call_id) {
+        return text::parse_chat_request(OrderedJson::parse(std::string(R"({"messages": [
       {"role": "user", "content": "weather?"},
       {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
         "function": {"name": "get_weather", "arguments": "{}"}}]},
       {"role": "tool", "tool_call_id": )") + tool_call_id + R"(, "content": "sunny"}]})"));
-  };
+      };
   check_tool_results(request(R"("call_1")"));
   check_tool_results(request("null"));  // no id: nothing to match (lenient, as before)
   try {

@@ -50,10 +50,12 @@ class ScriptedEndpoint {
         return;
       }
       Json message = {{"role", "assistant"}, {"content", next.content}};
-      respond(http::json_response({{"id", "chatcmpl-1"},
-                                   {"object", "chat.completion"},
-                                   {"model", "scripted"},
-                                   {"choices", Json::array({{{"index", 0}, {"message", message}, {"finish_reason", "stop"}}})}}));
+      respond(http::json_response(
+          {{"id", "chatcmpl-1"},
+           {"object", "chat.completion"},
+           {"model", "scripted"},
+           {"choices",
+            Json::array({{{"index", 0}, {"message", message}, {"finish_reason", "stop"}}})}}));
     });
     server_ = std::make_unique<http::HttpServer>(http::ServerOptions{}, std::move(router));
     server_->start();
@@ -64,7 +66,8 @@ class ScriptedEndpoint {
     script_.push_back({status, std::move(content)});
   }
   LlmEndpoint endpoint() const {
-    return {fmt::format("http://127.0.0.1:{}/v1", server_->port()), "sk-test", "scripted", std::chrono::seconds(30)};
+    return {fmt::format("http://127.0.0.1:{}/v1", server_->port()), "sk-test", "scripted",
+            std::chrono::seconds(30)};
   }
   std::vector<Json> requests() {
     std::lock_guard lock(mu_);
@@ -83,8 +86,9 @@ class LlmProposerTest : public ::testing::Test {
   void SetUp() override {
     dir_ = fs::temp_directory_path() / ("ajet_llm_proposer_" + std::to_string(::getpid()));
     fs::create_directories(dir_);
-    write_file_atomic(dir_ / "base.yaml",
-                      "ajet:\n  model:\n    path: /no/model\n  trainer_common:\n    optim:\n      lr: 1.0e-4\n");
+    write_file_atomic(
+        dir_ / "base.yaml",
+        "ajet:\n  model:\n    path: /no/model\n  trainer_common:\n    optim:\n      lr: 1.0e-4\n");
     study_ = parse_study(
         "question: which lr and kl?\n"
         "base: base.yaml\n"
@@ -119,8 +123,10 @@ class LlmProposerTest : public ::testing::Test {
 };
 
 TEST_F(LlmProposerTest, GoodProposalsAreUsedAndTheModelSeesTheTrials) {
-  model_.push(200, "Here you go:\n```json\n{\"candidates\": [{\"lr\": 3e-4, \"kl\": 0.01}, {\"lr\": 2e-5, \"kl\": 0.0}],"
-                   " \"why\": \"bracket the base lr\"}\n```");
+  model_.push(200,
+              "Here you go:\n```json\n{\"candidates\": [{\"lr\": 3e-4, \"kl\": 0.01}, {\"lr\": "
+              "2e-5, \"kl\": 0.0}],"
+              " \"why\": \"bracket the base lr\"}\n```");
   LlmProposer p(model_.endpoint(), builtin_);
   std::vector<Params> got = p.propose(request(2));
   ASSERT_EQ(got.size(), 2u);
@@ -140,12 +146,13 @@ TEST_F(LlmProposerTest, GoodProposalsAreUsedAndTheModelSeesTheTrials) {
   EXPECT_TRUE(p.take_notes().empty());
 }
 
-// A reply whose candidates were all dropped has no rationale to record (the built-in search chose the
-// round), and a long or multi-line "why" is cut to one bounded line.
+// A reply whose candidates were all dropped has no rationale to record (the built-in search chose
+// the round), and a long or multi-line "why" is cut to one bounded line.
 TEST_F(LlmProposerTest, TheRationaleBelongsToUsedCandidatesAndIsBounded) {
   model_.push(200, "{\"candidates\": [{\"lr\": 0.5, \"kl\": 0.0}], \"why\": \"go big\"}");
-  model_.push(200, "{\"candidates\": [{\"lr\": 3e-4, \"kl\": 0.01}], \"why\": \"line one\\nline two " +
-                       std::string(2 * kMaxRationaleBytes, 'x') + "\"}");
+  model_.push(200,
+              "{\"candidates\": [{\"lr\": 3e-4, \"kl\": 0.01}], \"why\": \"line one\\nline two " +
+                  std::string(2 * kMaxRationaleBytes, 'x') + "\"}");
   model_.push(200, "{\"candidates\": [{\"lr\": 2e-4, \"kl\": 0.01}]}");
   LlmProposer p(model_.endpoint(), builtin_);
   p.propose(request(1));
@@ -154,20 +161,22 @@ TEST_F(LlmProposerTest, TheRationaleBelongsToUsedCandidatesAndIsBounded) {
   EXPECT_EQ(p.rationale().rfind("line one line two xxx", 0), 0u) << p.rationale();
   EXPECT_LE(p.rationale().size(), kMaxRationaleBytes + 4);
   p.propose(request(1));
-  EXPECT_EQ(p.rationale(), "");  // this reply said nothing: the earlier reasons are not carried over
+  EXPECT_EQ(p.rationale(),
+            "");  // this reply said nothing: the earlier reasons are not carried over
 }
 
-TEST_F(LlmProposerTest, OutOfSpaceRepeatedAndExtraCandidatesAreDroppedAndTheRestComesFromTheBuiltInSearch) {
+TEST_F(LlmProposerTest,
+       OutOfSpaceRepeatedAndExtraCandidatesAreDroppedAndTheRestComesFromTheBuiltInSearch) {
   model_.push(200,
               "{\"candidates\": ["
-              "{\"lr\": 0.5, \"kl\": 0.0},"            // outside [1e-5, 1e-3]
-              "{\"lr\": 1e-4, \"kl\": 0.0},"           // t001 again
-              "{\"lr\": 1e-4, \"kl\": 0.02},"          // not a choice
-              "{\"lr\": 1e-4},"                        // kl missing
+              "{\"lr\": 0.5, \"kl\": 0.0},"             // outside [1e-5, 1e-3]
+              "{\"lr\": 1e-4, \"kl\": 0.0},"            // t001 again
+              "{\"lr\": 1e-4, \"kl\": 0.02},"           // not a choice
+              "{\"lr\": 1e-4},"                         // kl missing
               "{\"lr\": 1e-4, \"kl\": 0.0, \"x\": 1},"  // unknown name
-              "\"lr=1e-4\","                           // not an object
-              "{\"lr\": 5e-4, \"kl\": 0.01},"          // the only good one
-              "{\"lr\": 5e-4, \"kl\": 0.01}"           // repeated within the reply
+              "\"lr=1e-4\","                            // not an object
+              "{\"lr\": 5e-4, \"kl\": 0.01},"           // the only good one
+              "{\"lr\": 5e-4, \"kl\": 0.01}"            // repeated within the reply
               "]}");
   LlmProposer p(model_.endpoint(), builtin_);
   std::vector<Params> got = p.propose(request(3));
@@ -182,18 +191,21 @@ TEST_F(LlmProposerTest, OutOfSpaceRepeatedAndExtraCandidatesAreDroppedAndTheRest
   std::string notes;
   for (const auto& n : p.notes()) notes += n + "\n";
   EXPECT_NE(notes.find("candidate 1: "), std::string::npos) << notes;
-  EXPECT_NE(notes.find("candidate 2: kl=0, lr=0.0001 was tried already"), std::string::npos) << notes;
+  EXPECT_NE(notes.find("candidate 2: kl=0, lr=0.0001 was tried already"), std::string::npos)
+      << notes;
   EXPECT_NE(notes.find("candidate 6: not an object"), std::string::npos) << notes;
-  EXPECT_NE(notes.find("candidate 8: kl=0.01, lr=0.0005 repeats an earlier candidate"), std::string::npos) << notes;
+  EXPECT_NE(notes.find("candidate 8: kl=0.01, lr=0.0005 repeats an earlier candidate"),
+            std::string::npos)
+      << notes;
   EXPECT_NE(notes.find("2 of 3 candidate(s) from the built-in search"), std::string::npos) << notes;
 }
 
 TEST_F(LlmProposerTest, MalformedRepliesAndErrorsFallBackWithANote) {
-  model_.push(200, "I think lr 3e-4 is best.");                  // no JSON
-  model_.push(200, "{\"candidates\": [{\"lr\": 3e-4, \"kl\": 0.0}"); // cut off
-  model_.push(200, "{\"ideas\": []}");                          // wrong shape
-  model_.push(400, "bad request");                              // an error status
-  model_.push(200, "");                                         // empty
+  model_.push(200, "I think lr 3e-4 is best.");                       // no JSON
+  model_.push(200, "{\"candidates\": [{\"lr\": 3e-4, \"kl\": 0.0}");  // cut off
+  model_.push(200, "{\"ideas\": []}");                                // wrong shape
+  model_.push(400, "bad request");                                    // an error status
+  model_.push(200, "");                                               // empty
   LlmProposer p(model_.endpoint(), builtin_);
   for (int i = 0; i < 5; ++i) {
     std::vector<Params> got = p.propose(request(2));
@@ -237,7 +249,8 @@ TEST_F(LlmProposerTest, HypothesesAndProseAreBoundedAndMarked) {
 TEST(LlmReply, FindsTheObjectAndSaysWhyWhenThereIsNone) {
   std::string why;
   EXPECT_TRUE(json_object_in_reply("{\"a\": 1}", &why).has_value());
-  EXPECT_EQ((*json_object_in_reply("```json\n{\"a\": [1, {\"b\": 2}]}\n```", &why))["a"][1]["b"], 2);
+  EXPECT_EQ((*json_object_in_reply("```json\n{\"a\": [1, {\"b\": 2}]}\n```", &why))["a"][1]["b"],
+            2);
   EXPECT_FALSE(json_object_in_reply("no braces", &why));
   EXPECT_NE(why.find("no JSON object"), std::string::npos);
   EXPECT_FALSE(json_object_in_reply("{\"a\": 1} and {\"b\": 2}", &why));

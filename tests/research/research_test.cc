@@ -24,7 +24,8 @@ namespace fs = std::filesystem;
 
 using TempDir = ajet::test_support::ScratchDir;
 
-const char* kBase = "ajet:\n  model:\n    path: /no/model\n  trainer_common:\n    optim:\n      lr: 1.0e-4\n";
+const char* kBase =
+    "ajet:\n  model:\n    path: /no/model\n  trainer_common:\n    optim:\n      lr: 1.0e-4\n";
 
 // A study over lr (log-uniform) and kl_loss_coef (choice), objective at step 8 with a rung at 4.
 std::string study_text(const std::string& extra = "",
@@ -78,45 +79,63 @@ TEST(StudyFile, ParsesTheSpaceObjectiveAndBudgets) {
 
 TEST(StudyFile, ErrorsNameTheKeyAndWhatWasExpected) {
   TempDir dir;
-  EXPECT_NE(parse_error(dir, study_text("parallell: 2\n")).find("did you mean 'parallel'"), std::string::npos);
-  std::string e = parse_error(dir, "base: base.yaml\nobjective: {metric: val/x, step: 4}\nbudget: {trails: 3}\n"
-                                   "search:\n  r: {key: ajet.rollout.num_repeat, int: [2, 8]}\n");
+  EXPECT_NE(parse_error(dir, study_text("parallell: 2\n")).find("did you mean 'parallel'"),
+            std::string::npos);
+  std::string e =
+      parse_error(dir,
+                  "base: base.yaml\nobjective: {metric: val/x, step: 4}\nbudget: {trails: 3}\n"
+                  "search:\n  r: {key: ajet.rollout.num_repeat, int: [2, 8]}\n");
   EXPECT_NE(e.find("budget.trails"), std::string::npos) << e;
   EXPECT_NE(e.find("did you mean 'trials'"), std::string::npos) << e;
-  e = parse_error(dir, "base: base.yaml\nobjective: {metric: val/x, step: 4}\n"
-                                   "search:\n  lr: {key: ajet.trainer_common.optim.lrr, uniform: [0.1, 0.2]}\n");
+  e = parse_error(dir,
+                  "base: base.yaml\nobjective: {metric: val/x, step: 4}\n"
+                  "search:\n  lr: {key: ajet.trainer_common.optim.lrr, uniform: [0.1, 0.2]}\n");
   EXPECT_NE(e.find("search.lr"), std::string::npos) << e;
   EXPECT_NE(e.find("did you mean 'ajet.trainer_common.optim.lr'"), std::string::npos) << e;
-  e = parse_error(dir, "base: base.yaml\nobjective: {metric: val/x, step: 4}\n"
-                       "search:\n  lr: {key: ajet.trainer_common.optim.lr, log_uniform: [0, 0.2]}\n");
+  e = parse_error(dir,
+                  "base: base.yaml\nobjective: {metric: val/x, step: 4}\n"
+                  "search:\n  lr: {key: ajet.trainer_common.optim.lr, log_uniform: [0, 0.2]}\n");
   EXPECT_NE(e.find("above 0"), std::string::npos) << e;
-  e = parse_error(dir, "base: base.yaml\nobjective: {metric: val/x, step: 4}\n"
-                       "search:\n  r: {key: ajet.rollout.num_repeat, choice: [4, 0]}\n");
+  e = parse_error(dir,
+                  "base: base.yaml\nobjective: {metric: val/x, step: 4}\n"
+                  "search:\n  r: {key: ajet.rollout.num_repeat, choice: [4, 0]}\n");
   EXPECT_NE(e.find("search.r"), std::string::npos) << e;  // num_repeat 0 is not a valid config
-  e = parse_error(dir, "base: base.yaml\nobjective: {metric: reward, step: 4}\nsearch:\n"
-                       "  r: {key: ajet.rollout.num_repeat, int: [2, 8]}\n");
+  e = parse_error(dir,
+                  "base: base.yaml\nobjective: {metric: reward, step: 4}\nsearch:\n"
+                  "  r: {key: ajet.rollout.num_repeat, int: [2, 8]}\n");
   EXPECT_NE(e.find("objective.metric"), std::string::npos) << e;
   e = parse_error(dir, study_text("", "early_stopping: {rungs: [8]}\n"));
   EXPECT_NE(e.find("early_stopping.rungs"), std::string::npos) << e;
-  e = parse_error(dir, "base: base.yaml\nobjective: {metric: val/x, step: 4}\nseeds: {search: 2, confirm: [2, 3]}\n"
-                       "search:\n  r: {key: ajet.rollout.num_repeat, int: [2, 8]}\n");
+  e = parse_error(
+      dir,
+      "base: base.yaml\nobjective: {metric: val/x, step: 4}\nseeds: {search: 2, confirm: [2, 3]}\n"
+      "search:\n  r: {key: ajet.rollout.num_repeat, int: [2, 8]}\n");
   EXPECT_NE(e.find("fresh seeds"), std::string::npos) << e;
-  e = parse_error(dir, "base: base.yaml\nobjective: {metric: val/x, step: 4}\n"
-                       "search:\n  s: {key: ajet.trainer_common.total_training_steps, int: [2, 8]}\n");
+  e = parse_error(dir,
+                  "base: base.yaml\nobjective: {metric: val/x, step: 4}\n"
+                  "search:\n  s: {key: ajet.trainer_common.total_training_steps, int: [2, 8]}\n");
   EXPECT_NE(e.find("set by the controller"), std::string::npos) << e;
-  e = parse_error(dir, "base: nope.yaml\nobjective: {metric: val/x, step: 4}\n"
-                       "search:\n  r: {key: ajet.rollout.num_repeat, int: [2, 8]}\n");
+  e = parse_error(dir,
+                  "base: nope.yaml\nobjective: {metric: val/x, step: 4}\n"
+                  "search:\n  r: {key: ajet.rollout.num_repeat, int: [2, 8]}\n");
   EXPECT_NE(e.find("no such file"), std::string::npos) << e;
 }
 
 TEST(StudyFile, TheRemoteRunnerNeedsServersAndNoMoreTrialsAtATimeThanServers) {
   TempDir dir;
-  const Study s = parse(dir, study_text("runner: {type: remote, servers: [\"http://10.0.0.5:10086/\", http://10.0.0.6:10086]}\n"
-                                        "parallel: 2\n"));
+  const Study s = parse(
+      dir,
+      study_text(
+          "runner: {type: remote, servers: [\"http://10.0.0.5:10086/\", http://10.0.0.6:10086]}\n"
+          "parallel: 2\n"));
   EXPECT_EQ(s.runner.type, "remote");
-  EXPECT_EQ(s.runner.servers, (std::vector<std::string>{"http://10.0.0.5:10086", "http://10.0.0.6:10086"}));
-  std::string e = parse_error(dir, study_text("runner: {type: remote, servers: [http://a:1]}\nparallel: 2\n"));
-  EXPECT_NE(e.find("parallel: 2 trials at a time, but runner.servers lists 1 server"), std::string::npos) << e;
+  EXPECT_EQ(s.runner.servers,
+            (std::vector<std::string>{"http://10.0.0.5:10086", "http://10.0.0.6:10086"}));
+  std::string e =
+      parse_error(dir, study_text("runner: {type: remote, servers: [http://a:1]}\nparallel: 2\n"));
+  EXPECT_NE(e.find("parallel: 2 trials at a time, but runner.servers lists 1 server"),
+            std::string::npos)
+      << e;
   e = parse_error(dir, study_text("runner: {type: remote, sever: [http://a:1]}\n"));
   EXPECT_NE(e.find("runner.sever: unknown key (did you mean 'servers'?)"), std::string::npos) << e;
   e = parse_error(dir, study_text("runner: {type: remote}\n"));
@@ -124,7 +143,9 @@ TEST(StudyFile, TheRemoteRunnerNeedsServersAndNoMoreTrialsAtATimeThanServers) {
   e = parse_error(dir, study_text("runner: {type: remote, servers: []}\n"));
   EXPECT_NE(e.find("runner.servers: expected a list of swarm server URLs"), std::string::npos) << e;
   e = parse_error(dir, study_text("runner: {type: remote, servers: [10.0.0.5:10086]}\n"));
-  EXPECT_NE(e.find("runner.servers[0]: expected http://HOST:PORT, got '10.0.0.5:10086'"), std::string::npos) << e;
+  EXPECT_NE(e.find("runner.servers[0]: expected http://HOST:PORT, got '10.0.0.5:10086'"),
+            std::string::npos)
+      << e;
   e = parse_error(dir, study_text("runner: {type: remote, servers: [http://a:1, http://a:1/]}\n"));
   EXPECT_NE(e.find("runner.servers[1]: repeats http://a:1"), std::string::npos) << e;
   e = parse_error(dir, study_text("runner: {servers: [http://a:1]}\n"));
@@ -136,7 +157,9 @@ TEST(StudyFile, TheRemoteRunnerNeedsServersAndNoMoreTrialsAtATimeThanServers) {
   EXPECT_NE(e.find("--swarm-url is set by the controller"), std::string::npos) << e;
   e = parse_error(dir, study_text("runner: {ajet_flags: [--force-restart]}\n"));
   EXPECT_NE(e.find("--force-restart is set by the controller"), std::string::npos) << e;
-  e = parse_error(dir, study_text("runner: {type: remote, servers: [http://a:1], ajet_flags: [--swarm-flag=--x]}\n"));
+  e = parse_error(
+      dir, study_text(
+               "runner: {type: remote, servers: [http://a:1], ajet_flags: [--swarm-flag=--x]}\n"));
   EXPECT_NE(e.find("--swarm-flag=--x starts a front"), std::string::npos) << e;
 }
 
@@ -148,7 +171,7 @@ TEST(StudyFile, ParamsAreCheckedAgainstTheSpace) {
   EXPECT_THROW(check_params(s, {{"lr", 1e-4}, {"kl", 0.5}}), Error);            // not a choice
   EXPECT_THROW(check_params(s, {{"lr", 1e-4}}), Error);                         // missing
   EXPECT_THROW(check_params(s, {{"lr", 1e-4}, {"kl", 0.0}, {"x", 1}}), Error);  // unknown
-  EXPECT_THROW(check_params(s, {{"lr", "fast"}, {"kl", 0.0}}), Error);         // not a number
+  EXPECT_THROW(check_params(s, {{"lr", "fast"}, {"kl", 0.0}}), Error);          // not a number
   std::mt19937_64 rng(3);
   for (int i = 0; i < 200; ++i) {
     const Params p = random_params(s, rng);
@@ -205,23 +228,27 @@ TEST(Journal, NumericMetaValuesAreReadWholeAndAWrongOneIsNamed) {
       ADD_FAILURE() << "'" << bad << "' was read as an integer";
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-      EXPECT_NE(std::string(e.what()).find("meta 'round' is '" + bad + "', not an integer"), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find((dir / "j.sqlite").string()), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("meta 'round' is '" + bad + "', not an integer"),
+                std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find((dir / "j.sqlite").string()), std::string::npos)
+          << e.what();
     }
   }
   j.set_meta("wall_s", "fast");
   EXPECT_THROW(j.meta_double("wall_s"), Error);
 }
 
-// A scripted runner: a trial's validations are a function of its lr and seed; each poll advances the
-// trial by one validation (its "checkpoint" survives restarts: progress_ is shared state). A trial
-// whose lr is in crash_lrs crashes at every launch.
+// A scripted runner: a trial's validations are a function of its lr and seed; each poll advances
+// the trial by one validation (its "checkpoint" survives restarts: progress_ is shared state). A
+// trial whose lr is in crash_lrs crashes at every launch.
 struct FakeWorld {
   std::map<std::string, size_t> progress;  // by trial name
   std::vector<std::string> log;            // "start t001", "resume t001", "stop t001"
   std::set<double> crash_lrs;
   std::set<double> flat_lrs;  // curves that never improve (plateau)
-  std::set<double> lose_final_lrs;  // runs that lose their last validation (killed between step and validation)
+  std::set<double>
+      lose_final_lrs;  // runs that lose their last validation (killed between step and validation)
   std::set<std::string> revalidated;
 };
 
@@ -242,8 +269,8 @@ class FakeRunner : public TrialRunner {
     }
     return seed;
   }
-  // Success grows with the step, fastest at lr 5e-4 (the base's 1e-4: q = 0.65, 5e-5: q = 0.5); seeds
-  // add a small offset.
+  // Success grows with the step, fastest at lr 5e-4 (the base's 1e-4: q = 0.65, 5e-5: q = 0.5);
+  // seeds add a small offset.
   double value(const TrialLaunch& l, int64_t step) const {
     const double lr = lr_of(l);
     if (w_.flat_lrs.count(lr)) return 0.3;
@@ -282,7 +309,8 @@ class FakeRunner : public TrialRunner {
     std::vector<Validation> out;
     if (l.revalidate_step) {
       if (w_.revalidated.count(l.name)) {
-        out.push_back(Validation{*l.revalidate_step, Json{{"val/sampled_success", value(l, *l.revalidate_step)}}});
+        out.push_back(Validation{*l.revalidate_step,
+                                 Json{{"val/sampled_success", value(l, *l.revalidate_step)}}});
       }
       return out;
     }
@@ -301,7 +329,9 @@ class FakeRunner : public TrialRunner {
   void stop(int64_t trial) override {
     if (running_.erase(trial)) w_.log.push_back("stop " + launches_[trial].name);
   }
-  std::string log_tail(const TrialLaunch& l, size_t) override { return "the tail of " + l.name + "'s log"; }
+  std::string log_tail(const TrialLaunch& l, size_t) override {
+    return "the tail of " + l.name + "'s log";
+  }
   void wait(std::chrono::milliseconds) override {}
 
  private:
@@ -322,7 +352,9 @@ class ListProposer : public Proposer {
     while (next_ < list_.size() && int64_t(out.size()) < r.count + 1) out.push_back(list_[next_++]);
     return out;
   }
-  std::optional<std::string> conclusion_prose(const ConclusionFacts&) override { return std::nullopt; }
+  std::optional<std::string> conclusion_prose(const ConclusionFacts&) override {
+    return std::nullopt;
+  }
 
  private:
   std::vector<Params> list_;
@@ -350,18 +382,19 @@ TEST(Controller, HalvesAtTheRungConfirmsTheBestAndConcludes) {
   Journal j(dir / "journal.sqlite");
   FakeWorld w;
   FakeRunner runner(w, 8, 4);
-  // The base (lr 1e-4) first; then a worse, a better and a malformed candidate (dropped; the built-in
-  // search fills its place).
-  ListProposer proposer({{{"lr", 5e-5}, {"kl", 0.0}}, {{"lr", 5e-4}, {"kl", 0.0}}, {{"lr", 1.0}, {"kl", 0.0}}});
+  // The base (lr 1e-4) first; then a worse, a better and a malformed candidate (dropped; the
+  // built-in search fills its place).
+  ListProposer proposer(
+      {{{"lr", 5e-5}, {"kl", 0.0}}, {{"lr", 5e-4}, {"kl", 0.0}}, {{"lr", 1.0}, {"kl", 0.0}}});
   Controller c(s, j, runner, proposer, ControllerOptions{dir / "study"});
   run_to_end(c);
   const auto trials = by_name(j);
   ASSERT_EQ(trials.size(), 8u);  // 4 search trials + 2 x (best, base) on seeds 2 and 3
   EXPECT_EQ(trials.at("t001").role, "base");
-  EXPECT_EQ(trials.at("t001").status, kCompleted);                     // first at the rung: continues
-  EXPECT_EQ(trials.at("t002").status, kStopped);                       // 5e-5 below the base at the rung
+  EXPECT_EQ(trials.at("t001").status, kCompleted);  // first at the rung: continues
+  EXPECT_EQ(trials.at("t002").status, kStopped);    // 5e-5 below the base at the rung
   EXPECT_NE(trials.at("t002").reason.find("rung 4"), std::string::npos);
-  EXPECT_EQ(trials.at("t003").status, kCompleted);                     // 5e-4: best
+  EXPECT_EQ(trials.at("t003").status, kCompleted);  // 5e-4: best
   EXPECT_TRUE(trials.count("t003-seed2") && trials.count("t001-seed3"));
   EXPECT_EQ(j.meta("phase"), std::optional<std::string>(kPhaseDone));
   EXPECT_EQ(j.meta("exit_code"), std::optional<std::string>("0"));
@@ -375,7 +408,8 @@ TEST(Controller, HalvesAtTheRungConfirmsTheBestAndConcludes) {
   EXPECT_TRUE(dropped) << "the malformed proposal is dropped and said so";
   EXPECT_TRUE(fs::exists(dir / "study" / "finish.flag"));
   const std::string notebook = read_file(dir / "study" / "notebook.md");
-  for (const char* part : {"## Plan", "## Trials", "## Decision log", "## Conclusion", "plots/curves.svg", "plots/param_lr.svg"}) {
+  for (const char* part : {"## Plan", "## Trials", "## Decision log", "## Conclusion",
+                           "plots/curves.svg", "plots/param_lr.svg"}) {
     EXPECT_NE(notebook.find(part), std::string::npos) << part;
   }
   EXPECT_NE(read_file(dir / "study" / "plots" / "param_kl.svg").find("<svg"), std::string::npos);
@@ -398,7 +432,8 @@ TEST(Controller, ACrashingTrialIsRetriedThenRecordedAsFailed) {
   EXPECT_EQ(t.attempts, 2);
   EXPECT_EQ(t.error, "the tail of t002's log");
   EXPECT_EQ(std::count(w.log.begin(), w.log.end(), "start t002"), 1);
-  EXPECT_EQ(std::count(w.log.begin(), w.log.end(), "resume t002"), 1);  // the retry continues the run
+  EXPECT_EQ(std::count(w.log.begin(), w.log.end(), "resume t002"),
+            1);  // the retry continues the run
   int retries = 0, fails = 0;
   for (const Decision& d : j.decisions()) {
     retries += d.kind == "retry" && d.trial == t.id;
@@ -406,7 +441,8 @@ TEST(Controller, ACrashingTrialIsRetriedThenRecordedAsFailed) {
   }
   EXPECT_EQ(retries, 1);
   EXPECT_EQ(fails, 1);
-  EXPECT_NE(read_file(dir / "study" / "notebook.md").find("the tail of t002's log"), std::string::npos);
+  EXPECT_NE(read_file(dir / "study" / "notebook.md").find("the tail of t002's log"),
+            std::string::npos);
 }
 
 TEST(Controller, ARunThatLostItsLastValidationIsValidatedFromItsCheckpoint) {
@@ -425,7 +461,8 @@ TEST(Controller, ARunThatLostItsLastValidationIsValidatedFromItsCheckpoint) {
   EXPECT_NEAR(*t.result, 0.2 + 8 * 0.05 + 0.001, 1e-9);
   EXPECT_EQ(std::count(w.log.begin(), w.log.end(), "validate t002"), 1);
   int revalidations = 0;
-  for (const Decision& d : j.decisions()) revalidations += d.kind == "revalidate" && d.trial == t.id;
+  for (const Decision& d : j.decisions())
+    revalidations += d.kind == "revalidate" && d.trial == t.id;
   EXPECT_EQ(revalidations, 1);
 }
 
@@ -443,14 +480,16 @@ TEST(Controller, APlateauStopsAFlatTrialButNotAnImprovingOne) {
   // Flat at 0.3 (above the base's 0.22 at step 2, so the rung keeps it); after 2 more validations
   // without gain it stops.
   EXPECT_EQ(trials.at("t002").status, kStopped);
-  EXPECT_NE(trials.at("t002").reason.find("plateau"), std::string::npos) << trials.at("t002").reason;
+  EXPECT_NE(trials.at("t002").reason.find("plateau"), std::string::npos)
+      << trials.at("t002").reason;
   EXPECT_EQ(trials.at("t001").status, kCompleted);
   EXPECT_EQ(trials.at("t003").status, kCompleted);
 }
 
 TEST(Controller, ARestartAtAnyTickRerunsNothingAndCountsEveryTrialOnce) {
-  // The same study, with the controller destroyed (as if SIGKILLed: no interrupt) after every k ticks
-  // and a new one started on the same journal; the runs' progress survives (their checkpoints).
+  // The same study, with the controller destroyed (as if SIGKILLed: no interrupt) after every k
+  // ticks and a new one started on the same journal; the runs' progress survives (their
+  // checkpoints).
   for (int k : {1, 2, 3, 5}) {
     TempDir dir;
     const Study s = parse(dir, study_text());
@@ -468,7 +507,8 @@ TEST(Controller, ARestartAtAnyTickRerunsNothingAndCountsEveryTrialOnce) {
     std::map<int64_t, int> ends, fresh_starts;
     for (const Decision& d : j.decisions()) {
       if (!d.trial) continue;
-      if (d.kind == "complete" || d.kind == "stop" || d.kind == "fail" || d.kind == "plateau") ++ends[*d.trial];
+      if (d.kind == "complete" || d.kind == "stop" || d.kind == "fail" || d.kind == "plateau")
+        ++ends[*d.trial];
       if (d.kind == "launch") ++fresh_starts[*d.trial];
     }
     for (const TrialRow& t : j.trials()) {
@@ -479,7 +519,8 @@ TEST(Controller, ARestartAtAnyTickRerunsNothingAndCountsEveryTrialOnce) {
     // Nothing started after its trial ended.
     std::set<std::string> ended;
     for (const std::string& line : w.log) {
-      const std::string verb = line.substr(0, line.find(' ')), name = line.substr(line.find(' ') + 1);
+      const std::string verb = line.substr(0, line.find(' ')),
+                        name = line.substr(line.find(' ') + 1);
       if (verb == "start" || verb == "resume") {
         EXPECT_FALSE(ended.count(name)) << "k=" << k << ": " << line;
       }
@@ -494,7 +535,8 @@ TEST(Notebook, ChartsAreSelfContainedSvg) {
   EXPECT_EQ(line.rfind("<svg", 0), 0u);
   EXPECT_NE(line.find("a &lt;b&gt;"), std::string::npos);
   EXPECT_EQ(line.find("<script"), std::string::npos);
-  const std::string scatter = svg_scatter("s", "lr", "y", {{"done", {{1e-5, 0.2}, {1e-3, 0.4}}}}, true, {});
+  const std::string scatter =
+      svg_scatter("s", "lr", "y", {{"done", {{1e-5, 0.2}, {1e-3, 0.4}}}}, true, {});
   EXPECT_NE(scatter.find("<circle"), std::string::npos);
 }
 
@@ -502,7 +544,8 @@ TEST(Notebook, ChartsAreSelfContainedSvg) {
 // example): no two may share a colour and a dash pattern.
 TEST(Notebook, EveryLineOfAChartLooksDifferent) {
   std::vector<Series> series;
-  for (int i = 0; i < 20; ++i) series.push_back({"t" + std::to_string(i), {{0, 0.1 * i}, {8, 0.05 * i}}});
+  for (int i = 0; i < 20; ++i)
+    series.push_back({"t" + std::to_string(i), {{0, 0.1 * i}, {8, 0.05 * i}}});
   const std::string svg = svg_line_chart("curves", "step", "y", series);
   std::set<std::string> styles;
   size_t at = 0;

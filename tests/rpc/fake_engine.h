@@ -17,7 +17,8 @@ namespace ajet::rpc::testing {
 
 inline constexpr int32_t kFakeVocab = 1000;
 inline constexpr int64_t kFakePolicyVersion = 3;
-inline constexpr int kHoldAfterTokens = 3;  // tag "hold": stream this many tokens, then wait for an abort
+inline constexpr int kHoldAfterTokens =
+    3;  // tag "hold": stream this many tokens, then wait for an abort
 
 // Token `t` of sample `s` for `prompt`; its logprobs and top alternatives follow from it.
 inline int32_t fake_token(const std::vector<int32_t>& prompt, int s, int t) {
@@ -31,22 +32,27 @@ inline float fake_raw_logprob(int t) { return -0.02f * static_cast<float>(t + 1)
 class FakeEngine {
  public:
   FakeEngine() {
-    router_.add(std::string(kMethodGenerate), [this](Frame request, std::shared_ptr<ReplySink> sink) {
-      GenerateRequest g = decode_generate_request(request);  // throws → error reply
-      for (size_t i = 0; i < g.prompt.size(); ++i) {
-        if (g.prompt[i] >= kFakeVocab) {
-          invalid_argument("generate: prompt[" + std::to_string(i) + "] = " + std::to_string(g.prompt[i]) +
-                           " is outside the vocabulary of " + std::to_string(kFakeVocab));
-        }
-      }
-      std::lock_guard lk(mu_);
-      inbox_.push_back(Inbox{Inbox::kRequest, sink->connection_id(), sink->request_id(), std::move(g), sink, {}});
-      ++received_;
-      cv_.notify_all();
-    });
+    router_.add(
+        std::string(kMethodGenerate), [this](Frame request, std::shared_ptr<ReplySink> sink) {
+          GenerateRequest g = decode_generate_request(request);  // throws → error reply
+          for (size_t i = 0; i < g.prompt.size(); ++i) {
+            if (g.prompt[i] >= kFakeVocab) {
+              invalid_argument("generate: prompt[" + std::to_string(i) +
+                               "] = " + std::to_string(g.prompt[i]) +
+                               " is outside the vocabulary of " + std::to_string(kFakeVocab));
+            }
+          }
+          std::lock_guard lk(mu_);
+          inbox_.push_back(Inbox{
+              Inbox::kRequest, sink->connection_id(), sink->request_id(), std::move(g), sink, {}});
+          ++received_;
+          cv_.notify_all();
+        });
     router_.add_call(std::string(kMethodStatus), [this](const Frame&) {
       Frame f;
-      f.body = {{"policy_version", kFakePolicyVersion}, {"model", {{"name", "fake"}}}, {"received", received()}};
+      f.body = {{"policy_version", kFakePolicyVersion},
+                {"model", {{"name", "fake"}}},
+                {"received", received()}};
       return f;
     });
     // Replies with a u8 array of body.bytes bytes (size-limit tests).
@@ -58,7 +64,8 @@ class FakeEngine {
     router_.add("throw", [](Frame, std::shared_ptr<ReplySink>) {
       throw Error(ErrorCode::kFailedPrecondition, "throw: the engine is not ready");
     });
-    router_.add("drop", [](Frame, std::shared_ptr<ReplySink>) {});  // forgets the sink: an internal error
+    router_.add("drop",
+                [](Frame, std::shared_ptr<ReplySink>) {});  // forgets the sink: an internal error
     router_.set_on_abort([this](ConnectionId connection, uint64_t id) {
       std::lock_guard lk(mu_);
       inbox_.push_back(Inbox{Inbox::kAbort, connection, id, {}, nullptr, {}});
@@ -136,7 +143,8 @@ class FakeEngine {
   bool runnable(const Running& r) const {
     if (r.aborted) return true;
     for (size_t s = 0; s < r.produced.size(); ++s) {
-      if (!r.finished[s] && (r.request.tag != "hold" || r.produced[s] < kHoldAfterTokens)) return true;
+      if (!r.finished[s] && (r.request.tag != "hold" || r.produced[s] < kHoldAfterTokens))
+        return true;
     }
     return false;
   }
@@ -182,7 +190,8 @@ class FakeEngine {
       }
     }
     if (std::all_of(r.finished.begin(), r.finished.end(), [](bool b) { return b; })) {
-      r.sink->done(encode_generate_done({static_cast<int64_t>(r.request.prompt.size()), r.completion}));
+      r.sink->done(
+          encode_generate_done({static_cast<int64_t>(r.request.prompt.size()), r.completion}));
     }
   }
 
@@ -194,7 +203,8 @@ class FakeEngine {
       bool gate_open = false;
       {
         std::unique_lock lk(mu_);
-        cv_.wait(lk, [&] { return stop_ || !inbox_.empty() || (any_runnable && received_ >= gate_); });
+        cv_.wait(lk,
+                 [&] { return stop_ || !inbox_.empty() || (any_runnable && received_ >= gate_); });
         if (stop_) return;
         inbox.swap(inbox_);
         gate_open = received_ >= gate_;
@@ -219,7 +229,8 @@ class FakeEngine {
         }
         active.remove_if([](const Running& r) { return r.sink->finished(); });
       }
-      any_runnable = std::any_of(active.begin(), active.end(), [&](const Running& r) { return runnable(r); });
+      any_runnable =
+          std::any_of(active.begin(), active.end(), [&](const Running& r) { return runnable(r); });
     }
   }
 

@@ -46,8 +46,10 @@ TEST(Frame, RoundTripsEveryDtypeAndField) {
   f.id = 42;
   f.method = "generate";
   f.body = {{"temperature", 0.5}, {"tag", "episode-1 \u00e9"}, {"nested", {{"a", {1, 2, 3}}}}};
-  std::vector<int32_t> i32{0, -1, std::numeric_limits<int32_t>::max(), std::numeric_limits<int32_t>::min()};
-  std::vector<float> f32{0.0f, -1.5f, std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
+  std::vector<int32_t> i32{0, -1, std::numeric_limits<int32_t>::max(),
+                           std::numeric_limits<int32_t>::min()};
+  std::vector<float> f32{0.0f, -1.5f, std::numeric_limits<float>::infinity(),
+                         std::numeric_limits<float>::quiet_NaN(),
                          -std::numeric_limits<float>::denorm_min()};
   std::vector<int64_t> i64{std::numeric_limits<int64_t>::min(), 0, 1ll << 40};
   std::vector<uint8_t> u8{0, 1, 255};
@@ -88,10 +90,12 @@ TEST(Frame, RoundTripsEveryKind) {
     EXPECT_EQ(g.id, 7u);
     EXPECT_TRUE(g.body.is_object());
   }
-  Error e = frame_error(decode_frame_bytes(bytes_of(make_error_frame(9, ErrorCode::kNotFound, "no such")), {}));
+  Error e = frame_error(
+      decode_frame_bytes(bytes_of(make_error_frame(9, ErrorCode::kNotFound, "no such")), {}));
   EXPECT_EQ(e.code(), ErrorCode::kNotFound);
   EXPECT_STREQ(e.what(), "no such");
-  Frame close = decode_frame_bytes(bytes_of(make_close_frame(ErrorCode::kResourceExhausted, "too big")), {});
+  Frame close =
+      decode_frame_bytes(bytes_of(make_close_frame(ErrorCode::kResourceExhausted, "too big")), {});
   EXPECT_EQ(close.kind, FrameKind::kClose);
   EXPECT_EQ(frame_error(close).code(), ErrorCode::kResourceExhausted);
 }
@@ -142,12 +146,15 @@ TEST(Frame, EncodeRefusesOversizeAndInvalidFrames) {
 
 TEST(Frame, RejectsBadPrefixes) {
   auto good = bytes_of(make_abort_frame(3));
-  expect_rejected(raw_frame(R"({"kind":"abort","id":3})", {}, 0x12345678u), ErrorCode::kInvalidArgument, "bad magic 0x12345678");
-  expect_rejected(raw_frame(R"({"kind":"abort","id":3})", {}, 0x02524A41u), ErrorCode::kInvalidArgument,
-                  "unsupported protocol version 2");
+  expect_rejected(raw_frame(R"({"kind":"abort","id":3})", {}, 0x12345678u),
+                  ErrorCode::kInvalidArgument, "bad magic 0x12345678");
+  expect_rejected(raw_frame(R"({"kind":"abort","id":3})", {}, 0x02524A41u),
+                  ErrorCode::kInvalidArgument, "unsupported protocol version 2");
   expect_rejected(raw_frame(""), ErrorCode::kInvalidArgument, "header length is 0");
-  expect_rejected({good.begin(), good.begin() + 10}, ErrorCode::kInvalidArgument, "truncated: 10 bytes");
-  expect_rejected({good.begin(), good.end() - 1}, ErrorCode::kInvalidArgument, "truncated: prefix announces");
+  expect_rejected({good.begin(), good.begin() + 10}, ErrorCode::kInvalidArgument,
+                  "truncated: 10 bytes");
+  expect_rejected({good.begin(), good.end() - 1}, ErrorCode::kInvalidArgument,
+                  "truncated: prefix announces");
   auto trailing = good;
   trailing.push_back(std::byte{0});
   expect_rejected(trailing, ErrorCode::kInvalidArgument, "1 trailing bytes");
@@ -169,21 +176,29 @@ TEST(Frame, RejectsBadHeaders) {
   const auto bad = ErrorCode::kInvalidArgument;
   expect_rejected(raw_frame("{not json"), bad, "header: invalid JSON at the top level");
   expect_rejected(raw_frame("[1,2]"), bad, "header must be a JSON object, got array");
-  expect_rejected(raw_frame(std::string(100, '[') + std::string(100, ']')), bad, "nested deeper than 64 levels");
+  expect_rejected(raw_frame(std::string(100, '[') + std::string(100, ']')), bad,
+                  "nested deeper than 64 levels");
   expect_rejected(raw_frame(R"({"id":1})"), bad, "header needs a string 'kind'");
   expect_rejected(raw_frame(R"({"kind":"shout","id":1})"), bad, "unknown frame kind 'shout'");
   expect_rejected(raw_frame(R"({"kind":"reply"})"), bad, "header: missing 'id'");
-  expect_rejected(raw_frame(R"({"kind":"reply","id":-4})"), bad, "'id' must be a non-negative integer, got -4");
-  expect_rejected(raw_frame(R"({"kind":"reply","id":"4"})"), bad, "'id' must be a non-negative integer, got string");
+  expect_rejected(raw_frame(R"({"kind":"reply","id":-4})"), bad,
+                  "'id' must be a non-negative integer, got -4");
+  expect_rejected(raw_frame(R"({"kind":"reply","id":"4"})"), bad,
+                  "'id' must be a non-negative integer, got string");
   expect_rejected(raw_frame(R"({"kind":"reply","id":0})"), bad, "reply frame must have an id >= 1");
   expect_rejected(raw_frame(R"({"kind":"close","id":5,"body":{"code":"io","message":"x"}})"), bad,
                   "close frame must have id 0");
   expect_rejected(raw_frame(R"({"kind":"request","id":1})"), bad, "request 1: missing 'method'");
-  expect_rejected(raw_frame(R"({"kind":"request","id":1,"method":7})"), bad, "'method' must be a string");
-  expect_rejected(raw_frame(R"({"kind":"reply","id":1,"method":"x"})"), bad, "reply frame must not carry a 'method'");
-  expect_rejected(raw_frame(R"({"kind":"reply","id":1,"body":[1]})"), bad, "'body' must be an object, got array");
-  expect_rejected(raw_frame(R"({"kind":"error","id":1,"body":{"message":"m"}})"), bad, "body needs a string 'code'");
-  expect_rejected(raw_frame("{\"kind\":\"reply\",\"id\":1,\"body\":{\"s\":\"\xff\xfe\"}}"), bad, "header: invalid JSON at body.s");
+  expect_rejected(raw_frame(R"({"kind":"request","id":1,"method":7})"), bad,
+                  "'method' must be a string");
+  expect_rejected(raw_frame(R"({"kind":"reply","id":1,"method":"x"})"), bad,
+                  "reply frame must not carry a 'method'");
+  expect_rejected(raw_frame(R"({"kind":"reply","id":1,"body":[1]})"), bad,
+                  "'body' must be an object, got array");
+  expect_rejected(raw_frame(R"({"kind":"error","id":1,"body":{"message":"m"}})"), bad,
+                  "body needs a string 'code'");
+  expect_rejected(raw_frame("{\"kind\":\"reply\",\"id\":1,\"body\":{\"s\":\"\xff\xfe\"}}"), bad,
+                  "header: invalid JSON at body.s");
 }
 
 TEST(Frame, RejectsBadArrayDescriptors) {
@@ -194,9 +209,12 @@ TEST(Frame, RejectsBadArrayDescriptors) {
   };
   expect_rejected(with("{}", p16), bad, "'arrays' must be an array");
   expect_rejected(with("[1]", p16), bad, "arrays[0] must be an object");
-  expect_rejected(with(R"([{"dtype":"i32","count":1,"offset":0}])", p16), bad, "arrays[0] needs a non-empty string 'name'");
-  expect_rejected(with(R"([{"name":"a","count":1,"offset":0}])", p16), bad, "arrays[0] 'a': missing 'dtype'");
-  expect_rejected(with(R"([{"name":"a","dtype":"f16","count":1,"offset":0}])", p16), bad, "unknown dtype 'f16'");
+  expect_rejected(with(R"([{"dtype":"i32","count":1,"offset":0}])", p16), bad,
+                  "arrays[0] needs a non-empty string 'name'");
+  expect_rejected(with(R"([{"name":"a","count":1,"offset":0}])", p16), bad,
+                  "arrays[0] 'a': missing 'dtype'");
+  expect_rejected(with(R"([{"name":"a","dtype":"f16","count":1,"offset":0}])", p16), bad,
+                  "unknown dtype 'f16'");
   expect_rejected(with(R"([{"name":"a","dtype":"i32","count":-1,"offset":0}])", p16), bad,
                   "'count' must be a non-negative integer, got -1");
   expect_rejected(with(R"([{"name":"a","dtype":"i32","count":1.5,"offset":0}])", p16), bad,
@@ -205,20 +223,30 @@ TEST(Frame, RejectsBadArrayDescriptors) {
                   "offset 2 is not a multiple of the i32 size 4");
   expect_rejected(with(R"([{"name":"a","dtype":"i32","count":5,"offset":0}])", p16), bad,
                   "5 x i32 at offset 0 lies outside the payload of 16 bytes");
-  expect_rejected(with(R"([{"name":"a","dtype":"i64","count":1,"offset":16}])", p16), bad, "lies outside the payload");
-  expect_rejected(with(R"([{"name":"a","dtype":"i64","count":2305843009213693952,"offset":8}])", p16), bad,
-                  "lies outside the payload");  // count * 8 overflows 64 bits
-  expect_rejected(with(R"([{"name":"a","dtype":"u8","count":1,"offset":18446744073709551615}])", p16), bad,
+  expect_rejected(with(R"([{"name":"a","dtype":"i64","count":1,"offset":16}])", p16), bad,
                   "lies outside the payload");
-  expect_rejected(with(R"([{"name":"a","dtype":"u8","count":1,"offset":0},{"name":"a","dtype":"u8","count":1,"offset":1}])", p16),
-                  bad, "duplicate array name");
+  expect_rejected(
+      with(R"([{"name":"a","dtype":"i64","count":2305843009213693952,"offset":8}])", p16), bad,
+      "lies outside the payload");  // count * 8 overflows 64 bits
+  expect_rejected(
+      with(R"([{"name":"a","dtype":"u8","count":1,"offset":18446744073709551615}])", p16), bad,
+      "lies outside the payload");
+  expect_rejected(
+      with(
+          R"([{"name":"a","dtype":"u8","count":1,"offset":0},{"name":"a","dtype":"u8","count":1,"offset":1}])",
+          p16),
+      bad, "duplicate array name");
   FrameLimits limits;
   limits.max_arrays = 1;
-  expect_rejected(with(R"([{"name":"a","dtype":"u8","count":1,"offset":0},{"name":"b","dtype":"u8","count":1,"offset":1}])", p16),
-                  ErrorCode::kResourceExhausted, "2 arrays exceed the limit of 1", limits);
+  expect_rejected(
+      with(
+          R"([{"name":"a","dtype":"u8","count":1,"offset":0},{"name":"b","dtype":"u8","count":1,"offset":1}])",
+          p16),
+      ErrorCode::kResourceExhausted, "2 arrays exceed the limit of 1", limits);
 }
 
-// Whatever bytes arrive, decoding either succeeds or throws ajet::Error: no crash, no other exception.
+// Whatever bytes arrive, decoding either succeeds or throws ajet::Error: no crash, no other
+// exception.
 TEST(Frame, SurvivesRandomCorruptionAndEveryTruncation) {
   Frame f;
   f.kind = FrameKind::kReply;
@@ -238,7 +266,8 @@ TEST(Frame, SurvivesRandomCorruptionAndEveryTruncation) {
     for (int k = 0; k < flips; ++k) bytes[rng() % bytes.size()] = static_cast<std::byte>(rng());
     try {
       Frame g = decode_frame_bytes(bytes, {});
-      for (const auto& a : g.arrays) ASSERT_LE(a.offset + a.count * dtype_size(a.dtype), g.payload.size());
+      for (const auto& a : g.arrays)
+        ASSERT_LE(a.offset + a.count * dtype_size(a.dtype), g.payload.size());
       ++decoded;
     } catch (const Error&) {
       ++rejected;
@@ -249,8 +278,8 @@ TEST(Frame, SurvivesRandomCorruptionAndEveryTruncation) {
 }
 
 TEST(Frame, ErrorCodeNamesRoundTrip) {
-  for (ErrorCode c : {ErrorCode::kInvalidArgument, ErrorCode::kUnavailable, ErrorCode::kResourceExhausted,
-                      ErrorCode::kInternal, ErrorCode::kNotFound}) {
+  for (ErrorCode c : {ErrorCode::kInvalidArgument, ErrorCode::kUnavailable,
+                      ErrorCode::kResourceExhausted, ErrorCode::kInternal, ErrorCode::kNotFound}) {
     EXPECT_EQ(error_code_from_name(error_code_name(c)), c);
   }
   EXPECT_FALSE(error_code_from_name("teapot").has_value());

@@ -81,29 +81,37 @@ TEST(Messages, GenerateRequestValidationNamesTheField) {
     };
   };
   expect_invalid(with([](GenerateRequest& r) { r.prompt.clear(); }), "'prompt' is empty");
-  expect_invalid(with([](GenerateRequest& r) { r.prompt[2] = -3; }), "prompt[2] = -3 is not a valid token id");
-  expect_invalid(with([](GenerateRequest& r) { r.stop_token_ids = {-1}; }), "stop_token_ids[0] = -1");
+  expect_invalid(with([](GenerateRequest& r) { r.prompt[2] = -3; }),
+                 "prompt[2] = -3 is not a valid token id");
+  expect_invalid(with([](GenerateRequest& r) { r.stop_token_ids = {-1}; }),
+                 "stop_token_ids[0] = -1");
   expect_invalid(with([](GenerateRequest& r) { r.n = 0; }), "'n' must be in [1, 64], got 0");
   expect_invalid(with([](GenerateRequest& r) { r.max_tokens = 0; }), "'max_tokens' must be in");
-  expect_invalid(with([](GenerateRequest& r) { r.temperature = -0.1; }), "'temperature' must be a finite number >= 0");
+  expect_invalid(with([](GenerateRequest& r) { r.temperature = -0.1; }),
+                 "'temperature' must be a finite number >= 0");
   expect_invalid(with([](GenerateRequest& r) { r.top_p = 0; }), "'top_p' must be in (0, 1]");
   expect_invalid(with([](GenerateRequest& r) { r.top_p = 1.5; }), "'top_p' must be in (0, 1]");
   expect_invalid(with([](GenerateRequest& r) { r.top_k = -1; }), "'top_k' must be in");
-  expect_invalid(with([](GenerateRequest& r) { r.top_logprobs = 21; }), "'top_logprobs' must be in [0, 20], got 21");
-  expect_invalid([] {
-    Frame f;
-    f.method = "generate";
-    f.body = {{"max_tokens", 3}};
-    f.add_array("prompt", std::vector<int64_t>{1});
-    decode_generate_request(over_the_wire(f));
-  }, "array 'prompt' must be i32, got i64");
-  expect_invalid([] {
-    Frame f;
-    f.method = "generate";
-    f.body = {{"max_tokens", "many"}};
-    f.add_array("prompt", std::vector<int32_t>{1});
-    decode_generate_request(over_the_wire(f));
-  }, "field 'max_tokens' must be an integer, got string");
+  expect_invalid(with([](GenerateRequest& r) { r.top_logprobs = 21; }),
+                 "'top_logprobs' must be in [0, 20], got 21");
+  expect_invalid(
+      [] {
+        Frame f;
+        f.method = "generate";
+        f.body = {{"max_tokens", 3}};
+        f.add_array("prompt", std::vector<int64_t>{1});
+        decode_generate_request(over_the_wire(f));
+      },
+      "array 'prompt' must be i32, got i64");
+  expect_invalid(
+      [] {
+        Frame f;
+        f.method = "generate";
+        f.body = {{"max_tokens", "many"}};
+        f.add_array("prompt", std::vector<int32_t>{1});
+        decode_generate_request(over_the_wire(f));
+      },
+      "field 'max_tokens' must be an integer, got string");
 }
 
 TEST(Messages, TokensEventRoundTripsWithTopLogprobsAndFinish) {
@@ -163,11 +171,13 @@ TEST(Messages, TokensEventShapesAreChecked) {
                  "array 'top_ids' has 1 entries, expected 2");
   Frame r = encode_tokens_event(TokensEvent{});
   r.body["finish_reason"] = "tired";
-  expect_invalid([&] { decode_tokens_event(over_the_wire(r, FrameKind::kReply)); }, "unknown finish_reason 'tired'");
+  expect_invalid([&] { decode_tokens_event(over_the_wire(r, FrameKind::kReply)); },
+                 "unknown finish_reason 'tired'");
 }
 
 TEST(Messages, GenerateDoneAndStatus) {
-  GenerateDone d = decode_generate_done(over_the_wire(encode_generate_done({12, 34}), FrameKind::kDone));
+  GenerateDone d =
+      decode_generate_done(over_the_wire(encode_generate_done({12, 34}), FrameKind::kDone));
   EXPECT_EQ(d.prompt_tokens, 12);
   EXPECT_EQ(d.completion_tokens, 34);
   Frame s = over_the_wire(make_status_request());
@@ -199,9 +209,16 @@ TEST(Messages, TrainBatchRoundTripsAndValidates) {
       decode_train_batch(over_the_wire(encode_train_batch(c)));
     };
   };
-  expect_invalid(with([](TrainBatch& c) { c.sample_offsets = {0, 4, 3, 5}; }), "'sample_offsets' decreases at index 2");
-  expect_invalid(with([](TrainBatch& c) { c.sample_offsets = {0, 3, 6}; }), "must start at 0 and end at the token count 5");
-  expect_invalid(with([](TrainBatch& c) { c.loss_mask.pop_back(); }), "array 'loss_mask' has 4 entries, expected 5");
+  expect_invalid(with([](TrainBatch& c) {
+                   c.sample_offsets = {0, 4, 3, 5};
+                 }),
+                 "'sample_offsets' decreases at index 2");
+  expect_invalid(with([](TrainBatch& c) {
+                   c.sample_offsets = {0, 3, 6};
+                 }),
+                 "must start at 0 and end at the token count 5");
+  expect_invalid(with([](TrainBatch& c) { c.loss_mask.pop_back(); }),
+                 "array 'loss_mask' has 4 entries, expected 5");
   expect_invalid(with([](TrainBatch& c) { c.loss_mask[1] = 2; }), "loss_mask[1] = 2 is not 0 or 1");
   expect_invalid(with([](TrainBatch& c) { c.token_ids[0] = -1; }), "token_ids[0] = -1");
 }

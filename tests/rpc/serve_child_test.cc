@@ -1,6 +1,6 @@
-// rpc::ServeChild with /bin/sh standing in for ajet-engine serve: the address from the ready line, an
-// exit before it named with its code and output, and a child that never exits on its own stopped by
-// the destructor.
+// rpc::ServeChild with /bin/sh standing in for ajet-engine serve: the address from the ready line,
+// an exit before it named with its code and output, and a child that never exits on its own stopped
+// by the destructor.
 #include "rpc/serve_child.h"
 
 #include <gtest/gtest.h>
@@ -22,9 +22,11 @@ TEST(ServeChild, ReturnsTheAddressOfTheReadyLineAndStopsTheChild) {
   const ScratchDir dir;
   pid_t pid = 0;
   {
-    ServeChild child({"/bin/sh", "-c", "echo starting; echo 'note' >&2; echo 'ajet-engine: ready on unix:/tmp/x.sock'; "
-                                       "exec sleep 600"},
-                     dir / "ready.stderr");
+    ServeChild child(
+        {"/bin/sh", "-c",
+         "echo starting; echo 'note' >&2; echo 'ajet-engine: ready on unix:/tmp/x.sock'; "
+         "exec sleep 600"},
+        dir / "ready.stderr");
     EXPECT_EQ(child.wait_ready(), "unix:/tmp/x.sock");
     EXPECT_EQ(child.address(), "unix:/tmp/x.sock");
     EXPECT_NE(child.stdout_text().find("starting"), std::string::npos);
@@ -37,7 +39,8 @@ TEST(ServeChild, ReturnsTheAddressOfTheReadyLineAndStopsTheChild) {
 
 TEST(ServeChild, AnExitBeforeTheReadyLineIsNamedWithItsCodeAndOutput) {
   const ScratchDir dir;
-  ServeChild child({"/bin/sh", "-c", "echo partial; echo 'cannot load the model' >&2; exit 3"}, dir / "exit.stderr");
+  ServeChild child({"/bin/sh", "-c", "echo partial; echo 'cannot load the model' >&2; exit 3"},
+                   dir / "exit.stderr");
   try {
     child.wait_ready();
     FAIL() << "no ready line, yet wait_ready returned";
@@ -52,8 +55,9 @@ TEST(ServeChild, AnExitBeforeTheReadyLineIsNamedWithItsCodeAndOutput) {
 
 TEST(ServeChild, SignalsAndExitCodes) {
   const ScratchDir dir;
-  ServeChild child({"/bin/sh", "-c", "echo 'ajet-engine: ready on tcp:127.0.0.1:1'; exec sleep 600"},
-                   dir / "signal.stderr");
+  ServeChild child(
+      {"/bin/sh", "-c", "echo 'ajet-engine: ready on tcp:127.0.0.1:1'; exec sleep 600"},
+      dir / "signal.stderr");
   child.wait_ready();
   child.signal(SIGKILL);
   EXPECT_EQ(child.wait_exit(), 128 + SIGKILL);

@@ -23,10 +23,10 @@ namespace ajet::rpc {
 namespace {
 
 using namespace std::chrono_literals;
-using testing::FakeEngine;
 using testing::fake_logprob;
 using testing::fake_raw_logprob;
 using testing::fake_token;
+using testing::FakeEngine;
 using testing::kFakePolicyVersion;
 
 constexpr auto kWait = 30s;  // a safety net against hangs, never a synchronisation device
@@ -40,7 +40,8 @@ std::string unique_socket_path() {
 
 template <class T>
 T get_or_fail(std::future<T>& f) {
-  if (f.wait_for(kWait) != std::future_status::ready) throw std::runtime_error("timed out waiting for a future");
+  if (f.wait_for(kWait) != std::future_status::ready)
+    throw std::runtime_error("timed out waiting for a future");
   return f.get();
 }
 
@@ -61,13 +62,16 @@ struct Collected {
   int events_wanted = -1;
 };
 
-Client::ReplyCallback collector(std::shared_ptr<Collected> c, std::vector<uint64_t>* arrival = nullptr) {
+Client::ReplyCallback collector(std::shared_ptr<Collected> c,
+                                std::vector<uint64_t>* arrival = nullptr) {
   return [c, arrival](Frame&& f) {
     if (arrival) arrival->push_back(f.id);  // reader thread only
     try {
       if (f.kind == FrameKind::kReply) {
         TokensEvent e = decode_tokens_event(f);
-        auto append = [](auto& dst, const auto& src) { dst.insert(dst.end(), src.begin(), src.end()); };
+        auto append = [](auto& dst, const auto& src) {
+          dst.insert(dst.end(), src.begin(), src.end());
+        };
         append(c->tokens[e.sample], e.token_ids);
         append(c->logprobs[e.sample], e.logprobs);
         append(c->raw_logprobs[e.sample], e.raw_logprobs);
@@ -121,7 +125,8 @@ void expect_generated(const Collected& c, const GenerateRequest& r, const std::s
     EXPECT_EQ(c.top_ids.at(s).size(), static_cast<size_t>(r.max_tokens * r.top_logprobs)) << what;
     for (size_t k = 0; k < c.top_ids.at(s).size(); ++k) {
       size_t t = k / r.top_logprobs, j = k % r.top_logprobs;
-      EXPECT_EQ(c.top_ids.at(s)[k], (want[t] + 1 + static_cast<int32_t>(j)) % testing::kFakeVocab) << what;
+      EXPECT_EQ(c.top_ids.at(s)[k], (want[t] + 1 + static_cast<int32_t>(j)) % testing::kFakeVocab)
+          << what;
     }
     EXPECT_EQ(c.finish.at(s), FinishReason::kLength) << what;
     EXPECT_EQ(c.completion_tokens.at(s), r.max_tokens) << what;
@@ -141,14 +146,16 @@ class RawPeer {
       sockaddr_un sa{};
       sa.sun_family = AF_UNIX;
       std::strncpy(sa.sun_path, a.path.c_str(), sizeof(sa.sun_path) - 1);
-      if (::connect(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) throw std::runtime_error("raw connect");
+      if (::connect(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0)
+        throw std::runtime_error("raw connect");
     } else {
       fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
       sockaddr_in sa{};
       sa.sin_family = AF_INET;
       sa.sin_port = htons(a.port);
       ::inet_pton(AF_INET, a.host.c_str(), &sa.sin_addr);
-      if (::connect(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) throw std::runtime_error("raw connect");
+      if (::connect(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0)
+        throw std::runtime_error("raw connect");
     }
     timeval tv{30, 0};  // safety net: a broken server fails the test instead of hanging it
     ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
@@ -159,7 +166,8 @@ class RawPeer {
     size_t sent = 0;
     while (sent < bytes.size()) {
       ssize_t n = ::send(fd_, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
-      if (n <= 0) return;  // the server may already have closed on us: that is what some tests expect
+      if (n <= 0)
+        return;  // the server may already have closed on us: that is what some tests expect
       sent += static_cast<size_t>(n);
     }
   }
@@ -184,7 +192,8 @@ class RawPeer {
     std::vector<Frame> frames;
     size_t at = 0;
     while (at + kPrefixBytes <= bytes.size()) {
-      Prefix p = decode_prefix(std::span<const std::byte, kPrefixBytes>(bytes.data() + at, kPrefixBytes), {});
+      Prefix p = decode_prefix(
+          std::span<const std::byte, kPrefixBytes>(bytes.data() + at, kPrefixBytes), {});
       size_t size = kPrefixBytes + p.header_bytes + p.payload_bytes;
       frames.push_back(decode_frame_bytes(std::span(bytes.data() + at, size), {}));
       at += size;
@@ -203,8 +212,9 @@ class Transport : public ::testing::TestWithParam<std::string> {
 
   void start_server(ServerOptions options = {}) {
     server_ = std::make_unique<Server>(engine_.router(), options);
-    server_->listen(address_ == "" ? (GetParam() == "unix" ? "unix:" + unique_socket_path() : "tcp:127.0.0.1:0")
-                                   : address_);
+    server_->listen(
+        address_ == "" ? (GetParam() == "unix" ? "unix:" + unique_socket_path() : "tcp:127.0.0.1:0")
+                       : address_);
     address_ = server_->address();
   }
 
@@ -228,7 +238,8 @@ TEST_P(Transport, ManyConcurrentStreamsInterleaveAndReassemble) {
   std::vector<uint64_t> ids;
   for (int i = 0; i < kRequests; ++i) {
     results.push_back(std::make_shared<Collected>());
-    ids.push_back(client->start(encode_generate_request(request_for(i)), collector(results.back(), &arrival)));
+    ids.push_back(client->start(encode_generate_request(request_for(i)),
+                                collector(results.back(), &arrival)));
   }
   for (int i = 0; i < kRequests; ++i) {
     auto f = results[i]->finished.get_future();
@@ -284,18 +295,23 @@ TEST_P(Transport, ErrorsStayWithTheirRequest) {
   bad_token.prompt[1] = 5000;
   Error e1 = call_error(encode_generate_request(bad_token));
   EXPECT_EQ(e1.code(), ErrorCode::kInvalidArgument);
-  EXPECT_NE(std::string(e1.what()).find("prompt[1] = 5000 is outside the vocabulary"), std::string::npos) << e1.what();
+  EXPECT_NE(std::string(e1.what()).find("prompt[1] = 5000 is outside the vocabulary"),
+            std::string::npos)
+      << e1.what();
   GenerateRequest bad_param = request_for(2);
   bad_param.top_p = 0;
   Error e2 = call_error(encode_generate_request(bad_param));
   EXPECT_EQ(e2.code(), ErrorCode::kInvalidArgument);
-  EXPECT_NE(std::string(e2.what()).find("'top_p' must be in (0, 1]"), std::string::npos) << e2.what();
+  EXPECT_NE(std::string(e2.what()).find("'top_p' must be in (0, 1]"), std::string::npos)
+      << e2.what();
   Frame unknown;
   unknown.method = "fly";
   Error e3 = call_error(unknown);
   EXPECT_EQ(e3.code(), ErrorCode::kNotFound);
-  EXPECT_NE(std::string(e3.what()).find("unknown engine method 'fly' (this engine serves: big, drop, generate"),
-            std::string::npos) << e3.what();
+  EXPECT_NE(std::string(e3.what()).find(
+                "unknown engine method 'fly' (this engine serves: big, drop, generate"),
+            std::string::npos)
+      << e3.what();
   Frame thrower;
   thrower.method = "throw";
   Error e4 = call_error(thrower);
@@ -352,11 +368,14 @@ TEST_P(Transport, StatusCallAndCallTimeout) {
     FAIL() << "a held request returned";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kUnavailable);
-    EXPECT_NE(std::string(e.what()).find("got no final reply within 50 ms; aborted"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("got no final reply within 50 ms; aborted"),
+              std::string::npos)
+        << e.what();
   }
   engine_.wait_aborts(1);  // the timed-out call was aborted on the engine
   EXPECT_EQ(client->in_flight(), 0u);
-  EXPECT_EQ(client->call(make_status_request(), kWait).done.body.at("policy_version"), kFakePolicyVersion);
+  EXPECT_EQ(client->call(make_status_request(), kWait).done.body.at("policy_version"),
+            kFakePolicyVersion);
 }
 
 TEST_P(Transport, ServerLossFailsInFlightRequestsAndClientReconnects) {
@@ -379,7 +398,8 @@ TEST_P(Transport, ServerLossFailsInFlightRequestsAndClientReconnects) {
     get_or_fail(f);
     ASSERT_TRUE(c->error.has_value());
     EXPECT_EQ(c->error->code(), ErrorCode::kUnavailable);
-    EXPECT_NE(std::string(c->error->what()).find("engine connection lost"), std::string::npos) << c->error->what();
+    EXPECT_NE(std::string(c->error->what()).find("engine connection lost"), std::string::npos)
+        << c->error->what();
   }
   auto disconnects = engine_.wait_disconnects(1);
   EXPECT_EQ(disconnects[0], ids);  // the engine learns which requests to drop
@@ -389,7 +409,8 @@ TEST_P(Transport, ServerLossFailsInFlightRequestsAndClientReconnects) {
   start_server();  // same address again (stale socket file removed / port reused)
   client->connect();
   EXPECT_TRUE(client->connected());
-  EXPECT_EQ(client->call(make_status_request(), kWait).done.body.at("policy_version"), kFakePolicyVersion);
+  EXPECT_EQ(client->call(make_status_request(), kWait).done.body.at("policy_version"),
+            kFakePolicyVersion);
 }
 
 TEST_P(Transport, ClientCloseTellsTheEngineWhichRequestsWereInFlight) {
@@ -423,7 +444,8 @@ TEST_P(Transport, GarbageAndBrokenPeersDoNotHurtTheServer) {
     garbage.send("GET / HTTP/1.1\r\nHost: x\r\n\r\n");
     Frame close = garbage.read_close_frame();
     EXPECT_EQ(close.kind, FrameKind::kClose);
-    EXPECT_NE(std::string(frame_error(close).what()).find("bad magic"), std::string::npos) << frame_error(close).what();
+    EXPECT_NE(std::string(frame_error(close).what()).find("bad magic"), std::string::npos)
+        << frame_error(close).what();
   }
   {
     RawPeer bad_json(address_);
@@ -437,7 +459,8 @@ TEST_P(Transport, GarbageAndBrokenPeersDoNotHurtTheServer) {
     bad_json.send(header);
     Frame close = bad_json.read_close_frame();
     EXPECT_EQ(frame_error(close).code(), ErrorCode::kInvalidArgument);
-    EXPECT_NE(std::string(frame_error(close).what()).find("header: invalid JSON"), std::string::npos);
+    EXPECT_NE(std::string(frame_error(close).what()).find("header: invalid JSON"),
+              std::string::npos);
   }
   {
     RawPeer wrong_kind(address_);  // a client must not send replies
@@ -445,7 +468,8 @@ TEST_P(Transport, GarbageAndBrokenPeersDoNotHurtTheServer) {
     reply.kind = FrameKind::kReply;
     reply.id = 1;
     wrong_kind.send(flatten(encode_frame(reply, {})));
-    EXPECT_NE(std::string(frame_error(wrong_kind.read_close_frame()).what()).find("unexpected 'reply' frame"),
+    EXPECT_NE(std::string(frame_error(wrong_kind.read_close_frame()).what())
+                  .find("unexpected 'reply' frame"),
               std::string::npos);
   }
   {
@@ -457,7 +481,8 @@ TEST_P(Transport, GarbageAndBrokenPeersDoNotHurtTheServer) {
     auto bytes = flatten(encode_frame(req, {}));
     duplicate.send(bytes);
     duplicate.send(bytes);
-    EXPECT_NE(std::string(frame_error(duplicate.read_close_frame()).what()).find("request id 9 is already in flight"),
+    EXPECT_NE(std::string(frame_error(duplicate.read_close_frame()).what())
+                  .find("request id 9 is already in flight"),
               std::string::npos);
   }
   {
@@ -470,7 +495,8 @@ TEST_P(Transport, GarbageAndBrokenPeersDoNotHurtTheServer) {
     truncated.read_to_end();
   }
   auto client = connected_client();
-  EXPECT_EQ(client->call(make_status_request(), kWait).done.body.at("policy_version"), kFakePolicyVersion);
+  EXPECT_EQ(client->call(make_status_request(), kWait).done.body.at("policy_version"),
+            kFakePolicyVersion);
 }
 
 TEST_P(Transport, OversizeFramesAreRefusedWithAMessage) {
@@ -490,8 +516,10 @@ TEST_P(Transport, OversizeFramesAreRefusedWithAMessage) {
     huge.send(bytes);
     Frame close = huge.read_close_frame();
     EXPECT_EQ(frame_error(close).code(), ErrorCode::kResourceExhausted);
-    EXPECT_NE(std::string(frame_error(close).what()).find("payload of 2097152 bytes exceeds the limit of 1048576"),
-              std::string::npos) << frame_error(close).what();
+    EXPECT_NE(std::string(frame_error(close).what())
+                  .find("payload of 2097152 bytes exceeds the limit of 1048576"),
+              std::string::npos)
+        << frame_error(close).what();
   }
   {
     // A client with bigger limits than the server: the server closes the connection, the request
@@ -505,7 +533,8 @@ TEST_P(Transport, OversizeFramesAreRefusedWithAMessage) {
     get_or_fail(f);
     ASSERT_TRUE(c->error.has_value());
     EXPECT_EQ(c->error->code(), ErrorCode::kUnavailable);
-    EXPECT_NE(std::string(c->error->what()).find("exceeds the limit of 1048576"), std::string::npos) << c->error->what();
+    EXPECT_NE(std::string(c->error->what()).find("exceeds the limit of 1048576"), std::string::npos)
+        << c->error->what();
   }
   {
     // The client refuses to send past its own limit; the connection stays usable.
@@ -519,10 +548,12 @@ TEST_P(Transport, OversizeFramesAreRefusedWithAMessage) {
       FAIL();
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), ErrorCode::kResourceExhausted);
-      EXPECT_NE(std::string(e.what()).find("engine request 'generate'"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("engine request 'generate'"), std::string::npos)
+          << e.what();
     }
     EXPECT_EQ(client->in_flight(), 0u);
-    EXPECT_EQ(client->call(make_status_request(), kWait).done.body.at("policy_version"), kFakePolicyVersion);
+    EXPECT_EQ(client->call(make_status_request(), kWait).done.body.at("policy_version"),
+              kFakePolicyVersion);
     // A reply larger than the client accepts: the client drops the connection, the call fails.
     Frame big;
     big.method = "big";
@@ -560,16 +591,20 @@ TEST_P(Transport, ConnectionLimit) {
   options.max_connections = 1;
   start_server(options);
   auto first = connected_client();
-  EXPECT_EQ(first->call(make_status_request(), kWait).done.body.at("policy_version"), kFakePolicyVersion);
+  EXPECT_EQ(first->call(make_status_request(), kWait).done.body.at("policy_version"),
+            kFakePolicyVersion);
   auto second = connected_client();  // the socket connects; the server then refuses it
   try {
     second->call(make_status_request(), kWait);
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kUnavailable);
-    EXPECT_NE(std::string(e.what()).find("too many connections to the engine (limit 1)"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("too many connections to the engine (limit 1)"),
+              std::string::npos)
+        << e.what();
   }
-  EXPECT_EQ(first->call(make_status_request(), kWait).done.body.at("policy_version"), kFakePolicyVersion);
+  EXPECT_EQ(first->call(make_status_request(), kWait).done.body.at("policy_version"),
+            kFakePolicyVersion);
 }
 
 TEST_P(Transport, ConnectWithRetryWaitsForTheEngineToBoot) {
@@ -580,7 +615,9 @@ TEST_P(Transport, ConnectWithRetryWaitsForTheEngineToBoot) {
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kUnavailable);
-    EXPECT_NE(std::string(e.what()).find("cannot connect to the engine at " + address_), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("cannot connect to the engine at " + address_),
+              std::string::npos)
+        << e.what();
   }
   RetryPolicy quick;
   quick.timeout = 30ms;
@@ -588,7 +625,9 @@ TEST_P(Transport, ConnectWithRetryWaitsForTheEngineToBoot) {
     client.connect_with_retry(quick);
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("did not accept a connection within 30 ms"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("did not accept a connection within 30 ms"),
+              std::string::npos)
+        << e.what();
   }
   // The policy's `cancelled` hook runs after each failed attempt: start the server after the first.
   std::promise<void> first_failure;
@@ -605,7 +644,8 @@ TEST_P(Transport, ConnectWithRetryWaitsForTheEngineToBoot) {
   start_server();
   get_or_fail(connecting);
   EXPECT_GE(failures.load(), 1);
-  EXPECT_EQ(client.call(make_status_request(), kWait).done.body.at("policy_version"), kFakePolicyVersion);
+  EXPECT_EQ(client.call(make_status_request(), kWait).done.body.at("policy_version"),
+            kFakePolicyVersion);
 }
 
 INSTANTIATE_TEST_SUITE_P(Rpc, Transport, ::testing::Values("unix", "tcp"),
@@ -628,7 +668,7 @@ TEST(UnixSocketFile, ModeStaleFileAndRefusals) {
   }
   Server server(engine.router());
   server.listen("unix:" + path);
-  struct stat st{};
+  struct stat st {};
   ASSERT_EQ(::stat(path.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
 
@@ -637,7 +677,9 @@ TEST(UnixSocketFile, ModeStaleFileAndRefusals) {
     second.listen("unix:" + path);
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("another server is already listening there"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("another server is already listening there"),
+              std::string::npos)
+        << e.what();
   }
   server.stop();
   EXPECT_FALSE(std::filesystem::exists(path));  // removed on stop
@@ -649,7 +691,8 @@ TEST(UnixSocketFile, ModeStaleFileAndRefusals) {
     third.listen("unix:" + regular);
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("not a socket exists there; refusing to replace it"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("not a socket exists there; refusing to replace it"),
+              std::string::npos);
   }
   EXPECT_TRUE(std::filesystem::exists(regular));
   std::filesystem::remove(regular);
@@ -666,7 +709,8 @@ TEST(Address, ParsesAndRejects) {
   Address v6 = parse_address("tcp:[::1]:9");
   EXPECT_EQ(v6.host, "::1");
   EXPECT_EQ(to_string(v6), "tcp:[::1]:9");
-  for (const char* bad : {"", "udp:x:1", "unix:", "tcp:host", "tcp::80", "tcp:h:99999", "tcp:h:8x", "tcp:[::1:80"}) {
+  for (const char* bad :
+       {"", "udp:x:1", "unix:", "tcp:host", "tcp::80", "tcp:h:99999", "tcp:h:8x", "tcp:[::1:80"}) {
     EXPECT_THROW(parse_address(bad), Error) << bad;
   }
   EXPECT_THROW(parse_address("unix:/" + std::string(200, 'a')), Error);

@@ -42,7 +42,8 @@ EpisodeRow row(const std::string& uuid, double claimed_at) {
   return r;
 }
 
-CallRow agent_call(const std::string& uuid, int index, const std::string& agent, size_t prompt, size_t completion) {
+CallRow agent_call(const std::string& uuid, int index, const std::string& agent, size_t prompt,
+                   size_t completion) {
   CallRow c;
   c.episode_uuid = uuid;
   c.call_index = index;
@@ -81,7 +82,8 @@ Error error_of(const std::function<void()>& fn) {
 
 // Six episodes across two steps, two types, two clients and three agents.
 void fill_small(Store& st) {
-  EpisodeRow a = row("a", 10), b = row("b", 20), c = row("c", 30), d = row("d", 40), e = row("e", 50), f = row("f", 60);
+  EpisodeRow a = row("a", 10), b = row("b", 20), c = row("c", 30), d = row("d", 40),
+             e = row("e", 50), f = row("f", 60);
   a.reward = 1.0, a.is_success = true;
   b.reward = 0.0, b.is_success = false, b.task_id = "task-2";
   c.reward = 0.5, c.episode_type = "eval", c.client_uuid = "client-b";
@@ -185,9 +187,9 @@ TEST(EpisodeList, SummaryRowsCarryStepCallsAgentsAndTokenTotals) {
   const Json j = episode_page_json(st.list_episodes(with(f)));
   const Json& row = j["episodes"][0];
   for (const char* k :
-       {"uuid", "task_id", "client_uuid", "episode_type", "status", "reward", "is_success", "claimed_at", "ended_at",
-        "batch_id", "global_step", "llm_calls", "llm_calls_not_retained", "agents", "prompt_tokens",
-        "completion_tokens"}) {
+       {"uuid", "task_id", "client_uuid", "episode_type", "status", "reward", "is_success",
+        "claimed_at", "ended_at", "batch_id", "global_step", "llm_calls", "llm_calls_not_retained",
+        "agents", "prompt_tokens", "completion_tokens"}) {
     EXPECT_TRUE(row.contains(k)) << k;
   }
   EXPECT_EQ(row.size(), 16u);
@@ -233,8 +235,9 @@ TEST(EpisodeList, KeysetPagingVisitsEveryEpisodeOnceAcrossTies) {
     for (const auto& e : seen) unique.insert(e.uuid);
     EXPECT_EQ(unique, all) << "limit " << limit;
     for (size_t i = 1; i < seen.size(); ++i) {
-      const bool descending = seen[i - 1].claimed_at > seen[i].claimed_at ||
-                              (seen[i - 1].claimed_at == seen[i].claimed_at && seen[i - 1].uuid > seen[i].uuid);
+      const bool descending =
+          seen[i - 1].claimed_at > seen[i].claimed_at ||
+          (seen[i - 1].claimed_at == seen[i].claimed_at && seen[i - 1].uuid > seen[i].uuid);
       ASSERT_TRUE(descending) << "limit " << limit << " at " << i;
     }
   }
@@ -245,7 +248,8 @@ TEST(EpisodeList, KeysetPagingVisitsEveryEpisodeOnceAcrossTies) {
   for (;;) {
     EpisodePage page = st.list_episodes(request);
     EXPECT_EQ(page.total, static_cast<int64_t>(evals.size()));
-    for (const auto& e : page.episodes) EXPECT_TRUE(seen.insert(e.uuid).second) << e.uuid << " twice";
+    for (const auto& e : page.episodes)
+      EXPECT_TRUE(seen.insert(e.uuid).second) << e.uuid << " twice";
     if (!page.next_cursor) break;
     request.cursor = *page.next_cursor;
   }
@@ -291,17 +295,21 @@ TEST(EpisodeList, QueryPlanWalksAnIndexWithoutSorting) {
     const std::string plan = st.list_episodes_plan(request);
     EXPECT_NE(plan.find(index), std::string::npos) << plan;
     EXPECT_EQ(plan.find("TEMP B-TREE"), std::string::npos) << plan;
-    for (size_t at = plan.find("SCAN e"); at != std::string::npos; at = plan.find("SCAN e", at + 1)) {
+    for (size_t at = plan.find("SCAN e"); at != std::string::npos;
+         at = plan.find("SCAN e", at + 1)) {
       const std::string line = plan.substr(at, plan.find('\n', at) - at);
-      EXPECT_NE(line.find("USING"), std::string::npos) << "a scan of the episodes table itself: " << plan;
+      EXPECT_NE(line.find("USING"), std::string::npos)
+          << "a scan of the episodes table itself: " << plan;
     }
   };
   EpisodePageRequest page;
   expect_index(page, "episodes_by_claimed");
   page.cursor = encode_episode_cursor(30, "c");
   expect_index(page, "episodes_by_claimed");
-  // A later page seeks to the cursor ("SEARCH ... ((claimed_at,uuid)<(?,?))") instead of walking to it.
-  EXPECT_NE(st.list_episodes_plan(page).find("SEARCH e USING INDEX episodes_by_claimed"), std::string::npos)
+  // A later page seeks to the cursor ("SEARCH ... ((claimed_at,uuid)<(?,?))") instead of walking to
+  // it.
+  EXPECT_NE(st.list_episodes_plan(page).find("SEARCH e USING INDEX episodes_by_claimed"),
+            std::string::npos)
       << st.list_episodes_plan(page);
   EpisodePageRequest status = with({});
   status.filter.status = kEpisodeFinished;
@@ -318,7 +326,8 @@ TEST(EpisodeList, CursorsRoundTripAndForgedOnesAreRefused) {
   const EpisodeCursor back = decode_episode_cursor(c);
   EXPECT_EQ(back.claimed_at, 1733212800.123456789);
   EXPECT_EQ(back.uuid, "3f2a-uuid with spaces+plus");
-  for (const std::string bad : {"", "xyz", "0123", "7ff0000000000000", "zz00000000000000", "00000000000000000"}) {
+  for (const std::string bad :
+       {"", "xyz", "0123", "7ff0000000000000", "zz00000000000000", "00000000000000000"}) {
     Error e = error_of([&] { decode_episode_cursor(bad); });
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << bad;
     EXPECT_NE(std::string(e.what()).find("'cursor'"), std::string::npos) << e.what();
@@ -336,18 +345,19 @@ TEST(EpisodeList, CursorsRoundTripAndForgedOnesAreRefused) {
 }
 
 TEST(EpisodeList, ParametersParseAndBadOnesNameTheParameter) {
-  const EpisodePageRequest r = episode_page_request_from_params({{"limit", "20"},
-                                                                 {"step", "7"},
-                                                                 {"task", "t 1"},
-                                                                 {"client", "c"},
-                                                                 {"agent", "solver"},
-                                                                 {"status", "finished"},
-                                                                 {"type", "eval"},
-                                                                 {"reward_min", "-0.5"},
-                                                                 {"reward_max", "1e0"},
-                                                                 {"success", "false"},
-                                                                 {"uuid", "u"},
-                                                                 {"cursor", encode_episode_cursor(5, "x")}});
+  const EpisodePageRequest r =
+      episode_page_request_from_params({{"limit", "20"},
+                                        {"step", "7"},
+                                        {"task", "t 1"},
+                                        {"client", "c"},
+                                        {"agent", "solver"},
+                                        {"status", "finished"},
+                                        {"type", "eval"},
+                                        {"reward_min", "-0.5"},
+                                        {"reward_max", "1e0"},
+                                        {"success", "false"},
+                                        {"uuid", "u"},
+                                        {"cursor", encode_episode_cursor(5, "x")}});
   EXPECT_EQ(r.limit, 20);
   EXPECT_EQ(r.filter.global_step, 7);
   EXPECT_EQ(r.filter.task_id, "t 1");
@@ -359,15 +369,17 @@ TEST(EpisodeList, ParametersParseAndBadOnesNameTheParameter) {
   EXPECT_EQ(r.filter.reward_max, 1.0);
   EXPECT_EQ(r.filter.is_success, false);
   EXPECT_EQ(r.filter.uuid, "u");
-  const EpisodePageRequest blank = episode_page_request_from_params({{"task", ""}, {"limit", ""}, {"success", ""}});
+  const EpisodePageRequest blank =
+      episode_page_request_from_params({{"task", ""}, {"limit", ""}, {"success", ""}});
   EXPECT_FALSE(blank.filter.task_id.has_value()) << "an empty form field filters nothing";
   EXPECT_EQ(blank.limit, kEpisodePageDefaultLimit);
   EXPECT_FALSE(blank.filter.is_success.has_value());
 
   const std::vector<std::pair<std::string, std::string>> bad = {
-      {"limit", "0"},        {"limit", "501"},   {"limit", "ten"}, {"limit", "5x"},       {"step", "-1"},
-      {"step", "1.5"},       {"status", "done"}, {"type", "test"}, {"reward_min", "nan"}, {"reward_max", "inf"},
-      {"reward_min", "1,5"}, {"success", "yes"}, {"cursor", "abc"}};
+      {"limit", "0"},        {"limit", "501"},      {"limit", "ten"},      {"limit", "5x"},
+      {"step", "-1"},        {"step", "1.5"},       {"status", "done"},    {"type", "test"},
+      {"reward_min", "nan"}, {"reward_max", "inf"}, {"reward_min", "1,5"}, {"success", "yes"},
+      {"cursor", "abc"}};
   for (const auto& parameter : bad) {
     const std::string& name = parameter.first;
     Error e = error_of([&] { episode_page_request_from_params({parameter}); });
@@ -376,7 +388,8 @@ TEST(EpisodeList, ParametersParseAndBadOnesNameTheParameter) {
   }
   Error unknown = error_of([] { episode_page_request_from_params({{"stauts", "finished"}}); });
   EXPECT_NE(std::string(unknown.what()).find("'stauts'"), std::string::npos) << unknown.what();
-  EXPECT_NE(std::string(unknown.what()).find("did you mean 'status'"), std::string::npos) << unknown.what();
+  EXPECT_NE(std::string(unknown.what()).find("did you mean 'status'"), std::string::npos)
+      << unknown.what();
 }
 
 // A store written before the list indexes existed gains them when opened.
@@ -389,7 +402,8 @@ TEST(EpisodeList, AStoreWithoutTheListIndexesGainsThemAtOpen) {
   }
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(db, "DROP INDEX episodes_by_claimed; DROP INDEX episodes_by_task", nullptr, nullptr, nullptr),
+  ASSERT_EQ(sqlite3_exec(db, "DROP INDEX episodes_by_claimed; DROP INDEX episodes_by_task", nullptr,
+                         nullptr, nullptr),
             SQLITE_OK);
   sqlite3_close(db);
   Store st(path, fast());

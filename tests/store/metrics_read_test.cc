@@ -1,5 +1,5 @@
-// The reads GET /metrics_history makes: every metric name with its point count and last step, and one
-// series after a step, by step and then by insertion.
+// The reads GET /metrics_history makes: every metric name with its point count and last step, and
+// one series after a step, by step and then by insertion.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -14,7 +14,8 @@ namespace fs = std::filesystem;
 
 class MetricsStoreTest : public ::testing::Test {
  protected:
-  MetricsStoreTest() : dir_(fs::temp_directory_path() / ("ajet_metrics_read_test_" + new_uuid_hex())) {
+  MetricsStoreTest()
+      : dir_(fs::temp_directory_path() / ("ajet_metrics_read_test_" + new_uuid_hex())) {
     fs::create_directories(dir_);
     store_ = std::make_unique<Store>(dir_ / "s.db");
   }

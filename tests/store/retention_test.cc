@@ -1,6 +1,6 @@
 // Store::retain_calls (issue 38: the main command's 2-minute RL stage left a 210 MB store, every
-// call of every step kept): the newest trained steps keep every call, older ones a sample, the rest's
-// call rows go with a note per episode, and the file gives the pages back.
+// call of every step kept): the newest trained steps keep every call, older ones a sample, the
+// rest's call rows go with a note per episode, and the file gives the pages back.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sqlite3.h>
@@ -20,7 +20,9 @@ using ::testing::HasSubstr;
 constexpr int kStepEpisodes = 6;
 constexpr int kEpisodeCalls = 2;
 
-std::string retained_uuid(int step, int i) { return "s" + std::to_string(step) + "-e" + std::to_string(i); }
+std::string retained_uuid(int step, int i) {
+  return "s" + std::to_string(step) + "-e" + std::to_string(i);
+}
 
 CallRow retained_call(const std::string& uuid, int index) {
   CallRow c;
@@ -54,10 +56,13 @@ void add_trained_step(Store& store, int step, bool reversed = false) {
     uuids.push_back(row.uuid);
   }
   store.put_batch({step, step - 1, 100.0 * step, kBatchTaken, std::nullopt, Json::object()}, uuids);
-  store.update_batch(step, kBatchTrained, 100.0 * step + 50, Json{{"rollout", {{"episodes", kStepEpisodes}}}});
+  store.update_batch(step, kBatchTrained, 100.0 * step + 50,
+                     Json{{"rollout", {{"episodes", kStepEpisodes}}}});
 }
 
-int64_t store_file_bytes(const fs::path& p) { return fs::exists(p) ? int64_t(fs::file_size(p)) : 0; }
+int64_t store_file_bytes(const fs::path& p) {
+  return fs::exists(p) ? int64_t(fs::file_size(p)) : 0;
+}
 
 TEST(CallRetention, RecentStepsKeepEveryCallOlderOnesASampleAndTheRestAreNoted) {
   ajet::test_support::ScratchDir dir;
@@ -89,8 +94,10 @@ TEST(CallRetention, RecentStepsKeepEveryCallOlderOnesASampleAndTheRestAreNoted) 
         EXPECT_EQ(note->batch_id, step);
         EXPECT_EQ(note->calls, kEpisodeCalls);
         EXPECT_GT(note->bytes, 2 * 80000);
-        EXPECT_THAT(note->policy,
-                    HasSubstr("the last 3 trained steps in full, of each earlier step the first 2 episodes"));
+        EXPECT_THAT(
+            note->policy,
+            HasSubstr(
+                "the last 3 trained steps in full, of each earlier step the first 2 episodes"));
       }
       // The episode row, its reward and its batch's stats stay.
       ASSERT_TRUE(store.get_episode(uuid).has_value()) << uuid;
@@ -138,15 +145,16 @@ TEST(CallRetention, TheFileShrinksInANewStore) {
   EXPECT_LT(store_file_bytes(path), full / 4) << "was " << full;
 }
 
-// A store made before retention existed (no incremental vacuum) cannot shrink, but reuses the pages:
-// refilling what retention deleted does not grow the file.
+// A store made before retention existed (no incremental vacuum) cannot shrink, but reuses the
+// pages: refilling what retention deleted does not grow the file.
 TEST(CallRetention, AnOlderStoreStopsGrowing) {
   ajet::test_support::ScratchDir dir;
   const fs::path path = dir / "s.db";
   { Store store(path); }
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(db, "PRAGMA auto_vacuum=NONE; VACUUM;", nullptr, nullptr, nullptr), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "PRAGMA auto_vacuum=NONE; VACUUM;", nullptr, nullptr, nullptr),
+            SQLITE_OK);
   sqlite3_close(db);
   const CallRetention retention{2, 0};
   {

@@ -1,6 +1,7 @@
 // SIGKILL safety: a child process writes episodes and acknowledges each one (its uuid on a pipe)
-// only after the store says it is committed; the parent kills the child with SIGKILL at an arbitrary
-// point, reopens the store and checks that every acknowledged episode is there with all its calls.
+// only after the store says it is committed; the parent kills the child with SIGKILL at an
+// arbitrary point, reopens the store and checks that every acknowledged episode is there with all
+// its calls.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -36,7 +37,8 @@ CallRow make_call(const std::string& uuid, int episode, int index) {
   return c;
 }
 
-// The child: writes episodes forever (until killed), with up to 32 in flight; acknowledges on commit.
+// The child: writes episodes forever (until killed), with up to 32 in flight; acknowledges on
+// commit.
 [[noreturn]] void run_writer(const fs::path& path, int ack_fd) {
   try {
     Store store(path);
@@ -104,7 +106,8 @@ TEST_P(StoreCrash, EveryAcknowledgedEpisodeSurvivesSigkill) {
   fclose(in);
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "child ended with status " << status;
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
+      << "child ended with status " << status;
 
   Store store(path);  // the kernel dropped the child's lock; WAL recovery happens here
   for (const auto& uuid : acks) {

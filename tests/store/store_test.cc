@@ -121,22 +121,25 @@ TEST(Store, EpisodesCallsAndStateRoundTrip) {
 TEST(Store, AnEpisodeIsFoundByAUniquePrefixOfItsUuid) {
   TempDir dir;
   Store store(dir / "s.db");
-  for (const char* uuid : {"0a1b2c3d4e5f60718293a4b5c6d7e8f9", "0a1b2c3d4e5f6071ffffffffffffffff", "0a1b2c",
-                           "77ee0000000000000000000000000000"}) {
+  for (const char* uuid : {"0a1b2c3d4e5f60718293a4b5c6d7e8f9", "0a1b2c3d4e5f6071ffffffffffffffff",
+                           "0a1b2c", "77ee0000000000000000000000000000"}) {
     store.upsert_episode(episode(uuid));
   }
   store.flush().get();
-  EXPECT_EQ(store.resolve_episode_uuid("77ee0000000000000000000000000000"), "77ee0000000000000000000000000000");
+  EXPECT_EQ(store.resolve_episode_uuid("77ee0000000000000000000000000000"),
+            "77ee0000000000000000000000000000");
   EXPECT_EQ(store.resolve_episode_uuid("77ee00000000"), "77ee0000000000000000000000000000");
   EXPECT_EQ(store.resolve_episode_uuid("7"), "77ee0000000000000000000000000000");
-  EXPECT_EQ(store.resolve_episode_uuid("0a1b2c"), "0a1b2c");  // a whole uuid wins over longer ones it starts
+  EXPECT_EQ(store.resolve_episode_uuid("0a1b2c"),
+            "0a1b2c");  // a whole uuid wins over longer ones it starts
   EXPECT_EQ(store.resolve_episode_uuid("0a1b2c3d4e5f6071f"), "0a1b2c3d4e5f6071ffffffffffffffff");
   try {
     store.resolve_episode_uuid("0a1b2c3d");
     ADD_FAILURE() << "an ambiguous prefix resolved";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-    EXPECT_NE(std::string(e.what()).find("0a1b2c3d is ambiguous: 2 episodes start with it"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("0a1b2c3d is ambiguous: 2 episodes start with it"),
+              std::string::npos)
         << e.what();
   }
   try {
@@ -151,7 +154,8 @@ TEST(Store, AnEpisodeIsFoundByAUniquePrefixOfItsUuid) {
       ADD_FAILURE() << missing << " resolved";
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), ErrorCode::kNotFound) << missing;
-      EXPECT_NE(std::string(e.what()).find("no episode has the id " + missing), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("no episode has the id " + missing), std::string::npos)
+          << e.what();
     }
   }
   EXPECT_THROW(store.resolve_episode_uuid(""), Error);
@@ -215,7 +219,8 @@ TEST(Store, RecoverReturnsCurrentBatchClaimedEpisodesAndState) {
   EXPECT_EQ(r.train_config_yaml, "ajet: {}");
   EXPECT_EQ(r.engine_status, "ENGINE.ROLLING");
   EXPECT_EQ(r.next_batch_id, 3);
-  ASSERT_EQ(r.pending_finished.size(), 2u);  // the taken-but-untrained batch comes back, oldest first
+  ASSERT_EQ(r.pending_finished.size(),
+            2u);  // the taken-but-untrained batch comes back, oldest first
   EXPECT_EQ(r.pending_finished[0].uuid, "taken");
   EXPECT_EQ(r.pending_finished[1].uuid, "fresh");
   EXPECT_EQ(r.pending_finished[1].reward, 3);
@@ -312,13 +317,14 @@ PRAGMA application_id=1095386452;
 PRAGMA user_version=1;
 )sql";
 
-// A request's n choices keep its bodies once: the first choice's row holds them, the others name it.
-// A store of schema version 1 (each row its own bodies) is still read, and gains the column.
+// A request's n choices keep its bodies once: the first choice's row holds them, the others name
+// it. A store of schema version 1 (each row its own bodies) is still read, and gains the column.
 TEST(Store, ChoicesNameTheRowHoldingTheirBodiesAndVersionOneStoresAreRead) {
   TempDir dir;
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open((dir / "s.db").c_str(), &db), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(db, kSchemaV1, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+  ASSERT_EQ(sqlite3_exec(db, kSchemaV1, nullptr, nullptr, nullptr), SQLITE_OK)
+      << sqlite3_errmsg(db);
   sqlite3_close(db);
   {
     Store store(dir / "s.db");
@@ -341,7 +347,9 @@ TEST(Store, ChoicesNameTheRowHoldingTheirBodiesAndVersionOneStoresAreRead) {
   EXPECT_EQ(calls[1].request_json, "");
   // What a row keeps: bodies, and 4 bytes per token-array value (spans: two each).
   EXPECT_EQ(calls[1].stored_bytes(), 4 * (5 + 2 * 2 + 3 + 3 + 3 + 3));
-  EXPECT_EQ(calls[0].stored_bytes(), int64_t(calls[0].request_json.size() + calls[0].response_json.size()) + 4 * (1 + 2 + 1 + 1 + 1));
+  EXPECT_EQ(calls[0].stored_bytes(),
+            int64_t(calls[0].request_json.size() + calls[0].response_json.size()) +
+                4 * (1 + 2 + 1 + 1 + 1));
 }
 
 TEST(StoreErrors, TwoOpenersOfOneStoreAreRefused) {

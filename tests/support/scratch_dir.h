@@ -1,5 +1,5 @@
-// A fresh, empty directory for one test, removed with everything in it when the ScratchDir goes away.
-// Header-only (GoogleTest and the standard library): every test binary can include it.
+// A fresh, empty directory for one test, removed with everything in it when the ScratchDir goes
+// away. Header-only (GoogleTest and the standard library): every test binary can include it.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -14,8 +14,9 @@ namespace ajet::test_support {
 
 class ScratchDir {
  public:
-  // <temp>/ajet_<suite>_<test>_<pid>_<n>: the test's names say whose it is when one is left behind (a
-  // crash); the process id and a counter keep apart parallel test processes and several in one test.
+  // <temp>/ajet_<suite>_<test>_<pid>_<n>: the test's names say whose it is when one is left behind
+  // (a crash); the process id and a counter keep apart parallel test processes and several in one
+  // test.
   ScratchDir() {
     static std::atomic<int> counter{0};
     std::string name = "ajet";

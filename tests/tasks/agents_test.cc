@@ -14,11 +14,15 @@ using testing::calc_call;
 using testing::ScriptedChatModel;
 using testing::ScriptedTurn;
 
-Task one_task(const std::string& name, OrderedJson params = OrderedJson::object(), uint64_t seed = 21) {
-  return builtin_task(name).generate(GenerateOptions{.split = Split::kTrain, .count = 1, .seed = seed, .params = params})[0];
+Task one_task(const std::string& name, OrderedJson params = OrderedJson::object(),
+              uint64_t seed = 21) {
+  return builtin_task(name).generate(
+      GenerateOptions{.split = Split::kTrain, .count = 1, .seed = seed, .params = params})[0];
 }
 
-std::string termination(const EpisodeResult& r) { return r.output.metadata["termination"].get<std::string>(); }
+std::string termination(const EpisodeResult& r) {
+  return r.output.metadata["termination"].get<std::string>();
+}
 
 TEST(CalcAgent, PerfectEpisode) {
   const Task t = one_task("calc");
@@ -65,7 +69,8 @@ TEST(CalcAgent, WrongAnswerScoresZero) {
 
 TEST(CalcAgent, GarbageEndsWithAReason) {
   const Task t = one_task("calc");
-  for (const std::string garbage : {"", "7 7 7 <|im_start|> ???", "<answer>", "\xff\xfe not utf8"}) {
+  for (const std::string garbage :
+       {"", "7 7 7 <|im_start|> ???", "<answer>", "\xff\xfe not utf8"}) {
     ScriptedChatModel model({{garbage}});
     EpisodeResult r = builtin_task("calc").run_episode(t, model);
     EXPECT_EQ(r.output.reward, 0.0) << garbage;
@@ -77,7 +82,9 @@ TEST(CalcAgent, GarbageEndsWithAReason) {
 
 TEST(CalcAgent, MalformedToolCallEndsTheEpisode) {
   const Task t = one_task("calc");
-  ScriptedChatModel model({{"<tool_call>\n{\"name\": \"calculator\", \"arguments\": {\"expression\": \"1+\n</tool_call>"}});
+  ScriptedChatModel model(
+      {{"<tool_call>\n{\"name\": \"calculator\", \"arguments\": {\"expression\": "
+        "\"1+\n</tool_call>"}});
   EpisodeResult r = builtin_task("calc").run_episode(t, model);
   EXPECT_EQ(r.output.reward, 0.0);
   EXPECT_EQ(termination(r), "malformed_tool_call");
@@ -87,10 +94,11 @@ TEST(CalcAgent, MalformedToolCallEndsTheEpisode) {
 TEST(CalcAgent, BadToolArgumentsGetErrorResultsAndTheAgentContinues) {
   const Task t = one_task("calc");
   const std::string answer = t.metadata["answer"].dump();
-  ScriptedChatModel model({{"<tool_call>\n{\"name\": \"calc\", \"arguments\": {\"expression\": \"1\"}}\n</tool_call>"},
-                           {"<tool_call>\n{\"name\": \"calculator\", \"arguments\": {\"expr\": \"1\"}}\n</tool_call>"},
-                           {calc_call("2+*3")},
-                           {"<answer>" + answer + "</answer>"}});
+  ScriptedChatModel model(
+      {{"<tool_call>\n{\"name\": \"calc\", \"arguments\": {\"expression\": \"1\"}}\n</tool_call>"},
+       {"<tool_call>\n{\"name\": \"calculator\", \"arguments\": {\"expr\": \"1\"}}\n</tool_call>"},
+       {calc_call("2+*3")},
+       {"<answer>" + answer + "</answer>"}});
   EpisodeResult r = builtin_task("calc").run_episode(t, model);
   EXPECT_EQ(r.output.reward, 1.0);
   EXPECT_EQ(r.output.metadata["tool_calls"], 3);
@@ -99,13 +107,18 @@ TEST(CalcAgent, BadToolArgumentsGetErrorResultsAndTheAgentContinues) {
   for (const auto& m : r.messages) {
     if (m.role == text::Role::kTool) results.push_back(m.content);
   }
-  EXPECT_EQ(results, (std::vector<std::string>{"error: unknown tool 'calc'", "error: arguments need \"expression\"",
+  EXPECT_EQ(results, (std::vector<std::string>{"error: unknown tool 'calc'",
+                                               "error: arguments need \"expression\"",
                                                "error: expected a number, found '*' at column 3"}));
 }
 
 TEST(CalcAgent, ToolCallLimit) {
   const Task t = one_task("calc");
-  ScriptedChatModel model({{calc_call("1+1")}, {calc_call("1+2")}, {calc_call("1+3")}, {calc_call("1+4")}, {calc_call("1+5")}});
+  ScriptedChatModel model({{calc_call("1+1")},
+                           {calc_call("1+2")},
+                           {calc_call("1+3")},
+                           {calc_call("1+4")},
+                           {calc_call("1+5")}});
   EpisodeResult r = builtin_task("calc").run_episode(t, model);
   EXPECT_EQ(r.output.reward, 0.0);
   EXPECT_EQ(termination(r), "tool_call_limit");
@@ -129,7 +142,8 @@ TEST(CalcAgent, ModelFailuresEndCleanly) {
   ScriptedChatModel down({{"", "stop", ErrorCode::kUnavailable}});
   EpisodeResult r2 = builtin_task("calc").run_episode(t, down);
   EXPECT_EQ(termination(r2), "model_error");
-  EXPECT_NE(r2.output.metadata["error"].get<std::string>().find("scripted failure"), std::string::npos);
+  EXPECT_NE(r2.output.metadata["error"].get<std::string>().find("scripted failure"),
+            std::string::npos);
 }
 
 TEST(CalcAgent, BrokenTaskIsAnAgentErrorNotAnException) {
@@ -140,7 +154,8 @@ TEST(CalcAgent, BrokenTaskIsAnAgentErrorNotAnException) {
   EpisodeResult r = builtin_task("calc").run_episode(t, model);
   EXPECT_EQ(termination(r), "agent_error");
   EXPECT_EQ(r.output.reward, 0.0);
-  EXPECT_NE(r.output.metadata["error"].get<std::string>().find("metadata needs"), std::string::npos);
+  EXPECT_NE(r.output.metadata["error"].get<std::string>().find("metadata needs"),
+            std::string::npos);
 }
 
 TEST(CountdownAgent, OneTurnRewards) {
@@ -181,7 +196,8 @@ std::string oracle_move(const std::vector<text::ChatMessage>& messages) {
     }
   }
   LakeMap map{rows};
-  return "<action>" + std::string(move_name(best_move(map, pr, pc).value_or(Move::kDown))) + "</action>";
+  return "<action>" + std::string(move_name(best_move(map, pr, pc).value_or(Move::kDown))) +
+         "</action>";
 }
 
 TEST(FrozenLakeAgent, PerfectEpisodeOnAStillLake) {

@@ -24,15 +24,17 @@ class TasksCli : public ::testing::Test {
   void SetUp() override {
     ajet_ = fs::path(AJET_BINARY_DIR) / "bin" / "ajet";
     ASSERT_TRUE(fs::exists(ajet_)) << ajet_ << " is missing: build the `ajet` target first";
-    dir_ = fs::temp_directory_path() / ("ajet_tasks_cli_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() /
+           ("ajet_tasks_cli_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }
 
   CliRun ajet(const std::string& args, const std::string& input = "") {
     write_file_atomic(dir_ / "stdin.txt", input);
-    const std::string cmd = "'" + ajet_.string() + "' " + args + " < '" + (dir_ / "stdin.txt").string() + "' 2> '" +
+    const std::string cmd = "'" + ajet_.string() + "' " + args + " < '" +
+                            (dir_ / "stdin.txt").string() + "' 2> '" +
                             (dir_ / "stderr.txt").string() + "'";
     return test_support::run_command(cmd);
   }
@@ -55,11 +57,13 @@ TEST_F(TasksCli, GenerateWritesTheSameTasksAsTheLibrary) {
   ASSERT_EQ(r.exit_code, 0) << stderr_text();
   const std::vector<Task> from_cli = parse_task_jsonl(r.out, "stdout");
   const std::vector<Task> from_lib =
-      builtin_task("countdown").generate(GenerateOptions{.split = Split::kValidation, .count = 5, .seed = 3});
+      builtin_task("countdown")
+          .generate(GenerateOptions{.split = Split::kValidation, .count = 5, .seed = 3});
   ASSERT_EQ(from_cli.size(), 5u);
   for (size_t i = 0; i < 5; ++i) EXPECT_EQ(task_to_json(from_cli[i]), task_to_json(from_lib[i]));
 
-  CliRun f = ajet("tasks generate --task frozenlake --n 3 --params '{\"size\": 5}' --out '" + (dir_ / "lake.jsonl").string() + "'");
+  CliRun f = ajet("tasks generate --task frozenlake --n 3 --params '{\"size\": 5}' --out '" +
+                  (dir_ / "lake.jsonl").string() + "'");
   ASSERT_EQ(f.exit_code, 0) << stderr_text();
   EXPECT_EQ(read_task_jsonl(dir_ / "lake.jsonl")[0].metadata["size"], 5);
 
@@ -78,7 +82,8 @@ TEST_F(TasksCli, DemosAreJsonlConversationsWithRewards) {
     EXPECT_EQ(d["messages"][0]["role"], "system");
     EXPECT_EQ(d["reward"], d["kind"] == "correct" ? 1.0 : 0.0) << d.dump();
     // Every message is a valid OpenAI chat message.
-    for (size_t i = 0; i < d["messages"].size(); ++i) text::parse_chat_message(d["messages"][i], "m");
+    for (size_t i = 0; i < d["messages"].size(); ++i)
+      text::parse_chat_message(d["messages"][i], "m");
   }
   CliRun bad = ajet("tasks demos --task calc --n 2 --error-mix 1,x");
   EXPECT_EQ(bad.exit_code, 2);  // a bad flag value is a usage error
@@ -86,13 +91,16 @@ TEST_F(TasksCli, DemosAreJsonlConversationsWithRewards) {
 }
 
 TEST_F(TasksCli, JudgeReadsRequestsFromStdin) {
-  const std::vector<Task> calc = builtin_task("calc").generate(GenerateOptions{.count = 1, .seed = 8});
-  const std::vector<Task> lake = builtin_task("frozenlake").generate(GenerateOptions{.count = 1, .seed = 8});
+  const std::vector<Task> calc =
+      builtin_task("calc").generate(GenerateOptions{.count = 1, .seed = 8});
+  const std::vector<Task> lake =
+      builtin_task("frozenlake").generate(GenerateOptions{.count = 1, .seed = 8});
   const std::string calc_json = task_to_json(calc[0]).dump();
   const std::string right = calc[0].metadata["answer"].dump();
   std::string input;
   input += "{\"task\": " + calc_json + ", \"answer\": \"<answer>" + right + "</answer>\"}\n";
-  input += "{\"task\": " + calc_json + ", \"messages\": [{\"role\": \"assistant\", \"content\": \"<answer>0.5</answer>\"}]}\n";
+  input += "{\"task\": " + calc_json +
+           ", \"messages\": [{\"role\": \"assistant\", \"content\": \"<answer>0.5</answer>\"}]}\n";
   input += "not json\n";
   input += "{\"task\": " + task_to_json(lake[0]).dump() + ", \"actions\": [\"Up\"]}\n";
   CliRun r = ajet("tasks judge", input);
@@ -108,7 +116,8 @@ TEST_F(TasksCli, JudgeReadsRequestsFromStdin) {
   EXPECT_EQ(out[3]["details"]["steps"], 1);
   EXPECT_FALSE(out[3]["details"]["observation"].get<std::string>().empty());
 
-  CliRun one = ajet("tasks judge --task-json '" + calc_json + "' --answer '<answer>" + right + "</answer>'");
+  CliRun one =
+      ajet("tasks judge --task-json '" + calc_json + "' --answer '<answer>" + right + "</answer>'");
   ASSERT_EQ(one.exit_code, 0) << stderr_text();
   EXPECT_EQ(json_lines(one.out)[0]["is_success"], true);
 }

@@ -44,14 +44,15 @@ TEST(Expression, SyntaxErrorsNameWhatAndWhere) {
     std::string text;
     std::string error;
   };
-  for (const Case& c : std::vector<Case>{{"", "expected a number at column 1"},
-                                         {"2+", "expected a number at column 3"},
-                                         {"2+*3", "expected a number, found '*' at column 3"},
-                                         {"(2+3", "missing ')' at column 5"},
-                                         {"2+3)", "unexpected ')' at column 4"},
-                                         {"2 x 3", "unexpected 'x' at column 3"},
-                                         {"1.5*2", "only integers are allowed, found '.' at column 2"},
-                                         {"import os", "expected a number, found 'i' at column 1"}}) {
+  for (const Case& c :
+       std::vector<Case>{{"", "expected a number at column 1"},
+                         {"2+", "expected a number at column 3"},
+                         {"2+*3", "expected a number, found '*' at column 3"},
+                         {"(2+3", "missing ')' at column 5"},
+                         {"2+3)", "unexpected ')' at column 4"},
+                         {"2 x 3", "unexpected 'x' at column 3"},
+                         {"1.5*2", "only integers are allowed, found '.' at column 2"},
+                         {"import os", "expected a number, found 'i' at column 1"}}) {
     Evaluation e = evaluate_expression(c.text);
     EXPECT_FALSE(e.ok) << c.text;
     EXPECT_FALSE(e.parsed) << c.text;
@@ -73,7 +74,8 @@ TEST(Expression, ArithmeticErrorsKeepTheParse) {
 }
 
 TEST(Expression, LimitsStopHostileInput) {
-  EXPECT_EQ(evaluate_expression(std::string(300, '1')).error, "expression too long (300 bytes, at most 256)");
+  EXPECT_EQ(evaluate_expression(std::string(300, '1')).error,
+            "expression too long (300 bytes, at most 256)");
   EXPECT_EQ(evaluate_expression("1234567890123456789").error, "number too long at column 1");
   std::string deep = std::string(40, '(') + "1" + std::string(40, ')');
   EXPECT_NE(evaluate_expression(deep).error.find("nested too deeply"), std::string::npos);
@@ -96,7 +98,8 @@ TEST(IntegerLiteral, OnlyCanonicalIntegers) {
   EXPECT_EQ(parse_integer_literal("163"), 163);
   EXPECT_EQ(parse_integer_literal("-38"), -38);
   EXPECT_EQ(parse_integer_literal("0"), 0);
-  for (std::string bad : {"", "-", "+5", "007", "-0", "1.0", " 5", "5 ", "1,000", "12a", "1234567890123456789"}) {
+  for (std::string bad :
+       {"", "-", "+5", "007", "-0", "1.0", " 5", "5 ", "1,000", "12a", "1234567890123456789"}) {
     EXPECT_FALSE(parse_integer_literal(bad).has_value()) << bad;
   }
 }

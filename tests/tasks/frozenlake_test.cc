@@ -55,7 +55,8 @@ TEST(FrozenLakeEnv, StepLimit) {
 }
 
 TEST(FrozenLakeEnv, SlipsAreSeededSidewaysAndAtTheConfiguredRate) {
-  const LakeMap map = lake({"SFFFFFFF", "FFFFFFFF", "FFFFFFFF", "FFFFFFFF", "FFFFFFFF", "FFFFFFFF", "FFFFFFFF", "FFFFFFFG"});
+  const LakeMap map = lake({"SFFFFFFF", "FFFFFFFF", "FFFFFFFF", "FFFFFFFF", "FFFFFFFF", "FFFFFFFF",
+                            "FFFFFFFF", "FFFFFFFG"});
   int slips = 0;
   int steps = 0;
   for (uint64_t seed = 0; seed < 300; ++seed) {
@@ -84,7 +85,8 @@ TEST(FrozenLakeEnv, SlipsAreSeededSidewaysAndAtTheConfiguredRate) {
     }
   }
   // Binomial(~3000, 0.5): sd ~ 27; 6 sd.
-  EXPECT_NEAR(static_cast<double>(slips) / steps, 0.5, 6 * 0.5 / std::sqrt(static_cast<double>(steps)));
+  EXPECT_NEAR(static_cast<double>(slips) / steps, 0.5,
+              6 * 0.5 / std::sqrt(static_cast<double>(steps)));
 
   FrozenLakeEnv still(map, 0.0, 1, 1000);
   for (int i = 0; i < 50; ++i) EXPECT_FALSE(still.step(Move::kDown).slipped);

@@ -15,7 +15,8 @@ namespace {
 
 std::vector<Task> gen(const std::string& name, Split split, int64_t n, uint64_t seed,
                       OrderedJson params = OrderedJson::object()) {
-  return builtin_task(name).generate(GenerateOptions{.split = split, .count = n, .seed = seed, .params = params});
+  return builtin_task(name).generate(
+      GenerateOptions{.split = split, .count = n, .seed = seed, .params = params});
 }
 
 std::string problem_of(const Task& t) {
@@ -87,8 +88,10 @@ TEST_P(EveryTask, EveryTaskRoundTripsThroughJsonAndIsSolvable) {
     EXPECT_EQ(t.init_messages[1]["content"], t.main_query);
     ASSERT_TRUE(t.metadata.contains("difficulty"));
     if (name == "calc") {
-      EXPECT_EQ(calculator(t.metadata["expression"].get<std::string>()), t.metadata["answer"].dump());
-      EXPECT_EQ(kind.judge_answer(t, "<answer>" + t.metadata["answer"].dump() + "</answer>").reward, 1.0);
+      EXPECT_EQ(calculator(t.metadata["expression"].get<std::string>()),
+                t.metadata["answer"].dump());
+      EXPECT_EQ(kind.judge_answer(t, "<answer>" + t.metadata["answer"].dump() + "</answer>").reward,
+                1.0);
     } else if (name == "countdown") {
       const std::string sol = t.metadata["solution"].get<std::string>();
       EXPECT_EQ(kind.judge_answer(t, "<answer>" + sol + "</answer>").reward, 1.0) << sol;
@@ -103,8 +106,8 @@ TEST_P(EveryTask, EveryTaskRoundTripsThroughJsonAndIsSolvable) {
 INSTANTIATE_TEST_SUITE_P(Builtin, EveryTask, ::testing::Values("calc", "countdown", "frozenlake"));
 
 TEST(Generators, CalcRespectsItsParams) {
-  OrderedJson params = {{"min_operand", 5}, {"max_operand", 9}, {"min_operands", 3}, {"max_operands", 3},
-                        {"operators", "*"}, {"word_problem_ratio", 0.0}};
+  OrderedJson params = {{"min_operand", 5},  {"max_operand", 9}, {"min_operands", 3},
+                        {"max_operands", 3}, {"operators", "*"}, {"word_problem_ratio", 0.0}};
   for (const Task& t : gen("calc", Split::kTrain, 50, 2, params)) {
     const std::string e = t.metadata["expression"].get<std::string>();
     ASSERT_EQ(e.size(), 5u) << e;
@@ -114,7 +117,8 @@ TEST(Generators, CalcRespectsItsParams) {
     EXPECT_EQ(t.metadata["difficulty"], 3);
   }
   std::set<std::string> styles;
-  for (const Task& t : gen("calc", Split::kTrain, 300, 2, {{"word_problem_ratio", 0.6}})) styles.insert(t.metadata["style"].get<std::string>());
+  for (const Task& t : gen("calc", Split::kTrain, 300, 2, {{"word_problem_ratio", 0.6}}))
+    styles.insert(t.metadata["style"].get<std::string>());
   EXPECT_EQ(styles, (std::set<std::string>{"symbolic", "story", "verbal"}));
 }
 
@@ -123,7 +127,8 @@ TEST(Generators, BadParamsAreNamed) {
     gen("calc", Split::kTrain, 5, 1, {{"max_operandz", 5}});
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("unknown calc param 'max_operandz'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("unknown calc param 'max_operandz'"), std::string::npos)
+        << e.what();
   }
   EXPECT_THROW(gen("calc", Split::kTrain, 5, 1, {{"operators", "+/"}}), Error);
   EXPECT_THROW(gen("frozenlake", Split::kTrain, 5, 1, {{"size", "big"}}), Error);
@@ -133,25 +138,33 @@ TEST(Generators, BadParamsAreNamed) {
 
 TEST(Generators, ASmallProblemSpaceRunsOutWithAClearError) {
   // 1..2 with one operator: only 2*2 = 4 distinct problems exist.
-  OrderedJson params = {{"min_operand", 1}, {"max_operand", 2}, {"max_operands", 2}, {"operators", "+"}, {"holdout_fraction", 0.5}};
+  OrderedJson params = {{"min_operand", 1},
+                        {"max_operand", 2},
+                        {"max_operands", 2},
+                        {"operators", "+"},
+                        {"holdout_fraction", 0.5}};
   try {
     gen("calc", Split::kTrain, 10, 1, params);
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("distinct train problems of 10 requested"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("distinct train problems of 10 requested"),
+              std::string::npos)
+        << e.what();
   }
 }
 
 TEST(Generators, HoldoutShareIsAboutTheRequestedFraction) {
   int val = 0;
   const int n = 20000;
-  for (int i = 0; i < n; ++i) val += in_validation_split("calc:" + std::to_string(i) + "+1", 0.1) ? 1 : 0;
+  for (int i = 0; i < n; ++i)
+    val += in_validation_split("calc:" + std::to_string(i) + "+1", 0.1) ? 1 : 0;
   // Binomial(20000, 0.1): sd = 42; 6 sd either side.
   EXPECT_NEAR(val, 2000, 260);
 }
 
 TEST(Generators, FrozenLakeMapsAreSolvableAndShaped) {
-  for (const Task& t : gen("frozenlake", Split::kTrain, 40, 5, {{"size", 6}, {"hole_fraction", 0.35}, {"slippery", true}})) {
+  for (const Task& t : gen("frozenlake", Split::kTrain, 40, 5,
+                           {{"size", 6}, {"hole_fraction", 0.35}, {"slippery", true}})) {
     LakeMap map = parse_lake_map(t.metadata["map"], "test");
     EXPECT_EQ(map.size(), 6);
     EXPECT_EQ(map.at(0, 0), 'S');

@@ -29,7 +29,8 @@ Task countdown_task_of(std::vector<int64_t> numbers, int64_t target) {
   return t;
 }
 
-Task lake_task_of(std::vector<std::string> rows, double slip = 0, int max_steps = 10, uint64_t seed = 5) {
+Task lake_task_of(std::vector<std::string> rows, double slip = 0, int max_steps = 10,
+                  uint64_t seed = 5) {
   Task t;
   t.task_id = "f1";
   t.env_type = "frozenlake";
@@ -42,15 +43,20 @@ Task lake_task_of(std::vector<std::string> rows, double slip = 0, int max_steps 
   return t;
 }
 
-Judgement calc(const Task& t, const std::string& answer) { return builtin_task("calc").judge_answer(t, answer); }
-Judgement countdown(const Task& t, const std::string& answer) { return builtin_task("countdown").judge_answer(t, answer); }
+Judgement calc(const Task& t, const std::string& answer) {
+  return builtin_task("calc").judge_answer(t, answer);
+}
+Judgement countdown(const Task& t, const std::string& answer) {
+  return builtin_task("countdown").judge_answer(t, answer);
+}
 
 TEST(CalcJudge, RightWrongAndMalformed) {
   const Task t = calc_task_of("37*4+15", 163);
   EXPECT_EQ(calc(t, "<answer>163</answer>").reward, 1.0);
   EXPECT_TRUE(calc(t, "<answer>163</answer>").is_success);
   EXPECT_EQ(calc(t, "The result is <answer> 163 </answer>.").reward, 1.0);
-  EXPECT_EQ(calc(t, "<answer>703</answer>").reason, "wrong_answer");  // 37*(4+15): precedence ignored
+  EXPECT_EQ(calc(t, "<answer>703</answer>").reason,
+            "wrong_answer");  // 37*(4+15): precedence ignored
   EXPECT_EQ(calc(t, "163").reason, "no_answer");
   EXPECT_EQ(calc(t, "<answer>163").reason, "no_answer");
   EXPECT_EQ(calc(t, "<answer>163.0</answer>").reason, "bad_answer_format");
@@ -82,11 +88,14 @@ TEST(CalcJudge, AnswerFromExpressionWhenMetadataLacksIt) {
 TEST(CalcJudge, ConversationsAreJudgedOnTheFinalReply) {
   const Task t = calc_task_of("6*7", 42);
   const BuiltinTask& judge = builtin_task("calc");
-  std::vector<text::ChatMessage> ms = {{.role = text::Role::kUser, .content = "6*7=?"},
-                                       {.role = text::Role::kAssistant, .content = "<answer>41</answer>"},
-                                       {.role = text::Role::kAssistant, .content = "<answer>42</answer>"}};
+  std::vector<text::ChatMessage> ms = {
+      {.role = text::Role::kUser, .content = "6*7=?"},
+      {.role = text::Role::kAssistant, .content = "<answer>41</answer>"},
+      {.role = text::Role::kAssistant, .content = "<answer>42</answer>"}};
   EXPECT_EQ(judge.judge_episode(t, ms).reward, 1.0);
-  ms.push_back({.role = text::Role::kAssistant, .content = "", .tool_calls = {{.id = "a", .name = "calculator", .arguments = "{}"}}});
+  ms.push_back({.role = text::Role::kAssistant,
+                .content = "",
+                .tool_calls = {{.id = "a", .name = "calculator", .arguments = "{}"}}});
   EXPECT_EQ(judge.judge_episode(t, ms).reason, "no_answer");  // ended on a tool call
   EXPECT_EQ(judge.judge_episode(t, {}).reason, "no_answer");
 }
@@ -111,7 +120,8 @@ TEST(CountdownJudge, WellFormedButWrongScoresPointOne) {
   EXPECT_EQ(countdown(t, "<answer>(3+5)*7</answer>").reason, "wrong_numbers");      // 2 unused
   EXPECT_EQ(countdown(t, "<answer>(3+5)*7-2-2</answer>").reason, "wrong_numbers");  // 2 twice
   EXPECT_EQ(countdown(t, "<answer>(3+5)*7-20/10</answer>").reason, "wrong_numbers");
-  EXPECT_EQ(countdown(t, "<answer>(3+5)*7-2=50</answer>").reward, 1.0);  // the claimed value is ignored
+  EXPECT_EQ(countdown(t, "<answer>(3+5)*7-2=50</answer>").reward,
+            1.0);  // the claimed value is ignored
   const Task z = countdown_task_of({4, 3, 3}, 4);
   const Judgement j = countdown(z, "<answer>4/(3-3)</answer>");
   EXPECT_EQ(j.reason, "division_by_zero");
@@ -125,7 +135,8 @@ TEST(CountdownJudge, MalformedScoresZero) {
   EXPECT_EQ(countdown(t, "<answer>(3+5)*7-2=fifty</answer>").reason, "invalid_equation");
   EXPECT_EQ(countdown(t, "<answer>3 x 5</answer>").reward, 0.0);
   EXPECT_EQ(countdown(t, "<answer></answer>").reward, 0.0);
-  EXPECT_EQ(countdown(t, "<answer>(3+5)*7-2</answer><answer>1</answer>").reason, "multiple_answers");
+  EXPECT_EQ(countdown(t, "<answer>(3+5)*7-2</answer><answer>1</answer>").reason,
+            "multiple_answers");
 }
 
 TEST(FrozenLakeJudge, ReplaysMoves) {
@@ -138,16 +149,27 @@ TEST(FrozenLakeJudge, ReplaysMoves) {
   EXPECT_EQ(partial.reason, "not_finished");
   EXPECT_EQ(partial.details["observation"], "SP\nHG");
   EXPECT_EQ(judge.judge_answer(t, "Right Jump").reason, "format_error");
-  EXPECT_EQ(judge.judge_answer(t, "Right,Down,Left").reward, 1.0);  // moves after the goal are ignored
+  EXPECT_EQ(judge.judge_answer(t, "Right,Down,Left").reward,
+            1.0);  // moves after the goal are ignored
 }
 
 TEST(FrozenLakeJudge, ConversationNeedsExactlyOneActionPerReply) {
   const Task t = lake_task_of({"SF", "FG"});
   const BuiltinTask& judge = builtin_task("frozenlake");
-  auto a = [](std::string s) { return text::ChatMessage{.role = text::Role::kAssistant, .content = std::move(s)}; };
-  auto u = [](std::string s) { return text::ChatMessage{.role = text::Role::kUser, .content = std::move(s)}; };
-  EXPECT_EQ(judge.judge_episode(t, {u("g"), a("<action>Down</action>"), u("g"), a("<action>Right</action>")}).reward, 1.0);
-  EXPECT_EQ(judge.judge_episode(t, {u("g"), a("<action>Down</action><action>Right</action>")}).reason, "format_error");
+  auto a = [](std::string s) {
+    return text::ChatMessage{.role = text::Role::kAssistant, .content = std::move(s)};
+  };
+  auto u = [](std::string s) {
+    return text::ChatMessage{.role = text::Role::kUser, .content = std::move(s)};
+  };
+  EXPECT_EQ(judge
+                .judge_episode(
+                    t, {u("g"), a("<action>Down</action>"), u("g"), a("<action>Right</action>")})
+                .reward,
+            1.0);
+  EXPECT_EQ(
+      judge.judge_episode(t, {u("g"), a("<action>Down</action><action>Right</action>")}).reason,
+      "format_error");
   EXPECT_EQ(judge.judge_episode(t, {u("g"), a("Down")}).reason, "format_error");
   EXPECT_EQ(parse_action("I pick <action> Left </action>."), Move::kLeft);
   EXPECT_FALSE(parse_action("<action>left</action>").has_value());

@@ -34,7 +34,8 @@ TEST(TaskJsonl, ReadsTasksAndSkipsBlankLines) {
   const std::string text =
       "{\"task_id\": \"a\", \"main_query\": \"2+2=?\", \"metadata\": {\"answer\": 4}}\n"
       "\n"
-      "{\"task_id\": 7, \"init_messages\": [{\"role\": \"system\", \"content\": \"s\"}, {\"role\": \"user\", \"content\": \"u\"}], "
+      "{\"task_id\": 7, \"init_messages\": [{\"role\": \"system\", \"content\": \"s\"}, {\"role\": "
+      "\"user\", \"content\": \"u\"}], "
       "\"env_type\": \"calc\"}\r\n";
   std::vector<Task> tasks = parse_task_jsonl(text, "t.jsonl");
   ASSERT_EQ(tasks.size(), 2u);
@@ -46,7 +47,8 @@ TEST(TaskJsonl, ReadsTasksAndSkipsBlankLines) {
   EXPECT_EQ(initial_messages(tasks[0], "sys").size(), 2u);
   // Written back and read again: the same tasks.
   std::vector<Task> again = parse_task_jsonl(tasks_to_jsonl(tasks), "again");
-  for (size_t i = 0; i < tasks.size(); ++i) EXPECT_EQ(task_to_json(again[i]), task_to_json(tasks[i]));
+  for (size_t i = 0; i < tasks.size(); ++i)
+    EXPECT_EQ(task_to_json(again[i]), task_to_json(tasks[i]));
 }
 
 TEST(TaskJsonl, ErrorsNameFileLineAndField) {
@@ -58,18 +60,25 @@ TEST(TaskJsonl, ErrorsNameFileLineAndField) {
   };
   const std::vector<Case> cases = {
       {"{\"main_query\": \"x\"}", "bad.jsonl:2: missing required field 'task_id'"},
-      {"{\"task_id\": \"\", \"main_query\": \"x\"}", "bad.jsonl:2: field 'task_id' must not be empty"},
-      {"{\"task_id\": [1], \"main_query\": \"x\"}", "bad.jsonl:2: field 'task_id' must be a string or an integer, got array"},
-      {"{\"task_id\": \"b\", \"main_query\": 5}", "bad.jsonl:2: field 'main_query' must be a string, got integer"},
-      {"{\"task_id\": \"b\", \"main_query\": \"x\", \"metadata\": \"m\"}", "bad.jsonl:2: field 'metadata' must be an object, got string"},
-      {"{\"task_id\": \"b\", \"init_messages\": \"hi\"}", "bad.jsonl:2: field 'init_messages' must be an array of messages, got string"},
+      {"{\"task_id\": \"\", \"main_query\": \"x\"}",
+       "bad.jsonl:2: field 'task_id' must not be empty"},
+      {"{\"task_id\": [1], \"main_query\": \"x\"}",
+       "bad.jsonl:2: field 'task_id' must be a string or an integer, got array"},
+      {"{\"task_id\": \"b\", \"main_query\": 5}",
+       "bad.jsonl:2: field 'main_query' must be a string, got integer"},
+      {"{\"task_id\": \"b\", \"main_query\": \"x\", \"metadata\": \"m\"}",
+       "bad.jsonl:2: field 'metadata' must be an object, got string"},
+      {"{\"task_id\": \"b\", \"init_messages\": \"hi\"}",
+       "bad.jsonl:2: field 'init_messages' must be an array of messages, got string"},
       {"{\"task_id\": \"b\", \"init_messages\": [{\"role\": \"robot\", \"content\": \"x\"}]}",
        "bad.jsonl:2: field init_messages[0].role 'robot' is not one of"},
       {"{\"task_id\": \"b\"}", "bad.jsonl:2: a task needs 'main_query' or 'init_messages'"},
-      {"{\"task_id\": \"a\", \"main_query\": \"x\"}", "bad.jsonl:2: field 'task_id': duplicate id 'a' (first at line 1)"},
+      {"{\"task_id\": \"a\", \"main_query\": \"x\"}",
+       "bad.jsonl:2: field 'task_id': duplicate id 'a' (first at line 1)"},
       {"{\"task_id\": \"b\", \"main_query\": \"x\"", "bad.jsonl:2: invalid JSON"},
       {"[1, 2]", "bad.jsonl:2: a task must be a JSON object, got array"},
-      {"{\"task_id\": \"b\", \"main_query\": \"x\", \"metadata\": {\"tools\": [{\"type\": \"function\"}]}}",
+      {"{\"task_id\": \"b\", \"main_query\": \"x\", \"metadata\": {\"tools\": [{\"type\": "
+       "\"function\"}]}}",
        "bad.jsonl:2: field metadata.tools[0].function is required"},
   };
   for (const Case& c : cases) {
@@ -78,7 +87,8 @@ TEST(TaskJsonl, ErrorsNameFileLineAndField) {
     EXPECT_NE(e.find(c.error), std::string::npos) << "got: " << e << "\nwant: " << c.error;
     EXPECT_EQ(e.find((dir.path() / "bad.jsonl").string()), 0u) << e;  // starts with the path
   }
-  EXPECT_NE(error_of([&] { read_task_jsonl(dir.path() / "missing.jsonl"); }).find("missing.jsonl"), std::string::npos);
+  EXPECT_NE(error_of([&] { read_task_jsonl(dir.path() / "missing.jsonl"); }).find("missing.jsonl"),
+            std::string::npos);
 }
 
 TEST(MetadataFilter, EqualityListsAndRanges) {
@@ -133,13 +143,15 @@ TEST(LoadTasks, BuiltinGeneratorWithFiltersAndLimits) {
   r.builtin.params = Json{{"sizee", 4}};
   EXPECT_NE(error_of([&] { load_tasks(r); }).find("unknown calc param 'sizee'"), std::string::npos);
   r.builtin.generator = "chess";
-  EXPECT_NE(error_of([&] { load_tasks(r); }).find("unknown built-in task 'chess'"), std::string::npos);
+  EXPECT_NE(error_of([&] { load_tasks(r); }).find("unknown built-in task 'chess'"),
+            std::string::npos);
 }
 
 TEST(LoadTasks, JsonlFilesWithRelativePathsAndHashSplit) {
   TempDir dir;
   const std::vector<Task> generated =
-      builtin_task("countdown").generate(GenerateOptions{.split = Split::kTrain, .count = 400, .seed = 1});
+      builtin_task("countdown")
+          .generate(GenerateOptions{.split = Split::kTrain, .count = 400, .seed = 1});
   write_file_atomic(dir.path() / "train.jsonl", tasks_to_jsonl(generated));
   config::TaskReaderConfig r;
   r.type = "jsonl_dataset_file";
@@ -147,10 +159,12 @@ TEST(LoadTasks, JsonlFilesWithRelativePathsAndHashSplit) {
   r.validation_fraction = 0.25;
   TaskSets sets = load_tasks(r, dir.path());
   EXPECT_EQ(sets.training.size() + sets.validation.size(), 400u);
-  EXPECT_NEAR(static_cast<double>(sets.validation.size()), 100.0, 45.0);  // Binomial(400, .25): sd 8.7
+  EXPECT_NEAR(static_cast<double>(sets.validation.size()), 100.0,
+              45.0);  // Binomial(400, .25): sd 8.7
   TaskSets again = load_tasks(r, dir.path());
   ASSERT_EQ(again.validation.size(), sets.validation.size());
-  for (size_t i = 0; i < sets.validation.size(); ++i) EXPECT_EQ(again.validation[i].task_id, sets.validation[i].task_id);
+  for (size_t i = 0; i < sets.validation.size(); ++i)
+    EXPECT_EQ(again.validation[i].task_id, sets.validation[i].task_id);
 
   write_file_atomic(dir.path() / "val.jsonl", tasks_to_jsonl({generated[0]}));
   r.jsonl_dataset_file.validation_file_path = (dir.path() / "val.jsonl").string();
@@ -159,7 +173,8 @@ TEST(LoadTasks, JsonlFilesWithRelativePathsAndHashSplit) {
   EXPECT_EQ(sets.validation.size(), 1u);
 
   r.jsonl_dataset_file.training_file_path = "";
-  EXPECT_NE(error_of([&] { load_tasks(r, dir.path()); }).find("training.file_path is empty"), std::string::npos);
+  EXPECT_NE(error_of([&] { load_tasks(r, dir.path()); }).find("training.file_path is empty"),
+            std::string::npos);
   r.type = "random_dummy";
   EXPECT_TRUE(load_tasks(r).training.empty());
 }
@@ -171,7 +186,8 @@ std::vector<std::string> ids(const std::vector<Task>& tasks) {
 }
 
 TEST(TaskStream, SeededPermutationPerEpochAndResumable) {
-  const std::vector<Task> tasks = builtin_task("calc").generate(GenerateOptions{.count = 10, .seed = 2});
+  const std::vector<Task> tasks =
+      builtin_task("calc").generate(GenerateOptions{.count = 10, .seed = 2});
   TaskStream stream(tasks, true, 42);
   const std::vector<Task> epoch0 = stream.next_batch(10);
   EXPECT_EQ(stream.epoch(), 0);

@@ -14,19 +14,21 @@
 namespace ajet::tasks::testing {
 
 struct ScriptedTurn {
-  std::string text;                      // generated text (may hold <tool_call> blocks)
+  std::string text;  // generated text (may hold <tool_call> blocks)
   std::string finish_reason = "stop";
-  std::optional<ErrorCode> error{};      // throw Error(code) instead of replying
+  std::optional<ErrorCode> error{};  // throw Error(code) instead of replying
 };
 
 class ScriptedChatModel : public ChatModel {
  public:
   explicit ScriptedChatModel(std::vector<ScriptedTurn> turns) : turns_(std::move(turns)) {}
   // Replies computed from the conversation so far (e.g. an oracle agent).
-  explicit ScriptedChatModel(std::function<std::string(const std::vector<text::ChatMessage>&)> policy)
+  explicit ScriptedChatModel(
+      std::function<std::string(const std::vector<text::ChatMessage>&)> policy)
       : policy_(std::move(policy)) {}
 
-  ModelReply complete(const std::vector<text::ChatMessage>& messages, const std::vector<OrderedJson>& tools) override {
+  ModelReply complete(const std::vector<text::ChatMessage>& messages,
+                      const std::vector<OrderedJson>& tools) override {
     seen_messages.push_back(messages);
     seen_tools.push_back(tools);
     if (policy_) return reply_from_text(policy_(messages), "stop", next_id_++);
@@ -48,7 +50,8 @@ class ScriptedChatModel : public ChatModel {
 };
 
 inline std::string calc_call(const std::string& expression) {
-  return "<tool_call>\n{\"name\": \"calculator\", \"arguments\": {\"expression\": \"" + expression + "\"}}\n</tool_call>";
+  return "<tool_call>\n{\"name\": \"calculator\", \"arguments\": {\"expression\": \"" + expression +
+         "\"}}\n</tool_call>";
 }
 
 }  // namespace ajet::tasks::testing

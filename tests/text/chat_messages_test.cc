@@ -31,7 +31,8 @@ TEST(ChatMessages, ParsesAFullRequest) {
       {"role": "assistant", "content": "done"}
     ],
     "tools": [{"type": "function", "function": {"name": "f", "description": "d", "parameters": {"type": "object"}}}]
-  })", "test");
+  })",
+                                           "test");
   ASSERT_EQ(r.messages.size(), 5u);
   EXPECT_EQ(r.messages[0].role, Role::kDeveloper);
   EXPECT_EQ(r.messages[1].content, "a\nb");
@@ -72,15 +73,20 @@ TEST(ChatMessages, ErrorsNameTheFieldPath) {
       {R"({"messages": []})", "messages must not be empty"},
       {R"({"messages": [1]})", "messages[0] must be an object, got integer"},
       {R"({"messages": [{"content": "x"}]})", "messages[0].role is required"},
-      {R"({"messages": [{"role": 3, "content": "x"}]})", "messages[0].role must be a string, got integer"},
-      {R"({"messages": [{"role": "bot", "content": "x"}]})", "messages[0].role 'bot' is not one of"},
+      {R"({"messages": [{"role": 3, "content": "x"}]})",
+       "messages[0].role must be a string, got integer"},
+      {R"({"messages": [{"role": "bot", "content": "x"}]})",
+       "messages[0].role 'bot' is not one of"},
       {R"({"messages": [{"role": "user"}]})", "messages[0].content is required for a user message"},
       {R"({"messages": [{"role": "user", "content": 5}]})",
        "messages[0].content must be a string, null or a list of text parts, got integer"},
       {R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]})",
-       "messages[0].content[0].type 'image_url' is not supported (only text parts can be rendered)"},
-      {R"({"messages": [{"role": "user", "content": [{"type": "text"}]}]})", "messages[0].content[0].text is required"},
-      {R"({"messages": [{"role": "user", "content": ["hi"]}]})", "messages[0].content[0] must be an object, got string"},
+       "messages[0].content[0].type 'image_url' is not supported (only text parts can be "
+       "rendered)"},
+      {R"({"messages": [{"role": "user", "content": [{"type": "text"}]}]})",
+       "messages[0].content[0].text is required"},
+      {R"({"messages": [{"role": "user", "content": ["hi"]}]})",
+       "messages[0].content[0] must be an object, got string"},
       {R"({"messages": [{"role": "user", "content": "x", "tool_calls": [{}]}]})",
        "messages[0].tool_calls is only allowed on assistant messages, not user"},
       {R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "tool_calls": {}}]})",
@@ -100,10 +106,12 @@ TEST(ChatMessages, ErrorsNameTheFieldPath) {
        "messages[0].tool_calls[0].function.arguments is required"},
       {R"({"messages": [{"role": "assistant", "reasoning_content": 1}]})",
        "messages[0].reasoning_content must be a string, got integer"},
-      {R"({"messages": [{"role": "user", "content": "x"}], "tools": {}})", "tools must be an array, got object"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": {}})",
+       "tools must be an array, got object"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "retrieval"}]})",
        "tools[0].type must be \"function\", got \"retrieval\""},
-      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", "tools[0].function is required"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})",
+       "tools[0].function is required"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {}}]})",
        "tools[0].function.name is required"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f", "parameters": []}}]})",
@@ -113,8 +121,10 @@ TEST(ChatMessages, ErrorsNameTheFieldPath) {
   };
   for (const Case& c : cases) {
     const std::string message = parse_error(c.json);
-    EXPECT_NE(message.find(c.expected), std::string::npos) << "input: " << c.json << "\n got: " << message;
-    EXPECT_EQ(message.rfind("request: ", 0), 0u) << "errors start with the source name: " << message;
+    EXPECT_NE(message.find(c.expected), std::string::npos)
+        << "input: " << c.json << "\n got: " << message;
+    EXPECT_EQ(message.rfind("request: ", 0), 0u)
+        << "errors start with the source name: " << message;
   }
 }
 
@@ -128,12 +138,15 @@ TEST(ChatMessages, InvalidJsonTextNamesTheSource) {
 TEST(ChatMessages, ToolCallArgumentsNestedPastTheLimitAreRefusedNamingTheField) {
   auto body = [](const std::string& arguments) {
     return R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "tool_calls": [)"
-           R"({"type": "function", "function": {"name": "f", "arguments": ")" + arguments + R"("}}]}]})";
+           R"({"type": "function", "function": {"name": "f", "arguments": ")" +
+           arguments + R"("}}]}]})";
   };
   const std::string message = parse_error(body(std::string(70000, '[') + std::string(70000, ']')));
-  EXPECT_NE(message.find("messages[1].tool_calls[0].function.arguments: invalid JSON at [0][0]"), std::string::npos)
+  EXPECT_NE(message.find("messages[1].tool_calls[0].function.arguments: invalid JSON at [0][0]"),
+            std::string::npos)
       << message.substr(0, 300);
-  EXPECT_NE(message.find("nested deeper than 128 levels"), std::string::npos) << message.substr(0, 300);
+  EXPECT_NE(message.find("nested deeper than 128 levels"), std::string::npos)
+      << message.substr(0, 300);
   EXPECT_NO_THROW(parse_chat_request(body(std::string(128, '[') + std::string(128, ']')), "test"));
   EXPECT_NO_THROW(parse_chat_request(body("[[[ not json"), "test"));
 }
@@ -143,8 +156,9 @@ TEST(ChatMessages, KeepsToolKeyOrder) {
       R"({"messages": [{"role": "user", "content": "x"}],
           "tools": [{"type": "function", "function": {"name": "f", "parameters": {"zeta": 1, "alpha": 2, "mid": 3}}}]})",
       "test");
-  EXPECT_EQ(template_json(r.tools[0]),
-            R"({"type": "function", "function": {"name": "f", "parameters": {"zeta": 1, "alpha": 2, "mid": 3}}})");
+  EXPECT_EQ(
+      template_json(r.tools[0]),
+      R"({"type": "function", "function": {"name": "f", "parameters": {"zeta": 1, "alpha": 2, "mid": 3}}})");
 }
 
 TEST(ChatMessages, TemplateJsonFormatsLikeJinjaTojson) {

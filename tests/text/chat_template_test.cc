@@ -40,7 +40,8 @@ bool has_tools(const ChatRequest& r) {
 
 TEST(ChatTemplate, UserAndAssistantSpans) {
   for (ChatFamily f : kFamilies) {
-    const RenderedChat r = render_chat(f, request(R"({"messages": [{"role": "user", "content": "Hi"},
+    const RenderedChat r =
+        render_chat(f, request(R"({"messages": [{"role": "user", "content": "Hi"},
                                                                    {"role": "assistant", "content": "Yo"}]})"));
     const ChatSpan* user = r.message_span(0);
     const ChatSpan* assistant = r.message_span(1);
@@ -53,9 +54,11 @@ TEST(ChatTemplate, UserAndAssistantSpans) {
     EXPECT_EQ(r.footer(*assistant), "<|im_end|>\n");
     EXPECT_EQ(r.message_span(2), nullptr);
     // Qwen3 writes an (empty) think block into the final assistant turn; the others do not.
-    EXPECT_EQ(r.body(*assistant), f == ChatFamily::kQwen3 ? "<think>\n\n</think>\n\nYo" : "Yo") << family_name(f);
+    EXPECT_EQ(r.body(*assistant), f == ChatFamily::kQwen3 ? "<think>\n\n</think>\n\nYo" : "Yo")
+        << family_name(f);
     // Qwen2.5 alone adds a default system prompt, as a preamble.
-    EXPECT_EQ(r.spans.front().kind == SpanKind::kPreamble, f == ChatFamily::kQwen2_5) << family_name(f);
+    EXPECT_EQ(r.spans.front().kind == SpanKind::kPreamble, f == ChatFamily::kQwen2_5)
+        << family_name(f);
   }
 }
 
@@ -73,7 +76,8 @@ TEST(ChatTemplate, FoldedToolResultsSplitIntoSpans) {
     const ChatSpan& a = *r.message_span(1);
     EXPECT_EQ(r.header(a), "<|im_start|>assistant\n");
     EXPECT_EQ(r.body(a),
-              "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"k\": [1, {\"z\": 2, \"a\": 3}]}}\n</tool_call>\n"
+              "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"k\": [1, {\"z\": 2, \"a\": "
+              "3}]}}\n</tool_call>\n"
               "<tool_call>\n{\"name\": \"g\", \"arguments\": {}}\n</tool_call>")
         << family_name(f);
     const ChatSpan& t1 = *r.message_span(2);
@@ -88,15 +92,18 @@ TEST(ChatTemplate, FoldedToolResultsSplitIntoSpans) {
 }
 
 TEST(ChatTemplate, SystemWithToolsPutsToolsInFooter) {
-  const ChatRequest req = request(R"({"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "u"}],
+  const ChatRequest req = request(
+      R"({"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "u"}],
       "tools": [{"type": "function", "function": {"name": "f", "description": "é", "parameters": {"type": "object"}}}]})");
   for (ChatFamily f : {ChatFamily::kQwen3, ChatFamily::kQwen2_5}) {
     const RenderedChat r = render_chat(f, req);
     const ChatSpan& s = *r.message_span(0);
     EXPECT_EQ(s.begin, 0u);
     EXPECT_EQ(r.body(s), "S");
-    EXPECT_NE(r.footer(s).find(R"({"type": "function", "function": {"name": "f", "description": "é", "parameters": {"type": "object"}}})"),
-              std::string_view::npos);
+    EXPECT_NE(
+        r.footer(s).find(
+            R"({"type": "function", "function": {"name": "f", "description": "é", "parameters": {"type": "object"}}})"),
+        std::string_view::npos);
     EXPECT_EQ(r.footer(s).substr(0, 9), "\n\n# Tools");
   }
   // Without a system message the tools block is a preamble; Qwen2.5 puts its default prompt first.
@@ -106,25 +113,31 @@ TEST(ChatTemplate, SystemWithToolsPutsToolsInFooter) {
   EXPECT_EQ(q3.spans[0].kind, SpanKind::kPreamble);
   EXPECT_EQ(q3.header(q3.spans[0]).substr(0, 27), "<|im_start|>system\n# Tools\n");
   const RenderedChat q25 = render_chat(ChatFamily::kQwen2_5, no_system);
-  EXPECT_EQ(q25.header(q25.spans[0]).find("<|im_start|>system\nYou are Qwen, created by Alibaba Cloud."), 0u);
+  EXPECT_EQ(
+      q25.header(q25.spans[0]).find("<|im_start|>system\nYou are Qwen, created by Alibaba Cloud."),
+      0u);
 }
 
 TEST(ChatTemplate, GenerationPromptIsItsOwnSpan) {
   const ChatRequest req = request(R"({"messages": [{"role": "user", "content": "u"}]})");
   for (ChatFamily f : kFamilies) {
     const RenderedChat without = render_chat(f, req);
-    const RenderedChat with = render_chat(f, req, {.add_generation_prompt = true, .enable_thinking = std::nullopt});
+    const RenderedChat with =
+        render_chat(f, req, {.add_generation_prompt = true, .enable_thinking = std::nullopt});
     ASSERT_EQ(with.spans.size(), without.spans.size() + 1);
     const ChatSpan& g = with.spans.back();
     EXPECT_EQ(g.kind, SpanKind::kGenerationPrompt);
     EXPECT_EQ(g.message_index, -1);
     EXPECT_EQ(with.text.substr(0, g.begin), without.text);
     EXPECT_EQ(with.header(g), "<|im_start|>assistant\n");
-    const RenderedChat no_think = render_chat(f, req, {.add_generation_prompt = true, .enable_thinking = false});
+    const RenderedChat no_think =
+        render_chat(f, req, {.add_generation_prompt = true, .enable_thinking = false});
     EXPECT_EQ(no_think.header(no_think.spans.back()),
-              f == ChatFamily::kQwen3 ? "<|im_start|>assistant\n<think>\n\n</think>\n\n" : "<|im_start|>assistant\n");
+              f == ChatFamily::kQwen3 ? "<|im_start|>assistant\n<think>\n\n</think>\n\n"
+                                      : "<|im_start|>assistant\n");
     // enable_thinking=true is the template default.
-    EXPECT_EQ(render_chat(f, req, {.add_generation_prompt = true, .enable_thinking = true}).text, with.text);
+    EXPECT_EQ(render_chat(f, req, {.add_generation_prompt = true, .enable_thinking = true}).text,
+              with.text);
   }
 }
 
@@ -140,7 +153,8 @@ TEST(ChatTemplate, GenerationPromptIsAPrefixOfTheRenderedReply) {
     for (ChatFamily f : kFamilies) {
       if (f == ChatFamily::kChatml && has_tools(full)) continue;
       const RenderedChat with_reply = render_chat(f, full);
-      const RenderedChat prompt = render_chat(f, history, {.add_generation_prompt = true, .enable_thinking = std::nullopt});
+      const RenderedChat prompt =
+          render_chat(f, history, {.add_generation_prompt = true, .enable_thinking = std::nullopt});
       const ChatSpan& reply = with_reply.spans.back();
       ASSERT_EQ(reply.message_index, static_cast<int>(full.messages.size() - 1));
       EXPECT_EQ(with_reply.text.substr(0, reply.body_begin), prompt.text) << family_name(f);
@@ -155,7 +169,8 @@ TEST(ChatTemplate, SpansConcatenateToTheText) {
   for (const ChatRequest& req : all_cases()) {
     for (ChatFamily f : kFamilies) {
       if (f == ChatFamily::kChatml && has_tools(req)) continue;
-      const RenderedChat r = render_chat(f, req, {.add_generation_prompt = true, .enable_thinking = std::nullopt});
+      const RenderedChat r =
+          render_chat(f, req, {.add_generation_prompt = true, .enable_thinking = std::nullopt});
       std::string joined;
       for (const ChatSpan& s : r.spans) {
         joined += r.header(s);
@@ -170,10 +185,12 @@ TEST(ChatTemplate, SpansConcatenateToTheText) {
 
 // Python's str.strip('\n') strips newlines only; @huggingface/jinja would strip the spaces too.
 TEST(ChatTemplate, Qwen3StripsOnlyNewlinesLikePython) {
-  const RenderedChat r = render_chat(ChatFamily::kQwen3, request(R"({"messages": [{"role": "user", "content": "q"},
+  const RenderedChat r =
+      render_chat(ChatFamily::kQwen3, request(R"({"messages": [{"role": "user", "content": "q"},
       {"role": "assistant", "content": "\n\n answer ", "reasoning_content": "\n  reason \n\n"}]})"));
   EXPECT_EQ(r.body(*r.message_span(1)), "<think>\n  reason \n</think>\n\n answer ");
-  const RenderedChat inline_think = render_chat(ChatFamily::kQwen3, request(R"({"messages": [{"role": "user", "content": "q"},
+  const RenderedChat inline_think =
+      render_chat(ChatFamily::kQwen3, request(R"({"messages": [{"role": "user", "content": "q"},
       {"role": "assistant", "content": "pre<think> \nr\n</think>\n post"}]})"));
   EXPECT_EQ(inline_think.body(*inline_think.message_span(1)), "<think>\n \nr\n</think>\n\n post");
 }
@@ -191,14 +208,19 @@ TEST(ChatTemplate, Qwen3DropsThinkingBeforeTheLastQuery) {
 TEST(ChatTemplate, NonObjectArgumentsFollowEachTemplate) {
   const ChatRequest req = request(R"({"messages": [{"role": "user", "content": "q"},
       {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "f", "arguments": "[1, 2]"}}]}]})");
-  EXPECT_NE(render_chat(ChatFamily::kQwen3, req).text.find(R"({"name": "f", "arguments": [1, 2]})"), std::string::npos);
-  EXPECT_NE(render_chat(ChatFamily::kQwen2_5, req).text.find(R"({"name": "f", "arguments": "[1, 2]"})"), std::string::npos);
+  EXPECT_NE(render_chat(ChatFamily::kQwen3, req).text.find(R"({"name": "f", "arguments": [1, 2]})"),
+            std::string::npos);
+  EXPECT_NE(
+      render_chat(ChatFamily::kQwen2_5, req).text.find(R"({"name": "f", "arguments": "[1, 2]"})"),
+      std::string::npos);
 }
 
 TEST(ChatTemplate, DeveloperRendersAsSystem) {
-  const RenderedChat r = render_chat(ChatFamily::kQwen2_5, request(R"({"messages": [{"role": "developer", "content": "d"},
+  const RenderedChat r = render_chat(ChatFamily::kQwen2_5,
+                                     request(R"({"messages": [{"role": "developer", "content": "d"},
       {"role": "user", "content": "u"}]})"));
-  EXPECT_EQ(r.spans[0].kind, SpanKind::kMessage) << "a developer message replaces the default system prompt";
+  EXPECT_EQ(r.spans[0].kind, SpanKind::kMessage)
+      << "a developer message replaces the default system prompt";
   EXPECT_EQ(r.span_text(r.spans[0]), "<|im_start|>system\nd<|im_end|>\n");
 }
 
@@ -211,7 +233,8 @@ TEST(ChatTemplate, PlainChatmlRefusesTools) {
     EXPECT_NE(std::string(e.what()).find("no tool format"), std::string::npos) << e.what();
   }
   EXPECT_THROW(render_chat(ChatFamily::kChatml, request(R"({"messages": [{"role": "assistant",
-      "tool_calls": [{"function": {"name": "f", "arguments": "{}"}}]}]})")), Error);
+      "tool_calls": [{"function": {"name": "f", "arguments": "{}"}}]}]})")),
+               Error);
 }
 
 TEST(ChatTemplate, EmptyRequestIsAnError) {
@@ -229,8 +252,10 @@ TEST(ChatTemplate, DetectsFamilies) {
   const TemplateDetection changed = detect_chat_family(q25 + " ");
   EXPECT_EQ(changed.family, ChatFamily::kQwen2_5);
   EXPECT_FALSE(changed.verified);
-  EXPECT_EQ(detect_chat_family("{{ '<tool_call>' }}{% set ns = namespace(last_query_index=0) %}<think>").family,
-            ChatFamily::kQwen3);
+  EXPECT_EQ(
+      detect_chat_family("{{ '<tool_call>' }}{% set ns = namespace(last_query_index=0) %}<think>")
+          .family,
+      ChatFamily::kQwen3);
 }
 
 // The template the BPE trainer writes for our own tiny model must stay one we verify.
@@ -244,8 +269,10 @@ TEST(ChatTemplate, UnknownTemplatesAreErrors) {
   const char* unknown[] = {
       "",
       "{% for m in messages %}[INST] {{ m.content }} [/INST]{% endfor %}",
-      // ChatML with a default system prompt or a tool format we do not model must not pass as plain.
-      "{% if messages[0]['role'] != 'system' %}<|im_start|>system\nYou are a helpful assistant<|im_end|>{% endif %}"
+      // ChatML with a default system prompt or a tool format we do not model must not pass as
+      // plain.
+      "{% if messages[0]['role'] != 'system' %}<|im_start|>system\nYou are a helpful "
+      "assistant<|im_end|>{% endif %}"
       "{% for m in messages %}<|im_start|>{{ m.role }}{% endfor %}<|im_end|>",
       "<|im_start|>{{ tools }}<|im_end|>",
   };
@@ -274,14 +301,18 @@ class ChatTemplateFiles : public ::testing::Test {
     std::filesystem::create_directories(dir_);
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
-  void write(const std::string& name, const std::string& text) { write_file_atomic(dir_ / name, text); }
+  void write(const std::string& name, const std::string& text) {
+    write_file_atomic(dir_ / name, text);
+  }
   std::filesystem::path dir_;
 };
 
 TEST_F(ChatTemplateFiles, LoadsStringListOrJinjaFile) {
   write("tokenizer_config.json", R"({"chat_template": "T1"})");
   EXPECT_EQ(load_chat_template(dir_), "T1");
-  write("tokenizer_config.json", R"({"chat_template": [{"name": "tool_use", "template": "T2"}, {"name": "default", "template": "T3"}]})");
+  write(
+      "tokenizer_config.json",
+      R"({"chat_template": [{"name": "tool_use", "template": "T2"}, {"name": "default", "template": "T3"}]})");
   EXPECT_EQ(load_chat_template(dir_), "T3");
   write("tokenizer_config.json", R"({"eos_token": "x"})");
   write("chat_template.jinja", "T4");
@@ -301,7 +332,8 @@ TEST_F(ChatTemplateFiles, LoadErrorsNameTheFile) {
     load_chat_template(dir_);
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("tokenizer_config.json: invalid JSON"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("tokenizer_config.json: invalid JSON"), std::string::npos)
+        << e.what();
   }
   write("tokenizer_config.json", R"({"chat_template": [{"name": "tool_use", "template": "T"}]})");
   EXPECT_THROW(load_chat_template(dir_), Error);

@@ -22,11 +22,15 @@ inline std::filesystem::path data_dir() { return source_dir() / "tests" / "text"
 // The node_modules directory with the reference packages, or nullopt with `why` set when node/npm
 // are unavailable (the caller must GTEST_SKIP with that reason, loudly).
 inline std::optional<std::filesystem::path> npm_node_modules(std::string* why) {
-  if (run_command("command -v node >/dev/null 2>&1 && echo ok").out.find("ok") == std::string::npos) {
-    *why = "node is not installed: cannot compare against the JS reference (install nodejs, see scripts/setup.sh)";
+  if (run_command("command -v node >/dev/null 2>&1 && echo ok").out.find("ok") ==
+      std::string::npos) {
+    *why =
+        "node is not installed: cannot compare against the JS reference (install nodejs, see "
+        "scripts/setup.sh)";
     return std::nullopt;
   }
-  CommandResult r = run_command("bash '" + (source_dir() / "scripts" / "npm-deps.sh").string() + "'");
+  CommandResult r =
+      run_command("bash '" + (source_dir() / "scripts" / "npm-deps.sh").string() + "'");
   if (r.exit_code != 0) {
     *why = "scripts/npm-deps.sh exited with " + std::to_string(r.exit_code) +
            " (npm or the registry unavailable): cannot compare against the JS reference";

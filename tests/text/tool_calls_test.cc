@@ -31,7 +31,8 @@ TEST(ToolCalls, PlainTextIsContentUnchanged) {
 
 TEST(ToolCalls, ParsesSeveralCalls) {
   const ParsedOutput p = parse_model_output(
-      "Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Zürich\",\"days\":[1,2]}}\n</tool_call>\n"
+      "Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+      "{\"city\":\"Zürich\",\"days\":[1,2]}}\n</tool_call>\n"
       "<tool_call>{\"arguments\": {}, \"name\": \"now\"}</tool_call>\n",
       counting_ids());
   EXPECT_EQ(p.content, "Let me look.");
@@ -49,14 +50,16 @@ TEST(ToolCalls, ParsesSeveralCalls) {
 }
 
 TEST(ToolCalls, OnlyToolCallsGiveEmptyContent) {
-  const ParsedOutput p = parse_model_output("<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>", counting_ids());
+  const ParsedOutput p = parse_model_output(
+      "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>", counting_ids());
   EXPECT_EQ(p.content, "");
   EXPECT_TRUE(p.to_message().content_was_null);
 }
 
 TEST(ToolCalls, TextAfterToolCallsIsKept) {
   const ParsedOutput p = parse_model_output(
-      "A\n<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>\nB\n<tool_call>{\"name\": \"g\", \"arguments\": {}}</tool_call> C ",
+      "A\n<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>\nB\n<tool_call>{\"name\": "
+      "\"g\", \"arguments\": {}}</tool_call> C ",
       counting_ids());
   EXPECT_EQ(p.content, "A\nB\nC");
   EXPECT_EQ(p.tool_calls.size(), 2u);
@@ -64,7 +67,8 @@ TEST(ToolCalls, TextAfterToolCallsIsKept) {
 
 TEST(ToolCalls, ThinkBlockBecomesReasoning) {
   const ParsedOutput p = parse_model_output(
-      "<think>\nI should call f.\n</think>\n\nSure.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>",
+      "<think>\nI should call f.\n</think>\n\nSure.\n<tool_call>\n{\"name\": \"f\", \"arguments\": "
+      "{\"a\": 1}}\n</tool_call>",
       counting_ids());
   EXPECT_EQ(p.reasoning_content, "I should call f.");
   EXPECT_EQ(p.content, "Sure.");
@@ -103,14 +107,20 @@ struct MalformedCase {
 
 TEST(ToolCalls, MalformedBlocksStayInTextAndAreFlagged) {
   const MalformedCase cases[] = {
-      {"<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": }\n</tool_call>", ParseIssue::Kind::kBadJson, "invalid JSON at arguments.a"},
-      {"<tool_call>[1, 2]</tool_call>", ParseIssue::Kind::kNotAnObject, "is a JSON array, not an object"},
-      {"<tool_call>{\"arguments\": {}}</tool_call>", ParseIssue::Kind::kMissingName, "no non-empty string \"name\""},
-      {"<tool_call>{\"name\": 5, \"arguments\": {}}</tool_call>", ParseIssue::Kind::kMissingName, "\"name\""},
-      {"<tool_call>{\"name\": \"f\", \"arguments\": \"{}\"}</tool_call>", ParseIssue::Kind::kArgumentsNotObject,
-       "(f): \"arguments\" must be an object, got string"},
-      {"<tool_call>{\"name\": \"f\"}</tool_call>", ParseIssue::Kind::kArgumentsNotObject, "got nothing"},
-      {"<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\"", ParseIssue::Kind::kUnterminated, "has no closing </tool_call>"},
+      {"<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": }\n</tool_call>",
+       ParseIssue::Kind::kBadJson, "invalid JSON at arguments.a"},
+      {"<tool_call>[1, 2]</tool_call>", ParseIssue::Kind::kNotAnObject,
+       "is a JSON array, not an object"},
+      {"<tool_call>{\"arguments\": {}}</tool_call>", ParseIssue::Kind::kMissingName,
+       "no non-empty string \"name\""},
+      {"<tool_call>{\"name\": 5, \"arguments\": {}}</tool_call>", ParseIssue::Kind::kMissingName,
+       "\"name\""},
+      {"<tool_call>{\"name\": \"f\", \"arguments\": \"{}\"}</tool_call>",
+       ParseIssue::Kind::kArgumentsNotObject, "(f): \"arguments\" must be an object, got string"},
+      {"<tool_call>{\"name\": \"f\"}</tool_call>", ParseIssue::Kind::kArgumentsNotObject,
+       "got nothing"},
+      {"<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\"", ParseIssue::Kind::kUnterminated,
+       "has no closing </tool_call>"},
   };
   for (const MalformedCase& c : cases) {
     const std::string prefix = "Before ";
@@ -122,15 +132,17 @@ TEST(ToolCalls, MalformedBlocksStayInTextAndAreFlagged) {
     const ParseIssue& issue = p.issues[0];
     EXPECT_EQ(issue.kind, c.kind) << c.block;
     EXPECT_NE(issue.reason.find(c.reason_part), std::string::npos) << issue.reason;
-    EXPECT_NE(issue.reason.find("byte " + std::to_string(prefix.size())), std::string::npos) << issue.reason;
+    EXPECT_NE(issue.reason.find("byte " + std::to_string(prefix.size())), std::string::npos)
+        << issue.reason;
     EXPECT_EQ(text.substr(issue.byte_begin, issue.byte_end - issue.byte_begin), c.block);
   }
 }
 
 TEST(ToolCalls, GoodAndBadBlocksTogether) {
   const std::string bad = "<tool_call>{not json}</tool_call>";
-  const std::string text = "<think>r</think>Doing two things.\n" + bad +
-                           "\n<tool_call>{\"name\": \"g\", \"arguments\": {\"x\": true}}</tool_call>";
+  const std::string text =
+      "<think>r</think>Doing two things.\n" + bad +
+      "\n<tool_call>{\"name\": \"g\", \"arguments\": {\"x\": true}}</tool_call>";
   const ParsedOutput p = parse_model_output(text, counting_ids());
   ASSERT_EQ(p.tool_calls.size(), 1u);
   EXPECT_EQ(p.tool_calls[0].name, "g");
@@ -141,7 +153,8 @@ TEST(ToolCalls, GoodAndBadBlocksTogether) {
 }
 
 TEST(ToolCalls, UnterminatedBeforeAGoodBlock) {
-  const std::string text = "<tool_call>{\"name\": \"f\", <tool_call>{\"name\": \"g\", \"arguments\": {}}</tool_call>";
+  const std::string text =
+      "<tool_call>{\"name\": \"f\", <tool_call>{\"name\": \"g\", \"arguments\": {}}</tool_call>";
   const ParsedOutput p = parse_model_output(text, counting_ids());
   ASSERT_EQ(p.tool_calls.size(), 1u);
   EXPECT_EQ(p.tool_calls[0].name, "g");
@@ -164,22 +177,27 @@ TEST(ToolCalls, RandomIdsLookLikeOpenAi) {
   const std::string b = random_tool_call_id();
   EXPECT_TRUE(std::regex_match(a, std::regex("call_[0-9a-f]{24}"))) << a;
   EXPECT_NE(a, b);
-  const ParsedOutput p = parse_model_output("<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>");
+  const ParsedOutput p =
+      parse_model_output("<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>");
   ASSERT_EQ(p.tool_calls.size(), 1u);
-  EXPECT_TRUE(std::regex_match(p.tool_calls[0].id, std::regex("call_[0-9a-f]{24}"))) << p.tool_calls[0].id;
+  EXPECT_TRUE(std::regex_match(p.tool_calls[0].id, std::regex("call_[0-9a-f]{24}")))
+      << p.tool_calls[0].id;
 }
 
 // What a model trained on the template writes parses into a message that renders back to exactly
 // that text (the assistant body), for each family that has a tool format.
 TEST(ToolCalls, ParseThenRenderGivesTheOutputBack) {
-  const std::string call_f = "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"q\": \"中文\", \"n\": [1, 2.5, {\"z\": null}]}}\n</tool_call>";
+  const std::string call_f =
+      "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"q\": \"中文\", \"n\": [1, 2.5, {\"z\": "
+      "null}]}}\n</tool_call>";
   const std::string call_g = "<tool_call>\n{\"name\": \"g\", \"arguments\": {}}\n</tool_call>";
   struct Case {
     ChatFamily family;
     std::string output;
   };
   const Case cases[] = {
-      {ChatFamily::kQwen3, "<think>\nLet me think.\n</think>\n\nCalling.\n" + call_f + "\n" + call_g},
+      {ChatFamily::kQwen3,
+       "<think>\nLet me think.\n</think>\n\nCalling.\n" + call_f + "\n" + call_g},
       {ChatFamily::kQwen3, "<think>\n\n</think>\n\n" + call_g},
       {ChatFamily::kQwen3, "<think>\nplain\n</think>\n\nJust text."},
       {ChatFamily::kQwen2_5, "Calling.\n" + call_f + "\n" + call_g},

@@ -1,5 +1,6 @@
-// A libtorch program that measures single-threaded float32 GEMM. The reference BLAS runs ~3.5 GFLOP/s
-// here, OpenBLAS 40-57, so the loose bound of 10 GFLOP/s tells them apart without noise failing it.
+// A libtorch program that measures single-threaded float32 GEMM. The reference BLAS runs ~3.5
+// GFLOP/s here, OpenBLAS 40-57, so the loose bound of 10 GFLOP/s tells them apart without noise
+// failing it.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -31,9 +32,11 @@ TEST(Torch, GemmIsNotReferenceBlas) {
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     best_gflops = std::max(best_gflops, 2.0 * n * n * n * iters / s / 1e9);
   }
-  std::printf("single-thread float32 GEMM %lldx%lld: %.1f GFLOP/s\n", (long long)n, (long long)n, best_gflops);
+  std::printf("single-thread float32 GEMM %lldx%lld: %.1f GFLOP/s\n", (long long)n, (long long)n,
+              best_gflops);
   RecordProperty("gflops", std::to_string(best_gflops));
-  EXPECT_GT(best_gflops, 10.0) << "matmul is running on a reference BLAS; install libopenblas0-openmp";
+  EXPECT_GT(best_gflops, 10.0)
+      << "matmul is running on a reference BLAS; install libopenblas0-openmp";
 }
 
 }  // namespace

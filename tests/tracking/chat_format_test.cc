@@ -1,5 +1,6 @@
 // Turn signatures: how the tracker decides that an assistant message a client sent back is an
-// earlier completion (content trimmed, tool calls by name and JSON value, reasoning and ids ignored).
+// earlier completion (content trimmed, tool calls by name and JSON value, reasoning and ids
+// ignored).
 #include <gtest/gtest.h>
 
 #include "common/error.h"
@@ -19,26 +20,42 @@ text::ChatMessage assistant(std::string content, std::vector<text::ToolCall> cal
 }
 
 TEST(TurnSignature, ToolCallArgumentsCompareAsJsonValues) {
-  const TurnSignature gen =
-      generated_signature("", "Let me look.\n<tool_call>\n{\"name\":\"f\",\"arguments\":{\"b\":[1,2],\"a\":\"x\"}}\n</tool_call>");
+  const TurnSignature gen = generated_signature(
+      "",
+      "Let me "
+      "look.\n<tool_call>\n{\"name\":\"f\",\"arguments\":{\"b\":[1,2],\"a\":\"x\"}}\n</tool_call>");
   // Parsed fields, different key order and spacing, a tool-call id, surrounding whitespace.
-  EXPECT_EQ(message_signature(assistant("  Let me look. ", {{"call_1", "f", "{\"a\": \"x\", \"b\": [1, 2]}"}})).key, gen.key);
-  // The raw text echoed back in content.
-  EXPECT_EQ(message_signature(assistant("Let me look.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": \"x\", \"b\": [1,2]}}\n</tool_call>")).key,
+  EXPECT_EQ(message_signature(
+                assistant("  Let me look. ", {{"call_1", "f", "{\"a\": \"x\", \"b\": [1, 2]}"}}))
+                .key,
             gen.key);
+  // The raw text echoed back in content.
+  EXPECT_EQ(
+      message_signature(assistant("Let me look.\n<tool_call>\n{\"name\": \"f\", \"arguments\": "
+                                  "{\"a\": \"x\", \"b\": [1,2]}}\n</tool_call>"))
+          .key,
+      gen.key);
   // A different value, name, or content is another turn.
-  EXPECT_NE(message_signature(assistant("Let me look.", {{"", "f", "{\"a\": \"y\", \"b\": [1, 2]}"}})).key, gen.key);
-  EXPECT_NE(message_signature(assistant("Let me look.", {{"", "g", "{\"a\": \"x\", \"b\": [1, 2]}"}})).key, gen.key);
-  EXPECT_NE(message_signature(assistant("Let me see.", {{"", "f", "{\"a\": \"x\", \"b\": [1, 2]}"}})).key, gen.key);
+  EXPECT_NE(
+      message_signature(assistant("Let me look.", {{"", "f", "{\"a\": \"y\", \"b\": [1, 2]}"}}))
+          .key,
+      gen.key);
+  EXPECT_NE(
+      message_signature(assistant("Let me look.", {{"", "g", "{\"a\": \"x\", \"b\": [1, 2]}"}}))
+          .key,
+      gen.key);
+  EXPECT_NE(
+      message_signature(assistant("Let me see.", {{"", "f", "{\"a\": \"x\", \"b\": [1, 2]}"}})).key,
+      gen.key);
   EXPECT_NE(message_signature(assistant("Let me look.")).key, gen.key);
   // Arguments that are not JSON compare as text and never equal a JSON value.
   EXPECT_NE(message_signature(assistant("", {{"", "f", "not json"}})).key,
             message_signature(assistant("", {{"", "f", "\"not json\""}})).key);
 }
 
-// Issue 38: arguments nested 70,000 levels deep were parsed without a limit here and dump() overflowed
-// the stack (SIGSEGV of the front through /v1/chat/completions and /v1/responses). Past the limit they
-// compare as text; within it, as JSON values.
+// Issue 38: arguments nested 70,000 levels deep were parsed without a limit here and dump()
+// overflowed the stack (SIGSEGV of the front through /v1/chat/completions and /v1/responses). Past
+// the limit they compare as text; within it, as JSON values.
 TEST(TurnSignature, ArgumentsNestedPastTheLimitCompareAsTextWithoutACrash) {
   const std::string deep = std::string(70000, '[') + std::string(70000, ']');
   const TurnSignature sig = message_signature(assistant("", {{"", "f", deep}}));
@@ -53,8 +70,8 @@ TEST(CallFromRow, AStoredResponseNestedTooDeepGivesNoText) {
   store::CallRow row;
   row.episode_uuid = "e";
   row.finish_reason = "stop";
-  row.response_json =
-      R"({"choices": [{"message": {"content": )" + std::string(70000, '[') + std::string(70000, ']') + "}}]}";
+  row.response_json = R"({"choices": [{"message": {"content": )" + std::string(70000, '[') +
+                      std::string(70000, ']') + "}}]}";
   EXPECT_EQ(call_from_row(row, nullptr).completion_text, "");
   row.response_json = R"({"choices": [{"message": {"content": "hi"}}]})";
   EXPECT_EQ(call_from_row(row, nullptr).completion_text, "hi");

@@ -42,7 +42,8 @@ CliRun run_cli(const std::string& command) {
 
 std::string quoted(const fs::path& p) { return "'" + p.string() + "'"; }
 
-const char* kToolCall = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+const char* kToolCall =
+    "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
 
 // A store with three episodes: "ep-cli" (two calls: a tool call, then an answer after the tool's
 // result; batch of step 5), "ep-eval" (an eval episode without calls) and "ep-old" (aborted).
@@ -50,7 +51,8 @@ class EpisodeCli : public ::testing::Test {
  protected:
   void SetUp() override {
     ajet_ = fs::path(AJET_BINARY_DIR) / "bin" / "ajet";
-    if (!fs::exists(ajet_)) GTEST_SKIP() << "SKIPPED: " << ajet_ << " is not built (build the `ajet` target)";
+    if (!fs::exists(ajet_))
+      GTEST_SKIP() << "SKIPPED: " << ajet_ << " is not built (build the `ajet` target)";
     dir_ = fs::temp_directory_path() / ("ajet_episode_cli_" + new_uuid_hex());
     fs::create_directories(dir_);
     db_ = dir_ / "store.db";
@@ -93,11 +95,13 @@ class EpisodeCli : public ::testing::Test {
     st.upsert_episode(row);
     for (CallRecord c : tracker.calls()) {
       text::OrderedJson body{{"messages", text::OrderedJson::array()}};
-      for (const text::ChatMessage& m : c.request.messages) body["messages"].push_back(text::to_openai_json(m));
+      for (const text::ChatMessage& m : c.request.messages)
+        body["messages"].push_back(text::to_openai_json(m));
       c.request_json = body.dump();
       st.put_call(to_call_row(c));
     }
-    st.put_batch(store::BatchRow{1, 5, 1020.0, store::kBatchTrained, 1030.0, Json::object()}, {"ep-cli"});
+    st.put_batch(store::BatchRow{1, 5, 1020.0, store::kBatchTrained, 1030.0, Json::object()},
+                 {"ep-cli"});
     store::EpisodeRow eval = row;
     eval.uuid = "ep-eval";
     eval.episode_type = "eval";
@@ -140,7 +144,8 @@ TEST_F(EpisodeCli, ListPrintsATableNewestFirstAndPagesWithTheCursorHint) {
   for (const char* title : {"STEP", "TYPE", "TASK", "STATUS", "REWARD", "CALLS", "TOKENS", "AGE"}) {
     EXPECT_NE(all.out.find(title), std::string::npos) << title;
   }
-  EXPECT_EQ(table_uuids(all.out), (std::vector<std::string>{"ep-eval", "ep-cli", "ep-old"})) << all.out;
+  EXPECT_EQ(table_uuids(all.out), (std::vector<std::string>{"ep-eval", "ep-cli", "ep-old"}))
+      << all.out;
   EXPECT_NE(all.out.find("3 of 3 episodes"), std::string::npos) << all.out;
   EXPECT_EQ(all.out.find("next page"), std::string::npos);
   // ep-cli's row: step 5, train, its task, finished, reward, 2 calls.
@@ -156,13 +161,15 @@ TEST_F(EpisodeCli, ListPrintsATableNewestFirstAndPagesWithTheCursorHint) {
   const std::string hint = "next page: add --cursor ";
   const size_t at = first.out.find(hint);
   ASSERT_NE(at, std::string::npos) << first.out;
-  const std::string cursor = first.out.substr(at + hint.size(), first.out.find('\n', at) - at - hint.size());
+  const std::string cursor =
+      first.out.substr(at + hint.size(), first.out.find('\n', at) - at - hint.size());
   CliRun second = run_cli(ajet("list --limit 2 --cursor " + cursor + store_flag() + "2>&1"));
   ASSERT_EQ(second.exit_code, 0) << second.out;
   EXPECT_EQ(table_uuids(second.out), (std::vector<std::string>{"ep-old"}));
 
   CliRun filtered =
-      run_cli(ajet("list --status finished --type train --step 5 --success true --reward-min 0.5" + store_flag() + "2>&1"));
+      run_cli(ajet("list --status finished --type train --step 5 --success true --reward-min 0.5" +
+                   store_flag() + "2>&1"));
   ASSERT_EQ(filtered.exit_code, 0) << filtered.out;
   EXPECT_EQ(table_uuids(filtered.out), (std::vector<std::string>{"ep-cli"}));
   CliRun agent = run_cli(ajet("list --agent planner" + store_flag() + "2>&1"));
@@ -231,30 +238,38 @@ TEST_F(EpisodeCli, ShowPrintsCallsAndMarksEveryTokenAsItsLossMaskSays) {
   ASSERT_EQ(doc["calls"].size(), 2u);
   ASSERT_GE(doc["samples"].size(), 1u);
 
-  CliRun text = run_cli(ajet("show" + store_flag() + "ep-cli" + tok + " 2>/dev/null"));  // piped: plain
+  CliRun text =
+      run_cli(ajet("show" + store_flag() + "ep-cli" + tok + " 2>/dev/null"));  // piped: plain
   ASSERT_EQ(text.exit_code, 0) << text.out;
   const std::string& out = text.out;
   EXPECT_EQ(out.rfind("episode ep-cli\n", 0), 0u) << out.substr(0, 400);
   for (const char* part :
-       {"task task-9", "train", "finished", "reward 0.75", "success yes", "step 5", "client client-1",
-        "ended 12.5 s later", "2 LLM calls", "-- call 0 . agent planner . stop", "system: You are a helpful assistant.",
-        "-> tool call get_weather(", "\"city\"", "tool result", "sunny, twenty degrees", "(2 messages as in call 0)",
-        "=> completion: Thank you, the weather in Paris is sunny.", "-- sample 0 . agent planner"}) {
+       {"task task-9", "train", "finished", "reward 0.75", "success yes", "step 5",
+        "client client-1", "ended 12.5 s later", "2 LLM calls", "-- call 0 . agent planner . stop",
+        "system: You are a helpful assistant.", "-> tool call get_weather(", "\"city\"",
+        "tool result", "sunny, twenty degrees", "(2 messages as in call 0)",
+        "=> completion: Thank you, the weather in Paris is sunny.",
+        "-- sample 0 . agent planner"}) {
     EXPECT_NE(out.find(part), std::string::npos) << "missing '" << part << "' in:\n" << out;
   }
   EXPECT_EQ(out.find('\x1b'), std::string::npos) << "no escape sequence reaches a pipe";
-  EXPECT_NE(out.find("Paris? \\x1b[31mred"), std::string::npos) << "the ESC the agent sent is shown escaped";
+  EXPECT_NE(out.find("Paris? \\x1b[31mred"), std::string::npos)
+      << "the ESC the agent sent is shown escaped";
   for (const Json& sample : doc["samples"]) {
-    EXPECT_NE(out.find(marked(sample)), std::string::npos) << "sample " << sample["index"] << " not marked as:\n"
-                                                           << marked(sample) << "\nin:\n"
-                                                           << out;
+    EXPECT_NE(out.find(marked(sample)), std::string::npos)
+        << "sample " << sample["index"] << " not marked as:\n"
+        << marked(sample) << "\nin:\n"
+        << out;
   }
-  EXPECT_NE(out.find("[trained]Thank you, the weather in Paris is sunny."), std::string::npos) << out;
+  EXPECT_NE(out.find("[trained]Thank you, the weather in Paris is sunny."), std::string::npos)
+      << out;
 
-  CliRun never = run_cli(ajet("show --color never" + store_flag() + "ep-cli" + tok + " 2>/dev/null"));
+  CliRun never =
+      run_cli(ajet("show --color never" + store_flag() + "ep-cli" + tok + " 2>/dev/null"));
   EXPECT_EQ(never.out, text.out);
 
-  CliRun color = run_cli(ajet("show --color always" + store_flag() + "ep-cli" + tok + " 2>/dev/null"));
+  CliRun color =
+      run_cli(ajet("show --color always" + store_flag() + "ep-cli" + tok + " 2>/dev/null"));
   ASSERT_EQ(color.exit_code, 0);
   EXPECT_EQ(color.out.find("[trained]"), std::string::npos);
   EXPECT_NE(color.out.find("\x1b[38;5;33m"), std::string::npos) << "trained tokens in blue";
@@ -262,13 +277,15 @@ TEST_F(EpisodeCli, ShowPrintsCallsAndMarksEveryTokenAsItsLossMaskSays) {
   // The test tracker gives call 1's tokens logprob -1.5 (p = 0.22): dim; call 0's -0.5: not dim.
   EXPECT_NE(color.out.find("\x1b[2;38;5;33mTh"), std::string::npos) << color.out;
 
-  CliRun ids = run_cli(ajet("show" + store_flag() + "ep-cli 2>/dev/null"));  // no tokenizer: token ids
+  CliRun ids =
+      run_cli(ajet("show" + store_flag() + "ep-cli 2>/dev/null"));  // no tokenizer: token ids
   ASSERT_EQ(ids.exit_code, 0) << ids.out;
   EXPECT_NE(ids.out.find("token ids: no tokenizer"), std::string::npos) << ids.out;
   EXPECT_NE(ids.out.find("[trained]"), std::string::npos);
 }
 
-// `list` prints 12 characters of a uuid: `show` takes any start of a uuid that only one episode has.
+// `list` prints 12 characters of a uuid: `show` takes any start of a uuid that only one episode
+// has.
 TEST_F(EpisodeCli, ShowTakesAUniquePrefixOfTheUuid) {
   CliRun whole = run_cli(ajet("show --json" + store_flag() + "ep-cli 2>/dev/null"));
   ASSERT_EQ(whole.exit_code, 0) << whole.out;
@@ -278,10 +295,12 @@ TEST_F(EpisodeCli, ShowTakesAUniquePrefixOfTheUuid) {
   CliRun text = run_cli(ajet("show" + store_flag() + "ep-e 2>/dev/null"));
   ASSERT_EQ(text.exit_code, 0) << text.out;
   EXPECT_EQ(text.out.rfind("episode ep-eval\n", 0), 0u) << text.out;
-  EXPECT_NE(text.out.find("task task-3"), std::string::npos) << "the summary is read by the whole uuid: " << text.out;
+  EXPECT_NE(text.out.find("task task-3"), std::string::npos)
+      << "the summary is read by the whole uuid: " << text.out;
   CliRun ambiguous = run_cli(ajet("show" + store_flag() + "ep- 2>&1"));
   EXPECT_EQ(ambiguous.exit_code, 2) << ambiguous.out;
-  EXPECT_NE(ambiguous.out.find("ep- is ambiguous: 3 episodes start with it"), std::string::npos) << ambiguous.out;
+  EXPECT_NE(ambiguous.out.find("ep- is ambiguous: 3 episodes start with it"), std::string::npos)
+      << ambiguous.out;
   CliRun none = run_cli(ajet("show" + store_flag() + "ep-x 2>&1"));
   EXPECT_EQ(none.exit_code, 1) << none.out;
   EXPECT_NE(none.out.find("no episode has the id ep-x"), std::string::npos) << none.out;
@@ -299,7 +318,8 @@ TEST_F(EpisodeCli, ShowErrors) {
   CliRun url_tok = run_cli(ajet("show --url http://127.0.0.1:1 --tokenizer x ep-cli 2>&1"));
   EXPECT_EQ(url_tok.exit_code, 2) << url_tok.out;
   EXPECT_NE(url_tok.out.find("--tokenizer"), std::string::npos) << url_tok.out;
-  CliRun down = run_cli(ajet("show --url http://127.0.0.1:1 ep-cli 2>&1"));  // nothing listens on port 1
+  CliRun down =
+      run_cli(ajet("show --url http://127.0.0.1:1 ep-cli 2>&1"));  // nothing listens on port 1
   EXPECT_EQ(down.exit_code, 1) << down.out;
 }
 

@@ -1,6 +1,6 @@
 // The episode JSON, from calls recorded with a real tokenizer, persisted in a real SQLite store and
-// read back: the documented fields exist, text pieces spell the tokens, and `ajet episode show --json`
-// prints the same document from the store file.
+// read back: the documented fields exist, text pieces spell the tokens, and `ajet episode show
+// --json` prints the same document from the store file.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -34,7 +34,8 @@ struct Recorded {
 Recorded record_episode(const ChatFormat& f) {
   EpisodeTracker tracker("ep-json", f);
   text::ChatRequest req;
-  req.messages = {message(Role::kSystem, "You are a helpful assistant."), message(Role::kUser, "Hello agent")};
+  req.messages = {message(Role::kSystem, "You are a helpful assistant."),
+                  message(Role::kUser, "Hello agent")};
   std::vector<TokenId> c1 = f.tok().encode("Hello world, the weather is sunny.");
   c1.push_back(f.end_of_turn);
   auto s1 = serve(tracker, "agent", 0, req, c1, FinishReason::kStop);
@@ -43,12 +44,14 @@ Recorded record_episode(const ChatFormat& f) {
   std::vector<TokenId> c2 = f.tok().encode("Sunny too.");
   c2.push_back(f.end_of_turn);
   serve(tracker, "agent", 1, req, c2, FinishReason::kStop);
-  serve(tracker, "agent", 2, req, f.tok().encode("Thank you, the weather in London is"), FinishReason::kLength);
+  serve(tracker, "agent", 2, req, f.tok().encode("Thank you, the weather in London is"),
+        FinishReason::kLength);
   Recorded r;
   r.calls = tracker.calls();
   for (CallRecord& c : r.calls) {
     text::OrderedJson body{{"messages", text::OrderedJson::array()}};
-    for (const text::ChatMessage& m : c.request.messages) body["messages"].push_back(text::to_openai_json(m));
+    for (const text::ChatMessage& m : c.request.messages)
+      body["messages"].push_back(text::to_openai_json(m));
     c.request_json = body.dump();
   }
   r.row.uuid = "ep-json";
@@ -67,16 +70,17 @@ void check_shape(const Json& j, const text::Tokenizer* tok) {
   EXPECT_EQ(j["reward"], 0.25);
   EXPECT_EQ(j["calls"].size(), 3u);
   for (const Json& c : j["calls"]) {
-    for (const char* k : {"call_index", "agent_name", "finish_reason", "prompt_ids", "completion_ids", "logprobs",
-                          "policy_versions", "message_spans", "generation_prompt_begin", "request", "render_notes"}) {
+    for (const char* k : {"call_index", "agent_name", "finish_reason", "prompt_ids",
+                          "completion_ids", "logprobs", "policy_versions", "message_spans",
+                          "generation_prompt_begin", "request", "render_notes"}) {
       EXPECT_TRUE(c.contains(k)) << k;
     }
   }
   ASSERT_EQ(j["samples"].size(), 2u) << "the retry of the second turn is a branch";
   double weights = 0;
   for (const Json& s : j["samples"]) {
-    for (const char* k : {"token_ids", "loss_mask", "logprobs", "policy_versions", "reward", "weight", "source_calls",
-                          "calls", "agent_name", "trainable"}) {
+    for (const char* k : {"token_ids", "loss_mask", "logprobs", "policy_versions", "reward",
+                          "weight", "source_calls", "calls", "agent_name", "trainable"}) {
       EXPECT_TRUE(s.contains(k)) << k;
     }
     const size_t n = s["token_ids"].size();
@@ -141,15 +145,16 @@ TEST(EpisodeJson, FromTheTrackerAndFromTheStoreHaveTheDocumentedShape) {
             live_json["diagnostics"]["agents"][0]["branches"][0]["position"]);
 }
 
-// A request's n choices are stored with their bodies once (store::CallRow::bodies_from): reading them
-// back gives every choice the request and its own choice's text, as when each row held a copy. The
-// tracker keeps no bodies at all.
+// A request's n choices are stored with their bodies once (store::CallRow::bodies_from): reading
+// them back gives every choice the request and its own choice's text, as when each row held a copy.
+// The tracker keeps no bodies at all.
 TEST(EpisodeJson, ChoicesStoredWithTheirBodiesOnceReadBackWhole) {
   store::CallRow first;
   first.episode_uuid = "ep-n";
   first.call_index = 4;
   first.request_json = R"({"messages": [{"role": "user", "content": "pick"}], "n": 2})";
-  first.response_json = R"({"choices": [{"index": 0, "message": {"role": "assistant", "content": "one"}},
+  first.response_json =
+      R"({"choices": [{"index": 0, "message": {"role": "assistant", "content": "one"}},
                                          {"index": 1, "message": {"role": "assistant", "content": "two"}}]})";
   first.prompt_ids = {1, 2};
   first.completion_ids = {7};
@@ -161,7 +166,8 @@ TEST(EpisodeJson, ChoicesStoredWithTheirBodiesOnceReadBackWhole) {
   second.request_json.clear();
   second.response_json.clear();
   second.bodies_from = 4;
-  store::CallRow orphan = second;  // names a row that is not there: read without bodies, not an error
+  store::CallRow orphan =
+      second;  // names a row that is not there: read without bodies, not an error
   orphan.call_index = 9;
   orphan.bodies_from = 8;
   const std::vector<store::CallRow> rows = {orphan, second, first};  // any order
@@ -193,7 +199,8 @@ using ajet::test_support::run_command;
 
 TEST(EpisodeJson, AjetEpisodeShowPrintsTheEpisodeFromTheStore) {
   const fs::path ajet = fs::path(AJET_BINARY_DIR) / "bin" / "ajet";
-  if (!fs::exists(ajet)) GTEST_SKIP() << "SKIPPED: " << ajet << " is not built (build the `ajet` target)";
+  if (!fs::exists(ajet))
+    GTEST_SKIP() << "SKIPPED: " << ajet << " is not built (build the `ajet` target)";
   auto tok = testing::trained_tokenizer();
   const ChatFormat f = ChatFormat::create(*tok, text::ChatFamily::kQwen2_5);
   Recorded r = record_episode(f);
@@ -208,8 +215,10 @@ TEST(EpisodeJson, AjetEpisodeShowPrintsTheEpisodeFromTheStore) {
     st.upsert_episode(r.row).get();
     for (const CallRecord& c : r.calls) st.put_call(to_call_row(c)).get();
   }
-  const std::string base = "'" + ajet.string() + "' episode show --json --store '" + db.string() + "' ";
-  auto ok = run_command(base + "ep-json --indent -1 --tokenizer '" + tok_dir.string() + "' 2>/dev/null");
+  const std::string base =
+      "'" + ajet.string() + "' episode show --json --store '" + db.string() + "' ";
+  auto ok =
+      run_command(base + "ep-json --indent -1 --tokenizer '" + tok_dir.string() + "' 2>/dev/null");
   ASSERT_EQ(ok.exit_code, 0) << ok.out;
   const Json j = parse_json(ok.out, "ajet episode show output");
   check_shape(j, tok.get());
@@ -220,7 +229,8 @@ TEST(EpisodeJson, AjetEpisodeShowPrintsTheEpisodeFromTheStore) {
   auto missing = run_command(base + "no-such-episode 2>&1");
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_NE(missing.out.find("no-such-episode"), std::string::npos) << missing.out;
-  auto no_store = run_command("'" + ajet.string() + "' episode show --store '" + (dir.path() / "nope.db").string() + "' x 2>&1");
+  auto no_store = run_command("'" + ajet.string() + "' episode show --store '" +
+                              (dir.path() / "nope.db").string() + "' x 2>&1");
   EXPECT_EQ(no_store.exit_code, 1);
   EXPECT_NE(no_store.out.find("no store at"), std::string::npos) << no_store.out;
   EXPECT_FALSE(fs::exists(dir.path() / "nope.db")) << "showing must not create a store";

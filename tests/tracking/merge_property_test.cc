@@ -20,7 +20,9 @@ Ids stream_of(const CallRecord& c) {
   return s;
 }
 
-bool is_prefix(const Ids& a, const Ids& b) { return a.size() <= b.size() && std::equal(a.begin(), a.end(), b.begin()); }
+bool is_prefix(const Ids& a, const Ids& b) {
+  return a.size() <= b.size() && std::equal(a.begin(), a.end(), b.begin());
+}
 
 struct Generation {
   size_t call;
@@ -28,21 +30,24 @@ struct Generation {
 };
 
 // Oracle for one agent: every generated (prefix + token), with the first call generating it.
-std::map<Ids, Generation> generations(const std::vector<CallRecord>& calls, const std::string& agent) {
+std::map<Ids, Generation> generations(const std::vector<CallRecord>& calls,
+                                      const std::string& agent) {
   std::map<Ids, Generation> g;
   for (size_t c = 0; c < calls.size(); ++c) {
     if (calls[c].agent_name != agent) continue;
     Ids s = stream_of(calls[c]);
     for (size_t i = 0; i < calls[c].completion_ids.size(); ++i) {
-      Ids key(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(calls[c].prompt_ids.size() + i + 1));
-      g.emplace(std::move(key), Generation{c, i});  // keeps the first (calls are in call_index order)
+      Ids key(s.begin(),
+              s.begin() + static_cast<std::ptrdiff_t>(calls[c].prompt_ids.size() + i + 1));
+      g.emplace(std::move(key),
+                Generation{c, i});  // keeps the first (calls are in call_index order)
     }
   }
   return g;
 }
 
-void check_episode(const std::vector<CallRecord>& calls, const MergedEpisode& merged, const MergeOptions& options,
-                   const std::string& where) {
+void check_episode(const std::vector<CallRecord>& calls, const MergedEpisode& merged,
+                   const MergeOptions& options, const std::string& where) {
   std::set<std::string> agents;
   for (const CallRecord& c : calls) agents.insert(c.agent_name);
   double weight_sum = 0;
@@ -53,7 +58,9 @@ void check_episode(const std::vector<CallRecord>& calls, const MergedEpisode& me
     ASSERT_EQ(s.token_ids.size(), s.policy_versions.size()) << where;
     ASSERT_EQ(s.token_ids.size(), s.source_calls.size()) << where;
   }
-  if (merged.diagnostics.trainable_samples > 0) { EXPECT_NEAR(weight_sum, 1.0, 1e-9) << where; }
+  if (merged.diagnostics.trainable_samples > 0) {
+    EXPECT_NEAR(weight_sum, 1.0, 1e-9) << where;
+  }
 
   for (const std::string& agent : agents) {
     const auto gens = generations(calls, agent);
@@ -71,28 +78,34 @@ void check_episode(const std::vector<CallRecord>& calls, const MergedEpisode& me
       // Never invents tokens: each sample is a prefix of one of the agent's streams.
       bool found = false;
       for (const Ids& st : streams) found = found || is_prefix(s->token_ids, st);
-      EXPECT_TRUE(found) << where << ": sample " << s->index << " is no prefix of any stream of agent " << agent;
+      EXPECT_TRUE(found) << where << ": sample " << s->index
+                         << " is no prefix of any stream of agent " << agent;
       ASSERT_FALSE(s->token_ids.empty()) << where;
       // Ends with a generated token.
       Ids whole = s->token_ids;
-      EXPECT_TRUE(gens.count(whole)) << where << ": sample " << s->index << " ends with an environment token";
+      EXPECT_TRUE(gens.count(whole))
+          << where << ": sample " << s->index << " ends with an environment token";
       for (size_t p = 0; p < s->token_ids.size(); ++p) {
         Ids key(s->token_ids.begin(), s->token_ids.begin() + static_cast<std::ptrdiff_t>(p + 1));
         auto it = gens.find(key);
         if (it == gens.end()) {
           // Environment token: never trained, no logprob, no version.
-          EXPECT_EQ(s->loss_mask[p], 0) << where << ": environment token trained at sample " << s->index << " pos " << p;
+          EXPECT_EQ(s->loss_mask[p], 0)
+              << where << ": environment token trained at sample " << s->index << " pos " << p;
           EXPECT_EQ(s->policy_versions[p], -1) << where;
           EXPECT_EQ(s->logprobs[p], 0.0f) << where;
           continue;
         }
         // Generated: carries the first generator's logprob and version wherever it appears.
         const CallRecord& g = calls[it->second.call];
-        EXPECT_EQ(s->logprobs[p], g.logprobs[it->second.position]) << where << " sample " << s->index << " pos " << p;
+        EXPECT_EQ(s->logprobs[p], g.logprobs[it->second.position])
+            << where << " sample " << s->index << " pos " << p;
         EXPECT_EQ(s->policy_versions[p], g.policy_versions[it->second.position]) << where;
         EXPECT_EQ(s->source_calls[p], g.call_index) << where;
         if (s->loss_mask[p]) ++trained[key];
-        if (!trainable) { EXPECT_EQ(s->loss_mask[p], 0) << where << ": agent " << agent << " is not trainable"; }
+        if (!trainable) {
+          EXPECT_EQ(s->loss_mask[p], 0) << where << ": agent " << agent << " is not trainable";
+        }
       }
     }
     if (trainable && options.max_samples_per_episode == 0) {
@@ -100,15 +113,19 @@ void check_episode(const std::vector<CallRecord>& calls, const MergedEpisode& me
       for (const auto& [key, g] : gens) {
         auto it = trained.find(key);
         EXPECT_TRUE(it != trained.end() && it->second == 1)
-            << where << ": token generated by call " << calls[g.call].call_index << " at completion position " << g.position
-            << " trained " << (it == trained.end() ? 0 : it->second) << " times";
+            << where << ": token generated by call " << calls[g.call].call_index
+            << " at completion position " << g.position << " trained "
+            << (it == trained.end() ? 0 : it->second) << " times";
       }
       EXPECT_EQ(trained.size(), gens.size()) << where;
     }
     // No sample is a prefix of another (or equal to it).
     for (const Sample* a : mine) {
       for (const Sample* b : mine) {
-        if (a != b) { EXPECT_FALSE(is_prefix(a->token_ids, b->token_ids)) << where << ": sample " << a->index << " in " << b->index; }
+        if (a != b) {
+          EXPECT_FALSE(is_prefix(a->token_ids, b->token_ids))
+              << where << ": sample " << a->index << " in " << b->index;
+        }
       }
     }
     // Every stream, up to its last generated token, lies in some sample.
@@ -117,7 +134,9 @@ void check_episode(const std::vector<CallRecord>& calls, const MergedEpisode& me
       const Ids st = stream_of(c);
       bool covered = false;
       for (const Sample* s : mine) covered = covered || is_prefix(st, s->token_ids);
-      if (options.max_samples_per_episode == 0) { EXPECT_TRUE(covered) << where << ": call " << c.call_index << " in no sample"; }
+      if (options.max_samples_per_episode == 0) {
+        EXPECT_TRUE(covered) << where << ": call " << c.call_index << " in no sample";
+      }
     }
   }
 }
@@ -126,7 +145,8 @@ TEST(MergeProperty, RandomTreesSingleAgent) {
   for (uint64_t seed = 1; seed <= 400; ++seed) {
     synthetic::TreeShape shape;
     shape.calls = 2 + static_cast<int>(seed % 14);
-    shape.vocab_size = seed % 3 == 0 ? 18 : 40;  // tiny vocab: identical generations at identical prefixes
+    shape.vocab_size =
+        seed % 3 == 0 ? 18 : 40;  // tiny vocab: identical generations at identical prefixes
     auto calls = synthetic::random_tree(shape, "ep", seed);
     MergeOptions o;
     MergedEpisode m = merge_episode({"ep", "task", 1.0}, calls, o);
@@ -152,7 +172,9 @@ TEST(MergeProperty, RandomTreesMultiAgentSeparated) {
     check_episode(calls, m, o, "seed " + std::to_string(seed));
     for (const Sample& s : m.samples) {
       EXPECT_EQ(s.trainable, s.agent_name != "coder");
-      for (int32_t c : s.source_calls) { EXPECT_EQ(calls[static_cast<size_t>(c)].agent_name, s.agent_name) << "seed " << seed; }
+      for (int32_t c : s.source_calls) {
+        EXPECT_EQ(calls[static_cast<size_t>(c)].agent_name, s.agent_name) << "seed " << seed;
+      }
       EXPECT_EQ(s.reward, 0.5);
     }
     if (HasFailure()) return;
@@ -172,7 +194,8 @@ TEST(MergeProperty, CapKeepsTheLargestSamples) {
     const MergedEpisode m = merge_episode({"ep", "t", 1.0}, calls, capped);
     check_episode(calls, m, capped, "seed " + std::to_string(seed));
     ASSERT_EQ(m.samples.size(), std::min<size_t>(2, all.samples.size()));
-    EXPECT_EQ(m.diagnostics.samples_dropped_by_cap, static_cast<int64_t>(all.samples.size() - m.samples.size()));
+    EXPECT_EQ(m.diagnostics.samples_dropped_by_cap,
+              static_cast<int64_t>(all.samples.size() - m.samples.size()));
     // Kept samples are ones of the unlimited merge, and none dropped has more generated tokens.
     for (const Sample& s : m.samples) {
       bool found = false;
@@ -183,7 +206,8 @@ TEST(MergeProperty, CapKeepsTheLargestSamples) {
     // Trained tokens of kept samples + untrained = all generated nodes.
     int64_t trained = 0;
     for (const Sample& s : m.samples) trained += static_cast<int64_t>(s.trained_tokens());
-    EXPECT_EQ(trained + m.diagnostics.agents[0].untrained_generated_tokens, m.diagnostics.agents[0].unique_generated_tokens);
+    EXPECT_EQ(trained + m.diagnostics.agents[0].untrained_generated_tokens,
+              m.diagnostics.agents[0].unique_generated_tokens);
     if (HasFailure()) return;
   }
 }
@@ -196,7 +220,8 @@ TEST(MergeProperty, PackedTreesUnpackToTheSamples) {
     MergedEpisode m = merge_episode({"ep", "t", 1.0}, calls, {});
     const size_t budget = 8 + seed % 60;
     for (bool tree : {false, true}) {
-      auto seqs = tree ? pack_tree(std::span<const Sample>(m.samples), budget) : pack_plain(std::span<const Sample>(m.samples), budget);
+      auto seqs = tree ? pack_tree(std::span<const Sample>(m.samples), budget)
+                       : pack_plain(std::span<const Sample>(m.samples), budget);
       std::vector<int> seen(m.samples.size(), 0);
       for (const PackedSequence& q : seqs) {
         for (size_t k = 0; k < q.sample_count(); ++k) {
@@ -210,9 +235,13 @@ TEST(MergeProperty, PackedTreesUnpackToTheSamples) {
             EXPECT_EQ(q.parent[static_cast<size_t>(path[p])], p == 0 ? -1 : path[p - 1]);
           }
         }
-        if (!q.over_budget) { EXPECT_LE(q.size() - q.shared_prefix, budget); }
+        if (!q.over_budget) {
+          EXPECT_LE(q.size() - q.shared_prefix, budget);
+        }
       }
-      for (int n : seen) { EXPECT_EQ(n, 1) << "seed " << seed << (tree ? " tree" : " plain"); }
+      for (int n : seen) {
+        EXPECT_EQ(n, 1) << "seed " << seed << (tree ? " tree" : " plain");
+      }
     }
     if (HasFailure()) return;
   }

@@ -13,7 +13,8 @@ namespace {
 using Ids = std::vector<TokenId>;
 constexpr TokenId kEnd = synthetic::kEndOfTurn;
 
-// A call whose prompt is `prompt` (messages split at the given boundaries), generating `completion`.
+// A call whose prompt is `prompt` (messages split at the given boundaries), generating
+// `completion`.
 CallRecord call(int64_t index, Ids prompt, Ids completion, std::vector<int32_t> message_ends = {},
                 const std::string& agent = "agent") {
   CallRecord c;
@@ -78,7 +79,8 @@ TEST(Merge, LinearConversationIsOneSampleTrainingExactlyTheCompletions) {
     for (const CallRecord& c : calls) before += static_cast<int64_t>(c.stream_size());
     EXPECT_EQ(d.tokens_before, before);
     EXPECT_EQ(d.tokens_after, static_cast<int64_t>(s.token_ids.size()));
-    EXPECT_DOUBLE_EQ(d.compression_ratio, static_cast<double>(before) / static_cast<double>(s.token_ids.size()));
+    EXPECT_DOUBLE_EQ(d.compression_ratio,
+                     static_cast<double>(before) / static_cast<double>(s.token_ids.size()));
     EXPECT_TRUE(d.agents[0].branches.empty());
   }
 }
@@ -87,8 +89,10 @@ TEST(Merge, TemplateEndTokenAfterTruncationIsNotTrained) {
   const Ids sys = {1, 3, 20, 21, 22};
   const Ids gen = {1, 5};
   CallRecord a = call(0, cat({sys, gen}), {30, 31, 32}, {5});  // length: no end token
-  // The next prompt: the template closes the truncated turn with its own end token, then a user turn.
-  CallRecord b = call(1, cat({sys, gen, {30, 31, 32}, {kEnd}, {1, 4, 40}, gen}), {50, kEnd}, {5, 11, 14});
+  // The next prompt: the template closes the truncated turn with its own end token, then a user
+  // turn.
+  CallRecord b =
+      call(1, cat({sys, gen, {30, 31, 32}, {kEnd}, {1, 4, 40}, gen}), {50, kEnd}, {5, 11, 14});
   MergedEpisode m = merge_episode({"ep", "t", 1.0}, std::vector<CallRecord>{a, b}, {});
   ASSERT_EQ(m.samples.size(), 1u);
   const Sample& s = m.samples[0];
@@ -134,8 +138,10 @@ TEST(Merge, EditedCompletionAndTemplateRewriteAreExplained) {
   const Ids user = {1, 4, 22};
   const Ids gen = {1, 5};
   CallRecord a = call(0, cat({sys, user, gen}), {30, 31, kEnd}, {4, 7});
-  // Call 1's history has the assistant turn with different ids (re-rendered text), then a user turn.
-  CallRecord b = call(1, cat({sys, user, gen, {30, 39, kEnd}, {1, 4, 23}, gen}), {50, kEnd}, {4, 7, 12, 15});
+  // Call 1's history has the assistant turn with different ids (re-rendered text), then a user
+  // turn.
+  CallRecord b =
+      call(1, cat({sys, user, gen, {30, 39, kEnd}, {1, 4, 23}, gen}), {50, kEnd}, {4, 7, 12, 15});
   b.request.messages[2].role = text::Role::kAssistant;
   MergedEpisode m = merge_episode({"ep", "t", 1.0}, std::vector<CallRecord>{a, b}, {});
   ASSERT_EQ(m.samples.size(), 2u);
@@ -174,12 +180,14 @@ TEST(Merge, CallsWithoutGeneratedTokensMakeNoSample) {
   m = merge_episode({"ep", "t", 1.0}, std::vector<CallRecord>{a, b, c}, {});
   ASSERT_EQ(m.samples.size(), 1u);
   EXPECT_EQ(m.samples[0].token_ids, cat({prompt, {30, kEnd}}));
-  EXPECT_EQ(m.samples[0].calls, (std::vector<int64_t>{0, 1, 2}));  // call 0's prompt is a prefix too
+  EXPECT_EQ(m.samples[0].calls,
+            (std::vector<int64_t>{0, 1, 2}));  // call 0's prompt is a prefix too
 }
 
 TEST(Merge, NonTrainableAgentsAreShownNotTrainedAndDoNotDiluteWeights) {
   const Ids p = {1, 3, 20, 1, 5};
-  std::vector<CallRecord> calls = {call(0, p, {30, kEnd}, {}, "solver"), call(1, p, {30, kEnd}, {}, "judge"),
+  std::vector<CallRecord> calls = {call(0, p, {30, kEnd}, {}, "solver"),
+                                   call(1, p, {30, kEnd}, {}, "judge"),
                                    call(2, p, {31, kEnd}, {}, "solver")};
   MergeOptions o;
   o.trainable_agents = {"solver"};
@@ -210,7 +218,8 @@ TEST(Merge, BadInputIsAnErrorNamingTheField) {
   }
   MergeOptions text;
   text.compare_level = CompareLevel::kText;
-  EXPECT_THROW(merge_episode({"ep", "t", 1.0}, std::vector<CallRecord>{call(0, {1}, {2})}, text), Error);
+  EXPECT_THROW(merge_episode({"ep", "t", 1.0}, std::vector<CallRecord>{call(0, {1}, {2})}, text),
+               Error);
   EXPECT_THROW(compare_level_from_name("tokens"), Error);
 }
 

@@ -21,13 +21,14 @@ struct Conversation {
 };
 
 // Three turns; histories re-rendered from text (splicing off), completions non-canonical.
-Conversation re_rendered(EpisodeTracker& tracker, const ChatFormat& f, std::vector<text::OrderedJson> tools = {},
-                         bool vary_tools = false) {
+Conversation re_rendered(EpisodeTracker& tracker, const ChatFormat& f,
+                         std::vector<text::OrderedJson> tools = {}, bool vary_tools = false) {
   PromptOptions off;
   off.splice_generated = false;
   text::ChatRequest req;
   req.tools = tools;
-  req.messages = {message(Role::kSystem, "You are a helpful assistant."), message(Role::kUser, "Hello agent")};
+  req.messages = {message(Role::kSystem, "You are a helpful assistant."),
+                  message(Role::kUser, "Hello agent")};
   Conversation conv;
   const char* answers[] = {"Hello world", "The weather in Paris is sunny", "Thank you"};
   const char* users[] = {"And London?", "Thanks"};
@@ -84,12 +85,15 @@ TEST(MergeText, ReRenderedHistoryMergesAtTextLevelNotAtTokenLevel) {
       mask.insert(mask.end(), f.footer_after_end.size(), 0);
       ++turn;
     } else {
-      expected.insert(expected.end(), last.prompt_ids.begin() + span.begin, last.prompt_ids.begin() + span.end);
+      expected.insert(expected.end(), last.prompt_ids.begin() + span.begin,
+                      last.prompt_ids.begin() + span.end);
       mask.insert(mask.end(), static_cast<size_t>(span.end - span.begin), 0);
     }
   }
-  expected.insert(expected.end(), last.prompt_ids.begin() + last.generation_prompt_begin, last.prompt_ids.end());
-  mask.insert(mask.end(), last.prompt_ids.size() - static_cast<size_t>(last.generation_prompt_begin), 0);
+  expected.insert(expected.end(), last.prompt_ids.begin() + last.generation_prompt_begin,
+                  last.prompt_ids.end());
+  mask.insert(mask.end(),
+              last.prompt_ids.size() - static_cast<size_t>(last.generation_prompt_begin), 0);
   expected.insert(expected.end(), conv.completions.back().begin(), conv.completions.back().end());
   mask.insert(mask.end(), conv.completions.back().size(), 1);
   EXPECT_EQ(s.token_ids, expected);
@@ -101,7 +105,8 @@ TEST(MergeText, ToolDefinitionsAreComparedOnlyWhenAsked) {
   auto tok = testing::trained_tokenizer();
   const ChatFormat f = ChatFormat::create(*tok, text::ChatFamily::kQwen2_5);
   EpisodeTracker tracker("ep", f);
-  const text::OrderedJson tool = text::OrderedJson::parse(R"({"type": "function", "function": {"name": "f"}})");
+  const text::OrderedJson tool =
+      text::OrderedJson::parse(R"({"type": "function", "function": {"name": "f"}})");
   Conversation conv = re_rendered(tracker, f, {tool}, /*vary_tools=*/true);
   MergeOptions o;
   o.compare_level = CompareLevel::kText;

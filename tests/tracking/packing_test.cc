@@ -54,7 +54,8 @@ std::vector<Sample> group_samples(int turns, int group, uint64_t seed) {
   std::vector<Sample> out;
   auto episodes = synthetic::grpo_group(shape, group, seed);
   for (size_t e = 0; e < episodes.size(); ++e) {
-    MergedEpisode m = merge_episode({"ep" + std::to_string(e), "task", static_cast<double>(e % 3)}, episodes[e], {});
+    MergedEpisode m = merge_episode({"ep" + std::to_string(e), "task", static_cast<double>(e % 3)},
+                                    episodes[e], {});
     for (Sample& s : m.samples) out.push_back(std::move(s));
   }
   return out;
@@ -68,7 +69,8 @@ TEST(Packing, AttentionShowsEachTokenExactlyItsSamplePrefix) {
     for (Sample& s : tree.samples) samples.push_back(std::move(s));
     for (bool use_tree : {false, true}) {
       const size_t budget = 64 + seed * 7;
-      auto seqs = use_tree ? pack_tree(std::span<const Sample>(samples), budget) : pack_plain(std::span<const Sample>(samples), budget);
+      auto seqs = use_tree ? pack_tree(std::span<const Sample>(samples), budget)
+                           : pack_plain(std::span<const Sample>(samples), budget);
       for (const PackedSequence& q : seqs) {
         const std::vector<uint8_t> dense = dense_attention_mask(q);
         for (size_t i = 0; i < q.size(); ++i) {
@@ -86,7 +88,8 @@ TEST(Packing, AttentionShowsEachTokenExactlyItsSamplePrefix) {
           for (size_t o = 0; o < ks.size(); ++o) {
             const Sample& s = samples[static_cast<size_t>(q.samples[static_cast<size_t>(ks[o])])];
             const Ids prefix(s.token_ids.begin(), s.token_ids.begin() + ps[o] + 1);
-            ASSERT_EQ(ctx, prefix) << "seed " << seed << (use_tree ? " tree" : " plain") << " token " << i;
+            ASSERT_EQ(ctx, prefix)
+                << "seed " << seed << (use_tree ? " tree" : " plain") << " token " << i;
             ASSERT_EQ(q.position_ids[i], ps[o]);
           }
         }
@@ -117,14 +120,16 @@ TEST(Packing, LossOverPackedTokensEqualsLossOverSamples) {
     const double unpacked = num / count;
 
     for (bool use_tree : {false, true}) {
-      auto seqs = use_tree ? pack_tree(std::span<const Sample>(samples), 100000) : pack_plain(std::span<const Sample>(samples), 100000);
+      auto seqs = use_tree ? pack_tree(std::span<const Sample>(samples), 100000)
+                           : pack_plain(std::span<const Sample>(samples), 100000);
       double pnum = 0;
       double pcount = 0;
       for (const PackedSequence& q : seqs) {
         for (size_t i = 0; i < q.size(); ++i) {
           if (q.parent[i] < 0) continue;  // predicted by nothing
           // The logits for token i come from its parent's position.
-          const double lp = toy_logprob(visible(q, static_cast<size_t>(q.parent[i])), q.token_ids[i]);
+          const double lp =
+              toy_logprob(visible(q, static_cast<size_t>(q.parent[i])), q.token_ids[i]);
           auto ks = q.occurrence_samples(i);
           auto ps = q.occurrence_positions(i);
           for (size_t o = 0; o < ks.size(); ++o) {
@@ -137,7 +142,8 @@ TEST(Packing, LossOverPackedTokensEqualsLossOverSamples) {
           }
         }
       }
-      EXPECT_NEAR(pnum / pcount, unpacked, 1e-12 * std::max(1.0, std::abs(unpacked))) << "seed " << seed;
+      EXPECT_NEAR(pnum / pcount, unpacked, 1e-12 * std::max(1.0, std::abs(unpacked)))
+          << "seed " << seed;
       EXPECT_EQ(pcount, count);
     }
   }
@@ -149,7 +155,8 @@ TEST(Packing, TreePackingSharesTheGroupPromptAndAggregatesCoefficients) {
   auto plain = pack_plain(std::span<const Sample>(samples), 1u << 20);
   auto tree = pack_tree(std::span<const Sample>(samples), 1u << 20);
   ASSERT_EQ(tree.size(), 1u);
-  const size_t prompt = 40 + (2 + 8) + 2;  // system message (40 with its header), task message, generation prompt
+  const size_t prompt =
+      40 + (2 + 8) + 2;  // system message (40 with its header), task message, generation prompt
   size_t total = 0;
   for (const Sample& s : samples) total += s.token_ids.size();
   EXPECT_EQ(packed_tokens(plain), total);
@@ -162,21 +169,23 @@ TEST(Packing, TreePackingSharesTheGroupPromptAndAggregatesCoefficients) {
   double agg_sum = 0;
   for (double a : agg) agg_sum += a;
   double direct = 0;
-  for (size_t s = 0; s < samples.size(); ++s) direct += static_cast<double>(samples[s].trained_tokens()) * coef[s];
+  for (size_t s = 0; s < samples.size(); ++s)
+    direct += static_cast<double>(samples[s].trained_tokens()) * coef[s];
   EXPECT_DOUBLE_EQ(agg_sum, direct);
   for (size_t i = 0; i < prompt; ++i) EXPECT_EQ(agg[i], 0.0) << "prompt token " << i;
 }
 
 TEST(Packing, APromptLongerThanTheBudgetIsPackedOncePerTree) {
-  // Eight samples of one GRPO group: a 20-token prompt, then their own tokens. The budget (10) bounds
-  // the tokens beyond the shared prompt, so the prompt is computed once, not eight times.
+  // Eight samples of one GRPO group: a 20-token prompt, then their own tokens. The budget (10)
+  // bounds the tokens beyond the shared prompt, so the prompt is computed once, not eight times.
   Ids prompt(20);
   std::iota(prompt.begin(), prompt.end(), 100);
   auto group = [&](size_t own) {
     std::vector<Ids> seqs;
     for (TokenId s = 0; s < 8; ++s) {
       Ids x = prompt;
-      for (size_t i = 0; i < own; ++i) x.push_back(static_cast<TokenId>(1000 + 10 * s + static_cast<TokenId>(i)));
+      for (size_t i = 0; i < own; ++i)
+        x.push_back(static_cast<TokenId>(1000 + 10 * s + static_cast<TokenId>(i)));
       seqs.push_back(x);
     }
     return seqs;
@@ -192,7 +201,8 @@ TEST(Packing, APromptLongerThanTheBudgetIsPackedOncePerTree) {
       EXPECT_EQ(q.shared_prefix, prompt.size());
       EXPECT_LE(q.size() - q.shared_prefix, 10u);
       EXPECT_EQ(q.size(), prompt.size() + q.sample_count() * own);
-      for (size_t k = 0; k < q.sample_count(); ++k) EXPECT_EQ(unpack(q, k), seqs[static_cast<size_t>(q.samples[k])]);
+      for (size_t k = 0; k < q.sample_count(); ++k)
+        EXPECT_EQ(unpack(q, k), seqs[static_cast<size_t>(q.samples[k])]);
       samples += q.sample_count();
     }
     EXPECT_EQ(samples, 8u);

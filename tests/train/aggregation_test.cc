@@ -1,6 +1,7 @@
-// The trainer's loss normalisation by hand (trainer.h, "Loss normalisation") for each loss_agg_mode,
-// with and without per-episode weights: on the first step with recomputed old logprobs every ratio is
-// 1, so the PPO-clip term of a token is exactly -A and the loss is -scale * sum_s c_s n_s A_s.
+// The trainer's loss normalisation by hand (trainer.h, "Loss normalisation") for each
+// loss_agg_mode, with and without per-episode weights: on the first step with recomputed old
+// logprobs every ratio is 1, so the PPO-clip term of a token is exactly -A and the loss is -scale *
+// sum_s c_s n_s A_s.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -43,8 +44,10 @@ TEST(LossAggregation, EachModeByHand) {
   const double total_terms = 6, seqs = 3, norm = 4, scale = 1.5;
   auto base = testing::random_model(testing::qwen2_config(), 61);
   for (bool weighting : {false, true}) {
-    for (auto agg : {train_data::LossAggregation::kTokenMean, train_data::LossAggregation::kSeqMeanTokenMean, train_data::LossAggregation::kSeqMeanTokenSum,
-                     train_data::LossAggregation::kSeqMeanTokenSumNorm}) {
+    for (auto agg :
+         {train_data::LossAggregation::kTokenMean, train_data::LossAggregation::kSeqMeanTokenMean,
+          train_data::LossAggregation::kSeqMeanTokenSum,
+          train_data::LossAggregation::kSeqMeanTokenSumNorm}) {
       double expected = 0;
       for (int s = 0; s < 3; ++s) {
         const double ws = weighting ? w[s] : 1.0;
@@ -63,10 +66,12 @@ TEST(LossAggregation, EachModeByHand) {
       o.norm_constant = norm;
       o.loss_scale = scale;
       o.micro_batch_tokens = 9;  // several micro-batches: the normalisers are over the mini-batch
-      o.budget_beyond_shared_prefix = false;  // (the samples share a prompt, which would be one tree)
+      o.budget_beyond_shared_prefix =
+          false;  // (the samples share a prompt, which would be one tree)
       Trainer t(testing::clone_model(base), o);
       const train_data::TrainMetrics m = t.train_step(hand_batch());
-      const std::string what = std::string(train_data::aggregation_name(agg)) + (weighting ? " weighted" : "");
+      const std::string what =
+          std::string(train_data::aggregation_name(agg)) + (weighting ? " weighted" : "");
       EXPECT_NEAR(m.loss, expected, 1e-6) << what;
       EXPECT_GT(m.micro_batches, 1) << what;
       EXPECT_EQ(m.clip_fraction, 0.0) << what;

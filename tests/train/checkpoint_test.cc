@@ -1,6 +1,7 @@
-// Checkpoints: resuming gives bit-identical parameters to an uninterrupted run (full fine-tuning with
-// a KL reference, and LoRA with dropout), keep-last pruning, the latest pointer, the caller's blob,
-// errors that name what is missing, and a LoRA checkpoint's model/ = the merged model (issue 13).
+// Checkpoints: resuming gives bit-identical parameters to an uninterrupted run (full fine-tuning
+// with a KL reference, and LoRA with dropout), keep-last pruning, the latest pointer, the caller's
+// blob, errors that name what is missing, and a LoRA checkpoint's model/ = the merged model (issue
+// 13).
 #include "train/checkpoint.h"
 
 #include <gtest/gtest.h>
@@ -23,11 +24,13 @@ using train_data::testing::random_batch;
 
 std::vector<torch::Tensor> snapshot(Trainer& t) {
   std::vector<torch::Tensor> out;
-  for (const auto& item : t.model()->named_parameters(/*recurse=*/true)) out.push_back(item.value().detach().clone());
+  for (const auto& item : t.model()->named_parameters(/*recurse=*/true))
+    out.push_back(item.value().detach().clone());
   return out;
 }
 
-void expect_bit_identical(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+void expect_bit_identical(const std::vector<torch::Tensor>& a,
+                          const std::vector<torch::Tensor>& b) {
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i])) << "parameter " << i;
 }
@@ -36,7 +39,8 @@ void resume_case(train_data::TrainerOptions o, const std::string& tag) {
   testing::ScratchDir dir;
   auto base = testing::random_model(testing::qwen2_config(), 11);
   std::vector<train_data::Batch> batches;
-  for (int i = 0; i < 3; ++i) batches.push_back(random_batch(2, 4, 6, 5, 61, 70 + static_cast<uint64_t>(i)));
+  for (int i = 0; i < 3; ++i)
+    batches.push_back(random_batch(2, 4, 6, 5, 61, 70 + static_cast<uint64_t>(i)));
 
   Trainer a(clone_model(base), o);
   a.train_step(batches[0]);
@@ -102,11 +106,14 @@ TEST(Checkpoint, KeepsTheNewestAndPointsAtTheLatest) {
     save_checkpoint(t, co, Json{{"i", i}});
   }
   std::vector<std::string> names;
-  for (const auto& e : std::filesystem::directory_iterator(co.base_dir)) names.push_back(e.path().filename().string());
+  for (const auto& e : std::filesystem::directory_iterator(co.base_dir))
+    names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"global_step_2", "global_step_3", "latest"}));  // nothing half-written
+  EXPECT_EQ(names, (std::vector<std::string>{"global_step_2", "global_step_3",
+                                             "latest"}));  // nothing half-written
   EXPECT_EQ(latest_checkpoint(co.base_dir)->filename(), "global_step_3");
-  for (const char* f : {"model/config.json", "model/model.safetensors", "optimizer.safetensors", "trainer_state.json"}) {
+  for (const char* f : {"model/config.json", "model/model.safetensors", "optimizer.safetensors",
+                        "trainer_state.json"}) {
     EXPECT_TRUE(std::filesystem::exists(co.base_dir / "global_step_3" / f)) << f;
   }
   config::Config c;
@@ -157,7 +164,9 @@ torch::Tensor weight(model::Qwen2Model& m, const std::string& name) {
   return {};
 }
 
-bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+bool starts_with(const std::string& s, const std::string& prefix) {
+  return s.rfind(prefix, 0) == 0;
+}
 
 TEST(Checkpoint, LoraModelDirIsTheMergedModel) {
   testing::ScratchDir dir;
@@ -169,14 +178,16 @@ TEST(Checkpoint, LoraModelDirIsTheMergedModel) {
   o.lora.alpha = 8;
   o.optim.lr = 2e-2;
   Trainer t(clone_model(base), o);
-  for (int i = 0; i < 2; ++i) t.train_step(random_batch(2, 4, 6, 5, 61, 100 + static_cast<uint64_t>(i)));
+  for (int i = 0; i < 2; ++i)
+    t.train_step(random_batch(2, 4, 6, 5, 61, 100 + static_cast<uint64_t>(i)));
   CheckpointOptions co;
   co.base_dir = dir / "ckpt";
   co.tokenizer_dir = dir / "tok";
   co.base_model_name_or_path = (dir / "base").string();
   const auto path = save_checkpoint(t, co);
-  for (const char* f : {"model/config.json", "model/model.safetensors", "model/tokenizer.json", "model/ajet_merged_lora.json",
-                        "adapter/adapter_model.safetensors", "adapter/adapter_config.json"}) {
+  for (const char* f : {"model/config.json", "model/model.safetensors", "model/tokenizer.json",
+                        "model/ajet_merged_lora.json", "adapter/adapter_model.safetensors",
+                        "adapter/adapter_config.json"}) {
     EXPECT_TRUE(std::filesystem::exists(path / f)) << f;
   }
 
@@ -187,7 +198,8 @@ TEST(Checkpoint, LoraModelDirIsTheMergedModel) {
   EXPECT_GT(testing::relative_difference({probe_logits(merged)}, {probe_logits(base)}), 1e-3);
   EXPECT_FALSE(torch::equal(weight(merged, "model.layers.0.self_attn.q_proj.weight"),
                             weight(base, "model.layers.0.self_attn.q_proj.weight")));
-  EXPECT_TRUE(starts_with(model::resolve_model_source(path / "model").description, "merged model "));
+  EXPECT_TRUE(
+      starts_with(model::resolve_model_source(path / "model").description, "merged model "));
   // adapter/ over its base (adapter_config.json's base_model_name_or_path) is the same model.
   auto via_adapter = model::load_model_dir(path / "adapter");
   EXPECT_LT(testing::relative_difference({probe_logits(via_adapter)}, {adapted}), 1e-5);
@@ -199,7 +211,8 @@ TEST(Checkpoint, LoraModelDirIsTheMergedModel) {
   const LoadedCheckpoint loaded = load_checkpoint(resumed, path);
   EXPECT_TRUE(starts_with(loaded.weights, "base model (the trainer's")) << loaded.weights;
   EXPECT_TRUE(torch::equal(probe_logits(resumed.model()), adapted));
-  // A trainer started on the merged model/ instead of the base is refused: the adapter would count twice.
+  // A trainer started on the merged model/ instead of the base is refused: the adapter would count
+  // twice.
   Trainer on_merged(model::load_model_dir(path / "model"), o);
   try {
     load_checkpoint(on_merged, path);
@@ -208,8 +221,8 @@ TEST(Checkpoint, LoraModelDirIsTheMergedModel) {
     EXPECT_NE(std::string(e.what()).find("fingerprint"), std::string::npos) << e.what();
   }
 
-  // A checkpoint written before merged export (model/ = the base, no "lora_base"): loaders merge its
-  // adapter in and say so; resuming reads model/ as the base.
+  // A checkpoint written before merged export (model/ = the base, no "lora_base"): loaders merge
+  // its adapter in and say so; resuming reads model/ as the base.
   model::save_model_dir(base, path / "model", model::SaveOptions{dir / "tok"});
   Json state = parse_json(read_file(path / "trainer_state.json"), "trainer_state.json");
   state.erase("lora_base");
@@ -219,7 +232,8 @@ TEST(Checkpoint, LoraModelDirIsTheMergedModel) {
   auto old_layout = model::load_model_dir(path / "model");
   EXPECT_LT(testing::relative_difference({probe_logits(old_layout)}, {adapted}), 1e-5);
   Trainer old(testing::random_model(testing::qwen2_config(), 99), o);
-  EXPECT_TRUE(starts_with(load_checkpoint(old, path).weights, "base model " + (path / "model").string()));
+  EXPECT_TRUE(
+      starts_with(load_checkpoint(old, path).weights, "base model " + (path / "model").string()));
   EXPECT_TRUE(torch::equal(probe_logits(old.model()), adapted));
 }
 

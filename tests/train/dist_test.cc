@@ -1,7 +1,7 @@
 // Data parallelism (the torch-free placement and batch split are tested in tests/train_data):
 // rendezvous errors that name the address, and the real thing — two worker processes on
-// loopback (a c10d Gloo group met through a TCPStore) train one step on the halves of a batch and end
-// with the parameters one rank gets on the whole batch.
+// loopback (a c10d Gloo group met through a TCPStore) train one step on the halves of a batch and
+// end with the parameters one rank gets on the whole batch.
 #include "train/dist.h"
 
 #include <arpa/inet.h>
@@ -28,9 +28,9 @@ extern char** environ;
 namespace ajet::train {
 namespace {
 
+using testing::relative_difference;
 using train_data::testing::error_of;
 using train_data::testing::fake_env;
-using testing::relative_difference;
 
 // A port nobody else uses right now (the kernel's pick for an ephemeral bind).
 int free_port() {
@@ -39,7 +39,8 @@ int free_port() {
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   a.sin_port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) ADD_FAILURE() << "bind to an ephemeral port failed";
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
+    ADD_FAILURE() << "bind to an ephemeral port failed";
   socklen_t len = sizeof a;
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
   ::close(fd);
@@ -94,8 +95,10 @@ TEST(DistRendezvous, OneRankNeedsNoStore) {
 }
 
 // Runs `argv` with extra environment variables, stdout and stderr to `log`; returns the pid.
-pid_t spawn(const std::vector<std::string>& argv, const std::map<std::string, std::string>& extra, const std::string& log) {
-  static const std::set<std::string> kDropped = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"};
+pid_t spawn(const std::vector<std::string>& argv, const std::map<std::string, std::string>& extra,
+            const std::string& log) {
+  static const std::set<std::string> kDropped = {
+      "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"};
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string kv = *e;
@@ -126,11 +129,12 @@ std::string read_file(const std::string& path) {
 }
 
 // Two real processes, rank 0 placed by flags and rank 1 by torchrun's environment variables, each
-// training one step on its part of the batch: gradients, loss and the parameters after the AdamW step
-// equal one rank's on the whole batch. Tolerances (max |a - b| / max |b| over all tensors): 1e-5 for
-// gradients and the loss (float summation order differs); 1e-6 for the parameters (a few float32 ulps);
-// 1e-4 for the parameter change of the step, which is ~100x smaller than the parameters, so their float32
-// rounding alone is ~1e-5 of it. The step itself must be at least 1e-3 of the largest parameter.
+// training one step on its part of the batch: gradients, loss and the parameters after the AdamW
+// step equal one rank's on the whole batch. Tolerances (max |a - b| / max |b| over all tensors):
+// 1e-5 for gradients and the loss (float summation order differs); 1e-6 for the parameters (a few
+// float32 ulps); 1e-4 for the parameter change of the step, which is ~100x smaller than the
+// parameters, so their float32 rounding alone is ~1e-5 of it. The step itself must be at least 1e-3
+// of the largest parameter.
 TEST(DataParallel, TwoProcessesEqualOneRankOnTheWholeBatch) {
   testing::ScratchDir dir;
   const auto config = model::preset_config("micro", 61);
@@ -144,25 +148,38 @@ TEST(DataParallel, TwoProcessesEqualOneRankOnTheWholeBatch) {
     torch::set_num_threads(1);
     auto model = model::load_model_dir(dir / "model");
     Trainer single(model, testing::dist_options(name));
-    const testing::DistResult ref = testing::train_once(single, testing::dist_batch(config.vocab_size));
+    const testing::DistResult ref =
+        testing::train_once(single, testing::dist_batch(config.vocab_size));
 
     const std::string port = std::to_string(free_port());
     const std::string worker = AJET_DIST_WORKER;
     const std::string model_dir = (dir / "model").string();
-    std::vector<std::string> out = {(dir / (name + "_0.pt")).string(), (dir / (name + "_1.pt")).string()};
-    std::vector<std::string> logs = {(dir / (name + "_0.log")).string(), (dir / (name + "_1.log")).string()};
-    const pid_t p0 = spawn({worker, "--model", model_dir, "--out", out[0], "--config", name, "--nnodes", "2", "--node-rank", "0",
-                            "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", port, "--dist-timeout", "60"},
-                           {}, logs[0]);
-    const pid_t p1 = spawn({worker, "--model", model_dir, "--out", out[1], "--config", name, "--dist-timeout", "60"},
-                           {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}},
-                           logs[1]);
+    std::vector<std::string> out = {(dir / (name + "_0.pt")).string(),
+                                    (dir / (name + "_1.pt")).string()};
+    std::vector<std::string> logs = {(dir / (name + "_0.log")).string(),
+                                     (dir / (name + "_1.log")).string()};
+    const pid_t p0 =
+        spawn({worker, "--model", model_dir, "--out", out[0], "--config", name, "--nnodes", "2",
+               "--node-rank", "0", "--nproc-per-node", "1", "--master-addr", "127.0.0.1",
+               "--master-port", port, "--dist-timeout", "60"},
+              {}, logs[0]);
+    const pid_t p1 = spawn(
+        {worker, "--model", model_dir, "--out", out[1], "--config", name, "--dist-timeout", "60"},
+        {{"RANK", "1"},
+         {"WORLD_SIZE", "2"},
+         {"LOCAL_RANK", "0"},
+         {"MASTER_ADDR", "127.0.0.1"},
+         {"MASTER_PORT", port}},
+        logs[1]);
     for (int r = 0; r < 2; ++r) {
       int status = 0;
       ASSERT_EQ(::waitpid(r == 0 ? p0 : p1, &status, 0), r == 0 ? p0 : p1);
-      ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "rank " << r << " failed:\n" << read_file(logs[static_cast<size_t>(r)]);
+      ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+          << "rank " << r << " failed:\n"
+          << read_file(logs[static_cast<size_t>(r)]);
     }
-    std::vector<testing::DistResult> ranks = {testing::load_dist_result(out[0]), testing::load_dist_result(out[1])};
+    std::vector<testing::DistResult> ranks = {testing::load_dist_result(out[0]),
+                                              testing::load_dist_result(out[1])};
     int64_t tokens = 0;
     for (int r = 0; r < 2; ++r) {
       const auto& got = ranks[static_cast<size_t>(r)];
@@ -182,8 +199,11 @@ TEST(DataParallel, TwoProcessesEqualOneRankOnTheWholeBatch) {
       const double grad_diff = relative_difference(got.grads, ref.grads);
       const double step_diff = relative_difference(step_got, step_ref);
       const double param_diff = relative_difference(got.params, ref.params);
-      std::printf("[%s] rank %d: tokens %lld, step/param %.2e, relative differences: gradients %.2e, step %.2e, parameters %.2e\n",
-                  name.c_str(), r, static_cast<long long>(got.tokens), step, grad_diff, step_diff, param_diff);
+      std::printf(
+          "[%s] rank %d: tokens %lld, step/param %.2e, relative differences: gradients %.2e, step "
+          "%.2e, parameters %.2e\n",
+          name.c_str(), r, static_cast<long long>(got.tokens), step, grad_diff, step_diff,
+          param_diff);
       EXPECT_GT(step, 1e-3) << "the step must move the parameters visibly";
       EXPECT_LT(step_diff, 1e-4) << "rank " << r;
       EXPECT_LT(param_diff, 1e-6) << "rank " << r;

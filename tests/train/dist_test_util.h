@@ -20,8 +20,11 @@ inline const std::vector<std::string>& dist_configs() {
   return c;
 }
 
-// 5 groups x 3 episodes, one or two turns each: the groups differ in size, so the split must balance.
-inline train_data::Batch dist_batch(int64_t vocab) { return train_data::testing::random_batch(5, 3, 9, 7, vocab, 21); }
+// 5 groups x 3 episodes, one or two turns each: the groups differ in size, so the split must
+// balance.
+inline train_data::Batch dist_batch(int64_t vocab) {
+  return train_data::testing::random_batch(5, 3, 9, 7, vocab, 21);
+}
 
 inline train_data::TrainerOptions dist_options(const std::string& config) {
   train_data::TrainerOptions o = test_options();
@@ -44,8 +47,9 @@ inline train_data::TrainerOptions dist_options(const std::string& config) {
   return o;
 }
 
-// A worker's result file (torch::save of a tensor list): the trainable parameters after the step, then
-// their (all-reduced) gradients, then one double tensor {loss, kl, entropy, rank, world_size, tokens}.
+// A worker's result file (torch::save of a tensor list): the trainable parameters after the step,
+// then their (all-reduced) gradients, then one double tensor {loss, kl, entropy, rank, world_size,
+// tokens}.
 struct DistResult {
   std::vector<torch::Tensor> params, grads;
   double loss = 0, kl = 0, entropy = 0;
@@ -56,8 +60,8 @@ struct DistResult {
 inline void save_dist_result(const DistResult& r, const std::string& path) {
   std::vector<torch::Tensor> all = r.params;
   all.insert(all.end(), r.grads.begin(), r.grads.end());
-  all.push_back(torch::tensor({r.loss, r.kl, r.entropy, static_cast<double>(r.rank), static_cast<double>(r.world_size),
-                               static_cast<double>(r.tokens)},
+  all.push_back(torch::tensor({r.loss, r.kl, r.entropy, static_cast<double>(r.rank),
+                               static_cast<double>(r.world_size), static_cast<double>(r.tokens)},
                               torch::kDouble));
   torch::save(all, path);
 }
@@ -79,12 +83,14 @@ inline DistResult load_dist_result(const std::string& path) {
   return r;
 }
 
-// One train_step of `trainer` on `batch`; the gradients are the ones the hook saw (after the all-reduce).
+// One train_step of `trainer` on `batch`; the gradients are the ones the hook saw (after the
+// all-reduce).
 inline DistResult train_once(Trainer& trainer, const train_data::Batch& batch) {
   DistResult r;
   train_data::TrainMetrics m;
   auto grads = step_gradients(trainer, batch, &m);
-  if (grads.size() != 1) throw std::runtime_error("expected one optimizer step, got " + std::to_string(grads.size()));
+  if (grads.size() != 1)
+    throw std::runtime_error("expected one optimizer step, got " + std::to_string(grads.size()));
   r.grads = grads[0];
   for (auto& [name, p] : trainer.trainable_parameters()) r.params.push_back(p.detach().clone());
   r.loss = m.loss;

@@ -1,7 +1,7 @@
 // The packed training forward against the dense model: attention plans against the tree mask,
-// block-sparse attention and chunked logprobs (values and gradients) against plain autograd, float64
-// finite differences of both custom backward passes, and packed (plain and tree) logprobs and model
-// gradients against one dense forward per sample.
+// block-sparse attention and chunked logprobs (values and gradients) against plain autograd,
+// float64 finite differences of both custom backward passes, and packed (plain and tree) logprobs
+// and model gradients against one dense forward per sample.
 #include "train/packed_forward.h"
 #include "train/flash_kernel.h"
 #include "model/blas_kernel.h"
@@ -43,20 +43,25 @@ TEST(AttentionPlan, CoversExactlyTheTreeMask) {
       const auto t = static_cast<int64_t>(seq.size());
       std::vector<int> covered(static_cast<size_t>(t * t), 0);
       for (const auto& blk : plan.blocks) {
-        auto keys = blk.key_index.defined() ? blk.key_index : torch::arange(blk.key_begin, blk.key_begin + blk.key_count);
+        auto keys = blk.key_index.defined()
+                        ? blk.key_index
+                        : torch::arange(blk.key_begin, blk.key_begin + blk.key_count);
         auto bias = blk.bias;
         for (int64_t i = blk.q_begin; i < blk.q_end; ++i) {
           for (int64_t kk = 0; kk < blk.key_count; ++kk) {
             const int64_t j = keys[kk].item<int64_t>();
-            const bool allowed = kk < blk.full_keys || bias[i - blk.q_begin][kk - blk.full_keys].item<float>() == 0.0f;
-            EXPECT_EQ(allowed, tracking::may_attend(seq, static_cast<size_t>(i), static_cast<size_t>(j)));
+            const bool allowed = kk < blk.full_keys ||
+                                 bias[i - blk.q_begin][kk - blk.full_keys].item<float>() == 0.0f;
+            EXPECT_EQ(allowed,
+                      tracking::may_attend(seq, static_cast<size_t>(i), static_cast<size_t>(j)));
             if (allowed) ++covered[static_cast<size_t>(i * t + j)];
           }
         }
       }
       for (int64_t i = 0; i < t; ++i) {
         for (int64_t j = 0; j < t; ++j) {
-          EXPECT_EQ(covered[static_cast<size_t>(i * t + j)], tracking::may_attend(seq, i, j) ? 1 : 0);
+          EXPECT_EQ(covered[static_cast<size_t>(i * t + j)],
+                    tracking::may_attend(seq, i, j) ? 1 : 0);
         }
       }
       if (tree && rows == 4) {
@@ -67,20 +72,22 @@ TEST(AttentionPlan, CoversExactlyTheTreeMask) {
 }
 
 TEST(AttentionPlan, MaskMemoryIsLinearInTokens) {
-  // A causal sequence and a group of 8 sharing a long prompt: the mask covers only the keys some row
-  // of a block may not see, ~rows entries per token, where the full (Tq, K) blocks held ~T/2.
+  // A causal sequence and a group of 8 sharing a long prompt: the mask covers only the keys some
+  // row of a block may not see, ~rows entries per token, where the full (Tq, K) blocks held ~T/2.
   for (int64_t t : {int64_t{2048}, int64_t{8192}}) {
     std::vector<int32_t> causal(static_cast<size_t>(t), static_cast<int32_t>(t));
     const AttentionPlan plan = plan_attention(causal, 128);
     EXPECT_EQ(plan.computed_pairs(), (t / 128) * (t / 128 + 1) / 2 * 128 * 128);
     EXPECT_LE(plan.bias_bytes(), t * 128 * 4) << t;
   }
-  // 8 samples: a 4,000-token prompt, then 40 tokens each (depth-first: the prompt, then each branch).
+  // 8 samples: a 4,000-token prompt, then 40 tokens each (depth-first: the prompt, then each
+  // branch).
   const int32_t prompt = 4000, own = 40, n = prompt + 8 * own;
   std::vector<int32_t> tree(static_cast<size_t>(n));
   for (int32_t j = 0; j < prompt; ++j) tree[static_cast<size_t>(j)] = n;
   for (int32_t s = 0; s < 8; ++s) {
-    for (int32_t i = 0; i < own; ++i) tree[static_cast<size_t>(prompt + s * own + i)] = prompt + (s + 1) * own;
+    for (int32_t i = 0; i < own; ++i)
+      tree[static_cast<size_t>(prompt + s * own + i)] = prompt + (s + 1) * own;
   }
   const AttentionPlan plan = plan_attention(tree, 128);
   EXPECT_LE(plan.bias_bytes(), int64_t{n} * (128 + 8 * own) * 4);
@@ -91,9 +98,10 @@ TEST(AttentionPlan, MaskMemoryIsLinearInTokens) {
   }
 }
 
-// The flash kernel against the tensor-op path (each block's scores at once), values and gradients, on a
-// tree with blocks of gathered keys, a long causal sequence spanning many key tiles, partial and full
-// masks, float32 and float64; and it does run where the BLAS is OpenBLAS (Debian's libtorch).
+// The flash kernel against the tensor-op path (each block's scores at once), values and gradients,
+// on a tree with blocks of gathered keys, a long causal sequence spanning many key tiles, partial
+// and full masks, float32 and float64; and it does run where the BLAS is OpenBLAS (Debian's
+// libtorch).
 TEST(BlockSparseAttention, FlashKernelMatchesTheTensorOpPath) {
   if (!model::openblas_core().empty()) {
     EXPECT_TRUE(flash_available());
@@ -112,18 +120,22 @@ TEST(BlockSparseAttention, FlashKernelMatchesTheTensorOpPath) {
         set_partial_block_masks(true);
         torch::manual_seed(7);
         auto opts = torch::TensorOptions().dtype(dtype);
-        auto q0 = torch::randn({t, 6, 16}, opts), k0 = torch::randn({t, 2, 16}, opts), v0 = torch::randn({t, 2, 16}, opts);
+        auto q0 = torch::randn({t, 6, 16}, opts), k0 = torch::randn({t, 2, 16}, opts),
+             v0 = torch::randn({t, 2, 16}, opts);
         auto up = torch::randn({t, 96}, opts);
         std::vector<std::vector<torch::Tensor>> got;
         for (bool flash : {false, true}) {
           set_flash_attention_enabled(flash);
-          auto q = q0.clone().requires_grad_(true), k = k0.clone().requires_grad_(true), v = v0.clone().requires_grad_(true);
+          auto q = q0.clone().requires_grad_(true), k = k0.clone().requires_grad_(true),
+               v = v0.clone().requires_grad_(true);
           auto out = block_sparse_attention(q * 0.25, k, v, plan, 0);
           (out * up).sum().backward();
           got.push_back({out.detach(), q.grad(), k.grad(), v.grad()});
         }
-        {  // the same bits again: the threads' shares of the key and value gradients never depend on timing
-          auto q = q0.clone().requires_grad_(true), k = k0.clone().requires_grad_(true), v = v0.clone().requires_grad_(true);
+        {  // the same bits again: the threads' shares of the key and value gradients never depend
+           // on timing
+          auto q = q0.clone().requires_grad_(true), k = k0.clone().requires_grad_(true),
+               v = v0.clone().requires_grad_(true);
           auto out = block_sparse_attention(q * 0.25, k, v, plan, 0);
           (out * up).sum().backward();
           EXPECT_TRUE(torch::equal(out.detach(), got[1][0]) && torch::equal(k.grad(), got[1][2]) &&
@@ -144,18 +156,23 @@ TEST(BlockSparseAttention, MatchesDenseMaskedAttentionWithGradients) {
   torch::manual_seed(1);
   auto q0 = torch::randn({t, 4, 8}), k0 = torch::randn({t, 2, 8}), v0 = torch::randn({t, 2, 8});
   auto upstream = torch::randn({t, 32});
-  auto q = q0.clone().requires_grad_(true), k = k0.clone().requires_grad_(true), v = v0.clone().requires_grad_(true);
+  auto q = q0.clone().requires_grad_(true), k = k0.clone().requires_grad_(true),
+       v = v0.clone().requires_grad_(true);
   // The model's dense attention scales inside; ours takes q pre-scaled.
-  auto ref = model::masked_attention(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), dense_mask(seq))[0];
+  auto ref =
+      model::masked_attention(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), dense_mask(seq))[0];
   (ref * upstream).sum().backward();
   for (int64_t rows : {1, 5, 16, 128}) {
     for (int64_t keep : {int64_t{0}, int64_t{1} << 30}) {
       AttentionPlan plan = plan_attention(seq.subtree_end, rows);
-      auto q2 = q0.clone().requires_grad_(true), k2 = k0.clone().requires_grad_(true), v2 = v0.clone().requires_grad_(true);
+      auto q2 = q0.clone().requires_grad_(true), k2 = k0.clone().requires_grad_(true),
+           v2 = v0.clone().requires_grad_(true);
       auto out = block_sparse_attention(q2 / std::sqrt(8.0), k2, v2, plan, keep);
       EXPECT_LT(testing::relative_difference({out}, {ref}), 1e-5) << rows << " " << keep;
       (out * upstream).sum().backward();
-      EXPECT_LT(testing::relative_difference({q2.grad(), k2.grad(), v2.grad()}, {q.grad(), k.grad(), v.grad()}), 1e-5)
+      EXPECT_LT(testing::relative_difference({q2.grad(), k2.grad(), v2.grad()},
+                                             {q.grad(), k.grad(), v.grad()}),
+                1e-5)
           << rows << " " << keep;
     }
   }
@@ -180,19 +197,23 @@ TEST(AttentionPlan, GivenBlockStartsCoverExactlyTheTreeMask) {
       const auto& blk = plan.blocks[k];
       EXPECT_EQ(blk.q_begin, starts[k]);
       EXPECT_EQ(blk.q_end, k + 1 < starts.size() ? starts[k + 1] : t);
-      auto keys = blk.key_index.defined() ? blk.key_index : torch::arange(blk.key_begin, blk.key_begin + blk.key_count);
+      auto keys = blk.key_index.defined()
+                      ? blk.key_index
+                      : torch::arange(blk.key_begin, blk.key_begin + blk.key_count);
       for (int64_t i = blk.q_begin; i < blk.q_end; ++i) {
         for (int64_t kk = 0; kk < blk.key_count; ++kk) {
           const int64_t j = keys[kk].item<int64_t>();
-          const bool allowed =
-              kk < blk.full_keys || blk.bias[i - blk.q_begin][kk - blk.full_keys].item<float>() == 0.0f;
-          EXPECT_EQ(allowed, tracking::may_attend(seq, static_cast<size_t>(i), static_cast<size_t>(j)));
+          const bool allowed = kk < blk.full_keys ||
+                               blk.bias[i - blk.q_begin][kk - blk.full_keys].item<float>() == 0.0f;
+          EXPECT_EQ(allowed,
+                    tracking::may_attend(seq, static_cast<size_t>(i), static_cast<size_t>(j)));
           if (allowed) ++covered[static_cast<size_t>(i * t + j)];
         }
       }
     }
     for (int64_t i = 0; i < t; ++i) {
-      for (int64_t j = 0; j < t; ++j) EXPECT_EQ(covered[static_cast<size_t>(i * t + j)], tracking::may_attend(seq, i, j) ? 1 : 0);
+      for (int64_t j = 0; j < t; ++j)
+        EXPECT_EQ(covered[static_cast<size_t>(i * t + j)], tracking::may_attend(seq, i, j) ? 1 : 0);
     }
   }
   EXPECT_THROW(plan_attention(seq.subtree_end, std::vector<int64_t>{1, 4}), Error);
@@ -208,10 +229,13 @@ TEST(BlockSparseAttention, BackwardMatchesFiniteDifferences) {
   AttentionPlan plan = plan_attention(seq.subtree_end, 3);
   torch::manual_seed(2);
   auto opts = torch::TensorOptions().dtype(torch::kDouble);
-  std::vector<torch::Tensor> inputs = {torch::randn({t, 2, 3}, opts), torch::randn({t, 1, 3}, opts), torch::randn({t, 1, 3}, opts)};
+  std::vector<torch::Tensor> inputs = {torch::randn({t, 2, 3}, opts), torch::randn({t, 1, 3}, opts),
+                                       torch::randn({t, 1, 3}, opts)};
   auto w = torch::randn({t, 6}, opts);
   for (int64_t keep : {int64_t{0}, int64_t{1} << 30}) {
-    auto f = [&](const std::vector<torch::Tensor>& x) { return (block_sparse_attention(x[0], x[1], x[2], plan, keep) * w).sum(); };
+    auto f = [&](const std::vector<torch::Tensor>& x) {
+      return (block_sparse_attention(x[0], x[1], x[2], plan, keep) * w).sum();
+    };
     std::vector<torch::Tensor> leaves;
     for (auto& x : inputs) leaves.push_back(x.clone().requires_grad_(true));
     f(leaves).backward();
@@ -225,7 +249,8 @@ TEST(BlockSparseAttention, BackwardMatchesFiniteDifferences) {
         plus[which].view({-1})[e] += 1e-6;
         minus[which].view({-1})[e] -= 1e-6;
         const double fd = (f(plus).item<double>() - f(minus).item<double>()) / 2e-6;
-        EXPECT_NEAR(leaves[which].grad().view({-1})[e].item<double>(), fd, 1e-7) << which << " " << e;
+        EXPECT_NEAR(leaves[which].grad().view({-1})[e].item<double>(), fd, 1e-7)
+            << which << " " << e;
       }
     }
   }
@@ -241,7 +266,7 @@ TEST(TokenLogprobs, MatchesLogSoftmaxWithGradients) {
   auto a = torch::randn({rows}), c = torch::randn({rows});
   auto weight = lm_head_weight(m);
   auto h = h0.clone().requires_grad_(true);
-  auto logp = torch::log_softmax(m->lm_head(h), -1);                          // (M, V)
+  auto logp = torch::log_softmax(m->lm_head(h), -1);  // (M, V)
   auto ref_lp = logp.gather(1, targets.unsqueeze(1)).squeeze(1);
   auto ref_h = -(logp.exp() * logp).sum(-1);
   ((ref_lp * a).sum() + (ref_h * c).sum()).backward();
@@ -254,7 +279,8 @@ TEST(TokenLogprobs, MatchesLogSoftmaxWithGradients) {
       TokenLogprobs out = token_logprobs(m, h2, targets, chunk, keep);
       EXPECT_LT(testing::relative_difference({out.logprob, out.entropy}, {ref_lp, ref_h}), 1e-6);
       ((out.logprob * a).sum() + (out.entropy * c).sum()).backward();
-      EXPECT_LT(testing::relative_difference({h2.grad(), weight.grad()}, {ref_dh, ref_dw}), 1e-5) << chunk << " " << keep;
+      EXPECT_LT(testing::relative_difference({h2.grad(), weight.grad()}, {ref_dh, ref_dw}), 1e-5)
+          << chunk << " " << keep;
     }
   }
   // Only the logprob used: the entropy contributes nothing.
@@ -266,7 +292,8 @@ TEST(TokenLogprobs, MatchesLogSoftmaxWithGradients) {
   EXPECT_LT(testing::relative_difference({h3.grad()}, {h4.grad()}), 1e-5);
 }
 
-// A frozen lm_head (LoRA) gets no gradient and no (V, C) buffer; the hidden states' gradient is the same.
+// A frozen lm_head (LoRA) gets no gradient and no (V, C) buffer; the hidden states' gradient is the
+// same.
 TEST(TokenLogprobs, AFrozenLmHeadGetsNoGradient) {
   auto config = testing::qwen2_config();
   auto m = testing::random_model(config, 5);
@@ -330,32 +357,40 @@ torch::Tensor dense_logprobs(model::Qwen2Model& m, const train_data::Batch& b) {
   std::vector<torch::Tensor> out;
   for (const auto& s : b.samples) {
     const auto l = static_cast<int64_t>(s.size());
-    auto ids = torch::tensor(std::vector<int64_t>(s.token_ids.begin(), s.token_ids.end())).view({1, l});
-    auto logp = torch::log_softmax(m->forward_logits(ids, torch::arange(l).view({1, l})), -1)[0];  // (L, V)
+    auto ids =
+        torch::tensor(std::vector<int64_t>(s.token_ids.begin(), s.token_ids.end())).view({1, l});
+    auto logp =
+        torch::log_softmax(m->forward_logits(ids, torch::arange(l).view({1, l})), -1)[0];  // (L, V)
     for (int64_t p = 1; p < l; ++p) {
-      if (s.loss_mask[static_cast<size_t>(p)]) out.push_back(logp[p - 1][s.token_ids[static_cast<size_t>(p)]]);
+      if (s.loss_mask[static_cast<size_t>(p)])
+        out.push_back(logp[p - 1][s.token_ids[static_cast<size_t>(p)]]);
     }
   }
   return torch::stack(out);
 }
 
 // The same terms in the same order from packed sequences through the custom functions.
-torch::Tensor packed_logprobs(model::Qwen2Model& m, const train_data::Batch& b, bool tree, size_t budget, int64_t rows) {
+torch::Tensor packed_logprobs(model::Qwen2Model& m, const train_data::Batch& b, bool tree,
+                              size_t budget, int64_t rows) {
   std::vector<std::vector<torch::Tensor>> per_sample(b.samples.size());
   for (size_t i = 0; i < b.samples.size(); ++i) per_sample[i].resize(b.samples[i].size());
   for (auto& seq : pack(b, tree, budget)) {
     AttentionPlan plan = plan_attention(seq.subtree_end, rows);
-    std::vector<int64_t> ids(seq.token_ids.begin(), seq.token_ids.end()), pos(seq.position_ids.begin(), seq.position_ids.end());
+    std::vector<int64_t> ids(seq.token_ids.begin(), seq.token_ids.end()),
+        pos(seq.position_ids.begin(), seq.position_ids.end());
     auto hidden = packed_hidden(m, torch::tensor(ids), torch::tensor(pos), plan);
     std::vector<int64_t> parents, targets;
     for (size_t i = 0; i < seq.size(); ++i) {
       parents.push_back(std::max(0, seq.parent[i]));
       targets.push_back(seq.token_ids[i]);
     }
-    auto lp = token_logprobs(m, hidden.index_select(0, torch::tensor(parents)), torch::tensor(targets), 7).logprob;
+    auto lp =
+        token_logprobs(m, hidden.index_select(0, torch::tensor(parents)), torch::tensor(targets), 7)
+            .logprob;
     for (size_t k = 0; k < seq.sample_count(); ++k) {
       const auto input = static_cast<size_t>(seq.samples[k]);
-      for (size_t p = 0; p < seq.sample_tokens[k].size(); ++p) per_sample[input][p] = lp[seq.sample_tokens[k][p]];
+      for (size_t p = 0; p < seq.sample_tokens[k].size(); ++p)
+        per_sample[input][p] = lp[seq.sample_tokens[k][p]];
     }
   }
   std::vector<torch::Tensor> out;
@@ -386,9 +421,11 @@ TEST(PackedForward, PlainAndTreePacksMatchDenseForwardsWithGradients) {
       for (size_t budget : {size_t{12}, size_t{1000}}) {
         m->zero_grad();
         auto lp = packed_logprobs(m, b, tree, budget, tree ? 4 : 16);
-        EXPECT_LT(testing::relative_difference({lp}, {ref}), 1e-5) << config.model_type << " tree " << tree << " budget " << budget;
+        EXPECT_LT(testing::relative_difference({lp}, {ref}), 1e-5)
+            << config.model_type << " tree " << tree << " budget " << budget;
         (lp * w).sum().backward();
-        EXPECT_LT(testing::relative_difference(grads_of(m), ref_grads), 1e-4) << config.model_type << " tree " << tree;
+        EXPECT_LT(testing::relative_difference(grads_of(m), ref_grads), 1e-4)
+            << config.model_type << " tree " << tree;
       }
     }
   }

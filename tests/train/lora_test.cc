@@ -53,10 +53,12 @@ TEST(Lora, FreshAdaptersChangeNothingAndOnlyThemTrain) {
   auto params = trainer.trainable_parameters();
   EXPECT_EQ(params.size(), static_cast<size_t>(m->num_layers() * 7 * 2));
   for (auto& [name, p] : params) EXPECT_NE(name.find(".lora_"), std::string::npos) << name;
-  for (int i = 0; i < 3; ++i) trainer.train_step(random_batch(2, 4, 6, 5, 61, 30 + static_cast<uint64_t>(i)));
+  for (int i = 0; i < 3; ++i)
+    trainer.train_step(random_batch(2, 4, 6, 5, 61, 30 + static_cast<uint64_t>(i)));
   auto now = m->hf_named_parameters();
   auto orig = base->hf_named_parameters();
-  for (size_t i = 0; i < now.size(); ++i) EXPECT_TRUE(torch::equal(now[i].second, orig[i].second)) << now[i].first;
+  for (size_t i = 0; i < now.size(); ++i)
+    EXPECT_TRUE(torch::equal(now[i].second, orig[i].second)) << now[i].first;
   bool moved = false;
   for (auto& [name, p] : lora_named_parameters(m)) {
     if (name.find("lora_B") != std::string::npos && p.abs().max().item<float>() > 0) moved = true;
@@ -81,7 +83,8 @@ TEST(Lora, KlReferenceIsTheBaseModel) {
   EXPECT_FALSE(trainer.reference_model().has_value());
   train_data::Batch b = random_batch(2, 4, 6, 5, 61, 40);
   train_data::TrainMetrics first = trainer.train_step(b);
-  EXPECT_LT(std::abs(first.kl), 1e-6);  // adapters start at zero: policy == reference (up to packing order)
+  EXPECT_LT(std::abs(first.kl),
+            1e-6);  // adapters start at zero: policy == reference (up to packing order)
   trainer.train_step(b);
   train_data::TrainMetrics third = trainer.train_step(b);
   EXPECT_GT(std::abs(third.kl), 1e-5);
@@ -94,7 +97,8 @@ TEST(Lora, PeftLayoutAndMergedExport) {
   o.lora = lora(4);
   o.optim.lr = 2e-2;
   Trainer trainer(m, o);
-  for (int i = 0; i < 2; ++i) trainer.train_step(random_batch(2, 4, 6, 5, 61, 50 + static_cast<uint64_t>(i)));
+  for (int i = 0; i < 2; ++i)
+    trainer.train_step(random_batch(2, 4, 6, 5, 61, 50 + static_cast<uint64_t>(i)));
   auto adapted = probe_logits(m);
   std::vector<torch::Tensor> weights_before;
   for (auto& [name, p] : m->hf_named_parameters()) weights_before.push_back(p.detach().clone());
@@ -103,9 +107,12 @@ TEST(Lora, PeftLayoutAndMergedExport) {
   save_peft_adapter(m, dir / "adapter", o.lora, "some/base-model");
   auto file = hf::SafetensorsFile::open(dir / "adapter" / "adapter_model.safetensors");
   const auto& c = m->config();
-  const hf::TensorInfo* qa = file.find("base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight");
-  const hf::TensorInfo* qb = file.find("base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight");
-  const hf::TensorInfo* db = file.find("base_model.model.model.layers.1.mlp.down_proj.lora_B.weight");
+  const hf::TensorInfo* qa =
+      file.find("base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight");
+  const hf::TensorInfo* qb =
+      file.find("base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight");
+  const hf::TensorInfo* db =
+      file.find("base_model.model.model.layers.1.mlp.down_proj.lora_B.weight");
   ASSERT_TRUE(qa && qb && db);
   EXPECT_EQ(qa->shape, (std::vector<int64_t>{4, c.hidden_size}));
   EXPECT_EQ(qb->shape, (std::vector<int64_t>{c.num_attention_heads * c.head_dim, 4}));
@@ -135,11 +142,13 @@ TEST(Lora, PeftLayoutAndMergedExport) {
   auto merged = model::load_model_dir(dir / "merged");
   EXPECT_LT(testing::relative_difference({probe_logits(merged)}, {adapted}), 1e-5);
   auto after = m->hf_named_parameters();
-  for (size_t i = 0; i < after.size(); ++i) EXPECT_TRUE(torch::equal(after[i].second, weights_before[i])) << after[i].first;
+  for (size_t i = 0; i < after.size(); ++i)
+    EXPECT_TRUE(torch::equal(after[i].second, weights_before[i])) << after[i].first;
   auto merged_params = merged->hf_named_parameters();
   for (size_t i = 0; i < merged_params.size(); ++i) {
     if (merged_params[i].first == "model.layers.0.self_attn.q_proj.weight") {
-      EXPECT_FALSE(torch::equal(merged_params[i].second, weights_before[i]));  // the adapter was merged in
+      EXPECT_FALSE(
+          torch::equal(merged_params[i].second, weights_before[i]));  // the adapter was merged in
     }
   }
 
@@ -184,7 +193,8 @@ TEST(Lora, DropoutMasksFollowTheSeed) {
     attach_lora(m, o, seed);
     torch::NoGradGuard no_grad;
     auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
-    for (auto& [name, p] : lora_named_parameters(m)) p.normal_(0.0, 0.5, gen);  // the same weights for every seed
+    for (auto& [name, p] : lora_named_parameters(m))
+      p.normal_(0.0, 0.5, gen);  // the same weights for every seed
     m->train();
     return m;
   };

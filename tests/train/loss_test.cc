@@ -1,5 +1,6 @@
-// The policy loss against hand-computed cases (clip, dual clip, KL estimators, entropy, coefficients
-// and masks, off-policy correction) and a finite-difference check of its gradient in float64.
+// The policy loss against hand-computed cases (clip, dual clip, KL estimators, entropy,
+// coefficients and masks, off-policy correction) and a finite-difference check of its gradient in
+// float64.
 #include "train/loss.h"
 
 #include <gtest/gtest.h>
@@ -61,7 +62,10 @@ TEST(PolicyLoss, PpoClipAndDualClipByHand) {
   EXPECT_EQ(out.clipped, 2);       // terms 0 and 4 (the clipped branch is the larger loss)
   EXPECT_EQ(out.dual_clipped, 1);  // term 3
   // approx_kl sums old - lp = -log r.
-  EXPECT_NEAR(out.approx_kl_sum, -(std::log(1.5) + std::log(0.5) + std::log(1.5) + std::log(4.0) + std::log(0.5) + std::log(1.1)), 1e-12);
+  EXPECT_NEAR(out.approx_kl_sum,
+              -(std::log(1.5) + std::log(0.5) + std::log(1.5) + std::log(4.0) + std::log(0.5) +
+                std::log(1.1)),
+              1e-12);
 }
 
 TEST(PolicyLoss, AsymmetricClipAndNoDualClip) {
@@ -120,7 +124,7 @@ TEST(PolicyLoss, KlAndEntropyTermsAndTheirGradients) {
   o.kl_coef = 0.1;
   o.entropy_coef = 0.01;
   Case c = make({1.0, 1.0}, {0.0, 0.0}, {0.5, 0.5});  // advantage 0: only KL and entropy act
-  c.terms.ref_logprob = d({-1.0, 1.0});                 // ref - lp = -1, +1
+  c.terms.ref_logprob = d({-1.0, 1.0});               // ref - lp = -1, +1
   auto entropy = d({2.0, 3.0}).requires_grad_(true);
   c.terms.entropy = entropy;
   LossOutput out = policy_loss(c.terms, o);
@@ -137,13 +141,16 @@ TEST(PolicyLoss, KlAndEntropyTermsAndTheirGradients) {
   EXPECT_NEAR(ge[0], -0.01 * 0.5, 1e-12);
 }
 
-// Above the cap, tis truncates the weight and decoupled PPO (AReaL's behav_imp_weight_cap) drops the term.
+// Above the cap, tis truncates the weight and decoupled PPO (AReaL's behav_imp_weight_cap) drops
+// the term.
 TEST(PolicyLoss, OffPolicyWeightIsTruncatedOrDroppedAndDetached) {
-  for (auto correction : {train_data::OffPolicyCorrection::kDecoupledPpo, train_data::OffPolicyCorrection::kTis}) {
+  for (auto correction :
+       {train_data::OffPolicyCorrection::kDecoupledPpo, train_data::OffPolicyCorrection::kTis}) {
     train_data::LossOptions o;
     o.correction = correction;
     o.is_cap = 2.0;
-    // proximal (old) = 0; behaviour = -log 3 -> weight 3, over the cap; and behaviour = -log 1.5 -> 1.5.
+    // proximal (old) = 0; behaviour = -log 3 -> weight 3, over the cap; and behaviour = -log 1.5
+    // -> 1.5.
     Case c = make({1.1, 1.1}, {1.0, 1.0}, {1.0, 1.0});
     c.terms.behaviour_logprob = d({-std::log(3.0), -std::log(1.5)});
     LossOutput out = policy_loss(c.terms, o);
@@ -154,7 +161,8 @@ TEST(PolicyLoss, OffPolicyWeightIsTruncatedOrDroppedAndDetached) {
     EXPECT_EQ(out.tokens, 2);  // a dropped term stays in the count the aggregation divides by
     out.loss.backward();
     auto g = values(c.lp.grad());
-    EXPECT_NEAR(g[0], over * -1.1, 1e-12);  // the weight scales the gradient, it has none of its own
+    EXPECT_NEAR(g[0], over * -1.1,
+                1e-12);  // the weight scales the gradient, it has none of its own
     EXPECT_NEAR(g[1], 1.5 * -1.1, 1e-12);
   }
   train_data::LossOptions o;
@@ -184,8 +192,8 @@ TEST(PolicyLoss, GradientMatchesFiniteDifferences) {
     ent.push_back(1.0 + 0.1 * static_cast<double>(i));
     coef.push_back(0.05 + 0.01 * static_cast<double>(i));
   }
-  auto loss_at = [&](const std::vector<double>& l, const std::vector<double>& e, torch::Tensor* lp_leaf,
-                     torch::Tensor* ent_leaf) {
+  auto loss_at = [&](const std::vector<double>& l, const std::vector<double>& e,
+                     torch::Tensor* lp_leaf, torch::Tensor* ent_leaf) {
     LossTerms t;
     t.logprob = d(l);
     t.entropy = d(e);
@@ -211,12 +219,16 @@ TEST(PolicyLoss, GradientMatchesFiniteDifferences) {
     auto plus = lp, minus = lp;
     plus[i] += h;
     minus[i] -= h;
-    const double fd = (loss_at(plus, ent, nullptr, nullptr).item<double>() - loss_at(minus, ent, nullptr, nullptr).item<double>()) / (2 * h);
+    const double fd = (loss_at(plus, ent, nullptr, nullptr).item<double>() -
+                       loss_at(minus, ent, nullptr, nullptr).item<double>()) /
+                      (2 * h);
     EXPECT_NEAR(g_lp[i], fd, 1e-7 + 1e-6 * std::abs(fd)) << "logprob " << i;
     auto ep = ent, em = ent;
     ep[i] += h;
     em[i] -= h;
-    const double fde = (loss_at(lp, ep, nullptr, nullptr).item<double>() - loss_at(lp, em, nullptr, nullptr).item<double>()) / (2 * h);
+    const double fde = (loss_at(lp, ep, nullptr, nullptr).item<double>() -
+                        loss_at(lp, em, nullptr, nullptr).item<double>()) /
+                       (2 * h);
     EXPECT_NEAR(g_ent[i], fde, 1e-7 + 1e-6 * std::abs(fde)) << "entropy " << i;
   }
 }

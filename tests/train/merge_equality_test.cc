@@ -1,11 +1,11 @@
-// Merged vs unmerged gradients (issues 5 and 6) on real episodes: agents converse through the front's
-// EpisodeTracker with a real BPE tokenizer and the Qwen2.5 chat template (system prompt, tool call,
-// tool result, follow-up questions), token-in/token-out splicing on. Each episode merges into one
-// sample; the same calls as one sample per call (prompt as context, completion trained) give the same
-// loss and gradients under the conditions of trainer.h "Merging invariance": token-mean aggregation,
-// advantages per episode, and per-call samples weighted 1 like the merged linear episode.
-// Tolerance: max |a - b| / max |b| < 1e-5 over all gradients (float summation order differs), loss
-// within 1e-5 relative.
+// Merged vs unmerged gradients (issues 5 and 6) on real episodes: agents converse through the
+// front's EpisodeTracker with a real BPE tokenizer and the Qwen2.5 chat template (system prompt,
+// tool call, tool result, follow-up questions), token-in/token-out splicing on. Each episode merges
+// into one sample; the same calls as one sample per call (prompt as context, completion trained)
+// give the same loss and gradients under the conditions of trainer.h "Merging invariance":
+// token-mean aggregation, advantages per episode, and per-call samples weighted 1 like the merged
+// linear episode. Tolerance: max |a - b| / max |b| < 1e-5 over all gradients (float summation order
+// differs), loss within 1e-5 relative.
 #include <gtest/gtest.h>
 
 #include "tracking/merge.h"
@@ -21,8 +21,9 @@ using tracking::testing::serve;
 
 // One agent's episode of four calls: it asks a tool, reads the result, answers, then answers a
 // follow-up. `variant` changes the wording so the episodes of a group differ.
-std::vector<tracking::CallRecord> converse(const text::Tokenizer& tok, const tracking::ChatFormat& f,
-                                           const std::string& uuid, int variant) {
+std::vector<tracking::CallRecord> converse(const text::Tokenizer& tok,
+                                           const tracking::ChatFormat& f, const std::string& uuid,
+                                           int variant) {
   tracking::EpisodeTracker tracker(uuid, f);
   text::ChatRequest req;
   req.tools = {text::OrderedJson::parse(
@@ -38,22 +39,28 @@ std::vector<tracking::CallRecord> converse(const text::Tokenizer& tok, const tra
   };
   int64_t index = 0;
   auto s1 = serve(tracker, "agent", index++, req,
-                  ids("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"" + city + "\"}}\n</tool_call>"),
+                  ids("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"" +
+                      city + "\"}}\n</tool_call>"),
                   tracking::FinishReason::kStop);
   EXPECT_EQ(s1.answer.tool_calls.size(), 1u);
   req.messages.push_back(s1.answer);
-  text::ChatMessage result = message(Role::kTool, "{\"sky\": \"sunny\", \"degrees\": " + std::to_string(18 + variant) + "}");
+  text::ChatMessage result = message(
+      Role::kTool, "{\"sky\": \"sunny\", \"degrees\": " + std::to_string(18 + variant) + "}");
   if (!s1.answer.tool_calls.empty()) result.tool_call_id = s1.answer.tool_calls[0].id;
   req.messages.push_back(result);
-  auto s2 = serve(tracker, "agent", index++, req, ids("The weather in " + city + " is sunny, twenty degrees."),
+  auto s2 = serve(tracker, "agent", index++, req,
+                  ids("The weather in " + city + " is sunny, twenty degrees."),
                   tracking::FinishReason::kStop);
   req.messages.push_back(s2.answer);
-  req.messages.push_back(message(Role::kUser, variant == 2 ? "And the answer?" : "Thank you. And London?"));
-  auto s3 = serve(tracker, "agent", index++, req, ids(variant == 2 ? "The answer is forty two." : "Please call the weather tool."),
+  req.messages.push_back(
+      message(Role::kUser, variant == 2 ? "And the answer?" : "Thank you. And London?"));
+  auto s3 = serve(tracker, "agent", index++, req,
+                  ids(variant == 2 ? "The answer is forty two." : "Please call the weather tool."),
                   tracking::FinishReason::kStop);
   req.messages.push_back(s3.answer);
   req.messages.push_back(message(Role::kUser, "Hello world"));
-  serve(tracker, "agent", index++, req, ids("Hello, the quick brown fox jumps over the lazy dog."), tracking::FinishReason::kStop);
+  serve(tracker, "agent", index++, req, ids("Hello, the quick brown fox jumps over the lazy dog."),
+        tracking::FinishReason::kStop);
   return tracker.calls();
 }
 
@@ -62,7 +69,8 @@ TEST(MergeEquality, TrackedEpisodesMergedEqualOneSamplePerCall) {
   const auto f = tracking::ChatFormat::create(*tok, text::ChatFamily::kQwen2_5);
   auto config = testing::qwen2_config();
   config.vocab_size = static_cast<int64_t>(tok->vocab_size());
-  config.max_position_embeddings = 4096;  // the tools block of the template alone is longer than the test config's 64
+  config.max_position_embeddings =
+      4096;  // the tools block of the template alone is longer than the test config's 64
   auto base = testing::random_model(config, 51);
 
   train_data::Batch merged, per_call;
@@ -83,7 +91,8 @@ TEST(MergeEquality, TrackedEpisodesMergedEqualOneSamplePerCall) {
         s.reward = reward;
         s.weight = 1;  // a linear episode: one branch, like its merged sample
         s.token_ids = call.prompt_ids;
-        s.token_ids.insert(s.token_ids.end(), call.completion_ids.begin(), call.completion_ids.end());
+        s.token_ids.insert(s.token_ids.end(), call.completion_ids.begin(),
+                           call.completion_ids.end());
         s.loss_mask.assign(call.prompt_ids.size(), 0);
         s.loss_mask.insert(s.loss_mask.end(), call.completion_ids.size(), 1);
         s.logprobs.assign(call.prompt_ids.size(), 0.0f);
@@ -106,7 +115,8 @@ TEST(MergeEquality, TrackedEpisodesMergedEqualOneSamplePerCall) {
     for (bool recompute : {true, false}) {
       o.packing = packing;
       o.recompute_old_logprobs = recompute;
-      const std::string what = std::string(train_data::packing_name(packing)) + (recompute ? " recompute" : " rollout logprobs");
+      const std::string what = std::string(train_data::packing_name(packing)) +
+                               (recompute ? " recompute" : " rollout logprobs");
       Trainer a(testing::clone_model(base), o), b(testing::clone_model(base), o);
       train_data::TrainMetrics ma, mb;
       auto ga = testing::step_gradients(a, merged, &ma);
@@ -122,7 +132,8 @@ TEST(MergeEquality, TrackedEpisodesMergedEqualOneSamplePerCall) {
       EXPECT_NEAR(ma.kl, mb.kl, 1e-6) << what;
       EXPECT_NEAR(ma.entropy, mb.entropy, 1e-5) << what;
       EXPECT_EQ(ma.trained_tokens, mb.trained_tokens) << what;
-      // Plain packing computes every repeated prefix again; tree packing shares them (the trie again).
+      // Plain packing computes every repeated prefix again; tree packing shares them (the trie
+      // again).
       if (packing == train_data::Packing::kPlain) {
         EXPECT_LT(ma.packed_tokens * 2, mb.packed_tokens) << what;
       } else {

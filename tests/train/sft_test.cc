@@ -1,6 +1,6 @@
 // SFT warm-up: the loss mask covers exactly what the model generates (assistant bodies and their
-// <|im_end|>), demo files fail with file:line and field, a few steps on a micro model lower the demo
-// loss deterministically, and the saved model loads back with the same loss.
+// <|im_end|>), demo files fail with file:line and field, a few steps on a micro model lower the
+// demo loss deterministically, and the saved model loads back with the same loss.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -36,7 +36,9 @@ std::string demo_line(int a, int b) {
                    {"tool_calls", OrderedJson::array({OrderedJson{
                                       {"id", "call_0"},
                                       {"type", "function"},
-                                      {"function", {{"name", "calculator"}, {"arguments", "{\"expression\": \"" + expr + "\"}"}}}}})}},
+                                      {"function",
+                                       {{"name", "calculator"},
+                                        {"arguments", "{\"expression\": \"" + expr + "\"}"}}}}})}},
        OrderedJson{{"role", "tool"}, {"tool_call_id", "call_0"}, {"content", value}},
        OrderedJson{{"role", "assistant"}, {"content", "<answer>" + value + "</answer>"}}});
   j["tools"] = OrderedJson::array({tool});
@@ -55,9 +57,12 @@ std::string short_demos_text() {
   for (int i = 0; i < 12; ++i) {
     const int a = 3 + i, b = 7 + 2 * i;
     OrderedJson j = OrderedJson::object();
-    j["messages"] = OrderedJson::array({OrderedJson{{"role", "system"}, {"content", "Multiply."}},
-                                        OrderedJson{{"role", "user"}, {"content", std::to_string(a) + "*" + std::to_string(b) + "=?"}},
-                                        OrderedJson{{"role", "assistant"}, {"content", "<answer>" + std::to_string(a * b) + "</answer>"}}});
+    j["messages"] = OrderedJson::array(
+        {OrderedJson{{"role", "system"}, {"content", "Multiply."}},
+         OrderedJson{{"role", "user"},
+                     {"content", std::to_string(a) + "*" + std::to_string(b) + "=?"}},
+         OrderedJson{{"role", "assistant"},
+                     {"content", "<answer>" + std::to_string(a * b) + "</answer>"}}});
     s += j.dump() + "\n";
   }
   return s;
@@ -73,7 +78,8 @@ text::Tokenizer make_tokenizer(const std::string& corpus) {
   text::BpeTrainerOptions o;
   o.vocab_size = 400;
   const text::TrainedBpe t = text::train_bpe(corpus, o);
-  return text::Tokenizer::from_json(t.tokenizer_json, "trained", text::parse_tokenizer_config(t.tokenizer_config_json, "cfg"));
+  return text::Tokenizer::from_json(t.tokenizer_json, "trained",
+                                    text::parse_tokenizer_config(t.tokenizer_config_json, "cfg"));
 }
 
 void write(const std::filesystem::path& p, const std::string& s) {
@@ -98,7 +104,9 @@ TEST(SftData, MaskCoversAssistantBodiesAndEndOfTurn) {
     runs.back() += tok.decode(std::span<const int32_t>(&ex.token_ids[i], 1));
   }
   ASSERT_EQ(runs.size(), 2u);
-  EXPECT_EQ(runs[0], "<tool_call>\n{\"name\": \"calculator\", \"arguments\": {\"expression\": \"6*7\"}}\n</tool_call><|im_end|>");
+  EXPECT_EQ(runs[0],
+            "<tool_call>\n{\"name\": \"calculator\", \"arguments\": {\"expression\": "
+            "\"6*7\"}}\n</tool_call><|im_end|>");
   EXPECT_EQ(runs[1], "<answer>42</answer><|im_end|>");
   // The whole rendering is the template's: system, tools block, user, tool result all unmasked.
   const std::string all = tok.decode(ex.token_ids);
@@ -120,28 +128,45 @@ TEST(SftData, BadDemoFilesNameLineAndField) {
     return "";
   };
   const std::string file = (dir / "d.jsonl").string();
-  EXPECT_NE(error_of(demo_line(1, 2) + "{oops\n").find(file + ":2: invalid JSON"), std::string::npos);
-  EXPECT_NE(error_of("\n" + demo_line(1, 2) + R"({"messages": "hi"})" "\n").find(file + ":3: field 'messages'"),
+  EXPECT_NE(error_of(demo_line(1, 2) + "{oops\n").find(file + ":2: invalid JSON"),
             std::string::npos);
-  EXPECT_NE(error_of(R"({"messages": [{"role": "user", "content": "x"}]})" "\n").find("no assistant message"),
+  EXPECT_NE(error_of("\n" + demo_line(1, 2) +
+                     R"({"messages": "hi"})"
+                     "\n")
+                .find(file + ":3: field 'messages'"),
             std::string::npos);
-  EXPECT_NE(error_of(R"({"messages": [{"role": "robot", "content": "x"}]})" "\n").find(file + ":1: messages[0]"),
+  EXPECT_NE(error_of(R"({"messages": [{"role": "user", "content": "x"}]})"
+                     "\n")
+                .find("no assistant message"),
             std::string::npos);
-  EXPECT_NE(error_of(R"({"reward": "high", "messages": []})" "\n").find("field 'reward'"), std::string::npos);
+  EXPECT_NE(error_of(R"({"messages": [{"role": "robot", "content": "x"}]})"
+                     "\n")
+                .find(file + ":1: messages[0]"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"reward": "high", "messages": []})"
+                     "\n")
+                .find("field 'reward'"),
+            std::string::npos);
   // Filters: by reward and by length, counted.
-  write(dir / "f.jsonl", demo_line(1, 2) +
-                             R"({"reward": 0, "messages": [{"role": "system", "content": "s"}, {"role": "assistant", "content": "x"}]})"
-                             "\n");
-  const DemoSet kept = read_demos_jsonl(dir / "f.jsonl", format, DemoReadOptions{.max_tokens = 0, .min_reward = 0.5});
+  write(
+      dir / "f.jsonl",
+      demo_line(1, 2) +
+          R"({"reward": 0, "messages": [{"role": "system", "content": "s"}, {"role": "assistant", "content": "x"}]})"
+          "\n");
+  const DemoSet kept = read_demos_jsonl(dir / "f.jsonl", format,
+                                        DemoReadOptions{.max_tokens = 0, .min_reward = 0.5});
   EXPECT_EQ(kept.examples.size(), 1u);
   EXPECT_EQ(kept.skipped_reward, 1);
-  const DemoSet short_only = read_demos_jsonl(dir / "f.jsonl", format, DemoReadOptions{.max_tokens = 40});
+  const DemoSet short_only =
+      read_demos_jsonl(dir / "f.jsonl", format, DemoReadOptions{.max_tokens = 40});
   EXPECT_EQ(short_only.examples.size(), 1u);
   EXPECT_EQ(short_only.skipped_too_long, 1);
 }
 
 // lr 1, warmup 2, cosine to 0.1 over `steps`.
-SftOptions schedule(int64_t steps) { return SftOptions{.steps = steps, .lr = 1.0, .warmup_steps = 2, .min_lr_ratio = 0.1}; }
+SftOptions schedule(int64_t steps) {
+  return SftOptions{.steps = steps, .lr = 1.0, .warmup_steps = 2, .min_lr_ratio = 0.1};
+}
 
 TEST(SftSchedule, WarmupThenCosine) {
   const SftOptions o = schedule(11);
@@ -153,8 +178,8 @@ TEST(SftSchedule, WarmupThenCosine) {
   EXPECT_GT(sft_learning_rate(o, 6), 0.1);
 }
 
-// A schedule fitted to fewer steps (fit_schedule_to_time) decays over those: it reaches the floor at
-// its own last step, with the same warmup.
+// A schedule fitted to fewer steps (fit_schedule_to_time) decays over those: it reaches the floor
+// at its own last step, with the same warmup.
 TEST(SftSchedule, AShorterTotalEndsTheCosineSooner) {
   const SftOptions o = schedule(100);
   EXPECT_DOUBLE_EQ(sft_learning_rate(o, 1, 11), 1.0);
@@ -216,7 +241,8 @@ TEST(Sft, StepsLowerTheDemoLossDeterministicallyAndTheModelSaves) {
   // Same seed, same start: the same run.
   model::Qwen2Model b = micro_model(tok, 11);
   const std::vector<SftStep> again = run_sft(b, set.examples, o);
-  for (size_t i = 0; i < steps.size(); ++i) EXPECT_DOUBLE_EQ(again[i].loss, steps[i].loss) << "step " << i + 1;
+  for (size_t i = 0; i < steps.size(); ++i)
+    EXPECT_DOUBLE_EQ(again[i].loss, steps[i].loss) << "step " << i + 1;
 
   // Saved in HF layout, the trained model loads back with the same loss.
   text::BpeTrainerOptions bpe;
@@ -226,8 +252,9 @@ TEST(Sft, StepsLowerTheDemoLossDeterministicallyAndTheModelSaves) {
   model::Qwen2Model loaded = model::load_model_dir(dir / "model");
   EXPECT_NEAR(sft_loss(loaded, set.examples), after, 1e-5);
 
-  // A time limit no step fits in stops after the first step (no step starts that would end after it);
-  // fitted to it, that step's schedule is one step long. A limit never reached changes nothing.
+  // A time limit no step fits in stops after the first step (no step starts that would end after
+  // it); fitted to it, that step's schedule is one step long. A limit never reached changes
+  // nothing.
   model::Qwen2Model c = micro_model(tok, 11);
   SftOptions timed = o;
   timed.max_seconds = 1e-9;
@@ -272,7 +299,8 @@ TEST(Sft, SharedPrefixPackingMatchesWholeDemos) {
     for (const SftExample& ex : set.examples) n += static_cast<int64_t>(ex.token_ids.size());
     return n;
   }();
-  EXPECT_NEAR(sft_loss(shared, set.examples, all, true), sft_loss(whole, set.examples, all, false), 1e-5);
+  EXPECT_NEAR(sft_loss(shared, set.examples, all, true), sft_loss(whole, set.examples, all, false),
+              1e-5);
 
   SftOptions o;
   o.steps = 1;
@@ -296,10 +324,12 @@ TEST(Sft, SharedPrefixPackingMatchesWholeDemos) {
   for (const auto& item : pa) {
     const torch::Tensor& x = item.value();
     const torch::Tensor& y = pb[item.key()];
-    EXPECT_TRUE(torch::allclose(x, y, 1e-4, 5e-5)) << item.key() << " differs by " << (x - y).abs().max().item<double>();
+    EXPECT_TRUE(torch::allclose(x, y, 1e-4, 5e-5))
+        << item.key() << " differs by " << (x - y).abs().max().item<double>();
   }
 
-  // With a budget below the whole set, the shared prefix lets a step take more demos than whole packing.
+  // With a budget below the whole set, the shared prefix lets a step take more demos than whole
+  // packing.
   o.batch_tokens = all / 3;
   o.share_prefix = true;
   const int64_t with_sharing = run_sft(shared, set.examples, o)[0].examples;
@@ -308,10 +338,11 @@ TEST(Sft, SharedPrefixPackingMatchesWholeDemos) {
   EXPECT_GT(with_sharing, without);
 }
 
-// The step laid out since 2026-12-03 (attention blocks that follow the demos, the last layer's MLP on
-// the target rows only) computes what the earlier layout (128-row blocks over the packed sequence,
-// every row through the last layer) computes: the same loss and gradients up to float rounding, with
-// and without the shared prefix, and with blocks smaller than a demo (a demo then spans several).
+// The step laid out since 2026-12-03 (attention blocks that follow the demos, the last layer's MLP
+// on the target rows only) computes what the earlier layout (128-row blocks over the packed
+// sequence, every row through the last layer) computes: the same loss and gradients up to float
+// rounding, with and without the shared prefix, and with blocks smaller than a demo (a demo then
+// spans several).
 TEST(Sft, DemoBlocksStepMatchesTheEarlierLayout) {
   torch::set_num_threads(1);
   const auto [tok, set] = load_demos(demos_text());
@@ -323,7 +354,8 @@ TEST(Sft, DemoBlocksStepMatchesTheEarlierLayout) {
     for (auto& p : m->parameters()) p.mutable_grad() = torch::Tensor();
     loss = sft_step_gradients(m, batch, o);
     std::vector<torch::Tensor> g;
-    for (const auto& p : m->parameters()) g.push_back(p.grad().defined() ? p.grad().clone() : torch::zeros_like(p));
+    for (const auto& p : m->parameters())
+      g.push_back(p.grad().defined() ? p.grad().clone() : torch::zeros_like(p));
     return g;
   };
   for (const bool share : {true, false}) {
@@ -336,14 +368,16 @@ TEST(Sft, DemoBlocksStepMatchesTheEarlierLayout) {
       const auto a = grads(o, loss_a);
       o.demo_blocks = true;
       const auto b = grads(o, loss_b);
-      const std::string what = std::string(share ? "shared prefix" : "whole demos") + ", blocks of " + std::to_string(block);
+      const std::string what = std::string(share ? "shared prefix" : "whole demos") +
+                               ", blocks of " + std::to_string(block);
       EXPECT_GT(loss_a, 0) << what;
       EXPECT_NEAR(loss_a, loss_b, 1e-5 * loss_a) << what;
       ASSERT_EQ(a.size(), b.size());
       for (size_t i = 0; i < a.size(); ++i) {
         const double scale = a[i].abs().max().item<double>();
         EXPECT_GT(scale, 0) << what << ": parameter " << i << " has no gradient";
-        EXPECT_LE((a[i] - b[i]).abs().max().item<double>(), 1e-5 * scale) << what << ": parameter " << i;
+        EXPECT_LE((a[i] - b[i]).abs().max().item<double>(), 1e-5 * scale)
+            << what << ": parameter " << i;
       }
     }
   }
@@ -359,9 +393,9 @@ TEST(Sft, DemoBlocksStepMatchesTheEarlierLayout) {
   EXPECT_THROW(sft_step_gradients(m, {}, o), Error);
 }
 
-// Splitting a step's demos over worker threads (each its own packed part with its own shared prefix)
-// trains what one part does: the same loss and, after two steps, the same parameters up to float
-// summation order; and a split run repeats itself exactly.
+// Splitting a step's demos over worker threads (each its own packed part with its own shared
+// prefix) trains what one part does: the same loss and, after two steps, the same parameters up to
+// float summation order; and a split run repeats itself exactly.
 TEST(Sft, WorkerThreadsMatchOneThread) {
   torch::set_num_threads(2);
   // Every demo starts with the same system prompt + tools block.
@@ -394,7 +428,8 @@ TEST(Sft, WorkerThreadsMatchOneThread) {
   for (const auto& item : pa) {
     const torch::Tensor& x = item.value();
     const torch::Tensor& y = pb[item.key()];
-    EXPECT_TRUE(torch::allclose(x, y, 1e-4, 5e-5)) << item.key() << " differs by " << (x - y).abs().max().item<double>();
+    EXPECT_TRUE(torch::allclose(x, y, 1e-4, 5e-5))
+        << item.key() << " differs by " << (x - y).abs().max().item<double>();
   }
 
   model::Qwen2Model again = micro_model(tok, 3);

@@ -21,7 +21,8 @@ using model::testing::qwen3_config;
 using model::testing::random_model;
 using model::testing::ScratchDir;
 
-// Options for fast, exact comparisons: plain SGD-like settings are not needed; AdamW with a small lr.
+// Options for fast, exact comparisons: plain SGD-like settings are not needed; AdamW with a small
+// lr.
 inline train_data::TrainerOptions test_options() {
   train_data::TrainerOptions o;
   o.optim.lr = 1e-3;
@@ -44,18 +45,20 @@ inline model::Qwen2Model clone_model(model::Qwen2Model& m) {
 }
 
 // max |a - b| / max(max |b|, floor) over the tensors.
-inline double relative_difference(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b,
-                                  double floor = 1e-6) {
+inline double relative_difference(const std::vector<torch::Tensor>& a,
+                                  const std::vector<torch::Tensor>& b, double floor = 1e-6) {
   double diff = 0, scale = floor;
   for (size_t i = 0; i < a.size(); ++i) {
-    diff = std::max(diff, (a[i].to(torch::kDouble) - b[i].to(torch::kDouble)).abs().max().item<double>());
+    diff = std::max(diff,
+                    (a[i].to(torch::kDouble) - b[i].to(torch::kDouble)).abs().max().item<double>());
     scale = std::max(scale, b[i].to(torch::kDouble).abs().max().item<double>());
   }
   return diff / scale;
 }
 
 // Runs one train_step and returns the gradients the hook saw (one list per optimizer step).
-inline std::vector<std::vector<torch::Tensor>> step_gradients(Trainer& trainer, const train_data::Batch& batch, train_data::TrainMetrics* metrics = nullptr) {
+inline std::vector<std::vector<torch::Tensor>> step_gradients(
+    Trainer& trainer, const train_data::Batch& batch, train_data::TrainMetrics* metrics = nullptr) {
   std::vector<std::vector<torch::Tensor>> seen;
   trainer.set_gradient_hook([&](std::vector<torch::Tensor>& grads) {
     std::vector<torch::Tensor> copy;

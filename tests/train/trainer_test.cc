@@ -1,6 +1,6 @@
 // Trainer equivalences and behaviour: micro-batching = full batch, tree = plain packing, merged
-// samples = one sample per call (issue 5), two in-process ranks = one rank, rollout = recomputed old
-// logprobs when they agree, logprobs at the rollout temperature and their gap to the rollout's,
+// samples = one sample per call (issue 5), two in-process ranks = one rank, rollout = recomputed
+// old logprobs when they agree, logprobs at the rollout temperature and their gap to the rollout's,
 // zero-variance groups dropped, and a toy bandit learns.
 #include "train/trainer.h"
 
@@ -19,21 +19,24 @@ namespace ajet::train {
 namespace {
 
 using testing::clone_model;
-using train_data::testing::random_batch;
 using testing::relative_difference;
 using testing::step_gradients;
 using testing::test_options;
+using train_data::testing::random_batch;
 
-void expect_same_gradients(const std::vector<std::vector<torch::Tensor>>& a, const std::vector<std::vector<torch::Tensor>>& b,
-                           double tolerance, const std::string& what) {
+void expect_same_gradients(const std::vector<std::vector<torch::Tensor>>& a,
+                           const std::vector<std::vector<torch::Tensor>>& b, double tolerance,
+                           const std::string& what) {
   ASSERT_EQ(a.size(), b.size()) << what;
-  for (size_t s = 0; s < a.size(); ++s) EXPECT_LT(relative_difference(a[s], b[s]), tolerance) << what << " step " << s;
+  for (size_t s = 0; s < a.size(); ++s)
+    EXPECT_LT(relative_difference(a[s], b[s]), tolerance) << what << " step " << s;
 }
 
 TEST(Trainer, MicroBatchingEqualsTheFullBatch) {
   auto base = testing::random_model(testing::qwen2_config(), 1);
   train_data::Batch batch = random_batch(3, 4, 9, 7, 61, 2);
-  for (auto agg : {train_data::LossAggregation::kTokenMean, train_data::LossAggregation::kSeqMeanTokenMean}) {
+  for (auto agg :
+       {train_data::LossAggregation::kTokenMean, train_data::LossAggregation::kSeqMeanTokenMean}) {
     for (auto packing : {train_data::Packing::kPlain, train_data::Packing::kTree}) {
       train_data::TrainerOptions o = test_options();
       o.aggregation = agg;
@@ -48,7 +51,8 @@ TEST(Trainer, MicroBatchingEqualsTheFullBatch) {
       train_data::TrainMetrics mf, mm;
       auto gf = step_gradients(full, batch, &mf);
       auto gm = step_gradients(micro, batch, &mm);
-      const std::string what = std::string(train_data::aggregation_name(agg)) + " " + std::string(train_data::packing_name(packing));
+      const std::string what = std::string(train_data::aggregation_name(agg)) + " " +
+                               std::string(train_data::packing_name(packing));
       expect_same_gradients(gm, gf, 1e-5, what);
       EXPECT_GT(mm.micro_batches, mf.micro_batches) << what;
       EXPECT_NEAR(mm.loss, mf.loss, 1e-5 * std::max(1.0, std::abs(mf.loss))) << what;
@@ -78,8 +82,8 @@ TEST(Trainer, TreePackingEqualsPlainPacking) {
 }
 
 // Issue 40: a group's prompt longer than the micro-batch budget is packed once (one tree per group)
-// instead of once per sample, with the same loss, KL, entropy and gradients, old-logprob and reference
-// passes included; the budget still bounds the tokens beyond the shared prompt.
+// instead of once per sample, with the same loss, KL, entropy and gradients, old-logprob and
+// reference passes included; the budget still bounds the tokens beyond the shared prompt.
 TEST(Trainer, APromptLongerThanTheBudgetIsComputedOnceWithTheSameGradients) {
   auto base = testing::random_model(testing::qwen2_config(), 5);
   train_data::Batch batch = random_batch(2, 4, 40, 6, 61, 9);  // two groups of 4, 40-token prompts
@@ -101,18 +105,20 @@ TEST(Trainer, APromptLongerThanTheBudgetIsComputedOnceWithTheSameGradients) {
   EXPECT_NEAR(ms.entropy, me.entropy, 1e-5);
   EXPECT_EQ(me.micro_batches, 8) << "each sample alone: every one is longer than the budget";
   EXPECT_EQ(ms.micro_batches, 2) << "one tree per group";
-  EXPECT_LT(ms.packed_tokens, me.packed_tokens - 2 * 3 * 40 + 1);  // each group's prompt once, not 4 times
+  EXPECT_LT(ms.packed_tokens,
+            me.packed_tokens - 2 * 3 * 40 + 1);  // each group's prompt once, not 4 times
   // The logprob passes agree as well.
   auto le = each.compute_logprobs(batch), ls = shared.compute_logprobs(batch);
   ASSERT_EQ(le.size(), ls.size());
   for (size_t i = 0; i < le.size(); ++i) {
-    for (size_t p = 0; p < le[i].size(); ++p) EXPECT_NEAR(le[i][p], ls[i][p], 1e-5) << i << " " << p;
+    for (size_t p = 0; p < le[i].size(); ++p)
+      EXPECT_NEAR(le[i][p], ls[i][p], 1e-5) << i << " " << p;
   }
 }
 
 // Activation checkpointing recomputes each layer in the backward pass: the same gradients, for full
-// fine-tuning and for LoRA with dropout (the rerun draws the forward's masks), over two steps (so the
-// dropout generator is left where it would have been).
+// fine-tuning and for LoRA with dropout (the rerun draws the forward's masks), over two steps (so
+// the dropout generator is left where it would have been).
 TEST(Trainer, ActivationCheckpointingGivesTheSameGradients) {
   auto base = testing::random_model(testing::qwen2_config(), 6);
   train_data::Batch batch = random_batch(2, 3, 10, 6, 61, 12);
@@ -126,8 +132,9 @@ TEST(Trainer, ActivationCheckpointingGivesTheSameGradients) {
       o.lora.dropout = 0.3;
       o.optim.lr = 1e-2;  // B starts at 0: the second step sees a non-zero adapter
     } else {
-      // AdamW's first update is ~lr * sign(g): a gradient entry at rounding level (the no-grad forward's
-      // kernels sum in another order) may flip sign and move its weight by lr; compare at fixed weights.
+      // AdamW's first update is ~lr * sign(g): a gradient entry at rounding level (the no-grad
+      // forward's kernels sum in another order) may flip sign and move its weight by lr; compare at
+      // fixed weights.
       o.optim.lr = 0;
     }
     Trainer plain(clone_model(base), o);
@@ -137,7 +144,8 @@ TEST(Trainer, ActivationCheckpointingGivesTheSameGradients) {
       train_data::TrainMetrics mp, mc;
       auto gp = step_gradients(plain, batch, &mp);
       auto gc = step_gradients(checkpointed, batch, &mc);
-      expect_same_gradients(gc, gp, 1e-5, "lora " + std::to_string(lora) + " step " + std::to_string(step));
+      expect_same_gradients(gc, gp, 1e-5,
+                            "lora " + std::to_string(lora) + " step " + std::to_string(step));
       EXPECT_NEAR(mc.loss, mp.loss, 1e-6) << lora << " " << step;
       ASSERT_FALSE(gp.empty());
       double norm = 0;
@@ -168,7 +176,8 @@ TEST(Trainer, MergedSamplesEqualOneSamplePerCall) {
       const auto& calls = group[e];
       const double reward = static_cast<double>((e * 7 + static_cast<size_t>(g)) % 3) - 0.5;
       const std::string task = "task-" + std::to_string(g);
-      tracking::MergedEpisode m = tracking::merge_episode({calls[0].episode_uuid, task, reward}, calls, {});
+      tracking::MergedEpisode m =
+          tracking::merge_episode({calls[0].episode_uuid, task, reward}, calls, {});
       ASSERT_EQ(m.samples.size(), 1u) << "a linear episode merges into one sample";
       train_data::Batch one = train_data::batch_from_samples(m.samples);
       merged.samples.push_back(one.samples[0]);
@@ -178,7 +187,8 @@ TEST(Trainer, MergedSamplesEqualOneSamplePerCall) {
         s.task_id = task;
         s.reward = reward;
         s.token_ids = call.prompt_ids;
-        s.token_ids.insert(s.token_ids.end(), call.completion_ids.begin(), call.completion_ids.end());
+        s.token_ids.insert(s.token_ids.end(), call.completion_ids.begin(),
+                           call.completion_ids.end());
         s.loss_mask.assign(call.prompt_ids.size(), 0);
         s.loss_mask.insert(s.loss_mask.end(), call.completion_ids.size(), 1);
         s.logprobs.assign(call.prompt_ids.size(), 0.0f);
@@ -212,7 +222,8 @@ TEST(Trainer, MergedSamplesEqualOneSamplePerCall) {
       }
     }
     ASSERT_EQ(fa.size(), fb.size());
-    for (size_t k = 0; k < fa.size(); ++k) EXPECT_NEAR(fa[k], fb[k], 1e-5 * std::max(1.0f, std::abs(fb[k]))) << k;
+    for (size_t k = 0; k < fa.size(); ++k)
+      EXPECT_NEAR(fa[k], fb[k], 1e-5 * std::max(1.0f, std::abs(fb[k]))) << k;
     train_data::TrainMetrics ma, mb;
     auto ga = step_gradients(a, merged, &ma);
     auto gb = step_gradients(b, per_call, &mb);
@@ -284,12 +295,14 @@ TEST(Trainer, TwoRanksEqualOneRankOnTheWholeBatch) {
   auto base = testing::random_model(testing::qwen2_config(), 6);
   train_data::Batch all = random_batch(4, 3, 8, 6, 61, 7);
   train_data::Batch half[2];
-  for (size_t i = 0; i < all.samples.size(); ++i) half[i < 6 ? 0 : 1].samples.push_back(all.samples[i]);  // whole groups
+  for (size_t i = 0; i < all.samples.size(); ++i)
+    half[i < 6 ? 0 : 1].samples.push_back(all.samples[i]);  // whole groups
   train_data::TrainerOptions o = test_options();
   o.shuffle = false;
   o.loss.use_kl = true;
   o.loss.kl_coef = 0.1;
-  for (auto agg : {train_data::LossAggregation::kTokenMean, train_data::LossAggregation::kSeqMeanTokenMean}) {
+  for (auto agg :
+       {train_data::LossAggregation::kTokenMean, train_data::LossAggregation::kSeqMeanTokenMean}) {
     o.aggregation = agg;
     Trainer single(clone_model(base), o);
     train_data::TrainMetrics ms;
@@ -323,7 +336,8 @@ TEST(Trainer, RolloutLogprobsThatAgreeGiveTheRecomputedResult) {
   Trainer recompute(clone_model(base), o);
   o.recompute_old_logprobs = false;
   Trainer rollout(clone_model(base), o);
-  o.loss.correction = train_data::OffPolicyCorrection::kDecoupledPpo;  // behaviour == proximal: weight 1
+  o.loss.correction =
+      train_data::OffPolicyCorrection::kDecoupledPpo;  // behaviour == proximal: weight 1
   Trainer decoupled(clone_model(base), o);
   train_data::TrainMetrics md;
   auto g1 = step_gradients(recompute, batch);
@@ -344,7 +358,8 @@ TEST(Trainer, StaleBehaviourLogprobsAreReweighted) {
   // Behaviour = proximal - log 1.5 everywhere: importance weight 1.5 under a cap of 2 scales the
   // policy-gradient part of every gradient by 1.5 (no KL, no entropy here).
   for (size_t i = 0; i < batch.samples.size(); ++i) {
-    for (size_t p = 0; p < lp[i].size(); ++p) batch.samples[i].logprobs[p] = lp[i][p] - std::log(1.5f);
+    for (size_t p = 0; p < lp[i].size(); ++p)
+      batch.samples[i].logprobs[p] = lp[i][p] - std::log(1.5f);
   }
   Trainer plain(clone_model(base), o);
   o.loss.correction = train_data::OffPolicyCorrection::kTis;
@@ -359,8 +374,9 @@ TEST(Trainer, StaleBehaviourLogprobsAreReweighted) {
   EXPECT_EQ(mt.is_truncated_fraction, 0.0);
 }
 
-// ajet.rollout.temperature: the trainer's logprobs are those of softmax(logits / T), the distribution
-// train episodes are sampled from (as verl's actor divides its logits by the rollout temperature).
+// ajet.rollout.temperature: the trainer's logprobs are those of softmax(logits / T), the
+// distribution train episodes are sampled from (as verl's actor divides its logits by the rollout
+// temperature).
 TEST(Trainer, LogprobsAreThoseOfTheRolloutTemperature) {
   auto base = testing::random_model(testing::qwen2_config(), 8);
   train_data::Batch batch = random_batch(1, 2, 6, 5, 61, 12);
@@ -373,13 +389,16 @@ TEST(Trainer, LogprobsAreThoseOfTheRolloutTemperature) {
   for (size_t i = 0; i < batch.samples.size(); ++i) {
     const train_data::TrainSample& s = batch.samples[i];
     const auto n = static_cast<int64_t>(s.size());
-    auto ids = torch::tensor(std::vector<int64_t>(s.token_ids.begin(), s.token_ids.end())).view({1, n});
-    auto logits = base->forward_logits(ids, torch::arange(n).view({1, n}))[0].to(torch::kDouble);  // (n, V)
+    auto ids =
+        torch::tensor(std::vector<int64_t>(s.token_ids.begin(), s.token_ids.end())).view({1, n});
+    auto logits =
+        base->forward_logits(ids, torch::arange(n).view({1, n}))[0].to(torch::kDouble);  // (n, V)
     auto expected = torch::log_softmax(logits / 0.7, -1);
     int checked = 0;
     for (int64_t p = 1; p < n; ++p) {
       if (!s.loss_mask[static_cast<size_t>(p)]) continue;
-      EXPECT_NEAR(lp[i][static_cast<size_t>(p)], expected[p - 1][s.token_ids[static_cast<size_t>(p)]].item<double>(), 2e-5)
+      EXPECT_NEAR(lp[i][static_cast<size_t>(p)],
+                  expected[p - 1][s.token_ids[static_cast<size_t>(p)]].item<double>(), 2e-5)
           << "sample " << i << " position " << p;
       ++checked;
     }
@@ -387,7 +406,8 @@ TEST(Trainer, LogprobsAreThoseOfTheRolloutTemperature) {
   }
 }
 
-// rollout_logprob_diff: how far the recomputed old logprobs are from the rollout's, over trained tokens.
+// rollout_logprob_diff: how far the recomputed old logprobs are from the rollout's, over trained
+// tokens.
 TEST(Trainer, ReportsTheGapBetweenRolloutAndRecomputedLogprobs) {
   auto base = testing::random_model(testing::qwen2_config(), 8);
   train_data::Batch batch = random_batch(2, 4, 6, 5, 61, 13);
@@ -399,7 +419,8 @@ TEST(Trainer, ReportsTheGapBetweenRolloutAndRecomputedLogprobs) {
   // Sampled at 0.7 and trained at 0.7: the same distribution, the gap is float noise.
   Trainer same(clone_model(base), o);
   EXPECT_LT(same.train_step(batch).rollout_logprob_diff, 1e-5);
-  // A trainer that ignored the temperature would compare another distribution with what was sampled.
+  // A trainer that ignored the temperature would compare another distribution with what was
+  // sampled.
   o.temperature = 1.0;
   Trainer untempered(clone_model(base), o);
   EXPECT_GT(untempered.train_step(batch).rollout_logprob_diff, 0.05);
@@ -423,8 +444,10 @@ TEST(Trainer, DropsZeroVarianceGroupsAndReportsMetrics) {
   Trainer t(clone_model(base), o);
   train_data::TrainMetrics m = t.train_step(batch);
   EXPECT_EQ(m.dropped_samples, 4 + (batch.samples[8].reward == batch.samples[9].reward &&
-                                    batch.samples[9].reward == batch.samples[10].reward &&
-                                    batch.samples[10].reward == batch.samples[11].reward ? 4 : 0));
+                                            batch.samples[9].reward == batch.samples[10].reward &&
+                                            batch.samples[10].reward == batch.samples[11].reward
+                                        ? 4
+                                        : 0));
   EXPECT_EQ(m.zero_variance_groups * 4, m.dropped_samples);
   EXPECT_EQ(m.groups, 3);
   EXPECT_EQ(m.optimizer_steps, 4);
@@ -435,7 +458,8 @@ TEST(Trainer, DropsZeroVarianceGroupsAndReportsMetrics) {
   EXPECT_GT(m.entropy, 0);
   EXPECT_EQ(m.samples + m.dropped_samples, 12);
   int64_t trained = 0;
-  for (size_t i = 4; i < 12; ++i) trained += static_cast<int64_t>(batch.samples[i].trained_tokens());
+  for (size_t i = 4; i < 12; ++i)
+    trained += static_cast<int64_t>(batch.samples[i].trained_tokens());
   if (m.dropped_samples == 4) {
     EXPECT_EQ(m.trained_tokens, trained);
   }
@@ -443,13 +467,14 @@ TEST(Trainer, DropsZeroVarianceGroupsAndReportsMetrics) {
   EXPECT_EQ(j.at("optimizer_steps"), 4);
 }
 
-// Per-token advantages (REINFORCE++ as the split attaches them, or a caller's) show in the advantage
-// metrics as each sample's token mean; before, they read 0.
+// Per-token advantages (REINFORCE++ as the split attaches them, or a caller's) show in the
+// advantage metrics as each sample's token mean; before, they read 0.
 TEST(Trainer, PerTokenAdvantagesEnterTheAdvantageMetrics) {
   auto base = testing::random_model(testing::qwen2_config(), 3);
   train_data::Batch batch = random_batch(2, 2, 6, 5, 61, 13);
   const std::vector<float> given = {1.5f, -0.5f, -2.0f, 0.25f};
-  for (size_t i = 0; i < batch.samples.size(); ++i) batch.samples[i].advantages.assign(batch.samples[i].size(), given[i]);
+  for (size_t i = 0; i < batch.samples.size(); ++i)
+    batch.samples[i].advantages.assign(batch.samples[i].size(), given[i]);
   Trainer t(clone_model(base), test_options());
   train_data::TrainMetrics m = t.train_step(batch);
   EXPECT_NEAR(m.advantage_mean, (1.5 - 0.5 - 2.0 + 0.25) / 4, 1e-6);
@@ -466,7 +491,8 @@ TEST(Trainer, LearnsAToyBandit) {
   auto share = [&](model::Qwen2Model& net) {
     torch::NoGradGuard no_grad;
     auto ids = torch::tensor(std::vector<int64_t>(prompt.begin(), prompt.end())).view({1, 3});
-    auto logp = torch::log_softmax(net->forward_logits(ids, torch::arange(3).view({1, 3}))[0][2], -1);
+    auto logp =
+        torch::log_softmax(net->forward_logits(ids, torch::arange(3).view({1, 3}))[0][2], -1);
     const double a = logp[10].exp().item<double>(), b = logp[11].exp().item<double>();
     return std::tuple{a / (a + b), logp[10].item<float>(), logp[11].item<float>()};
   };

@@ -59,7 +59,8 @@ TEST(Batch, ValidationNamesSampleAndField) {
 
 TEST(Batch, RpcRoundTripKeepsEveryField) {
   Batch b;
-  b.samples = {sample("e1", "t1", 1.25, {1, 2, 3}, {0, 1, 1}), sample("e2", "t2", -3, {4, 5}, {0, 1})};
+  b.samples = {sample("e1", "t1", 1.25, {1, 2, 3}, {0, 1, 1}),
+               sample("e2", "t2", -3, {4, 5}, {0, 1})};
   b.samples[0].weight = 0.5;
   b.samples[0].policy_versions = {-1, 7, 7};
   b.samples[1].policy_versions = {-1, 8};
@@ -93,7 +94,8 @@ TEST(Batch, RpcDecoderChecksPerSampleFields) {
   EXPECT_THROW(rpc::decode_train_batch(rpc::encode_train_batch(r)), Error);
   r = batch_to_rpc(b);
   r.rewards.clear();
-  EXPECT_THROW(rpc::decode_train_batch(rpc::encode_train_batch(r)), Error);  // neither rewards nor advantages
+  EXPECT_THROW(rpc::decode_train_batch(rpc::encode_train_batch(r)),
+               Error);  // neither rewards nor advantages
 }
 
 TEST(Batch, FromTrackingSamplesSkipsUntrainable) {

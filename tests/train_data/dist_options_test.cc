@@ -1,5 +1,6 @@
-// Where a rank sits in its data-parallel group: torchrun-style flags (apps/ajet-engine/dist_flags.h) with
-// the torchrun environment as the fallback, and errors that name the flag or variable. No libtorch.
+// Where a rank sits in its data-parallel group: torchrun-style flags
+// (apps/ajet-engine/dist_flags.h) with the torchrun environment as the fallback, and errors that
+// name the flag or variable. No libtorch.
 #include "train_data/dist_options.h"
 
 #include <CLI/CLI.hpp>
@@ -30,9 +31,11 @@ DistOptions parse_flags(std::vector<std::string> args) {
 }
 
 TEST(DistPlacement, FlagsLikeTorchrun) {
-  const DistOptions o = parse_flags({"--nnodes", "2", "--node-rank", "1", "--nproc-per-node", "3", "--local-rank", "2",
-                                     "--master-addr", "10.0.0.5", "--master-port", "4000", "--dist-timeout", "7"});
-  const DistPlacement p = resolve_placement(o, fake_env({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_PORT", "1"}}));
+  const DistOptions o = parse_flags({"--nnodes", "2", "--node-rank", "1", "--nproc-per-node", "3",
+                                     "--local-rank", "2", "--master-addr", "10.0.0.5",
+                                     "--master-port", "4000", "--dist-timeout", "7"});
+  const DistPlacement p =
+      resolve_placement(o, fake_env({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_PORT", "1"}}));
   EXPECT_EQ(p.world_size, 6);
   EXPECT_EQ(p.rank, 1 * 3 + 2);
   EXPECT_EQ(p.local_rank, 2);
@@ -42,16 +45,20 @@ TEST(DistPlacement, FlagsLikeTorchrun) {
 }
 
 TEST(DistPlacement, TorchrunEnvironmentIsTheFallback) {
-  const DistPlacement p = resolve_placement(parse_flags({}), fake_env({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"},
-                                                                      {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "node0"},
-                                                                      {"MASTER_PORT", "29555"}}));
+  const DistPlacement p = resolve_placement(parse_flags({}), fake_env({{"RANK", "3"},
+                                                                       {"WORLD_SIZE", "4"},
+                                                                       {"LOCAL_RANK", "1"},
+                                                                       {"LOCAL_WORLD_SIZE", "2"},
+                                                                       {"MASTER_ADDR", "node0"},
+                                                                       {"MASTER_PORT", "29555"}}));
   EXPECT_EQ(p.rank, 3);
   EXPECT_EQ(p.world_size, 4);
   EXPECT_EQ(p.local_rank, 1);
   EXPECT_EQ(p.master(), "node0:29555");
   // Flags win over the environment field by field; LOCAL_RANK fills --local-rank.
-  const DistPlacement q = resolve_placement(parse_flags({"--nnodes", "2", "--node-rank", "1", "--nproc-per-node", "2"}),
-                                            fake_env({{"LOCAL_RANK", "1"}, {"MASTER_ADDR", "node0"}}));
+  const DistPlacement q =
+      resolve_placement(parse_flags({"--nnodes", "2", "--node-rank", "1", "--nproc-per-node", "2"}),
+                        fake_env({{"LOCAL_RANK", "1"}, {"MASTER_ADDR", "node0"}}));
   EXPECT_EQ(q.rank, 3);
   EXPECT_EQ(q.world_size, 4);
   EXPECT_EQ(q.master(), "node0:29500");
@@ -65,9 +72,11 @@ TEST(DistPlacement, BadValuesNameTheFlagOrVariable) {
   auto resolve = [](std::vector<std::string> flags, std::map<std::string, std::string> env) {
     return error_of([&] { resolve_placement(parse_flags(flags), fake_env(env)); });
   };
-  EXPECT_NE(resolve({"--nnodes", "2", "--node-rank", "2"}, {}).find("--node-rank 2"), std::string::npos);
+  EXPECT_NE(resolve({"--nnodes", "2", "--node-rank", "2"}, {}).find("--node-rank 2"),
+            std::string::npos);
   EXPECT_NE(resolve({"--nproc-per-node", "0"}, {}).find("--nproc-per-node"), std::string::npos);
-  EXPECT_NE(resolve({"--nproc-per-node", "2", "--local-rank", "2"}, {}).find("--local-rank 2"), std::string::npos);
+  EXPECT_NE(resolve({"--nproc-per-node", "2", "--local-rank", "2"}, {}).find("--local-rank 2"),
+            std::string::npos);
   EXPECT_NE(resolve({"--master-port", "70000"}, {}).find("--master-port 70000"), std::string::npos);
   EXPECT_NE(resolve({}, {{"MASTER_PORT", "http"}}).find("MASTER_PORT"), std::string::npos);
   EXPECT_NE(resolve({}, {{"WORLD_SIZE", "2"}}).find("RANK is not"), std::string::npos);

@@ -1,5 +1,5 @@
-// The token-balanced split of a batch across data-parallel ranks: whole groups, balanced parts, a pure
-// function of the batch, and batch-level advantages attached before the split. No libtorch.
+// The token-balanced split of a batch across data-parallel ranks: whole groups, balanced parts, a
+// pure function of the batch, and batch-level advantages attached before the split. No libtorch.
 #include "train_data/dist_split.h"
 
 #include <gtest/gtest.h>
@@ -37,7 +37,9 @@ TEST(SplitBatch, WholeGroupsBalancedByTokens) {
     std::multiset<std::string> seen;
     int64_t largest_group = 0;
     std::map<std::string, int64_t> group_tokens;
-    for (const auto& s : batch.samples) largest_group = std::max(largest_group, group_tokens[s.task_id] += static_cast<int64_t>(s.size()));
+    for (const auto& s : batch.samples)
+      largest_group =
+          std::max(largest_group, group_tokens[s.task_id] += static_cast<int64_t>(s.size()));
     for (int r = 0; r < world; ++r) {
       for (const auto& s : parts[static_cast<size_t>(r)].samples) {
         seen.insert(s.episode_uuid);
@@ -56,23 +58,28 @@ TEST(SplitBatch, WholeGroupsBalancedByTokens) {
     // Deterministic, and the batch order survives inside a part.
     auto again = split_batch(batch, world, grpo);
     for (int r = 0; r < world; ++r) {
-      ASSERT_EQ(again[static_cast<size_t>(r)].samples.size(), parts[static_cast<size_t>(r)].samples.size());
+      ASSERT_EQ(again[static_cast<size_t>(r)].samples.size(),
+                parts[static_cast<size_t>(r)].samples.size());
       for (size_t k = 0; k < parts[static_cast<size_t>(r)].samples.size(); ++k) {
-        EXPECT_EQ(again[static_cast<size_t>(r)].samples[k].episode_uuid, parts[static_cast<size_t>(r)].samples[k].episode_uuid);
+        EXPECT_EQ(again[static_cast<size_t>(r)].samples[k].episode_uuid,
+                  parts[static_cast<size_t>(r)].samples[k].episode_uuid);
         if (k > 0) {
-          EXPECT_LT(parts[static_cast<size_t>(r)].samples[k - 1].episode_uuid, parts[static_cast<size_t>(r)].samples[k].episode_uuid);
+          EXPECT_LT(parts[static_cast<size_t>(r)].samples[k - 1].episode_uuid,
+                    parts[static_cast<size_t>(r)].samples[k].episode_uuid);
         }
       }
     }
   }
   // 7 groups on 8 ranks: one rank gets nothing (and must still join every all-reduce).
   auto parts = split_batch(batch, 8, grpo);
-  EXPECT_EQ(std::count_if(parts.begin(), parts.end(), [](const Batch& b) { return b.samples.empty(); }), 1);
+  EXPECT_EQ(
+      std::count_if(parts.begin(), parts.end(), [](const Batch& b) { return b.samples.empty(); }),
+      1);
   EXPECT_THROW(split_batch(batch, 0, grpo), Error);
 }
 
-// Episodes without a task_id form one group for the advantages (compute_advantages groups by the id as
-// it is), so they stay on one rank: split over ranks they would each see half of the group, e.g.
+// Episodes without a task_id form one group for the advantages (compute_advantages groups by the id
+// as it is), so they stay on one rank: split over ranks they would each see half of the group, e.g.
 // rewards 1, 1 on one rank and 0, 0 on the other, and every advantage would be 0.
 TEST(SplitBatch, EpisodesWithoutATaskIdAreOneGroup) {
   Batch batch = testing::random_batch(4, 1, 5, 9, 61, 7);
@@ -82,7 +89,9 @@ TEST(SplitBatch, EpisodesWithoutATaskIdAreOneGroup) {
   }
   for (int world : {2, 3, 4}) {
     auto parts = split_batch(batch, world, AdvantageOptions{});
-    EXPECT_EQ(std::count_if(parts.begin(), parts.end(), [](const Batch& b) { return !b.samples.empty(); }), 1)
+    EXPECT_EQ(std::count_if(parts.begin(), parts.end(),
+                            [](const Batch& b) { return !b.samples.empty(); }),
+              1)
         << "world " << world;
     for (const auto& p : parts) {
       if (!p.samples.empty()) {
@@ -92,7 +101,8 @@ TEST(SplitBatch, EpisodesWithoutATaskIdAreOneGroup) {
   }
 }
 
-// REINFORCE++ normalises over the batch: the split attaches the whole batch's advantages, per token.
+// REINFORCE++ normalises over the batch: the split attaches the whole batch's advantages, per
+// token.
 TEST(SplitBatch, BatchLevelAdvantagesAreAttached) {
   Batch batch = testing::random_batch(3, 4, 5, 4, 61, 32);
   AdvantageOptions rpp;

@@ -69,7 +69,7 @@ TEST(TrainerOptions, FromConfigMapsTheKeys) {
   EXPECT_EQ(o.loss.clip_c, 5);
   EXPECT_EQ(o.loss.kl_type, KlType::kLowVarKl);  // verl's k3 is low_var_kl
   EXPECT_EQ(o.aggregation, LossAggregation::kSeqMeanTokenMean);
-  EXPECT_EQ(o.optim.total_steps, 60);   // 10 batches x 2 mini-batches x 3 epochs
+  EXPECT_EQ(o.optim.total_steps, 60);  // 10 batches x 2 mini-batches x 3 epochs
   EXPECT_EQ(o.optim.warmup_steps, 6);
   EXPECT_TRUE(o.optim.cosine);
   EXPECT_EQ(o.optim.beta1, 0.8);
@@ -96,9 +96,12 @@ TEST(TrainerOptions, GrpoWithoutStdNormalisationIsDrGrpo) {
   c.trainer_common.algorithm.norm_adv_by_std_in_grpo = true;
   EXPECT_EQ(TrainerOptions::from_config(c).advantage.estimator, AdvantageEstimator::kGrpo);
   const auto loaded = config::parse_config(
-      "ajet:\n  model: {path: /m}\n  trainer_common: {algorithm: {norm_adv_by_std_in_grpo: false}}\n", "u.yaml");
+      "ajet:\n  model: {path: /m}\n  trainer_common: {algorithm: {norm_adv_by_std_in_grpo: "
+      "false}}\n",
+      "u.yaml");
   EXPECT_TRUE(loaded.warnings.empty());  // an upstream key, read, not ignored
-  EXPECT_EQ(TrainerOptions::from_config(loaded.config).advantage.estimator, AdvantageEstimator::kDrGrpo);
+  EXPECT_EQ(TrainerOptions::from_config(loaded.config).advantage.estimator,
+            AdvantageEstimator::kDrGrpo);
 }
 
 TEST(TrainerOptions, CosineNeedsTotalSteps) {
@@ -113,14 +116,15 @@ TEST(TrainerOptions, CosineNeedsTotalSteps) {
 }
 
 TEST(TrainerOptions, NamesRoundTrip) {
-  for (auto a : {LossAggregation::kTokenMean, LossAggregation::kSeqMeanTokenMean, LossAggregation::kSeqMeanTokenSum,
-                 LossAggregation::kSeqMeanTokenSumNorm}) {
+  for (auto a : {LossAggregation::kTokenMean, LossAggregation::kSeqMeanTokenMean,
+                 LossAggregation::kSeqMeanTokenSum, LossAggregation::kSeqMeanTokenSumNorm}) {
     EXPECT_EQ(aggregation_from_name(aggregation_name(a)), a);
   }
   for (auto k : {KlType::kK1, KlType::kAbs, KlType::kMse, KlType::kLowVarKl}) {
     EXPECT_EQ(kl_type_from_name(kl_type_name(k)), k);
   }
-  for (auto c : {OffPolicyCorrection::kNone, OffPolicyCorrection::kTis, OffPolicyCorrection::kDecoupledPpo}) {
+  for (auto c : {OffPolicyCorrection::kNone, OffPolicyCorrection::kTis,
+                 OffPolicyCorrection::kDecoupledPpo}) {
     EXPECT_EQ(correction_from_name(correction_name(c)), c);
   }
   EXPECT_THROW(aggregation_from_name("mean"), Error);

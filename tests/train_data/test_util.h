@@ -1,6 +1,6 @@
-// Helpers for the tests of the torch-free training data, also used by tests/train: random GRPO-shaped
-// batches (deterministic for a given seed), a fake environment for torchrun variables, and the message
-// of an expected ajet::Error. No libtorch.
+// Helpers for the tests of the torch-free training data, also used by tests/train: random
+// GRPO-shaped batches (deterministic for a given seed), a fake environment for torchrun variables,
+// and the message of an expected ajet::Error. No libtorch.
 #pragma once
 
 #include <cstdint>
@@ -17,13 +17,16 @@
 
 namespace ajet::train_data::testing {
 
-// `groups` tasks x `per_group` episodes: every episode of a task shares a prompt of `prompt` tokens,
-// then a completion of 1..`completion` tokens (mask 1), sometimes followed by environment tokens
-// and a second completion. Rewards in {0, 0.5, 1}; behaviour logprobs in (-3, -0.05).
-inline Batch random_batch(int groups, int per_group, int prompt, int completion, int64_t vocab, uint64_t seed) {
+// `groups` tasks x `per_group` episodes: every episode of a task shares a prompt of `prompt`
+// tokens, then a completion of 1..`completion` tokens (mask 1), sometimes followed by environment
+// tokens and a second completion. Rewards in {0, 0.5, 1}; behaviour logprobs in (-3, -0.05).
+inline Batch random_batch(int groups, int per_group, int prompt, int completion, int64_t vocab,
+                          uint64_t seed) {
   std::mt19937_64 rng(seed);
   auto token = [&] { return static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab)); };
-  auto uniform = [&](double lo, double hi) { return lo + (hi - lo) * static_cast<double>(rng() % 1000003) / 1000003.0; };
+  auto uniform = [&](double lo, double hi) {
+    return lo + (hi - lo) * static_cast<double>(rng() % 1000003) / 1000003.0;
+  };
   Batch b;
   for (int g = 0; g < groups; ++g) {
     std::vector<int32_t> shared(static_cast<size_t>(prompt));
@@ -49,7 +52,8 @@ inline Batch random_batch(int groups, int per_group, int prompt, int completion,
           s.loss_mask.push_back(1);
         }
       }
-      for (uint8_t m : s.loss_mask) s.logprobs.push_back(m ? static_cast<float>(-uniform(0.05, 3.0)) : 0.0f);
+      for (uint8_t m : s.loss_mask)
+        s.logprobs.push_back(m ? static_cast<float>(-uniform(0.05, 3.0)) : 0.0f);
       b.samples.push_back(std::move(s));
     }
   }

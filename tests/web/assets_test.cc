@@ -38,16 +38,22 @@ TEST(WebAssets, ThePagesFetchNothingFromElsewhere) {
 }
 
 TEST(WebAssets, TheSnapshotInlinesEverythingAndCannotBeBrokenOutOfByItsData) {
-  Json snapshot = {{"title", "calc </script><b>"},
-                   {"global_step", 3},
-                   {"names", Json::array({{{"name", "rollout/reward_mean"}, {"points", 2}, {"last_step", 1}}})},
-                   {"series", {{"rollout/reward_mean", Json::array({Json::array({0, 0.25, 1.0}), Json::array({1, 0.5, 2.0})})},
-                               {"x</script><script>alert(1)//", Json::array()}}}};
+  Json snapshot = {
+      {"title", "calc </script><b>"},
+      {"global_step", 3},
+      {"names", Json::array({{{"name", "rollout/reward_mean"}, {"points", 2}, {"last_step", 1}}})},
+      {"series",
+       {{"rollout/reward_mean",
+         Json::array({Json::array({0, 0.25, 1.0}), Json::array({1, 0.5, 2.0})})},
+        {"x</script><script>alert(1)//", Json::array()}}}};
   const std::string html = dashboard_snapshot_html(snapshot);
-  EXPECT_NE(html.find("<title>calc &lt;/script&gt;&lt;b&gt; · AgentJet dashboard</title>"), std::string::npos);
+  EXPECT_NE(html.find("<title>calc &lt;/script&gt;&lt;b&gt; · AgentJet dashboard</title>"),
+            std::string::npos);
   // one closing tag per inlined script, none from the data
   size_t closes = 0;
-  for (size_t at = html.find("</script>"); at != std::string::npos; at = html.find("</script>", at + 1)) closes += 1;
+  for (size_t at = html.find("</script>"); at != std::string::npos;
+       at = html.find("</script>", at + 1))
+    closes += 1;
   EXPECT_EQ(closes, 2u);
   EXPECT_NE(html.find("x\\u003c/script\\u003e\\u003cscript\\u003ealert(1)//"), std::string::npos);
   EXPECT_NE(html.find(std::string(find_asset("ui.js")->body)), std::string::npos);

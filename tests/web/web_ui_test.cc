@@ -1,9 +1,9 @@
 // The web pages in a real browser: a real ajet-swarm with the real engine on the micro model, real
 // episodes made through its OpenAI endpoint (multi-call, with a tool call and its result), batches
-// recorded, curves posted through /log_metrics; then tests/web/ui_pages.mjs drives Debian's chromium
-// through the dashboard, the episode list and an episode's token view, and checks what they render
-// against the API (screenshots in <build>/web_ui_screenshots). Skipped loudly when node, the npm
-// packages or chromium are missing (scripts/test.sh installs them).
+// recorded, curves posted through /log_metrics; then tests/web/ui_pages.mjs drives Debian's
+// chromium through the dashboard, the episode list and an episode's token view, and checks what
+// they render against the API (screenshots in <build>/web_ui_screenshots). Skipped loudly when
+// node, the npm packages or chromium are missing (scripts/test.sh installs them).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -28,12 +28,14 @@ http::Headers admin() {
 }
 
 Json calculator_tools() {
-  return Json::parse(R"([{"type": "function", "function": {"name": "calculator", "description": "Evaluates arithmetic",
+  return Json::parse(
+      R"([{"type": "function", "function": {"name": "calculator", "description": "Evaluates arithmetic",
     "parameters": {"type": "object", "properties": {"expr": {"type": "string"}}, "required": ["expr"]}}}])");
 }
 
-// One episode as an agent makes it: a first call, then a second whose history holds the first answer,
-// a tool call and its result (so the episode has two calls, messages of every role and a branch).
+// One episode as an agent makes it: a first call, then a second whose history holds the first
+// answer, a tool call and its result (so the episode has two calls, messages of every role and a
+// branch).
 void run_episode(Api& api, const std::string& task, double reward) {
   Json claimed = api.claim("web-ui-test");
   ASSERT_TRUE(claimed.value("success", false)) << claimed.dump();
@@ -50,9 +52,11 @@ void run_episode(Api& api, const std::string& task, double reward) {
   second["messages"].push_back(
       {{"role", "assistant"},
        {"content", answer},
-       {"tool_calls", Json::array({{{"id", "call_1"},
-                                    {"type", "function"},
-                                    {"function", {{"name", "calculator"}, {"arguments", R"({"expr": "12+30"})"}}}}})}});
+       {"tool_calls",
+        Json::array(
+            {{{"id", "call_1"},
+              {"type", "function"},
+              {"function", {{"name", "calculator"}, {"arguments", R"({"expr": "12+30"})"}}}}})}});
   second["messages"].push_back({{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", "42"}});
   r = api.chat(key, second);
   ASSERT_EQ(r.status, 200) << r.body;
@@ -66,12 +70,14 @@ TEST(WebUi, PagesRenderWhatTheApiSaysInChromium) {
   if (!node_modules) GTEST_SKIP() << "SKIPPED LOUDLY: " << why;
   const char* chromium_env = std::getenv("CHROMIUM");
   const std::string chromium = chromium_env != nullptr ? chromium_env : "/usr/bin/chromium";
-  if (!fs::exists(chromium)) GTEST_SKIP() << "SKIPPED LOUDLY: no " << chromium << " (scripts/setup.sh --tests installs it)";
+  if (!fs::exists(chromium))
+    GTEST_SKIP() << "SKIPPED LOUDLY: no " << chromium << " (scripts/setup.sh --tests installs it)";
 
   BootedSwarm swarm("ajet-engine", "", 2, kToken);
   if (HasFailure()) return;
   Api& api = swarm.api();
-  // two batches of 2 tasks x 2 repeats: the debug backbone records them, the front writes their numbers
+  // two batches of 2 tasks x 2 repeats: the debug backbone records them, the front writes their
+  // numbers
   for (int t = 0; t < 4; ++t) {
     for (int k = 0; k < 2; ++k) {
       run_episode(api, "task-" + std::to_string(t), (t + k) % 2 == 0 ? 1.0 : 0.0);
@@ -92,7 +98,9 @@ TEST(WebUi, PagesRenderWhatTheApiSaysInChromium) {
   // the snapshot a classic run writes, from the same history
   Json index = api.get("/metrics_history", admin()).json();
   ASSERT_TRUE(index.contains("names")) << index.dump();
-  Json snapshot = {{"title", "web_ui_test"}, {"global_step", index["global_step"]}, {"names", index["names"]},
+  Json snapshot = {{"title", "web_ui_test"},
+                   {"global_step", index["global_step"]},
+                   {"names", index["names"]},
                    {"series", Json::object()}};
   for (const auto& n : index["names"]) {
     const std::string name = n["name"];
@@ -110,25 +118,31 @@ TEST(WebUi, PagesRenderWhatTheApiSaysInChromium) {
   for (int step = 0; step < 10000; ++step) {
     noise = noise * 1664525u + 1013904223u;
     const double jitter = double(noise >> 8) / double(1u << 24) - 0.5;
-    long_series.push_back(Json::array({step, 0.25 + 0.5 * step / 10000.0 + 0.2 * jitter, 1.0e9 + step}));
+    long_series.push_back(
+        Json::array({step, 0.25 + 0.5 * step / 10000.0 + 0.2 * jitter, 1.0e9 + step}));
   }
   const fs::path long_file = swarm.dir().path() / "long_run.html";
   write_file_atomic(long_file, web::dashboard_snapshot_html(
                                    {{"title", "10,000 steps"},
                                     {"global_step", 10000},
-                                    {"names", Json::array({{{"name", "rollout/reward_mean"}, {"points", 10000}, {"last_step", 9999}}})},
+                                    {"names", Json::array({{{"name", "rollout/reward_mean"},
+                                                            {"points", 10000},
+                                                            {"last_step", 9999}}})},
                                     {"series", {{"rollout/reward_mean", long_series}}}}));
 
   // a calc run's shapes (docs/operations.md "Metrics"): four names with the same values at every
   // step, one that differs at its last step, a loss, and 4-point validations: the greedy one
   // 100 -> 99% (a small drop), the sampled one ending at 0.98 (smoothed, it would end near 0.94)
-  Json shapes = {{"title", "calc shapes"}, {"global_step", 31},
+  Json shapes = {{"title", "calc shapes"},
+                 {"global_step", 31},
                  {"latest_checkpoint", "/runs/calc/saved_checkpoints/global_step_30"},
-                 {"names", Json::array()}, {"series", Json::object()}};
+                 {"names", Json::array()},
+                 {"series", Json::object()}};
   using Points = std::vector<std::pair<int, double>>;
   auto add_series = [&](const std::string& name, const Points& points) {
     Json rows = Json::array();
-    for (const auto& [step, value] : points) rows.push_back(Json::array({step, value, 1.0e9 + step}));
+    for (const auto& [step, value] : points)
+      rows.push_back(Json::array({step, value, 1.0e9 + step}));
     shapes["names"].push_back(
         {{"name", name}, {"points", points.size()}, {"last_step", points.back().first}});
     shapes["series"][name] = rows;
@@ -154,12 +168,13 @@ TEST(WebUi, PagesRenderWhatTheApiSaysInChromium) {
   const fs::path shapes_file = swarm.dir().path() / "shapes.html";
   write_file_atomic(shapes_file, web::dashboard_snapshot_html(shapes));
 
-  Captured out = run_capture("NODE_MODULES=" + shell_quote(node_modules->string()) + " CHROMIUM=" + shell_quote(chromium) +
-                             " node " + shell_quote(source("tests/web/ui_pages.mjs").string()) + " --url " +
-                             shell_quote(swarm.url()) + " --token " + kToken + " --out " + shell_quote(shots.string()) +
-                             " --snapshot " + shell_quote(snapshot_file.string()) + " --long-snapshot " +
-                             shell_quote(long_file.string()) + " --shapes-snapshot " +
-                             shell_quote(shapes_file.string()) + " 2>&1");
+  Captured out = run_capture(
+      "NODE_MODULES=" + shell_quote(node_modules->string()) + " CHROMIUM=" + shell_quote(chromium) +
+      " node " + shell_quote(source("tests/web/ui_pages.mjs").string()) + " --url " +
+      shell_quote(swarm.url()) + " --token " + kToken + " --out " + shell_quote(shots.string()) +
+      " --snapshot " + shell_quote(snapshot_file.string()) + " --long-snapshot " +
+      shell_quote(long_file.string()) + " --shapes-snapshot " + shell_quote(shapes_file.string()) +
+      " 2>&1");
   std::cout << out.out;  // every check, also when all pass (ctest -V)
   EXPECT_EQ(out.status, 0) << out.out;
   EXPECT_NE(out.out.find("all passed"), std::string::npos) << out.out;
@@ -177,7 +192,8 @@ TEST(WebUi, PagesAreServedWithoutTheTokenButTheirDataIsNot) {
   ASSERT_EQ(page.status, 200);
   EXPECT_EQ(page.body, std::string(web::find_asset("index.html")->body));
   EXPECT_EQ(page.headers.get_or("Content-Type", ""), "text/html; charset=utf-8");
-  EXPECT_NE(page.headers.get_or("Content-Security-Policy", "").find("default-src 'self'"), std::string::npos);
+  EXPECT_NE(page.headers.get_or("Content-Security-Policy", "").find("default-src 'self'"),
+            std::string::npos);
   auto js = api.get("/ui/ui.js");
   ASSERT_EQ(js.status, 200);
   EXPECT_EQ(js.headers.get_or("Content-Type", ""), "text/javascript; charset=utf-8");

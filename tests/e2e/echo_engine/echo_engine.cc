@@ -1,16 +1,17 @@
 // ajet-echo-engine: a TEST DOUBLE of `ajet-engine serve` for the front's end-to-end tests (the real
 // engine is tested by tests/e2e/*_real_engine_test.cc and its own suites). Same command line, ready
-// line and RPC methods, but no model: `generate` "echoes" the content of the last user message of the
-// prompt (or the whole prompt for /v1/completions), token by token, then the end-of-turn token. That
-// makes the model's output a test input: tool calls, stop strings, reasoning, UTF-8, lengths.
+// line and RPC methods, but no model: `generate` "echoes" the content of the last user message of
+// the prompt (or the whole prompt for /v1/completions), token by token, then the end-of-turn token.
+// That makes the model's output a test input: tool calls, stop strings, reasoning, UTF-8, lengths.
 // Directives at the start of the echoed text: "HOLD\n" streams two tokens, says so on stdout
 // ("request N holding"), and then waits for an abort (which it reports on stdout: "request N
 // aborted"). "FLOOD\n" repeats the text, whatever max_tokens says, until aborted or kFloodTokens
-// tokens per sample (for readers that stop reading). Logprobs are -0.25 per token; alternatives are the token and
-// its neighbours. Trainer methods: `train_step` validates the batch like the engine (decode_train_batch),
-// trains nothing and bumps the policy version; it reports what it received (samples, tokens, trained
-// tokens, the reward and weight sums) in its metrics and on stdout. `save_checkpoint` writes
-// DIR/global_step_<version>/echo_checkpoint.json; `--resume DIR` reads the version back.
+// tokens per sample (for readers that stop reading). Logprobs are -0.25 per token; alternatives are
+// the token and its neighbours. Trainer methods: `train_step` validates the batch like the engine
+// (decode_train_batch), trains nothing and bumps the policy version; it reports what it received
+// (samples, tokens, trained tokens, the reward and weight sums) in its metrics and on stdout.
+// `save_checkpoint` writes DIR/global_step_<version>/echo_checkpoint.json; `--resume DIR` reads the
+// version back.
 #include <signal.h>
 #include <unistd.h>
 
@@ -56,9 +57,10 @@ enum class Directive { kNone, kHold, kFlood };
 class EchoEngine {
  public:
   explicit EchoEngine(text::Tokenizer tokenizer) : tok_(std::move(tokenizer)) {
-    router_.add(std::string(rpc::kMethodGenerate), [this](rpc::Frame request, std::shared_ptr<rpc::ReplySink> sink) {
-      generate(rpc::decode_generate_request(request), std::move(sink));
-    });
+    router_.add(std::string(rpc::kMethodGenerate),
+                [this](rpc::Frame request, std::shared_ptr<rpc::ReplySink> sink) {
+                  generate(rpc::decode_generate_request(request), std::move(sink));
+                });
     router_.add_call(std::string(rpc::kMethodStatus), [this](const rpc::Frame&) {
       rpc::Frame f;
       size_t running = 0;
@@ -83,9 +85,8 @@ class EchoEngine {
     router_.add_call(std::string(rpc::kMethodTrainStep), [this](const rpc::Frame& request) {
       return train_step(rpc::decode_train_batch(request));
     });
-    router_.add_call(std::string(rpc::kMethodSaveCheckpoint), [this](const rpc::Frame& request) {
-      return save_checkpoint(request.body);
-    });
+    router_.add_call(std::string(rpc::kMethodSaveCheckpoint),
+                     [this](const rpc::Frame& request) { return save_checkpoint(request.body); });
     router_.set_on_abort([this](rpc::ConnectionId c, uint64_t id) {
       std::lock_guard<std::mutex> lock(mu_);
       if (auto it = running_.find({c, id}); it != running_.end()) it->second->aborted = true;
@@ -103,24 +104,33 @@ class EchoEngine {
   void resume(const std::filesystem::path& dir) {
     Json j = Json::parse(read_file(dir / "echo_checkpoint.json"));
     version_ = j.at("policy_version").get<int64_t>();
-    say("ajet-echo-engine: warn: resumed policy_version " + std::to_string(version_.load()) + " from " + dir.string());
+    say("ajet-echo-engine: warn: resumed policy_version " + std::to_string(version_.load()) +
+        " from " + dir.string());
   }
 
  private:
   rpc::Frame train_step(const rpc::TrainBatch& b) {
-    if (b.rewards.empty() && b.advantages.empty()) invalid_argument("train_step: neither rewards nor advantages");
+    if (b.rewards.empty() && b.advantages.empty())
+      invalid_argument("train_step: neither rewards nor advantages");
     int64_t trained = 0;
     for (uint8_t m : b.loss_mask) trained += m;
     double reward_sum = 0, weight_sum = 0;
     for (double r : b.rewards) reward_sum += r;
     for (double w : b.weights) weight_sum += w;
-    const size_t episodes = std::set<std::string>(b.episode_uuids.begin(), b.episode_uuids.end()).size();
+    const size_t episodes =
+        std::set<std::string>(b.episode_uuids.begin(), b.episode_uuids.end()).size();
     const size_t groups = std::set<std::string>(b.task_ids.begin(), b.task_ids.end()).size();
     const int64_t version = ++version_;
     rpc::Frame f;
-    f.body = {{"policy_version", version},   {"global_step", version},  {"samples", b.rewards.size()},
-              {"episodes", episodes},        {"groups", groups},        {"tokens", b.token_ids.size()},
-              {"trained_tokens", trained},   {"reward_sum", reward_sum}, {"weight_sum", weight_sum},
+    f.body = {{"policy_version", version},
+              {"global_step", version},
+              {"samples", b.rewards.size()},
+              {"episodes", episodes},
+              {"groups", groups},
+              {"tokens", b.token_ids.size()},
+              {"trained_tokens", trained},
+              {"reward_sum", reward_sum},
+              {"weight_sum", weight_sum},
               {"loss", 0.0}};
     // One short line (the front forwards lines with "warn" into its verbose log, up to 500 bytes).
     say("ajet-echo-engine: warn: train_step " + f.body.dump());
@@ -133,16 +143,22 @@ class EchoEngine {
     std::filesystem::path dir = base / ("global_step_" + std::to_string(version));
     std::filesystem::create_directories(dir);
     write_file_atomic(dir / "echo_checkpoint.json",
-                      Json{{"policy_version", version}, {"front_cursor", body.value("front_cursor", Json(nullptr))}}.dump());
+                      Json{{"policy_version", version},
+                           {"front_cursor", body.value("front_cursor", Json(nullptr))}}
+                          .dump());
     rpc::Frame f;
-    f.body = {{"path", std::filesystem::absolute(dir).string()}, {"policy_version", version}, {"global_step", version}};
+    f.body = {{"path", std::filesystem::absolute(dir).string()},
+              {"policy_version", version},
+              {"global_step", version}};
     say("ajet-echo-engine: warn: saved checkpoint " + dir.string());
     return f;
   }
 
   void generate(rpc::GenerateRequest g, std::shared_ptr<rpc::ReplySink> sink) {
     for (int32_t id : g.prompt) {
-      if (!tok_.valid_id(id)) invalid_argument("generate: prompt token " + std::to_string(id) + " is not in the vocabulary");
+      if (!tok_.valid_id(id))
+        invalid_argument("generate: prompt token " + std::to_string(id) +
+                         " is not in the vocabulary");
     }
     std::string text = tok_.decode(g.prompt, false);
     const std::string open = "<|im_start|>user\n";
@@ -177,7 +193,8 @@ class EchoEngine {
     });
   }
 
-  void emit(const rpc::GenerateRequest& g, std::vector<int32_t> out, rpc::ReplySink& sink, Running& state, bool hold) {
+  void emit(const rpc::GenerateRequest& g, std::vector<int32_t> out, rpc::ReplySink& sink,
+            Running& state, bool hold) {
     const bool stop_known = !g.stop_token_ids.empty();
     if (stop_known) out.push_back(g.stop_token_ids.front());
     const int32_t vocab = int32_t(tok_.vocab_size());
@@ -225,7 +242,8 @@ class EchoEngine {
           }
         }
         produced[size_t(s)] += 1;
-        tokens_generated_.fetch_add(1);  // before the reply: a client that saw the token finds it counted
+        tokens_generated_.fetch_add(
+            1);  // before the reply: a client that saw the token finds it counted
         const bool last = stop_known && t + 1 == out.size();
         if (last) {
           e.finish_reason = rpc::FinishReason::kStop;
@@ -240,11 +258,14 @@ class EchoEngine {
       if (hold && t == 1 && !state.aborted) {
         say("ajet-echo-engine: warn: request " + std::to_string(sink.request_id()) + " holding");
       }
-      while (hold && t >= 1 && !state.aborted) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      if (t % 64 == 63 && out.size() >= kFloodTokens) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      while (hold && t >= 1 && !state.aborted)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      if (t % 64 == 63 && out.size() >= kFloodTokens)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     // Observable for the tests (the front copies lines with "warn" into its verbose log).
-    if (state.aborted) say("ajet-echo-engine: warn: request " + std::to_string(sink.request_id()) + " aborted");
+    if (state.aborted)
+      say("ajet-echo-engine: warn: request " + std::to_string(sink.request_id()) + " aborted");
     rpc::GenerateDone d{int64_t(g.prompt.size()), total};
     sink.done(rpc::encode_generate_done(d));
   }

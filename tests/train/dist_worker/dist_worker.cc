@@ -1,6 +1,6 @@
 // One rank of the data-parallel test (dist_test.cc spawns two): joins the group from the
-// torchrun-style flags or environment, takes its part of the shared test batch (split_batch), trains
-// one step with the c10d collective and writes parameters, gradients and metrics to --out.
+// torchrun-style flags or environment, takes its part of the shared test batch (split_batch),
+// trains one step with the c10d collective and writes parameters, gradients and metrics to --out.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -28,11 +28,14 @@ int main(int argc, char** argv) {
     const ajet::train_data::DistPlacement placement = ajet::train_data::resolve_placement(dist);
     auto model = ajet::model::load_model_dir(model_dir);
     const ajet::train_data::TrainerOptions options = ajet::train::testing::dist_options(config);
-    const ajet::train_data::Batch whole = ajet::train::testing::dist_batch(model->config().vocab_size);
-    const auto parts = ajet::train_data::split_batch(whole, placement.world_size, options.advantage);
+    const ajet::train_data::Batch whole =
+        ajet::train::testing::dist_batch(model->config().vocab_size);
+    const auto parts =
+        ajet::train_data::split_batch(whole, placement.world_size, options.advantage);
     Trainer trainer(model, options);
     trainer.set_collective(make_collective(placement));
-    ajet::train::testing::DistResult r = ajet::train::testing::train_once(trainer, parts[static_cast<size_t>(placement.rank)]);
+    ajet::train::testing::DistResult r =
+        ajet::train::testing::train_once(trainer, parts[static_cast<size_t>(placement.rank)]);
     r.rank = placement.rank;
     r.world_size = placement.world_size;
     ajet::train::testing::save_dist_result(r, out);
