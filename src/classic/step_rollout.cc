@@ -177,11 +177,11 @@ PendingStep roll_out_step(RunParts& parts, int64_t step) {
     if (e.informative >= c.data.train_batch_size) break;
   }
   if (dynamic && !parts.stop) {
+    // The step's line says it ("signal groups K/N"); a log line would be a second line per step.
     if (e.informative < c.data.train_batch_size) {
-      log().info(
+      log().debug(
           "classic: step {}: {} of {} groups carry a signal after {} task batches "
-          "(max_num_gen_batches); "
-          "training on them",
+          "(max_num_gen_batches); training on them",
           step, e.informative, c.data.train_batch_size, e.gen_batches);
     }
     parts.client().agree_sync_weight(
