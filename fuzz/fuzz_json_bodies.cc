@@ -1,12 +1,10 @@
-// fuzz-sources: src/episodes/commands.cc src/http/response.cc src/http/message.cc
-// src/openai/openai_params.cc src/openai/anthropic_messages.cc src/openai/openai_responses.cc
-// src/openai/openai_format.cc libFuzzer target: arbitrary bytes as a JSON body the front accepts
-// (docs/protocol.md): parsed with the nesting limit every body gets (common/json.h), then read as
-// each command (claim, end, abort, can_continue, agree, prepare, resolve), as an OpenAI chat
-// request and its sampling fields, as a completion request, and as Anthropic Messages and OpenAI
-// Responses bodies. Only ajet::Error may come out (the front answers it with a 4xx naming the
-// field); a parsed value must dump and parse back to itself, which is where deep nesting used to
-// overflow the stack.
+// fuzz-sources: src/episodes/commands.cc src/http/response.cc src/http/message.cc src/openai/openai_params.cc src/openai/anthropic_messages.cc src/openai/openai_responses.cc src/openai/openai_format.cc
+// libFuzzer target: arbitrary bytes as a JSON body the front accepts (docs/protocol.md): parsed
+// with the nesting limit every body gets (common/json.h), then read as each command (claim, end,
+// abort, can_continue, agree, prepare, resolve), as an OpenAI chat request and its sampling fields,
+// as a completion request, and as Anthropic Messages and OpenAI Responses bodies. Only ajet::Error
+// may come out (the front answers it with a 4xx naming the field); a parsed value must dump and
+// parse back to itself, which is where deep nesting used to overflow the stack.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>

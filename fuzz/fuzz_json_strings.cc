@@ -1,9 +1,7 @@
-// fuzz-sources: src/http/response.cc src/http/message.cc src/openai/anthropic_messages.cc
-// src/openai/openai_responses.cc src/openai/openai_format.cc src/tracking/chat_format.cc
-// src/tracking/call_record.cc src/store/blob.cc libFuzzer target: arbitrary bytes as the strings
-// that hold JSON inside a valid body or a stored row, each read the way the front reads it (issue
-// 38: a tool call's arguments string nested 70,000 levels deep passed the body's depth limit and
-// overflowed the stack in the tracker's signature):
+// fuzz-sources: src/http/response.cc src/http/message.cc src/openai/anthropic_messages.cc src/openai/openai_responses.cc src/openai/openai_format.cc src/tracking/chat_format.cc src/tracking/call_record.cc src/store/blob.cc
+// libFuzzer target: arbitrary bytes as the strings that hold JSON inside a valid body or a stored
+// row, each read the way the front reads it (issue 38: a tool call's arguments string nested 70,000
+// levels deep passed the body's depth limit and overflowed the stack in the tracker's signature):
 //   - a tool call's `arguments` as such (rendered by every chat family, the tracker's turn
 //   signature
 //     with its canonical arguments), and inside a chat body (an assistant message's tool_calls) and
