@@ -54,7 +54,7 @@ class Job {
   void boot(RunParts& parts, int64_t total_steps);
   int64_t resume_point(int64_t engine_global_step);
   RunPlan plan(int64_t total_steps) const;
-  void finish(const RunParts& parts);
+  void finish();
   void say_where_the_model_is(const client::EngineStatus& last);
 
   const LaunchOptions& options_;
@@ -215,13 +215,12 @@ RunResult Job::run() {
   if (stop_)
     say(front_.remote() ? "ajet: stop requested; stopping the engine on the front"
                         : "ajet: stop requested; stopping the engine and the front");
-  finish(parts);
+  finish();
   return result_;
 }
 
 // Stops engine and front, then says where everything is: metrics, reward curve, the final model.
-void Job::finish(const RunParts& parts) {
-  (void)parts;
+void Job::finish() {
   try {
     front_.stop_engine(
         60.0);  // the front saves a last checkpoint of steps trained since the last one

@@ -110,6 +110,7 @@ class MultiJob : public classic::StepPipeline {
   Json trained_stats(Member& m);
   void record(Json r);
   void finish();
+  void stop_engine_of(Member& m);
   void shut_down();
 
   const classic::LaunchOptions& options_;
@@ -369,14 +370,19 @@ void MultiJob::record(Json r) {
   result_.records.push_back(std::move(r));
 }
 
+// The member's engine stops (saving its last checkpoint); a failure is said, never thrown.
+void MultiJob::stop_engine_of(Member& m) {
+  try {
+    m.front->stop_engine(60.0);
+  } catch (const std::exception& e) {
+    say("ajet: stopping model " + m.spec.name + ": " + e.what());
+  }
+}
+
 void MultiJob::shut_down() {
   for (Member& m : members_) {
     if (!m.front) continue;
-    try {
-      m.front->stop_engine(60.0);
-    } catch (const std::exception& e) {
-      say("ajet: stopping model " + m.spec.name + ": " + e.what());
-    }
+    stop_engine_of(m);
     m.front->stop_front();
   }
 }
@@ -387,11 +393,7 @@ void MultiJob::shut_down() {
 void MultiJob::finish() {
   std::vector<std::pair<Member*, Json>> last;
   for (Member& m : members_) {
-    try {
-      m.front->stop_engine(60.0);
-    } catch (const std::exception& e) {
-      say("ajet: stopping model " + m.spec.name + ": " + e.what());
-    }
+    stop_engine_of(m);
     const client::EngineStatus s = m.front->client().get_engine_status();
     try {
       classic::write_dashboard_snapshot(
