@@ -6,6 +6,16 @@
 #include <cmath>
 
 namespace ajet::classic {
+namespace {
+
+// How long the next step is expected to take: the longer of the mean over `steps` and the latest.
+// Steps grow longer as a run goes (dynamic sampling needs more task batches once most groups
+// succeed), so the mean alone would promise steps the budget cannot pay for.
+double next_step_estimate(double total_s, int64_t steps, double latest_s) {
+  return std::max(total_s / double(std::max<int64_t>(steps, 1)), latest_s);
+}
+
+}  // namespace
 
 std::string StepProgress::label() const {
   if (!seconds_left) return fmt::format("{}/{}", step, total);
@@ -76,12 +86,10 @@ void RunLoop::step_once(int64_t step) {
   last_validation_s_ = hooks_.elapsed_s() - validation_start;
 }
 
-// max_training_seconds: would the next step (and a validation after it) end too late? Steps grow
-// longer as a run goes (dynamic sampling needs more task batches once most groups succeed), so the
-// next one is expected to take the longer of the mean and the last.
+// max_training_seconds: would the next step (and a validation after it) end too late?
 bool RunLoop::budget_spent_after(int64_t step, double step_s) {
   if (!plan_.max_training_seconds || step >= plan_.total_steps) return false;
-  const double next_step_s = std::max(train_s_ / double(step - plan_.first_step + 1), step_s);
+  const double next_step_s = next_step_estimate(train_s_, step - plan_.first_step + 1, step_s);
   const double now = hooks_.elapsed_s();
   if (now + next_step_s + last_validation_s_ <= *plan_.max_training_seconds) return false;
   hooks_.say(
@@ -105,8 +113,8 @@ StepProgress RunLoop::progress() const {
   const int64_t done = last_step_ - plan_.first_step + 1 + (in_step ? 1 : 0);
   if (done <= 0) return p;
   const double this_step_s = in_step ? now - step_start_s_ : last_step_s_;
-  const double mean_s = (train_s_ + (in_step ? this_step_s : 0.0)) / double(done);
-  const double per_step = std::max({mean_s, this_step_s, 1e-9});
+  const double per_step = std::max(
+      next_step_estimate(train_s_ + (in_step ? this_step_s : 0.0), done, this_step_s), 1e-9);
   const int64_t more =
       int64_t(std::floor((*p.seconds_left - last_validation_s_) / per_step + 1e-6));
   p.estimated_total =

@@ -7,18 +7,13 @@
 #include "classic/sampling_check.h"
 #include "classic/step_rollout.h"
 #include "common/clock.h"
+#include "tasks/rng.h"
 
 namespace ajet::classic {
 
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-uint64_t hash_text(const std::string& s) {
-  uint64_t h = 1469598103934665603ULL;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ULL;
-  return h;
-}
 
 // One greedy episode per held-out task and k sampled ones, source after source; `*_end` say where
 // each source's jobs end.
@@ -40,7 +35,7 @@ ValidationJobs validation_jobs(const RunParts& parts, int64_t k) {
       n = std::min(n, size_t(*cap));
     for (size_t i = 0; i < n; ++i) {
       const tasks::Task* t = &source.sets.validation[i];
-      const uint64_t seed = hash_text(t->task_id);
+      const uint64_t seed = tasks::stable_hash(t->task_id);
       jobs.greedy.push_back(EpisodeJob{t, "eval", greedy_sampling, seed, 0});
       for (int64_t j = 0; j < k; ++j)
         jobs.sampled.push_back(

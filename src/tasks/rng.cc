@@ -5,14 +5,7 @@
 
 namespace ajet::tasks {
 
-uint64_t stable_hash(std::string_view text) {
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 0x100000001b3ULL;
-  }
-  return splitmix64_finalize(h);
-}
+uint64_t stable_hash(std::string_view text) { return splitmix64_finalize(fnv1a64(text)); }
 
 uint64_t mix_seed(uint64_t a, uint64_t b) {
   return splitmix64_finalize(a * 0x9e3779b97f4a7c15ULL + splitmix64_finalize(b));

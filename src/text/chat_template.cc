@@ -8,6 +8,7 @@
 #include "common/json.h"
 #include "common/fs.h"
 #include "common/log.h"
+#include "common/mix.h"
 
 namespace ajet::text {
 
@@ -65,15 +66,6 @@ constexpr std::string_view kToolsOutro =
     "<args-json-object>}\n</tool_call><|im_end|>\n";
 
 // ---- Known templates (FNV-1a 64 of the exact Jinja source) ----
-
-uint64_t fnv1a64(std::string_view s) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
 
 struct KnownTemplate {
   uint64_t hash;
