@@ -152,7 +152,7 @@ void run_new(const ResearchArgs& a) {
                      " already holds a study; continue it with `ajet research resume " +
                      dir.string() + "`, or pick another --dir");
   }
-  const std::string text = read_file(file);
+  const std::string text = research::read_study_file(file);
   const research::Study study = research::parse_study(text, fs::absolute(file), fs::current_path());
   fs::create_directories(dir);
   lock_study(dir);

@@ -6,9 +6,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <charconv>
-#include <cmath>
-#include <cstdlib>
 #include <ctime>
 #include <map>
 #include <set>
@@ -18,29 +15,24 @@
 #include "common/json.h"
 #include "common/strings.h"
 #include "config/schema.h"
+#include "config/yaml_reader.h"
 
 namespace ajet::config {
 
 namespace {
 
-std::string describe(const YAML::Node& node) {
-  if (node.IsNull()) return "null";
-  if (node.IsMap()) return "a mapping";
-  if (node.IsSequence()) return "a list";
-  return "'" + node.Scalar() + "'";
-}
+// A config is kilobytes; a text over 16 MiB is a mistake, refused before yaml-cpp builds its tree.
+constexpr size_t kMaxConfigBytes = size_t(16) << 20;
 
-// Parsing context: names the source and line in every message.
+// Parsing context: the shared reader (source:line in every message) plus what only the typed
+// config has: warnings, the schema's type names, and who reads the config.
 struct Ctx {
-  std::string_view source;
+  YamlReader reader;
   std::vector<std::string>* warnings;
   ConfigUse use = ConfigUse::kClassic;
 
-  std::string at(const YAML::Node& node) const {
-    std::string out(source);
-    if (!node.Mark().is_null()) out += fmt::format(":{}", node.Mark().line + 1);
-    return out;
-  }
+  const std::string& source() const { return reader.source(); }
+  std::string at(const YAML::Node& node) const { return reader.at(node); }
   [[noreturn]] void type_error(const Field& f, const YAML::Node& node,
                                std::string_view expected = {}) const {
     std::string want(expected.empty() ? field_type_name(f.target) : expected);
@@ -48,93 +40,6 @@ struct Ctx {
   }
   void warn(std::string message) const { warnings->push_back(std::move(message)); }
 };
-
-std::optional<bool> scalar_bool(std::string_view text) {
-  std::string t = ascii_lower(text);
-  if (t == "true" || t == "yes" || t == "on") return true;
-  if (t == "false" || t == "no" || t == "off") return false;
-  return std::nullopt;
-}
-
-std::optional<double> scalar_double(const std::string& text) {
-  if (text.empty()) return std::nullopt;
-  char* end = nullptr;
-  double v = std::strtod(text.c_str(), &end);
-  if (end != text.c_str() + text.size() || !std::isfinite(v)) return std::nullopt;
-  return v;
-}
-
-std::optional<int64_t> scalar_int(const std::string& text) {
-  int64_t v = 0;
-  const char* begin = text.data() + (text.size() > 1 && text[0] == '+' ? 1 : 0);
-  auto [ptr, ec] = std::from_chars(begin, text.data() + text.size(), v);
-  if (ec == std::errc() && ptr == text.data() + text.size()) return v;
-  // "1e3" or "16.0": accept when the number is integral.
-  auto d = scalar_double(text);
-  if (d && *d == std::floor(*d) && std::fabs(*d) < 9.0e18) return static_cast<int64_t>(*d);
-  return std::nullopt;
-}
-
-bool is_quoted(const YAML::Node& node) { return node.Tag() == "!"; }
-
-// Free-form mappings (task params, metadata) become JSON. YAML aliases make a document a graph in
-// which one node can be reached billions of times (nine levels of nine aliases fit in 500 bytes),
-// and the conversion copies each reference: it counts the bytes it builds and the depth it reaches,
-// and refuses the field beyond kMaxExpandedBytes or kMaxJsonDepth instead of growing without bound.
-constexpr size_t kMaxExpandedBytes = size_t(16) << 20;
-
-struct Expansion {
-  const Field& field;
-  const Ctx& ctx;
-  size_t bytes = 0;
-
-  void spend(const YAML::Node& node, size_t n, int depth) {
-    bytes += n;
-    if (bytes > kMaxExpandedBytes) {
-      invalid_argument(ctx.at(node) + ": " + field.key + " expands to more than " +
-                       std::to_string(kMaxExpandedBytes >> 20) +
-                       " MiB (YAML aliases repeat one node many times); write the values out or "
-                       "make them smaller");
-    }
-    if (depth > kMaxJsonDepth) {
-      invalid_argument(ctx.at(node) + ": " + field.key + " nests deeper than " +
-                       std::to_string(kMaxJsonDepth) + " levels");
-    }
-  }
-};
-
-Json yaml_to_json(const YAML::Node& node, Expansion& expansion, int depth = 1) {
-  constexpr size_t kNodeBytes = 16;  // what one value costs besides its text
-  if (!node.IsDefined() || node.IsNull()) {
-    expansion.spend(node, kNodeBytes, depth);
-    return nullptr;
-  }
-  if (node.IsMap()) {
-    expansion.spend(node, kNodeBytes, depth);
-    Json obj = Json::object();
-    for (const auto& kv : node) {
-      expansion.spend(kv.first, kv.first.Scalar().size(), depth);
-      obj[kv.first.Scalar()] = yaml_to_json(kv.second, expansion, depth + 1);
-    }
-    return obj;
-  }
-  if (node.IsSequence()) {
-    expansion.spend(node, kNodeBytes, depth);
-    Json arr = Json::array();
-    for (const auto& item : node) arr.push_back(yaml_to_json(item, expansion, depth + 1));
-    return arr;
-  }
-  const std::string& text = node.Scalar();
-  expansion.spend(node, kNodeBytes + text.size(), depth);
-  if (!is_quoted(node)) {
-    if (auto b = scalar_bool(text)) return *b;
-    int64_t i = 0;
-    auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), i);
-    if (ec == std::errc() && ptr == text.data() + text.size()) return i;
-    if (auto d = scalar_double(text)) return *d;
-  }
-  return text;
-}
 
 std::string canonical_choice(const Field& f, const std::string& value, const YAML::Node& node,
                              const Ctx& ctx) {
@@ -247,8 +152,7 @@ void assign(const Field& f, const YAML::Node& node, const Ctx& ctx) {
     }
     void operator()(Json* out) const {
       if (f.json_list ? !node.IsSequence() : !node.IsMap()) ctx.type_error(f, node);
-      Expansion expansion{f, ctx};
-      *out = yaml_to_json(node, expansion);
+      *out = ctx.reader.to_json(node, f.key);  // refuses alias bombs and deep nesting
     }
   };
   std::visit(Visitor{f, node, ctx}, f.target);
@@ -418,7 +322,7 @@ std::string kl_loss_types_text() { return fmt::format("{}", fmt::join(kKlLossTyp
 void settle_unused_choices(Config& config, const Ctx& ctx) {
   auto& tc = config.trainer_common;
   if (!tc.use_kl_loss && !is_kl_loss_type(tc.kl_loss_type)) {
-    ctx.warn(std::string(ctx.source) + ": ajet.trainer_common.kl_loss_type '" + tc.kl_loss_type +
+    ctx.warn(ctx.source() + ": ajet.trainer_common.kl_loss_type '" + tc.kl_loss_type +
              "' is not supported here (" + kl_loss_types_text() +
              "), and use_kl_loss is false: ignored");
     tc.kl_loss_type = kKlLossTypes.front();  // config.h's default
@@ -439,7 +343,7 @@ void settle_loggers(Config& config, const Ctx& ctx) {
     (listed(kUnavailableLoggers, name) ? dropped : kept).push_back(name);
   if (dropped.empty()) return;
   std::string message =
-      fmt::format("{}: ajet.trainer_common.logger: {} not available here; ignored", ctx.source,
+      fmt::format("{}: ajet.trainer_common.logger: {} not available here; ignored", ctx.source(),
                   fmt::join(dropped, ", "));
   if (kept.empty()) {
     kept = Config().trainer_common.logger;
@@ -566,17 +470,11 @@ void check_cocktail(const CocktailConfig& cocktail, std::vector<std::string>& pr
 }  // namespace
 
 LoadedConfig parse_config(std::string_view yaml_text, std::string_view source, ConfigUse use) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(std::string(yaml_text));
-  } catch (const YAML::Exception& e) {
-    invalid_argument(fmt::format("{}:{}:{}: invalid YAML: {}", source, e.mark.line + 1,
-                                 e.mark.column + 1, e.msg));
-  }
+  const YAML::Node root = load_yaml(yaml_text, source, {kMaxConfigBytes, "a config"});
   LoadedConfig loaded;
   std::vector<Field> fields = config_fields(loaded.config);
   KeyIndex index(fields);
-  Ctx ctx{source, &loaded.warnings, use};
+  Ctx ctx{YamlReader(std::string(source)), &loaded.warnings, use};
   if (root.IsMap()) {
     walk(root, "", index, ctx);
   } else if (root.IsDefined() && !root.IsNull()) {
@@ -616,7 +514,7 @@ void set_config_value(Config& config, std::string_view dotted_key, std::string_v
                      "': " + e.msg);
   }
   std::vector<std::string> ignored_warnings;
-  assign(*it, node, Ctx{"override", &ignored_warnings});
+  assign(*it, node, Ctx{YamlReader("override"), &ignored_warnings});
 }
 
 bool valid_device_name(std::string_view device) {

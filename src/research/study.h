@@ -84,6 +84,8 @@ struct Study {
 // mean"), and checks every searched key and value against the base config (config::set_config_value
 // + validate).
 Study load_study(const std::filesystem::path& file, const std::filesystem::path& workdir_default);
+// A study file's text for parse_study: one over 1 MiB is refused before it is read.
+std::string read_study_file(const std::filesystem::path& file);
 Study parse_study(const std::string& yaml_text, const std::filesystem::path& file,
                   const std::filesystem::path& workdir_default);
 

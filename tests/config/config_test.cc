@@ -329,6 +329,12 @@ TEST(ConfigErrors, AliasesThatExpandBeyondTheLimitAreRefusedNamingTheKey) {
       << deep_msg;
 }
 
+TEST(ConfigErrors, ATextOverSixteenMibIsRefusedBeforeParsing) {
+  const std::string big = std::string(kMinimal) + std::string(size_t(16) << 20, '#');
+  const std::string msg = error_of([&] { parse_config(big, "big.yaml"); });
+  EXPECT_TRUE(contains(msg, "big.yaml: a config must be under 16 MiB")) << msg;
+}
+
 TEST(ConfigErrors, RelationsAndBoundsListEveryViolation) {
   const char* yaml = R"(
 ajet:

@@ -163,6 +163,63 @@ TEST(StudyFile, TheRemoteRunnerNeedsServersAndNoMoreTrialsAtATimeThanServers) {
   EXPECT_NE(e.find("--swarm-flag=--x starts a front"), std::string::npos) << e;
 }
 
+TEST(StudyFile, ErrorsNameTheLine) {
+  TempDir dir;
+  const std::string file = (dir / "study.yaml").string();
+  std::string e = parse_error(dir,
+                              "base: base.yaml\n"
+                              "objective: {metric: val/x, step: 4}\n"
+                              "search:\n"
+                              "  lr: {key: ajet.trainer_common.optim.lr, log_uniform: [0, 0.2]}\n");
+  EXPECT_NE(e.find(file + ":4: search.lr.log_uniform: a log-uniform range must be above 0"),
+            std::string::npos)
+      << e;
+  e = parse_error(dir, study_text("parallel: 1e3x\n"));
+  EXPECT_NE(e.find(file + ":11: parallel: expected an integer, got '1e3x'"), std::string::npos)
+      << e;
+  e = parse_error(dir, "base: base.yaml\nobjective:\n  metric: val/x\n  step: 0\n");
+  EXPECT_NE(e.find(file + ":4: objective.step: must be between 1 and 1000000, got 0"),
+            std::string::npos)
+      << e;
+  // Checked against the base config: the line of the searched or fixed key.
+  e = parse_error(dir, study_text("fixed:\n  ajet.rollout.num_repeat: abc\n"));
+  EXPECT_NE(e.find(file + ":12: fixed.ajet.rollout.num_repeat: "), std::string::npos) << e;
+}
+
+TEST(StudyFile, ValuesAreTypedByTheConfigsRules) {
+  TempDir dir;
+  const Study s = parse(dir,
+                        "base: base.yaml\nobjective: {metric: val/x, step: 4}\nsearch:\n"
+                        "  kl: {key: ajet.trainer_common.use_kl_loss, choice: [yes, no]}\n"
+                        "  group: {key: ajet.rollout.num_repeat, int: [2, 1e1]}\n"
+                        "fixed: {ajet.trainer_common.val_only: off, ajet.project_name: '5'}\n");
+  EXPECT_EQ(s.space[0].choices, (std::vector<Json>{true, false}));
+  EXPECT_EQ(s.space[1].high, 10.0);  // "1e1" is an integer: it is integral
+  EXPECT_EQ(s.fixed.at("ajet.trainer_common.val_only"), Json(false));
+  EXPECT_EQ(s.fixed.at("ajet.project_name"), Json("5"));  // quoted: text
+  const auto o = trial_overrides(s, {{"kl", true}, {"group", 4}}, 1);
+  std::map<std::string, std::string> m(o.begin(), o.end());
+  EXPECT_EQ(m["ajet.trainer_common.use_kl_loss"], "true");
+  EXPECT_EQ(m["ajet.trainer_common.val_only"], "false");
+}
+
+TEST(StudyFile, AnAliasBombIsRefusedBeforeItIsRead) {
+  TempDir dir;
+  // Nine levels of nine aliases: ~600 bytes that name one string 9^9 (~387 million) times.
+  std::string defs;
+  for (int i = 1; i <= 9; ++i) {
+    defs += "    a" + std::to_string(i) + ": &a" + std::to_string(i) + " [";
+    for (int j = 0; j < 9; ++j) defs += std::string(j ? ", " : "") + "*a" + std::to_string(i - 1);
+    defs += "]\n";
+  }
+  const std::string text = study_text("fixed:\n  ajet.task_reader.builtin.params:\n" + defs);
+  const std::string e = parse_error(dir, "question: &a0 lol\n" + text.substr(text.find('\n') + 1));
+  EXPECT_NE(e.find("a study file expands to more than 16 MiB (YAML aliases repeat one node"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find((dir / "study.yaml").string() + ":"), std::string::npos) << e;
+}
+
 TEST(StudyFile, ParamsAreCheckedAgainstTheSpace) {
   TempDir dir;
   const Study s = parse(dir, study_text());
