@@ -77,6 +77,24 @@ TEST(StudyFile, ParsesTheSpaceObjectiveAndBudgets) {
   EXPECT_EQ(m["ajet.task_reader.shuffle_seed"], "7");
 }
 
+// Every study file under examples/research reads and checks against its base config, as `ajet
+// research run` would before it starts anything.
+TEST(StudyFile, TheExampleStudiesLoad) {
+  int n = 0;
+  for (const auto& entry :
+       fs::directory_iterator(fs::path(AJET_SOURCE_DIR) / "examples/research")) {
+    if (entry.path().extension() != ".yaml") continue;
+    n += 1;
+    try {
+      const Study s = load_study(entry.path(), AJET_SOURCE_DIR);
+      EXPECT_FALSE(s.space.empty()) << entry.path();
+    } catch (const Error& e) {
+      ADD_FAILURE() << entry.path() << ": " << e.what();
+    }
+  }
+  EXPECT_GE(n, 1);
+}
+
 TEST(StudyFile, ErrorsNameTheKeyAndWhatWasExpected) {
   TempDir dir;
   EXPECT_NE(parse_error(dir, study_text("parallell: 2\n")).find("did you mean 'parallel'"),
