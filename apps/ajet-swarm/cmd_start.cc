@@ -158,11 +158,20 @@ const CommandRegistration kStart("start", [](CLI::App& app) {
       ->capture_default_str();
   cmd->add_option(
          "--engine-ranks", options->engine_ranks,
-         "Data-parallel engine processes to start on this machine, each with ajet.engine.threads "
-         "(or one "
-         "per core) / N threads; rank 0 serves inference, every rank trains its part of each batch")
+         "Engine processes to start on this machine, each with ajet.engine.threads (or one per "
+         "core) / N threads: data-parallel ranks that each train their part of every batch and "
+         "each serve inference (--route)")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
+  cmd->add_option_function<std::string>(
+         "--route",
+         [options](const std::string& name) {
+           options->route = engine_control::parse_route_policy(name);
+         },
+         "Which engine rank serves an LLM call: sticky (an episode's calls stay on the rank that "
+         "served its first, placed on the least-loaded rank; the default), round_robin, or first "
+         "(rank 0 only)")
+      ->check(CLI::IsMember({"sticky", "round_robin", "first"}));
   cmd->add_option("--peer", options->peers,
                   "A front this one may dial as an episode group's coordinator (http://host:port, "
                   "as clients name "

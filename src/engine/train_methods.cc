@@ -1,5 +1,7 @@
 #include "engine/train_methods.h"
 
+#include <fmt/format.h>
+
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -259,6 +261,8 @@ Json TrainMethods::train_step(const rpc::TrainBatch& rpc_batch) {
   reply["backbone"] = std::string(config::backbone_name(s.options.backbone));
   reply["step_time_s"] = seconds_since(start);
   reply["inference_paused_s"] = paused;
+  // Hex: a JSON number would lose the low bits. Data-parallel ranks must agree (batch_runner.cc).
+  reply["weights_checksum"] = fmt::format("{:016x}", train::parameter_checksum(trainer.model()));
   reply.update(reply_extra);
   log().info(
       "train_step: {} samples, {} tokens, loss {:.5f}, grad norm {:.4f}, {:.2f} s; serving policy "

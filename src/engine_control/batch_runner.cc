@@ -251,7 +251,8 @@ Json BatchRunner::train_on_ranks(const std::vector<std::shared_ptr<rpc::Client>>
                             {"tokens", reply.value("tokens", int64_t(0))},
                             {"loss", reply.value("loss", Json(nullptr))},
                             {"step_time_s", reply.value("step_time_s", 0.0)},
-                            {"policy_version", reply.value("policy_version", int64_t(-1))}});
+                            {"policy_version", reply.value("policy_version", int64_t(-1))},
+                            {"weights_checksum", reply.value("weights_checksum", Json(nullptr))}});
     if (reply.value("policy_version", int64_t(-1)) !=
         metrics.value("policy_version", int64_t(-1))) {
       verbose_.add("batch", fmt::format("data-parallel rank {} serves policy_version {}, rank 0 {}",
@@ -259,7 +260,31 @@ Json BatchRunner::train_on_ranks(const std::vector<std::shared_ptr<rpc::Client>>
                                         metrics.value("policy_version", int64_t(-1))));
     }
   }
-  metrics["data_parallel"] = Json{{"world_size", world}, {"ranks", per_rank}};
+  // Every rank applied the same all-reduced gradients to the same weights: their checksums must be
+  // equal, bit for bit. A difference means the ranks now serve different policies.
+  bool same = true;
+  for (const Json& reply : replies)
+    same = same && reply.value("weights_checksum", Json(nullptr)) ==
+                       replies[0].value("weights_checksum", Json(nullptr));
+  const Json checksum = replies[0].value("weights_checksum", Json(nullptr));
+  if (!checksum.is_string()) {  // an engine that does not report it: nothing to compare
+    metrics["data_parallel"] = Json{{"world_size", world}, {"ranks", per_rank}};
+    return metrics;
+  }
+  if (same) {
+    verbose_.add("batch", fmt::format("the {} data-parallel ranks hold the same weights "
+                                      "(weights_checksum {})",
+                                      world, checksum.get<std::string>()));
+  } else {
+    log().error("data-parallel ranks hold different weights after policy version {}: {}",
+                metrics.value("policy_version", int64_t(-1)), per_rank.dump());
+    verbose_.add("batch",
+                 "ERROR: the data-parallel ranks hold different weights after this step "
+                 "(weights_checksum differs); see data_parallel.ranks");
+  }
+  // A number, so that it is a metric (train/data_parallel/same_weights: 1 or 0).
+  metrics["data_parallel"] =
+      Json{{"world_size", world}, {"ranks", per_rank}, {"same_weights", same ? 1 : 0}};
   return metrics;
 }
 

@@ -58,7 +58,8 @@ struct CallSetup {
   std::vector<episodes::LlmCallTicket>
       tickets;  // one per choice (consecutive call indices: begin_llm_calls)
   std::shared_ptr<episodes::CallInFlight>
-      in_flight;  // ends the tickets' calls when the call object goes
+      in_flight;                        // ends the tickets' calls when the call object goes
+  std::shared_ptr<void> replica_lease;  // the engine replica's count of this call, while it lives
   std::string agent_name;
   text::ChatRequest request;        // kChat: the parsed messages and tools
   tracking::RenderedPrompt prompt;  // ids, message spans, generation prompt start

@@ -246,6 +246,62 @@ void write_front_figures(TextBuilder& out, const FrontFigures& f) {
              "Writes waiting for the store's writer thread.", double(f.store_queued_writes));
 }
 
+void write_replica_figures(TextBuilder& out, engine_control::RoutePolicy policy,
+                           const engine_control::RouterFigures& routed,
+                           const std::vector<std::optional<Json>>& statuses) {
+  out.family("ajet_route_policy", Type::kGauge,
+             "How LLM calls are spread over the engine replicas (ajet-swarm start --route): 1 for "
+             "the policy in use.");
+  out.sample({{"policy", engine_control::route_policy_name(policy)}}, 1);
+  one_sample(out, "ajet_route_sticky_calls_total", Type::kCounter,
+             "LLM calls sent to the replica that served the episode's earlier calls.",
+             double(routed.sticky_calls));
+  out.family("ajet_route_episodes_total", Type::kCounter,
+             "Episodes placed on a replica: new (its first call, on the least-loaded replica) or "
+             "moved (its replica was gone).");
+  out.sample({{"placement", "new"}}, double(routed.new_episodes));
+  out.sample({{"placement", "moved"}}, double(routed.moved_episodes));
+  one_sample(out, "ajet_route_unavailable_total", Type::kCounter,
+             "LLM calls answered 503 because no engine replica was connected.",
+             double(routed.unavailable));
+  const size_t n = std::max(routed.replicas.size(), statuses.size());
+  if (n == 0) return;
+  out.family("ajet_replica_calls_total", Type::kCounter, "LLM calls routed to each replica.");
+  for (size_t i = 0; i < n; ++i) {
+    out.sample({{"replica", std::to_string(i)}},
+               i < routed.replicas.size() ? double(routed.replicas[i].calls) : 0.0);
+  }
+  out.family("ajet_replica_sequences_in_flight", Type::kGauge,
+             "Sequences this front sent to each replica whose call has not ended.");
+  for (size_t i = 0; i < n; ++i) {
+    out.sample({{"replica", std::to_string(i)}},
+               i < routed.replicas.size() ? double(routed.replicas[i].in_flight) : 0.0);
+  }
+  out.family("ajet_replica_up", Type::kGauge,
+             "1 when the replica answered its status call for this scrape.");
+  for (size_t i = 0; i < statuses.size(); ++i)
+    out.sample({{"replica", std::to_string(i)}}, statuses[i] ? 1 : 0);
+  struct Counter {
+    const char* key;
+    const char* name;
+    const char* help;
+  };
+  for (const Counter& c :
+       {Counter{"tokens_prefix_cached", "ajet_replica_prefix_cache_hit_tokens_total",
+                "Prompt tokens each replica did not compute: their keys and values were cached."},
+        Counter{"tokens_computed", "ajet_replica_computed_tokens_total",
+                "Tokens each replica ran through the model (prefill, recompute and decode)."},
+        Counter{"tokens_generated", "ajet_replica_generated_tokens_total",
+                "Tokens each replica sampled."}}) {
+    out.family(c.name, Type::kCounter, c.help);
+    for (size_t i = 0; i < statuses.size(); ++i) {
+      if (!statuses[i] || !statuses[i]->contains("engine")) continue;
+      if (std::optional<double> v = engine_number((*statuses[i])["engine"], c.key))
+        out.sample({{"replica", std::to_string(i)}}, *v);
+    }
+  }
+}
+
 void write_engine_figures(TextBuilder& out, const std::optional<Json>& status) {
   one_sample(out, "ajet_engine_up", Type::kGauge,
              "1 when the engine answered its status call for this scrape; 0 when there is none "

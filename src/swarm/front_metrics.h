@@ -14,6 +14,7 @@
 
 #include "common/json.h"
 #include "common/prometheus_text.h"
+#include "engine_control/replica_router.h"
 #include "episodes/registry.h"
 #include "http/router.h"
 #include "http/server.h"
@@ -54,6 +55,12 @@ void write_front_figures(prometheus::TextBuilder& out, const FrontFigures& figur
 // sequences, KV cache blocks, token counters (engine/service.cc EngineService::status()). A field
 // the reply lacks (an older engine, the echo test double) leaves its family out.
 void write_engine_figures(prometheus::TextBuilder& out, const std::optional<Json>& status);
+// With several engine replicas: the route policy, calls routed to each replica and its sequences in
+// flight, episodes placed and moved, and each replica's own token counters from its `status` reply
+// (`statuses` in rank order, nullopt for one that did not answer).
+void write_replica_figures(prometheus::TextBuilder& out, engine_control::RoutePolicy policy,
+                           const engine_control::RouterFigures& routed,
+                           const std::vector<std::optional<Json>>& statuses);
 // process_*: resident and virtual memory, CPU seconds, start time, open and maximum file
 // descriptors, threads (from /proc/self; families that cannot be read are left out).
 void write_process_figures(prometheus::TextBuilder& out);

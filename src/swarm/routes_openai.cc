@@ -175,11 +175,15 @@ void serve_generation(ServerContext& ctx, Request req, Respond respond,
   setup.meta.created = int64_t(setup.started_at);
   setup.meta.model = setup.params.model.empty() ? model->served_name : setup.params.model;
 
+  // The replica is picked last, so a call refused above never counts as its load.
+  engine_control::ReplicaChoice replica =
+      ctx.router.route(claims.episode_uuid, ctx.supervisor.rank_clients(), setup.params.n);
+  setup.replica_lease = std::move(replica.lease);
   const bool heartbeat = messages && setup.params.stream;
   auto call = std::make_shared<openai::LlmCall>(
       std::move(setup), openai::CallServices{ctx.registry, ctx.latest, &ctx.call_metrics}, respond);
   if (heartbeat) heartbeats.add(call);
-  call->start(ctx.supervisor.client());
+  call->start(replica.client);
 }
 
 http::Response prompt_queue_full(size_t max_queued, bool anthropic) {

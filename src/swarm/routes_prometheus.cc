@@ -64,15 +64,31 @@ void add_prometheus_handlers(RouteHandlers& out, http::Router& router, ServerCon
             front.store_queued_writes = ctx.store.queued_writes();
             write_front_figures(out, front);
             std::shared_ptr<rpc::Client> engine = ctx.supervisor.client();
+            std::vector<std::shared_ptr<rpc::Client>> ranks = ctx.supervisor.rank_clients();
+            const engine_control::RoutePolicy policy = ctx.router.policy();
+            engine_control::RouterFigures routed = ctx.router.figures();
             if (!engine) {
               write_engine_figures(out, std::nullopt);
+              write_replica_figures(out, policy, routed, {});
               respond(exposition(out));
               return;
             }
-            // The task holds nothing of the front but the engine's client: it may run after the
+            // The task holds nothing of the front but the engines' clients: it may run after the
             // server stopped.
-            scrapes->post([out = std::move(out), engine, respond]() mutable {
-              write_engine_figures(out, engine_status_reply(engine, kEngineStatusTimeout));
+            scrapes->post([out = std::move(out), engine, ranks = std::move(ranks), policy,
+                           routed = std::move(routed), respond]() mutable {
+              std::optional<Json> first = engine_status_reply(engine, kEngineStatusTimeout);
+              write_engine_figures(out, first);
+              std::vector<std::optional<Json>> statuses;
+              for (size_t i = 0; i < ranks.size(); ++i) {
+                if (ranks[i] == engine) {
+                  statuses.push_back(first);
+                } else {
+                  statuses.push_back(ranks[i] ? engine_status_reply(ranks[i], kEngineStatusTimeout)
+                                              : std::nullopt);
+                }
+              }
+              write_replica_figures(out, policy, routed, statuses);
               respond(exposition(out));
             });
           });

@@ -110,7 +110,8 @@ ServerContext::ServerContext(const FrontOptions& options_in, std::string base_ur
       latest(latest_in),
       synced(synced_in),
       batches(batches_in),
-      base_url(std::move(base_url_in)) {}
+      base_url(std::move(base_url_in)),
+      router(options_in.route) {}
 
 episodes::RegistryOptions registry_options_for(const FrontOptions& front,
                                                const config::Config* config, std::string base_url) {

@@ -17,6 +17,7 @@
 #include "config/config.h"
 #include "engine_control/batch_runner.h"
 #include "engine_control/code_archive.h"
+#include "engine_control/replica_router.h"
 #include "episodes/model_context.h"
 #include "http/message.h"
 #include "openai/call_metrics.h"
@@ -80,8 +81,12 @@ struct FrontOptions {
   int64_t max_request_token_entries = int64_t(1) << 19;  // --max-request-token-entries
   engine_control::ArchiveLimits archive_limits;
   double engine_boot_timeout_s = 600;
-  int engine_ranks =
-      1;  // data-parallel engine processes on this machine (rank 0 also serves inference)
+  // Engine processes on this machine (--engine-ranks): data-parallel ranks that each train their
+  // share of every batch and each serve inference (engine_control/replica_router.h).
+  int engine_ranks = 1;
+  // Which rank serves a call (--route): an episode's calls stay on one replica (sticky, the
+  // default), round_robin, or first (rank 0 serves every call).
+  engine_control::RoutePolicy route = engine_control::RoutePolicy::kSticky;
   double engine_stop_grace_s = 10;
 
   // ---- episodes (docs/protocol.md "Command API") ----
@@ -157,6 +162,7 @@ class ServerContext {
   engine_control::BatchRunner& batches;
   const std::string base_url;        // "http://HOST:PORT/v1" (claim_episode's openai_base_url)
   openai::CallMetrics call_metrics;  // LLM call totals for GET /metrics (every LlmCall feeds them)
+  engine_control::ReplicaRouter router;  // which engine rank serves each call
 
   TrainState train() const { return synced.get(); }
   // The running engine's name (TrainState::engine_run): "" while OFFLINE.

@@ -120,4 +120,10 @@ class Trainer {
 // architecture and adapters; the first missing or mis-shaped parameter is named in an Error.
 void copy_parameters(model::Qwen2Model& from, model::Qwen2Model& to);
 
+// A 64-bit hash of every parameter's name, shape and bytes, in the module's order: data-parallel
+// ranks that hold the same weights give the same value (bit for bit, not within a tolerance), so
+// the front compares them after every step. Reads each parameter once (a copy to the CPU for one
+// on a GPU): ~0.3 s per GB of weights.
+uint64_t parameter_checksum(model::Qwen2Model& model);
+
 }  // namespace ajet::train

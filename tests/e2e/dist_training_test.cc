@@ -179,6 +179,73 @@ TEST(DistTrainingTest, TwoEngineRanksThroughTheFrontTrainTheSameWeightsAsOneRank
               weights);
 }
 
+// The value of one sample of a Prometheus exposition (`name{labels}` as written), or -1.
+double sample_value(const std::string& text, const std::string& sample) {
+  const size_t at = text.find("\n" + sample + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(text.substr(at + sample.size() + 2));
+}
+
+// Two ranks, both serving: each episode's calls stay on the rank of its first call, new episodes
+// spread over the ranks, and after the step both ranks hold the same weights, bit for bit.
+TEST(DistTrainingTest, TwoRanksServeEpisodesStickyAndHoldTheSameWeightsAfterAStep) {
+  if (!fs::exists(bin("ajet-engine")))
+    GTEST_FAIL() << "ajet-engine is not built: build the ajet-engine target";
+  ScratchDir dir;
+  SwarmProcess swarm(
+      SwarmProcess::Options{dir / "server", {}, "", {"--engine-ranks", "2", "--route", "sticky"}});
+  Api api(swarm.url());
+  std::string yaml = config_yaml(fixture(true).model, "");
+  yaml.replace(yaml.find("backbone: debug"), std::string("backbone: debug").size(),
+               "backbone: torch");
+  api.boot(yaml);
+  ASSERT_FALSE(HasFatalFailure());
+  const std::vector<std::pair<std::string, double>> episodes = {
+      {"task-a", 1.0}, {"task-a", 0.0}, {"task-b", 0.0}, {"task-b", 1.0}};
+  for (size_t i = 0; i < episodes.size(); ++i) {
+    Json e = api.claim("client-r");
+    ASSERT_EQ(e["success"], true) << e.dump();
+    for (int turn = 0; turn < 3; ++turn) {
+      auto r = api.chat(e["openai_api_key"],
+                        user_chat("Turn " + std::to_string(turn) + " of " + std::to_string(i),
+                                  {{"max_tokens", 4}}));
+      EXPECT_EQ(r.status, 200) << r.body;
+    }
+    EXPECT_EQ(api.end("client-r", e["episode_uuid"], episodes[i].first, episodes[i].second).status,
+              200);
+  }
+  const std::string metrics = api.get("/metrics").body;
+  EXPECT_EQ(sample_value(metrics, "ajet_route_policy{policy=\"sticky\"}"), 1) << metrics;
+  EXPECT_EQ(sample_value(metrics, "ajet_route_episodes_total{placement=\"new\"}"), 4) << metrics;
+  EXPECT_EQ(sample_value(metrics, "ajet_route_sticky_calls_total"), 8) << metrics;
+  // One episode at a time: each starts on an idle front and goes to the rank that served fewer.
+  EXPECT_EQ(sample_value(metrics, "ajet_replica_calls_total{replica=\"0\"}"), 6) << metrics;
+  EXPECT_EQ(sample_value(metrics, "ajet_replica_calls_total{replica=\"1\"}"), 6) << metrics;
+  EXPECT_EQ(sample_value(metrics, "ajet_replica_up{replica=\"1\"}"), 1) << metrics;
+  EXPECT_GT(sample_value(metrics, "ajet_replica_generated_tokens_total{replica=\"1\"}"), 0)
+      << metrics;
+
+  EXPECT_TRUE(eventually([&] { return api.status()["global_step"] == 1; }, 300s))
+      << api.status().dump() << "\n"
+      << api.get("/get_verbose_logs").body;
+  std::string logs;
+  EXPECT_TRUE(eventually([&] {
+    logs = api.get("/get_verbose_logs").body;
+    return logs.find("step 0 done: policy_version 1") != std::string::npos;
+  })) << logs;
+  EXPECT_THAT(logs,
+              HasSubstr("the 2 data-parallel ranks hold the same weights (weights_checksum "));
+  EXPECT_THAT(logs, ::testing::Not(HasSubstr("hold different weights")));
+  // Both ranks serve the new version: two new episodes land on different ranks.
+  EXPECT_TRUE(eventually([&] { return api.engine_status() == "ENGINE.ROLLING"; }));
+  for (int i = 0; i < 2; ++i) {
+    Json e = api.claim("client-r");
+    auto r = api.chat(e["openai_api_key"], user_chat("And now?", {{"max_tokens", 4}}));
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.json().value("system_fingerprint", ""), "ajet-policy-1");
+  }
+}
+
 // The pid of the front's child engine whose command line holds `--local-rank <rank>`; 0 when none.
 int64_t rank_pid(pid_t front, int rank) {
   for (const auto& entry : fs::directory_iterator("/proc")) {
