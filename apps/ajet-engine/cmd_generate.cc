@@ -37,6 +37,9 @@ const CommandRegistration kGenerate("generate", [](CLI::App& app) {
   cmd->add_option("--engine", o.address,
                   "Generate through a running `ajet-engine serve` (unix:/path or tcp:HOST:PORT) "
                   "instead of in-process");
+  cmd->add_option("--token-file", o.token_file,
+                  "With --engine: file holding the engine's shared secret (mode 0600). Default: "
+                  "the AJET_ENGINE_TOKEN variable, if set");
   cmd->add_option("--connect-timeout", args->connect_timeout_s,
                   "With --engine: seconds to keep trying to connect")
       ->capture_default_str();

@@ -1,12 +1,13 @@
 // `ajet-engine serve`: the engine process. Loads a model directory, starts the inference engine and
 // serves the engine RPC (generate, status, abort, train_step, save_checkpoint, load_checkpoint) on
 // a Unix socket or TCP until SIGINT / SIGTERM, then stops gracefully: in-flight requests finish
-// with `abort`, the socket file is removed. --resume loads a trainer checkpoint before serving.
-// Supervisors wait for the single line "ajet-engine: ready on ADDRESS" on stdout (or on
-// --ready-fd). Data parallel: the torchrun-style flags (--nnodes, --nproc-per-node, --local-rank,
-// --master-addr, ...; dist_flags.h) or torchrun's variables make it one rank of a c10d group; every
-// train_step then all-reduces gradients with the other ranks. One rank (the default) has no group
-// at all.
+// with `abort`, the socket file is removed. Clients authenticate with a shared secret
+// (--token-file or AJET_ENGINE_TOKEN), which TCP requires. --resume loads a trainer checkpoint
+// before serving. Supervisors wait for the single line "ajet-engine: ready on ADDRESS" on stdout
+// (or on --ready-fd). Data parallel: the torchrun-style flags (--nnodes, --nproc-per-node,
+// --local-rank, --master-addr, ...; dist_flags.h) or torchrun's variables make it one rank of a
+// c10d group; every train_step then all-reduces gradients with the other ranks. One rank (the
+// default) has no group at all.
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -29,6 +30,7 @@
 #include "infer/engine.h"
 #include "rpc/address.h"
 #include "rpc/server.h"
+#include "rpc/token.h"
 #include "train/dist.h"
 
 namespace ajet::engine_cli {
@@ -41,6 +43,8 @@ struct ServeArgs {
       resume;  // checkpoint dir, a base dir (its latest), or "auto" (checkpoint_base_dir if any)
   int ready_fd = -1;
   size_t max_connections = 16;
+  std::string token_file;
+  bool insecure_no_token = false;
   train_data::DistOptions dist;
 };
 
@@ -69,7 +73,13 @@ bool holds_checkpoint(const std::filesystem::path& base) {
 }
 
 void run_serve(const ServeArgs& args) {
-  rpc::parse_address(args.listen);  // a bad address fails before the model is loaded
+  // A bad address, token file or a TCP listener without a token fails before the model is loaded.
+  const rpc::Address listen = rpc::parse_address(args.listen);
+  rpc::ServerOptions server_options;
+  server_options.max_connections = args.max_connections;
+  server_options.token = rpc::resolve_token(args.token_file);
+  server_options.insecure_no_token = args.insecure_no_token;
+  rpc::check_listen_auth(listen, !server_options.token.empty(), args.insecure_no_token);
   if (args.ready_fd >= 0 && ::fcntl(args.ready_fd, F_GETFD) < 0) {
     invalid_argument("--ready-fd " + std::to_string(args.ready_fd) +
                      " is not an open file descriptor");
@@ -110,8 +120,6 @@ void run_serve(const ServeArgs& args) {
       train.load_checkpoint(dir);
     }
   }
-  rpc::ServerOptions server_options;
-  server_options.max_connections = args.max_connections;
   rpc::Server server(service.router(), server_options);
   server.listen(args.listen);
   const std::string address = server.address();
@@ -139,8 +147,17 @@ const CommandRegistration kServe("serve", [](CLI::App& app) {
   auto* cmd = app.add_subcommand("serve", "Serve a model over the engine RPC (unix socket or TCP)");
   args->engine.add_to(cmd);
   cmd->add_option("--listen", args->listen,
-                  "unix:/path/to.sock or tcp:HOST:PORT (port 0: any free port)")
+                  "unix:/path/to.sock or tcp:HOST:PORT (port 0: any free port). TCP needs a token "
+                  "(--token-file or AJET_ENGINE_TOKEN)")
       ->required();
+  cmd->add_option("--token-file", args->token_file,
+                  "File holding the shared secret every RPC client must send first (mode 0600; "
+                  "make one with `head -c 32 /dev/urandom | base64 > engine.token; chmod 600 "
+                  "engine.token`). Default: the AJET_ENGINE_TOKEN variable, if set. Required for "
+                  "TCP; honoured on a unix socket too");
+  cmd->add_flag("--insecure-no-token", args->insecure_no_token,
+                "Serve TCP without a token: loopback addresses only (anyone on this host can "
+                "then drive the engine)");
   cmd->add_option("--ready-fd", args->ready_fd,
                   "Also write the bound address and a newline to this file descriptor when ready, "
                   "then close it");

@@ -331,7 +331,8 @@ int main(int argc, char** argv) {
           {"Authorization", "Bearer " + measured["openai_api_key"].get<std::string>()}};
 
       Child engine({(bin_dir() / "ajet-engine").string(), "serve", "--model", fx.model.string(),
-                    "--listen", "tcp:127.0.0.1:0", "--threads", "1", "--kv-cache-mb", "128"});
+                    "--listen", "tcp:127.0.0.1:0", "--insecure-no-token", "--threads", "1",
+                    "--kv-cache-mb", "128"});
       std::string ready = engine.wait_for_line("ajet-engine: ready on ", 120s);
       rpc::Client rpc(ready.substr(ready.find("ready on ") + 9));
       rpc.connect_with_retry();

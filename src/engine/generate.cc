@@ -19,6 +19,7 @@
 #include "model/model_source.h"
 #include "rpc/client.h"
 #include "rpc/messages.h"
+#include "rpc/token.h"
 #include "text/chat_template.h"
 #include "text/messages.h"
 #include "text/tokenizer.h"
@@ -82,9 +83,17 @@ class InProcessBackend : public Backend {
   EngineRuntime runtime_;
 };
 
+rpc::ClientOptions client_options(const std::string& token_file) {
+  rpc::ClientOptions options;
+  options.token = rpc::resolve_token(token_file);
+  return options;
+}
+
 class RpcBackend : public Backend {
  public:
-  RpcBackend(const std::string& address, std::chrono::milliseconds timeout) : client_(address) {
+  RpcBackend(const std::string& address, const std::string& token_file,
+             std::chrono::milliseconds timeout)
+      : client_(address, client_options(token_file)) {
     rpc::RetryPolicy retry;
     retry.timeout = timeout;
     client_.connect_with_retry(retry);
@@ -287,7 +296,7 @@ void run_generate(const GenerateOptions& o, std::istream& in, std::ostream& out,
   std::unique_ptr<Backend> backend;
   RpcBackend* remote = nullptr;
   if (!o.address.empty()) {
-    auto r = std::make_unique<RpcBackend>(o.address, o.connect_timeout);
+    auto r = std::make_unique<RpcBackend>(o.address, o.token_file, o.connect_timeout);
     remote = r.get();
     backend = std::move(r);
   }

@@ -22,6 +22,8 @@ struct GenerateOptions {
   std::string
       address;  // not empty: through a running `ajet-engine serve` (unix:/path or tcp:HOST:PORT)
   std::chrono::milliseconds connect_timeout{10'000};
+  // With `address`: the engine token's file; empty: AJET_ENGINE_TOKEN, if set (rpc/token.h).
+  std::string token_file;
   std::optional<std::string> prompt;  // nullopt: read from the input stream
   int32_t max_tokens = 64;
   double temperature = 1.0;

@@ -29,6 +29,7 @@
 #include "episodes/registry.h"
 #include "episodes/verbose_log.h"
 #include "rpc/messages.h"
+#include "rpc/token.h"
 
 namespace ajet::engine_control {
 
@@ -481,7 +482,10 @@ std::optional<EngineSupervisor::RankGroup> EngineSupervisor::spawn_ranks(const f
       fs::remove(rank_socket(r),
                  ec);  // a crashed engine's socket file would refuse the new one's clients
       argvs.push_back(engine_command(binary, launch, r, master_port));
-      group.ranks[size_t(r)].proc = Subprocess::spawn(SpawnOptions{argvs.back(), {}, {}});
+      // The engines listen on unix sockets of mode 0600 and are reached without a token; an
+      // AJET_ENGINE_TOKEN the front inherited (meant for another engine) would lock it out.
+      group.ranks[size_t(r)].proc =
+          Subprocess::spawn(SpawnOptions{argvs.back(), {{rpc::kTokenEnv, ""}}, {}});
     }
   } catch (const Error& e) {
     group.ranks.clear();  // ranks already spawned are killed and reaped

@@ -1,6 +1,7 @@
 #include "rpc/client.h"
 
 #include <condition_variable>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
@@ -20,7 +21,10 @@ struct Client::Session {
   mutable std::mutex mu;
   bool open = true;
   std::string close_reason;  // set on the reader thread when the engine sent a close frame
+  std::optional<ErrorCode> close_code;  // the code of that close frame
   std::unordered_map<uint64_t, std::shared_ptr<ReplyCallback>> pending;
+  enum class Hello { kNone, kWaiting, kAccepted } hello = Hello::kNone;
+  std::condition_variable hello_cv;
 
   ~Session() { shutdown(); }
 
@@ -43,15 +47,29 @@ struct Client::Session {
         close_reason =
             "the engine closed the connection: " + std::string(error_code_name(e.code())) + ": " +
             e.what();
+        close_code = e.code();
         connection->close(close_reason);
         return;
       }
-      default:
-        connection->close_with_error(
-            ErrorCode::kInvalidArgument,
-            "unexpected '" + std::string(frame_kind_name(frame.kind)) +
-                "' frame from the engine (it sends reply, done, error and close frames)");
-        return;
+      case FrameKind::kHello: {
+        std::lock_guard lk(mu);
+        if (hello == Hello::kWaiting) {
+          hello = Hello::kAccepted;
+          hello_cv.notify_all();
+          return;
+        }
+        break;  // an acknowledgement nobody asked for: refused below
+      }
+      default: break;
+    }
+    if (frame.kind == FrameKind::kHello || frame.kind == FrameKind::kRequest ||
+        frame.kind == FrameKind::kAbort) {
+      connection->close_with_error(
+          ErrorCode::kInvalidArgument,
+          "unexpected '" + std::string(frame_kind_name(frame.kind)) +
+              "' frame from the engine (it sends reply, done, error, close and, answering a "
+              "hello, hello frames)");
+      return;
     }
     std::shared_ptr<ReplyCallback> callback;
     {
@@ -67,22 +85,47 @@ struct Client::Session {
   void on_close(const std::string& reason) {
     std::unordered_map<uint64_t, std::shared_ptr<ReplyCallback>> failed;
     std::string message;
+    // A lost connection is `unavailable` (worth a retry), except when the engine refused us for a
+    // missing or wrong token: retrying with the same token cannot help.
+    ErrorCode code = ErrorCode::kUnavailable;
     {
       std::lock_guard lk(mu);
       open = false;
+      hello_cv.notify_all();
       failed.swap(pending);
       message = "engine connection lost (" + address +
                 "): " + (close_reason.empty() ? reason : close_reason);
+      if (close_code == ErrorCode::kUnauthenticated) code = *close_code;
     }
     if (!failed.empty())
       log().warn("rpc client: {}; failing {} in-flight requests", message, failed.size());
     for (auto& [id, callback] : failed) {
       try {
-        (*callback)(make_error_frame(id, ErrorCode::kUnavailable, message));
+        (*callback)(make_error_frame(id, code, message));
       } catch (const std::exception& e) {
         log().error("rpc client: reply callback threw: {}", e.what());
       }
     }
+  }
+
+  // Sends the hello frame and waits for the engine's acknowledgement. Throws the engine's error
+  // when it refuses (its close frame's code, e.g. kUnauthenticated), kUnavailable when the
+  // connection is lost or no answer comes within `options.handshake_timeout`.
+  void handshake(const ClientOptions& options) {
+    std::unique_lock lk(mu);
+    hello = Hello::kWaiting;
+    lk.unlock();
+    connection->send(encode_frame(make_hello_frame(options.token), options.limits));
+    lk.lock();
+    const bool answered = hello_cv.wait_for(lk, options.handshake_timeout,
+                                            [&] { return hello == Hello::kAccepted || !open; });
+    if (hello == Hello::kAccepted) return;
+    const std::string where = "engine at " + address + " refused the connection: ";
+    if (close_code) throw Error(*close_code, where + close_reason);
+    throw Error(ErrorCode::kUnavailable,
+                where + (answered ? "it closed the connection during the handshake"
+                                  : "no answer to the hello frame within " +
+                                        std::to_string(options.handshake_timeout.count()) + " ms"));
   }
 };
 
@@ -109,12 +152,13 @@ void Client::connect() {
   Socket socket = connect_socket(s->io, address_);
   s->connection = std::make_shared<Connection>(
       std::move(socket),
-      ConnectionOptions{options_.limits, options_.max_queued_bytes, options_.close_grace},
+      ConnectionOptions{options_.limits, options_.max_queued_bytes, options_.close_grace, {}},
       "engine " + s->address);
   Session* raw = s.get();
   s->connection->start([raw](Frame&& frame) { raw->on_frame(std::move(frame)); },
                        [raw](const std::string& reason) { raw->on_close(reason); });
   s->thread = std::thread([raw] { raw->io.run(); });
+  if (!options_.token.empty()) s->handshake(options_);  // on failure ~Session closes and joins
   std::lock_guard lk(mu_);
   session_ = std::move(s);
 }

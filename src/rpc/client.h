@@ -23,6 +23,12 @@ struct ClientOptions {
   FrameLimits limits;                    // applied to replies read and to requests before sending
   size_t max_queued_bytes = 1ull << 30;  // requests waiting to be written
   std::chrono::milliseconds close_grace{2000};
+  // The engine's shared secret (rpc/token.h; resolve_token() reads --token-file or
+  // AJET_ENGINE_TOKEN). Not empty: connect() opens every connection with a hello frame carrying
+  // it and returns once the engine acknowledged it. Empty: no handshake (an engine with a token
+  // then answers the first request with `unauthenticated`).
+  std::string token;
+  std::chrono::milliseconds handshake_timeout{10'000};  // for the hello's acknowledgement
 };
 
 // Backoff for connecting while the engine boots.
@@ -48,10 +54,12 @@ class Client {
   Client& operator=(const Client&) = delete;
 
   // One attempt; throws Error(kUnavailable) naming the address. Replaces a previous connection
-  // (whose in-flight requests get their `unavailable` error first).
+  // (whose in-flight requests get their `unavailable` error first). With a token, the handshake
+  // is part of it: a refused token throws the engine's error (kUnauthenticated: wrong token).
   void connect();
   // Attempts until connected, with exponential backoff; throws Error(kUnavailable) naming the
-  // address, the number of attempts and the last OS error when `policy.timeout` passes.
+  // address, the number of attempts and the last OS error when `policy.timeout` passes. Errors
+  // other than kUnavailable (a refused token) are thrown at once.
   void connect_with_retry(const RetryPolicy& policy = {});
   bool connected() const;
   // Closes the connection; every in-flight request gets `unavailable: engine connection closed`.

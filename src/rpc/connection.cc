@@ -13,7 +13,14 @@ Connection::Connection(Socket socket, ConnectionOptions options, std::string pee
     : socket_(std::move(socket)),
       options_(std::move(options)),
       peer_(std::move(peer)),
-      grace_timer_(socket_.get_executor()) {}
+      grace_timer_(socket_.get_executor()),
+      read_limits_(options_.pre_auth_limits.value_or(options_.limits)),
+      pre_auth_(options_.pre_auth_limits.has_value()) {}
+
+void Connection::lift_read_limits() {
+  read_limits_ = options_.limits;
+  pre_auth_ = false;
+}
 
 void Connection::start(FrameHandler on_frame, CloseHandler on_close) {
   on_frame_ = std::move(on_frame);
@@ -41,9 +48,18 @@ void Connection::read_prefix() {
                      if (self->closing()) return self->discard_input();
                      Prefix p;
                      try {
-                       p = decode_prefix(self->prefix_, self->options_.limits);
+                       p = decode_prefix(self->prefix_, self->read_limits_);
                      } catch (const Error& e) {
-                       return self->protocol_error(e);
+                       if (!self->pre_auth_ || e.code() != ErrorCode::kResourceExhausted)
+                         return self->protocol_error(e);
+                       // Refused from the prefix, before anything is buffered. The cause is the
+                       // missing handshake, so the peer is told that.
+                       return self->protocol_error(Error(
+                           ErrorCode::kUnauthenticated,
+                           "this engine requires a token: the first frame on a connection must be "
+                           "a hello frame carrying it, and before it no frame may exceed the "
+                           "pre-authentication limits; " +
+                               std::string(e.what())));
                      }
                      self->header_.resize(p.header_bytes);
                      self->payload_.resize(p.payload_bytes);
@@ -63,7 +79,7 @@ void Connection::read_body() {
         if (self->closing()) return self->discard_input();
         Frame frame;
         try {
-          frame = decode_frame(self->header_, std::move(self->payload_), self->options_.limits);
+          frame = decode_frame(self->header_, std::move(self->payload_), self->read_limits_);
         } catch (const Error& e) {
           return self->protocol_error(e);
         }
@@ -92,7 +108,13 @@ void Connection::discard_input() {
 }
 
 void Connection::protocol_error(const Error& error) {
-  log().warn("rpc {}: {}; closing the connection", peer_, error.what());
+  // Before authentication the server logs refused peers itself, rate-limited: anyone who reaches
+  // the port can cause this line.
+  if (pre_auth_) {
+    log().debug("rpc {}: {}; closing the connection", peer_, error.what());
+  } else {
+    log().warn("rpc {}: {}; closing the connection", peer_, error.what());
+  }
   close_with_error(error.code(), error.what());
   discard_input();
 }

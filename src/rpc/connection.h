@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,9 @@ struct ConnectionOptions {
   size_t max_queued_bytes = 1ull << 30;
   // After a close frame is queued: how long to wait for the peer to hang up before closing hard.
   std::chrono::milliseconds close_grace{2000};
+  // When set: the limits frames are read with until lift_read_limits() (a server caps the frames
+  // of a peer that has not authenticated yet, so it cannot make the engine buffer megabytes).
+  std::optional<FrameLimits> pre_auth_limits;
 };
 
 class Connection : public std::enable_shared_from_this<Connection> {
@@ -49,6 +53,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Any thread. Closes now; queued frames are dropped.
   void close(const std::string& reason);
 
+  // I/O thread only (from the frame handler): frames after this one are read with
+  // options.limits instead of options.pre_auth_limits.
+  void lift_read_limits();
+
   bool is_open() const;
   const std::string& peer() const { return peer_; }
   const FrameLimits& limits() const { return options_.limits; }
@@ -68,6 +76,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   asio::steady_timer grace_timer_;
 
   // I/O thread only.
+  FrameLimits read_limits_;  // pre_auth_limits until lifted, then limits
+  bool pre_auth_ = false;    // read_limits_ are pre_auth_limits
   FrameHandler on_frame_;
   CloseHandler on_close_;
   std::array<std::byte, kPrefixBytes> prefix_{};

@@ -10,13 +10,14 @@ namespace {
 constexpr int kMaxHeaderDepth = 64;  // nesting of the header JSON; deeper is refused while parsing
 constexpr size_t kMaxNameBytes = 128;  // method and array names
 
-constexpr std::array<std::pair<FrameKind, std::string_view>, 6> kKindNames{{
+constexpr std::array<std::pair<FrameKind, std::string_view>, 7> kKindNames{{
     {FrameKind::kRequest, "request"},
     {FrameKind::kReply, "reply"},
     {FrameKind::kDone, "done"},
     {FrameKind::kError, "error"},
     {FrameKind::kAbort, "abort"},
     {FrameKind::kClose, "close"},
+    {FrameKind::kHello, "hello"},
 }};
 
 constexpr std::array<std::pair<DType, std::string_view>, 4> kDTypeNames{{
@@ -89,8 +90,8 @@ void check_error_body(const Json& body, std::string_view kind) {
 // (peer's).
 void check_kind_rules(FrameKind kind, uint64_t id, const std::string& method, const Json& body) {
   auto kind_name = std::string(frame_kind_name(kind));
-  if (kind == FrameKind::kClose) {
-    if (id != 0) bad_frame("close frame must have id 0, got " + std::to_string(id));
+  if (kind == FrameKind::kClose || kind == FrameKind::kHello) {
+    if (id != 0) bad_frame(kind_name + " frame must have id 0, got " + std::to_string(id));
   } else if (id == 0) {
     bad_frame(kind_name + " frame must have an id >= 1");
   }
@@ -356,6 +357,13 @@ Frame make_abort_frame(uint64_t id) {
   Frame f;
   f.kind = FrameKind::kAbort;
   f.id = id;
+  return f;
+}
+
+Frame make_hello_frame(std::string_view token) {
+  Frame f;
+  f.kind = FrameKind::kHello;
+  if (!token.empty()) f.body = {{"token", token}};
   return f;
 }
 

@@ -46,6 +46,8 @@ enum class FrameKind {
   kError,    // server → client: final error frame for `id`: body {"code","message"}
   kAbort,    // client → server: cancel the in-flight request `id`
   kClose,    // either way, id 0: connection-level error {"code","message"}; the sender then closes
+  kHello,    // id 0. Client → server: the first frame, body {"token"} (the shared secret);
+             // server → client: the handshake's acknowledgement, empty body
 };
 std::string_view frame_kind_name(FrameKind kind);
 
@@ -77,7 +79,7 @@ struct ArrayDesc {
 
 struct Frame {
   FrameKind kind = FrameKind::kRequest;
-  uint64_t id = 0;             // request id chosen by the client (>= 1); 0 only for kClose
+  uint64_t id = 0;             // request id chosen by the client (>= 1); 0 for kClose and kHello
   std::string method;          // kRequest only
   Json body = Json::object();  // params / event fields; kError and kClose: {"code", "message"}
   std::vector<ArrayDesc> arrays;
@@ -153,6 +155,8 @@ std::vector<std::byte> flatten(const EncodedFrame& frame);
 Frame make_error_frame(uint64_t id, ErrorCode code, std::string_view message);
 Frame make_close_frame(ErrorCode code, std::string_view message);
 Frame make_abort_frame(uint64_t id);
+// A client's hello carries `token`; the server's acknowledgement is make_hello_frame("").
+Frame make_hello_frame(std::string_view token);
 // The Error an kError / kClose frame carries (code parsed from its name; unknown names →
 // kInternal).
 Error frame_error(const Frame& frame);

@@ -15,9 +15,11 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "common/encoding.h"
 #include "common/log.h"
 #include "rpc/address.h"
 #include "rpc/connection.h"
+#include "rpc/token.h"
 
 namespace ajet::rpc {
 
@@ -32,6 +34,12 @@ struct ServerConnection {
       connection;  // reset when the peer is gone, so sinks do not pin the socket
   std::unordered_set<uint64_t> in_flight;
   bool gone = false;
+
+  // I/O thread only.
+  std::string peer;            // for log lines: the listener, a counter and the remote address
+  bool authenticated = false;  // true from the start when the server has no token
+  uint64_t frames_seen = 0;
+  std::unique_ptr<asio::steady_timer> auth_timer;  // closes a peer that does not authenticate
 };
 
 }  // namespace detail
@@ -99,7 +107,13 @@ bool ReplySink::send(Frame frame, FrameKind kind) {
 // Server
 
 struct Server::Impl {
-  Impl(Handler& h, ServerOptions o) : handler(h), options(std::move(o)) {}
+  Impl(Handler& h, ServerOptions o) : handler(h), options(std::move(o)) {
+    if (!options.token.empty()) {
+      check_token(options.token, "ServerOptions::token");
+      digest_key = random_bytes(32);
+      token_digest = hmac_sha256(digest_key, options.token);
+    }
+  }
 
   Handler& handler;
   ServerOptions options;
@@ -117,15 +131,65 @@ struct Server::Impl {
   uint64_t peers_seen = 0;
   std::vector<std::weak_ptr<Connection>> refused;  // over the connection limit, closing
 
+  // The token is compared as HMAC digests under a key of this process: equal lengths, compared
+  // in constant time, so neither the bytes nor the length of the secret leak through timing.
+  std::string digest_key, token_digest;
+  // I/O thread only: the rate limit of the refused-connection lines.
+  std::chrono::steady_clock::time_point last_refusal_line{};
+  int64_t refusals_held = 0;
+  bool stopping = false;  // I/O thread only: stop() closes every connection, refusals included
+
+  bool requires_token() const { return !options.token.empty(); }
+
   ConnectionOptions connection_options() const {
-    return ConnectionOptions{options.limits, options.max_queued_bytes, options.close_grace};
+    ConnectionOptions o{options.limits, options.max_queued_bytes, options.close_grace, {}};
+    if (requires_token()) o.pre_auth_limits = options.pre_auth_limits;
+    return o;
   }
 
   void accept_next();
   void on_accept(Socket socket);
+  void start_auth_deadline(const std::shared_ptr<ServerConnection>& peer);
   void on_frame(const std::shared_ptr<ServerConnection>& peer, Frame&& frame);
+  void on_trusted_frame(const std::shared_ptr<ServerConnection>& peer,
+                        const std::shared_ptr<Connection>& connection, Frame&& frame);
+  void on_request(const std::shared_ptr<ServerConnection>& peer,
+                  const std::shared_ptr<Connection>& connection, Frame&& frame);
+  void on_pre_auth_frame(const std::shared_ptr<ServerConnection>& peer,
+                         const std::shared_ptr<Connection>& connection, const Frame& frame);
+  bool token_matches(const Json& hello_body) const;
+  void log_refusal(const std::string& peer, const std::string& reason);
   void on_close(const std::shared_ptr<ServerConnection>& peer, const std::string& reason);
 };
+
+namespace {
+
+// The remote end of an accepted socket for log lines: ADDRESS:PORT for TCP, the peer process's pid
+// and uid for a Unix socket.
+std::string describe_remote(Socket& socket, Address::Kind kind) {
+  if (kind == Address::Kind::kUnix) {
+    ucred cred{};
+    socklen_t len = sizeof cred;
+    if (::getsockopt(socket.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
+      return "unknown process";
+    return "pid " + std::to_string(cred.pid) + ", uid " + std::to_string(cred.uid);
+  }
+  boost::system::error_code ec;
+  const auto remote = socket.remote_endpoint(ec);
+  if (ec) return "unknown address";
+  char host[INET6_ADDRSTRLEN] = "?";
+  const auto* sa = reinterpret_cast<const sockaddr*>(remote.data());
+  if (sa->sa_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(sa);
+    ::inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
+    return std::string(host) + ":" + std::to_string(ntohs(in->sin_port));
+  }
+  const auto* in6 = reinterpret_cast<const sockaddr_in6*>(sa);
+  ::inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
+  return "[" + std::string(host) + "]:" + std::to_string(ntohs(in6->sin6_port));
+}
+
+}  // namespace
 
 void Server::Impl::accept_next() {
   acceptor->async_accept([this](boost::system::error_code ec, Socket socket) {
@@ -140,7 +204,8 @@ void Server::Impl::accept_next() {
 }
 
 void Server::Impl::on_accept(Socket socket) {
-  std::string peer = to_string(bound) + " peer #" + std::to_string(++peers_seen);
+  std::string peer = to_string(bound) + " peer #" + std::to_string(++peers_seen) + " (" +
+                     describe_remote(socket, bound.kind) + ")";
   if (bound.kind == Address::Kind::kTcp) {
     boost::system::error_code ignored;
     socket.set_option(asio::ip::tcp::no_delay(true), ignored);
@@ -164,11 +229,34 @@ void Server::Impl::on_accept(Socket socket) {
     state->id = next_id++;
     state->limits = options.limits;
     state->connection = connection;
+    state->peer = peer;
+    state->authenticated = !requires_token();
     connections.emplace(state->id, state);
   }
   log().debug("rpc server: accepted {} as connection {}", peer, state->id);
+  if (requires_token()) start_auth_deadline(state);
   connection->start([this, state](Frame&& frame) { on_frame(state, std::move(frame)); },
                     [this, state](const std::string& reason) { on_close(state, reason); });
+}
+
+void Server::Impl::start_auth_deadline(const std::shared_ptr<ServerConnection>& peer) {
+  peer->auth_timer = std::make_unique<asio::steady_timer>(io, options.auth_timeout);
+  peer->auth_timer->async_wait(
+      [this, weak = std::weak_ptr<ServerConnection>(peer)](boost::system::error_code ec) {
+        auto peer = weak.lock();
+        if (ec || !peer || peer->authenticated) return;
+        std::shared_ptr<Connection> connection;
+        {
+          std::lock_guard lk(peer->mu);
+          connection = peer->connection;
+        }
+        if (connection) {
+          connection->close_with_error(ErrorCode::kUnauthenticated,
+                                       "no hello frame with the engine token within " +
+                                           std::to_string(options.auth_timeout.count()) +
+                                           " ms of connecting");
+        }
+      });
 }
 
 void Server::Impl::on_frame(const std::shared_ptr<ServerConnection>& peer, Frame&& frame) {
@@ -178,27 +266,79 @@ void Server::Impl::on_frame(const std::shared_ptr<ServerConnection>& peer, Frame
     if (peer->gone) return;
     connection = peer->connection;
   }
-  switch (frame.kind) {
-    case FrameKind::kRequest: {
-      {
-        std::lock_guard lk(peer->mu);
-        if (!peer->in_flight.insert(frame.id).second) {
-          connection->close_with_error(
-              ErrorCode::kInvalidArgument,
-              "request id " + std::to_string(frame.id) + " is already in flight");
-          return;
-        }
-      }
-      auto sink = std::make_shared<ReplySink>(peer, frame.id, frame.method);
-      try {
-        handler.on_request(std::move(frame), sink);
-      } catch (const Error& e) {
-        sink->error(e.code(), e.what());
-      } catch (const std::exception& e) {
-        sink->error(ErrorCode::kInternal, std::string("engine handler failed: ") + e.what());
-      }
+  ++peer->frames_seen;
+  if (!peer->authenticated) return on_pre_auth_frame(peer, connection, frame);
+  on_trusted_frame(peer, connection, std::move(frame));
+}
+
+bool Server::Impl::token_matches(const Json& hello_body) const {
+  auto it = hello_body.find("token");
+  if (it == hello_body.end() || !it->is_string()) return false;
+  return constant_time_equal(hmac_sha256(digest_key, it->get_ref<const std::string&>()),
+                             token_digest);
+}
+
+// Until the hello frame with the right token arrives, no frame is acted on: a request is answered
+// with an `unauthenticated` error (so the caller sees why) and every other frame only closes.
+void Server::Impl::on_pre_auth_frame(const std::shared_ptr<ServerConnection>& peer,
+                                     const std::shared_ptr<Connection>& connection,
+                                     const Frame& frame) {
+  if (frame.kind == FrameKind::kHello) {
+    const auto token = frame.body.find("token");
+    if (token == frame.body.end() || !token->is_string()) {
+      connection->close_with_error(
+          ErrorCode::kUnauthenticated,
+          "this engine requires a token: the hello frame has no string 'token' in its body");
+    } else if (!token_matches(frame.body)) {
+      connection->close_with_error(
+          ErrorCode::kUnauthenticated,
+          "wrong engine token: the hello frame's token does not match this engine's "
+          "(--token-file or AJET_ENGINE_TOKEN of `ajet-engine serve`)");
+    } else {
+      peer->authenticated = true;
+      if (peer->auth_timer) peer->auth_timer->cancel();
+      connection->lift_read_limits();
+      connection->send(encode_frame(make_hello_frame(""), peer->limits));
+      log().debug("rpc server: {} authenticated", peer->peer);
+    }
+    return;
+  }
+  const std::string message =
+      "this engine requires a token: the first frame on a connection must be a hello frame "
+      "carrying it (the client's token option, --token-file or AJET_ENGINE_TOKEN); got a '" +
+      std::string(frame_kind_name(frame.kind)) + "' frame first";
+  if (frame.kind == FrameKind::kRequest) {
+    connection->send(encode_frame(make_error_frame(frame.id, ErrorCode::kUnauthenticated, message),
+                                  peer->limits));
+  }
+  connection->close_with_error(ErrorCode::kUnauthenticated, message);
+}
+
+void Server::Impl::on_request(const std::shared_ptr<ServerConnection>& peer,
+                              const std::shared_ptr<Connection>& connection, Frame&& frame) {
+  {
+    std::lock_guard lk(peer->mu);
+    if (!peer->in_flight.insert(frame.id).second) {
+      connection->close_with_error(
+          ErrorCode::kInvalidArgument,
+          "request id " + std::to_string(frame.id) + " is already in flight");
       return;
     }
+  }
+  auto sink = std::make_shared<ReplySink>(peer, frame.id, frame.method);
+  try {
+    handler.on_request(std::move(frame), sink);
+  } catch (const Error& e) {
+    sink->error(e.code(), e.what());
+  } catch (const std::exception& e) {
+    sink->error(ErrorCode::kInternal, std::string("engine handler failed: ") + e.what());
+  }
+}
+
+void Server::Impl::on_trusted_frame(const std::shared_ptr<ServerConnection>& peer,
+                                    const std::shared_ptr<Connection>& connection, Frame&& frame) {
+  switch (frame.kind) {
+    case FrameKind::kRequest: return on_request(peer, connection, std::move(frame));
     case FrameKind::kAbort: {
       bool live = false;
       {
@@ -214,6 +354,17 @@ void Server::Impl::on_frame(const std::shared_ptr<ServerConnection>& peer, Frame
       }
       return;
     }
+    case FrameKind::kHello: {
+      // Acknowledged when it opens the connection (a server without a token accepts any), so a
+      // client with a token works against any engine.
+      if (peer->frames_seen == 1) {
+        connection->send(encode_frame(make_hello_frame(""), peer->limits));
+      } else {
+        connection->close_with_error(ErrorCode::kInvalidArgument,
+                                     "a hello frame must be the first frame on a connection");
+      }
+      return;
+    }
     case FrameKind::kClose: {
       Error e = frame_error(frame);
       log().warn("rpc server: {} reported {}: {}", connection->peer(), error_code_name(e.code()),
@@ -225,8 +376,24 @@ void Server::Impl::on_frame(const std::shared_ptr<ServerConnection>& peer, Frame
       connection->close_with_error(
           ErrorCode::kInvalidArgument,
           "unexpected '" + std::string(frame_kind_name(frame.kind)) +
-              "' frame from a client (clients send request and abort frames)");
+              "' frame from a client (clients send hello, request and abort frames)");
   }
+}
+
+void Server::Impl::log_refusal(const std::string& peer, const std::string& reason) {
+  const auto now = std::chrono::steady_clock::now();
+  if (last_refusal_line != std::chrono::steady_clock::time_point{} &&
+      now - last_refusal_line < options.refusal_log_period) {
+    ++refusals_held;
+    return;
+  }
+  const std::string held = refusals_held == 0 ? ""
+                                              : " (and " + std::to_string(refusals_held) +
+                                                    " more refused since the last such line)";
+  log().warn("rpc server: refused {} before it authenticated: {}{}", peer, reason.substr(0, 512),
+             held);
+  last_refusal_line = now;
+  refusals_held = 0;
 }
 
 void Server::Impl::on_close(const std::shared_ptr<ServerConnection>& peer,
@@ -239,6 +406,11 @@ void Server::Impl::on_close(const std::shared_ptr<ServerConnection>& peer,
     peer->in_flight.clear();
     peer->connection.reset();
   }
+  if (peer->auth_timer) {
+    peer->auth_timer->cancel();
+    peer->auth_timer.reset();
+  }
+  if (!peer->authenticated && !stopping) log_refusal(peer->peer, reason);
   std::sort(in_flight.begin(), in_flight.end());
   {
     std::lock_guard lk(mu);
@@ -320,6 +492,7 @@ void Server::listen(std::string_view address_text) {
     throw Error(ErrorCode::kFailedPrecondition,
                 "engine RPC server is already listening on " + to_string(s.bound));
   Address address = parse_address(address_text);
+  check_listen_auth(address, s.requires_token(), s.options.insecure_no_token);
   if (s.io.stopped()) s.io.restart();
   s.work.emplace(s.io.get_executor());
   s.acceptor.emplace(s.io);
@@ -351,6 +524,7 @@ void Server::stop() {
                 "Server::stop() called from its own I/O thread (a handler)");
   }
   asio::post(s.io, [&s] {
+    s.stopping = true;
     boost::system::error_code ignored;
     s.acceptor->close(ignored);
     std::vector<std::shared_ptr<ServerConnection>> peers;
@@ -377,6 +551,7 @@ void Server::stop() {
   });
   s.thread.join();
   s.listening = false;
+  s.stopping = false;
   if (s.owns_socket_file) {
     std::error_code ignored;
     std::filesystem::remove(s.bound.path, ignored);

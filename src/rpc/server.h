@@ -75,6 +75,19 @@ struct ServerOptions {
   size_t max_connections = 16;           // beyond this a new peer gets a close frame and is dropped
   size_t max_queued_bytes = 1ull << 30;  // per connection, see ConnectionOptions
   std::chrono::milliseconds close_grace{2000};
+
+  // The shared secret (rpc/token.h). Not empty: a connection's first frame must be a hello frame
+  // carrying it; until then the server acts on no frame, reads frames only within
+  // `pre_auth_limits`, and closes the connection after `auth_timeout`. Empty: no handshake (a
+  // hello is still acknowledged); listen() then refuses TCP unless `insecure_no_token` is set
+  // and the host is a loopback address.
+  std::string token;
+  bool insecure_no_token = false;
+  std::chrono::milliseconds auth_timeout{10'000};
+  FrameLimits pre_auth_limits{4096, 0, 0};  // header bytes, payload bytes, arrays
+  // Refused connections are logged with the peer's address at most once per period (a line says
+  // how many were held back), so that a peer hammering the port cannot flood the log.
+  std::chrono::milliseconds refusal_log_period{10'000};
 };
 
 class Server {
@@ -87,7 +100,8 @@ class Server {
 
   // Binds and starts accepting on the I/O thread. Unix sockets: a stale socket file is removed
   // (a live server at the same path is an error), the new one gets mode 0600. Throws Error naming
-  // the address on failure (kInvalidArgument for a bad address, kIo for bind/listen errors).
+  // the address on failure (kInvalidArgument for a bad address, kIo for bind/listen errors,
+  // kFailedPrecondition for TCP without a token: see check_listen_auth in rpc/token.h).
   void listen(std::string_view address);
   // The bound address (`tcp:127.0.0.1:0` comes back with the real port).
   std::string address() const;

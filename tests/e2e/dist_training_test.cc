@@ -306,9 +306,9 @@ TEST(DistTrainingTest, ARankThatDiesTakesTheGroupDownAndEveryRankIsRestarted) {
 
 // `ajet-engine serve` with `args` (after --model and --listen); its exit status and output.
 Captured serve(const fs::path& model, const std::string& args) {
-  return run_capture(shell_quote(bin("ajet-engine").string()) + " serve --model " +
-                     shell_quote(model.string()) +
-                     " --listen tcp:127.0.0.1:0 --threads 1 --kv-cache-mb 16 " + args);
+  return run_capture(
+      shell_quote(bin("ajet-engine").string()) + " serve --model " + shell_quote(model.string()) +
+      " --listen tcp:127.0.0.1:0 --insecure-no-token --threads 1 --kv-cache-mb 16 " + args);
 }
 
 TEST(DistTrainingTest, BadDistFlagsAndFailedRendezvousAreClearErrors) {

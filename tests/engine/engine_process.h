@@ -91,9 +91,13 @@ inline const fs::path& tiny_model_dir() {
 // file).
 class EngineProcess {
  public:
-  // `extra` are appended to `serve --model DIR --listen unix:SOCK --threads 1 --kv-cache-mb 32`.
-  explicit EngineProcess(std::vector<std::string> extra = {}, fs::path model = tiny_model_dir())
-      : socket_(next_path(".sock")), child_(command(extra, model, socket_), next_path(".stderr")) {}
+  // `extra` are appended to `serve --model DIR --listen unix:SOCK --threads 1 --kv-cache-mb 32`;
+  // a `listen` address replaces unix:SOCK.
+  explicit EngineProcess(std::vector<std::string> extra = {}, fs::path model = tiny_model_dir(),
+                         std::string listen = "")
+      : socket_(next_path(".sock")),
+        child_(command(extra, model, listen.empty() ? "unix:" + socket_.string() : listen),
+               next_path(".stderr")) {}
 
   // Reads stdout until "ajet-engine: ready on ADDRESS"; returns ADDRESS. Throws (with stdout and
   // stderr) when the process exits first; `limit` only guards against a hang.
@@ -118,11 +122,9 @@ class EngineProcess {
     return process_dir() / ("e" + std::to_string(counter++) + suffix);
   }
   static std::vector<std::string> command(const std::vector<std::string>& extra,
-                                          const fs::path& model, const fs::path& socket) {
-    std::vector<std::string> args = {kEngineBinary,   "serve",
-                                     "--model",       model.string(),
-                                     "--listen",      "unix:" + socket.string(),
-                                     "--threads",     "1",
+                                          const fs::path& model, const std::string& listen) {
+    std::vector<std::string> args = {kEngineBinary,   "serve", "--model",   model.string(),
+                                     "--listen",      listen,  "--threads", "1",
                                      "--kv-cache-mb", "32"};
     args.insert(args.end(), extra.begin(), extra.end());
     return args;

@@ -130,6 +130,32 @@ TEST(GenerateCli, ThroughARunningEngine) {
   EXPECT_NE(too_long.err.find("context of 2048 tokens"), std::string::npos) << too_long.err;
 }
 
+TEST(GenerateCli, ThroughATcpEngineWithAToken) {
+  const std::string token = "generate-cli-token-42";
+  const fs::path file = process_dir() / "cli.token";
+  model::testing::write_text(file, token + "\n");
+  fs::permissions(file, fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::replace);
+  EngineProcess engine({"--token-file", file.string()}, tiny_model_dir(), "tcp:127.0.0.1:0");
+  const std::string address = engine.wait_ready();
+  const std::string sampling = " --max-tokens 3 --temperature 0 --ignore-eos --logprobs";
+  const Output by_file =
+      ajet_generate("--engine " + address + " --token-file " + quote(file) + sampling, "abc");
+  ASSERT_EQ(by_file.exit_code, 0) << by_file.err;
+  EXPECT_EQ(parse_json(by_file)["samples"][0]["token_ids"].size(), 3u);
+  ::setenv("AJET_ENGINE_TOKEN", token.c_str(), 1);
+  const Output by_env = ajet_generate("--engine " + address + sampling, "abc");
+  ::setenv("AJET_ENGINE_TOKEN", "wrong", 1);
+  const Output wrong = ajet_generate("--engine " + address + sampling, "abc");
+  ::unsetenv("AJET_ENGINE_TOKEN");
+  const Output none = ajet_generate("--engine " + address + sampling, "abc");
+  ASSERT_EQ(by_env.exit_code, 0) << by_env.err;
+  EXPECT_EQ(parse_json(by_env)["samples"], parse_json(by_file)["samples"]);
+  EXPECT_NE(wrong.exit_code, 0);
+  EXPECT_NE(wrong.err.find("wrong engine token"), std::string::npos) << wrong.err;
+  EXPECT_NE(none.exit_code, 0);
+  EXPECT_NE(none.err.find("requires a token"), std::string::npos) << none.err;
+}
+
 TEST(GenerateCli, ChatRendersTheTemplateAndPrintsMessages) {
   const std::string request = R"({"messages": [{"role": "user", "content": "hi"}]})";
   const Output json = ajet_generate(

@@ -379,6 +379,84 @@ TEST(EngineServe, ConfigFileSetsEngineSettingsAndFlagsWin) {
   EXPECT_EQ(status["engine"]["kv_cache_dtype"], "float32");  // auto: the model's
 }
 
+// A token file of `mode` in the test's directory.
+fs::path token_file(const std::string& name, const std::string& token, mode_t mode) {
+  const fs::path path = process_dir() / name;
+  model::testing::write_text(path, token + "\n");
+  fs::permissions(path, static_cast<fs::perms>(mode), fs::perm_options::replace);
+  return path;
+}
+
+TEST(EngineServe, TcpNeedsAPrivateTokenFile) {
+  const std::string model = " --model " + quote(tiny_model_dir());
+  const fs::path open_file = token_file("open.token", "abcdefgh", 0644);
+  struct Case {
+    std::string args;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {model + " --listen tcp:127.0.0.1:0", "head -c 32 /dev/urandom | base64 > engine.token"},
+      {model + " --listen tcp:0.0.0.0:0 --insecure-no-token", "only accepted on a loopback"},
+      {model + " --listen tcp:127.0.0.1:0 --token-file " + quote(open_file), "has mode 0644"},
+      {model + " --listen unix:" + quote(process_dir() / "t.sock") + " --token-file " +
+           quote(open_file),
+       "chmod 600"},
+  };
+  for (const Case& c : cases) {
+    // env -u: a token in the environment running the tests must not make the first case pass.
+    auto r = run_command("env -u AJET_ENGINE_TOKEN " + kEngineBinary + " serve" + c.args);
+    EXPECT_NE(r.exit_code, 0) << c.args << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.message), std::string::npos) << c.args << "\n" << r.out;
+    EXPECT_EQ(r.out.find("ready on"), std::string::npos) << c.args << "\n" << r.out;
+  }
+}
+
+TEST(EngineServe, TcpWithATokenGeneratesForTheRightToken) {
+  const std::string token = "tcp-test-token-0123456789abcdef";
+  const fs::path file = token_file("engine.token", token, 0600);
+  std::vector<std::string> args = with_version();
+  args.insert(args.end(), {"--token-file", file.string()});
+  EngineProcess engine(args, tiny_model_dir(), "tcp:127.0.0.1:0");
+  const std::string address = engine.wait_ready();
+  ASSERT_EQ(address.rfind("tcp:127.0.0.1:", 0), 0u) << address;
+
+  rpc::ClientOptions options;
+  options.token = token;
+  rpc::Client client(address, options);
+  client.connect();
+  rpc::GenerateRequest r;
+  r.prompt = prompt_of(8, 2);
+  r.max_tokens = 5;
+  r.temperature = 0;
+  const GenerateOutcome o = generate(client, r);
+  ASSERT_FALSE(o.error) << o.error->what();
+  EXPECT_EQ(o.ids().size(), 5u);
+  expect_valid_tokens(o);
+
+  // Without the token a request is refused, not run; with a wrong one the connection is.
+  rpc::Client anonymous(address);
+  anonymous.connect();
+  {
+    const GenerateOutcome refused = generate(anonymous, r);
+    ASSERT_TRUE(refused.error.has_value());
+    EXPECT_EQ(refused.error->code(), ErrorCode::kUnauthenticated) << refused.error->what();
+    EXPECT_TRUE(refused.events.empty());
+  }
+  options.token = "wrong-token";
+  rpc::Client wrong(address, options);
+  try {
+    wrong.connect();
+    FAIL() << "connected with a wrong token";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnauthenticated) << e.what();
+    EXPECT_NE(std::string(e.what()).find("wrong engine token"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(generate(client, r).ids(), o.ids());  // the good connection is untouched
+  engine.signal(SIGTERM);
+  EXPECT_EQ(engine.wait_exit(), 0);
+  EXPECT_EQ(engine.stderr_text().find(token), std::string::npos);  // never logged
+}
+
 TEST(EngineServe, BadArgumentsFailWithClearMessages) {
   const fs::path dir = process_dir() / "bad_args";
   fs::create_directories(dir / "empty");

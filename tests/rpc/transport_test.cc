@@ -17,6 +17,7 @@
 
 #include "rpc/client.h"
 #include "rpc/fake_engine.h"
+#include "rpc/raw_peer.h"
 #include "rpc/server.h"
 
 namespace ajet::rpc {
@@ -28,6 +29,7 @@ using testing::fake_raw_logprob;
 using testing::fake_token;
 using testing::FakeEngine;
 using testing::kFakePolicyVersion;
+using testing::RawPeer;
 
 constexpr auto kWait = 30s;  // a safety net against hangs, never a synchronisation device
 
@@ -136,81 +138,12 @@ void expect_generated(const Collected& c, const GenerateRequest& r, const std::s
   EXPECT_EQ(c.done->completion_tokens, total) << what;
 }
 
-// A raw POSIX peer for sending bytes the real client would never send.
-class RawPeer {
- public:
-  explicit RawPeer(const std::string& address_text) {
-    Address a = parse_address(address_text);
-    if (a.kind == Address::Kind::kUnix) {
-      fd_ = ::socket(AF_UNIX, SOCK_STREAM, 0);
-      sockaddr_un sa{};
-      sa.sun_family = AF_UNIX;
-      std::strncpy(sa.sun_path, a.path.c_str(), sizeof(sa.sun_path) - 1);
-      if (::connect(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0)
-        throw std::runtime_error("raw connect");
-    } else {
-      fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-      sockaddr_in sa{};
-      sa.sin_family = AF_INET;
-      sa.sin_port = htons(a.port);
-      ::inet_pton(AF_INET, a.host.c_str(), &sa.sin_addr);
-      if (::connect(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0)
-        throw std::runtime_error("raw connect");
-    }
-    timeval tv{30, 0};  // safety net: a broken server fails the test instead of hanging it
-    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  }
-  ~RawPeer() { ::close(fd_); }
-
-  void send(std::span<const std::byte> bytes) {
-    size_t sent = 0;
-    while (sent < bytes.size()) {
-      ssize_t n = ::send(fd_, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
-      if (n <= 0)
-        return;  // the server may already have closed on us: that is what some tests expect
-      sent += static_cast<size_t>(n);
-    }
-  }
-  void send(std::string_view text) { send(std::as_bytes(std::span(text.data(), text.size()))); }
-  void shutdown_send() { ::shutdown(fd_, SHUT_WR); }
-
-  // Reads until the server closes; returns everything it sent.
-  std::vector<std::byte> read_to_end() {
-    std::vector<std::byte> out;
-    std::byte buf[4096];
-    while (true) {
-      ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
-      if (n <= 0) break;
-      out.insert(out.end(), buf, buf + n);
-    }
-    return out;
-  }
-
-  // Reads frames until the server closes; returns the last one (expected: its close frame).
-  Frame read_close_frame() {
-    auto bytes = read_to_end();
-    std::vector<Frame> frames;
-    size_t at = 0;
-    while (at + kPrefixBytes <= bytes.size()) {
-      Prefix p = decode_prefix(
-          std::span<const std::byte, kPrefixBytes>(bytes.data() + at, kPrefixBytes), {});
-      size_t size = kPrefixBytes + p.header_bytes + p.payload_bytes;
-      frames.push_back(decode_frame_bytes(std::span(bytes.data() + at, size), {}));
-      at += size;
-    }
-    if (frames.empty()) throw std::runtime_error("server closed without a close frame");
-    return frames.back();
-  }
-
- private:
-  int fd_ = -1;
-};
-
 class Transport : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override { start_server(); }
 
   void start_server(ServerOptions options = {}) {
+    options.insecure_no_token = true;  // the tcp cases listen on loopback; auth_test.cc has tokens
     server_ = std::make_unique<Server>(engine_.router(), options);
     server_->listen(
         address_ == "" ? (GetParam() == "unix" ? "unix:" + unique_socket_path() : "tcp:127.0.0.1:0")
