@@ -238,6 +238,16 @@ def main():
         f"({sticky['rate'] * 100:.1f} vs {rr['rate'] * 100:.1f} %); it computed "
         f"{int(sticky['computed']):,} tokens against {int(rr['computed']):,}."])
     print(text)
+    # What must hold whatever the machine (never a timing): sticky calls stayed sticky, every replica
+    # served, and no call was lost.
+    problems = []
+    if sticky["sticky"] != a.episodes * (a.turns - 1):
+        problems.append(f"sticky calls {int(sticky['sticky'])}, expected {a.episodes * (a.turns - 1)}")
+    for r in results:
+        if len(r["calls"]) != a.ranks or min(r["calls"]) == 0 or sum(r["calls"]) != a.episodes * a.turns:
+            problems.append(f"{r['route']}: calls per replica {r['calls']}")
+    if problems:
+        raise SystemExit("replica_routing: " + "; ".join(problems))
     if not a.no_append and not a.smoke:
         with open(os.path.join(REPO, "docs", "benchmarks.md"), "a") as f:
             f.write("\n" + text + "\n")
