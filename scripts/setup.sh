@@ -14,9 +14,10 @@ PKGS=(
 )
 # `setup.sh --tests` (scripts/test.sh): also what only the tests need. chromium renders the web
 # pages in the browser tests (tests/web), driven by playwright-core from npm; clang-format checks the
-# house style (tests/build/format_check.sh).
+# house style (tests/build/format_check.sh); python3-yaml parses the deployment manifests
+# (tests/build/deploy_check.sh).
 if [ "${1:-}" = "--tests" ]; then
-  PKGS+=(chromium clang-format)
+  PKGS+=(chromium clang-format python3-yaml)
 elif [ $# -gt 0 ]; then
   echo "setup: unknown argument '$1' (expected --tests or nothing)" >&2
   exit 2
