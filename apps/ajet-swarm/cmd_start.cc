@@ -172,6 +172,13 @@ const CommandRegistration kStart("start", [](CLI::App& app) {
          "served its first, placed on the least-loaded rank; the default), round_robin, or first "
          "(rank 0 only)")
       ->check(CLI::IsMember({"sticky", "round_robin", "first"}));
+  cmd->add_option_function<std::string>(
+         "--admission",
+         [options](const std::string& name) { options->kv_admission = name == "kv"; },
+         "How many episodes clients may hold at once: kv (the default) lowers the cap below "
+         "ajet.rollout.max_env_worker while the engines' KV caches are nearly full or preempt, and "
+         "raises it back as they empty; fixed: max_env_worker only")
+      ->check(CLI::IsMember({"kv", "fixed"}));
   cmd->add_option("--peer", options->peers,
                   "A front this one may dial as an episode group's coordinator (http://host:port, "
                   "as clients name "

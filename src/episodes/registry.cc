@@ -414,6 +414,17 @@ int64_t Registry::claims_of_locked(const std::string& client_uuid) const {
   return n;
 }
 
+int64_t Registry::claimed_locked() const {
+  int64_t n = 0;
+  for (const auto& [uuid, e] : live_) n += e.state != State::kRegistered ? 1 : 0;
+  return n;
+}
+
+void Registry::set_admission_cap(int64_t cap) {
+  std::lock_guard<std::mutex> lock(mu_);
+  admission_cap_ = cap;
+}
+
 int64_t Registry::claim_share_locked() const {
   if (options_.max_claims_per_client < 0) return std::numeric_limits<int64_t>::max();
   if (options_.max_claims_per_client == 0) return std::max<int64_t>(1, options_.max_env_worker / 2);
@@ -454,6 +465,15 @@ ClaimResponse Registry::claim_episode(const ClaimRequest& request) {
     return resp;
   }
   // Worded as an empty pool ("No available episodes"), which every client already waits out.
+  if (const int64_t claimed = admission_cap_ > 0 ? claimed_locked() : 0;
+      admission_cap_ > 0 && claimed >= admission_cap_) {
+    resp.fail_cause = fmt::format(
+        "No available episodes to claim: {} episodes are claimed, at least as many as the engines' "
+        "KV caches hold now (the admission cap is {} of the pool's {}, lowered under KV-cache "
+        "pressure; GET /metrics ajet_admission_cap). Try again shortly.",
+        claimed, admission_cap_, options_.max_env_worker);
+    return resp;
+  }
   if (const int64_t share = claim_share_locked(); claims_of_locked(request.client_uuid) >= share) {
     resp.fail_cause = fmt::format(
         "No available episodes for this client: client {} holds {} claimed episodes, its share of "

@@ -273,6 +273,9 @@ class Registry {
   // Throws Error(kInvalidArgument) for an unknown episode_type. Not ROLLING, async trainer behind,
   // or an empty pool: success=false with a fail_cause saying what to wait for.
   ClaimResponse claim_episode(const ClaimRequest& request);
+  // At most `cap` claimed episodes at once (engine_control/admission.h: KV-cache pressure); <= 0:
+  // no cap beyond the pool. Episodes already claimed keep running when the cap drops below them.
+  void set_admission_cap(int64_t cap);
   // Validates, commits the episode to the store, then calls `done` with nullopt (answer
   // {"success": true}) or the error to answer. `done` runs inline for validation errors and without
   // a store, else on the store's writer thread after the commit: post it back to your executor.
@@ -507,6 +510,7 @@ class Registry {
   // (RegistryOptions::max_claims_per_client).
   int64_t claims_of_locked(const std::string& client_uuid) const;
   int64_t claim_share_locked() const;
+  int64_t claimed_locked() const;  // live episodes a client holds (claimed, ending, prepared)
   // Stores `row` and runs `then` with the write's outcome (the destructor waits for it).
   void write_then(store::EpisodeRow row, std::function<void(std::exception_ptr)> then);
   void prepare_committed(const std::string& uuid, const PrepareRequest& request,
@@ -550,6 +554,7 @@ class Registry {
   RegistryHooks hooks_;
 
   mutable std::mutex mu_;
+  int64_t admission_cap_ = 0;  // set_admission_cap (mu_)
   std::condition_variable batch_cv_;
   EngineState engine_;
   std::unordered_map<std::string, Episode> live_;

@@ -302,6 +302,23 @@ void write_replica_figures(TextBuilder& out, engine_control::RoutePolicy policy,
   }
 }
 
+void write_admission_figures(TextBuilder& out, const engine_control::AdmissionFigures& f) {
+  one_sample(out, "ajet_admission_cap", Type::kGauge,
+             "Episodes clients may hold at once now (ajet-swarm start --admission kv): lowered "
+             "under KV-cache pressure, never above the pool size. 0 before the first reading.",
+             double(f.cap));
+  one_sample(out, "ajet_admission_pool_size", Type::kGauge,
+             "The pool size the cap stays under (ajet.rollout.max_env_worker).", double(f.ceiling));
+  one_sample(out, "ajet_admission_kv_usage_ratio", Type::kGauge,
+             "KV cache usage of the fullest replica at the last reading (0 to 1).", f.usage);
+  out.family("ajet_admission_decisions_total", Type::kCounter,
+             "The admission controller's readings: grow (usage low), trim (usage high or a "
+             "preemption), hold.");
+  out.sample({{"decision", "grow"}}, double(f.grows));
+  out.sample({{"decision", "trim"}}, double(f.trims));
+  out.sample({{"decision", "hold"}}, double(f.holds));
+}
+
 void write_engine_figures(TextBuilder& out, const std::optional<Json>& status) {
   one_sample(out, "ajet_engine_up", Type::kGauge,
              "1 when the engine answered its status call for this scrape; 0 when there is none "

@@ -14,6 +14,7 @@
 
 #include "common/json.h"
 #include "common/prometheus_text.h"
+#include "engine_control/admission.h"
 #include "engine_control/replica_router.h"
 #include "episodes/registry.h"
 #include "http/router.h"
@@ -61,6 +62,10 @@ void write_engine_figures(prometheus::TextBuilder& out, const std::optional<Json
 void write_replica_figures(prometheus::TextBuilder& out, engine_control::RoutePolicy policy,
                            const engine_control::RouterFigures& routed,
                            const std::vector<std::optional<Json>>& statuses);
+// The KV-pressure admission cap on claimed episodes, the pool size it stays under, the fullest
+// replica's KV usage at the last reading, and the controller's decisions.
+void write_admission_figures(prometheus::TextBuilder& out,
+                             const engine_control::AdmissionFigures& figures);
 // process_*: resident and virtual memory, CPU seconds, start time, open and maximum file
 // descriptors, threads (from /proc/self; families that cannot be read are left out).
 void write_process_figures(prometheus::TextBuilder& out);

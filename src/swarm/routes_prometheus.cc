@@ -63,6 +63,8 @@ void add_prometheus_handlers(RouteHandlers& out, http::Router& router, ServerCon
             front.work_pool_queued = ctx.pool.queued();
             front.store_queued_writes = ctx.store.queued_writes();
             write_front_figures(out, front);
+            if (const engine_control::AdmissionLoop* admission = ctx.admission.load())
+              write_admission_figures(out, admission->figures());
             std::shared_ptr<rpc::Client> engine = ctx.supervisor.client();
             std::vector<std::shared_ptr<rpc::Client>> ranks = ctx.supervisor.rank_clients();
             const engine_control::RoutePolicy policy = ctx.router.policy();

@@ -226,6 +226,18 @@ SwarmServer::SwarmServer(FrontOptions options) : options_(std::move(options)) {
       [asker = asker_.get()](const episodes::SweepResult& swept) {
         for (const episodes::PendingResolution& pending : swept.to_resolve) asker->ask(pending);
       });
+  if (options_.kv_admission) {
+    engine_control::AdmissionLoop::Hooks hooks;
+    hooks.replicas = [supervisor = supervisor_.get()] { return supervisor->rank_clients(); };
+    hooks.rolling = [registry = registry_.get()] {
+      return registry->engine_status() == episodes::EnginePhase::kRolling;
+    };
+    hooks.ceiling = [registry = registry_.get()] { return registry->options().max_env_worker; };
+    hooks.apply = [registry = registry_.get()](int64_t cap) { registry->set_admission_cap(cap); };
+    admission_ = std::make_unique<engine_control::AdmissionLoop>(
+        std::move(hooks), engine_control::AdmissionOptions{}, std::chrono::milliseconds(1000));
+    ctx_->admission = admission_.get();
+  }
 }
 
 SwarmServer::~SwarmServer() {
@@ -273,7 +285,9 @@ void SwarmServer::shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
   janitor_.reset();
-  asker_.reset();  // questions to coordinators in flight are abandoned, not waited for
+  if (ctx_) ctx_->admission = nullptr;
+  admission_.reset();  // its status calls end before the engine goes
+  asker_.reset();      // questions to coordinators in flight are abandoned, not waited for
   batches_.reset();
   supervisor_
       ->stop();   // the engine goes (in-flight calls get their error); the store keeps its status

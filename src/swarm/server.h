@@ -96,6 +96,7 @@ class SwarmServer {
   std::unique_ptr<ServerContext> ctx_;
   std::unique_ptr<CoordinatorAsker> asker_;  // before janitor_: the janitor's sweeps ask through it
   std::unique_ptr<episodes::Janitor> janitor_;
+  std::unique_ptr<engine_control::AdmissionLoop> admission_;  // null with --admission fixed
   std::unique_ptr<http::HttpServer> http_;
   std::vector<std::string> store_notes_;  // what the constructor restored or moved aside
   bool shut_down_ = false;

@@ -5,6 +5,7 @@
 // must run on the WorkPool, never on an HTTP I/O thread.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -16,6 +17,7 @@
 
 #include "config/config.h"
 #include "engine_control/batch_runner.h"
+#include "engine_control/admission.h"
 #include "engine_control/code_archive.h"
 #include "engine_control/replica_router.h"
 #include "episodes/model_context.h"
@@ -87,6 +89,9 @@ struct FrontOptions {
   // Which rank serves a call (--route): an episode's calls stay on one replica (sticky, the
   // default), round_robin, or first (rank 0 serves every call).
   engine_control::RoutePolicy route = engine_control::RoutePolicy::kSticky;
+  // --admission: cap claimed episodes by the engines' KV-cache pressure (kv, the default) or only
+  // by the pool size ajet.rollout.max_env_worker (fixed). engine_control/admission.h.
+  bool kv_admission = true;
   double engine_stop_grace_s = 10;
 
   // ---- episodes (docs/protocol.md "Command API") ----
@@ -163,6 +168,8 @@ class ServerContext {
   const std::string base_url;        // "http://HOST:PORT/v1" (claim_episode's openai_base_url)
   openai::CallMetrics call_metrics;  // LLM call totals for GET /metrics (every LlmCall feeds them)
   engine_control::ReplicaRouter router;  // which engine rank serves each call
+  // The KV-pressure admission loop (null with --admission fixed); set before serving.
+  std::atomic<engine_control::AdmissionLoop*> admission{nullptr};
 
   TrainState train() const { return synced.get(); }
   // The running engine's name (TrainState::engine_run): "" while OFFLINE.

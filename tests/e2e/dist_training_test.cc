@@ -224,6 +224,17 @@ TEST(DistTrainingTest, TwoRanksServeEpisodesStickyAndHoldTheSameWeightsAfterASte
   EXPECT_EQ(sample_value(metrics, "ajet_replica_up{replica=\"1\"}"), 1) << metrics;
   EXPECT_GT(sample_value(metrics, "ajet_replica_generated_tokens_total{replica=\"1\"}"), 0)
       << metrics;
+  // KV-pressure admission (--admission kv, the default) reads both replicas about once a second;
+  // caches this empty leave the cap at the pool size.
+  std::string admission;
+  EXPECT_TRUE(eventually([&] {
+    admission = api.get("/metrics").body;
+    return sample_value(admission, "ajet_admission_decisions_total{decision=\"hold\"}") >= 1;
+  })) << admission;
+  EXPECT_GT(sample_value(admission, "ajet_admission_pool_size"), 0) << admission;
+  EXPECT_EQ(sample_value(admission, "ajet_admission_cap"),
+            sample_value(admission, "ajet_admission_pool_size"))
+      << admission;
 
   EXPECT_TRUE(eventually([&] { return api.status()["global_step"] == 1; }, 300s))
       << api.status().dump() << "\n"

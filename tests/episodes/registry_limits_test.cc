@@ -45,6 +45,31 @@ TEST(RegistryLimits, AClientsShareOfThePoolIsBounded) {
   for (int i = 0; i < 8; ++i) unbounded.claim("c");
 }
 
+// The KV-pressure admission cap (engine_control/admission.h) bounds claimed episodes below the
+// pool; a lowered cap leaves claimed episodes running and a raised one admits again.
+TEST(RegistryLimits, TheAdmissionCapBoundsClaimedEpisodes) {
+  RegistryHarness h(small_options(Backbone::kTorch, 2, 2, 8));
+  h.start();
+  std::vector<std::string> held;
+  for (int i = 0; i < 3; ++i) held.push_back(h.claim("c" + std::to_string(i)));
+  h.registry.set_admission_cap(2);  // below the 3 already claimed: nobody loses an episode
+  ClaimResponse refused = h.try_claim("c9");
+  EXPECT_FALSE(refused.success);
+  EXPECT_TRUE(
+      contains(refused.fail_cause, "No available episodes to claim: 3 episodes are claimed"))
+      << refused.fail_cause;
+  EXPECT_TRUE(contains(refused.fail_cause, "admission cap is 2 of the pool's 8"))
+      << refused.fail_cause;
+  h.end("c0", held[0], "t", 1);
+  EXPECT_FALSE(h.try_claim("c9").success);  // 2 claimed, the cap is 2
+  h.registry.set_admission_cap(4);
+  EXPECT_TRUE(h.try_claim("c9").success);
+  EXPECT_TRUE(h.try_claim("c8").success);
+  EXPECT_FALSE(h.try_claim("c7").success);
+  h.registry.set_admission_cap(0);  // no cap: the pool of 8 bounds
+  EXPECT_TRUE(h.try_claim("c7").success);
+}
+
 // Before: discard_episode_timeout had no upper bound (1e12 held a slot for ever).
 TEST(RegistryLimits, DiscardEpisodeTimeoutHasAnUpperBound) {
   RegistryOptions o = small_options();
