@@ -93,7 +93,7 @@ void run_serve(const ServeArgs& args) {
   ::signal(SIGPIPE,
            SIG_IGN);  // a vanished peer is an error on that connection, not the process's end
 
-  const engine::EngineOptions options = args.engine.resolve();
+  engine::EngineOptions options = args.engine.resolve();
   engine::TrainingOptions training =
       engine::training_options(options);  // config errors before the model loads
   // Flag and variable errors before the model loads; then every rank meets the others (blocks until
@@ -106,6 +106,7 @@ void run_serve(const ServeArgs& args) {
         placement.rank, placement.world_size, placement.local_rank, placement.master(),
         placement.backend, placement.timeout.count() / 1000.0);
     training.collective = train::make_collective(placement);
+    options.local_rank = placement.local_rank;  // `cuda` means this rank's own GPU
   }
   engine::EngineRuntime runtime = engine::start_engine(options);
   engine::EngineService service(*runtime.engine, runtime.model, runtime.compute);

@@ -21,7 +21,10 @@ struct EngineOptions {
   int64_t max_batch_tokens = 512;  // tokens per engine step (decode first, then prefill chunks)
   int64_t max_running = 64;        // sequences decoding at once
   std::string device = "cpu";      // cpu | cuda | cuda:N | auto (cuda when available)
-  std::string dtype = "float32";   // float32 | bfloat16 | float16
+  // A data-parallel rank's place on its node (torchrun's LOCAL_RANK): `cuda` and `auto` mean GPU
+  // `local_rank`, so the ranks of one node use one GPU each. `cuda:N` is taken as written.
+  int local_rank = 0;
+  std::string dtype = "float32";        // float32 | bfloat16 | float16
   std::string kv_cache_dtype = "auto";  // auto (the model's dtype) | float32 | bfloat16 | float16
   int64_t policy_version = 0;  // version reported with every generated token until weights change
   bool prefix_caching = true;  // reuse keys/values of prompt prefixes already computed

@@ -15,10 +15,11 @@ namespace {
 
 // Checked before anything is loaded. A CUDA device that cannot be used says why: a CPU-only build
 // (the usual case here) is told apart from a CUDA build on a machine without that GPU.
-torch::Device resolve_device(const std::string& name) {
-  if (name == "auto")
-    return torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0)
-                                       : torch::Device(torch::kCPU);
+torch::Device resolve_device(const std::string& given, int local_rank) {
+  if (given == "auto" && !torch::cuda::is_available()) return torch::Device(torch::kCPU);
+  // One GPU per local rank, as torchrun's convention has it.
+  const std::string name =
+      given == "auto" || given == "cuda" ? "cuda:" + std::to_string(local_rank) : given;
   const std::string what = "--device (ajet.engine.device) '" + name + "'";
   if (name.rfind("cuda", 0) == 0) {
 #ifndef AJET_TORCH_CUDA
@@ -66,7 +67,7 @@ EngineRuntime::~EngineRuntime() {
 EngineRuntime start_engine(const EngineOptions& options, bool start_thread) {
   validate_options(options);
   // Every setting is checked before the (possibly large) weights are read.
-  const torch::Device device = resolve_device(options.device);
+  const torch::Device device = resolve_device(options.device, options.local_rank);
   const torch::ScalarType dtype = resolve_dtype(options.dtype);
 
   EngineRuntime rt;
