@@ -37,22 +37,21 @@ struct ReplicaRouter::State {
   size_t next_round_robin = 0;
 };
 
-namespace {
-
-// Ends the call's share of a replica's load when the call (which holds it) goes.
-struct Lease {
-  std::shared_ptr<void> state;  // ReplicaRouter::State: the two pointers below point into it
-  std::mutex* mu = nullptr;
-  std::vector<ReplicaFigures>* replicas = nullptr;  // grows, never shrinks
-  size_t replica = 0;
-  int64_t sequences = 0;
+// Ends the call's share of a replica's load when the call (which holds it) goes; keeps the state
+// alive, so it may outlive the router.
+struct ReplicaRouter::Lease {
+  Lease(std::shared_ptr<State> s, size_t r, int64_t n)
+      : state(std::move(s)), replica(r), sequences(n) {}
+  Lease(const Lease&) = delete;  // one lease, one decrement
+  Lease& operator=(const Lease&) = delete;
   ~Lease() {
-    std::lock_guard<std::mutex> lock(*mu);
-    (*replicas)[replica].in_flight -= sequences;
+    std::lock_guard<std::mutex> lock(state->mu);
+    state->figures.replicas[replica].in_flight -= sequences;  // the vector never shrinks
   }
+  const std::shared_ptr<State> state;
+  const size_t replica;
+  const int64_t sequences;
 };
-
-}  // namespace
 
 ReplicaRouter::ReplicaRouter(RoutePolicy policy, size_t max_episodes)
     : policy_(policy),
@@ -134,13 +133,8 @@ ReplicaChoice ReplicaRouter::route(std::string_view episode,
   ReplicaFigures& f = s.figures.replicas[size_t(chosen)];
   f.calls += 1;
   f.in_flight += sequences;
-  auto lease = std::make_shared<Lease>();
-  lease->state = state_;
-  lease->mu = &s.mu;
-  lease->replicas = &s.figures.replicas;
-  lease->replica = size_t(chosen);
-  lease->sequences = sequences;
-  return ReplicaChoice{replicas[size_t(chosen)], chosen, std::move(lease)};
+  return ReplicaChoice{replicas[size_t(chosen)], chosen,
+                       std::make_shared<Lease>(state_, size_t(chosen), sequences)};
 }
 
 void ReplicaRouter::forget(std::string_view episode) {

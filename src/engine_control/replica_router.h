@@ -70,6 +70,7 @@ class ReplicaRouter {
 
  private:
   struct State;
+  struct Lease;
   int least_loaded(const std::vector<bool>& live) const;   // mu_ held
   void remember(const std::string& episode, int replica);  // mu_ held
 
