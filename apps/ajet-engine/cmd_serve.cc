@@ -7,7 +7,8 @@
 // (or on --ready-fd). Data parallel: the torchrun-style flags (--nnodes, --nproc-per-node,
 // --local-rank, --master-addr, ...; dist_flags.h) or torchrun's variables make it one rank of a
 // c10d group; every train_step then all-reduces gradients with the other ranks. One rank (the
-// default) has no group at all.
+// default) has no group at all. --elastic: the front forms and re-forms the group over the RPC
+// (open_group, join_group) as replicas die and join.
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -45,6 +46,7 @@ struct ServeArgs {
   size_t max_connections = 16;
   std::string token_file;
   bool insecure_no_token = false;
+  bool elastic = false;
   train_data::DistOptions dist;
 };
 
@@ -99,6 +101,12 @@ void run_serve(const ServeArgs& args) {
   // Flag and variable errors before the model loads; then every rank meets the others (blocks until
   // all joined, or fails naming the rank and master address) before loading, so they load together.
   const train_data::DistPlacement placement = train_data::resolve_placement(args.dist);
+  training.elastic = args.elastic;
+  if (args.elastic && placement.world_size > 1) {
+    invalid_argument(
+        "--elastic: the front forms this engine's group; drop the placement flags (--nnodes, "
+        "--nproc-per-node, ...) and torchrun's RANK / WORLD_SIZE");
+  }
   if (placement.world_size > 1) {
     log().info(
         "data parallel: rank {} of {} (local rank {}), joining the group at {} (backend {}, "
@@ -166,6 +174,10 @@ const CommandRegistration kServe("serve", [](CLI::App& app) {
       "--resume", args->resume,
       "Load a trainer checkpoint before serving: a global_step_* directory, a base directory (its "
       "latest), or 'auto' (ajet.trainer_common.checkpoint_base_dir when it holds one)");
+  cmd->add_flag("--elastic", args->elastic,
+                "Be a replica of a front's elastic group (ajet-swarm start --engine-at): no group "
+                "at start; the front forms it, and re-forms it when a replica dies or joins, and "
+                "every member then holds the same weights and trainer state");
   cmd->add_option("--max-connections", args->max_connections, "RPC peers at once")
       ->capture_default_str();
   // Without these flags the torchrun variables (RANK, WORLD_SIZE, MASTER_ADDR, ...) place the rank.

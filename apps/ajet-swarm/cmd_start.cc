@@ -163,6 +163,19 @@ const CommandRegistration kStart("start", [](CLI::App& app) {
          "each serve inference (--route)")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
+  cmd->add_option("--engine-at", options->engine_at,
+                  "An engine replica on another host (tcp:HOST:PORT of an `ajet-engine serve "
+                  "--elastic --listen tcp:...`; repeat for several): the front starts no engine, "
+                  "forms these into one data-parallel group at start_engine, routes calls to them, "
+                  "and re-forms the group when one dies or joins (POST /engines adds one later)");
+  cmd->add_option("--engine-token-file", options->engine_token_file,
+                  "The --engine-at engines' shared secret (mode 0600; default: AJET_ENGINE_TOKEN)");
+  cmd->add_option("--engine-group-timeout", options->engine_group_timeout_s,
+                  "Seconds the --engine-at replicas wait for each other when the group forms, and "
+                  "an all-reduce waits for a silent replica (a cut link) before the step fails and "
+                  "the group re-forms without it")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 86400.0));
   cmd->add_option_function<std::string>(
          "--route",
          [options](const std::string& name) {

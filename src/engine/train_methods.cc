@@ -24,6 +24,7 @@
 #include "model/qwen2.h"
 #include "rpc/messages.h"
 #include "train/checkpoint.h"
+#include "train/dist.h"
 #include "train/lora.h"
 #include "train/trainer.h"
 #include "train_data/batch.h"
@@ -70,6 +71,10 @@ struct TrainMethods::Impl {
   TrainingOptions options;
   bool async = false;
   std::unique_ptr<train::Trainer> trainer;  // built on first use, then only on the caller's thread
+  // Elastic groups: the store this engine serves as the next generation's rank 0.
+  std::shared_ptr<train::RendezvousStore> store;
+  int64_t store_generation = -1;
+  int64_t generation = -1;  // of the group joined last
 
   Impl(infer::InferenceEngine& e, ModelInfo info, TrainingOptions o)
       : engine(e),
@@ -187,6 +192,18 @@ TrainMethods::TrainMethods(EngineService& service, ModelInfo model, TrainingOpti
         reply.body = load_checkpoint(get_string(request.body, "dir", "load_checkpoint"));
         return reply;
       });
+  if (impl_->options.elastic) {
+    service.add_control_method(std::string(rpc::kMethodOpenGroup), [this](const rpc::Frame& req) {
+      rpc::Frame reply;
+      reply.body = open_group(req.body);
+      return reply;
+    });
+    service.add_control_method(std::string(rpc::kMethodJoinGroup), [this](const rpc::Frame& req) {
+      rpc::Frame reply;
+      reply.body = join_group(req.body);
+      return reply;
+    });
+  }
 }
 
 TrainMethods::~TrainMethods() = default;
@@ -207,53 +224,88 @@ Json TrainMethods::train_step(const rpc::TrainBatch& rpc_batch) {
   train_data::TrainMetrics metrics;
   double paused = 0;
   Json reply_extra = Json::object();
-  if (!s.async) {
-    // Inference waits while the served weights themselves are trained.
-    s.engine
-        .run_exclusive(
-            [&](model::Qwen2Model&) {
-              const auto pause = std::chrono::steady_clock::now();
-              metrics = trainer.train_step(batch);
-              paused = seconds_since(pause);
-            },
-            true)
-        .get();
-  } else {
-    // Inference continues on the current weights; only the copy into the served model pauses it.
-    // Trainer and decoder share the cores meanwhile. Two OpenMP teams as wide as the machine wait
-    // at every barrier for a thread that is not running: on 2 cores the rollout beside a step took
-    // 2-3x as long as alone. The trainer takes half the threads; the decoder keeps all of them
-    // (measured on the main command's config, 10 steps each: trainer 1 + decoder 2 23.4 s, 2 +
-    // 2 25.7 s, 1 + 1 36.8 s, torch 28.7-33.5 s). A smaller decoder share is set on the engine
-    // thread (OpenMP thread counts belong to the calling thread) in a task that changes no weights
-    // but still forgets the prefix cache, so only when asked for; the decoder gets every thread
-    // back in the task that swaps the weights in.
-    const auto [trainer_threads, decode_threads] = s.thread_split();
-    const bool narrow_decode = decode_threads != s.all_threads();
-    auto set_decode_threads = [&](int n) {
-      s.engine.run_exclusive([n](model::Qwen2Model&) { model::configure_threads(n); }, false).get();
+  // Elastic: a member that dies mid-step fails the others' all-reduce, possibly after some of the
+  // step's optimizer updates; they go back to the weights and state before the step, so the front
+  // can train the batch again on the group it re-forms.
+  std::optional<train::Trainer::State> before;
+  std::vector<torch::Tensor> before_params;
+  if (s.options.elastic && data_parallel) {
+    torch::NoGradGuard no_grad;
+    before = trainer.state();
+    for (auto& [name, p] : trainer.trainable_parameters())
+      before_params.push_back(p.detach().clone());
+  }
+  auto roll_back = [&] {
+    if (!before) return;
+    auto restore = [&] {
+      torch::NoGradGuard no_grad;
+      auto params = trainer.trainable_parameters();
+      for (size_t i = 0; i < params.size(); ++i) params[i].second.detach().copy_(before_params[i]);
+      trainer.load_state(*before);
     };
-    if (narrow_decode) set_decode_threads(decode_threads);
-    model::configure_threads(trainer_threads);
-    s.lower_trainer_priority();
-    try {
-      metrics = trainer.train_step(batch);
-    } catch (...) {
-      if (narrow_decode) set_decode_threads(s.all_threads());
-      throw;
+    if (!s.async) {
+      s.engine.run_exclusive([&](model::Qwen2Model&) { restore(); }, false).get();
+    } else {
+      restore();
     }
-    s.engine
-        .run_exclusive(
-            [&](model::Qwen2Model& served) {
-              const auto pause = std::chrono::steady_clock::now();
-              train::copy_parameters(trainer.model(), served);
-              if (narrow_decode) model::configure_threads(s.all_threads());
-              paused = seconds_since(pause);
-            },
-            true)
-        .get();
-    reply_extra = Json{{"trainer_threads", trainer_threads},
-                       {"decode_threads_while_training", decode_threads}};
+    log().warn(
+        "train_step failed in the data-parallel group: weights and optimizer are back to "
+        "policy version {}",
+        before->policy_version);
+  };
+  try {
+    if (!s.async) {
+      // Inference waits while the served weights themselves are trained.
+      s.engine
+          .run_exclusive(
+              [&](model::Qwen2Model&) {
+                const auto pause = std::chrono::steady_clock::now();
+                metrics = trainer.train_step(batch);
+                paused = seconds_since(pause);
+              },
+              true)
+          .get();
+    } else {
+      // Inference continues on the current weights; only the copy into the served model pauses it.
+      // Trainer and decoder share the cores meanwhile. Two OpenMP teams as wide as the machine wait
+      // at every barrier for a thread that is not running: on 2 cores the rollout beside a step
+      // took 2-3x as long as alone. The trainer takes half the threads; the decoder keeps all of
+      // them (measured on the main command's config, 10 steps each: trainer 1 + decoder 2 23.4 s, 2
+      // + 2 25.7 s, 1 + 1 36.8 s, torch 28.7-33.5 s). A smaller decoder share is set on the engine
+      // thread (OpenMP thread counts belong to the calling thread) in a task that changes no
+      // weights but still forgets the prefix cache, so only when asked for; the decoder gets every
+      // thread back in the task that swaps the weights in.
+      const auto [trainer_threads, decode_threads] = s.thread_split();
+      const bool narrow_decode = decode_threads != s.all_threads();
+      auto set_decode_threads = [&](int n) {
+        s.engine.run_exclusive([n](model::Qwen2Model&) { model::configure_threads(n); }, false)
+            .get();
+      };
+      if (narrow_decode) set_decode_threads(decode_threads);
+      model::configure_threads(trainer_threads);
+      s.lower_trainer_priority();
+      try {
+        metrics = trainer.train_step(batch);
+      } catch (...) {
+        if (narrow_decode) set_decode_threads(s.all_threads());
+        throw;
+      }
+      s.engine
+          .run_exclusive(
+              [&](model::Qwen2Model& served) {
+                const auto pause = std::chrono::steady_clock::now();
+                train::copy_parameters(trainer.model(), served);
+                if (narrow_decode) model::configure_threads(s.all_threads());
+                paused = seconds_since(pause);
+              },
+              true)
+          .get();
+      reply_extra = Json{{"trainer_threads", trainer_threads},
+                         {"decode_threads_while_training", decode_threads}};
+    }
+  } catch (...) {
+    roll_back();
+    throw;
   }
   Json reply = metrics.to_json();
   reply["trainer_policy_version"] = metrics.policy_version;
@@ -327,6 +379,93 @@ Json TrainMethods::load_checkpoint(const fs::path& dir) {
               {"policy_version", s.engine.policy_version()},
               {"global_step", loaded.global_step},
               {"front_cursor", cursor == loaded.user.end() ? Json(nullptr) : *cursor}};
+}
+
+Json TrainMethods::open_group(const Json& body) {
+  Impl& s = *impl_;
+  constexpr std::string_view where = "open_group";
+  if (!body.is_object()) invalid_argument("open_group: the body must be a JSON object");
+  const int64_t generation = get_int(body, "generation", where);
+  const double timeout_s = body.value("timeout_s", 300.0);
+  s.store.reset();
+  s.store = train::RendezvousStore::serve(
+      std::chrono::milliseconds(int64_t(std::max(1.0, timeout_s) * 1000)));
+  s.store_generation = generation;
+  log().info("elastic group: generation {} meets at port {} of this host", generation,
+             s.store->port());
+  return Json{{"port", s.store->port()}, {"generation", generation}};
+}
+
+Json TrainMethods::join_group(const Json& body) {
+  Impl& s = *impl_;
+  constexpr std::string_view where = "join_group";
+  if (!body.is_object()) invalid_argument("join_group: the body must be a JSON object");
+  train_data::DistPlacement p;
+  const int64_t generation = get_int(body, "generation", where);
+  p.rank = int(get_int(body, "rank", where));
+  p.world_size = int(get_int(body, "world_size", where));
+  if (p.world_size < 1 || p.rank < 0 || p.rank >= p.world_size)
+    invalid_argument(fmt::format("join_group: rank {} of world_size {}", p.rank, p.world_size));
+  p.master_addr = get_string(body, "master_addr", where);
+  const int64_t port = get_int(body, "master_port", where);
+  if (port < 0 || port > 65535) invalid_argument("join_group: master_port out of range");
+  p.master_port = uint16_t(port);
+  p.timeout =
+      std::chrono::milliseconds(int64_t(std::max(1.0, body.value("timeout_s", 300.0)) * 1000));
+  const std::string bind_addr = body.value("bind_addr", std::string());
+  const int64_t version = get_int(body, "policy_version", where);
+  std::shared_ptr<train::RendezvousStore> served;
+  if (p.rank == 0 && p.world_size > 1) {
+    if (!s.store || s.store_generation != generation) {
+      fail(ErrorCode::kFailedPrecondition,
+           fmt::format("join_group: rank 0 of generation {} needs open_group first", generation));
+    }
+    served = s.store;
+  }
+  train::Trainer* trainer = config::trains(s.options.backbone) ? &s.ensure_trainer() : nullptr;
+  // The previous group goes first: its peers may be gone.
+  if (trainer) trainer->set_collective(nullptr);
+  s.options.collective.reset();
+  std::shared_ptr<train::Collective> group =
+      train::join_collective(p, fmt::format("ajet_g{}", generation), served, bind_addr);
+  s.store.reset();
+  s.store_generation = -1;
+  if (trainer) {
+    // Everyone takes rank 0's weights and state, served at its version (a member already equal to
+    // it changes nothing).
+    if (!s.async) {
+      s.engine
+          .run_exclusive_at_version(
+              [&](model::Qwen2Model&) { train::broadcast_trainer(*trainer, *group, 0); }, version)
+          .get();
+    } else {
+      train::broadcast_trainer(*trainer, *group, 0);
+      s.engine
+          .run_exclusive_at_version(
+              [&](model::Qwen2Model& served_model) {
+                train::copy_parameters(trainer->model(), served_model);
+              },
+              version)
+          .get();
+    }
+    trainer->set_collective(group);
+    if (trainer->policy_version() != version) {
+      log().warn("join_group: rank 0's trainer is at policy version {}, the front said {}",
+                 trainer->policy_version(), version);
+    }
+  }
+  s.options.collective = p.world_size > 1 ? group : nullptr;
+  s.generation = generation;
+  const std::string checksum =
+      trainer ? fmt::format("{:016x}", train::parameter_checksum(trainer->model())) : "";
+  log().info("elastic group: rank {} of {} (generation {}), policy version {}, weights_checksum {}",
+             p.rank, p.world_size, generation, s.engine.policy_version(), checksum);
+  return Json{{"rank", p.rank},
+              {"world_size", p.world_size},
+              {"generation", generation},
+              {"policy_version", s.engine.policy_version()},
+              {"global_step", trainer ? trainer->global_step() : int64_t(0)},
+              {"weights_checksum", checksum}};
 }
 
 }  // namespace ajet::engine

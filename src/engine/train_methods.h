@@ -45,6 +45,10 @@ struct TrainingOptions {
   // The data-parallel group (train/dist.h's make_collective); null: one rank. With one, every
   // train_step all-reduces gradients with the other ranks, and an empty batch is a valid part.
   std::shared_ptr<train::Collective> collective;
+  // ajet-engine serve --elastic: no group at start; the front forms it with open_group and
+  // join_group (and re-forms it when a member died or joined). A train_step that fails on a
+  // collective leaves the weights and optimizer as they were before it (a snapshot per step).
+  bool elastic = false;
 };
 
 // From the --conf file when the engine options carry one (ajet.backbone, ajet.trainer_common.*,
@@ -72,6 +76,13 @@ class TrainMethods {
   // `dir` is a checkpoint directory or a base directory (its latest checkpoint is loaded). The
   // served weights and the policy version change together between two engine steps.
   Json load_checkpoint(const std::filesystem::path& dir);
+  // Elastic groups (options.elastic): `open_group` serves a rendezvous store for generation G and
+  // answers {"port"}; `join_group` {generation, rank, world_size, master_addr, master_port,
+  // bind_addr, timeout_s, policy_version} leaves the previous group, joins this one (blocks until
+  // every member joined), then every member takes rank 0's weights and trainer state; it answers
+  // {"policy_version", "global_step", "weights_checksum", "rank", "world_size", "generation"}.
+  Json open_group(const Json& body);
+  Json join_group(const Json& body);
 
  private:
   struct Impl;

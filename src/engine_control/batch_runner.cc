@@ -288,6 +288,76 @@ Json BatchRunner::train_on_ranks(const std::vector<std::shared_ptr<rpc::Client>>
   return metrics;
 }
 
+std::optional<Json> BatchRunner::train_elastic(const episodes::Batch& b, const std::string& merged,
+                                               const rpc::TrainBatch& request,
+                                               const TrainSettings& settings) {
+  // A member that dies mid-step fails the step on every member (the survivors' all-reduce fails,
+  // and they roll back to the weights before it); the group re-forms without it and the same
+  // batch trains again, so no acknowledged episode is lost. Should the dead member have failed
+  // only after the survivors finished the step, the re-formed group already serves the next
+  // version: the step counts as trained.
+  constexpr int kAttempts = 5;
+  std::string last;
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    std::vector<std::shared_ptr<rpc::Client>> ranks;
+    int64_t before = -1;
+    try {
+      ranks = link_.train_ranks(attempt > 0);
+      before = link_.group_version ? link_.group_version() : -1;
+    } catch (const Error& e) {
+      last = e.what();
+      break;
+    }
+    if (attempt > 0 && before >= 0 && before == b.global_step + 1) {
+      verbose_.add("batch",
+                   fmt::format("batch {}: the re-formed group already serves policy_version "
+                               "{}: the step had finished on the surviving replicas",
+                               b.batch_id, before));
+      return Json{{"policy_version", before}, {"recovered_after_replica_loss", true}};
+    }
+    verbose_.add("batch",
+                 fmt::format("batch {} (step {}): {}; training on {} replica(s){}", b.batch_id,
+                             b.global_step, merged, ranks.size(),
+                             attempt > 0 ? fmt::format(" (attempt {})", attempt + 1) : ""));
+    try {
+      Json metrics;
+      if (ranks.size() > 1) {
+        metrics = train_on_ranks(ranks, request, settings);
+      } else {
+        metrics =
+            ranks[0]->call(rpc::encode_train_batch(request), settings.train_timeout).done.body;
+        if (!metrics.is_object()) metrics = Json::object();
+      }
+      if (link_.step_done) link_.step_done(metrics.value("policy_version", before + 1));
+      return metrics;
+    } catch (const Error& e) {
+      last = e.what();
+      if (e.code() != ErrorCode::kUnavailable) {
+        verbose_.add("batch", fmt::format("batch {}: the engine rejected train_step: {}",
+                                          b.batch_id, e.what()));
+        try {
+          registry_.fail_batch(b.batch_id, e.code(), e.what());
+        } catch (const Error&) {
+        }
+        return std::nullopt;
+      }
+      verbose_.add("batch", fmt::format("batch {}: train_step failed on the replica group ({}); "
+                                        "re-forming it and training the batch again",
+                                        b.batch_id, e.what()));
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) break;
+    }
+  }
+  verbose_.add("batch", fmt::format("batch {}: not trained: {}", b.batch_id, last));
+  try {
+    registry_.fail_batch(b.batch_id, ErrorCode::kUnavailable, last);
+  } catch (const Error&) {  // returned to collection when every replica went, or stopped
+  }
+  return std::nullopt;
+}
+
 void BatchRunner::train_on_engine(BatchSamples samples) {
   const episodes::Batch& b = samples.batch;
   const TrainSettings settings = link_.settings ? link_.settings() : TrainSettings{};
@@ -302,53 +372,60 @@ void BatchRunner::train_on_engine(BatchSamples samples) {
     registry_.fail_batch(b.batch_id, e.code(), e.what());
     return;
   }
-  std::shared_ptr<rpc::Client> engine = link_.engine ? link_.engine() : nullptr;
-  if (!engine) {
-    // The engine went away after take_batch: engine_restarting returned the batch to collection.
-    verbose_.add(
-        "batch",
-        fmt::format("batch {} not trained: the engine is restarting; it is collected again",
-                    b.batch_id));
-    return;
-  }
-  std::vector<std::shared_ptr<rpc::Client>> ranks;
-  if (link_.engine_ranks) ranks = link_.engine_ranks();
-  if (std::any_of(ranks.begin(), ranks.end(), [](const auto& rank) { return !rank; }))
-    ranks.clear();
-  if (ranks.size() > 1) {
-    verbose_.add("batch", fmt::format("batch {} (step {}): {}; training on {} data-parallel ranks",
-                                      b.batch_id, b.global_step, merged, ranks.size()));
-  } else {
-    verbose_.add("batch", fmt::format("batch {} (step {}): {}; training on the engine", b.batch_id,
-                                      b.global_step, merged));
-  }
   Json metrics;
-  try {
-    if (ranks.size() > 1) {
-      metrics = train_on_ranks(ranks, request, settings);
-    } else {
-      rpc::Client::CallResult r =
-          engine->call(rpc::encode_train_batch(request), settings.train_timeout);
-      metrics = r.done.body.is_object() ? r.done.body : Json::object();
+  if (link_.train_ranks) {
+    std::optional<Json> trained = train_elastic(b, merged, request, settings);
+    if (!trained) return;
+    metrics = std::move(*trained);
+  } else {
+    std::shared_ptr<rpc::Client> engine = link_.engine ? link_.engine() : nullptr;
+    if (!engine) {
+      // The engine went away after take_batch: engine_restarting returned the batch to collection.
+      verbose_.add(
+          "batch",
+          fmt::format("batch {} not trained: the engine is restarting; it is collected again",
+                      b.batch_id));
+      return;
     }
-  } catch (const Error& e) {
-    if (e.code() == ErrorCode::kUnavailable) {
-      // Lost connection (the supervisor restarts the engine and returns the batch) or a timeout.
+    std::vector<std::shared_ptr<rpc::Client>> ranks;
+    if (link_.engine_ranks) ranks = link_.engine_ranks();
+    if (std::any_of(ranks.begin(), ranks.end(), [](const auto& rank) { return !rank; }))
+      ranks.clear();
+    if (ranks.size() > 1) {
       verbose_.add("batch",
-                   fmt::format("batch {}: train_step did not complete: {}", b.batch_id, e.what()));
+                   fmt::format("batch {} (step {}): {}; training on {} data-parallel ranks",
+                               b.batch_id, b.global_step, merged, ranks.size()));
+    } else {
+      verbose_.add("batch", fmt::format("batch {} (step {}): {}; training on the engine",
+                                        b.batch_id, b.global_step, merged));
+    }
+    try {
+      if (ranks.size() > 1) {
+        metrics = train_on_ranks(ranks, request, settings);
+      } else {
+        rpc::Client::CallResult r =
+            engine->call(rpc::encode_train_batch(request), settings.train_timeout);
+        metrics = r.done.body.is_object() ? r.done.body : Json::object();
+      }
+    } catch (const Error& e) {
+      if (e.code() == ErrorCode::kUnavailable) {
+        // Lost connection (the supervisor restarts the engine and returns the batch) or a timeout.
+        verbose_.add("batch", fmt::format("batch {}: train_step did not complete: {}", b.batch_id,
+                                          e.what()));
+        try {
+          registry_.fail_batch(b.batch_id, e.code(), e.what());
+        } catch (const Error&) {  // already returned to collection by engine_restarting, or stopped
+        }
+        return;
+      }
+      verbose_.add("batch", fmt::format("batch {}: the engine rejected train_step: {}", b.batch_id,
+                                        e.what()));
       try {
         registry_.fail_batch(b.batch_id, e.code(), e.what());
-      } catch (const Error&) {  // already returned to collection by engine_restarting, or stopped
+      } catch (const Error&) {
       }
       return;
     }
-    verbose_.add("batch",
-                 fmt::format("batch {}: the engine rejected train_step: {}", b.batch_id, e.what()));
-    try {
-      registry_.fail_batch(b.batch_id, e.code(), e.what());
-    } catch (const Error&) {
-    }
-    return;
   }
   const int64_t version = metrics.value("policy_version", int64_t(b.global_step + 1));
   {

@@ -72,6 +72,14 @@ struct TrainerLink {
   // Every data-parallel rank's connection in rank order (rank 0 = engine()); unset or empty:
   // engine() alone.
   std::function<std::vector<std::shared_ptr<rpc::Client>>()> engine_ranks;
+  // Elastic replica groups (ajet-swarm start --engine-at): the members to train on, in rank order,
+  // the group re-formed first when a member was lost or one waits to join (`after_failure`: also
+  // when the last step failed). Throws Error(kUnavailable) when no replica is left. Set, it
+  // replaces engine_ranks, and a step that fails because a member died is trained again on the
+  // re-formed group instead of being abandoned.
+  std::function<std::vector<std::shared_ptr<rpc::Client>>(bool after_failure)> train_ranks;
+  std::function<int64_t()> group_version;  // the policy version the formed group serves
+  std::function<void(int64_t)> step_done;  // a step was trained: the group's new version
   std::function<TrainSettings()> settings;
   std::function<void(const std::filesystem::path&)>
       checkpoint_saved;  // newest checkpoint directory
@@ -124,6 +132,12 @@ class BatchRunner {
   // first error (by rank), naming the rank, after every call returned.
   Json train_on_ranks(const std::vector<std::shared_ptr<rpc::Client>>& ranks,
                       const rpc::TrainBatch& request, const TrainSettings& settings);
+
+  // The elastic path of train_on_engine: trains `request` on the replica group, re-forming it and
+  // trying again when a member died. The step's metrics, or nullopt when the batch was failed
+  // (or returned to collection).
+  std::optional<Json> train_elastic(const episodes::Batch& b, const std::string& merged,
+                                    const rpc::TrainBatch& request, const TrainSettings& settings);
 
   episodes::Registry& registry_;
   store::Store& store_;

@@ -26,6 +26,7 @@
 #include "common/proc.h"
 #include "common/strings.h"
 #include "common/subprocess.h"
+#include "engine_control/remote_group.h"
 #include "episodes/registry.h"
 #include "episodes/verbose_log.h"
 #include "rpc/messages.h"
@@ -153,6 +154,13 @@ EngineSupervisor::EngineSupervisor(SupervisorOptions options, episodes::Registry
          "cannot create, lock and write " + (socket_dir_ / kOwnerFile).string() + ": " + why);
   }
   socket_path_ = socket_dir_ / "engine.sock";
+  if (!options_.remote_engines.empty()) {
+    RemoteGroupOptions ro;
+    ro.addresses = options_.remote_engines;
+    ro.token = options_.engine_token;
+    ro.group_timeout = options_.group_timeout;
+    remote_ = std::make_unique<RemoteGroup>(std::move(ro), verbose_);
+  }
   thread_ = std::thread([this] { run(); });
 }
 
@@ -197,11 +205,16 @@ void EngineSupervisor::stop() {
 
 std::shared_ptr<rpc::Client> EngineSupervisor::client() const {
   std::lock_guard<std::mutex> lock(mu_);
+  if (remote_) return phase_ == Phase::kReady ? remote_->first() : nullptr;
   return client_;
 }
 
 std::vector<std::shared_ptr<rpc::Client>> EngineSupervisor::rank_clients() const {
   std::lock_guard<std::mutex> lock(mu_);
+  if (remote_) {
+    return phase_ == Phase::kReady ? remote_->serving()
+                                   : std::vector<std::shared_ptr<rpc::Client>>{};
+  }
   return rank_clients_;
 }
 
@@ -404,6 +417,10 @@ struct EngineSupervisor::BootResult {
 // ranks, 3. boot until all accept connections, 4. serve until one exits or a stop, 5. end the group
 // and apply the restart policy, 6. back off. Returns when stopped or given up; run() cleans up.
 void EngineSupervisor::supervise(EngineLaunch launch) {
+  if (remote_) {
+    supervise_remote();
+    return;
+  }
   Session session;
   std::error_code ec;
   fs::create_directories(launch.run_dir, ec);

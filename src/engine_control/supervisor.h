@@ -44,6 +44,8 @@ class VerboseLog;
 
 namespace ajet::engine_control {
 
+class RemoteGroup;
+
 struct SupervisorOptions {
   std::filesystem::path default_engine;  // the ajet-engine next to ajet-swarm
   std::chrono::milliseconds boot_timeout{600'000};
@@ -53,6 +55,16 @@ struct SupervisorOptions {
   // Data-parallel engine ranks started on this machine (ajet-swarm start --engine-ranks). Rank 0
   // also serves inference; every rank trains its part of each batch (batch_runner.h).
   int engine_ranks = 1;
+  // Engine replicas on other hosts (ajet-swarm start --engine-at, remote_group.h): not empty, the
+  // front starts no engine process; it forms these `ajet-engine serve --elastic` engines into one
+  // group when start_engine is called, routes calls to them and re-forms the group as they die
+  // and join. engine_ranks is then ignored.
+  std::vector<std::string> remote_engines;
+  std::string engine_token;  // their shared secret
+  std::chrono::milliseconds group_timeout{120'000};
+  // With several listed engines, how long the first forming waits for all of them once one
+  // answered (those late join at a later step boundary).
+  std::chrono::milliseconds gather_grace{20'000};
 };
 
 struct EngineLaunch {
@@ -85,6 +97,17 @@ class EngineSupervisor {
   std::shared_ptr<rpc::Client> client() const;
   // Every rank's connection, rank order (empty while booting, restarting or stopped).
   std::vector<std::shared_ptr<rpc::Client>> rank_clients() const;
+
+  // Remote replicas (options.remote_engines, or added later): see remote_group.h. remote() is
+  // false when the front starts its own engine processes; the methods below then throw
+  // kFailedPrecondition, except train_ranks, which answers rank_clients().
+  bool remote() const { return remote_ != nullptr; }
+  std::vector<std::shared_ptr<rpc::Client>> train_ranks(bool after_failure);
+  int64_t group_version() const;
+  void note_step(int64_t policy_version);
+  void add_engine(const std::string& address);
+  void remove_engine(const std::string& address);
+  Json engines_json() const;
   // The newest trainer checkpoint (save_checkpoint's reply); the next (re)start passes it as
   // `--resume DIR` so the engine continues from those weights, optimizer and step. Empty: none, the
   // engine loads ajet.model.path. start() keeps it; clear it with an empty path for a fresh run.
@@ -105,6 +128,8 @@ class EngineSupervisor {
   void run();
   // The supervisor thread's work for one start(): (re)starts the engine until stopped or given up.
   void supervise(EngineLaunch launch);
+  // The same for remote replicas: forms their group, then keeps watch until stopped.
+  void supervise_remote();
   // The phases of supervise(), in order. A nullopt / false / -1 answer ends the supervision.
   std::optional<std::filesystem::path> choose_binary(const EngineLaunch& launch, Session& session);
   std::optional<RankGroup> spawn_ranks(const std::filesystem::path& binary,
@@ -154,6 +179,7 @@ class EngineSupervisor {
   std::vector<std::shared_ptr<rpc::Client>> rank_clients_;  // all ranks (client_ is rank 0's)
   std::vector<int64_t> rank_pids_;
   std::vector<std::shared_ptr<rpc::Client>> retired_clients_;  // destroyed on this thread only
+  std::unique_ptr<RemoteGroup> remote_;
   std::thread thread_;
 };
 

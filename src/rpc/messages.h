@@ -21,6 +21,11 @@ inline constexpr std::string_view kMethodTrainStep = "train_step";
 inline constexpr std::string_view kMethodSaveCheckpoint = "save_checkpoint";
 inline constexpr std::string_view kMethodLoadCheckpoint = "load_checkpoint";
 inline constexpr std::string_view kMethodSetWeights = "set_weights";
+// Elastic groups (an engine served with --elastic): the front asks the would-be rank 0 to serve a
+// rendezvous store, then every member to join that generation's group, which makes every member
+// hold the source rank's weights and trainer state. docs/engine-rpc.md, "Elastic groups".
+inline constexpr std::string_view kMethodOpenGroup = "open_group";
+inline constexpr std::string_view kMethodJoinGroup = "join_group";
 
 // `n`. The front checks the same range (openai::kMaxChoices), and ajet.rollout.max_num_seqs, which
 // the engine's scheduler also enforces (a request's samples decode together).

@@ -41,6 +41,9 @@ constexpr std::array kRoutes = {
   Route{"POST", "/sync_train_code",        "sync_train_code",        RouteAuth::kAdmin,          "stores the training code (a zip) the engine is built from"},
   Route{"POST", "/start_engine",           "start_engine",           RouteAuth::kAdmin,          "starts (or replaces) the engine with the synced config and code"},
   Route{"POST", "/stop_engine",            "stop_engine",            RouteAuth::kAdmin,          "stops the engine; the front goes ENGINE.OFFLINE"},
+  Route{"GET",  "/engines",                "engine_replicas",        RouteAuth::kAdmin,          "(ext) the engine replicas on other hosts (--engine-at), their state and rank"},
+  Route{"POST", "/engines",                "add_engine_replica",     RouteAuth::kAdmin,          "(ext) registers an engine replica on another host; it joins at the next step"},
+  Route{"POST", "/engines/remove",         "remove_engine_replica",  RouteAuth::kAdmin,          "(ext) an engine replica leaves: no calls from now, out of the group at the next step"},
   // ---- the OpenAI / Anthropic API (routes_openai.cc) ----
   Route{"POST", "/v1/chat/completions",    "chat_completions",       RouteAuth::kEpisodeKey,     "OpenAI chat completions, tracked in the key's episode"},
   Route{"POST", "/v1/completions",         "completions",            RouteAuth::kEpisodeKey,     "(ext) OpenAI text completions, tracked in the key's episode"},

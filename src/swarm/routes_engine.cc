@@ -4,6 +4,7 @@
 // only checks the token and parses the body.
 #include <fmt/format.h>
 
+#include "engine_control/supervisor.h"
 #include "episodes/registry.h"
 #include "http/response.h"
 #include "openai/openai_errors.h"
@@ -132,6 +133,36 @@ void add_engine_handlers(RouteHandlers& out, ServerContext& ctx) {
         });
       },
       admin_only(ctx, "stop_engine", command_body(ctx)));
+
+  // Engine replicas on other hosts (ajet-swarm start --engine-at): list, add, remove.
+  out.add(
+      "engine_replicas",
+      [&ctx](Request req, Respond respond) {
+        if (!check_admin(ctx, req, respond, "GET /engines")) return;
+        answer_errors(respond,
+                      [&] { respond(http::json_response(ctx.supervisor.engines_json())); });
+      },
+      admin_only(ctx, "GET /engines", command_body(ctx)));
+  for (const bool add : {true, false}) {
+    const char* name = add ? "add_engine_replica" : "remove_engine_replica";
+    const std::string what = add ? "POST /engines" : "POST /engines/remove";
+    out.add(
+        name,
+        [&ctx, limit, add, what](Request req, Respond respond) {
+          if (!check_admin(ctx, req, respond, what)) return;
+          answer_errors(respond, [&] {
+            const Json body = parse_json_body(req, limit);
+            const std::string address = get_string(body, "address", what + " body");
+            if (add) {
+              ctx.supervisor.add_engine(address);
+            } else {
+              ctx.supervisor.remove_engine(address);
+            }
+            respond(http::json_response(Json{{"success", true}, {"address", address}}));
+          });
+        },
+        admin_only(ctx, what, command_body(ctx)));
+  }
 }
 
 }  // namespace ajet::swarm

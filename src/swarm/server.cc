@@ -17,6 +17,7 @@
 #include "http/router.h"
 #include "http/server.h"
 #include "openai/openai_call.h"
+#include "rpc/token.h"
 #include "store/store.h"
 #include "swarm/coordinator_asker.h"
 #include "swarm/metrics_sink.h"
@@ -137,6 +138,16 @@ SwarmServer::SwarmServer(FrontOptions options) : options_(std::move(options)) {
   sup.boot_timeout = std::chrono::milliseconds(int64_t(options_.engine_boot_timeout_s * 1000));
   sup.engine_ranks = options_.engine_ranks;
   sup.stop_grace = std::chrono::milliseconds(int64_t(options_.engine_stop_grace_s * 1000));
+  sup.remote_engines = options_.engine_at;
+  if (!sup.remote_engines.empty()) {
+    sup.engine_token = rpc::resolve_token(options_.engine_token_file);
+    if (sup.engine_token.empty()) {
+      invalid_argument(
+          "--engine-at: engines on other hosts need their token (--engine-token-file, or "
+          "AJET_ENGINE_TOKEN)");
+    }
+    sup.group_timeout = std::chrono::milliseconds(int64_t(options_.engine_group_timeout_s * 1000));
+  }
   supervisor_ = std::make_unique<engine_control::EngineSupervisor>(sup, *registry_, *verbose_);
   episodes::TrackerMap* trackers = trackers_.get();
   episodes::VerboseLog* verbose = verbose_.get();
@@ -169,6 +180,13 @@ SwarmServer::SwarmServer(FrontOptions options) : options_(std::move(options)) {
   link.model = [synced] { return synced->model(); };
   link.engine = [supervisor] { return supervisor->client(); };
   link.engine_ranks = [supervisor] { return supervisor->rank_clients(); };
+  if (supervisor->remote()) {
+    link.train_ranks = [supervisor](bool after_failure) {
+      return supervisor->train_ranks(after_failure);
+    };
+    link.group_version = [supervisor] { return supervisor->group_version(); };
+    link.step_done = [supervisor](int64_t version) { supervisor->note_step(version); };
+  }
   link.settings = [synced] { return synced->settings(); };
   link.checkpoint_saved = [supervisor, store](const fs::path& dir) {
     supervisor->set_latest_checkpoint(dir);

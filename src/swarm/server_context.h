@@ -86,6 +86,12 @@ struct FrontOptions {
   // Engine processes on this machine (--engine-ranks): data-parallel ranks that each train their
   // share of every batch and each serve inference (engine_control/replica_router.h).
   int engine_ranks = 1;
+  // Engine replicas on other hosts (--engine-at, repeated; engine_control/remote_group.h): the
+  // front starts no engine; it forms these into one group. Their token: --engine-token-file, else
+  // AJET_ENGINE_TOKEN.
+  std::vector<std::string> engine_at;
+  std::string engine_token_file;
+  double engine_group_timeout_s = 120;
   // Which rank serves a call (--route): an episode's calls stay on one replica (sticky, the
   // default), round_robin, or first (rank 0 serves every call).
   engine_control::RoutePolicy route = engine_control::RoutePolicy::kSticky;

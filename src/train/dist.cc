@@ -12,10 +12,12 @@
 #endif
 
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <sstream>
 
 #include "common/error.h"
+#include "common/json.h"
 #include "common/log.h"
 
 namespace ajet::train {
@@ -52,6 +54,7 @@ class SingleRank : public Collective {
   int rank() const override { return 0; }
   int world_size() const override { return 1; }
   void all_reduce_sum(std::vector<torch::Tensor>&) override {}
+  void broadcast(std::vector<torch::Tensor>&, int) override {}
 };
 
 class C10dCollective : public Collective {
@@ -94,6 +97,35 @@ class C10dCollective : public Collective {
     }
   }
 
+  void broadcast(std::vector<torch::Tensor>& tensors, int root) override {
+    torch::NoGradGuard no_grad;
+    std::map<torch::ScalarType, std::vector<size_t>> by_dtype;
+    for (size_t i = 0; i < tensors.size(); ++i) by_dtype[tensors[i].scalar_type()].push_back(i);
+    for (auto& [dtype, indices] : by_dtype) {
+      std::vector<torch::Tensor> flat;
+      for (size_t i : indices) flat.push_back(tensors[i].reshape({-1}));
+      std::vector<torch::Tensor> buffer = {flat.size() == 1 ? flat[0].contiguous().clone()
+                                                            : torch::cat(flat)};
+      try {
+        c10d::BroadcastOptions opts;
+        opts.rootRank = root;
+        opts.timeout = placement_.timeout;
+        group_->broadcast(buffer, opts)->wait(placement_.timeout);
+      } catch (const std::exception& e) {
+        fail(ErrorCode::kUnavailable,
+             "data parallel broadcast from rank " + std::to_string(root) + " failed on rank " +
+                 std::to_string(placement_.rank) + " of " + std::to_string(placement_.world_size) +
+                 " (group at " + placement_.master() + "): " + describe(e));
+      }
+      int64_t offset = 0;
+      for (size_t i : indices) {
+        const int64_t n = tensors[i].numel();
+        tensors[i].copy_(buffer[0].narrow(0, offset, n).view(tensors[i].sizes()));
+        offset += n;
+      }
+    }
+  }
+
  private:
   train_data::DistPlacement placement_;
   c10::intrusive_ptr<c10d::Store> store_;  // rank 0 serves it; kept for the group's lifetime
@@ -101,7 +133,9 @@ class C10dCollective : public Collective {
 };
 
 #ifdef AJET_HAVE_GLOO
-std::shared_ptr<::gloo::transport::Device> gloo_device(const train_data::DistPlacement& p) {
+std::shared_ptr<::gloo::transport::Device> gloo_device(const train_data::DistPlacement& p,
+                                                       const std::string& bind_addr = "") {
+  if (!bind_addr.empty()) return c10d::ProcessGroupGloo::createDeviceForHostname(bind_addr);
   if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
       ifname != nullptr && *ifname != '\0') {
     return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
@@ -116,10 +150,10 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const train_data::DistPla
 
 }  // namespace
 
-std::shared_ptr<Collective> make_collective(const train_data::DistPlacement& p) {
-  if (p.world_size == 1) return std::make_shared<SingleRank>();
-  const std::string where = "rank " + std::to_string(p.rank) + " of " +
-                            std::to_string(p.world_size) + ", master " + p.master();
+namespace {
+
+// Whether the group runs on NCCL (else Gloo); refuses a backend this build lacks.
+bool use_nccl(const train_data::DistPlacement& p) {
   bool nccl = p.backend == "nccl";
 #ifdef USE_C10D_NCCL
   if (p.backend == "auto") nccl = torch::cuda::is_available();
@@ -135,7 +169,53 @@ std::shared_ptr<Collective> make_collective(const train_data::DistPlacement& p) 
                      "with libgloo-dev");
   }
 #endif
+  return nccl;
+}
 
+std::string where_of(const train_data::DistPlacement& p) {
+  return "rank " + std::to_string(p.rank) + " of " + std::to_string(p.world_size) + ", master " +
+         p.master();
+}
+
+// The process group over `store` under `prefix`: every rank connects to every other.
+std::shared_ptr<Collective> make_group(const train_data::DistPlacement& p,
+                                       c10::intrusive_ptr<c10d::Store> store,
+                                       const std::string& prefix, const std::string& bind_addr) {
+  const bool nccl = use_nccl(p);
+  const std::string where = where_of(p);
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>(prefix, store);
+  c10::intrusive_ptr<CollectiveGroup> group;
+  try {
+    if (nccl) {
+#ifdef USE_C10D_NCCL
+      auto opts = c10d::ProcessGroupNCCL::Options::create();
+      opts->timeout = p.timeout;
+      group = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, p.rank, p.world_size, opts);
+#endif
+    } else {
+#ifdef AJET_HAVE_GLOO
+      auto opts = c10d::ProcessGroupGloo::Options::create(p.timeout);
+      opts->devices.push_back(gloo_device(p, bind_addr));
+      opts->threads = 2;
+      group = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, p.rank, p.world_size, opts);
+#endif
+    }
+  } catch (const std::exception& e) {
+    fail(ErrorCode::kUnavailable,
+         std::string("distributed ") + (nccl ? "NCCL" : "Gloo") + " group (" + where +
+             "): not every rank joined within " + seconds(p.timeout) +
+             " s, or the ranks could not connect to each other: " + describe(e));
+  }
+  log().info("data parallel: {} joined the {} group", where, nccl ? "NCCL" : "Gloo");
+  return std::make_shared<C10dCollective>(p, store, group);
+}
+
+}  // namespace
+
+std::shared_ptr<Collective> make_collective(const train_data::DistPlacement& p) {
+  if (p.world_size == 1) return std::make_shared<SingleRank>();
+  use_nccl(p);  // a backend this build lacks fails before the rendezvous
+  const std::string where = where_of(p);
   c10::intrusive_ptr<c10d::Store> store;
   try {
     c10d::TCPStoreOptions so;
@@ -161,31 +241,148 @@ std::shared_ptr<Collective> make_collective(const train_data::DistPlacement& p) 
                                       "): could not reach the store at " + p.master() +
                                       " or not every rank joined" + within + ": " + why);
   }
-  auto prefixed = c10::make_intrusive<c10d::PrefixStore>("ajet_default_pg", store);
-  c10::intrusive_ptr<CollectiveGroup> group;
+  return make_group(p, store, "ajet_default_pg", "");
+}
+
+struct RendezvousStore::Impl {
+  c10::intrusive_ptr<c10d::TCPStore> store;
+};
+
+RendezvousStore::RendezvousStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+RendezvousStore::~RendezvousStore() = default;
+
+uint16_t RendezvousStore::port() const { return impl_->store->getPort(); }
+
+std::shared_ptr<RendezvousStore> RendezvousStore::serve(std::chrono::milliseconds timeout) {
+  auto impl = std::make_unique<Impl>();
   try {
-    if (nccl) {
-#ifdef USE_C10D_NCCL
-      auto opts = c10d::ProcessGroupNCCL::Options::create();
-      opts->timeout = p.timeout;
-      group = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, p.rank, p.world_size, opts);
-#endif
-    } else {
-#ifdef AJET_HAVE_GLOO
-      auto opts = c10d::ProcessGroupGloo::Options::create(p.timeout);
-      opts->devices.push_back(gloo_device(p));
-      opts->threads = 2;
-      group = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, p.rank, p.world_size, opts);
-#endif
-    }
+    c10d::TCPStoreOptions so;
+    so.port = 0;  // the OS picks; the front hands it to the other ranks
+    so.isServer = true;
+    so.waitWorkers = false;
+    so.timeout = timeout;
+    impl->store = c10::make_intrusive<c10d::TCPStore>("0.0.0.0", so);
   } catch (const std::exception& e) {
-    fail(ErrorCode::kUnavailable,
-         std::string("distributed ") + (nccl ? "NCCL" : "Gloo") + " group (" + where +
-             "): not every rank joined within " + seconds(p.timeout) +
-             " s, or the ranks could not connect to each other: " + describe(e));
+    fail(ErrorCode::kUnavailable, "could not serve a rendezvous store: " + describe(e));
   }
-  log().info("data parallel: {} joined the {} group", where, nccl ? "NCCL" : "Gloo");
-  return std::make_shared<C10dCollective>(p, store, group);
+  return std::make_shared<RendezvousStore>(std::move(impl));
+}
+
+std::shared_ptr<Collective> join_collective(const train_data::DistPlacement& p,
+                                            const std::string& name,
+                                            std::shared_ptr<RendezvousStore> served,
+                                            const std::string& bind_addr) {
+  if (p.world_size == 1) return std::make_shared<SingleRank>();
+  use_nccl(p);
+  c10::intrusive_ptr<c10d::Store> store;
+  if (p.rank == 0) {
+    if (!served) invalid_argument("join_collective: rank 0 must serve the rendezvous store");
+    store = served->impl().store;
+  } else {
+    try {
+      c10d::TCPStoreOptions so;
+      so.port = p.master_port;
+      so.isServer = false;
+      so.waitWorkers = false;
+      so.timeout = p.timeout;
+      store = c10::make_intrusive<c10d::TCPStore>(p.master_addr, so);
+    } catch (const std::exception& e) {
+      fail(ErrorCode::kUnavailable, "distributed rendezvous (" + where_of(p) +
+                                        "): could not reach the store at " + p.master() + ": " +
+                                        describe(e));
+    }
+  }
+  return make_group(p, store, name, bind_addr);
+}
+
+namespace {
+
+// One int64 tensor of `values` from root to every rank.
+std::vector<int64_t> broadcast_ints(Collective& c, std::vector<int64_t> values, int root) {
+  std::vector<torch::Tensor> t = {torch::tensor(values, torch::kInt64)};
+  c.broadcast(t, root);
+  const int64_t* data = t[0].data_ptr<int64_t>();
+  return std::vector<int64_t>(data, data + t[0].numel());
+}
+
+std::string broadcast_text(Collective& c, const std::string& text, int root) {
+  const int64_t n = broadcast_ints(c, {int64_t(text.size())}, root)[0];
+  std::vector<torch::Tensor> t = {torch::zeros({n}, torch::kUInt8)};
+  if (c.rank() == root && n > 0) std::memcpy(t[0].data_ptr(), text.data(), size_t(n));
+  c.broadcast(t, root);
+  return std::string(static_cast<const char*>(t[0].data_ptr()), size_t(n));
+}
+
+}  // namespace
+
+void broadcast_trainer(Trainer& trainer, Collective& c, int root) {
+  torch::NoGradGuard no_grad;
+  const bool is_root = c.rank() == root;
+  // The header: counters, the shuffle RNG, and which optimizer entries exist (a rank that never
+  // stepped has none).
+  Trainer::State mine = trainer.state();
+  Json header = Json::object();
+  if (is_root) {
+    Json entries = Json::array();
+    for (const auto& e : mine.optimizer)
+      entries.push_back(Json{{"name", e.name}, {"step", e.step}});
+    header = Json{{"global_step", mine.global_step},
+                  {"policy_version", mine.policy_version},
+                  {"shuffle_rng", mine.shuffle_rng},
+                  {"torch_rng", mine.torch_rng.defined() ? mine.torch_rng.numel() : int64_t(-1)},
+                  {"optimizer", entries}};
+  }
+  header = parse_json(broadcast_text(c, header.dump(), root), "the broadcast trainer header");
+
+  // Every model parameter and the KL reference's, in place.
+  std::vector<torch::Tensor> tensors;
+  for (auto& item : trainer.model()->named_parameters(/*recurse=*/true))
+    tensors.push_back(item.value().detach());
+  if (auto reference = trainer.reference_model()) {
+    for (auto& item : (*reference)->named_parameters(/*recurse=*/true))
+      tensors.push_back(item.value().detach());
+  }
+  c.broadcast(tensors, root);
+
+  // The optimizer's moments, shaped like their parameters.
+  std::map<std::string, torch::Tensor> params;
+  for (auto& [name, p] : trainer.trainable_parameters()) params[name] = p;
+  std::map<std::string, const Trainer::OptimizerEntry*> own;
+  for (const auto& e : mine.optimizer) own[e.name] = &e;
+  Trainer::State st;
+  st.global_step = header.at("global_step").get<int64_t>();
+  st.policy_version = header.at("policy_version").get<int64_t>();
+  st.shuffle_rng = header.at("shuffle_rng").get<std::string>();
+  std::vector<torch::Tensor> moments;
+  for (const Json& e : header.at("optimizer")) {
+    const std::string name = e.at("name").get<std::string>();
+    auto p = params.find(name);
+    if (p == params.end()) {
+      fail(ErrorCode::kFailedPrecondition,
+           "broadcast_trainer: rank " + std::to_string(root) + "'s optimizer entry '" + name +
+               "' is not a trainable parameter here (the ranks' models differ)");
+    }
+    Trainer::OptimizerEntry entry;
+    entry.name = name;
+    entry.step = e.at("step").get<int64_t>();
+    if (is_root) {
+      entry.exp_avg = own.at(name)->exp_avg;
+      entry.exp_avg_sq = own.at(name)->exp_avg_sq;
+    } else {
+      entry.exp_avg = torch::zeros_like(p->second);
+      entry.exp_avg_sq = torch::zeros_like(p->second);
+    }
+    moments.push_back(entry.exp_avg);
+    moments.push_back(entry.exp_avg_sq);
+    st.optimizer.push_back(std::move(entry));
+  }
+  const int64_t rng_bytes = header.at("torch_rng").get<int64_t>();
+  if (rng_bytes >= 0) {
+    st.torch_rng = is_root ? mine.torch_rng.clone() : torch::zeros({rng_bytes}, torch::kUInt8);
+    moments.push_back(st.torch_rng);
+  }
+  if (!moments.empty()) c.broadcast(moments, root);
+  if (!is_root) trainer.load_state(st);
 }
 
 }  // namespace ajet::train

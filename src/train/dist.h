@@ -19,4 +19,40 @@ namespace ajet::train {
 // returns a collective whose all_reduce_sum leaves the tensors as they are.
 std::shared_ptr<Collective> make_collective(const train_data::DistPlacement& placement);
 
+// Elastic groups: a front forms (and after a replica died or joined, re-forms) the group of the
+// engine replicas it drives, one generation at a time (docs/cluster.md, "Engines on other hosts").
+// The would-be rank 0 first serves a rendezvous store on a port the OS picks; the front then tells
+// every member its rank and where that store is, and each joins with join_collective.
+class RendezvousStore {
+ public:
+  // Listens on every interface; throws Error(kUnavailable) when it cannot.
+  static std::shared_ptr<RendezvousStore> serve(std::chrono::milliseconds timeout);
+  ~RendezvousStore();
+  uint16_t port() const;
+
+  struct Impl;
+  explicit RendezvousStore(std::unique_ptr<Impl> impl);
+  Impl& impl() const { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// Joins the group `name` (one generation's key prefix in the store) as placement.rank of
+// placement.world_size. Rank 0 passes the store it serves; the others connect to
+// placement.master(). The Gloo transport binds to `bind_addr` when given (the address this
+// host is reached at from the others), else as make_collective does. Blocks until every rank
+// joined; errors as make_collective's.
+std::shared_ptr<Collective> join_collective(const train_data::DistPlacement& placement,
+                                            const std::string& name,
+                                            std::shared_ptr<RendezvousStore> served,
+                                            const std::string& bind_addr);
+
+// Makes every rank hold rank `root`'s trainer: each model parameter (in named_parameters order,
+// which the same architecture and LoRA settings make identical), the KL reference's, the
+// optimizer's moments and step counts, the global step, the policy version and the RNG states.
+// Every rank calls it; the trainers must have the same architecture. Throws what the transport
+// throws; a non-root rank then holds a mix and must not train before a successful call.
+void broadcast_trainer(Trainer& trainer, Collective& collective, int root);
+
 }  // namespace ajet::train

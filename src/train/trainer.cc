@@ -626,6 +626,10 @@ Trainer::Trainer(model::Qwen2Model model, train_data::TrainerOptions options)
 Trainer::~Trainer() = default;
 
 void Trainer::set_gradient_hook(GradientHook hook) { impl_->hook = std::move(hook); }
+void Collective::broadcast(std::vector<torch::Tensor>&, int) {
+  fail(ErrorCode::kFailedPrecondition, "this data-parallel transport cannot broadcast");
+}
+
 void Trainer::set_collective(std::shared_ptr<Collective> collective) {
   impl_->collective = std::move(collective);
 }

@@ -57,6 +57,9 @@ class Collective {
   // Every rank calls this with tensors of the same shapes in the same order; afterwards each holds
   // the element-wise sum over ranks.
   virtual void all_reduce_sum(std::vector<torch::Tensor>& tensors) = 0;
+  // Every rank calls this with tensors of the same shapes, dtypes and order; afterwards each holds
+  // rank `root`'s values. The default throws Error(kFailedPrecondition) (a transport without it).
+  virtual void broadcast(std::vector<torch::Tensor>& tensors, int root);
 };
 
 class Trainer {
