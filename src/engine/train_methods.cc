@@ -152,6 +152,10 @@ struct TrainMethods::Impl {
           .get();
       trainer->set_collective(options.collective);
     }
+    // Elastic: a member that dies mid-step fails the others' all-reduce, possibly after some of the
+    // step's optimizer updates; they go back to the state before the step, so the front can train
+    // the batch again on the group it re-forms.
+    trainer->set_rollback_on_failure(options.elastic);
     train::Trainer::State state = trainer->state();
     state.policy_version = served_version;
     trainer->load_state(state);
@@ -224,88 +228,53 @@ Json TrainMethods::train_step(const rpc::TrainBatch& rpc_batch) {
   train_data::TrainMetrics metrics;
   double paused = 0;
   Json reply_extra = Json::object();
-  // Elastic: a member that dies mid-step fails the others' all-reduce, possibly after some of the
-  // step's optimizer updates; they go back to the weights and state before the step, so the front
-  // can train the batch again on the group it re-forms.
-  std::optional<train::Trainer::State> before;
-  std::vector<torch::Tensor> before_params;
-  if (s.options.elastic && data_parallel) {
-    torch::NoGradGuard no_grad;
-    before = trainer.state();
-    for (auto& [name, p] : trainer.trainable_parameters())
-      before_params.push_back(p.detach().clone());
-  }
-  auto roll_back = [&] {
-    if (!before) return;
-    auto restore = [&] {
-      torch::NoGradGuard no_grad;
-      auto params = trainer.trainable_parameters();
-      for (size_t i = 0; i < params.size(); ++i) params[i].second.detach().copy_(before_params[i]);
-      trainer.load_state(*before);
+  if (!s.async) {
+    // Inference waits while the served weights themselves are trained.
+    s.engine
+        .run_exclusive(
+            [&](model::Qwen2Model&) {
+              const auto pause = std::chrono::steady_clock::now();
+              metrics = trainer.train_step(batch);
+              paused = seconds_since(pause);
+            },
+            true)
+        .get();
+  } else {
+    // Inference continues on the current weights; only the copy into the served model pauses it.
+    // Trainer and decoder share the cores meanwhile. Two OpenMP teams as wide as the machine wait
+    // at every barrier for a thread that is not running: on 2 cores the rollout beside a step took
+    // 2-3x as long as alone. The trainer takes half the threads; the decoder keeps all of them
+    // (measured on the main command's config, 10 steps each: trainer 1 + decoder 2 23.4 s, 2 +
+    // 2 25.7 s, 1 + 1 36.8 s, torch 28.7-33.5 s). A smaller decoder share is set on the engine
+    // thread (OpenMP thread counts belong to the calling thread) in a task that changes no weights
+    // but still forgets the prefix cache, so only when asked for; the decoder gets every thread
+    // back in the task that swaps the weights in.
+    const auto [trainer_threads, decode_threads] = s.thread_split();
+    const bool narrow_decode = decode_threads != s.all_threads();
+    auto set_decode_threads = [&](int n) {
+      s.engine.run_exclusive([n](model::Qwen2Model&) { model::configure_threads(n); }, false).get();
     };
-    if (!s.async) {
-      s.engine.run_exclusive([&](model::Qwen2Model&) { restore(); }, false).get();
-    } else {
-      restore();
+    if (narrow_decode) set_decode_threads(decode_threads);
+    model::configure_threads(trainer_threads);
+    s.lower_trainer_priority();
+    try {
+      metrics = trainer.train_step(batch);
+    } catch (...) {
+      if (narrow_decode) set_decode_threads(s.all_threads());
+      throw;
     }
-    log().warn(
-        "train_step failed in the data-parallel group: weights and optimizer are back to "
-        "policy version {}",
-        before->policy_version);
-  };
-  try {
-    if (!s.async) {
-      // Inference waits while the served weights themselves are trained.
-      s.engine
-          .run_exclusive(
-              [&](model::Qwen2Model&) {
-                const auto pause = std::chrono::steady_clock::now();
-                metrics = trainer.train_step(batch);
-                paused = seconds_since(pause);
-              },
-              true)
-          .get();
-    } else {
-      // Inference continues on the current weights; only the copy into the served model pauses it.
-      // Trainer and decoder share the cores meanwhile. Two OpenMP teams as wide as the machine wait
-      // at every barrier for a thread that is not running: on 2 cores the rollout beside a step
-      // took 2-3x as long as alone. The trainer takes half the threads; the decoder keeps all of
-      // them (measured on the main command's config, 10 steps each: trainer 1 + decoder 2 23.4 s, 2
-      // + 2 25.7 s, 1 + 1 36.8 s, torch 28.7-33.5 s). A smaller decoder share is set on the engine
-      // thread (OpenMP thread counts belong to the calling thread) in a task that changes no
-      // weights but still forgets the prefix cache, so only when asked for; the decoder gets every
-      // thread back in the task that swaps the weights in.
-      const auto [trainer_threads, decode_threads] = s.thread_split();
-      const bool narrow_decode = decode_threads != s.all_threads();
-      auto set_decode_threads = [&](int n) {
-        s.engine.run_exclusive([n](model::Qwen2Model&) { model::configure_threads(n); }, false)
-            .get();
-      };
-      if (narrow_decode) set_decode_threads(decode_threads);
-      model::configure_threads(trainer_threads);
-      s.lower_trainer_priority();
-      try {
-        metrics = trainer.train_step(batch);
-      } catch (...) {
-        if (narrow_decode) set_decode_threads(s.all_threads());
-        throw;
-      }
-      s.engine
-          .run_exclusive(
-              [&](model::Qwen2Model& served) {
-                const auto pause = std::chrono::steady_clock::now();
-                train::copy_parameters(trainer.model(), served);
-                if (narrow_decode) model::configure_threads(s.all_threads());
-                paused = seconds_since(pause);
-              },
-              true)
-          .get();
-      reply_extra = Json{{"trainer_threads", trainer_threads},
-                         {"decode_threads_while_training", decode_threads}};
-    }
-  } catch (...) {
-    roll_back();
-    throw;
+    s.engine
+        .run_exclusive(
+            [&](model::Qwen2Model& served) {
+              const auto pause = std::chrono::steady_clock::now();
+              train::copy_parameters(trainer.model(), served);
+              if (narrow_decode) model::configure_threads(s.all_threads());
+              paused = seconds_since(pause);
+            },
+            true)
+        .get();
+    reply_extra = Json{{"trainer_threads", trainer_threads},
+                       {"decode_threads_while_training", decode_threads}};
   }
   Json reply = metrics.to_json();
   reply["trainer_policy_version"] = metrics.policy_version;

@@ -94,7 +94,8 @@ void RemoteGroup::remove(const std::string& address) {
     auto it = std::find_if(engines_.begin(), engines_.end(), [&](const auto& e) {
       return e->address == canonical && e->state != State::kRemoved;
     });
-    if (it == engines_.end()) fail(ErrorCode::kNotFound, "no engine " + canonical + " is registered");
+    if (it == engines_.end())
+      fail(ErrorCode::kNotFound, "no engine " + canonical + " is registered");
     Engine& e = **it;
     if (e.state == State::kMember) due_ = true;
     e.state = State::kRemoved;
@@ -102,7 +103,8 @@ void RemoteGroup::remove(const std::string& address) {
     e.rank = -1;
     closing = std::move(e.client);
   }
-  verbose_.add("engine", fmt::format("engine replica {} removed: it gets no more calls", canonical));
+  verbose_.add("engine",
+               fmt::format("engine replica {} removed: it gets no more calls", canonical));
   // Closed outside the lock (in-flight calls get their error through their callbacks).
   if (closing) closing->close();
 }
@@ -312,7 +314,8 @@ std::vector<std::shared_ptr<rpc::Client>> RemoteGroup::form(const fs::path& chec
   std::vector<Candidate> live;
   for (auto& c : candidates) {
     try {
-      rpc::Client::CallResult r = c.client->call(rpc::make_status_request(), std::chrono::seconds(5));
+      rpc::Client::CallResult r =
+          c.client->call(rpc::make_status_request(), std::chrono::seconds(5));
       c.version = r.done.body.value("policy_version", int64_t(-1));
       live.push_back(c);
     } catch (const std::exception& ex) {
@@ -337,9 +340,9 @@ std::vector<std::shared_ptr<rpc::Client>> RemoteGroup::form(const fs::path& chec
         request(rpc::kMethodLoadCheckpoint, Json{{"dir", checkpoint.string()}}),
         options_.call_timeout);
     live[0].version = r.done.body.value("policy_version", live[0].version);
-    verbose_.add("engine", fmt::format("engine replica {} loaded checkpoint {} (policy_version {})",
-                                       live[0].engine->address, checkpoint.string(),
-                                       live[0].version));
+    verbose_.add("engine",
+                 fmt::format("engine replica {} loaded checkpoint {} (policy_version {})",
+                             live[0].engine->address, checkpoint.string(), live[0].version));
   }
   const int world = int(live.size());
   const int64_t version = live[0].version;
@@ -359,14 +362,11 @@ std::vector<std::shared_ptr<rpc::Client>> RemoteGroup::form(const fs::path& chec
   const std::string master = engine_host(live[0].engine->address);
   std::vector<std::future<Json>> joins;
   for (int r = 0; r < world; ++r) {
-    Json body{{"generation", generation},
-              {"rank", r},
-              {"world_size", world},
-              {"master_addr", master},
-              {"master_port", port},
-              {"bind_addr", engine_host(live[size_t(r)].engine->address)},
-              {"timeout_s", timeout_s},
-              {"policy_version", version}};
+    Json body{
+        {"generation", generation}, {"rank", r},
+        {"world_size", world},      {"master_addr", master},
+        {"master_port", port},      {"bind_addr", engine_host(live[size_t(r)].engine->address)},
+        {"timeout_s", timeout_s},   {"policy_version", version}};
     auto client = live[size_t(r)].client;
     const auto call_timeout = options_.call_timeout;
     joins.push_back(std::async(std::launch::async, [client, body, call_timeout] {
@@ -380,13 +380,15 @@ std::vector<std::shared_ptr<rpc::Client>> RemoteGroup::form(const fs::path& chec
       replies[size_t(r)] = joins[size_t(r)].get();
     } catch (const Error& e) {
       std::lock_guard<std::mutex> lock(mu_);
-      if (!live[size_t(r)].client->connected() && live[size_t(r)].engine->client == live[size_t(r)].client) {
+      if (!live[size_t(r)].client->connected() &&
+          live[size_t(r)].engine->client == live[size_t(r)].client) {
         mark_gone(*live[size_t(r)].engine, e.what());
         live[size_t(r)].engine->client.reset();
       }
-      if (!first) first = Error(ErrorCode::kUnavailable,
-                                fmt::format("join_group on {} (rank {} of {}): {}",
-                                            live[size_t(r)].engine->address, r, world, e.what()));
+      if (!first)
+        first = Error(ErrorCode::kUnavailable,
+                      fmt::format("join_group on {} (rank {} of {}): {}",
+                                  live[size_t(r)].engine->address, r, world, e.what()));
     }
   }
   if (first) {
@@ -396,7 +398,8 @@ std::vector<std::shared_ptr<rpc::Client>> RemoteGroup::form(const fs::path& chec
   }
   const std::string checksum = replies[0].value("weights_checksum", std::string());
   bool same = true;
-  for (const Json& r : replies) same = same && r.value("weights_checksum", std::string()) == checksum;
+  for (const Json& r : replies)
+    same = same && r.value("weights_checksum", std::string()) == checksum;
   std::vector<std::shared_ptr<rpc::Client>> out;
   std::string names;
   {
@@ -425,14 +428,16 @@ std::vector<std::shared_ptr<rpc::Client>> RemoteGroup::form(const fs::path& chec
     due_ = false;
   }
   if (!same) {
-    log().error("engine group generation {}: the members' weights differ after joining", generation);
+    log().error("engine group generation {}: the members' weights differ after joining",
+                generation);
   }
-  verbose_.add("engine", fmt::format("replica group generation {}: {} member(s) [{}], policy_version "
-                                     "{}, {} (weights_checksum {})",
-                                     generation, world, names, policy_version_,
-                                     same ? "the same weights on every member"
-                                          : "ERROR: the members' weights differ",
-                                     checksum));
+  verbose_.add(
+      "engine",
+      fmt::format("replica group generation {}: {} member(s) [{}], policy_version "
+                  "{}, {} (weights_checksum {})",
+                  generation, world, names, policy_version_,
+                  same ? "the same weights on every member" : "ERROR: the members' weights differ",
+                  checksum));
   return out;
 }
 
@@ -445,10 +450,11 @@ std::vector<std::shared_ptr<rpc::Client>> RemoteGroup::serving() const {
 
 std::shared_ptr<rpc::Client> RemoteGroup::first() const {
   std::lock_guard<std::mutex> lock(mu_);
+  const Engine* best = nullptr;  // rank 0, or the lowest rank left when rank 0 is gone
   for (const auto& e : engines_) {
-    if (e->state == State::kMember && e->rank == 0) return e->client;
+    if (e->state == State::kMember && e->client && (!best || e->rank < best->rank)) best = e.get();
   }
-  return nullptr;
+  return best ? best->client : nullptr;
 }
 
 bool RemoteGroup::has_members() const {
@@ -489,7 +495,8 @@ Json RemoteGroup::json() const {
                            {"joined", e->joined},
                            {"last_error", e->last_error}});
   }
-  return Json{{"generation", generation_}, {"policy_version", policy_version_}, {"engines", engines}};
+  return Json{
+      {"generation", generation_}, {"policy_version", policy_version_}, {"engines", engines}};
 }
 
 }  // namespace ajet::engine_control

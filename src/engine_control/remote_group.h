@@ -1,8 +1,8 @@
-// Engine replicas on other hosts (ajet-swarm start --engine-at tcp:HOST:PORT, repeated; docs/cluster.md,
-// "Engines on other hosts"). Each is an `ajet-engine serve --elastic` the operator started, reached
-// with the engine token. The front forms them into one data-parallel group (engine RPC open_group
-// and join_group: c10d over TCP, every member takes rank 0's weights and trainer state, and their
-// weights checksums must agree), routes calls to the members, and keeps watch:
+// Engine replicas on other hosts (ajet-swarm start --engine-at tcp:HOST:PORT, repeated;
+// docs/cluster.md, "Engines on other hosts"). Each is an `ajet-engine serve --elastic` the operator
+// started, reached with the engine token. The front forms them into one data-parallel group (engine
+// RPC open_group and join_group: c10d over TCP, every member takes rank 0's weights and trainer
+// state, and their weights checksums must agree), routes calls to the members, and keeps watch:
 //   * a heartbeat (`status`, every `heartbeat`) takes a member that misses one answer, or whose
 //     connection closed, out of routing at once (so a dead replica gets no call within about a
 //     second); a closed connection, or three misses in a row, mark it gone;
@@ -68,7 +68,8 @@ class RemoteGroup {
   // Routing: one entry per slot (registration order); null for a slot whose engine is not a
   // serving member (not connected, not yet joined, missed a heartbeat, gone).
   std::vector<std::shared_ptr<rpc::Client>> serving() const;
-  // rank 0's connection, null when there is no group.
+  // The lowest-ranked member's connection (rank 0's while it lives): checkpoints are saved there.
+  // Null when no member is left.
   std::shared_ptr<rpc::Client> first() const;
   bool has_members() const;
   // The policy version the group serves (after the last forming or recorded step); -1 without one.
@@ -96,7 +97,7 @@ class RemoteGroup {
   RemoteGroupOptions options_;
   episodes::VerboseLog& verbose_;
   mutable std::mutex mu_;
-  std::mutex form_mu_;  // one forming at a time
+  std::mutex form_mu_;                            // one forming at a time
   std::vector<std::shared_ptr<Engine>> engines_;  // by slot
   int64_t generation_ = 0;
   int64_t policy_version_ = -1;

@@ -28,9 +28,7 @@ std::vector<std::shared_ptr<rpc::Client>> EngineSupervisor::train_ranks(bool aft
   return remote_->train_ranks(after_failure, latest_checkpoint_dir());
 }
 
-int64_t EngineSupervisor::group_version() const {
-  return remote_ ? remote_->policy_version() : -1;
-}
+int64_t EngineSupervisor::group_version() const { return remote_ ? remote_->policy_version() : -1; }
 
 void EngineSupervisor::note_step(int64_t policy_version) {
   if (remote_) remote_->note_step(policy_version);
@@ -91,8 +89,8 @@ void EngineSupervisor::supervise_remote() {
               fmt::format("engine ready: {} replica(s) on other hosts, policy_version {}",
                           members.size(), version);
           try {
-            registry_.engine_ready(detail, version >= 0 ? std::optional<int64_t>(version)
-                                                        : std::nullopt);
+            registry_.engine_ready(detail,
+                                   version >= 0 ? std::optional<int64_t>(version) : std::nullopt);
           } catch (const Error& e) {
             log().info("engine replicas ready, but the registry moved on ({})", e.what());
           }

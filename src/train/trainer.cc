@@ -314,6 +314,7 @@ struct Trainer::Impl {
   int64_t policy_version = 0;
   GradientHook hook;
   std::shared_ptr<Collective> collective;
+  bool rollback_on_failure = false;
 
   Impl(model::Qwen2Model m, train_data::TrainerOptions options)
       : model(std::move(m)), o(std::move(options)), rng(o.seed) {}
@@ -657,7 +658,27 @@ std::vector<std::vector<float>> Trainer::compute_logprobs(const train_data::Batc
 // PPO epochs x mini-batches (one optimizer step each) -> metrics. Every rank issues the same
 // all_reduce calls in the same order: three per mini-batch (one when it is skipped), one at the
 // end.
+void Trainer::set_rollback_on_failure(bool on) { impl_->rollback_on_failure = on; }
+
 train_data::TrainMetrics Trainer::train_step(const train_data::Batch& batch) {
+  if (!impl_->rollback_on_failure) return train_step_unguarded(batch);
+  State before = state();
+  std::vector<torch::Tensor> params;
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& [name, p] : impl_->params) params.push_back(p.detach().clone());
+  }
+  try {
+    return train_step_unguarded(batch);
+  } catch (...) {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < params.size(); ++i) impl_->params[i].second.detach().copy_(params[i]);
+    load_state(before);
+    throw;
+  }
+}
+
+train_data::TrainMetrics Trainer::train_step_unguarded(const train_data::Batch& batch) {
   const auto t0 = Clock::now();
   Impl& s = *impl_;
   const train_data::TrainerOptions& o = s.o;

@@ -80,6 +80,11 @@ class Trainer {
   using GradientHook = std::function<void(std::vector<torch::Tensor>& grads)>;
   void set_gradient_hook(GradientHook hook);
   void set_collective(std::shared_ptr<Collective> collective);
+  // On: a train_step that throws (a collective failed: a data-parallel peer died) leaves the
+  // weights, the optimizer, the counters and the RNG states as they were before it, from a copy
+  // of the trainable parameters and the optimizer state taken at every step (3x the trainable
+  // parameters' memory while the step runs). Elastic engine groups turn it on.
+  void set_rollback_on_failure(bool on);
 
   model::Qwen2Model& model();
   const train_data::TrainerOptions& options() const;
@@ -114,6 +119,8 @@ class Trainer {
   std::vector<std::vector<float>> compute_logprobs(const train_data::Batch& batch);
 
  private:
+  train_data::TrainMetrics train_step_unguarded(const train_data::Batch& batch);
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

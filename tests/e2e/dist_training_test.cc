@@ -179,13 +179,6 @@ TEST(DistTrainingTest, TwoEngineRanksThroughTheFrontTrainTheSameWeightsAsOneRank
               weights);
 }
 
-// The value of one sample of a Prometheus exposition (`name{labels}` as written), or -1.
-double sample_value(const std::string& text, const std::string& sample) {
-  const size_t at = text.find("\n" + sample + " ");
-  if (at == std::string::npos) return -1;
-  return std::stod(text.substr(at + sample.size() + 2));
-}
-
 // Two ranks, both serving: each episode's calls stay on the rank of its first call, new episodes
 // spread over the ranks, and after the step both ranks hold the same weights, bit for bit.
 TEST(DistTrainingTest, TwoRanksServeEpisodesStickyAndHoldTheSameWeightsAfterAStep) {

@@ -273,6 +273,13 @@ class SwarmProcess {
   std::thread reader_;
 };
 
+// The value of one sample of a Prometheus exposition (`name{labels}` as written), or -1.
+inline double sample_value(const std::string& text, const std::string& sample) {
+  const size_t at = text.find("\n" + sample + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(text.substr(at + sample.size() + 2));
+}
+
 // Polls `done` every 20 ms until it holds or `timeout` passes (for server-side events that have no
 // push notification: engine status, janitor reclaims).
 inline bool eventually(const std::function<bool()>& done, std::chrono::milliseconds timeout = 60s) {

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <future>
 #include <sstream>
 
 #include "engine_process.h"
@@ -368,6 +369,102 @@ TEST(EngineTrain, LoraCheckpointHoldsTheMergedModelAndResumes) {
   EXPECT_FALSE(logprobs_differ(served, probe(client)));
   EXPECT_NE(engine.stderr_text().find("loaded base model (the trainer's"), std::string::npos)
       << engine.stderr_text();
+}
+
+}  // namespace
+}  // namespace ajet::engine
+
+namespace ajet::engine {
+namespace {
+
+// join_group on `clients` at once (generation g, rank r = index), rank 0 serving the store.
+std::vector<nlohmann::json> form_group(std::vector<rpc::Client*> clients, int64_t generation,
+                                       int64_t policy_version, double timeout_s) {
+  const int world = int(clients.size());
+  int64_t port = 0;
+  if (world > 1) {
+    port = call(*clients[0],
+                method_frame(rpc::kMethodOpenGroup,
+                             {{"generation", generation}, {"timeout_s", timeout_s}}))["port"]
+               .get<int64_t>();
+  }
+  std::vector<std::future<nlohmann::json>> joins;
+  for (int r = 0; r < world; ++r) {
+    joins.push_back(std::async(std::launch::async, [&, r] {
+      return call(*clients[size_t(r)],
+                  method_frame(rpc::kMethodJoinGroup, {{"generation", generation},
+                                                       {"rank", r},
+                                                       {"world_size", world},
+                                                       {"master_addr", "127.0.0.1"},
+                                                       {"master_port", port},
+                                                       {"bind_addr", "127.0.0.1"},
+                                                       {"timeout_s", timeout_s},
+                                                       {"policy_version", policy_version}}));
+    }));
+  }
+  std::vector<nlohmann::json> replies;
+  for (auto& j : joins) replies.push_back(j.get());
+  return replies;
+}
+
+// An elastic group (ajet-engine serve --elastic, formed by the front over open_group/join_group):
+// a fresh engine that joins takes the trained one's weights and optimizer state exactly (the next
+// step leaves both with the same weights), and a step whose all-reduce fails (the peer never
+// takes part) leaves the weights as they were before it.
+TEST(EngineTrain, ElasticJoinerTakesTheGroupStateAndAFailedStepRollsBack) {
+  const fs::path run = process_dir() / "elastic";
+  const fs::path conf = write_conf("elastic", "torch", run);
+  EngineProcess trained({"--conf", conf.string(), "--elastic"}, micro_model_dir());
+  EngineProcess fresh({"--conf", conf.string(), "--elastic"}, micro_model_dir());
+  rpc::Client a(trained.wait_ready()), b(fresh.wait_ready());
+  a.connect();
+  b.connect();
+  EXPECT_EQ(call(a, rpc::encode_train_batch(make_batch(1)))["policy_version"], 1);
+
+  std::vector<nlohmann::json> joined = form_group({&a, &b}, 1, 1, 60);
+  ASSERT_EQ(joined.size(), 2u);
+  EXPECT_EQ(joined[0]["weights_checksum"], joined[1]["weights_checksum"]);
+  EXPECT_EQ(joined[1]["policy_version"], 1);
+  EXPECT_EQ(joined[1]["global_step"], joined[0]["global_step"]);
+  EXPECT_EQ(status_of(b)["policy_version"], 1);
+
+  // One step on both (each its own half): Adam's moments must match for the weights to.
+  rpc::TrainBatch whole = make_batch(2);
+  auto half = [&](int part) {
+    rpc::TrainBatch h;
+    h.sample_offsets.push_back(0);
+    for (int s = part * 2; s < part * 2 + 2; ++s) {
+      for (int64_t t = whole.sample_offsets[size_t(s)]; t < whole.sample_offsets[size_t(s) + 1];
+           ++t) {
+        h.token_ids.push_back(whole.token_ids[size_t(t)]);
+        h.loss_mask.push_back(whole.loss_mask[size_t(t)]);
+        h.logprobs.push_back(whole.logprobs[size_t(t)]);
+      }
+      h.sample_offsets.push_back(int64_t(h.token_ids.size()));
+      h.rewards.push_back(whole.rewards[size_t(s)]);
+      h.task_ids.push_back(whole.task_ids[size_t(s)]);
+      h.episode_uuids.push_back(whole.episode_uuids[size_t(s)]);
+      h.weights.push_back(1.0);
+    }
+    return h;
+  };
+  auto step_a =
+      std::async(std::launch::async, [&] { return call(a, rpc::encode_train_batch(half(0))); });
+  const nlohmann::json step_b = call(b, rpc::encode_train_batch(half(1)));
+  const nlohmann::json step_a_reply = step_a.get();
+  EXPECT_EQ(step_a_reply["policy_version"], 2);
+  EXPECT_EQ(step_a_reply["weights_checksum"], step_b["weights_checksum"]);
+
+  // A new group whose second member never trains: a's all-reduce times out, and its weights and
+  // policy version stay those before the step.
+  joined = form_group({&a, &b}, 2, 2, 3);
+  const nlohmann::json before = joined[0]["weights_checksum"];
+  EXPECT_EQ(before, step_a_reply["weights_checksum"]);
+  EXPECT_THROW(call(a, rpc::encode_train_batch(make_batch(3))), Error);
+  EXPECT_EQ(status_of(a)["policy_version"], 2);
+  joined = form_group({&a}, 3, 2, 60);
+  EXPECT_EQ(joined[0]["weights_checksum"], before) << "the failed step was not rolled back";
+  EXPECT_EQ(joined[0]["world_size"], 1);
 }
 
 }  // namespace

@@ -326,6 +326,66 @@ TEST(Trainer, TwoRanksEqualOneRankOnTheWholeBatch) {
   }
 }
 
+// A collective that passes tensors through (one rank) and throws on its `fail_at`-th all-reduce
+// (0: never), as c10d does when a peer died mid-step.
+class FailingCollective : public Collective {
+ public:
+  explicit FailingCollective(int fail_at) : fail_at_(fail_at) {}
+  int rank() const override { return 0; }
+  int world_size() const override { return 2; }
+  void all_reduce_sum(std::vector<torch::Tensor>&) override {
+    if (++calls_ == fail_at_) fail(ErrorCode::kUnavailable, "the peer is gone");
+  }
+  int calls() const { return calls_; }
+
+ private:
+  int fail_at_;
+  int calls_ = 0;
+};
+
+// With rollback on (elastic engine groups), a step that fails at its second optimizer update
+// leaves the trainer exactly as before it: the next step then equals that of a trainer that never
+// saw the failure, bit for bit. Without rollback the first update stays applied.
+TEST(Trainer, AFailedCollectiveStepRollsBackWhenAsked) {
+  auto base = testing::random_model(testing::qwen2_config(), 6);
+  train_data::Batch batch = random_batch(4, 3, 8, 6, 61, 7);
+  train_data::TrainerOptions o = test_options();
+  o.mini_batch_num = 2;  // two optimizer updates, each after its all-reduce
+  Trainer reference(clone_model(base), o);
+  reference.train_step(batch);
+  const uint64_t before = parameter_checksum(reference.model());
+  // How many all-reduces a step makes; the failure comes at the last, after the first update.
+  int per_step = 0;
+  {
+    Trainer counting(clone_model(base), o);
+    auto counter = std::make_shared<FailingCollective>(0);
+    counting.set_collective(counter);
+    counting.train_step(batch);
+    per_step = counter->calls();
+  }
+  ASSERT_GE(per_step, 2);
+  for (const bool rollback : {true, false}) {
+    Trainer t(clone_model(base), o);
+    t.train_step(batch);
+    ASSERT_EQ(parameter_checksum(t.model()), before);
+    t.set_rollback_on_failure(rollback);
+    t.set_collective(std::make_shared<FailingCollective>(per_step));
+    EXPECT_THROW(t.train_step(batch), Error);
+    if (!rollback) {
+      EXPECT_NE(parameter_checksum(t.model()), before) << "the first update was not applied";
+      continue;
+    }
+    EXPECT_EQ(parameter_checksum(t.model()), before);
+    EXPECT_EQ(t.policy_version(), 1);
+    EXPECT_EQ(t.global_step(), reference.global_step());
+    t.set_collective(nullptr);
+    reference.train_step(batch);
+    t.train_step(batch);
+    EXPECT_EQ(parameter_checksum(t.model()), parameter_checksum(reference.model()))
+        << "the optimizer state or RNG was not restored";
+  }
+}
+
 TEST(Trainer, RolloutLogprobsThatAgreeGiveTheRecomputedResult) {
   auto base = testing::random_model(testing::qwen2_config(), 8);
   train_data::Batch batch = random_batch(2, 4, 6, 5, 61, 9);

@@ -1,0 +1,305 @@
+// Engine replicas on other hosts (ajet-swarm start --engine-at, docs/cluster.md): a small cluster
+// of network namespaces that the test builds and removes, even when it fails. Each engine replica
+// runs in a namespace of its own ("host"), joined by a veth pair to a bridge in a "switch"
+// namespace; the front and the test (the client) are in this process's namespace, joined to the
+// switch by a veth of their own. Traffic between the front and the replicas, and the replicas'
+// c10d group, crosses real interfaces; nothing reaches beyond the machine. Needs root and `ip`;
+// skipped otherwise. The real ajet-swarm and ajet-engine binaries, a micro model, backbone torch.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
+
+#include "common/subprocess.h"
+#include "e2e_util.h"
+
+namespace ajet::e2e {
+namespace {
+
+using ::testing::HasSubstr;
+
+bool sh(const std::string& command) { return run_capture(command + " 2>&1").status == 0; }
+
+// N host namespaces on one bridge, and this namespace's veth into it. Names carry the pid so
+// concurrent runs do not meet; the subnet is 10.213.<pid % 250>.0/24.
+class NetnsCluster {
+ public:
+  explicit NetnsCluster(int hosts) : hosts_(hosts), tag_(std::to_string(::getpid() % 100000)) {
+    subnet_ = "10.213." + std::to_string(::getpid() % 250) + ".";
+    if (::geteuid() != 0) {
+      why_ = "needs root (network namespaces)";
+      return;
+    }
+    clean();
+    const std::string sw = name("s");
+    bool ok = sh("ip netns add " + sw) && sh("ip -n " + sw + " link add br0 type bridge") &&
+              sh("ip -n " + sw + " link set br0 up") &&
+              // The front's side: a veth from this namespace into the switch.
+              sh("ip link add " + dev("f") + " type veth peer name " + dev("F")) &&
+              sh("ip link set " + dev("F") + " netns " + sw) &&
+              sh("ip -n " + sw + " link set " + dev("F") + " master br0 up") &&
+              sh("ip addr add " + subnet_ + "1/24 dev " + dev("f")) &&
+              sh("ip link set " + dev("f") + " up");
+    for (int i = 0; ok && i < hosts_; ++i) {
+      const std::string host = name("h" + std::to_string(i));
+      const std::string in = dev("h" + std::to_string(i)), out = dev("H" + std::to_string(i));
+      ok = sh("ip netns add " + host) && sh("ip -n " + host + " link set lo up") &&
+           sh("ip link add " + in + " type veth peer name " + out) &&
+           sh("ip link set " + in + " netns " + host) &&
+           sh("ip link set " + out + " netns " + sw) &&
+           sh("ip -n " + sw + " link set " + out + " master br0 up") &&
+           sh("ip -n " + host + " addr add " + ip(i) + "/24 dev " + in) &&
+           sh("ip -n " + host + " link set " + in + " up");
+    }
+    if (!ok) why_ = "could not build the namespaces (ip netns / veth / bridge)";
+  }
+  ~NetnsCluster() { clean(); }
+
+  bool ok() const { return why_.empty(); }
+  const std::string& why() const { return why_; }
+  std::string ns(int i) const { return name("h" + std::to_string(i)); }
+  std::string ip(int i) const { return subnet_ + std::to_string(11 + i); }
+  // Host i's link goes down: it neither sends nor receives from now.
+  void cut(int i) const {
+    sh("ip -n " + ns(i) + " link set " + dev("h" + std::to_string(i)) + " down");
+  }
+
+ private:
+  std::string name(const std::string& what) const { return "ajt" + what + "-" + tag_; }
+  std::string dev(const std::string& what) const { return "ajt" + what + tag_; }  // <= 15 chars
+  void clean() const {
+    for (int i = 0; i < hosts_; ++i) sh("ip netns del " + ns(i));
+    sh("ip netns del " + name("s"));
+    sh("ip link del " + dev("f"));
+  }
+
+  int hosts_;
+  std::string tag_;
+  std::string subnet_;
+  std::string why_;
+};
+
+// `ajet-engine serve --elastic` in namespace `ns` (empty: this one), listening on ip:0.
+class ReplicaProcess {
+ public:
+  ReplicaProcess(const std::string& ns, const std::string& ip, const fs::path& conf,
+                 const fs::path& model, const fs::path& token) {
+    std::vector<std::string> argv;
+    if (!ns.empty()) argv = {"ip", "netns", "exec", ns};
+    for (const std::string& a :
+         {bin("ajet-engine").string(), std::string("serve"), std::string("--elastic"),
+          std::string("--conf"), conf.string(), std::string("--model"), model.string(),
+          std::string("--listen"), "tcp:" + ip + ":0", std::string("--token-file"), token.string(),
+          std::string("--threads"), std::string("1")}) {
+      argv.push_back(a);
+    }
+    Subprocess proc = Subprocess::spawn(SpawnOptions{argv, {}, {}});
+    pid_ = proc.pid();  // `ip netns exec` execs the engine: this is its pid
+    reader_ = std::thread([this, p = std::make_shared<Subprocess>(std::move(proc))] {
+      p->wait([this](std::string line) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (line.find("ajet-engine: ready on ") == 0) address_ = line.substr(22);
+        output_ += line + "\n";
+        cv_.notify_all();
+      });
+      std::lock_guard<std::mutex> lock(mu_);
+      exited_ = true;
+      cv_.notify_all();
+    });
+  }
+  ~ReplicaProcess() {
+    kill(SIGKILL);
+    if (reader_.joinable()) reader_.join();
+  }
+  // The address from its ready line; "" when it exited or took longer than `timeout`.
+  std::string address(std::chrono::milliseconds timeout = 120s) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, timeout, [&] { return !address_.empty() || exited_; });
+    return address_;
+  }
+  void kill(int sig) const {
+    if (pid_ > 0) ::kill(pid_, sig);
+  }
+  std::string output() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return output_;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::string address_, output_;
+  bool exited_ = false;
+  std::thread reader_;
+};
+
+// The engine entry of GET /engines with this address.
+Json engine_entry(Api& api, const std::string& address) {
+  const Json engines = api.get("/engines").json();
+  for (const Json& e : engines.value("engines", Json::array()))
+    if (e.value("address", "") == address) return e;
+  return Json::object();
+}
+
+// One training step's worth of episodes (train_batch_size 2 × num_repeat 2), two calls each.
+void run_episodes(Api& api, int step) {
+  for (int i = 0; i < 4; ++i) {
+    Json e = api.claim("client-net");
+    ASSERT_EQ(e["success"], true) << e.dump();
+    for (int turn = 0; turn < 2; ++turn) {
+      auto r = api.chat(e["openai_api_key"],
+                        user_chat("Step " + std::to_string(step) + " episode " + std::to_string(i) +
+                                      " turn " + std::to_string(turn),
+                                  {{"max_tokens", 4}}));
+      EXPECT_EQ(r.status, 200) << r.body;
+    }
+    const std::string task = "task-" + std::to_string(step) + "-" + std::to_string(i / 2);
+    EXPECT_EQ(api.end("client-net", e["episode_uuid"], task, double(i % 2)).status, 200);
+  }
+}
+
+TEST(RemoteReplicasTest, TrainAcrossNamespacesWhileAReplicaDiesAnotherJoinsAndALinkIsCut) {
+  NetnsCluster cluster(3);
+  if (!cluster.ok()) GTEST_SKIP() << cluster.why();
+  ScratchDir dir;
+  const fs::path model = fixture(true).model;
+  std::string yaml = config_yaml(model, "  trainer_common:\n    checkpoint_base_dir: " +
+                                            (dir / "checkpoints").string() + "\n");
+  yaml.replace(yaml.find("backbone: debug"), std::string("backbone: debug").size(),
+               "backbone: torch");
+  const fs::path conf = dir / "train.yaml";
+  write_file_atomic(conf, yaml);
+  const fs::path token = dir / "engine.token";
+  write_file_atomic(token, "a-test-secret-of-the-replicas\n");
+  fs::permissions(token, fs::perms::owner_read | fs::perms::owner_write);
+
+  auto a = std::make_unique<ReplicaProcess>(cluster.ns(0), cluster.ip(0), conf, model, token);
+  auto b = std::make_unique<ReplicaProcess>(cluster.ns(1), cluster.ip(1), conf, model, token);
+  const std::string at_a = a->address(), at_b = b->address();
+  ASSERT_FALSE(at_a.empty()) << a->output();
+  ASSERT_FALSE(at_b.empty()) << b->output();
+  EXPECT_THAT(at_a, HasSubstr(cluster.ip(0)));
+
+  SwarmProcess swarm(SwarmProcess::Options{dir / "server",
+                                           {},
+                                           "",
+                                           {"--engine-at", at_a, "--engine-at", at_b,
+                                            "--engine-token-file", token.string()}});
+  Api api(swarm.url());
+  api.boot(yaml);
+  ASSERT_FALSE(HasFatalFailure());
+  EXPECT_EQ(engine_entry(api, at_a).value("state", ""), "member") << api.get("/engines").body;
+  EXPECT_EQ(engine_entry(api, at_b).value("state", ""), "member") << api.get("/engines").body;
+
+  // Step 1 on both replicas: calls routed to both, the same weights afterwards.
+  run_episodes(api, 0);
+  ASSERT_TRUE(eventually([&] { return api.status()["global_step"] == 1; }, 300s))
+      << api.get("/get_verbose_logs").body;
+  std::string metrics = api.get("/metrics").body;
+  EXPECT_GT(sample_value(metrics, "ajet_replica_calls_total{replica=\"0\"}"), 0) << metrics;
+  EXPECT_GT(sample_value(metrics, "ajet_replica_calls_total{replica=\"1\"}"), 0) << metrics;
+  std::string logs = api.get("/get_verbose_logs").body;
+  EXPECT_THAT(logs, HasSubstr("the 2 data-parallel ranks hold the same weights"));
+
+  // Replica b is killed: no more calls to it; c, in the third namespace, joins.
+  b->kill(SIGKILL);
+  EXPECT_TRUE(eventually([&] { return engine_entry(api, at_b).value("state", "") == "gone"; }))
+      << api.get("/engines").body;
+  EXPECT_EQ(engine_entry(api, at_b).value("serving", true), false);
+  auto c = std::make_unique<ReplicaProcess>(cluster.ns(2), cluster.ip(2), conf, model, token);
+  const std::string at_c = c->address();
+  ASSERT_FALSE(at_c.empty()) << c->output();
+  auto added = api.post("/engines", Json{{"address", at_c}});
+  ASSERT_EQ(added.status, 200) << added.body;
+  EXPECT_EQ(api.post("/engines", Json{{"address", at_c}}).status, 400);  // already registered
+  EXPECT_TRUE(eventually([&] { return engine_entry(api, at_c).value("state", "") == "standby"; }))
+      << api.get("/engines").body;
+
+  // Step 2: the group re-forms with a and c; c receives the weights.
+  run_episodes(api, 1);
+  ASSERT_TRUE(eventually([&] { return api.status()["global_step"] == 2; }, 300s))
+      << api.get("/get_verbose_logs").body;
+  const Json ea = engine_entry(api, at_a), ec = engine_entry(api, at_c);
+  EXPECT_EQ(ec.value("state", ""), "member") << api.get("/engines").body;
+  EXPECT_EQ(ec.value("weights_checksum", "x"), ea.value("weights_checksum", "y"));
+  logs = api.get("/get_verbose_logs").body;
+  EXPECT_THAT(logs, HasSubstr("2 member(s) [" + at_a + ", " + at_c +
+                              "], policy_version 1, the same weights on every member"));
+  EXPECT_THAT(logs, ::testing::Not(HasSubstr("weights differ")));
+
+  // a's link is cut (no FIN, no RST: only the missing heartbeats tell): c trains alone.
+  cluster.cut(0);
+  EXPECT_TRUE(eventually([&] { return engine_entry(api, at_a).value("state", "") == "gone"; }))
+      << api.get("/engines").body;
+  run_episodes(api, 2);
+  ASSERT_TRUE(eventually([&] { return api.status()["global_step"] == 3; }, 300s))
+      << api.get("/get_verbose_logs").body;
+
+  // Nothing acknowledged was lost: every batch handed to the trainer was trained.
+  const Json status = api.status();
+  int trained = 0;
+  for (const Json& batch : status["recent_batches"]) {
+    EXPECT_EQ(batch.value("trained", false), true) << batch.dump();
+    trained += batch.value("trained", false) ? 1 : 0;
+  }
+  EXPECT_EQ(trained, 3) << status.dump();
+}
+
+// The replica endpoints answer bad input with errors that name it, and need the admin token; a front
+// that starts its own engine has no replicas to list; --engine-at without a token is refused.
+TEST(RemoteReplicasTest, TheReplicaEndpointsNameWhatIsWrong) {
+  ScratchDir dir;
+  {
+    SwarmProcess local(SwarmProcess::Options{dir / "local", {}, "", {}});
+    Api api(local.url());
+    auto r = api.get("/engines");
+    EXPECT_EQ(r.status, 400) << r.body;
+    EXPECT_THAT(r.body, HasSubstr("--engine-at"));
+  }
+  const fs::path token = dir / "engine.token";
+  write_file_atomic(token, "a-test-secret-of-the-replicas\n");
+  fs::permissions(token, fs::perms::owner_read | fs::perms::owner_write);
+  ClosedPort closed;  // a registered engine nobody answers at
+  const std::string nobody = "tcp:127.0.0.1:" + closed.url().substr(closed.url().rfind(':') + 1);
+  SwarmProcess swarm(SwarmProcess::Options{
+      dir / "server",
+      {},
+      "admin-secret",
+      {"--engine-at", nobody, "--engine-token-file", token.string()}});
+  Api api(swarm.url());
+  const http::Headers admin{{"Authorization", "Bearer admin-secret"}};
+  EXPECT_EQ(api.get("/engines").status, 401);
+  EXPECT_EQ(api.post("/engines", Json{{"address", "tcp:127.0.0.1:1"}}).status, 401);
+  const Json listed = api.get("/engines", admin).json();
+  ASSERT_EQ(listed["engines"].size(), 1u) << listed.dump();
+  EXPECT_EQ(listed["engines"][0]["address"], nobody);
+  EXPECT_EQ(listed["engines"][0]["state"], "dialing");
+  auto r = api.post("/engines", Json{{"address", "http://127.0.0.1:1"}}, admin);
+  EXPECT_EQ(r.status, 400) << r.body;
+  r = api.post("/engines", Json{{"address", nobody}}, admin);
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_THAT(r.body, HasSubstr("already registered"));
+  r = api.post("/engines", Json{{"addr", nobody}}, admin);
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_THAT(r.body, HasSubstr("address"));
+  r = api.post("/engines/remove", Json{{"address", "tcp:127.0.0.1:2"}}, admin);
+  EXPECT_EQ(r.status, 404) << r.body;
+  r = api.post("/engines/remove", Json{{"address", nobody}}, admin);
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(api.get("/engines", admin).json()["engines"][0]["state"], "removed");
+
+  // --engine-at needs the engines' token.
+  Captured refused = run_capture("env -u AJET_ENGINE_TOKEN " +
+                                 shell_quote(bin("ajet-swarm").string()) + " start --port 0 " +
+                                 "--exp-dir " + shell_quote((dir / "no-token").string()) +
+                                 " --engine-at " + nobody + " 2>&1");
+  EXPECT_NE(refused.status, 0);
+  EXPECT_THAT(refused.out, HasSubstr("need their token"));
+}
+
+}  // namespace
+}  // namespace ajet::e2e
