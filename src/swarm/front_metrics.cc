@@ -246,6 +246,30 @@ void write_front_figures(TextBuilder& out, const FrontFigures& f) {
              "Writes waiting for the store's writer thread.", double(f.store_queued_writes));
 }
 
+void write_replica_group_figures(TextBuilder& out, const Json& group) {
+  out.family("ajet_replica_group_generation", Type::kGauge,
+             "Times the front formed the group of its --engine-at replicas (0: not yet).");
+  out.sample({}, group.value("generation", 0.0));
+  const Json engines = group.value("engines", Json::array());
+  auto per_slot = [&](const char* name, Type type, const char* help, auto value) {
+    out.family(name, type, help);
+    for (const Json& e : engines)
+      out.sample({{"replica", std::to_string(e.value("slot", 0))}}, value(e));
+  };
+  per_slot("ajet_replica_member", Type::kGauge,
+           "1 when the replica is a member of the current group (it trains and may serve).",
+           [](const Json& e) { return e.value("state", "") == "member" ? 1.0 : 0.0; });
+  per_slot("ajet_replica_serving", Type::kGauge,
+           "1 when calls are routed to the replica now (a member that missed a heartbeat is not).",
+           [](const Json& e) { return e.value("serving", false) ? 1.0 : 0.0; });
+  per_slot("ajet_replica_lost_total", Type::kCounter,
+           "Times the replica was marked gone (its connection closed or it missed three "
+           "heartbeats).",
+           [](const Json& e) { return e.value("lost", 0.0); });
+  per_slot("ajet_replica_joins_total", Type::kCounter, "Group generations the replica joined.",
+           [](const Json& e) { return e.value("joined", 0.0); });
+}
+
 void write_replica_figures(TextBuilder& out, engine_control::RoutePolicy policy,
                            const engine_control::RouterFigures& routed,
                            const std::vector<std::optional<Json>>& statuses) {

@@ -56,6 +56,11 @@ void write_front_figures(prometheus::TextBuilder& out, const FrontFigures& figur
 // sequences, KV cache blocks, token counters (engine/service.cc EngineService::status()). A field
 // the reply lacks (an older engine, the echo test double) leaves its family out.
 void write_engine_figures(prometheus::TextBuilder& out, const std::optional<Json>& status);
+// Engine replicas on other hosts (GET /engines' body, engine_control::RemoteGroup::json): the
+// group's generation and policy version, and per replica slot whether it is a member, whether it
+// is served calls, and how often it was lost and joined.
+void write_replica_group_figures(prometheus::TextBuilder& out, const Json& group);
+
 // With several engine replicas: the route policy, calls routed to each replica and its sequences in
 // flight, episodes placed and moved, and each replica's own token counters from its `status` reply
 // (`statuses` in rank order, nullopt for one that did not answer).

@@ -65,6 +65,8 @@ void add_prometheus_handlers(RouteHandlers& out, http::Router& router, ServerCon
             write_front_figures(out, front);
             if (const engine_control::AdmissionLoop* admission = ctx.admission.load())
               write_admission_figures(out, admission->figures());
+            if (ctx.supervisor.remote())
+              write_replica_group_figures(out, ctx.supervisor.engines_json());
             std::shared_ptr<rpc::Client> engine = ctx.supervisor.client();
             std::vector<std::shared_ptr<rpc::Client>> ranks = ctx.supervisor.rank_clients();
             const engine_control::RoutePolicy policy = ctx.router.policy();

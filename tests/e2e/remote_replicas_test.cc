@@ -184,11 +184,11 @@ TEST(RemoteReplicasTest, TrainAcrossNamespacesWhileAReplicaDiesAnotherJoinsAndAL
   ASSERT_FALSE(at_b.empty()) << b->output();
   EXPECT_THAT(at_a, HasSubstr(cluster.ip(0)));
 
-  SwarmProcess swarm(SwarmProcess::Options{dir / "server",
-                                           {},
-                                           "",
-                                           {"--engine-at", at_a, "--engine-at", at_b,
-                                            "--engine-token-file", token.string()}});
+  SwarmProcess swarm(SwarmProcess::Options{
+      dir / "server",
+      {},
+      "",
+      {"--engine-at", at_a, "--engine-at", at_b, "--engine-token-file", token.string()}});
   Api api(swarm.url());
   api.boot(yaml);
   ASSERT_FALSE(HasFatalFailure());
@@ -230,6 +230,11 @@ TEST(RemoteReplicasTest, TrainAcrossNamespacesWhileAReplicaDiesAnotherJoinsAndAL
   EXPECT_THAT(logs, HasSubstr("2 member(s) [" + at_a + ", " + at_c +
                               "], policy_version 1, the same weights on every member"));
   EXPECT_THAT(logs, ::testing::Not(HasSubstr("weights differ")));
+  metrics = api.get("/metrics").body;
+  EXPECT_EQ(sample_value(metrics, "ajet_replica_group_generation"), 2) << metrics;
+  EXPECT_EQ(sample_value(metrics, "ajet_replica_lost_total{replica=\"1\"}"), 1) << metrics;
+  EXPECT_EQ(sample_value(metrics, "ajet_replica_member{replica=\"1\"}"), 0) << metrics;
+  EXPECT_EQ(sample_value(metrics, "ajet_replica_member{replica=\"2\"}"), 1) << metrics;
 
   // a's link is cut (no FIN, no RST: only the missing heartbeats tell): c trains alone.
   cluster.cut(0);
@@ -249,8 +254,8 @@ TEST(RemoteReplicasTest, TrainAcrossNamespacesWhileAReplicaDiesAnotherJoinsAndAL
   EXPECT_EQ(trained, 3) << status.dump();
 }
 
-// The replica endpoints answer bad input with errors that name it, and need the admin token; a front
-// that starts its own engine has no replicas to list; --engine-at without a token is refused.
+// The replica endpoints answer bad input with errors that name it, and need the admin token; a
+// front that starts its own engine has no replicas to list; --engine-at without a token is refused.
 TEST(RemoteReplicasTest, TheReplicaEndpointsNameWhatIsWrong) {
   ScratchDir dir;
   {
@@ -265,11 +270,11 @@ TEST(RemoteReplicasTest, TheReplicaEndpointsNameWhatIsWrong) {
   fs::permissions(token, fs::perms::owner_read | fs::perms::owner_write);
   ClosedPort closed;  // a registered engine nobody answers at
   const std::string nobody = "tcp:127.0.0.1:" + closed.url().substr(closed.url().rfind(':') + 1);
-  SwarmProcess swarm(SwarmProcess::Options{
-      dir / "server",
-      {},
-      "admin-secret",
-      {"--engine-at", nobody, "--engine-token-file", token.string()}});
+  SwarmProcess swarm(
+      SwarmProcess::Options{dir / "server",
+                            {},
+                            "admin-secret",
+                            {"--engine-at", nobody, "--engine-token-file", token.string()}});
   Api api(swarm.url());
   const http::Headers admin{{"Authorization", "Bearer admin-secret"}};
   EXPECT_EQ(api.get("/engines").status, 401);
@@ -293,10 +298,9 @@ TEST(RemoteReplicasTest, TheReplicaEndpointsNameWhatIsWrong) {
   EXPECT_EQ(api.get("/engines", admin).json()["engines"][0]["state"], "removed");
 
   // --engine-at needs the engines' token.
-  Captured refused = run_capture("env -u AJET_ENGINE_TOKEN " +
-                                 shell_quote(bin("ajet-swarm").string()) + " start --port 0 " +
-                                 "--exp-dir " + shell_quote((dir / "no-token").string()) +
-                                 " --engine-at " + nobody + " 2>&1");
+  Captured refused = run_capture(
+      "env -u AJET_ENGINE_TOKEN " + shell_quote(bin("ajet-swarm").string()) + " start --port 0 " +
+      "--exp-dir " + shell_quote((dir / "no-token").string()) + " --engine-at " + nobody + " 2>&1");
   EXPECT_NE(refused.status, 0);
   EXPECT_THAT(refused.out, HasSubstr("need their token"));
 }
