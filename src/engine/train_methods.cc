@@ -395,8 +395,11 @@ Json TrainMethods::join_group(const Json& body) {
   // The previous group goes first: its peers may be gone.
   if (trainer) trainer->set_collective(nullptr);
   s.options.collective.reset();
+  const auto joining = std::chrono::steady_clock::now();
   std::shared_ptr<train::Collective> group =
       train::join_collective(p, fmt::format("ajet_g{}", generation), served, bind_addr);
+  const double joined_s = seconds_since(joining);
+  const auto syncing = std::chrono::steady_clock::now();
   s.store.reset();
   s.store_generation = -1;
   if (trainer) {
@@ -427,9 +430,14 @@ Json TrainMethods::join_group(const Json& body) {
   s.generation = generation;
   const std::string checksum =
       trainer ? fmt::format("{:016x}", train::parameter_checksum(trainer->model())) : "";
-  log().info("elastic group: rank {} of {} (generation {}), policy version {}, weights_checksum {}",
-             p.rank, p.world_size, generation, s.engine.policy_version(), checksum);
+  log().info(
+      "elastic group: rank {} of {} (generation {}), policy version {}, weights_checksum {}; "
+      "joined in {:.2f} s, rank 0's state taken in {:.2f} s",
+      p.rank, p.world_size, generation, s.engine.policy_version(), checksum, joined_s,
+      seconds_since(syncing));
   return Json{{"rank", p.rank},
+              {"join_s", joined_s},
+              {"sync_s", seconds_since(syncing)},
               {"world_size", p.world_size},
               {"generation", generation},
               {"policy_version", s.engine.policy_version()},

@@ -328,7 +328,10 @@ std::optional<Json> BatchRunner::train_elastic(const episodes::Batch& b, const s
             ranks[0]->call(rpc::encode_train_batch(request), settings.train_timeout).done.body;
         if (!metrics.is_object()) metrics = Json::object();
       }
-      if (link_.step_done) link_.step_done(metrics.value("policy_version", before + 1));
+      if (link_.step_done) {
+        link_.step_done(metrics.value("policy_version", before + 1),
+                        metrics.value("weights_checksum", std::string()));
+      }
       return metrics;
     } catch (const Error& e) {
       last = e.what();

@@ -79,7 +79,8 @@ struct TrainerLink {
   // re-formed group instead of being abandoned.
   std::function<std::vector<std::shared_ptr<rpc::Client>>(bool after_failure)> train_ranks;
   std::function<int64_t()> group_version;  // the policy version the formed group serves
-  std::function<void(int64_t)> step_done;  // a step was trained: the group's new version
+  // A step was trained: the group's new version and weights checksum (rank 0's).
+  std::function<void(int64_t, const std::string&)> step_done;
   std::function<TrainSettings()> settings;
   std::function<void(const std::filesystem::path&)>
       checkpoint_saved;  // newest checkpoint directory

@@ -7,6 +7,7 @@
 #include <future>
 #include <thread>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "episodes/verbose_log.h"
@@ -296,6 +297,7 @@ std::vector<std::shared_ptr<rpc::Client>> RemoteGroup::train_ranks(bool force,
 }
 
 std::vector<std::shared_ptr<rpc::Client>> RemoteGroup::form(const fs::path& checkpoint) {
+  const auto forming = std::chrono::steady_clock::now();
   // Candidates: members (they hold the newest weights) and standbys, each answering a status.
   struct Candidate {
     std::shared_ptr<Engine> engine;
@@ -396,6 +398,8 @@ std::vector<std::shared_ptr<rpc::Client>> RemoteGroup::form(const fs::path& chec
     due_ = true;
     throw *first;
   }
+  double sync_s = 0;
+  for (const Json& r : replies) sync_s = std::max(sync_s, r.value("sync_s", 0.0));
   const std::string checksum = replies[0].value("weights_checksum", std::string());
   bool same = true;
   for (const Json& r : replies)
@@ -434,10 +438,11 @@ std::vector<std::shared_ptr<rpc::Client>> RemoteGroup::form(const fs::path& chec
   verbose_.add(
       "engine",
       fmt::format("replica group generation {}: {} member(s) [{}], policy_version "
-                  "{}, {} (weights_checksum {})",
+                  "{}, {} (weights_checksum {}); formed in {:.2f} s, {:.2f} s of it taking rank "
+                  "0's state",
                   generation, world, names, policy_version_,
                   same ? "the same weights on every member" : "ERROR: the members' weights differ",
-                  checksum));
+                  checksum, seconds_since(forming), sync_s));
   return out;
 }
 
@@ -468,9 +473,14 @@ int64_t RemoteGroup::policy_version() const {
   return policy_version_;
 }
 
-void RemoteGroup::note_step(int64_t policy_version) {
+void RemoteGroup::note_step(int64_t policy_version, const std::string& weights_checksum) {
   std::lock_guard<std::mutex> lock(mu_);
   policy_version_ = policy_version;
+  for (auto& e : engines_) {
+    if (e->state != State::kMember) continue;
+    e->policy_version = policy_version;
+    if (!weights_checksum.empty()) e->checksum = weights_checksum;
+  }
 }
 
 int64_t RemoteGroup::generation() const {

@@ -39,7 +39,7 @@ struct RemoteGroupOptions {
   std::vector<std::string> addresses;  // tcp:HOST:PORT (or unix:PATH) of each engine
   std::string token;                   // the engines' shared secret
   std::chrono::milliseconds heartbeat{250};
-  std::chrono::milliseconds heartbeat_timeout{700};  // one status answer
+  std::chrono::milliseconds heartbeat_timeout{600};  // one status answer
   std::chrono::milliseconds redial{1000};
   // join_group's timeout: how long the members wait for each other when forming, and every later
   // all-reduce waits for a silent peer (a cut link) before the step fails.
@@ -74,7 +74,8 @@ class RemoteGroup {
   bool has_members() const;
   // The policy version the group serves (after the last forming or recorded step); -1 without one.
   int64_t policy_version() const;
-  void note_step(int64_t policy_version);  // the batch runner trained a step
+  // The batch runner trained a step: every member now serves this version with these weights.
+  void note_step(int64_t policy_version, const std::string& weights_checksum);
   int64_t generation() const;
 
   // Registers an engine (admin endpoint or config); it joins at the next step boundary. Throws

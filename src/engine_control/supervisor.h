@@ -104,7 +104,7 @@ class EngineSupervisor {
   bool remote() const { return remote_ != nullptr; }
   std::vector<std::shared_ptr<rpc::Client>> train_ranks(bool after_failure);
   int64_t group_version() const;
-  void note_step(int64_t policy_version);
+  void note_step(int64_t policy_version, const std::string& weights_checksum);
   void add_engine(const std::string& address);
   void remove_engine(const std::string& address);
   Json engines_json() const;

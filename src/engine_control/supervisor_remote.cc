@@ -30,8 +30,8 @@ std::vector<std::shared_ptr<rpc::Client>> EngineSupervisor::train_ranks(bool aft
 
 int64_t EngineSupervisor::group_version() const { return remote_ ? remote_->policy_version() : -1; }
 
-void EngineSupervisor::note_step(int64_t policy_version) {
-  if (remote_) remote_->note_step(policy_version);
+void EngineSupervisor::note_step(int64_t policy_version, const std::string& weights_checksum) {
+  if (remote_) remote_->note_step(policy_version, weights_checksum);
 }
 
 void EngineSupervisor::add_engine(const std::string& address) {

@@ -185,7 +185,9 @@ SwarmServer::SwarmServer(FrontOptions options) : options_(std::move(options)) {
       return supervisor->train_ranks(after_failure);
     };
     link.group_version = [supervisor] { return supervisor->group_version(); };
-    link.step_done = [supervisor](int64_t version) { supervisor->note_step(version); };
+    link.step_done = [supervisor](int64_t version, const std::string& checksum) {
+      supervisor->note_step(version, checksum);
+    };
   }
   link.settings = [synced] { return synced->settings(); };
   link.checkpoint_saved = [supervisor, store](const fs::path& dir) {

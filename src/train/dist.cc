@@ -97,15 +97,12 @@ class C10dCollective : public Collective {
     }
   }
 
+  // One collective per tensor, in place (a contiguous tensor is sent from and received into its
+  // own storage: a model's weights are not copied twice more, as a flattened buffer would need).
   void broadcast(std::vector<torch::Tensor>& tensors, int root) override {
     torch::NoGradGuard no_grad;
-    std::map<torch::ScalarType, std::vector<size_t>> by_dtype;
-    for (size_t i = 0; i < tensors.size(); ++i) by_dtype[tensors[i].scalar_type()].push_back(i);
-    for (auto& [dtype, indices] : by_dtype) {
-      std::vector<torch::Tensor> flat;
-      for (size_t i : indices) flat.push_back(tensors[i].reshape({-1}));
-      std::vector<torch::Tensor> buffer = {flat.size() == 1 ? flat[0].contiguous().clone()
-                                                            : torch::cat(flat)};
+    for (torch::Tensor& t : tensors) {
+      std::vector<torch::Tensor> buffer = {t.is_contiguous() ? t : t.contiguous()};
       try {
         c10d::BroadcastOptions opts;
         opts.rootRank = root;
@@ -117,12 +114,7 @@ class C10dCollective : public Collective {
                  std::to_string(placement_.rank) + " of " + std::to_string(placement_.world_size) +
                  " (group at " + placement_.master() + "): " + describe(e));
       }
-      int64_t offset = 0;
-      for (size_t i : indices) {
-        const int64_t n = tensors[i].numel();
-        tensors[i].copy_(buffer[0].narrow(0, offset, n).view(tensors[i].sizes()));
-        offset += n;
-      }
+      if (!buffer[0].is_same(t)) t.copy_(buffer[0]);
     }
   }
 
@@ -305,6 +297,19 @@ std::vector<int64_t> broadcast_ints(Collective& c, std::vector<int64_t> values, 
   return std::vector<int64_t>(data, data + t[0].numel());
 }
 
+// Broadcasts `tensors` from root unless every rank already holds root's values: root's checksum
+// goes to every rank, and a sum over the ranks of "mine differs" decides for all of them alike.
+// Returns whether it sent them.
+bool broadcast_unless_equal(Collective& c, std::vector<torch::Tensor>& tensors, int root) {
+  const int64_t mine = int64_t(tensors_checksum(tensors));
+  const int64_t roots = broadcast_ints(c, {mine}, root)[0];
+  std::vector<torch::Tensor> differs = {torch::tensor({int64_t(mine != roots)}, torch::kInt64)};
+  c.all_reduce_sum(differs);
+  if (differs[0].item<int64_t>() == 0) return false;
+  c.broadcast(tensors, root);
+  return true;
+}
+
 std::string broadcast_text(Collective& c, const std::string& text, int root) {
   const int64_t n = broadcast_ints(c, {int64_t(text.size())}, root)[0];
   std::vector<torch::Tensor> t = {torch::zeros({n}, torch::kUInt8)};
@@ -334,15 +339,19 @@ void broadcast_trainer(Trainer& trainer, Collective& c, int root) {
   }
   header = parse_json(broadcast_text(c, header.dump(), root), "the broadcast trainer header");
 
-  // Every model parameter and the KL reference's, in place.
-  std::vector<torch::Tensor> tensors;
+  // Every model parameter, then the KL reference's, in place; each set only when some rank's
+  // differs from root's (a re-forming of members that hold the same weights sends none, and a
+  // joiner that loaded the same base model receives no reference).
+  std::vector<torch::Tensor> params_now;
   for (auto& item : trainer.model()->named_parameters(/*recurse=*/true))
-    tensors.push_back(item.value().detach());
+    params_now.push_back(item.value().detach());
+  broadcast_unless_equal(c, params_now, root);
   if (auto reference = trainer.reference_model()) {
+    std::vector<torch::Tensor> frozen;
     for (auto& item : (*reference)->named_parameters(/*recurse=*/true))
-      tensors.push_back(item.value().detach());
+      frozen.push_back(item.value().detach());
+    broadcast_unless_equal(c, frozen, root);
   }
-  c.broadcast(tensors, root);
 
   // The optimizer's moments, shaped like their parameters.
   std::map<std::string, torch::Tensor> params;

@@ -736,23 +736,40 @@ void copy_parameters(model::Qwen2Model& from, model::Qwen2Model& to) {
   for (const auto& item : src) dst[item.key()].copy_(item.value());
 }
 
+namespace {
+
+// Folds one tensor's shape and bytes into h: FNV-1a over 64-bit words, one multiply per 8 bytes.
+uint64_t hash_tensor(uint64_t h, const torch::Tensor& tensor) {
+  const torch::Tensor t = tensor.detach().to(torch::kCPU).contiguous();
+  for (int64_t d : t.sizes()) h = splitmix64_finalize(h ^ uint64_t(d));
+  const auto* bytes = static_cast<const unsigned char*>(t.data_ptr());
+  const size_t n = size_t(t.numel()) * t.element_size();
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t word = 0;
+    std::memcpy(&word, bytes + i, 8);
+    h = (h ^ word) * 0x100000001b3ULL;
+  }
+  for (; i < n; ++i) h = (h ^ bytes[i]) * 0x100000001b3ULL;
+  return h;
+}
+
+}  // namespace
+
 uint64_t parameter_checksum(model::Qwen2Model& model) {
   torch::NoGradGuard no_grad;
   uint64_t h = fnv1a64("ajet parameters");
   for (const auto& item : model->named_parameters(/*recurse=*/true)) {
     h = splitmix64_finalize(h ^ fnv1a64(item.key()));
-    const torch::Tensor t = item.value().detach().to(torch::kCPU).contiguous();
-    for (int64_t d : t.sizes()) h = splitmix64_finalize(h ^ uint64_t(d));
-    const auto* bytes = static_cast<const unsigned char*>(t.data_ptr());
-    const size_t n = size_t(t.numel()) * t.element_size();
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {  // FNV-1a over 64-bit words: one multiply per 8 bytes
-      uint64_t word = 0;
-      std::memcpy(&word, bytes + i, 8);
-      h = (h ^ word) * 0x100000001b3ULL;
-    }
-    for (; i < n; ++i) h = (h ^ bytes[i]) * 0x100000001b3ULL;
+    h = hash_tensor(h, item.value());
   }
+  return splitmix64_finalize(h);
+}
+
+uint64_t tensors_checksum(const std::vector<torch::Tensor>& tensors) {
+  torch::NoGradGuard no_grad;
+  uint64_t h = fnv1a64("ajet tensors");
+  for (const auto& t : tensors) h = hash_tensor(h, t);
   return splitmix64_finalize(h);
 }
 

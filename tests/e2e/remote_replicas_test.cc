@@ -1,10 +1,11 @@
 // Engine replicas on other hosts (ajet-swarm start --engine-at, docs/cluster.md): a small cluster
-// of network namespaces that the test builds and removes, even when it fails. Each engine replica
-// runs in a namespace of its own ("host"), joined by a veth pair to a bridge in a "switch"
-// namespace; the front and the test (the client) are in this process's namespace, joined to the
-// switch by a veth of their own. Traffic between the front and the replicas, and the replicas'
-// c10d group, crosses real interfaces; nothing reaches beyond the machine. Needs root and `ip`;
-// skipped otherwise. The real ajet-swarm and ajet-engine binaries, a micro model, backbone torch.
+// of network namespaces that the test builds and removes, even when it fails
+// (scripts/netns_cluster.sh). Each engine replica runs in a namespace of its own ("host"), joined
+// by a veth pair to a bridge in a "switch" namespace; the front and the test (the client) are in
+// this process's namespace, joined to the switch by a veth of their own. Traffic between the front
+// and the replicas, and the replicas' c10d group, crosses real interfaces; nothing reaches beyond
+// the machine. Needs root and `ip`; skipped otherwise. The real ajet-swarm and ajet-engine
+// binaries, a micro model, backbone torch.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -21,65 +22,36 @@ namespace {
 
 using ::testing::HasSubstr;
 
-bool sh(const std::string& command) { return run_capture(command + " 2>&1").status == 0; }
-
-// N host namespaces on one bridge, and this namespace's veth into it. Names carry the pid so
-// concurrent runs do not meet; the subnet is 10.213.<pid % 250>.0/24.
+// scripts/netns_cluster.sh: `hosts` network namespaces on one bridge, and this namespace's veth
+// into it; removed again by the destructor, also when the test fails. The name carries the pid so
+// that concurrent runs do not meet.
 class NetnsCluster {
  public:
-  explicit NetnsCluster(int hosts) : hosts_(hosts), tag_(std::to_string(::getpid() % 100000)) {
-    subnet_ = "10.213." + std::to_string(::getpid() % 250) + ".";
+  explicit NetnsCluster(int hosts) : name_("ajt" + std::to_string(::getpid())) {
     if (::geteuid() != 0) {
       why_ = "needs root (network namespaces)";
       return;
     }
-    clean();
-    const std::string sw = name("s");
-    bool ok = sh("ip netns add " + sw) && sh("ip -n " + sw + " link add br0 type bridge") &&
-              sh("ip -n " + sw + " link set br0 up") &&
-              // The front's side: a veth from this namespace into the switch.
-              sh("ip link add " + dev("f") + " type veth peer name " + dev("F")) &&
-              sh("ip link set " + dev("F") + " netns " + sw) &&
-              sh("ip -n " + sw + " link set " + dev("F") + " master br0 up") &&
-              sh("ip addr add " + subnet_ + "1/24 dev " + dev("f")) &&
-              sh("ip link set " + dev("f") + " up");
-    for (int i = 0; ok && i < hosts_; ++i) {
-      const std::string host = name("h" + std::to_string(i));
-      const std::string in = dev("h" + std::to_string(i)), out = dev("H" + std::to_string(i));
-      ok = sh("ip netns add " + host) && sh("ip -n " + host + " link set lo up") &&
-           sh("ip link add " + in + " type veth peer name " + out) &&
-           sh("ip link set " + in + " netns " + host) &&
-           sh("ip link set " + out + " netns " + sw) &&
-           sh("ip -n " + sw + " link set " + out + " master br0 up") &&
-           sh("ip -n " + host + " addr add " + ip(i) + "/24 dev " + in) &&
-           sh("ip -n " + host + " link set " + in + " up");
-    }
-    if (!ok) why_ = "could not build the namespaces (ip netns / veth / bridge)";
+    const Captured up =
+        run_capture(script() + " up " + name_ + " " + std::to_string(hosts) + " 2>&1");
+    prefix_ = up.out.substr(0, up.out.find_last_not_of("\n") + 1);
+    if (up.status != 0) why_ = "scripts/netns_cluster.sh could not build the namespaces: " + up.out;
   }
-  ~NetnsCluster() { clean(); }
+  ~NetnsCluster() { run_capture(script() + " down " + name_ + " 2>&1"); }
 
   bool ok() const { return why_.empty(); }
   const std::string& why() const { return why_; }
-  std::string ns(int i) const { return name("h" + std::to_string(i)); }
-  std::string ip(int i) const { return subnet_ + std::to_string(11 + i); }
+  std::string ns(int i) const { return name_ + "-h" + std::to_string(i); }
+  std::string ip(int i) const { return prefix_ + "." + std::to_string(11 + i); }
   // Host i's link goes down: it neither sends nor receives from now.
   void cut(int i) const {
-    sh("ip -n " + ns(i) + " link set " + dev("h" + std::to_string(i)) + " down");
+    EXPECT_EQ(run_capture(script() + " link " + name_ + " " + std::to_string(i) + " down").status,
+              0);
   }
 
  private:
-  std::string name(const std::string& what) const { return "ajt" + what + "-" + tag_; }
-  std::string dev(const std::string& what) const { return "ajt" + what + tag_; }  // <= 15 chars
-  void clean() const {
-    for (int i = 0; i < hosts_; ++i) sh("ip netns del " + ns(i));
-    sh("ip netns del " + name("s"));
-    sh("ip link del " + dev("f"));
-  }
-
-  int hosts_;
-  std::string tag_;
-  std::string subnet_;
-  std::string why_;
+  static std::string script() { return shell_quote(source("scripts/netns_cluster.sh").string()); }
+  std::string name_, prefix_, why_;
 };
 
 // `ajet-engine serve --elastic` in namespace `ns` (empty: this one), listening on ip:0.
