@@ -153,12 +153,18 @@ void add_engine_handlers(RouteHandlers& out, ServerContext& ctx) {
           answer_errors(respond, [&] {
             const Json body = parse_json_body(req, limit);
             const std::string address = get_string(body, "address", what + " body");
-            if (add) {
-              ctx.supervisor.add_engine(address);
-            } else {
-              ctx.supervisor.remove_engine(address);
-            }
-            respond(http::json_response(Json{{"success", true}, {"address", address}}));
+            // On the work pool: removing closes the replica's connection, which waits for its
+            // reader thread.
+            ctx.pool.post([&ctx, respond, add, address] {
+              answer_errors(respond, [&] {
+                if (add) {
+                  ctx.supervisor.add_engine(address);
+                } else {
+                  ctx.supervisor.remove_engine(address);
+                }
+                respond(http::json_response(Json{{"success", true}, {"address", address}}));
+              });
+            });
           });
         },
         admin_only(ctx, what, command_body(ctx)));
