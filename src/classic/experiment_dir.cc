@@ -7,8 +7,6 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
-#include <iterator>
 #include <thread>
 
 #include "common/error.h"
@@ -27,9 +25,18 @@ constexpr const char* kLockFile = "ajet.lock";
 constexpr const char* kPidFile = "ajet.pid";
 constexpr const char* kEarlierDir = "earlier";
 
+// The arguments of a running process; empty when it is gone. POSIX reads: a process that exits
+// while its cmdline is read makes read() fail (ESRCH), which libstdc++'s filebuf throws through an
+// istreambuf_iterator (an `ajet` beside an exiting one failed with "basic_filebuf::underflow error
+// reading the file: No such process"); here it only ends the text.
 std::vector<std::string> command_line(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline", std::ios::binary);
-  std::string raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string raw;
+  const std::string path = "/proc/" + std::to_string(pid) + "/cmdline";
+  if (const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {
+    char buf[4096];
+    for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) raw.append(buf, size_t(n));
+    ::close(fd);
+  }
   std::vector<std::string> args;
   size_t start = 0;
   for (size_t i = 0; i < raw.size(); ++i) {
