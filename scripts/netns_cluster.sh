@@ -31,6 +31,10 @@ case "$cmd" in
     [[ "$hosts" =~ ^[1-9]$ ]] || { echo "netns_cluster.sh: HOSTS must be 1-9" >&2; exit 2; }
     [ "$(id -u)" = 0 ] || { echo "netns_cluster.sh: needs root" >&2; exit 1; }
     down
+    # Clusters built at the same moment (ctest -j) must not pick the same prefix: one `up` at a time
+    # from choosing it to the address that claims it.
+    exec 9>/tmp/ajet-netns-cluster.lock
+    flock 9
     used="$(ip -o addr; ip route)"
     prefix=""
     for y in $(seq 20 250); do
@@ -46,6 +50,7 @@ case "$cmd" in
     ip link add "${name}f" type veth peer name "${name}F" netns "$sw"
     ip -n "$sw" link set "${name}F" master br0 up
     ip addr add "$prefix.1/24" dev "${name}f"
+    flock -u 9
     ip link set "${name}f" up
     for i in $(seq 0 $(( hosts - 1 ))); do
       ns="$name-h$i"

@@ -168,6 +168,12 @@ const CommandRegistration kStart("start", [](CLI::App& app) {
                   "--elastic --listen tcp:...`; repeat for several): the front starts no engine, "
                   "forms these into one data-parallel group at start_engine, routes calls to them, "
                   "and re-forms the group when one dies or joins (POST /engines adds one later)");
+  cmd->add_option("--trainer-at", options->trainer_at,
+                  "A trainer rank on another host (tcp:HOST:PORT of an `ajet-engine serve "
+                  "--elastic`; repeat for several): the steps train on these (one data-parallel "
+                  "group), never routed to, and the --engine-at engines become inference replicas "
+                  "that only serve: after every step the trainers' weights are pushed to them "
+                  "(disaggregated training; docs/cluster.md)");
   cmd->add_option("--engine-token-file", options->engine_token_file,
                   "The --engine-at engines' shared secret (mode 0600; default: AJET_ENGINE_TOKEN)");
   cmd->add_option("--engine-group-timeout", options->engine_group_timeout_s,

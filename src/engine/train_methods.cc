@@ -74,7 +74,9 @@ struct TrainMethods::Impl {
   // Elastic groups: the store this engine serves as the next generation's rank 0.
   std::shared_ptr<train::RendezvousStore> store;
   int64_t store_generation = -1;
-  int64_t generation = -1;  // of the group joined last
+  // Weight pushes: the store this engine serves as the next push's sender.
+  std::shared_ptr<train::RendezvousStore> push_store;
+  int64_t push_store_id = -1;
 
   Impl(infer::InferenceEngine& e, ModelInfo info, TrainingOptions o)
       : engine(e),
@@ -205,6 +207,16 @@ TrainMethods::TrainMethods(EngineService& service, ModelInfo model, TrainingOpti
     service.add_control_method(std::string(rpc::kMethodJoinGroup), [this](const rpc::Frame& req) {
       rpc::Frame reply;
       reply.body = join_group(req.body);
+      return reply;
+    });
+    service.add_control_method(std::string(rpc::kMethodOpenPush), [this](const rpc::Frame& req) {
+      rpc::Frame reply;
+      reply.body = open_push(req.body);
+      return reply;
+    });
+    service.add_control_method(std::string(rpc::kMethodPushWeights), [this](const rpc::Frame& req) {
+      rpc::Frame reply;
+      reply.body = push_weights(req.body);
       return reply;
     });
   }
@@ -427,7 +439,6 @@ Json TrainMethods::join_group(const Json& body) {
     }
   }
   s.options.collective = p.world_size > 1 ? group : nullptr;
-  s.generation = generation;
   const std::string checksum =
       trainer ? fmt::format("{:016x}", train::parameter_checksum(trainer->model())) : "";
   log().info(
@@ -443,6 +454,110 @@ Json TrainMethods::join_group(const Json& body) {
               {"policy_version", s.engine.policy_version()},
               {"global_step", trainer ? trainer->global_step() : int64_t(0)},
               {"weights_checksum", checksum}};
+}
+
+Json TrainMethods::open_push(const Json& body) {
+  Impl& s = *impl_;
+  constexpr std::string_view where = "open_push";
+  if (!body.is_object()) invalid_argument("open_push: the body must be a JSON object");
+  s.require_training("open_push");
+  const int64_t id = get_int(body, "push_id", where);
+  const double timeout_s = body.value("timeout_s", 300.0);
+  s.push_store.reset();
+  s.push_store = train::RendezvousStore::serve(
+      std::chrono::milliseconds(int64_t(std::max(1.0, timeout_s) * 1000)));
+  s.push_store_id = id;
+  return Json{{"port", s.push_store->port()}, {"push_id", id}};
+}
+
+Json TrainMethods::push_weights(const Json& body) {
+  Impl& s = *impl_;
+  constexpr std::string_view where = "push_weights";
+  if (!body.is_object()) invalid_argument("push_weights: the body must be a JSON object");
+  train_data::DistPlacement p;
+  const int64_t id = get_int(body, "push_id", where);
+  p.rank = int(get_int(body, "rank", where));
+  p.world_size = int(get_int(body, "world_size", where));
+  if (p.world_size < 2 || p.rank < 0 || p.rank >= p.world_size) {
+    invalid_argument(
+        fmt::format("push_weights: rank {} of world_size {} (a push needs the trainer "
+                    "and at least one replica)",
+                    p.rank, p.world_size));
+  }
+  p.master_addr = get_string(body, "master_addr", where);
+  const int64_t port = get_int(body, "master_port", where);
+  if (port < 1 || port > 65535) invalid_argument("push_weights: master_port out of range");
+  p.master_port = uint16_t(port);
+  p.timeout =
+      std::chrono::milliseconds(int64_t(std::max(1.0, body.value("timeout_s", 300.0)) * 1000));
+  const std::string bind_addr = body.value("bind_addr", std::string());
+  const auto start = std::chrono::steady_clock::now();
+  const std::string name = fmt::format("ajet_push{}", id);
+  if (p.rank == 0) {
+    // The trainer: its trainer's weights (the served model's under backbone torch; the copy it
+    // trains under async), read on this control thread, where no train_step runs meanwhile.
+    s.require_training("push_weights");
+    if (!s.push_store || s.push_store_id != id)
+      fail(ErrorCode::kFailedPrecondition,
+           fmt::format("push_weights: the sender of push {} needs open_push first", id));
+    train::Trainer& trainer = s.ensure_trainer();
+    std::shared_ptr<train::RendezvousStore> store = std::move(s.push_store);
+    s.push_store_id = -1;
+    std::shared_ptr<train::Collective> group = train::join_collective(p, name, store, bind_addr);
+    const train::PushedWeights pushed =
+        train::push_parameters(trainer.model(), trainer.policy_version(), *group, 0);
+    log().info("weight push {}: policy version {} to {} replica(s), {:.1f} MB ({}) in {:.2f} s", id,
+               pushed.policy_version, p.world_size - 1, double(pushed.bytes) / 1e6,
+               pushed.sent_frozen      ? "every parameter"
+               : pushed.sent_trainable ? "the trained parameters"
+                                       : "nothing: the replicas hold these weights",
+               seconds_since(start));
+    return Json{{"policy_version", pushed.policy_version},
+                {"weights_checksum", fmt::format("{:016x}", pushed.checksum)},
+                {"bytes", pushed.bytes},
+                {"sent_trainable", pushed.sent_trainable},
+                {"sent_frozen", pushed.sent_frozen},
+                {"push_s", seconds_since(start)},
+                {"swap_wait_s", 0.0}};
+  }
+  // A replica: the served model, read here while inference goes on, gets LoRA attached as the
+  // trainer's (zero adapters change nothing served), then the received values once drained.
+  model::Qwen2Model served{nullptr};
+  const train_data::LoraOptions& lora = s.options.trainer.lora;
+  s.engine
+      .run_exclusive(
+          [&](model::Qwen2Model& m) {
+            if (lora.enabled() && !train::has_lora(m))
+              train::attach_lora(m, lora, s.options.trainer.seed);
+            served = m;
+          },
+          false)
+      .get();
+  std::shared_ptr<train::Collective> group = train::join_collective(p, name, nullptr, bind_addr);
+  const train::PushedWeights pushed = train::push_parameters(served, -1, *group, 0);
+  group.reset();
+  const double received_s = seconds_since(start);
+  const auto swapping = std::chrono::steady_clock::now();
+  if (!pushed.staged.empty() || pushed.policy_version != s.engine.policy_version()) {
+    s.engine
+        .run_drained_at_version(
+            [&](model::Qwen2Model& m) { train::apply_pushed_weights(m, pushed); },
+            pushed.policy_version)
+        .get();
+  }
+  const double swap_wait_s = seconds_since(swapping);
+  log().info(
+      "weight push {}: serving policy version {} (weights_checksum {:016x}); {:.1f} MB received "
+      "in {:.2f} s, swapped in after {:.2f} s of waiting for in-flight requests",
+      id, pushed.policy_version, pushed.checksum, double(pushed.bytes) / 1e6, received_s,
+      swap_wait_s);
+  return Json{{"policy_version", s.engine.policy_version()},
+              {"weights_checksum", fmt::format("{:016x}", pushed.checksum)},
+              {"bytes", pushed.bytes},
+              {"sent_trainable", pushed.sent_trainable},
+              {"sent_frozen", pushed.sent_frozen},
+              {"push_s", seconds_since(start)},
+              {"swap_wait_s", swap_wait_s}};
 }
 
 }  // namespace ajet::engine

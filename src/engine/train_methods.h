@@ -83,6 +83,15 @@ class TrainMethods {
   // {"policy_version", "global_step", "weights_checksum", "rank", "world_size", "generation"}.
   Json open_group(const Json& body);
   Json join_group(const Json& body);
+  // Weight pushes (disaggregated training): `open_push` {push_id, timeout_s?} makes this engine,
+  // a trainer, serve the push's rendezvous store and answers {"port"}; `push_weights` {push_id,
+  // rank, world_size, master_addr, master_port, bind_addr?, timeout_s?} meets the others: rank 0
+  // sends its trainer's weights (train::push_parameters), every other rank receives them and swaps
+  // them in once its in-flight requests ended, serving the trainer's policy version from then on.
+  // Answers {"policy_version", "weights_checksum", "bytes", "sent_trainable", "sent_frozen",
+  // "push_s", "swap_wait_s"}.
+  Json open_push(const Json& body);
+  Json push_weights(const Json& body);
 
  private:
   struct Impl;

@@ -3,11 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <future>
 #include <optional>
 
 #include "common/error.h"
 #include "common/log.h"
+#include "engine_control/fan_out.h"
 #include "episodes/model_context.h"
 #include "episodes/verbose_log.h"
 #include "rpc/client.h"
@@ -208,31 +208,19 @@ Json BatchRunner::train_on_ranks(const std::vector<std::shared_ptr<rpc::Client>>
       train_data::batch_from_rpc(request);  // once, for the split and the metrics
   std::vector<rpc::TrainBatch> parts =
       split_converted(whole, request.meta, world, settings.advantage);
-  // One thread per rank: each call blocks until its rank finished the step, and the ranks only
-  // finish together (their all-reduces wait for each other).
-  std::vector<std::future<Json>> calls;
-  for (int r = 0; r < world; ++r) {
-    calls.push_back(std::async(std::launch::async, [&, r] {
-      rpc::Client::CallResult res =
-          ranks[size_t(r)]->call(rpc::encode_train_batch(parts[size_t(r)]), settings.train_timeout);
-      return res.done.body.is_object() ? res.done.body : Json::object();
-    }));
-  }
+  // All at once: each call blocks until its rank finished the step, and the ranks only finish
+  // together (their all-reduces wait for each other).
+  std::vector<rpc::Frame> calls;
+  for (int r = 0; r < world; ++r) calls.push_back(rpc::encode_train_batch(parts[size_t(r)]));
+  const std::vector<CallOutcome> outcomes =
+      call_all(ranks, std::move(calls), settings.train_timeout);
   std::vector<Json> replies(static_cast<size_t>(world));
-  std::optional<Error> first;
   for (int r = 0; r < world; ++r) {
-    try {
-      replies[size_t(r)] = calls[size_t(r)].get();
-    } catch (const Error& e) {
-      if (!first)
-        first = Error(e.code(), fmt::format("data-parallel rank {} of {}: {}", r, world, e.what()));
-    } catch (const std::exception& e) {
-      if (!first)
-        first = Error(ErrorCode::kInternal,
-                      fmt::format("data-parallel rank {} of {}: {}", r, world, e.what()));
-    }
+    const CallOutcome& o = outcomes[size_t(r)];
+    if (!o.ok)
+      throw Error(o.code, fmt::format("data-parallel rank {} of {}: {}", r, world, o.error));
+    replies[size_t(r)] = o.reply;
   }
-  if (first) throw *first;
   // Rank 0's reply (its loss terms are its share), with the batch's counts summed over the ranks
   // and its reward and advantage figures those of the whole batch.
   Json metrics = replies[0];
@@ -288,6 +276,15 @@ Json BatchRunner::train_on_ranks(const std::vector<std::shared_ptr<rpc::Client>>
   return metrics;
 }
 
+void BatchRunner::reject_batch(const episodes::Batch& b, const Error& e) {
+  verbose_.add("batch",
+               fmt::format("batch {}: the engine rejected train_step: {}", b.batch_id, e.what()));
+  try {
+    registry_.fail_batch(b.batch_id, e.code(), e.what());
+  } catch (const Error&) {  // stopped or restarted meanwhile
+  }
+}
+
 std::optional<Json> BatchRunner::train_elastic(const episodes::Batch& b, const std::string& merged,
                                                const rpc::TrainBatch& request,
                                                const TrainSettings& settings) {
@@ -299,6 +296,8 @@ std::optional<Json> BatchRunner::train_elastic(const episodes::Batch& b, const s
   constexpr int kAttempts = 5;
   std::string last;
   for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    std::unique_lock<std::mutex> hold;
+    if (link_.hold_trainer) hold = link_.hold_trainer();
     std::vector<std::shared_ptr<rpc::Client>> ranks;
     int64_t before = -1;
     try {
@@ -336,12 +335,7 @@ std::optional<Json> BatchRunner::train_elastic(const episodes::Batch& b, const s
     } catch (const Error& e) {
       last = e.what();
       if (e.code() != ErrorCode::kUnavailable) {
-        verbose_.add("batch", fmt::format("batch {}: the engine rejected train_step: {}",
-                                          b.batch_id, e.what()));
-        try {
-          registry_.fail_batch(b.batch_id, e.code(), e.what());
-        } catch (const Error&) {
-        }
+        reject_batch(b, e);
         return std::nullopt;
       }
       verbose_.add("batch", fmt::format("batch {}: train_step failed on the replica group ({}); "
@@ -421,12 +415,7 @@ void BatchRunner::train_on_engine(BatchSamples samples) {
         }
         return;
       }
-      verbose_.add("batch", fmt::format("batch {}: the engine rejected train_step: {}", b.batch_id,
-                                        e.what()));
-      try {
-        registry_.fail_batch(b.batch_id, e.code(), e.what());
-      } catch (const Error&) {
-      }
+      reject_batch(b, e);
       return;
     }
   }

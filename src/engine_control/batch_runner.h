@@ -79,8 +79,11 @@ struct TrainerLink {
   // re-formed group instead of being abandoned.
   std::function<std::vector<std::shared_ptr<rpc::Client>>(bool after_failure)> train_ranks;
   std::function<int64_t()> group_version;  // the policy version the formed group serves
-  // A step was trained: the group's new version and weights checksum (rank 0's).
+  // A step was trained: the group's new version and weights checksum (rank 0's). Disaggregated
+  // fronts push the weights to their inference replicas in it.
   std::function<void(int64_t, const std::string&)> step_done;
+  // Held while a step trains on the replica group and step_done runs (unset: nothing held).
+  std::function<std::unique_lock<std::mutex>()> hold_trainer;
   std::function<TrainSettings()> settings;
   std::function<void(const std::filesystem::path&)>
       checkpoint_saved;  // newest checkpoint directory
@@ -139,6 +142,8 @@ class BatchRunner {
   // (or returned to collection).
   std::optional<Json> train_elastic(const episodes::Batch& b, const std::string& merged,
                                     const rpc::TrainBatch& request, const TrainSettings& settings);
+  // The engine refused the batch (bad input, not a lost engine): logged, and the batch failed.
+  void reject_batch(const episodes::Batch& b, const Error& e);
 
   episodes::Registry& registry_;
   store::Store& store_;

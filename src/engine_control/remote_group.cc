@@ -4,12 +4,12 @@
 
 #include <algorithm>
 #include <condition_variable>
-#include <future>
 #include <thread>
 
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "engine_control/fan_out.h"
 #include "episodes/verbose_log.h"
 #include "rpc/address.h"
 #include "rpc/client.h"
@@ -28,14 +28,6 @@ struct Dial {
   std::shared_ptr<rpc::Client> client;  // connected, or null
   std::string error;
 };
-
-rpc::Frame request(std::string_view method, Json body) {
-  rpc::Frame f;
-  f.kind = rpc::FrameKind::kRequest;
-  f.method = std::string(method);
-  f.body = std::move(body);
-  return f;
-}
 
 }  // namespace
 
@@ -115,6 +107,7 @@ void RemoteGroup::mark_gone(Engine& e, const std::string& why) {
   e.state = State::kGone;
   e.serving = false;
   e.rank = -1;
+  e.client.reset();
   e.last_error = why;
   e.lost += 1;
   e.next_dial = std::chrono::steady_clock::now() + options_.redial;
@@ -145,7 +138,6 @@ void RemoteGroup::check() {
       if (e->state == State::kMember || e->state == State::kStandby) {
         if (!e->client || !e->client->connected()) {
           mark_gone(*e, "its connection closed");
-          e->client.reset();
           continue;
         }
         beats.push_back(Beat{e, e->client});
@@ -203,7 +195,6 @@ void RemoteGroup::check() {
       if (e.missed >= 3) {
         mark_gone(e, fmt::format("no status answer within {} ms, three times in a row",
                                  options_.heartbeat_timeout.count()));
-        e.client.reset();
       }
     }
   }
@@ -324,7 +315,6 @@ std::vector<std::shared_ptr<rpc::Client>> RemoteGroup::form(const fs::path& chec
       std::lock_guard<std::mutex> lock(mu_);
       if (c.engine->client == c.client) {
         mark_gone(*c.engine, ex.what());
-        c.engine->client.reset();
       }
     }
   }
@@ -339,7 +329,7 @@ std::vector<std::shared_ptr<rpc::Client>> RemoteGroup::form(const fs::path& chec
   });
   if (!any_member && !checkpoint.empty()) {
     rpc::Client::CallResult r = live[0].client->call(
-        request(rpc::kMethodLoadCheckpoint, Json{{"dir", checkpoint.string()}}),
+        method_request(rpc::kMethodLoadCheckpoint, Json{{"dir", checkpoint.string()}}),
         options_.call_timeout);
     live[0].version = r.done.body.value("policy_version", live[0].version);
     verbose_.add("engine",
@@ -357,41 +347,45 @@ std::vector<std::shared_ptr<rpc::Client>> RemoteGroup::form(const fs::path& chec
   uint16_t port = 0;
   if (world > 1) {
     rpc::Client::CallResult r = live[0].client->call(
-        request(rpc::kMethodOpenGroup, Json{{"generation", generation}, {"timeout_s", timeout_s}}),
+        method_request(rpc::kMethodOpenGroup,
+                       Json{{"generation", generation}, {"timeout_s", timeout_s}}),
         options_.call_timeout);
     port = uint16_t(r.done.body.value("port", 0));
   }
   const std::string master = engine_host(live[0].engine->address);
-  std::vector<std::future<Json>> joins;
+  std::vector<std::shared_ptr<rpc::Client>> clients;
+  std::vector<rpc::Frame> joins;
   for (int r = 0; r < world; ++r) {
-    Json body{
-        {"generation", generation}, {"rank", r},
-        {"world_size", world},      {"master_addr", master},
-        {"master_port", port},      {"bind_addr", engine_host(live[size_t(r)].engine->address)},
-        {"timeout_s", timeout_s},   {"policy_version", version}};
-    auto client = live[size_t(r)].client;
-    const auto call_timeout = options_.call_timeout;
-    joins.push_back(std::async(std::launch::async, [client, body, call_timeout] {
-      return client->call(request(rpc::kMethodJoinGroup, body), call_timeout).done.body;
-    }));
+    clients.push_back(live[size_t(r)].client);
+    joins.push_back(method_request(rpc::kMethodJoinGroup,
+                                   Json{{"generation", generation},
+                                        {"rank", r},
+                                        {"world_size", world},
+                                        {"master_addr", master},
+                                        {"master_port", port},
+                                        {"bind_addr", engine_host(live[size_t(r)].engine->address)},
+                                        {"timeout_s", timeout_s},
+                                        {"policy_version", version}}));
   }
+  const std::vector<CallOutcome> outcomes =
+      call_all(clients, std::move(joins), options_.call_timeout);
   std::vector<Json> replies(static_cast<size_t>(world));
   std::optional<Error> first;
   for (int r = 0; r < world; ++r) {
-    try {
-      replies[size_t(r)] = joins[size_t(r)].get();
-    } catch (const Error& e) {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!live[size_t(r)].client->connected() &&
-          live[size_t(r)].engine->client == live[size_t(r)].client) {
-        mark_gone(*live[size_t(r)].engine, e.what());
-        live[size_t(r)].engine->client.reset();
-      }
-      if (!first)
-        first = Error(ErrorCode::kUnavailable,
-                      fmt::format("join_group on {} (rank {} of {}): {}",
-                                  live[size_t(r)].engine->address, r, world, e.what()));
+    const CallOutcome& o = outcomes[size_t(r)];
+    if (o.ok) {
+      replies[size_t(r)] = o.reply;
+      continue;
     }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!live[size_t(r)].client->connected() &&
+        live[size_t(r)].engine->client == live[size_t(r)].client) {
+      mark_gone(*live[size_t(r)].engine, o.error);
+    }
+    if (!first)
+      first = Error(ErrorCode::kUnavailable,
+                    fmt::format("join_group on {} (rank {} of {}): {}",
+                                live[size_t(r)].engine->address, r, world, o.error));
   }
   if (first) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -444,6 +438,140 @@ std::vector<std::shared_ptr<rpc::Client>> RemoteGroup::form(const fs::path& chec
                   same ? "the same weights on every member" : "ERROR: the members' weights differ",
                   checksum, seconds_since(forming), sync_s));
   return out;
+}
+
+Json RemoteGroup::publish(const std::shared_ptr<rpc::Client>& trainer,
+                          const std::string& trainer_address) {
+  std::lock_guard<std::mutex> forming(form_mu_);
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::shared_ptr<Engine>> targets;
+  std::vector<std::shared_ptr<rpc::Client>> clients;
+  int64_t id;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& e : engines_) {
+      if ((e->state == State::kMember || e->state == State::kStandby) && e->client) {
+        targets.push_back(e);
+        clients.push_back(e->client);
+      }
+    }
+    if (targets.empty())
+      fail(ErrorCode::kFailedPrecondition, "no inference replica is connected to push weights to");
+    id = ++generation_;
+  }
+  const double timeout_s = double(options_.group_timeout.count()) / 1000.0;
+  const int world = int(targets.size()) + 1;
+  const std::string master = engine_host(trainer_address);
+  const uint16_t port =
+      uint16_t(trainer
+                   ->call(method_request(rpc::kMethodOpenPush,
+                                         Json{{"push_id", id}, {"timeout_s", timeout_s}}),
+                          options_.call_timeout)
+                   .done.body.value("port", 0));
+  std::vector<std::shared_ptr<rpc::Client>> ranks = {trainer};
+  std::vector<std::string> hosts = {master};
+  for (size_t i = 0; i < targets.size(); ++i) {
+    ranks.push_back(clients[i]);
+    hosts.push_back(engine_host(targets[i]->address));
+  }
+  std::vector<rpc::Frame> pushes;
+  for (int r = 0; r < world; ++r) {
+    pushes.push_back(method_request(rpc::kMethodPushWeights, Json{{"push_id", id},
+                                                                  {"rank", r},
+                                                                  {"world_size", world},
+                                                                  {"master_addr", master},
+                                                                  {"master_port", port},
+                                                                  {"bind_addr", hosts[size_t(r)]},
+                                                                  {"timeout_s", timeout_s}}));
+  }
+  const std::vector<CallOutcome> outcomes =
+      call_all(ranks, std::move(pushes), options_.call_timeout);
+  if (!outcomes[0].ok) {
+    fail(ErrorCode::kUnavailable, fmt::format("weight push {}: the trainer {} failed: {}", id,
+                                              trainer_address, outcomes[0].error));
+  }
+  Json reply = outcomes[0].reply;
+  const int64_t version = reply.value("policy_version", int64_t(-1));
+  const std::string checksum = reply.value("weights_checksum", std::string());
+  Json replicas = Json::array();
+  int took = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < targets.size(); ++i) {
+      Engine& e = *targets[i];
+      const CallOutcome& o = outcomes[i + 1];
+      const std::string got = o.reply.value("weights_checksum", std::string());
+      replicas.push_back(Json{{"address", e.address},
+                              {"ok", o.ok && got == checksum},
+                              {"swap_wait_s", o.reply.value("swap_wait_s", 0.0)},
+                              {"error", o.error}});
+      if (e.client != clients[i] || e.state == State::kRemoved) continue;  // changed meanwhile
+      if (o.ok && got == checksum) {
+        if (e.state != State::kMember) {
+          e.joined += 1;
+          verbose_.add("engine", fmt::format("inference replica {} holds the trainer's weights "
+                                             "(policy_version {}); it serves from now",
+                                             e.address, version));
+        }
+        e.state = State::kMember;
+        e.serving = true;
+        e.missed = 0;
+        e.rank = took++;
+        e.policy_version = o.reply.value("policy_version", version);
+        e.checksum = got;
+        continue;
+      }
+      const std::string why =
+          o.ok ? fmt::format("its weights_checksum {} is not the trainer's {}", got, checksum)
+               : o.error;
+      if (!e.client->connected()) {
+        mark_gone(e, why);
+        continue;
+      }
+      // Connected but not in step: no calls until a push succeeds.
+      e.state = State::kStandby;
+      e.serving = false;
+      e.rank = -1;
+      e.last_error = why;
+      verbose_.add("engine", fmt::format("weight push {} to inference replica {} failed ({}); it "
+                                         "gets no calls until a push succeeds",
+                                         id, e.address, why));
+    }
+    policy_version_ = version;
+  }
+  reply["replicas"] = replicas;
+  reply["push_id"] = id;
+  reply["wall_s"] = seconds_since(start);
+  log().info("weight push {}: policy_version {} to {} of {} replica(s) in {:.2f} s", id, version,
+             took, targets.size(), seconds_since(start));
+  return reply;
+}
+
+RemoteGroup::Counts RemoteGroup::counts() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  Counts c;
+  for (const auto& e : engines_) {
+    if (e->state == State::kRemoved) continue;
+    c.registered += 1;
+    if (e->state == State::kMember) c.members += 1;
+    if (e->state == State::kStandby) c.standbys += 1;
+  }
+  return c;
+}
+
+bool RemoteGroup::has_standbys() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::any_of(engines_.begin(), engines_.end(),
+                     [](const auto& e) { return e->state == State::kStandby && e->client; });
+}
+
+std::string RemoteGroup::first_address() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const Engine* best = nullptr;
+  for (const auto& e : engines_) {
+    if (e->state == State::kMember && e->client && (!best || e->rank < best->rank)) best = e.get();
+  }
+  return best ? best->address : std::string();
 }
 
 std::vector<std::shared_ptr<rpc::Client>> RemoteGroup::serving() const {

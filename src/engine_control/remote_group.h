@@ -78,12 +78,35 @@ class RemoteGroup {
   void note_step(int64_t policy_version, const std::string& weights_checksum);
   int64_t generation() const;
 
+  // Disaggregated training (ajet-swarm start --trainer-at): this group holds the inference
+  // replicas, which train nothing and form no group; publish() brings every connected replica
+  // (members and standbys) to the weights of `trainer` (the trainer group's rank 0, reached at
+  // `trainer_address`) over a push group (engine RPC open_push, push_weights): only what differs
+  // travels, and each replica swaps the weights in once its in-flight calls ended. A replica that
+  // took them is a member serving the trainer's policy version; one that failed gets no calls
+  // until a later push succeeds. Returns the trainer's reply ({"policy_version",
+  // "weights_checksum", "bytes", ...}, with "replicas" added); throws Error(kUnavailable) when
+  // the trainer failed (the replicas then serve what they served) and kFailedPrecondition when no
+  // replica is connected.
+  Json publish(const std::shared_ptr<rpc::Client>& trainer, const std::string& trainer_address);
+  // Connected replicas that do not serve the newest pushed weights yet (disaggregated).
+  bool has_standbys() const;
+  // The lowest-ranked member's address ("" without members).
+  std::string first_address() const;
+
   // Registers an engine (admin endpoint or config); it joins at the next step boundary. Throws
   // kInvalidArgument for a malformed address, kFailedPrecondition for one already registered.
   void add(const std::string& address);
   // The engine leaves: no calls from now, out of the group at the next step boundary. Throws
   // kNotFound for an address never registered.
   void remove(const std::string& address);
+
+  struct Counts {
+    int registered = 0;  // not removed
+    int members = 0;
+    int standbys = 0;
+  };
+  Counts counts() const;
 
   // {"generation", "policy_version", "engines": [{"slot", "address", "state", "rank",
   // "policy_version", "weights_checksum", "missed_heartbeats", "lost", "joined"}]}.
@@ -93,7 +116,7 @@ class RemoteGroup {
   enum class State { kDialing, kStandby, kMember, kGone, kRemoved };
   struct Engine;
   std::vector<std::shared_ptr<rpc::Client>> form(const std::filesystem::path& checkpoint);
-  void mark_gone(Engine& e, const std::string& why);  // mu_ held
+  void mark_gone(Engine& e, const std::string& why);  // mu_ held; drops its connection
 
   RemoteGroupOptions options_;
   episodes::VerboseLog& verbose_;

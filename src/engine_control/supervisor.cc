@@ -132,6 +132,11 @@ struct RankProcess {
 EngineSupervisor::EngineSupervisor(SupervisorOptions options, episodes::Registry& registry,
                                    episodes::VerboseLog& verbose)
     : options_(std::move(options)), registry_(registry), verbose_(verbose) {
+  if (!options_.remote_trainers.empty() && options_.remote_engines.empty()) {
+    invalid_argument(
+        "--trainer-at: trainer ranks apart from inference need inference replicas to "
+        "serve the calls (--engine-at)");
+  }
   const fs::path tmp = fs::temp_directory_path();
   remove_stale_socket_dirs(tmp);
   std::string templ = (tmp / (std::string(kSocketDirPrefix) + "XXXXXX")).string();
@@ -156,9 +161,16 @@ EngineSupervisor::EngineSupervisor(SupervisorOptions options, episodes::Registry
   socket_path_ = socket_dir_ / "engine.sock";
   if (!options_.remote_engines.empty()) {
     RemoteGroupOptions ro;
-    ro.addresses = options_.remote_engines;
     ro.token = options_.engine_token;
     ro.group_timeout = options_.group_timeout;
+    if (!options_.remote_trainers.empty()) {
+      RemoteGroupOptions replicas = ro;
+      replicas.addresses = options_.remote_engines;
+      replicas_ = std::make_unique<RemoteGroup>(std::move(replicas), verbose_);
+      ro.addresses = options_.remote_trainers;
+    } else {
+      ro.addresses = options_.remote_engines;
+    }
     remote_ = std::make_unique<RemoteGroup>(std::move(ro), verbose_);
   }
   thread_ = std::thread([this] { run(); });
@@ -212,8 +224,8 @@ std::shared_ptr<rpc::Client> EngineSupervisor::client() const {
 std::vector<std::shared_ptr<rpc::Client>> EngineSupervisor::rank_clients() const {
   std::lock_guard<std::mutex> lock(mu_);
   if (remote_) {
-    return phase_ == Phase::kReady ? remote_->serving()
-                                   : std::vector<std::shared_ptr<rpc::Client>>{};
+    if (phase_ != Phase::kReady) return {};
+    return replicas_ ? replicas_->serving() : remote_->serving();
   }
   return rank_clients_;
 }

@@ -60,6 +60,12 @@ struct SupervisorOptions {
   // group when start_engine is called, routes calls to them and re-forms the group as they die
   // and join. engine_ranks is then ignored.
   std::vector<std::string> remote_engines;
+  // Disaggregated training (ajet-swarm start --trainer-at): not empty, these engines are the
+  // trainer ranks (the group remote_engines would form, trained on and never routed to), and the
+  // remote_engines are inference replicas that train nothing: after every step the trainers' rank
+  // 0 pushes its weights to them (RemoteGroup::publish), and a replica that connects gets them at
+  // once. Needs remote_engines.
+  std::vector<std::string> remote_trainers;
   std::string engine_token;  // their shared secret
   std::chrono::milliseconds group_timeout{120'000};
   // With several listed engines, how long the first forming waits for all of them once one
@@ -102,10 +108,18 @@ class EngineSupervisor {
   // false when the front starts its own engine processes; the methods below then throw
   // kFailedPrecondition, except train_ranks, which answers rank_clients().
   bool remote() const { return remote_ != nullptr; }
+  bool disaggregated() const { return replicas_ != nullptr; }
   std::vector<std::shared_ptr<rpc::Client>> train_ranks(bool after_failure);
   int64_t group_version() const;
+  // A step was trained. Disaggregated: its weights are pushed to the inference replicas before
+  // this returns.
   void note_step(int64_t policy_version, const std::string& weights_checksum);
-  void add_engine(const std::string& address);
+  // Held by the batch runner while it trains a step (and pushes it), so that a push to a replica
+  // that just connected never waits behind a step on the trainer.
+  std::unique_lock<std::mutex> hold_trainer();
+  // `trainer`: a trainer rank (disaggregated fronts only); otherwise an engine that serves (and,
+  // colocated, trains).
+  void add_engine(const std::string& address, bool trainer = false);
   void remove_engine(const std::string& address);
   Json engines_json() const;
   // The newest trainer checkpoint (save_checkpoint's reply); the next (re)start passes it as
@@ -130,6 +144,8 @@ class EngineSupervisor {
   void supervise(EngineLaunch launch);
   // The same for remote replicas: forms their group, then keeps watch until stopped.
   void supervise_remote();
+  // Disaggregated: pushes the trainers' weights to the replicas; whether any replica serves them.
+  bool publish_weights(const std::string& why);
   // The phases of supervise(), in order. A nullopt / false / -1 answer ends the supervision.
   std::optional<std::filesystem::path> choose_binary(const EngineLaunch& launch, Session& session);
   std::optional<RankGroup> spawn_ranks(const std::filesystem::path& binary,
@@ -179,7 +195,9 @@ class EngineSupervisor {
   std::vector<std::shared_ptr<rpc::Client>> rank_clients_;  // all ranks (client_ is rank 0's)
   std::vector<int64_t> rank_pids_;
   std::vector<std::shared_ptr<rpc::Client>> retired_clients_;  // destroyed on this thread only
-  std::unique_ptr<RemoteGroup> remote_;
+  std::unique_ptr<RemoteGroup> remote_;    // the engines that train (colocated: and serve)
+  std::unique_ptr<RemoteGroup> replicas_;  // disaggregated: the inference replicas
+  std::mutex trainer_mu_;                  // hold_trainer()
   std::thread thread_;
 };
 

@@ -134,6 +134,15 @@ std::future<void> InferenceEngine::run_exclusive_at_version(
   return enqueue(std::move(task));
 }
 
+std::future<void> InferenceEngine::run_drained_at_version(
+    std::function<void(model::Qwen2Model&)> fn, int64_t version) {
+  auto task = std::make_unique<ExclusiveTask>();
+  task->fn = std::move(fn);
+  task->set_version = version;
+  task->drain = true;
+  return enqueue(std::move(task));
+}
+
 std::future<void> InferenceEngine::set_policy_version(int64_t version) {
   auto task = std::make_unique<ExclusiveTask>();
   task->set_version = version;
@@ -248,8 +257,23 @@ bool InferenceEngine::handle_inbox() {
     aborts.swap(aborts_);
     tasks.swap(exclusive_);
   }
-  // Between steps: nothing of the model is in use, so the task may change weights freely.
-  for (auto& task : tasks) {
+  // Between steps: nothing of the model is in use, so the task may change weights freely. A task
+  // that waits for the in-flight requests to end holds itself, the tasks after it and every new
+  // submission back until they have (the batches below run them on).
+  bool held = false;
+  for (auto it = tasks.begin(); it != tasks.end(); ++it) {
+    auto& task = *it;
+    if (task->drain && !active_.empty()) {
+      std::lock_guard lock(mu_);
+      for (auto back = tasks.rbegin(); back != std::make_reverse_iterator(it); ++back)
+        exclusive_.push_front(std::move(*back));
+      submissions.insert(submissions.end(), std::make_move_iterator(new_requests_.begin()),
+                         std::make_move_iterator(new_requests_.end()));
+      new_requests_ = std::move(submissions);
+      submissions.clear();
+      held = true;
+      break;
+    }
     try {
       if (task->fn) task->fn(model_);
       if (task->set_version) policy_version_.store(*task->set_version);
@@ -263,6 +287,7 @@ bool InferenceEngine::handle_inbox() {
   }
   for (Submission& s : submissions) admit(std::move(s));
   for (const std::string& id : aborts) abort_request(id);
+  if (held) return !aborts.empty();
   return !submissions.empty() || !aborts.empty() || !tasks.empty();
 }
 

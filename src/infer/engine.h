@@ -111,6 +111,13 @@ class InferenceEngine {
   // restored from a checkpoint and their version change together, no step runs in between.
   std::future<void> run_exclusive_at_version(std::function<void(model::Qwen2Model&)> fn,
                                              int64_t version);
+  // Like run_exclusive_at_version, but only once no request is in flight: requests submitted from
+  // now wait (queued, not admitted) while the admitted ones run to their end on the current
+  // weights, then fn runs and the version is set, then the waiting ones start on the new weights.
+  // So no request ever samples from two versions (disaggregated weight pushes, docs/cluster.md).
+  // The wait is bounded by the in-flight requests' max_tokens.
+  std::future<void> run_drained_at_version(std::function<void(model::Qwen2Model&)> fn,
+                                           int64_t version);
   // Sets the policy version (e.g. restored from a checkpoint), between steps like run_exclusive.
   std::future<void> set_policy_version(int64_t version);
   int64_t policy_version() const { return policy_version_.load(); }
@@ -136,6 +143,7 @@ class InferenceEngine {
     std::function<void(model::Qwen2Model&)> fn;
     bool bump_version = false;
     std::optional<int64_t> set_version;
+    bool drain = false;  // run only when no request is in flight (run_drained_at_version)
     std::promise<void> done;
   };
 

@@ -26,6 +26,11 @@ inline constexpr std::string_view kMethodSetWeights = "set_weights";
 // hold the source rank's weights and trainer state. docs/engine-rpc.md, "Elastic groups".
 inline constexpr std::string_view kMethodOpenGroup = "open_group";
 inline constexpr std::string_view kMethodJoinGroup = "join_group";
+// Disaggregated training: the front asks a trainer (rank 0) to serve a rendezvous store, then the
+// trainer and every inference replica to meet in a push group, in which the trainer's weights go to
+// the replicas. docs/engine-rpc.md, "Weight pushes".
+inline constexpr std::string_view kMethodOpenPush = "open_push";
+inline constexpr std::string_view kMethodPushWeights = "push_weights";
 
 // `n`. The front checks the same range (openai::kMaxChoices), and ajet.rollout.max_num_seqs, which
 // the engine's scheduler also enforces (a request's samples decode together).

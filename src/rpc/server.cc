@@ -38,6 +38,7 @@ struct ServerConnection {
   // I/O thread only.
   std::string peer;            // for log lines: the listener, a counter and the remote address
   bool authenticated = false;  // true from the start when the server has no token
+  bool evicted = false;        // closed to make room for a newer connection (not authenticated)
   uint64_t frames_seen = 0;
   std::unique_ptr<asio::steady_timer> auth_timer;  // closes a peer that does not authenticate
 };
@@ -212,17 +213,38 @@ void Server::Impl::on_accept(Socket socket) {
   }
   auto connection = std::make_shared<Connection>(std::move(socket), connection_options(), peer);
   std::shared_ptr<ServerConnection> state;
+  std::shared_ptr<Connection> evict;
+  std::string evicted_peer;
   {
     std::lock_guard lk(mu);
-    if (connections.size() >= options.max_connections) {
-      log().warn("rpc server {}: refusing {}: {} connections already open", to_string(bound), peer,
-                 connections.size());
+    // Connections still waiting to authenticate, oldest first. Beyond max_unauthenticated (or at
+    // max_connections) the oldest of them makes room: a peer with the token says hello within a
+    // round trip, so silent peers cannot hold the slots the front needs.
+    size_t waiting = 0;
+    ServerConnection* oldest = nullptr;
+    if (requires_token()) {
+      for (const auto& [id, c] : connections) {
+        if (c->authenticated || c->evicted) continue;
+        waiting += 1;
+        if (!oldest || c->id < oldest->id) oldest = c.get();
+      }
+    }
+    size_t open = 0;
+    for (const auto& [id, c] : connections) open += c->evicted ? 0 : 1;
+    const bool full = open >= options.max_connections;
+    if (oldest && (full || waiting >= options.max_unauthenticated)) {
+      oldest->evicted = true;
+      std::lock_guard olk(oldest->mu);
+      evict = oldest->connection;
+      evicted_peer = oldest->peer;
+    } else if (full) {
+      const std::string why = "too many connections to the engine (limit " +
+                              std::to_string(options.max_connections) + ")";
+      log_refusal(peer, why);  // rate-limited: a peer hammering the port cannot flood the log
       std::erase_if(refused, [](const auto& w) { return w.expired(); });
       refused.push_back(connection);
       connection->start([](Frame&&) {}, [](const std::string&) {});
-      connection->close_with_error(ErrorCode::kResourceExhausted,
-                                   "too many connections to the engine (limit " +
-                                       std::to_string(options.max_connections) + ")");
+      connection->close_with_error(ErrorCode::kResourceExhausted, why);
       return;
     }
     state = std::make_shared<ServerConnection>();
@@ -232,6 +254,13 @@ void Server::Impl::on_accept(Socket socket) {
     state->peer = peer;
     state->authenticated = !requires_token();
     connections.emplace(state->id, state);
+  }
+  if (evict) {
+    evict->close_with_error(ErrorCode::kResourceExhausted,
+                            "closed to make room: too many connections waiting to authenticate "
+                            "(limit " +
+                                std::to_string(options.max_unauthenticated) +
+                                "); send the hello frame at once");
   }
   log().debug("rpc server: accepted {} as connection {}", peer, state->id);
   if (requires_token()) start_auth_deadline(state);

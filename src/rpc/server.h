@@ -84,6 +84,10 @@ struct ServerOptions {
   std::string token;
   bool insecure_no_token = false;
   std::chrono::milliseconds auth_timeout{10'000};
+  // With a token: connections that have not authenticated yet, at most. A new connection beyond
+  // this, or at max_connections, closes the oldest of them (resource_exhausted), so silent peers
+  // cannot hold the slots: the front, which says hello within a round trip, always gets in.
+  size_t max_unauthenticated = 4;
   FrameLimits pre_auth_limits{4096, 0, 0};  // header bytes, payload bytes, arrays
   // Refused connections are logged with the peer's address at most once per period (a line says
   // how many were held back), so that a peer hammering the port cannot flood the log.

@@ -153,12 +153,21 @@ void add_engine_handlers(RouteHandlers& out, ServerContext& ctx) {
           answer_errors(respond, [&] {
             const Json body = parse_json_body(req, limit);
             const std::string address = get_string(body, "address", what + " body");
+            // "role": "trainer" registers a trainer rank (disaggregated fronts), else a replica.
+            std::string role = "replica";
+            if (add) {
+              if (auto r = get_optional_string(body, "role", what + " body")) role = *r;
+              if (role != "replica" && role != "trainer") {
+                invalid_argument(what + " body: 'role' must be \"replica\" or \"trainer\", got \"" +
+                                 role + "\"");
+              }
+            }
             // On the work pool: removing closes the replica's connection, which waits for its
             // reader thread.
-            ctx.pool.post([&ctx, respond, add, address] {
+            ctx.pool.post([&ctx, respond, add, address, role] {
               answer_errors(respond, [&] {
                 if (add) {
-                  ctx.supervisor.add_engine(address);
+                  ctx.supervisor.add_engine(address, role == "trainer");
                 } else {
                   ctx.supervisor.remove_engine(address);
                 }

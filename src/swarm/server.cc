@@ -139,6 +139,12 @@ SwarmServer::SwarmServer(FrontOptions options) : options_(std::move(options)) {
   sup.engine_ranks = options_.engine_ranks;
   sup.stop_grace = std::chrono::milliseconds(int64_t(options_.engine_stop_grace_s * 1000));
   sup.remote_engines = options_.engine_at;
+  sup.remote_trainers = options_.trainer_at;
+  if (!sup.remote_trainers.empty() && sup.remote_engines.empty()) {
+    invalid_argument(
+        "--trainer-at: trainer ranks apart from inference need inference replicas to serve the "
+        "calls (--engine-at)");
+  }
   if (!sup.remote_engines.empty()) {
     sup.engine_token = rpc::resolve_token(options_.engine_token_file);
     if (sup.engine_token.empty()) {
@@ -188,6 +194,7 @@ SwarmServer::SwarmServer(FrontOptions options) : options_(std::move(options)) {
     link.step_done = [supervisor](int64_t version, const std::string& checksum) {
       supervisor->note_step(version, checksum);
     };
+    link.hold_trainer = [supervisor] { return supervisor->hold_trainer(); };
   }
   link.settings = [synced] { return synced->settings(); };
   link.checkpoint_saved = [supervisor, store](const fs::path& dir) {

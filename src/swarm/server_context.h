@@ -90,6 +90,9 @@ struct FrontOptions {
   // front starts no engine; it forms these into one group. Their token: --engine-token-file, else
   // AJET_ENGINE_TOKEN.
   std::vector<std::string> engine_at;
+  // Trainer ranks apart from inference (--trainer-at, repeated): with them the --engine-at engines
+  // only serve, and after every step the trainers' weights are pushed to them.
+  std::vector<std::string> trainer_at;
   std::string engine_token_file;
   double engine_group_timeout_s = 120;
   // Which rank serves a call (--route): an episode's calls stay on one replica (sticky, the

@@ -1,6 +1,7 @@
 #include "train/dist.h"
 
 #include <c10/util/Exception.h>
+#include <fmt/format.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #ifdef AJET_HAVE_GLOO
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -19,6 +20,7 @@
 #include "common/error.h"
 #include "common/json.h"
 #include "common/log.h"
+#include "common/mix.h"
 
 namespace ajet::train {
 
@@ -325,7 +327,9 @@ void broadcast_trainer(Trainer& trainer, Collective& c, int root) {
   const bool is_root = c.rank() == root;
   // The header: counters, the shuffle RNG, and which optimizer entries exist (a rank that never
   // stepped has none).
-  Trainer::State mine = trainer.state();
+  // Only root's own state is read (a copy of its optimizer moments); the others receive.
+  Trainer::State mine;
+  if (is_root) mine = trainer.state();
   Json header = Json::object();
   if (is_root) {
     Json entries = Json::array();
@@ -392,6 +396,99 @@ void broadcast_trainer(Trainer& trainer, Collective& c, int root) {
   }
   if (!moments.empty()) c.broadcast(moments, root);
   if (!is_root) trainer.load_state(st);
+}
+
+PushedWeights push_parameters(model::Qwen2Model& model, int64_t policy_version, Collective& c,
+                              int root) {
+  torch::NoGradGuard no_grad;
+  const bool is_root = c.rank() == root;
+  std::vector<std::pair<std::string, torch::Tensor>> named;
+  for (auto& item : model->named_parameters(/*recurse=*/true))
+    named.emplace_back(item.key(), item.value().detach());
+  // The same parameters by name, shape and dtype on every rank, or nobody goes on.
+  uint64_t layout = fnv1a64("ajet parameter layout");
+  for (const auto& [name, t] : named) {
+    std::string key = name + ":" + std::string(c10::toString(t.scalar_type()));
+    for (int64_t d : t.sizes()) key += "," + std::to_string(d);
+    layout = (layout ^ fnv1a64(key)) * 0x100000001b3ULL;
+  }
+  PushedWeights out;
+  const std::vector<int64_t> header =
+      broadcast_ints(c, {int64_t(layout), policy_version, int64_t(named.size())}, root);
+  out.policy_version = header[1];
+  {
+    std::vector<torch::Tensor> differs = {
+        torch::tensor({int64_t(header[0] != int64_t(layout))}, torch::kInt64)};
+    c.all_reduce_sum(differs);
+    if (const int64_t n = differs[0].item<int64_t>(); n > 0) {
+      fail(ErrorCode::kFailedPrecondition,
+           fmt::format("weight push: the parameters of {} receiver(s) differ from the trainer's "
+                       "(names, shapes or dtypes; the trainer has {}, {} here): start every "
+                       "replica with the same base model, dtype and ajet.lora settings",
+                       n, header[2], named.size()));
+    }
+  }
+  // Which parameters root trains, as a 0/1 mask in parameter order.
+  std::vector<int64_t> mask(named.size(), 0);
+  if (is_root) {
+    size_t i = 0;  // from the parameters themselves: `named` holds detached views
+    for (auto& item : model->named_parameters(/*recurse=*/true))
+      mask[i++] = item.value().requires_grad() ? 1 : 0;
+  }
+  mask = broadcast_ints(c, mask, root);
+  for (int trainable = 1; trainable >= 0; --trainable) {
+    std::vector<size_t> index;
+    std::vector<torch::Tensor> mine;
+    for (size_t i = 0; i < named.size(); ++i) {
+      if (mask[i] != trainable) continue;
+      index.push_back(i);
+      mine.push_back(named[i].second);
+    }
+    if (index.empty()) continue;
+    const int64_t sum = int64_t(tensors_checksum(mine));
+    const int64_t roots = broadcast_ints(c, {sum}, root)[0];
+    std::vector<torch::Tensor> differs = {torch::tensor({int64_t(sum != roots)}, torch::kInt64)};
+    c.all_reduce_sum(differs);
+    if (differs[0].item<int64_t>() == 0) continue;
+    std::vector<torch::Tensor> tensors;
+    for (size_t k = 0; k < index.size(); ++k) {
+      tensors.push_back(is_root ? mine[k].contiguous() : torch::empty_like(mine[k]));
+      out.bytes += int64_t(mine[k].numel() * mine[k].element_size());
+    }
+    c.broadcast(tensors, root);
+    (trainable ? out.sent_trainable : out.sent_frozen) = true;
+    if (!is_root) {
+      for (size_t k = 0; k < index.size(); ++k) out.staged.emplace_back(index[k], tensors[k]);
+    }
+  }
+  // Root's checksum, and a receiver's after the swap, computed before it.
+  const uint64_t mine = is_root ? named_tensors_checksum(named) : 0;
+  out.checksum = uint64_t(broadcast_ints(c, {int64_t(mine)}, root)[0]);
+  if (!is_root) {
+    std::vector<std::pair<std::string, torch::Tensor>> after = named;
+    for (const auto& [i, t] : out.staged) after[i].second = t;
+    const uint64_t got = named_tensors_checksum(after);
+    if (got != out.checksum) {
+      fail(ErrorCode::kDataLoss,
+           fmt::format("weight push: the received weights have checksum {:016x}, the trainer's "
+                       "{:016x}; they are not used",
+                       got, out.checksum));
+    }
+  }
+  return out;
+}
+
+void apply_pushed_weights(model::Qwen2Model& model, const PushedWeights& pushed) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> params;
+  for (auto& item : model->named_parameters(/*recurse=*/true)) params.push_back(item.value());
+  for (const auto& [i, t] : pushed.staged) {
+    if (i >= params.size() || !params[i].sizes().equals(t.sizes())) {
+      fail(ErrorCode::kFailedPrecondition,
+           "apply_pushed_weights: the model's parameters changed since the push");
+    }
+    params[i].copy_(t);
+  }
 }
 
 }  // namespace ajet::train

@@ -55,4 +55,28 @@ std::shared_ptr<Collective> join_collective(const train_data::DistPlacement& pla
 // throws; a non-root rank then holds a mix and must not train before a successful call.
 void broadcast_trainer(Trainer& trainer, Collective& collective, int root);
 
+// Disaggregated training (docs/cluster.md, "Trainers apart from the replicas"): rank `root`, a
+// trainer, sends its model's parameters to every other rank, inference replicas whose served
+// models have the same parameters by name and shape (the same base model, LoRA attached alike;
+// checked first: every rank throws Error(kFailedPrecondition) when one differs). Two sets travel,
+// each only when some receiver's values differ from root's: the parameters root trains
+// (requires_grad) and the rest, so a push after a LoRA step carries the adapters only, and a
+// joiner that loaded the same base receives no base. Receivers only read `model` (inference may go
+// on meanwhile): what they received comes back staged, to swap in with apply_pushed_weights.
+struct PushedWeights {
+  std::vector<std::pair<size_t, torch::Tensor>> staged;  // index in named_parameters order, values
+  int64_t bytes = 0;                                     // bytes sent (root) or received
+  bool sent_trainable = false;
+  bool sent_frozen = false;
+  int64_t policy_version = -1;  // root's: the version the pushed weights are
+  uint64_t checksum = 0;        // parameter_checksum of root's model
+};
+// Every rank calls it; root's `policy_version` goes to all. A receiver checks that its model with
+// the staged values swapped in has root's checksum (else Error(kDataLoss), nothing to swap).
+PushedWeights push_parameters(model::Qwen2Model& model, int64_t policy_version, Collective& c,
+                              int root);
+// Copies the staged values into `model` (call it when nothing reads the model: between two
+// inference steps).
+void apply_pushed_weights(model::Qwen2Model& model, const PushedWeights& pushed);
+
 }  // namespace ajet::train

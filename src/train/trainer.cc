@@ -757,11 +757,18 @@ uint64_t hash_tensor(uint64_t h, const torch::Tensor& tensor) {
 }  // namespace
 
 uint64_t parameter_checksum(model::Qwen2Model& model) {
+  std::vector<std::pair<std::string, torch::Tensor>> named;
+  for (const auto& item : model->named_parameters(/*recurse=*/true))
+    named.emplace_back(item.key(), item.value());
+  return named_tensors_checksum(named);
+}
+
+uint64_t named_tensors_checksum(const std::vector<std::pair<std::string, torch::Tensor>>& named) {
   torch::NoGradGuard no_grad;
   uint64_t h = fnv1a64("ajet parameters");
-  for (const auto& item : model->named_parameters(/*recurse=*/true)) {
-    h = splitmix64_finalize(h ^ fnv1a64(item.key()));
-    h = hash_tensor(h, item.value());
+  for (const auto& [name, value] : named) {
+    h = splitmix64_finalize(h ^ fnv1a64(name));
+    h = hash_tensor(h, value);
   }
   return splitmix64_finalize(h);
 }

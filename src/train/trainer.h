@@ -135,6 +135,8 @@ void copy_parameters(model::Qwen2Model& from, model::Qwen2Model& to);
 // the front compares them after every step. Reads each parameter once (a copy to the CPU for one
 // on a GPU): ~0.3 s per GB of weights.
 uint64_t parameter_checksum(model::Qwen2Model& model);
+// parameter_checksum of a model whose named_parameters are these (names and values, in order).
+uint64_t named_tensors_checksum(const std::vector<std::pair<std::string, torch::Tensor>>& named);
 // The same over a list of tensors (shapes and bytes, in order, no names).
 uint64_t tensors_checksum(const std::vector<torch::Tensor>& tensors);
 

@@ -117,11 +117,13 @@ Json engine_entry(Api& api, const std::string& address) {
   return Json::object();
 }
 
-// One training step's worth of episodes (train_batch_size 2 × num_repeat 2), two calls each.
-void run_episodes(Api& api, int step) {
+// One training step's worth of episodes (train_batch_size 2 × num_repeat 2), two calls each; their
+// uuids are added to `uuids` when given.
+void run_episodes(Api& api, int step, std::vector<std::string>* uuids = nullptr) {
   for (int i = 0; i < 4; ++i) {
     Json e = api.claim("client-net");
     ASSERT_EQ(e["success"], true) << e.dump();
+    if (uuids) uuids->push_back(e["episode_uuid"].get<std::string>());
     for (int turn = 0; turn < 2; ++turn) {
       auto r = api.chat(e["openai_api_key"],
                         user_chat("Step " + std::to_string(step) + " episode " + std::to_string(i) +
@@ -275,6 +277,130 @@ TEST(RemoteReplicasTest, TheReplicaEndpointsNameWhatIsWrong) {
       "--exp-dir " + shell_quote((dir / "no-token").string()) + " --engine-at " + nobody + " 2>&1");
   EXPECT_NE(refused.status, 0);
   EXPECT_THAT(refused.out, HasSubstr("need their token"));
+}
+
+// Disaggregated training (--trainer-at): the trainer in one namespace never serves; the inference
+// replicas in the others only serve, and after every step the trainer's weights are pushed to them
+// (same checksum, the new policy version). A replica that connects mid-run is brought to the
+// current weights at once, a killed one stops getting calls, every call samples from one policy
+// version, and every acknowledged batch is trained.
+TEST(RemoteReplicasTest, DisaggregatedTrainerPushesEveryStepToTheReplicas) {
+  NetnsCluster cluster(3);
+  if (!cluster.ok()) GTEST_SKIP() << cluster.why();
+  ScratchDir dir;
+  const fs::path model = fixture(true).model;
+  std::string yaml = config_yaml(model, "  trainer_common:\n    checkpoint_base_dir: " +
+                                            (dir / "checkpoints").string() + "\n");
+  yaml.replace(yaml.find("backbone: debug"), std::string("backbone: debug").size(),
+               "backbone: async");
+  const fs::path conf = dir / "train.yaml";
+  write_file_atomic(conf, yaml);
+  const fs::path token = dir / "engine.token";
+  write_file_atomic(token, "a-test-secret-of-the-replicas\n");
+  fs::permissions(token, fs::perms::owner_read | fs::perms::owner_write);
+
+  auto trainer = std::make_unique<ReplicaProcess>(cluster.ns(0), cluster.ip(0), conf, model, token);
+  auto a = std::make_unique<ReplicaProcess>(cluster.ns(1), cluster.ip(1), conf, model, token);
+  const std::string at_t = trainer->address(), at_a = a->address();
+  ASSERT_FALSE(at_t.empty()) << trainer->output();
+  ASSERT_FALSE(at_a.empty()) << a->output();
+
+  SwarmProcess swarm(SwarmProcess::Options{
+      dir / "server",
+      {},
+      "",
+      {"--trainer-at", at_t, "--engine-at", at_a, "--engine-token-file", token.string()}});
+  Api api(swarm.url());
+  api.boot(yaml);
+  ASSERT_FALSE(HasFatalFailure());
+  Json engines = api.get("/engines").json();
+  EXPECT_EQ(engines.value("mode", ""), "disaggregated") << engines.dump();
+  EXPECT_EQ(engine_entry(api, at_a).value("state", ""), "member") << engines.dump();
+  ASSERT_EQ(engines["trainers"]["engines"].size(), 1u) << engines.dump();
+  EXPECT_EQ(engines["trainers"]["engines"][0].value("state", ""), "member") << engines.dump();
+  EXPECT_EQ(engines["trainers"]["engines"][0].value("serving", true), true);  // watched, not routed
+
+  std::vector<std::string> uuids;
+  run_episodes(api, 0, &uuids);
+  ASSERT_TRUE(eventually([&] { return api.status()["global_step"] == 1; }, 300s))
+      << api.get("/get_verbose_logs").body;
+  auto trainer_checksum = [&] {
+    return api.get("/engines").json()["trainers"]["engines"][0].value("weights_checksum", "t");
+  };
+  EXPECT_TRUE(eventually([&] { return engine_entry(api, at_a).value("policy_version", -1) == 1; }))
+      << api.get("/engines").body;
+  EXPECT_EQ(engine_entry(api, at_a).value("weights_checksum", "a"), trainer_checksum());
+  std::string logs = api.get("/get_verbose_logs").body;
+  EXPECT_THAT(logs, HasSubstr("policy_version 1 to 1 of 1 inference replica(s)"));
+  std::string metrics = api.get("/metrics").body;
+  EXPECT_EQ(sample_value(metrics, "ajet_replica_calls_total{replica=\"0\"}"), 8) << metrics;
+
+  // Replica b connects mid-run: it gets the current weights without waiting for a step.
+  auto b = std::make_unique<ReplicaProcess>(cluster.ns(2), cluster.ip(2), conf, model, token);
+  const std::string at_b = b->address();
+  ASSERT_FALSE(at_b.empty()) << b->output();
+  auto added = api.post("/engines", Json{{"address", at_b}});
+  ASSERT_EQ(added.status, 200) << added.body;
+  EXPECT_TRUE(eventually([&] { return engine_entry(api, at_b).value("state", "") == "member"; }))
+      << api.get("/engines").body;
+  EXPECT_EQ(engine_entry(api, at_b).value("policy_version", -1), 1);
+  EXPECT_EQ(engine_entry(api, at_b).value("weights_checksum", "b"), trainer_checksum());
+
+  // a is killed: the calls go to b, and the next step reaches b.
+  a->kill(SIGKILL);
+  EXPECT_TRUE(eventually([&] { return engine_entry(api, at_a).value("state", "") == "gone"; }))
+      << api.get("/engines").body;
+  run_episodes(api, 1, &uuids);
+  ASSERT_TRUE(eventually([&] { return api.status()["global_step"] == 2; }, 300s))
+      << api.get("/get_verbose_logs").body;
+  EXPECT_TRUE(eventually([&] { return engine_entry(api, at_b).value("policy_version", -1) == 2; }))
+      << api.get("/engines").body;
+  EXPECT_EQ(engine_entry(api, at_b).value("weights_checksum", "b"), trainer_checksum());
+
+  // Every call sampled from one version; every batch was trained.
+  int calls = 0;
+  for (const std::string& uuid : uuids) {
+    const Json doc = api.get("/episodes/" + uuid).json();
+    for (const Json& call : doc.value("calls", Json::array())) {
+      const Json v = call.value("policy_versions", Json::array());
+      ASSERT_FALSE(v.empty()) << call.dump();
+      for (const Json& x : v) EXPECT_EQ(x, v[0]) << "call " << calls << " of " << uuid;
+      calls += 1;
+    }
+  }
+  EXPECT_EQ(calls, 16);
+  const Json status = api.status();
+  int trained = 0;
+  for (const Json& batch : status["recent_batches"]) trained += batch.value("trained", false);
+  EXPECT_EQ(trained, 2) << status.dump();
+}
+
+// --trainer-at needs replicas to serve, and POST /engines with role "trainer" needs a
+// disaggregated front.
+TEST(RemoteReplicasTest, TrainerRanksNeedReplicasAndADisaggregatedFront) {
+  ScratchDir dir;
+  const fs::path token = dir / "engine.token";
+  write_file_atomic(token, "a-test-secret-of-the-replicas\n");
+  fs::permissions(token, fs::perms::owner_read | fs::perms::owner_write);
+  ClosedPort closed;
+  const std::string nobody = "tcp:127.0.0.1:" + closed.url().substr(closed.url().rfind(':') + 1);
+  Captured refused =
+      run_capture(shell_quote(bin("ajet-swarm").string()) + " start --port 0 --exp-dir " +
+                  shell_quote((dir / "alone").string()) + " --trainer-at " + nobody +
+                  " --engine-token-file " + shell_quote(token.string()) + " 2>&1");
+  EXPECT_NE(refused.status, 0);
+  EXPECT_THAT(refused.out, HasSubstr("--engine-at"));
+
+  SwarmProcess swarm(SwarmProcess::Options{
+      dir / "server", {}, "", {"--engine-at", nobody, "--engine-token-file", token.string()}});
+  Api api(swarm.url());
+  auto r = api.post("/engines", Json{{"address", "tcp:127.0.0.1:3"}, {"role", "trainer"}});
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_THAT(r.body, HasSubstr("--trainer-at"));
+  r = api.post("/engines", Json{{"address", "tcp:127.0.0.1:3"}, {"role", "driver"}});
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_THAT(r.body, HasSubstr("'role'"));
+  EXPECT_EQ(api.get("/engines").json().value("mode", ""), "colocated");
 }
 
 }  // namespace

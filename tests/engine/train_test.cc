@@ -469,3 +469,104 @@ TEST(EngineTrain, ElasticJoinerTakesTheGroupStateAndAFailedStepRollsBack) {
 
 }  // namespace
 }  // namespace ajet::engine
+
+namespace ajet::engine {
+namespace {
+
+// push_weights from `trainer` (rank 0, serving the store) to `replicas`, all at once.
+std::vector<nlohmann::json> push(rpc::Client& trainer, std::vector<rpc::Client*> replicas,
+                                 int64_t id) {
+  const int world = int(replicas.size()) + 1;
+  const int64_t port = call(trainer, method_frame(rpc::kMethodOpenPush,
+                                                  {{"push_id", id}, {"timeout_s", 60}}))["port"]
+                           .get<int64_t>();
+  std::vector<rpc::Client*> all = {&trainer};
+  all.insert(all.end(), replicas.begin(), replicas.end());
+  std::vector<std::future<nlohmann::json>> calls;
+  for (int r = 0; r < world; ++r) {
+    calls.push_back(std::async(std::launch::async, [&, r] {
+      return call(*all[size_t(r)],
+                  method_frame(rpc::kMethodPushWeights, {{"push_id", id},
+                                                         {"rank", r},
+                                                         {"world_size", world},
+                                                         {"master_addr", "127.0.0.1"},
+                                                         {"master_port", port},
+                                                         {"bind_addr", "127.0.0.1"},
+                                                         {"timeout_s", 60}}));
+    }));
+  }
+  std::vector<nlohmann::json> replies;
+  for (auto& c : calls) replies.push_back(c.get());
+  return replies;
+}
+
+// Disaggregated training: a replica that never trains serves the trainer's weights after a push
+// (the same checksum and the same greedy logprobs as the trainer), a first push sends every
+// parameter, a push after a LoRA step only the adapters, and a push of what the replica holds
+// sends nothing. A replica of another shape is refused with a message, and keeps serving.
+TEST(EngineTrain, PushedWeightsReachAReplicaAndOnlyTheAdaptersTravel) {
+  const fs::path conf = process_dir() / "push.yaml";
+  model::testing::write_text(conf,
+                             "ajet:\n"
+                             "  backbone: torch\n"
+                             "  trainer_common:\n"
+                             "    use_kl_loss: false\n"
+                             "    optim:\n"
+                             "      lr: 0.05\n"
+                             "  lora:\n"
+                             "    lora_rank: 4\n"
+                             "    lora_alpha: 8\n"
+                             "  engine:\n"
+                             "    seed: 3\n");
+  EngineProcess trainer_process({"--conf", conf.string(), "--elastic"}, micro_model_dir());
+  EngineProcess replica_process({"--conf", conf.string(), "--elastic"}, micro_model_dir());
+  rpc::Client trainer(trainer_process.wait_ready()), replica(replica_process.wait_ready());
+  trainer.connect();
+  replica.connect();
+  const GenerateOutcome base = probe(replica);
+  EXPECT_EQ(call(trainer, rpc::encode_train_batch(make_batch(1)))["policy_version"], 1);
+  const GenerateOutcome trained = probe(trainer);
+  ASSERT_TRUE(logprobs_differ(base, trained));
+
+  std::vector<nlohmann::json> r = push(trainer, {&replica}, 1);
+  EXPECT_EQ(r[1]["weights_checksum"], r[0]["weights_checksum"]);
+  EXPECT_EQ(r[1]["policy_version"], 1);
+  EXPECT_EQ(status_of(replica)["policy_version"], 1);
+  // The replica loaded the same base, so only the trained adapters differ.
+  EXPECT_TRUE(r[0]["sent_trainable"].get<bool>());
+  EXPECT_FALSE(r[0]["sent_frozen"].get<bool>());
+  const int64_t adapter_bytes = r[0]["bytes"].get<int64_t>();
+  EXPECT_GT(adapter_bytes, 0);
+  EXPECT_FALSE(logprobs_differ(trained, probe(replica))) << "the replica serves other weights";
+
+  // Nothing changed: nothing travels, and the version stays.
+  r = push(trainer, {&replica}, 2);
+  EXPECT_FALSE(r[0]["sent_trainable"].get<bool>());
+  EXPECT_EQ(r[0]["bytes"], 0);
+  EXPECT_EQ(r[1]["weights_checksum"], r[0]["weights_checksum"]);
+
+  // Another step: the adapters again, the same size.
+  EXPECT_EQ(call(trainer, rpc::encode_train_batch(make_batch(2)))["policy_version"], 2);
+  r = push(trainer, {&replica}, 3);
+  EXPECT_EQ(r[0]["bytes"], adapter_bytes);
+  EXPECT_EQ(r[1]["policy_version"], 2);
+  EXPECT_FALSE(logprobs_differ(probe(trainer), probe(replica)));
+
+  // A replica without LoRA settings has other parameters: every rank refuses, naming why.
+  const fs::path plain = write_conf("push_plain", "torch", process_dir() / "push_plain");
+  EngineProcess other_process({"--conf", plain.string(), "--elastic"}, micro_model_dir());
+  rpc::Client other(other_process.wait_ready());
+  other.connect();
+  try {
+    push(trainer, {&other}, 4);
+    ADD_FAILURE() << "a push to a replica of another shape succeeded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("differ from the trainer's"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(status_of(other)["policy_version"], 0);
+  EXPECT_FALSE(logprobs_differ(base, probe(other))) << "the refused replica changed its weights";
+}
+
+}  // namespace
+}  // namespace ajet::engine

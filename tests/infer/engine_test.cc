@@ -365,6 +365,49 @@ TEST(Engine, RunExclusiveBetweenStepsChangesTheReportedVersion) {
   EXPECT_EQ(engine.policy_version(), 41);
 }
 
+// run_drained_at_version (disaggregated weight pushes): a request in flight finishes on the
+// weights it started on; one submitted while the task waits starts only after the swap, so no
+// request samples from two versions.
+TEST(Engine, DrainedSwapWaitsForInFlightRequestsAndHoldsNewOnes) {
+  model::Qwen2Model m = tiny_model();
+  InferenceEngine engine(m, manual_config());
+  std::vector<batching::GeneratedToken> first, second;
+  engine.submit(request("first", prompt_of(5, 1), 8), [&](const batching::GenerateEvent& e) {
+    first.insert(first.end(), e.tokens.begin(), e.tokens.end());
+  });
+  for (int i = 0; i < 3; ++i) engine.step();
+  ASSERT_EQ(first.size(), 3u);
+  bool ran = false;
+  std::future<void> done = engine.run_drained_at_version(
+      [&](model::Qwen2Model& model) {
+        torch::NoGradGuard no_grad;
+        model->layer(0)->linear(model::Proj::kDown)->weight.mul_(0.5);
+        EXPECT_EQ(first.size(), 8u) << "the swap ran before the request in flight ended";
+        EXPECT_TRUE(second.empty()) << "a request started before the swap";
+        ran = true;
+      },
+      7);
+  engine.submit(request("second", prompt_of(6, 2), 4), [&](const batching::GenerateEvent& e) {
+    second.insert(second.end(), e.tokens.begin(), e.tokens.end());
+  });
+  engine.step();
+  EXPECT_FALSE(ran);
+  EXPECT_EQ(engine.stats().running + engine.stats().waiting, 1) << "the new request was admitted";
+  drain(engine);
+  done.get();
+  EXPECT_TRUE(ran);
+  EXPECT_EQ(engine.policy_version(), 7);
+  ASSERT_EQ(first.size(), 8u);
+  ASSERT_EQ(second.size(), 4u);
+  for (const auto& t : first) EXPECT_EQ(t.policy_version, 0);
+  for (const auto& t : second) EXPECT_EQ(t.policy_version, 7);
+  // With nothing in flight it runs at the next step.
+  std::future<void> idle = engine.run_drained_at_version([](model::Qwen2Model&) {}, 8);
+  engine.step();
+  idle.get();
+  EXPECT_EQ(engine.policy_version(), 8);
+}
+
 TEST(Engine, ThreadedEngineServesConcurrentSubmittersAndSwapsWeights) {
   model::Qwen2Model m = tiny_model(5, /*tied=*/true);
   InferenceEngineOptions config = manual_config();

@@ -257,6 +257,26 @@ TEST_P(Auth, DeadlineClosesASilentPeer) {
   EXPECT_EQ(client.call(make_status_request(), kWait).done.body.at("method"), "status");
 }
 
+// Peers without the token hold at most max_unauthenticated connections: a newer one closes the
+// oldest silent one, so the front (with the token) still gets in.
+TEST_P(Auth, SilentPeersMakeRoomForNewConnections) {
+  ServerOptions options;
+  options.max_unauthenticated = 2;
+  start_server(options);
+  RawPeer a(address_), b(address_);
+  RawPeer c(address_);  // a makes room
+  const Error e = frame_error(a.read_close_frame());
+  EXPECT_EQ(e.code(), ErrorCode::kResourceExhausted);
+  EXPECT_TRUE(contains(e.what(),
+                       "to make room: too many connections waiting to authenticate "
+                       "(limit 2)"))
+      << e.what();
+  Client client(address_, with_token(kToken));  // b makes room
+  client.connect();
+  EXPECT_EQ(client.call(make_status_request(), kWait).done.body.at("method"), "status");
+  EXPECT_EQ(frame_error(b.read_close_frame()).code(), ErrorCode::kResourceExhausted);
+}
+
 TEST_P(Auth, RefusalsAreLoggedWithThePeerRateLimited) {
   std::ostringstream lines;
   auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(lines);
