@@ -77,6 +77,8 @@ struct TrainMethods::Impl {
   // Weight pushes: the store this engine serves as the next push's sender.
   std::shared_ptr<train::RendezvousStore> push_store;
   int64_t push_store_id = -1;
+  // Receive buffers and the sets' checksums, kept from one push to the next.
+  train::PushState push_state;
 
   Impl(infer::InferenceEngine& e, ModelInfo info, TrainingOptions o)
       : engine(e),
@@ -505,7 +507,7 @@ Json TrainMethods::push_weights(const Json& body) {
     s.push_store_id = -1;
     std::shared_ptr<train::Collective> group = train::join_collective(p, name, store, bind_addr);
     const train::PushedWeights pushed =
-        train::push_parameters(trainer.model(), trainer.policy_version(), *group, 0);
+        train::push_parameters(trainer.model(), trainer.policy_version(), *group, 0, &s.push_state);
     log().info("weight push {}: policy version {} to {} replica(s), {:.1f} MB ({}) in {:.2f} s", id,
                pushed.policy_version, p.world_size - 1, double(pushed.bytes) / 1e6,
                pushed.sent_frozen      ? "every parameter"
@@ -534,7 +536,7 @@ Json TrainMethods::push_weights(const Json& body) {
           false)
       .get();
   std::shared_ptr<train::Collective> group = train::join_collective(p, name, nullptr, bind_addr);
-  const train::PushedWeights pushed = train::push_parameters(served, -1, *group, 0);
+  const train::PushedWeights pushed = train::push_parameters(served, -1, *group, 0, &s.push_state);
   group.reset();
   const double received_s = seconds_since(start);
   const auto swapping = std::chrono::steady_clock::now();
@@ -548,9 +550,10 @@ Json TrainMethods::push_weights(const Json& body) {
   const double swap_wait_s = seconds_since(swapping);
   log().info(
       "weight push {}: serving policy version {} (weights_checksum {:016x}); {:.1f} MB received "
-      "in {:.2f} s, swapped in after {:.2f} s of waiting for in-flight requests",
+      "in {:.2f} s (checksums compared {:.2f} s, transfer {:.2f} s, verified {:.2f} s), swapped "
+      "in after {:.2f} s of waiting for in-flight requests",
       id, pushed.policy_version, pushed.checksum, double(pushed.bytes) / 1e6, received_s,
-      swap_wait_s);
+      pushed.compare_s, pushed.transfer_s, pushed.verify_s, swap_wait_s);
   return Json{{"policy_version", s.engine.policy_version()},
               {"weights_checksum", fmt::format("{:016x}", pushed.checksum)},
               {"bytes", pushed.bytes},

@@ -17,6 +17,7 @@
 #include <map>
 #include <sstream>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/json.h"
 #include "common/log.h"
@@ -399,7 +400,8 @@ void broadcast_trainer(Trainer& trainer, Collective& c, int root) {
 }
 
 PushedWeights push_parameters(model::Qwen2Model& model, int64_t policy_version, Collective& c,
-                              int root) {
+                              int root, PushState* state) {
+  std::vector<torch::Tensor>* buffers = state ? &state->buffers : nullptr;
   torch::NoGradGuard no_grad;
   const bool is_root = c.rank() == root;
   std::vector<std::pair<std::string, torch::Tensor>> named;
@@ -445,23 +447,44 @@ PushedWeights push_parameters(model::Qwen2Model& model, int64_t policy_version, 
       mine.push_back(named[i].second);
     }
     if (index.empty()) continue;
-    const int64_t sum = int64_t(tensors_checksum(mine));
+    auto started = std::chrono::steady_clock::now();
+    std::vector<std::pair<const void*, uint32_t>> key;
+    for (const torch::Tensor& t : mine) key.emplace_back(t.data_ptr(), t._version());
+    PushState::Sum* cached = state ? &state->sums[trainable] : nullptr;
+    if (cached && cached->key != key) *cached = PushState::Sum{key, tensors_checksum(mine)};
+    const int64_t sum = int64_t(cached ? cached->value : tensors_checksum(mine));
     const int64_t roots = broadcast_ints(c, {sum}, root)[0];
     std::vector<torch::Tensor> differs = {torch::tensor({int64_t(sum != roots)}, torch::kInt64)};
     c.all_reduce_sum(differs);
+    out.compare_s += seconds_since(started);
     if (differs[0].item<int64_t>() == 0) continue;
+    started = std::chrono::steady_clock::now();
     std::vector<torch::Tensor> tensors;
+    if (buffers && buffers->size() != named.size()) buffers->assign(named.size(), torch::Tensor());
     for (size_t k = 0; k < index.size(); ++k) {
-      tensors.push_back(is_root ? mine[k].contiguous() : torch::empty_like(mine[k]));
       out.bytes += int64_t(mine[k].numel() * mine[k].element_size());
+      if (is_root) {
+        tensors.push_back(mine[k].contiguous());
+        continue;
+      }
+      torch::Tensor* kept = buffers ? &(*buffers)[index[k]] : nullptr;
+      if (kept && kept->defined() && kept->sizes().equals(mine[k].sizes()) &&
+          kept->scalar_type() == mine[k].scalar_type() && kept->device() == mine[k].device()) {
+        tensors.push_back(*kept);
+        continue;
+      }
+      tensors.push_back(torch::empty_like(mine[k], torch::MemoryFormat::Contiguous));
+      if (kept) *kept = tensors.back();
     }
     c.broadcast(tensors, root);
+    out.transfer_s += seconds_since(started);
     (trainable ? out.sent_trainable : out.sent_frozen) = true;
     if (!is_root) {
       for (size_t k = 0; k < index.size(); ++k) out.staged.emplace_back(index[k], tensors[k]);
     }
   }
   // Root's checksum, and a receiver's after the swap, computed before it.
+  const auto verifying = std::chrono::steady_clock::now();
   const uint64_t mine = is_root ? named_tensors_checksum(named) : 0;
   out.checksum = uint64_t(broadcast_ints(c, {int64_t(mine)}, root)[0]);
   if (!is_root) {
@@ -475,6 +498,7 @@ PushedWeights push_parameters(model::Qwen2Model& model, int64_t policy_version, 
                        got, out.checksum));
     }
   }
+  out.verify_s = seconds_since(verifying);
   return out;
 }
 

@@ -70,11 +70,26 @@ struct PushedWeights {
   bool sent_frozen = false;
   int64_t policy_version = -1;  // root's: the version the pushed weights are
   uint64_t checksum = 0;        // parameter_checksum of root's model
+  // Where the time went: the sets' checksums compared, the transfer, the final checksum.
+  double compare_s = 0, transfer_s = 0, verify_s = 0;
 };
 // Every rank calls it; root's `policy_version` goes to all. A receiver checks that its model with
 // the staged values swapped in has root's checksum (else Error(kDataLoss), nothing to swap).
+// What one engine keeps from one push to the next (push_parameters fills it).
+struct PushState {
+  // A receiver's buffers by parameter index. Memory touched for the first time is slow to receive
+  // into (in a VM: 2 GB took over 5 s to fault in), so a later push reuses them.
+  std::vector<torch::Tensor> buffers;
+  // Each set's checksum with the tensors (storage and version counter) it was computed over: a set
+  // unchanged since (a LoRA base) is not read again.
+  struct Sum {
+    std::vector<std::pair<const void*, uint32_t>> key;
+    uint64_t value = 0;
+  };
+  Sum sums[2];
+};
 PushedWeights push_parameters(model::Qwen2Model& model, int64_t policy_version, Collective& c,
-                              int root);
+                              int root, PushState* state = nullptr);
 // Copies the staged values into `model` (call it when nothing reads the model: between two
 // inference steps).
 void apply_pushed_weights(model::Qwen2Model& model, const PushedWeights& pushed);
