@@ -145,7 +145,8 @@ class EngineSupervisor {
   // The same for remote replicas: forms their group, then keeps watch until stopped.
   void supervise_remote();
   // Disaggregated: pushes the trainers' weights to the replicas; whether any replica serves them.
-  bool publish_weights(const std::string& why);
+  bool publish_weights(const std::string& why);  // tries twice
+  bool publish_once(const std::string& why);
   // The phases of supervise(), in order. A nullopt / false / -1 answer ends the supervision.
   std::optional<std::filesystem::path> choose_binary(const EngineLaunch& launch, Session& session);
   std::optional<RankGroup> spawn_ranks(const std::filesystem::path& binary,

@@ -41,6 +41,19 @@ std::unique_lock<std::mutex> EngineSupervisor::hold_trainer() {
 }
 
 bool EngineSupervisor::publish_weights(const std::string& why) {
+  // A replica that dies mid-push fails the push for all (the group breaks); it is out of the next
+  // try once its connection closed, so the others do not wait a step for the weights.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    if (attempt > 0) {
+      const RemoteGroup::Counts c = replicas_->counts();
+      if (c.members + c.standbys == 0) return false;
+    }
+    if (publish_once(why)) return true;
+  }
+  return false;
+}
+
+bool EngineSupervisor::publish_once(const std::string& why) {
   std::shared_ptr<rpc::Client> trainer = remote_->first();
   const std::string address = remote_->first_address();
   if (!trainer || address.empty()) return false;
