@@ -1,0 +1,71 @@
+// Several LoRA adapters on one base in one forward (train/multi_lora.h): a batch whose sequences
+// use different adapters gives each sequence what a forward of it alone with its adapter gives
+// (float tolerance), slot -1 gives the base model, and a bad routing is refused with a message.
+#include "train/multi_lora.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+#include "train_test_util.h"
+
+namespace ajet::train {
+namespace {
+
+TEST(MultiLora, MixedBatchEqualsEachSequenceAloneWithItsAdapter) {
+  auto m = testing::random_model(testing::qwen2_config(), 1);
+  const int64_t B = 6, T = 5;
+  torch::Tensor ids = torch::randint(0, m->config().vocab_size, {B, T},
+                                     at::make_generator<at::CPUGeneratorImpl>(3), torch::kInt64);
+  torch::Tensor positions = torch::arange(T, torch::kInt64).unsqueeze(0).expand({B, T});
+  torch::NoGradGuard no_grad;
+  const torch::Tensor base = m->forward_logits(ids, positions);
+
+  auto routing = std::make_shared<LoraRouting>();
+  attach_multi_lora(m, {"all-linear"}, routing);
+  train_data::LoraOptions o;
+  o.alpha = 8;
+  for (int k = 0; k < 3; ++k) {
+    o.rank = 2 + 2 * k;  // ranks differ per adapter
+    EXPECT_EQ(add_random_adapter(m, o, 10 + uint64_t(k)), k);
+  }
+  const std::vector<int32_t> seq_slot = {0, 1, 2, -1, 1, 0};
+  std::vector<int32_t> rows;
+  for (int32_t s : seq_slot) rows.insert(rows.end(), size_t(T), s);
+  routing->set(rows);
+  const torch::Tensor mixed = m->forward_logits(ids, positions);
+
+  for (int64_t b = 0; b < B; ++b) {
+    routing->set_all(seq_slot[size_t(b)]);
+    const torch::Tensor alone =
+        m->forward_logits(ids.slice(0, b, b + 1), positions.slice(0, b, b + 1));
+    EXPECT_TRUE(torch::allclose(mixed.slice(0, b, b + 1), alone, 1e-4, 1e-5)) << "sequence " << b;
+    if (seq_slot[size_t(b)] < 0) {
+      EXPECT_TRUE(torch::allclose(alone, base.slice(0, b, b + 1), 1e-5, 1e-6));
+    } else {
+      EXPECT_FALSE(torch::allclose(alone, base.slice(0, b, b + 1), 1e-3, 1e-3))
+          << "adapter " << seq_slot[size_t(b)] << " changed nothing";
+    }
+  }
+  // Two adapters differ from each other.
+  routing->set_all(0);
+  const torch::Tensor a0 = m->forward_logits(ids, positions);
+  routing->set_all(1);
+  EXPECT_FALSE(torch::allclose(a0, m->forward_logits(ids, positions), 1e-3, 1e-3));
+
+  routing->set({0, 1});  // 2 rows for a batch of 30
+  try {
+    m->forward_logits(ids, positions);
+    ADD_FAILURE() << "a routing of the wrong size was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the routing has 2 rows, the input 30"), std::string::npos)
+        << e.what();
+  }
+  rows.assign(size_t(B * T), 7);
+  rows[0] = 0;
+  routing->set(rows);
+  EXPECT_THROW(m->forward_logits(ids, positions), Error);  // slot 7 does not exist
+}
+
+}  // namespace
+}  // namespace ajet::train
