@@ -77,8 +77,8 @@ class Net:
     """scripts/netns_cluster.sh: a namespace per host on one bridge in a switch namespace, and the root
     namespace's veth into it. hosts[i] = (namespace, interface, address)."""
 
-    def __init__(self, pid, hosts):
-        self.name = f"ajel{pid}"
+    def __init__(self, pid, hosts, prefix="ajel"):
+        self.name = f"{prefix}{pid}"
         self.prefix = sh(NETNS, "up", self.name, str(hosts)).strip()
         self.hosts = {i: (f"{self.name}-h{i}", f"{self.name}h{i}", f"{self.prefix}.{11 + i}") for i in range(hosts)}
 
@@ -145,13 +145,15 @@ class Engine:
 
 
 class Front:
-    """`ajet-swarm start --engine-at ...`, the config synced and the group formed (forming_s)."""
+    """`ajet-swarm start --engine-at ...` (or the engine flags `at`: --trainer-at and --engine-at), the config
+    synced and the group formed (forming_s)."""
 
-    def __init__(self, ctx, engines, conf_text, name):
+    def __init__(self, ctx, engines, conf_text, name, at=None):
         self.admin, self.log_path = secrets.token_hex(16), os.path.join(ctx.tmp, f"front-{name}.log")
+        at = at if at is not None else sum((["--engine-at", e.address] for e in engines), [])
         self.proc = subprocess.Popen(
             [os.path.join(ctx.bin, "ajet-swarm"), "start", "--port", "0", "--exp-dir", os.path.join(ctx.tmp, f"front-{name}"),
-             "--engine-token-file", ctx.token_file] + sum((["--engine-at", e.address] for e in engines), []),
+             "--engine-token-file", ctx.token_file] + at,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             env=dict(os.environ, AJET_ADMIN_TOKEN=self.admin))
         PROCS.append(self.proc)
@@ -200,6 +202,34 @@ class Front:
     def calls_per_slot(self):
         return {int(m.group(1)): int(float(m.group(2))) for m in
                 re.finditer(r'^ajet_replica_calls_total\{replica="(\d+)"\} (\S+)$', self.get("/metrics"), re.M)}
+
+
+def tiny_model(ctx):
+    """A 400-id tokenizer (ctx.tokenizer) and the `tiny` preset with random weights on it; the model's path."""
+    ctx.tokenizer, model = os.path.join(ctx.tmp, "tok"), os.path.join(ctx.tmp, "model")
+    sh(os.path.join(ctx.bin, "ajet"), "tokenizer", "train", "--corpus",
+       os.path.join(REPO, "tests/text/data/tokenizer_corpus.jsonl"), "--vocab-size", "400", "--out", ctx.tokenizer)
+    sh(os.path.join(ctx.bin, "ajet-engine"), "model", "init", "--preset", "tiny", "--tokenizer", ctx.tokenizer,
+       "--out", model, "--seed", "1", "--threads", "1")
+    return model
+
+
+def require_netns(program, ctx):
+    """Exits when a binary is missing (an error) or network namespaces cannot be made (SKIP: 77)."""
+    for b in ("ajet", "ajet-engine", "ajet-swarm"):
+        if not os.path.exists(os.path.join(ctx.bin, b)):
+            raise SystemExit(f"{program}: {ctx.bin}/{b} is missing: build it first (scripts/build.sh)")
+    why = "network namespaces need root" if os.geteuid() != 0 else None
+    if not why:
+        probe = f"ajelprobe{os.getpid()}"
+        try:
+            sh("ip", "netns", "add", probe)
+            sh("ip", "netns", "del", probe, check=False)
+        except (OSError, RuntimeError) as e:
+            why = f"`ip netns add` failed: {e}"
+    if why:
+        print(f"{program}: SKIPPED: {why}")
+        sys.exit(SKIP)
 
 
 def config_yaml(model, batch, repeat, ckpt):
@@ -317,11 +347,7 @@ def measure(ctx, net, a):
     ctx.token_file = os.path.join(ctx.tmp, "engine.token")
     with open(os.open(ctx.token_file, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
         f.write(secrets.token_urlsafe(32) + "\n")
-    ctx.tokenizer, model = os.path.join(ctx.tmp, "tok"), os.path.join(ctx.tmp, "model")
-    sh(os.path.join(ctx.bin, "ajet"), "tokenizer", "train", "--corpus",
-       os.path.join(REPO, "tests/text/data/tokenizer_corpus.jsonl"), "--vocab-size", "400", "--out", ctx.tokenizer)
-    sh(os.path.join(ctx.bin, "ajet-engine"), "model", "init", "--preset", "tiny", "--tokenizer", ctx.tokenizer,
-       "--out", model, "--seed", "1", "--threads", "1")
+    model = tiny_model(ctx)
     text, conf, r = config_yaml(model, a.batch, a.repeat, os.path.join(ctx.tmp, "ckpt")), os.path.join(ctx.tmp, "tiny.yaml"), {}
     open(conf, "w").write(text)
     # 1. The same steps on loopback and across namespaces (a warm-up step first, not with --smoke).
@@ -522,20 +548,7 @@ def main():
     if a.smoke:
         a.steps, a.batch, a.repeat, a.no_push = 1, 2, 2, True
     ctx = argparse.Namespace(bin=os.path.join(BUILD, "bin"))
-    for b in ("ajet", "ajet-engine", "ajet-swarm"):
-        if not os.path.exists(os.path.join(ctx.bin, b)):
-            raise SystemExit(f"elastic_replicas: {ctx.bin}/{b} is missing: build it first (scripts/build.sh)")
-    why = "network namespaces need root" if os.geteuid() != 0 else None
-    if not why:
-        probe = f"ajelprobe{os.getpid()}"
-        try:
-            sh("ip", "netns", "add", probe)
-            sh("ip", "netns", "del", probe, check=False)
-        except (OSError, RuntimeError) as e:
-            why = f"`ip netns add` failed: {e}"
-    if why:
-        print(f"elastic_replicas: SKIPPED: {why}")
-        sys.exit(SKIP)
+    require_netns("elastic_replicas", ctx)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # runs the cleanup below
     clean_stale()
     load_start, t_start = os.getloadavg()[0], time.monotonic()

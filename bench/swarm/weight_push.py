@@ -35,10 +35,8 @@ import secrets
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -55,31 +53,7 @@ class Front(er.Front):
     """`ajet-swarm start --trainer-at T --engine-at R`, the config synced and the engines ready."""
 
     def __init__(self, ctx, trainer, replica, conf_text, name):
-        self.admin, self.log_path = secrets.token_hex(16), os.path.join(ctx.tmp, f"front-{name}.log")
-        self.proc = subprocess.Popen(
-            [os.path.join(ctx.bin, "ajet-swarm"), "start", "--port", "0", "--exp-dir",
-             os.path.join(ctx.tmp, f"front-{name}"), "--engine-token-file", ctx.token_file,
-             "--trainer-at", trainer.address, "--engine-at", replica.address],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-            env=dict(os.environ, AJET_ADMIN_TOKEN=self.admin))
-        er.PROCS.append(self.proc)
-        logf = open(self.log_path, "wb", buffering=0)
-        for raw in self.proc.stdout:
-            logf.write(raw)
-            if m := re.search(rb"ajet-swarm ready:.*\(port (\d+)", raw):
-                self.url = f"http://127.0.0.1:{int(m.group(1))}"
-                break
-        else:
-            raise RuntimeError(f"ajet-swarm did not become ready; see {self.log_path}")
-        threading.Thread(target=lambda: [logf.write(r) for r in self.proc.stdout], daemon=True).start()
-        self.call("/sync_train_config", {"yaml_as_string": conf_text}, admin=True)
-        t0 = time.monotonic()
-        self.call("/start_engine", {}, admin=True)
-        while self.get("/get_engine_status")["engine_status"] != "ENGINE.ROLLING":
-            if time.monotonic() - t0 > 900:
-                raise RuntimeError(f"the trainer and replica did not get ready; see {self.log_path}")
-            time.sleep(0.1)
-        self.forming_s = time.monotonic() - t0
+        super().__init__(ctx, [], conf_text, name, at=["--trainer-at", trainer.address, "--engine-at", replica.address])
 
     def pushes(self):
         """Every push line of the verbose log: (why, what, MB, wall s, wait s)."""
@@ -94,26 +68,13 @@ class Front(er.Front):
         return out
 
 
-class Net(er.Net):
-    """er.Net under a name of this script's (elastic_replicas.py removes `ajel*` clusters it thinks stale)."""
-
-    def __init__(self, pid, hosts):
-        self.name = f"ajwp{pid}"
-        self.prefix = er.sh(er.NETNS, "up", self.name, str(hosts)).strip()
-        self.hosts = {i: (f"{self.name}-h{i}", f"{self.name}h{i}", f"{self.prefix}.{11 + i}") for i in range(hosts)}
-
-
 def conf_text(model, a, ckpt, backbone, lora=""):
     text = er.config_yaml(model, a.batch, a.repeat, ckpt).replace("backbone: torch", f"backbone: {backbone}")
     return text + lora
 
 
 def tiny(ctx, net, a):
-    ctx.tokenizer, model = os.path.join(ctx.tmp, "tok"), os.path.join(ctx.tmp, "model")
-    er.sh(os.path.join(ctx.bin, "ajet"), "tokenizer", "train", "--corpus",
-          os.path.join(er.REPO, "tests/text/data/tokenizer_corpus.jsonl"), "--vocab-size", "400", "--out", ctx.tokenizer)
-    er.sh(os.path.join(ctx.bin, "ajet-engine"), "model", "init", "--preset", "tiny", "--tokenizer", ctx.tokenizer,
-          "--out", model, "--seed", "1", "--threads", "1")
+    model = er.tiny_model(ctx)
     text, conf = conf_text(model, a, os.path.join(ctx.tmp, "ckpt"), "async"), os.path.join(ctx.tmp, "tiny.yaml")
     open(conf, "w").write(text)
     trainer = er.Engine(ctx, model, conf, net.hosts[1][2], net.hosts[1][0], "trainer")
@@ -244,20 +205,7 @@ def main():
     if a.smoke:
         a.steps, a.batch, a.repeat, a.no_big = 1, 2, 2, True
     ctx = argparse.Namespace(bin=os.path.join(er.BUILD, "bin"))
-    for name in ("ajet", "ajet-engine", "ajet-swarm"):
-        if not os.path.exists(os.path.join(ctx.bin, name)):
-            raise SystemExit(f"weight_push: {ctx.bin}/{name} is missing: build it first (scripts/build.sh)")
-    why = "network namespaces need root" if os.geteuid() != 0 else None
-    if not why:
-        probe = f"ajelprobe{os.getpid()}"
-        try:
-            er.sh("ip", "netns", "add", probe)
-            er.sh("ip", "netns", "del", probe, check=False)
-        except (OSError, RuntimeError) as e:
-            why = f"`ip netns add` failed: {e}"
-    if why:
-        print(f"weight_push: SKIPPED: {why}")
-        sys.exit(er.SKIP)
+    er.require_netns("weight_push", ctx)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     load_start, t_start = os.getloadavg()[0], time.monotonic()
     net, ok, ctx.tmp = None, False, tempfile.mkdtemp(prefix="ajet-push-")
@@ -265,7 +213,7 @@ def main():
     with open(os.open(ctx.token_file, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
         f.write(secrets.token_urlsafe(32) + "\n")
     try:
-        net = Net(os.getpid(), 3)
+        net = er.Net(os.getpid(), 3, prefix="ajwp")  # not `ajel`: elastic_replicas.py removes those it thinks stale
         r = {"tiny": tiny(ctx, net, a)}
         r["big"] = {"skipped": "skipped (--no-big)"} if a.no_big else big(ctx, net, a)
         ok = True

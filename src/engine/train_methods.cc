@@ -48,6 +48,39 @@ fs::path resolve_checkpoint(const fs::path& dir) {
   return *latest;
 }
 
+// A rendezvous store on a port the OS picks, waiting `timeout_s` (default 300) of the body for the
+// group's members (open_group, open_push).
+std::shared_ptr<train::RendezvousStore> serve_store(const Json& body) {
+  const double timeout_s = body.value("timeout_s", 300.0);
+  return train::RendezvousStore::serve(
+      std::chrono::milliseconds(int64_t(std::max(1.0, timeout_s) * 1000)));
+}
+
+// Where this engine sits in a group the front forms (join_group, push_weights): rank, world_size
+// (at least `min_world`; `why_min` says why in the error), master_addr, master_port (at least
+// `min_port`), timeout_s; and bind_addr.
+std::pair<train_data::DistPlacement, std::string> group_placement(const Json& body,
+                                                                  std::string_view where,
+                                                                  int min_world,
+                                                                  std::string_view why_min,
+                                                                  int64_t min_port) {
+  train_data::DistPlacement p;
+  p.rank = int(get_int(body, "rank", where));
+  p.world_size = int(get_int(body, "world_size", where));
+  if (p.world_size < min_world || p.rank < 0 || p.rank >= p.world_size) {
+    invalid_argument(
+        fmt::format("{}: rank {} of world_size {}{}", where, p.rank, p.world_size, why_min));
+  }
+  p.master_addr = get_string(body, "master_addr", where);
+  const int64_t port = get_int(body, "master_port", where);
+  if (port < min_port || port > 65535)
+    invalid_argument(fmt::format("{}: master_port out of range", where));
+  p.master_port = uint16_t(port);
+  p.timeout =
+      std::chrono::milliseconds(int64_t(std::max(1.0, body.value("timeout_s", 300.0)) * 1000));
+  return {p, body.value("bind_addr", std::string())};
+}
+
 }  // namespace
 
 TrainingOptions training_options(const EngineOptions& options) {
@@ -369,10 +402,8 @@ Json TrainMethods::open_group(const Json& body) {
   constexpr std::string_view where = "open_group";
   if (!body.is_object()) invalid_argument("open_group: the body must be a JSON object");
   const int64_t generation = get_int(body, "generation", where);
-  const double timeout_s = body.value("timeout_s", 300.0);
   s.store.reset();
-  s.store = train::RendezvousStore::serve(
-      std::chrono::milliseconds(int64_t(std::max(1.0, timeout_s) * 1000)));
+  s.store = serve_store(body);
   s.store_generation = generation;
   log().info("elastic group: generation {} meets at port {} of this host", generation,
              s.store->port());
@@ -383,19 +414,8 @@ Json TrainMethods::join_group(const Json& body) {
   Impl& s = *impl_;
   constexpr std::string_view where = "join_group";
   if (!body.is_object()) invalid_argument("join_group: the body must be a JSON object");
-  train_data::DistPlacement p;
   const int64_t generation = get_int(body, "generation", where);
-  p.rank = int(get_int(body, "rank", where));
-  p.world_size = int(get_int(body, "world_size", where));
-  if (p.world_size < 1 || p.rank < 0 || p.rank >= p.world_size)
-    invalid_argument(fmt::format("join_group: rank {} of world_size {}", p.rank, p.world_size));
-  p.master_addr = get_string(body, "master_addr", where);
-  const int64_t port = get_int(body, "master_port", where);
-  if (port < 0 || port > 65535) invalid_argument("join_group: master_port out of range");
-  p.master_port = uint16_t(port);
-  p.timeout =
-      std::chrono::milliseconds(int64_t(std::max(1.0, body.value("timeout_s", 300.0)) * 1000));
-  const std::string bind_addr = body.value("bind_addr", std::string());
+  const auto [p, bind_addr] = group_placement(body, where, 1, "", 0);
   const int64_t version = get_int(body, "policy_version", where);
   std::shared_ptr<train::RendezvousStore> served;
   if (p.rank == 0 && p.world_size > 1) {
@@ -464,10 +484,8 @@ Json TrainMethods::open_push(const Json& body) {
   if (!body.is_object()) invalid_argument("open_push: the body must be a JSON object");
   s.require_training("open_push");
   const int64_t id = get_int(body, "push_id", where);
-  const double timeout_s = body.value("timeout_s", 300.0);
   s.push_store.reset();
-  s.push_store = train::RendezvousStore::serve(
-      std::chrono::milliseconds(int64_t(std::max(1.0, timeout_s) * 1000)));
+  s.push_store = serve_store(body);
   s.push_store_id = id;
   return Json{{"port", s.push_store->port()}, {"push_id", id}};
 }
@@ -476,23 +494,9 @@ Json TrainMethods::push_weights(const Json& body) {
   Impl& s = *impl_;
   constexpr std::string_view where = "push_weights";
   if (!body.is_object()) invalid_argument("push_weights: the body must be a JSON object");
-  train_data::DistPlacement p;
   const int64_t id = get_int(body, "push_id", where);
-  p.rank = int(get_int(body, "rank", where));
-  p.world_size = int(get_int(body, "world_size", where));
-  if (p.world_size < 2 || p.rank < 0 || p.rank >= p.world_size) {
-    invalid_argument(
-        fmt::format("push_weights: rank {} of world_size {} (a push needs the trainer "
-                    "and at least one replica)",
-                    p.rank, p.world_size));
-  }
-  p.master_addr = get_string(body, "master_addr", where);
-  const int64_t port = get_int(body, "master_port", where);
-  if (port < 1 || port > 65535) invalid_argument("push_weights: master_port out of range");
-  p.master_port = uint16_t(port);
-  p.timeout =
-      std::chrono::milliseconds(int64_t(std::max(1.0, body.value("timeout_s", 300.0)) * 1000));
-  const std::string bind_addr = body.value("bind_addr", std::string());
+  const auto [p, bind_addr] =
+      group_placement(body, where, 2, " (a push needs the trainer and at least one replica)", 1);
   const auto start = std::chrono::steady_clock::now();
   const std::string name = fmt::format("ajet_push{}", id);
   if (p.rank == 0) {

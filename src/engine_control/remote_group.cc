@@ -567,11 +567,16 @@ bool RemoteGroup::has_standbys() const {
 
 std::string RemoteGroup::first_address() const {
   std::lock_guard<std::mutex> lock(mu_);
-  const Engine* best = nullptr;
+  const Engine* best = first_member();
+  return best ? best->address : std::string();
+}
+
+const RemoteGroup::Engine* RemoteGroup::first_member() const {
+  const Engine* best = nullptr;  // rank 0, or the lowest rank left when rank 0 is gone
   for (const auto& e : engines_) {
     if (e->state == State::kMember && e->client && (!best || e->rank < best->rank)) best = e.get();
   }
-  return best ? best->address : std::string();
+  return best;
 }
 
 std::vector<std::shared_ptr<rpc::Client>> RemoteGroup::serving() const {
@@ -583,10 +588,7 @@ std::vector<std::shared_ptr<rpc::Client>> RemoteGroup::serving() const {
 
 std::shared_ptr<rpc::Client> RemoteGroup::first() const {
   std::lock_guard<std::mutex> lock(mu_);
-  const Engine* best = nullptr;  // rank 0, or the lowest rank left when rank 0 is gone
-  for (const auto& e : engines_) {
-    if (e->state == State::kMember && e->client && (!best || e->rank < best->rank)) best = e.get();
-  }
+  const Engine* best = first_member();
   return best ? best->client : nullptr;
 }
 

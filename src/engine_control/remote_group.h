@@ -117,6 +117,7 @@ class RemoteGroup {
   struct Engine;
   std::vector<std::shared_ptr<rpc::Client>> form(const std::filesystem::path& checkpoint);
   void mark_gone(Engine& e, const std::string& why);  // mu_ held; drops its connection
+  const Engine* first_member() const;                 // mu_ held; the lowest-ranked member, or null
 
   RemoteGroupOptions options_;
   episodes::VerboseLog& verbose_;

@@ -147,8 +147,9 @@ void EngineSupervisor::supervise_remote() {
       const bool gathered = connected > 0 && (connected == counts.registered ||
                                               now - *first_seen >= options_.gather_grace);
       // Disaggregated: ready once a replica serves the trainers' weights.
-      const bool replica_up =
-          !replicas_ || replicas_->counts().standbys + replicas_->counts().members > 0;
+      RemoteGroup::Counts replica_counts;
+      if (replicas_) replica_counts = replicas_->counts();
+      const bool replica_up = !replicas_ || replica_counts.standbys + replica_counts.members > 0;
       if (gathered && replica_up) {
         try {
           auto hold = hold_trainer();

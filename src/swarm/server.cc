@@ -139,12 +139,7 @@ SwarmServer::SwarmServer(FrontOptions options) : options_(std::move(options)) {
   sup.engine_ranks = options_.engine_ranks;
   sup.stop_grace = std::chrono::milliseconds(int64_t(options_.engine_stop_grace_s * 1000));
   sup.remote_engines = options_.engine_at;
-  sup.remote_trainers = options_.trainer_at;
-  if (!sup.remote_trainers.empty() && sup.remote_engines.empty()) {
-    invalid_argument(
-        "--trainer-at: trainer ranks apart from inference need inference replicas to serve the "
-        "calls (--engine-at)");
-  }
+  sup.remote_trainers = options_.trainer_at;  // without --engine-at, the supervisor refuses it
   if (!sup.remote_engines.empty()) {
     sup.engine_token = rpc::resolve_token(options_.engine_token_file);
     if (sup.engine_token.empty()) {

@@ -300,15 +300,18 @@ std::vector<int64_t> broadcast_ints(Collective& c, std::vector<int64_t> values, 
   return std::vector<int64_t>(data, data + t[0].numel());
 }
 
-// Broadcasts `tensors` from root unless every rank already holds root's values: root's checksum
-// goes to every rank, and a sum over the ranks of "mine differs" decides for all of them alike.
+// Root's `value` goes to every rank; answers, on every rank alike, how many ranks hold another.
+int64_t ranks_differing(Collective& c, int64_t value, int root) {
+  const int64_t roots = broadcast_ints(c, {value}, root)[0];
+  std::vector<torch::Tensor> differs = {torch::tensor({int64_t(value != roots)}, torch::kInt64)};
+  c.all_reduce_sum(differs);
+  return differs[0].item<int64_t>();
+}
+
+// Broadcasts `tensors` from root unless every rank already holds root's values (by checksum).
 // Returns whether it sent them.
 bool broadcast_unless_equal(Collective& c, std::vector<torch::Tensor>& tensors, int root) {
-  const int64_t mine = int64_t(tensors_checksum(tensors));
-  const int64_t roots = broadcast_ints(c, {mine}, root)[0];
-  std::vector<torch::Tensor> differs = {torch::tensor({int64_t(mine != roots)}, torch::kInt64)};
-  c.all_reduce_sum(differs);
-  if (differs[0].item<int64_t>() == 0) return false;
+  if (ranks_differing(c, int64_t(tensors_checksum(tensors)), root) == 0) return false;
   c.broadcast(tensors, root);
   return true;
 }
@@ -416,19 +419,14 @@ PushedWeights push_parameters(model::Qwen2Model& model, int64_t policy_version, 
   }
   PushedWeights out;
   const std::vector<int64_t> header =
-      broadcast_ints(c, {int64_t(layout), policy_version, int64_t(named.size())}, root);
-  out.policy_version = header[1];
-  {
-    std::vector<torch::Tensor> differs = {
-        torch::tensor({int64_t(header[0] != int64_t(layout))}, torch::kInt64)};
-    c.all_reduce_sum(differs);
-    if (const int64_t n = differs[0].item<int64_t>(); n > 0) {
-      fail(ErrorCode::kFailedPrecondition,
-           fmt::format("weight push: the parameters of {} receiver(s) differ from the trainer's "
-                       "(names, shapes or dtypes; the trainer has {}, {} here): start every "
-                       "replica with the same base model, dtype and ajet.lora settings",
-                       n, header[2], named.size()));
-    }
+      broadcast_ints(c, {policy_version, int64_t(named.size())}, root);
+  out.policy_version = header[0];
+  if (const int64_t n = ranks_differing(c, int64_t(layout), root); n > 0) {
+    fail(ErrorCode::kFailedPrecondition,
+         fmt::format("weight push: the parameters of {} receiver(s) differ from the trainer's "
+                     "(names, shapes or dtypes; the trainer has {}, {} here): start every "
+                     "replica with the same base model, dtype and ajet.lora settings",
+                     n, header[1], named.size()));
   }
   // Which parameters root trains, as a 0/1 mask in parameter order.
   std::vector<int64_t> mask(named.size(), 0);
@@ -453,11 +451,9 @@ PushedWeights push_parameters(model::Qwen2Model& model, int64_t policy_version, 
     PushState::Sum* cached = state ? &state->sums[trainable] : nullptr;
     if (cached && cached->key != key) *cached = PushState::Sum{key, tensors_checksum(mine)};
     const int64_t sum = int64_t(cached ? cached->value : tensors_checksum(mine));
-    const int64_t roots = broadcast_ints(c, {sum}, root)[0];
-    std::vector<torch::Tensor> differs = {torch::tensor({int64_t(sum != roots)}, torch::kInt64)};
-    c.all_reduce_sum(differs);
+    const int64_t differing = ranks_differing(c, sum, root);
     out.compare_s += seconds_since(started);
-    if (differs[0].item<int64_t>() == 0) continue;
+    if (differing == 0) continue;
     started = std::chrono::steady_clock::now();
     std::vector<torch::Tensor> tensors;
     if (buffers && buffers->size() != named.size()) buffers->assign(named.size(), torch::Tensor());

@@ -109,6 +109,23 @@ class ReplicaProcess {
   std::thread reader_;
 };
 
+// The replicas' shared secret, written to dir/engine.token (mode 0600).
+fs::path write_token(const fs::path& dir) {
+  const fs::path token = dir / "engine.token";
+  write_file_atomic(token, "a-test-secret-of-the-replicas\n");
+  fs::permissions(token, fs::perms::owner_read | fs::perms::owner_write);
+  return token;
+}
+
+// The test config with `backbone`, its checkpoints under dir/checkpoints.
+std::string train_yaml(const fs::path& dir, const fs::path& model, const std::string& backbone) {
+  std::string yaml = config_yaml(model, "  trainer_common:\n    checkpoint_base_dir: " +
+                                            (dir / "checkpoints").string() + "\n");
+  yaml.replace(yaml.find("backbone: debug"), std::string("backbone: debug").size(),
+               "backbone: " + backbone);
+  return yaml;
+}
+
 // The engine entry of GET /engines with this address.
 Json engine_entry(Api& api, const std::string& address) {
   const Json engines = api.get("/engines").json();
@@ -141,15 +158,10 @@ TEST(RemoteReplicasTest, TrainAcrossNamespacesWhileAReplicaDiesAnotherJoinsAndAL
   if (!cluster.ok()) GTEST_SKIP() << cluster.why();
   ScratchDir dir;
   const fs::path model = fixture(true).model;
-  std::string yaml = config_yaml(model, "  trainer_common:\n    checkpoint_base_dir: " +
-                                            (dir / "checkpoints").string() + "\n");
-  yaml.replace(yaml.find("backbone: debug"), std::string("backbone: debug").size(),
-               "backbone: torch");
+  const std::string yaml = train_yaml(dir.path(), model, "torch");
   const fs::path conf = dir / "train.yaml";
   write_file_atomic(conf, yaml);
-  const fs::path token = dir / "engine.token";
-  write_file_atomic(token, "a-test-secret-of-the-replicas\n");
-  fs::permissions(token, fs::perms::owner_read | fs::perms::owner_write);
+  const fs::path token = write_token(dir.path());
 
   auto a = std::make_unique<ReplicaProcess>(cluster.ns(0), cluster.ip(0), conf, model, token);
   auto b = std::make_unique<ReplicaProcess>(cluster.ns(1), cluster.ip(1), conf, model, token);
@@ -239,9 +251,7 @@ TEST(RemoteReplicasTest, TheReplicaEndpointsNameWhatIsWrong) {
     EXPECT_EQ(r.status, 400) << r.body;
     EXPECT_THAT(r.body, HasSubstr("--engine-at"));
   }
-  const fs::path token = dir / "engine.token";
-  write_file_atomic(token, "a-test-secret-of-the-replicas\n");
-  fs::permissions(token, fs::perms::owner_read | fs::perms::owner_write);
+  const fs::path token = write_token(dir.path());
   ClosedPort closed;  // a registered engine nobody answers at
   const std::string nobody = "tcp:127.0.0.1:" + closed.url().substr(closed.url().rfind(':') + 1);
   SwarmProcess swarm(
@@ -289,15 +299,10 @@ TEST(RemoteReplicasTest, DisaggregatedTrainerPushesEveryStepToTheReplicas) {
   if (!cluster.ok()) GTEST_SKIP() << cluster.why();
   ScratchDir dir;
   const fs::path model = fixture(true).model;
-  std::string yaml = config_yaml(model, "  trainer_common:\n    checkpoint_base_dir: " +
-                                            (dir / "checkpoints").string() + "\n");
-  yaml.replace(yaml.find("backbone: debug"), std::string("backbone: debug").size(),
-               "backbone: async");
+  const std::string yaml = train_yaml(dir.path(), model, "async");
   const fs::path conf = dir / "train.yaml";
   write_file_atomic(conf, yaml);
-  const fs::path token = dir / "engine.token";
-  write_file_atomic(token, "a-test-secret-of-the-replicas\n");
-  fs::permissions(token, fs::perms::owner_read | fs::perms::owner_write);
+  const fs::path token = write_token(dir.path());
 
   auto trainer = std::make_unique<ReplicaProcess>(cluster.ns(0), cluster.ip(0), conf, model, token);
   auto a = std::make_unique<ReplicaProcess>(cluster.ns(1), cluster.ip(1), conf, model, token);
@@ -379,9 +384,7 @@ TEST(RemoteReplicasTest, DisaggregatedTrainerPushesEveryStepToTheReplicas) {
 // disaggregated front.
 TEST(RemoteReplicasTest, TrainerRanksNeedReplicasAndADisaggregatedFront) {
   ScratchDir dir;
-  const fs::path token = dir / "engine.token";
-  write_file_atomic(token, "a-test-secret-of-the-replicas\n");
-  fs::permissions(token, fs::perms::owner_read | fs::perms::owner_write);
+  const fs::path token = write_token(dir.path());
   ClosedPort closed;
   const std::string nobody = "tcp:127.0.0.1:" + closed.url().substr(closed.url().rfind(':') + 1);
   Captured refused =

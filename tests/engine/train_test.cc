@@ -35,9 +35,11 @@ const fs::path& micro_model_dir() {
   return dir;
 }
 
-// A config with a learning rate large enough that one step visibly changes greedy logprobs.
+// A config with a learning rate large enough that one step visibly changes greedy logprobs;
+// `extra` is more of the ajet section.
 fs::path write_conf(const std::string& name, const std::string& backbone,
-                    const fs::path& checkpoints) {
+                    const fs::path& checkpoints, const std::string& lr = "0.01",
+                    const std::string& extra = "") {
   const fs::path conf = process_dir() / (name + ".yaml");
   model::testing::write_text(conf,
                              "ajet:\n"
@@ -50,10 +52,21 @@ fs::path write_conf(const std::string& name, const std::string& backbone,
                                  checkpoints.string() +
                                  "\n"
                                  "    optim:\n"
-                                 "      lr: 0.01\n"
+                                 "      lr: " +
+                                 lr +
+                                 "\n"
                                  "  engine:\n"
-                                 "    seed: 3\n");
+                                 "    seed: 3\n" +
+                                 extra);
   return conf;
+}
+
+// write_conf's torch settings at lr 0.05 with LoRA rank 4, alpha 8 on every linear layer.
+fs::path write_lora_conf(const std::string& name, const fs::path& checkpoints) {
+  return write_conf(name, "torch", checkpoints, "0.05",
+                    "  lora:\n"
+                    "    lora_rank: 4\n"
+                    "    lora_alpha: 8\n");
 }
 
 // Four samples in two task groups with different rewards: prompt tokens (mask 0), then a response.
@@ -310,23 +323,7 @@ TEST(EngineTrain, ResumeContinuesExactly) {
 
 TEST(EngineTrain, LoraCheckpointHoldsTheMergedModelAndResumes) {
   auto conf = [](const std::string& name, const fs::path& checkpoints) {
-    const fs::path path = process_dir() / (name + ".yaml");
-    model::testing::write_text(path,
-                               "ajet:\n"
-                               "  backbone: torch\n"
-                               "  trainer_common:\n"
-                               "    use_kl_loss: false\n"
-                               "    checkpoint_base_dir: " +
-                                   checkpoints.string() +
-                                   "\n"
-                                   "    optim:\n"
-                                   "      lr: 0.05\n"
-                                   "  lora:\n"
-                                   "    lora_rank: 4\n"
-                                   "    lora_alpha: 8\n"
-                                   "  engine:\n"
-                                   "    seed: 3\n");
-    return path.string();
+    return write_lora_conf(name, checkpoints).string();
   };
   fs::path saved;
   GenerateOutcome served;
@@ -377,6 +374,28 @@ TEST(EngineTrain, LoraCheckpointHoldsTheMergedModelAndResumes) {
 namespace ajet::engine {
 namespace {
 
+// `method` on every client at once, client r as rank r of a group whose rank 0 serves the store on
+// `port` of loopback: `common` plus rank, world_size, master and bind address. Replies by rank.
+std::vector<nlohmann::json> meet(const std::vector<rpc::Client*>& clients, std::string_view method,
+                                 const nlohmann::json& common, int64_t port) {
+  const int world = int(clients.size());
+  std::vector<std::future<nlohmann::json>> calls;
+  for (int r = 0; r < world; ++r) {
+    nlohmann::json body = common;
+    body.update({{"rank", r},
+                 {"world_size", world},
+                 {"master_addr", "127.0.0.1"},
+                 {"master_port", port},
+                 {"bind_addr", "127.0.0.1"}});
+    calls.push_back(std::async(std::launch::async, [&clients, method, body, r] {
+      return call(*clients[size_t(r)], method_frame(method, body));
+    }));
+  }
+  std::vector<nlohmann::json> replies;
+  for (auto& c : calls) replies.push_back(c.get());
+  return replies;
+}
+
 // join_group on `clients` at once (generation g, rank r = index), rank 0 serving the store.
 std::vector<nlohmann::json> form_group(std::vector<rpc::Client*> clients, int64_t generation,
                                        int64_t policy_version, double timeout_s) {
@@ -388,23 +407,10 @@ std::vector<nlohmann::json> form_group(std::vector<rpc::Client*> clients, int64_
                              {{"generation", generation}, {"timeout_s", timeout_s}}))["port"]
                .get<int64_t>();
   }
-  std::vector<std::future<nlohmann::json>> joins;
-  for (int r = 0; r < world; ++r) {
-    joins.push_back(std::async(std::launch::async, [&, r] {
-      return call(*clients[size_t(r)],
-                  method_frame(rpc::kMethodJoinGroup, {{"generation", generation},
-                                                       {"rank", r},
-                                                       {"world_size", world},
-                                                       {"master_addr", "127.0.0.1"},
-                                                       {"master_port", port},
-                                                       {"bind_addr", "127.0.0.1"},
-                                                       {"timeout_s", timeout_s},
-                                                       {"policy_version", policy_version}}));
-    }));
-  }
-  std::vector<nlohmann::json> replies;
-  for (auto& j : joins) replies.push_back(j.get());
-  return replies;
+  return meet(
+      clients, rpc::kMethodJoinGroup,
+      {{"generation", generation}, {"timeout_s", timeout_s}, {"policy_version", policy_version}},
+      port);
 }
 
 // An elastic group (ajet-engine serve --elastic, formed by the front over open_group/join_group):
@@ -476,28 +482,12 @@ namespace {
 // push_weights from `trainer` (rank 0, serving the store) to `replicas`, all at once.
 std::vector<nlohmann::json> push(rpc::Client& trainer, std::vector<rpc::Client*> replicas,
                                  int64_t id) {
-  const int world = int(replicas.size()) + 1;
   const int64_t port = call(trainer, method_frame(rpc::kMethodOpenPush,
                                                   {{"push_id", id}, {"timeout_s", 60}}))["port"]
                            .get<int64_t>();
   std::vector<rpc::Client*> all = {&trainer};
   all.insert(all.end(), replicas.begin(), replicas.end());
-  std::vector<std::future<nlohmann::json>> calls;
-  for (int r = 0; r < world; ++r) {
-    calls.push_back(std::async(std::launch::async, [&, r] {
-      return call(*all[size_t(r)],
-                  method_frame(rpc::kMethodPushWeights, {{"push_id", id},
-                                                         {"rank", r},
-                                                         {"world_size", world},
-                                                         {"master_addr", "127.0.0.1"},
-                                                         {"master_port", port},
-                                                         {"bind_addr", "127.0.0.1"},
-                                                         {"timeout_s", 60}}));
-    }));
-  }
-  std::vector<nlohmann::json> replies;
-  for (auto& c : calls) replies.push_back(c.get());
-  return replies;
+  return meet(all, rpc::kMethodPushWeights, {{"push_id", id}, {"timeout_s", 60}}, port);
 }
 
 // Disaggregated training: a replica that never trains serves the trainer's weights after a push
@@ -505,19 +495,7 @@ std::vector<nlohmann::json> push(rpc::Client& trainer, std::vector<rpc::Client*>
 // parameter, a push after a LoRA step only the adapters, and a push of what the replica holds
 // sends nothing. A replica of another shape is refused with a message, and keeps serving.
 TEST(EngineTrain, PushedWeightsReachAReplicaAndOnlyTheAdaptersTravel) {
-  const fs::path conf = process_dir() / "push.yaml";
-  model::testing::write_text(conf,
-                             "ajet:\n"
-                             "  backbone: torch\n"
-                             "  trainer_common:\n"
-                             "    use_kl_loss: false\n"
-                             "    optim:\n"
-                             "      lr: 0.05\n"
-                             "  lora:\n"
-                             "    lora_rank: 4\n"
-                             "    lora_alpha: 8\n"
-                             "  engine:\n"
-                             "    seed: 3\n");
+  const fs::path conf = write_lora_conf("push", process_dir() / "push");
   EngineProcess trainer_process({"--conf", conf.string(), "--elastic"}, micro_model_dir());
   EngineProcess replica_process({"--conf", conf.string(), "--elastic"}, micro_model_dir());
   rpc::Client trainer(trainer_process.wait_ready()), replica(replica_process.wait_ready());
