@@ -65,8 +65,7 @@ int main(int argc, char** argv) {
   torch::NoGradGuard no_grad;
   torch::manual_seed(1);
   model::Qwen2Model m(model::preset_config(preset, 32000));
-  auto routing = std::make_shared<train::LoraRouting>();
-  train::attach_multi_lora(m, {"all-linear"}, routing);
+  std::shared_ptr<train::LoraRouting> routing = train::attach_multi_lora(m, {"all-linear"});
   train_data::LoraOptions o;
   o.rank = rank;
   o.alpha = 2 * rank;

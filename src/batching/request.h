@@ -23,6 +23,14 @@ struct GenerateRequest {
   std::vector<int32_t> stop_token_ids;  // generating one of these ends the sample (it is kept)
   int64_t n = 1;                        // samples sharing one prefill, each with its own RNG stream
   int64_t top_logprobs = 0;             // raw-model top-k logprobs per token; 0 = none
+  // A LoRA adapter of the model's multi-adapter projections (model/multi_lora.h): its slot (-1: the
+  // base alone) and its identity (InferenceEngine::set_adapter; a request for a slot that now holds
+  // another adapter is refused). The engine sets adapter_key at admission: the key the request's
+  // cached prefixes are filed under (the adapter and its weights generation: another adapter, or
+  // the same after a weight change, never reuses them); 0 is the base's.
+  int32_t adapter_slot = -1;
+  uint64_t adapter_uid = 0;
+  uint64_t adapter_key = 0;
 };
 
 enum class FinishReason { kStop, kLength, kAbort };

@@ -12,6 +12,17 @@ int64_t uncached(const Sequence& seq) {
   return static_cast<int64_t>(seq.tokens.size()) - seq.num_cached;
 }
 
+// The key a sequence's first block chains on: the base's, or one its adapter's key mixes in
+// (splitmix64), so prefixes cached under one adapter never serve another.
+uint64_t first_block_key(const Sequence& seq) {
+  const uint64_t adapter = seq.request ? seq.request->request.adapter_key : 0;
+  if (adapter == 0) return kFirstBlockKey;
+  uint64_t z = adapter + 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return kFirstBlockKey ^ z ^ (z >> 31);
+}
+
 }  // namespace
 
 Scheduler::Scheduler(const SchedulerConfig& config, int64_t num_blocks)
@@ -71,18 +82,18 @@ void Scheduler::release_blocks(Sequence& seq) {
   for (int32_t block : seq.blocks) blocks_.release(block);
   seq.blocks.clear();
   seq.num_cached = 0;
-  seq.last_key = kFirstBlockKey;
+  seq.last_key = first_block_key(seq);
   seq.shares_blocks = true;  // recomputed from its tokens with the weights of that time, if ever
 }
 
 std::vector<int32_t> Scheduler::cached_prefix(const Sequence& seq, uint64_t& last_key) const {
   std::vector<int32_t> hits;
-  last_key = kFirstBlockKey;
+  last_key = first_block_key(seq);
   if (!config_.prefix_caching || !seq.shares_blocks) return hits;
   const int64_t bs = config_.block_size;
   const int64_t max_hits =
       (static_cast<int64_t>(seq.tokens.size()) - 1) / bs;  // the last token runs: logits
-  uint64_t key = kFirstBlockKey;
+  uint64_t key = last_key;
   for (int64_t b = 0; b < max_hits; ++b) {
     key = chain_block_key(key, seq.tokens.data() + b * bs, bs);
     std::optional<int32_t> block = blocks_.find(key);

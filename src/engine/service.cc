@@ -1,5 +1,7 @@
 #include "engine/service.h"
 
+#include <tuple>
+
 #include <unistd.h>
 
 #include "common/log.h"
@@ -52,23 +54,33 @@ void EngineService::generate(rpc::Frame request, std::shared_ptr<rpc::ReplySink>
     request_errors_.fetch_add(1);
     throw;  // the router turns it into this request's error reply
   }
+  batching::GenerateRequest infer_request =
+      to_infer_request(g, engine_request_id(sink->connection_id(), sink->request_id()));
+  if (!g.adapter.empty()) {
+    try {
+      if (!resolve_adapter_)
+        fail(ErrorCode::kNotFound,
+             "generate: adapter '" + g.adapter + "': this engine serves none");
+      std::tie(infer_request.adapter_slot, infer_request.adapter_uid) = resolve_adapter_(g.adapter);
+    } catch (const Error&) {
+      request_errors_.fetch_add(1);
+      throw;
+    }
+  }
   auto builder = std::make_shared<TokensEventBuilder>(static_cast<int64_t>(g.prompt.size()), g.n,
                                                       g.top_logprobs);
   if (!g.tag.empty())
     log().debug("generate {} (tag {})",
                 engine_request_id(sink->connection_id(), sink->request_id()), g.tag);
   // Runs on the engine thread: each event becomes one frame queued on the connection.
-  engine_.submit(to_infer_request(g, engine_request_id(sink->connection_id(), sink->request_id())),
-                 [sink, builder](const batching::GenerateEvent& event) {
-                   if (event.error) {
-                     sink->error(event.error->code(),
-                                 std::string("generate: ") + event.error->what());
-                     return;
-                   }
-                   sink->reply(rpc::encode_tokens_event(builder->next(event)));
-                   if (event.request_finished)
-                     sink->done(rpc::encode_generate_done(builder->done()));
-                 });
+  engine_.submit(std::move(infer_request), [sink, builder](const batching::GenerateEvent& event) {
+    if (event.error) {
+      sink->error(event.error->code(), std::string("generate: ") + event.error->what());
+      return;
+    }
+    sink->reply(rpc::encode_tokens_event(builder->next(event)));
+    if (event.request_finished) sink->done(rpc::encode_generate_done(builder->done()));
+  });
 }
 
 void EngineService::add_control_method(std::string name, ControlMethod fn) {
@@ -137,7 +149,7 @@ Json EngineService::status() const {
   }
   const double uptime =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
-  return Json{
+  Json out = Json{
       {"policy_version", s.policy_version},
       {"model", model_info_json(model_)},
       {"engine",
@@ -171,6 +183,8 @@ Json EngineService::status() const {
       {"uptime_s", uptime},
       {"pid", static_cast<int64_t>(::getpid())},
   };
+  if (status_extra_) out.update(status_extra_());
+  return out;
 }
 
 }  // namespace ajet::engine

@@ -52,6 +52,14 @@ class EngineService {
   // threads, backend}, rpc {address, generate_requests, request_errors, aborts, disconnects},
   // uptime_s, pid. See docs/engine.md.
   Json status() const;
+  // How `generate` turns a request's adapter name into the engine's slot and identity (an
+  // AdapterSet's resolve); throws Error (kNotFound naming the served ones) for an unknown name.
+  // Without one, a request naming an adapter is refused. Set before the server listens.
+  using AdapterResolver = std::function<std::pair<int32_t, uint64_t>(const std::string& name)>;
+  void set_adapter_resolver(AdapterResolver resolver) { resolve_adapter_ = std::move(resolver); }
+  // Extra members of the `status` reply (e.g. "adapters"), called on the caller's thread.
+  void set_status_extra(std::function<Json()> extra) { status_extra_ = std::move(extra); }
+
   // The listening address shown by status (known once the server is bound). Thread-safe.
   void set_address(std::string address);
 
@@ -81,6 +89,8 @@ class EngineService {
   bool stopping_ = false;
   std::thread control_thread_;
 
+  AdapterResolver resolve_adapter_;
+  std::function<Json()> status_extra_;
   std::atomic<int64_t> generate_requests_{0};
   std::atomic<int64_t> request_errors_{0};  // requests rejected before reaching the engine
   std::atomic<int64_t> aborts_{0};

@@ -17,6 +17,7 @@
 #include "common/error.h"
 #include "common/fs.h"
 #include "common/log.h"
+#include "engine/adapters.h"
 #include "engine/service.h"
 #include "infer/engine.h"
 #include "model/compute.h"
@@ -112,12 +113,15 @@ struct TrainMethods::Impl {
   int64_t push_store_id = -1;
   // Receive buffers and the sets' checksums, kept from one push to the next.
   train::PushState push_state;
+  // Named LoRA adapters on the served base (engine/adapters.h).
+  AdapterSet adapters;
 
   Impl(infer::InferenceEngine& e, ModelInfo info, TrainingOptions o)
       : engine(e),
         model_info(std::move(info)),
         options(std::move(o)),
-        async(options.backbone == config::Backbone::kAsync) {}
+        async(options.backbone == config::Backbone::kAsync),
+        adapters(e, model_info, options) {}
 
   int all_threads() const {
     return options.threads > 0 ? options.threads
@@ -159,6 +163,11 @@ struct TrainMethods::Impl {
   // versions.
   train::Trainer& ensure_trainer() {
     if (trainer) return *trainer;
+    if (!adapters.empty()) {
+      fail(ErrorCode::kFailedPrecondition,
+           "this engine serves named adapters: every train_step sample names its adapter "
+           "(meta.adapters), and the base model is not trained");
+    }
     const int64_t served_version = engine.policy_version();
     if (!async) {
       engine
@@ -233,6 +242,35 @@ TrainMethods::TrainMethods(EngineService& service, ModelInfo model, TrainingOpti
         reply.body = load_checkpoint(get_string(request.body, "dir", "load_checkpoint"));
         return reply;
       });
+  AdapterSet& adapters = impl_->adapters;
+  service.set_adapter_resolver(
+      [&adapters](const std::string& name) { return adapters.resolve(name); });
+  service.set_status_extra([&adapters] { return adapters.list(); });
+  service.router().add_call(std::string(rpc::kMethodAdapters), [&adapters](const rpc::Frame&) {
+    rpc::Frame reply;
+    reply.body = adapters.list();
+    return reply;
+  });
+  service.add_control_method(std::string(rpc::kMethodAdapterCreate), [this](const rpc::Frame& req) {
+    if (impl_->trainer) {
+      fail(ErrorCode::kFailedPrecondition,
+           "adapter_create: this engine already trains its whole model (or its one ajet.lora "
+           "adapter); named adapters need an engine whose base stays frozen");
+    }
+    rpc::Frame reply;
+    reply.body = impl_->adapters.create(req.body);
+    return reply;
+  });
+  service.add_control_method(std::string(rpc::kMethodAdapterSave), [this](const rpc::Frame& req) {
+    rpc::Frame reply;
+    reply.body = impl_->adapters.save(req.body);
+    return reply;
+  });
+  service.add_control_method(std::string(rpc::kMethodAdapterRemove), [this](const rpc::Frame& req) {
+    rpc::Frame reply;
+    reply.body = impl_->adapters.remove(req.body);
+    return reply;
+  });
   if (impl_->options.elastic) {
     service.add_control_method(std::string(rpc::kMethodOpenGroup), [this](const rpc::Frame& req) {
       rpc::Frame reply;
@@ -264,6 +302,17 @@ Json TrainMethods::train_step(const rpc::TrainBatch& rpc_batch) {
   s.require_training("train_step");
   // Every check happens before the engine pauses or any weight changes.
   const train_data::Batch batch = train_data::batch_from_rpc(rpc_batch);
+  if (const auto names = rpc_batch.meta.find("adapters"); names != rpc_batch.meta.end()) {
+    std::vector<std::string> adapter_of_sample;
+    if (!names->is_array()) invalid_argument("train_step batch: meta.adapters must be an array");
+    for (const Json& n : *names) {
+      if (!n.is_string())
+        invalid_argument("train_step batch: meta.adapters must hold one adapter name per sample");
+      adapter_of_sample.push_back(n.get<std::string>());
+    }
+    train_data::validate_batch(batch, s.model_info.config.vocab_size);
+    return s.adapters.train_step(batch, adapter_of_sample);
+  }
   // One of several ranks may get no samples (fewer groups than ranks); it still takes part in the
   // step's all-reduces, so the group stays in step.
   const bool data_parallel = s.options.collective && s.options.collective->world_size() > 1;
@@ -344,6 +393,9 @@ Json TrainMethods::save_checkpoint(const std::optional<fs::path>& base_dir,
                                    const Json& front_cursor) {
   Impl& s = *impl_;
   s.require_training("save_checkpoint");
+  if (!s.adapters.empty() && !s.trainer) {
+    return s.adapters.save_checkpoint(base_dir ? *base_dir : s.options.checkpoint_base_dir);
+  }
   train::Trainer& trainer = s.ensure_trainer();
   train::CheckpointOptions o;
   o.base_dir = base_dir ? *base_dir : s.options.checkpoint_base_dir;

@@ -110,8 +110,19 @@ BatchSamples BatchRunner::merge_batch(episodes::Batch batch, const episodes::Mod
 rpc::TrainBatch build_train_batch(const BatchSamples& samples) {
   rpc::TrainBatch t;
   t.sample_offsets.push_back(0);
+  // Calls on named adapters train those adapters (meta.adapters, one name per sample); the base
+  // under them stays frozen, so calls of the same batch on the base alone train nothing.
+  const bool adapters = std::any_of(samples.samples.begin(), samples.samples.end(),
+                                    [](const tracking::Sample& s) { return !s.adapter.empty(); });
+  Json adapter_of_sample = Json::array();
+  int64_t base_samples = 0;
   for (const tracking::Sample& s : samples.samples) {
     if (!s.trainable || s.trained_tokens() == 0) continue;
+    if (adapters && s.adapter.empty()) {
+      ++base_samples;
+      continue;
+    }
+    if (adapters) adapter_of_sample.push_back(s.adapter);
     const size_t n = s.token_ids.size();
     if (s.loss_mask.size() != n || s.logprobs.size() != n || s.policy_versions.size() != n) {
       fail(ErrorCode::kInternal,
@@ -141,6 +152,10 @@ rpc::TrainBatch build_train_batch(const BatchSamples& samples) {
                 {"episodes", samples.batch.episodes.size()},
                 {"tokens_before_merge", samples.totals.tokens_before},
                 {"compression_ratio", samples.totals.compression_ratio}};
+  if (adapters) {
+    t.meta["adapters"] = std::move(adapter_of_sample);
+    t.meta["base_samples_left_out"] = base_samples;
+  }
   return t;
 }
 

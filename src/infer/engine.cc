@@ -5,6 +5,7 @@
 #include <string>
 
 #include "common/log.h"
+#include "model/multi_lora.h"
 #include "model/parallel.h"
 
 namespace ajet::infer {
@@ -124,6 +125,21 @@ std::future<void> InferenceEngine::run_exclusive(std::function<void(model::Qwen2
   task->fn = std::move(fn);
   task->bump_version = bump_version;
   return enqueue(std::move(task));
+}
+
+std::future<void> InferenceEngine::run_adapter_update(std::function<void(model::Qwen2Model&)> fn,
+                                                      bool bump_version) {
+  auto task = std::make_unique<ExclusiveTask>();
+  task->fn = std::move(fn);
+  task->bump_version = bump_version;
+  task->keep_prefixes = true;
+  return enqueue(std::move(task));
+}
+
+void InferenceEngine::set_adapter(int32_t slot, uint64_t uid) {
+  if (slot < 0) invalid_argument("set_adapter: negative slot");
+  if (size_t(slot) >= adapters_.size()) adapters_.resize(size_t(slot) + 1);
+  adapters_[size_t(slot)] = AdapterSlot{uid, ++adapter_generation_};
 }
 
 std::future<void> InferenceEngine::run_exclusive_at_version(
@@ -279,7 +295,8 @@ bool InferenceEngine::handle_inbox() {
       if (task->set_version) policy_version_.store(*task->set_version);
       if (task->bump_version) policy_version_.fetch_add(1);
       // Keys/values computed before may be from other weights: new prompts must not reuse them.
-      if (task->fn || task->set_version || task->bump_version) scheduler_->forget_cached_prefixes();
+      if (!task->keep_prefixes && (task->fn || task->set_version || task->bump_version))
+        scheduler_->forget_cached_prefixes();
       task->done.set_value();
     } catch (...) {
       task->done.set_exception(std::current_exception());
@@ -314,13 +331,22 @@ void InferenceEngine::validate(const batching::GenerateRequest& r) const {
                      std::to_string(r.n));
   }
   batching::validate_sampling_params({r.temperature, r.top_p, r.top_k, r.top_logprobs});
+  if (r.adapter_slot >= 0) {
+    if (!model_->lora_routing())
+      invalid_argument("adapter slot " + std::to_string(r.adapter_slot) + ": no adapters served");
+    if (size_t(r.adapter_slot) >= adapters_.size() ||
+        adapters_[size_t(r.adapter_slot)].uid != r.adapter_uid || r.adapter_uid == 0) {
+      fail(ErrorCode::kNotFound, "the adapter of slot " + std::to_string(r.adapter_slot) +
+                                     " was removed before the request started");
+    }
+  }
 }
 
 void InferenceEngine::admit(Submission submission) {
   auto state = std::make_shared<batching::RequestState>();
   state->callback = std::move(submission.callback);
   state->request = std::move(submission.request);
-  const batching::GenerateRequest& r = state->request;
+  batching::GenerateRequest& r = state->request;
   try {
     validate(r);
   } catch (const Error& e) {
@@ -330,6 +356,13 @@ void InferenceEngine::admit(Submission submission) {
     event.error = e;
     emit(state, std::move(event));
     return;
+  }
+  // The key of the adapter's weights now: prefixes cached under older weights are not reused.
+  r.adapter_key = 0;
+  if (r.adapter_slot >= 0) {
+    const AdapterSlot& a = adapters_[size_t(r.adapter_slot)];
+    r.adapter_key = (a.uid * 0x100000001b3ULL) ^ a.generation;
+    if (r.adapter_key == 0) r.adapter_key = 1;
   }
   state->sampling = {r.temperature, r.top_p, r.top_k, r.top_logprobs};
   state->seed = r.seed ? *r.seed : seed_source_();
@@ -397,9 +430,27 @@ bool InferenceEngine::run_batch() {
     if (in_batch.empty() || in_batch.back() != seq.request) in_batch.push_back(seq.request);
   }
   try {
+    if (const auto& routing = model_->lora_routing()) {
+      // Every row on its sequence's adapter (rows are the chunks' tokens, in plan order).
+      int32_t first = plan.chunks.front().seq->request->request.adapter_slot;
+      bool uniform = true;
+      for (const batching::ScheduledChunk& chunk : plan.chunks)
+        uniform = uniform && chunk.seq->request->request.adapter_slot == first;
+      if (uniform) {
+        routing->set_all(first);
+      } else {
+        std::vector<int32_t> rows;
+        rows.reserve(ids.size());
+        for (const batching::ScheduledChunk& chunk : plan.chunks)
+          rows.insert(rows.end(), size_t(chunk.length), chunk.seq->request->request.adapter_slot);
+        routing->set(rows);
+      }
+    }
     AttentionBatch batch(std::move(segments), std::move(tables), config_.block_size,
                          model_->options().device());
     at::Tensor logits = forward_cached(model_, *cache_, batch, ids, logit_rows, config_.attention);
+    // Any other forward of the model (a trainer's, a test's) sees the base unless it routes.
+    if (const auto& routing = model_->lora_routing()) routing->set_all(-1);
     counters_.tokens_computed += plan.num_tokens;
     ++counters_.steps;
     sample_and_emit(plan, logits);

@@ -107,6 +107,14 @@ class InferenceEngine {
   // sampled after that carry the new version. Sequences in flight keep their cached keys/values
   // from older weights.
   std::future<void> run_exclusive(std::function<void(model::Qwen2Model&)> fn, bool bump_version);
+  // Like run_exclusive for fn that changes only the LoRA adapters whose slots it passes to
+  // set_adapter: the base's cached prefixes and every other adapter's stay usable.
+  std::future<void> run_adapter_update(std::function<void(model::Qwen2Model&)> fn,
+                                       bool bump_version);
+  // Only inside a run_exclusive / run_adapter_update fn (the engine thread): slot now holds adapter
+  // `uid` (0: nothing) with new weights; its cached prefixes are no longer reused. Requests for
+  // the slot carry the uid they were resolved to; one that no longer matches is refused.
+  void set_adapter(int32_t slot, uint64_t uid);
   // run_exclusive, then (when fn did not throw) the policy version becomes `version`: weights
   // restored from a checkpoint and their version change together, no step runs in between.
   std::future<void> run_exclusive_at_version(std::function<void(model::Qwen2Model&)> fn,
@@ -143,7 +151,8 @@ class InferenceEngine {
     std::function<void(model::Qwen2Model&)> fn;
     bool bump_version = false;
     std::optional<int64_t> set_version;
-    bool drain = false;  // run only when no request is in flight (run_drained_at_version)
+    bool drain = false;          // run only when no request is in flight (run_drained_at_version)
+    bool keep_prefixes = false;  // fn changes only adapters (run_adapter_update)
     std::promise<void> done;
   };
 
@@ -179,6 +188,12 @@ class InferenceEngine {
   std::vector<std::pair<std::shared_ptr<batching::RequestState>, batching::GenerateEvent>>
       outbox_;  // engine thread only
   std::atomic<int64_t> policy_version_{0};
+  struct AdapterSlot {
+    uint64_t uid = 0;
+    uint64_t generation = 0;
+  };
+  std::vector<AdapterSlot> adapters_;  // engine thread only, by slot
+  uint64_t adapter_generation_ = 0;    // engine thread only
 
   mutable std::mutex mu_;  // guards the inbox, stopping_ and stats_
   std::condition_variable wake_;

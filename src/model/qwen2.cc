@@ -635,6 +635,12 @@ Qwen2ModelImpl::Qwen2ModelImpl(const hf::ModelConfig& config) : config_(config) 
   for (auto& layer : layer_list_) layer->set_weight_packing(pack_weights_);
 }
 
+void Qwen2ModelImpl::set_weight_packing(bool on) {
+  pack_weights_ = on;
+  packed_head_.clear();
+  for (auto& layer : layer_list_) layer->set_weight_packing(on);
+}
+
 const hf::ModelConfig& Qwen2ModelImpl::config() const { return config_; }
 int64_t Qwen2ModelImpl::num_layers() const { return static_cast<int64_t>(layer_list_.size()); }
 DecoderLayer& Qwen2ModelImpl::layer(int64_t i) { return layer_list_.at(static_cast<size_t>(i)); }

@@ -113,6 +113,7 @@ torch::Tensor masked_attention(const torch::Tensor& q, const torch::Tensor& k,
 // split by columns over the intra-op threads. Otherwise torch's linear. Same maths; float32 sums in
 // another order.
 class PackedWeight;
+class LoraRouting;  // model/multi_lora.h
 torch::Tensor linear_forward(const torch::Tensor& x, const torch::Tensor& w,
                              const torch::Tensor& bias, PackedWeight* packed = nullptr);
 
@@ -240,6 +241,16 @@ class Qwen2ModelImpl : public torch::nn::Module {
   // Total number of elements over hf_named_parameters() (tied embeddings counted once).
   int64_t parameter_count();
 
+  // Whether no-grad float32 projections keep packed copies of their weights (on by default for
+  // models small enough to hold them twice).
+  void set_weight_packing(bool on);
+  // The routing of the model's multi-adapter projections (model/multi_lora.h); null without them.
+  // The inference engine sets it before every forward from its sequences' adapters.
+  const std::shared_ptr<LoraRouting>& lora_routing() const { return lora_routing_; }
+  void set_lora_routing(std::shared_ptr<LoraRouting> routing) {
+    lora_routing_ = std::move(routing);
+  }
+
  private:
   hf::ModelConfig config_;
   std::shared_ptr<torch::nn::Module> body_;  // "model": embed_tokens, layers, norm
@@ -251,6 +262,7 @@ class Qwen2ModelImpl : public torch::nn::Module {
   PackedWeight packed_head_;
   bool pack_weights_ = true;
   std::shared_ptr<Rotary> rotary_;
+  std::shared_ptr<LoraRouting> lora_routing_;
 };
 TORCH_MODULE(Qwen2Model);
 

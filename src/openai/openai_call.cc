@@ -422,6 +422,7 @@ void LlmCall::on_error(ErrorCode code, const std::string& message) {
     const int status = code == ErrorCode::kInvalidArgument     ? 400
                        : code == ErrorCode::kResourceExhausted ? 413
                        : code == ErrorCode::kUnavailable       ? 503
+                       : code == ErrorCode::kNotFound          ? 404  // e.g. an adapter removed
                                                                : 500;
     const std::string text = "The engine could not generate: " + message;
     if (streaming_ && setup_.kind == CallSetup::Kind::kMessages) {
@@ -514,6 +515,7 @@ void LlmCall::record(const std::string& response_body) {
     tracking::CallRecord rec;
     rec.episode_uuid = setup_.tickets[i].episode_uuid;
     rec.agent_name = setup_.agent_name;
+    rec.adapter = setup_.generate.adapter;
     rec.call_index = setup_.tickets[i].call_index;
     rec.request = setup_.request;
     rec.prompt_ids = setup_.prompt.ids;

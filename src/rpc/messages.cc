@@ -52,6 +52,18 @@ void check_length(const std::vector<T>& v, size_t want, std::string_view name,
 
 // ---- generate -------------------------------------------------------------------------------
 
+std::string adapter_name_problem(std::string_view name) {
+  if (name.empty()) return "is empty";
+  if (name.size() > 64) return "is longer than 64 characters";
+  if (name[0] == '.') return "must not start with '.'";
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '_' || c == '.' || c == '-';
+    if (!ok) return "may hold only letters, digits, '_', '.' and '-'";
+  }
+  return "";
+}
+
 Frame encode_generate_request(const GenerateRequest& r) {
   Frame f;
   f.method = std::string(kMethodGenerate);
@@ -59,6 +71,7 @@ Frame encode_generate_request(const GenerateRequest& r) {
             {"top_p", r.top_p}, {"top_k", r.top_k},           {"top_logprobs", r.top_logprobs}};
   if (r.seed) f.body["seed"] = *r.seed;
   if (!r.tag.empty()) f.body["tag"] = r.tag;
+  if (!r.adapter.empty()) f.body["adapter"] = r.adapter;
   f.add_array("prompt", r.prompt);
   if (!r.stop_token_ids.empty()) f.add_array("stop_token_ids", r.stop_token_ids);
   return f;
@@ -88,6 +101,11 @@ GenerateRequest decode_generate_request(const Frame& f) {
     bad(where, "'top_p' must be in (0, 1], got " + std::to_string(r.top_p));
   r.seed = get_optional_int(b, "seed", where);
   r.tag = get_optional_string(b, "tag", where).value_or("");
+  r.adapter = get_optional_string(b, "adapter", where).value_or("");
+  if (!r.adapter.empty()) {
+    if (std::string why = adapter_name_problem(r.adapter); !why.empty())
+      bad(where, "'adapter' " + why);
+  }
   return r;
 }
 

@@ -31,6 +31,15 @@ inline constexpr std::string_view kMethodJoinGroup = "join_group";
 // the replicas. docs/engine-rpc.md, "Weight pushes".
 inline constexpr std::string_view kMethodOpenPush = "open_push";
 inline constexpr std::string_view kMethodPushWeights = "push_weights";
+// Several LoRA adapters on one base (docs/engine-rpc.md, "Adapters"): list, create (or load a PEFT
+// directory), save and remove them while the engine runs.
+inline constexpr std::string_view kMethodAdapters = "adapters";
+inline constexpr std::string_view kMethodAdapterCreate = "adapter_create";
+inline constexpr std::string_view kMethodAdapterSave = "adapter_save";
+inline constexpr std::string_view kMethodAdapterRemove = "adapter_remove";
+// An adapter's name: 1..64 of [A-Za-z0-9_.-], not starting with '.'. Empty when it is one, else
+// what is wrong.
+std::string adapter_name_problem(std::string_view name);
 
 // `n`. The front checks the same range (openai::kMaxChoices), and ajet.rollout.max_num_seqs, which
 // the engine's scheduler also enforces (a request's samples decode together).
@@ -50,6 +59,7 @@ struct GenerateRequest {
   std::vector<int32_t> stop_token_ids;  // generation of any of these ends a sample (the id is kept)
   int32_t top_logprobs = 0;             // 0..20 alternatives per generated token
   std::string tag;                      // opaque, for logs (e.g. episode uuid + call index)
+  std::string adapter;                  // a LoRA adapter the engine serves; empty: the base model
 };
 
 Frame encode_generate_request(const GenerateRequest& request);

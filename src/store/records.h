@@ -77,6 +77,7 @@ struct CallRow {
   // request's first choice); nullopt: this row holds its own. Stores before schema version 2:
   // nullopt.
   std::optional<int64_t> bodies_from;
+  std::string adapter;  // the LoRA adapter that generated it; "" = the base model (schema 3)
   std::vector<int32_t> prompt_ids;
   std::vector<MessageSpan> message_spans;
   std::vector<int32_t> completion_ids;

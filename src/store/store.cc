@@ -54,6 +54,7 @@ CREATE TABLE calls (
   started_at REAL NOT NULL,
   finished_at REAL NOT NULL,
   bodies_from INTEGER,            -- NULL: request/response are this row's; else the call_index holding them
+  adapter TEXT NOT NULL DEFAULT '', -- the LoRA adapter that generated it ('' = the base model)
   UNIQUE (episode_uuid, call_index)
 );
 CREATE TABLE batches (
@@ -159,11 +160,13 @@ void check_and_create_schema(Db& db, bool fsync_each_commit) {
     db.exec("PRAGMA application_id=" + std::to_string(kApplicationId));
     db.exec("PRAGMA user_version=" + std::to_string(kSchemaVersion));
     db.exec("COMMIT");
-  } else if (version == 1) {
-    // Version 1 kept every choice's own copy of the bodies; its rows read as bodies_from NULL.
+  } else if (version < kSchemaVersion) {
     db.exec("BEGIN IMMEDIATE");
-    db.exec("ALTER TABLE calls ADD COLUMN bodies_from INTEGER");
-    db.exec("PRAGMA user_version=2");
+    // Version 1 kept every choice's own copy of the bodies; its rows read as bodies_from NULL.
+    if (version < 2) db.exec("ALTER TABLE calls ADD COLUMN bodies_from INTEGER");
+    // Version 2 knew no adapters: its calls are the base model's.
+    if (version < 3) db.exec("ALTER TABLE calls ADD COLUMN adapter TEXT NOT NULL DEFAULT ''");
+    db.exec("PRAGMA user_version=" + std::to_string(kSchemaVersion));
     db.exec("COMMIT");
   }
   db.exec(kLaterIndexes);
@@ -334,8 +337,8 @@ std::future<void> Store::put_call(CallRow row, Done done) {
               "response, prompt_ids, "
               "message_spans, completion_ids, logprobs, raw_logprobs, policy_versions, "
               "finish_reason, latency_ms, "
-              "started_at, finished_at, bodies_from) "
-              "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)")
+              "started_at, finished_at, bodies_from, adapter) "
+              "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)")
             .bind(1, row.episode_uuid)
             .bind(2, row.call_index)
             .bind(3, row.agent_name)
@@ -352,6 +355,7 @@ std::future<void> Store::put_call(CallRow row, Done done) {
             .bind(14, row.started_at)
             .bind(15, row.finished_at)
             .bind(16, row.bodies_from)
+            .bind(17, row.adapter)
             .run();
       },
       std::move(done));

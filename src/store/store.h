@@ -34,7 +34,7 @@ class Db;
 
 // PRAGMA user_version. 2: calls.bodies_from (a request's n choices keep its bodies once); a
 // version-1 store gains the column when opened.
-inline constexpr int kSchemaVersion = 2;
+inline constexpr int kSchemaVersion = 3;
 inline constexpr int kApplicationId = 0x414a4554;  // PRAGMA application_id: "AJET"
 
 using Done = std::function<void(std::exception_ptr)>;

@@ -48,7 +48,7 @@ std::vector<CallRow> read_calls(Db& db, const std::string& episode_uuid) {
       "SELECT episode_uuid, call_index, agent_name, request, response, prompt_ids, message_spans, "
       "completion_ids, "
       "logprobs, raw_logprobs, policy_versions, finish_reason, latency_ms, started_at, "
-      "finished_at, bodies_from "
+      "finished_at, bodies_from, adapter "
       "FROM calls WHERE episode_uuid = ?1 ORDER BY call_index");
   s.bind(1, episode_uuid);
   std::vector<CallRow> out;
@@ -75,6 +75,7 @@ std::vector<CallRow> read_calls(Db& db, const std::string& episode_uuid) {
     c.started_at = s.column_double(13);
     c.finished_at = s.column_double(14);
     c.bodies_from = s.column_optional_int(15);
+    c.adapter = s.column_text(16);
     out.push_back(std::move(c));
   }
   s.reset();

@@ -44,6 +44,10 @@ constexpr std::array kRoutes = {
   Route{"GET",  "/engines",                "engine_replicas",        RouteAuth::kAdmin,          "(ext) the engine replicas on other hosts (--engine-at), their state and rank"},
   Route{"POST", "/engines",                "add_engine_replica",     RouteAuth::kAdmin,          "(ext) registers an engine replica on another host; it joins at the next step"},
   Route{"POST", "/engines/remove",         "remove_engine_replica",  RouteAuth::kAdmin,          "(ext) an engine replica leaves: no calls from now, out of the group at the next step"},
+  Route{"GET",  "/adapters",               "adapters",               RouteAuth::kAdmin,          "(ext) the named LoRA adapters the engine serves on its base"},
+  Route{"POST", "/adapters",               "adapter_create",         RouteAuth::kAdmin,          "(ext) creates an adapter (or loads a PEFT directory) while the engine runs"},
+  Route{"POST", "/adapters/save",          "adapter_save",           RouteAuth::kAdmin,          "(ext) writes an adapter in PEFT layout (or merged into the base)"},
+  Route{"POST", "/adapters/remove",        "adapter_remove",         RouteAuth::kAdmin,          "(ext) removes an adapter once its running calls ended"},
   // ---- the OpenAI / Anthropic API (routes_openai.cc) ----
   Route{"POST", "/v1/chat/completions",    "chat_completions",       RouteAuth::kEpisodeKey,     "OpenAI chat completions, tracked in the key's episode"},
   Route{"POST", "/v1/completions",         "completions",            RouteAuth::kEpisodeKey,     "(ext) OpenAI text completions, tracked in the key's episode"},

@@ -8,6 +8,8 @@
 #include "episodes/registry.h"
 #include "http/response.h"
 #include "openai/openai_errors.h"
+#include "rpc/client.h"
+#include "rpc/messages.h"
 #include "swarm/routes.h"
 #include "swarm/work_pool.h"
 
@@ -44,6 +46,41 @@ std::string sync_source(const Json& body) {
       invalid_argument("sync_train_config: 'source' holds a control character");
   }
   return source;
+}
+
+// The one engine that serves named adapters: refused on fronts with several (their adapters would
+// have to be made on each, and kept in step), and while no engine runs.
+std::shared_ptr<rpc::Client> adapter_engine(ServerContext& ctx, std::string_view what) {
+  if (ctx.supervisor.remote() || ctx.supervisor.rank_clients().size() > 1) {
+    fail(ErrorCode::kFailedPrecondition,
+         std::string(what) +
+             ": named adapters are served by a front with one engine (not "
+             "--engine-ranks, --engine-at or --trainer-at)");
+  }
+  std::shared_ptr<rpc::Client> engine = ctx.supervisor.client();
+  if (!engine) fail(ErrorCode::kUnavailable, std::string(what) + ": no engine is running");
+  return engine;
+}
+
+// Calls `method` with `body` on the adapter engine; afterwards the front's list of adapter names
+// (what calls' "model" resolves against) is the engine's.
+Json call_adapters(ServerContext& ctx, std::string_view what, std::string_view method, Json body) {
+  std::shared_ptr<rpc::Client> engine = adapter_engine(ctx, what);
+  rpc::Frame request;
+  request.method = std::string(method);
+  request.body = std::move(body);
+  Json reply = engine->call(std::move(request), std::chrono::minutes(10)).done.body;
+  rpc::Frame list;
+  list.method = std::string(rpc::kMethodAdapters);
+  list.body = Json::object();
+  const Json served = method == rpc::kMethodAdapters
+                          ? reply
+                          : engine->call(std::move(list), std::chrono::seconds(30)).done.body;
+  std::vector<std::string> names;
+  for (const Json& a : served.value("adapters", Json::array()))
+    names.push_back(a.value("name", ""));
+  ctx.set_adapter_names(std::move(names));
+  return reply;
 }
 
 }  // namespace
@@ -177,6 +214,45 @@ void add_engine_handlers(RouteHandlers& out, ServerContext& ctx) {
           });
         },
         admin_only(ctx, what, command_body(ctx)));
+  }
+
+  // Named LoRA adapters on the engine's base: list, create (or load), save, remove.
+  out.add(
+      "adapters",
+      [&ctx](Request req, Respond respond) {
+        if (!check_admin(ctx, req, respond, "GET /adapters")) return;
+        ctx.pool.post([&ctx, respond] {
+          answer_errors(respond, [&] {
+            Json reply = call_adapters(ctx, "GET /adapters", rpc::kMethodAdapters, Json::object());
+            if (auto model = ctx.model()) reply["model"] = model->served_name;
+            respond(http::json_response(reply));
+          });
+        });
+      },
+      admin_only(ctx, "GET /adapters", command_body(ctx)));
+  struct AdapterRoute {
+    const char* name;
+    const char* what;
+    std::string_view method;
+  };
+  for (const AdapterRoute& r :
+       {AdapterRoute{"adapter_create", "POST /adapters", rpc::kMethodAdapterCreate},
+        AdapterRoute{"adapter_save", "POST /adapters/save", rpc::kMethodAdapterSave},
+        AdapterRoute{"adapter_remove", "POST /adapters/remove", rpc::kMethodAdapterRemove}}) {
+    out.add(
+        r.name,
+        [&ctx, limit, r](Request req, Respond respond) {
+          if (!check_admin(ctx, req, respond, r.what)) return;
+          answer_errors(respond, [&] {
+            Json body = parse_json_body(req, limit);
+            ctx.pool.post([&ctx, respond, r, body = std::move(body)]() mutable {
+              answer_errors(respond, [&] {
+                respond(http::json_response(call_adapters(ctx, r.what, r.method, std::move(body))));
+              });
+            });
+          });
+        },
+        admin_only(ctx, r.what, command_body(ctx)));
   }
 }
 

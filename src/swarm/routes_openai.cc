@@ -158,6 +158,7 @@ void serve_generation(ServerContext& ctx, Request req, Respond respond,
   setup.generate.stop_token_ids = chat ? model->chat_stop_ids : model->completion_stop_ids;
   openai::check_token_entries(setup.params, setup.generate, ctx.options.max_request_token_entries);
   setup.generate.tag = fmt::format("{}#{}", claims.episode_uuid, first.call_index);
+  setup.generate.adapter = ctx.adapter_of_model(setup.params.model, model->served_name);
   setup.tickets = std::move(tickets);
   setup.length_is_clients =
       setup.params.max_tokens
@@ -312,10 +313,19 @@ void add_openai_handlers(RouteHandlers& out, ServerContext& ctx) {
           ctx.registry.signer().verify(req.headers.get("Authorization").value_or(""));
           Json data = Json::array();
           if (std::shared_ptr<const episodes::ModelContext> model = ctx.model()) {
+            const int64_t created = int64_t(episodes::system_clock_seconds());
             data.push_back({{"id", model->served_name},
                             {"object", "model"},
-                            {"created", int64_t(episodes::system_clock_seconds())},
+                            {"created", created},
                             {"owned_by", "agentjet"}});
+            // Each named adapter as "<served name>:<adapter>", what a call names to use it.
+            for (const std::string& adapter : ctx.adapter_names()) {
+              data.push_back({{"id", model->served_name + ":" + adapter},
+                              {"object", "model"},
+                              {"created", created},
+                              {"owned_by", "agentjet"},
+                              {"parent", model->served_name}});
+            }
           }
           respond(http::json_response(Json{{"object", "list"}, {"data", std::move(data)}}));
         });

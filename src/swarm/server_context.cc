@@ -16,6 +16,7 @@
 #include "episodes/registry.h"
 #include "episodes/tracker_map.h"
 #include "episodes/verbose_log.h"
+#include "rpc/messages.h"
 #include "store/store.h"
 #include "train_data/options.h"
 
@@ -367,6 +368,44 @@ void ServerContext::resume(const store::RecoveredState& recovered) {
     verbose.add("swarm", detail);
     registry.stop(detail);  // restored episodes cannot continue without an engine
   }
+}
+
+std::vector<std::string> ServerContext::adapter_names() const {
+  std::lock_guard lock(adapters_mu_);
+  return adapter_names_;
+}
+
+void ServerContext::set_adapter_names(std::vector<std::string> names) {
+  std::lock_guard lock(adapters_mu_);
+  adapter_names_ = std::move(names);
+}
+
+std::string ServerContext::adapter_of_model(const std::string& model_field,
+                                            const std::string& served_name) const {
+  if (model_field.empty()) return "";
+  const size_t colon = model_field.rfind(':');
+  if (colon != std::string::npos && model_field.compare(0, colon, served_name) == 0 &&
+      colon == served_name.size()) {
+    std::string adapter = model_field.substr(colon + 1);
+    if (std::string why = rpc::adapter_name_problem(adapter); !why.empty()) {
+      invalid_argument("request body: field 'model' = '" + model_field + "': the adapter name " +
+                       why);
+    }
+    std::lock_guard lock(adapters_mu_);
+    if (std::find(adapter_names_.begin(), adapter_names_.end(), adapter) == adapter_names_.end()) {
+      std::string served;
+      for (const std::string& name : adapter_names_) served += (served.empty() ? "" : ", ") + name;
+      fail(ErrorCode::kNotFound,
+           "request body: field 'model' = '" + model_field + "': no adapter '" + adapter +
+               "' (served: " + (served.empty() ? "none" : served) + "; GET /adapters)");
+    }
+    return adapter;
+  }
+  std::lock_guard lock(adapters_mu_);
+  for (const std::string& name : adapter_names_) {
+    if (name == model_field) return name;
+  }
+  return "";
 }
 
 }  // namespace ajet::swarm

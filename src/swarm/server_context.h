@@ -188,6 +188,17 @@ class ServerContext {
   bool engine_replaced(const std::string& engine_run) const;
   std::shared_ptr<const episodes::ModelContext> model() const { return synced.model(); }
 
+  // ---- named LoRA adapters on the engine (docs/protocol.md "Adapters") ----
+  // The adapters the engine served at the last /adapters call (thread-safe); what a bare adapter
+  // name in a call's "model" resolves against.
+  std::vector<std::string> adapter_names() const;
+  void set_adapter_names(std::vector<std::string> names);
+  // The adapter a call's "model" names: "<served name>:<adapter>", or an adapter's bare name;
+  // anything else is the base model (""). A "<served name>:<x>" whose x is not a valid adapter
+  // name is refused (kInvalidArgument), one the engine does not serve kNotFound.
+  std::string adapter_of_model(const std::string& model_field,
+                               const std::string& served_name) const;
+
   // True when the request may use an admin endpoint (no token configured, or the right Bearer
   // token).
   bool admin_ok(const http::RequestHead& request) const;
@@ -224,6 +235,8 @@ class ServerContext {
                               bool from_checkpoint = false);
 
   std::mutex lifecycle_mu_;  // one sync/start/stop at a time
+  mutable std::mutex adapters_mu_;
+  std::vector<std::string> adapter_names_;
 };
 
 }  // namespace ajet::swarm

@@ -89,6 +89,7 @@ store::CallRow to_call_row(const CallRecord& call) {
   store::CallRow row;
   row.episode_uuid = call.episode_uuid;
   row.agent_name = call.agent_name;
+  row.adapter = call.adapter;
   row.call_index = call.call_index;
   row.request_json = call.request_json;
   row.response_json = call.response_json;
@@ -141,6 +142,7 @@ CallRecord record_of_row(const store::CallRow& row, const ChatFormat* format,
   CallRecord c;
   c.episode_uuid = row.episode_uuid;
   c.agent_name = row.agent_name;
+  c.adapter = row.adapter;
   c.call_index = row.call_index;
   size_t choice = 0;
   if (holder == &row) {

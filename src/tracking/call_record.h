@@ -59,6 +59,9 @@ std::string_view render_note_kind_name(RenderNote::Kind kind);
 struct CallRecord {
   std::string episode_uuid;
   std::string agent_name;
+  // The LoRA adapter (a policy of its own on the engine's base, engine/adapters.h) that generated
+  // the completion; "" = the base model. Calls of different adapters never merge into one sample.
+  std::string adapter;
   int64_t call_index = 0;     // per episode, from 0; merge order
   text::ChatRequest request;  // parsed messages and tools
   // The bodies as the store keeps them (read back from it); the route and the tracker leave them

@@ -93,6 +93,7 @@ const StreamPart* part_at(const Stream& s, int32_t position) {
 
 struct AgentWork {
   std::string name;
+  std::string adapter;  // its calls' LoRA adapter ("" = the base): each (agent, adapter) apart
   bool trainable = true;
   std::vector<size_t> calls;  // positions into the calls span, call_index order
   std::vector<Stream> streams;
@@ -233,18 +234,20 @@ std::vector<size_t> call_order(std::span<const CallRecord> calls) {
   return order;
 }
 
-// The agents in order of first call, each with its calls in call order.
+// The agents in order of first call, each with its calls in call order; an agent's calls to
+// different adapters are different policies' and form separate groups.
 std::vector<AgentWork> group_by_agent(std::span<const CallRecord> calls,
                                       const std::vector<size_t>& order,
                                       const MergeOptions& options) {
   std::vector<AgentWork> agents;
-  std::map<std::string, size_t> agent_pos;
+  std::map<std::pair<std::string, std::string>, size_t> agent_pos;
   for (size_t pos : order) {
     const std::string& name = calls[pos].agent_name;
-    auto [it, fresh] = agent_pos.emplace(name, agents.size());
+    auto [it, fresh] = agent_pos.emplace(std::pair{name, calls[pos].adapter}, agents.size());
     if (fresh) {
       agents.emplace_back();
       agents.back().name = name;
+      agents.back().adapter = calls[pos].adapter;
       agents.back().trainable = options.is_trainable(name);
     }
     agents[it->second].calls.push_back(pos);
@@ -344,6 +347,7 @@ Sample make_sample(const AgentWork& a, const EpisodeInfo& episode,
   s.episode_uuid = episode.episode_uuid;
   s.task_id = episode.task_id;
   s.agent_name = a.name;
+  s.adapter = a.adapter;
   s.index = index;
   s.trainable = a.trainable;
   s.reward = episode.reward;

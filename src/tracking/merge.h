@@ -83,6 +83,8 @@ struct Sample {
   std::string episode_uuid;
   std::string task_id;
   std::string agent_name;
+  std::string
+      adapter;        // the LoRA adapter its calls ran on ("" = the base model): it trains that one
   int32_t index = 0;  // in MergedEpisode::samples
   bool trainable = true;
   double reward = 0;

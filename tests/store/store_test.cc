@@ -333,7 +333,9 @@ TEST(Store, ChoicesNameTheRowHoldingTheirBodiesAndVersionOneStoresAreRead) {
     EXPECT_EQ(old[0].request_json, R"({"messages":[{"role":"user","content":"hi"}]})");
     EXPECT_EQ(old[0].completion_ids, std::vector<int32_t>{9});
     EXPECT_FALSE(old[0].bodies_from.has_value());
+    EXPECT_EQ(old[0].adapter, "");  // before schema 3: the base model's
     CallRow second = call("e1", 1);
+    second.adapter = "solver";
     second.request_json.clear();
     second.response_json.clear();
     second.bodies_from = 0;
@@ -344,6 +346,7 @@ TEST(Store, ChoicesNameTheRowHoldingTheirBodiesAndVersionOneStoresAreRead) {
   ASSERT_EQ(calls.size(), 2u);
   EXPECT_FALSE(calls[0].bodies_from.has_value());
   EXPECT_EQ(calls[1].bodies_from, 0);
+  EXPECT_EQ(calls[1].adapter, "solver");
   EXPECT_EQ(calls[1].request_json, "");
   // What a row keeps: bodies, and 4 bytes per token-array value (spans: two each).
   EXPECT_EQ(calls[1].stored_bytes(), 4 * (5 + 2 * 2 + 3 + 3 + 3 + 3));

@@ -206,6 +206,25 @@ TEST(Merge, NonTrainableAgentsAreShownNotTrainedAndDoNotDiluteWeights) {
   EXPECT_FALSE(m.diagnostics.agents[1].trainable);
 }
 
+// One agent's calls on two LoRA adapters are two policies' calls: never merged into one sample,
+// even where one call's stream extends the other's; each sample names the adapter it trains.
+TEST(Merge, CallsOnDifferentAdaptersAreSeparateSamples) {
+  const Ids p = {1, 3, 20, 1, 5};
+  std::vector<CallRecord> calls = {call(0, p, {30, kEnd}),
+                                   call(1, cat({p, {30, kEnd, 1, 5}}), {31, kEnd}),
+                                   call(2, p, {30, kEnd})};
+  MergedEpisode same = merge_episode({"ep", "t", 1.0}, calls, {});
+  EXPECT_EQ(same.samples.size(), 1u);  // one policy: the calls merge
+  calls[1].adapter = "solver";
+  calls[2].adapter = "solver";
+  MergedEpisode m = merge_episode({"ep", "t", 1.0}, calls, {});
+  ASSERT_EQ(m.samples.size(), 2u);
+  EXPECT_EQ(m.samples[0].adapter, "");
+  EXPECT_EQ(m.samples[1].adapter, "solver");
+  EXPECT_EQ(m.samples[0].token_ids, cat({p, {30, kEnd}}));
+  EXPECT_EQ(m.samples[1].token_ids, cat({p, {30, kEnd, 1, 5, 31, kEnd}}));
+}
+
 TEST(Merge, BadInputIsAnErrorNamingTheField) {
   CallRecord c = call(0, {1, 2, 3}, {4, 5});
   c.logprobs.pop_back();

@@ -21,8 +21,7 @@ TEST(MultiLora, MixedBatchEqualsEachSequenceAloneWithItsAdapter) {
   torch::NoGradGuard no_grad;
   const torch::Tensor base = m->forward_logits(ids, positions);
 
-  auto routing = std::make_shared<LoraRouting>();
-  attach_multi_lora(m, {"all-linear"}, routing);
+  std::shared_ptr<LoraRouting> routing = attach_multi_lora(m, {"all-linear"});
   train_data::LoraOptions o;
   o.alpha = 8;
   for (int k = 0; k < 3; ++k) {
@@ -65,6 +64,35 @@ TEST(MultiLora, MixedBatchEqualsEachSequenceAloneWithItsAdapter) {
   rows[0] = 0;
   routing->set(rows);
   EXPECT_THROW(m->forward_logits(ids, positions), Error);  // slot 7 does not exist
+}
+
+}  // namespace
+}  // namespace ajet::train
+
+namespace ajet::train {
+namespace {
+
+// A model sharing the base: the same outputs, the same storage, adapters of its own.
+TEST(MultiLora, SharedBaseModelHoldsTheSameWeightsAndItsOwnAdapters) {
+  hf::ModelConfig config = testing::qwen2_config();
+  config.tie_word_embeddings = true;
+  auto m = testing::random_model(config, 1);
+  std::shared_ptr<LoraRouting> routing = attach_multi_lora(m, {"all-linear"});
+  model::Qwen2Model shared = model::share_base_weights(m);
+  auto a = m->hf_named_parameters(), b = shared->hf_named_parameters();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].first, b[i].first);
+    EXPECT_EQ(a[i].second.data_ptr(), b[i].second.data_ptr()) << a[i].first;
+  }
+  train_data::LoraOptions o;
+  o.rank = 2;
+  attach_lora(shared, o, 3);
+  EXPECT_TRUE(has_lora(shared));
+  torch::Tensor ids = torch::arange(6, torch::kInt64).unsqueeze(0);
+  torch::NoGradGuard no_grad;
+  EXPECT_TRUE(
+      torch::allclose(m->forward_logits(ids, ids), shared->forward_logits(ids, ids), 1e-5, 1e-6));
 }
 
 }  // namespace

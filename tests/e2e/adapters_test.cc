@@ -1,0 +1,107 @@
+// Named LoRA adapters through the front (docs/protocol.md "Adapters"): the admin endpoints create,
+// list, save and remove adapters on the running engine; a call names its adapter through "model"
+// ("<served name>:<adapter>", or the adapter's bare name), /v1/models lists them, an unknown one is
+// 404; the calls of a batch train the adapters they ran on, each on its own samples, and leave
+// every other adapter as it was.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "e2e_util.h"
+
+namespace ajet::e2e {
+namespace {
+
+using ::testing::HasSubstr;
+
+Json adapter_entry(Api& api, const std::string& name) {
+  Json list = api.get("/adapters").json();
+  for (const Json& a : list["adapters"]) {
+    if (a["name"] == name) return a;
+  }
+  return Json();
+}
+
+TEST(AdaptersTest, CallsNameAdaptersAndABatchTrainsTheOnesTheyRanOn) {
+  if (!fs::exists(bin("ajet-engine")))
+    GTEST_FAIL() << "ajet-engine is not built: build the ajet-engine target";
+  ScratchDir dir;
+  const fs::path model = fixture(true).model;
+  SwarmProcess swarm(SwarmProcess::Options{dir / "server", {}, "", {}});
+  Api api(swarm.url());
+  std::string yaml =
+      config_yaml(model, "  trainer_common:\n    save_freq: 1\n    checkpoint_base_dir: " +
+                             (dir / "ckpt").string() + "\n    optim:\n      lr: 0.01\n");
+  yaml.replace(yaml.find("backbone: debug"), std::string("backbone: debug").size(),
+               "backbone: torch");
+  api.boot(yaml);
+
+  auto r = api.post("/adapters", Json{{"name", "solver"}, {"rank", 4}, {"alpha", 8}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  r = api.post("/adapters", Json{{"name", "critic"}, {"rank", 2}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  r = api.post("/adapters", Json{{"name", "solver"}});
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_THAT(r.body, HasSubstr("an adapter named 'solver' exists already"));
+  r = api.post("/adapters", Json{{"name", "x y"}});
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_THAT(r.body, HasSubstr("'name' may hold only"));
+  Json list = api.get("/adapters").json();
+  ASSERT_EQ(list["adapters"].size(), 2u) << list.dump();
+  const std::string served = list["model"];
+
+  // /v1/models lists each as "<served>:<adapter>".
+  Json e = api.claim("client-a");
+  auto models =
+      api.get("/v1/models",
+              http::Headers{{"Authorization", "Bearer " + e["openai_api_key"].get<std::string>()}});
+  ASSERT_EQ(models.status, 200) << models.body;
+  EXPECT_THAT(models.body, HasSubstr("\"" + served + ":solver\""));
+  EXPECT_THAT(models.body, HasSubstr("\"" + served + ":critic\""));
+  auto unknown = api.chat(e["openai_api_key"],
+                          user_chat("hi", {{"model", served + ":nobody"}, {"max_tokens", 4}}));
+  EXPECT_EQ(unknown.status, 404) << unknown.body;
+  EXPECT_THAT(unknown.body, HasSubstr("no adapter 'nobody'"));
+  ASSERT_EQ(api.post("/abort_episode",
+                     Json{{"client_uuid", "client-a"}, {"episode_uuid", e["episode_uuid"]}})
+                .status,
+            200);
+
+  // A batch of calls on "solver" (both spellings): it trains solver alone.
+  const std::vector<std::pair<std::string, double>> episodes = {
+      {"task-a", 1.0}, {"task-a", 0.0}, {"task-b", 0.0}, {"task-b", 1.0}};
+  int i = 0;
+  for (const auto& [task, reward] : episodes) {
+    Json ep = api.claim("client-a");
+    const std::string name = i++ % 2 ? "solver" : served + ":solver";
+    auto c = api.chat(ep["openai_api_key"], user_chat("Say something about " + task,
+                                                      {{"model", name}, {"max_tokens", 6}}));
+    ASSERT_EQ(c.status, 200) << c.body;
+    ASSERT_EQ(api.end("client-a", ep["episode_uuid"], task, reward).status, 200);
+  }
+  ASSERT_TRUE(eventually([&] { return api.status()["global_step"] == 1; }, 300s))
+      << api.status().dump() << "\n"
+      << api.get("/get_verbose_logs").body;
+  EXPECT_EQ(adapter_entry(api, "solver")["trained_steps"], 1) << api.get("/adapters").body;
+  EXPECT_EQ(adapter_entry(api, "critic")["trained_steps"], 0) << api.get("/adapters").body;
+  // save_freq 1: the adapters are saved in PEFT layout.
+  std::string logs;
+  EXPECT_TRUE(eventually([&] {
+    logs = api.get("/get_verbose_logs").body;
+    return logs.find("checkpoint (save_freq 1)") != std::string::npos;
+  })) << logs;
+  EXPECT_TRUE(fs::exists(dir / "ckpt" / "adapters_step_1" / "solver" / "adapter_config.json"))
+      << logs;
+
+  // Save and remove through the front.
+  r = api.post("/adapters/save", Json{{"name", "solver"}, {"dir", (dir / "solver").string()}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_TRUE(fs::exists(dir / "solver" / "adapter_model.safetensors"));
+  r = api.post("/adapters/remove", Json{{"name", "critic"}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  r = api.post("/adapters/remove", Json{{"name", "critic"}});
+  EXPECT_EQ(r.status, 404) << r.body;
+  EXPECT_EQ(api.get("/adapters").json()["adapters"].size(), 1u);
+}
+
+}  // namespace
+}  // namespace ajet::e2e
