@@ -1,6 +1,7 @@
 #include "engine/adapters.h"
 
 #include <fmt/format.h>
+#include <malloc.h>
 
 #include <algorithm>
 #include <atomic>
@@ -265,6 +266,8 @@ void AdapterSet::build(const std::shared_ptr<Adapter>& a, const std::optional<fs
           },
           false)
       .get();
+  // Building it held one more set of weights for a moment; give the pages back to the system.
+  ::malloc_trim(0);
   train::attach_lora(a->model, a->lora, a->seed);
   if (path) train::load_peft_adapter(a->model, *path);
   s.engine

@@ -10,6 +10,8 @@ namespace ajet::model {
 void LoraRouting::set(const std::vector<int32_t>& slots) {
   rows_ = int64_t(slots.size());
   groups_.clear();
+  slots_.clear();
+  row_slots_ = torch::Tensor();
   uniform_ = true;
   uniform_slot_ = slots.empty() ? -1 : slots[0];
   for (int32_t s : slots) uniform_ = uniform_ && s == uniform_slot_;
@@ -24,7 +26,9 @@ void LoraRouting::set(const std::vector<int32_t>& slots) {
   for (size_t s = 0; s < by_slot.size(); ++s) {
     if (by_slot[s].empty()) continue;
     groups_.push_back(Group{int32_t(s), torch::tensor(by_slot[s], torch::kInt64)});
+    slots_.push_back(int32_t(s));
   }
+  row_slots_ = torch::tensor(slots, torch::kInt32);
 }
 
 void LoraRouting::set_all(int32_t slot) {
@@ -32,6 +36,8 @@ void LoraRouting::set_all(int32_t slot) {
   uniform_slot_ = slot;
   rows_ = -1;
   groups_.clear();
+  slots_.clear();
+  row_slots_ = torch::Tensor();
 }
 
 MultiLoraAdapter::MultiLoraAdapter(int64_t in_features, int64_t out_features,
@@ -62,10 +68,35 @@ void MultiLoraAdapter::set(int32_t slot, const torch::Tensor& lora_A, const torc
   Slot s = make_slot(lora_A, lora_B, scale);
   if (size_t(slot) >= slots_.size()) slots_.resize(size_t(slot) + 1);
   slots_[size_t(slot)] = std::move(s);
+  stacked_ = Stacked{};
 }
 
 void MultiLoraAdapter::clear(int32_t slot) {
   if (slot >= 0 && size_t(slot) < slots_.size()) slots_[size_t(slot)] = Slot{};
+  stacked_ = Stacked{};
+}
+
+const MultiLoraAdapter::Stacked& MultiLoraAdapter::stacked(const std::vector<int32_t>& slots) {
+  if (stacked_.a_t.defined() && stacked_.slots == slots) return stacked_;
+  Stacked s;
+  s.slots = slots;
+  std::vector<torch::Tensor> as, bs;
+  std::vector<int32_t> columns;
+  for (int32_t slot : slots) {
+    const Slot& one = slots_[size_t(slot)];
+    if (!one.a_t.defined()) continue;
+    as.push_back(one.a_t);
+    bs.push_back(one.b_t);
+    columns.insert(columns.end(), size_t(one.a_t.size(1)), slot);
+  }
+  if (!as.empty()) {
+    torch::NoGradGuard no_grad;
+    s.a_t = torch::cat(as, 1).contiguous();
+    s.b_t = torch::cat(bs, 0).contiguous();
+    s.columns = torch::tensor(columns, torch::kInt32).to(s.a_t.device());
+  }
+  stacked_ = std::move(s);
+  return stacked_;
 }
 
 int64_t MultiLoraAdapter::slot_bytes(int32_t slot) const {
@@ -92,6 +123,20 @@ torch::Tensor MultiLoraAdapter::delta(const torch::Tensor& x) {
   if (flat.size(0) != r.rows()) {
     invalid_argument("MultiLoraAdapter: the routing has " + std::to_string(r.rows()) +
                      " rows, the input " + std::to_string(flat.size(0)));
+  }
+  for (int32_t s : r.slots()) slot(s);  // every slot exists
+  int64_t ranks = 0;
+  for (int32_t s : r.slots()) {
+    if (const Slot* one = slot(s)) ranks += one->a_t.size(1);
+  }
+  if (ranks <= masked_max_rank) {
+    const Stacked& st = stacked(r.slots());
+    std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+    shape.back() = out_;
+    if (!st.a_t.defined()) return torch::zeros({}, x.options());
+    torch::Tensor low = torch::matmul(flat, st.a_t);  // (rows, ranks): every present adapter
+    low.masked_fill_(r.row_slots().to(x.device()).unsqueeze(1).ne(st.columns.unsqueeze(0)), 0);
+    return torch::matmul(low, st.b_t).reshape(shape);
   }
   torch::Tensor out = torch::zeros({flat.size(0), out_}, x.options());
   for (const LoraRouting::Group& g : r.groups()) {

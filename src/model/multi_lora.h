@@ -36,12 +36,18 @@ class LoraRouting {
   int32_t uniform_slot() const { return uniform_slot_; }
   const std::vector<Group>& groups() const { return groups_; }
   int64_t rows() const { return rows_; }
+  // (rows,) int32: each row's slot (set() only).
+  const torch::Tensor& row_slots() const { return row_slots_; }
+  // The slots with rows, ascending (set() only).
+  const std::vector<int32_t>& slots() const { return slots_; }
 
  private:
   bool uniform_ = true;
   int32_t uniform_slot_ = -1;
   int64_t rows_ = -1;  // -1 with set_all: any
   std::vector<Group> groups_;
+  torch::Tensor row_slots_;
+  std::vector<int32_t> slots_;
 };
 
 class MultiLoraAdapter : public LinearAdapter {
@@ -58,10 +64,24 @@ class MultiLoraAdapter : public LinearAdapter {
   // Bytes of the slot's copies (0 when empty).
   int64_t slot_bytes(int32_t slot) const;
   // (..., in) -> (..., out): row i gets scale_s B_s A_s x_i for its slot s, zero for -1 and for an
-  // empty slot.
+  // empty slot. A mixed batch whose adapters have at most masked_max_rank ranks in all runs three
+  // GEMMs and a mask whatever the number of adapters: every row through every present adapter's A
+  // at once (x [A_1 .. A_k]), the columns of other adapters zeroed, then [B_1; ..; B_k] (S-LoRA's
+  // batching, without a custom kernel). Otherwise each adapter's rows are gathered and scattered
+  // back (one GEMM pair per adapter).
   torch::Tensor delta(const torch::Tensor& x) override;
+  static inline int64_t masked_max_rank = 128;  // tests set 0 to run the gathering path
 
  private:
+  // The present slots' A and B side by side, for the masked path (cached for one set of slots).
+  struct Stacked {
+    std::vector<int32_t> slots;
+    torch::Tensor a_t;      // (in, R): the slots' A transposed, side by side
+    torch::Tensor b_t;      // (R, out): their scaled B transposed, stacked
+    torch::Tensor columns;  // (R,) int32: the slot of each column
+  };
+  const Stacked& stacked(const std::vector<int32_t>& slots);
+  Stacked stacked_;
   struct Slot {
     torch::Tensor a_t;  // (in, r): A transposed, contiguous; undefined: empty
     torch::Tensor b_t;  // (r, out): B transposed and scaled

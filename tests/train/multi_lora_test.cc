@@ -12,7 +12,16 @@
 namespace ajet::train {
 namespace {
 
-TEST(MultiLora, MixedBatchEqualsEachSequenceAloneWithItsAdapter) {
+// Both ways a mixed batch runs: every present adapter at once with a mask (few ranks in all), and
+// each adapter's rows gathered and added back.
+class MultiLoraPaths : public ::testing::TestWithParam<int64_t> {
+ protected:
+  void SetUp() override { MultiLoraAdapter::masked_max_rank = GetParam(); }
+  void TearDown() override { MultiLoraAdapter::masked_max_rank = 128; }
+};
+INSTANTIATE_TEST_SUITE_P(MultiLora, MultiLoraPaths, ::testing::Values(128, 0));
+
+TEST_P(MultiLoraPaths, MixedBatchEqualsEachSequenceAloneWithItsAdapter) {
   auto m = testing::random_model(testing::qwen2_config(), 1);
   const int64_t B = 6, T = 5;
   torch::Tensor ids = torch::randint(0, m->config().vocab_size, {B, T},
