@@ -127,10 +127,20 @@ Json trainer_metrics(const Json& status_body, const Json& pool_info) {
   }
   Json out = Json::object();
   if (!found) return out;
-  // Flatten one level of nesting ("train": {"loss": ..}) into "train/loss".
+  // Flatten one level of nesting ("train": {"loss": ..}) into "train/loss"; a step of named
+  // adapters ("adapters": {"solver": {"loss": ..}}) gives each its own series, "loss@solver".
   std::function<void(const Json&, const std::string&, int)> walk =
       [&](const Json& j, const std::string& prefix, int depth) {
         for (const auto& [k, v] : j.items()) {
+          if (prefix.empty() && k == "adapters" && v.is_object()) {
+            for (const auto& [adapter, m] : v.items()) {
+              if (!m.is_object()) continue;
+              Json renamed = Json::object();
+              for (const auto& [key, value] : m.items()) renamed[key + "@" + adapter] = value;
+              walk(renamed, "", 2);
+            }
+            continue;
+          }
           std::string name = prefix.empty() ? k : prefix + "/" + k;
           if (v.is_object() && depth < 2) {
             walk(v, name, depth + 1);

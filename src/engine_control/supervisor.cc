@@ -593,6 +593,11 @@ void EngineSupervisor::shut_down(RankGroup& group) {
   group.terminate_all(options_.stop_grace);
 }
 
+void EngineSupervisor::set_before_ready(std::function<void(rpc::Client&)> hook) {
+  std::lock_guard<std::mutex> lock(mu_);
+  before_ready_ = std::move(hook);
+}
+
 void EngineSupervisor::announce_ready(RankGroup& group, const fs::path& binary) {
   std::shared_ptr<rpc::Client> conn = group.ranks[0].conn;
   std::string detail =
@@ -610,6 +615,18 @@ void EngineSupervisor::announce_ready(RankGroup& group, const fs::path& binary) 
     }
   } catch (const std::exception& e) {
     log().warn("engine status after boot: {}", e.what());
+  }
+  std::function<void(rpc::Client&)> before_ready;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    before_ready = before_ready_;
+  }
+  if (before_ready) {
+    try {
+      before_ready(*conn);
+    } catch (const std::exception& e) {
+      verbose_.add("engine", std::string("after the engine started: ") + e.what());
+    }
   }
   {
     std::lock_guard<std::mutex> lock(mu_);

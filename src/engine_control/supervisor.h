@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <deque>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -122,6 +123,10 @@ class EngineSupervisor {
   void add_engine(const std::string& address, bool trainer = false);
   void remove_engine(const std::string& address);
   Json engines_json() const;
+  // Runs on the supervisor thread each time a started (or restarted) local engine answered its
+  // status, before the front is told it is ready (so before any call reaches it). A throw is
+  // logged, the engine still serves. Set before start().
+  void set_before_ready(std::function<void(rpc::Client& engine)> hook);
   // The newest trainer checkpoint (save_checkpoint's reply); the next (re)start passes it as
   // `--resume DIR` so the engine continues from those weights, optimizer and step. Empty: none, the
   // engine loads ajet.model.path. start() keeps it; clear it with an empty path for a fresh run.
@@ -180,6 +185,7 @@ class EngineSupervisor {
 
   std::mutex control_mu_;  // serialises start() and stop()
   mutable std::mutex mu_;
+  std::function<void(rpc::Client&)> before_ready_;  // under mu_
   std::condition_variable cv_;
   bool quit_ = false;
   bool stop_ = false;

@@ -402,6 +402,31 @@ void write_engine_figures(TextBuilder& out, const std::optional<Json>& status) {
   counter(rpc, "aborts", "ajet_engine_rpc_aborts_total", "Generate requests aborted by the front.");
   gauge(*status, "uptime_s", "ajet_engine_uptime_seconds",
         "Seconds since the engine process started serving.");
+  // Named LoRA adapters (docs/training.md "Several adapters on one base"), one sample each.
+  const Json adapters = status->value("adapters", Json::array());
+  if (adapters.is_array() && !adapters.empty()) {
+    struct Figure {
+      const char* key;
+      const char* name;
+      Type type;
+      const char* help;
+    };
+    for (const Figure& f :
+         {Figure{"requests", "ajet_engine_adapter_requests_total", Type::kCounter,
+                 "Generate requests that named the adapter since it was made."},
+          Figure{"trained_steps", "ajet_engine_adapter_trained_steps", Type::kGauge,
+                 "Train steps the adapter took part in (its own policy version)."},
+          Figure{"bytes", "ajet_engine_adapter_bytes", Type::kGauge,
+                 "Bytes of the adapter's A and B matrices."},
+          Figure{"optimizer_bytes", "ajet_engine_adapter_optimizer_bytes", Type::kGauge,
+                 "Bytes of the adapter's AdamW moments (0 before it trained)."}}) {
+      out.family(f.name, f.type, f.help);
+      for (const Json& a : adapters) {
+        if (std::optional<double> v = engine_number(a, f.key))
+          out.sample({{"adapter", a.value("name", std::string())}}, *v);
+      }
+    }
+  }
 }
 
 void write_process_figures(TextBuilder& out) {

@@ -69,7 +69,11 @@ Json call_adapters(ServerContext& ctx, std::string_view what, std::string_view m
   rpc::Frame request;
   request.method = std::string(method);
   request.body = std::move(body);
+  const Json sent = request.body;
   Json reply = engine->call(std::move(request), std::chrono::minutes(10)).done.body;
+  // An engine the supervisor restarts gets its adapters again (ServerContext::restore_adapters).
+  if (method == rpc::kMethodAdapterCreate) ctx.remember_adapter(sent.value("name", ""), sent);
+  if (method == rpc::kMethodAdapterRemove) ctx.forget_adapter(sent.value("name", ""));
   rpc::Frame list;
   list.method = std::string(rpc::kMethodAdapters);
   list.body = Json::object();

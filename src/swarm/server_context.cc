@@ -16,6 +16,7 @@
 #include "episodes/registry.h"
 #include "episodes/tracker_map.h"
 #include "episodes/verbose_log.h"
+#include "rpc/client.h"
 #include "rpc/messages.h"
 #include "store/store.h"
 #include "train_data/options.h"
@@ -112,7 +113,9 @@ ServerContext::ServerContext(const FrontOptions& options_in, std::string base_ur
       synced(synced_in),
       batches(batches_in),
       base_url(std::move(base_url_in)),
-      router(options_in.route) {}
+      router(options_in.route) {
+  supervisor.set_before_ready([this](rpc::Client& engine) { restore_adapters(engine); });
+}
 
 episodes::RegistryOptions registry_options_for(const FrontOptions& front,
                                                const config::Config* config, std::string base_url) {
@@ -317,6 +320,11 @@ void ServerContext::stop_engine(const std::string& reason, const std::string& en
   std::vector<std::string> dropped = registry.stop(reason);
   supervisor.stop();
   trackers.clear();
+  {
+    std::lock_guard lock(adapters_mu_);
+    adapter_specs_.clear();
+    adapter_names_.clear();
+  }
   verbose.add("swarm",
               fmt::format("stop_engine: {} ({} running episodes dropped)", reason, dropped.size()));
 }
@@ -406,6 +414,69 @@ std::string ServerContext::adapter_of_model(const std::string& model_field,
     if (name == model_field) return name;
   }
   return "";
+}
+
+void ServerContext::remember_adapter(const std::string& name, Json create_body) {
+  std::lock_guard lock(adapters_mu_);
+  for (auto& [n, body] : adapter_specs_) {
+    if (n == name) {
+      body = std::move(create_body);
+      return;
+    }
+  }
+  adapter_specs_.emplace_back(name, std::move(create_body));
+}
+
+void ServerContext::forget_adapter(const std::string& name) {
+  std::lock_guard lock(adapters_mu_);
+  std::erase_if(adapter_specs_, [&](const auto& spec) { return spec.first == name; });
+}
+
+void ServerContext::restore_adapters(rpc::Client& engine) {
+  std::vector<std::pair<std::string, Json>> specs;
+  {
+    std::lock_guard lock(adapters_mu_);
+    specs = adapter_specs_;
+  }
+  if (specs.empty()) return;
+  // The newest adapters checkpoint (save_freq) holding each adapter.
+  const fs::path dir = synced.settings().checkpoint_dir;
+  std::vector<std::pair<int64_t, fs::path>> saved;
+  std::error_code ec;
+  if (!dir.empty() && fs::is_directory(dir, ec)) {
+    for (const auto& entry : fs::directory_iterator(dir, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind("adapters_step_", 0) != 0) continue;
+      try {
+        saved.emplace_back(std::stoll(name.substr(14)), entry.path());
+      } catch (const std::exception&) {
+      }
+    }
+  }
+  std::sort(saved.rbegin(), saved.rend());
+  std::vector<std::string> names;
+  for (const auto& [name, body] : specs) {
+    Json create = body;
+    for (const auto& [step, path] : saved) {
+      if (fs::exists(path / name / "adapter_config.json", ec)) {
+        create = Json{{"name", name}, {"path", (path / name).string()}};
+        if (body.contains("seed")) create["seed"] = body["seed"];
+        break;
+      }
+    }
+    rpc::Frame request;
+    request.method = std::string(rpc::kMethodAdapterCreate);
+    request.body = create;
+    try {
+      engine.call(std::move(request), std::chrono::minutes(10));
+      names.push_back(name);
+      verbose.add("engine", fmt::format("adapter '{}' served again ({})", name,
+                                        create.value("path", std::string("as first made"))));
+    } catch (const std::exception& e) {
+      verbose.add("engine", fmt::format("adapter '{}' not served again: {}", name, e.what()));
+    }
+  }
+  set_adapter_names(std::move(names));
 }
 
 }  // namespace ajet::swarm

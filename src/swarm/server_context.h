@@ -198,6 +198,12 @@ class ServerContext {
   // name is refused (kInvalidArgument), one the engine does not serve kNotFound.
   std::string adapter_of_model(const std::string& model_field,
                                const std::string& served_name) const;
+  // What made each adapter (its POST /adapters body), so that an engine the supervisor restarts
+  // gets them again: each from its newest checkpoint (<checkpoint dir>/adapters_step_N/<name>/)
+  // when there is one, else as first made. stop_engine forgets them.
+  void remember_adapter(const std::string& name, Json create_body);
+  void forget_adapter(const std::string& name);
+  void restore_adapters(rpc::Client& engine);
 
   // True when the request may use an admin endpoint (no token configured, or the right Bearer
   // token).
@@ -237,6 +243,7 @@ class ServerContext {
   std::mutex lifecycle_mu_;  // one sync/start/stop at a time
   mutable std::mutex adapters_mu_;
   std::vector<std::string> adapter_names_;
+  std::vector<std::pair<std::string, Json>> adapter_specs_;  // creation order
 };
 
 }  // namespace ajet::swarm

@@ -158,6 +158,18 @@ TEST(ClassicTrainerMetrics, PicksNumbersFromWhateverTheFrontReports) {
   EXPECT_EQ(m["merge/merge_ratio"].get<double>(), 3.0);
   EXPECT_FALSE(m.contains("note"));
   EXPECT_TRUE(trainer_metrics(Json{{"global_step", 3}}, Json::object()).empty());
+  // A step of named adapters: each adapter's numbers are series of their own, "<key>@<adapter>".
+  Json adapters = trainer_metrics(
+      Json{{"last_train_stats",
+            {{"loss", 0.3},
+             {"adapters",
+              {{"solver", {{"loss", 0.1}, {"grad_norm", 2.0}}}, {"critic", {{"loss", 0.5}}}}}}}},
+      Json::object());
+  EXPECT_EQ(adapters["loss"].get<double>(), 0.3);
+  EXPECT_EQ(adapters["loss@solver"].get<double>(), 0.1);
+  EXPECT_EQ(adapters["grad_norm@solver"].get<double>(), 2.0);
+  EXPECT_EQ(adapters["loss@critic"].get<double>(), 0.5);
+  EXPECT_FALSE(adapters.contains("adapters/solver/loss"));
   Json line_record = {{"step", 2},
                       {"step_time_s", 1.5},
                       {"rollout", {{"reward_mean", 0.25}, {"success_rate", 0.25}}},

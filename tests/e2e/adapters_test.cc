@@ -6,12 +6,36 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
+#include <algorithm>
+
 #include "e2e_util.h"
 
 namespace ajet::e2e {
 namespace {
 
 using ::testing::HasSubstr;
+
+// The pid of the ajet-engine whose command line names `dir` (the front's run directory), 0: none.
+int64_t engine_pid_under(const fs::path& dir) {
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string pid = entry.path().filename().string();
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmdline;
+    try {
+      cmdline = read_file(entry.path() / "cmdline");
+    } catch (const std::exception&) {
+      continue;  // it exited meanwhile
+    }
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    if (cmdline.find("ajet-engine") != std::string::npos &&
+        cmdline.find(dir.string()) != std::string::npos) {
+      return std::stoll(pid);
+    }
+  }
+  return 0;
+}
 
 Json adapter_entry(Api& api, const std::string& name) {
   Json list = api.get("/adapters").json();
@@ -91,6 +115,34 @@ TEST(AdaptersTest, CallsNameAdaptersAndABatchTrainsTheOnesTheyRanOn) {
   })) << logs;
   EXPECT_TRUE(fs::exists(dir / "ckpt" / "adapters_step_1" / "solver" / "adapter_config.json"))
       << logs;
+
+  // /metrics: one sample per adapter.
+  const std::string prom = api.get("/metrics").body;
+  EXPECT_THAT(prom, HasSubstr("ajet_engine_adapter_trained_steps{adapter=\"solver\"} 1"));
+  EXPECT_THAT(prom, HasSubstr("ajet_engine_adapter_trained_steps{adapter=\"critic\"} 0"));
+  EXPECT_THAT(prom, HasSubstr("ajet_engine_adapter_requests_total{adapter=\"solver\"} 4"));
+
+  // The engine dies: the supervisor restarts it and serves both adapters again from their newest
+  // checkpoint (every adapter is saved there).
+  const int64_t first = engine_pid_under(dir / "server");
+  ASSERT_GT(first, 0) << api.status().dump();
+  ASSERT_EQ(::kill(pid_t(first), SIGKILL), 0);
+  ASSERT_TRUE(eventually(
+      [&] {
+        const int64_t now = engine_pid_under(dir / "server");
+        return now > 0 && now != first && api.engine_status() == "ENGINE.ROLLING";
+      },
+      120s))
+      << api.status().dump();
+  Json again = adapter_entry(api, "solver");
+  ASSERT_TRUE(again.is_object()) << api.get("/adapters").body << api.get("/get_verbose_logs").body;
+  EXPECT_THAT(again["source"].get<std::string>(), HasSubstr("adapters_step_1"));
+  EXPECT_THAT(adapter_entry(api, "critic")["source"].get<std::string>(),
+              HasSubstr("adapters_step_1"));
+  Json after = api.claim("client-a");
+  auto c = api.chat(after["openai_api_key"],
+                    user_chat("hello", {{"model", served + ":solver"}, {"max_tokens", 4}}));
+  EXPECT_EQ(c.status, 200) << c.body;
 
   // Save and remove through the front.
   r = api.post("/adapters/save", Json{{"name", "solver"}, {"dir", (dir / "solver").string()}});
