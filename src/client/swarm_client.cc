@@ -298,6 +298,7 @@ std::variant<Episode, std::string> SwarmClient::claim_once(const ClaimOptions& o
                {"episode_type", o.episode_type},
                {"discard_episode_timeout", o.discard_episode_timeout}};
   if (o.throttle_policy) body["throttle_policy"] = o.throttle_policy->to_json();
+  if (!o.adapter.empty()) body["adapter"] = o.adapter;
   if (const std::string run = followed_engine_run(); !run.empty()) body["engine_run"] = run;
   const http::ClientResponse r = send("POST", "/claim_episode", &body, false);
   if (r.status == 409) {

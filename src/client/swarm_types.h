@@ -115,6 +115,9 @@ struct ClaimOptions {
   double discard_episode_timeout = 240;  // seconds idle before the server reclaims the episode
   std::string episode_type = "train";    // "train" | "eval"
   std::optional<ThrottlePolicy> throttle_policy;
+  // A LoRA adapter of the server's engine that the episode's calls use unless their "model" names
+  // one (docs/protocol.md "Adapters"); empty: none.
+  std::string adapter;
   std::optional<double> max_wait;  // seconds; unset: wait as long as it takes
   // Called with the server's fail_cause before each wait (progress reporting); may be empty.
   std::function<void(const std::string& fail_cause)> on_wait;

@@ -51,4 +51,18 @@ inline std::string closest_name(std::string_view typed,
   return best;
 }
 
+// A LoRA adapter's name (engine/adapters.h): 1..64 of [A-Za-z0-9_.-], not starting with '.'.
+// Empty when `name` is one, else what is wrong ("is empty", "may hold only ...").
+inline std::string adapter_name_problem(std::string_view name) {
+  if (name.empty()) return "is empty";
+  if (name.size() > 64) return "is longer than 64 characters";
+  if (name[0] == '.') return "must not start with '.'";
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '_' || c == '.' || c == '-';
+    if (!ok) return "may hold only letters, digits, '_', '.' and '-'";
+  }
+  return "";
+}
+
 }  // namespace ajet

@@ -1,5 +1,7 @@
 #include "episodes/commands.h"
 
+#include "common/strings.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -162,6 +164,11 @@ ClaimRequest ClaimRequest::from_json(const Json& body) {
                                      "current_task_id", tp_where, kMaxTaskIdBytes)
                                  .value_or("");
     req.throttle_policy = policy;
+  }
+  req.adapter = get_optional_string(body, "adapter", where).value_or("");
+  if (!req.adapter.empty()) {
+    if (std::string why = adapter_name_problem(req.adapter); !why.empty())
+      invalid_argument("claim_episode body: field 'adapter' " + why);
   }
   return req;
 }

@@ -42,6 +42,9 @@ struct ClaimRequest {
   std::string episode_type = "train";  // "train" | "eval" (checked by the registry: 400 otherwise)
   double discard_episode_timeout = 240.0;  // seconds; > 0
   std::optional<ThrottlePolicy> throttle_policy;
+  // (ext) A LoRA adapter of the engine that the episode's calls use unless their "model" names one
+  // (docs/protocol.md "Adapters"); empty: the base (or what each call names).
+  std::string adapter;
   static ClaimRequest from_json(const Json& body);
 };
 

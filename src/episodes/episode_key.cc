@@ -47,6 +47,7 @@ std::string EpisodeKeySigner::make_key(const EpisodeKeyClaims& claims) const {
                  {"target_tag", claims.target_tag},
                  {"episode_uuid", claims.episode_uuid},
                  {"episode_address", claims.episode_address}};
+  if (!claims.adapter.empty()) fields["adapter"] = claims.adapter;
   fields["sig"] = signature(secret_, fields);
   return std::string(kKeyPrefix) + base64_encode(fields.dump());
 }
@@ -88,6 +89,9 @@ EpisodeKeyClaims EpisodeKeySigner::verify(std::string_view authorization_or_key)
   claims.episode_uuid = fields["episode_uuid"].get<std::string>();
   if (auto addr = fields.find("episode_address"); addr != fields.end() && addr->is_string()) {
     claims.episode_address = addr->get<std::string>();
+  }
+  if (auto adapter = fields.find("adapter"); adapter != fields.end() && adapter->is_string()) {
+    claims.adapter = adapter->get<std::string>();
   }
   return claims;
 }

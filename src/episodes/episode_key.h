@@ -24,6 +24,9 @@ struct EpisodeKeyClaims {
   std::string target_tag = std::string(kDefaultTargetTag);
   std::string episode_uuid;
   std::string episode_address;  // upstream's routing address; kept for compatibility, unused here
+  // The LoRA adapter the episode's calls use unless their "model" names one (claim_episode's
+  // "adapter"); signed with the rest. Empty: none (and absent from the key).
+  std::string adapter;
 };
 
 class EpisodeKeySigner {

@@ -494,6 +494,10 @@ ClaimResponse Registry::claim_episode(const ClaimRequest& request) {
   e.llm_call_count = 0;
   e.optional_task_id = request.throttle_policy ? request.throttle_policy->current_task_id : "";
   e.claim_global_step = engine_.global_step();
+  // The key names the adapter the claim assigned (signed: calls cannot change it).
+  EpisodeKeyClaims claims = claims_for(uuid);
+  claims.adapter = request.adapter;
+  e.api_key = signer_.make_key(claims);
   touch_client_locked(request.client_uuid, now);
   if (store_ != nullptr) {
     store::EpisodeRow row;

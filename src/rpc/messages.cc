@@ -1,5 +1,7 @@
 #include "rpc/messages.h"
 
+#include "common/strings.h"
+
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -51,18 +53,6 @@ void check_length(const std::vector<T>& v, size_t want, std::string_view name,
 }  // namespace
 
 // ---- generate -------------------------------------------------------------------------------
-
-std::string adapter_name_problem(std::string_view name) {
-  if (name.empty()) return "is empty";
-  if (name.size() > 64) return "is longer than 64 characters";
-  if (name[0] == '.') return "must not start with '.'";
-  for (char c : name) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '_' || c == '.' || c == '-';
-    if (!ok) return "may hold only letters, digits, '_', '.' and '-'";
-  }
-  return "";
-}
 
 Frame encode_generate_request(const GenerateRequest& r) {
   Frame f;

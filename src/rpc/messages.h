@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/strings.h"
 #include "rpc/frame.h"
 
 namespace ajet::rpc {
@@ -37,9 +38,7 @@ inline constexpr std::string_view kMethodAdapters = "adapters";
 inline constexpr std::string_view kMethodAdapterCreate = "adapter_create";
 inline constexpr std::string_view kMethodAdapterSave = "adapter_save";
 inline constexpr std::string_view kMethodAdapterRemove = "adapter_remove";
-// An adapter's name: 1..64 of [A-Za-z0-9_.-], not starting with '.'. Empty when it is one, else
-// what is wrong.
-std::string adapter_name_problem(std::string_view name);
+using ajet::adapter_name_problem;  // common/strings.h
 
 // `n`. The front checks the same range (openai::kMaxChoices), and ajet.rollout.max_num_seqs, which
 // the engine's scheduler also enforces (a request's samples decode together).

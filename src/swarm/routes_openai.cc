@@ -159,6 +159,16 @@ void serve_generation(ServerContext& ctx, Request req, Respond respond,
   openai::check_token_entries(setup.params, setup.generate, ctx.options.max_request_token_entries);
   setup.generate.tag = fmt::format("{}#{}", claims.episode_uuid, first.call_index);
   setup.generate.adapter = ctx.adapter_of_model(setup.params.model, model->served_name);
+  // An adapter the claim assigned the episode, unless the call names one itself.
+  if (setup.generate.adapter.empty() && !claims.adapter.empty()) {
+    const std::vector<std::string> served = ctx.adapter_names();
+    if (std::find(served.begin(), served.end(), claims.adapter) == served.end()) {
+      fail(ErrorCode::kNotFound, "the episode's adapter '" + claims.adapter +
+                                     "' (its claim_episode's \"adapter\") is not served; GET "
+                                     "/adapters lists those that are");
+    }
+    setup.generate.adapter = claims.adapter;
+  }
   setup.tickets = std::move(tickets);
   setup.length_is_clients =
       setup.params.max_tokens

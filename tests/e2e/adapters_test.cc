@@ -144,6 +144,31 @@ TEST(AdaptersTest, CallsNameAdaptersAndABatchTrainsTheOnesTheyRanOn) {
                     user_chat("hello", {{"model", served + ":solver"}, {"max_tokens", 4}}));
   EXPECT_EQ(c.status, 200) << c.body;
 
+  // Episodes assigned to an adapter at claim time: their calls (any "model") train it.
+  auto bad_claim =
+      api.post("/claim_episode", Json{{"client_uuid", "client-a"}, {"adapter", "a b"}});
+  EXPECT_EQ(bad_claim.status, 400) << bad_claim.body;
+  i = 0;
+  for (const auto& [task, reward] : episodes) {
+    auto claimed = api.post("/claim_episode", Json{{"client_uuid", "client-a"},
+                                                   {"episode_type", "train"},
+                                                   {"discard_episode_timeout", 60},
+                                                   {"adapter", "critic"}});
+    ASSERT_EQ(claimed.status, 200) << claimed.body;
+    Json ep = claimed.json();
+    ASSERT_EQ(ep["success"], true) << claimed.body;
+    EpisodeKeys::all().remember(ep);
+    auto c =
+        api.chat(ep["openai_api_key"], user_chat("Tell me about " + task, {{"max_tokens", 6}}));
+    ASSERT_EQ(c.status, 200) << c.body;
+    ASSERT_EQ(api.end("client-a", ep["episode_uuid"], task, reward).status, 200);
+  }
+  // (The restarted engine serves policy version 0 again: no trainer checkpoint to resume from.)
+  ASSERT_TRUE(eventually([&] { return adapter_entry(api, "critic")["trained_steps"] == 1; }, 300s))
+      << api.get("/adapters").body << "\n"
+      << api.get("/get_verbose_logs").body;
+  EXPECT_EQ(adapter_entry(api, "solver")["trained_steps"], 0) << api.get("/adapters").body;
+
   // Save and remove through the front.
   r = api.post("/adapters/save", Json{{"name", "solver"}, {"dir", (dir / "solver").string()}});
   ASSERT_EQ(r.status, 200) << r.body;

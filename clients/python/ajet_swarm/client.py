@@ -143,7 +143,8 @@ class SwarmClient:
 
     def begin_episode(self, discard_episode_timeout: float = 240, episode_type: str = "train",
                       throttle_policy: Any = None, max_wait: Optional[float] = None,
-                      on_wait: Optional[Callable[[str], None]] = None) -> Episode:
+                      on_wait: Optional[Callable[[str], None]] = None,
+                      adapter: Optional[str] = None) -> Episode:
         """Claims an episode, waiting while the engine is not ROLLING or the pool is empty (forever,
         or up to `max_wait` seconds: SwarmTimeoutError). Raises SwarmServerOfflineError when the
         engine goes OFFLINE during the wait after having been seen in another status.
@@ -151,6 +152,8 @@ class SwarmClient:
         `discard_episode_timeout`: the server reclaims the episode after this many idle seconds.
         `episode_type`: "train" (trained on) or "eval" (recorded for metrics only).
         `throttle_policy`: a SwarmThrottlePolicy / ThrottlePolicy (or anything with its fields).
+        `adapter`: a LoRA adapter of the server's engine (GET /adapters) that the episode's calls
+        use unless their "model" names one; the calls then train that adapter.
         `on_wait(reason)` is called before each wait (progress reporting; an exception it raises
         ends the wait, MultiEpisode's way to cancel a claim). Whatever `verbose` says, a
         wait is never silent: its reason is logged when it changes and every `retry.wait_report` s.
@@ -182,9 +185,10 @@ class SwarmClient:
                             self._log(f"throttle: {reason}")
                             delay = self.retry.throttle
                             continue
-                        claimed = self._claim(discard_episode_timeout, episode_type, throttle_policy)
+                        claimed = self._claim(discard_episode_timeout, episode_type, throttle_policy,
+                                              adapter)
                 else:
-                    claimed = self._claim(discard_episode_timeout, episode_type, None)
+                    claimed = self._claim(discard_episode_timeout, episode_type, None, adapter)
             except SwarmConnectionError as e:
                 self._report_wait("claim", f"waiting for the swarm server: {e}", logging.WARNING)
                 if on_wait is not None:
@@ -234,10 +238,12 @@ class SwarmClient:
                 delay = self.retry.engine_busy
 
     def _claim(self, discard_episode_timeout: float, episode_type: str,
-               throttle_policy: Optional[ThrottlePolicy]):
+               throttle_policy: Optional[ThrottlePolicy], adapter: Optional[str] = None):
         """One POST /claim_episode: an Episode, or the fail_cause string."""
         body: Dict[str, Any] = {"client_uuid": self.client_uuid, "episode_type": episode_type,
                                 "discard_episode_timeout": float(discard_episode_timeout)}
+        if adapter:
+            body["adapter"] = adapter
         if throttle_policy is not None:
             body["throttle_policy"] = throttle_policy.to_json()
         if self._engine_run:

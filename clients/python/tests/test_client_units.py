@@ -341,6 +341,15 @@ class RetryRulesTest(unittest.TestCase):
         self.assertIn("waiting for the engine: status ENGINE.BOOTING", r.stderr)
         self.assertIn("waiting for a free episode: No available episodes", r.stderr)
 
+    def test_begin_episode_sends_the_adapter_it_assigns(self):
+        s = self.serve({"/claim_episode": [claim_ok("ep1"), claim_ok("ep2")]})
+        c = SwarmClient(s.url, retry=FAST, verbose=False)
+        c.begin_episode(adapter="solver")
+        c.begin_episode()
+        bodies = [b for p, b in s.requests if p == "/claim_episode"]
+        self.assertEqual(bodies[0]["adapter"], "solver")
+        self.assertNotIn("adapter", bodies[1])
+
     def test_a_normal_weight_sync_logs_no_warning(self):
         # Every step used to log two WARNING lines in an agent without logging configured: the claim
         # waiting through ROLLING_POST / WEIGHT_SYNCING, and the episode that ended after the batch closed.
