@@ -28,6 +28,9 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kStateSyncedCodeRoot = "synced_code_root";
+// How each named adapter was made ([[name, POST /adapters body], ...]): a resumed front makes them
+// again on its engine.
+constexpr const char* kStateAdapterSpecs = "adapter_specs";
 constexpr const char* kStateEngineRun = "engine_run";
 
 std::string timestamp_micro() {
@@ -324,6 +327,7 @@ void ServerContext::stop_engine(const std::string& reason, const std::string& en
     std::lock_guard lock(adapters_mu_);
     adapter_specs_.clear();
     adapter_names_.clear();
+    persist_adapter_specs_locked();
   }
   verbose.add("swarm",
               fmt::format("stop_engine: {} ({} running episodes dropped)", reason, dropped.size()));
@@ -331,6 +335,20 @@ void ServerContext::stop_engine(const std::string& reason, const std::string& en
 
 void ServerContext::resume(const store::RecoveredState& recovered) {
   std::lock_guard<std::mutex> lifecycle(lifecycle_mu_);
+  if (auto specs = store.get_state(kStateAdapterSpecs)) {
+    // Written by this front: a broken value only loses the adapters, which is said.
+    std::optional<Json> parsed = try_parse_json(*specs);
+    std::lock_guard lock(adapters_mu_);
+    adapter_specs_.clear();
+    if (parsed && parsed->is_array()) {
+      for (const Json& spec : *parsed) {
+        if (spec.is_array() && spec.size() == 2 && spec[0].is_string() && spec[1].is_object())
+          adapter_specs_.emplace_back(spec[0].get<std::string>(), spec[1]);
+      }
+    } else {
+      verbose.add("swarm", "the store's adapter list is unreadable: adapters are not made again");
+    }
+  }
   if (auto root = store.get_state(kStateSyncedCodeRoot); root && fs::is_directory(*root)) {
     fs::path dest = fs::path(*root).parent_path();
     if (dest.filename() == "tree") dest = dest.parent_path();
@@ -421,15 +439,24 @@ void ServerContext::remember_adapter(const std::string& name, Json create_body) 
   for (auto& [n, body] : adapter_specs_) {
     if (n == name) {
       body = std::move(create_body);
+      persist_adapter_specs_locked();
       return;
     }
   }
   adapter_specs_.emplace_back(name, std::move(create_body));
+  persist_adapter_specs_locked();
+}
+
+void ServerContext::persist_adapter_specs_locked() {
+  Json specs = Json::array();
+  for (const auto& [name, body] : adapter_specs_) specs.push_back(Json::array({name, body}));
+  store.put_state(kStateAdapterSpecs, specs.dump());
 }
 
 void ServerContext::forget_adapter(const std::string& name) {
   std::lock_guard lock(adapters_mu_);
   std::erase_if(adapter_specs_, [&](const auto& spec) { return spec.first == name; });
+  persist_adapter_specs_locked();
 }
 
 void ServerContext::restore_adapters(rpc::Client& engine) {

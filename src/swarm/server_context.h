@@ -200,7 +200,8 @@ class ServerContext {
                                const std::string& served_name) const;
   // What made each adapter (its POST /adapters body), so that an engine the supervisor restarts
   // gets them again: each from its newest checkpoint (<checkpoint dir>/adapters_step_N/<name>/)
-  // when there is one, else as first made. stop_engine forgets them.
+  // when there is one, else as first made. stop_engine forgets them. The store keeps them, so a
+  // front resumed from it (ajet-swarm start --resume) makes them again too.
   void remember_adapter(const std::string& name, Json create_body);
   void forget_adapter(const std::string& name);
   void restore_adapters(rpc::Client& engine);
@@ -243,7 +244,8 @@ class ServerContext {
   std::mutex lifecycle_mu_;  // one sync/start/stop at a time
   mutable std::mutex adapters_mu_;
   std::vector<std::string> adapter_names_;
-  std::vector<std::pair<std::string, Json>> adapter_specs_;  // creation order
+  std::vector<std::pair<std::string, Json>> adapter_specs_;  // creation order; in the store too
+  void persist_adapter_specs_locked();                       // under adapters_mu_
 };
 
 }  // namespace ajet::swarm

@@ -178,6 +178,16 @@ TEST(AdaptersTest, CallsNameAdaptersAndABatchTrainsTheOnesTheyRanOn) {
   r = api.post("/adapters/remove", Json{{"name", "critic"}});
   EXPECT_EQ(r.status, 404) << r.body;
   EXPECT_EQ(api.get("/adapters").json()["adapters"].size(), 1u);
+
+  // The front itself is SIGKILLed and resumed from its store: its engine serves solver again.
+  swarm.stop(SIGKILL);
+  swarm.start();
+  Api resumed(swarm.url());
+  ASSERT_TRUE(eventually([&] { return resumed.engine_status() == "ENGINE.ROLLING"; }, 120s))
+      << resumed.status().dump();
+  Json back = resumed.get("/adapters").json();
+  ASSERT_EQ(back["adapters"].size(), 1u) << back.dump() << resumed.get("/get_verbose_logs").body;
+  EXPECT_EQ(back["adapters"][0]["name"], "solver");
 }
 
 }  // namespace
