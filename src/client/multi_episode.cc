@@ -48,11 +48,27 @@ MultiEpisode::MultiEpisode(std::vector<SwarmClient*> servers, std::vector<Episod
 
 MultiEpisode MultiEpisode::begin(const std::vector<SwarmClient*>& servers,
                                  const ClaimOptions& options) {
-  if (servers.empty()) throw SwarmError(SwarmErrorKind::kCommand, "MultiEpisode: no servers given");
+  std::vector<GroupMember> members;
+  for (SwarmClient* server : servers) members.push_back(GroupMember{server, options});
+  return begin_members(members);
+}
+
+MultiEpisode MultiEpisode::begin_members(const std::vector<GroupMember>& members) {
+  if (members.empty()) throw SwarmError(SwarmErrorKind::kCommand, "MultiEpisode: no servers given");
+  std::vector<SwarmClient*> servers;
+  for (const GroupMember& m : members) {
+    if (m.server == nullptr)
+      throw SwarmError(SwarmErrorKind::kCommand, "MultiEpisode: a member has no server");
+    servers.push_back(m.server);
+  }
   std::vector<Episode> episodes(servers.size());
-  std::vector<std::string> errors =
-      on_each(servers.size(), [&](size_t i) { episodes[i] = servers[i]->begin_episode(options); });
-  if (failures(servers, errors).empty()) return MultiEpisode(servers, std::move(episodes));
+  std::vector<std::string> errors = on_each(
+      servers.size(), [&](size_t i) { episodes[i] = servers[i]->begin_episode(members[i].claim); });
+  if (failures(servers, errors).empty()) {
+    MultiEpisode group(servers, std::move(episodes));
+    for (const GroupMember& m : members) group.adapters_.push_back(m.claim.adapter);
+    return group;
+  }
   for (size_t i = 0; i < servers.size(); ++i) {
     if (errors[i].empty()) servers[i]->abort_episode(episodes[i].episode_uuid);
   }
@@ -72,11 +88,37 @@ void MultiEpisode::abort() {
 
 void MultiEpisode::end(const std::string& task_id, const std::vector<WorkflowOutput>& outputs,
                        const MultiEndOptions& options) {
+  std::vector<std::string> task_ids;
+  for (size_t i = 0; i < servers_.size(); ++i) task_ids.push_back(member_task_id(i, task_id));
+  end(task_ids, outputs, options);
+}
+
+namespace {
+bool same_server(SwarmClient* a, SwarmClient* b) {
+  return a == b || a->server_url() == b->server_url();
+}
+}  // namespace
+
+std::string MultiEpisode::member_task_id(size_t i, const std::string& task_id) const {
+  size_t sharing = 0;
+  for (SwarmClient* s : servers_) sharing += same_server(s, servers_.at(i)) ? 1 : 0;
+  if (sharing < 2) return task_id;
+  const std::string& adapter = i < adapters_.size() ? adapters_[i] : std::string();
+  return task_id + "@" + (adapter.empty() ? "member" + std::to_string(i) : adapter);
+}
+
+void MultiEpisode::end(const std::vector<std::string>& task_ids,
+                       const std::vector<WorkflowOutput>& outputs, const MultiEndOptions& options) {
   if (settled_)
     throw SwarmError(SwarmErrorKind::kCommand, "MultiEpisode " + group_id_ + " was already ended");
   if (outputs.size() != servers_.size()) {
     throw SwarmError(SwarmErrorKind::kCommand,
                      fmt::format("MultiEpisode::end: {} outputs for {} servers", outputs.size(),
+                                 servers_.size()));
+  }
+  if (task_ids.size() != servers_.size()) {
+    throw SwarmError(SwarmErrorKind::kCommand,
+                     fmt::format("MultiEpisode::end: {} task ids for {} servers", task_ids.size(),
                                  servers_.size()));
   }
   // Phase 1: prepare everywhere. The coordinator (server 0) names no coordinator.
@@ -86,12 +128,13 @@ void MultiEpisode::end(const std::string& task_id, const std::vector<WorkflowOut
     role.group_id = group_id_;
     role.prepare_timeout = options.prepare_timeout;
     if (i > 0) {
-      role.coordinator_url = servers_[0]->server_url();
+      // A member on the coordinator's own front is settled there (no URL: nothing to dial).
+      if (!same_server(servers_[i], servers_[0])) role.coordinator_url = servers_[0]->server_url();
       role.coordinator_episode_uuid = episodes_[0].episode_uuid;
       role.coordinator_episode_key = episodes_[0].api_key;
     }
     prepared[i] =
-        servers_[i]->prepare_end_episode(task_id, episodes_[i].episode_uuid, outputs[i], role);
+        servers_[i]->prepare_end_episode(task_ids[i], episodes_[i].episode_uuid, outputs[i], role);
   });
   if (std::string failed = failures(servers_, errors); !failed.empty()) {
     abort();

@@ -32,6 +32,14 @@ struct MultiEndOptions {
   std::function<void()> after_coordinator_commit;
 };
 
+// One member of a group: the server its episode is claimed on and how (options.adapter: the LoRA
+// adapter of that server's engine the episode's calls run on). Several members may share a server
+// (several adapters of one engine): the group is all-or-nothing all the same.
+struct GroupMember {
+  SwarmClient* server = nullptr;
+  ClaimOptions claim;
+};
+
 class MultiEpisode {
  public:
   // Claims one episode on each server, concurrently. If any claim fails, the claimed ones are
@@ -39,6 +47,9 @@ class MultiEpisode {
   // coordinator.
   static MultiEpisode begin(const std::vector<SwarmClient*>& servers,
                             const ClaimOptions& options = {});
+  // The same with each member's own claim options; members on the first member's server are its
+  // local participants (docs/protocol.md "Episode groups across servers").
+  static MultiEpisode begin_members(const std::vector<GroupMember>& members);
   ~MultiEpisode();  // aborts every member unless the group was ended or aborted
   MultiEpisode(MultiEpisode&&) noexcept = default;
   MultiEpisode& operator=(MultiEpisode&&) = delete;
@@ -51,18 +62,26 @@ class MultiEpisode {
   const std::string& group_id() const { return group_id_; }
 
   // Ends the group: outputs[i] is server i's workflow output (its model's reward); one task id for
-  // all (the GRPO groups line up on every server). All or nothing: throws after aborting every
-  // member when any prepare or the coordinator's commit is refused (WeightUpdatedHalfway for a
-  // weight update).
+  // all (the GRPO groups line up on every server), except that a member sharing its server with
+  // another reports "<task_id>@<its adapter>" (member_task_id). All or nothing: throws after
+  // aborting every member when any prepare or the coordinator's commit is refused
+  // (WeightUpdatedHalfway for a weight update).
   void end(const std::string& task_id, const std::vector<WorkflowOutput>& outputs,
            const MultiEndOptions& options = {});
+  // The same with each member's own task id (members sharing a server keep their GRPO groups apart
+  // by task id: "t@caller", "t@answerer").
+  void end(const std::vector<std::string>& task_ids, const std::vector<WorkflowOutput>& outputs,
+           const MultiEndOptions& options = {});
   void abort();  // never throws
+  // The task id member i reports for the group's `task_id` (see end).
+  std::string member_task_id(size_t i, const std::string& task_id) const;
 
  private:
   MultiEpisode(std::vector<SwarmClient*> servers, std::vector<Episode> episodes);
 
   std::vector<SwarmClient*> servers_;
   std::vector<Episode> episodes_;
+  std::vector<std::string> adapters_;  // each member's claim adapter ("" for the served model)
   std::string group_id_;
   bool settled_ = false;
 };

@@ -155,8 +155,8 @@ Json WorkflowOutput::to_json(const std::string& task_id) const {
 
 Json GroupRole::to_json() const {
   Json out = {{"group_id", group_id}, {"prepare_timeout", prepare_timeout}};
-  if (!coordinator_url.empty()) {
-    out["coordinator_url"] = coordinator_url;
+  if (!coordinator_url.empty()) out["coordinator_url"] = coordinator_url;
+  if (!coordinator_episode_uuid.empty()) {  // a participant (without a URL: on this same front)
     out["coordinator_episode_uuid"] = coordinator_episode_uuid;
     out["coordinator_episode_key"] = coordinator_episode_key;
   }
@@ -833,6 +833,21 @@ std::string SwarmClient::get_server_experiment_dir() {
 Json SwarmClient::log_metrics(int64_t step, const Json& metrics) {
   Json body = {{"step", step}, {"metrics", metrics}};
   return json_or_throw(send("POST", "/log_metrics", &body, true), "log_metrics");
+}
+
+Json SwarmClient::list_adapters() {
+  return json_or_throw(send("GET", "/adapters", nullptr, true), "list_adapters");
+}
+
+Json SwarmClient::create_adapter(const Json& body) {
+  // Making one builds a model object beside the served one: seconds on a large model.
+  return json_or_throw(send("POST", "/adapters", &body, true, std::chrono::minutes(10)),
+                       "create_adapter");
+}
+
+Json SwarmClient::save_adapter(const Json& body) {
+  return json_or_throw(send("POST", "/adapters/save", &body, true, std::chrono::minutes(10)),
+                       "save_adapter");
 }
 
 Json SwarmClient::get_metrics_history(const std::vector<std::string>& names, int64_t after_step) {

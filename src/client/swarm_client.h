@@ -124,6 +124,13 @@ class SwarmClient {
   // last_step}], "global_step"}; with names (at most 32), {"series": {name: [[step, value,
   // unix_time], ...]}} after `after_step`.
   Json get_metrics_history(const std::vector<std::string>& names = {}, int64_t after_step = -1);
+  // The named LoRA adapters of the front's engine (admin token; docs/protocol.md "Adapters"):
+  // GET /adapters; POST /adapters with {name, rank?, alpha?, dropout?, target_modules?, seed?} or
+  // {name, path}; POST /adapters/save with {name, dir, merged?}. Throw SwarmError(kCommand) with
+  // the front's message for a refusal.
+  Json list_adapters();
+  Json create_adapter(const Json& body);
+  Json save_adapter(const Json& body);
 
   std::string rewrite_base_url(const std::string& base_url) const;
   const std::string& server_url() const { return server_url_; }

@@ -276,17 +276,23 @@ struct EngineConfig {
   int64_t seed = 0;
 };
 
-// ajet.multi_model: several models trained together, each with its own front and engine (classic
-// mode; docs/classic.md "Several models"). Empty `models`: a run of one model.
+// ajet.multi_model: several models trained together (classic mode; docs/classic.md "Several
+// models"): each with its own front and engine ({name, path}), or each a LoRA adapter of the one
+// model one engine serves ({name, adapter}). Empty `models`: a run of one model.
 struct MultiModelConfig {
   std::string workflow = "calc_duo";  // the built-in multi-model agent
-  Json models = Json::array();        // [{name, path}]; multi_model_members() reads and checks them
+  Json models = Json::array();  // [{name, path} or {name, adapter}]; multi_model_members() checks
   bool enabled() const { return !models.empty(); }
 };
 
 struct MultiModelMember {
   std::string name;  // metric prefix and experiment subdirectory: a-z, 0-9, _ and -
-  std::string path;  // its model directory (relative to the config file's directory)
+  std::string path;  // a server member: its model directory (relative to the config file's dir)
+  // An adapter member: the POST /adapters body less its name ({rank?, alpha?, dropout?,
+  // target_modules?, seed?} or {path}: a PEFT directory, relative to the config file's directory);
+  // null for a server member.
+  Json adapter;
+  bool is_adapter() const { return !adapter.is_null(); }
 };
 inline constexpr size_t kMaxMultiModelMembers = 8;
 // The members of ajet.multi_model. Problems go to `problems`, or (null) throw

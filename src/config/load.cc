@@ -545,6 +545,41 @@ std::optional<std::string> truncated_rollout_warning(const Config& config,
                 : "ajet.trainer_common.old_logprob_source: rollout");
 }
 
+namespace {
+// The adapter section of a multi_model member: a mapping of the POST /adapters fields (the engine
+// checks the ranges again when it makes the adapter).
+void check_adapter_member(const Json& a, const std::string& at, std::vector<std::string>& p) {
+  if (!a.is_object()) {
+    p.push_back(at +
+                " must be a mapping {rank?, alpha?, dropout?, target_modules?, seed?} or "
+                "{path}");
+    return;
+  }
+  for (const auto& [key, value] : a.items()) {
+    if (key == "rank" || key == "seed") {
+      if (!value.is_number_integer() || value.get<int64_t>() < (key == "rank" ? 1 : 0))
+        p.push_back(at + "." + key + " must be an integer >= " + (key == "rank" ? "1" : "0"));
+    } else if (key == "alpha" || key == "dropout") {
+      if (!value.is_number() || value.get<double>() < 0 ||
+          (key == "alpha" && value.get<double>() == 0))
+        p.push_back(at + "." + key + " must be a number " + (key == "alpha" ? "> 0" : ">= 0"));
+    } else if (key == "target_modules") {
+      bool ok = value.is_array() && !value.empty();
+      for (const Json& t : value) ok = ok && t.is_string();
+      if (!ok) p.push_back(at + ".target_modules must be a non-empty list of module names");
+    } else if (key == "path") {
+      if (!value.is_string() || value.get<std::string>().empty())
+        p.push_back(at + ".path must be a non-empty string (a PEFT adapter directory)");
+    } else {
+      p.push_back(at + "." + key +
+                  " is not an adapter field (rank, alpha, dropout, target_modules, seed, path)");
+    }
+  }
+  if (a.contains("path") && a.size() > 1)
+    p.push_back(at + ": a saved adapter (path) brings its own rank, alpha, dropout and targets");
+}
+}  // namespace
+
 std::vector<MultiModelMember> multi_model_members(const MultiModelConfig& mm,
                                                   std::vector<std::string>* problems) {
   std::vector<MultiModelMember> out;
@@ -567,10 +602,26 @@ std::vector<MultiModelMember> multi_model_members(const MultiModelConfig& mm,
       return "";
     };
     if (!m.is_object()) {
-      p.push_back(at + " must be a mapping {name, path}");
+      p.push_back(at + " must be a mapping {name, path} or {name, adapter}");
       continue;
     }
-    MultiModelMember member{text("name"), text("path")};
+    for (const auto& [key, value] : m.items()) {
+      if (key != "name" && key != "path" && key != "adapter")
+        p.push_back(at + "." + key + " is not a key of a member (name, path or adapter)");
+    }
+    MultiModelMember member;
+    member.name = text("name");
+    if (m.contains("adapter")) {
+      member.adapter = m["adapter"].is_null() ? Json::object() : m["adapter"];
+      check_adapter_member(member.adapter, at + ".adapter", p);
+      if (m.contains("path"))
+        p.push_back(at +
+                    ": a member is a server (path: its model) or an adapter of the one served "
+                    "model (adapter: its LoRA), not both; an adapter starting from a saved "
+                    "one names it as adapter.path");
+    } else {
+      member.path = text("path");
+    }
     if (member.name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_-") !=
         std::string::npos) {
       p.push_back(at + ".name '" + member.name +
@@ -579,6 +630,13 @@ std::vector<MultiModelMember> multi_model_members(const MultiModelConfig& mm,
       p.push_back(at + ".name '" + member.name + "' is used twice");
     }
     out.push_back(std::move(member));
+  }
+  const auto adapters = std::count_if(out.begin(), out.end(),
+                                      [](const MultiModelMember& m) { return m.is_adapter(); });
+  if (adapters > 0 && size_t(adapters) != out.size()) {
+    p.push_back(where +
+                ": either every member is an adapter of the one served model (adapter: ...) or "
+                "every member is a server of its own (path: ...); mixing them is not supported");
   }
   if (!mm.models.empty() && mm.workflow == "calc_duo" && mm.models.size() != 2) {
     p.push_back(

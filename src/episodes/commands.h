@@ -88,17 +88,25 @@ struct EndRequest {
 };
 
 // The episode group of POST /prepare_end_episode (docs/protocol.md "Episode groups across
-// servers"). The coordinator has no coordinator_url; a participant names the coordinator, its
+// servers"). The coordinator names no coordinator; a participant names the coordinator, its
 // episode and that episode's key (the participant's front sends it when it asks the coordinator for
-// the decision).
+// the decision). A participant whose coordinator episode is on the same front (two adapters of one
+// engine) names only coordinator_episode_uuid, and the front settles it from its own registry.
 struct EpisodeGroup {
   std::string group_id;
-  std::string coordinator_url;  // "" on the coordinator; else "http://host:port" (normalized)
+  std::string coordinator_url;           // "" on the coordinator and on a local participant; else
+                                         // "http://host:port" (normalized)
   std::string coordinator_episode_uuid;  // participants only
   std::string
       coordinator_episode_key;    // participants only: the coordinator episode's openai_api_key
   double prepare_timeout = 60.0;  // seconds without commit/abort before the janitor settles it
-  bool is_coordinator() const { return coordinator_url.empty(); }
+  bool is_coordinator() const {
+    return coordinator_url.empty() && coordinator_episode_uuid.empty();
+  }
+  // A participant whose coordinator episode is on this same front.
+  bool is_local_participant() const {
+    return coordinator_url.empty() && !coordinator_episode_uuid.empty();
+  }
   Json to_json() const;
   // Throws Error(kInvalidArgument) naming `where`.field. `key_required`: a participant must name
   // coordinator_episode_key (a new prepare; a group stored before keys existed is read without

@@ -493,6 +493,9 @@ class Registry {
                                      const char* status, const EpisodeGroup* group = nullptr) const;
   // prepare_end_episode's answer for `e` (a repeat answers the same).
   PrepareResponse prepare_answer_locked(const Episode& e) const;
+  // Why a local participant (its coordinator episode on this front) cannot be prepared, if it
+  // cannot.
+  std::optional<std::string> local_coordinator_problem_locked(const PrepareRequest& request) const;
   // The answer for an episode that is no longer live but remembered: another client's (404), one
   // this client finished (nullopt: a success again; 409 when `repeat`, an end, differs from how it
   // ended) or one that ended otherwise (400 with the reason).

@@ -423,6 +423,18 @@ SweepResult Registry::sweep() {
     }
   }
   deliver(out);
+  // A participant whose coordinator episode is on this front asks this registry, not another front.
+  std::vector<PendingResolution> remote;
+  for (PendingResolution& pending : result.to_resolve) {
+    if (!pending.group.is_local_participant()) {
+      remote.push_back(std::move(pending));
+      continue;
+    }
+    settle_prepared(pending.episode_uuid,
+                    resolve_group(ResolveRequest{pending.group.group_id,
+                                                 pending.group.coordinator_episode_uuid}));
+  }
+  result.to_resolve = std::move(remote);
   return result;
 }
 

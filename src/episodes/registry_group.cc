@@ -58,6 +58,24 @@ std::optional<Registry::Prepared> Registry::prepared_from_row(const store::Episo
   }
 }
 
+std::optional<std::string> Registry::local_coordinator_problem_locked(
+    const PrepareRequest& request) const {
+  if (!request.group.is_local_participant()) return std::nullopt;
+  // The front settles a local participant from its own registry, and asking the coordinator aborts
+  // an uncommitted coordinator episode: so the coordinator must be another live episode of the same
+  // client, never someone else's.
+  const std::string& coordinator = request.group.coordinator_episode_uuid;
+  auto c = live_.find(coordinator);
+  if (coordinator == request.end.episode_uuid || c == live_.end() ||
+      c->second.state == State::kRegistered || c->second.client_uuid != request.end.client_uuid) {
+    return "Episode " + request.end.episode_uuid + ": group.coordinator_episode_uuid " +
+           coordinator +
+           " is not another running episode of this client on this front (a participant whose "
+           "coordinator is elsewhere names its coordinator_url).";
+  }
+  return std::nullopt;
+}
+
 void Registry::prepare_end_episode(PrepareRequest request, PrepareDone done) {
   double now = clock_();
   store::EpisodeRow row;
@@ -77,6 +95,8 @@ void Registry::prepare_end_episode(PrepareRequest request, PrepareDone done) {
       } else {  // a repeat (the answer was lost): the same answer again
         repeat = prepare_answer_locked(e);
       }
+    } else if (auto why = local_coordinator_problem_locked(request); why) {
+      verdict.answer = group_error(ErrorCode::kFailedPrecondition, *why);
     } else {
       verdict = end_precheck_locked(request.end);
       if (verdict.proceed) {

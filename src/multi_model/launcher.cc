@@ -36,7 +36,7 @@ std::optional<MultiModelSpec> read_multi_model_spec(const fs::path& conf) {
   spec.workflow = mm.workflow;
   try {
     for (config::MultiModelMember& m : config::multi_model_members(mm))
-      spec.models.push_back({m.name, m.path});
+      spec.models.push_back({m.name, m.path, m.adapter});
   } catch (const Error& e) {
     throw Error(e.code(), conf.string() + ": " + e.what());
   }
@@ -72,6 +72,11 @@ double share(const std::vector<PlayedEpisode>& played, bool (*pick)(const Played
 }
 
 bool pair_ok(const PlayedEpisode& p) { return p.outcome.pair_success; }
+
+// Role i's workflow output of a played pair (0: the caller, 1: the answerer).
+const client::WorkflowOutput& output_of(const PlayedEpisode& p, size_t role) {
+  return role == 0 ? p.outcome.caller : p.outcome.answerer;
+}
 bool caller_ok(const PlayedEpisode& p) { return p.outcome.caller_right; }
 
 Json model_stats(const Json& stats) {
@@ -98,6 +103,16 @@ class MultiJob : public classic::StepPipeline {
 
  private:
   void say(const std::string& line) { out_(line); }
+  // Every model a LoRA adapter of the one model a single front and engine serve.
+  bool on_adapters() const {
+    return !spec_.models.empty() && !spec_.models.front().adapter.is_null();
+  }
+  // The front that serves role i.
+  Member& member_of(size_t role) { return members_.at(on_adapters() ? 0 : role); }
+  void make_adapters();
+  Json adapter_stats(const Json& stats, size_t role,
+                     const std::vector<PlayedEpisode>& played) const;
+  void save_adapters();
   const config::Config& config() const { return members_.front().prepared.config; }
   void prepare();
   void prepare_member(const ModelSpec& m);
@@ -131,9 +146,11 @@ class MultiJob : public classic::StepPipeline {
 // Every model gets the shared config with its own model path and experiment subdirectory.
 void MultiJob::prepare_member(const ModelSpec& m) {
   Member member{m, options_, {}, nullptr, 0};
-  const fs::path path =
-      m.path.is_absolute() ? m.path : fs::absolute(options_.conf).parent_path() / m.path;
-  member.options.overrides.push_back("ajet.model.path=" + path.lexically_normal().string());
+  if (!m.path.empty()) {
+    const fs::path path =
+        m.path.is_absolute() ? m.path : fs::absolute(options_.conf).parent_path() / m.path;
+    member.options.overrides.push_back("ajet.model.path=" + path.lexically_normal().string());
+  }
   member.prepared = classic::prepare_config(member.options);
   config::Config& c = member.prepared.config;
   if (member.prepared.dynamic_sampling) {
@@ -148,13 +165,22 @@ void MultiJob::prepare_member(const ModelSpec& m) {
   c.experiment_dir = member.prepared.exp_dir.string();
   c.trainer_common.checkpoint_base_dir = (member.prepared.exp_dir / "checkpoints").string();
   c.multi_model = config::MultiModelConfig{};  // each front serves one model
-  member.prepared.yaml = config::to_yaml(c);
+  config::Config served = c;
+  if (on_adapters()) {
+    // One front for every adapter: a step's batch holds each adapter's tasks ("<task>@<name>").
+    served.data.train_batch_size = c.data.train_batch_size * int64_t(spec_.models.size());
+  }
+  member.prepared.yaml = config::to_yaml(served);
   for (const auto& w : member.prepared.warnings) say("warning (" + m.name + "): " + w);
   members_.push_back(std::move(member));
 }
 
 void MultiJob::prepare() {
-  for (const ModelSpec& m : spec_.models) prepare_member(m);
+  if (on_adapters()) {
+    prepare_member(ModelSpec{"engine", "", Json()});  // ajet.model.path, one adapter per model
+  } else {
+    for (const ModelSpec& m : spec_.models) prepare_member(m);
+  }
   const config::Config& c = config();
   tasks_ = tasks::load_tasks(c.task_reader, members_.front().prepared.config_dir);
   if (int64_t(tasks_.training.size()) < c.data.train_batch_size) {
@@ -185,12 +211,18 @@ void MultiJob::start_servers() {
     if (&m != &members_.front())
       m.options.swarm_flags.insert(m.options.swarm_flags.end(),
                                    {"--peer", members_.front().front->url()});
-    say(fmt::format("ajet: model {} ({})", m.spec.name, m.prepared.config.model.path));
+    if (on_adapters()) {
+      say(fmt::format("ajet: one front and engine for {} adapters of {}", spec_.models.size(),
+                      m.prepared.config.model.path));
+    } else {
+      say(fmt::format("ajet: model {} ({})", m.spec.name, m.prepared.config.model.path));
+    }
     m.front = std::make_unique<classic::FrontSession>(m.options, m.prepared, out_);
     m.front->connect(false, [](int) {});
     boot.emplace_back(&m.front->client(), m.prepared.yaml);
   }
   client::SwarmClient::start_multi_engine(boot, false, 600.0);
+  if (on_adapters()) make_adapters();
   for (Member& m : members_) {
     for (const client::BatchOutcome& b : m.front->client().get_engine_status().recent_batches) {
       m.last_batch_id = std::max(m.last_batch_id, b.batch_id);
@@ -198,18 +230,41 @@ void MultiJob::start_servers() {
   }
 }
 
+// Each model becomes an adapter of the served model, made fresh (or loaded from adapter.path) once
+// the engine runs.
+void MultiJob::make_adapters() {
+  client::SwarmClient& front = members_.front().front->client();
+  for (const ModelSpec& m : spec_.models) {
+    Json body = m.adapter.is_object() ? m.adapter : Json::object();
+    body["name"] = m.name;
+    if (body.contains("path")) {
+      const fs::path p = body["path"].get<std::string>();
+      body["path"] = (p.is_absolute() ? p : fs::absolute(options_.conf).parent_path() / p)
+                         .lexically_normal()
+                         .string();
+    }
+    const Json made = front.create_adapter(body);
+    say(fmt::format("ajet: model {}: LoRA adapter rank {} alpha {} ({})", m.name,
+                    made.value("rank", int64_t(0)), made.value("alpha", 0.0),
+                    made.value("source", std::string())));
+  }
+}
+
 PlayedEpisode MultiJob::play_one(const tasks::Task& task, const std::string& type,
                                  const Json& sampling) {
-  std::vector<client::SwarmClient*> servers;
-  for (Member& m : members_) servers.push_back(&m.front->client());
-  client::ClaimOptions claim;
-  claim.episode_type = type;
-  claim.discard_episode_timeout = 600;
-  claim.max_wait = 600;
+  std::vector<client::GroupMember> members;
+  for (size_t i = 0; i < spec_.models.size(); ++i) {
+    client::GroupMember m{&member_of(i).front->client(), {}};
+    m.claim.episode_type = type;
+    m.claim.discard_episode_timeout = 600;
+    m.claim.max_wait = 600;
+    if (on_adapters()) m.claim.adapter = spec_.models[i].name;
+    members.push_back(std::move(m));
+  }
   PlayedEpisode played;
   for (int attempt = 0; attempt < 3 && !stop_; ++attempt) {
     try {
-      client::MultiEpisode group = client::MultiEpisode::begin(servers, claim);
+      client::MultiEpisode group = client::MultiEpisode::begin_members(members);
       classic::HttpChatModel caller(group.episode(0).base_url, group.episode(0).api_key, sampling);
       classic::HttpChatModel answerer(group.episode(1).base_url, group.episode(1).api_key,
                                       sampling);
@@ -270,6 +325,36 @@ Json MultiJob::trained_stats(Member& m) {
   return Json::object();
 }
 
+// Role i's record of a step on adapters: its adapter's trainer metrics (the step reply's
+// "adapters" entry) and its episodes' rewards, as a server's front reports them.
+Json MultiJob::adapter_stats(const Json& stats, size_t role,
+                             const std::vector<PlayedEpisode>& played) const {
+  Json out = Json::object();
+  if (stats.contains("trained")) {
+    out = stats;  // refused: {"trained": false, "error"}
+  } else {
+    const Json own = stats.value("adapters", Json::object()).value(spec_.models[role].name, Json());
+    for (const char* key :
+         {"loss", "pg_loss", "kl", "entropy", "grad_norm", "clip_fraction", "lr"}) {
+      if (own.is_object() && own.contains(key) && own[key].is_number()) out[key] = own[key];
+    }
+  }
+  double reward = 0, success = 0;
+  int64_t n = 0;
+  for (const PlayedEpisode& p : played) {
+    if (!p.ended) continue;
+    ++n;
+    reward += output_of(p, role).reward;
+    success += output_of(p, role).is_success ? 1 : 0;
+  }
+  if (n > 0) {
+    out["reward_mean"] = reward / double(n);
+    out["success_rate"] = success / double(n);
+  }
+  out["episodes"] = n;
+  return out;
+}
+
 void MultiJob::fail_on_lost_episodes(int64_t step, const std::vector<PlayedEpisode>& played) const {
   int64_t failed = 0;
   std::string why;
@@ -301,7 +386,11 @@ void MultiJob::run_step(int64_t step) {
            {"pair_success", share(played, pair_ok)},
            {"caller_right", share(played, caller_ok)},
            {"episodes", played.size()}};
-  if (config::trains(config::backbone_of(c))) {
+  if (config::trains(config::backbone_of(c)) && on_adapters()) {
+    const Json stats = trained_stats(members_.front());  // one batch trains every adapter
+    for (size_t i = 0; i < spec_.models.size(); ++i)
+      rec[spec_.models[i].name] = adapter_stats(stats, i, played);
+  } else if (config::trains(config::backbone_of(c))) {
     for (Member& m : members_) rec[m.spec.name] = model_stats(trained_stats(m));
   }
   rec["step_seconds"] = seconds_since(t0);
@@ -311,10 +400,10 @@ void MultiJob::run_step(int64_t step) {
   std::string line = fmt::format("step {}  pair success {:.1f}%  caller right {:.1f}%",
                                  progress.label(), 100.0 * rec["pair_success"].get<double>(),
                                  100.0 * rec["caller_right"].get<double>());
-  for (Member& m : members_) {
-    const Json s = rec.value(m.spec.name, Json::object());
-    line += fmt::format("  | {} reward {:.3f} loss {:.4f}", m.spec.name,
-                        s.value("reward_mean", 0.0), s.value("loss", 0.0));
+  for (const ModelSpec& m : spec_.models) {
+    const Json s = rec.value(m.name, Json::object());
+    line += fmt::format("  | {} reward {:.3f} loss {:.4f}", m.name, s.value("reward_mean", 0.0),
+                        s.value("loss", 0.0));
   }
   record(rec);
   result_.steps_done = step;
@@ -390,7 +479,22 @@ void MultiJob::shut_down() {
 // Stops every engine (each saves its last checkpoint) and front, then says where everything is, in
 // the words a single-model run uses: the summary, metrics, TensorBoard, reward curves, final
 // models.
+// Each adapter in PEFT layout under <experiment>/<model>/adapter (a failure is said, never thrown).
+void MultiJob::save_adapters() {
+  for (const ModelSpec& m : spec_.models) {
+    const fs::path dir = exp_dir_ / m.name / "adapter";
+    try {
+      members_.front().front->client().save_adapter(Json{{"name", m.name}, {"dir", dir.string()}});
+      say("ajet: final adapter (" + m.name + "): " + dir.string() + " (PEFT, on the base " +
+          config().model.path + ")");
+    } catch (const std::exception& e) {
+      say("ajet: saving adapter " + m.name + ": " + e.what());
+    }
+  }
+}
+
 void MultiJob::finish() {
+  if (on_adapters()) save_adapters();
   std::vector<std::pair<Member*, Json>> last;
   for (Member& m : members_) {
     stop_engine_of(m);
@@ -428,8 +532,8 @@ classic::RunResult MultiJob::run() {
       "ajet: multi-model run ({}): {} models, {} backbone, {} training / {} validation tasks, {} "
       "steps "
       "of {} tasks x {} episodes",
-      spec_.workflow, members_.size(), c.backbone, tasks_.training.size(), tasks_.validation.size(),
-      total_steps_, c.data.train_batch_size, c.rollout.num_repeat));
+      spec_.workflow, spec_.models.size(), c.backbone, tasks_.training.size(),
+      tasks_.validation.size(), total_steps_, c.data.train_batch_size, c.rollout.num_repeat));
   say("ajet: experiment directory " + exp_dir_.string());
   classic::RunPlan plan{1, total_steps_, c.trainer_common.test_freq,
                         c.trainer_common.val_before_train, std::nullopt};

@@ -121,7 +121,8 @@ episodes::ViewScope view_scope(const ServerContext& ctx, const Request& req, con
 // if any.
 std::optional<std::string> coordinator_refusal(const ServerContext& ctx, const Request& req,
                                                const episodes::EpisodeGroup& group) {
-  if (group.is_coordinator() || ctx.is_peer(group.coordinator_url) || ctx.admin_token_given(req))
+  if (group.is_coordinator() || group.is_local_participant() ||
+      ctx.is_peer(group.coordinator_url) || ctx.admin_token_given(req))
     return std::nullopt;
   return fmt::format(
       "prepare_end_episode body: group.coordinator_url {} is not on this front's allow-list of "

@@ -187,6 +187,49 @@ TEST(EpisodeGroups, TheCoordinatorAbortsWhatIsNotCommittedWhenAParticipantAsks) 
   EXPECT_EQ(completed(h.registry), 2);  // done and other
 }
 
+EpisodeGroup local_participant_group(const std::string& id, const std::string& coordinator_episode,
+                                     double timeout = 30) {
+  EpisodeGroup g = coordinator_group(id, timeout);
+  g.coordinator_episode_uuid = coordinator_episode;  // no URL: the coordinator is on this front
+  return g;
+}
+
+// Two episodes of one group on the same front (two adapters of one engine): the participant names
+// only the coordinator's episode, and the front settles it from its own registry.
+TEST(EpisodeGroups, AParticipantOnTheCoordinatorsFrontIsSettledWithoutDialingAnyone) {
+  RegistryHarness h(small_options(Backbone::kTorch, 8, 2));
+  h.start();
+  std::string a = h.claim("c1"), b = h.claim("c1"), c = h.claim("c1"), d = h.claim("c1");
+  std::string other = h.claim("c2");
+  EXPECT_TRUE(local_participant_group("g", a).is_local_participant());
+  EXPECT_FALSE(local_participant_group("g", a).is_coordinator());
+  // The coordinator must be another running episode of the same client.
+  for (const std::string& bad : {other, b, std::string("nope")}) {
+    Prepared refused = prepare(h.registry, "c1", b, local_participant_group("g", bad));
+    ASSERT_TRUE(refused.error) << bad;
+    EXPECT_TRUE(contains(refused.error->message, "is not another running episode of this client"))
+        << refused.error->message;
+  }
+  // Group g1 (a coordinates b): the client commits a and vanishes before committing b.
+  ASSERT_FALSE(prepare(h.registry, "c1", a, coordinator_group("g1", 10)).error);
+  ASSERT_FALSE(prepare(h.registry, "c1", b, local_participant_group("g1", a, 10)).error);
+  ASSERT_FALSE(commit(h.registry, "c1", a));
+  // Group g2 (c coordinates d): the client vanishes after both prepares.
+  ASSERT_FALSE(prepare(h.registry, "c1", c, coordinator_group("g2", 10)).error);
+  ASSERT_FALSE(prepare(h.registry, "c1", d, local_participant_group("g2", c, 10)).error);
+  h.now += 11;
+  SweepResult swept = h.registry.sweep();
+  EXPECT_TRUE(swept.to_resolve.empty());  // nothing to ask another front
+  const Json info = h.registry.pool_info();
+  EXPECT_EQ(info["prepared_episodes"], 0);
+  EXPECT_EQ(completed(h.registry), 2);  // a and b: all of g1, none of g2
+  EXPECT_EQ(h.registry.resolve_group(ResolveRequest{"g1", a}), "committed");
+  EXPECT_EQ(h.registry.resolve_group(ResolveRequest{"g2", c}), "aborted");
+  std::optional<CommandError> late = commit(h.registry, "c1", d);
+  ASSERT_TRUE(late);
+  EXPECT_EQ(info["running_episode_details"][other]["episode_status"], "claimed");
+}
+
 TEST(EpisodeGroups, APrepareReportsWeightsThatChangedSinceTheClaim) {
   RegistryHarness h(small_options(Backbone::kTorch, 1, 1));
   h.start();

@@ -141,5 +141,39 @@ TEST(MultiModelSpec, IsReadAndCheckedKeyByKey) {
   EXPECT_THAT(spec_error("  multi_model:\n    models: [\n"), HasSubstr(".yaml"));
 }
 
+TEST(MultiModelSpec, AdapterMembersAreCheckedKeyByKey) {
+  fs::path p = write_conf(
+      "  multi_model:\n    models:\n      - {name: caller, adapter: {rank: 16, alpha: 32}}\n"
+      "      - {name: answerer, adapter: {}}\n");
+  std::optional<MultiModelSpec> spec = read_multi_model_spec(p);
+  fs::remove(p);
+  ASSERT_TRUE(spec);
+  ASSERT_EQ(spec->models.size(), 2u);
+  EXPECT_EQ(spec->models[0].adapter, (Json{{"rank", 16}, {"alpha", 32}}));
+  EXPECT_TRUE(spec->models[1].adapter.is_object());
+  EXPECT_TRUE(spec->models[0].path.empty());
+  const std::string two = "      - {name: b, adapter: {}}\n";
+  EXPECT_THAT(spec_error("  multi_model:\n    models:\n      - {name: a, path: x}\n" + two),
+              HasSubstr("mixing them is not supported"));
+  EXPECT_THAT(
+      spec_error("  multi_model:\n    models:\n      - {name: a, path: x, adapter: {}}\n" + two),
+      HasSubstr("models[0]: a member is a server (path: its model) or an adapter"));
+  EXPECT_THAT(
+      spec_error("  multi_model:\n    models:\n      - {name: a, adapter: {rank: 0}}\n" + two),
+      HasSubstr("models[0].adapter.rank must be an integer >= 1"));
+  EXPECT_THAT(
+      spec_error("  multi_model:\n    models:\n      - {name: a, adapter: {rnak: 8}}\n" + two),
+      HasSubstr("models[0].adapter.rnak is not an adapter field"));
+  EXPECT_THAT(spec_error("  multi_model:\n    models:\n      - {name: a, adapter: 8}\n" + two),
+              HasSubstr("models[0].adapter must be a mapping"));
+  EXPECT_THAT(spec_error("  multi_model:\n    models:\n      - {name: a, adapter: {path: x, "
+                         "rank: 4}}\n" +
+                         two),
+              HasSubstr("a saved adapter (path) brings its own rank"));
+  EXPECT_THAT(
+      spec_error("  multi_model:\n    models:\n      - {name: a, adapter: {}, lr: 1}\n" + two),
+      HasSubstr("models[0].lr is not a key of a member"));
+}
+
 }  // namespace
 }  // namespace ajet::multi_model

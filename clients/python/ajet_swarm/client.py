@@ -371,7 +371,8 @@ class SwarmClient:
         (docs/protocol.md, "Episode groups across servers"; MultiEpisode drives the whole protocol).
         The same arguments as end_episode plus the group: `group_id` (the same on every member), and
         on a participant `coordinator_url` (the coordinator as *that server* reaches it; that server
-        must list it with `ajet-swarm start --peer`), `coordinator_episode_uuid` and
+        must list it with `ajet-swarm start --peer`; None when the coordinator episode is on this same
+        server, as for two adapters of one engine), `coordinator_episode_uuid` and
         `coordinator_episode_key` (the coordinator episode's api_key; its server asks the coordinator
         with it). The episode then neither counts nor takes chat calls until commit_episode; the
         server settles it by itself `prepare_timeout` s later.
@@ -391,6 +392,7 @@ class SwarmClient:
         group: Dict[str, Any] = {"group_id": group_id, "prepare_timeout": float(prepare_timeout)}
         if coordinator_url:
             group["coordinator_url"] = coordinator_url.rstrip("/")
+        if coordinator_url or coordinator_episode_uuid:  # a participant; without a URL, on this same server
             group["coordinator_episode_uuid"] = coordinator_episode_uuid or ""
             group["coordinator_episode_key"] = coordinator_episode_key or self._key_of(coordinator_episode_uuid or "")
         body = {"client_uuid": self.client_uuid, "episode_uuid": episode_uuid, "task_id": task_id,

@@ -1,4 +1,5 @@
-"""MultiEpisode: one rollout across several swarm servers (multi-model training, one server per model).
+"""MultiEpisode: one rollout across several swarm servers (multi-model training, one server per model)
+or several LoRA adapters of one server's engine (one adapter per model).
 It claims one episode on each server, hands each agent the base URL and key of its model's server,
 and ends the episodes on all servers or on none with the episode-group protocol of docs/protocol.md
 ("Episode groups across servers"): prepare on every member, commit on the coordinator (the first
@@ -38,12 +39,16 @@ class _Cancelled(Exception):
 
 
 class MultiEpisode:
-    def __init__(self, members: Sequence[Tuple[SwarmClient, str]], *, on_weight_update: str = "abort",
+    def __init__(self, members: Sequence[Tuple[Any, ...]], *, on_weight_update: str = "abort",
                  prepare_timeout: float = 60.0, coordinator_url: Optional[str] = None,
                  after_prepare: Optional[Callable[["MultiEpisode"], Any]] = None,
                  after_coordinator_commit: Optional[Callable[["MultiEpisode"], Any]] = None):
         """`members`: (SwarmClient, name) pairs, one per server; the name is the agent or model that
-        uses the server (`endpoint(name)`, `end({name: output})`). The first is the coordinator.
+        uses the server (`endpoint(name)`, `end({name: output})`). The first is the coordinator. A
+        member may be (SwarmClient, name, adapter): its episode's calls run on that LoRA adapter of the
+        server's engine (GET /adapters). Several members may share a server (one adapter each); the
+        group is all-or-nothing all the same, and each of them reports the task id "<task>@<name>" so
+        that each adapter's GRPO groups stay its own.
 
         `on_weight_update`: "abort" (default) — a server that trained between the claim and the end
         makes end() abort every member and raise WeightUpdatedHalfway (redo the rollout, as upstream);
@@ -58,10 +63,15 @@ class MultiEpisode:
         if not pairs:
             raise ValueError("MultiEpisode needs at least one (SwarmClient, name) pair")
         self.members: List[Tuple[str, SwarmClient]] = []
+        self.adapters: Dict[str, Optional[str]] = {}  # name -> the adapter its calls run on
         for i, pair in enumerate(pairs):
-            if not isinstance(pair, (tuple, list)) or len(pair) != 2:
-                raise ValueError(f"MultiEpisode members[{i}]: expected a (SwarmClient, name) pair, got {pair!r}")
-            client, name = pair
+            if not isinstance(pair, (tuple, list)) or len(pair) not in (2, 3):
+                raise ValueError(f"MultiEpisode members[{i}]: expected a (SwarmClient, name) pair or a (SwarmClient, "
+                                 f"name, adapter) triple, got {pair!r}")
+            client, name = pair[0], pair[1]
+            adapter = pair[2] if len(pair) == 3 else None
+            if adapter is not None and (not isinstance(adapter, str) or not adapter):
+                raise ValueError(f"MultiEpisode members[{i}]: the adapter must be a non-empty string, got {adapter!r}")
             if not hasattr(client, "begin_episode") or not hasattr(client, "prepare_end_episode"):
                 raise TypeError(f"MultiEpisode members[{i}]: {client!r} is not a SwarmClient")
             if not isinstance(name, str) or not name:
@@ -69,6 +79,7 @@ class MultiEpisode:
             if name in self.names:
                 raise ValueError(f"MultiEpisode members[{i}]: the name {name!r} is used twice")
             self.members.append((name, client))
+            self.adapters[name] = adapter
         if on_weight_update not in ON_WEIGHT_UPDATE:
             raise ValueError(f"on_weight_update must be one of {ON_WEIGHT_UPDATE}, got {on_weight_update!r}")
         if not (isinstance(prepare_timeout, (int, float)) and math.isfinite(prepare_timeout)
@@ -107,15 +118,17 @@ class MultiEpisode:
             if cancel.is_set():
                 raise _Cancelled()
 
-        def claim(client: SwarmClient) -> Episode:
+        def claim(client: SwarmClient, adapter: Optional[str]) -> Episode:
             try:
+                extra = {"adapter": adapter} if adapter else {}
                 return client.begin_episode(discard_episode_timeout, episode_type, max_wait=max_wait,
-                                            on_wait=stop_when_cancelled)
+                                            on_wait=stop_when_cancelled, **extra)
             except BaseException:
                 cancel.set()
                 raise
 
-        results = _in_parallel([(client, lambda c=client: claim(c)) for _, client in self.members])
+        results = _in_parallel([(client, lambda c=client, a=self.adapters[name]: claim(c, a))
+                                for name, client in self.members])
         claimed = {name: ep for (name, _), (ep, err) in zip(self.members, results) if err is None}
         errors = {name: err for (name, _), (_, err) in zip(self.members, results)
                   if err is not None and not isinstance(err, _Cancelled)}
@@ -168,12 +181,14 @@ class MultiEpisode:
         coordinator = self.episodes[self.members[0][0]]
 
         def prepare(i: int, name: str, client: SwarmClient) -> Dict[str, Any]:
-            # A participant's server asks the coordinator with the coordinator episode's key.
-            participant = {} if i == 0 else {"coordinator_url": self.coordinator_url,
+            # A participant's server asks the coordinator with the coordinator episode's key; one on the
+            # coordinator's own server names no URL (that server settles it from its own records).
+            participant = {} if i == 0 else {"coordinator_url": None if self._local(client) else self.coordinator_url,
                                               "coordinator_episode_uuid": coordinator.episode_uuid,
                                               "coordinator_episode_key": coordinator.api_key}
-            return client.prepare_end_episode(task_id, self.episodes[name].episode_uuid, outputs[i], self.group_id,
-                                              prepare_timeout=self.prepare_timeout, **participant)
+            return client.prepare_end_episode(self.member_task_id(name, task_id), self.episodes[name].episode_uuid,
+                                              outputs[i], self.group_id, prepare_timeout=self.prepare_timeout,
+                                              **participant)
 
         results = _in_parallel([(client, lambda i=i, n=name, c=client: prepare(i, n, c))
                                 for i, (name, client) in enumerate(self.members)])
@@ -310,6 +325,18 @@ class MultiEpisode:
         if self.state != state:
             raise RuntimeError(f"episode group {self.group_id or '(not begun)'}: {what}() needs state {state!r}, "
                                f"it is {self.state!r}")
+
+    def _local(self, client: SwarmClient) -> bool:
+        coordinator = self.members[0][1]
+        return client is coordinator or client.server_url.rstrip("/") == coordinator.server_url.rstrip("/")
+
+    def member_task_id(self, name: str, task_id: str) -> str:
+        """The task id `name` reports: the group's, or "<task>@<name>" when another member shares its
+        server (each adapter's GRPO groups and batch count stay its own)."""
+        client = dict(self.members)[name]
+        url = client.server_url.rstrip("/")
+        shared = sum(1 for _, c in self.members if c is client or c.server_url.rstrip("/") == url) > 1
+        return f"{task_id}@{name}" if shared else task_id
 
     def _url(self, name: str) -> str:
         return dict(self.members)[name].server_url

@@ -360,6 +360,32 @@ class MultiEpisodeTest(unittest.TestCase):
         with self.assertRaisesRegex(RuntimeError, "state 'open'"):
             group.end([1.0, 2.0])
 
+    def test_members_on_one_server_are_adapters_settled_by_that_server(self):
+        pairs = self.servers("a", "b")
+        (a, client_a), (_, client_b) = pairs
+        # Two adapters of a's engine, and b's server as a third member.
+        group = MultiEpisode([(client_a, "caller", "caller-lora"), (client_a, "answerer", "answerer-lora"),
+                              (client_b, "judge")], prepare_timeout=5).begin(Task(task_id="t1"))
+        self.assertTrue(group.end({"caller": 1.0, "answerer": 0.0, "judge": 0.5}))
+        with self.log.lock:
+            entries = list(self.log.entries)
+        claims = [(s, b.get("adapter")) for s, p, b, _ in entries if p == "/claim_episode"]
+        self.assertEqual(sorted(claims, key=str), sorted([("a", "caller-lora"), ("a", "answerer-lora"), ("b", None)],
+                                                         key=str))
+        prepares = {b["episode_uuid"]: b for s, p, b, _ in entries if p == "/prepare_end_episode"}
+        coordinator = group.endpoint("caller").episode_uuid
+        by_name = {n: prepares[group.endpoint(n).episode_uuid] for n in ("caller", "answerer", "judge")}
+        self.assertEqual(set(by_name["caller"]["group"]), {"group_id", "prepare_timeout"})
+        # The answerer shares the coordinator's server: no URL to dial, only the coordinator's episode.
+        self.assertNotIn("coordinator_url", by_name["answerer"]["group"])
+        self.assertEqual(by_name["answerer"]["group"]["coordinator_episode_uuid"], coordinator)
+        self.assertEqual(by_name["judge"]["group"]["coordinator_url"], a.url)
+        # Members sharing a server keep their task ids (and GRPO groups) apart.
+        self.assertEqual({n: b["task_id"] for n, b in by_name.items()},
+                         {"caller": "t1@caller", "answerer": "t1@answerer", "judge": "t1"})
+        with self.assertRaisesRegex(ValueError, "adapter must be a non-empty string"):
+            MultiEpisode([(client_a, "x", "")])
+
     def test_members_are_checked(self):
         pairs = self.servers("a")
         client = pairs[0][1]
