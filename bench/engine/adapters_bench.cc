@@ -6,7 +6,10 @@
 //   train:  one train_step whose S samples all name one adapter vs the same S samples spread over
 //           8 adapters (each adapter its own trainer on S/8 samples), interleaved (target <= 1.2x);
 //   decode: R greedy requests all on one adapter vs spread over 8 adapters, interleaved, generated
-//           tokens/s (target >= 0.8x).
+//           tokens/s (target >= 0.8x);
+//   budget: waves of requests cycling over the 8 trained adapters (each wave on 2 of them) with
+//           every adapter in its slot vs under a memory budget that holds 4 (so every wave brings
+//           2 back from disk: LRU's worst case), tokens/s, failed requests, moves out and back.
 // Options: --preset (small), --rank (8), --samples (32), --rounds (3), --requests (64),
 // --max-tokens (16), --threads (2). Appends the tables with the date to docs/benchmarks.md unless
 // --no-append; --smoke runs the micro preset once and appends nothing.
@@ -22,6 +25,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench_cli.h"
@@ -136,6 +140,26 @@ int main(int argc, char** argv) {
   auto create = [&](int k) {
     adapters.create(Json{{"name", "a" + std::to_string(k)}, {"rank", rank}, {"alpha", 2 * rank}});
   };
+  // A request on `name`'s adapter, holding it in its slot until the request ends (as the engine's
+  // RPC service does): at once when it is in, else once the loader brought it back.
+  auto generate_on = [&](const std::string& name, batching::GenerateRequest g) {
+    auto result = std::make_shared<std::promise<infer::GenerateResult>>();
+    std::future<infer::GenerateResult> out = result->get_future();
+    adapters.acquire(
+        name,
+        [&engine, result, g](engine::AdapterLease lease) mutable {
+          g.adapter_slot = lease.slot;
+          g.adapter_uid = lease.uid;
+          auto running =
+              std::make_shared<std::future<infer::GenerateResult>>(engine.generate(std::move(g)));
+          std::thread([running, result, lease = std::move(lease)]() mutable {
+            result->set_value(running->get());
+            lease.pin.reset();
+          }).detach();
+        },
+        [result](const Error& e) { result->set_exception(std::make_exception_ptr(e)); });
+    return out;
+  };
   auto train = [&](const std::vector<std::string>& names, int salt) {
     auto [b, per_sample] = make_batch(samples, vocab, names, salt);
     return adapters.train_step(b, per_sample);
@@ -206,9 +230,7 @@ int main(int argc, char** argv) {
       for (int p = 0; p < 32; ++p) g.prompt.push_back(token(rng));
       g.max_tokens = max_tokens;
       g.temperature = 0;
-      std::tie(g.adapter_slot, g.adapter_uid) =
-          adapters.resolve(mixed ? eight[size_t(i) % 8] : one[0]);
-      futures.push_back(engine.generate(std::move(g)));
+      futures.push_back(generate_on(mixed ? eight[size_t(i) % 8] : one[0], std::move(g)));
     }
     int64_t tokens = 0;
     for (auto& f : futures) {
@@ -230,6 +252,59 @@ int main(int argc, char** argv) {
       "decode of %d requests x %d tokens: one adapter %.0f tokens/s, 8 adapters %.0f (%.2fx)\n",
       requests, max_tokens, median(d_one), median(d_eight), decode_ratio);
 
+  // ---- budget: waves over the 8 adapters, all in vs 4 in ----
+  const Json before = adapters.list();
+  const int64_t per_adapter = before["adapters"][0]["resident_bytes"].get<int64_t>();
+  auto waves = [&](int salt, int64_t& failed) {
+    std::mt19937 rng{uint32_t(salt)};
+    std::uniform_int_distribution<int32_t> token(0, int32_t(vocab) - 1);
+    int64_t tokens = 0;
+    const auto start = Clock::now();
+    for (int wave = 0; wave < 8; ++wave) {  // wave w on adapters 2w and 2w+1 (mod 8)
+      std::vector<std::future<infer::GenerateResult>> futures;
+      for (int i = 0; i < requests / 4; ++i) {
+        batching::GenerateRequest g;
+        g.id = "w" + std::to_string(salt) + "-" + std::to_string(wave) + "-" + std::to_string(i);
+        for (int p = 0; p < 32; ++p) g.prompt.push_back(token(rng));
+        g.max_tokens = max_tokens;
+        g.temperature = 0;
+        futures.push_back(generate_on(eight[size_t(2 * wave + i % 2) % 8], std::move(g)));
+      }
+      for (auto& f : futures) {
+        try {
+          infer::GenerateResult r = f.get();
+          if (r.error) {
+            ++failed;
+            continue;
+          }
+          for (const auto& s : r.samples) tokens += int64_t(s.tokens.size());
+        } catch (const std::exception&) {
+          ++failed;
+        }
+      }
+    }
+    return double(tokens) / seconds(start);
+  };
+  int64_t failed_all = 0, failed_budget = 0;
+  std::vector<double> w_all, w_budget;
+  int64_t loads_budget = 0;
+  for (int r = 0; r < rounds; ++r) {
+    adapters.set_memory_budget(0);
+    w_all.push_back(waves(30 + r, failed_all));
+    adapters.set_memory_budget(4 * per_adapter + per_adapter / 2);
+    const int64_t loads0 = adapters.list()["adapter_memory"]["loads"].get<int64_t>();
+    w_budget.push_back(waves(30 + r, failed_budget));
+    loads_budget += adapters.list()["adapter_memory"]["loads"].get<int64_t>() - loads0;
+  }
+  adapters.set_memory_budget(0);
+  const double budget_ratio = median(w_budget) / median(w_all);
+  const double loads_per_round = double(loads_budget) / rounds;
+  std::printf(
+      "waves over 8 adapters: all in their slots %.0f tokens/s, 4 of 8 in (%.1f MB budget) %.0f "
+      "tokens/s (%.2fx); %.1f adapters brought back per run; failed requests %lld and %lld\n",
+      median(w_all), mb(4 * per_adapter + per_adapter / 2), median(w_budget), budget_ratio,
+      loads_per_round, (long long)failed_all, (long long)failed_budget);
+
   std::ostringstream speed;
   char row[512];
   speed << "| what | one adapter | 8 adapters | ratio | target |\n|---|---|---|---|---|\n";
@@ -242,6 +317,13 @@ int main(int argc, char** argv) {
       "| decode, %d requests x %d tokens | %.0f tokens/s | %.0f tokens/s | **%.2fx** | >= "
       "0.8x |\n",
       requests, max_tokens, median(d_one), median(d_eight), decode_ratio);
+  speed << row;
+  std::snprintf(row, sizeof row,
+                "| waves of %d requests x %d tokens cycling over 8 adapters: all in their slots vs "
+                "a budget for 4 (%.1f adapters brought back per run) | %.0f tokens/s | %.0f "
+                "tokens/s | **%.2fx** | 0 failed requests: %lld |\n",
+                requests / 4, max_tokens, loads_per_round, median(w_all), median(w_budget),
+                budget_ratio, (long long)(failed_all + failed_budget));
   speed << row;
   std::printf("\n%s\n%s", memory.str().c_str(), speed.str().c_str());
   if (cli.append()) {
@@ -264,7 +346,13 @@ int main(int argc, char** argv) {
          << " interleaved runs. Train: the same " << samples
          << " samples (groups of 4, 80 tokens each) all on one adapter, or spread over 8 "
             "adapters (each its own trainer and optimizer step on its share). Decode: greedy, "
-            "32-token random prompts, all requests submitted at once.\n\n"
+            "32-token random prompts, all requests submitted at once. Budget: 8 waves, wave w "
+            "submitting its requests at once on adapters 2w and 2w+1 (mod 8) and waiting for "
+            "them, first with every adapter in its slot, then under "
+            "`AdapterSet::set_memory_budget` of 4.5 trained adapters, so that each wave's two "
+            "adapters are the least recently used and come back from disk (PEFT files and AdamW "
+            "state written on the way out, read on the way back, while the wave's requests "
+            "wait).\n\n"
          << speed.str();
     bench::append_to_benchmarks(
         "Named LoRA adapters on one engine (bench/engine/adapters_bench.cc)", body.str());

@@ -8,6 +8,7 @@ its own questions ({task_id, question, answer}: the last number of the reply cou
 
     python3 examples/python_agent/agent.py --swarm-url http://127.0.0.1:10086 --episodes 16
     python3 examples/python_agent/agent.py ... --ajet build/bin/ajet --generate 16   # calc tasks from ajet
+    python3 examples/python_agent/agent.py ... --adapter mine   # train the LoRA adapter "mine" (POST /adapters)
 """
 
 import argparse
@@ -86,9 +87,10 @@ def opening(task):
             metadata.get("max_tool_calls", CALC_MAX_TOOL_CALLS))
 
 
-def rollout(client, task, max_turns, ajet=None):
-    """One episode: claim, converse with tool calls, report the reward. Returns a summary dict."""
-    episode = client.begin_episode(discard_episode_timeout=120)
+def rollout(client, task, max_turns, ajet=None, adapter=None):
+    """One episode: claim, converse with tool calls, report the reward. Returns a summary dict.
+    `adapter`: the LoRA adapter of the server's engine the episode's calls run on (and train)."""
+    episode = client.begin_episode(discard_episode_timeout=120, **({"adapter": adapter} if adapter else {}))
     chat = episode.chat_client()
     calc = is_calc_task(task)
     messages, tools, max_tool_calls = opening(task)
@@ -142,6 +144,8 @@ def main():
     parser.add_argument("--repeat", type=int, default=2, help="episodes per task (the GRPO group size)")
     parser.add_argument("--parallel", type=int, default=4, help="episodes in flight at once")
     parser.add_argument("--max-turns", type=int, default=4)
+    parser.add_argument("--adapter", help="a LoRA adapter of the server's engine (GET /adapters): this agent's "
+                        "episodes run on it and train it, not the served model")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
 
@@ -157,7 +161,7 @@ def main():
     schedule = [tasks[(i // args.repeat) % len(tasks)] for i in range(args.episodes)]
     client = SwarmClient(args.swarm_url)
     with ThreadPoolExecutor(args.parallel) as pool:
-        for summary in pool.map(lambda t: rollout(client, t, args.max_turns, args.ajet), schedule):
+        for summary in pool.map(lambda t: rollout(client, t, args.max_turns, args.ajet, args.adapter), schedule):
             # One write per line: with PYTHONUNBUFFERED print() writes the newline separately, and the
             # workers' log lines (stderr, often the same pipe) could land in between.
             sys.stdout.write(json.dumps(summary) + "\n")

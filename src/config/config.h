@@ -267,6 +267,9 @@ inline const std::vector<std::string> kKvCacheDtypes = {"auto", "float32", "bflo
 struct EngineConfig {
   int64_t threads = 0;  // 0: one per core
   int64_t kv_cache_memory_mb = kDefaultKvCacheMemoryMb;
+  // Named LoRA adapters kept in their slots (weights, serving copy, optimizer moments); beyond it
+  // the least recently used move out to disk and come back on demand. 0: no limit.
+  double adapter_memory_mb = 0;
   std::string device = "cpu";     // cpu | cuda | auto
   std::string dtype = "float32";  // float32 | bfloat16 | float16
   std::string kv_cache_dtype =

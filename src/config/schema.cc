@@ -333,6 +333,10 @@ std::vector<Field> config_fields(Config& c) {
   // Engine.
   t.add("engine.threads", c.engine.threads, "compute threads; 0: one per core", {.min = 0});
   t.add("engine.kv_cache_memory_mb", c.engine.kv_cache_memory_mb, "KV cache budget", {.min = 1});
+  t.add("engine.adapter_memory_mb", c.engine.adapter_memory_mb,
+        "memory for named LoRA adapters in their slots; beyond it the least recently used move "
+        "out to disk and come back on demand (0: no limit)",
+        {.min = 0});
   // cuda:N places one server's engine on one GPU (multi-model training); checked in validate().
   t.add("engine.device", c.engine.device, "compute device: cpu, cuda, cuda:N (GPU N) or auto");
   t.add("engine.dtype", c.engine.dtype, "weight and activation dtype",

@@ -56,30 +56,52 @@ void EngineService::generate(rpc::Frame request, std::shared_ptr<rpc::ReplySink>
   }
   batching::GenerateRequest infer_request =
       to_infer_request(g, engine_request_id(sink->connection_id(), sink->request_id()));
-  if (!g.adapter.empty()) {
-    try {
-      if (!resolve_adapter_)
-        fail(ErrorCode::kNotFound,
-             "generate: adapter '" + g.adapter + "': this engine serves none");
-      std::tie(infer_request.adapter_slot, infer_request.adapter_uid) = resolve_adapter_(g.adapter);
-    } catch (const Error&) {
-      request_errors_.fetch_add(1);
-      throw;
-    }
-  }
   auto builder = std::make_shared<TokensEventBuilder>(static_cast<int64_t>(g.prompt.size()), g.n,
                                                       g.top_logprobs);
   if (!g.tag.empty())
     log().debug("generate {} (tag {})",
                 engine_request_id(sink->connection_id(), sink->request_id()), g.tag);
-  // Runs on the engine thread: each event becomes one frame queued on the connection.
-  engine_.submit(std::move(infer_request), [sink, builder](const batching::GenerateEvent& event) {
+  if (g.adapter.empty()) {
+    submit(std::move(infer_request), sink, builder, nullptr);
+    return;
+  }
+  try {
+    if (!resolve_adapter_)
+      fail(ErrorCode::kNotFound, "generate: adapter '" + g.adapter + "': this engine serves none");
+    auto request = std::make_shared<batching::GenerateRequest>(std::move(infer_request));
+    resolve_adapter_(
+        g.adapter,
+        [this, request, sink, builder](AdapterLease lease) {
+          request->adapter_slot = lease.slot;
+          request->adapter_uid = lease.uid;
+          submit(std::move(*request), sink, builder, std::move(lease.pin));
+        },
+        [this, sink](const Error& e) {
+          request_errors_.fetch_add(1);
+          sink->error(e.code(), std::string("generate: ") + e.what());
+        });
+  } catch (const Error&) {
+    request_errors_.fetch_add(1);
+    throw;
+  }
+}
+
+void EngineService::submit(batching::GenerateRequest request, std::shared_ptr<rpc::ReplySink> sink,
+                           std::shared_ptr<TokensEventBuilder> builder, std::shared_ptr<void> pin) {
+  // Runs on the engine thread: each event becomes one frame queued on the connection. The adapter's
+  // pin is dropped with the request's last event (and with the callback, whatever ends it).
+  auto held = std::make_shared<std::shared_ptr<void>>(std::move(pin));
+  engine_.submit(std::move(request), [sink, builder, held](const batching::GenerateEvent& event) {
     if (event.error) {
       sink->error(event.error->code(), std::string("generate: ") + event.error->what());
+      held->reset();
       return;
     }
     sink->reply(rpc::encode_tokens_event(builder->next(event)));
-    if (event.request_finished) sink->done(rpc::encode_generate_done(builder->done()));
+    if (event.request_finished) {
+      sink->done(rpc::encode_generate_done(builder->done()));
+      held->reset();
+    }
   });
 }
 

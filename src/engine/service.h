@@ -21,11 +21,26 @@
 #include <thread>
 #include <vector>
 
+#include "common/error.h"
 #include "common/json.h"
 #include "engine/runtime.h"
 #include "rpc/router.h"
 
+namespace ajet::batching {
+struct GenerateRequest;
+}
+
 namespace ajet::engine {
+
+class TokensEventBuilder;
+
+// A request's hold on its adapter: the slot and identity it runs on, and a pin that keeps the
+// adapter in that slot (never moved out) until the request has ended and the pin is dropped.
+struct AdapterLease {
+  int32_t slot = -1;
+  uint64_t uid = 0;
+  std::shared_ptr<void> pin;
+};
 
 class EngineService {
  public:
@@ -53,9 +68,13 @@ class EngineService {
   // uptime_s, pid. See docs/engine.md.
   Json status() const;
   // How `generate` turns a request's adapter name into the engine's slot and identity (an
-  // AdapterSet's resolve); throws Error (kNotFound naming the served ones) for an unknown name.
-  // Without one, a request naming an adapter is refused. Set before the server listens.
-  using AdapterResolver = std::function<std::pair<int32_t, uint64_t>(const std::string& name)>;
+  // AdapterSet's acquire): calls `ready` with the lease once the adapter is in its slot (at once
+  // when it is; later, from another thread, when it must come back from disk first), or `failed`.
+  // Throws Error (kNotFound naming the served ones) for an unknown name. Without one, a request
+  // naming an adapter is refused. Set before the server listens.
+  using AdapterResolver =
+      std::function<void(const std::string& name, std::function<void(AdapterLease)> ready,
+                         std::function<void(const Error&)> failed)>;
   void set_adapter_resolver(AdapterResolver resolver) { resolve_adapter_ = std::move(resolver); }
   // Extra members of the `status` reply (e.g. "adapters"), called on the caller's thread.
   void set_status_extra(std::function<Json()> extra) { status_extra_ = std::move(extra); }
@@ -74,6 +93,8 @@ class EngineService {
     std::function<void()> run;  // answers through sink
   };
   void generate(rpc::Frame request, std::shared_ptr<rpc::ReplySink> sink);
+  void submit(batching::GenerateRequest request, std::shared_ptr<rpc::ReplySink> sink,
+              std::shared_ptr<TokensEventBuilder> builder, std::shared_ptr<void> pin);
   void control_loop();
 
   infer::InferenceEngine& engine_;

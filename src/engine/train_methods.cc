@@ -96,6 +96,7 @@ TrainingOptions training_options(const EngineOptions& options) {
   t.trainer = train_data::TrainerOptions::from_config(c);
   t.checkpoint_base_dir = c.trainer_common.checkpoint_base_dir;
   t.keep_last = c.trainer_common.max_checkpoints_to_keep;
+  t.adapter_memory_bytes = int64_t(c.engine.adapter_memory_mb * 1024.0 * 1024.0);
   return t;
 }
 
@@ -243,8 +244,11 @@ TrainMethods::TrainMethods(EngineService& service, ModelInfo model, TrainingOpti
         return reply;
       });
   AdapterSet& adapters = impl_->adapters;
-  service.set_adapter_resolver(
-      [&adapters](const std::string& name) { return adapters.resolve(name); });
+  service.set_adapter_resolver([&adapters](const std::string& name,
+                                           std::function<void(AdapterLease)> ready,
+                                           std::function<void(const Error&)> failed) {
+    adapters.acquire(name, std::move(ready), std::move(failed));
+  });
   service.set_status_extra([&adapters] { return adapters.list(); });
   service.router().add_call(std::string(rpc::kMethodAdapters), [&adapters](const rpc::Frame&) {
     rpc::Frame reply;

@@ -49,6 +49,9 @@ struct TrainingOptions {
   // join_group (and re-forms it when a member died or joined). A train_step that fails on a
   // collective leaves the weights and optimizer as they were before it (a snapshot per step).
   bool elastic = false;
+  // ajet.engine.adapter_memory_mb in bytes: named adapters beyond it move out to
+  // <checkpoint_base_dir>/adapters_out/ (engine/adapters.h). 0: no limit.
+  int64_t adapter_memory_bytes = 0;
 };
 
 // From the --conf file when the engine options carry one (ajet.backbone, ajet.trainer_common.*,

@@ -132,6 +132,9 @@ inline constexpr double kMaxPrepareTimeout = 86400.0;
 struct PrepareRequest {
   EndRequest end;
   EpisodeGroup group;
+  // A local participant whose group.coordinator_episode_key the front verified as the coordinator
+  // episode's: its coordinator may then be another client's episode (one agent with two clients).
+  bool coordinator_key_verified = false;
   static PrepareRequest from_json(const Json& body,
                                   size_t max_field_bytes = kDefaultMaxEpisodeMetadataBytes);
 };

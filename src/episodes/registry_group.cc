@@ -63,15 +63,18 @@ std::optional<std::string> Registry::local_coordinator_problem_locked(
   if (!request.group.is_local_participant()) return std::nullopt;
   // The front settles a local participant from its own registry, and asking the coordinator aborts
   // an uncommitted coordinator episode: so the coordinator must be another live episode of the same
-  // client, never someone else's.
+  // client, or one whose key the caller showed (group.coordinator_episode_key), never someone
+  // else's.
   const std::string& coordinator = request.group.coordinator_episode_uuid;
   auto c = live_.find(coordinator);
   if (coordinator == request.end.episode_uuid || c == live_.end() ||
-      c->second.state == State::kRegistered || c->second.client_uuid != request.end.client_uuid) {
+      c->second.state == State::kRegistered ||
+      (c->second.client_uuid != request.end.client_uuid && !request.coordinator_key_verified)) {
     return "Episode " + request.end.episode_uuid + ": group.coordinator_episode_uuid " +
            coordinator +
-           " is not another running episode of this client on this front (a participant whose "
-           "coordinator is elsewhere names its coordinator_url).";
+           " is not another running episode of this client on this front, nor one whose "
+           "group.coordinator_episode_key was sent (a participant whose coordinator is elsewhere "
+           "names its coordinator_url).";
   }
   return std::nullopt;
 }

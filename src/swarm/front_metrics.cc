@@ -419,12 +419,30 @@ void write_engine_figures(TextBuilder& out, const std::optional<Json>& status) {
           Figure{"bytes", "ajet_engine_adapter_bytes", Type::kGauge,
                  "Bytes of the adapter's A and B matrices."},
           Figure{"optimizer_bytes", "ajet_engine_adapter_optimizer_bytes", Type::kGauge,
-                 "Bytes of the adapter's AdamW moments (0 before it trained)."}}) {
+                 "Bytes of the adapter's AdamW moments (0 before it trained)."},
+          Figure{"resident", "ajet_engine_adapter_resident", Type::kGauge,
+                 "1 while the adapter is in its slot, 0 while it is moved out to disk."},
+          Figure{"evictions", "ajet_engine_adapter_evictions_total", Type::kCounter,
+                 "Times the adapter was moved out under ajet.engine.adapter_memory_mb."},
+          Figure{"loads", "ajet_engine_adapter_loads_total", Type::kCounter,
+                 "Times the adapter came back from disk."}}) {
       out.family(f.name, f.type, f.help);
       for (const Json& a : adapters) {
-        if (std::optional<double> v = engine_number(a, f.key))
-          out.sample({{"adapter", a.value("name", std::string())}}, *v);
+        std::optional<double> v = engine_number(a, f.key);
+        if (!v && a.contains(f.key) && a[f.key].is_boolean()) v = a[f.key].get<bool>() ? 1 : 0;
+        if (v) out.sample({{"adapter", a.value("name", std::string())}}, *v);
       }
+    }
+    const Json memory = status->value("adapter_memory", Json::object());
+    if (std::optional<double> v = engine_number(memory, "resident_bytes")) {
+      out.family("ajet_engine_adapter_resident_bytes", Type::kGauge,
+                 "Bytes of the adapters in their slots (weights, serving copies, AdamW moments).");
+      out.sample({}, *v);
+    }
+    if (std::optional<double> v = engine_number(memory, "budget_bytes")) {
+      out.family("ajet_engine_adapter_memory_budget_bytes", Type::kGauge,
+                 "ajet.engine.adapter_memory_mb in bytes (0: no limit).");
+      out.sample({}, *v);
     }
   }
 }

@@ -118,34 +118,12 @@ fs::path save_checkpoint(Trainer& trainer, const CheckpointOptions& options, con
       model::save_model_dir(model, tmp / "model", save);
     }
     if (auto ref = trainer.reference_model()) model::save_model_dir(*ref, tmp / "reference");
-
-    Trainer::State st = trainer.state();
-    std::vector<torch::Tensor> keep;
-    std::vector<hf::TensorView> views;
-    Json steps = Json::object();
-    for (const auto& e : st.optimizer) {
-      keep.push_back(e.exp_avg.to(torch::kCPU).contiguous());
-      views.push_back(detail::view_of(e.name + ".exp_avg", keep.back()));
-      keep.push_back(e.exp_avg_sq.to(torch::kCPU).contiguous());
-      views.push_back(detail::view_of(e.name + ".exp_avg_sq", keep.back()));
-      steps[e.name] = e.step;
-    }
-    hf::write_safetensors(tmp / "optimizer.safetensors", views, {{"format", "pt"}});
-    auto rng = st.torch_rng.to(torch::kCPU).contiguous();
-    Json state = {{"format", kFormat},
-                  {"global_step", st.global_step},
-                  {"policy_version", st.policy_version},
-                  {"shuffle_rng", st.shuffle_rng},
-                  {"torch_rng", base64_encode(std::string_view(
-                                    static_cast<const char*>(rng.data_ptr()), rng.nbytes()))},
-                  {"optimizer_steps", steps},
-                  {"lora", lora},
-                  {"user", user}};
+    Json extra = {{"lora", lora}, {"user", user}};
     if (lora) {
-      state["lora_base"] = {{"base_model_name_or_path", options.base_model_name_or_path},
+      extra["lora_base"] = {{"base_model_name_or_path", options.base_model_name_or_path},
                             {"fingerprint", weights_fingerprint(model)}};
     }
-    write_file_atomic(tmp / "trainer_state.json", state.dump(1) + "\n");
+    write_trainer_state(trainer, tmp, extra);
     publish_dir(tmp, final_dir);
   } catch (...) {
     fs::remove_all(tmp, ec);
@@ -175,20 +153,37 @@ std::optional<fs::path> latest_checkpoint(const fs::path& base) {
   return all.back().second;
 }
 
-LoadedCheckpoint load_checkpoint(Trainer& trainer, const fs::path& dir) {
+void write_trainer_state(Trainer& trainer, const fs::path& dir, const Json& extra) {
+  Trainer::State st = trainer.state();
+  std::vector<torch::Tensor> keep;
+  std::vector<hf::TensorView> views;
+  Json steps = Json::object();
+  for (const auto& e : st.optimizer) {
+    keep.push_back(e.exp_avg.to(torch::kCPU).contiguous());
+    views.push_back(detail::view_of(e.name + ".exp_avg", keep.back()));
+    keep.push_back(e.exp_avg_sq.to(torch::kCPU).contiguous());
+    views.push_back(detail::view_of(e.name + ".exp_avg_sq", keep.back()));
+    steps[e.name] = e.step;
+  }
+  hf::write_safetensors(dir / "optimizer.safetensors", views, {{"format", "pt"}});
+  auto rng = st.torch_rng.to(torch::kCPU).contiguous();
+  Json state = {{"format", kFormat},
+                {"global_step", st.global_step},
+                {"policy_version", st.policy_version},
+                {"shuffle_rng", st.shuffle_rng},
+                {"torch_rng", base64_encode(std::string_view(
+                                  static_cast<const char*>(rng.data_ptr()), rng.nbytes()))},
+                {"optimizer_steps", steps}};
+  for (const auto& [key, value] : extra.items()) state[key] = value;
+  write_file_atomic(dir / "trainer_state.json", state.dump(1) + "\n");
+}
+
+Trainer::State read_trainer_state(const fs::path& dir, Json* json) {
   const fs::path state_path = dir / "trainer_state.json";
-  if (!fs::is_directory(dir))
-    fail(ErrorCode::kNotFound, "checkpoint " + dir.string() + " does not exist");
   const Json j = parse_json(read_file(state_path), state_path.string());
   const std::string where = state_path.string();
   if (get_int(j, "format", where) != kFormat)
     invalid_argument(where + ": unsupported checkpoint format");
-  const bool lora = get_optional_bool(j, "lora", where).value_or(false);
-  if (lora != trainer.options().lora.enabled()) {
-    invalid_argument(where + ": checkpoint was written " + (lora ? "with" : "without") +
-                     " LoRA, the trainer is " +
-                     (trainer.options().lora.enabled() ? "with" : "without"));
-  }
   Trainer::State st;
   st.global_step = get_int(j, "global_step", where);
   st.policy_version = get_int(j, "policy_version", where);
@@ -216,6 +211,22 @@ LoadedCheckpoint load_checkpoint(Trainer& trainer, const fs::path& dir) {
   if (file.tensors().size() != 2 * st.optimizer.size()) {
     invalid_argument(opt_path.string() +
                      ": holds tensors not listed in trainer_state.json's optimizer_steps");
+  }
+  if (json != nullptr) *json = j;
+  return st;
+}
+
+LoadedCheckpoint load_checkpoint(Trainer& trainer, const fs::path& dir) {
+  if (!fs::is_directory(dir))
+    fail(ErrorCode::kNotFound, "checkpoint " + dir.string() + " does not exist");
+  Json j;
+  Trainer::State st = read_trainer_state(dir, &j);
+  const std::string where = (dir / "trainer_state.json").string();
+  const bool lora = get_optional_bool(j, "lora", where).value_or(false);
+  if (lora != trainer.options().lora.enabled()) {
+    invalid_argument(where + ": checkpoint was written " + (lora ? "with" : "without") +
+                     " LoRA, the trainer is " +
+                     (trainer.options().lora.enabled() ? "with" : "without"));
   }
   // With LoRA, model/ holds the merged model; the base to train on is the trainer's own, checked by
   // fingerprint. A LoRA checkpoint without "lora_base" predates that: its model/ is the base.

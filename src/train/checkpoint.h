@@ -61,6 +61,16 @@ struct LoadedCheckpoint {
 // checked. Logs what it loaded.
 LoadedCheckpoint load_checkpoint(Trainer& trainer, const std::filesystem::path& dir);
 
+// The trainer's state without its parameters — optimizer.safetensors (AdamW moments per trainable
+// parameter) and trainer_state.json (step counters, RNG states, optimizer step counts, and the
+// members of `extra`) — written into `dir` (a named adapter's checkpoint holds these beside its
+// PEFT files).
+void write_trainer_state(Trainer& trainer, const std::filesystem::path& dir,
+                         const Json& extra = Json::object());
+// Reads what write_trainer_state wrote (changing no trainer); `json`, when given, gets the whole
+// trainer_state.json. Problems name the file and what is wrong.
+Trainer::State read_trainer_state(const std::filesystem::path& dir, Json* json = nullptr);
+
 // The checkpoint base/latest names, or the newest global_step_* directory; nullopt when none.
 std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::path& base_dir);
 

@@ -115,6 +115,7 @@ TEST(AdaptersTest, CallsNameAdaptersAndABatchTrainsTheOnesTheyRanOn) {
   })) << logs;
   EXPECT_TRUE(fs::exists(dir / "ckpt" / "adapters_step_1" / "solver" / "adapter_config.json"))
       << logs;
+  EXPECT_TRUE(fs::exists(dir / "ckpt" / "adapters_step_1" / "solver" / "trainer_state.json"));
 
   // /metrics: one sample per adapter.
   const std::string prom = api.get("/metrics").body;
@@ -139,6 +140,8 @@ TEST(AdaptersTest, CallsNameAdaptersAndABatchTrainsTheOnesTheyRanOn) {
   EXPECT_THAT(again["source"].get<std::string>(), HasSubstr("adapters_step_1"));
   EXPECT_THAT(adapter_entry(api, "critic")["source"].get<std::string>(),
               HasSubstr("adapters_step_1"));
+  // The checkpoint held solver's trainer state: its step count (and AdamW moments) came back.
+  EXPECT_EQ(again["trained_steps"], 1) << api.get("/adapters").body;
   Json after = api.claim("client-a");
   auto c = api.chat(after["openai_api_key"],
                     user_chat("hello", {{"model", served + ":solver"}, {"max_tokens", 4}}));
@@ -167,7 +170,7 @@ TEST(AdaptersTest, CallsNameAdaptersAndABatchTrainsTheOnesTheyRanOn) {
   ASSERT_TRUE(eventually([&] { return adapter_entry(api, "critic")["trained_steps"] == 1; }, 300s))
       << api.get("/adapters").body << "\n"
       << api.get("/get_verbose_logs").body;
-  EXPECT_EQ(adapter_entry(api, "solver")["trained_steps"], 0) << api.get("/adapters").body;
+  EXPECT_EQ(adapter_entry(api, "solver")["trained_steps"], 1) << api.get("/adapters").body;
 
   // Save and remove through the front.
   r = api.post("/adapters/save", Json{{"name", "solver"}, {"dir", (dir / "solver").string()}});

@@ -6,8 +6,12 @@
 // an error naming what is wrong while the engine keeps serving.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <future>
 #include <iostream>
+#include <map>
+#include <thread>
 
 #include "engine_process.h"
 #include "train_helpers.h"
@@ -182,6 +186,154 @@ TEST(EngineAdapters, ServeTrainSaveLoadAndRemoveWhileRunning) {
   EXPECT_EQ(c["slot"], 0);
   expect_same(generate(client, greedy_on("c")), base, "fresh c in a's old slot");
   expect_same(generate(client, greedy_on("a-copy")), a2, "a-copy after a's removal");
+}
+
+nlohmann::json entry_of(rpc::Client& client, const std::string& name) {
+  const nlohmann::json listed =
+      call(client, method_frame(rpc::kMethodAdapters, nlohmann::json::object()));
+  for (const auto& a : listed.at("adapters")) {
+    if (a["name"] == name) return a;
+  }
+  ADD_FAILURE() << "no adapter " << name;
+  return nlohmann::json::object();
+}
+
+// Under a memory budget that holds two trained adapters, four are served: the least recently used
+// move out to disk and come back when a request, a train step or a save needs them. No request
+// fails while its adapter is out, every adapter answers as it did in its slot, and an adapter that
+// moved out between two train steps takes its second step exactly as one that never moved
+// (weights and AdamW state come back bit for bit).
+TEST(EngineAdapters, AdaptersBeyondTheMemoryBudgetMoveOutAndComeBackWithNoFailedCall) {
+  const fs::path dir = process_dir() / "adapters_budget";
+  const nlohmann::json twin_spec = {{"rank", 4}, {"alpha", 8}, {"seed", 11}};
+  auto create = [](rpc::Client& client, const std::string& name, nlohmann::json spec) {
+    spec["name"] = name;
+    return call(client, method_frame(rpc::kMethodAdapterCreate, spec));
+  };
+  // The reference: the same adapter's two steps on an engine without a budget.
+  int64_t bytes = 0;
+  GenerateOutcome twin_after_two;
+  nlohmann::json twin_step2;
+  {
+    EngineProcess engine(
+        {"--conf", write_conf("adapters_free", "torch", dir / "free", "0.05").string()},
+        micro_model_dir());
+    rpc::Client client(engine.wait_ready());
+    client.connect();
+    bytes = create(client, "twin", twin_spec)["bytes"].get<int64_t>();
+    call(client, rpc::encode_train_batch(batch_for({"twin", "twin", "twin", "twin"}, 1)));
+    twin_step2 =
+        call(client, rpc::encode_train_batch(batch_for({"twin", "twin", "twin", "twin"}, 2)));
+    twin_after_two = generate(client, greedy_on("twin"));
+    ASSERT_TRUE(twin_after_two.done);
+  }
+  ASSERT_GT(bytes, 0);
+  // A trained adapter holds 4x its A and B (its own copy, the copy in its slot, two moments).
+  const double budget_mb = double(9 * bytes) / (1024.0 * 1024.0);
+  EngineProcess engine(
+      {"--conf", write_conf("adapters_budget", "torch", dir / "ckpt", "0.05",
+                            fmt::format("    adapter_memory_mb: {:.9f}\n", budget_mb))
+                     .string()},
+      micro_model_dir());
+  rpc::Client client(engine.wait_ready());
+  client.connect();
+  struct Dump {
+    EngineProcess& e;
+    ~Dump() {
+      if (::testing::Test::HasFailure()) std::cerr << "engine stderr:\n" << e.stderr_text() << "\n";
+    }
+  } dump{engine};
+  const std::vector<std::string> names = {"a", "b", "c", "d"};
+  for (size_t i = 0; i < names.size(); ++i) {
+    nlohmann::json spec = twin_spec;
+    spec["seed"] = 11 + int(i);
+    create(client, names[i], spec);
+  }
+  // a takes the twin's first step; the others a step each, which moves a out.
+  call(client, rpc::encode_train_batch(batch_for({"a", "a", "a", "a"}, 1)));
+  for (size_t i = 1; i < names.size(); ++i) {
+    const std::string& n = names[i];
+    call(client, rpc::encode_train_batch(batch_for({n, n, n, n}, 3 + int(i))));
+  }
+  nlohmann::json listed =
+      call(client, method_frame(rpc::kMethodAdapters, nlohmann::json::object()));
+  const int64_t budget = listed["adapter_memory"]["budget_bytes"].get<int64_t>();
+  EXPECT_EQ(budget, int64_t(budget_mb * 1024 * 1024));
+  EXPECT_LE(listed["adapter_memory"]["resident_bytes"].get<int64_t>(), budget) << listed.dump();
+  EXPECT_GT(listed["adapter_memory"]["evictions"].get<int64_t>(), 0) << listed.dump();
+  EXPECT_FALSE(entry_of(client, "a")["resident"].get<bool>()) << listed.dump();
+  EXPECT_EQ(entry_of(client, "a")["trained_steps"], 1);  // known while it is out
+
+  // Each answers as it does in its slot, however often it moves in and out.
+  std::map<std::string, GenerateOutcome> ref;
+  for (const std::string& n : names) {
+    ref[n] = generate(client, greedy_on(n));
+    ASSERT_TRUE(ref[n].done) << n << ": " << (ref[n].error ? ref[n].error->what() : "");
+  }
+  // 24 requests at once over all four: two fit; the others wait for their adapter, never fail.
+  std::vector<PendingGenerate> pending;
+  std::vector<std::string> order;
+  for (int round = 0; round < 6; ++round) {
+    for (size_t i = 0; i < names.size(); ++i) order.push_back(names[(i + round) % names.size()]);
+  }
+  for (const std::string& n : order) pending.push_back(start_generate(client, greedy_on(n)));
+  for (size_t i = 0; i < order.size(); ++i) {
+    const GenerateOutcome o = pending[i].outcome.get();
+    ASSERT_FALSE(o.error) << order[i] << ": " << o.error->what();
+    expect_same(o, ref[order[i]], "concurrent '" + order[i] + "'");
+  }
+  // While all four were in use the set went over its budget; once they ended, it is back under.
+  for (int i = 0; i < 600; ++i) {
+    listed = call(client, method_frame(rpc::kMethodAdapters, nlohmann::json::object()));
+    if (listed["adapter_memory"]["resident_bytes"].get<int64_t>() <= budget) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // an observable state
+  }
+  EXPECT_LE(listed["adapter_memory"]["resident_bytes"].get<int64_t>(), budget) << listed.dump();
+  EXPECT_GT(listed["adapter_memory"]["loads"].get<int64_t>(), 0) << listed.dump();
+
+  // a's second step, after it moved out and back: the twin's second step to the bit.
+  for (const std::string& n : {"b", "c", "d"}) generate(client, greedy_on(n));  // a goes out
+  EXPECT_FALSE(entry_of(client, "a")["resident"].get<bool>());
+  const nlohmann::json a_step2 =
+      call(client, rpc::encode_train_batch(batch_for({"a", "a", "a", "a"}, 2)));
+  EXPECT_EQ(a_step2["adapters"]["a"]["trained_steps"], 2);
+  EXPECT_EQ(a_step2["adapters"]["a"]["grad_norm"], twin_step2["adapters"]["twin"]["grad_norm"]);
+  EXPECT_EQ(a_step2["adapters"]["a"]["loss"], twin_step2["adapters"]["twin"]["loss"]);
+  const GenerateOutcome a_after_two = generate(client, greedy_on("a"));
+  ASSERT_TRUE(a_after_two.done);
+  EXPECT_EQ(a_after_two.ids(), twin_after_two.ids());
+  EXPECT_EQ(a_after_two.logprobs(0, true), twin_after_two.logprobs(0, true));
+  ref["a"] = a_after_two;
+
+  // A checkpoint holds every adapter, out or in, with its trainer state; one loaded from it goes on
+  // from its step count.
+  const nlohmann::json saved =
+      call(client, method_frame(rpc::kMethodSaveCheckpoint, nlohmann::json::object()));
+  const fs::path adapters_dir = saved["adapters_path"].get<std::string>();
+  for (const std::string& n : names) {
+    EXPECT_TRUE(fs::exists(adapters_dir / n / "adapter_model.safetensors")) << n;
+    EXPECT_TRUE(fs::exists(adapters_dir / n / "trainer_state.json")) << n;
+  }
+  const nlohmann::json again = create(client, "a-again", {{"path", (adapters_dir / "a").string()}});
+  EXPECT_EQ(again["trained_steps"], 2);
+  expect_same(generate(client, greedy_on("a-again")), a_after_two, "a loaded from the checkpoint");
+
+  // Removing an adapter that is out frees its files; the rest keep serving.
+  const std::string out_name = [&] {
+    const nlohmann::json now =
+        call(client, method_frame(rpc::kMethodAdapters, nlohmann::json::object()));
+    for (const auto& a : now.at("adapters"))
+      if (!a["resident"].get<bool>()) return a["name"].get<std::string>();
+    return std::string();
+  }();
+  ASSERT_FALSE(out_name.empty());
+  call(client, method_frame(rpc::kMethodAdapterRemove, {{"name", out_name}}));
+  GenerateOutcome gone = generate(client, greedy_on(out_name));
+  ASSERT_TRUE(gone.error);
+  EXPECT_EQ(gone.error->code(), ErrorCode::kNotFound);
+  for (const std::string& n : names) {
+    if (n != out_name) expect_same(generate(client, greedy_on(n)), ref[n], "after the removal");
+  }
 }
 
 }  // namespace

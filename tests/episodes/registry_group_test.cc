@@ -203,12 +203,24 @@ TEST(EpisodeGroups, AParticipantOnTheCoordinatorsFrontIsSettledWithoutDialingAny
   std::string other = h.claim("c2");
   EXPECT_TRUE(local_participant_group("g", a).is_local_participant());
   EXPECT_FALSE(local_participant_group("g", a).is_coordinator());
-  // The coordinator must be another running episode of the same client.
+  // The coordinator must be another running episode of the same client (or one whose key the
+  // front verified: then another client's may coordinate).
   for (const std::string& bad : {other, b, std::string("nope")}) {
     Prepared refused = prepare(h.registry, "c1", b, local_participant_group("g", bad));
     ASSERT_TRUE(refused.error) << bad;
     EXPECT_TRUE(contains(refused.error->message, "is not another running episode of this client"))
         << refused.error->message;
+  }
+  {
+    std::string e = h.claim("c3");
+    PrepareRequest keyed{RegistryHarness::end_request("c3", e, "t", 1),
+                         local_participant_group("g0", other, 10)};
+    keyed.coordinator_key_verified = true;
+    std::optional<CommandError> error;
+    h.registry.prepare_end_episode(
+        keyed, [&](std::optional<CommandError> x, PrepareResponse) { error = x; });
+    EXPECT_FALSE(error) << error->message;
+    h.abort("c3", e);
   }
   // Group g1 (a coordinates b): the client commits a and vanishes before committing b.
   ASSERT_FALSE(prepare(h.registry, "c1", a, coordinator_group("g1", 10)).error);
