@@ -19,6 +19,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <future>
 #include <iomanip>
@@ -136,6 +138,20 @@ int main(int argc, char** argv) {
   info.config = m->config();
   engine::TrainingOptions to;
   to.threads = threads;
+  // Where adapters move out to under the budget: a directory of its own, removed at the end.
+  char spill_template[] = "/tmp/ajet_adapters_bench_XXXXXX";
+  if (::mkdtemp(spill_template) == nullptr) {
+    std::perror("engine_adapters_bench: mkdtemp");
+    return 1;
+  }
+  to.checkpoint_base_dir = spill_template;
+  struct RemoveAtExit {
+    std::filesystem::path dir;
+    ~RemoveAtExit() {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
+  } remove_at_exit{spill_template};
   engine::AdapterSet adapters(engine, info, to);
   auto create = [&](int k) {
     adapters.create(Json{{"name", "a" + std::to_string(k)}, {"rank", rank}, {"alpha", 2 * rank}});

@@ -52,7 +52,8 @@ struct AdapterSet::Adapter {
   bool trained = false;       // has a trainer (or a saved trainer state while out)
   int64_t trained_steps = 0;  // its trainer's policy version and optimizer steps
   int64_t global_step = 0;
-  std::filesystem::path spill;  // while out: the directory it was written to
+  std::filesystem::path spill;                   // while out: the directory it was written to
+  std::vector<std::vector<int64_t>> out_shapes;  // while out: the shapes of its emptied A and B
   int64_t evictions = 0, loads = 0;
   // Its weights (the trained copy and the copy in its slot) and AdamW's two moments.
   int64_t resident_bytes() const { return 2 * bytes + (trained ? 2 * bytes : 0); }
@@ -361,8 +362,17 @@ void AdapterSet::evict(const std::shared_ptr<Adapter>& a) {
     a->evictions += 1;
     s.evictions += 1;
   }
+  // Its trainer (AdamW moments, gradients) goes; its model stays without A and B (it shares the
+  // base: a module tree of references), so that coming back does not build one again.
   a->trainer.reset();
-  a->model = model::Qwen2Model(nullptr);
+  {
+    torch::NoGradGuard no_grad;
+    a->out_shapes.clear();
+    for (auto& [name, t] : train::lora_named_parameters(a->model)) {
+      a->out_shapes.push_back(t.sizes().vec());
+      t.set_data(torch::empty({0}, t.options()));
+    }
+  }
   ::malloc_trim(0);
   log().info("adapter '{}' moved out to {} in {:.2f} s (its slot is free)", a->name, dir.string(),
              seconds_since(start));
@@ -550,25 +560,19 @@ void AdapterSet::build(const std::shared_ptr<Adapter>& a, const std::optional<fs
   Impl& s = *impl_;
   // The served model gets its multi-adapter projections with the first adapter; the adapter's own
   // model shares the base with it. Built between two engine steps: nothing reads the modules then.
-  s.engine
-      .run_exclusive(
-          [&](model::Qwen2Model& served) {
-            if (!s.attached) {
-              if (train::has_lora(served)) {
-                fail(ErrorCode::kFailedPrecondition,
-                     "adapter_create: the engine's own trainer already put a LoRA adapter on the "
-                     "model (ajet.lora); named adapters need an engine without one");
-              }
-              model::attach_multi_lora(served, train::resolve_lora_targets({"all-linear"}));
-              s.attached = true;
-            }
-            a->model = model::share_base_weights(served);
-          },
-          false)
-      .get();
-  // Building it held one more set of weights for a moment; give the pages back to the system.
-  ::malloc_trim(0);
-  train::attach_lora(a->model, a->lora, a->seed);
+  if (a->model && !a->out_shapes.empty()) {
+    // Coming back: its model (sharing the base) was kept without its A and B; they get their
+    // shapes back and the values from `path`.
+    torch::NoGradGuard no_grad;
+    auto params = train::lora_named_parameters(a->model);
+    if (params.size() != a->out_shapes.size())
+      fail(ErrorCode::kInternal, "adapters: '" + a->name + "' lost track of its LoRA tensors");
+    for (size_t i = 0; i < params.size(); ++i)
+      params[i].second.set_data(torch::zeros(a->out_shapes[i], params[i].second.options()));
+    a->out_shapes.clear();
+  } else {
+    build_model(a);
+  }
   if (path) train::load_peft_adapter(a->model, *path);
   a->bytes = tensor_bytes(train::lora_named_parameters(a->model));
   if (path && fs::exists(*path / "trainer_state.json")) {
@@ -588,6 +592,29 @@ void AdapterSet::build(const std::shared_ptr<Adapter>& a, const std::optional<fs
           },
           false)
       .get();
+}
+
+void AdapterSet::build_model(const std::shared_ptr<Adapter>& a) {
+  Impl& s = *impl_;
+  s.engine
+      .run_exclusive(
+          [&](model::Qwen2Model& served) {
+            if (!s.attached) {
+              if (train::has_lora(served)) {
+                fail(ErrorCode::kFailedPrecondition,
+                     "adapter_create: the engine's own trainer already put a LoRA adapter on the "
+                     "model (ajet.lora); named adapters need an engine without one");
+              }
+              model::attach_multi_lora(served, train::resolve_lora_targets({"all-linear"}));
+              s.attached = true;
+            }
+            a->model = model::share_base_weights(served);
+          },
+          false)
+      .get();
+  // Building it held one more set of weights for a moment; give the pages back to the system.
+  ::malloc_trim(0);
+  train::attach_lora(a->model, a->lora, a->seed);
 }
 
 Json AdapterSet::save(const Json& body) {

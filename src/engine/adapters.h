@@ -94,6 +94,8 @@ class AdapterSet {
   // Builds the adapter's model (sharing the base), attaches its LoRA (loading `path` when set,
   // with its trainer state when `path` holds one) and serves it in its slot.
   void build(const std::shared_ptr<Adapter>& a, const std::optional<std::filesystem::path>& path);
+  // The adapter's own model: one that shares the served base's weights, with its LoRA attached.
+  void build_model(const std::shared_ptr<Adapter>& a);
   // Brings a moved-out adapter back into a slot, first moving out others (least recently used,
   // none that `keep` names or a request holds) while the budget would be exceeded.
   void make_resident(const std::shared_ptr<Adapter>& a, const std::vector<std::string>& keep);
