@@ -335,11 +335,11 @@ void AdapterSet::fit(int64_t need, const std::vector<std::string>& keep) {
       }
       victim->resident = false;  // from now on, requests for it wait for the loader
     }
-    evict(victim);
+    move_out(victim);
   }
 }
 
-void AdapterSet::evict(const std::shared_ptr<Adapter>& a) {
+void AdapterSet::move_out(const std::shared_ptr<Adapter>& a) {
   Impl& s = *impl_;
   const auto start = std::chrono::steady_clock::now();
   const fs::path dir = s.spill_root / fmt::format("{}-{}", a->name, a->uid);
@@ -402,7 +402,7 @@ void AdapterSet::reserve_slot(const std::shared_ptr<Adapter>& a,
       if (victim) victim->resident = false;
     }
     if (!victim) break;
-    evict(victim);
+    move_out(victim);
   }
   fail(ErrorCode::kResourceExhausted,
        fmt::format("adapters: all {} slots hold adapters that requests are using", kMaxResident));
@@ -665,6 +665,29 @@ Json AdapterSet::remove(const Json& body) {
   a->model = model::Qwen2Model(nullptr);
   log().info("adapter '{}' removed", name);
   return Json{{"name", name}, {"removed", true}};
+}
+
+Json AdapterSet::evict(const Json& body) {
+  Impl& s = *impl_;
+  constexpr std::string_view where = "adapter_evict";
+  const std::string name = adapter_name(body, where);
+  std::lock_guard control(s.control_mu);
+  std::shared_ptr<Adapter> a = s.find(name, where);
+  {
+    std::lock_guard lock(s.mu);
+    if (a->resident) {
+      if (const int64_t held = a->pins.load(); held > 0)
+        fail(ErrorCode::kFailedPrecondition,
+             fmt::format("{}: adapter '{}' is in use by {} requests; try again once they ended",
+                         where, name, held));
+      a->resident = false;  // from now on, requests for it wait for the loader
+    } else {
+      return s.entry(*a);  // out already
+    }
+  }
+  move_out(a);
+  std::lock_guard lock(s.mu);
+  return s.entry(*a);
 }
 
 Json AdapterSet::train_step(const train_data::Batch& batch,

@@ -76,6 +76,10 @@ class AdapterSet {
   // {name}: once the requests running on it have ended (new ones wait), the adapter's slot and
   // trainer are freed. Answers {"name", "removed": true}.
   Json remove(const Json& body);
+  // {name}: moves the adapter out to disk now, as the memory budget would (it comes back when a
+  // request, a train step or a save needs it). Refused (failed_precondition) while requests hold
+  // it. Answers its list entry.
+  Json evict(const Json& body);
   // Trains every adapter named in `adapter_of_sample` (one name per sample of `batch`) on its own
   // samples with its own trainer, then serves the new adapters (one engine pause for all, the
   // policy version +1). Adapters without samples are untouched. Answers the summed and
@@ -104,7 +108,7 @@ class AdapterSet {
   void fit(int64_t need, const std::vector<std::string>& keep);
   // A free slot for `a` (moving out the least recently used adapter when all are taken).
   void reserve_slot(const std::shared_ptr<Adapter>& a, const std::vector<std::string>& keep);
-  void evict(const std::shared_ptr<Adapter>& a);
+  void move_out(const std::shared_ptr<Adapter>& a);
   void loader_loop();
   std::unique_ptr<Impl> impl_;
 };

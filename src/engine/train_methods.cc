@@ -275,6 +275,11 @@ TrainMethods::TrainMethods(EngineService& service, ModelInfo model, TrainingOpti
     reply.body = impl_->adapters.remove(req.body);
     return reply;
   });
+  service.add_control_method(std::string(rpc::kMethodAdapterEvict), [this](const rpc::Frame& req) {
+    rpc::Frame reply;
+    reply.body = impl_->adapters.evict(req.body);
+    return reply;
+  });
   if (impl_->options.elastic) {
     service.add_control_method(std::string(rpc::kMethodOpenGroup), [this](const rpc::Frame& req) {
       rpc::Frame reply;

@@ -38,6 +38,7 @@ inline constexpr std::string_view kMethodAdapters = "adapters";
 inline constexpr std::string_view kMethodAdapterCreate = "adapter_create";
 inline constexpr std::string_view kMethodAdapterSave = "adapter_save";
 inline constexpr std::string_view kMethodAdapterRemove = "adapter_remove";
+inline constexpr std::string_view kMethodAdapterEvict = "adapter_evict";
 using ajet::adapter_name_problem;  // common/strings.h
 
 // `n`. The front checks the same range (openai::kMaxChoices), and ajet.rollout.max_num_seqs, which

@@ -48,6 +48,7 @@ constexpr std::array kRoutes = {
   Route{"POST", "/adapters",               "adapter_create",         RouteAuth::kAdmin,          "(ext) creates an adapter (or loads a PEFT directory) while the engine runs"},
   Route{"POST", "/adapters/save",          "adapter_save",           RouteAuth::kAdmin,          "(ext) writes an adapter in PEFT layout (or merged into the base)"},
   Route{"POST", "/adapters/remove",        "adapter_remove",         RouteAuth::kAdmin,          "(ext) removes an adapter once its running calls ended"},
+  Route{"POST", "/adapters/evict",         "adapter_evict",          RouteAuth::kAdmin,          "(ext) moves an adapter out to disk now (it comes back on demand)"},
   // ---- the OpenAI / Anthropic API (routes_openai.cc) ----
   Route{"POST", "/v1/chat/completions",    "chat_completions",       RouteAuth::kEpisodeKey,     "OpenAI chat completions, tracked in the key's episode"},
   Route{"POST", "/v1/completions",         "completions",            RouteAuth::kEpisodeKey,     "(ext) OpenAI text completions, tracked in the key's episode"},

@@ -242,7 +242,8 @@ void add_engine_handlers(RouteHandlers& out, ServerContext& ctx) {
   for (const AdapterRoute& r :
        {AdapterRoute{"adapter_create", "POST /adapters", rpc::kMethodAdapterCreate},
         AdapterRoute{"adapter_save", "POST /adapters/save", rpc::kMethodAdapterSave},
-        AdapterRoute{"adapter_remove", "POST /adapters/remove", rpc::kMethodAdapterRemove}}) {
+        AdapterRoute{"adapter_remove", "POST /adapters/remove", rpc::kMethodAdapterRemove},
+        AdapterRoute{"adapter_evict", "POST /adapters/evict", rpc::kMethodAdapterEvict}}) {
     out.add(
         r.name,
         [&ctx, limit, r](Request req, Respond respond) {

@@ -172,6 +172,15 @@ TEST(AdaptersTest, CallsNameAdaptersAndABatchTrainsTheOnesTheyRanOn) {
       << api.get("/get_verbose_logs").body;
   EXPECT_EQ(adapter_entry(api, "solver")["trained_steps"], 1) << api.get("/adapters").body;
 
+  // Moved out through the front: a call on it waits for it to come back, and succeeds.
+  r = api.post("/adapters/evict", Json{{"name", "solver"}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.json()["resident"], false) << r.body;
+  auto back_in = api.chat(after["openai_api_key"],
+                          user_chat("hello", {{"model", served + ":solver"}, {"max_tokens", 4}}));
+  EXPECT_EQ(back_in.status, 200) << back_in.body;
+  EXPECT_EQ(adapter_entry(api, "solver")["resident"], true) << api.get("/adapters").body;
+
   // Save and remove through the front.
   r = api.post("/adapters/save", Json{{"name", "solver"}, {"dir", (dir / "solver").string()}});
   ASSERT_EQ(r.status, 200) << r.body;

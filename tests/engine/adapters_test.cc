@@ -294,6 +294,14 @@ TEST(EngineAdapters, AdaptersBeyondTheMemoryBudgetMoveOutAndComeBackWithNoFailed
   // a's second step, after it moved out and back: the twin's second step to the bit.
   for (const std::string& n : {"b", "c", "d"}) generate(client, greedy_on(n));  // a goes out
   EXPECT_FALSE(entry_of(client, "a")["resident"].get<bool>());
+  // An explicit move out (the admin's): d was the last used, so it is in; then it is not.
+  ASSERT_TRUE(entry_of(client, "d")["resident"].get<bool>());
+  const nlohmann::json evicted =
+      call(client, method_frame(rpc::kMethodAdapterEvict, {{"name", "d"}}));
+  EXPECT_FALSE(evicted["resident"].get<bool>()) << evicted.dump();
+  EXPECT_EQ(error_of(client, method_frame(rpc::kMethodAdapterEvict, {{"name", "zz"}})).code(),
+            ErrorCode::kNotFound);
+  expect_same(generate(client, greedy_on("d")), ref["d"], "d after an explicit move out");
   const nlohmann::json a_step2 =
       call(client, rpc::encode_train_batch(batch_for({"a", "a", "a", "a"}, 2)));
   EXPECT_EQ(a_step2["adapters"]["a"]["trained_steps"], 2);
