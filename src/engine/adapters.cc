@@ -122,6 +122,18 @@ struct AdapterSet::Impl {
                           delete static_cast<int*>(t);
                         })};
   }
+  // Under mu: the least recently used adapter in its slot that no request holds and `keep` does not
+  // name, or null.
+  std::shared_ptr<Adapter> lru_victim_locked(const std::vector<std::string>& keep) const {
+    std::shared_ptr<Adapter> victim;
+    for (const auto& [name, a] : by_name) {
+      if (!a->resident || a->pins.load() > 0 ||
+          std::find(keep.begin(), keep.end(), name) != keep.end())
+        continue;
+      if (!victim || a->last_used < victim->last_used) victim = a;
+    }
+    return victim;
+  }
   // Under mu.
   int64_t resident_total_locked() const {
     int64_t total = 0;
@@ -317,12 +329,7 @@ void AdapterSet::fit(int64_t need, const std::vector<std::string>& keep) {
         s.warned_over_budget = false;
         return;
       }
-      for (const auto& [name, a] : s.by_name) {
-        if (!a->resident || a->pins.load() > 0 ||
-            std::find(keep.begin(), keep.end(), name) != keep.end())
-          continue;
-        if (!victim || a->last_used < victim->last_used) victim = a;
-      }
+      victim = s.lru_victim_locked(keep);
       if (!victim) {
         if (!s.warned_over_budget) {
           log().warn(
@@ -393,12 +400,7 @@ void AdapterSet::reserve_slot(const std::shared_ptr<Adapter>& a,
         a->slot = slot;
         return;
       }
-      for (const auto& [name, other] : s.by_name) {
-        if (!other->resident || other->pins.load() > 0 ||
-            std::find(keep.begin(), keep.end(), name) != keep.end())
-          continue;
-        if (!victim || other->last_used < victim->last_used) victim = other;
-      }
+      victim = s.lru_victim_locked(keep);
       if (victim) victim->resident = false;
     }
     if (!victim) break;

@@ -54,6 +54,14 @@ nlohmann::json names_of(rpc::Client& client) {
   return names;
 }
 
+// Prints the engine's stderr when the test failed.
+struct DumpOnFailure {
+  EngineProcess& e;
+  ~DumpOnFailure() {
+    if (::testing::Test::HasFailure()) std::cerr << "engine stderr:\n" << e.stderr_text() << "\n";
+  }
+};
+
 rpc::TrainBatch batch_for(const std::vector<std::string>& adapters, int salt) {
   rpc::TrainBatch b = make_batch(salt);
   b.meta["adapters"] = adapters;
@@ -66,12 +74,7 @@ TEST(EngineAdapters, ServeTrainSaveLoadAndRemoveWhileRunning) {
                        micro_model_dir());
   rpc::Client client(engine.wait_ready());
   client.connect();
-  struct Dump {
-    EngineProcess& e;
-    ~Dump() {
-      if (::testing::Test::HasFailure()) std::cerr << "engine stderr:\n" << e.stderr_text() << "\n";
-    }
-  } dump{engine};
+  DumpOnFailure dump{engine};
   EXPECT_EQ(names_of(client), nlohmann::json::array());
   const GenerateOutcome base = generate(client, greedy_on(""));
   ASSERT_TRUE(base.done);
@@ -237,12 +240,7 @@ TEST(EngineAdapters, AdaptersBeyondTheMemoryBudgetMoveOutAndComeBackWithNoFailed
       micro_model_dir());
   rpc::Client client(engine.wait_ready());
   client.connect();
-  struct Dump {
-    EngineProcess& e;
-    ~Dump() {
-      if (::testing::Test::HasFailure()) std::cerr << "engine stderr:\n" << e.stderr_text() << "\n";
-    }
-  } dump{engine};
+  DumpOnFailure dump{engine};
   const std::vector<std::string> names = {"a", "b", "c", "d"};
   for (size_t i = 0; i < names.size(); ++i) {
     nlohmann::json spec = twin_spec;
