@@ -32,6 +32,11 @@ std::vector<std::string> on_each(size_t n, const std::function<void(size_t)>& fn
   return errors;
 }
 
+// Two members on one server (several adapters of one engine).
+bool same_server(SwarmClient* a, SwarmClient* b) {
+  return a == b || a->server_url() == b->server_url();
+}
+
 std::string failures(const std::vector<SwarmClient*>& servers,
                      const std::vector<std::string>& errors) {
   std::vector<std::string> parts;
@@ -92,12 +97,6 @@ void MultiEpisode::end(const std::string& task_id, const std::vector<WorkflowOut
   for (size_t i = 0; i < servers_.size(); ++i) task_ids.push_back(member_task_id(i, task_id));
   end(task_ids, outputs, options);
 }
-
-namespace {
-bool same_server(SwarmClient* a, SwarmClient* b) {
-  return a == b || a->server_url() == b->server_url();
-}
-}  // namespace
 
 std::string MultiEpisode::member_task_id(size_t i, const std::string& task_id) const {
   size_t sharing = 0;

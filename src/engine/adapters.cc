@@ -57,6 +57,12 @@ struct AdapterSet::Adapter {
   int64_t evictions = 0, loads = 0;
   // Its weights (the trained copy and the copy in its slot) and AdamW's two moments.
   int64_t resident_bytes() const { return 2 * bytes + (trained ? 2 * bytes : 0); }
+  // Records what its trainer knows, so that the list shows it while the trainer is gone.
+  void note_trainer() {
+    trained = true;
+    trained_steps = trainer->policy_version();
+    global_step = trainer->global_step();
+  }
 };
 
 namespace {
@@ -116,11 +122,9 @@ struct AdapterSet::Impl {
   AdapterLease lease_locked(const std::shared_ptr<Adapter>& a) {
     a->pins.fetch_add(1);
     a->last_used = ++tick;
-    auto* token = new int(0);
-    return AdapterLease{a->slot, a->uid, std::shared_ptr<void>(token, [a](void* t) {
-                          a->pins.fetch_sub(1);
-                          delete static_cast<int*>(t);
-                        })};
+    // An owning pointer to nothing: its deleter drops the pin when the last copy goes.
+    return AdapterLease{a->slot, a->uid,
+                        std::shared_ptr<void>(nullptr, [a](void*) { a->pins.fetch_sub(1); })};
   }
   // Under mu: the least recently used adapter in its slot that no request holds and `keep` does not
   // name, or null.
@@ -193,6 +197,12 @@ struct AdapterSet::Impl {
     } else {
       engine.run_adapter_update(clear, false).get();
     }
+  }
+
+  // The adapter's checkpoint in `dir`: its PEFT files, and its trainer state once it trained.
+  void write_adapter(const Adapter& a, const std::filesystem::path& dir) const {
+    train::save_peft_adapter(a.model, dir, a.lora, model_info.path.string());
+    if (a.trainer) train::write_trainer_state(*a.trainer, dir, Json{{"lora", true}});
   }
 
   // Copies the adapter's trained A and B into its slot of the served model (engine thread).
@@ -353,8 +363,7 @@ void AdapterSet::move_out(const std::shared_ptr<Adapter>& a) {
   std::error_code ec;
   fs::remove_all(dir, ec);
   try {
-    train::save_peft_adapter(a->model, dir, a->lora, s.model_info.path.string());
-    if (a->trainer) train::write_trainer_state(*a->trainer, dir, Json{{"lora", true}});
+    s.write_adapter(*a, dir);
   } catch (...) {
     std::lock_guard lock(s.mu);
     a->resident = true;  // could not be written: it stays
@@ -582,9 +591,7 @@ void AdapterSet::build(const std::shared_ptr<Adapter>& a, const std::optional<fs
     train::Trainer::State state = train::read_trainer_state(*path);
     a->trainer = std::make_unique<train::Trainer>(a->model, s.trainer_options(*a));
     a->trainer->load_state(state);
-    a->trained = true;
-    a->trained_steps = a->trainer->policy_version();
-    a->global_step = a->trainer->global_step();
+    a->note_trainer();
   }
   s.engine
       .run_adapter_update(
@@ -727,9 +734,7 @@ Json AdapterSet::train_step(const train_data::Batch& batch,
       Adapter& a = *adapters[name];
       if (!a.trainer) a.trainer = std::make_unique<train::Trainer>(a.model, s.trainer_options(a));
       metrics[name] = a.trainer->train_step(part);
-      a.trained = true;
-      a.trained_steps = a.trainer->policy_version();
-      a.global_step = a.trainer->global_step();
+      a.note_trainer();
     }
   };
   double paused = 0;
@@ -813,8 +818,7 @@ Json AdapterSet::save_checkpoint(const fs::path& base_dir) {
       fs::create_directories(out, ec);
       fs::copy(a->spill, out, fs::copy_options::overwrite_existing | fs::copy_options::recursive);
     } else {
-      train::save_peft_adapter(a->model, out, a->lora, s.model_info.path.string());
-      if (a->trainer) train::write_trainer_state(*a->trainer, out, Json{{"lora", true}});
+      s.write_adapter(*a, out);
     }
     names.push_back(a->name);
   }

@@ -434,15 +434,15 @@ void write_engine_figures(TextBuilder& out, const std::optional<Json>& status) {
       }
     }
     const Json memory = status->value("adapter_memory", Json::object());
-    if (std::optional<double> v = engine_number(memory, "resident_bytes")) {
-      out.family("ajet_engine_adapter_resident_bytes", Type::kGauge,
-                 "Bytes of the adapters in their slots (weights, serving copies, AdamW moments).");
-      out.sample({}, *v);
-    }
-    if (std::optional<double> v = engine_number(memory, "budget_bytes")) {
-      out.family("ajet_engine_adapter_memory_budget_bytes", Type::kGauge,
-                 "ajet.engine.adapter_memory_mb in bytes (0: no limit).");
-      out.sample({}, *v);
+    for (const Figure& f :
+         {Figure{"resident_bytes", "ajet_engine_adapter_resident_bytes", Type::kGauge,
+                 "Bytes of the adapters in their slots (weights, serving copies, AdamW moments)."},
+          Figure{"budget_bytes", "ajet_engine_adapter_memory_budget_bytes", Type::kGauge,
+                 "ajet.engine.adapter_memory_mb in bytes (0: no limit)."}}) {
+      if (std::optional<double> v = engine_number(memory, f.key)) {
+        out.family(f.name, f.type, f.help);
+        out.sample({}, *v);
+      }
     }
   }
 }

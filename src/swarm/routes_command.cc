@@ -236,44 +236,44 @@ void add_command_handlers(RouteHandlers& out, ServerContext& ctx) {
           episode_command(ctx, "end_episode", end_body));
 
   // Episode groups across servers (docs/protocol.md): prepare, commit, and the coordinator's side.
-  out.add(
-      "prepare_end_episode",
-      command(ctx,
-              [&ctx, limit, kept](const Request& req, const Respond& respond) {
-                answer_errors(respond, [&] {
-                  episodes::PrepareRequest prepare =
-                      episodes::PrepareRequest::from_json(parse_json_body(req, limit), kept);
-                  require_episode_key(ctx, req, prepare.end.episode_uuid, "prepare_end_episode");
-                  if (prepare.group.is_local_participant() &&
-                      !prepare.group.coordinator_episode_key.empty()) {
-                    // Whoever holds the coordinator episode's key may name it (one agent
-                    // with two clients); without one, only the same client's episode.
-                    try {
-                      episodes::check_episode_command_key(
-                          ctx.registry.signer(), "Bearer " + prepare.group.coordinator_episode_key,
-                          prepare.group.coordinator_episode_uuid, "prepare_end_episode", false);
-                      prepare.coordinator_key_verified = true;
-                    } catch (const Error&) {
-                      // Not that episode's key: the registry's same-client rule decides.
-                    }
-                  }
-                  if (std::optional<std::string> refusal =
-                          coordinator_refusal(ctx, req, prepare.group)) {
-                    respond(openai::openai_error(403, *refusal, "coordinator_not_allowed"));
-                    return;
-                  }
-                  ctx.registry.prepare_end_episode(
-                      std::move(prepare), [respond](std::optional<episodes::CommandError> error,
-                                                    episodes::PrepareResponse answer) {
-                        if (!error) {
-                          respond(http::json_response(answer.to_json()));
-                        } else {
-                          respond(command_error(*error));
+  out.add("prepare_end_episode",
+          command(ctx,
+                  [&ctx, limit, kept](const Request& req, const Respond& respond) {
+                    answer_errors(respond, [&] {
+                      episodes::PrepareRequest prepare =
+                          episodes::PrepareRequest::from_json(parse_json_body(req, limit), kept);
+                      require_episode_key(ctx, req, prepare.end.episode_uuid,
+                                          "prepare_end_episode");
+                      if (prepare.group.is_local_participant() &&
+                          !prepare.group.coordinator_episode_key.empty()) {
+                        // Whoever holds the coordinator episode's key may name it (one agent
+                        // with two clients); without one, only the same client's episode.
+                        try {
+                          prepare.coordinator_key_verified =
+                              ctx.registry.signer()
+                                  .verify(prepare.group.coordinator_episode_key)
+                                  .episode_uuid == prepare.group.coordinator_episode_uuid;
+                        } catch (const Error&) {
+                          // Not that episode's key: the registry's same-client rule decides.
                         }
-                      });
-                });
-              }),
-      episode_command(ctx, "prepare_end_episode", end_body));
+                      }
+                      if (std::optional<std::string> refusal =
+                              coordinator_refusal(ctx, req, prepare.group)) {
+                        respond(openai::openai_error(403, *refusal, "coordinator_not_allowed"));
+                        return;
+                      }
+                      ctx.registry.prepare_end_episode(
+                          std::move(prepare), [respond](std::optional<episodes::CommandError> error,
+                                                        episodes::PrepareResponse answer) {
+                            if (!error) {
+                              respond(http::json_response(answer.to_json()));
+                            } else {
+                              respond(command_error(*error));
+                            }
+                          });
+                    });
+                  }),
+          episode_command(ctx, "prepare_end_episode", end_body));
 
   out.add("commit_episode",
           command(ctx,

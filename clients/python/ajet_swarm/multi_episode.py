@@ -327,15 +327,13 @@ class MultiEpisode:
                                f"it is {self.state!r}")
 
     def _local(self, client: SwarmClient) -> bool:
-        coordinator = self.members[0][1]
-        return client is coordinator or client.server_url.rstrip("/") == coordinator.server_url.rstrip("/")
+        return _same_server(client, self.members[0][1])
 
     def member_task_id(self, name: str, task_id: str) -> str:
         """The task id `name` reports: the group's, or "<task>@<name>" when another member shares its
         server (each adapter's GRPO groups and batch count stay its own)."""
         client = dict(self.members)[name]
-        url = client.server_url.rstrip("/")
-        shared = sum(1 for _, c in self.members if c is client or c.server_url.rstrip("/") == url) > 1
+        shared = sum(1 for _, c in self.members if _same_server(c, client)) > 1
         return f"{task_id}@{name}" if shared else task_id
 
     def _url(self, name: str) -> str:
@@ -362,6 +360,11 @@ class MultiEpisode:
             except (TypeError, ValueError) as e:
                 raise type(e)(f"end(): the workflow output of {name!r}: {e}") from e
         return outputs
+
+
+def _same_server(a: SwarmClient, b: SwarmClient) -> bool:
+    """Two members on one server (several adapters of one engine)."""
+    return a is b or a.server_url.rstrip("/") == b.server_url.rstrip("/")
 
 
 def _in_parallel(calls: Sequence[Tuple[SwarmClient, Callable[[], Any]]]) -> List[Tuple[Any, Optional[BaseException]]]:
