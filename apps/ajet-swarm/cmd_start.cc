@@ -34,6 +34,10 @@ void run_start(swarm::FrontOptions options) {
     if (const char* env = std::getenv("AJET_ADMIN_TOKEN"); env != nullptr)
       options.admin_token = env;
   }
+  if (options.inference_key.empty()) {
+    if (const char* env = std::getenv("AJET_INFERENCE_KEY"); env != nullptr)
+      options.inference_key = env;
+  }
   if (options.host != "127.0.0.1" && options.host != "localhost" && options.host != "::1" &&
       options.admin_token.empty()) {
     std::fprintf(stderr,
@@ -88,6 +92,14 @@ const CommandRegistration kStart("start", [](CLI::App& app) {
                   "Token that sync_train_config, sync_train_code, start_engine, stop_engine (and "
                   "episode views) "
                   "require as 'Authorization: Bearer <token>' (default: $AJET_ADMIN_TOKEN)");
+  cmd->add_option(
+      "--inference-key", options->inference_key,
+      "Key for untracked calls of the OpenAI/Anthropic API (a teacher or judge for "
+      "other runs): answered by the current policy, recorded in no episode, never "
+      "trained on (default: $AJET_INFERENCE_KEY; none: every call needs an episode key)");
+  cmd->add_option("--teacher-url", options->teacher_urls,
+                  "A distillation teacher (http://host:port/v1) a synced config may name in "
+                  "ajet.distillation.base_url; repeat for several. No other teacher is dialed");
   cmd->add_option("--exp-dir", options->server_dir,
                   "Server directory: the store, experiment directories, synced code")
       ->capture_default_str();

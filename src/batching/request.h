@@ -23,6 +23,10 @@ struct GenerateRequest {
   std::vector<int32_t> stop_token_ids;  // generating one of these ends the sample (it is kept)
   int64_t n = 1;                        // samples sharing one prefill, each with its own RNG stream
   int64_t top_logprobs = 0;             // raw-model top-k logprobs per token; 0 = none
+  // Raw-model logprobs of the prompt's own tokens (positions 1..): -1 = none, 0 = each token's
+  // own, k > 0 = also the k best alternatives at each position. Such a request reuses no cached
+  // prefix (every position's logits must be computed); the first event carries them.
+  int64_t prompt_logprobs = -1;
   // A LoRA adapter of the model's multi-adapter projections (model/multi_lora.h): its slot (-1: the
   // base alone) and its identity (InferenceEngine::set_adapter; a request for a slot that now holds
   // another adapter is refused). The engine sets adapter_key at admission: the key the request's
@@ -33,12 +37,32 @@ struct GenerateRequest {
   uint64_t adapter_key = 0;
 };
 
-enum class FinishReason { kStop, kLength, kAbort };
-std::string_view finish_reason_name(FinishReason reason);  // "stop" | "length" | "abort"
+// kStop: a stop token; kLength: max_tokens or the context; kAbort: cancelled. The rest are the
+// madness detectors (batching/madness.h) stopping a degenerate generation early.
+enum class FinishReason {
+  kStop,
+  kLength,
+  kAbort,
+  kRepetition,
+  kLowEntropy,
+  kGarbage,
+  kLanguageSwitch
+};
+// "stop" | "length" | "abort" | "repetition" | "low_entropy" | "garbage" | "language_switch"
+std::string_view finish_reason_name(FinishReason reason);
+bool is_madness(FinishReason reason);
 
 struct TokenLogprob {
   int32_t id = 0;
   float logprob = 0;
+};
+
+// One prompt position's raw logprob (the token at that position given the ones before it).
+struct PromptLogprob {
+  int32_t id = 0;
+  float logprob = 0;
+  int32_t rank = 1;                        // 1 + the number of ids with a larger logit
+  std::vector<TokenLogprob> top_logprobs;  // the request's prompt_logprobs best, best first
 };
 
 struct GeneratedToken {
@@ -58,6 +82,9 @@ struct GenerateEvent {
   std::optional<FinishReason> finish;  // set when this sample is done
   bool request_finished = false;
   std::optional<Error> error;  // the request was rejected (no tokens; request_finished)
+  // Prompt positions 1.. (prompt length - 1 entries), once per request, on its first event with
+  // tokens, when the request asked for them (prompt_logprobs >= 0).
+  std::vector<PromptLogprob> prompt_logprobs;
 };
 
 }  // namespace ajet::batching

@@ -79,8 +79,17 @@ std::string_view finish_reason_name(FinishReason reason) {
     case FinishReason::kStop: return "stop";
     case FinishReason::kLength: return "length";
     case FinishReason::kAbort: return "abort";
+    case FinishReason::kRepetition: return "repetition";
+    case FinishReason::kLowEntropy: return "low_entropy";
+    case FinishReason::kGarbage: return "garbage";
+    case FinishReason::kLanguageSwitch: return "language_switch";
   }
   return "unknown";
+}
+
+bool is_madness(FinishReason reason) {
+  return reason != FinishReason::kStop && reason != FinishReason::kLength &&
+         reason != FinishReason::kAbort;
 }
 
 void validate_sampling_params(const SamplingParams& params) {
@@ -223,6 +232,32 @@ GeneratedToken sample_token(const float* logits, int64_t vocab, const SamplingPa
     for (int64_t j = 0; j < k; ++j) {
       out.top_logprobs.push_back({ids[j], static_cast<float>(logits[ids[j]] - raw_lse)});
     }
+  }
+  return out;
+}
+
+AJET_MULTIVERSION
+PromptLogprob score_token(const float* logits, int64_t vocab, int32_t target, int64_t top) {
+  Scratch& scratch = t_scratch;
+  const float max_logit = max_of(logits, vocab);
+  std::vector<float>& raw = scratch.raw;
+  raw.resize(static_cast<size_t>(vocab));
+  const double lse = max_logit + std::log(exp_shifted(logits, vocab, max_logit, 1.0f, raw.data()));
+  PromptLogprob out;
+  out.id = target;
+  out.logprob = static_cast<float>(logits[target] - lse);
+  int32_t above = 0;
+  for (int64_t i = 0; i < vocab; ++i) above += logits[i] > logits[target] ? 1 : 0;
+  out.rank = above + 1;
+  if (top > 0) {
+    std::vector<int32_t>& ids = scratch.ids;
+    ids.resize(static_cast<size_t>(vocab));
+    std::iota(ids.begin(), ids.end(), 0);
+    const int64_t k = std::min<int64_t>(top, vocab);
+    top_ids(ids, k, logits);
+    out.top_logprobs.reserve(static_cast<size_t>(k));
+    for (int64_t j = 0; j < k; ++j)
+      out.top_logprobs.push_back({ids[j], static_cast<float>(logits[ids[j]] - lse)});
   }
   return out;
 }

@@ -39,4 +39,8 @@ class SampleRng {
 GeneratedToken sample_token(const float* logits, int64_t vocab, const SamplingParams& params,
                             SampleRng& rng);
 
+// The raw logprob (softmax at temperature 1) of `target` under logits, its rank, and the `top`
+// best alternatives (ties: lower id first): a prompt position's entry (prompt_logprobs).
+PromptLogprob score_token(const float* logits, int64_t vocab, int32_t target, int64_t top);
+
 }  // namespace ajet::batching

@@ -90,6 +90,7 @@ std::vector<int32_t> Scheduler::cached_prefix(const Sequence& seq, uint64_t& las
   std::vector<int32_t> hits;
   last_key = first_block_key(seq);
   if (!config_.prefix_caching || !seq.shares_blocks) return hits;
+  if (seq.request && seq.request->request.prompt_logprobs >= 0) return hits;
   const int64_t bs = config_.block_size;
   const int64_t max_hits =
       (static_cast<int64_t>(seq.tokens.size()) - 1) / bs;  // the last token runs: logits
@@ -205,6 +206,7 @@ std::vector<Sequence*> Scheduler::fork(Sequence& parent, int64_t count) {
     seq->blocks = parent.blocks;
     seq->last_key = parent.last_key;
     seq->shares_blocks = parent.shares_blocks;
+    seq->madness = parent.madness;
     for (int32_t block : seq->blocks) blocks_.add_ref(block);
     forks.push_back(seq.get());
     running_.push_back(std::move(seq));

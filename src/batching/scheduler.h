@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "batching/block_allocator.h"
+#include "batching/madness.h"
 #include "batching/request.h"
 #include "batching/sampler.h"
 
@@ -26,6 +27,11 @@ struct RequestState {
   std::function<void(const GenerateEvent&)> callback;
   std::vector<bool> sample_done;  // (n)
   int64_t samples_left = 0;
+  // request.prompt_logprobs >= 0: positions 1.. as they are computed (prefill chunks run in order,
+  // so they fill from the front; a recompute after preemption skips those already here), until
+  // the first event carries them (prompt_logprobs_sent).
+  std::vector<PromptLogprob> prompt_logprobs;
+  bool prompt_logprobs_sent = false;
 };
 
 // One sample of a request: token ids and where their keys/values live.
@@ -43,6 +49,7 @@ struct Sequence {
   bool shares_blocks =
       true;  // false once the weights changed under it: its blocks are not reusable
   SampleRng rng{0, 0};
+  MadnessDetector madness;  // the engine's limits; forks copy it (before their first token)
   int64_t num_generated() const { return static_cast<int64_t>(tokens.size()) - prompt_len; }
 };
 
@@ -120,7 +127,8 @@ class Scheduler {
   bool make_writable(Sequence& seq, int64_t pos, StepPlan& plan);
   void release_blocks(Sequence& seq);
   void preempt_last(StepPlan& plan);
-  // The blocks of seq's prompt already computed (prefix caching), leaving at least its last token.
+  // The blocks of seq's prompt already computed (prefix caching), leaving at least its last token;
+  // none for a request that wants its prompt's logprobs.
   std::vector<int32_t> cached_prefix(const Sequence& seq, uint64_t& last_key) const;
 
   SchedulerConfig config_;

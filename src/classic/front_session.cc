@@ -29,6 +29,9 @@ void FrontSession::start_local(bool resume, const std::function<void(int)>& fron
   flags.push_back(resume ? "--resume" : "--fresh");
   // This launcher is its own front's only client and runs max_env_worker episodes at once.
   flags.insert(flags.end(), {"--max-claims-per-client", "-1"});
+  // The run's own front may dial the teacher its config names (the user running it chose it).
+  if (prepared_.config.distillation.enabled())
+    flags.insert(flags.end(), {"--teacher-url", prepared_.config.distillation.base_url});
   const fs::path dir = prepared_.exp_dir;
   child_ = std::make_unique<SwarmChild>(
       SwarmChildOptions{options_.swarm_binary, dir / "swarm", dir / "swarm.log", flags});

@@ -35,6 +35,20 @@ struct MultiTurnConfig {
   int64_t max_steps = 30;
 };
 
+// ajet.rollout.madness: the engine's detectors of degenerate generations (batching/madness.h; 0
+// turns one off, all off by default) and what training does with an episode one of them stopped.
+struct MadnessConfig {
+  int64_t repeat_tokens = 0;
+  int64_t max_period = 32;
+  int64_t entropy_window = 0;
+  double min_entropy_bits = 1.5;
+  int64_t garbage_run = 0;
+  int64_t switch_run = 0;
+  // penalize: the episode's reward becomes ajet.rollout.agent_madness_reward; drop: its samples are
+  // left out of the batch; keep: trained with the reward its client reported.
+  std::string action = "penalize";
+};
+
 struct RolloutConfig {
   std::string user_workflow;
   std::string user_workflow_mode = "per_episode";  // per_episode | worker (docs/classic.md)
@@ -51,6 +65,8 @@ struct RolloutConfig {
   double top_p = 1.0;
   int64_t top_k = -1;
   SamplingConfig val_kwargs;
+  MadnessConfig madness;
+  double agent_madness_reward = -1.0;  // upstream's key: the reward of a penalized episode
 };
 
 struct JsonlFileConfig {
@@ -176,6 +192,10 @@ struct AlgorithmConfig {
   // rollout_until_finish_enough_non_dummy_tasks: a step samples batches of train_batch_size tasks
   // until train_batch_size groups have unequal rewards, at most this many batches.
   int64_t max_num_gen_batches = 4;
+  // Multi-agent episodes: each role (agent name) forms its own advantage groups (its baseline from
+  // the same role in the task's other episodes), and a role's samples take its reward from the
+  // episode's metadata.role_rewards when the client reported one (docs/training.md).
+  bool per_role_advantages = false;
 };
 
 struct TrainerCommonConfig {
@@ -303,6 +323,24 @@ inline constexpr size_t kMaxMultiModelMembers = 8;
 std::vector<MultiModelMember> multi_model_members(const MultiModelConfig& mm,
                                                   std::vector<std::string>* problems = nullptr);
 
+// ajet.distillation: on-policy distillation from a teacher (docs/training.md "Distillation"). Off
+// while teacher.base_url is empty.
+struct DistillationConfig {
+  std::string base_url;  // the teacher's OpenAI API root, "http://host:port/v1"
+  std::string api_key;
+  std::string model;        // sent as `model` ("" : the teacher's default)
+  double timeout = 120;     // seconds per teacher request
+  int64_t concurrency = 4;  // teacher requests in flight at once
+  // k1 (kl), k2 (mse), k3 (low_var_kl), abs, or topk_forward_kl (KL(teacher || student) over the
+  // teacher's top_k tokens; loss mode only).
+  std::string estimator = "k1";
+  std::string mode = "advantage";  // advantage: -coef * estimate added per token; loss: a loss term
+  double coef = 1.0;
+  double reward_weight = 1.0;  // multiplies the task reward's advantage (0: distillation alone)
+  int64_t top_k = 0;  // the teacher's alternatives per position (overlap metric, topk_forward_kl)
+  bool enabled() const { return !base_url.empty(); }
+};
+
 struct Config {
   std::string project_name = "ajet_default_project";
   std::string experiment_name = "read_yaml_name";
@@ -321,6 +359,7 @@ struct Config {
   StoreRetentionConfig store_retention;
   InterchangeServerConfig interchange_server;
   EngineConfig engine;
+  DistillationConfig distillation;
   std::string swarm_mode_sample_collection_method = "rollout_until_finish_enough_tasks";
   int64_t swarm_mode_sample_collection_max_cached_episodes = 9999;
   double swarm_mode_drain_timeout =

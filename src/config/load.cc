@@ -716,6 +716,20 @@ void validate(const Config& config, std::string_view source) {
            "ajet.lora.lora_alpha must be > 0 when ajet.lora.lora_rank > 0");
   relation(config.lora.lora_rank == 0 || !config.lora.target_modules.empty(),
            "ajet.lora.target_modules must not be empty when ajet.lora.lora_rank > 0");
+  const auto& md = config.rollout.madness;
+  relation(
+      md.repeat_tokens == 0 || md.repeat_tokens > md.max_period,
+      fmt::format("ajet.rollout.madness.repeat_tokens ({}) must exceed max_period ({}): a loop "
+                  "is only seen once it has repeated",
+                  md.repeat_tokens, md.max_period));
+  relation(md.entropy_window != 1, "ajet.rollout.madness.entropy_window must be 0 (off) or >= 2");
+  const auto& dist = config.distillation;
+  relation(!dist.enabled() || dist.estimator != "topk_forward_kl" ||
+               (dist.mode == "loss" && dist.top_k > 0),
+           "ajet.distillation.estimator topk_forward_kl needs mode: loss and top_k >= 1");
+  relation(!dist.enabled() || dist.base_url.rfind("http://", 0) == 0,
+           "ajet.distillation.base_url must be an http:// URL (the teacher's /v1 root), got '" +
+               dist.base_url + "'");
   if (problems.empty()) return;
   std::string message = std::string(source) + ": invalid config:";
   for (const auto& p : problems) message += "\n  - " + p;

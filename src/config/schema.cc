@@ -134,6 +134,29 @@ std::vector<Field> config_fields(Config& c) {
         "validation temperature", {.min = 0});
   t.add("rollout.val_kwargs.top_k", c.rollout.val_kwargs.top_k, "validation top-k; -1 disables",
         {.min = -1});
+  t.add("rollout.madness.repeat_tokens", c.rollout.madness.repeat_tokens,
+        "stop a generation whose last N tokens repeat with a period up to max_period (0: off)",
+        {.min = 0});
+  t.add("rollout.madness.max_period", c.rollout.madness.max_period,
+        "longest loop period the repetition detector looks for", {.min = 1, .max = 4096});
+  t.add("rollout.madness.entropy_window", c.rollout.madness.entropy_window,
+        "stop a generation whose last N tokens have a token-histogram entropy below "
+        "min_entropy_bits (0: off)",
+        {.min = 0});
+  t.add("rollout.madness.min_entropy_bits", c.rollout.madness.min_entropy_bits,
+        "entropy threshold of entropy_window, in bits", {.min = 0});
+  t.add("rollout.madness.garbage_run", c.rollout.madness.garbage_run,
+        "stop after N garbage tokens in a row (control characters, U+FFFD, special tokens; 0: "
+        "off)",
+        {.min = 0});
+  t.add("rollout.madness.switch_run", c.rollout.madness.switch_run,
+        "stop after N tokens in a row of a script other than the reply's language (0: off)",
+        {.min = 0});
+  t.add("rollout.madness.action", c.rollout.madness.action,
+        "what training does with an episode a detector stopped",
+        {.choices = {"penalize", "drop", "keep"}});
+  t.add("rollout.agent_madness_reward", c.rollout.agent_madness_reward,
+        "the reward of an episode a madness detector stopped (madness.action penalize)");
   t.add("rollout.val_kwargs.top_p", c.rollout.val_kwargs.top_p, "validation top-p",
         {.min = 0, .max = 1});
   t.add("rollout.val_kwargs.do_sample", c.rollout.val_kwargs.do_sample,
@@ -223,6 +246,9 @@ std::vector<Field> config_fields(Config& c) {
         "step at most "
         "(dynamic sampling)",
         {.min = 1});
+  t.add("trainer_common.algorithm.per_role_advantages", tc.algorithm.per_role_advantages,
+        "multi-agent episodes: each role's advantages against the same role's group (and its "
+        "reward from metadata.role_rewards when reported)");
   t.add("trainer_common.mini_batch_num", tc.mini_batch_num, "optimizer steps per batch",
         {.min = 1});
   t.add("trainer_common.ppo_epochs", tc.ppo_epochs, "passes over each batch", {.min = 1});
@@ -350,6 +376,27 @@ std::vector<Field> config_fields(Config& c) {
   t.add("engine.enable_prefix_caching", c.engine.enable_prefix_caching,
         "reuse the keys/values of prompt prefixes already computed (system prompt, earlier turns)");
   t.add("engine.seed", c.engine.seed, "engine RNG seed");
+  auto& d = c.distillation;
+  t.add("distillation.base_url", d.base_url,
+        "on-policy distillation: the teacher's OpenAI API root (http://host:port/v1) serving "
+        "/completions with prompt_logprobs; empty: off");
+  t.add("distillation.api_key", d.api_key, "the teacher's key (Authorization: Bearer)");
+  t.add("distillation.model", d.model, "the teacher's model name (empty: its default)");
+  t.add("distillation.timeout", d.timeout, "seconds one teacher request may take", {.min = 0});
+  t.add("distillation.concurrency", d.concurrency, "teacher requests in flight at once",
+        {.min = 1, .max = 64});
+  t.add("distillation.estimator", d.estimator, "per-token distance to the teacher",
+        {.choices = {"k1", "kl", "k2", "mse", "k3", "low_var_kl", "abs", "topk_forward_kl"}});
+  t.add("distillation.mode", d.mode,
+        "advantage: -coef x estimate joins each token's advantage; loss: coef x estimate is a "
+        "loss term",
+        {.choices = {"advantage", "loss"}});
+  t.add("distillation.coef", d.coef, "weight of the distillation term", {.min = 0});
+  t.add("distillation.reward_weight", d.reward_weight,
+        "weight of the task reward's advantage next to it (0: distillation alone)", {.min = 0});
+  t.add("distillation.top_k", d.top_k,
+        "teacher alternatives per position (the top-k overlap metric; topk_forward_kl needs them)",
+        {.min = 0, .max = 20});
   return std::move(t.fields);
 }
 
@@ -368,9 +415,9 @@ const std::vector<std::pair<std::string, std::string>>& ignored_upstream_keys() 
       {"ajet.execute_testing_lambda", "upstream robot testing"},
       {"ajet.debug", "use ajet.backbone: debug"},
       {"ajet.rollout.gamma", "step rewards are not supported (gamma is 1)"},
-      {"ajet.rollout.compute_madness_checklist", "no madness detection"},
-      {"ajet.rollout.agent_madness_termination", "no madness detection"},
-      {"ajet.rollout.agent_madness_reward", "no madness detection"},
+      {"ajet.rollout.compute_madness_checklist", "the detectors are ajet.rollout.madness.*"},
+      {"ajet.rollout.agent_madness_termination",
+       "a detector always stops the generation; ajet.rollout.madness.action decides the rest"},
       {"ajet.rollout.multi_turn.expected_steps", "Trinity batch planning"},
       {"ajet.rollout.tensor_model_parallel_size", "no tensor parallelism"},
       {"ajet.rollout.n_vllm_engine", "no vLLM"},

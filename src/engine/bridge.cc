@@ -17,6 +17,7 @@ batching::GenerateRequest to_infer_request(const rpc::GenerateRequest& r, std::s
   out.stop_token_ids = r.stop_token_ids;
   out.n = r.n;
   out.top_logprobs = r.top_logprobs;
+  out.prompt_logprobs = r.prompt_logprobs;
   return out;
 }
 
@@ -25,13 +26,19 @@ rpc::FinishReason to_rpc_finish(batching::FinishReason reason) {
     case batching::FinishReason::kStop: return rpc::FinishReason::kStop;
     case batching::FinishReason::kLength: return rpc::FinishReason::kLength;
     case batching::FinishReason::kAbort: return rpc::FinishReason::kAbort;
+    case batching::FinishReason::kRepetition: return rpc::FinishReason::kRepetition;
+    case batching::FinishReason::kLowEntropy: return rpc::FinishReason::kLowEntropy;
+    case batching::FinishReason::kGarbage: return rpc::FinishReason::kGarbage;
+    case batching::FinishReason::kLanguageSwitch: return rpc::FinishReason::kLanguageSwitch;
   }
   return rpc::FinishReason::kAbort;
 }
 
-TokensEventBuilder::TokensEventBuilder(int64_t prompt_tokens, int64_t samples, int32_t top_logprobs)
+TokensEventBuilder::TokensEventBuilder(int64_t prompt_tokens, int64_t samples, int32_t top_logprobs,
+                                       int32_t prompt_logprobs)
     : prompt_tokens_(prompt_tokens),
       top_logprobs_(top_logprobs),
+      prompt_logprobs_(prompt_logprobs),
       completion_(static_cast<size_t>(samples), 0) {}
 
 rpc::TokensEvent TokensEventBuilder::next(const batching::GenerateEvent& event) {
@@ -53,6 +60,21 @@ rpc::TokensEvent TokensEventBuilder::next(const batching::GenerateEvent& event) 
       e.top_ids.push_back(have ? token.top_logprobs[k].id : -1);
       e.top_logprobs.push_back(have ? token.top_logprobs[k].logprob
                                     : -std::numeric_limits<float>::infinity());
+    }
+  }
+  if (prompt_logprobs_ >= 0 && !prompt_sent_ && t > 0) {
+    prompt_sent_ = true;
+    e.prompt_top_k = prompt_logprobs_;
+    for (const batching::PromptLogprob& p : event.prompt_logprobs) {
+      e.prompt_ids.push_back(p.id);
+      e.prompt_logprobs.push_back(p.logprob);
+      e.prompt_ranks.push_back(p.rank);
+      for (int32_t k = 0; k < prompt_logprobs_; ++k) {
+        const bool have = static_cast<size_t>(k) < p.top_logprobs.size();
+        e.prompt_top_ids.push_back(have ? p.top_logprobs[k].id : -1);
+        e.prompt_top_logprobs.push_back(have ? p.top_logprobs[k].logprob
+                                             : -std::numeric_limits<float>::infinity());
+      }
     }
   }
   if (static_cast<size_t>(event.sample_index) >= completion_.size())

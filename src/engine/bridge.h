@@ -21,7 +21,10 @@ rpc::FinishReason to_rpc_finish(batching::FinishReason reason);
 // the prompt length and each sample's running completion count, which the events carry.
 class TokensEventBuilder {
  public:
-  TokensEventBuilder(int64_t prompt_tokens, int64_t samples, int32_t top_logprobs);
+  // prompt_logprobs: the request's (-1 none); the first event with tokens then carries the prompt
+  // positions' logprobs, padded like the generated tokens' alternatives.
+  TokensEventBuilder(int64_t prompt_tokens, int64_t samples, int32_t top_logprobs,
+                     int32_t prompt_logprobs = -1);
 
   // A non-error engine event of this request. Top alternatives are cut or padded (id -1, logprob
   // -inf) to exactly `top_logprobs` per token, the fixed row width of the wire format.
@@ -31,6 +34,8 @@ class TokensEventBuilder {
  private:
   int64_t prompt_tokens_;
   int32_t top_logprobs_;
+  int32_t prompt_logprobs_;
+  bool prompt_sent_ = false;
   std::vector<int64_t> completion_;  // (n) tokens so far per sample
 };
 

@@ -66,8 +66,9 @@ class InProcessBackend : public Backend {
  public:
   explicit InProcessBackend(const EngineOptions& options) : runtime_(start_engine(options)) {}
   void start(const rpc::GenerateRequest& request, ItemQueue& queue) override {
-    auto builder = std::make_shared<TokensEventBuilder>(static_cast<int64_t>(request.prompt.size()),
-                                                        request.n, request.top_logprobs);
+    auto builder =
+        std::make_shared<TokensEventBuilder>(static_cast<int64_t>(request.prompt.size()), request.n,
+                                             request.top_logprobs, request.prompt_logprobs);
     runtime_.engine->submit(
         to_infer_request(request, "cli"), [builder, &queue](const batching::GenerateEvent& event) {
           if (event.error) {

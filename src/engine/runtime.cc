@@ -8,7 +8,10 @@
 #include "infer/engine.h"
 #include "model/compute.h"
 #include "model/model_dir.h"
+#include "model/model_source.h"
 #include "model/qwen2.h"
+#include "text/token_classes.h"
+#include "text/tokenizer.h"
 
 namespace ajet::engine {
 namespace {
@@ -100,6 +103,7 @@ EngineRuntime start_engine(const EngineOptions& options, bool start_thread) {
   ec.prefix_caching = options.prefix_caching;
   if (options.kv_cache_dtype != "auto") ec.cache_dtype = model::parse_dtype(options.kv_cache_dtype);
   ec.start_thread = start_thread;
+  if (options.config) ec.madness = madness_limits(*options.config, options.model_dir);
   rt.engine = std::make_unique<infer::InferenceEngine>(std::move(model), ec);
   if (options.policy_version != 0) {
     std::future<void> set = rt.engine->set_policy_version(options.policy_version);
@@ -107,6 +111,43 @@ EngineRuntime start_engine(const EngineOptions& options, bool start_thread) {
     set.get();
   }
   return rt;
+}
+
+batching::MadnessLimits madness_limits(const config::Config& config,
+                                       const std::filesystem::path& model_dir) {
+  const config::MadnessConfig& m = config.rollout.madness;
+  batching::MadnessLimits l;
+  l.repeat_tokens = m.repeat_tokens;
+  l.max_period = m.max_period;
+  l.entropy_window = m.entropy_window;
+  l.min_entropy_bits = m.min_entropy_bits;
+  l.garbage_run = m.garbage_run;
+  l.switch_run = m.switch_run;
+  if (l.garbage_run > 0 || l.switch_run > 0) {
+    // The two need to know what each token is: its script, or garbage (text/token_classes.h).
+    const text::Tokenizer tokenizer =
+        text::Tokenizer::load(model::resolve_model_source(model_dir).tokenizer_dir);
+    std::vector<text::TokenId> allowed;
+    if (auto eos = tokenizer.eos_id()) allowed.push_back(*eos);
+    if (auto pad = tokenizer.pad_id()) allowed.push_back(*pad);
+    for (const char* piece : {"<|im_end|>", "<|endoftext|>", "<think>", "</think>", "<tool_call>",
+                              "</tool_call>", "<tool_response>", "</tool_response>"}) {
+      if (auto id = tokenizer.token_to_id(piece)) allowed.push_back(*id);
+    }
+    const std::vector<uint8_t> classes = text::token_classes(tokenizer, allowed);
+    auto table = std::make_shared<std::vector<batching::TokenClass>>();
+    table->reserve(classes.size());
+    for (uint8_t c : classes) table->push_back(static_cast<batching::TokenClass>(c));
+    l.token_classes = std::move(table);
+  }
+  if (l.any()) {
+    log().info(
+        "madness detection: repetition {} (period <= {}), low entropy {} (< {} bits), garbage {}, "
+        "language switch {} (tokens; 0 = off)",
+        l.repeat_tokens, l.max_period, l.entropy_window, l.min_entropy_bits, l.garbage_run,
+        l.switch_run);
+  }
+  return l;
 }
 
 Json model_info_json(const ModelInfo& info) {

@@ -10,6 +10,7 @@
 
 #include "common/json.h"
 #include "engine/options.h"
+#include "batching/madness.h"
 #include "hf/hf_config.h"
 
 namespace ajet::infer {
@@ -49,5 +50,10 @@ EngineRuntime start_engine(const EngineOptions& options, bool start_thread = tru
 
 // {"path", "config" (config.json content), "parameters", "dtype"}.
 Json model_info_json(const ModelInfo& info);
+
+// The engine's madness detectors from ajet.rollout.madness; the garbage and language-switch ones
+// read the token classes of the tokenizer of `model_dir` (a model, checkpoint or adapter dir).
+batching::MadnessLimits madness_limits(const config::Config& config,
+                                       const std::filesystem::path& model_dir);
 
 }  // namespace ajet::engine

@@ -57,7 +57,7 @@ void EngineService::generate(rpc::Frame request, std::shared_ptr<rpc::ReplySink>
   batching::GenerateRequest infer_request =
       to_infer_request(g, engine_request_id(sink->connection_id(), sink->request_id()));
   auto builder = std::make_shared<TokensEventBuilder>(static_cast<int64_t>(g.prompt.size()), g.n,
-                                                      g.top_logprobs);
+                                                      g.top_logprobs, g.prompt_logprobs);
   if (!g.tag.empty())
     log().debug("generate {} (tag {})",
                 engine_request_id(sink->connection_id(), sink->request_id()), g.tag);
@@ -193,6 +193,7 @@ Json EngineService::status() const {
         {"cached_blocks", s.cached_blocks},
         {"prefix_caching", c.prefix_caching},
         {"preemptions", s.preemptions},
+        {"madness_stops", s.madness_stops},
         {"requests_finished", s.requests_finished}}},
       {"compute",
        {{"device", compute_.device}, {"threads", compute_.threads}, {"backend", compute_.backend}}},

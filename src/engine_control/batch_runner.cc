@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
+#include <map>
 #include <optional>
 
 #include "common/error.h"
@@ -76,22 +78,63 @@ void BatchRunner::run() {
                                  batch.batch_id));
         continue;
       }
-      train_on_engine(merge_batch(std::move(batch), *model));
+      const TrainSettings settings = link_.settings ? link_.settings() : TrainSettings{};
+      train_on_engine(merge_batch(std::move(batch), *model, settings));
     } catch (const std::exception& e) {
       verbose_.add("batch", std::string("batch loop: ") + e.what());
     }
   }
 }
 
-BatchSamples BatchRunner::merge_batch(episodes::Batch batch, const episodes::ModelContext& model) {
+void split_by_role(tracking::MergedEpisode& merged, const Json& metadata) {
+  std::map<std::string, int64_t> trainable;
+  for (const tracking::Sample& s : merged.samples) trainable[s.agent_name] += s.trainable ? 1 : 0;
+  const auto roles = metadata.find("role_rewards");
+  for (tracking::Sample& s : merged.samples) {
+    if (roles != metadata.end() && roles->is_object()) {
+      const auto r = roles->find(s.agent_name);
+      if (r != roles->end() && r->is_number() && std::isfinite(r->get<double>()))
+        s.reward = r->get<double>();
+    }
+    s.task_id += "@" + s.agent_name;
+    s.episode_uuid += "@" + s.agent_name;
+    const int64_t n = trainable[s.agent_name];
+    s.weight = s.trainable && n > 0 ? 1.0 / double(n) : 0.0;
+  }
+}
+
+std::optional<double> madness_reward(const std::vector<tracking::CallRecord>& calls, double reward,
+                                     const MadnessPolicy& policy, BatchSamples& out) {
+  bool mad = false;
+  for (const tracking::CallRecord& c : calls) {
+    if (!tracking::is_madness(c.finish_reason)) continue;
+    mad = true;
+    ++out.mad_calls[std::string(tracking::finish_reason_name(c.finish_reason))];
+  }
+  if (!mad) return reward;
+  ++out.mad_episodes;
+  switch (policy.action) {
+    case MadnessAction::kDrop: ++out.mad_dropped; return std::nullopt;
+    case MadnessAction::kPenalize: ++out.mad_penalized; return policy.reward;
+    case MadnessAction::kKeep: break;
+  }
+  return reward;
+}
+
+BatchSamples BatchRunner::merge_batch(episodes::Batch batch, const episodes::ModelContext& model,
+                                      const TrainSettings& settings) {
   BatchSamples out;
   store_.flush().get();  // every call of these episodes was queued before their end_episode
   for (const episodes::FinishedEpisode& e : batch.episodes) {
     std::vector<store::CallRow> rows = store_.get_calls(e.episode_uuid);
     std::vector<tracking::CallRecord> calls = tracking::calls_from_rows(rows, model.format.get());
     if (calls.empty()) continue;  // an episode without LLM calls carries no tokens
-    tracking::EpisodeInfo info{e.episode_uuid, e.task_id, e.reward};
+    // A call a madness detector stopped marks the whole episode (ajet.rollout.madness.action).
+    const std::optional<double> reward = madness_reward(calls, e.reward, settings.madness, out);
+    if (!reward) continue;
+    tracking::EpisodeInfo info{e.episode_uuid, e.task_id, *reward};
     tracking::MergedEpisode merged = tracking::merge_episode(info, calls, model.merge_options);
+    if (settings.per_role_advantages) split_by_role(merged, e.metadata);
     out.totals.calls += merged.diagnostics.calls;
     out.totals.samples += merged.diagnostics.samples;
     out.totals.trainable_samples += merged.diagnostics.trainable_samples;
@@ -384,6 +427,18 @@ void BatchRunner::train_on_engine(BatchSamples samples) {
     registry_.fail_batch(b.batch_id, e.code(), e.what());
     return;
   }
+  std::optional<TeacherReport> teacher;
+  if (settings.teacher) {
+    teacher = fill_teacher_logprobs(request, *settings.teacher);
+    std::string line = fmt::format(
+        "batch {}: teacher answered for {} of {} samples in {:.2f} s ({} tokens, reverse KL "
+        "{:.4f})",
+        b.batch_id, teacher->samples - teacher->failed, teacher->samples, teacher->seconds,
+        teacher->tokens, teacher->reverse_kl);
+    if (!teacher->errors.empty()) line += "; first failure: " + teacher->errors.front();
+    verbose_.add("batch", line);
+    if (teacher->failed > 0) log().warn("{}", line);
+  }
   Json metrics;
   if (link_.train_ranks) {
     std::optional<Json> trained = train_elastic(b, merged, request, settings);
@@ -438,6 +493,15 @@ void BatchRunner::train_on_engine(BatchSamples samples) {
   {
     std::lock_guard<std::mutex> lock(save_mu_);
     trained_version_ = version;
+  }
+  if (teacher) metrics["distill"] = teacher->to_json();
+  if (samples.mad_episodes > 0 || settings.madness_detection) {
+    Json calls = Json::object();
+    for (const auto& [kind, count] : samples.mad_calls) calls[kind] = count;
+    metrics["madness"] = Json{{"episodes", samples.mad_episodes},
+                              {"penalized", samples.mad_penalized},
+                              {"dropped", samples.mad_dropped},
+                              {"calls", std::move(calls)}};
   }
   metrics["merge"] = Json{{"calls", samples.totals.calls},
                           {"samples", samples.totals.samples},

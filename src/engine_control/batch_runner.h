@@ -22,12 +22,14 @@
 #include <condition_variable>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <thread>
 #include <vector>
 
+#include "engine_control/teacher.h"
 #include "episodes/registry.h"
 #include "rpc/messages.h"
 #include "tracking/merge.h"
@@ -52,6 +54,17 @@ struct BatchSamples {
   episodes::Batch batch;
   std::vector<tracking::Sample> samples;  // every episode's merged samples, episode by episode
   tracking::MergeDiagnostics totals;      // summed counts (calls, samples, tokens before/after)
+  // Madness (ajet.rollout.madness): episodes with a call a detector stopped, and of those the
+  // ones penalized or dropped; stopped calls per detector ("repetition": 3, ...).
+  int64_t mad_episodes = 0, mad_penalized = 0, mad_dropped = 0;
+  std::map<std::string, int64_t> mad_calls;
+};
+
+// What training does with an episode one of whose calls a madness detector stopped.
+enum class MadnessAction { kPenalize, kDrop, kKeep };
+struct MadnessPolicy {
+  MadnessAction action = MadnessAction::kPenalize;
+  double reward = -1.0;  // kPenalize: the episode's reward
 };
 
 // What the runner needs from the synced config at the time a batch trains.
@@ -62,6 +75,12 @@ struct TrainSettings {
   std::chrono::milliseconds train_timeout{std::chrono::hours(2)};  // one train_step call
   train_data::AdvantageOptions
       advantage;  // the engine's; how a batch is split across data-parallel ranks
+  MadnessPolicy madness;
+  bool madness_detection = false;  // some detector is on: madness metrics every step (zeros too)
+  std::optional<TeacherOptions> teacher;  // on-policy distillation (ajet.distillation)
+  // Multi-agent episodes: each role its own advantage group and, when the episode reported
+  // metadata.role_rewards, its own reward (ajet.trainer_common.algorithm.per_role_advantages).
+  bool per_role_advantages = false;
 };
 
 // The runner's view of the rest of the front (all may return null / empty while nothing is loaded).
@@ -95,6 +114,16 @@ struct TrainerLink {
 // trainable.
 rpc::TrainBatch build_train_batch(const BatchSamples& samples);
 
+// Per-role advantages: each role's samples (by agent name) become an episode and a group of their
+// own ("<uuid>@<role>" in "<task>@<role>"), weighted 1 / (that role's trainable samples), with the
+// role's reward when the episode reported one in metadata.role_rewards.
+void split_by_role(tracking::MergedEpisode& merged, const Json& metadata);
+
+// The reward an episode trains with under the madness policy (ajet.rollout.madness.action), given
+// its calls: its own when no detector stopped one; nullopt when it is dropped. Counts into `out`.
+std::optional<double> madness_reward(const std::vector<tracking::CallRecord>& calls, double reward,
+                                     const MadnessPolicy& policy, BatchSamples& out);
+
 // Rank r's train_step request for `world_size` data-parallel ranks: train_data::split_batch of
 // `request` (so each rank's advantages equal those of one rank on the whole batch), `meta` carried
 // over with "rank" and "world_size" added. Some parts may hold no sample.
@@ -122,7 +151,8 @@ class BatchRunner {
   void notify();
 
   // Merges the batch's episodes (calls read from the store) into samples. Blocks on the store.
-  BatchSamples merge_batch(episodes::Batch batch, const episodes::ModelContext& model);
+  BatchSamples merge_batch(episodes::Batch batch, const episodes::ModelContext& model,
+                           const TrainSettings& settings);
   // Trains the taken batch on the engine, then finish_batch (or fail_batch when the engine rejects
   // it; nothing when the engine died: engine_restarting already returned the batch to collection).
   void train_on_engine(BatchSamples samples);

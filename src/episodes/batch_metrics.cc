@@ -107,8 +107,8 @@ MetricValues batch_metrics(const Json& stats) {
   for (const auto& [key, v] : stats.items()) {
     if (key == "rollout" && v.is_object()) {
       f.rollout(v);
-    } else if (key == "merge" && v.is_object()) {
-      f.any("merge", v);
+    } else if ((key == "merge" || key == "distill" || key == "madness") && v.is_object()) {
+      f.any(key, v);
     } else if (key == "data_parallel" && v.is_object()) {
       f.data_parallel(v);
     } else if (auto it = timing_names().find(key); it != timing_names().end()) {

@@ -39,6 +39,7 @@ InferenceEngine::InferenceEngine(model::Qwen2Model model, const InferenceEngineO
                                         ? model_->options()
                                         : model_->options().dtype(config_.cache_dtype);
   if (config_.block_size < 1) invalid_argument("engine config: block_size must be >= 1");
+  batching::validate_madness_limits(config_.madness);
   if (config_.cache_bytes < 1)
     invalid_argument("engine config: cache_bytes (the KV cache budget) must be set");
   KvCacheShape shape{mc.num_hidden_layers, mc.num_key_value_heads, mc.head_dim, config_.block_size};
@@ -107,6 +108,7 @@ std::future<GenerateResult> InferenceEngine::generate(batching::GenerateRequest 
       SampleOutput& sample = result->samples.at(static_cast<size_t>(event.sample_index));
       sample.tokens.insert(sample.tokens.end(), event.tokens.begin(), event.tokens.end());
       if (event.finish) sample.finish = event.finish;
+      if (!event.prompt_logprobs.empty()) result->prompt_logprobs = event.prompt_logprobs;
     }
     if (event.request_finished) promise->set_value(std::move(*result));
   });
@@ -331,6 +333,10 @@ void InferenceEngine::validate(const batching::GenerateRequest& r) const {
                      std::to_string(r.n));
   }
   batching::validate_sampling_params({r.temperature, r.top_p, r.top_k, r.top_logprobs});
+  if (r.prompt_logprobs < -1 || r.prompt_logprobs > 20) {
+    invalid_argument("prompt_logprobs must be -1 (none) or in [0, 20], got " +
+                     std::to_string(r.prompt_logprobs));
+  }
   if (r.adapter_slot >= 0) {
     if (!model_->lora_routing())
       invalid_argument("adapter slot " + std::to_string(r.adapter_slot) + ": no adapters served");
@@ -374,6 +380,8 @@ void InferenceEngine::admit(Submission submission) {
   seq->tokens = r.prompt;
   seq->prompt_len = static_cast<int64_t>(r.prompt.size());
   seq->rng = batching::SampleRng(state->seed, 0);
+  seq->madness = batching::MadnessDetector(config_.madness, r.prompt);
+  if (r.prompt_logprobs >= 0) state->prompt_logprobs.reserve(r.prompt.size() - 1);
   active_[r.id] = state;
   scheduler_->add(std::move(seq));
 }
@@ -412,6 +420,8 @@ bool InferenceEngine::run_batch() {
   std::vector<int64_t> ids;
   std::vector<int64_t> logit_rows;
   std::vector<std::shared_ptr<batching::RequestState>> in_batch;  // to fail them if the step throws
+  std::vector<PromptRow> prompt_rows;  // after the sampling rows, in this order
+  std::vector<int64_t> prompt_row_index;
   segments.reserve(plan.chunks.size());
   ids.reserve(static_cast<size_t>(plan.num_tokens));
   for (const batching::ScheduledChunk& chunk : plan.chunks) {
@@ -426,6 +436,17 @@ bool InferenceEngine::run_batch() {
     ids.insert(ids.end(), seq.tokens.begin() + chunk.start,
                seq.tokens.begin() + chunk.start + chunk.length);
     if (chunk.needs_logits) logit_rows.push_back(seg.token_begin + chunk.length - 1);
+    batching::RequestState& state = *seq.request;
+    if (state.request.prompt_logprobs >= 0 && !state.prompt_logprobs_sent) {
+      // Row of position p scores the prompt token at p + 1; positions already scored (a recompute
+      // after preemption) are skipped.
+      const int64_t done = static_cast<int64_t>(state.prompt_logprobs.size());
+      const int64_t end = std::min(chunk.start + chunk.length, seq.prompt_len - 1);
+      for (int64_t p = std::max(chunk.start, done); p < end; ++p) {
+        prompt_row_index.push_back(seg.token_begin + (p - chunk.start));
+        prompt_rows.push_back({&state, p + 1});
+      }
+    }
     segments.push_back(seg);
     if (in_batch.empty() || in_batch.back() != seq.request) in_batch.push_back(seq.request);
   }
@@ -448,11 +469,14 @@ bool InferenceEngine::run_batch() {
     }
     AttentionBatch batch(std::move(segments), std::move(tables), config_.block_size,
                          model_->options().device());
+    const int64_t sampling_rows = static_cast<int64_t>(logit_rows.size());
+    logit_rows.insert(logit_rows.end(), prompt_row_index.begin(), prompt_row_index.end());
     at::Tensor logits = forward_cached(model_, *cache_, batch, ids, logit_rows, config_.attention);
     // Any other forward of the model (a trainer's, a test's) sees the base unless it routes.
     if (const auto& routing = model_->lora_routing()) routing->set_all(-1);
     counters_.tokens_computed += plan.num_tokens;
     ++counters_.steps;
+    if (!prompt_rows.empty()) score_prompt_rows(prompt_rows, logits, sampling_rows);
     sample_and_emit(plan, logits);
   } catch (const std::exception& e) {
     // A failed forward (out of memory, a bug) fails the requests in this batch, not the engine.
@@ -478,6 +502,26 @@ void InferenceEngine::fail_requests(
     event.error = Error(ErrorCode::kInternal, "inference step failed: " + why);
     emit(state, std::move(event));
   }
+}
+
+void InferenceEngine::score_prompt_rows(const std::vector<PromptRow>& rows,
+                                        const at::Tensor& logits, int64_t first_row) {
+  const float* data = logits.data_ptr<float>();
+  const int64_t vocab = logits.size(1);
+  std::vector<batching::PromptLogprob> scored(rows.size());
+  at::parallel_for(0, static_cast<int64_t>(rows.size()), std::max<int64_t>(1, 8192 / vocab),
+                   [&](int64_t begin, int64_t end) {
+                     for (int64_t i = begin; i < end; ++i) {
+                       const PromptRow& r = rows[size_t(i)];
+                       scored[size_t(i)] =
+                           batching::score_token(data + (first_row + i) * vocab, vocab,
+                                                 r.request->request.prompt[size_t(r.position)],
+                                                 r.request->request.prompt_logprobs);
+                     }
+                   });
+  // Rows of one request are consecutive and in position order (its chunk's tokens).
+  for (size_t i = 0; i < rows.size(); ++i)
+    rows[i].request->prompt_logprobs.push_back(std::move(scored[i]));
 }
 
 void InferenceEngine::sample_and_emit(const batching::StepPlan& plan, const at::Tensor& logits) {
@@ -530,10 +574,19 @@ void InferenceEngine::sample_and_emit(const batching::StepPlan& plan, const at::
     event.request_id = state.request.id;
     event.sample_index = seq->sample_index;
     event.tokens.push_back(std::move(d.token));
+    if (state.request.prompt_logprobs >= 0 && !state.prompt_logprobs_sent) {
+      event.prompt_logprobs = std::move(state.prompt_logprobs);
+      state.prompt_logprobs = {};
+      state.prompt_logprobs_sent = true;
+    }
     const int32_t id = seq->tokens.back();
     const auto& stops = state.request.stop_token_ids;
+    std::optional<batching::FinishReason> mad;
     if (std::find(stops.begin(), stops.end(), id) != stops.end()) {
       finish_sample(seq, batching::FinishReason::kStop, event);
+    } else if ((mad = seq->madness.push(id))) {
+      ++counters_.madness_stops;
+      finish_sample(seq, *mad, event);
     } else if (seq->num_generated() >= state.request.max_tokens ||
                static_cast<int64_t>(seq->tokens.size()) >= max_model_len_) {
       finish_sample(seq, batching::FinishReason::kLength, event);

@@ -47,6 +47,9 @@ struct InferenceEngineOptions {
   // the bytes a decode step reads from the cache (and doubles the tokens cache_bytes holds);
   // attention still computes in float32 on the keys and values rounded to bfloat16.
   at::ScalarType cache_dtype = at::ScalarType::Undefined;
+  // Degenerate generations stop early with a madness finish reason (batching/madness.h); off by
+  // default.
+  batching::MadnessLimits madness;
 };
 
 struct EngineStats {
@@ -64,7 +67,8 @@ struct EngineStats {
   int64_t preemptions = 0;
   int64_t requests_finished = 0;
   int64_t policy_version = 0;
-  double busy_seconds = 0;  // wall time spent running batches (forward and sampling) since start
+  int64_t madness_stops = 0;  // samples a madness detector stopped (every detector)
+  double busy_seconds = 0;    // wall time spent running batches (forward and sampling) since start
 };
 
 using EventCallback = std::function<void(const batching::GenerateEvent&)>;
@@ -75,7 +79,8 @@ struct SampleOutput {
   std::optional<batching::FinishReason> finish;
 };
 struct GenerateResult {
-  std::vector<SampleOutput> samples;  // (n)
+  std::vector<SampleOutput> samples;                     // (n)
+  std::vector<batching::PromptLogprob> prompt_logprobs;  // request.prompt_logprobs >= 0
   std::optional<Error> error;
 };
 
@@ -165,6 +170,13 @@ class InferenceEngine {
   void abort_request(const std::string& id);
   bool run_batch();
   void sample_and_emit(const batching::StepPlan& plan, const at::Tensor& logits);
+  // Rows past the sampling rows of `logits` are prompt positions (prompt_logprobs requests).
+  struct PromptRow {
+    batching::RequestState* request;
+    int64_t position;  // the prompt token scored (>= 1)
+  };
+  void score_prompt_rows(const std::vector<PromptRow>& rows, const at::Tensor& logits,
+                         int64_t first_row);
   void fail_requests(const std::vector<std::shared_ptr<batching::RequestState>>& failed,
                      const std::string& why);
   void finish_sample(batching::Sequence* seq, batching::FinishReason reason,

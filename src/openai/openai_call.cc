@@ -206,6 +206,14 @@ void LlmCall::on_tokens(const rpc::TokensEvent& e) {
       setup_.meta.system_fingerprint = fmt::format("ajet-policy-{}", policy_version_);
     }
     ChoiceState& c = choices_[i];
+    if (e.prompt_top_k >= 0 && prompt_scores_.prompt_top_k < 0) {
+      prompt_scores_.prompt_top_k = e.prompt_top_k;
+      prompt_scores_.prompt_ids = e.prompt_ids;
+      prompt_scores_.prompt_logprobs = e.prompt_logprobs;
+      prompt_scores_.prompt_ranks = e.prompt_ranks;
+      prompt_scores_.prompt_top_ids = e.prompt_top_ids;
+      prompt_scores_.prompt_top_logprobs = e.prompt_top_logprobs;
+    }
     const bool was_stopped = c.stopped_by_string();
     c.add(e);
     if (c.stopped_by_string() && !was_stopped) {
@@ -471,6 +479,8 @@ Json LlmCall::response_json() const {
   }
   Json choices = Json::array();
   const text::Tokenizer& tok = *setup_.model->tokenizer;
+  const Json prompt_logprobs =
+      prompt_scores_.prompt_top_k >= 0 ? prompt_logprobs_json(prompt_scores_, tok) : Json();
   for (size_t i = 0; i < choices_.size(); ++i) {
     const ChoiceState& c = choices_[i];
     const text::ParsedOutput& out = *finals_[i];
@@ -488,6 +498,7 @@ Json LlmCall::response_json() const {
                          {"logprobs", std::move(logprobs)},
                          {"finish_reason", answered_finish(i, false)}});
     }
+    if (setup_.params.prompt_logprobs >= 0) choices.back()["prompt_logprobs"] = prompt_logprobs;
   }
   Json j = {
       {"id", setup_.meta.id},

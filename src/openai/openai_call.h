@@ -151,6 +151,7 @@ class LlmCall : public std::enable_shared_from_this<LlmCall> {
   bool finished_ = false;
   bool engine_aborted_ = false;  // a choice ended with `abort` that we did not ask for
   int64_t prompt_tokens_ = 0;
+  rpc::TokensEvent prompt_scores_;  // prompt_top_k >= 0 once the engine sent prompt_logprobs
   int64_t policy_version_ = -1;
   std::chrono::steady_clock::time_point last_push_{};
   std::optional<ResponsesEvents>

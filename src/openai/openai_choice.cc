@@ -190,6 +190,7 @@ std::string ChoiceState::finish_reason(bool has_tool_calls) const {
     case rpc::FinishReason::kLength: return "length";
     case rpc::FinishReason::kAbort: return "abort";
     case rpc::FinishReason::kStop: break;
+    default: return std::string(rpc::finish_reason_name(*engine_finish_));  // a madness stop
   }
   return has_tool_calls ? "tool_calls" : "stop";
 }
@@ -199,6 +200,10 @@ tracking::FinishReason ChoiceState::tracking_finish() const {
   switch (*engine_finish_) {
     case rpc::FinishReason::kLength: return tracking::FinishReason::kLength;
     case rpc::FinishReason::kAbort: return tracking::FinishReason::kAbort;
+    case rpc::FinishReason::kRepetition: return tracking::FinishReason::kRepetition;
+    case rpc::FinishReason::kLowEntropy: return tracking::FinishReason::kLowEntropy;
+    case rpc::FinishReason::kGarbage: return tracking::FinishReason::kGarbage;
+    case rpc::FinishReason::kLanguageSwitch: return tracking::FinishReason::kLanguageSwitch;
     case rpc::FinishReason::kStop: break;
   }
   return tracking::FinishReason::kStop;

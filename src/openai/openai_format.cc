@@ -31,6 +31,27 @@ Json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
               {"total_tokens", prompt_tokens + completion_tokens}};
 }
 
+Json prompt_logprobs_json(const rpc::TokensEvent& e, const text::Tokenizer& tok) {
+  Json out = Json::array();
+  out.push_back(nullptr);
+  const size_t k = size_t(std::max(e.prompt_top_k, 0));
+  for (size_t p = 0; p < e.prompt_ids.size(); ++p) {
+    Json entry = Json::object();
+    entry[std::to_string(e.prompt_ids[p])] = {{"logprob", e.prompt_logprobs[p]},
+                                              {"rank", e.prompt_ranks[p]},
+                                              {"decoded_token", tok.token_bytes(e.prompt_ids[p])}};
+    for (size_t j = 0; j < k; ++j) {
+      const int32_t id = e.prompt_top_ids[p * k + j];
+      if (id < 0 || id == e.prompt_ids[p]) continue;
+      entry[std::to_string(id)] = {{"logprob", e.prompt_top_logprobs[p * k + j]},
+                                   {"rank", int64_t(j) + 1},
+                                   {"decoded_token", tok.token_bytes(id)}};
+    }
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
 Json chat_logprobs_json(const ChoiceState& choice, size_t begin, size_t end,
                         const text::Tokenizer& tok) {
   Json content = Json::array();

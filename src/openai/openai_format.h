@@ -28,6 +28,12 @@ std::string new_response_id(std::string_view prefix);
 Json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
 
 // {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}]} for tokens [begin, end).
+// vLLM's `prompt_logprobs` of a choice: null for the first prompt token, then per position an
+// object
+// {"<token id>": {"logprob", "rank", "decoded_token"}} holding the prompt's own token and the
+// prompt_top_k best alternatives (the event that carried them: rpc::TokensEvent).
+Json prompt_logprobs_json(const rpc::TokensEvent& scores, const text::Tokenizer& tok);
+
 Json chat_logprobs_json(const ChoiceState& choice, size_t begin, size_t end,
                         const text::Tokenizer& tokenizer);
 // Legacy completions: {"tokens", "token_logprobs", "top_logprobs", "text_offset"}.

@@ -130,6 +130,14 @@ void parse_common(const OrderedJson& body, const FieldNames& names, OpenAiParams
     }
   }
   p.stream = boolean(body, "stream").value_or(false);
+  if (auto lp = integer(body, "prompt_logprobs")) {
+    if (*lp < 0 || *lp > rpc::kMaxTopLogprobs) {
+      bad_field("prompt_logprobs",
+                fmt::format("must be between 0 and {}, got {}", rpc::kMaxTopLogprobs, *lp));
+    }
+    if (p.stream) bad_field("prompt_logprobs", "is not supported with \"stream\": true");
+    p.prompt_logprobs = int(*lp);
+  }
   if (const OrderedJson* so = field(body, "stream_options")) {
     if (!so->is_object()) bad_field("stream_options", "must be an object, got " + type_name(*so));
     if (auto it = so->find("include_usage"); it != so->end() && !it->is_null()) {
@@ -304,11 +312,22 @@ rpc::GenerateRequest resolve_generation(const OpenAiParams& p, const episodes::S
   }
   g.seed = p.seed;
   g.top_logprobs = p.logprobs ? p.top_logprobs : 0;
+  g.prompt_logprobs = p.prompt_logprobs;
   return g;
 }
 
 void check_token_entries(const OpenAiParams& p, const rpc::GenerateRequest& g, int64_t limit) {
   const int64_t entries = int64_t(g.n) * int64_t(g.max_tokens) * (1 + int64_t(g.top_logprobs));
+  if (g.prompt_logprobs >= 0) {
+    const int64_t prompt = int64_t(g.prompt.size()) * (1 + int64_t(g.prompt_logprobs));
+    if (limit > 0 && entries + prompt > limit) {
+      invalid_argument(fmt::format(
+          "request body: the prompt's {} tokens × (1 + prompt_logprobs {}) plus {} generated "
+          "entries = {} token entries, above this front's limit of {} per request (ajet-swarm "
+          "--max-request-token-entries)",
+          g.prompt.size(), g.prompt_logprobs, entries, entries + prompt, limit));
+    }
+  }
   if (limit <= 0 || entries <= limit) return;
   invalid_argument(fmt::format(
       "request body: {} × {} × (1 + {}) = {} token entries, above this front's limit of {} per "

@@ -61,6 +61,9 @@ struct OpenAiParams {
   std::vector<std::string> stop;
   bool logprobs = false;
   int top_logprobs = 0;
+  // vLLM's prompt_logprobs (chat and completions): the raw logprob of every prompt token after the
+  // first, plus this many alternatives; -1 (absent or null): none. Not with stream.
+  int prompt_logprobs = -1;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   // chat only

@@ -60,6 +60,7 @@ Frame encode_generate_request(const GenerateRequest& r) {
   f.body = {{"n", r.n},         {"max_tokens", r.max_tokens}, {"temperature", r.temperature},
             {"top_p", r.top_p}, {"top_k", r.top_k},           {"top_logprobs", r.top_logprobs}};
   if (r.seed) f.body["seed"] = *r.seed;
+  if (r.prompt_logprobs >= 0) f.body["prompt_logprobs"] = r.prompt_logprobs;
   if (!r.tag.empty()) f.body["tag"] = r.tag;
   if (!r.adapter.empty()) f.body["adapter"] = r.adapter;
   f.add_array("prompt", r.prompt);
@@ -82,6 +83,7 @@ GenerateRequest decode_generate_request(const Frame& f) {
       get_int_in(b, "max_tokens", where, 1, std::numeric_limits<int32_t>::max(), std::nullopt);
   r.top_k = get_int_in(b, "top_k", where, 0, std::numeric_limits<int32_t>::max(), 0);
   r.top_logprobs = get_int_in(b, "top_logprobs", where, 0, kMaxTopLogprobs, 0);
+  r.prompt_logprobs = get_int_in(b, "prompt_logprobs", where, -1, kMaxTopLogprobs, -1);
   r.temperature = get_optional_number(b, "temperature", where).value_or(1.0);
   if (!std::isfinite(r.temperature) || r.temperature < 0) {
     bad(where, "'temperature' must be a finite number >= 0, got " + std::to_string(r.temperature));
@@ -104,12 +106,23 @@ std::string_view finish_reason_name(FinishReason reason) {
     case FinishReason::kStop: return "stop";
     case FinishReason::kLength: return "length";
     case FinishReason::kAbort: return "abort";
+    case FinishReason::kRepetition: return "repetition";
+    case FinishReason::kLowEntropy: return "low_entropy";
+    case FinishReason::kGarbage: return "garbage";
+    case FinishReason::kLanguageSwitch: return "language_switch";
   }
   return "unknown";
 }
 
+bool is_madness(FinishReason reason) {
+  return reason != FinishReason::kStop && reason != FinishReason::kLength &&
+         reason != FinishReason::kAbort;
+}
+
 std::optional<FinishReason> finish_reason_from_name(std::string_view name) {
-  for (auto r : {FinishReason::kStop, FinishReason::kLength, FinishReason::kAbort}) {
+  for (auto r :
+       {FinishReason::kStop, FinishReason::kLength, FinishReason::kAbort, FinishReason::kRepetition,
+        FinishReason::kLowEntropy, FinishReason::kGarbage, FinishReason::kLanguageSwitch}) {
     if (finish_reason_name(r) == name) return r;
   }
   return std::nullopt;
@@ -134,6 +147,21 @@ Frame encode_tokens_event(const TokensEvent& e) {
     f.body["top_k"] = e.top_k;
     f.add_array("top_ids", e.top_ids);
     f.add_array("top_logprobs", e.top_logprobs);
+  }
+  if (e.prompt_top_k >= 0) {
+    const size_t p = e.prompt_ids.size();
+    check_length(e.prompt_logprobs, p, "prompt_logprobs", where);
+    check_length(e.prompt_ranks, p, "prompt_ranks", where);
+    check_length(e.prompt_top_ids, p * size_t(e.prompt_top_k), "prompt_top_ids", where);
+    check_length(e.prompt_top_logprobs, e.prompt_top_ids.size(), "prompt_top_logprobs", where);
+    f.body["prompt_top_k"] = e.prompt_top_k;
+    f.add_array("prompt_ids", e.prompt_ids);
+    f.add_array("prompt_logprobs", e.prompt_logprobs);
+    f.add_array("prompt_ranks", e.prompt_ranks);
+    if (e.prompt_top_k > 0) {
+      f.add_array("prompt_top_ids", e.prompt_top_ids);
+      f.add_array("prompt_top_logprobs", e.prompt_top_logprobs);
+    }
   }
   if (e.finish_reason) {
     f.body["finish_reason"] = finish_reason_name(*e.finish_reason);
@@ -166,10 +194,27 @@ TokensEvent decode_tokens_event(const Frame& f) {
     e.top_logprobs = f.array<float>("top_logprobs", where);
     check_length(e.top_logprobs, t * e.top_k, "top_logprobs", where);
   }
+  e.prompt_top_k = get_int_in(b, "prompt_top_k", where, -1, kMaxTopLogprobs, -1);
+  if (e.prompt_top_k >= 0) {
+    e.prompt_ids = f.array<int32_t>("prompt_ids", where);
+    const size_t p = e.prompt_ids.size();
+    e.prompt_logprobs = f.array<float>("prompt_logprobs", where);
+    check_length(e.prompt_logprobs, p, "prompt_logprobs", where);
+    e.prompt_ranks = f.array<int32_t>("prompt_ranks", where);
+    check_length(e.prompt_ranks, p, "prompt_ranks", where);
+    if (e.prompt_top_k > 0) {
+      e.prompt_top_ids = f.array<int32_t>("prompt_top_ids", where);
+      check_length(e.prompt_top_ids, p * size_t(e.prompt_top_k), "prompt_top_ids", where);
+      e.prompt_top_logprobs = f.array<float>("prompt_top_logprobs", where);
+      check_length(e.prompt_top_logprobs, e.prompt_top_ids.size(), "prompt_top_logprobs", where);
+    }
+  }
   if (auto reason = get_optional_string(b, "finish_reason", where)) {
     e.finish_reason = finish_reason_from_name(*reason);
     if (!e.finish_reason)
-      bad(where, "unknown finish_reason '" + reason->substr(0, 32) + "' (stop, length or abort)");
+      bad(where,
+          "unknown finish_reason '" + reason->substr(0, 32) +
+              "' (stop, length, abort, repetition, low_entropy, garbage or language_switch)");
     e.prompt_tokens = get_int(b, "prompt_tokens", where);
     e.completion_tokens = get_int(b, "completion_tokens", where);
   }
@@ -211,6 +256,12 @@ Frame encode_train_batch(const TrainBatch& batch) {
   if (!batch.weights.empty()) f.body["weights"] = batch.weights;
   if (!batch.task_ids.empty()) f.body["task_ids"] = batch.task_ids;
   if (!batch.episode_uuids.empty()) f.body["episode_uuids"] = batch.episode_uuids;
+  if (!batch.teacher_logprobs.empty()) f.add_array("teacher_logprobs", batch.teacher_logprobs);
+  if (batch.teacher_top_k > 0) {
+    f.body["teacher_top_k"] = batch.teacher_top_k;
+    f.add_array("teacher_top_ids", batch.teacher_top_ids);
+    f.add_array("teacher_top_logprobs", batch.teacher_top_logprobs);
+  }
   return f;
 }
 
@@ -229,6 +280,20 @@ TrainBatch decode_train_batch(const Frame& f) {
   check_length(b.logprobs, n, "logprobs", where);
   if (!b.advantages.empty() || n == 0) check_length(b.advantages, n, "advantages", where);
   if (!b.policy_versions.empty()) check_length(b.policy_versions, n, "policy_versions", where);
+  b.teacher_logprobs =
+      f.optional_array<float>("teacher_logprobs", where).value_or(std::vector<float>{});
+  if (!b.teacher_logprobs.empty()) check_length(b.teacher_logprobs, n, "teacher_logprobs", where);
+  b.teacher_top_k = get_int_in(f.body, "teacher_top_k", where, 0, kMaxTopLogprobs, 0);
+  if (b.teacher_top_k > 0) {
+    if (b.teacher_logprobs.empty()) bad(where, "'teacher_top_k' needs 'teacher_logprobs'");
+    b.teacher_top_ids = f.array<int32_t>("teacher_top_ids", where);
+    check_length(b.teacher_top_ids, n * size_t(b.teacher_top_k), "teacher_top_ids", where);
+    for (int32_t id : b.teacher_top_ids) {
+      if (id < -1) bad(where, "'teacher_top_ids' holds " + std::to_string(id) + " (ids or -1)");
+    }
+    b.teacher_top_logprobs = f.array<float>("teacher_top_logprobs", where);
+    check_length(b.teacher_top_logprobs, b.teacher_top_ids.size(), "teacher_top_logprobs", where);
+  }
   check_token_ids(b.token_ids, "token_ids", where);
   const auto& off = b.sample_offsets;
   if (off.empty() || off.front() != 0 || off.back() != static_cast<int64_t>(n)) {

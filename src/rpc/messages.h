@@ -58,15 +58,27 @@ struct GenerateRequest {
   std::optional<int64_t> seed;          // reproducible per request when set
   std::vector<int32_t> stop_token_ids;  // generation of any of these ends a sample (the id is kept)
   int32_t top_logprobs = 0;             // 0..20 alternatives per generated token
-  std::string tag;                      // opaque, for logs (e.g. episode uuid + call index)
-  std::string adapter;                  // a LoRA adapter the engine serves; empty: the base model
+  // Raw logprobs of the prompt's own tokens: -1 none, 0 each token's, 1..20 also alternatives.
+  int32_t prompt_logprobs = -1;
+  std::string tag;      // opaque, for logs (e.g. episode uuid + call index)
+  std::string adapter;  // a LoRA adapter the engine serves; empty: the base model
 };
 
 Frame encode_generate_request(const GenerateRequest& request);
 // Throws kInvalidArgument naming the field ("generate: 'top_p' must be in (0, 1], got 0").
 GenerateRequest decode_generate_request(const Frame& frame);
 
-enum class FinishReason { kStop, kLength, kAbort };
+// The last four: a madness detector stopped the sample (batching/madness.h).
+enum class FinishReason {
+  kStop,
+  kLength,
+  kAbort,
+  kRepetition,
+  kLowEntropy,
+  kGarbage,
+  kLanguageSwitch
+};
+bool is_madness(FinishReason reason);
 std::string_view finish_reason_name(FinishReason reason);
 std::optional<FinishReason> finish_reason_from_name(std::string_view name);
 
@@ -82,6 +94,14 @@ struct TokensEvent {
   int32_t top_k = 0;                     // K alternatives per token (0 = none)
   std::vector<int32_t> top_ids;     // (T * K,) row-major: token t's alternatives at [t*K, t*K+K)
   std::vector<float> top_logprobs;  // (T * K,) their logprobs under the sampling distribution
+  // Once per request (its first event with tokens), when it asked for prompt_logprobs: positions
+  // 1..P-1 of the prompt, each with the K = prompt_top_k best alternatives (row-major).
+  int32_t prompt_top_k = -1;               // -1: none carried
+  std::vector<int32_t> prompt_ids;         // (P-1,)
+  std::vector<float> prompt_logprobs;      // (P-1,) raw
+  std::vector<int32_t> prompt_ranks;       // (P-1,) 1 = the model's first choice
+  std::vector<int32_t> prompt_top_ids;     // ((P-1) * K,)
+  std::vector<float> prompt_top_logprobs;  // ((P-1) * K,)
   // On the sample's last event only:
   std::optional<FinishReason> finish_reason;
   int64_t prompt_tokens = 0;      // P
@@ -123,6 +143,13 @@ struct TrainBatch {
   std::vector<std::string> task_ids;       // advantage group
   std::vector<std::string> episode_uuids;  // advantages are per episode
   std::vector<int32_t> policy_versions;    // (N,) weights version of each generated token
+  // On-policy distillation (docs/training.md): (N,) the teacher's logprob of each token, NaN where
+  // it has none (not trained, or the teacher failed for the sample); with teacher_top_k K > 0 also
+  // (N * K,) the teacher's K best ids (-1: none) and their logprobs at each position.
+  std::vector<float> teacher_logprobs;
+  int32_t teacher_top_k = 0;
+  std::vector<int32_t> teacher_top_ids;
+  std::vector<float> teacher_top_logprobs;
 };
 Frame encode_train_batch(const TrainBatch& batch);  // method train_step
 TrainBatch decode_train_batch(const Frame& frame);

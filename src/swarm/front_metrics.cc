@@ -395,6 +395,9 @@ void write_engine_figures(TextBuilder& out, const std::optional<Json>& status) {
   counter(engine, "steps", "ajet_engine_steps_total", "Engine scheduler steps (one batch each).");
   counter(engine, "preemptions", "ajet_engine_preemptions_total",
           "Sequences preempted (their cache blocks freed, recomputed later).");
+  counter(engine, "madness_stops", "ajet_engine_madness_stops_total",
+          "Samples a madness detector stopped early (ajet.rollout.madness: repetition, low "
+          "entropy, garbage, language switch).");
   counter(engine, "requests_finished", "ajet_engine_requests_finished_total",
           "Generate requests the engine finished.");
   counter(rpc, "generate_requests", "ajet_engine_rpc_generate_requests_total",

@@ -66,7 +66,10 @@ void serve_generation(ServerContext& ctx, Request req, Respond respond,
   // Anthropic's SDKs send the key in x-api-key; Authorization works for every endpoint.
   std::optional<std::string_view> key = messages ? req.headers.get("x-api-key") : std::nullopt;
   if (!key) key = req.headers.get("Authorization");
-  episodes::EpisodeKeyClaims claims = ctx.registry.signer().verify(key.value_or(""));
+  // The --inference key: an untracked call (no episode, nothing stored, never trained on).
+  const bool untracked = ctx.inference_key_ok(key);
+  episodes::EpisodeKeyClaims claims;
+  if (!untracked) claims = ctx.registry.signer().verify(key.value_or(""));
   text::OrderedJson body = parse_ordered_json_body(req, ctx.options.max_json_body_bytes);
   openai::FieldNames
       names;  // errors name the fields the client sent, not the chat fields they became
@@ -100,10 +103,11 @@ void serve_generation(ServerContext& ctx, Request req, Respond respond,
   // All n choices at once, within the episode's limits (checked against what it has recorded).
   std::vector<episodes::LlmCallTicket> tickets;
   try {
-    tickets = ctx.registry.begin_llm_calls(
-        claims.episode_uuid, episodes::CallReservation{setup.params.n, int64_t(req.body.size()),
-                                                       ctx.options.max_episode_calls,
-                                                       int64_t(ctx.options.max_episode_bytes)});
+    if (!untracked)
+      tickets = ctx.registry.begin_llm_calls(
+          claims.episode_uuid, episodes::CallReservation{setup.params.n, int64_t(req.body.size()),
+                                                         ctx.options.max_episode_calls,
+                                                         int64_t(ctx.options.max_episode_bytes)});
   } catch (const Error& e) {
     if (e.code() != ErrorCode::kUnavailable) throw;
     const int retry_after = episodes::retry_after_seconds(ctx.registry.engine_status());
@@ -112,9 +116,10 @@ void serve_generation(ServerContext& ctx, Request req, Respond respond,
                      : openai::unavailable_response(e.what(), retry_after));
     return;
   }
-  const episodes::LlmCallTicket first = tickets.front();
-  setup.in_flight = std::make_shared<episodes::CallInFlight>(ctx.registry, claims.episode_uuid);
-  for (const episodes::LlmCallTicket& ticket : tickets) setup.in_flight->add(ticket.call_index);
+  if (!untracked) {
+    setup.in_flight = std::make_shared<episodes::CallInFlight>(ctx.registry, claims.episode_uuid);
+    for (const episodes::LlmCallTicket& ticket : tickets) setup.in_flight->add(ticket.call_index);
+  }
   std::shared_ptr<const episodes::ModelContext> model = ctx.model();
   if (!model) fail(ErrorCode::kUnavailable, "no model is loaded (start_engine first)");
   setup.model = model;
@@ -124,17 +129,21 @@ void serve_generation(ServerContext& ctx, Request req, Respond respond,
   setup.agent_name =
       episodes::resolve_agent_name(claims, header_agent, model_field, model->agent_names);
 
-  episodes::TrackedEpisode tracked = ctx.trackers.get_or_create(claims.episode_uuid, model);
-  // An end or abort between begin_llm_call and here ran the close hook (which drops the episode's
-  // tracker) before this tracker existed: drop it again, or it would stay until the next engine
-  // start. The call goes on with its own reference and is not recorded (record_llm_call refuses
-  // it).
-  if (!ctx.registry.is_live(claims.episode_uuid)) ctx.trackers.drop(claims.episode_uuid);
-  setup.tracker = tracked.tracker;
+  if (!untracked) {
+    episodes::TrackedEpisode tracked = ctx.trackers.get_or_create(claims.episode_uuid, model);
+    // An end or abort between begin_llm_call and here ran the close hook (which drops the
+    // episode's tracker) before this tracker existed: drop it again, or it would stay until the
+    // next engine start. The call goes on with its own reference and is not recorded
+    // (record_llm_call refuses it).
+    if (!ctx.registry.is_live(claims.episode_uuid)) ctx.trackers.drop(claims.episode_uuid);
+    setup.tracker = tracked.tracker;
+  }
   if (chat) {
     tracking::PromptOptions options = model->prompt_options;
     options.enable_thinking = setup.params.enable_thinking;
-    setup.prompt = tracked.tracker->render(setup.agent_name, setup.request, options);
+    setup.prompt = setup.tracker
+                       ? setup.tracker->render(setup.agent_name, setup.request, options)
+                       : tracking::render_prompt(*model->format, setup.request, options, nullptr);
     setup.generation_prompt_tail = generation_tail(*model, setup.prompt);
     setup.parse_tools =
         !setup.request.tools.empty() && setup.params.tool_choice != openai::ToolChoice::kNone;
@@ -151,13 +160,15 @@ void serve_generation(ServerContext& ctx, Request req, Respond respond,
     setup.prompt.generation_prompt_begin = int32_t(setup.prompt.ids.size());
   }
 
-  const bool train = first.episode_type == "train";
+  const bool train = !untracked && tickets.front().episode_type == "train";
   setup.generate =
       openai::resolve_generation(setup.params, model->sampling, train, setup.prompt.ids.size());
   setup.generate.prompt = setup.prompt.ids;
   setup.generate.stop_token_ids = chat ? model->chat_stop_ids : model->completion_stop_ids;
   openai::check_token_entries(setup.params, setup.generate, ctx.options.max_request_token_entries);
-  setup.generate.tag = fmt::format("{}#{}", claims.episode_uuid, first.call_index);
+  setup.generate.tag = untracked
+                           ? std::string("inference")
+                           : fmt::format("{}#{}", claims.episode_uuid, tickets.front().call_index);
   setup.generate.adapter = ctx.adapter_of_model(setup.params.model, model->served_name);
   // An adapter the claim assigned the episode, unless the call names one itself.
   if (setup.generate.adapter.empty() && !claims.adapter.empty()) {
@@ -188,7 +199,8 @@ void serve_generation(ServerContext& ctx, Request req, Respond respond,
 
   // The replica is picked last, so a call refused above never counts as its load.
   engine_control::ReplicaChoice replica =
-      ctx.router.route(claims.episode_uuid, ctx.supervisor.rank_clients(), setup.params.n);
+      ctx.router.route(untracked ? std::string() : claims.episode_uuid,
+                       ctx.supervisor.rank_clients(), setup.params.n);
   setup.replica_lease = std::move(replica.lease);
   const bool heartbeat = messages && setup.params.stream;
   auto call = std::make_shared<openai::LlmCall>(

@@ -191,7 +191,21 @@ SwarmServer::SwarmServer(FrontOptions options) : options_(std::move(options)) {
     };
     link.hold_trainer = [supervisor] { return supervisor->hold_trainer(); };
   }
-  link.settings = [synced] { return synced->settings(); };
+  // A resumed store's config passed no --teacher-url check: its teacher is dialed only when this
+  // front's flags name it.
+  link.settings = [synced, allowed = options_.teacher_urls] {
+    engine_control::TrainSettings s = synced->settings();
+    if (s.teacher) {
+      try {
+        if (const auto state = synced->get(); state.config)
+          check_teacher_allowed(allowed, *state.config);
+      } catch (const Error& e) {
+        log().error("distillation is off: {}", e.what());
+        s.teacher.reset();
+      }
+    }
+    return s;
+  };
   link.checkpoint_saved = [supervisor, store](const fs::path& dir) {
     supervisor->set_latest_checkpoint(dir);
     store->put_state(store::kStateLatestCheckpoint,

@@ -86,6 +86,26 @@ engine_control::TrainSettings SyncedTrain::settings() const {
     s.advantage = train_data::TrainerOptions::from_config(*state_.config).advantage;
   } catch (const Error&) {
   }
+  const config::Config& c = *state_.config;
+  const config::MadnessConfig& md = c.rollout.madness;
+  s.madness.action = md.action == "drop"   ? engine_control::MadnessAction::kDrop
+                     : md.action == "keep" ? engine_control::MadnessAction::kKeep
+                                           : engine_control::MadnessAction::kPenalize;
+  s.madness.reward = c.rollout.agent_madness_reward;
+  s.madness_detection =
+      md.repeat_tokens > 0 || md.entropy_window > 0 || md.garbage_run > 0 || md.switch_run > 0;
+  s.per_role_advantages = c.trainer_common.algorithm.per_role_advantages;
+  if (c.distillation.enabled()) {
+    const config::DistillationConfig& d = c.distillation;
+    engine_control::TeacherOptions t;
+    t.base_url = d.base_url;
+    t.api_key = d.api_key;
+    t.model = d.model;
+    t.timeout_s = d.timeout;
+    t.concurrency = int(d.concurrency);
+    t.top_k = int(d.top_k);
+    s.teacher = std::move(t);
+  }
   return s;
 }
 
@@ -141,6 +161,14 @@ bool ServerContext::is_peer(const std::string& coordinator_url) const {
          options.peers.end();
 }
 
+bool ServerContext::inference_key_ok(std::optional<std::string_view> key) const {
+  if (options.inference_key.empty() || !key) return false;
+  std::string_view k = *key;
+  if (k.size() >= 7 && http::iequals(k.substr(0, 7), "Bearer ")) k.remove_prefix(7);
+  while (!k.empty() && k.front() == ' ') k.remove_prefix(1);
+  return constant_time_equal(k, options.inference_key);
+}
+
 bool ServerContext::admin_ok(const http::RequestHead& request) const {
   if (options.admin_token.empty()) return true;
   std::string_view auth = request.headers.get("Authorization").value_or("");
@@ -160,6 +188,27 @@ void ServerContext::require_offline(const char* what) const {
   }
 }
 
+void ServerContext::check_teacher_allowed(const config::Config& config) const {
+  swarm::check_teacher_allowed(options.teacher_urls, config);
+}
+
+void check_teacher_allowed(const std::vector<std::string>& teacher_urls,
+                           const config::Config& config) {
+  const std::string& url = config.distillation.base_url;
+  if (url.empty()) return;
+  auto bare = [](std::string u) {
+    while (!u.empty() && u.back() == '/') u.pop_back();
+    return u;
+  };
+  for (const std::string& allowed : teacher_urls) {
+    if (bare(allowed) == bare(url)) return;
+  }
+  fail(ErrorCode::kInvalidArgument,
+       fmt::format("ajet.distillation.base_url {} is not a teacher this front may dial: start it "
+                   "with --teacher-url {} (the operator names the addresses a front connects to)",
+                   url, bare(url)));
+}
+
 std::vector<std::string> ServerContext::sync_train_config(const std::string& yaml,
                                                           const std::string& source) {
   std::lock_guard<std::mutex> lifecycle(lifecycle_mu_);
@@ -169,6 +218,7 @@ std::vector<std::string> ServerContext::sync_train_config(const std::string& yam
                            config::ConfigUse::kSwarmServer);
   if (std::string note = model_path_note(loaded.config.model.path); !note.empty())
     loaded.warnings.push_back(note);
+  check_teacher_allowed(loaded.config);
   (void)episodes::RegistryOptions::from_config(loaded.config,
                                                base_url);  // backbone and batch trigger names
   store.put_state(store::kStateTrainConfigYaml, yaml).get();

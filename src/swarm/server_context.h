@@ -58,6 +58,12 @@ struct FrontOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 10086;    // 0: an ephemeral port (printed in the ready line)
   std::string admin_token;  // empty: no admin token (anyone who can reach the port is trusted)
+  // --inference-key: a key for untracked OpenAI/Anthropic calls (a teacher or judge for other
+  // runs): served by the current policy, recorded in no episode, never trained on. Empty: none.
+  std::string inference_key;
+  // --teacher-url: the teachers (ajet.distillation.base_url) a synced config may name; no other
+  // address is ever dialed for distillation.
+  std::vector<std::string> teacher_urls;
   std::filesystem::path server_dir = "ajet_swarm";  // --exp-dir: store, experiments, synced code
   std::filesystem::path store_path;                 // empty: <server_dir>/swarm.sqlite
   std::filesystem::path conf;  // --conf: a train config to sync at start (when OFFLINE)
@@ -118,6 +124,11 @@ struct FrontOptions {
       1u << 20;  // --max-episode-metadata-mb: end's metadata, log_metrics each
   double group_resolve_give_up_s = 3600;  // --group-resolve-give-up: past the prepare deadline
 };
+
+// Error(kInvalidArgument) when `config` names a distillation teacher (ajet.distillation.base_url)
+// that is not among `teacher_urls` (ajet-swarm start --teacher-url).
+void check_teacher_allowed(const std::vector<std::string>& teacher_urls,
+                           const config::Config& config);
 
 // The registry's settings from the train config plus those the front's flags decide (claim share,
 // timeout bound, coordinator re-asking).
@@ -209,6 +220,8 @@ class ServerContext {
   // True when the request may use an admin endpoint (no token configured, or the right Bearer
   // token).
   bool admin_ok(const http::RequestHead& request) const;
+  // `key` (an Authorization or x-api-key value) is the --inference-key (false when none is set).
+  bool inference_key_ok(std::optional<std::string_view> key) const;
   // True only when an admin token is configured and the request carries it (what unlocks other
   // clients' episodes, every id in the public views, and a coordinator outside --peer).
   bool admin_token_given(const http::RequestHead& request) const;
@@ -220,6 +233,8 @@ class ServerContext {
   // Error naming the bad key. `source` names the text in messages: the file it was read from when
   // known (`ajet-swarm start --conf`, a client's `source`), else "sync_train_config
   // yaml_as_string".
+  // Error(kInvalidArgument) when the config names a distillation teacher not in --teacher-url.
+  void check_teacher_allowed(const config::Config& config) const;
   std::vector<std::string> sync_train_config(const std::string& yaml,
                                              const std::string& source = "");
   // Unpacks a zip of a source tree for the next start_engine (only in OFFLINE).

@@ -14,13 +14,25 @@ std::string_view finish_reason_name(FinishReason reason) {
     case FinishReason::kStop: return "stop";
     case FinishReason::kLength: return "length";
     case FinishReason::kAbort: return "abort";
+    case FinishReason::kRepetition: return "repetition";
+    case FinishReason::kLowEntropy: return "low_entropy";
+    case FinishReason::kGarbage: return "garbage";
+    case FinishReason::kLanguageSwitch: return "language_switch";
   }
   return "stop";
 }
 
+bool is_madness(FinishReason reason) {
+  return reason != FinishReason::kStop && reason != FinishReason::kLength &&
+         reason != FinishReason::kAbort;
+}
+
 FinishReason finish_reason_from_name(std::string_view name) {
-  if (name == "length") return FinishReason::kLength;
-  if (name == "abort") return FinishReason::kAbort;
+  for (FinishReason r :
+       {FinishReason::kLength, FinishReason::kAbort, FinishReason::kRepetition,
+        FinishReason::kLowEntropy, FinishReason::kGarbage, FinishReason::kLanguageSwitch}) {
+    if (name == finish_reason_name(r)) return r;
+  }
   return FinishReason::kStop;
 }
 

@@ -17,9 +17,19 @@
 
 namespace ajet::tracking {
 
-enum class FinishReason { kStop, kLength, kAbort };
+// The last four: a madness detector of the engine stopped the call (batching/madness.h).
+enum class FinishReason {
+  kStop,
+  kLength,
+  kAbort,
+  kRepetition,
+  kLowEntropy,
+  kGarbage,
+  kLanguageSwitch
+};
+bool is_madness(FinishReason reason);
 
-// "stop", "length", "abort".
+// "stop", "length", "abort", "repetition", "low_entropy", "garbage", "language_switch".
 std::string_view finish_reason_name(FinishReason reason);
 // Parses those names; anything else (e.g. "tool_calls", "") reads as stop.
 FinishReason finish_reason_from_name(std::string_view name);

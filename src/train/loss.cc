@@ -32,7 +32,8 @@ void check_term(const torch::Tensor& t, int64_t k, const char* name) {
 
 }  // namespace
 
-LossOutput policy_loss(const LossTerms& in, const train_data::LossOptions& o) {
+LossOutput policy_loss(const LossTerms& in, const train_data::LossOptions& o,
+                       const train_data::DistillOptions& distill) {
   const int64_t k = in.logprob.defined() ? in.logprob.size(0) : 0;
   check_term(in.logprob, k, "logprob");
   check_term(in.old_logprob, k, "old_logprob");
@@ -86,6 +87,33 @@ LossOutput policy_loss(const LossTerms& in, const train_data::LossOptions& o) {
     total = total + o.kl_coef * coef * kl;
     out.kl_loss = sum_of((coef * kl).detach());
     out.kl_sum = sum_of(kl.detach() * active);
+  }
+  if (distill.enabled && distill.as_loss) {
+    torch::Tensor d, mask;
+    if (distill.topk_forward) {
+      if (!in.teacher_top_logprob.defined() || in.teacher_top_logprob.dim() != 2 ||
+          in.teacher_top_logprob.size(0) != k || !in.student_top_logprob.defined() ||
+          !in.student_top_logprob.sizes().equals(in.teacher_top_logprob.sizes())) {
+        invalid_argument(
+            "policy loss: topk_forward_kl needs (K, k) teacher and student top "
+            "logprobs");
+      }
+      const auto t = in.teacher_top_logprob.detach();
+      const auto present = torch::isfinite(t);
+      const auto t0 = torch::where(present, t, torch::zeros_like(t));
+      const auto pt = torch::where(present, torch::exp(t0), torch::zeros_like(t0));
+      d = (pt * (t0 - in.student_top_logprob)).sum(1);  // (K,)
+      mask = present.any(1).to(lp.scalar_type());
+    } else {
+      check_term(in.teacher_logprob, k, "teacher_logprob");
+      check_term(in.teacher_mask, k, "teacher_mask");
+      mask = in.teacher_mask.detach();
+      d = kl_estimate(lp, in.teacher_logprob.detach(), distill.kl_type) * mask;
+    }
+    total = total + distill.coef * coef * d;
+    out.distill_loss = sum_of((distill.coef * coef * d).detach());
+    out.distill_sum = sum_of(d.detach() * active);
+    out.distill_tokens = sum_of(mask * active);
   }
   if (in.entropy.defined()) {
     out.entropy_loss = sum_of((coef * in.entropy).detach());

@@ -20,6 +20,12 @@ struct LossTerms {
   torch::Tensor behaviour_logprob;  // rollout logprobs; required when correction != kNone
   torch::Tensor ref_logprob;        // required when use_kl
   torch::Tensor entropy;            // optional; differentiable when entropy_coef != 0
+  // Distillation in loss mode (train_data::DistillOptions, as_loss): the teacher's logprob of each
+  // term's token (0 where teacher_mask is 0) and the mask (1: the term has one). With the top-k
+  // forward KL instead: (K, k) the teacher's top ids' logprobs (-inf: none) and the current
+  // policy's logprobs of the same ids (differentiable).
+  torch::Tensor teacher_logprob, teacher_mask;
+  torch::Tensor teacher_top_logprob, student_top_logprob;
 };
 
 // Sums over the K terms (detached, float64 scalars except `loss`).
@@ -28,6 +34,9 @@ struct LossOutput {
   double pg_loss = 0;       // sum coef * pg
   double kl_loss = 0;       // sum coef * kl (0 without use_kl)
   double entropy_loss = 0;  // sum coef * H
+  double distill_loss = 0;  // sum coef * distill.coef * d (loss mode)
+  double distill_sum = 0;   // sum d over terms with a teacher
+  double distill_tokens = 0;
   // Unweighted token sums, for token-mean metrics:
   double tokens = 0;         // K' = terms with coef != 0
   double kl_sum = 0;         // sum kl
@@ -50,7 +59,8 @@ struct LossOutput {
 // behav_imp_weight_cap) drops the term, w = 0. Either way the term stays in the aggregation (coef)
 // and is counted in is_truncated. Terms with coef == 0 contribute nothing (their gradient is
 // exactly 0).
-LossOutput policy_loss(const LossTerms& terms, const train_data::LossOptions& options);
+LossOutput policy_loss(const LossTerms& terms, const train_data::LossOptions& options,
+                       const train_data::DistillOptions& distill = {});
 
 // Per-term KL estimate between the current (lp) and reference (ref) log-probabilities.
 torch::Tensor kl_estimate(const torch::Tensor& lp, const torch::Tensor& ref,

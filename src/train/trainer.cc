@@ -161,15 +161,18 @@ double token_mean_advantage(const train_data::TrainSample& t) {
   return n > 0 ? sum / n : 0.0;
 }
 
-// A sample is active when its group is kept, it has trained tokens and (with episode_weighting) a
-// positive weight. Counts the dropped ones and the active ones' tokens and advantages into `m`.
+// A sample is active when its group is kept (or, with distillation, it has teacher logprobs: a
+// zero-variance group still has a teacher to learn from), it has trained tokens and (with
+// episode_weighting) a positive weight. Counts the dropped ones and the active ones' tokens and
+// advantages into `m`.
 ActiveSamples select_active(const train_data::Batch& batch, const SampleAdvantages& adv,
-                            bool episode_weighting, train_data::TrainMetrics& m) {
+                            bool episode_weighting, bool distill, train_data::TrainMetrics& m) {
   ActiveSamples out;
   out.per_token_advantages = adv.per_token;
   for (size_t i = 0; i < batch.samples.size(); ++i) {
     const train_data::TrainSample& t = batch.samples[i];
-    if (adv.keep[i] && t.trained_tokens() > 0 && (!episode_weighting || t.weight > 0)) {
+    const bool kept = adv.keep[i] || (distill && !t.teacher_logprobs.empty());
+    if (kept && t.trained_tokens() > 0 && (!episode_weighting || t.weight > 0)) {
       out.index.push_back(i);
     } else {
       ++m.dropped_samples;
@@ -242,21 +245,30 @@ std::vector<double> loss_coefficients(const train_data::TrainerOptions& o,
 // The per-term inputs of one micro-batch's loss: (K,) each.
 struct TermInputs {
   std::vector<float> old, advantage, coef, behaviour, reference;
+  // Distillation in loss mode: the teacher's logprob (0 where none) and the mask; top-k forward
+  // KL: (K * k) the teacher's top ids (the term's own token where none) and their logprobs (-inf).
+  std::vector<float> teacher, teacher_mask;
+  int64_t top_k = 0;
+  std::vector<int64_t> top_ids;
+  std::vector<float> top_logprobs;
 };
 
 // Sums of one mini-batch's losses over its micro-batches (this rank only).
 struct MiniBatchLoss {
   double loss = 0;  // scaled by loss_scale
   double pg = 0;
+  double distill = 0;
 };
 
 // Token sums of the loss diagnostics over every term of every mini-batch and epoch of a step.
 // Summed over ranks once, at the end of the step, as one tensor; then divided by the token count.
 struct TokenSums {
   double tokens = 0, kl = 0, entropy = 0, clipped = 0, dual_clipped = 0, approx_kl = 0,
-         is_weight = 0, is_truncated = 0;
+         is_weight = 0, is_truncated = 0, distill = 0, distill_tokens = 0;
 
   void add(const LossOutput& out) {
+    distill += out.distill_sum;
+    distill_tokens += out.distill_tokens;
     tokens += out.tokens;
     kl += out.kl_sum;
     entropy += out.entropy_sum;
@@ -269,7 +281,8 @@ struct TokenSums {
   // Every field, in the one order every rank packs them in to sum them over ranks as an (8,)
   // tensor.
   std::vector<double*> fields() {
-    return {&tokens, &kl, &entropy, &clipped, &dual_clipped, &approx_kl, &is_weight, &is_truncated};
+    return {&tokens,    &kl,        &entropy,      &clipped, &dual_clipped,
+            &approx_kl, &is_weight, &is_truncated, &distill, &distill_tokens};
   }
   // Token means into `m` (the importance weight is 1 when there were no tokens).
   void finish(train_data::TrainMetrics& m) const {
@@ -281,14 +294,17 @@ struct TokenSums {
     m.approx_kl = approx_kl / n;
     m.is_weight = tokens > 0 ? is_weight / n : 1.0;
     m.is_truncated_fraction = is_truncated / n;
+    // Loss mode: the estimate under the current policy as trained (advantage mode: set from the
+    // behaviour logprobs before the step).
+    if (distill_tokens > 0) m.distill_estimate = distill / distill_tokens;
   }
 };
 
 // Sums over the mini-batches of a step; all but `tokens` are summed over ranks as they are added.
 struct StepSums {
   TokenSums tokens;
-  double loss = 0, pg_loss = 0;  // over every optimizer step
-  double grad_norm = 0;          // over the steps that updated the weights
+  double loss = 0, pg_loss = 0, distill_loss = 0;  // over every optimizer step
+  double grad_norm = 0;                            // over the steps that updated the weights
   int64_t updates = 0;
 
   // Means over optimizer steps into `m`; call after m.optimizer_steps is final and `tokens` summed.
@@ -297,6 +313,7 @@ struct StepSums {
     const double done = static_cast<double>(std::max<int64_t>(1, m.optimizer_steps));
     m.loss = loss / done;
     m.pg_loss = pg_loss / done;
+    m.distill_loss = distill_loss / done;
     m.grad_norm = updates > 0 ? grad_norm / static_cast<double>(updates) : 0.0;
   }
 };
@@ -519,15 +536,67 @@ struct Trainer::Impl {
       lt.coef = float_tensor(in.coef, device());
       if (corrected()) lt.behaviour_logprob = float_tensor(in.behaviour, device());
       if (o.loss.use_kl) lt.ref_logprob = float_tensor(in.reference, device());
-      LossOutput out = policy_loss(lt, o.loss);
+      if (o.distill.enabled && o.distill.as_loss) {
+        if (o.distill.topk_forward) {
+          const int64_t kt = static_cast<int64_t>(mb.term_sample.size());
+          const int64_t k = std::max<int64_t>(in.top_k, 1);
+          lt.teacher_top_logprob = float_tensor(in.top_logprobs, device()).view({kt, k});
+          lt.student_top_logprob =
+              top_logprobs(tempered(hidden), mb, lt.logprob, in.top_ids, kt, k);
+        } else {
+          lt.teacher_logprob = float_tensor(in.teacher, device());
+          lt.teacher_mask = float_tensor(in.teacher_mask, device());
+        }
+      }
+      LossOutput out = policy_loss(lt, o.loss, o.distill);
       (out.loss * o.loss_scale).backward();
       sum.loss += out.loss.item<double>() * o.loss_scale;
       sum.pg += out.pg_loss;
+      sum.distill += out.distill_loss;
       tokens.add(out);
       m.packed_tokens += static_cast<int64_t>(mb.seq.size());
       ++m.micro_batches;
     }
     return sum;
+  }
+
+  // The current policy's logprobs (K, k) of the ids `ids` (K * k) at each term's row: the logit of
+  // an id minus the row's log-normaliser, which is the term's own logit minus its logprob
+  // (differentiable through both: the chunked logprob's own backward and the gathered products).
+  torch::Tensor top_logprobs(const torch::Tensor& hidden, const MicroBatch& mb,
+                             const torch::Tensor& term_logprob, const std::vector<int64_t>& ids,
+                             int64_t kt, int64_t k) {
+    const torch::Tensor weight = lm_head_weight(model);                      // (V, C)
+    const torch::Tensor h = hidden.index_select(0, mb.term_slot);            // (K, C)
+    const torch::Tensor targets = mb.targets.index_select(0, mb.term_slot);  // (K,)
+    const torch::Tensor own = (weight.index_select(0, targets) * h).sum(1);  // (K,)
+    const torch::Tensor id_tensor =
+        torch::from_blob(const_cast<int64_t*>(ids.data()), {kt * k}, torch::kLong)
+            .clone()
+            .to(h.device());
+    const torch::Tensor w = weight.index_select(0, id_tensor).view({kt, k, -1});  // (K, k, C)
+    const torch::Tensor logits = (w * h.unsqueeze(1)).sum(2);                     // (K, k)
+    return logits - (own - term_logprob).unsqueeze(1);
+  }
+
+  // The trained tokens with a teacher logprob and the mean distance to the teacher under the
+  // behaviour logprobs (what advantage mode adds; loss mode reports its own after the step), over
+  // every rank.
+  void distill_counts(const ActiveSamples& active, train_data::TrainMetrics& m) {
+    const train_data::KlType type =
+        o.distill.topk_forward ? train_data::KlType::kK1 : o.distill.kl_type;
+    double sum = 0, count = 0;
+    for (const train_data::TrainSample* t : active.ptrs) {
+      if (t->teacher_logprobs.empty()) continue;
+      for (size_t p = 0; p < t->size(); ++p) {
+        if (!t->loss_mask[p] || std::isnan(t->teacher_logprobs[p])) continue;
+        sum += train_data::kl_value(t->logprobs[p], t->teacher_logprobs[p], type);
+        count += 1;
+      }
+    }
+    sum_over_ranks({&sum, &count});
+    m.distill_tokens = static_cast<int64_t>(count);
+    m.distill_estimate = count > 0 ? sum / count : 0.0;
   }
 
   // Each term's old, behaviour and reference logprob, advantage and coefficient.
@@ -537,6 +606,17 @@ struct Trainer::Impl {
     const size_t kt = mb.term_sample.size();
     TermInputs in{std::vector<float>(kt), std::vector<float>(kt), std::vector<float>(kt),
                   std::vector<float>(kt), std::vector<float>(kt)};
+    if (o.distill.enabled && o.distill.as_loss) {
+      if (o.distill.topk_forward) {
+        for (size_t a : part) in.top_k = std::max<int64_t>(in.top_k, active.ptrs[a]->teacher_top_k);
+        in.top_k = std::max<int64_t>(in.top_k, 1);
+        in.top_ids.assign(kt * static_cast<size_t>(in.top_k), 0);
+        in.top_logprobs.assign(kt * static_cast<size_t>(in.top_k), 0.0f);
+      } else {
+        in.teacher.assign(kt, 0.0f);
+        in.teacher_mask.assign(kt, 0.0f);
+      }
+    }
     for (size_t q = 0; q < kt; ++q) {
       const auto j = static_cast<size_t>(mb.term_sample[q]);
       const auto p = static_cast<size_t>(mb.term_position[q]);
@@ -546,8 +626,36 @@ struct Trainer::Impl {
       in.advantage[q] = static_cast<float>(active.advantage_at(a, p));
       in.coef[q] = static_cast<float>(coef[j]);
       if (o.loss.use_kl) in.reference[q] = lp.reference[a][p];
+      if (o.distill.enabled) distill_term(*active.ptrs[a], p, q, in);
     }
     return in;
+  }
+
+  // Term q (sample t, position p) under ajet.distillation (train_data::DistillOptions).
+  void distill_term(const train_data::TrainSample& t, size_t p, size_t q, TermInputs& in) const {
+    const train_data::DistillOptions& d = o.distill;
+    in.advantage[q] = static_cast<float>(d.reward_weight * in.advantage[q]);
+    const bool has = !t.teacher_logprobs.empty() && !std::isnan(t.teacher_logprobs[p]);
+    if (!d.as_loss) {
+      if (has)
+        in.advantage[q] -= static_cast<float>(
+            d.coef * train_data::kl_value(in.behaviour[q], t.teacher_logprobs[p], d.kl_type));
+      return;
+    }
+    if (d.topk_forward) {
+      const size_t sk = static_cast<size_t>(t.teacher_top_k);
+      for (int64_t j = 0; j < in.top_k; ++j) {
+        const size_t at = q * static_cast<size_t>(in.top_k) + static_cast<size_t>(j);
+        const bool present =
+            has && static_cast<size_t>(j) < sk && t.teacher_top_ids[p * sk + j] >= 0;
+        in.top_ids[at] = present ? t.teacher_top_ids[p * sk + j] : t.token_ids[p];
+        in.top_logprobs[at] =
+            present ? t.teacher_top_logprobs[p * sk + j] : -std::numeric_limits<float>::infinity();
+      }
+      return;
+    }
+    in.teacher[q] = has ? t.teacher_logprobs[p] : 0.0f;
+    in.teacher_mask[q] = has ? 1.0f : 0.0f;
   }
 
   // The end of a mini-batch: gradients summed over ranks, the hook, the global norm (before
@@ -563,9 +671,10 @@ struct Trainer::Impl {
     std::vector<torch::Tensor> norms;
     for (auto& g : grads) norms.push_back(g.norm(2).to(torch::kDouble));
     const double norm = torch::stack(norms).norm(2).item<double>();
-    sum_over_ranks({&loss.loss, &loss.pg});
+    sum_over_ranks({&loss.loss, &loss.pg, &loss.distill});
     sums.loss += loss.loss;
     sums.pg_loss += loss.pg;
+    sums.distill_loss += loss.distill;
     if (!std::isfinite(norm)) {
       ++m.skipped_steps;
     } else {
@@ -688,7 +797,8 @@ train_data::TrainMetrics Trainer::train_step_unguarded(const train_data::Batch& 
   // 1. Advantages: per episode from rewards, or as given per token.
   const SampleAdvantages adv = sample_advantages(batch, o.advantage, m);
   // 2. Samples that carry loss terms.
-  const ActiveSamples active = select_active(batch, adv, o.episode_weighting, m);
+  const ActiveSamples active = select_active(batch, adv, o.episode_weighting, o.distill.enabled, m);
+  if (o.distill.enabled) s.distill_counts(active, m);
   // 3. Epoch 0's order, then old (proximal) and reference logprobs on the weights before any
   // update.
   const bool was_training = s.model->is_training();

@@ -1,6 +1,7 @@
 #include "train_data/batch.h"
 
 #include <cmath>
+#include <limits>
 #include <map>
 
 #include "common/error.h"
@@ -53,6 +54,13 @@ bool Batch::has_advantages() const {
   return true;
 }
 
+bool Batch::has_teacher() const {
+  for (const auto& s : samples) {
+    if (!s.teacher_logprobs.empty()) return true;
+  }
+  return false;
+}
+
 void validate_batch(const Batch& batch, int64_t vocab_size) {
   std::map<std::string, double> episode_reward;
   const bool given = batch.has_advantages();
@@ -70,6 +78,20 @@ void validate_batch(const Batch& batch, int64_t vocab_size) {
     same_length(s.logprobs.size(), "logprobs", false);
     same_length(s.policy_versions.size(), "policy_versions", true);
     same_length(s.advantages.size(), "advantages", true);
+    same_length(s.teacher_logprobs.size(), "teacher_logprobs", true);
+    if (s.teacher_top_k > 0) {
+      if (s.teacher_logprobs.empty() || s.teacher_top_ids.size() != l * size_t(s.teacher_top_k) ||
+          s.teacher_top_logprobs.size() != s.teacher_top_ids.size()) {
+        invalid_argument(where + ": teacher_top_k " + std::to_string(s.teacher_top_k) +
+                         " needs teacher_logprobs and (length x top_k) teacher_top_ids and "
+                         "teacher_top_logprobs");
+      }
+      for (int32_t id : s.teacher_top_ids) {
+        if (id < -1 || id >= vocab_size)
+          invalid_argument(where + ": teacher_top_ids holds " + std::to_string(id) +
+                           ", outside the vocabulary");
+      }
+    }
     for (size_t p = 0; p < l; ++p) {
       if (s.token_ids[p] < 0 || s.token_ids[p] >= vocab_size) {
         invalid_argument(where + ": token_ids[" + std::to_string(p) +
@@ -82,6 +104,11 @@ void validate_batch(const Batch& batch, int64_t vocab_size) {
         if (s.loss_mask[p])
           invalid_argument(where + ": logprobs[" + std::to_string(p) +
                            "] is not a finite value <= 0");
+      }
+      if (!s.teacher_logprobs.empty() && !std::isnan(s.teacher_logprobs[p]) &&
+          !(s.teacher_logprobs[p] <= 0)) {
+        invalid_argument(where + ": teacher_logprobs[" + std::to_string(p) +
+                         "] is neither NaN (none) nor a logprob <= 0");
       }
       if (!s.advantages.empty() && !std::isfinite(s.advantages[p])) {
         invalid_argument(where + ": advantages[" + std::to_string(p) + "] is not finite");
@@ -156,6 +183,20 @@ Batch batch_from_rpc(const rpc::TrainBatch& r) {
     t.logprobs = slice(r.logprobs);
     if (!r.policy_versions.empty()) t.policy_versions = slice(r.policy_versions);
     if (r.rewards.empty()) t.advantages = slice(r.advantages);
+    if (!r.teacher_logprobs.empty()) {
+      t.teacher_logprobs = slice(r.teacher_logprobs);
+      bool any = false;
+      for (float v : t.teacher_logprobs) any = any || !std::isnan(v);
+      if (!any) t.teacher_logprobs.clear();  // the teacher failed for this sample
+    }
+    if (!t.teacher_logprobs.empty() && r.teacher_top_k > 0) {
+      const size_t k = size_t(r.teacher_top_k);
+      t.teacher_top_k = r.teacher_top_k;
+      t.teacher_top_ids.assign(r.teacher_top_ids.begin() + begin * k,
+                               r.teacher_top_ids.begin() + end * k);
+      t.teacher_top_logprobs.assign(r.teacher_top_logprobs.begin() + begin * k,
+                                    r.teacher_top_logprobs.begin() + end * k);
+    }
     b.samples.push_back(std::move(t));
   }
   return b;
@@ -167,6 +208,8 @@ rpc::TrainBatch batch_to_rpc(const Batch& b) {
   const bool advantages = b.has_advantages();
   bool versions = !b.samples.empty();
   for (const auto& s : b.samples) versions = versions && s.policy_versions.size() == s.size();
+  const bool teacher = b.has_teacher();
+  for (const auto& s : b.samples) r.teacher_top_k = std::max(r.teacher_top_k, s.teacher_top_k);
   for (const auto& s : b.samples) {
     r.token_ids.insert(r.token_ids.end(), s.token_ids.begin(), s.token_ids.end());
     r.loss_mask.insert(r.loss_mask.end(), s.loss_mask.begin(), s.loss_mask.end());
@@ -176,6 +219,24 @@ rpc::TrainBatch batch_to_rpc(const Batch& b) {
     if (versions)
       r.policy_versions.insert(r.policy_versions.end(), s.policy_versions.begin(),
                                s.policy_versions.end());
+    if (teacher) {
+      const size_t k = size_t(r.teacher_top_k);
+      if (s.teacher_logprobs.size() == s.size()) {
+        r.teacher_logprobs.insert(r.teacher_logprobs.end(), s.teacher_logprobs.begin(),
+                                  s.teacher_logprobs.end());
+      } else {
+        r.teacher_logprobs.insert(r.teacher_logprobs.end(), s.size(),
+                                  std::numeric_limits<float>::quiet_NaN());
+      }
+      for (size_t p = 0; p < s.size() * k; ++p) {
+        const size_t sk = size_t(s.teacher_top_k);
+        const size_t pos = p / k, j = p % k;
+        const bool have = sk > 0 && j < sk && s.teacher_top_ids.size() == s.size() * sk;
+        r.teacher_top_ids.push_back(have ? s.teacher_top_ids[pos * sk + j] : -1);
+        r.teacher_top_logprobs.push_back(have ? s.teacher_top_logprobs[pos * sk + j]
+                                              : -std::numeric_limits<float>::infinity());
+      }
+    }
     r.sample_offsets.push_back(static_cast<int64_t>(r.token_ids.size()));
     if (!advantages) r.rewards.push_back(s.reward);
     r.weights.push_back(s.weight);

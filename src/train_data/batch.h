@@ -30,6 +30,14 @@ struct TrainSample {
   // (L,) optional: advantages given by the caller (e.g. a rank-0 or front-side estimator). When
   // every sample of a batch has them, rewards are not used for advantages.
   std::vector<float> advantages;
+  // On-policy distillation, filled by the front's teacher client (engine_control/teacher.h): (L,)
+  // the teacher's logprob of each token, NaN where it has none; empty: no teacher for this sample
+  // (it then has no distillation term). With teacher_top_k K > 0, (L * K,) the teacher's best ids
+  // (-1: none) and their logprobs at each position.
+  std::vector<float> teacher_logprobs;
+  int32_t teacher_top_k = 0;
+  std::vector<int32_t> teacher_top_ids;
+  std::vector<float> teacher_top_logprobs;
 
   size_t size() const { return token_ids.size(); }
   size_t trained_tokens() const;
@@ -41,6 +49,7 @@ struct Batch {
   size_t tokens() const;          // sum of sample lengths
   size_t trained_tokens() const;  // sum of loss masks
   bool has_advantages() const;    // every sample carries per-token advantages
+  bool has_teacher() const;       // some sample carries teacher logprobs
 };
 
 // The episodes of a batch in order of first appearance: the unit of the advantages. Samples that

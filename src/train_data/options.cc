@@ -29,6 +29,19 @@ KlType kl_type_from_name(std::string_view name) {
                    "' (low_var_kl, k3, k1, kl, k2, mse, abs)");
 }
 
+double kl_value(double lp, double ref, KlType type) {
+  switch (type) {
+    case KlType::kK1: return lp - ref;
+    case KlType::kAbs: return std::abs(lp - ref);
+    case KlType::kMse: return 0.5 * (lp - ref) * (lp - ref);
+    case KlType::kLowVarKl: {
+      const double d = std::clamp(ref - lp, -20.0, 20.0);
+      return std::clamp(std::exp(d) - d - 1.0, -10.0, 10.0);
+    }
+  }
+  return 0;
+}
+
 std::string_view correction_name(OffPolicyCorrection c) {
   switch (c) {
     case OffPolicyCorrection::kNone: return "none";
@@ -115,6 +128,17 @@ TrainerOptions TrainerOptions::from_config(const config::Config& c) {
     o.loss.correction = correction_from_name(c.async.off_policy_correction);
     o.loss.is_cap = c.async.importance_weight_cap;
   }
+  if (c.distillation.enabled()) {
+    const auto& d = c.distillation;
+    o.distill.enabled = true;
+    o.distill.as_loss = d.mode == "loss";
+    o.distill.topk_forward = d.estimator == "topk_forward_kl";
+    if (!o.distill.topk_forward) o.distill.kl_type = kl_type_from_name(d.estimator);
+    if (o.distill.topk_forward && !o.distill.as_loss)
+      invalid_argument("ajet.distillation.estimator topk_forward_kl needs mode: loss");
+    o.distill.coef = d.coef;
+    o.distill.reward_weight = d.reward_weight;
+  }
   o.aggregation = aggregation_from_name(tc.loss_agg_mode);
   o.norm_constant = static_cast<double>(c.data.max_response_length);
   o.episode_weighting = tc.episode_loss_weighting;
@@ -197,6 +221,11 @@ Json TrainMetrics::to_json() const {
          {"ref_logprob_seconds", ref_logprob_seconds}};
   if (rollout_logprob_diff >= 0)
     j["rollout_logprob_diff"] = rollout_logprob_diff;  // absent: not measured
+  if (distill_tokens > 0) {
+    j["distill_loss"] = distill_loss;
+    j["distill_estimate"] = distill_estimate;
+    j["distill_tokens"] = distill_tokens;
+  }
   return j;
 }
 

@@ -29,6 +29,26 @@ enum class KlType {
 };
 std::string_view kl_type_name(KlType type);
 KlType kl_type_from_name(std::string_view name);  // any name above; throws Error(kInvalidArgument)
+// The estimate of one term (train/loss.h kl_estimate on scalars): lp the policy's logprob, ref the
+// other model's.
+double kl_value(double lp, double ref, KlType type);
+
+// On-policy distillation (ajet.distillation; docs/training.md "Distillation"). A trained token
+// with a teacher logprob t (TrainSample::teacher_logprobs) and the policy's logprob s gets, per
+// `estimator` d(s, t) (a KlType, or the top-k forward KL):
+//   advantage mode: A = reward_weight * A_task - coef * d(behaviour s, t)   (no gradient through d)
+//   loss mode:      A = reward_weight * A_task, and the loss gains coef * c_s * d(s, t) (gradient
+//                   through the current s; topk_forward_kl: sum_j p_T(j) (t_j - s_j) over the
+//                   teacher's top k ids j at the position).
+// Tokens without a teacher logprob (the teacher failed for the sample) get no distillation term.
+struct DistillOptions {
+  bool enabled = false;
+  bool as_loss = false;
+  bool topk_forward = false;  // the top-k forward KL (loss mode only); else kl_type
+  KlType kl_type = KlType::kK1;
+  double coef = 1.0;
+  double reward_weight = 1.0;
+};
 
 // How the ratio's denominator and the importance weight are chosen (see train/loss.h).
 enum class OffPolicyCorrection { kNone, kDecoupledPpo, kTis };
@@ -92,6 +112,7 @@ double learning_rate(const OptimOptions& o, int64_t step);
 struct TrainerOptions {
   AdvantageOptions advantage;
   LossOptions loss;
+  DistillOptions distill;
   LossAggregation aggregation = LossAggregation::kTokenMean;
   double norm_constant = 1.0;     // seq-mean-token-sum-norm divisor (ajet.data.max_response_length)
   bool episode_weighting = true;  // multiply each sample's terms by its weight
@@ -142,9 +163,12 @@ struct TrainMetrics {
   // cache in another dtype, top-p/top-k, and for async the policy versions in between). -1: not
   // measured (old logprobs are the rollout's own); to_json() then leaves the key out.
   double rollout_logprob_diff = -1;
-  double grad_norm = 0;                               // mean over optimizer steps, before clipping
-  double lr = 0;                                      // of the last optimizer step
-  double reward_mean = 0;                             // over episodes
+  double distill_loss = 0;      // loss mode: mean over optimizer steps of sum c * coef * d
+  double distill_estimate = 0;  // token mean of d over the terms with a teacher (all epochs)
+  int64_t distill_tokens = 0;   // trained tokens with a teacher logprob (one epoch)
+  double grad_norm = 0;         // mean over optimizer steps, before clipping
+  double lr = 0;                // of the last optimizer step
+  double reward_mean = 0;       // over episodes
   double advantage_mean = 0, advantage_abs_mean = 0;  // over trained samples
   int64_t tokens = 0;                                 // sample tokens trained on (after dropping)
   int64_t trained_tokens = 0;                         // loss-mask tokens

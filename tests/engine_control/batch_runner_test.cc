@@ -56,5 +56,53 @@ TEST(BuildTrainBatch, ABatchWithoutGeneratedTokensIsRefused) {
   EXPECT_THROW(build_train_batch(in), Error);
 }
 
+// Per-role advantages: a two-role episode (solver: two samples, critic: one) becomes two episodes
+// in two groups, each role's weights summing to 1, rewards from metadata.role_rewards where given.
+TEST(SplitByRole, EachRoleIsAnEpisodeAndAGroupWithItsOwnRewardAndWeights) {
+  tracking::MergedEpisode merged;
+  for (const char* role : {"solver", "solver", "critic"}) {
+    tracking::Sample s = sample("e1", "t1", 0.5, 1.0 / 3, {0, 1});
+    s.agent_name = role;
+    merged.samples.push_back(s);
+  }
+  split_by_role(merged, Json{{"role_rewards", {{"critic", -1.0}}}});
+  double solver_weight = 0, critic_weight = 0;
+  for (const tracking::Sample& s : merged.samples) {
+    EXPECT_EQ(s.episode_uuid, "e1@" + s.agent_name);
+    EXPECT_EQ(s.task_id, "t1@" + s.agent_name);
+    (s.agent_name == "solver" ? solver_weight : critic_weight) += s.weight;
+    EXPECT_EQ(s.reward, s.agent_name == "critic" ? -1.0 : 0.5);
+  }
+  EXPECT_DOUBLE_EQ(solver_weight, 1.0);
+  EXPECT_DOUBLE_EQ(critic_weight, 1.0);
+}
+
+tracking::CallRecord call(tracking::FinishReason finish) {
+  tracking::CallRecord c;
+  c.finish_reason = finish;
+  return c;
+}
+
+// Madness: an episode with a call a detector stopped is penalized, dropped or kept by the policy,
+// and counted per detector; a clean episode keeps its reward.
+TEST(MadnessReward, PenalizeDropOrKeepAndCount) {
+  const std::vector<tracking::CallRecord> mad = {call(tracking::FinishReason::kStop),
+                                                 call(tracking::FinishReason::kRepetition)};
+  const std::vector<tracking::CallRecord> clean = {call(tracking::FinishReason::kLength)};
+  BatchSamples out;
+  MadnessPolicy p;
+  p.reward = -0.5;
+  EXPECT_EQ(madness_reward(clean, 1.0, p, out), 1.0);
+  EXPECT_EQ(madness_reward(mad, 1.0, p, out), -0.5);
+  p.action = MadnessAction::kDrop;
+  EXPECT_FALSE(madness_reward(mad, 1.0, p, out).has_value());
+  p.action = MadnessAction::kKeep;
+  EXPECT_EQ(madness_reward(mad, 1.0, p, out), 1.0);
+  EXPECT_EQ(out.mad_episodes, 3);
+  EXPECT_EQ(out.mad_penalized, 1);
+  EXPECT_EQ(out.mad_dropped, 1);
+  EXPECT_EQ(out.mad_calls["repetition"], 3);
+}
+
 }  // namespace
 }  // namespace ajet::engine_control

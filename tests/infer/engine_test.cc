@@ -553,5 +553,84 @@ TEST(Engine, PrefixCachingNeverServesKeysAndValuesOfOldWeights) {
   expect_matches_reference(m, prompt, r.samples[0], /*greedy=*/true);  // m now has the new weights
 }
 
+// prompt_logprobs: every prompt position's raw logprob and rank equal the no-cache forward's, with
+// the prompt prefilled in several chunks, beside another request, and after a prefix of it was
+// cached by an earlier request (which a prompt_logprobs request must not reuse).
+TEST(Engine, PromptLogprobsMatchTheFullForwardAcrossChunksAndCachedPrefixes) {
+  model::Qwen2Model m = tiny_model(7);
+  InferenceEngineOptions config = manual_config();
+  config.max_batch_tokens = 16;  // a 40-token prompt takes three steps
+  InferenceEngine engine(m, config);
+  const std::vector<int32_t> prompt = prompt_of(40, 3);
+  // The same prompt first without logprobs: its blocks are cached for the next one.
+  std::future<GenerateResult> warm = engine.generate(request("warm", prompt, 2));
+  drain(engine);
+  ASSERT_FALSE(warm.get().error);
+  batching::GenerateRequest r = request("scored", prompt, 3);
+  r.prompt_logprobs = 4;
+  std::future<GenerateResult> scored = engine.generate(r);
+  std::future<GenerateResult> other = engine.generate(request("other", prompt_of(9, 5), 4));
+  drain(engine);
+  GenerateResult out = scored.get();
+  ASSERT_FALSE(out.error) << out.error->what();
+  ASSERT_FALSE(other.get().error);
+  ASSERT_EQ(out.prompt_logprobs.size(), prompt.size() - 1);
+  const torch::Tensor ref = reference_logprobs(m, prompt);  // (T, V)
+  for (size_t p = 1; p < prompt.size(); ++p) {
+    const batching::PromptLogprob& e = out.prompt_logprobs[p - 1];
+    const torch::Tensor row = ref[int64_t(p) - 1];
+    EXPECT_EQ(e.id, prompt[p]);
+    EXPECT_NEAR(e.logprob, row[prompt[p]].item<double>(), 1e-4) << "position " << p;
+    // The rank counts larger logits: ids within rounding of the token's own may go either way.
+    const double own = row[prompt[p]].item<double>();
+    EXPECT_GE(e.rank, 1 + (row > own + 1e-4).sum().item<int64_t>()) << "position " << p;
+    EXPECT_LE(e.rank, 1 + (row > own - 1e-4).sum().item<int64_t>()) << "position " << p;
+    ASSERT_EQ(e.top_logprobs.size(), 4u);
+    const auto best = std::get<1>(row.topk(4));
+    for (int64_t j = 0; j < 4; ++j) {
+      EXPECT_EQ(e.top_logprobs[size_t(j)].id, best[j].item<int64_t>());
+      EXPECT_NEAR(e.top_logprobs[size_t(j)].logprob, row[best[j]].item<double>(), 1e-4);
+    }
+  }
+  EXPECT_EQ(out.samples[0].tokens.size(), 3u);
+}
+
+TEST(Engine, PromptLogprobsOutOfRangeIsRefused) {
+  model::Qwen2Model m = tiny_model();
+  InferenceEngine engine(m, manual_config());
+  batching::GenerateRequest r = request("bad", prompt_of(5, 1), 2);
+  r.prompt_logprobs = 21;
+  std::future<GenerateResult> f = engine.generate(r);
+  drain(engine);
+  GenerateResult out = f.get();
+  ASSERT_TRUE(out.error);
+  EXPECT_NE(std::string(out.error->what()).find("prompt_logprobs"), std::string::npos);
+}
+
+// A model made to loop (a zero final norm: every logit 0, so greedy decoding repeats id 0) is
+// stopped by the repetition detector as soon as the loop spans repeat_tokens tokens, with the
+// finish reason that says so.
+TEST(Engine, MadnessDetectorStopsALoopingModelWithinItsWindow) {
+  model::Qwen2Model m = tiny_model(9);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& item : m->named_parameters()) {
+      if (item.key() == "model.norm.weight") item.value().fill_(0.0);
+    }
+  }
+  InferenceEngineOptions config = manual_config();
+  config.madness.repeat_tokens = 6;
+  config.madness.max_period = 4;
+  InferenceEngine engine(m, config);
+  std::future<GenerateResult> f = engine.generate(request("loop", prompt_of(5, 2), 40));
+  drain(engine);
+  GenerateResult out = f.get();
+  ASSERT_FALSE(out.error) << out.error->what();
+  ASSERT_TRUE(out.samples[0].finish.has_value());
+  EXPECT_EQ(*out.samples[0].finish, batching::FinishReason::kRepetition);
+  EXPECT_EQ(out.samples[0].tokens.size(), 6u);
+  EXPECT_EQ(engine.stats().madness_stops, 1);
+}
+
 }  // namespace
 }  // namespace ajet::infer

@@ -151,6 +151,43 @@ TEST(Messages, TokensEventRoundTripsWithTopLogprobsAndFinish) {
   EXPECT_TRUE(p.top_ids.empty());
 }
 
+TEST(Messages, PromptLogprobsAndMadnessFinishesRoundTrip) {
+  TokensEvent e;
+  e.token_ids = {7};
+  e.logprobs = {-0.5f};
+  e.raw_logprobs = {-0.5f};
+  e.policy_versions = {3};
+  e.prompt_top_k = 2;
+  e.prompt_ids = {4, 5};
+  e.prompt_logprobs = {-1.5f, -0.25f};
+  e.prompt_ranks = {3, 1};
+  e.prompt_top_ids = {9, 8, 5, 6};
+  e.prompt_top_logprobs = {-0.5f, -1.f, -0.25f, -2.f};
+  e.finish_reason = FinishReason::kRepetition;
+  TokensEvent d = decode_tokens_event(over_the_wire(encode_tokens_event(e), FrameKind::kReply));
+  EXPECT_EQ(d.prompt_top_k, 2);
+  EXPECT_EQ(d.prompt_ids, e.prompt_ids);
+  EXPECT_EQ(d.prompt_logprobs, e.prompt_logprobs);
+  EXPECT_EQ(d.prompt_ranks, e.prompt_ranks);
+  EXPECT_EQ(d.prompt_top_ids, e.prompt_top_ids);
+  EXPECT_EQ(d.prompt_top_logprobs, e.prompt_top_logprobs);
+  EXPECT_EQ(d.finish_reason, FinishReason::kRepetition);
+  EXPECT_TRUE(is_madness(*d.finish_reason));
+  e.prompt_ranks = {1};
+  expect_invalid([&] { encode_tokens_event(e); }, "prompt_ranks");
+
+  GenerateRequest g;
+  g.prompt = {1, 2, 3};
+  g.prompt_logprobs = 0;
+  EXPECT_EQ(decode_generate_request(over_the_wire(encode_generate_request(g), FrameKind::kRequest))
+                .prompt_logprobs,
+            0);
+  g.prompt_logprobs = -1;
+  EXPECT_EQ(decode_generate_request(over_the_wire(encode_generate_request(g), FrameKind::kRequest))
+                .prompt_logprobs,
+            -1);
+}
+
 TEST(Messages, TokensEventShapesAreChecked) {
   TokensEvent e;
   e.token_ids = {1, 2};

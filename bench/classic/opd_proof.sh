@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# On-policy distillation vs RL alone (docs/training.md "Distillation"), per seed:
+#   1. the seed's calc warm-up (scripts/run.sh with AJET_STOP_AFTER=sft; reused when present), the
+#      student's start;
+#   2. a teacher: the same warm-up trained further with RL (`ajet --conf examples/configs/calc.yaml`
+#      for TEACHER_STEPS steps; its final model; reused when present), served by its own front
+#      (`ajet-swarm start --inference-key`, debug backbone: inference only);
+#   3. two student runs from the warm-up for STEPS steps, validated every EVAL_EVERY steps (held-out
+#      calc, 4 samples at T=1 and greedy): "rl" is the main command's RL (calc.yaml as is), "opd"
+#      adds ajet.distillation with the teacher (advantage mode, k1, reward_weight REWARD_WEIGHT).
+# Then for each seed: the held-out T=1 success OPD reaches at its last validation, the steps RL
+# needs to reach it (its first validation at or above; "> STEPS" when never), their ratio, and the
+# share of the student's sampled tokens among the teacher's top k, first vs last step. Prints a
+# table with the medians and ranges; appends it with the date to docs/benchmarks.md.
+#
+#   bench/classic/opd_proof.sh [--no-append] [--seeds "1 2 3"] [--steps 30] [--eval-every 5]
+#       [--teacher-steps 40] [--reward-weight 1.0]
+set -euo pipefail
+here="$(cd "$(dirname "$0")/../.." && pwd)"
+seeds="1 2 3" steps=30 eval_every=5 teacher_steps=40 reward_weight=1.0 append=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --no-append) append=0; shift ;;
+    --seeds) seeds="$2"; shift 2 ;;
+    --steps) steps="$2"; shift 2 ;;
+    --eval-every) eval_every="$2"; shift 2 ;;
+    --teacher-steps) teacher_steps="$2"; shift 2 ;;
+    --reward-weight) reward_weight="$2"; shift 2 ;;
+    *) echo "opd_proof: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+done
+bin="${AJET_BUILD_DIR:-$here/build}/bin"
+for b in ajet ajet-swarm ajet-engine; do
+  [ -x "$bin/$b" ] || { echo "opd_proof: $bin/$b is not built (scripts/build.sh)" >&2; exit 2; }
+done
+out="$here/exp/opd/$(date +%Y%m%d_%H%M%S)"
+mkdir -p "$out"
+cd "$here"
+front_pid=""
+cleanup() { if [ -n "$front_pid" ]; then kill "$front_pid" 2>/dev/null || true; wait "$front_pid" 2>/dev/null || true; fi; }
+trap cleanup EXIT
+
+final_model() { sed -n 's/^ajet: final model: \([^ ]*\).*/\1/p' "$1" | tail -1; }
+
+for s in $seeds; do
+  if [ "$s" = 1 ]; then work="$here/exp/main"; else work="$here/exp/main-seed$s"; fi
+  if [ ! -f "$work/models/calc-sft/config.json" ]; then
+    echo "opd_proof: seed $s: warm-up (scripts/run.sh, AJET_STOP_AFTER=sft)" >&2
+    AJET_SEED="$s" AJET_WORK_DIR="$work" AJET_STOP_AFTER=sft "$here/scripts/run.sh" > "$out/seed$s-warmup.log" 2>&1
+  fi
+  common=(--set "ajet.model.path=$work/models/calc-sft" --set "ajet.engine.seed=$s"
+          --set "ajet.task_reader.shuffle_seed=$s" --set "ajet.task_reader.builtin.seed=$s")
+  teacher="$here/exp/opd/teacher-seed$s"
+  if [ ! -f "$teacher/config.json" ]; then
+    echo "opd_proof: seed $s: teacher = the warm-up after $teacher_steps RL steps" >&2
+    "$bin/ajet" --conf examples/configs/calc.yaml --exp-dir "$out/teacher-seed$s" "${common[@]}" \
+      --set "ajet.trainer_common.total_training_steps=$teacher_steps" \
+      --set "ajet.trainer_common.max_training_seconds=null" \
+      --set "ajet.trainer_common.test_freq=$teacher_steps" > "$out/seed$s-teacher.log" 2>&1
+    model="$(final_model "$out/seed$s-teacher.log")"
+    [ -n "$model" ] || { echo "opd_proof: the teacher run left no final model ($out/seed$s-teacher.log)" >&2; exit 1; }
+    rm -rf "$teacher.tmp" && cp -r "$model" "$teacher.tmp" && mv "$teacher.tmp" "$teacher"
+  fi
+  # The teacher's front: inference only (debug backbone), answering its --inference-key.
+  key="opd-bench-$s"
+  "$bin/ajet-swarm" start --port 0 --exp-dir "$out/teacher-front-seed$s" --fresh --inference-key "$key" \
+    > "$out/seed$s-teacher-front.log" 2>&1 &
+  front_pid=$!
+  for _ in $(seq 1 100); do grep -q "ajet-swarm ready:" "$out/seed$s-teacher-front.log" && break; sleep 0.2; done
+  url="$(sed -n 's/^ajet-swarm ready: \(http:[^ ]*\) .*/\1/p' "$out/seed$s-teacher-front.log" | head -1)"
+  [ -n "$url" ] || { echo "opd_proof: the teacher's front did not start" >&2; cat "$out/seed$s-teacher-front.log" >&2; exit 1; }
+  yaml="ajet:
+  backbone: debug
+  model:
+    path: $teacher
+  rollout:
+    max_num_seqs: 64
+  engine:
+    threads: 2
+    kv_cache_memory_mb: 256"
+  python3 - "$url" "$yaml" <<'PY'
+import json, sys, time, urllib.error, urllib.request
+url, yaml = sys.argv[1], sys.argv[2]
+def post(path, body):
+    req = urllib.request.Request(url + path, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    try:
+        return json.load(urllib.request.urlopen(req, timeout=600))
+    except urllib.error.HTTPError as e:
+        sys.exit(f"the teacher's front refused {path}: {e.read().decode()[:500]}")
+post("/sync_train_config", {"yaml_as_string": yaml})
+post("/start_engine", {})
+for _ in range(600):
+    if json.load(urllib.request.urlopen(url + "/get_engine_status"))["engine_status"] == "ENGINE.ROLLING":
+        break
+    time.sleep(0.5)
+else:
+    sys.exit("the teacher's engine did not start")
+PY
+  run_arm() {  # run_arm NAME EXTRA_FLAGS...
+    local name="$1"; shift
+    echo "opd_proof: seed $s: $name, $steps steps" >&2
+    "$bin/ajet" --conf examples/configs/calc.yaml --exp-dir "$out/seed$s-$name" "${common[@]}" \
+      --set "ajet.trainer_common.total_training_steps=$steps" --set "ajet.trainer_common.max_training_seconds=null" \
+      --set "ajet.trainer_common.test_freq=$eval_every" "$@" > "$out/seed$s-$name.log" 2>&1
+  }
+  run_arm rl
+  run_arm opd --set "ajet.distillation.base_url=$url/v1" --set "ajet.distillation.api_key=$key" \
+    --set "ajet.distillation.top_k=4" --set "ajet.distillation.reward_weight=$reward_weight"
+  cleanup
+  front_pid=""
+done
+
+python3 - "$here" "$out" "$seeds" "$steps" "$eval_every" "$teacher_steps" "$reward_weight" "$append" <<'PY'
+import datetime, glob, json, os, statistics, sys
+repo, out, seeds, steps, every, teacher_steps, rw, append = sys.argv[1:]
+seeds = seeds.split()
+def records(run):
+    path = sorted(glob.glob(os.path.join(out, run, "*", "metrics.jsonl")))[-1]
+    return [json.loads(l) for l in open(path) if l.strip()]
+def curve(recs):
+    return [(r["step"], 100 * r["validation"]["sampled_success"], 100 * r["validation"]["greedy_success"])
+            for r in recs if r.get("kind") == "validation"]
+rows = []
+for s in seeds:
+    rl, opd = records(f"seed{s}-rl"), records(f"seed{s}-opd")
+    c_rl, c_opd = curve(rl), curve(opd)
+    target = c_opd[-1][1]
+    reach_opd = next(st for st, t1, _ in c_opd if t1 >= target)
+    reach_rl = next((st for st, t1, _ in c_rl if t1 >= target), None)
+    overlap = [r["trainer"]["distill"].get("in_teacher_top_k") for r in opd
+               if r.get("kind") == "train" and "distill" in r.get("trainer", {})]
+    failed = sum(r["trainer"]["distill"].get("failed", 0) for r in opd
+                 if r.get("kind") == "train" and "distill" in r.get("trainer", {}))
+    secs = lambda recs: max(r.get("elapsed_s", 0) for r in recs)
+    rows.append(dict(seed=s, start=c_rl[0][1], rl_end=c_rl[-1][1], opd_end=target, reach_opd=reach_opd,
+                     reach_rl=reach_rl, ov0=overlap[0] if overlap else None, ov1=overlap[-1] if overlap else None,
+                     failed=failed, s_rl=secs(rl), s_opd=secs(opd), curve_rl=c_rl, curve_opd=c_opd))
+def ratio(r):
+    return (r["reach_rl"] / r["reach_opd"]) if r["reach_rl"] else None
+med = lambda xs: statistics.median(xs)
+lines = [f"### On-policy distillation vs RL alone: calc, tiny student, teacher = the warm-up after {teacher_steps} RL steps ({datetime.date.today().isoformat()})", "",
+         f"`bench/classic/opd_proof.sh --steps {steps} --eval-every {every} --reward-weight {rw}`: per seed, two runs from the same "
+         "warm-up (`calc-sft`): `rl` is `examples/configs/calc.yaml` as is, `opd` adds `ajet.distillation` (advantage mode, k1, "
+         f"coef 1, reward_weight {rw}, top_k 4) with the teacher served by a second front. Held-out T=1 success (4 samples of 100 "
+         f"tasks) every {every} steps. *Steps to reach* is the first validation at or above OPD's final T=1 success.", "",
+         "| Seed | Start T=1 | RL at step " + steps + " | OPD at step " + steps + " | OPD reaches it at | RL reaches it at | RL / OPD steps | top-k overlap first → last | teacher failures | wall s RL / OPD |",
+         "|---|---|---|---|---|---|---|---|---|---|"]
+for r in rows:
+    rr = ratio(r)
+    lines.append(f"| {r['seed']} | {r['start']:.1f} | {r['rl_end']:.1f} | {r['opd_end']:.1f} | {r['reach_opd']} | "
+                 f"{r['reach_rl'] if r['reach_rl'] else '> ' + steps} | {('%.1fx' % rr) if rr else '> %.1fx' % (int(steps) / r['reach_opd'])} | "
+                 f"{(r['ov0'] or 0) * 100:.1f} → {(r['ov1'] or 0) * 100:.1f} % | {r['failed']} | {r['s_rl']:.0f} / {r['s_opd']:.0f} |")
+ratios = [ratio(r) or int(steps) / r["reach_opd"] for r in rows]
+lines += ["", f"Median RL/OPD steps ratio {med(ratios):.1f}x (range {min(ratios):.1f}-{max(ratios):.1f}; a '>' ratio counts as its bound); "
+          f"OPD's final T=1 median {med([r['opd_end'] for r in rows]):.1f} % vs RL's {med([r['rl_end'] for r in rows]):.1f} %.", "",
+          "Curves (step: T=1 %):", ""]
+for r in rows:
+    lines.append(f"- seed {r['seed']}: rl " + ", ".join(f"{st}: {t1:.0f}" for st, t1, _ in r["curve_rl"]) +
+                 "; opd " + ", ".join(f"{st}: {t1:.0f}" for st, t1, _ in r["curve_opd"]))
+text = "\n".join(lines) + "\n"
+print(text)
+if append == "1":
+    with open(os.path.join(repo, "docs", "benchmarks.md"), "a") as f:
+        f.write("\n" + text)
+PY
