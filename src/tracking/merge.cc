@@ -156,6 +156,11 @@ std::string describe(const BranchDiagnostic& b, bool ours) {
 void classify(BranchDiagnostic& b, const CallRecord& ours, const CallRecord& other) {
   const bool our_gen = b.part == "completion";
   const bool other_gen = b.other_part == "completion";
+  // A call's own turn as the engine saw it: its generation prompt, then what it generated. A
+  // generation prompt that opens the think block ("<think>\n") makes a later re-rendering of that
+  // turn differ inside the generation prompt, before the first generated token.
+  const bool our_turn = our_gen || b.part == "generation_prompt";
+  const bool other_turn = other_gen || b.other_part == "generation_prompt";
   if (b.position == 0) {
     b.kind = "different_start";
     b.reason = "shares no token with sample " + std::to_string(b.from_sample) + ": " +
@@ -168,12 +173,14 @@ void classify(BranchDiagnostic& b, const CallRecord& ours, const CallRecord& oth
                std::to_string(b.other_call) + " after the same prefix (a retry, or n > 1)";
     return;
   }
-  if (our_gen != other_gen) {
-    // One side generated here; the other side's prompt has something else at this place.
-    const CallRecord& prompt_call = our_gen ? other : ours;
-    const int64_t gen_call = our_gen ? b.call : b.other_call;
-    const int32_t msg = our_gen ? b.other_message_index : b.message_index;
-    const std::string where = describe(b, !our_gen);
+  if (our_turn != other_turn) {
+    // One side is a call's own turn here; the other side's prompt has something else at this
+    // place.
+    const CallRecord& prompt_call = our_turn ? other : ours;
+    const int64_t gen_call = our_turn ? b.call : b.other_call;
+    const int32_t msg = our_turn ? b.other_message_index : b.message_index;
+    const bool at_completion = our_turn ? our_gen : other_gen;
+    const std::string where = describe(b, !our_turn);
     const RenderNote* note = note_for(prompt_call, msg);
     if (note != nullptr && (note->kind == RenderNote::Kind::kRewritten ||
                             note->kind == RenderNote::Kind::kFooterMismatch)) {
@@ -181,16 +188,24 @@ void classify(BranchDiagnostic& b, const CallRecord& ours, const CallRecord& oth
       b.reason = where + " repeats call " + std::to_string(note->call) +
                  "'s completion but the chat template rendered " +
                  "it differently from what was generated: " + note->detail;
-    } else if (note != nullptr && note->kind == RenderNote::Kind::kSplicingDisabled) {
+      return;
+    }
+    if (note != nullptr && note->kind == RenderNote::Kind::kSplicingDisabled) {
       b.kind = "template_rewrote";
       b.reason = where + " was re-rendered from text (splicing disabled) and differs from call " +
                  std::to_string(gen_call) + "'s generated ids";
-    } else {
+      return;
+    }
+    if (at_completion) {
       b.kind = "edited_completion";
       b.reason = where + " differs from what call " + std::to_string(gen_call) +
-                 " generated there (the client edited, dropped or replaced that completion)";
+                 " generated there (the client edited, dropped or replaced that completion)" +
+                 (prompt_call.render_notes.empty()
+                      ? std::string(", or the template rewrote it (render notes are not kept "
+                                    "in the store)")
+                      : std::string());
+      return;
     }
-    return;
   }
   b.kind = "history_differs";
   b.reason = describe(b, true) + " differs from " + describe(b, false) +
