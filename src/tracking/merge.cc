@@ -153,6 +153,17 @@ std::string describe(const BranchDiagnostic& b, bool ours) {
   return s;
 }
 
+// Whether message `msg` of `prompt_call`'s request is an assistant turn with the content and tool
+// calls that `generated` produced (the test prompt rendering uses to splice, without the
+// generation prompt's text, which calls read back from the store do not keep decoded).
+bool repeats_completion(const CallRecord& prompt_call, int32_t msg, const CallRecord& generated) {
+  if (msg < 0 || static_cast<size_t>(msg) >= prompt_call.request.messages.size()) return false;
+  const text::ChatMessage& m = prompt_call.request.messages[static_cast<size_t>(msg)];
+  if (m.role != text::Role::kAssistant) return false;
+  const std::string key = generated_signature("", generated.completion_text).key;
+  return !key.empty() && message_signature(m).key == key;
+}
+
 void classify(BranchDiagnostic& b, const CallRecord& ours, const CallRecord& other) {
   const bool our_gen = b.part == "completion";
   const bool other_gen = b.other_part == "completion";
@@ -196,14 +207,20 @@ void classify(BranchDiagnostic& b, const CallRecord& ours, const CallRecord& oth
                  std::to_string(gen_call) + "'s generated ids";
       return;
     }
+    if (note == nullptr && prompt_call.render_notes.empty() &&
+        repeats_completion(prompt_call, msg, our_turn ? ours : other)) {
+      // Read back from the store (no render notes): the message says what the call generated,
+      // yet its ids differ, so the template rendered it differently (or splicing was off).
+      b.kind = "template_rewrote";
+      b.reason = where + " repeats call " + std::to_string(gen_call) +
+                 "'s completion but its ids differ from what was generated: the chat template "
+                 "rendered it differently (e.g. dropped <think> before a later user query)";
+      return;
+    }
     if (at_completion) {
       b.kind = "edited_completion";
       b.reason = where + " differs from what call " + std::to_string(gen_call) +
-                 " generated there (the client edited, dropped or replaced that completion)" +
-                 (prompt_call.render_notes.empty()
-                      ? std::string(", or the template rewrote it (render notes are not kept "
-                                    "in the store)")
-                      : std::string());
+                 " generated there (the client edited, dropped or replaced that completion)";
       return;
     }
   }

@@ -248,6 +248,12 @@ TEST_F(Thinking, EarlierThinkingKeptIsOneSampleDroppedIsOneSamplePerQuery) {
         EXPECT_EQ(branches[b].position,
                   static_cast<int32_t>(calls[b].prompt_ids.size()) + (forced ? -2 : 0));
       }
+      // Read back from the store, calls have no render notes; the branches still say why.
+      std::vector<CallRecord> stored = calls;
+      for (CallRecord& c : stored) c.render_notes.clear();
+      const MergedEpisode from_store = merge_episode({"ep", "t", 1.0}, stored, {});
+      for (const BranchDiagnostic& b : from_store.diagnostics.agents.at(0).branches)
+        EXPECT_EQ(b.kind, "template_rewrote") << b.reason;
     }
   }
 }
