@@ -46,7 +46,8 @@ void refused_or_read(Fn fn) {
 // A request as the front uses it: every family renders it and the tracker signs its turns.
 void use_request(const ajet::text::ChatRequest& request) {
   using ajet::text::ChatFamily;
-  for (ChatFamily family : {ChatFamily::kQwen3, ChatFamily::kQwen2_5, ChatFamily::kChatml}) {
+  for (ChatFamily family : {ChatFamily::kQwen3, ChatFamily::kQwen3Thinking, ChatFamily::kQwen2_5,
+                            ChatFamily::kChatml}) {
     refused_or_read([&] { ajet::text::render_chat(family, request); });
   }
   for (const ajet::text::ChatMessage& m : request.messages) {

@@ -44,7 +44,8 @@ void run(const RenderChatArgs& args) {
   if (!args.family.empty()) {
     auto f = text::family_from_name(args.family);
     if (!f)
-      invalid_argument("--family must be qwen3, qwen2.5 or chatml, got '" + args.family + "'");
+      invalid_argument("--family must be qwen3, qwen3-thinking, qwen2.5 or chatml, got '" +
+                       args.family + "'");
     family = *f;
   } else {
     family = text::detect_chat_family(text::load_chat_template(args.tokenizer_dir)).family;
@@ -102,8 +103,9 @@ const CommandRegistration kRenderChat("render-chat", [](CLI::App& app) {
       "Print JSON: the text and each message's header/body/footer (and tokens with --ids)");
   cmd->add_flag("--no-thinking", args->no_thinking,
                 "Render with enable_thinking=false (Qwen3: empty think block)");
-  cmd->add_option("--family", args->family,
-                  "Template family to use instead of detecting it: qwen3, qwen2.5, chatml");
+  cmd->add_option(
+      "--family", args->family,
+      "Template family to use instead of detecting it: qwen3, qwen3-thinking, qwen2.5, chatml");
   cmd->callback([args] { run(*args); });
 });
 

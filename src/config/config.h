@@ -164,6 +164,11 @@ struct ContextTrackerConfig {
       "token";  // token (exact ids, default) | text (upstream fallback)
   bool ignore_tools = true;
   bool fix_retokenization_drift = true;
+  // Qwen3-style templates drop the <think> block of assistant turns before the last user query.
+  // true: the next prompts keep the generated ids, thinking included (the engine sees its earlier
+  // thinking; the episode stays one sample); false: prompts follow the template (the engine sees
+  // the turn without thinking; each new query starts a new sample).
+  bool keep_earlier_thinking = false;
   std::vector<std::string> trainable_agents;  // empty: every agent is trained
   // A request's `model` -> the agent its calls belong to (docs/protocol.md "The agent of a call").
   // A `model` that is neither a key here nor a known agent name does not name an agent.

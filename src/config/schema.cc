@@ -191,6 +191,10 @@ std::vector<Field> config_fields(Config& c) {
         "ignore tool definitions when comparing timelines");
   t.add("context_tracker.fix_retokenization_drift", c.context_tracker.fix_retokenization_drift,
         "render earlier completions with the ids the model generated");
+  t.add("context_tracker.keep_earlier_thinking", c.context_tracker.keep_earlier_thinking,
+        "keep the generated <think> block of earlier assistant turns in later prompts, where "
+        "Qwen3's template drops it (false: follow the template; the merge then splits the "
+        "episode at each new user query)");
   t.add("context_tracker.trainable_agents", c.context_tracker.trainable_agents,
         "agent names whose calls are trained (empty: all)");
   t.add("context_tracker.model_agents", c.context_tracker.model_agents,

@@ -59,6 +59,7 @@ std::shared_ptr<const ModelContext> ModelContext::load(const config::Config& con
   }
   ctx->sampling = sampling_rules(config, positions);
   ctx->prompt_options.splice_generated = config.context_tracker.fix_retokenization_drift;
+  ctx->prompt_options.keep_generated_reasoning = config.context_tracker.keep_earlier_thinking;
   ctx->merge_options = tracking::MergeOptions::from_config(config, ctx->format.get());
   ctx->merge_options.format = ctx->format.get();
   return ctx;

@@ -44,8 +44,9 @@ struct ModelContext {
   std::vector<text::TokenId> chat_stop_ids;        // end of turn, eos
   std::vector<text::TokenId> completion_stop_ids;  // eos
   SamplingRules sampling;
-  tracking::PromptOptions prompt_options;  // splice_generated from ajet.context_tracker
-  tracking::MergeOptions merge_options;    // format set
+  // splice_generated and keep_generated_reasoning from ajet.context_tracker
+  tracking::PromptOptions prompt_options;
+  tracking::MergeOptions merge_options;  // format set
 
   // Loads tokenizer and chat format from config.model.path; throws Error naming the file.
   static std::shared_ptr<const ModelContext> load(const config::Config& config);

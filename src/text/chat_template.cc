@@ -103,7 +103,7 @@ struct ViewMessage {
 std::string rendered_arguments(ChatFamily family, const std::string& arguments) {
   std::optional<OrderedJson> parsed = try_parse_ordered_json(arguments);
   if (parsed && parsed->is_object()) return template_json(*parsed);
-  if (family == ChatFamily::kQwen3) return arguments;
+  if (family == ChatFamily::kQwen3 || family == ChatFamily::kQwen3Thinking) return arguments;
   return template_json(OrderedJson(arguments));
 }
 
@@ -306,11 +306,19 @@ void render_chatml(const std::vector<ViewMessage>& msgs, const ChatRequest& requ
   }
 }
 
+// Whether the Jinja source writes "<|im_start|>assistant\n<think>\n" (escaped newlines, as
+// templates write them) as its generation prompt.
+bool opens_think_in_generation_prompt(std::string_view src) {
+  return contains(src, "<|im_start|>assistant\\n<think>\\n'") ||
+         contains(src, "<|im_start|>assistant\\n<think>\\n\"");
+}
+
 }  // namespace
 
 std::string_view family_name(ChatFamily family) {
   switch (family) {
     case ChatFamily::kQwen3: return "qwen3";
+    case ChatFamily::kQwen3Thinking: return "qwen3-thinking";
     case ChatFamily::kQwen2_5: return "qwen2.5";
     case ChatFamily::kChatml: return "chatml";
   }
@@ -318,7 +326,8 @@ std::string_view family_name(ChatFamily family) {
 }
 
 std::optional<ChatFamily> family_from_name(std::string_view name) {
-  for (ChatFamily f : {ChatFamily::kQwen3, ChatFamily::kQwen2_5, ChatFamily::kChatml}) {
+  for (ChatFamily f : {ChatFamily::kQwen3, ChatFamily::kQwen3Thinking, ChatFamily::kQwen2_5,
+                       ChatFamily::kChatml}) {
     if (family_name(f) == name) return f;
   }
   return std::nullopt;
@@ -330,6 +339,17 @@ TemplateDetection detect_chat_family(std::string_view src) {
   if (contains(src, "<tool_call>") && contains(src, "<think>") &&
       contains(src, "last_query_index")) {
     d.family = ChatFamily::kQwen3;
+    if (opens_think_in_generation_prompt(src)) {
+      if (contains(src, "enable_thinking")) {
+        invalid_argument(
+            "chat template (" + std::to_string(src.size()) +
+            " bytes) is Qwen3-like with a generation prompt that opens <think> and an "
+            "enable_thinking switch: we cannot tell which generation prompt it writes (supported: "
+            "Qwen3's, which adds an empty think block for enable_thinking=false, and "
+            "Qwen3-Thinking's, which always ends in <think>\\n)");
+      }
+      d.family = ChatFamily::kQwen3Thinking;
+    }
   } else if (contains(src, "<tool_call>") &&
              contains(src, "You are Qwen, created by Alibaba Cloud")) {
     d.family = ChatFamily::kQwen2_5;
@@ -401,7 +421,8 @@ RenderedChat render_chat(ChatFamily family, const ChatRequest& request,
   const std::vector<ViewMessage> msgs = make_view(family, request);
   Builder b;
   switch (family) {
-    case ChatFamily::kQwen3: render_qwen3(msgs, request, b); break;
+    case ChatFamily::kQwen3:
+    case ChatFamily::kQwen3Thinking: render_qwen3(msgs, request, b); break;
     case ChatFamily::kQwen2_5: render_qwen2_5(msgs, request, b); break;
     case ChatFamily::kChatml: render_chatml(msgs, request, b); break;
   }
@@ -409,6 +430,7 @@ RenderedChat render_chat(ChatFamily family, const ChatRequest& request,
     std::string prompt = turn_header("assistant");
     if (family == ChatFamily::kQwen3 && options.enable_thinking == false)
       prompt += "<think>\n\n</think>\n\n";
+    if (family == ChatFamily::kQwen3Thinking) prompt += "<think>\n";
     b.add(SpanKind::kGenerationPrompt, -1, prompt, "", "");
   }
   return b.done();

@@ -9,6 +9,12 @@
 //           template: tools block without default system prompt, <think> kept only for assistant
 //           turns after the last real user query, enable_thinking=false adds an empty think block
 //           to the generation prompt).
+//   qwen3-thinking  the same markers, and a generation prompt that opens the think block
+//           ('<|im_start|>assistant\n<think>\n', Qwen3-*-Thinking-2507, QwQ-style) with no
+//           enable_thinking switch: rendered as qwen3, except that the generation prompt ends in
+//           "<think>\n", so the model's first generated token is already inside its reasoning. A
+//           template with both that prompt and enable_thinking is refused (we cannot tell which
+//           generation prompt it writes).
 //   qwen2.5 contains "<tool_call>" and "You are Qwen, created by Alibaba Cloud" (default system
 //           prompt when the first message is not a system message; reasoning_content ignored).
 //   chatml  contains "<|im_start|>" and "<|im_end|>" but no "tool" at all: every message is
@@ -45,9 +51,13 @@
 // An assistant footer always starts with the end-of-turn token "<|im_end|>". So the tracker can
 // render a turn from the ids the model actually produced: ids(header) + generated ids (ending with
 // <|im_end|> when the model stopped normally) + ids(footer minus its leading "<|im_end|>"), instead
-// of re-tokenising the body text. Note that Qwen3 re-renders an earlier assistant turn without its
-// <think> block once a later user query exists: the rendered history then differs from what was
-// generated, and the caller must decide (e.g. keep the generated ids).
+// of re-tokenising the body text. When the generation prompt opens the think block (qwen3-thinking:
+// "<|im_start|>assistant\n<think>\n"), the generated ids start inside it; such a turn renders as
+// header "<|im_start|>assistant\n" | body "<think>\n" + reasoning ... so the tracker splices the
+// call's whole generation prompt + generated ids over header and body (the "<think>\n" stays
+// prompt). Note that Qwen3 re-renders an earlier assistant turn without its <think> block once a
+// later user query exists: the rendered history then differs from what was generated, and the
+// caller must decide (e.g. keep the generated ids).
 #pragma once
 
 #include <cstddef>
@@ -62,9 +72,9 @@
 
 namespace ajet::text {
 
-enum class ChatFamily { kQwen3, kQwen2_5, kChatml };
+enum class ChatFamily { kQwen3, kQwen3Thinking, kQwen2_5, kChatml };
 
-// "qwen3", "qwen2.5", "chatml".
+// "qwen3", "qwen3-thinking", "qwen2.5", "chatml".
 std::string_view family_name(ChatFamily family);
 std::optional<ChatFamily> family_from_name(std::string_view name);
 
@@ -84,7 +94,8 @@ std::string load_chat_template(const std::filesystem::path& model_dir);
 struct RenderOptions {
   bool add_generation_prompt = false;
   // Jinja variable `enable_thinking`; only qwen3 looks at it (false: empty think block in the
-  // generation prompt). nullopt = undefined, the template's default.
+  // generation prompt). nullopt = undefined, the template's default. qwen3-thinking has no such
+  // switch: its generation prompt always opens the think block.
   std::optional<bool> enable_thinking{};
 };
 

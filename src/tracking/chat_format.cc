@@ -90,8 +90,25 @@ ChatFormat ChatFormat::from_tokenizer(const text::Tokenizer& tokenizer) {
   return create(tokenizer, text::detect_chat_family(source).family);
 }
 
+bool opens_think_block(std::string_view generation_prompt_tail) {
+  const size_t open = generation_prompt_tail.rfind("<think>");
+  return open != std::string_view::npos &&
+         generation_prompt_tail.find("</think>", open) == std::string_view::npos;
+}
+
 text::ParsedOutput parse_generated(std::string_view generation_prompt_tail,
                                    std::string_view generated_text) {
+  if (opens_think_block(generation_prompt_tail) &&
+      generated_text.find("</think>") == std::string_view::npos) {
+    // Cut (max_tokens, abort) inside the reasoning the prompt opened: all of it is reasoning, and
+    // the prompt's "<think>" must not surface as content the model never wrote.
+    text::ParsedOutput out;
+    std::string_view r = generated_text;
+    while (!r.empty() && r.front() == '\n') r.remove_prefix(1);
+    while (!r.empty() && r.back() == '\n') r.remove_suffix(1);
+    out.reasoning_content = std::string(r);
+    return out;
+  }
   std::string text(generation_prompt_tail);
   text += generated_text;
   return text::parse_model_output(text, deterministic_parse());

@@ -60,8 +60,15 @@ TurnSignature generated_signature(std::string_view generation_prompt_tail,
 // parsed out, trimmed (tool calls and reasoning are not compared there).
 std::string comparable_content(const text::ChatMessage& message);
 
+// Whether a generation prompt tail leaves a think block open ("<think>\n": qwen3-thinking): the
+// generated text then starts inside the reasoning.
+bool opens_think_block(std::string_view generation_prompt_tail);
+
 // The parsed form of generated text (content, reasoning, tool calls) with deterministic empty
-// tool-call ids: what the tracker and the episode viewer show as "the completion".
+// tool-call ids: what the tracker and the episode viewer show as "the completion". When the tail
+// opens a think block that the generated text never closes (cut by max_tokens inside its
+// reasoning), everything generated is reasoning: no content, no tool calls, as vLLM's reasoning
+// parsers do for templates that force "<think>\n".
 text::ParsedOutput parse_generated(std::string_view generation_prompt_tail,
                                    std::string_view generated_text);
 

@@ -153,9 +153,25 @@ std::string describe(const BranchDiagnostic& b, bool ours) {
   return s;
 }
 
+// Whether message `msg` of `prompt_call`'s request is an assistant turn with the content and tool
+// calls that `generated` produced (the test prompt rendering uses to splice, without the
+// generation prompt's text, which calls read back from the store do not keep decoded).
+bool repeats_completion(const CallRecord& prompt_call, int32_t msg, const CallRecord& generated) {
+  if (msg < 0 || static_cast<size_t>(msg) >= prompt_call.request.messages.size()) return false;
+  const text::ChatMessage& m = prompt_call.request.messages[static_cast<size_t>(msg)];
+  if (m.role != text::Role::kAssistant) return false;
+  const std::string key = generated_signature("", generated.completion_text).key;
+  return !key.empty() && message_signature(m).key == key;
+}
+
 void classify(BranchDiagnostic& b, const CallRecord& ours, const CallRecord& other) {
   const bool our_gen = b.part == "completion";
   const bool other_gen = b.other_part == "completion";
+  // A call's own turn as the engine saw it: its generation prompt, then what it generated. A
+  // generation prompt that opens the think block ("<think>\n") makes a later re-rendering of that
+  // turn differ inside the generation prompt, before the first generated token.
+  const bool our_turn = our_gen || b.part == "generation_prompt";
+  const bool other_turn = other_gen || b.other_part == "generation_prompt";
   if (b.position == 0) {
     b.kind = "different_start";
     b.reason = "shares no token with sample " + std::to_string(b.from_sample) + ": " +
@@ -168,12 +184,14 @@ void classify(BranchDiagnostic& b, const CallRecord& ours, const CallRecord& oth
                std::to_string(b.other_call) + " after the same prefix (a retry, or n > 1)";
     return;
   }
-  if (our_gen != other_gen) {
-    // One side generated here; the other side's prompt has something else at this place.
-    const CallRecord& prompt_call = our_gen ? other : ours;
-    const int64_t gen_call = our_gen ? b.call : b.other_call;
-    const int32_t msg = our_gen ? b.other_message_index : b.message_index;
-    const std::string where = describe(b, !our_gen);
+  if (our_turn != other_turn) {
+    // One side is a call's own turn here; the other side's prompt has something else at this
+    // place.
+    const CallRecord& prompt_call = our_turn ? other : ours;
+    const int64_t gen_call = our_turn ? b.call : b.other_call;
+    const int32_t msg = our_turn ? b.other_message_index : b.message_index;
+    const bool at_completion = our_turn ? our_gen : other_gen;
+    const std::string where = describe(b, !our_turn);
     const RenderNote* note = note_for(prompt_call, msg);
     if (note != nullptr && (note->kind == RenderNote::Kind::kRewritten ||
                             note->kind == RenderNote::Kind::kFooterMismatch)) {
@@ -181,16 +199,30 @@ void classify(BranchDiagnostic& b, const CallRecord& ours, const CallRecord& oth
       b.reason = where + " repeats call " + std::to_string(note->call) +
                  "'s completion but the chat template rendered " +
                  "it differently from what was generated: " + note->detail;
-    } else if (note != nullptr && note->kind == RenderNote::Kind::kSplicingDisabled) {
+      return;
+    }
+    if (note != nullptr && note->kind == RenderNote::Kind::kSplicingDisabled) {
       b.kind = "template_rewrote";
       b.reason = where + " was re-rendered from text (splicing disabled) and differs from call " +
                  std::to_string(gen_call) + "'s generated ids";
-    } else {
+      return;
+    }
+    if (note == nullptr && prompt_call.render_notes.empty() &&
+        repeats_completion(prompt_call, msg, our_turn ? ours : other)) {
+      // Read back from the store (no render notes): the message says what the call generated,
+      // yet its ids differ, so the template rendered it differently (or splicing was off).
+      b.kind = "template_rewrote";
+      b.reason = where + " repeats call " + std::to_string(gen_call) +
+                 "'s completion but its ids differ from what was generated: the chat template "
+                 "rendered it differently (e.g. dropped <think> before a later user query)";
+      return;
+    }
+    if (at_completion) {
       b.kind = "edited_completion";
       b.reason = where + " differs from what call " + std::to_string(gen_call) +
                  " generated there (the client edited, dropped or replaced that completion)";
+      return;
     }
-    return;
   }
   b.kind = "history_differs";
   b.reason = describe(b, true) + " differs from " + describe(b, false) +

@@ -117,7 +117,10 @@ struct BranchDiagnostic {
   TokenId other_token = -1;
   // "retry" (same prompt, different completion), "edited_completion" (a later prompt changes an
   // earlier completion), "template_rewrote" (the template re-rendered an earlier completion
-  // differently, e.g. dropped <think>), "history_differs" (messages differ: sub-agent, summarised
+  // differently, e.g. dropped <think>: from the render notes, or, for calls read back from the
+  // store, from the message repeating the completion's content and tool calls with other ids; the
+  // paths may part inside the earlier call's generation prompt when it opened <think>),
+  // "history_differs" (messages differ: sub-agent, summarised
   // or edited history), "different_start" (nothing shared).
   std::string kind;
   std::string reason;  // one sentence naming the calls and messages

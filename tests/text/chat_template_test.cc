@@ -286,8 +286,57 @@ TEST(ChatTemplate, UnknownTemplatesAreErrors) {
   }
 }
 
+// Qwen3-Thinking (-2507) style: the Qwen3 template with a generation prompt that opens <think>.
+// Built from a stand-in source with the markers detection looks for, as such templates write them.
+TEST(ChatTemplate, DetectsQwen3ThinkingByItsGenerationPrompt) {
+  const std::string body =
+      "{{ '<tool_call>' }}{% set ns = namespace(last_query_index=0) %}<think>"
+      "{%- if add_generation_prompt %}\n    {{- '<|im_start|>assistant\\n<think>\\n' }}\n"
+      "{%- endif %}";
+  const TemplateDetection d = detect_chat_family(body);
+  EXPECT_EQ(d.family, ChatFamily::kQwen3Thinking);
+  EXPECT_FALSE(d.verified);
+  // Both a forced think prompt and an enable_thinking switch: which prompt it writes is unknown.
+  try {
+    detect_chat_family(body + "{% if enable_thinking is defined %}{% endif %}");
+    ADD_FAILURE() << "a template with both generation prompts was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("enable_thinking"), std::string::npos) << e.what();
+  }
+}
+
+// The generation prompt ends inside the think block, whatever enable_thinking says, and the
+// rendered reply (after the last query) still extends the prompt byte for byte: the "<think>\n"
+// belongs to the reply's body there, to the prompt when generating.
+TEST(ChatTemplate, Qwen3ThinkingGenerationPromptOpensThink) {
+  const ChatRequest history = request(R"({"messages": [{"role": "user", "content": "u"}]})");
+  for (std::optional<bool> thinking : {std::optional<bool>{}, std::optional<bool>{false}}) {
+    const RenderedChat r =
+        render_chat(ChatFamily::kQwen3Thinking, history,
+                    {.add_generation_prompt = true, .enable_thinking = thinking});
+    EXPECT_EQ(r.header(r.spans.back()), "<|im_start|>assistant\n<think>\n");
+    EXPECT_EQ(r.text, "<|im_start|>user\nu<|im_end|>\n<|im_start|>assistant\n<think>\n");
+  }
+  for (const char* reply : {R"({"role": "assistant", "content": "c", "reasoning_content": "r"})",
+                            R"({"role": "assistant", "content": "c"})"}) {
+    const ChatRequest full =
+        request(R"({"messages": [{"role": "user", "content": "u"}, )" + std::string(reply) + "]}");
+    const RenderedChat prompt =
+        render_chat(ChatFamily::kQwen3Thinking, history, {.add_generation_prompt = true});
+    const RenderedChat with_reply = render_chat(ChatFamily::kQwen3Thinking, full);
+    EXPECT_EQ(with_reply.text.substr(0, prompt.text.size()), prompt.text) << reply;
+    const ChatSpan& s = with_reply.spans.back();
+    EXPECT_EQ(with_reply.header(s), "<|im_start|>assistant\n");
+    EXPECT_EQ(with_reply.body(s).substr(0, 8), "<think>\n");
+    // Without a generation prompt it renders exactly as Qwen3.
+    EXPECT_EQ(with_reply.text, render_chat(ChatFamily::kQwen3, full).text);
+  }
+}
+
 TEST(ChatTemplate, FamilyNames) {
   for (ChatFamily f : kFamilies) EXPECT_EQ(family_from_name(family_name(f)), f);
+  EXPECT_EQ(family_from_name("qwen3-thinking"), ChatFamily::kQwen3Thinking);
   EXPECT_FALSE(family_from_name("llama3").has_value());
 }
 

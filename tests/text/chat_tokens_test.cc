@@ -29,7 +29,8 @@ std::vector<Rendering> all_renderings() {
     const ChatRequest req = parse_chat_request(c);
     bool tools = !req.tools.empty();
     for (const ChatMessage& m : req.messages) tools = tools || !m.tool_calls.empty();
-    for (ChatFamily f : {ChatFamily::kQwen3, ChatFamily::kQwen2_5, ChatFamily::kChatml}) {
+    for (ChatFamily f : {ChatFamily::kQwen3, ChatFamily::kQwen3Thinking, ChatFamily::kQwen2_5,
+                         ChatFamily::kChatml}) {
       if (f == ChatFamily::kChatml && tools) continue;
       for (bool prompt : {false, true}) {
         out.push_back(

@@ -91,6 +91,31 @@ TEST(TurnSignature, ReasoningIsSeparateFromTheKey) {
   EXPECT_EQ(generated_signature("<think>\n\n</think>\n\n", "It is 4.").key, gen.key);
 }
 
+// A generation prompt that opens the think block (qwen3-thinking: "<think>\n"): the generated text
+// starts inside the reasoning. Closed, it parses as if "<think>\n" had been generated; cut before
+// "</think>", all of it is reasoning, with no content and no tool calls (the prompt's "<think>"
+// must not surface as content the model never wrote).
+TEST(ParseGenerated, AThinkBlockOpenedByThePrompt) {
+  EXPECT_TRUE(opens_think_block("<think>\n"));
+  EXPECT_FALSE(opens_think_block("<think>\n\n</think>\n\n"));
+  EXPECT_FALSE(opens_think_block(""));
+  const text::ParsedOutput closed = parse_generated(
+      "<think>\n",
+      "hmm\n</think>\n\n<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>");
+  EXPECT_EQ(closed.reasoning_content.value_or("?"), "hmm");
+  EXPECT_EQ(closed.content, "");
+  ASSERT_EQ(closed.tool_calls.size(), 1u);
+  EXPECT_EQ(closed.tool_calls[0].name, "f");
+  const text::ParsedOutput cut =
+      parse_generated("<think>\n", "\nhmm, <tool_call>\n{\"name\": \"f\"");
+  EXPECT_EQ(cut.reasoning_content.value_or("?"), "hmm, <tool_call>\n{\"name\": \"f\"");
+  EXPECT_EQ(cut.content, "");
+  EXPECT_TRUE(cut.tool_calls.empty());
+  EXPECT_TRUE(cut.issues.empty());
+  // Without the open block, an unclosed "<think>" the model wrote stays content (and is reported).
+  EXPECT_EQ(parse_generated("", "<think>\nhmm").content, "<think>\nhmm");
+}
+
 TEST(ChatFormatProbe, ReadsTheEndOfTurnFromTheTemplate) {
   auto tok = testing::trained_tokenizer();
   const ChatFormat f = ChatFormat::from_tokenizer(*tok);
