@@ -93,7 +93,11 @@ std::string chat_answer(const Json& body) {
   if (!body.contains("choices") || !body["choices"].is_array() || body["choices"].empty()) {
     invalid_argument("chat completion has no choices");
   }
-  const Json& message = body["choices"][0].value("message", Json::object());
+  const Json& choice = body["choices"][0];
+  if (!choice.is_object() || !choice.contains("message") || !choice["message"].is_object()) {
+    invalid_argument("chat completion: choices[0] has no message");
+  }
+  const Json& message = choice["message"];
   std::vector<std::string> calls;
   if (message.contains("tool_calls") && message["tool_calls"].is_array()) {
     for (const Json& call : message["tool_calls"]) {

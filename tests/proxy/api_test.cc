@@ -112,7 +112,11 @@ TEST(AnswerTextTest, IncompleteOrFailedStreamsAreRefused) {
   EXPECT_THAT([&] { answer_text(Api::kChat, error, true); },
               ::testing::ThrowsMessage<Error>(HasSubstr("engine died")));
   EXPECT_THROW(answer_text(Api::kChat, R"({"choices": []})", false), Error);
-  EXPECT_THROW(answer_text(Api::kChat, R"({"choices": [{"index": "zero"}]})", false), Error);
+  EXPECT_THROW(answer_text(Api::kChat, R"({"choices": [{"index": 0}]})", false), Error);
+  EXPECT_THROW(
+      answer_text(Api::kChat, R"({"choices": [{"message": {"tool_calls": [{"function": 1}]}}]})",
+                  false),
+      Error);
   EXPECT_THROW(answer_text(Api::kResponses, sse({{{"type", "response.created"}}}), true), Error);
   EXPECT_THROW(answer_text(Api::kMessages, sse({{{"type", "message_start"}}}), true), Error);
   EXPECT_THROW(answer_text(Api::kMessages, "not json", false), Error);

