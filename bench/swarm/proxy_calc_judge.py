@@ -9,9 +9,13 @@ with N the true value. The application never sends rewards: this judge knows the
 grader with a key would. A question it does not know fails the judge (exit 1), which the proxy
 counts and drops the group for.
 
-    ajet proxy ... --judge-command "python3 bench/swarm/proxy_calc_judge.py tasks.jsonl"
+    ajet proxy ... --judge-command "python3 bench/swarm/proxy_calc_judge.py tasks.jsonl [--crash-every K]"
+
+--crash-every K: crash (exit 3, no output) on the groups whose task id hashes to 0 mod K, about one
+in K, to show that a judge crash loses no request.
 """
 
+import hashlib
 import json
 import os
 import re
@@ -58,6 +62,10 @@ def main():
                 user = [m["content"] for m in t["init_messages"] if m["role"] == "user"][0]
                 truth_of[user] = int(t["metadata"]["answer"])
     doc = json.load(sys.stdin)
+    if "--crash-every" in sys.argv:
+        k = int(sys.argv[sys.argv.index("--crash-every") + 1])
+        if int(hashlib.sha1(doc["task_id"].encode()).hexdigest(), 16) % k == 0:
+            os.abort()  # a crash: killed by SIGABRT, nothing printed
     question = question_of(doc["request"])
     if question not in truth_of:
         print(f"proxy_calc_judge: unknown question {question!r}", file=sys.stderr)

@@ -14,7 +14,11 @@ main command's) x VAL_SAMPLES samples at temperature 1, through eval episodes (n
 the built-in calc judge's rules. A vs B in one run: the same model before and after, the same tasks.
 
     python3 bench/swarm/proxy_learning.py [--model exp/main/models/calc-sft] [--requests 480]
-        [--users 8] [--val-tasks 100] [--val-samples 4] [--seed 1] [--no-append]
+        [--users 8] [--val-tasks 100] [--val-samples 4] [--seeds "1 2 3"] [--judge-crash-every K]
+        [--no-append]
+
+--judge-crash-every K makes the judge crash on about one group in K: those groups are dropped
+(counted), and the application must still get every answer.
 
 Needs build/bin/{ajet,ajet-swarm,ajet-engine} and the model. Outputs under exp/bench/proxy_learning/.
 """
@@ -26,6 +30,7 @@ import datetime
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import threading
@@ -197,29 +202,18 @@ def held_out(front: str, val: list[dict], samples: int) -> float:
     return sum(rewards) / len(rewards)
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default=os.path.join(ROOT, "exp", "main", "models", "calc-sft"))
-    p.add_argument("--requests", type=int, default=480, help="application requests through the proxy")
-    p.add_argument("--users", type=int, default=8, help="application threads at once")
-    p.add_argument("--batch", type=int, default=8, help="train_batch_size: requests (groups) per train step")
-    p.add_argument("--val-tasks", type=int, default=100)
-    p.add_argument("--val-samples", type=int, default=4)
-    p.add_argument("--seed", type=int, default=1, help="engine seed and the application's question order")
-    p.add_argument("--no-append", action="store_true", help="print the table, leave docs/benchmarks.md alone")
-    args = p.parse_args()
-
+def run_once(args, seed: int, out: str) -> dict:
+    """One fresh front + proxy + application; the row of the table."""
     ajet = os.path.join(ROOT, "build", "bin", "ajet")
-    out = os.path.join(ROOT, "exp", "bench", "proxy_learning", datetime.datetime.now().strftime("%Y%m%d_%H%M%S"))
     os.makedirs(out)
-    train = tasks(ajet, "train", 2000, args.seed)
+    train = tasks(ajet, "train", 2000, seed)
     val = tasks(ajet, "val", args.val_tasks, 1)
     train_file = os.path.join(out, "train_tasks.jsonl")
     with open(train_file, "w") as f:
         f.writelines(json.dumps(t) + "\n" for t in train)
     config = os.path.join(out, "config.yaml")
     with open(config, "w") as f:
-        f.write(SERVER_CONFIG.format(model=os.path.abspath(args.model), batch=args.batch, seed=args.seed))
+        f.write(SERVER_CONFIG.format(model=os.path.abspath(args.model), batch=args.batch, seed=seed))
 
     front_port, proxy_port = free_port(), free_port()
     front = f"http://127.0.0.1:{front_port}"
@@ -229,26 +223,26 @@ def main() -> int:
             [os.path.join(ROOT, "build", "bin", "ajet-swarm"), "start", "--port", str(front_port), "--exp-dir",
              os.path.join(out, "swarm"), "--conf", config, "--max-claims-per-client", "-1"],
             stdout=open(os.path.join(out, "swarm.log"), "w"), stderr=subprocess.STDOUT))
-        client = SwarmClient(front, verbose=False, swarm_server_timeout=120)
+        client = SwarmClient(front, verbose=False)
         deadline = time.time() + 120
         while True:
             try:
-                client.health()
+                get_json(front + "/health")
                 break
             except Exception:  # noqa: BLE001 (not up yet)
                 if time.time() > deadline:
                     raise
                 time.sleep(0.5)
         client.start_engine()
-        t0 = time.time()
         before = held_out(front, val, args.val_samples)
-        eval_seconds = time.time() - t0
-        print(f"proxy_learning: held-out T=1 success before: {before:.3f} ({eval_seconds:.0f} s)", flush=True)
+        print(f"proxy_learning: seed {seed}: held-out T=1 success before: {before:.3f}", flush=True)
 
         judge = f"python3 {os.path.join(ROOT, 'bench', 'swarm', 'proxy_calc_judge.py')} {train_file}"
+        if args.judge_crash_every:
+            judge += f" --crash-every {args.judge_crash_every}"
         procs.append(subprocess.Popen(
-            [ajet, "proxy", "--front", front, "--listen", f"127.0.0.1:{proxy_port}", "--n", "4",
-             "--judge-command", judge, "--return", "best"],
+            [os.path.join(ROOT, "build", "bin", "ajet"), "proxy", "--front", front, "--listen",
+             f"127.0.0.1:{proxy_port}", "--n", "4", "--judge-command", judge, "--return", "best"],
             stdout=open(os.path.join(out, "proxy.log"), "w"), stderr=subprocess.STDOUT))
         proxy = f"http://127.0.0.1:{proxy_port}"
         deadline = time.time() + 60
@@ -278,9 +272,8 @@ def main() -> int:
         procs[-1].terminate()
         procs[-1].wait(timeout=120)
 
-        t2 = time.time()
         after = held_out(front, val, args.val_samples)
-        print(f"proxy_learning: held-out T=1 success after: {after:.3f} ({time.time() - t2:.0f} s)", flush=True)
+        print(f"proxy_learning: seed {seed}: held-out T=1 success after: {after:.3f}", flush=True)
     finally:
         for proc in reversed(procs):
             if proc.poll() is None:
@@ -289,37 +282,68 @@ def main() -> int:
                     proc.wait(timeout=60)
                 except subprocess.TimeoutExpired:
                     proc.kill()
-
-    q = max(1, len(app.successes) // 4)
-    first_q = sum(app.successes[:q]) / q
-    last_q = sum(app.successes[-q:]) / q
-    table = "\n".join([
-        "| What | Value |",
-        "|---|---|",
-        f"| held-out success at T=1, before → after ({args.val_tasks} val tasks × {args.val_samples}) | "
-        f"{100 * before:.1f}% → **{100 * after:.1f}%** ({100 * (after - before):+.1f} points) |",
-        f"| application requests (chat, with the calculator tool) | {app.sent} from {args.users} users "
-        f"in {app_seconds:.0f} s ({len(app.successes)} conversations) |",
-        f"| application answers not well-formed | {len(app.malformed)} |",
-        f"| the application's own success (judged offline), first → last quarter | "
-        f"{100 * first_q:.1f}% → {100 * last_q:.1f}% |",
-        f"| groups trained / dropped (by reason) | {stats['groups_trained']} / {stats['groups_dropped']} "
-        f"{json.dumps(stats['groups_dropped_by_reason'])} |",
-        f"| judge failures (by kind) | {json.dumps(stats['judge_failures_by_kind'])} |",
-        f"| train steps (front global_step) | {step} |",
-        f"| mean reward of the trained episodes | {stats['reward_mean']} |",
-    ])
-    print(table)
     for problem in app.malformed[:5]:
         print("malformed:", problem)
+    q = max(1, len(app.successes) // 4)
+    return {"seed": seed, "before": before, "after": after, "sent": app.sent, "malformed": len(app.malformed),
+            "answered": app.sent - len(app.malformed), "seconds": app_seconds, "steps": step,
+            "conversations": len(app.successes),
+            "app_first": sum(app.successes[:q]) / q, "app_last": sum(app.successes[-q:]) / q,
+            "trained": stats["groups_trained"], "dropped": stats["groups_dropped_by_reason"],
+            "judge_failures": stats["judge_failures_by_kind"]}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default=os.path.join(ROOT, "exp", "main", "models", "calc-sft"))
+    p.add_argument("--requests", type=int, default=480, help="application requests through the proxy")
+    p.add_argument("--users", type=int, default=8, help="application threads at once")
+    p.add_argument("--batch", type=int, default=8, help="train_batch_size: requests (groups) per train step")
+    p.add_argument("--val-tasks", type=int, default=100)
+    p.add_argument("--val-samples", type=int, default=4)
+    p.add_argument("--seeds", default="1", help="engine seeds (and the questions' order), e.g. \"1 2 3\"")
+    p.add_argument("--judge-crash-every", type=int, default=0,
+                   help="the judge crashes on about one group in K (0: never): no request may be lost")
+    p.add_argument("--no-append", action="store_true", help="print the table, leave docs/benchmarks.md alone")
+    args = p.parse_args()
+
+    stamp = datetime.datetime.now().strftime("%Y%m%d_%H%M%S")
+    rows = [run_once(args, int(seed), os.path.join(ROOT, "exp", "bench", "proxy_learning", f"{stamp}-seed{seed}"))
+            for seed in args.seeds.split()]
+    lines = ["| seed | held-out T=1 before → after | gain | app requests answered well-formed | "
+             "app's own success, first → last quarter | groups trained / dropped | judge failures | "
+             "train steps | app time |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['seed']} | {100 * r['before']:.1f}% → {100 * r['after']:.1f}% | "
+                     f"{100 * (r['after'] - r['before']):+.1f} | {r['answered']} of {r['sent']} | "
+                     f"{100 * r['app_first']:.1f}% → {100 * r['app_last']:.1f}% | "
+                     f"{r['trained']} / {sum(r['dropped'].values())} {json.dumps(r['dropped'])} | "
+                     f"{json.dumps(r['judge_failures'])} | {r['steps']} | {r['seconds']:.0f} s |")
+    gains = [r["after"] - r["before"] for r in rows]
+    afters = [r["after"] for r in rows]
+    summary = (f"Median held-out T=1 success after {args.requests} requests: {100 * statistics.median(afters):.1f}% "
+               f"(range {100 * min(afters):.1f}-{100 * max(afters):.1f}), gain "
+               f"{100 * statistics.median(gains):+.1f} points ({100 * min(gains):+.1f} to {100 * max(gains):+.1f}); "
+               f"answers not well-formed: {sum(r['malformed'] for r in rows)}; requests lost: "
+               f"{sum(r['sent'] - r['answered'] for r in rows)}.")
+    table = "\n".join(lines)
+    print(table)
+    print(summary)
     if not args.no_append:
         with open(os.path.join(ROOT, "docs", "benchmarks.md"), "a") as f:
             f.write(f"\n## {datetime.date.today()}: training from live traffic through `ajet proxy` "
                     f"(bench/swarm/proxy_learning.py)\n\n"
-                    f"One run, seed {args.seed}, N = 4, rule judge, `--return best`, train_batch_size {args.batch} "
-                    f"requests per step, {args.requests} requests; model {args.model}; 2-core x86_64 CPU.\n\n"
-                    f"{table}\n")
-    return 0 if not app.malformed else 1
+                    f"`python3 bench/swarm/proxy_learning.py --seeds \"{args.seeds}\" --requests {args.requests}"
+                    f"{' --judge-crash-every ' + str(args.judge_crash_every) if args.judge_crash_every else ''}`: "
+                    f"a scripted application ({args.users} users, Python, no rewards, no task ids) asks calc "
+                    f"questions with the calculator tool through `ajet proxy` (N = 4, `--return best`, the rule "
+                    f"judge `bench/swarm/proxy_calc_judge.py`) in front of a torch front training "
+                    f"{args.model} (train_batch_size {args.batch} requests per step, lr 1e-4). Held-out: "
+                    f"{args.val_tasks} val tasks × {args.val_samples} samples at T=1 on eval episodes of the "
+                    f"front, before and after. 2-core x86_64 CPU shared with other jobs.\n\n"
+                    f"{table}\n\n{summary}\n")
+    return 0 if all(r["malformed"] == 0 for r in rows) else 1
 
 
 if __name__ == "__main__":
