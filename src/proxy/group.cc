@@ -225,6 +225,69 @@ std::string end_all(const std::vector<client::Episode>& episodes,
   return failures;
 }
 
+// Phases 2-3: the request to every episode at once; under the first policy the first well-formed
+// answer goes back from inside Progress::arrived().
+void fan_out(const std::vector<client::Episode>& episodes, const AppRequest& request,
+             const std::string& raw_body, const GroupOptions& options, Progress& progress) {
+  const auto deadline = Clock::now() + options.upstream_timeout;
+  std::vector<std::future<void>> calls;
+  for (size_t i = 0; i < episodes.size(); ++i) {
+    calls.push_back(std::async(std::launch::async, [&, i] {
+      progress.arrived(i, call_episode(episodes[i], request, raw_body, deadline));
+    }));
+  }
+  for (auto& c : calls) c.get();
+}
+
+// An episode without a well-formed answer: the application still gets one when another episode
+// has it, else the front's own error as the front wrote it, else a 502 naming what went wrong.
+void answer_despite(const std::string& error, Api api, Progress& progress, ProxyStats& stats) {
+  if (const int ok = progress.first_ok(); ok >= 0) {
+    progress.send_if_none(ok);
+  } else if (const int with_status = progress.first_with_status(); with_status >= 0) {
+    progress.send_if_none(with_status);
+  } else {
+    progress.fail_if_none(api_error(api, 502, error), stats);
+  }
+}
+
+// Phase 4: one reward per answer, or JudgeFailure.
+std::vector<double> judge_answers(const AppRequest& request, const std::string& task_id,
+                                  const std::vector<Answer>& answers, Judge& judge) {
+  JudgeInput input;
+  input.api = request.api;
+  input.request = &request.body;
+  input.question = request_text(request.api, request.body);
+  input.task_id = task_id;
+  for (const Answer& a : answers) input.answers.push_back(a.text);
+  std::vector<double> rewards;
+  try {
+    rewards = judge.score(input);
+  } catch (const JudgeFailure&) {
+    throw;
+  } catch (const std::exception& e) {  // a judge's own bug counts as its crash
+    throw JudgeFailure("crash", e.what());
+  }
+  if (rewards.size() != answers.size()) {
+    throw JudgeFailure("malformed", "the judge gave " + std::to_string(rewards.size()) +
+                                        " rewards for " + std::to_string(answers.size()) +
+                                        " answers");
+  }
+  return rewards;
+}
+
+// Phase 5: the highest reward; among equals, the answer that was ready first.
+size_t best_answer(const std::vector<double>& rewards, const Progress& progress) {
+  size_t best = 0;
+  for (size_t i = 1; i < rewards.size(); ++i) {
+    if (rewards[i] > rewards[best] ||
+        (rewards[i] == rewards[best] && progress.arrival(i) < progress.arrival(best))) {
+      best = i;
+    }
+  }
+  return best;
+}
+
 }  // namespace
 
 void run_group(const AppRequest& request, const std::string& raw_body, const GroupOptions& options,
@@ -246,70 +309,38 @@ void run_group(const AppRequest& request, const std::string& raw_body, const Gro
     deps.stats->group(std::move(record));
   };
 
-  // 1. Claim.
+  // 1. Claim N episodes.
   std::vector<client::Episode> episodes;
   try {
     episodes = claim(options, deps);
   } catch (const std::exception& e) {
-    http::Response r =
-        api_error(request.api, 503, std::string("the model is busy, try again: ") + e.what());
     deps.stats->answered(503);
-    respond(std::move(r));
+    respond(api_error(request.api, 503, std::string("the model is busy, try again: ") + e.what()));
     finish("dropped", "claim_failed", e.what());
     return;
   }
   for (const client::Episode& e : episodes) record.episode_uuids.push_back(e.episode_uuid);
 
-  // 2-3. Fan out; the first policy answers from inside arrived().
+  // 2-3. Ask every episode; the first policy answers as soon as one is ready.
   Progress progress(episodes.size(), options.policy, std::move(respond));
   progress.set_stats(deps.stats);
-  const auto deadline = Clock::now() + options.upstream_timeout;
-  {
-    std::vector<std::future<void>> calls;
-    for (size_t i = 0; i < episodes.size(); ++i) {
-      calls.push_back(std::async(std::launch::async, [&, i] {
-        progress.arrived(i, call_episode(episodes[i], request, raw_body, deadline));
-      }));
-    }
-    for (auto& c : calls) c.get();
-  }
+  fan_out(episodes, request, raw_body, options, progress);
   const std::vector<Answer>& answers = progress.answers();
-
-  // Any episode without a well-formed answer: the group is not trained.
   for (const Answer& a : answers) {
     if (a.ok()) continue;
     abort_all(episodes, "proxy_upstream_error", deps);
-    const int ok = progress.first_ok();
-    if (ok >= 0) {
-      progress.send_if_none(ok);
-    } else if (int with_status = progress.first_with_status(); with_status >= 0) {
-      progress.send_if_none(with_status);
-    } else {
-      progress.fail_if_none(api_error(request.api, 502, a.error), *deps.stats);
-    }
+    answer_despite(a.error, request.api, progress, *deps.stats);
     record.returned = progress.returned();
     finish("dropped", "upstream_error", a.error);
     return;
   }
 
-  // 4. Judge.
-  JudgeInput input;
-  input.api = request.api;
-  input.request = &request.body;
-  input.question = request_text(request.api, request.body);
-  input.task_id = record.task_id;
-  for (const Answer& a : answers) input.answers.push_back(a.text);
+  // 4. Judge; a failure answers with the first answer ready and drops the group.
   std::vector<double> rewards;
   try {
-    rewards = deps.judge->score(input);
-    if (rewards.size() != answers.size()) {
-      throw JudgeFailure("malformed", "the judge gave " + std::to_string(rewards.size()) +
-                                          " rewards for " + std::to_string(answers.size()) +
-                                          " answers");
-    }
-  } catch (const std::exception& e) {
-    const auto* failure = dynamic_cast<const JudgeFailure*>(&e);
-    deps.stats->judge_failure(failure != nullptr ? failure->kind() : "crash");
+    rewards = judge_answers(request, record.task_id, answers, *deps.judge);
+  } catch (const JudgeFailure& e) {
+    deps.stats->judge_failure(e.kind());
     progress.send_if_none(progress.first_ok());
     abort_all(episodes, "proxy_judge_failed", deps);
     record.returned = progress.returned();
@@ -317,19 +348,12 @@ void run_group(const AppRequest& request, const std::string& raw_body, const Gro
     return;
   }
 
-  // 5. Return the best.
-  size_t best = 0;
-  for (size_t i = 1; i < rewards.size(); ++i) {
-    if (rewards[i] > rewards[best] ||
-        (rewards[i] == rewards[best] && progress.arrival(i) < progress.arrival(best))) {
-      best = i;
-    }
-  }
-  progress.send_if_none(int(best));
+  // 5. Return the best (unless the first policy returned one already).
+  progress.send_if_none(int(best_answer(rewards, progress)));
   record.returned = progress.returned();
   record.rewards = rewards;
 
-  // 6. End the group.
+  // 6. End the group with its rewards.
   const std::string failures =
       end_all(episodes, rewards, record.task_id, request, record.returned, deps);
   if (!failures.empty()) {
