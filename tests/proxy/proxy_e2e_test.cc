@@ -3,7 +3,7 @@
 // rewards under one task id, or all aborted when the judge or an episode fails, and the application
 // gets a well-formed answer of its own API either way. The proxy runs in-process (src/proxy),
 // except in the test of the `ajet proxy` command line, which drives the binary with curl and the
-// official OpenAI JS SDK.
+// official OpenAI and Anthropic JS SDKs (tests/js/proxy_sdks.mjs).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -386,7 +386,7 @@ TEST_F(ProxyE2eTest, AJudgeModelServedByASwarmFrontAnswersFromEvalEpisodes) {
   EXPECT_EQ(pool["claimed_episodes"], 0) << pool.dump();
 }
 
-TEST_F(ProxyE2eTest, TheCommandLineServesCurlAndTheOpenAiSdk) {
+TEST_F(ProxyE2eTest, TheCommandLineServesCurlAndTheOpenAiAndAnthropicSdks) {
   const std::string judge = judge_script("judge.py", kFixedScores);
   Subprocess proc = Subprocess::spawn(
       SpawnOptions{{bin("ajet").string(), "proxy", "--front", front_->url(), "--listen",
@@ -416,13 +416,12 @@ TEST_F(ProxyE2eTest, TheCommandLineServesCurlAndTheOpenAiSdk) {
 
   std::string why;
   if (auto node_modules = clients_test::npm_node_modules(&why)) {
-    Captured node =
-        run_capture("node " + shell_quote(source("tests/js/proxy_openai_sdk.mjs").string()) + " " +
-                    shell_quote(node_modules->string()) + " " + url + "/v1");
+    Captured node = run_capture("node " + shell_quote(source("tests/js/proxy_sdks.mjs").string()) +
+                                " " + shell_quote(node_modules->string()) + " " + url + "/v1");
     EXPECT_EQ(node.status, 0) << node.out;
     EXPECT_THAT(node.out, HasSubstr("\"ok\":true")) << node.out;
   } else {
-    std::cerr << "SKIPPED LOUDLY (the OpenAI JS SDK part): " << why << "\n";
+    std::cerr << "SKIPPED LOUDLY (the JS SDK part): " << why << "\n";
   }
   Json stats = http::HttpClient(url).get("/proxy/stats").json();
   EXPECT_GE(stats["groups_trained"].get<int64_t>() + stats["in_flight"].get<int64_t>(), 1);
