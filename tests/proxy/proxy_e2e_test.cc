@@ -66,12 +66,13 @@ EchoSwarm* ProxyE2eTest::front_ = nullptr;
 class LiveProxy {
  public:
   LiveProxy(const std::string& front, std::unique_ptr<Judge> judge,
-            ReturnPolicy policy = ReturnPolicy::kBest, const std::string& api_key = "") {
+            ReturnPolicy policy = ReturnPolicy::kBest, const std::string& api_key = "",
+            std::chrono::milliseconds claim_timeout = std::chrono::seconds(60), int n = 0) {
     ProxyOptions o;
     o.front_url = front;
-    o.group.n = front_num_repeat(front);
+    o.group.n = n > 0 ? n : front_num_repeat(front);
     o.group.policy = policy;
-    o.group.claim_timeout = std::chrono::seconds(60);
+    o.group.claim_timeout = claim_timeout;
     o.group.upstream_timeout = std::chrono::seconds(60);
     o.api_key = api_key;
     o.max_body_bytes = 64 * 1024;
@@ -322,6 +323,21 @@ TEST_F(ProxyE2eTest, BadRequestsGetErrorsOfTheirOwnApi) {
   // The proxy keeps serving, and nothing was claimed for the refused requests.
   EXPECT_EQ(http::HttpClient(proxy.url()).get("/health").status, 200);
   EXPECT_EQ(proxy.stats()["episodes_aborted"], 0);
+}
+
+TEST_F(ProxyE2eTest, AnUnreachableFrontIsA503OfTheApplicationsApi) {
+  ClosedPort nobody;
+  LiveProxy proxy(nobody.url(),
+                  make_command_judge({"true", JudgeMode::kPointwise, std::chrono::seconds(5)}),
+                  ReturnPolicy::kBest, "", std::chrono::seconds(1), kN);
+  http::ClientResponse r = proxy.post(
+      "/v1/messages", {{"max_tokens", 5}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}});
+  EXPECT_EQ(r.status, 503) << r.body;
+  EXPECT_TRUE(r.headers.has("Retry-After"));
+  EXPECT_EQ(r.json()["error"]["type"], "overloaded_error");
+  Json stats = proxy.stats_after_groups(1);
+  EXPECT_EQ(stats["groups_dropped_by_reason"]["claim_failed"], 1) << stats.dump();
+  EXPECT_EQ(stats["answers_by_status"]["503"], 1);
 }
 
 TEST_F(ProxyE2eTest, AJudgeModelScoresPointwiseAndListwise) {
