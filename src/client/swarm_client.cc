@@ -494,7 +494,7 @@ void SwarmClient::commit_episode(const std::string& episode_uuid) {
   forget_key(episode_uuid);
 }
 
-bool SwarmClient::abort_episode(const std::string& episode_uuid) {
+bool SwarmClient::abort_episode(const std::string& episode_uuid, const std::string& cause) {
   if (episode_uuid.empty()) return false;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -504,6 +504,7 @@ bool SwarmClient::abort_episode(const std::string& episode_uuid) {
                {"episode_uuid", episode_uuid},
                {"task_id", ""},
                {"workflow_output", {{"reward", 0.0}, {"metadata", {{"task_id", ""}}}}}};
+  if (!cause.empty()) body["cause"] = cause;
   try {
     http::ClientResponse r = post_retrying("/abort_episode", body, 2, episode_auth(episode_uuid));
     if (r.status == 200) {

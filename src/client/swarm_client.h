@@ -53,7 +53,9 @@ class SwarmClient {
   // race throw SwarmError(kCommand) with the server's message and status.
   EndResult end_episode(const std::string& task_id, const std::string& episode_uuid,
                         const WorkflowOutput& output);
-  bool abort_episode(const std::string& episode_uuid);  // never throws; true when confirmed
+  // Never throws; true when confirmed. `cause` ([a-z0-9_]{1,48}, e.g. "judge_failed"): why, counted
+  // by the front's /metrics (ajet_episodes_aborted_total{cause}); "" sends none.
+  bool abort_episode(const std::string& episode_uuid, const std::string& cause = "");
   // Episode groups (several servers, docs/protocol.md): the first phase of an end, then the commit.
   // Refusals throw SwarmError(kCommand); connection errors are retried (both are idempotent).
   // Every episode command sends the key this client's claim got (the front refuses one without it).
