@@ -127,10 +127,9 @@ for s in seeds:
     target = c_opd[-1][1]
     reach_opd = next(st for st, t1, _ in c_opd if t1 >= target)
     reach_rl = next((st for st, t1, _ in c_rl if t1 >= target), None)
-    overlap = [r["trainer"]["distill"].get("in_teacher_top_k") for r in opd
-               if r.get("kind") == "train" and "distill" in r.get("trainer", {})]
-    failed = sum(r["trainer"]["distill"].get("failed", 0) for r in opd
-                 if r.get("kind") == "train" and "distill" in r.get("trainer", {}))
+    train = [r.get("trainer", {}) for r in opd if r.get("kind") == "train"]
+    overlap = [t["distill/in_teacher_top_k"] for t in train if "distill/in_teacher_top_k" in t]
+    failed = sum(t.get("distill/failed", 0) for t in train)
     secs = lambda recs: max(r.get("elapsed_s", 0) for r in recs)
     rows.append(dict(seed=s, start=c_rl[0][1], rl_end=c_rl[-1][1], opd_end=target, reach_opd=reach_opd,
                      reach_rl=reach_rl, ov0=overlap[0] if overlap else None, ov1=overlap[-1] if overlap else None,

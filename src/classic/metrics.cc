@@ -111,8 +111,9 @@ Json trainer_metrics(const Json& status_body, const Json& pool_info) {
   static const std::vector<std::string> kContainers = {"last_train_stats", "train_stats", "trainer",
                                                        "last_batch_stats"};
   static const std::vector<std::string> kWanted = {
-      "loss", "kl",     "entropy", "merge",  "ratio",   "clip", "grad",
-      "lr",   "tokens", "version", "groups", "samples", "time", "rollout_logprob"};
+      "loss",    "kl",     "entropy", "merge",  "ratio",   "clip", "grad",
+      "lr",      "tokens", "version", "groups", "samples", "time", "rollout_logprob",
+      "distill", "madness"};
   const Json* found = nullptr;
   for (const Json* body : {&status_body, &pool_info}) {
     if (!body->is_object()) continue;

@@ -237,7 +237,8 @@ std::string sample_text(const Prompt& p, const Sample& s) {
 
 OrderedJson message_of(const Prompt& p, const Sample& s) {
   text::ParseOptions options;
-  options.parse_reasoning = p.family == text::ChatFamily::kQwen3;
+  options.parse_reasoning =
+      p.family == text::ChatFamily::kQwen3 || p.family == text::ChatFamily::kQwen3Thinking;
   return text::to_openai_json(text::parse_model_output(sample_text(p, s), options).to_message());
 }
 

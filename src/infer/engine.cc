@@ -25,9 +25,13 @@ at::Tensor forward_cached(model::Qwen2Model& model, KvCache& cache, const Attent
     x = layer->attention_outputs(x, attn);                                           // (N, C)
   }
   if (logit_rows.empty()) return at::Tensor();
-  at::Tensor last = static_cast<int64_t>(logit_rows.size()) == batch.num_tokens()
-                        ? x
-                        : x.index_select(0, int64_tensor(logit_rows, device));           // (M, C)
+  // Every row in order (a step of decode tokens only): no gather. Prompt rows follow the sampling
+  // rows (prompt_logprobs), so a full set of rows is not always in order.
+  bool every_row = static_cast<int64_t>(logit_rows.size()) == batch.num_tokens();
+  for (size_t i = 0; every_row && i < logit_rows.size(); ++i)
+    every_row = logit_rows[i] == static_cast<int64_t>(i);
+  at::Tensor last =
+      every_row ? x : x.index_select(0, int64_tensor(logit_rows, device));  // (M, C)
   return model->lm_head(model->final_norm(last)).to(at::kCPU, at::kFloat).contiguous();  // (M, V)
 }
 

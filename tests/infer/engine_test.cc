@@ -593,6 +593,23 @@ TEST(Engine, PromptLogprobsMatchTheFullForwardAcrossChunksAndCachedPrefixes) {
     }
   }
   EXPECT_EQ(out.samples[0].tokens.size(), 3u);
+
+  // A prompt prefilled alone in one chunk: its rows are every row of the step, the sampling row
+  // first, so they are not in position order.
+  const std::vector<int32_t> alone = prompt_of(9, 4);
+  batching::GenerateRequest a = request("alone", alone, 1);
+  a.prompt_logprobs = 0;
+  std::future<GenerateResult> single = engine.generate(a);
+  drain(engine);
+  GenerateResult one = single.get();
+  ASSERT_FALSE(one.error) << one.error->what();
+  ASSERT_EQ(one.prompt_logprobs.size(), alone.size() - 1);
+  const torch::Tensor ref_alone = reference_logprobs(m, alone);
+  for (size_t p = 1; p < alone.size(); ++p) {
+    EXPECT_NEAR(one.prompt_logprobs[p - 1].logprob,
+                ref_alone[int64_t(p) - 1][alone[p]].item<double>(), 1e-4)
+        << "position " << p;
+  }
 }
 
 TEST(Engine, PromptLogprobsOutOfRangeIsRefused) {
