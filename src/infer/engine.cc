@@ -30,9 +30,8 @@ at::Tensor forward_cached(model::Qwen2Model& model, KvCache& cache, const Attent
   bool every_row = static_cast<int64_t>(logit_rows.size()) == batch.num_tokens();
   for (size_t i = 0; every_row && i < logit_rows.size(); ++i)
     every_row = logit_rows[i] == static_cast<int64_t>(i);
-  at::Tensor last =
-      every_row ? x : x.index_select(0, int64_tensor(logit_rows, device));  // (M, C)
-  return model->lm_head(model->final_norm(last)).to(at::kCPU, at::kFloat).contiguous();  // (M, V)
+  at::Tensor last = every_row ? x : x.index_select(0, int64_tensor(logit_rows, device));  // (M, C)
+  return model->lm_head(model->final_norm(last)).to(at::kCPU, at::kFloat).contiguous();   // (M, V)
 }
 
 InferenceEngine::InferenceEngine(model::Qwen2Model model, const InferenceEngineOptions& config)
