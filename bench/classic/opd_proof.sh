@@ -14,10 +14,12 @@
 # table with the medians and ranges; appends it with the date to docs/benchmarks.md.
 #
 #   bench/classic/opd_proof.sh [--no-append] [--seeds "1 2 3"] [--steps 30] [--eval-every 5]
-#       [--teacher-steps 40] [--reward-weight 1.0]
+#       [--teacher-steps 40] [--reward-weight 1.0] [--coef 1.0] [--rl-from EARLIER_OUT_DIR]
+# --rl-from reuses the "rl" runs of an earlier invocation (same seeds and steps) instead of running
+# them again, to compare another distillation setting with the same baseline.
 set -euo pipefail
 here="$(cd "$(dirname "$0")/../.." && pwd)"
-seeds="1 2 3" steps=30 eval_every=5 teacher_steps=40 reward_weight=1.0 append=1
+seeds="1 2 3" steps=30 eval_every=5 teacher_steps=40 reward_weight=1.0 coef=1.0 rl_from="" append=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-append) append=0; shift ;;
@@ -26,6 +28,8 @@ while [ $# -gt 0 ]; do
     --eval-every) eval_every="$2"; shift 2 ;;
     --teacher-steps) teacher_steps="$2"; shift 2 ;;
     --reward-weight) reward_weight="$2"; shift 2 ;;
+    --coef) coef="$2"; shift 2 ;;
+    --rl-from) rl_from="$2"; shift 2 ;;
     *) echo "opd_proof: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -103,16 +107,21 @@ PY
       --set "ajet.trainer_common.total_training_steps=$steps" --set "ajet.trainer_common.max_training_seconds=null" \
       --set "ajet.trainer_common.test_freq=$eval_every" "$@" > "$out/seed$s-$name.log" 2>&1
   }
-  run_arm rl
+  if [ -n "$rl_from" ]; then
+    ln -s "$rl_from/seed$s-rl" "$out/seed$s-rl" && ln -s "$rl_from/seed$s-rl.log" "$out/seed$s-rl.log"
+  else
+    run_arm rl
+  fi
   run_arm opd --set "ajet.distillation.base_url=$url/v1" --set "ajet.distillation.api_key=$key" \
-    --set "ajet.distillation.top_k=4" --set "ajet.distillation.reward_weight=$reward_weight"
+    --set "ajet.distillation.top_k=4" --set "ajet.distillation.reward_weight=$reward_weight" \
+    --set "ajet.distillation.coef=$coef"
   cleanup
   front_pid=""
 done
 
-python3 - "$here" "$out" "$seeds" "$steps" "$eval_every" "$teacher_steps" "$reward_weight" "$append" <<'PY'
-import datetime, glob, json, os, statistics, sys
-repo, out, seeds, steps, every, teacher_steps, rw, append = sys.argv[1:]
+python3 - "$here" "$out" "$seeds" "$steps" "$eval_every" "$teacher_steps" "$reward_weight" "$coef" "$append" <<'PY'
+import datetime, glob, json, os, sqlite3, statistics, sys
+repo, out, seeds, steps, every, teacher_steps, rw, coef, append = sys.argv[1:]
 seeds = seeds.split()
 def records(run):
     path = sorted(glob.glob(os.path.join(out, run, "*", "metrics.jsonl")))[-1]
@@ -127,9 +136,12 @@ for s in seeds:
     target = c_opd[-1][1]
     reach_opd = next(st for st, t1, _ in c_opd if t1 >= target)
     reach_rl = next((st for st, t1, _ in c_rl if t1 >= target), None)
-    train = [r.get("trainer", {}) for r in opd if r.get("kind") == "train"]
-    overlap = [t["distill/in_teacher_top_k"] for t in train if "distill/in_teacher_top_k" in t]
-    failed = sum(t.get("distill/failed", 0) for t in train)
+    # The front's own metrics table holds every step's distill/* figures.
+    db = sorted(glob.glob(os.path.join(out, f"seed{s}-opd", "*", "swarm", "*.sqlite")))[-1]
+    con = sqlite3.connect(db)
+    series = lambda name: [v for _, v in con.execute(
+        "SELECT step, value FROM metrics WHERE name = ? ORDER BY step", (name,))]
+    overlap, failed = series("distill/in_teacher_top_k"), int(sum(series("distill/failed")))
     secs = lambda recs: max(r.get("elapsed_s", 0) for r in recs)
     rows.append(dict(seed=s, start=c_rl[0][1], rl_end=c_rl[-1][1], opd_end=target, reach_opd=reach_opd,
                      reach_rl=reach_rl, ov0=overlap[0] if overlap else None, ov1=overlap[-1] if overlap else None,
@@ -138,9 +150,9 @@ def ratio(r):
     return (r["reach_rl"] / r["reach_opd"]) if r["reach_rl"] else None
 med = lambda xs: statistics.median(xs)
 lines = [f"### On-policy distillation vs RL alone: calc, tiny student, teacher = the warm-up after {teacher_steps} RL steps ({datetime.date.today().isoformat()})", "",
-         f"`bench/classic/opd_proof.sh --steps {steps} --eval-every {every} --reward-weight {rw}`: per seed, two runs from the same "
+         f"`bench/classic/opd_proof.sh --steps {steps} --eval-every {every} --reward-weight {rw} --coef {coef}`: per seed, two runs from the same "
          "warm-up (`calc-sft`): `rl` is `examples/configs/calc.yaml` as is, `opd` adds `ajet.distillation` (advantage mode, k1, "
-         f"coef 1, reward_weight {rw}, top_k 4) with the teacher served by a second front. Held-out T=1 success (4 samples of 100 "
+         f"coef {coef}, reward_weight {rw}, top_k 4) with the teacher served by a second front. Held-out T=1 success (4 samples of 100 "
          f"tasks) every {every} steps. *Steps to reach* is the first validation at or above OPD's final T=1 success.", "",
          "| Seed | Start T=1 | RL at step " + steps + " | OPD at step " + steps + " | OPD reaches it at | RL reaches it at | RL / OPD steps | top-k overlap first → last | teacher failures | wall s RL / OPD |",
          "|---|---|---|---|---|---|---|---|---|---|"]

@@ -43,19 +43,20 @@ TEST(CliConsole, VersionGivesTheCommitAndBuildType) {
 
 TEST(CliConsole, AnUnknownSubcommandWithHelpIsAUsageError) {
   for (const char* program : kBinaries) {
-    for (const std::string args : {"proxy --help", "proxy", "--help proxy"}) {
+    for (const std::string args : {"frobnicate --help", "frobnicate", "--help frobnicate"}) {
       Captured r = run(program, args);
       EXPECT_EQ(WEXITSTATUS(r.status), 2) << program << " " << args << ": " << r.out;
-      EXPECT_EQ(first_line(r.out).rfind(std::string(program) + ": unknown subcommand 'proxy'", 0),
-                0u)
+      EXPECT_EQ(
+          first_line(r.out).rfind(std::string(program) + ": unknown subcommand 'frobnicate'", 0),
+          0u)
           << program << " " << args << ": " << r.out;
       EXPECT_THAT(r.out, Not(HasSubstr("Options:"))) << "not the top-level help: " << r.out;
     }
   }
-  Captured nested = run("ajet", "episode proxy --help");
+  Captured nested = run("ajet", "episode frobnicate --help");
   EXPECT_EQ(WEXITSTATUS(nested.status), 2) << nested.out;
   EXPECT_THAT(first_line(nested.out),
-              HasSubstr("ajet episode: unknown subcommand 'proxy' (subcommands: list show)"));
+              HasSubstr("ajet episode: unknown subcommand 'frobnicate' (subcommands: list show)"));
   // The help of a real subcommand is still help.
   Captured help = run("ajet", "episode --help");
   EXPECT_EQ(WEXITSTATUS(help.status), 0) << help.out;
