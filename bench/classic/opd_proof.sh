@@ -15,11 +15,15 @@
 #
 #   bench/classic/opd_proof.sh [--no-append] [--seeds "1 2 3"] [--steps 30] [--eval-every 5]
 #       [--teacher-steps 40] [--reward-weight 1.0] [--coef 1.0] [--rl-from EARLIER_OUT_DIR]
+#       [--student calc-sft]
+# --student names the warm-up model the students start from: calc-sft (the main command's RL start)
+# or calc-gate (its first SFT stage: greedy ~50 %, far weaker at T=1). The teacher is always calc-sft
+# after the RL steps.
 # --rl-from reuses the "rl" runs of an earlier invocation (same seeds and steps) instead of running
 # them again, to compare another distillation setting with the same baseline.
 set -euo pipefail
 here="$(cd "$(dirname "$0")/../.." && pwd)"
-seeds="1 2 3" steps=30 eval_every=5 teacher_steps=40 reward_weight=1.0 coef=1.0 rl_from="" append=1
+seeds="1 2 3" steps=30 eval_every=5 teacher_steps=40 reward_weight=1.0 coef=1.0 rl_from="" student=calc-sft append=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-append) append=0; shift ;;
@@ -30,6 +34,7 @@ while [ $# -gt 0 ]; do
     --reward-weight) reward_weight="$2"; shift 2 ;;
     --coef) coef="$2"; shift 2 ;;
     --rl-from) rl_from="$2"; shift 2 ;;
+    --student) student="$2"; shift 2 ;;
     *) echo "opd_proof: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -52,12 +57,13 @@ for s in $seeds; do
     echo "opd_proof: seed $s: warm-up (scripts/run.sh, AJET_STOP_AFTER=sft)" >&2
     AJET_SEED="$s" AJET_WORK_DIR="$work" AJET_STOP_AFTER=sft "$here/scripts/run.sh" > "$out/seed$s-warmup.log" 2>&1
   fi
-  common=(--set "ajet.model.path=$work/models/calc-sft" --set "ajet.engine.seed=$s"
+  teacher_start=(--set "ajet.model.path=$work/models/calc-sft")
+  common=(--set "ajet.model.path=$work/models/$student" --set "ajet.engine.seed=$s"
           --set "ajet.task_reader.shuffle_seed=$s" --set "ajet.task_reader.builtin.seed=$s")
   teacher="$here/exp/opd/teacher-seed$s"
   if [ ! -f "$teacher/config.json" ]; then
     echo "opd_proof: seed $s: teacher = the warm-up after $teacher_steps RL steps" >&2
-    "$bin/ajet" --conf examples/configs/calc.yaml --exp-dir "$out/teacher-seed$s" "${common[@]}" \
+    "$bin/ajet" --conf examples/configs/calc.yaml --exp-dir "$out/teacher-seed$s" "${common[@]}" "${teacher_start[@]}" \
       --set "ajet.trainer_common.total_training_steps=$teacher_steps" \
       --set "ajet.trainer_common.max_training_seconds=null" \
       --set "ajet.trainer_common.test_freq=$teacher_steps" > "$out/seed$s-teacher.log" 2>&1
@@ -119,9 +125,9 @@ PY
   front_pid=""
 done
 
-python3 - "$here" "$out" "$seeds" "$steps" "$eval_every" "$teacher_steps" "$reward_weight" "$coef" "$append" <<'PY'
+python3 - "$here" "$out" "$seeds" "$steps" "$eval_every" "$teacher_steps" "$reward_weight" "$coef" "$student" "$append" <<'PY'
 import datetime, glob, json, os, sqlite3, statistics, sys
-repo, out, seeds, steps, every, teacher_steps, rw, coef, append = sys.argv[1:]
+repo, out, seeds, steps, every, teacher_steps, rw, coef, student, append = sys.argv[1:]
 seeds = seeds.split()
 def records(run):
     path = sorted(glob.glob(os.path.join(out, run, "*", "metrics.jsonl")))[-1]
@@ -150,8 +156,8 @@ def ratio(r):
     return (r["reach_rl"] / r["reach_opd"]) if r["reach_rl"] else None
 med = lambda xs: statistics.median(xs)
 lines = [f"### On-policy distillation vs RL alone: calc, tiny student, teacher = the warm-up after {teacher_steps} RL steps ({datetime.date.today().isoformat()})", "",
-         f"`bench/classic/opd_proof.sh --steps {steps} --eval-every {every} --reward-weight {rw} --coef {coef}`: per seed, two runs from the same "
-         "warm-up (`calc-sft`): `rl` is `examples/configs/calc.yaml` as is, `opd` adds `ajet.distillation` (advantage mode, k1, "
+         f"`bench/classic/opd_proof.sh --steps {steps} --eval-every {every} --reward-weight {rw} --coef {coef} --student {student}`: per seed, two runs from the same "
+         f"warm-up (`{student}`): `rl` is `examples/configs/calc.yaml` as is, `opd` adds `ajet.distillation` (advantage mode, k1, "
          f"coef {coef}, reward_weight {rw}, top_k 4) with the teacher served by a second front. Held-out T=1 success (4 samples of 100 "
          f"tasks) every {every} steps. *Steps to reach* is the first validation at or above OPD's final T=1 success.", "",
          "| Seed | Start T=1 | RL at step " + steps + " | OPD at step " + steps + " | OPD reaches it at | RL reaches it at | RL / OPD steps | top-k overlap first → last | teacher failures | wall s RL / OPD |",
