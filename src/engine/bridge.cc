@@ -5,6 +5,22 @@
 
 namespace ajet::engine {
 
+namespace {
+
+// Appends exactly k alternatives (best first), padding with id -1 and logprob -inf: the fixed row
+// width of the wire format.
+void append_padded(const std::vector<batching::TokenLogprob>& alternatives, int32_t k,
+                   std::vector<int32_t>& ids, std::vector<float>& logprobs) {
+  for (int32_t j = 0; j < k; ++j) {
+    const bool have = static_cast<size_t>(j) < alternatives.size();
+    ids.push_back(have ? alternatives[size_t(j)].id : -1);
+    logprobs.push_back(have ? alternatives[size_t(j)].logprob
+                            : -std::numeric_limits<float>::infinity());
+  }
+}
+
+}  // namespace
+
 batching::GenerateRequest to_infer_request(const rpc::GenerateRequest& r, std::string id) {
   batching::GenerateRequest out;
   out.id = std::move(id);
@@ -55,12 +71,7 @@ rpc::TokensEvent TokensEventBuilder::next(const batching::GenerateEvent& event) 
     e.logprobs.push_back(token.logprob);
     e.raw_logprobs.push_back(token.raw_logprob);
     e.policy_versions.push_back(token.policy_version);
-    for (int32_t k = 0; k < top_logprobs_; ++k) {
-      const bool have = static_cast<size_t>(k) < token.top_logprobs.size();
-      e.top_ids.push_back(have ? token.top_logprobs[k].id : -1);
-      e.top_logprobs.push_back(have ? token.top_logprobs[k].logprob
-                                    : -std::numeric_limits<float>::infinity());
-    }
+    append_padded(token.top_logprobs, top_logprobs_, e.top_ids, e.top_logprobs);
   }
   if (prompt_logprobs_ >= 0 && !prompt_sent_ && t > 0) {
     prompt_sent_ = true;
@@ -69,12 +80,7 @@ rpc::TokensEvent TokensEventBuilder::next(const batching::GenerateEvent& event) 
       e.prompt_ids.push_back(p.id);
       e.prompt_logprobs.push_back(p.logprob);
       e.prompt_ranks.push_back(p.rank);
-      for (int32_t k = 0; k < prompt_logprobs_; ++k) {
-        const bool have = static_cast<size_t>(k) < p.top_logprobs.size();
-        e.prompt_top_ids.push_back(have ? p.top_logprobs[k].id : -1);
-        e.prompt_top_logprobs.push_back(have ? p.top_logprobs[k].logprob
-                                             : -std::numeric_limits<float>::infinity());
-      }
+      append_padded(p.top_logprobs, prompt_logprobs_, e.prompt_top_ids, e.prompt_top_logprobs);
     }
   }
   if (static_cast<size_t>(event.sample_index) >= completion_.size())
