@@ -2,14 +2,16 @@
 
 #include "client/swarm_types.h"
 #include "common/error.h"
+#include "common/mix.h"
 #include "text/messages.h"
 
 namespace ajet::classic {
 
 Json plain_json(const tasks::OrderedJson& j) { return Json(j); }
 
-HttpChatModel::HttpChatModel(const std::string& base_url, const std::string& api_key, Json params)
-    : chat_(base_url, api_key), params_(std::move(params)) {}
+HttpChatModel::HttpChatModel(const std::string& base_url, const std::string& api_key, Json params,
+                             std::optional<uint64_t> seed)
+    : chat_(base_url, api_key), params_(std::move(params)), seed_(seed) {}
 
 tasks::ModelReply HttpChatModel::complete(const std::vector<text::ChatMessage>& messages,
                                           const std::vector<tasks::OrderedJson>& tools) {
@@ -22,6 +24,9 @@ tasks::ModelReply HttpChatModel::complete(const std::vector<text::ChatMessage>& 
   }
   Json answer;
   try {
+    if (seed_) {  // 62 bits: a JSON integer every client and server reads as int64
+      params_["seed"] = int64_t(splitmix64_finalize(*seed_ * kGoldenGamma + uint64_t(calls_)) >> 2);
+    }
     calls_ += 1;
     answer = chat_.create(body_messages, body_tools, params_);
   } catch (const client::SwarmError& e) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "client/openai_chat.h"
@@ -18,8 +19,10 @@ Json plain_json(const tasks::OrderedJson& j);
 class HttpChatModel : public tasks::ChatModel {
  public:
   // `params` go into every request body (eval episodes: temperature, top_p; train: {}: the server's
-  // rollout settings apply anyway).
-  HttpChatModel(const std::string& base_url, const std::string& api_key, Json params);
+  // rollout settings apply anyway). With `seed` (the episode's env_seed), call i also sends
+  // `"seed": mix(seed, i)`: every token the episode samples follows from it (docs/determinism.md).
+  HttpChatModel(const std::string& base_url, const std::string& api_key, Json params,
+                std::optional<uint64_t> seed = std::nullopt);
 
   // A 400 naming the context window becomes Error(kResourceExhausted) (the agent's context_limit);
   // every other failure is rethrown as is (model_error).
@@ -32,6 +35,7 @@ class HttpChatModel : public tasks::ChatModel {
  private:
   client::ChatClient chat_;
   Json params_;
+  std::optional<uint64_t> seed_;
   int64_t calls_ = 0;
   int64_t completion_tokens_ = 0;
 };

@@ -39,7 +39,7 @@ class BuiltinWorkflow : public Workflow {
       return failed_report(task, "agent_error", e.what());
     }
     HttpChatModel model(ctx.episode.base_url, ctx.episode.api_key,
-                        ctx.episode_type == "eval" ? ctx.sampling : Json::object());
+                        ctx.episode_type == "eval" ? ctx.sampling : Json::object(), ctx.env_seed);
     tasks::AgentOptions options;
     if (max_tool_calls_ > 0) options.max_tool_calls = max_tool_calls_;
     if (max_steps_ > 0) options.max_steps = max_steps_;

@@ -241,6 +241,8 @@ struct TrainerCommonConfig {
   std::string old_logprob_source = "recompute";  // recompute | rollout
   std::string checkpoint_base_dir = "./saved_checkpoints";
   int64_t max_checkpoints_to_keep = 3;  // -1: all
+  // Every train_step batch and its reply under {experiment dir}/rollouts (`ajet replay`).
+  bool record_rollouts = false;
   bool episode_loss_weighting = true;
   std::string sequence_packing = "tree";  // tree | plain
   bool activation_checkpointing =
@@ -351,6 +353,11 @@ struct Config {
   std::string experiment_name = "read_yaml_name";
   std::string experiment_dir = "auto";
   std::string backbone = "torch";  // torch | async | debug (config/backbone.h: the typed view)
+  // Same config, seed and machine → the same bits (docs/determinism.md): batch-invariant engine
+  // kernels and train batches in a canonical order. auto: on where it costs little (a float32 CPU
+  // engine whose weights fit the packed-copy budget; the canonical order always); true: always
+  // (larger models then keep a packed copy too); false: off.
+  std::string deterministic = "auto";
   MultiModelConfig multi_model;
   ModelConfig model;
   DataConfig data;

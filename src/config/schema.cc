@@ -81,6 +81,10 @@ std::vector<Field> config_fields(Config& c) {
         "torch: synchronous RL; async: rollouts continue while training; debug: inference only",
         {.choices = {"torch", "async", "debug"},
          .aliases = {{"verl", "torch"}, {"trinity", "async"}}});
+  t.add("deterministic", c.deterministic,
+        "same config, seed and machine: the same metrics and weights, bit for bit; auto: where it "
+        "costs little (float32 CPU engines of models up to 512 MB)",
+        {.choices = {"auto", "true", "false"}});
   t.add("multi_model.workflow", c.multi_model.workflow,
         "the built-in agent of a run with several models", {.choices = {"calc_duo"}});
   t.add("multi_model.models", c.multi_model.models,
@@ -281,6 +285,9 @@ std::vector<Field> config_fields(Config& c) {
         "where checkpoints are written");
   t.add("trainer_common.max_checkpoints_to_keep", tc.max_checkpoints_to_keep,
         "newest checkpoints kept; -1: all", {.min = -1});
+  t.add("trainer_common.record_rollouts", tc.record_rollouts,
+        "record what the trainer consumes each step under {experiment dir}/rollouts, for "
+        "`ajet replay`");
   t.add("trainer_common.episode_loss_weighting", tc.episode_loss_weighting,
         "weight each sample's loss terms by 1 / (samples of its episode)");
   t.add("trainer_common.sequence_packing", tc.sequence_packing,

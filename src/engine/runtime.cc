@@ -85,6 +85,8 @@ EngineRuntime start_engine(const EngineOptions& options, bool start_thread) {
 
   model::Qwen2Model model =
       model::load_model_dir(options.model_dir, model::LoadOptions{dtype, device});
+  apply_determinism(options.config ? options.config->deterministic : "auto", model, device, dtype,
+                    options.config ? options.config->engine.seed : 0);
   rt.model.path = std::filesystem::absolute(options.model_dir).lexically_normal();
   rt.model.config = model->config();
   rt.model.parameters = model->parameter_count();
@@ -111,6 +113,31 @@ EngineRuntime start_engine(const EngineOptions& options, bool start_thread) {
     set.get();
   }
   return rt;
+}
+
+bool apply_determinism(const std::string& mode, model::Qwen2Model& model,
+                       const torch::Device& device, torch::ScalarType dtype, int64_t seed) {
+  const bool cheap = device.is_cpu() && dtype == torch::kFloat && model->weight_packing();
+  const bool on = mode == "true" || (mode == "auto" && cheap);
+  model::set_batch_invariant(on);
+  if (!on) {
+    if (mode == "auto") {
+      log().info("deterministic: auto leaves it off here ({}); reruns agree to float32 rounding",
+                 !device.is_cpu()         ? "a GPU engine"
+                 : dtype != torch::kFloat ? "not float32"
+                                          : "the weights are over the packed-copy budget");
+    }
+    return false;
+  }
+  // A model over the budget keeps a packed copy anyway: the batch-invariant path needs it.
+  if (!model->weight_packing()) model->set_weight_packing(true);
+  // torch's generator too (LoRA initialisation; the RNG state checkpoints keep).
+  torch::manual_seed(static_cast<uint64_t>(seed));
+  log().info("deterministic ({}): batch-invariant kernels, every linear through ajet's own", mode);
+  if (device.is_cuda())
+    log().warn(
+        "deterministic: on a GPU the kernels are torch's; batch invariance holds on CPU only");
+  return true;
 }
 
 batching::MadnessLimits madness_limits(const config::Config& config,

@@ -12,6 +12,7 @@
 #include "engine/options.h"
 #include "batching/madness.h"
 #include "hf/hf_config.h"
+#include "model/qwen2.h"
 
 namespace ajet::infer {
 class InferenceEngine;
@@ -47,6 +48,14 @@ struct EngineRuntime {
 // a CUDA device on a libtorch without CUDA, an unknown dtype, a broken config.json or weights.
 // `start_thread` false gives a manually stepped engine (tests).
 EngineRuntime start_engine(const EngineOptions& options, bool start_thread = true);
+
+// ajet.deterministic (`mode`: auto, true or false; docs/determinism.md) for `model`, loaded on
+// `device` in `dtype`: turns model::set_batch_invariant on or off for the process (auto: on for a
+// float32 CPU model that keeps packed weight copies anyway; true: on, making `model` keep them)
+// and, when on, seeds torch's generator with `seed`. Returns whether it is on. The engine calls it
+// once its model is loaded; `ajet replay` too, so that it trains with the same kernels.
+bool apply_determinism(const std::string& mode, model::Qwen2Model& model,
+                       const torch::Device& device, torch::ScalarType dtype, int64_t seed);
 
 // {"path", "config" (config.json content), "parameters", "dtype"}.
 Json model_info_json(const ModelInfo& info);

@@ -5,9 +5,12 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <numeric>
 #include <optional>
+#include <tuple>
 
 #include "common/error.h"
+#include "common/fs.h"
 #include "common/log.h"
 #include "engine_control/fan_out.h"
 #include "episodes/model_context.h"
@@ -121,13 +124,48 @@ std::optional<double> madness_reward(const std::vector<tracking::CallRecord>& ca
   return reward;
 }
 
+// The canonical order of a batch's episodes (ajet.deterministic): by task, reward, then every
+// token of every call; what arrived first no longer matters. Episodes equal in all of it are
+// interchangeable (their samples are the same).
+void canonical_order(std::vector<episodes::FinishedEpisode>& episodes,
+                     std::vector<std::vector<store::CallRow>>& rows) {
+  std::vector<std::vector<int32_t>> tokens(episodes.size());
+  for (size_t i = 0; i < episodes.size(); ++i) {
+    for (const store::CallRow& r : rows[i]) {
+      tokens[i].push_back(int32_t(r.prompt_ids.size()));
+      tokens[i].insert(tokens[i].end(), r.prompt_ids.begin(), r.prompt_ids.end());
+      tokens[i].push_back(int32_t(r.completion_ids.size()));
+      tokens[i].insert(tokens[i].end(), r.completion_ids.begin(), r.completion_ids.end());
+    }
+  }
+  std::vector<size_t> order(episodes.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const episodes::FinishedEpisode &x = episodes[a], &y = episodes[b];
+    return std::tie(x.task_id, x.reward, tokens[a]) < std::tie(y.task_id, y.reward, tokens[b]);
+  });
+  std::vector<episodes::FinishedEpisode> sorted_episodes;
+  std::vector<std::vector<store::CallRow>> sorted_rows;
+  for (size_t i : order) {
+    sorted_episodes.push_back(std::move(episodes[i]));
+    sorted_rows.push_back(std::move(rows[i]));
+  }
+  episodes = std::move(sorted_episodes);
+  rows = std::move(sorted_rows);
+}
+
 BatchSamples BatchRunner::merge_batch(episodes::Batch batch, const episodes::ModelContext& model,
                                       const TrainSettings& settings) {
   BatchSamples out;
   store_.flush().get();  // every call of these episodes was queued before their end_episode
-  for (const episodes::FinishedEpisode& e : batch.episodes) {
-    std::vector<store::CallRow> rows = store_.get_calls(e.episode_uuid);
-    std::vector<tracking::CallRecord> calls = tracking::calls_from_rows(rows, model.format.get());
+  std::vector<std::vector<store::CallRow>> episode_rows;
+  for (const episodes::FinishedEpisode& e : batch.episodes)
+    episode_rows.push_back(store_.get_calls(e.episode_uuid));
+  if (settings.deterministic) canonical_order(batch.episodes, episode_rows);
+  for (size_t i = 0; i < batch.episodes.size(); ++i) {
+    const episodes::FinishedEpisode& e = batch.episodes[i];
+    std::vector<tracking::CallRecord> calls =
+        tracking::calls_from_rows(episode_rows[i], model.format.get());
     if (calls.empty()) continue;  // an episode without LLM calls carries no tokens
     // A call a madness detector stopped marks the whole episode (ajet.rollout.madness.action).
     const std::optional<double> reward = madness_reward(calls, e.reward, settings.madness, out);
@@ -148,6 +186,23 @@ BatchSamples BatchRunner::merge_batch(episodes::Batch batch, const episodes::Mod
   }
   out.batch = std::move(batch);
   return out;
+}
+
+void record_train_step(const std::filesystem::path& dir, const Json& header,
+                       const rpc::TrainBatch& request, const Json& reply, int64_t global_step,
+                       int64_t batch_id) {
+  std::filesystem::create_directories(dir);
+  if (!std::filesystem::exists(dir / "record.json"))
+    write_file_atomic(dir / "record.json", header.dump(2) + "\n");
+  rpc::Frame frame = rpc::encode_train_batch(request);
+  frame.id = 1;  // a request frame as the engine would read it
+  const std::vector<std::byte> bytes = rpc::flatten(rpc::encode_frame(std::move(frame), {}));
+  const std::string name = fmt::format("step_{:06d}", global_step + 1);
+  write_file_atomic(dir / (name + ".batch"),
+                    std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+  write_file_atomic(
+      dir / (name + ".json"),
+      Json{{"step", global_step + 1}, {"batch_id", batch_id}, {"reply", reply}}.dump() + "\n");
 }
 
 rpc::TrainBatch build_train_batch(const BatchSamples& samples) {
@@ -493,6 +548,15 @@ void BatchRunner::train_on_engine(BatchSamples samples) {
   {
     std::lock_guard<std::mutex> lock(save_mu_);
     trained_version_ = version;
+  }
+  if (!settings.record_dir.empty()) {
+    try {
+      record_train_step(settings.record_dir, settings.record_header, request, metrics,
+                        b.global_step, b.batch_id);
+    } catch (const std::exception& e) {  // the run goes on; the record misses this step
+      verbose_.add("batch", fmt::format("batch {}: not recorded: {}", b.batch_id, e.what()));
+      log().warn("batch {}: not recorded: {}", b.batch_id, e.what());
+    }
   }
   if (teacher) metrics["distill"] = teacher->to_json();
   if (samples.mad_episodes > 0 || settings.madness_detection) {

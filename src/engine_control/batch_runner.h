@@ -81,7 +81,23 @@ struct TrainSettings {
   // Multi-agent episodes: each role its own advantage group and, when the episode reported
   // metadata.role_rewards, its own reward (ajet.trainer_common.algorithm.per_role_advantages).
   bool per_role_advantages = false;
+  // ajet.deterministic (not false): a batch's episodes in a canonical order (task, reward, tokens)
+  // instead of the order they ended in, so the trainer's sums run in the same order on every rerun.
+  bool deterministic = false;
+  // ajet.trainer_common.record_rollouts: each trained batch (the train_step request as sent) and
+  // the trainer's reply go under this directory (docs/determinism.md "Rollout record and replay");
+  // empty: not recorded. `record_header` is the record's record.json (config, start model).
+  std::filesystem::path record_dir;
+  Json record_header = Json::object();
 };
+
+// Writes the batch of the step after `global_step` (step N = global_step + 1, as metrics.jsonl
+// counts) and the trainer's reply into `dir` (record.json first when missing): step_NNNNNN.batch
+// (the train_step request frame's bytes) and step_NNNNNN.json ({step, batch_id, reply}). Each file
+// atomically.
+void record_train_step(const std::filesystem::path& dir, const Json& header,
+                       const rpc::TrainBatch& request, const Json& reply, int64_t global_step,
+                       int64_t batch_id);
 
 // The runner's view of the rest of the front (all may return null / empty while nothing is loaded).
 struct TrainerLink {

@@ -139,14 +139,18 @@ struct Item {
   AJET_INLINE int64_t row_len(int64_t r) const { return first_len + r / group; }
 };
 
-// Masks positions a row may not see, then normalises every row.
+// Normalises each row over the positions it may see and zeroes the rest. Each row's softmax runs
+// over its own length, never the tile's: which of its positions fall in the vector lanes and which
+// in the scalar tail then depends on the row alone, so a token's attention is the same bits
+// whatever tile (prefill chunk, decode step) it is computed in (model::set_batch_invariant relies
+// on it).
 AJET_INLINE void mask_and_softmax(const Item& it, float* s, int64_t len) {
   const int64_t rows = it.tokens * it.group;
   for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t p = it.row_len(r); p < len; ++p)
-      s[r * len + p] = -std::numeric_limits<float>::infinity();
+    const int64_t row_len = it.row_len(r);
+    softmax_rows(s + r * len, 1, row_len);
+    for (int64_t p = row_len; p < len; ++p) s[r * len + p] = 0.0f;
   }
-  softmax_rows(s, rows, len);
 }
 
 // Scores of query rows [r0, r0 + RB) against the 8 keys kp: each key vector is loaded once for the

@@ -92,12 +92,13 @@ torch::Tensor linear_forward(const torch::Tensor& x, const torch::Tensor& w,
                              const torch::Tensor& bias, PackedWeight* packed) {
   const int64_t k = w.size(1), n = w.size(0);
   const int64_t m = x.dim() > 0 && k > 0 ? x.numel() / k : 0;
+  const bool invariant = batch_invariant();
   const bool eligible =
-      no_grad_cpu_f32(x) && m > 1 && x.size(-1) == k && w.is_cpu() &&
+      no_grad_cpu_f32(x) && (m > 1 || (invariant && m == 1)) && x.size(-1) == k && w.is_cpu() &&
       w.scalar_type() == torch::kFloat && w.is_contiguous() &&
       (!bias.defined() || (bias.scalar_type() == torch::kFloat && bias.is_contiguous()));
-  const bool use_packed = eligible && packed != nullptr && m <= kPackedMaxRows;
-  if (!use_packed && !(eligible && m <= kKernelMaxRows))
+  const bool use_packed = eligible && packed != nullptr && (invariant || m <= kPackedMaxRows);
+  if (!use_packed && !(eligible && (invariant || m <= kKernelMaxRows)))
     return torch::nn::functional::linear(x, w, bias);
   const torch::Tensor xc = x.contiguous();
   auto shape = x.sizes().vec();
@@ -127,6 +128,7 @@ torch::Tensor linear_forward(const torch::Tensor& x, const torch::Tensor& w,
 }
 
 namespace {
+std::atomic<bool> g_batch_invariant{false};
 std::atomic<bool> g_fused_projections{true};
 std::atomic<uint64_t> g_fused_runs{0};
 }  // namespace
@@ -137,6 +139,9 @@ void set_fused_projections_enabled(bool on) {
   g_fused_projections.store(on, std::memory_order_relaxed);
 }
 bool fused_projections_enabled() { return g_fused_projections.load(std::memory_order_relaxed); }
+
+void set_batch_invariant(bool on) { g_batch_invariant.store(on, std::memory_order_relaxed); }
+bool batch_invariant() { return g_batch_invariant.load(std::memory_order_relaxed); }
 
 torch::Tensor PackedWeight::of(const torch::Tensor& w) {
   TORCH_CHECK(w.dim() == 2 && w.is_cpu() && w.scalar_type() == torch::kFloat && w.is_contiguous(),
@@ -401,7 +406,7 @@ bool DecoderLayerImpl::fusable(std::initializer_list<Proj> ps, const torch::Tens
     return false;
   const int64_t k = x.size(-1);
   const int64_t m = k > 0 ? x.numel() / k : 0;
-  if (m < 2 || m > kPackedMaxRows) return false;
+  if (batch_invariant() ? m < 1 : (m < 2 || m > kPackedMaxRows)) return false;
   for (Proj p : ps) {
     const auto i = static_cast<size_t>(p);
     const torch::Tensor& w = linears_[i]->weight;

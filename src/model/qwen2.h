@@ -126,6 +126,16 @@ torch::Tensor linear_forward(const torch::Tensor& x, const torch::Tensor& w,
 // default; engine_bench turns it off to measure it.
 void set_fused_projections_enabled(bool on);
 bool fused_projections_enabled();
+
+// Batch-invariant inference (deterministic mode, docs/determinism.md): with grad off in float32 on
+// the CPU, every linear of every row count (1 row, a decode batch, a long prefill chunk) runs the
+// hand-written kernels, whose sum for one row is the same sequence of operations whatever the other
+// rows are; so a sequence's logits do not depend on what else shares its engine step (OpenBLAS's
+// GEMV and GEMM round differently). A model without packed copies (set_weight_packing) runs the
+// small-row kernel, also invariant. Off by default; engine::apply_determinism turns it on under
+// ajet.deterministic.
+void set_batch_invariant(bool on);
+bool batch_invariant();
 // Fused regions run so far by every layer of every model (tests check that the fused path ran).
 uint64_t fused_projection_runs();
 
@@ -244,6 +254,7 @@ class Qwen2ModelImpl : public torch::nn::Module {
   // Whether no-grad float32 projections keep packed copies of their weights (on by default for
   // models small enough to hold them twice).
   void set_weight_packing(bool on);
+  bool weight_packing() const { return pack_weights_; }
   // The routing of the model's multi-adapter projections (model/multi_lora.h); null without them.
   // The inference engine sets it before every forward from its sequences' adapters.
   const std::shared_ptr<LoraRouting>& lora_routing() const { return lora_routing_; }

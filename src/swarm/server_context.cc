@@ -95,6 +95,13 @@ engine_control::TrainSettings SyncedTrain::settings() const {
   s.madness_detection =
       md.repeat_tokens > 0 || md.entropy_window > 0 || md.garbage_run > 0 || md.switch_run > 0;
   s.per_role_advantages = c.trainer_common.algorithm.per_role_advantages;
+  s.deterministic = c.deterministic != "false";
+  if (c.trainer_common.record_rollouts && !state_.experiment_dir.empty()) {
+    s.record_dir = state_.experiment_dir / "rollouts";
+    s.record_header = Json{{"format", "ajet rollout record 1"},
+                           {"model_path", fs::absolute(c.model.path).lexically_normal().string()},
+                           {"config_yaml", config::to_yaml(c)}};
+  }
   if (c.distillation.enabled()) {
     const config::DistillationConfig& d = c.distillation;
     engine_control::TeacherOptions t;
