@@ -2,6 +2,9 @@
 // stdout once it serves ("ajet-swarm ready: http://HOST:PORT …"; with --port 0 it names the bound
 // port), after what it restored or moved aside and every warning of --conf. A store holding an
 // earlier run needs --resume (continue it) or --fresh (move it aside); without either it exits 2.
+// At the stop signal it saves the steps trained since the last checkpoint and says where (exit 0);
+// a second signal exits at once with 128 + the signal (SwarmServer::handle_signals).
+#include <signal.h>
 #include <sys/resource.h>
 
 #include <cstdio>
@@ -30,6 +33,9 @@ void raise_open_files_limit() {
 
 void run_start(swarm::FrontOptions options) {
   raise_open_files_limit();
+  // A reader of stdout that went away (`ajet-swarm start | tee log`: Ctrl-C stops tee too) must not
+  // kill the front with SIGPIPE while it says it is saving its checkpoint.
+  ::signal(SIGPIPE, SIG_IGN);
   if (options.admin_token.empty()) {
     if (const char* env = std::getenv("AJET_ADMIN_TOKEN"); env != nullptr)
       options.admin_token = env;
@@ -47,7 +53,10 @@ void run_start(swarm::FrontOptions options) {
                  "AJET_ADMIN_TOKEN)\n",
                  options.host.c_str());
   }
-  swarm::SwarmServer server(std::move(options));
+  // One write per line: the signal thread says what a stop does while other threads print.
+  swarm::SwarmServer server(std::move(options), [](const std::string& line) {
+    std::cout << ("ajet-swarm: " + line + "\n") << std::flush;
+  });
   server.handle_signals();
   const swarm::StartReport report = server.start();
   for (const auto& note : report.notes) std::cout << "ajet-swarm: " << note << std::endl;
@@ -80,9 +89,8 @@ const CommandRegistration kStart("start", [](CLI::App& app) {
   auto* resume = cmd->add_flag_callback(
       "--resume", [options] { options->old_store = swarm::OldStoreRule::kResume; },
       "Continue the earlier run the store holds: its episodes, global step and (when it was "
-      "running) its engine "
-      "from the newest checkpoint. Use it when restarting after a crash; harmless on an empty "
-      "store");
+      "running) its engine from the newest checkpoint (after Ctrl-C or kill: the one the stop "
+      "saved). Use it when restarting after a stop or a crash; harmless on an empty store");
   auto* fresh = cmd->add_flag_callback(
       "--fresh", [options] { options->old_store = swarm::OldStoreRule::kFresh; },
       "Start a new experiment: a store holding an earlier run is renamed to <store>.before-<time> "

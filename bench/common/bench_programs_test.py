@@ -27,6 +27,9 @@ NOT_APPENDING = {
     "common/bench_cli.cc": "the shared writer itself",
     "common/bench_cli.h": "the shared writer itself",
     "gpu/gpu_check.cc": "scripts/gpu-check.sh prints its table for a person to paste from the GPU machine",
+    "classic/learning_record.py": "the record's format; names the document its backfilled lines came from",
+    "classic/learning_page.py": "names it in the page it draws; writes docs/learning.html only",
+    "classic/learning_page_test.py": "tests of the two above",
 }
 
 

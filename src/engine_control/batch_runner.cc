@@ -31,13 +31,21 @@ BatchRunner::BatchRunner(episodes::Registry& registry, store::Store& store,
       link_(std::move(link)),
       thread_([this] { run(); }) {}
 
-BatchRunner::~BatchRunner() {
+BatchRunner::~BatchRunner() { stop(); }
+
+void BatchRunner::stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
   }
   cv_.notify_all();
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::optional<int64_t> BatchRunner::unsaved_version() {
+  std::lock_guard<std::mutex> lock(save_mu_);
+  if (trained_version_ < 0 || trained_version_ == saved_version_) return std::nullopt;
+  return trained_version_;
 }
 
 void BatchRunner::notify() {
@@ -577,8 +585,8 @@ void BatchRunner::train_on_engine(BatchSamples samples) {
     // torch: the engine's weights are exported before rollouts resume on them.
     if (torch) registry_.begin_weight_export();
     try {
-      if (auto path = save_checkpoint(fmt::format("save_freq {}", settings.save_freq))) {
-        metrics["checkpoint"] = path->string();
+      if (auto saved = save_checkpoint(fmt::format("save_freq {}", settings.save_freq))) {
+        metrics["checkpoint"] = saved->dir.string();
       }
     } catch (const std::exception& e) {
       verbose_.add("batch", std::string("save_checkpoint failed: ") + e.what());
@@ -599,7 +607,7 @@ void BatchRunner::train_on_engine(BatchSamples samples) {
                            metrics.value("step_time_s", 0.0)));
 }
 
-std::optional<std::filesystem::path> BatchRunner::save_checkpoint(const std::string& why) {
+std::optional<BatchRunner::SavedCheckpoint> BatchRunner::save_checkpoint(const std::string& why) {
   std::lock_guard<std::mutex> lock(save_mu_);
   if (trained_version_ < 0 || trained_version_ == saved_version_) return std::nullopt;
   std::shared_ptr<rpc::Client> engine = link_.engine ? link_.engine() : nullptr;
@@ -618,7 +626,7 @@ std::optional<std::filesystem::path> BatchRunner::save_checkpoint(const std::str
   verbose_.add("batch", fmt::format("checkpoint ({}): policy_version {} saved in {}", why,
                                     saved_version_, path.string()));
   if (!path.empty() && link_.checkpoint_saved) link_.checkpoint_saved(path);
-  return path;
+  return SavedCheckpoint{path, saved_version_};
 }
 
 }  // namespace ajet::engine_control

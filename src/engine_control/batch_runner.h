@@ -1,9 +1,10 @@
 // The batch loop of the torch and async backbones: waits for the registry's ready batch, takes it,
 // merges each episode's stored calls into training samples (src/tracking), sends them to the
 // engine's `train_step` RPC (docs/engine-rpc.md) and reports the step to Registry::finish_batch.
-// Every `save_freq` policy versions (and on stop_engine) it asks the engine to `save_checkpoint`,
-// and tells the supervisor where the newest checkpoint is so a crashed engine restarts from it. The
-// debug backbone never gets here: the registry records its batches itself and ROLLING resumes.
+// Every `save_freq` policy versions (and on stop_engine, and when the front stops) it asks the
+// engine to `save_checkpoint`, and tells the supervisor where the newest checkpoint is so a crashed
+// engine restarts from it. The debug backbone never gets here: the registry records its batches
+// itself and ROLLING resumes.
 //
 // Data parallel (ajet-swarm start --engine-ranks N): the request is split with
 // train_data::split_batch (balanced by tokens, task groups kept whole) and part r goes to rank r's
@@ -172,9 +173,20 @@ class BatchRunner {
   // Trains the taken batch on the engine, then finish_batch (or fail_batch when the engine rejects
   // it; nothing when the engine died: engine_restarting already returned the batch to collection).
   void train_on_engine(BatchSamples samples);
-  // Asks the engine for a checkpoint (blocks). Returns its directory, or nullopt when nothing was
-  // trained since the last one or the engine is not there. Used every save_freq steps and on stop.
-  std::optional<std::filesystem::path> save_checkpoint(const std::string& why);
+  // Asks the engine for a checkpoint (blocks). Returns its directory and policy version, or nullopt
+  // when nothing was trained since the last one or the engine is not there. Used every save_freq
+  // steps, on stop_engine and when the front stops.
+  struct SavedCheckpoint {
+    std::filesystem::path dir;
+    int64_t policy_version = 0;
+  };
+  std::optional<SavedCheckpoint> save_checkpoint(const std::string& why);
+  // The policy version of the newest step that no checkpoint holds yet (trained since the last
+  // save_checkpoint of this engine session), or nullopt when there is none.
+  std::optional<int64_t> unsaved_version();
+  // Ends the batch loop and joins it; a step in flight finishes first (so unsaved_version() then
+  // counts it). save_checkpoint still works after. Idempotent; the destructor calls it.
+  void stop();
 
  private:
   void run();

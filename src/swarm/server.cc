@@ -2,9 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
+
 #include "common/error.h"
 #include "common/fs.h"
 #include "common/log.h"
+#include "common/stop_signals.h"
 #include "common/time_text.h"
 #include "config/load.h"
 #include "engine_control/batch_runner.h"
@@ -86,7 +89,8 @@ std::string url_host(const std::string& host) {
 
 }  // namespace
 
-SwarmServer::SwarmServer(FrontOptions options) : options_(std::move(options)) {
+SwarmServer::SwarmServer(FrontOptions options, Say say)
+    : options_(std::move(options)), say_(std::move(say)) {
   fs::create_directories(options_.server_dir);
   options_.server_dir = fs::absolute(options_.server_dir);
   if (options_.store_path.empty()) options_.store_path = options_.server_dir / "swarm.sqlite";
@@ -278,7 +282,7 @@ SwarmServer::SwarmServer(FrontOptions options) : options_(std::move(options)) {
 
 SwarmServer::~SwarmServer() {
   stop();
-  shutdown();
+  shutdown(/*save_checkpoint=*/false);
 }
 
 uint16_t SwarmServer::port() const { return http_->port(); }
@@ -287,7 +291,41 @@ std::string SwarmServer::url() const {
   return fmt::format("http://{}:{}", url_host(options_.host), port());
 }
 
-void SwarmServer::handle_signals() { http_->handle_signals(); }
+void SwarmServer::handle_signals() {
+  if (signals_) return;
+  signals_ =
+      std::make_unique<StopSignals>([this](int signal, int nth) { on_stop_signal(signal, nth); });
+}
+
+void SwarmServer::on_stop_signal(int signal, int nth) {
+  const std::string name = stop_signal_name(signal);
+  if (nth == 1 && !stopping_.load()) {
+    {
+      std::lock_guard lock(at_once_mu_);
+      lost_at_once_ = ", without saving the steps trained since the last checkpoint";
+    }
+    say(name +
+        ": stopping: requests in flight finish, then the steps trained since the last checkpoint "
+        "are saved (a second signal stops at once, without saving)");
+    stop();
+    return;
+  }
+  std::string lost;
+  {
+    std::lock_guard lock(at_once_mu_);
+    lost = lost_at_once_;
+  }
+  say(fmt::format("{} again: stopping at once{}", name, lost));
+  std::_Exit(128 + signal);  // no destructor may wait on the engine; it dies with us (PDEATHSIG)
+}
+
+void SwarmServer::say(const std::string& line) const {
+  if (say_) {
+    say_(line);
+  } else {
+    log().info("{}", line);
+  }
+}
 
 StartReport SwarmServer::start() {
   StartReport report;
@@ -310,27 +348,75 @@ StartReport SwarmServer::start() {
 
 void SwarmServer::wait() {
   http_->wait();
-  shutdown();
+  shutdown(/*save_checkpoint=*/true);
 }
 
 void SwarmServer::stop() {
+  stopping_ = true;
+  std::lock_guard lock(http_mu_);
   if (http_) http_->stop();
 }
 
-void SwarmServer::shutdown() {
+void SwarmServer::save_trained_steps() {
+  const std::optional<int64_t> unsaved = batches_->unsaved_version();
+  const fs::path latest = supervisor_->latest_checkpoint_dir();
+  if (!unsaved) {
+    {
+      std::lock_guard lock(at_once_mu_);
+      lost_at_once_.clear();
+    }
+    say(latest.empty() ? "no step was trained: no checkpoint to save"
+                       : "no step trained since the last checkpoint (" + latest.string() +
+                             "): nothing to save");
+    return;
+  }
+  const std::string resume_from =
+      latest.empty() ? "from the model" : "from the last checkpoint, " + latest.string();
+  {
+    std::lock_guard lock(at_once_mu_);  // before the line: a signal sent on reading it says this
+    lost_at_once_ = fmt::format(", without the checkpoint of step {} (--resume continues {})",
+                                *unsaved, resume_from);
+  }
+  say(fmt::format("saving a checkpoint of step {} (a second signal stops at once, without it)",
+                  *unsaved));
+  try {
+    if (auto saved = batches_->save_checkpoint("the front stops")) {
+      say(fmt::format(
+          "checkpoint of step {} saved in {} (ajet-swarm start --resume continues from it)",
+          saved->policy_version, saved->dir.string()));
+    } else {
+      say(fmt::format("step {} is not saved: the engine is not running ({}); --resume continues {}",
+                      *unsaved, episodes::engine_phase_name(registry_->engine_status()),
+                      resume_from));
+    }
+  } catch (const std::exception& e) {
+    say(fmt::format("the checkpoint of step {} failed: {}; --resume continues {}", *unsaved,
+                    e.what(), resume_from));
+  }
+  std::lock_guard lock(at_once_mu_);
+  lost_at_once_.clear();
+}
+
+void SwarmServer::shutdown(bool save_checkpoint) {
   if (shut_down_) return;
   shut_down_ = true;
+  stopping_ = true;
   janitor_.reset();
   if (ctx_) ctx_->admission = nullptr;
   admission_.reset();  // its status calls end before the engine goes
   asker_.reset();      // questions to coordinators in flight are abandoned, not waited for
+  batches_->stop();    // a step in flight finishes: it is among the steps saved next
+  if (save_checkpoint) save_trained_steps();
   batches_.reset();
   supervisor_
       ->stop();   // the engine goes (in-flight calls get their error); the store keeps its status
   pool_.reset();  // finishes queued work
   store_->flush().get();  // end_episode answers waiting for a commit go out while the server exists
   metrics_->flush();      // and /log_metrics answers
-  http_.reset();          // stopped already (wait() returned); now nothing can answer any more
+  {
+    std::lock_guard lock(http_mu_);
+    http_.reset();  // stopped already (wait() returned); now nothing can answer any more
+  }
   supervisor_.reset();
   registry_.reset();  // waits for its pending store callbacks
   metrics_.reset();   // writes the queued metrics (the registry's last batch numbers too)

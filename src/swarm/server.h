@@ -6,14 +6,20 @@
 // kFresh moves such a store aside; kRefuse (the default) refuses to start and names both choices.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "store/records.h"
 #include "swarm/server_context.h"
 
+namespace ajet {
+class StopSignals;
+}
 namespace ajet::http {
 class HttpServer;
 }
@@ -55,13 +61,16 @@ struct StartReport {
 // store with no run.
 std::string describe_earlier_run(const store::RecoveredState& recovered);
 
+// One line for the operator (ajet-swarm start prints it on stdout, prefixed "ajet-swarm: ").
+using Say = std::function<void(const std::string& line)>;
+
 class SwarmServer {
  public:
   // Opens (or creates) the store and recovers it (applying options.old_store to an earlier run),
   // builds every part, binds the port (port 0: an ephemeral one). Throws Error naming what failed
   // (a store held by another front, a busy port …; kInvalidArgument for an earlier run under
-  // kRefuse).
-  explicit SwarmServer(FrontOptions options);
+  // kRefuse). `say` gets what a stop does (null: the log).
+  explicit SwarmServer(FrontOptions options, Say say = nullptr);
   ~SwarmServer();  // stop() and shut down in order
   SwarmServer(const SwarmServer&) = delete;
   SwarmServer& operator=(const SwarmServer&) = delete;
@@ -70,16 +79,27 @@ class SwarmServer {
   std::string url() const;  // "http://HOST:PORT"
   const FrontOptions& options() const { return options_; }
 
-  void handle_signals();  // SIGINT/SIGTERM → graceful stop (before start())
+  // SIGINT/SIGTERM/SIGHUP → stop() (call before start()). A signal while the front is stopping
+  // already (draining requests, saving the last checkpoint, stopping the engine) ends the process
+  // at once with exit status 128 + the signal, saying what it did not save; the engine dies with it
+  // (PR_SET_PDEATHSIG) and the store is as after a crash (`--resume` continues from the newest
+  // checkpoint).
+  void handle_signals();
   // Resumes from the store (restarting the engine if it was running), syncs --conf, then serves.
   StartReport start();
-  // Blocks until the server was stopped, then shuts down: the engine is terminated (the store keeps
-  // its status, so the next start resumes it), queued store writes are committed.
+  // Blocks until the server was stopped, then shuts down: a step in flight finishes, the steps
+  // trained since the last checkpoint are saved in one (said with its step and directory; or that
+  // there is nothing to save), the engine is terminated (the store keeps its status, so the next
+  // start resumes it from that checkpoint), queued store writes are committed.
   void wait();
   void stop();
 
  private:
-  void shutdown();
+  void shutdown(bool save_checkpoint);
+  // wait()'s checkpoint of the steps trained since the last one (blocks on the engine).
+  void save_trained_steps();
+  void on_stop_signal(int signal, int nth);
+  void say(const std::string& line) const;
 
   FrontOptions options_;
   std::unique_ptr<store::Store> store_;
@@ -100,6 +120,13 @@ class SwarmServer {
   std::unique_ptr<http::HttpServer> http_;
   std::vector<std::string> store_notes_;  // what the constructor restored or moved aside
   bool shut_down_ = false;
+  Say say_;
+  std::atomic<bool> stopping_{false};
+  std::mutex http_mu_;  // stop() from the signal thread never meets shutdown's reset of http_
+  // What a signal that stops the process at once leaves unsaved (", without …"; "" when nothing).
+  mutable std::mutex at_once_mu_;
+  std::string lost_at_once_;
+  std::unique_ptr<StopSignals> signals_;  // last: its thread calls into everything above
 };
 
 // The ajet-engine next to the running executable.

@@ -170,6 +170,7 @@ class SwarmProcess {
     // --resume: a restart continues the run in the store (ajet-swarm refuses an earlier run without
     // --resume or --fresh). false: neither flag unless `extra` has one.
     bool resume = true;
+    std::vector<std::pair<std::string, std::string>> env;  // set on top of the test's environment
   };
 
   explicit SwarmProcess(Options options) : options_(std::move(options)) { start(); }
@@ -190,7 +191,7 @@ class SwarmProcess {
       exited_ = false;
       status_ = -1;
     }
-    Subprocess proc = Subprocess::spawn(SpawnOptions{argv, {}, {}});
+    Subprocess proc = Subprocess::spawn(SpawnOptions{argv, options_.env, {}});
     pid_ = proc.pid();
     reader_ = std::thread([this, p = std::make_shared<Subprocess>(std::move(proc))] {
       int status = p->wait([this](std::string line) {
@@ -213,6 +214,10 @@ class SwarmProcess {
     url_ = "http://127.0.0.1:" + std::to_string(port_);
   }
 
+  // Sends `sig` and returns (stop() waits for the exit).
+  void send(int sig) {
+    if (pid_ > 0) ::kill(pid_, sig);
+  }
   // Sends `sig` and waits for the exit (SIGKILL after `grace`); returns the wait status.
   int stop(int sig, std::chrono::milliseconds grace = 20s) {
     if (pid_ <= 0) return status_;

@@ -11,12 +11,14 @@
 // (decode_train_batch), trains nothing and bumps the policy version; it reports what it received
 // (samples, tokens, trained tokens, the reward and weight sums) in its metrics and on stdout.
 // `save_checkpoint` writes DIR/global_step_<version>/echo_checkpoint.json; `--resume DIR` reads the
-// version back.
+// version back. With AJET_ECHO_SAVE_HOLDS=1 in its environment, `save_checkpoint` writes nothing,
+// says "save_checkpoint holding" and never returns (a save slower than the operator's patience).
 #include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -138,6 +140,11 @@ class EchoEngine {
   }
 
   rpc::Frame save_checkpoint(const Json& body) {
+    if (const char* holds = std::getenv("AJET_ECHO_SAVE_HOLDS");
+        holds != nullptr && std::string(holds) == "1") {
+      say("ajet-echo-engine: warn: save_checkpoint holding");
+      for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+    }
     std::filesystem::path base = body.value("dir", std::string("./saved_checkpoints"));
     const int64_t version = version_.load();
     std::filesystem::path dir = base / ("global_step_" + std::to_string(version));
