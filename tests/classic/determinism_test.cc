@@ -73,6 +73,35 @@ TEST(Determinism, TwoRunsOfOneConfigGiveTheSameMetricsAndCheckpoint) {
   }
 }
 
+// Through the swarm: the same launcher driving a front started on its own (`ajet --swarm-url`, the
+// built-in agents as swarm clients) gives the records of the run whose front it started.
+TEST(Determinism, ARunThroughARunningFrontGivesTheSameRecords) {
+  const fs::path model = micro_model();
+  std::string yaml = classic_yaml(model);
+  yaml.replace(yaml.find("backbone: debug"), 15, "backbone: torch");
+  yaml.replace(yaml.find("threads: 1"), 10, "threads: 2");
+  e2e::ScratchDir classic_dir, swarm_dir;
+  const DetRun classic = run_once(classic_dir.path(), yaml);
+  ASSERT_EQ(classic.out.status, 0) << classic.out.out;
+  e2e::SwarmProcess front(e2e::SwarmProcess::Options{swarm_dir / "front", {}, "", {}});
+  ASSERT_FALSE(front.url().empty());
+  write_file_atomic(swarm_dir / "det.yaml", yaml);
+  Captured swarm = run_ajet("--conf " + shell_quote((swarm_dir / "det.yaml").string()) +
+                            " --exp-dir " + shell_quote((swarm_dir / "exps").string()) +
+                            " --swarm-url " + front.url());
+  ASSERT_EQ(swarm.status, 0) << swarm.out;
+  std::vector<std::string> records;
+  for (const Json& r : read_jsonl(swarm_dir / "exps" / "run" / "metrics.jsonl"))
+    records.push_back(without_clock(r).dump());
+  ASSERT_EQ(records.size(), classic.records.size());
+  int train = 0;
+  for (size_t i = 0; i < records.size(); ++i) {
+    EXPECT_EQ(records[i], classic.records[i]) << "metrics.jsonl record " << i;
+    train += Json::parse(records[i])["kind"] == "train";
+  }
+  EXPECT_EQ(train, 2);
+}
+
 void check_two_runs(const std::string& extra) {
   const fs::path model = micro_model();
   std::string yaml = classic_yaml(model, extra);
