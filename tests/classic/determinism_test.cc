@@ -86,9 +86,9 @@ TEST(Determinism, ARunThroughARunningFrontGivesTheSameRecords) {
   e2e::SwarmProcess front(e2e::SwarmProcess::Options{swarm_dir / "front", {}, "", {}});
   ASSERT_FALSE(front.url().empty());
   write_file_atomic(swarm_dir / "det.yaml", yaml);
-  Captured swarm = run_ajet("--conf " + shell_quote((swarm_dir / "det.yaml").string()) +
-                            " --exp-dir " + shell_quote((swarm_dir / "exps").string()) +
-                            " --swarm-url " + front.url());
+  Captured swarm =
+      run_ajet("--conf " + shell_quote((swarm_dir / "det.yaml").string()) + " --exp-dir " +
+               shell_quote((swarm_dir / "exps").string()) + " --swarm-url " + front.url());
   ASSERT_EQ(swarm.status, 0) << swarm.out;
   std::vector<std::string> records;
   for (const Json& r : read_jsonl(swarm_dir / "exps" / "run" / "metrics.jsonl"))

@@ -31,6 +31,19 @@ void expect_matches_reference(model::Qwen2Model& m, const std::vector<int32_t>& 
   }
 }
 
+// Each request on a fresh manual engine by itself, one after the other.
+std::vector<GenerateResult> each_alone(model::Qwen2Model& m,
+                                       const std::vector<batching::GenerateRequest>& requests) {
+  std::vector<GenerateResult> alone;
+  InferenceEngine engine(m, manual_config());
+  for (const batching::GenerateRequest& r : requests) {
+    auto f = engine.generate(r);
+    drain(engine);
+    alone.push_back(f.get());
+  }
+  return alone;
+}
+
 TEST(ForwardCached, LogitsMatchFullForwardInOneChunkAndInSeveral) {
   model::Qwen2Model m = tiny_model();
   const std::vector<int32_t> tokens = prompt_of(37, 3);
@@ -141,15 +154,7 @@ TEST(Engine, BatchOfDifferentLengthsMatchesEachAlone) {
     }
     requests.push_back(r);
   }
-  std::vector<GenerateResult> alone;
-  {
-    InferenceEngine engine(m, manual_config());
-    for (const batching::GenerateRequest& r : requests) {
-      auto f = engine.generate(r);
-      drain(engine);
-      alone.push_back(f.get());
-    }
-  }
+  const std::vector<GenerateResult> alone = each_alone(m, requests);
   InferenceEngine engine(m, manual_config());
   std::vector<std::future<GenerateResult>> futures;
   for (const batching::GenerateRequest& r : requests) futures.push_back(engine.generate(r));
@@ -200,15 +205,7 @@ TEST(Engine, BatchInvariantModeGivesTheSameBitsWhateverShareTheStep) {
           << what << ", token " << t;
     }
   };
-  std::vector<GenerateResult> alone;
-  {
-    InferenceEngine engine(m, manual_config());
-    for (const batching::GenerateRequest& r : requests) {
-      auto f = engine.generate(r);
-      drain(engine);
-      alone.push_back(f.get());
-    }
-  }
+  const std::vector<GenerateResult> alone = each_alone(m, requests);
   for (int64_t budget : {64, 7}) {  // all at once in 64-token steps; 3 at a time, prefills in 7s
     InferenceEngineOptions options = manual_config();
     options.max_batch_tokens = budget;
