@@ -65,7 +65,9 @@ void run_task_batch(RunParts& parts, int64_t step, std::set<std::string>& ids, S
   }
   e.submitted += int64_t(jobs.size());
   EpisodeRunner runner(parts.client(), parts.workflow,
-                       RunnerOptions{c.rollout.max_env_worker, 600, 3}, parts.stop);
+                       RunnerOptions{c.rollout.max_env_worker, 600, 3,
+                                     [&parts] { return parts.front.exit_lines(); }},
+                       parts.stop);
   std::vector<EpisodeResult> round = runner.run(jobs, [&](const EpisodeResult& r) {
     if (!r.ended) return;
     e.done += 1;
