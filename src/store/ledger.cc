@@ -37,6 +37,9 @@ std::string draw_key(const std::string& source, int64_t seq) {
 bool reconcile_row(LedgerRow& row, int64_t version) {
   if (row.state == kLedgerInFlight || !row.step || *row.step <= version) return false;
   if (row.state == kLedgerDropped && row.reason == kDropInfraFailure) return false;
+  // An episode left out for staleness was in no batch: no replay would train it, and the decision
+  // holds for any weights. (A draw row of it is drawn again by a resumed launcher.)
+  if (row.seq < 0 && row.reason == kDropStale) return false;
   row.state = kLedgerInFlight;
   row.step.reset();
   row.reason.clear();

@@ -55,7 +55,8 @@ std::string draw_key(const std::string& source, int64_t seq);
 
 // The engine serves policy version `version` (the checkpoint it resumed from): a row consumed in a
 // later step is no longer in the weights; it goes back in flight (to be trained again) and counts
-// once less. Rows at or before `version`, rows in flight, and infra failures are left alone.
+// once less. Rows at or before `version`, rows in flight, infra failures, and episodes left out
+// for staleness (in no batch, so no replay trains them) are left alone.
 // Returns whether the row changed.
 bool reconcile_row(LedgerRow& row, int64_t version);
 

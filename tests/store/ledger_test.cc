@@ -53,6 +53,10 @@ TEST(LedgerReconcile, RowsConsumedAfterTheServedVersionGoBackInFlight) {
   LedgerRow failed = settled(drawn("e", 4, 4), kLedgerDropped, 4, kDropInfraFailure);
   EXPECT_FALSE(reconcile_row(failed, 3));
   EXPECT_EQ(failed.reason, kDropInfraFailure);
+  LedgerRow stale;  // swarm mode: an episode left out of its batch, which no replay trains
+  stale.key = "episode:u";
+  stale = settled(stale, kLedgerDropped, 4, kDropStale);
+  EXPECT_FALSE(reconcile_row(stale, 3));
 }
 
 TEST(LedgerReconcile, ARedrawPutsARowInFlightUnlessItCounts) {
@@ -218,6 +222,29 @@ TEST(LedgerStore, ARollbackStaysInsideTheRun) {
   const std::vector<BatchRow> batches = store.get_batches();
   EXPECT_EQ(batches[0].status, kBatchTrained);
   EXPECT_EQ(batches[1].status, kBatchRolledBack);
+}
+
+// An episode left out of its batch for staleness has no batch; a restarted front must not collect
+// it again as a fresh one (it would train with an unknown, hence zero, staleness).
+TEST(LedgerStore, ARestartDoesNotCollectAStaleEpisodeAgain) {
+  TempDir dir;
+  {
+    Store store(dir / "s.db");
+    for (const char* uuid : {"fresh", "stale"}) {
+      EpisodeRow e;
+      e.uuid = uuid;
+      e.status = kEpisodeFinished;
+      e.task_id = "t";
+      store.upsert_episode(e).get();
+    }
+    LedgerBatch b = batch_of(1, 1, {});
+    b.stale = {{"stale", "t"}};
+    store.ledger_mark_batch(b).get();
+  }
+  Store store(dir / "s.db");
+  const RecoveredState r = store.recover();
+  ASSERT_EQ(r.pending_finished.size(), 1u);
+  EXPECT_EQ(r.pending_finished[0].uuid, "fresh");
 }
 
 // A store from before the ledger (schema version 3) gains the empty table when opened.
