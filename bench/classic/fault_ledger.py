@@ -369,8 +369,8 @@ def report(c, c0, w, w0, args):
         k = w["kills"]
         back = f"{max(w['back']):.1f} s ({statistics.median(w['back']):.1f} s)" if w["back"] else "-"
         lines.append(
-            f"| swarm | {k['client']} / {k['front']} / {k['engine']} | {w['restarts']} | **{w['skipped'] + w['lost']}** | "
-            f"**{w['duplicated'] + w['twice']}** | {w['redone']} | {back} | reward of the last quarter of episodes "
+            f"| swarm | {k['client']} / {k['front']} / {k['engine']} | {w['restarts']} | **{max(w['skipped'], w['lost'])}** | "
+            f"**{max(w['duplicated'], w['twice'])}** | {w['redone']} | {back} | reward of the last quarter of episodes "
             f"{w['last_quarter']:.3f} vs {w0['last_quarter']:.3f} (first quarter {w['first_quarter']:.3f} vs "
             f"{w0['first_quarter']:.3f}) | {w['seconds']:.0f} vs {w0['seconds']:.0f} s |")
     if w:

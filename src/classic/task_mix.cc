@@ -143,7 +143,13 @@ void TaskMix::seek_after(const std::unordered_map<std::string, int64_t>& last_se
       invalid_argument("--resume: the task ledger names position " + std::to_string(next - 1) +
                        " of '" + names_[i] + "'");
     }
-    streams_[i].seek({next / size, size_t(next % size)});
+    // Where the stream stands after reading position next - 1: {epoch, size} at an epoch's end,
+    // as next() leaves it (the step records' cursors then read the same as an uninterrupted run's).
+    if (next == 0) {
+      streams_[i].seek({0, 0});
+    } else {
+      streams_[i].seek({(next - 1) / size, size_t((next - 1) % size) + 1});
+    }
   }
 }
 
