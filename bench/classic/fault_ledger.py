@@ -92,6 +92,18 @@ def wait_rolling(url_of, deadline_s=300.0, still_running=lambda: True):
     return None
 
 
+def new_engine(front_pid, killed, deadline_s=60.0):
+    """Waits until the front runs an engine other than `killed`: until then it may still report
+    ROLLING from before it noticed the kill."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < deadline_s:
+        pid = child_named(front_pid, "ajet-engine")
+        if pid not in (0, killed):
+            return True
+        time.sleep(0.02)
+    return False
+
+
 def front_url(exp):
     """The URL in the newest ready line of the classic run's swarm.log."""
     try:
@@ -183,8 +195,7 @@ def classic_faulted(out, model, steps, kills, rng):
         done[target] += 1
         log(f"classic: kill {sum(done.values())}/{kills}: {target} (pid {pid})")
         if target == "engine":
-            s = wait_rolling(lambda: front_url(exp), still_running=running)
-            if s is not None:
+            if new_engine(front, pid) and wait_rolling(lambda: front_url(exp), still_running=running) is not None:
                 back.append(time.monotonic() - t_kill)
             continue
         ends(ajet)
@@ -304,8 +315,22 @@ def swarm_run(out, model, episodes, kills, rng, seed, name, port):
     wait_rolling(wait_status_url)
     s.start_agent(episodes, seed)
     done = {"client": 0, "front": 0, "engine": 0}
-    back = []
-    while sum(done.values()) < kills and s.agent.poll() is None:
+    back, crashes = [], [0]
+
+    def client_running():
+        """The client runs; one that gave up by itself (examples/python_agent does on a chat call
+        the dying front cut) with episodes left is started again for them, and counted."""
+        if s.agent.poll() is None:
+            return True
+        left = episodes - s.acked()
+        if s.agent.returncode == 0 or left <= 0 or crashes[0] >= 20:
+            return False
+        crashes[0] += 1
+        log(f"swarm: the client exited with {s.agent.returncode}; starting it again for {left} episodes")
+        s.start_agent(left, seed + 100 + crashes[0])
+        return True
+
+    while sum(done.values()) < kills and client_running():
         time.sleep(rng.uniform(0, 8))
         target = rng.choice(["client", "front", "engine"])
         pid = {"client": s.agent.pid, "front": s.front.pid, "engine": child_named(s.front.pid, "ajet-engine")}[target]
@@ -326,15 +351,15 @@ def swarm_run(out, model, episodes, kills, rng, seed, name, port):
             t_restart = time.monotonic()
             if wait_rolling(wait_status_url) is not None:
                 back.append(time.monotonic() - t_restart)
-        else:
-            if wait_rolling(wait_status_url) is not None:
-                back.append(time.monotonic() - t_kill)
-    s.agent.wait()
+        elif new_engine(s.front.pid, pid) and wait_rolling(wait_status_url) is not None:
+            back.append(time.monotonic() - t_kill)
+    while client_running():
+        s.agent.wait()
     wait_rolling(wait_status_url, 120)
     summary = ledger(None, s.url)["summary"]
     result = s.check()  # before the stop, which abandons the batch being collected
     s.stop()
-    result.update({"seconds": time.monotonic() - t0, "kills": done, "back": back,
+    result.update({"seconds": time.monotonic() - t0, "kills": done, "back": back, "client_exits": crashes[0],
                    "skipped": summary["skipped"], "duplicated": summary["duplicated"], "redone": summary["redone"],
                    "restarts": done["client"] + done["front"]})
     return result
@@ -347,7 +372,7 @@ def pct(x):
 
 
 def report(c, c0, w, w0, args):
-    lines = [f"### {datetime.date.today().isoformat()}: every task exactly once across SIGKILLs "
+    lines = [f"## {datetime.date.today().isoformat()}: every task exactly once across SIGKILLs "
              "(`bench/classic/fault_ledger.py`)", "",
              f"{args.kills} SIGKILLs at random moments (0-8 s after the run was rolling again; target drawn among "
              "the launcher or client, the front and the engine) in one classic run "
@@ -375,7 +400,8 @@ def report(c, c0, w, w0, args):
             f"{w0['first_quarter']:.3f}) | {w['seconds']:.0f} vs {w0['seconds']:.0f} s |")
     if w:
         lines += ["", f"Swarm: {w['acked']} acknowledged train episodes: {w['once']} trained once, {w['twice']} twice, "
-                      f"{w['waiting']} waiting for a batch at the end, {w['lost']} lost."]
+                      f"{w['waiting']} waiting for a batch at the end, {w['lost']} lost; the client exited by itself "
+                      f"{w['client_exits']} times (a chat call the killed front cut) and was started again."]
     if c:
         lines += [f"Classic: {c['trained']} task rows trained, {c['dropped']} dropped (zero-variance groups, repeats "
                   f"within a step), {c['unexpected_exits']} exits not caused by a kill, {c['hung']} launchers "
