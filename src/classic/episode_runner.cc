@@ -27,9 +27,17 @@ EpisodeResult EpisodeRunner::run_one(const EpisodeJob& job) {
         episode = client_.begin_episode(claim);
         claimed = true;
       } catch (const client::SwarmError& e) {
-        if (e.kind() == client::SwarmErrorKind::kTimeout) continue;
+        if (e.kind() == client::SwarmErrorKind::kTimeout) {
+          // A claim retries a front it cannot reach: a front this run started that exited will
+          // never answer again.
+          const std::string lost = options_.front_exit ? options_.front_exit() : "";
+          if (lost.empty()) continue;
+          if (!fatal_.exchange(true)) fatal_message_ = "the front exited:" + lost;
+          break;
+        }
         if (e.kind() == client::SwarmErrorKind::kOffline) {
-          if (!fatal_.exchange(true)) fatal_message_ = e.what();
+          if (!fatal_.exchange(true))
+            fatal_message_ = std::string("the engine went offline: ") + e.what();
           break;
         }
         result.error = e.what();
@@ -97,7 +105,7 @@ std::vector<EpisodeResult> EpisodeRunner::run(
       results[i].error = "not started";
     }
   }
-  if (fatal_) fail(ErrorCode::kUnavailable, "the engine went offline: " + fatal_message_);
+  if (fatal_) fail(ErrorCode::kUnavailable, fatal_message_);
   return results;
 }
 

@@ -37,6 +37,9 @@ struct RunnerOptions {
   int64_t workers = 1;
   double discard_episode_timeout = 600;
   int max_attempts = 3;
+  // The last lines of a front this run started that has exited, "" while it runs (or when the
+  // front is not this run's child): a claim that cannot reach the front gives up on it.
+  std::function<std::string()> front_exit;
 };
 
 class EpisodeRunner {

@@ -156,7 +156,9 @@ void Job::boot(RunParts& parts, int64_t total_steps) {
   parts.start_global_step = config::trains(backbone_) ? 0 : booted.global_step;
   first_step_ = done + 1;
   result_.resumed_from_step = done;
-  tasks_.restore_cursor(record_.records(), done);
+  const Json ledger = front_.client().get_ledger(true);
+  const std::string cursor_from =
+      tasks_.restore_cursor(record_.records(), done, ledger.value("rows", Json::array()));
   record_.mark_resume(Json{
       {"kind", "resume"}, {"step", done}, {"global_step", booted.global_step}, {"elapsed_s", 0.0}});
   say(
@@ -164,6 +166,12 @@ void Job::boot(RunParts& parts, int64_t total_steps) {
                   "continues after a "
                   "{{\"kind\":\"resume\"}} line",
                   done, total_steps, booted.global_step));
+  const Json summary = ledger.value("summary", Json::object());
+  say(fmt::format(
+      "ajet: --resume: task cursor from {}; task ledger: {} trained, {} in flight (drawn again), "
+      "{} skipped, {} duplicated",
+      cursor_from, summary.value("trained", int64_t(0)), summary.value("in_flight", int64_t(0)),
+      summary.value("skipped", int64_t(0)), summary.value("duplicated", int64_t(0))));
 }
 
 RunPlan Job::plan(int64_t total_steps) const {

@@ -4,6 +4,7 @@
 
 #include <map>
 #include <set>
+#include <unordered_map>
 
 #include "common/error.h"
 #include "tasks/reader.h"
@@ -47,7 +48,33 @@ int64_t RunTasks::total_steps(const config::Config& c) const {
   return c.trainer_common.total_training_steps.value_or(c.trainer_common.total_epochs * per_epoch);
 }
 
-void RunTasks::restore_cursor(const std::vector<Json>& records, int64_t done) {
+Json RunTasks::ledger_draws() const {
+  Json draws = Json::array();
+  for (const TaskMix::Drawn& d : mix->last_draw()) {
+    Json row{{"task_id", d.task_id}, {"source", mix->name(d.source)}, {"seq", d.seq}};
+    if (!d.taken) row["repeat_in_step"] = true;
+    draws.push_back(std::move(row));
+  }
+  return draws;
+}
+
+std::string RunTasks::restore_cursor(const std::vector<Json>& records, int64_t done,
+                                     const Json& ledger_rows) {
+  std::unordered_map<std::string, int64_t> last_seq;
+  bool any = false;
+  for (const Json& row : ledger_rows) {
+    if (row.value("seq", int64_t(-1)) < 0) continue;
+    any = true;
+    if (row.value("drawn_step", int64_t(0)) > done) continue;
+    const std::string source = row.value("source", "");
+    const int64_t seq = row["seq"].get<int64_t>();
+    if (auto it = last_seq.find(source); it == last_seq.end() || it->second < seq)
+      last_seq[source] = seq;
+  }
+  if (any) {
+    mix->seek_after(last_seq);
+    return "the task ledger";
+  }
   std::map<int64_t, const Json*> train_records;
   for (const Json& r : records) {
     if (r.value("kind", "") == "train") train_records[r.value("step", int64_t(0))] = &r;
@@ -58,7 +85,7 @@ void RunTasks::restore_cursor(const std::vector<Json>& records, int64_t done) {
     for (const auto& [name, task] : (*it->second)["cocktail"].items())
       cursors[name] = task.value("cursor", Json());
     mix->seek(cursors);
-    return;
+    return "metrics.jsonl's cursors";
   }
   for (int64_t s = 1; s <= done; ++s) {
     const auto it = train_records.find(s);
@@ -69,6 +96,7 @@ void RunTasks::restore_cursor(const std::vector<Json>& records, int64_t done) {
     std::set<std::string> ids;
     for (int64_t b = 0; b < batches; ++b) mix->draw(s, ids);
   }
+  return "the steps' draws replayed";
 }
 
 }  // namespace ajet::classic

@@ -51,6 +51,9 @@ void run_task_batch(RunParts& parts, int64_t step, std::set<std::string>& ids, S
                     Clock::time_point t0) {
   const config::Config& c = parts.config();
   std::vector<tasks::Task>& batch = e.batches.emplace_back(parts.tasks.mix->draw(step, ids));
+  // The task ledger holds every draw before an episode of it runs (docs/classic.md "The task
+  // ledger").
+  parts.client().ledger_draw(step, parts.tasks.ledger_draws());
   std::vector<EpisodeJob> jobs;
   for (size_t i = 0; i < batch.size(); ++i) {
     for (int64_t rep = 0; rep < c.rollout.num_repeat; ++rep) {
@@ -62,7 +65,9 @@ void run_task_batch(RunParts& parts, int64_t step, std::set<std::string>& ids, S
   }
   e.submitted += int64_t(jobs.size());
   EpisodeRunner runner(parts.client(), parts.workflow,
-                       RunnerOptions{c.rollout.max_env_worker, 600, 3}, parts.stop);
+                       RunnerOptions{c.rollout.max_env_worker, 600, 3,
+                                     [&parts] { return parts.front.exit_lines(); }},
+                       parts.stop);
   std::vector<EpisodeResult> round = runner.run(jobs, [&](const EpisodeResult& r) {
     if (!r.ended) return;
     e.done += 1;

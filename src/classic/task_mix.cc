@@ -80,6 +80,7 @@ void TaskMix::check_fits(int64_t last_step) const {
 
 std::vector<tasks::Task> TaskMix::draw(int64_t step, std::set<std::string>& ids) {
   std::vector<tasks::Task> batch;
+  last_draw_.clear();
   const std::vector<int64_t> n = counts(step);
   for (size_t i = 0; i < n.size(); ++i) {
     tasks::TaskStream& stream = streams_[i];
@@ -93,8 +94,12 @@ std::vector<tasks::Task> TaskMix::draw(int64_t step, std::set<std::string>& ids)
              fmt::format("step {}: {} has no {} more distinct training tasks", step, names_[i],
                          n[i] - taken));
       }
+      const tasks::TaskStream::Position at = stream.position();
       const tasks::Task& task = stream.next();
-      if (ids.insert(task.task_id).second) {
+      const bool fresh = ids.insert(task.task_id).second;
+      last_draw_.push_back(
+          Drawn{i, at.epoch * int64_t(stream.size()) + int64_t(at.index), task.task_id, fresh});
+      if (fresh) {
         batch.push_back(task);
         taken += 1;
       }
@@ -126,6 +131,25 @@ void TaskMix::seek(const Json& cursors) {
       invalid_argument("--resume: task cursor of '" + names_[i] + "' has a negative index");
     }
     streams_[i].seek({(*c)["epoch"].get<int64_t>(), size_t(index)});
+  }
+}
+
+void TaskMix::seek_after(const std::unordered_map<std::string, int64_t>& last_seq) {
+  for (size_t i = 0; i < streams_.size(); ++i) {
+    const auto it = last_seq.find(names_[i]);
+    const int64_t next = it == last_seq.end() ? 0 : it->second + 1;
+    const int64_t size = int64_t(streams_[i].size());
+    if (next < 0 || size == 0) {
+      invalid_argument("--resume: the task ledger names position " + std::to_string(next - 1) +
+                       " of '" + names_[i] + "'");
+    }
+    // Where the stream stands after reading position next - 1: {epoch, size} at an epoch's end,
+    // as next() leaves it (the step records' cursors then read the same as an uninterrupted run's).
+    if (next == 0) {
+      streams_[i].seek({0, 0});
+    } else {
+      streams_[i].seek({(next - 1) / size, size_t((next - 1) % size) + 1});
+    }
   }
 }
 

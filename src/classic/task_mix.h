@@ -47,6 +47,20 @@ class TaskMix {
   // order.
   std::vector<tasks::Task> draw(int64_t step, std::set<std::string>& ids);
 
+  // Every stream position the last draw() read, in order (the task ledger records them): its
+  // source, its place in the stream (epoch * size + index), the task, and whether the batch took
+  // it (false: the step already held it).
+  struct Drawn {
+    size_t source = 0;
+    int64_t seq = 0;
+    std::string task_id;
+    bool taken = true;
+  };
+  const std::vector<Drawn>& last_draw() const { return last_draw_; }
+  // --resume from the task ledger: each source continues after the position `last_seq` names for
+  // it (absent: from the stream's start).
+  void seek_after(const std::unordered_map<std::string, int64_t>& last_seq);
+
   int64_t epoch() const { return streams_.front().epoch(); }  // the first source's
   // {"<name>": {"epoch": E, "index": I}} per source, and back (--resume); seek names a bad entry.
   Json cursors() const;
@@ -59,6 +73,7 @@ class TaskMix {
   std::vector<std::string> names_;
   std::vector<tasks::TaskStream> streams_;
   std::unordered_map<std::string, size_t> source_of_;
+  std::vector<Drawn> last_draw_;
 };
 
 // One line for the start of a run: "cocktail of calc (2000 training / 100 validation tasks) and

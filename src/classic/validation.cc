@@ -88,7 +88,9 @@ void run_validation(RunParts& parts, int64_t step) {
   std::vector<EpisodeJob> all = jobs.greedy;
   all.insert(all.end(), jobs.sampled.begin(), jobs.sampled.end());
   EpisodeRunner runner(parts.client(), parts.workflow,
-                       RunnerOptions{c.rollout.max_env_worker, 600, 3}, parts.stop);
+                       RunnerOptions{c.rollout.max_env_worker, 600, 3,
+                                     [&parts] { return parts.front.exit_lines(); }},
+                       parts.stop);
   const std::vector<EpisodeResult> results = runner.run(all);
   if (parts.stop) return;
   const std::vector<EpisodeResult> g(results.begin(), results.begin() + long(jobs.greedy.size()));

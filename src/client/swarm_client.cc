@@ -871,4 +871,13 @@ Json SwarmClient::get_metrics_history(const std::vector<std::string>& names, int
   return json_or_throw(send("GET", path, nullptr, true), "metrics_history");
 }
 
+Json SwarmClient::ledger_draw(int64_t step, const Json& draws) {
+  Json body = {{"step", step}, {"draws", draws}};
+  return json_or_throw(send("POST", "/ledger/draw", &body, true), "ledger_draw");
+}
+
+Json SwarmClient::get_ledger(bool rows) {
+  return json_or_throw(send("GET", rows ? "/ledger?rows=1" : "/ledger", nullptr, true), "ledger");
+}
+
 }  // namespace ajet::client

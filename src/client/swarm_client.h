@@ -126,6 +126,11 @@ class SwarmClient {
   // last_step}], "global_step"}; with names (at most 32), {"series": {name: [[step, value,
   // unix_time], ...]}} after `after_step`.
   Json get_metrics_history(const std::vector<std::string>& names = {}, int64_t after_step = -1);
+  // POST /ledger/draw (admin token): records the tasks drawn for `step` in the task ledger,
+  // {"draws": [{"task_id", "source", "seq", "repeat_in_step"?}]}; answers once committed.
+  Json ledger_draw(int64_t step, const Json& draws);
+  // GET /ledger (admin token): {"global_step", "summary": {...}} and with `rows` every row.
+  Json get_ledger(bool rows);
   // The named LoRA adapters of the front's engine (admin token; docs/protocol.md "Adapters"):
   // GET /adapters; POST /adapters with {name, rank?, alpha?, dropout?, target_modules?, seed?} or
   // {name, path}; POST /adapters/save with {name, dir, merged?}. Throw SwarmError(kCommand) with

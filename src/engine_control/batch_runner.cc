@@ -397,9 +397,38 @@ Json BatchRunner::train_on_ranks(const std::vector<std::shared_ptr<rpc::Client>>
   return metrics;
 }
 
+void BatchRunner::record_in_ledger(const episodes::Batch& b, int64_t version,
+                                   const TrainSettings& settings,
+                                   std::optional<std::string> failed) {
+  store::LedgerBatch entry;
+  entry.batch_id = b.batch_id;
+  entry.step = version;
+  entry.failed = std::move(failed);
+  std::map<std::string, std::vector<double>> rewards;  // per task: its group's rewards
+  for (const auto& e : b.episodes) {
+    entry.trained.push_back({e.episode_uuid, e.task_id});
+    rewards[e.task_id].push_back(e.reward);
+  }
+  for (const auto& e : b.left_out_stale) entry.stale.push_back({e.episode_uuid, e.task_id});
+  if (settings.advantage.drop_zero_variance_groups) {
+    for (const auto& [task, r] : rewards) {
+      if (std::all_of(r.begin(), r.end(), [&](double x) { return x == r.front(); }))
+        entry.zero_variance_tasks.push_back(task);
+    }
+  }
+  try {
+    store_.ledger_mark_batch(std::move(entry)).get();
+  } catch (const std::exception& e) {
+    log().error("batch {}: the task ledger could not be written: {}", b.batch_id, e.what());
+    verbose_.add("batch", fmt::format("ERROR: batch {}: the task ledger could not be written: {}",
+                                      b.batch_id, e.what()));
+  }
+}
+
 void BatchRunner::reject_batch(const episodes::Batch& b, const Error& e) {
   verbose_.add("batch",
                fmt::format("batch {}: the engine rejected train_step: {}", b.batch_id, e.what()));
+  record_in_ledger(b, b.global_step, link_.settings ? link_.settings() : TrainSettings{}, e.what());
   try {
     registry_.fail_batch(b.batch_id, e.code(), e.what());
   } catch (const Error&) {  // stopped or restarted meanwhile
@@ -469,6 +498,7 @@ std::optional<Json> BatchRunner::train_elastic(const episodes::Batch& b, const s
     }
   }
   verbose_.add("batch", fmt::format("batch {}: not trained: {}", b.batch_id, last));
+  record_in_ledger(b, b.global_step, settings, last);
   try {
     registry_.fail_batch(b.batch_id, ErrorCode::kUnavailable, last);
   } catch (const Error&) {  // returned to collection when every replica went, or stopped
@@ -487,6 +517,7 @@ void BatchRunner::train_on_engine(BatchSamples samples) {
   try {
     request = build_train_batch(samples);
   } catch (const Error& e) {
+    record_in_ledger(b, b.global_step, settings, e.what());
     registry_.fail_batch(b.batch_id, e.code(), e.what());
     return;
   }
@@ -539,12 +570,18 @@ void BatchRunner::train_on_engine(BatchSamples samples) {
       }
     } catch (const Error& e) {
       if (e.code() == ErrorCode::kUnavailable) {
-        // Lost connection (the supervisor restarts the engine and returns the batch) or a timeout.
         verbose_.add("batch", fmt::format("batch {}: train_step did not complete: {}", b.batch_id,
                                           e.what()));
-        try {
+        if (!engine->connected()) {
+          // The engine died (or is dying): the supervisor restarts it, and the batch trains again
+          // as it was. Failing it here would lose its episodes when this runs before the
+          // supervisor noticed the exit.
+          registry_.return_batch(b.batch_id);
+          return;
+        }
+        try {  // a timeout
           registry_.fail_batch(b.batch_id, e.code(), e.what());
-        } catch (const Error&) {  // already returned to collection by engine_restarting, or stopped
+        } catch (const Error&) {  // already queued again by engine_restarting, or stopped
         }
         return;
       }
@@ -553,6 +590,7 @@ void BatchRunner::train_on_engine(BatchSamples samples) {
     }
   }
   const int64_t version = metrics.value("policy_version", int64_t(b.global_step + 1));
+  record_in_ledger(b, version, settings, std::nullopt);
   {
     std::lock_guard<std::mutex> lock(save_mu_);
     trained_version_ = version;

@@ -202,6 +202,10 @@ class BatchRunner {
                                     const rpc::TrainBatch& request, const TrainSettings& settings);
   // The engine refused the batch (bad input, not a lost engine): logged, and the batch failed.
   void reject_batch(const episodes::Batch& b, const Error& e);
+  // The task ledger (store/ledger.h): what batch `b` did to its tasks, committed before the step's
+  // checkpoint may be written (so the ledger is never behind a checkpoint). `failed`: not trained.
+  void record_in_ledger(const episodes::Batch& b, int64_t version, const TrainSettings& settings,
+                        std::optional<std::string> failed);
 
   episodes::Registry& registry_;
   store::Store& store_;

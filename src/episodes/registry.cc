@@ -252,7 +252,7 @@ void Registry::restore(const store::RecoveredState& recovered) {
   deliver(out);
 }
 
-void Registry::start_booting(std::string detail) {
+void Registry::start_booting(std::string detail, bool continues_run) {
   Outbox out;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -261,6 +261,9 @@ void Registry::start_booting(std::string detail) {
                                                std::string(engine_phase_name(engine_.status())) +
                                                "). Call `stop_engine` first.");
     }
+    continues_run_ = continues_run;
+    if (!continues_run && store_ != nullptr)
+      store_->put_state(store::kStateRunFirstBatch, std::to_string(next_batch_id_));
     transition_locked(EnginePhase::kBooting, clock_(),
                       detail.empty() ? "starting the engine" : std::move(detail), out);
   }
@@ -269,6 +272,8 @@ void Registry::start_booting(std::string detail) {
 
 void Registry::engine_ready(std::string detail, std::optional<int64_t> engine_policy_version) {
   Outbox out;
+  std::vector<Batch> replays;
+  if (engine_policy_version) replays = roll_back_to(*engine_policy_version);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (engine_.status() != EnginePhase::kBooting) {
@@ -278,6 +283,7 @@ void Registry::engine_ready(std::string detail, std::optional<int64_t> engine_po
     }
     if (engine_policy_version)
       adopt_engine_version_locked(*engine_policy_version, "on connecting", out);
+    queue_replays_locked(std::move(replays), out);
     double now = clock_();
     transition_locked(EnginePhase::kRolling, now, std::move(detail), out);
     check_trigger_locked(now, out);  // restored episodes may already fill a batch
@@ -292,17 +298,14 @@ void Registry::engine_restarting(std::string detail) {
     if (engine_.status() == EnginePhase::kOffline) {
       fail(ErrorCode::kFailedPrecondition, "the engine is offline; start it with start_booting()");
     }
-    // A batch the trainer never finished goes back to collection, oldest first.
-    std::vector<FinishedEpisode> back;
-    for (auto& [id, batch] : training_) {
-      for (auto& e : batch.episodes) back.push_back(std::move(e));
-    }
-    if (ready_) {
-      for (auto& e : ready_->episodes) back.push_back(std::move(e));
-    }
+    continues_run_ = true;  // the engine restarts from the newest checkpoint
+    // A batch the trainer never finished is formed again as it was (registry_replay.cc), oldest
+    // first, after the batches the weights lost: it needs no trigger (an agree-based one would
+    // wait for an agreement its clients already gave).
+    for (auto& [id, batch] : training_) replay_.push_back(std::move(batch));
+    if (ready_) replay_.push_back(std::move(*ready_));
     training_.clear();
     ready_.reset();
-    current_.prepend(std::move(back));
     transition_locked(EnginePhase::kBooting, clock_(), std::move(detail), out);
   }
   deliver(out);
@@ -321,12 +324,14 @@ std::vector<std::string> Registry::stop(std::string detail) {
       retire_locked(uuid, EpisodeEnd::kDropped,
                     "it was dropped when the engine stopped (ENGINE.OFFLINE).", out, true);
     }
-    bool pending = current_.episodes() > 0 || ready_.has_value() || !training_.empty();
+    bool pending =
+        current_.episodes() > 0 || ready_.has_value() || !training_.empty() || !replay_.empty();
     if (pending && store_ != nullptr)
       store_->abandon_pending(next_batch_id_++, engine_.global_step(), now);
     current_.take_all();
     batch_aborted_by_cause_.clear();
     ready_.reset();
+    replay_.clear();  // abandon_pending abandoned the rolled-back batches too
     training_.clear();
     clients_.clear();
     transition_locked(EnginePhase::kOffline, now, detail.empty() ? "stopped" : std::move(detail),

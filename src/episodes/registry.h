@@ -181,6 +181,8 @@ struct Batch {
   // Train episodes their clients aborted while this batch was collected, by cause (summary()'s
   // "aborted": the step's rollout/aborted/<cause> metrics).
   std::map<std::string, int64_t> aborted_by_cause;
+  // async: episodes take_batch left out for staleness (the task ledger records why).
+  std::vector<FinishedEpisode> left_out_stale;
   Json summary() const;  // counts and reward statistics for logs and the store
   // One line for the log: "staleness min 0, mean 0.42, max 1 over 128 episodes (0: 74, 1: 54)"; the
   // per-episode map is in summary() (the store's batch stats), not in the log.
@@ -249,13 +251,21 @@ class Registry {
   // Resumes after a restart: global step, the current batch's finished episodes, claimed episodes
   // (their keys stay valid: same secret). Only in OFFLINE, before start_booting.
   void restore(const store::RecoveredState& recovered);
-  void start_booting(std::string detail = "");  // OFFLINE → BOOTING (start_engine)
+  // OFFLINE → BOOTING (start_engine). `continues_run`: the engine resumes the run from its newest
+  // checkpoint (a restarted front, start_engine from_checkpoint); false: a new run starts here, and
+  // the batches trained before it are never rolled back.
+  void start_booting(std::string detail = "", bool continues_run = false);
   // BOOTING → ROLLING: fills the pool. `engine_policy_version`: the version the engine reports it
   // serves (after --resume, its checkpoint's); global_step adopts it, so front and engine agree.
+  // When the engine continues the run (a crash restart, or continues_run) the batches that trained
+  // into later versions are lost from the weights: the store rolls them back (with the task
+  // ledger, Store::rollback_after) and they are trained again, each as the batch it was, before any
+  // new batch (registry_replay.cc). Blocks on the store then.
   void engine_ready(std::string detail = "",
                     std::optional<int64_t> engine_policy_version = std::nullopt);
-  void engine_restarting(
-      std::string detail);  // any → BOOTING: an untrained batch returns to collection
+  // any → BOOTING: a batch the trainer never finished is formed again, as it was, once the engine
+  // is ready (after the batches the weights lost).
+  void engine_restarting(std::string detail);
   // → OFFLINE from anywhere: drops every live episode (returned), abandons the unfinished batch
   // (finished episodes stay stored, never trained), forgets active clients.
   std::vector<std::string> stop(std::string detail = "");
@@ -351,10 +361,14 @@ class Registry {
   // The trainer is done: global_step becomes the engine's `policy_version` from `stats` when it has
   // one, else global_step + 1; torch: → ROLLING. Blocks until the step is durable.
   void finish_batch(int64_t batch_id, Json stats);
+  // The engine connection was lost while batch `batch_id` trained: it is formed again, as it was,
+  // before any new batch once the engine is back (engine_restarting, engine_ready). A batch no
+  // longer being trained (engine_restarting queued it already) is left alone.
+  void return_batch(int64_t batch_id);
   // The trainer could not train the batch (the engine rejected it, `code` says how): the batch is
   // stored as abandoned, global_step stays; torch: → ROLLING. A batch whose engine died is not
-  // failed: engine_restarting returns it to collection. Throws Error(kFailedPrecondition) if the
-  // batch is not being trained.
+  // failed: return_batch or engine_restarting queue it again. Throws Error(kFailedPrecondition) if
+  // the batch is not being trained.
   void fail_batch(int64_t batch_id, ErrorCode code, const std::string& reason);
   // engine_status_json()'s `recent_batches`: what became of the last kRecentBatches batches handed
   // to the trainer, oldest first, so a caller reads a step's trainer statistics or why it was not
@@ -466,6 +480,11 @@ class Registry {
   void drop_stale_episodes_locked(Batch& batch, Outbox& out);
   void adopt_engine_version_locked(int64_t version, const char* why, Outbox& out);
   void record_debug_batch_locked(double now, Outbox& out);
+  // Rolls the store back to `version` and returns the batches to train again (registry_replay.cc).
+  // Outside mu_: blocks on the store.
+  std::vector<Batch> roll_back_to(int64_t version);
+  void queue_replays_locked(std::vector<Batch> batches, Outbox& out);
+  bool form_replay_batch_locked(double now, Outbox& out);
   // Every number of a batch's stats into the store's `metrics` table at `step` (batch_metrics.h).
   void put_batch_metrics_locked(int64_t step, const Json& stats, double now, Outbox& out);
   bool claims_paused_locked() const;
@@ -571,6 +590,10 @@ class Registry {
   BatchProgress current_;
   std::optional<Batch> ready_;
   std::map<int64_t, Batch> training_;
+  // Batches to train again before any new one: rolled back (the weights lost them), then the ones
+  // the trainer never finished.
+  std::deque<Batch> replay_;
+  bool continues_run_ = false;  // the engine booting resumes the run (start_booting, a restart)
   std::deque<Json> recent_batches_;  // see kRecentBatches
   std::optional<Batch> last_recorded_;
   int64_t batches_recorded_ = 0;

@@ -59,6 +59,7 @@ std::optional<std::chrono::milliseconds> Registry::next_sweep_due() const {
 void Registry::check_trigger_locked(double now, Outbox& out) {
   if (engine_.status() != EnginePhase::kRolling) return;
   if (ready_) return;  // async: one batch waits for the trainer at a time
+  if (form_replay_batch_locked(now, out)) return;
   TriggerInput in = trigger_input_locked();
   if (!batch_triggered(current_, in)) return;
   out.logs.emplace_back("swarm",
@@ -163,6 +164,7 @@ void Registry::drop_stale_episodes_locked(Batch& batch, Outbox& out) {
     const int64_t staleness = e.policy_version < 0 ? 0 : batch.policy_version - e.policy_version;
     if (staleness > options_.max_staleness) {
       dropped.push_back(fmt::format("{} ({} versions behind)", e.episode_uuid, staleness));
+      batch.left_out_stale.push_back(std::move(e));
     } else {
       kept.push_back(std::move(e));
     }

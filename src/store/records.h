@@ -28,6 +28,9 @@ inline constexpr const char* kBatchTaken = "taken";
 inline constexpr const char* kBatchTrained = "trained";
 inline constexpr const char* kBatchRecorded = "recorded";
 inline constexpr const char* kBatchAbandoned = "abandoned";
+// Trained, but the engine restarted from a checkpoint older than that step: the weights lost it,
+// and its episodes are collected again (Store::rollback_after, Registry::engine_ready).
+inline constexpr const char* kBatchRolledBack = "rolled_back";
 
 // Keys of the server-state table.
 inline constexpr const char* kStateEpisodeKeySecret = "episode_key_secret";
@@ -35,6 +38,9 @@ inline constexpr const char* kStateTrainConfigYaml = "train_config_yaml";
 inline constexpr const char* kStateGlobalStep = "global_step";
 inline constexpr const char* kStateEngineStatus = "engine_status";
 inline constexpr const char* kStateRegistrySnapshot = "registry_snapshot";
+// The first batch id of the run the engine trains (set when start_engine starts a new one): a
+// rollback never reaches the batches of an earlier run on the same store.
+inline constexpr const char* kStateRunFirstBatch = "run_first_batch";
 inline constexpr const char* kStateLatestCheckpoint =
     "latest_checkpoint";  // the engine's newest save_checkpoint
 

@@ -76,6 +76,40 @@ CREATE TABLE state (
   key TEXT PRIMARY KEY,
   value BLOB NOT NULL
 );
+CREATE TABLE ledger (
+  key TEXT PRIMARY KEY,           -- draw:<source>:<seq> (classic) or episode:<uuid> (swarm)
+  task_id TEXT NOT NULL,
+  source TEXT NOT NULL,
+  seq INTEGER NOT NULL,           -- position in the source's task stream; -1 for episodes
+  drawn_step INTEGER NOT NULL,
+  state TEXT NOT NULL,            -- in_flight | trained | dropped
+  step INTEGER,                   -- trained / dropped: the policy version its batch trained into
+  reason TEXT NOT NULL,           -- dropped: why
+  consumed INTEGER NOT NULL,      -- times counted in the weights; > 1: trained twice
+  attempts INTEGER NOT NULL,
+  batch_id INTEGER,
+  updated_at REAL NOT NULL
+);
+CREATE INDEX ledger_by_task ON ledger(task_id, state);
+)sql";
+
+// The ledger (schema version 4) as an older store gains it.
+constexpr const char* kLedgerSchema = R"sql(
+CREATE TABLE ledger (
+  key TEXT PRIMARY KEY,           -- draw:<source>:<seq> (classic) or episode:<uuid> (swarm)
+  task_id TEXT NOT NULL,
+  source TEXT NOT NULL,
+  seq INTEGER NOT NULL,           -- position in the source's task stream; -1 for episodes
+  drawn_step INTEGER NOT NULL,
+  state TEXT NOT NULL,            -- in_flight | trained | dropped
+  step INTEGER,                   -- trained / dropped: the policy version its batch trained into
+  reason TEXT NOT NULL,           -- dropped: why
+  consumed INTEGER NOT NULL,      -- times counted in the weights; > 1: trained twice
+  attempts INTEGER NOT NULL,
+  batch_id INTEGER,
+  updated_at REAL NOT NULL
+);
+CREATE INDEX ledger_by_task ON ledger(task_id, state);
 )sql";
 
 // Indexes added after schema version 1 shipped: created at every open (IF NOT EXISTS), so an older
@@ -166,6 +200,8 @@ void check_and_create_schema(Db& db, bool fsync_each_commit) {
     if (version < 2) db.exec("ALTER TABLE calls ADD COLUMN bodies_from INTEGER");
     // Version 2 knew no adapters: its calls are the base model's.
     if (version < 3) db.exec("ALTER TABLE calls ADD COLUMN adapter TEXT NOT NULL DEFAULT ''");
+    // Version 3 kept no ledger: the rows start with the next draw or batch.
+    if (version < 4) db.exec(kLedgerSchema);
     db.exec("PRAGMA user_version=" + std::to_string(kSchemaVersion));
     db.exec("COMMIT");
   }
@@ -415,12 +451,13 @@ std::future<void> Store::abandon_pending(int64_t batch_id, int64_t global_step, 
             .run();
         db.prepare(
               "UPDATE episodes SET batch_id = ?1 WHERE status = 'finished' AND episode_type = "
-              "'train' AND "
-              "(batch_id IS NULL OR batch_id IN (SELECT id FROM batches WHERE status = 'taken'))")
+              "'train' AND (batch_id IS NULL OR batch_id IN (SELECT id FROM batches WHERE status "
+              "IN ('taken', 'rolled_back')))")
             .bind(1, batch_id)
             .run();
         db.prepare(
-              "UPDATE batches SET status = 'abandoned', finished_at = ?1 WHERE status = 'taken'")
+              "UPDATE batches SET status = 'abandoned', finished_at = ?1 WHERE status IN "
+              "('taken', 'rolled_back')")
             .bind(1, at)
             .run();
       },

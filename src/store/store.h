@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "store/episode_list.h"
+#include "store/ledger.h"
 #include "store/records.h"
 
 namespace ajet::store {
@@ -33,11 +34,18 @@ namespace ajet::store {
 class Db;
 
 // PRAGMA user_version. 2: calls.bodies_from (a request's n choices keep its bodies once); a
-// version-1 store gains the column when opened.
-inline constexpr int kSchemaVersion = 3;
+// version-1 store gains the column when opened. 3: calls.adapter. 4: the task ledger
+// (store/ledger.h); an older store gains the empty table when opened.
+inline constexpr int kSchemaVersion = 4;
 inline constexpr int kApplicationId = 0x414a4554;  // PRAGMA application_id: "AJET"
 
 using Done = std::function<void(std::exception_ptr)>;
+
+// A batch the weights lost (kBatchRolledBack) with the episodes still waiting to train again.
+struct RolledBackBatch {
+  BatchRow batch;
+  std::vector<EpisodeRow> episodes;  // by end time
+};
 
 // "the last 5 trained steps in full, of each earlier step the first 4 episodes
 // (ajet.store_retention)": what an episode whose calls were deleted says about why.
@@ -88,6 +96,15 @@ class Store {
   // (every store since issue 38); in an older store later writes reuse them, so the file stops
   // growing.
   std::future<void> retain_calls(CallRetention retention, double at, Done done = nullptr);
+  // ---- the task ledger (store/ledger.h, store_ledger.cc) ----
+  // Records draws: a new row as given, a row drawn before as redraw_row says.
+  std::future<void> ledger_draw(std::vector<LedgerRow> rows, Done done = nullptr);
+  // What `batch` did to its tasks' rows (trained, dropped and why; swarm mode: a row per episode).
+  std::future<void> ledger_mark_batch(LedgerBatch batch, Done done = nullptr);
+  // The engine serves policy version `version`: in one transaction, every trained batch that
+  // trained into a later version becomes rolled_back, and the ledger's rows consumed after it go
+  // back in flight (reconcile_row).
+  std::future<void> rollback_after(int64_t version, Done done = nullptr);
   // Resolves once everything queued before it is committed.
   std::future<void> flush();
   // Writes queued and not yet taken by the writer thread (GET /metrics).
@@ -119,6 +136,9 @@ class Store {
   // EXPLAIN QUERY PLAN of that page query, one line per step (for tests and benchmarks).
   std::string list_episodes_plan(const EpisodePageRequest& request);
   RecoveredState recover();
+  std::vector<LedgerRow> ledger_rows();  // by drawn step, source, position
+  // Rolled-back batches whose episodes have not been taken again, oldest step first.
+  std::vector<RolledBackBatch> rolled_back_batches();
 
   // The per-server secret for episode keys: read it, or create and commit one (blocks until
   // durable).

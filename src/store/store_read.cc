@@ -255,6 +255,10 @@ RecoveredState Store::recover() {
                              " FROM episodes e LEFT JOIN batches b ON b.id = e.batch_id "
                              "WHERE e.status = 'finished' AND e.episode_type = 'train' AND "
                              "(e.batch_id IS NULL OR b.id IS NULL OR b.status = 'taken') "
+                             // Left out of its batch for staleness (the task ledger says so): a
+                             // restart must not collect it again as if it were fresh.
+                             "AND NOT EXISTS (SELECT 1 FROM ledger l WHERE l.key = 'episode:' || "
+                             "e.uuid AND l.state = 'dropped' AND l.reason = 'stale') "
                              "ORDER BY e.ended_at, e.rowid");
   out.pending_finished = read_episodes(pending);
   Stmt& claimed = db.prepare(std::string("SELECT ") + kEpisodeColumns +

@@ -36,6 +36,9 @@ constexpr std::array kRoutes = {
   // ---- numbers posted by a launcher (routes_metrics_log.cc) ----
   Route{"POST", "/log_metrics",            "log_metrics",            RouteAuth::kAdmin,          "(ext) numbers of a step into the store and TensorBoard"},
   Route{"GET",  "/metrics_history",        "metrics_history",        RouteAuth::kAdmin,          "(ext) every logged series back out"},
+  // ---- the task ledger (routes_ledger.cc) ----
+  Route{"POST", "/ledger/draw",            "ledger_draw",            RouteAuth::kAdmin,          "(ext) a launcher records the tasks it drew for a step"},
+  Route{"GET",  "/ledger",                 "ledger",                 RouteAuth::kAdmin,          "(ext) the task ledger: every task drawn, trained or dropped, with its summary"},
   // ---- the engine and its training config (routes_engine.cc) ----
   Route{"POST", "/sync_train_config",      "sync_train_config",      RouteAuth::kAdmin,          "stores the training config (YAML) the engine will run with"},
   Route{"POST", "/sync_train_code",        "sync_train_code",        RouteAuth::kAdmin,          "stores the training code (a zip) the engine is built from"},

@@ -49,6 +49,9 @@ void add_openai_handlers(RouteHandlers& out, ServerContext& ctx);
 // out), both behind the admin token (routes_metrics_log.cc).
 class MetricsSink;
 void add_metrics_handlers(RouteHandlers& out, ServerContext& ctx, MetricsSink& sink);
+// The task ledger (routes_ledger.cc): ledger_draw (a launcher records its draws) and ledger (the
+// rows and their summary), both behind the admin token.
+void add_ledger_handlers(RouteHandlers& out, ServerContext& ctx);
 // The web pages under /ui/ (web/: dashboard, episodes, token viewer): ui_redirect, ui_index,
 // ui_asset. Their data comes from the admin-token routes, so the pages carry nothing secret.
 void add_ui_handlers(RouteHandlers& out);

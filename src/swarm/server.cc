@@ -248,6 +248,7 @@ SwarmServer::SwarmServer(FrontOptions options, Say say)
   RouteHandlers handlers;
   add_command_handlers(handlers, *ctx_);
   add_metrics_handlers(handlers, *ctx_, *metrics_);
+  add_ledger_handlers(handlers, *ctx_);
   add_engine_handlers(handlers, *ctx_);
   add_openai_handlers(handlers, *ctx_);
   add_ui_handlers(handlers);

@@ -332,7 +332,7 @@ int64_t ServerContext::start_engine_locked(const std::string& reason,
     store.put_state(store::kStateLatestCheckpoint, "");
   }
   supervisor.set_latest_checkpoint(checkpoint);
-  registry.start_booting(reason);
+  registry.start_booting(reason, resumed != nullptr || from_checkpoint);
   engine_control::EngineLaunch launch{cfg, run_dir / "train_config.yaml", t.code_root, t.code_build,
                                       run_dir};
   int64_t pid = 0;

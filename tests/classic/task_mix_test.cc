@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <unordered_map>
+
 #include "classic/metrics.h"
 #include "common/error.h"
 
@@ -43,6 +45,31 @@ TEST(TaskMix, ACocktailStepTakesTheScheduleCountsFromEachSource) {
   EXPECT_EQ(cursors["calc"], (Json{{"epoch", 0}, {"index", 10}}));
   EXPECT_EQ(cursors["countdown"], (Json{{"epoch", 0}, {"index", 10}}));
   EXPECT_EQ(mix.max_batches(3), 5);  // 2 a batch from each: calc has 12 / 2, countdown 10 / 2
+}
+
+// --resume from the task ledger: every position a draw read is recorded (last_draw); a mix put
+// after the furthest of them (seek_after) continues with the same draws and cursors as the one
+// that drew them, at every step boundary: inside an epoch and at its very end (countdown reads
+// exactly its 10 tasks by step 5).
+TEST(TaskMix, TheLedgersLastPositionsRestoreTheSameDraws) {
+  const config::CocktailConfig c = linear_cocktail();
+  TaskMix a(c, tasks::load_cocktail(c), 7, 4);
+  std::unordered_map<std::string, int64_t> last;
+  for (int64_t done = 1; done <= 9; ++done) {
+    std::set<std::string> ids;
+    a.draw(done, ids);
+    for (const TaskMix::Drawn& d : a.last_draw()) last[a.name(d.source)] = d.seq;
+    TaskMix b(c, tasks::load_cocktail(c), 7, 4);
+    b.seek_after(last);
+    EXPECT_EQ(b.cursors(), a.cursors()) << "after step " << done;
+    TaskMix copy(c, tasks::load_cocktail(c), 7, 4);
+    copy.seek(a.cursors());
+    std::set<std::string> ib, ic;
+    const std::vector<tasks::Task> next_b = b.draw(done + 1, ib), next_c = copy.draw(done + 1, ic);
+    ASSERT_EQ(next_b.size(), next_c.size());
+    for (size_t i = 0; i < next_b.size(); ++i)
+      EXPECT_EQ(next_b[i].task_id, next_c[i].task_id) << "step " << done + 1 << " task " << i;
+  }
 }
 
 TEST(TaskMix, CursorsRestoreTheSameDraws) {

@@ -157,6 +157,47 @@ TEST(RegistryStore, TrainingAndDebugBatchesAreRecorded) {
   EXPECT_EQ(f.registry.global_step(), 1);
 }
 
+// An engine that comes back on a checkpoint older than the front's step (version 1 of 2) lost the
+// batch of step 2 from its weights: that batch is trained again first, with the same episodes,
+// then the batch the engine was training when it died (its connection lost), as it was. No trigger
+// is needed for either, and the store marks the lost batch rolled back.
+TEST(RegistryStore, AnEngineBackOnAnOlderCheckpointTrainsTheLostBatchesAgain) {
+  TempStore tmp;
+  store::Store store(tmp.path());
+  Front f(store, small_options(Backbone::kTorch, 1, 1));
+  f.registry.start_booting();
+  f.registry.engine_ready("", 0);
+  std::vector<std::string> episodes;
+  std::vector<int64_t> batch_ids;
+  for (int step = 1; step <= 3; ++step) {
+    const std::string uuid = f.claim("c");
+    f.end("c", uuid, "t" + std::to_string(step), 1.0);
+    const Batch b = f.registry.take_batch();
+    episodes.push_back(uuid);
+    batch_ids.push_back(b.batch_id);
+    if (step < 3) f.registry.finish_batch(b.batch_id, Json{{"policy_version", step}});
+  }
+  f.registry.return_batch(batch_ids[2]);  // train_step: engine connection lost
+  f.registry.engine_restarting("the engine died");
+  f.registry.engine_ready("resumed from global_step_1", 1);
+  EXPECT_EQ(f.registry.global_step(), 1);
+  for (size_t again : {1u, 2u}) {
+    ASSERT_TRUE(f.registry.batch_ready()) << "batch of step " << again + 1;
+    const Batch b = f.registry.take_batch();
+    ASSERT_EQ(b.episodes.size(), 1u);
+    EXPECT_EQ(b.episodes[0].episode_uuid, episodes[again]);
+    EXPECT_EQ(b.global_step, int64_t(again));
+    f.registry.finish_batch(b.batch_id, Json{{"policy_version", int64_t(again) + 1}});
+  }
+  EXPECT_FALSE(f.registry.batch_ready());
+  EXPECT_EQ(f.registry.global_step(), 3);
+  std::map<int64_t, std::string> status;
+  for (const store::BatchRow& row : store.get_batches()) status[row.id] = row.status;
+  EXPECT_EQ(status[batch_ids[0]], store::kBatchTrained);
+  EXPECT_EQ(status[batch_ids[1]], store::kBatchRolledBack);
+  EXPECT_TRUE(store.rolled_back_batches().empty());  // its episode is in a trained batch again
+}
+
 TEST(RegistryStore, ARestartedFrontResumesTheBatchAndClaimedEpisodes) {
   TempStore tmp;
   std::string a, b, c, key_c;
