@@ -375,8 +375,10 @@ void SwarmServer::save_trained_steps() {
       latest.empty() ? "from the model" : "from the last checkpoint, " + latest.string();
   {
     std::lock_guard lock(at_once_mu_);  // before the line: a signal sent on reading it says this
-    lost_at_once_ = fmt::format(", without the checkpoint of step {} (--resume continues {})",
-                                *unsaved, resume_from);
+    lost_at_once_ = fmt::format(
+        ", without the checkpoint of step {} (--resume continues {} and trains the steps after it "
+        "again from the stored episodes)",
+        *unsaved, resume_from);
   }
   say(fmt::format("saving a checkpoint of step {} (a second signal stops at once, without it)",
                   *unsaved));
@@ -386,13 +388,16 @@ void SwarmServer::save_trained_steps() {
           "checkpoint of step {} saved in {} (ajet-swarm start --resume continues from it)",
           saved->policy_version, saved->dir.string()));
     } else {
-      say(fmt::format("step {} is not saved: the engine is not running ({}); --resume continues {}",
-                      *unsaved, episodes::engine_phase_name(registry_->engine_status()),
-                      resume_from));
+      say(fmt::format(
+          "step {} is not saved: the engine is not running ({}); --resume continues {} "
+          "and trains the steps after it again from the stored episodes",
+          *unsaved, episodes::engine_phase_name(registry_->engine_status()), resume_from));
     }
   } catch (const std::exception& e) {
-    say(fmt::format("the checkpoint of step {} failed: {}; --resume continues {}", *unsaved,
-                    e.what(), resume_from));
+    say(
+        fmt::format("the checkpoint of step {} failed: {}; --resume continues {} and trains the "
+                    "steps after it again from the stored episodes",
+                    *unsaved, e.what(), resume_from));
   }
   std::lock_guard lock(at_once_mu_);
   lost_at_once_.clear();

@@ -155,20 +155,23 @@ TEST(StopSaveTest, ASecondSignalWhileSavingStopsAtOnceWithoutTheCheckpoint) {
                                  << out;
   EXPECT_EQ(WEXITSTATUS(status), 128 + SIGINT) << out;
   EXPECT_THAT(out, HasSubstr("ajet-swarm: SIGINT again: stopping at once, without the checkpoint "
-                             "of step 1 (--resume continues from the model)"));
+                             "of step 1 (--resume continues from the model and trains the steps "
+                             "after it again from the stored episodes)"));
   EXPECT_THAT(out, Not(HasSubstr("checkpoint of step 1 saved")));
   EXPECT_THAT(out, Not(HasSubstr("ajet-swarm: stopped")));
   EXPECT_FALSE(fs::exists(checkpoints / "global_step_1"));
   EXPECT_TRUE(eventually([&] { return process_gone(engine); })) << "the engine died with the front";
 
-  // The store is as after a crash: --resume serves again, from the model, and says the step that
-  // was not saved is gone.
+  // The store is as after a crash: --resume serves again, from the model, says the step that was
+  // not saved is lost from the weights, and trains its episodes again (the task ledger).
   swarm.start();
   api = std::make_unique<Api>(swarm.url());
   ASSERT_TRUE(eventually([&] { return api->engine_status() == "ENGINE.ROLLING"; }))
       << api->status().dump();
-  EXPECT_EQ(api->status()["global_step"], 0) << api->get("/get_verbose_logs").body;
   EXPECT_THAT(logged_line(*api, "adopted the policy_version"), HasSubstr("global_step 1 -> 0"));
+  EXPECT_THAT(logged_line(*api, "lost from the weights"), HasSubstr("train again"));
+  EXPECT_TRUE(eventually([&] { return api->status()["global_step"] == 1; }))
+      << api->get("/get_verbose_logs").body;
 }
 
 }  // namespace
