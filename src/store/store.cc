@@ -76,24 +76,9 @@ CREATE TABLE state (
   key TEXT PRIMARY KEY,
   value BLOB NOT NULL
 );
-CREATE TABLE ledger (
-  key TEXT PRIMARY KEY,           -- draw:<source>:<seq> (classic) or episode:<uuid> (swarm)
-  task_id TEXT NOT NULL,
-  source TEXT NOT NULL,
-  seq INTEGER NOT NULL,           -- position in the source's task stream; -1 for episodes
-  drawn_step INTEGER NOT NULL,
-  state TEXT NOT NULL,            -- in_flight | trained | dropped
-  step INTEGER,                   -- trained / dropped: the policy version its batch trained into
-  reason TEXT NOT NULL,           -- dropped: why
-  consumed INTEGER NOT NULL,      -- times counted in the weights; > 1: trained twice
-  attempts INTEGER NOT NULL,
-  batch_id INTEGER,
-  updated_at REAL NOT NULL
-);
-CREATE INDEX ledger_by_task ON ledger(task_id, state);
 )sql";
 
-// The ledger (schema version 4) as an older store gains it.
+// The ledger (schema version 4): part of every new store, and what an older store gains.
 constexpr const char* kLedgerSchema = R"sql(
 CREATE TABLE ledger (
   key TEXT PRIMARY KEY,           -- draw:<source>:<seq> (classic) or episode:<uuid> (swarm)
@@ -191,6 +176,7 @@ void check_and_create_schema(Db& db, bool fsync_each_commit) {
   if (version == 0) {
     db.exec("BEGIN IMMEDIATE");
     db.exec(kSchema);
+    db.exec(kLedgerSchema);
     db.exec("PRAGMA application_id=" + std::to_string(kApplicationId));
     db.exec("PRAGMA user_version=" + std::to_string(kSchemaVersion));
     db.exec("COMMIT");
