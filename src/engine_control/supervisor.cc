@@ -593,7 +593,7 @@ void EngineSupervisor::shut_down(RankGroup& group) {
   group.terminate_all(options_.stop_grace);
 }
 
-void EngineSupervisor::set_before_ready(std::function<void(rpc::Client&)> hook) {
+void EngineSupervisor::set_before_ready(std::function<bool(rpc::Client&)> hook) {
   std::lock_guard<std::mutex> lock(mu_);
   before_ready_ = std::move(hook);
 }
@@ -616,14 +616,15 @@ void EngineSupervisor::announce_ready(RankGroup& group, const fs::path& binary) 
   } catch (const std::exception& e) {
     log().warn("engine status after boot: {}", e.what());
   }
-  std::function<void(rpc::Client&)> before_ready;
+  std::function<bool(rpc::Client&)> before_ready;
   {
     std::lock_guard<std::mutex> lock(mu_);
     before_ready = before_ready_;
   }
+  bool own_versions = false;
   if (before_ready) {
     try {
-      before_ready(*conn);
+      own_versions = before_ready(*conn);
     } catch (const std::exception& e) {
       verbose_.add("engine", std::string("after the engine started: ") + e.what());
     }
@@ -637,7 +638,7 @@ void EngineSupervisor::announce_ready(RankGroup& group, const fs::path& binary) 
     phase_ = Phase::kReady;
   }
   try {
-    registry_.engine_ready(detail, served_version);
+    registry_.engine_ready(detail, served_version, /*roll_back=*/!own_versions);
   } catch (const Error& e) {
     log().info("engine ready, but the registry moved on ({}); stopping it", e.what());
   }

@@ -125,8 +125,10 @@ class EngineSupervisor {
   Json engines_json() const;
   // Runs on the supervisor thread each time a started (or restarted) local engine answered its
   // status, before the front is told it is ready (so before any call reaches it). A throw is
-  // logged, the engine still serves. Set before start().
-  void set_before_ready(std::function<void(rpc::Client& engine)> hook);
+  // logged, the engine still serves. It returns true when the engine now serves trained state its
+  // policy version does not count (named adapters from their own checkpoints): the batches after
+  // that version are then not rolled back and trained again. Set before start().
+  void set_before_ready(std::function<bool(rpc::Client& engine)> hook);
   // The newest trainer checkpoint (save_checkpoint's reply); the next (re)start passes it as
   // `--resume DIR` so the engine continues from those weights, optimizer and step. Empty: none, the
   // engine loads ajet.model.path. start() keeps it; clear it with an empty path for a fresh run.
@@ -185,7 +187,7 @@ class EngineSupervisor {
 
   std::mutex control_mu_;  // serialises start() and stop()
   mutable std::mutex mu_;
-  std::function<void(rpc::Client&)> before_ready_;  // under mu_
+  std::function<bool(rpc::Client&)> before_ready_;  // under mu_
   std::condition_variable cv_;
   bool quit_ = false;
   bool stop_ = false;

@@ -270,10 +270,11 @@ void Registry::start_booting(std::string detail, bool continues_run) {
   deliver(out);
 }
 
-void Registry::engine_ready(std::string detail, std::optional<int64_t> engine_policy_version) {
+void Registry::engine_ready(std::string detail, std::optional<int64_t> engine_policy_version,
+                            bool roll_back) {
   Outbox out;
   std::vector<Batch> replays;
-  if (engine_policy_version) replays = roll_back_to(*engine_policy_version);
+  if (engine_policy_version && roll_back) replays = roll_back_to(*engine_policy_version);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (engine_.status() != EnginePhase::kBooting) {

@@ -261,8 +261,11 @@ class Registry {
   // into later versions are lost from the weights: the store rolls them back (with the task
   // ledger, Store::rollback_after) and they are trained again, each as the batch it was, before any
   // new batch (registry_replay.cc). Blocks on the store then.
+  // `roll_back` false: the engine serves trained state its version does not count (named adapters
+  // restored from their own checkpoints); the version is adopted, nothing is rolled back.
   void engine_ready(std::string detail = "",
-                    std::optional<int64_t> engine_policy_version = std::nullopt);
+                    std::optional<int64_t> engine_policy_version = std::nullopt,
+                    bool roll_back = true);
   // any → BOOTING: a batch the trainer never finished is formed again, as it was, once the engine
   // is ready (after the batches the weights lost).
   void engine_restarting(std::string detail);

@@ -144,7 +144,7 @@ ServerContext::ServerContext(const FrontOptions& options_in, std::string base_ur
       batches(batches_in),
       base_url(std::move(base_url_in)),
       router(options_in.route) {
-  supervisor.set_before_ready([this](rpc::Client& engine) { restore_adapters(engine); });
+  supervisor.set_before_ready([this](rpc::Client& engine) { return restore_adapters(engine); });
 }
 
 episodes::RegistryOptions registry_options_for(const FrontOptions& front,
@@ -516,13 +516,13 @@ void ServerContext::forget_adapter(const std::string& name) {
   persist_adapter_specs_locked();
 }
 
-void ServerContext::restore_adapters(rpc::Client& engine) {
+bool ServerContext::restore_adapters(rpc::Client& engine) {
   std::vector<std::pair<std::string, Json>> specs;
   {
     std::lock_guard lock(adapters_mu_);
     specs = adapter_specs_;
   }
-  if (specs.empty()) return;
+  if (specs.empty()) return false;
   // The newest adapters checkpoint (save_freq) holding each adapter.
   const fs::path dir = synced.settings().checkpoint_dir;
   std::vector<std::pair<int64_t, fs::path>> saved;
@@ -561,6 +561,7 @@ void ServerContext::restore_adapters(rpc::Client& engine) {
     }
   }
   set_adapter_names(std::move(names));
+  return true;
 }
 
 }  // namespace ajet::swarm

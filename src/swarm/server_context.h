@@ -215,7 +215,9 @@ class ServerContext {
   // front resumed from it (ajet-swarm start --resume) makes them again too.
   void remember_adapter(const std::string& name, Json create_body);
   void forget_adapter(const std::string& name);
-  void restore_adapters(rpc::Client& engine);
+  // Creates the front's named adapters on a (re)started engine, each from its newest checkpoint;
+  // returns whether there were any (their training is not counted by the policy version).
+  bool restore_adapters(rpc::Client& engine);
 
   // True when the request may use an admin endpoint (no token configured, or the right Bearer
   // token).

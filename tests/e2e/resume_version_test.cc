@@ -60,21 +60,24 @@ TEST(ResumeVersionTest, TheFrontAdoptsThePolicyVersionOfTheCheckpointTheEngineRe
   ASSERT_TRUE(fs::exists(dir / "ckpt" / "global_step_2"));
   ASSERT_FALSE(fs::exists(dir / "ckpt" / "global_step_3"));
 
-  // The engine dies after step 3; the newest checkpoint is step 2's.
+  // The engine dies after step 3; the newest checkpoint is step 2's. The restarted engine serves
+  // version 2, the front adopts it, then trains the lost batch of step 3 again from the store (the
+  // task ledger), so both sides count 3 again.
   ASSERT_EQ(::kill(pid_t(pid), SIGKILL), 0);
   ASSERT_TRUE(eventually([&] {
-    return api.engine_status() == "ENGINE.ROLLING" && engine_pid() != pid && engine_pid() > 0;
-  })) << api.status().dump();
+    return api.engine_status() == "ENGINE.ROLLING" && engine_pid() != pid && engine_pid() > 0 &&
+           api.status()["global_step"] == 3;
+  })) << api.get("/get_verbose_logs").body;
   EXPECT_THAT(verbose_line(api, "engine ready (pid"), HasSubstr("policy_version 2"));
-  EXPECT_EQ(api.status()["global_step"], 2) << api.get("/get_verbose_logs").body;
   EXPECT_THAT(verbose_line(api, "adopted the policy_version the engine serves"),
               HasSubstr("global_step 3 -> 2"));
+  EXPECT_THAT(verbose_line(api, "lost from the weights"), HasSubstr("train again"));
 
-  // The next call is served by the weights of step 2, and the next step is 3 on both sides.
-  EXPECT_EQ(episode("task-3", 1.0), "ajet-policy-2");
+  // The next call is served by the weights of step 3 (trained again), the next step is 4.
+  EXPECT_EQ(episode("task-3", 1.0), "ajet-policy-3");
   episode("task-3", 0.0);
-  ASSERT_TRUE(eventually([&] { return api.status()["global_step"] == 3; })) << api.status().dump();
-  EXPECT_EQ(episode("task-4", 1.0), "ajet-policy-3");
+  ASSERT_TRUE(eventually([&] { return api.status()["global_step"] == 4; })) << api.status().dump();
+  EXPECT_EQ(episode("task-4", 1.0), "ajet-policy-4");
   EXPECT_TRUE(verbose_line(api, "the engine reports policy_version").empty())
       << "front and engine counted alike";
 }
