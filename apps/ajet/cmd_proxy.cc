@@ -33,6 +33,7 @@ struct ProxyArgs {
   double judge_timeout = 120;
   double claim_timeout = 600;
   double upstream_timeout = 600;
+  double stream_heartbeat = 10;
   double discard_timeout = 900;
   size_t max_in_flight = 64;
   double max_body_mb = 16;
@@ -115,6 +116,11 @@ void run_proxy(const ProxyArgs& a) {
   o.group.claim_timeout = seconds(a.claim_timeout, "--claim-timeout");
   o.group.upstream_timeout = seconds(a.upstream_timeout, "--upstream-timeout");
   o.group.discard_episode_timeout = a.discard_timeout;
+  if (!(a.stream_heartbeat >= 0) || a.stream_heartbeat > 3600) {
+    invalid_argument("--stream-heartbeat must be 0 (off) to 3600 seconds");
+  }
+  o.group.stream_heartbeat =
+      std::chrono::milliseconds(static_cast<int64_t>(a.stream_heartbeat * 1000));
   o.max_in_flight = a.max_in_flight;
   if (!(a.max_body_mb > 0)) invalid_argument("--max-body-mb must be positive");
   o.max_body_bytes = static_cast<size_t>(a.max_body_mb * 1024 * 1024);
@@ -192,6 +198,10 @@ const CommandRegistration kProxy("proxy", [](CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--upstream-timeout", a->upstream_timeout,
                   "Seconds one episode's answer may take, retries of the front's 503 included")
+      ->capture_default_str();
+  cmd->add_option("--stream-heartbeat", a->stream_heartbeat,
+                  "Seconds a streamed request may wait for its answer before its stream opens "
+                  "with SSE comment lines, one per period, until the answer follows (0: off)")
       ->capture_default_str();
   cmd->add_option("--discard-timeout", a->discard_timeout,
                   "discard_episode_timeout of the claimed episodes (seconds)")

@@ -432,4 +432,38 @@ http::Response api_error(Api api, int status, std::string_view message, std::str
   return r;
 }
 
+std::string stream_error_event(Api api, int status, std::string_view error_body) {
+  Json error;
+  try {
+    error = parse_json(error_body, "error body");
+  } catch (const Error&) {
+  }
+  // The error object wherever the body keeps it (OpenAI's and Anthropic's shapes both say "error").
+  const bool shaped = error.is_object() && error.contains("error") && error["error"].is_object();
+  std::string message = shaped ? str(error["error"], "message") : "";
+  if (message.empty()) {
+    message = "HTTP " + std::to_string(status) +
+              " from the front: " + std::string(error_body.substr(0, 300));
+  }
+  if (api == Api::kChat) {
+    // OpenAI's shape passes as it is; Anthropic's (a top-level "type") is rewritten.
+    const Json body = shaped && !error.contains("type")
+                          ? error
+                          : parse_json(api_error(api, status, message).body, "error");
+    return "data: " + body.dump() + "\n\n";
+  }
+  if (api == Api::kResponses) {
+    const std::string code = shaped ? str(error["error"], "code") : "";
+    const Json event = {{"type", "error"},
+                        {"code", code.empty() ? std::to_string(status) : code},
+                        {"message", message},
+                        {"param", nullptr}};
+    return "event: error\ndata: " + event.dump() + "\n\n";
+  }
+  const Json body = shaped && str(error, "type") == "error"
+                        ? error
+                        : parse_json(api_error(api, status, message).body, "error");
+  return "event: error\ndata: " + body.dump() + "\n\n";
+}
+
 }  // namespace ajet::proxy

@@ -49,4 +49,12 @@ std::string answer_text(Api api, std::string_view raw, bool sse);
 // Retry-After.
 http::Response api_error(Api api, int status, std::string_view message, std::string_view code = {});
 
+// An error as the last event of a stream the application already reads (its status 200 sent), in
+// the shape each API's SDKs raise from: chat `data: {"error": {...}}`; Responses `event: error`
+// with
+// {"type": "error", "code", "message"}; Messages `event: error` with Anthropic's error object.
+// `error_body` is an error response's body in the API's shape (api_error's, or the front's own);
+// anything else is carried as its message.
+std::string stream_error_event(Api api, int status, std::string_view error_body);
+
 }  // namespace ajet::proxy

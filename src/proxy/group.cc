@@ -1,6 +1,7 @@
 #include "proxy/group.h"
 
 #include <algorithm>
+#include <condition_variable>
 #include <future>
 #include <thread>
 #include <vector>
@@ -8,6 +9,8 @@
 #include "common/encoding.h"
 #include "common/log.h"
 #include "http/client.h"
+#include "http/response.h"
+#include "http/stream.h"
 
 namespace ajet::proxy {
 
@@ -103,8 +106,8 @@ Answer call_episode(const client::Episode& episode, const AppRequest& request,
 // The group's shared state while its N answers arrive.
 class Progress {
  public:
-  Progress(size_t n, ReturnPolicy policy, http::Respond respond)
-      : answers_(n), policy_(policy), respond_(std::move(respond)) {}
+  Progress(size_t n, ReturnPolicy policy, Api api, http::Respond respond)
+      : answers_(n), policy_(policy), api_(api), respond_(std::move(respond)) {}
 
   // Stores answer i; under the first policy the first well-formed one goes back at once.
   void arrived(size_t i, Answer answer) {
@@ -124,7 +127,25 @@ class Progress {
     if (returned_ >= 0 || errored_) return;
     errored_ = true;
     stats.answered(response.status);
-    respond_(std::move(response));
+    if (channel_) {
+      end_stream(stream_error_event(api_, response.status, response.body));
+    } else {
+      respond_(std::move(response));
+    }
+  }
+  // A streamed request's sign of life while nothing went back yet: the first call answers the
+  // application with an event stream (status 200) at once, and each call writes an SSE comment,
+  // which every SSE reader skips. False once an answer or an error went back.
+  bool heartbeat() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (returned_ >= 0 || errored_) return false;
+    if (!channel_) {
+      channel_ = std::make_shared<http::ChannelStream>();
+      respond_(http::sse_response(channel_));
+    }
+    channel_->push(": ajet proxy: the answer is not chosen yet\n\n");
+    if (stats_ != nullptr) stats_->stream_heartbeat();
+    return true;
   }
   // The first well-formed answer to arrive, else -1; the first answer to arrive with an HTTP
   // status.
@@ -154,18 +175,73 @@ class Progress {
  private:
   void send(int i) {
     returned_ = i;
-    if (stats_ != nullptr) stats_->answered(answers_[i].status);
-    respond_(to_response(answers_[i]));
+    const Answer& a = answers_[i];
+    if (stats_ != nullptr) stats_->answered(a.status);
+    if (!channel_) {
+      respond_(to_response(a));
+    } else if (a.status == 200 && a.sse) {
+      end_stream(a.body);  // the episode's whole stream, as the front wrote it
+    } else {  // the front's own error (or an answer that is not a stream): an error event
+      end_stream(stream_error_event(api_, a.status == 200 ? 502 : a.status,
+                                    a.status == 200
+                                        ? api_error(api_, 502,
+                                                    "the front answered a streamed request without "
+                                                    "an event stream")
+                                              .body
+                                        : a.body));
+    }
+  }
+  void end_stream(std::string events) {
+    channel_->push(std::move(events));
+    channel_->close();
   }
 
   mutable std::mutex mu_;
   std::vector<Answer> answers_;
   std::vector<size_t> order_;  // indices in arrival order
   ReturnPolicy policy_;
+  Api api_;
   http::Respond respond_;
+  std::shared_ptr<http::ChannelStream> channel_;  // the application's stream, once opened early
   int returned_ = -1;
   bool errored_ = false;
   ProxyStats* stats_ = nullptr;
+};
+
+// While a streamed request waits (for its N episodes, their answers, the judge), a thread calls
+// Progress::heartbeat() every `period` until something went back; stopped and joined when the
+// group's work ends.
+class Heartbeat {
+ public:
+  Heartbeat(Progress& progress, std::chrono::milliseconds period) {
+    if (period.count() <= 0) return;
+    thread_ = std::thread([this, &progress, period] {
+      std::unique_lock<std::mutex> lock(mu_);
+      while (!cv_.wait_for(lock, period, [&] { return stop_; })) {
+        lock.unlock();
+        const bool waiting = progress.heartbeat();
+        lock.lock();
+        if (!waiting) return;
+      }
+    });
+  }
+  ~Heartbeat() {
+    if (!thread_.joinable()) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  Heartbeat(const Heartbeat&) = delete;
+  Heartbeat& operator=(const Heartbeat&) = delete;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
 };
 
 // Phase 1: N train episodes, claimed together.
@@ -309,21 +385,27 @@ void run_group(const AppRequest& request, const std::string& raw_body, const Gro
     deps.stats->group(std::move(record));
   };
 
+  Progress progress(size_t(options.n), options.policy, request.api, std::move(respond));
+  progress.set_stats(deps.stats);
+  // A streamed request that waits longer than stream_heartbeat gets its stream opened and a
+  // comment every stream_heartbeat: clients and load balancers that close idle connections keep it.
+  Heartbeat heartbeat(progress,
+                      request.stream ? options.stream_heartbeat : std::chrono::milliseconds(0));
+
   // 1. Claim N episodes.
   std::vector<client::Episode> episodes;
   try {
     episodes = claim(options, deps);
   } catch (const std::exception& e) {
-    deps.stats->answered(503);
-    respond(api_error(request.api, 503, std::string("the model is busy, try again: ") + e.what()));
+    progress.fail_if_none(
+        api_error(request.api, 503, std::string("the model is busy, try again: ") + e.what()),
+        *deps.stats);
     finish("dropped", "claim_failed", e.what());
     return;
   }
   for (const client::Episode& e : episodes) record.episode_uuids.push_back(e.episode_uuid);
 
   // 2-3. Ask every episode; the first policy answers as soon as one is ready.
-  Progress progress(episodes.size(), options.policy, std::move(respond));
-  progress.set_stats(deps.stats);
   fan_out(episodes, request, raw_body, options, progress);
   const std::vector<Answer>& answers = progress.answers();
   for (const Answer& a : answers) {

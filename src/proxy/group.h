@@ -27,6 +27,11 @@ struct GroupOptions {
   double discard_episode_timeout = 900;  // seconds the front keeps an idle claimed episode
   std::chrono::milliseconds claim_timeout{600'000};     // waiting for N episodes (a train step)
   std::chrono::milliseconds upstream_timeout{600'000};  // one answer, 503 retries included
+  // A streamed request still waiting after this long gets its event stream (status 200) at once
+  // and an SSE comment line every period until its answer follows in it; an error after that is
+  // the stream's last event in the API's shape. 0: no heartbeat (the stream starts with the
+  // answer).
+  std::chrono::milliseconds stream_heartbeat{10'000};
 };
 
 // What a group shares with every other: the front's client, the judge, the statistics. Claims of
@@ -47,7 +52,9 @@ struct GroupDeps {
 //   5. best policy: the answer with the highest reward goes back (ties: the one ready first);
 //   6. the N episodes end with their rewards, or, when anything failed, are all aborted.
 // The application always gets an answer when at least one episode answered well-formed, whatever
-// the judge did; otherwise the front's own error (or a 502/503 in the API's shape).
+// the judge did; otherwise the front's own error (or a 502/503 in the API's shape). A streamed
+// request that waits past options.stream_heartbeat gets that answer (or error) in a stream opened
+// earlier, after SSE comment lines.
 void run_group(const AppRequest& request, const std::string& raw_body, const GroupOptions& options,
                GroupDeps& deps, http::Respond respond);
 

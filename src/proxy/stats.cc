@@ -55,6 +55,11 @@ void ProxyStats::in_flight(int delta) {
   in_flight_ += delta;
 }
 
+void ProxyStats::stream_heartbeat() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stream_heartbeats_;
+}
+
 Json ProxyStats::to_json() const {
   std::lock_guard<std::mutex> lock(mu_);
   Json answers = Json::object();
@@ -70,6 +75,7 @@ Json ProxyStats::to_json() const {
       {"requests_by_api", requests_},
       {"answers_by_status", answers},
       {"in_flight", in_flight_},
+      {"stream_heartbeats", stream_heartbeats_},
       {"groups_trained", groups_trained_},
       {"groups_dropped", dropped_total},
       {"groups_dropped_by_reason", groups_dropped_},
@@ -106,6 +112,9 @@ std::string ProxyStats::prometheus() const {
   out.sample({}, double(episodes_aborted_));
   out.family("ajet_proxy_in_flight", Type::kGauge, "Application requests being handled.");
   out.sample({}, double(in_flight_));
+  out.family("ajet_proxy_stream_heartbeats_total", Type::kCounter,
+             "SSE comments written to streamed requests waiting for their answer.");
+  out.sample({}, double(stream_heartbeats_));
   return out.take();
 }
 

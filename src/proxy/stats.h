@@ -39,6 +39,7 @@ class ProxyStats {
   void judge_failure(const std::string& kind);
   void episodes(int64_t ended, int64_t aborted);
   void in_flight(int delta);
+  void stream_heartbeat();  // one SSE comment written to a streamed request that waits
 
   Json to_json() const;
   std::string prometheus() const;
@@ -53,6 +54,7 @@ class ProxyStats {
   int64_t episodes_ended_ = 0;
   int64_t episodes_aborted_ = 0;
   int64_t in_flight_ = 0;
+  int64_t stream_heartbeats_ = 0;
   double reward_sum_ = 0;  // of the trained groups' episodes
   int64_t reward_count_ = 0;
   double returned_reward_sum_ = 0;  // of the answers returned from trained groups

@@ -221,5 +221,38 @@ TEST(ApiErrorTest, EachApiItsOwnShape) {
   EXPECT_TRUE(api_error(Api::kResponses, 503, "busy").headers.has("Retry-After"));
 }
 
+TEST(StreamErrorEventTest, EachApiItsOwnShape) {
+  const std::string openai = R"({"error": {"message": "field 'top_p' must be in (0, 1]",
+                                 "type": "invalid_request_error", "code": "invalid_argument"}})";
+  const std::string anthropic =
+      R"({"type": "error", "error": {"type": "invalid_request_error", "message": "bad max_tokens"}})";
+  auto data = [](const std::string& event, const std::string& prefix) {
+    EXPECT_EQ(event.rfind(prefix, 0), 0u) << event;
+    EXPECT_EQ(event.substr(event.size() - 2), "\n\n") << event;
+    return parse_json(event.substr(prefix.size()), "event data");
+  };
+  // Chat: the OpenAI error as a data event (what the SDKs raise from), Anthropic's rewritten.
+  Json chat = data(stream_error_event(Api::kChat, 400, openai), "data: ");
+  EXPECT_EQ(chat["error"]["code"], "invalid_argument");
+  chat = data(stream_error_event(Api::kChat, 400, anthropic), "data: ");
+  EXPECT_EQ(chat["error"]["message"], "bad max_tokens");
+  EXPECT_FALSE(chat.contains("type"));
+  // Responses: an `error` event.
+  Json responses = data(stream_error_event(Api::kResponses, 400, openai), "event: error\ndata: ");
+  EXPECT_EQ(responses["type"], "error");
+  EXPECT_EQ(responses["code"], "invalid_argument");
+  EXPECT_EQ(responses["message"], "field 'top_p' must be in (0, 1]");
+  // Messages: Anthropic's error object as it is; an OpenAI one rewritten.
+  Json messages = data(stream_error_event(Api::kMessages, 400, anthropic), "event: error\ndata: ");
+  EXPECT_EQ(messages, parse_json(anthropic, "anthropic"));
+  messages = data(stream_error_event(Api::kMessages, 503, openai), "event: error\ndata: ");
+  EXPECT_EQ(messages["type"], "error");
+  EXPECT_EQ(messages["error"]["type"], "overloaded_error");
+  // A body in no known shape: its status and its first bytes.
+  chat = data(stream_error_event(Api::kChat, 502, "<html>bad gateway</html>"), "data: ");
+  EXPECT_THAT(chat["error"]["message"].get<std::string>(),
+              HasSubstr("HTTP 502 from the front: <html>bad gateway</html>"));
+}
+
 }  // namespace
 }  // namespace ajet::proxy

@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <future>
 #include <memory>
 #include <set>
 
@@ -67,13 +68,15 @@ class LiveProxy {
  public:
   LiveProxy(const std::string& front, std::unique_ptr<Judge> judge,
             ReturnPolicy policy = ReturnPolicy::kBest, const std::string& api_key = "",
-            std::chrono::milliseconds claim_timeout = std::chrono::seconds(60), int n = 0) {
+            std::chrono::milliseconds claim_timeout = std::chrono::seconds(60), int n = 0,
+            std::chrono::milliseconds stream_heartbeat = std::chrono::seconds(10)) {
     ProxyOptions o;
     o.front_url = front;
     o.group.n = n > 0 ? n : front_num_repeat(front);
     o.group.policy = policy;
     o.group.claim_timeout = claim_timeout;
     o.group.upstream_timeout = std::chrono::seconds(60);
+    o.group.stream_heartbeat = stream_heartbeat;
     o.api_key = api_key;
     o.max_body_bytes = 64 * 1024;
     proxy_ = std::make_unique<Proxy>(o, std::move(judge));
@@ -276,6 +279,56 @@ TEST_F(ProxyE2eTest, FirstReadyAnswerGoesBackBeforeTheJudgeRuns) {
   EXPECT_EQ(front_rewards("first-ready").size(), size_t(kN));
 }
 
+TEST_F(ProxyE2eTest, AStreamThatWaitsGetsCommentsUntilItsAnswer) {
+  // The judge waits for a file the test writes once the proxy has sent two heartbeats.
+  const fs::path gate = scratch_.path() / "gate";
+  LiveProxy proxy(
+      front_->url(),
+      make_command_judge({judge_script("judge.py", "import os, time\nwhile not os.path.exists(" +
+                                                       Json(gate.string()).dump() +
+                                                       "): time.sleep(0.02)\n" + kFixedScores),
+                          JudgeMode::kPointwise, std::chrono::seconds(120)}),
+      ReturnPolicy::kBest, "", std::chrono::seconds(60), 0, std::chrono::milliseconds(20));
+  auto pending = std::async(std::launch::async, [&] {
+    return proxy.post("/v1/chat/completions", chat_body("worth the wait", true),
+                      {{"X-AJet-Task-Id", "heartbeat"}});
+  });
+  eventually([&] { return proxy.stats()["stream_heartbeats"].get<int64_t>() >= 2; });
+  write_file_atomic(gate, "go");
+  http::ClientResponse r = pending.get();
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_THAT(r.headers.get_or("Content-Type", ""), HasSubstr("text/event-stream"));
+  EXPECT_EQ(r.body.rfind(": ajet proxy: the answer is not chosen yet\n\n", 0), 0u) << r.body;
+  EXPECT_EQ(answer_text(Api::kChat, r.body, true), "worth the wait");
+  EXPECT_THAT(r.body, HasSubstr("data: [DONE]"));
+  Json stats = proxy.stats_after_groups(1);
+  EXPECT_EQ(stats["groups_trained"], 1) << stats.dump();
+  EXPECT_EQ(stats["recent_groups"][0]["returned"], 1);  // the judge's best, after the comments
+  const std::string metrics = http::HttpClient(proxy.url()).get("/metrics").body;
+  EXPECT_GE(sample_value(metrics, "ajet_proxy_stream_heartbeats_total"), 2) << metrics;
+}
+
+TEST_F(ProxyE2eTest, AnErrorAfterTheStreamOpenedIsItsLastEventInTheApisShape) {
+  // No front: the claim retries for 3 s while the heartbeat (every 10 ms) opens the stream.
+  ClosedPort nobody;
+  LiveProxy proxy(
+      nobody.url(), make_command_judge({"true", JudgeMode::kPointwise, std::chrono::seconds(5)}),
+      ReturnPolicy::kBest, "", std::chrono::seconds(3), kN, std::chrono::milliseconds(10));
+  http::ClientResponse r = proxy.post(
+      "/v1/messages",
+      {{"max_tokens", 5}, {"stream", true}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.body.rfind(": ajet proxy", 0), 0u) << r.body;
+  const size_t event = r.body.find("event: error\ndata: ");
+  ASSERT_NE(event, std::string::npos) << r.body;
+  Json error = parse_json(r.body.substr(event + 19), "the error event");
+  EXPECT_EQ(error["type"], "error");
+  EXPECT_EQ(error["error"]["type"], "overloaded_error");
+  EXPECT_THAT(error["error"]["message"].get<std::string>(), HasSubstr("the model is busy"));
+  Json stats = proxy.stats_after_groups(1);
+  EXPECT_EQ(stats["groups_dropped_by_reason"]["claim_failed"], 1) << stats.dump();
+}
+
 TEST_F(ProxyE2eTest, TheFrontsRefusalGoesBackInTheApplicationsShapeAndNothingTrains) {
   LiveProxy proxy(front_->url(),
                   make_command_judge({judge_script("judge.py", kFixedScores), JudgeMode::kPointwise,
@@ -403,12 +456,15 @@ TEST_F(ProxyE2eTest, AJudgeModelServedByASwarmFrontAnswersFromEvalEpisodes) {
 }
 
 TEST_F(ProxyE2eTest, TheCommandLineServesCurlAndTheOpenAiAndAnthropicSdks) {
-  const std::string judge = judge_script("judge.py", kFixedScores);
-  Subprocess proc = Subprocess::spawn(
-      SpawnOptions{{bin("ajet").string(), "proxy", "--front", front_->url(), "--listen",
-                    "127.0.0.1:0", "--judge-command", judge, "--return", "best"},
-                   {},
-                   {}});
+  // The judge takes 0.3 s and the heartbeat comes every 10 ms: the SDKs' streams open with SSE
+  // comments before their events, which each SDK must skip.
+  const std::string judge =
+      judge_script("judge.py", "import time\ntime.sleep(0.3)\n" + std::string(kFixedScores));
+  Subprocess proc = Subprocess::spawn(SpawnOptions{
+      {bin("ajet").string(), "proxy", "--front", front_->url(), "--listen", "127.0.0.1:0",
+       "--judge-command", judge, "--return", "best", "--stream-heartbeat", "0.01"},
+      {},
+      {}});
   std::string ready;
   std::string output;
   eventually(
@@ -436,6 +492,9 @@ TEST_F(ProxyE2eTest, TheCommandLineServesCurlAndTheOpenAiAndAnthropicSdks) {
                                 " " + shell_quote(node_modules->string()) + " " + url + "/v1");
     EXPECT_EQ(node.status, 0) << node.out;
     EXPECT_THAT(node.out, HasSubstr("\"ok\":true")) << node.out;
+    // Its three streamed requests waited for the judge with comments.
+    EXPECT_GE(http::HttpClient(url).get("/proxy/stats").json()["stream_heartbeats"].get<int64_t>(),
+              3);
   } else {
     std::cerr << "SKIPPED LOUDLY (the JS SDK part): " << why << "\n";
   }
