@@ -15,15 +15,19 @@
 #
 #   bench/classic/opd_proof.sh [--no-append] [--seeds "1 2 3"] [--steps 30] [--eval-every 5]
 #       [--teacher-steps 40] [--reward-weight 1.0] [--coef 1.0] [--rl-from EARLIER_OUT_DIR]
-#       [--student calc-sft]
-# --student names the warm-up model the students start from: calc-sft (the main command's RL start)
-# or calc-gate (its first SFT stage: greedy ~50 %, far weaker at T=1). The teacher is always calc-sft
+#       [--student calc-sft] [--mode advantage] [--estimator k1] [--lr LR]
+# --student names the warm-up model the students start from: calc-sft (the main command's RL start),
+# calc-gate (its first SFT stage: greedy ~50 %, far weaker at T=1) or calc-skewed (calc-sft fine-tuned
+# to answer without the tool 95 % of the time, made here once per seed: a sparse-reward start).
+# --target PCT measures the steps each arm needs to reach PCT % held-out T=1 success (default final:
+# OPD's own last validation). --set KEY=VALUE (repeatable) goes to both arms; --lr sets both arms' lr. The teacher is always calc-sft
 # after the RL steps.
 # --rl-from reuses the "rl" runs of an earlier invocation (same seeds and steps) instead of running
 # them again, to compare another distillation setting with the same baseline.
 set -euo pipefail
 here="$(cd "$(dirname "$0")/../.." && pwd)"
 seeds="1 2 3" steps=30 eval_every=5 teacher_steps=40 reward_weight=1.0 coef=1.0 rl_from="" student=calc-sft append=1
+mode=advantage estimator=k1 lr="" extra_set=() target=final
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-append) append=0; shift ;;
@@ -35,6 +39,11 @@ while [ $# -gt 0 ]; do
     --coef) coef="$2"; shift 2 ;;
     --rl-from) rl_from="$2"; shift 2 ;;
     --student) student="$2"; shift 2 ;;
+    --mode) mode="$2"; shift 2 ;;
+    --estimator) estimator="$2"; shift 2 ;;
+    --lr) lr="$2"; shift 2 ;;
+    --target) target="$2"; shift 2 ;;
+    --set) extra_set+=(--set "$2"); shift 2 ;;
     *) echo "opd_proof: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -57,9 +66,21 @@ for s in $seeds; do
     echo "opd_proof: seed $s: warm-up (scripts/run.sh, AJET_STOP_AFTER=sft)" >&2
     AJET_SEED="$s" AJET_WORK_DIR="$work" AJET_STOP_AFTER=sft "$here/scripts/run.sh" > "$out/seed$s-warmup.log" 2>&1
   fi
+  if [ "$student" = calc-skewed ] && [ ! -f "$work/models/calc-skewed/config.json" ]; then
+    # The sparse-reward start: the warm-up fine-tuned to answer without the calculator 95 % of the time
+    # (5 % correct demos, the rest calc's no_tool mistake), so that at T=1 only a few % of samples
+    # succeed and most GRPO groups carry no reward signal (as bench/classic/skewed_start.sh, sparser).
+    echo "opd_proof: seed $s: the sparse-reward student (calc-sft fine-tuned to skip the tool)" >&2
+    "$bin/ajet" tasks demos --task calc --n 20000 --correct-ratio 0.05 --error-mix 0,0,1 --seed "$((s + 100))" \
+      > "$out/seed$s-skewed.jsonl"
+    "$bin/ajet" sft --model "$work/models/calc-sft" --demos "$out/seed$s-skewed.jsonl" --out "$work/models/calc-skewed" \
+      --force --steps 150 --warmup 10 --lr 1e-3 --min-lr-ratio 0.3 --batch-tokens 4096 --seed "$s" --threads 2 \
+      --log-every 50 > "$out/seed$s-skewed.log" 2>&1
+  fi
   teacher_start=(--set "ajet.model.path=$work/models/calc-sft")
   common=(--set "ajet.model.path=$work/models/$student" --set "ajet.engine.seed=$s"
           --set "ajet.task_reader.shuffle_seed=$s" --set "ajet.task_reader.builtin.seed=$s")
+  arm_lr=(); [ -z "$lr" ] || arm_lr=(--set "ajet.trainer_common.optim.lr=$lr")  # both arms, never the teacher
   teacher="$here/exp/opd/teacher-seed$s"
   if [ ! -f "$teacher/config.json" ]; then
     echo "opd_proof: seed $s: teacher = the warm-up after $teacher_steps RL steps" >&2
@@ -109,7 +130,7 @@ PY
   run_arm() {  # run_arm NAME EXTRA_FLAGS...
     local name="$1"; shift
     echo "opd_proof: seed $s: $name, $steps steps" >&2
-    "$bin/ajet" --conf examples/configs/calc.yaml --exp-dir "$out/seed$s-$name" "${common[@]}" \
+    "$bin/ajet" --conf examples/configs/calc.yaml --exp-dir "$out/seed$s-$name" "${common[@]}" "${arm_lr[@]}" "${extra_set[@]}" \
       --set "ajet.trainer_common.total_training_steps=$steps" --set "ajet.trainer_common.max_training_seconds=null" \
       --set "ajet.trainer_common.test_freq=$eval_every" "$@" > "$out/seed$s-$name.log" 2>&1
   }
@@ -120,14 +141,15 @@ PY
   fi
   run_arm opd --set "ajet.distillation.base_url=$url/v1" --set "ajet.distillation.api_key=$key" \
     --set "ajet.distillation.top_k=4" --set "ajet.distillation.reward_weight=$reward_weight" \
-    --set "ajet.distillation.coef=$coef"
+    --set "ajet.distillation.coef=$coef" --set "ajet.distillation.mode=$mode" \
+    --set "ajet.distillation.estimator=$estimator"
   cleanup
   front_pid=""
 done
 
-python3 - "$here" "$out" "$seeds" "$steps" "$eval_every" "$teacher_steps" "$reward_weight" "$coef" "$student" "$append" <<'PY'
+python3 - "$here" "$out" "$seeds" "$steps" "$eval_every" "$teacher_steps" "$reward_weight" "$coef" "$student" "$append" "$mode" "$estimator" "$lr" "$target" "${extra_set[*]}" <<'PY'
 import datetime, glob, json, os, sqlite3, statistics, sys
-repo, out, seeds, steps, every, teacher_steps, rw, coef, student, append = sys.argv[1:]
+repo, out, seeds, steps, every, teacher_steps, rw, coef, student, append, mode, est, lr, target_arg, extra = sys.argv[1:]
 seeds = seeds.split()
 def records(run):
     path = sorted(glob.glob(os.path.join(out, run, "*", "metrics.jsonl")))[-1]
@@ -139,8 +161,9 @@ rows = []
 for s in seeds:
     rl, opd = records(f"seed{s}-rl"), records(f"seed{s}-opd")
     c_rl, c_opd = curve(rl), curve(opd)
-    target = c_opd[-1][1]
-    reach_opd = next(st for st, t1, _ in c_opd if t1 >= target)
+    # The target: a fixed held-out T=1 success (--target PCT), or OPD's own last validation (final).
+    target = c_opd[-1][1] if target_arg == "final" else float(target_arg)
+    reach_opd = next((st for st, t1, _ in c_opd if t1 >= target), None)
     reach_rl = next((st for st, t1, _ in c_rl if t1 >= target), None)
     # The front's own metrics table holds every step's distill/* figures.
     db = sorted(glob.glob(os.path.join(out, f"seed{s}-opd", "*", "swarm", "*.sqlite")))[-1]
@@ -149,28 +172,38 @@ for s in seeds:
         "SELECT step, value FROM metrics WHERE name = ? ORDER BY step", (name,))]
     overlap, failed = series("distill/in_teacher_top_k"), int(sum(series("distill/failed")))
     secs = lambda recs: max(r.get("elapsed_s", 0) for r in recs)
-    rows.append(dict(seed=s, start=c_rl[0][1], rl_end=c_rl[-1][1], opd_end=target, reach_opd=reach_opd,
-                     reach_rl=reach_rl, ov0=overlap[0] if overlap else None, ov1=overlap[-1] if overlap else None,
-                     failed=failed, s_rl=secs(rl), s_opd=secs(opd), curve_rl=c_rl, curve_opd=c_opd))
-def ratio(r):
-    return (r["reach_rl"] / r["reach_opd"]) if r["reach_rl"] else None
+    rows.append(dict(seed=s, start=c_rl[0][1], rl_end=c_rl[-1][1], opd_end=c_opd[-1][1], target=target,
+                     reach_opd=reach_opd, reach_rl=reach_rl, ov0=overlap[0] if overlap else None,
+                     ov1=overlap[-1] if overlap else None, failed=failed, s_rl=secs(rl), s_opd=secs(opd),
+                     curve_rl=c_rl, curve_opd=c_opd))
+n = int(steps)
+def ratio(r):  # (value for the median, text): a run that never reaches the target counts as its bound
+    o, l = r["reach_opd"], r["reach_rl"]
+    if o and l: return l / o, "%.1fx" % (l / o)
+    if o: return n / o, "> %.1fx" % (n / o)
+    if l: return l / n, "< %.1fx" % (l / n)
+    return 1.0, "neither"
 med = lambda xs: statistics.median(xs)
-lines = [f"### On-policy distillation vs RL alone: calc, tiny student, teacher = the warm-up after {teacher_steps} RL steps ({datetime.date.today().isoformat()})", "",
-         f"`bench/classic/opd_proof.sh --steps {steps} --eval-every {every} --reward-weight {rw} --coef {coef} --student {student}`: per seed, two runs from the same "
-         f"warm-up (`{student}`): `rl` is `examples/configs/calc.yaml` as is, `opd` adds `ajet.distillation` (advantage mode, k1, "
-         f"coef {coef}, reward_weight {rw}, top_k 4) with the teacher served by a second front. Held-out T=1 success (4 samples of 100 "
-         f"tasks) every {every} steps. *Steps to reach* is the first validation at or above OPD's final T=1 success.", "",
-         "| Seed | Start T=1 | RL at step " + steps + " | OPD at step " + steps + " | OPD reaches it at | RL reaches it at | RL / OPD steps | top-k overlap first → last | teacher failures | wall s RL / OPD |",
+what = "OPD's final T=1 success" if target_arg == "final" else f"{float(target_arg):g} % held-out T=1 success"
+lines = [f"### On-policy distillation vs RL alone: calc, tiny student from `{student}`, teacher = the warm-up after {teacher_steps} RL steps ({datetime.date.today().isoformat()})", "",
+         f"`bench/classic/opd_proof.sh --steps {steps} --eval-every {every} --reward-weight {rw} --coef {coef} --student {student} --mode {mode} --estimator {est}"
+         + (f" --lr {lr}" if lr else "") + (f" --target {target_arg}" if target_arg != "final" else "") + (f" {extra}" if extra else "")
+         + f"`: per seed, two runs from the same warm-up (`{student}`): `rl` is `examples/configs/calc.yaml`"
+         + (f" with lr {lr}" if lr else "") + (f" and `{extra}`" if extra else "") +
+         f", `opd` the same plus `ajet.distillation` ({mode} mode, {est}, coef {coef}, reward_weight {rw}, top_k 4) with the "
+         f"teacher served by a second front. Held-out T=1 success (4 samples of 100 tasks) every {every} steps. "
+         f"*Reaches* is each arm's first validation at or above {what}.", "",
+         f"| Seed | Start T=1 | RL at step {steps} | OPD at step {steps} | OPD reaches it at | RL reaches it at | RL / OPD steps | top-k overlap first → last | teacher failures | wall s RL / OPD |",
          "|---|---|---|---|---|---|---|---|---|---|"]
 for r in rows:
-    rr = ratio(r)
-    lines.append(f"| {r['seed']} | {r['start']:.1f} | {r['rl_end']:.1f} | {r['opd_end']:.1f} | {r['reach_opd']} | "
-                 f"{r['reach_rl'] if r['reach_rl'] else '> ' + steps} | {('%.1fx' % rr) if rr else '> %.1fx' % (int(steps) / r['reach_opd'])} | "
-                 f"{(r['ov0'] or 0) * 100:.1f} → {(r['ov1'] or 0) * 100:.1f} % | {r['failed']} | {r['s_rl']:.0f} / {r['s_opd']:.0f} |")
-ratios = [ratio(r) or int(steps) / r["reach_opd"] for r in rows]
-lines += ["", f"Median RL/OPD steps ratio {med(ratios):.1f}x (range {min(ratios):.1f}-{max(ratios):.1f}; a '>' ratio counts as its bound); "
-          f"OPD's final T=1 median {med([r['opd_end'] for r in rows]):.1f} % vs RL's {med([r['rl_end'] for r in rows]):.1f} %.", "",
-          "Curves (step: T=1 %):", ""]
+    lines.append(f"| {r['seed']} | {r['start']:.1f} | {r['rl_end']:.1f} | {r['opd_end']:.1f} | "
+                 f"{r['reach_opd'] if r['reach_opd'] else '> ' + steps} | {r['reach_rl'] if r['reach_rl'] else '> ' + steps} | "
+                 f"{ratio(r)[1]} | {(r['ov0'] or 0) * 100:.1f} → {(r['ov1'] or 0) * 100:.1f} % | {r['failed']} | "
+                 f"{r['s_rl']:.0f} / {r['s_opd']:.0f} |")
+ratios = [ratio(r)[0] for r in rows]
+lines += ["", f"Median RL/OPD steps ratio {med(ratios):.1f}x (range {min(ratios):.1f}-{max(ratios):.1f}; a '>' or '<' ratio "
+          f"counts as its bound, 'neither' as 1.0x); final T=1 median OPD {med([r['opd_end'] for r in rows]):.1f} % vs RL "
+          f"{med([r['rl_end'] for r in rows]):.1f} %.", "", "Curves (step: T=1 %):", ""]
 for r in rows:
     lines.append(f"- seed {r['seed']}: rl " + ", ".join(f"{st}: {t1:.0f}" for st, t1, _ in r["curve_rl"]) +
                  "; opd " + ", ".join(f"{st}: {t1:.0f}" for st, t1, _ in r["curve_opd"]))
