@@ -27,6 +27,9 @@ using ::testing::UnorderedElementsAreArray;
 
 constexpr int kN = 4;
 
+const char* kFixedScores =
+    "print(json.dumps({'scores': [0.1, 0.9, 0.3, 0.5][:len(doc['answers'])]}))\n";
+
 // One echo front for the whole suite: every test uses task ids of its own.
 class ProxyE2eTest : public ::testing::Test {
  protected:
@@ -44,6 +47,15 @@ class ProxyE2eTest : public ::testing::Test {
     const fs::path path = scratch_.path() / name;
     write_file_atomic(path, "import json, sys\ndoc = json.load(sys.stdin)\n" + body);
     return "python3 " + shell_quote(path.string());
+  }
+
+  // A judge that gives kFixedScores once the file `gate` exists (the test writes it).
+  std::unique_ptr<Judge> gated_judge(const fs::path& gate) {
+    return make_command_judge(
+        {judge_script("judge.py", "import os, time\nwhile not os.path.exists(" +
+                                      Json(gate.string()).dump() + "): time.sleep(0.02)\n" +
+                                      kFixedScores),
+         JudgeMode::kPointwise, std::chrono::seconds(120)});
   }
 
   // The rewards the front holds for `task_id` in the batch being collected.
@@ -117,9 +129,6 @@ Json chat_body(const std::string& text, bool stream = false) {
           {"messages", {{{"role", "user"}, {"content", text}}}},
           {"stream", stream}};
 }
-
-const char* kFixedScores =
-    "print(json.dumps({'scores': [0.1, 0.9, 0.3, 0.5][:len(doc['answers'])]}))\n";
 
 TEST_F(ProxyE2eTest, ChatAnswerIsTheBestAndTheGroupTrainsWithTheJudgesRewards) {
   const fs::path seen = scratch_.path() / "seen.json";
@@ -261,13 +270,7 @@ TEST_F(ProxyE2eTest, AFailingJudgeLosesNoRequestAndDropsTheGroup) {
 TEST_F(ProxyE2eTest, FirstReadyAnswerGoesBackBeforeTheJudgeRuns) {
   // The judge waits for a file the test writes only after the application has its answer.
   const fs::path gate = scratch_.path() / "gate";
-  LiveProxy proxy(
-      front_->url(),
-      make_command_judge({judge_script("judge.py", "import os, time\nwhile not os.path.exists(" +
-                                                       Json(gate.string()).dump() +
-                                                       "): time.sleep(0.02)\n" + kFixedScores),
-                          JudgeMode::kPointwise, std::chrono::seconds(120)}),
-      ReturnPolicy::kFirst);
+  LiveProxy proxy(front_->url(), gated_judge(gate), ReturnPolicy::kFirst);
   http::ClientResponse r = proxy.post("/v1/chat/completions", chat_body("fast please"),
                                       {{"X-AJet-Task-Id", "first-ready"}});
   ASSERT_EQ(r.status, 200) << r.body;
@@ -282,13 +285,8 @@ TEST_F(ProxyE2eTest, FirstReadyAnswerGoesBackBeforeTheJudgeRuns) {
 TEST_F(ProxyE2eTest, AStreamThatWaitsGetsCommentsUntilItsAnswer) {
   // The judge waits for a file the test writes once the proxy has sent two heartbeats.
   const fs::path gate = scratch_.path() / "gate";
-  LiveProxy proxy(
-      front_->url(),
-      make_command_judge({judge_script("judge.py", "import os, time\nwhile not os.path.exists(" +
-                                                       Json(gate.string()).dump() +
-                                                       "): time.sleep(0.02)\n" + kFixedScores),
-                          JudgeMode::kPointwise, std::chrono::seconds(120)}),
-      ReturnPolicy::kBest, "", std::chrono::seconds(60), 0, std::chrono::milliseconds(20));
+  LiveProxy proxy(front_->url(), gated_judge(gate), ReturnPolicy::kBest, "",
+                  std::chrono::seconds(60), 0, std::chrono::milliseconds(20));
   auto pending = std::async(std::launch::async, [&] {
     return proxy.post("/v1/chat/completions", chat_body("worth the wait", true),
                       {{"X-AJet-Task-Id", "heartbeat"}});
