@@ -20,14 +20,17 @@
 # calc-gate (its first SFT stage: greedy ~50 %, far weaker at T=1) or calc-skewed (calc-sft fine-tuned
 # to answer without the tool 95 % of the time, made here once per seed: a sparse-reward start).
 # --target PCT measures the steps each arm needs to reach PCT % held-out T=1 success (default final:
-# OPD's own last validation). --set KEY=VALUE (repeatable) goes to both arms; --lr sets both arms' lr. The teacher is always calc-sft
+# OPD's own last validation). --set KEY=VALUE (repeatable) goes to both arms; --lr sets both arms' lr.
+# --teacher DIR serves the model in DIR as every seed's teacher (it must share the students'
+# tokenizer: with --warmup-seed N every seed's students start from seed N's warm-up, so that only the
+# RL seed — sampling, task order — differs between seeds). The teacher is always calc-sft
 # after the RL steps.
 # --rl-from reuses the "rl" runs of an earlier invocation (same seeds and steps) instead of running
 # them again, to compare another distillation setting with the same baseline.
 set -euo pipefail
 here="$(cd "$(dirname "$0")/../.." && pwd)"
 seeds="1 2 3" steps=30 eval_every=5 teacher_steps=40 reward_weight=1.0 coef=1.0 rl_from="" student=calc-sft append=1
-mode=advantage estimator=k1 lr="" extra_set=() target=final
+mode=advantage estimator=k1 lr="" extra_set=() target=final teacher_dir="" warmup_seed=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-append) append=0; shift ;;
@@ -43,6 +46,8 @@ while [ $# -gt 0 ]; do
     --estimator) estimator="$2"; shift 2 ;;
     --lr) lr="$2"; shift 2 ;;
     --target) target="$2"; shift 2 ;;
+    --teacher) teacher_dir="$2"; shift 2 ;;
+    --warmup-seed) warmup_seed="$2"; shift 2 ;;
     --set) extra_set+=(--set "$2"); shift 2 ;;
     *) echo "opd_proof: unknown argument '$1'" >&2; exit 2 ;;
   esac
@@ -61,7 +66,8 @@ trap cleanup EXIT
 final_model() { sed -n 's/^ajet: final model: \([^ ]*\).*/\1/p' "$1" | tail -1; }
 
 for s in $seeds; do
-  if [ "$s" = 1 ]; then work="$here/exp/main"; else work="$here/exp/main-seed$s"; fi
+  ws="${warmup_seed:-$s}"  # the seed whose warm-up (tokenizer, model) the students start from
+  if [ "$ws" = 1 ]; then work="$here/exp/main"; else work="$here/exp/main-seed$ws"; fi
   if [ ! -f "$work/models/calc-sft/config.json" ]; then
     echo "opd_proof: seed $s: warm-up (scripts/run.sh, AJET_STOP_AFTER=sft)" >&2
     AJET_SEED="$s" AJET_WORK_DIR="$work" AJET_STOP_AFTER=sft "$here/scripts/run.sh" > "$out/seed$s-warmup.log" 2>&1
@@ -81,8 +87,9 @@ for s in $seeds; do
   common=(--set "ajet.model.path=$work/models/$student" --set "ajet.engine.seed=$s"
           --set "ajet.task_reader.shuffle_seed=$s" --set "ajet.task_reader.builtin.seed=$s")
   arm_lr=(); [ -z "$lr" ] || arm_lr=(--set "ajet.trainer_common.optim.lr=$lr")  # both arms, never the teacher
-  teacher="$here/exp/opd/teacher-seed$s"
+  teacher="${teacher_dir:-$here/exp/opd/teacher-seed$ws}"
   if [ ! -f "$teacher/config.json" ]; then
+    [ -z "$teacher_dir" ] || { echo "opd_proof: --teacher $teacher_dir has no config.json" >&2; exit 2; }
     echo "opd_proof: seed $s: teacher = the warm-up after $teacher_steps RL steps" >&2
     "$bin/ajet" --conf examples/configs/calc.yaml --exp-dir "$out/teacher-seed$s" "${common[@]}" "${teacher_start[@]}" \
       --set "ajet.trainer_common.total_training_steps=$teacher_steps" \
@@ -147,9 +154,9 @@ PY
   front_pid=""
 done
 
-python3 - "$here" "$out" "$seeds" "$steps" "$eval_every" "$teacher_steps" "$reward_weight" "$coef" "$student" "$append" "$mode" "$estimator" "$lr" "$target" "${extra_set[*]}" <<'PY'
+python3 - "$here" "$out" "$seeds" "$steps" "$eval_every" "$teacher_steps" "$reward_weight" "$coef" "$student" "$append" "$mode" "$estimator" "$lr" "$target" "${extra_set[*]}" "$teacher_dir" "$warmup_seed" <<'PY'
 import datetime, glob, json, os, sqlite3, statistics, sys
-repo, out, seeds, steps, every, teacher_steps, rw, coef, student, append, mode, est, lr, target_arg, extra = sys.argv[1:]
+repo, out, seeds, steps, every, teacher_steps, rw, coef, student, append, mode, est, lr, target_arg, extra, teacher_dir, warmup_seed = sys.argv[1:]
 seeds = seeds.split()
 def records(run):
     path = sorted(glob.glob(os.path.join(out, run, "*", "metrics.jsonl")))[-1]
@@ -185,9 +192,18 @@ def ratio(r):  # (value for the median, text): a run that never reaches the targ
     return 1.0, "neither"
 med = lambda xs: statistics.median(xs)
 what = "OPD's final T=1 success" if target_arg == "final" else f"{float(target_arg):g} % held-out T=1 success"
-lines = [f"### On-policy distillation vs RL alone: calc, tiny student from `{student}`, teacher = the warm-up after {teacher_steps} RL steps ({datetime.date.today().isoformat()})", "",
+def teacher_text():
+    if not teacher_dir:
+        return f"the warm-up after {teacher_steps} RL steps"
+    cfg = json.load(open(os.path.join(teacher_dir, "config.json")))
+    params = cfg.get("num_hidden_layers"), cfg.get("hidden_size")
+    return f"`{os.path.basename(os.path.normpath(teacher_dir))}` ({params[0]} layers, hidden {params[1]})"
+lines = [f"### On-policy distillation vs RL alone: calc, tiny student from `{student}`"
+         + (f" of seed {warmup_seed}'s warm-up" if warmup_seed else "")
+         + f", teacher = {teacher_text()} ({datetime.date.today().isoformat()})", "",
          f"`bench/classic/opd_proof.sh --steps {steps} --eval-every {every} --reward-weight {rw} --coef {coef} --student {student} --mode {mode} --estimator {est}"
          + (f" --lr {lr}" if lr else "") + (f" --target {target_arg}" if target_arg != "final" else "") + (f" {extra}" if extra else "")
+         + (f" --teacher {teacher_dir}" if teacher_dir else "") + (f" --warmup-seed {warmup_seed}" if warmup_seed else "")
          + f"`: per seed, two runs from the same warm-up (`{student}`): `rl` is `examples/configs/calc.yaml`"
          + (f" with lr {lr}" if lr else "") + (f" and `{extra}`" if extra else "") +
          f", `opd` the same plus `ajet.distillation` ({mode} mode, {est}, coef {coef}, reward_weight {rw}, top_k 4) with the "
