@@ -2,7 +2,9 @@
 // low-entropy detector whose threshold no 8-token window can pass (8 tokens hold at most 3 bits),
 // every generation is "degenerate" at exactly its 8th token: the call ends there with the
 // detector's name as finish_reason (OpenAI chat and completions) or end_turn (Anthropic), and the
-// engine's stop count shows on /metrics.
+// engine's stop count shows on /metrics. Both calls are deterministic (a seed; greedy for
+// Anthropic, which has no seed): the random fixture model could otherwise end its turn before the
+// 8th token.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -40,6 +42,7 @@ TEST(MadnessTest, ADegenerateGenerationStopsAtItsWindowWithTheDetectorsFinishRea
   auto m = api.raw_post("/v1/messages",
                         Json{{"model", "agentjet"},
                              {"max_tokens", 40},
+                             {"top_k", 1},  // greedy: an unseeded sample may end its turn sooner
                              {"metadata", Json::object()},
                              {"messages", Json::array({{{"role", "user"}, {"content", "More"}}})}},
                         key);
