@@ -445,13 +445,6 @@ std::string stream_error_event(Api api, int status, std::string_view error_body)
     message = "HTTP " + std::to_string(status) +
               " from the front: " + std::string(error_body.substr(0, 300));
   }
-  if (api == Api::kChat) {
-    // OpenAI's shape passes as it is; Anthropic's (a top-level "type") is rewritten.
-    const Json body = shaped && !error.contains("type")
-                          ? error
-                          : parse_json(api_error(api, status, message).body, "error");
-    return "data: " + body.dump() + "\n\n";
-  }
   if (api == Api::kResponses) {
     const std::string code = shaped ? str(error["error"], "code") : "";
     const Json event = {{"type", "error"},
@@ -460,10 +453,12 @@ std::string stream_error_event(Api api, int status, std::string_view error_body)
                         {"param", nullptr}};
     return "event: error\ndata: " + event.dump() + "\n\n";
   }
-  const Json body = shaped && str(error, "type") == "error"
-                        ? error
-                        : parse_json(api_error(api, status, message).body, "error");
-  return "event: error\ndata: " + body.dump() + "\n\n";
+  // Chat and Messages: a body already in the API's own shape passes as it is (Anthropic's has a
+  // top-level "type": "error", OpenAI's none); any other is rewritten by api_error.
+  const bool own_shape =
+      shaped && (api == Api::kChat ? !error.contains("type") : str(error, "type") == "error");
+  const Json body = own_shape ? error : parse_json(api_error(api, status, message).body, "error");
+  return (api == Api::kChat ? "data: " : "event: error\ndata: ") + body.dump() + "\n\n";
 }
 
 }  // namespace ajet::proxy

@@ -51,8 +51,8 @@ http::Response api_error(Api api, int status, std::string_view message, std::str
 
 // An error as the last event of a stream the application already reads (its status 200 sent), in
 // the shape each API's SDKs raise from: chat `data: {"error": {...}}`; Responses `event: error`
-// with
-// {"type": "error", "code", "message"}; Messages `event: error` with Anthropic's error object.
+// with {"type": "error", "code", "message"}; Messages `event: error` with Anthropic's error
+// object.
 // `error_body` is an error response's body in the API's shape (api_error's, or the front's own);
 // anything else is carried as its message.
 std::string stream_error_event(Api api, int status, std::string_view error_body);

@@ -180,15 +180,12 @@ class Progress {
     if (!channel_) {
       respond_(to_response(a));
     } else if (a.status == 200 && a.sse) {
-      end_stream(a.body);  // the episode's whole stream, as the front wrote it
-    } else {  // the front's own error (or an answer that is not a stream): an error event
-      end_stream(stream_error_event(api_, a.status == 200 ? 502 : a.status,
-                                    a.status == 200
-                                        ? api_error(api_, 502,
-                                                    "the front answered a streamed request without "
-                                                    "an event stream")
-                                              .body
-                                        : a.body));
+      end_stream(a.body);          // the episode's whole stream, as the front wrote it
+    } else if (a.status != 200) {  // the front's own error, as an error event
+      end_stream(stream_error_event(api_, a.status, a.body));
+    } else {  // an answer that is not a stream
+      const std::string why = "the front answered a streamed request without an event stream";
+      end_stream(stream_error_event(api_, 502, api_error(api_, 502, why).body));
     }
   }
   void end_stream(std::string events) {
