@@ -38,6 +38,7 @@ struct ProxyArgs {
   size_t max_in_flight = 64;
   double max_body_mb = 16;
   std::string api_key;
+  std::string front_inference_key;
   std::string admin_token;
   std::string model_name = "agentjet";
   int io_threads = 2;
@@ -124,6 +125,12 @@ void run_proxy(const ProxyArgs& a) {
   o.max_in_flight = a.max_in_flight;
   if (!(a.max_body_mb > 0)) invalid_argument("--max-body-mb must be positive");
   o.max_body_bytes = static_cast<size_t>(a.max_body_mb * 1024 * 1024);
+  o.front_inference_key = a.front_inference_key;
+  if (o.front_inference_key.empty()) {
+    if (const char* env = std::getenv("AJET_INFERENCE_KEY"); env != nullptr) {
+      o.front_inference_key = env;
+    }
+  }
   o.api_key = a.api_key;
   if (o.api_key.empty()) {
     if (const char* env = std::getenv("AJET_PROXY_API_KEY"); env != nullptr) o.api_key = env;
@@ -213,6 +220,10 @@ const CommandRegistration kProxy("proxy", [](CLI::App& app) {
   cmd->add_option("--api-key", a->api_key,
                   "A key the application must send (Bearer or x-api-key; default "
                   "$AJET_PROXY_API_KEY; none: anyone who reaches the port)");
+  cmd->add_option("--front-inference-key", a->front_inference_key,
+                  "The front's inference key (ajet-swarm start --inference-key; default "
+                  "$AJET_INFERENCE_KEY): POST /v1/messages/count_tokens is answered under it "
+                  "(none: that route answers 404)");
   cmd->add_option("--admin-token", a->admin_token, "When set, GET /proxy/stats needs it");
   cmd->add_option("--model-name", a->model_name, "The model GET /v1/models lists")
       ->capture_default_str();

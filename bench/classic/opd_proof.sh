@@ -19,6 +19,8 @@
 # --student names the warm-up model the students start from: calc-sft (the main command's RL start),
 # calc-gate (its first SFT stage: greedy ~50 %, far weaker at T=1) or calc-skewed (calc-sft fine-tuned
 # to answer without the tool 95 % of the time, made here once per seed: a sparse-reward start).
+# --skew-correct R (default 0.05) is calc-skewed's share of correct demos; another share makes
+# calc-skewed-R (a sparser reward at 0.01).
 # --target PCT measures the steps each arm needs to reach PCT % held-out T=1 success (default final:
 # OPD's own last validation). --set KEY=VALUE (repeatable) goes to both arms; --lr sets both arms' lr.
 # --teacher DIR serves the model in DIR as every seed's teacher (it must share the students'
@@ -30,7 +32,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")/../.." && pwd)"
 seeds="1 2 3" steps=30 eval_every=5 teacher_steps=40 reward_weight=1.0 coef=1.0 rl_from="" student=calc-sft append=1
-mode=advantage estimator=k1 lr="" extra_set=() target=final teacher_dir="" warmup_seed=""
+mode=advantage estimator=k1 lr="" extra_set=() target=final teacher_dir="" warmup_seed="" skew_correct=0.05
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-append) append=0; shift ;;
@@ -48,6 +50,7 @@ while [ $# -gt 0 ]; do
     --target) target="$2"; shift 2 ;;
     --teacher) teacher_dir="$2"; shift 2 ;;
     --warmup-seed) warmup_seed="$2"; shift 2 ;;
+    --skew-correct) skew_correct="$2"; shift 2 ;;
     --set) extra_set+=(--set "$2"); shift 2 ;;
     *) echo "opd_proof: unknown argument '$1'" >&2; exit 2 ;;
   esac
@@ -72,19 +75,21 @@ for s in $seeds; do
     echo "opd_proof: seed $s: warm-up (scripts/run.sh, AJET_STOP_AFTER=sft)" >&2
     AJET_SEED="$s" AJET_WORK_DIR="$work" AJET_STOP_AFTER=sft "$here/scripts/run.sh" > "$out/seed$s-warmup.log" 2>&1
   fi
-  if [ "$student" = calc-skewed ] && [ ! -f "$work/models/calc-skewed/config.json" ]; then
+  student_dir="$student"
+  if [ "$student" = calc-skewed ] && [ "$skew_correct" != 0.05 ]; then student_dir="calc-skewed-$skew_correct"; fi
+  if [ "$student" = calc-skewed ] && [ ! -f "$work/models/$student_dir/config.json" ]; then
     # The sparse-reward start: the warm-up fine-tuned to answer without the calculator 95 % of the time
     # (5 % correct demos, the rest calc's no_tool mistake), so that at T=1 only a few % of samples
     # succeed and most GRPO groups carry no reward signal (as bench/classic/skewed_start.sh, sparser).
     echo "opd_proof: seed $s: the sparse-reward student (calc-sft fine-tuned to skip the tool)" >&2
-    "$bin/ajet" tasks demos --task calc --n 20000 --correct-ratio 0.05 --error-mix 0,0,1 --seed "$((s + 100))" \
+    "$bin/ajet" tasks demos --task calc --n 20000 --correct-ratio "$skew_correct" --error-mix 0,0,1 --seed "$((s + 100))" \
       > "$out/seed$s-skewed.jsonl"
-    "$bin/ajet" sft --model "$work/models/calc-sft" --demos "$out/seed$s-skewed.jsonl" --out "$work/models/calc-skewed" \
+    "$bin/ajet" sft --model "$work/models/calc-sft" --demos "$out/seed$s-skewed.jsonl" --out "$work/models/$student_dir" \
       --force --steps 150 --warmup 10 --lr 1e-3 --min-lr-ratio 0.3 --batch-tokens 4096 --seed "$s" --threads 2 \
       --log-every 50 > "$out/seed$s-skewed.log" 2>&1
   fi
   teacher_start=(--set "ajet.model.path=$work/models/calc-sft")
-  common=(--set "ajet.model.path=$work/models/$student" --set "ajet.engine.seed=$s"
+  common=(--set "ajet.model.path=$work/models/$student_dir" --set "ajet.engine.seed=$s"
           --set "ajet.task_reader.shuffle_seed=$s" --set "ajet.task_reader.builtin.seed=$s")
   arm_lr=(); [ -z "$lr" ] || arm_lr=(--set "ajet.trainer_common.optim.lr=$lr")  # both arms, never the teacher
   teacher="${teacher_dir:-$here/exp/opd/teacher-seed$ws}"
@@ -154,9 +159,9 @@ PY
   front_pid=""
 done
 
-python3 - "$here" "$out" "$seeds" "$steps" "$eval_every" "$teacher_steps" "$reward_weight" "$coef" "$student" "$append" "$mode" "$estimator" "$lr" "$target" "${extra_set[*]}" "$teacher_dir" "$warmup_seed" <<'PY'
+python3 - "$here" "$out" "$seeds" "$steps" "$eval_every" "$teacher_steps" "$reward_weight" "$coef" "$student" "$append" "$mode" "$estimator" "$lr" "$target" "${extra_set[*]}" "$teacher_dir" "$warmup_seed" "$skew_correct" <<'PY'
 import datetime, glob, json, os, sqlite3, statistics, sys
-repo, out, seeds, steps, every, teacher_steps, rw, coef, student, append, mode, est, lr, target_arg, extra, teacher_dir, warmup_seed = sys.argv[1:]
+repo, out, seeds, steps, every, teacher_steps, rw, coef, student, append, mode, est, lr, target_arg, extra, teacher_dir, warmup_seed, skew = sys.argv[1:]
 seeds = seeds.split()
 def records(run):
     path = sorted(glob.glob(os.path.join(out, run, "*", "metrics.jsonl")))[-1]
@@ -198,13 +203,16 @@ def teacher_text():
     cfg = json.load(open(os.path.join(teacher_dir, "config.json")))
     params = cfg.get("num_hidden_layers"), cfg.get("hidden_size")
     return f"`{os.path.basename(os.path.normpath(teacher_dir))}` ({params[0]} layers, hidden {params[1]})"
-lines = [f"### On-policy distillation vs RL alone: calc, tiny student from `{student}`"
+skewed = student == "calc-skewed" and float(skew) != 0.05
+student_name = f"calc-skewed-{skew}" if skewed else student
+lines = [f"### On-policy distillation vs RL alone: calc, tiny student from `{student_name}`"
          + (f" of seed {warmup_seed}'s warm-up" if warmup_seed else "")
          + f", teacher = {teacher_text()} ({datetime.date.today().isoformat()})", "",
          f"`bench/classic/opd_proof.sh --steps {steps} --eval-every {every} --reward-weight {rw} --coef {coef} --student {student} --mode {mode} --estimator {est}"
          + (f" --lr {lr}" if lr else "") + (f" --target {target_arg}" if target_arg != "final" else "") + (f" {extra}" if extra else "")
          + (f" --teacher {teacher_dir}" if teacher_dir else "") + (f" --warmup-seed {warmup_seed}" if warmup_seed else "")
-         + f"`: per seed, two runs from the same warm-up (`{student}`): `rl` is `examples/configs/calc.yaml`"
+         + (f" --skew-correct {skew}" if skewed else "")
+         + f"`: per seed, two runs from the same warm-up (`{student_name}`): `rl` is `examples/configs/calc.yaml`"
          + (f" with lr {lr}" if lr else "") + (f" and `{extra}`" if extra else "") +
          f", `opd` the same plus `ajet.distillation` ({mode} mode, {est}, coef {coef}, reward_weight {rw}, top_k 4) with the "
          f"teacher served by a second front. Held-out T=1 success (4 samples of 100 tasks) every {every} steps. "

@@ -48,19 +48,7 @@ void Proxy::drain() {
 
 void Proxy::handle(Api api, http::Request request, http::Respond respond) {
   stats_.request(std::string(api_name(api)));
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (in_flight_ >= options_.max_in_flight) {
-      stats_.answered(503);
-      respond(api_error(api, 503,
-                        "the proxy has " + std::to_string(in_flight_) +
-                            " requests in flight, its limit (ajet proxy --max-in-flight); retry "
-                            "shortly"));
-      return;
-    }
-    ++in_flight_;
-  }
-  stats_.in_flight(1);
+  if (!admit(api, respond)) return;
   // A thread per request: its work blocks (parsing a body of megabytes, claims, N upstream calls,
   // the judge), and the bound above keeps the number of threads in check.
   std::thread([this, api, request = std::move(request), respond = std::move(respond)]() mutable {
@@ -76,10 +64,79 @@ void Proxy::handle(Api api, http::Request request, http::Respond respond) {
     } catch (const std::exception& e) {  // a bug: the dropped Respond answers 500
       log().error("ajet proxy: a request failed: {}", e.what());
     }
-    stats_.in_flight(-1);
+    release();
+  }).detach();
+}
+
+bool Proxy::admit(Api api, const http::Respond& respond) {
+  {
     std::lock_guard<std::mutex> lock(mu_);
-    --in_flight_;
-    idle_.notify_all();
+    if (in_flight_ < options_.max_in_flight) {
+      ++in_flight_;
+      stats_.in_flight(1);
+      return true;
+    }
+  }
+  stats_.answered(503);
+  respond(api_error(api, 503,
+                    "the proxy has " + std::to_string(options_.max_in_flight) +
+                        " requests in flight, its limit (ajet proxy --max-in-flight); retry "
+                        "shortly"));
+  return false;
+}
+
+void Proxy::release() {
+  stats_.in_flight(-1);
+  std::lock_guard<std::mutex> lock(mu_);
+  --in_flight_;
+  idle_.notify_all();
+}
+
+void Proxy::count_tokens(http::Request request, http::Respond respond) {
+  stats_.request("count_tokens");
+  if (options_.front_inference_key.empty()) {
+    stats_.answered(404);
+    respond(api_error(Api::kMessages, 404,
+                      "POST /v1/messages/count_tokens is served with the front's inference key: "
+                      "start the front with ajet-swarm start --inference-key KEY and the proxy "
+                      "with ajet proxy --front-inference-key KEY (or $AJET_INFERENCE_KEY)"));
+    return;
+  }
+  if (!admit(Api::kMessages, respond)) return;
+  // Counting renders the prompt with the front's tokenizer and chat template; it claims no
+  // episode, so nothing is tracked or trained. The front's answer (its errors included, already
+  // in Anthropic's shape) goes back as it came.
+  std::thread([this, request = std::move(request), respond = std::move(respond)]() mutable {
+    http::Response out;
+    try {
+      http::ClientOptions o;
+      o.total_timeout = options_.count_tokens_timeout;
+      http::HttpClient client(options_.front_url, o);
+      http::Headers headers;
+      headers.set("Content-Type", "application/json");
+      headers.set("x-api-key", options_.front_inference_key);
+      if (std::optional<std::string_view> v = request.headers.get("anthropic-version")) {
+        headers.set("anthropic-version", std::string(*v));
+      }
+      http::ClientResponse r =
+          client.request("POST", "/v1/messages/count_tokens", headers, request.body);
+      if (r.status == 401) {
+        out = api_error(Api::kMessages, 502,
+                        "the front refused the proxy's inference key (ajet proxy "
+                        "--front-inference-key must equal ajet-swarm start --inference-key)");
+      } else {
+        out.status = r.status;
+        out.headers.set("Content-Type", "application/json");
+        out.body = std::move(r.body);
+      }
+    } catch (const std::exception& e) {
+      out = api_error(Api::kMessages, 502,
+                      "the front at " + options_.front_url + " did not count the tokens: " +
+                          e.what());
+    }
+    stats_.answered(out.status);
+    respond(std::move(out));
+    release();
   }).detach();
 }
 
@@ -108,6 +165,12 @@ http::Router Proxy::router() {
   router.post("/v1/chat/completions", route(Api::kChat), guard(Api::kChat));
   router.post("/v1/responses", route(Api::kResponses), guard(Api::kResponses));
   router.post("/v1/messages", route(Api::kMessages), guard(Api::kMessages));
+  router.post(
+      "/v1/messages/count_tokens",
+      [this](http::Request request, http::Respond respond) {
+        count_tokens(std::move(request), std::move(respond));
+      },
+      guard(Api::kMessages));
   router.get(
       "/v1/models",
       [this](http::Request, http::Respond respond) {

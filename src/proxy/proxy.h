@@ -7,6 +7,7 @@
 // judge the operator named.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -28,6 +29,10 @@ struct ProxyOptions {
   std::string api_key;      // when set, the application must send it (Bearer or x-api-key)
   std::string admin_token;  // when set, GET /proxy/stats needs it
   std::string model_name = "agentjet";  // what GET /v1/models lists
+  // The front's inference key (ajet-swarm start --inference-key): when set, POST
+  // /v1/messages/count_tokens is answered by the front under it (nothing is tracked or trained).
+  std::string front_inference_key;
+  std::chrono::milliseconds count_tokens_timeout{60'000};
 };
 
 class Proxy {
@@ -49,6 +54,11 @@ class Proxy {
 
  private:
   void handle(Api api, http::Request request, http::Respond respond);
+  // POST /v1/messages/count_tokens: forwarded to the front under front_inference_key.
+  void count_tokens(http::Request request, http::Respond respond);
+  // Counts one request in flight; false (and a 503 in the API's shape answered) at the limit.
+  bool admit(Api api, const http::Respond& respond);
+  void release();
 
   ProxyOptions options_;
   std::unique_ptr<Judge> judge_;

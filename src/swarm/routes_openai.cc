@@ -249,7 +249,9 @@ void count_tokens_route(ServerContext& ctx, const Request& req, const Respond& r
   try {
     std::optional<std::string_view> key = req.headers.get("x-api-key");
     if (!key) key = req.headers.get("Authorization");
-    ctx.registry.signer().verify(key.value_or(""));
+    // An episode's key or the inference key (ajet-swarm start --inference-key, what `ajet proxy`
+    // counts under): counting tracks nothing either way.
+    if (!ctx.inference_key_ok(key)) ctx.registry.signer().verify(key.value_or(""));
     const text::OrderedJson body = openai::anthropic_to_chat_body(
         parse_ordered_json_body(req, ctx.options.max_json_body_bytes), nullptr, true);
     const openai::OpenAiParams params =

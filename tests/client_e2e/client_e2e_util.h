@@ -94,10 +94,10 @@ inline const std::string kEchoAdminToken = "echo-swarm-admin-token";
 class EchoSwarm {
  public:
   EchoSwarm(const fs::path& dir, const std::string& backbone = "debug", int batch = 2,
-            int repeat = 2, const std::string& peer = "") {
+            int repeat = 2, const std::string& peer = "",
+            std::vector<std::string> extra = {}) {  // more `ajet-swarm start` flags
     Fixture f = fixture(false);
-    std::vector<std::string> extra;
-    if (!peer.empty()) extra = {"--peer", peer};
+    if (!peer.empty()) extra.insert(extra.end(), {"--peer", peer});
     swarm_ = std::make_unique<SwarmProcess>(
         SwarmProcess::Options{dir, bin("ajet-echo-engine"), kEchoAdminToken, std::move(extra)});
     api_ = std::make_unique<Api>(swarm_->url());

@@ -88,4 +88,17 @@ await check("messages, streamed (Anthropic SDK)", async () => {
   eq(final.stop_reason, "end_turn", "stop_reason");
 });
 
+await check("messages.countTokens (Anthropic SDK)", async () => {
+  const short = await claude.messages.countTokens({
+    model: "claude-sonnet-4-5", messages: [{ role: "user", content: "Count me" }],
+  });
+  const long = await claude.messages.countTokens({
+    model: "claude-sonnet-4-5", system: "Be brief.",
+    messages: [{ role: "user", content: "Count me, and these many more words after that as well" }],
+  });
+  if (!(short.input_tokens > 0 && long.input_tokens > short.input_tokens)) {
+    throw new Error(`input_tokens ${short.input_tokens} then ${long.input_tokens}`);
+  }
+});
+
 report();

@@ -26,6 +26,7 @@ using ::testing::HasSubstr;
 using ::testing::UnorderedElementsAreArray;
 
 constexpr int kN = 4;
+constexpr const char* kInferenceKey = "front-inference-key";
 
 const char* kFixedScores =
     "print(json.dumps({'scores': [0.1, 0.9, 0.3, 0.5][:len(doc['answers'])]}))\n";
@@ -35,7 +36,8 @@ class ProxyE2eTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new ScratchDir();
-    front_ = new EchoSwarm(dir_->path() / "front", "debug", /*batch=*/200, /*repeat=*/kN);
+    front_ = new EchoSwarm(dir_->path() / "front", "debug", /*batch=*/200, /*repeat=*/kN, "",
+                           {"--inference-key", kInferenceKey});
   }
   static void TearDownTestSuite() {
     delete front_;
@@ -81,7 +83,8 @@ class LiveProxy {
   LiveProxy(const std::string& front, std::unique_ptr<Judge> judge,
             ReturnPolicy policy = ReturnPolicy::kBest, const std::string& api_key = "",
             std::chrono::milliseconds claim_timeout = std::chrono::seconds(60), int n = 0,
-            std::chrono::milliseconds stream_heartbeat = std::chrono::seconds(10)) {
+            std::chrono::milliseconds stream_heartbeat = std::chrono::seconds(10),
+            const std::string& front_inference_key = "") {
     ProxyOptions o;
     o.front_url = front;
     o.group.n = n > 0 ? n : front_num_repeat(front);
@@ -90,6 +93,7 @@ class LiveProxy {
     o.group.upstream_timeout = std::chrono::seconds(60);
     o.group.stream_heartbeat = stream_heartbeat;
     o.api_key = api_key;
+    o.front_inference_key = front_inference_key;
     o.max_body_bytes = 64 * 1024;
     proxy_ = std::make_unique<Proxy>(o, std::move(judge));
     http::ServerOptions s;
@@ -391,6 +395,60 @@ TEST_F(ProxyE2eTest, AnUnreachableFrontIsA503OfTheApplicationsApi) {
   EXPECT_EQ(stats["answers_by_status"]["503"], 1);
 }
 
+TEST_F(ProxyE2eTest, CountTokensIsTheFrontsCountUnderItsInferenceKeyAndClaimsNothing) {
+  auto judge = [&] {
+    return make_command_judge({"true", JudgeMode::kPointwise, std::chrono::seconds(5)});
+  };
+  const Json shortish = {{"model", "claude"},
+                         {"messages", {{{"role", "user"}, {"content", "two words"}}}}};
+  Json longer = shortish;
+  longer["messages"][0]["content"] = "a longer question with many more words in it than before";
+  longer["system"] = "You are terse.";
+  // The front counts under its inference key (and under an episode's key, as before).
+  auto front_count = [&](const Json& body) {
+    http::ClientResponse r = http::HttpClient(front_->url())
+                                 .post_json("/v1/messages/count_tokens", body,
+                                            {{"x-api-key", kInferenceKey}});
+    EXPECT_EQ(r.status, 200) << r.body;
+    return r.json()["input_tokens"].get<int64_t>();
+  };
+  const int64_t short_n = front_count(shortish), long_n = front_count(longer);
+  EXPECT_GT(short_n, 0);
+  EXPECT_GT(long_n, short_n);
+
+  LiveProxy proxy(front_->url(), judge(), ReturnPolicy::kBest, "", std::chrono::seconds(60), 0,
+                  std::chrono::seconds(10), kInferenceKey);
+  http::ClientResponse r = proxy.post("/v1/messages/count_tokens", shortish);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.json()["input_tokens"], short_n);
+  EXPECT_EQ(proxy.post("/v1/messages/count_tokens", longer).json()["input_tokens"], long_n);
+  // A body the front refuses comes back in Anthropic's shape, naming the field.
+  r = proxy.post("/v1/messages/count_tokens", {{"messages", "not a list"}});
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(r.json()["type"], "error");
+  EXPECT_THAT(r.json()["error"]["message"].get<std::string>(), HasSubstr("messages"));
+  // Counting claims no episode: nothing is aborted, no group forms.
+  Json stats = proxy.stats();
+  EXPECT_EQ(stats["episodes_aborted"], 0);
+  EXPECT_EQ(stats["groups_trained"], 0);
+  EXPECT_EQ(stats["groups_dropped"], 0);
+  EXPECT_EQ(stats["answers_by_status"]["200"], 2) << stats.dump();
+
+  // Without the key the route says how to serve it; with a wrong one, which flags must agree.
+  LiveProxy keyless(front_->url(), judge());
+  r = keyless.post("/v1/messages/count_tokens", shortish);
+  EXPECT_EQ(r.status, 404) << r.body;
+  EXPECT_EQ(r.json()["type"], "error");
+  EXPECT_THAT(r.json()["error"]["message"].get<std::string>(),
+              HasSubstr("--front-inference-key"));
+  LiveProxy wrong(front_->url(), judge(), ReturnPolicy::kBest, "", std::chrono::seconds(60), 0,
+                  std::chrono::seconds(10), "not-the-key");
+  r = wrong.post("/v1/messages/count_tokens", shortish);
+  EXPECT_EQ(r.status, 502) << r.body;
+  EXPECT_THAT(r.json()["error"]["message"].get<std::string>(), HasSubstr("--inference-key"));
+  EXPECT_EQ(http::HttpClient(wrong.url()).get("/health").status, 200);
+}
+
 TEST_F(ProxyE2eTest, AJudgeModelScoresPointwiseAndListwise) {
   // A stand-in judge model: pointwise it gives every answer "Score: 7"; listwise it ranks
   // [2,1,4,3].
@@ -461,7 +519,7 @@ TEST_F(ProxyE2eTest, TheCommandLineServesCurlAndTheOpenAiAndAnthropicSdks) {
   Subprocess proc = Subprocess::spawn(SpawnOptions{
       {bin("ajet").string(), "proxy", "--front", front_->url(), "--listen", "127.0.0.1:0",
        "--judge-command", judge, "--return", "best", "--stream-heartbeat", "0.01"},
-      {},
+      {{"AJET_INFERENCE_KEY", kInferenceKey}},  // the count_tokens route's key
       {}});
   std::string ready;
   std::string output;
