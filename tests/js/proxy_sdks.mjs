@@ -93,7 +93,7 @@ await check("messages.countTokens (Anthropic SDK)", async () => {
     model: "claude-sonnet-4-5", messages: [{ role: "user", content: "Count me" }],
   });
   const long = await claude.messages.countTokens({
-    model: "claude-sonnet-4-5", system: "Be brief.",
+    model: "claude-sonnet-4-5",
     messages: [{ role: "user", content: "Count me, and these many more words after that as well" }],
   });
   if (!(short.input_tokens > 0 && long.input_tokens > short.input_tokens)) {

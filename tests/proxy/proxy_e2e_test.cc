@@ -403,7 +403,6 @@ TEST_F(ProxyE2eTest, CountTokensIsTheFrontsCountUnderItsInferenceKeyAndClaimsNot
                          {"messages", {{{"role", "user"}, {"content", "two words"}}}}};
   Json longer = shortish;
   longer["messages"][0]["content"] = "a longer question with many more words in it than before";
-  longer["system"] = "You are terse.";
   // The front counts under its inference key (and under an episode's key, as before).
   auto front_count = [&](const Json& body) {
     http::ClientResponse r = http::HttpClient(front_->url())
