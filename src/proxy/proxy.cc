@@ -130,9 +130,9 @@ void Proxy::count_tokens(http::Request request, http::Respond respond) {
         out.body = std::move(r.body);
       }
     } catch (const std::exception& e) {
-      out = api_error(Api::kMessages, 502,
-                      "the front at " + options_.front_url + " did not count the tokens: " +
-                          e.what());
+      out = api_error(
+          Api::kMessages, 502,
+          "the front at " + options_.front_url + " did not count the tokens: " + e.what());
     }
     stats_.answered(out.status);
     respond(std::move(out));

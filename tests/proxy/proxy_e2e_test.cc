@@ -405,9 +405,9 @@ TEST_F(ProxyE2eTest, CountTokensIsTheFrontsCountUnderItsInferenceKeyAndClaimsNot
   longer["messages"][0]["content"] = "a longer question with many more words in it than before";
   // The front counts under its inference key (and under an episode's key, as before).
   auto front_count = [&](const Json& body) {
-    http::ClientResponse r = http::HttpClient(front_->url())
-                                 .post_json("/v1/messages/count_tokens", body,
-                                            {{"x-api-key", kInferenceKey}});
+    http::ClientResponse r =
+        http::HttpClient(front_->url())
+            .post_json("/v1/messages/count_tokens", body, {{"x-api-key", kInferenceKey}});
     EXPECT_EQ(r.status, 200) << r.body;
     return r.json()["input_tokens"].get<int64_t>();
   };
@@ -438,8 +438,7 @@ TEST_F(ProxyE2eTest, CountTokensIsTheFrontsCountUnderItsInferenceKeyAndClaimsNot
   r = keyless.post("/v1/messages/count_tokens", shortish);
   EXPECT_EQ(r.status, 404) << r.body;
   EXPECT_EQ(r.json()["type"], "error");
-  EXPECT_THAT(r.json()["error"]["message"].get<std::string>(),
-              HasSubstr("--front-inference-key"));
+  EXPECT_THAT(r.json()["error"]["message"].get<std::string>(), HasSubstr("--front-inference-key"));
   LiveProxy wrong(front_->url(), judge(), ReturnPolicy::kBest, "", std::chrono::seconds(60), 0,
                   std::chrono::seconds(10), "not-the-key");
   r = wrong.post("/v1/messages/count_tokens", shortish);
