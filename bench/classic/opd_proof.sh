@@ -15,14 +15,17 @@
 #
 #   bench/classic/opd_proof.sh [--no-append] [--seeds "1 2 3"] [--steps 30] [--eval-every 5]
 #       [--teacher-steps 40] [--reward-weight 1.0] [--coef 1.0] [--rl-from EARLIER_OUT_DIR]
-#       [--student calc-sft] [--mode advantage] [--estimator k1] [--lr LR]
+#       [--student calc-sft] [--mode advantage] [--estimator k1] [--lr LR] [--skew-correct 0.05]
+#       [--target final|PCT] [--also-target PCT] [--set KEY=VALUE] [--teacher DIR] [--warmup-seed N]
 # --student names the warm-up model the students start from: calc-sft (the main command's RL start),
 # calc-gate (its first SFT stage: greedy ~50 %, far weaker at T=1) or calc-skewed (calc-sft fine-tuned
 # to answer without the tool 95 % of the time, made here once per seed: a sparse-reward start).
 # --skew-correct R (default 0.05) is calc-skewed's share of correct demos; another share makes
-# calc-skewed-R (a sparser reward at 0.01).
+# calc-skewed-R (0.01: held-out T=1 0-1 %; 0.002: 0-0.2 %, where RL starts without a success).
 # --target PCT measures the steps each arm needs to reach PCT % held-out T=1 success (default final:
-# OPD's own last validation). --set KEY=VALUE (repeatable) goes to both arms; --lr sets both arms' lr.
+# OPD's own last validation). --also-target PCT adds a second fixed level: its steps and ratio get a
+# column and a median of their own. --set KEY=VALUE (repeatable) goes to both arms; --lr sets both
+# arms' lr.
 # --teacher DIR serves the model in DIR as every seed's teacher (it must share the students'
 # tokenizer: with --warmup-seed N every seed's students start from seed N's warm-up, so that only the
 # RL seed — sampling, task order — differs between seeds). The teacher is always calc-sft
@@ -32,7 +35,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")/../.." && pwd)"
 seeds="1 2 3" steps=30 eval_every=5 teacher_steps=40 reward_weight=1.0 coef=1.0 rl_from="" student=calc-sft append=1
-mode=advantage estimator=k1 lr="" extra_set=() target=final teacher_dir="" warmup_seed="" skew_correct=0.05
+mode=advantage estimator=k1 lr="" extra_set=() target=final teacher_dir="" warmup_seed="" skew_correct=0.05 also_target=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-append) append=0; shift ;;
@@ -48,6 +51,7 @@ while [ $# -gt 0 ]; do
     --estimator) estimator="$2"; shift 2 ;;
     --lr) lr="$2"; shift 2 ;;
     --target) target="$2"; shift 2 ;;
+    --also-target) also_target="$2"; shift 2 ;;
     --teacher) teacher_dir="$2"; shift 2 ;;
     --warmup-seed) warmup_seed="$2"; shift 2 ;;
     --skew-correct) skew_correct="$2"; shift 2 ;;
@@ -159,9 +163,9 @@ PY
   front_pid=""
 done
 
-python3 - "$here" "$out" "$seeds" "$steps" "$eval_every" "$teacher_steps" "$reward_weight" "$coef" "$student" "$append" "$mode" "$estimator" "$lr" "$target" "${extra_set[*]}" "$teacher_dir" "$warmup_seed" "$skew_correct" <<'PY'
+python3 - "$here" "$out" "$seeds" "$steps" "$eval_every" "$teacher_steps" "$reward_weight" "$coef" "$student" "$append" "$mode" "$estimator" "$lr" "$target" "${extra_set[*]}" "$teacher_dir" "$warmup_seed" "$skew_correct" "$also_target" <<'PY'
 import datetime, glob, json, os, sqlite3, statistics, sys
-repo, out, seeds, steps, every, teacher_steps, rw, coef, student, append, mode, est, lr, target_arg, extra, teacher_dir, warmup_seed, skew = sys.argv[1:]
+repo, out, seeds, steps, every, teacher_steps, rw, coef, student, append, mode, est, lr, target_arg, extra, teacher_dir, warmup_seed, skew, also = sys.argv[1:]
 seeds = seeds.split()
 def records(run):
     path = sorted(glob.glob(os.path.join(out, run, "*", "metrics.jsonl")))[-1]
@@ -177,6 +181,7 @@ for s in seeds:
     target = c_opd[-1][1] if target_arg == "final" else float(target_arg)
     reach_opd = next((st for st, t1, _ in c_opd if t1 >= target), None)
     reach_rl = next((st for st, t1, _ in c_rl if t1 >= target), None)
+    reach2 = [next((st for st, t1, _ in c if t1 >= float(also)), None) for c in (c_opd, c_rl)] if also else [None, None]
     # The front's own metrics table holds every step's distill/* figures.
     db = sorted(glob.glob(os.path.join(out, f"seed{s}-opd", "*", "swarm", "*.sqlite")))[-1]
     con = sqlite3.connect(db)
@@ -184,13 +189,13 @@ for s in seeds:
         "SELECT step, value FROM metrics WHERE name = ? ORDER BY step", (name,))]
     overlap, failed = series("distill/in_teacher_top_k"), int(sum(series("distill/failed")))
     secs = lambda recs: max(r.get("elapsed_s", 0) for r in recs)
-    rows.append(dict(seed=s, start=c_rl[0][1], rl_end=c_rl[-1][1], opd_end=c_opd[-1][1], target=target,
+    rows.append(dict(seed=s, start=c_rl[0][1], rl_end=c_rl[-1][1], opd_end=c_opd[-1][1], target=target, reach2=reach2,
                      reach_opd=reach_opd, reach_rl=reach_rl, ov0=overlap[0] if overlap else None,
                      ov1=overlap[-1] if overlap else None, failed=failed, s_rl=secs(rl), s_opd=secs(opd),
                      curve_rl=c_rl, curve_opd=c_opd))
 n = int(steps)
-def ratio(r):  # (value for the median, text): a run that never reaches the target counts as its bound
-    o, l = r["reach_opd"], r["reach_rl"]
+def ratio(r, *reach):  # (value for the median, text): a run that never reaches it counts as its bound
+    o, l = reach if reach else (r["reach_opd"], r["reach_rl"])
     if o and l: return l / o, "%.1fx" % (l / o)
     if o: return n / o, "> %.1fx" % (n / o)
     if l: return l / n, "< %.1fx" % (l / n)
@@ -211,23 +216,32 @@ lines = [f"### On-policy distillation vs RL alone: calc, tiny student from `{stu
          f"`bench/classic/opd_proof.sh --steps {steps} --eval-every {every} --reward-weight {rw} --coef {coef} --student {student} --mode {mode} --estimator {est}"
          + (f" --lr {lr}" if lr else "") + (f" --target {target_arg}" if target_arg != "final" else "") + (f" {extra}" if extra else "")
          + (f" --teacher {teacher_dir}" if teacher_dir else "") + (f" --warmup-seed {warmup_seed}" if warmup_seed else "")
-         + (f" --skew-correct {skew}" if skewed else "")
+         + (f" --skew-correct {skew}" if skewed else "") + (f" --also-target {also}" if also else "")
          + f"`: per seed, two runs from the same warm-up (`{student_name}`): `rl` is `examples/configs/calc.yaml`"
          + (f" with lr {lr}" if lr else "") + (f" and `{extra}`" if extra else "") +
          f", `opd` the same plus `ajet.distillation` ({mode} mode, {est}, coef {coef}, reward_weight {rw}, top_k 4) with the "
          f"teacher served by a second front. Held-out T=1 success (4 samples of 100 tasks) every {every} steps. "
-         f"*Reaches* is each arm's first validation at or above {what}.", "",
-         f"| Seed | Start T=1 | RL at step {steps} | OPD at step {steps} | OPD reaches it at | RL reaches it at | RL / OPD steps | top-k overlap first → last | teacher failures | wall s RL / OPD |",
-         "|---|---|---|---|---|---|---|---|---|---|"]
+         f"*Reaches* is each arm's first validation at or above {what}"
+         + (f"; the column *{float(also):g} %* gives the same for {float(also):g} %: OPD / RL steps (ratio)" if also else "") + ".", "",
+         f"| Seed | Start T=1 | RL at step {steps} | OPD at step {steps} | OPD reaches it at | RL reaches it at | RL / OPD steps | "
+         + (f"{float(also):g} % | " if also else "") + "top-k overlap first → last | teacher failures | wall s RL / OPD |",
+         "|---|---|---|---|---|---|---|" + ("---|" if also else "") + "---|---|---|"]
+reach_text = lambda st: str(st) if st else "> " + steps
 for r in rows:
     lines.append(f"| {r['seed']} | {r['start']:.1f} | {r['rl_end']:.1f} | {r['opd_end']:.1f} | "
                  f"{r['reach_opd'] if r['reach_opd'] else '> ' + steps} | {r['reach_rl'] if r['reach_rl'] else '> ' + steps} | "
-                 f"{ratio(r)[1]} | {(r['ov0'] or 0) * 100:.1f} → {(r['ov1'] or 0) * 100:.1f} % | {r['failed']} | "
+                 f"{ratio(r)[1]} | "
+                 + (f"{reach_text(r['reach2'][0])} / {reach_text(r['reach2'][1])} ({ratio(r, *r['reach2'])[1]}) | " if also else "")
+                 + f"{(r['ov0'] or 0) * 100:.1f} → {(r['ov1'] or 0) * 100:.1f} % | {r['failed']} | "
                  f"{r['s_rl']:.0f} / {r['s_opd']:.0f} |")
 ratios = [ratio(r)[0] for r in rows]
 lines += ["", f"Median RL/OPD steps ratio {med(ratios):.1f}x (range {min(ratios):.1f}-{max(ratios):.1f}; a '>' or '<' ratio "
           f"counts as its bound, 'neither' as 1.0x); final T=1 median OPD {med([r['opd_end'] for r in rows]):.1f} % vs RL "
-          f"{med([r['rl_end'] for r in rows]):.1f} %.", "", "Curves (step: T=1 %):", ""]
+          f"{med([r['rl_end'] for r in rows]):.1f} %."]
+if also:
+    r2 = [ratio(r, *r["reach2"])[0] for r in rows]
+    lines[-1] += f" To {float(also):g} %: median ratio {med(r2):.1f}x (range {min(r2):.1f}-{max(r2):.1f})."
+lines += ["", "Curves (step: T=1 %):", ""]
 for r in rows:
     lines.append(f"- seed {r['seed']}: rl " + ", ".join(f"{st}: {t1:.0f}" for st, t1, _ in r["curve_rl"]) +
                  "; opd " + ", ".join(f"{st}: {t1:.0f}" for st, t1, _ in r["curve_opd"]))
