@@ -127,6 +127,9 @@ void Proxy::count_tokens(http::Request request, http::Respond respond) {
       } else {
         out.status = r.status;
         out.headers.set("Content-Type", "application/json");
+        if (std::optional<std::string_view> v = r.headers.get("Retry-After")) {
+          out.headers.set("Retry-After", std::string(*v));  // the front's 503
+        }
         out.body = std::move(r.body);
       }
     } catch (const std::exception& e) {
