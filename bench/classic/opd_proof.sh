@@ -70,6 +70,11 @@ front_pid=""
 cleanup() { if [ -n "$front_pid" ]; then kill "$front_pid" 2>/dev/null || true; wait "$front_pid" 2>/dev/null || true; fi; }
 trap cleanup EXIT
 
+# The students' model directory under each warm-up: calc-skewed-R for a share of correct demos other
+# than calc-skewed's 0.05.
+student_dir="$student"
+if [ "$student" = calc-skewed ] && [ "$skew_correct" != 0.05 ]; then student_dir="calc-skewed-$skew_correct"; fi
+
 final_model() { sed -n 's/^ajet: final model: \([^ ]*\).*/\1/p' "$1" | tail -1; }
 
 for s in $seeds; do
@@ -79,8 +84,6 @@ for s in $seeds; do
     echo "opd_proof: seed $s: warm-up (scripts/run.sh, AJET_STOP_AFTER=sft)" >&2
     AJET_SEED="$s" AJET_WORK_DIR="$work" AJET_STOP_AFTER=sft "$here/scripts/run.sh" > "$out/seed$s-warmup.log" 2>&1
   fi
-  student_dir="$student"
-  if [ "$student" = calc-skewed ] && [ "$skew_correct" != 0.05 ]; then student_dir="calc-skewed-$skew_correct"; fi
   if [ "$student" = calc-skewed ] && [ ! -f "$work/models/$student_dir/config.json" ]; then
     # The sparse-reward start: the warm-up fine-tuned to answer without the calculator 95 % of the time
     # (5 % correct demos, the rest calc's no_tool mistake), so that at T=1 only a few % of samples
@@ -163,9 +166,9 @@ PY
   front_pid=""
 done
 
-python3 - "$here" "$out" "$seeds" "$steps" "$eval_every" "$teacher_steps" "$reward_weight" "$coef" "$student" "$append" "$mode" "$estimator" "$lr" "$target" "${extra_set[*]}" "$teacher_dir" "$warmup_seed" "$skew_correct" "$also_target" <<'PY'
+python3 - "$here" "$out" "$seeds" "$steps" "$eval_every" "$teacher_steps" "$reward_weight" "$coef" "$student" "$append" "$mode" "$estimator" "$lr" "$target" "${extra_set[*]}" "$teacher_dir" "$warmup_seed" "$skew_correct" "$also_target" "$student_dir" <<'PY'
 import datetime, glob, json, os, sqlite3, statistics, sys
-repo, out, seeds, steps, every, teacher_steps, rw, coef, student, append, mode, est, lr, target_arg, extra, teacher_dir, warmup_seed, skew, also = sys.argv[1:]
+repo, out, seeds, steps, every, teacher_steps, rw, coef, student, append, mode, est, lr, target_arg, extra, teacher_dir, warmup_seed, skew, also, student_name = sys.argv[1:]
 seeds = seeds.split()
 def records(run):
     path = sorted(glob.glob(os.path.join(out, run, "*", "metrics.jsonl")))[-1]
@@ -208,15 +211,13 @@ def teacher_text():
     cfg = json.load(open(os.path.join(teacher_dir, "config.json")))
     params = cfg.get("num_hidden_layers"), cfg.get("hidden_size")
     return f"`{os.path.basename(os.path.normpath(teacher_dir))}` ({params[0]} layers, hidden {params[1]})"
-skewed = student == "calc-skewed" and float(skew) != 0.05
-student_name = f"calc-skewed-{skew}" if skewed else student
 lines = [f"### On-policy distillation vs RL alone: calc, tiny student from `{student_name}`"
          + (f" of seed {warmup_seed}'s warm-up" if warmup_seed else "")
          + f", teacher = {teacher_text()} ({datetime.date.today().isoformat()})", "",
          f"`bench/classic/opd_proof.sh --steps {steps} --eval-every {every} --reward-weight {rw} --coef {coef} --student {student} --mode {mode} --estimator {est}"
          + (f" --lr {lr}" if lr else "") + (f" --target {target_arg}" if target_arg != "final" else "") + (f" {extra}" if extra else "")
          + (f" --teacher {teacher_dir}" if teacher_dir else "") + (f" --warmup-seed {warmup_seed}" if warmup_seed else "")
-         + (f" --skew-correct {skew}" if skewed else "") + (f" --also-target {also}" if also else "")
+         + (f" --skew-correct {skew}" if student_name != student else "") + (f" --also-target {also}" if also else "")
          + f"`: per seed, two runs from the same warm-up (`{student_name}`): `rl` is `examples/configs/calc.yaml`"
          + (f" with lr {lr}" if lr else "") + (f" and `{extra}`" if extra else "") +
          f", `opd` the same plus `ajet.distillation` ({mode} mode, {est}, coef {coef}, reward_weight {rw}, top_k 4) with the "
@@ -229,7 +230,7 @@ lines = [f"### On-policy distillation vs RL alone: calc, tiny student from `{stu
 reach_text = lambda st: str(st) if st else "> " + steps
 for r in rows:
     lines.append(f"| {r['seed']} | {r['start']:.1f} | {r['rl_end']:.1f} | {r['opd_end']:.1f} | "
-                 f"{r['reach_opd'] if r['reach_opd'] else '> ' + steps} | {r['reach_rl'] if r['reach_rl'] else '> ' + steps} | "
+                 f"{reach_text(r['reach_opd'])} | {reach_text(r['reach_rl'])} | "
                  f"{ratio(r)[1]} | "
                  + (f"{reach_text(r['reach2'][0])} / {reach_text(r['reach2'][1])} ({ratio(r, *r['reach2'])[1]}) | " if also else "")
                  + f"{(r['ov0'] or 0) * 100:.1f} → {(r['ov1'] or 0) * 100:.1f} % | {r['failed']} | "
